@@ -1,0 +1,3 @@
+"""bench layer."""
+
+__all__: list[str] = []

@@ -1,0 +1,51 @@
+"""The ``headrace`` command.
+
+Each sub-command lives in its own module, imported only when it runs, so
+``headrace --help`` stays fast and optional extras stay optional. A module
+provides ``configure(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["COMMANDS", "main"]
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("headrace.bench._cli", "run benchmark workloads side by side"),
+    "gen": ("headrace.bench._gen_cli", "write a workload's dataset"),
+    "probe": ("headrace.bench._probe", "measure a path's storage before training"),
+    "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="headrace", description="Deterministic, storage-aware data loading."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not args_list or args_list[0] not in COMMANDS:
+        parser.parse_args(args_list)  # prints help or the error and exits
+        parser.print_help()
+        return 2
+    name = args_list[0]
+    module = importlib.import_module(COMMANDS[name][0])
+    cmd_parser = argparse.ArgumentParser(prog=f"headrace {name}", description=COMMANDS[name][1])
+    module.configure(cmd_parser)
+    args = cmd_parser.parse_args(args_list[1:])
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+"""emulate layer."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""formats layer."""
+
+__all__: list[str] = []

@@ -1,0 +1,13 @@
+"""How bytes arrive: local files, object stores, range reads, the I/O pool."""
+
+from headrace.io._file import LocalFile, open_error
+from headrace.io._pool import DEFAULT_IO_THREADS, io_pool, io_threads, set_io_threads
+
+__all__ = [
+    "DEFAULT_IO_THREADS",
+    "LocalFile",
+    "io_pool",
+    "io_threads",
+    "open_error",
+    "set_io_threads",
+]

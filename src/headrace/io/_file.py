@@ -1,0 +1,125 @@
+"""One open local file, shared by memory mapping and positional reads."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from types import TracebackType
+from typing import Any, Self, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import (
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    ReadEOFError,
+    StorageError,
+)
+
+__all__ = ["LocalFile", "open_error"]
+
+
+def open_error(path: str, exc: OSError) -> StorageError:
+    """Map an ``OSError`` from opening ``path`` to headrace's tree."""
+    if isinstance(exc, FileNotFoundError):
+        return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file")
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
+    return StorageError(exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc})")
+
+
+class LocalFile:
+    """A file opened once for the lifetime of a reader cache.
+
+    ``pread_into`` completes short reads and raises :class:`ReadEOFError`
+    naming the path and range when the file ends first. ``mapped`` is a
+    read-only memory map of the same descriptor, made on first use, so both
+    paths see one file and a remote mount pays for one open.
+    """
+
+    __slots__ = ("_fd", "_map", "path", "size")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            self._fd: int = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise open_error(self.path, exc) from exc
+        self.size: int = os.fstat(self._fd).st_size
+        self._map: mmap.mmap | None = None
+
+    @property
+    def fd(self) -> int:
+        if self._fd < 0:
+            raise StorageError(errno.EBADF, f"{self.path}: file is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def pread_into(self, buf: memoryview | NDArray[np.generic], offset: int) -> None:
+        """Fill ``buf`` with the bytes at ``offset``; short reads are retried."""
+        view = memoryview(cast(Any, buf)).cast("B")
+        want = len(view)
+        done = 0
+        while done < want:
+            try:
+                n = os.preadv(self.fd, [view[done:]], offset + done)
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise StorageError(
+                    exc.errno or errno.EIO,
+                    f"{self.path}: read of bytes [{offset}, {offset + want}) failed "
+                    f"after {done} bytes: {exc.strerror or exc}",
+                ) from exc
+            if n == 0:
+                raise ReadEOFError(
+                    f"{self.path}: read of bytes [{offset}, {offset + want}) reached end of "
+                    f"file after {done} bytes (file has {os.fstat(self.fd).st_size} bytes)"
+                )
+            done += n
+
+    def pread(self, offset: int, length: int) -> NDArray[np.uint8]:
+        """A new array holding ``length`` bytes at ``offset``."""
+        out = np.empty(length, dtype=np.uint8)
+        self.pread_into(out, offset)
+        return out
+
+    @property
+    def mapped(self) -> mmap.mmap:
+        """A read-only memory map of the whole file (made on first use)."""
+        if self._map is None:
+            if self.size == 0:
+                raise ReadEOFError(f"{self.path}: cannot map an empty file")
+            self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        return self._map
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # Arrays still view the map; it is freed when they are.
+                pass
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalFile({self.path!r}, size={self.size})"

@@ -1,0 +1,3 @@
+"""pipeline layer."""
+
+__all__: list[str] = []

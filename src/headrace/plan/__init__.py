@@ -1,0 +1,3 @@
+"""plan layer."""
+
+__all__: list[str] = []

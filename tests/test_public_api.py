@@ -1,0 +1,43 @@
+"""Every public module lists its names in a sorted, complete ``__all__``."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import types
+
+import pytest
+
+import headrace
+
+OPTIONAL = {"headrace.torch", "headrace.jax"}
+
+
+def _public_modules() -> list[str]:
+    names = ["headrace"]
+    for info in pkgutil.walk_packages(headrace.__path__, "headrace."):
+        parts = info.name.split(".")
+        if any(p.startswith("_") for p in parts) or info.name in OPTIONAL:
+            continue
+        names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("name", _public_modules())
+def test_all_is_sorted_and_complete(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
+    assert list(exported) == sorted(exported), f"{name}.__all__ is not sorted"
+    public = {
+        k
+        for k, v in vars(module).items()
+        if not k.startswith("_")
+        and not isinstance(v, types.ModuleType)
+        and getattr(v, "__module__", name).startswith("headrace")
+        and k not in {"annotations"}
+    }
+    missing = public - set(exported)
+    assert not missing, f"{name}: public names missing from __all__: {sorted(missing)}"
+    for k in exported:
+        assert hasattr(module, k), f"{name}.__all__ names {k!r}, which does not exist"
