@@ -1,3 +1,5 @@
-"""pipeline layer."""
+"""When: the loader, its prefetch queue and its state."""
 
-__all__: list[str] = []
+from headrace.pipeline._loader import Batch, Loader, LoaderStatus, Source
+
+__all__ = ["Batch", "Loader", "LoaderStatus", "Source"]

@@ -1,3 +1,20 @@
-"""plan layer."""
+"""What to read: pure, counter-based plans. No I/O, no threads, no clocks."""
 
-__all__: list[str] = []
+from headrace.plan._permute import Permutation, cached_permutation, derive_keys
+from headrace.plan._slicing import host_slice, step_samples
+from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest
+from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
+
+__all__ = [
+    "PLAN_VERSION",
+    "LoaderState",
+    "Permutation",
+    "WindowLayout",
+    "WindowPlan",
+    "cached_permutation",
+    "derive_keys",
+    "fingerprint_digest",
+    "group_by_window",
+    "host_slice",
+    "step_samples",
+]

@@ -1,0 +1,329 @@
+"""Samples of a token stream, read through lazily filled windows.
+
+A window buffer is allocated, not read: ``np.empty`` of up to 256 MiB reserves
+address space only. A batch fills just the 4 MiB blocks its samples (and their
+shifted labels) touch, with positional reads on the shared I/O pool, and
+filled blocks stay while the window is cached. Samples are gathered with one
+``np.take`` through a strided ``(S, L + 1)`` view of the window, so ``x`` and
+``y`` are two views of a single copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+from numpy.typing import DTypeLike, NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats._tokens import TokenFile, TokenFormat, open_token_file
+from headrace.io import LocalFile, io_pool, page_aligned_empty
+from headrace.plan import WindowLayout, group_by_window
+
+__all__ = ["TokenSource", "TokenStats"]
+
+MiB = 1 << 20
+
+
+@dataclass(slots=True)
+class TokenStats:
+    """Counters of the storage work a token source did."""
+
+    bytes_read: int = 0
+    blocks_read: int = 0
+    windows_opened: int = 0
+    samples: int = 0
+
+
+class _Window:
+    """One lazily filled window of a token file."""
+
+    __slots__ = ("_bytes", "_rows", "block_bytes", "buf", "file", "filled", "offset", "pending")
+
+    @property
+    def memory(self) -> NDArray[np.uint8]:
+        base = self._bytes.base
+        assert isinstance(base, np.ndarray)
+        return base
+
+    def __init__(
+        self,
+        file: LocalFile,
+        dtype: np.dtype[Any],
+        offset: int,
+        tokens: int,
+        block_bytes: int,
+        memory: NDArray[np.uint8],
+    ) -> None:
+        self.file = file
+        self.offset = offset  # in bytes, within the file
+        # ``memory`` may hold a previous window's bytes: ``filled`` says what is ours.
+        self._bytes = memory[: tokens * dtype.itemsize]
+        self.buf: NDArray[Any] = self._bytes.view(dtype)
+        self.block_bytes = block_bytes
+        self.filled = np.zeros(-(-self._bytes.size // block_bytes), dtype=bool)
+        self._rows: NDArray[Any] | None = None
+        self.pending: dict[int, Future[None]] = {}
+
+    def blocks(self, starts: NDArray[np.int64], length: int) -> NDArray[np.intp]:
+        """Blocks that tokens ``[s, s + length)`` touch, for each start."""
+        isz = self.buf.itemsize
+        first = starts * isz // self.block_bytes
+        last = ((starts + length) * isz - 1) // self.block_bytes
+        if (first == last).all():
+            need = np.zeros(self.filled.size, dtype=bool)
+            need[first] = True
+        else:  # a sample may span blocks: mark the whole run of each
+            edges = np.zeros(self.filled.size + 1, dtype=np.int64)
+            np.add.at(edges, first, 1)
+            np.add.at(edges, last + 1, -1)
+            need = np.cumsum(edges[:-1]) > 0
+        return np.flatnonzero(need & ~self.filled)
+
+    def request(self, blocks: NDArray[np.intp]) -> list[Future[None]]:
+        """Start reading the blocks not yet filled or in flight; return their futures."""
+        futures = []
+        for b in blocks.tolist():
+            fut = self.pending.get(b)
+            if fut is None:
+                fut = self.pending[b] = io_pool().submit(self._fill, b)
+            futures.append(fut)
+        return futures
+
+    def ensure(self, starts: NDArray[np.int64], length: int, stats: TokenStats) -> None:
+        """Fill every block the samples touch; all reads finish before an error is raised."""
+        blocks = self.blocks(starts, length)
+        if blocks.size:
+            wait(self.request(blocks))
+            self.settle(stats, blocks)
+
+    def settle(self, stats: TokenStats, blocks: NDArray[np.intp] | None = None) -> None:
+        """Record finished reads; raise the first failure among ``blocks``."""
+        errors: list[BaseException] = []
+        wanted = None if blocks is None else set(blocks.tolist())
+        for b, fut in list(self.pending.items()):
+            if not fut.done():
+                continue
+            del self.pending[b]
+            exc = fut.exception()
+            if exc is None:
+                self.filled[b] = True
+                stats.blocks_read += 1
+                stats.bytes_read += self._block_len(b)
+            elif wanted is None or b in wanted:
+                errors.append(exc)
+            # A failed read-ahead nobody needs yet is dropped: it is retried on demand.
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} other block reads also failed")
+            raise errors[0]
+
+    def drain(self) -> None:
+        """Wait for reads in flight, so the memory can be reused safely."""
+        wait(list(self.pending.values()))
+        self.pending.clear()
+
+    def _block_len(self, block: int) -> int:
+        return min(self.block_bytes, self._bytes.size - block * self.block_bytes)
+
+    def _fill(self, block: int) -> None:
+        lo = block * self.block_bytes
+        self.file.pread_into(self._bytes[lo : lo + self._block_len(block)], self.offset + lo)
+
+    def rows(self, context: int) -> NDArray[Any]:
+        """A cached ``(S, L + 1)`` view: row ``i`` is tokens ``[i*L, i*L + L + 1)``."""
+        if self._rows is None:
+            n = (self.buf.size - 1) // context
+            isz = self.buf.itemsize
+            self._rows = as_strided(
+                self.buf, shape=(n, context + 1), strides=(context * isz, isz), writeable=False
+            )
+        return self._rows
+
+
+class TokenSource:
+    """Training samples ``x = t[s:s+L]``, ``y = t[s+1:s+L+1]`` from token files.
+
+    Sample ``n`` is a pure function of ``(seed, n)``: see
+    :class:`headrace.plan.WindowLayout`. ``shuffle=False`` gives the
+    unshuffled order a validation split wants; it wraps around at the end.
+    """
+
+    def __init__(
+        self,
+        files: str | os.PathLike[str] | TokenFile | Sequence[str | os.PathLike[str] | TokenFile],
+        *,
+        context: int,
+        dtype: DTypeLike | None = None,
+        format: TokenFormat = "auto",
+        window_bytes: int = 256 * MiB,
+        block_bytes: int = 4 * MiB,
+        shuffle: bool = True,
+        max_windows: int = 2,
+    ) -> None:
+        if isinstance(files, (str, os.PathLike, TokenFile)):
+            files = [files]
+        self.files: list[TokenFile] = [
+            f if isinstance(f, TokenFile) else open_token_file(f, dtype, format=format)
+            for f in files
+        ]
+        if not self.files:
+            raise ConfigError("TokenSource needs at least one token file.")
+        if not isinstance(context, int) or context < 1:
+            raise ConfigError(f"context must be a positive integer (got {context!r}).")
+        dtypes = {f.dtype for f in self.files}
+        if len(dtypes) > 1:
+            raise ConfigError(
+                "token files must share one dtype; got "
+                + ", ".join(f"{f.path}: {f.dtype}" for f in self.files)
+            )
+        self.dtype: np.dtype[Any] = self.files[0].dtype
+        for f in self.files:
+            if f.num_tokens < context + 1:
+                raise DataError(
+                    f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
+                    f"context {context} (needs {context + 1})"
+                )
+        if block_bytes < 4096 or block_bytes % 4096:
+            raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
+        if max_windows < 1:
+            raise ConfigError(f"max_windows must be >= 1 (got {max_windows}).")
+        self.context = context
+        self.block_bytes = block_bytes
+        self.window_bytes = window_bytes
+        self.layout = WindowLayout(
+            file_tokens=tuple(f.num_tokens for f in self.files),
+            context=context,
+            window_tokens=window_bytes // self.dtype.itemsize,
+            shuffle=shuffle,
+        )
+        self.max_windows = max_windows
+        self.stats = TokenStats()
+        self._open: dict[int, LocalFile] = {}
+        self._windows: OrderedDict[int, _Window] = OrderedDict()
+        self._free: list[NDArray[np.uint8]] = []
+        self._window_nbytes = (
+            int(self.layout.window_count.max()) * context + 1
+        ) * self.dtype.itemsize
+
+    # -- the Source protocol -------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "tokens",
+            "files": [f.fingerprint() for f in self.files],
+            "context": self.context,
+            "window_tokens": self.layout.window_tokens,
+            "shuffle": self.layout.shuffle,
+        }
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self.layout.samples_per_epoch
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        """Gather the samples into one ``(n, L + 1)`` array; ``x``/``y`` view it."""
+        out = self.gather(seed, samples)
+        return {"x": out[:, :-1], "y": out[:, 1:]}
+
+    def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
+        plan = self.layout.locate(seed, samples)
+        L = self.context
+        groups = group_by_window(plan.epoch, plan.window)
+        out: NDArray[Any] | None = None
+        for (_, w), idx in groups:
+            win = self._window(w)
+            starts = plan.start if len(groups) == 1 else plan.start[idx]
+            win.ensure(starts, L + 1, self.stats)
+            # Fancy indexing walks the strided view row by row: one copy. (np.take
+            # would first copy the whole overlapping view to make it contiguous.)
+            rows = win.rows(L)[starts // L]
+            if len(groups) == 1:
+                out = rows
+            else:
+                if out is None:
+                    out = np.empty((len(samples), L + 1), dtype=self.dtype)
+                out[idx] = rows
+        assert out is not None
+        self.stats.samples += len(samples)
+        return out
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start reading the blocks these samples need, without waiting.
+
+        Only windows already open (or with a free slot) are read ahead, so
+        looking ahead never evicts a window the current batch still needs.
+        """
+        plan = self.layout.locate(seed, samples)
+        for (_, w), idx in group_by_window(plan.epoch, plan.window):
+            if w not in self._windows and len(self._windows) >= self.max_windows:
+                continue
+            win = self._window(w)
+            win.request(win.blocks(plan.start[idx], self.context + 1))
+
+    def starts(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(file index, token offset in file) of each sample: the plan, without reading."""
+        plan = self.layout.locate(seed, samples)
+        return (
+            self.layout.window_file[plan.window],
+            self.layout.window_base[plan.window] + plan.start,
+        )
+
+    # -- windows ---------------------------------------------------------------
+    def _file(self, i: int) -> LocalFile:
+        f = self._open.get(i)
+        if f is None:
+            f = self._open[i] = LocalFile(self.files[i].path)
+        return f
+
+    def _window(self, w: int) -> _Window:
+        win = self._windows.get(w)
+        if win is not None:
+            self._windows.move_to_end(w)
+            return win
+        while len(self._windows) >= self.max_windows:
+            # Recycle the evicted window's memory: its pages are already faulted in.
+            old = self._windows.popitem(last=False)[1]
+            old.drain()
+            self._free.append(old.memory)
+        fi = int(self.layout.window_file[w])
+        base = int(self.layout.window_base[w])
+        win = _Window(
+            self._file(fi),
+            self.dtype,
+            base * self.dtype.itemsize,
+            self.layout.window_tokens_of(w),
+            self.block_bytes,
+            self._free.pop() if self._free else page_aligned_empty(self._window_nbytes),
+        )
+        self._windows[w] = win
+        self.stats.windows_opened += 1
+        return win
+
+    def close(self) -> None:
+        for win in self._windows.values():
+            win.drain()
+        self._windows.clear()
+        self._free.clear()
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker copies own their windows and file handles: never share them.
+        state = {k: getattr(self, k) for k in self.__dict__}
+        state["_open"] = {}
+        state["_windows"] = OrderedDict()
+        state["_free"] = []
+        state["stats"] = TokenStats()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)

@@ -1,0 +1,280 @@
+"""The loader: this host's slice of every step, in order, optionally read ahead.
+
+Steps are planned in chunks (one step first, for a quick first batch, then up
+to ``chunk_steps`` at a time) so planning and gathering cost one vectorised
+call per chunk rather than per batch. With ``prefetch > 0`` a producer thread
+runs ahead of the consumer through a bounded queue; with ``prefetch == 0``
+the consumer's thread does the same work. Both give identical batches: the
+plan is a pure function of ``(seed, step)``, and the queue only changes when.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
+
+__all__ = ["Batch", "Loader", "LoaderStatus", "Source"]
+
+Batch = dict[str, NDArray[Any]]
+
+
+class Source(Protocol):
+    """Anything that can read samples by global sample number."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """JSON-able description of the data and sampling config (paths, sizes, dtypes)."""
+        ...
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
+        """Arrays whose first axis follows ``samples`` (a pure function of its inputs)."""
+        ...
+
+
+class LoaderStatus(enum.Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class _Failure:
+    __slots__ = ("exc", "step")
+
+    def __init__(self, exc: BaseException, step: int) -> None:
+        self.exc = exc
+        self.step = step
+
+
+_END = object()
+
+
+class Loader:
+    """Iterate this host's slice of each global batch, from ``state.step`` on.
+
+    ``batch_size`` is the *global* batch; host ``rank`` of ``world_size``
+    receives ``batch_size // world_size`` samples per step. ``steps`` ends the
+    iteration (``None``: never). ``step_stride``/``step_offset`` select every
+    k-th step, for data-loader workers that each own a share of the steps.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        prefetch: int = 8,
+        chunk_steps: int = 8,
+        steps: int | None = None,
+        step_stride: int = 1,
+        step_offset: int = 0,
+    ) -> None:
+        if not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2**63) (got {seed=}).")
+        try:
+            self._lo, self._hi = host_slice(batch_size, rank, world_size)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if prefetch < 0 or chunk_steps < 1:
+            raise ConfigError(
+                f"prefetch must be >= 0 and chunk_steps >= 1 (got {prefetch=}, {chunk_steps=})."
+            )
+        if step_stride < 1 or not 0 <= step_offset < step_stride:
+            raise ConfigError(
+                f"step_offset must be in [0, step_stride) (got {step_offset=}, {step_stride=})."
+            )
+        self.source = source
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.prefetch = prefetch
+        self.chunk_steps = chunk_steps
+        self.steps = steps
+        self.step_stride = step_stride
+        self.step_offset = step_offset
+        self._fingerprint = fingerprint_digest(source.fingerprint())
+        self.step = 0
+        self.status = LoaderStatus.IDLE
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue[object] | None = None
+
+    # -- state -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The state to resume from: the next step this host has not yet received."""
+        return LoaderState(
+            seed=self.seed,
+            step=self.step,
+            batch_size=self.batch_size,
+            fingerprint=self._fingerprint,
+        ).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the saved step; works on any world size with the same global batch."""
+        st = LoaderState.from_dict(state)
+        st.check(fingerprint=self._fingerprint, batch_size=self.batch_size)
+        self._stop_producer()
+        self.seed = st.seed
+        self.step = st.step
+
+    # -- planning ------------------------------------------------------------------
+    def _own_steps(self, start: int) -> Iterator[int]:
+        k, w = self.step_stride, self.step_offset
+        t = start + (w - start) % k
+        while self.steps is None or t < self.steps:
+            yield t
+            t += k
+
+    def _chunks(self, start: int) -> Iterator[list[int]]:
+        size = 1
+        chunk: list[int] = []
+        for t in self._own_steps(start):
+            chunk.append(t)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+                size = min(2 * size, self.chunk_steps)
+        if chunk:
+            yield chunk
+
+    def _read_chunk(self, steps: list[int]) -> list[tuple[int, Batch]]:
+        samples = step_samples(np.asarray(steps), self.batch_size, self._lo, self._hi)
+        arrays = self.source.read(self.seed, samples)
+        b = self._hi - self._lo
+        return [
+            (t, {k: v[i * b : (i + 1) * b] for k, v in arrays.items()}) for i, t in enumerate(steps)
+        ]
+
+    def batch_at(self, step: int) -> Batch:
+        """This host's batch of ``step``, read now (random access; no state change)."""
+        return self._read_chunk([step])[0][1]
+
+    # -- iteration -------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Batch]:
+        if self.status is LoaderStatus.CLOSED:
+            raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._stop_producer()
+        self.status = LoaderStatus.RUNNING
+        start = self.step
+        if self.prefetch == 0:
+            return self._iter_sync(start)
+        return self._iter_async(start)
+
+    def _read_ahead(self, start: int) -> Iterator[list[tuple[int, Batch]]]:
+        """Read chunk after chunk; after each, tell the source what comes next.
+
+        A source with ``prefetch(seed, samples)`` starts the next chunk's reads
+        while this one is consumed: same bytes, earlier I/O.
+        """
+        prefetch = getattr(self.source, "prefetch", None)
+        chunks = self._chunks(start)
+        current = next(chunks, None)
+        while current is not None:
+            batches = self._read_chunk(current)
+            following = next(chunks, None)
+            if following is not None and prefetch is not None:
+                prefetch(
+                    self.seed,
+                    step_samples(np.asarray(following), self.batch_size, self._lo, self._hi),
+                )
+            yield batches
+            current = following
+
+    def _iter_sync(self, start: int) -> Iterator[Batch]:
+        for chunk in self._read_ahead(start):
+            for t, batch in chunk:
+                self.step = t + 1
+                yield batch
+
+    def _iter_async(self, start: int) -> Iterator[Batch]:
+        # The queue holds whole chunks, so its cost is paid once per chunk, not per
+        # batch; its depth in batches stays ``prefetch`` (rounded up to a chunk).
+        q: queue.Queue[object] = queue.Queue(maxsize=max(1, self.prefetch // self.chunk_steps))
+        stop = threading.Event()
+        self._queue, self._stop = q, stop
+        thread = threading.Thread(
+            target=self._produce, args=(start, q, stop), name="headrace-prefetch", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
+                    raise item.exc
+                for t, batch in item:  # type: ignore[attr-defined]
+                    self.step = t + 1
+                    yield batch
+        finally:
+            if self._thread is thread:
+                self._stop_producer()
+
+    def _produce(self, start: int, q: queue.Queue[object], stop: threading.Event) -> None:
+        def put(item: object) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        step = start
+        try:
+            for chunk in self._read_ahead(start):
+                if not put(chunk):
+                    return
+                step = chunk[-1][0] + 1
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, who re-raises it
+            put(_Failure(exc, step))
+
+    def _stop_producer(self) -> None:
+        thread, q = self._thread, self._queue
+        if thread is None:
+            return
+        self._stop.set()
+        if q is not None:  # unblock a producer waiting on a full queue
+            try:
+                while True:
+                    q.get_nowait()
+            except queue.Empty:
+                pass
+        thread.join(timeout=10)
+        self._thread = None
+        self._queue = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the producer thread and release the source's files."""
+        self._stop_producer()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+        self.status = LoaderStatus.CLOSED
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

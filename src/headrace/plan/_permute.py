@@ -1,0 +1,128 @@
+"""A bijective shuffle of ``range(n)``: a keyed Feistel network with cycle-walking.
+
+Memory is O(1) in ``n`` and any position can be evaluated on its own, so the
+order of 10**9 rows costs nothing to store and resuming at step 10**7 costs the
+same as at step 1. Keys come from ``np.random.SeedSequence`` over explicit
+counters, never from global state.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["Permutation", "cached_permutation", "derive_keys"]
+
+_ROUNDS = 6
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+
+
+def derive_keys(*counters: int, n: int = _ROUNDS) -> NDArray[np.uint64]:
+    """``n`` 64-bit keys derived from a tuple of non-negative counters."""
+    for c in counters:
+        if c < 0:
+            raise ValueError(f"counters must be non-negative (got {counters}).")
+    state = np.random.SeedSequence(list(counters)).generate_state(n, np.uint64)
+    return state.astype(np.uint64, copy=False)
+
+
+def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    # splitmix64's finaliser: a cheap, well-mixed 64-bit hash. Unsigned array
+    # arithmetic wraps modulo 2**64, which is what we want. In place: x is ours.
+    x ^= x >> _S30
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
+
+
+_U64 = (1 << 64) - 1
+
+
+def _mix_int(x: int) -> int:
+    # The same finaliser on a Python int, for single lookups (~10x faster than
+    # NumPy's per-call overhead on a one-element array).
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+class Permutation:
+    """A permutation of ``range(n)`` keyed by ``keys``.
+
+    ``perm(i)`` and its inverse are vectorised over NumPy arrays. The domain is
+    padded to ``2**(2*half_bits)`` for a balanced Feistel network; values that
+    land outside ``range(n)`` are walked again until they land inside, which
+    keeps the map a bijection on ``range(n)``.
+    """
+
+    __slots__ = ("_half", "_keys", "_mask", "n")
+
+    def __init__(self, n: int, keys: NDArray[np.uint64]) -> None:
+        if n < 1:
+            raise ValueError(f"a permutation needs n >= 1 (got {n=}).")
+        self.n = int(n)
+        bits = max(2, int(n - 1).bit_length())
+        bits += bits & 1
+        self._half = np.uint64(bits // 2)
+        self._mask = np.uint64((1 << (bits // 2)) - 1)
+        self._keys = np.asarray(keys, dtype=np.uint64)
+
+    def _rounds(self, x: NDArray[np.uint64], inverse: bool) -> NDArray[np.uint64]:
+        left = x >> self._half
+        right = x & self._mask
+        keys = self._keys[::-1] if inverse else self._keys
+        if inverse:
+            left, right = right, left
+        for k in keys:
+            left, right = right, left ^ (_mix(right ^ k) & self._mask)
+        if inverse:
+            left, right = right, left
+        return (left << self._half) | right
+
+    def one(self, i: int) -> int:
+        """The image of a single position, in pure Python."""
+        if not 0 <= i < self.n:
+            raise IndexError(f"permutation index {i} out of range(0, {self.n}).")
+        half, mask = int(self._half), int(self._mask)
+        keys = [int(k) for k in self._keys]
+        while True:
+            left, right = i >> half, i & mask
+            for k in keys:
+                left, right = right, left ^ (_mix_int(right ^ k) & mask)
+            i = (left << half) | right
+            if i < self.n:
+                return i
+
+    def _apply(self, idx: ArrayLike, inverse: bool) -> NDArray[np.int64]:
+        x = np.asarray(idx, dtype=np.int64)
+        if x.size and (x.min() < 0 or x.max() >= self.n):
+            raise IndexError(f"permutation index out of range(0, {self.n}).")
+        y = self._rounds(x.astype(np.uint64), inverse)
+        n = np.uint64(self.n)
+        out = y >= n
+        while out.any():
+            y[out] = self._rounds(y[out], inverse)
+            out = y >= n
+        return y.astype(np.int64)
+
+    def __call__(self, idx: ArrayLike) -> NDArray[np.int64]:
+        """The image of each position."""
+        return self._apply(idx, inverse=False)
+
+    def inverse(self, values: ArrayLike) -> NDArray[np.int64]:
+        """The position that maps to each value."""
+        return self._apply(values, inverse=True)
+
+
+@lru_cache(maxsize=256)
+def cached_permutation(n: int, *counters: int) -> Permutation:
+    """A permutation keyed by counters, cached because key derivation costs ~20 us."""
+    return Permutation(n, derive_keys(*counters))

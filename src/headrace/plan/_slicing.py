@@ -1,0 +1,41 @@
+"""Host slices of a global batch.
+
+The global batch of a step never depends on how many hosts read it: host
+``rank`` of ``world_size`` takes the contiguous positions
+``[rank * B // W, (rank + 1) * B // W)``, and the union of all slices is the
+global batch in order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["host_slice", "step_samples"]
+
+
+def host_slice(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Positions ``[lo, hi)`` of the global batch that host ``rank`` reads."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1 (got {world_size}).")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}) (got {rank}).")
+    if batch_size < world_size:
+        raise ValueError(
+            f"global batch of {batch_size} cannot give each of {world_size} hosts a sample; "
+            f"use a batch size >= world size."
+        )
+    if batch_size % world_size:
+        raise ValueError(
+            f"global batch of {batch_size} does not split evenly over {world_size} hosts; "
+            f"use a multiple of {world_size}."
+        )
+    return rank * batch_size // world_size, (rank + 1) * batch_size // world_size
+
+
+def step_samples(
+    steps: NDArray[np.int64] | range, batch_size: int, lo: int, hi: int
+) -> NDArray[np.int64]:
+    """Global sample numbers ``t * B + p`` for each step and position in ``[lo, hi)``."""
+    t = np.asarray(steps, dtype=np.int64)[:, None]
+    return (t * batch_size + np.arange(lo, hi, dtype=np.int64)[None, :]).reshape(-1)

@@ -1,0 +1,221 @@
+"""Where each sample of a token stream starts: windows and positions in closed form.
+
+Each file of ``n`` tokens offers ``(n - 1) // L`` sample starts spaced by the
+context length ``L`` (a sample needs ``L + 1`` tokens: ``x = t[s:s+L]`` and
+``y = t[s+1:s+L+1]``). Starts are grouped into contiguous windows of ``S``
+starts (``S * L + 1`` tokens, at most ``window_tokens``); the last window of a
+file holds the remainder. An epoch visits every window once, in an order
+permuted by ``(seed, epoch)``, and every start of a window once, in an order
+permuted by ``(seed, epoch, window)``. Windows are therefore weighted by size,
+and every token is seen once per epoch.
+
+Sample ``n`` maps to ``(epoch, window, start)`` in O(files) without replaying
+anything: only the partial windows break the regular ``S``-per-window pattern,
+and their positions in the epoch's order come from the inverse permutation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.plan._permute import Permutation, cached_permutation
+
+__all__ = ["WindowLayout", "WindowPlan", "group_by_window"]
+
+# Domain tags keep the key streams of window order and start order apart.
+_TAG_WINDOWS = 0x57494E44
+_TAG_STARTS = 0x53545254
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPlan:
+    """The samples of one batch (or chunk), grouped by nothing yet."""
+
+    epoch: NDArray[np.int64]
+    window: NDArray[np.int64]
+    start: NDArray[np.int64]
+    """Token offset of each sample inside its window."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowLayout:
+    """Windows over a list of token files; pure arithmetic, no I/O."""
+
+    file_tokens: tuple[int, ...]
+    context: int
+    window_tokens: int
+    shuffle: bool = True
+    _cache: dict[int, tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _tables: dict[tuple[int, int, int], NDArray[np.int64]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.context < 1:
+            raise ValueError(f"context must be >= 1 (got {self.context}).")
+        if self.window_tokens < self.context + 1:
+            raise ValueError(
+                f"window of {self.window_tokens} tokens cannot hold one sample of "
+                f"context {self.context} (needs {self.context + 1})."
+            )
+        if not self.file_tokens:
+            raise ValueError("a window layout needs at least one file.")
+
+    @cached_property
+    def per_window(self) -> int:
+        """Starts in a full window (``S``)."""
+        return (self.window_tokens - 1) // self.context
+
+    @cached_property
+    def file_starts(self) -> NDArray[np.int64]:
+        return (np.asarray(self.file_tokens, dtype=np.int64) - 1) // self.context
+
+    @cached_property
+    def _file_windows(self) -> NDArray[np.int64]:
+        return -(-self.file_starts // self.per_window)
+
+    @cached_property
+    def window_file(self) -> NDArray[np.int64]:
+        """The file index of each global window."""
+        return np.repeat(np.arange(len(self.file_tokens)), self._file_windows)
+
+    @cached_property
+    def window_base(self) -> NDArray[np.int64]:
+        """The first token of each window, within its file."""
+        first = np.concatenate(([0], np.cumsum(self._file_windows)[:-1]))
+        local = np.arange(self.num_windows) - np.repeat(first, self._file_windows)
+        base: NDArray[np.int64] = local * self.per_window * self.context
+        return base
+
+    @cached_property
+    def window_count(self) -> NDArray[np.int64]:
+        """Starts in each window: ``S`` except at the end of a file."""
+        count = np.full(self.num_windows, self.per_window, dtype=np.int64)
+        last = np.cumsum(self._file_windows) - 1
+        rem = self.file_starts - (self._file_windows - 1) * self.per_window
+        count[last[self._file_windows > 0]] = rem[self._file_windows > 0]
+        return count
+
+    def window_tokens_of(self, window: int) -> int:
+        """Tokens a window's buffer holds: its starts times ``L``, plus the shift token."""
+        return int(self.window_count[window]) * self.context + 1
+
+    @cached_property
+    def num_windows(self) -> int:
+        return int(self._file_windows.sum())
+
+    @cached_property
+    def samples_per_epoch(self) -> int:
+        return int(self.file_starts.sum())
+
+    def _partials(self, epoch: int, seed: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Sorted epoch positions of partial windows, and cumulative deficits."""
+        key = epoch if self.shuffle else -1
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        partial = np.flatnonzero(self.window_count < self.per_window)
+        if self.shuffle:
+            pos = self._order(seed, epoch).inverse(partial)
+        else:
+            pos = partial
+        order = np.argsort(pos, kind="stable")
+        deficits = self.per_window - self.window_count[partial[order]]
+        value = (pos[order], np.cumsum(deficits))
+        if len(self._cache) > 4:
+            self._cache.clear()
+        self._cache[key] = value
+        return value
+
+    def _start_table(self, seed: int, epoch: int, window: int) -> NDArray[np.int64]:
+        """The whole start order of one window, computed once per visit.
+
+        A window serves thousands of batches, so one vectorised pass over its
+        ``S`` starts (a few ms) beats evaluating the network per batch.
+        """
+        key = (seed, epoch, window)
+        table = self._tables.get(key)
+        if table is None:
+            count = int(self.window_count[window])
+            perm = cached_permutation(count, seed, _TAG_STARTS, epoch, window)
+            table = perm(np.arange(count))
+            if len(self._tables) >= 4:
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[key] = table
+        return table
+
+    def _order(self, seed: int, epoch: int) -> Permutation:
+        return cached_permutation(self.num_windows, seed, _TAG_WINDOWS, epoch)
+
+    def _locate_epoch(
+        self, seed: int, e: int, r: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        S = self.per_window
+        qpos, cdef = self._partials(e, seed)
+        if qpos.size:
+            # Cumulative sample count just after each partial window.
+            after = (qpos + 1) * S - cdef
+            j = np.searchsorted(after, r, side="right")
+            shift = np.concatenate(([0], cdef))[j]
+            r = r + shift
+        pos = r // S
+        within = r - pos * S
+        if not self.shuffle:
+            return pos, within
+        order = self._order(seed, e)
+        if pos.min() == pos.max():
+            window = np.full_like(pos, order.one(int(pos[0])))
+        else:
+            window = order(pos)
+        return window, within
+
+    def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
+        """Map global sample numbers to (epoch, window, token offset in window)."""
+        samples = np.asarray(samples, dtype=np.int64)
+        T = self.samples_per_epoch
+        epoch = samples // T
+        if (
+            samples.size
+            and epoch[0] == epoch[-1]
+            and (samples.size < 3 or (np.diff(samples) >= 0).all())
+        ):
+            # The common case, one epoch in order: no masks, no copies.
+            window, within = self._locate_epoch(seed, int(epoch[0]), samples - epoch[0] * T)
+        else:
+            window = np.empty_like(samples)
+            within = np.empty_like(samples)
+            for e in np.unique(epoch).tolist():
+                sel = epoch == e
+                window[sel], within[sel] = self._locate_epoch(seed, e, samples[sel] - e * T)
+        if not self.shuffle:
+            start = within
+        else:
+            groups = group_by_window(epoch, window)
+            start = np.empty_like(samples) if len(groups) > 1 else within
+            for (e, w), idx in groups:
+                table = self._start_table(seed, e, w)
+                if len(groups) == 1:
+                    start = table[within]
+                else:
+                    start[idx] = table[within[idx]]
+        return WindowPlan(epoch=epoch, window=window, start=start * self.context)
+
+
+def group_by_window(
+    epoch: NDArray[np.int64], window: NDArray[np.int64]
+) -> list[tuple[tuple[int, int], NDArray[np.intp]]]:
+    """Indices of samples sharing (epoch, window), in first-seen order."""
+    if len(window) and (epoch == epoch[0]).all() and (window == window[0]).all():
+        return [((int(epoch[0]), int(window[0])), np.arange(len(window)))]
+    keys = epoch * (1 << 32) + window
+    uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    return [
+        ((int(uniq[u] >> 32), int(uniq[u] & 0xFFFFFFFF)), np.flatnonzero(inv == u))
+        for u in np.argsort(first)
+    ]
