@@ -47,6 +47,11 @@ __all__ = ["SlowPassthrough", "configure", "main", "run", "serve"]
 # cap far above the traffic costs nothing, while the long-run rate stays exact.
 _BURST_BYTES = 128 * 1024
 
+# fuse_main_real's return code when its loop ended with an error; libfuse 3.14's
+# SIGINT/SIGTERM handler records the signal as that error, so after a mount
+# succeeded this is how a signalled, clean stop looks from Python.
+_LOOP_ENDED_BY_SIGNAL = 8
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -77,6 +82,7 @@ class SlowPassthrough:
         self._read_latency_s = config.read_latency_ms / 1e3
         self._open_latency_s = config.open_latency_ms / 1e3
         self._bucket = TokenBucket(config.mbps * 1e6, _BURST_BYTES) if config.mbps > 0 else None
+        self.mounted = False
 
     def _real(self, path: str) -> str:
         # The kernel hands us normalised absolute paths (no "..", no "//").
@@ -93,6 +99,7 @@ class SlowPassthrough:
             config.direct_io = int(self.config.direct_io)
             config.kernel_cache = 0
             config.auto_cache = 0
+        self.mounted = True
         self.stats.start()
 
     def destroy(self, _path: str) -> None:
@@ -251,6 +258,8 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             max_idle_threads=config.max_threads,
         )
     except RuntimeError as exc:
+        if ops.mounted and exc.args == (_LOOP_ENDED_BY_SIGNAL,):
+            return 0
         raise StorageError(
             errno.EIO, f"slowfs: mounting {src!r} at {mnt!r} failed (libfuse said {exc})"
         ) from exc

@@ -165,13 +165,19 @@ class SlowMount:
         if proc is None or self.returncode is not None:
             return
         fusermount = shutil.which("fusermount3")
-        if proc.poll() is None and is_mounted(self.mnt):
-            # The clean way: the server sees the unmount, finishes and exits 0. If
-            # a caller still holds a file open, fusermount3 says EBUSY; SIGTERM
-            # below then lets libfuse unmount lazily.
-            if fusermount is not None:
-                subprocess.run([fusermount, "-u", str(self.mnt)], capture_output=True, check=False)
+        unmounted = False
+        if proc.poll() is None and is_mounted(self.mnt) and fusermount is not None:
+            # The clean way: the server sees the unmount, finishes and exits 0.
+            done = subprocess.run(
+                [fusermount, "-u", str(self.mnt)], capture_output=True, check=False
+            )
+            unmounted = done.returncode == 0
+        # When fusermount3 could not unmount (a caller still holds a file open:
+        # EBUSY) or the mount never appeared, nothing will end the server but a
+        # signal; SIGTERM lets libfuse end its loop and detach the mount lazily.
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is None and not unmounted:
+                continue
             if sig is not None and proc.poll() is None:
                 proc.send_signal(sig)  # by PID: the process we started, nothing else
             with contextlib.suppress(subprocess.TimeoutExpired):
