@@ -1,0 +1,49 @@
+"""Fixtures shared by every test area.
+
+``slow_mount`` mounts a directory through slowfs (a read-only FUSE passthrough
+with injected latency) so a test can read from storage that is really slow::
+
+    def test_reads_survive_latency(slow_mount, tmp_path):
+        m = slow_mount(src_dir, read_latency_ms=10)   # SlowFSConfig fields
+        data = (m.mnt / "file.bin").read_bytes()
+        assert m.stats()["reads"] > 0
+
+It skips the test, with the reason, where FUSE cannot mount (no /dev/fuse, no
+fusermount3, no mfusepy, or a trial mount fails), and unmounts everything the
+test mounted when it ends. Mark such tests ``integration``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.emulate import SlowMount, fuse_available
+
+
+@pytest.fixture
+def slow_mount(tmp_path: Path) -> Iterator[Callable[..., SlowMount]]:
+    ok, reason = fuse_available()
+    if not ok:
+        pytest.skip(f"FUSE unavailable: {reason}")
+    mounts: list[SlowMount] = []
+
+    def mount(src: str | Path, **config_fields: Any) -> SlowMount:
+        n = len(mounts)
+        # Stats are written often so that m.stats() returns quickly.
+        config_fields.setdefault("stats_interval_s", 0.05)
+        m = SlowMount(
+            src,
+            tmp_path / f"slowfs-mnt-{n}",
+            stats_file=tmp_path / f"slowfs-stats-{n}.json",
+            **config_fields,
+        )
+        mounts.append(m)
+        return m.start()
+
+    yield mount
+    for m in reversed(mounts):
+        m.stop()
