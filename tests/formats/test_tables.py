@@ -61,7 +61,9 @@ def save_to_disk(root: Path, table: pa.Table, shards: int = 2) -> Path:
         _write_stream(root / name, table.slice(k * per, per))
         files.append({"filename": name})
     (root / "state.json").write_text(
-        json.dumps({"_data_files": files, "_fingerprint": "0", "_format_type": None, "_split": None})
+        json.dumps(
+            {"_data_files": files, "_fingerprint": "0", "_format_type": None, "_split": None}
+        )
     )
     (root / "dataset_info.json").write_text(json.dumps({"features": {}}))
     return root
@@ -121,7 +123,9 @@ def test_column_selection_and_dtypes(tmp_path: Path) -> None:
     assert set(out) == {"big", "flag"}
     assert out["big"].values.dtype == np.uint16 and out["flag"].dtype == np.bool_
     assert tb.read_rows([1])["emb"].shape == (1, 2)
-    with pytest.raises(ConfigError, match=r"column\(s\) \['label'\] not opened; opened: \['big', 'emb', 'flag'\]"):
+    with pytest.raises(
+        ConfigError, match=r"column\(s\) \['label'\] not opened; opened: \['big', 'emb', 'flag'\]"
+    ):
         tb.read_rows([1], columns=["label"])
 
 
@@ -177,19 +181,21 @@ def test_unknown_column_lists_available(tmp_path: Path) -> None:
 def test_list_of_strings_is_refused_naming_file_and_column(tmp_path: Path) -> None:
     t = pa.table({"input_ids": pa.array([["a", "b"], ["c"]])})
     _write_stream(tmp_path / "x.arrow", t)
-    with pytest.raises(FormatError, match=r"x.arrow: column 'input_ids' has type list<item: string>"):
+    with pytest.raises(
+        FormatError, match=r"x.arrow: column 'input_ids' has type list<item: string>"
+    ):
         Table.open(tmp_path / "x.arrow")
 
 
 def test_empty_dataset(tmp_path: Path) -> None:
     _write_stream(tmp_path / "x.arrow", _table().slice(0, 0))
-    with pytest.raises(FormatError, match="empty dataset: 1 file"):
+    with pytest.raises(FormatError, match=r"empty dataset: 1 file"):
         Table.open(tmp_path / "x.arrow")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FormatError, match="empty dataset: no .arrow"):
+    with pytest.raises(FormatError, match=r"empty dataset: no .arrow"):
         Table.open(tmp_path / "empty")
     (tmp_path / "zero.arrow").write_bytes(b"")
-    with pytest.raises(FormatError, match="zero.arrow: empty file"):
+    with pytest.raises(FormatError, match=r"zero.arrow: empty file"):
         Table.open(tmp_path / "zero.arrow")
 
 
@@ -201,7 +207,9 @@ def test_truncated_stream(tmp_path: Path, cut: str) -> None:
     # Dropping just the end-of-stream marker leaves whole messages: pyarrow
     # alone would call that a shorter, valid stream.
     path.write_bytes(data[: len(data) // 2] if cut == "mid_message" else data[:-8])
-    with pytest.raises(FormatError, match=r"x.arrow: (truncated or corrupt Arrow IPC|truncated Arrow IPC stream)"):
+    with pytest.raises(
+        FormatError, match=r"x.arrow: (truncated or corrupt Arrow IPC|truncated Arrow IPC stream)"
+    ):
         Table.open(path)
 
 
@@ -209,12 +217,12 @@ def test_truncated_ipc_file_and_parquet(tmp_path: Path) -> None:
     _write_file(tmp_path / "f.arrow", _table())
     data = (tmp_path / "f.arrow").read_bytes()
     (tmp_path / "f.arrow").write_bytes(data[:-100])
-    with pytest.raises(FormatError, match="f.arrow: truncated or corrupt Arrow IPC file"):
+    with pytest.raises(FormatError, match=r"f.arrow: truncated or corrupt Arrow IPC file"):
         Table.open(tmp_path / "f.arrow")
     pq.write_table(_table(), tmp_path / "p.parquet")
     data = (tmp_path / "p.parquet").read_bytes()
     (tmp_path / "p.parquet").write_bytes(data[:-100])
-    with pytest.raises(FormatError, match="p.parquet: truncated or corrupt Parquet file"):
+    with pytest.raises(FormatError, match=r"p.parquet: truncated or corrupt Parquet file"):
         Table.open(tmp_path / "p.parquet")
 
 
@@ -224,19 +232,21 @@ def test_corrupt_stream_header(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[8:40] = b"\x7f" * 32
     path.write_bytes(bytes(data))
-    with pytest.raises(FormatError, match="x.arrow: truncated or corrupt Arrow IPC"):
+    with pytest.raises(FormatError, match=r"x.arrow: truncated or corrupt Arrow IPC"):
         Table.open(path)
 
 
 def test_schema_mismatch_between_shards(tmp_path: Path) -> None:
     _write_stream(tmp_path / "a-train-00000-of-00002.arrow", _table())
     _write_stream(tmp_path / "a-train-00001-of-00002.arrow", _table().drop_columns(["text"]))
-    with pytest.raises(FormatError, match="a-train-00001-of-00002.arrow: schema differs from"):
+    with pytest.raises(FormatError, match=r"a-train-00001-of-00002.arrow: schema differs from"):
         Table.open(tmp_path)
 
 
 def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
-    t = pa.table({"ids": pa.array([[1, 2], None, [3]], pa.list_(pa.int64())), "x": pa.array([1, None, 3])})
+    t = pa.table(
+        {"ids": pa.array([[1, 2], None, [3]], pa.list_(pa.int64())), "x": pa.array([1, None, 3])}
+    )
     _write_stream(tmp_path / "n.arrow", t)
     tb = Table.open(tmp_path / "n.arrow")
     assert tb.read_rows([0, 2])["ids"].values.tolist() == [1, 2, 3]
@@ -246,24 +256,26 @@ def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
         tb.read_rows([1], columns=["x"])
     t = pa.table({"ids": pa.array([[1, None]], pa.list_(pa.int64()))})
     _write_stream(tmp_path / "m.arrow", t)
-    with pytest.raises(FormatError, match="m.arrow: column 'ids': record batch 0 has null list items"):
+    with pytest.raises(
+        FormatError, match=r"m.arrow: column 'ids': record batch 0 has null list items"
+    ):
         Table.open(tmp_path / "m.arrow").read_rows([0])
 
 
 def test_row_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
     _write_stream(tmp_path / "x.arrow", _table())
     tb = Table.open(tmp_path / "x.arrow")
-    with pytest.raises(ConfigError, match="row 900 out of range for 900 rows"):
+    with pytest.raises(ConfigError, match=r"row 900 out of range for 900 rows"):
         tb.read_rows([0, 900])
-    with pytest.raises(ConfigError, match="row -1 out of range"):
+    with pytest.raises(ConfigError, match=r"row -1 out of range"):
         tb.read_rows([-1])
-    with pytest.raises(ConfigError, match="row_group_cache"):
+    with pytest.raises(ConfigError, match=r"row_group_cache"):
         Table.open(tmp_path / "x.arrow", row_group_cache=0)
-    with pytest.raises(ConfigError, match="empty list of files"):
+    with pytest.raises(ConfigError, match=r"empty list of files"):
         Table.open([])
-    with pytest.raises(FormatError, match="no such file or directory"):
+    with pytest.raises(FormatError, match=r"no such file or directory"):
         Table.open(tmp_path / "missing")
-    with pytest.raises(FormatError, match="no files match"):
+    with pytest.raises(FormatError, match=r"no files match"):
         Table.open(str(tmp_path / "*.nothing"))
 
 
@@ -273,21 +285,21 @@ def test_directory_errors(tmp_path: Path) -> None:
     dd.mkdir()
     (dd / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
     (dd / "train").mkdir()
-    with pytest.raises(ConfigError, match="is a DatasetDict; open one split"):
+    with pytest.raises(ConfigError, match=r"is a DatasetDict; open one split"):
         Table.open(dd)
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "state.json").write_text("{}")
-    with pytest.raises(FormatError, match="not a save_to_disk state file"):
+    with pytest.raises(FormatError, match=r"not a save_to_disk state file"):
         Table.open(bad)
     (bad / "state.json").write_text(json.dumps({"_data_files": [{"filename": "gone.arrow"}]}))
-    with pytest.raises(FormatError, match="lists data files that do not exist"):
+    with pytest.raises(FormatError, match=r"lists data files that do not exist"):
         Table.open(bad)
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     _write_stream(mixed / "a.arrow", _table())
     pq.write_table(_table(), mixed / "b.parquet")
-    with pytest.raises(ConfigError, match="both .arrow and .parquet"):
+    with pytest.raises(ConfigError, match=r"both .arrow and .parquet"):
         Table.open(mixed)
 
 
