@@ -21,8 +21,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError
-from headrace.formats import Ragged
+# Modules, not names: this module's public names are exactly its __all__.
+from headrace import errors, formats
 
 __all__ = ["pad_batch"]
 
@@ -36,9 +36,11 @@ def _check_pad(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
     try:
         cast = np.array(pad_value).astype(dtype)
     except (OverflowError, ValueError) as exc:
-        raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
+        raise errors.ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
     if cast.item() != pad_value:
-        raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})")
+        raise errors.ConfigError(
+            f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})"
+        )
 
 
 def _fill_ragged(
@@ -72,7 +74,7 @@ def _fill_ragged(
 
 
 def pad_batch(
-    seqs: Ragged | Sequence[Any],
+    seqs: formats.Ragged | Sequence[Any],
     *,
     side: Literal["right", "left"] = "right",
     width: int | None = None,
@@ -92,12 +94,12 @@ def pad_batch(
     gives ``(0, width or 0)`` arrays.
     """
     if side not in ("right", "left"):
-        raise ConfigError(f"side must be 'right' or 'left' (got {side!r})")
+        raise errors.ConfigError(f"side must be 'right' or 'left' (got {side!r})")
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
-        raise ConfigError(f"width must be None or an int >= 0 (got {width!r})")
+        raise errors.ConfigError(f"width must be None or an int >= 0 (got {width!r})")
     torch_out = False
     rows: list[NDArray[Any]] | None = None
-    if isinstance(seqs, Ragged):
+    if isinstance(seqs, formats.Ragged):
         values, offsets = seqs.values, seqs.offsets
     else:
         values, offsets, rows, torch_out = _flatten(list(seqs), dtype)
@@ -123,9 +125,9 @@ def pad_batch(
     return (out, mask) if return_mask else out
 
 
-def _too_long(lengths: NDArray[np.int64], width: int) -> ConfigError:
+def _too_long(lengths: NDArray[np.int64], width: int) -> errors.ConfigError:
     row = int(np.flatnonzero(lengths > width)[0])
-    return ConfigError(
+    return errors.ConfigError(
         f"row {row} has {int(lengths[row])} items, more than width={width}; "
         "pass truncate=True to keep its first width items"
     )
@@ -170,7 +172,7 @@ def _flatten(
     if from_torch:
         if not all(is_tensor):
             i = is_tensor.index(False)
-            raise ConfigError(
+            raise errors.ConfigError(
                 f"row {i} is a {type(rows[i]).__name__} but other rows are torch tensors; "
                 "pass all rows as tensors or none"
             )
@@ -180,11 +182,11 @@ def _flatten(
     for i, r in enumerate(rows):
         if isinstance(r, np.ndarray):
             if r.ndim != 1:
-                raise ConfigError(f"row {i} has shape {r.shape}; rows must be 1-D")
+                raise errors.ConfigError(f"row {i} has shape {r.shape}; rows must be 1-D")
         elif isinstance(r, (list, tuple)):
             lists = True
         else:
-            raise ConfigError(
+            raise errors.ConfigError(
                 f"row {i} is a {type(r).__name__}; expected a list, a 1-D NumPy array "
                 "or a torch tensor"
             )
@@ -202,7 +204,7 @@ def _flatten(
     flat = list(chain.from_iterable(rows))
     values = np.asarray(flat, dtype=dtype) if flat else np.empty(0, dtype=default)
     if values.ndim != 1:
-        raise ConfigError(
+        raise errors.ConfigError(
             f"rows must be flat sequences of numbers (got items of shape {values.shape[1:]})"
         )
     return values, offsets, None, False

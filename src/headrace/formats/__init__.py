@@ -19,9 +19,9 @@ from headrace.formats._ragged import Ragged
 from headrace.formats._tables import Table, TableColumn
 
 __all__ = [
-    "FILE_FORMATS",
     "Buffer",
     "Decoded",
+    "FILE_FORMATS",
     "FileFormat",
     "Ragged",
     "Table",
