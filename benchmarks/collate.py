@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
+from itertools import pairwise
 
 import numpy as np
 
@@ -40,8 +41,8 @@ def main() -> None:
         flat = rng.integers(0, 50_000, int(lens.sum()), dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         ragged = Ragged(values=flat, offsets=offsets)
-        lists = [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-        arrays = [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        lists = [flat[a:b].tolist() for a, b in pairwise(offsets)]
+        arrays = [flat[a:b] for a, b in pairwise(offsets)]
         want = naive(lists)
         digest = hashlib.sha256(want[0].tobytes() + want[1].tobytes()).hexdigest()[:12]
         for label, form in (("ragged", ragged), ("arrays", arrays), ("lists", lists)):
@@ -51,7 +52,7 @@ def main() -> None:
             reps = 200 if label != "lists" else 50
             a_runs, b_runs = [], []
             for _ in range(3):  # A/B/A/B...
-                a_runs.append(timed(lambda: naive(lists), 20))
+                a_runs.append(timed(lambda rows=lists: naive(rows), 20))
                 b_runs.append(timed(lambda f=form: pad_batch(f), reps))
             a, b = statistics.median(a_runs) * 1e6, statistics.median(b_runs) * 1e6
             print(f"{width:>6} {label:>8} {a:>9.0f} {b:>12.1f} {a / b:>7.1f}x  {d}")
