@@ -1,23 +1,63 @@
-"""What bytes mean: token streams, rows, pairs, files, tables."""
+"""What bytes mean: token streams, rows, pairs, files (NPY, NPZ, JPEG, PNG, HDF5), tables."""
 
+from headrace.formats._buffer import Buffer
+from headrace.formats._files import (
+    FILE_FORMATS,
+    Decoded,
+    FileFormat,
+    decode,
+    decode_raw,
+    encode,
+    file_format,
+    synthetic_arrays,
+    write_sample_file,
+)
+from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
+from headrace.formats._images import decode_jpeg, decode_png, encode_jpeg, encode_png
 from headrace.formats._megatron import (
     MEGATRON_MAGIC,
     MegatronIndex,
     read_megatron_index,
     write_megatron_index,
 )
+from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
+from headrace.formats._ragged import Ragged
+from headrace.formats._tables import Table, TableColumn
 from headrace.formats._token_source import TokenSource, TokenStats
 from headrace.formats._tokens import TOKEN_DTYPES, TokenFile, open_token_file, write_token_sidecar
 
 __all__ = [
+    "Buffer",
+    "Decoded",
+    "FILE_FORMATS",
+    "FileFormat",
     "MEGATRON_MAGIC",
-    "TOKEN_DTYPES",
     "MegatronIndex",
+    "Ragged",
+    "TOKEN_DTYPES",
+    "Table",
+    "TableColumn",
     "TokenFile",
     "TokenSource",
     "TokenStats",
+    "decode",
+    "decode_hdf5",
+    "decode_jpeg",
+    "decode_npy",
+    "decode_npz",
+    "decode_png",
+    "decode_raw",
+    "encode",
+    "encode_hdf5",
+    "encode_jpeg",
+    "encode_npy",
+    "encode_npz",
+    "encode_png",
+    "file_format",
     "open_token_file",
     "read_megatron_index",
+    "synthetic_arrays",
     "write_megatron_index",
+    "write_sample_file",
     "write_token_sidecar",
 ]

@@ -1,0 +1,76 @@
+"""Bytes-like inputs, seen as one flat read-only byte view."""
+
+from __future__ import annotations
+
+import io
+import mmap
+from typing import TypeAlias
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+
+__all__ = ["Buffer", "BufferReader", "as_bytes_view"]
+
+#: What the decoders accept: anything holding the whole file's bytes contiguously.
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap | NDArray[np.uint8]
+
+
+def as_bytes_view(data: Buffer, name: str) -> memoryview:
+    """A flat ``B``-format memoryview of ``data`` (no copy)."""
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]  # mmap/ndarray are buffers
+    except TypeError as exc:
+        raise ConfigError(
+            f"{name}: expected a bytes-like object (bytes, memoryview, uint8 array), "
+            f"got {type(data).__name__}"
+        ) from exc
+    if not view.c_contiguous:
+        raise ConfigError(f"{name}: the byte buffer must be contiguous")
+    return view.cast("B") if (view.format != "B" or view.ndim != 1) else view
+
+
+class BufferReader(io.RawIOBase):
+    """A seekable read-only file over a memoryview.
+
+    ``io.BytesIO`` copies anything that is not ``bytes``; zipfile and h5py
+    only need ``read``/``readinto``/``seek``/``tell``, so this serves them
+    from the caller's buffer and copies only what they ask for.
+    """
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = len(self._view) + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        out = memoryview(buffer).cast("B")
+        start = min(self._pos, len(self._view))
+        n = min(len(out), len(self._view) - start)
+        out[:n] = self._view[start : start + n]
+        self._pos = start + n
+        return n

@@ -1,0 +1,183 @@
+"""JPEG and PNG: strict decoding to ``HxWxC`` uint8 arrays, deterministic encoding.
+
+Sample schema
+-------------
+* JPEG: ``(H, W, 3)`` ``uint8`` RGB; greyscale and CMYK files are converted.
+* PNG: ``(H, W, C)``, ``C`` = 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA);
+  grey keeps its single channel as ``(H, W, 1)``. Palette images expand to
+  RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
+  which stays ``uint16`` (Pillow reduces 16-bit colour to 8 bits).
+
+Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
+with grey or zeros and carry on, so the structure is checked first (JPEG:
+SOI at the start and EOI at the end; PNG: signature and a final IEND chunk)
+and warnings are errors.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+
+__all__ = ["decode_jpeg", "decode_png", "encode_jpeg", "encode_png"]
+
+_JPEG_SOI = b"\xff\xd8"
+_JPEG_EOI = b"\xff\xd9"
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+_PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+try:
+    import simplejpeg as _simplejpeg
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _simplejpeg = None
+
+
+def _pil() -> Any:
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover
+        raise ConfigError(
+            "decoding this image needs Pillow: pip install 'headrace[images]'"
+        ) from exc
+    return Image
+
+
+def _check_jpeg(view: memoryview, name: str) -> None:
+    if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
+        raise FormatError(
+            f"{name}: not a JPEG: starts with {bytes(view[:4])!r}, expected SOI marker ff d8"
+        )
+    # Writers may pad with NULs after EOI; any other tail means a cut-off file.
+    end = len(view)
+    while end > 2 and view[end - 1] == 0:
+        end -= 1
+    if bytes(view[end - 2 : end]) != _JPEG_EOI:
+        raise FormatError(
+            f"{name}: truncated JPEG: no EOI marker ff d9 at the end "
+            f"(last bytes {bytes(view[max(0, end - 4) : end]).hex(' ')}, {len(view)} bytes)"
+        )
+
+
+def decode_jpeg(
+    data: Buffer, *, name: str, use_simplejpeg: bool | None = None
+) -> NDArray[np.uint8]:
+    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``.
+
+    Uses simplejpeg (libjpeg-turbo, strict mode) when installed, else Pillow;
+    ``use_simplejpeg`` forces one (``None``: the fastest available).
+    """
+    view = as_bytes_view(data, name)
+    _check_jpeg(view, name)
+    use_sj = _simplejpeg is not None if use_simplejpeg is None else use_simplejpeg
+    if use_sj:
+        if _simplejpeg is None:  # pragma: no cover
+            raise ConfigError("simplejpeg is not installed: pip install 'headrace[images]'")
+        try:
+            out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=True)
+        except ValueError as exc:
+            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+        return out
+    return _pil_decode(view, name, "JPEG", want_rgb=True)
+
+
+def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> NDArray[np.uint8]:
+    image_mod = _pil()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with image_mod.open(BufferReader(view), formats=[kind]) as img:
+                img.load()
+                if want_rgb:
+                    img = img.convert("RGB") if img.mode != "RGB" else img
+                else:
+                    img = _png_mode(img)
+                arr = np.asarray(img)
+    except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
+        raise FormatError(f"{name}: corrupt or truncated {kind} ({exc})") from exc
+    if arr.ndim == 2:
+        arr = arr[:, :, np.newaxis]
+    return arr
+
+
+def _png_mode(img: Any) -> Any:
+    mode = img.mode
+    if mode == "P":
+        return img.convert("RGBA" if "transparency" in img.info else "RGB")
+    if mode == "1":
+        return img.convert("L")
+    if mode in ("I;16", "I;16B", "I;16L"):
+        return img
+    if mode == "I":
+        # 16-bit grey is reported as 32-bit "I" by some Pillow versions.
+        return img
+    if mode in ("L", "LA", "RGB", "RGBA"):
+        return img
+    return img.convert("RGBA" if "A" in mode else "RGB")
+
+
+def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
+    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
+    view = as_bytes_view(data, name)
+    if bytes(view[:8]) != _PNG_SIG:
+        raise FormatError(
+            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
+        )
+    if bytes(view[-12:]) != _PNG_IEND:
+        raise FormatError(
+            f"{name}: truncated PNG: the file does not end with an IEND chunk ({len(view)} bytes)"
+        )
+    arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", want_rgb=False)
+    if arr.dtype == np.int32:
+        # Pillow's "I" mode for 16-bit grey: values fit uint16 by construction.
+        arr = arr.astype(np.uint16)
+    elif arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
+    """JPEG bytes of an ``(H, W, 3)`` or ``(H, W)`` / ``(H, W, 1)`` uint8 image."""
+    if not 1 <= quality <= 100:
+        raise ConfigError(f"JPEG quality must be in 1..100 (got {quality=})")
+    img = np.ascontiguousarray(image)
+    if img.dtype != np.uint8 or img.ndim not in (2, 3):
+        raise ConfigError(f"JPEG needs a uint8 HxW or HxWxC image (got {img.dtype} {img.shape})")
+    if img.ndim == 2:
+        img = img[:, :, np.newaxis]
+    if img.shape[2] not in (1, 3):
+        raise ConfigError(f"JPEG needs 1 or 3 channels (got {img.shape[2]})")
+    if _simplejpeg is not None:
+        cs = "GRAY" if img.shape[2] == 1 else "RGB"
+        sub = "Gray" if cs == "GRAY" else "420"
+        out: bytes = _simplejpeg.encode_jpeg(
+            img, quality=quality, colorspace=cs, colorsubsampling=sub
+        )
+        return out
+    buf = io.BytesIO()  # pragma: no cover
+    _pil().fromarray(img[:, :, 0] if img.shape[2] == 1 else img).save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
+    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image (uint8, or uint16 grey)."""
+    img = np.ascontiguousarray(image)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.dtype == np.uint16 and img.ndim == 2:
+        pil = _pil().fromarray(img.astype("<u2"))
+    elif img.dtype == np.uint8 and (img.ndim == 2 or img.shape[2] in (2, 3, 4)):
+        pil = _pil().fromarray(img)
+    else:
+        raise ConfigError(
+            f"PNG needs uint8 HxW/HxWxC (C in 1..4) or uint16 HxW (got {img.dtype} {img.shape})"
+        )
+    buf = io.BytesIO()
+    pil.save(buf, "PNG", compress_level=compress_level)
+    return buf.getvalue()

@@ -1,0 +1,496 @@
+"""Parquet files, Arrow IPC files and Hugging Face ``save_to_disk`` datasets as row tables.
+
+Opening reads metadata only: Arrow files are memory-mapped and their record
+batches indexed (for IPC *streams*, which have no footer, by walking the
+message headers; the bodies stay unread pages of the map), Parquet files by
+their footers. Rows become arrays only in :meth:`Table.read_rows`, for the
+rows a batch asks for, gathered in bulk per record batch or row group.
+
+Column kinds and what ``read_rows`` returns for ``B`` rows:
+
+==============================================  ===================================
+Arrow type                                      value
+==============================================  ===================================
+integer, floating, bool                         ``(B,)`` array of that dtype
+``fixed_size_list<number>[k]``                  ``(B, k)`` array
+``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
+``string`` / ``binary`` (and ``large_``)        :class:`Ragged` of ``uint8`` bytes
+==============================================  ===================================
+
+A ``save_to_disk`` directory (written by ``datasets``, which headrace does not
+need) holds ``state.json``, whose ``_data_files`` list names the shards in
+order (``[{"filename": "data-00000-of-00002.arrow"}, ...]``), and
+``dataset_info.json``; each shard is an Arrow IPC stream. A Hugging Face
+cache directory holds ``<builder>-<split>[-NNNNN-of-NNNNN].arrow`` streams.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats._ragged import Ragged
+
+__all__ = ["Table", "TableColumn"]
+
+_ARROW_FILE_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
+_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
+# Above this mean row length a per-row slice copy beats building index arrays.
+_LONG_ROW = 32
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc  # registers pa.ipc
+    except ImportError as exc:  # pragma: no cover
+        raise ConfigError("reading tables needs pyarrow: pip install 'headrace[arrow]'") from exc
+    return pa
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableColumn:
+    """One selected column: its name, Arrow type, kind and NumPy dtype of values."""
+
+    name: str
+    arrow_type: str
+    kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
+    dtype: np.dtype[Any]
+    width: int = 0  # for "fixed"
+
+
+def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
+    t = pa.types
+
+    def numeric(x: Any) -> bool:
+        return bool(t.is_integer(x) or t.is_floating(x))
+
+    def np_dtype(x: Any) -> np.dtype[Any]:
+        dt: np.dtype[Any] = np.dtype(x.to_pandas_dtype())
+        return dt
+
+    if numeric(typ) or t.is_boolean(typ):
+        return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=np_dtype(typ))
+    if t.is_fixed_size_list(typ) and numeric(typ.value_type):
+        return TableColumn(
+            name=name,
+            arrow_type=str(typ),
+            kind="fixed",
+            dtype=np_dtype(typ.value_type),
+            width=typ.list_size,
+        )
+    if (t.is_list(typ) or t.is_large_list(typ)) and numeric(typ.value_type):
+        return TableColumn(
+            name=name, arrow_type=str(typ), kind="ragged", dtype=np_dtype(typ.value_type)
+        )
+    if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
+        return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
+    raise FormatError(
+        f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
+        "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
+        "string/binary. Leave it out with columns=[...]"
+    )
+
+
+class _Part:
+    """One file: its record batches (Arrow) or row groups (Parquet)."""
+
+    def __init__(self, path: str, pa: Any) -> None:
+        self.path = path
+        self.size = os.path.getsize(path)
+        self._pa = pa
+        self._pf: Any = None
+        self.batches: list[Any] = []
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+        except OSError as exc:
+            raise FormatError(f"{path}: cannot read ({exc})") from exc
+        self.parquet = head[:4] == _PARQUET_MAGIC
+        try:
+            if self.parquet:
+                import pyarrow.parquet as pq
+
+                self._pf = pq.ParquetFile(path, memory_map=True)
+                md = self._pf.metadata
+                self.schema = self._pf.schema_arrow
+                self.rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+            else:
+                self._open_arrow(head)
+        except (pa.ArrowException, OSError) as exc:
+            kind = "Parquet" if self.parquet else "Arrow IPC"
+            raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
+
+    def _open_arrow(self, head: bytes) -> None:
+        pa = self._pa
+        if self.size == 0:
+            raise FormatError(f"{self.path}: empty file, expected Arrow IPC or Parquet")
+        mm = pa.memory_map(self.path, "r")
+        if head[:6] == _ARROW_FILE_MAGIC:
+            reader = pa.ipc.open_file(mm)
+            self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        else:
+            # A stream has no footer: walk its messages. On a memory map each
+            # batch's buffers are slices of the map, so this reads headers only.
+            reader = pa.ipc.open_stream(mm)
+            self.batches = list(reader)
+            mm.seek(max(0, self.size - len(_IPC_EOS)))
+            if mm.read(len(_IPC_EOS)) != _IPC_EOS:
+                raise FormatError(
+                    f"{self.path}: truncated Arrow IPC stream: it does not end with the "
+                    f"end-of-stream marker ff ff ff ff 00 00 00 00 ({self.size} bytes)"
+                )
+        self.schema = reader.schema
+        self.rows = [b.num_rows for b in self.batches]
+
+    def span(self, i: int, names: list[str]) -> Any:
+        """Span ``i`` as something with ``.column(name)`` giving one Arrow array."""
+        if not self.parquet:
+            return self.batches[i]
+        try:
+            table = self._pf.read_row_group(i, columns=names)
+        except (self._pa.ArrowException, OSError) as exc:
+            raise FormatError(
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def close(self) -> None:
+        self.batches = []
+        if self._pf is not None:
+            self._pf.close()
+            self._pf = None
+
+
+def _resolve(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> tuple[str, list[str]]:
+    """The dataset root (for names in messages) and its files in order."""
+    if not isinstance(path, (str, os.PathLike)):
+        files = [os.fspath(p) for p in path]
+        if not files:
+            raise ConfigError("Table.open got an empty list of files")
+        return os.path.commonpath([os.path.abspath(f) for f in files]), files
+    root = os.fspath(path)
+    if any(c in root for c in "*?["):
+        files = sorted(glob.glob(root))
+        if not files:
+            raise FormatError(f"{root}: no files match")
+        return os.path.dirname(root), files
+    if os.path.isfile(root):
+        return os.path.dirname(root), [root]
+    if not os.path.isdir(root):
+        raise FormatError(f"{root}: no such file or directory")
+    if os.path.exists(os.path.join(root, "dataset_dict.json")):
+        splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        raise ConfigError(
+            f"{root} is a DatasetDict; open one split: {[os.path.join(root, s) for s in splits]}"
+        )
+    state = os.path.join(root, "state.json")
+    if os.path.exists(state):
+        try:
+            with open(state, encoding="utf-8") as f:
+                entries = json.load(f)["_data_files"]
+            files = [os.path.join(root, e["filename"]) for e in entries]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FormatError(
+                f"{state}: not a save_to_disk state file: expected "
+                f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
+            ) from exc
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing:
+            raise FormatError(f"{state} lists data files that do not exist: {missing}")
+        return root, files
+    names = sorted(os.listdir(root))
+    arrow = [n for n in names if n.endswith(".arrow")]
+    parquet = [n for n in names if n.endswith(".parquet")]
+    if arrow and parquet:
+        raise ConfigError(f"{root} holds both .arrow and .parquet files; pass a glob or a list")
+    chosen = arrow or parquet
+    if not chosen:
+        raise FormatError(f"{root}: empty dataset: no .arrow or .parquet files, no state.json")
+    split_names = sorted({m.group("split") for n in arrow if (m := _HF_SPLIT.search(n))})
+    if len(split_names) > 1:
+        raise ConfigError(
+            f"{root} holds Arrow files of several splits {split_names}; open one with a "
+            f"glob, e.g. {os.path.join(root, '*-' + split_names[0] + '*.arrow')!r}"
+        )
+    return root, [os.path.join(root, n) for n in chosen]
+
+
+class Table:
+    """Rows of a Parquet / Arrow dataset, read in bulk by index. Open with :meth:`open`.
+
+    ``read_rows`` is safe to call from several threads. A ``Table`` pickles
+    as its file list and columns, and reopens (metadata only) on the other side.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        files: list[str],
+        columns: Sequence[str] | None,
+        row_group_cache: int,
+    ) -> None:
+        pa = _pa()
+        self._pa = pa
+        self._root = root
+        self._spec = (
+            root,
+            list(files),
+            None if columns is None else list(columns),
+            row_group_cache,
+        )
+        self._parts: list[_Part] = []
+        try:
+            for f in files:
+                self._parts.append(_Part(f, pa))
+            self._init(columns, row_group_cache)
+        except BaseException:
+            self.close()
+            raise
+
+    def _init(self, columns: Sequence[str] | None, row_group_cache: int) -> None:
+        pa = self._pa
+        first = self._parts[0]
+        for p in self._parts[1:]:
+            if not p.schema.equals(first.schema):
+                raise FormatError(
+                    f"{p.path}: schema differs from {first.path}:\n{p.schema}\nvs\n{first.schema}"
+                )
+        available = list(first.schema.names)
+        names = available if columns is None else list(columns)
+        unknown = [c for c in names if c not in available]
+        if unknown:
+            raise ConfigError(f"{self._root}: no column(s) {unknown}; available: {available}")
+        self._columns = {c: _classify(pa, c, first.schema.field(c).type, first.path) for c in names}
+        self.schema = pa.schema([first.schema.field(c) for c in names])
+        counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
+        sizes = np.array([n for _, _, n in counts], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._span_part = np.array([pi for pi, _, _ in counts], dtype=np.int64)
+        self._span_local = np.array([si for _, si, _ in counts], dtype=np.int64)
+        self.num_rows = int(self._starts[-1])
+        if self.num_rows == 0:
+            raise FormatError(f"{self._root}: empty dataset: {len(self._parts)} file(s), 0 rows")
+        self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
+        self._cache_limit = row_group_cache
+        h = hashlib.sha256()
+        for p in self._parts:
+            rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(self._root))
+            h.update(f"{rel}\0{p.size}\0".encode())
+        h.update(str(self.schema).encode())
+        self.fingerprint = h.hexdigest()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        columns: Sequence[str] | None = None,
+        row_group_cache: int = 4,
+    ) -> Table:
+        """Open a file, a directory (``save_to_disk``, HF cache, Parquet), a glob or a list.
+
+        Reads metadata only. ``columns`` picks columns (all when ``None``).
+        ``row_group_cache`` bounds how many decoded Parquet row groups are
+        kept (Arrow batches are views of the memory map and cost nothing).
+        """
+        if row_group_cache < 1:
+            raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
+        root, files = _resolve(path)
+        return cls(root, files, columns, row_group_cache)
+
+    @property
+    def columns(self) -> dict[str, TableColumn]:
+        return dict(self._columns)
+
+    @property
+    def files(self) -> list[tuple[str, int]]:
+        """Each file's path and size in bytes, in row order."""
+        return [(p.path, p.size) for p in self._parts]
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def _views(self, span: int, names: list[str]) -> dict[str, tuple[Any, ...]]:
+        """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached)."""
+        part = self._parts[int(self._span_part[span])]
+        cached = self._cache.get(span)
+        if cached is not None and all(c in cached for c in names):
+            self._cache.move_to_end(span)
+            return cached
+        data = part.span(int(self._span_local[span]), names)
+        views = dict(cached or {})
+        for c in names:
+            if c not in views:
+                views[c] = self._column_view(part.path, span, c, data.column(c))
+        self._cache[span] = views
+        self._cache.move_to_end(span)
+        # Decoded Parquet row groups own memory, so few are kept; Arrow views
+        # of the map cost a few hundred bytes each, so many are.
+        limit = self._cache_limit if part.parquet else max(self._cache_limit, 4096)
+        while len(self._cache) > limit:
+            self._cache.popitem(last=False)
+        return views
+
+    def _column_view(self, path: str, span: int, name: str, arr: Any) -> tuple[Any, ...]:
+        col = self._columns[name]
+        pa = self._pa
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        valid = None
+        if arr.null_count:
+            valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        try:
+            if col.kind == "scalar":
+                return (arr.to_numpy(zero_copy_only=False), valid)
+            if col.kind == "fixed":
+                flat = arr.flatten().to_numpy(zero_copy_only=valid is None)
+                return (flat.reshape(len(arr), col.width), valid)
+            if col.kind == "ragged":
+                if arr.values.null_count:
+                    raise FormatError(
+                        f"{path}: column {name!r}: record batch {span} has null list items"
+                    )
+                return (arr.values.to_numpy(), arr.offsets.to_numpy(), valid)
+            bufs = arr.buffers()
+            off_dtype = (
+                np.int64
+                if (pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type))
+                else np.int32
+            )
+            offsets = np.frombuffer(bufs[1], dtype=off_dtype)[
+                arr.offset : arr.offset + len(arr) + 1
+            ]
+            data = (
+                np.frombuffer(bufs[2], dtype=np.uint8)
+                if bufs[2] is not None
+                else np.empty(0, np.uint8)
+            )
+            return (data, offsets, valid)
+        except pa.ArrowException as exc:
+            raise FormatError(
+                f"{path}: column {name!r}: corrupt data in span {span} ({exc})"
+            ) from exc
+
+    def read_rows(
+        self,
+        indices: Sequence[int] | NDArray[np.integer],
+        columns: Sequence[str] | None = None,
+    ) -> dict[str, NDArray[Any] | Ragged]:
+        """The rows ``indices`` (in that order) of ``columns`` (default: all opened).
+
+        Numbers come back as ``(B,)`` arrays, fixed-size lists as ``(B, k)``,
+        lists and strings as :class:`Ragged`. Every output is freshly
+        allocated once; no Python object per row is made.
+        """
+        names = list(self._columns) if columns is None else list(columns)
+        unknown = [c for c in names if c not in self._columns]
+        if unknown:
+            raise ConfigError(
+                f"{self._root}: column(s) {unknown} not opened; opened: {list(self._columns)}"
+            )
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
+            bad = idx[(idx < 0) | (idx >= self.num_rows)][0]
+            raise ConfigError(f"{self._root}: row {int(bad)} out of range for {self.num_rows} rows")
+        span = np.searchsorted(self._starts, idx, side="right") - 1
+        local = idx - self._starts[span]
+        order = np.argsort(span, kind="stable")
+        sorted_span = span[order]
+        cuts = np.flatnonzero(np.diff(sorted_span)) + 1
+        groups = [(int(span[g[0]]), g, local[g]) for g in np.split(order, cuts) if g.size]
+        views = {s: self._views(s, names) for s, _, _ in groups}
+        out: dict[str, NDArray[Any] | Ragged] = {}
+        for c in names:
+            out[c] = self._gather(c, idx.size, groups, views)
+        return out
+
+    def _null_check(self, name: str, span: int, valid: Any, loc: NDArray[np.int64]) -> None:
+        if valid is not None and not bool(valid[loc].all()):
+            row = int(self._starts[span] + loc[~valid[loc]][0])
+            part = self._parts[int(self._span_part[span])]
+            raise FormatError(f"{part.path}: column {name!r}: row {row} is null")
+
+    def _gather(
+        self,
+        name: str,
+        n: int,
+        groups: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]],
+        views: dict[int, dict[str, tuple[Any, ...]]],
+    ) -> NDArray[Any] | Ragged:
+        col = self._columns[name]
+        if col.kind in ("scalar", "fixed"):
+            shape = (n,) if col.kind == "scalar" else (n, col.width)
+            dense = np.empty(shape, dtype=col.dtype)
+            for s, pos, loc in groups:
+                arr, valid = views[s][name]
+                self._null_check(name, s, valid, loc)
+                dense[pos] = arr[loc]
+            return dense
+        starts = np.empty(n, dtype=np.int64)
+        lengths = np.empty(n, dtype=np.int64)
+        for s, pos, loc in groups:
+            _, offs, valid = views[s][name]
+            self._null_check(name, s, valid, loc)
+            starts[pos] = offs[loc]
+            lengths[pos] = offs[loc + 1] - starts[pos]
+        out_off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_off[1:])
+        total = int(out_off[-1])
+        values = np.empty(total, dtype=col.dtype)
+        for s, pos, _ in groups:
+            src = views[s][name][0]
+            st, ln, dst = starts[pos], lengths[pos], out_off[pos]
+            k = int(ln.sum())
+            if k == 0:
+                continue
+            if k >= _LONG_ROW * pos.size:
+                for a, b, d in zip(st.tolist(), ln.tolist(), dst.tolist(), strict=True):
+                    values[d : d + b] = src[a : a + b]
+            else:
+                # Short rows: one fancy-indexed copy for the whole group.
+                shift = np.repeat(np.cumsum(ln) - ln, ln)
+                step = np.arange(k, dtype=np.int64) - shift
+                values[np.repeat(dst, ln) + step] = src[np.repeat(st, ln) + step]
+        return Ragged(values=values, offsets=out_off)
+
+    def close(self) -> None:
+        self._cache = OrderedDict()
+        for p in self._parts:
+            p.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Table, self._spec)
+
+    def __repr__(self) -> str:
+        return (
+            f"Table({self._root!r}, files={len(self._parts)}, rows={self.num_rows}, "
+            f"columns={list(self._columns)})"
+        )

@@ -1,0 +1,311 @@
+"""Tables over Arrow IPC (stream and file), save_to_disk directories and Parquet."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import Ragged, Table
+
+N = 900
+
+
+def _table(n: int = N, start: int = 0) -> pa.Table:
+    rng = np.random.default_rng(start)
+    lens = rng.integers(0, 40, n)
+    lens[::7] = 0  # empty rows
+    lens[3] = 300  # one long row takes the per-row copy path
+    ids = [np.arange(start + i, start + i + k, dtype=np.int32) for i, k in enumerate(lens)]
+    flat = np.concatenate(ids)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    return pa.table(
+        {
+            "input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat)),
+            "big": pa.LargeListArray.from_arrays(
+                pa.array(offsets.astype(np.int64)), pa.array(flat.astype(np.uint16))
+            ),
+            "label": pa.array(np.arange(start, start + n, dtype=np.int64)),
+            "flag": pa.array((np.arange(n) % 3) == 0),
+            "emb": pa.FixedSizeListArray.from_arrays(
+                pa.array(np.arange(n * 2, dtype=np.float32) + 2 * start), 2
+            ),
+            "text": pa.array([f"row{start + i}" for i in range(n)]),
+        }
+    )
+
+
+def _write_stream(path: Path, table: pa.Table, chunk: int = 128) -> None:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        w.write_table(table, max_chunksize=chunk)
+
+
+def _write_file(path: Path, table: pa.Table, chunk: int = 128) -> None:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table, max_chunksize=chunk)
+
+
+def save_to_disk(root: Path, table: pa.Table, shards: int = 2) -> Path:
+    """The layout ``datasets.Dataset.save_to_disk`` writes (without needing ``datasets``)."""
+    root.mkdir()
+    per = -(-table.num_rows // shards)
+    files = []
+    for k in range(shards):
+        name = f"data-{k:05d}-of-{shards:05d}.arrow"
+        _write_stream(root / name, table.slice(k * per, per))
+        files.append({"filename": name})
+    (root / "state.json").write_text(
+        json.dumps(
+            {"_data_files": files, "_fingerprint": "0", "_format_type": None, "_split": None}
+        )
+    )
+    (root / "dataset_info.json").write_text(json.dumps({"features": {}}))
+    return root
+
+
+def _check(tb: Table, ref: pa.Table, idx: list[int]) -> None:
+    out = tb.read_rows(idx)
+    for name in tb.columns:
+        col = ref.column(name).to_pylist()
+        got = out[name]
+        if isinstance(got, Ragged):
+            assert len(got) == len(idx)
+            for j, i in enumerate(idx):
+                want = col[i].encode() if isinstance(col[i], str) else col[i]
+                row = got.row(j)
+                assert (row.tobytes() if isinstance(want, bytes) else row.tolist()) == want
+            assert got.values.flags.owndata
+        else:
+            np.testing.assert_array_equal(got, np.array([col[i] for i in idx]))
+
+
+IDX = [5, 899, 3, 0, 128, 127, 450, 5, 700, 14]
+
+
+@pytest.mark.parametrize("layout", ["save_to_disk", "stream", "file", "parquet", "glob", "list"])
+def test_layouts_read_the_same_rows(layout: str, tmp_path: Path) -> None:
+    ref = _table()
+    if layout == "save_to_disk":
+        path: object = save_to_disk(tmp_path / "ds", ref, shards=3)
+    elif layout == "stream":
+        path = tmp_path / "x.arrow"
+        _write_stream(path, ref)
+    elif layout == "file":
+        path = tmp_path / "x.arrow"
+        _write_file(path, ref)
+    elif layout == "parquet":
+        path = tmp_path / "x.parquet"
+        pq.write_table(ref, path, row_group_size=200)
+    else:
+        for k in range(3):
+            _write_stream(tmp_path / f"ds-train-{k:05d}-of-00003.arrow", ref.slice(k * 300, 300))
+        path = str(tmp_path / "*.arrow") if layout == "glob" else sorted(tmp_path.glob("*.arrow"))
+    with Table.open(path) as tb:
+        assert tb.num_rows == N and len(tb) == N
+        assert tb.schema.names == ref.schema.names
+        assert tb.columns["input_ids"].kind == "ragged"
+        assert tb.columns["emb"].kind == "fixed" and tb.columns["emb"].width == 2
+        _check(tb, ref, IDX)
+        _check(tb, ref, list(range(N)))  # all rows, every batch boundary
+        assert tb.read_rows([])["label"].shape == (0,)
+
+
+def test_column_selection_and_dtypes(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "x.arrow", _table())
+    tb = Table.open(tmp_path / "x.arrow", columns=["big", "emb", "flag"])
+    out = tb.read_rows([1, 2], columns=["big", "flag"])
+    assert set(out) == {"big", "flag"}
+    assert out["big"].values.dtype == np.uint16 and out["flag"].dtype == np.bool_
+    assert tb.read_rows([1])["emb"].shape == (1, 2)
+    with pytest.raises(
+        ConfigError, match=r"column\(s\) \['label'\] not opened; opened: \['big', 'emb', 'flag'\]"
+    ):
+        tb.read_rows([1], columns=["label"])
+
+
+def test_hf_cache_directory_of_one_split(tmp_path: Path) -> None:
+    ref = _table()
+    for k in range(2):
+        _write_stream(tmp_path / f"imdb-train-{k:05d}-of-00002.arrow", ref.slice(k * 450, 450))
+    (tmp_path / "dataset_info.json").write_text("{}")
+    tb = Table.open(tmp_path)
+    _check(tb, ref, IDX)
+    _write_stream(tmp_path / "imdb-test.arrow", ref.slice(0, 10))
+    with pytest.raises(ConfigError, match=r"several splits \['test', 'train'\]"):
+        Table.open(tmp_path)
+    assert Table.open(str(tmp_path / "imdb-train-*.arrow")).num_rows == N
+
+
+def test_fingerprint_tracks_files_and_schema(tmp_path: Path) -> None:
+    a = save_to_disk(tmp_path / "a", _table())
+    b = save_to_disk(tmp_path / "b", _table())
+    c = save_to_disk(tmp_path / "c", _table(n=N - 1))
+    fa = Table.open(a).fingerprint
+    assert fa == Table.open(b).fingerprint  # paths are relative to the dataset root
+    assert fa != Table.open(c).fingerprint
+    assert fa != Table.open(a, columns=["label"]).fingerprint
+
+
+def test_pickle_reopens(tmp_path: Path) -> None:
+    ref = _table()
+    tb = Table.open(save_to_disk(tmp_path / "ds", ref), columns=["input_ids", "label"])
+    tb2 = pickle.loads(pickle.dumps(tb))
+    assert tb2.fingerprint == tb.fingerprint
+    _check(tb2, ref.select(["input_ids", "label"]), IDX)
+
+
+def test_outputs_do_not_share_memory_with_the_map(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "x.arrow", _table())
+    tb = Table.open(tmp_path / "x.arrow")
+    a = tb.read_rows([1, 2, 3])
+    b = tb.read_rows([1, 2, 3])
+    assert not np.shares_memory(a["label"], b["label"])
+    assert a["label"].flags.writeable
+
+
+# ---- errors ------------------------------------------------------------------------
+
+
+def test_unknown_column_lists_available(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "x.arrow", _table())
+    with pytest.raises(ConfigError, match=r"no column\(s\) \['tokens'\]; available: \['input_ids'"):
+        Table.open(tmp_path / "x.arrow", columns=["tokens"])
+
+
+def test_list_of_strings_is_refused_naming_file_and_column(tmp_path: Path) -> None:
+    t = pa.table({"input_ids": pa.array([["a", "b"], ["c"]])})
+    _write_stream(tmp_path / "x.arrow", t)
+    with pytest.raises(
+        FormatError, match=r"x.arrow: column 'input_ids' has type list<item: string>"
+    ):
+        Table.open(tmp_path / "x.arrow")
+
+
+def test_empty_dataset(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "x.arrow", _table().slice(0, 0))
+    with pytest.raises(FormatError, match=r"empty dataset: 1 file"):
+        Table.open(tmp_path / "x.arrow")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FormatError, match=r"empty dataset: no .arrow"):
+        Table.open(tmp_path / "empty")
+    (tmp_path / "zero.arrow").write_bytes(b"")
+    with pytest.raises(FormatError, match=r"zero.arrow: empty file"):
+        Table.open(tmp_path / "zero.arrow")
+
+
+@pytest.mark.parametrize("cut", ["mid_message", "at_boundary"])
+def test_truncated_stream(tmp_path: Path, cut: str) -> None:
+    path = tmp_path / "x.arrow"
+    _write_stream(path, _table())
+    data = path.read_bytes()
+    # Dropping just the end-of-stream marker leaves whole messages: pyarrow
+    # alone would call that a shorter, valid stream.
+    path.write_bytes(data[: len(data) // 2] if cut == "mid_message" else data[:-8])
+    with pytest.raises(
+        FormatError, match=r"x.arrow: (truncated or corrupt Arrow IPC|truncated Arrow IPC stream)"
+    ):
+        Table.open(path)
+
+
+def test_truncated_ipc_file_and_parquet(tmp_path: Path) -> None:
+    _write_file(tmp_path / "f.arrow", _table())
+    data = (tmp_path / "f.arrow").read_bytes()
+    (tmp_path / "f.arrow").write_bytes(data[:-100])
+    with pytest.raises(FormatError, match=r"f.arrow: truncated or corrupt Arrow IPC file"):
+        Table.open(tmp_path / "f.arrow")
+    pq.write_table(_table(), tmp_path / "p.parquet")
+    data = (tmp_path / "p.parquet").read_bytes()
+    (tmp_path / "p.parquet").write_bytes(data[:-100])
+    with pytest.raises(FormatError, match=r"p.parquet: truncated or corrupt Parquet file"):
+        Table.open(tmp_path / "p.parquet")
+
+
+def test_corrupt_stream_header(tmp_path: Path) -> None:
+    path = tmp_path / "x.arrow"
+    _write_stream(path, _table())
+    data = bytearray(path.read_bytes())
+    data[8:40] = b"\x7f" * 32
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=r"x.arrow: truncated or corrupt Arrow IPC"):
+        Table.open(path)
+
+
+def test_schema_mismatch_between_shards(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "a-train-00000-of-00002.arrow", _table())
+    _write_stream(tmp_path / "a-train-00001-of-00002.arrow", _table().drop_columns(["text"]))
+    with pytest.raises(FormatError, match=r"a-train-00001-of-00002.arrow: schema differs from"):
+        Table.open(tmp_path)
+
+
+def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
+    t = pa.table(
+        {"ids": pa.array([[1, 2], None, [3]], pa.list_(pa.int64())), "x": pa.array([1, None, 3])}
+    )
+    _write_stream(tmp_path / "n.arrow", t)
+    tb = Table.open(tmp_path / "n.arrow")
+    assert tb.read_rows([0, 2])["ids"].values.tolist() == [1, 2, 3]
+    with pytest.raises(FormatError, match=r"n.arrow: column 'ids': row 1 is null"):
+        tb.read_rows([0, 1], columns=["ids"])
+    with pytest.raises(FormatError, match=r"n.arrow: column 'x': row 1 is null"):
+        tb.read_rows([1], columns=["x"])
+    t = pa.table({"ids": pa.array([[1, None]], pa.list_(pa.int64()))})
+    _write_stream(tmp_path / "m.arrow", t)
+    with pytest.raises(
+        FormatError, match=r"m.arrow: column 'ids': record batch 0 has null list items"
+    ):
+        Table.open(tmp_path / "m.arrow").read_rows([0])
+
+
+def test_row_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "x.arrow", _table())
+    tb = Table.open(tmp_path / "x.arrow")
+    with pytest.raises(ConfigError, match=r"row 900 out of range for 900 rows"):
+        tb.read_rows([0, 900])
+    with pytest.raises(ConfigError, match=r"row -1 out of range"):
+        tb.read_rows([-1])
+    with pytest.raises(ConfigError, match=r"row_group_cache"):
+        Table.open(tmp_path / "x.arrow", row_group_cache=0)
+    with pytest.raises(ConfigError, match=r"empty list of files"):
+        Table.open([])
+    with pytest.raises(FormatError, match=r"no such file or directory"):
+        Table.open(tmp_path / "missing")
+    with pytest.raises(FormatError, match=r"no files match"):
+        Table.open(str(tmp_path / "*.nothing"))
+
+
+def test_directory_errors(tmp_path: Path) -> None:
+    dd = tmp_path / "dd"
+    save_to_disk(tmp_path / "dd_train", _table())
+    dd.mkdir()
+    (dd / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    (dd / "train").mkdir()
+    with pytest.raises(ConfigError, match=r"is a DatasetDict; open one split"):
+        Table.open(dd)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "state.json").write_text("{}")
+    with pytest.raises(FormatError, match=r"not a save_to_disk state file"):
+        Table.open(bad)
+    (bad / "state.json").write_text(json.dumps({"_data_files": [{"filename": "gone.arrow"}]}))
+    with pytest.raises(FormatError, match=r"lists data files that do not exist"):
+        Table.open(bad)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _write_stream(mixed / "a.arrow", _table())
+    pq.write_table(_table(), mixed / "b.parquet")
+    with pytest.raises(ConfigError, match=r"both .arrow and .parquet"):
+        Table.open(mixed)
+
+
+def test_parquet_row_group_cache_is_bounded(tmp_path: Path) -> None:
+    pq.write_table(_table(), tmp_path / "p.parquet", row_group_size=100)
+    tb = Table.open(tmp_path / "p.parquet", row_group_cache=2)
+    for i in range(0, N, 100):
+        tb.read_rows([i])
+    assert len(tb._cache) == 2
