@@ -6,8 +6,8 @@ from headrace.io._pool import DEFAULT_IO_THREADS, io_pool, io_threads, set_io_th
 
 __all__ = [
     "DEFAULT_IO_THREADS",
-    "PAGE",
     "LocalFile",
+    "PAGE",
     "io_pool",
     "io_threads",
     "open_error",

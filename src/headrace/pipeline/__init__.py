@@ -2,4 +2,9 @@
 
 from headrace.pipeline._loader import Batch, Loader, LoaderStatus, Source
 
-__all__ = ["Batch", "Loader", "LoaderStatus", "Source"]
+__all__ = [
+    "Batch",
+    "Loader",
+    "LoaderStatus",
+    "Source",
+]

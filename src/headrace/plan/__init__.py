@@ -6,8 +6,8 @@ from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest
 from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
 
 __all__ = [
-    "PLAN_VERSION",
     "LoaderState",
+    "PLAN_VERSION",
     "Permutation",
     "WindowLayout",
     "WindowPlan",
