@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
+from headrace.formats import (
+    TokenSource,
+    open_token_file,
+    read_megatron_index,
+    write_megatron_index,
+    write_token_sidecar,
+)
+from headrace.testing import batch_digest
+
+
+def write_tokens(path: Path, n: int, dtype: str = "uint32", seed: int = 0) -> np.ndarray:
+    hi = 60_000 if dtype == "uint16" else 2**31 - 1
+    t = np.random.default_rng(seed).integers(0, hi, n, dtype=np.int64).astype(dtype)
+    t.tofile(path)
+    return t
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_samples_are_the_file_bytes(tmp_path: Path, dtype: str) -> None:
+    tokens = write_tokens(tmp_path / "a.bin", 50_000, dtype)
+    src = TokenSource(
+        tmp_path / "a.bin", dtype=dtype, context=100, window_bytes=40_000, block_bytes=4096
+    )
+    samples = np.arange(0, 600)
+    batch = src.read(5, samples)
+    files, starts = src.starts(5, samples)
+    assert (files == 0).all()
+    want = np.stack([tokens[s : s + 101] for s in starts])
+    assert np.array_equal(batch["x"], want[:, :-1])
+    assert np.array_equal(batch["y"], want[:, 1:])
+    assert batch["x"].dtype == np.dtype(dtype)
+    # x and y are views of one gathered (B, L + 1) array: a single copy.
+    assert np.shares_memory(batch["x"], batch["y"])
+
+
+def test_several_files_weighted_by_size(tmp_path: Path) -> None:
+    sizes = [200_000, 50_000, 10_000]
+    toks = [write_tokens(tmp_path / f"{i}.bin", n, seed=i) for i, n in enumerate(sizes)]
+    src = TokenSource(
+        [tmp_path / f"{i}.bin" for i in range(3)],
+        dtype="uint32",
+        context=64,
+        window_bytes=64 * 1024,
+        block_bytes=8192,
+    )
+    T = src.samples_per_epoch
+    files, starts = src.starts(9, np.arange(T))
+    counts = np.bincount(files, minlength=3)
+    assert counts.tolist() == [(n - 1) // 64 for n in sizes]  # exactly by size, per epoch
+    batch = src.read(9, np.arange(T)[:500])
+    for i in range(500):
+        s = starts[i]
+        assert np.array_equal(batch["x"][i], toks[files[i]][s : s + 64])
+
+
+def test_sample_spanning_blocks_and_file_tail(tmp_path: Path) -> None:
+    # context 1500 uint32 = 6 KB per sample: every sample spans two 4 KiB blocks.
+    tokens = write_tokens(tmp_path / "t.bin", 1500 * 7 + 3)
+    src = TokenSource(
+        tmp_path / "t.bin",
+        dtype="uint32",
+        context=1500,
+        window_bytes=1500 * 4 * 4,
+        block_bytes=4096,
+    )
+    T = src.samples_per_epoch
+    assert T == (1500 * 7 + 2) // 1500
+    out = src.read(1, np.arange(T))
+    _, starts = src.starts(1, np.arange(T))
+    assert sorted(starts.tolist()) == [1500 * i for i in range(T)]
+    for i, s in enumerate(starts):
+        assert np.array_equal(out["y"][i], tokens[s + 1 : s + 1501])
+    # The last sample ends at the file's last usable token (tail of 3 tokens left over).
+    assert max(starts) + 1501 <= len(tokens)
+
+
+def test_only_touched_blocks_are_read(tmp_path: Path) -> None:
+    write_tokens(tmp_path / "t.bin", 4 << 20)  # 16 MiB
+    src = TokenSource(
+        tmp_path / "t.bin", dtype="uint32", context=256, window_bytes=16 << 20, block_bytes=1 << 20
+    )
+    src.read(0, np.arange(2))
+    assert 0 < src.stats.bytes_read <= 4 << 20
+    assert src.stats.blocks_read <= 4
+
+
+def test_megatron_pair(tmp_path: Path) -> None:
+    lengths = np.array([5, 7, 3, 10], dtype=np.int32)
+    tokens = np.arange(lengths.sum(), dtype=np.uint16)
+    tokens.tofile(tmp_path / "m.bin")
+    write_megatron_index(tmp_path / "m.idx", np.uint16, lengths, np.array([0, 2, 4]))
+    tf = open_token_file(tmp_path / "m.bin")
+    assert tf.format == "megatron" and tf.dtype == np.uint16 and tf.num_tokens == 25
+    assert tf.documents().tolist() == [0, 12, 25]
+    src = TokenSource(tf, context=4)
+    assert np.array_equal(
+        src.read(0, np.arange(6))["x"][:, 1] - src.read(0, np.arange(6))["x"][:, 0], np.ones(6)
+    )
+
+
+def _corrupt_idx(path: Path, how: str) -> None:
+    raw = bytearray(path.read_bytes())
+    if how == "magic":
+        raw[0:3] = b"XXX"
+    elif how == "version":
+        raw[9:17] = struct.pack("<Q", 7)
+    elif how == "dtype":
+        raw[17] = 99
+    elif how == "truncated":
+        raw = raw[:-5]
+    elif how == "pointer":
+        raw[18 + 16 + 4 * 4 + 8 : 18 + 16 + 4 * 4 + 16] = struct.pack("<q", 12345)
+    elif how == "header":
+        raw = raw[:10]
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("how", "match"),
+    [
+        ("magic", "not a Megatron index"),
+        ("version", "unsupported Megatron index version 7"),
+        ("dtype", "unknown dtype code 99"),
+        ("truncated", "truncated Megatron index"),
+        ("pointer", "sequence 1 points at byte 12345"),
+        ("header", "header alone needs"),
+    ],
+)
+def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str) -> None:
+    lengths = np.array([5, 7, 3, 10], dtype=np.int32)
+    np.arange(25, dtype=np.uint16).tofile(tmp_path / "m.bin")
+    write_megatron_index(tmp_path / "m.idx", np.uint16, lengths)
+    _corrupt_idx(tmp_path / "m.idx", how)
+    with pytest.raises(FormatError, match=match) as info:
+        open_token_file(tmp_path / "m.bin")
+    assert "m.idx" in str(info.value)
+
+
+def test_megatron_index_disagreeing_with_bin(tmp_path: Path) -> None:
+    np.arange(30, dtype=np.uint16).tofile(tmp_path / "m.bin")
+    write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))
+    with pytest.raises(FormatError, match="describes 24 bytes of tokens but the .bin has 60"):
+        read_megatron_index(tmp_path / "m.idx", 60)
+
+
+def test_nanogpt_and_sidecar(tmp_path: Path) -> None:
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "train.bin")
+    assert open_token_file(tmp_path / "train.bin").dtype == np.uint16
+    np.arange(100, dtype=np.uint32).tofile(tmp_path / "raw.bin")
+    write_token_sidecar(tmp_path / "raw.bin", "uint32")
+    tf = open_token_file(tmp_path / "raw.bin")
+    assert (tf.dtype, tf.num_tokens, tf.format) == (np.uint32, 100, "raw")
+    with pytest.raises(ConfigError, match="sidecar says uint32"):
+        open_token_file(tmp_path / "raw.bin", "uint16")
+
+
+def test_bad_input_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ObjectNotFoundError, match="nope.bin: no such file"):
+        TokenSource(tmp_path / "nope.bin", dtype="uint16", context=8)
+    (tmp_path / "odd.bin").write_bytes(b"\x00" * 7)
+    with pytest.raises(DataError, match=r"odd.bin: file size 7 is not a multiple of the uint32"):
+        TokenSource(tmp_path / "odd.bin", dtype="uint32", context=1)
+    np.arange(8, dtype=np.uint16).tofile(tmp_path / "short.bin")
+    with pytest.raises(
+        DataError, match=r"short.bin: 8 tokens is shorter than one sample of context 8"
+    ):
+        TokenSource(tmp_path / "short.bin", dtype="uint16", context=8)
+    np.arange(8, dtype=np.uint16).tofile(tmp_path / "nodtype.bin")
+    with pytest.raises(ConfigError, match="raw token file needs a dtype"):
+        TokenSource(tmp_path / "nodtype.bin", context=2)
+    (tmp_path / "bad.bin").write_bytes(b"\x00" * 8)
+    (tmp_path / "bad.bin.json").write_text("{not json")
+    with pytest.raises(FormatError, match="bad.bin.json: unreadable token sidecar"):
+        open_token_file(tmp_path / "bad.bin")
+    with pytest.raises(ConfigError, match="float32 is not supported"):
+        open_token_file(tmp_path / "odd.bin", "float32", format="raw")
+
+
+def test_same_digest_in_two_processes(tmp_path: Path) -> None:
+    write_tokens(tmp_path / "t.bin", 100_000)
+    code = (
+        "import sys; from itertools import islice;"
+        "from headrace.formats import TokenSource; from headrace.pipeline import Loader;"
+        "from headrace.testing import batch_digest;"
+        f"src = TokenSource({str(tmp_path / 't.bin')!r}, dtype='uint32', context=32,"
+        " window_bytes=65536, block_bytes=4096);"
+        "print(batch_digest(islice(iter(Loader(src, batch_size=16, seed=42)), 50)))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "random"}
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(outs) == 1
+    from headrace.pipeline import Loader
+
+    src = TokenSource(
+        tmp_path / "t.bin", dtype="uint32", context=32, window_bytes=65536, block_bytes=4096
+    )
+    with Loader(src, batch_size=16, seed=42) as loader:
+        assert batch_digest(islice(iter(loader), 50)) == outs.pop()

@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import threading
+import time
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, StateError, StorageError
+from headrace.formats import TokenSource
+from headrace.io import LocalFile
+from headrace.pipeline import Loader, LoaderStatus
+from headrace.testing import assert_resume_exact, batch_digest
+
+L = 32
+WINDOW = 64 * 1024  # bytes: 16384 uint32 tokens, 511 samples per window
+
+
+@pytest.fixture
+def token_path(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    rng.integers(0, 2**31, 60_000, dtype=np.uint32).tofile(tmp_path / "a.bin")
+    rng.integers(0, 2**31, 23_456, dtype=np.uint32).tofile(tmp_path / "b.bin")
+    return tmp_path
+
+
+def source(root: Path, **kw: object) -> TokenSource:
+    return TokenSource(
+        [root / "a.bin", root / "b.bin"],
+        dtype="uint32",
+        context=L,
+        window_bytes=WINDOW,
+        block_bytes=4096,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def loader(root: Path, **kw: object) -> Loader:
+    opts: dict[str, object] = {"batch_size": 16, "seed": 7}
+    opts.update(kw)
+    return Loader(source(root), **opts)  # type: ignore[arg-type]
+
+
+def digests(ld: Loader, n: int) -> list[str]:
+    return [batch_digest([b]) for b in islice(iter(ld), n)]
+
+
+def test_sync_async_and_chunking_agree(token_path: Path) -> None:
+    runs = [
+        digests(loader(token_path, prefetch=pf, chunk_steps=c), 120)
+        for pf, c in [(0, 1), (0, 8), (8, 8), (2, 3), (32, 32)]
+    ]
+    assert all(r == runs[0] for r in runs)
+    assert len(set(runs[0])) == 120
+
+
+def test_random_access_matches_iteration(token_path: Path) -> None:
+    ld = loader(token_path)
+    it = digests(ld, 40)
+    assert [batch_digest([ld.batch_at(t)]) for t in (0, 17, 39)] == [it[0], it[17], it[39]]
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_resume_exact_at_start_one_and_window_boundary(token_path: Path, prefetch: int) -> None:
+    per_window = (WINDOW // 4 - 1) // L  # samples in a window
+    boundary = per_window // 16  # the first step whose batch crosses into a new window
+    assert_resume_exact(
+        lambda: loader(token_path, prefetch=prefetch),
+        steps=boundary + 4,
+        resume_at=[0, 1, boundary, boundary + 1],
+    )
+
+
+def test_resume_far_away_is_immediate(token_path: Path) -> None:
+    far = 10**6
+    ld = loader(token_path)
+    ld.load_state_dict({**ld.state_dict(), "step": far})
+    got = digests(ld, 3)
+    ref = loader(token_path)
+    assert got == [batch_digest([ref.batch_at(far + i)]) for i in range(3)]
+    assert ld.state_dict()["step"] == far + 3
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_host_slices_union_to_global_batch(token_path: Path, world: int) -> None:
+    glob = list(islice(iter(loader(token_path)), 10))
+    parts = [
+        list(islice(iter(loader(token_path, rank=r, world_size=world)), 10)) for r in range(world)
+    ]
+    for t in range(10):
+        x = np.concatenate([parts[r][t]["x"] for r in range(world)])
+        assert np.array_equal(x, glob[t]["x"])
+
+
+def test_resume_on_a_different_world_size(token_path: Path) -> None:
+    k = 13
+    on_four = [loader(token_path, rank=r, world_size=4) for r in range(4)]
+    iters = [iter(ld) for ld in on_four]
+    for it in iters:
+        for _ in range(k):
+            next(it)
+    states = [ld.state_dict() for ld in on_four]
+    assert all(s == states[0] for s in states)  # the state is the same on every host
+    on_two = [loader(token_path, rank=r, world_size=2) for r in range(2)]
+    for ld in on_two:
+        ld.load_state_dict(states[0])
+    parts = [list(islice(iter(ld), 6)) for ld in on_two]
+    straight = list(islice(iter(loader(token_path)), k + 6))[k:]
+    for t in range(6):
+        assert np.array_equal(
+            np.concatenate([parts[0][t]["y"], parts[1][t]["y"]]), straight[t]["y"]
+        )
+
+
+def test_state_from_other_data_is_refused(token_path: Path, tmp_path: Path) -> None:
+    ld = loader(token_path)
+    other = Loader(TokenSource(token_path / "a.bin", dtype="uint32", context=L), batch_size=16)
+    with pytest.raises(StateError, match="different data"):
+        other.load_state_dict(ld.state_dict())
+    bigger = loader(token_path, batch_size=32)
+    with pytest.raises(StateError, match="global batch size 16"):
+        bigger.load_state_dict(ld.state_dict())
+
+
+def test_validation_split_is_unshuffled_wraps_and_never_empty(token_path: Path) -> None:
+    src = TokenSource(token_path / "b.bin", dtype="uint32", context=L, shuffle=False)
+    T = src.samples_per_epoch
+    tokens = np.fromfile(token_path / "b.bin", dtype=np.uint32)
+    ld = Loader(src, batch_size=8, rank=3, world_size=4, prefetch=0, steps=(T // 8) + 3)
+    seen = [b["x"] for b in ld]
+    assert all(len(x) == 2 for x in seen)
+    # rank 3 reads positions 6, 7 of each global batch, in file order, wrapping at T.
+    for t, x in enumerate(seen):
+        for j, pos in enumerate((6, 7)):
+            s = ((t * 8 + pos) % T) * L
+            assert np.array_equal(x[j], tokens[s : s + L])
+    with pytest.raises(ConfigError, match="cannot give each"):
+        Loader(src, batch_size=2, world_size=4)
+
+
+def test_steps_limit_and_stride(token_path: Path) -> None:
+    ref = digests(loader(token_path), 12)
+    assert digests(loader(token_path, steps=5), 100) == ref[:5]
+    w1 = digests(loader(token_path, step_stride=3, step_offset=1, steps=12), 100)
+    assert w1 == ref[1::3]
+
+
+def test_close_stops_the_producer_promptly(token_path: Path) -> None:
+    before = threading.active_count()
+    ld = loader(token_path, prefetch=4)
+    it = iter(ld)
+    next(it)
+    time.sleep(0.05)  # let the producer fill the queue and block
+    t0 = time.monotonic()
+    ld.close()
+    assert time.monotonic() - t0 < 2
+    assert ld.status is LoaderStatus.CLOSED
+    assert threading.active_count() <= before + 8  # the shared I/O pool may have started
+    assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
+    with pytest.raises(ConfigError, match="closed"):
+        iter(ld)
+
+
+def test_keyboard_interrupt_in_consumer_stops_producer(token_path: Path) -> None:
+    with loader(token_path, prefetch=4) as ld:
+        with pytest.raises(KeyboardInterrupt):
+            for i, _ in enumerate(ld):
+                if i == 3:
+                    raise KeyboardInterrupt
+    assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_read_error_surfaces_with_the_step(
+    token_path: Path, prefetch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LocalFile.pread_into
+    calls = {"n": 0}
+
+    def flaky(self: LocalFile, buf: object, offset: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise StorageError(5, f"{self.path}: read of bytes [{offset}, ...) failed: EIO")
+        real(self, buf, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalFile, "pread_into", flaky)
+    with (
+        loader(token_path, prefetch=prefetch) as ld,
+        pytest.raises(StorageError, match="EIO") as info,
+    ):
+        list(islice(iter(ld), 200))
+    if prefetch:
+        assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))
+
+
+def test_bad_config(token_path: Path) -> None:
+    with pytest.raises(ConfigError, match="seed"):
+        loader(token_path, seed=-1)
+    with pytest.raises(ConfigError, match="step_offset"):
+        loader(token_path, step_stride=2, step_offset=2)
