@@ -152,7 +152,7 @@ def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str)
 def test_megatron_index_disagreeing_with_bin(tmp_path: Path) -> None:
     np.arange(30, dtype=np.uint16).tofile(tmp_path / "m.bin")
     write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))
-    with pytest.raises(FormatError, match="describes 24 bytes of tokens but the .bin has 60"):
+    with pytest.raises(FormatError, match=r"describes 24 bytes of tokens but the .bin has 60"):
         read_megatron_index(tmp_path / "m.idx", 60)
 
 
@@ -168,7 +168,7 @@ def test_nanogpt_and_sidecar(tmp_path: Path) -> None:
 
 
 def test_bad_input_errors_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ObjectNotFoundError, match="nope.bin: no such file"):
+    with pytest.raises(ObjectNotFoundError, match=r"nope.bin: no such file"):
         TokenSource(tmp_path / "nope.bin", dtype="uint16", context=8)
     (tmp_path / "odd.bin").write_bytes(b"\x00" * 7)
     with pytest.raises(DataError, match=r"odd.bin: file size 7 is not a multiple of the uint32"):
@@ -183,7 +183,7 @@ def test_bad_input_errors_name_the_file(tmp_path: Path) -> None:
         TokenSource(tmp_path / "nodtype.bin", context=2)
     (tmp_path / "bad.bin").write_bytes(b"\x00" * 8)
     (tmp_path / "bad.bin.json").write_text("{not json")
-    with pytest.raises(FormatError, match="bad.bin.json: unreadable token sidecar"):
+    with pytest.raises(FormatError, match=r"bad.bin.json: unreadable token sidecar"):
         open_token_file(tmp_path / "bad.bin")
     with pytest.raises(ConfigError, match="float32 is not supported"):
         open_token_file(tmp_path / "odd.bin", "float32", format="raw")
