@@ -24,7 +24,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._tokens import TokenFile, TokenFormat, open_token_file
 from headrace.io import LocalFile, io_pool, page_aligned_empty
-from headrace.plan import WindowLayout, group_by_window
+from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 __all__ = ["TokenSource", "TokenStats"]
 
@@ -208,6 +208,7 @@ class TokenSource:
         self._open: dict[int, LocalFile] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
+        self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
         self._window_nbytes = (
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
@@ -231,8 +232,18 @@ class TokenSource:
         out = self.gather(seed, samples)
         return {"x": out[:, :-1], "y": out[:, 1:]}
 
-    def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
+    def _plan(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
+        # The loader plans each chunk twice, once to read ahead and once to read:
+        # keep the last plan rather than compute it again.
+        last = self._last_plan
+        if last is not None and last[0] == seed and np.array_equal(last[1], samples):
+            return last[2]
         plan = self.layout.locate(seed, samples)
+        self._last_plan = (seed, samples, plan)
+        return plan
+
+    def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
+        plan = self._plan(seed, samples)
         L = self.context
         groups = group_by_window(plan.epoch, plan.window)
         out: NDArray[Any] | None = None
@@ -259,7 +270,7 @@ class TokenSource:
         Only windows already open (or with a free slot) are read ahead, so
         looking ahead never evicts a window the current batch still needs.
         """
-        plan = self.layout.locate(seed, samples)
+        plan = self._plan(seed, samples)
         for (_, w), idx in group_by_window(plan.epoch, plan.window):
             if w not in self._windows and len(self._windows) >= self.max_windows:
                 continue
