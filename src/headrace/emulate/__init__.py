@@ -1,3 +1,8 @@
-"""emulate layer."""
+"""Emulators for rehearsing remote storage on one machine: S3 (moto) and a fault proxy."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from headrace.emulate._proxy import FaultRule, LatencyProxy, ProxyStats
+from headrace.emulate._s3 import LocalS3, S3Endpoint
+
+__all__ = ["FaultRule", "LatencyProxy", "LocalS3", "ProxyStats", "S3Endpoint"]
