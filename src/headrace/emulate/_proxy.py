@@ -33,7 +33,7 @@ from headrace.errors import ConfigError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
 
-FaultKind = Literal["status", "drop", "truncate", "stall"]
+FaultKind = Literal["status", "drop", "truncate", "short", "stall"]
 _CHUNK = 64 * 1024
 _MAX_HEAD = 64 * 1024
 _REASONS = {
@@ -52,7 +52,9 @@ class FaultRule:
     ``kind``: ``"status"`` answers ``status`` with an S3-style XML error body;
     ``"drop"`` closes the connection without an answer; ``"truncate"`` sends
     the upstream headers (full ``Content-Length``) but only half the body,
-    then closes; ``"stall"`` sends nothing for ``stall_s`` seconds, then closes.
+    then closes; ``"short"`` sends half the body with a ``Content-Length`` that
+    matches it (a server that lies consistently); ``"stall"`` sends nothing
+    for ``stall_s`` seconds, then closes.
     """
 
     kind: FaultKind = "status"
@@ -65,9 +67,9 @@ class FaultRule:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("status", "drop", "truncate", "stall"):
+        if self.kind not in ("status", "drop", "truncate", "short", "stall"):
             raise ConfigError(
-                f"Fault kind must be status, drop, truncate or stall (got {self.kind!r})."
+                f"Fault kind must be status, drop, truncate, short or stall (got {self.kind!r})."
             )
         if self.every < 1:
             raise ConfigError(f"Fault 'every' must be >= 1 (got {self.every}).")
@@ -188,6 +190,14 @@ async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: 
     if msg.length is not None:
         return await reader.readexactly(msg.length)
     return await reader.read() if until_eof else b""
+
+
+def _with_length(head: bytes, length: int) -> bytes:
+    lines = head.split(b"\r\n")
+    for i, line in enumerate(lines):
+        if line.lower().startswith(b"content-length:"):
+            lines[i] = b"Content-Length: " + str(length).encode()
+    return b"\r\n".join(lines)
 
 
 class LatencyProxy:
@@ -385,9 +395,10 @@ class LatencyProxy:
             if self.latency_ms:
                 await asyncio.sleep(self.latency_ms / 1000.0)
             fault = self._pick_fault(request.start_line)
-            if fault is not None and fault.kind != "truncate":
+            if fault is not None and fault.kind not in ("truncate", "short"):
                 return await self._inject(fault, writer)
-            return await self._forward(request, head + body, writer, truncate=fault is not None)
+            cut = None if fault is None else fault.kind
+            return await self._forward(request, head + body, writer, cut=cut)
         finally:
             with self._lock:
                 self._stats.in_flight -= 1
@@ -412,7 +423,7 @@ class LatencyProxy:
         return False
 
     async def _forward(
-        self, request: _Message, raw: bytes, writer: asyncio.StreamWriter, *, truncate: bool
+        self, request: _Message, raw: bytes, writer: asyncio.StreamWriter, *, cut: str | None
     ) -> bool:
         up_reader, up_writer = await asyncio.open_connection(
             self._up_host, self._up_port, limit=_MAX_HEAD
@@ -431,7 +442,10 @@ class LatencyProxy:
                 body = b""
             else:
                 body = await _read_body(up_reader, response, until_eof=True)
-            if truncate and body:
+            if cut == "short" and body and response.length is not None:
+                body = body[: len(body) // 2]
+                head = _with_length(head, len(body))
+            elif cut == "truncate" and body:
                 # Full headers, half the body, then a closed connection: what a reset
                 # mid-transfer looks like to the client.
                 writer.write(head)

@@ -117,6 +117,15 @@ def _short_read(where: str, got: int, want: int, size: int | None, end: int) -> 
     )
 
 
+def _eof_with_size(exc: ReadEOFError, where: str, size: int | None, end: int) -> ReadEOFError:
+    """The same EOF error, saying how big the object is when the server did not."""
+    if size is None or "object has" in str(exc):
+        return exc
+    return ReadEOFError(
+        f"{where}: read past the end of the object (object has {size} bytes, range ends at {end})"
+    )
+
+
 class ObjectStore:
     """Reads objects under one URL: ``s3://bucket/prefix``, ``gs://``, ``az://``,
     ``http(s)://``, ``file:///dir`` or a plain local directory.
@@ -386,7 +395,13 @@ class ObjectStore:
                 )
             return data
 
-        return self._retrying(where, once, len)
+        try:
+            return self._retrying(where, once, len)
+        except ReadEOFError as exc:
+            better = _eof_with_size(exc, where, self._size_or_none(key), offset + length)
+            if better is exc:
+                raise
+            raise better from exc
 
     def get_ranges(
         self, key: str, ranges: Sequence[tuple[int, int]], *, coalesce: int = DEFAULT_COALESCE
@@ -456,7 +471,13 @@ class ObjectStore:
                 raise _short_read(where, len(data), length, size, offset + length)
             return data
 
-        return await self._aretrying(where, ranged, len)
+        try:
+            return await self._aretrying(where, ranged, len)
+        except ReadEOFError as exc:
+            better = _eof_with_size(exc, where, await self._asize_or_none(key), offset + length)
+            if better is exc:
+                raise
+            raise better from exc
 
     async def _aget_many(
         self, requests: list[tuple[str, int, int] | str], max_in_flight: int

@@ -27,6 +27,8 @@ __all__ = ["RetryPolicy", "classify", "summarize"]
 
 _STATUS = re.compile(r"non-2xx status code: (\d{3})|status: (\d{3})")
 # What hyper/reqwest say when the connection broke or the clock ran out; all worth a retry.
+# LocalFileSystem's word for a range that starts past the end (S3 says 416).
+_EOF_WORDS = ("requested range was invalid", "range not satisfiable", "invalidrange")
 _TIMEOUT_WORDS = ("timedout", "timed out", "kind: timeout")
 _BODY_WORDS = ("incompletebody", "body error", "kind: body", "unexpectedeof")
 _CONNECTION_WORDS = (
@@ -103,6 +105,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return PermissionDeniedError(f"{where}: access denied ({brief})"), False
     if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
         return ConfigError(f"{where}: {brief}"), False
+    if isinstance(exc, ValueError):
+        return ConfigError(f"{where}: invalid key or argument ({brief})"), False
     if isinstance(exc, TimeoutError):
         return TransientStorageError(f"{where}: timed out ({brief})"), True
     status = _status(text)
@@ -118,6 +122,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status} ({brief})"), False
     low = text.lower()
+    if any(word in low for word in _EOF_WORDS):
+        eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
+        return eof, False
     if any(word in low for word in _TIMEOUT_WORDS):
         return TransientStorageError(f"{where}: timed out ({brief})"), True
     if any(word in low for word in _BODY_WORDS):
