@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
+from typing import Any
 
 from headrace.io._file import LocalFile, open_error
 from headrace.io._pool import DEFAULT_IO_THREADS, io_pool, io_threads, set_io_threads
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from headrace.io._objects import ObjectStats, ObjectStore, Request
     from headrace.io._retry import RetryPolicy
 
