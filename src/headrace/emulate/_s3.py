@@ -14,13 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import IO, Any, Self
 
 from headrace.emulate._proxy import LatencyProxy
 from headrace.errors import ConfigError, StorageError
@@ -84,6 +85,7 @@ class LocalS3:
     def __init__(self, *, start_timeout_s: float = 30.0) -> None:
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
         self._port = 0
 
     def start(self) -> Self:
@@ -93,10 +95,13 @@ class LocalS3:
         for attempt in range(2):
             self._port = _free_port()
             env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+            # moto logs every request on stderr: a pipe nobody drains would fill up and
+            # hang the server after a few hundred requests, so it goes to a file.
+            self._log = tempfile.TemporaryFile()
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self._port)],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=self._log,
                 env=env,
                 start_new_session=True,
             )
@@ -114,7 +119,10 @@ class LocalS3:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                err = ""
+                if self._log is not None:
+                    self._log.seek(0)
+                    err = self._log.read().decode(errors="replace")
                 raise StorageError(
                     f"moto server exited with status {self._proc.returncode} before answering "
                     f"on {self.endpoint}: {err.strip()[-500:]}"
@@ -143,8 +151,9 @@ class LocalS3:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def __enter__(self) -> Self:
         return self.start()
