@@ -21,6 +21,10 @@ EMULATORS: dict[str, tuple[str, str]] = {
         "headrace.emulate._slowfs",
         "read-only FUSE passthrough of a directory with injected latency and bandwidth cap",
     ),
+    "s3": (
+        "headrace.emulate._s3",
+        "a local S3 endpoint (moto) on 127.0.0.1, optionally behind a latency proxy",
+    ),
 }
 
 

@@ -1,0 +1,500 @@
+"""An HTTP proxy on 127.0.0.1 that makes a local endpoint look remote, and breaks it on purpose.
+
+It parses each HTTP/1.1 request (so faults and counters are per request, not per
+TCP chunk), waits ``latency_ms`` before forwarding it, forwards it on a fresh
+upstream connection, and relays the response, optionally paced by a bandwidth
+cap shared by all connections (one emulated link).
+
+Fault injection follows :class:`FaultRule` s: a rule matches requests whose
+request line contains ``match``, fires on every ``every``-th matching request
+(or on a seeded random ``fraction`` of them), at most ``limit`` times, and then
+answers with an error status, drops the connection, truncates the body or
+stalls. Counters are in :class:`ProxyStats`.
+
+The proxy runs its own event loop on a daemon thread; :meth:`LatencyProxy.close`
+stops the server, cancels open connections and joins the thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self
+from urllib.parse import urlsplit
+
+from headrace.errors import ConfigError
+
+__all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
+
+FaultKind = Literal["status", "drop", "truncate", "short", "stall"]
+_CHUNK = 64 * 1024
+_MAX_HEAD = 64 * 1024
+_REASONS = {
+    403: ("Forbidden", "AccessDenied", "Access Denied"),
+    404: ("Not Found", "NoSuchKey", "The specified key does not exist."),
+    429: ("Too Many Requests", "SlowDown", "Please reduce your request rate."),
+    500: ("Internal Server Error", "InternalError", "We encountered an internal error."),
+    503: ("Service Unavailable", "SlowDown", "Please reduce your request rate."),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FaultRule:
+    """Which requests fail, and how.
+
+    ``kind``: ``"status"`` answers ``status`` with an S3-style XML error body;
+    ``"drop"`` closes the connection without an answer; ``"truncate"`` sends
+    the upstream headers (full ``Content-Length``) but only half the body,
+    then closes; ``"short"`` sends half the body with a ``Content-Length`` that
+    matches it (a server that lies consistently); ``"stall"`` sends nothing
+    for ``stall_s`` seconds, then closes.
+    """
+
+    kind: FaultKind = "status"
+    status: int = 503
+    match: str = ""
+    every: int = 1
+    fraction: float | None = None
+    limit: int | None = None
+    stall_s: float = 30.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("status", "drop", "truncate", "short", "stall"):
+            raise ConfigError(
+                f"Fault kind must be status, drop, truncate, short or stall (got {self.kind!r})."
+            )
+        if self.every < 1:
+            raise ConfigError(f"Fault 'every' must be >= 1 (got {self.every}).")
+        if self.fraction is not None and not 0.0 <= self.fraction <= 1.0:
+            raise ConfigError(f"Fault fraction must be in [0, 1] (got {self.fraction}).")
+        if self.limit is not None and self.limit < 0:
+            raise ConfigError(f"Fault limit must be >= 0 (got {self.limit}).")
+        if not 100 <= self.status <= 599:
+            raise ConfigError(f"Fault status must be an HTTP status (got {self.status}).")
+
+
+@dataclass(slots=True)
+class ProxyStats:
+    """Counters since start (or the last :meth:`LatencyProxy.reset_stats`)."""
+
+    connections: int = 0
+    requests: int = 0
+    faults: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    max_in_flight: int = 0
+    in_flight: int = 0
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class _RuleState:
+    __slots__ = ("fired", "rng", "rule", "seen")
+
+    def __init__(self, rule: FaultRule) -> None:
+        self.rule = rule
+        self.seen = 0
+        self.fired = 0
+        self.rng = random.Random(rule.seed)
+
+    def fires(self, request_line: str) -> bool:
+        rule = self.rule
+        if rule.match not in request_line:
+            return False
+        self.seen += 1
+        if rule.limit is not None and self.fired >= rule.limit:
+            return False
+        if rule.fraction is not None:
+            hit = self.rng.random() < rule.fraction
+        else:
+            hit = self.seen % rule.every == 0
+        if hit:
+            self.fired += 1
+        return hit
+
+
+class _Link:
+    """One shared link: each chunk reserves ``n / rate`` seconds of its time."""
+
+    def __init__(self, mbps: float | None) -> None:
+        self.rate = mbps * 1e6 if mbps else 0.0
+        self.free_at = 0.0
+
+    async def pace(self, n: int) -> None:
+        if not self.rate:
+            return
+        now = time.monotonic()
+        start = max(now, self.free_at)
+        self.free_at = start + n / self.rate
+        await asyncio.sleep(self.free_at - now)
+
+
+class _Message:
+    """An HTTP/1.1 message head plus how its body is framed."""
+
+    __slots__ = ("chunked", "close", "head", "length", "start_line")
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        lines = head.decode("latin-1").split("\r\n")
+        self.start_line = lines[0]
+        self.length: int | None = None
+        self.chunked = False
+        self.close = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            value = value.strip().lower()
+            if name == "content-length":
+                self.length = int(value)
+            elif name == "transfer-encoding" and "chunked" in value:
+                self.chunked = True
+            elif name == "connection" and value == "close":
+                self.close = True
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        return await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise
+        return None
+    except asyncio.LimitOverrunError:
+        raise ConnectionError("HTTP head too large") from None
+
+
+async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: bool) -> bytes:
+    """The raw body bytes exactly as framed (chunk markers kept)."""
+    if msg.chunked:
+        parts = []
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            parts.append(size_line)
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:
+                # Trailers, then the final empty line.
+                while True:
+                    line = await reader.readuntil(b"\r\n")
+                    parts.append(line)
+                    if line == b"\r\n":
+                        return b"".join(parts)
+            parts.append(await reader.readexactly(size + 2))
+    if msg.length is not None:
+        return await reader.readexactly(msg.length)
+    return await reader.read() if until_eof else b""
+
+
+def _with_length(head: bytes, length: int) -> bytes:
+    lines = head.split(b"\r\n")
+    for i, line in enumerate(lines):
+        if line.lower().startswith(b"content-length:"):
+            lines[i] = b"Content-Length: " + str(length).encode()
+    return b"\r\n".join(lines)
+
+
+class LatencyProxy:
+    """A per-request latency, bandwidth and fault proxy in front of ``upstream``.
+
+    ``upstream`` is ``http://host:port``. ``latency_ms`` is paid once per request
+    before it is forwarded (a one-way floor); ``mbps`` caps the response bytes
+    of all connections together, in megabytes (10**6 B) per second.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        latency_ms: float = 0.0,
+        mbps: float | None = None,
+        faults: Sequence[FaultRule] = (),
+        port: int = 0,
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ConfigError(f"Proxy upstream must be http://host:port (got {upstream!r}).")
+        if latency_ms < 0:
+            raise ConfigError(f"latency_ms must be >= 0 (got {latency_ms}).")
+        if mbps is not None and mbps <= 0:
+            raise ConfigError(f"mbps must be > 0 or None (got {mbps}).")
+        self.upstream = upstream
+        self._up_host = parts.hostname
+        self._up_port = parts.port or 80
+        self.latency_ms = latency_ms
+        self._link = _Link(mbps)
+        self._rules = [_RuleState(r) for r in faults]
+        self._stats = ProxyStats()
+        self._lock = threading.Lock()
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="headrace-proxy", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._error
+        return self
+
+    def close(self) -> None:
+        loop, thread = self._loop, self._thread
+        if thread is None or loop is None:
+            return
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self._shutdown)
+        thread.join()
+        self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("proxy is not running; call start() first")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- faults and counters -----------------------------------------------------------------
+
+    def set_faults(self, faults: Sequence[FaultRule]) -> None:
+        """Replace the fault rules (their counters start from zero)."""
+        with self._lock:
+            self._rules = [_RuleState(r) for r in faults]
+
+    @property
+    def stats(self) -> ProxyStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            s = self._stats
+            return ProxyStats(
+                connections=s.connections,
+                requests=s.requests,
+                faults=s.faults,
+                bytes_up=s.bytes_up,
+                bytes_down=s.bytes_down,
+                max_in_flight=s.max_in_flight,
+                in_flight=s.in_flight,
+                faults_by_kind=dict(s.faults_by_kind),
+            )
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = ProxyStats()
+
+    # -- event loop thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._serve, "127.0.0.1", self._port, limit=_MAX_HEAD)
+            )
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            loop.close()
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def _shutdown(self) -> None:
+        assert self._loop is not None
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+        async def _drain() -> None:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._server is not None:
+                await self._server.wait_closed()
+            assert self._loop is not None
+            self._loop.stop()
+
+        self._loop.create_task(_drain())
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        with self._lock:
+            self._stats.connections += 1
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+    def _pick_fault(self, request_line: str) -> FaultRule | None:
+        with self._lock:
+            self._stats.requests += 1
+            for state in self._rules:
+                if state.fires(request_line):
+                    self._stats.faults += 1
+                    kind = state.rule.kind
+                    key = f"{kind}:{state.rule.status}" if kind == "status" else kind
+                    self._stats.faults_by_kind[key] = self._stats.faults_by_kind.get(key, 0) + 1
+                    return state.rule
+        return None
+
+    async def _one_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Relay one request; False when the client connection should close."""
+        head = await _read_head(reader)
+        if head is None:
+            return False
+        request = _Message(head)
+        body = await _read_body(reader, request, until_eof=False)
+        with self._lock:
+            self._stats.bytes_up += len(head) + len(body)
+            self._stats.in_flight += 1
+            self._stats.max_in_flight = max(self._stats.max_in_flight, self._stats.in_flight)
+        try:
+            if self.latency_ms:
+                await asyncio.sleep(self.latency_ms / 1000.0)
+            fault = self._pick_fault(request.start_line)
+            if fault is not None and fault.kind not in ("truncate", "short"):
+                return await self._inject(fault, writer)
+            cut = None if fault is None else fault.kind
+            return await self._forward(request, head + body, writer, cut=cut)
+        finally:
+            with self._lock:
+                self._stats.in_flight -= 1
+
+    async def _inject(self, fault: FaultRule, writer: asyncio.StreamWriter) -> bool:
+        if fault.kind == "drop":
+            return False
+        if fault.kind == "stall":
+            await asyncio.sleep(fault.stall_s)
+            return False
+        reason, code, message = _REASONS.get(fault.status, ("Error", "InternalError", "Error"))
+        payload = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error>"
+        ).encode()
+        writer.write(
+            f"HTTP/1.1 {fault.status} {reason}\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload
+        )
+        await writer.drain()
+        return False
+
+    async def _forward(
+        self, request: _Message, raw: bytes, writer: asyncio.StreamWriter, *, cut: str | None
+    ) -> bool:
+        up_reader, up_writer = await asyncio.open_connection(
+            self._up_host, self._up_port, limit=_MAX_HEAD
+        )
+        try:
+            up_writer.write(raw)
+            await up_writer.drain()
+            head = await _read_head(up_reader)
+            if head is None:
+                return False
+            response = _Message(head)
+            bodyless = request.start_line.startswith("HEAD ") or response.start_line.split(" ")[
+                1
+            ] in ("204", "304")
+            if bodyless:
+                body = b""
+            else:
+                body = await _read_body(up_reader, response, until_eof=True)
+            if cut == "short" and body and response.length is not None:
+                body = body[: len(body) // 2]
+                head = _with_length(head, len(body))
+            elif cut == "truncate" and body:
+                # Full headers, half the body, then a closed connection: what a reset
+                # mid-transfer looks like to the client.
+                writer.write(head)
+                writer.write(body[: len(body) // 2])
+                await writer.drain()
+                return False
+            writer.write(head)
+            await writer.drain()
+            for i in range(0, len(body), _CHUNK):
+                chunk = body[i : i + _CHUNK]
+                await self._link.pace(len(chunk))
+                writer.write(chunk)
+                await writer.drain()
+            with self._lock:
+                self._stats.bytes_down += len(head) + len(body)
+            # Keep the client connection only if the response's end was framed and
+            # neither side asked to close it.
+            framed = response.length is not None or response.chunked or bodyless
+            return framed and not (response.close or request.close)
+        finally:
+            up_writer.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m headrace.emulate._proxy --upstream URL [--latency-ms N] [--mbps N]``."""
+    parser = argparse.ArgumentParser(prog="headrace-proxy", description=__doc__)
+    parser.add_argument("--upstream", required=True, help="http://host:port to forward to")
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--mbps", type=float, default=None)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with LatencyProxy(
+        args.upstream, latency_ms=args.latency_ms, mbps=args.mbps, port=args.port
+    ) as proxy:
+        print(proxy.endpoint, flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        s = proxy.stats
+        print(
+            f"requests={s.requests} connections={s.connections} faults={s.faults} "
+            f"bytes_down={s.bytes_down} max_in_flight={s.max_in_flight}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

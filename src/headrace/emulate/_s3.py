@@ -1,0 +1,251 @@
+"""S3 you can try without an account: moto's server in a subprocess on 127.0.0.1.
+
+A subprocess, not moto's threaded server, so a crash in moto cannot take the
+caller down and the server's CPU work does not contend for the caller's GIL.
+It is stopped by its PID on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from types import TracebackType
+from typing import IO, Any, Self
+
+from headrace.emulate._proxy import LatencyProxy
+from headrace.errors import ConfigError, StorageError
+
+__all__ = ["LocalS3", "S3Endpoint", "configure_s3", "run_s3"]
+
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class S3Endpoint:
+    """Where an S3-compatible endpoint is, and how to sign for it."""
+
+    endpoint: str
+    access_key_id: str = ACCESS_KEY
+    secret_access_key: str = SECRET_KEY
+    region: str = REGION
+
+    def store_options(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`headrace.io.ObjectStore` (path style, plain HTTP)."""
+        return {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "path_style": True,
+            "allow_http": self.endpoint.startswith("http://"),
+        }
+
+    def boto3_client(self, **config: Any) -> Any:
+        """A boto3 S3 client for this endpoint (boto3 must be installed)."""
+        # Optional: only tests and tools need boto3.
+        import boto3  # type: ignore[import-untyped]
+        from botocore.config import Config  # type: ignore[import-untyped]
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+            region_name=self.region,
+            config=Config(max_pool_connections=64, **config),
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalS3:
+    """moto's S3 server on a free 127.0.0.1 port, for the life of a ``with`` block.
+
+    ``endpoint`` is ``http://127.0.0.1:PORT``; credentials are ``testing`` /
+    ``testing`` in ``us-east-1``. :meth:`create_bucket` makes a bucket.
+    """
+
+    def __init__(self, *, start_timeout_s: float = 30.0) -> None:
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._port = 0
+
+    def start(self) -> Self:
+        if self._proc is not None:
+            return self
+        # Another process may take the port between probing and binding; retry once.
+        for attempt in range(2):
+            self._port = _free_port()
+            env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+            # moto logs every request on stderr: a pipe nobody drains would fill up and
+            # hang the server after a few hundred requests, so it goes to a file.
+            self._log = tempfile.TemporaryFile()
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self._port)],
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                env=env,
+                start_new_session=True,
+            )
+            try:
+                self._wait_ready()
+                return self
+            except StorageError:
+                self.close()
+                if attempt == 1:
+                    raise
+        return self  # pragma: no cover - the loop returns or raises
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                err = ""
+                if self._log is not None:
+                    self._log.seek(0)
+                    err = self._log.read().decode(errors="replace")
+                raise StorageError(
+                    f"moto server exited with status {self._proc.returncode} before answering "
+                    f"on {self.endpoint}: {err.strip()[-500:]}"
+                )
+            try:
+                with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1.0):
+                    return
+            except urllib.error.HTTPError:
+                return  # it answered, even if with an error
+            except OSError:
+                time.sleep(0.05)
+        raise StorageError(
+            f"moto server did not answer on {self.endpoint} within {self.start_timeout_s} s"
+        )
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def info(self) -> S3Endpoint:
+        return S3Endpoint(endpoint=self.endpoint)
+
+    def create_bucket(self, name: str) -> None:
+        """Create ``name`` (a no-op if it exists)."""
+        client = self.info.boto3_client()
+        try:
+            client.create_bucket(Bucket=name)
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            pass
+
+
+def configure_s3(parser: argparse.ArgumentParser) -> None:
+    """Options of ``headrace emulate s3``."""
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        help="put the proxy in front of this http:// endpoint instead of starting moto",
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="delay per request (one way), ms"
+    )
+    parser.add_argument(
+        "--mbps", type=float, default=None, help="response bandwidth cap, megabytes/s"
+    )
+    parser.add_argument("--bucket", default=None, help="create this bucket on start (moto only)")
+
+
+def run_s3(args: argparse.Namespace) -> int:
+    """Start moto (unless ``--endpoint``) and, if asked, the proxy; run until Ctrl-C."""
+    use_proxy = args.latency_ms > 0 or args.mbps is not None
+    if args.endpoint is not None and not use_proxy:
+        raise ConfigError(
+            "--endpoint only makes sense with --latency-ms or --mbps "
+            "(otherwise use the endpoint directly)."
+        )
+    with contextlib.ExitStack() as stack:
+        upstream = args.endpoint
+        if upstream is None:
+            s3 = stack.enter_context(LocalS3())
+            upstream = s3.endpoint
+            if args.bucket:
+                s3.create_bucket(args.bucket)
+            print(f"moto S3 at {upstream} (pid {s3.pid})")
+        endpoint = upstream
+        proxy = None
+        if use_proxy:
+            proxy = stack.enter_context(
+                LatencyProxy(upstream, latency_ms=args.latency_ms, mbps=args.mbps)
+            )
+            endpoint = proxy.endpoint
+            print(f"proxy at {endpoint}: latency {args.latency_ms} ms, cap {args.mbps} MB/s")
+        print(f"endpoint:          {endpoint}")
+        print(f"access key id:     {ACCESS_KEY}")
+        print(f"secret access key: {SECRET_KEY}")
+        print(f"region:            {REGION}")
+        print("path style, plain HTTP (allow_http); Ctrl-C to stop", flush=True)
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if proxy is not None:
+            s = proxy.stats
+            print(f"proxy: {s.requests} requests, {s.bytes_down} bytes down")
+    return 0
+
+
+# The names ``headrace emulate`` looks for in each emulator's module.
+configure = configure_s3
+run = run_s3

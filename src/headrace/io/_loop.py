@@ -1,0 +1,61 @@
+"""A private asyncio event loop on its own thread, for callers that are not async.
+
+obstore's async calls are driven by its own Tokio runtime; the Python loop only
+awaits their futures, so one loop thread keeps hundreds of requests in flight.
+Each owner has its own loop (never the caller's), so a user's loop is never
+blocked and closing the owner joins the thread: nothing leaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running on a daemon thread until :meth:`close`."""
+
+    __slots__ = ("_loop", "_pid", "_thread")
+
+    def __init__(self, name: str = "headrace-aio") -> None:
+        self._loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    @property
+    def usable(self) -> bool:
+        """False after close, or in a child after ``fork`` (the thread did not survive)."""
+        return self._pid == os.getpid() and self._thread.is_alive()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (or exception)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed: make sure nothing keeps running behind our back.
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._pid != os.getpid():
+            return  # a forked child: the thread and loop belong to the parent
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()

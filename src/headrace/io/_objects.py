@@ -1,0 +1,534 @@
+"""Object storage (S3, GCS, Azure, HTTP, local files) through obstore.
+
+One :class:`ObjectStore` per bucket/prefix URL. Whole-object and range reads,
+coalesced multi-range reads, listing, and :meth:`ObjectStore.get_many`, which
+keeps up to ``max_in_flight`` requests in flight on a private event loop and
+returns results in request order. Every request is retried with bounded,
+jittered exponential backoff on 5xx, throttling, timeouts, dropped connections
+and truncated bodies; 403 and 404 are not retried. Every error leaves as one of
+``headrace.errors``, naming the object URL and byte range. A body shorter than
+asked for is never returned as data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import urlsplit
+
+import obstore as obs
+from obstore.store import LocalStore, S3Store, from_url
+
+from headrace.errors import (
+    ConfigError,
+    HeadraceError,
+    ReadEOFError,
+    StorageError,
+    TransientStorageError,
+)
+from headrace.io._loop import LoopThread
+from headrace.io._retry import RetryPolicy, classify
+
+__all__ = ["DEFAULT_COALESCE", "DEFAULT_MAX_IN_FLIGHT", "ObjectStats", "ObjectStore", "Request"]
+
+T = TypeVar("T")
+
+DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_COALESCE = 1024 * 1024
+_LATENCY_SAMPLES = 1 << 16
+
+Request = str | tuple[str, int, int]
+"""A whole object by key, or ``(key, offset, length)``."""
+
+_S3_SCHEMES = ("s3", "s3a")
+_URL_SCHEMES = ("gs", "az", "azure", "abfs", "abfss", "adl", "http", "https", "memory")
+
+
+@dataclass(slots=True)
+class ObjectStats:
+    """What an :class:`ObjectStore` did since it opened (or :meth:`ObjectStore.reset_stats`).
+
+    ``requests`` counts calls that succeeded (a ``get_ranges`` call is one,
+    however many HTTP requests obstore made for it); ``attempts`` counts tries,
+    so ``retries = attempts - requests - failures``. ``latencies_s`` holds the
+    latest 65,536 successful request latencies.
+    """
+
+    requests: int = 0
+    attempts: int = 0
+    retries: int = 0
+    failures: int = 0
+    bytes: int = 0
+    in_flight: int = 0
+    max_in_flight_observed: int = 0
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
+
+    def copy(self) -> ObjectStats:
+        out = ObjectStats(
+            requests=self.requests,
+            attempts=self.attempts,
+            retries=self.retries,
+            failures=self.failures,
+            bytes=self.bytes,
+            in_flight=self.in_flight,
+            max_in_flight_observed=self.max_in_flight_observed,
+        )
+        out.latencies_s.extend(self.latencies_s)
+        return out
+
+
+def _check_range(offset: int, length: int) -> None:
+    if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+        raise ConfigError(
+            f"A byte range needs integer offset >= 0 and length >= 0 "
+            f"(got offset={offset!r}, length={length!r})."
+        )
+
+
+def _normalize(request: Request) -> tuple[str, int, int] | str:
+    if isinstance(request, str):
+        return request
+    if isinstance(request, tuple) and len(request) == 3 and isinstance(request[0], str):
+        _check_range(request[1], request[2])
+        return request
+    raise ConfigError(f"A request is a key or a (key, offset, length) tuple (got {request!r}).")
+
+
+def _short_read(where: str, got: int, want: int, size: int | None, end: int) -> StorageError:
+    """A read returned ``got`` of ``want`` bytes: past the end, or a body cut short."""
+    if size is not None and end > size:
+        return ReadEOFError(
+            f"{where}: read past the end of the object (object has {size} bytes, "
+            f"range ends at {end}; {got} of {want} bytes available)"
+        )
+    return TransientStorageError(
+        f"{where}: response body was cut short ({got} of {want} bytes"
+        + ("" if size is None else f"; object has {size} bytes")
+        + ")"
+    )
+
+
+def _eof_with_size(exc: ReadEOFError, where: str, size: int | None, end: int) -> ReadEOFError:
+    """The same EOF error, saying how big the object is when the server did not."""
+    if size is None or "object has" in str(exc):
+        return exc
+    return ReadEOFError(
+        f"{where}: read past the end of the object (object has {size} bytes, range ends at {end})"
+    )
+
+
+class ObjectStore:
+    """Reads objects under one URL: ``s3://bucket/prefix``, ``gs://``, ``az://``,
+    ``http(s)://``, ``file:///dir`` or a plain local directory.
+
+    S3 options (``endpoint``, ``region``, ``access_key_id``,
+    ``secret_access_key``, ``path_style``) cover MinIO, Ceph and any
+    S3-compatible endpoint; anything else obstore understands goes in
+    ``config`` (store keys) or ``client_options`` (HTTP client, e.g.
+    ``allow_http``). Keys are relative to the URL's prefix.
+    """
+
+    def __init__(
+        self,
+        url: str | Path,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        path_style: bool | None = None,
+        allow_http: bool | None = None,
+        config: Mapping[str, Any] | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.retry = retry if retry is not None else RetryPolicy()
+        s3_opts = {
+            "endpoint": endpoint,
+            "region": region,
+            "access_key_id": access_key_id,
+            "secret_access_key": secret_access_key,
+        }
+        cfg: dict[str, Any] = dict(config or {})
+        cfg.update({k: v for k, v in s3_opts.items() if v is not None})
+        if path_style is not None:
+            cfg["virtual_hosted_style_request"] = not path_style
+        client: dict[str, Any] = {"timeout": timedelta(seconds=self.retry.timeout_s)}
+        client.update(client_options or {})
+        if allow_http is not None:
+            client["allow_http"] = allow_http
+        self.url, self._store = self._open(str(url), cfg, client)
+        self._lock = threading.Lock()
+        self._stats = ObjectStats()
+        self._rng = random.Random()
+        self._loop: LoopThread | None = None
+        self._closed = False
+
+    # -- opening and closing --------------------------------------------------------------
+
+    @staticmethod
+    def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, Any]:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        # obstore retries 5xx itself unless told not to; we retry (and count) here instead.
+        no_retry: Any = {"max_retries": 0}
+        opts: Any = cfg
+        http: Any = client
+        if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
+            path = Path(parts.path if scheme == "file" else url).expanduser().resolve()
+            if cfg:
+                raise ConfigError(
+                    f"{url}: store options {sorted(cfg)} do not apply to local files."
+                )
+            if not path.is_dir():
+                raise ConfigError(
+                    f"{url}: a local store needs an existing directory ({path} is not one)."
+                )
+            return path.as_uri(), LocalStore(path)
+        try:
+            if scheme in _S3_SCHEMES:
+                bucket = parts.netloc
+                if not bucket:
+                    raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
+                prefix = parts.path.strip("/") or None
+                s3 = S3Store(
+                    bucket, prefix=prefix, config=opts, client_options=http, retry_config=no_retry
+                )
+                base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
+                return base, s3
+            if scheme in _URL_SCHEMES:
+                other = from_url(
+                    url, config=opts or None, client_options=http, retry_config=no_retry
+                )
+                return url.rstrip("/"), other
+        except HeadraceError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{url}: cannot open store: {exc}") from exc
+        raise ConfigError(
+            f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
+            "file:// or a local path."
+        )
+
+    def close(self) -> None:
+        """Stop the private event loop (if one started). Idempotent."""
+        self._closed = True
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _live(self) -> Any:
+        if self._closed:
+            raise StorageError(f"{self.url}: store is closed")
+        return self._store
+
+    def _loop_thread(self) -> LoopThread:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"{self.url}: store is closed")
+            if self._loop is None or not self._loop.usable:
+                self._loop = LoopThread()
+            return self._loop
+
+    # -- stats ------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> ObjectStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            return self._stats.copy()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = ObjectStats()
+
+    def _begin(self) -> float:
+        with self._lock:
+            s = self._stats
+            s.attempts += 1
+            s.in_flight += 1
+            s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
+        return time.perf_counter()
+
+    def _end(self, t0: float, nbytes: int | None, *, retry: bool) -> None:
+        dt = time.perf_counter() - t0
+        with self._lock:
+            s = self._stats
+            s.in_flight -= 1
+            if nbytes is not None:
+                s.requests += 1
+                s.bytes += nbytes
+                s.latencies_s.append(dt)
+            elif retry:
+                s.retries += 1
+            else:
+                s.failures += 1
+
+    def where(self, key: str, offset: int | None = None, length: int | None = None) -> str:
+        """``url/key`` and, for a range, ``bytes [a, b)``: how messages name a read."""
+        name = f"{self.url}/{key}"
+        if offset is None or length is None:
+            return name
+        return f"{name}, bytes [{offset}, {offset + length})"
+
+    # -- retry loops (sync and async share classify() and the policy) ---------------------
+
+    def _gave_up(self, err: StorageError | ConfigError, attempts: int) -> StorageError:
+        assert isinstance(err, TransientStorageError)
+        return TransientStorageError(f"{err} (gave up after {attempts} attempts)")
+
+    def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
+        policy = self.retry
+        for attempt in range(1, policy.attempts + 1):
+            t0 = self._begin()
+            try:
+                result = once()
+            except Exception as exc:
+                err, transient = classify(exc, where)
+                again = transient and attempt < policy.attempts
+                self._end(t0, None, retry=again)
+                if not again:
+                    final = self._gave_up(err, attempt) if transient else err
+                    raise final from exc
+                time.sleep(policy.delay_s(attempt, self._rng))
+                continue
+            self._end(t0, size_of(result), retry=False)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _aretrying(
+        self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
+    ) -> T:
+        policy = self.retry
+        for attempt in range(1, policy.attempts + 1):
+            t0 = self._begin()
+            try:
+                result = await once()
+            except Exception as exc:
+                err, transient = classify(exc, where)
+                again = transient and attempt < policy.attempts
+                self._end(t0, None, retry=again)
+                if not again:
+                    final = self._gave_up(err, attempt) if transient else err
+                    raise final from exc
+                await asyncio.sleep(policy.delay_s(attempt, self._rng))
+                continue
+            self._end(t0, size_of(result), retry=False)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- single reads -----------------------------------------------------------------------
+
+    def size(self, key: str) -> int:
+        """The object's size in bytes (one HEAD)."""
+        store = self._live()
+        meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
+        return int(meta["size"])
+
+    def _size_or_none(self, key: str) -> int | None:
+        try:
+            return int(obs.head(self._live(), key)["size"])
+        except Exception:
+            return None  # the short read is reported either way
+
+    async def _asize_or_none(self, key: str) -> int | None:
+        try:
+            return int((await obs.head_async(self._live(), key))["size"])
+        except Exception:
+            return None
+
+    def get(self, key: str) -> memoryview:
+        """The whole object (zero-copy over obstore's buffer)."""
+        store = self._live()
+        where = self.where(key)
+
+        def once() -> memoryview:
+            result = obs.get(store, key)
+            data = memoryview(result.bytes())
+            start, end = result.range
+            if len(data) != end - start:
+                raise _short_read(where, len(data), end - start, None, 0)
+            return data
+
+        return self._retrying(where, once, len)
+
+    def get_range(self, key: str, offset: int, length: int) -> memoryview:
+        """``length`` bytes at ``offset``; :class:`ReadEOFError` if the object ends first."""
+        _check_range(offset, length)
+        store = self._live()
+        if length == 0:
+            return memoryview(b"")
+        where = self.where(key, offset, length)
+
+        def once() -> memoryview:
+            data = memoryview(obs.get_range(store, key, start=offset, length=length))
+            if len(data) != length:
+                raise _short_read(
+                    where, len(data), length, self._size_or_none(key), offset + length
+                )
+            return data
+
+        try:
+            return self._retrying(where, once, len)
+        except ReadEOFError as exc:
+            better = _eof_with_size(exc, where, self._size_or_none(key), offset + length)
+            if better is exc:
+                raise
+            raise better from exc
+
+    def get_ranges(
+        self, key: str, ranges: Sequence[tuple[int, int]], *, coalesce: int = DEFAULT_COALESCE
+    ) -> list[memoryview]:
+        """Many ``(offset, length)`` ranges of one object, in the order given.
+
+        obstore merges ranges less than ``coalesce`` bytes apart into one request
+        and runs up to 10 requests at once; on a remote store this turns dense
+        small ranges into a few large GETs.
+        """
+        for offset, length in ranges:
+            _check_range(offset, length)
+        store = self._live()
+        wanted = [(o, n) for o, n in ranges if n > 0]
+        if not wanted:
+            return [memoryview(b"") for _ in ranges]
+        lo = min(o for o, _ in wanted)
+        hi = max(o + n for o, n in wanted)
+        where = f"{self.url}/{key}, {len(wanted)} ranges within bytes [{lo}, {hi})"
+
+        def once() -> list[memoryview]:
+            parts = obs.get_ranges(
+                store,
+                key,
+                starts=[o for o, _ in wanted],
+                lengths=[n for _, n in wanted],
+                coalesce=coalesce,
+            )
+            views = [memoryview(p) for p in parts]
+            for (o, n), v in zip(wanted, views, strict=True):
+                if len(v) != n:
+                    raise _short_read(
+                        self.where(key, o, n), len(v), n, self._size_or_none(key), o + n
+                    )
+            return views
+
+        views = self._retrying(where, once, lambda vs: sum(len(v) for v in vs))
+        it = iter(views)
+        return [next(it) if n > 0 else memoryview(b"") for _, n in ranges]
+
+    # -- many reads, many in flight ---------------------------------------------------------
+
+    async def _aget_one(self, request: tuple[str, int, int] | str) -> memoryview:
+        store = self._live()
+        if isinstance(request, str):
+            key = request
+            where = self.where(key)
+
+            async def whole() -> memoryview:
+                result = await obs.get_async(store, key)
+                data = memoryview(await result.bytes_async())
+                start, end = result.range
+                if len(data) != end - start:
+                    raise _short_read(where, len(data), end - start, None, 0)
+                return data
+
+            return await self._aretrying(where, whole, len)
+        key, offset, length = request
+        if length == 0:
+            return memoryview(b"")
+        where = self.where(key, offset, length)
+
+        async def ranged() -> memoryview:
+            data = memoryview(await obs.get_range_async(store, key, start=offset, length=length))
+            if len(data) != length:
+                size = await self._asize_or_none(key)
+                raise _short_read(where, len(data), length, size, offset + length)
+            return data
+
+        try:
+            return await self._aretrying(where, ranged, len)
+        except ReadEOFError as exc:
+            better = _eof_with_size(exc, where, await self._asize_or_none(key), offset + length)
+            if better is exc:
+                raise
+            raise better from exc
+
+    async def _aget_many(
+        self, requests: list[tuple[str, int, int] | str], max_in_flight: int
+    ) -> list[memoryview]:
+        results: list[memoryview | None] = [None] * len(requests)
+        errors: dict[int, BaseException] = {}
+        # One shared iterator: each worker takes the next request when it is free, so at
+        # most max_in_flight run at once and a slow GET never holds up the others.
+        todo = iter(range(len(requests)))
+
+        async def worker() -> None:
+            for i in todo:
+                if errors:
+                    return  # stop starting new reads; the ones in flight finish
+                try:
+                    results[i] = await self._aget_one(requests[i])
+                except Exception as exc:
+                    errors[i] = exc
+
+        await asyncio.gather(*(worker() for _ in range(min(max_in_flight, len(requests)))))
+        if errors:
+            first = min(errors)
+            err = errors[first]
+            if len(errors) > 1:
+                err.add_note(f"{len(errors) - 1} more of {len(requests)} requests also failed")
+            raise err
+        return [r for r in results if r is not None]
+
+    def get_many(
+        self, requests: Sequence[Request], *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    ) -> list[memoryview]:
+        """Fetch every request with up to ``max_in_flight`` in flight; results in request order.
+
+        A request is a key (the whole object) or ``(key, offset, length)``. If any
+        fails, no new request starts, those in flight finish, and the error of the
+        earliest failed request (in request order) is raised.
+        """
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ConfigError(f"max_in_flight must be an integer >= 1 (got {max_in_flight!r}).")
+        normalized = [_normalize(r) for r in requests]
+        if not normalized:
+            return []
+        self._live()
+        return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+
+    def list(self, prefix: str = "") -> list[tuple[str, int]]:
+        """``(key, size)`` of every object under ``prefix``, sorted by key."""
+        store = self._live()
+
+        def once() -> list[tuple[str, int]]:
+            stream = obs.list(store, prefix or None, chunk_size=1000)
+            return sorted((m["path"], int(m["size"])) for chunk in stream for m in chunk)
+
+        return self._retrying(self.where(prefix), once, lambda _: 0)

@@ -1,0 +1,136 @@
+"""Bounded retries with exponential backoff and jitter, and obstore's errors mapped to ours.
+
+obstore (object_store underneath) can retry by itself, but then we could not
+count retries, tell a truncated body from a 503, or name the byte range in the
+final message. So stores are built with obstore's retries off and every
+request goes through :func:`classify` and :meth:`RetryPolicy.delay_s` here.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+import obstore.exceptions as obx
+
+from headrace.errors import (
+    ConfigError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    ReadEOFError,
+    StorageError,
+    TransientStorageError,
+)
+
+__all__ = ["RetryPolicy", "classify", "summarize"]
+
+_STATUS = re.compile(r"non-2xx status code: (\d{3})|status: (\d{3})")
+# What hyper/reqwest say when the connection broke or the clock ran out; all worth a retry.
+# LocalFileSystem's word for a range that starts past the end (S3 says 416).
+_EOF_WORDS = ("requested range was invalid", "range not satisfiable", "invalidrange")
+_TIMEOUT_WORDS = ("timedout", "timed out", "kind: timeout")
+_BODY_WORDS = ("incompletebody", "body error", "kind: body", "unexpectedeof")
+_CONNECTION_WORDS = (
+    "error sending request",
+    "connection reset",
+    "connection refused",
+    "connection closed",
+    "broken pipe",
+    "incompletemessage",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry transient failures.
+
+    ``attempts`` counts the first try: 5 means up to 4 retries. The n-th retry
+    waits ``min(max_delay_s, base_delay_s * 2**(n-1))``, scaled by a random
+    factor in [0.5, 1.0) so that many clients that failed together do not
+    retry together. ``timeout_s`` bounds each request (connect + transfer).
+    """
+
+    attempts: int = 5
+    base_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ConfigError(f"Retry attempts must be an integer >= 1 (got {self.attempts!r}).")
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ConfigError(
+                f"Retry delays must be >= 0 (got base_delay_s={self.base_delay_s}, "
+                f"max_delay_s={self.max_delay_s})."
+            )
+        if self.timeout_s <= 0:
+            raise ConfigError(f"Request timeout must be > 0 seconds (got {self.timeout_s}).")
+
+    def delay_s(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        cap = min(self.max_delay_s, self.base_delay_s * 2.0 ** (retry - 1))
+        return cap * (0.5 + 0.5 * rng.random())
+
+
+def summarize(exc: BaseException) -> str:
+    """The first, human part of an obstore message, without the Rust debug dump."""
+    text = str(exc).split("\n\nDebug source", 1)[0].strip()
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _status(text: str) -> int | None:
+    m = _STATUS.search(text)
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError, bool]:
+    """Map ``exc`` to headrace's tree; the flag says whether a retry may help.
+
+    ``where`` names the object and range (``s3://bucket/key, bytes [a, b)``) and
+    starts every message.
+    """
+    if isinstance(exc, StorageError):
+        return exc, isinstance(exc, TransientStorageError)
+    text = str(exc)
+    brief = summarize(exc)
+    if isinstance(exc, obx.NotFoundError) or (
+        isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
+    ):
+        return ObjectNotFoundError(f"{where}: no such object ({brief})"), False
+    if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
+        return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+    if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
+        return ConfigError(f"{where}: {brief}"), False
+    if isinstance(exc, ValueError):
+        return ConfigError(f"{where}: invalid key or argument ({brief})"), False
+    if isinstance(exc, TimeoutError):
+        return TransientStorageError(f"{where}: timed out ({brief})"), True
+    status = _status(text)
+    if status is not None:
+        if status == 416:
+            eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
+            return eof, False
+        if status in (403, 401):
+            return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+        if status == 404:
+            return ObjectNotFoundError(f"{where}: no such object ({brief})"), False
+        if status >= 500 or status in (408, 429):
+            return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
+        return StorageError(f"{where}: HTTP {status} ({brief})"), False
+    low = text.lower()
+    if any(word in low for word in _EOF_WORDS):
+        eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
+        return eof, False
+    if any(word in low for word in _TIMEOUT_WORDS):
+        return TransientStorageError(f"{where}: timed out ({brief})"), True
+    if any(word in low for word in _BODY_WORDS):
+        return TransientStorageError(f"{where}: response body was cut short ({brief})"), True
+    if any(word in low for word in _CONNECTION_WORDS):
+        return TransientStorageError(f"{where}: connection failed ({brief})"), True
+    if isinstance(exc, ConnectionError):
+        return TransientStorageError(f"{where}: {brief}"), True
+    return StorageError(f"{where}: {type(exc).__name__}: {brief}"), False

@@ -1,0 +1,63 @@
+"""Session fixtures for tests against a real S3 endpoint (moto on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from s3util import S3Fixture, start_s3
+
+from headrace.emulate import LatencyProxy
+from headrace.io import ObjectStore, RetryPolicy
+
+# Quick retries and a short timeout keep the fault tests fast.
+FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.5)
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Fixture]:
+    yield from start_s3(tmp_path_factory.mktemp("s3-local"))
+
+
+@pytest.fixture(scope="session")
+def _session_proxy(s3: S3Fixture) -> Iterator[LatencyProxy]:
+    with LatencyProxy(s3.server.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxy(_session_proxy: LatencyProxy) -> Iterator[LatencyProxy]:
+    """The session's proxy with no faults and zeroed counters."""
+    _session_proxy.set_faults([])
+    _session_proxy.reset_stats()
+    yield _session_proxy
+    _session_proxy.set_faults([])
+
+
+StoreFactory = Callable[..., ObjectStore]
+
+
+@pytest.fixture
+def open_store(s3: S3Fixture) -> Iterator[StoreFactory]:
+    """``open_store(endpoint=None, url=None, **options)``: an ObjectStore closed after the test."""
+    opened: list[ObjectStore] = []
+
+    def factory(endpoint: str | None = None, url: str | None = None, **kw: object) -> ObjectStore:
+        options = s3.options()
+        if endpoint is not None:
+            options["endpoint"] = endpoint
+        options.setdefault("retry", FAST_RETRY)
+        options.update(kw)
+        store = ObjectStore(url or s3.url, **options)  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def local_dir(s3: S3Fixture) -> Path:
+    return s3.local_dir

@@ -1,0 +1,69 @@
+"""Shared S3 test helpers: one moto server per session, objects written once.
+
+Imported by ``tests/integration/conftest.py`` (fixtures) and by the tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from headrace.emulate import LocalS3
+
+BUCKET = "headrace-test"
+PREFIX = "data"
+
+
+def payload(i: int, size: int) -> bytes:
+    """Deterministic, non-repeating bytes for object ``i``."""
+    out = bytearray()
+    counter = 0
+    while len(out) < size:
+        out += hashlib.sha256(f"{i}:{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:size])
+
+
+# key (relative to PREFIX) -> size; sizes straddle obstore's defaults and odd lengths.
+OBJECTS: dict[str, int] = {
+    **{f"small/{i:03d}.bin": 4096 + 37 * i for i in range(48)},
+    "big.bin": 3 * 1024 * 1024 + 11,
+    "empty.bin": 0,
+}
+
+
+@dataclass
+class S3Fixture:
+    server: LocalS3
+    local_dir: Path  # the same objects as plain files, for file:// comparisons
+
+    def options(self) -> dict[str, object]:
+        return self.server.info.store_options()
+
+    @property
+    def url(self) -> str:
+        return f"s3://{BUCKET}/{PREFIX}"
+
+
+def start_s3(tmp_root: Path) -> Iterator[S3Fixture]:
+    with LocalS3() as server:
+        server.create_bucket(BUCKET)
+        client = server.info.boto3_client()
+        local = tmp_root / PREFIX
+        for key, size in OBJECTS.items():
+            data = payload(hash_key(key), size)
+            client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}", Body=data)
+            path = local / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        yield S3Fixture(server=server, local_dir=local)
+
+
+def hash_key(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+
+
+def expected(key: str) -> bytes:
+    return payload(hash_key(key), OBJECTS[key])

@@ -1,0 +1,224 @@
+"""The fault proxy and the ``headrace emulate s3`` entry point, on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from s3util import BUCKET, PREFIX, S3Fixture, expected
+
+from headrace.emulate import FaultRule, LatencyProxy, LocalS3
+from headrace.emulate._s3 import configure_s3, run_s3
+from headrace.errors import ConfigError
+from headrace.io import ObjectStore
+
+pytestmark = pytest.mark.integration
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """Answers every request with its path and body; keep-alive, like a real store."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, body: bytes) -> None:
+        payload = self.path.encode() + b"|" + body
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        self._answer(b"")
+
+    def do_PUT(self) -> None:
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()  # the empty line after the last chunk
+                    break
+                body += self.rfile.read(size + 2)[:size]
+        else:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+        self._answer(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, bytes]:
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def test_relays_requests_on_one_connection(echo: str) -> None:
+    with LatencyProxy(echo) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+        for i in range(5):
+            assert _get(conn, f"/k{i}") == (200, f"/k{i}|".encode())
+        conn.request("PUT", "/up", body=b"x" * 100_000)
+        resp = conn.getresponse()
+        assert resp.read() == b"/up|" + b"x" * 100_000
+        conn.request("PUT", "/chunked", body=iter([b"ab", b"cde"]), encode_chunked=True)
+        assert conn.getresponse().read() == b"/chunked|abcde"
+        conn.close()
+        stats = proxy.stats
+    assert stats.requests == 7
+    assert stats.connections == 1
+    assert stats.faults == 0
+    assert stats.bytes_up > 100_000
+    assert stats.bytes_down > 100_000
+
+
+def test_fault_schedules(echo: str) -> None:
+    rules = [
+        FaultRule(status=503, match="/a", every=2),
+        FaultRule(status=500, match="/b", limit=1),
+        FaultRule(status=429, match="/c", fraction=0.5, seed=7),
+    ]
+    with LatencyProxy(echo, faults=rules) as proxy:
+        statuses: dict[str, list[int]] = {}
+        for name in ("/a", "/b", "/c"):
+            for _ in range(20):
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+                statuses.setdefault(name, []).append(_get(conn, name)[0])
+                conn.close()
+        stats = proxy.stats
+    assert statuses["/a"] == [200, 503] * 10
+    assert statuses["/b"] == [500] + [200] * 19
+    assert 3 <= statuses["/c"].count(429) <= 17
+    assert set(statuses["/c"]) == {200, 429}
+    assert stats.faults == 10 + 1 + statuses["/c"].count(429)
+    assert stats.faults_by_kind["status:503"] == 10
+
+
+def test_drop_and_latency(echo: str) -> None:
+    with LatencyProxy(echo, latency_ms=5, faults=[FaultRule(kind="drop", limit=1)]) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            _get(conn, "/x")
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=5)
+        assert _get(conn, "/x") == (200, b"/x|")
+        conn.close()
+        assert proxy.stats.faults_by_kind == {"drop": 1}
+
+
+def test_close_stops_thread_and_port(echo: str) -> None:
+    before = threading.active_count()
+    proxy = LatencyProxy(echo).start()
+    port = proxy.port
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    assert _get(conn, "/open")[0] == 200  # leaves a keep-alive connection open
+    proxy.close()
+    proxy.close()
+    conn.close()
+    assert threading.active_count() == before
+    with pytest.raises(ConnectionRefusedError):
+        http.client.HTTPConnection("127.0.0.1", port, timeout=5).request("GET", "/")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kind": "explode"}, "Fault kind"),
+        ({"every": 0}, "every"),
+        ({"fraction": 1.5}, "fraction"),
+        ({"limit": -1}, "limit"),
+        ({"status": 42}, "status"),
+    ],
+)
+def test_bad_fault_rules(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        FaultRule(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "kwargs", "message"),
+    [
+        ("https://x:1", {}, "http://host:port"),
+        ("http://127.0.0.1:1", {"latency_ms": -1}, "latency_ms"),
+        ("http://127.0.0.1:1", {"mbps": 0}, "mbps"),
+    ],
+)
+def test_bad_proxy_options(upstream: str, kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        LatencyProxy(upstream, **kwargs)  # type: ignore[arg-type]
+
+
+def test_run_s3_requires_a_reason_for_endpoint() -> None:
+    parser = argparse.ArgumentParser()
+    configure_s3(parser)
+    with pytest.raises(ConfigError, match="--endpoint only makes sense"):
+        run_s3(parser.parse_args(["--endpoint", "http://127.0.0.1:1"]))
+
+
+def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
+    # The CLI entry in a subprocess, in front of the session's moto: prints where it is,
+    # serves through the proxy, and stops cleanly on SIGTERM.
+    code = (
+        "import argparse, sys\n"
+        "from headrace.emulate._s3 import configure_s3, run_s3\n"
+        "p = argparse.ArgumentParser(); configure_s3(p)\n"
+        "sys.exit(run_s3(p.parse_args(sys.argv[1:])))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--endpoint", s3.server.endpoint, "--latency-ms", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = ""
+        for line in proc.stdout:
+            if line.startswith("endpoint:"):
+                endpoint = line.split()[1]
+            if "Ctrl-C" in line:
+                break
+        assert endpoint.startswith("http://127.0.0.1:")
+        options = {**s3.options(), "endpoint": endpoint}
+        with ObjectStore(f"s3://{BUCKET}/{PREFIX}", **options) as store:  # type: ignore[arg-type]
+            assert bytes(store.get("small/000.bin")) == expected("small/000.bin")
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        assert proc.returncode == 0
+        assert "proxy: 1 requests" in out
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_local_s3_stops_by_pid() -> None:
+    with LocalS3() as server:
+        pid = server.pid
+        assert pid is not None
+        server.create_bucket("twice")
+        server.create_bucket("twice")  # already ours: not an error
+        names = [b["Name"] for b in server.info.boto3_client().list_buckets()["Buckets"]]
+        assert "twice" in names
+    assert server.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -1,0 +1,227 @@
+"""ObjectStore on local directories (file:// and plain paths), its retry policy and error map.
+
+The S3 tests, against a real moto server, are in tests/integration/test_objects_s3.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from pathlib import Path
+
+import obstore.exceptions as obx
+import pytest
+
+from headrace.errors import (
+    ConfigError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    ReadEOFError,
+    StorageError,
+    TransientStorageError,
+)
+from headrace.io import ObjectStore, RetryPolicy
+from headrace.io._retry import classify, summarize
+
+
+def _data(n: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.bin").write_bytes(_data(10_000, 1))
+    (tmp_path / "sub" / "b.bin").write_bytes(_data(777, 2))
+    (tmp_path / "empty.bin").write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize("as_url", [True, False], ids=["file-url", "plain-path"])
+def test_local_reads(root: Path, as_url: bool) -> None:
+    url = root.as_uri() if as_url else str(root)
+    a = (root / "a.bin").read_bytes()
+    with ObjectStore(url) as store:
+        assert store.url == root.as_uri()
+        assert bytes(store.get("a.bin")) == a
+        assert bytes(store.get("empty.bin")) == b""
+        assert store.size("a.bin") == len(a)
+        assert bytes(store.get_range("a.bin", 123, 456)) == a[123:579]
+        assert bytes(store.get_range("a.bin", 5, 0)) == b""
+        ranges = [(9000, 1000), (0, 10), (50, 0), (10, 1)]
+        got = store.get_ranges("a.bin", ranges)
+        assert [bytes(g) for g in got] == [a[o : o + n] for o, n in ranges]
+        assert store.list() == [("a.bin", 10_000), ("empty.bin", 0), ("sub/b.bin", 777)]
+        assert store.list("sub") == [("sub/b.bin", 777)]
+
+
+def test_get_many_keeps_request_order_and_counts(root: Path) -> None:
+    a = (root / "a.bin").read_bytes()
+    b = (root / "sub" / "b.bin").read_bytes()
+    requests = ["sub/b.bin", ("a.bin", 100, 50), "a.bin", ("a.bin", 0, 0)] * 10
+    with ObjectStore(root) as store:
+        out = store.get_many(requests, max_in_flight=8)
+        assert [bytes(x) for x in out] == [b, a[100:150], a, b""] * 10
+        stats = store.stats
+        assert stats.requests == 30  # zero-length ranges need no request
+        assert stats.bytes == 10 * (777 + 50 + 10_000)
+        assert stats.retries == 0
+        assert 1 <= stats.max_in_flight_observed <= 8
+        assert len(stats.latencies_s) == 30
+        store.reset_stats()
+        assert store.stats.requests == 0
+        assert store.get_many([]) == []
+
+
+def test_read_past_end_names_url_and_range(root: Path) -> None:
+    with ObjectStore(root) as store:
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[9990, 10090\).*10000 bytes"):
+            store.get_range("a.bin", 9990, 100)
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[20000, 20010\).*10000 bytes"):
+            store.get_range("a.bin", 20_000, 10)
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[9999, 10001\)"):
+            store.get_ranges("a.bin", [(0, 10), (9999, 2)])
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[9999, 10001\)"):
+            store.get_many([("a.bin", 0, 10), ("a.bin", 9999, 2)])
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[20000, 20010\).*10000 bytes"):
+            store.get_many([("a.bin", 20_000, 10)])
+        # Nothing retried: EOF is permanent.
+        assert store.stats.retries == 0
+
+
+def test_missing_object(root: Path) -> None:
+    with ObjectStore(root) as store:
+        for call in (
+            lambda: store.get("nope.bin"),
+            lambda: store.size("nope.bin"),
+            lambda: store.get_range("nope.bin", 0, 4),
+            lambda: store.get_ranges("nope.bin", [(0, 4)]),
+        ):
+            with pytest.raises(ObjectNotFoundError, match=r"/nope\.bin"):
+                call()
+        with pytest.raises(ObjectNotFoundError, match=r"/nope\.bin") as info:
+            store.get_many(["a.bin", "nope.bin", "sub/b.bin", "nope2.bin"], max_in_flight=1)
+        # The earliest failure in request order is raised; with one in flight the reader
+        # stops after it, so nope2.bin is never tried.
+        assert "nope2" not in str(info.value)
+        assert store.stats.retries == 0
+
+
+def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
+    with ObjectStore(root) as store:
+        with pytest.raises(ObjectNotFoundError, match=r"/x1\.bin") as info:
+            store.get_many(["x1.bin", "x2.bin"], max_in_flight=2)
+        assert any("1 more of 2 requests" in n for n in getattr(info.value, "__notes__", []))
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("ftp://host/x",), {}, "unsupported scheme 'ftp'"),
+        (("s3:///prefix",), {}, "needs a bucket"),
+        (("/definitely/not/here",), {}, "existing directory"),
+        (("/tmp",), {"region": "us-east-1"}, "do not apply to local files"),
+        (("s3://b",), {"config": {"no_such_option": 1}}, "cannot open store"),
+    ],
+)
+def test_bad_store_configuration(args: tuple[str], kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ObjectStore(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_arguments(root: Path) -> None:
+    with ObjectStore(root) as store:
+        with pytest.raises(ConfigError, match="offset=-1"):
+            store.get_range("a.bin", -1, 5)
+        with pytest.raises(ConfigError, match="length=-5"):
+            store.get_ranges("a.bin", [(0, -5)])
+        with pytest.raises(ConfigError, match="key or a"):
+            store.get_many([("a.bin", 1)])  # type: ignore[list-item]
+        with pytest.raises(ConfigError, match="max_in_flight"):
+            store.get_many(["a.bin"], max_in_flight=0)
+        with pytest.raises(ConfigError, match=r"\.\./x"):
+            store.get("../x")
+
+
+def test_closed_store_refuses(root: Path) -> None:
+    store = ObjectStore(root)
+    store.get_many(["a.bin"])
+    store.close()
+    store.close()
+    assert store.closed
+    with pytest.raises(StorageError, match="store is closed"):
+        store.get("a.bin")
+    with pytest.raises(StorageError, match="store is closed"):
+        store.get_many(["a.bin"])
+
+
+def test_no_thread_leak_over_open_close_cycles(root: Path) -> None:
+    # Warm up obstore's runtime once, then the thread count must stay flat.
+    with ObjectStore(root) as store:
+        store.get_many(["a.bin"])
+    before = threading.active_count()
+    digest = hashlib.sha256()
+    for _ in range(200):
+        with ObjectStore(root.as_uri()) as store:
+            digest.update(store.get("sub/b.bin"))
+            digest.update(store.get_many([("a.bin", 0, 16)])[0])
+    assert threading.active_count() == before
+    assert threading.active_count() <= before
+
+
+def test_retry_policy_validation_and_delays() -> None:
+    for bad in (
+        {"attempts": 0},
+        {"base_delay_s": -1.0},
+        {"max_delay_s": -1.0},
+        {"timeout_s": 0.0},
+    ):
+        with pytest.raises(ConfigError):
+            RetryPolicy(**bad)  # type: ignore[arg-type]
+    policy = RetryPolicy(base_delay_s=0.1, max_delay_s=0.3)
+    rng = random.Random(0)
+    for retry, cap in [(1, 0.1), (2, 0.2), (3, 0.3), (8, 0.3)]:
+        for _ in range(20):
+            d = policy.delay_s(retry, rng)
+            assert cap / 2 <= d < cap
+
+
+_BODY_404 = "Server returned non-2xx status code: 404 Not Found: <Error/>\n\nDebug source:\n..."
+
+
+@pytest.mark.parametrize(
+    ("exc", "cls", "transient"),
+    [
+        (obx.NotFoundError("gone"), ObjectNotFoundError, False),
+        (obx.PermissionDeniedError("no"), PermissionDeniedError, False),
+        (obx.UnauthenticatedError("who"), PermissionDeniedError, False),
+        (obx.GenericError("x: " + _BODY_404), ObjectNotFoundError, False),
+        (obx.GenericError("non-2xx status code: 403 Forbidden"), PermissionDeniedError, False),
+        (obx.GenericError("non-2xx status code: 500 Internal"), TransientStorageError, True),
+        (obx.GenericError("non-2xx status code: 503 Slow Down"), TransientStorageError, True),
+        (obx.GenericError("non-2xx status code: 429 Too Many"), TransientStorageError, True),
+        (obx.GenericError("non-2xx status code: 416 Range"), ReadEOFError, False),
+        (obx.GenericError("non-2xx status code: 400 Bad"), StorageError, False),
+        (obx.GenericError("error sending request ... TimedOut"), TransientStorageError, True),
+        (obx.GenericError("body error ... IncompleteBody"), TransientStorageError, True),
+        (obx.GenericError("error sending request"), TransientStorageError, True),
+        (obx.GenericError("something else"), StorageError, False),
+        (TimeoutError("slow"), TransientStorageError, True),
+        (ConnectionResetError("reset"), TransientStorageError, True),
+        (ValueError("bad path"), ConfigError, False),
+        (RuntimeError("odd"), StorageError, False),
+    ],
+)
+def test_classify_maps_every_error(exc: BaseException, cls: type, transient: bool) -> None:
+    err, retry = classify(exc, "s3://b/k, bytes [0, 4)")
+    assert type(err) is cls
+    assert retry is transient
+    assert str(err).startswith("s3://b/k, bytes [0, 4)")
+    assert "Debug source" not in str(err)
+
+
+def test_summarize_trims_debug_dump() -> None:
+    text = summarize(obx.GenericError("head line\n\nDebug source:\n" + "x" * 1000))
+    assert text == "head line"
+    assert len(summarize(obx.GenericError("y" * 1000))) == 300
