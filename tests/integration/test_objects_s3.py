@@ -6,9 +6,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from conftest import StoreFactory
 from s3util import BUCKET, OBJECTS, PREFIX, S3Fixture, expected
 
+from conftest import StoreFactory
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
     ObjectNotFoundError,
