@@ -1,0 +1,162 @@
+"""``headrace bench``: run workloads side by side and report.
+
+With no arguments: the default ``tokens`` suite (1 GiB uint32 token file,
+generated once under ``~/.cache/headrace/bench``), naive vs headrace vs memcpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from headrace.bench._kind import make_kind
+from headrace.bench._machine import machine_info
+from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
+from headrace.bench._runner import Progress, RunOptions, run_workload
+from headrace.bench._workload import Workload, load_workload
+from headrace.errors import HeadraceError
+
+__all__ = ["configure", "default_root", "run"]
+
+
+def default_root() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "headrace", "bench")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workload",
+        "-w",
+        action="append",
+        help="built-in workload name or TOML path (repeatable; default: tokens)",
+    )
+    parser.add_argument("--root", default=None, help="dataset folder (default: %(default)s)")
+    parser.add_argument("--token-file-gib", type=float, help="token file size in GiB")
+    parser.add_argument("--steps", type=int, help="steps per timed trial")
+    parser.add_argument("--trials", type=int, help="timed trials per variant")
+    parser.add_argument("--warmup", type=int, help="warm-up steps per variant (not timed)")
+    parser.add_argument("--batch-size", type=int, help="global batch size")
+    parser.add_argument(
+        "--variants", help="comma-separated variant specs (name or name?key=value&...)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="measure digests in this process (faster; no per-variant peak RSS)",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def _override(wl: Workload, args: argparse.Namespace) -> Workload:
+    train: dict[str, Any] = {}
+    for key, attr in (
+        ("steps", "steps"),
+        ("trials", "trials"),
+        ("warmup_steps", "warmup"),
+        ("batch_size", "batch_size"),
+    ):
+        v = getattr(args, attr, None)
+        if v is not None:
+            train[key] = v
+    changes: dict[str, Any] = {}
+    if train:
+        changes["train"] = train
+    if getattr(args, "token_file_gib", None) is not None:
+        changes["dataset"] = {"token_file_gib": args.token_file_gib}
+    if getattr(args, "variants", None):
+        changes["variants"] = tuple(v for v in args.variants.split(",") if v)
+    return wl.replace(**changes) if changes else wl
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Progress | None]:
+    if quiet:
+        yield None
+        return
+    try:
+        from rich.progress import BarColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+    except ImportError:
+
+        def plain(label: str, done: int, total: int) -> None:
+            print(f"\r{label}: {done}/{total}", end="", file=sys.stderr, flush=True)
+
+        yield plain
+        print(file=sys.stderr)
+        return
+    with RichProgress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        "{task.completed}/{task.total}",
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        yield update
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.root or default_root()
+    names = args.workload or ["tokens"]
+    try:
+        workloads = [_override(load_workload(n), args) for n in names]
+        kinds = [make_kind(wl, root) for wl in workloads]
+    except HeadraceError as exc:
+        print(f"headrace bench: {exc}", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "command": ["headrace", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "root": os.path.abspath(root),
+        "workloads": [],
+        "results": [],
+        "notes": [],
+    }
+    t0 = time.perf_counter()
+    with _progress(args.quiet) as progress:
+        for kind in kinds:
+            if progress:
+                progress(f"{kind.workload.name}: dataset", 0, 1)
+
+            def gen_progress(done: int, total: int, name: str = kind.workload.name) -> None:
+                if progress:
+                    progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
+
+            try:
+                kind.generate(gen_progress)
+                summary, results = run_workload(
+                    kind, options=RunOptions(isolate=not args.no_isolate), progress=progress
+                )
+            except HeadraceError as exc:
+                print(f"headrace bench: {exc}", file=sys.stderr)
+                return 2
+            report["workloads"].append(summary)
+            report["results"].extend(results)
+    report["elapsed_s"] = time.perf_counter() - t0
+    report["machine"] = machine_info(root)
+    print_report(report)
+    if args.json:
+        write_json(report, args.json)
+    bad = [g for w in report["workloads"] for g in w["mismatches"]]
+    if bad:
+        for w in report["workloads"]:
+            if w["mismatches"]:
+                groups = " vs ".join("[" + ", ".join(g) + "]" for g in w["mismatches"])
+                print(
+                    f"headrace bench: digests differ in workload {w['name']!r}: {groups}",
+                    file=sys.stderr,
+                )
+        return 1
+    return 0
