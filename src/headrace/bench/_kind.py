@@ -161,7 +161,7 @@ class Kind:
         return round(self.record_bytes() * self.host_batch * (stop - start))
 
     def unique_payload_bytes(self, steps: int) -> int:
-        """Distinct bytes of data in this host's first ``steps`` batches (for amplification)."""
+        """Stored bytes the first ``steps`` batches need at least: amplification's yardstick."""
         return self.payload_bytes(0, steps)
 
     # -- variants -----------------------------------------------------------------
