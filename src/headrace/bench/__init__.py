@@ -1,3 +1,23 @@
-"""bench layer."""
+"""Benchmarks: workloads, datasets, runners and reports (``headrace bench``, ``headrace gen``)."""
 
-__all__: list[str] = []
+from headrace.bench._dlio import dlio_workload
+from headrace.bench._kind import KINDS, Kind, Stream, VariantSpec, make_kind, variant
+from headrace.bench._runner import RunOptions, max_accelerators, run_workload
+from headrace.bench._workload import TrainConfig, Workload, builtin_workloads, load_workload
+
+__all__ = [
+    "KINDS",
+    "Kind",
+    "RunOptions",
+    "Stream",
+    "TrainConfig",
+    "VariantSpec",
+    "Workload",
+    "builtin_workloads",
+    "dlio_workload",
+    "load_workload",
+    "make_kind",
+    "max_accelerators",
+    "run_workload",
+    "variant",
+]

@@ -1,0 +1,249 @@
+"""``headrace bench``: run workloads side by side and report.
+
+With no arguments: the default ``tokens`` suite (1 GiB uint32 token file,
+generated once under ``~/.cache/headrace/bench``), naive vs headrace vs memcpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from headrace.bench._kind import make_kind
+from headrace.bench._machine import machine_info
+from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
+from headrace.bench._runner import Progress, RunOptions, run_workload
+from headrace.bench._workload import Workload, load_workload
+from headrace.errors import HeadraceError
+
+__all__ = ["configure", "default_root", "run"]
+
+
+def default_root() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "headrace", "bench")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", nargs="*", help="'compare A.json B.json' prints ratios between two reports"
+    )
+    parser.add_argument("--list", action="store_true", help="list the built-in workloads")
+    parser.add_argument("--dlio", metavar="YAML", help="run a DLIO workload YAML")
+    parser.add_argument("--scale", type=float, default=1.0, help="DLIO: multiply file count")
+    parser.add_argument(
+        "--record-scale",
+        type=float,
+        default=1.0,
+        help="DLIO: multiply record sizes and compute time (demand per accelerator kept)",
+    )
+    parser.add_argument(
+        "--accelerators", default="1", help="simulated accelerators per host, or 'auto'"
+    )
+    parser.add_argument(
+        "--sweep", metavar="KEY=V1,V2", help="run each variant at each value (in_flight=1,8,32)"
+    )
+    parser.add_argument("--plot", metavar="PATH.png", help="plot throughput and AU per variant")
+    parser.add_argument(
+        "--workload",
+        "-w",
+        action="append",
+        help="built-in workload name or TOML path (repeatable; default: tokens)",
+    )
+    parser.add_argument("--root", default=None, help="dataset folder (default: %(default)s)")
+    parser.add_argument("--token-file-gib", type=float, help="token file size in GiB")
+    parser.add_argument("--steps", type=int, help="steps per timed trial")
+    parser.add_argument("--trials", type=int, help="timed trials per variant")
+    parser.add_argument("--warmup", type=int, help="warm-up steps per variant (not timed)")
+    parser.add_argument("--batch-size", type=int, help="global batch size")
+    parser.add_argument(
+        "--variants", help="comma-separated variant specs (name or name?key=value&...)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="measure digests in this process (faster; no per-variant peak RSS)",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def _override(wl: Workload, args: argparse.Namespace) -> Workload:
+    train: dict[str, Any] = {}
+    for key, attr in (
+        ("steps", "steps"),
+        ("trials", "trials"),
+        ("warmup_steps", "warmup"),
+        ("batch_size", "batch_size"),
+    ):
+        v = getattr(args, attr, None)
+        if v is not None:
+            train[key] = v
+    changes: dict[str, Any] = {}
+    if train:
+        changes["train"] = train
+    if getattr(args, "token_file_gib", None) is not None:
+        changes["dataset"] = {"token_file_gib": args.token_file_gib}
+    if getattr(args, "variants", None):
+        changes["variants"] = tuple(v for v in args.variants.split(",") if v)
+    wl = wl.replace(**changes) if changes else wl
+    if getattr(args, "sweep", None):
+        key, _, values = args.sweep.partition("=")
+        specs = []
+        for v in wl.variants:
+            for value in filter(None, values.split(",")):
+                sep = "&" if "?" in v else "?"
+                specs.append(f"{v}{sep}{key}={value}")
+        wl = wl.replace(variants=tuple(specs))
+    return wl
+
+
+def _demand(kind: Any) -> str:
+    t = kind.workload.train
+    rec = kind.record_bytes()
+    b = kind.host_batch
+    if t.computation_time <= 0:
+        return f"batch {b} x {rec / 1e6:.3f} MB/record; no compute (the loader alone)"
+    d = b * rec / t.computation_time
+    return (
+        f"batch {b} x {rec / 1e6:.3f} MB / {t.computation_time:g} s compute = "
+        f"{d / 1e6:,.1f} MB/s per accelerator (AU >= {t.au_threshold:.2f})"
+    )
+
+
+def list_workloads(root: str) -> int:
+    from headrace.bench._workload import builtin_workloads
+
+    for name, wl in builtin_workloads().items():
+        try:
+            demand = _demand(make_kind(wl, root))
+        except HeadraceError as exc:
+            demand = f"not runnable yet: {exc}"
+        print(f"{name:10s} [{wl.kind}] {wl.description}")
+        print(f"{'':10s} variants: {', '.join(wl.variants)}")
+        print(f"{'':10s} demand: {demand}")
+    return 0
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Progress | None]:
+    if quiet:
+        yield None
+        return
+    try:
+        from rich.progress import BarColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+    except ImportError:
+
+        def plain(label: str, done: int, total: int) -> None:
+            print(f"\r{label}: {done}/{total}", end="", file=sys.stderr, flush=True)
+
+        yield plain
+        print(file=sys.stderr)
+        return
+    with RichProgress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        "{task.completed}/{task.total}",
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def update(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        yield update
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.root or default_root()
+    if args.action:
+        if args.action[0] == "compare" and len(args.action) == 3:
+            from headrace.bench._compare import compare
+
+            return compare(args.action[1], args.action[2])
+        print(f"headrace bench: unknown action {args.action}", file=sys.stderr)
+        return 2
+    if args.list:
+        return list_workloads(root)
+    names = args.workload or ["tokens"]
+    auto = args.accelerators == "auto"
+    try:
+        n_acc = 1 if auto else int(args.accelerators)
+        if args.dlio:
+            from headrace.bench._dlio import dlio_workload
+
+            workloads = [
+                _override(
+                    dlio_workload(args.dlio, scale=args.scale, record_scale=args.record_scale),
+                    args,
+                )
+            ]
+        else:
+            workloads = [_override(load_workload(n), args) for n in names]
+        kinds = [make_kind(wl, root) for wl in workloads]
+    except (HeadraceError, ValueError, OSError) as exc:
+        print(f"headrace bench: {exc}", file=sys.stderr)
+        return 2
+    for kind in kinds:
+        print(f"{kind.workload.name}: {_demand(kind)}", file=sys.stderr)
+    report: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "command": ["headrace", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "root": os.path.abspath(root),
+        "workloads": [],
+        "results": [],
+        "notes": [],
+    }
+    t0 = time.perf_counter()
+    with _progress(args.quiet) as progress:
+        for kind in kinds:
+            if progress:
+                progress(f"{kind.workload.name}: dataset", 0, 1)
+
+            def gen_progress(done: int, total: int, name: str = kind.workload.name) -> None:
+                if progress:
+                    progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
+
+            try:
+                kind.generate(gen_progress)
+                summary, results = run_workload(
+                    kind,
+                    options=RunOptions(
+                        isolate=not args.no_isolate, accelerators=n_acc, accelerators_auto=auto
+                    ),
+                    progress=progress,
+                )
+            except HeadraceError as exc:
+                print(f"headrace bench: {exc}", file=sys.stderr)
+                return 2
+            report["workloads"].append(summary)
+            report["notes"].extend(summary["notes"])
+            report["results"].extend(results)
+    report["elapsed_s"] = time.perf_counter() - t0
+    report["machine"] = machine_info(root)
+    print_report(report)
+    if args.json:
+        write_json(report, args.json)
+    if args.plot:
+        from headrace.bench._plot import plot_report
+
+        plot_report(report, args.plot, sweep=args.sweep)
+    bad = [g for w in report["workloads"] for g in w["mismatches"]]
+    if bad:
+        for w in report["workloads"]:
+            if w["mismatches"]:
+                groups = " vs ".join("[" + ", ".join(g) + "]" for g in w["mismatches"])
+                print(
+                    f"headrace bench: digests differ in workload {w['name']!r}: {groups}",
+                    file=sys.stderr,
+                )
+        return 1
+    return 0

@@ -1,0 +1,208 @@
+"""Workload kinds: a dataset layout plus the variants that read it, side by side.
+
+A kind is a :class:`Kind` subclass registered under a name (``tokens``,
+``megatron``, ``files`` ...). Its variants are plain functions registered with
+:func:`variant`; adding a way to read a kind's data is one decorated function.
+Variants are named in workloads by a *spec*, ``name`` or ``name?key=value&...``
+(``headrace-async?prefetch=32``, ``headrace-sync?seed=1``), so sweeps and
+deliberately planted mismatches need no new code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from numpy.typing import NDArray
+
+from headrace.bench._workload import Workload
+from headrace.errors import ConfigError
+
+__all__ = [
+    "KINDS",
+    "Batch",
+    "GenStream",
+    "Kind",
+    "Stream",
+    "VariantSpec",
+    "kind_class",
+    "make_kind",
+    "variant",
+]
+
+Batch = dict[str, NDArray[Any]]
+
+
+class Stream(Protocol):
+    """An open variant: yields the planned batches; counts the bytes it read."""
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def bytes_read(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class GenStream:
+    """A :class:`Stream` from a batch iterator and a byte counter."""
+
+    def __init__(
+        self,
+        batches: Iterator[Batch],
+        bytes_read: Callable[[], int],
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self._batches = batches
+        self._bytes_read = bytes_read
+        self._close = close
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._batches
+
+    def bytes_read(self) -> int:
+        return self._bytes_read()
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    """A variant name and its options, parsed from ``name?key=value&key=value``."""
+
+    name: str
+    options: dict[str, str]
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> VariantSpec:
+        name, _, query = text.partition("?")
+        options: dict[str, str] = {}
+        for part in filter(None, query.split("&")):
+            key, eq, value = part.partition("=")
+            if not eq or not key:
+                raise ConfigError(f"variant {text!r}: option {part!r} is not key=value")
+            options[key] = value
+        return cls(name=name, options=options, text=text)
+
+    def int(self, key: str, default: int) -> int:
+        value = self.options.get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError as exc:
+            raise ConfigError(f"variant {self.text!r}: {key}={value!r} is not an integer") from exc
+
+
+Opener = Callable[[Any, VariantSpec, int], Stream]
+
+
+def variant(kind: type[Kind], name: str, *, digest: bool = True) -> Callable[[Opener], Opener]:
+    """Register ``fn(kind, spec, steps) -> Stream`` as variant ``name`` of ``kind``.
+
+    ``digest=False`` marks a variant whose output is not the planned batches
+    (a bare copy, raw reads): its digest is not compared.
+    """
+
+    def register(fn: Opener) -> Opener:
+        kind.openers[name] = fn
+        if not digest:
+            kind.undigested = kind.undigested | {name}
+        return fn
+
+    return register
+
+
+class Kind:
+    """Base of workload kinds: a dataset under ``root`` and ways to read it."""
+
+    openers: ClassVar[dict[str, Opener]]
+    undigested: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.openers = {}
+        cls.undigested = frozenset()
+
+    def __init__(self, workload: Workload, root: str) -> None:
+        self.workload = workload
+        self.root = os.fspath(root)
+        for text in workload.variants:
+            spec = VariantSpec.parse(text)
+            if spec.name not in self.openers:
+                raise ConfigError(
+                    f"workload {workload.name!r}: unknown variant {spec.name!r} for kind "
+                    f"{workload.kind!r}; known: {sorted(self.openers)}"
+                )
+
+    # -- dataset ------------------------------------------------------------------
+    def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Write the dataset under ``root`` unless a valid copy is there (resumable)."""
+        raise NotImplementedError
+
+    def files(self) -> list[str]:
+        """The dataset's files (after :meth:`generate`)."""
+        raise NotImplementedError
+
+    def dataset_bytes(self) -> int:
+        return sum(os.path.getsize(p) for p in self.files())
+
+    def record_bytes(self) -> float:
+        """Mean payload bytes of one sample, as delivered."""
+        raise NotImplementedError
+
+    def payload_bytes(self, start: int, stop: int) -> int:
+        """Payload bytes of this host's batches of steps ``[start, stop)``."""
+        return round(self.record_bytes() * self.host_batch * (stop - start))
+
+    def unique_payload_bytes(self, steps: int) -> int:
+        """Stored bytes the first ``steps`` batches need at least: amplification's yardstick."""
+        return self.payload_bytes(0, steps)
+
+    # -- variants -----------------------------------------------------------------
+    @property
+    def host_batch(self) -> int:
+        t = self.workload.train
+        return t.batch_size // t.world_size
+
+    def digested(self, spec: str) -> bool:
+        return VariantSpec.parse(spec).name not in self.undigested
+
+    def open(self, spec: str, steps: int) -> Stream:
+        """Open variant ``spec`` for ``steps`` batches from step 0."""
+        vs = VariantSpec.parse(spec)
+        return self.openers[vs.name](self, vs, steps)
+
+    def seed_of(self, spec: VariantSpec) -> int:
+        return spec.int("seed", self.workload.train.seed)
+
+
+# name -> "module:Class", or a reason the kind cannot run yet (another engineer builds it).
+KINDS: dict[str, str] = {
+    "tokens": "headrace.bench._tokens_kind:TokenKind",
+    "megatron": "headrace.bench._tokens_kind:MegatronKind",
+    "files": "headrace.bench._files_kind:FilesKind",
+    "rows": "! padded rows: the rows source is being built; no runner yet",
+    "tables": "! parquet/arrow tables: the table source is being built; no runner yet",
+}
+
+
+def kind_class(name: str) -> type[Kind]:
+    target = KINDS.get(name)
+    if target is None:
+        raise ConfigError(f"unknown workload kind {name!r}; known: {sorted(KINDS)}")
+    if target.startswith("!"):
+        raise ConfigError(f"workload kind {name!r} cannot run yet: {target[1:].strip()}")
+    module, _, cls = target.partition(":")
+    found = getattr(importlib.import_module(module), cls)
+    assert isinstance(found, type) and issubclass(found, Kind)
+    return found
+
+
+def make_kind(workload: Workload, root: str) -> Kind:
+    return kind_class(workload.kind)(workload, root)

@@ -1,0 +1,390 @@
+"""Run one workload: a measurement pass per variant, then alternating timed trials.
+
+1. **Measurement pass** (a fresh subprocess per variant unless ``isolate=False``):
+   every batch of the run's steps, SHA-256 digested; bytes read; bytes read by
+   the first batch; the process's peak RSS, attributable to this variant alone.
+2. **Timed trials**: every variant is opened once and warmed up (its first
+   ``warmup_steps`` excluded), then trials alternate ``A B C D A B C D ...`` so
+   a noisy neighbour or a frequency change hits every variant alike. Each trial
+   times ``steps`` batches; medians and spreads are reported. Digesting is kept
+   out of the timed loop (it costs as much as a fast gather).
+
+Both passes read the same steps of the same plan, so the digests describe the
+batches that were timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+import headrace
+from headrace.bench._kind import Batch, Kind
+from headrace.bench._machine import cpu_seconds, meminfo
+from headrace.bench._measure import measure_pass
+from headrace.errors import HeadraceError
+
+__all__ = ["RunOptions", "run_workload"]
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """How to run a workload (the workload itself says what to run)."""
+
+    #: measurement pass in a subprocess per variant (peak RSS attributable)
+    isolate: bool = True
+    #: read the dataset once first, so every variant starts from a warm page cache
+    warm_cache: bool = True
+    #: simulated accelerators fed by this host (demand scales by N)
+    accelerators: int = 1
+    #: also find the most accelerators each variant keeps at the AU threshold
+    accelerators_auto: bool = False
+
+
+def _compute_times(t: Any, steps: int) -> NDArray[np.float64]:
+    """Simulated compute seconds per step: constant or normal (clipped at 0), keyed by seed."""
+    if t.computation_time_stdev == 0:
+        return np.full(steps, t.computation_time)
+    rng = np.random.default_rng([t.seed, 0x434F4D50])
+    draw = rng.normal(t.computation_time, t.computation_time_stdev, steps)
+    return np.maximum(draw, 0.0)
+
+
+def au_trial(
+    it: Iterator[Batch], steps: int, compute: NDArray[np.float64], accelerators: int
+) -> tuple[float, float, float]:
+    """(wall, compute, loader) seconds for ``steps`` steps of ``accelerators`` batches each.
+
+    The accelerator is simulated with ``time.sleep``: like a real device it
+    leaves the CPU (and the GIL) to the loader's threads while it computes.
+    AU = compute / wall, as DLIO and MLPerf Storage define it.
+    """
+    comp = load = 0.0
+    t0 = time.perf_counter()
+    for i in range(steps):
+        a = time.perf_counter()
+        for _ in range(accelerators):
+            next(it)
+        b = time.perf_counter()
+        load += b - a
+        time.sleep(float(compute[i]))
+        comp += time.perf_counter() - b
+    return time.perf_counter() - t0, comp, load
+
+
+def _warm(paths: list[str]) -> None:
+    buf = bytearray(16 << 20)
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
+def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
+    # The child must import this same headrace, whatever sys.path made us find it.
+    src = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    req = {"workload": kind.workload.to_dict(), "root": kind.root, "variant": spec, "steps": steps}
+    proc = subprocess.run(
+        [sys.executable, "-m", "headrace.bench._measure"],
+        input=json.dumps(req),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise HeadraceError(
+            f"variant {spec!r} of workload {kind.workload.name!r} failed in its measurement "
+            f"process (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}"
+        )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "max": max(values), "median": statistics.median(values)}
+
+
+def run_workload(
+    kind: Kind, *, options: RunOptions | None = None, progress: Progress | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Measure every variant of ``kind``'s workload: (workload summary, results)."""
+    opts = options or RunOptions()
+    wl, t = kind.workload, kind.workload.train
+    warmup = max(1, t.warmup_steps)
+    n_acc = max(1, opts.accelerators)
+    has_compute = t.computation_time > 0
+    compute_steps = t.trials * t.steps if has_compute else 0
+    total = warmup + t.trials * t.steps + compute_steps * n_acc
+    specs = list(wl.variants)
+    mem_before = meminfo()
+    if opts.warm_cache:
+        _warm(kind.files())
+    mem_warm = meminfo()
+
+    # 1. measurement passes
+    measured: dict[str, dict[str, Any]] = {}
+    for i, spec in enumerate(specs):
+        if progress:
+            progress(f"{wl.name}: digest {spec}", i, len(specs))
+        if opts.isolate:
+            measured[spec] = _measure_isolated(kind, spec, total)
+        else:
+            measured[spec] = measure_pass(kind, spec, total)
+            measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
+            measured[spec]["rss_baseline_bytes"] = None
+
+    # 2. timed trials, alternating
+    its: dict[str, Iterator[Batch]] = {}
+    streams = {}
+    first_s: dict[str, float] = {}
+    for spec in specs:
+        t0 = time.perf_counter()
+        streams[spec] = kind.open(spec, total)
+        its[spec] = iter(streams[spec])
+        next(its[spec])
+        first_s[spec] = time.perf_counter() - t0
+        for _ in range(warmup - 1):
+            next(its[spec])
+    rates: dict[str, list[float]] = {s: [] for s in specs}
+    cpu: dict[str, float] = dict.fromkeys(specs, 0.0)
+    done, work = 0, t.trials * len(specs) * (2 if has_compute else 1)
+    au: dict[str, list[float]] = {s: [0.0, 0.0, 0.0] for s in specs}
+    try:
+        for _ in range(t.trials):
+            for spec in specs:
+                it = its[spec]
+                c0 = cpu_seconds()
+                t0 = time.perf_counter()
+                for _ in range(t.steps):
+                    next(it)
+                dt = time.perf_counter() - t0
+                cpu[spec] += cpu_seconds() - c0
+                rates[spec].append(t.steps / dt)
+                done += 1
+                if progress:
+                    progress(f"{wl.name}: trials", done, work)
+        # 3. the loader with (simulated) compute: accelerator utilisation
+        comp_t = _compute_times(t, t.trials * t.steps)
+        for r in range(t.trials if has_compute else 0):
+            for spec in specs:
+                wall, c, ld = au_trial(
+                    its[spec], t.steps, comp_t[r * t.steps : (r + 1) * t.steps], n_acc
+                )
+                au[spec][0] += wall
+                au[spec][1] += c
+                au[spec][2] += ld
+                done += 1
+                if progress:
+                    progress(f"{wl.name}: trials with compute", done, work)
+    finally:
+        for s in streams.values():
+            s.close()
+    mem_after = meminfo()
+    max_acc = (
+        {spec: max_accelerators(kind, spec) for spec in specs if kind.digested(spec)}
+        if opts.accelerators_auto and has_compute
+        else {}
+    )
+
+    payload_per_batch = round(kind.record_bytes() * kind.host_batch)
+    delivered = kind.payload_bytes(0, total)
+    unique = kind.unique_payload_bytes(total)
+    timed_bytes = kind.payload_bytes(0, t.trials * t.steps)
+    results: list[dict[str, Any]] = []
+    for spec in specs:
+        m = measured[spec]
+        med = statistics.median(rates[spec])
+        results.append(
+            {
+                "workload": wl.name,
+                "variant": spec,
+                "batches_per_s": med,
+                "batches_per_s_spread": _spread(rates[spec]),
+                "gb_per_s": med * payload_per_batch / 1e9,
+                "digest": m["digest"],
+                "must_agree": kind.digested(spec),
+                "bytes_before_first_batch": m["bytes_before_first_batch"],
+                "time_to_first_batch_s": first_s[spec],
+                "peak_rss_bytes": m["peak_rss_bytes"],
+                "rss_baseline_bytes": m["rss_baseline_bytes"],
+                "cpu_s_per_gb": cpu[spec] / (timed_bytes / 1e9),
+                "bytes_read": m["bytes_read"],
+                "bytes_delivered": delivered,
+                "unique_bytes_delivered": unique,
+                "amplification": m["bytes_read"] / unique if unique else None,
+                "au": au[spec][1] / au[spec][0] if has_compute else None,
+                "au_pass": au[spec][1] / au[spec][0] >= t.au_threshold if has_compute else None,
+                "loader_s_per_step_with_compute": (
+                    au[spec][2] / (t.trials * t.steps) if has_compute else None
+                ),
+                "max_accelerators": max_acc.get(spec),
+                "steps": total,
+                "trials": t.trials,
+                "steps_per_trial": t.steps,
+            }
+        )
+    _ratios(results)
+    ceiling = storage_ceiling(kind)
+    notes = []
+    if ceiling["gb_per_s"]:
+        for res in results:
+            if res["gb_per_s"] > ceiling["gb_per_s"]:
+                res["above_storage_ceiling"] = True
+                notes.append(
+                    f"{wl.name}/{res['variant']}: {res['gb_per_s']:.2f} GB/s is above the "
+                    f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
+                    f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
+                )
+    ds_bytes = kind.dataset_bytes()
+    if ds_bytes < mem_before.get("MemAvailable", 0):
+        notes.append(
+            f"{wl.name}: the dataset ({ds_bytes / 1e9:.2f} GB) fits in free memory "
+            f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
+            "page-cache reads unless the storage ceiling says otherwise"
+        )
+    summary = {
+        "name": wl.name,
+        "kind": wl.kind,
+        "description": wl.description,
+        "workload": wl.to_dict(),
+        "payload_bytes_per_batch": payload_per_batch,
+        "accelerators": n_acc,
+        "au_threshold": t.au_threshold,
+        "computation_time_s": t.computation_time,
+        "demand_bytes_per_s": demand_bytes_per_s(kind, n_acc),
+        "storage_ceiling": ceiling,
+        "notes": notes,
+        "record_bytes": kind.record_bytes(),
+        "dataset_bytes": ds_bytes,
+        "dataset_files": len(kind.files()),
+        "memory": {
+            "mem_total_bytes": mem_before.get("MemTotal", 0),
+            "cached_before_bytes": mem_before.get("Cached", 0),
+            "cached_after_warm_bytes": mem_warm.get("Cached", 0),
+            "cached_after_bytes": mem_after.get("Cached", 0),
+        },
+        "mismatches": mismatches(results),
+    }
+    return summary, results
+
+
+def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
+    """Payload the accelerators consume per second: N x batch x record / compute time."""
+    t = kind.workload.train
+    if t.computation_time <= 0:
+        return None
+    return accelerators * kind.host_batch * kind.record_bytes() / t.computation_time
+
+
+def max_accelerators(kind: Kind, spec: str, *, probe_steps: int | None = None) -> int:
+    """The most simulated accelerators ``spec`` keeps at the AU threshold.
+
+    N accelerators need N batches per compute time. Doubling finds a bracket,
+    bisection the edge; each probe is a fresh stream (first step excluded).
+    """
+    t = kind.workload.train
+    steps = probe_steps or max(4, min(t.steps, 16))
+    comp = _compute_times(t, steps)
+
+    def ok(n: int) -> bool:
+        stream = kind.open(spec, 1 + steps * n)
+        try:
+            it = iter(stream)
+            next(it)
+            wall, c, _ = au_trial(it, steps, comp, n)
+        finally:
+            stream.close()
+        return c / wall >= t.au_threshold
+
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= 4096 and ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def storage_ceiling(kind: Kind, *, budget: int = 256 << 20) -> dict[str, Any]:
+    """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes).
+
+    Tries O_DIRECT first (the device, not the page cache); falls back to
+    buffered reads where the filesystem refuses it, and says which it got.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = int(kind.workload.reader.get("threads", 8))
+    block = 4 << 20
+    jobs = []
+    for p in kind.files():
+        size = os.path.getsize(p)
+        jobs += [(p, off, min(block, size - off)) for off in range(0, size, block)]
+    jobs = jobs[: max(1, budget // block)]
+    flags = getattr(os, "O_DIRECT", 0)
+
+    def read(job: tuple[str, int, int], direct: bool) -> int:
+        path, off, n = job
+        fd = os.open(path, os.O_RDONLY | (flags if direct else 0))
+        try:
+            if direct:
+                import mmap
+
+                buf = mmap.mmap(-1, -(-n // 4096) * 4096)
+                try:
+                    return os.preadv(fd, [buf], off)
+                finally:
+                    buf.close()
+            return len(os.pread(fd, n, off))
+        finally:
+            os.close(fd)
+
+    for direct in [True, False] if flags else [False]:
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                t0 = time.perf_counter()
+                got = sum(pool.map(lambda j, d=direct: read(j, d), jobs))
+                dt = time.perf_counter() - t0
+            return {
+                "gb_per_s": got / dt / 1e9,
+                "bytes": got,
+                "o_direct": direct,
+                "threads": threads,
+            }
+        except OSError:
+            continue
+    return {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": threads}
+
+
+def _ratios(results: list[dict[str, Any]]) -> None:
+    by = {r["variant"]: r for r in results}
+    base = by.get("naive", results[0])
+    memcpy = by.get("memcpy")
+    for r in results:
+        r["ratio_to_baseline"] = r["batches_per_s"] / base["batches_per_s"]
+        r["ratio_to_memcpy"] = r["batches_per_s"] / memcpy["batches_per_s"] if memcpy else None
+
+
+def mismatches(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Groups of variants by digest, when the variants that must agree do not."""
+    groups: dict[str, list[str]] = {}
+    for r in results:
+        if r["must_agree"] and r["digest"] is not None:
+            groups.setdefault(r["digest"], []).append(r["variant"])
+    return list(groups.values()) if len(groups) > 1 else []

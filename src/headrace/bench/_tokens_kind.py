@@ -1,0 +1,219 @@
+"""Token workloads: random context windows of flat (or Megatron) token files.
+
+Variants, all on the same plan (``TokenSource.starts``), so their digests agree:
+
+``naive``           nanoGPT's loader: ``np.memmap`` recreated per batch, one slice
+                    per sample, ``np.stack`` for ``x`` and again for ``y``.
+``headrace-sync``   :class:`~headrace.pipeline.Loader` with ``prefetch=0``.
+``headrace-async``  the same with a read-ahead thread (``prefetch`` batches).
+``memcpy``          the floor of any gather: ``np.copyto`` of the ``B x (L+1)``
+                    tokens a single-copy gather moves, into a fresh array, from a
+                    rotating offset of the warm, pre-faulted file map. Not digested.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.bench._datagen import write_token_file
+from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.errors import ConfigError
+from headrace.formats import TokenSource, write_megatron_index
+from headrace.pipeline import Loader
+from headrace.plan import host_slice, step_samples
+
+__all__ = ["MegatronKind", "TokenKind"]
+
+MiB = 1 << 20
+GiB = 1 << 30
+PAGE = 4096
+
+
+class TokenKind(Kind):
+    """One flat token file of ``token_file_gib`` GiB; samples of ``context`` tokens."""
+
+    def __init__(self, workload: Any, root: str) -> None:
+        super().__init__(workload, root)
+        ds, rd = workload.dataset, workload.reader
+        self.dtype = np.dtype(ds.get("dtype", "uint32"))
+        self.context = int(ds.get("context", 1024))
+        self.num_tokens = int(float(ds.get("token_file_gib", 1.0)) * GiB) // self.dtype.itemsize
+        if self.num_tokens < 2 * (self.context + 1):
+            raise ConfigError(
+                f"workload {workload.name!r}: token file of {self.num_tokens} tokens is too "
+                f"small for context {self.context}"
+            )
+        self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
+        self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
+        self.prefetch = int(rd.get("prefetch", 8))
+        self.lo, self.hi = host_slice(
+            workload.train.batch_size, workload.train.rank, workload.train.world_size
+        )
+
+    @property
+    def path(self) -> str:
+        gib = self.num_tokens * self.dtype.itemsize / GiB
+        seed = self.workload.train.seed
+        return os.path.join(self.root, f"tokens-{gib:g}gib-{self.dtype.name}-s{seed}.bin")
+
+    def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
+        write_token_file(
+            self.path,
+            self.num_tokens,
+            dtype=self.dtype.name,
+            seed=self.workload.train.seed,
+            progress=progress,
+        )
+
+    def files(self) -> list[str]:
+        return [self.path]
+
+    def record_bytes(self) -> float:
+        # x and y share one (L + 1)-token row: counted once.
+        return float((self.context + 1) * self.dtype.itemsize)
+
+    def unique_payload_bytes(self, steps: int) -> int:
+        # Neighbouring samples share a token (x's last is the next sample's first)
+        # and epochs repeat samples: count each delivered byte once.
+        offs = np.sort(np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps))))
+        ends = offs + self.context + 1
+        reach = np.maximum.accumulate(ends)
+        gaps = np.maximum(0, offs[1:] - reach[:-1])
+        covered = int(reach[-1] - offs[0] - gaps.sum())
+        return int(covered * self.dtype.itemsize)
+
+    def source(self, **kw: Any) -> TokenSource:
+        return TokenSource(
+            self.path,
+            dtype=self.dtype,
+            context=self.context,
+            window_bytes=self.window_bytes,
+            block_bytes=self.block_bytes,
+            **kw,
+        )
+
+    def plan_chunks(self, seed: int, steps: int, chunk: int = 8) -> Iterator[NDArray[np.int64]]:
+        """Per step, the token offset of each of this host's samples (same plan as headrace).
+
+        Planned ``chunk`` steps per vectorised call, as the loader plans them.
+        """
+        src = self.source()
+        b = self.hi - self.lo
+        for t0 in range(0, steps, chunk):
+            ts = np.arange(t0, min(steps, t0 + chunk))
+            files, offs = src.starts(
+                seed, step_samples(ts, self.workload.train.batch_size, self.lo, self.hi)
+            )
+            if files.any():
+                raise ConfigError("the naive baseline reads a single token file")
+            for i in range(len(ts)):
+                yield offs[i * b : (i + 1) * b]
+
+
+@variant(TokenKind, "naive")
+def _naive(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    L, path, dtype = k.context, k.path, k.dtype
+    touched = [0]
+
+    def batches() -> Iterator[Batch]:
+        for ix in k.plan_chunks(k.seed_of(spec), steps):
+            # nanoGPT recreates the memmap every batch "to avoid a memory leak".
+            data = np.memmap(path, dtype=dtype, mode="r")
+            x = np.stack([data[i : i + L] for i in ix.tolist()])
+            y = np.stack([data[i + 1 : i + 1 + L] for i in ix.tolist()])
+            # Bytes read = the 4 KiB pages its slices fault in (the kernel may read ahead more).
+            first = ix * dtype.itemsize // PAGE
+            last = ((ix + L + 1) * dtype.itemsize - 1) // PAGE
+            touched[0] += int((last - first + 1).sum()) * PAGE
+            yield {"x": x, "y": y}
+
+    return GenStream(batches(), lambda: touched[0])
+
+
+def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -> Stream:
+    src = k.source()
+    t = k.workload.train
+    loader = Loader(
+        src,
+        batch_size=t.batch_size,
+        seed=k.seed_of(spec),
+        rank=t.rank,
+        world_size=t.world_size,
+        prefetch=prefetch,
+        chunk_steps=spec.int("chunk_steps", 8),
+        steps=steps,
+    )
+    return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close)
+
+
+@variant(TokenKind, "headrace-sync")
+def _headrace_sync(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(k, spec, steps, 0)
+
+
+@variant(TokenKind, "headrace-async")
+def _headrace_async(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(k, spec, steps, spec.int("prefetch", k.prefetch))
+
+
+@variant(TokenKind, "memcpy", digest=False)
+def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:  # noqa: ARG001
+    b, row = k.hi - k.lo, k.context + 1
+    n = b * row
+    data = np.memmap(k.path, dtype=k.dtype, mode="r")
+    # Rotate within one window's worth of the file, faulted in up front, so the
+    # figure is a copy from warm memory, not page faults.
+    region = data[: max(n, min(data.size, k.window_bytes // k.dtype.itemsize))]
+    int(region[:: PAGE // k.dtype.itemsize].sum())
+    span = region.size - n + 1
+    read = [0]
+
+    def batches() -> Iterator[Batch]:
+        for i in range(steps):
+            off = (i * n) % span
+            out = np.empty((b, row), dtype=k.dtype)
+            np.copyto(out, region[off : off + n].reshape(b, row))
+            read[0] += n * k.dtype.itemsize
+            yield {"x": out[:, :-1], "y": out[:, 1:]}
+
+    return GenStream(batches(), lambda: read[0])
+
+
+class MegatronKind(TokenKind):
+    """A Megatron-LM ``.bin``/``.idx`` pair: the same tokens, documents in the index."""
+
+    @property
+    def path(self) -> str:
+        return super().path.replace("tokens-", "megatron-")
+
+    def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
+        wrote = write_token_file(
+            self.path,
+            self.num_tokens,
+            dtype=self.dtype.name,
+            seed=self.workload.train.seed,
+            progress=progress,
+        )
+        idx = self.path[:-4] + ".idx"
+        if wrote or not os.path.exists(idx):
+            doc = int(self.workload.dataset.get("document_tokens", 4096))
+            lengths = np.full(self.num_tokens // doc, doc, dtype=np.int32)
+            if self.num_tokens % doc:
+                lengths = np.append(lengths, self.num_tokens % doc).astype(np.int32)
+            write_megatron_index(idx, self.dtype, lengths)
+
+    def files(self) -> list[str]:
+        return [self.path, self.path[:-4] + ".idx"]
+
+    def dataset_bytes(self) -> int:
+        return int(self.num_tokens * self.dtype.itemsize)
+
+
+# The Megatron kind reads through the same variants.
+MegatronKind.openers.update(TokenKind.openers)
+MegatronKind.undigested = TokenKind.undigested

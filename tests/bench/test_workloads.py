@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from headrace.bench._kind import make_kind
+from headrace.bench._runner import RunOptions, run_workload
+from headrace.bench._workload import builtin_workloads, load_workload
+from headrace.cli import main
+from headrace.errors import ConfigError
+
+DATA = Path(__file__).parent.parent / "data"
+
+# Each runnable built-in workload at a tiny scale.
+TINY = {
+    "tokens": {"dataset": {"token_file_gib": 0.002}},
+    "megatron": {"dataset": {"token_file_gib": 0.002, "context": 256}},
+    "unet3d": {"dataset": {"files": 8, "record_bytes": 20_000, "record_bytes_stdev": 5_000}},
+    "retinanet": {"dataset": {"files": 8, "image_hw": [32, 48]}, "train": {"batch_size": 4}},
+    "hdf5": {"dataset": {"files": 3, "record_bytes": 4_000}, "train": {"batch_size": 4}},
+}
+TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> None:
+    wl = builtin_workloads()[name]
+    over = TINY[name]
+    train = {**TRAIN, **over.get("train", {})}
+    if wl.train.computation_time:
+        train["computation_time"] = 0.001
+    wl = wl.replace(dataset=over["dataset"], train=train)
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert summary["mismatches"] == []
+    steps = results[0]["steps"]
+    digests = {r["digest"] for r in results if r["must_agree"]}
+    assert len(digests) == 1
+    for r in results:
+        # bytes delivered = samples x record size (mean over the planned samples)
+        assert r["bytes_delivered"] == kind.payload_bytes(0, steps)
+        if (
+            name in ("tokens", "megatron")
+            or kind.workload.dataset.get("record_bytes_stdev", 0) == 0
+        ):
+            assert r["bytes_delivered"] == round(steps * kind.host_batch * kind.record_bytes())
+        assert r["amplification"] >= 1
+        if r["au"] is not None:
+            assert 0 <= r["au"] <= 1
+            assert r["au_pass"] == (r["au"] >= wl.train.au_threshold)
+        assert r["bytes_before_first_batch"] <= r["bytes_read"]
+
+
+def test_stub_kinds_are_declared_but_refuse_to_run(tmp_path: Path) -> None:
+    for name in ("rows", "tables"):
+        with pytest.raises(ConfigError, match="cannot run yet"):
+            make_kind(builtin_workloads()[name], str(tmp_path))
+
+
+def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["bench", "--list", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "unet3d" in out and "MB/s per accelerator" in out and "not runnable yet" in out
+
+
+@pytest.mark.parametrize(
+    ("yaml", "scale", "record_scale"),
+    [("unet3d_h100.yaml", 0.03, 0.0001), ("resnet50_h100.yaml", 0.001, 0.01)],
+)
+def test_dlio_yaml_runs_at_small_scale(
+    yaml: str, scale: float, record_scale: float, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.json"
+    args = ["bench", "--dlio", str(DATA / yaml), "--root", str(tmp_path / "d"), "-q"]
+    args += ["--scale", str(scale), "--record-scale", str(record_scale), "--no-isolate"]
+    args += ["--steps", "2", "--trials", "1", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    (w,) = report["workloads"]
+    assert w["au_threshold"] == 0.90
+    assert {r["variant"] for r in report["results"]} == {"serial", "threads", "raw"}
+    assert all(0 <= r["au"] <= 1 for r in report["results"])
+
+
+def test_dlio_resnet_mapping() -> None:
+    from headrace.bench._dlio import dlio_workload
+
+    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.5, record_scale=0.5)
+    assert wl.dataset["format"] == "raw" and wl.dataset["files"] == 512
+    assert wl.dataset["samples_per_file"] == 1251 and wl.dataset["record_bytes"] == 57_330
+    assert wl.train.batch_size == 400 and wl.train.computation_time == pytest.approx(0.112)
+
+
+def test_gen_is_resumable(tmp_path: Path) -> None:
+    wl = tmp_path / "w.toml"
+    wl.write_text(
+        'kind = "files"\nvariants = ["serial"]\n[dataset]\nformat = "npy"\nfiles = 4\n'
+        "record_bytes = 1000\n[train]\nbatch_size = 2\n"
+    )
+    assert main(["gen", str(wl), "--root", str(tmp_path / "d"), "-q"]) == 0
+    files = sorted((tmp_path / "d").rglob("*.npy"))
+    assert len(files) == 4
+    files[1].unlink()
+    first = files[0].stat().st_mtime_ns
+    assert main(["gen", str(wl), "--root", str(tmp_path / "d"), "-q"]) == 0
+    assert files[1].exists() and files[0].stat().st_mtime_ns == first
+
+
+def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", "hdf5", "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    args += ["--steps", "2", "--trials", "1", "--accelerators", "auto"]
+    args += ["--sweep", "in_flight=1,4", "--json", str(out), "--plot", str(tmp_path / "p.png")]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    variants = [r["variant"] for r in report["results"]]
+    assert "threads?in_flight=4" in variants
+    assert all(isinstance(r["max_accelerators"], int) for r in report["results"] if r["must_agree"])
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_bad_workload_file(tmp_path: Path) -> None:
+    p = tmp_path / "w.toml"
+    p.write_text('kind = "files"\nvariants = ["serial"]\n[train]\nbatch = 3\n')
+    with pytest.raises(ConfigError, match=r"unknown \[train\] keys \['batch'\]"):
+        load_workload(str(p))
