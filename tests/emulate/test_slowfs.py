@@ -117,9 +117,11 @@ def test_parallel_preads_keep_many_reads_in_flight(slow_mount, src):
     assert s["read_size_hist"].get("4096", 0) >= 32  # random preads arrive as 4 KiB READs
 
 
-@pytest.mark.parametrize("knob", ["max_background", "max_threads"])
-def test_max_background_and_max_threads_bound_reads_in_flight(slow_mount, src, knob):
-    m = slow_mount(src, read_latency_ms=5, **{knob: 4})
+def test_max_threads_bounds_reads_in_flight(slow_mount, src):
+    # max_threads bounds what the server runs at once. (max_background only bounds
+    # the kernel's *background* requests, e.g. readahead; synchronous preads can
+    # exceed it, so a test of it on preads was flaky under load.)
+    m = slow_mount(src, read_latency_ms=5, max_threads=4)
     pages = random.Random(8).sample(range(4 * MIB // 4096), 48)
     fd = os.open(m.mnt / "big.bin", os.O_RDONLY)
     try:
