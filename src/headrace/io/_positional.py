@@ -31,6 +31,10 @@ from headrace.io._ranges import chunk_spans, coalesce_arrays
 __all__ = ["aligned_empty", "read_direct_into", "read_spans"]
 
 DEFAULT_ALIGNMENT = 4096
+# Spans longer than max_span (single huge requests) are split into pieces
+# read in parallel, but never below this: tiny pieces cost more in calls than
+# they gain in overlap.
+MIN_PIECE = 256 * 1024
 
 
 def aligned_empty(nbytes: int, alignment: int) -> NDArray[np.uint8]:
@@ -105,9 +109,9 @@ def read_spans(
     if alignment:
         starts = starts // alignment * alignment
         ends = -(-ends // alignment) * alignment
-        chunk = max(alignment, max_span // alignment * alignment)
+        chunk = max(MIN_PIECE, max_span) // alignment * alignment
     else:
-        chunk = max_span
+        chunk = max(MIN_PIECE, max_span)
     p_start, p_end, p_pos, owner = chunk_spans(starts, ends, chunk)
     span_pos = p_pos[np.searchsorted(owner, np.arange(len(starts)))]
     total = int((ends - starts).sum())
