@@ -49,7 +49,14 @@ class TableSource:
         truncate: bool = False,
         shuffle: bool = True,
     ) -> None:
-        self.table = table if isinstance(table, Table) else Table.open(table, columns=columns)
+        if isinstance(table, Table):
+            self.table = table
+        else:
+            try:
+                self.table = Table.open(table, columns=columns)
+            except ConfigError as exc:
+                where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
+                raise ConfigError(f"{where}: {exc}") from exc
         cols = self.table.columns
         self.names = list(cols) if columns is None else list(columns)
         unknown = [c for c in self.names if c not in cols]
