@@ -44,9 +44,7 @@ def tiny(tmp_path: Path) -> tuple[Path, Path]:
 def test_right_padding_by_hand(tiny: tuple[Path, Path]) -> None:
     src = PaddedRows(*tiny, context=5, shuffle=False)
     got = src.read(0, np.arange(3))
-    np.testing.assert_array_equal(
-        got["x"], [[5, 6, 7, 8, 0], [9, 10, 11, 12, 13], [3, 4, 0, 0, 0]]
-    )
+    np.testing.assert_array_equal(got["x"], [[5, 6, 7, 8, 0], [9, 10, 11, 12, 13], [3, 4, 0, 0, 0]])
     np.testing.assert_array_equal(
         got["y"], [[-1, 7, 8, -1, -1], [10, 11, 12, 13, 14], [4, -1, -1, -1, -1]]
     )
@@ -61,9 +59,7 @@ def test_left_padding_by_hand(tiny: tuple[Path, Path]) -> None:
     got = src.read(0, np.arange(3))
     # Row 0 left-padded is [0, 0, 5, 6, 7, 8]; the first content token's target
     # position (predicted from a pad) is ignored.
-    np.testing.assert_array_equal(
-        got["x"], [[0, 0, 5, 6, 7], [9, 10, 11, 12, 13], [0, 0, 0, 0, 3]]
-    )
+    np.testing.assert_array_equal(got["x"], [[0, 0, 5, 6, 7], [9, 10, 11, 12, 13], [0, 0, 0, 0, 3]])
     np.testing.assert_array_equal(
         got["y"],
         [[-100, -100, -100, 7, 8], [10, 11, 12, 13, 14], [-100, -100, -100, -100, 4]],
@@ -171,8 +167,9 @@ def test_empty_rows_replaced_same_across_strategies_hosts_and_order(tmp_path: Pa
             parts = []
             for rank in range(world):
                 src = PaddedRows(tp, mp, context=W - 1, reader=reader_for(strategy, tmp_path))
-                with Loader(src, batch_size=16, seed=9, rank=rank, world_size=world,
-                            prefetch=0, steps=30) as ld:
+                with Loader(
+                    src, batch_size=16, seed=9, rank=rank, world_size=world, prefetch=0, steps=30
+                ) as ld:
                     parts.append(list(ld))
             union = [
                 {k: np.concatenate([p[t][k] for p in parts]) for k in parts[0][t]}
@@ -226,8 +223,13 @@ def test_resume_exact(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path, empty_every=5)
 
     def make() -> Loader:
-        return Loader(PaddedRows(tp, mp, context=32, pad_side="left"), batch_size=8, seed=1,
-                      prefetch=2, chunk_steps=4)
+        return Loader(
+            PaddedRows(tp, mp, context=32, pad_side="left"),
+            batch_size=8,
+            seed=1,
+            prefetch=2,
+            chunk_steps=4,
+        )
 
     assert_resume_exact(make, steps=45, resume_at=[0, 1, 36, 37, 40])  # 37.5 steps per epoch
     with make() as ld:

@@ -93,7 +93,10 @@ def test_strings_padded_with_per_column_width_and_pad(tmp_path: Path) -> None:
     table, _ = make_table()
     pq.write_table(table, tmp_path / "t.parquet")
     src = TableSource(
-        tmp_path / "t.parquet", columns=["text"], widths={"text": 8}, pad_values={"text": 32},
+        tmp_path / "t.parquet",
+        columns=["text"],
+        widths={"text": 8},
+        pad_values={"text": 32},
         shuffle=False,
     )
     got = src.read(0, np.array([0, 12]))
