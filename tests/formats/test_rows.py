@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from itertools import islice
 from pathlib import Path
 
@@ -144,6 +145,16 @@ def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "tok.bin.json").read_text()) == {"dtype": "uint16", "width": W}
     s = np.arange(64, dtype=np.int64) * 37
     assert batch_digest([a.read(5, s)]) == batch_digest([b.read(5, s)])
+
+
+def test_pickled_copy_reads_the_same(tmp_path: Path) -> None:
+    src = PaddedRows(*make_rows(tmp_path), context=100, reader="pread")
+    s = np.arange(40, dtype=np.int64)
+    first = src.read(2, s)
+    copy = pickle.loads(pickle.dumps(src))
+    assert batch_digest([copy.read(2, s)]) == batch_digest([first])
+    copy.close()
+    src.close()
 
 
 def test_shuffle_is_a_permutation_per_epoch(tmp_path: Path) -> None:

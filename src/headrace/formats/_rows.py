@@ -195,9 +195,6 @@ class PaddedRows:
         )
         return rows
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
-        """Nothing to do ahead: rows are read whole, on demand, in one coalesced read."""
-
     def close(self) -> None:
         self._io.close()
 
