@@ -214,6 +214,29 @@ def test_empty_rows_replaced_same_across_strategies_hosts_and_order(tmp_path: Pa
         np.testing.assert_array_equal(whole[k], want[k])
 
 
+def test_each_replacement_round_is_one_read_per_file(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=2)
+    with RangeReader("pread") as reader:
+        src = PaddedRows(tp, mp, context=W - 1, reader=reader)
+        samples = np.arange(64, dtype=np.int64)
+        rows = src.rows_of(0, samples)
+        final = src.final_rows(0, samples)
+        before = reader.stats.reads
+        src.read(0, samples)
+        reads = reader.stats.reads - before
+        src.close()  # a borrowed reader stays open
+        assert not reader.closed
+    # Rounds: the largest number of retries any one sample needed.
+    rounds = 0
+    for i in np.flatnonzero(rows != final).tolist():
+        a = 1
+        while int(retry_rows(0, samples[[i]], a, N_ROWS)[0]) != final[i]:
+            a += 1
+        rounds = max(rounds, a)
+    assert rounds >= 1
+    assert reads == 2 * (1 + rounds)  # tokens + mask, first read plus one per round
+
+
 def test_replacement_limit_raises_naming_dataset_and_rows(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path, empty_every=1)  # every row empty
     src = PaddedRows(tp, mp, context=16, max_retries=3)

@@ -185,6 +185,13 @@ def test_batch_size_mismatch_is_refused(sources: dict[str, PaddedRows]) -> None:
             list(islice(it, 2))  # ...but the next chunk of two steps does not
 
 
+def test_check_batch_size(sources: dict[str, PaddedRows]) -> None:
+    mix = mixture(sources, b=32)
+    mix.check_batch_size(32)
+    with pytest.raises(ConfigError, match=r"Mixture\(batch_size=32\) cannot serve.*batch_size=64"):
+        mix.check_batch_size(64)
+
+
 def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows]) -> None:
     with pytest.raises(ConfigError, match="3 sources but 2 weights"):
         Mixture(sources, [1, 2], batch_size=8)

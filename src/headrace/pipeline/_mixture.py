@@ -77,6 +77,15 @@ class Mixture:
             "sources": {n: s.fingerprint() for n, s in zip(self.names, self.sources, strict=True)},
         }
 
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raise unless ``batch_size`` (a loader's global batch) is the mixture's."""
+        if batch_size != self.batch_size:
+            raise ConfigError(
+                f"Mixture(batch_size={self.batch_size}) cannot serve a loader with "
+                f"batch_size={batch_size}: the mixture decodes sample numbers with its own "
+                "global batch size. Build both with the same one."
+            )
+
     def check_samples(self, samples: NDArray[np.int64]) -> None:
         """Refuse sample numbers that cannot be host slices of steps of this batch size.
 
