@@ -21,7 +21,11 @@ from headrace.formats._megatron import (
     write_megatron_index,
 )
 from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
+from headrace.formats._pairs import PairRows
 from headrace.formats._ragged import Ragged
+from headrace.formats._row_file import RowFile, open_row_file, write_row_file
+from headrace.formats._rows import PaddedRows
+from headrace.formats._table_source import TableSource
 from headrace.formats._tables import Table, TableColumn
 from headrace.formats._token_source import TokenSource, TokenStats
 from headrace.formats._tokens import TOKEN_DTYPES, TokenFile, open_token_file, write_token_sidecar
@@ -33,10 +37,14 @@ __all__ = [
     "FileFormat",
     "MEGATRON_MAGIC",
     "MegatronIndex",
+    "PaddedRows",
+    "PairRows",
     "Ragged",
+    "RowFile",
     "TOKEN_DTYPES",
     "Table",
     "TableColumn",
+    "TableSource",
     "TokenFile",
     "TokenSource",
     "TokenStats",
@@ -54,10 +62,12 @@ __all__ = [
     "encode_npz",
     "encode_png",
     "file_format",
+    "open_row_file",
     "open_token_file",
     "read_megatron_index",
     "synthetic_arrays",
     "write_megatron_index",
+    "write_row_file",
     "write_sample_file",
     "write_token_sidecar",
 ]

@@ -1,5 +1,6 @@
 """What to read: pure, counter-based plans. No I/O, no threads, no clocks."""
 
+from headrace.plan._mixture import MixturePlan, quantize_weights
 from headrace.plan._permute import Permutation, cached_permutation, derive_keys
 from headrace.plan._slicing import host_slice, step_samples
 from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest
@@ -7,6 +8,7 @@ from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
 
 __all__ = [
     "LoaderState",
+    "MixturePlan",
     "PLAN_VERSION",
     "Permutation",
     "WindowLayout",
@@ -16,5 +18,6 @@ __all__ = [
     "fingerprint_digest",
     "group_by_window",
     "host_slice",
+    "quantize_weights",
     "step_samples",
 ]

@@ -1,0 +1,185 @@
+"""Contrastive groups: anchor, positive and optional negatives, each its own row files.
+
+Member ``m`` (say ``"anchor"``) has a token matrix and optionally a mask
+matrix of its own stored width ``W_m``; row ``i`` of every member belongs to
+group ``i``. Sample ``k`` reads group ``perm_(seed, epoch)(k % n)`` and yields
+``{m}_x`` (``(B, W_m)``, the stored token dtype) and ``{m}_mask`` (``(B, W_m)``
+bool) for every member.
+
+Tokens are read straight into their output arrays. A 1-byte 0/1 mask file is
+read straight into the bool output's bytes (after a range check on those
+bytes), so masks cost no copy at all; wider mask dtypes take one conversion,
+and a member without a mask file gets ``x != pad_id`` computed in place.
+All members' files share one reader and the I/O pool, their reads in flight
+together. A group where any member has no real token is replaced, as in
+:class:`~headrace.formats.PaddedRows`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
+from headrace.formats._row_plan import replace_empty, sample_rows
+from headrace.formats._rows import check_mask_values
+
+__all__ = ["PairRows"]
+
+PathLike = str | os.PathLike[str] | RowFile
+MemberSpec = PathLike | tuple[PathLike, PathLike | None]
+
+
+def _open(f: PathLike) -> RowFile:
+    return f if isinstance(f, RowFile) else open_row_file(f)
+
+
+class _Member:
+    __slots__ = ("mask", "name", "tokens")
+
+    def __init__(self, name: str, spec: MemberSpec) -> None:
+        tok, mask = spec if isinstance(spec, tuple) else (spec, None)
+        self.name = name
+        self.tokens = _open(tok)
+        self.mask = None if mask is None else _open(mask)
+        t, m = self.tokens, self.mask
+        if not np.issubdtype(t.dtype, np.integer):
+            raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
+        if m is not None:
+            if (m.rows, m.width) != (t.rows, t.width):
+                raise DataError(
+                    f"{m.path}: mask shape ({m.rows}, {m.width}) disagrees with token file "
+                    f"{t.path} shape ({t.rows}, {t.width}) of member {name!r}"
+                )
+            if not (np.issubdtype(m.dtype, np.integer) or m.dtype == np.bool_):
+                raise ConfigError(f"{m.path}: mask dtype must be integer or bool (found {m.dtype})")
+
+
+class PairRows:
+    """A :class:`~headrace.pipeline.Source` of contrastive groups of rows.
+
+    ``members`` maps a name to a token file or a ``(tokens, mask)`` pair,
+    e.g. ``{"anchor": (a_tok, a_mask), "positive": (p_tok, p_mask),
+    "negative": n_tok}``; output keys are ``{name}_x`` and ``{name}_mask``.
+    """
+
+    def __init__(
+        self,
+        members: Mapping[str, MemberSpec],
+        *,
+        pad_id: int = 0,
+        shuffle: bool = True,
+        max_retries: int = 8,
+        reader: ReaderSpec = "adaptive",
+    ) -> None:
+        if not members:
+            raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
+        self.members = [_Member(name, spec) for name, spec in members.items()]
+        first = self.members[0].tokens
+        for mb in self.members[1:]:
+            if mb.tokens.rows != first.rows:
+                raise DataError(
+                    f"{mb.tokens.path}: member {mb.name!r} has {mb.tokens.rows} rows but "
+                    f"{first.path} ({self.members[0].name!r}) has {first.rows}; every member "
+                    "needs one row per group"
+                )
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
+        self.pad_id = pad_id
+        self.shuffle = shuffle
+        self.max_retries = max_retries
+        self._io = RowReader(reader)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "pair-rows",
+            "members": {
+                mb.name: {
+                    "tokens": mb.tokens.fingerprint(),
+                    "mask": None if mb.mask is None else mb.mask.fingerprint(),
+                }
+                for mb in self.members
+            },
+            "pad_id": self.pad_id,
+            "shuffle": self.shuffle,
+            "max_retries": self.max_retries,
+        }
+
+    def __len__(self) -> int:
+        return self.members[0].tokens.rows
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        samples = np.asarray(samples, dtype=np.int64)
+        n = len(self)
+        rows = sample_rows(seed, samples, n, self.shuffle)
+        out = self._read_into(rows)
+        empty = self._empty(out)
+        if empty.any():
+
+            def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
+                part = self._read_into(new)
+                for k, v in part.items():
+                    out[k][pos] = v
+                return self._empty(part)
+
+            replace_empty(
+                seed=seed,
+                samples=samples,
+                rows=rows,
+                n=n,
+                empty=empty,
+                max_retries=self.max_retries,
+                refill=refill,
+                dataset=", ".join(mb.tokens.path for mb in self.members),
+            )
+        return out
+
+    def close(self) -> None:
+        self._io.close()
+
+    def _read_into(self, rows: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        b = len(rows)
+        out: dict[str, NDArray[Any]] = {}
+        jobs: list[tuple[RowFile, NDArray[np.int64], int | None, NDArray[Any] | None]] = []
+        convert: list[tuple[_Member, NDArray[Any]]] = []
+        for mb in self.members:
+            t, m = mb.tokens, mb.mask
+            x = out[f"{mb.name}_x"] = np.empty((b, t.width), dtype=t.dtype)
+            mask = out[f"{mb.name}_mask"] = np.empty((b, t.width), dtype=np.bool_)
+            jobs.append((t, rows, None, x))
+            if m is not None:
+                if m.dtype.itemsize == 1:
+                    # The file's bytes land in the bool array; checked below before use.
+                    jobs.append((m, rows, None, mask.view(m.dtype)))
+                else:
+                    raw = np.empty((b, m.width), dtype=m.dtype)
+                    jobs.append((m, rows, None, raw))
+                    convert.append((mb, raw))
+        self._io.read_many(jobs)
+        raws = {id(mb): raw for mb, raw in convert}
+        for mb in self.members:
+            mask = out[f"{mb.name}_mask"]
+            if mb.mask is None:
+                np.not_equal(out[f"{mb.name}_x"], self.pad_id, out=mask)
+            elif id(mb) in raws:
+                check_mask_values(raws[id(mb)], mb.mask, rows)
+                np.not_equal(raws[id(mb)], 0, out=mask)
+            else:
+                # Any byte but 0 or 1 is not a valid bool: check the bytes themselves.
+                check_mask_values(mask.view(np.uint8), mb.mask, rows)
+        return out
+
+    def _empty(self, out: dict[str, NDArray[Any]]) -> NDArray[np.bool_]:
+        empty = np.zeros(len(next(iter(out.values()))), dtype=np.bool_)
+        for mb in self.members:
+            empty |= ~out[f"{mb.name}_mask"].any(axis=1)
+        return empty
+
+    def __repr__(self) -> str:
+        widths = {mb.name: mb.tokens.width for mb in self.members}
+        return f"PairRows(groups={len(self)}, widths={widths})"

@@ -1,0 +1,104 @@
+"""Which row each sample reads, and which row replaces it when it is empty.
+
+Sample ``k`` of a dataset of ``n`` rows is position ``k % n`` of epoch
+``k // n``, shuffled by a bijective permutation keyed by ``(seed, epoch)``.
+An empty row's ``a``-th replacement is a hash of ``(seed, k, a)``: it depends
+on the sample number only, never on the batch around it, the read order, the
+I/O strategy or the host count, so every run replaces the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import EmptyRowsError
+from headrace.plan import cached_permutation, derive_keys
+
+__all__ = ["replace_empty", "retry_rows", "sample_rows"]
+
+# Domain tags keep the row order and the retry stream apart from other key uses.
+_TAG_ROWS = 0x524F5753
+_TAG_RETRY = 0x52545259
+_U = np.uint64
+
+
+def sample_rows(seed: int, samples: NDArray[np.int64], n: int, shuffle: bool) -> NDArray[np.int64]:
+    """The row of each sample number: epoch ``k // n``, permuted per epoch."""
+    samples = np.asarray(samples, dtype=np.int64)
+    pos = samples % n
+    if not shuffle:
+        return pos
+    epoch = samples // n
+    first = int(epoch[0]) if epoch.size else 0
+    if epoch.size == 0 or bool((epoch == first).all()):
+        return cached_permutation(n, _TAG_ROWS, seed, first)(pos)
+    out = np.empty_like(pos)
+    for e in np.unique(epoch).tolist():
+        sel = epoch == e
+        out[sel] = cached_permutation(n, _TAG_ROWS, seed, e)(pos[sel])
+    return out
+
+
+@lru_cache(maxsize=64)
+def _retry_key(seed: int, attempt: int) -> int:
+    return int(derive_keys(_TAG_RETRY, seed, attempt, n=1)[0])
+
+
+def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    # splitmix64's finaliser (wrapping uint64 arithmetic is intended).
+    x ^= x >> _U(30)
+    x *= _U(0xBF58476D1CE4E5B9)
+    x ^= x >> _U(27)
+    x *= _U(0x94D049BB133111EB)
+    x ^= x >> _U(31)
+    return x
+
+
+def retry_rows(seed: int, samples: NDArray[np.int64], attempt: int, n: int) -> NDArray[np.int64]:
+    """The row that replaces each sample's row on retry ``attempt`` (1, 2, ...)."""
+    x = np.asarray(samples, dtype=np.int64).astype(np.uint64) ^ _U(_retry_key(seed, attempt))
+    # The modulo bias is below n / 2**64: negligible for any real dataset.
+    return (_mix(_mix(x)) % _U(n)).astype(np.int64)
+
+
+def replace_empty(
+    *,
+    seed: int,
+    samples: NDArray[np.int64],
+    rows: NDArray[np.int64],
+    n: int,
+    empty: NDArray[np.bool_],
+    max_retries: int,
+    refill: Callable[[NDArray[np.intp], NDArray[np.int64]], NDArray[np.bool_]],
+    dataset: str,
+) -> None:
+    """Replace the rows flagged ``empty``, in rounds, until none is or the limit is hit.
+
+    ``refill(positions, new_rows)`` reads ``new_rows`` into the batch at
+    ``positions`` (one coalesced read per file per round) and returns which
+    of them are still empty. Each row keeps its own retry counter, so the
+    same row is chosen whatever else is in the batch. ``rows`` is updated.
+    """
+    todo = np.flatnonzero(empty)
+    original = rows.copy() if todo.size else rows
+    attempt = 0
+    while todo.size:
+        if attempt == max_retries:
+            shown = ", ".join(
+                f"sample {int(samples[i])} (row {int(original[i])})" for i in todo[:10].tolist()
+            )
+            more = f" and {todo.size - 10} more" if todo.size > 10 else ""
+            raise EmptyRowsError(
+                f"{dataset}: {todo.size} row(s) still empty (all padding, no loss targets) "
+                f"after {max_retries} replacement(s) each: {shown}{more}. The dataset has too "
+                "many empty rows; clean it or raise max_retries"
+            )
+        attempt += 1
+        new = retry_rows(seed, samples[todo], attempt, n)
+        rows[todo] = new
+        still = refill(todo, new)
+        todo = todo[still]

@@ -1,0 +1,279 @@
+"""Padded rows: fixed-width token rows and their loss masks, shuffled per epoch.
+
+Each stored row holds ``W >= context + 1`` tokens, content first and padding
+after (right-padded storage); the mask file holds 0/1 per token, 1 where the
+token is a loss target. Sample ``k`` reads row ``perm_(seed, epoch)(k % n)``
+and yields ``x = t[:L]``, ``y = t[1:L+1]`` and ``loss_mask = m[1:L+1]``, with
+``y`` set to ``ignore_index`` wherever the loss mask is 0.
+
+``pad_side="left"`` moves each row's content to the right end (causal
+decoding wants the last real token in the last column). Content ends at the
+last position that is not padding (a token other than ``pad_id`` or a mask
+of 1). The outputs are allocated once at their final shape and filled
+straight from the read buffer: no staging copies, whichever side.
+
+A row with no loss target (all padding) is replaced: its ``a``-th
+replacement is a hash of ``(seed, sample, a)`` (see
+:func:`~headrace.formats._row_plan.retry_rows`), read with all other rows of
+the same round in one coalesced read, up to ``max_retries`` times; after that
+:class:`~headrace.errors.EmptyRowsError` names the file and the rows.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import DTypeLike, NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
+from headrace.formats._row_plan import replace_empty, sample_rows
+
+__all__ = ["PaddedRows"]
+
+PadSide = Literal["right", "left"]
+
+
+def _as_row_file(f: str | os.PathLike[str] | RowFile) -> RowFile:
+    return f if isinstance(f, RowFile) else open_row_file(f)
+
+
+def _fits(value: int, dtype: np.dtype[Any]) -> bool:
+    info = np.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
+def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -> None:
+    """Masks hold 0 or 1: checked with two reductions, no comparison temporaries."""
+    if mask.size == 0:
+        return
+    if mask.dtype == np.bool_:
+        mask = mask.view(np.uint8)  # a bool file may still hold bytes other than 0 and 1
+    hi, lo = mask.max(), mask.min()
+    if hi <= 1 and lo >= 0:
+        return
+    bad = np.flatnonzero(((mask > 1) | (mask < 0)).any(axis=1))[0]
+    found = sorted({int(v) for v in np.unique(mask[bad]).tolist()} - {0, 1})
+    raise DataError(f"{f.path}: mask values must be 0 or 1; row {int(rows[bad])} holds {found[:5]}")
+
+
+class PaddedRows:
+    """A :class:`~headrace.pipeline.Source` of padded token rows and loss masks.
+
+    ``tokens`` and ``mask`` are ``.npy`` files or raw files with a
+    ``PATH.json`` sidecar (or :class:`RowFile`); without ``mask``, every
+    token other than ``pad_id`` is a target. ``dtype`` is the output dtype
+    (default int32 for tokens of up to 16 bits, else int64); ``pad_id`` and
+    ``ignore_index`` must fit it. ``reader`` is a
+    :class:`~headrace.io.RangeReader`, a :class:`~headrace.io.ReaderConfig`
+    or a strategy name; all give the same batches.
+    """
+
+    def __init__(
+        self,
+        tokens: str | os.PathLike[str] | RowFile,
+        mask: str | os.PathLike[str] | RowFile | None = None,
+        *,
+        context: int,
+        pad_side: PadSide = "right",
+        pad_id: int = 0,
+        ignore_index: int = -1,
+        dtype: DTypeLike | None = None,
+        shuffle: bool = True,
+        max_retries: int = 8,
+        reader: ReaderSpec = "adaptive",
+    ) -> None:
+        self.tokens = _as_row_file(tokens)
+        self.mask = None if mask is None else _as_row_file(mask)
+        t = self.tokens
+        if not np.issubdtype(t.dtype, np.integer):
+            raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
+        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+            raise ConfigError(f"context must be a positive integer (got {context!r}).")
+        if t.width < context + 1:
+            raise ConfigError(
+                f"{t.path}: stored width {t.width} is smaller than context + 1 = {context + 1} "
+                f"(a row must hold x and the shifted y); use context <= {t.width - 1}"
+            )
+        if self.mask is not None:
+            m = self.mask
+            if (m.rows, m.width) != (t.rows, t.width):
+                raise DataError(
+                    f"{m.path}: mask shape ({m.rows}, {m.width}) disagrees with token file "
+                    f"{t.path} shape ({t.rows}, {t.width}); they must match row for row"
+                )
+            if not (np.issubdtype(m.dtype, np.integer) or m.dtype == np.bool_):
+                raise ConfigError(f"{m.path}: mask dtype must be integer or bool (found {m.dtype})")
+        if pad_side not in ("right", "left"):
+            raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
+        if dtype is None:
+            dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        if not np.issubdtype(self.dtype, np.signedinteger):
+            raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
+        for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
+            if not _fits(v, self.dtype) or (name == "pad_id" and not _fits(v, t.dtype)):
+                raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
+        self.context = context
+        self.pad_side: PadSide = pad_side
+        self.pad_id = pad_id
+        self.ignore_index = ignore_index
+        self.shuffle = shuffle
+        self.max_retries = max_retries
+        self._io = RowReader(reader)
+
+    # -- the Source protocol -------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "padded-rows",
+            "tokens": self.tokens.fingerprint(),
+            "mask": None if self.mask is None else self.mask.fingerprint(),
+            "context": self.context,
+            "pad_side": self.pad_side,
+            "pad_id": self.pad_id,
+            "ignore_index": self.ignore_index,
+            "dtype": self.dtype.str,
+            "shuffle": self.shuffle,
+            "max_retries": self.max_retries,
+        }
+
+    def __len__(self) -> int:
+        return self.tokens.rows
+
+    def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row each sample reads, before any empty-row replacement."""
+        return sample_rows(seed, samples, self.tokens.rows, self.shuffle)
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        samples = np.asarray(samples, dtype=np.int64)
+        rows = self.rows_of(seed, samples)
+        tok, mask = self._read_raw(rows)
+        empty = self._empty(tok, mask)
+        if empty.any():
+
+            def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
+                t2, m2 = self._read_raw(new)
+                tok[pos] = t2
+                if mask is not None and m2 is not None:
+                    mask[pos] = m2
+                return self._empty(t2, m2)
+
+            replace_empty(
+                seed=seed,
+                samples=samples,
+                rows=rows,
+                n=self.tokens.rows,
+                empty=empty,
+                max_retries=self.max_retries,
+                refill=refill,
+                dataset=self.tokens.path,
+            )
+        return self._assemble(tok, mask)
+
+    def final_rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row each sample finally reads, after replacements (reads the rows)."""
+        samples = np.asarray(samples, dtype=np.int64)
+        rows = self.rows_of(seed, samples)
+        tok, mask = self._read_raw(rows)
+
+        def refill(_pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
+            return self._empty(*self._read_raw(new))
+
+        replace_empty(
+            seed=seed,
+            samples=samples,
+            rows=rows,
+            n=self.tokens.rows,
+            empty=self._empty(tok, mask),
+            max_retries=self.max_retries,
+            refill=refill,
+            dataset=self.tokens.path,
+        )
+        return rows
+
+    def close(self) -> None:
+        self._io.close()
+
+    # -- reading -------------------------------------------------------------
+    def _read_raw(self, rows: NDArray[np.int64]) -> tuple[NDArray[Any], NDArray[Any] | None]:
+        """The rows' first ``L + 1`` tokens (and mask values), token and mask reads overlapping."""
+        cols = self.context + 1
+        if self.mask is None:
+            return self._io.read(self.tokens, rows, cols), None
+        tok, mask = self._io.read_many(
+            [(self.tokens, rows, cols, None), (self.mask, rows, cols, None)]
+        )
+        check_mask_values(mask, self.mask, rows)
+        return tok, mask
+
+    def _empty(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> NDArray[np.bool_]:
+        """Rows with no loss target, found by reductions only (no token-sized temporaries)."""
+        if mask is not None:
+            has: NDArray[np.bool_] = np.any(mask[:, 1:], axis=1)
+            return np.logical_not(has)
+        # Every target is padding exactly when the row's min and max are both pad_id.
+        targets = tok[:, 1:]
+        lo: NDArray[Any] = targets.min(axis=1)
+        hi: NDArray[Any] = targets.max(axis=1)
+        empty: NDArray[np.bool_] = (lo == self.pad_id) & (hi == self.pad_id)
+        return empty
+
+    def _assemble(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> dict[str, NDArray[Any]]:
+        n, L = tok.shape[0], self.context
+        x = np.empty((n, L), dtype=self.dtype)
+        y = np.empty((n, L), dtype=self.dtype)
+        loss = np.empty((n, L), dtype=np.bool_)
+        shift = self._shifts(tok, mask) if self.pad_side == "left" else None
+        if shift is None or not shift.any():
+            np.copyto(x, tok[:, :L], casting="unsafe")
+            np.copyto(y, tok[:, 1:], casting="unsafe")
+            if mask is not None:
+                np.not_equal(mask[:, 1:], 0, out=loss)
+            else:
+                np.not_equal(tok[:, 1:], self.pad_id, out=loss)
+        else:
+            # Left padding: each row's content is copied once, straight to its
+            # final columns. Rows that fill the width take one bulk copy.
+            full = shift == 0
+            if full.any():
+                w = full[:, None]
+                np.copyto(x, tok[:, :L], casting="unsafe", where=w)
+                np.copyto(y, tok[:, 1:], casting="unsafe", where=w)
+                src = mask if mask is not None else tok
+                pad = 0 if mask is not None else self.pad_id
+                np.not_equal(src[:, 1:], pad, out=loss, where=w)
+            for i, s in zip(np.flatnonzero(~full).tolist(), shift[~full].tolist(), strict=True):
+                k = L - s
+                x[i, :s] = self.pad_id
+                x[i, s:] = tok[i, :k]
+                y[i, s:] = tok[i, 1 : k + 1]
+                loss[i, :s] = False
+                if mask is not None:
+                    np.not_equal(mask[i, 1 : k + 1], 0, out=loss[i, s:])
+                else:
+                    np.not_equal(tok[i, 1 : k + 1], self.pad_id, out=loss[i, s:])
+        np.copyto(y, self.ignore_index, where=~loss)
+        return {"x": x, "y": y, "loss_mask": loss}
+
+    def _shifts(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> NDArray[np.int64]:
+        """How far each row moves right: its trailing padding, capped at ``L``."""
+        real = tok != self.pad_id
+        if mask is not None:
+            real |= mask != 0
+        width = tok.shape[1]
+        # argmax on the reversed view finds the last real position; rows are
+        # never all padding here (empty rows were replaced).
+        trailing = np.argmax(real[:, ::-1], axis=1).astype(np.int64)
+        trailing[~real.any(axis=1)] = width
+        shift: NDArray[np.int64] = np.minimum(trailing, width - 1)
+        return shift
+
+    def __repr__(self) -> str:
+        return (
+            f"PaddedRows({self.tokens.path!r}, rows={self.tokens.rows}, width={self.tokens.width}, "
+            f"context={self.context}, pad_side={self.pad_side!r})"
+        )

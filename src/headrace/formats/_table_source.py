@@ -1,0 +1,145 @@
+"""A Source over a :class:`~headrace.formats.Table` (Parquet, Arrow, ``save_to_disk``).
+
+Nothing is loaded or converted up front (see the DESIGN notes on pre-loading):
+opening reads metadata, and each ``read`` gathers just the batch's rows of
+the columns it needs, in bulk per record batch or row group. Variable-length
+columns (token lists, strings) arrive as :class:`~headrace.formats.Ragged`
+and are padded at collate time by :func:`headrace.collate.pad_batch` to a
+fixed width, so a batch's shape never depends on which other rows share its
+read call (host count, chunking) and resume stays exact.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats._ragged import Ragged
+from headrace.formats._row_plan import sample_rows
+from headrace.formats._tables import Table
+
+__all__ = ["TableSource"]
+
+
+class TableSource:
+    """Rows of a table by global sample number, shuffled per epoch.
+
+    ``columns`` picks the columns to read (default: all). Each list or
+    string column needs a width in ``widths`` (or one ``width`` for all): it
+    comes out as ``name`` ``(B, width)`` padded with ``pad_values[name]``
+    (default 0) on ``pad_side``, plus ``name_mask`` (bool, True on real
+    items). Longer rows raise unless ``truncate=True``. Number columns come
+    out as ``(B,)``, fixed-size lists as ``(B, k)``.
+    """
+
+    def __init__(
+        self,
+        table: Table | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        columns: Sequence[str] | None = None,
+        width: int | None = None,
+        widths: Mapping[str, int] | None = None,
+        pad_values: Mapping[str, int] | None = None,
+        pad_side: Literal["right", "left"] = "right",
+        truncate: bool = False,
+        shuffle: bool = True,
+    ) -> None:
+        if isinstance(table, Table):
+            self.table = table
+        else:
+            try:
+                self.table = Table.open(table, columns=columns)
+            except ConfigError as exc:
+                where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
+                raise ConfigError(f"{where}: {exc}") from exc
+        cols = self.table.columns
+        self.names = list(cols) if columns is None else list(columns)
+        unknown = [c for c in self.names if c not in cols]
+        if unknown:
+            raise ConfigError(
+                f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
+            )
+        widths = dict(widths or {})
+        pads = dict(pad_values or {})
+        extra = sorted((set(widths) | set(pads)) - set(self.names))
+        if extra:
+            raise ConfigError(
+                f"{self._where()}: widths/pad_values name column(s) {extra} that are not read; "
+                f"reading {self.names}"
+            )
+        self.widths: dict[str, int] = {}
+        for c in self.names:
+            if cols[c].kind not in ("ragged", "bytes"):
+                continue
+            w = widths.get(c, width)
+            if w is None:
+                raise ConfigError(
+                    f"{self._where()}: column {c!r} holds variable-length lists "
+                    f"({cols[c].arrow_type}); give it a fixed width (width=... or "
+                    "widths={...}) so every batch has the same shape on every host"
+                )
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                raise ConfigError(f"{self._where()}: width of {c!r} must be >= 1 (got {w!r})")
+            self.widths[c] = w
+        if pad_side not in ("right", "left"):
+            raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
+        self.pad_values = {c: pads.get(c, 0) for c in self.widths}
+        self.pad_side: Literal["right", "left"] = pad_side
+        self.truncate = truncate
+        self.shuffle = shuffle
+
+    def _where(self) -> str:
+        files = self.table.files
+        return files[0][0] if len(files) == 1 else os.path.dirname(files[0][0])
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "table",
+            "files": [[os.path.basename(p), size] for p, size in self.table.files],
+            "schema": self.table.fingerprint,
+            "columns": self.names,
+            "widths": self.widths,
+            "pad_values": self.pad_values,
+            "pad_side": self.pad_side,
+            "truncate": self.truncate,
+            "shuffle": self.shuffle,
+        }
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        # collate imports formats, so a module-level import here would be circular.
+        from headrace.collate import pad_batch
+
+        rows = sample_rows(seed, np.asarray(samples, dtype=np.int64), len(self), self.shuffle)
+        data = self.table.read_rows(rows, self.names)
+        out: dict[str, NDArray[Any]] = {}
+        for c in self.names:
+            v = data[c]
+            if isinstance(v, Ragged):
+                try:
+                    values, mask = pad_batch(
+                        v,
+                        side=self.pad_side,
+                        width=self.widths[c],
+                        pad_value=self.pad_values[c],
+                        truncate=self.truncate,
+                    )
+                except ConfigError as exc:
+                    raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
+                out[c], out[f"{c}_mask"] = values, mask
+            else:
+                out[c] = v
+        return out
+
+    def close(self) -> None:
+        self.table.close()
+
+    def __repr__(self) -> str:
+        return f"TableSource({self.table!r}, widths={self.widths})"

@@ -1,0 +1,181 @@
+"""A Source that mixes sources by weight (see :class:`headrace.plan.MixturePlan`).
+
+Global sample ``t * B + p`` is decoded with the mixture's own global batch
+``B``: the plan says which source fills position ``p`` of step ``t`` and which
+of that source's samples it is (its local sample number, counted over the
+whole run). Each source reads its samples with its own seed, derived from
+``(seed, source)``, so its per-epoch permutations are keyed by
+``(seed, source, epoch)`` and its epochs advance independently. Every batch
+carries ``source``, each sample's source id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.pipeline._loader import Batch, Source
+from headrace.plan import MixturePlan, derive_keys
+
+__all__ = ["Mixture"]
+
+_TAG_SOURCE = 0x53524345
+
+
+@lru_cache(maxsize=1024)
+def source_seed(seed: int, source: int) -> int:
+    """The seed source ``source`` reads with: a hash of ``(seed, source)``, in [0, 2**63)."""
+    return int(derive_keys(_TAG_SOURCE, seed, source, n=1)[0]) >> 1
+
+
+class Mixture:
+    """Sources of one shape family (same keys, dtypes and trailing shapes), mixed by weight.
+
+    ``sources`` is a sequence (ids 0, 1, ...) or a mapping of names to
+    sources (ids in its order; ``names`` keeps them). ``batch_size`` must be
+    the loader's global batch size: the mixture decodes sample numbers with
+    it, and ``read`` refuses sample numbers that cannot come from it.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source] | Mapping[str, Source],
+        weights: Sequence[float],
+        *,
+        batch_size: int,
+    ) -> None:
+        if isinstance(sources, Mapping):
+            self.names = [str(k) for k in sources]
+            self.sources = list(sources.values())
+        else:
+            self.sources = list(sources)
+            self.names = [str(i) for i in range(len(self.sources))]
+        if not self.sources:
+            raise ConfigError("Mixture needs at least one source.")
+        if len(weights) != len(self.sources):
+            raise ConfigError(
+                f"Mixture got {len(self.sources)} sources but {len(weights)} weights; give one "
+                "weight per source."
+            )
+        try:
+            self.plan = MixturePlan(weights, batch_size)
+        except ValueError as exc:
+            raise ConfigError(f"Mixture: {exc}") from exc
+        self.batch_size = batch_size
+        self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "mixture",
+            "batch_size": self.batch_size,
+            "weights": list(self.plan.numerators),
+            "sources": {n: s.fingerprint() for n, s in zip(self.names, self.sources, strict=True)},
+        }
+
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raise unless ``batch_size`` (a loader's global batch) is the mixture's."""
+        if batch_size != self.batch_size:
+            raise ConfigError(
+                f"Mixture(batch_size={self.batch_size}) cannot serve a loader with "
+                f"batch_size={batch_size}: the mixture decodes sample numbers with its own "
+                "global batch size. Build both with the same one."
+            )
+
+    def check_samples(self, samples: NDArray[np.int64]) -> None:
+        """Refuse sample numbers that cannot be host slices of steps of this batch size.
+
+        The loader asks, for each step ``t`` of a chunk, for the positions
+        ``[lo, hi)`` of its host slice: the same contiguous range every step.
+        Decoded with the wrong batch size the positions come out ragged (a
+        loader batch of 48 read as steps of 32 gives ``[0, 32)`` then
+        ``[0, 16)``). A loader batch that is a whole multiple of ``B`` cannot
+        be told apart this way, but it reads the same samples on every host
+        count, so determinism holds; only the per-step proportions coarsen.
+        """
+        if samples.size == 0:
+            return
+        b = self.batch_size
+        step, pos = np.divmod(samples, b)
+        _, first, inv, count = np.unique(
+            step, return_index=True, return_inverse=True, return_counts=True
+        )
+        lo = np.full(first.size, b, dtype=np.int64)
+        hi = np.full(first.size, -1, dtype=np.int64)
+        np.minimum.at(lo, inv, pos)
+        np.maximum.at(hi, inv, pos)
+        ok = bool((hi - lo + 1 == count).all()) and bool(((lo == lo[0]) & (hi == hi[0])).all())
+        if not ok:
+            raise ConfigError(
+                f"Mixture(batch_size={b}) was asked for samples {samples[:4].tolist()}... that "
+                f"are not host slices of steps of {b} samples: the loader's batch_size "
+                f"differs from the mixture's. Build both with the same global batch size."
+            )
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
+        samples = np.asarray(samples, dtype=np.int64)
+        self.check_samples(samples)
+        source, local = self.plan.locate(seed, samples)
+        out: Batch = {}
+        n = samples.size
+        for s in np.unique(source).tolist():
+            idx = np.flatnonzero(source == s)
+            part = self.sources[s].read(source_seed(seed, s), local[idx])
+            self._check_layout(s, part)
+            for k, v in part.items():
+                dst = out.get(k)
+                if dst is None:
+                    dst = out[k] = np.empty((n, *v.shape[1:]), dtype=v.dtype)
+                dst[idx] = v
+        if not out and n == 0:
+            return {"source": np.zeros(0, dtype=np.int32)}
+        out["source"] = source.astype(np.int32)
+        return out
+
+    def _check_layout(self, s: int, part: Batch) -> None:
+        """Every source gives the same keys, dtypes and trailing shapes (checked once each)."""
+        if not self._layout:
+            self._layout = {k: (v.dtype, v.shape[1:], self.names[s]) for k, v in part.items()}
+            if "source" in part:
+                raise DataError(
+                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds"
+                )
+            return
+        got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
+        want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
+        if got != want:
+            first = next(iter(self._layout.values()))[2]
+            raise DataError(
+                f"mixture sources differ in shape: {self.names[s]!r} gives "
+                f"{_describe(got)} but {first!r} gives {_describe(want)}; mixed sources must "
+                "return the same keys, dtypes and per-sample shapes"
+            )
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        samples = np.asarray(samples, dtype=np.int64)
+        source, local = self.plan.locate(seed, samples)
+        for s in np.unique(source).tolist():
+            fn = getattr(self.sources[s], "prefetch", None)
+            if fn is not None:
+                fn(source_seed(seed, s), local[source == s])
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for src in self.sources:
+            close = getattr(src, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except BaseException as exc:  # close the others first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:
+    return "{" + ", ".join(f"{k}: {d} {sh}" for k, (d, sh) in sorted(layout.items())) + "}"

@@ -1,0 +1,141 @@
+"""Mixing sources by weight: closed-form per-step counts and interleaved positions.
+
+``C_s(n)``, how many of the first ``n`` samples of the run come from source
+``s``, is computed without replay by binary apportionment: split the sources
+into two halves of weight ``W_L`` and ``W_R``, give the left half
+``round(n * W_L / (W_L + W_R))`` (half up) and the right half the rest, and
+recurse. Each split is a nondecreasing function of ``n`` whose complement is
+nondecreasing too (it grows by at most 1 when ``n`` does), so:
+
+* ``sum_s C_s(n) == n`` exactly, for every ``n``;
+* per-step counts ``c_s(t) = C_s((t+1)B) - C_s(tB)`` are never negative and
+  sum to ``B`` (plain largest-remainder apportionment of ``floor(t*B*w_s)``
+  can take a sample back from one step to the next: the Alabama paradox);
+* ``|C_s(n) - n * w_s| <= ceil(log2 S) / 2`` (half a sample per level);
+* ``C_s(n)`` costs O(S), whatever ``n``: resuming at step 10**7 is free.
+
+Within step ``t`` the ``B`` positions are dealt to sources by a permutation
+keyed by ``(seed, t)``, so every host slice is mixed. Source ``s``'s ``j``-th
+sample of the step is its local sample ``C_s(tB) + j``: each source's samples
+are numbered 0, 1, 2, ... across the whole run, so each advances through its
+own epochs at its own pace.
+
+Weights are quantised to integers summing to ``2**16`` (largest remainder),
+so all arithmetic is exact in int64 up to ``2**46`` samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.plan._permute import cached_permutation
+
+__all__ = ["MixturePlan", "quantize_weights"]
+
+_DENOM = 1 << 16
+_MAX_SAMPLES = 1 << 46
+_TAG_MIX = 0x4D495854
+
+
+def quantize_weights(weights: Sequence[float], denom: int = _DENOM) -> tuple[int, ...]:
+    """Positive weights as integers summing to ``denom`` (largest remainder, ties by index)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r}).")
+    if not np.isfinite(w).all() or (w <= 0).any():
+        raise ValueError(f"weights must be finite and > 0 (got {list(weights)}).")
+    exact = w / w.sum() * denom
+    base = np.floor(exact).astype(np.int64)
+    short = denom - int(base.sum())
+    order = np.lexsort((np.arange(w.size), -(exact - base)))
+    base[order[:short]] += 1
+    if (base == 0).any():
+        i = int(np.flatnonzero(base == 0)[0])
+        raise ValueError(
+            f"weight {weights[i]!r} (source {i}) is below 1/{denom} of the total; "
+            "drop the source or raise its weight"
+        )
+    return tuple(int(v) for v in base)
+
+
+class MixturePlan:
+    """Which source and which local sample each global sample of a mixture reads."""
+
+    __slots__ = ("_tree", "batch_size", "numerators")
+
+    def __init__(self, weights: Sequence[float], batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer (got {batch_size!r}).")
+        self.numerators = quantize_weights(weights)
+        self.batch_size = batch_size
+        # The split tree as (lo, mid, hi) triples, parents before children.
+        tree: list[tuple[int, int, int]] = []
+        todo = [(0, len(self.numerators))]
+        while todo:
+            lo, hi = todo.pop(0)
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            tree.append((lo, mid, hi))
+            todo += [(lo, mid), (mid, hi)]
+        self._tree = tree
+
+    @property
+    def sources(self) -> int:
+        return len(self.numerators)
+
+    @property
+    def weights(self) -> NDArray[np.float64]:
+        """The weights as used (after quantisation), summing to 1."""
+        return np.asarray(self.numerators, dtype=np.float64) / _DENOM
+
+    def cumulative(self, n: NDArray[np.int64] | int) -> NDArray[np.int64]:
+        """``C_s(n)`` for each total ``n``: shape ``n.shape + (S,)``, rows summing to ``n``."""
+        total = np.asarray(n, dtype=np.int64)
+        if total.size and (int(total.min()) < 0 or int(total.max()) >= _MAX_SAMPLES):
+            raise ValueError(f"sample counts must be in [0, 2**46) (got {n}).")
+        num = np.asarray(self.numerators, dtype=np.int64)
+        prefix = np.concatenate([[0], np.cumsum(num)])
+        out = np.zeros((*total.shape, self.sources), dtype=np.int64)
+        # Counts of each tree node, keyed by its (lo, hi); the root owns all.
+        node = {(0, self.sources): total}
+        for lo, mid, hi in self._tree:
+            here = node.pop((lo, hi))
+            wl = int(prefix[mid] - prefix[lo])
+            w = int(prefix[hi] - prefix[lo])
+            left = (2 * here * wl + w) // (2 * w)  # round half up: nondecreasing in n
+            node[(lo, mid)] = left
+            node[(mid, hi)] = here - left
+        for (lo, _), v in node.items():
+            out[..., lo] = v
+        return out
+
+    def step_counts(self, steps: NDArray[np.int64] | int) -> NDArray[np.int64]:
+        """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""
+        t = np.asarray(steps, dtype=np.int64)
+        b = self.batch_size
+        return self.cumulative((t + 1) * b) - self.cumulative(t * b)
+
+    def locate(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(source, local sample number)`` of each global sample ``t * B + p``."""
+        samples = np.asarray(samples, dtype=np.int64)
+        b = self.batch_size
+        step, pos = np.divmod(samples, b)
+        source = np.empty_like(samples)
+        local = np.empty_like(samples)
+        uniq, inv = np.unique(step, return_inverse=True)
+        base = self.cumulative(uniq * b)  # (U, S)
+        ends = np.cumsum(self.cumulative((uniq + 1) * b) - base, axis=1)  # slot ends per source
+        for u, t in enumerate(uniq.tolist()):
+            sel = np.flatnonzero(inv == u)
+            slot = cached_permutation(b, _TAG_MIX, seed, t)(pos[sel])
+            s = np.searchsorted(ends[u], slot, side="right")
+            starts = np.concatenate([[0], ends[u][:-1]])
+            source[sel] = s
+            local[sel] = base[u, s] + slot - starts[s]
+        return source, local

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError, EmptyRowsError
+from headrace.formats import PairRows, write_row_file
+from headrace.formats._row_plan import sample_rows
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+N = 200
+WIDTHS = {"anchor": 33, "positive": 17, "negative": 65}
+
+
+def make(root: Path, *, empty_every: int = 0, mask_dtype: str = "uint8") -> dict:
+    rng = np.random.default_rng(2)
+    files: dict = {}
+    for i, (name, w) in enumerate(WIDTHS.items()):
+        tok = rng.integers(1, 30_000, (N, w), dtype=np.uint32)
+        lengths = rng.integers(1, w + 1, N)
+        real = np.arange(w)[None, :] < lengths[:, None]
+        tok[~real] = 0
+        if empty_every and name == "positive":
+            tok[::empty_every] = 0
+            real[::empty_every] = False
+        write_row_file(root / f"{name}.tok.bin", tok)
+        if i < 2:  # the negative has no mask file: its mask is tok != pad_id
+            write_row_file(root / f"{name}.mask.npy", real.astype(mask_dtype))
+            files[name] = (root / f"{name}.tok.bin", root / f"{name}.mask.npy")
+        else:
+            files[name] = root / f"{name}.tok.bin"
+    return files
+
+
+def expected(root: Path, rows: np.ndarray) -> dict:
+    out = {}
+    for name, w in WIDTHS.items():
+        tok = np.fromfile(root / f"{name}.tok.bin", dtype=np.uint32).reshape(N, w)[rows]
+        out[f"{name}_x"] = tok
+        out[f"{name}_mask"] = tok != 0
+    return out
+
+
+@pytest.mark.parametrize("mask_dtype", ["uint8", "bool", "int32"])
+@pytest.mark.parametrize("strategy", ["mmap", "pread"])
+def test_differing_widths_read_back_exactly(tmp_path: Path, mask_dtype: str, strategy: str) -> None:
+    src = PairRows(make(tmp_path, mask_dtype=mask_dtype), reader=strategy)  # type: ignore[arg-type]
+    samples = np.array([N - 1, 0, 5, 5, N + 5, 77], dtype=np.int64)
+    got = src.read(3, samples)
+    want = expected(tmp_path, sample_rows(3, samples, N, True))
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+        assert got[k].dtype == v.dtype
+    assert got["anchor_x"].shape == (6, 33) and got["negative_mask"].shape == (6, 65)
+    src.close()
+
+
+def test_empty_groups_replaced_independently_of_batch(tmp_path: Path) -> None:
+    files = make(tmp_path, empty_every=4)
+    src = PairRows(files)
+    samples = np.arange(96, dtype=np.int64)
+    whole = src.read(1, samples)
+    assert all(whole[f"{m}_mask"].any(axis=1).all() for m in WIDTHS)
+    alone = [src.read(1, samples[[i]]) for i in (0, 4, 8, 50)]
+    for i, part in zip((0, 4, 8, 50), alone, strict=True):
+        for k in whole:
+            np.testing.assert_array_equal(part[k][0], whole[k][i])
+    mm = PairRows(files, reader="mmap")
+    assert batch_digest([mm.read(1, samples)]) == batch_digest([whole])
+
+
+def test_resume_exact(tmp_path: Path) -> None:
+    files = make(tmp_path, empty_every=5)
+    assert_resume_exact(
+        lambda: Loader(PairRows(files), batch_size=8, seed=4, prefetch=0),
+        steps=30,
+        resume_at=[0, 1, 25, 26],
+    )
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    files = make(tmp_path)
+    write_row_file(tmp_path / "few.bin", np.ones((N - 1, 9), np.uint32))
+    with pytest.raises(DataError, match=r"few\.bin: member 'positive' has 199 rows but .*anchor"):
+        PairRows({"anchor": files["anchor"], "positive": tmp_path / "few.bin"})
+    write_row_file(tmp_path / "m.npy", np.ones((N, 9), np.uint8))
+    with pytest.raises(DataError, match=r"m\.npy: mask shape \(200, 9\) disagrees.*anchor"):
+        PairRows({"anchor": (files["anchor"][0], tmp_path / "m.npy")})
+    bad = np.ones((N, 33), np.uint8)
+    bad[:, 4] = 3
+    write_row_file(tmp_path / "bad.npy", bad)
+    src = PairRows({"anchor": (files["anchor"][0], tmp_path / "bad.npy")}, shuffle=False)
+    with pytest.raises(DataError, match=r"bad\.npy: mask values must be 0 or 1; row 0 holds \[3\]"):
+        src.read(0, np.arange(4))
+    wide = np.ones((N, 33), np.int32)
+    wide[9, 0] = -4
+    write_row_file(tmp_path / "wide.npy", wide)
+    src = PairRows({"anchor": (files["anchor"][0], tmp_path / "wide.npy")}, shuffle=False)
+    with pytest.raises(DataError, match=r"wide\.npy: mask values.*row 9 holds \[-4\]"):
+        src.read(0, np.arange(12))
+    with pytest.raises(ConfigError, match="at least one member"):
+        PairRows({})
+    all_empty = np.zeros((N, 5), np.uint32)
+    write_row_file(tmp_path / "zero.bin", all_empty)
+    with pytest.raises(EmptyRowsError, match=r"zero\.bin"):
+        PairRows({"a": tmp_path / "zero.bin"}, max_retries=2).read(0, np.arange(3))

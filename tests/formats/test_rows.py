@@ -1,0 +1,344 @@
+from __future__ import annotations
+
+import json
+import pickle
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError, EmptyRowsError, FormatError
+from headrace.formats import PaddedRows, open_row_file, write_row_file
+from headrace.formats._row_plan import retry_rows, sample_rows
+from headrace.io import RangeReader, ReaderConfig
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+# -- hand-computed padding --------------------------------------------------------
+
+TOK = np.array(
+    [
+        [5, 6, 7, 8, 0, 0],  # content of 4, two pads
+        [9, 10, 11, 12, 13, 14],  # full width
+        [3, 4, 0, 0, 0, 0],
+    ],
+    dtype=np.uint16,
+)
+MASK = np.array(
+    [
+        [0, 0, 1, 1, 0, 0],
+        [0, 1, 1, 1, 1, 1],
+        [0, 1, 0, 0, 0, 0],
+    ],
+    dtype=np.uint8,
+)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> tuple[Path, Path]:
+    write_row_file(tmp_path / "tok.npy", TOK)
+    write_row_file(tmp_path / "mask.npy", MASK)
+    return tmp_path / "tok.npy", tmp_path / "mask.npy"
+
+
+def test_right_padding_by_hand(tiny: tuple[Path, Path]) -> None:
+    src = PaddedRows(*tiny, context=5, shuffle=False)
+    got = src.read(0, np.arange(3))
+    np.testing.assert_array_equal(got["x"], [[5, 6, 7, 8, 0], [9, 10, 11, 12, 13], [3, 4, 0, 0, 0]])
+    np.testing.assert_array_equal(
+        got["y"], [[-1, 7, 8, -1, -1], [10, 11, 12, 13, 14], [4, -1, -1, -1, -1]]
+    )
+    np.testing.assert_array_equal(
+        got["loss_mask"], [[0, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+    )
+    assert got["x"].dtype == np.int32 and got["loss_mask"].dtype == np.bool_
+
+
+def test_left_padding_by_hand(tiny: tuple[Path, Path]) -> None:
+    src = PaddedRows(*tiny, context=5, shuffle=False, pad_side="left", ignore_index=-100)
+    got = src.read(0, np.arange(3))
+    # Row 0 left-padded is [0, 0, 5, 6, 7, 8]; the first content token's target
+    # position (predicted from a pad) is ignored.
+    np.testing.assert_array_equal(got["x"], [[0, 0, 5, 6, 7], [9, 10, 11, 12, 13], [0, 0, 0, 0, 3]])
+    np.testing.assert_array_equal(
+        got["y"],
+        [[-100, -100, -100, 7, 8], [10, 11, 12, 13, 14], [-100, -100, -100, -100, 4]],
+    )
+    np.testing.assert_array_equal(
+        got["loss_mask"], [[0, 0, 0, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]]
+    )
+
+
+def test_no_mask_file_targets_every_non_pad_token(tiny: tuple[Path, Path]) -> None:
+    src = PaddedRows(tiny[0], context=5, shuffle=False)
+    got = src.read(0, np.arange(3))
+    np.testing.assert_array_equal(got["y"][0], [6, 7, 8, -1, -1])
+    np.testing.assert_array_equal(got["loss_mask"][2], [1, 0, 0, 0, 0])
+
+
+def test_stored_width_wider_than_context_reads_prefix(tiny: tuple[Path, Path]) -> None:
+    src = PaddedRows(*tiny, context=3, shuffle=False)
+    got = src.read(0, np.array([1]))
+    np.testing.assert_array_equal(got["x"], [[9, 10, 11]])
+    np.testing.assert_array_equal(got["y"], [[10, 11, 12]])
+
+
+# -- real-sized files: blocks, duplicates, tail, strategies ----------------------------
+
+N_ROWS, W = 300, 1025  # 2050-byte uint16 rows straddle every 4 KiB block
+
+
+def make_rows(root: Path, *, empty_every: int = 0, ext: str = ".npy") -> tuple[Path, Path]:
+    rng = np.random.default_rng(1)
+    tok = rng.integers(1, 50_000, (N_ROWS, W), dtype=np.uint16)
+    lengths = rng.integers(16, W + 1, N_ROWS)
+    cols = np.arange(W)
+    tok[cols[None, :] >= lengths[:, None]] = 0
+    mask = (cols[None, :] >= (lengths[:, None] // 3) % 13 + 1) & (cols[None, :] < lengths[:, None])
+    mask = mask.astype(np.uint8)
+    if empty_every:
+        mask[::empty_every] = 0
+    write_row_file(root / f"tok{ext}", tok)
+    write_row_file(root / f"mask{ext}", mask)
+    return root / f"tok{ext}", root / f"mask{ext}"
+
+
+def reference(tok: np.ndarray, mask: np.ndarray, rows: np.ndarray, L: int) -> dict:
+    t = tok[rows, : L + 1].astype(np.int32)
+    m = mask[rows, 1 : L + 1].astype(bool)
+    y = np.where(m, t[:, 1:], -1)
+    return {"x": t[:, :L], "y": y, "loss_mask": m}
+
+
+def strategies() -> list[str]:
+    return ["mmap", "pread", "odirect", "adaptive"]
+
+
+def reader_for(strategy: str, tmp: Path) -> ReaderConfig:
+    if strategy == "odirect":
+        try:
+            with RangeReader("odirect") as r:
+                r.read(str(tmp / "tok.npy"), [(0, 8)])
+        except ConfigError:
+            pytest.skip("O_DIRECT unsupported on this filesystem")
+    # A small span forces many coalesced pieces, each row crossing piece ends.
+    return ReaderConfig(strategy=strategy, max_span=8192, max_gap=4096)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("strategy", strategies())
+def test_rows_spanning_blocks_duplicates_and_tail(tmp_path: Path, strategy: str) -> None:
+    tp, mp = make_rows(tmp_path)
+    tok, mask = np.load(tp), np.load(mp)
+    src = PaddedRows(tp, mp, context=W - 1, reader=reader_for(strategy, tmp_path), shuffle=False)
+    samples = np.array([N_ROWS - 1, 3, 3, N_ROWS + 3, 0, 2 * N_ROWS - 1, 7, 123], dtype=np.int64)
+    got = src.read(0, samples)
+    want = reference(tok, mask, samples % N_ROWS, W - 1)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    src.close()
+
+
+def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
+    a = PaddedRows(*make_rows(tmp_path), context=512)
+    b = PaddedRows(*make_rows(tmp_path, ext=".bin"), context=512)
+    assert json.loads((tmp_path / "tok.bin.json").read_text()) == {"dtype": "uint16", "width": W}
+    s = np.arange(64, dtype=np.int64) * 37
+    assert batch_digest([a.read(5, s)]) == batch_digest([b.read(5, s)])
+
+
+def test_pickled_copy_reads_the_same(tmp_path: Path) -> None:
+    src = PaddedRows(*make_rows(tmp_path), context=100, reader="pread")
+    s = np.arange(40, dtype=np.int64)
+    first = src.read(2, s)
+    copy = pickle.loads(pickle.dumps(src))
+    assert batch_digest([copy.read(2, s)]) == batch_digest([first])
+    copy.close()
+    src.close()
+
+
+def test_shuffle_is_a_permutation_per_epoch(tmp_path: Path) -> None:
+    src = PaddedRows(*make_rows(tmp_path), context=8)
+    e0 = src.rows_of(3, np.arange(N_ROWS))
+    e1 = src.rows_of(3, np.arange(N_ROWS, 2 * N_ROWS))
+    assert sorted(e0.tolist()) == list(range(N_ROWS)) == sorted(e1.tolist())
+    assert not np.array_equal(e0, e1)
+    assert not np.array_equal(e0, src.rows_of(4, np.arange(N_ROWS)))
+
+
+# -- empty rows ------------------------------------------------------------------------
+
+
+def test_empty_rows_replaced_same_across_strategies_hosts_and_order(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=3)  # a third of all rows are empty
+    tok, mask = np.load(tp), np.load(mp)
+    digests = set()
+    for strategy in ["mmap", "pread", "adaptive"]:
+        for world in (1, 2, 4):
+            parts = []
+            for rank in range(world):
+                src = PaddedRows(tp, mp, context=W - 1, reader=reader_for(strategy, tmp_path))
+                with Loader(
+                    src, batch_size=16, seed=9, rank=rank, world_size=world, prefetch=0, steps=30
+                ) as ld:
+                    parts.append(list(ld))
+            union = [
+                {k: np.concatenate([p[t][k] for p in parts]) for k in parts[0][t]}
+                for t in range(30)
+            ]
+            digests.add(batch_digest(union))
+            assert all(b["loss_mask"].any(axis=1).all() for b in union)
+    assert len(digests) == 1
+    # Read order: each sample alone, in reverse, gives the same rows.
+    src = PaddedRows(tp, mp, context=W - 1)
+    samples = np.arange(16 * 30, dtype=np.int64)
+    whole = src.read(9, samples)
+    rev = src.read(9, samples[::-1].copy())
+    for k in whole:
+        np.testing.assert_array_equal(rev[k][::-1], whole[k])
+    one = src.read(9, samples[[0]])
+    single = {k: v[0] for k, v in one.items()}
+    np.testing.assert_array_equal(single["x"], whole["x"][0])
+    # The replaced rows are the first non-empty retry rows of each sample.
+    first_rows = src.rows_of(9, samples)
+    final = src.final_rows(9, samples)
+    for i in np.flatnonzero(mask[first_rows, 1:W].sum(1) == 0)[:20].tolist():
+        a = 1
+        r = int(retry_rows(9, samples[[i]], a, N_ROWS)[0])
+        while not mask[r, 1:W].any():
+            a += 1
+            r = int(retry_rows(9, samples[[i]], a, N_ROWS)[0])
+        assert final[i] == r
+    want = reference(tok, mask, final, W - 1)
+    for k in want:
+        np.testing.assert_array_equal(whole[k], want[k])
+
+
+def test_each_replacement_round_is_one_read_per_file(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=2)
+    with RangeReader("pread") as reader:
+        src = PaddedRows(tp, mp, context=W - 1, reader=reader)
+        samples = np.arange(64, dtype=np.int64)
+        rows = src.rows_of(0, samples)
+        final = src.final_rows(0, samples)
+        before = reader.stats.reads
+        src.read(0, samples)
+        reads = reader.stats.reads - before
+        src.close()  # a borrowed reader stays open
+        assert not reader.closed
+    # Rounds: the largest number of retries any one sample needed.
+    rounds = 0
+    for i in np.flatnonzero(rows != final).tolist():
+        a = 1
+        while int(retry_rows(0, samples[[i]], a, N_ROWS)[0]) != final[i]:
+            a += 1
+        rounds = max(rounds, a)
+    assert rounds >= 1
+    assert reads == 2 * (1 + rounds)  # tokens + mask, first read plus one per round
+
+
+def test_replacement_limit_raises_naming_dataset_and_rows(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=1)  # every row empty
+    src = PaddedRows(tp, mp, context=16, max_retries=3)
+    with pytest.raises(EmptyRowsError, match=r"tok\.npy.*after 3 replacement.*sample 5 \(row"):
+        src.read(0, np.array([5, 6]))
+    zero = PaddedRows(
+        *make_rows(tmp_path, empty_every=2), context=W - 1, shuffle=False, max_retries=0
+    )
+    with pytest.raises(EmptyRowsError, match="sample 0 "):
+        zero.read(0, np.array([0, 1]))
+    assert zero.read(0, np.array([1]))["x"].shape == (1, W - 1)
+
+
+# -- resume ------------------------------------------------------------------------------
+
+
+def test_resume_exact(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=5)
+
+    def make() -> Loader:
+        return Loader(
+            PaddedRows(tp, mp, context=32, pad_side="left"),
+            batch_size=8,
+            seed=1,
+            prefetch=2,
+            chunk_steps=4,
+        )
+
+    assert_resume_exact(make, steps=45, resume_at=[0, 1, 36, 37, 40])  # 37.5 steps per epoch
+    with make() as ld:
+        first = list(islice(iter(ld), 2))
+    assert first[0]["x"].shape == (8, 32)
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def test_bad_input_errors_name_file(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path)
+    write_row_file(tmp_path / "short.npy", np.zeros((N_ROWS, W - 1), np.uint8))
+    with pytest.raises(DataError, match=r"short\.npy: mask shape \(300, 1024\) disagrees.*tok"):
+        PaddedRows(tp, tmp_path / "short.npy", context=8)
+    with pytest.raises(ConfigError, match=r"tok\.npy: stored width 1025 is smaller than context"):
+        PaddedRows(tp, mp, context=W)
+    bad = np.load(mp)
+    bad[7, 3] = 2
+    write_row_file(tmp_path / "bad.npy", bad)
+    src = PaddedRows(tp, tmp_path / "bad.npy", context=8, shuffle=False)
+    with pytest.raises(DataError, match=r"bad\.npy: mask values must be 0 or 1; row 7 holds \[2\]"):
+        src.read(0, np.arange(10))
+    src.read(0, np.arange(7))  # rows without the bad value are fine
+    write_row_file(tmp_path / "neg.npy", -np.ones((N_ROWS, W), np.int8))
+    with pytest.raises(DataError, match=r"neg\.npy: mask values.*\[-1\]"):
+        PaddedRows(tp, tmp_path / "neg.npy", context=8).read(0, np.arange(2))
+    with pytest.raises(ConfigError, match="pad_side"):
+        PaddedRows(tp, mp, context=8, pad_side="middle")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="pad_id=300 does not fit"):
+        PaddedRows(tp, mp, context=8, dtype=np.int8, pad_id=300)
+    with pytest.raises(ConfigError, match="ignore_index=-1000 does not fit"):
+        PaddedRows(tp, mp, context=8, dtype=np.int8, ignore_index=-1000)
+    with pytest.raises(ConfigError, match="signed"):
+        PaddedRows(tp, mp, context=8, dtype=np.uint32)
+    with pytest.raises(ConfigError, match="context must be a positive"):
+        PaddedRows(tp, mp, context=0)
+
+
+def test_bad_row_files(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"\0" * 100)
+    with pytest.raises(ConfigError, match=r"a\.bin: a raw row file needs a dtype and a width"):
+        open_row_file(tmp_path / "a.bin")
+    with pytest.raises(DataError, match=r"a\.bin: file size 100 is not a multiple of the row"):
+        open_row_file(tmp_path / "a.bin", dtype="uint16", width=7)
+    assert open_row_file(tmp_path / "a.bin", dtype="uint16", width=10).rows == 5
+    (tmp_path / "a.bin.json").write_text("{nope")
+    with pytest.raises(FormatError, match=r"a\.bin\.json: unreadable row sidecar"):
+        open_row_file(tmp_path / "a.bin")
+    (tmp_path / "a.bin.json").write_text(json.dumps({"dtype": "uint16", "width": 10}))
+    with pytest.raises(ConfigError, match="width 5 given but"):
+        open_row_file(tmp_path / "a.bin", width=5)
+    with pytest.raises(ConfigError, match="dtype uint8 given but"):
+        open_row_file(tmp_path / "a.bin", dtype="uint8")
+    np.save(tmp_path / "flat.npy", np.zeros(10, np.uint16))
+    with pytest.raises(FormatError, match=r"flat\.npy: expected a 2-D"):
+        open_row_file(tmp_path / "flat.npy")
+    np.save(tmp_path / "f.npy", np.asfortranarray(np.zeros((4, 3), np.uint16)))
+    with pytest.raises(FormatError, match=r"f\.npy: the array is stored in Fortran"):
+        open_row_file(tmp_path / "f.npy")
+    np.save(tmp_path / "t.npy", np.zeros((4, 3), np.uint16))
+    with open(tmp_path / "t.npy", "r+b") as fh:
+        fh.truncate((tmp_path / "t.npy").stat().st_size - 2)
+    with pytest.raises(FormatError, match=r"t\.npy: truncated"):
+        open_row_file(tmp_path / "t.npy")
+    np.save(tmp_path / "e.npy", np.zeros((0, 3), np.uint16))
+    with pytest.raises(DataError, match=r"e\.npy: empty"):
+        open_row_file(tmp_path / "e.npy")
+    (tmp_path / "x.npy").write_bytes(b"hello world, not npy")
+    with pytest.raises(FormatError, match=r"x\.npy: not an NPY file"):
+        open_row_file(tmp_path / "x.npy")
+    np.save(tmp_path / "fl.npy", np.zeros((4, 3), np.float32))
+    with pytest.raises(ConfigError, match=r"fl\.npy: token dtype must be an integer"):
+        PaddedRows(tmp_path / "fl.npy", context=2)
+
+
+def test_sample_rows_unshuffled_wraps() -> None:
+    np.testing.assert_array_equal(sample_rows(0, np.array([0, 5, 6, 13]), 6, False), [0, 5, 0, 1])

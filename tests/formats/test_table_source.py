@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import Table, TableSource
+from headrace.formats._row_plan import sample_rows
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact
+
+N = 300
+WIDTH = 24
+
+
+def make_table() -> tuple[pa.Table, list[list[int]]]:
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(0, 50_000, rng.integers(0, 30)).astype(np.int32).tolist() for _ in range(N)]
+    table = pa.table(
+        {
+            "input_ids": pa.array(ids, type=pa.list_(pa.int32())),
+            "label": pa.array(np.arange(N, dtype=np.int64) * 7),
+            "text": pa.array([f"row {i}" for i in range(N)]),
+        }
+    )
+    return table, ids
+
+
+def save_to_disk(root: Path, table: pa.Table, shards: int = 3) -> Path:
+    """The directory layout ``datasets.Dataset.save_to_disk`` writes: Arrow streams + state.json."""
+    root.mkdir()
+    per = -(-table.num_rows // shards)
+    files = []
+    for k in range(shards):
+        name = f"data-{k:05d}-of-{shards:05d}.arrow"
+        with pa.OSFile(str(root / name), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+            w.write_table(table.slice(k * per, per), max_chunksize=50)
+        files.append({"filename": name})
+    (root / "state.json").write_text(
+        json.dumps({"_data_files": files, "_fingerprint": "0", "_split": None})
+    )
+    (root / "dataset_info.json").write_text(json.dumps({"features": {}}))
+    return root
+
+
+def expected(ids: list[list[int]], rows: np.ndarray, left: bool = False) -> tuple:
+    x = np.zeros((len(rows), WIDTH), np.int32)
+    m = np.zeros((len(rows), WIDTH), bool)
+    for i, r in enumerate(rows.tolist()):
+        row = ids[r][:WIDTH]
+        if left:
+            x[i, WIDTH - len(row) :] = row
+            m[i, WIDTH - len(row) :] = True
+        else:
+            x[i, : len(row)] = row
+            m[i, : len(row)] = True
+    return x, m
+
+
+@pytest.mark.parametrize("layout", ["parquet", "save_to_disk"])
+def test_reads_back_exactly(tmp_path: Path, layout: str) -> None:
+    table, ids = make_table()
+    if layout == "parquet":
+        path = tmp_path / "t.parquet"
+        pq.write_table(table, path, row_group_size=64)
+    else:
+        path = save_to_disk(tmp_path / "ds", table)
+    src = TableSource(path, columns=["input_ids", "label"], width=WIDTH, truncate=True)
+    samples = np.array([0, N - 1, 5, 5, N + 5, 123, 2 * N - 1], dtype=np.int64)
+    got = src.read(11, samples)
+    rows = sample_rows(11, samples, N, True)
+    x, m = expected(ids, rows)
+    np.testing.assert_array_equal(got["input_ids"], x)
+    np.testing.assert_array_equal(got["input_ids_mask"], m)
+    np.testing.assert_array_equal(got["label"], rows * 7)
+    assert set(got) == {"input_ids", "input_ids_mask", "label"}
+    left = TableSource(
+        Table.open(path), columns=["input_ids"], width=WIDTH, truncate=True, pad_side="left"
+    )
+    lx, lm = expected(ids, rows, left=True)
+    out = left.read(11, samples)
+    np.testing.assert_array_equal(out["input_ids"], lx)
+    np.testing.assert_array_equal(out["input_ids_mask"], lm)
+    src.close()
+
+
+def test_strings_padded_with_per_column_width_and_pad(tmp_path: Path) -> None:
+    table, _ = make_table()
+    pq.write_table(table, tmp_path / "t.parquet")
+    src = TableSource(
+        tmp_path / "t.parquet",
+        columns=["text"],
+        widths={"text": 8},
+        pad_values={"text": 32},
+        shuffle=False,
+    )
+    got = src.read(0, np.array([0, 12]))
+    assert bytes(got["text"][1]) == b"row 12  "
+    np.testing.assert_array_equal(got["text_mask"][0], [1] * 5 + [0] * 3)
+
+
+def test_resume_exact(tmp_path: Path) -> None:
+    table, _ = make_table()
+    path = save_to_disk(tmp_path / "ds", table)
+    assert_resume_exact(
+        lambda: Loader(
+            TableSource(path, columns=["input_ids", "label"], width=WIDTH, truncate=True),
+            batch_size=16,
+            seed=2,
+        ),
+        steps=22,
+        resume_at=[0, 1, 18, 19],
+    )
+
+
+def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
+    table, _ = make_table()
+    pq.write_table(table, tmp_path / "t.parquet")
+    p = tmp_path / "t.parquet"
+    with pytest.raises(ConfigError, match=r"t\.parquet: .*no column\(s\) \['nope'\]"):
+        TableSource(p, columns=["nope"], width=4)
+    tb = Table.open(p)
+    with pytest.raises(ConfigError, match=r"t\.parquet: unknown column\(s\) \['nope'\]"):
+        TableSource(tb, columns=["nope"])
+    with pytest.raises(ConfigError, match=r"t\.parquet: column 'input_ids' holds variable-length"):
+        TableSource(p, columns=["input_ids"])
+    with pytest.raises(ConfigError, match=r"widths/pad_values name column\(s\) \['label'\]"):
+        TableSource(p, columns=["input_ids"], width=4, widths={"label": 3})
+    with pytest.raises(ConfigError, match=r"t\.parquet: column 'input_ids': row \d+ has \d+ items"):
+        TableSource(p, columns=["input_ids"], width=4).read(0, np.arange(64))
+    with pytest.raises(ConfigError, match="width of 'input_ids' must be >= 1"):
+        TableSource(p, columns=["input_ids"], width=0)
+    words = pa.table({"words": pa.array([["a", "b"], ["c"]], type=pa.list_(pa.string()))})
+    pq.write_table(words, tmp_path / "w.parquet")
+    with pytest.raises(FormatError, match=r"w\.parquet: column 'words' has type list<element: str"):
+        TableSource(tmp_path / "w.parquet", width=4)

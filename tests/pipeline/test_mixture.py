@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats import PaddedRows, TokenSource, write_row_file
+from headrace.pipeline import Loader, Mixture
+from headrace.pipeline._mixture import source_seed
+from headrace.plan import MixturePlan, quantize_weights
+from headrace.testing import assert_resume_exact, batch_digest
+
+# -- the plan ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weights", [[0.5, 0.3, 0.2], [1, 1, 1], [0.05, 0.9, 0.03, 0.02, 1e-3], [7.0]]
+)
+def test_proportions_and_exact_per_step_counts(weights: list[float]) -> None:
+    b, steps = 32, 10_000
+    plan = MixturePlan(weights, b)
+    counts = plan.step_counts(np.arange(steps))
+    assert (counts.sum(axis=1) == b).all()
+    assert (counts >= 0).all()
+    w = np.asarray(weights) / np.sum(weights)
+    share = counts.sum(axis=0) / (steps * b)
+    assert np.all(np.abs(share - w) <= 0.01 * w + 1e-12)
+    # Closed form: the cumulative count at any step is the sum of the step counts.
+    cum = plan.cumulative(np.arange(steps + 1) * b)
+    np.testing.assert_array_equal(cum[1:] - cum[:-1], counts)
+    np.testing.assert_array_equal(cum[-1], counts.sum(axis=0))
+    depth = int(np.ceil(np.log2(len(weights)))) if len(weights) > 1 else 0
+    ideal = np.arange(steps + 1)[:, None] * b * plan.weights[None, :]
+    assert np.abs(cum - ideal).max() <= depth / 2 + 1e-9
+
+
+def test_far_steps_cost_nothing_and_stay_exact() -> None:
+    plan = MixturePlan([0.6, 0.3, 0.1], 1024)
+    t = np.array([10**9, 10**9 + 1])
+    c = plan.step_counts(t)
+    assert (c.sum(axis=1) == 1024).all()
+    assert plan.cumulative(t * 1024).sum(axis=1).tolist() == (t * 1024).tolist()
+
+
+def test_locate_numbers_each_source_locally_in_order() -> None:
+    plan = MixturePlan([0.5, 0.25, 0.25], 16)
+    samples = np.arange(16 * 50, dtype=np.int64)
+    src, local = plan.locate(7, samples)
+    for s in range(3):
+        mine = local[src == s]
+        assert sorted(mine.tolist()) == list(range(mine.size))
+        # Steps consume each source's samples in order.
+        per_step = [local[(src == s) & (samples // 16 == t)] for t in range(50)]
+        flat = np.concatenate([np.sort(p) for p in per_step])
+        np.testing.assert_array_equal(flat, np.arange(mine.size))
+    # Positions are interleaved per step, not in blocks, and differ by seed.
+    other, _ = MixturePlan([0.5, 0.25, 0.25], 16).locate(8, samples)
+    assert not np.array_equal(src, other)
+    first_half = src.reshape(50, 16)[:, :8]
+    assert all(len(set(row.tolist())) > 1 for row in first_half[:10])
+
+
+def test_weight_errors() -> None:
+    with pytest.raises(ValueError, match="finite and > 0"):
+        quantize_weights([1.0, -1.0])
+    with pytest.raises(ValueError, match="non-empty"):
+        quantize_weights([])
+    with pytest.raises(ValueError, match="below 1/65536"):
+        quantize_weights([1.0, 1e-9])
+    assert sum(quantize_weights([1 / 3, 1 / 3, 1 / 3])) == 1 << 16
+    with pytest.raises(ValueError, match="batch_size"):
+        MixturePlan([1.0], 0)
+
+
+# -- the source ----------------------------------------------------------------------------
+
+
+def rows_dataset(root: Path, name: str, n: int, base: int) -> PaddedRows:
+    rng = np.random.default_rng(n)
+    tok = rng.integers(1, 1000, (n, 17), dtype=np.uint16)
+    tok[:, 0] = base + np.arange(n) % 1000  # which source, which row
+    write_row_file(root / f"{name}.npy", tok)
+    return PaddedRows(root / f"{name}.npy", context=16)
+
+
+@pytest.fixture
+def sources(tmp_path: Path) -> dict[str, PaddedRows]:
+    return {
+        "big": rows_dataset(tmp_path, "big", 500, 0),
+        "mid": rows_dataset(tmp_path, "mid", 90, 10_000),
+        "tiny": rows_dataset(tmp_path, "tiny", 7, 20_000),
+    }
+
+
+W3 = [0.6, 0.3, 0.1]
+
+
+def mixture(sources: dict[str, PaddedRows], b: int = 16) -> Mixture:
+    return Mixture(sources, W3, batch_size=b)
+
+
+def test_batches_carry_source_ids_and_follow_the_plan(sources: dict[str, PaddedRows]) -> None:
+    mix = mixture(sources)
+    with Loader(mix, batch_size=16, seed=5, prefetch=0, steps=200) as ld:
+        batches = list(ld)
+    src = np.concatenate([b["source"] for b in batches])
+    x0 = np.concatenate([b["x"][:, 0] for b in batches])
+    assert src.dtype == np.int32
+    np.testing.assert_array_equal(x0 // 10_000, src)  # each sample really is from its source
+    share = np.bincount(src, minlength=3) / src.size
+    assert np.allclose(share, W3, atol=0.01)
+    for b in batches:
+        counts = np.bincount(b["source"], minlength=3)
+        assert counts.sum() == 16
+    # Per-source epochs: the tiny source (7 rows) cycles through fresh permutations.
+    _, local = mix.plan.locate(5, np.arange(src.size, dtype=np.int64))
+    tiny = np.flatnonzero(src == 2)
+    tiny_rows = (x0[tiny] - 20_000)[np.argsort(local[tiny])]  # in local sample order
+    assert sorted(tiny_rows[:7].tolist()) == list(range(7))
+    assert sorted(tiny_rows[7:14].tolist()) == list(range(7))
+    seed2 = source_seed(5, 2)
+    np.testing.assert_array_equal(
+        tiny_rows[:14], sources["tiny"].rows_of(seed2, np.arange(14, dtype=np.int64))
+    )
+
+
+def test_host_slices_union_is_the_global_batch(sources: dict[str, PaddedRows]) -> None:
+    def run(world: int) -> list[dict[str, np.ndarray]]:
+        parts = []
+        for rank in range(world):
+            with Loader(
+                mixture(sources),
+                batch_size=16,
+                seed=3,
+                rank=rank,
+                world_size=world,
+                prefetch=0,
+                steps=40,
+            ) as ld:
+                parts.append(list(ld))
+        return [
+            {k: np.concatenate([p[t][k] for p in parts]) for k in parts[0][t]} for t in range(40)
+        ]
+
+    one = run(1)
+    assert batch_digest(run(2)) == batch_digest(one) == batch_digest(run(4))
+    # Host slices are mixed: host 0 of 4 sees several sources.
+    with Loader(mixture(sources), batch_size=16, seed=3, world_size=4, prefetch=0, steps=40) as ld:
+        seen = np.concatenate([b["source"] for b in ld])
+    assert set(seen.tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_resume_mid_mixture_is_exact(sources: dict[str, PaddedRows], prefetch: int) -> None:
+    assert_resume_exact(
+        lambda: Loader(mixture(sources), batch_size=16, seed=9, prefetch=prefetch, chunk_steps=4),
+        steps=40,
+        resume_at=[0, 1, 3, 17, 28, 39],
+    )
+
+
+def test_resume_far_away(sources: dict[str, PaddedRows]) -> None:
+    ld = Loader(mixture(sources), batch_size=16, seed=9, prefetch=0)
+    far = 10**7
+    ld.load_state_dict({**ld.state_dict(), "step": far})
+    got = next(iter(ld))
+    want = ld.batch_at(far)
+    assert batch_digest([got]) == batch_digest([want])
+    assert np.bincount(got["source"], minlength=3).sum() == 16
+
+
+def test_batch_size_mismatch_is_refused(sources: dict[str, PaddedRows]) -> None:
+    with (
+        Loader(mixture(sources, b=32), batch_size=48, seed=1, prefetch=0) as ld,
+        pytest.raises(ConfigError, match=r"Mixture\(batch_size=32\).*loader's batch_size differs"),
+    ):
+        next(iter(ld))
+    with Loader(mixture(sources, b=32), batch_size=16, seed=1, prefetch=0) as ld:
+        it = iter(ld)
+        next(it)  # one step of a smaller batch looks like a host slice...
+        with pytest.raises(ConfigError, match="batch_size differs"):
+            list(islice(it, 2))  # ...but the next chunk of two steps does not
+
+
+def test_check_batch_size(sources: dict[str, PaddedRows]) -> None:
+    mix = mixture(sources, b=32)
+    mix.check_batch_size(32)
+    with pytest.raises(ConfigError, match=r"Mixture\(batch_size=32\) cannot serve.*batch_size=64"):
+        mix.check_batch_size(64)
+
+
+def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows]) -> None:
+    with pytest.raises(ConfigError, match="3 sources but 2 weights"):
+        Mixture(sources, [1, 2], batch_size=8)
+    with pytest.raises(ConfigError, match="finite and > 0"):
+        Mixture(sources, [1, 0, 2], batch_size=8)
+    with pytest.raises(ConfigError, match="at least one source"):
+        Mixture([], [], batch_size=8)
+    np.arange(5000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = TokenSource(tmp_path / "t.bin", dtype="uint16", context=16)
+    mix = Mixture([sources["big"], tokens], [0.5, 0.5], batch_size=16)
+    with pytest.raises(DataError, match=r"mixture sources differ in shape: '1' gives"):
+        mix.read(0, np.arange(16, dtype=np.int64))
+    assert "weights" in mix.fingerprint()
+    mix.close()
