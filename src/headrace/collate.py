@@ -43,36 +43,6 @@ def _check_pad(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
         )
 
 
-def _fill_ragged(
-    values: NDArray[Any],
-    offsets: NDArray[np.int64],
-    out: NDArray[Any],
-    mask: NDArray[np.bool_],
-    *,
-    left: bool,
-    truncate: bool,
-) -> None:
-    """Fill ``out`` and ``mask`` from flat ``values`` with no per-row Python loop."""
-    width = out.shape[1]
-    lengths = np.diff(offsets)
-    kept = np.minimum(lengths, width)
-    cols = np.arange(width, dtype=np.int64)
-    if left:
-        np.greater_equal(cols, (width - kept)[:, None], out=mask)
-    else:
-        np.less(cols, kept[:, None], out=mask)
-    # Boolean assignment walks ``out`` in row-major order, which is the order
-    # of the concatenated rows: one vectorised scatter for the whole batch.
-    if bool((kept == lengths).all()):
-        out[mask] = values[int(offsets[0]) : int(offsets[-1])]
-        return
-    if not truncate:
-        raise _too_long(lengths, width)
-    total = int(kept.sum())
-    step = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(kept) - kept, kept)
-    out[mask] = values[np.repeat(offsets[:-1], kept) + step]
-
-
 def pad_batch(
     seqs: formats.Ragged | Sequence[Any],
     *,
@@ -115,7 +85,7 @@ def pad_batch(
     else:
         if values.dtype != out_dtype and values.size:
             values = values.astype(out_dtype, copy=False)
-        _fill_ragged(values, offsets, out, mask, left=side == "left", truncate=truncate)
+        formats.Ragged.fill(values, offsets, out, mask, left=side == "left", truncate=truncate)
     if torch_out:
         import torch
 
@@ -123,14 +93,6 @@ def pad_batch(
             return torch.from_numpy(out), torch.from_numpy(mask)
         return torch.from_numpy(out)
     return (out, mask) if return_mask else out
-
-
-def _too_long(lengths: NDArray[np.int64], width: int) -> errors.ConfigError:
-    row = int(np.flatnonzero(lengths > width)[0])
-    return errors.ConfigError(
-        f"row {row} has {int(lengths[row])} items, more than width={width}; "
-        "pass truncate=True to keep its first width items"
-    )
 
 
 def _fill_rows(
@@ -146,7 +108,7 @@ def _fill_rows(
     width = out.shape[1]
     kept = np.minimum(lengths, width)
     if not truncate and bool((kept != lengths).any()):
-        raise _too_long(lengths, width)
+        raise formats.Ragged.too_long(lengths, width)
     cols = np.arange(width, dtype=np.int64)
     if left:
         np.greater_equal(cols, (width - kept)[:, None], out=mask)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -51,6 +52,20 @@ class Ragged:
         """Length of every row."""
         return np.diff(self.offsets)
 
+    def pad(
+        self,
+        width: int,
+        *,
+        side: str = "right",
+        pad_value: int | float | bool = 0,
+        truncate: bool = False,
+    ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
+        """A ``(rows, width)`` array and its mask: one allocation each, no per-row loop."""
+        out = np.full((len(self), width), pad_value, dtype=self.values.dtype)
+        mask = np.empty((len(self), width), dtype=np.bool_)
+        Ragged.fill(self.values, self.offsets, out, mask, left=side == "left", truncate=truncate)
+        return out, mask
+
     def row(self, i: int) -> NDArray[np.generic]:
         """Row ``i`` as a view of ``values``."""
         n = len(self)
@@ -58,3 +73,41 @@ class Ragged:
             raise IndexError(f"row {i} out of range for {n} rows")
         i %= n
         return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+    @staticmethod
+    def too_long(lengths: NDArray[np.int64], width: int) -> ConfigError:
+        row = int(np.flatnonzero(lengths > width)[0])
+        return ConfigError(
+            f"row {row} has {int(lengths[row])} items, more than width={width}; "
+            "pass truncate=True to keep its first width items"
+        )
+
+    @staticmethod
+    def fill(
+        values: NDArray[Any],
+        offsets: NDArray[np.int64],
+        out: NDArray[Any],
+        mask: NDArray[np.bool_],
+        *,
+        left: bool,
+        truncate: bool,
+    ) -> None:
+        """Fill ``out`` and ``mask`` from flat ``values`` with no per-row Python loop."""
+        width = out.shape[1]
+        lengths = np.diff(offsets)
+        kept = np.minimum(lengths, width)
+        cols = np.arange(width, dtype=np.int64)
+        if left:
+            np.greater_equal(cols, (width - kept)[:, None], out=mask)
+        else:
+            np.less(cols, kept[:, None], out=mask)
+        # Boolean assignment walks ``out`` in row-major order, which is the order
+        # of the concatenated rows: one vectorised scatter for the whole batch.
+        if bool((kept == lengths).all()):
+            out[mask] = values[int(offsets[0]) : int(offsets[-1])]
+            return
+        if not truncate:
+            raise Ragged.too_long(lengths, width)
+        total = int(kept.sum())
+        step = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(kept) - kept, kept)
+        out[mask] = values[np.repeat(offsets[:-1], kept) + step]

@@ -114,9 +114,6 @@ class TableSource:
         return len(self.table)
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
-        # collate imports formats, so a module-level import here would be circular.
-        from headrace.collate import pad_batch
-
         rows = sample_rows(seed, np.asarray(samples, dtype=np.int64), len(self), self.shuffle)
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}
@@ -124,10 +121,9 @@ class TableSource:
             v = data[c]
             if isinstance(v, Ragged):
                 try:
-                    values, mask = pad_batch(
-                        v,
+                    values, mask = v.pad(
+                        self.widths[c],
                         side=self.pad_side,
-                        width=self.widths[c],
                         pad_value=self.pad_values[c],
                         truncate=self.truncate,
                     )

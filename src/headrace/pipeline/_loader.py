@@ -94,6 +94,9 @@ class Loader:
             raise ConfigError(
                 f"step_offset must be in [0, step_stride) (got {step_offset=}, {step_stride=})."
             )
+        check = getattr(source, "check_batch_size", None)
+        if check is not None:  # a mixture apportions its own global batch: they must agree
+            check(batch_size)
         self.source = source
         self.batch_size = batch_size
         self.seed = seed
