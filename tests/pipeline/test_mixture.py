@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
