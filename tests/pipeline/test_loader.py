@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 import time
 from itertools import islice
@@ -54,6 +55,36 @@ def test_sync_async_and_chunking_agree(token_path: Path) -> None:
     ]
     assert all(r == runs[0] for r in runs)
     assert len(set(runs[0])) == 120
+
+
+def test_populate_and_pread_reads_agree(token_path: Path) -> None:
+    a = [
+        batch_digest([b])
+        for b in islice(
+            iter(Loader(source(token_path, reads="populate"), batch_size=16, seed=3)), 80
+        )
+    ]
+    b = [
+        batch_digest([b])
+        for b in islice(iter(Loader(source(token_path, reads="pread"), batch_size=16, seed=3)), 80)
+    ]
+    assert a == b
+
+
+def test_file_truncated_under_a_mapped_window_is_an_error(token_path: Path) -> None:
+    src = source(token_path, reads="populate")
+    with Loader(src, batch_size=16, seed=3, prefetch=0) as ld:
+        it = iter(ld)
+        next(it)
+        os.truncate(token_path / "a.bin", 4096)
+        os.truncate(token_path / "b.bin", 4096)
+        with pytest.raises(
+            StorageError,
+            match=r"\.bin: (file shrank to 4096 bytes|reading bytes \[\d+, \d+\) through the file "
+            r"map)",
+        ):
+            for _ in range(400):
+                next(it)
 
 
 def test_random_access_matches_iteration(token_path: Path) -> None:
@@ -177,19 +208,21 @@ def test_read_error_surfaces_with_the_step(
     token_path: Path, prefetch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = LocalFile.pread_into
-    calls = {"n": 0}
+    bad: dict[str, int] = {}
 
     def flaky(self: LocalFile, buf: object, offset: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 3:
+        # The third block read fails, and fails again when retried: a bad sector.
+        bad.setdefault("n", 0)
+        bad["n"] += 1
+        if bad["n"] == 3:
+            bad["offset"] = offset
+        if bad.get("offset") == offset:
             raise StorageError(5, f"{self.path}: read of bytes [{offset}, ...) failed: EIO")
         real(self, buf, offset)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LocalFile, "pread_into", flaky)
-    with (
-        loader(token_path, prefetch=prefetch) as ld,
-        pytest.raises(StorageError, match="EIO") as info,
-    ):
+    ld = Loader(source(token_path, reads="pread"), batch_size=16, seed=7, prefetch=prefetch)
+    with ld, pytest.raises(StorageError, match="EIO") as info:
         list(islice(iter(ld), 200))
     if prefetch:
         assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))

@@ -136,7 +136,10 @@ def _naive(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
 
 
 def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -> Stream:
-    src = k.source()
+    reads = spec.options.get("reads", "populate")
+    if reads not in ("populate", "pread"):
+        raise ConfigError(f"variant {spec.text!r}: reads must be 'populate' or 'pread'")
+    src = k.source(reads=reads)
     t = k.workload.train
     loader = Loader(
         src,

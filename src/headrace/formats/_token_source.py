@@ -10,20 +10,22 @@ filled blocks stay while the window is cached. Samples are gathered with one
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._tokens import TokenFile, TokenFormat, open_token_file
-from headrace.io import LocalFile, io_pool, page_aligned_empty
+from headrace.io import PAGE, LocalFile, io_pool, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 __all__ = ["TokenSource", "TokenStats"]
@@ -41,10 +43,33 @@ class TokenStats:
     samples: int = 0
 
 
-class _Window:
-    """One lazily filled window of a token file."""
+# Linux >= 5.14: fault a range of a mapping in, reading what is not cached, without
+# copying it anywhere. Not in Python's mmap module constants yet.
+MADV_POPULATE_READ = 22
 
-    __slots__ = ("_bytes", "_rows", "block_bytes", "buf", "file", "filled", "offset", "pending")
+
+class _Window:
+    """One lazily filled window of a token file.
+
+    Two ways to fill a block, same bytes. *Mapped*: the window is a view of the
+    file's memory map and filling a block is ``MADV_POPULATE_READ`` on it (the
+    kernel reads what is not cached and maps it, GIL released), so a batch is
+    one copy from the page cache. *Buffered*: the window is our own memory and
+    a block is filled by ``os.preadv`` into it (two copies, but no mapping:
+    for files that cannot be mapped, or kernels without populate).
+    """
+
+    __slots__ = (
+        "_bytes",
+        "_rows",
+        "block_bytes",
+        "buf",
+        "file",
+        "filled",
+        "mapped",
+        "offset",
+        "pending",
+    )
 
     @property
     def memory(self) -> NDArray[np.uint8]:
@@ -59,12 +84,17 @@ class _Window:
         offset: int,
         tokens: int,
         block_bytes: int,
-        memory: NDArray[np.uint8],
+        memory: NDArray[np.uint8] | None,
     ) -> None:
         self.file = file
         self.offset = offset  # in bytes, within the file
-        # ``memory`` may hold a previous window's bytes: ``filled`` says what is ours.
-        self._bytes = memory[: tokens * dtype.itemsize]
+        self.mapped = memory is None
+        if memory is None:
+            memory = np.frombuffer(file.mapped, dtype=np.uint8)
+            self._bytes = memory[offset : offset + tokens * dtype.itemsize]
+        else:
+            # May hold a previous window's bytes: ``filled`` says what is ours.
+            self._bytes = memory[: tokens * dtype.itemsize]
         self.buf: NDArray[Any] = self._bytes.view(dtype)
         self.block_bytes = block_bytes
         self.filled = np.zeros(-(-self._bytes.size // block_bytes), dtype=bool)
@@ -134,7 +164,45 @@ class _Window:
 
     def _fill(self, block: int) -> None:
         lo = block * self.block_bytes
-        self.file.pread_into(self._bytes[lo : lo + self._block_len(block)], self.offset + lo)
+        n = self._block_len(block)
+        if not self.mapped:
+            self.file.pread_into(self._bytes[lo : lo + n], self.offset + lo)
+            return
+        start = (self.offset + lo) // PAGE * PAGE  # madvise wants a page-aligned start
+        try:
+            self.file.mapped.madvise(MADV_POPULATE_READ, start, self.offset + lo + n - start)
+        except OSError as exc:
+            raise StorageError(
+                exc.errno or errno.EIO,
+                f"{self.file.path}: reading bytes [{self.offset + lo}, {self.offset + lo + n}) "
+                f"through the file map failed: {exc.strerror or exc}",
+            ) from exc
+
+    def check_size(self) -> None:
+        """Refuse to touch a mapped window whose file shrank: the access would SIGBUS.
+
+        (A race remains between this check and the copy; truncating training data
+        under a running job is rare, and this turns the common case into an error.)
+        """
+        now = os.fstat(self.file.fd).st_size
+        end = self.offset + self._bytes.size
+        if now < end:
+            raise StorageError(
+                errno.EIO,
+                f"{self.file.path}: file shrank to {now} bytes while open; reading bytes "
+                f"[{self.offset}, {end}) through the file map would fault",
+            )
+
+    def release(self) -> None:
+        """Drop a mapped window's pages from this process (the page cache keeps them)."""
+        if self.mapped and self._bytes.size:
+            start = self.offset // PAGE * PAGE
+            try:
+                self.file.mapped.madvise(
+                    mmap.MADV_DONTNEED, start, self.offset + self._bytes.size - start
+                )
+            except (OSError, ValueError):  # the map is closed: nothing is mapped any more
+                pass
 
     def rows(self, context: int) -> NDArray[Any]:
         """A cached ``(S, L + 1)`` view: row ``i`` is tokens ``[i*L, i*L + L + 1)``."""
@@ -166,6 +234,7 @@ class TokenSource:
         block_bytes: int = 4 * MiB,
         shuffle: bool = True,
         max_windows: int = 2,
+        reads: Literal["populate", "pread"] = "populate",
     ) -> None:
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
@@ -204,6 +273,10 @@ class TokenSource:
             shuffle=shuffle,
         )
         self.max_windows = max_windows
+        if reads not in ("populate", "pread"):
+            raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
+        self.reads = reads
+        self._populate_ok: bool | None = None
         self.stats = TokenStats()
         self._open: dict[int, LocalFile] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
@@ -251,6 +324,8 @@ class TokenSource:
             win = self._window(w)
             starts = plan.start if len(groups) == 1 else plan.start[idx]
             win.ensure(starts, L + 1, self.stats)
+            if win.mapped:
+                win.check_size()
             # Fancy indexing walks the strided view row by row: one copy. (np.take
             # would first copy the whole overlapping view to make it contiguous.)
             rows = win.rows(L)[starts // L]
@@ -303,7 +378,10 @@ class TokenSource:
             # Recycle the evicted window's memory: its pages are already faulted in.
             old = self._windows.popitem(last=False)[1]
             old.drain()
-            self._free.append(old.memory)
+            if old.mapped:
+                old.release()
+            else:
+                self._free.append(old.memory)
         fi = int(self.layout.window_file[w])
         base = int(self.layout.window_base[w])
         win = _Window(
@@ -312,15 +390,32 @@ class TokenSource:
             base * self.dtype.itemsize,
             self.layout.window_tokens_of(w),
             self.block_bytes,
-            self._free.pop() if self._free else page_aligned_empty(self._window_nbytes),
+            self._window_memory(fi),
         )
         self._windows[w] = win
         self.stats.windows_opened += 1
         return win
 
+    def _window_memory(self, fi: int) -> NDArray[np.uint8] | None:
+        """``None`` for a mapped window, else recycled or fresh window memory."""
+        if self.reads == "populate" and self._can_populate(fi):
+            return None
+        return self._free.pop() if self._free else page_aligned_empty(self._window_nbytes)
+
+    def _can_populate(self, fi: int) -> bool:
+        if self._populate_ok is None:
+            try:
+                f = self._file(fi)
+                f.mapped.madvise(MADV_POPULATE_READ, 0, min(PAGE, f.size))
+                self._populate_ok = True
+            except (OSError, ValueError):  # old kernel, or a file that cannot be mapped
+                self._populate_ok = False
+        return self._populate_ok
+
     def close(self) -> None:
         for win in self._windows.values():
             win.drain()
+            win.release()
         self._windows.clear()
         self._free.clear()
         for f in self._open.values():
