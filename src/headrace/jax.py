@@ -75,10 +75,8 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
 
 def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
     """This process's rows of each array, assembled into global ``jax.Array`` s."""
-    return {
-        name: jax.make_array_from_process_local_data(sharding, a, (batch_size, *np.shape(a)[1:]))
-        for name, a in batch.items()
-    }
+    make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
+    return {name: make(sharding, a, (batch_size, *np.shape(a)[1:])) for name, a in batch.items()}
 
 
 def numpy_loader(
