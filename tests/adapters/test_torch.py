@@ -183,3 +183,38 @@ def test_read_only_arrays_are_copied_not_shared() -> None:
     w = np.arange(3)
     ht.to_tensors({"w": w})["w"][0] = 9
     assert w[0] == 9  # writeable arrays are shared, not copied
+
+
+def test_pack_shares_one_base_per_token_batch_even_inside_a_chunk(root: Path) -> None:
+    import pickle
+
+    with Loader(token_source(root), batch_size=BATCH, seed=5, chunk_steps=8) as ld:
+        batches = list(islice(iter(ld), 6))  # later ones are slices of an 8-step chunk
+    for b in batches:
+        bases, fields = ht.pack(b)
+        assert len(bases) == 1 and bases[0].size == BATCH * 17  # B * (L + 1), once
+        back = ht.unpack(pickle.loads(pickle.dumps((bases, fields))))
+        assert batch_digest([back]) == batch_digest([b])
+        t = ht.tensors_of((bases, fields))
+        assert t["x"].untyped_storage().data_ptr() == t["y"].untyped_storage().data_ptr()
+        assert batch_digest([{k: v.numpy() for k, v in t.items()}]) == batch_digest([b])
+
+
+def test_pack_copies_what_it_must_not_share() -> None:
+    big = np.arange(1000, dtype=np.int32)
+    odd = np.arange(24, dtype=np.uint8)[1:].view(np.uint8)[:16].view(np.int32)  # unaligned
+    batch = {
+        "small": big[10:20],  # a tiny view of a big array: copied, not the whole array sent
+        "rev": np.arange(6, dtype=np.int64)[::-1],
+        "empty": np.zeros((0, 3)),
+        "odd": odd,
+        "scalar": np.array(7),
+    }
+    bases, fields = ht.pack(batch)
+    assert max(b.nbytes for b in bases) <= 48
+    assert list(fields) == list(batch)
+    back = ht.unpack((bases, fields))
+    for k, v in batch.items():
+        assert np.array_equal(back[k], v) and back[k].shape == v.shape, k
+    t = ht.tensors_of((bases, fields))
+    assert t["rev"].tolist() == [5, 4, 3, 2, 1, 0]
