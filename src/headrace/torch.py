@@ -162,14 +162,28 @@ def tensors_of(packed: Packed, *, pin_memory: bool = False) -> TensorBatch:
     }
 
 
-def to_tensors(batch: Batch, *, contiguous: bool = False, pin_memory: bool = False) -> TensorBatch:
+def to_tensors(
+    batch: Batch, *, contiguous: bool = False, pin_memory: bool = False, share: bool = False
+) -> TensorBatch:
     """Tensors sharing memory with the arrays (``torch.from_numpy``); views stay views.
 
-    See :func:`pack` for which fields share one storage and which are copied.
+    ``share=True`` (implied by ``pin_memory``) makes fields that view one
+    stretch of memory views of one tensor storage, as :func:`pack` does: it
+    pays where the storage is copied afterwards (pinned, or put into shared
+    memory by a worker queue), and costs a few microseconds of Python
+    otherwise. Read-only fields, and fields with negative strides, are
+    copied either way.
     """
     if contiguous:
         batch = {k: np.ascontiguousarray(a) for k, a in batch.items()}
-    return tensors_of(pack(batch), pin_memory=pin_memory)
+    if share or pin_memory or not all(_plain(a) for a in batch.values()):
+        return tensors_of(pack(batch), pin_memory=pin_memory)
+    return {k: torch.from_numpy(a) for k, a in batch.items()}
+
+
+def _plain(a: NDArray[Any]) -> bool:
+    """Whether ``torch.from_numpy`` may share this array as it is."""
+    return bool(a.flags.writeable) and all(s >= 0 and s % a.itemsize == 0 for s in a.strides)
 
 
 class TorchDataset(IterableDataset[TensorBatch]):
@@ -270,8 +284,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
         return self._tensors(self.iter_arrays())
 
     def _tensors(self, arrays: Iterator[Batch]) -> Iterator[TensorBatch]:
+        # In a worker, x and y of one storage go into shared memory once, not twice.
+        share = get_worker_info() is not None
         for batch in arrays:
-            yield to_tensors(batch, contiguous=self.contiguous, pin_memory=self.pin_memory)
+            yield to_tensors(
+                batch, contiguous=self.contiguous, pin_memory=self.pin_memory, share=share
+            )
 
     def iter_arrays(self) -> Iterator[Batch]:
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
@@ -337,7 +355,10 @@ class HeadraceDataLoader:
     and becomes tensors here, by ``torch.from_numpy``. That measured 3x
     faster than sending tensors, which costs a shared-memory segment and a
     file-descriptor hand-over per tensor. ``pin_memory=True`` pins here, in
-    the main process, where pinned pages are useful.
+    the main process, where pinned pages are useful. With
+    ``num_workers=0`` (the default) no DataLoader is involved at all: the
+    dataset's loader reads ahead on threads and its batches become tensors
+    here.
     """
 
     def __init__(self, dataset: TorchDataset, **dataloader_kwargs: Any) -> None:
@@ -363,19 +384,29 @@ class HeadraceDataLoader:
                 "False); pin only on a machine with a GPU."
             )
         self.dataset = dataset
-        self.dataloader: DataLoader[Packed] = DataLoader(
-            _PackedBatches(dataset),
-            batch_size=None,
-            collate_fn=_identity,
-            **dataloader_kwargs,
-        )
+        # Without workers the DataLoader would only add its per-batch overhead: the
+        # dataset's loader already reads ahead on threads.
+        self.dataloader: DataLoader[Packed] | None = None
+        if dataloader_kwargs.get("num_workers", 0) > 0:
+            self.dataloader = DataLoader(
+                _PackedBatches(dataset),
+                batch_size=None,
+                collate_fn=_identity,
+                **dataloader_kwargs,
+            )
         self.step: int = dataset.state_dict()["step"]
 
     def __iter__(self) -> Iterator[TensorBatch]:
-        self.dataset.load_state_dict(self.dataset.state_at(self.step))
+        ds = self.dataset
+        ds.load_state_dict(ds.state_at(self.step))
+        if self.dataloader is None:
+            for batch in ds.iter_arrays():
+                self.step += 1
+                yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+            return
         for packed in self.dataloader:
             self.step += 1
-            if self.dataset.contiguous:
+            if ds.contiguous:
                 yield to_tensors(unpack(packed), contiguous=True, pin_memory=self.pin_memory)
             else:
                 yield tensors_of(packed, pin_memory=self.pin_memory)

@@ -22,6 +22,10 @@ from headrace.testing import batch_digest  # noqa: E402
 HERE = Path(__file__).parent
 N, K = 12, 5
 
+# jax (imported by test_jax.py in the same pytest process) warns at every fork;
+# DataLoader workers fork, and never touch jax.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_optimizer_replay_in_a_new_process_gives_identical_weights(

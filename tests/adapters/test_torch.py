@@ -20,7 +20,12 @@ from headrace.testing import batch_digest  # noqa: E402
 STEPS = 24
 
 # The machine has 2 cores; 3 workers are the point of some tests, not a mistake.
-pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+# jax (imported by test_jax.py in the same pytest process) warns at every fork;
+# DataLoader workers fork, and never touch jax.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +58,25 @@ def test_any_worker_count_yields_the_global_step_order(
     assert len(set(reference)) == STEPS
 
 
-def test_tensors_are_views_of_one_array_unless_contiguous(root: Path, reference: list[str]) -> None:
+def test_tensors_are_views_unless_contiguous(root: Path, reference: list[str]) -> None:
     b = next(iter(dataset(root)))
     assert b["x"].dtype == torch.uint32 and b["x"].shape == (BATCH, 16)
-    # One storage: a worker queue moves it into shared memory once, not once per view.
-    assert b["x"].untyped_storage().data_ptr() == b["y"].untyped_storage().data_ptr()
-    assert b["y"].storage_offset() == b["x"].storage_offset() + 1
     assert not b["x"].is_contiguous()
     c = next(iter(dataset(root, contiguous=True)))
     assert c["x"].is_contiguous() and c["y"].is_contiguous()
     assert digests([b]) == digests([c]) == reference[:1]
+
+
+def test_shared_tensors_are_views_of_one_storage(root: Path) -> None:
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        batch = ld.batch_at(0)
+    plain, shared = ht.to_tensors(batch), ht.to_tensors(batch, share=True)
+    # One storage: a worker queue moves it into shared memory once, not once per view.
+    ptr = shared["x"].untyped_storage().data_ptr()
+    assert shared["y"].untyped_storage().data_ptr() == ptr
+    assert shared["y"].storage_offset() == shared["x"].storage_offset() + 1
+    assert plain["x"].untyped_storage().data_ptr() == ptr  # both borrow the NumPy memory
+    assert digests([plain]) == digests([shared])
 
 
 def test_host_slices_union_is_the_global_batch(root: Path, reference: list[str]) -> None:
