@@ -56,9 +56,11 @@ def bare(path: Path, a: argparse.Namespace) -> Iterator[dict[str, Any]]:
         yield from ld
 
 
-def adapter(path: Path, a: argparse.Namespace, contiguous: bool) -> Iterator[dict[str, Any]]:
+def adapter(
+    path: Path, a: argparse.Namespace, contiguous: bool, workers: int | None = None
+) -> Iterator[dict[str, Any]]:
     ds = TorchDataset(source(path, a.context), batch_size=a.batch, seed=1, contiguous=contiguous)
-    yield from DataLoader(ds, batch_size=None, num_workers=a.workers)
+    yield from DataLoader(ds, batch_size=None, num_workers=a.workers if workers is None else workers)
 
 
 def headrace_dl(path: Path, a: argparse.Namespace, workers: int) -> Iterator[dict[str, Any]]:
@@ -100,6 +102,7 @@ def main() -> None:
     torch.set_num_threads(1)
     sides = {
         "bare Loader": lambda: bare(a.token_file, a),
+        "TorchDataset stock DataLoader w=0": lambda: adapter(a.token_file, a, False, 0),
         f"TorchDataset w={a.workers} views": lambda: adapter(a.token_file, a, False),
         f"TorchDataset w={a.workers} contiguous": lambda: adapter(a.token_file, a, True),
         f"HeadraceDataLoader w={a.workers}": lambda: headrace_dl(a.token_file, a, a.workers),
@@ -114,12 +117,12 @@ def main() -> None:
         f"B={a.batch} L={a.context} {a.batches} batches/trial, {a.trials} trials, "
         f"file {a.token_file} ({a.token_file.stat().st_size / 2**30:.2f} GiB)"
     )
-    print(f"{'side':<34} {'first s':>8} {'batches/s':>10} {'vs bare':>8}  digest")
+    print(f"{'side':<36} {'first s':>8} {'batches/s':>10} {'vs bare':>8}  digest")
     for name, make in sides.items():
         first = statistics.median(r[0] for r in runs[name])
         rate = statistics.median(r[1] for r in runs[name])
         d = digest(make(), min(a.batches, 200))
-        print(f"{name:<34} {first:>8.2f} {rate:>10.0f} {rate / base:>7.0%}  {d}")
+        print(f"{name:<36} {first:>8.2f} {rate:>10.0f} {rate / base:>7.0%}  {d}")
 
 
 if __name__ == "__main__":
