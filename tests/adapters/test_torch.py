@@ -101,8 +101,11 @@ def test_headrace_dataloader_saved_with_2_workers_resumes_with_3(
     assert again.state_dict()["step"] == STEPS
 
 
-def test_headrace_dataloader_iterating_again_continues(root: Path, reference: list[str]) -> None:
-    dl = ht.HeadraceDataLoader(dataset(root), num_workers=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_iterating_again_continues(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
     first = digests(dl, 5)
     assert first + digests(dl, 4) == reference[:9]
 
