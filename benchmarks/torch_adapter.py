@@ -1,0 +1,129 @@
+"""Bare Loader vs DataLoader(TorchDataset, num_workers=k): batches/s, A/B/A/B trials, medians.
+
+Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--token-file F] [--batches 600]
+
+Default data: a 1 GiB uint32 token file under /tmp, generated if missing.
+Each trial builds a fresh loader (cold windows: blocks are read from the
+page cache as samples need them) and times batches 2..N+1 (the first batch,
+and the workers' start-up, are reported apart). Both sides' SHA-256 digests
+over the same steps are printed and must be equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+from headrace.testing import update_digest
+from headrace.torch import HeadraceDataLoader, TorchDataset
+
+DEFAULT = Path("/tmp/headrace-bench-tokens-1g.u32")
+
+
+def ensure_tokens(path: Path, gib: float = 1.0) -> None:
+    if path.exists():
+        return
+    rng = np.random.default_rng(0)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        left = int(gib * (1 << 30)) // 4
+        while left:
+            n = min(left, 16 << 20)
+            rng.integers(0, 50_257, n, dtype=np.uint32).tofile(f)
+            left -= n
+    os.replace(tmp, path)
+
+
+def source(path: Path, context: int) -> TokenSource:
+    return TokenSource(path, dtype="uint32", context=context)
+
+
+def bare(path: Path, a: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    with Loader(source(path, a.context), batch_size=a.batch, seed=1) as ld:
+        yield from ld
+
+
+def adapter(
+    path: Path, a: argparse.Namespace, contiguous: bool, workers: int | None = None
+) -> Iterator[dict[str, Any]]:
+    ds = TorchDataset(source(path, a.context), batch_size=a.batch, seed=1, contiguous=contiguous)
+    yield from DataLoader(ds, batch_size=None, num_workers=a.workers if workers is None else workers)
+
+
+def headrace_dl(path: Path, a: argparse.Namespace, workers: int) -> Iterator[dict[str, Any]]:
+    ds = TorchDataset(source(path, a.context), batch_size=a.batch, seed=1)
+    yield from HeadraceDataLoader(ds, num_workers=workers)
+
+
+def trial(batches: Iterator[dict[str, Any]], n: int) -> tuple[float, float]:
+    """(seconds to the first batch, batches/s over the next n)."""
+    t0 = time.perf_counter()
+    next(batches)
+    t1 = time.perf_counter()
+    for b in islice(batches, n):
+        b["x"][0, 0]  # touch it, as a consumer would
+    t2 = time.perf_counter()
+    batches.close()  # type: ignore[attr-defined]
+    return t1 - t0, n / (t2 - t1)
+
+
+def digest(batches: Iterator[dict[str, Any]], n: int) -> str:
+    h = hashlib.sha256()
+    for b in islice(batches, n):
+        update_digest(h, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in b.items()})
+    batches.close()  # type: ignore[attr-defined]
+    return h.hexdigest()[:16]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--token-file", type=Path, default=DEFAULT)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--batches", type=int, default=600)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    a = p.parse_args()
+    if a.token_file == DEFAULT:
+        ensure_tokens(DEFAULT)
+    torch.set_num_threads(1)
+    sides = {
+        "bare Loader": lambda: bare(a.token_file, a),
+        "TorchDataset stock DataLoader w=0": lambda: adapter(a.token_file, a, False, 0),
+        f"TorchDataset w={a.workers} views": lambda: adapter(a.token_file, a, False),
+        f"TorchDataset w={a.workers} contiguous": lambda: adapter(a.token_file, a, True),
+        f"HeadraceDataLoader w={a.workers}": lambda: headrace_dl(a.token_file, a, a.workers),
+        "HeadraceDataLoader w=0": lambda: headrace_dl(a.token_file, a, 0),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
+    for _ in range(a.trials):  # A/B/C, A/B/C, ...
+        for name, make in sides.items():
+            runs[name].append(trial(make(), a.batches))
+    base = statistics.median(r[1] for r in runs["bare Loader"])
+    print(
+        f"B={a.batch} L={a.context} {a.batches} batches/trial, {a.trials} trials, "
+        f"file {a.token_file} ({a.token_file.stat().st_size / 2**30:.2f} GiB)"
+    )
+    print(f"{'side':<36} {'first s':>8} {'batches/s':>10} {'vs bare':>8}  digest")
+    for name, make in sides.items():
+        first = statistics.median(r[0] for r in runs[name])
+        rate = statistics.median(r[1] for r in runs[name])
+        d = digest(make(), min(a.batches, 200))
+        print(f"{name:<36} {first:>8.2f} {rate:>10.0f} {rate / base:>7.0%}  {d}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""JAX adapter: each process's slice of a step becomes one global ``jax.Array``.
+
+A process reads only the rows of the global batch that its own devices hold
+under the batch ``sharding``; which rows those are is read off the sharding
+itself (``addressable_devices_indices_map``), so the headrace host slice and
+the array layout cannot disagree. ``jax.make_array_from_process_local_data``
+then assembles the global array without moving data between processes.
+Nothing coordinates the processes: every plan is a pure function of
+``(seed, step)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Self
+
+import jax
+import numpy as np
+
+from headrace.errors import ConfigError
+from headrace.pipeline import Batch, Loader, Source
+
+__all__ = ["JaxLoader", "host_rows", "make_global_batch", "numpy_loader"]
+
+
+def _row_slices(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
+    # The sharding's rank is unknown before the first batch is read: try the
+    # ranks a batch can have, with a placeholder length on the other axes
+    # (5040 divides evenly over any likely mesh axis).
+    last: Exception | None = None
+    for ndim in range(1, 9):
+        try:
+            shape = (batch_size,) + (5040,) * (ndim - 1)
+            index_map = sharding.addressable_devices_indices_map(shape)
+        except (ValueError, TypeError, IndexError) as exc:
+            last = exc
+            continue
+        rows = []
+        for index in index_map.values():
+            s = index[0] if index else slice(None)
+            rows.append((s.start or 0, batch_size if s.stop is None else s.stop))
+        return rows
+    raise ConfigError(f"cannot read the batch rows of sharding {sharding!r}: {last}")
+
+
+def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process's rows of a global batch under ``sharding``.
+
+    The rows this process's devices hold must be one contiguous block of
+    ``batch_size // world_size`` rows starting at ``rank * batch_size //
+    world_size`` (a mesh whose batch axis runs over processes in order, as
+    ``jax.make_mesh`` builds it). Replicated batches give ``(0, 1)``: every
+    process reads the whole batch.
+    """
+    rows = sorted(set(_row_slices(sharding, batch_size)))
+    lo, hi = rows[0][0], rows[0][1]
+    for a, b in rows[1:]:
+        if a > hi:
+            raise ConfigError(
+                f"this process's devices hold rows {rows} of the global batch of {batch_size}: "
+                f"not one contiguous block; order the mesh's batch axis by process "
+                f"(jax.make_mesh does)."
+            )
+        hi = max(hi, b)
+    n = hi - lo
+    if batch_size % n or lo % n:
+        raise ConfigError(
+            f"this process's devices hold rows [{lo}, {hi}) of the global batch of "
+            f"{batch_size}: not an equal share of it (expected a multiple of {n} rows "
+            f"starting at a multiple of {n})."
+        )
+    return lo // n, batch_size // n
+
+
+def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
+    """This process's rows of each array, assembled into global ``jax.Array`` s."""
+    make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
+    return {name: make(sharding, a, (batch_size, *np.shape(a)[1:])) for name, a in batch.items()}
+
+
+def numpy_loader(
+    source: Source,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    **loader_kwargs: Any,
+) -> Loader:
+    """A plain NumPy :class:`~headrace.pipeline.Loader` of this process's slice.
+
+    ``rank``/``world_size`` default to ``jax.process_index()`` and
+    ``jax.process_count()``.
+    """
+    if (rank is None) != (world_size is None):
+        raise ConfigError(
+            f"give both rank and world_size, or neither (got {rank=}, {world_size=})."
+        )
+    if rank is None or world_size is None:
+        rank, world_size = jax.process_index(), jax.process_count()
+    return Loader(
+        source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
+    )
+
+
+class JaxLoader:
+    """Global batches as ``jax.Array`` s laid out by ``sharding``; each process reads its rows.
+
+    State (``state_dict``/``load_state_dict``) is the loader's: a small dict
+    of ints and strings, saved beside the model (e.g. an orbax JSON item) and
+    valid on any process count with the same global batch.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        sharding: Any,
+        seed: int = 0,
+        **loader_kwargs: Any,
+    ) -> None:
+        rank, world_size = host_rows(sharding, batch_size)
+        self.sharding = sharding
+        self.batch_size = batch_size
+        self.loader = Loader(
+            source,
+            batch_size=batch_size,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            **loader_kwargs,
+        )
+
+    def __iter__(self) -> Iterator[dict[str, jax.Array]]:
+        for batch in self.loader:
+            yield make_global_batch(batch, self.sharding, self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

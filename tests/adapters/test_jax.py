@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
+
+from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from headrace.errors import ConfigError  # noqa: E402
+from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
+from headrace.pipeline import Loader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+HERE = Path(__file__).parent
+STEPS = 6
+
+try:  # several CPU devices, so a batch really is split (only before jax's backend starts)
+    jax.config.update("jax_num_cpu_devices", 4)
+except RuntimeError:
+    pass
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokens(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture(scope="module")
+def reference(root: Path) -> list[str]:
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        return [batch_digest([b]) for b in ld]
+
+
+def batch_sharding() -> Any:
+    mesh = jax.make_mesh((len(jax.devices()),), ("data",))
+    return NamedSharding(mesh, P("data"))
+
+
+def test_global_arrays_are_sharded_and_equal_the_plan(root: Path, reference: list[str]) -> None:
+    sharding = batch_sharding()
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": sharding, "seed": 5, "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        got = []
+        for b in ld:
+            assert b["x"].shape == (BATCH, 16) and b["x"].sharding == sharding
+            assert len(b["x"].addressable_shards) == len(jax.devices())
+            got.append(batch_digest([{k: np.asarray(v) for k, v in b.items()}]))
+    assert got == reference
+
+
+def test_state_resumes_and_lives_in_a_dict_checkpoint(root: Path, reference: list[str]) -> None:
+    sharding = batch_sharding()
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": sharding, "seed": 5, "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        it = iter(ld)
+        params = {"w": jax.numpy.zeros(3)}
+        for _ in range(2):
+            params["w"] = params["w"] + next(it)["x"][:, :3].sum(axis=0)
+        ckpt = {"params": params, "step": 2, "data": ld.state_dict()}  # a PyTree of arrays/ints
+    blob = json.dumps(ckpt["data"])  # what an orbax JSON item would hold
+    with JaxLoader(token_source(root), **kw) as again:
+        again.load_state_dict(json.loads(blob))
+        got = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in again]
+    assert got == reference[2:]
+
+
+def test_numpy_loader_defaults_to_the_jax_process(root: Path, reference: list[str]) -> None:
+    with numpy_loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        assert (ld.rank, ld.world_size) == (jax.process_index(), jax.process_count())
+        assert [batch_digest([b]) for b in ld] == reference
+    with pytest.raises(ConfigError, match="both rank and world_size"):
+        numpy_loader(token_source(root), batch_size=BATCH, rank=0)
+    assert numpy_loader(token_source(root), batch_size=BATCH, rank=1, world_size=2).rank == 1
+
+
+def test_make_global_batch_single_process(root: Path) -> None:
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        local = ld.batch_at(0)
+    out = make_global_batch(local, batch_sharding(), BATCH)
+    assert np.array_equal(np.asarray(out["y"]), local["y"])
+
+
+class FakeSharding:
+    """Fault injection: the rows a process's devices would hold under some other layout."""
+
+    def __init__(self, rows: list[tuple[int, int]]) -> None:
+        self.rows = rows
+
+    def addressable_devices_indices_map(self, shape: tuple[int, ...]) -> dict[int, Any]:
+        rest = (slice(None),) * (len(shape) - 1)
+        return {i: (slice(a, b), *rest) for i, (a, b) in enumerate(self.rows)}
+
+
+def test_host_rows_reads_the_layout() -> None:
+    assert host_rows(FakeSharding([(4, 6), (6, 8)]), 8) == (1, 2)
+    assert host_rows(FakeSharding([(None, None)]), 8) == (0, 1)  # type: ignore[list-item]
+    assert host_rows(batch_sharding(), BATCH) == (0, 1)
+
+
+def test_host_rows_errors() -> None:
+    with pytest.raises(ConfigError, match="not one contiguous block"):
+        host_rows(FakeSharding([(0, 2), (4, 6)]), 8)
+    with pytest.raises(ConfigError, match="not an equal share"):
+        host_rows(FakeSharding([(0, 3)]), 8)
+
+    class Broken:
+        def addressable_devices_indices_map(self, shape: tuple[int, ...]) -> None:
+            raise ValueError("no")
+
+    with pytest.raises(ConfigError, match="cannot read the batch rows"):
+        host_rows(Broken(), 8)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.integration
+def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Path) -> None:
+    port, out = free_port(), tmp_path / "digests.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    script = str(HERE / "jax_multiprocess.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(root), str(out), str(port), "2", str(pid)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for pid in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs
+    assert json.loads(out.read_text()) == reference

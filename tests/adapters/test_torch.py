@@ -1,0 +1,237 @@
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from headrace import torch as ht  # noqa: E402
+from headrace.errors import ConfigError, StateError  # noqa: E402
+from headrace.pipeline import Loader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+STEPS = 24
+
+# The machine has 2 cores; 3 workers are the point of some tests, not a mistake.
+# jax (imported by test_jax.py in the same pytest process) warns at every fork;
+# DataLoader workers fork, and never touch jax.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokens(tmp_path_factory.mktemp("tokens"))
+
+
+def dataset(root: Path, **kw: Any) -> ht.TorchDataset:
+    opts: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": STEPS}
+    opts.update(kw)
+    return ht.TorchDataset(token_source(root), **opts)
+
+
+def digests(batches: Any, n: int | None = None) -> list[str]:
+    return [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in islice(batches, n)]
+
+
+@pytest.fixture(scope="module")
+def reference(root: Path) -> list[str]:
+    ld = Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
+    return [batch_digest([b]) for b in ld]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_any_worker_count_yields_the_global_step_order(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    dl = DataLoader(dataset(root), batch_size=None, num_workers=workers)
+    assert digests(dl) == reference
+    assert len(set(reference)) == STEPS
+
+
+def test_tensors_are_views_unless_contiguous(root: Path, reference: list[str]) -> None:
+    b = next(iter(dataset(root)))
+    assert b["x"].dtype == torch.uint32 and b["x"].shape == (BATCH, 16)
+    assert not b["x"].is_contiguous()
+    c = next(iter(dataset(root, contiguous=True)))
+    assert c["x"].is_contiguous() and c["y"].is_contiguous()
+    assert digests([b]) == digests([c]) == reference[:1]
+
+
+def test_shared_tensors_are_views_of_one_storage(root: Path) -> None:
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        batch = ld.batch_at(0)
+    plain, shared = ht.to_tensors(batch), ht.to_tensors(batch, share=True)
+    # One storage: a worker queue moves it into shared memory once, not once per view.
+    ptr = shared["x"].untyped_storage().data_ptr()
+    assert shared["y"].untyped_storage().data_ptr() == ptr
+    assert shared["y"].storage_offset() == shared["x"].storage_offset() + 1
+    assert plain["x"].untyped_storage().data_ptr() == ptr  # both borrow the NumPy memory
+    assert digests([plain]) == digests([shared])
+
+
+def test_host_slices_union_is_the_global_batch(root: Path, reference: list[str]) -> None:
+    parts = [
+        list(DataLoader(dataset(root, rank=r, world_size=2), batch_size=None, num_workers=r))
+        for r in range(2)
+    ]
+    glued = [{k: torch.cat([a[k], b[k]]).numpy() for k in a} for a, b in zip(*parts, strict=True)]
+    assert [batch_digest([g]) for g in glued] == reference
+
+
+def test_headrace_dataloader_saved_with_2_workers_resumes_with_3(
+    root: Path, reference: list[str]
+) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=2)
+    got = digests(dl, 7)
+    state = dl.state_dict()
+    assert state["step"] == 7  # the consumer's step, not the workers' read-ahead
+    again = ht.HeadraceDataLoader(dataset(root), num_workers=3)
+    again.load_state_dict(state)
+    assert got + digests(again) == reference
+    assert again.state_dict()["step"] == STEPS
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_iterating_again_continues(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    first = digests(dl, 5)
+    assert first + digests(dl, 4) == reference[:9]
+
+
+def test_stock_dataloader_resumes_from_state_at(root: Path, reference: list[str]) -> None:
+    ds = dataset(root)
+    ds.load_state_dict(ds.state_at(11))
+    assert digests(DataLoader(ds, batch_size=None, num_workers=3)) == reference[11:]
+
+
+def test_single_process_dataset_state_is_the_consumers_step(
+    root: Path, reference: list[str]
+) -> None:
+    ds = dataset(root)
+    it = iter(ds)
+    got = digests(it, 6)
+    state = ds.state_dict()
+    assert state["step"] == 6
+    ds2 = dataset(root)
+    ds2.load_state_dict(state)
+    assert got + digests(iter(ds2)) == reference
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+def test_torchdata_stateful_dataloader_protocol(root: Path, reference: list[str]) -> None:
+    sdl = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata not installed")
+    for workers in (0, 2):
+        dl = sdl.StatefulDataLoader(dataset(root), batch_size=None, num_workers=workers)
+        it = iter(dl)
+        got = digests(it, 9)
+        state = dl.state_dict()
+        del it
+        dl2 = sdl.StatefulDataLoader(dataset(root), batch_size=None, num_workers=workers)
+        dl2.load_state_dict(state)
+        assert got + digests(dl2) == reference, workers
+
+
+def test_state_from_other_data_is_refused(root: Path, tmp_path: Path) -> None:
+    ds = dataset(root)
+    with pytest.raises(StateError, match="global batch size"):
+        ds.load_state_dict({**ds.state_at(3), "batch_size": 2 * BATCH})
+    with pytest.raises(StateError, match="different data"):
+        ds.load_state_dict({**ds.state_at(3), "fingerprint": "0" * 32})
+    with pytest.raises(StateError, match="phase"):
+        ds.load_state_dict({**ds.state_at(3), "phase": -1})
+    with pytest.raises(StateError, match="not a headrace loader state"):
+        ht.HeadraceDataLoader(ds).load_state_dict({"step": 3})
+
+
+def test_config_errors(root: Path) -> None:
+    with pytest.raises(ConfigError, match="both rank and world_size"):
+        dataset(root, rank=1)
+    with pytest.raises(ConfigError, match="rank must be in"):
+        dataset(root, rank=2, world_size=2)
+    with pytest.raises(ConfigError, match="does not split evenly"):
+        dataset(root, rank=0, world_size=3)
+    for bad in ({"batch_size": 4}, {"persistent_workers": True, "num_workers": 1}):
+        with pytest.raises(ConfigError, match="not allowed"):
+            ht.HeadraceDataLoader(dataset(root), **bad)
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator error")
+def test_pin_memory_needs_an_accelerator(root: Path) -> None:
+    with pytest.raises(ConfigError, match="needs an accelerator"):
+        dataset(root, pin_memory=True)
+
+
+def test_pin_memory_in_a_worker_is_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fault injection: pretend there is an accelerator and that we are worker 0 of 2.
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    ds = dataset(root, pin_memory=True)
+
+    class Info:
+        num_workers, id = 2, 0
+
+    monkeypatch.setattr(ht, "get_worker_info", lambda: Info())
+    with pytest.raises(ConfigError, match="DataLoader\\(pin_memory=True\\)"):
+        iter(ds)
+
+
+def test_dist_rank_world_defaults() -> None:
+    assert ht.dist_rank_world() == (0, 1)
+    assert ht.dist_rank_world(3, 4) == (3, 4)
+
+
+def test_read_only_arrays_are_copied_not_shared() -> None:
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    a.flags.writeable = False
+    t = ht.to_tensors({"a": a})["a"]
+    t += 1
+    assert a[0, 0] == 0 and int(t[0, 0]) == 1
+    w = np.arange(3)
+    ht.to_tensors({"w": w})["w"][0] = 9
+    assert w[0] == 9  # writeable arrays are shared, not copied
+
+
+def test_pack_shares_one_base_per_token_batch_even_inside_a_chunk(root: Path) -> None:
+    import pickle
+
+    with Loader(token_source(root), batch_size=BATCH, seed=5, chunk_steps=8) as ld:
+        batches = list(islice(iter(ld), 6))  # later ones are slices of an 8-step chunk
+    for b in batches:
+        bases, fields = ht.pack(b)
+        assert len(bases) == 1 and bases[0].size == BATCH * 17  # B * (L + 1), once
+        back = ht.unpack(pickle.loads(pickle.dumps((bases, fields))))
+        assert batch_digest([back]) == batch_digest([b])
+        t = ht.tensors_of((bases, fields))
+        assert t["x"].untyped_storage().data_ptr() == t["y"].untyped_storage().data_ptr()
+        assert batch_digest([{k: v.numpy() for k, v in t.items()}]) == batch_digest([b])
+
+
+def test_pack_copies_what_it_must_not_share() -> None:
+    big = np.arange(1000, dtype=np.int32)
+    odd = np.arange(24, dtype=np.uint8)[1:].view(np.uint8)[:16].view(np.int32)  # unaligned
+    batch = {
+        "small": big[10:20],  # a tiny view of a big array: copied, not the whole array sent
+        "rev": np.arange(6, dtype=np.int64)[::-1],
+        "empty": np.zeros((0, 3)),
+        "odd": odd,
+        "scalar": np.array(7),
+    }
+    bases, fields = ht.pack(batch)
+    assert max(b.nbytes for b in bases) <= 48
+    assert list(fields) == list(batch)
+    back = ht.unpack((bases, fields))
+    for k, v in batch.items():
+        assert np.array_equal(back[k], v) and back[k].shape == v.shape, k
+    t = ht.tensors_of((bases, fields))
+    assert t["rev"].tolist() == [5, 4, 3, 2, 1, 0]
