@@ -178,6 +178,10 @@ class Kind:
         vs = VariantSpec.parse(spec)
         return self.openers[vs.name](self, vs, steps)
 
+    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
+        """Kind-specific fields added to ``spec``'s result (a table's ``open_s``)."""
+        return {}
+
     def seed_of(self, spec: VariantSpec) -> int:
         return spec.int("seed", self.workload.train.seed)
 
@@ -187,8 +191,8 @@ KINDS: dict[str, str] = {
     "tokens": "headrace.bench._tokens_kind:TokenKind",
     "megatron": "headrace.bench._tokens_kind:MegatronKind",
     "files": "headrace.bench._files_kind:FilesKind",
-    "rows": "! padded rows: the rows source is being built; no runner yet",
-    "tables": "! parquet/arrow tables: the table source is being built; no runner yet",
+    "rows": "headrace.bench._rows_kind:PaddedKind",
+    "tables": "headrace.bench._rows_kind:TableKind",
 }
 
 

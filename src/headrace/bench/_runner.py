@@ -236,6 +236,7 @@ def run_workload(
                 "steps": total,
                 "trials": t.trials,
                 "steps_per_trial": t.steps,
+                **kind.result_extras(spec),
             }
         )
     _ratios(results)

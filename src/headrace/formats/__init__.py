@@ -24,6 +24,7 @@ from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
 from headrace.formats._pairs import PairRows
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_file import RowFile, open_row_file, write_row_file
+from headrace.formats._row_plan import sample_rows
 from headrace.formats._rows import PaddedRows
 from headrace.formats._table_source import TableSource
 from headrace.formats._tables import Table, TableColumn
@@ -65,6 +66,7 @@ __all__ = [
     "open_row_file",
     "open_token_file",
     "read_megatron_index",
+    "sample_rows",
     "synthetic_arrays",
     "write_megatron_index",
     "write_row_file",

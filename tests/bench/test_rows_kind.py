@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from headrace.bench._kind import make_kind
+from headrace.bench._rows_kind import PaddedKind, TableKind
+from headrace.bench._runner import RunOptions, run_workload
+from headrace.bench._workload import builtin_workloads
+from headrace.cli import main
+from headrace.errors import ConfigError, DataError
+
+TINY_DS = {"rows": 20, "width": 33}
+TINY_TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1, "batch_size": 4}
+
+
+def _tiny(name: str, tmp_path: Path, **train: int) -> PaddedKind | TableKind:
+    wl = builtin_workloads()[name].replace(dataset=TINY_DS, train={**TINY_TRAIN, **train})
+    kind = make_kind(wl, str(tmp_path))
+    assert isinstance(kind, PaddedKind | TableKind)
+    kind.generate()
+    return kind
+
+
+@pytest.mark.parametrize("name", ["padded", "table"])
+def test_tiny_run_is_self_consistent(name: str, tmp_path: Path) -> None:
+    kind = _tiny(name, tmp_path)
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert summary["mismatches"] == []
+    assert [r["variant"] for r in results] == ["naive", "headrace"]
+    assert len({r["digest"] for r in results}) == 1
+    steps = results[0]["steps"]  # 1 warm-up + 2 trials x 3 steps: more than one epoch
+    assert steps * kind.host_batch > kind.rows
+    # the record size is what a batch really holds
+    stream = kind.open("headrace", 1)
+    (batch,) = list(stream)
+    stream.close()
+    assert sum(a.nbytes for a in batch.values()) == kind.record_bytes() * kind.host_batch
+    for r in results:
+        assert r["bytes_delivered"] == round(steps * kind.host_batch * kind.record_bytes())
+        assert r["amplification"] >= 1
+        assert r["bytes_before_first_batch"] <= r["bytes_read"]
+        if name == "table":
+            assert r["rows"] == kind.rows and r["open_s"] > 0
+        else:
+            assert "open_s" not in r
+    # headrace reads exactly the stored bytes its samples need
+    assert results[1]["bytes_read"] >= kind.unique_payload_bytes(steps)
+
+
+def test_padded_batches_hold_the_rows(tmp_path: Path) -> None:
+    kind = _tiny("padded", tmp_path)
+    assert isinstance(kind, PaddedKind)
+    tok = np.load(kind.files()[0]).astype(np.int32)
+    mask = np.load(kind.files()[1])
+    rows = next(kind.plan(kind.workload.train.seed, 1))
+    stream = kind.open("naive", 1)
+    (batch,) = list(stream)
+    assert stream.bytes_read() > 0
+    np.testing.assert_array_equal(batch["x"], tok[rows, :-1])
+    np.testing.assert_array_equal(batch["loss_mask"], mask[rows, 1:] != 0)
+    np.testing.assert_array_equal(batch["y"], np.where(mask[rows, 1:] != 0, tok[rows, 1:], -1))
+
+
+def test_table_pads_and_labels(tmp_path: Path) -> None:
+    kind = _tiny("table", tmp_path)
+    rows = next(kind.plan(kind.workload.train.seed, 1))
+    for spec in ("naive", "headrace?prefetch=2"):
+        stream = kind.open(spec, 1)
+        (batch,) = list(stream)
+        stream.close()
+        np.testing.assert_array_equal(batch["label"], rows)  # label = row number
+        lengths = batch["input_ids_mask"].sum(axis=1)
+        assert (lengths >= 1).all() and (lengths <= kind.width).all()
+        assert not batch["input_ids"][~batch["input_ids_mask"]].any()
+
+
+def test_seed_option_changes_the_plan_for_both(tmp_path: Path) -> None:
+    kind = _tiny("padded", tmp_path)
+    a = [list(kind.open(f"{v}?seed=7", 2)) for v in ("naive", "headrace")]
+    b = list(kind.open("headrace", 2))
+    for x, y in zip(a[0], a[1], strict=True):
+        np.testing.assert_array_equal(x["x"], y["x"])
+    assert not np.array_equal(a[1][0]["x"], b[0]["x"])
+
+
+def test_empty_row_stops_the_naive_baseline(tmp_path: Path) -> None:
+    kind = _tiny("padded", tmp_path)
+    mask_path = kind.files()[1]
+    mask = np.load(mask_path)
+    mask[:] = 0
+    np.save(mask_path, mask)
+    with pytest.raises(DataError, match="is empty"):
+        list(kind.open("naive", 1))
+
+
+def test_bad_dataset_settings(tmp_path: Path) -> None:
+    wl = builtin_workloads()["table"]
+    with pytest.raises(ConfigError, match="format 'parquet' is not supported"):
+        make_kind(wl.replace(dataset={"format": "parquet"}), str(tmp_path))
+    with pytest.raises(ConfigError, match="width >= 2"):
+        make_kind(builtin_workloads()["padded"].replace(dataset={"width": 1}), str(tmp_path))
+
+
+def test_cli_report_validates(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    root = tmp_path / "d"
+    for name in ("padded", "table"):
+        wl = builtin_workloads()[name].replace(dataset=TINY_DS)
+        path = tmp_path / f"{name}.toml"
+        path.write_text(_toml(wl.to_dict()))
+    args = ["bench", "-w", str(tmp_path / "padded.toml"), "-w", str(tmp_path / "table.toml")]
+    args += ["--root", str(root), "-q", "--no-isolate", "--steps", "2", "--trials", "1"]
+    args += ["--warmup", "1", "--batch-size", "4", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert {(r["workload"], r["variant"]) for r in report["results"]} == {
+        (w, v) for w in ("padded", "table") for v in ("naive", "headrace")
+    }
+    assert all("open_s" in r for r in report["results"] if r["workload"] == "table")
+
+
+def _toml(d: dict[str, object]) -> str:
+    def val(v: object) -> str:
+        return json.dumps(v)
+
+    lines = [f"{k} = {val(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines.append(f"[{k}]")
+            lines += [f"{kk} = {val(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"
