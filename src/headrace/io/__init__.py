@@ -1,30 +1,68 @@
-"""How bytes arrive: local files, object stores, range reads, the I/O pool."""
+"""How bytes arrive: local files, object stores, range reads, coalescing, the I/O pools.
+
+The local engine is :class:`RangeReader`: give it a path and ``(offset, length)``
+ranges (or fixed-width row indices) and it returns the bytes in caller order,
+whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
+``"odirect"``, ``"odirect-serial"`` and ``"adaptive"`` (see
+:class:`ReaderConfig`); all return identical bytes. Object stores go through
+:class:`ObjectStore` (the optional ``obstore`` extra, imported lazily).
+"""
 
 from __future__ import annotations
 
 import typing
 from typing import Any
 
+from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, page_aligned_empty
 from headrace.io._file import LocalFile, open_error
-from headrace.io._pool import DEFAULT_IO_THREADS, io_pool, io_threads, set_io_threads
+from headrace.io._pool import (
+    DEFAULT_DEEP_IO_THREADS,
+    DEFAULT_IO_THREADS,
+    deep_io_pool,
+    deep_io_threads,
+    io_pool,
+    io_threads,
+    set_deep_io_threads,
+    set_io_threads,
+)
+from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, Ranges, coalesce
+from headrace.io._reader import STRATEGIES, RangeReader, ReaderConfig, Strategy
+from headrace.io._stats import ReadStats
+from headrace.io._store import RangeStore
 
 if typing.TYPE_CHECKING:
     from headrace.io._objects import ObjectStats, ObjectStore, Request
     from headrace.io._retry import RetryPolicy
 
 __all__ = [
+    "AdaptivePolicy",
+    "Coalesced",
+    "DEFAULT_DEEP_IO_THREADS",
     "DEFAULT_IO_THREADS",
+    "DEFAULT_MAX_GAP",
+    "DEFAULT_MAX_SPAN",
     "LocalFile",
     "ObjectStats",
     "ObjectStore",
     "PAGE",
+    "RangeReader",
+    "RangeStore",
+    "Ranges",
+    "ReadStats",
+    "ReaderConfig",
     "Request",
     "RetryPolicy",
+    "STRATEGIES",
+    "Strategy",
+    "coalesce",
+    "deep_io_pool",
+    "deep_io_threads",
     "io_pool",
     "io_threads",
     "open_error",
     "page_aligned_empty",
+    "set_deep_io_threads",
     "set_io_threads",
 ]
 

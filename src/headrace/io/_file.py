@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import (
+    ConfigError,
     ObjectNotFoundError,
     PermissionDeniedError,
     ReadEOFError,
@@ -37,9 +38,12 @@ class LocalFile:
     naming the path and range when the file ends first. ``mapped`` is a
     read-only memory map of the same descriptor, made on first use, so both
     paths see one file and a remote mount pays for one open.
+    ``direct_fd`` is a second descriptor of the same path opened with
+    ``O_DIRECT`` on first use (it needs its own open: the flag would force
+    alignment on every buffered read of the shared one).
     """
 
-    __slots__ = ("_fd", "_map", "path", "size")
+    __slots__ = ("_dfd", "_fd", "_map", "path", "size")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -49,6 +53,7 @@ class LocalFile:
             raise open_error(self.path, exc) from exc
         self.size: int = os.fstat(self._fd).st_size
         self._map: mmap.mmap | None = None
+        self._dfd = -1
 
     @property
     def fd(self) -> int:
@@ -59,6 +64,37 @@ class LocalFile:
     @property
     def closed(self) -> bool:
         return self._fd < 0
+
+    def current_size(self) -> int:
+        """The file's size now (``size`` is the size when it was opened)."""
+        return os.fstat(self.fd).st_size
+
+    @property
+    def direct_fd(self) -> int:
+        """A descriptor opened with ``O_DIRECT`` (on first use).
+
+        Raises :class:`ConfigError` where the platform or filesystem refuses
+        ``O_DIRECT`` (tmpfs, some FUSE and network mounts answer ``EINVAL``).
+        """
+        if self._dfd < 0:
+            self._check_open()
+            flag = getattr(os, "O_DIRECT", 0)
+            if not flag:
+                raise ConfigError(f"{self.path}: O_DIRECT is not available on this platform.")
+            try:
+                self._dfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | flag)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    raise ConfigError(
+                        f"{self.path}: the filesystem does not support O_DIRECT (open "
+                        "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
+                    ) from exc
+                raise open_error(self.path, exc) from exc
+        return self._dfd
+
+    def _check_open(self) -> None:
+        if self._fd < 0:
+            raise StorageError(errno.EBADF, f"{self.path}: file is closed")
 
     def pread_into(self, buf: memoryview | NDArray[np.generic], offset: int) -> None:
         """Fill ``buf`` with the bytes at ``offset``; short reads are retried."""
@@ -106,6 +142,9 @@ class LocalFile:
                 # Arrays still view the map; it is freed when they are.
                 pass
             self._map = None
+        if self._dfd >= 0:
+            os.close(self._dfd)
+            self._dfd = -1
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -1,0 +1,99 @@
+"""Choosing between mapped and parallel positional reads by observed cost.
+
+Mapped indexing costs nothing when pages are cached, but a page fault holds
+the GIL, so on slow storage it reads one page at a time. Parallel positional
+reads (coalesced, ``os.preadv`` on the I/O pool) keep many requests in flight
+but pay thread hand-offs on every read. Which wins depends on the storage and
+on how warm its cache is, so the reader measures instead of guessing:
+
+* start mapped ("mmap");
+* after a mapped read slower than ``slow_read_s``, switch to parallel
+  ("pread") unless parallel is already known to cost more per row;
+* stay parallel only while its per-row cost beats mapped reads' per-row cost;
+* every ``probe_every`` reads, do one read in the other mode, so a warming
+  (or cooling) cache is noticed;
+* a mapped probe that comes back fast returns to mapped reads.
+
+Per-row costs are exponentially smoothed (half weight to the newest). The
+policy sees only timings and only chooses *how* to read: the bytes are the
+same either way. It is pure (no clock, no I/O) so tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from headrace.errors import ConfigError
+
+__all__ = ["AdaptivePolicy", "AdaptiveState"]
+
+MAPPED = "mmap"
+PARALLEL = "pread"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdaptivePolicy:
+    """When the adaptive strategy switches modes."""
+
+    slow_read_s: float = 0.010
+    probe_every: int = 32
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.slow_read_s, int | float) and 0 < self.slow_read_s < math.inf):
+            raise ConfigError(
+                f"slow_read_s must be a positive number of seconds (got {self.slow_read_s!r})."
+            )
+        if not isinstance(self.probe_every, int) or self.probe_every < 2:
+            raise ConfigError(
+                f"probe_every must be an integer of at least 2 (got {self.probe_every!r})."
+            )
+
+
+class AdaptiveState:
+    """The policy's memory: current mode, per-row costs, reads since a probe.
+
+    Not thread-safe on its own; the reader serialises ``choose``/``observe``.
+    """
+
+    __slots__ = ("_since", "cost", "last_mapped_slow", "mode", "policy")
+
+    def __init__(self, policy: AdaptivePolicy) -> None:
+        self.policy = policy
+        self.mode = MAPPED
+        self.cost: dict[str, float | None] = {MAPPED: None, PARALLEL: None}
+        self.last_mapped_slow = False
+        self._since = 0
+
+    def choose(self) -> tuple[str, bool]:
+        """The mode for the next read, and whether that read is a probe."""
+        self._since += 1
+        if self._since >= self.policy.probe_every:
+            self._since = 0
+            return (PARALLEL if self.mode == MAPPED else MAPPED), True
+        return self.mode, False
+
+    def observe(self, used: str, seconds: float, rows: int) -> bool:
+        """Record a read made in mode ``used``; return whether the mode changed."""
+        per_row = seconds / max(rows, 1)
+        old = self.cost[used]
+        self.cost[used] = per_row if old is None else 0.5 * (old + per_row)
+        slow = seconds > self.policy.slow_read_s
+        if used == MAPPED:
+            self.last_mapped_slow = slow
+        mapped, parallel = self.cost[MAPPED], self.cost[PARALLEL]
+        new = self.mode
+        if self.mode == MAPPED:
+            if self.last_mapped_slow and (
+                parallel is None or (mapped is not None and parallel < mapped)
+            ):
+                new = PARALLEL
+        elif used == MAPPED and not slow:
+            new = MAPPED  # a fast mapped probe: the cache has warmed
+        elif mapped is not None and parallel is not None and mapped <= parallel:
+            new = MAPPED  # parallel no longer pays for its overhead
+        if new == self.mode:
+            return False
+        self.mode = new
+        self._since = 0
+        return True

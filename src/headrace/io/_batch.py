@@ -1,0 +1,66 @@
+"""Running a batch of reads with a bounded number in flight.
+
+Each batch runs ``depth`` worker loops that pull the next read from a shared
+counter, rather than one future per read: a future costs tens of
+microseconds of Python, as much as a 4 KiB read from NVMe, and on a
+two-core machine that overhead alone caps the queue depth a pool can reach.
+
+The calling thread runs one of the loops itself. Loops still queued when the
+caller's loop runs dry are cancelled, so a reader called from inside a
+saturated pool never waits on work that cannot start (no deadlock), and a
+batch never needs more than the caller to make progress.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, wait
+
+__all__ = ["run_batch"]
+
+
+def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor | None) -> None:
+    """Call ``read(i)`` for ``i in range(n)``, up to ``depth`` at a time.
+
+    When a read fails no new read starts; every read already running
+    finishes; then the first failure (lowest ``i``) is raised with a note
+    saying how many others failed. Nothing is left running on return.
+    """
+    if n <= 0:
+        return
+    depth = min(depth, n)
+    if depth <= 1 or pool is None:
+        for i in range(n):
+            read(i)
+        return
+    counter = itertools.count()
+    errors: list[tuple[int, BaseException]] = []
+    stop = False
+
+    def loop() -> None:
+        nonlocal stop
+        while not stop:
+            i = next(counter)  # itertools.count is atomic under the GIL
+            if i >= n:
+                return
+            try:
+                read(i)
+            except BaseException as exc:  # re-raised below, after the others
+                errors.append((i, exc))
+                stop = True
+                return
+
+    futures: list[Future[None]] = [pool.submit(loop) for _ in range(depth - 1)]
+    try:
+        loop()
+    finally:
+        for f in futures:
+            f.cancel()  # only those not yet started; running ones finish below
+        wait(futures)
+    if errors:
+        errors.sort(key=lambda e: e[0])
+        first = errors[0][1]
+        if len(errors) > 1:
+            first.add_note(f"{len(errors) - 1} other read(s) of the same batch also failed.")
+        raise first

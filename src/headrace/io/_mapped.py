@@ -1,0 +1,44 @@
+"""Direct mapped indexing: requests are slices of the file's memory map.
+
+Nothing is read ahead of time: the caller's copy out of the map *is* the
+read, one page fault at a time. NumPy holds the GIL through those faults, so
+mapped reads never overlap in threads; that is why the adaptive policy moves
+to parallel positional reads when faults are slow.
+
+A mapping of a file that was truncated while open delivers SIGBUS on access
+to the vanished pages, which kills the process. So every mapped read first
+asks ``fstat`` for the size now (about a microsecond) and refuses ranges past
+it with a clear error. A truncation racing between that check and the copy is
+still fatal; only a lock held by every writer could close that window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ReadEOFError
+from headrace.io._file import LocalFile
+
+__all__ = ["mapped_view"]
+
+
+def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
+    """The whole map as bytes, checked safe up to ``end``; ``None`` if unmapped there.
+
+    ``None`` means the file grew past its mapping since it was mapped: the
+    caller reads those bytes positionally instead.
+    """
+    size = f.current_size()
+    if end > size:
+        shrank = f" (it had {f.size} bytes when opened: it shrank)" if size < f.size else ""
+        raise ReadEOFError(
+            f"{f.path}: mapped read up to byte {end} is past the end of the file, which has "
+            f"{size} bytes{shrank}"
+        )
+    if end == 0:
+        return np.zeros(0, dtype=np.uint8)
+    m = f.mapped
+    if end > len(m):
+        return None
+    return np.frombuffer(m, dtype=np.uint8)

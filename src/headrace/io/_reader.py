@@ -1,0 +1,355 @@
+"""RangeReader: the range-read engine every local reader uses."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, get_args
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, ReadEOFError, StorageError
+from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
+from headrace.io._file import LocalFile
+from headrace.io._mapped import mapped_view
+from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
+from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
+from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Ranges, as_ranges, check_limits
+from headrace.io._stats import ReadStats, StatsRecorder
+
+__all__ = ["STRATEGIES", "ReaderConfig", "RangeReader", "Strategy"]
+
+_T = TypeVar("_T")
+
+Strategy = Literal["adaptive", "mmap", "pread", "odirect", "odirect-serial"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+ODIRECT = "odirect"
+DEFAULT_ODIRECT_IN_FLIGHT = 32
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReaderConfig:
+    """How a :class:`RangeReader` reads.
+
+    ``strategy``: ``"mmap"`` (direct mapped indexing, serial by nature),
+    ``"pread"`` (coalesced positional reads, ``in_flight`` at a time, on the
+    shared I/O pool), ``"odirect"`` (coalesced aligned O_DIRECT reads,
+    ``in_flight`` at a time, default 32, on the deep pool),
+    ``"odirect-serial"`` (the same, one read at a time: a baseline), or
+    ``"adaptive"`` (mapped, switching to parallel pread when that is cheaper;
+    see :class:`AdaptivePolicy`). ``in_flight`` defaults to the I/O pool's
+    size for pread; it counts the calling thread, which reads too, and is
+    capped at the deep pool's size plus one.
+    """
+
+    strategy: Strategy = "adaptive"
+    max_gap: int = DEFAULT_MAX_GAP
+    max_span: int = DEFAULT_MAX_SPAN
+    in_flight: int | None = None
+    alignment: int = DEFAULT_ALIGNMENT
+    policy: AdaptivePolicy = field(default_factory=AdaptivePolicy)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"Unknown read strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}."
+            )
+        check_limits(self.max_gap, self.max_span)
+        if self.in_flight is not None and (
+            not isinstance(self.in_flight, int) or self.in_flight < 1
+        ):
+            raise ConfigError(
+                f"in_flight must be a positive integer or None (got {self.in_flight!r})."
+            )
+        a = self.alignment
+        if not isinstance(a, int) or a < 512 or a & (a - 1):
+            raise ConfigError(
+                f"alignment must be a power of two of at least 512 bytes (got {a!r})."
+            )
+
+    def depth(self) -> int:
+        """Reads in flight for the positional modes (the caller included)."""
+        if self.strategy == "odirect-serial":
+            return 1
+        if self.in_flight is not None:
+            return self.in_flight
+        return DEFAULT_ODIRECT_IN_FLIGHT if self.strategy == ODIRECT else io_threads()
+
+
+def _pool_for(depth: int) -> tuple[int, Executor | None]:
+    if depth <= 1:
+        return 1, None
+    # The caller runs one loop itself, so depth - 1 pool threads suffice.
+    if depth - 1 <= io_threads():
+        return depth, io_pool()
+    return min(depth, deep_io_threads() + 1), deep_io_pool()
+
+
+class RangeReader:
+    """Reads byte ranges of local files with one strategy; results in caller order.
+
+    Keeps one :class:`LocalFile` per path open until :meth:`close` (mapped and
+    positional reads share it). Safe to call from several threads. ``clock``
+    times reads for the adaptive policy and the stats; ``opener`` opens a
+    path (tests wrap :class:`LocalFile` to inject latency or faults).
+    """
+
+    def __init__(
+        self,
+        config: ReaderConfig | Strategy = "adaptive",
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        opener: Callable[[str], LocalFile] = LocalFile,
+    ) -> None:
+        if isinstance(config, str):
+            config = ReaderConfig(strategy=config)
+        self.config = config
+        self._clock = clock
+        self._opener = opener
+        self._files: dict[str, LocalFile] = {}
+        self._lock = threading.Lock()
+        self._policy_lock = threading.Lock()
+        self._closed = False
+        self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
+        s = config.strategy
+        self._fixed_mode = MAPPED if s == "adaptive" else ("odirect" if "odirect" in s else s)
+        self._stats = StatsRecorder(self._fixed_mode)
+
+    # -- files ---------------------------------------------------------------
+
+    def file(self, path: str) -> LocalFile:
+        """The cached open file for ``path`` (opened on first use)."""
+        key = str(path)
+        f = self._files.get(key)
+        if f is not None:
+            return f
+        with self._lock:
+            if self._closed:
+                raise StorageError(errno.EBADF, f"{key}: the reader is closed")
+            f = self._files.get(key)
+            if f is None:
+                f = self._opener(key)
+                self._files[key] = f
+            return f
+
+    def size(self, path: str) -> int:
+        """The size of ``path`` in bytes, now."""
+        return self.file(path).current_size()
+
+    @property
+    def stats(self) -> ReadStats:
+        return self._stats.snapshot()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close every cached file. Call it after the last read has returned."""
+        with self._lock:
+            self._closed = True
+            files, self._files = list(self._files.values()), {}
+        for f in files:
+            f.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RangeReader({self.config.strategy!r}, files={len(self._files)})"
+
+    # -- reads ---------------------------------------------------------------
+
+    def read(self, path: str, ranges: Ranges) -> list[NDArray[np.uint8]]:
+        """One new array per ``(offset, length)`` range, in caller order."""
+        offsets, lengths = as_ranges(ranges)
+        lens = lengths.tolist()
+
+        def scatter(buf: NDArray[np.uint8], pos: NDArray[np.int64]) -> list[NDArray[np.uint8]]:
+            return [buf[p : p + n].copy() for p, n in zip(pos.tolist(), lens, strict=True)]
+
+        return self._fetch(str(path), offsets, lengths, scatter)
+
+    def read_into(self, path: str, ranges: Ranges, outs: Sequence[Any]) -> None:
+        """Fill ``outs[i]`` (writable, contiguous, exactly ``length_i`` bytes) with range ``i``.
+
+        If the read fails, the buffers' contents are unspecified.
+        """
+        offsets, lengths = as_ranges(ranges)
+        if len(outs) != len(offsets):
+            raise ConfigError(f"read_into got {len(offsets)} ranges but {len(outs)} buffers.")
+        lens = lengths.tolist()
+        dests = [_byte_view(o, n, i) for i, (o, n) in enumerate(zip(outs, lens, strict=True))]
+
+        def scatter(buf: NDArray[np.uint8], pos: NDArray[np.int64]) -> None:
+            for d, p, n in zip(dests, pos.tolist(), lens, strict=True):
+                d[:] = buf[p : p + n]
+
+        self._fetch(str(path), offsets, lengths, scatter)
+
+    def read_rows(
+        self,
+        path: str,
+        rows: Sequence[int] | NDArray[np.integer[Any]],
+        row_bytes: int,
+        *,
+        base: int = 0,
+        stride: int | None = None,
+        out: NDArray[np.uint8] | None = None,
+    ) -> NDArray[np.uint8]:
+        """Rows of ``row_bytes`` at ``base + rows[i] * stride`` as one ``(N, row_bytes)`` array.
+
+        ``stride`` defaults to ``row_bytes``. Rows may repeat and come in any
+        order. The gather is one vectorised fancy index (no per-row Python),
+        into ``out`` when given.
+        """
+        idx = np.asarray(rows)
+        if idx.ndim != 1 or not (idx.size == 0 or np.issubdtype(idx.dtype, np.integer)):
+            raise ConfigError(
+                f"rows must be a 1-D sequence of integers (got shape {idx.shape}, "
+                f"dtype {idx.dtype})."
+            )
+        stride = row_bytes if stride is None else stride
+        for name, v, lo in (("row_bytes", row_bytes, 1), ("stride", stride, 1), ("base", base, 0)):
+            if not isinstance(v, int | np.integer) or v < lo:
+                raise ConfigError(f"{name} must be an integer >= {lo} (got {v!r}).")
+        if idx.size and int(idx.min()) < 0:
+            raise ConfigError(f"rows must be non-negative (got {int(idx.min())}).")
+        n = len(idx)
+        if out is None:
+            out = np.empty((n, row_bytes), dtype=np.uint8)
+        elif out.shape != (n, row_bytes) or out.dtype != np.uint8:
+            raise ConfigError(
+                f"out must be a uint8 array of shape {(n, row_bytes)} (got {out.dtype} "
+                f"{out.shape})."
+            )
+        if n == 0:
+            return out
+        offsets = int(base) + idx.astype(np.int64) * int(stride)
+        lengths = np.full(n, row_bytes, dtype=np.int64)
+        dest = out
+
+        def scatter(buf: NDArray[np.uint8], pos: NDArray[np.int64]) -> None:
+            # A sliding window makes every byte offset a "row" without a copy,
+            # so one fancy index gathers all rows, at any (unaligned) offset.
+            dest[...] = sliding_window_view(buf, row_bytes)[pos]
+
+        self._fetch(str(path), offsets, lengths, scatter)
+        return out
+
+    # -- the engine ----------------------------------------------------------
+
+    def _fetch(
+        self,
+        path: str,
+        offsets: NDArray[np.int64],
+        lengths: NDArray[np.int64],
+        scatter: Callable[[NDArray[np.uint8], NDArray[np.int64]], _T],
+    ) -> _T:
+        """Bring the requested bytes into memory and hand them to ``scatter``.
+
+        Request ``i`` is ``buf[pos[i] : pos[i] + lengths[i]]``. The scatter is
+        timed with the read: for mapped reads the copy out of the map *is*
+        the read.
+        """
+        f = self.file(path)
+        ends = offsets + lengths
+        end = int(ends.max(initial=0))
+        if end > f.size:
+            size = f.current_size()
+            if end > size:
+                i = int(np.argmax(ends > size))
+                raise ReadEOFError(
+                    f"{path}: range {i} = bytes [{int(offsets[i])}, {int(ends[i])}) is past the "
+                    f"end of the file, which has {size} bytes"
+                )
+        requested = int(lengths.sum())
+        mode, probe = self._choose()
+        t0 = self._clock()
+        buf, pos, nread = self._fetch_mode(mode, f, offsets, lengths, end)
+        result = scatter(buf, pos)
+        del buf  # a mapped view pins the map; let close() unmap it
+        seconds = self._clock() - t0
+        self._stats.record(
+            mode=mode, rows=len(offsets), requested=requested, read=nread, seconds=seconds
+        )
+        self._observe(mode, probe, seconds, len(offsets))
+        return result
+
+    def _fetch_mode(
+        self,
+        mode: str,
+        f: LocalFile,
+        offsets: NDArray[np.int64],
+        lengths: NDArray[np.int64],
+        end: int,
+    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], int]:
+        cfg = self.config
+        if mode == MAPPED:
+            view = mapped_view(f, end)
+            if view is not None:
+                return view, offsets, int(lengths.sum())
+            mode = PARALLEL  # the file grew past its mapping
+        if mode == ODIRECT:
+            depth, pool = _pool_for(cfg.depth())
+            return read_spans(
+                f,
+                offsets,
+                lengths,
+                max_gap=cfg.max_gap,
+                max_span=cfg.max_span,
+                depth=depth,
+                pool=pool,
+                alignment=cfg.alignment,
+            )
+        depth, pool = _pool_for(cfg.depth())
+        return read_spans(
+            f,
+            offsets,
+            lengths,
+            max_gap=cfg.max_gap,
+            max_span=cfg.max_span,
+            depth=depth,
+            pool=pool,
+        )
+
+    def _choose(self) -> tuple[str, bool]:
+        if self._adaptive is None:
+            return self._fixed_mode, False
+        with self._policy_lock:
+            return self._adaptive.choose()
+
+    def _observe(self, mode: str, probe: bool, seconds: float, rows: int) -> None:
+        if self._adaptive is None:
+            return
+        with self._policy_lock:
+            switched = self._adaptive.observe(mode, seconds, rows)
+            current = self._adaptive.mode
+        self._stats.policy(current_mode=current, switched=switched, probe=probe)
+
+
+def _byte_view(buf: Any, nbytes: int, i: int) -> NDArray[np.uint8]:
+    try:
+        mv = memoryview(buf).cast("B")
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"Buffer {i} is not a contiguous buffer ({exc}).") from exc
+    if mv.readonly:
+        raise ConfigError(f"Buffer {i} is read-only; read_into needs writable buffers.")
+    if mv.nbytes != nbytes:
+        raise ConfigError(f"Buffer {i} holds {mv.nbytes} bytes; its range asks for {nbytes}.")
+    return np.frombuffer(mv, dtype=np.uint8)
