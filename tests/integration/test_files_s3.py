@@ -155,8 +155,8 @@ def test_5xx_is_retried_and_the_digest_holds(
     clean = run(s3_source(s3, "npz"))
     proxy.set_faults(
         [
-            FaultRule(kind="status", status=500, match="GET /headrace-test/files/npz/", every=3),
-            FaultRule(kind="status", status=503, match="GET /headrace-test/files/npz/s01", limit=2),
+            FaultRule(kind="status", status=500, match="GET /headrace-test/files/npz/", every=4),
+            FaultRule(kind="status", status=503, match="GET /headrace-test/files/npz/s01", limit=1),
         ]
     )
     src = s3_source(s3, "npz", proxy.endpoint)

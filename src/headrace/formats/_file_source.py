@@ -48,7 +48,8 @@ class FileSourceConfig:
     ``in_flight``: fetches held at once (default 64 on object stores, 16 on
     local disk). ``decode_threads``: 0 decodes on the reading thread.
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
-    ``datasets``: the HDF5 datasets to read.
+    ``datasets``: the HDF5 datasets to read. ``speculate``: after a contiguous
+    run of samples, read ahead into the next run before the loader asks.
     """
 
     format: str = "raw"
@@ -60,6 +61,7 @@ class FileSourceConfig:
     decode_threads: int = 2
     local_read: LocalRead = "pread"
     datasets: tuple[str, ...] | None = None
+    speculate: bool = True
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
@@ -161,7 +163,10 @@ class FileSource:
         upcoming = self.window.queued if need <= self._prefetched else []
         self._prefetched = set()
         self.window.retain(need | set(upcoming))
-        self.window.plan(order + [f for f in upcoming if f not in need])
+        ahead = [f for f in upcoming if f not in need]
+        if not ahead:
+            ahead = self._guess_next(seed, samples, need)
+        self.window.plan(order + ahead)
         decoded = self._fetch_and_decode(order)
         spf = self.plan.samples_per_file
         return stack_samples(
@@ -171,6 +176,20 @@ class FileSource:
             ],
             index,
         )
+
+    def _guess_next(self, seed: int, samples: NDArray[np.int64], need: set[int]) -> list[int]:
+        """The files of the run of samples right after a contiguous run (a speculation).
+
+        The loader names the next chunk only after this one is read; without a
+        guess the window would drain at the end of every chunk. A wrong guess
+        costs fetches, never results: :meth:`read` drops read-ahead it was not
+        asked for.
+        """
+        n = len(samples)
+        if n == 0 or int(samples[-1]) - int(samples[0]) + 1 != n or not self.config.speculate:
+            return []
+        files, _ = self.plan.locate(seed, samples + n)
+        return [f for f in dict.fromkeys(files.tolist()) if f not in need]
 
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
         """Queue the files these samples need; start as many fetches as the window allows."""
