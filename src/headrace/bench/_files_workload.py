@@ -228,6 +228,8 @@ def _run_variant(spec: dict[str, Any]) -> dict[str, Any]:
             elapsed = time.perf_counter() - t0
         in_flight, nbytes = src.stats.max_in_flight_observed, src.stats.bytes
     held = src.stats.peak_held_bytes
+    # Bytes of the samples delivered (speculative read-ahead past the end is not output).
+    nbytes = min(nbytes, samples * sum(src.files.sizes) // n)
     src.close()
     return {
         "workload": wl.name,
