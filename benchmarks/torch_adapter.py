@@ -60,7 +60,9 @@ def adapter(
     path: Path, a: argparse.Namespace, contiguous: bool, workers: int | None = None
 ) -> Iterator[dict[str, Any]]:
     ds = TorchDataset(source(path, a.context), batch_size=a.batch, seed=1, contiguous=contiguous)
-    yield from DataLoader(ds, batch_size=None, num_workers=a.workers if workers is None else workers)
+    yield from DataLoader(
+        ds, batch_size=None, num_workers=a.workers if workers is None else workers
+    )
 
 
 def headrace_dl(path: Path, a: argparse.Namespace, workers: int) -> Iterator[dict[str, Any]]:

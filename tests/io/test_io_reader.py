@@ -237,5 +237,5 @@ def test_odirect_unsupported_filesystem_is_a_config_error(data_file, monkeypatch
 
     monkeypatch.setattr(os, "open", refuse_direct)
     with RangeReader("odirect") as r:
-        with pytest.raises(ConfigError, match="does not support O_DIRECT.*'pread'"):
+        with pytest.raises(ConfigError, match=r"does not support O_DIRECT.*'pread'"):
             r.read(str(path), [(0, 1)])

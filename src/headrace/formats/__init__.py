@@ -1,6 +1,11 @@
 """What bytes mean: token streams, rows, pairs, files (NPY, NPZ, JPEG, PNG, HDF5), tables."""
 
 from headrace.formats._buffer import Buffer
+from headrace.formats._file_modes import IterableFiles
+from headrace.formats._file_plan import FilePlan, Shuffle
+from headrace.formats._file_samples import sample_digests
+from headrace.formats._file_source import FileSource, FileSourceConfig, SourceMode
+from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import (
     FILE_FORMATS,
     Decoded,
@@ -35,13 +40,20 @@ __all__ = [
     "Buffer",
     "Decoded",
     "FILE_FORMATS",
+    "FetchWindow",
     "FileFormat",
+    "FilePlan",
+    "FileSource",
+    "FileSourceConfig",
+    "IterableFiles",
     "MEGATRON_MAGIC",
     "MegatronIndex",
     "PaddedRows",
     "PairRows",
     "Ragged",
     "RowFile",
+    "Shuffle",
+    "SourceMode",
     "TOKEN_DTYPES",
     "Table",
     "TableColumn",
@@ -49,6 +61,7 @@ __all__ = [
     "TokenFile",
     "TokenSource",
     "TokenStats",
+    "WindowStats",
     "decode",
     "decode_hdf5",
     "decode_jpeg",
@@ -66,6 +79,7 @@ __all__ = [
     "open_row_file",
     "open_token_file",
     "read_megatron_index",
+    "sample_digests",
     "sample_rows",
     "synthetic_arrays",
     "write_megatron_index",

@@ -1,11 +1,11 @@
-"""How bytes arrive: local files, range reads, coalescing, the adaptive policy, the I/O pools.
+"""How bytes arrive: local files, object stores, range reads, coalescing, the I/O pools.
 
-The engine is :class:`RangeReader`: give it a path and ``(offset, length)``
+The local engine is :class:`RangeReader`: give it a path and ``(offset, length)``
 ranges (or fixed-width row indices) and it returns the bytes in caller order,
 whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 ``"odirect"``, ``"odirect-serial"`` and ``"adaptive"`` (see
-:class:`ReaderConfig`); all return identical bytes.
-Object stores (:class:`ObjectStore`) need the ``objects`` extra and load lazily.
+:class:`ReaderConfig`); all return identical bytes. Object stores go through
+:class:`ObjectStore` (the optional ``obstore`` extra, imported lazily).
 """
 
 from __future__ import annotations

@@ -1,0 +1,87 @@
+"""The iterable-style comparison reader: per-worker file shards, bulk read-ahead.
+
+This is the path the seed calls ``TorchIterableDatasetSimple``, kept on purpose
+so benchmarks can put it side by side with headrace's default. Worker ``w`` of
+``W`` takes ``files[w::W]`` of the epoch's file order, fetches its shard with
+up to ``in_flight`` requests in flight and yields batches of its own samples,
+dropping the last partial batch. Unlike the seed's version, the file order is
+a function of ``(seed, epoch)`` passed to :meth:`IterableFiles.epoch`, so a
+persistent worker can never keep epoch 1's order. The order differs from the
+global plan by design (each worker walks its own shard); compare it with
+headrace on an order-independent digest (sorted per-sample digests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats._file_samples import Sample, pick_item, stack_samples
+from headrace.formats._file_source import FileSource
+from headrace.formats._file_window import FetchWindow, WindowStats
+
+__all__ = ["IterableFiles"]
+
+
+class IterableFiles:
+    """Iterate one worker's shard of a :class:`FileSource`'s files, epoch by epoch."""
+
+    def __init__(
+        self,
+        source: FileSource,
+        *,
+        batch_size: int,
+        worker: int = 0,
+        num_workers: int = 1,
+        in_flight: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 (got {batch_size}).")
+        if num_workers < 1 or not 0 <= worker < num_workers:
+            raise ConfigError(
+                f"worker must be in [0, num_workers) (got {worker=}, {num_workers=})."
+            )
+        self.source = source
+        self.batch_size = batch_size
+        self.worker = worker
+        self.num_workers = num_workers
+        self.window = FetchWindow(source.files.fetch, in_flight or source.in_flight)
+
+    @property
+    def stats(self) -> WindowStats:
+        return self.window.stats
+
+    def shard(self, seed: int, epoch: int) -> NDArray[np.int64]:
+        """This worker's files for ``epoch``, in the order it reads them."""
+        return self.source.plan.file_order(seed, epoch)[self.worker :: self.num_workers]
+
+    def epoch(self, seed: int, epoch: int) -> Iterator[dict[str, NDArray[Any]]]:
+        """This worker's batches of ``epoch`` (the last partial batch is dropped)."""
+        plan = self.source.plan
+        spf = plan.samples_per_file
+        shard = self.shard(seed, epoch).tolist()
+        self.window.plan(shard)
+        samples: list[Sample] = []
+        index: list[int] = []
+        try:
+            for f in shard:
+                try:
+                    arrays = self.source._decode(f, self.window.take(f))
+                finally:
+                    self.window.release(f)
+                name = self.source.files.name(f)
+                for i in plan.items(seed, epoch, f).tolist():
+                    samples.append(pick_item(arrays, i, spf, name))
+                    index.append(f * spf + i)
+                    if len(samples) == self.batch_size:
+                        yield stack_samples(samples, np.asarray(index, dtype=np.int64))
+                        samples, index = [], []
+        finally:
+            self.window.close()
+
+    def close(self) -> None:
+        self.window.close()

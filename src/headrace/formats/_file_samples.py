@@ -1,0 +1,122 @@
+"""From a fetched file to named sample arrays, and from samples to a batch.
+
+Sample schema (keys of a batch; every batch also has ``index``, the sample's
+number in the dataset, ``file * samples_per_file + item``, as ``int64``):
+
+=========  ==================================================================
+format     keys
+=========  ==================================================================
+jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``)
+npy        ``data``: ``(B, *shape)``, the header's dtype
+npz        one key per member, ``(B, *shape)`` each
+hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
+raw        ``data``: ``(B, nbytes)`` ``uint8``
+decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
+=========  ==================================================================
+
+With ``samples_per_file > 1`` each array's leading axis is the sample axis
+and item ``i`` is ``array[i]``. Samples whose shapes or dtypes differ within
+a batch (photos of several sizes, files of several lengths) cannot stack:
+that key becomes a 1-D ``object`` array of per-sample arrays, plus
+``<key>_shape``, an ``(B, ndim)`` ``int64`` array of their shapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats._files import FileFormat, decode_raw
+from headrace.formats._hdf5 import decode_hdf5
+
+__all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
+
+Sample = dict[str, NDArray[Any]]
+
+
+def decode_file(
+    fmt: FileFormat,
+    data: Any,
+    *,
+    name: str,
+    decode: bool,
+    datasets: Sequence[str] | None,
+) -> Sample:
+    """Every array of one file, by output key."""
+    if not decode:
+        return {"bytes": decode_raw(data, name=name)}
+    if fmt.name == "hdf5":
+        if not datasets:
+            raise ConfigError("hdf5 files need datasets=(...) naming the datasets to read.")
+        return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
+    out = fmt.decoder(data, name=name)
+    if isinstance(out, Mapping):
+        return dict(out)
+    key = "image" if fmt.name in ("jpeg", "png") else "data"
+    return {key: out}
+
+
+def pick_item(arrays: Sample, item: int, samples_per_file: int, name: str) -> Sample:
+    """Item ``item`` of a file holding ``samples_per_file`` samples on a leading axis."""
+    if samples_per_file == 1:
+        return arrays
+    out = {}
+    for k, a in arrays.items():
+        if a.ndim == 0 or a.shape[0] != samples_per_file:
+            raise DataError(
+                f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
+                f"its leading axis (samples_per_file={samples_per_file})"
+            )
+        out[k] = a[item]
+    return out
+
+
+def stack_samples(samples: Sequence[Sample], index: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+    """One batch: arrays stacked per key, or object arrays plus shapes when they differ."""
+    batch: dict[str, NDArray[Any]] = {"index": index}
+    if not samples:
+        return batch
+    keys = list(samples[0])
+    for s in samples[1:]:
+        if list(s) != keys:
+            raise DataError(f"samples in one batch have different keys: {keys} and {list(s)}")
+    for k in keys:
+        parts = [s[k] for s in samples]
+        first = parts[0]
+        if all(p.shape == first.shape and p.dtype == first.dtype for p in parts):
+            batch[k] = np.stack(parts)
+            continue
+        ragged = np.empty(len(parts), dtype=object)
+        for i, p in enumerate(parts):
+            ragged[i] = p
+        batch[k] = ragged
+        ndim = max(p.ndim for p in parts)
+        shapes = np.zeros((len(parts), ndim), dtype=np.int64)
+        for i, p in enumerate(parts):
+            shapes[i, : p.ndim] = p.shape
+        batch[f"{k}_shape"] = shapes
+    return batch
+
+
+def sample_digests(batch: Mapping[str, NDArray[Any]]) -> list[str]:
+    """SHA-256 of each sample of a batch (names, dtypes, shapes, bytes), object arrays too.
+
+    Sorted, they give an order-independent digest of a stream: what lets a
+    reader that visits samples in another order (iterable-style) be compared.
+    """
+    keys = sorted(k for k in batch if not k.endswith("_shape"))
+    n = len(batch[keys[0]]) if keys else 0
+    out = []
+    for i in range(n):
+        h = hashlib.sha256()
+        for k in keys:
+            a = np.ascontiguousarray(batch[k][i])
+            h.update(f"{k}:{a.dtype.str}:{a.shape};".encode())
+            h.update(a.data.cast("B") if a.size else b"")
+        out.append(h.hexdigest())
+    return out

@@ -1,0 +1,162 @@
+"""A bounded read-ahead window of whole-file fetches, in plan order.
+
+The window is given the order in which files will be needed (:meth:`plan`)
+and keeps up to ``depth`` of them *held*: in flight, or fetched and not yet
+released by the consumer. Held bytes are therefore at most ``depth`` times the
+largest file, whatever the dataset's size, and a slow fetch never stalls the
+ones behind it. Fetches run on a private pool of ``depth`` threads: the shared
+I/O pool has 8, which would cap the depth that object stores need (64).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FetchWindow", "WindowStats"]
+
+
+@dataclass(slots=True)
+class WindowStats:
+    """What a window did: fetches, bytes, and the most held and in flight at once."""
+
+    fetches: int = 0
+    bytes: int = 0
+    held_bytes: int = 0
+    peak_held_bytes: int = 0
+    in_flight: int = 0
+    max_in_flight_observed: int = 0
+
+
+class _Entry:
+    __slots__ = ("dropped", "future", "nbytes")
+
+    def __init__(self) -> None:
+        self.future: Future[Any] = Future()
+        self.dropped = False
+        self.nbytes = 0
+
+
+class FetchWindow:
+    """Fetch files by number, at most ``depth`` held at once, in the order planned."""
+
+    def __init__(self, fetch: Callable[[int], Any], depth: int, *, name: str = "files") -> None:
+        self._fetch = fetch
+        self.depth = depth
+        self._name = name
+        self._lock = threading.Lock()
+        self._entries: dict[int, _Entry] = {}
+        self._queue: deque[int] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+        self.stats = WindowStats()
+
+    # -- planning ---------------------------------------------------------------
+    def plan(self, files: Iterable[int]) -> None:
+        """Files will be taken in this order: queue those not yet held, start what fits."""
+        with self._lock:
+            seen = set(self._entries)
+            q: deque[int] = deque()
+            for f in files:
+                if f not in seen:
+                    seen.add(f)
+                    q.append(f)
+            self._queue = q
+        self._pump()
+
+    @property
+    def queued(self) -> list[int]:
+        """Files planned but not yet started."""
+        with self._lock:
+            return list(self._queue)
+
+    def retain(self, keep: set[int]) -> None:
+        """Drop held files not in ``keep`` (a plan that changed, e.g. after a resume)."""
+        with self._lock:
+            for f in [f for f in self._entries if f not in keep]:
+                self._drop_locked(f)
+
+    def _drop_locked(self, f: int) -> None:
+        e = self._entries.pop(f)
+        e.dropped = True
+        if e.future.done():
+            self.stats.held_bytes -= e.nbytes
+
+    # -- fetching ---------------------------------------------------------------
+    def _start_locked(self, f: int) -> _Entry:
+        e = self._entries[f] = _Entry()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix=f"headrace-{self._name}")
+        self._pool.submit(self._run, f, e)
+        return e
+
+    def _run(self, f: int, e: _Entry) -> None:
+        s = self.stats
+        with self._lock:
+            s.in_flight += 1
+            s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
+        try:
+            data = self._fetch(f)
+        except BaseException as exc:
+            with self._lock:
+                s.in_flight -= 1
+            e.future.set_exception(exc)
+            return
+        n = memoryview(data).nbytes
+        with self._lock:
+            s.in_flight -= 1
+            s.fetches += 1
+            s.bytes += n
+            if not e.dropped:
+                e.nbytes = n
+                s.held_bytes += n
+                s.peak_held_bytes = max(s.peak_held_bytes, s.held_bytes)
+        e.future.set_result(data)
+
+    def _pump(self) -> None:
+        with self._lock:
+            while self._queue and len(self._entries) < self.depth:
+                f = self._queue.popleft()
+                if f not in self._entries:
+                    self._start_locked(f)
+
+    def take(self, f: int) -> Any:
+        """File ``f``'s bytes (waiting for its fetch; starting it if not started).
+
+        The file stays held until :meth:`release`. A failed fetch is dropped, so
+        asking again retries it.
+        """
+        with self._lock:
+            e = self._entries.get(f)
+            if e is None:
+                if f in self._queue:
+                    self._queue.remove(f)
+                e = self._start_locked(f)
+        try:
+            return e.future.result()
+        except BaseException:
+            with self._lock:
+                if self._entries.get(f) is e:
+                    self._drop_locked(f)
+            self._pump()
+            raise
+
+    def release(self, f: int) -> None:
+        """Forget file ``f``'s bytes and start the next planned fetch."""
+        with self._lock:
+            if f in self._entries:
+                self._drop_locked(f)
+        self._pump()
+
+    def close(self) -> None:
+        """Drop everything and wait for fetches in flight; reusable afterwards."""
+        with self._lock:
+            self._queue.clear()
+            for f in list(self._entries):
+                self._drop_locked(f)
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
