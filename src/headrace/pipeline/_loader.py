@@ -1,11 +1,12 @@
 """The loader: this host's slice of every step, in order, optionally read ahead.
 
 Steps are planned in chunks (one step first, for a quick first batch, then
-doubling up to ``chunk_steps`` steps or ``CHUNK_BYTES``) so planning and gathering cost one vectorised
-call per chunk rather than per batch. With ``prefetch > 0`` a producer thread
-runs ahead of the consumer through a bounded queue; with ``prefetch == 0``
-the consumer's thread does the same work. Both give identical batches: the
-plan is a pure function of ``(seed, step)``, and the queue only changes when.
+doubling up to ``chunk_steps`` steps or ``CHUNK_BYTES``) so planning and
+gathering cost one vectorised call per chunk rather than per batch. With
+``prefetch > 0`` a producer thread runs ahead of the consumer through a
+bounded queue; with ``prefetch == 0`` the consumer's thread does the same
+work. Both give identical batches: the plan is a pure function of
+``(seed, step)``, and the queue only changes when.
 """
 
 from __future__ import annotations
