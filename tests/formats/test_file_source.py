@@ -348,3 +348,19 @@ def test_speculation_reads_the_next_run_before_it_is_asked(tmp_path: Path) -> No
     src.window.close()  # wait for the guesses
     assert src.stats.fetches == 6  # 0-2 asked for, 3-5 guessed
     src.close()
+
+
+def test_pickled_copy_reads_the_same_without_listing_again(tmp_path: Path) -> None:
+    import pickle
+
+    for i in range(6):
+        np.save(tmp_path / f"{i}.npy", np.full((3,), i, dtype=np.int32))
+    src = FileSource(tmp_path, format="npy")
+    copy = pickle.loads(pickle.dumps(src))
+    (tmp_path / "extra.npy").write_bytes((tmp_path / "0.npy").read_bytes())  # listed later
+    samples = np.arange(6)
+    a, b = src.read(3, samples), copy.read(3, samples)
+    assert copy.files.keys == src.files.keys
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    src.close()
+    copy.close()

@@ -105,8 +105,14 @@ def list_files(
     extensions: tuple[str, ...] = (),
     local_read: LocalRead = "pread",
     store_options: Mapping[str, Any] | None = None,
+    listing: tuple[list[str], list[int]] | None = None,
 ) -> FileList:
-    """List a dataset once: a directory or URL prefix (files ending in ``extensions``), or paths."""
+    """List a dataset once: a directory or URL prefix (files ending in ``extensions``), or paths.
+
+    ``listing`` (keys, sizes) skips the listing: a worker copy of a source
+    re-opens the same files without asking the store again, so it cannot see
+    a different set of files than its parent planned over.
+    """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
     if isinstance(files, (str, os.PathLike)) and str(files).startswith(_REMOTE):
@@ -114,7 +120,11 @@ def list_files(
 
         store = ObjectStore(str(files), **dict(store_options or {}))
         try:
-            listed = [(k, s) for k, s in store.list() if _keep(k, extensions)]
+            listed = (
+                list(zip(*listing, strict=True))
+                if listing is not None
+                else [(k, s) for k, s in store.list() if _keep(k, extensions)]
+            )
         except BaseException:
             store.close()
             raise
@@ -139,10 +149,14 @@ def list_files(
             raise ConfigError(
                 f"{root}: expected a directory, an object-store URL or a list of files."
             )
-        keys = sorted(
-            p.relative_to(root).as_posix()
-            for p in root.rglob("*")
-            if p.is_file() and _keep(p.name, extensions)
+        keys = (
+            list(listing[0])
+            if listing is not None
+            else sorted(
+                p.relative_to(root).as_posix()
+                for p in root.rglob("*")
+                if p.is_file() and _keep(p.name, extensions)
+            )
         )
         if not keys:
             raise DataError(f"{root}: no files ending in {list(extensions)} under it")

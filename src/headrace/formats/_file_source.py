@@ -106,6 +106,16 @@ class FileSource:
             config = FileSourceConfig(**options)
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")
+        self._open(files, config, store_options, None)
+
+    def _open(
+        self,
+        files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        config: FileSourceConfig,
+        store_options: Mapping[str, Any] | None,
+        listing: tuple[list[str], list[int]] | None,
+    ) -> None:
+        self._args = (files, config, dict(store_options or {}))
         self.config = config
         self.format: FileFormat = file_format(config.format)
         self.files: FileList = list_files(
@@ -113,6 +123,7 @@ class FileSource:
             extensions=self.format.extensions,
             local_read=config.local_read,
             store_options=store_options,
+            listing=listing,
         )
         self.plan = FilePlan(
             num_files=len(self.files),
@@ -277,6 +288,15 @@ class FileSource:
             self._decoders = None
         self._kept = None
         self.files.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Worker copies own their store, window and decode pool: carry only what
+        # re-opens them, and the listing, so a copy never lists again.
+        return {"args": self._args, "listing": (self.files.keys, self.files.sizes)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        files, config, store_options = state["args"]
+        self._open(files, config, store_options, state["listing"])
 
     def __enter__(self) -> FileSource:
         return self
