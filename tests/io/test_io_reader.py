@@ -45,7 +45,8 @@ def test_all_strategies_give_identical_digests(data_file) -> None:
     digests = {}
     for strategy in ALL:
         # A tiny slow threshold makes the adaptive reader switch modes on the way.
-        cfg = ReaderConfig(strategy=strategy, policy=AdaptivePolicy(slow_read_s=1e-4, probe_every=3))
+        policy = AdaptivePolicy(slow_read_s=1e-4, probe_every=3)
+        cfg = ReaderConfig(strategy=strategy, policy=policy)
         h = hashlib.sha256()
         with RangeReader(cfg) as r:
             for idx in batches:
@@ -79,7 +80,10 @@ def test_any_ranges_through_each_strategy(data_file, strategy, ranges, max_gap, 
     if ranges:
         ranges = [*ranges, ranges[0]]  # always a duplicate
     cfg = ReaderConfig(
-        strategy=strategy, max_gap=max_gap, max_span=max_span, in_flight=4,
+        strategy=strategy,
+        max_gap=max_gap,
+        max_span=max_span,
+        in_flight=4,
         policy=AdaptivePolicy(slow_read_s=1e-6, probe_every=2),
     )
     with RangeReader(cfg) as r:
@@ -232,5 +236,5 @@ def test_odirect_unsupported_filesystem_is_a_config_error(data_file, monkeypatch
 
     monkeypatch.setattr(os, "open", refuse_direct)
     with RangeReader("odirect") as r:
-        with pytest.raises(ConfigError, match="does not support O_DIRECT.*'pread'"):
+        with pytest.raises(ConfigError, match=r"does not support O_DIRECT.*'pread'"):
             r.read(str(path), [(0, 1)])
