@@ -18,6 +18,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("headrace.bench._cli", "run benchmark workloads side by side"),
     "gen": ("headrace.bench._gen_cli", "write a workload's dataset"),
+    "probe": ("headrace.bench._probe", "measure a path's storage before training"),
     "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
 }
 

@@ -45,9 +45,8 @@ def test_all_strategies_give_identical_digests(data_file) -> None:
     digests = {}
     for strategy in ALL:
         # A tiny slow threshold makes the adaptive reader switch modes on the way.
-        cfg = ReaderConfig(
-            strategy=strategy, policy=AdaptivePolicy(slow_read_s=1e-4, probe_every=3)
-        )
+        policy = AdaptivePolicy(slow_read_s=1e-4, probe_every=3)
+        cfg = ReaderConfig(strategy=strategy, policy=policy)
         h = hashlib.sha256()
         with RangeReader(cfg) as r:
             for idx in batches:

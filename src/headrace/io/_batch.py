@@ -55,9 +55,10 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
     try:
         loop()
     finally:
-        for f in futures:
-            f.cancel()  # only those not yet started; running ones finish below
-        wait(futures)
+        # cancel() succeeds only for loops not yet started. Wait for the rest
+        # alone: wait() never counts a cancelled future as done until a pool
+        # thread dequeues it, which in a saturated pool may be never.
+        wait([f for f in futures if not f.cancel()])
     if errors:
         errors.sort(key=lambda e: e[0])
         first = errors[0][1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -43,7 +44,7 @@ class LocalFile:
     alignment on every buffered read of the shared one).
     """
 
-    __slots__ = ("_dfd", "_fd", "_map", "path", "size")
+    __slots__ = ("_dfd", "_fd", "_lock", "_map", "path", "size")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -54,6 +55,9 @@ class LocalFile:
         self.size: int = os.fstat(self._fd).st_size
         self._map: mmap.mmap | None = None
         self._dfd = -1
+        # Readers share one LocalFile across I/O threads; the lazy map and
+        # O_DIRECT descriptor must be made once, or the losers' handles leak.
+        self._lock = threading.Lock()
 
     @property
     def fd(self) -> int:
@@ -76,7 +80,11 @@ class LocalFile:
         Raises :class:`ConfigError` where the platform or filesystem refuses
         ``O_DIRECT`` (tmpfs, some FUSE and network mounts answer ``EINVAL``).
         """
-        if self._dfd < 0:
+        if self._dfd >= 0:
+            return self._dfd
+        with self._lock:
+            if self._dfd >= 0:
+                return self._dfd
             self._check_open()
             flag = getattr(os, "O_DIRECT", 0)
             if not flag:
@@ -90,7 +98,7 @@ class LocalFile:
                         "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
                     ) from exc
                 raise open_error(self.path, exc) from exc
-        return self._dfd
+            return self._dfd
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -128,11 +136,15 @@ class LocalFile:
     @property
     def mapped(self) -> mmap.mmap:
         """A read-only memory map of the whole file (made on first use)."""
-        if self._map is None:
-            if self.size == 0:
-                raise ReadEOFError(f"{self.path}: cannot map an empty file")
-            self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
-        return self._map
+        m = self._map
+        if m is None:
+            with self._lock:
+                if self._map is None:
+                    if self.size == 0:
+                        raise ReadEOFError(f"{self.path}: cannot map an empty file")
+                    self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+                m = self._map
+        return m
 
     def close(self) -> None:
         if self._map is not None:

@@ -49,13 +49,21 @@ def aligned_empty(nbytes: int, alignment: int) -> NDArray[np.uint8]:
 
 
 def read_direct_into(
-    f: LocalFile, view: NDArray[np.uint8], offset: int, need: int, alignment: int
+    f: LocalFile,
+    view: NDArray[np.uint8],
+    offset: int,
+    need: int,
+    alignment: int,
+    first: int | None = None,
 ) -> None:
     """O_DIRECT read of ``len(view)`` bytes at aligned ``offset``; ``need`` must arrive.
 
     ``view``, ``offset`` and ``len(view)`` are aligned; bytes past ``need``
-    may be missing only because the file ends there.
+    may be missing only because the file ends there. ``first`` is the first
+    byte the caller asked for (errors name the requested range, not the
+    aligned one).
     """
+    first = offset if first is None else first
     fd = f.direct_fd
     mv = memoryview(cast(Any, view))
     want = len(view)
@@ -80,8 +88,8 @@ def read_direct_into(
         size = f.current_size()
         if offset + need > size:
             raise ReadEOFError(
-                f"{f.path}: read of bytes [{offset}, {offset + need}) reached end of file "
-                f"after {done} bytes (file has {size} bytes)"
+                f"{f.path}: read of bytes [{first}, {offset + need}) reached end of file "
+                f"(file has {size} bytes)"
             )
         # POSIX lets a read stop early without reaching EOF; finish buffered
         # rather than issue an unaligned O_DIRECT read.
@@ -119,10 +127,12 @@ def read_spans(
     ps, pe, pp = p_start.tolist(), p_end.tolist(), p_pos.tolist()
     if alignment:
         need_end = np.minimum(p_end, plan.ends[owner]).tolist()
+        first = np.maximum(p_start, plan.starts[owner]).tolist()
 
         def read(i: int) -> None:
             a = ps[i]
-            read_direct_into(f, buf[pp[i] : pp[i] + pe[i] - a], a, need_end[i] - a, alignment)
+            view = buf[pp[i] : pp[i] + pe[i] - a]
+            read_direct_into(f, view, a, need_end[i] - a, alignment, first[i])
 
     else:
 

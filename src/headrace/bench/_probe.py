@@ -1,0 +1,357 @@
+"""``headrace probe PATH``: measure a path's storage as a loader would read it.
+
+Sequential rate, then random 4 KiB and row-sized reads, for mapped reads,
+positional reads (1 to 64 in flight) and O_DIRECT (1 to 64 in flight), all
+through :class:`headrace.io.RangeReader`, the engine the loaders use.
+
+Fairness rules, because caches lie:
+
+* every measurement reads its own *stripe* of the file (interleaved 1 MiB
+  chunks, requests kept clear of chunk edges so the kernel's read-around
+  cannot reach a neighbour's stripe), so no mode rides another's cache;
+* measurements run in two rounds, the second in reverse order (A B C, C B A),
+  so slow drift (other tenants, thermal, a cache warming) hits all modes alike;
+* the file's cached pages are dropped first (``POSIX_FADV_DONTNEED``) so
+  buffered reads come from the device, as O_DIRECT always does;
+* every result is checked against a plain ``pread`` of the same ranges made
+  outside the timed interval.
+
+MB in the output is 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headrace.errors import ConfigError
+from headrace.io import RangeReader, ReaderConfig
+
+__all__ = ["configure", "run"]
+
+MiB = 1024 * 1024
+BLOCK = 4096
+CHUNK = MiB
+SEQ_REQUEST = MiB
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Measurement:
+    mode: str  # mmap | pread | odirect
+    pattern: str  # sequential | random
+    request_bytes: int
+    in_flight: int
+
+    def config(self) -> ReaderConfig:
+        strategy = {"mmap": "mmap", "pread": "pread", "odirect": "odirect"}[self.mode]
+        # max_gap=0: random requests are spaced apart, so each is its own
+        # read; sequential ones still merge into max_span spans, as loaders do.
+        return ReaderConfig(strategy=strategy, in_flight=self.in_flight, max_gap=0)  # type: ignore[arg-type]
+
+
+@dataclass(kw_only=True, slots=True)
+class Result:
+    mode: str
+    pattern: str
+    request_bytes: int
+    in_flight: int
+    ops: int
+    seconds: float
+    ops_per_s: float
+    mb_per_s: float
+    verified: bool
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 256M)") from None
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a file to probe, or a directory to hold a scratch file")
+    parser.add_argument(
+        "--size",
+        type=_size,
+        default=256 * MiB,
+        help="scratch file size when PATH is a directory (default 256M)",
+    )
+    parser.add_argument(
+        "--row-bytes", type=int, default=4100, help="the row-sized request (default 4100)"
+    )
+    parser.add_argument(
+        "--ops", type=int, default=1024, help="random requests per measurement (default 1024)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for offsets and scratch data")
+    parser.add_argument(
+        "--keep-cache", action="store_true", help="do not drop the file's cached pages first"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write results as JSON here")
+
+
+def filesystem_of(path: str) -> dict[str, str]:
+    """fstype, device and mount point of the mount holding ``path`` (from /proc/mounts)."""
+    real = os.path.realpath(path)
+    best = {"mount": "", "fstype": "unknown", "device": "unknown"}
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return best
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        device, mount, fstype = (p.encode().decode("unicode_escape") for p in parts[:3])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best["mount"]):
+            best = {"mount": mount, "fstype": fstype, "device": device}
+    return best
+
+
+def _write_scratch(directory: Path, size: int, seed: int) -> Path:
+    path = directory / f".headrace-probe-{os.getpid()}.bin"
+    rng = np.random.default_rng(seed)
+    with path.open("wb") as fh:
+        left = size
+        while left:
+            n = min(left, 16 * MiB)
+            fh.write(rng.bytes(n))
+            left -= n
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def _drop_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _plan(
+    meas: list[Measurement], rounds: int, file_bytes: int, ops: int, seed: int
+) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Ranges for each (measurement, round), on disjoint stripes of the file."""
+    rng = np.random.default_rng(seed + 1)
+    seq = [i for i, m in enumerate(meas) if m.pattern == "sequential"]
+    rnd = [i for i, m in enumerate(meas) if m.pattern == "random"]
+    seq_bytes = file_bytes // 4 if seq else 0
+    plan: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    region = seq_bytes // max(1, len(seq) * rounds)
+    for k, (i, r) in enumerate((i, r) for r in range(rounds) for i in seq):
+        start = k * region
+        plan[i, r] = [
+            (o, min(SEQ_REQUEST, start + region - o))
+            for o in range(start, start + region, SEQ_REQUEST)
+        ]
+    # Mapped reads fault in a whole read-around window (read_ahead_kb, often
+    # several MiB) per miss, which would warm every stripe near it; so mapped
+    # measurements get their own region, a guard gap away from the rest.
+    area = file_bytes - seq_bytes
+    mapped = [i for i in rnd if meas[i].mode == "mmap"]
+    others = [i for i in rnd if meas[i].mode != "mmap"]
+    guard = min(16 * MiB, area // 8)
+    split = seq_bytes + (area - guard) * len(others) // max(1, len(rnd))
+    groups = ((others, seq_bytes, split), (mapped, split + guard, file_bytes))
+    for members, lo, hi in groups:
+        keys = [(i, r) for r in range(rounds) for i in members]
+        n_stripes = max(1, len(keys))
+        chunk = CHUNK if (hi - lo) // n_stripes >= 2 * CHUNK else 64 * 1024
+        first_chunk = -(-lo // chunk)
+        last_chunk = hi // chunk
+        # Only mapped reads need clear chunk edges (their read-around spills).
+        edge = min(128 * 1024, chunk // 8) if members is mapped else 0
+        for k, (i, r) in enumerate(keys):
+            req = meas[i].request_bytes
+            # Neighbours stay 16 KiB apart: beyond a random buffered read's
+            # initial readahead, and aligned O_DIRECT supersets never touch.
+            spacing = -(-(req + BLOCK) // BLOCK) * BLOCK + 4 * BLOCK
+            shift = 0 if req % BLOCK == 0 else 100  # rows sit at unaligned offsets
+            in_chunk = np.arange(edge, chunk - edge - req - shift, spacing)
+            chunks = np.arange(first_chunk + k, last_chunk, n_stripes)
+            slots = (chunks[:, None] * chunk + in_chunk[None, :]).ravel() + shift
+            n = min(len(slots), max(1, ops // rounds))
+            picked = rng.choice(slots, size=n, replace=False) if len(slots) else slots
+            plan[i, r] = [(int(o), req) for o in picked]
+    return plan
+
+
+def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
+    h = hashlib.sha256()
+    for o, n in ranges:
+        h.update(os.pread(fd, n, o))
+    return h.hexdigest()
+
+
+def measurements(row_bytes: int, odirect: bool) -> list[Measurement]:
+    m = [
+        Measurement(mode="mmap", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1),
+        Measurement(mode="pread", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1),
+    ]
+    if odirect:
+        m.append(
+            Measurement(
+                mode="odirect", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1
+            )
+        )
+    for req in (BLOCK, row_bytes):
+        m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
+        m.extend(
+            Measurement(mode="pread", pattern="random", request_bytes=req, in_flight=q)
+            for q in (1, 8, 32, 64)
+        )
+        if odirect:
+            m.extend(
+                Measurement(mode="odirect", pattern="random", request_bytes=req, in_flight=q)
+                for q in (1, 32, 64)
+            )
+    return m
+
+
+def probe(
+    path: str, *, row_bytes: int, ops: int, seed: int, drop_cache: bool, rounds: int = 2
+) -> dict[str, Any]:
+    file_bytes = os.stat(path).st_size
+    skipped: list[dict[str, str]] = []
+    try:
+        with RangeReader("odirect") as check:
+            odirect = check.file(path).direct_fd >= 0
+    except ConfigError as exc:
+        odirect = False
+        skipped.append({"mode": "odirect", "reason": str(exc)})
+    meas = measurements(row_bytes, odirect)
+    plan = _plan(meas, rounds, file_bytes, ops, seed)
+    if drop_cache:
+        _drop_cache(path)
+    acc: dict[int, list[float]] = {i: [0, 0.0] for i in range(len(meas))}
+    ok = dict.fromkeys(range(len(meas)), True)
+    ref_fd = os.open(path, os.O_RDONLY)
+    try:
+        for r in range(rounds):
+            order = range(len(meas)) if r % 2 == 0 else reversed(range(len(meas)))
+            for i in order:
+                ranges = plan[i, r]
+                if not ranges:
+                    continue
+                with RangeReader(meas[i].config()) as reader:
+                    f = reader.file(path)
+                    # Map or open before the clock starts: probes time reads only.
+                    if meas[i].mode == "mmap":
+                        _ = f.mapped
+                    elif meas[i].mode == "odirect":
+                        _ = f.direct_fd
+                    t0 = time.perf_counter()
+                    got = reader.read(path, ranges)
+                    seconds = time.perf_counter() - t0
+                h = hashlib.sha256()
+                for g in got:
+                    h.update(g.tobytes())
+                ok[i] = ok[i] and h.hexdigest() == _reference_digest(ref_fd, ranges)
+                acc[i][0] += len(ranges)
+                acc[i][1] += seconds
+    finally:
+        os.close(ref_fd)
+    results = []
+    for i, m in enumerate(meas):
+        n, s = int(acc[i][0]), acc[i][1]
+        if n == 0:
+            continue
+        nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
+        results.append(
+            Result(
+                mode=m.mode,
+                pattern=m.pattern,
+                request_bytes=m.request_bytes,
+                in_flight=m.in_flight,
+                ops=n,
+                seconds=round(s, 6),
+                ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
+                mb_per_s=round(nbytes / s / 1e6, 2) if s > 0 else float("inf"),
+                verified=ok[i],
+            )
+        )
+    return {
+        "path": path,
+        "filesystem": filesystem_of(path),
+        "file_bytes": file_bytes,
+        "mb": "10^6 bytes",
+        "rounds": rounds,
+        "results": [asdict(x) for x in results],
+        "skipped": skipped,
+    }
+
+
+def _table(report: dict[str, Any]) -> str:
+    fs = report["filesystem"]
+    lines = [
+        f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']})",
+        f"file {report['file_bytes']:,} bytes; MB = 10^6 bytes; {report['rounds']} rounds on "
+        "disjoint stripes, alternating order; every result verified against pread",
+        f"{'mode':8} {'pattern':10} {'request':>8} {'in flight':>9} {'ops':>6} {'seconds':>8} "
+        f"{'ops/s':>10} {'MB/s':>9}  verified",
+    ]
+    lines.extend(
+        f"{x['mode']:8} {x['pattern']:10} {x['request_bytes']:>8} {x['in_flight']:>9} "
+        f"{x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} {x['mb_per_s']:>9.1f}  "
+        f"{'yes' if x['verified'] else 'NO'}"
+        for x in report["results"]
+    )
+    rate = {
+        (x["mode"], x["pattern"], x["request_bytes"], x["in_flight"]): x["ops_per_s"]
+        for x in report["results"]
+    }
+    for mode in ("odirect", "pread"):
+        one = rate.get((mode, "random", BLOCK, 1))
+        deep = rate.get((mode, "random", BLOCK, 32))
+        if one and deep:
+            lines.append(f"{mode} random 4 KiB: 32 in flight = {deep / one:.1f}x one at a time")
+    lines.extend(f"skipped {s['mode']}: {s['reason']}" for s in report["skipped"])
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    target = Path(args.path)
+    if args.row_bytes < 1 or args.ops < 1 or args.size < 4 * MiB:
+        print("--row-bytes and --ops must be positive and --size at least 4M", file=sys.stderr)
+        return 2
+    scratch: Path | None = None
+    if target.is_dir():
+        scratch = _write_scratch(target, args.size, args.seed)
+        path = str(scratch)
+    elif target.is_file():
+        path = str(target)
+    else:
+        print(f"{target}: no such file or directory", file=sys.stderr)
+        return 2
+    try:
+        report = probe(
+            path,
+            row_bytes=args.row_bytes,
+            ops=args.ops,
+            seed=args.seed,
+            drop_cache=not args.keep_cache,
+        )
+        report["scratch"] = scratch is not None
+    finally:
+        if scratch is not None:
+            scratch.unlink(missing_ok=True)
+    print(_table(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if all(x["verified"] for x in report["results"]) else 1

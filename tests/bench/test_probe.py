@@ -1,0 +1,71 @@
+"""headrace probe: small-scale runs on a scratch file and on an existing file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from headrace.bench._probe import _size, filesystem_of
+from headrace.cli import main
+
+KEYS = {
+    "mode",
+    "pattern",
+    "request_bytes",
+    "in_flight",
+    "ops",
+    "seconds",
+    "ops_per_s",
+    "mb_per_s",
+    "verified",
+}
+
+
+def test_probe_directory_makes_and_removes_a_scratch_file(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "probe.json"
+    rc = main(["probe", str(tmp_path), "--size", "8M", "--ops", "64", "--json", str(out)])
+    assert rc == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json"]  # scratch removed
+    report = json.loads(out.read_text())
+    assert report["file_bytes"] == 8 << 20 and report["scratch"] is True
+    assert {"fstype", "device", "mount"} <= set(report["filesystem"])
+    assert report["mb"] == "10^6 bytes"
+    results = report["results"]
+    assert all(KEYS <= set(r) and r["verified"] for r in results)
+    seen = {(r["mode"], r["pattern"], r["in_flight"]) for r in results}
+    assert {("mmap", "sequential", 1), ("pread", "random", 64), ("mmap", "random", 1)} <= seen
+    if not report["skipped"]:
+        assert {("odirect", "random", 1), ("odirect", "random", 32)} <= seen
+    assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096, 4100}
+    table = capsys.readouterr().out
+    assert "MB = 10^6 bytes" in table and "verified" in table
+
+
+def test_probe_existing_file(tmp_path: Path) -> None:
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(6 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "32", "--row-bytes", "1000", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scratch"] is False and f.exists()
+    assert {r["request_bytes"] for r in report["results"] if r["pattern"] == "random"} == {
+        4096,
+        1000,
+    }
+
+
+def test_probe_errors(tmp_path: Path, capsys) -> None:
+    assert main(["probe", str(tmp_path / "missing")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
+    with pytest.raises(SystemExit):
+        main(["probe", str(tmp_path), "--size", "lots"])
+
+
+def test_size_parser_and_filesystem() -> None:
+    assert _size("256M") == 256 << 20 and _size("1GiB") == 1 << 30 and _size("4096") == 4096
+    fs = filesystem_of("/")
+    assert fs["mount"] == "/" and fs["fstype"] != "unknown"

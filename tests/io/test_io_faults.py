@@ -1,0 +1,228 @@
+"""Fault injection: short reads, EIO in a batch, EOF, truncation while open, leaks."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ReadEOFError, StorageError
+from headrace.io import (
+    STRATEGIES,
+    RangeReader,
+    ReaderConfig,
+    deep_io_pool,
+    deep_io_threads,
+    io_pool,
+    io_threads,
+)
+from headrace.io._batch import run_batch
+
+SIZE = 1 << 20
+POSITIONAL = ["pread", "odirect", "odirect-serial"]
+
+
+@pytest.fixture
+def file(tmp_path: Path) -> tuple[str, np.ndarray]:
+    data = np.random.default_rng(5).integers(0, 256, SIZE + 100, dtype=np.uint8)
+    p = tmp_path / "f.bin"
+    p.write_bytes(data.tobytes())
+    return str(p), data
+
+
+def far_ranges(n: int, length: int = 3000) -> list[tuple[int, int]]:
+    # 100 KiB apart: never coalesced, so every range is its own read.
+    return [(i * 100_000 + 7, length) for i in range(n)]
+
+
+@pytest.mark.parametrize("strategy", POSITIONAL)
+def test_short_reads_are_completed(file, strategy, monkeypatch) -> None:
+    path, data = file
+    real = os.preadv
+    calls = []
+
+    def short(fd, bufs, offset):
+        (buf,) = bufs
+        mv = memoryview(buf)
+        direct = os.get_blocking(fd) and (os.fstat(fd) and _is_direct(fd))
+        # Buffered: hand back at most 1000 bytes. O_DIRECT: the kernel fills
+        # the aligned buffer but we report an unaligned 1000 bytes, the case
+        # the engine must finish with a buffered read.
+        n = real(fd, [mv] if direct else [mv[:1000]], offset)
+        calls.append(n)
+        return min(n, 1000)
+
+    monkeypatch.setattr(os, "preadv", short)
+    ranges = [*far_ranges(5, 5000), (SIZE + 100 - 50, 50)]
+    with RangeReader(ReaderConfig(strategy=strategy, in_flight=3)) as r:
+        got = r.read(path, ranges)
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in ranges]
+    assert len(calls) > len(ranges)
+
+
+def _is_direct(fd: int) -> bool:
+    import fcntl
+
+    return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
+@pytest.mark.parametrize("strategy", POSITIONAL)
+def test_eio_on_one_range_waits_for_all_others(file, strategy, monkeypatch) -> None:
+    path, _ = file
+    real = os.preadv
+    bad = 5 * 100_000 + 7  # the sixth range's first byte
+    lock = threading.Lock()
+    running = {"now": 0, "started": 0, "finished": 0}
+
+    def flaky(fd, bufs, offset):
+        with lock:
+            running["now"] += 1
+            running["started"] += 1
+        try:
+            time.sleep(0.02)  # keep the others in flight when the failure lands
+            if offset <= bad < offset + memoryview(bufs[0]).nbytes:
+                raise OSError(errno.EIO, "Input/output error")
+            return real(fd, bufs, offset)
+        finally:
+            with lock:
+                running["now"] -= 1
+                running["finished"] += 1
+
+    monkeypatch.setattr(os, "preadv", flaky)
+    with RangeReader(ReaderConfig(strategy=strategy, in_flight=4)) as r:
+        with pytest.raises(StorageError) as ei:
+            r.read(path, far_ranges(10))
+        # Nothing is still running when the error surfaces.
+        assert running["now"] == 0 and running["started"] == running["finished"]
+    assert ei.value.errno == errno.EIO
+    assert path in str(ei.value) and "read of bytes [" in str(ei.value)
+    if strategy != "odirect-serial":
+        assert running["started"] > 1  # others were in flight
+
+
+def test_several_failures_raise_the_first_with_a_note(file, monkeypatch) -> None:
+    path, _ = file
+
+    barrier = threading.Barrier(4, timeout=10)
+
+    def fail(fd, bufs, offset):
+        barrier.wait()  # four reads in flight, then all fail
+        raise OSError(errno.EIO, f"boom at {offset}")
+
+    monkeypatch.setattr(os, "preadv", fail)
+    with RangeReader(ReaderConfig(strategy="pread", in_flight=4)) as r:
+        with pytest.raises(StorageError, match=r"bytes \[7, 3007\)") as ei:
+            r.read(path, far_ranges(8))
+    notes = getattr(ei.value, "__notes__", [])
+    assert notes == ["3 other read(s) of the same batch also failed."]
+
+
+def test_run_batch_cancels_unstarted_loops_and_orders_errors() -> None:
+    done: list[int] = []
+
+    def read(i: int) -> None:
+        if i in (3, 1):
+            raise ValueError(i)
+        done.append(i)
+
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(ValueError) as ei:
+            run_batch(10, read, depth=2, pool=pool)
+        assert ei.value.args[0] in (1, 3)
+        # A saturated pool: queued loops are cancelled, the caller does the work.
+        gate = threading.Event()
+        blockers = [pool.submit(gate.wait) for _ in range(2)]
+        seen: list[int] = []
+        run_batch(6, seen.append, depth=3, pool=pool)
+        assert sorted(seen) == list(range(6))
+        gate.set()
+        for b in blockers:
+            b.result()
+    seen = []
+    run_batch(3, seen.append, depth=8, pool=None)
+    assert seen == [0, 1, 2]
+    run_batch(0, seen.append, depth=8, pool=None)
+
+
+@pytest.mark.parametrize("strategy", POSITIONAL)
+def test_truncated_while_open_positional(file, strategy) -> None:
+    path, _ = file
+    with RangeReader(strategy) as r:
+        r.read(path, [(0, 10)])
+        os.truncate(path, 200_000)
+        with pytest.raises(ReadEOFError, match=r"\[300000, 301000\).*file has 200000 bytes"):
+            r.read(path, [(0, 10), (300_000, 1000)])
+        assert r.read(path, [(0, 10)])[0].size == 10
+
+
+TRUNCATE_SCRIPT = """
+import os, sys
+from headrace.io import RangeReader
+from headrace.errors import ReadEOFError
+path = sys.argv[1]
+with open(path, "wb") as fh:
+    fh.write(os.urandom(1 << 20))
+for strategy in ("mmap", "adaptive"):
+    with RangeReader(strategy) as r:
+        r.read(path, [(0, 10), (900_000, 10)])  # maps the whole file
+        os.truncate(path, 4096)
+        try:
+            r.read(path, [(0, 10), (900_000, 100)])
+        except ReadEOFError as exc:
+            print("REFUSED", strategy, exc)
+        else:
+            print("READ", strategy)
+        r.read_rows(path, [0, 1], 100)  # still fine below the new end
+    with open(path, "wb") as fh:
+        fh.write(os.urandom(1 << 20))
+"""
+
+
+def test_truncated_while_mapped_is_an_error_not_sigbus(tmp_path: Path) -> None:
+    # A subprocess: if the guard failed, SIGBUS would kill it, not pytest.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", TRUNCATE_SCRIPT, str(tmp_path / "t.bin")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [["REFUSED", "mmap"], ["REFUSED", "adaptive"]]
+    assert "shrank" in lines[0] and "4096 bytes" in lines[0]
+
+
+def _fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_thread_buffer_or_handle_leak(file) -> None:
+    path, _ = file
+    # Start every pool thread first: pools start threads lazily, which is growth, not a leak.
+    for pool, n in ((io_pool(), io_threads()), (deep_io_pool(), deep_io_threads())):
+        barrier = threading.Barrier(n + 1)
+        futures = [pool.submit(barrier.wait) for _ in range(n)]
+        barrier.wait()
+        for f in futures:
+            f.result()
+    rng = np.random.default_rng(0)
+    threads, fds = threading.active_count(), _fd_count()
+    for i in range(1000):
+        strategy = STRATEGIES[i % len(STRATEGIES)]
+        with RangeReader(ReaderConfig(strategy=strategy, in_flight=16)) as r:  # type: ignore[arg-type]
+            rows = rng.integers(0, SIZE // 512, 16)
+            r.read_rows(path, rows, 512)
+            r.read(path, far_ranges(3, 100))
+    assert threading.active_count() == threads
+    assert _fd_count() == fds
