@@ -1,0 +1,77 @@
+"""The I/O engine and the token loader on a real slow mount (slowfs, FUSE).
+
+These check behaviour, not speed: every strategy returns the same bytes
+through a mount with 10 ms per READ, and the adaptive reader, which starts on
+mapped reads, moves to parallel positional reads there (a mapped read of 64
+random rows cannot take less than 10 ms when every READ sleeps 10 ms). The
+speed-ups themselves are in benchmarks/io_adaptive.py (README, "The I/O engine").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.formats import TokenSource
+from headrace.io import AdaptivePolicy, RangeReader, ReaderConfig
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+ROWS, WIDTH = 2048, 4100
+
+
+@pytest.fixture
+def src_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    rng = np.random.default_rng(5)
+    rng.integers(0, 256, ROWS * WIDTH, dtype=np.uint8).tofile(d / "rows.bin")
+    rng.integers(0, 2**31, 300_000, dtype=np.uint32).tofile(d / "tokens.bin")
+    return d
+
+
+def test_every_strategy_reads_the_same_rows_through_a_slow_mount(slow_mount, src_dir):
+    m = slow_mount(src_dir, read_latency_ms=10)
+    rows = np.random.default_rng(1).choice(ROWS, 64, replace=False)
+    want = np.fromfile(src_dir / "rows.bin", dtype=np.uint8).reshape(ROWS, WIDTH)[rows]
+    for strategy in ("mmap", "pread", "adaptive"):
+        with RangeReader(strategy) as r:
+            got = r.read_rows(str(m.mnt / "rows.bin"), rows, WIDTH)
+        assert hashlib.sha256(got).digest() == hashlib.sha256(want).digest(), strategy
+
+
+def test_adaptive_reader_moves_to_parallel_reads_on_slow_storage(slow_mount, src_dir):
+    m = slow_mount(src_dir, read_latency_ms=10)
+    path = str(m.mnt / "rows.bin")
+    cfg = ReaderConfig(strategy="adaptive", policy=AdaptivePolicy(slow_read_s=0.010))
+    order = np.random.default_rng(2).permutation(ROWS)
+    with RangeReader(cfg) as r:
+        assert r.stats.current_mode == "mmap"
+        for i in range(4):
+            r.read_rows(path, order[i * 64 : (i + 1) * 64], WIDTH)
+        assert r.stats.current_mode == "pread"
+        assert r.stats.mode_switches >= 1
+    assert m.stats()["max_in_flight"] > 1  # the parallel reads really overlapped
+
+
+def test_token_loader_through_a_slow_mount_matches_local(slow_mount, src_dir):
+    m = slow_mount(src_dir, read_latency_ms=5)
+
+    def digest(root: Path) -> str:
+        src = TokenSource(
+            root / "tokens.bin",
+            dtype="uint32",
+            context=64,
+            window_bytes=256 * 1024,
+            block_bytes=16 * 1024,
+        )
+        with Loader(src, batch_size=16, seed=9) as ld:
+            return batch_digest(islice(iter(ld), 40))
+
+    assert digest(m.mnt) == digest(src_dir)
