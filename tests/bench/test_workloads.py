@@ -19,8 +19,8 @@ DATA = Path(__file__).parent.parent / "data"
 TINY = {
     "tokens": {"dataset": {"token_file_gib": 0.002}},
     "megatron": {"dataset": {"token_file_gib": 0.002, "context": 256}},
-    "unet3d": {"dataset": {"files": 8, "record_bytes": 20_000, "record_bytes_stdev": 5_000}},
-    "retinanet": {"dataset": {"files": 8, "image_hw": [32, 48]}, "train": {"batch_size": 4}},
+    "npz": {"dataset": {"files": 8, "record_bytes": 20_000, "record_bytes_stdev": 5_000}},
+    "jpeg": {"dataset": {"files": 8, "image_hw": [32, 48]}, "train": {"batch_size": 4}},
     "hdf5": {"dataset": {"files": 3, "record_bytes": 4_000}, "train": {"batch_size": 4}},
 }
 TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1}
@@ -39,7 +39,13 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
     assert summary["mismatches"] == []
     steps = results[0]["steps"]
-    digests = {r["digest"] for r in results if r["must_agree"]}
+    # plan-order variants of the main group: one digest (raw bytes and other orders
+    # are compared in their groups, on sorted per-sample digests: mismatches says)
+    digests = {
+        r["digest"]
+        for r in results
+        if r["must_agree"] and r.get("digest_compared") == "ordered" and not r["digest_group"]
+    }
     assert len(digests) == 1
     for r in results:
         # bytes delivered = samples x record size (mean over the planned samples)
@@ -49,7 +55,9 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
             or kind.workload.dataset.get("record_bytes_stdev", 0) == 0
         ):
             assert r["bytes_delivered"] == round(steps * kind.host_batch * kind.record_bytes())
-        assert r["amplification"] >= 1
+        # Files: a chunk of steps that spans epochs fetches each file once (FileSource
+        # dedups within a read), so a tiny dataset can deliver more than it reads.
+        assert r["amplification"] >= (1 if wl.kind != "files" else 0.25)
         if r["au"] is not None:
             assert 0 <= r["au"] <= 1
             assert r["au_pass"] == (r["au"] >= wl.train.au_threshold)
@@ -70,7 +78,7 @@ def test_stub_kinds_are_declared_but_refuse_to_run(
 def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["bench", "--list", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "unet3d" in out and "MB/s per accelerator" in out
+    assert "npz" in out and "MB/s per accelerator" in out
     assert "padded" in out and "table" in out
 
 
@@ -91,7 +99,8 @@ def test_dlio_yaml_runs_at_small_scale(
     jsonschema.validate(report, schema)
     (w,) = report["workloads"]
     assert w["au_threshold"] == 0.90
-    assert {r["variant"] for r in report["results"]} == {"serial", "threads", "raw"}
+    variants = {r["variant"] for r in report["results"]}
+    assert variants >= {"map-style", "iterable", "headrace"}
     assert all(0 <= r["au"] <= 1 for r in report["results"])
 
 
@@ -99,7 +108,8 @@ def test_dlio_resnet_mapping() -> None:
     from headrace.bench._dlio import dlio_workload
 
     wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.5, record_scale=0.5)
-    assert wl.dataset["format"] == "raw" and wl.dataset["files"] == 512
+    # fixed-size records, 1,251 per file: an NPY array of records per file
+    assert wl.dataset["format"] == "npy" and wl.dataset["files"] == 512
     assert wl.dataset["samples_per_file"] == 1251 and wl.dataset["record_bytes"] == 57_330
     assert wl.train.batch_size == 400 and wl.train.computation_time == pytest.approx(0.112)
 
@@ -107,7 +117,7 @@ def test_dlio_resnet_mapping() -> None:
 def test_gen_is_resumable(tmp_path: Path) -> None:
     wl = tmp_path / "w.toml"
     wl.write_text(
-        'kind = "files"\nvariants = ["serial"]\n[dataset]\nformat = "npy"\nfiles = 4\n'
+        'kind = "files"\nvariants = ["map-style"]\n[dataset]\nformat = "npy"\nfiles = 4\n'
         "record_bytes = 1000\n[train]\nbatch_size = 2\n"
     )
     assert main(["gen", str(wl), "--root", str(tmp_path / "d"), "-q"]) == 0
@@ -127,13 +137,13 @@ def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
     assert main(args) == 0
     report = json.loads(out.read_text())
     variants = [r["variant"] for r in report["results"]]
-    assert "threads?in_flight=4" in variants
+    assert "headrace?in_flight=4" in variants
     assert all(isinstance(r["max_accelerators"], int) for r in report["results"] if r["must_agree"])
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
 def test_bad_workload_file(tmp_path: Path) -> None:
     p = tmp_path / "w.toml"
-    p.write_text('kind = "files"\nvariants = ["serial"]\n[train]\nbatch = 3\n')
+    p.write_text('kind = "files"\nvariants = ["map-style"]\n[train]\nbatch = 3\n')
     with pytest.raises(ConfigError, match=r"unknown \[train\] keys \['batch'\]"):
         load_workload(str(p))

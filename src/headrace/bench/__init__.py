@@ -1,23 +1,11 @@
 """Benchmarks: workloads, datasets, runners and reports (``headrace bench``, ``headrace gen``)."""
 
 from headrace.bench._dlio import dlio_workload
-from headrace.bench._files_workload import (
-    FILE_VARIANTS,
-    FILE_WORKLOADS,
-    FilesWorkload,
-    generate_files,
-    run_files_bench,
-    s3_endpoint,
-    upload_files,
-)
 from headrace.bench._kind import KINDS, Kind, Stream, VariantSpec, make_kind, variant
 from headrace.bench._runner import RunOptions, max_accelerators, run_workload
 from headrace.bench._workload import TrainConfig, Workload, builtin_workloads, load_workload
 
 __all__ = [
-    "FILE_VARIANTS",
-    "FILE_WORKLOADS",
-    "FilesWorkload",
     "KINDS",
     "Kind",
     "RunOptions",
@@ -27,13 +15,9 @@ __all__ = [
     "Workload",
     "builtin_workloads",
     "dlio_workload",
-    "generate_files",
     "load_workload",
     "make_kind",
     "max_accelerators",
-    "run_files_bench",
     "run_workload",
-    "s3_endpoint",
-    "upload_files",
     "variant",
 ]

@@ -19,7 +19,7 @@ from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
 from headrace.bench._workload import Workload, load_workload
-from headrace.errors import HeadraceError
+from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["configure", "default_root", "run"]
 
@@ -64,6 +64,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants", help="comma-separated variant specs (name or name?key=value&...)"
     )
+    parser.add_argument(
+        "--storage",
+        choices=("local", "s3"),
+        help="files workloads: read from local disk or S3 (moto started on 127.0.0.1 "
+        "unless --endpoint)",
+    )
+    parser.add_argument(
+        "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
+    )
+    parser.add_argument("--endpoint", metavar="URL", help="an existing S3 endpoint to use")
+    parser.add_argument(
+        "--latency-ms", type=float, help="put a latency proxy (per request) in front of S3"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument(
         "--no-isolate",
@@ -89,6 +102,14 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         changes["train"] = train
     if getattr(args, "token_file_gib", None) is not None:
         changes["dataset"] = {"token_file_gib": args.token_file_gib}
+    reader = _storage_options(args)
+    if reader:
+        if wl.kind != "files":
+            raise ConfigError(
+                f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
+                "--endpoint and --latency-ms apply to files workloads (jpeg, npz, hdf5)"
+            )
+        changes["reader"] = reader
     if getattr(args, "variants", None):
         changes["variants"] = tuple(v for v in args.variants.split(",") if v)
     wl = wl.replace(**changes) if changes else wl
@@ -101,6 +122,20 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
                 specs.append(f"{v}{sep}{key}={value}")
         wl = wl.replace(variants=tuple(specs))
     return wl
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    reader: dict[str, Any] = {}
+    if getattr(args, "storage", None):
+        reader["storage"] = args.storage
+    for key in ("storage_url", "endpoint", "latency_ms"):
+        if getattr(args, key, None) is not None:
+            reader[key] = getattr(args, key)
+    if reader and reader.get("storage", "s3") != "s3" and len(reader) > 1:
+        raise ConfigError("--storage-url, --endpoint and --latency-ms need --storage s3")
+    if len(reader) > int("storage" in reader):
+        reader["storage"] = "s3"  # an S3 option implies S3
+    return reader
 
 
 def _demand(kind: Any) -> str:

@@ -73,12 +73,16 @@ def dlio_workload(
         au_threshold=float(metric.get("au", 0.90)),
         seed=int(rd.get("seed", 0) or 0),
     )
+    # Fixed-size records without a decoder here become NPY arrays of records
+    # (read whole, like DLIO's readers); one record per file stays raw bytes.
+    out_fmt = _FORMATS.get(fmt) or ("raw" if per_file == 1 else "npy")
+    one = per_file == 1
     return Workload(
         name=str(name or os.path.splitext(os.path.basename(path))[0]),
         kind="files",
         description=f"DLIO {os.path.basename(path)} (files x{scale:g}, records x{record_scale:g})",
         dataset={
-            "format": _FORMATS.get(fmt, "raw"),
+            "format": out_fmt,
             "files": files,
             "samples_per_file": per_file,
             "record_bytes": max(1, round(record * record_scale)),
@@ -86,12 +90,16 @@ def dlio_workload(
             "dlio_format": fmt,
         },
         reader={
-            "threads": int(rd.get("read_threads", 4) or 1),
             "in_flight": int(rd.get("prefetch_size", 0) or 2 * int(rd.get("read_threads", 4) or 1)),
-            "o_direct": bool(doc.get("odirect", False)),
-            "storage": str(storage.get("storage_root", "")),
-            "storage_type": str(storage.get("storage_type", "local_fs")),
+            "decode_threads": int(rd.get("read_threads", 2) or 1),
+            "dlio_storage_root": str(storage.get("storage_root", "")),
+            "dlio_storage_type": str(storage.get("storage_type", "local_fs")),
+            "dlio_odirect": bool(doc.get("odirect", False)),
         },
         train=train,
-        variants=("serial", "threads", "raw"),
+        variants=(
+            ("map-style", "iterable", "headrace", "headrace-raw", "ceiling")
+            if one
+            else ("map-style", "iterable", "headrace")
+        ),
     )

@@ -1,48 +1,68 @@
-"""File-per-sample workloads (DLIO-like): NPZ, NPY, JPEG, HDF5, raw records.
+"""File-per-sample workloads (DLIO-like): JPEG, NPZ, NPY, PNG, HDF5, raw — local or S3.
 
-The dataset is ``files`` files of ``samples_per_file`` samples each; file
-``i``'s record size is drawn from a normal distribution (``record_bytes``,
-``record_bytes_stdev``) keyed by ``(seed, i)``, clipped to at least 1/8 of the
-mean. Samples are shuffled per epoch by a permutation keyed by
-``(seed, epoch)``; step ``t`` takes positions ``[t*B, (t+1)*B)``.
+The dataset is ``files`` files of ``samples_per_file`` samples, generated
+locally under ``root`` from the seed (resumable). With ``storage = "s3"`` the
+run reads it from an S3 endpoint: a moto server started for the run on
+127.0.0.1 (:func:`~headrace.bench._s3_serve.bench_s3`), or ``storage_url`` at
+an existing ``endpoint``; ``latency_ms`` puts a latency proxy in front.
 
-Variants (all but ``raw`` deliver the same decoded arrays):
-
-``serial``    one thread: open, read the whole file, decode, take the sample.
-``threads``   the same on a pool of ``threads`` threads with ``in_flight``
-              samples outstanding, delivered in plan order.
-``raw``       bare concurrent reads of the same bytes, no decoding: the
-              storage ceiling (not digested).
-
-Formats other than ``raw`` are read whole, as DLIO's readers do, so a file of
-several samples is read once per sample it gives (amplification shows it).
+All variants follow :class:`~headrace.formats.FileSource`'s plan (files
+shuffled per epoch, keyed by the seed); the variants are in
+:mod:`headrace.bench._files_variants`. Throughput and payload count *stored*
+bytes (what storage serves; a decoded JPEG is ~6x larger), so a files result's
+``mb_per_s`` is what DLIO and MLPerf Storage call throughput.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import lru_cache
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._kind import Kind
+from headrace.bench._s3_serve import bench_s3, split_s3_url
 from headrace.errors import ConfigError
-from headrace.formats import decode, file_format, synthetic_arrays, write_sample_file
-from headrace.io import LocalFile
-from headrace.plan import host_slice
+from headrace.formats import (
+    FilePlan,
+    FileSource,
+    encode,
+    file_format,
+    synthetic_arrays,
+)
+from headrace.plan import host_slice, step_samples
 
-__all__ = ["FilesKind"]
+__all__ = ["FilesKind", "photo"]
 
 _EXT = {"npz": ".npz", "npy": ".npy", "jpeg": ".jpg", "png": ".png", "hdf5": ".h5", "raw": ".bin"}
+_STORAGES = ("local", "s3")
+_DEFAULT_BUCKET = "headrace-bench"
+
+
+def photo(seed: int, shape: tuple[int, int, int], noise: int) -> NDArray[np.uint8]:
+    """A gradient plus uniform noise of +-``noise``: compresses like a photograph.
+
+    At 640x640, quality 90, ``noise=80`` gives JPEGs of ~300 KB (RetinaNet's
+    OpenImages averages about that); ``synthetic_arrays``' gentler noise gives
+    ~100 KB at that size.
+    """
+    h, w, c = shape
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = ((yy * 255) // max(h - 1, 1) + (xx * 255) // max(w - 1, 1)) // 2
+    img = base[:, :, None] + rng.integers(-noise, noise + 1, size=(h, w, c))
+    out: NDArray[np.uint8] = np.clip(img, 0, 255).astype(np.uint8)
+    return out
 
 
 class FilesKind(Kind):
-    """``files`` files of ``samples_per_file`` samples in one folder."""
+    """``files`` files of ``samples_per_file`` samples, on local disk or an object store."""
+
+    canonical_digests = True
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
@@ -52,53 +72,77 @@ class FilesKind(Kind):
         self.per_file = int(ds.get("samples_per_file", 1))
         self.mean = int(ds.get("record_bytes", 1 << 20))
         self.stdev = int(ds.get("record_bytes_stdev", 0))
-        self.image_hw = tuple(ds.get("image_hw", (512, 512)))
+        hw = ds.get("image_hw", (640, 640))
+        self.image_hw = (int(hw[0]), int(hw[1]))
+        self.noise = int(ds.get("noise", 80))
+        self.quality = int(ds.get("quality", 90))
         if self.num_files < 1 or self.per_file < 1 or self.mean < 1:
             raise ConfigError(
                 f"workload {workload.name!r}: files, samples_per_file and record_bytes must "
                 f"be >= 1 (got {self.num_files}, {self.per_file}, {self.mean})"
             )
-        if self.format in ("jpeg", "png") and self.per_file != 1:
-            raise ConfigError(f"workload {workload.name!r}: {self.format} holds one image per file")
-        self.threads = int(rd.get("threads", 4))
-        self.in_flight = int(rd.get("in_flight", 2 * self.threads))
+        if self.format in ("jpeg", "png", "raw") and self.per_file != 1:
+            raise ConfigError(
+                f"workload {workload.name!r}: {self.format} files hold one sample each (got "
+                f"samples_per_file={self.per_file}); use npy, npz or hdf5 for several"
+            )
+        self.in_flight = int(rd["in_flight"]) if "in_flight" in rd else None
+        self.decode_threads = int(rd.get("decode_threads", 2))
+        self.prefetch = int(rd.get("prefetch", 8))
+        self.chunk_steps = int(rd.get("chunk_steps", 8))
+        self.storage_kind = str(rd.get("storage", "local"))
+        if self.storage_kind not in _STORAGES:
+            raise ConfigError(
+                f"workload {workload.name!r}: storage must be one of {_STORAGES} "
+                f"(got {self.storage_kind!r})"
+            )
+        remote_keys = [k for k in ("storage_url", "endpoint", "latency_ms") if rd.get(k)]
+        if self.storage_kind == "local" and remote_keys:
+            raise ConfigError(
+                f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
+            )
+        if rd.get("storage_url"):
+            split_s3_url(str(rd["storage_url"]))
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
-        self.total = self.num_files * self.per_file
+        self.plan = FilePlan(num_files=self.num_files, samples_per_file=self.per_file)
 
     # -- dataset --------------------------------------------------------------
     @property
     def folder(self) -> str:
         seed = self.workload.train.seed
+        shape = (
+            f"{self.image_hw[0]}x{self.image_hw[1]}n{self.noise}q{self.quality}"
+            if self.format in ("jpeg", "png")
+            else f"{self.mean}b-{self.stdev}sd"
+        )
         return os.path.join(
             self.root,
-            f"{self.workload.name}-{self.format}-{self.num_files}x{self.per_file}-"
-            f"{self.mean}b-{self.stdev}sd-s{seed}",
+            f"{self.workload.name}-{self.format}-{self.num_files}x{self.per_file}-{shape}-s{seed}",
         )
 
     def path(self, i: int) -> str:
         return os.path.join(self.folder, f"{i:07d}{_EXT[self.format]}")
 
     def record_size(self, i: int) -> int:
-        """Bytes of each sample of file ``i`` (before encoding)."""
+        """Bytes of each sample of file ``i`` (before encoding), for array formats."""
         rng = np.random.default_rng([self.workload.train.seed, i])
         size = self.mean + (rng.standard_normal() * self.stdev if self.stdev else 0.0)
         return int(max(self.mean // 8, 1, round(size)))
 
-    def sample_nbytes(self, i: int) -> int:
-        if self.format in ("jpeg", "png"):
-            return int(self.image_hw[0] * self.image_hw[1] * 3)
-        return self.record_size(i)
-
-    def _arrays(self, i: int) -> Any:
+    def _file_bytes(self, i: int) -> bytes:
         seed = self.workload.train.seed * 1_000_003 + i
         if self.format in ("jpeg", "png"):
-            return synthetic_arrays(self.format, seed=seed, shape=(*self.image_hw, 3))
+            img = photo(seed, (*self.image_hw, 3), self.noise)
+            opts = {"quality": self.quality} if self.format == "jpeg" else {}
+            return encode(self.format, img, **opts)
         n = self.record_size(i)
         if self.format == "raw":
-            rng = np.random.default_rng(seed)
-            return rng.integers(0, 256, self.per_file * n, dtype=np.uint8)
-        return synthetic_arrays(self.format, seed=seed, shape=(n,), samples_per_file=self.per_file)
+            return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+        arrays = synthetic_arrays(
+            self.format, seed=seed, shape=(n,), samples_per_file=self.per_file
+        )
+        return encode(self.format, arrays)
 
     def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
         os.makedirs(self.folder, exist_ok=True)
@@ -106,134 +150,127 @@ class FilesKind(Kind):
             p = self.path(i)
             if not os.path.exists(p):  # written under a temporary name, then renamed
                 tmp = p + ".part"
-                write_sample_file(self.format, tmp, self._arrays(i))
+                with open(tmp, "wb") as f:
+                    f.write(self._file_bytes(i))
                 os.replace(tmp, p)
             if progress:
                 progress(i + 1, self.num_files)
+        self.__dict__.pop("sizes", None)
 
     def files(self) -> list[str]:
         return [self.path(i) for i in range(self.num_files)]
 
+    @cached_property
+    def sizes(self) -> NDArray[np.int64]:
+        """Stored bytes of each file (after :meth:`generate`)."""
+        return np.array([os.path.getsize(p) for p in self.files()], dtype=np.int64)
+
+    def _generated(self) -> bool:
+        return all(os.path.exists(p) for p in self.files())
+
     def record_bytes(self) -> float:
-        return float(np.mean([self.sample_nbytes(i) for i in range(self.num_files)]))
+        """Mean stored bytes per sample (an estimate until the files exist)."""
+        if self._generated():
+            return float(self.sizes.mean()) / self.per_file
+        if self.format in ("jpeg", "png"):
+            return float(self.workload.dataset.get("record_bytes", 300_000))
+        return float(np.mean([self.record_size(i) for i in range(self.num_files)]))
 
     # -- plan -----------------------------------------------------------------
-    @lru_cache(maxsize=4)  # noqa: B019 - the kind lives as long as its run
-    def _order(self, seed: int, epoch: int) -> NDArray[np.int64]:
-        return np.random.default_rng([seed, epoch, 0x46494C45]).permutation(self.total)
-
-    def step_samples(self, seed: int, step: int) -> NDArray[np.int64]:
-        """Global sample numbers of this host's part of ``step``."""
-        b = self.workload.train.batch_size
-        pos = step * b + np.arange(self.lo, self.hi, dtype=np.int64)
-        out = np.empty(len(pos), dtype=np.int64)
-        for e in np.unique(pos // self.total).tolist():
-            m = pos // self.total == e
-            out[m] = self._order(seed, e)[pos[m] % self.total]
-        return out
+    def step_files(self, seed: int, start: int, stop: int) -> NDArray[np.int64]:
+        """The file of each of this host's samples of steps ``[start, stop)``, in plan order."""
+        if stop <= start:
+            return np.zeros(0, dtype=np.int64)
+        ts = np.arange(start, stop)
+        samples = step_samples(ts, self.workload.train.batch_size, self.lo, self.hi)
+        return self.plan.locate(seed, samples)[0]
 
     def payload_bytes(self, start: int, stop: int) -> int:
-        seed = self.workload.train.seed
-        return sum(
-            self.sample_nbytes(int(s) // self.per_file)
-            for t in range(start, stop)
-            for s in self.step_samples(seed, t)
-        )
+        # A sample's share of its file's stored bytes.
+        files = self.step_files(self.workload.train.seed, start, stop)
+        return int(self.sizes[files].sum()) // self.per_file
 
     def unique_payload_bytes(self, steps: int) -> int:
-        # The stored bytes each delivery needs: its share of its file (these
-        # readers cache nothing, so a sample delivered twice is needed twice).
-        # Decoded JPEGs outgrow their files: payload is not the yardstick here.
-        seed = self.workload.train.seed
-        sizes = [os.path.getsize(self.path(i)) for i in range(self.num_files)]
-        return sum(
-            sizes[int(s) // self.per_file] // self.per_file
-            for t in range(steps)
-            for s in self.step_samples(seed, t)
+        return self.payload_bytes(0, steps)
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """Steps per epoch when batches tile epochs exactly on one host, else None."""
+        t = self.workload.train
+        n = self.num_files * self.per_file
+        if t.world_size != 1 or n % t.batch_size:
+            return None
+        return n // t.batch_size
+
+    def digest_steps(self, steps: int) -> int:
+        # Whole epochs, so that readers in another order deliver the same samples.
+        e = self.epoch_steps
+        return steps if e is None else -(-steps // e) * e
+
+    def canonical_comparable(self, steps: int) -> bool:
+        e = self.epoch_steps
+        return e is not None and steps % e == 0
+
+    # -- storage ----------------------------------------------------------------
+    @property
+    def storage(self) -> str:
+        return self.storage_kind
+
+    @property
+    def url(self) -> str:
+        rd = self.workload.reader
+        if self.storage_kind == "local":
+            return self.folder
+        return str(
+            rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{os.path.basename(self.folder)}"
         )
 
-    # -- reading --------------------------------------------------------------
-    def read(self, sample: int, *, decoded: bool = True) -> tuple[NDArray[Any], int]:
-        """(sample array, bytes read): the whole file, or the record for ``raw``."""
-        i, j = divmod(sample, self.per_file)
-        path = self.path(i)
-        with LocalFile(path) as f:
-            if self.format == "raw":
-                n = self.record_size(i)
-                return f.pread(j * n, n), n
-            data = f.pread(0, f.size)
-        if not decoded:
-            return data, data.size
-        out = decode(
-            self.format, data, name=path, **({"dataset": "x"} if self.format == "hdf5" else {})
+    @contextlib.contextmanager
+    def _served(self) -> Iterator[None]:
+        rd = self.workload.reader
+        if self.storage_kind == "local" or "store_options" in rd:
+            yield
+            return
+        latency = float(rd.get("latency_ms") or 0) or None
+        before = self.workload
+        with bench_s3(self.url, self.files(), endpoint=rd.get("endpoint"), latency_ms=latency) as o:
+            # The measurement subprocesses rebuild the kind from the workload: carry the way in.
+            self.workload = before.replace(reader={"store_options": o, "storage_url": self.url})
+            try:
+                yield
+            finally:
+                self.workload = before
+
+    def serve(self) -> contextlib.AbstractContextManager[None]:
+        return self._served()
+
+    def source(self, **options: Any) -> FileSource:
+        """A :class:`FileSource` over this dataset, where it is served."""
+        rd = self.workload.reader
+        if self.storage_kind != "local" and "store_options" not in rd:
+            raise ConfigError(
+                f"workload {self.workload.name!r}: the S3 dataset is not served; open variants "
+                "inside kind.serve()"
+            )
+        kw: dict[str, Any] = {
+            "format": self.format,
+            "samples_per_file": self.per_file,
+            "in_flight": self.in_flight,
+            "decode_threads": self.decode_threads,
+        }
+        if self.format == "hdf5":
+            kw["datasets"] = ("x", "y")
+        kw.update(options)
+        if not kw.get("decode", True):
+            kw.pop("datasets", None)
+        return FileSource(
+            self.url,
+            store_options=rd.get("store_options") if self.storage_kind != "local" else None,
+            **kw,
         )
-        arr = out["x"] if isinstance(out, dict) else out
-        if self.per_file > 1:
-            arr = arr[j]
-        return np.asarray(arr), data.size
 
-
-def _stream(
-    k: FilesKind, spec: VariantSpec, steps: int, threads: int, *, decoded: bool = True
-) -> Stream:
-    seed = k.seed_of(spec)
-    read = [0]
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-files") if threads > 1 else None
-    depth = max(1, spec.int("in_flight", k.in_flight))
-
-    def samples() -> Iterator[int]:
-        for t in range(steps):
-            yield from k.step_samples(seed, t).tolist()
-
-    def batches() -> Iterator[Batch]:
-        b = k.hi - k.lo
-        pending: deque[Future[tuple[NDArray[Any], int]]] = deque()
-        it = samples()
-        batch: Batch = {}
-        for s in it:
-            if pool is None:
-                arr, n = k.read(s, decoded=decoded)
-            else:
-                pending.append(pool.submit(k.read, s, decoded=decoded))
-                for s2 in it:  # keep ``depth`` samples in flight
-                    pending.append(pool.submit(k.read, s2, decoded=decoded))
-                    if len(pending) >= depth:
-                        break
-                arr, n = pending.popleft().result()
-            read[0] += n
-            batch[f"s{len(batch):04d}"] = arr
-            if len(batch) == b:
-                yield batch
-                batch = {}
-            while pending:
-                arr, n = pending.popleft().result()
-                read[0] += n
-                batch[f"s{len(batch):04d}"] = arr
-                if len(batch) == b:
-                    yield batch
-                    batch = {}
-                if len(pending) < depth:
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        pending.append(pool.submit(k.read, nxt, decoded=decoded))  # type: ignore[union-attr]
-
-    def close() -> None:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    return GenStream(batches(), lambda: read[0], close)
-
-
-@variant(FilesKind, "serial")
-def _serial(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
-    return _stream(k, spec, steps, 1)
-
-
-@variant(FilesKind, "threads")
-def _threads(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
-    return _stream(k, spec, steps, spec.int("threads", k.threads))
-
-
-@variant(FilesKind, "raw", digest=False)
-def _raw(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
-    return _stream(k, spec, steps, spec.int("threads", k.threads), decoded=False)
+    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
+        extras: dict[str, Any] = {"storage": self.storage_kind}
+        if self.storage_kind != "local":
+            extras["latency_ms"] = float(self.workload.reader.get("latency_ms") or 0)
+        return extras

@@ -10,11 +10,12 @@ deliberately planted mismatches need no new code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from numpy.typing import NDArray
 
@@ -24,6 +25,7 @@ from headrace.errors import ConfigError
 __all__ = [
     "KINDS",
     "Batch",
+    "DigestOrder",
     "GenStream",
     "Kind",
     "Stream",
@@ -34,36 +36,50 @@ __all__ = [
 ]
 
 Batch = dict[str, NDArray[Any]]
+#: How a variant's digest is compared: ``plan`` (the stream, in order), ``any``
+#: (its order differs by design: sorted per-sample digests, whole epochs only).
+DigestOrder = Literal["plan", "any"]
 
 
 class Stream(Protocol):
-    """An open variant: yields the planned batches; counts the bytes it read."""
+    """An open variant: yields the planned batches; counts the bytes it read.
+
+    ``stats()`` reports what the source can tell about its stages (requests,
+    their latencies, time reading and decoding ...); ``{}`` when nothing.
+    """
 
     def __iter__(self) -> Iterator[Batch]: ...
 
     def bytes_read(self) -> int: ...
 
+    def stats(self) -> dict[str, Any]: ...
+
     def close(self) -> None: ...
 
 
 class GenStream:
-    """A :class:`Stream` from a batch iterator and a byte counter."""
+    """A :class:`Stream` from a batch iterator, a byte counter and optional stage stats."""
 
     def __init__(
         self,
         batches: Iterator[Batch],
         bytes_read: Callable[[], int],
         close: Callable[[], None] | None = None,
+        stats: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._batches = batches
         self._bytes_read = bytes_read
         self._close = close
+        self._stats = stats
 
     def __iter__(self) -> Iterator[Batch]:
         return self._batches
 
     def bytes_read(self) -> int:
         return self._bytes_read()
+
+    def stats(self) -> dict[str, Any]:
+        return self._stats() if self._stats is not None else {}
 
     def close(self) -> None:
         if self._close is not None:
@@ -102,17 +118,28 @@ class VariantSpec:
 Opener = Callable[[Any, VariantSpec, int], Stream]
 
 
-def variant(kind: type[Kind], name: str, *, digest: bool = True) -> Callable[[Opener], Opener]:
+def variant(
+    kind: type[Kind],
+    name: str,
+    *,
+    digest: bool = True,
+    order: DigestOrder = "plan",
+    group: str = "",
+) -> Callable[[Opener], Opener]:
     """Register ``fn(kind, spec, steps) -> Stream`` as variant ``name`` of ``kind``.
 
     ``digest=False`` marks a variant whose output is not the planned batches
-    (a bare copy, raw reads): its digest is not compared.
+    (a bare copy): its digest is not compared. Variants agree within their
+    ``group`` (raw file bytes are compared with raw file bytes, not with
+    decoded arrays); ``order="any"`` compares the variant on sorted
+    per-sample digests, for readers whose order differs by design.
     """
 
     def register(fn: Opener) -> Opener:
         kind.openers[name] = fn
         if not digest:
             kind.undigested = kind.undigested | {name}
+        kind.rules[name] = (group, order)
         return fn
 
     return register
@@ -123,11 +150,15 @@ class Kind:
 
     openers: ClassVar[dict[str, Opener]]
     undigested: ClassVar[frozenset[str]] = frozenset()
+    rules: ClassVar[dict[str, tuple[str, DigestOrder]]]
+    #: also digest each sample (sorted: order-independent); costs a second hash
+    canonical_digests: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         cls.openers = {}
         cls.undigested = frozenset()
+        cls.rules = {}
 
     def __init__(self, workload: Workload, root: str) -> None:
         self.workload = workload
@@ -173,10 +204,40 @@ class Kind:
     def digested(self, spec: str) -> bool:
         return VariantSpec.parse(spec).name not in self.undigested
 
+    def digest_rule(self, spec: str) -> tuple[str, DigestOrder]:
+        """(group, order) ``spec``'s digest is compared by (see :func:`variant`)."""
+        return self.rules.get(VariantSpec.parse(spec).name, ("", "plan"))
+
+    def digest_steps(self, steps: int) -> int:
+        """Steps the digest pass reads for a run of ``steps`` (a kind may round up)."""
+        return steps
+
+    def canonical_comparable(self, steps: int) -> bool:  # noqa: ARG002
+        """Whether every variant delivers the same multiset of samples in ``steps`` steps."""
+        return False
+
     def open(self, spec: str, steps: int) -> Stream:
-        """Open variant ``spec`` for ``steps`` batches from step 0."""
+        """Open variant ``spec`` for ``steps`` batches from step 0.
+
+        Options that name a ``[reader]`` key (``?block_mib=1``, ``?in_flight=8``)
+        override it for this variant, so ``--sweep`` reaches any reader setting.
+        """
         vs = VariantSpec.parse(spec)
-        return self.openers[vs.name](self, vs, steps)
+        reader = self.workload.reader
+        over = {k: _like(reader[k], v, spec) for k, v in vs.options.items() if k in reader}
+        kind = self
+        if any(reader[k] != v for k, v in over.items()):
+            kind = type(self)(self.workload.replace(reader=over), self.root)
+        return kind.openers[vs.name](kind, vs, steps)
+
+    def serve(self) -> contextlib.AbstractContextManager[None]:
+        """Make the dataset reachable for a run (start a local object store ...)."""
+        return contextlib.nullcontext()
+
+    @property
+    def storage(self) -> str:
+        """Where the variants read from: ``local`` or an object store's scheme."""
+        return "local"
 
     def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
         """Kind-specific fields added to ``spec``'s result (a table's ``open_s``)."""
@@ -186,11 +247,28 @@ class Kind:
         return spec.int("seed", self.workload.train.seed)
 
 
+def _like(current: Any, text: str, spec: str) -> Any:
+    """``text`` parsed as the type of the reader value it overrides."""
+    try:
+        if isinstance(current, bool):
+            return text.lower() in ("1", "true", "yes")
+        if isinstance(current, (int, float)):
+            # an int setting may take a fraction (block_mib=0.5): keep what parses
+            number = float(text)
+            return int(number) if number.is_integer() and isinstance(current, int) else number
+    except ValueError as exc:
+        raise ConfigError(
+            f"variant {spec!r}: {text!r} is not a {type(current).__name__} like the reader's "
+            f"{current!r}"
+        ) from exc
+    return text
+
+
 # name -> "module:Class", or a reason the kind cannot run yet (another engineer builds it).
 KINDS: dict[str, str] = {
     "tokens": "headrace.bench._tokens_kind:TokenKind",
     "megatron": "headrace.bench._tokens_kind:MegatronKind",
-    "files": "headrace.bench._files_kind:FilesKind",
+    "files": "headrace.bench._files_variants:FilesKind",
     "rows": "headrace.bench._rows_kind:PaddedKind",
     "tables": "headrace.bench._rows_kind:TableKind",
 }

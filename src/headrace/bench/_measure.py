@@ -15,40 +15,93 @@ import sys
 import time
 from typing import Any
 
-from headrace.bench._kind import Kind, make_kind
+import numpy as np
+
+from headrace.bench._kind import Batch, Kind, make_kind
 from headrace.bench._machine import peak_rss_bytes
 from headrace.bench._workload import Workload
+from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["measure_pass"]
+__all__ = ["digest_batch", "measure_pass"]
+
+
+def digest_batch(h: Any, batch: Batch) -> None:
+    """:func:`headrace.testing.update_digest`, with object arrays hashed element by element.
+
+    Ragged samples come as 1-D object arrays; hashing their buffer would hash
+    pointers.
+    """
+    if not any(a.dtype == object for a in batch.values()):
+        update_digest(h, batch)
+        return
+    for name in sorted(batch):
+        a = batch[name]
+        if a.dtype != object:
+            update_digest(h, {name: a})
+            continue
+        h.update(f"{name}:object:{a.shape};".encode())
+        for el in a:
+            e = np.ascontiguousarray(el)
+            h.update(f"{e.dtype.str}:{e.shape};".encode())
+            h.update(e.data.cast("B") if e.size else b"")
 
 
 def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
-    """Digest every batch of ``spec``'s first ``steps`` steps; count bytes and time."""
+    """Digest every batch of ``spec``'s first ``steps`` steps; count bytes and time.
+
+    Times the pass from opening to the last batch (``wall_s``), split into time
+    inside the stream's ``next`` (``loader_s``: reading, or waiting on a
+    read-ahead queue) and time digesting it (``consumer_s``). With
+    ``kind.canonical_digests`` it also hashes each sample (the ``index`` key
+    left out: content alone) and digests them sorted: ``canonical_digest``.
+    """
     rss0 = peak_rss_bytes()
     h = hashlib.sha256()
+    per: list[str] | None = [] if kind.canonical_digests and kind.digested(spec) else None
     t0 = time.perf_counter()
     stream = kind.open(spec, steps)
     first_s: float | None = None
     first_bytes = 0
     n = 0
+    loader_s = consumer_s = 0.0
     try:
-        for batch in stream:
+        it = iter(stream)
+        while True:
+            a = time.perf_counter()
+            batch = next(it, None)
+            b = time.perf_counter()
+            loader_s += b - a
+            if batch is None:
+                break
             if n == 0:
-                first_s = time.perf_counter() - t0
+                first_s = b - t0
                 first_bytes = stream.bytes_read()
-            update_digest(h, batch)
+            digest_batch(h, batch)
+            if per is not None:
+                per += sample_digests({k: v for k, v in batch.items() if k != "index"})
+            consumer_s += time.perf_counter() - b
             n += 1
+        wall = time.perf_counter() - t0
         read = stream.bytes_read()
+        stats = stream.stats()
     finally:
         stream.close()
+    canonical = None
+    if per is not None:
+        canonical = hashlib.sha256("".join(sorted(per)).encode()).hexdigest()
     return {
         "variant": spec,
         "steps": n,
         "digest": h.hexdigest() if kind.digested(spec) else None,
+        "canonical_digest": canonical,
         "bytes_read": read,
         "bytes_before_first_batch": first_bytes,
         "time_to_first_batch_s": first_s,
+        "wall_s": wall,
+        "loader_s": loader_s,
+        "consumer_s": consumer_s,
+        "source": stats,
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_baseline_bytes": rss0,
     }

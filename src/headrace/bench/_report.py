@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-__all__ = ["SCHEMA_VERSION", "format_table", "print_report", "write_json"]
+__all__ = ["SCHEMA_VERSION", "format_stage_table", "format_table", "print_report", "write_json"]
 
 SCHEMA_VERSION = "headrace.bench/1"
 MiB = 1 << 20
@@ -61,31 +61,103 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def format_table(report: dict[str, Any]) -> str:
-    """The results as a Markdown table (what docs/bench.md shows)."""
-    head, rows = _rows(report)
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:,.1f}"
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One fresh pass per variant: rates, requests, latency, stage seconds (files kinds)."""
+    head = [
+        "workload",
+        "variant",
+        "storage",
+        "samples/s",
+        "MB/s",
+        "in flight",
+        "lat p50/p95/p99 ms",
+        "1st batch s",
+        "loader s",
+        "consumer s",
+        "read s",
+        "decode s",
+        "peak RSS MiB",
+        "compared",
+    ]
+    rows = []
+    for r in report["results"]:
+        if r.get("samples_per_s") is None:
+            continue
+        st, lat = r.get("stages") or {}, r.get("request_latency_s")
+        rows.append(
+            [
+                r["workload"],
+                r["variant"],
+                str(r.get("storage", "local")),
+                f"{r['samples_per_s']:,.1f}",
+                f"{r['mb_per_s']:,.1f}",
+                "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
+                "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
+                _s(st.get("time_to_first_batch_s")),
+                _s(st.get("loader_s")),
+                _s(st.get("consumer_s")),
+                _s(st.get("read_s")),
+                _s(st.get("decode_s")),
+                _mib(r["peak_rss_bytes"]),
+                (r.get("digest_compared") or "-")
+                + (f" ({r['digest_group']})" if r.get("digest_group") else ""),
+            ]
+        )
+    return head, rows
+
+
+def _markdown(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
-    out = file or sys.stdout
-    head, rows = _rows(report)
+def format_table(report: dict[str, Any]) -> str:
+    """The results as a Markdown table (what docs/bench.md shows)."""
+    return _markdown(*_rows(report))
+
+
+def format_stage_table(report: dict[str, Any]) -> str:
+    """The fresh-pass figures of files workloads as a Markdown table ("" when none)."""
+    head, rows = _stage_rows(report)
+    return _markdown(head, rows) if rows else ""
+
+
+def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
-        print(format_table(report), file=out)
-    else:
-        table = Table(title="headrace bench (GB = 10^9 B of payload; MiB = 2^20 B)")
-        for h in head:
-            table.add_column(
-                h, justify="left" if h in ("workload", "variant", "sha256") else "right"
-            )
-        for r in rows:
-            table.add_row(*r)
-        Console(file=out, width=max(160, Console(file=out).width)).print(table)
+        print(_markdown(head, rows), file=out)
+        return
+    table = Table(title=title)
+    left = ("workload", "variant", "sha256", "storage", "compared")
+    for h in head:
+        table.add_column(h, justify="left" if h in left else "right")
+    for r in rows:
+        table.add_row(*r)
+    Console(file=out, width=max(160, Console(file=out).width)).print(table)
+
+
+def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
+    out = file or sys.stdout
+    _print("headrace bench (GB = 10^9 B of payload; MiB = 2^20 B)", *_rows(report), out)
+    head, rows = _stage_rows(report)
+    if rows:
+        _print(
+            "one fresh pass per variant, whole epochs, digests included (MB = 10^6 B stored)",
+            head,
+            rows,
+            out,
+        )
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
 from headrace.errors import ConfigError, DataError
 from headrace.formats import PaddedRows, Table, TableSource, sample_rows, write_row_file
-from headrace.io import RangeReader
+from headrace.io import DEFAULT_MAX_GAP, RangeReader, ReaderConfig
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
@@ -212,8 +212,11 @@ def _padded_naive(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
 @variant(PaddedKind, "headrace")
 def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
     tok_path, mask_path = k.files()
-    strategy = spec.options.get("strategy", k.workload.reader.get("strategy", "adaptive"))
-    reader = RangeReader(strategy)
+    rd = k.workload.reader
+    strategy = spec.options.get("strategy", rd.get("strategy", "adaptive"))
+    # ?max_gap=BYTES: the coalescing gap (--sweep max_gap=0,4096,65536).
+    gap = spec.int("max_gap", int(rd.get("max_gap", DEFAULT_MAX_GAP)))
+    reader = RangeReader(ReaderConfig(strategy=strategy, max_gap=gap))
     src = PaddedRows(tok_path, mask_path, context=k.context, reader=reader)
     loader = k.loader(src, spec, steps)
 
@@ -221,7 +224,11 @@ def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
         loader.close()
         reader.close()
 
-    return GenStream(iter(loader), lambda: reader.stats.bytes_read, close)
+    def stats() -> dict[str, Any]:
+        st = reader.stats
+        return {"requests": st.reads, "read_s": st.seconds, "bytes_fetched": st.bytes_read}
+
+    return GenStream(iter(loader), lambda: reader.stats.bytes_read, close, stats)
 
 
 class TableKind(_RowsBase):

@@ -1,0 +1,268 @@
+"""The variants of the ``files`` kind: five ways to read the same files.
+
+``map-style``     :class:`FileSource` ``mode="map-style"``: one request at a
+                  time, fetch then decode, in plan order (PyTorch's map-style
+                  dataset with one worker).
+``iterable``      :class:`IterableFiles`: the worker's shard of each epoch's
+                  file order with ``in_flight`` fetches (an iterable dataset).
+                  Its order differs from the plan by design: compared on
+                  sorted per-sample digests, over whole epochs.
+``headrace``      :class:`FileSource` through the :class:`Loader`: the global
+                  plan, a read-ahead window of ``in_flight`` fetches, decoding
+                  on ``decode_threads`` threads.
+``headrace-raw``  the same with ``decode=False``: each file's bytes.
+``ceiling``       bare concurrent GETs (or whole-file preads) of the same files,
+                  ``in_flight`` at a time, handed over as they complete, no
+                  decoding: what the storage gives. Completion order: compared
+                  with ``headrace-raw`` on sorted per-sample digests.
+
+Stage figures (``Stream.stats``): requests, the most in flight at once,
+request latency percentiles (``ObjectStore.stats`` on S3; each whole-file
+read timed here on local disk), seconds spent fetching and decoding (summed
+over threads), bytes fetched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import numpy as np
+
+from headrace.bench._files_kind import FilesKind
+from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
+from headrace.errors import ConfigError
+from headrace.formats import FileSource, IterableFiles
+from headrace.pipeline import Loader
+
+__all__ = ["FilesKind", "StageProbe"]
+
+
+class StageProbe:
+    """Times a source's fetches and decodes, and counts fetches in flight.
+
+    FileSource does not time its stages itself, so the bench wraps the two
+    calls it makes per file (``files.fetch`` and ``_decode``); the wrappers add
+    two clock reads and a lock per file, nothing per byte.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bytes = 0
+        self.read_s = 0.0
+        self.decode_s = 0.0
+        self.decodes = 0
+        self.latencies: list[float] = []
+
+    def fetch(self, fn: Callable[[int], Any]) -> Callable[[int], Any]:
+        def timed(i: int) -> Any:
+            with self._lock:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            t0 = time.perf_counter()
+            try:
+                data = fn(i)
+            finally:
+                dt = time.perf_counter() - t0
+                with self._lock:
+                    self.in_flight -= 1
+            with self._lock:
+                self.requests += 1
+                self.read_s += dt
+                self.bytes += memoryview(data).nbytes
+                self.latencies.append(dt)
+            return data
+
+        return timed
+
+    def decode(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                dt = time.perf_counter() - t0
+                with self._lock:
+                    self.decode_s += dt
+                    self.decodes += 1
+
+        return timed
+
+    def attach(self, src: FileSource) -> FileSource:
+        """Wrap ``src``'s fetch (used by its window and by IterableFiles) and decode."""
+        # FileList.fetch calls its ``_fetch`` field; the windows hold FileList.fetch.
+        src.files._fetch = self.fetch(src.files._fetch)
+        src._decode = self.decode(src._decode)  # type: ignore[method-assign]
+        return src
+
+    def stats(self, store: Any = None) -> dict[str, Any]:
+        """The figures; an object store's own request counters win where there is one."""
+        with self._lock:
+            lat = list(self.latencies)
+            out: dict[str, Any] = {
+                "requests": self.requests,
+                "in_flight_observed": self.max_in_flight,
+                "read_s": self.read_s,
+                "decode_s": self.decode_s if self.decodes else None,
+                "bytes_fetched": self.bytes,
+            }
+        if store is not None:
+            s = store.stats
+            lat = list(s.latencies_s)
+            out["requests"] = s.requests
+            out["retries"] = s.retries
+            out["in_flight_observed"] = s.max_in_flight_observed
+        out["request_latency_s"] = (
+            dict(zip(("p50", "p95", "p99"), np.percentile(lat, [50, 95, 99]).tolist(), strict=True))
+            if lat
+            else None
+        )
+        return out
+
+
+def _loader_stream(k: FilesKind, spec: VariantSpec, steps: int, **options: Any) -> Stream:
+    probe = StageProbe()
+    in_flight = spec.int("in_flight", k.in_flight or 0) or None
+    src = probe.attach(k.source(in_flight=in_flight, **options))
+    t = k.workload.train
+    loader = Loader(
+        src,
+        batch_size=t.batch_size,
+        seed=k.seed_of(spec),
+        rank=t.rank,
+        world_size=t.world_size,
+        prefetch=spec.int("prefetch", k.prefetch),
+        chunk_steps=spec.int("chunk_steps", k.chunk_steps),
+        steps=steps,
+    )
+
+    def close() -> None:
+        loader.close()
+        src.close()
+
+    def stats() -> dict[str, Any]:
+        out = probe.stats(src.files.store)
+        if src.config.mode != "map-style":
+            out["in_flight_observed"] = max(
+                out["in_flight_observed"], src.stats.max_in_flight_observed
+            )
+        out["peak_held_bytes"] = src.stats.peak_held_bytes
+        out["in_flight"] = 1 if src.config.mode == "map-style" else src.in_flight
+        return out
+
+    return GenStream(iter(loader), lambda: src.stats.bytes, close, stats)
+
+
+@variant(FilesKind, "map-style")
+def _map_style(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(k, spec, steps, mode="map-style")
+
+
+@variant(FilesKind, "headrace")
+def _headrace(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(
+        k, spec, steps, decode_threads=spec.int("decode_threads", k.decode_threads)
+    )
+
+
+@variant(FilesKind, "headrace-raw", group="raw")
+def _headrace_raw(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    _one_per_file(k, spec)
+    return _loader_stream(k, spec, steps, decode=False)
+
+
+def _one_per_file(k: FilesKind, spec: VariantSpec) -> None:
+    if k.per_file != 1:
+        raise ConfigError(
+            f"variant {spec.text!r} hands over whole files as samples: it needs "
+            f"samples_per_file = 1 (workload {k.workload.name!r} has {k.per_file})"
+        )
+
+
+@variant(FilesKind, "iterable", order="any")
+def _iterable(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    probe = StageProbe()
+    src = probe.attach(k.source())
+    t = k.workload.train
+    it = IterableFiles(
+        src,
+        batch_size=k.hi - k.lo,
+        worker=t.rank,
+        num_workers=t.world_size,
+        in_flight=spec.int("in_flight", src.in_flight),
+    )
+    seed = k.seed_of(spec)
+
+    def batches() -> Iterator[Batch]:
+        n, epoch = 0, 0
+        while n < steps:
+            got = 0
+            for b in it.epoch(seed, epoch):
+                yield b
+                n, got = n + 1, got + 1
+                if n == steps:
+                    return
+            if not got:
+                raise ConfigError(
+                    f"variant {spec.text!r}: an epoch of {len(src.files)} files gives no "
+                    f"whole batch of {k.hi - k.lo}"
+                )
+            epoch += 1
+
+    def close() -> None:
+        it.close()
+        src.close()
+
+    def stats() -> dict[str, Any]:
+        out = probe.stats(src.files.store)
+        out["in_flight"] = it.window.depth
+        out["peak_held_bytes"] = it.stats.peak_held_bytes
+        return out
+
+    return GenStream(batches(), lambda: it.stats.bytes, close, stats)
+
+
+@variant(FilesKind, "ceiling", order="any", group="raw")
+def _ceiling(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    _one_per_file(k, spec)
+    probe = StageProbe()
+    src = k.source(decode=False)
+    fetch = probe.fetch(src.files.fetch)
+    depth = spec.int("in_flight", src.in_flight)
+    order = k.step_files(k.seed_of(spec), 0, steps).tolist()
+    b = k.hi - k.lo
+    pool = ThreadPoolExecutor(depth, thread_name_prefix="bench-ceiling")
+
+    def batches() -> Iterator[Batch]:
+        todo = deque(order)
+        running: set[Future[Any]] = set()
+        done: list[np.ndarray[Any, Any]] = []
+        while todo or running:
+            while todo and len(running) < depth:
+                running.add(pool.submit(fetch, todo.popleft()))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            done += [np.frombuffer(f.result(), dtype=np.uint8) for f in finished]
+            while len(done) >= b:
+                out = np.empty(b, dtype=object)
+                for j in range(b):
+                    out[j] = done[j]
+                del done[:b]
+                yield {"bytes": out}
+
+    def close() -> None:
+        pool.shutdown(wait=True, cancel_futures=True)
+        src.close()
+
+    def stats() -> dict[str, Any]:
+        out = probe.stats(src.files.store)
+        out["in_flight"] = depth
+        return out
+
+    return GenStream(batches(), lambda: probe.bytes, close, stats)

@@ -1,0 +1,152 @@
+"""An S3 endpoint for one bench run: moto started for it, or an existing one; latency in front.
+
+``bench_s3(...)`` uploads the dataset's files (those not already there with the
+same size) and yields the URL and the :class:`~headrace.io.ObjectStore` options
+that reach it. With no ``endpoint``, moto's server (:class:`LocalS3`, its own
+process) is started on 127.0.0.1 and stopped after. ``latency_ms`` puts a
+:class:`LatencyProxy` in front of the endpoint, in a child process of its own:
+in the bench process its event loop would compete for the GIL with the
+variants being timed.
+
+Run as ``python -m headrace.bench._s3_serve UPSTREAM LATENCY_MS``: starts the
+proxy, prints its endpoint as one JSON line, and stops when stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import headrace
+from headrace.errors import ConfigError, StorageError
+
+__all__ = ["bench_s3", "split_s3_url"]
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/prefix`` -> (bucket, prefix without slashes at the ends)."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ConfigError(f"--storage-url must look like s3://bucket/prefix (got {url!r})")
+    return parts.netloc, parts.path.strip("/")
+
+
+def _endpoint_info(endpoint: str) -> Any:
+    from headrace.emulate import S3Endpoint
+
+    # An existing endpoint signs with the usual AWS variables; moto takes anything.
+    env = os.environ
+    return S3Endpoint(
+        endpoint=endpoint,
+        access_key_id=env.get("AWS_ACCESS_KEY_ID", "testing"),
+        secret_access_key=env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        region=env.get("AWS_REGION", env.get("AWS_DEFAULT_REGION", "us-east-1")),
+    )
+
+
+def upload(info: Any, bucket: str, prefix: str, paths: Sequence[str]) -> int:
+    """Put each file at ``prefix/<name>`` unless an object of that size is there; count puts."""
+    client = info.boto3_client()
+    try:
+        client.head_bucket(Bucket=bucket)
+    except Exception:  # botocore's ClientError: missing (or not ours to see): try to create
+        client.create_bucket(Bucket=bucket)
+    have: dict[str, int] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        have.update({o["Key"]: int(o["Size"]) for o in page.get("Contents", [])})
+
+    def key(p: str) -> str:
+        return f"{prefix}/{os.path.basename(p)}" if prefix else os.path.basename(p)
+
+    todo = [p for p in paths if have.get(key(p)) != os.path.getsize(p)]
+
+    def put(p: str) -> None:
+        with open(p, "rb") as f:
+            client.put_object(Bucket=bucket, Key=key(p), Body=f.read())
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, todo))
+    return len(todo)
+
+
+@contextmanager
+def _proxy(upstream: str, latency_ms: float) -> Iterator[str]:
+    src = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headrace.bench._s3_serve", upstream, str(latency_ms)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise StorageError(
+                f"the latency proxy for {upstream} did not start: {err.strip()[-1000:]}"
+            )
+        yield str(json.loads(line)["endpoint"])
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the child stops when its stdin closes
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextmanager
+def bench_s3(
+    url: str,
+    paths: Sequence[str],
+    *,
+    endpoint: str | None = None,
+    latency_ms: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them."""
+    bucket, prefix = split_s3_url(url)
+    with ExitStack() as stack:
+        if endpoint is None:
+            from headrace.emulate import LocalS3
+
+            endpoint = stack.enter_context(LocalS3()).endpoint
+        elif not endpoint.startswith(("http://", "https://")):
+            raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
+        info = _endpoint_info(endpoint)
+        upload(info, bucket, prefix, paths)
+        options = info.store_options()
+        if latency_ms:
+            if not endpoint.startswith("http://"):
+                raise ConfigError(f"--latency-ms needs an http:// endpoint (got {endpoint!r})")
+            options["endpoint"] = stack.enter_context(_proxy(endpoint, latency_ms))
+        yield options
+
+
+def _main() -> int:
+    from headrace.emulate import LatencyProxy
+
+    upstream, latency = sys.argv[1], float(sys.argv[2])
+    with LatencyProxy(upstream, latency_ms=latency) as proxy:
+        print(json.dumps({"endpoint": proxy.endpoint}), flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

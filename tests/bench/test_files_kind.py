@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+
+from headrace.bench._files_kind import FilesKind, photo
+from headrace.bench._kind import make_kind
+from headrace.bench._runner import RunOptions, mismatches, run_workload
+from headrace.bench._workload import builtin_workloads
+from headrace.cli import main
+from headrace.errors import ConfigError
+from headrace.formats import encode
+
+TRAIN = {"steps": 2, "trials": 1, "warmup_steps": 1, "batch_size": 4}
+TINY = {
+    "jpeg": {"files": 8, "image_hw": [32, 48]},
+    "npz": {"files": 8, "record_bytes": 3_000, "record_bytes_stdev": 1_000},
+}
+
+
+def _kind(name: str, root: Path, reader: dict[str, Any] | None = None, **train: Any) -> FilesKind:
+    wl = builtin_workloads()[name].replace(
+        dataset=TINY[name], reader=reader or {}, train={**TRAIN, **train}
+    )
+    kind = make_kind(wl, str(root))
+    assert isinstance(kind, FilesKind)
+    kind.generate()
+    return kind
+
+
+def _by(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["variant"]: r for r in results}
+
+
+def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    assert summary["mismatches"] == []
+    by = _by(results)
+    assert list(by) == ["map-style", "iterable", "headrace", "headrace-raw", "ceiling"]
+    # whole epochs: 1 warm-up + 2 steps of 4 samples, rounded up to 8 files / 4 = 2 steps
+    steps = by["headrace"]["steps"]
+    assert steps % 2 == 0 and steps >= 3
+    assert by["map-style"]["digest"] == by["headrace"]["digest"]
+    assert by["iterable"]["canonical_digest"] == by["headrace"]["canonical_digest"]
+    assert by["headrace-raw"]["canonical_digest"] == by["ceiling"]["canonical_digest"]
+    assert by["headrace-raw"]["canonical_digest"] != by["headrace"]["canonical_digest"]
+    compared = {v: (r["digest_group"], r["digest_compared"]) for v, r in by.items()}
+    assert compared == {
+        "map-style": ("", "ordered"),
+        "iterable": ("", "canonical"),
+        "headrace": ("", "ordered"),
+        "headrace-raw": ("raw", "ordered"),
+        "ceiling": ("raw", "canonical"),
+    }
+    stored = int(kind.sizes.sum()) * steps // 2  # every file once per epoch
+    for r in results:
+        assert r["storage"] == kind.storage
+        assert r["bytes_delivered"] == stored
+        assert r["samples_per_s"] > 0
+        assert r["mb_per_s"] == pytest.approx(stored / r["stages"]["wall_s"] / 1e6)
+        assert r["amplification"] > 0  # < 1 where a chunk spans epochs (one fetch per file)
+        assert r["bytes_before_first_batch"] <= r["bytes_read"]
+        lat = r["request_latency_s"]
+        assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+        assert r["requests"] >= len(kind.files())
+        assert 1 <= r["in_flight_observed"] <= (1 if r["variant"] == "map-style" else 64)
+        st = r["stages"]
+        assert st["loader_s"] + st["consumer_s"] <= st["wall_s"] + 1e-6
+        assert st["read_s"] > 0
+        assert (st["decode_s"] is None) == (r["variant"] == "ceiling")
+    assert by["map-style"]["in_flight_observed"] == 1
+
+
+def test_jpeg_local_tiny_agrees(tmp_path: Path) -> None:
+    kind = _kind("jpeg", tmp_path)
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    _check(kind, summary, results)
+    assert summary["storage"] == "local"
+
+
+@pytest.mark.integration
+def test_npz_on_moto_matches_local_digests(tmp_path: Path) -> None:
+    local = _kind("npz", tmp_path)
+    _, want = run_workload(local, options=RunOptions(isolate=False))
+    # moto started for the run, a latency proxy in front, each variant in its own process
+    kind = _kind("npz", tmp_path, reader={"storage": "s3", "latency_ms": 2})
+    summary, results = run_workload(kind, options=RunOptions(isolate=True))
+    _check(kind, summary, results)
+    assert summary["storage"] == "s3" and "store_options" not in summary["workload"]["reader"]
+    assert "store_options" not in kind.workload.reader  # the endpoint is gone with the run
+    for r, w in zip(results, want, strict=True):
+        assert r["canonical_digest"] == w["canonical_digest"]
+        if r["digest_compared"] == "ordered":  # the ceiling's order is completion order
+            assert r["digest"] == w["digest"]
+        assert r["latency_ms"] == 2 and r["peak_rss_bytes"] > 0
+        assert r["request_latency_s"]["p50"] >= 0.002  # the proxy's delay, per request
+
+
+def test_jpeg_generator_makes_300_kb_files() -> None:
+    sizes = [len(encode("jpeg", photo(s, (640, 640, 3), 80), quality=90)) for s in range(2)]
+    assert 280_000 <= np.mean(sizes) <= 320_000
+
+
+def test_order_free_variant_not_compared_without_whole_epochs(tmp_path: Path) -> None:
+    # 6 files in batches of 4: an epoch is no whole number of batches
+    wl = builtin_workloads()["jpeg"].replace(
+        dataset={**TINY["jpeg"], "files": 6},
+        train=TRAIN,
+        variants=("headrace", "iterable", "ceiling", "headrace-raw"),
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    by = _by(results)
+    assert by["iterable"]["must_agree"] is False and by["iterable"]["digest_compared"] is None
+    assert by["headrace"]["steps"] == 3  # not rounded up
+    assert any("iterable: reads in another order" in n for n in summary["notes"])
+
+
+def test_mismatch_groups() -> None:
+    def r(v: str, d: str, c: str, group: str = "", compared: str = "ordered") -> dict[str, Any]:
+        return {
+            "variant": v,
+            "digest": d,
+            "canonical_digest": c,
+            "digest_group": group,
+            "digest_compared": compared,
+            "must_agree": True,
+        }
+
+    ok = [r("a", "1", "x"), r("b", "1", "x"), r("it", "2", "x", compared="canonical")]
+    raw = [r("raw", "5", "y", "raw"), r("ceil", "6", "y", "raw", "canonical")]
+    assert mismatches(ok + raw) == []
+    assert mismatches([*ok, r("c", "3", "x")]) == [["a", "b"], ["c"]]
+    assert mismatches([*ok[:2], r("it", "2", "z", compared="canonical")]) == [["a", "b"], ["it"]]
+
+
+def test_raw_variants_need_one_sample_per_file(tmp_path: Path) -> None:
+    wl = builtin_workloads()["hdf5"].replace(
+        dataset={"files": 2, "record_bytes": 100}, train=TRAIN, variants=("headrace-raw",)
+    )
+    kind = make_kind(wl, str(tmp_path))
+    with pytest.raises(ConfigError, match="samples_per_file = 1"):
+        kind.open("headrace-raw", 1)
+    with pytest.raises(ConfigError, match="hold one sample each"):
+        make_kind(
+            builtin_workloads()["jpeg"].replace(dataset={"samples_per_file": 2}), str(tmp_path)
+        )
+
+
+@pytest.mark.parametrize(
+    ("reader", "match"),
+    [
+        ({"storage": "gcs"}, "storage must be one of"),
+        ({"endpoint": "http://127.0.0.1:1"}, r"need storage = 's3'"),
+        ({"storage": "s3", "storage_url": "gs://b/p"}, "s3://bucket/prefix"),
+    ],
+)
+def test_bad_storage_options(reader: dict[str, Any], match: str, tmp_path: Path) -> None:
+    wl = builtin_workloads()["jpeg"].replace(reader=reader)
+    with pytest.raises(ConfigError, match=match):
+        make_kind(wl, str(tmp_path))
+
+
+def test_s3_source_outside_serve_is_refused(tmp_path: Path) -> None:
+    kind = _kind("jpeg", tmp_path, reader={"storage": "s3"})
+    with pytest.raises(ConfigError, match="not served"):
+        kind.open("headrace", 1)
+
+
+def test_cli_storage_flags_only_for_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--root", str(tmp_path), "--latency-ms", "5", "-q"]) == 2
+    assert "apply to files workloads" in capsys.readouterr().err
+    args = ["bench", "-w", "jpeg", "--root", str(tmp_path), "--storage", "local"]
+    assert main([*args, "--endpoint", "http://x", "-q"]) == 2
+    assert "need --storage s3" in capsys.readouterr().err
+
+
+def test_cli_jpeg_tiny_json_validates(tmp_path: Path) -> None:
+    wl = tmp_path / "j.toml"
+    wl.write_text(
+        'kind = "files"\nvariants = ["map-style", "headrace", "ceiling", "headrace-raw"]\n'
+        '[dataset]\nformat = "jpeg"\nfiles = 4\nimage_hw = [16, 16]\n'
+        "[train]\nbatch_size = 2\nsteps = 1\ntrials = 1\nwarmup_steps = 1\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert {r["storage"] for r in report["results"]} == {"local"}
+
+
+def test_reader_options_in_a_spec_override_the_reader(tmp_path: Path) -> None:
+    # --sweep block_mib=... on tokens: the variant reads with that block size, same batches
+    wl = builtin_workloads()["tokens"].replace(
+        dataset={"token_file_gib": 0.002},
+        train={"steps": 3, "trials": 1, "warmup_steps": 1},
+        variants=("headrace-sync", "headrace-sync?block_mib=0.0625"),
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert summary["mismatches"] == []
+    assert results[1]["bytes_read"] < results[0]["bytes_read"]
+    with pytest.raises(ConfigError, match="is not a int like"):
+        kind.open("headrace-sync?block_mib=big", 1)
