@@ -31,74 +31,76 @@ __all__ = [
 DEFAULT_IO_THREADS = 8
 DEFAULT_DEEP_IO_THREADS = 64
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_threads = int(os.environ.get("HEADRACE_IO_THREADS", DEFAULT_IO_THREADS))
-_deep_pool: ThreadPoolExecutor | None = None
-_deep_threads = int(os.environ.get("HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS))
+
+class _SharedPool:
+    """A process-wide executor, started on first use, resizable, reset after fork."""
+
+    def __init__(self, name: str, env: str, default: int) -> None:
+        self.name = name
+        self.threads = int(os.environ.get(env, default))
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def get(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+                pool = self._pool
+        return pool
+
+    def resize(self, n: int) -> None:
+        """Reads already submitted finish on the old executor."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{self.name} threads must be a positive integer (got {n!r}).")
+        with self._lock:
+            old, self._pool, self.threads = self._pool, None, n
+        if old is not None:
+            old.shutdown(wait=False)
+
+    def forget(self) -> None:
+        # After fork: the parent's worker threads were not copied; its executor would hang.
+        self._pool = None
+
+
+_io = _SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
+_deep = _SharedPool("headrace-deep", "HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS)
 
 
 def io_threads() -> int:
     """How many threads the shared pool has (or will have once started)."""
-    return _threads
+    return _io.threads
 
 
 def set_io_threads(n: int) -> None:
     """Resize the shared pool; reads already submitted finish on the old one."""
-    global _pool, _threads
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"I/O threads must be a positive integer (got {n!r}).")
-    with _lock:
-        old, _pool, _threads = _pool, None, n
-    if old is not None:
-        old.shutdown(wait=False)
+    _io.resize(n)
 
 
 def io_pool() -> ThreadPoolExecutor:
     """The shared pool, started on first use."""
-    global _pool
-    pool = _pool
-    if pool is None:
-        with _lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(_threads, thread_name_prefix="headrace-io")
-            pool = _pool
-    return pool
+    return _io.get()
 
 
 def deep_io_threads() -> int:
     """How many threads the deep pool may start."""
-    return _deep_threads
+    return _deep.threads
 
 
 def set_deep_io_threads(n: int) -> None:
     """Resize the deep pool; reads already submitted finish on the old one."""
-    global _deep_pool, _deep_threads
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"Deep I/O threads must be a positive integer (got {n!r}).")
-    with _lock:
-        old, _deep_pool, _deep_threads = _deep_pool, None, n
-    if old is not None:
-        old.shutdown(wait=False)
+    _deep.resize(n)
 
 
 def deep_io_pool() -> ThreadPoolExecutor:
     """The shared pool for deep queues (O_DIRECT, many reads in flight)."""
-    global _deep_pool
-    pool = _deep_pool
-    if pool is None:
-        with _lock:
-            if _deep_pool is None:
-                _deep_pool = ThreadPoolExecutor(_deep_threads, thread_name_prefix="headrace-deep")
-            pool = _deep_pool
-    return pool
+    return _deep.get()
 
 
 def _after_fork_in_child() -> None:
-    # The parent's worker threads were not copied; its executors would hang.
-    global _pool, _deep_pool
-    _pool = None
-    _deep_pool = None
+    _io.forget()
+    _deep.forget()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
