@@ -1,14 +1,18 @@
 """Worker processes that write whole batches into shared-memory slots, read in step order.
 
 Worker ``w`` of ``k`` runs an ordinary :class:`~headrace.pipeline.Loader`
-over the steps ``t`` with ``(t - start) % k == w`` and copies each batch's
-packed bases (:func:`~headrace._pack.pack`) into the next free slot of a
-ring it created once, in shared memory. Only ``(step, slot)`` crosses the
-pipe, as 13 bytes. The main process reads worker ``(t - start) % k`` for
-step ``t``, so batches come out in global step order for any ``k``, and
-makes the fields NumPy views of the slot: no pickling, no new segment and
-no file-descriptor hand-over per batch, which is what makes a stock
-DataLoader worker queue cost more than a whole token batch.
+over the steps ``t`` with ``(t - start) % k == w`` and copies each field
+of each batch, contiguous, into the next free slot of a ring it created
+once, in shared memory. Only ``(step, slot)`` crosses the pipe, as 13
+bytes. The main process reads worker ``(t - start) % k`` for step ``t``, so
+batches come out in global step order for any ``k``, and makes the fields
+NumPy views of the slot: no pickling, no new segment and no file-descriptor
+hand-over per batch, which is what makes a stock DataLoader worker queue
+cost more than a whole token batch. (Copying ``x`` and ``y`` of a token
+batch apart, 2 x 131 KB, measured cheaper than finding their common base
+with :func:`~headrace._pack.pack`: a memcpy is 3 us, pack's Python 17 us.)
+A batch whose fields differ in dtype or shape from the worker's first one
+(or hold Python objects) is pickled through the pipe instead.
 
 A slot is *leased* to the consumer: it goes back to its worker when the
 last array or tensor viewing it is freed (a weak reference on the
@@ -54,9 +58,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._pack import Field, Packed, pack
 from headrace.errors import ConfigError, HeadraceError
-from headrace.pipeline import Loader, Source
+from headrace.pipeline import Batch, Loader, Source
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
@@ -65,8 +68,8 @@ _BATCH_MSG = struct.Struct("<Bqi")  # kind, step, slot
 _ALIGN = 64  # each base starts on a cache line, and on any dtype's alignment
 _STOP_S = 2.0  # how long close() waits for workers to exit on their own
 
-# A batch's shape: per base (dtype, element count), and the fields into them.
-Spec = tuple[tuple[tuple[str, int], ...], dict[str, Field]]
+# A batch's layout: per field, its name, dtype and shape.
+Spec = tuple[tuple[str, str, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,18 +104,25 @@ def mp_context(context: str | BaseContext | None) -> BaseContext:
     return ctx
 
 
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
+
+
 def _offsets(spec: Spec) -> tuple[list[int], int]:
-    """Byte offset of each base in a slot, and the slot's size (both ``_ALIGN``-ed)."""
+    """Byte offset of each field in a slot, and the slot's size (both ``_ALIGN``-ed)."""
     offsets, pos = [], 0
-    for dtype, count in spec[0]:
+    for _, dtype, shape in spec:
         offsets.append(pos)
-        pos += -(-np.dtype(dtype).itemsize * count // _ALIGN) * _ALIGN
+        pos += -(-_nbytes(dtype, shape) // _ALIGN) * _ALIGN
     return offsets, max(pos, _ALIGN)
 
 
-def _spec(packed: Packed) -> Spec:
-    bases, fields = packed
-    return tuple((b.dtype.str, b.size) for b in bases), fields
+def _spec(batch: Batch) -> Spec:
+    return tuple((k, a.dtype.str, a.shape) for k, a in batch.items())
+
+
+def _shareable(spec: Spec) -> bool:
+    return not any(np.dtype(d).hasobject for _, d, _ in spec)
 
 
 # -- the worker ------------------------------------------------------------------------
@@ -134,9 +144,8 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
             spec: Spec | None = None
             free: collections.deque[int] = collections.deque()
             for batch in loader:
-                packed = pack(batch)
-                got = _spec(packed)
-                if spec is None:
+                got = _spec(batch)
+                if spec is None and _shareable(got):
                     spec = got
                     offsets, size = _offsets(spec)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
@@ -147,8 +156,8 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
                     whole = np.frombuffer(buf, np.uint8)
                     views = [
                         [
-                            whole[s * size + o : s * size + o + np.dtype(d).itemsize * n].view(d)
-                            for (d, n), o in zip(spec[0], offsets, strict=True)
+                            whole[s * size + o : s * size + o + _nbytes(d, sh)].view(d).reshape(sh)
+                            for (_, d, sh), o in zip(spec, offsets, strict=True)
                         ]
                         for s in range(cfg.slots)
                     ]
@@ -159,13 +168,13 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
                     linked = False
                     free.extend(range(cfg.slots))
                 if got != spec:  # a batch of another shape: send it whole
-                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((step, packed), protocol=5))
+                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((step, batch), protocol=5))
                 else:
                     while not free:  # every slot is queued or leased: wait for one back
                         m = back.recv_bytes()
                         free.extend(struct.unpack(f"<{len(m) // 4}i", m))
                     s = free.popleft()
-                    _fill(views[s], packed[0])
+                    _fill(views[s], batch)
                     out.send_bytes(_BATCH_MSG.pack(_BATCH, step, s))
                 step += k
             out.send_bytes(bytes([_END]))
@@ -181,10 +190,10 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
             shm.close()
 
 
-def _fill(slot: list[NDArray[Any]], bases: list[NDArray[Any]]) -> None:
+def _fill(slot: list[NDArray[Any]], batch: Batch) -> None:
     # A function of its own, so no loop variable outlives it holding an export of
     # the segment (which would make ``SharedMemory.close`` fail).
-    for dst, src in zip(slot, bases, strict=True):
+    for dst, src in zip(slot, batch.values(), strict=True):
         np.copyto(dst, src, casting="no")
 
 
@@ -210,8 +219,7 @@ class _Ring:
 
     mem: memoryview
     size: int  # bytes per slot
-    bases: list[tuple[int, int, np.dtype[Any]]]  # (offset, nbytes, dtype) per base
-    fields: dict[str, Field]
+    fields: list[tuple[str, int, int, np.dtype[Any], tuple[int, ...]]]  # name, offset, ...
     free_cb: list[Callable[[Any], None]]  # per slot: the lease's weakref callback
     refs: list[weakref.ref[Any] | None]  # per slot: the live lease, if any
     lent: int = 0
@@ -220,10 +228,9 @@ class _Ring:
 class WorkerBatches:
     """Iterate packed batches from ``cfg.workers`` worker processes, in global step order.
 
-    Each batch is a :data:`~headrace._pack.Packed` whose bases view a leased
-    shared-memory slot (or are copies: ``copy=True``, or a hoarding
-    consumer). One iteration at a time: iterating again, or :meth:`close`,
-    stops the previous workers.
+    Each batch's arrays view a leased shared-memory slot (or are copies:
+    ``copy=True``, or a hoarding consumer). One iteration at a time:
+    iterating again, or :meth:`close`, stops the previous workers.
     """
 
     def __init__(
@@ -239,7 +246,7 @@ class WorkerBatches:
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
 
-    def __iter__(self) -> Iterator[Packed]:
+    def __iter__(self) -> Iterator[Batch]:
         self.close()
         self._start()
         return self._run()
@@ -266,7 +273,7 @@ class WorkerBatches:
             out_w.close()
             back_r.close()
 
-    def _run(self) -> Iterator[Packed]:
+    def _run(self) -> Iterator[Batch]:
         k, t = self.cfg.workers, self.cfg.start
         try:
             while True:
@@ -283,9 +290,9 @@ class WorkerBatches:
                     self._map(w, msg)
                     continue  # the batch follows
                 elif kind == _INLINE:
-                    got, packed = pickle.loads(msg[1:])
+                    got, batch = pickle.loads(msg[1:])
                     self._check_step(w, t, got)
-                    yield packed
+                    yield batch
                 elif kind == _END:
                     return
                 else:  # _ERROR
@@ -327,29 +334,29 @@ class WorkerBatches:
         self._rings[w] = _Ring(
             mem=mem,
             size=size,
-            bases=[
-                (o, np.dtype(d).itemsize * n, np.dtype(d))
-                for (d, n), o in zip(spec[0], offsets, strict=True)
+            fields=[
+                (k, o, _nbytes(d, sh), np.dtype(d), sh)
+                for (k, d, sh), o in zip(spec, offsets, strict=True)
             ],
-            fields=spec[1],
             free_cb=[free_cb(s) for s in range(self.cfg.slots)],
             refs=[None] * self.cfg.slots,
         )
 
-    def _lease(self, w: int, s: int) -> Packed:
+    def _lease(self, w: int, s: int) -> Batch:
         ring = self._rings[w]
         assert ring is not None  # the layout comes before the first batch
         lo = s * ring.size
         whole = np.frombuffer(ring.mem[lo : lo + ring.size], np.uint8)
-        bases = [whole[o : o + n].view(d) for o, n, d in ring.bases]
         if self.copy or 2 * ring.lent >= self.cfg.slots:
-            self._pending.append((w, s))
-            return [b.copy() for b in bases], ring.fields
+            out = {k: whole[o : o + n].view(d).reshape(sh).copy() for k, o, n, d, sh in ring.fields}
+            self._pending.append((w, s))  # returned at the next step: the copies are made
+            return out
+        batch = {k: whole[o : o + n].view(d).reshape(sh) for k, o, n, d, sh in ring.fields}
         # Every view of the slot keeps ``whole.base`` (a memoryview) alive; its death
         # returns the slot.
         ring.refs[s] = weakref.ref(whole.base, ring.free_cb[s])
         ring.lent += 1
-        return bases, ring.fields
+        return batch
 
     def _return_slots(self) -> None:
         by: dict[int, list[int]] = {}
