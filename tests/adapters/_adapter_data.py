@@ -95,12 +95,16 @@ class Faulty:
 
 
 class Ragged:
-    """A source whose batches change shape with the step (the pipe's pickled path)."""
+    """A source whose width follows the number of samples read at once (the loader's chunk).
+
+    Its batches change shape, which sends them through the pipe, pickled.
+    (Not a valid source for comparing worker counts: chunks differ with them.)
+    """
 
     def fingerprint(self) -> dict[str, Any]:
         return {"kind": "ragged-test"}
 
     def read(self, seed: int, samples: Any) -> dict[str, Any]:
         s = np.asarray(samples, dtype=np.int64)
-        width = 1 + int(s.max()) // BATCH % 3 if s.size else 1
+        width = 1 + s.size // BATCH % 3
         return {"v": np.repeat(s[:, None] * 10 + seed, width, axis=1)}
