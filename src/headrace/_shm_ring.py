@@ -93,6 +93,11 @@ class RingConfig:
 
 def mp_context(context: str | BaseContext | None) -> BaseContext:
     """A ``forkserver`` (default) or ``spawn`` context; ``fork`` is refused."""
+    if os.name != "posix":
+        raise ConfigError(
+            "headrace worker processes need POSIX shared memory (Linux, macOS); use "
+            "num_workers=0 here: the loader reads ahead on threads."
+        )
     if context is None:
         context = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     ctx = mp.get_context(context) if isinstance(context, str) else context

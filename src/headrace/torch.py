@@ -14,6 +14,11 @@ array; they are handed to torch as views: through a worker queue the shared
 storage then crosses into shared memory once, instead of two contiguous
 copies being made and sent (``contiguous=True`` makes the copies anyway).
 
+:class:`HeadraceDataLoader` ``(num_workers=k)`` runs worker processes of its
+own instead of a DataLoader's: each writes whole batches into a ring of
+shared-memory slots and sends only ``(step, slot)``; the tensors are views of
+the slot, lent until the last of them is freed (see ``headrace._shm_ring``).
+
 Progress: with ``num_workers == 0`` the dataset itself knows the consumer's
 step (``state_dict()``). With workers, each worker reads ahead of the
 consumer, so the step the *consumer* reached is counted by
