@@ -1,6 +1,9 @@
 """Bare Loader vs the torch adapter (HeadraceDataLoader, stock DataLoader): batches/s, A/B/A/B.
 
-Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--token-file F] [--batches 600]
+Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--batches 2000] [--trials 5] [--stock]
+
+Sides: the bare Loader; HeadraceDataLoader with 0 and --workers (default 2)
+workers, zero-copy and copy=True; with --stock, DataLoader(TorchDataset) too.
 
 Default data: a 1 GiB uint32 token file under /tmp, generated if missing.
 Each trial builds a fresh loader (cold windows: blocks are read from the
