@@ -1,6 +1,9 @@
-"""Bare Loader vs DataLoader(TorchDataset, num_workers=k): batches/s, A/B/A/B trials, medians.
+"""Bare Loader vs the torch adapter (HeadraceDataLoader, stock DataLoader): batches/s, A/B/A/B.
 
-Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--token-file F] [--batches 600]
+Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--batches 2000] [--trials 5] [--stock]
+
+Sides: the bare Loader; HeadraceDataLoader with 0 and --workers (default 2)
+workers, zero-copy and copy=True; with --stock, DataLoader(TorchDataset) too.
 
 Default data: a 1 GiB uint32 token file under /tmp, generated if missing.
 Each trial builds a fresh loader (cold windows: blocks are read from the
@@ -65,9 +68,12 @@ def adapter(
     )
 
 
-def headrace_dl(path: Path, a: argparse.Namespace, workers: int) -> Iterator[dict[str, Any]]:
+def headrace_dl(
+    path: Path, a: argparse.Namespace, workers: int, copy: bool = False
+) -> Iterator[dict[str, Any]]:
     ds = TorchDataset(source(path, a.context), batch_size=a.batch, seed=1)
-    yield from HeadraceDataLoader(ds, num_workers=workers)
+    with HeadraceDataLoader(ds, num_workers=workers, copy=copy) as dl:
+        yield from dl
 
 
 def trial(batches: Iterator[dict[str, Any]], n: int) -> tuple[float, float]:
@@ -98,18 +104,23 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=600)
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stock", action="store_true", help="also time stock DataLoader sides")
     a = p.parse_args()
     if a.token_file == DEFAULT:
         ensure_tokens(DEFAULT)
     torch.set_num_threads(1)
+    k = a.workers
     sides = {
         "bare Loader": lambda: bare(a.token_file, a),
-        "TorchDataset stock DataLoader w=0": lambda: adapter(a.token_file, a, False, 0),
-        f"TorchDataset w={a.workers} views": lambda: adapter(a.token_file, a, False),
-        f"TorchDataset w={a.workers} contiguous": lambda: adapter(a.token_file, a, True),
-        f"HeadraceDataLoader w={a.workers}": lambda: headrace_dl(a.token_file, a, a.workers),
+        f"HeadraceDataLoader w={k}": lambda: headrace_dl(a.token_file, a, k),
         "HeadraceDataLoader w=0": lambda: headrace_dl(a.token_file, a, 0),
+        f"HeadraceDataLoader w={k} copy=True": lambda: headrace_dl(a.token_file, a, k, True),
     }
+    if a.stock:
+        sides |= {
+            "stock DataLoader(TorchDataset) w=0": lambda: adapter(a.token_file, a, False, 0),
+            f"stock DataLoader(TorchDataset) w={k}": lambda: adapter(a.token_file, a, False),
+        }
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
     for _ in range(a.trials):  # A/B/C, A/B/C, ...
         for name, make in sides.items():

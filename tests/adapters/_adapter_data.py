@@ -1,23 +1,41 @@
-"""Small token files and sources shared by the adapter tests and their subprocess scripts."""
+"""Small token files and sources shared by the adapter tests and their subprocess scripts.
+
+The fault-injecting sources live here (not in a test module) because worker
+processes started with ``forkserver`` or ``spawn`` must import them by name.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from headrace.formats import TokenSource
+from headrace.errors import DataError
+from headrace.formats import PaddedRows, TokenSource
+from headrace.pipeline import Mixture
 
 L = 16
 WINDOW = 16 * 1024  # bytes: a few windows per file, so batches cross windows
 BATCH = 8
+ROW_WIDTH = 24  # stored row width of the padded-row files (>= L + 1)
 
 
 def write_tokens(root: Path) -> Path:
+    """Token files ``a.bin``/``b.bin`` and two padded-row sets (``rows{0,1}.npy`` + masks)."""
     rng = np.random.default_rng(3)
     rng.integers(0, 1000, 20_000, dtype=np.uint32).tofile(root / "a.bin")
     rng.integers(0, 1000, 7_777, dtype=np.uint32).tofile(root / "b.bin")
+    for i, rows in enumerate((300, 77)):
+        lengths = rng.integers(2, ROW_WIDTH + 1, rows)
+        tok = rng.integers(1, 1000, (rows, ROW_WIDTH), dtype=np.uint16)
+        tok[np.arange(ROW_WIDTH) >= lengths[:, None]] = 0  # right padding with pad_id 0
+        mask = (tok != 0) & (rng.random((rows, ROW_WIDTH)) < 0.8)  # some prompt tokens unmasked
+        np.save(root / f"rows{i}.npy", tok)
+        np.save(root / f"mask{i}.npy", mask.astype(np.uint8))
     return root
 
 
@@ -31,5 +49,62 @@ def token_source(root: Path) -> TokenSource:
     )
 
 
+IGNORE = -100  # the padded rows' ignored target, as torch's cross_entropy expects
+
+
+def padded_mixture(root: Path) -> Mixture:
+    rows = [
+        PaddedRows(root / f"rows{i}.npy", root / f"mask{i}.npy", context=L, ignore_index=IGNORE)
+        for i in range(2)
+    ]
+    return Mixture(rows, [0.75, 0.25], batch_size=BATCH)
+
+
 # Sources the replay tests run over, by name (a subprocess gets the name).
-SOURCES: dict[str, Callable[[Path], object]] = {"tokens": token_source}
+SOURCES: dict[str, Callable[[Path], object]] = {
+    "padded-mixture": padded_mixture,
+    "tokens": token_source,
+}
+
+
+class Faulty:
+    """A token source that misbehaves when asked for any sample of step ``at``.
+
+    ``how``: ``"raise"`` (a DataError), ``"exit"`` (the process dies), or
+    ``"sleep"`` (every read takes 0.1 s from then on: for interrupting).
+    """
+
+    def __init__(self, root: Path, at: int, how: str) -> None:
+        self.inner = token_source(root)
+        self.at, self.how = at, how
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.inner.fingerprint()
+
+    def read(self, seed: int, samples: Any) -> dict[str, Any]:
+        if bool((np.asarray(samples) // BATCH >= self.at).any()):
+            if self.how == "raise":
+                raise DataError(f"injected fault at step {self.at}")
+            if self.how == "exit":
+                os._exit(3)
+            time.sleep(0.1)
+        return self.inner.read(seed, samples)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Ragged:
+    """A source whose width follows the number of samples read at once (the loader's chunk).
+
+    Its batches change shape, which sends them through the pipe, pickled.
+    (Not a valid source for comparing worker counts: chunks differ with them.)
+    """
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "ragged-test"}
+
+    def read(self, seed: int, samples: Any) -> dict[str, Any]:
+        s = np.asarray(samples, dtype=np.int64)
+        width = 1 + s.size // BATCH % 3
+        return {"v": np.repeat(s[:, None] * 10 + seed, width, axis=1)}

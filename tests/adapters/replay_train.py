@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _adapter_data import BATCH, SOURCES
+from _adapter_data import BATCH, IGNORE, SOURCES
 
 from headrace.torch import HeadraceDataLoader, TorchDataset
 
@@ -35,7 +35,10 @@ def setup(root: Path, source: str, workers: int) -> tuple[Any, Any, HeadraceData
 def train(model: Any, optim: Any, dl: HeadraceDataLoader, until: int) -> None:
     for batch in islice(dl, until - dl.step):
         x, y = batch["x"].long(), batch["y"].long()
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        # Padded rows mark ignored targets with IGNORE (token streams have none).
+        loss = torch.nn.functional.cross_entropy(
+            model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE
+        )
         optim.zero_grad()
         loss.backward()
         optim.step()

@@ -1,0 +1,215 @@
+"""HeadraceDataLoader's own worker processes: order, leases, errors, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import (  # noqa: E402
+    BATCH,
+    Faulty,
+    Ragged,
+    padded_mixture,
+    token_source,
+    write_tokens,
+)
+
+from headrace import torch as ht  # noqa: E402
+from headrace._shm_ring import RingConfig, WorkerBatches  # noqa: E402
+from headrace.errors import ConfigError, DataError, HeadraceError  # noqa: E402
+from headrace.pipeline import Loader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokens(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture(scope="module")
+def reference(root: Path) -> list[str]:
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        return [batch_digest([b]) for b in ld]
+
+
+def dataset(root: Path, source: Any = None, **kw: Any) -> ht.TorchDataset:
+    opts: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": STEPS}
+    opts.update(kw)
+    return ht.TorchDataset(token_source(root) if source is None else source, **opts)
+
+
+def digest(b: dict[str, Any]) -> str:
+    return batch_digest([{k: v.numpy() for k, v in b.items()}])
+
+
+def ring(source: Any, workers: int = 2, **kw: Any) -> WorkerBatches:
+    loader = {"batch_size": BATCH, "seed": 5, "steps": STEPS, "prefetch": 0}
+    return WorkerBatches(RingConfig(source=source, loader=loader, workers=workers, slots=4), **kw)
+
+
+def gone(wb: WorkerBatches, pids: list[int]) -> None:
+    """No worker process is left, and no segment of theirs is left in /dev/shm."""
+    assert wb._procs == []
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    for name in wb.shm_names:
+        assert not os.path.exists(f"/dev/shm/{name}"), name
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_any_worker_count_gives_the_bare_loaders_digests(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    with ht.HeadraceDataLoader(dataset(root), num_workers=workers) as dl:
+        got = [digest(b) for b in dl]
+    assert got == reference
+    assert dl.step == STEPS
+
+
+def test_padded_row_mixture_through_workers(root: Path) -> None:
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        want = [batch_digest([b]) for b in ld]
+    with ht.HeadraceDataLoader(dataset(root, padded_mixture(root)), num_workers=2) as dl:
+        batches = list(dl)  # held all at once: later ones come as copies, none is overwritten
+    assert [digest(b) for b in batches] == want
+    assert set(batches[0]) == {"x", "y", "loss_mask", "source"}
+
+
+def test_batches_of_changing_shape_go_through_the_pipe() -> None:
+    # One worker chunks its steps as a bare loader does (1, 2, 4, 8, 8, ... steps).
+    with Loader(Ragged(), batch_size=BATCH, seed=5, steps=STEPS, prefetch=0) as ld:
+        want = list(ld)
+    assert len({b["v"].shape for b in want}) == 2
+    wb = ring(Ragged(), workers=1)
+    assert batch_digest(wb) == batch_digest(want)
+
+
+def test_held_batches_stay_valid_and_slots_come_back(root: Path, reference: list[str]) -> None:
+    wb = ring(token_source(root))
+    it = iter(wb)
+    held = [next(it) for _ in range(3)]  # 2 leases of worker 0's 4 slots: the 3rd is a copy
+    rings = wb._rings
+    assert [r.lent if r else 0 for r in rings] == [2, 1]
+    rest = list(it)  # the workers cycle through their slots many times meanwhile
+    assert [batch_digest([b]) for b in held + rest] == reference
+    del held, rest
+    wb.close()
+
+
+def test_leases_return_when_tensors_die(root: Path) -> None:
+    wb = ring(token_source(root), workers=1)
+    it = iter(wb)
+    t = ht.to_tensors(next(it))["x"][1:]  # a view of a view keeps the slot leased
+    ring0 = wb._rings[0]
+    assert ring0 is not None and ring0.lent == 1
+    next(it)  # the previous batch (a temporary) is already free again
+    next(it)
+    assert ring0.lent == 2
+    del t
+    next(it)
+    assert ring0.lent == 1  # only the one just handed out (the last, not held, returns next)
+    wb.close()
+
+
+def test_copy_true_hands_out_copies(root: Path, reference: list[str]) -> None:
+    wb = ring(token_source(root), copy=True)
+    got = list(wb)
+    assert all(r is None or r.lent == 0 for r in wb._rings)
+    assert [batch_digest([b]) for b in got] == reference
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=2, copy=True, prefetch_factor=1)
+    assert [digest(b) for b in dl] == reference
+
+
+def test_closing_early_leaves_no_process_or_segment(root: Path) -> None:
+    wb = ring(token_source(root), workers=3)
+    it = iter(wb)
+    kept = next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    next(it)
+    next(it)  # each worker has mapped its ring by now
+    assert len(pids) == 3 and len(wb.shm_names) == 3
+    it.close()
+    gone(wb, pids)
+    assert kept["x"].shape == (BATCH, 16) and int(kept["x"].sum()) > 0  # still mapped, still valid
+
+
+def test_a_finished_iteration_leaves_nothing(root: Path) -> None:
+    wb = ring(token_source(root))
+    it = iter(wb)
+    next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    list(it)
+    gone(wb, pids)
+
+
+def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[str]) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root, Faulty(root, at=9, how="raise")), num_workers=2)
+    got: list[str] = []
+    with pytest.raises(DataError, match="injected fault at step 9") as info:
+        got.extend(digest(b) for b in dl)
+    # Worker 0 reads its steps in chunks [0], [2, 4], [6, 8, 10, 12]: the last one
+    # fails (step 10 is faulty), and the step named is the first it could not deliver.
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
+    assert "worker traceback" in notes
+    assert got == reference[:6] and dl.step == 6
+    assert dl._workers is None or dl._workers._procs == []
+
+
+def test_a_worker_that_dies_is_reported(root: Path) -> None:
+    wb = ring(Faulty(root, at=4, how="exit"))
+    # Worker 0 dies reading its chunk [2, 4]: the consumer waits for step 2 in vain.
+    with pytest.raises(
+        HeadraceError, match=r"worker 0 .* exited with code 3 before sending step 2"
+    ):
+        list(wb)
+    assert wb._procs == []
+
+
+def test_keyboard_interrupt_stops_the_workers(root: Path) -> None:
+    wb = ring(Faulty(root, at=2, how="sleep"))
+    it = iter(wb)
+    next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    for pid in pids:  # a Ctrl-C reaches the workers too; they leave it to the main process
+        os.kill(pid, signal.SIGINT)
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(it)  # blocked waiting for the slow workers when the interrupt comes
+    finally:
+        timer.join()
+    gone(wb, pids)
+
+
+def test_config_errors(root: Path) -> None:
+    with pytest.raises(ConfigError, match="'fork' is not allowed"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ConfigError, match="does not take \\['timeout'\\]"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=2, timeout=3)
+    with pytest.raises(ConfigError, match="prefetch_factor"):
+        ht.HeadraceDataLoader(dataset(root), prefetch_factor=2)
+    with pytest.raises(ConfigError, match="num_workers must be"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=-1)
+    with pytest.raises(ConfigError, match="slots >= 2"):
+        RingConfig(source=token_source(root), slots=1)
+
+
+def test_spawn_context_works_too(root: Path, reference: list[str]) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=1, multiprocessing_context="spawn")
+    assert [digest(b) for b in islice(dl, 3)] == reference[:3]
+    dl.close()
