@@ -87,10 +87,10 @@ def test_padded_row_mixture_through_workers(root: Path) -> None:
 
 
 def test_batches_of_changing_shape_go_through_the_pipe() -> None:
-    # One worker chunks its steps as a bare loader does (1, 2, 4, 8, 8, ... steps).
+    # One worker chunks its steps as a bare loader does (1, 2, 4, 8, ... steps).
     with Loader(Ragged(), batch_size=BATCH, seed=5, steps=STEPS, prefetch=0) as ld:
         want = list(ld)
-    assert len({b["v"].shape for b in want}) == 2
+    assert len({b["v"].shape for b in want}) >= 2
     wb = ring(Ragged(), workers=1)
     assert batch_digest(wb) == batch_digest(want)
 
