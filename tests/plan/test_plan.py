@@ -128,3 +128,15 @@ def test_state_round_trip_and_refusals() -> None:
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     with pytest.raises(StateError, match="not a headrace loader state"):
         LoaderState.from_dict({"seed": 1})
+
+
+def test_partial_window_cache_is_keyed_by_seed() -> None:
+    # Files with remainders make partial windows, whose epoch positions depend on
+    # the seed: a layout read under one seed must not reuse them for another.
+    lay = {"file_tokens": (1000, 537, 2049, 333), "context": 8, "window_tokens": 129}
+    used, fresh = WindowLayout(**lay), WindowLayout(**lay)  # type: ignore[arg-type]
+    samples = np.arange(used.samples_per_epoch, dtype=np.int64)
+    used.locate(1, samples)
+    got, want = used.locate(2, samples), fresh.locate(2, samples)
+    assert np.array_equal(got.window, want.window)
+    assert np.array_equal(got.start, want.start)
