@@ -335,7 +335,8 @@ class TokenSource:
                 if out is None:
                     out = np.empty((len(samples), L + 1), dtype=self.dtype)
                 out[idx] = rows
-        assert out is not None
+        if out is None:  # no samples: an empty batch of the usual shape
+            out = np.empty((0, L + 1), dtype=self.dtype)
         self.stats.samples += len(samples)
         return out
 
