@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.errors import StateError
+from headrace.errors import ConfigError, StateError
 from headrace.plan import (
     LoaderState,
+    MixturePlan,
     Permutation,
     WindowLayout,
     derive_keys,
@@ -140,3 +141,19 @@ def test_partial_window_cache_is_keyed_by_seed() -> None:
     got, want = used.locate(2, samples), fresh.locate(2, samples)
     assert np.array_equal(got.window, want.window)
     assert np.array_equal(got.start, want.start)
+
+
+def test_sample_numbers_past_int64_are_refused_not_wrapped() -> None:
+    # 2**40 * 2**24 == 2**64 wraps to 0 in int64: step 2**40 would read step 0's samples.
+    with pytest.raises(ConfigError, match="largest step this batch size allows is"):
+        step_samples(np.array([2**40]), 2**24, 2**24 - 2, 2**24)
+    with pytest.raises(ConfigError, match="out of range"):
+        step_samples(np.array([2**43]), 2**20, 0, 1)
+    with pytest.raises(ConfigError, match=">= 0"):
+        step_samples(np.array([-1]), 8, 0, 8)
+    last = (2**63 - 1) // 2**20 - 1
+    assert int(step_samples(np.array([last]), 2**20, 0, 2**20)[-1]) == (last + 1) * 2**20 - 1
+    assert step_samples(np.zeros(0, dtype=np.int64), 8, 0, 8).size == 0
+    with pytest.raises(ConfigError, match="2\\*\\*46"):
+        MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**46]))
+
