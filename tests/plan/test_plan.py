@@ -157,3 +157,9 @@ def test_sample_numbers_past_int64_are_refused_not_wrapped() -> None:
     with pytest.raises(ConfigError, match="2\\*\\*46"):
         MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**46]))
 
+
+@pytest.mark.parametrize("field", [{"seed": -1}, {"seed": 2**63}, {"step": -3}, {"batch_size": 0}])
+def test_state_out_of_range_is_refused(field: dict[str, int]) -> None:
+    d = {**LoaderState(seed=2**63 - 1, step=0, batch_size=8, fingerprint="f").to_dict(), **field}
+    with pytest.raises(StateError, match="out of range"):
+        LoaderState.from_dict(d)
