@@ -214,3 +214,43 @@ def test_same_digest_in_two_processes(tmp_path: Path) -> None:
     )
     with Loader(src, batch_size=16, seed=42) as loader:
         assert batch_digest(islice(iter(loader), 50)) == outs.pop()
+
+
+@pytest.mark.parametrize("reads", ["populate", "pread"])
+def test_empty_sample_array_gives_empty_batch(tmp_path: Path, reads: str) -> None:
+    write_tokens(tmp_path / "a.bin", 6_000, "uint16")
+    src = TokenSource(tmp_path / "a.bin", dtype="uint16", context=8, reads=reads)  # type: ignore[arg-type]
+    batch = src.read(0, np.zeros(0, dtype=np.int64))
+    assert batch["x"].shape == batch["y"].shape == (0, 8)
+    assert batch["x"].dtype == np.uint16
+    src.close()
+
+
+@pytest.mark.parametrize("reads", ["populate", "pread"])
+@pytest.mark.parametrize("max_windows", [1, 2])
+def test_batch_over_several_epochs_and_windows_is_the_file_bytes(
+    tmp_path: Path, reads: str, max_windows: int
+) -> None:
+    # Files of different sizes, one smaller than a block, windows that end mid-block,
+    # and batches bigger than a whole epoch: every read strategy gives the file bytes.
+    sizes = [3_001, 700, 9_999]
+    tokens = [write_tokens(tmp_path / f"{i}.bin", n, "uint16", seed=i) for i, n in enumerate(sizes)]
+    src = TokenSource(
+        [tmp_path / f"{i}.bin" for i in range(3)],
+        dtype="uint16",
+        context=10,
+        window_bytes=2_000,
+        block_bytes=4096,
+        max_windows=max_windows,
+        reads=reads,  # type: ignore[arg-type]
+    )
+    per_epoch = src.samples_per_epoch
+    for first in (0, 2 * per_epoch - 7):
+        samples = np.arange(first, first + 3 * per_epoch + 5, dtype=np.int64)
+        src.prefetch(3, samples + len(samples))  # read-ahead must not disturb this batch
+        batch = src.read(3, samples)
+        files, starts = src.starts(3, samples)
+        want = np.stack([tokens[f][s : s + 11] for f, s in zip(files, starts, strict=True)])
+        assert np.array_equal(batch["x"], want[:, :-1])
+        assert np.array_equal(batch["y"], want[:, 1:])
+    src.close()

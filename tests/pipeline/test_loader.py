@@ -233,3 +233,46 @@ def test_bad_config(token_path: Path) -> None:
         loader(token_path, seed=-1)
     with pytest.raises(ConfigError, match="step_offset"):
         loader(token_path, step_stride=2, step_offset=2)
+
+
+def _outcome(it: object, n: int) -> str:
+    """What ``n`` more ``next(it)`` calls end in, run in a thread so a hang is a failure."""
+    got: list[str] = []
+
+    def run() -> None:
+        try:
+            for _ in range(n):
+                next(it)  # type: ignore[call-overload]
+            got.append("yielded")
+        except Exception as exc:
+            got.append(type(exc).__name__)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    return got[0] if got else "hang"
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+@pytest.mark.parametrize("action", ["load_state_dict", "close", "iter"])
+def test_stale_iterator_raises_instead_of_hanging_or_replaying(
+    token_path: Path, prefetch: int, action: str
+) -> None:
+    # Past the first chunks, so an asynchronous iterator must wait on its queue.
+    ld = loader(token_path, prefetch=prefetch, chunk_steps=4)
+    old = iter(ld)
+    for _ in range(10):
+        next(old)
+    if action == "load_state_dict":
+        ld.load_state_dict(ld.state_dict())
+    elif action == "close":
+        ld.close()
+    else:
+        new = iter(ld)
+    assert _outcome(old, 50) == "StateError"
+    if action == "iter":
+        assert _outcome(new, 5) == "yielded"
+        assert ld.step == 15
+    elif action == "load_state_dict":
+        assert ld.step == 10  # the stale iterator did not move the restored state
+    ld.close()

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.errors import StateError
+from headrace.errors import ConfigError, StateError
 from headrace.plan import (
     LoaderState,
+    MixturePlan,
     Permutation,
     WindowLayout,
     derive_keys,
@@ -128,3 +129,37 @@ def test_state_round_trip_and_refusals() -> None:
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     with pytest.raises(StateError, match="not a headrace loader state"):
         LoaderState.from_dict({"seed": 1})
+
+
+def test_partial_window_cache_is_keyed_by_seed() -> None:
+    # Files with remainders make partial windows, whose epoch positions depend on
+    # the seed: a layout read under one seed must not reuse them for another.
+    lay = {"file_tokens": (1000, 537, 2049, 333), "context": 8, "window_tokens": 129}
+    used, fresh = WindowLayout(**lay), WindowLayout(**lay)  # type: ignore[arg-type]
+    samples = np.arange(used.samples_per_epoch, dtype=np.int64)
+    used.locate(1, samples)
+    got, want = used.locate(2, samples), fresh.locate(2, samples)
+    assert np.array_equal(got.window, want.window)
+    assert np.array_equal(got.start, want.start)
+
+
+def test_sample_numbers_past_int64_are_refused_not_wrapped() -> None:
+    # 2**40 * 2**24 == 2**64 wraps to 0 in int64: step 2**40 would read step 0's samples.
+    with pytest.raises(ConfigError, match="largest step this batch size allows is"):
+        step_samples(np.array([2**40]), 2**24, 2**24 - 2, 2**24)
+    with pytest.raises(ConfigError, match="out of range"):
+        step_samples(np.array([2**43]), 2**20, 0, 1)
+    with pytest.raises(ConfigError, match=">= 0"):
+        step_samples(np.array([-1]), 8, 0, 8)
+    last = (2**63 - 1) // 2**20 - 1
+    assert int(step_samples(np.array([last]), 2**20, 0, 2**20)[-1]) == (last + 1) * 2**20 - 1
+    assert step_samples(np.zeros(0, dtype=np.int64), 8, 0, 8).size == 0
+    with pytest.raises(ConfigError, match="2\\*\\*46"):
+        MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**46]))
+
+
+@pytest.mark.parametrize("field", [{"seed": -1}, {"seed": 2**63}, {"step": -3}, {"batch_size": 0}])
+def test_state_out_of_range_is_refused(field: dict[str, int]) -> None:
+    d = {**LoaderState(seed=2**63 - 1, step=0, batch_size=8, fingerprint="f").to_dict(), **field}
+    with pytest.raises(StateError, match="out of range"):
+        LoaderState.from_dict(d)

@@ -133,10 +133,10 @@ class _Window:
             wait(self.request(blocks))
             self.settle(stats, blocks)
 
-    def settle(self, stats: TokenStats, blocks: NDArray[np.intp] | None = None) -> None:
+    def settle(self, stats: TokenStats, blocks: NDArray[np.intp]) -> None:
         """Record finished reads; raise the first failure among ``blocks``."""
         errors: list[BaseException] = []
-        wanted = None if blocks is None else set(blocks.tolist())
+        wanted = set(blocks.tolist())
         for b, fut in list(self.pending.items()):
             if not fut.done():
                 continue
@@ -146,7 +146,7 @@ class _Window:
                 self.filled[b] = True
                 stats.blocks_read += 1
                 stats.bytes_read += self._block_len(b)
-            elif wanted is None or b in wanted:
+            elif b in wanted:
                 errors.append(exc)
             # A failed read-ahead nobody needs yet is dropped: it is retried on demand.
         if errors:
@@ -335,7 +335,8 @@ class TokenSource:
                 if out is None:
                     out = np.empty((len(samples), L + 1), dtype=self.dtype)
                 out[idx] = rows
-        assert out is not None
+        if out is None:  # no samples: an empty batch of the usual shape
+            out = np.empty((0, L + 1), dtype=self.dtype)
         self.stats.samples += len(samples)
         return out
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, StateError
 from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
 
 __all__ = ["CHUNK_BYTES", "Batch", "Loader", "LoaderStatus", "Source"]
@@ -60,6 +60,7 @@ class _Failure:
 
 
 _END = object()
+_STALE = object()  # put after a producer is stopped: its consumer must not wait on
 
 
 class Loader:
@@ -119,6 +120,9 @@ class Loader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue[object] | None = None
+        # Bumped by iter(), load_state_dict() and close(): an iterator of an older
+        # generation raises instead of yielding steps that no longer follow the state.
+        self._generation = 0
 
     # -- state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -135,6 +139,7 @@ class Loader:
         st = LoaderState.from_dict(state)
         st.check(fingerprint=self._fingerprint, batch_size=self.batch_size)
         self._stop_producer()
+        self._generation += 1
         self.seed = st.seed
         self.step = st.step
 
@@ -179,11 +184,20 @@ class Loader:
         if self.status is LoaderStatus.CLOSED:
             raise ConfigError("this loader is closed; make a new one to iterate again.")
         self._stop_producer()
+        self._generation += 1
         self.status = LoaderStatus.RUNNING
         start = self.step
         if self.prefetch == 0:
-            return self._iter_sync(start)
-        return self._iter_async(start)
+            return self._iter_sync(start, self._generation)
+        return self._iter_async(start, self._generation)
+
+    def _check_current(self, generation: int) -> None:
+        if generation != self._generation:
+            raise StateError(
+                "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
+                "loader came after it began, so its next step would not follow the loader's "
+                "state; iterate the loader again (iter(loader))"
+            )
 
     def _read_ahead(self, start: int) -> Iterator[list[tuple[int, Batch]]]:
         """Read chunk after chunk; after each, tell the source what comes next.
@@ -205,13 +219,14 @@ class Loader:
             yield batches
             current = following
 
-    def _iter_sync(self, start: int) -> Iterator[Batch]:
+    def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
         for chunk in self._read_ahead(start):
             for t, batch in chunk:
+                self._check_current(generation)
                 self.step = t + 1
                 yield batch
 
-    def _iter_async(self, start: int) -> Iterator[Batch]:
+    def _iter_async(self, start: int, generation: int) -> Iterator[Batch]:
         # The queue holds whole chunks, so its cost is paid once per chunk, not per
         # batch: at least ``prefetch`` batches wait ready (one chunk, or more).
         q: queue.Queue[object] = queue.Queue(maxsize=max(1, self.prefetch // self.chunk_steps))
@@ -227,10 +242,13 @@ class Loader:
                 item = q.get()
                 if item is _END:
                     return
+                if item is _STALE:
+                    self._check_current(generation)
                 if isinstance(item, _Failure):
                     item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
                     raise item.exc
                 for t, batch in item:  # type: ignore[attr-defined]
+                    self._check_current(generation)
                     self.step = t + 1
                     yield batch
         finally:
@@ -263,12 +281,14 @@ class Loader:
             return
         self._stop.set()
         if q is not None:  # unblock a producer waiting on a full queue
-            try:
-                while True:
-                    q.get_nowait()
-            except queue.Empty:
-                pass
+            _drain(q)
         thread.join(timeout=10)
+        if q is not None:  # wake a consumer still waiting on this queue, so it can raise
+            _drain(q)
+            try:
+                q.put_nowait(_STALE)
+            except queue.Full:  # a producer that outlived the join filled it: wakes it too
+                pass
         self._thread = None
         self._queue = None
 
@@ -276,6 +296,7 @@ class Loader:
     def close(self) -> None:
         """Stop the producer thread and release the source's files."""
         self._stop_producer()
+        self._generation += 1
         close = getattr(self.source, "close", None)
         if close is not None:
             close()
@@ -291,3 +312,11 @@ class Loader:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _drain(q: queue.Queue[object]) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import ConfigError
 from headrace.plan._permute import cached_permutation
 
 __all__ = ["MixturePlan", "quantize_weights"]
@@ -96,7 +97,11 @@ class MixturePlan:
         """``C_s(n)`` for each total ``n``: shape ``n.shape + (S,)``, rows summing to ``n``."""
         total = np.asarray(n, dtype=np.int64)
         if total.size and (int(total.min()) < 0 or int(total.max()) >= _MAX_SAMPLES):
-            raise ValueError(f"sample counts must be in [0, 2**46) (got {n}).")
+            raise ConfigError(
+                f"mixture sample counts must be in [0, 2**46) (got {n}): the quantised "
+                "weights keep the apportionment exact in int64 only that far; use a smaller "
+                "step or batch size"
+            )
         num = np.asarray(self.numerators, dtype=np.int64)
         prefix = np.concatenate([[0], np.cumsum(num)])
         out = np.zeros((*total.shape, self.sources), dtype=np.int64)

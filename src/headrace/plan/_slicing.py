@@ -11,7 +11,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import ConfigError
+
 __all__ = ["host_slice", "step_samples"]
+
+_MAX_SAMPLE = 2**63 - 1
 
 
 def host_slice(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -38,4 +42,15 @@ def step_samples(
 ) -> NDArray[np.int64]:
     """Global sample numbers ``t * B + p`` for each step and position in ``[lo, hi)``."""
     t = np.asarray(steps, dtype=np.int64)[:, None]
+    if t.size:
+        # int64 arithmetic wraps silently: a step past the range would read the
+        # samples of some other, small step. Checked in Python ints.
+        first, last = int(t.min()), int(t.max())
+        if first < 0 or (last + 1) * batch_size > _MAX_SAMPLE:
+            raise ConfigError(
+                f"steps [{first}, {last}] with a global batch of {batch_size} are out of range: "
+                f"steps must be >= 0 and step * batch_size below 2**63 (sample numbers are "
+                f"int64); the largest step this batch size allows is "
+                f"{_MAX_SAMPLE // batch_size - 1}"
+            )
     return (t * batch_size + np.arange(lo, hi, dtype=np.int64)[None, :]).reshape(-1)

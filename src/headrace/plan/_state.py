@@ -42,7 +42,7 @@ class LoaderState:
                     f"loader state has plan version {version}; this headrace plans with "
                     f"version {PLAN_VERSION} and cannot replay it"
                 )
-            return cls(
+            st = cls(
                 seed=int(d["seed"]),
                 step=int(d["step"]),
                 batch_size=int(d["batch_size"]),
@@ -51,6 +51,12 @@ class LoaderState:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
+        if not 0 <= st.seed < 2**63 or st.step < 0 or st.batch_size < 1:
+            raise StateError(
+                f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
+                f"{st.step} (expected >= 0), batch size {st.batch_size} (expected >= 1)"
+            )
+        return st
 
     def check(self, *, fingerprint: str, batch_size: int) -> None:
         """Refuse a state saved on other data or with another global batch size."""

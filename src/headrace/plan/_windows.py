@@ -49,7 +49,7 @@ class WindowLayout:
     context: int
     window_tokens: int
     shuffle: bool = True
-    _cache: dict[int, tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
+    _cache: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict, repr=False, compare=False
     )
     _tables: dict[tuple[int, int, int], NDArray[np.int64]] = field(
@@ -116,7 +116,9 @@ class WindowLayout:
 
     def _partials(self, epoch: int, seed: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Sorted epoch positions of partial windows, and cumulative deficits."""
-        key = epoch if self.shuffle else -1
+        # Keyed by seed too: a loader may change seed (load_state_dict), and a
+        # source may be read under several seeds (mixtures, several loaders).
+        key = (seed, epoch) if self.shuffle else (0, -1)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
