@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -364,3 +365,28 @@ def test_pickled_copy_reads_the_same_without_listing_again(tmp_path: Path) -> No
     assert all(np.array_equal(a[k], b[k]) for k in a)
     src.close()
     copy.close()
+
+
+def test_slow_decodes_do_not_hold_more_than_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk of more files than the window while decodes lag (fault: slow
+    # decoder): taking the next file must wait for a slot, not fetch past it.
+    root = tmp_path / "r"
+    root.mkdir()
+    size = 1000
+    for i in range(12):
+        (root / f"{i:02d}.bin").write_bytes(bytes([i]) * size)
+    src = FileSource(root, format="raw", in_flight=2, decode_threads=2, speculate=False)
+    decode = src._decode
+
+    def slow(f: int, data: Any) -> Any:
+        time.sleep(0.005)
+        return decode(f, data)
+
+    monkeypatch.setattr(src, "_decode", slow)
+    b = src.read(0, np.arange(10))
+    assert len(set(b["index"].tolist())) == 10
+    assert src.stats.peak_held_bytes <= 2 * size
+    src.close()
+    assert src.stats.held_bytes == 0

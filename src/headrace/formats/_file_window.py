@@ -123,6 +123,11 @@ class FetchWindow:
                 if f not in self._entries:
                     self._start_locked(f)
 
+    def full_without(self, f: int) -> bool:
+        """Whether taking ``f`` now would hold more than ``depth`` files."""
+        with self._lock:
+            return f not in self._entries and len(self._entries) >= self.depth
+
     def take(self, f: int) -> Any:
         """File ``f``'s bytes (waiting for its fetch; starting it if not started).
 
