@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError, StorageError
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from headrace.formats import (
     FetchWindow,
     FilePlan,
@@ -390,3 +398,29 @@ def test_slow_decodes_do_not_hold_more_than_in_flight(
     assert src.stats.peak_held_bytes <= 2 * size
     src.close()
     assert src.stats.held_bytes == 0
+
+
+def test_release_racing_a_finishing_fetch_keeps_held_bytes_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fault injection: stall the fetch thread between counting its bytes and
+    # publishing them, and release the file in that gap.
+    import headrace.formats._file_window as fw
+
+    counted, go = threading.Event(), threading.Event()
+
+    class StallingFuture(Future):  # type: ignore[type-arg]
+        def set_result(self, result: Any) -> None:
+            counted.set()
+            go.wait()
+            super().set_result(result)
+
+    monkeypatch.setattr(fw, "Future", StallingFuture)
+    w = FetchWindow(lambda i: b"abcd", 2)
+    w.plan([0])
+    counted.wait()
+    w.release(0)
+    go.set()
+    w.close()
+    assert w.stats.fetches == 1
+    assert w.stats.held_bytes == 0

@@ -79,11 +79,14 @@ class FetchWindow:
             for f in [f for f in self._entries if f not in keep]:
                 self._drop_locked(f)
 
-    def _drop_locked(self, f: int) -> None:
+    def _drop_locked(self, f: int) -> _Entry:
         e = self._entries.pop(f)
         e.dropped = True
-        if e.future.done():
-            self.stats.held_bytes -= e.nbytes
+        # nbytes is set (under the lock) only once counted as held, which may
+        # precede the future's result: subtract it whether or not that is out.
+        self.stats.held_bytes -= e.nbytes
+        e.nbytes = 0
+        return e
 
     # -- fetching ---------------------------------------------------------------
     def _start_locked(self, f: int) -> _Entry:
