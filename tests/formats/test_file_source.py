@@ -317,14 +317,15 @@ def test_window_retries_a_failed_fetch_on_demand() -> None:
 
     def fetch(i: int) -> bytes:
         calls.append(i)
-        if len(calls) == 1:
+        # File 0's first fetch fails, whichever thread gets there first.
+        if calls.count(0) == 1 and i == 0:
             raise StorageError("boom")
         return b"x" * (i + 1)
 
     w = FetchWindow(fetch, 2)
     w.plan([0, 1])
     with pytest.raises(StorageError, match="boom"):
-        w.take(calls[0] if calls else 0)
+        w.take(0)
     assert w.take(0) == b"x"
     w.release(0)
     assert w.take(1) == b"xx"
