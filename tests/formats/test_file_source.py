@@ -17,6 +17,7 @@ from headrace.errors import (
     DataError,
     FormatError,
     ObjectNotFoundError,
+    StateError,
     StorageError,
 )
 from headrace.formats import (
@@ -425,3 +426,39 @@ def test_release_racing_a_finishing_fetch_keeps_held_bytes_right(
     w.close()
     assert w.stats.fetches == 1
     assert w.stats.held_bytes == 0
+
+
+def test_close_wakes_a_take_whose_fetch_was_cancelled() -> None:
+    # take() of a file beyond the window queues its fetch behind a busy one;
+    # close() cancels queued fetches, and the waiter must hear about it.
+    gate = threading.Event()
+
+    def fetch(i: int) -> bytes:
+        if i == 0:
+            gate.wait()
+        return b"x"
+
+    w = FetchWindow(fetch, 1)
+    w.plan([0])
+    errors: list[BaseException] = []
+
+    def take_one() -> None:
+        try:
+            w.take(1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=take_one, daemon=True)
+    t.start()
+    while not w.stats.in_flight:
+        time.sleep(0.001)
+    closer = threading.Thread(target=w.close)
+    closer.start()
+    while w._pool is not None:
+        time.sleep(0.001)
+    gate.set()
+    closer.join()
+    t.join(timeout=10)
+    assert not t.is_alive(), "take() still waits on a fetch that close() cancelled"
+    assert len(errors) == 1 and isinstance(errors[0], StateError)
+    assert "files 1" in str(errors[0])

@@ -17,6 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.errors import StateError
+
 __all__ = ["FetchWindow", "WindowStats"]
 
 
@@ -163,8 +165,14 @@ class FetchWindow:
         """Drop everything and wait for fetches in flight; reusable afterwards."""
         with self._lock:
             self._queue.clear()
-            for f in list(self._entries):
-                self._drop_locked(f)
+            dropped = {f: self._drop_locked(f) for f in list(self._entries)}
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        # A cancelled fetch never resolves its future; a take() waiting on it
+        # (from another thread) would wait forever.
+        for f, e in dropped.items():
+            if not e.future.done():
+                e.future.set_exception(
+                    StateError(f"{self._name} {f}: the window closed before it was fetched")
+                )
