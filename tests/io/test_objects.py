@@ -225,3 +225,36 @@ def test_summarize_trims_debug_dump() -> None:
     text = summarize(obx.GenericError("head line\n\nDebug source:\n" + "x" * 1000))
     assert text == "head line"
     assert len(summarize(obx.GenericError("y" * 1000))) == 300
+
+
+def test_loop_thread_close_cancels_a_run_in_progress() -> None:
+    # A caller blocked in run() when another thread closes the loop must get
+    # an error, not wait forever on a task the closed loop dropped.
+    import asyncio
+    from concurrent.futures import CancelledError
+
+    from headrace.io._loop import LoopThread
+
+    lt = LoopThread()
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    def caller() -> None:
+        try:
+            lt.run(forever())
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=caller, daemon=True)
+    t.start()
+    started.wait()
+    lt.close()
+    t.join(timeout=10)
+    assert not t.is_alive(), "run() still waits on a loop that was closed"
+    assert len(errors) == 1 and isinstance(errors[0], CancelledError)
+    with pytest.raises(RuntimeError):
+        lt.run(forever())
