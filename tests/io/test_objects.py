@@ -227,6 +227,52 @@ def test_summarize_trims_debug_dump() -> None:
     assert len(summarize(obx.GenericError("y" * 1000))) == 300
 
 
+def test_close_during_loop_start_leaves_no_loop_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: the first get_many's loop thread is slow to start, and
+    # close() lands meanwhile. The loop must not outlive the closed store.
+    import headrace.io._objects as objects_mod
+    from headrace.io._loop import LoopThread
+
+    entered, go = threading.Event(), threading.Event()
+    made: list[LoopThread] = []
+
+    class SlowLoop(LoopThread):
+        def __init__(self) -> None:
+            entered.set()
+            go.wait()
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(objects_mod, "LoopThread", SlowLoop)
+    store = ObjectStore(root)
+    errors: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            store.get_many(["a.bin"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=fetch, daemon=True)
+    t.start()
+    entered.wait()
+    closer = threading.Thread(target=store.close, daemon=True)
+    closer.start()
+    while not store.closed:
+        threading.Event().wait(0.001)
+    go.set()
+    closer.join(timeout=10)
+    t.join(timeout=10)
+    assert not t.is_alive() and not closer.is_alive()
+    assert len(made) == 1
+    made[0]._thread.join(timeout=10)
+    assert not made[0].usable, "the store closed but its event loop thread still runs"
+    if errors:
+        assert isinstance(errors[0], StorageError) and "closed" in str(errors[0])
+
+
 def test_loop_thread_close_cancels_a_run_in_progress() -> None:
     # A caller blocked in run() when another thread closes the loop must get
     # an error, not wait forever on a task the closed loop dropped.

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -222,7 +223,10 @@ class ObjectStore:
     def close(self) -> None:
         """Stop the private event loop (if one started). Idempotent."""
         self._closed = True
-        loop, self._loop = self._loop, None
+        # Under the lock: a get_many starting a loop right now assigns it
+        # first, so it is closed here rather than left running.
+        with self._lock:
+            loop, self._loop = self._loop, None
         if loop is not None:
             loop.close()
 
@@ -521,7 +525,12 @@ class ObjectStore:
         if not normalized:
             return []
         self._live()
-        return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+        try:
+            return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+        except (CancelledError, RuntimeError) as exc:
+            if not self._closed:
+                raise
+            raise StorageError(f"{self.url}: store was closed during get_many") from exc
 
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
