@@ -304,24 +304,24 @@ class ObjectStore:
 
     # -- retry loops (sync and async share classify() and the policy) ---------------------
 
-    def _gave_up(self, err: StorageError | ConfigError, attempts: int) -> StorageError:
-        assert isinstance(err, TransientStorageError)
-        return TransientStorageError(f"{err} (gave up after {attempts} attempts)")
+    def _failed(self, exc: Exception, where: str, attempt: int, t0: float) -> float:
+        """Count a failed try; raise the final error, or return the delay before the next."""
+        err, transient = classify(exc, where)
+        again = transient and attempt < self.retry.attempts
+        self._end(t0, None, retry=again)
+        if again:
+            return self.retry.delay_s(attempt, self._rng)
+        if transient:
+            err = TransientStorageError(f"{err} (gave up after {attempt} attempts)")
+        raise err from exc
 
     def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        policy = self.retry
-        for attempt in range(1, policy.attempts + 1):
+        for attempt in range(1, self.retry.attempts + 1):
             t0 = self._begin()
             try:
                 result = once()
             except Exception as exc:
-                err, transient = classify(exc, where)
-                again = transient and attempt < policy.attempts
-                self._end(t0, None, retry=again)
-                if not again:
-                    final = self._gave_up(err, attempt) if transient else err
-                    raise final from exc
-                time.sleep(policy.delay_s(attempt, self._rng))
+                time.sleep(self._failed(exc, where, attempt, t0))
                 continue
             self._end(t0, size_of(result), retry=False)
             return result
@@ -330,19 +330,12 @@ class ObjectStore:
     async def _aretrying(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
-        policy = self.retry
-        for attempt in range(1, policy.attempts + 1):
+        for attempt in range(1, self.retry.attempts + 1):
             t0 = self._begin()
             try:
                 result = await once()
             except Exception as exc:
-                err, transient = classify(exc, where)
-                again = transient and attempt < policy.attempts
-                self._end(t0, None, retry=again)
-                if not again:
-                    final = self._gave_up(err, attempt) if transient else err
-                    raise final from exc
-                await asyncio.sleep(policy.delay_s(attempt, self._rng))
+                await asyncio.sleep(self._failed(exc, where, attempt, t0))
                 continue
             self._end(t0, size_of(result), retry=False)
             return result
