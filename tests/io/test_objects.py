@@ -304,3 +304,41 @@ def test_loop_thread_close_cancels_a_run_in_progress() -> None:
     assert len(errors) == 1 and isinstance(errors[0], CancelledError)
     with pytest.raises(RuntimeError):
         lt.run(forever())
+
+
+def test_cancelled_request_leaves_in_flight_at_zero(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: a GET that never answers, cut off by close(); the
+    # cancelled attempt must still be counted out of in_flight.
+    import asyncio
+
+    import headrace.io._objects as objects_mod
+
+    started = threading.Event()
+
+    async def hang(*args: object, **kwargs: object) -> bytes:
+        started.set()
+        await asyncio.Event().wait()
+        return b""
+
+    monkeypatch.setattr(objects_mod.obs, "get_range_async", hang)
+    store = ObjectStore(root)
+    errors: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            store.get_many([("a.bin", 0, 10)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=fetch, daemon=True)
+    t.start()
+    started.wait()
+    store.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError)
+    assert "closed" in str(errors[0])
+    s = store.stats
+    assert s.in_flight == 0 and s.attempts == 1 and s.failures == 1

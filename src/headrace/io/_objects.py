@@ -323,6 +323,9 @@ class ObjectStore:
             except Exception as exc:
                 time.sleep(self._failed(exc, where, attempt, t0))
                 continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._end(t0, None, retry=False)
+                raise
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -337,6 +340,9 @@ class ObjectStore:
             except Exception as exc:
                 await asyncio.sleep(self._failed(exc, where, attempt, t0))
                 continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._end(t0, None, retry=False)
+                raise
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
