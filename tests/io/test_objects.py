@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import obstore.exceptions as obx
@@ -227,6 +228,21 @@ def test_summarize_trims_debug_dump() -> None:
     assert len(summarize(obx.GenericError("y" * 1000))) == 300
 
 
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``fn`` on a daemon thread; what it raises lands in the list."""
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, errors
+
+
 def test_close_during_loop_start_leaves_no_loop_thread(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,16 +263,7 @@ def test_close_during_loop_start_leaves_no_loop_thread(
 
     monkeypatch.setattr(objects_mod, "LoopThread", SlowLoop)
     store = ObjectStore(root)
-    errors: list[BaseException] = []
-
-    def fetch() -> None:
-        try:
-            store.get_many(["a.bin"])
-        except BaseException as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=fetch, daemon=True)
-    t.start()
+    t, errors = _in_thread(lambda: store.get_many(["a.bin"]))
     entered.wait()
     closer = threading.Thread(target=store.close, daemon=True)
     closer.start()
@@ -283,20 +290,12 @@ def test_loop_thread_close_cancels_a_run_in_progress() -> None:
 
     lt = LoopThread()
     started = threading.Event()
-    errors: list[BaseException] = []
 
     async def forever() -> None:
         started.set()
         await asyncio.Event().wait()
 
-    def caller() -> None:
-        try:
-            lt.run(forever())
-        except BaseException as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=caller, daemon=True)
-    t.start()
+    t, errors = _in_thread(lambda: lt.run(forever()))
     started.wait()
     lt.close()
     t.join(timeout=10)
@@ -324,16 +323,7 @@ def test_cancelled_request_leaves_in_flight_at_zero(
 
     monkeypatch.setattr(objects_mod.obs, "get_range_async", hang)
     store = ObjectStore(root)
-    errors: list[BaseException] = []
-
-    def fetch() -> None:
-        try:
-            store.get_many([("a.bin", 0, 10)])
-        except BaseException as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=fetch, daemon=True)
-    t.start()
+    t, errors = _in_thread(lambda: store.get_many([("a.bin", 0, 10)]))
     started.wait()
     store.close()
     t.join(timeout=10)
