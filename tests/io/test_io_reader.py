@@ -159,6 +159,18 @@ def test_file_grown_after_open_is_read(tmp_path: Path) -> None:
             p.write_bytes(b"a" * 5000)
 
 
+def test_file_empty_when_opened_then_grown_is_read(tmp_path: Path) -> None:
+    # An empty file cannot be mapped; once it has grown, mapped strategies
+    # must fall back to positional reads like any file grown past its map.
+    p = tmp_path / "late.bin"
+    for strategy in ALL:
+        p.write_bytes(b"")
+        with RangeReader(strategy) as r:  # type: ignore[arg-type]
+            assert r.size(str(p)) == 0  # opened (and cached) while empty
+            p.write_bytes(b"xyz")
+            assert r.read(str(p), [(1, 2)])[0].tobytes() == b"yz"
+
+
 def test_empty_file(tmp_path: Path) -> None:
     p = tmp_path / "empty.bin"
     p.write_bytes(b"")

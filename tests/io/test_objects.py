@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import obstore.exceptions as obx
@@ -225,3 +226,109 @@ def test_summarize_trims_debug_dump() -> None:
     text = summarize(obx.GenericError("head line\n\nDebug source:\n" + "x" * 1000))
     assert text == "head line"
     assert len(summarize(obx.GenericError("y" * 1000))) == 300
+
+
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``fn`` on a daemon thread; what it raises lands in the list."""
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, errors
+
+
+def test_close_during_loop_start_leaves_no_loop_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: the first get_many's loop thread is slow to start, and
+    # close() lands meanwhile. The loop must not outlive the closed store.
+    import headrace.io._objects as objects_mod
+    from headrace.io._loop import LoopThread
+
+    entered, go = threading.Event(), threading.Event()
+    made: list[LoopThread] = []
+
+    class SlowLoop(LoopThread):
+        def __init__(self) -> None:
+            entered.set()
+            go.wait()
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(objects_mod, "LoopThread", SlowLoop)
+    store = ObjectStore(root)
+    t, errors = _in_thread(lambda: store.get_many(["a.bin"]))
+    entered.wait()
+    closer = threading.Thread(target=store.close, daemon=True)
+    closer.start()
+    while not store.closed:
+        threading.Event().wait(0.001)
+    go.set()
+    closer.join(timeout=10)
+    t.join(timeout=10)
+    assert not t.is_alive() and not closer.is_alive()
+    assert len(made) == 1
+    made[0]._thread.join(timeout=10)
+    assert not made[0].usable, "the store closed but its event loop thread still runs"
+    if errors:
+        assert isinstance(errors[0], StorageError) and "closed" in str(errors[0])
+
+
+def test_loop_thread_close_cancels_a_run_in_progress() -> None:
+    # A caller blocked in run() when another thread closes the loop must get
+    # an error, not wait forever on a task the closed loop dropped.
+    import asyncio
+    from concurrent.futures import CancelledError
+
+    from headrace.io._loop import LoopThread
+
+    lt = LoopThread()
+    started = threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    t, errors = _in_thread(lambda: lt.run(forever()))
+    started.wait()
+    lt.close()
+    t.join(timeout=10)
+    assert not t.is_alive(), "run() still waits on a loop that was closed"
+    assert len(errors) == 1 and isinstance(errors[0], CancelledError)
+    with pytest.raises(RuntimeError):
+        lt.run(forever())
+
+
+def test_cancelled_request_leaves_in_flight_at_zero(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: a GET that never answers, cut off by close(); the
+    # cancelled attempt must still be counted out of in_flight.
+    import asyncio
+
+    import headrace.io._objects as objects_mod
+
+    started = threading.Event()
+
+    async def hang(*args: object, **kwargs: object) -> bytes:
+        started.set()
+        await asyncio.Event().wait()
+        return b""
+
+    monkeypatch.setattr(objects_mod.obs, "get_range_async", hang)
+    store = ObjectStore(root)
+    t, errors = _in_thread(lambda: store.get_many([("a.bin", 0, 10)]))
+    started.wait()
+    store.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], StorageError)
+    assert "closed" in str(errors[0])
+    s = store.stats
+    assert s.in_flight == 0 and s.attempts == 1 and s.failures == 1

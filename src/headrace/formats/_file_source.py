@@ -264,6 +264,10 @@ class FileSource:
 
         try:
             for f in order:
+                # Taking a file the window has not started would fetch past its
+                # bound while decodes still hold every slot: wait for one to free.
+                while self.window.full_without(f) and any(not p.done() for p in pending.values()):
+                    next(p for p in pending.values() if not p.done()).result()
                 data = self.window.take(f)
                 pending[f] = self._decoders.submit(job, f, data)
                 # Bound the bytes parked in the decode queue: a slot is only freed

@@ -17,6 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from headrace.errors import StateError
+
 __all__ = ["FetchWindow", "WindowStats"]
 
 
@@ -79,11 +81,14 @@ class FetchWindow:
             for f in [f for f in self._entries if f not in keep]:
                 self._drop_locked(f)
 
-    def _drop_locked(self, f: int) -> None:
+    def _drop_locked(self, f: int) -> _Entry:
         e = self._entries.pop(f)
         e.dropped = True
-        if e.future.done():
-            self.stats.held_bytes -= e.nbytes
+        # nbytes is set (under the lock) only once counted as held, which may
+        # precede the future's result: subtract it whether or not that is out.
+        self.stats.held_bytes -= e.nbytes
+        e.nbytes = 0
+        return e
 
     # -- fetching ---------------------------------------------------------------
     def _start_locked(self, f: int) -> _Entry:
@@ -123,6 +128,11 @@ class FetchWindow:
                 if f not in self._entries:
                     self._start_locked(f)
 
+    def full_without(self, f: int) -> bool:
+        """Whether taking ``f`` now would hold more than ``depth`` files."""
+        with self._lock:
+            return f not in self._entries and len(self._entries) >= self.depth
+
     def take(self, f: int) -> Any:
         """File ``f``'s bytes (waiting for its fetch; starting it if not started).
 
@@ -155,8 +165,14 @@ class FetchWindow:
         """Drop everything and wait for fetches in flight; reusable afterwards."""
         with self._lock:
             self._queue.clear()
-            for f in list(self._entries):
-                self._drop_locked(f)
+            dropped = {f: self._drop_locked(f) for f in list(self._entries)}
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        # A cancelled fetch never resolves its future; a take() waiting on it
+        # (from another thread) would wait forever.
+        for f, e in dropped.items():
+            if not e.future.done():
+                e.future.set_exception(
+                    StateError(f"{self._name} {f}: the window closed before it was fetched")
+                )

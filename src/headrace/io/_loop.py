@@ -35,8 +35,20 @@ class LoopThread:
         try:
             self._loop.run_forever()
         finally:
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
+            loop = self._loop
+            # A run() racing close() may have queued work after the stop: let
+            # its callbacks create their tasks, then cancel every task, so no
+            # caller waits forever on a future of a closed loop.
+            while True:
+                loop.run_until_complete(asyncio.sleep(0))
+                tasks = asyncio.all_tasks(loop)
+                if not tasks:
+                    break
+                for task in tasks:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     @property
     def usable(self) -> bool:
@@ -45,7 +57,11 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result (or exception)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
+            coro.close()
+            raise
         try:
             return future.result()
         except BaseException:

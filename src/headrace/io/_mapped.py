@@ -38,6 +38,8 @@ def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
         )
     if end == 0:
         return np.zeros(0, dtype=np.uint8)
+    if f.size == 0:
+        return None  # empty when opened (nothing to map), it has grown since
     m = f.mapped
     if end > len(m):
         return None

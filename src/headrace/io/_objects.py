@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -222,7 +223,10 @@ class ObjectStore:
     def close(self) -> None:
         """Stop the private event loop (if one started). Idempotent."""
         self._closed = True
-        loop, self._loop = self._loop, None
+        # Under the lock: a get_many starting a loop right now assigns it
+        # first, so it is closed here rather than left running.
+        with self._lock:
+            loop, self._loop = self._loop, None
         if loop is not None:
             loop.close()
 
@@ -300,25 +304,28 @@ class ObjectStore:
 
     # -- retry loops (sync and async share classify() and the policy) ---------------------
 
-    def _gave_up(self, err: StorageError | ConfigError, attempts: int) -> StorageError:
-        assert isinstance(err, TransientStorageError)
-        return TransientStorageError(f"{err} (gave up after {attempts} attempts)")
+    def _failed(self, exc: Exception, where: str, attempt: int, t0: float) -> float:
+        """Count a failed try; raise the final error, or return the delay before the next."""
+        err, transient = classify(exc, where)
+        again = transient and attempt < self.retry.attempts
+        self._end(t0, None, retry=again)
+        if again:
+            return self.retry.delay_s(attempt, self._rng)
+        if transient:
+            err = TransientStorageError(f"{err} (gave up after {attempt} attempts)")
+        raise err from exc
 
     def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        policy = self.retry
-        for attempt in range(1, policy.attempts + 1):
+        for attempt in range(1, self.retry.attempts + 1):
             t0 = self._begin()
             try:
                 result = once()
             except Exception as exc:
-                err, transient = classify(exc, where)
-                again = transient and attempt < policy.attempts
-                self._end(t0, None, retry=again)
-                if not again:
-                    final = self._gave_up(err, attempt) if transient else err
-                    raise final from exc
-                time.sleep(policy.delay_s(attempt, self._rng))
+                time.sleep(self._failed(exc, where, attempt, t0))
                 continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._end(t0, None, retry=False)
+                raise
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -326,20 +333,16 @@ class ObjectStore:
     async def _aretrying(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
-        policy = self.retry
-        for attempt in range(1, policy.attempts + 1):
+        for attempt in range(1, self.retry.attempts + 1):
             t0 = self._begin()
             try:
                 result = await once()
             except Exception as exc:
-                err, transient = classify(exc, where)
-                again = transient and attempt < policy.attempts
-                self._end(t0, None, retry=again)
-                if not again:
-                    final = self._gave_up(err, attempt) if transient else err
-                    raise final from exc
-                await asyncio.sleep(policy.delay_s(attempt, self._rng))
+                await asyncio.sleep(self._failed(exc, where, attempt, t0))
                 continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._end(t0, None, retry=False)
+                raise
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -521,7 +524,12 @@ class ObjectStore:
         if not normalized:
             return []
         self._live()
-        return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+        try:
+            return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+        except (CancelledError, RuntimeError) as exc:
+            if not self._closed:
+                raise
+            raise StorageError(f"{self.url}: store was closed during get_many") from exc
 
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""

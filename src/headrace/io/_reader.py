@@ -305,18 +305,6 @@ class RangeReader:
             if view is not None:
                 return view, offsets, int(lengths.sum())
             mode = PARALLEL  # the file grew past its mapping
-        if mode == ODIRECT:
-            depth, pool = _pool_for(cfg.depth())
-            return read_spans(
-                f,
-                offsets,
-                lengths,
-                max_gap=cfg.max_gap,
-                max_span=cfg.max_span,
-                depth=depth,
-                pool=pool,
-                alignment=cfg.alignment,
-            )
         depth, pool = _pool_for(cfg.depth())
         return read_spans(
             f,
@@ -326,6 +314,7 @@ class RangeReader:
             max_span=cfg.max_span,
             depth=depth,
             pool=pool,
+            alignment=cfg.alignment if mode == ODIRECT else 0,
         )
 
     def _choose(self) -> tuple[str, bool]:
