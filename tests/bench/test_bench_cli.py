@@ -71,3 +71,66 @@ def test_unknown_workload_and_variant_are_config_errors(
     assert "unknown workload 'nope'" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
     assert "unknown variant 'fast'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sweep", "in_flight"], "--sweep 'in_flight': expected KEY=V1,V2"),
+        (["--sweep", "=1,2"], "--sweep '=1,2': expected KEY=V1,V2"),
+        (["--sweep", "in_flight="], "--sweep 'in_flight=': expected KEY=V1,V2"),
+        (["--accelerators", "x"], "--accelerators 'x': expected a whole number >= 1 or 'auto'"),
+        (["--accelerators", "0"], "--accelerators '0': expected a whole number >= 1"),
+        (["--dlio", "missing.yaml"], "--dlio 'missing.yaml': no such file"),
+        (["--json", "no/such/dir/r.json"], "does not exist; create it first"),
+        (["--plot", "."], "--plot '.' is a folder"),
+        (["compare", "only-one.json"], "got 'compare only-one.json'; the only action is"),
+        (["frob"], "got 'frob'; the only action is 'compare A.json B.json'"),
+    ],
+)
+def test_bad_arguments_say_what_and_how_to_fix(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--root", str(tmp_path / "data"), "-q", *args]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()  # refused before any dataset was written
+
+
+def test_compare_refuses_missing_and_foreign_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"results": []}))
+    assert main(["bench", "compare", str(tmp_path / "nope.json"), str(good)]) == 2
+    assert "nope.json: no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert main(["bench", "compare", str(good), str(bad)]) == 2
+    assert "bad.json: not JSON" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"results": [{"x": 1}]}))
+    assert main(["bench", "compare", str(good), str(other)]) == 2
+    assert "other.json: not a headrace bench report" in capsys.readouterr().err
+
+
+def test_compare_prints_ratios_and_digest_agreement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def report(path: Path, rate: float, digest: str) -> str:
+        row = {"workload": "tokens", "variant": "naive", "batches_per_s": rate, "digest": digest}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    a = report(tmp_path / "a.json", 100.0, "d1")
+    b = report(tmp_path / "b.json", 250.0, "d2")
+    zero = report(tmp_path / "z.json", 0.0, "d1")
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "2.50x" in out and "DIFFERS" in out
+    assert main(["bench", "compare", zero, a]) == 0  # no ZeroDivisionError
+    assert "same" in capsys.readouterr().out
