@@ -281,10 +281,14 @@ def _run(
     )
     if ceiling["gb_per_s"]:
         for res in results:
-            if res["gb_per_s"] > ceiling["gb_per_s"]:
+            # Files kinds report the measurement pass (mb_per_s): their timed trials start
+            # from a read-ahead queue filled while other variants ran, so their GB/s is not
+            # a storage figure and must not be the one compared with the ceiling.
+            rate = res["mb_per_s"] / 1e3 if res.get("mb_per_s") is not None else res["gb_per_s"]
+            if rate > ceiling["gb_per_s"]:
                 res["above_storage_ceiling"] = True
                 notes.append(
-                    f"{wl.name}/{res['variant']}: {res['gb_per_s']:.2f} GB/s is above the "
+                    f"{wl.name}/{res['variant']}: {rate:.2f} GB/s is above the "
                     f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
