@@ -192,22 +192,29 @@ def _run(
                 done += 1
                 if progress:
                     progress(f"{wl.name}: trials", done, work)
-        # 3. the loader with (simulated) compute: accelerator utilisation
-        comp_t = _compute_times(t, t.trials * t.steps)
-        for r in range(t.trials if has_compute else 0):
-            for spec in specs:
-                wall, c, ld = au_trial(
-                    its[spec], t.steps, comp_t[r * t.steps : (r + 1) * t.steps], n_acc
-                )
+    finally:
+        for s in streams.values():
+            s.close()
+    # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
+    # fresh stream (its first step excluded, as DLIO does) and runs its trials back to back:
+    # the trial streams above sat idle while the other variants ran, so their read-ahead
+    # queues were full, and an AU measured on them credited the loader with that idle time.
+    comp_t = _compute_times(t, t.trials * t.steps)
+    for spec in specs if has_compute else ():
+        stream = kind.open(spec, 1 + compute_steps * n_acc)
+        try:
+            it = iter(stream)
+            next(it)
+            for r in range(t.trials):
+                wall, c, ld = au_trial(it, t.steps, comp_t[r * t.steps : (r + 1) * t.steps], n_acc)
                 au[spec][0] += wall
                 au[spec][1] += c
                 au[spec][2] += ld
                 done += 1
                 if progress:
                     progress(f"{wl.name}: trials with compute", done, work)
-    finally:
-        for s in streams.values():
-            s.close()
+        finally:
+            stream.close()
     mem_after = meminfo()
     max_acc = (
         {spec: max_accelerators(kind, spec) for spec in specs if kind.digested(spec)}
