@@ -134,3 +134,22 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "2.50x" in out and "DIFFERS" in out
     assert main(["bench", "compare", zero, a]) == 0  # no ZeroDivisionError
     assert "same" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
+def test_option_that_changes_nothing_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
+) -> None:
+    # tokens variants have no in_flight: a sweep of it would measure the same thing N times
+    args = ["bench", "--root", str(tmp_path / "data"), *TINY, *isolate]
+    assert main([*args, "--variants", "naive,headrace-sync", "--sweep", "in_flight=1,8"]) == 2
+    err = capsys.readouterr().err
+    assert "variant 'naive?in_flight=1': option(s) ['in_flight'] do nothing" in err
+    assert "'block_mib'" in err and "'seed'" in err and "Traceback" not in err
+
+
+def test_seed_and_own_options_are_accepted(tmp_path: Path) -> None:
+    specs = "naive?seed=3,headrace-sync?seed=3&reads=pread,headrace-async?prefetch=2&seed=3"
+    rc, report = bench(tmp_path, "--variants", specs, "--no-isolate")
+    assert rc == 0
+    assert len({r["digest"] for r in report["results"]}) == 1  # type: ignore[union-attr]

@@ -31,8 +31,8 @@ from numpy.typing import NDArray
 import headrace
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import cpu_seconds, meminfo
-from headrace.bench._measure import measure_pass
-from headrace.errors import HeadraceError
+from headrace.bench._measure import CONFIG_EXIT, measure_pass
+from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["RunOptions", "run_workload"]
 
@@ -106,6 +106,8 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         env=env,
         check=False,
     )
+    if proc.returncode == CONFIG_EXIT:
+        raise ConfigError(proc.stderr.strip().splitlines()[-1])
     if proc.returncode != 0:
         raise HeadraceError(
             f"variant {spec!r} of workload {kind.workload.name!r} failed in its measurement "
