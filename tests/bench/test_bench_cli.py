@@ -153,3 +153,16 @@ def test_seed_and_own_options_are_accepted(tmp_path: Path) -> None:
     rc, report = bench(tmp_path, "--variants", specs, "--no-isolate")
     assert rc == 0
     assert len({r["digest"] for r in report["results"]}) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_unusable_root_is_refused_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    args = ["bench", "-q", *TINY] if command == "bench" else ["gen", "tokens", "-q"]
+    assert main([*args, "--root", str(a_file / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"--root '{a_file / 'sub'}': cannot create the dataset folder" in err
+    assert "choose a writable folder" in err

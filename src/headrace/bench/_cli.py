@@ -27,6 +27,7 @@ __all__ = [
     "default_root",
     "parse_accelerators",
     "parse_sweep",
+    "prepare_root",
     "run",
 ]
 
@@ -157,6 +158,23 @@ def parse_accelerators(text: str) -> int | None:
             "e.g. --accelerators 8"
         )
     return n
+
+
+def prepare_root(root: str) -> str:
+    """Create the dataset folder, or say why it cannot be used, before anything runs."""
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--root {root!r}: cannot create the dataset folder ({exc.strerror}); "
+            "choose a writable folder, e.g. --root /tmp/headrace-bench"
+        ) from None
+    if not os.access(root, os.W_OK):
+        raise ConfigError(
+            f"--root {root!r} is not writable; choose a writable folder, "
+            "e.g. --root /tmp/headrace-bench"
+        )
+    return root
 
 
 def check_output_path(flag: str, path: str) -> None:
@@ -300,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             workloads = [_override(load_workload(n), args) for n in names]
         kinds = [make_kind(wl, root) for wl in workloads]
+        prepare_root(root)
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
@@ -335,6 +354,9 @@ def run(args: argparse.Namespace) -> int:
                 )
             except HeadraceError as exc:
                 print(f"headrace bench: {exc}", file=sys.stderr)
+                return 2
+            except OSError as exc:  # a full disk, a folder removed under the run
+                print(f"headrace bench: {kind.workload.name}: {exc}", file=sys.stderr)
                 return 2
             report["workloads"].append(summary)
             report["notes"].extend(summary["notes"])
