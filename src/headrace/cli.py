@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from headrace.errors import HeadraceError
+from headrace import errors
 
 __all__ = ["COMMANDS", "main"]
 
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except HeadraceError as exc:
+    except errors.HeadraceError as exc:
         # A sub-command's own refusal (bad option, missing file): the message says what
         # was given and the fix; a traceback would bury it.
         print(f"headrace {name}: {exc}", file=sys.stderr)
