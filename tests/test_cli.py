@@ -36,3 +36,14 @@ def test_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str]) 
     assert "invalid choice: 'frob' (choose from 'bench', 'gen', 'probe', 'emulate')" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_help_shows_the_real_default_root(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/cache")
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: /somewhere/cache/headrace/bench)" in out and "default: None" not in out

@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="built-in workload name or TOML path (repeatable; default: tokens)",
     )
-    parser.add_argument("--root", default=None, help="dataset folder (default: %(default)s)")
+    parser.add_argument("--root", default=None, help=f"dataset folder (default: {default_root()})")
     parser.add_argument("--token-file-gib", type=float, help="token file size in GiB")
     parser.add_argument("--steps", type=int, help="steps per timed trial")
     parser.add_argument("--trials", type=int, help="timed trials per variant")

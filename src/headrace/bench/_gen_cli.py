@@ -15,7 +15,7 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="built-in workload name or TOML path")
-    parser.add_argument("--root", default=None, help="dataset folder")
+    parser.add_argument("--root", default=None, help=f"dataset folder (default: {default_root()})")
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
