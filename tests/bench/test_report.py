@@ -59,3 +59,25 @@ def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
     out = tmp_path / "s.png"
     plot_report({"results": results, "workloads": []}, str(out), sweep=sweep)
     assert out.stat().st_size > 0
+
+
+def test_printed_tables_never_truncate_cells() -> None:
+    pytest.importorskip("rich")
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = _result("headrace-raw?in_flight=64&decode_threads=8", files=True)
+    r.update(
+        storage="s3",
+        in_flight_observed=64,
+        request_latency_s={"p50": 0.2013, "p95": 0.3109, "p99": 0.3655},
+        stages={"wall_s": 4.0, "time_to_first_batch_s": 0.31, "loader_s": 1.6},
+        digest_compared="ordered",
+        digest_group="raw",
+    )
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "headrace-raw?in_flight=64&decode_threads=8" in text
+    assert "…" not in text

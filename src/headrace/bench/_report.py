@@ -165,7 +165,11 @@ def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> N
         table.add_column(h, justify="left" if h in left else "right")
     for r in rows:
         table.add_row(*r)
-    Console(file=out, width=max(160, Console(file=out).width)).print(table)
+    # Wide enough for every cell in full: a narrower console truncates variant names and
+    # latency triples to "headrace-…" (in logs and pipes rich assumes 80 columns).
+    cells = [head, *rows]
+    need = sum(max(len(r[i]) for r in cells) + 3 for i in range(len(head))) + 1
+    Console(file=out, width=max(need, Console(file=out).width)).print(table)
 
 
 def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
