@@ -134,6 +134,12 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "2.50x" in out and "DIFFERS" in out
     assert main(["bench", "compare", zero, a]) == 0  # no ZeroDivisionError
     assert "same" in capsys.readouterr().out
+    none = tmp_path / "n.json"
+    row = {"workload": "tokens", "variant": "naive", "batches_per_s": 1.0, "digest": None}
+    none.write_text(json.dumps({"results": [row]}))
+    assert main(["bench", "compare", str(none), str(none)]) == 0
+    out = capsys.readouterr().out
+    assert "not digested" in out and "same" not in out
 
 
 @pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])

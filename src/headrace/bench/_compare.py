@@ -47,7 +47,10 @@ def compare(a_path: str, b_path: str) -> int:
         if old is None:
             print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {r['batches_per_s']:12,.0f}")
             continue
-        same = "same" if old["digest"] == r["digest"] else "DIFFERS"
+        if old["digest"] is None or r["digest"] is None:
+            same = "not digested"  # memcpy and the like: nothing to compare
+        else:
+            same = "same" if old["digest"] == r["digest"] else "DIFFERS"
         print(
             f"{r['workload']:10s} {r['variant']:28s} {old['batches_per_s']:12,.0f} "
             f"{r['batches_per_s']:12,.0f} {_ratio(r['batches_per_s'], old['batches_per_s'])}  "
