@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from headrace import errors
+
 __all__ = ["COMMANDS", "main"]
 
 # name -> (module, one-line help)
@@ -45,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except errors.HeadraceError as exc:
+        # A sub-command's own refusal (bad option, missing file): the message says what
+        # was given and the fix; a traceback would bury it.
+        print(f"headrace {name}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -71,3 +71,104 @@ def test_unknown_workload_and_variant_are_config_errors(
     assert "unknown workload 'nope'" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
     assert "unknown variant 'fast'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sweep", "in_flight"], "--sweep 'in_flight': expected KEY=V1,V2"),
+        (["--sweep", "=1,2"], "--sweep '=1,2': expected KEY=V1,V2"),
+        (["--sweep", "in_flight="], "--sweep 'in_flight=': expected KEY=V1,V2"),
+        (["--accelerators", "x"], "--accelerators 'x': expected a whole number >= 1 or 'auto'"),
+        (["--accelerators", "0"], "--accelerators '0': expected a whole number >= 1"),
+        (["--dlio", "missing.yaml"], "--dlio 'missing.yaml': no such file"),
+        (["--json", "no/such/dir/r.json"], "does not exist; create it first"),
+        (["--plot", "."], "--plot '.' is a folder"),
+        (["compare", "only-one.json"], "got 'compare only-one.json'; the only action is"),
+        (["frob"], "got 'frob'; the only action is 'compare A.json B.json'"),
+    ],
+)
+def test_bad_arguments_say_what_and_how_to_fix(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--root", str(tmp_path / "data"), "-q", *args]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()  # refused before any dataset was written
+
+
+def test_compare_refuses_missing_and_foreign_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"results": []}))
+    assert main(["bench", "compare", str(tmp_path / "nope.json"), str(good)]) == 2
+    assert "nope.json: no such file" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert main(["bench", "compare", str(good), str(bad)]) == 2
+    assert "bad.json: not JSON" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"results": [{"x": 1}]}))
+    assert main(["bench", "compare", str(good), str(other)]) == 2
+    assert "other.json: not a headrace bench report" in capsys.readouterr().err
+
+
+def test_compare_prints_ratios_and_digest_agreement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def report(path: Path, rate: float, digest: str) -> str:
+        row = {"workload": "tokens", "variant": "naive", "batches_per_s": rate, "digest": digest}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    a = report(tmp_path / "a.json", 100.0, "d1")
+    b = report(tmp_path / "b.json", 250.0, "d2")
+    zero = report(tmp_path / "z.json", 0.0, "d1")
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "2.50x" in out and "DIFFERS" in out
+    assert main(["bench", "compare", zero, a]) == 0  # no ZeroDivisionError
+    assert "same" in capsys.readouterr().out
+    none = tmp_path / "n.json"
+    row = {"workload": "tokens", "variant": "naive", "batches_per_s": 1.0, "digest": None}
+    none.write_text(json.dumps({"results": [row]}))
+    assert main(["bench", "compare", str(none), str(none)]) == 0
+    out = capsys.readouterr().out
+    assert "not digested" in out and "same" not in out
+
+
+@pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
+def test_option_that_changes_nothing_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
+) -> None:
+    # tokens variants have no in_flight: a sweep of it would measure the same thing N times
+    args = ["bench", "--root", str(tmp_path / "data"), *TINY, *isolate]
+    assert main([*args, "--variants", "naive,headrace-sync", "--sweep", "in_flight=1,8"]) == 2
+    err = capsys.readouterr().err
+    assert "variant 'naive?in_flight=1': option(s) ['in_flight'] do nothing" in err
+    assert "'block_mib'" in err and "'seed'" in err and "Traceback" not in err
+
+
+def test_seed_and_own_options_are_accepted(tmp_path: Path) -> None:
+    specs = "naive?seed=3,headrace-sync?seed=3&reads=pread,headrace-async?prefetch=2&seed=3"
+    rc, report = bench(tmp_path, "--variants", specs, "--no-isolate")
+    assert rc == 0
+    assert len({r["digest"] for r in report["results"]}) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_unusable_root_is_refused_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    args = ["bench", "-q", *TINY] if command == "bench" else ["gen", "tokens", "-q"]
+    assert main([*args, "--root", str(a_file / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"--root '{a_file / 'sub'}': cannot create the dataset folder" in err
+    assert "choose a writable folder" in err

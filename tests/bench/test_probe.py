@@ -69,3 +69,26 @@ def test_size_parser_and_filesystem() -> None:
     assert _size("256M") == 256 << 20 and _size("1GiB") == 1 << 30 and _size("4096") == 4096
     fs = filesystem_of("/")
     assert fs["mount"] == "/" and fs["fstype"] != "unknown"
+
+
+def test_probe_refuses_unwritable_json_before_probing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "missing" / "p.json"
+    assert main(["probe", str(tmp_path), "--size", "8M", "--json", str(out)]) == 2
+    assert "does not exist; create it first" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no scratch file written
+
+
+def test_probe_unwritable_folder_and_bad_sizes_say_what_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "f"
+    a_file.write_bytes(b"x")
+    assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
+    assert "(got --row-bytes" in capsys.readouterr().err
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        assert main(["probe", str(ro), "--size", "8M"]) == 2
+        assert "cannot write a 8,388,608-byte scratch file" in capsys.readouterr().err

@@ -147,3 +147,52 @@ def test_bad_workload_file(tmp_path: Path) -> None:
     p.write_text('kind = "files"\nvariants = ["map-style"]\n[train]\nbatch = 3\n')
     with pytest.raises(ConfigError, match=r"unknown \[train\] keys \['batch'\]"):
         load_workload(str(p))
+
+
+def test_au_runs_on_fresh_streams_not_on_idle_filled_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trial streams idle (read-ahead queues filling) while other variants run; AU
+    # measured on them would credit the loader with that idle time. Each variant's AU
+    # must come from a stream of its own, opened after every trial stream is closed.
+    wl = builtin_workloads()["tokens"].replace(
+        dataset=TINY["tokens"]["dataset"],
+        train={**TRAIN, "computation_time": 0.0005},
+        variants=("headrace-sync", "headrace-async"),
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    events: list[tuple[str, str, int]] = []
+    real_open = kind.open
+
+    class Tracked:
+        def __init__(self, spec: str, steps: int) -> None:
+            self.spec, self.stream = spec, real_open(spec, steps)
+            events.append(("open", spec, steps))
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(self.stream)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self.stream, name)  # bytes_read, source, ...
+
+        def close(self) -> None:
+            events.append(("close", self.spec, 0))
+            self.stream.close()
+
+    monkeypatch.setattr(kind, "open", Tracked)
+    _, results = run_workload(kind, options=RunOptions(isolate=False, accelerators=2))
+    au_steps = 1 + TRAIN["trials"] * TRAIN["steps"] * 2  # first step + trials x N batches
+    au_events = events[-4:]
+    before = events[:-4]
+    # every stream opened before the AU phase (measurement passes, trials) is closed by then
+    assert sorted(e[1] for e in before if e[0] == "open") == sorted(
+        e[1] for e in before if e[0] == "close"
+    )
+    assert au_events == [
+        ("open", "headrace-sync", au_steps),
+        ("close", "headrace-sync", 0),
+        ("open", "headrace-async", au_steps),
+        ("close", "headrace-async", 0),
+    ]
+    assert all(0 < r["au"] <= 1 for r in results)

@@ -21,7 +21,15 @@ from headrace.bench._runner import Progress, RunOptions, run_workload
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
 
-__all__ = ["configure", "default_root", "run"]
+__all__ = [
+    "check_output_path",
+    "configure",
+    "default_root",
+    "parse_accelerators",
+    "parse_sweep",
+    "prepare_root",
+    "run",
+]
 
 
 def default_root() -> str:
@@ -55,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="built-in workload name or TOML path (repeatable; default: tokens)",
     )
-    parser.add_argument("--root", default=None, help="dataset folder (default: %(default)s)")
+    parser.add_argument("--root", default=None, help=f"dataset folder (default: {default_root()})")
     parser.add_argument("--token-file-gib", type=float, help="token file size in GiB")
     parser.add_argument("--steps", type=int, help="steps per timed trial")
     parser.add_argument("--trials", type=int, help="timed trials per variant")
@@ -114,14 +122,73 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         changes["variants"] = tuple(v for v in args.variants.split(",") if v)
     wl = wl.replace(**changes) if changes else wl
     if getattr(args, "sweep", None):
-        key, _, values = args.sweep.partition("=")
+        key, values = parse_sweep(args.sweep)
         specs = []
         for v in wl.variants:
-            for value in filter(None, values.split(",")):
+            for value in values:
                 sep = "&" if "?" in v else "?"
                 specs.append(f"{v}{sep}{key}={value}")
         wl = wl.replace(variants=tuple(specs))
     return wl
+
+
+def parse_sweep(text: str) -> tuple[str, list[str]]:
+    """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
+    key, eq, values = text.partition("=")
+    vals = [v for v in values.split(",") if v]
+    if not eq or not key or not vals or any(c in key for c in "?&,"):
+        raise ConfigError(
+            f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
+            "e.g. --sweep in_flight=1,8,32"
+        )
+    return key, vals
+
+
+def parse_accelerators(text: str) -> int | None:
+    """``--accelerators``: a count >= 1, or ``auto`` (returned as None)."""
+    if text == "auto":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(
+            f"--accelerators {text!r}: expected a whole number >= 1 or 'auto', "
+            "e.g. --accelerators 8"
+        )
+    return n
+
+
+def prepare_root(root: str) -> str:
+    """Create the dataset folder, or say why it cannot be used, before anything runs."""
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--root {root!r}: cannot create the dataset folder ({exc.strerror}); "
+            "choose a writable folder, e.g. --root /tmp/headrace-bench"
+        ) from None
+    if not os.access(root, os.W_OK):
+        raise ConfigError(
+            f"--root {root!r} is not writable; choose a writable folder, "
+            "e.g. --root /tmp/headrace-bench"
+        )
+    return root
+
+
+def check_output_path(flag: str, path: str) -> None:
+    """Refuse an unwritable output path before the run, not after minutes of it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        example = "r.png" if flag == "--plot" else "r.json"
+        raise ConfigError(f"{flag} {path!r} is a folder; give a file path, e.g. {flag} {example}")
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{flag} {path!r}: folder {folder!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(
+            f"{flag} {path!r}: folder {folder!r} is not writable; choose a writable path"
+        )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,17 +269,45 @@ def run(args: argparse.Namespace) -> int:
         if args.action[0] == "compare" and len(args.action) == 3:
             from headrace.bench._compare import compare
 
-            return compare(args.action[1], args.action[2])
-        print(f"headrace bench: unknown action {args.action}", file=sys.stderr)
+            try:
+                return compare(args.action[1], args.action[2])
+            except HeadraceError as exc:
+                print(f"headrace bench compare: {exc}", file=sys.stderr)
+                return 2
+        print(
+            f"headrace bench: got {' '.join(args.action)!r}; the only action is "
+            "'compare A.json B.json' (two reports written by --json); "
+            "to pick a workload use -w NAME",
+            file=sys.stderr,
+        )
         return 2
     if args.list:
         return list_workloads(root)
     names = args.workload or ["tokens"]
-    auto = args.accelerators == "auto"
     try:
-        n_acc = 1 if auto else int(args.accelerators)
+        acc = parse_accelerators(args.accelerators)
+        auto, n_acc = acc is None, acc or 1
+        if args.sweep:
+            parse_sweep(args.sweep)
+        if args.json:
+            check_output_path("--json", args.json)
+        if args.plot:
+            check_output_path("--plot", args.plot)
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise ConfigError(
+                    "--plot needs matplotlib, which is not installed: "
+                    "pip install 'headrace[plot]' (or drop --plot)"
+                ) from None
         if args.dlio:
             from headrace.bench._dlio import dlio_workload
+
+            if not os.path.isfile(args.dlio):
+                raise ConfigError(
+                    f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
+                    "e.g. --dlio tests/data/unet3d_h100.yaml"
+                )
 
             workloads = [
                 _override(
@@ -223,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             workloads = [_override(load_workload(n), args) for n in names]
         kinds = [make_kind(wl, root) for wl in workloads]
+        prepare_root(root)
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
@@ -259,18 +355,26 @@ def run(args: argparse.Namespace) -> int:
             except HeadraceError as exc:
                 print(f"headrace bench: {exc}", file=sys.stderr)
                 return 2
+            except OSError as exc:  # a full disk, a folder removed under the run
+                print(f"headrace bench: {kind.workload.name}: {exc}", file=sys.stderr)
+                return 2
             report["workloads"].append(summary)
             report["notes"].extend(summary["notes"])
             report["results"].extend(results)
     report["elapsed_s"] = time.perf_counter() - t0
     report["machine"] = machine_info(root)
     print_report(report)
-    if args.json:
-        write_json(report, args.json)
-    if args.plot:
-        from headrace.bench._plot import plot_report
+    try:
+        if args.json:
+            write_json(report, args.json)
+        if args.plot:
+            from headrace.bench._plot import plot_report
 
-        plot_report(report, args.plot, sweep=args.sweep)
+            plot_report(report, args.plot, sweep=args.sweep)
+    except OSError as exc:
+        # The figures are printed above; say which output was lost and why.
+        print(f"headrace bench: could not write {exc.filename or 'output'}: {exc}", file=sys.stderr)
+        return 2
     bad = [g for w in report["workloads"] for g in w["mismatches"]]
     if bad:
         for w in report["workloads"]:

@@ -86,18 +86,38 @@ class GenStream:
             self._close()
 
 
+class _Options(dict[str, str]):
+    """A variant's options that remember which keys its opener asked for.
+
+    An option nobody asks for changes nothing; ``Kind.open`` refuses it, so a typo or a
+    ``--sweep`` of a setting the variant does not have cannot pass for a measurement.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+
 @dataclass(frozen=True, slots=True)
 class VariantSpec:
     """A variant name and its options, parsed from ``name?key=value&key=value``."""
 
     name: str
-    options: dict[str, str]
+    options: _Options
     text: str
 
     @classmethod
     def parse(cls, text: str) -> VariantSpec:
         name, _, query = text.partition("?")
-        options: dict[str, str] = {}
+        options = _Options()
         for part in filter(None, query.split("&")):
             key, eq, value = part.partition("=")
             if not eq or not key:
@@ -228,7 +248,19 @@ class Kind:
         kind = self
         if any(reader[k] != v for k, v in over.items()):
             kind = type(self)(self.workload.replace(reader=over), self.root)
-        return kind.openers[vs.name](kind, vs, steps)
+        stream = kind.openers[vs.name](kind, vs, steps)
+        # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
+        known = set(reader) | vs.options.asked | {"seed"}
+        unused = sorted(set(vs.options) - known)
+        if unused:
+            stream.close()
+            allowed = sorted(known)
+            raise ConfigError(
+                f"variant {spec!r}: option(s) {unused} do nothing for variant {vs.name!r} of "
+                f"kind {self.workload.kind!r}; it takes {allowed} (reader keys and its own "
+                "options); fix the spelling or sweep one of those"
+            )
+        return stream
 
     def serve(self) -> contextlib.AbstractContextManager[None]:
         """Make the dataset reachable for a run (start a local object store ...)."""

@@ -20,10 +20,14 @@ import numpy as np
 from headrace.bench._kind import Batch, Kind, make_kind
 from headrace.bench._machine import peak_rss_bytes
 from headrace.bench._workload import Workload
+from headrace.errors import ConfigError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["digest_batch", "measure_pass"]
+__all__ = ["CONFIG_EXIT", "digest_batch", "measure_pass"]
+
+# Exit status of a measurement process refused with a ConfigError (stderr: the message).
+CONFIG_EXIT = 3
 
 
 def digest_batch(h: Any, batch: Batch) -> None:
@@ -109,8 +113,12 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
 
 def _main() -> int:
     req = json.loads(sys.stdin.read())
-    kind = make_kind(Workload.from_dict(req["workload"]), req["root"])
-    print(json.dumps(measure_pass(kind, req["variant"], int(req["steps"]))))
+    try:
+        kind = make_kind(Workload.from_dict(req["workload"]), req["root"])
+        print(json.dumps(measure_pass(kind, req["variant"], int(req["steps"]))))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)  # the parent re-raises it as the user's error
+        return CONFIG_EXIT
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.bench._report import headline_rate
+
 __all__ = ["plot_report"]
 
 
@@ -20,28 +22,32 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
     labels = [f"{r['workload']}\n{r['variant']}" for r in results]
     if sweep:  # throughput against the swept value, one line per base variant
         key = sweep.partition("=")[0]
-        lines: dict[str, list[tuple[float, float]]] = {}
+        lines: dict[str, list[tuple[str, float]]] = {}
         for r in results:
             base, _, query = r["variant"].partition("?")
             opts = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
             if key in opts:
-                lines.setdefault(base, []).append((float(opts[key]), r["gb_per_s"]))
+                lines.setdefault(base, []).append((opts[key], headline_rate(r)[3]))
+        values = list(dict.fromkeys(v for pts in lines.values() for v, _ in pts))
+        numeric = all(_is_number(v) for v in values)
+        # Numbers > 0 on a log2 axis (1, 8, 32, 64); anything else (0, names such as
+        # strategy=mmap,pread) at evenly spaced positions, labelled with the value.
+        log = numeric and all(float(v) > 0 for v in values)
+        xs = {v: (float(v) if log else float(i)) for i, v in enumerate(values)}
         for base, pts in lines.items():
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=base)
-        ax.set_xscale("log", base=2)
+            pts.sort(key=lambda p: xs[p[0]])
+            ax.plot([xs[p[0]] for p in pts], [p[1] for p in pts], marker="o", label=base)
+        if log:
+            ax.set_xscale("log", base=2)
+        else:
+            ax.set_xticks(list(xs.values()), values)
         ax.set_xlabel(key)
         ax.legend()
     else:
-        gb = [r["gb_per_s"] for r in results]
-        lo = [
-            r["gb_per_s"] * (1 - r["batches_per_s_spread"]["min"] / r["batches_per_s"])
-            for r in results
-        ]
-        hi = [
-            r["gb_per_s"] * (r["batches_per_s_spread"]["max"] / r["batches_per_s"] - 1)
-            for r in results
-        ]
+        shown = [headline_rate(r) for r in results]  # files kinds: their fresh pass
+        gb = [h[3] for h in shown]
+        lo = [h[3] * (1 - h[1] / h[0]) if h[0] else 0.0 for h in shown]
+        hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), labels, fontsize=8)
     ax.set_ylabel("GB/s of payload (10^9 B/s), median and min-max")
@@ -60,3 +66,11 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -125,14 +125,18 @@ def filesystem_of(path: str) -> dict[str, str]:
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:
     path = directory / f".headrace-probe-{os.getpid()}.bin"
     rng = np.random.default_rng(seed)
-    with path.open("wb") as fh:
-        left = size
-        while left:
-            n = min(left, 16 * MiB)
-            fh.write(rng.bytes(n))
-            left -= n
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with path.open("wb") as fh:
+            left = size
+            while left:
+                n = min(left, 16 * MiB)
+                fh.write(rng.bytes(n))
+                left -= n
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:  # Ctrl-C or a full disk mid-write: leave no scratch behind
+        path.unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -328,11 +332,27 @@ def _table(report: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     target = Path(args.path)
     if args.row_bytes < 1 or args.ops < 1 or args.size < 4 * MiB:
-        print("--row-bytes and --ops must be positive and --size at least 4M", file=sys.stderr)
+        print(
+            f"--row-bytes and --ops must be positive and --size at least 4M (got --row-bytes "
+            f"{args.row_bytes}, --ops {args.ops}, --size {args.size:,} bytes); e.g. --size 256M",
+            file=sys.stderr,
+        )
         return 2
+    if args.json is not None:
+        from headrace.bench._cli import check_output_path
+
+        check_output_path("--json", str(args.json))  # before minutes of probing, not after
     scratch: Path | None = None
     if target.is_dir():
-        scratch = _write_scratch(target, args.size, args.seed)
+        try:
+            scratch = _write_scratch(target, args.size, args.seed)
+        except OSError as exc:
+            print(
+                f"{target}: cannot write a {args.size:,}-byte scratch file to probe "
+                f"({exc.strerror}); give a writable folder or an existing file",
+                file=sys.stderr,
+            )
+            return 2
         path = str(scratch)
     elif target.is_file():
         path = str(target)

@@ -205,6 +205,11 @@ def configure_s3(parser: argparse.ArgumentParser) -> None:
 
 def run_s3(args: argparse.Namespace) -> int:
     """Start moto (unless ``--endpoint``) and, if asked, the proxy; run until Ctrl-C."""
+    if args.latency_ms < 0 or (args.mbps is not None and args.mbps <= 0):
+        raise ConfigError(
+            f"--latency-ms must be >= 0 and --mbps > 0 (got --latency-ms {args.latency_ms:g}, "
+            f"--mbps {args.mbps}); e.g. --latency-ms 50 --mbps 100"
+        )
     use_proxy = args.latency_ms > 0 or args.mbps is not None
     if args.endpoint is not None and not use_proxy:
         raise ConfigError(

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.bench._report import format_table, headline_rate
+
+
+def _result(variant: str, *, files: bool, batches_per_s: float = 50_000.0) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "workload": "w",
+        "variant": variant,
+        "batches_per_s": batches_per_s,
+        "batches_per_s_spread": {"min": 600.0, "max": 900_000.0, "median": batches_per_s},
+        "gb_per_s": 489.0,  # a trial fed from a full read-ahead queue
+        "ratio_to_baseline": 1.0,
+        "ratio_to_memcpy": None,
+        "au": None,
+        "bytes_before_first_batch": 0,
+        "peak_rss_bytes": None,
+        "amplification": 1.0,
+        "digest": "ab" * 32,
+        "steps": 20,
+        "stages": {"wall_s": 4.0},
+    }
+    if files:
+        r["mb_per_s"] = 600.0
+        r["samples_per_s"] = 35.0
+    return r
+
+
+def test_files_results_show_their_fresh_pass_not_queue_fed_trials() -> None:
+    rate, lo, hi, gbs, one_pass = headline_rate(_result("headrace", files=True))
+    assert (rate, lo, hi, gbs, one_pass) == (5.0, 5.0, 5.0, 0.6, True)  # 20 steps / 4 s
+    table = format_table({"results": [_result("headrace", files=True)]})
+    assert "5 (1 fresh pass)" in table and "| 0.60 |" in table
+    assert "489" not in table and "50,000" not in table
+
+
+def test_other_results_show_trial_median_and_spread() -> None:
+    shown = headline_rate(_result("naive", files=False))
+    assert shown == (50_000.0, 600.0, 900_000.0, 489.0, False)
+    table = format_table({"results": [_result("naive", files=False)]})
+    assert "50,000 (600-900,000)" in table
+
+
+@pytest.mark.parametrize("sweep", ["strategy=mmap,pread", "max_gap=0,4096", "in_flight=1,8"])
+def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
+    pytest.importorskip("matplotlib")
+    from headrace.bench._plot import plot_report
+
+    key, _, values = sweep.partition("=")
+    results = [
+        _result(f"headrace?{key}={v}", files=False, batches_per_s=1000.0 * (i + 1))
+        for i, v in enumerate(values.split(","))
+    ]
+    out = tmp_path / "s.png"
+    plot_report({"results": results, "workloads": []}, str(out), sweep=sweep)
+    assert out.stat().st_size > 0
+
+
+def test_printed_tables_never_truncate_cells() -> None:
+    pytest.importorskip("rich")
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = _result("headrace-raw?in_flight=64&decode_threads=8", files=True)
+    r.update(
+        storage="s3",
+        in_flight_observed=64,
+        request_latency_s={"p50": 0.2013, "p95": 0.3109, "p99": 0.3655},
+        stages={"wall_s": 4.0, "time_to_first_batch_s": 0.31, "loader_s": 1.6},
+        digest_compared="ordered",
+        digest_group="raw",
+    )
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "headrace-raw?in_flight=64&decode_threads=8" in text
+    assert "…" not in text

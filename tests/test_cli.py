@@ -1,0 +1,49 @@
+"""The ``headrace`` command: user errors are messages with exit 2, never tracebacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.cli import main
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["emulate", "s3", "--endpoint", "http://127.0.0.1:1"],
+            "headrace emulate: --endpoint only makes sense with --latency-ms or --mbps",
+        ),
+        (
+            ["emulate", "s3", "--latency-ms", "-5"],
+            "headrace emulate: --latency-ms must be >= 0 and --mbps > 0 (got --latency-ms -5",
+        ),
+        (["emulate", "s3", "--mbps", "0"], "--mbps > 0 (got --latency-ms 0, --mbps 0.0)"),
+    ],
+)
+def test_subcommand_config_errors_are_messages(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["frob"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'frob' (choose from 'bench', 'gen', 'probe', 'emulate')" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_help_shows_the_real_default_root(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere/cache")
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: /somewhere/cache/headrace/bench)" in out and "default: None" not in out
