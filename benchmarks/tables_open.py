@@ -91,6 +91,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2] == "--measure":
         measure(sys.argv[1])
     else:
+        if len(sys.argv) > 1 and sys.argv[1].startswith("-"):
+            sys.exit(__doc__)
         root = sys.argv[1] if len(sys.argv) > 1 else "/tmp/headrace-1m"
         if not os.path.exists(os.path.join(root, "state.json")):
             write(root)

@@ -17,6 +17,7 @@ import pytest
 from headrace.errors import ReadEOFError, StorageError
 from headrace.io import (
     STRATEGIES,
+    LocalFile,
     RangeReader,
     ReaderConfig,
     deep_io_pool,
@@ -226,3 +227,20 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
             r.read(path, far_ranges(3, 100))
     assert threading.active_count() == threads
     assert _fd_count() == fds
+
+
+def test_open_that_fails_after_open_closes_its_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 100)
+
+    def broken_fstat(fd: int) -> os.stat_result:
+        raise OSError(errno.EIO, "Input/output error")
+
+    before = _fd_count()
+    monkeypatch.setattr(os, "fstat", broken_fstat)
+    with pytest.raises(StorageError, match=r"f\.bin: cannot open \(Input/output error\)"):
+        LocalFile(path)
+    monkeypatch.undo()
+    assert _fd_count() == before

@@ -276,3 +276,20 @@ def test_stale_iterator_raises_instead_of_hanging_or_replaying(
     elif action == "load_state_dict":
         assert ld.step == 10  # the stale iterator did not move the restored state
     ld.close()
+
+
+def test_batch_at_while_the_producer_reads(token_path: Path) -> None:
+    # Random access from the consumer's thread while the producer thread reads:
+    # the loader serialises source calls, so both see the same bytes.
+    ref = loader(token_path)
+    want = {t: batch_digest([ref.batch_at(t)]) for t in range(0, 200, 7)}
+    with loader(token_path, prefetch=4, chunk_steps=2) as ld:
+        it = iter(ld)
+        for t in range(0, 200, 7):
+            next(it)
+            assert batch_digest([ld.batch_at(t)]) == want[t]
+
+
+def test_bool_seed_is_refused(token_path: Path) -> None:
+    with pytest.raises(ConfigError, match="seed"):
+        loader(token_path, seed=True)

@@ -52,7 +52,11 @@ class LocalFile:
             self._fd: int = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise open_error(self.path, exc) from exc
-        self.size: int = os.fstat(self._fd).st_size
+        try:
+            self.size: int = os.fstat(self._fd).st_size
+        except OSError as exc:  # close what we opened: no fd leaks on any error path
+            os.close(self._fd)
+            raise open_error(self.path, exc) from exc
         self._map: mmap.mmap | None = None
         self._dfd = -1
         # Readers share one LocalFile across I/O threads; the lazy map and
