@@ -194,6 +194,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
         if not isinstance(phase, int) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
         self._start, self._phase, self.seed = st.step, phase, st.seed
+        # The last iteration's loader would otherwise go on answering state_dict()
+        # with its own step; closing it also makes its iterator stale (StateError).
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
 
     # -- iteration -----------------------------------------------------------------
     def __iter__(self) -> Iterator[TensorBatch]:
@@ -345,15 +350,19 @@ class HeadraceDataLoader:
         if multiprocessing_context is None and self.context is not None:
             _preload_torch(self.context)
         self._workers: WorkerBatches | None = None
+        self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
         self.step: int = dataset.state_dict()["step"]
 
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset
         ds.load_state_dict(ds.state_at(self.step))
+        self._generation += 1
+        generation = self._generation
         if not self.num_workers:
             for batch in ds.iter_arrays():
                 self.step += 1
                 yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+                self._check_current(generation)
             return
         self.close()
         cfg = RingConfig(
@@ -382,8 +391,18 @@ class HeadraceDataLoader:
                     yield {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
                 else:
                     yield {k: torch.from_numpy(a) for k, a in batch.items()}
+                self._check_current(generation)
         finally:
             workers.close()
+
+    def _check_current(self, generation: int) -> None:
+        # Checked when the consumer asks for the next batch: a stale iterator would
+        # otherwise go on counting its own steps into the restored ``step``.
+        if generation != self._generation:
+            raise StateError(
+                "this iterator is stale: load_state_dict() or a newer iter() on its "
+                "HeadraceDataLoader came after it began; iterate the loader again"
+            )
 
     def close(self) -> None:
         """Stop the workers of the last iteration, if any (tensors handed out stay valid)."""
@@ -402,5 +421,7 @@ class HeadraceDataLoader:
         return self.dataset.state_at(self.step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from the saved step; an iterator already running raises StateError."""
         self.dataset.load_state_dict(state)
+        self._generation += 1
         self.step = self.dataset.state_dict()["step"]

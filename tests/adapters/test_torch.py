@@ -110,6 +110,40 @@ def test_headrace_dataloader_iterating_again_continues(
     assert first + digests(dl, 4) == reference[:9]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_restores_a_state_after_iterating(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # Rolling back in the same process: the state loaded wins over the step reached.
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    digests(dl, 7)
+    dl.load_state_dict(dl.dataset.state_at(2))
+    assert dl.state_dict()["step"] == 2
+    assert digests(dl, 3) == reference[2:5]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_iterator_is_stale_after_load_state_dict(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    it = iter(dl)
+    digests(it, 4)
+    dl.load_state_dict(dl.dataset.state_at(1))
+    with pytest.raises(StateError, match="stale"):
+        next(it)
+    assert dl.state_dict()["step"] == 1  # the stale iterator counted nothing into it
+    assert digests(dl, 2) == reference[1:3]
+
+
+def test_dataset_state_after_load_is_the_loaded_step(root: Path, reference: list[str]) -> None:
+    ds = dataset(root)
+    digests(iter(ds), 5)
+    ds.load_state_dict(ds.state_at(1))
+    assert ds.state_dict()["step"] == 1
+    assert digests(iter(ds), 2) == reference[1:3]
+
+
 def test_stock_dataloader_resumes_from_state_at(root: Path, reference: list[str]) -> None:
     ds = dataset(root)
     ds.load_state_dict(ds.state_at(11))
