@@ -261,6 +261,13 @@ class WorkerBatches:
         self._pending = collections.deque()
         self._rings = [None] * k
         self.shm_names = []
+        try:
+            pickle.dumps(self.cfg.source)
+        except Exception as exc:
+            raise ConfigError(
+                f"the source {self.cfg.source!r} does not pickle ({type(exc).__name__}: {exc}); "
+                "worker processes need a picklable source (or use num_workers=0)."
+            ) from exc
         for w in range(k):
             out_r, out_w = self.ctx.Pipe(duplex=False)
             back_r, back_w = self.ctx.Pipe(duplex=False)
@@ -270,10 +277,16 @@ class WorkerBatches:
                 name=f"headrace-worker-{w}",
                 daemon=True,
             )
+            try:
+                p.start()
+            except BaseException:
+                for c in (out_r, out_w, back_r, back_w):
+                    c.close()
+                self.close()  # the workers already started
+                raise
             self._procs.append(p)
             self._out.append(out_r)
             self._back.append(back_w)
-            p.start()
             # Our copies of the worker's ends go, so a dead worker reads as EOF here.
             out_w.close()
             back_r.close()

@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 from itertools import islice
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,37 @@ def test_spawn_context_works_too(root: Path, reference: list[str]) -> None:
     dl = ht.HeadraceDataLoader(dataset(root), num_workers=1, multiprocessing_context="spawn")
     assert [digest(b) for b in islice(dl, 3)] == reference[:3]
     dl.close()
+
+
+def test_a_source_that_does_not_pickle_is_named_and_leaves_nothing(root: Path) -> None:
+    src = token_source(root)
+    src.lock = threading.Lock()  # type: ignore[attr-defined]
+    dl = ht.HeadraceDataLoader(dataset(root, source=src), num_workers=2)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ConfigError, match=r"TokenSource.*does not pickle"):
+        next(iter(dl))
+    dl.close()
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_worker_that_fails_to_start_leaves_nothing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wb = ring(token_source(root), workers=3)
+    pids: list[int] = []
+    cls = wb.ctx.Process
+    real = cls.start
+
+    def start(p: Any) -> None:  # the third worker fails to start
+        if len(pids) == 2:
+            raise OSError("no more processes")
+        real(p)
+        pids.append(p.pid)
+
+    monkeypatch.setattr(cls, "start", start)
+    forkserver.ensure_running()  # its own fds are not ours to count
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="no more processes"):
+        iter(wb)
+    gone(wb, pids)
+    assert len(os.listdir("/proc/self/fd")) == fds
