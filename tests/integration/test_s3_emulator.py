@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -225,3 +226,58 @@ def test_local_s3_stops_by_pid() -> None:
     assert server.pid is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _dead(pid: int) -> bool:
+    """Exited: no /proc entry, or a zombie its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_local_s3_dies_with_its_parent() -> None:
+    script = (
+        "import time\n"
+        "from headrace.emulate import LocalS3\n"
+        "print(LocalS3().start().pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        parent.kill()  # no finally, no atexit: only the lifeline pipe can stop moto
+        parent.communicate()  # reaps it and closes our end of its stdout
+        deadline = time.monotonic() + 15  # a bound on hanging, not a speed check
+        while not _dead(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _dead(pid), "moto outlived its parent"
+    finally:
+        if not _dead(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_local_s3_interrupted_while_starting_leaves_no_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[int] = []
+
+    def interrupted(self: LocalS3) -> None:
+        assert self.pid is not None
+        started.append(self.pid)
+        raise KeyboardInterrupt  # fault injection: Ctrl-C while waiting for moto
+
+    monkeypatch.setattr(LocalS3, "_wait_ready", interrupted)
+    server = LocalS3()
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert len(started) == 1 and server.pid is None
+    try:
+        with pytest.raises(ProcessLookupError):
+            os.kill(started[0], 0)
+    finally:
+        if not _dead(started[0]):
+            os.kill(started[0], signal.SIGKILL)  # the server this test started, by PID
