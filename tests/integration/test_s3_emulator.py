@@ -6,6 +6,7 @@ import argparse
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -281,3 +282,25 @@ def test_local_s3_interrupted_while_starting_leaves_no_server(
     finally:
         if not _dead(started[0]):
             os.kill(started[0], signal.SIGKILL)  # the server this test started, by PID
+
+
+def test_silent_upstream_gets_a_504_not_a_hang() -> None:
+    # An upstream that accepts connections and never answers (a hung store).
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    upstream = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        with LatencyProxy(upstream, upstream_timeout_s=0.2) as proxy:
+            conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+            status, body = _get(conn, "/bucket/key")
+            conn.close()
+    finally:
+        silent.close()
+    assert status == 504
+    assert upstream.encode() in body and b"0.2 s" in body
+
+
+def test_upstream_timeout_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="upstream_timeout_s must be > 0"):
+        LatencyProxy("http://127.0.0.1:9", upstream_timeout_s=0)
