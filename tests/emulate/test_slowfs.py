@@ -283,16 +283,7 @@ def test_unknown_slowmount_option_is_a_config_error(tmp_path, src):
         SlowMount(src, tmp_path / "mnt", read_latncy_ms=5)
 
 
-def _dead(pid: int) -> bool:
-    """Exited: no /proc entry, or a zombie its new parent has not reaped yet."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def test_server_unmounts_and_exits_when_its_parent_is_killed(tmp_path, src, slow_mount):
+def test_server_unmounts_and_exits_when_its_parent_is_killed(tmp_path, src, slow_mount, pid_exited):
     slow_mount(src)
     mnt = tmp_path / "mnt"
     script = (
@@ -312,12 +303,12 @@ def test_server_unmounts_and_exits_when_its_parent_is_killed(tmp_path, src, slow
         parent.kill()  # no finally, no atexit: only the lifeline pipe can stop the server
         parent.communicate()  # reaps it and closes our end of its stdout
         deadline = time.monotonic() + 15  # a bound on hanging, not a speed check
-        while not (_dead(pid) and not is_mounted(mnt)) and time.monotonic() < deadline:
+        while not (pid_exited(pid) and not is_mounted(mnt)) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _dead(pid), "slowfs outlived its parent"
+        assert pid_exited(pid), "slowfs outlived its parent"
         assert not is_mounted(mnt)
     finally:
-        if not _dead(pid):
+        if not pid_exited(pid):
             os.kill(pid, signal.SIGKILL)
         if is_mounted(mnt):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)

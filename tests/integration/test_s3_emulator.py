@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -229,16 +229,7 @@ def test_local_s3_stops_by_pid() -> None:
         os.kill(pid, 0)
 
 
-def _dead(pid: int) -> bool:
-    """Exited: no /proc entry, or a zombie its new parent has not reaped yet."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def test_local_s3_dies_with_its_parent() -> None:
+def test_local_s3_dies_with_its_parent(pid_exited: Callable[[int], bool]) -> None:
     script = (
         "import time\n"
         "from headrace.emulate import LocalS3\n"
@@ -253,16 +244,16 @@ def test_local_s3_dies_with_its_parent() -> None:
         parent.kill()  # no finally, no atexit: only the lifeline pipe can stop moto
         parent.communicate()  # reaps it and closes our end of its stdout
         deadline = time.monotonic() + 15  # a bound on hanging, not a speed check
-        while not _dead(pid) and time.monotonic() < deadline:
+        while not pid_exited(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _dead(pid), "moto outlived its parent"
+        assert pid_exited(pid), "moto outlived its parent"
     finally:
-        if not _dead(pid):
+        if not pid_exited(pid):
             os.kill(pid, signal.SIGKILL)
 
 
 def test_local_s3_interrupted_while_starting_leaves_no_server(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, pid_exited: Callable[[int], bool]
 ) -> None:
     started: list[int] = []
 
@@ -280,7 +271,7 @@ def test_local_s3_interrupted_while_starting_leaves_no_server(
         with pytest.raises(ProcessLookupError):
             os.kill(started[0], 0)
     finally:
-        if not _dead(started[0]):
+        if not pid_exited(started[0]):
             os.kill(started[0], signal.SIGKILL)  # the server this test started, by PID
 
 
