@@ -47,3 +47,18 @@ def slow_mount(tmp_path: Path) -> Iterator[Callable[..., SlowMount]]:
     yield mount
     for m in reversed(mounts):
         m.stop()
+
+
+def _pid_exited(pid: int) -> bool:
+    """No /proc entry, or a zombie its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture
+def pid_exited() -> Callable[[int], bool]:
+    """Whether a process (perhaps another's orphan, reparented to init) has exited."""
+    return _pid_exited

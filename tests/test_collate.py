@@ -137,6 +137,18 @@ def test_bad_arguments() -> None:
         pad_batch([[[1, 2]], [[3, 4]]])
 
 
+def test_float_pad_values_round_but_must_not_overflow() -> None:
+    rows = [np.array([1.0, 2.0], np.float32), np.array([3.0], np.float32)]
+    values, _ = pad_batch(rows, pad_value=0.1)  # rounds to float32's 0.1: fine
+    assert values[1, 1] == np.float32(0.1)
+    values, mask = pad_batch(rows, pad_value=float("nan"))
+    assert np.isnan(values[1, 1]) and not mask[1, 1] and values[0, 1] == 2.0
+    values, _ = pad_batch(rows, pad_value=float("-inf"))
+    assert values[1, 1] == -np.inf
+    with pytest.raises(ConfigError, match=r"pad_value 1000000.0 does not fit dtype float16"):
+        pad_batch(rows, pad_value=1e6, dtype=np.float16)  # overflows to inf
+
+
 def test_ragged_validation() -> None:
     with pytest.raises(ConfigError, match=r"must never decrease"):
         Ragged(values=np.arange(4), offsets=np.array([0, 3, 2]))

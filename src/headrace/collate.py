@@ -34,10 +34,19 @@ def _is_tensor(x: object) -> bool:
 
 def _check_pad(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
     try:
-        cast = np.array(pad_value).astype(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = np.array(pad_value).astype(dtype)
     except (OverflowError, ValueError) as exc:
         raise errors.ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
-    if cast.item() != pad_value:
+    got = cast.item()
+    if dtype.kind in "fc" and not isinstance(pad_value, bool):
+        # A float dtype rounds (0.1 in float32 is fine) and NaN != NaN; what
+        # does not fit is a finite value that overflows to inf.
+        fits = bool(np.isfinite(got)) or not bool(np.isfinite(pad_value))
+        fits = fits and bool(np.isnan(got)) == bool(np.isnan(pad_value))
+    else:
+        fits = got == pad_value
+    if not fits:
         raise errors.ConfigError(
             f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})"
         )

@@ -281,3 +281,34 @@ def test_cli_rejects_bad_arguments_before_mounting(tmp_path, src):
 def test_unknown_slowmount_option_is_a_config_error(tmp_path, src):
     with pytest.raises(ConfigError, match="read_latency_ms"):
         SlowMount(src, tmp_path / "mnt", read_latncy_ms=5)
+
+
+def test_server_unmounts_and_exits_when_its_parent_is_killed(tmp_path, src, slow_mount, pid_exited):
+    slow_mount(src)
+    mnt = tmp_path / "mnt"
+    script = (
+        "import sys, time\n"
+        "from headrace.emulate import SlowMount\n"
+        "m = SlowMount(sys.argv[1], sys.argv[2]).start()\n"
+        "print(m.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "src"))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, str(src), str(mnt)], stdout=subprocess.PIPE, env=env
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        parent.kill()  # no finally, no atexit: only the lifeline pipe can stop the server
+        parent.communicate()  # reaps it and closes our end of its stdout
+        deadline = time.monotonic() + 15  # a bound on hanging, not a speed check
+        while not (pid_exited(pid) and not is_mounted(mnt)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pid_exited(pid), "slowfs outlived its parent"
+        assert not is_mounted(mnt)
+    finally:
+        if not pid_exited(pid):
+            os.kill(pid, signal.SIGKILL)
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)

@@ -243,6 +243,34 @@ def test_schema_mismatch_between_shards(tmp_path: Path) -> None:
         Table.open(tmp_path)
 
 
+def test_non_null_rows_next_to_nulls_keep_exact_values(tmp_path: Path) -> None:
+    big = 2**53 + 1  # not a float64: a NaN-carrying conversion would round it
+    t = pa.table(
+        {
+            "x": pa.array([big, None, big + 2], pa.int64()),
+            "flag": pa.array([True, None, False]),
+            "vec": pa.array([[1, 2], None, [5, 6]], pa.list_(pa.int32(), 2)),
+        }
+    )
+    for path in (tmp_path / "n.arrow", tmp_path / "n.parquet"):
+        if path.suffix == ".parquet":
+            pq.write_table(t, path)
+        else:
+            _write_file(path, t, chunk=2)  # rows 0-1 in one batch, row 2 in the next
+        tb = Table.open(path)
+        got = tb.read_rows([2, 0])
+        assert got["x"].tolist() == [big + 2, big]
+        assert got["flag"].tolist() == [False, True]
+        assert got["vec"].tolist() == [[5, 6], [1, 2]]
+        for c in ("x", "flag", "vec"):
+            with pytest.raises(FormatError, match=rf"column '{c}': row 1 is null"):
+                tb.read_rows([1], columns=[c])
+    t = pa.table({"vec": pa.array([[1, None]], pa.list_(pa.int32(), 2))})
+    _write_file(tmp_path / "m.arrow", t)
+    with pytest.raises(FormatError, match=r"m.arrow: column 'vec': row 0 has null items"):
+        Table.open(tmp_path / "m.arrow").read_rows([0])
+
+
 def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
     t = pa.table(
         {"ids": pa.array([[1, 2], None, [3]], pa.list_(pa.int64())), "x": pa.array([1, None, 3])}

@@ -6,10 +6,12 @@ import argparse
 import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -225,3 +227,71 @@ def test_local_s3_stops_by_pid() -> None:
     assert server.pid is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_local_s3_dies_with_its_parent(pid_exited: Callable[[int], bool]) -> None:
+    script = (
+        "import time\n"
+        "from headrace.emulate import LocalS3\n"
+        "print(LocalS3().start().pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        parent.kill()  # no finally, no atexit: only the lifeline pipe can stop moto
+        parent.communicate()  # reaps it and closes our end of its stdout
+        deadline = time.monotonic() + 15  # a bound on hanging, not a speed check
+        while not pid_exited(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pid_exited(pid), "moto outlived its parent"
+    finally:
+        if not pid_exited(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_local_s3_interrupted_while_starting_leaves_no_server(
+    monkeypatch: pytest.MonkeyPatch, pid_exited: Callable[[int], bool]
+) -> None:
+    started: list[int] = []
+
+    def interrupted(self: LocalS3) -> None:
+        assert self.pid is not None
+        started.append(self.pid)
+        raise KeyboardInterrupt  # fault injection: Ctrl-C while waiting for moto
+
+    monkeypatch.setattr(LocalS3, "_wait_ready", interrupted)
+    server = LocalS3()
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert len(started) == 1 and server.pid is None
+    try:
+        with pytest.raises(ProcessLookupError):
+            os.kill(started[0], 0)
+    finally:
+        if not pid_exited(started[0]):
+            os.kill(started[0], signal.SIGKILL)  # the server this test started, by PID
+
+
+def test_silent_upstream_gets_a_504_not_a_hang() -> None:
+    # An upstream that accepts connections and never answers (a hung store).
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    upstream = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    try:
+        with LatencyProxy(upstream, upstream_timeout_s=0.2) as proxy:
+            conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+            status, body = _get(conn, "/bucket/key")
+            conn.close()
+    finally:
+        silent.close()
+    assert status == 504
+    assert upstream.encode() in body and b"0.2 s" in body
+
+
+def test_upstream_timeout_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="upstream_timeout_s must be > 0"):
+        LatencyProxy("http://127.0.0.1:9", upstream_timeout_s=0)

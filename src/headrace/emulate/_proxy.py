@@ -206,6 +206,10 @@ class LatencyProxy:
     ``upstream`` is ``http://host:port``. ``latency_ms`` is paid once per request
     before it is forwarded (a one-way floor); ``mbps`` caps the response bytes
     of all connections together, in megabytes (10**6 B) per second.
+    ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
+    connect and send its response head, then to send its body): past it the
+    client gets ``504 Gateway Timeout`` (or, mid-body, a closed connection)
+    instead of waiting forever on a hung upstream.
     """
 
     def __init__(
@@ -216,6 +220,7 @@ class LatencyProxy:
         mbps: float | None = None,
         faults: Sequence[FaultRule] = (),
         port: int = 0,
+        upstream_timeout_s: float = 30.0,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -224,6 +229,9 @@ class LatencyProxy:
             raise ConfigError(f"latency_ms must be >= 0 (got {latency_ms}).")
         if mbps is not None and mbps <= 0:
             raise ConfigError(f"mbps must be > 0 or None (got {mbps}).")
+        if not upstream_timeout_s > 0:
+            raise ConfigError(f"upstream_timeout_s must be > 0 (got {upstream_timeout_s}).")
+        self.upstream_timeout_s = float(upstream_timeout_s)
         self.upstream = upstream
         self._up_host = parts.hostname
         self._up_port = parts.port or 80
@@ -425,13 +433,28 @@ class LatencyProxy:
     async def _forward(
         self, request: _Message, raw: bytes, writer: asyncio.StreamWriter, *, cut: str | None
     ) -> bool:
-        up_reader, up_writer = await asyncio.open_connection(
-            self._up_host, self._up_port, limit=_MAX_HEAD
-        )
+        up_writer: asyncio.StreamWriter | None = None
         try:
-            up_writer.write(raw)
-            await up_writer.drain()
-            head = await _read_head(up_reader)
+            async with asyncio.timeout(self.upstream_timeout_s):
+                up_reader, up_writer = await asyncio.open_connection(
+                    self._up_host, self._up_port, limit=_MAX_HEAD
+                )
+                up_writer.write(raw)
+                await up_writer.drain()
+                head = await _read_head(up_reader)
+        except TimeoutError:
+            payload = (
+                f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s"
+            )
+            writer.write(
+                b"HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
+                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n{payload}".encode()
+            )
+            await writer.drain()
+            if up_writer is not None:
+                up_writer.close()
+            return False
+        try:
             if head is None:
                 return False
             response = _Message(head)
@@ -441,7 +464,11 @@ class LatencyProxy:
             if bodyless:
                 body = b""
             else:
-                body = await _read_body(up_reader, response, until_eof=True)
+                try:
+                    async with asyncio.timeout(self.upstream_timeout_s):
+                        body = await _read_body(up_reader, response, until_eof=True)
+                except TimeoutError:
+                    return False  # the client sees its response cut short, not a hang
             if cut == "short" and body and response.length is not None:
                 body = body[: len(body) // 2]
                 head = _with_length(head, len(body))

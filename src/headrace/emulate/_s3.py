@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, Self
 
+from headrace.emulate._lifeline import argv_for
 from headrace.emulate._proxy import LatencyProxy
 from headrace.errors import ConfigError, StorageError
 
@@ -98,8 +98,10 @@ class LocalS3:
             # moto logs every request on stderr: a pipe nobody drains would fill up and
             # hang the server after a few hundred requests, so it goes to a file.
             self._log = tempfile.TemporaryFile()
+            # The lifeline pipe on stdin stops moto when this process dies, even by SIGKILL.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self._port)],
+                argv_for("moto.server", "-H", "127.0.0.1", "-p", str(self._port)),
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
                 env=env,
@@ -108,9 +110,10 @@ class LocalS3:
             try:
                 self._wait_ready()
                 return self
-            except StorageError:
+            except BaseException as exc:
+                # Ctrl-C or any error while waiting must not leave moto running.
                 self.close()
-                if attempt == 1:
+                if attempt == 1 or not isinstance(exc, StorageError):
                     raise
         return self  # pragma: no cover - the loop returns or raises
 
@@ -151,6 +154,8 @@ class LocalS3:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()
         if self._log is not None:
             self._log.close()
             self._log = None

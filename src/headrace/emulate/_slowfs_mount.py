@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import headrace
+from headrace.emulate._lifeline import argv_for
 from headrace.emulate._mounts import is_mounted
 from headrace.emulate._slowfs_config import SlowFSConfig
 from headrace.errors import ConfigError, StateError, StorageError
@@ -106,20 +107,19 @@ class SlowMount:
         # through sys.path edits (e.g. PYTHONPATH=src in a worktree).
         pkg_root = str(Path(headrace.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
-        argv = [
-            sys.executable,
-            "-m",
+        argv = argv_for(
             "headrace.emulate._slowfs",
             str(self.src),
             str(self.mnt),
             *self.config.to_argv(),
             f"--stats-file={self._stats_file}",
-        ]
+        )
         # A new session keeps a Ctrl-C meant for the caller from killing the
-        # server before the caller has unmounted.
+        # server before the caller has unmounted; the lifeline pipe on stdin
+        # unmounts and stops it when the caller dies, even by SIGKILL.
         self._proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -190,6 +190,8 @@ class SlowMount:
             subprocess.run([fusermount, "-u", "-z", str(self.mnt)], capture_output=True)
         with contextlib.suppress(OSError, ValueError):
             self.final_stats = self._read_stats()
+        if proc.stdin is not None:
+            proc.stdin.close()
         if self._log is not None:
             self._log.close()
         if self._own_dir is not None:

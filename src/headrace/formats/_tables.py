@@ -358,10 +358,29 @@ class Table:
             valid = arr.is_valid().to_numpy(zero_copy_only=False)
         try:
             if col.kind == "scalar":
+                # With nulls, to_numpy turns integers into float64 with NaN, which
+                # rounds int64 values past 2**53; nulls become 0 here instead (the
+                # rows are refused by _null_check anyway).
+                if valid is not None:
+                    arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
                 return (arr.to_numpy(zero_copy_only=False), valid)
             if col.kind == "fixed":
-                flat = arr.flatten().to_numpy(zero_copy_only=valid is None)
-                return (flat.reshape(len(arr), col.width), valid)
+                # The child values of every slot, null rows included, so that row
+                # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).
+                k = col.width
+                items = arr.values.slice(arr.offset * k, len(arr) * k)
+                if items.null_count:
+                    ok = items.is_valid().to_numpy(zero_copy_only=False).reshape(len(arr), k)
+                    bad = ~ok.all(axis=1) if valid is None else ~ok.all(axis=1) & valid
+                    if bad.any():
+                        row = int(self._starts[span]) + int(np.flatnonzero(bad)[0])
+                        raise FormatError(
+                            f"{path}: column {name!r}: row {row} has null items; "
+                            f"expected {k} numbers"
+                        )
+                    items = items.fill_null(0)
+                flat = items.to_numpy(zero_copy_only=False)
+                return (flat.reshape(len(arr), k), valid)
             if col.kind == "ragged":
                 if arr.values.null_count:
                     raise FormatError(

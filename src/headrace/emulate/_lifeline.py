@@ -1,0 +1,57 @@
+"""Server subprocesses that die with their parent: a pipe on stdin, and its EOF.
+
+The command line from :func:`argv_for` runs ``MODULE`` as ``__main__`` (like
+``python -m MODULE ARG...``) and watches stdin from a daemon thread. The
+parent starts it with ``stdin=PIPE`` and never writes; when the parent exits
+for any reason, SIGKILL included, the kernel closes the pipe's write end, the
+read returns EOF and the child sends itself SIGTERM, which moto's server and
+libfuse (it unmounts) both treat as a clean stop.
+
+A pipe rather than ``PR_SET_PDEATHSIG``: that signal fires when the *thread*
+that forked the child exits, so a server started from a short-lived thread
+would die early, and it is Linux-only.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import threading
+
+__all__ = ["argv_for", "main", "watch_stdin"]
+
+
+def argv_for(module: str, *args: str) -> list[str]:
+    """The command line that runs ``python -m module args...`` under the lifeline."""
+    # ``-c`` rather than ``-m`` this module: the package imports it already, and
+    # runpy warns (on stderr, into error messages) about running such a module.
+    return [sys.executable, "-c", f"import {__name__} as m; m.main()", module, *args]
+
+
+def _wait_for_eof() -> None:
+    fd = sys.stdin.fileno()
+    while True:
+        try:
+            if not os.read(fd, 4096):
+                break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries this itself
+            continue
+        except OSError:
+            break
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def watch_stdin() -> None:
+    """From a daemon thread: SIGTERM this process once stdin reaches EOF."""
+    threading.Thread(target=_wait_for_eof, name="lifeline", daemon=True).start()
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -c 'import headrace.emulate._lifeline as m; m.main()' MODULE ...")
+    module = sys.argv[1]
+    sys.argv = [module, *sys.argv[2:]]
+    watch_stdin()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
