@@ -18,6 +18,7 @@ from headrace.formats import (
     write_megatron_index,
     write_token_sidecar,
 )
+from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
 
@@ -254,3 +255,46 @@ def test_batch_over_several_epochs_and_windows_is_the_file_bytes(
         assert np.array_equal(batch["x"], want[:, :-1])
         assert np.array_equal(batch["y"], want[:, 1:])
     src.close()
+
+
+@pytest.mark.parametrize("reads", ["populate", "pread"])
+def test_next_window_is_read_ahead_and_batches_do_not_change(tmp_path: Path, reads: str) -> None:
+    # 8 full windows of 255 samples (64 KiB, 4 blocks each): by the time the plan is half a
+    # window from the next window, that window is open and requested whole, before any
+    # batch needs it.
+    write_tokens(tmp_path / "t.bin", 8 * 255 * 64 + 1)
+    kw = {"dtype": "uint32", "context": 64, "window_bytes": 64 << 10, "block_bytes": 16 << 10}
+    src = TokenSource(tmp_path / "t.bin", reads=reads, **kw)  # type: ignore[arg-type]
+    per_window = src.layout.per_window
+    first = int(src.layout.locate(5, np.array([0])).window[0])
+    second = int(src.layout.locate(5, np.array([per_window])).window[0])
+    with Loader(src, batch_size=8, seed=5, prefetch=0, chunk_steps=4) as loader:
+        it = iter(loader)
+        while loader.step * 8 < per_window // 2 + 8 * 4:
+            next(it)
+        assert set(src._windows) == {first, second}  # opened before the plan reached it
+        nxt = src._windows[second]
+        assert len(nxt.pending) + int(nxt.filled.sum()) == nxt.filled.size  # requested whole
+        src._windows[second].drain()
+        assert src._windows[second].pending == {}
+        at = loader.step
+        ahead = batch_digest(islice(it, 60))
+    plain = TokenSource(tmp_path / "t.bin", reads=reads, read_ahead=False, **kw)  # type: ignore[arg-type]
+    with Loader(plain, batch_size=8, seed=5, prefetch=0, chunk_steps=4) as loader:
+        loader.load_state_dict({**loader.state_dict(), "step": at})
+        assert batch_digest(islice(iter(loader), 60)) == ahead
+        assert len(plain._windows) <= 2
+
+
+def test_read_ahead_never_evicts_a_window_in_use(tmp_path: Path) -> None:
+    # Tiny windows (3 samples), chunks spanning several of them: whatever the look-ahead
+    # opens, every batch still equals the bytes of the file (checked against a reader
+    # with no look-ahead and a single window at a time).
+    write_tokens(tmp_path / "t.bin", 5_000, "uint16")
+    kw = {"dtype": "uint16", "context": 32, "window_bytes": 200, "block_bytes": 4096}
+    outs = []
+    for ahead, windows in ((True, 2), (True, 3), (False, 1)):
+        src = TokenSource(tmp_path / "t.bin", read_ahead=ahead, max_windows=windows, **kw)  # type: ignore[arg-type]
+        with Loader(src, batch_size=6, seed=1, prefetch=2, chunk_steps=3, steps=80) as loader:
+            outs.append(batch_digest(iter(loader)))
+    assert outs[0] == outs[1] == outs[2]

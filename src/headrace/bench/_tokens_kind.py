@@ -141,6 +141,8 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
         raise ConfigError(f"variant {spec.text!r}: reads must be 'populate' or 'pread'")
     src = k.source(reads=reads)
     t = k.workload.train
+    # Chunking as users get it (the Loader's default) unless a variant asks otherwise.
+    chunking = {"chunk_steps": spec.int("chunk_steps", 0)} if "chunk_steps" in spec.options else {}
     loader = Loader(
         src,
         batch_size=t.batch_size,
@@ -148,8 +150,8 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
         rank=t.rank,
         world_size=t.world_size,
         prefetch=prefetch,
-        chunk_steps=spec.int("chunk_steps", 8),
         steps=steps,
+        **chunking,
     )
     return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close)
 

@@ -25,7 +25,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._tokens import TokenFile, TokenFormat, open_token_file
-from headrace.io import PAGE, LocalFile, io_pool, page_aligned_empty
+from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 __all__ = ["TokenSource", "TokenStats"]
@@ -47,6 +47,8 @@ class TokenStats:
 # copying it anywhere. Not in Python's mmap module constants yet.
 MADV_POPULATE_READ = 22
 
+_NO_BLOCKS = np.zeros(0, dtype=np.intp)
+
 
 class _Window:
     """One lazily filled window of a token file.
@@ -64,6 +66,7 @@ class _Window:
         "_rows",
         "block_bytes",
         "buf",
+        "complete",
         "file",
         "filled",
         "mapped",
@@ -98,11 +101,14 @@ class _Window:
         self.buf: NDArray[Any] = self._bytes.view(dtype)
         self.block_bytes = block_bytes
         self.filled = np.zeros(-(-self._bytes.size // block_bytes), dtype=bool)
+        self.complete = False  # every block filled: nothing left to compute or request
         self._rows: NDArray[Any] | None = None
         self.pending: dict[int, Future[None]] = {}
 
     def blocks(self, starts: NDArray[np.int64], length: int) -> NDArray[np.intp]:
-        """Blocks that tokens ``[s, s + length)`` touch, for each start."""
+        """Blocks that tokens ``[s, s + length)`` touch and are not filled yet."""
+        if self.complete:
+            return _NO_BLOCKS
         isz = self.buf.itemsize
         first = starts * isz // self.block_bytes
         last = ((starts + length) * isz - 1) // self.block_bytes
@@ -144,6 +150,7 @@ class _Window:
             exc = fut.exception()
             if exc is None:
                 self.filled[b] = True
+                self.complete = bool(self.filled.all())
                 stats.blocks_read += 1
                 stats.bytes_read += self._block_len(b)
             elif b in wanted:
@@ -170,7 +177,7 @@ class _Window:
             return
         start = (self.offset + lo) // PAGE * PAGE  # madvise wants a page-aligned start
         try:
-            self.file.mapped.madvise(MADV_POPULATE_READ, start, self.offset + lo + n - start)
+            madvise(self.memory, start, self.offset + lo + n - start, MADV_POPULATE_READ)
         except OSError as exc:
             raise StorageError(
                 exc.errno or errno.EIO,
@@ -197,12 +204,8 @@ class _Window:
         """Drop a mapped window's pages from this process (the page cache keeps them)."""
         if self.mapped and self._bytes.size:
             start = self.offset // PAGE * PAGE
-            try:
-                self.file.mapped.madvise(
-                    mmap.MADV_DONTNEED, start, self.offset + self._bytes.size - start
-                )
-            except (OSError, ValueError):  # the map is closed: nothing is mapped any more
-                pass
+            # The window's view keeps the map open, so this cannot fail on a closed map.
+            madvise(self.memory, start, self.offset + self._bytes.size - start, mmap.MADV_DONTNEED)
 
     def rows(self, context: int) -> NDArray[Any]:
         """A cached ``(S, L + 1)`` view: row ``i`` is tokens ``[i*L, i*L + L + 1)``."""
@@ -221,6 +224,12 @@ class TokenSource:
     Sample ``n`` is a pure function of ``(seed, n)``: see
     :class:`headrace.plan.WindowLayout`. ``shuffle=False`` gives the
     unshuffled order a validation split wants; it wraps around at the end.
+
+    Under a :class:`~headrace.pipeline.Loader`, reads run ahead of the batches:
+    each chunk's blocks while the previous chunk is consumed, and (with
+    ``read_ahead``, the default) the whole next window from half a window
+    before the plan reaches it, so a window switch on cold storage does not
+    stall a step. At most ``max_windows`` windows are held.
     """
 
     def __init__(
@@ -235,6 +244,7 @@ class TokenSource:
         shuffle: bool = True,
         max_windows: int = 2,
         reads: Literal["populate", "pread"] = "populate",
+        read_ahead: bool = True,
     ) -> None:
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
@@ -276,12 +286,15 @@ class TokenSource:
         if reads not in ("populate", "pread"):
             raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
         self.reads = reads
+        self.read_ahead = read_ahead
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
         self._open: dict[int, LocalFile] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
+        self._gathered: set[int] = set()  # the windows of the last gather
+        self._ahead_checked: tuple[int, int] | None = None
         self._window_nbytes = (
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
@@ -320,6 +333,7 @@ class TokenSource:
         L = self.context
         groups = group_by_window(plan.epoch, plan.window)
         out: NDArray[Any] | None = None
+        self._gathered = {w for (_, w), _ in groups}
         for (_, w), idx in groups:
             win = self._window(w)
             starts = plan.start if len(groups) == 1 else plan.start[idx]
@@ -347,11 +361,39 @@ class TokenSource:
         looking ahead never evicts a window the current batch still needs.
         """
         plan = self._plan(seed, samples)
+        upcoming = set()
         for (_, w), idx in group_by_window(plan.epoch, plan.window):
+            upcoming.add(w)
             if w not in self._windows and len(self._windows) >= self.max_windows:
                 continue
             win = self._window(w)
             win.request(win.blocks(plan.start[idx], self.context + 1))
+        if self.read_ahead and samples.size and self.max_windows > 1:
+            self._open_next_window(seed, int(samples.max()), upcoming | self._gathered)
+
+    def _open_next_window(self, seed: int, last: int, keep: set[int]) -> None:
+        """Fill the window that comes after this one while this one is still read.
+
+        Every block of a window is read within its first few batches (the
+        samples are spread over all of it), so the next window is requested
+        whole once the plan is within half a window of it: on cold storage its
+        reads (and on any storage, its page mapping) overlap this window's
+        batches instead of stalling the first batch after the switch. Only a
+        window that neither this chunk nor the next one uses is evicted for it.
+        """
+        half = max(1, self.layout.per_window // 2)
+        ahead = last + half
+        key = (seed, ahead // max(1, half // 4))  # look again every 1/8 of a window
+        if key == self._ahead_checked:
+            return
+        self._ahead_checked = key
+        w = int(self.layout.locate(seed, np.array([ahead], dtype=np.int64)).window[0])
+        if w in self._windows:
+            return
+        if len(self._windows) >= self.max_windows and next(iter(self._windows)) in keep:
+            return
+        win = self._window(w)
+        win.request(np.arange(win.filled.size))
 
     def starts(
         self, seed: int, samples: NDArray[np.int64]
@@ -379,8 +421,8 @@ class TokenSource:
             # Recycle the evicted window's memory: its pages are already faulted in.
             old = self._windows.popitem(last=False)[1]
             old.drain()
-            if old.mapped:
-                old.release()
+            if old.mapped:  # off the caller's path: a re-opened window just maps again
+                io_pool().submit(old.release)
             else:
                 self._free.append(old.memory)
         fi = int(self.layout.window_file[w])
@@ -430,6 +472,7 @@ class TokenSource:
         state["_windows"] = OrderedDict()
         state["_free"] = []
         state["stats"] = TokenStats()
+        state["_ahead_checked"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import typing
 from typing import Any
 
 from headrace.io._adaptive import AdaptivePolicy
-from headrace.io._buffers import PAGE, page_aligned_empty
+from headrace.io._buffers import PAGE, madvise, page_aligned_empty
 from headrace.io._file import LocalFile, open_error
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
@@ -60,6 +60,7 @@ __all__ = [
     "deep_io_threads",
     "io_pool",
     "io_threads",
+    "madvise",
     "open_error",
     "page_aligned_empty",
     "set_deep_io_threads",

@@ -9,12 +9,17 @@ so large buffers ask for huge pages and callers recycle them.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import mmap
+import os
+from functools import cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PAGE", "page_aligned_empty"]
+__all__ = ["PAGE", "madvise", "page_aligned_empty"]
 
 PAGE = mmap.PAGESIZE
 _HUGE = 2 << 20
@@ -33,3 +38,36 @@ def page_aligned_empty(nbytes: int, *, huge: bool | None = None) -> NDArray[np.u
         except OSError:  # THP disabled or not supported here: 4 KiB pages still work
             pass
     return np.frombuffer(m, dtype=np.uint8, count=nbytes)
+
+
+@cache
+def _libc_madvise() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def madvise(view: NDArray[np.uint8], start: int, length: int, advice: int) -> None:
+    """``madvise(advice)`` on bytes ``[start, start + length)`` of ``view``.
+
+    ``view`` must be an array over a whole memory map (``np.frombuffer(map)``)
+    and ``start`` page-aligned. Unlike ``mmap.madvise``, which holds the GIL
+    for the whole call (populating 4 MiB of a map takes ~0.3 ms), this calls
+    libc through ctypes, so other threads run meanwhile. Holding ``view`` keeps
+    the map from being closed, so the address stays valid during the call.
+    """
+    if not 0 <= start <= start + length <= view.size or start % PAGE:
+        raise ValueError(f"madvise range [{start}, {start + length}) is not within the map")
+    fn = _libc_madvise()
+    if fn is None:  # no libc symbol here: the GIL-holding call does the same
+        owner = getattr(view.base, "obj", view.base)
+        assert isinstance(owner, mmap.mmap)
+        owner.madvise(advice, start, length)
+        return
+    if fn(view.ctypes.data + start, length, advice) != 0:
+        err = ctypes.get_errno() or errno.EINVAL
+        raise OSError(err, os.strerror(err))
