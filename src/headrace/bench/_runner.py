@@ -85,9 +85,19 @@ def au_trial(
 
 
 def _warm(paths: list[str]) -> None:
+    """Read every file once, as a training job's data arrives: from the device.
+
+    Pages a generator has just written sit in the page cache as they were
+    written (4 KiB folios on ext4); read back through read-ahead they come in
+    large folios that map 2 MiB at a time. Measured on a 256 MiB window: 21 ms
+    to map the written pages, 2.5 ms once read back. So each file's clean
+    pages are dropped first and read back, leaving the cache as real reads do.
+    """
     buf = bytearray(16 << 20)
     for p in paths:
         with open(p, "rb", buffering=0) as f:
+            if hasattr(os, "posix_fadvise"):  # dirty pages are kept: nothing is lost
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             while f.readinto(buf):
                 pass
 
