@@ -87,14 +87,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--size",
         type=_size,
-        default=256 * MiB,
-        help="scratch file size when PATH is a directory (default 256M)",
+        default=1024 * MiB,
+        help="scratch file size when PATH is a directory (default 1G)",
     )
     parser.add_argument(
         "--row-bytes", type=int, default=4100, help="the row-sized request (default 4100)"
     )
     parser.add_argument(
-        "--ops", type=int, default=1024, help="random requests per measurement (default 1024)"
+        "--ops", type=int, default=4096, help="random requests per measurement (default 4096)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for offsets and scratch data")
     parser.add_argument(
