@@ -422,7 +422,10 @@ class TokenSource:
             old = self._windows.popitem(last=False)[1]
             old.drain()
             if old.mapped:  # off the caller's path: a re-opened window just maps again
-                io_pool().submit(old.release)
+                try:
+                    io_pool().submit(old.release)
+                except RuntimeError:  # the pool is shut down (interpreter exit)
+                    old.release()
             else:
                 self._free.append(old.memory)
         fi = int(self.layout.window_file[w])
