@@ -126,6 +126,15 @@ def test_batches_carry_source_ids_and_follow_the_plan(sources: dict[str, PaddedR
     )
 
 
+def test_empty_read_has_the_keys_and_shapes_of_a_batch(sources: dict[str, PaddedRows]) -> None:
+    mix = mixture(sources)
+    full = mix.read(5, np.arange(16, dtype=np.int64))
+    empty = mix.read(5, np.zeros(0, dtype=np.int64))
+    assert set(empty) == set(full)
+    for k, v in full.items():
+        assert empty[k].shape == (0, *v.shape[1:]) and empty[k].dtype == v.dtype
+
+
 def test_host_slices_union_is_the_global_batch(sources: dict[str, PaddedRows]) -> None:
     def run(world: int) -> list[dict[str, np.ndarray]]:
         parts = []

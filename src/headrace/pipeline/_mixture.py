@@ -131,8 +131,9 @@ class Mixture:
                 if dst is None:
                     dst = out[k] = np.empty((n, *v.shape[1:]), dtype=v.dtype)
                 dst[idx] = v
-        if not out and n == 0:
-            return {"source": np.zeros(0, dtype=np.int32)}
+        if n == 0:  # the same keys and per-sample shapes as any batch, with no samples
+            part = self.sources[0].read(source_seed(seed, 0), samples)
+            out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
 
