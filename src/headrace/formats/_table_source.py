@@ -59,9 +59,7 @@ class TableSource:
         window_rows: int = 65_536,
     ) -> None:
         if not (isinstance(shuffle, bool) or shuffle in ("full", "window")):
-            raise ConfigError(
-                f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r})."
-            )
+            raise ConfigError(f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r}).")
         if isinstance(window_rows, bool) or not isinstance(window_rows, int) or window_rows < 1:
             raise ConfigError(
                 f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "

@@ -463,7 +463,10 @@ class Table:
         sorted_span = span[order]
         cuts = np.flatnonzero(np.diff(sorted_span)) + 1
         groups = [(int(span[g[0]]), g, local[g]) for g in np.split(order, cuts) if g.size]
-        views = {s: self._views(s, names) for s, _, _ in groups}
+        # Cached spans first: decoding the misses may evict them, and a read that
+        # crosses from one shuffle window to the next needs both windows' groups.
+        spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
+        views = {s: self._views(s, names) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
             out[c] = self._gather(c, idx.size, groups, views)
