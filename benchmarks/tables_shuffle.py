@@ -5,15 +5,18 @@
 
 Writes (once) ``DIR/shuffle-R-gG.parquet``: ``R`` rows of ``input_ids``
 (``list<int32>``, 1 to 512 tokens) and ``label`` (``int64``, the row number),
-in row groups of ``G`` rows. Then runs trials alternating ``full, window,
-full, window, ...`` (A/B/A/B): each a fresh ``TableSource`` (width 512,
-``truncate=True``) through ``Loader(batch_size=32, seed=0, prefetch=0)`` for
+in row groups of ``G`` rows, and the same table as an Arrow IPC file of
+``G``-row record batches (``.arrow``). Then runs trials alternating ``full,
+window, arrow, full, window, arrow, ...`` (A/B/A/B; ``arrow``, the Arrow file
+under its default full shuffle, is a reference added after the prediction):
+each a fresh ``TableSource`` (width 512, ``truncate=True``) through ``Loader(batch_size=32, seed=0, prefetch=0)`` for
 ``--steps`` steps (default one epoch). Only ``next()`` is timed; hashing is
 not. Reports per side the median padded rows/s over the whole run and over
 its first 100 batches, the row groups decoded (``Table.decoded``), and the
 SHA-256 of the batch stream, which must be the same in every trial of a
-side. The two sides' digests differ by design (different orders); over a
-whole epoch both must deliver every label exactly once (checked).
+side. ``full`` and ``arrow`` read the same plan, so their digests must agree;
+``window``'s differs by design (another order). Over a whole epoch every
+side must deliver every label exactly once (checked).
 
 Prediction, written before the first run (from docs/rows.md: 917 rows/s for
 100 shuffled batches with a 4-group cache, 85,000 rows/s from Arrow IPC):
@@ -46,13 +49,14 @@ from headrace.testing import update_digest
 B, WIDTH, FIRST = 32, 512, 100
 
 
-def ensure_file(root: Path, rows: int, group: int) -> Path:
+def ensure_files(root: Path, rows: int, group: int) -> tuple[Path, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = root / f"shuffle-{rows}-g{group}.parquet"
-    if path.exists():
-        return path
+    arrow = path.with_suffix(".arrow")
+    if path.exists() and arrow.exists():
+        return path, arrow
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, WIDTH + 1, rows)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
@@ -62,11 +66,14 @@ def ensure_file(root: Path, rows: int, group: int) -> Path:
     tmp = path.with_suffix(".tmp")
     pq.write_table(table, tmp, row_group_size=group)
     tmp.rename(path)  # complete files only
-    return path
+    with pa.OSFile(str(tmp), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table, max_chunksize=group)
+    tmp.rename(arrow)
+    return path, arrow
 
 
-def trial(path: Path, shuffle: str, window_rows: int, steps: int) -> dict[str, Any]:
-    src = TableSource(path, width=WIDTH, truncate=True, shuffle=shuffle, window_rows=window_rows)  # type: ignore[arg-type]
+def trial(path: Path, shuffle: Any, window_rows: int, steps: int) -> dict[str, Any]:
+    src = TableSource(path, width=WIDTH, truncate=True, shuffle=shuffle, window_rows=window_rows)
     h = hashlib.sha256()
     labels = []
     waited = first = 0.0
@@ -103,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     args.root.mkdir(parents=True, exist_ok=True)
-    path = ensure_file(args.root, args.rows, args.group)
+    path, arrow = ensure_files(args.root, args.rows, args.group)
     steps = args.steps or -(-args.rows // B)
-    sides = ("full", "window")
+    sides = {"full": (path, "full"), "window": (path, "window"), "arrow": (arrow, True)}
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for _ in range(args.trials):
-        for s in sides:  # A/B/A/B
-            r = trial(path, s, args.window_rows, steps)
+        for s, (p, shuffle) in sides.items():  # A/B/A/B
+            r = trial(p, shuffle, args.window_rows, steps)
             runs[s].append(r)
             print(
                 f"  {s:6s} {r['rows_per_s']:9,.0f} rows/s  decoded {r['decoded']:5d}  "
@@ -143,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{s:7s} {r['rows_per_s_median']:9,.0f} {r['first_rows_per_s_median']:10,.0f} "
             f"{r['decoded'][0]:8d}  {' '.join(d[:16] for d in r['digests'])}"
         )
-    full, win = (report["sides"][s]["rows_per_s_median"] for s in sides)
+    same = report["sides"]["full"]["digests"] == report["sides"]["arrow"]["digests"]
+    print("full and arrow digests " + ("agree" if same else "DIFFER"))
+    ok &= same
+    full, win = (report["sides"][s]["rows_per_s_median"] for s in ("full", "window"))
     print(f"window / full: {win / full:.1f}x; " + ("checks passed" if ok else "CHECKS FAILED"))
     report["ok"] = ok
     if args.json:
