@@ -9,8 +9,9 @@ in row groups of ``G`` rows, and the same table as an Arrow IPC file of
 ``G``-row record batches (``.arrow``). Then runs trials alternating ``full,
 window, arrow, full, window, arrow, ...`` (A/B/A/B; ``arrow``, the Arrow file
 under its default full shuffle, is a reference added after the prediction):
-each a fresh ``TableSource`` (width 512, ``truncate=True``) through ``Loader(batch_size=32, seed=0, prefetch=0)`` for
-``--steps`` steps (default one epoch). Only ``next()`` is timed; hashing is
+each a fresh ``TableSource`` (width 512, ``truncate=True``) through
+``Loader(batch_size=32, seed=0, prefetch=0)`` for ``--steps`` steps (default
+one epoch). Only ``next()`` is timed; hashing is
 not. Reports per side the median padded rows/s over the whole run and over
 its first 100 batches, the row groups decoded (``Table.decoded``), and the
 SHA-256 of the batch stream, which must be the same in every trial of a

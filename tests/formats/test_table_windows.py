@@ -13,7 +13,7 @@ import pytest
 from headrace.errors import ConfigError, StateError
 from headrace.formats import Table, TableSource
 from headrace.formats._row_plan import RowWindows
-from headrace.pipeline import Loader
+from headrace.pipeline import Loader, Mixture
 from headrace.testing import assert_resume_exact, batch_digest
 
 # Rows per row group, per file: uneven, 7 groups, 301 rows. With window_rows=160
@@ -139,6 +139,27 @@ def test_host_slices_union_to_the_global_batch(parquet: list[Path]) -> None:
         ]
         digests.add(batch_digest(union))
     assert len(digests) == 1
+
+
+def test_mixture_of_windowed_tables_resumes_exactly(parquet: list[Path]) -> None:
+    def make() -> Loader:
+        a = TableSource(parquet, columns=["label"], window_rows=WINDOW)
+        b = TableSource(parquet, columns=["label"], window_rows=50)
+        mix = Mixture({"a": a, "b": b}, [0.7, 0.3], batch_size=16)
+        return Loader(mix, batch_size=16, seed=4, steps=70)
+
+    # Source a passes its epoch boundaries near steps 27 and 54, b near step 63.
+    assert_resume_exact(make, steps=70, resume_at=[26, 27, 54, 63])
+    with make() as ld:
+        batches = list(ld)
+    for source in (0, 1):
+        got = np.concatenate([b["label"][b["source"] == source] for b in batches])
+        # Each source walks whole epochs: no row comes twice before every row came once.
+        full, rem = divmod(got.size, N)
+        counts = np.bincount(got, minlength=N)
+        assert full >= 1 and counts.min() >= full and counts.max() <= full + 1
+        assert np.count_nonzero(counts == full + 1) == rem
+    assert TableSource(parquet, columns=["label"]).read(0, np.empty(0, np.int64))["label"].size == 0
 
 
 def test_same_rows_as_arrow_ipc_and_pyarrow(parquet: list[Path], tmp_path: Path) -> None:
