@@ -73,7 +73,6 @@ class RowWindows:
         counts = np.diff(row_starts[bounds])
         if counts.size == 0 or counts.min() < 1:
             raise ValueError(f"windows need rows in every window (got group sizes {sizes}).")
-        self.window_rows = window_rows
         # Most groups in one window: a cache of this many holds a whole window.
         self.max_groups = int(np.diff(bounds).max())
         self.layout = WindowLayout(
