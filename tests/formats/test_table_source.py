@@ -70,7 +70,9 @@ def test_reads_back_exactly(tmp_path: Path, layout: str) -> None:
         pq.write_table(table, path, row_group_size=64)
     else:
         path = save_to_disk(tmp_path / "ds", table)
-    src = TableSource(path, columns=["input_ids", "label"], width=WIDTH, truncate=True)
+    src = TableSource(
+        path, columns=["input_ids", "label"], width=WIDTH, truncate=True, shuffle="full"
+    )
     samples = np.array([0, N - 1, 5, 5, N + 5, 123, 2 * N - 1], dtype=np.int64)
     got = src.read(11, samples)
     rows = sample_rows(11, samples, N, True)
@@ -80,7 +82,12 @@ def test_reads_back_exactly(tmp_path: Path, layout: str) -> None:
     np.testing.assert_array_equal(got["label"], rows * 7)
     assert set(got) == {"input_ids", "input_ids_mask", "label"}
     left = TableSource(
-        Table.open(path), columns=["input_ids"], width=WIDTH, truncate=True, pad_side="left"
+        Table.open(path),
+        columns=["input_ids"],
+        width=WIDTH,
+        truncate=True,
+        pad_side="left",
+        shuffle="full",
     )
     lx, lm = expected(ids, rows, left=True)
     out = left.read(11, samples)

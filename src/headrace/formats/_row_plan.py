@@ -1,7 +1,9 @@
 """Which row each sample reads, and which row replaces it when it is empty.
 
 Sample ``k`` of a dataset of ``n`` rows is position ``k % n`` of epoch
-``k // n``, shuffled by a bijective permutation keyed by ``(seed, epoch)``.
+``k // n``, shuffled by a bijective permutation keyed by ``(seed, epoch)``
+(``sample_rows``), or by a windowed shuffle over consecutive row groups
+(``RowWindows``), which touches one window of row groups at a time.
 An empty row's ``a``-th replacement is a hash of ``(seed, k, a)``: it depends
 on the sample number only, never on the batch around it, the read order, the
 I/O strategy or the host count, so every run replaces the same rows.
@@ -9,16 +11,16 @@ I/O strategy or the host count, so every run replaces the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import EmptyRowsError
-from headrace.plan import cached_permutation, derive_keys
+from headrace.plan import WindowLayout, cached_permutation, derive_keys
 
-__all__ = ["replace_empty", "retry_rows", "sample_rows"]
+__all__ = ["RowWindows", "replace_empty", "retry_rows", "sample_rows"]
 
 # Domain tags keep the row order and the retry stream apart from other key uses.
 _TAG_ROWS = 0x524F5753
@@ -41,6 +43,53 @@ def sample_rows(seed: int, samples: NDArray[np.int64], n: int, shuffle: bool) ->
         sel = epoch == e
         out[sel] = cached_permutation(n, _TAG_ROWS, seed, e)(pos[sel])
     return out
+
+
+class RowWindows:
+    """A windowed shuffle of rows stored in groups (Parquet row groups, Arrow batches).
+
+    Consecutive groups (sizes ``group_rows``, in table order) are packed into
+    windows of at most ``window_rows`` rows; a group larger than that is a
+    window of its own. An epoch visits every window once, in an order
+    permuted by ``(seed, epoch)``, and every row of a window once, in an order
+    permuted by ``(seed, epoch, window)``: the token streams' windows
+    (:class:`~headrace.plan.WindowLayout`) with context 1, one window per
+    "file" of ``rows + 1`` tokens. Sample ``k`` maps to its row in closed form.
+    """
+
+    def __init__(self, group_rows: Sequence[int] | NDArray[np.int64], window_rows: int) -> None:
+        sizes = np.asarray(group_rows, dtype=np.int64).reshape(-1)
+        first: list[int] = []  # first group of each window
+        cur = 0
+        for g, size in enumerate(sizes.tolist()):
+            # Empty groups join the window at hand; so does anything while it is empty.
+            if not first or (size and cur and cur + size > window_rows):
+                first.append(g)
+                cur = 0
+            cur += size
+        bounds = np.append(np.asarray(first, dtype=np.int64), sizes.size)
+        row_starts = np.concatenate(([0], np.cumsum(sizes)))
+        self.window_start: NDArray[np.int64] = row_starts[bounds[:-1]]  # first row of each
+        counts = np.diff(row_starts[bounds])
+        if counts.size == 0 or counts.min() < 1:
+            raise ValueError(f"windows need rows in every window (got group sizes {sizes}).")
+        # Most groups in one window: a cache of this many holds a whole window.
+        self.max_groups = int(np.diff(bounds).max())
+        self.layout = WindowLayout(
+            file_tokens=tuple((counts + 1).tolist()),
+            context=1,
+            window_tokens=int(counts.max()) + 1,
+        )
+
+    @property
+    def num_windows(self) -> int:
+        return len(self.window_start)
+
+    def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row of each global sample number."""
+        plan = self.layout.locate(seed, np.asarray(samples, dtype=np.int64))
+        rows: NDArray[np.int64] = self.window_start[plan.window] + plan.start
+        return rows
 
 
 @lru_cache(maxsize=64)

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._ragged import Ragged
-from headrace.formats._row_plan import sample_rows
+from headrace.formats._row_plan import RowWindows, sample_rows
 from headrace.formats._tables import Table
 
 __all__ = ["TableSource"]
@@ -35,6 +35,14 @@ class TableSource:
     (default 0) on ``pad_side``, plus ``name_mask`` (bool, True on real
     items). Longer rows raise unless ``truncate=True``. Number columns come
     out as ``(B,)``, fixed-size lists as ``(B, k)``.
+
+    ``shuffle``: ``"full"`` permutes all rows per epoch; ``"window"`` visits
+    windows of consecutive row groups (at most ``window_rows`` rows, or one
+    larger row group) in a permuted order and each window's rows in a
+    permuted order, so a Parquet row group is decoded about once per epoch
+    (the row-group cache is raised to hold a window); ``True`` (default)
+    picks ``"window"`` when the table has Parquet files and ``"full"`` for
+    Arrow; ``False`` reads rows in order. See docs/rows.md.
     """
 
     def __init__(
@@ -47,8 +55,16 @@ class TableSource:
         pad_values: Mapping[str, int] | None = None,
         pad_side: Literal["right", "left"] = "right",
         truncate: bool = False,
-        shuffle: bool = True,
+        shuffle: bool | Literal["full", "window"] = True,
+        window_rows: int = 65_536,
     ) -> None:
+        if not (isinstance(shuffle, bool) or shuffle in ("full", "window")):
+            raise ConfigError(f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r}).")
+        if isinstance(window_rows, bool) or not isinstance(window_rows, int) or window_rows < 1:
+            raise ConfigError(
+                f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "
+                "rows of one window of the windowed shuffle (default 65536)."
+            )
         if isinstance(table, Table):
             self.table = table
         else:
@@ -91,7 +107,17 @@ class TableSource:
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
-        self.shuffle = shuffle
+        self.shuffle: Literal["none", "full", "window"]
+        if shuffle is True:
+            self.shuffle = "window" if self.table.parquet else "full"
+        else:
+            self.shuffle = "none" if shuffle is False else shuffle
+        self.window_rows = window_rows
+        self.windows: RowWindows | None = None
+        if self.shuffle == "window":
+            self.windows = RowWindows(self.table.group_rows, window_rows)
+            # Hold a whole window's decoded row groups, so each is decoded once per visit.
+            self.table.row_group_cache = max(self.table.row_group_cache, self.windows.max_groups)
 
     def _where(self) -> str:
         files = self.table.files
@@ -107,14 +133,20 @@ class TableSource:
             "pad_values": self.pad_values,
             "pad_side": self.pad_side,
             "truncate": self.truncate,
-            "shuffle": self.shuffle,
+            # True / False as before windows existed, so saved states still load.
+            "shuffle": {"full": True, "none": False}.get(self.shuffle, self.shuffle),
+            **({"window_rows": self.window_rows} if self.windows is not None else {}),
         }
 
     def __len__(self) -> int:
         return len(self.table)
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
-        rows = sample_rows(seed, np.asarray(samples, dtype=np.int64), len(self), self.shuffle)
+        samples = np.asarray(samples, dtype=np.int64)
+        if self.windows is not None:
+            rows = self.windows.rows(seed, samples)
+        else:
+            rows = sample_rows(seed, samples, len(self), self.shuffle == "full")
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}
         for c in self.names:

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -289,6 +290,9 @@ class Table:
             raise FormatError(f"{self._root}: empty dataset: {len(self._parts)} file(s), 0 rows")
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
+        self._count_lock = threading.Lock()
+        # Parquet row groups decoded so far: one per cache miss (benchmarks, tests).
+        self.decoded = 0
         h = hashlib.sha256()
         for p in self._parts:
             rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(self._root))
@@ -320,6 +324,28 @@ class Table:
         return dict(self._columns)
 
     @property
+    def group_rows(self) -> NDArray[np.int64]:
+        """Rows of each Parquet row group / Arrow record batch, in table order."""
+        return np.diff(self._starts)
+
+    @property
+    def parquet(self) -> bool:
+        """True when any file is Parquet (its row groups are decoded, then cached)."""
+        return any(p.parquet for p in self._parts)
+
+    @property
+    def row_group_cache(self) -> int:
+        """How many decoded Parquet row groups are kept (LRU); settable, kept when pickled."""
+        return self._cache_limit
+
+    @row_group_cache.setter
+    def row_group_cache(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"row_group_cache must be an integer >= 1 (got {n!r})")
+        self._cache_limit = n
+        self._spec = (*self._spec[:3], n)
+
+    @property
     def files(self) -> list[tuple[str, int]]:
         """Each file's path and size in bytes, in row order."""
         return [(p.path, p.size) for p in self._parts]
@@ -335,6 +361,9 @@ class Table:
             self._cache.move_to_end(span)
             return cached
         data = part.span(int(self._span_local[span]), names)
+        if part.parquet:
+            with self._count_lock:
+                self.decoded += 1
         views = dict(cached or {})
         for c in names:
             if c not in views:
@@ -434,7 +463,10 @@ class Table:
         sorted_span = span[order]
         cuts = np.flatnonzero(np.diff(sorted_span)) + 1
         groups = [(int(span[g[0]]), g, local[g]) for g in np.split(order, cuts) if g.size]
-        views = {s: self._views(s, names) for s, _, _ in groups}
+        # Cached spans first: decoding the misses may evict them, and a read that
+        # crosses from one shuffle window to the next needs both windows' groups.
+        spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
+        views = {s: self._views(s, names) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
             out[c] = self._gather(c, idx.size, groups, views)
