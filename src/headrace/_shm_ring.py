@@ -27,6 +27,16 @@ Segments: a worker creates its ring (``SharedMemory``, name
 the worker unlinks the name at once, so nothing is left in ``/dev/shm``
 whoever dies later; the mapping lives while either side uses it.
 
+Lifeline: each worker also holds the read end of a pipe that only the main
+process can write to, and never does; a daemon thread in the worker waits
+on it. When the main process closes the pipe, or dies in any way (SIGKILL
+included: the kernel closes its end), the read returns EOF; a worker that
+has not left by itself within ``_ORPHAN_GRACE_S`` (it notices at its next
+pipe operation, but may be in the middle of a long read) unlinks a ring
+still named and exits there and then. The pipe, not ``PR_SET_PDEATHSIG``:
+under ``forkserver`` a worker's parent is the fork server, and the signal is
+Linux-only.
+
 Workers start with ``forkserver`` (default) or ``spawn``; ``fork`` is
 refused, since the parent may run I/O pool threads. They ignore SIGINT: a
 Ctrl-C reaches the main process, whose iterator stops them.
@@ -44,6 +54,7 @@ import pickle
 import secrets
 import signal
 import struct
+import threading
 import time
 import traceback
 import weakref
@@ -68,6 +79,9 @@ _BATCH_MSG = struct.Struct("<Bqi")  # kind, step, slot
 _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
 _ALIGN = 64  # each base starts on a cache line, and on any dtype's alignment
 _STOP_S = 2.0  # how long close() waits for workers to exit on their own
+# How long a worker whose lifeline broke may take to leave by itself (less than _STOP_S,
+# so close() rarely has to terminate one).
+_ORPHAN_GRACE_S = 1.0
 
 # A batch's layout: per field, its name, dtype and shape.
 Spec = tuple[tuple[str, str, tuple[int, ...]], ...]
@@ -134,14 +148,62 @@ def _shareable(spec: Spec) -> bool:
 # -- the worker ------------------------------------------------------------------------
 
 
-def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
+class _Named:
+    """The worker's ring while its name is still in ``/dev/shm``.
+
+    Unlinked by whichever thread comes first: the worker's own (once the main
+    process has mapped the ring, or on its way out) or the lifeline's.
+    """
+
+    __slots__ = ("lock", "shm")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.shm: SharedMemory | None = None
+
+    def create(self, name: str, size: int) -> SharedMemory:
+        with self.lock:
+            self.shm = SharedMemory(name=name, create=True, size=size)
+            return self.shm
+
+    def unlink(self) -> None:
+        with self.lock:
+            self.unlink_held()
+
+    def unlink_held(self) -> None:
+        if self.shm is not None:
+            shm, self.shm = self.shm, None
+            shm.unlink()
+
+
+def _watch_lifeline(alive: Connection, named: _Named) -> None:
+    """From a daemon thread: leave once the main process has closed ``alive`` or died."""
+
+    def watch() -> None:
+        try:
+            alive.recv_bytes()  # nothing is ever sent: this returns by EOF only
+        except (EOFError, OSError):
+            pass
+        time.sleep(_ORPHAN_GRACE_S)  # the worker's next send or receive ends it cleanly
+        # Held to the end, so no ring is created (and left named) between here and exit.
+        named.lock.acquire()
+        try:
+            named.unlink_held()
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
+
+
+def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection, alive: Connection) -> None:
     """Produce this worker's steps into its ring until done, told to stop, or failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    named = _Named()
+    _watch_lifeline(alive, named)
     k = cfg.workers
     offset = (cfg.start + w) % k
     step = cfg.start + (offset - cfg.start) % k  # the next step this worker owes
     shm: SharedMemory | None = None
-    linked = False
     views: list[list[NDArray[Any]]] = []
     try:
         loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
@@ -155,8 +217,7 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
                     spec = got
                     offsets, size = _offsets(spec)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-                    shm = SharedMemory(name=name, create=True, size=size * cfg.slots)
-                    linked = True
+                    shm = named.create(name, size * cfg.slots)
                     buf = shm.buf
                     assert buf is not None  # set by create=True
                     whole = np.frombuffer(buf, np.uint8)
@@ -170,8 +231,7 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
                     del whole, buf
                     out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size, spec)))
                     back.recv_bytes()  # mapped by the main process: the name can go now
-                    shm.unlink()
-                    linked = False
+                    named.unlink()
                     free.extend(range(cfg.slots))
                 if got != spec:  # a batch of another shape: send it whole
                     out.send_bytes(bytes([_INLINE]) + pickle.dumps((step, batch), protocol=5))
@@ -189,9 +249,8 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection) -> None:
         _send_error(out, step, exc)
     finally:
         views.clear()
+        named.unlink()
         if shm is not None:
-            if linked:
-                shm.unlink()
             shm.close()
 
 
@@ -247,6 +306,7 @@ class WorkerBatches:
         self._procs: list[BaseProcess] = []
         self._out: list[Connection] = []  # worker -> main: layout, (step, slot), end, error
         self._back: list[Connection] = []  # main -> worker: mapped, returned slots
+        self._alive: Connection | None = None  # never written: its closing stops the workers
         self._rings: list[_Ring | None] = []
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
@@ -268,28 +328,32 @@ class WorkerBatches:
                 f"the source {self.cfg.source!r} does not pickle ({type(exc).__name__}: {exc}); "
                 "worker processes need a picklable source (or use num_workers=0)."
             ) from exc
-        for w in range(k):
-            out_r, out_w = self.ctx.Pipe(duplex=False)
-            back_r, back_w = self.ctx.Pipe(duplex=False)
-            p = self.ctx.Process(  # type: ignore[attr-defined]
-                target=_worker,
-                args=(self.cfg, w, out_w, back_r),
-                name=f"headrace-worker-{w}",
-                daemon=True,
-            )
-            try:
-                p.start()
-            except BaseException:
-                for c in (out_r, out_w, back_r, back_w):
-                    c.close()
-                self.close()  # the workers already started
-                raise
-            self._procs.append(p)
-            self._out.append(out_r)
-            self._back.append(back_w)
-            # Our copies of the worker's ends go, so a dead worker reads as EOF here.
-            out_w.close()
-            back_r.close()
+        alive_r, self._alive = self.ctx.Pipe(duplex=False)
+        try:
+            for w in range(k):
+                out_r, out_w = self.ctx.Pipe(duplex=False)
+                back_r, back_w = self.ctx.Pipe(duplex=False)
+                p = self.ctx.Process(  # type: ignore[attr-defined]
+                    target=_worker,
+                    args=(self.cfg, w, out_w, back_r, alive_r),
+                    name=f"headrace-worker-{w}",
+                    daemon=True,
+                )
+                try:
+                    p.start()
+                except BaseException:
+                    for c in (out_r, out_w, back_r, back_w):
+                        c.close()
+                    self.close()  # the workers already started
+                    raise
+                self._procs.append(p)
+                self._out.append(out_r)
+                self._back.append(back_w)
+                # Our copies of the worker's ends go, so a dead worker reads as EOF here.
+                out_w.close()
+                back_r.close()
+        finally:
+            alive_r.close()  # likewise: only the workers hold the lifeline's read end
 
     def _run(self) -> Iterator[Batch]:
         k, t = self.cfg.workers, self.cfg.start
@@ -330,8 +394,7 @@ class WorkerBatches:
             p = self._procs[w]
             p.join(timeout=1)
             raise HeadraceError(
-                f"headrace worker {w} (pid {p.pid}) exited with code {p.exitcode} before "
-                f"sending step {t}; it was killed or crashed (out of memory?)."
+                f"headrace worker {w} (pid {p.pid}) {_ended(p.exitcode, t)}"
             ) from None
 
     def _check_step(self, w: int, t: int, got: int) -> None:
@@ -395,6 +458,9 @@ class WorkerBatches:
 
         Leased batches stay valid: their mapping lives until the last view dies.
         """
+        if self._alive is not None:  # first: a worker in a long read leaves after a grace
+            self._alive.close()
+            self._alive = None
         for c in (*self._out, *self._back):
             c.close()
         deadline = time.monotonic() + _STOP_S
@@ -409,6 +475,22 @@ class WorkerBatches:
                 p.join()
             p.close()
         self._procs, self._out, self._back, self._rings = [], [], [], []
+
+
+def _ended(exitcode: int | None, step: int) -> str:
+    """How a worker ended, from its exit code (negative: the signal that killed it)."""
+    if exitcode is None:
+        return f"closed its pipe before sending step {step}, and had not exited 1 s later."
+    if exitcode >= 0:
+        return f"exited with code {exitcode} before sending step {step}; it crashed or was ended."
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = "unknown"
+    text = f"was killed by signal {-exitcode} ({name}) before sending step {step}"
+    if -exitcode == signal.SIGKILL:
+        return text + "; out of memory? (the kernel's OOM killer sends SIGKILL)"
+    return text + "."
 
 
 def _attach(name: str, size: int) -> mmap.mmap:

@@ -387,13 +387,19 @@ class HeadraceDataLoader:
         try:
             for batch in workers:  # contiguous, writeable arrays: torch may share them
                 self.step += 1
-                if self.pin_memory:
-                    yield {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
-                else:
-                    yield {k: torch.from_numpy(a) for k, a in batch.items()}
+                # Handed over, not kept in this frame: a suspended (perhaps abandoned)
+                # iterator must not hold a slot, and so its ring's mapping, once closed.
+                out = [self._from_slot(batch)]
+                del batch
+                yield out.pop()
                 self._check_current(generation)
         finally:
             workers.close()
+
+    def _from_slot(self, batch: Batch) -> TensorBatch:
+        if self.pin_memory:
+            return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
+        return {k: torch.from_numpy(a) for k, a in batch.items()}
 
     def _check_current(self, generation: int) -> None:
         # Checked when the consumer asks for the next batch: a stale iterator would

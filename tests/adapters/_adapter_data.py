@@ -70,8 +70,9 @@ SOURCES: dict[str, Callable[[Path], object]] = {
 class Faulty:
     """A token source that misbehaves when asked for any sample of step ``at``.
 
-    ``how``: ``"raise"`` (a DataError), ``"exit"`` (the process dies), or
-    ``"sleep"`` (every read takes 0.1 s from then on: for interrupting).
+    ``how``: ``"raise"`` (a DataError), ``"exit"`` (the process dies),
+    ``"sleep"`` (every read takes 0.1 s from then on: for interrupting), or
+    ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess).
     """
 
     def __init__(self, root: Path, at: int, how: str) -> None:
@@ -87,7 +88,7 @@ class Faulty:
                 raise DataError(f"injected fault at step {self.at}")
             if self.how == "exit":
                 os._exit(3)
-            time.sleep(0.1)
+            time.sleep(3600 if self.how == "hang" else 0.1)
         return self.inner.read(seed, samples)
 
     def close(self) -> None:

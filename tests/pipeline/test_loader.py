@@ -293,3 +293,65 @@ def test_batch_at_while_the_producer_reads(token_path: Path) -> None:
 def test_bool_seed_is_refused(token_path: Path) -> None:
     with pytest.raises(ConfigError, match="seed"):
         loader(token_path, seed=True)
+
+
+class _Stalled:
+    """A source whose reads past step 0 wait for ``release``: storage that stopped answering."""
+
+    def __init__(self) -> None:
+        self.reading = threading.Event()
+        self.release = threading.Event()
+        self.closed_during_read = False
+
+    def fingerprint(self) -> dict[str, object]:
+        return {"kind": "stalled-test"}
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        if samples.size and samples.min() >= 2:  # batch_size 2: step >= 1
+            self.reading.set()
+            self.release.wait(30)
+            self.reading.clear()
+        return {"v": samples[:, None] + seed}
+
+    def close(self) -> None:
+        self.closed_during_read = self.reading.is_set()
+
+
+def test_close_warns_when_the_producer_is_stuck_in_a_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from headrace.pipeline import _loader
+
+    monkeypatch.setattr(_loader, "_STOP_TIMEOUT_S", 0.1)
+    src = _Stalled()
+    ld = Loader(src, batch_size=2, prefetch=4, chunk_steps=1)  # type: ignore[arg-type]
+    it = iter(ld)
+    assert next(it)["v"].tolist() == [[0], [1]]
+    assert src.reading.wait(5)
+    producer = next(t for t in threading.enumerate() if t.name == "headrace-prefetch")
+    with pytest.warns(RuntimeWarning, match=r"still reading from its _Stalled after 0\.1 s"):
+        ld.close()
+    assert src.closed_during_read  # what the warning is about
+    src.release.set()
+    producer.join(5)  # the read returns, the thread sees the stop and drops its chunk
+    assert not producer.is_alive()
+    with pytest.raises(StateError, match="stale"):
+        next(it)
+
+
+def test_close_is_silent_when_the_producer_stops_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read that outlasts the wait only a little: the stop finds the thread gone.
+    from headrace.pipeline import _loader
+
+    monkeypatch.setattr(_loader, "_STOP_TIMEOUT_S", 5.0)
+    src = _Stalled()
+    ld = Loader(src, batch_size=2, prefetch=4, chunk_steps=1)  # type: ignore[arg-type]
+    it = iter(ld)
+    next(it)
+    assert src.reading.wait(5)
+    timer = threading.Timer(0.1, src.release.set)
+    timer.start()
+    ld.close()  # warnings are errors here
+    timer.join()
+    assert not src.closed_during_read
+    assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())

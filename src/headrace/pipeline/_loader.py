@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import queue
 import threading
+import warnings
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -58,6 +59,9 @@ class _Failure:
         self.exc = exc
         self.step = step
 
+
+# How long stopping waits for the producer thread to leave a read in progress.
+_STOP_TIMEOUT_S = 10.0
 
 _END = object()
 _STALE = object()  # put after a producer is stopped: its consumer must not wait on
@@ -278,14 +282,20 @@ class Loader:
         except BaseException as exc:  # handed to the consumer, who re-raises it
             put(_Failure(exc, step))
 
-    def _stop_producer(self) -> None:
+    def _stop_producer(self) -> bool:
+        """Stop the producer thread; ``False`` if it is still inside a read after the wait.
+
+        Such a thread is left to finish that read in the background: it then sees
+        the stop and drops its chunk. It holds ``_read_lock`` meanwhile, so a new
+        iteration of this loader waits for it rather than reading beside it.
+        """
         thread, q = self._thread, self._queue
         if thread is None:
-            return
+            return True
         self._stop.set()
         if q is not None:  # unblock a producer waiting on a full queue
             _drain(q)
-        thread.join(timeout=10)
+        thread.join(timeout=_STOP_TIMEOUT_S)
         if q is not None:  # wake a consumer still waiting on this queue, so it can raise
             _drain(q)
             try:
@@ -294,11 +304,20 @@ class Loader:
                 pass
         self._thread = None
         self._queue = None
+        return not thread.is_alive()
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Stop the producer thread and release the source's files."""
-        self._stop_producer()
+        if not self._stop_producer():
+            warnings.warn(
+                f"Loader.close(): the read-ahead thread is still reading from its "
+                f"{type(self.source).__name__} after {_STOP_TIMEOUT_S:g} s (stalled "
+                "storage?); the source is closed anyway, under that read, which may then "
+                "fail; its batches are dropped.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._generation += 1
         close = getattr(self.source, "close", None)
         if close is not None:

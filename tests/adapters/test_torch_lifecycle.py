@@ -1,0 +1,288 @@
+"""HeadraceDataLoader leaves nothing behind, however its user leaves it.
+
+Real worker processes and real shared memory throughout: a loader dropped
+without close(), iterators abandoned for new ones, a parent SIGKILLed, a
+worker SIGKILLed, KeyboardInterrupt in the loop body.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from multiprocessing import forkserver
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+
+from headrace import torch as ht  # noqa: E402
+from headrace._shm_ring import _ended  # noqa: E402
+from headrace.errors import HeadraceError, StateError  # noqa: E402
+
+HERE = Path(__file__).parent
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokens(tmp_path_factory.mktemp("tokens"))
+
+
+def loader(root: Path, steps: int | None = STEPS, **kw: Any) -> ht.HeadraceDataLoader:
+    ds = ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=steps)
+    return ht.HeadraceDataLoader(ds, num_workers=2, **kw)
+
+
+def worker_pids(dl: ht.HeadraceDataLoader) -> list[int]:
+    assert dl._workers is not None
+    return [p.pid for p in dl._workers._procs if p.pid is not None]
+
+
+def segments_of(pids: list[int]) -> list[str]:
+    """Names in /dev/shm that these workers created (``headrace_<pid>_<hex>``)."""
+    prefixes = tuple(f"headrace_{pid}_" for pid in pids)
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
+
+
+def mapped_rings() -> int:
+    """Worker rings this process still maps (their names are unlinked: "(deleted)")."""
+    with open("/proc/self/maps") as fh:
+        return sum("/dev/shm/headrace_" in line for line in fh)
+
+
+def descendants() -> set[int]:
+    """Live processes below this one (workers are the fork server's children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                state, ppid = fh.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if state != "Z":
+            children.setdefault(int(ppid), []).append(int(entry))
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+def wait_exited(pids: list[int], pid_exited: Callable[[int], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not all(pid_exited(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = [p for p in pids if not pid_exited(p)]
+    assert not left, f"workers {left} still running {within} s later"
+
+
+def kill_left(pids: list[int], pid_exited: Callable[[int], bool]) -> None:
+    """After a failed test: no worker may outlive it."""
+    for pid in pids:
+        if not pid_exited(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- 1. dropped without close() ------------------------------------------------------
+
+
+def _first_batch(root: Path) -> tuple[list[int], weakref.ref[Any], dict[str, Any]]:
+    dl = loader(root)
+    for b in dl:  # left with the loader's iterator running, and no close()
+        return worker_pids(dl), weakref.ref(dl), b
+    raise AssertionError("no batch")
+
+
+def test_a_loader_dropped_without_close_stops_its_workers_and_frees_its_rings(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    rings = mapped_rings()
+    gc.disable()  # no collector: only reference counting may free it, so no cycle holds it
+    try:
+        pids, dl, b = _first_batch(root)
+        assert dl() is None
+    finally:
+        gc.enable()
+    gc.collect()
+    try:
+        wait_exited(pids, pid_exited)
+        assert segments_of(pids) == []
+        # The batch outlived its loader: its slot, and so worker 0's ring, stay mapped
+        # and valid for as long as it is held, and no longer.
+        assert mapped_rings() == rings + 1
+        assert b["x"].shape == (BATCH, 16) and int(b["x"].sum()) > 0
+        del b
+        assert mapped_rings() == rings
+    finally:
+        kill_left(pids, pid_exited)
+
+
+# -- 2. iterators abandoned for new ones -----------------------------------------------
+
+
+def test_twenty_abandoned_iterations_leave_one_set_of_workers(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    dl = loader(root, steps=None)
+    forkserver.ensure_running()  # the server (and resource tracker) stay: not ours to count
+    procs, rings, fds = descendants(), mapped_rings(), len(os.listdir("/proc/self/fd"))
+    pids: list[int] = []
+    abandoned = []
+    try:
+        for _ in range(20):
+            it = iter(dl)
+            next(it)
+            next(it)  # both workers have mapped their rings
+            pids += worker_pids(dl)
+            abandoned.append(it)  # still referenced: only the next iter() may stop it
+        # The last iteration's two workers and rings; none of the 19 before.
+        assert descendants() - procs == set(pids[-2:])
+        assert all(pid_exited(p) for p in pids[:-2])
+        assert mapped_rings() == rings + 2
+        with pytest.raises(StateError, match="stale"):
+            next(abandoned[0])
+        dl.close()
+        assert descendants() == procs
+        assert all(pid_exited(p) for p in pids)
+        assert segments_of(pids) == []
+        assert mapped_rings() == rings
+        del it, abandoned
+        assert len(os.listdir("/proc/self/fd")) == fds
+    finally:
+        kill_left(pids, pid_exited)
+
+
+# -- 3. the parent SIGKILLed -----------------------------------------------------------
+
+
+def test_workers_leave_when_their_parent_is_sigkilled(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    pids: list[int] = []
+    with subprocess.Popen(
+        [sys.executable, str(HERE / "orphan_parent.py"), str(root)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            line = parent.stdout.readline()
+            assert line, f"the parent exited with code {parent.wait()} before reporting"
+            report = json.loads(line)
+            pids = report["pids"]
+            # Worker 1's ring is not mapped yet, so its name is still in /dev/shm.
+            assert len(pids) == 2 and len(report["segments"]) == 1
+            assert segments_of(pids) == report["segments"]
+            parent.kill()
+            parent.wait()
+            # Worker 0 hangs in a read for an hour: its lifeline ends it. Worker 1 sees
+            # the pipe it waits on close, and unlinks its ring on the way out.
+            wait_exited(pids, pid_exited)
+            assert segments_of(pids) == []
+        finally:
+            parent.kill()
+            kill_left(pids, pid_exited)
+            for name in segments_of(pids):
+                os.unlink(f"/dev/shm/{name}")
+
+
+# -- 4. a worker SIGKILLed -------------------------------------------------------------
+
+
+def test_a_killed_worker_is_named_with_its_signal_and_the_other_stopped(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    dl = loader(root, steps=None)  # endless: only the error can end the iteration
+    it = iter(dl)
+    next(it)
+    next(it)
+    pids = worker_pids(dl)
+    os.kill(pids[1], signal.SIGKILL)
+    outcome: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for _ in it:
+                pass
+        except BaseException as exc:
+            outcome.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    consumer.join(timeout=10)
+    try:
+        assert not consumer.is_alive(), "the iteration hung on a dead worker"
+        assert len(outcome) == 1 and isinstance(outcome[0], HeadraceError)
+        assert str(outcome[0]).startswith(
+            f"headrace worker 1 (pid {pids[1]}) was killed by signal 9 (SIGKILL) before "
+            "sending step "
+        )
+        wait_exited(pids, pid_exited, within=0)  # stopped before the error was raised
+        assert segments_of(pids) == []
+    finally:
+        kill_left(pids, pid_exited)
+        consumer.join()
+
+
+def test_how_a_worker_ended_is_told_from_its_exit_code() -> None:
+    assert _ended(3, 2) == "exited with code 3 before sending step 2; it crashed or was ended."
+    assert _ended(-11, 5) == "was killed by signal 11 (SIGSEGV) before sending step 5."
+    assert _ended(-9, 5).endswith("; out of memory? (the kernel's OOM killer sends SIGKILL)")
+    assert _ended(-200, 5) == "was killed by signal 200 (unknown) before sending step 5."
+    assert _ended(None, 7) == (
+        "closed its pipe before sending step 7, and had not exited 1 s later."
+    )
+
+
+# -- 5. KeyboardInterrupt in the loop body ---------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["with", "close"])
+def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
+    root: Path, pid_exited: Callable[[int], bool], how: str
+) -> None:
+    rings = mapped_rings()
+    dl = loader(root)
+    pids: list[int] = []
+    it = iter(dl)  # held here: the with block or close() must stop it, not its collection
+
+    def train() -> None:
+        for i, _ in enumerate(it):
+            pids[:] = worker_pids(dl)
+            if i == 3:
+                raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if how == "with":
+                with dl:
+                    train()
+            else:
+                try:
+                    train()
+                finally:
+                    dl.close()
+        assert len(pids) == 2
+        wait_exited(pids, pid_exited, within=0)
+        assert segments_of(pids) == []
+        assert mapped_rings() == rings
+    finally:
+        kill_left(pids, pid_exited)
