@@ -355,3 +355,56 @@ def test_close_is_silent_when_the_producer_stops_in_time(monkeypatch: pytest.Mon
     timer.join()
     assert not src.closed_during_read
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
+
+
+class _OneAtATime:
+    """A source that records how many threads are inside it at once (instrumentation)."""
+
+    def __init__(self, inner: TokenSource) -> None:
+        self.inner = inner
+        self.inside = 0
+        self.most = 0
+        self._count = threading.Lock()
+
+    def fingerprint(self) -> dict[str, object]:
+        return self.inner.fingerprint()
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        with self._count:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            time.sleep(0.002)  # widen the window in which a second reader would enter
+            return self.inner.read(seed, samples)
+        finally:
+            with self._count:
+                self.inside -= 1
+
+
+def test_loaders_and_mixtures_sharing_a_source_never_read_it_at_once(token_path: Path) -> None:
+    from headrace.pipeline import Mixture
+
+    shared = _OneAtATime(source(token_path))
+    want = digests(Loader(source(token_path), batch_size=8, seed=3, prefetch=0), 40)
+    mix = Mixture({"a": shared, "b": source(token_path)}, [0.5, 0.5], batch_size=8)
+    results: dict[str, list[str]] = {}
+
+    def run(name: str, ld: Loader) -> None:
+        with ld:
+            results[name] = digests(ld, 40)
+
+    threads = [
+        threading.Thread(target=run, args=(n, ld))
+        for n, ld in [
+            ("a", Loader(shared, batch_size=8, seed=3, prefetch=4)),
+            ("b", Loader(shared, batch_size=8, seed=3, prefetch=4)),
+            ("mix", Loader(mix, batch_size=8, seed=3, prefetch=4)),
+        ]
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert shared.most == 1
+    assert results["a"] == results["b"] == want
+    assert len(results["mix"]) == 40

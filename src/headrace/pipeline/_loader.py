@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, StateError
+from headrace.pipeline._locks import source_lock
 from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
 
 __all__ = ["CHUNK_BYTES", "Batch", "Loader", "LoaderStatus", "Source"]
@@ -115,7 +116,7 @@ class Loader:
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
         self._chunk_cap = chunk_steps
-        self._read_lock = threading.Lock()
+        self._read_lock = source_lock(source)
         self.steps = steps
         self.step_stride = step_stride
         self.step_offset = step_offset
@@ -171,7 +172,9 @@ class Loader:
     def _read_chunk(self, steps: list[int]) -> list[tuple[int, Batch]]:
         samples = step_samples(np.asarray(steps), self.batch_size, self._lo, self._hi)
         # Sources keep caches (windows, plans) that are not thread-safe; batch_at may
-        # run while the producer thread reads. An uncontended lock costs ~0.1 us.
+        # run while the producer thread reads, and another Loader over the same source
+        # (a re-iteration) while this one's producer finishes a slow read: the lock is
+        # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
         # Cap chunks by bytes as well as steps, so large batches never make a
@@ -286,8 +289,9 @@ class Loader:
         """Stop the producer thread; ``False`` if it is still inside a read after the wait.
 
         Such a thread is left to finish that read in the background: it then sees
-        the stop and drops its chunk. It holds ``_read_lock`` meanwhile, so a new
-        iteration of this loader waits for it rather than reading beside it.
+        the stop and drops its chunk. It holds the source's read lock meanwhile, so
+        a new iteration (of this loader, or of a new one over the same source)
+        waits for it rather than reading beside it.
         """
         thread, q = self._thread, self._queue
         if thread is None:

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.pipeline._loader import Batch, Source
+from headrace.pipeline._locks import source_lock
 from headrace.plan import MixturePlan, derive_keys
 
 __all__ = ["Mixture"]
@@ -124,7 +125,9 @@ class Mixture:
         n = samples.size
         for s in np.unique(source).tolist():
             idx = np.flatnonzero(source == s)
-            part = self.sources[s].read(source_seed(seed, s), local[idx])
+            sub = self.sources[s]
+            with source_lock(sub):
+                part = sub.read(source_seed(seed, s), local[idx])
             self._check_layout(s, part)
             for k, v in part.items():
                 dst = out.get(k)
@@ -132,7 +135,8 @@ class Mixture:
                     dst = out[k] = np.empty((n, *v.shape[1:]), dtype=v.dtype)
                 dst[idx] = v
         if n == 0:  # the same keys and per-sample shapes as any batch, with no samples
-            part = self.sources[0].read(source_seed(seed, 0), samples)
+            with source_lock(self.sources[0]):
+                part = self.sources[0].read(source_seed(seed, 0), samples)
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
@@ -162,7 +166,8 @@ class Mixture:
         for s in np.unique(source).tolist():
             fn = getattr(self.sources[s], "prefetch", None)
             if fn is not None:
-                fn(source_seed(seed, s), local[source == s])
+                with source_lock(self.sources[s]):
+                    fn(source_seed(seed, s), local[source == s])
 
     def close(self) -> None:
         errors: list[BaseException] = []
