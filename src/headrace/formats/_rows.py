@@ -45,13 +45,13 @@ def _fits(value: int, dtype: np.dtype[Any]) -> bool:
     return info.min <= value <= info.max
 
 
-def check_pad_id(pad_id: object, tokens: RowFile) -> None:
-    """``pad_id`` is an integer that tokens of ``tokens`` can equal."""
+def check_pad_id(pad_id: object, tokens: RowFile | None) -> None:
+    """``pad_id`` is an integer that tokens of ``tokens`` (when given) can equal."""
     # A float such as 0.5 passes a range check but equals no token: padding
     # would silently count as content.
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ConfigError(f"pad_id must be an integer (got {pad_id!r}).")
-    if not _fits(int(pad_id), tokens.dtype):
+    if tokens is not None and not _fits(int(pad_id), tokens.dtype):
         raise ConfigError(
             f"{tokens.path}: pad_id={pad_id} does not fit the token dtype {tokens.dtype}."
         )
