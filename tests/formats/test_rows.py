@@ -373,7 +373,7 @@ def test_padding_boundaries_against_definition(
     # Rows with exactly one target, one real token past the first, full width,
     # a stored width wider than context + 1, a pad id that is not 0 and real
     # tokens equal to it inside the content.
-    L, W, pad = 6, 9, 3
+    L, pad = 6, 3
     tok = np.array(
         [
             [7, 8, 3, 3, 3, 3, 3, 3, 3],  # one target (8)
@@ -384,6 +384,7 @@ def test_padding_boundaries_against_definition(
         ],
         dtype=tok_dtype,
     )
+    assert tok.shape[1] == L + 3  # stored width wider than context + 1
     mask = (tok != pad).astype(np.uint8)
     mask[3, 1] = 1  # the inner pad-valued token is a target when a mask says so
     write_row_file(tmp_path / "t.bin", tok)

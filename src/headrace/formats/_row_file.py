@@ -151,9 +151,10 @@ def _open_raw(f: LocalFile, dtype: DTypeLike | None, width: int | None) -> RowFi
 
 def _dtype_or_raise(value: Any, where: str, error: type[Exception]) -> np.dtype[Any]:
     try:
-        return np.dtype(value)
+        dt: np.dtype[Any] = np.dtype(value)
     except (TypeError, ValueError) as exc:
         raise error(f"{where}: {value!r} is not a dtype") from exc
+    return dt
 
 
 def _width_or_raise(value: Any, side: str) -> None:
