@@ -34,7 +34,7 @@ def timed(fn, reps: int) -> float:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    print(f"{'width':>6} {'input':>8} {'naive us':>9} {'pad_batch us':>12} {'speedup':>8}  digest")
+    print(f"{'width':>6} {'input':>10} {'naive us':>9} {'pad_batch us':>12} {'speedup':>8}  digest")
     for width in (128, 512, 1024):
         lens = rng.integers(width // 4, width + 1, 32)
         lens[0] = width
@@ -45,17 +45,28 @@ def main() -> None:
         arrays = [flat[a:b] for a, b in pairwise(offsets)]
         want = naive(lists)
         digest = hashlib.sha256(want[0].tobytes() + want[1].tobytes()).hexdigest()[:12]
-        for label, form in (("ragged", ragged), ("arrays", arrays), ("lists", lists)):
-            got = pad_batch(form)
+        # ">i32": an explicit narrower dtype, whose values pad_batch checks for
+        # overflow (two reductions over the batch); compared with the naive
+        # padder's output cast to int32.
+        digest32 = hashlib.sha256(want[0].astype(np.int32).tobytes() + want[1].tobytes())
+        cases = [
+            ("ragged", ragged, None),
+            ("arrays", arrays, None),
+            ("lists", lists, None),
+            ("ragged>i32", ragged, np.int32),
+            ("arrays>i32", arrays, np.int32),
+        ]
+        for label, form, dtype in cases:
+            got = pad_batch(form, dtype=dtype)
             d = hashlib.sha256(got[0].tobytes() + got[1].tobytes()).hexdigest()[:12]
-            assert d == digest, (label, d, digest)
+            assert d == (digest if dtype is None else digest32.hexdigest()[:12]), (label, d)
             reps = 200 if label != "lists" else 50
             a_runs, b_runs = [], []
             for _ in range(3):  # A/B/A/B...
                 a_runs.append(timed(lambda rows=lists: naive(rows), 20))
-                b_runs.append(timed(lambda f=form: pad_batch(f), reps))
+                b_runs.append(timed(lambda f=form, dt=dtype: pad_batch(f, dtype=dt), reps))
             a, b = statistics.median(a_runs) * 1e6, statistics.median(b_runs) * 1e6
-            print(f"{width:>6} {label:>8} {a:>9.0f} {b:>12.1f} {a / b:>7.1f}x  {d}")
+            print(f"{width:>6} {label:>10} {a:>9.0f} {b:>12.1f} {a / b:>7.1f}x  {d}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from headrace.collate import pad_batch
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.formats import Ragged
 
 ROWS = [[1, 2, 3], [4], [], [5, 6]]
@@ -179,3 +179,71 @@ def test_matches_naive_padder_on_random_rows() -> None:
         )
         for form in _forms(rows).values():
             np.testing.assert_array_equal(pad_batch(form, side=side)[0], want)
+
+
+# -- values that do not fit an explicitly requested dtype ---------------------------------
+
+WIDE = [[1, 2], [3, 300], [255]]
+
+
+@pytest.mark.parametrize("form", ["lists", "arrays", "ragged", "tensors", "mixed"])
+def test_values_that_overflow_the_requested_dtype_raise_naming_the_row(form: str) -> None:
+    seqs: object = _forms(WIDE).get(form)
+    if form == "tensors":
+        seqs = [torch.tensor(r, dtype=torch.int64) for r in WIDE]
+    elif form == "mixed":
+        seqs = [WIDE[0], np.array(WIDE[1]), WIDE[2]]
+    with pytest.raises(DataError, match=r"row 1 holds 300, which does not fit dtype uint8"):
+        pad_batch(seqs, dtype=np.uint8)
+    # The boundary values themselves fit.
+    ok = _forms([[0, 255], [255]]) | {"mixed": [[0, 255], np.array([255])]}
+    key = "arrays" if form == "tensors" else form
+    values, _ = pad_batch(ok[key], dtype=np.uint8)
+    assert values.tolist() == [[0, 255], [255, 0]]
+
+
+def test_overflow_checks_cover_signs_floats_and_truncation() -> None:
+    with pytest.raises(DataError, match=r"row 0 holds -129, which does not fit dtype int8"):
+        pad_batch([np.array([-128, -129])], dtype=np.int8)
+    with pytest.raises(DataError, match=r"row 1 holds nan, which does not fit dtype int32"):
+        pad_batch([np.array([1.0]), np.array([np.nan])], dtype=np.int32)
+    with pytest.raises(DataError, match=r"row 0 holds 1e\+20, which does not fit dtype int32"):
+        pad_batch([[1e20]], dtype=np.int32)
+    with pytest.raises(DataError, match=r"row 0 holds 70000, which does not fit dtype float16"):
+        pad_batch([np.array([70000])], dtype=np.float16)
+    with pytest.raises(DataError, match=r"row 1 holds 18446744073709551616, which does not fit"):
+        pad_batch([[1], [2**64]], dtype=np.uint64)
+    # Infinities and NaN stay themselves in a float dtype: not an overflow.
+    values, _ = pad_batch([np.array([np.inf, np.nan, 1e300])[:2]], dtype=np.float32)
+    assert np.isinf(values[0, 0]) and np.isnan(values[0, 1])
+    # Values that truncation drops are never written, so never checked.
+    r = Ragged(values=np.array([1, 2, 300, 4, 5, 900]), offsets=np.array([0, 3, 6]))
+    for form in (r, [np.array([1, 2, 300]), np.array([4, 5, 900])], [[1, 2, 300], [4, 5, 900]]):
+        for side in ("right", "left"):
+            values, _ = pad_batch(form, width=2, truncate=True, dtype=np.uint8, side=side)
+            assert values.tolist() == [[1, 2], [4, 5]]
+        with pytest.raises(DataError, match=r"row 0 holds 300"):
+            pad_batch(form, width=3, truncate=True, dtype=np.uint8)
+    # Safe casts (and dtype=None) never look at the values.
+    assert pad_batch([np.array([2**40])], dtype=np.float64)[0][0, 0] == 2**40
+
+
+def test_ragged_cast_touches_only_the_rows_span() -> None:
+    # A Ragged that slices a larger buffer: values outside its rows are neither
+    # converted nor checked (they may not fit, and converting them costs time).
+    buf = np.array([1e300, 1.0, 2.0, 3.0, np.nan])
+    values, mask = pad_batch(Ragged(values=buf, offsets=np.array([1, 3, 4])), dtype=np.float32)
+    assert values.tolist() == [[1.0, 2.0], [3.0, 0.0]] and mask.sum() == 3
+
+
+def test_ragged_pad_checks_its_arguments() -> None:
+    r = Ragged(values=np.array([1, 2, 3], np.uint8), offsets=np.array([0, 1, 3]))
+    assert r.pad(3, side="left")[0].tolist() == [[0, 0, 1], [0, 2, 3]]
+    with pytest.raises(ConfigError, match=r"side must be 'right' or 'left' \(got 'lft'\)"):
+        r.pad(3, side="lft")
+    with pytest.raises(ConfigError, match=r"pad_value 300 does not fit dtype uint8"):
+        r.pad(3, pad_value=300)
+    with pytest.raises(ConfigError, match=r"pad_value 0.5 does not fit dtype uint8"):
+        r.pad(3, pad_value=0.5)
+    with pytest.raises(ConfigError, match=r"width must be None or an int >= 0 \(got -1\)"):
+        r.pad(-1)

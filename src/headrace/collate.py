@@ -23,6 +23,7 @@ from numpy.typing import DTypeLike, NDArray
 
 # Modules, not names: this module's public names are exactly its __all__.
 from headrace import errors, formats
+from headrace.formats import _ragged
 
 __all__ = ["pad_batch"]
 
@@ -30,26 +31,6 @@ __all__ = ["pad_batch"]
 def _is_tensor(x: object) -> bool:
     # Checked by type name so that torch is imported only when a tensor is seen.
     return type(x).__module__.startswith("torch") and hasattr(x, "numpy")
-
-
-def _check_pad(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            cast = np.array(pad_value).astype(dtype)
-    except (OverflowError, ValueError) as exc:
-        raise errors.ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
-    got = cast.item()
-    if dtype.kind in "fc" and not isinstance(pad_value, bool):
-        # A float dtype rounds (0.1 in float32 is fine) and NaN != NaN; what
-        # does not fit is a finite value that overflows to inf.
-        fits = bool(np.isfinite(got)) or not bool(np.isfinite(pad_value))
-        fits = fits and bool(np.isnan(got)) == bool(np.isnan(pad_value))
-    else:
-        fits = got == pad_value
-    if not fits:
-        raise errors.ConfigError(
-            f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})"
-        )
 
 
 def pad_batch(
@@ -72,28 +53,36 @@ def pad_batch(
     the values for Python lists); ``pad_value`` must fit it. An empty batch
     gives ``(0, width or 0)`` arrays.
     """
-    if side not in ("right", "left"):
-        raise errors.ConfigError(f"side must be 'right' or 'left' (got {side!r})")
-    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
-        raise errors.ConfigError(f"width must be None or an int >= 0 (got {width!r})")
+    _ragged.check_side_and_width(side, width)
     torch_out = False
     rows: list[NDArray[Any]] | None = None
     if isinstance(seqs, formats.Ragged):
         values, offsets = seqs.values, seqs.offsets
     else:
-        values, offsets, rows, torch_out = _flatten(list(seqs), dtype)
+        values, offsets, rows, torch_out = _flatten(list(seqs), dtype, width if truncate else None)
     out_dtype = np.dtype(dtype) if dtype is not None else values.dtype
-    _check_pad(pad_value, out_dtype)
+    _ragged.check_pad_value(pad_value, out_dtype)
     n = offsets.size - 1
     lengths = np.diff(offsets)
     w = int(lengths.max(initial=0)) if width is None else width
-    out = np.full((n, w), pad_value, dtype=out_dtype)
-    mask = np.empty((n, w), dtype=np.bool_)
     if rows is not None:
+        if dtype is not None:
+            _check_rows(rows, out_dtype, w if truncate else None)
+        out = np.full((n, w), pad_value, dtype=out_dtype)
+        mask = np.empty((n, w), dtype=np.bool_)
         _fill_rows(rows, lengths, out, mask, left=side == "left", truncate=truncate)
     else:
         if values.dtype != out_dtype and values.size:
-            values = values.astype(out_dtype, copy=False)
+            # Only the rows' own span is checked and cast: a Ragged may slice a
+            # much larger buffer.
+            start = int(offsets[0])
+            values = values[start : int(offsets[-1])]
+            if start:
+                offsets = offsets - start
+            _check_flat(values, offsets, out_dtype, w if truncate else None)
+            values = values.astype(out_dtype)
+        out = np.full((n, w), pad_value, dtype=out_dtype)
+        mask = np.empty((n, w), dtype=np.bool_)
         formats.Ragged.fill(values, offsets, out, mask, left=side == "left", truncate=truncate)
     if torch_out:
         import torch
@@ -102,6 +91,84 @@ def pad_batch(
             return torch.from_numpy(out), torch.from_numpy(mask)
         return torch.from_numpy(out)
     return (out, mask) if return_mask else out
+
+
+def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
+    """Where 1-D ``a`` holds values that overflow ``dtype``; ``None`` when none can.
+
+    Two reductions settle the usual case; the element-wise test runs only when
+    they fail. Only overflow counts: a fraction cast to an integer dtype is
+    truncated, as NumPy does, and a float dtype keeps NaN and infinities.
+    """
+    if (
+        a.size == 0
+        or a.dtype.kind not in "biuf"
+        or dtype.kind not in "iuf"
+        or np.can_cast(a.dtype, dtype, "safe")
+    ):
+        return None
+    lowest, highest = a.min().item(), a.max().item()
+    if dtype.kind == "f":
+        top = float(np.finfo(dtype).max)
+        if -top <= lowest and highest <= top:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            bad: NDArray[np.bool_] = np.isinf(a.astype(dtype)) & np.isfinite(a)
+        return bad
+    info = np.iinfo(dtype)
+    # Half-open [lo, end): both bounds are powers of two, exact in any float.
+    lo, end = int(info.min), int(info.max) + 1
+    if lo <= lowest and highest < end:  # NaN fails both comparisons
+        return None
+    with np.errstate(invalid="ignore"):
+        bad = ~((a >= lo) & (a < end))
+    return bad
+
+
+def _misfit_error(row: int, value: Any, dtype: np.dtype[Any]) -> errors.DataError:
+    v = value.item() if isinstance(value, np.generic) else value
+    return errors.DataError(
+        f"row {row} holds {v!r}, which does not fit dtype {dtype}; pass a dtype that holds "
+        "it, or dtype=None to keep the rows' own"
+    )
+
+
+def _check_rows(rows: list[NDArray[Any]], dtype: np.dtype[Any], keep: int | None) -> None:
+    """Separate row arrays fit ``dtype`` (their first ``keep`` items, when truncating).
+
+    Rows of a dtype that casts safely are not looked at. The others are
+    checked together: one concatenation and two reductions cost far less
+    than two reductions per row.
+    """
+    dtypes = {r.dtype for r in rows}
+    for d in dtypes:
+        if np.can_cast(d, dtype, "safe"):
+            continue
+        one = len(dtypes) == 1  # the usual case: no per-row selection
+        idx = range(len(rows)) if one else [i for i, r in enumerate(rows) if r.dtype == d]
+        parts = rows if one and keep is None else [rows[i][:keep] for i in idx]
+        flat = np.concatenate(parts)
+        bad = _misfits(flat, dtype)
+        if bad is not None and bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            ends = np.cumsum([len(p) for p in parts])
+            raise _misfit_error(idx[int(np.searchsorted(ends, j, side="right"))], flat[j], dtype)
+
+
+def _check_flat(
+    values: NDArray[Any], offsets: NDArray[np.int64], dtype: np.dtype[Any], keep: int | None
+) -> None:
+    """Flat rows (``offsets[0] == 0``) fit ``dtype``; items past ``keep`` in a row are dropped."""
+    bad = _misfits(values, dtype)
+    if bad is None:
+        return
+    pos = np.flatnonzero(bad)
+    rows = np.searchsorted(offsets, pos, side="right") - 1
+    if keep is not None:
+        kept = pos - offsets[rows] < keep
+        pos, rows = pos[kept], rows[kept]
+    if pos.size:
+        raise _misfit_error(int(rows[0]), values[int(pos[0])], dtype)
 
 
 def _fill_rows(
@@ -130,13 +197,14 @@ def _fill_rows(
 
 
 def _flatten(
-    rows: list[Any], dtype: DTypeLike | None
+    rows: list[Any], dtype: DTypeLike | None, keep: int | None
 ) -> tuple[NDArray[Any], NDArray[np.int64], list[NDArray[Any]] | None, bool]:
     """Python-list rows as flat values + offsets; NumPy/tensor rows as a list of arrays.
 
     Returns ``(values, offsets, arrays, from_torch)``: ``arrays`` is ``None``
     when the rows were flattened into ``values``; otherwise ``values`` is an
-    empty array carrying the dtype.
+    empty array carrying the dtype. ``keep``: the items per row that
+    truncation keeps (``None``: all).
     """
     is_tensor = [_is_tensor(r) for r in rows]
     from_torch = any(is_tensor)
@@ -173,9 +241,52 @@ def _flatten(
     # Python lists (possibly mixed with arrays): one C-level pass over all
     # items, NumPy inferring the dtype unless given.
     flat = list(chain.from_iterable(rows))
-    values = np.asarray(flat, dtype=dtype) if flat else np.empty(0, dtype=default)
+    if not flat:
+        values = np.empty(0, dtype=default)
+    elif dtype is None:
+        values = np.asarray(flat)
+    else:
+        values, offsets = _lists_to_array(rows, flat, offsets, np.dtype(dtype), keep)
     if values.ndim != 1:
         raise errors.ConfigError(
             f"rows must be flat sequences of numbers (got items of shape {values.shape[1:]})"
         )
     return values, offsets, None, False
+
+
+def _lists_to_array(
+    rows: list[Any],
+    flat: list[Any],
+    offsets: NDArray[np.int64],
+    dtype: np.dtype[Any],
+    keep: int | None,
+) -> tuple[NDArray[Any], NDArray[np.int64]]:
+    """Flat items converted to the 64-bit type of ``dtype``'s kind; the caller narrows.
+
+    Converting straight to a narrow dtype would wrap NumPy integer scalars
+    (``list(array)`` rows, arrays mixed with lists) silently. The 64-bit
+    conversion costs the same; values too large for it raise, and the
+    narrowing cast after it is checked like any array's.
+    """
+    wide = dtype
+    if dtype.kind in "iuf" and dtype.itemsize < 8:
+        wide = np.dtype({"i": np.int64, "u": np.uint64, "f": np.float64}[dtype.kind])
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            return np.asarray(flat, dtype=wide), offsets
+    except (OverflowError, ValueError, TypeError, FloatingPointError) as exc:
+        # The slow path: find the item (among those truncation keeps).
+        for i, r in enumerate(rows):
+            for v in r if keep is None else r[:keep]:
+                try:
+                    with np.errstate(over="raise", invalid="raise"):
+                        np.asarray(v, dtype=wide)
+                except (OverflowError, ValueError, TypeError, FloatingPointError):
+                    raise _misfit_error(i, v, dtype) from exc
+        if keep is None:
+            raise
+        # Only items that truncation drops failed: convert the kept ones alone.
+        kept = [r[:keep] for r in rows]
+        short = np.zeros_like(offsets)
+        np.cumsum([len(r) for r in kept], out=short[1:])
+        return np.asarray(list(chain.from_iterable(kept)), dtype=wide), short

@@ -108,3 +108,51 @@ def test_bad_input(tmp_path: Path) -> None:
     write_row_file(tmp_path / "zero.bin", all_empty)
     with pytest.raises(EmptyRowsError, match=r"zero\.bin"):
         PairRows({"a": tmp_path / "zero.bin"}, max_retries=2).read(0, np.arange(3))
+
+
+def test_pickled_copy_and_empty_samples(tmp_path: Path) -> None:
+    import pickle
+
+    files = make(tmp_path, empty_every=3)
+    src = PairRows(files, reader="pread")
+    samples = np.arange(40, dtype=np.int64) * 7
+    first = src.read(5, samples)
+    copy = pickle.loads(pickle.dumps(src))
+    assert batch_digest([copy.read(5, samples)]) == batch_digest([first])
+    empty = src.read(5, np.zeros(0, np.int64))
+    assert {k: v.shape for k, v in empty.items()} == {
+        f"{m}_{k}": (0, w) for m, w in WIDTHS.items() for k in ("x", "mask")
+    }
+    copy.close()
+    src.close()
+
+
+def test_negatives_optional_and_members_of_one_column(tmp_path: Path) -> None:
+    files = make(tmp_path)
+    two = PairRows({"anchor": files["anchor"], "positive": files["positive"]}, shuffle=False)
+    got = two.read(0, np.array([0, N - 1, 0]))
+    assert set(got) == {"anchor_x", "anchor_mask", "positive_x", "positive_mask"}
+    want = expected(tmp_path, np.array([0, N - 1, 0]))
+    for k, v in got.items():
+        np.testing.assert_array_equal(v, want[k], err_msg=k)
+    write_row_file(tmp_path / "one.bin", np.arange(1, N + 1, dtype=np.uint16)[:, None])
+    one = PairRows({"a": tmp_path / "one.bin"}, shuffle=False).read(0, np.array([N - 1]))
+    assert one["a_x"].tolist() == [[N]] and one["a_mask"].tolist() == [[True]]
+
+
+def test_pad_id_must_fit_every_member(tmp_path: Path) -> None:
+    files = make(tmp_path)
+    with pytest.raises(ConfigError, match=r"negative\.tok\.bin: pad_id=-1 does not fit .*uint32"):
+        PairRows(files, pad_id=-1)
+    with pytest.raises(ConfigError, match=r"pad_id must be an integer \(got 0\.5\)"):
+        PairRows(files, pad_id=0.5)  # type: ignore[arg-type]
+
+
+def test_one_byte_signed_mask_error_shows_the_stored_value(tmp_path: Path) -> None:
+    files = make(tmp_path)
+    bad = np.ones((N, 33), np.int8)
+    bad[3, 2] = -1
+    write_row_file(tmp_path / "s.npy", bad)
+    src = PairRows({"anchor": (files["anchor"][0], tmp_path / "s.npy")}, shuffle=False)
+    with pytest.raises(DataError, match=r"s\.npy: mask values must be 0 or 1; row 3 holds \[-1\]"):
+        src.read(0, np.arange(5))

@@ -342,3 +342,167 @@ def test_bad_row_files(tmp_path: Path) -> None:
 
 def test_sample_rows_unshuffled_wraps() -> None:
     np.testing.assert_array_equal(sample_rows(0, np.array([0, 5, 6, 13]), 6, False), [0, 5, 0, 1])
+
+
+# -- review: boundaries, dtypes and bad input ---------------------------------------------
+
+
+def _by_definition(t: np.ndarray, m: np.ndarray | None, L: int, pad: int, side: str, ign: int):
+    """One row padded the slow, obvious way: build the padded row, then shift it."""
+    t = t[: L + 1].astype(np.int64)
+    mm = None if m is None else m[: L + 1] != 0
+    if side == "right":
+        pt, pm, s = t, (mm if mm is not None else t != pad), 0
+    else:
+        real = (t != pad) | (mm if mm is not None else False)
+        c = int(np.flatnonzero(real)[-1]) + 1
+        s = L + 1 - c
+        pt = np.concatenate([np.full(s, pad), t[:c]])
+        pm = np.concatenate([np.zeros(s, bool), (mm if mm is not None else t != pad)[:c]])
+    loss = pm[1:].copy()
+    loss[: max(s, 0)] = False  # a target predicted from a pad is never a loss target
+    return pt[:L], np.where(loss, pt[1:], ign), loss
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("tok_dtype", ["uint16", "int32", "int64"])
+def test_padding_boundaries_against_definition(
+    tmp_path: Path, side: str, with_mask: bool, tok_dtype: str
+) -> None:
+    # Rows with exactly one target, one real token past the first, full width,
+    # a stored width wider than context + 1, a pad id that is not 0 and real
+    # tokens equal to it inside the content.
+    L, pad = 6, 3
+    tok = np.array(
+        [
+            [7, 8, 3, 3, 3, 3, 3, 3, 3],  # one target (8)
+            [7, 8, 9, 9, 9, 9, 9, 9, 9],  # full past context + 1
+            [7, 8, 9, 9, 9, 9, 5, 3, 3],  # content ends exactly at column L
+            [7, 3, 8, 3, 3, 3, 3, 3, 3],  # a pad-valued token inside the content
+            [7, 8, 9, 9, 9, 5, 3, 3, 3],  # content ends one before column L
+        ],
+        dtype=tok_dtype,
+    )
+    assert tok.shape[1] == L + 3  # stored width wider than context + 1
+    mask = (tok != pad).astype(np.uint8)
+    mask[3, 1] = 1  # the inner pad-valued token is a target when a mask says so
+    write_row_file(tmp_path / "t.bin", tok)
+    write_row_file(tmp_path / "m.npy", mask)
+    src = PaddedRows(
+        tmp_path / "t.bin",
+        tmp_path / "m.npy" if with_mask else None,
+        context=L,
+        pad_side=side,  # type: ignore[arg-type]
+        pad_id=pad,
+        ignore_index=-100,
+        shuffle=False,
+    )
+    got = src.read(0, np.arange(len(tok), dtype=np.int64))
+    for i in range(len(tok)):
+        x, y, loss = _by_definition(tok[i], mask[i] if with_mask else None, L, pad, side, -100)
+        np.testing.assert_array_equal(got["x"][i], x, err_msg=f"x row {i}")
+        np.testing.assert_array_equal(got["y"][i], y, err_msg=f"y row {i}")
+        np.testing.assert_array_equal(got["loss_mask"][i], loss, err_msg=f"loss row {i}")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_empty_sample_array_gives_empty_batches(tiny: tuple[Path, Path], side: str) -> None:
+    for mask in (tiny[1], None):
+        src = PaddedRows(tiny[0], mask, context=5, pad_side=side)  # type: ignore[arg-type]
+        got = src.read(0, np.zeros(0, np.int64))
+        assert {k: (v.shape, v.dtype) for k, v in got.items()} == {
+            "x": ((0, 5), np.dtype(np.int32)),
+            "y": ((0, 5), np.dtype(np.int32)),
+            "loss_mask": ((0, 5), np.dtype(np.bool_)),
+        }
+
+
+def test_int64_edge_sample_numbers(tiny: tuple[Path, Path]) -> None:
+    top = np.iinfo(np.int64).max
+    samples = np.array([top, top - 1, 0], dtype=np.int64)
+    src = PaddedRows(*tiny, context=5)
+    rows = src.rows_of(0, samples)
+    assert ((rows >= 0) & (rows < 3)).all()
+    got = src.read(0, samples)
+    np.testing.assert_array_equal(got["x"], src.read(0, samples[::-1].copy())["x"][::-1])
+    plain = PaddedRows(*tiny, context=5, shuffle=False)
+    np.testing.assert_array_equal(plain.rows_of(0, samples), samples % 3)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_tokens_that_do_not_fit_the_output_dtype_raise(tmp_path: Path, side: str) -> None:
+    tok = np.array([[5, 6, 7, 0], [40_000, 6, 0, 0], [1, 2, 3, 4]], np.uint16)
+    write_row_file(tmp_path / "t.bin", tok)
+    src = PaddedRows(
+        tmp_path / "t.bin",
+        context=3,
+        dtype=np.int16,
+        shuffle=False,
+        pad_side=side,  # type: ignore[arg-type]
+    )
+    with pytest.raises(DataError, match=r"t\.bin: row 1 holds token 40000, which int16"):
+        src.read(0, np.arange(3))
+    last = [6, 7, -1] if side == "right" else [-1, 6, 7]
+    np.testing.assert_array_equal(src.read(0, np.array([2, 0]))["y"], [[2, 3, 4], last])
+    # Tokens wider than the default output: uint64 ids past int64's range.
+    write_row_file(tmp_path / "u.npy", np.array([[1, 2, 0], [2**63 + 5, 1, 0]], np.uint64))
+    wide = PaddedRows(tmp_path / "u.npy", context=2, shuffle=False)
+    assert wide.read(0, np.array([0]))["x"].tolist() == [[1, 2]]
+    with pytest.raises(DataError, match=r"u\.npy: row 1 holds token 9223372036854775813"):
+        wide.read(0, np.array([0, 1]))
+
+
+def test_pad_id_must_be_an_integer(tiny: tuple[Path, Path]) -> None:
+    # 0.5 "fits" int32's range, but no token ever equals it: padding would be
+    # read as content and every pad become a loss target.
+    with pytest.raises(ConfigError, match=r"pad_id must be an integer \(got 0\.5\)"):
+        PaddedRows(tiny[0], context=5, pad_id=0.5)  # type: ignore[arg-type]
+
+
+def test_raw_big_endian_rows_round_trip(tmp_path: Path) -> None:
+    a = np.array([[1, 300, 0], [70, 2, 1]], dtype=">u2")
+    write_row_file(tmp_path / "be.bin", a)
+    rf = open_row_file(tmp_path / "be.bin")
+    assert rf.dtype == np.dtype(">u2")
+    got = PaddedRows(rf, context=2, shuffle=False).read(0, np.arange(2))
+    np.testing.assert_array_equal(got["x"], [[1, 300], [70, 2]])
+
+
+def test_bad_sidecar_values_and_zero_width(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"\0" * 40)
+    side = tmp_path / "a.bin.json"
+    side.write_text(json.dumps({"dtype": "uint16", "width": "abc"}))
+    with pytest.raises(FormatError, match=r"a\.bin\.json: width must be a positive integer"):
+        open_row_file(tmp_path / "a.bin", width=5)
+    side.write_text(json.dumps({"dtype": "nonsense", "width": 5}))
+    with pytest.raises(FormatError, match=r"a\.bin\.json: 'nonsense' is not a dtype"):
+        open_row_file(tmp_path / "a.bin", dtype="uint16")
+    side.write_text(json.dumps({"dtype": "O", "width": 5}))
+    with pytest.raises(FormatError, match=r"a\.bin: dtype object holds Python objects"):
+        open_row_file(tmp_path / "a.bin")
+    np.save(tmp_path / "w0.npy", np.zeros((4, 0), np.uint32))
+    with pytest.raises(DataError, match=r"w0\.npy: empty: rows have no columns \(shape \(4, 0\)\)"):
+        open_row_file(tmp_path / "w0.npy")
+
+
+def test_replacement_independent_of_chunking_and_chained_retries(tmp_path: Path) -> None:
+    tp, mp = make_rows(tmp_path, empty_every=2)  # half the rows empty: retries chain
+    mask = np.load(mp)
+    digests = set()
+    for chunk in (1, 3, 8):
+        src = PaddedRows(tp, mp, context=64)
+        with Loader(src, batch_size=8, seed=2, prefetch=1, chunk_steps=chunk, steps=12) as ld:
+            digests.add(batch_digest(list(ld)))
+    assert len(digests) == 1
+    src = PaddedRows(tp, mp, context=64)
+    samples = np.arange(96, dtype=np.int64)
+    final = src.final_rows(2, samples)
+    first = src.rows_of(2, samples)
+    chained = 0
+    for i in np.flatnonzero(first != final).tolist():
+        tried = [int(retry_rows(2, samples[[i]], a, N_ROWS)[0]) for a in range(1, 9)]
+        k = tried.index(int(final[i]))
+        assert all(not mask[r, 1:65].any() for r in tried[:k])  # earlier retries were empty
+        chained += k > 0
+    assert chained > 0  # some replacement row was itself empty and was replaced again

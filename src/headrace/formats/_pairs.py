@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
 from headrace.formats._row_plan import replace_empty, sample_rows
-from headrace.formats._rows import check_mask_values
+from headrace.formats._rows import check_mask_values, check_pad_id
 
 __all__ = ["PairRows"]
 
@@ -90,6 +90,11 @@ class PairRows:
                 )
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
+        # pad_id marks padding only in members without a mask file.
+        check_pad_id(pad_id, None)
+        for mb in self.members:
+            if mb.mask is None:
+                check_pad_id(pad_id, mb.tokens)
         self.pad_id = pad_id
         self.shuffle = shuffle
         self.max_retries = max_retries
@@ -170,8 +175,9 @@ class PairRows:
                 check_mask_values(raws[id(mb)], mb.mask, rows)
                 np.not_equal(raws[id(mb)], 0, out=mask)
             else:
-                # Any byte but 0 or 1 is not a valid bool: check the bytes themselves.
-                check_mask_values(mask.view(np.uint8), mb.mask, rows)
+                # Any byte but 0 or 1 is not a valid bool: check the bytes themselves,
+                # seen as the file's dtype so that an error shows the stored value.
+                check_mask_values(mask.view(mb.mask.dtype), mb.mask, rows)
         return out
 
     def _empty(self, out: dict[str, NDArray[Any]]) -> NDArray[np.bool_]:

@@ -13,6 +13,32 @@ from headrace.errors import ConfigError
 __all__ = ["Ragged"]
 
 
+def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
+    """Raise :class:`ConfigError` unless ``pad_value`` survives a cast to ``dtype``."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = np.array(pad_value).astype(dtype)
+    except (OverflowError, ValueError) as exc:
+        raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
+    got = cast.item()
+    if dtype.kind in "fc" and not isinstance(pad_value, bool):
+        # A float dtype rounds (0.1 in float32 is fine) and NaN != NaN; what
+        # does not fit is a finite value that overflows to inf.
+        fits = bool(np.isfinite(got)) or not bool(np.isfinite(pad_value))
+        fits = fits and bool(np.isnan(got)) == bool(np.isnan(pad_value))
+    else:
+        fits = got == pad_value
+    if not fits:
+        raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})")
+
+
+def check_side_and_width(side: str, width: int | None) -> None:
+    if side not in ("right", "left"):
+        raise ConfigError(f"side must be 'right' or 'left' (got {side!r})")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
+        raise ConfigError(f"width must be None or an int >= 0 (got {width!r})")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ragged:
     """Rows of different lengths: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
@@ -61,6 +87,8 @@ class Ragged:
         truncate: bool = False,
     ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
         """A ``(rows, width)`` array and its mask: one allocation each, no per-row loop."""
+        check_side_and_width(side, width)
+        check_pad_value(pad_value, self.values.dtype)
         out = np.full((len(self), width), pad_value, dtype=self.values.dtype)
         mask = np.empty((len(self), width), dtype=np.bool_)
         Ragged.fill(self.values, self.offsets, out, mask, left=side == "left", truncate=truncate)

@@ -114,6 +114,12 @@ def _open_raw(f: LocalFile, dtype: DTypeLike | None, width: int | None) -> RowFi
                 f'{side}: unreadable row sidecar (expected JSON like {{"dtype": "uint16", '
                 f'"width": 1025}}): {exc}'
             ) from exc
+    # The sidecar's own values are checked before any comparison with the
+    # arguments, so a bad sidecar is named as such whatever was passed.
+    if "dtype" in meta:
+        side_dtype = _dtype_or_raise(meta["dtype"], side, FormatError)
+    if "width" in meta:
+        _width_or_raise(meta["width"], side)
     got_dtype = dtype if dtype is not None else meta.get("dtype")
     got_width = width if width is not None else meta.get("width")
     if got_dtype is None or got_width is None:
@@ -121,16 +127,17 @@ def _open_raw(f: LocalFile, dtype: DTypeLike | None, width: int | None) -> RowFi
             f"{f.path}: a raw row file needs a dtype and a width: pass dtype= and width= or "
             f'write {side} with {{"dtype": ..., "width": ...}}'
         )
-    try:
-        dt = np.dtype(got_dtype)
-    except TypeError as exc:
-        raise ConfigError(f"{f.path}: {got_dtype!r} is not a dtype") from exc
-    if dtype is not None and "dtype" in meta and np.dtype(dtype) != np.dtype(meta["dtype"]):
+    dt = _dtype_or_raise(got_dtype, f.path, ConfigError)
+    if dt.hasobject:
+        raise FormatError(
+            f"{f.path}: dtype {dt} holds Python objects, which raw bytes cannot store; "
+            "use an integer dtype"
+        )
+    if dtype is not None and "dtype" in meta and dt != side_dtype:
         raise ConfigError(f"{f.path}: dtype {dt} given but {side} says {meta['dtype']}")
-    if width is not None and "width" in meta and int(meta["width"]) != width:
+    if width is not None and "width" in meta and meta["width"] != width:
         raise ConfigError(f"{f.path}: width {width} given but {side} says {meta['width']}")
-    if isinstance(got_width, bool) or not isinstance(got_width, int) or got_width < 1:
-        raise FormatError(f"{side}: width must be a positive integer (got {got_width!r})")
+    _width_or_raise(got_width, side)
     row_bytes = got_width * dt.itemsize
     if f.size % row_bytes:
         raise DataError(
@@ -140,6 +147,19 @@ def _open_raw(f: LocalFile, dtype: DTypeLike | None, width: int | None) -> RowFi
     return RowFile(
         path=f.path, dtype=dt, rows=f.size // row_bytes, width=got_width, offset=0, format="raw"
     )
+
+
+def _dtype_or_raise(value: Any, where: str, error: type[Exception]) -> np.dtype[Any]:
+    try:
+        dt: np.dtype[Any] = np.dtype(value)
+    except (TypeError, ValueError) as exc:
+        raise error(f"{where}: {value!r} is not a dtype") from exc
+    return dt
+
+
+def _width_or_raise(value: Any, side: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FormatError(f"{side}: width must be a positive integer (got {value!r})")
 
 
 def open_row_file(
@@ -160,6 +180,8 @@ def open_row_file(
             rf = _open_raw(f, dtype, width)
     if rf.rows == 0:
         raise DataError(f"{p}: empty: the matrix has no rows")
+    if rf.width == 0:
+        raise DataError(f"{p}: empty: rows have no columns (shape ({rf.rows}, 0))")
     return rf
 
 
@@ -174,7 +196,9 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
     else:
         a.tofile(p)
         with open(_sidecar(p), "w", encoding="utf-8") as fh:
-            json.dump({"dtype": a.dtype.name, "width": int(a.shape[1])}, fh)
+            # A non-native byte order is kept ('>u2'); "uint16" would mean native.
+            name = a.dtype.name if a.dtype.isnative else a.dtype.str
+            json.dump({"dtype": name, "width": int(a.shape[1])}, fh)
     return open_row_file(p)
 
 

@@ -45,6 +45,18 @@ def _fits(value: int, dtype: np.dtype[Any]) -> bool:
     return info.min <= value <= info.max
 
 
+def check_pad_id(pad_id: object, tokens: RowFile | None) -> None:
+    """``pad_id`` is an integer that tokens of ``tokens`` (when given) can equal."""
+    # A float such as 0.5 passes a range check but equals no token: padding
+    # would silently count as content.
+    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
+        raise ConfigError(f"pad_id must be an integer (got {pad_id!r}).")
+    if tokens is not None and not _fits(int(pad_id), tokens.dtype):
+        raise ConfigError(
+            f"{tokens.path}: pad_id={pad_id} does not fit the token dtype {tokens.dtype}."
+        )
+
+
 def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -> None:
     """Masks hold 0 or 1: checked with two reductions, no comparison temporaries."""
     if mask.size == 0:
@@ -113,9 +125,14 @@ class PaddedRows:
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if not np.issubdtype(self.dtype, np.signedinteger):
             raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
+        check_pad_id(pad_id, t)
         for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
-            if not _fits(v, self.dtype) or (name == "pad_id" and not _fits(v, t.dtype)):
+            if not _fits(v, self.dtype):
                 raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
+        # Token values are checked at read time only when the output dtype
+        # cannot hold every value of the stored one (a narrower dtype= or
+        # uint64 tokens); the default outputs always can.
+        self._check_tokens = not np.can_cast(t.dtype, self.dtype, "safe")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
         self.context = context
@@ -172,6 +189,8 @@ class PaddedRows:
                 refill=refill,
                 dataset=self.tokens.path,
             )
+        if self._check_tokens:
+            self._check_token_values(tok, rows)
         return self._assemble(tok, mask)
 
     def final_rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -209,6 +228,22 @@ class PaddedRows:
         )
         check_mask_values(mask, self.mask, rows)
         return tok, mask
+
+    def _check_token_values(self, tok: NDArray[Any], rows: NDArray[np.int64]) -> None:
+        """Every token read fits the output dtype (two reductions when all do)."""
+        if tok.size == 0:
+            return
+        info = np.iinfo(self.dtype)
+        lo, hi = int(tok.min()), int(tok.max())
+        if info.min <= lo and hi <= info.max:
+            return
+        bad = (tok < info.min) | (tok > info.max)
+        i, j = (int(v[0]) for v in np.nonzero(bad))
+        raise DataError(
+            f"{self.tokens.path}: row {int(rows[i])} holds token {int(tok[i, j])}, which "
+            f"{self.dtype} (the output dtype) cannot hold; pass dtype= a wider signed "
+            f"integer type (e.g. int64)"
+        )
 
     def _empty(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> NDArray[np.bool_]:
         """Rows with no loss target, found by reductions only (no token-sized temporaries)."""
