@@ -506,3 +506,10 @@ def test_replacement_independent_of_chunking_and_chained_retries(tmp_path: Path)
         assert all(not mask[r, 1:65].any() for r in tried[:k])  # earlier retries were empty
         chained += k > 0
     assert chained > 0  # some replacement row was itself empty and was replaced again
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_negative_sample_numbers_are_refused(tiny: tuple[Path, Path], shuffle: bool) -> None:
+    src = PaddedRows(*tiny, context=5, shuffle=shuffle)
+    with pytest.raises(ConfigError, match="sample numbers must be >= 0"):
+        src.read(0, np.array([3, -1], dtype=np.int64))

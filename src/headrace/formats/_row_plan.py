@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import EmptyRowsError
+from headrace.errors import ConfigError, EmptyRowsError
 from headrace.plan import WindowLayout, cached_permutation, derive_keys
 
 __all__ = ["RowWindows", "replace_empty", "retry_rows", "sample_rows"]
@@ -31,6 +31,8 @@ _U = np.uint64
 def sample_rows(seed: int, samples: NDArray[np.int64], n: int, shuffle: bool) -> NDArray[np.int64]:
     """The row of each sample number: epoch ``k // n``, permuted per epoch."""
     samples = np.asarray(samples, dtype=np.int64)
+    if samples.size and samples.min() < 0:  # -1 would silently read the last row
+        raise ConfigError(f"sample numbers must be >= 0 (got {int(samples.min())}).")
     pos = samples % n
     if not shuffle:
         return pos

@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import ConfigError
 from headrace.plan._permute import Permutation, cached_permutation
 
 __all__ = ["WindowLayout", "WindowPlan", "group_by_window"]
@@ -180,6 +181,8 @@ class WindowLayout:
     def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Map global sample numbers to (epoch, window, token offset in window)."""
         samples = np.asarray(samples, dtype=np.int64)
+        if samples.size and samples.min() < 0:
+            raise ConfigError(f"sample numbers must be >= 0 (got {int(samples.min())}).")
         T = self.samples_per_epoch
         epoch = samples // T
         if (
