@@ -148,9 +148,7 @@ def test_a_piece_longer_than_one_read_takes_several(file, monkeypatch) -> None:
 def test_eio_on_one_read_of_many_waits_for_the_others(file, monkeypatch, pool, strategy) -> None:
     path, _ = file
     bad = 5 * 100_000 + 7  # the sixth range's first byte
-    comp = Completions(
-        monkeypatch, lambda o, nth, res: -errno.EIO if o <= bad < o + 8192 else res
-    )
+    comp = Completions(monkeypatch, lambda o, nth, res: -errno.EIO if o <= bad < o + 8192 else res)
     with reader(strategy, in_flight=4) as r:
         with pytest.raises(StorageError) as ei:
             r.read(path, far_ranges(10))
@@ -301,7 +299,9 @@ def test_enter_failing_breaks_the_ring_not_the_process(file, monkeypatch, pool) 
     monkeypatch.setattr(uring, "_sys_enter", flaky)
     parked = len(uring._PARKED)
     with reader("pread", in_flight=2) as r:
-        with pytest.raises(StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"):
+        with pytest.raises(
+            StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"
+        ):
             r.read(path, far_ranges(6))
         assert pool.idle() == 0  # the broken ring was closed, not pooled
         # Its buffer may still be written by the kernel: kept alive, never freed.
