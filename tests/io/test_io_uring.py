@@ -282,32 +282,58 @@ def test_env_turns_auto_off_and_bad_values_are_refused(file, monkeypatch) -> Non
 
 
 @needs_uring
-def test_enter_failing_breaks_the_ring_not_the_process(file, monkeypatch, pool) -> None:
+def test_a_wave_is_submitted_in_doubling_chunks(file, monkeypatch) -> None:
+    path, data = file
+    real = uring._sys_enter
+    calls: list[tuple[int, int]] = []
+
+    def record(fd, to_submit, min_complete, flags):
+        calls.append((to_submit, min_complete))
+        return real(fd, to_submit, min_complete, flags)
+
+    monkeypatch.setattr(uring, "_sys_enter", record)
+    with reader("pread", in_flight=8) as r:
+        got = r.read(path, far_ranges(8))
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(8)]
+    # The device gets the first read at once; the last call submits the rest and waits.
+    assert calls[:4] == [(1, 0), (2, 0), (4, 0), (1, 1)]
+
+
+@needs_uring
+def test_enter_retries_transient_errors_and_a_failing_ring_is_retired(
+    file, monkeypatch, pool
+) -> None:
     path, data = file
     real = uring._sys_enter
     fds = _fd_count()
-    state = {"calls": 0}
+    calls: list[tuple[int, int]] = []
+    inject: dict[int, int] = {1: errno.EINTR, 2: errno.EAGAIN, 3: errno.EBUSY}
 
     def flaky(fd, to_submit, min_complete, flags):
-        state["calls"] += 1
-        if state["calls"] == 1:
-            raise OSError(errno.EINTR, "Interrupted system call")  # retried
-        if state["calls"] == 3:
-            raise OSError(errno.EINVAL, "Invalid argument")  # the ring is unusable
+        calls.append((to_submit, min_complete))
+        e = inject.get(len(calls))
+        if e:
+            raise OSError(e, os.strerror(e))
         return real(fd, to_submit, min_complete, flags)
 
     monkeypatch.setattr(uring, "_sys_enter", flaky)
-    parked = len(uring._PARKED)
-    with reader("pread", in_flight=2) as r:
-        with pytest.raises(
-            StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"
-        ):
+    expect = [data[o : o + n].tobytes() for o, n in far_ranges(6)]
+    with reader("pread", in_flight=4) as r:
+        # EINTR, EAGAIN and EBUSY are retried; the SQEs stay queued meanwhile.
+        assert [g.tobytes() for g in r.read(path, far_ranges(6))] == expect
+        # EINTR retried the call; EAGAIN and EBUSY gave up on this chunk (nothing
+        # submitted), so the doubling went on and the last call took all four.
+        assert calls[:4] == [(1, 0), (1, 0), (2, 0), (4, 1)]
+        assert pool.idle() == 1
+        # Any other error retires the ring: it is closed, not pooled.
+        parked = len(uring._PARKED)
+        inject = {len(calls) + 3: errno.EINVAL}  # after the first reads are submitted
+        with pytest.raises(StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"):
             r.read(path, far_ranges(6))
-        assert pool.idle() == 0  # the broken ring was closed, not pooled
-        # Its buffer may still be written by the kernel: kept alive, never freed.
+        assert pool.idle() == 0
+        # Reads it took may still be landing in the buffer: kept alive, never freed.
         assert len(uring._PARKED) == parked + 1
-        got = r.read(path, far_ranges(6))  # a new ring serves the next batch
-        assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(6)]
+        assert [g.tobytes() for g in r.read(path, far_ranges(6))] == expect  # a new ring
     pool.close()
     assert _fd_count() == fds
     del uring._PARKED[parked:]

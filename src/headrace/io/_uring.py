@@ -382,17 +382,34 @@ class Ring:
         return (int(self._sq[self._sq_tail]) - int(self._sq[self._sq_head])) & _U32
 
     def _enter_wait(self) -> None:
-        """Submit what the ring holds and wait for at least one completion."""
+        """Submit what the ring holds and wait for at least one completion.
+
+        Submitted in doubling chunks (1, 2, 4, ...), the last one waiting,
+        rather than in one call: the kernel prepares a whole call's reads
+        before the device sees any, and a device that serves requests one at
+        a time (this VM's virtio disk) idled meanwhile. Measured on the 4 GiB
+        file at depth 32, host-cached blocks: +10% IOPS (56k -> 63k, 65k ->
+        72k in two runs of 8 to 10 trials) for ~0.08 core.
+        """
+        k = 1
+        while (left := self._unsubmitted()) > k:
+            self._enter(k, 0)
+            k *= 2
+        self._enter(left, 1)
+
+    def _enter(self, to_submit: int, wait: int) -> None:
         while True:
             try:
-                _sys_enter(self.fd, self._unsubmitted(), 1, IORING_ENTER_GETEVENTS)
+                _sys_enter(self.fd, to_submit, wait, IORING_ENTER_GETEVENTS if wait else 0)
                 return
             except OSError as exc:
                 # EINTR: a signal; EAGAIN/EBUSY: the kernel is short of
-                # request memory or completions must be reaped first. Either
-                # way the SQEs not consumed stay queued; try again.
-                if exc.errno in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
-                    if exc.errno != errno.EINTR and self._ready():
+                # request memory or wants completions reaped first. The SQEs
+                # it did not take stay queued for the next call.
+                if exc.errno == errno.EINTR:
+                    continue
+                if exc.errno in (errno.EAGAIN, errno.EBUSY):
+                    if self._ready() or not wait:
                         return
                     continue
                 self.broken = True
