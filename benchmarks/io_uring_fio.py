@@ -1,15 +1,18 @@
-"""O_DIRECT random 4 KiB reads: thread engine vs io_uring engine vs fio, same file, same minutes.
+"""Random 4 KiB reads: thread engine vs io_uring engine vs fio, same file, same minutes.
 
-    python benchmarks/io_uring_fio.py FILE [--reads 8192 --depths 1,32 --trials 2
-                                            --warm 0 --batch 0 --fio /usr/bin/fio
-                                            --fio-seconds 3 --json OUT]
+    python benchmarks/io_uring_fio.py FILE [--mode odirect --reads 8192 --depths 1,32
+                                            --trials 2 --warm 0 --batch 0
+                                            --fio /usr/bin/fio --fio-seconds 3 --json OUT]
 
 Each trial runs every side once, in alternating order (A B C ..., ... C B A),
 so drift (other tenants, the host's cache) hits all sides alike. Sides:
-``threads@q`` and ``uring@q`` (``RangeReader`` with strategy ``odirect``,
-``max_gap=0``, ``in_flight=q``, the given engine) and, where the binary
-exists, ``fio@q`` (``--direct=1 --rw=randread --bs=4k --ioengine=io_uring
---iodepth=q --randrepeat=0``, time-based).
+``threads@q`` and ``uring@q`` (``RangeReader`` with strategy ``--mode``,
+``max_gap=0``, ``in_flight=q``, the given engine) and, for ``odirect`` where
+the binary exists, ``fio@q`` (``--direct=1 --rw=randread --bs=4k
+--ioengine=io_uring --iodepth=q --randrepeat=0``, time-based). ``--mode
+pread`` reads through the page cache, dropping the file's cached pages
+(``POSIX_FADV_DONTNEED``) before every side; fio is not run then, since its
+buffered reads would be served by pages it read earlier in the same run.
 
 Two regimes. Cold (``--warm 0``): every headrace side reads its own disjoint
 set of blocks from the whole file (a seeded permutation cut into stripes),
@@ -52,18 +55,22 @@ from headrace.io._uring import ring_pool
 BLOCK = 4096
 
 
-def reader(engine: str, depth: int) -> RangeReader:
-    cfg = ReaderConfig(strategy="odirect", engine=engine, in_flight=depth, max_gap=0)  # type: ignore[arg-type]
+def reader(mode: str, engine: str, depth: int) -> RangeReader:
+    cfg = ReaderConfig(strategy=mode, engine=engine, in_flight=depth, max_gap=0)  # type: ignore[arg-type]
     return RangeReader(cfg)
 
 
-def read_blocks(path: str, engine: str, depth: int, blocks: np.ndarray, batch: int):
+def read_blocks(path: str, mode: str, engine: str, depth: int, blocks: np.ndarray, batch: int):
     """``(seconds, cpu seconds, sha256, engine that ran)`` for ``blocks`` in calls of ``batch``."""
     ranges = np.stack([blocks * BLOCK, np.full(len(blocks), BLOCK)], 1)
     step = batch or len(ranges)
     h = hashlib.sha256()
-    with reader(engine, depth) as r:
-        _ = r.file(path).direct_fd  # open before the clock starts
+    with reader(mode, engine, depth) as r:
+        f = r.file(path)  # open before the clock starts
+        if mode == "odirect":
+            _ = f.direct_fd
+        else:
+            os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
         c0, t0 = time.process_time(), time.perf_counter()
         got = [r.read(path, ranges[i : i + step]) for i in range(0, len(ranges), step)]
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -110,6 +117,7 @@ def run_fio(fio: str, path: str, depth: int, seconds: float, region: int) -> flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", help="an existing file (read only), at least a few MiB")
+    ap.add_argument("--mode", choices=["odirect", "pread"], default="odirect")
     ap.add_argument("--reads", type=int, default=8192, help="reads per side per trial")
     ap.add_argument("--depths", default="1,32", help="in-flight depths, comma-separated")
     ap.add_argument("--trials", type=int, default=2)
@@ -128,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     depths = [int(d) for d in a.depths.split(",")]
     engines = ["threads", "uring"]
-    sides = [(kind, q) for q in depths for kind in [*engines, *(["fio"] if a.fio else [])]]
+    fio = a.fio if a.mode == "odirect" else ""
+    sides = [(kind, q) for q in depths for kind in [*engines, *(["fio"] if fio else [])]]
     headrace_sides = [(k, q) for k, q in sides if k != "fio"]
     size = os.stat(path).st_size
     region = min(a.warm, size) // BLOCK * BLOCK if a.warm else size // BLOCK * BLOCK
@@ -157,20 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         for kind, q in order:
             name = f"{kind}@{q}"
             if kind == "fio":
-                iops[name].append(run_fio(a.fio, path, q, a.fio_seconds, region))
+                iops[name].append(run_fio(fio, path, q, a.fio_seconds, region))
                 continue
             blocks = next(stripes)
-            seconds, cpu_s, digest, engine = read_blocks(path, kind, q, blocks, a.batch)
+            seconds, cpu_s, digest, engine = read_blocks(path, a.mode, kind, q, blocks, a.batch)
             iops[name].append(len(blocks) / seconds)
             cpu[name].append(cpu_s / seconds)
             verified[name] &= digest == reference(path, blocks)
             ran[name].add(engine)
     common = next(stripes)
-    digests = {f"{k}@{q}": read_blocks(path, k, q, common, a.batch)[2] for k, q in headrace_sides}
+    digests = {
+        f"{k}@{q}": read_blocks(path, a.mode, k, q, common, a.batch)[2] for k, q in headrace_sides
+    }
     med = {s: statistics.median(v) for s, v in iops.items()}
     regime = f"warm (first {region:,} bytes)" if a.warm else "cold (whole file)"
     print(
-        f"{path}: O_DIRECT random 4 KiB, {regime}, {a.reads} reads per side per trial, "
+        f"{path}: {a.mode} random 4 KiB, {regime}, {a.reads} reads per side per trial, "
         f"{a.trials} trials, batch {a.batch or a.reads}"
     )
     print(f"{'side':12} {'median IOPS':>12} {'cores':>6}  runs (IOPS)      engine   verified")
@@ -182,12 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{s:12} {med[s]:>12,.0f} {cores:>6}  {runs:16} {eng:8} {ok}")
     ratios = {}
     lo, hi = min(depths), max(depths)
-    for kind in [*engines, *(["fio"] if a.fio else [])]:
+    for kind in [*engines, *(["fio"] if fio else [])]:
         if lo != hi:
             ratios[f"{kind}@{hi} / {kind}@{lo}"] = med[f"{kind}@{hi}"] / med[f"{kind}@{lo}"]
     for q in depths:
         ratios[f"uring@{q} / threads@{q}"] = med[f"uring@{q}"] / med[f"threads@{q}"]
-        if a.fio:
+        if fio:
             ratios[f"uring@{q} / fio@{q}"] = med[f"uring@{q}"] / med[f"fio@{q}"]
     for k, v in ratios.items():
         print(f"{k:28} {v:.2f}x")
@@ -197,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json is not None:
         report = {
             "file": path,
+            "mode": a.mode,
             "regime": "warm" if a.warm else "cold",
             "region_bytes": region,
             "reads": a.reads,

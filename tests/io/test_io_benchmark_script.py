@@ -65,7 +65,7 @@ def test_uring_vs_fio_script_small_run(tmp_path: Path) -> None:
     f = tmp_path / "blocks.bin"
     f.write_bytes(os.urandom(4 << 20))
     script = BENCHMARKS / "io_uring_fio.py"
-    for extra in ([], ["--warm", str(1 << 20), "--batch", "16"]):
+    for extra in ([], ["--warm", str(1 << 20), "--batch", "16", "--mode", "pread"]):
         out = tmp_path / "u.json"
         args = [str(f), "--reads", "64", "--fio", "", "--json", str(out), *extra]
         p = run(*args, script=script)
@@ -75,6 +75,7 @@ def test_uring_vs_fio_script_small_run(tmp_path: Path) -> None:
         assert r["engines"] == {s: [s.split("@")[0]] for s in r["median_iops"]}
         assert all(r["verified"].values()) and r["identical"]
         assert r["regime"] == ("warm" if extra else "cold")
+        assert r["mode"] == ("pread" if extra else "odirect")
         assert "uring@32 / threads@32" in r["ratios"] and "identical=True" in p.stdout
     p = run(str(f), "--reads", "4096", "--fio", "", script=script)
     assert p.returncode == 2 and "distinct 4 KiB blocks" in p.stderr
