@@ -55,6 +55,16 @@ from headrace.io._uring import ring_pool
 BLOCK = 4096
 
 
+def parse_size(text: str) -> int:
+    """``268435456``, ``256M``, ``1G``: bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 256M)") from None
+
+
 def reader(mode: str, engine: str, depth: int) -> RangeReader:
     cfg = ReaderConfig(strategy=mode, engine=engine, in_flight=depth, max_gap=0)  # type: ignore[arg-type]
     return RangeReader(cfg)
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--batch", type=int, default=0, help="reads per call (0: all in one)")
     ap.add_argument(
-        "--warm", type=int, default=0, help="bytes at the start to warm and read (0: cold)"
+        "--warm", type=parse_size, default=0, help="bytes at the start to warm and read, e.g. 256M"
     )
     ap.add_argument("--fio", default=shutil.which("fio") or "", help="fio binary ('' to skip)")
     ap.add_argument("--fio-seconds", type=float, default=3.0)

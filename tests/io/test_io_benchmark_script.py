@@ -65,7 +65,7 @@ def test_uring_vs_fio_script_small_run(tmp_path: Path) -> None:
     f = tmp_path / "blocks.bin"
     f.write_bytes(os.urandom(4 << 20))
     script = BENCHMARKS / "io_uring_fio.py"
-    for extra in ([], ["--warm", str(1 << 20), "--batch", "16", "--mode", "pread"]):
+    for extra in ([], ["--warm", "1M", "--batch", "16", "--mode", "pread"]):
         out = tmp_path / "u.json"
         args = [str(f), "--reads", "64", "--fio", "", "--json", str(out), *extra]
         p = run(*args, script=script)

@@ -328,7 +328,9 @@ def test_enter_retries_transient_errors_and_a_failing_ring_is_retired(
         # Any other error retires the ring: it is closed, not pooled.
         parked = len(uring._PARKED)
         inject = {len(calls) + 3: errno.EINVAL}  # after the first reads are submitted
-        with pytest.raises(StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"):
+        with pytest.raises(
+            StorageError, match=r"f\.bin: io_uring failed during a batch of 6 reads"
+        ):
             r.read(path, far_ranges(6))
         assert pool.idle() == 0
         # Reads it took may still be landing in the buffer: kept alive, never freed.
