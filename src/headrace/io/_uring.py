@@ -1,11 +1,12 @@
 """Batches of positional reads through io_uring, in pure Python over ctypes.
 
 The thread engine (``_batch.run_batch``) pays a GIL round trip and a thread
-wake-up for every read; on a 2-vCPU machine that capped 4 KiB O_DIRECT reads
-at about half of what the device gives at depth 32. Here one thread fills a
-batch of submission queue entries (SQEs) with NumPy, makes one
-``io_uring_enter`` per wave (ctypes releases the GIL for the call) and reaps
-the completions (CQEs) with NumPy too.
+wake-up for every read; on a 2-vCPU machine, 32 4 KiB O_DIRECT reads in
+flight kept 1.4-1.5 cores busy and fell well short of fio. Here one thread
+fills a batch of submission queue entries (SQEs) with NumPy, submits each
+wave with a few ``io_uring_enter`` calls (ctypes releases the GIL for each)
+and reaps the completions (CQEs) with NumPy too: 1.3-1.6x the IOPS on a
+third of the CPU (docs/io.md).
 
 ABI notes (``include/uapi/linux/io_uring.h``, ``man 7 io_uring``):
 
@@ -22,7 +23,8 @@ ABI notes (``include/uapi/linux/io_uring.h``, ``man 7 io_uring``):
   emit barriers, so only x86_64 is served: its total store order makes plain
   loads and stores enough (loads are not reordered with older loads, stores
   not with older stores). aarch64 has the same syscall numbers but a weak
-  memory model, so it (like everything else) falls back to threads.
+  memory model, so it (like everything else) falls back to threads. The
+  integer views of SQEs and CQEs below assume x86's little-endian layout too.
 * Each read submitted produces exactly one CQE, and a ring starts with every
   counter at 0, so ``sq_tail - cq_head`` is always the number of reads not
   yet reaped. Draining after an interruption relies on that (see ``_drain``).
