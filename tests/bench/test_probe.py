@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import headrace.io._uring as uring
 from headrace.bench._probe import _size, filesystem_of
 from headrace.cli import main
 
@@ -16,6 +17,7 @@ KEYS = {
     "pattern",
     "request_bytes",
     "in_flight",
+    "engine",
     "ops",
     "seconds",
     "ops_per_s",
@@ -37,11 +39,37 @@ def test_probe_directory_makes_and_removes_a_scratch_file(tmp_path: Path, capsys
     assert all(KEYS <= set(r) and r["verified"] for r in results)
     seen = {(r["mode"], r["pattern"], r["in_flight"]) for r in results}
     assert {("mmap", "sequential", 1), ("pread", "random", 64), ("mmap", "random", 1)} <= seen
-    if not report["skipped"]:
+    if not any(s["mode"] == "odirect" for s in report["skipped"]):
         assert {("odirect", "random", 1), ("odirect", "random", 32)} <= seen
+    # Positional rows name the engine that ran them; mapped rows have none.
+    engines = {(r["mode"], r["engine"]) for r in results}
+    assert ("mmap", "") in engines and ("pread", "threads") in engines
+    if uring.ring_pool().available():
+        assert ("pread", "uring") in engines
+        assert {r["in_flight"] for r in results if r["engine"] == "uring"} == {1, 8, 32, 64}
     assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096, 4100}
     table = capsys.readouterr().out
     assert "MB = 10^6 bytes" in table and "verified" in table
+    if uring.ring_pool().available():
+        assert "random 4 KiB, 32 in flight: uring = " in table
+
+
+def test_probe_without_io_uring_says_why(tmp_path: Path, monkeypatch, capsys) -> None:
+    def refuse(entries, params):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(uring, "_POOL", uring.RingPool())
+    monkeypatch.setattr(uring, "_sys_setup", refuse)
+    out = tmp_path / "p.json"
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["engine"] for r in report["results"]} <= {"", "threads"}
+    assert {
+        "mode": "pread, odirect",
+        "engine": "uring",
+        "reason": ("io_uring_setup failed: Operation not permitted"),
+    } in report["skipped"]
+    assert "skipped pread, odirect (engine uring): io_uring_setup failed" in capsys.readouterr().out
 
 
 def test_probe_existing_file(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import main
 from headrace.errors import ConfigError, DataError
+from headrace.io._uring import ring_pool
 
 TINY_DS = {"rows": 20, "width": 33}
 TINY_TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1, "batch_size": 4}
@@ -65,6 +66,21 @@ def test_padded_batches_hold_the_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(batch["x"], tok[rows, :-1])
     np.testing.assert_array_equal(batch["loss_mask"], mask[rows, 1:] != 0)
     np.testing.assert_array_equal(batch["y"], np.where(mask[rows, 1:] != 0, tok[rows, 1:], -1))
+
+
+def test_padded_reports_the_io_engine(tmp_path: Path) -> None:
+    kind = _tiny("padded", tmp_path)
+    want = {}
+    engines = ["threads", "uring", "auto"] if ring_pool().available() else ["threads", "auto"]
+    for engine in engines:
+        stream = kind.open(f"headrace?strategy=pread&engine={engine}", 2)
+        batches = list(stream)
+        st = stream.stats()
+        stream.close()
+        want[engine] = [b["x"].tobytes() for b in batches]
+        if engine != "auto":
+            assert st["engine"] == engine and set(st["reads_by_engine"]) == {engine}
+    assert len({tuple(w) for w in want.values()}) == 1
 
 
 def test_table_pads_and_labels(tmp_path: Path) -> None:

@@ -56,7 +56,9 @@ def slow(tmp_path: Path):
         files.append(f)
         return f
 
-    reader = RangeReader(ReaderConfig(strategy="adaptive", in_flight=8), clock=clock, opener=opener)
+    # Threads: SlowFile charges its fake latency in pread_into, which io_uring bypasses.
+    cfg = ReaderConfig(strategy="adaptive", in_flight=8, engine="threads")
+    reader = RangeReader(cfg, clock=clock, opener=opener)
     rows = np.arange(0, 1024, 128)  # 8 rows 128 KiB apart: beyond max_gap, so 8 spans
     width = 1024
 

@@ -8,13 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "io_adaptive.py"
+import pytest
+
+from headrace.io._uring import ring_pool
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPT = BENCHMARKS / "io_adaptive.py"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -53,3 +58,24 @@ def test_small_run_reports_medians_ratios_and_digests(tmp_path: Path) -> None:
 def test_refuses_too_few_rows(tmp_path: Path) -> None:
     p = run("--root", str(tmp_path), "--rows", "10", "--width", "10")
     assert p.returncode == 2 and "distinct rows" in p.stderr
+
+
+@pytest.mark.skipif(not ring_pool().available(), reason="io_uring unavailable")
+def test_uring_vs_fio_script_small_run(tmp_path: Path) -> None:
+    f = tmp_path / "blocks.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    script = BENCHMARKS / "io_uring_fio.py"
+    for extra in ([], ["--warm", "1M", "--batch", "16", "--mode", "pread"]):
+        out = tmp_path / "u.json"
+        args = [str(f), "--reads", "64", "--fio", "", "--json", str(out), *extra]
+        p = run(*args, script=script)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(out.read_text())
+        assert set(r["median_iops"]) == {"threads@1", "uring@1", "threads@32", "uring@32"}
+        assert r["engines"] == {s: [s.split("@")[0]] for s in r["median_iops"]}
+        assert all(r["verified"].values()) and r["identical"]
+        assert r["regime"] == ("warm" if extra else "cold")
+        assert r["mode"] == ("pread" if extra else "odirect")
+        assert "uring@32 / threads@32" in r["ratios"] and "identical=True" in p.stdout
+    p = run(str(f), "--reads", "4096", "--fio", "", script=script)
+    assert p.returncode == 2 and "distinct 4 KiB blocks" in p.stderr

@@ -12,11 +12,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headrace.errors import ConfigError, ReadEOFError, StorageError
-from headrace.io import STRATEGIES, AdaptivePolicy, RangeReader, RangeStore, ReaderConfig
+from headrace.io import (
+    ENGINES,
+    STRATEGIES,
+    AdaptivePolicy,
+    RangeReader,
+    RangeStore,
+    ReaderConfig,
+)
+from headrace.io._uring import ring_pool
 
 FILE_BYTES = 3 * 1024 * 1024 + 1234  # as in conftest.py
 
 ALL = list(STRATEGIES)
+# Every engine that can run here ("uring" needs a kernel that allows io_uring).
+URING = ring_pool().available()
+RUNNABLE_ENGINES = [e for e in ENGINES if e != "uring" or URING]
 
 
 def test_strategies_listed() -> None:
@@ -29,38 +40,57 @@ def test_reader_is_a_range_store(strategy: str) -> None:
         assert isinstance(r, RangeStore)
 
 
-def test_all_strategies_give_identical_digests(data_file) -> None:
-    """SHA-256 over thousands of random rows, plus ranges, for every strategy."""
+def test_all_strategies_and_engines_give_identical_digests(data_file) -> None:
+    """SHA-256 over thousands of random rows, plus ranges, for every strategy x engine.
+
+    Rows at an unaligned base (4100 bytes from byte 77) and aligned ones (4096
+    from 0, the last one ending 1234 bytes before the end of the file), and
+    ranges of which some end exactly at the end of the file.
+    """
     path, data = data_file
     rng = np.random.default_rng(11)
-    width = 4100
-    batches = [rng.integers(0, (FILE_BYTES - 77) // width, 500) for _ in range(8)]
+    shapes = [(4100, 77), (4096, 0)]
+    batches = []
+    for b in range(8):
+        width, base = shapes[b % 2]
+        last = (FILE_BYTES - base) // width - 1
+        batches.append((width, base, np.append(rng.integers(0, last, 500), last)))
     ranges = np.stack([rng.integers(0, FILE_BYTES - 9000, 400), rng.integers(0, 9000, 400)], 1)
+    tail = rng.integers(1, 70_000, 20)
+    ranges = np.concatenate([ranges, np.stack([FILE_BYTES - tail, tail], 1)])
     expect = hashlib.sha256()
-    for idx in batches:
+    for width, base, idx in batches:
         for i in idx.tolist():
-            expect.update(data[77 + i * width : 77 + (i + 1) * width].tobytes())
+            expect.update(data[base + i * width : base + (i + 1) * width].tobytes())
     for o, n in ranges.tolist():
         expect.update(data[o : o + n].tobytes())
     digests = {}
     for strategy in ALL:
-        # A tiny slow threshold makes the adaptive reader switch modes on the way.
-        policy = AdaptivePolicy(slow_read_s=1e-4, probe_every=3)
-        cfg = ReaderConfig(strategy=strategy, policy=policy)
-        h = hashlib.sha256()
-        with RangeReader(cfg) as r:
-            for idx in batches:
-                rows = r.read_rows(str(path), idx, width, base=77)
-                assert rows.shape == (len(idx), width)
-                h.update(rows.tobytes())
-            for arr in r.read(str(path), ranges):
-                h.update(arr.tobytes())
-            assert r.stats.reads == len(batches) + 1
-            assert r.stats.rows == 8 * 500 + 400
-        digests[strategy] = h.hexdigest()
+        for engine in RUNNABLE_ENGINES:
+            # A tiny slow threshold makes the adaptive reader switch modes on the way.
+            policy = AdaptivePolicy(slow_read_s=1e-4, probe_every=3)
+            cfg = ReaderConfig(strategy=strategy, engine=engine, policy=policy)  # type: ignore[arg-type]
+            h = hashlib.sha256()
+            with RangeReader(cfg) as r:
+                for width, base, idx in batches:
+                    rows = r.read_rows(str(path), idx, width, base=base)
+                    assert rows.shape == (len(idx), width)
+                    h.update(rows.tobytes())
+                for arr in r.read(str(path), ranges):
+                    h.update(arr.tobytes())
+                s = r.stats
+                assert s.reads == len(batches) + 1
+                assert s.rows == 8 * 501 + 420
+                if strategy in ("pread", "odirect"):
+                    ran = ("uring" if URING else "threads") if engine == "auto" else engine
+                    assert s.reads_by_engine == {ran: 9} and s.engine == ran
+                elif strategy == "odirect-serial":  # auto leaves one read at a time to threads
+                    assert s.engine == ("uring" if engine == "uring" else "threads")
+            digests[strategy, engine] = h.hexdigest()
     assert set(digests.values()) == {expect.hexdigest()}, digests
 
 
+@pytest.mark.parametrize("engine", RUNNABLE_ENGINES)
 @pytest.mark.parametrize("strategy", ALL)
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -75,7 +105,9 @@ def test_all_strategies_give_identical_digests(data_file) -> None:
     max_gap=st.sampled_from([0, 100, 65536]),
     max_span=st.sampled_from([1, 5000, 4 << 20]),
 )
-def test_any_ranges_through_each_strategy(data_file, strategy, ranges, max_gap, max_span) -> None:
+def test_any_ranges_through_each_strategy(
+    data_file, strategy, engine, ranges, max_gap, max_span
+) -> None:
     path, data = data_file
     if ranges:
         ranges = [*ranges, ranges[0]]  # always a duplicate
@@ -84,6 +116,7 @@ def test_any_ranges_through_each_strategy(data_file, strategy, ranges, max_gap, 
         max_gap=max_gap,
         max_span=max_span,
         in_flight=4,
+        engine=engine,
         policy=AdaptivePolicy(slow_read_s=1e-6, probe_every=2),
     )
     with RangeReader(cfg) as r:

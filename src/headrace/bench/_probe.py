@@ -2,7 +2,8 @@
 
 Sequential rate, then random 4 KiB and row-sized reads, for mapped reads,
 positional reads (1 to 64 in flight) and O_DIRECT (1 to 64 in flight), all
-through :class:`headrace.io.RangeReader`, the engine the loaders use.
+through :class:`headrace.io.RangeReader`, the engine the loaders use. Random
+positional reads run on both engines, threads and io_uring (where it works).
 
 Fairness rules, because caches lie:
 
@@ -35,6 +36,7 @@ import numpy as np
 
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
+from headrace.io._uring import ring_pool
 
 __all__ = ["configure", "run"]
 
@@ -50,12 +52,18 @@ class Measurement:
     pattern: str  # sequential | random
     request_bytes: int
     in_flight: int
+    engine: str = ""  # threads | uring for positional reads; "" for mmap
 
     def config(self) -> ReaderConfig:
         strategy = {"mmap": "mmap", "pread": "pread", "odirect": "odirect"}[self.mode]
         # max_gap=0: random requests are spaced apart, so each is its own
         # read; sequential ones still merge into max_span spans, as loaders do.
-        return ReaderConfig(strategy=strategy, in_flight=self.in_flight, max_gap=0)  # type: ignore[arg-type]
+        return ReaderConfig(
+            strategy=strategy,  # type: ignore[arg-type]
+            in_flight=self.in_flight,
+            max_gap=0,
+            engine=self.engine or "threads",  # type: ignore[arg-type]
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -64,6 +72,7 @@ class Result:
     pattern: str
     request_bytes: int
     in_flight: int
+    engine: str
     ops: int
     seconds: float
     ops_per_s: float
@@ -203,28 +212,35 @@ def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
     return h.hexdigest()
 
 
-def measurements(row_bytes: int, odirect: bool) -> list[Measurement]:
+def measurements(
+    row_bytes: int, odirect: bool, engines: tuple[str, ...] = ("threads",)
+) -> list[Measurement]:
+    seq = SEQ_REQUEST
     m = [
-        Measurement(mode="mmap", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1),
-        Measurement(mode="pread", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1),
+        Measurement(mode="mmap", pattern="sequential", request_bytes=seq, in_flight=1),
+        Measurement(
+            mode="pread", pattern="sequential", request_bytes=seq, in_flight=1, engine="threads"
+        ),
     ]
     if odirect:
         m.append(
             Measurement(
-                mode="odirect", pattern="sequential", request_bytes=SEQ_REQUEST, in_flight=1
+                mode="odirect",
+                pattern="sequential",
+                request_bytes=seq,
+                in_flight=1,
+                engine="threads",
             )
         )
     for req in (BLOCK, row_bytes):
         m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
+        depths = {"pread": (1, 8, 32, 64), "odirect": (1, 32, 64) if odirect else ()}
         m.extend(
-            Measurement(mode="pread", pattern="random", request_bytes=req, in_flight=q)
-            for q in (1, 8, 32, 64)
+            Measurement(mode=mode, pattern="random", request_bytes=req, in_flight=q, engine=e)
+            for mode, qs in depths.items()
+            for e in engines
+            for q in qs
         )
-        if odirect:
-            m.extend(
-                Measurement(mode="odirect", pattern="random", request_bytes=req, in_flight=q)
-                for q in (1, 32, 64)
-            )
     return m
 
 
@@ -239,12 +255,18 @@ def probe(
     except ConfigError as exc:
         odirect = False
         skipped.append({"mode": "odirect", "reason": str(exc)})
-    meas = measurements(row_bytes, odirect)
+    engines: tuple[str, ...] = ("threads",)
+    if ring_pool().available():
+        engines = ("threads", "uring")
+    else:
+        skipped.append({"mode": "pread, odirect", "engine": "uring", "reason": ring_pool().reason})
+    meas = measurements(row_bytes, odirect, engines)
     plan = _plan(meas, rounds, file_bytes, ops, seed)
     if drop_cache:
         _drop_cache(path)
     acc: dict[int, list[float]] = {i: [0, 0.0] for i in range(len(meas))}
     ok = dict.fromkeys(range(len(meas)), True)
+    ran: dict[int, set[str]] = {i: set() for i in range(len(meas))}
     ref_fd = os.open(path, os.O_RDONLY)
     try:
         for r in range(rounds):
@@ -263,6 +285,7 @@ def probe(
                     t0 = time.perf_counter()
                     got = reader.read(path, ranges)
                     seconds = time.perf_counter() - t0
+                    ran[i].add(reader.stats.engine)
                 h = hashlib.sha256()
                 for g in got:
                     h.update(g.tobytes())
@@ -283,6 +306,9 @@ def probe(
                 pattern=m.pattern,
                 request_bytes=m.request_bytes,
                 in_flight=m.in_flight,
+                # What ran ("" for mmap); always the engine asked for, since
+                # an explicit engine never falls back.
+                engine=",".join(sorted(ran[i])),
                 ops=n,
                 seconds=round(s, 6),
                 ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
@@ -307,25 +333,42 @@ def _table(report: dict[str, Any]) -> str:
         f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']})",
         f"file {report['file_bytes']:,} bytes; MB = 10^6 bytes; {report['rounds']} rounds on "
         "disjoint stripes, alternating order; every result verified against pread",
-        f"{'mode':8} {'pattern':10} {'request':>8} {'in flight':>9} {'ops':>6} {'seconds':>8} "
-        f"{'ops/s':>10} {'MB/s':>9}  verified",
+        f"{'mode':8} {'engine':7} {'pattern':10} {'request':>8} {'in flight':>9} {'ops':>6} "
+        f"{'seconds':>8} {'ops/s':>10} {'MB/s':>9}  verified",
     ]
     lines.extend(
-        f"{x['mode']:8} {x['pattern']:10} {x['request_bytes']:>8} {x['in_flight']:>9} "
-        f"{x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} {x['mb_per_s']:>9.1f}  "
-        f"{'yes' if x['verified'] else 'NO'}"
+        f"{x['mode']:8} {x['engine'] or '-':7} {x['pattern']:10} {x['request_bytes']:>8} "
+        f"{x['in_flight']:>9} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
+        f"{x['mb_per_s']:>9.1f}  {'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
     )
     rate = {
-        (x["mode"], x["pattern"], x["request_bytes"], x["in_flight"]): x["ops_per_s"]
+        (x["mode"], x["engine"], x["pattern"], x["request_bytes"], x["in_flight"]): x["ops_per_s"]
         for x in report["results"]
     }
     for mode in ("odirect", "pread"):
-        one = rate.get((mode, "random", BLOCK, 1))
-        deep = rate.get((mode, "random", BLOCK, 32))
-        if one and deep:
-            lines.append(f"{mode} random 4 KiB: 32 in flight = {deep / one:.1f}x one at a time")
-    lines.extend(f"skipped {s['mode']}: {s['reason']}" for s in report["skipped"])
+        one = {e: rate.get((mode, e, "random", BLOCK, 1)) for e in ("threads", "uring")}
+        deep = {e: rate.get((mode, e, "random", BLOCK, 32)) for e in ("threads", "uring")}
+        gains = [
+            f"{name} {d / o:.1f}x"
+            for name, o, d in (
+                ("threads", one["threads"], deep["threads"]),
+                ("uring", one["uring"], deep["uring"]),
+                # What engine "auto" gives: threads one at a time, uring deeper.
+                ("auto", one["threads"], deep["uring"]),
+            )
+            if o and d
+        ]
+        if gains:
+            lines.append(f"{mode} random 4 KiB, 32 in flight / one at a time: {', '.join(gains)}")
+        if deep["threads"] and deep["uring"]:
+            ratio = deep["uring"] / deep["threads"]
+            lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
+    lines.extend(
+        f"skipped {s['mode']}{' (engine ' + s['engine'] + ')' if 'engine' in s else ''}: "
+        f"{s['reason']}"
+        for s in report["skipped"]
+    )
     return "\n".join(lines)
 
 

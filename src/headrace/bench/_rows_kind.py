@@ -216,7 +216,9 @@ def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
     strategy = spec.options.get("strategy", rd.get("strategy", "adaptive"))
     # ?max_gap=BYTES: the coalescing gap (--sweep max_gap=0,4096,65536).
     gap = spec.int("max_gap", int(rd.get("max_gap", DEFAULT_MAX_GAP)))
-    reader = RangeReader(ReaderConfig(strategy=strategy, max_gap=gap))
+    # ?engine=auto|uring|threads: how positional reads run (--sweep engine=threads,uring).
+    engine = spec.options.get("engine", rd.get("engine", "auto"))
+    reader = RangeReader(ReaderConfig(strategy=strategy, max_gap=gap, engine=engine))
     src = PaddedRows(tok_path, mask_path, context=k.context, reader=reader)
     loader = k.loader(src, spec, steps)
 
@@ -226,7 +228,13 @@ def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
 
     def stats() -> dict[str, Any]:
         st = reader.stats
-        return {"requests": st.reads, "read_s": st.seconds, "bytes_fetched": st.bytes_read}
+        return {
+            "requests": st.reads,
+            "read_s": st.seconds,
+            "bytes_fetched": st.bytes_read,
+            "engine": st.engine,  # "" when every read was mapped
+            "reads_by_engine": st.reads_by_engine,
+        }
 
     return GenStream(iter(loader), lambda: reader.stats.bytes_read, close, stats)
 

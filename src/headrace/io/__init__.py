@@ -4,7 +4,8 @@ The local engine is :class:`RangeReader`: give it a path and ``(offset, length)`
 ranges (or fixed-width row indices) and it returns the bytes in caller order,
 whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 ``"odirect"``, ``"odirect-serial"`` and ``"adaptive"`` (see
-:class:`ReaderConfig`); all return identical bytes. Object stores go through
+:class:`ReaderConfig`); positional reads run on io_uring or on threads
+(``ENGINES``); every combination returns identical bytes. Object stores go through
 :class:`ObjectStore` (the optional ``obstore`` extra, imported lazily).
 """
 
@@ -27,7 +28,14 @@ from headrace.io._pool import (
     set_io_threads,
 )
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, Ranges, coalesce
-from headrace.io._reader import STRATEGIES, RangeReader, ReaderConfig, Strategy
+from headrace.io._reader import (
+    ENGINES,
+    STRATEGIES,
+    Engine,
+    RangeReader,
+    ReaderConfig,
+    Strategy,
+)
 from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
 
@@ -42,6 +50,8 @@ __all__ = [
     "DEFAULT_IO_THREADS",
     "DEFAULT_MAX_GAP",
     "DEFAULT_MAX_SPAN",
+    "ENGINES",
+    "Engine",
     "LocalFile",
     "ObjectStats",
     "ObjectStore",

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, wait
 
-__all__ = ["run_batch"]
+__all__ = ["raise_first", "run_batch"]
 
 
 def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor | None) -> None:
@@ -59,6 +59,11 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
         # alone: wait() never counts a cancelled future as done until a pool
         # thread dequeues it, which in a saturated pool may be never.
         wait([f for f in futures if not f.cancel()])
+    raise_first(errors)
+
+
+def raise_first(errors: list[tuple[int, BaseException]]) -> None:
+    """Raise the failure of the lowest read index, noting how many others failed."""
     if errors:
         errors.sort(key=lambda e: e[0])
         first = errors[0][1]

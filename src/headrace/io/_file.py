@@ -20,7 +20,7 @@ from headrace.errors import (
     StorageError,
 )
 
-__all__ = ["LocalFile", "open_error"]
+__all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
 
 
 def open_error(path: str, exc: OSError) -> StorageError:
@@ -30,6 +30,25 @@ def open_error(path: str, exc: OSError) -> StorageError:
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
     return StorageError(exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc})")
+
+
+def read_error(
+    path: str, what: str, offset: int, want: int, done: int, exc: OSError
+) -> StorageError:
+    """A failed read of ``want`` bytes at ``offset``, ``done`` of them read (every engine)."""
+    return StorageError(
+        exc.errno or errno.EIO,
+        f"{path}: {what} of bytes [{offset}, {offset + want}) failed after {done} bytes: "
+        f"{exc.strerror or exc}",
+    )
+
+
+def eof_error(path: str, offset: int, want: int, done: int, size: int) -> ReadEOFError:
+    """A read of ``want`` bytes at ``offset`` that met end of file after ``done``."""
+    return ReadEOFError(
+        f"{path}: read of bytes [{offset}, {offset + want}) reached end of file after {done} "
+        f"bytes (file has {size} bytes)"
+    )
 
 
 class LocalFile:
@@ -119,16 +138,9 @@ class LocalFile:
             except InterruptedError:
                 continue
             except OSError as exc:
-                raise StorageError(
-                    exc.errno or errno.EIO,
-                    f"{self.path}: read of bytes [{offset}, {offset + want}) failed "
-                    f"after {done} bytes: {exc.strerror or exc}",
-                ) from exc
+                raise read_error(self.path, "read", offset, want, done, exc) from exc
             if n == 0:
-                raise ReadEOFError(
-                    f"{self.path}: read of bytes [{offset}, {offset + want}) reached end of "
-                    f"file after {done} bytes (file has {os.fstat(self.fd).st_size} bytes)"
-                )
+                raise eof_error(self.path, offset, want, done, os.fstat(self.fd).st_size)
             done += n
 
     def pread(self, offset: int, length: int) -> NDArray[np.uint8]:

@@ -2,8 +2,10 @@
 
 Both read the coalesced spans back to back into one buffer (one allocation
 per call) and report where each request landed, so the caller scatters with
-one fancy index. ``os.preadv`` releases the GIL, so spans read in parallel on
-the I/O pool really overlap.
+one fancy index. Two engines run the reads: ``os.preadv`` on the I/O pool
+(it releases the GIL, so spans read in parallel really overlap), or one
+io_uring ring filled and reaped by the calling thread (``_uring.py``). Both
+complete short reads and report failures alike.
 
 O_DIRECT rules (Linux ``open(2)``): the buffer address, the file offset and
 the length must all be multiples of the logical block size. 4096 satisfies
@@ -24,9 +26,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError, StorageError
-from headrace.io._batch import run_batch
-from headrace.io._file import LocalFile
+from headrace.io._batch import raise_first, run_batch
+from headrace.io._file import LocalFile, eof_error, read_error
 from headrace.io._ranges import chunk_spans, coalesce_arrays
+from headrace.io._uring import Ring
 
 __all__ = ["aligned_empty", "read_direct_into", "read_spans"]
 
@@ -72,11 +75,7 @@ def read_direct_into(
         try:
             n = os.preadv(fd, [mv[done:]], offset + done)
         except OSError as exc:
-            raise StorageError(
-                exc.errno or errno.EIO,
-                f"{f.path}: O_DIRECT read of bytes [{offset}, {offset + want}) failed after "
-                f"{done} bytes: {exc.strerror or exc}",
-            ) from exc
+            raise read_error(f.path, "O_DIRECT read", offset, want, done, exc) from exc
         if n == 0:
             break
         done += n
@@ -84,6 +83,13 @@ def read_direct_into(
             # Only the file's last block comes back unaligned, and O_DIRECT
             # cannot resume at an unaligned offset anyway.
             break
+    finish_direct(f, view, offset, need, done, first)
+
+
+def finish_direct(
+    f: LocalFile, view: NDArray[np.uint8], offset: int, need: int, done: int, first: int
+) -> None:
+    """After O_DIRECT stopped at ``done`` bytes: an EOF error, or finish buffered."""
     if done < need:
         size = f.current_size()
         if offset + need > size:
@@ -106,11 +112,13 @@ def read_spans(
     depth: int,
     pool: Executor | None,
     alignment: int = 0,
+    ring: Ring | None = None,
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], int]:
     """Read the requests' coalesced spans; return ``(buffer, positions, bytes_read)``.
 
     Request ``i`` is ``buffer[positions[i] : positions[i] + lengths[i]]``.
-    ``alignment > 0`` selects O_DIRECT with that alignment.
+    ``alignment > 0`` selects O_DIRECT with that alignment. With a ``ring``
+    the reads go through io_uring, ``depth`` at a time, and ``pool`` is unused.
     """
     plan = coalesce_arrays(offsets, lengths, max_gap=max_gap, max_span=max_span)
     starts, ends = plan.starts, plan.ends
@@ -124,15 +132,24 @@ def read_spans(
     span_pos = p_pos[np.searchsorted(owner, np.arange(len(starts)))]
     total = int((ends - starts).sum())
     buf = aligned_empty(total, alignment) if alignment else np.empty(total, dtype=np.uint8)
+    positions = span_pos[plan.span] + (offsets - starts[plan.span])
+    if alignment:
+        # The requested bytes of each piece: [first, need_end) within [start, end).
+        need_end = np.minimum(p_end, plan.ends[owner])
+        first = np.maximum(p_start, plan.starts[owner])
+    else:
+        need_end = first = p_end
+    if ring is not None:
+        _ring_read(ring, f, buf, p_start, p_end - p_start, p_pos, need_end, first, alignment, depth)
+        return buf, positions, total
     ps, pe, pp = p_start.tolist(), p_end.tolist(), p_pos.tolist()
     if alignment:
-        need_end = np.minimum(p_end, plan.ends[owner]).tolist()
-        first = np.maximum(p_start, plan.starts[owner]).tolist()
+        need_end_l, first_l = need_end.tolist(), first.tolist()
 
         def read(i: int) -> None:
             a = ps[i]
             view = buf[pp[i] : pp[i] + pe[i] - a]
-            read_direct_into(f, view, a, need_end[i] - a, alignment, first[i])
+            read_direct_into(f, view, a, need_end_l[i] - a, alignment, first_l[i])
 
     else:
 
@@ -141,5 +158,55 @@ def read_spans(
             f.pread_into(buf[pp[i] : pp[i] + pe[i] - a], a)
 
     run_batch(len(ps), read, depth=depth, pool=pool)
-    positions = span_pos[plan.span] + (offsets - starts[plan.span])
     return buf, positions, total
+
+
+def _ring_read(
+    ring: Ring,
+    f: LocalFile,
+    buf: NDArray[np.uint8],
+    start: NDArray[np.int64],
+    length: NDArray[np.int64],
+    pos: NDArray[np.int64],
+    need_end: NDArray[np.int64],
+    first: NDArray[np.int64],
+    alignment: int,
+    depth: int,
+) -> None:
+    """Pieces ``[start, start + length)`` into ``buf[pos:]`` through ``ring``.
+
+    What the thread engine does per read, done here per batch: completions
+    that stopped short of the requested bytes end as the same EOF errors or
+    buffered O_DIRECT tails, failures as the same errors, the lowest piece's
+    raised first.
+    """
+    fd = f.direct_fd if alignment else f.fd
+    addr = (buf.ctypes.data + pos).astype(np.uint64)
+    try:
+        done, err = ring.read(fd, addr, start, length, depth=depth, align=alignment, owner=buf)
+    except OSError as exc:  # io_uring_enter itself failed: the ring is broken, not the file
+        raise StorageError(
+            exc.errno or errno.EIO,
+            f"{f.path}: io_uring failed during a batch of {len(start)} reads "
+            f"({exc.strerror or exc}); engine='threads' avoids io_uring",
+        ) from exc
+    need = need_end - start
+    bad = np.flatnonzero((err != 0) | ((done >= 0) & (done < need)))
+    if not len(bad):
+        return
+    what = "O_DIRECT read" if alignment else "read"
+    failures: list[tuple[int, BaseException]] = []
+    for i in bad.tolist():
+        a, n, d, e = int(start[i]), int(length[i]), int(done[i]), int(err[i])
+        try:
+            if e:
+                cause = OSError(e, os.strerror(e))
+                raise read_error(f.path, what, a, n, d, cause) from cause
+            if alignment:
+                view = buf[int(pos[i]) : int(pos[i]) + n]
+                finish_direct(f, view, a, int(need[i]), d, int(first[i]))
+            else:
+                raise eof_error(f.path, a, n, d, f.current_size())
+        except Exception as exc:  # raised below, lowest piece first, as run_batch does
+            failures.append((i, exc))
+    raise_first(failures)

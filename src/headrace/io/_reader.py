@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +24,17 @@ from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Ranges, as_ranges, check_limits
 from headrace.io._stats import ReadStats, StatsRecorder
+from headrace.io._uring import RING_ENTRIES, Ring, ring_pool
 
-__all__ = ["STRATEGIES", "ReaderConfig", "RangeReader", "Strategy"]
+__all__ = ["ENGINES", "STRATEGIES", "Engine", "ReaderConfig", "RangeReader", "Strategy"]
 
 _T = TypeVar("_T")
 
 Strategy = Literal["adaptive", "mmap", "pread", "odirect", "odirect-serial"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
+Engine = Literal["auto", "uring", "threads"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+URING_ENV = "HEADRACE_IO_URING"
 ODIRECT = "odirect"
 DEFAULT_ODIRECT_IN_FLIGHT = 32
 
@@ -47,9 +52,17 @@ class ReaderConfig:
     see :class:`AdaptivePolicy`). ``in_flight`` defaults to the I/O pool's
     size for pread; it counts the calling thread, which reads too, and is
     capped at the deep pool's size plus one.
+
+    ``engine`` runs the positional reads (pread, O_DIRECT): ``"uring"`` (one
+    io_uring ring per batch, filled and reaped by the calling thread, up to
+    256 in flight; a :class:`ConfigError` where io_uring is unavailable),
+    ``"threads"`` (``in_flight`` loops of ``os.preadv`` on the I/O pools) or
+    ``"auto"``: uring for batches of more than one read in flight where
+    io_uring works and ``HEADRACE_IO_URING`` is not ``0``, else threads.
     """
 
     strategy: Strategy = "adaptive"
+    engine: Engine = "auto"
     max_gap: int = DEFAULT_MAX_GAP
     max_span: int = DEFAULT_MAX_SPAN
     in_flight: int | None = None
@@ -60,6 +73,10 @@ class ReaderConfig:
         if self.strategy not in STRATEGIES:
             raise ConfigError(
                 f"Unknown read strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}."
+            )
+        if self.engine not in ENGINES:
+            raise ConfigError(
+                f"Unknown read engine {self.engine!r}; choose one of {', '.join(ENGINES)}."
             )
         check_limits(self.max_gap, self.max_span)
         if self.in_flight is not None and (
@@ -81,6 +98,16 @@ class ReaderConfig:
         if self.in_flight is not None:
             return self.in_flight
         return DEFAULT_ODIRECT_IN_FLIGHT if self.strategy == ODIRECT else io_threads()
+
+
+def uring_enabled() -> bool:
+    """False when ``HEADRACE_IO_URING`` turns io_uring off for ``engine="auto"``."""
+    value = os.environ.get(URING_ENV, "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{URING_ENV} must be 0 or 1 (got {value!r}).")
 
 
 def _pool_for(depth: int) -> tuple[int, Executor | None]:
@@ -281,12 +308,17 @@ class RangeReader:
         requested = int(lengths.sum())
         mode, probe = self._choose()
         t0 = self._clock()
-        buf, pos, nread = self._fetch_mode(mode, f, offsets, lengths, end)
+        buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
         result = scatter(buf, pos)
         del buf  # a mapped view pins the map; let close() unmap it
         seconds = self._clock() - t0
         self._stats.record(
-            mode=mode, rows=len(offsets), requested=requested, read=nread, seconds=seconds
+            mode=mode,
+            rows=len(offsets),
+            requested=requested,
+            read=nread,
+            seconds=seconds,
+            engine=engine,
         )
         self._observe(mode, probe, seconds, len(offsets))
         return result
@@ -298,24 +330,53 @@ class RangeReader:
         offsets: NDArray[np.int64],
         lengths: NDArray[np.int64],
         end: int,
-    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], int]:
+    ) -> tuple[NDArray[np.uint8], NDArray[np.int64], int, str]:
+        """``(buffer, positions, bytes read, engine)``; the engine is "" for mapped reads."""
         cfg = self.config
         if mode == MAPPED:
             view = mapped_view(f, end)
             if view is not None:
-                return view, offsets, int(lengths.sum())
+                return view, offsets, int(lengths.sum()), ""
             mode = PARALLEL  # the file grew past its mapping
-        depth, pool = _pool_for(cfg.depth())
-        return read_spans(
-            f,
-            offsets,
-            lengths,
-            max_gap=cfg.max_gap,
-            max_span=cfg.max_span,
-            depth=depth,
-            pool=pool,
-            alignment=cfg.alignment if mode == ODIRECT else 0,
-        )
+        ring = self._ring()
+        if ring is None:
+            depth, pool = _pool_for(cfg.depth())
+        else:
+            depth, pool = min(cfg.depth(), RING_ENTRIES), None
+        try:
+            buf, pos, nread = read_spans(
+                f,
+                offsets,
+                lengths,
+                max_gap=cfg.max_gap,
+                max_span=cfg.max_span,
+                depth=depth,
+                pool=pool,
+                alignment=cfg.alignment if mode == ODIRECT else 0,
+                ring=ring,
+            )
+        finally:
+            if ring is not None:
+                ring_pool().release(ring)
+        return buf, pos, nread, "threads" if ring is None else "uring"
+
+    def _ring(self) -> Ring | None:
+        """A ring for this batch, or ``None`` for the thread engine."""
+        engine = self.config.engine
+        if engine == "threads":
+            return None
+        if engine == "auto" and (self.config.depth() <= 1 or not uring_enabled()):
+            # One read at a time is one syscall per read either way; the
+            # thread engine runs it in the caller with less Python per read.
+            return None
+        pool = ring_pool()
+        ring = pool.acquire()
+        if ring is None and engine == "uring":
+            raise ConfigError(
+                f"io_uring is not available here ({pool.reason}); use engine='auto' (which "
+                "falls back to threads) or engine='threads'."
+            )
+        return ring
 
     def _choose(self) -> tuple[str, bool]:
         if self._adaptive is None:

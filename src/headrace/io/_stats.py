@@ -16,7 +16,9 @@ class ReadStats:
     for positional reads, aligned blocks for O_DIRECT, and the requested
     bytes for mapped reads (the kernel's read-around is invisible from here).
     A *read* is one call (``read``, ``read_into`` or ``read_rows``); a *row*
-    is one requested range.
+    is one requested range. ``engine`` is the engine of the latest
+    positional read (``"uring"`` or ``"threads"``; ``""`` before any), and
+    ``reads_by_engine`` counts positional reads per engine.
     """
 
     reads: int = 0
@@ -28,6 +30,8 @@ class ReadStats:
     current_mode: str = ""
     reads_by_mode: dict[str, int] = field(default_factory=dict)
     seconds_by_mode: dict[str, float] = field(default_factory=dict)
+    engine: str = ""
+    reads_by_engine: dict[str, int] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -44,9 +48,16 @@ class StatsRecorder:
         self._mode = mode
         self._reads_by: dict[str, int] = {}
         self._seconds_by: dict[str, float] = {}
+        self._engine = ""
+        self._by_engine: dict[str, int] = {}
 
-    def record(self, *, mode: str, rows: int, requested: int, read: int, seconds: float) -> None:
+    def record(
+        self, *, mode: str, rows: int, requested: int, read: int, seconds: float, engine: str = ""
+    ) -> None:
         with self._lock:
+            if engine:
+                self._engine = engine
+                self._by_engine[engine] = self._by_engine.get(engine, 0) + 1
             self._reads += 1
             self._rows += rows
             self._requested += requested
@@ -72,4 +83,6 @@ class StatsRecorder:
                 current_mode=self._mode,
                 reads_by_mode=dict(self._reads_by),
                 seconds_by_mode=dict(self._seconds_by),
+                engine=self._engine,
+                reads_by_engine=dict(self._by_engine),
             )
