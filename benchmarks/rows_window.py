@@ -1,7 +1,8 @@
 """Padded rows on slow storage: the full shuffle vs the windowed shuffle, rows/s.
 
     PYTHONPATH=src python benchmarks/rows_window.py [--root DIR --rows 16384
-        --latency-ms 5 --trials 3 --local-trials 5 --json OUT]
+        --steps 512 --latency-ms 5 --trials 3 --local-trials 5 --strategy adaptive
+        --max-span 4194304 --json OUT]
 
 Writes (once) ``DIR/src/tokens.bin`` (+ ``tokens.bin.json``): ``--rows`` rows of
 1025 uint16 tokens, right-padded with 0 after 64 to 1025 real tokens. Mounts
@@ -12,7 +13,8 @@ trials alternating ``full, window, full, window, ...`` (A/B/A/B): each a fresh
 ``PaddedRows(context=1024, reader=RangeReader("adaptive"))`` with
 ``shuffle=True`` (full) or ``shuffle="window"`` (default ``window_rows``),
 through ``Loader(batch_size=32, seed=0)`` (async, default read-ahead) for one
-epoch (512 batches). slowfs drops a file's page cache when it is opened, so
+epoch (512 batches; ``--steps`` to change; ``--strategy`` and ``--max-span``
+set the reader's ``ReaderConfig``). slowfs drops a file's page cache when it is opened, so
 every trial starts cold. The wall time from ``iter()`` to the last batch is
 timed; batches are kept and hashed after the clock stops. The same sides then
 run over the local file, read once beforehand so it is in the page cache.
@@ -57,7 +59,7 @@ import numpy as np
 
 from headrace.emulate import SlowMount, fuse_available
 from headrace.formats import PaddedRows, write_row_file
-from headrace.io import RangeReader
+from headrace.io import RangeReader, ReaderConfig
 from headrace.pipeline import Loader
 from headrace.testing import update_digest
 
@@ -77,11 +79,13 @@ def ensure_file(src: Path, rows: int) -> Path:
     return path
 
 
-def trial(path: Path, shuffle: Any, steps: int, mount: SlowMount | None) -> dict[str, Any]:
+def trial(
+    path: Path, shuffle: Any, steps: int, mount: SlowMount | None, config: ReaderConfig
+) -> dict[str, Any]:
     before = mount.stats() if mount is not None else None
-    reader = RangeReader("adaptive")
+    reader = RangeReader(config)
     src = PaddedRows(path, context=WIDTH - 1, shuffle=shuffle, reader=reader)
-    batches = []
+    batches: list[dict[str, Any]] = []
     with Loader(src, batch_size=B, seed=0, steps=steps) as loader:
         t0 = time.perf_counter()
         batches.extend(loader)
@@ -107,11 +111,13 @@ def trial(path: Path, shuffle: Any, steps: int, mount: SlowMount | None) -> dict
     return out
 
 
-def run_sides(path: Path, trials: int, steps: int, mount: SlowMount | None, tag: str) -> dict:
+def run_sides(
+    path: Path, trials: int, steps: int, mount: SlowMount | None, tag: str, config: ReaderConfig
+) -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
     for _ in range(trials):
         for s, shuffle in SIDES.items():  # A/B/A/B
-            r = trial(path, shuffle, steps, mount)
+            r = trial(path, shuffle, steps, mount, config)
             runs[s].append(r)
             fuse = f"  {r['fuse_reads']:5d} READs {r['fuse_bytes'] / 1e6:6.1f} MB" if mount else ""
             print(
@@ -142,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--root", type=Path, default=Path("/tmp/headrace-rows-window"))
     ap.add_argument("--rows", type=int, default=16_384)
+    ap.add_argument("--steps", type=int, default=0, help="default: one epoch")
     ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap.add_argument("--strategy", default="adaptive")
+    ap.add_argument("--max-span", type=int, default=4 << 20)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--local-trials", type=int, default=5)
     ap.add_argument("--json", type=Path)
@@ -152,16 +161,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skip: FUSE unavailable: {why}")
         return 0
     path = ensure_file(args.root / "src", args.rows)
-    steps = args.rows // B
-    report: dict[str, Any] = {"rows": args.rows, "steps": steps, "latency_ms": args.latency_ms}
+    steps = args.steps or args.rows // B
+    config = ReaderConfig(strategy=args.strategy, max_span=args.max_span)
+    report: dict[str, Any] = {
+        "rows": args.rows,
+        "steps": steps,
+        "latency_ms": args.latency_ms,
+        "strategy": args.strategy,
+        "max_span": args.max_span,
+    }
     mnt = args.root / "mnt"
     mnt.mkdir(exist_ok=True)
     with SlowMount(
         path.parent, mnt, read_latency_ms=args.latency_ms, stats_interval_s=0.05
     ) as mount:
-        slow = run_sides(mnt / path.name, args.trials, steps, mount, "slow")
+        slow = run_sides(mnt / path.name, args.trials, steps, mount, "slow", config)
     subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # page cache
-    local = run_sides(path, args.local_trials, steps, None, "local")
+    local = run_sides(path, args.local_trials, steps, None, "local", config)
     report["slowfs"], report["local"] = summarise(slow), summarise(local)
     good = True
     for s in SIDES:
