@@ -5,10 +5,11 @@ consecutive rows, and :class:`~headrace.formats._row_plan.RowWindows` visits
 the blocks (windows) in a permuted order and each block's rows in a permuted
 order. A batch's rows therefore lie in one window (two at a boundary).
 Instead of one scattered read per row, the first batch that touches a window
-reads the window's whole byte range of every file (tokens, masks) through the
-source's :class:`~headrace.io.RangeReader`, with its strategy: the rows are
-contiguous, so the engine coalesces them into 4 MiB spans read in parallel.
-Batches then gather their rows from the window's buffers.
+reads the window's whole byte range of every file (tokens, masks): one range
+per file through the source's :class:`~headrace.io.RangeReader`, with its
+strategy (positional reads split it into ``max_span`` pieces, 4 MiB by
+default, read in parallel). Batches then gather their rows from the window's
+buffers with one ``take`` per file.
 
 The loader's ``prefetch(seed, samples)`` (the next chunk's samples) starts
 the reads of that chunk's windows and, once the plan is within half a window
@@ -16,9 +17,11 @@ of the next window, that window's, on the shared I/O pool; it never evicts a
 window the current or next chunk uses.
 
 Memory: at most ``MAX_WINDOWS`` (2) windows' buffers, ``window_rows`` rows of
-every file each. A positional read also fills a scratch buffer of its own
-size (the engine's span buffer, freed once copied), so while both windows'
-reads are in flight the peak is four windows' bytes; mapped reads need none.
+every file each (an evicted window's buffers are reused by the next). A
+positional read also fills a scratch buffer of the window's size (the
+engine's span buffer, freed once copied): the peak is four windows' bytes
+while both windows are being read, 64 MiB at the default size; mapped reads
+need no scratch.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ __all__ = [
     "row_windows",
 ]
 
-# A window large enough that one read of it costs a few round trips spread over
-# hundreds of batches (16 MiB is four 4 MiB spans, read in parallel), small
-# enough that two of them (plus the engine's scratch) stay tens of MiB and an
-# epoch has many windows to shuffle. See docs/rows.md.
+# Large enough that a window read is a few parallel 4 MiB spans (a few round
+# trips on slow storage) serving hundreds of batches of KiB-sized rows; small
+# enough that two windows and the engine's scratch stay at tens of MiB and an
+# epoch still has many windows to shuffle (a 300 GB dataset has ~18,000). See
+# docs/rows.md.
 WINDOW_BYTES = 16 << 20
 MAX_WINDOWS = 2
 
@@ -80,14 +84,20 @@ def row_windows(
     return mode, RowWindowReader(io, files, cast(int, window_rows))
 
 
-class _Window:
-    __slots__ = ("ahead", "arrays", "futures")
+_Memory = dict[RowFile, NDArray[np.uint8]]
 
-    def __init__(
-        self, arrays: dict[RowFile, NDArray[Any]], futures: list[Future[Any]], ahead: bool
-    ) -> None:
-        self.arrays = arrays  # file -> (rows of the window, width), the file's dtype
-        self.futures = futures
+
+class _Window:
+    __slots__ = ("ahead", "arrays", "futures", "memory")
+
+    def __init__(self, memory: _Memory, count: int, ahead: bool) -> None:
+        self.memory = memory  # file -> bytes for a full window, reused by the next one
+        # file -> (rows of the window, width) in the file's dtype, at the front of memory
+        self.arrays = {
+            f: m[: count * f.stride].view(f.dtype).reshape(count, f.width)
+            for f, m in memory.items()
+        }
+        self.futures: list[Future[Any]] = []
         self.ahead = ahead  # started by prefetch: a failure is retried on demand
 
 
@@ -155,27 +165,31 @@ class RowWindowReader:
         samples = np.asarray(samples, dtype=np.int64)
         if not samples.size:
             return
-        upcoming = np.unique(self.rows(seed, samples) // self.window_rows).tolist()
+        # Windows only, not rows: window_of skips the per-window row orders.
+        layout = self.windows.layout  # window i of the layout is rows i*window_rows, ...
+        upcoming = np.unique(layout.window_of(seed, samples)).tolist()
         keep = self._current | set(upcoming)
         ahead = np.array([int(samples.max()) + max(1, self.window_rows // 2)], dtype=np.int64)
-        after = int(self.rows(seed, ahead)[0]) // self.window_rows
+        after = int(layout.window_of(seed, ahead)[0])
         for w in [*upcoming, after]:
             if w in self._held:
                 continue
+            spare = None
             if len(self._held) >= MAX_WINDOWS:
                 oldest = next(iter(self._held))
                 if oldest in keep:
                     continue
-                self._evict(oldest)
-            self._start(w, ahead=True)
+                spare = self._evict(oldest)
+            self._start(w, ahead=True, spare=spare)
 
     def _ready(self, w: int) -> dict[RowFile, NDArray[Any]]:
         """Window ``w``'s arrays, read first if needed; every read finishes before an error."""
         window = self._held.get(w)
         if window is None:
+            spare = None
             while len(self._held) >= MAX_WINDOWS:
-                self._evict(next(iter(self._held)))
-            window = self._start(w, ahead=False)
+                spare = self._evict(next(iter(self._held)))
+            window = self._start(w, ahead=False, spare=spare)
         self._held.move_to_end(w)
         wait(window.futures)
         errors = [e for e in (fut.exception() for fut in window.futures) if e is not None]
@@ -189,21 +203,31 @@ class RowWindowReader:
         window.futures = []
         return window.arrays
 
-    def _start(self, w: int, *, ahead: bool) -> _Window:
+    def _start(self, w: int, *, ahead: bool, spare: _Memory | None) -> _Window:
+        """Start reading window ``w``, into ``spare`` (an evicted window's memory) if given."""
         first = w * self.window_rows
         count = min(self.window_rows, self.files[0].rows - first)
-        rows = np.arange(first, first + count, dtype=np.int64)
-        arrays = {f: np.empty((count, f.width), dtype=f.dtype) for f in self.files}
-        # One request set per file: the engine coalesces the contiguous rows into
-        # spans (at most max_span each) and reads them with its strategy.
-        futures = [io_pool().submit(self.io.read, f, rows, None, out=a) for f, a in arrays.items()]
-        window = self._held[w] = _Window(arrays, futures, ahead)
+        # Reused memory is already faulted in: a fresh buffer would cost a page
+        # fault per 4 KiB on its first write, as much as the copy itself.
+        memory = spare or {f: np.empty(self.window_rows * f.stride, np.uint8) for f in self.files}
+        window = self._held[w] = _Window(memory, count, ahead)
+        # One range per file, read with the engine's strategy (split into spans of
+        # at most max_span, read in parallel, for positional reads) and copied once.
+        reader = self.io.reader
+        window.futures = [
+            io_pool().submit(
+                reader.read_into, f.path, [(f.offset + first * f.stride, a.nbytes)], [a]
+            )
+            for f, a in window.arrays.items()
+        ]
         self.windows_read += 1
         return window
 
-    def _evict(self, w: int) -> None:
-        # Its reads finish first: nothing may still write into memory we let go.
-        wait(self._held.pop(w).futures)
+    def _evict(self, w: int) -> _Memory:
+        # Its reads finish first: nothing may still write into memory we hand on.
+        window = self._held.pop(w)
+        wait(window.futures)
+        return window.memory
 
     def close(self) -> None:
         for window in self._held.values():

@@ -177,6 +177,17 @@ class WindowLayout:
             window = order(pos)
         return window, within
 
+    def window_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The window of each sample: :meth:`locate` without the offsets (no start tables)."""
+        samples = np.asarray(samples, dtype=np.int64)
+        T = self.samples_per_epoch
+        epoch = samples // T
+        window = np.empty_like(samples)
+        for e in np.unique(epoch).tolist():
+            sel = epoch == e
+            window[sel] = self._locate_epoch(seed, e, samples[sel] - e * T)[0]
+        return window
+
     def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Map global sample numbers to (epoch, window, token offset in window)."""
         samples = np.asarray(samples, dtype=np.int64)
