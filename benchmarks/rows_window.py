@@ -88,7 +88,10 @@ def trial(
     batches: list[dict[str, Any]] = []
     with Loader(src, batch_size=B, seed=0, steps=steps) as loader:
         t0 = time.perf_counter()
-        batches.extend(loader)
+        it = iter(loader)
+        batches.append(next(it))
+        first = time.perf_counter() - t0
+        batches.extend(it)
         seconds = time.perf_counter() - t0
     stats = reader.stats
     reader.close()
@@ -98,6 +101,8 @@ def trial(
     out: dict[str, Any] = {
         "rows_per_s": steps * B / seconds,
         "seconds": seconds,
+        "first_batch_s": first,
+        "read_s_by_mode": {k: round(v, 3) for k, v in stats.seconds_by_mode.items()},
         "digest": h.hexdigest(),
         "reads": stats.reads,
         "bytes_read": stats.bytes_read,
@@ -121,8 +126,9 @@ def run_sides(
             runs[s].append(r)
             fuse = f"  {r['fuse_reads']:5d} READs {r['fuse_bytes'] / 1e6:6.1f} MB" if mount else ""
             print(
-                f"  {tag:5s} {s:6s} {r['rows_per_s']:9,.0f} rows/s  {r['seconds']:6.3f} s  "
-                f"reads {r['reads']:4d} ({r['mode']}){fuse}  {r['digest'][:16]}",
+                f"  {tag:5s} {s:6s} {r['rows_per_s']:9,.0f} rows/s  {r['seconds']:6.3f} s "
+                f"(first {r['first_batch_s']:.3f})  reads {r['reads']:4d} {r['read_s_by_mode']}"
+                f"{fuse}  {r['digest'][:16]}",
                 flush=True,
             )
     return runs
@@ -134,6 +140,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out[s] = {
             "rows_per_s_median": statistics.median(r["rows_per_s"] for r in rs),
             "trials_rows_per_s": [round(r["rows_per_s"]) for r in rs],
+            "first_batch_s": [round(r["first_batch_s"], 3) for r in rs],
             "digests": sorted({r["digest"] for r in rs}),
             "reads": [r["reads"] for r in rs],
             "bytes_read": [r["bytes_read"] for r in rs],
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", default="adaptive")
     ap.add_argument("--max-span", type=int, default=4 << 20)
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--local-trials", type=int, default=5)
+    ap.add_argument("--local-trials", type=int, default=5, help=">= 1")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     ok, why = fuse_available()
