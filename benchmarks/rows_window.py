@@ -41,6 +41,9 @@ sequential and faulting reads, 4 KiB for isolated random preads.
 - Local page cache: the full shuffle stays on mapped reads (~230,000 rows/s, per
   docs/rows.md); windowed adds a window copy and a gather (~2 extra passes over
   33.6 MB): ~0.8x the full shuffle.
+
+Results, and what the prediction missed: docs/rows.md ("Windowed row files on
+slow storage").
 """
 
 from __future__ import annotations
