@@ -108,6 +108,14 @@ def test_default_window_rows_is_sized_in_bytes(tmp_path: Path) -> None:
     assert default_window_rows(100, 8) == 100  # small data: one window
     tp, mp = make_rows(tmp_path)
     assert windowed(tp, mp, window_rows=None).window_rows == N  # 900 KB: one window
+    # A window larger than the file is the whole file, and holds only its rows.
+    huge = windowed(tp, mp, window_rows=10**12)
+    got = huge.read(0, np.arange(N, dtype=np.int64))
+    assert huge._windows is not None and huge._windows.windows_read == 1
+    np.testing.assert_array_equal(np.sort(huge.rows_of(0, np.arange(N))), np.arange(N))
+    assert got["x"].shape == (N, W - 1)
+    empty = huge.read(0, np.zeros(0, np.int64))
+    assert {k: v.shape for k, v in empty.items()} == dict.fromkeys(got, (0, W - 1))
     cap = WINDOW_BYTES // (3 * W)  # most rows of tokens + mask in 16 MiB
     assert default_window_rows(2 * cap, 3 * W) == cap
     assert default_window_rows(2 * cap + 1, 3 * W) == -(-(2 * cap + 1) // 3)

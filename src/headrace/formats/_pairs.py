@@ -69,6 +69,8 @@ class PairRows:
     ``members`` maps a name to a token file or a ``(tokens, mask)`` pair,
     e.g. ``{"anchor": (a_tok, a_mask), "positive": (p_tok, p_mask),
     "negative": n_tok}``; output keys are ``{name}_x`` and ``{name}_mask``.
+    ``shuffle`` and ``window_rows`` are as for
+    :class:`~headrace.formats.PaddedRows` (windows count groups).
     """
 
     def __init__(

@@ -209,7 +209,8 @@ class RowWindowReader:
         count = min(self.window_rows, self.files[0].rows - first)
         # Reused memory is already faulted in: a fresh buffer would cost a page
         # fault per 4 KiB on its first write, as much as the copy itself.
-        memory = spare or {f: np.empty(self.window_rows * f.stride, np.uint8) for f in self.files}
+        most = min(self.window_rows, self.files[0].rows)  # window_rows may exceed the file
+        memory = spare or {f: np.empty(most * f.stride, np.uint8) for f in self.files}
         window = self._held[w] = _Window(memory, count, ahead)
         # One range per file, read with the engine's strategy (split into spans of
         # at most max_span, read in parallel, for positional reads) and copied once.

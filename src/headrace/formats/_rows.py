@@ -84,6 +84,11 @@ class PaddedRows:
     ``ignore_index`` must fit it. ``reader`` is a
     :class:`~headrace.io.RangeReader`, a :class:`~headrace.io.ReaderConfig`
     or a strategy name; all give the same batches.
+
+    ``shuffle``: ``True`` or ``"full"`` (default) permutes all rows per
+    epoch; ``"window"`` visits windows of ``window_rows`` consecutive rows
+    (default: about 16 MiB of rows) in a permuted order, reading each whole,
+    for slow storage; ``False`` reads rows in order. See docs/rows.md.
     """
 
     def __init__(
