@@ -69,6 +69,9 @@ def test_every_start_once_per_epoch(files: tuple[int, ...], shuffle: bool) -> No
         ]
         assert np.array_equal(np.concatenate([p.start for p in parts]), plan.start)
         assert np.array_equal(np.concatenate([p.window for p in parts]), plan.window)
+    # window_of is locate's window alone, in any order and across epochs.
+    mixed = np.random.default_rng(1).permutation(3 * T)
+    np.testing.assert_array_equal(lay.window_of(7, mixed), lay.locate(7, mixed).window)
 
 
 def test_epochs_reshuffle_and_unshuffled_is_sequential() -> None:

@@ -2,7 +2,9 @@
 
 Member ``m`` (say ``"anchor"``) has a token matrix and optionally a mask
 matrix of its own stored width ``W_m``; row ``i`` of every member belongs to
-group ``i``. Sample ``k`` reads group ``perm_(seed, epoch)(k % n)`` and yields
+group ``i``. Sample ``k`` reads group ``perm_(seed, epoch)(k % n)`` (with
+``shuffle="window"``: its group of the windowed shuffle, every member's files
+read from whole windows) and yields
 ``{m}_x`` (``(B, W_m)``, the stored token dtype) and ``{m}_mask`` (``(B, W_m)``
 bool) for every member.
 
@@ -19,14 +21,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
-from headrace.formats._row_plan import replace_empty, sample_rows
+from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
+from headrace.formats._row_window import row_windows
 from headrace.formats._rows import check_mask_values, check_pad_id
 
 __all__ = ["PairRows"]
@@ -66,6 +69,8 @@ class PairRows:
     ``members`` maps a name to a token file or a ``(tokens, mask)`` pair,
     e.g. ``{"anchor": (a_tok, a_mask), "positive": (p_tok, p_mask),
     "negative": n_tok}``; output keys are ``{name}_x`` and ``{name}_mask``.
+    ``shuffle`` and ``window_rows`` are as for
+    :class:`~headrace.formats.PaddedRows` (windows count groups).
     """
 
     def __init__(
@@ -73,7 +78,8 @@ class PairRows:
         members: Mapping[str, MemberSpec],
         *,
         pad_id: int = 0,
-        shuffle: bool = True,
+        shuffle: bool | Literal["full", "window"] = True,
+        window_rows: int | None = None,
         max_retries: int = 8,
         reader: ReaderSpec = "adaptive",
     ) -> None:
@@ -96,9 +102,10 @@ class PairRows:
             if mb.mask is None:
                 check_pad_id(pad_id, mb.tokens)
         self.pad_id = pad_id
-        self.shuffle = shuffle
         self.max_retries = max_retries
         self._io = RowReader(reader)
+        files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
+        self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -111,9 +118,14 @@ class PairRows:
                 for mb in self.members
             },
             "pad_id": self.pad_id,
-            "shuffle": self.shuffle,
+            **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
         }
+
+    @property
+    def window_rows(self) -> int:
+        """Groups per window of the windowed shuffle (0 for other shuffles)."""
+        return 0 if self._windows is None else self._windows.window_rows
 
     def __len__(self) -> int:
         return self.members[0].tokens.rows
@@ -121,8 +133,11 @@ class PairRows:
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         n = len(self)
-        rows = sample_rows(seed, samples, n, self.shuffle)
-        out = self._read_into(rows)
+        if self._windows is not None:
+            rows = self._windows.rows(seed, samples)
+        else:
+            rows = sample_rows(seed, samples, n, self.shuffle == "full")
+        out = self._read_into(rows, windowed=True)
         empty = self._empty(out)
         if empty.any():
 
@@ -144,10 +159,20 @@ class PairRows:
             )
         return out
 
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start reading the windows these samples (the loader's next chunk) need."""
+        if self._windows is not None:
+            self._windows.prefetch(seed, samples)
+
     def close(self) -> None:
+        if self._windows is not None:
+            self._windows.close()
         self._io.close()
 
-    def _read_into(self, rows: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+    def _read_into(
+        self, rows: NDArray[np.int64], *, windowed: bool = False
+    ) -> dict[str, NDArray[Any]]:
+        """Every member's rows; ``windowed`` gathers them from whole windows."""
         b = len(rows)
         out: dict[str, NDArray[Any]] = {}
         jobs: list[tuple[RowFile, NDArray[np.int64], int | None, NDArray[Any] | None]] = []
@@ -165,7 +190,10 @@ class PairRows:
                     raw = np.empty((b, m.width), dtype=m.dtype)
                     jobs.append((m, rows, None, raw))
                     convert.append((mb, raw))
-        self._io.read_many(jobs)
+        if windowed and self._windows is not None:
+            self._windows.read(rows, [(f, cols, o) for f, _, cols, o in jobs])
+        else:
+            self._io.read_many(jobs)
         raws = {id(mb): raw for mb, raw in convert}
         for mb in self.members:
             mask = out[f"{mb.name}_mask"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,7 +21,18 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, EmptyRowsError
 from headrace.plan import WindowLayout, cached_permutation, derive_keys
 
-__all__ = ["RowWindows", "replace_empty", "retry_rows", "sample_rows"]
+__all__ = [
+    "RowWindows",
+    "ShuffleMode",
+    "check_window_rows",
+    "parse_shuffle",
+    "replace_empty",
+    "retry_rows",
+    "sample_rows",
+    "shuffle_fingerprint",
+]
+
+ShuffleMode = Literal["none", "full", "window"]
 
 # Domain tags keep the row order and the retry stream apart from other key uses.
 _TAG_ROWS = 0x524F5753
@@ -45,6 +57,33 @@ def sample_rows(seed: int, samples: NDArray[np.int64], n: int, shuffle: bool) ->
         sel = epoch == e
         out[sel] = cached_permutation(n, _TAG_ROWS, seed, e)(pos[sel])
     return out
+
+
+def parse_shuffle(shuffle: object) -> ShuffleMode | None:
+    """The shuffle mode ``shuffle`` names; ``None`` for ``True`` (the source's default)."""
+    if shuffle is True:
+        return None
+    if shuffle is False:
+        return "none"
+    if isinstance(shuffle, str) and shuffle in ("full", "window"):
+        return "full" if shuffle == "full" else "window"
+    raise ConfigError(f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r}).")
+
+
+def check_window_rows(window_rows: object, default: str) -> None:
+    """``window_rows`` is an integer >= 1 (``default`` describes the default in the message)."""
+    if isinstance(window_rows, bool) or not isinstance(window_rows, int) or window_rows < 1:
+        raise ConfigError(
+            f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "
+            f"rows of one window of the windowed shuffle (default {default})."
+        )
+
+
+def shuffle_fingerprint(mode: ShuffleMode, window_rows: int) -> dict[str, Any]:
+    """The fingerprint entries of a shuffle: ``True`` / ``False`` as before windows existed."""
+    if mode == "window":
+        return {"shuffle": "window", "window_rows": window_rows}
+    return {"shuffle": mode == "full"}
 
 
 class RowWindows:

@@ -3,8 +3,10 @@
 Each stored row holds ``W >= context + 1`` tokens, content first and padding
 after (right-padded storage); the mask file holds 0/1 per token, 1 where the
 token is a loss target. Sample ``k`` reads row ``perm_(seed, epoch)(k % n)``
-and yields ``x = t[:L]``, ``y = t[1:L+1]`` and ``loss_mask = m[1:L+1]``, with
-``y`` set to ``ignore_index`` wherever the loss mask is 0.
+(with ``shuffle="window"``: its row of the windowed shuffle, read from whole
+windows, see :mod:`~headrace.formats._row_window`) and yields ``x = t[:L]``,
+``y = t[1:L+1]`` and ``loss_mask = m[1:L+1]``, with ``y`` set to
+``ignore_index`` wherever the loss mask is 0.
 
 ``pad_side="left"`` moves each row's content to the right end (causal
 decoding wants the last real token in the last column). Content ends at the
@@ -29,7 +31,8 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
-from headrace.formats._row_plan import replace_empty, sample_rows
+from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
+from headrace.formats._row_window import row_windows
 
 __all__ = ["PaddedRows"]
 
@@ -81,6 +84,11 @@ class PaddedRows:
     ``ignore_index`` must fit it. ``reader`` is a
     :class:`~headrace.io.RangeReader`, a :class:`~headrace.io.ReaderConfig`
     or a strategy name; all give the same batches.
+
+    ``shuffle``: ``True`` or ``"full"`` (default) permutes all rows per
+    epoch; ``"window"`` visits windows of ``window_rows`` consecutive rows
+    (default: about 16 MiB of rows) in a permuted order, reading each whole,
+    for slow storage; ``False`` reads rows in order. See docs/rows.md.
     """
 
     def __init__(
@@ -93,7 +101,8 @@ class PaddedRows:
         pad_id: int = 0,
         ignore_index: int = -1,
         dtype: DTypeLike | None = None,
-        shuffle: bool = True,
+        shuffle: bool | Literal["full", "window"] = True,
+        window_rows: int | None = None,
         max_retries: int = 8,
         reader: ReaderSpec = "adaptive",
     ) -> None:
@@ -139,9 +148,10 @@ class PaddedRows:
         self.pad_side: PadSide = pad_side
         self.pad_id = pad_id
         self.ignore_index = ignore_index
-        self.shuffle = shuffle
         self.max_retries = max_retries
         self._io = RowReader(reader)
+        files = [t] if self.mask is None else [t, self.mask]
+        self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
 
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -154,21 +164,28 @@ class PaddedRows:
             "pad_id": self.pad_id,
             "ignore_index": self.ignore_index,
             "dtype": self.dtype.str,
-            "shuffle": self.shuffle,
+            **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
         }
+
+    @property
+    def window_rows(self) -> int:
+        """Rows per window of the windowed shuffle (0 for other shuffles)."""
+        return 0 if self._windows is None else self._windows.window_rows
 
     def __len__(self) -> int:
         return self.tokens.rows
 
     def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row each sample reads, before any empty-row replacement."""
-        return sample_rows(seed, samples, self.tokens.rows, self.shuffle)
+        if self._windows is not None:
+            return self._windows.rows(seed, samples)
+        return sample_rows(seed, samples, self.tokens.rows, self.shuffle == "full")
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         rows = self.rows_of(seed, samples)
-        tok, mask = self._read_raw(rows)
+        tok, mask = self._read_raw(rows, windowed=True)
         empty = self._empty(tok, mask)
         if empty.any():
 
@@ -214,20 +231,35 @@ class PaddedRows:
         )
         return rows
 
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start reading the windows these samples (the loader's next chunk) need."""
+        if self._windows is not None:
+            self._windows.prefetch(seed, samples)
+
     def close(self) -> None:
+        if self._windows is not None:
+            self._windows.close()
         self._io.close()
 
     # -- reading -------------------------------------------------------------
-    def _read_raw(self, rows: NDArray[np.int64]) -> tuple[NDArray[Any], NDArray[Any] | None]:
-        """The rows' first ``L + 1`` tokens (and mask values), token and mask reads overlapping."""
+    def _read_raw(
+        self, rows: NDArray[np.int64], *, windowed: bool = False
+    ) -> tuple[NDArray[Any], NDArray[Any] | None]:
+        """The rows' first ``L + 1`` tokens (and mask values), token and mask reads overlapping.
+
+        ``windowed`` reads from whole windows (the plan's own rows); replacement
+        rows may lie anywhere, so they take row reads.
+        """
         cols = self.context + 1
+        files = [self.tokens] if self.mask is None else [self.tokens, self.mask]
+        if windowed and self._windows is not None:
+            got = self._windows.read(rows, [(f, cols, None) for f in files])
+        else:
+            got = self._io.read_many([(f, rows, cols, None) for f in files])
         if self.mask is None:
-            return self._io.read(self.tokens, rows, cols), None
-        tok, mask = self._io.read_many(
-            [(self.tokens, rows, cols, None), (self.mask, rows, cols, None)]
-        )
-        check_mask_values(mask, self.mask, rows)
-        return tok, mask
+            return got[0], None
+        check_mask_values(got[1], self.mask, rows)
+        return got[0], got[1]
 
     def _check_token_values(self, tok: NDArray[Any], rows: NDArray[np.int64]) -> None:
         """Every token read fits the output dtype (two reductions when all do)."""

@@ -20,7 +20,14 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._ragged import Ragged
-from headrace.formats._row_plan import RowWindows, sample_rows
+from headrace.formats._row_plan import (
+    RowWindows,
+    ShuffleMode,
+    check_window_rows,
+    parse_shuffle,
+    sample_rows,
+    shuffle_fingerprint,
+)
 from headrace.formats._tables import Table
 
 __all__ = ["TableSource"]
@@ -58,13 +65,8 @@ class TableSource:
         shuffle: bool | Literal["full", "window"] = True,
         window_rows: int = 65_536,
     ) -> None:
-        if not (isinstance(shuffle, bool) or shuffle in ("full", "window")):
-            raise ConfigError(f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r}).")
-        if isinstance(window_rows, bool) or not isinstance(window_rows, int) or window_rows < 1:
-            raise ConfigError(
-                f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "
-                "rows of one window of the windowed shuffle (default 65536)."
-            )
+        mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
+        check_window_rows(window_rows, "65536")
         if isinstance(table, Table):
             self.table = table
         else:
@@ -107,11 +109,7 @@ class TableSource:
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
-        self.shuffle: Literal["none", "full", "window"]
-        if shuffle is True:
-            self.shuffle = "window" if self.table.parquet else "full"
-        else:
-            self.shuffle = "none" if shuffle is False else shuffle
+        self.shuffle: ShuffleMode = mode or ("window" if self.table.parquet else "full")
         self.window_rows = window_rows
         self.windows: RowWindows | None = None
         if self.shuffle == "window":
@@ -134,8 +132,7 @@ class TableSource:
             "pad_side": self.pad_side,
             "truncate": self.truncate,
             # True / False as before windows existed, so saved states still load.
-            "shuffle": {"full": True, "none": False}.get(self.shuffle, self.shuffle),
-            **({"window_rows": self.window_rows} if self.windows is not None else {}),
+            **shuffle_fingerprint(self.shuffle, self.window_rows),
         }
 
     def __len__(self) -> int:

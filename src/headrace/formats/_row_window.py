@@ -1,0 +1,248 @@
+"""Whole windows of row files: the reads behind the windowed shuffle of rows.
+
+Under ``shuffle="window"`` the rows are cut into blocks of ``window_rows``
+consecutive rows, and :class:`~headrace.formats._row_plan.RowWindows` visits
+the blocks (windows) in a permuted order and each block's rows in a permuted
+order. A batch's rows therefore lie in one window (two at a boundary).
+Instead of one scattered read per row, the first batch that touches a window
+reads the window's whole byte range of every file (tokens, masks): one range
+per file through the source's :class:`~headrace.io.RangeReader`, with its
+strategy (positional reads split it into ``max_span`` pieces, 4 MiB by
+default, read in parallel). Batches then gather their rows from the window's
+buffers with one ``take`` per file.
+
+The loader's ``prefetch(seed, samples)`` (the next chunk's samples) starts
+the reads of that chunk's windows and, once the plan is within half a window
+of the next window, that window's, on the shared I/O pool; it never evicts a
+window the current or next chunk uses.
+
+Memory: at most ``MAX_WINDOWS`` (2) windows' buffers, ``window_rows`` rows of
+every file each (an evicted window's buffers are reused by the next). A
+positional read also fills a scratch buffer of the window's size (the
+engine's span buffer, freed once copied): the peak is four windows' bytes
+while both windows are being read, 64 MiB at the default size; mapped reads
+need no scratch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, wait
+from typing import Any, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats._row_file import RowFile, RowReader
+from headrace.formats._row_plan import RowWindows, ShuffleMode, check_window_rows, parse_shuffle
+from headrace.io import io_pool
+
+__all__ = [
+    "MAX_WINDOWS",
+    "WINDOW_BYTES",
+    "RowWindowReader",
+    "default_window_rows",
+    "row_windows",
+]
+
+# Large enough that a window read is a few parallel 4 MiB spans (a few round
+# trips on slow storage) serving hundreds of batches of KiB-sized rows; small
+# enough that two windows and the engine's scratch stay at tens of MiB and an
+# epoch still has many windows to shuffle (a 300 GB dataset has ~18,000). See
+# docs/rows.md.
+WINDOW_BYTES = 16 << 20
+MAX_WINDOWS = 2
+
+_Job = tuple[RowFile, int | None, NDArray[Any] | None]
+
+
+def default_window_rows(rows: int, row_bytes: int) -> int:
+    """The rows of the fewest equal windows of at most ``WINDOW_BYTES`` (one row at least)."""
+    cap = max(1, WINDOW_BYTES // max(1, row_bytes))
+    windows = -(-rows // cap)
+    return -(-rows // windows)
+
+
+def row_windows(
+    io: RowReader, files: list[RowFile], shuffle: object, window_rows: object
+) -> tuple[ShuffleMode, RowWindowReader | None]:
+    """The shuffle mode, and the window reader of ``files`` under ``shuffle="window"``."""
+    mode = parse_shuffle(shuffle) or "full"
+    if window_rows is None:
+        if mode != "window":
+            return mode, None
+        row_bytes = sum(f.stride for f in dict.fromkeys(files))
+        window_rows = default_window_rows(files[0].rows, row_bytes)
+    check_window_rows(window_rows, "about 16 MiB of rows")
+    if mode != "window":
+        raise ConfigError(
+            f"window_rows={window_rows!r} applies only to shuffle='window' (got shuffle="
+            f"{shuffle!r}); drop window_rows or pass shuffle='window'."
+        )
+    return mode, RowWindowReader(io, files, cast(int, window_rows))
+
+
+_Memory = dict[RowFile, NDArray[np.uint8]]
+
+
+class _Window:
+    __slots__ = ("ahead", "arrays", "futures", "memory")
+
+    def __init__(self, memory: _Memory, count: int, ahead: bool) -> None:
+        self.memory = memory  # file -> bytes for a full window, reused by the next one
+        # file -> (rows of the window, width) in the file's dtype, at the front of memory
+        self.arrays = {
+            f: m[: count * f.stride].view(f.dtype).reshape(count, f.width)
+            for f, m in memory.items()
+        }
+        self.futures: list[Future[Any]] = []
+        self.ahead = ahead  # started by prefetch: a failure is retried on demand
+
+
+class RowWindowReader:
+    """Rows of several same-length row files, served from whole windows held in memory.
+
+    Not thread-safe: the caller serialises ``read`` and ``prefetch`` (the
+    loader holds the source's lock); only the window reads run on the pool.
+    """
+
+    def __init__(self, io: RowReader, files: Sequence[RowFile], window_rows: int) -> None:
+        self.io = io
+        self.files = list(dict.fromkeys(files))  # a file named twice is read once
+        n = self.files[0].rows
+        self.window_rows = window_rows
+        blocks = [window_rows] * (n // window_rows) + ([n % window_rows] if n % window_rows else [])
+        self.windows = RowWindows(blocks, window_rows)
+        self.windows_read = 0  # window reads started (a retried one counts twice)
+        self._held: OrderedDict[int, _Window] = OrderedDict()
+        self._current: set[int] = set()  # the windows of the last read
+
+    def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        return self.windows.rows(seed, samples)
+
+    # -- reading -------------------------------------------------------------
+    def read(self, rows: NDArray[np.int64], jobs: Sequence[_Job]) -> list[NDArray[Any]]:
+        """Rows ``rows`` of each job's file (first ``cols`` columns; into ``out`` when given).
+
+        The windows the rows lie in are read whole first unless held. Each
+        window is gathered from before the next is read, so a call may span
+        more windows than are held at once.
+        """
+        wr = self.window_rows
+        win = rows // wr
+        start = rows - win * wr
+        outs: list[NDArray[Any]] = [
+            np.empty((len(rows), f.width if c is None else c), dtype=f.dtype) if o is None else o
+            for f, c, o in jobs
+        ]
+        if len(win) and win[0] == win[-1] and (win == win[0]).all():
+            groups: list[tuple[int, NDArray[np.intp] | None]] = [(int(win[0]), None)]
+        else:
+            uniq, first, inv = np.unique(win, return_index=True, return_inverse=True)
+            groups = [(int(uniq[u]), np.flatnonzero(inv == u)) for u in np.argsort(first)]
+        for w, idx in groups:
+            arrays = self._ready(w)
+            at = start if idx is None else start[idx]
+            for (f, cols, _), out in zip(jobs, outs, strict=True):
+                src = arrays[f] if cols is None else arrays[f][:, :cols]
+                if idx is None:
+                    # mode="clip" gathers straight into out (indices are in range).
+                    np.take(src, at, axis=0, out=out, mode="clip")
+                else:
+                    out[idx] = src[at]
+        self._current = {w for w, _ in groups}
+        return outs
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start reading the windows of the next chunk, and the window after, without waiting.
+
+        The next window is requested once the plan is within half a window
+        of it. A window is evicted for this only if neither the last read
+        nor these samples use it.
+        """
+        samples = np.asarray(samples, dtype=np.int64)
+        if not samples.size:
+            return
+        # Windows only, not rows: window_of skips the per-window row orders.
+        layout = self.windows.layout  # window i of the layout is rows i*window_rows, ...
+        upcoming = np.unique(layout.window_of(seed, samples)).tolist()
+        keep = self._current | set(upcoming)
+        ahead = np.array([int(samples.max()) + max(1, self.window_rows // 2)], dtype=np.int64)
+        after = int(layout.window_of(seed, ahead)[0])
+        for w in [*upcoming, after]:
+            if w in self._held:
+                continue
+            spare = None
+            if len(self._held) >= MAX_WINDOWS:
+                oldest = next(iter(self._held))
+                if oldest in keep:
+                    continue
+                spare = self._evict(oldest)
+            self._start(w, ahead=True, spare=spare)
+
+    def _ready(self, w: int) -> dict[RowFile, NDArray[Any]]:
+        """Window ``w``'s arrays, read first if needed; every read finishes before an error."""
+        window = self._held.get(w)
+        if window is None:
+            spare = None
+            while len(self._held) >= MAX_WINDOWS:
+                spare = self._evict(next(iter(self._held)))
+            window = self._start(w, ahead=False, spare=spare)
+        self._held.move_to_end(w)
+        wait(window.futures)
+        errors = [e for e in (fut.exception() for fut in window.futures) if e is not None]
+        if errors:
+            del self._held[w]
+            if window.ahead:  # a failed read-ahead is retried on demand
+                return self._ready(w)
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} other file(s) of the window also failed")
+            raise errors[0]
+        window.futures = []
+        return window.arrays
+
+    def _start(self, w: int, *, ahead: bool, spare: _Memory | None) -> _Window:
+        """Start reading window ``w``, into ``spare`` (an evicted window's memory) if given."""
+        first = w * self.window_rows
+        count = min(self.window_rows, self.files[0].rows - first)
+        # Reused memory is already faulted in: a fresh buffer would cost a page
+        # fault per 4 KiB on its first write, as much as the copy itself.
+        most = min(self.window_rows, self.files[0].rows)  # window_rows may exceed the file
+        memory = spare or {f: np.empty(most * f.stride, np.uint8) for f in self.files}
+        window = self._held[w] = _Window(memory, count, ahead)
+        # One range per file, read with the engine's strategy (split into spans of
+        # at most max_span, read in parallel, for positional reads) and copied once.
+        reader = self.io.reader
+        window.futures = [
+            io_pool().submit(
+                reader.read_into, f.path, [(f.offset + first * f.stride, a.nbytes)], [a]
+            )
+            for f, a in window.arrays.items()
+        ]
+        self.windows_read += 1
+        return window
+
+    def _evict(self, w: int) -> _Memory:
+        # Its reads finish first: nothing may still write into memory we hand on.
+        window = self._held.pop(w)
+        wait(window.futures)
+        return window.memory
+
+    def close(self) -> None:
+        for window in self._held.values():
+            wait(window.futures)
+        self._held.clear()
+        self._current = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled copies (worker processes) read their own windows.
+        state = dict(self.__dict__)
+        state["_held"] = OrderedDict()
+        state["_current"] = set()
+        state["windows_read"] = 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
