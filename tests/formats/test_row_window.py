@@ -20,7 +20,7 @@ from headrace.errors import (
 from headrace.formats import PaddedRows, PairRows, write_row_file
 from headrace.formats._row_plan import RowWindows, retry_rows
 from headrace.formats._row_window import MAX_WINDOWS, WINDOW_BYTES, default_window_rows
-from headrace.io import LocalFile, RangeReader
+from headrace.io import LocalFile, RangeReader, ReaderConfig
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -326,7 +326,8 @@ class FlakyFile(LocalFile):
 def test_failed_read_ahead_is_retried_and_demand_failures_raise(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path)
     want = windowed(tp, mp).read(1, np.arange(40))
-    reader = RangeReader("pread", opener=FlakyFile)
+    # The thread engine: the injected failure is in LocalFile.pread_into, which io_uring bypasses.
+    reader = RangeReader(ReaderConfig(strategy="pread", engine="threads"), opener=FlakyFile)
     try:
         src = windowed(tp, mp, reader=reader)
         win = src._windows
