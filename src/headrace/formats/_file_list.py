@@ -22,11 +22,16 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.io import LocalFile, RangeReader, ReaderConfig, open_error
 
-__all__ = ["FileList", "LocalRead", "list_files"]
+__all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
 
 LocalRead = Literal["pread", "odirect"]
 _REMOTE = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://", "http://",
            "https://", "memory://", "file://")  # fmt: skip
+
+
+def is_object_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names an object-store URL (read through obstore), not a local path."""
+    return isinstance(path, str) and path.startswith(_REMOTE)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -115,7 +120,7 @@ def list_files(
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
-    if isinstance(files, (str, os.PathLike)) and str(files).startswith(_REMOTE):
+    if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 
         store = ObjectStore(str(files), **dict(store_options or {}))

@@ -25,7 +25,13 @@ from numpy.typing import NDArray
 from headrace.errors import FormatError
 from headrace.io import LocalFile
 
-__all__ = ["MEGATRON_MAGIC", "MegatronIndex", "read_megatron_index", "write_megatron_index"]
+__all__ = [
+    "MEGATRON_MAGIC",
+    "MegatronIndex",
+    "parse_megatron_index",
+    "read_megatron_index",
+    "write_megatron_index",
+]
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _HEADER = struct.Struct("<9sQBQQ")
@@ -66,13 +72,17 @@ def read_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> Mega
     """Parse ``idx_path`` and check it against a ``.bin`` of ``bin_size`` bytes."""
     path = os.fspath(idx_path)
     with LocalFile(path) as f:
-        size = f.size
-        if size < _HEADER.size:
-            raise FormatError(
-                f"{path}: truncated Megatron index: {size} bytes, the header alone needs "
-                f"{_HEADER.size}"
-            )
-        raw = f.pread(0, size).tobytes()
+        raw = f.pread(0, f.size).tobytes()
+    return parse_megatron_index(path, raw, bin_size)
+
+
+def parse_megatron_index(path: str, raw: bytes, bin_size: int) -> MegatronIndex:
+    """Parse the bytes of an ``.idx`` (``path`` names it in errors) against a ``.bin`` size."""
+    size = len(raw)
+    if size < _HEADER.size:
+        raise FormatError(
+            f"{path}: truncated Megatron index: {size} bytes, the header alone needs {_HEADER.size}"
+        )
     magic, version, code, n_seq, n_doc = _HEADER.unpack_from(raw)
     if magic != MEGATRON_MAGIC:
         raise FormatError(

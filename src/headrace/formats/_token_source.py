@@ -2,8 +2,9 @@
 
 A window buffer is allocated, not read: ``np.empty`` of up to 256 MiB reserves
 address space only. A batch fills just the 4 MiB blocks its samples (and their
-shifted labels) touch, with positional reads on the shared I/O pool, and
-filled blocks stay while the window is cached. Samples are gathered with one
+shifted labels) touch, with positional reads on the shared I/O pool (or ranged
+GETs, many in flight, for token files on object storage), and filled blocks
+stay while the window is cached. Samples are gathered with one
 ``np.take`` through a strided ``(S, L + 1)`` view of the window, so ``x`` and
 ``y`` are two views of a single copy.
 """
@@ -14,19 +15,24 @@ import errno
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
-from concurrent.futures import Future, wait
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
-from headrace.formats._tokens import TokenFile, TokenFormat, open_token_file
+from headrace.formats._file_list import is_object_url
+from headrace.formats._token_store import DEFAULT_TOKEN_IN_FLIGHT, RemoteTokenFile, TokenStores
+from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 __all__ = ["TokenSource", "TokenStats"]
 
@@ -58,7 +64,8 @@ class _Window:
     kernel reads what is not cached and maps it, GIL released), so a batch is
     one copy from the page cache. *Buffered*: the window is our own memory and
     a block is filled by ``os.preadv`` into it (two copies, but no mapping:
-    for files that cannot be mapped, or kernels without populate).
+    for files that cannot be mapped, or kernels without populate), or, for an
+    object URL, by a ranged GET on the source's request queue.
     """
 
     __slots__ = (
@@ -82,7 +89,7 @@ class _Window:
 
     def __init__(
         self,
-        file: LocalFile,
+        file: LocalFile | RemoteTokenFile,
         dtype: np.dtype[Any],
         offset: int,
         tokens: int,
@@ -93,6 +100,7 @@ class _Window:
         self.offset = offset  # in bytes, within the file
         self.mapped = memory is None
         if memory is None:
+            assert isinstance(file, LocalFile)
             memory = np.frombuffer(file.mapped, dtype=np.uint8)
             self._bytes = memory[offset : offset + tokens * dtype.itemsize]
         else:
@@ -128,7 +136,7 @@ class _Window:
         for b in blocks.tolist():
             fut = self.pending.get(b)
             if fut is None:
-                fut = self.pending[b] = io_pool().submit(self._fill, b)
+                fut = self.pending[b] = self._start(b)
             futures.append(fut)
         return futures
 
@@ -147,7 +155,11 @@ class _Window:
             if not fut.done():
                 continue
             del self.pending[b]
-            exc = fut.exception()
+            exc = (
+                StorageError(errno.ECANCELED, f"{self.file.path}: block {b} read was cancelled")
+                if fut.cancelled()
+                else fut.exception()
+            )
             if exc is None:
                 self.filled[b] = True
                 self.complete = bool(self.filled.all())
@@ -169,9 +181,17 @@ class _Window:
     def _block_len(self, block: int) -> int:
         return min(self.block_bytes, self._bytes.size - block * self.block_bytes)
 
+    def _start(self, block: int) -> Future[None]:
+        if isinstance(self.file, RemoteTokenFile):
+            lo = block * self.block_bytes
+            n = self._block_len(block)
+            return self.file.read_into(self._bytes[lo : lo + n], self.offset + lo)
+        return io_pool().submit(self._fill, block)
+
     def _fill(self, block: int) -> None:
         lo = block * self.block_bytes
         n = self._block_len(block)
+        assert isinstance(self.file, LocalFile)
         if not self.mapped:
             self.file.pread_into(self._bytes[lo : lo + n], self.offset + lo)
             return
@@ -191,6 +211,7 @@ class _Window:
         (A race remains between this check and the copy; truncating training data
         under a running job is rare, and this turns the common case into an error.)
         """
+        assert isinstance(self.file, LocalFile)
         now = os.fstat(self.file.fd).st_size
         end = self.offset + self._bytes.size
         if now < end:
@@ -230,6 +251,12 @@ class TokenSource:
     ``read_ahead``, the default) the whole next window from half a window
     before the plan reaches it, so a window switch on cold storage does not
     stall a step. At most ``max_windows`` windows are held.
+
+    Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+    ``file://``; ``store_options`` go to :class:`headrace.io.ObjectStore`):
+    their windows are buffered and blocks are ranged GETs, up to ``in_flight``
+    at once per source (64 by default). Memory is then at most ``max_windows``
+    windows plus ``in_flight`` blocks of response bodies being copied in.
     """
 
     def __init__(
@@ -245,17 +272,60 @@ class TokenSource:
         max_windows: int = 2,
         reads: Literal["populate", "pread"] = "populate",
         read_ahead: bool = True,
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_TOKEN_IN_FLIGHT,
     ) -> None:
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
-        self.files: list[TokenFile] = [
-            f if isinstance(f, TokenFile) else open_token_file(f, dtype, format=format)
-            for f in files
-        ]
-        if not self.files:
-            raise ConfigError("TokenSource needs at least one token file.")
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r}).")
         if not isinstance(context, int) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
+        if block_bytes < 4096 or block_bytes % 4096:
+            raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
+        if max_windows < 1:
+            raise ConfigError(f"max_windows must be >= 1 (got {max_windows}).")
+        if reads not in ("populate", "pread"):
+            raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
+        self.in_flight = in_flight
+        self._store_options = dict(store_options or {})
+        self._stores: TokenStores | None = None
+        try:
+            self.files: list[TokenFile] = self._describe(list(files), dtype, format)
+            self._check_files(context, bool(store_options))
+        except BaseException:
+            if self._stores is not None:  # stores opened to check the files: leave no threads
+                self._stores.close()
+            raise
+        self.context = context
+        self.block_bytes = block_bytes
+        self.window_bytes = window_bytes
+        self.layout = WindowLayout(
+            file_tokens=tuple(f.num_tokens for f in self.files),
+            context=context,
+            window_tokens=window_bytes // self.dtype.itemsize,
+            shuffle=shuffle,
+        )
+        self.max_windows = max_windows
+        self.reads = reads
+        self.read_ahead = read_ahead
+        self._populate_ok: bool | None = None
+        self.stats = TokenStats()
+        self._open: dict[int, LocalFile | RemoteTokenFile] = {}
+        self._windows: OrderedDict[int, _Window] = OrderedDict()
+        self._free: list[NDArray[np.uint8]] = []
+        self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
+        self._gathered: set[int] = set()  # the windows of the last gather
+        self._ahead_checked: tuple[int, int] | None = None
+        self._window_nbytes = (
+            int(self.layout.window_count.max()) * context + 1
+        ) * self.dtype.itemsize
+
+    def _check_files(self, context: int, store_options: bool) -> None:
+        if not self.files:
+            raise ConfigError("TokenSource needs at least one token file.")
+        if store_options and not any(f.remote for f in self.files):
+            raise ConfigError("store_options apply to object-store URLs only, not local files.")
         dtypes = {f.dtype for f in self.files}
         if len(dtypes) > 1:
             raise ConfigError(
@@ -269,35 +339,38 @@ class TokenSource:
                     f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
                     f"context {context} (needs {context + 1})"
                 )
-        if block_bytes < 4096 or block_bytes % 4096:
-            raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
-        if max_windows < 1:
-            raise ConfigError(f"max_windows must be >= 1 (got {max_windows}).")
-        self.context = context
-        self.block_bytes = block_bytes
-        self.window_bytes = window_bytes
-        self.layout = WindowLayout(
-            file_tokens=tuple(f.num_tokens for f in self.files),
-            context=context,
-            window_tokens=window_bytes // self.dtype.itemsize,
-            shuffle=shuffle,
-        )
-        self.max_windows = max_windows
-        if reads not in ("populate", "pread"):
-            raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
-        self.reads = reads
-        self.read_ahead = read_ahead
-        self._populate_ok: bool | None = None
-        self.stats = TokenStats()
-        self._open: dict[int, LocalFile] = {}
-        self._windows: OrderedDict[int, _Window] = OrderedDict()
-        self._free: list[NDArray[np.uint8]] = []
-        self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
-        self._gathered: set[int] = set()  # the windows of the last gather
-        self._ahead_checked: tuple[int, int] | None = None
-        self._window_nbytes = (
-            int(self.layout.window_count.max()) * context + 1
-        ) * self.dtype.itemsize
+
+    def _describe(
+        self,
+        files: list[str | os.PathLike[str] | TokenFile],
+        dtype: DTypeLike | None,
+        format: TokenFormat,
+    ) -> list[TokenFile]:
+        """Open (check) each file; object URLs in parallel: each costs a few round trips."""
+
+        def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
+            if isinstance(f, TokenFile):
+                return f
+            if is_object_url(f):
+                return describe_token_file(str(f), dtype, format, self._remote())
+            return open_token_file(f, dtype, format=format)
+
+        urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
+        if urls < 2:
+            return [one(f) for f in files]
+        with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
+            return list(pool.map(one, files))
+
+    def _remote(self) -> TokenStores:
+        if self._stores is None:
+            self._stores = TokenStores(self._store_options, self.in_flight)
+        return self._stores
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """What the object stores did (requests, bytes, retries, latencies, most block
+        reads in flight at once); ``None`` until a file on object storage is opened."""
+        return None if self._stores is None else self._stores.stats()
 
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -406,10 +479,15 @@ class TokenSource:
         )
 
     # -- windows ---------------------------------------------------------------
-    def _file(self, i: int) -> LocalFile:
+    def _file(self, i: int) -> LocalFile | RemoteTokenFile:
         f = self._open.get(i)
         if f is None:
-            f = self._open[i] = LocalFile(self.files[i].path)
+            tf = self.files[i]
+            f = self._open[i] = (
+                self._remote().open(tf.path, tf.nbytes, tf.etag)
+                if tf.remote
+                else LocalFile(tf.path)
+            )
         return f
 
     def _window(self, w: int) -> _Window:
@@ -444,7 +522,7 @@ class TokenSource:
 
     def _window_memory(self, fi: int) -> NDArray[np.uint8] | None:
         """``None`` for a mapped window, else recycled or fresh window memory."""
-        if self.reads == "populate" and self._can_populate(fi):
+        if self.reads == "populate" and not self.files[fi].remote and self._can_populate(fi):
             return None
         return self._free.pop() if self._free else page_aligned_empty(self._window_nbytes)
 
@@ -452,6 +530,7 @@ class TokenSource:
         if self._populate_ok is None:
             try:
                 f = self._file(fi)
+                assert isinstance(f, LocalFile)
                 f.mapped.madvise(MADV_POPULATE_READ, 0, min(PAGE, f.size))
                 self._populate_ok = True
             except (OSError, ValueError):  # old kernel, or a file that cannot be mapped
@@ -465,13 +544,17 @@ class TokenSource:
         self._windows.clear()
         self._free.clear()
         for f in self._open.values():
-            f.close()
+            if isinstance(f, LocalFile):
+                f.close()
         self._open.clear()
+        if self._stores is not None:
+            self._stores.close()  # kept for its counters; reopens on next use
 
     def __getstate__(self) -> dict[str, Any]:
         # Worker copies own their windows and file handles: never share them.
         state = {k: getattr(self, k) for k in self.__dict__}
         state["_open"] = {}
+        state["_stores"] = None  # a worker opens its own stores and request queue
         state["_windows"] = OrderedDict()
         state["_free"] = []
         state["stats"] = TokenStats()

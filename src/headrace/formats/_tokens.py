@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError
-from headrace.formats._megatron import MegatronIndex, read_megatron_index
+from headrace.formats._file_list import is_object_url
+from headrace.formats._megatron import MegatronIndex, parse_megatron_index
 from headrace.io import LocalFile
 
-__all__ = ["TOKEN_DTYPES", "TokenFile", "open_token_file", "write_token_sidecar"]
+__all__ = [
+    "TOKEN_DTYPES",
+    "TokenFile",
+    "TokenFiles",
+    "describe_token_file",
+    "open_token_file",
+    "write_token_sidecar",
+]
 
 TOKEN_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int32))
 TokenFormat = Literal["auto", "raw", "nanogpt", "megatron"]
@@ -24,21 +33,32 @@ TokenFormat = Literal["auto", "raw", "nanogpt", "megatron"]
 
 @dataclass(frozen=True, slots=True)
 class TokenFile:
-    """A validated token file: where it is, its dtype and length. No data is read."""
+    """A validated token file: where it is, its dtype and length. No data is read.
+
+    ``path`` is a local path or an object URL; ``etag`` is the object's entity
+    tag when it was opened (URLs only), so a replaced object is refused.
+    """
 
     path: str
     dtype: np.dtype[np.generic]
     num_tokens: int
     format: str
     index: MegatronIndex | None = None
+    etag: str | None = None
 
     @property
     def nbytes(self) -> int:
         return self.num_tokens * self.dtype.itemsize
 
+    @property
+    def remote(self) -> bool:
+        return is_object_url(self.path)
+
     def fingerprint(self) -> dict[str, object]:
+        # The name, not the place: a copy moved to another directory or bucket
+        # is the same data and gives the same plan (see docs/objects.md).
         return {
-            "path": os.path.basename(self.path),
+            "path": self.path.rsplit("/", 1)[-1] if self.remote else os.path.basename(self.path),
             "bytes": self.nbytes,
             "dtype": self.dtype.str,
             "format": self.format,
@@ -51,14 +71,47 @@ class TokenFile:
         return self.index.document_bounds()
 
 
+class TokenFiles(Protocol):
+    """How :func:`open_token_file` reaches a token file and its sidecar or index."""
+
+    def stat(self, path: str) -> tuple[int, str | None]:
+        """Size and entity tag (``None`` for local files); raises if it is missing."""
+        ...
+
+    def read(self, path: str) -> bytes | None:
+        """The whole file, or ``None`` if there is none."""
+        ...
+
+
+class _LocalFiles:
+    def stat(self, path: str) -> tuple[int, str | None]:
+        with LocalFile(path) as f:  # raises ObjectNotFoundError naming the path
+            return f.size, None
+
+    def read(self, path: str) -> bytes | None:
+        if not os.path.exists(path):
+            return None
+        with LocalFile(path) as f:
+            return f.pread(0, f.size).tobytes()
+
+
 def _sidecar_path(path: str) -> str:
     return path + ".json"
 
 
-def write_token_sidecar(path: str | os.PathLike[str], dtype: DTypeLike) -> None:
-    """Write ``PATH.json`` recording the dtype of a raw token file."""
+def write_token_sidecar(
+    path: str | os.PathLike[str], dtype: DTypeLike, *, tokens: int | None = None
+) -> None:
+    """Write ``PATH.json`` recording the dtype of a raw token file (and, if given, its length).
+
+    With ``tokens``, opening the file checks its size against it, so a file
+    cut short (a failed copy or upload) is refused instead of read.
+    """
+    meta: dict[str, object] = {"dtype": np.dtype(dtype).name}
+    if tokens is not None:
+        meta["tokens"] = int(tokens)
     with open(_sidecar_path(os.fspath(path)), "w") as f:
-        json.dump({"dtype": np.dtype(dtype).name}, f)
+        json.dump(meta, f)
 
 
 def _check_dtype(path: str, dtype: DTypeLike) -> np.dtype[np.generic]:
@@ -73,15 +126,17 @@ def _check_dtype(path: str, dtype: DTypeLike) -> np.dtype[np.generic]:
     return dt
 
 
-def _sidecar_dtype(path: str) -> np.dtype[np.generic] | None:
-    side = _sidecar_path(path)
-    if not os.path.exists(side):
-        return None
+def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | None]:
     try:
-        with open(side) as f:
-            meta = json.load(f)
-        return _check_dtype(side, meta["dtype"])
-    except (ValueError, KeyError, TypeError) as exc:
+        meta = json.loads(raw)
+        dt = _check_dtype(side, meta["dtype"])
+        tokens = meta.get("tokens")
+        if tokens is not None and (
+            isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0
+        ):
+            raise TypeError(f"tokens must be a count >= 0 (got {tokens!r})")
+        return dt, tokens
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError(
             f'{side}: unreadable token sidecar (expected JSON like {{"dtype": "uint32"}}): {exc}'
         ) from exc
@@ -92,56 +147,82 @@ def open_token_file(
     dtype: DTypeLike | None = None,
     *,
     format: TokenFormat = "auto",
+    store_options: Mapping[str, Any] | None = None,
 ) -> TokenFile:
     """Describe a token file after checking it; reads only sizes and headers.
 
     ``format="auto"`` picks Megatron when ``PATH.idx`` (or ``PATH`` minus
     ``.bin`` plus ``.idx``) exists, nanoGPT for ``train.bin``/``val.bin``
     without a sidecar (uint16), and raw otherwise (dtype from ``dtype`` or the
-    ``PATH.json`` sidecar).
+    ``PATH.json`` sidecar). ``path`` may be an object URL (``s3://``, ``gs://``,
+    ``az://``, ``http(s)://``, ``file://``); ``store_options`` go to
+    :class:`headrace.io.ObjectStore`.
     """
     p = os.fspath(path)
-    with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path
-        size = f.size
+    if not is_object_url(p):
+        if store_options:
+            raise ConfigError(f"{p}: store_options apply to object-store URLs only.")
+        return describe_token_file(p, dtype, format, _LocalFiles())
+    from headrace.formats._token_store import TokenStores
+
+    stores = TokenStores(store_options or {})
+    try:
+        return describe_token_file(p, dtype, format, stores)
+    finally:
+        stores.close()
+
+
+def describe_token_file(
+    p: str, dtype: DTypeLike | None, format: TokenFormat, files: TokenFiles
+) -> TokenFile:
+    """:func:`open_token_file` through ``files`` (local, or a source's object stores)."""
+    size, etag = files.stat(p)
     idx = p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
+    side = _sidecar_path(p)
+    idx_raw = files.read(idx) if format in ("auto", "megatron") else None
+    side_raw: bytes | None = None
     if format == "auto":
-        if os.path.exists(idx):
+        if idx_raw is not None:
             format = "megatron"
-        elif (
-            os.path.basename(p) in ("train.bin", "val.bin")
-            and dtype is None
-            and not (os.path.exists(_sidecar_path(p)))
-        ):
-            format = "nanogpt"
         else:
-            format = "raw"
+            side_raw = files.read(side)
+            nanogpt = p.rsplit("/", 1)[-1] in ("train.bin", "val.bin")
+            format = "nanogpt" if nanogpt and dtype is None and side_raw is None else "raw"
+    elif format == "raw":
+        side_raw = files.read(side)
     index = None
+    tokens: int | None = None
     if format == "megatron":
-        if not os.path.exists(idx):
+        if idx_raw is None:
             raise DataError(f"{p}: Megatron token file has no index at {idx}")
-        index = read_megatron_index(idx, size)
+        index = parse_megatron_index(idx, idx_raw, size)
         dt = index.dtype
         if dtype is not None and np.dtype(dtype) != dt:
             raise ConfigError(f"{p}: dtype {np.dtype(dtype)} given but the index says {dt}")
     elif format == "nanogpt":
         dt = np.dtype(np.uint16)
     elif format == "raw":
-        side = _sidecar_dtype(p)
-        if dtype is None and side is None:
+        side_dt, tokens = _parse_sidecar(side, side_raw) if side_raw is not None else (None, None)
+        if dtype is None and side_dt is None:
             raise ConfigError(
                 f"{p}: raw token file needs a dtype: pass dtype='uint16'|'uint32' or write "
-                f'{_sidecar_path(p)} with {{"dtype": ...}}'
+                f'{side} with {{"dtype": ...}}'
             )
-        chosen = _check_dtype(p, dtype) if dtype is not None else side
+        chosen = _check_dtype(p, dtype) if dtype is not None else side_dt
         assert chosen is not None
         dt = chosen
-        if side is not None and dt != side:
-            raise ConfigError(f"{p}: dtype {dt} given but the sidecar says {side}")
+        if side_dt is not None and dt != side_dt:
+            raise ConfigError(f"{p}: dtype {dt} given but the sidecar says {side_dt}")
     else:
         raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
+    if tokens is not None and size != tokens * dt.itemsize:
+        raise DataError(
+            f"{p}: {'truncated: ' if size < tokens * dt.itemsize else ''}the sidecar {side} "
+            f"says {tokens} {dt} tokens ({tokens * dt.itemsize} bytes), the file has {size} bytes"
+        )
     if size % dt.itemsize:
         raise DataError(
             f"{p}: file size {size} is not a multiple of the {dt} item size {dt.itemsize}: "
             f"wrong dtype or a truncated file"
         )
-    return TokenFile(p, dt, size // dt.itemsize, format, index)
+    return TokenFile(p, dt, size // dt.itemsize, format, index, etag)

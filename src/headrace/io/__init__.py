@@ -28,6 +28,7 @@ from headrace.io._pool import (
     set_io_threads,
 )
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, Ranges, coalesce
+from headrace.io._requests import QueueStats, RequestQueue
 from headrace.io._reader import (
     ENGINES,
     STRATEGIES,
@@ -40,7 +41,7 @@ from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
 
 if typing.TYPE_CHECKING:
-    from headrace.io._objects import ObjectStats, ObjectStore, Request
+    from headrace.io._objects import ObjectInfo, ObjectStats, ObjectStore, Request
     from headrace.io._retry import RetryPolicy
 
 __all__ = [
@@ -53,15 +54,18 @@ __all__ = [
     "ENGINES",
     "Engine",
     "LocalFile",
+    "ObjectInfo",
     "ObjectStats",
     "ObjectStore",
     "PAGE",
+    "QueueStats",
     "RangeReader",
     "RangeStore",
     "Ranges",
     "ReadStats",
     "ReaderConfig",
     "Request",
+    "RequestQueue",
     "RetryPolicy",
     "STRATEGIES",
     "Strategy",
@@ -79,6 +83,7 @@ __all__ = [
 
 # Object stores need the optional ``obstore`` extra; import it only when asked for.
 _LAZY = {
+    "ObjectInfo": "headrace.io._objects",
     "ObjectStats": "headrace.io._objects",
     "ObjectStore": "headrace.io._objects",
     "Request": "headrace.io._objects",

@@ -12,6 +12,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 __all__ = ["LoopThread"]
@@ -67,6 +68,14 @@ class LoopThread:
         except BaseException:
             # Interrupted (Ctrl-C) or failed: make sure nothing keeps running behind our back.
             future.cancel()
+            raise
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule ``coro`` on the loop; its result as a future (not waited for)."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
+            coro.close()
             raise
 
     def close(self) -> None:

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 from urllib.parse import urlsplit
 
+import numpy as np
 import obstore as obs
 from obstore.store import LocalStore, S3Store, from_url
 
@@ -39,7 +40,14 @@ from headrace.errors import (
 from headrace.io._loop import LoopThread
 from headrace.io._retry import RetryPolicy, classify
 
-__all__ = ["DEFAULT_COALESCE", "DEFAULT_MAX_IN_FLIGHT", "ObjectStats", "ObjectStore", "Request"]
+__all__ = [
+    "DEFAULT_COALESCE",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "ObjectInfo",
+    "ObjectStats",
+    "ObjectStore",
+    "Request",
+]
 
 T = TypeVar("T")
 
@@ -52,6 +60,13 @@ Request = str | tuple[str, int, int]
 
 _S3_SCHEMES = ("s3", "s3a")
 _URL_SCHEMES = ("gs", "az", "azure", "abfs", "abfss", "adl", "http", "https", "memory")
+
+
+class ObjectInfo(NamedTuple):
+    """An object's size and entity tag (``None`` where the store gives none)."""
+
+    size: int
+    etag: str | None
 
 
 @dataclass(slots=True)
@@ -355,6 +370,12 @@ class ObjectStore:
         meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
         return int(meta["size"])
 
+    def stat(self, key: str) -> ObjectInfo:
+        """The object's size and entity tag (one HEAD)."""
+        store = self._live()
+        meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
+        return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+
     def _size_or_none(self, key: str) -> int | None:
         try:
             return int(obs.head(self._live(), key)["size"])
@@ -444,6 +465,58 @@ class ObjectStore:
         views = self._retrying(where, once, lambda vs: sum(len(v) for v in vs))
         it = iter(views)
         return [next(it) if n > 0 else memoryview(b"") for _, n in ranges]
+
+    async def aread_into(
+        self, key: str, offset: int, out: Any, *, expect: ObjectInfo | None = None
+    ) -> None:
+        """Fill the writable buffer ``out`` with the bytes at ``offset`` (a coroutine).
+
+        Runs on any event loop (obstore drives the request; the loop only awaits
+        it), with this store's retries. With ``expect`` (from :meth:`stat`), a
+        response whose object size or entity tag differs is refused: the object
+        was replaced or resized since, and its bytes must not be mixed with those
+        read before. ``out`` is only written with a complete, checked body.
+        """
+        dest = np.frombuffer(out, dtype=np.uint8)  # raises unless ``out`` is a flat buffer
+        length = dest.size
+        _check_range(offset, length)
+        if length == 0:
+            return
+        if dest.flags.writeable is False:
+            raise ConfigError(f"{self.where(key, offset, length)}: the output buffer is read-only")
+        store = self._live()
+        where = self.where(key, offset, length)
+
+        async def once() -> int:
+            result = await obs.get_async(store, key, options={"range": (offset, offset + length)})
+            size, etag = int(result.meta["size"]), result.meta.get("e_tag")
+            if expect is not None and (
+                size != expect.size or (expect.etag and etag and etag != expect.etag)
+            ):
+                raise StorageError(
+                    f"{where}: the object changed while open: it had {expect.size} bytes"
+                    + (f" (ETag {expect.etag})" if expect.etag else "")
+                    + f", now {size}"
+                    + (f" (ETag {etag})" if etag else "")
+                    + "; refusing to mix its old and new bytes (reopen the source)"
+                )
+            data = await result.bytes_async()
+            got = memoryview(data).nbytes
+            if got != length:
+                raise _short_read(where, got, length, size, offset + length)
+            # NumPy drops the GIL for a large copy; the loop's other requests go on.
+            np.copyto(dest, np.frombuffer(data, dtype=np.uint8))
+            return got
+
+        try:
+            await self._aretrying(where, once, lambda n: n)
+        except ReadEOFError as exc:
+            if expect is not None and offset + length <= expect.size:
+                raise ReadEOFError(
+                    f"{where}: the object changed while open: it had {expect.size} bytes, "
+                    f"now it ends before this range ({exc})"
+                ) from exc
+            raise
 
     # -- many reads, many in flight ---------------------------------------------------------
 

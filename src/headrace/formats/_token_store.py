@@ -1,0 +1,157 @@
+"""Token files on object storage: one store per directory URL, block reads into windows.
+
+A token file URL ``s3://bucket/data/train.bin`` is the key ``train.bin`` of
+the store ``s3://bucket/data``; its sidecar and Megatron index are keys beside
+it. A :class:`TokenStores` belongs to one :class:`TokenSource`: it opens each
+store once (with the source's ``store_options``) and runs every block read of
+the source on one :class:`~headrace.io.RequestQueue`, so at most ``in_flight``
+ranged GETs are in flight per source, whatever the number of files or stores.
+Nothing here is pickled: a worker's copy of the source opens its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, ObjectNotFoundError
+from headrace.io import RequestQueue
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectInfo, ObjectStats, ObjectStore
+
+__all__ = ["DEFAULT_TOKEN_IN_FLIGHT", "RemoteTokenFile", "TokenStores", "split_object_url"]
+
+DEFAULT_TOKEN_IN_FLIGHT = 64
+# Sidecars and indexes are read whole; one larger than this is read in parallel ranges.
+_WHOLE_PART = 8 << 20
+
+
+def split_object_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key."""
+    scheme, sep, rest = url.partition("://")
+    head, slash, key = rest.rpartition("/")
+    if not sep or not slash or not key or (not head and scheme != "file"):
+        raise ConfigError(
+            f"{url}: a token file URL names one object, like s3://bucket/dir/train.bin "
+            "(got no object key)"
+        )
+    return f"{scheme}://{head or '/'}", key
+
+
+class RemoteTokenFile:
+    """Block reads of one token object, checked against its size and ETag when opened."""
+
+    __slots__ = ("_expect", "_key", "_queue", "_store", "path")
+
+    def __init__(
+        self, store: ObjectStore, key: str, url: str, expect: ObjectInfo, queue: RequestQueue
+    ) -> None:
+        self.path = url
+        self._store = store
+        self._key = key
+        self._expect = expect
+        self._queue = queue
+
+    def read_into(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
+        """Start filling ``out`` with the bytes at ``offset``; the future says when it is done."""
+        store, key, expect = self._store, self._key, self._expect
+        return self._queue.submit(lambda: store.aread_into(key, offset, out, expect=expect))
+
+
+class TokenStores:
+    """The object stores and the request queue of one token source (see the module doc)."""
+
+    def __init__(
+        self, options: Mapping[str, Any], in_flight: int = DEFAULT_TOKEN_IN_FLIGHT
+    ) -> None:
+        self._options = dict(options)
+        self.in_flight = in_flight
+        self._lock = threading.Lock()
+        self._stores: dict[str, ObjectStore] = {}
+        self._queue: RequestQueue | None = None
+        self._before: ObjectStats | None = None  # what stores closed earlier did
+
+    def _store(self, url: str) -> tuple[ObjectStore, str]:
+        base, key = split_object_url(url)
+        with self._lock:
+            store = self._stores.get(base)
+            if store is None:
+                from headrace.io import ObjectStore
+
+                store = self._stores[base] = ObjectStore(base, **self._options)
+        return store, key
+
+    # -- TokenFiles: what open_token_file needs --------------------------------------
+    def stat(self, path: str) -> tuple[int, str | None]:
+        store, key = self._store(path)
+        info = store.stat(key)  # ObjectNotFoundError / PermissionDeniedError name the URL
+        return info.size, info.etag
+
+    def read(self, path: str) -> bytes | None:
+        store, key = self._store(path)
+        try:
+            size = store.stat(key).size
+        except ObjectNotFoundError:
+            return None
+        if size <= _WHOLE_PART:
+            return bytes(store.get_range(key, 0, size))
+        parts = [(key, o, min(_WHOLE_PART, size - o)) for o in range(0, size, _WHOLE_PART)]
+        return b"".join(store.get_many(parts, max_in_flight=self.in_flight))
+
+    # -- block reads -------------------------------------------------------------------
+    def open(self, url: str, size: int, etag: str | None) -> RemoteTokenFile:
+        from headrace.io import ObjectInfo
+
+        store, key = self._store(url)
+        with self._lock:
+            if self._queue is None:
+                self._queue = RequestQueue(self.in_flight, name="headrace-tokens")
+            queue = self._queue
+        return RemoteTokenFile(store, key, url, ObjectInfo(size, etag), queue)
+
+    def stats(self) -> ObjectStats:
+        """Every store's counters together, since this was made (closing keeps them);
+        ``max_in_flight_observed`` counts block reads."""
+        with self._lock:
+            stores = list(self._stores.values())
+            queue = self._queue
+            before = self._before
+        return _merge([s.stats for s in stores], queue, before)
+
+    def close(self) -> None:
+        """Close the stores and the queue; using this again opens new ones."""
+        with self._lock:
+            queue, self._queue = self._queue, None
+            stores, self._stores = list(self._stores.values()), {}
+            self._before = _merge([s.stats for s in stores], queue, self._before)
+        if queue is not None:
+            queue.close()
+        for store in stores:
+            store.close()
+
+
+def _merge(
+    parts: list[ObjectStats], queue: RequestQueue | None, before: ObjectStats | None
+) -> ObjectStats:
+    from headrace.io import ObjectStats
+
+    out = ObjectStats() if before is None else before.copy()
+    for s in parts:
+        out.requests += s.requests
+        out.attempts += s.attempts
+        out.retries += s.retries
+        out.failures += s.failures
+        out.bytes += s.bytes
+        out.in_flight += s.in_flight
+        out.latencies_s.extend(s.latencies_s)
+    if queue is not None:
+        out.max_in_flight_observed = max(
+            out.max_in_flight_observed, queue.stats.max_in_flight_observed
+        )
+    return out

@@ -1,0 +1,103 @@
+"""Coroutines run on a private event loop, a bounded number at once, for callers on threads.
+
+Object-store reads are cheap to keep in flight (obstore's Tokio runtime does
+the work; the loop only awaits), but a thread pool would need one thread per
+request in flight. A :class:`RequestQueue` takes any number of submissions from
+any thread, runs at most ``max_in_flight`` of them at a time on one loop
+thread, in submission order, and hands back :class:`concurrent.futures.Future`
+s, so callers wait on them as they do on the I/O pool's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TypeVar
+
+from headrace.errors import ConfigError, StorageError
+from headrace.io._loop import LoopThread
+
+__all__ = ["QueueStats", "RequestQueue"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class QueueStats:
+    """Requests submitted, finished (either way), in flight now and at most at once."""
+
+    submitted: int = 0
+    finished: int = 0
+    in_flight: int = 0
+    max_in_flight_observed: int = 0
+
+
+class RequestQueue:
+    """Run submitted coroutines on a private loop thread, at most ``max_in_flight`` at once.
+
+    Started on first submit; after ``fork`` a child starts its own loop (the
+    parent's thread does not exist there). :meth:`close` joins the thread;
+    requests still waiting or running are cancelled.
+    """
+
+    def __init__(self, max_in_flight: int, *, name: str = "headrace-requests") -> None:
+        if (
+            isinstance(max_in_flight, bool)
+            or not isinstance(max_in_flight, int)
+            or max_in_flight < 1
+        ):
+            raise ConfigError(f"max_in_flight must be an integer >= 1 (got {max_in_flight!r}).")
+        self.max_in_flight = max_in_flight
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: LoopThread | None = None
+        # One semaphore per loop: an asyncio primitive is bound to the loop it first waits on.
+        self._gate: tuple[LoopThread, asyncio.Semaphore] | None = None
+        self._closed = False
+        self.stats = QueueStats()
+
+    def _loop_thread(self) -> LoopThread:
+        with self._lock:
+            if self._closed:
+                raise StorageError(f"{self._name}: the request queue is closed")
+            if self._loop is None or not self._loop.usable:
+                self._loop = LoopThread(self._name)
+            return self._loop
+
+    def submit(self, job: Callable[[], Awaitable[T]]) -> Future[T]:
+        """Start ``job()`` when fewer than ``max_in_flight`` run; its result as a future."""
+        loop = self._loop_thread()
+        with self._lock:
+            self.stats.submitted += 1
+        return loop.submit(self._run(loop, job))
+
+    async def _run(self, loop: LoopThread, job: Callable[[], Awaitable[T]]) -> T:
+        gate = self._gate
+        if gate is None or gate[0] is not loop:
+            gate = self._gate = (loop, asyncio.Semaphore(self.max_in_flight))
+        try:
+            async with gate[1]:
+                with self._lock:
+                    s = self.stats
+                    s.in_flight += 1
+                    s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
+                try:
+                    return await job()
+                finally:
+                    with self._lock:
+                        self.stats.in_flight -= 1
+        finally:
+            with self._lock:
+                self.stats.finished += 1
+
+    def close(self) -> None:
+        """Stop the loop thread (cancelling what is left). Idempotent."""
+        with self._lock:
+            self._closed = True
+            loop, self._loop = self._loop, None
+            self._gate = None
+        if loop is not None:
+            loop.close()
