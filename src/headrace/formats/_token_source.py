@@ -294,8 +294,7 @@ class TokenSource:
             self.files: list[TokenFile] = self._describe(list(files), dtype, format)
             self._check_files(context, bool(store_options))
         except BaseException:
-            if self._stores is not None:  # stores opened to check the files: leave no threads
-                self._stores.close()
+            self._close_stores()  # the stores opened to check the files: leave no threads
             raise
         self.context = context
         self.block_bytes = block_bytes
@@ -547,6 +546,9 @@ class TokenSource:
             if isinstance(f, LocalFile):
                 f.close()
         self._open.clear()
+        self._close_stores()
+
+    def _close_stores(self) -> None:
         if self._stores is not None:
             self._stores.close()  # kept for its counters; reopens on next use
 

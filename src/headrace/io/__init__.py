@@ -28,7 +28,6 @@ from headrace.io._pool import (
     set_io_threads,
 )
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, Ranges, coalesce
-from headrace.io._requests import QueueStats, RequestQueue
 from headrace.io._reader import (
     ENGINES,
     STRATEGIES,
@@ -37,6 +36,7 @@ from headrace.io._reader import (
     ReaderConfig,
     Strategy,
 )
+from headrace.io._requests import QueueStats, RequestQueue
 from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
 

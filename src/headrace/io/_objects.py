@@ -505,7 +505,7 @@ class ObjectStore:
             if got != length:
                 raise _short_read(where, got, length, size, offset + length)
             # NumPy drops the GIL for a large copy; the loop's other requests go on.
-            np.copyto(dest, np.frombuffer(data, dtype=np.uint8))
+            np.copyto(dest, np.frombuffer(memoryview(data), dtype=np.uint8))
             return got
 
         try:
