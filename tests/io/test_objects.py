@@ -91,6 +91,38 @@ def test_read_past_end_names_url_and_range(root: Path) -> None:
         assert store.stats.retries == 0
 
 
+def test_stat_and_aread_into(root: Path) -> None:
+    import asyncio
+
+    import numpy as np
+
+    want = (root / "a.bin").read_bytes()
+    with ObjectStore(root) as store:
+        info = store.stat("a.bin")
+        assert info.size == 10_000 and info.etag
+        out = np.zeros(300, dtype=np.uint8)
+        asyncio.run(store.aread_into("a.bin", 100, out, expect=info))
+        assert out.tobytes() == want[100:400]
+        asyncio.run(store.aread_into("a.bin", 0, np.zeros(0, dtype=np.uint8)))  # nothing to read
+        with pytest.raises(ReadEOFError, match=r"a\.bin, bytes \[9990, 10090\)"):
+            asyncio.run(store.aread_into("a.bin", 9990, np.zeros(100, dtype=np.uint8)))
+        with pytest.raises(ConfigError, match="read-only"):
+            asyncio.run(store.aread_into("a.bin", 0, memoryview(b"abcd")))
+        with pytest.raises(
+            StorageError,
+            match=r"a\.bin, bytes \[0, 10\): the object changed while "
+            r"open: it had 9999 bytes",
+        ):
+            asyncio.run(
+                store.aread_into(
+                    "a.bin", 0, np.zeros(10, dtype=np.uint8), expect=info._replace(size=9999)
+                )
+            )
+        with pytest.raises(ObjectNotFoundError, match=r"/nope\.bin"):
+            store.stat("nope.bin")
+        assert store.stats.retries == 0
+
+
 def test_missing_object(root: Path) -> None:
     with ObjectStore(root) as store:
         for call in (

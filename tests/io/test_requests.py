@@ -1,0 +1,71 @@
+"""RequestQueue: bounded coroutines on a private loop, concurrent futures for threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import wait
+
+import pytest
+
+from headrace.errors import ConfigError, StorageError
+from headrace.io import RequestQueue
+
+
+def test_runs_everything_with_at_most_max_in_flight() -> None:
+    q = RequestQueue(3)
+    running = 0
+    peak = 0
+
+    async def job(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.005)
+        running -= 1
+        return i * i
+
+    futures = [q.submit(lambda i=i: job(i)) for i in range(20)]  # type: ignore[misc]
+    assert [f.result(timeout=10) for f in futures] == [i * i for i in range(20)]
+    assert peak == 3 == q.stats.max_in_flight_observed
+    assert q.stats.submitted == q.stats.finished == 20 and q.stats.in_flight == 0
+    q.close()
+
+
+def test_a_failure_is_its_own_future_only() -> None:
+    q = RequestQueue(2)
+
+    async def job(i: int) -> int:
+        if i == 3:
+            raise StorageError("s3://b/k, bytes [0, 4): boom")
+        return i
+
+    futures = [q.submit(lambda i=i: job(i)) for i in range(6)]  # type: ignore[misc]
+    wait(futures, timeout=10)
+    assert [f.exception() is None for f in futures] == [True, True, True, False, True, True]
+    with pytest.raises(StorageError, match="boom"):
+        futures[3].result()
+    q.close()
+
+
+def test_close_cancels_waiting_work_and_joins_the_thread() -> None:
+    before = threading.active_count()
+    q = RequestQueue(1)
+    gate = asyncio.Event()
+
+    async def blocked() -> None:
+        await gate.wait()
+
+    futures = [q.submit(blocked) for _ in range(3)]
+    assert threading.active_count() == before + 1
+    q.close()
+    assert all(f.cancelled() for f in futures)
+    assert threading.active_count() == before
+    with pytest.raises(StorageError, match="closed"):
+        q.submit(blocked)
+
+
+def test_bad_depth_is_refused() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="max_in_flight must be an integer >= 1"):
+            RequestQueue(bad)  # type: ignore[arg-type]
