@@ -81,6 +81,7 @@ def test_a_url_gives_the_batches_of_the_local_file(tmp_path: Path, layout: str) 
     assert local.samples_per_epoch < 160 * 8 and local.layout.window_count.size > 4
     want = run(local)
     assert run(remote) == want
+    assert run(remote) == want  # the loader closed it: it opens its store again
     assert run(TokenSource(url(path), **KW), prefetch=0) == want
     assert remote.object_stats is not None and remote.object_stats.bytes > 0
     assert local.object_stats is None

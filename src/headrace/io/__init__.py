@@ -6,7 +6,8 @@ whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 ``"odirect"``, ``"odirect-serial"`` and ``"adaptive"`` (see
 :class:`ReaderConfig`); positional reads run on io_uring or on threads
 (``ENGINES``); every combination returns identical bytes. Object stores go through
-:class:`ObjectStore` (the optional ``obstore`` extra, imported lazily).
+:class:`ObjectStore` (the optional ``obstore`` extra, imported lazily);
+:class:`RequestQueue` keeps many of their coroutines in flight for callers on threads.
 """
 
 from __future__ import annotations
