@@ -32,8 +32,6 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 from headrace.bench._datagen import write_token_file
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import TokenSource
@@ -152,7 +150,8 @@ def main() -> int:
     for name, r in first.items():
         remote = "fetched" in r
         _out(
-            f"| {name} | {r['open_s']:.3f} | {r['first_batch_s']:.3f} | {r['batches_per_s']:,.0f} | "
+            f"| {name} | {r['open_s']:.3f} | {r['first_batch_s']:.3f} | "
+            + f"{r['batches_per_s']:,.0f} | "
             + (f"{r['mb_per_s']:.1f} | {r['fetched'] / MiB:.1f} | " if remote else "- | - | ")
             + f"{r['windows_opened']} | "
             + (
@@ -165,17 +164,31 @@ def main() -> int:
         )
     _out()
     _out(f"timed trials ({args.rounds} rounds, alternating, medians (min-max)):")
-    _out("| side | batches/s | GB/s delivered | MB/s fetched | 1st batch s | in flight (max) |")
-    _out("|---|---|---|---|---|---|")
+    _out("| side | batches/s | GB/s delivered | MB/s fetched | MiB fetched | 1st batch s | open s "
+         "| in flight (max) | lat p50/p95 ms | sha256 |")  # fmt: skip
+    _out("|---|---|---|---|---|---|---|---|---|---|")
+
+    def med(rs: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r[key] for r in rs)
+
     for name, rs in trials.items():
         bps = [r["batches_per_s"] for r in rs]
-        fb = statistics.median(r["first_batch_s"] for r in rs)
-        mbs = f"{statistics.median(r['mb_per_s'] for r in rs):.1f}" if "mb_per_s" in rs[0] else "-"
-        inflight = str(max(r["in_flight"] for r in rs)) if "in_flight" in rs[0] else "-"
-        med = statistics.median(bps)
+        remote = (
+            f"{med(rs, 'mb_per_s'):.1f} | {med(rs, 'fetched') / MiB:.1f} | "
+            if "fetched" in rs[0]
+            else "- | - | "
+        )
+        tail = (
+            f"{max(r['in_flight'] for r in rs)} | "
+            f"{med(rs, 'lat_p50_ms'):.0f}/{med(rs, 'lat_p95_ms'):.0f} | "
+            if "fetched" in rs[0]
+            else "- | - | "
+        )
         _out(
-            f"| {name} | {med:,.0f} ({min(bps):,.0f}-{max(bps):,.0f}) | "
-            f"{med * batch_bytes / 1e9:.3f} | {mbs} | {fb:.3f} | {inflight} |"
+            f"| {name} | {med(rs, 'batches_per_s'):,.0f} ({min(bps):,.0f}-{max(bps):,.0f}) | "
+            f"{med(rs, 'batches_per_s') * batch_bytes / 1e9:.3f} | {remote}"
+            f"{med(rs, 'first_batch_s'):.3f} | {med(rs, 'open_s'):.3f} | {tail}"
+            f"{first[name]['digest'][:12]} |"
         )
     return 0
 
