@@ -1,7 +1,8 @@
 """A token file read locally vs the same file on S3 (moto behind a latency proxy).
 
     PYTHONPATH=src python benchmarks/tokens_s3.py [--mib 64] [--window-mib 16] [--block-mib 4]
-        [--steps 1000] [--latency-ms 50] [--rounds 3] [--in-flight 64] [--root DIR]
+        [--steps 1000] [--batch 32] [--compute-ms 0] [--latency-ms 50] [--rounds 3]
+        [--in-flight 64] [--no-read-ahead] [--root DIR]
 
 One uint32 token file (generated once under ``--root``, seeded) is read by
 ``TokenSource`` through the ``Loader`` (B=32, L=1024, prefetch 8) two ways:
@@ -11,7 +12,9 @@ through a ``LatencyProxy`` in a child process, so it competes with neither for
 the GIL). Each side first gets a *measurement pass* (fresh source: open time,
 first-batch time, SHA-256 of every batch, bytes fetched, requests, most block
 reads in flight, request latencies); the script refuses to report unless both
-digests are equal. Then timed trials alternate (local, s3, local, s3, ...),
+digests are equal (``--no-read-ahead`` adds a third side: S3 with
+``read_ahead=False``; ``--compute-ms`` sleeps that long per step, as a
+training step would). Then timed trials alternate (local, s3, local, s3, ...),
 each with a fresh source and loader, batches consumed but not hashed; medians
 (min-max) reported.
 
@@ -40,7 +43,7 @@ from headrace.testing import update_digest
 
 MiB = 1 << 20
 URL = "s3://headrace-bench/tokens"
-B, L = 32, 1024
+L = 1024
 
 
 def _out(*parts: object) -> None:
@@ -48,8 +51,11 @@ def _out(*parts: object) -> None:
     sys.stdout.flush()
 
 
-def _source(args: argparse.Namespace, where: str, store: dict[str, Any] | None) -> TokenSource:
+def _source(
+    args: argparse.Namespace, where: str, store: dict[str, Any] | None, read_ahead: bool
+) -> TokenSource:
     kw: dict[str, Any] = {
+        "read_ahead": read_ahead,
         "dtype": "uint32",
         "context": L,
         "window_bytes": int(args.window_mib * MiB),
@@ -61,15 +67,20 @@ def _source(args: argparse.Namespace, where: str, store: dict[str, Any] | None) 
 
 
 def _pass(
-    args: argparse.Namespace, where: str, store: dict[str, Any] | None, *, digest: bool
+    args: argparse.Namespace,
+    where: str,
+    store: dict[str, Any] | None,
+    read_ahead: bool,
+    *,
+    digest: bool,
 ) -> dict[str, Any]:
     """One fresh source and loader over ``--steps`` batches; figures (and a digest)."""
     t0 = time.perf_counter()
-    src = _source(args, where, store)
+    src = _source(args, where, store, read_ahead)
     t1 = time.perf_counter()
     h = hashlib.sha256()
     first = 0.0
-    with Loader(src, batch_size=B, seed=args.seed, steps=args.steps) as loader:
+    with Loader(src, batch_size=args.batch, seed=args.seed, steps=args.steps) as loader:
         t2 = time.perf_counter()
         n = 0
         for batch in loader:
@@ -79,6 +90,8 @@ def _pass(
                 update_digest(h, batch)
             else:
                 int(batch["x"][0, 0])  # touch it: the consumer holds a real batch
+            if args.compute_ms:
+                time.sleep(args.compute_ms / 1e3)  # a training step: frees the CPU and GIL
             n += 1
         t3 = time.perf_counter()
     res: dict[str, Any] = {
@@ -111,36 +124,47 @@ def main() -> int:
     ap.add_argument("--window-mib", type=float, default=16)
     ap.add_argument("--block-mib", type=float, default=4)
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--compute-ms", type=float, default=0.0, help="sleep per step (compute)")
     ap.add_argument("--latency-ms", type=float, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--in-flight", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--no-read-ahead",
+        action="store_true",
+        help="also time the S3 side with read_ahead=False (the next window only on demand)",
+    )
     ap.add_argument("--root", default=os.path.expanduser("~/.cache/headrace/bench-s3tok"))
     args = ap.parse_args()
 
     tokens = int(args.mib * MiB) // 4
     path = os.path.join(args.root, f"tokens-{args.mib:g}mib-uint32-s{args.seed}.bin")
     write_token_file(path, tokens, dtype="uint32", seed=args.seed)
+    B = args.batch
     batch_bytes = B * (L + 1) * 4
     _out(
         f"token file {args.mib:g} MiB ({tokens:,} uint32), window {args.window_mib:g} MiB, "
         f"block {args.block_mib:g} MiB, B={B} L={L} ({batch_bytes:,} B per batch), "
-        f"{args.steps} steps, proxy {args.latency_ms:g} ms, in_flight {args.in_flight}"
+        f"{args.steps} steps, compute {args.compute_ms:g} ms/step, proxy {args.latency_ms:g} ms, "
+        f"in_flight {args.in_flight}"
     )
     t = time.perf_counter()
     with bench_s3(URL, [path], latency_ms=args.latency_ms or None) as store:
         _out(f"moto started, file uploaded, proxy up: {time.perf_counter() - t:.1f} s")
         url = f"{URL}/{os.path.basename(path)}"
-        sides = {"local": (path, None), "s3": (url, store)}
-        first = {name: _pass(args, w, s, digest=True) for name, (w, s) in sides.items()}
+        sides = {"local": (path, None, True), "s3": (url, store, True)}
+        if args.no_read_ahead:
+            sides["s3-no-read-ahead"] = (url, store, False)
+        first = {name: _pass(args, *side, digest=True) for name, side in sides.items()}
         digests = {name: r["digest"] for name, r in first.items()}
         if len(set(digests.values())) != 1:
             _out(f"DIGESTS DIFFER: {digests}; refusing to report speed")
             return 1
         trials: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
         for _ in range(args.rounds):
-            for name, (w, s) in sides.items():
-                trials[name].append(_pass(args, w, s, digest=False))
+            for name, side in sides.items():
+                trials[name].append(_pass(args, *side, digest=False))
 
     _out()
     _out("measurement pass (fresh source, digests every batch):")

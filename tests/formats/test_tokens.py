@@ -298,3 +298,31 @@ def test_read_ahead_never_evicts_a_window_in_use(tmp_path: Path) -> None:
         with Loader(src, batch_size=6, seed=1, prefetch=2, chunk_steps=3, steps=80) as loader:
             outs.append(batch_digest(iter(loader)))
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_ahead_window_survives_a_small_window_between(tmp_path: Path, seed: int) -> None:
+    # 4 windows of 255 samples and a tail window of 3: when the tail comes between the
+    # current window and the one read ahead, opening it must evict the finished window,
+    # not the one read ahead (which would be read twice). Every window once per visit.
+    write_tokens(tmp_path / "t.bin", 4 * 16384)
+    kw = {"dtype": "uint32", "context": 64, "window_bytes": 64 << 10, "block_bytes": 16 << 10}
+    src = TokenSource(tmp_path / "t.bin", reads="pread", **kw)  # type: ignore[arg-type]
+    assert src.layout.window_count.tolist() == [255, 255, 255, 255, 3]
+    opened: list[int] = []
+    open_window = src._window
+
+    def spy(w: int) -> object:
+        if w not in src._windows:
+            opened.append(w)
+        return open_window(w)
+
+    src._window = spy  # type: ignore[method-assign,assignment]
+    epoch = src.samples_per_epoch // 8
+    with Loader(src, batch_size=8, seed=seed, prefetch=0, steps=epoch) as loader:
+        got = batch_digest(loader)
+    # (with plain LRU eviction, seeds 0, 4 and 5 read a window twice: [0, 2, 4, 2, 3, 1])
+    assert sorted(opened) == [0, 1, 2, 3, 4]
+    plain = TokenSource(tmp_path / "t.bin", read_ahead=False, **kw)  # type: ignore[arg-type]
+    with Loader(plain, batch_size=8, seed=seed, prefetch=0, steps=epoch) as loader:
+        assert batch_digest(loader) == got

@@ -316,6 +316,8 @@ class TokenSource:
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
         self._gathered: set[int] = set()  # the windows of the last gather
         self._ahead_checked: tuple[int, int] | None = None
+        self._ahead: int | None = None  # the window read ahead, until a batch uses it
+        self._todo: set[int] = set()  # windows the gather under way has yet to read
         self._window_nbytes = (
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
@@ -406,7 +408,11 @@ class TokenSource:
         groups = group_by_window(plan.epoch, plan.window)
         out: NDArray[Any] | None = None
         self._gathered = {w for (_, w), _ in groups}
-        for (_, w), idx in groups:
+        for i, ((_, w), idx) in enumerate(groups):
+            if len(groups) > 1:  # opening w must not evict a window this gather needs next
+                self._todo = {v for (_, v), _ in groups[i + 1 :]}
+            if w == self._ahead:
+                self._ahead = None  # in use now: an ordinary window
             win = self._window(w)
             starts = plan.start if len(groups) == 1 else plan.start[idx]
             win.ensure(starts, L + 1, self.stats)
@@ -421,6 +427,7 @@ class TokenSource:
                 if out is None:
                     out = np.empty((len(samples), L + 1), dtype=self.dtype)
                 out[idx] = rows
+        self._todo = set()
         if out is None:  # no samples: an empty batch of the usual shape
             out = np.empty((0, L + 1), dtype=self.dtype)
         self.stats.samples += len(samples)
@@ -462,9 +469,10 @@ class TokenSource:
         w = int(self.layout.locate(seed, np.array([ahead], dtype=np.int64)).window[0])
         if w in self._windows:
             return
-        if len(self._windows) >= self.max_windows and next(iter(self._windows)) in keep:
+        if len(self._windows) >= self.max_windows and self._victim() in keep:
             return
         win = self._window(w)
+        self._ahead = w
         win.request(np.arange(win.filled.size))
 
     def starts(
@@ -489,6 +497,23 @@ class TokenSource:
             )
         return f
 
+    def _victim(self) -> int:
+        """The window to evict: the least recently used, but not one still wanted.
+
+        A window read ahead has not been used yet, so it is the least recently
+        used one as soon as the current window is touched again, and a chunk
+        that spans windows touches them in turn; evicting either would throw
+        reads away (and wait for those in flight) only to read them again a
+        moment later. That happened whenever a small window, like a file's last
+        few samples, came between the current window and the one read ahead.
+        Which window goes never changes a batch, only the reads.
+        """
+        for avoid in (self._todo | {self._ahead}, self._todo):
+            for k in self._windows:
+                if k not in avoid:
+                    return k
+        return next(iter(self._windows))
+
     def _window(self, w: int) -> _Window:
         win = self._windows.get(w)
         if win is not None:
@@ -496,7 +521,7 @@ class TokenSource:
             return win
         while len(self._windows) >= self.max_windows:
             # Recycle the evicted window's memory: its pages are already faulted in.
-            old = self._windows.popitem(last=False)[1]
+            old = self._windows.pop(self._victim())
             old.drain()
             if old.mapped:  # off the caller's path: a re-opened window just maps again
                 try:
@@ -561,6 +586,8 @@ class TokenSource:
         state["_free"] = []
         state["stats"] = TokenStats()
         state["_ahead_checked"] = None
+        state["_ahead"] = None
+        state["_todo"] = set()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
