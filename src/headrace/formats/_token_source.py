@@ -349,14 +349,17 @@ class TokenSource:
     ) -> list[TokenFile]:
         """Open (check) each file; object URLs in parallel: each costs a few round trips."""
 
+        urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
+        stores = self._remote() if urls else None  # made here, not raced for by the threads
+
         def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
             if isinstance(f, TokenFile):
                 return f
             if is_object_url(f):
-                return describe_token_file(str(f), dtype, format, self._remote())
+                assert stores is not None
+                return describe_token_file(str(f), dtype, format, stores)
             return open_token_file(f, dtype, format=format)
 
-        urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
         if urls < 2:
             return [one(f) for f in files]
         with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
