@@ -432,3 +432,29 @@ def test_fork_and_interpreter_exit(file) -> None:
     )
     # Rings are closed at exit: no traceback, no ResourceWarning.
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+
+
+@needs_uring
+def test_a_short_read_beside_a_failure_is_finished_not_called_end_of_file(
+    file, monkeypatch
+) -> None:
+    """A read already started finishes after another fails, as on threads: EIO is raised."""
+    path, _ = file
+    short, bad = 7, 100_007  # the first range comes back short; the second fails
+
+    def rule(o: int, nth: int, res: int) -> int:
+        if o == bad:
+            return -errno.EIO
+        return min(res, 1000) if o == short and nth == 0 else res
+
+    comp = Completions(monkeypatch, rule)
+    with reader("pread", in_flight=4) as r:
+        with pytest.raises(StorageError) as ei:
+            r.read(path, far_ranges(4))
+    assert (short, 5000, 1000) in comp.reaped  # the short read did land
+    assert not isinstance(ei.value, ReadEOFError)
+    assert ei.value.errno == errno.EIO
+    assert "read of bytes [100007, 105007) failed after 0 bytes: Input/output error" in str(
+        ei.value
+    )
+    assert comp.pushed == len(comp.reaped)

@@ -276,8 +276,9 @@ class Ring:
         when ``align > 1`` (O_DIRECT), where a completion leaves ``done[i]``
         unaligned, since O_DIRECT cannot resume there; other short reads are
         resubmitted for the rest. After a failure no new read starts; those
-        in flight finish. ``owner`` holds the memory the addresses point
-        into: it is parked for good if the ring breaks with reads in flight.
+        started finish (short ones included). ``owner`` holds the memory the
+        addresses point into: it is parked for good if the ring breaks with
+        reads in flight.
         """
         n = len(off)
         done = np.full(n, -1, dtype=np.int64)
@@ -304,7 +305,9 @@ class Ring:
         try:
             while True:
                 room = depth - in_flight
-                if room and not stop:
+                if room:
+                    # A started piece is finished even after a failure, as the
+                    # thread engine's read loop does: its rest is not an EOF.
                     if again:
                         k = min(room, len(again))
                         ids, again = again[:k], again[k:]
@@ -312,7 +315,7 @@ class Ring:
                         self._push(rest.view(np.uint64).reshape(k, 8))
                         in_flight += k
                         room -= k
-                    k = min(room, n - nxt)
+                    k = 0 if stop else min(room, n - nxt)
                     if k:
                         done[nxt : nxt + k] = 0
                         self._push(first64[nxt : nxt + k])
