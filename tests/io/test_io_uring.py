@@ -458,3 +458,55 @@ def test_a_short_read_beside_a_failure_is_finished_not_called_end_of_file(
         ei.value
     )
     assert comp.pushed == len(comp.reaped)
+
+
+FORK_WHILE_LOCKED = """
+import os, signal, sys, threading
+from headrace.io import RangeReader, ReaderConfig
+from headrace.io._uring import ring_pool
+path = sys.argv[1]
+
+def check():
+    with RangeReader(ReaderConfig(strategy="pread", engine="uring", in_flight=4)) as r:
+        r.read(path, [(i * 100_000 + 7, 5000) for i in range(8)])
+        assert r.stats.engine == "uring"
+
+check()
+held, done = threading.Event(), threading.Event()
+
+def inside_the_pool():  # as a thread in acquire() or release() at the moment of the fork
+    with ring_pool()._lock:
+        held.set()
+        done.wait()
+
+t = threading.Thread(target=inside_the_pool)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(5)  # a child stuck on the parent's lock dies of SIGALRM
+    try:
+        check()
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+done.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@needs_uring
+def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_read(file) -> None:
+    path, _ = file
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_LOCKED, path],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")

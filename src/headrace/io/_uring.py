@@ -519,6 +519,12 @@ class RingPool:
         for r in rings:
             r.close()
 
+    def _new_lock(self) -> None:
+        # Run in a forked child: a parent thread may have held the lock at the
+        # fork (inside acquire or release), and the child's copy would then
+        # stay locked for good.
+        self._lock = threading.Lock()
+
     def _after_fork(self) -> None:
         # The child inherited the parent's ring fds and maps: close its copies
         # (the parent's rings are untouched) and start afresh.
@@ -530,6 +536,7 @@ class RingPool:
 
 _POOL = RingPool()
 atexit.register(lambda: _POOL.close())
+os.register_at_fork(after_in_child=lambda: _POOL._new_lock())
 
 
 def ring_pool() -> RingPool:
