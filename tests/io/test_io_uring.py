@@ -510,3 +510,33 @@ def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_read(file) -> Non
         check=False,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+
+
+@needs_uring
+def test_a_ring_refused_after_others_worked_names_the_cause(file, monkeypatch, pool) -> None:
+    path, data = file
+    real = uring._sys_setup
+    made: list[int] = []
+
+    def second_fails(entries, params):
+        if made:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        made.append(entries)
+        return real(entries, params)
+
+    monkeypatch.setattr(uring, "_sys_setup", second_fails)
+    busy = pool.acquire()  # another thread's batch holds the only ring
+    assert busy is not None
+    try:
+        with reader("pread") as r:
+            with pytest.raises(
+                ConfigError, match=r"not available here \(io_uring_setup failed: Too many open"
+            ):
+                r.read(path, far_ranges(3))
+        with RangeReader(ReaderConfig(strategy="pread", in_flight=4)) as r:  # auto: threads
+            got = r.read(path, far_ranges(3))
+            assert r.stats.engine == "threads"
+        assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(3)]
+        assert pool.reason == ""  # io_uring works here: a later batch tries again
+    finally:
+        pool.release(busy)

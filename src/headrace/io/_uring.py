@@ -474,6 +474,7 @@ class RingPool:
         self._idle: list[Ring] = []
         self._pid = os.getpid()
         self.reason = ""  # why io_uring is unavailable; "" while it works or is untried
+        self.failure = ""  # why the latest new ring failed (perhaps for now: EMFILE, ENOMEM)
         self._worked = False
 
     def acquire(self) -> Ring | None:
@@ -489,6 +490,7 @@ class RingPool:
             ring = Ring()
         except UringUnavailable as exc:
             with self._lock:
+                self.failure = str(exc)
                 if not self._worked:  # it never worked: it never will
                     self.reason = str(exc)
             return None
