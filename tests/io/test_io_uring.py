@@ -342,6 +342,30 @@ def test_enter_retries_transient_errors_and_a_failing_ring_is_retired(
 
 
 @needs_uring
+def test_a_kernel_refusing_a_waiting_enter_is_backed_off_not_spun(file, monkeypatch, pool) -> None:
+    # EAGAIN on a call that must wait, with nothing completed to reap: retried after a
+    # growing pause (not in a tight loop), and the batch still completes.
+    path, data = file
+    real = uring._sys_enter
+    refusals = 5
+    naps: list[float] = []
+
+    def busy(fd, to_submit, min_complete, flags):
+        nonlocal refusals
+        if min_complete and refusals:
+            refusals -= 1
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        return real(fd, to_submit, min_complete, flags)
+
+    monkeypatch.setattr(uring, "_sys_enter", busy)
+    monkeypatch.setattr(uring.time, "sleep", naps.append)
+    with reader("pread", in_flight=4) as r:
+        got = r.read(path, far_ranges(1) * 2)
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(1)] * 2
+    assert len(naps) >= 1 and naps == sorted(naps) and all(0 < t <= 0.01 for t in naps)
+
+
+@needs_uring
 def test_interrupt_mid_batch_waits_for_reads_in_flight(file, monkeypatch, pool) -> None:
     path, data = file
     real_reap = Ring._reap

@@ -44,6 +44,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from functools import cache
 from typing import Any
 
@@ -403,6 +404,7 @@ class Ring:
         self._enter(left, 1)
 
     def _enter(self, to_submit: int, wait: int) -> None:
+        refused = 0
         while True:
             try:
                 _sys_enter(self.fd, to_submit, wait, IORING_ENTER_GETEVENTS if wait else 0)
@@ -416,6 +418,10 @@ class Ring:
                 if exc.errno in (errno.EAGAIN, errno.EBUSY):
                     if self._ready() or not wait:
                         return
+                    # Nothing completed to reap: back off rather than spin a core
+                    # (reads in flight still finish; the kernel frees memory meanwhile).
+                    refused += 1
+                    time.sleep(min(0.0001 * refused, 0.01))
                     continue
                 self.broken = True
                 raise
