@@ -513,3 +513,29 @@ def test_negative_sample_numbers_are_refused(tiny: tuple[Path, Path], shuffle: b
     src = PaddedRows(*tiny, context=5, shuffle=shuffle)
     with pytest.raises(ConfigError, match="sample numbers must be >= 0"):
         src.read(0, np.array([3, -1], dtype=np.int64))
+
+
+def test_row_reader_makes_one_range_reader_under_concurrent_first_use(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from headrace.formats import _row_file
+
+    made: list[object] = []
+
+    class Slow(RangeReader):
+        def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+            time.sleep(0.05)  # widen the window two first uses could both enter
+            made.append(self)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(_row_file, "RangeReader", Slow)
+    io = _row_file.RowReader("pread")
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(io.reader)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(g is made[0] for g in got)
+    io.close()

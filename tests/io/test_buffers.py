@@ -53,3 +53,12 @@ def test_madvise_refuses_bad_ranges_and_reports_errno() -> None:
     with pytest.raises(OSError) as info:
         madvise(view, 0, PAGE, 12345)  # no such advice
     assert info.value.errno == errno.EINVAL
+
+
+def test_madvise_refuses_memory_that_is_not_a_whole_map() -> None:
+    with pytest.raises(ValueError, match="whole memory map"):
+        madvise(np.zeros(4 * PAGE, dtype=np.uint8), 0, PAGE, mmap.MADV_DONTNEED)
+    m = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    part = np.frombuffer(m, dtype=np.uint8)[PAGE:]
+    with pytest.raises(ValueError, match="whole memory map"):
+        madvise(part, 0, PAGE, mmap.MADV_DONTNEED)

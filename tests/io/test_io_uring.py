@@ -342,6 +342,30 @@ def test_enter_retries_transient_errors_and_a_failing_ring_is_retired(
 
 
 @needs_uring
+def test_a_kernel_refusing_a_waiting_enter_is_backed_off_not_spun(file, monkeypatch, pool) -> None:
+    # EAGAIN on a call that must wait, with nothing completed to reap: retried after a
+    # growing pause (not in a tight loop), and the batch still completes.
+    path, data = file
+    real = uring._sys_enter
+    refusals = 5
+    naps: list[float] = []
+
+    def busy(fd, to_submit, min_complete, flags):
+        nonlocal refusals
+        if min_complete and refusals:
+            refusals -= 1
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        return real(fd, to_submit, min_complete, flags)
+
+    monkeypatch.setattr(uring, "_sys_enter", busy)
+    monkeypatch.setattr(uring.time, "sleep", naps.append)
+    with reader("pread", in_flight=4) as r:
+        got = r.read(path, far_ranges(1) * 2)
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(1)] * 2
+    assert len(naps) >= 1 and naps == sorted(naps) and all(0 < t <= 0.01 for t in naps)
+
+
+@needs_uring
 def test_interrupt_mid_batch_waits_for_reads_in_flight(file, monkeypatch, pool) -> None:
     path, data = file
     real_reap = Ring._reap
@@ -432,3 +456,111 @@ def test_fork_and_interpreter_exit(file) -> None:
     )
     # Rings are closed at exit: no traceback, no ResourceWarning.
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+
+
+@needs_uring
+def test_a_short_read_beside_a_failure_is_finished_not_called_end_of_file(
+    file, monkeypatch
+) -> None:
+    """A read already started finishes after another fails, as on threads: EIO is raised."""
+    path, _ = file
+    short, bad = 7, 100_007  # the first range comes back short; the second fails
+
+    def rule(o: int, nth: int, res: int) -> int:
+        if o == bad:
+            return -errno.EIO
+        return min(res, 1000) if o == short and nth == 0 else res
+
+    comp = Completions(monkeypatch, rule)
+    with reader("pread", in_flight=4) as r:
+        with pytest.raises(StorageError) as ei:
+            r.read(path, far_ranges(4))
+    assert (short, 5000, 1000) in comp.reaped  # the short read did land
+    assert not isinstance(ei.value, ReadEOFError)
+    assert ei.value.errno == errno.EIO
+    assert "read of bytes [100007, 105007) failed after 0 bytes: Input/output error" in str(
+        ei.value
+    )
+    assert comp.pushed == len(comp.reaped)
+
+
+FORK_WHILE_LOCKED = """
+import os, signal, sys, threading
+from headrace.io import RangeReader, ReaderConfig
+from headrace.io._uring import ring_pool
+path = sys.argv[1]
+
+def check():
+    with RangeReader(ReaderConfig(strategy="pread", engine="uring", in_flight=4)) as r:
+        r.read(path, [(i * 100_000 + 7, 5000) for i in range(8)])
+        assert r.stats.engine == "uring"
+
+check()
+held, done = threading.Event(), threading.Event()
+
+def inside_the_pool():  # as a thread in acquire() or release() at the moment of the fork
+    with ring_pool()._lock:
+        held.set()
+        done.wait()
+
+t = threading.Thread(target=inside_the_pool)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(5)  # a child stuck on the parent's lock dies of SIGALRM
+    try:
+        check()
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+done.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@needs_uring
+def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_read(file) -> None:
+    path, _ = file
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_LOCKED, path],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+
+
+@needs_uring
+def test_a_ring_refused_after_others_worked_names_the_cause(file, monkeypatch, pool) -> None:
+    path, data = file
+    real = uring._sys_setup
+    made: list[int] = []
+
+    def second_fails(entries, params):
+        if made:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        made.append(entries)
+        return real(entries, params)
+
+    monkeypatch.setattr(uring, "_sys_setup", second_fails)
+    busy = pool.acquire()  # another thread's batch holds the only ring
+    assert busy is not None
+    try:
+        with reader("pread") as r:
+            with pytest.raises(
+                ConfigError, match=r"not available here \(io_uring_setup failed: Too many open"
+            ):
+                r.read(path, far_ranges(3))
+        with RangeReader(ReaderConfig(strategy="pread", in_flight=4)) as r:  # auto: threads
+            got = r.read(path, far_ranges(3))
+            assert r.stats.engine == "threads"
+        assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(3)]
+        assert pool.reason == ""  # io_uring works here: a later batch tries again
+    finally:
+        pool.release(busy)

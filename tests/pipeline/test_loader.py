@@ -408,3 +408,58 @@ def test_loaders_and_mixtures_sharing_a_source_never_read_it_at_once(token_path:
     assert shared.most == 1
     assert results["a"] == results["b"] == want
     assert len(results["mix"]) == 40
+
+
+@pytest.mark.parametrize("through", ["loader", "mixture"])
+def test_closing_one_loader_waits_for_another_reading_the_same_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    """An eval loader over the training source closes it only between the other's reads."""
+    from headrace.formats import PaddedRows, write_row_file
+    from headrace.io import ReaderConfig
+    from headrace.pipeline import Mixture
+
+    rng = np.random.default_rng(1)
+    write_row_file(tmp_path / "rows.npy", rng.integers(1, 1000, (64, 17), dtype=np.uint16))
+    cfg = ReaderConfig(strategy="pread", engine="threads", in_flight=1)
+    want = batch_digest(
+        [
+            Loader(
+                PaddedRows(tmp_path / "rows.npy", context=16, reader=cfg), batch_size=8, seed=3
+            ).batch_at(2)
+        ]
+    )
+    shared = PaddedRows(tmp_path / "rows.npy", context=16, reader=cfg)
+    train = Loader(shared, batch_size=8, seed=3, prefetch=0)
+    other = shared if through == "loader" else Mixture({"s": shared}, [1.0], batch_size=8)
+    evaluation = Loader(other, batch_size=8, seed=4, prefetch=0)  # type: ignore[arg-type]
+    evaluation.batch_at(0)  # the source's files are open
+
+    inside, go = threading.Event(), threading.Event()
+    real = LocalFile.pread_into
+
+    def stalled(f: LocalFile, buf: object, offset: int) -> None:
+        if threading.current_thread().name == "train":  # a slow read, in progress
+            inside.set()
+            go.wait(10)
+        real(f, buf, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalFile, "pread_into", stalled)
+    got: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            got["batch"] = batch_digest([train.batch_at(2)])
+        except BaseException as exc:
+            got["error"] = exc
+
+    t = threading.Thread(target=read, name="train")
+    t.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=evaluation.close)
+    closer.start()
+    closer.join(0.2)  # a close that does not wait for the read is done by now
+    go.set()
+    t.join(10)
+    closer.join(10)
+    assert got == {"batch": want}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._npy import _parse_npy_header
 from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
+
+_READER_LOCK = threading.Lock()  # RowReader's lazy reader, made once
 
 __all__ = ["ReaderSpec", "RowFile", "RowReader", "open_row_file", "write_row_file"]
 
@@ -223,7 +226,10 @@ class RowReader:
     def reader(self) -> RangeReader:
         r = self._reader
         if r is None:
-            r = self._reader = RangeReader(self._config)
+            with _READER_LOCK:  # two first reads at once must not each open the files
+                r = self._reader
+                if r is None:
+                    r = self._reader = RangeReader(self._config)
         return r
 
     def read(

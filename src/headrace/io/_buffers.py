@@ -60,12 +60,15 @@ def madvise(view: NDArray[np.uint8], start: int, length: int, advice: int) -> No
     libc through ctypes, so other threads run meanwhile. Holding ``view`` keeps
     the map from being closed, so the address stays valid during the call.
     """
+    owner = getattr(view.base, "obj", view.base)
+    if not isinstance(owner, mmap.mmap) or len(owner) != view.size:
+        # The kernel advises whole pages: on any other memory, DONTNEED could zero
+        # bytes around the view that belong to someone else.
+        raise ValueError("madvise needs an array over a whole memory map (np.frombuffer(map))")
     if not 0 <= start <= start + length <= view.size or start % PAGE:
         raise ValueError(f"madvise range [{start}, {start + length}) is not within the map")
     fn = _libc_madvise()
     if fn is None:  # no libc symbol here: the GIL-holding call does the same
-        owner = getattr(view.base, "obj", view.base)
-        assert isinstance(owner, mmap.mmap)
         owner.madvise(advice, start, length)
         return
     if fn(view.ctypes.data + start, length, advice) != 0:

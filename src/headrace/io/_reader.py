@@ -373,8 +373,8 @@ class RangeReader:
         ring = pool.acquire()
         if ring is None and engine == "uring":
             raise ConfigError(
-                f"io_uring is not available here ({pool.reason}); use engine='auto' (which "
-                "falls back to threads) or engine='threads'."
+                f"io_uring is not available here ({pool.reason or pool.failure}); use "
+                "engine='auto' (which falls back to threads) or engine='threads'."
             )
         return ring
 

@@ -44,6 +44,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from functools import cache
 from typing import Any
 
@@ -276,8 +277,9 @@ class Ring:
         when ``align > 1`` (O_DIRECT), where a completion leaves ``done[i]``
         unaligned, since O_DIRECT cannot resume there; other short reads are
         resubmitted for the rest. After a failure no new read starts; those
-        in flight finish. ``owner`` holds the memory the addresses point
-        into: it is parked for good if the ring breaks with reads in flight.
+        started finish (short ones included). ``owner`` holds the memory the
+        addresses point into: it is parked for good if the ring breaks with
+        reads in flight.
         """
         n = len(off)
         done = np.full(n, -1, dtype=np.int64)
@@ -304,7 +306,9 @@ class Ring:
         try:
             while True:
                 room = depth - in_flight
-                if room and not stop:
+                if room:
+                    # A started piece is finished even after a failure, as the
+                    # thread engine's read loop does: its rest is not an EOF.
                     if again:
                         k = min(room, len(again))
                         ids, again = again[:k], again[k:]
@@ -312,7 +316,7 @@ class Ring:
                         self._push(rest.view(np.uint64).reshape(k, 8))
                         in_flight += k
                         room -= k
-                    k = min(room, n - nxt)
+                    k = 0 if stop else min(room, n - nxt)
                     if k:
                         done[nxt : nxt + k] = 0
                         self._push(first64[nxt : nxt + k])
@@ -400,6 +404,7 @@ class Ring:
         self._enter(left, 1)
 
     def _enter(self, to_submit: int, wait: int) -> None:
+        refused = 0
         while True:
             try:
                 _sys_enter(self.fd, to_submit, wait, IORING_ENTER_GETEVENTS if wait else 0)
@@ -413,6 +418,10 @@ class Ring:
                 if exc.errno in (errno.EAGAIN, errno.EBUSY):
                     if self._ready() or not wait:
                         return
+                    # Nothing completed to reap: back off rather than spin a core
+                    # (reads in flight still finish; the kernel frees memory meanwhile).
+                    refused += 1
+                    time.sleep(min(0.0001 * refused, 0.01))
                     continue
                 self.broken = True
                 raise
@@ -471,6 +480,7 @@ class RingPool:
         self._idle: list[Ring] = []
         self._pid = os.getpid()
         self.reason = ""  # why io_uring is unavailable; "" while it works or is untried
+        self.failure = ""  # why the latest new ring failed (perhaps for now: EMFILE, ENOMEM)
         self._worked = False
 
     def acquire(self) -> Ring | None:
@@ -486,6 +496,7 @@ class RingPool:
             ring = Ring()
         except UringUnavailable as exc:
             with self._lock:
+                self.failure = str(exc)
                 if not self._worked:  # it never worked: it never will
                     self.reason = str(exc)
             return None
@@ -516,6 +527,12 @@ class RingPool:
         for r in rings:
             r.close()
 
+    def _new_lock(self) -> None:
+        # Run in a forked child: a parent thread may have held the lock at the
+        # fork (inside acquire or release), and the child's copy would then
+        # stay locked for good.
+        self._lock = threading.Lock()
+
     def _after_fork(self) -> None:
         # The child inherited the parent's ring fds and maps: close its copies
         # (the parent's rings are untouched) and start afresh.
@@ -527,6 +544,7 @@ class RingPool:
 
 _POOL = RingPool()
 atexit.register(lambda: _POOL.close())
+os.register_at_fork(after_in_child=lambda: _POOL._new_lock())
 
 
 def ring_pool() -> RingPool:

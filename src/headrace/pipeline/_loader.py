@@ -313,7 +313,8 @@ class Loader:
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Stop the producer thread and release the source's files."""
-        if not self._stop_producer():
+        stopped = self._stop_producer()
+        if not stopped:
             warnings.warn(
                 f"Loader.close(): the read-ahead thread is still reading from its "
                 f"{type(self.source).__name__} after {_STOP_TIMEOUT_S:g} s (stalled "
@@ -325,7 +326,13 @@ class Loader:
         self._generation += 1
         close = getattr(self.source, "close", None)
         if close is not None:
-            close()
+            if stopped:
+                # Another Loader (or Mixture) over the same source may be inside a
+                # read: close between its reads, never under one.
+                with self._read_lock:
+                    close()
+            else:
+                close()
         self.status = LoaderStatus.CLOSED
 
     def __enter__(self) -> Self:

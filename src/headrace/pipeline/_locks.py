@@ -1,8 +1,8 @@
 """One read lock per source object.
 
 Sources keep caches (token windows, decoded row groups, fetch windows) that
-are not thread-safe. Whoever calls a source's ``read`` or ``prefetch`` holds
-``source_lock(source)``: every Loader over it (a re-iteration may start while
+are not thread-safe. Whoever calls a source's ``read``, ``prefetch`` or
+``close`` holds ``source_lock(source)``: every Loader over it (a re-iteration may start while
 an old producer finishes a slow read; an eval loader may share the training
 source) and every Mixture over it, so two threads never read one source at once.
 """

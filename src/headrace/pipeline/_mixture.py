@@ -176,7 +176,8 @@ class Mixture:
             if close is None:
                 continue
             try:
-                close()
+                with source_lock(src):  # not under a read of another loader over it
+                    close()
             except BaseException as exc:  # close the others first
                 errors.append(exc)
         if errors:
