@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from s3util import S3Fixture, start_s3
+from s3util import FAST_RETRY, S3Fixture, StoreFactory, start_s3
 
 from headrace.emulate import LatencyProxy
-from headrace.io import ObjectStore, RetryPolicy
+from headrace.io import ObjectStore
 
 # Quick retries and a short timeout keep the fault tests fast.
-FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.5)
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +32,6 @@ def proxy(_session_proxy: LatencyProxy) -> Iterator[LatencyProxy]:
     _session_proxy.reset_stats()
     yield _session_proxy
     _session_proxy.set_faults([])
-
-
-StoreFactory = Callable[..., ObjectStore]
 
 
 @pytest.fixture

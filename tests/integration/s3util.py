@@ -6,14 +6,20 @@ Imported by ``tests/integration/conftest.py`` (fixtures) and by the tests.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from headrace.emulate import LocalS3
+from headrace.io import ObjectStore, RetryPolicy
 
 BUCKET = "headrace-test"
 PREFIX = "data"
+
+# Retries short enough for tests (the defaults back off for seconds).
+FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.5)
+# ``open_store(endpoint=None, url=None, **options)`` (the conftest fixture).
+StoreFactory = Callable[..., ObjectStore]
 
 
 def payload(i: int, size: int) -> bytes:

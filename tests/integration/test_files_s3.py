@@ -7,9 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, S3Fixture
+from s3util import BUCKET, FAST_RETRY, S3Fixture
 
-from conftest import FAST_RETRY
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import FormatError, ObjectNotFoundError, PermissionDeniedError, StorageError
 from headrace.formats import FileSource, IterableFiles, sample_digests, synthetic_arrays

@@ -6,9 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from s3util import BUCKET, OBJECTS, PREFIX, S3Fixture, expected
+from s3util import BUCKET, OBJECTS, PREFIX, S3Fixture, StoreFactory, expected
 
-from conftest import StoreFactory
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
     ObjectNotFoundError,
