@@ -30,13 +30,13 @@ worker (resume with the same worker count, as StatefulDataLoader requires).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from multiprocessing.context import BaseContext
 from typing import Any, Self
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from numpy.typing import NDArray
 from torch.utils.data import IterableDataset, get_worker_info
 
 from headrace._pack import Packed, pack, unpack
@@ -98,14 +98,22 @@ def to_tensors(
     """
     if contiguous:
         batch = {k: np.ascontiguousarray(a) for k, a in batch.items()}
-    if share or pin_memory or not all(_plain(a) for a in batch.values()):
-        return tensors_of(pack(batch), pin_memory=pin_memory)
-    return {k: torch.from_numpy(a) for k, a in batch.items()}
+    if not (share or pin_memory):
+        out = {}
+        for k, a in batch.items():
+            if not (a.flags.writeable and _plain_strides(a.strides, a.itemsize)):
+                break
+            out[k] = torch.from_numpy(a)
+        else:  # every field shared as it is: the common case, ~2.5 us for x and y
+            return out
+    return tensors_of(pack(batch), pin_memory=pin_memory)
 
 
-def _plain(a: NDArray[Any]) -> bool:
-    """Whether ``torch.from_numpy`` may share this array as it is."""
-    return bool(a.flags.writeable) and all(s >= 0 and s % a.itemsize == 0 for s in a.strides)
+@lru_cache(maxsize=256)
+def _plain_strides(strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether ``torch.from_numpy`` can share an array with these strides (no negative or
+    partial-element strides); cached, as every batch of a run has the same layout."""
+    return all(s >= 0 and s % itemsize == 0 for s in strides)
 
 
 class TorchDataset(IterableDataset[TensorBatch]):
