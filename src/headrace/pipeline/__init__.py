@@ -1,10 +1,11 @@
 """When: the loader, its prefetch queue and its state."""
 
-from headrace.pipeline._loader import Batch, Loader, LoaderStatus, Source
+from headrace.pipeline._loader import DEFAULT_CHUNK_STEPS, Batch, Loader, LoaderStatus, Source
 from headrace.pipeline._mixture import Mixture
 
 __all__ = [
     "Batch",
+    "DEFAULT_CHUNK_STEPS",
     "Loader",
     "LoaderStatus",
     "Mixture",
