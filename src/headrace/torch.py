@@ -133,9 +133,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
     ``init_process_group``), else ``0``/``1``. ``prefetch`` and
     ``chunk_steps`` are each worker's :class:`~headrace.pipeline.Loader`
     read-ahead (``chunk_steps`` defaults to 32 without workers and to
-    ``WORKER_CHUNK_STEPS``, 8, in a worker process). ``pin_memory`` pins in the process that iterates, so it is
-    only for ``num_workers=0``: pinned pages do not survive a worker queue
-    (pass ``pin_memory=True`` to the DataLoader instead).
+    ``WORKER_CHUNK_STEPS``, 8, in a worker process). ``pin_memory`` pins in
+    the process that iterates, so it is only for ``num_workers=0``: pinned
+    pages do not survive a worker queue (pass ``pin_memory=True`` to the
+    DataLoader instead).
     """
 
     def __init__(
