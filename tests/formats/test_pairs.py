@@ -108,6 +108,13 @@ def test_bad_input(tmp_path: Path) -> None:
     write_row_file(tmp_path / "zero.bin", all_empty)
     with pytest.raises(EmptyRowsError, match=r"zero\.bin"):
         PairRows({"a": tmp_path / "zero.bin"}, max_retries=2).read(0, np.arange(3))
+    # With several members, the error says which one is empty.
+    pair = PairRows({"anchor": files["anchor"], "positive": tmp_path / "zero.bin"}, max_retries=2)
+    with pytest.raises(
+        EmptyRowsError, match=r"member 'positive' \(.*zero\.bin\) empty in 3\)"
+    ) as e:
+        pair.read(0, np.arange(3))
+    assert "member 'anchor'" not in str(e.value)
 
 
 def test_pickled_copy_and_empty_samples(tmp_path: Path) -> None:

@@ -156,6 +156,7 @@ class PairRows:
                 max_retries=self.max_retries,
                 refill=refill,
                 dataset=", ".join(mb.tokens.path for mb in self.members),
+                explain=lambda pos: self._explain_empty(out, pos),
             )
         return out
 
@@ -213,6 +214,15 @@ class PairRows:
         for mb in self.members:
             empty |= ~out[f"{mb.name}_mask"].any(axis=1)
         return empty
+
+    def _explain_empty(self, out: dict[str, NDArray[Any]], pos: NDArray[np.intp]) -> str:
+        """Which members are empty at ``pos`` (the last rows tried there)."""
+        parts = []
+        for mb in self.members:
+            n = int((~out[f"{mb.name}_mask"][pos].any(axis=1)).sum())
+            if n:
+                parts.append(f"member {mb.name!r} ({mb.tokens.path}) empty in {n}")
+        return "; ".join(parts)
 
     def __repr__(self) -> str:
         widths = {mb.name: mb.tokens.width for mb in self.members}

@@ -165,6 +165,7 @@ def replace_empty(
     max_retries: int,
     refill: Callable[[NDArray[np.intp], NDArray[np.int64]], NDArray[np.bool_]],
     dataset: str,
+    explain: Callable[[NDArray[np.intp]], str] | None = None,
 ) -> None:
     """Replace the rows flagged ``empty``, in rounds, until none is or the limit is hit.
 
@@ -172,6 +173,7 @@ def replace_empty(
     ``positions`` (one coalesced read per file per round) and returns which
     of them are still empty. Each row keeps its own retry counter, so the
     same row is chosen whatever else is in the batch. ``rows`` is updated.
+    ``explain(positions)``, if given, adds to the error what is empty there.
     """
     todo = np.flatnonzero(empty)
     original = rows.copy() if todo.size else rows
@@ -182,10 +184,11 @@ def replace_empty(
                 f"sample {int(samples[i])} (row {int(original[i])})" for i in todo[:10].tolist()
             )
             more = f" and {todo.size - 10} more" if todo.size > 10 else ""
+            why = f" ({explain(todo)})" if explain is not None else ""
             raise EmptyRowsError(
                 f"{dataset}: {todo.size} row(s) still empty (all padding, no loss targets) "
-                f"after {max_retries} replacement(s) each: {shown}{more}. The dataset has too "
-                "many empty rows; clean it or raise max_retries"
+                f"after {max_retries} replacement(s) each: {shown}{more}{why}. The dataset "
+                "has too many empty rows; clean it or raise max_retries"
             )
         attempt += 1
         new = retry_rows(seed, samples[todo], attempt, n)
