@@ -526,11 +526,11 @@ class TokenSource:
             # Recycle the evicted window's memory: its pages are already faulted in.
             old = self._windows.pop(self._victim())
             old.drain()
-            if old.mapped:  # off the caller's path: a re-opened window just maps again
-                try:
-                    io_pool().submit(old.release)
-                except RuntimeError:  # the pool is shut down (interpreter exit)
-                    old.release()
+            if old.mapped:
+                # Here, not on the pool: released later, its pages stayed mapped beside
+                # the two held windows (peak RSS 677-733 MiB against 573-577, measured
+                # side by side, for no gain in batches/s).
+                old.release()
             else:
                 self._free.append(old.memory)
         fi = int(self.layout.window_file[w])
