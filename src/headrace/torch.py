@@ -236,6 +236,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
                 batch, contiguous=self.contiguous, pin_memory=self.pin_memory, share=share
             )
 
+    def chunk_steps_in(self, *, worker_process: bool) -> int:
+        """The loader's ``chunk_steps``: as given, else 8 in a worker process and 32 without."""
+        if self.chunk_steps:
+            return self.chunk_steps
+        return WORKER_CHUNK_STEPS if worker_process else DEFAULT_CHUNK_STEPS
+
     def iter_arrays(self) -> Iterator[Batch]:
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
@@ -249,8 +255,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             rank=self.rank,
             world_size=self.world_size,
             prefetch=self.prefetch,
-            chunk_steps=self.chunk_steps
-            or (DEFAULT_CHUNK_STEPS if workers == 1 else WORKER_CHUNK_STEPS),
+            chunk_steps=self.chunk_steps_in(worker_process=info is not None),
             steps=self.steps,
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
@@ -395,7 +400,7 @@ class HeadraceDataLoader:
                 # worker as well measured slower (GIL hand-offs in the worker, 49-57 %
                 # against 69 % of the bare loader's rate).
                 "prefetch": 0,
-                "chunk_steps": ds.chunk_steps or WORKER_CHUNK_STEPS,
+                "chunk_steps": ds.chunk_steps_in(worker_process=True),
                 "steps": ds.steps,
             },
             start=self.step,

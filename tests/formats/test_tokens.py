@@ -326,3 +326,30 @@ def test_read_ahead_window_survives_a_small_window_between(tmp_path: Path, seed:
     plain = TokenSource(tmp_path / "t.bin", read_ahead=False, **kw)  # type: ignore[arg-type]
     with Loader(plain, batch_size=8, seed=seed, prefetch=0, steps=epoch) as loader:
         assert batch_digest(loader) == got
+
+
+def test_a_failed_populate_names_the_file_and_range(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import errno
+
+    from headrace.errors import StorageError
+    from headrace.formats import _token_source
+
+    write_tokens(tmp_path / "t.bin", 1 << 16)
+    src = TokenSource(tmp_path / "t.bin", dtype="uint32", context=64, block_bytes=16 << 10)
+    src.read(0, np.arange(1))  # probes populate support and maps the first window
+    real = _token_source.madvise
+
+    def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
+        if advice == _token_source.MADV_POPULATE_READ:
+            raise OSError(errno.EIO, "Input/output error")  # fault injection
+        real(view, start, length, advice)
+
+    monkeypatch.setattr(_token_source, "madvise", failing)
+    with pytest.raises(
+        StorageError,
+        match=r"t\.bin: reading bytes \[\d+, \d+\) through the file map failed: Input/output error",
+    ):
+        src.read(0, np.arange(200))
+    monkeypatch.setattr(_token_source, "madvise", real)
+    assert src.read(0, np.arange(200))["x"].shape == (200, 64)  # the failed blocks are read again
+    src.close()

@@ -463,3 +463,18 @@ def test_closing_one_loader_waits_for_another_reading_the_same_source(
     t.join(10)
     closer.join(10)
     assert got == {"batch": want}
+
+
+def test_an_unhashable_source_still_gets_a_read_lock(token_path: Path) -> None:
+    # A source with __eq__ and no __hash__ cannot key the shared lock table: the loader
+    # falls back to a lock of its own and reads as usual.
+    class Unhashable(_OneAtATime):
+        __hash__ = None  # type: ignore[assignment]
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+    src = Unhashable(source(token_path))
+    want = digests(Loader(source(token_path), batch_size=8, seed=3, prefetch=0), 10)
+    with Loader(src, batch_size=8, seed=3, prefetch=2) as ld:
+        assert digests(ld, 10) == want
