@@ -59,10 +59,6 @@ class TrainConfig:
                 f"train: rank must be in [0, world_size) (got {self.rank=}, {self.world_size=})"
             )
 
-    @property
-    def total_steps(self) -> int:
-        return self.warmup_steps + self.trials * self.steps
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
