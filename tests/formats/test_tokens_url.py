@@ -28,7 +28,7 @@ from headrace.formats import (
     write_megatron_index,
     write_token_sidecar,
 )
-from headrace.formats._token_store import RemoteTokenFile
+from headrace.formats._object_files import RemoteFile
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -230,20 +230,20 @@ def test_read_ahead_failures_surface_only_when_needed(
     here = np.arange(8)
     src.read(5, here)
 
-    def failing(self: RemoteTokenFile, out: np.ndarray, offset: int) -> Future[None]:
+    def failing(self: RemoteFile, out: np.ndarray, offset: int) -> Future[None]:
         fut: Future[None] = Future()
         fut.set_exception(StorageError(f"{self.path}, bytes [{offset}, ...): injected"))
         return fut
 
-    real = RemoteTokenFile.read_into
+    real = RemoteFile.read_into
     open_next = src._open_next_window
 
     def open_next_failing(*args: object) -> None:  # only the next window's reads fail
-        monkeypatch.setattr(RemoteTokenFile, "read_into", failing)
+        monkeypatch.setattr(RemoteFile, "read_into", failing)
         try:
             open_next(*args)  # type: ignore[arg-type]
         finally:
-            monkeypatch.setattr(RemoteTokenFile, "read_into", real)
+            monkeypatch.setattr(RemoteFile, "read_into", real)
 
     monkeypatch.setattr(src, "_open_next_window", open_next_failing)
     src.prefetch(5, np.arange(per // 2, per // 2 + 8))  # opens the next window: all fail

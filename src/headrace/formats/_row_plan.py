@@ -110,6 +110,7 @@ class RowWindows:
             cur += size
         bounds = np.append(np.asarray(first, dtype=np.int64), sizes.size)
         row_starts = np.concatenate(([0], np.cumsum(sizes)))
+        self._bounds = bounds  # first group of each window, and the number of groups
         self.window_start: NDArray[np.int64] = row_starts[bounds[:-1]]  # first row of each
         counts = np.diff(row_starts[bounds])
         if counts.size == 0 or counts.min() < 1:
@@ -125,6 +126,10 @@ class RowWindows:
     @property
     def num_windows(self) -> int:
         return len(self.window_start)
+
+    def groups(self, window: int) -> range:
+        """The groups (in table order) that make up window ``window``."""
+        return range(int(self._bounds[window]), int(self._bounds[window + 1]))
 
     def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row of each global sample number."""

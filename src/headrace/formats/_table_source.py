@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import (
     RowWindows,
@@ -29,6 +30,9 @@ from headrace.formats._row_plan import (
     shuffle_fingerprint,
 )
 from headrace.formats._tables import Table
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 __all__ = ["TableSource"]
 
@@ -64,6 +68,8 @@ class TableSource:
         truncate: bool = False,
         shuffle: bool | Literal["full", "window"] = True,
         window_rows: int = 65_536,
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
@@ -71,7 +77,9 @@ class TableSource:
             self.table = table
         else:
             try:
-                self.table = Table.open(table, columns=columns)
+                self.table = Table.open(
+                    table, columns=columns, store_options=store_options, in_flight=in_flight
+                )
             except ConfigError as exc:
                 where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
                 raise ConfigError(f"{where}: {exc}") from exc
@@ -138,12 +146,36 @@ class TableSource:
     def __len__(self) -> int:
         return len(self.table)
 
+    def _rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        if self.windows is not None:
+            return self.windows.rows(seed, samples)
+        return sample_rows(seed, samples, len(self), self.shuffle == "full")
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of a table on object storage (``None`` when local)."""
+        return self.table.object_stats
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start fetching the row groups of these samples (tables on object storage).
+
+        Under the windowed shuffle, also the next window's row groups once the
+        plan is within half a window of it, so a window switch does not wait
+        on its GETs. Local tables read nothing ahead (mapped or decoded on use).
+        """
+        samples = np.asarray(samples, dtype=np.int64)
+        if not self.table.remote or not samples.size:
+            return
+        spans = np.unique(self.table.spans_of(self._rows(seed, samples)))
+        self.table.prefetch(spans, self.names)
+        if self.windows is not None:
+            ahead = np.array([int(samples.max()) + max(1, self.window_rows // 2)], np.int64)
+            window = int(self.windows.layout.window_of(seed, ahead)[0])
+            self.table.prefetch(self.windows.groups(window), self.names)
+
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
-        if self.windows is not None:
-            rows = self.windows.rows(seed, samples)
-        else:
-            rows = sample_rows(seed, samples, len(self), self.shuffle == "full")
+        rows = self._rows(seed, samples)
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}
         for c in self.names:

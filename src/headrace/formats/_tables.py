@@ -33,16 +33,22 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
+from headrace.formats._file_list import is_object_url
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles
 from headrace.formats._ragged import Ragged
+from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectInfo, ObjectStats
 
 __all__ = ["Table", "TableColumn"]
 
@@ -233,6 +239,14 @@ def _resolve(
     return root, [os.path.join(root, n) for n in chosen]
 
 
+class _Remote(NamedTuple):
+    """How a table on object storage reopens: its objects as listed, and the store options."""
+
+    objects: list[tuple[str, ObjectInfo]]
+    store_options: dict[str, Any]
+    in_flight: int
+
+
 class Table:
     """Rows of a Parquet / Arrow dataset, read in bulk by index. Open with :meth:`open`.
 
@@ -246,6 +260,7 @@ class Table:
         files: list[str],
         columns: Sequence[str] | None,
         row_group_cache: int,
+        remote: _Remote | None = None,
     ) -> None:
         pa = _pa()
         self._pa = pa
@@ -255,11 +270,20 @@ class Table:
             list(files),
             None if columns is None else list(columns),
             row_group_cache,
+            remote,
         )
-        self._parts: list[_Part] = []
+        self._parts: list[_Part | RemoteParquet] = []
+        self._objects: ObjectFiles | None = None
+        # Row groups on object storage fetched ahead of their decode (see prefetch).
+        self._pending: OrderedDict[int, Fetch] = OrderedDict()
         try:
-            for f in files:
-                self._parts.append(_Part(f, pa))
+            if remote is None:
+                self._parts.extend(_Part(f, pa) for f in files)
+            else:
+                self._objects = ObjectFiles(
+                    remote.store_options, remote.in_flight, name="headrace-table"
+                )
+                self._parts.extend(RemoteParquet.open_all(remote.objects, self._objects, pa))
             self._init(columns, row_group_cache)
         except BaseException:
             self.close()
@@ -295,7 +319,10 @@ class Table:
         self.decoded = 0
         h = hashlib.sha256()
         for p in self._parts:
-            rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(self._root))
+            if self._objects is not None:
+                rel = p.path.removeprefix(self._root + "/")
+            else:
+                rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(self._root))
             h.update(f"{rel}\0{p.size}\0".encode())
         h.update(str(self.schema).encode())
         self.fingerprint = h.hexdigest()
@@ -307,17 +334,40 @@ class Table:
         *,
         columns: Sequence[str] | None = None,
         row_group_cache: int = 4,
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> Table:
         """Open a file, a directory (``save_to_disk``, HF cache, Parquet), a glob or a list.
 
         Reads metadata only. ``columns`` picks columns (all when ``None``).
         ``row_group_cache`` bounds how many decoded Parquet row groups are
         kept (Arrow batches are views of the memory map and cost nothing).
+
+        Parquet on object storage: an object URL (``s3://``, ``gs://``,
+        ``az://``, ``http(s)://``, ``file://``), a glob in its last part, a
+        prefix, or a list of URLs; ``store_options`` go to
+        :class:`~headrace.io.ObjectStore`, ``in_flight`` bounds the ranged
+        GETs at once (see ``formats/_table_remote.py``).
         """
         if row_group_cache < 1:
             raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
-        root, files = _resolve(path)
-        return cls(root, files, columns, row_group_cache)
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if not any(is_object_url(os.fspath(p)) for p in paths):
+            if store_options:
+                raise ConfigError("store_options apply to object-store URLs only, not local files.")
+            root, files = _resolve(path)
+            return cls(root, files, columns, row_group_cache)
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r})")
+        options = dict(store_options or {})
+        lister = ObjectFiles(options, in_flight, name="headrace-table")
+        try:
+            where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+            root, objects = resolve_urls(where or [os.fspath(p) for p in paths], lister)
+        finally:
+            lister.close()
+        remote = _Remote(objects, options, in_flight)
+        return cls(root, [u for u, _ in objects], columns, row_group_cache, remote)
 
     @property
     def columns(self) -> dict[str, TableColumn]:
@@ -343,7 +393,7 @@ class Table:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"row_group_cache must be an integer >= 1 (got {n!r})")
         self._cache_limit = n
-        self._spec = (*self._spec[:3], n)
+        self._spec = (*self._spec[:3], n, self._spec[4])
 
     @property
     def files(self) -> list[tuple[str, int]]:
@@ -353,6 +403,45 @@ class Table:
     def __len__(self) -> int:
         return self.num_rows
 
+    @property
+    def remote(self) -> bool:
+        """True when the files are on object storage (row groups fetched by ranged GETs)."""
+        return self._objects is not None
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of the files on object storage (``None`` when local)."""
+        return None if self._objects is None else self._objects.stats()
+
+    @property
+    def misses(self) -> int:
+        """Reads pyarrow made outside the fetched column chunks (one GET each; 0 expected)."""
+        return sum(p.misses for p in self._parts if isinstance(p, RemoteParquet))
+
+    def spans_of(self, rows: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row group / record batch of each row, in table order."""
+        return np.searchsorted(self._starts, rows, side="right") - 1
+
+    def prefetch(self, spans: Sequence[int] | NDArray[np.integer], columns: Sequence[str]) -> None:
+        """Start fetching these row groups' bytes (object storage only); nothing waits.
+
+        At most two row-group caches' worth of fetched row groups wait to be
+        decoded; beyond that the oldest are dropped (and fetched again if needed).
+        """
+        if self._objects is None:
+            return
+        names = frozenset(columns)
+        limit = 2 * self._cache_limit
+        for s in dict.fromkeys(int(x) for x in spans):
+            cached = self._cache.get(s)
+            if (cached is not None and names <= cached.keys()) or s in self._pending:
+                continue
+            part = self._parts[int(self._span_part[s])]
+            assert isinstance(part, RemoteParquet)
+            self._pending[s] = part.fetch(int(self._span_local[s]), names)
+            while len(self._pending) > limit:
+                self._pending.popitem(last=False)
+
     def _views(self, span: int, names: list[str]) -> dict[str, tuple[Any, ...]]:
         """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached)."""
         part = self._parts[int(self._span_part[span])]
@@ -360,7 +449,10 @@ class Table:
         if cached is not None and all(c in cached for c in names):
             self._cache.move_to_end(span)
             return cached
-        data = part.span(int(self._span_local[span]), names)
+        if isinstance(part, RemoteParquet):
+            data = part.span(int(self._span_local[span]), names, self._pending.pop(span, None))
+        else:
+            data = part.span(int(self._span_local[span]), names)
         if part.parquet:
             with self._count_lock:
                 self.decoded += 1
@@ -457,7 +549,7 @@ class Table:
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
             bad = idx[(idx < 0) | (idx >= self.num_rows)][0]
             raise ConfigError(f"{self._root}: row {int(bad)} out of range for {self.num_rows} rows")
-        span = np.searchsorted(self._starts, idx, side="right") - 1
+        span = self.spans_of(idx)
         local = idx - self._starts[span]
         order = np.argsort(span, kind="stable")
         sorted_span = span[order]
@@ -523,8 +615,11 @@ class Table:
 
     def close(self) -> None:
         self._cache = OrderedDict()
+        self._pending = OrderedDict()
         for p in self._parts:
             p.close()
+        if self._objects is not None:
+            self._objects.close()
 
     def __enter__(self) -> Self:
         return self

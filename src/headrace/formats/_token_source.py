@@ -26,7 +26,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._token_store import DEFAULT_TOKEN_IN_FLIGHT, RemoteTokenFile, TokenStores
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles, RemoteFile
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
@@ -89,7 +89,7 @@ class _Window:
 
     def __init__(
         self,
-        file: LocalFile | RemoteTokenFile,
+        file: LocalFile | RemoteFile,
         dtype: np.dtype[Any],
         offset: int,
         tokens: int,
@@ -182,7 +182,7 @@ class _Window:
         return min(self.block_bytes, self._bytes.size - block * self.block_bytes)
 
     def _start(self, block: int) -> Future[None]:
-        if isinstance(self.file, RemoteTokenFile):
+        if isinstance(self.file, RemoteFile):
             lo = block * self.block_bytes
             n = self._block_len(block)
             return self.file.read_into(self._bytes[lo : lo + n], self.offset + lo)
@@ -273,7 +273,7 @@ class TokenSource:
         reads: Literal["populate", "pread"] = "populate",
         read_ahead: bool = True,
         store_options: Mapping[str, Any] | None = None,
-        in_flight: int = DEFAULT_TOKEN_IN_FLIGHT,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
@@ -289,7 +289,7 @@ class TokenSource:
             raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
         self.in_flight = in_flight
         self._store_options = dict(store_options or {})
-        self._stores: TokenStores | None = None
+        self._stores: ObjectFiles | None = None
         try:
             self.files: list[TokenFile] = self._describe(list(files), dtype, format)
             self._check_files(context, bool(store_options))
@@ -310,7 +310,7 @@ class TokenSource:
         self.read_ahead = read_ahead
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
-        self._open: dict[int, LocalFile | RemoteTokenFile] = {}
+        self._open: dict[int, LocalFile | RemoteFile] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
@@ -365,9 +365,9 @@ class TokenSource:
         with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
             return list(pool.map(one, files))
 
-    def _remote(self) -> TokenStores:
+    def _remote(self) -> ObjectFiles:
         if self._stores is None:
-            self._stores = TokenStores(self._store_options, self.in_flight)
+            self._stores = ObjectFiles(self._store_options, self.in_flight)
         return self._stores
 
     @property
@@ -489,7 +489,7 @@ class TokenSource:
         )
 
     # -- windows ---------------------------------------------------------------
-    def _file(self, i: int) -> LocalFile | RemoteTokenFile:
+    def _file(self, i: int) -> LocalFile | RemoteFile:
         f = self._open.get(i)
         if f is None:
             tf = self.files[i]

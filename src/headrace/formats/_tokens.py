@@ -163,9 +163,9 @@ def open_token_file(
         if store_options:
             raise ConfigError(f"{p}: store_options apply to object-store URLs only.")
         return describe_token_file(p, dtype, format, _LocalFiles())
-    from headrace.formats._token_store import TokenStores
+    from headrace.formats._object_files import ObjectFiles
 
-    stores = TokenStores(store_options or {})
+    stores = ObjectFiles(store_options or {})
     try:
         return describe_token_file(p, dtype, format, stores)
     finally:

@@ -604,12 +604,20 @@ class ObjectStore:
                 raise
             raise StorageError(f"{self.url}: store was closed during get_many") from exc
 
-    def list(self, prefix: str = "") -> list[tuple[str, int]]:
-        """``(key, size)`` of every object under ``prefix``, sorted by key."""
+    def list_info(self, prefix: str = "") -> list[tuple[str, ObjectInfo]]:
+        """``(key, size and ETag)`` of every object under ``prefix``, sorted by key."""
         store = self._live()
 
-        def once() -> list[tuple[str, int]]:
+        def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
-            return sorted((m["path"], int(m["size"])) for chunk in stream for m in chunk)
+            return sorted(
+                (m["path"], ObjectInfo(int(m["size"]), m.get("e_tag")))
+                for chunk in stream
+                for m in chunk
+            )
 
         return self._retrying(self.where(prefix), once, lambda _: 0)
+
+    def list(self, prefix: str = "") -> list[tuple[str, int]]:
+        """``(key, size)`` of every object under ``prefix``, sorted by key."""
+        return [(key, info.size) for key, info in self.list_info(prefix)]

@@ -1,12 +1,13 @@
-"""Token files on object storage: one store per directory URL, block reads into windows.
+"""Files on object storage read by byte ranges: token files, Parquet tables.
 
-A token file URL ``s3://bucket/data/train.bin`` is the key ``train.bin`` of
-the store ``s3://bucket/data``; its sidecar and Megatron index are keys beside
-it. A :class:`TokenStores` belongs to one :class:`TokenSource`: it opens each
-store once (with the source's ``store_options``) and runs every block read of
-the source on one :class:`~headrace.io.RequestQueue`, so at most ``in_flight``
-ranged GETs are in flight per source, whatever the number of files or stores.
-Nothing here is pickled: a worker's copy of the source opens its own.
+A file URL ``s3://bucket/data/train.bin`` is the key ``train.bin`` of the
+store ``s3://bucket/data``; a token file's sidecar and Megatron index are keys
+beside it. An :class:`ObjectFiles` belongs to one source (a
+:class:`TokenSource`, a :class:`Table`): it opens each store once (with the
+source's ``store_options``) and runs every range read of the source on one
+:class:`~headrace.io.RequestQueue`, so at most ``in_flight`` ranged GETs are
+in flight per source, whatever the number of files or stores. Nothing here
+is pickled: a worker's copy of the source opens its own.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from headrace.io import RequestQueue
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
 
-__all__ = ["DEFAULT_TOKEN_IN_FLIGHT", "RemoteTokenFile", "TokenStores", "split_object_url"]
+__all__ = ["DEFAULT_IN_FLIGHT", "RemoteFile", "ObjectFiles", "split_object_url"]
 
-DEFAULT_TOKEN_IN_FLIGHT = 64
+DEFAULT_IN_FLIGHT = 64
 # Sidecars and indexes are read whole; one larger than this is read in parallel ranges.
 _WHOLE_PART = 8 << 20
 
@@ -38,14 +39,14 @@ def split_object_url(url: str) -> tuple[str, str]:
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):
         raise ConfigError(
-            f"{url}: a token file URL names one object, like s3://bucket/dir/train.bin "
+            f"{url}: a file URL names one object, like s3://bucket/dir/train.bin "
             "(got no object key)"
         )
     return f"{scheme}://{head or '/'}", key
 
 
-class RemoteTokenFile:
-    """Block reads of one token object, checked against its size and ETag when opened."""
+class RemoteFile:
+    """Range reads of one object, checked against its size and ETag when opened."""
 
     __slots__ = ("_expect", "_key", "_queue", "_store", "path")
 
@@ -64,14 +65,19 @@ class RemoteTokenFile:
         return self._queue.submit(lambda: store.aread_into(key, offset, out, expect=expect))
 
 
-class TokenStores:
-    """The object stores and the request queue of one token source (see the module doc)."""
+class ObjectFiles:
+    """The object stores and the request queue of one source (see the module doc)."""
 
     def __init__(
-        self, options: Mapping[str, Any], in_flight: int = DEFAULT_TOKEN_IN_FLIGHT
+        self,
+        options: Mapping[str, Any],
+        in_flight: int = DEFAULT_IN_FLIGHT,
+        *,
+        name: str = "headrace-objects",
     ) -> None:
         self._options = dict(options)
         self.in_flight = in_flight
+        self._name = name
         self._lock = threading.Lock()
         self._stores: dict[str, ObjectStore] = {}
         self._queue: RequestQueue | None = None
@@ -79,19 +85,30 @@ class TokenStores:
 
     def _store(self, url: str) -> tuple[ObjectStore, str]:
         base, key = split_object_url(url)
+        return self._store_at(base), key
+
+    def _store_at(self, base: str) -> ObjectStore:
         with self._lock:
             store = self._stores.get(base)
             if store is None:
                 from headrace.io import ObjectStore
 
                 store = self._stores[base] = ObjectStore(base, **self._options)
-        return store, key
+        return store
+
+    def listing(self, url: str) -> list[tuple[str, ObjectInfo]]:
+        """``(url, info)`` of every object under the prefix ``url``, sorted by key."""
+        base = url.rstrip("/")
+        return [(f"{base}/{key}", info) for key, info in self._store_at(base).list_info()]
 
     # -- TokenFiles: what open_token_file needs --------------------------------------
     def stat(self, path: str) -> tuple[int, str | None]:
-        store, key = self._store(path)
-        info = store.stat(key)  # ObjectNotFoundError / PermissionDeniedError name the URL
+        info = self.info(path)
         return info.size, info.etag
+
+    def info(self, url: str) -> ObjectInfo:
+        store, key = self._store(url)
+        return store.stat(key)  # ObjectNotFoundError / PermissionDeniedError name the URL
 
     def read(self, path: str) -> bytes | None:
         store, key = self._store(path)
@@ -105,19 +122,19 @@ class TokenStores:
         return b"".join(store.get_many(parts, max_in_flight=self.in_flight))
 
     # -- block reads -------------------------------------------------------------------
-    def open(self, url: str, size: int, etag: str | None) -> RemoteTokenFile:
+    def open(self, url: str, size: int, etag: str | None) -> RemoteFile:
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
         with self._lock:
             if self._queue is None:
-                self._queue = RequestQueue(self.in_flight, name="headrace-tokens")
+                self._queue = RequestQueue(self.in_flight, name=self._name)
             queue = self._queue
-        return RemoteTokenFile(store, key, url, ObjectInfo(size, etag), queue)
+        return RemoteFile(store, key, url, ObjectInfo(size, etag), queue)
 
     def stats(self) -> ObjectStats:
         """Every store's counters together, since this was made (closing keeps them);
-        ``max_in_flight_observed`` counts block reads."""
+        ``max_in_flight_observed`` counts range reads."""
         with self._lock:
             stores = list(self._stores.values())
             queue = self._queue

@@ -1,0 +1,317 @@
+"""Parquet files on object storage: footers read once, row groups by parallel ranged GETs.
+
+Opening a table of URLs reads each file's footer (its last 64 KiB, and the
+rest of a larger footer), all files' at once; nothing else. A row group's
+bytes are fetched when a batch first needs it, or earlier when the loader
+reads ahead: the byte ranges of the column chunks to decode (from the
+footer), merged where less than ``GAP`` apart and cut into pieces of at most
+``PIECE``, every piece a ranged GET on the source's request queue (at most
+``in_flight`` at once). pyarrow then decodes the row group from those bytes
+through :class:`_Spans`, a read-only file whose other bytes are fetched on
+demand: a writer whose chunk sizes were off costs one more GET, never a
+wrong value. Every read is checked against the size and ETag seen when the
+file was opened, so an object replaced under a running job is an error.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+import struct
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats._file_list import is_object_url
+from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object_url
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectInfo
+
+__all__ = ["GAP", "PIECE", "RemoteParquet", "resolve_urls"]
+
+# Two chunks less than this apart are one GET: a request costs a round trip
+# (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
+GAP = 1 << 20
+# One GET reads at most this much, so a large row group is many GETs in flight.
+PIECE = 8 << 20
+_FOOTER = 64 << 10
+_MAGIC = b"PAR1"
+
+
+def resolve_urls(
+    path: str | Sequence[str], files: ObjectFiles
+) -> tuple[str, list[tuple[str, ObjectInfo]]]:
+    """The dataset root (for names) and its Parquet objects with their size and ETag.
+
+    ``path``: one object (``.../train.parquet``), a glob in the last part
+    (``.../train-*.parquet``), a prefix (every ``.parquet`` object under it),
+    or a list of object URLs.
+    """
+    if not isinstance(path, str):
+        urls = list(path)
+        local = [u for u in urls if not is_object_url(u)]
+        if local:
+            raise ConfigError(
+                f"a table's files are all local or all object URLs; got local {local[:3]} "
+                "among object URLs"
+            )
+        root = _common_root(urls)
+        return root, [(u, files.info(u)) for u in urls]
+    base, _, last = path.rstrip("/").rpartition("/")
+    if any(c in last for c in "*?["):
+        listed = [
+            (u, i) for u, i in files.listing(base) if fnmatch.fnmatchcase(u[len(base) + 1 :], last)
+        ]
+        if not listed:
+            raise FormatError(f"{path}: no objects match")
+        return base, listed
+    if path.endswith(".parquet"):
+        return split_object_url(path)[0], [(path, files.info(path))]
+    if path.endswith(".arrow"):
+        raise ConfigError(_ARROW_REMOTE.format(path))
+    root = path.rstrip("/")
+    everything = files.listing(root)
+    listed = [(u, i) for u, i in everything if u.endswith(".parquet")]
+    if not listed:
+        if any(u.endswith(".arrow") for u, _ in everything):
+            raise ConfigError(_ARROW_REMOTE.format(root))
+        raise FormatError(f"{root}: no .parquet objects under it ({len(everything)} objects)")
+    return root, listed
+
+
+_ARROW_REMOTE = (
+    "{}: Arrow IPC files are read from local disk (memory-mapped); on object storage "
+    "headrace reads Parquet. Convert with pyarrow.parquet.write_table, or copy the "
+    "files to a local disk"
+)
+
+
+def _common_root(urls: list[str]) -> str:
+    if not urls:
+        raise ConfigError("Table.open got an empty list of files")
+    dirs = [split_object_url(u)[0] for u in urls]
+    root = dirs[0]
+    for d in dirs[1:]:
+        while not (d == root or d.startswith(root + "/")):
+            root = root.rpartition("/")[0]
+    return root
+
+
+@dataclass(slots=True)
+class Fetch:
+    """A row group's byte ranges on their way: ``(offset, buffer)`` and the GETs filling them."""
+
+    names: frozenset[str]
+    spans: list[tuple[int, NDArray[np.uint8]]]
+    futures: list[Future[None]]
+
+    def result(self) -> list[tuple[int, NDArray[np.uint8]]]:
+        wait(self.futures)
+        for f in self.futures:
+            exc = f.exception()
+            if exc is not None:
+                raise exc
+        return self.spans
+
+
+class RemoteParquet:
+    """One Parquet object: its footer, and row groups fetched by ranges (see the module doc)."""
+
+    parquet = True
+
+    def __init__(self, url: str, file: RemoteFile, size: int, footer: bytes, pa: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = url
+        self.size = size
+        self._pa = pa
+        self._file = file
+        self.misses = 0  # reads outside the fetched ranges (one GET each)
+        tail = size - len(footer)
+        try:
+            footer_bytes = np.frombuffer(footer, np.uint8)
+            pf = pq.ParquetFile(_Spans(url, size, [(tail, footer_bytes)], self._miss))
+            self._md = pf.metadata
+            self.schema = pf.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise FormatError(f"{url}: truncated or corrupt Parquet footer ({exc})") from exc
+        self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
+        top = {name: i for i, name in enumerate(self.schema.names)}
+        self._leaves: dict[str, list[int]] = {}
+        for j in range(self._md.num_columns):
+            path = self._md.schema.column(j).path
+            name = next((n for n in top if path == n or path.startswith(n + ".")), path)
+            self._leaves.setdefault(name, []).append(j)
+
+    @classmethod
+    def open_all(
+        cls, objects: list[tuple[str, ObjectInfo]], files: ObjectFiles, pa: Any
+    ) -> list[RemoteParquet]:
+        """Open every object, their footer reads all in flight at once."""
+        handles = [files.open(url, info.size, info.etag) for url, info in objects]
+        for (url, info), _ in zip(objects, handles, strict=True):
+            if info.size < 12:
+                raise FormatError(f"{url}: {info.size} bytes is too small for a Parquet file")
+        tails = [np.empty(min(info.size, _FOOTER), np.uint8) for _, info in objects]
+        futures = [
+            h.read_into(t, info.size - t.size)
+            for h, t, (_, info) in zip(handles, tails, objects, strict=True)
+        ]
+        wait(futures)
+        for f in futures:
+            if f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        parts = []
+        for (url, info), h, tail in zip(objects, handles, tails, strict=True):
+            raw = tail.tobytes()
+            if raw[-4:] != _MAGIC:
+                raise FormatError(
+                    f"{url}: not a Parquet file: it does not end with {_MAGIC!r} "
+                    f"(truncated, or another format; {info.size} bytes)"
+                )
+            need = struct.unpack("<I", raw[-8:-4])[0] + 8
+            if need > info.size:
+                raise FormatError(
+                    f"{url}: corrupt Parquet footer: metadata of {need - 8} bytes in a "
+                    f"{info.size}-byte file"
+                )
+            if need > len(raw):  # a large footer: fetch the rest
+                head = np.empty(need - len(raw), np.uint8)
+                h.read_into(head, info.size - need).result()
+                raw = head.tobytes() + raw
+            parts.append(cls(url, h, info.size, raw, pa))
+        return parts
+
+    def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
+        """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
+        rg = self._md.row_group(group)
+        chunks = []
+        for name in names:
+            for j in self._leaves.get(name, ()):
+                c = rg.column(j)
+                start = c.data_page_offset
+                if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
+                    start = c.dictionary_page_offset
+                chunks.append((start, min(self.size, start + c.total_compressed_size)))
+        merged: list[list[int]] = []
+        for a, b in sorted(chunks):
+            if merged and a - merged[-1][1] <= GAP:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return [(a, b - a) for a, b in merged]
+
+    def fetch(self, group: int, names: frozenset[str]) -> Fetch:
+        """Start the GETs of row group ``group``'s chunks of ``names``; nothing waits."""
+        spans: list[tuple[int, NDArray[np.uint8]]] = []
+        futures: list[Future[None]] = []
+        for offset, length in self._ranges(group, names):
+            buf = np.empty(length, np.uint8)
+            spans.append((offset, buf))
+            futures.extend(
+                self._file.read_into(buf[a : a + PIECE], offset + a)
+                for a in range(0, length, PIECE)
+            )
+        return Fetch(names, spans, futures)
+
+    def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
+        """Row group ``i`` of ``names``, decoded from ``fetched`` (fetched now if ``None``)."""
+        import pyarrow.parquet as pq
+
+        want = frozenset(names)
+        if fetched is not None and want <= fetched.names:
+            try:
+                spans = fetched.result()
+            except Exception:
+                spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
+        else:
+            spans = self.fetch(i, want).result()
+        pa = self._pa
+        try:
+            source = _Spans(self.path, self.size, spans, self._miss)
+            table = pq.ParquetFile(source, metadata=self._md).read_row_group(i, columns=names)
+        except (pa.ArrowException, OSError) as exc:
+            raise FormatError(
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def _miss(self, offset: int, length: int) -> NDArray[np.uint8]:
+        self.misses += 1
+        buf = np.empty(length, np.uint8)
+        self._file.read_into(buf, offset).result()
+        return buf
+
+    def close(self) -> None:
+        pass
+
+
+class _Spans:
+    """A read-only, seekable file of ``size`` bytes: ``spans`` in memory, the rest by ``miss``.
+
+    ``spans`` are ``(offset, bytes)``, sorted and disjoint. pyarrow reads it
+    through ``pa.PythonFile`` (seek, then read).
+    """
+
+    closed = False
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        spans: list[tuple[int, NDArray[np.uint8]]],
+        miss: Callable[[int, int], NDArray[np.uint8]],
+    ) -> None:
+        self.name = name
+        self._size = size
+        self._spans = sorted(spans, key=lambda s: s[0])
+        self._starts = [o for o, _ in self._spans]
+        self._miss = miss
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._size)[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int | None = -1) -> bytes | memoryview:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        pos, self._pos = self._pos, max(self._pos, end)
+        pieces: list[NDArray[np.uint8]] = []
+        while pos < end:
+            k = bisect.bisect_right(self._starts, pos) - 1
+            if k >= 0:
+                o, buf = self._spans[k]
+                if pos < o + buf.size:
+                    take = buf[pos - o : min(end, o + buf.size) - o]
+                    pieces.append(take)
+                    pos += take.size
+                    continue
+            nxt = self._starts[k + 1] if k + 1 < len(self._starts) else end
+            gap = min(end, nxt) - pos
+            pieces.append(self._miss(pos, gap))
+            pos += gap
+        if len(pieces) == 1:
+            return pieces[0].data  # zero-copy: pyarrow keeps a reference
+        return b"".join(p.tobytes() for p in pieces)
+
+    def close(self) -> None:
+        pass

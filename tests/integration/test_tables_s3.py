@@ -1,0 +1,239 @@
+"""Parquet tables on a real S3 endpoint (moto on 127.0.0.1), directly and through the fault proxy.
+
+The dataset is written as local Parquet files and uploaded; the S3 copy must
+give the local files' batches, bit for bit, on any number of hosts, after a
+resume and in a pickled (worker) copy.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import (
+    ConfigError,
+    FormatError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    StorageError,
+)
+from headrace.formats import Table, TableSource
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+pytestmark = pytest.mark.integration
+
+URL = f"s3://{BUCKET}/tables"
+FILES = [f"train-{i}.parquet" for i in range(3)]
+GROUP_ROWS = 500
+KW: dict[str, Any] = {"columns": ["input_ids", "label"], "width": 96, "window_rows": 1500}
+
+
+def _table(i: int, rows: int = 2000) -> pa.Table:
+    rng = np.random.default_rng(i)
+    lengths = rng.integers(1, 96, rows)
+    ids = [rng.integers(0, 50_000, n).astype(np.int32) for n in lengths]
+    return pa.table(
+        {
+            "input_ids": pa.array(ids, pa.list_(pa.int32())),
+            "label": np.arange(rows, dtype=np.int64) + i * rows,
+            "text": [f"row {i}-{r}" for r in range(rows)],
+        }
+    )
+
+
+def _put(s3: S3Fixture, key: str, body: bytes) -> None:
+    s3.server.info.boto3_client().put_object(Bucket=BUCKET, Key=f"tables/{key}", Body=body)
+
+
+@pytest.fixture(scope="module")
+def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three Parquet files of 4 row groups under ``root``, and as objects under ``tables/``."""
+    root = tmp_path_factory.mktemp("tables")
+    for i, name in enumerate(FILES):
+        pq.write_table(_table(i), root / name, row_group_size=GROUP_ROWS)
+        _put(s3, name, (root / name).read_bytes())
+    return root
+
+
+def options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, Any]:
+    opts = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        opts["endpoint"] = endpoint
+    return opts
+
+
+def s3_source(s3: S3Fixture, url: str = URL, endpoint: str | None = None, **kw: Any) -> TableSource:
+    return TableSource(url, store_options=options(s3, endpoint), **{**KW, **kw})
+
+
+def digest(make: Any, steps: int = 60, batch: int = 32, world: int = 1) -> list[str]:
+    return [
+        batch_digest(
+            Loader(make(), batch_size=batch, seed=5, steps=steps, rank=r, world_size=world)
+        )
+        for r in range(world)
+    ]
+
+
+@pytest.mark.parametrize("shuffle", ["window", "full"])
+def test_s3_gives_the_local_batches_on_1_and_2_hosts(
+    s3: S3Fixture, root: Path, shuffle: str
+) -> None:
+    steps = 6000 * 5 // 4 // 32  # 1.25 epochs: every window, some twice
+    for world in (1, 2):
+        want = digest(lambda: TableSource(root, shuffle=shuffle, **KW), steps, world=world)
+        got = digest(lambda: s3_source(s3, shuffle=shuffle), steps, world=world)
+        assert got == want, world
+    local, remote = TableSource(root, **KW), s3_source(s3)
+    assert remote.table.remote and not local.table.remote
+    assert remote.fingerprint() == local.fingerprint()  # a local state resumes on S3
+    assert [size for _, size in remote.table.files] == [size for _, size in local.table.files]
+    assert remote.table.files[0][0] == f"{URL}/{FILES[0]}"
+    remote.close()
+
+
+def test_one_object_a_glob_and_a_list_of_urls(s3: S3Fixture, root: Path) -> None:
+    one = Table.open(f"{URL}/{FILES[1]}", store_options=options(s3))
+    assert len(one) == 2000 and one.group_rows.tolist() == [GROUP_ROWS] * 4
+    assert one.read_rows([3, 1999], ["label"])["label"].tolist() == [2003, 3999]
+    one.close()
+    glob = Table.open(f"{URL}/train-[02].parquet", store_options=options(s3))
+    assert [u for u, _ in glob.files] == [f"{URL}/{FILES[0]}", f"{URL}/{FILES[2]}"]
+    listed = Table.open([f"{URL}/{FILES[2]}", f"{URL}/{FILES[0]}"], store_options=options(s3))
+    assert listed.read_rows([0, 2000], ["label"])["label"].tolist() == [4000, 0]  # list order
+    for t in (glob, listed):
+        t.close()
+
+
+def test_resume_mid_run_on_s3(s3: S3Fixture, root: Path) -> None:
+    assert_resume_exact(
+        lambda: Loader(s3_source(s3), batch_size=32, seed=4, steps=80, chunk_steps=4),
+        steps=80,
+        resume_at=[1, 40, 70],
+    )
+
+
+def test_a_pickled_copy_reopens_without_listing_and_reads_the_same(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    src = s3_source(s3, endpoint=proxy.endpoint)
+    proxy.reset_stats()
+    copy = pickle.loads(pickle.dumps(src))
+    assert proxy.stats.requests == len(FILES)  # one footer GET per file: no LIST, no HEAD
+    assert copy.fingerprint() == src.fingerprint()
+    rows = np.arange(0, 6000, 7)
+    a, b = src.read(3, rows), copy.read(3, rows)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    src.close()
+    copy.close()
+
+
+def test_read_ahead_fetches_each_row_group_once_many_in_flight(s3: S3Fixture, root: Path) -> None:
+    src = s3_source(s3, in_flight=8)
+    base = src.object_stats
+    assert base is not None and base.requests == len(FILES)  # the footers
+    with Loader(src, batch_size=32, seed=2, steps=6000 // 32) as loader:  # one epoch
+        for _ in loader:
+            pass
+    stats = src.object_stats
+    assert stats is not None
+    # Every row group fetched once (one GET: its chunks are adjacent) and decoded once.
+    assert src.table.decoded == 12
+    assert stats.requests - base.requests == 12
+    assert src.table.misses == 0
+    assert 1 < stats.max_in_flight_observed <= 8
+    src.close()
+
+
+# -- faults and bad objects ----------------------------------------------------------------
+
+
+def test_5xx_is_retried_and_the_digest_holds(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    want = digest(lambda: TableSource(root, **KW))
+    proxy.set_faults(
+        [FaultRule(kind="status", status=503, match="GET /headrace-test/tables/", every=3)]
+    )
+    src = s3_source(s3, endpoint=proxy.endpoint)
+    assert digest(lambda: src) == want
+    assert proxy.stats.faults >= 3
+    assert src.object_stats is not None and src.object_stats.retries >= 3
+
+
+def test_permanent_errors_name_the_object(s3: S3Fixture, root: Path, proxy: LatencyProxy) -> None:
+    src = s3_source(s3, endpoint=proxy.endpoint)  # footers read
+    proxy.set_faults([FaultRule(kind="status", status=403, match="GET /headrace-test/tables/")])
+    with pytest.raises(PermissionDeniedError, match=rf"{URL}/train-\d\.parquet, bytes \["):
+        src.read(0, np.arange(32))
+    proxy.set_faults([])
+    src.close()
+    with pytest.raises(ObjectNotFoundError, match=rf"{URL}/nope\.parquet"):
+        s3_source(s3, f"{URL}/nope.parquet")
+
+
+def test_an_object_replaced_while_open_is_refused(s3: S3Fixture, root: Path) -> None:
+    body = (root / FILES[0]).read_bytes()
+    _put(s3, "swap/a.parquet", body)
+    src = s3_source(s3, f"{URL}/swap/", shuffle=False)
+    src.read(0, np.arange(4))  # row group 0
+    pq.write_table(_table(9), root / "other.parquet", row_group_size=GROUP_ROWS)
+    _put(s3, "swap/a.parquet", (root / "other.parquet").read_bytes())
+    with pytest.raises(
+        StorageError, match=r"swap/a\.parquet, bytes \[\d+, \d+\): the object changed"
+    ):
+        src.read(0, np.arange(1000, 1032))  # a row group not read before
+    src.close()
+
+
+def test_bad_objects_get_clear_errors(s3: S3Fixture, root: Path) -> None:
+    body = (root / FILES[0]).read_bytes()
+    _put(s3, "bad/truncated.parquet", body[: len(body) // 2])
+    with pytest.raises(FormatError, match=r"bad/truncated\.parquet: not a Parquet file"):
+        s3_source(s3, f"{URL}/bad/truncated.parquet")
+    _put(s3, "bad/tiny.parquet", b"PAR1")
+    with pytest.raises(FormatError, match=r"bad/tiny\.parquet: 4 bytes is too small"):
+        s3_source(s3, f"{URL}/bad/tiny.parquet")
+    footer_len = int.from_bytes(body[-8:-4], "little")
+    huge = body[:-8] + (len(body) * 2).to_bytes(4, "little") + b"PAR1"
+    _put(s3, "bad/footer.parquet", huge)
+    with pytest.raises(FormatError, match=r"bad/footer\.parquet: corrupt Parquet footer"):
+        s3_source(s3, f"{URL}/bad/footer.parquet")
+    scrambled = bytearray(body)
+    scrambled[-8 - footer_len : -8 - footer_len + 40] = bytes(40)
+    _put(s3, "bad/meta.parquet", bytes(scrambled))
+    with pytest.raises(FormatError, match=r"bad/meta\.parquet: truncated or corrupt Parquet"):
+        s3_source(s3, f"{URL}/bad/meta.parquet")
+    # Data pages overwritten: the footer is fine, the row group is not.
+    pf = pq.ParquetFile(root / FILES[0])
+    col = pf.metadata.row_group(1).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    garbled = bytearray(body)
+    garbled[start : start + 64] = b"\xff" * 64
+    _put(s3, "bad/pages.parquet", bytes(garbled))
+    src = s3_source(s3, f"{URL}/bad/pages.parquet", shuffle=False)
+    src.read(0, np.arange(32))  # row group 0 is intact
+    with pytest.raises(FormatError, match=r"bad/pages\.parquet: row group 1: truncated or corrupt"):
+        src.read(0, np.arange(GROUP_ROWS, GROUP_ROWS + 32))
+    src.close()
+
+
+def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> None:
+    _put(s3, "arrow/data-00000-of-00001.arrow", b"ARROW1")
+    with pytest.raises(ConfigError, match=r"arrow: Arrow IPC files are read from local disk"):
+        s3_source(s3, f"{URL}/arrow")
+    with pytest.raises(FormatError, match=r"tables/nothing: no \.parquet objects under it"):
+        s3_source(s3, f"{URL}/nothing")
+    with pytest.raises(FormatError, match=r"no objects match"):
+        s3_source(s3, f"{URL}/zzz-*.parquet")
+    with pytest.raises(ConfigError, match=r"all local or all object URLs"):
+        Table.open([f"{URL}/{FILES[0]}", str(root / FILES[0])], store_options=options(s3))
