@@ -102,10 +102,16 @@ def test_s3_gives_the_local_batches_on_1_and_2_hosts(
 
 
 def test_one_object_a_glob_and_a_list_of_urls(s3: S3Fixture, root: Path) -> None:
+    _put(s3, "sub/deeper.parquet", (root / FILES[0]).read_bytes())  # another split, say
+    prefix = Table.open(f"{URL}/", store_options=options(s3))
+    assert [u for u, _ in prefix.files] == [f"{URL}/{f}" for f in FILES]  # not sub/
+    prefix.close()
     one = Table.open(f"{URL}/{FILES[1]}", store_options=options(s3))
     assert len(one) == 2000 and one.group_rows.tolist() == [GROUP_ROWS] * 4
     assert one.read_rows([3, 1999], ["label"])["label"].tolist() == [2003, 3999]
     one.close()
+    with Table.open(f"{URL}/*.parquet", store_options=options(s3)) as every:
+        assert len(every.files) == 3
     glob = Table.open(f"{URL}/train-[02].parquet", store_options=options(s3))
     assert [u for u, _ in glob.files] == [f"{URL}/{FILES[0]}", f"{URL}/{FILES[2]}"]
     listed = Table.open([f"{URL}/{FILES[2]}", f"{URL}/{FILES[0]}"], store_options=options(s3))
@@ -237,3 +243,13 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/zzz-*.parquet")
     with pytest.raises(ConfigError, match=r"all local or all object URLs"):
         Table.open([f"{URL}/{FILES[0]}", str(root / FILES[0])], store_options=options(s3))
+
+
+def test_one_read_fetches_all_its_row_groups_at_once(s3: S3Fixture, root: Path) -> None:
+    src = s3_source(s3, shuffle=False)  # rows in table order: sample k is row k
+    out = src.read(0, np.arange(0, 3000, GROUP_ROWS))  # one row in each of 6 row groups
+    assert out["label"].tolist() == list(range(0, 3000, GROUP_ROWS))
+    stats = src.object_stats
+    assert stats is not None and stats.max_in_flight_observed >= 6  # 3 footers before
+    assert src.table.decoded == 6
+    src.close()

@@ -50,8 +50,8 @@ def resolve_urls(
     """The dataset root (for names) and its Parquet objects with their size and ETag.
 
     ``path``: one object (``.../train.parquet``), a glob in the last part
-    (``.../train-*.parquet``), a prefix (every ``.parquet`` object under it),
-    or a list of object URLs.
+    (``.../train-*.parquet``), a prefix (every ``.parquet`` object right
+    under it, as in a local directory), or a list of object URLs.
     """
     if not isinstance(path, str):
         urls = list(path)
@@ -66,7 +66,9 @@ def resolve_urls(
     base, _, last = path.rstrip("/").rpartition("/")
     if any(c in last for c in "*?["):
         listed = [
-            (u, i) for u, i in files.listing(base) if fnmatch.fnmatchcase(u[len(base) + 1 :], last)
+            (u, i)
+            for u, i in files.listing(base)
+            if "/" not in (key := u[len(base) + 1 :]) and fnmatch.fnmatchcase(key, last)
         ]
         if not listed:
             raise FormatError(f"{path}: no objects match")
@@ -76,7 +78,9 @@ def resolve_urls(
     if path.endswith(".arrow"):
         raise ConfigError(_ARROW_REMOTE.format(path))
     root = path.rstrip("/")
-    everything = files.listing(root)
+    # Like a local directory: the objects right under the prefix, not deeper "folders"
+    # (a dataset's other splits often live there).
+    everything = [(u, i) for u, i in files.listing(root) if "/" not in u[len(root) + 1 :]]
     listed = [(u, i) for u, i in everything if u.endswith(".parquet")]
     if not listed:
         if any(u.endswith(".arrow") for u, _ in everything):

@@ -54,6 +54,11 @@ class TableSource:
     (the row-group cache is raised to hold a window); ``True`` (default)
     picks ``"window"`` when the table has Parquet files and ``"full"`` for
     Arrow; ``False`` reads rows in order. See docs/rows.md.
+
+    Parquet on object storage: ``table`` is an object URL, a prefix, a glob
+    or a list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`
+    and ``in_flight`` bounds the ranged GETs at once. The loader's read-ahead
+    (:meth:`prefetch`) fetches row groups before their batches need them.
     """
 
     def __init__(
@@ -159,9 +164,11 @@ class TableSource:
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
         """Start fetching the row groups of these samples (tables on object storage).
 
-        Under the windowed shuffle, also the next window's row groups once the
-        plan is within half a window of it, so a window switch does not wait
-        on its GETs. Local tables read nothing ahead (mapped or decoded on use).
+        Under the windowed shuffle, also the next window's row groups, from
+        the first step of this window on, so a window switch does not wait on
+        its GETs (a window's bytes take a round trip and a window's size to
+        arrive; its batches may take less to consume). Local tables read
+        nothing ahead (mapped or decoded on use).
         """
         samples = np.asarray(samples, dtype=np.int64)
         if not self.table.remote or not samples.size:
@@ -169,7 +176,7 @@ class TableSource:
         spans = np.unique(self.table.spans_of(self._rows(seed, samples)))
         self.table.prefetch(spans, self.names)
         if self.windows is not None:
-            ahead = np.array([int(samples.max()) + max(1, self.window_rows // 2)], np.int64)
+            ahead = np.array([int(samples.max()) + self.window_rows], np.int64)
             window = int(self.windows.layout.window_of(seed, ahead)[0])
             self.table.prefetch(self.windows.groups(window), self.names)
 

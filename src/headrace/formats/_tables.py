@@ -5,6 +5,8 @@ batches indexed (for IPC *streams*, which have no footer, by walking the
 message headers; the bodies stay unread pages of the map), Parquet files by
 their footers. Rows become arrays only in :meth:`Table.read_rows`, for the
 rows a batch asks for, gathered in bulk per record batch or row group.
+Parquet files on object storage are read by ranges
+(:mod:`headrace.formats._table_remote`).
 
 Column kinds and what ``read_rows`` returns for ``B`` rows:
 
@@ -558,6 +560,7 @@ class Table:
         # Cached spans first: decoding the misses may evict them, and a read that
         # crosses from one shuffle window to the next needs both windows' groups.
         spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
+        self.prefetch(spans, names)  # on object storage: every missing row group's GETs at once
         views = {s: self._views(s, names) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
