@@ -87,6 +87,8 @@ class TableSource:
                 )
             except ConfigError as exc:
                 where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
+                if str(exc).startswith(where):
+                    raise
                 raise ConfigError(f"{where}: {exc}") from exc
         cols = self.table.columns
         self.names = list(cols) if columns is None else list(columns)
