@@ -84,6 +84,7 @@ def digest(make: Any, steps: int = 60, batch: int = 32, world: int = 1) -> list[
     ]
 
 
+@pytest.mark.filterwarnings("ignore:.*a full shuffle of a Parquet table on object storage")
 @pytest.mark.parametrize("shuffle", ["window", "full"])
 def test_s3_gives_the_local_batches_on_1_and_2_hosts(
     s3: S3Fixture, root: Path, shuffle: str
@@ -253,3 +254,8 @@ def test_one_read_fetches_all_its_row_groups_at_once(s3: S3Fixture, root: Path) 
     assert stats is not None and stats.max_in_flight_observed >= 6  # 3 footers before
     assert src.table.decoded == 6
     src.close()
+
+
+def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root: Path) -> None:
+    with pytest.warns(UserWarning, match=r"full shuffle .* whole row group .* shuffle='window'"):
+        s3_source(s3, shuffle="full").close()

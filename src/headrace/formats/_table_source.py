@@ -12,6 +12,7 @@ read call (host count, chunking) and resume stays exact.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -131,6 +132,18 @@ class TableSource:
             self.windows = RowWindows(self.table.group_rows, window_rows)
             # Hold a whole window's decoded row groups, so each is decoded once per visit.
             self.table.row_group_cache = max(self.table.row_group_cache, self.windows.max_groups)
+        elif self.shuffle == "full" and self.table.remote:
+            groups = len(self.table.group_rows)
+            if groups > self.table.row_group_cache:
+                mean = sum(size for _, size in self.table.files) / groups
+                warnings.warn(
+                    f"{self._where()}: a full shuffle of a Parquet table on object storage "
+                    f"fetches and decodes a whole row group (about {mean / 1e6:.1f} MB here) "
+                    f"for nearly every row, since {groups} row groups do not fit the row-group "
+                    f"cache ({self.table.row_group_cache}); shuffle='window' fetches each row "
+                    "group once per epoch",
+                    stacklevel=2,
+                )
 
     def _where(self) -> str:
         files = self.table.files
