@@ -427,24 +427,33 @@ class Table:
     def prefetch(self, spans: Sequence[int] | NDArray[np.integer], columns: Sequence[str]) -> None:
         """Start fetching these row groups' bytes (object storage only); nothing waits.
 
-        At most two row-group caches' worth of fetched row groups wait to be
-        decoded; beyond that the oldest are dropped (and fetched again if needed).
+        Up to two row-group caches' worth of fetched row groups wait to be
+        decoded: the first of ``spans`` (in the order given) that fit; the
+        oldest waiting ones make room (fetched again if a batch needs them).
         """
         if self._objects is None:
             return
-        names = frozenset(columns)
         limit = 2 * self._cache_limit
-        for s in dict.fromkeys(int(x) for x in spans):
-            cached = self._cache.get(s)
-            if (cached is not None and names <= cached.keys()) or s in self._pending:
-                continue
-            part = self._parts[int(self._span_part[s])]
-            assert isinstance(part, RemoteParquet)
-            self._pending[s] = part.fetch(int(self._span_local[s]), names)
+        todo = [s for s in dict.fromkeys(int(x) for x in spans) if s not in self._pending]
+        for s, fetch in self._fetch(todo[:limit], columns).items():
+            self._pending[s] = fetch
             while len(self._pending) > limit:
                 self._pending.popitem(last=False)
 
-    def _views(self, span: int, names: list[str]) -> dict[str, tuple[Any, ...]]:
+    def _fetch(self, spans: list[int], columns: Sequence[str]) -> dict[int, Fetch]:
+        """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet."""
+        names = frozenset(columns)
+        out = {}
+        for s in spans:
+            part = self._parts[int(self._span_part[s])]
+            cached = self._cache.get(s)
+            if isinstance(part, RemoteParquet) and (cached is None or not names <= cached.keys()):
+                out[s] = part.fetch(int(self._span_local[s]), names)
+        return out
+
+    def _views(
+        self, span: int, names: list[str], fetched: Fetch | None = None
+    ) -> dict[str, tuple[Any, ...]]:
         """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached)."""
         part = self._parts[int(self._span_part[span])]
         cached = self._cache.get(span)
@@ -452,7 +461,7 @@ class Table:
             self._cache.move_to_end(span)
             return cached
         if isinstance(part, RemoteParquet):
-            data = part.span(int(self._span_local[span]), names, self._pending.pop(span, None))
+            data = part.span(int(self._span_local[span]), names, fetched)
         else:
             data = part.span(int(self._span_local[span]), names)
         if part.parquet:
@@ -560,8 +569,11 @@ class Table:
         # Cached spans first: decoding the misses may evict them, and a read that
         # crosses from one shuffle window to the next needs both windows' groups.
         spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
-        self.prefetch(spans, names)  # on object storage: every missing row group's GETs at once
-        views = {s: self._views(s, names) for s in spans}
+        # On object storage: every missing row group's GETs in flight before the first decode.
+        fetched = {s: self._pending.pop(s) for s in spans if s in self._pending}
+        if self._objects is not None:
+            fetched.update(self._fetch([s for s in spans if s not in fetched], names))
+        views = {s: self._views(s, names, fetched.get(s)) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
             out[c] = self._gather(c, idx.size, groups, views)
