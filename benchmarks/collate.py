@@ -46,8 +46,8 @@ def main() -> None:
         want = naive(lists)
         digest = hashlib.sha256(want[0].tobytes() + want[1].tobytes()).hexdigest()[:12]
         # ">i32": an explicit narrower dtype, whose values pad_batch checks for
-        # overflow (two reductions over the batch); compared with the naive
-        # padder's output cast to int32.
+        # overflow (two reductions over the batch) and, from floats, for
+        # fractions; compared with the naive padder's output cast to int32.
         digest32 = hashlib.sha256(want[0].astype(np.int32).tobytes() + want[1].tobytes())
         cases = [
             ("ragged", ragged, None),
@@ -55,6 +55,8 @@ def main() -> None:
             ("lists", lists, None),
             ("ragged>i32", ragged, np.int32),
             ("arrays>i32", arrays, np.int32),
+            # Whole floats into int32: checked for fractions as well as range.
+            ("floats>i32", [a.astype(np.float64) for a in arrays], np.int32),
         ]
         for label, form, dtype in cases:
             got = pad_batch(form, dtype=dtype)

@@ -224,8 +224,8 @@ def test_overflow_checks_cover_signs_floats_and_truncation() -> None:
             assert values.tolist() == [[1, 2], [4, 5]]
         with pytest.raises(DataError, match=r"row 0 holds 300"):
             pad_batch(form, width=3, truncate=True, dtype=np.uint8)
-    # Safe casts (and dtype=None) never look at the values.
-    assert pad_batch([np.array([2**40])], dtype=np.float64)[0][0, 0] == 2**40
+    # Lossless casts (and dtype=None) never look at the values.
+    assert pad_batch([np.array([2**30], np.int32)], dtype=np.float64)[0][0, 0] == 2**30
 
 
 def test_ragged_cast_touches_only_the_rows_span() -> None:
@@ -247,3 +247,139 @@ def test_ragged_pad_checks_its_arguments() -> None:
         r.pad(3, pad_value=0.5)
     with pytest.raises(ConfigError, match=r"width must be None or an int >= 0 \(got -1\)"):
         r.pad(-1)
+
+
+# -- casts that would change a value -------------------------------------------------------
+
+
+def _as(form: str, rows: list[list[float]], dtype: type) -> object:
+    """``rows`` (of NumPy dtype ``dtype``) in one of the input forms."""
+    if form == "tensors":
+        return [torch.from_numpy(np.array(r, dtype=dtype)) for r in rows]
+    if form == "mixed":
+        return [rows[0], *(np.array(r, dtype=dtype) for r in rows[1:])]
+    if form == "lists":
+        return rows
+    return _forms(rows, dtype)[form]  # type: ignore[arg-type]
+
+
+FORMS = ["lists", "arrays", "ragged", "tensors", "mixed"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_fraction_into_an_integer_dtype_raises_naming_row_value_and_dtype(form: str) -> None:
+    seqs = _as(form, [[1.0, 2.0], [3.0, 4.5]], np.float64)
+    with pytest.raises(
+        DataError, match=r"row 1 holds 4\.5, which does not fit dtype int32 \(it would become 4\)"
+    ):
+        pad_batch(seqs, dtype=np.int32)
+    # Whole floats are exact casts, and keep working.
+    values, mask = pad_batch(_as(form, [[1.0, -2.0], [3.0]], np.float64), dtype=np.int32)
+    assert values.dtype == (torch.int32 if form == "tensors" else np.int32)
+    assert values.tolist() == [[1, -2], [3, 0]] and mask.tolist() == [[1, 1], [1, 0]]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
+    ("rows", "src", "dtype", "message"),
+    [
+        (
+            [[1.0], [2.0, -0.5]],
+            np.float32,
+            np.int8,
+            r"row 1 holds -0\.5, .* int8 \(it would become 0\)",
+        ),
+        ([[3], [-1]], np.int64, np.uint8, r"row 1 holds -1, which does not fit dtype uint8;"),
+        ([[3], [1, 200]], np.int64, np.int8, r"row 1 holds 200, which does not fit dtype int8;"),
+        (
+            [[3], [70000]],
+            np.int64,
+            np.uint16,
+            r"row 1 holds 70000, which does not fit dtype uint16;",
+        ),
+        (
+            [[3], [2**24 + 1]],
+            np.int64,
+            np.float32,
+            r"row 1 holds 16777217, .* \(it would become 16777216\.0\)",
+        ),
+        (
+            [[3], [2049]],
+            np.int32,
+            np.float16,
+            r"row 1 holds 2049, .* float16 \(it would become 2048\.0\)",
+        ),
+        ([[0], [2]], np.int64, np.bool_, r"row 1 holds 2, which does not fit dtype bool;"),
+        (
+            [[0.0], [0.5]],
+            np.float64,
+            np.bool_,
+            r"row 1 holds 0\.5, .* bool \(it would become True\)",
+        ),
+    ],
+)
+def test_every_form_refuses_a_cast_that_changes_a_value(
+    form: str, rows: list[list[float]], src: type, dtype: type, message: str
+) -> None:
+    with pytest.raises(DataError, match=message):
+        pad_batch(_as(form, rows, src), dtype=dtype)
+
+
+def test_integers_beyond_a_float_significand_raise_though_numpy_calls_the_cast_safe() -> None:
+    assert np.can_cast(np.int64, np.float64, "safe")  # yet 2**53 + 1 becomes 2**53
+    big = 2**53 + 1
+    for seqs in ([np.array([1, big])], [[1, big]], [[0.5], [big]], [[1], np.array([big])]):
+        with pytest.raises(
+            DataError, match=r"holds 9007199254740993, .* float64 \(it would become"
+        ):
+            pad_batch(seqs, dtype=np.float64)
+    # The largest exact integers pass, and so do floats that only round (0.1 in float32).
+    assert pad_batch([np.array([2**53, -(2**53)])], dtype=np.float64)[0].tolist() == [
+        [2**53, -(2**53)]
+    ]
+    values, _ = pad_batch([[0.1, 2**24], [-(2**24)]], dtype=np.float32)
+    assert values.tolist() == [[np.float32(0.1), 2**24], [-(2**24), 0]]
+    values, _ = pad_batch([[1e30, 3.5e7]], dtype=np.float32)  # large floats: rounding only
+    assert values.tolist() == [[np.float32(1e30), 3.5e7]]
+
+
+def test_numpy_integers_in_lists_never_wrap() -> None:
+    # Arrays mixed with lists give NumPy scalars; NumPy wraps them into a 64-bit
+    # type of the other sign without a word.
+    with pytest.raises(DataError, match=r"row 1 holds -1, which does not fit dtype uint64"):
+        pad_batch([[1], np.array([-1])], dtype=np.uint64)
+    top = np.array([2**63 + 5], np.uint64)
+    with pytest.raises(DataError, match=r"row 1 holds 9223372036854775813, .* int64"):
+        pad_batch([[1], top], dtype=np.int64)
+    assert pad_batch([[1], top], dtype=np.uint64)[0].tolist() == [[1], [2**63 + 5]]
+    assert pad_batch([[True, 3], [np.True_]], dtype=np.int8)[0].tolist() == [[1, 3], [1, 0]]
+
+
+def test_exact_narrowing_casts_keep_their_values() -> None:
+    rows = [[1, -(2**31)], [2**31 - 1]]
+    want = [[1, -(2**31)], [2**31 - 1, 0]]
+    for form in ("lists", "arrays", "ragged", "tensors"):
+        values, _ = pad_batch(_as(form, rows, np.int64), dtype=np.int32)
+        assert values.tolist() == want, form
+    assert pad_batch([[0, 1], [True]], dtype=np.bool_)[0].tolist() == [[False, True], [True, False]]
+
+
+def test_items_that_truncation_drops_may_be_anything() -> None:
+    rows = [[1.0, 2.0, 2.5], [3.0, 4.0, 0.5]]
+    for form in ("lists", "arrays", "ragged", "tensors"):
+        for side in ("right", "left"):
+            values, _ = pad_batch(
+                _as(form, rows, np.float64), width=2, truncate=True, dtype=np.int16, side=side
+            )
+            assert values.tolist() == [[1, 2], [3, 4]], (form, side)
+        with pytest.raises(DataError, match=r"row 0 holds 2\.5"):
+            pad_batch(_as(form, rows, np.float64), width=3, truncate=True, dtype=np.int16)
+    values, _ = pad_batch([[1, 2, 2**24 + 1]], width=2, truncate=True, dtype=np.float32)
+    assert values.tolist() == [[1.0, 2.0]]
+
+
+def test_an_integer_pad_value_must_survive_a_float_dtype() -> None:
+    rows = [np.array([1.0, 2.0], np.float32), np.array([3.0], np.float32)]
+    assert pad_batch(rows, pad_value=2**24)[0][1, 1] == 2**24
+    with pytest.raises(ConfigError, match=r"pad_value 16777217 does not fit dtype float32"):
+        pad_batch(rows, pad_value=2**24 + 1)

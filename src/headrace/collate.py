@@ -14,7 +14,8 @@ place; outputs never share memory with inputs. The mask is ``bool``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any, Literal
 
@@ -50,8 +51,11 @@ def pad_batch(
     row raises :class:`ConfigError` naming it unless ``truncate=True``, which
     keeps each row's *first* ``width`` items whatever the side. ``dtype``
     defaults to the rows' (NumPy's result type across rows; inferred from
-    the values for Python lists); ``pad_value`` must fit it. An empty batch
-    gives ``(0, width or 0)`` arrays.
+    the values for Python lists); ``pad_value`` must fit it. A ``dtype`` that
+    would change a value (overflow, a fraction into an integer or bool dtype,
+    an integer a float dtype cannot hold exactly) raises :class:`DataError`
+    naming the row, the value and the dtype; a float into a narrower float
+    rounds to the nearest. An empty batch gives ``(0, width or 0)`` arrays.
     """
     _ragged.check_side_and_width(side, width)
     torch_out = False
@@ -93,56 +97,121 @@ def pad_batch(
     return (out, mask) if return_mask else out
 
 
-def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
-    """Where 1-D ``a`` holds values that overflow ``dtype``; ``None`` when none can.
+def _lossless(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
+    """Every value of ``src`` is unchanged by a cast to ``dst``.
 
-    Two reductions settle the usual case; the element-wise test runs only when
-    they fail. Only overflow counts: a fraction cast to an integer dtype is
-    truncated, as NumPy does, and a float dtype keeps NaN and infinities.
+    NumPy's "safe" casts, less integers into a float whose significand is
+    narrower than them: NumPy counts int64 -> float64 as safe, but 2**53 + 1
+    becomes 2**53.
+    """
+    if not np.can_cast(src, dst, "safe"):
+        return False
+    if src.kind in "iu" and dst.kind in "fc":
+        return np.iinfo(src).bits - (src.kind == "i") <= np.finfo(dst).nmant + 1
+    return True
+
+
+def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
+    """Where 1-D ``a`` holds values that a cast to ``dtype`` would change; ``None`` when none can.
+
+    Changed: a value out of the dtype's range (NaN and infinities included,
+    for integer and bool dtypes), a fraction into an integer or bool dtype,
+    an integer that a float dtype cannot hold exactly. A float into a
+    narrower float rounds to the nearest (0.1 in float32 is fine) and keeps
+    NaN and infinities; only overflow to an infinity counts there. Two
+    reductions settle the usual case; the element-wise test runs only when
+    they fail, or for floats into an integer dtype (fractions).
     """
     if (
         a.size == 0
         or a.dtype.kind not in "biuf"
-        or dtype.kind not in "iuf"
-        or np.can_cast(a.dtype, dtype, "safe")
+        or dtype.kind not in "biuf"
+        or _lossless(a.dtype, dtype)
     ):
         return None
     lowest, highest = a.min().item(), a.max().item()
     if dtype.kind == "f":
-        top = float(np.finfo(dtype).max)
-        if -top <= lowest and highest <= top:
-            return None
-        with np.errstate(over="ignore", invalid="ignore"):
-            bad: NDArray[np.bool_] = np.isinf(a.astype(dtype)) & np.isfinite(a)
-        return bad
-    info = np.iinfo(dtype)
-    # Half-open [lo, end): both bounds are powers of two, exact in any float.
-    lo, end = int(info.min), int(info.max) + 1
-    if lo <= lowest and highest < end:  # NaN fails both comparisons
-        return None
+        if a.dtype.kind == "f":
+            return _float_overflow(a, dtype, lowest, highest)
+        return _inexact_ints(a, dtype, lowest, highest)
+    # Half-open [lo, end): both bounds are 0 or powers of two, exact in any float.
+    lo, end = (
+        (0, 2) if dtype.kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max) + 1)
+    )
+    in_range = lo <= lowest and highest < end  # NaN fails both comparisons
+    if a.dtype.kind != "f":
+        return None if in_range else ~((a >= lo) & (a < end))
+    # float16/32 widen exactly, so the bounds compare as float64 (as float16, 2**63 is inf).
+    wide = a.astype(np.float64) if a.dtype.itemsize < 8 else a
+    fraction: NDArray[np.bool_] = wide != np.trunc(wide)  # NaN != NaN: flagged too
+    if in_range:
+        return fraction
     with np.errstate(invalid="ignore"):
-        bad = ~((a >= lo) & (a < end))
+        out: NDArray[np.bool_] = fraction | ~((wide >= lo) & (wide < end))
+    return out
+
+
+def _float_overflow(
+    a: NDArray[Any], dtype: np.dtype[Any], lowest: float, highest: float
+) -> NDArray[np.bool_] | None:
+    """Finite floats that become infinities in the narrower float ``dtype``."""
+    top = float(np.finfo(dtype).max)
+    if -top <= lowest and highest <= top:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad: NDArray[np.bool_] = np.isinf(a.astype(dtype)) & np.isfinite(a)
+    return bad
+
+
+def _inexact_ints(
+    a: NDArray[Any], dtype: np.dtype[Any], lowest: int, highest: int
+) -> NDArray[np.bool_] | None:
+    """Integers that the float ``dtype`` rounds (past ``2**(nmant + 1)``) or overflows."""
+    exact = 2 ** (np.finfo(dtype).nmant + 1)
+    if -exact <= lowest and highest <= exact:
+        return None
+    with np.errstate(over="ignore"):
+        f = a.astype(dtype).astype(np.float64)  # float16/32 widen exactly
+    info = np.iinfo(a.dtype)
+    # Back to integers where the float lies in the source's range; a value rounded
+    # up past the top (2**63 from int64) or to inf has changed in any case.
+    ok = (f >= float(info.min)) & (f < float(int(info.max) + 1))
+    bad: NDArray[np.bool_] = ~ok | (np.where(ok, f, 0).astype(a.dtype) != a)
     return bad
 
 
 def _misfit_error(row: int, value: Any, dtype: np.dtype[Any]) -> errors.DataError:
     v = value.item() if isinstance(value, np.generic) else value
     return errors.DataError(
-        f"row {row} holds {v!r}, which does not fit dtype {dtype}; pass a dtype that holds "
-        "it, or dtype=None to keep the rows' own"
+        f"row {row} holds {v!r}, which does not fit dtype {dtype}{_becomes(v, dtype)}; pass a "
+        "dtype that holds it, or dtype=None to keep the rows' own"
     )
+
+
+def _becomes(v: Any, dtype: np.dtype[Any]) -> str:
+    """`` (it would become X)`` for a value inside ``dtype``'s range that the cast changes."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:  # v != v: NaN
+        return ""
+    if dtype.kind == "f":
+        inside = abs(v) <= float(np.finfo(dtype).max)
+    else:
+        lo, end = (0, 2) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max + 1)
+        inside = lo <= v < end
+    if not inside:
+        return ""
+    return f" (it would become {np.asarray(v).astype(dtype).item()!r})"
 
 
 def _check_rows(rows: list[NDArray[Any]], dtype: np.dtype[Any], keep: int | None) -> None:
     """Separate row arrays fit ``dtype`` (their first ``keep`` items, when truncating).
 
-    Rows of a dtype that casts safely are not looked at. The others are
+    Rows of a dtype that casts losslessly are not looked at. The others are
     checked together: one concatenation and two reductions cost far less
     than two reductions per row.
     """
     dtypes = {r.dtype for r in rows}
     for d in dtypes:
-        if np.can_cast(d, dtype, "safe"):
+        if _lossless(d, dtype):
             continue
         one = len(dtypes) == 1  # the usual case: no per-row selection
         idx = range(len(rows)) if one else [i for i, r in enumerate(rows) if r.dtype == d]
@@ -160,15 +229,25 @@ def _check_flat(
 ) -> None:
     """Flat rows (``offsets[0] == 0``) fit ``dtype``; items past ``keep`` in a row are dropped."""
     bad = _misfits(values, dtype)
-    if bad is None:
-        return
+    if bad is not None:
+        _raise_first(bad, offsets, keep, values.__getitem__, dtype)
+
+
+def _raise_first(
+    bad: NDArray[np.bool_],
+    offsets: NDArray[np.int64],
+    keep: int | None,
+    item: Callable[[int], Any],
+    dtype: np.dtype[Any],
+) -> None:
+    """Raise for the first flat position in ``bad`` that truncation to ``keep`` keeps."""
     pos = np.flatnonzero(bad)
     rows = np.searchsorted(offsets, pos, side="right") - 1
     if keep is not None:
         kept = pos - offsets[rows] < keep
         pos, rows = pos[kept], rows[kept]
     if pos.size:
-        raise _misfit_error(int(rows[0]), values[int(pos[0])], dtype)
+        raise _misfit_error(int(rows[0]), item(int(pos[0])), dtype)
 
 
 def _fill_rows(
@@ -261,32 +340,106 @@ def _lists_to_array(
     dtype: np.dtype[Any],
     keep: int | None,
 ) -> tuple[NDArray[Any], NDArray[np.int64]]:
-    """Flat items converted to the 64-bit type of ``dtype``'s kind; the caller narrows.
+    """Flat items as the 64-bit type of ``dtype``'s kind, every value kept; the caller narrows.
 
     Converting straight to a narrow dtype would wrap NumPy integer scalars
-    (``list(array)`` rows, arrays mixed with lists) silently. The 64-bit
-    conversion costs the same; values too large for it raise, and the
-    narrowing cast after it is checked like any array's.
+    (``list(array)`` rows, arrays mixed with lists) silently, and NumPy
+    truncates floats into an integer dtype. For integer and bool dtypes,
+    ``array("q")`` takes integers only (a float raises instead of being
+    truncated) and converts as fast as NumPy; anything else goes through
+    NumPy and is compared with its float64 reading. Integers that a float
+    dtype would round are looked for only past ``2**(nmant + 1)``.
     """
     wide = dtype
-    if dtype.kind in "iuf" and dtype.itemsize < 8:
-        wide = np.dtype({"i": np.int64, "u": np.uint64, "f": np.float64}[dtype.kind])
+    if dtype.kind in "iub":
+        wide = np.dtype(np.uint64 if dtype.kind == "u" else np.int64)
+        try:
+            return np.frombuffer(array("Q" if dtype.kind == "u" else "q", flat), wide), offsets
+        except (TypeError, OverflowError):
+            pass  # floats, NumPy bools, strings or values past 64 bits: the checked way below
+    elif dtype.kind == "f" and dtype.itemsize < 8:
+        wide = np.dtype(np.float64)
+    values, offsets, flat = _convert(rows, flat, offsets, wide, dtype, keep)
+    if wide.kind in "iu":
+        with np.errstate(over="ignore", invalid="ignore"):
+            read = np.asarray(flat, dtype=np.float64)
+        # Integers round alike on both sides; a truncated fraction or a wrapped value differs.
+        _raise_first(values.astype(np.float64) != read, offsets, keep, flat.__getitem__, dtype)
+    elif dtype.kind == "f" and values.size:
+        _check_int_items(flat, values, offsets, dtype, keep)
+    return values, offsets
+
+
+def _convert(
+    rows: list[Any],
+    flat: list[Any],
+    offsets: NDArray[np.int64],
+    wide: np.dtype[Any],
+    dtype: np.dtype[Any],
+    keep: int | None,
+) -> tuple[NDArray[Any], NDArray[np.int64], list[Any]]:
+    """``flat`` as ``wide``; an item it cannot hold raises, unless truncation drops it.
+
+    Returns the array, its offsets and the items it holds (the kept ones
+    alone when only dropped items failed).
+    """
     try:
         with np.errstate(over="raise", invalid="raise"):
-            return np.asarray(flat, dtype=wide), offsets
+            return np.asarray(flat, dtype=wide), offsets, flat
     except (OverflowError, ValueError, TypeError, FloatingPointError) as exc:
         # The slow path: find the item (among those truncation keeps).
         for i, r in enumerate(rows):
             for v in r if keep is None else r[:keep]:
-                try:
-                    with np.errstate(over="raise", invalid="raise"):
-                        np.asarray(v, dtype=wide)
-                except (OverflowError, ValueError, TypeError, FloatingPointError):
+                if not _item_fits(v, wide):
                     raise _misfit_error(i, v, dtype) from exc
         if keep is None:
             raise
         # Only items that truncation drops failed: convert the kept ones alone.
-        kept = [r[:keep] for r in rows]
+        kept = list(chain.from_iterable(r[:keep] for r in rows))
         short = np.zeros_like(offsets)
-        np.cumsum([len(r) for r in kept], out=short[1:])
-        return np.asarray(list(chain.from_iterable(kept)), dtype=wide), short
+        np.cumsum([min(len(r), keep) for r in rows], out=short[1:])
+        return np.asarray(kept, dtype=wide), short, kept
+
+
+def _item_fits(v: Any, wide: np.dtype[Any]) -> bool:
+    """``v`` converts to ``wide`` unchanged (NumPy wraps a NumPy integer that overflows)."""
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            x = np.asarray(v, dtype=wide)
+    except (OverflowError, ValueError, TypeError, FloatingPointError):
+        return False
+    if not isinstance(v, (int, float, np.number)):
+        return True  # e.g. the string "7": NumPy parses it
+    got = x.item()
+    return bool(got == v) or (got != got and v != v)  # NaN stays NaN
+
+
+def _check_int_items(
+    flat: list[Any],
+    values: NDArray[Any],
+    offsets: NDArray[np.int64],
+    dtype: np.dtype[Any],
+    keep: int | None,
+) -> None:
+    """Integer items that the float ``dtype`` cannot hold exactly raise.
+
+    ``values`` is ``flat`` as floats; only items past ``2**(nmant + 1)`` in
+    magnitude can have been rounded, and only those are looked at one by one.
+    """
+    # Strictly inside: an integer rounded to exactly 2**(nmant + 1) may have been one more.
+    exact = 2.0 ** (np.finfo(dtype).nmant + 1)
+    if -exact < values.min() and values.max() < exact:
+        return
+    with np.errstate(invalid="ignore"):
+        large = np.flatnonzero(~(np.abs(values) < exact))  # NaN too: looked at, never an int
+
+    def rounded(v: Any) -> bool:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            return False
+        with np.errstate(over="ignore"):
+            f = dtype.type(v)
+        return not np.isfinite(f) or int(f) != int(v)
+
+    bad = np.zeros(values.size, dtype=np.bool_)
+    bad[large] = [rounded(flat[j]) for j in large.tolist()]
+    _raise_first(bad, offsets, keep, flat.__getitem__, dtype)

@@ -12,12 +12,12 @@ Nothing coordinates the processes: every plan is a pure function of
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import jax
 import numpy as np
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.pipeline import Batch, Loader, Source
 
@@ -104,7 +104,7 @@ def numpy_loader(
     )
 
 
-class JaxLoader:
+class JaxLoader(Closing):
     """Global batches as ``jax.Array`` s laid out by ``sharding``; each process reads its rows.
 
     State (``state_dict``/``load_state_dict``) is the loader's: a small dict
@@ -145,14 +145,3 @@ class JaxLoader:
 
     def close(self) -> None:
         self.loader.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -32,13 +32,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 from multiprocessing.context import BaseContext
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from headrace._closing import Closing
 from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, StateError
@@ -300,7 +301,7 @@ _NOT_ALLOWED = (
 )
 
 
-class HeadraceDataLoader:
+class HeadraceDataLoader(Closing):
     """Tensors of a :class:`TorchDataset`, counting the consumer's steps; workers optional.
 
     ``state_dict()`` is the global step the consumer reached (not any
@@ -439,12 +440,6 @@ class HeadraceDataLoader:
         if self._workers is not None:
             self._workers.close()
             self._workers = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def state_dict(self) -> dict[str, Any]:
         """``{"step": next global step the consumer has not received, seed, ...}``."""

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.formats._file_list import FileList, LocalRead, list_files
 from headrace.formats._file_plan import FilePlan, Shuffle
@@ -84,7 +85,7 @@ class FileSourceConfig:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
 
 
-class FileSource:
+class FileSource(Closing):
     """Samples of a dataset of files, by global sample number (a :class:`Source`).
 
     ``files``: a local directory (every file with the format's extension,
@@ -301,9 +302,3 @@ class FileSource:
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         self._open(files, config, store_options, state["listing"])
-
-    def __enter__(self) -> FileSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -21,9 +21,10 @@ def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None
     except (OverflowError, ValueError) as exc:
         raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
     got = cast.item()
-    if dtype.kind in "fc" and not isinstance(pad_value, bool):
-        # A float dtype rounds (0.1 in float32 is fine) and NaN != NaN; what
-        # does not fit is a finite value that overflows to inf.
+    if dtype.kind in "fc" and isinstance(pad_value, (float, np.floating)):
+        # A float dtype rounds a float (0.1 in float32 is fine) and NaN != NaN;
+        # what does not fit is a finite value that overflows to inf. An int
+        # must come through exactly (2**24 + 1 in float32 does not).
         fits = bool(np.isfinite(got)) or not bool(np.isfinite(pad_value))
         fits = fits and bool(np.isnan(got)) == bool(np.isnan(pad_value))
     else:

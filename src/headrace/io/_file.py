@@ -6,12 +6,12 @@ import errno
 import mmap
 import os
 import threading
-from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import (
     ConfigError,
     ObjectNotFoundError,
@@ -51,7 +51,7 @@ def eof_error(path: str, offset: int, want: int, done: int, size: int) -> ReadEO
     )
 
 
-class LocalFile:
+class LocalFile(Closing):
     """A file opened once for the lifetime of a reader cache.
 
     ``pread_into`` completes short reads and raises :class:`ReadEOFError`
@@ -176,17 +176,6 @@ class LocalFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"LocalFile({self.path!r}, size={self.size})"

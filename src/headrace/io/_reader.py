@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError, ReadEOFError, StorageError
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
@@ -119,7 +119,7 @@ def _pool_for(depth: int) -> tuple[int, Executor | None]:
     return min(depth, deep_io_threads() + 1), deep_io_pool()
 
 
-class RangeReader:
+class RangeReader(Closing):
     """Reads byte ranges of local files with one strategy; results in caller order.
 
     Keeps one :class:`LocalFile` per path open until :meth:`close` (mapped and
@@ -185,17 +185,6 @@ class RangeReader:
             files, self._files = list(self._files.values()), {}
         for f in files:
             f.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"RangeReader({self.config.strategy!r}, files={len(self._files)})"

@@ -16,12 +16,12 @@ import queue
 import threading
 import warnings
 from collections.abc import Iterator
-from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline._locks import source_lock
 from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
@@ -70,7 +70,7 @@ _END = object()
 _STALE = object()  # put after a producer is stopped: its consumer must not wait on
 
 
-class Loader:
+class Loader(Closing):
     """Iterate this host's slice of each global batch, from ``state.step`` on.
 
     ``batch_size`` is the *global* batch; host ``rank`` of ``world_size``
@@ -336,17 +336,6 @@ class Loader:
             else:
                 close()
         self.status = LoaderStatus.CLOSED
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _drain(q: queue.Queue[object]) -> None:
