@@ -37,12 +37,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles
@@ -249,7 +249,7 @@ class _Remote(NamedTuple):
     in_flight: int
 
 
-class Table:
+class Table(Closing):
     """Rows of a Parquet / Arrow dataset, read in bulk by index. Open with :meth:`open`.
 
     ``read_rows`` is safe to call from several threads. A ``Table`` pickles
@@ -635,17 +635,6 @@ class Table:
             p.close()
         if self._objects is not None:
             self._objects.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Table, self._spec)

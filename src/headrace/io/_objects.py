@@ -22,14 +22,14 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
 import obstore as obs
 from obstore.store import LocalStore, S3Store, from_url
 
+from headrace._closing import Closing
 from headrace.errors import (
     ConfigError,
     HeadraceError,
@@ -142,7 +142,7 @@ def _eof_with_size(exc: ReadEOFError, where: str, size: int | None, end: int) ->
     )
 
 
-class ObjectStore:
+class ObjectStore(Closing):
     """Reads objects under one URL: ``s3://bucket/prefix``, ``gs://``, ``az://``,
     ``http(s)://``, ``file:///dir`` or a plain local directory.
 
@@ -244,17 +244,6 @@ class ObjectStore:
             loop, self._loop = self._loop, None
         if loop is not None:
             loop.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
