@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
-from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, as_row_file
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
 from headrace.formats._row_window import row_windows
 from headrace.formats._rows import check_mask_values, check_pad_id
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 __all__ = ["PairRows"]
 
@@ -38,18 +42,16 @@ PathLike = str | os.PathLike[str] | RowFile
 MemberSpec = PathLike | tuple[PathLike, PathLike | None]
 
 
-def _open(f: PathLike) -> RowFile:
-    return f if isinstance(f, RowFile) else open_row_file(f)
-
-
 class _Member:
     __slots__ = ("mask", "name", "tokens")
 
-    def __init__(self, name: str, spec: MemberSpec) -> None:
+    def __init__(
+        self, name: str, spec: MemberSpec, store_options: Mapping[str, Any] | None
+    ) -> None:
         tok, mask = spec if isinstance(spec, tuple) else (spec, None)
         self.name = name
-        self.tokens = _open(tok)
-        self.mask = None if mask is None else _open(mask)
+        self.tokens = as_row_file(tok, store_options)
+        self.mask = None if mask is None else as_row_file(mask, store_options)
         t, m = self.tokens, self.mask
         if not np.issubdtype(t.dtype, np.integer):
             raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
@@ -82,10 +84,12 @@ class PairRows:
         window_rows: int | None = None,
         max_retries: int = 8,
         reader: ReaderSpec = "adaptive",
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
-        self.members = [_Member(name, spec) for name, spec in members.items()]
+        self.members = [_Member(name, spec, store_options) for name, spec in members.items()]
         first = self.members[0].tokens
         for mb in self.members[1:]:
             if mb.tokens.rows != first.rows:
@@ -103,7 +107,7 @@ class PairRows:
                 check_pad_id(pad_id, mb.tokens)
         self.pad_id = pad_id
         self.max_retries = max_retries
-        self._io = RowReader(reader)
+        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
         files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
         self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
 
@@ -129,6 +133,11 @@ class PairRows:
 
     def __len__(self) -> int:
         return self.members[0].tokens.rows
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
+        return self._io.object_stats
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)

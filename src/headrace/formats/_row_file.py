@@ -1,33 +1,57 @@
-"""Fixed-width row matrices on disk: ``.npy`` files, or raw ``.bin`` with a JSON sidecar.
+"""Fixed-width row matrices: ``.npy`` files, or raw ``.bin`` with a JSON sidecar.
 
 Opening reads the header (or the sidecar) and the file size, never the rows:
 a 300 GB matrix opens as fast as a 3 KB one. A raw file ``PATH`` is described
 by ``PATH.json``, e.g. ``{"dtype": "uint16", "width": 1025}``; its row count
 is the file size over the row size, which must divide it exactly.
+
+Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``file://``): the header and sidecar are read by ranged GETs, and
+:class:`RowReader` reads rows as ranged GETs (consecutive rows as one range,
+cut into ``PIECE`` pieces), all in flight at once up to ``in_flight`` per
+source, each checked against the size and ETag seen at open.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import struct
 import threading
-from concurrent.futures import wait
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError
+from headrace.formats._file_list import is_object_url
 from headrace.formats._npy import _parse_npy_header
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles, RemoteFile
 from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 _READER_LOCK = threading.Lock()  # RowReader's lazy reader, made once
 
-__all__ = ["ReaderSpec", "RowFile", "RowReader", "open_row_file", "write_row_file"]
+__all__ = [
+    "PIECE",
+    "ReaderSpec",
+    "RowFile",
+    "RowReader",
+    "as_row_file",
+    "open_row_file",
+    "write_row_file",
+]
 
 _NPY_MAGIC = b"\x93NUMPY"
+# One ranged GET reads at most this much: a window is many GETs in flight.
+PIECE = 8 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +67,7 @@ class RowFile:
     width: int
     offset: int
     format: str  # "npy" | "raw"
+    etag: str | None = None  # an object's entity tag when opened (object URLs)
 
     @property
     def stride(self) -> int:
@@ -63,13 +88,21 @@ def _sidecar(path: str) -> str:
     return path + ".json"
 
 
-def _read_head(f: LocalFile, n: int) -> memoryview:
-    buf = np.empty(min(n, f.size), dtype=np.uint8)
-    f.pread_into(buf, 0)
-    return memoryview(buf.tobytes())
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """A file being opened, local or remote: its name, size, first bytes and sidecar."""
+
+    path: str
+    size: int
+    head: Callable[[int], bytes]  # the first n bytes (fewer at the end of the file)
+    sidecar: Callable[[], bytes | None]  # PATH.json's bytes, None when there is none
 
 
-def _open_npy(f: LocalFile) -> RowFile:
+def _read_head(f: _Opened, n: int) -> memoryview:
+    return memoryview(f.head(min(n, f.size)))
+
+
+def _open_npy(f: _Opened) -> RowFile:
     head = _read_head(f, 12)
     if bytes(head[:6]) != _NPY_MAGIC:
         raise FormatError(f"{f.path}: not an NPY file: starts with {bytes(head[:6])!r}")
@@ -103,13 +136,13 @@ def _open_npy(f: LocalFile) -> RowFile:
     return RowFile(path=f.path, dtype=dtype, rows=rows, width=width, offset=offset, format="npy")
 
 
-def _open_raw(f: LocalFile, dtype: DTypeLike | None, width: int | None) -> RowFile:
+def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
     side = _sidecar(f.path)
     meta: dict[str, Any] = {}
-    if os.path.exists(side):
+    text = f.sidecar()
+    if text is not None:
         try:
-            with open(side, encoding="utf-8") as fh:
-                meta = json.load(fh)
+            meta = json.loads(text)
             if not isinstance(meta, dict):
                 raise TypeError(f"found a {type(meta).__name__}")
         except (OSError, ValueError, TypeError) as exc:
@@ -165,27 +198,87 @@ def _width_or_raise(value: Any, side: str) -> None:
         raise FormatError(f"{side}: width must be a positive integer (got {value!r})")
 
 
+def _local_sidecar(path: str) -> bytes | None:
+    side = _sidecar(path)
+    if not os.path.exists(side):
+        return None
+    try:
+        with open(side, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise FormatError(f"{side}: unreadable row sidecar: {exc}") from exc
+
+
+def _local_head(f: LocalFile) -> Callable[[int], bytes]:
+    def head(n: int) -> bytes:
+        buf = np.empty(n, dtype=np.uint8)
+        f.pread_into(buf, 0)
+        return buf.tobytes()
+
+    return head
+
+
 def open_row_file(
-    path: str | os.PathLike[str], *, dtype: DTypeLike | None = None, width: int | None = None
+    path: str | os.PathLike[str],
+    *,
+    dtype: DTypeLike | None = None,
+    width: int | None = None,
+    store_options: Mapping[str, Any] | None = None,
 ) -> RowFile:
     """Describe a row matrix after checking its header; reads no rows.
 
     ``.npy`` files describe themselves; anything else is raw, with ``dtype``
-    and ``width`` from the arguments or the ``PATH.json`` sidecar.
+    and ``width`` from the arguments or the ``PATH.json`` sidecar. An object
+    URL is opened with ``store_options`` (see :class:`~headrace.io.ObjectStore`).
     """
     p = os.fspath(path)
-    with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path
-        if p.endswith(".npy"):
-            if dtype is not None or width is not None:
-                raise ConfigError(f"{p}: an .npy file carries its own dtype and width")
-            rf = _open_npy(f)
-        else:
-            rf = _open_raw(f, dtype, width)
+    if is_object_url(p):
+        files = ObjectFiles(store_options or {}, name="headrace-rows")
+        try:
+            info = files.info(p)  # ObjectNotFoundError / PermissionDeniedError name the URL
+            remote = files.open(p, info.size, info.etag)
+
+            def head(n: int) -> bytes:
+                buf = np.empty(n, dtype=np.uint8)
+                if n:
+                    remote.read_into(buf, 0).result()
+                return buf.tobytes()
+
+            rf = _open_any(
+                _Opened(p, info.size, head, lambda: files.read(_sidecar(p))), dtype, width
+            )
+            rf = dataclasses.replace(rf, etag=info.etag)
+        finally:
+            files.close()
+    else:
+        if store_options:
+            raise ConfigError(
+                f"{p}: store_options apply to object-store URLs only, not local files."
+            )
+        with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path
+            rf = _open_any(
+                _Opened(p, f.size, _local_head(f), lambda: _local_sidecar(p)), dtype, width
+            )
     if rf.rows == 0:
         raise DataError(f"{p}: empty: the matrix has no rows")
     if rf.width == 0:
         raise DataError(f"{p}: empty: rows have no columns (shape ({rf.rows}, 0))")
     return rf
+
+
+def _open_any(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
+    if f.path.endswith(".npy"):
+        if dtype is not None or width is not None:
+            raise ConfigError(f"{f.path}: an .npy file carries its own dtype and width")
+        return _open_npy(f)
+    return _open_raw(f, dtype, width)
+
+
+def as_row_file(
+    f: str | os.PathLike[str] | RowFile, store_options: Mapping[str, Any] | None = None
+) -> RowFile:
+    """``f`` itself if already opened, else :func:`open_row_file` of it."""
+    return f if isinstance(f, RowFile) else open_row_file(f, store_options=store_options)
 
 
 def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
@@ -214,13 +307,27 @@ class RowReader:
     Every file of a source shares the reader (its open files and adaptive
     state) and the process-wide I/O pool. A reader passed in is borrowed
     and never closed here; one made from a config or strategy name is owned.
-    Pickled copies (worker processes) open their own.
+    Files at object URLs are read by ranged GETs instead (``store_options``,
+    at most ``in_flight`` at once). Pickled copies (worker processes) open
+    their own.
     """
 
-    def __init__(self, spec: ReaderSpec = "adaptive") -> None:
+    def __init__(
+        self,
+        spec: ReaderSpec = "adaptive",
+        *,
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
+    ) -> None:
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r})")
         self._given = spec if isinstance(spec, RangeReader) else None
         self._config = spec.config if isinstance(spec, RangeReader) else spec
         self._reader: RangeReader | None = self._given
+        self._store_options = dict(store_options or {})
+        self._in_flight = in_flight
+        self._objects: ObjectFiles | None = None
+        self._remote: dict[str, RemoteFile] = {}
 
     @property
     def reader(self) -> RangeReader:
@@ -251,8 +358,65 @@ class RowReader:
         if out is None:
             out = np.empty((n, cols), dtype=f.dtype)
         raw = out.view(np.uint8).reshape(n, cols * isz)
-        self.reader.read_rows(f.path, rows, cols * isz, base=f.offset, stride=f.stride, out=raw)
+        if not is_object_url(f.path):
+            self.reader.read_rows(f.path, rows, cols * isz, base=f.offset, stride=f.stride, out=raw)
+            return out
+        if n == 0:
+            return out
+        # Runs of consecutive rows (whole rows only) are one range each.
+        r = np.asarray(rows, dtype=np.int64)
+        whole = cols * isz == f.stride
+        cut = np.flatnonzero(np.diff(r) != 1) + 1 if whole and n > 1 else np.arange(1, n)
+        ranges, bufs = [], []
+        for a, b in itertools.pairwise([0, *cut.tolist(), n]):
+            ranges.append(
+                (f.offset + int(r[a]) * f.stride, (b - a) * f.stride if whole else cols * isz)
+            )
+            bufs.append(raw[a:b].reshape(-1))
+        self.read_into(f, ranges, bufs)
         return out
+
+    def read_into(
+        self, f: RowFile, ranges: Sequence[tuple[int, int]], bufs: Sequence[NDArray[np.uint8]]
+    ) -> None:
+        """Fill each buffer with the bytes of its ``(offset, length)`` range of ``f``.
+
+        Local files go through the :class:`RangeReader`'s strategy; object URLs
+        as ranged GETs of at most ``PIECE`` bytes, all started before any is
+        waited on, all finished before the first error is raised.
+        """
+        if not is_object_url(f.path):
+            self.reader.read_into(f.path, list(ranges), list(bufs))
+            return
+        remote = self._remote_file(f)
+        futures: list[Future[None]] = []
+        for (offset, length), buf in zip(ranges, bufs, strict=True):
+            futures.extend(
+                remote.read_into(buf[a : a + PIECE], offset + a) for a in range(0, length, PIECE)
+            )
+        wait(futures)
+        for fut in futures:
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
+
+    def _remote_file(self, f: RowFile) -> RemoteFile:
+        remote = self._remote.get(f.path)
+        if remote is None:
+            with _READER_LOCK:
+                if self._objects is None:
+                    self._objects = ObjectFiles(
+                        self._store_options, self._in_flight, name="headrace-rows"
+                    )
+                remote = self._remote[f.path] = self._objects.open(
+                    f.path, f.offset + f.rows * f.stride, f.etag
+                )
+        return remote
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of the files at object URLs (``None`` before any)."""
+        return None if self._objects is None else self._objects.stats()
 
     def read_many(
         self, jobs: list[tuple[RowFile, NDArray[np.int64], int | None, NDArray[Any] | None]]
@@ -290,11 +454,18 @@ class RowReader:
         if self._reader is not None and self._given is None:
             self._reader.close()
         self._reader = self._given
+        if self._objects is not None:
+            self._objects.close()  # reopened on the next read
+        self._remote = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self._config}
+        return {
+            "config": self._config,
+            "store_options": self._store_options,
+            "in_flight": self._in_flight,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._given = None
-        self._config = state["config"]
-        self._reader = None
+        self.__init__(  # type: ignore[misc]
+            state["config"], store_options=state["store_options"], in_flight=state["in_flight"]
+        )

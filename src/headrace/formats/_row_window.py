@@ -213,12 +213,10 @@ class RowWindowReader:
         memory = spare or {f: np.empty(most * f.stride, np.uint8) for f in self.files}
         window = self._held[w] = _Window(memory, count, ahead)
         # One range per file, read with the engine's strategy (split into spans of
-        # at most max_span, read in parallel, for positional reads) and copied once.
-        reader = self.io.reader
+        # at most max_span, read in parallel, for positional reads) and copied once;
+        # at an object URL, ranged GETs of at most PIECE bytes, all in flight at once.
         window.futures = [
-            io_pool().submit(
-                reader.read_into, f.path, [(f.offset + first * f.stride, a.nbytes)], [a]
-            )
+            io_pool().submit(self.io.read_into, f, [(f.offset + first * f.stride, a.nbytes)], [a])
             for f, a in window.arrays.items()
         ]
         self.windows_read += 1

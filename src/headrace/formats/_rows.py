@@ -24,23 +24,24 @@ the same round in one coalesced read, up to ``max_retries`` times; after that
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
-from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, open_row_file
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, as_row_file
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
 from headrace.formats._row_window import row_windows
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 __all__ = ["PaddedRows"]
 
 PadSide = Literal["right", "left"]
-
-
-def _as_row_file(f: str | os.PathLike[str] | RowFile) -> RowFile:
-    return f if isinstance(f, RowFile) else open_row_file(f)
 
 
 def _fits(value: int, dtype: np.dtype[Any]) -> bool:
@@ -105,9 +106,11 @@ class PaddedRows:
         window_rows: int | None = None,
         max_retries: int = 8,
         reader: ReaderSpec = "adaptive",
+        store_options: Mapping[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
-        self.tokens = _as_row_file(tokens)
-        self.mask = None if mask is None else _as_row_file(mask)
+        self.tokens = as_row_file(tokens, store_options)
+        self.mask = None if mask is None else as_row_file(mask, store_options)
         t = self.tokens
         if not np.issubdtype(t.dtype, np.integer):
             raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
@@ -149,7 +152,7 @@ class PaddedRows:
         self.pad_id = pad_id
         self.ignore_index = ignore_index
         self.max_retries = max_retries
-        self._io = RowReader(reader)
+        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
         files = [t] if self.mask is None else [t, self.mask]
         self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
 
@@ -175,6 +178,11 @@ class PaddedRows:
 
     def __len__(self) -> int:
         return self.tokens.rows
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
+        return self._io.object_stats
 
     def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row each sample reads, before any empty-row replacement."""

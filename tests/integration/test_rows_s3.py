@@ -1,0 +1,192 @@
+"""Padded rows and contrastive pairs on a real S3 endpoint (moto on 127.0.0.1).
+
+The row files are written locally and uploaded; the S3 copies must give the
+local files' batches, bit for bit (empty-row replacement included), on any
+number of hosts, after a resume and in a pickled (worker) copy.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    StorageError,
+)
+from headrace.formats import PaddedRows, PairRows, write_row_file
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+pytestmark = pytest.mark.integration
+
+URL = f"s3://{BUCKET}/rows"
+ROWS, WIDTH = 2400, 65
+KW: dict[str, Any] = {"context": 64, "pad_id": 0}
+FILES = ["tok.npy", "mask.bin", "mask.bin.json", "pos.npy", "dense.npy"]
+
+
+def _put(s3: S3Fixture, key: str, body: bytes) -> None:
+    s3.server.info.boto3_client().put_object(Bucket=BUCKET, Key=f"rows/{key}", Body=body)
+
+
+@pytest.fixture(scope="module")
+def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Token rows (some all padding), a raw mask with its sidecar, and pair rows."""
+    root = tmp_path_factory.mktemp("rows")
+    rng = np.random.default_rng(7)
+    tok = rng.integers(1, 30_000, (ROWS, WIDTH)).astype(np.uint16)
+    lengths = rng.integers(0, WIDTH, ROWS)
+    lengths[::97] = 0  # empty rows: replaced, the same way on S3
+    tok[np.arange(WIDTH)[None, :] >= lengths[:, None]] = 0
+    write_row_file(root / "tok.npy", tok)
+    write_row_file(root / "mask.bin", (tok != 0).astype(np.uint8))
+    write_row_file(root / "pos.npy", rng.integers(1, 30_000, (ROWS, 17)).astype(np.int32))
+    write_row_file(root / "dense.npy", rng.integers(1, 30_000, (ROWS, WIDTH)).astype(np.uint16))
+    for name in FILES:
+        _put(s3, name, (root / name).read_bytes())
+    return root
+
+
+def options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, Any]:
+    opts = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        opts["endpoint"] = endpoint
+    return opts
+
+
+def padded(where: str | Path, store: dict[str, Any] | None = None, **kw: Any) -> PaddedRows:
+    base = f"{where}/"
+    return PaddedRows(base + "tok.npy", base + "mask.bin", store_options=store, **{**KW, **kw})
+
+
+@pytest.mark.parametrize(
+    ("shuffle", "window_rows", "steps"),
+    [("window", 600, ROWS * 5 // 4 // 32), ("full", None, 12)],  # full: a GET per row and file
+)
+def test_s3_gives_the_local_batches_on_1_and_2_hosts(
+    s3: S3Fixture, root: Path, shuffle: str, window_rows: int | None, steps: int
+) -> None:
+    kw = {"shuffle": shuffle, "window_rows": window_rows}
+    for world in (1, 2):
+        for r in range(world):
+            run = {"batch_size": 32, "seed": 3, "steps": steps, "rank": r, "world_size": world}
+            want = batch_digest(Loader(padded(root, **kw), **run))
+            assert batch_digest(Loader(padded(URL, options(s3), **kw), **run)) == want, world
+    local, remote = padded(root, **kw), padded(URL, options(s3), **kw)
+    assert remote.fingerprint() == local.fingerprint()  # a local state resumes on S3
+    assert remote.tokens.etag and remote.mask is not None and remote.mask.format == "raw"
+    remote.close()
+
+
+def test_pairs_on_s3_give_the_local_batches(s3: S3Fixture, root: Path) -> None:
+    def pairs(base: str, store: dict[str, Any] | None) -> PairRows:
+        members = {"anchor": (f"{base}/tok.npy", f"{base}/mask.bin"), "positive": f"{base}/pos.npy"}
+        return PairRows(members, store_options=store, shuffle="window", window_rows=800)
+
+    want = batch_digest(Loader(pairs(str(root), None), batch_size=16, seed=1, steps=200))
+    src = pairs(URL, options(s3))
+    assert batch_digest(Loader(src, batch_size=16, seed=1, steps=200)) == want
+    stats = src.object_stats
+    assert stats is not None and stats.requests >= 3
+
+
+def test_resume_mid_run_on_s3(s3: S3Fixture, root: Path) -> None:
+    def make() -> Loader:
+        src = padded(URL, options(s3), shuffle="window", window_rows=600)
+        return Loader(src, batch_size=32, seed=4, steps=90, chunk_steps=4)
+
+    assert_resume_exact(make, steps=90, resume_at=[1, 19, 75])
+
+
+def test_window_reads_are_whole_ranges_and_a_copy_reads_alike(s3: S3Fixture, root: Path) -> None:
+    win = {"shuffle": "window", "window_rows": 600}
+    local = PaddedRows(root / "dense.npy", **KW, **win)
+    want = batch_digest(Loader(local, batch_size=32, seed=2, steps=ROWS // 32))  # one epoch
+    src = PaddedRows(f"{URL}/dense.npy", **KW, **win, store_options=options(s3), in_flight=8)
+    assert batch_digest(Loader(src, batch_size=32, seed=2, steps=ROWS // 32)) == want
+    stats = src.object_stats
+    assert stats is not None
+    assert stats.requests == 4  # 4 windows, one GET each (no row is empty: no row reads)
+    assert stats.bytes == ROWS * WIDTH * 2
+    copy = pickle.loads(pickle.dumps(src))  # a worker's copy: its own GETs, same rows
+    rows = np.arange(0, 64)
+    a, b = src.read(9, rows), copy.read(9, rows)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert copy.object_stats is not None and copy.object_stats.requests >= 1
+    src.close()
+    copy.close()
+
+
+# -- faults and bad objects ----------------------------------------------------------------
+
+
+def test_5xx_is_retried_and_the_digest_holds(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    want = batch_digest(Loader(padded(root, shuffle="full"), batch_size=32, steps=20))
+    proxy.set_faults(
+        [FaultRule(kind="status", status=503, match="GET /headrace-test/rows/", every=5)]
+    )
+    src = padded(URL, options(s3, proxy.endpoint), shuffle="full")
+    assert batch_digest(Loader(src, batch_size=32, steps=20)) == want
+    assert proxy.stats.faults >= 3
+    assert src.object_stats is not None and src.object_stats.retries >= 3
+
+
+def test_permanent_errors_name_the_object(s3: S3Fixture, root: Path, proxy: LatencyProxy) -> None:
+    src = padded(URL, options(s3, proxy.endpoint), shuffle="full")
+    proxy.set_faults([FaultRule(kind="status", status=403, match="GET /headrace-test/rows/")])
+    with pytest.raises(PermissionDeniedError, match=rf"{URL}/(tok\.npy|mask\.bin), bytes \["):
+        src.read(0, np.arange(32))
+    proxy.set_faults([])
+    src.close()
+    with pytest.raises(ObjectNotFoundError, match=rf"{URL}/nope\.npy"):
+        PaddedRows(f"{URL}/nope.npy", context=64, store_options=options(s3))
+
+
+def test_an_object_replaced_while_open_is_refused(s3: S3Fixture, root: Path) -> None:
+    body = (root / "tok.npy").read_bytes()
+    _put(s3, "swap/tok.npy", body)
+    src = PaddedRows(f"{URL}/swap/tok.npy", context=64, store_options=options(s3), shuffle=False)
+    src.read(0, np.arange(4))
+    _put(s3, "swap/tok.npy", body[:128] + body[128:][::-1])  # same size, other rows
+    with pytest.raises(
+        StorageError, match=r"swap/tok\.npy, bytes \[\d+, \d+\): the object changed"
+    ):
+        src.read(0, np.arange(100, 132))
+    src.close()
+
+
+def test_bad_objects_get_clear_errors(s3: S3Fixture, root: Path) -> None:
+    body = (root / "tok.npy").read_bytes()
+    _put(s3, "bad/short.npy", body[: -WIDTH * 2])
+    with pytest.raises(FormatError, match=r"bad/short\.npy: truncated: header says 2400 x 65"):
+        PaddedRows(f"{URL}/bad/short.npy", context=64, store_options=options(s3))
+    _put(s3, "bad/not.npy", b"PK\x03\x04" + body[4:])
+    with pytest.raises(FormatError, match=r"bad/not\.npy: not an NPY file"):
+        PaddedRows(f"{URL}/bad/not.npy", context=64, store_options=options(s3))
+    _put(s3, "bad/raw.bin", (root / "mask.bin").read_bytes())
+    with pytest.raises(
+        ConfigError, match=r"bad/raw\.bin: a raw row file needs a dtype.*raw\.bin\.json"
+    ):
+        PaddedRows(f"{URL}/bad/raw.bin", context=64, store_options=options(s3))
+    _put(s3, "bad/raw.bin.json", b"{not json")
+    with pytest.raises(FormatError, match=r"bad/raw\.bin\.json: unreadable row sidecar"):
+        PaddedRows(f"{URL}/bad/raw.bin", context=64, store_options=options(s3))
+    _put(s3, "bad/odd.bin", (root / "mask.bin").read_bytes()[:-1])
+    _put(s3, "bad/odd.bin.json", (root / "mask.bin.json").read_bytes())
+    with pytest.raises(DataError, match=r"bad/odd\.bin: file size \d+ is not a multiple"):
+        PaddedRows(f"{URL}/bad/odd.bin", context=64, store_options=options(s3))
+    with pytest.raises(ConfigError, match=r"store_options apply to object-store URLs only"):
+        PaddedRows(root / "tok.npy", context=64, store_options=options(s3))
