@@ -28,7 +28,10 @@ from headrace.formats import PaddedRows, PairRows, write_row_file
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:.*a full shuffle of row files on object storage"),
+]
 
 URL = f"s3://{BUCKET}/rows"
 ROWS, WIDTH = 2400, 65
@@ -136,7 +139,9 @@ def test_5xx_is_retried_and_the_digest_holds(
 ) -> None:
     want = batch_digest(Loader(padded(root, shuffle="full"), batch_size=32, steps=20))
     proxy.set_faults(
-        [FaultRule(kind="status", status=503, match="GET /headrace-test/rows/", every=5)]
+        # At most 8 faults: with ~1,500 GETs, every 5th failing would sometimes fail
+        # one GET on all 4 attempts.
+        [FaultRule(kind="status", status=503, match="GET /headrace-test/rows/", every=5, limit=8)]
     )
     src = padded(URL, options(s3, proxy.endpoint), shuffle="full")
     assert batch_digest(Loader(src, batch_size=32, steps=20)) == want
@@ -190,3 +195,10 @@ def test_bad_objects_get_clear_errors(s3: S3Fixture, root: Path) -> None:
         PaddedRows(f"{URL}/bad/odd.bin", context=64, store_options=options(s3))
     with pytest.raises(ConfigError, match=r"store_options apply to object-store URLs only"):
         PaddedRows(root / "tok.npy", context=64, store_options=options(s3))
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root: Path) -> None:
+    with pytest.warns(UserWarning, match=r"tok\.npy: a full shuffle of row files .*'window'"):
+        padded(URL, options(s3)).close()  # the default shuffle is the full one
+    padded(URL, options(s3), shuffle="window").close()  # no warning

@@ -169,7 +169,7 @@ def test_5xx_is_retried_and_the_digest_holds(
 ) -> None:
     want = digest(lambda: TableSource(root, **KW))
     proxy.set_faults(
-        [FaultRule(kind="status", status=503, match="GET /headrace-test/tables/", every=3)]
+        [FaultRule(kind="status", status=503, match="GET /headrace-test/tables/", every=3, limit=6)]
     )
     src = s3_source(s3, endpoint=proxy.endpoint)
     assert digest(lambda: src) == want

@@ -26,6 +26,7 @@ need no scratch.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
@@ -35,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._file_list import is_object_url
 from headrace.formats._row_file import RowFile, RowReader
 from headrace.formats._row_plan import RowWindows, ShuffleMode, check_window_rows, parse_shuffle
 from headrace.io import io_pool
@@ -70,6 +72,14 @@ def row_windows(
 ) -> tuple[ShuffleMode, RowWindowReader | None]:
     """The shuffle mode, and the window reader of ``files`` under ``shuffle="window"``."""
     mode = parse_shuffle(shuffle) or "full"
+    remote = [f.path for f in files if is_object_url(f.path)]
+    if mode == "full" and remote:
+        warnings.warn(
+            f"{remote[0]}: a full shuffle of row files on object storage reads every row with "
+            "a GET of its own (one round trip per chunk of batches, each row a request); "
+            "shuffle='window' reads a window of rows per GET (docs/rows.md)",
+            stacklevel=3,
+        )
     if window_rows is None:
         if mode != "window":
             return mode, None
