@@ -90,6 +90,10 @@ class PaddedRows:
     epoch; ``"window"`` visits windows of ``window_rows`` consecutive rows
     (default: about 16 MiB of rows) in a permuted order, reading each whole,
     for slow storage; ``False`` reads rows in order. See docs/rows.md.
+
+    Files may be object URLs (``store_options`` go to
+    :class:`~headrace.io.ObjectStore`; at most ``in_flight`` ranged GETs at
+    once); use ``shuffle="window"`` there (the full shuffle warns).
     """
 
     def __init__(
