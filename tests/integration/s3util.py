@@ -67,6 +67,14 @@ def start_s3(tmp_root: Path) -> Iterator[S3Fixture]:
         yield S3Fixture(server=server, local_dir=local)
 
 
+def store_options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, object]:
+    """The endpoint's ObjectStore options with test retries (``endpoint``: e.g. a proxy's)."""
+    opts = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        opts["endpoint"] = endpoint
+    return opts
+
+
 def hash_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -59,13 +60,6 @@ def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in FILES:
         _put(s3, name, (root / name).read_bytes())
     return root
-
-
-def options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, Any]:
-    opts = {**s3.options(), "retry": FAST_RETRY}
-    if endpoint is not None:
-        opts["endpoint"] = endpoint
-    return opts
 
 
 def padded(where: str | Path, store: dict[str, Any] | None = None, **kw: Any) -> PaddedRows:

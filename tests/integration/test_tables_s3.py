@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -62,13 +63,6 @@ def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
         pq.write_table(_table(i), root / name, row_group_size=GROUP_ROWS)
         _put(s3, name, (root / name).read_bytes())
     return root
-
-
-def options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, Any]:
-    opts = {**s3.options(), "retry": FAST_RETRY}
-    if endpoint is not None:
-        opts["endpoint"] = endpoint
-    return opts
 
 
 def s3_source(s3: S3Fixture, url: str = URL, endpoint: str | None = None, **kw: Any) -> TableSource:

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -60,13 +61,6 @@ def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
         for key in keys:
             client.put_object(Bucket=BUCKET, Key=f"tokens/{key}", Body=(root / key).read_bytes())
     return root
-
-
-def options(s3: S3Fixture, endpoint: str | None = None) -> dict[str, Any]:
-    opts = {**s3.options(), "retry": FAST_RETRY}
-    if endpoint is not None:
-        opts["endpoint"] = endpoint
-    return opts
 
 
 def s3_source(s3: S3Fixture, key: str, endpoint: str | None = None, **kw: Any) -> TokenSource:

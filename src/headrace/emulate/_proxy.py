@@ -25,10 +25,10 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal, Self
 from urllib.parse import urlsplit
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
@@ -200,7 +200,7 @@ def _with_length(head: bytes, length: int) -> bytes:
     return b"\r\n".join(lines)
 
 
-class LatencyProxy:
+class LatencyProxy(Closing):
     """A per-request latency, bandwidth and fault proxy in front of ``upstream``.
 
     ``upstream`` is ``http://host:port``. ``latency_ms`` is paid once per request
@@ -271,16 +271,8 @@ class LatencyProxy:
         thread.join()
         self._thread = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Self:  # starts it, unlike Closing's
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def port(self) -> int:

@@ -19,9 +19,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from types import TracebackType
 from typing import IO, Any, Self
 
+from headrace._closing import Closing
 from headrace.emulate._lifeline import argv_for
 from headrace.emulate._proxy import LatencyProxy
 from headrace.errors import ConfigError, StorageError
@@ -75,7 +75,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class LocalS3:
+class LocalS3(Closing):
     """moto's S3 server on a free 127.0.0.1 port, for the life of a ``with`` block.
 
     ``endpoint`` is ``http://127.0.0.1:PORT``; credentials are ``testing`` /
@@ -160,16 +160,8 @@ class LocalS3:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Self:  # starts it, unlike Closing's
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def pid(self) -> int | None:
