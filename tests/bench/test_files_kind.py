@@ -189,11 +189,12 @@ def test_s3_source_outside_serve_is_refused(tmp_path: Path) -> None:
         kind.open("headrace", 1)
 
 
-def test_cli_storage_flags_only_for_files(
+def test_cli_storage_flags_only_for_files_and_tokens(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["bench", "--root", str(tmp_path), "--latency-ms", "5", "-q"]) == 2
-    assert "apply to files workloads" in capsys.readouterr().err
+    args = ["bench", "-w", "padded", "--root", str(tmp_path), "--latency-ms", "5", "-q"]
+    assert main(args) == 2
+    assert "apply to files and token workloads" in capsys.readouterr().err
     args = ["bench", "-w", "jpeg", "--root", str(tmp_path), "--storage", "local"]
     assert main([*args, "--endpoint", "http://x", "-q"]) == 2
     assert "need --storage s3" in capsys.readouterr().err

@@ -196,3 +196,32 @@ def test_au_runs_on_fresh_streams_not_on_idle_filled_queues(
         ("close", "headrace-async", 0),
     ]
     assert all(0 < r["au"] <= 1 for r in results)
+
+
+@pytest.mark.integration
+def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``headrace bench --storage s3`` on the default workload: moto for the run, the headrace
+    variants reading the uploaded token file, the local-only ones left out, same digests."""
+    out = tmp_path / "r.json"
+    common = ["--root", str(tmp_path), "--steps", "20", "--trials", "1", "--warmup", "2", "-q"]
+    local = tmp_path / "local.json"
+    tiny = ["--token-file-gib", "0.004"]  # 4 MiB: 1,000 samples of L=1024
+    assert main(["bench", *common, *tiny, "--no-isolate", "--json", str(local)]) == 0
+    args = ["bench", *common, *tiny, "--storage", "s3", "--latency-ms", "2", "--json", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "left out naive, memcpy (they read the local file)" in err
+    report = json.loads(out.read_text())
+    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    got = {r["variant"]: r for r in report["results"]}
+    assert sorted(got) == ["headrace-async", "headrace-sync"]
+    want = {r["variant"]: r["digest"] for r in json.loads(local.read_text())["results"]}
+    for name, r in got.items():
+        assert r["storage"] == "s3" and r["latency_ms"] == 2
+        assert r["digest"] == want[name] == want["naive"]  # the same plan, read from S3
+        assert r["baseline_variant"] == "headrace-sync"
+    with pytest.raises(ConfigError, match=r"variant 'naive' reads the local token file"):
+        wl = builtin_workloads()["tokens"].replace(reader={"storage": "s3"})
+        kind = make_kind(wl, str(tmp_path))
+        kind.open("naive", 1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._kind import Kind
-from headrace.bench._s3_serve import bench_s3, split_s3_url
+from headrace.bench._storage import Storage
 from headrace.errors import ConfigError
 from headrace.formats import (
     FilePlan,
@@ -39,8 +39,6 @@ from headrace.plan import host_slice, step_samples
 __all__ = ["FilesKind", "photo"]
 
 _EXT = {"npz": ".npz", "npy": ".npy", "jpeg": ".jpg", "png": ".png", "hdf5": ".h5", "raw": ".bin"}
-_STORAGES = ("local", "s3")
-_DEFAULT_BUCKET = "headrace-bench"
 
 
 def photo(seed: int, shape: tuple[int, int, int], noise: int) -> NDArray[np.uint8]:
@@ -90,19 +88,8 @@ class FilesKind(Kind):
         self.decode_threads = int(rd.get("decode_threads", 2))
         self.prefetch = int(rd.get("prefetch", 8))
         self.chunk_steps = int(rd.get("chunk_steps", 8))
-        self.storage_kind = str(rd.get("storage", "local"))
-        if self.storage_kind not in _STORAGES:
-            raise ConfigError(
-                f"workload {workload.name!r}: storage must be one of {_STORAGES} "
-                f"(got {self.storage_kind!r})"
-            )
-        remote_keys = [k for k in ("storage_url", "endpoint", "latency_ms") if rd.get(k)]
-        if self.storage_kind == "local" and remote_keys:
-            raise ConfigError(
-                f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
-            )
-        if rd.get("storage_url"):
-            split_s3_url(str(rd["storage_url"]))
+        self.store = Storage(workload, os.path.basename(self.folder))
+        self.storage_kind = self.store.kind
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
         self.plan = FilePlan(num_files=self.num_files, samples_per_file=self.per_file)
@@ -218,40 +205,14 @@ class FilesKind(Kind):
 
     @property
     def url(self) -> str:
-        rd = self.workload.reader
-        if self.storage_kind == "local":
-            return self.folder
-        return str(
-            rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{os.path.basename(self.folder)}"
-        )
-
-    @contextlib.contextmanager
-    def _served(self) -> Iterator[None]:
-        rd = self.workload.reader
-        if self.storage_kind == "local" or "store_options" in rd:
-            yield
-            return
-        latency = float(rd.get("latency_ms") or 0) or None
-        before = self.workload
-        with bench_s3(self.url, self.files(), endpoint=rd.get("endpoint"), latency_ms=latency) as o:
-            # The measurement subprocesses rebuild the kind from the workload: carry the way in.
-            self.workload = before.replace(reader={"store_options": o, "storage_url": self.url})
-            try:
-                yield
-            finally:
-                self.workload = before
+        return self.store.url if self.store.remote else self.folder
 
     def serve(self) -> contextlib.AbstractContextManager[None]:
-        return self._served()
+        return self.store.serve(self)
 
     def source(self, **options: Any) -> FileSource:
         """A :class:`FileSource` over this dataset, where it is served."""
-        rd = self.workload.reader
-        if self.storage_kind != "local" and "store_options" not in rd:
-            raise ConfigError(
-                f"workload {self.workload.name!r}: the S3 dataset is not served; open variants "
-                "inside kind.serve()"
-            )
+        store_options = self.store.store_options(self.workload)
         kw: dict[str, Any] = {
             "format": self.format,
             "samples_per_file": self.per_file,
@@ -263,14 +224,7 @@ class FilesKind(Kind):
         kw.update(options)
         if not kw.get("decode", True):
             kw.pop("datasets", None)
-        return FileSource(
-            self.url,
-            store_options=rd.get("store_options") if self.storage_kind != "local" else None,
-            **kw,
-        )
+        return FileSource(self.url, store_options=store_options, **kw)
 
     def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
-        extras: dict[str, Any] = {"storage": self.storage_kind}
-        if self.storage_kind != "local":
-            extras["latency_ms"] = float(self.workload.reader.get("latency_ms") or 0)
-        return extras
+        return self.store.result_extras(self.workload)

@@ -52,7 +52,7 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "variant",
         "batches/s (min-max)",
         "GB/s",
-        "x naive",
+        "x base",
         "x memcpy",
         "AU",
         "1st batch read MiB",
@@ -183,6 +183,9 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
             rows,
             out,
         )
+    bases = {r["workload"]: r.get("baseline_variant", "naive") for r in report["results"]}
+    for workload, base in bases.items():
+        print(f"x base: {workload} variants over {base}", file=out)
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

@@ -474,6 +474,7 @@ def _ratios(results: list[dict[str, Any]]) -> None:
     # from a read-ahead queue filled while other variants ran).
     key = "samples_per_s" if base.get("samples_per_s") else "batches_per_s"
     for r in results:
+        r["baseline_variant"] = base["variant"]
         r["ratio_to_baseline"] = r[key] / base[key]
         r["ratio_to_memcpy"] = r["batches_per_s"] / memcpy["batches_per_s"] if memcpy else None
 

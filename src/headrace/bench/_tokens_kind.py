@@ -9,10 +9,16 @@ Variants, all on the same plan (``TokenSource.starts``), so their digests agree:
 ``memcpy``          the floor of any gather: ``np.copyto`` of the ``B x (L+1)``
                     tokens a single-copy gather moves, into a fresh array, from a
                     rotating offset of the warm, pre-faulted file map. Not digested.
+
+With ``storage = "s3"`` (``--storage s3``) the headrace variants read the token
+file from an S3 endpoint served for the run (:mod:`headrace.bench._storage`):
+blocks by ranged GETs, windows read ahead. ``naive`` and ``memcpy`` read the
+local file only (``LOCAL_ONLY``): the CLI leaves them out of such a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,12 +28,16 @@ from numpy.typing import NDArray
 
 from headrace.bench._datagen import write_token_file
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._storage import Storage
 from headrace.errors import ConfigError
 from headrace.formats import TokenSource, write_megatron_index
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
-__all__ = ["MegatronKind", "TokenKind"]
+__all__ = ["LOCAL_ONLY", "MegatronKind", "TokenKind"]
+
+#: Variants that read the local file whatever the storage.
+LOCAL_ONLY = ("naive", "memcpy")
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -54,6 +64,24 @@ class TokenKind(Kind):
         self.lo, self.hi = host_slice(
             workload.train.batch_size, workload.train.rank, workload.train.world_size
         )
+        self.store = Storage(workload, "tokens")
+
+    @property
+    def storage(self) -> str:
+        return self.store.kind
+
+    def serve(self) -> contextlib.AbstractContextManager[None]:
+        return self.store.serve(self)
+
+    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
+        return self.store.result_extras(self.workload)
+
+    def _local_only(self, spec: VariantSpec) -> None:
+        if self.store.remote:
+            raise ConfigError(
+                f"variant {spec.text!r} reads the local token file, not {self.store.url}; with "
+                f"storage 's3' run the headrace variants (--variants headrace-sync,headrace-async)"
+            )
 
     @property
     def path(self) -> str:
@@ -88,8 +116,14 @@ class TokenKind(Kind):
         return int(covered * self.dtype.itemsize)
 
     def source(self, **kw: Any) -> TokenSource:
+        """The headrace source, over the local file or the served object (storage "s3")."""
+        where = self.path
+        served = kw.pop("served", True)
+        if self.store.remote and served:
+            where = f"{self.store.url}/{os.path.basename(self.path)}"
+            kw["store_options"] = self.store.store_options(self.workload)
         return TokenSource(
-            self.path,
+            where,
             dtype=self.dtype,
             context=self.context,
             window_bytes=self.window_bytes,
@@ -102,7 +136,7 @@ class TokenKind(Kind):
 
         Planned ``chunk`` steps per vectorised call, as the loader plans them.
         """
-        src = self.source()
+        src = self.source(served=False)  # the plan only: the local file's is the same
         b = self.hi - self.lo
         for t0 in range(0, steps, chunk):
             ts = np.arange(t0, min(steps, t0 + chunk))
@@ -117,6 +151,7 @@ class TokenKind(Kind):
 
 @variant(TokenKind, "naive")
 def _naive(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    k._local_only(spec)
     L, path, dtype = k.context, k.path, k.dtype
     touched = [0]
 
@@ -139,7 +174,7 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
     reads = spec.options.get("reads", "populate")
     if reads not in ("populate", "pread"):
         raise ConfigError(f"variant {spec.text!r}: reads must be 'populate' or 'pread'")
-    src = k.source(reads=reads)
+    src = k.source() if k.store.remote else k.source(reads=reads)
     t = k.workload.train
     # Chunking as users get it (the Loader's default) unless a variant asks otherwise.
     chunking = {"chunk_steps": spec.int("chunk_steps", 0)} if "chunk_steps" in spec.options else {}
@@ -167,7 +202,8 @@ def _headrace_async(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
 
 
 @variant(TokenKind, "memcpy", digest=False)
-def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:  # noqa: ARG001
+def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    k._local_only(spec)
     b, row = k.hi - k.lo, k.context + 1
     n = b * row
     data = np.memmap(k.path, dtype=k.dtype, mode="r")

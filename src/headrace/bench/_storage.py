@@ -1,0 +1,82 @@
+"""Where a workload's dataset is read from: local disk, or an S3 endpoint for the run.
+
+With ``storage = "s3"`` in a workload's ``[reader]`` (``--storage s3``), the
+run serves the generated files at ``storage_url`` (default
+``s3://headrace-bench/<name>``): a moto server started for the run on
+127.0.0.1, or an existing ``endpoint``; ``latency_ms`` puts a latency proxy in
+front (:func:`~headrace.bench._s3_serve.bench_s3`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from headrace.bench._s3_serve import bench_s3, split_s3_url
+from headrace.errors import ConfigError
+
+__all__ = ["STORAGES", "Storage"]
+
+STORAGES = ("local", "s3")
+_DEFAULT_BUCKET = "headrace-bench"
+
+
+class Storage:
+    """A kind's storage settings and the S3 endpoint that serves its files for a run."""
+
+    def __init__(self, workload: Any, prefix: str) -> None:
+        rd = workload.reader
+        self._name = workload.name
+        self.kind = str(rd.get("storage", "local"))
+        if self.kind not in STORAGES:
+            raise ConfigError(
+                f"workload {workload.name!r}: storage must be one of {STORAGES} (got {self.kind!r})"
+            )
+        remote_keys = [k for k in ("storage_url", "endpoint", "latency_ms") if rd.get(k)]
+        if self.kind == "local" and remote_keys:
+            raise ConfigError(
+                f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
+            )
+        if rd.get("storage_url"):
+            split_s3_url(str(rd["storage_url"]))
+        self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "local"
+
+    def store_options(self, workload: Any) -> dict[str, Any] | None:
+        """The ObjectStore options of the served dataset (``None`` for local storage)."""
+        if not self.remote:
+            return None
+        options = workload.reader.get("store_options")
+        if options is None:
+            raise ConfigError(
+                f"workload {self._name!r}: the S3 dataset is not served; open variants "
+                "inside kind.serve()"
+            )
+        return dict(options)
+
+    @contextlib.contextmanager
+    def serve(self, kind: Any) -> Iterator[None]:
+        """Upload ``kind.files()`` and point ``kind.workload`` at them for the run."""
+        rd = kind.workload.reader
+        if not self.remote or "store_options" in rd:
+            yield
+            return
+        latency = float(rd.get("latency_ms") or 0) or None
+        before = kind.workload
+        with bench_s3(self.url, kind.files(), endpoint=rd.get("endpoint"), latency_ms=latency) as o:
+            # The measurement subprocesses rebuild the kind from the workload: carry the way in.
+            kind.workload = before.replace(reader={"store_options": o, "storage_url": self.url})
+            try:
+                yield
+            finally:
+                kind.workload = before
+
+    def result_extras(self, workload: Any) -> dict[str, Any]:
+        extras: dict[str, Any] = {"storage": self.kind}
+        if self.remote:
+            extras["latency_ms"] = float(workload.reader.get("latency_ms") or 0)
+        return extras
