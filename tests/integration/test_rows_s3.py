@@ -26,6 +26,7 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.formats import PaddedRows, PairRows, write_row_file
+from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -196,3 +197,22 @@ def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root:
     with pytest.warns(UserWarning, match=r"tok\.npy: a full shuffle of row files .*'window'"):
         padded(URL, options(s3)).close()  # the default shuffle is the full one
     padded(URL, options(s3), shuffle="window").close()  # no warning
+
+
+def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    win = {"shuffle": "window", "window_rows": 600}
+    want = batch_digest(Loader(padded(root, **win), batch_size=32, steps=30))
+    quick = {**options(s3, proxy.endpoint), "retry": RetryPolicy(attempts=3, timeout_s=0.5)}
+    for fault in (
+        FaultRule(kind="stall", stall_s=2.0, match="GET /headrace-test/rows/", limit=1),
+        FaultRule(kind="truncate", match="GET /headrace-test/rows/", limit=2),
+    ):
+        src = padded(URL, quick, **win)  # opened first: the faults hit row reads
+        proxy.set_faults([fault])
+        proxy.reset_stats()
+        assert batch_digest(Loader(src, batch_size=32, steps=30)) == want, fault.kind
+        assert proxy.stats.faults == fault.limit
+        assert src.object_stats is not None and src.object_stats.retries >= 1
+        src.close()

@@ -27,6 +27,7 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.formats import Table, TableSource
+from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -182,13 +183,15 @@ def test_permanent_errors_name_the_object(s3: S3Fixture, root: Path, proxy: Late
         s3_source(s3, f"{URL}/nope.parquet")
 
 
-def test_an_object_replaced_while_open_is_refused(s3: S3Fixture, root: Path) -> None:
+def test_an_object_replaced_while_open_is_refused(
+    s3: S3Fixture, root: Path, tmp_path: Path
+) -> None:
     body = (root / FILES[0]).read_bytes()
     _put(s3, "swap/a.parquet", body)
     src = s3_source(s3, f"{URL}/swap/", shuffle=False)
     src.read(0, np.arange(4))  # row group 0
-    pq.write_table(_table(9), root / "other.parquet", row_group_size=GROUP_ROWS)
-    _put(s3, "swap/a.parquet", (root / "other.parquet").read_bytes())
+    pq.write_table(_table(9), tmp_path / "other.parquet", row_group_size=GROUP_ROWS)
+    _put(s3, "swap/a.parquet", (tmp_path / "other.parquet").read_bytes())
     with pytest.raises(
         StorageError, match=r"swap/a\.parquet, bytes \[\d+, \d+\): the object changed"
     ):
@@ -253,3 +256,21 @@ def test_one_read_fetches_all_its_row_groups_at_once(s3: S3Fixture, root: Path) 
 def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root: Path) -> None:
     with pytest.warns(UserWarning, match=r"full shuffle .* whole row group .* shuffle='window'"):
         s3_source(s3, shuffle="full").close()
+
+
+def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    want = digest(lambda: TableSource(root, **KW), steps=20)
+    quick = {**options(s3, proxy.endpoint), "retry": RetryPolicy(attempts=3, timeout_s=0.5)}
+    for fault in (
+        FaultRule(kind="stall", stall_s=2.0, match="GET /headrace-test/tables/", limit=1),
+        FaultRule(kind="truncate", match="GET /headrace-test/tables/", limit=2),
+    ):
+        proxy.set_faults([fault])
+        proxy.reset_stats()
+        src = TableSource(URL, store_options=quick, **KW)
+        assert digest(lambda src=src: src, steps=20) == want, fault.kind
+        assert proxy.stats.faults == fault.limit
+        assert src.object_stats is not None and src.object_stats.retries >= 1
+        src.close()
