@@ -274,3 +274,20 @@ def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
         assert proxy.stats.faults == fault.limit
         assert src.object_stats is not None and src.object_stats.retries >= 1
         src.close()
+
+
+def test_a_failed_read_ahead_is_fetched_again_when_a_batch_needs_it(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    local = TableSource(root, shuffle=False, **KW)
+    src = s3_source(s3, endpoint=proxy.endpoint, shuffle=False)  # sample k is row k
+    proxy.set_faults([FaultRule(kind="status", status=403, match="GET /headrace-test/tables/")])
+    src.prefetch(0, np.arange(0, 64))  # row group 0, fetched ahead: fails
+    pending = list(src.table._pending.values())
+    assert len(pending) == 1 and pending[0].ahead
+    with pytest.raises(PermissionDeniedError):
+        pending[0].result()
+    proxy.set_faults([])
+    rows = np.arange(0, 64)
+    assert np.array_equal(src.read(0, rows)["label"], local.read(0, rows)["label"])
+    src.close()

@@ -13,8 +13,8 @@ is pickled: a worker's copy of the source opens its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from headrace.io import RequestQueue
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
 
-__all__ = ["DEFAULT_IN_FLIGHT", "RemoteFile", "ObjectFiles", "split_object_url"]
+__all__ = ["DEFAULT_IN_FLIGHT", "ObjectFiles", "RemoteFile", "split_object_url", "wait_all"]
 
 DEFAULT_IN_FLIGHT = 64
 # Sidecars and indexes are read whole; one larger than this is read in parallel ranges.
@@ -43,6 +43,15 @@ def split_object_url(url: str) -> tuple[str, str]:
             "(got no object key)"
         )
     return f"{scheme}://{head or '/'}", key
+
+
+def wait_all(futures: Sequence[Future[Any]]) -> None:
+    """Wait for every future, then raise the first one's error (none still writes after)."""
+    wait(futures)
+    for fut in futures:
+        exc = fut.exception()
+        if exc is not None:
+            raise exc
 
 
 class RemoteFile:

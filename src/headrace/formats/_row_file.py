@@ -31,7 +31,12 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._npy import _parse_npy_header
-from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles, RemoteFile
+from headrace.formats._object_files import (
+    DEFAULT_IN_FLIGHT,
+    ObjectFiles,
+    RemoteFile,
+    wait_all,
+)
 from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
 
 if TYPE_CHECKING:
@@ -394,11 +399,7 @@ class RowReader:
             futures.extend(
                 remote.read_into(buf[a : a + PIECE], offset + a) for a in range(0, length, PIECE)
             )
-        wait(futures)
-        for fut in futures:
-            exc = fut.exception()
-            if exc is not None:
-                raise exc
+        wait_all(futures)
 
     def _remote_file(self, f: RowFile) -> RemoteFile:
         remote = self._remote.get(f.path)

@@ -19,7 +19,7 @@ import bisect
 import fnmatch
 import struct
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +28,12 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object_url
+from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object_url, wait_all
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["GAP", "PIECE", "RemoteParquet", "resolve_urls"]
+__all__ = ["GAP", "PIECE", "Fetch", "RemoteParquet", "resolve_urls"]
 
 # Two chunks less than this apart are one GET: a request costs a round trip
 # (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
@@ -109,18 +109,18 @@ def _common_root(urls: list[str]) -> str:
 
 @dataclass(slots=True)
 class Fetch:
-    """A row group's byte ranges on their way: ``(offset, buffer)`` and the GETs filling them."""
+    """A row group's byte ranges on their way: ``(offset, buffer)`` and the GETs filling them.
+
+    ``ahead``: started by read-ahead (a failure is retried once when a batch needs it).
+    """
 
     names: frozenset[str]
     spans: list[tuple[int, NDArray[np.uint8]]]
     futures: list[Future[None]]
+    ahead: bool = False
 
     def result(self) -> list[tuple[int, NDArray[np.uint8]]]:
-        wait(self.futures)
-        for f in self.futures:
-            exc = f.exception()
-            if exc is not None:
-                raise exc
+        wait_all(self.futures)
         return self.spans
 
 
@@ -167,10 +167,7 @@ class RemoteParquet:
             h.read_into(t, info.size - t.size)
             for h, t, (_, info) in zip(handles, tails, objects, strict=True)
         ]
-        wait(futures)
-        for f in futures:
-            if f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
+        wait_all(futures)
         parts = []
         for (url, info), h, tail in zip(objects, handles, tails, strict=True):
             raw = tail.tobytes()
@@ -229,13 +226,14 @@ class RemoteParquet:
         import pyarrow.parquet as pq
 
         want = frozenset(names)
-        if fetched is not None and want <= fetched.names:
-            try:
-                spans = fetched.result()
-            except Exception:
-                spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
-        else:
-            spans = self.fetch(i, want).result()
+        if fetched is None or not want <= fetched.names:
+            fetched = self.fetch(i, want)
+        try:
+            spans = fetched.result()
+        except Exception:
+            if not fetched.ahead:
+                raise
+            spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
         pa = self._pa
         try:
             source = _Spans(self.path, self.size, spans, self._miss)

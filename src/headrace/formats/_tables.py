@@ -436,6 +436,7 @@ class Table(Closing):
         limit = 2 * self._cache_limit
         todo = [s for s in dict.fromkeys(int(x) for x in spans) if s not in self._pending]
         for s, fetch in self._fetch(todo[:limit], columns).items():
+            fetch.ahead = True
             self._pending[s] = fetch
             while len(self._pending) > limit:
                 self._pending.popitem(last=False)
