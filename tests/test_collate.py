@@ -383,3 +383,13 @@ def test_an_integer_pad_value_must_survive_a_float_dtype() -> None:
     assert pad_batch(rows, pad_value=2**24)[0][1, 1] == 2**24
     with pytest.raises(ConfigError, match=r"pad_value 16777217 does not fit dtype float32"):
         pad_batch(rows, pad_value=2**24 + 1)
+
+
+def test_torch_dtypes_are_taken_as_their_numpy_counterparts() -> None:
+    torch = pytest.importorskip("torch")
+    values, mask = pad_batch([torch.tensor([1, 2, 3]), torch.tensor([4])], dtype=torch.int32)
+    assert values.dtype == torch.int32 and values.tolist() == [[1, 2, 3], [4, 0, 0]]
+    out, _ = pad_batch([np.array([1.5]), [2.0, 3.0]], dtype=torch.float64)
+    assert out.dtype == np.float64 and out.tolist() == [[1.5, 0.0], [2.0, 3.0]]
+    with pytest.raises(ConfigError, match=r"dtype torch.bfloat16 has no NumPy counterpart"):
+        pad_batch([torch.tensor([1])], dtype=torch.bfloat16)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import chain
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
@@ -32,6 +32,24 @@ __all__ = ["pad_batch"]
 def _is_tensor(x: object) -> bool:
     # Checked by type name so that torch is imported only when a tensor is seen.
     return type(x).__module__.startswith("torch") and hasattr(x, "numpy")
+
+
+def _numpy_dtype(dtype: Any) -> DTypeLike | None:
+    """``dtype`` as NumPy takes it: a ``torch.dtype`` becomes its NumPy counterpart."""
+    if not _is_torch_dtype(dtype):
+        return cast("DTypeLike | None", dtype)
+    import torch
+
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError as exc:  # bfloat16 and other dtypes NumPy has no counterpart for
+        raise errors.ConfigError(
+            f"dtype {dtype} has no NumPy counterpart to pad in ({exc})"
+        ) from exc
+
+
+def _is_torch_dtype(x: Any) -> bool:
+    return type(x).__module__ == "torch" and type(x).__name__ == "dtype"
 
 
 def pad_batch(
@@ -58,6 +76,7 @@ def pad_batch(
     rounds to the nearest. An empty batch gives ``(0, width or 0)`` arrays.
     """
     _ragged.check_side_and_width(side, width)
+    dtype = _numpy_dtype(dtype)
     torch_out = False
     rows: list[NDArray[Any]] | None = None
     if isinstance(seqs, formats.Ragged):
