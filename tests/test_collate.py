@@ -387,7 +387,7 @@ def test_an_integer_pad_value_must_survive_a_float_dtype() -> None:
 
 def test_torch_dtypes_are_taken_as_their_numpy_counterparts() -> None:
     torch = pytest.importorskip("torch")
-    values, mask = pad_batch([torch.tensor([1, 2, 3]), torch.tensor([4])], dtype=torch.int32)
+    values, _ = pad_batch([torch.tensor([1, 2, 3]), torch.tensor([4])], dtype=torch.int32)
     assert values.dtype == torch.int32 and values.tolist() == [[1, 2, 3], [4, 0, 0]]
     out, _ = pad_batch([np.array([1.5]), [2.0, 3.0]], dtype=torch.float64)
     assert out.dtype == np.float64 and out.tolist() == [[1.5, 0.0], [2.0, 3.0]]

@@ -225,3 +225,40 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
         wl = builtin_workloads()["tokens"].replace(reader={"storage": "s3"})
         kind = make_kind(wl, str(tmp_path))
         kind.open("naive", 1)
+
+
+def test_dlio_s3_storage_mapping(tmp_path: Path) -> None:
+    from headrace.bench._dlio import dlio_workload
+
+    text = (DATA / "unet3d_h100.yaml").read_text()
+    s3 = text.replace(
+        "storage_type: local_fs\n  storage_root: ./",
+        "storage_type: s3\n  storage_root: mlperf-bucket\n"
+        "  storage_options:\n    endpoint_url: http://127.0.0.1:9000",
+    )
+    (tmp_path / "s3.yaml").write_text(s3)
+    rd = dlio_workload(str(tmp_path / "s3.yaml"), scale=0.1).reader
+    assert rd["storage"] == "s3" and rd["endpoint"] == "http://127.0.0.1:9000"
+    assert rd["storage_url"] == "s3://mlperf-bucket/data/unet3d"
+    (tmp_path / "gcs.yaml").write_text(text.replace("storage_type: local_fs", "storage_type: gcs"))
+    with pytest.raises(ConfigError, match=r"storage_type 'gcs' is not supported: local_fs or s3"):
+        dlio_workload(str(tmp_path / "gcs.yaml"))
+
+
+@pytest.mark.integration
+def test_dlio_s3_yaml_runs_on_a_local_emulator(tmp_path: Path) -> None:
+    text = (DATA / "unet3d_h100.yaml").read_text()
+    (tmp_path / "s3.yaml").write_text(text.replace("storage_type: local_fs", "storage_type: s3"))
+    reports = {}
+    for name in ("unet3d_h100.yaml", "s3.yaml"):
+        out = tmp_path / f"{name}.json"
+        yaml = DATA / name if name.startswith("unet") else tmp_path / name
+        args = ["bench", "--dlio", str(yaml), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+        args += ["--scale", "0.05", "--record-scale", "0.002", "--steps", "2", "--trials", "1"]
+        assert main([*args, "--json", str(out)]) == 0
+        reports[name] = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    local, remote = reports["unet3d_h100.yaml"], reports["s3.yaml"]
+    assert {r["storage"] for r in remote.values()} == {"s3"}
+    assert sorted(remote) == sorted(local)
+    for v, r in remote.items():  # the same files, read from the emulator
+        assert r["canonical_digest"] == local[v]["canonical_digest"], v

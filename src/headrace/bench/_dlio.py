@@ -5,7 +5,11 @@ Reads the sections DLIO documents (``dataset``, ``reader``, ``train``,
 and maps them onto the ``files`` kind. ``scale`` multiplies the number of
 files (the dataset size); ``record_scale`` multiplies record sizes *and*
 computation time together, so the demand per accelerator (batch x record /
-compute time) stays what the YAML describes.
+compute time) stays what the YAML describes. ``storage_type: s3`` reads the
+dataset from ``s3://<storage_root>/<data_folder>`` at
+``storage_options.endpoint_url`` (credentials from the usual AWS variables),
+or, with no endpoint, from a local S3 emulator started for the run (as
+``headrace bench --storage s3``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,25 @@ def _first(section: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
         if k in section:
             return section[k]
     return default
+
+
+def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> dict[str, Any]:
+    """The reader's storage keys for DLIO's ``storage`` section."""
+    if stype == "local_fs":
+        return {}
+    if stype != "s3":
+        raise ConfigError(
+            f"{path}: storage.storage_type {stype!r} is not supported: local_fs or s3"
+        )
+    out: dict[str, Any] = {"storage": "s3"}
+    bucket = str(storage.get("storage_root") or "").strip("/")
+    if bucket and bucket != ".":
+        out["storage_url"] = f"s3://{bucket}/{folder.strip('/')}"
+    options = storage.get("storage_options") or {}
+    endpoint = options.get("endpoint_url") or options.get("endpoint")
+    if endpoint:
+        out["endpoint"] = str(endpoint)
+    return out
 
 
 def dlio_workload(
@@ -63,6 +86,8 @@ def dlio_workload(
         files = -(-batch // per_file)
     model = doc.get("model")
     name = model.get("name") if isinstance(model, dict) else model
+    name = str(name or os.path.splitext(os.path.basename(path))[0])
+    stype = str(storage.get("storage_type", "local_fs"))
     train = TrainConfig(
         batch_size=batch,
         steps=steps or max(2, min(8, files * per_file // batch)),
@@ -78,7 +103,7 @@ def dlio_workload(
     out_fmt = _FORMATS.get(fmt) or ("raw" if per_file == 1 else "npy")
     one = per_file == 1
     return Workload(
-        name=str(name or os.path.splitext(os.path.basename(path))[0]),
+        name=name,
         kind="files",
         description=f"DLIO {os.path.basename(path)} (files x{scale:g}, records x{record_scale:g})",
         dataset={
@@ -93,8 +118,9 @@ def dlio_workload(
             "in_flight": int(rd.get("prefetch_size", 0) or 2 * int(rd.get("read_threads", 4) or 1)),
             "decode_threads": int(rd.get("read_threads", 2) or 1),
             "dlio_storage_root": str(storage.get("storage_root", "")),
-            "dlio_storage_type": str(storage.get("storage_type", "local_fs")),
+            "dlio_storage_type": stype,
             "dlio_odirect": bool(doc.get("odirect", False)),
+            **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
         },
         train=train,
         variants=(
