@@ -87,6 +87,35 @@ def test_padded_row_mixture_through_workers(root: Path) -> None:
     assert set(batches[0]) == {"x", "y", "loss_mask", "source"}
 
 
+def test_object_url_sources_reopen_in_the_workers(root: Path, tmp_path: Path) -> None:
+    """Sources over object URLs (file:// here: obstore's local store) pickle without their
+    connections; each worker opens its own and the batches are the local files'."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headrace.formats import PaddedRows, TableSource, write_row_file
+
+    rng = np.random.default_rng(3)
+    write_row_file(tmp_path / "rows.npy", rng.integers(1, 500, (400, 33)).astype(np.int32))
+    ids = [rng.integers(0, 500, int(n)).astype(np.int32) for n in rng.integers(1, 30, 400)]
+    pq.write_table(
+        pa.table({"ids": pa.array(ids, pa.list_(pa.int32())), "n": np.arange(400)}),
+        tmp_path / "t.parquet",
+        row_group_size=100,
+    )
+    sources = [
+        lambda where: PaddedRows(f"{where}/rows.npy", context=32, shuffle="window"),
+        lambda where: TableSource(f"{where}/t.parquet", width=30, window_rows=200),
+    ]
+    for make in sources:
+        with Loader(make(str(tmp_path)), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+            want = [batch_digest([b]) for b in ld]
+        url = make(f"file://{tmp_path}")
+        with ht.HeadraceDataLoader(dataset(root, url), num_workers=2) as dl:
+            assert [digest(b) for b in dl] == want
+
+
 def test_batches_of_changing_shape_go_through_the_pipe() -> None:
     # One worker chunks its steps as a bare loader does (1, 2, 4, 8, ... steps).
     with Loader(Ragged(), batch_size=BATCH, seed=5, steps=STEPS, prefetch=0) as ld:
