@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,30 @@ def test_consistently_short_body_is_detected(open_store: StoreFactory, proxy: La
         store.get_many([(SMALL[0], 0, 10), ("big.bin", 8, 100)])
     proxy.set_faults([FaultRule(kind="short", match="big.bin", limit=1)])
     assert bytes(store.get_range("big.bin", 0, 1000)) == expected("big.bin")[:1000]
+
+
+def test_probe_an_object(
+    s3: S3Fixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``headrace probe s3://...``: ranged GETs of one object, every result verified."""
+    from headrace.cli import main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    out = tmp_path / "probe.json"
+    url = f"{s3.url}/big.bin"
+    args = ["probe", url, "--endpoint", s3.server.endpoint, "--region", "us-east-1"]
+    assert main([*args, "--ops", "8", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["path"] == url and report["filesystem"]["fstype"] == "s3"
+    assert report["file_bytes"] == OBJECTS["big.bin"]
+    got = {(r["request_bytes"], r["in_flight"]) for r in report["results"]}
+    assert got == {(s, d) for s in (4096, 4100, 1 << 20) for d in (1, 8, 32, 64)}  # 3 MiB object
+    for r in report["results"]:
+        assert r["mode"] == "get" and r["verified"] and r["ops"] >= 2 and r["mb_per_s"] > 0
+    assert "B requests: best" in capsys.readouterr().out
+    assert main([*args[:1], f"{s3.url}/nope.bin", *args[2:]]) == 2
+    assert "nope.bin" in capsys.readouterr().err

@@ -92,7 +92,11 @@ def _size(text: str) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="a file to probe, or a directory to hold a scratch file")
+    parser.add_argument(
+        "path",
+        help="a file to probe, a directory to hold a scratch file, or an object URL "
+        "(s3://bucket/key: ranged GETs of that object)",
+    )
     parser.add_argument(
         "--size",
         type=_size,
@@ -110,6 +114,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--keep-cache", action="store_true", help="do not drop the file's cached pages first"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON here")
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        help="object URLs: an S3-compatible endpoint (path-style; credentials from "
+        "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+    )
+    parser.add_argument("--region", default=None, help="object URLs: the region")
 
 
 def filesystem_of(path: str) -> dict[str, str]:
@@ -372,7 +383,42 @@ def _table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _store_options(args: argparse.Namespace) -> dict[str, Any]:
+    env = os.environ
+    options: dict[str, Any] = {}
+    region = args.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    if args.endpoint:
+        options.update(
+            endpoint=args.endpoint,
+            path_style=True,
+            allow_http=args.endpoint.startswith("http://"),
+            access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+        )
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _run_object(args: argparse.Namespace) -> int:
+    from headrace.bench._probe_objects import probe_object, table
+
+    report = probe_object(
+        args.path,
+        row_bytes=args.row_bytes,
+        ops=args.ops,
+        seed=args.seed,
+        store_options=_store_options(args),
+    )
+    print(table(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if all(x["verified"] for x in report["results"]) else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    from headrace.formats._file_list import is_object_url
+
     target = Path(args.path)
     if args.row_bytes < 1 or args.ops < 1 or args.size < 4 * MiB:
         print(
@@ -385,6 +431,8 @@ def run(args: argparse.Namespace) -> int:
         from headrace.bench._cli import check_output_path
 
         check_output_path("--json", str(args.json))  # before minutes of probing, not after
+    if is_object_url(args.path):
+        return _run_object(args)
     scratch: Path | None = None
     if target.is_dir():
         try:

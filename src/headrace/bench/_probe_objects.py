@@ -1,0 +1,154 @@
+"""``headrace probe s3://bucket/key``: measure an object store as the loaders read it.
+
+Ranged GETs of one object through :class:`headrace.io.ObjectStore` (the
+client every object-store reader uses), for request sizes from 4 KiB to
+8 MiB and 1 to 64 requests in flight: what a GET costs (latency), how many
+in flight it takes to fill the pipe, and the MB/s each request size reaches.
+Each measurement reads its own random ranges (no two measurements the same
+bytes, so a server-side cache cannot favour the later one), in two rounds
+of alternating order, and is checked against ``get_ranges`` of the same
+ranges made outside the timed interval. A measurement stops at ``--ops``
+requests or 256 MiB, whichever comes first. MB is 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from headrace.errors import ConfigError
+from headrace.formats._object_files import split_object_url
+from headrace.io import ObjectStore
+
+__all__ = ["probe_object", "table"]
+
+SIZES = (4096, 1 << 20, 8 << 20)
+DEPTHS = (1, 8, 32, 64)
+_BUDGET = 256 << 20  # bytes per measurement at most
+
+
+@dataclass(kw_only=True, slots=True)
+class _Result:
+    mode: str
+    pattern: str
+    request_bytes: int
+    in_flight: int
+    engine: str
+    ops: int
+    seconds: float
+    ops_per_s: float
+    mb_per_s: float
+    latency_p50_ms: float
+    verified: bool
+
+
+def probe_object(
+    url: str,
+    *,
+    row_bytes: int,
+    ops: int,
+    seed: int,
+    store_options: dict[str, Any],
+    rounds: int = 2,
+) -> dict[str, Any]:
+    base, key = split_object_url(url)
+    with ObjectStore(base, **store_options) as store:
+        size = store.size(key)
+        sizes = sorted({s for s in (*SIZES, row_bytes) if s <= size})
+        if not sizes:
+            raise ConfigError(f"{url}: {size} bytes is too small to probe (needs >= 4096)")
+        meas = [(s, d) for s in sizes for d in DEPTHS]
+        rng = np.random.default_rng(seed)
+        plan: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for i, (req, depth) in enumerate(meas):
+            n = max(1, min(ops, max(4 * depth, 16), _BUDGET // req) // rounds)
+            for r in range(rounds):
+                plan[i, r] = [(int(o), req) for o in rng.integers(0, size - req + 1, n)]
+        acc = {i: [0, 0.0] for i in range(len(meas))}
+        lat: dict[int, list[float]] = {i: [] for i in range(len(meas))}
+        ok = dict.fromkeys(range(len(meas)), True)
+        for r in range(rounds):
+            order = list(range(len(meas)))
+            for i in order if r % 2 == 0 else reversed(order):
+                ranges = plan[i, r]
+                before = len(store.stats.latencies_s)
+                t0 = time.perf_counter()
+                got = store.get_many([(key, o, n) for o, n in ranges], max_in_flight=meas[i][1])
+                acc[i][1] += time.perf_counter() - t0
+                acc[i][0] += len(ranges)
+                lat[i].extend(list(store.stats.latencies_s)[before:])
+                want = store.get_ranges(key, ranges, coalesce=0)
+                ok[i] = ok[i] and _digest(got) == _digest(want)
+    results = []
+    for i, (req, depth) in enumerate(meas):
+        n, s = int(acc[i][0]), float(acc[i][1])
+        results.append(
+            _Result(
+                mode="get",
+                pattern="random",
+                request_bytes=req,
+                in_flight=depth,
+                engine="obstore",
+                ops=n,
+                seconds=round(s, 6),
+                ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
+                mb_per_s=round(n * req / s / 1e6, 2) if s > 0 else float("inf"),
+                latency_p50_ms=round(1e3 * float(np.median(lat[i])), 2) if lat[i] else 0.0,
+                verified=ok[i],
+            )
+        )
+    endpoint = str(store_options.get("endpoint") or "")
+    return {
+        "path": url,
+        "filesystem": {
+            "fstype": urlsplit(url).scheme,
+            "device": endpoint or "default endpoint",
+            "mount": base,
+        },
+        "file_bytes": size,
+        "mb": "10^6 bytes",
+        "rounds": rounds,
+        "results": [asdict(x) for x in results],
+        "skipped": [],
+    }
+
+
+def _digest(parts: list[memoryview]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()
+
+
+def table(report: dict[str, Any]) -> str:
+    fs = report["filesystem"]
+    lines = [
+        f"object {report['path']}  ({fs['fstype']} at {fs['device']})",
+        f"{report['file_bytes']:,} bytes; MB = 10^6 bytes; {report['rounds']} rounds, "
+        "alternating order, fresh random ranges each; every result verified by get_ranges",
+        f"{'request':>8} {'in flight':>9} {'ops':>5} {'seconds':>8} {'ops/s':>9} {'MB/s':>9} "
+        f"{'GET p50 ms':>10}  verified",
+    ]
+    lines.extend(
+        f"{x['request_bytes']:>8} {x['in_flight']:>9} {x['ops']:>5} {x['seconds']:>8.3f} "
+        f"{x['ops_per_s']:>9,.1f} {x['mb_per_s']:>9.1f} {x['latency_p50_ms']:>10.1f}  "
+        f"{'yes' if x['verified'] else 'NO'}"
+        for x in report["results"]
+    )
+    by = {(x["request_bytes"], x["in_flight"]): x for x in report["results"]}
+    for req in sorted({x["request_bytes"] for x in report["results"]}):
+        one, deep = by.get((req, 1)), max(
+            (x for x in report["results"] if x["request_bytes"] == req),
+            key=lambda x: x["mb_per_s"],
+        )
+        if one and one["ops_per_s"] > 0:
+            lines.append(
+                f"{req:>8} B requests: best {deep['mb_per_s']:.1f} MB/s at {deep['in_flight']} "
+                f"in flight = {deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
+            )
+    return "\n".join(lines)
