@@ -142,9 +142,12 @@ def table(report: dict[str, Any]) -> str:
     )
     by = {(x["request_bytes"], x["in_flight"]): x for x in report["results"]}
     for req in sorted({x["request_bytes"] for x in report["results"]}):
-        one, deep = by.get((req, 1)), max(
-            (x for x in report["results"] if x["request_bytes"] == req),
-            key=lambda x: x["mb_per_s"],
+        one, deep = (
+            by.get((req, 1)),
+            max(
+                (x for x in report["results"] if x["request_bytes"] == req),
+                key=lambda x: x["mb_per_s"],
+            ),
         )
         if one and one["ops_per_s"] > 0:
             lines.append(
