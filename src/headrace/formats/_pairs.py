@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, as_row_file
+from headrace.formats._row_file import ReaderSpec, RowFile, as_row_file
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
-from headrace.formats._row_window import row_windows
+from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id
-
-if TYPE_CHECKING:
-    from headrace.io import ObjectStats
 
 __all__ = ["PairRows"]
 
@@ -65,7 +62,7 @@ class _Member:
                 raise ConfigError(f"{m.path}: mask dtype must be integer or bool (found {m.dtype})")
 
 
-class PairRows:
+class PairRows(RowSource):
     """A :class:`~headrace.pipeline.Source` of contrastive groups of rows.
 
     ``members`` maps a name to a token file or a ``(tokens, mask)`` pair,
@@ -107,9 +104,8 @@ class PairRows:
                 check_pad_id(pad_id, mb.tokens)
         self.pad_id = pad_id
         self.max_retries = max_retries
-        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
         files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
-        self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
+        self._open_rows(files, shuffle, window_rows, reader, store_options, in_flight)
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -126,18 +122,8 @@ class PairRows:
             "max_retries": self.max_retries,
         }
 
-    @property
-    def window_rows(self) -> int:
-        """Groups per window of the windowed shuffle (0 for other shuffles)."""
-        return 0 if self._windows is None else self._windows.window_rows
-
     def __len__(self) -> int:
         return self.members[0].tokens.rows
-
-    @property
-    def object_stats(self) -> ObjectStats | None:
-        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
-        return self._io.object_stats
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
@@ -168,16 +154,6 @@ class PairRows:
                 explain=lambda pos: self._explain_empty(out, pos),
             )
         return out
-
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
-        """Start reading the windows these samples (the loader's next chunk) need."""
-        if self._windows is not None:
-            self._windows.prefetch(seed, samples)
-
-    def close(self) -> None:
-        if self._windows is not None:
-            self._windows.close()
-        self._io.close()
 
     def _read_into(
         self, rows: NDArray[np.int64], *, windowed: bool = False

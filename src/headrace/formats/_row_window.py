@@ -28,22 +28,27 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._row_file import RowFile, RowReader
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
 from headrace.formats._row_plan import RowWindows, ShuffleMode, check_window_rows, parse_shuffle
 from headrace.io import io_pool
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStats
 
 __all__ = [
     "MAX_WINDOWS",
     "WINDOW_BYTES",
+    "RowSource",
     "RowWindowReader",
     "default_window_rows",
     "row_windows",
@@ -78,7 +83,7 @@ def row_windows(
             f"{remote[0]}: a full shuffle of row files on object storage reads every row with "
             "a GET of its own (one round trip per chunk of batches, each row a request); "
             "shuffle='window' reads a window of rows per GET (docs/rows.md)",
-            stacklevel=3,
+            stacklevel=4,
         )
     if window_rows is None:
         if mode != "window":
@@ -254,3 +259,43 @@ class RowWindowReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+class RowSource(Closing):
+    """What row sources (padded rows, pairs) share: their files' reader and windowed shuffle."""
+
+    _io: RowReader
+    _windows: RowWindowReader | None
+    shuffle: ShuffleMode
+
+    def _open_rows(
+        self,
+        files: list[RowFile],
+        shuffle: object,
+        window_rows: object,
+        reader: ReaderSpec,
+        store_options: Mapping[str, Any] | None,
+        in_flight: int,
+    ) -> None:
+        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
+        self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
+
+    @property
+    def window_rows(self) -> int:
+        """Rows (groups) per window of the windowed shuffle (0 for other shuffles)."""
+        return 0 if self._windows is None else self._windows.window_rows
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
+        return self._io.object_stats
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Start reading the windows these samples (the loader's next chunk) need."""
+        if self._windows is not None:
+            self._windows.prefetch(seed, samples)
+
+    def close(self) -> None:
+        if self._windows is not None:
+            self._windows.close()
+        self._io.close()

@@ -25,19 +25,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._row_file import ReaderSpec, RowFile, RowReader, as_row_file
+from headrace.formats._row_file import ReaderSpec, RowFile, as_row_file
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
-from headrace.formats._row_window import row_windows
-
-if TYPE_CHECKING:
-    from headrace.io import ObjectStats
+from headrace.formats._row_window import RowSource
 
 __all__ = ["PaddedRows"]
 
@@ -75,7 +72,7 @@ def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -
     raise DataError(f"{f.path}: mask values must be 0 or 1; row {int(rows[bad])} holds {found[:5]}")
 
 
-class PaddedRows:
+class PaddedRows(RowSource):
     """A :class:`~headrace.pipeline.Source` of padded token rows and loss masks.
 
     ``tokens`` and ``mask`` are ``.npy`` files or raw files with a
@@ -156,9 +153,8 @@ class PaddedRows:
         self.pad_id = pad_id
         self.ignore_index = ignore_index
         self.max_retries = max_retries
-        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
         files = [t] if self.mask is None else [t, self.mask]
-        self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
+        self._open_rows(files, shuffle, window_rows, reader, store_options, in_flight)
 
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -175,18 +171,8 @@ class PaddedRows:
             "max_retries": self.max_retries,
         }
 
-    @property
-    def window_rows(self) -> int:
-        """Rows per window of the windowed shuffle (0 for other shuffles)."""
-        return 0 if self._windows is None else self._windows.window_rows
-
     def __len__(self) -> int:
         return self.tokens.rows
-
-    @property
-    def object_stats(self) -> ObjectStats | None:
-        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
-        return self._io.object_stats
 
     def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row each sample reads, before any empty-row replacement."""
@@ -242,16 +228,6 @@ class PaddedRows:
             dataset=self.tokens.path,
         )
         return rows
-
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
-        """Start reading the windows these samples (the loader's next chunk) need."""
-        if self._windows is not None:
-            self._windows.prefetch(seed, samples)
-
-    def close(self) -> None:
-        if self._windows is not None:
-            self._windows.close()
-        self._io.close()
 
     # -- reading -------------------------------------------------------------
     def _read_raw(
