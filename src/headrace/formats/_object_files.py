@@ -1,9 +1,9 @@
-"""Files on object storage read by byte ranges: token files, Parquet tables.
+"""Files on object storage read by byte ranges: token files, row files, Parquet tables.
 
 A file URL ``s3://bucket/data/train.bin`` is the key ``train.bin`` of the
 store ``s3://bucket/data``; a token file's sidecar and Megatron index are keys
 beside it. An :class:`ObjectFiles` belongs to one source (a
-:class:`TokenSource`, a :class:`Table`): it opens each store once (with the
+:class:`TokenSource`, a row source's reader, a :class:`Table`): it opens each store once (with the
 source's ``store_options``) and runs every range read of the source on one
 :class:`~headrace.io.RequestQueue`, so at most ``in_flight`` ranged GETs are
 in flight per source, whatever the number of files or stores. Nothing here
