@@ -22,6 +22,10 @@ TINY = {
     "npz": {"dataset": {"files": 8, "record_bytes": 20_000, "record_bytes_stdev": 5_000}},
     "jpeg": {"dataset": {"files": 8, "image_hw": [32, 48]}, "train": {"batch_size": 4}},
     "hdf5": {"dataset": {"files": 3, "record_bytes": 4_000}, "train": {"batch_size": 4}},
+    "parquet": {
+        "dataset": {"rows": 600, "width": 40, "files": 2, "group_rows": 100},
+        "reader": {"window_rows": 200},
+    },
 }
 TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1}
 
@@ -33,7 +37,7 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
     train = {**TRAIN, **over.get("train", {})}
     if wl.train.computation_time:
         train["computation_time"] = 0.001
-    wl = wl.replace(dataset=over["dataset"], train=train)
+    wl = wl.replace(dataset=over["dataset"], reader=over.get("reader", {}), train=train)
     kind = make_kind(wl, str(tmp_path))
     kind.generate()
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
@@ -262,3 +266,21 @@ def test_dlio_s3_yaml_runs_on_a_local_emulator(tmp_path: Path) -> None:
     assert sorted(remote) == sorted(local)
     for v, r in remote.items():  # the same files, read from the emulator
         assert r["canonical_digest"] == local[v]["canonical_digest"], v
+
+
+@pytest.mark.integration
+def test_parquet_on_moto_gives_the_local_digests(tmp_path: Path) -> None:
+    """``-w parquet --storage s3``: naive through pyarrow's S3FileSystem, headrace through
+    TableSource's ranged GETs, both on a local emulator: the local run's digests."""
+    common = ["bench", "-w", "parquet", "--root", str(tmp_path), "-q", "--no-isolate"]
+    common += ["--steps", "6", "--trials", "1", "--warmup", "1"]
+    reports = {}
+    for storage in ("local", "s3"):
+        out = tmp_path / f"{storage}.json"
+        assert main([*common, "--storage", storage, "--json", str(out)]) == 0
+        reports[storage] = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    for v in ("naive", "headrace"):
+        assert reports["s3"][v]["storage"] == "s3"
+        assert reports["s3"][v]["digest"] == reports["local"][v]["digest"]
+        assert reports["s3"][v]["bytes_read"] > 0
+    assert reports["local"]["naive"]["digest"] == reports["local"]["headrace"]["digest"]

@@ -112,14 +112,14 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         changes["dataset"] = {"token_file_gib": args.token_file_gib}
     reader = _storage_options(args)
     if reader:
-        if wl.kind not in ("files", "tokens", "megatron"):
+        if wl.kind not in ("files", "tokens", "megatron", "parquet"):
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
-                "--endpoint and --latency-ms apply to files and token workloads (jpeg, npz, "
-                "hdf5, tokens, megatron)"
+                "--endpoint and --latency-ms apply to files, token and Parquet workloads (jpeg, "
+                "npz, hdf5, tokens, megatron, parquet)"
             )
         changes["reader"] = reader
-        if wl.kind != "files" and reader.get("storage") == "s3":
+        if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
             changes.update(_tokens_on_s3(wl, args, reader))
     if getattr(args, "variants", None):
         changes["variants"] = tuple(v for v in args.variants.split(",") if v)

@@ -303,6 +303,7 @@ KINDS: dict[str, str] = {
     "files": "headrace.bench._files_variants:FilesKind",
     "rows": "headrace.bench._rows_kind:PaddedKind",
     "tables": "headrace.bench._rows_kind:TableKind",
+    "parquet": "headrace.bench._parquet_kind:ParquetKind",
 }
 
 

@@ -33,7 +33,7 @@ from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["GAP", "PIECE", "Fetch", "RemoteParquet", "resolve_urls"]
+__all__ = ["GAP", "PIECE", "Fetch", "RemoteParquet", "resolve_urls", "stored_bytes"]
 
 # Two chunks less than this apart are one GET: a request costs a round trip
 # (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
@@ -94,6 +94,12 @@ _ARROW_REMOTE = (
     "headrace reads Parquet. Convert with pyarrow.parquet.write_table, or copy the "
     "files to a local disk"
 )
+
+
+def stored_bytes(metadata: Any, group: int) -> int:
+    """Bytes row group ``group`` takes in its file (every column chunk, compressed)."""
+    rg = metadata.row_group(group)
+    return sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
 
 
 def _common_root(urls: list[str]) -> str:
@@ -243,6 +249,9 @@ class RemoteParquet:
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
             ) from exc
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def stored_bytes(self, i: int) -> int:
+        return stored_bytes(self._md, i)
 
     def _miss(self, offset: int, length: int) -> NDArray[np.uint8]:
         self.misses += 1

@@ -47,7 +47,7 @@ from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles
 from headrace.formats._ragged import Ragged
-from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls
+from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats
@@ -177,6 +177,10 @@ class _Part:
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
             ) from exc
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def stored_bytes(self, i: int) -> int:
+        """Bytes row group ``i`` takes in the file (0 for Arrow: mapped, never decoded)."""
+        return stored_bytes(self._pf.metadata, i) if self.parquet else 0
 
     def close(self) -> None:
         self.batches = []
@@ -317,8 +321,10 @@ class Table(Closing):
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
-        # Parquet row groups decoded so far: one per cache miss (benchmarks, tests).
+        # Parquet row groups decoded so far: one per cache miss (benchmarks, tests),
+        # and the bytes they take in their files.
         self.decoded = 0
+        self.decoded_bytes = 0
         h = hashlib.sha256()
         for p in self._parts:
             if self._objects is not None:
@@ -466,8 +472,10 @@ class Table(Closing):
         else:
             data = part.span(int(self._span_local[span]), names)
         if part.parquet:
+            stored = part.stored_bytes(int(self._span_local[span]))
             with self._count_lock:
                 self.decoded += 1
+                self.decoded_bytes += stored
         views = dict(cached or {})
         for c in names:
             if c not in views:

@@ -1,0 +1,248 @@
+"""Parquet workload (``parquet`` kind): token lists in row groups, local or on S3.
+
+The dataset is ``files`` Parquet files of ``rows`` rows in all (``input_ids``:
+``list<int32>`` of 1 to ``width`` items; ``label``: ``int64``), row groups of
+``group_rows``, the layout of a tokenized Hugging Face dataset on the Hub.
+Both variants follow :class:`~headrace.formats.TableSource`'s default plan for
+Parquet, the windowed shuffle (windows of ``window_rows`` rows), and deliver
+``input_ids`` ``(B, width)`` right-padded with 0, ``input_ids_mask`` and
+``label``, so their digests must agree:
+
+``naive``     what a training script does without headrace: ``pq.ParquetFile``
+              per file (through ``pyarrow.fs.S3FileSystem`` on S3), row groups
+              read when a batch first needs them (``read_row_group``, one at a
+              time) into a cache of one window's groups, rows sliced and padded
+              one by one.
+``headrace``  ``TableSource`` through the ``Loader``: on S3, the column chunks
+              of a batch's row groups fetched together, the next window's read
+              ahead (docs/rows.md).
+
+With ``storage = "s3"`` (``--storage s3``) the files are served for the run
+(:mod:`headrace.bench._storage`). Bytes read are the row groups' stored
+bytes as each variant fetched or decoded them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._storage import Storage
+from headrace.errors import ConfigError
+from headrace.formats import TableSource
+from headrace.formats._row_plan import RowWindows
+from headrace.formats._table_remote import stored_bytes
+from headrace.pipeline import Loader
+from headrace.plan import host_slice, step_samples
+
+__all__ = ["ParquetKind"]
+
+
+class ParquetKind(Kind):
+    """``files`` Parquet files of token lists (see the module doc)."""
+
+    def __init__(self, workload: Any, root: str) -> None:
+        super().__init__(workload, root)
+        ds, rd = workload.dataset, workload.reader
+        self.rows = int(ds.get("rows", 16_384))
+        self.width = int(ds.get("width", 1025))
+        self.num_files = int(ds.get("files", 4))
+        self.group_rows = int(ds.get("group_rows", 512))
+        self.window_rows = int(rd.get("window_rows", 2048))
+        self.prefetch = int(rd.get("prefetch", 8))
+        self.in_flight = int(rd.get("in_flight", 64))
+        if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or self.width < 1:
+            raise ConfigError(
+                f"workload {workload.name!r}: rows, width, files, group_rows and window_rows "
+                "must be >= 1"
+            )
+        if self.rows < self.num_files:
+            raise ConfigError(f"workload {workload.name!r}: fewer rows than files")
+        t = workload.train
+        self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
+        self.store = Storage(workload, os.path.basename(self.folder))
+
+    # -- dataset ----------------------------------------------------------------
+    @property
+    def folder(self) -> str:
+        seed = self.workload.train.seed
+        shape = f"{self.rows}x{self.width}-f{self.num_files}-g{self.group_rows}-s{seed}"
+        return os.path.join(self.root, f"parquet-{shape}")
+
+    def files(self) -> list[str]:
+        return [os.path.join(self.folder, f"train-{i:05d}.parquet") for i in range(self.num_files)]
+
+    def _file_rows(self) -> list[int]:
+        return [
+            (i + 1) * self.rows // self.num_files - i * self.rows // self.num_files
+            for i in range(self.num_files)
+        ]
+
+    def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        os.makedirs(self.folder, exist_ok=True)
+        first = 0
+        for i, (path, n) in enumerate(zip(self.files(), self._file_rows(), strict=True)):
+            if not os.path.exists(path):  # written under a temporary name, then renamed
+                rng = np.random.default_rng([self.workload.train.seed, i])
+                lengths = rng.integers(1, self.width + 1, n)
+                offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+                values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
+                ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+                label = np.arange(first, first + n, dtype=np.int64)
+                table = pa.table({"input_ids": ids, "label": label})
+                pq.write_table(table, path + ".part", row_group_size=self.group_rows)
+                os.replace(path + ".part", path)
+            first += n
+            if progress:
+                progress(i + 1, self.num_files)
+
+    def record_bytes(self) -> float:
+        # input_ids int32 + its bool mask, padded to width; one int64 label.
+        return float(self.width * (4 + 1) + 8)
+
+    def group_bytes(self) -> NDArray[np.int64]:
+        """Stored (compressed) bytes of every row group, in table order."""
+        import pyarrow.parquet as pq
+
+        out = []
+        for path in self.files():
+            md = pq.ParquetFile(path).metadata
+            out += [stored_bytes(md, g) for g in range(md.num_row_groups)]
+        return np.asarray(out, dtype=np.int64)
+
+    def unique_payload_bytes(self, steps: int) -> int:
+        # What a reader must fetch at least: every row group the plan touches, once.
+        seed = self.workload.train.seed
+        groups = np.unique(np.concatenate([g for _, g in self.plan(seed, steps)]))
+        return int(self.group_bytes()[groups].sum())
+
+    # -- plan -------------------------------------------------------------------
+    def group_rows_all(self) -> list[int]:
+        sizes = []
+        for n in self._file_rows():
+            sizes += [self.group_rows] * (n // self.group_rows)
+            if n % self.group_rows:
+                sizes.append(n % self.group_rows)
+        return sizes
+
+    def plan(self, seed: int, steps: int) -> Iterator[tuple[NDArray[np.int64], NDArray[np.int64]]]:
+        """Per step, this host's rows and their row groups (TableSource's windowed plan)."""
+        sizes = self.group_rows_all()
+        windows = RowWindows(sizes, self.window_rows)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        b = self.hi - self.lo
+        t = self.workload.train
+        for t0 in range(0, steps, 64):
+            ts = np.arange(t0, min(steps, t0 + 64))
+            rows = windows.rows(seed, step_samples(ts, t.batch_size, self.lo, self.hi))
+            groups = np.searchsorted(starts, rows, side="right") - 1
+            for i in range(len(ts)):
+                yield rows[i * b : (i + 1) * b], groups[i * b : (i + 1) * b]
+
+    # -- storage ----------------------------------------------------------------
+    @property
+    def storage(self) -> str:
+        return self.store.kind
+
+    def serve(self) -> Any:
+        return self.store.serve(self)
+
+    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
+        return {**self.store.result_extras(self.workload), "rows": self.rows}
+
+    def source(self) -> TableSource:
+        kw: dict[str, Any] = {"width": self.width, "window_rows": self.window_rows}
+        if self.store.remote:
+            return TableSource(
+                self.store.url + "/",
+                store_options=self.store.store_options(self.workload),
+                in_flight=self.in_flight,
+                **kw,
+            )
+        return TableSource(self.folder, **kw)
+
+
+@variant(ParquetKind, "naive")
+def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
+    import pyarrow.parquet as pq
+
+    if k.store.remote:
+        from pyarrow import fs
+
+        opts = k.store.store_options(k.workload) or {}
+        endpoint = str(opts.get("endpoint", ""))
+        s3 = fs.S3FileSystem(
+            access_key=opts.get("access_key_id"),
+            secret_key=opts.get("secret_access_key"),
+            region=opts.get("region", "us-east-1"),
+            endpoint_override=endpoint.split("://", 1)[-1] or None,
+            scheme=endpoint.split("://", 1)[0] if "://" in endpoint else "https",
+        )
+        prefix = k.store.url.removeprefix("s3://")
+        handles = [s3.open_input_file(f"{prefix}/{os.path.basename(p)}") for p in k.files()]
+        files = [pq.ParquetFile(h) for h in handles]
+    else:
+        files = [pq.ParquetFile(p) for p in k.files()]
+    groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
+    sizes = k.group_bytes()
+    starts = np.concatenate([[0], np.cumsum(k.group_rows_all())])
+    limit = RowWindows(k.group_rows_all(), k.window_rows).max_groups
+    cache: OrderedDict[int, Any] = OrderedDict()
+    read = [0]
+    W = k.width
+
+    def batches() -> Iterator[Batch]:
+        for rows, spans in k.plan(k.seed_of(spec), steps):
+            ids = np.zeros((len(rows), W), np.int32)
+            mask = np.zeros((len(rows), W), np.bool_)
+            label = np.empty(len(rows), np.int64)
+            for i, (r, s) in enumerate(zip(rows.tolist(), spans.tolist(), strict=True)):
+                if s not in cache:
+                    f, g = groups[s]
+                    cache[s] = f.read_row_group(g, columns=["input_ids", "label"])
+                    read[0] += int(sizes[s])
+                    while len(cache) > limit:
+                        cache.popitem(last=False)
+                cache.move_to_end(s)
+                row = cache[s].slice(r - int(starts[s]), 1)
+                toks = row.column("input_ids").combine_chunks().values.to_numpy()
+                ids[i, : toks.size] = toks
+                mask[i, : toks.size] = True
+                label[i] = row.column("label")[0].as_py()
+            yield {"input_ids": ids, "input_ids_mask": mask, "label": label}
+
+    return GenStream(batches(), lambda: read[0])
+
+
+@variant(ParquetKind, "headrace")
+def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
+    src = k.source()
+    t = k.workload.train
+    loader = Loader(
+        src,
+        batch_size=t.batch_size,
+        seed=k.seed_of(spec),
+        rank=t.rank,
+        world_size=t.world_size,
+        prefetch=spec.int("prefetch", k.prefetch),
+        steps=steps,
+    )
+
+    def read() -> int:
+        stats = src.object_stats  # on S3: what the GETs fetched (footers included)
+        return stats.bytes if stats is not None else src.table.decoded_bytes
+
+    def close() -> None:
+        loader.close()
+        src.close()
+
+    return GenStream(iter(loader), read, close)
