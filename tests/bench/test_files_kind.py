@@ -194,7 +194,7 @@ def test_cli_storage_flags_only_for_files_and_tokens(
 ) -> None:
     args = ["bench", "-w", "padded", "--root", str(tmp_path), "--latency-ms", "5", "-q"]
     assert main(args) == 2
-    assert "apply to files and token workloads" in capsys.readouterr().err
+    assert "apply to files, token and Parquet workloads" in capsys.readouterr().err
     args = ["bench", "-w", "jpeg", "--root", str(tmp_path), "--storage", "local"]
     assert main([*args, "--endpoint", "http://x", "-q"]) == 2
     assert "need --storage s3" in capsys.readouterr().err
