@@ -75,8 +75,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage",
         choices=("local", "s3"),
-        help="files and token workloads: read from local disk or S3 (moto started on "
-        "127.0.0.1 unless --endpoint)",
+        help="files, token and Parquet workloads: read from local disk or S3 (moto started "
+        "on 127.0.0.1 unless --endpoint)",
     )
     parser.add_argument(
         "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
