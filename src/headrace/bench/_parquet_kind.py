@@ -24,6 +24,7 @@ bytes as each variant fetched or decoded them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -153,7 +154,7 @@ class ParquetKind(Kind):
     def storage(self) -> str:
         return self.store.kind
 
-    def serve(self) -> Any:
+    def serve(self) -> contextlib.AbstractContextManager[None]:
         return self.store.serve(self)
 
     def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
@@ -220,7 +221,12 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
                 label[i] = row.column("label")[0].as_py()
             yield {"input_ids": ids, "input_ids_mask": mask, "label": label}
 
-    return GenStream(batches(), lambda: read[0])
+    def close() -> None:
+        cache.clear()
+        for f in files:
+            f.close()
+
+    return GenStream(batches(), lambda: read[0], close)
 
 
 @variant(ParquetKind, "headrace")
