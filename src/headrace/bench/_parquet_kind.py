@@ -176,6 +176,7 @@ class ParquetKind(Kind):
 def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
     import pyarrow.parquet as pq
 
+    handles: list[Any] = []
     if k.store.remote:
         from pyarrow import fs
 
@@ -189,7 +190,7 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
             scheme=endpoint.split("://", 1)[0] if "://" in endpoint else "https",
         )
         prefix = k.store.url.removeprefix("s3://")
-        handles = [s3.open_input_file(f"{prefix}/{os.path.basename(p)}") for p in k.files()]
+        handles += [s3.open_input_file(f"{prefix}/{os.path.basename(p)}") for p in k.files()]
         files = [pq.ParquetFile(h) for h in handles]
     else:
         files = [pq.ParquetFile(p) for p in k.files()]
@@ -225,6 +226,8 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
         cache.clear()
         for f in files:
             f.close()
+        for h in handles:
+            h.close()
 
     return GenStream(batches(), lambda: read[0], close)
 
