@@ -15,7 +15,6 @@ bytes (what storage serves; a decoded JPEG is ~6x larger), so a files result's
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from functools import cached_property
@@ -88,8 +87,7 @@ class FilesKind(Kind):
         self.decode_threads = int(rd.get("decode_threads", 2))
         self.prefetch = int(rd.get("prefetch", 8))
         self.chunk_steps = int(rd.get("chunk_steps", 8))
-        self.store = Storage(workload, os.path.basename(self.folder))
-        self.storage_kind = self.store.kind
+        self.store: Storage = Storage(workload, os.path.basename(self.folder))
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
         self.plan = FilePlan(num_files=self.num_files, samples_per_file=self.per_file)
@@ -200,15 +198,8 @@ class FilesKind(Kind):
 
     # -- storage ----------------------------------------------------------------
     @property
-    def storage(self) -> str:
-        return self.storage_kind
-
-    @property
     def url(self) -> str:
         return self.store.url if self.store.remote else self.folder
-
-    def serve(self) -> contextlib.AbstractContextManager[None]:
-        return self.store.serve(self)
 
     def source(self, **options: Any) -> FileSource:
         """A :class:`FileSource` over this dataset, where it is served."""
@@ -225,6 +216,3 @@ class FilesKind(Kind):
         if not kw.get("decode", True):
             kw.pop("datasets", None)
         return FileSource(self.url, store_options=store_options, **kw)
-
-    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
-        return self.store.result_extras(self.workload)

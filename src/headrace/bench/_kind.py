@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from numpy.typing import NDArray
 
+from headrace.bench._storage import Storage
 from headrace.bench._workload import Workload
 from headrace.errors import ConfigError
 
@@ -173,6 +174,8 @@ class Kind:
     rules: ClassVar[dict[str, tuple[str, DigestOrder]]]
     #: also digest each sample (sorted: order-independent); costs a second hash
     canonical_digests: ClassVar[bool] = False
+    #: where the dataset is read from, for kinds that can serve it from S3 (set in __init__)
+    store: Storage | None = None
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -264,16 +267,16 @@ class Kind:
 
     def serve(self) -> contextlib.AbstractContextManager[None]:
         """Make the dataset reachable for a run (start a local object store ...)."""
-        return contextlib.nullcontext()
+        return contextlib.nullcontext() if self.store is None else self.store.serve(self)
 
     @property
     def storage(self) -> str:
         """Where the variants read from: ``local`` or an object store's scheme."""
-        return "local"
+        return "local" if self.store is None else self.store.kind
 
     def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
         """Kind-specific fields added to ``spec``'s result (a table's ``open_s``)."""
-        return {}
+        return {} if self.store is None else self.store.result_extras(self.workload)
 
     def seed_of(self, spec: VariantSpec) -> int:
         return spec.int("seed", self.workload.train.seed)

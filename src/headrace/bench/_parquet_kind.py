@@ -24,7 +24,6 @@ bytes as each variant fetched or decoded them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -67,7 +66,7 @@ class ParquetKind(Kind):
             raise ConfigError(f"workload {workload.name!r}: fewer rows than files")
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
-        self.store = Storage(workload, os.path.basename(self.folder))
+        self.store: Storage = Storage(workload, os.path.basename(self.folder))
 
     # -- dataset ----------------------------------------------------------------
     @property
@@ -150,15 +149,8 @@ class ParquetKind(Kind):
                 yield rows[i * b : (i + 1) * b], groups[i * b : (i + 1) * b]
 
     # -- storage ----------------------------------------------------------------
-    @property
-    def storage(self) -> str:
-        return self.store.kind
-
-    def serve(self) -> contextlib.AbstractContextManager[None]:
-        return self.store.serve(self)
-
-    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
-        return {**self.store.result_extras(self.workload), "rows": self.rows}
+    def result_extras(self, spec: str) -> dict[str, Any]:
+        return {**super().result_extras(spec), "rows": self.rows}
 
     def source(self) -> TableSource:
         kw: dict[str, Any] = {"width": self.width, "window_rows": self.window_rows}

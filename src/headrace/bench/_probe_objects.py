@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from headrace.bench._probe import Result
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
@@ -33,18 +34,8 @@ _BUDGET = 256 << 20  # bytes per measurement at most
 
 
 @dataclass(kw_only=True, slots=True)
-class _Result:
-    mode: str
-    pattern: str
-    request_bytes: int
-    in_flight: int
-    engine: str
-    ops: int
-    seconds: float
-    ops_per_s: float
-    mb_per_s: float
+class _Result(Result):
     latency_p50_ms: float
-    verified: bool
 
 
 def probe_object(

@@ -18,7 +18,6 @@ local file only (``LOCAL_ONLY``): the CLI leaves them out of such a run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -64,17 +63,7 @@ class TokenKind(Kind):
         self.lo, self.hi = host_slice(
             workload.train.batch_size, workload.train.rank, workload.train.world_size
         )
-        self.store = Storage(workload, "tokens")
-
-    @property
-    def storage(self) -> str:
-        return self.store.kind
-
-    def serve(self) -> contextlib.AbstractContextManager[None]:
-        return self.store.serve(self)
-
-    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
-        return self.store.result_extras(self.workload)
+        self.store: Storage = Storage(workload, "tokens")
 
     def _local_only(self, spec: VariantSpec) -> None:
         if self.store.remote:
