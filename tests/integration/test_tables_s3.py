@@ -291,3 +291,14 @@ def test_a_failed_read_ahead_is_fetched_again_when_a_batch_needs_it(
     rows = np.arange(0, 64)
     assert np.array_equal(src.read(0, rows)["label"], local.read(0, rows)["label"])
     src.close()
+
+
+def test_a_plain_http_url_reads_the_same_rows(s3: S3Fixture, root: Path) -> None:
+    """``http://`` (moto answers plain GETs with ranges): one file by its URL, no listing."""
+    url = f"{s3.server.endpoint}/{BUCKET}/tables/{FILES[1]}"
+    kw = {**KW, "shuffle": "window"}
+    want = digest(lambda: TableSource(root / FILES[1], **kw), steps=20)
+    src = TableSource(url, store_options={"allow_http": True}, **kw)
+    assert src.table.files == [(url, (root / FILES[1]).stat().st_size)]
+    assert digest(lambda: src, steps=20) == want
+    src.close()
