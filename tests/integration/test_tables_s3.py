@@ -295,7 +295,13 @@ def test_a_failed_read_ahead_is_fetched_again_when_a_batch_needs_it(
 
 def test_a_plain_http_url_reads_the_same_rows(s3: S3Fixture, root: Path) -> None:
     """``http://`` (moto answers plain GETs with ranges): one file by its URL, no listing."""
-    url = f"{s3.server.endpoint}/{BUCKET}/tables/{FILES[1]}"
+    s3.server.info.boto3_client().put_object(  # public: plain HTTP sends no credentials
+        Bucket=BUCKET,
+        Key=f"http/{FILES[1]}",
+        Body=(root / FILES[1]).read_bytes(),
+        ACL="public-read",
+    )
+    url = f"{s3.server.endpoint}/{BUCKET}/http/{FILES[1]}"
     kw = {**KW, "shuffle": "window"}
     want = digest(lambda: TableSource(root / FILES[1], **kw), steps=20)
     src = TableSource(url, store_options={"allow_http": True}, **kw)
