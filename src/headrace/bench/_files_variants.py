@@ -37,7 +37,6 @@ from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
 from headrace.errors import ConfigError
 from headrace.formats import FileSource, IterableFiles
-from headrace.pipeline import Loader
 
 __all__ = ["FilesKind", "StageProbe"]
 
@@ -131,16 +130,12 @@ def _loader_stream(k: FilesKind, spec: VariantSpec, steps: int, **options: Any) 
     probe = StageProbe()
     in_flight = spec.int("in_flight", k.in_flight or 0) or None
     src = probe.attach(k.source(in_flight=in_flight, **options))
-    t = k.workload.train
-    loader = Loader(
+    loader = k.loader(
         src,
-        batch_size=t.batch_size,
-        seed=k.seed_of(spec),
-        rank=t.rank,
-        world_size=t.world_size,
+        spec,
+        steps,
         prefetch=spec.int("prefetch", k.prefetch),
         chunk_steps=spec.int("chunk_steps", k.chunk_steps),
-        steps=steps,
     )
 
     def close() -> None:

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Workload
 from headrace.errors import ConfigError
+from headrace.pipeline import Loader
 
 __all__ = [
     "KINDS",
@@ -280,6 +281,23 @@ class Kind:
 
     def seed_of(self, spec: VariantSpec) -> int:
         return spec.int("seed", self.workload.train.seed)
+
+    def loader(self, src: Any, spec: VariantSpec, steps: int, **options: Any) -> Loader:
+        """A :class:`~headrace.pipeline.Loader` over ``src`` for this host's ``steps`` steps.
+
+        ``options`` (``prefetch``, ``chunk_steps``) go to the Loader as given;
+        left out, the Loader's defaults apply, as users get them.
+        """
+        t = self.workload.train
+        return Loader(
+            src,
+            batch_size=t.batch_size,
+            seed=self.seed_of(spec),
+            rank=t.rank,
+            world_size=t.world_size,
+            steps=steps,
+            **options,
+        )
 
 
 def _like(current: Any, text: str, spec: str) -> Any:

@@ -38,7 +38,6 @@ from headrace.errors import ConfigError
 from headrace.formats import TableSource
 from headrace.formats._row_plan import RowWindows
 from headrace.formats._table_remote import stored_bytes
-from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["ParquetKind"]
@@ -227,16 +226,7 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
 @variant(ParquetKind, "headrace")
 def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
     src = k.source()
-    t = k.workload.train
-    loader = Loader(
-        src,
-        batch_size=t.batch_size,
-        seed=k.seed_of(spec),
-        rank=t.rank,
-        world_size=t.world_size,
-        prefetch=spec.int("prefetch", k.prefetch),
-        steps=steps,
-    )
+    loader = k.loader(src, spec, steps, prefetch=spec.int("prefetch", k.prefetch))
 
     def read() -> int:
         stats = src.object_stats  # on S3: what the GETs fetched (footers included)

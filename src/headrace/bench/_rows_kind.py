@@ -126,17 +126,9 @@ class _RowsBase(Kind):
             for i in range(len(ts)):
                 yield rows[i * b : (i + 1) * b]
 
-    def loader(self, src: Any, spec: VariantSpec, steps: int) -> Loader:
-        t = self.workload.train
-        return Loader(
-            src,
-            batch_size=t.batch_size,
-            seed=self.seed_of(spec),
-            rank=t.rank,
-            world_size=t.world_size,
-            prefetch=spec.int("prefetch", self.prefetch),
-            steps=steps,
-        )
+    def loader(self, src: Any, spec: VariantSpec, steps: int, **options: Any) -> Loader:
+        prefetch = options.pop("prefetch", spec.int("prefetch", self.prefetch))
+        return super().loader(src, spec, steps, prefetch=prefetch, **options)
 
 
 class PaddedKind(_RowsBase):

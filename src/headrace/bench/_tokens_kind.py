@@ -30,7 +30,6 @@ from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, va
 from headrace.bench._storage import Storage
 from headrace.errors import ConfigError
 from headrace.formats import TokenSource, write_megatron_index
-from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["LOCAL_ONLY", "MegatronKind", "TokenKind"]
@@ -164,19 +163,9 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
     if reads not in ("populate", "pread"):
         raise ConfigError(f"variant {spec.text!r}: reads must be 'populate' or 'pread'")
     src = k.source() if k.store.remote else k.source(reads=reads)
-    t = k.workload.train
     # Chunking as users get it (the Loader's default) unless a variant asks otherwise.
     chunking = {"chunk_steps": spec.int("chunk_steps", 0)} if "chunk_steps" in spec.options else {}
-    loader = Loader(
-        src,
-        batch_size=t.batch_size,
-        seed=k.seed_of(spec),
-        rank=t.rank,
-        world_size=t.world_size,
-        prefetch=prefetch,
-        steps=steps,
-        **chunking,
-    )
+    loader = k.loader(src, spec, steps, prefetch=prefetch, **chunking)
     return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close)
 
 
