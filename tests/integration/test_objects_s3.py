@@ -246,3 +246,5 @@ def test_probe_an_object(
     assert "B requests: best" in capsys.readouterr().out
     assert main([*args[:1], f"{s3.url}/nope.bin", *args[2:]]) == 2
     assert "nope.bin" in capsys.readouterr().err
+    assert main([*args[:1], f"{s3.url}/empty.bin", *args[2:]]) == 2
+    assert "empty.bin: 0 bytes is too small to probe" in capsys.readouterr().err
