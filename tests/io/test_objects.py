@@ -118,6 +118,20 @@ def test_stat_and_aread_into(root: Path) -> None:
                     "a.bin", 0, np.zeros(10, dtype=np.uint8), expect=info._replace(size=9999)
                 )
             )
+        # Shrunk since stat(): a range that fit then is past the end now.
+        with pytest.raises(
+            ReadEOFError,
+            match=r"a\.bin, bytes \[15000, 15100\): the object changed while open: it had "
+            r"20000 bytes, now it ends before this range",
+        ):
+            asyncio.run(
+                store.aread_into(
+                    "a.bin",
+                    15_000,
+                    np.zeros(100, dtype=np.uint8),
+                    expect=info._replace(size=20_000),
+                )
+            )
         with pytest.raises(ObjectNotFoundError, match=r"/nope\.bin"):
             store.stat("nope.bin")
         assert store.stats.retries == 0

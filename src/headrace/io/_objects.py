@@ -355,9 +355,7 @@ class ObjectStore(Closing):
 
     def size(self, key: str) -> int:
         """The object's size in bytes (one HEAD)."""
-        store = self._live()
-        meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
-        return int(meta["size"])
+        return self.stat(key).size
 
     def stat(self, key: str) -> ObjectInfo:
         """The object's size and entity tag (one HEAD)."""

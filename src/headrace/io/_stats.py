@@ -52,7 +52,7 @@ class StatsRecorder:
         self._by_engine: dict[str, int] = {}
 
     def record(
-        self, *, mode: str, rows: int, requested: int, read: int, seconds: float, engine: str = ""
+        self, *, mode: str, rows: int, requested: int, read: int, seconds: float, engine: str
     ) -> None:
         with self._lock:
             if engine:

@@ -206,11 +206,7 @@ class Loader(Closing):
 
     def _check_current(self, generation: int) -> None:
         if generation != self._generation:
-            raise StateError(
-                "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
-                "loader came after it began, so its next step would not follow the loader's "
-                "state; iterate the loader again (iter(loader))"
-            )
+            raise _stale()
 
     def _read_ahead(self, start: int) -> Iterator[list[tuple[int, Batch]]]:
         """Read chunk after chunk; after each, tell the source what comes next.
@@ -255,7 +251,9 @@ class Loader(Closing):
                 if item is _END:
                     return
                 if item is _STALE:
-                    self._check_current(generation)
+                    # Only a stopped producer's queue gets it (by iter(), load_state_dict()
+                    # or close()), which may wake us before the generation is bumped.
+                    raise _stale()
                 if isinstance(item, _Failure):
                     item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
                     raise item.exc
@@ -336,6 +334,14 @@ class Loader(Closing):
             else:
                 close()
         self.status = LoaderStatus.CLOSED
+
+
+def _stale() -> StateError:
+    return StateError(
+        "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
+        "loader came after it began, so its next step would not follow the loader's "
+        "state; iterate the loader again (iter(loader))"
+    )
 
 
 def _drain(q: queue.Queue[object]) -> None:

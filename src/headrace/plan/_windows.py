@@ -186,7 +186,7 @@ class WindowLayout:
 
     def window_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The window of each sample: :meth:`locate` without the offsets (no start tables)."""
-        samples = np.asarray(samples, dtype=np.int64)
+        samples = _sample_numbers(samples)
         T = self.samples_per_epoch
         epoch = samples // T
         window = np.empty_like(samples)
@@ -197,9 +197,7 @@ class WindowLayout:
 
     def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Map global sample numbers to (epoch, window, token offset in window)."""
-        samples = np.asarray(samples, dtype=np.int64)
-        if samples.size and samples.min() < 0:
-            raise ConfigError(f"sample numbers must be >= 0 (got {int(samples.min())}).")
+        samples = _sample_numbers(samples)
         T = self.samples_per_epoch
         epoch = samples // T
         if (
@@ -241,3 +239,11 @@ def group_by_window(
         ((int(uniq[u] >> 32), int(uniq[u] & 0xFFFFFFFF)), np.flatnonzero(inv == u))
         for u in np.argsort(first)
     ]
+
+
+def _sample_numbers(samples: NDArray[np.int64]) -> NDArray[np.int64]:
+    """``samples`` as int64, refused if any is negative (no sample comes before 0)."""
+    out = np.asarray(samples, dtype=np.int64)
+    if out.size and out.min() < 0:
+        raise ConfigError(f"sample numbers must be >= 0 (got {int(out.min())}).")
+    return out
