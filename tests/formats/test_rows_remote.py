@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.formats import _row_file, open_row_file, write_row_file
+from headrace.formats import _object_files, open_row_file, write_row_file
 from headrace.formats._row_file import RowReader
 
 
@@ -50,7 +50,7 @@ def test_large_ranges_are_cut_into_pieces(
     rows: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, data = rows
-    monkeypatch.setattr(_row_file, "PIECE", 100)  # bytes: a 48-byte row, 2 rows a piece
+    monkeypatch.setattr(_object_files, "PIECE", 100)  # bytes: a 48-byte row, 2 rows a piece
     f = open_row_file(f"file://{path}")
     io = RowReader()
     got = io.read(f, np.arange(10, 20, dtype=np.int64))  # 480 bytes: 5 pieces

@@ -22,15 +22,24 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.io import RequestQueue
+from headrace.io._batch import raise_first
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
 
-__all__ = ["DEFAULT_IN_FLIGHT", "ObjectFiles", "RemoteFile", "split_object_url", "wait_all"]
+__all__ = [
+    "DEFAULT_IN_FLIGHT",
+    "PIECE",
+    "ObjectFiles",
+    "RemoteFile",
+    "split_object_url",
+    "wait_all",
+]
 
 DEFAULT_IN_FLIGHT = 64
-# Sidecars and indexes are read whole; one larger than this is read in parallel ranges.
-_WHOLE_PART = 8 << 20
+# One ranged GET reads at most this much: a large range (a window, a row group, an index)
+# is many GETs in flight.
+PIECE = 8 << 20
 
 
 def split_object_url(url: str) -> tuple[str, str]:
@@ -48,10 +57,7 @@ def split_object_url(url: str) -> tuple[str, str]:
 def wait_all(futures: Sequence[Future[Any]]) -> None:
     """Wait for every future, then raise the first one's error (none still writes after)."""
     wait(futures)
-    for fut in futures:
-        exc = fut.exception()
-        if exc is not None:
-            raise exc
+    raise_first([(i, e) for i, f in enumerate(futures) if (e := f.exception()) is not None])
 
 
 class RemoteFile:
@@ -72,6 +78,10 @@ class RemoteFile:
         """Start filling ``out`` with the bytes at ``offset``; the future says when it is done."""
         store, key, expect = self._store, self._key, self._expect
         return self._queue.submit(lambda: store.aread_into(key, offset, out, expect=expect))
+
+    def read_pieces(self, out: NDArray[np.uint8], offset: int) -> list[Future[None]]:
+        """:meth:`read_into` cut into GETs of at most ``PIECE`` bytes, all started."""
+        return [self.read_into(out[a : a + PIECE], offset + a) for a in range(0, out.size, PIECE)]
 
 
 class ObjectFiles:
@@ -125,9 +135,9 @@ class ObjectFiles:
             size = store.stat(key).size
         except ObjectNotFoundError:
             return None
-        if size <= _WHOLE_PART:
+        if size <= PIECE:
             return bytes(store.get_range(key, 0, size))
-        parts = [(key, o, min(_WHOLE_PART, size - o)) for o in range(0, size, _WHOLE_PART)]
+        parts = [(key, o, min(PIECE, size - o)) for o in range(0, size, PIECE)]
         return b"".join(store.get_many(parts, max_in_flight=self.in_flight))
 
     # -- block reads -------------------------------------------------------------------
@@ -169,13 +179,11 @@ def _merge(
 
     out = ObjectStats() if before is None else before.copy()
     for s in parts:
-        out.requests += s.requests
-        out.attempts += s.attempts
-        out.retries += s.retries
-        out.failures += s.failures
-        out.bytes += s.bytes
-        out.in_flight += s.in_flight
-        out.latencies_s.extend(s.latencies_s)
+        # Per store, in flight at once counts single GETs; the queue's figure below counts
+        # the source's range reads across all its stores.
+        s = s.copy()
+        s.max_in_flight_observed = 0
+        out.add(s)
     if queue is not None:
         out.max_in_flight_observed = max(
             out.max_in_flight_observed, queue.stats.max_in_flight_observed

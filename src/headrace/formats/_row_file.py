@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 _READER_LOCK = threading.Lock()  # RowReader's lazy reader, made once
 
 __all__ = [
-    "PIECE",
     "ReaderSpec",
     "RowFile",
     "RowReader",
@@ -55,8 +54,6 @@ __all__ = [
 ]
 
 _NPY_MAGIC = b"\x93NUMPY"
-# One ranged GET reads at most this much: a window is many GETs in flight.
-PIECE = 8 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,9 +393,7 @@ class RowReader:
         remote = self._remote_file(f)
         futures: list[Future[None]] = []
         for (offset, length), buf in zip(ranges, bufs, strict=True):
-            futures.extend(
-                remote.read_into(buf[a : a + PIECE], offset + a) for a in range(0, length, PIECE)
-            )
+            futures += remote.read_pieces(buf[:length], offset)
         wait_all(futures)
 
     def _remote_file(self, f: RowFile) -> RemoteFile:

@@ -5,8 +5,8 @@ rest of a larger footer), all files' at once; nothing else. A row group's
 bytes are fetched when a batch first needs it, or earlier when the loader
 reads ahead: the byte ranges of the column chunks to decode (from the
 footer), merged where less than ``GAP`` apart and cut into pieces of at most
-``PIECE``, every piece a ranged GET on the source's request queue (at most
-``in_flight`` at once). pyarrow then decodes the row group from those bytes
+``PIECE`` (see ``_object_files``), every piece a ranged GET on the source's
+request queue (at most ``in_flight`` at once). pyarrow then decodes the row group from those bytes
 through :class:`_Spans`, a read-only file whose other bytes are fetched on
 demand: a writer whose chunk sizes were off costs one more GET, never a
 wrong value. Every read is checked against the size and ETag seen when the
@@ -33,13 +33,11 @@ from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["GAP", "PIECE", "Fetch", "RemoteParquet", "resolve_urls", "stored_bytes"]
+__all__ = ["GAP", "Fetch", "RemoteParquet", "resolve_urls", "stored_bytes"]
 
 # Two chunks less than this apart are one GET: a request costs a round trip
 # (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
 GAP = 1 << 20
-# One GET reads at most this much, so a large row group is many GETs in flight.
-PIECE = 8 << 20
 _FOOTER = 64 << 10
 _MAGIC = b"PAR1"
 
@@ -221,10 +219,7 @@ class RemoteParquet:
         for offset, length in self._ranges(group, names):
             buf = np.empty(length, np.uint8)
             spans.append((offset, buf))
-            futures.extend(
-                self._file.read_into(buf[a : a + PIECE], offset + a)
-                for a in range(0, length, PIECE)
-            )
+            futures += self._file.read_pieces(buf, offset)
         return Fetch(names, spans, futures)
 
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:

@@ -101,6 +101,17 @@ class ObjectStats:
         out.latencies_s.extend(self.latencies_s)
         return out
 
+    def add(self, other: ObjectStats) -> None:
+        """Count ``other``'s requests in these (``max_in_flight_observed``: the larger)."""
+        self.requests += other.requests
+        self.attempts += other.attempts
+        self.retries += other.retries
+        self.failures += other.failures
+        self.bytes += other.bytes
+        self.in_flight += other.in_flight
+        self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)
+        self.latencies_s.extend(other.latencies_s)
+
 
 def _check_range(offset: int, length: int) -> None:
     if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
