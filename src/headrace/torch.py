@@ -169,7 +169,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             rank=self.rank,
             world_size=self.world_size,
             prefetch=prefetch,
-            chunk_steps=chunk_steps or DEFAULT_CHUNK_STEPS,
+            chunk_steps=DEFAULT_CHUNK_STEPS if chunk_steps is None else chunk_steps,
             steps=steps,
         )
         self.source = source
@@ -239,7 +239,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
 
     def chunk_steps_in(self, *, worker_process: bool) -> int:
         """The loader's ``chunk_steps``: as given, else 8 in a worker process and 32 without."""
-        if self.chunk_steps:
+        if self.chunk_steps is not None:
             return self.chunk_steps
         return WORKER_CHUNK_STEPS if worker_process else DEFAULT_CHUNK_STEPS
 
@@ -448,5 +448,6 @@ class HeadraceDataLoader(Closing):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""
         self.dataset.load_state_dict(state)
+        self.close()  # the workers of a running iteration would go on filling their rings
         self._generation += 1
         self.step = self.dataset.state_dict()["step"]

@@ -282,3 +282,24 @@ def test_a_worker_that_fails_to_start_leaves_nothing(
         iter(wb)
     gone(wb, pids)
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_chunk_steps_zero_is_refused_not_replaced(root: Path) -> None:
+    with pytest.raises(ConfigError, match="chunk_steps >= 1"):
+        dataset(root, chunk_steps=0)
+
+
+def test_load_state_dict_stops_the_running_workers(root: Path, reference: list[str]) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=2)
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    wb = dl._workers
+    assert wb is not None
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    dl.load_state_dict(state)
+    gone(wb, pids)  # not left filling their rings until the next iter()
+    with pytest.raises(HeadraceError, match="stale"):
+        next(it)
+    assert [digest(b) for b in dl] == reference[1:]
+    dl.close()

@@ -117,7 +117,7 @@ def test_empty_row_stops_the_naive_baseline(tmp_path: Path) -> None:
 
 def test_bad_dataset_settings(tmp_path: Path) -> None:
     wl = builtin_workloads()["table"]
-    with pytest.raises(ConfigError, match="format 'parquet' is not supported"):
+    with pytest.raises(ConfigError, match=r"got 'parquet'\); for Parquet use kind = 'parquet'"):
         make_kind(wl.replace(dataset={"format": "parquet"}), str(tmp_path))
     with pytest.raises(ConfigError, match="width >= 2"):
         make_kind(builtin_workloads()["padded"].replace(dataset={"width": 1}), str(tmp_path))

@@ -7,8 +7,10 @@ in flight it takes to fill the pipe, and the MB/s each request size reaches.
 Each measurement reads its own random ranges (no two measurements the same
 bytes, so a server-side cache cannot favour the later one), in two rounds
 of alternating order, and is checked against ``get_ranges`` of the same
-ranges made outside the timed interval. A measurement stops at ``--ops``
-requests or 256 MiB, whichever comes first. MB is 10^6 bytes.
+ranges made outside the timed interval. A measurement makes 4 requests per
+request in flight (16 at least), fewer if ``--ops`` or 256 MiB of data says
+so, split over the rounds: enough to fill the pipe at that depth, short
+enough to probe a 50 ms endpoint in seconds. MB is 10^6 bytes.
 """
 
 from __future__ import annotations

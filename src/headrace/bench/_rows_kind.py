@@ -243,8 +243,9 @@ class TableKind(_RowsBase):
         fmt = workload.dataset.get("format", "arrow")
         if fmt != "arrow":
             raise ConfigError(
-                f"workload {workload.name!r}: table format {fmt!r} is not supported by the "
-                "bench yet; use format = 'arrow' (a save_to_disk directory)"
+                f"workload {workload.name!r}: kind 'tables' reads a save_to_disk Arrow "
+                f"directory (format = 'arrow', got {fmt!r}); for Parquet use kind = 'parquet' "
+                "(the built-in workload 'parquet')"
             )
         self._lengths: NDArray[np.int64] | None = None
 
