@@ -26,6 +26,7 @@ import torch
 from headrace._shm_ring import RingConfig, WorkerBatches
 from headrace.formats import TokenSource
 from headrace.pipeline import Loader
+from headrace.torch import WORKER_CHUNK_BYTES
 
 FILE = Path("/tmp/headrace-bench-tokens-1g.u32")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -50,9 +51,11 @@ def bare(n: int) -> tuple[float, float, float]:
         return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n, 0.0
 
 
-def workers(k: int, slots: int, n: int) -> tuple[float, float, float]:
-    loader = {"batch_size": 32, "seed": 1, "prefetch": 0}  # as HeadraceDataLoader sets it
-    wb = WorkerBatches(RingConfig(source=source(), loader=loader, workers=k, slots=slots))
+def workers(k: int, chunk: int, n: int) -> tuple[float, float, float]:
+    # As HeadraceDataLoader sets it up: 4 chunk slots a worker, chunks of at most 16 MiB.
+    loader = {"batch_size": 32, "seed": 1, "prefetch": 0, "chunk_steps": chunk}
+    loader["chunk_bytes"] = WORKER_CHUNK_BYTES
+    wb = WorkerBatches(RingConfig(source=source(), loader=loader, workers=k, slots=4))
     it = iter(wb)
     next(it)
     pids = [p.pid for p in wb._procs if p.pid is not None]
@@ -88,20 +91,20 @@ def main() -> None:
     n = a.batches
     sides: dict[str, Callable[[], tuple[float, float, float]]] = {
         "bare Loader": lambda: bare(n),
-        "workers=1, 8 slots": lambda: workers(1, 8, n),
-        "workers=2, 8 slots": lambda: workers(2, 8, n),
-        "workers=2, 4 slots": lambda: workers(2, 4, n),
+        "workers=1": lambda: workers(1, 32, n),
+        "workers=2": lambda: workers(2, 32, n),
+        "workers=2, chunks of 8": lambda: workers(2, 8, n),
     }
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
     for _ in range(a.trials):
         for name, run in sides.items():
             runs[name].append(run())
     base = statistics.median(r[0] for r in runs["bare Loader"])
-    print(f"{'side':<20} {'wall us':>8} {'rate':>6} {'main CPU':>9} {'workers':>8} {'total':>6}")
+    print(f"{'side':<24} {'wall us':>8} {'rate':>6} {'main CPU':>9} {'workers':>8} {'total':>6}")
     for name, rs in runs.items():
         wall, main_, wk = (statistics.median(r[i] for r in rs) * 1e6 for i in range(3))
         rate = base * 1e6 / wall
-        print(f"{name:<20} {wall:>8.0f} {rate:>6.0%} {main_:>9.0f} {wk:>8.0f} {main_ + wk:>6.0f}")
+        print(f"{name:<24} {wall:>8.0f} {rate:>6.0%} {main_:>9.0f} {wk:>8.0f} {main_ + wk:>6.0f}")
     print("loader work, CPU us per delivered batch (median of trials): cold / warm windows")
     for stride in (1, 2):
         cw = [loader_work(stride, n) for _ in range(a.trials)]

@@ -1,26 +1,29 @@
-"""Worker processes that write whole batches into shared-memory slots, read in step order.
+"""Worker processes that write whole chunks of batches into shared-memory slots.
 
 Worker ``w`` of ``k`` runs an ordinary :class:`~headrace.pipeline.Loader`
-over the steps ``t`` with ``(t - start) % k == w`` and copies each field
-of each batch, contiguous, into the next free slot of a ring it created
-once, in shared memory. Only ``(step, slot)`` crosses the pipe, as 13
-bytes. The main process reads worker ``(t - start) % k`` for step ``t``, so
-batches come out in global step order for any ``k``, and makes the fields
-NumPy views of the slot: no pickling, no new segment and no file-descriptor
-hand-over per batch, which is what makes a stock DataLoader worker queue
-cost more than a whole token batch. (Copying ``x`` and ``y`` of a token
-batch apart, 2 x 131 KB, measured cheaper than finding their common base
-with :func:`~headrace._pack.pack`: a memcpy is 3 us, pack's Python 17 us.)
-A batch whose fields differ in dtype or shape from the worker's first one
-(or hold Python objects) is pickled through the pipe instead.
+over the steps ``t`` with ``(t - start) % k == w``, a chunk of steps at a
+time (8 by default), and copies each chunk, once, into the next free slot of
+a ring it created once, in shared memory. Only ``(first step, steps, slot)``
+crosses the pipe, one message per chunk each way (the chunk's layout too,
+pickled, when it differs from the last one's). The main process reads
+worker ``(t - start) % k`` for step ``t``, so batches come out in global
+step order for any ``k``, and makes the fields NumPy views of the slot: no
+pickling, no new segment and no file-descriptor hand-over per batch, which
+is what makes a stock DataLoader worker queue cost more than a whole token
+batch. Fields that view one stretch of memory (``x`` and ``y`` of a token
+batch, two views of one ``(B, L + 1)`` array) cross as that one stretch and
+arrive as views of it, as they leave the loader without workers
+(:func:`~headrace._pack.pack`); with ``contiguous=True`` each field is
+copied apart, contiguous. A chunk whose fields hold Python objects, or that
+does not fit a slot, is pickled through the pipe instead.
 
 A slot is *leased* to the consumer: it goes back to its worker when the
-last array or tensor viewing it is freed (a weak reference on the
-memoryview that every view keeps alive), so a batch's tensors stay valid
-for as long as anything holds them. A consumer that hoards batches would
-starve its workers of slots; once half a worker's slots are out on lease,
-further batches from it are handed out as copies and their slot is
-returned at once. ``copy=True`` copies every batch.
+last array or tensor viewing any batch of its chunk is freed (a weak
+reference on the memoryview that every view keeps alive), so a batch's
+tensors stay valid for as long as anything holds them. A consumer that
+hoards batches would starve its workers of slots; once half a worker's
+slots are out on lease, further chunks from it are handed out as copies and
+their slot is returned at once. ``copy=True`` copies every chunk.
 
 Segments: a worker creates its ring (``SharedMemory``, name
 ``headrace_<pid>_<hex>``), the main process maps it and acknowledges, and
@@ -69,22 +72,27 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._pack import pack
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch, Loader, Source
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
-_LAYOUT, _BATCH, _INLINE, _END, _ERROR = range(5)
-_BATCH_MSG = struct.Struct("<Bqi")  # kind, step, slot
+_LAYOUT, _CHUNK, _INLINE, _END, _ERROR = range(5)
+_CHUNK_MSG = struct.Struct("<Bqii")  # kind, first step, steps, slot (+ a pickled layout)
 _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
-_ALIGN = 64  # each base starts on a cache line, and on any dtype's alignment
+_ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
 _STOP_S = 2.0  # how long close() waits for workers to exit on their own
 # How long a worker whose lifeline broke may take to leave by itself (less than _STOP_S,
 # so close() rarely has to terminate one).
 _ORPHAN_GRACE_S = 1.0
 
-# A batch's layout: per field, its name, dtype and shape.
-Spec = tuple[tuple[str, str, tuple[int, ...]], ...]
+# Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
+# contiguous copy of one array; and per field, (name, region, element offset,
+# shape, element strides) into one of them.
+Region = tuple[int, str, tuple[int, ...]]
+FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
+Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,7 +103,8 @@ class RingConfig:
     loader: dict[str, Any] = field(default_factory=dict)  # Loader keyword arguments
     start: int = 0  # the first global step; worker w owns (t - start) % workers == w
     workers: int = 1
-    slots: int = 4  # ring slots per worker
+    slots: int = 4  # ring slots per worker, each a whole chunk of batches
+    contiguous: bool = False  # copy each field apart, C-contiguous
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.slots < 2 or self.start < 0:
@@ -128,21 +137,47 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
 
 
-def _offsets(spec: Spec) -> tuple[list[int], int]:
-    """Byte offset of each field in a slot, and the slot's size (both ``_ALIGN``-ed)."""
-    offsets, pos = [], 0
-    for _, dtype, shape in spec:
-        offsets.append(pos)
-        pos += -(-_nbytes(dtype, shape) // _ALIGN) * _ALIGN
-    return offsets, max(pos, _ALIGN)
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
 
 
-def _spec(batch: Batch) -> Spec:
-    return tuple((k, a.dtype.str, a.shape) for k, a in batch.items())
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of this shape."""
+    out, n = [], 1
+    for dim in reversed(shape):
+        out.append(n)
+        n *= dim
+    return tuple(reversed(out))
 
 
-def _shareable(spec: Spec) -> bool:
-    return not any(np.dtype(d).hasobject for _, d, _ in spec)
+def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout] | None:
+    """The arrays to copy into a slot and where each field then lies (``None``: objects).
+
+    Shared (the default): :func:`~headrace._pack.pack`'s bases, so ``x`` and
+    ``y`` cross as their one ``(B, L + 1)`` stretch. ``contiguous``: each
+    field is copied apart, C-contiguous.
+    """
+    if any(a.dtype.hasobject for a in arrays.values()):
+        return None
+    fields: tuple[FieldAt, ...]
+    if contiguous:
+        srcs = list(arrays.values())
+        fields = tuple(
+            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(arrays.items())
+        )
+    else:
+        srcs, packed = pack(arrays)
+        fields = tuple((name, *packed[name]) for name in arrays)
+    regions, pos = [], 0
+    for a in srcs:
+        regions.append((pos, a.dtype.str, a.shape))
+        pos += _aligned(a.nbytes)
+    return srcs, (tuple(regions), fields)
+
+
+def _size(regions: tuple[Region, ...]) -> int:
+    """Bytes a chunk of this layout takes in a slot."""
+    return sum(_aligned(_nbytes(d, sh)) for _, d, sh in regions)
 
 
 # -- the worker ------------------------------------------------------------------------
@@ -204,61 +239,58 @@ def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection, alive: C
     offset = (cfg.start + w) % k
     step = cfg.start + (offset - cfg.start) % k  # the next step this worker owes
     shm: SharedMemory | None = None
-    views: list[list[NDArray[Any]]] = []
+    whole: NDArray[np.uint8] | None = None
     try:
         loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
         loader.step = cfg.start
         with loader:
-            spec: Spec | None = None
+            size = 0  # bytes per slot
             free: collections.deque[int] = collections.deque()
-            for batch in loader:
-                got = _spec(batch)
-                if spec is None and _shareable(got):
-                    spec = got
-                    offsets, size = _offsets(spec)
+            sent: Layout | None = None
+            for steps, arrays in loader.chunks():
+                laid = _layout(arrays, cfg.contiguous)
+                if whole is None and laid is not None:
+                    # Sized for the largest chunk the loader will read, from this first one.
+                    regions = laid[1][0]
+                    size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
+                    size += _ALIGN * len(regions)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
                     shm = named.create(name, size * cfg.slots)
-                    buf = shm.buf
-                    assert buf is not None  # set by create=True
-                    whole = np.frombuffer(buf, np.uint8)
-                    views = [
-                        [
-                            whole[s * size + o : s * size + o + _nbytes(d, sh)].view(d).reshape(sh)
-                            for (_, d, sh), o in zip(spec, offsets, strict=True)
-                        ]
-                        for s in range(cfg.slots)
-                    ]
-                    del whole, buf
-                    out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size, spec)))
+                    assert shm.buf is not None  # set by create=True
+                    whole = np.frombuffer(shm.buf, np.uint8)
+                    out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
                     back.recv_bytes()  # mapped by the main process: the name can go now
                     named.unlink()
                     free.extend(range(cfg.slots))
-                if got != spec:  # a batch of another shape: send it whole
-                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((step, batch), protocol=5))
+                if whole is None or laid is None or _size(laid[1][0]) > size:
+                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
                 else:
                     while not free:  # every slot is queued or leased: wait for one back
                         free.append(_SLOT_MSG.unpack(back.recv_bytes())[0])
-                    s = free.popleft()
-                    _fill(views[s], batch)
-                    out.send_bytes(_BATCH_MSG.pack(_BATCH, step, s))
-                step += k
+                    slot = free.popleft()
+                    srcs, layout = laid
+                    _fill(whole[slot * size : (slot + 1) * size], srcs, layout[0])
+                    head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
+                    out.send_bytes(head if layout == sent else head + pickle.dumps(layout))
+                    sent = layout
+                step = steps[-1] + k
             out.send_bytes(bytes([_END]))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the main process closed our pipes: it wants no more
     except BaseException as exc:
         _send_error(out, step, exc)
     finally:
-        views.clear()
+        whole = None  # the segment's last export here, so it can close
         named.unlink()
         if shm is not None:
             shm.close()
 
 
-def _fill(slot: list[NDArray[Any]], batch: Batch) -> None:
+def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Region, ...]) -> None:
     # A function of its own, so no loop variable outlives it holding an export of
     # the segment (which would make ``SharedMemory.close`` fail).
-    for dst, src in zip(slot, batch.values(), strict=True):
-        np.copyto(dst, src, casting="no")
+    for a, (at, dtype, shape) in zip(srcs, regions, strict=True):
+        np.copyto(slot[at : at + a.nbytes].view(dtype).reshape(shape), a, casting="no")
 
 
 def _send_error(out: Connection, step: int, exc: BaseException) -> None:
@@ -283,18 +315,20 @@ class _Ring:
 
     mem: memoryview
     size: int  # bytes per slot
-    fields: list[tuple[str, int, int, np.dtype[Any], tuple[int, ...]]]  # name, offset, ...
     free_cb: list[Callable[[Any], None]]  # per slot: the lease's weakref callback
     refs: list[weakref.ref[Any] | None]  # per slot: the live lease, if any
+    layout: Layout | None = None  # the last chunk's
     lent: int = 0
 
 
 class WorkerBatches:
-    """Iterate packed batches from ``cfg.workers`` worker processes, in global step order.
+    """Iterate batches from ``cfg.workers`` worker processes, in global step order.
 
-    Each batch's arrays are C-contiguous and writeable: views of a leased
-    shared-memory slot, or copies (``copy=True``, or a hoarding consumer). One iteration at a time:
-    iterating again, or :meth:`close`, stops the previous workers.
+    Each batch's arrays are writeable views of a leased shared-memory slot, or
+    copies (``copy=True``, or a hoarding consumer); fields are laid out as
+    the loader makes them (``x``/``y`` views of one array), or each
+    C-contiguous with ``cfg.contiguous``. One iteration at a time: iterating
+    again, or :meth:`close`, stops the previous workers.
     """
 
     def __init__(
@@ -304,10 +338,12 @@ class WorkerBatches:
         self.copy = copy
         self.ctx = mp_context(context)
         self._procs: list[BaseProcess] = []
-        self._out: list[Connection] = []  # worker -> main: layout, (step, slot), end, error
+        self._out: list[Connection] = []  # worker -> main: layout, chunk, end, error
         self._back: list[Connection] = []  # main -> worker: mapped, returned slots
         self._alive: Connection | None = None  # never written: its closing stops the workers
         self._rings: list[_Ring | None] = []
+        # Per worker: its last chunk's batches the consumer has not had yet.
+        self._ready: list[collections.deque[Batch]] = []
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
 
@@ -320,6 +356,7 @@ class WorkerBatches:
         k = self.cfg.workers
         self._pending = collections.deque()
         self._rings = [None] * k
+        self._ready = [collections.deque() for _ in range(k)]
         self.shm_names = []
         try:
             pickle.dumps(self.cfg.source)
@@ -362,30 +399,47 @@ class WorkerBatches:
                 if self._pending:
                     self._return_slots()
                 w = (t - self.cfg.start) % k
-                msg = self._recv(w, t)
-                kind = msg[0]
-                if kind == _BATCH:
-                    _, got, s = _BATCH_MSG.unpack(msg)
-                    self._check_step(w, t, got)
-                    yield self._lease(w, s)
-                elif kind == _LAYOUT:
-                    self._map(w, msg)
-                    continue  # the batch follows
-                elif kind == _INLINE:
-                    got, batch = pickle.loads(msg[1:])
-                    self._check_step(w, t, got)
-                    # Unpickled arrays may be read-only: copy those, as promised.
-                    yield {k: v if v.flags.writeable else v.copy() for k, v in batch.items()}
-                elif kind == _END:
+                ready = self._ready[w]
+                if not ready and not self._receive(w, t, ready):
                     return
-                else:  # _ERROR
-                    got, exc = pickle.loads(msg[1:])
-                    pid = self._procs[w].pid
-                    exc.add_note(f"in headrace worker {w} of {k} (pid {pid}), at step {got}")
-                    raise exc
+                # Handed over, not kept in this frame: a suspended iterator holds no batch.
+                yield ready.popleft()
                 t += 1
         finally:
             self.close()
+
+    def _receive(self, w: int, t: int, ready: collections.deque[Batch]) -> bool:
+        """Worker ``w``'s next chunk, from step ``t``, into ``ready``; ``False`` at its end."""
+        while True:
+            msg = self._recv(w, t)
+            kind = msg[0]
+            if kind == _CHUNK:
+                _, first, n, s = _CHUNK_MSG.unpack_from(msg)
+                self._check_step(w, t, first)
+                ring = self._rings[w]
+                assert ring is not None  # the ring is mapped before the first chunk
+                if len(msg) > _CHUNK_MSG.size:
+                    ring.layout = pickle.loads(msg[_CHUNK_MSG.size :])
+                _split(self._lease(w, ring, s), n, ready)
+                return True
+            if kind == _LAYOUT:
+                self._map(w, msg)
+            elif kind == _INLINE:
+                steps, arrays = pickle.loads(msg[1:])
+                self._check_step(w, t, steps[0])
+                # Unpickled arrays may be read-only: copy those, as promised.
+                arrays = {k: v if v.flags.writeable else v.copy() for k, v in arrays.items()}
+                _split(arrays, len(steps), ready)
+                return True
+            elif kind == _END:
+                return False
+            else:  # _ERROR
+                got, exc = pickle.loads(msg[1:])
+                pid = self._procs[w].pid
+                exc.add_note(
+                    f"in headrace worker {w} of {self.cfg.workers} (pid {pid}), at step {got}"
+                )
+                raise exc
 
     def _recv(self, w: int, t: int) -> bytes:
         try:
@@ -402,11 +456,10 @@ class WorkerBatches:
             raise HeadraceError(f"headrace worker {w} sent step {got}, expected step {t}")
 
     def _map(self, w: int, msg: bytes) -> None:
-        name, size, spec = pickle.loads(msg[1:])
+        name, size = pickle.loads(msg[1:])
         self.shm_names.append(name)
         mem = memoryview(_attach(name, size * self.cfg.slots))
         self._back[w].send_bytes(b"m")
-        offsets, _ = _offsets(spec)
         pending = self._pending
 
         def free_cb(s: int) -> Callable[[Any], None]:
@@ -416,29 +469,36 @@ class WorkerBatches:
         self._rings[w] = _Ring(
             mem=mem,
             size=size,
-            fields=[
-                (k, o, _nbytes(d, sh), np.dtype(d), sh)
-                for (k, d, sh), o in zip(spec, offsets, strict=True)
-            ],
             free_cb=[free_cb(s) for s in range(self.cfg.slots)],
             refs=[None] * self.cfg.slots,
         )
 
-    def _lease(self, w: int, s: int) -> Batch:
-        ring = self._rings[w]
-        assert ring is not None  # the layout comes before the first batch
+    def _lease(self, w: int, ring: _Ring, s: int) -> Batch:
+        """The chunk in slot ``s``: views of it (leased), or copies (the slot returns now)."""
+        assert ring.layout is not None  # sent with the first chunk
+        regions, fields = ring.layout
         lo = s * ring.size
         whole = np.frombuffer(ring.mem[lo : lo + ring.size], np.uint8)
-        if self.copy or 2 * ring.lent >= self.cfg.slots:
-            out = {k: whole[o : o + n].view(d).reshape(sh).copy() for k, o, n, d, sh in ring.fields}
+        copy = self.copy or 2 * ring.lent >= self.cfg.slots
+        bases = []
+        for at, dtype, shape in regions:
+            r = whole[at : at + _nbytes(dtype, shape)].view(dtype).reshape(-1)
+            bases.append(r.copy() if copy else r)
+        out: Batch = {}
+        for name, i, off, shape, strides in fields:
+            b = bases[i]
+            isz = b.itemsize
+            out[name] = np.ndarray(
+                shape, b.dtype, buffer=b, offset=off * isz, strides=tuple(x * isz for x in strides)
+            )
+        if copy:
             self._pending.append((w, s))  # returned at the next step: the copies are made
-            return out
-        batch = {k: whole[o : o + n].view(d).reshape(sh) for k, o, n, d, sh in ring.fields}
-        # Every view of the slot keeps ``whole.base`` (a memoryview) alive; its death
-        # returns the slot.
-        ring.refs[s] = weakref.ref(whole.base, ring.free_cb[s])
-        ring.lent += 1
-        return batch
+        else:
+            # Every view of the slot keeps ``whole.base`` (a memoryview) alive; its death
+            # returns the slot.
+            ring.refs[s] = weakref.ref(whole.base, ring.free_cb[s])
+            ring.lent += 1
+        return out
 
     def _return_slots(self) -> None:
         pending, rings, back = self._pending, self._rings, self._back
@@ -458,6 +518,8 @@ class WorkerBatches:
 
         Leased batches stay valid: their mapping lives until the last view dies.
         """
+        for ready in self._ready:  # batches not handed out: their slots may go
+            ready.clear()
         if self._alive is not None:  # first: a worker in a long read leaves after a grace
             self._alive.close()
             self._alive = None
@@ -475,6 +537,12 @@ class WorkerBatches:
                 p.join()
             p.close()
         self._procs, self._out, self._back, self._rings = [], [], [], []
+
+
+def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:
+    """A chunk's ``n`` batches, back to back in ``arrays``, one by one into ``ready``."""
+    per = {k: len(v) // n for k, v in arrays.items()}
+    ready.extend({k: v[i * per[k] : (i + 1) * per[k]] for k, v in arrays.items()} for i in range(n))
 
 
 def _ended(exitcode: int | None, step: int) -> str:

@@ -15,9 +15,10 @@ storage then crosses into shared memory once, instead of two contiguous
 copies being made and sent (``contiguous=True`` makes the copies anyway).
 
 :class:`HeadraceDataLoader` ``(num_workers=k)`` runs worker processes of its
-own instead of a DataLoader's: each writes whole batches into a ring of
-shared-memory slots and sends only ``(step, slot)``; the tensors are views of
-the slot, lent until the last of them is freed (see ``headrace._shm_ring``).
+own instead of a DataLoader's: each writes whole chunks of batches into a
+ring of shared-memory slots and sends only ``(first step, steps, slot)``; the
+tensors are views of the slot, lent until the last of them is freed (see
+``headrace._shm_ring``).
 
 Progress: with ``num_workers == 0`` the dataset itself knows the consumer's
 step (``state_dict()``). With workers, each worker reads ahead of the
@@ -60,12 +61,9 @@ __all__ = [
 TensorBatch = dict[str, torch.Tensor]
 
 
-# Steps per chunk in a worker process (unless TorchDataset(chunk_steps=) says): a worker
-# gathers a whole chunk before it hands over the chunk's first batch, and workers in
-# step tend to gather at once; with 2 workers on 2 cores, chunks of 8 ran 1.17x chunks of
-# 32 and 1.47x chunks of 4 (medians of 4 alternating rounds). Without workers the loader
-# uses DEFAULT_CHUNK_STEPS (32), as a bare Loader does.
-WORKER_CHUNK_STEPS = 8
+# Most bytes of a chunk in a worker process: a chunk is a ring slot, and each worker has
+# prefetch_factor + 1 of them (large batches make chunks of fewer steps).
+WORKER_CHUNK_BYTES = 16 << 20
 
 
 def dist_rank_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -133,11 +131,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
     ``torch.distributed``'s when it is initialised (create the dataset after
     ``init_process_group``), else ``0``/``1``. ``prefetch`` and
     ``chunk_steps`` are each worker's :class:`~headrace.pipeline.Loader`
-    read-ahead (``chunk_steps`` defaults to 32 without workers and to
-    ``WORKER_CHUNK_STEPS``, 8, in a worker process). ``pin_memory`` pins in
-    the process that iterates, so it is only for ``num_workers=0``: pinned
-    pages do not survive a worker queue (pass ``pin_memory=True`` to the
-    DataLoader instead).
+    read-ahead (32 steps a chunk by default, with or without workers: with
+    :class:`HeadraceDataLoader` workers, chunks of 32 took 0.75x the CPU
+    per batch of chunks of 8, since a chunk is one copy and one message each
+    way). ``pin_memory`` pins in the process that iterates, so it is only for
+    ``num_workers=0``: pinned pages do not survive a worker queue (pass
+    ``pin_memory=True`` to the DataLoader instead).
     """
 
     def __init__(
@@ -152,7 +151,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         pin_memory: bool = False,
         contiguous: bool = False,
         prefetch: int = 8,
-        chunk_steps: int | None = None,
+        chunk_steps: int = DEFAULT_CHUNK_STEPS,
     ) -> None:
         super().__init__()
         self.rank, self.world_size = dist_rank_world(rank, world_size)
@@ -169,7 +168,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             rank=self.rank,
             world_size=self.world_size,
             prefetch=prefetch,
-            chunk_steps=DEFAULT_CHUNK_STEPS if chunk_steps is None else chunk_steps,
+            chunk_steps=chunk_steps,
             steps=steps,
         )
         self.source = source
@@ -237,12 +236,6 @@ class TorchDataset(IterableDataset[TensorBatch]):
                 batch, contiguous=self.contiguous, pin_memory=self.pin_memory, share=share
             )
 
-    def chunk_steps_in(self, *, worker_process: bool) -> int:
-        """The loader's ``chunk_steps``: as given, else 8 in a worker process and 32 without."""
-        if self.chunk_steps is not None:
-            return self.chunk_steps
-        return WORKER_CHUNK_STEPS if worker_process else DEFAULT_CHUNK_STEPS
-
     def iter_arrays(self) -> Iterator[Batch]:
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
@@ -256,7 +249,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             rank=self.rank,
             world_size=self.world_size,
             prefetch=self.prefetch,
-            chunk_steps=self.chunk_steps_in(worker_process=info is not None),
+            chunk_steps=self.chunk_steps,
             steps=self.steps,
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
@@ -312,13 +305,15 @@ class HeadraceDataLoader(Closing):
     ``num_workers=0`` (the default): the dataset's loader reads ahead on
     threads and its batches become tensors here (``torch.from_numpy``).
     ``num_workers=k``: ``k`` processes of headrace's own (not a DataLoader)
-    each write whole batches into a ring of ``2 * prefetch_factor`` (default 8)
-    shared-memory slots, and only ``(step, slot)`` crosses a pipe; the
-    tensors here are views of the slot (no copy; each field contiguous). A slot is lent to the
-    consumer until the last tensor viewing it is freed, so tensors stay
-    valid as long as they are held; a consumer holding more than
-    ``prefetch_factor`` batches of one worker gets copies from then on.
-    ``copy=True`` copies every batch out of its slot (measured slower).
+    each write whole chunks of ``chunk_steps`` batches (32 by default) into a
+    ring of ``prefetch_factor + 1`` (default 4) shared-memory slots, and only
+    ``(first step, steps, slot)`` crosses a pipe, once per chunk; the tensors
+    here are views of the slot (no copy), laid out as without workers (``x``
+    and ``y`` views of one storage; each field contiguous with the dataset's
+    ``contiguous=True``). A slot is lent to the consumer until the last
+    tensor viewing any batch of its chunk is freed, so tensors stay valid as
+    long as they are held; once half a worker's slots are lent, its further
+    chunks arrive as copies. ``copy=True`` copies every chunk out of its slot.
     Workers start with ``multiprocessing_context`` ``"forkserver"`` (the
     default) or ``"spawn"``; ``"fork"`` is refused. As with any such
     workers, a script must start them under ``if __name__ == "__main__":``
@@ -367,8 +362,8 @@ class HeadraceDataLoader(Closing):
             )
         self.dataset = dataset
         self.num_workers = num_workers
-        # 8 slots a worker measured 77 % of the bare loader's rate against 67 % with 4.
-        self.slots = 2 * (prefetch_factor or 4)
+        # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.
+        self.slots = (prefetch_factor or 3) + 1
         self.copy = copy
         # Checked now, not at the first batch.
         self.context = mp_context(multiprocessing_context) if num_workers else None
@@ -401,16 +396,18 @@ class HeadraceDataLoader(Closing):
                 # worker as well measured slower (GIL hand-offs in the worker, 49-57 %
                 # against 69 % of the bare loader's rate).
                 "prefetch": 0,
-                "chunk_steps": ds.chunk_steps_in(worker_process=True),
+                "chunk_steps": ds.chunk_steps,
+                "chunk_bytes": WORKER_CHUNK_BYTES,
                 "steps": ds.steps,
             },
             start=self.step,
             workers=self.num_workers,
             slots=self.slots,
+            contiguous=ds.contiguous,
         )
         self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
         try:
-            for batch in workers:  # contiguous, writeable arrays: torch may share them
+            for batch in workers:  # writeable arrays, plain strides: torch may share them
                 self.step += 1
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
                 # iterator must not hold a slot, and so its ring's mapping, once closed.

@@ -271,15 +271,15 @@ def test_pack_copies_what_it_must_not_share() -> None:
     assert t["rev"].tolist() == [5, 4, 3, 2, 1, 0]
 
 
-def test_chunking_defaults_per_process_kind(root: Path, reference: list[str]) -> None:
-    # Without workers the loader chunks 32 steps, as a bare Loader does; worker processes
-    # chunk WORKER_CHUNK_STEPS (8); an explicit chunk_steps is kept either way. Same batches.
+def test_chunking_defaults(root: Path, reference: list[str]) -> None:
+    # With or without workers the loader chunks 32 steps, as a bare Loader does; an explicit
+    # chunk_steps is kept either way. Same batches.
     ds = dataset(root)
     assert digests(ds, 12) == reference[:12]
     assert ds._loader is not None and ds._loader.chunk_steps == 32
     ld = ht.HeadraceDataLoader(dataset(root), num_workers=2)
     assert digests(ld, 12) == reference[:12]
-    assert ld._workers is not None and ld._workers.cfg.loader["chunk_steps"] == 8
+    assert ld._workers is not None and ld._workers.cfg.loader["chunk_steps"] == 32
     ld.close()
     mine = dataset(root, chunk_steps=5)
     assert digests(mine, 12) == reference[:12]

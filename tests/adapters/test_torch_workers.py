@@ -10,6 +10,7 @@ from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
@@ -78,6 +79,21 @@ def test_any_worker_count_gives_the_bare_loaders_digests(
     assert dl.step == STEPS
 
 
+def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference: list[str]) -> None:
+    # x and y of a token batch cross as their one (B, L + 1) stretch and stay two views
+    # of it, as without workers; contiguous=True copies each apart.
+    with ht.HeadraceDataLoader(dataset(root), num_workers=2) as dl:
+        got = list(islice(dl, 6))
+    assert all(np.shares_memory(b["x"].numpy(), b["y"].numpy()) for b in got)
+    assert not got[0]["x"].is_contiguous()
+    assert [digest(b) for b in got] == reference[:6]
+    with ht.HeadraceDataLoader(dataset(root, contiguous=True), num_workers=2) as dl:
+        got = list(islice(dl, 6))
+    assert all(b["x"].is_contiguous() and b["y"].is_contiguous() for b in got)
+    assert not any(np.shares_memory(b["x"].numpy(), b["y"].numpy()) for b in got)
+    assert [digest(b) for b in got] == reference[:6]
+
+
 def test_padded_row_mixture_through_workers(root: Path) -> None:
     with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
         want = [batch_digest([b]) for b in ld]
@@ -128,7 +144,9 @@ def test_batches_of_changing_shape_go_through_the_pipe() -> None:
 def test_held_batches_stay_valid_and_slots_come_back(root: Path, reference: list[str]) -> None:
     wb = ring(token_source(root))
     it = iter(wb)
-    held = [next(it) for _ in range(3)]  # 2 leases of worker 0's 4 slots: the 3rd is a copy
+    # Chunks double from one step: worker 0 leases the chunks of step 0 and of steps 2
+    # and 4 (half its 4 slots: its next chunk comes as a copy), worker 1 that of step 1.
+    held = [next(it) for _ in range(3)]
     rings = wb._rings
     assert [r.lent if r else 0 for r in rings] == [2, 1]
     rest = list(it)  # the workers cycle through their slots many times meanwhile
@@ -137,18 +155,25 @@ def test_held_batches_stay_valid_and_slots_come_back(root: Path, reference: list
     wb.close()
 
 
-def test_leases_return_when_tensors_die(root: Path) -> None:
-    wb = ring(token_source(root), workers=1)
+def test_a_chunks_slot_returns_when_all_its_batches_die(root: Path) -> None:
+    wb = ring(token_source(root), workers=1)  # chunks of steps 0, 1-2, 3-6, 7-14, ...
     it = iter(wb)
-    t = ht.to_tensors(next(it))["x"][1:]  # a view of a view keeps the slot leased
+    t = ht.to_tensors(next(it))["x"][1:]  # a view of a view keeps step 0's slot leased
     ring0 = wb._rings[0]
     assert ring0 is not None and ring0.lent == 1
-    next(it)  # the previous batch (a temporary) is already free again
-    next(it)
+    b1 = next(it)  # steps 1-2: leased
     assert ring0.lent == 2
+    next(it)  # step 2, dropped: its slot stays leased by step 1
+    c3 = next(it)  # steps 3-6 come as copies: half the 4 slots are out
+    assert ring0.lent == 2
+    assert not np.shares_memory(c3["x"], b1["x"])
     del t
+    next(it)  # step 0's slot went back before this step
+    assert ring0.lent == 1
+    del b1
     next(it)
-    assert ring0.lent == 1  # only the one just handed out (the last, not held, returns next)
+    assert ring0.lent == 0
+    c3["x"][0, 0] = 7  # a copy: writeable, and nothing else sees it
     wb.close()
 
 

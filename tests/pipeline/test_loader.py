@@ -178,6 +178,29 @@ def test_steps_limit_and_stride(token_path: Path) -> None:
     assert w1 == ref[1::3]
 
 
+def test_chunks_hold_the_batches_back_to_back(token_path: Path) -> None:
+    # What worker processes hand over: a chunk's batches as one set of arrays; chunks
+    # double from one step to chunk_steps, or fewer once chunk_bytes would be exceeded.
+    ref = digests(loader(token_path), 50)
+    ld = loader(token_path, prefetch=0, chunk_steps=8, step_stride=2, step_offset=1)
+    ld.step = 3
+    sizes, got = [], []
+    for steps, arrays in islice(ld.chunks(), 5):
+        sizes.append(len(steps))
+        assert steps == list(range(steps[0], steps[0] + 2 * len(steps), 2))
+        assert ld.step == steps[-1] + 1
+        got += [
+            batch_digest([{k: v[i * 16 : (i + 1) * 16] for k, v in arrays.items()}])
+            for i in range(len(steps))
+        ]
+    assert sizes == [1, 2, 4, 8, 8]
+    assert got == ref[3:49:2]
+    step_bytes = 2 * 16 * L * 4  # x and y of one step
+    capped = loader(token_path, prefetch=0, chunk_steps=8, chunk_bytes=3 * step_bytes)
+    assert [len(s) for s, _ in islice(capped.chunks(), 4)] == [1, 2, 3, 3]
+    assert capped.max_chunk_steps == 3
+
+
 def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     before = threading.active_count()
     ld = loader(token_path, prefetch=4)
@@ -233,6 +256,8 @@ def test_bad_config(token_path: Path) -> None:
         loader(token_path, seed=-1)
     with pytest.raises(ConfigError, match="step_offset"):
         loader(token_path, step_stride=2, step_offset=2)
+    with pytest.raises(ConfigError, match="chunk_bytes >= 1"):
+        loader(token_path, chunk_bytes=0)
 
 
 def _outcome(it: object, n: int) -> str:

@@ -1,7 +1,7 @@
 """The loader: this host's slice of every step, in order, optionally read ahead.
 
 Steps are planned in chunks (one step first, for a quick first batch, then
-doubling up to ``chunk_steps`` steps or ``CHUNK_BYTES``) so planning and
+doubling up to ``chunk_steps`` steps or ``chunk_bytes``) so planning and
 gathering cost one vectorised call per chunk rather than per batch. With
 ``prefetch > 0`` a producer thread runs ahead of the consumer through a
 bounded queue; with ``prefetch == 0`` the consumer's thread does the same
@@ -89,6 +89,7 @@ class Loader(Closing):
         world_size: int = 1,
         prefetch: int = 8,
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
+        chunk_bytes: int = CHUNK_BYTES,
         steps: int | None = None,
         step_stride: int = 1,
         step_offset: int = 0,
@@ -99,9 +100,10 @@ class Loader(Closing):
             self._lo, self._hi = host_slice(batch_size, rank, world_size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        if prefetch < 0 or chunk_steps < 1:
+        if prefetch < 0 or chunk_steps < 1 or chunk_bytes < 1:
             raise ConfigError(
-                f"prefetch must be >= 0 and chunk_steps >= 1 (got {prefetch=}, {chunk_steps=})."
+                "prefetch must be >= 0, chunk_steps >= 1 and chunk_bytes >= 1 (got "
+                f"{prefetch=}, {chunk_steps=}, {chunk_bytes=})."
             )
         if step_stride < 1 or not 0 <= step_offset < step_stride:
             raise ConfigError(
@@ -117,6 +119,7 @@ class Loader(Closing):
         self.world_size = world_size
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
+        self.chunk_bytes = chunk_bytes
         self._chunk_cap = chunk_steps
         self._read_lock = source_lock(source)
         self.steps = steps
@@ -167,11 +170,12 @@ class Loader(Closing):
             if len(chunk) == size:
                 yield chunk
                 chunk = []
-                size = min(2 * size, self.chunk_steps, self._chunk_cap)
+                size = min(2 * size, self.max_chunk_steps)
         if chunk:
             yield chunk
 
-    def _read_chunk(self, steps: list[int]) -> list[tuple[int, Batch]]:
+    def _read_arrays(self, steps: list[int]) -> Batch:
+        """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
         samples = step_samples(np.asarray(steps), self.batch_size, self._lo, self._hi)
         # Sources keep caches (windows, plans) that are not thread-safe; batch_at may
         # run while the producer thread reads, and another Loader over the same source
@@ -180,9 +184,18 @@ class Loader(Closing):
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
         # Cap chunks by bytes as well as steps, so large batches never make a
-        # chunk (held by the queue and the consumer) grow past CHUNK_BYTES.
+        # chunk (held by the queue and the consumer) grow past chunk_bytes.
         per_step = max(1, sum(v.nbytes for v in arrays.values()) // len(steps))
-        self._chunk_cap = max(1, CHUNK_BYTES // per_step)
+        self._chunk_cap = max(1, self.chunk_bytes // per_step)
+        return arrays
+
+    @property
+    def max_chunk_steps(self) -> int:
+        """Most steps a chunk holds: ``chunk_steps``, or fewer once a read showed
+        that many would exceed ``chunk_bytes``."""
+        return min(self.chunk_steps, self._chunk_cap)
+
+    def _split(self, steps: list[int], arrays: Batch) -> list[tuple[int, Batch]]:
         b = self._hi - self._lo
         return [
             (t, {k: v[i * b : (i + 1) * b] for k, v in arrays.items()}) for i, t in enumerate(steps)
@@ -190,7 +203,7 @@ class Loader(Closing):
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
-        return self._read_chunk([step])[0][1]
+        return self._read_arrays([step])
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
@@ -208,7 +221,27 @@ class Loader(Closing):
         if generation != self._generation:
             raise _stale()
 
-    def _read_ahead(self, start: int) -> Iterator[list[tuple[int, Batch]]]:
+    def chunks(self) -> Iterator[tuple[list[int], Batch]]:
+        """This host's steps from ``step`` on, a chunk at a time, read in this thread.
+
+        Each item is ``(steps, arrays)``: the chunk's batches back to back, so
+        step ``steps[i]``'s batch is ``arrays[k][i * b : (i + 1) * b]`` for
+        ``b = batch_size // world_size``. What worker processes hand over:
+        one copy and one message per chunk. ``step`` advances past each chunk
+        as it is handed out.
+        """
+        if self.status is LoaderStatus.CLOSED:
+            raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._stop_producer()
+        self._generation += 1
+        generation = self._generation
+        self.status = LoaderStatus.RUNNING
+        for steps, arrays in self._read_ahead(self.step):
+            self._check_current(generation)
+            self.step = steps[-1] + 1
+            yield steps, arrays
+
+    def _read_ahead(self, start: int) -> Iterator[tuple[list[int], Batch]]:
         """Read chunk after chunk; after each, tell the source what comes next.
 
         A source with ``prefetch(seed, samples)`` starts the next chunk's reads
@@ -218,18 +251,18 @@ class Loader(Closing):
         chunks = self._chunks(start)
         current = next(chunks, None)
         while current is not None:
-            batches = self._read_chunk(current)
+            arrays = self._read_arrays(current)
             following = next(chunks, None)
             if following is not None and prefetch is not None:
                 ahead = step_samples(np.asarray(following), self.batch_size, self._lo, self._hi)
                 with self._read_lock:
                     prefetch(self.seed, ahead)
-            yield batches
+            yield current, arrays
             current = following
 
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
-        for chunk in self._read_ahead(start):
-            for t, batch in chunk:
+        for steps, arrays in self._read_ahead(start):
+            for t, batch in self._split(steps, arrays):
                 self._check_current(generation)
                 self.step = t + 1
                 yield batch
@@ -277,10 +310,10 @@ class Loader(Closing):
 
         step = start
         try:
-            for chunk in self._read_ahead(start):
-                if not put(chunk):
+            for steps, arrays in self._read_ahead(start):
+                if not put(self._split(steps, arrays)):
                     return
-                step = chunk[-1][0] + 1
+                step = steps[-1] + 1
             put(_END)
         except BaseException as exc:  # handed to the consumer, who re-raises it
             put(_Failure(exc, step))
