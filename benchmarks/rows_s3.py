@@ -96,6 +96,8 @@ def run(args: argparse.Namespace, side: str, ctx: dict[str, Any], digest: bool) 
     steps = args.steps_rows if side in ("s3-rows", "local-full") else args.steps
     t0 = time.perf_counter()
     src = source(args, side, ctx)
+    # The source's stats count the GETs that opened its files too: report the reads only.
+    opened = src.object_stats
     h = hashlib.sha256()
     first = 0.0
     with Loader(src, batch_size=args.batch, seed=0, steps=steps) as loader:
@@ -111,8 +113,8 @@ def run(args: argparse.Namespace, side: str, ctx: dict[str, Any], digest: bool) 
     return {
         "first_s": first,
         "bps": steps / (t2 - t1),
-        "requests": 0 if stats is None else stats.requests,
-        "fetched": 0 if stats is None else stats.bytes,
+        "requests": 0 if stats is None else stats.requests - (opened.requests if opened else 0),
+        "fetched": 0 if stats is None else stats.bytes - (opened.bytes if opened else 0),
         "digest": h.hexdigest() if digest else None,
     }
 

@@ -149,6 +149,10 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSourceConfig(mode="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="in_flight"):
         FileSourceConfig(in_flight=0)
+    with pytest.raises(ConfigError, match=r"in_flight must be an integer >= 1 \(got True\)"):
+        FileSourceConfig(in_flight=True)
+    with pytest.raises(ConfigError, match=r"unknown store_options \['bogus'\]"):
+        FileSource(root.as_uri(), format="jpeg", store_options={"bogus": 1})
     with pytest.raises(ConfigError, match="decode=False"):
         FileSourceConfig(format="npy", samples_per_file=2, decode=False)
     with pytest.raises(ConfigError, match="unknown file format"):

@@ -7,12 +7,14 @@ prefix of each row as a range of its own, large ranges cut into pieces.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from headrace.formats import _object_files, open_row_file, write_row_file
+from headrace.errors import ConfigError
+from headrace.formats import PaddedRows, _object_files, _row_file, open_row_file, write_row_file
 from headrace.formats._row_file import RowReader
 
 
@@ -57,3 +59,50 @@ def test_large_ranges_are_cut_into_pieces(
     assert np.array_equal(got, data[10:20])
     assert io.object_stats is not None and io.object_stats.requests == 5
     io.close()
+
+
+def test_one_get_opens_an_npy_file_and_a_long_header_takes_two(
+    rows: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = rows
+    want = open_row_file(path)
+    for first, gets in ((_row_file._FIRST, 1), (16, 2)):  # 16 bytes: half the magic and size
+        monkeypatch.setattr(_row_file, "_FIRST", first)
+        io = RowReader()
+        f = io.open(f"file://{path}")
+        assert (f.dtype, f.rows, f.width, f.offset, f.format) == (
+            want.dtype,
+            want.rows,
+            want.width,
+            want.offset,
+            want.format,
+        )
+        assert f.etag and io.object_stats is not None and io.object_stats.requests == gets
+        io.close()
+
+
+def test_a_row_source_that_fails_to_open_closes_its_stores(
+    rows: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = rows
+    monkeypatch.setattr(_row_file, "_FIRST", 16)  # the header's second read starts the queue
+
+    def queues() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "headrace-rows"}
+
+    before = queues()
+    with pytest.raises(ConfigError, match=r"r\.npy: stored width 12 is smaller than context"):
+        PaddedRows(f"file://{path}", context=64)
+    assert queues() == before
+
+
+def test_store_options_are_checked(rows: tuple[Path, np.ndarray]) -> None:
+    path, _ = rows
+    with pytest.raises(ConfigError, match=r"unknown store_options \['regoin'\]; ObjectStore takes"):
+        PaddedRows(f"file://{path}", context=8, store_options={"regoin": "x"})
+    with pytest.raises(ConfigError, match=r"store_options must be a mapping .*\(got list\)"):
+        PaddedRows(f"file://{path}", context=8, store_options=[("region", "x")])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"r\.npy: store_options apply to object-store URLs"):
+        PaddedRows(path, context=8, store_options={"region": "x"})
+    with pytest.raises(ConfigError, match=r"in_flight must be an integer >= 1 \(got True\)"):
+        PaddedRows(f"file://{path}", context=8, in_flight=True)

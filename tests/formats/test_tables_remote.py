@@ -114,3 +114,17 @@ def test_options_are_checked(data: Path) -> None:
         Table.open(data, store_options={"region": "x"})
     with pytest.raises(ConfigError, match=r"in_flight must be an integer >= 1"):
         Table.open(f"file://{data}", in_flight=0)
+    with pytest.raises(ConfigError, match=r"in_flight must be an integer >= 1 \(got True\)"):
+        Table.open(f"file://{data}", in_flight=True)
+    with pytest.raises(ConfigError, match=r"unknown store_options \['bogus'\]"):
+        Table.open(f"file://{data}", store_options={"bogus": 1})
+
+
+def test_the_stores_that_list_a_table_go_on_to_read_it(data: Path) -> None:
+    t = Table.open(f"file://{data}")
+    stats = t.object_stats
+    assert stats is not None and stats.requests == 1 + 2  # the LIST, then 2 footers
+    t.close()
+    t = Table.open([f"file://{data}/p{i}.parquet" for i in range(2)])
+    assert t.object_stats is not None and t.object_stats.requests == 2 + 2  # HEADs, footers
+    t.close()

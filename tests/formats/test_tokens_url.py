@@ -24,6 +24,7 @@ from headrace.errors import (
 )
 from headrace.formats import (
     TokenSource,
+    _object_files,
     open_token_file,
     write_megatron_index,
     write_token_sidecar,
@@ -92,6 +93,39 @@ def test_megatron_index_is_parsed_from_the_url(tmp_path: Path) -> None:
     tf = open_token_file(url(path))
     assert tf.format == "megatron" and tf.num_tokens == 50_000
     assert np.array_equal(tf.documents(), open_token_file(path).documents())
+
+
+def test_an_index_larger_than_a_piece_is_read_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = layouts(tmp_path)["megatron"]
+    size = (tmp_path / "mega" / "c.idx").stat().st_size
+    monkeypatch.setattr(_object_files, "PIECE", 256)
+    src = TokenSource(url(path), **KW)
+    assert np.array_equal(src.files[0].documents(), open_token_file(path).documents())
+    stats = src.object_stats
+    # The .bin's HEAD, then the index: its first piece says how big it is, the rest follow.
+    assert stats is not None and stats.requests == 1 + -(-size // 256) and size > 256 * 4
+    src.close()
+
+
+def test_an_index_changed_between_its_pieces_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = layouts(tmp_path)["megatron"]
+    idx = tmp_path / "mega" / "c.idx"
+    monkeypatch.setattr(_object_files, "PIECE", 256)
+    first = _object_files.ObjectFiles.read_start
+
+    def then_rewrite(self: _object_files.ObjectFiles, where: str, n: int) -> object:
+        got = first(self, where, n)
+        if where.endswith(".idx"):  # fault injection: a writer replaces it right now
+            idx.write_bytes(idx.read_bytes() + b"\0" * 8)
+        return got
+
+    monkeypatch.setattr(_object_files.ObjectFiles, "read_start", then_rewrite)
+    with pytest.raises(StorageError, match=r"c\.idx, bytes \[256, \d+\): the object changed"):
+        TokenSource(url(path), **KW)
 
 
 def test_a_url_source_pickles_and_resumes(tmp_path: Path) -> None:

@@ -44,6 +44,35 @@ def test_whole_and_range_reads(open_store: StoreFactory) -> None:
     assert bytes(store.get_range("big.bin", len(big) - 1, 1)) == big[-1:]
 
 
+def test_get_first_is_one_get_where_stat_and_get_range_were_two(
+    open_store: StoreFactory, proxy: LatencyProxy
+) -> None:
+    store = open_store(proxy.endpoint)
+    big, small = expected("big.bin"), expected(SMALL[5])
+    data, info = store.get_first("big.bin", 1000)
+    assert bytes(data) == big[:1000] and info.size == len(big)
+    data, info2 = store.get_first(SMALL[5], 1 << 20)  # the whole object
+    assert bytes(data) == small and info2.size == len(small)
+    assert proxy.stats.requests == 2
+    stats = store.stats
+    assert (stats.requests, stats.attempts, stats.bytes) == (2, 2, 1000 + len(small))
+    data, info3 = store.get_first("empty.bin", 8)  # 416 on the range, then a whole GET
+    assert bytes(data) == b"" and info3.size == 0
+    with pytest.raises(ObjectNotFoundError, match=rf"{URL}/missing\.bin: no such object"):
+        store.get_first("missing.bin", 8)
+    assert proxy.stats.requests == 2 + 2 + 1
+    assert store.stats.failures == 2 and store.stats.retries == 0
+    assert (info, info2) == (store.stat("big.bin"), store.stat(SMALL[5]))  # HEAD agrees
+
+
+def test_get_first_retries_a_cut_body(open_store: StoreFactory, proxy: LatencyProxy) -> None:
+    proxy.set_faults([FaultRule(kind="truncate", limit=1)])
+    store = open_store(proxy.endpoint)
+    data, info = store.get_first("big.bin", 100_000)
+    assert bytes(data) == expected("big.bin")[:100_000] and info.size == OBJECTS["big.bin"]
+    assert proxy.stats.faults == 1 and store.stats.retries == 1
+
+
 def test_get_ranges_in_caller_order(open_store: StoreFactory) -> None:
     store = open_store()
     big = expected("big.bin")

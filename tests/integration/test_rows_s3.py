@@ -99,6 +99,26 @@ def test_pairs_on_s3_give_the_local_batches(s3: S3Fixture, root: Path) -> None:
     assert stats is not None and stats.requests >= 3
 
 
+def test_opening_is_one_get_per_npy_and_two_per_raw_file(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    src = padded(URL, options(s3, proxy.endpoint), shuffle="window")
+    # tok.npy: its header, size and ETag in one ranged GET; mask.bin: that GET and its
+    # sidecar's. A HEAD before each made 3 + 3, on stores the source's stats never saw.
+    stats = src.object_stats
+    assert stats is not None and (stats.requests, stats.attempts) == (3, 3)
+    assert proxy.stats.requests == 3
+    pairs = PairRows(
+        {"anchor": (f"{URL}/tok.npy", f"{URL}/mask.bin"), "positive": f"{URL}/pos.npy"},
+        store_options=options(s3, proxy.endpoint),
+        shuffle="window",
+    )
+    assert pairs.object_stats is not None and pairs.object_stats.attempts == 4
+    assert proxy.stats.requests == 3 + 4
+    src.close()
+    pairs.close()
+
+
 def test_resume_mid_run_on_s3(s3: S3Fixture, root: Path) -> None:
     def make() -> Loader:
         src = padded(URL, options(s3), shuffle="window", window_rows=600)
@@ -112,11 +132,14 @@ def test_window_reads_are_whole_ranges_and_a_copy_reads_alike(s3: S3Fixture, roo
     local = PaddedRows(root / "dense.npy", **KW, **win)
     want = batch_digest(Loader(local, batch_size=32, seed=2, steps=ROWS // 32))  # one epoch
     src = PaddedRows(f"{URL}/dense.npy", **KW, **win, store_options=options(s3), in_flight=8)
+    opened = src.object_stats
+    assert opened is not None and opened.requests == 1  # the header, size and ETag: one GET
     assert batch_digest(Loader(src, batch_size=32, seed=2, steps=ROWS // 32)) == want
     stats = src.object_stats
     assert stats is not None
-    assert stats.requests == 4  # 4 windows, one GET each (no row is empty: no row reads)
-    assert stats.bytes == ROWS * WIDTH * 2
+    # 4 windows, one GET each (no row is empty: no row reads).
+    assert stats.requests - opened.requests == 4
+    assert stats.bytes - opened.bytes == ROWS * WIDTH * 2
     copy = pickle.loads(pickle.dumps(src))  # a worker's copy: its own GETs, same rows
     rows = np.arange(0, 64)
     a, b = src.read(9, rows), copy.read(9, rows)

@@ -142,7 +142,7 @@ def test_a_pickled_copy_reopens_without_listing_and_reads_the_same(
 def test_read_ahead_fetches_each_row_group_once_many_in_flight(s3: S3Fixture, root: Path) -> None:
     src = s3_source(s3, in_flight=8)
     base = src.object_stats
-    assert base is not None and base.requests == len(FILES)  # the footers
+    assert base is not None and base.requests == 1 + len(FILES)  # the LIST, the footers
     with Loader(src, batch_size=32, seed=2, steps=6000 // 32) as loader:  # one epoch
         for _ in loader:
             pass

@@ -101,6 +101,22 @@ def test_s3_gives_the_local_batches_on_1_2_4_hosts(s3: S3Fixture, root: Path, la
     remote.close()
 
 
+@pytest.mark.parametrize(
+    ("layout", "found", "missing"), [("raw", 2, 1), ("nanogpt", 1, 2), ("megatron", 2, 0)]
+)
+def test_opening_probes_each_sidecar_or_index_with_one_get(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy, layout: str, found: int, missing: int
+) -> None:
+    src = s3_source(s3, LAYOUTS[layout][0], proxy.endpoint)
+    stats = src.object_stats
+    assert stats is not None
+    # The token file's HEAD, then one GET per probe for its index and sidecar, there
+    # (found) or not (missing). A HEAD before each GET made raw 4, megatron 3.
+    assert (stats.requests, stats.failures, stats.retries) == (found, missing, 0)
+    assert proxy.stats.requests == found + missing
+    src.close()
+
+
 def test_resume_mid_run_on_s3(s3: S3Fixture, root: Path) -> None:
     assert_resume_exact(
         lambda: Loader(

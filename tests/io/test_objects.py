@@ -137,6 +137,22 @@ def test_stat_and_aread_into(root: Path) -> None:
         assert store.stats.retries == 0
 
 
+def test_get_first_reads_the_start_with_size_and_etag(root: Path) -> None:
+    a = (root / "a.bin").read_bytes()
+    with ObjectStore(root) as store:
+        data, info = store.get_first("a.bin", 100)
+        assert bytes(data) == a[:100] and info == store.stat("a.bin")
+        data, info = store.get_first("a.bin", 1 << 20)  # longer than the object: all of it
+        assert bytes(data) == a and info.size == 10_000
+        data, info = store.get_first("empty.bin", 100)  # no byte 0: a whole-object GET
+        assert bytes(data) == b"" and info.size == 0 and info.etag
+        assert store.stats.failures == 1  # the ranged GET of the empty object
+        with pytest.raises(ObjectNotFoundError, match=r"/nope\.bin: no such object"):
+            store.get_first("nope.bin", 10)
+        with pytest.raises(ConfigError, match=r"a\.bin: get_first needs a length >= 1"):
+            store.get_first("a.bin", 0)
+
+
 def test_missing_object(root: Path) -> None:
     with ObjectStore(root) as store:
         for call in (

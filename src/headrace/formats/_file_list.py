@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
+from headrace.formats._object_files import check_store_options
 from headrace.io import LocalFile, RangeReader, ReaderConfig, open_error
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
@@ -123,7 +124,7 @@ def list_files(
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 
-        store = ObjectStore(str(files), **dict(store_options or {}))
+        store = ObjectStore(str(files), **check_store_options(store_options, remote=True))
         try:
             listed = (
                 list(zip(*listing, strict=True))
@@ -146,8 +147,7 @@ def list_files(
             _close=store.close,
             store=store,
         )
-    if store_options:
-        raise ConfigError("store_options apply to object-store URLs only, not local files.")
+    check_store_options(store_options, remote=False)
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         if not root.is_dir():

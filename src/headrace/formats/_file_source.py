@@ -31,6 +31,7 @@ from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
+from headrace.formats._object_files import check_in_flight
 
 __all__ = ["FileSource", "FileSourceConfig", "SourceMode"]
 
@@ -68,10 +69,8 @@ class FileSourceConfig:
         fmt = file_format(self.format)
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
-        if self.in_flight is not None and (
-            not isinstance(self.in_flight, int) or self.in_flight < 1
-        ):
-            raise ConfigError(f"in_flight must be an integer >= 1 (got {self.in_flight!r}).")
+        if self.in_flight is not None:
+            check_in_flight(self.in_flight)
         if self.decode_threads < 0:
             raise ConfigError(f"decode_threads must be >= 0 (got {self.decode_threads}).")
         if self.samples_per_file > 1 and fmt.name in ("jpeg", "png", "raw"):

@@ -3,15 +3,18 @@
 A file URL ``s3://bucket/data/train.bin`` is the key ``train.bin`` of the
 store ``s3://bucket/data``; a token file's sidecar and Megatron index are keys
 beside it. An :class:`ObjectFiles` belongs to one source (a
-:class:`TokenSource`, a row source's reader, a :class:`Table`): it opens each store once (with the
-source's ``store_options``) and runs every range read of the source on one
-:class:`~headrace.io.RequestQueue`, so at most ``in_flight`` ranged GETs are
-in flight per source, whatever the number of files or stores. Nothing here
-is pickled: a worker's copy of the source opens its own.
+:class:`TokenSource`, a row source's reader, a :class:`Table`), which opens
+(lists, stats, reads headers and sidecars of) its files through it and then
+reads them: each store is opened once (with the source's ``store_options``)
+and every range read of the source runs on one :class:`~headrace.io.RequestQueue`,
+so at most ``in_flight`` ranged GETs are in flight per source, whatever the
+number of files or stores. Nothing here is pickled: a worker's copy of the
+source opens its own.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, wait
@@ -32,6 +35,8 @@ __all__ = [
     "PIECE",
     "ObjectFiles",
     "RemoteFile",
+    "check_in_flight",
+    "check_store_options",
     "split_object_url",
     "wait_all",
 ]
@@ -40,6 +45,46 @@ DEFAULT_IN_FLIGHT = 64
 # One ranged GET reads at most this much: a large range (a window, a row group, an index)
 # is many GETs in flight.
 PIECE = 8 << 20
+
+
+def check_in_flight(in_flight: object) -> int:
+    """``in_flight`` itself when it is an integer >= 1 (``True`` is not one); else ConfigError."""
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r}).")
+    return in_flight
+
+
+def check_store_options(
+    options: Mapping[str, Any] | None, *, remote: bool, where: str | None = None
+) -> dict[str, Any]:
+    """A copy of ``options`` (``{}`` for ``None``), checked: a mapping of
+    :class:`~headrace.io.ObjectStore` keyword arguments, given only where ``remote``
+    (some file is an object URL). ``where`` names the file in the messages."""
+    at = f"{where}: " if where else ""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(
+            f"{at}store_options must be a mapping of ObjectStore options, e.g. "
+            f"{{'region': 'us-east-1'}} (got {type(options).__name__})."
+        )
+    if options and not remote:
+        raise ConfigError(f"{at}store_options apply to object-store URLs only, not local files.")
+    if options:
+        from headrace.io import ObjectStore
+
+        known = [
+            name
+            for name, p in inspect.signature(ObjectStore).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
+        unknown = sorted(str(k) for k in options if k not in known)
+        if unknown:
+            raise ConfigError(
+                f"{at}unknown store_options {unknown}; ObjectStore takes {sorted(known)} "
+                "(other obstore settings go in config= or client_options=)."
+            )
+    return dict(options)
 
 
 def split_object_url(url: str) -> tuple[str, str]:
@@ -130,15 +175,29 @@ class ObjectFiles:
         return store.stat(key)  # ObjectNotFoundError / PermissionDeniedError name the URL
 
     def read(self, path: str) -> bytes | None:
-        store, key = self._store(path)
+        """The whole object, ``None`` if there is none.
+
+        One GET when it fits in a ``PIECE`` (the ranged response says how big the
+        object is, so no HEAD first); a larger one's other pieces are then all in
+        flight at once, each checked against the size and ETag the first one saw.
+        """
         try:
-            size = store.stat(key).size
+            first, info = self.read_start(path, PIECE)
         except ObjectNotFoundError:
             return None
-        if size <= PIECE:
-            return bytes(store.get_range(key, 0, size))
-        parts = [(key, o, min(PIECE, size - o)) for o in range(0, size, PIECE)]
-        return b"".join(store.get_many(parts, max_in_flight=self.in_flight))
+        if info.size == len(first):
+            return bytes(first)
+        out = np.empty(info.size, np.uint8)
+        out[: len(first)] = np.frombuffer(first, np.uint8)
+        rest = self.open(path, info.size, info.etag).read_pieces(out[len(first) :], len(first))
+        wait_all(rest)
+        return out.tobytes()
+
+    def read_start(self, url: str, length: int) -> tuple[memoryview, ObjectInfo]:
+        """The object's first ``length`` bytes (all of it when shorter), its size and ETag:
+        one GET (ObjectNotFoundError / PermissionDeniedError name the URL)."""
+        store, key = self._store(url)
+        return store.get_first(key, length)
 
     # -- block reads -------------------------------------------------------------------
     def open(self, url: str, size: int, etag: str | None) -> RemoteFile:

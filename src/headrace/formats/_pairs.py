@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._row_file import ReaderSpec, RowFile, as_row_file
+from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
 from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id
@@ -42,13 +42,11 @@ MemberSpec = PathLike | tuple[PathLike, PathLike | None]
 class _Member:
     __slots__ = ("mask", "name", "tokens")
 
-    def __init__(
-        self, name: str, spec: MemberSpec, store_options: Mapping[str, Any] | None
-    ) -> None:
+    def __init__(self, name: str, spec: MemberSpec, io: RowReader) -> None:
         tok, mask = spec if isinstance(spec, tuple) else (spec, None)
         self.name = name
-        self.tokens = as_row_file(tok, store_options)
-        self.mask = None if mask is None else as_row_file(mask, store_options)
+        self.tokens = io.open(tok)
+        self.mask = None if mask is None else io.open(mask)
         t, m = self.tokens, self.mask
         if not np.issubdtype(t.dtype, np.integer):
             raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
@@ -86,26 +84,27 @@ class PairRows(RowSource):
     ) -> None:
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
-        self.members = [_Member(name, spec, store_options) for name, spec in members.items()]
-        first = self.members[0].tokens
-        for mb in self.members[1:]:
-            if mb.tokens.rows != first.rows:
-                raise DataError(
-                    f"{mb.tokens.path}: member {mb.name!r} has {mb.tokens.rows} rows but "
-                    f"{first.path} ({self.members[0].name!r}) has {first.rows}; every member "
-                    "needs one row per group"
-                )
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
-        # pad_id marks padding only in members without a mask file.
-        check_pad_id(pad_id, None)
-        for mb in self.members:
-            if mb.mask is None:
-                check_pad_id(pad_id, mb.tokens)
-        self.pad_id = pad_id
-        self.max_retries = max_retries
-        files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
-        self._open_rows(files, shuffle, window_rows, reader, store_options, in_flight)
+        with self._opening(reader, store_options, in_flight) as io:
+            self.members = [_Member(name, spec, io) for name, spec in members.items()]
+            first = self.members[0].tokens
+            for mb in self.members[1:]:
+                if mb.tokens.rows != first.rows:
+                    raise DataError(
+                        f"{mb.tokens.path}: member {mb.name!r} has {mb.tokens.rows} rows but "
+                        f"{first.path} ({self.members[0].name!r}) has {first.rows}; every member "
+                        "needs one row per group"
+                    )
+            if not isinstance(max_retries, int) or max_retries < 0:
+                raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
+            # pad_id marks padding only in members without a mask file.
+            check_pad_id(pad_id, None)
+            for mb in self.members:
+                if mb.mask is None:
+                    check_pad_id(pad_id, mb.tokens)
+            self.pad_id = pad_id
+            self.max_retries = max_retries
+            files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
+            self._open_rows(files, shuffle, window_rows)
 
     def fingerprint(self) -> dict[str, Any]:
         return {

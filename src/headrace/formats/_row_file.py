@@ -35,6 +35,8 @@ from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
     RemoteFile,
+    check_in_flight,
+    check_store_options,
     wait_all,
 )
 from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
@@ -42,18 +44,20 @@ from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
 
-_READER_LOCK = threading.Lock()  # RowReader's lazy reader, made once
+_READER_LOCK = threading.Lock()  # RowReader's lazy reader, stores and files, each made once
 
 __all__ = [
     "ReaderSpec",
     "RowFile",
     "RowReader",
-    "as_row_file",
     "open_row_file",
     "write_row_file",
 ]
 
 _NPY_MAGIC = b"\x93NUMPY"
+# The first GET of an object URL: an NPY header (128 bytes for a plain dtype) comes
+# with the object's size and ETag, so no HEAD is needed.
+_FIRST = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,37 +238,42 @@ def open_row_file(
     URL is opened with ``store_options`` (see :class:`~headrace.io.ObjectStore`).
     """
     p = os.fspath(path)
-    if is_object_url(p):
-        files = ObjectFiles(store_options or {}, name="headrace-rows")
-        try:
-            info = files.info(p)  # ObjectNotFoundError / PermissionDeniedError name the URL
-            remote = files.open(p, info.size, info.etag)
-
-            def head(n: int) -> bytes:
-                buf = np.empty(n, dtype=np.uint8)
-                if n:
-                    remote.read_into(buf, 0).result()
-                return buf.tobytes()
-
-            rf = _open_any(
-                _Opened(p, info.size, head, lambda: files.read(_sidecar(p))), dtype, width
-            )
-            rf = dataclasses.replace(rf, etag=info.etag)
-        finally:
-            files.close()
-    else:
-        if store_options:
-            raise ConfigError(
-                f"{p}: store_options apply to object-store URLs only, not local files."
-            )
+    if not is_object_url(p):
+        check_store_options(store_options, remote=False, where=p)
         with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path
-            rf = _open_any(
-                _Opened(p, f.size, _local_head(f), lambda: _local_sidecar(p)), dtype, width
-            )
+            opened = _Opened(p, f.size, _local_head(f), lambda: _local_sidecar(p))
+            return _nonempty(_open_any(opened, dtype, width))
+    files = ObjectFiles(check_store_options(store_options, remote=True), name="headrace-rows")
+    try:
+        return _open_remote(p, dtype, width, files)
+    finally:
+        files.close()
+
+
+def _open_remote(p: str, dtype: DTypeLike | None, width: int | None, files: ObjectFiles) -> RowFile:
+    """:func:`open_row_file` of an object URL through ``files`` (a reader's, or its own).
+
+    One GET reads the first bytes (an NPY header) with the object's size and
+    ETag; a raw file's sidecar is one more.
+    """
+    first, info = files.read_start(p, _FIRST)  # ObjectNotFoundError etc. name the URL
+
+    def head(n: int) -> bytes:
+        if n <= len(first):
+            return bytes(first[:n])
+        buf = np.empty(n, dtype=np.uint8)  # a header longer than the first GET
+        files.open(p, info.size, info.etag).read_into(buf, 0).result()
+        return buf.tobytes()
+
+    opened = _Opened(p, info.size, head, lambda: files.read(_sidecar(p)))
+    return _nonempty(dataclasses.replace(_open_any(opened, dtype, width), etag=info.etag))
+
+
+def _nonempty(rf: RowFile) -> RowFile:
     if rf.rows == 0:
-        raise DataError(f"{p}: empty: the matrix has no rows")
+        raise DataError(f"{rf.path}: empty: the matrix has no rows")
     if rf.width == 0:
-        raise DataError(f"{p}: empty: rows have no columns (shape ({rf.rows}, 0))")
+        raise DataError(f"{rf.path}: empty: rows have no columns (shape ({rf.rows}, 0))")
     return rf
 
 
@@ -274,13 +283,6 @@ def _open_any(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
             raise ConfigError(f"{f.path}: an .npy file carries its own dtype and width")
         return _open_npy(f)
     return _open_raw(f, dtype, width)
-
-
-def as_row_file(
-    f: str | os.PathLike[str] | RowFile, store_options: Mapping[str, Any] | None = None
-) -> RowFile:
-    """``f`` itself if already opened, else :func:`open_row_file` of it."""
-    return f if isinstance(f, RowFile) else open_row_file(f, store_options=store_options)
 
 
 def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
@@ -309,9 +311,9 @@ class RowReader:
     Every file of a source shares the reader (its open files and adaptive
     state) and the process-wide I/O pool. A reader passed in is borrowed
     and never closed here; one made from a config or strategy name is owned.
-    Files at object URLs are read by ranged GETs instead (``store_options``,
-    at most ``in_flight`` at once). Pickled copies (worker processes) open
-    their own.
+    Files at object URLs are opened (:meth:`open`) and read by ranged GETs
+    instead, on one set of stores (``store_options``, at most ``in_flight``
+    GETs at once). Pickled copies (worker processes) open their own.
     """
 
     def __init__(
@@ -321,15 +323,36 @@ class RowReader:
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r})")
+        self._in_flight = check_in_flight(in_flight)
+        # Checked here, refused for a local file when it is opened.
+        self._store_options = check_store_options(store_options, remote=True)
         self._given = spec if isinstance(spec, RangeReader) else None
         self._config = spec.config if isinstance(spec, RangeReader) else spec
         self._reader: RangeReader | None = self._given
-        self._store_options = dict(store_options or {})
-        self._in_flight = in_flight
         self._objects: ObjectFiles | None = None
         self._remote: dict[str, RemoteFile] = {}
+
+    def open(self, f: str | os.PathLike[str] | RowFile) -> RowFile:
+        """``f`` itself if opened already, else :func:`open_row_file` of it (dtype and
+        width from the file); an object URL through this reader's stores, whose
+        ``object_stats`` then count the GETs that opened it."""
+        if isinstance(f, RowFile):
+            return f
+        p = os.fspath(f)
+        if not is_object_url(p):
+            return open_row_file(p, store_options=self._store_options)
+        return _open_remote(p, None, None, self._files())
+
+    def _files(self) -> ObjectFiles:
+        objects = self._objects
+        if objects is None:
+            with _READER_LOCK:
+                if self._objects is None:
+                    self._objects = ObjectFiles(
+                        self._store_options, self._in_flight, name="headrace-rows"
+                    )
+                objects = self._objects
+        return objects
 
     @property
     def reader(self) -> RangeReader:
@@ -399,19 +422,18 @@ class RowReader:
     def _remote_file(self, f: RowFile) -> RemoteFile:
         remote = self._remote.get(f.path)
         if remote is None:
+            files = self._files()
             with _READER_LOCK:
-                if self._objects is None:
-                    self._objects = ObjectFiles(
-                        self._store_options, self._in_flight, name="headrace-rows"
-                    )
-                remote = self._remote[f.path] = self._objects.open(
-                    f.path, f.offset + f.rows * f.stride, f.etag
-                )
+                remote = self._remote.get(f.path)
+                if remote is None:
+                    size = f.offset + f.rows * f.stride
+                    remote = self._remote[f.path] = files.open(f.path, size, f.etag)
         return remote
 
     @property
     def object_stats(self) -> ObjectStats | None:
-        """GETs, bytes and latencies of the files at object URLs (``None`` before any)."""
+        """GETs, bytes and latencies of the files at object URLs, opening them included
+        (``None`` until one is opened or read)."""
         return None if self._objects is None else self._objects.stats()
 
     def read_many(

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -268,16 +269,20 @@ class RowSource(Closing):
     _windows: RowWindowReader | None
     shuffle: ShuffleMode
 
-    def _open_rows(
-        self,
-        files: list[RowFile],
-        shuffle: object,
-        window_rows: object,
-        reader: ReaderSpec,
-        store_options: Mapping[str, Any] | None,
-        in_flight: int,
-    ) -> None:
+    @contextmanager
+    def _opening(
+        self, reader: ReaderSpec, store_options: Mapping[str, Any] | None, in_flight: int
+    ) -> Iterator[RowReader]:
+        """The source's reader, made first so that its files open through its stores;
+        closed if the source then fails to open (no store or thread is left behind)."""
         self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
+        try:
+            yield self._io
+        except BaseException:
+            self._io.close()
+            raise
+
+    def _open_rows(self, files: list[RowFile], shuffle: object, window_rows: object) -> None:
         self.shuffle, self._windows = row_windows(self._io, files, shuffle, window_rows)
 
     @property
@@ -287,7 +292,8 @@ class RowSource(Closing):
 
     @property
     def object_stats(self) -> ObjectStats | None:
-        """GETs, bytes and latencies of files at object URLs (``None`` before any GET)."""
+        """GETs, bytes and latencies of files at object URLs, opening them included
+        (``None`` when every file is local)."""
         return self._io.object_stats
 
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:

@@ -32,7 +32,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._row_file import ReaderSpec, RowFile, as_row_file
+from headrace.formats._row_file import ReaderSpec, RowFile
 from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
 from headrace.formats._row_window import RowSource
 
@@ -110,51 +110,56 @@ class PaddedRows(RowSource):
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
     ) -> None:
-        self.tokens = as_row_file(tokens, store_options)
-        self.mask = None if mask is None else as_row_file(mask, store_options)
-        t = self.tokens
-        if not np.issubdtype(t.dtype, np.integer):
-            raise ConfigError(f"{t.path}: token dtype must be an integer type (found {t.dtype})")
-        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-            raise ConfigError(f"context must be a positive integer (got {context!r}).")
-        if t.width < context + 1:
-            raise ConfigError(
-                f"{t.path}: stored width {t.width} is smaller than context + 1 = {context + 1} "
-                f"(a row must hold x and the shifted y); use context <= {t.width - 1}"
-            )
-        if self.mask is not None:
-            m = self.mask
-            if (m.rows, m.width) != (t.rows, t.width):
-                raise DataError(
-                    f"{m.path}: mask shape ({m.rows}, {m.width}) disagrees with token file "
-                    f"{t.path} shape ({t.rows}, {t.width}); they must match row for row"
+        with self._opening(reader, store_options, in_flight) as io:
+            self.tokens = io.open(tokens)
+            self.mask = None if mask is None else io.open(mask)
+            t = self.tokens
+            if not np.issubdtype(t.dtype, np.integer):
+                raise ConfigError(
+                    f"{t.path}: token dtype must be an integer type (found {t.dtype})"
                 )
-            if not (np.issubdtype(m.dtype, np.integer) or m.dtype == np.bool_):
-                raise ConfigError(f"{m.path}: mask dtype must be integer or bool (found {m.dtype})")
-        if pad_side not in ("right", "left"):
-            raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
-        if dtype is None:
-            dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
-        self.dtype: np.dtype[Any] = np.dtype(dtype)
-        if not np.issubdtype(self.dtype, np.signedinteger):
-            raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
-        check_pad_id(pad_id, t)
-        for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
-            if not _fits(v, self.dtype):
-                raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
-        # Token values are checked at read time only when the output dtype
-        # cannot hold every value of the stored one (a narrower dtype= or
-        # uint64 tokens); the default outputs always can.
-        self._check_tokens = not np.can_cast(t.dtype, self.dtype, "safe")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
-        self.context = context
-        self.pad_side: PadSide = pad_side
-        self.pad_id = pad_id
-        self.ignore_index = ignore_index
-        self.max_retries = max_retries
-        files = [t] if self.mask is None else [t, self.mask]
-        self._open_rows(files, shuffle, window_rows, reader, store_options, in_flight)
+            if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+                raise ConfigError(f"context must be a positive integer (got {context!r}).")
+            if t.width < context + 1:
+                raise ConfigError(
+                    f"{t.path}: stored width {t.width} is smaller than context + 1 = {context + 1} "
+                    f"(a row must hold x and the shifted y); use context <= {t.width - 1}"
+                )
+            if self.mask is not None:
+                m = self.mask
+                if (m.rows, m.width) != (t.rows, t.width):
+                    raise DataError(
+                        f"{m.path}: mask shape ({m.rows}, {m.width}) disagrees with token file "
+                        f"{t.path} shape ({t.rows}, {t.width}); they must match row for row"
+                    )
+                if not (np.issubdtype(m.dtype, np.integer) or m.dtype == np.bool_):
+                    raise ConfigError(
+                        f"{m.path}: mask dtype must be integer or bool (found {m.dtype})"
+                    )
+            if pad_side not in ("right", "left"):
+                raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
+            if dtype is None:
+                dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
+            self.dtype: np.dtype[Any] = np.dtype(dtype)
+            if not np.issubdtype(self.dtype, np.signedinteger):
+                raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
+            check_pad_id(pad_id, t)
+            for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
+                if not _fits(v, self.dtype):
+                    raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
+            # Token values are checked at read time only when the output dtype
+            # cannot hold every value of the stored one (a narrower dtype= or
+            # uint64 tokens); the default outputs always can.
+            self._check_tokens = not np.can_cast(t.dtype, self.dtype, "safe")
+            if not isinstance(max_retries, int) or max_retries < 0:
+                raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
+            self.context = context
+            self.pad_side: PadSide = pad_side
+            self.pad_id = pad_id
+            self.ignore_index = ignore_index
+            self.max_retries = max_retries
+            files = [t] if self.mask is None else [t, self.mask]
+            self._open_rows(files, shuffle, window_rows)
 
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:

@@ -45,7 +45,12 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles
+from headrace.formats._object_files import (
+    DEFAULT_IN_FLIGHT,
+    ObjectFiles,
+    check_in_flight,
+    check_store_options,
+)
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
 
@@ -267,7 +272,10 @@ class Table(Closing):
         columns: Sequence[str] | None,
         row_group_cache: int,
         remote: _Remote | None = None,
+        objects: ObjectFiles | None = None,
     ) -> None:
+        """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
+        handed over (this table closes them); a pickled copy opens its own."""
         pa = _pa()
         self._pa = pa
         self._root = root
@@ -279,16 +287,17 @@ class Table(Closing):
             remote,
         )
         self._parts: list[_Part | RemoteParquet] = []
-        self._objects: ObjectFiles | None = None
+        self._objects = objects
         # Row groups on object storage fetched ahead of their decode (see prefetch).
         self._pending: OrderedDict[int, Fetch] = OrderedDict()
         try:
             if remote is None:
                 self._parts.extend(_Part(f, pa) for f in files)
             else:
-                self._objects = ObjectFiles(
-                    remote.store_options, remote.in_flight, name="headrace-table"
-                )
+                if self._objects is None:
+                    self._objects = ObjectFiles(
+                        remote.store_options, remote.in_flight, name="headrace-table"
+                    )
                 self._parts.extend(RemoteParquet.open_all(remote.objects, self._objects, pa))
             self._init(columns, row_group_cache)
         except BaseException:
@@ -360,22 +369,23 @@ class Table(Closing):
         if row_group_cache < 1:
             raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        if not any(is_object_url(os.fspath(p)) for p in paths):
-            if store_options:
-                raise ConfigError("store_options apply to object-store URLs only, not local files.")
+        remote = any(is_object_url(os.fspath(p)) for p in paths)
+        options = check_store_options(store_options, remote=remote)
+        if not remote:
             root, files = _resolve(path)
             return cls(root, files, columns, row_group_cache)
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r})")
-        options = dict(store_options or {})
-        lister = ObjectFiles(options, in_flight, name="headrace-table")
+        check_in_flight(in_flight)
+        _pa()  # before any request: no pyarrow, no table
+        # The stores that list the objects go on to read them (the table closes them).
+        stores = ObjectFiles(options, in_flight, name="headrace-table")
         try:
             where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
-            root, objects = resolve_urls(where or [os.fspath(p) for p in paths], lister)
-        finally:
-            lister.close()
-        remote = _Remote(objects, options, in_flight)
-        return cls(root, [u for u, _ in objects], columns, row_group_cache, remote)
+            root, objects = resolve_urls(where or [os.fspath(p) for p in paths], stores)
+        except BaseException:
+            stores.close()
+            raise
+        spec = _Remote(objects, options, in_flight)
+        return cls(root, [u for u, _ in objects], columns, row_group_cache, spec, stores)
 
     @property
     def columns(self) -> dict[str, TableColumn]:

@@ -26,7 +26,13 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._object_files import DEFAULT_IN_FLIGHT, ObjectFiles, RemoteFile
+from headrace.formats._object_files import (
+    DEFAULT_IN_FLIGHT,
+    ObjectFiles,
+    RemoteFile,
+    check_in_flight,
+    check_store_options,
+)
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
@@ -277,8 +283,12 @@ class TokenSource:
     ) -> None:
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r}).")
+        files = list(files)
+        if not files:
+            raise ConfigError("TokenSource needs at least one token file.")
+        self.in_flight = check_in_flight(in_flight)
+        remote = any(f.remote if isinstance(f, TokenFile) else is_object_url(f) for f in files)
+        self._store_options = check_store_options(store_options, remote=remote)
         if not isinstance(context, int) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
         if block_bytes < 4096 or block_bytes % 4096:
@@ -287,12 +297,10 @@ class TokenSource:
             raise ConfigError(f"max_windows must be >= 1 (got {max_windows}).")
         if reads not in ("populate", "pread"):
             raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
-        self.in_flight = in_flight
-        self._store_options = dict(store_options or {})
         self._stores: ObjectFiles | None = None
         try:
-            self.files: list[TokenFile] = self._describe(list(files), dtype, format)
-            self._check_files(context, bool(store_options))
+            self.files: list[TokenFile] = self._describe(files, dtype, format)
+            self._check_files(context)
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise
@@ -322,11 +330,7 @@ class TokenSource:
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
 
-    def _check_files(self, context: int, store_options: bool) -> None:
-        if not self.files:
-            raise ConfigError("TokenSource needs at least one token file.")
-        if store_options and not any(f.remote for f in self.files):
-            raise ConfigError("store_options apply to object-store URLs only, not local files.")
+    def _check_files(self, context: int) -> None:
         dtypes = {f.dtype for f in self.files}
         if len(dtypes) > 1:
             raise ConfigError(

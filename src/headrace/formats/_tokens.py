@@ -16,6 +16,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
+from headrace.formats._object_files import ObjectFiles, check_store_options
 from headrace.io import LocalFile
 
 __all__ = [
@@ -159,13 +160,11 @@ def open_token_file(
     :class:`headrace.io.ObjectStore`.
     """
     p = os.fspath(path)
-    if not is_object_url(p):
-        if store_options:
-            raise ConfigError(f"{p}: store_options apply to object-store URLs only.")
+    remote = is_object_url(p)
+    options = check_store_options(store_options, remote=remote, where=p)
+    if not remote:
         return describe_token_file(p, dtype, format, _LocalFiles())
-    from headrace.formats._object_files import ObjectFiles
-
-    stores = ObjectFiles(store_options or {})
+    stores = ObjectFiles(options)
     try:
         return describe_token_file(p, dtype, format, stores)
     finally:

@@ -401,6 +401,41 @@ class ObjectStore(Closing):
 
         return self._retrying(where, once, len)
 
+    def get_first(self, key: str, length: int) -> tuple[memoryview, ObjectInfo]:
+        """The object's first ``length`` bytes (all of it when shorter), its size and ETag.
+
+        One ranged GET where :meth:`stat` then :meth:`get_range` take two: the
+        response's ``Content-Range`` carries the object's size. An empty object has
+        no byte to start a range at (S3 answers 416), so it costs a second,
+        whole-object GET.
+        """
+        _check_range(0, length)
+        if length == 0:
+            raise ConfigError(f"{self.where(key)}: get_first needs a length >= 1 (got 0).")
+        store = self._live()
+        where = self.where(key)
+
+        def once(ranged: bool) -> tuple[memoryview, ObjectInfo]:
+            if ranged:
+                result = obs.get(store, key, options={"range": (0, length)})
+            else:
+                result = obs.get(store, key)
+            info = ObjectInfo(int(result.meta["size"]), result.meta.get("e_tag"))
+            data = memoryview(result.bytes())
+            start, end = result.range
+            if len(data) != end - start:
+                raise _short_read(where, len(data), end - start, info.size, end)
+            return data, info
+
+        def nbytes(r: tuple[memoryview, ObjectInfo]) -> int:
+            return len(r[0])
+
+        try:
+            return self._retrying(where, lambda: once(True), nbytes)
+        except ReadEOFError:  # no byte 0: the object is empty
+            data, info = self._retrying(where, lambda: once(False), nbytes)
+            return data[:length], info
+
     def get_range(self, key: str, offset: int, length: int) -> memoryview:
         """``length`` bytes at ``offset``; :class:`ReadEOFError` if the object ends first."""
         _check_range(offset, length)
