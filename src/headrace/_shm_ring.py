@@ -230,17 +230,19 @@ def _watch_lifeline(alive: Connection, named: _Named) -> None:
     threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
 
 
-def _worker(cfg: RingConfig, w: int, out: Connection, back: Connection, alive: Connection) -> None:
+def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Connection) -> None:
     """Produce this worker's steps into its ring until done, told to stop, or failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     named = _Named()
     _watch_lifeline(alive, named)
-    k = cfg.workers
-    offset = (cfg.start + w) % k
-    step = cfg.start + (offset - cfg.start) % k  # the next step this worker owes
+    step = -1  # the next step this worker owes, once its config is read
     shm: SharedMemory | None = None
     whole: NDArray[np.uint8] | None = None
     try:
+        cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
+        k = cfg.workers
+        offset = (cfg.start + w) % k
+        step = cfg.start + (offset - cfg.start) % k
         loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
         loader.step = cfg.start
         with loader:
@@ -358,8 +360,8 @@ class WorkerBatches:
         self._rings = [None] * k
         self._ready = [collections.deque() for _ in range(k)]
         self.shm_names = []
-        try:
-            pickle.dumps(self.cfg.source)
+        try:  # pickled once here, for every worker, so a source that cannot is named now
+            config = pickle.dumps(self.cfg)
         except Exception as exc:
             raise ConfigError(
                 f"the source {self.cfg.source!r} does not pickle ({type(exc).__name__}: {exc}); "
@@ -372,7 +374,7 @@ class WorkerBatches:
                 back_r, back_w = self.ctx.Pipe(duplex=False)
                 p = self.ctx.Process(  # type: ignore[attr-defined]
                     target=_worker,
-                    args=(self.cfg, w, out_w, back_r, alive_r),
+                    args=(config, w, out_w, back_r, alive_r),
                     name=f"headrace-worker-{w}",
                     daemon=True,
                 )
@@ -436,9 +438,8 @@ class WorkerBatches:
             else:  # _ERROR
                 got, exc = pickle.loads(msg[1:])
                 pid = self._procs[w].pid
-                exc.add_note(
-                    f"in headrace worker {w} of {self.cfg.workers} (pid {pid}), at step {got}"
-                )
+                at = f"at step {got}" if got >= 0 else "while unpickling its source"
+                exc.add_note(f"in headrace worker {w} of {self.cfg.workers} (pid {pid}), {at}")
                 raise exc
 
     def _recv(self, w: int, t: int) -> bytes:

@@ -95,6 +95,13 @@ class Faulty:
         self.inner.close()
 
 
+class Unreopenable(Faulty):
+    """A token source whose copy in a worker cannot reopen its files (they moved, say)."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise DataError("cannot reopen the token files in this process")
+
+
 class Ragged:
     """A source whose width follows the number of samples read at once (the loader's chunk).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -19,6 +20,7 @@ from _adapter_data import (  # noqa: E402
     BATCH,
     Faulty,
     Ragged,
+    Unreopenable,
     padded_mixture,
     token_source,
     write_tokens,
@@ -222,6 +224,17 @@ def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[
     assert dl._workers is None or dl._workers._procs == []
 
 
+def test_a_source_that_fails_to_unpickle_in_a_worker_is_named(root: Path) -> None:
+    source = Unreopenable(root, 99, "raise")
+    dl = ht.HeadraceDataLoader(dataset(root, source), num_workers=2)
+    with pytest.raises(DataError, match="cannot reopen") as info:
+        next(iter(dl))
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 0 of 2" in notes and "while unpickling its source" in notes
+    assert dl._workers is None or dl._workers._procs == []
+    source.close()
+
+
 def test_a_worker_that_dies_is_reported(root: Path) -> None:
     wb = ring(Faulty(root, at=4, how="exit"))
     # Worker 0 dies reading its chunk [2, 4]: the consumer waits for step 2 in vain.
@@ -302,6 +315,7 @@ def test_a_worker_that_fails_to_start_leaves_nothing(
 
     monkeypatch.setattr(cls, "start", start)
     forkserver.ensure_running()  # its own fds are not ours to count
+    gc.collect()  # earlier tests' garbage (a batch's ring mapping holds an fd) goes first
     fds = len(os.listdir("/proc/self/fd"))
     with pytest.raises(OSError, match="no more processes"):
         iter(wb)
