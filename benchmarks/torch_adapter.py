@@ -1,9 +1,10 @@
 """Bare Loader vs the torch adapter (HeadraceDataLoader, stock DataLoader): batches/s, A/B/A/B.
 
-Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--batches 2000] [--trials 5] [--stock]
+Run: PYTHONPATH=src python benchmarks/torch_adapter.py [--batches 20000] [--trials 5] [--stock]
 
 Sides: the bare Loader; HeadraceDataLoader with 0 and --workers (default 2)
-workers, zero-copy and copy=True; with --stock, DataLoader(TorchDataset) too.
+workers, zero-copy and copy=True; with --stock, DataLoader(TorchDataset) too;
+with --pair, only the bare Loader and HeadraceDataLoader with --workers.
 
 Default data: a 1 GiB uint32 token file under /tmp, generated if missing.
 Each trial builds a fresh loader (cold windows: blocks are read from the
@@ -20,7 +21,8 @@ import hashlib
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from headrace.formats import TokenSource
-from headrace.pipeline import Loader
+from headrace.pipeline import DEFAULT_CHUNK_STEPS, Loader
 from headrace.testing import update_digest
 from headrace.torch import HeadraceDataLoader, TorchDataset
 
@@ -91,8 +93,8 @@ def headrace_dl(
     path: Path, a: argparse.Namespace, workers: int, copy: bool = False, chunk: int | None = None
 ) -> Iterator[dict[str, Any]]:
     src = source(path, a.context)
-    opts = {} if chunk is None else {"chunk_steps": chunk}
-    ds = TorchDataset(src, batch_size=a.batch, seed=1, **opts)
+    steps = DEFAULT_CHUNK_STEPS if chunk is None else chunk
+    ds = TorchDataset(src, batch_size=a.batch, seed=1, chunk_steps=steps)
     try:
         with HeadraceDataLoader(ds, num_workers=workers, copy=copy) as dl:
             yield from dl
@@ -129,10 +131,11 @@ def main() -> None:
     p.add_argument("--token-file", type=Path, default=DEFAULT)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--batches", type=int, default=600)
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--batches", type=int, default=20_000)
+    p.add_argument("--trials", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--stock", action="store_true", help="also time stock DataLoader sides")
+    p.add_argument("--pair", action="store_true", help="only bare Loader and workers=k")
     p.add_argument(
         "--worker-chunks",
         type=int,
@@ -145,15 +148,16 @@ def main() -> None:
         ensure_tokens(DEFAULT)
     torch.set_num_threads(1)
     k = a.workers
-    sides = {
+    sides: dict[str, Callable[[], Iterator[dict[str, Any]]]] = {
         "bare Loader": lambda: bare(a.token_file, a),
         f"HeadraceDataLoader w={k}": lambda: headrace_dl(a.token_file, a, k),
-        "HeadraceDataLoader w=0": lambda: headrace_dl(a.token_file, a, 0),
-        f"HeadraceDataLoader w={k} copy=True": lambda: headrace_dl(a.token_file, a, k, True),
     }
+    if not a.pair:
+        sides["HeadraceDataLoader w=0"] = lambda: headrace_dl(a.token_file, a, 0)
+        sides[f"HeadraceDataLoader w={k} copy=True"] = lambda: headrace_dl(a.token_file, a, k, True)
     for c in a.worker_chunks:
-        sides[f"HeadraceDataLoader w={k} chunk={c}"] = (
-            lambda c=c: headrace_dl(a.token_file, a, k, chunk=c)  # type: ignore[misc]
+        sides[f"HeadraceDataLoader w={k} chunk={c}"] = partial(
+            headrace_dl, a.token_file, a, k, chunk=c
         )
     if a.stock:
         sides |= {

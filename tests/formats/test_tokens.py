@@ -112,6 +112,26 @@ def test_megatron_pair(tmp_path: Path) -> None:
     )
 
 
+def test_megatron_index_written_field_by_field(tmp_path: Path) -> None:
+    # Megatron-LM's _IndexWriter layout, written here with struct alone (not headrace's
+    # writer): magic, version <Q, dtype code <B (4 = int32), sequence and document counts
+    # <Q <Q, then per sequence its length (int32) and byte pointer (int64), then the
+    # document boundaries as sequence indices (int64).
+    lengths = [6, 2, 9]
+    (np.arange(17, dtype=np.int32) * 3).tofile(tmp_path / "g.bin")
+    raw = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, len(lengths), 3)
+    raw += b"".join(struct.pack("<i", n) for n in lengths)
+    raw += b"".join(struct.pack("<q", 4 * p) for p in (0, 6, 8))
+    raw += b"".join(struct.pack("<q", d) for d in (0, 2, 3))
+    (tmp_path / "g.idx").write_bytes(raw)
+    tf = open_token_file(tmp_path / "g.bin")
+    assert tf.format == "megatron" and tf.dtype == np.int32 and tf.num_tokens == 17
+    assert tf.documents().tolist() == [0, 8, 17]  # documents end after sequences 2 and 3
+    batch = TokenSource(tf, context=4).read(0, np.arange(4))
+    assert np.array_equal(batch["y"][:, :-1], batch["x"][:, 1:])
+    assert set((batch["x"] % 3).ravel().tolist()) == {0}  # the .bin's own tokens
+
+
 def _corrupt_idx(path: Path, how: str) -> None:
     raw = bytearray(path.read_bytes())
     if how == "magic":
