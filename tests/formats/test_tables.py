@@ -116,6 +116,26 @@ def test_layouts_read_the_same_rows(layout: str, tmp_path: Path) -> None:
         assert tb.read_rows([])["label"].shape == (0,)
 
 
+def test_hugging_face_datasets_save_to_disk_and_cache_files(tmp_path: Path) -> None:
+    # Written by Hugging Face datasets itself: save_to_disk shards, and the Arrow cache
+    # file a .map() leaves behind; both read as the table they were made from.
+    datasets = pytest.importorskip("datasets", reason="datasets is a test extra")
+    ref = _table().drop_columns(["big"])
+    ds = datasets.Dataset(ref)
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    with Table.open(tmp_path / "saved") as tb:
+        assert tb.num_rows == N and tb.schema.names == ref.schema.names
+        _check(tb, ref, IDX)
+        _check(tb, ref, list(range(N)))
+    cache = tmp_path / "cache" / "mapped.arrow"
+    cache.parent.mkdir()
+    mapped = ds.map(lambda row: {"label": row["label"] * 2}, cache_file_name=str(cache))
+    with Table.open(cache) as tb:
+        assert tb.num_rows == N
+        assert tb.read_rows(IDX)["label"].tolist() == [2 * i for i in IDX]
+    assert mapped.cache_files[0]["filename"] == str(cache)
+
+
 def test_column_selection_and_dtypes(tmp_path: Path) -> None:
     _write_stream(tmp_path / "x.arrow", _table())
     tb = Table.open(tmp_path / "x.arrow", columns=["big", "emb", "flag"])
