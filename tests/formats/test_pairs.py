@@ -163,3 +163,32 @@ def test_one_byte_signed_mask_error_shows_the_stored_value(tmp_path: Path) -> No
     src = PairRows({"anchor": (files["anchor"][0], tmp_path / "s.npy")}, shuffle=False)
     with pytest.raises(DataError, match=r"s\.npy: mask values must be 0 or 1; row 3 holds \[-1\]"):
         src.read(0, np.arange(5))
+
+
+def test_pairs_mix_by_weight_and_refuse_other_widths(tmp_path: Path) -> None:
+    from headrace.pipeline import Mixture
+    from headrace.pipeline._mixture import source_seed
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = PairRows(make(tmp_path / "a")), PairRows(make(tmp_path / "b", empty_every=9))
+    mix = Mixture({"a": a, "b": b}, [0.75, 0.25], batch_size=8)
+    with Loader(mix, batch_size=8, seed=3, prefetch=0, steps=40) as ld:
+        batches = list(ld)
+    got = {k: np.concatenate([x[k] for x in batches]) for k in batches[0]}
+    assert set(got) == {"source", *expected(tmp_path / "a", np.arange(1))}
+    assert np.isclose(np.mean(got["source"] == 0), 0.75, atol=0.01)
+    source, local = mix.plan.locate(3, np.arange(320, dtype=np.int64))
+    for s, src in enumerate((a, b)):
+        idx = np.flatnonzero(source == s)
+        want = src.read(source_seed(3, s), local[idx])  # each group from its own dataset
+        for k, v in want.items():
+            np.testing.assert_array_equal(got[k][idx], v, err_msg=f"{s} {k}")
+    (tmp_path / "c").mkdir()
+    narrow = {k: v for k, v in make(tmp_path / "c").items() if k != "negative"}
+    with pytest.raises(DataError, match="mixture sources differ in shape"):
+        Mixture({"a": a, "c": PairRows(narrow)}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    a.close()
+    b.close()
