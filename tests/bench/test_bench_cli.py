@@ -40,6 +40,14 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
         assert r["amplification"] >= 1
         assert r["peak_rss_bytes"] > 0
     assert isinstance(report["machine"], dict) and report["machine"]["cores"] >= 1
+    # Where the time went: the Loader's split for headrace variants, none for the others.
+    stages = {r["variant"]: r["stages"] for r in results}
+    assert stages["naive"]["source_s"] is None and stages["memcpy"]["plan_s"] is None
+    sync, async_ = stages["headrace-sync"], stages["headrace-async"]
+    assert sync["source_s"] > 0 and sync["plan_s"] > 0 and sync["queue_wait_s"] == 0
+    # Without read-ahead the consumer's own next() plans and reads: the parts fit in it.
+    assert sync["plan_s"] + sync["source_s"] + sync["prefetch_s"] <= sync["loader_s"]
+    assert async_["source_s"] > 0 and async_["queue_wait_s"] >= 0
 
 
 def test_dataset_is_cached_between_runs(tmp_path: Path) -> None:

@@ -201,6 +201,42 @@ def test_chunks_hold_the_batches_back_to_back(token_path: Path) -> None:
     assert capped.max_chunk_steps == 3
 
 
+class _Slow:
+    """A source whose reads take at least 20 ms (a slow store), its bytes a token source's."""
+
+    def __init__(self, inner: TokenSource) -> None:
+        self.inner = inner
+
+    def fingerprint(self) -> dict[str, object]:
+        return self.inner.fingerprint()
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        time.sleep(0.02)
+        return self.inner.read(seed, samples)
+
+
+def test_stats_say_where_the_time_went(token_path: Path) -> None:
+    ld = loader(token_path, prefetch=0, chunk_steps=4, steps=11)
+    assert len(list(ld)) == 11
+    st = ld.stats
+    assert (st.chunks, st.steps) == (4, 11)  # chunks of 1, 2, 4, 4 steps
+    assert st.source_s > 0 and st.plan_s > 0 and st.queue_wait_s == 0
+    assert st.prefetch_s > 0  # the token source starts the next chunk's blocks
+    slow = Loader(_Slow(source(token_path)), batch_size=16, seed=7, chunk_steps=2, steps=6)
+    assert len(list(slow)) == 6
+    st = slow.stats
+    assert st.chunks == 4 and st.source_s >= 4 * 0.02
+    assert st.queue_wait_s >= 0.02  # a consumer doing nothing waits for the first chunk at least
+    assert set(st.to_dict()) == {
+        "chunks",
+        "steps",
+        "plan_s",
+        "source_s",
+        "prefetch_s",
+        "queue_wait_s",
+    }
+
+
 def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     before = threading.active_count()
     ld = loader(token_path, prefetch=4)

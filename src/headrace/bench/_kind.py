@@ -187,6 +187,8 @@ class Kind:
     def __init__(self, workload: Workload, root: str) -> None:
         self.workload = workload
         self.root = os.fspath(root)
+        # Every Loader a variant opened, for its stage times (measure_pass clears it).
+        self.loaders: list[Loader] = []
         for text in workload.variants:
             spec = VariantSpec.parse(text)
             if spec.name not in self.openers:
@@ -289,7 +291,7 @@ class Kind:
         left out, the Loader's defaults apply, as users get them.
         """
         t = self.workload.train
-        return Loader(
+        loader = Loader(
             src,
             batch_size=t.batch_size,
             seed=self.seed_of(spec),
@@ -298,6 +300,8 @@ class Kind:
             steps=steps,
             **options,
         )
+        self.loaders.append(loader)
+        return loader
 
 
 def _like(current: Any, text: str, spec: str) -> Any:

@@ -64,6 +64,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     h = hashlib.sha256()
     per: list[str] | None = [] if kind.canonical_digests and kind.digested(spec) else None
     t0 = time.perf_counter()
+    kind.loaders.clear()
     stream = kind.open(spec, steps)
     first_s: float | None = None
     first_bytes = 0
@@ -89,6 +90,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         read = stream.bytes_read()
         stats = stream.stats()
+        loader_stats = _loader_stages(kind)
     finally:
         stream.close()
     canonical = None
@@ -105,10 +107,23 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         "wall_s": wall,
         "loader_s": loader_s,
         "consumer_s": consumer_s,
+        "loader_stages": loader_stats,
         "source": stats,
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_baseline_bytes": rss0,
     }
+
+
+def _loader_stages(kind: Kind) -> dict[str, float] | None:
+    """The stage seconds of the Loaders the variant opened, summed (``None``: it used none)."""
+    if not kind.loaders:
+        return None
+    out: dict[str, float] = {}
+    for ld in kind.loaders:
+        for k, v in ld.stats.to_dict().items():
+            if k.endswith("_s"):
+                out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def _main() -> int:

@@ -135,6 +135,53 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Where each variant's measurement pass spent its time (seconds, every kind).
+
+    ``in next`` is the consumer inside the stream's ``next``; the Loader's own
+    split follows (``-`` for a variant without a Loader): planning, inside
+    ``source.read`` (read, decode, gather, collate), starting read-ahead, and
+    waiting on the read-ahead queue; files kinds split the reads further.
+    """
+    head = [
+        "workload",
+        "variant",
+        "pass s",
+        "in next s",
+        "consumer s",
+        "plan s",
+        "source read s",
+        "read-ahead s",
+        "queue wait s",
+        "read s",
+        "decode s",
+    ]
+    rows = []
+    for r in report["results"]:
+        st = r.get("stages") or {}
+        if st.get("wall_s") is None:
+            continue
+        rows.append([r["workload"], r["variant"], *(_s3(st.get(k)) for k in _TIME_KEYS)])
+    return head, rows
+
+
+_TIME_KEYS = (
+    "wall_s",
+    "loader_s",
+    "consumer_s",
+    "plan_s",
+    "source_s",
+    "prefetch_s",
+    "queue_wait_s",
+    "read_s",
+    "decode_s",
+)
+
+
+def _s3(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.3f}"
+
+
 def _markdown(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -183,6 +230,9 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
             rows,
             out,
         )
+    head, rows = _time_rows(report)
+    if rows:
+        _print("where the time went: one fresh pass per variant (s)", head, rows, out)
     bases = {r["workload"]: r.get("baseline_variant", "naive") for r in report["results"]}
     for workload, base in bases.items():
         print(f"x base: {workload} variants over {base}", file=out)

@@ -345,6 +345,9 @@ def _run(
     return summary, results
 
 
+_LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
+
+
 def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     """Figures of the measurement pass: one fresh stream, read to its end, digests included.
 
@@ -365,6 +368,9 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
             "read_s": src.get("read_s"),
             "decode_s": src.get("decode_s"),
             "time_to_first_batch_s": m.get("time_to_first_batch_s"),
+            # The Loader's own split (None for variants without one, e.g. naive):
+            # planning, inside source.read, starting read-ahead, waiting on its queue.
+            **{k: (m.get("loader_stages") or {}).get(k) for k in _LOADER_STAGES},
         },
     }
     if kind.canonical_digests and wall > 0:

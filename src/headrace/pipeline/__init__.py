@@ -1,12 +1,20 @@
 """When: the loader, its prefetch queue and its state."""
 
-from headrace.pipeline._loader import DEFAULT_CHUNK_STEPS, Batch, Loader, LoaderStatus, Source
+from headrace.pipeline._loader import (
+    DEFAULT_CHUNK_STEPS,
+    Batch,
+    Loader,
+    LoaderStats,
+    LoaderStatus,
+    Source,
+)
 from headrace.pipeline._mixture import Mixture
 
 __all__ = [
     "Batch",
     "DEFAULT_CHUNK_STEPS",
     "Loader",
+    "LoaderStats",
     "LoaderStatus",
     "Mixture",
     "Source",

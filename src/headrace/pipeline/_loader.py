@@ -14,8 +14,10 @@ from __future__ import annotations
 import enum
 import queue
 import threading
+import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,7 +28,15 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline._locks import source_lock
 from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_STEPS", "Batch", "Loader", "LoaderStatus", "Source"]
+__all__ = [
+    "CHUNK_BYTES",
+    "DEFAULT_CHUNK_STEPS",
+    "Batch",
+    "Loader",
+    "LoaderStats",
+    "LoaderStatus",
+    "Source",
+]
 
 # Most bytes one chunk of steps may hold (measured: chunks of 32 token batches
 # of 131 KB ran 20-45% faster than chunks of 8, from fewer per-call overheads).
@@ -47,6 +57,31 @@ class Source(Protocol):
     def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
         """Arrays whose first axis follows ``samples`` (a pure function of its inputs)."""
         ...
+
+
+@dataclass(slots=True)
+class LoaderStats:
+    """Where a loader's time went, summed over its iterations (seconds, wall clock).
+
+    ``plan_s``: sample numbers of each chunk (and of the next, to read ahead);
+    ``source_s``: inside ``source.read`` (reading, decoding, gathering and
+    collating: whatever the source does; its own stats may split it further),
+    waits for the source's lock included; ``prefetch_s``: inside
+    ``source.prefetch`` (starting the next chunk's reads); ``queue_wait_s``:
+    the consumer waiting for the read-ahead thread (0 with ``prefetch=0``,
+    where the consumer's own thread reads). Counted per chunk, not per batch:
+    a few ``perf_counter`` calls per 32 steps.
+    """
+
+    chunks: int = 0
+    steps: int = 0
+    plan_s: float = 0.0
+    source_s: float = 0.0
+    prefetch_s: float = 0.0
+    queue_wait_s: float = 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
 
 
 class LoaderStatus(enum.Enum):
@@ -127,6 +162,7 @@ class Loader(Closing):
         self.step_offset = step_offset
         self._fingerprint = fingerprint_digest(source.fingerprint())
         self.step = 0
+        self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,13 +212,19 @@ class Loader(Closing):
 
     def _read_arrays(self, steps: list[int]) -> Batch:
         """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
+        stats, t0 = self.stats, time.perf_counter()
         samples = step_samples(np.asarray(steps), self.batch_size, self._lo, self._hi)
+        t1 = time.perf_counter()
         # Sources keep caches (windows, plans) that are not thread-safe; batch_at may
         # run while the producer thread reads, and another Loader over the same source
         # (a re-iteration) while this one's producer finishes a slow read: the lock is
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
+        stats.plan_s += t1 - t0
+        stats.source_s += time.perf_counter() - t1
+        stats.chunks += 1
+        stats.steps += len(steps)
         # Cap chunks by bytes as well as steps, so large batches never make a
         # chunk (held by the queue and the consumer) grow past chunk_bytes.
         per_step = max(1, sum(v.nbytes for v in arrays.values()) // len(steps))
@@ -254,9 +296,13 @@ class Loader(Closing):
             arrays = self._read_arrays(current)
             following = next(chunks, None)
             if following is not None and prefetch is not None:
+                t0 = time.perf_counter()
                 ahead = step_samples(np.asarray(following), self.batch_size, self._lo, self._hi)
+                t1 = time.perf_counter()
                 with self._read_lock:
                     prefetch(self.seed, ahead)
+                self.stats.plan_s += t1 - t0
+                self.stats.prefetch_s += time.perf_counter() - t1
             yield current, arrays
             current = following
 
@@ -278,9 +324,15 @@ class Loader(Closing):
         )
         self._thread = thread
         thread.start()
+        stats = self.stats
         try:
             while True:
-                item = q.get()
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
+                    t0 = time.perf_counter()
+                    item = q.get()
+                    stats.queue_wait_s += time.perf_counter() - t0
                 if item is _END:
                     return
                 if item is _STALE:
