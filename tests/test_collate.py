@@ -393,3 +393,29 @@ def test_torch_dtypes_are_taken_as_their_numpy_counterparts() -> None:
     assert out.dtype == np.float64 and out.tolist() == [[1.5, 0.0], [2.0, 3.0]]
     with pytest.raises(ConfigError, match=r"dtype torch.bfloat16 has no NumPy counterpart"):
         pad_batch([torch.tensor([1])], dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("form", ["arrays", "ragged"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_memory_is_the_outputs_and_no_full_size_copy(form: str, side: str) -> None:
+    # NumPy reports its buffers to tracemalloc: the peak while padding is the two outputs
+    # (one allocation each), plus, for a list of arrays, the rows joined once into
+    # values + offsets. A staging copy of either output would add its full size.
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    lens = rng.integers(100, 4000, 64)
+    rows = [rng.integers(0, 50_000, int(n)).astype(np.int32) for n in lens]
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    data = rows if form == "arrays" else Ragged(values=np.concatenate(rows), offsets=offsets)
+    joined = int(lens.sum()) * 4 + 65 * 8 if form == "arrays" else 0
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        values, mask = pad_batch(data, side=side)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    out = values.nbytes + mask.nbytes
+    assert values.shape == (64, int(lens.max())) and out > 500_000
+    assert out <= peak <= out + joined + 64 * 1024, (peak, out, joined)

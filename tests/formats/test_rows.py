@@ -539,3 +539,30 @@ def test_row_reader_makes_one_range_reader_under_concurrent_first_use(monkeypatc
         t.join()
     assert len(made) == 1 and all(g is made[0] for g in got)
     io.close()
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_outputs_are_allocated_once_without_staging_copies(tmp_path: Path, side: str) -> None:
+    # NumPy reports its buffers to tracemalloc. A batch's peak is its three outputs, the
+    # stored rows read (uint16 tokens + uint8 mask) and two bool temporaries (which
+    # positions are real; where targets are ignored). A staging copy of x or y (int32)
+    # would add 64 x 1024 x 4 = 256 KiB: far over the 64 KiB allowed for the rest.
+    # (Mapped reads: positional reads add the I/O pool's coalescing buffers, which vary.)
+    import tracemalloc
+
+    tok, mask = make_rows(tmp_path)
+    src = PaddedRows(tok, mask=mask, context=W - 1, pad_side=side, reader="mmap")
+    samples = np.arange(64, dtype=np.int64)
+    src.read(0, samples)  # plans, handles and pools made once, outside the measurement
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = src.read(0, samples)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+        src.close()
+    outputs = sum(v.nbytes for v in out.values())
+    stored, temps = 64 * W * (2 + 1), 2 * 64 * W
+    assert outputs == 64 * (W - 1) * (4 + 4 + 1)
+    assert peak <= outputs + stored + temps + 64 * 1024, (peak, outputs, stored, temps)
