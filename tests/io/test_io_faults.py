@@ -7,11 +7,13 @@ counterparts (faults injected into completions) are in test_io_uring.py.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -220,6 +222,11 @@ def _fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _map_count() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
 def test_no_thread_buffer_or_handle_leak(file) -> None:
     path, _ = file
     # Start every pool thread first: pools start threads lazily, which is growth, not a leak.
@@ -231,18 +238,35 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
             f.result()
     ring_pool().available()  # likewise the first ring, which stays in the pool
     rng = np.random.default_rng(0)
-    threads, fds = threading.active_count(), _fd_count()
     engines = [e for e in ENGINES if e != "uring" or ring_pool().available()]
-    for i in range(1000):
-        strategy = STRATEGIES[i % len(STRATEGIES)]
-        engine = engines[i // len(STRATEGIES) % len(engines)]
-        cfg = ReaderConfig(strategy=strategy, in_flight=16, engine=engine)  # type: ignore[arg-type]
-        with RangeReader(cfg) as r:
-            rows = rng.integers(0, SIZE // 512, 16)
-            r.read_rows(path, rows, 512)
-            r.read(path, far_ranges(3, 100))
+
+    def cycles(start: int, stop: int) -> None:
+        for i in range(start, stop):
+            strategy = STRATEGIES[i % len(STRATEGIES)]
+            engine = engines[i // len(STRATEGIES) % len(engines)]
+            cfg = ReaderConfig(strategy=strategy, in_flight=16, engine=engine)  # type: ignore[arg-type]
+            with RangeReader(cfg) as r:
+                rows = rng.integers(0, SIZE // 512, 16)
+                r.read_rows(path, rows, 512)
+                r.read(path, far_ranges(3, 100))
+
+    # Buffers: NumPy's are traced by tracemalloc, aligned O_DIRECT ones are mappings.
+    # Every strategy and engine runs once before counting (pools keep what they made).
+    tracemalloc.start()
+    try:
+        cycles(0, 2 * len(STRATEGIES) * len(engines))
+        gc.collect()
+        threads, fds, maps = threading.active_count(), _fd_count(), _map_count()
+        traced = tracemalloc.get_traced_memory()[0]
+        cycles(2 * len(STRATEGIES) * len(engines), 1000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - traced
+    finally:
+        tracemalloc.stop()
     assert threading.active_count() == threads
     assert _fd_count() == fds
+    assert _map_count() == maps
+    assert grown < 64 * 1024, grown  # one 16-row read is 8 KiB; 1,000 leaked would be 8 MB
 
 
 def test_open_that_fails_after_open_closes_its_descriptor(
