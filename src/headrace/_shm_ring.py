@@ -2,7 +2,7 @@
 
 Worker ``w`` of ``k`` runs an ordinary :class:`~headrace.pipeline.Loader`
 over the steps ``t`` with ``(t - start) % k == w``, a chunk of steps at a
-time (8 by default), and copies each chunk, once, into the next free slot of
+time (32 by default), and copies each chunk, once, into the next free slot of
 a ring it created once, in shared memory. Only ``(first step, steps, slot)``
 crosses the pipe, one message per chunk each way (the chunk's layout too,
 pickled, when it differs from the last one's). The main process reads
