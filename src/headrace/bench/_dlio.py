@@ -76,6 +76,10 @@ def _time(section: Mapping[str, Any], key: str, path: str) -> tuple[float, float
     return float(value or 0.0), float(section.get(f"{key}_stdev", 0.0) or 0.0)
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
 def _positive(section: Mapping[str, Any], key: str, default: int, where: str) -> int:
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -124,14 +128,12 @@ def dlio_workload(
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
     epoch_steps = files * per_file // batch
     trial_steps = epoch_steps
-    plan = f"{epochs} epoch{'s' if epochs > 1 else ''} of {epoch_steps} steps"
     total = int(tr.get("total_training_steps", -1) or -1)
-    if total > 0:
+    if total > 0:  # DLIO stops each epoch there
         trial_steps = min(epoch_steps, max(1, round(total * scale)))
-        plan = (
-            f"{epochs} epoch{'s' if epochs > 1 else ''} of {trial_steps} steps "
-            f"(total_training_steps {total} x{scale:g}; an epoch has {epoch_steps})"
-        )
+    plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
+    if trial_steps < epoch_steps:
+        plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
     compute, compute_stdev = _time(tr, "computation_time", path)
     train = TrainConfig(
         batch_size=batch,

@@ -91,6 +91,16 @@ class FilesKind(Kind):
                     f"{self.format} records are arrays of record_bytes (+- record_bytes_stdev); "
                     "image_hw, noise and quality are for format 'jpeg' or 'png'",
                 )
+        if self.num_files < 1 or self.per_file < 1 or self.mean < 1:
+            raise ConfigError(
+                f"workload {workload.name!r}: files, samples_per_file and record_bytes must "
+                f"be >= 1 (got {self.num_files}, {self.per_file}, {self.mean})"
+            )
+        if self.format in ("jpeg", "png", "raw") and self.per_file != 1:
+            raise ConfigError(
+                f"workload {workload.name!r}: {self.format} files hold one sample each (got "
+                f"samples_per_file={self.per_file}); use npy, npz or hdf5 for several"
+            )
         self.in_flight = int(rd["in_flight"]) if "in_flight" in rd else None
         self.decode_threads = int(rd.get("decode_threads", 2))
         self.prefetch = int(rd.get("prefetch", 8))

@@ -7,7 +7,7 @@ builds its variants); ``[train]`` is common to all and becomes a
 :class:`TrainConfig`.
 
 No key is ignored. The top level and ``[train]`` are checked here against
-their fixed sets; ``[dataset]`` and ``[reader]`` are :class:`Section`\ s that
+their fixed sets; ``[dataset]`` and ``[reader]`` are :class:`Section` tables that
 record every key the kind looks up while it is built (``Kind.make``), and a key
 it did not look up is refused then, with the closest known key. The known keys
 are therefore where the kind reads them: there is no second list to keep.
@@ -201,9 +201,7 @@ class Workload:
             if not isinstance(data.get(key, {}), Mapping):
                 raise ConfigError(f"{label}: {key!r} must be a table ([{key}])")
         variants = data["variants"]
-        if not isinstance(variants, (list, tuple)) or not all(
-            isinstance(v, str) for v in variants
-        ):
+        if not isinstance(variants, (list, tuple)) or not all(isinstance(v, str) for v in variants):
             raise ConfigError(
                 f"{label}: variants must be a list of variant specs, e.g. variants = "
                 '["headrace", "headrace?in_flight=8"] (options go in the spec, after "?"); '
