@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -258,3 +259,20 @@ def test_dlio_odirect_and_compute_distribution(tmp_path: Path) -> None:
     gamma = _dlio(tmp_path, "unet3d_h100.yaml", **{"computation_time: 0.323": gamma})
     with pytest.raises(ConfigError, match=r"only a number or a normal distribution"):
         dlio_workload(gamma)
+
+
+def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
+    docs = Path(__file__).parent.parent.parent / "docs" / "bench.md"
+    text = docs.read_text()
+    table = text[text.index("| kind | `[dataset]` | `[reader]` |") :].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        kind, *cells = (c.strip() for c in line.strip().strip("|").split("|"))
+        rows[kind] = tuple({k.strip() for k in re.split("[,;]", c)} for c in cells)
+    read: dict[str, tuple[set[str], set[str]]] = {}
+    for wl in builtin_workloads().values():  # every kind has a built-in workload
+        kind = make_kind(wl, str(tmp_path))
+        ds, rd = read.setdefault(wl.kind, (set(), set()))
+        ds |= kind.workload.dataset.read  # type: ignore[attr-defined]
+        rd |= kind.workload.reader.read  # type: ignore[attr-defined]
+    assert rows == read

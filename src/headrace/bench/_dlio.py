@@ -13,8 +13,9 @@ them. Here each timed trial is one such epoch of the scaled dataset and there
 are ``epochs`` trials, so the run with compute covers DLIO's ``epochs x
 steps``. ``train.total_training_steps`` (> 0) caps the steps of an epoch, as in
 DLIO, scaled by ``scale`` like the epoch it is part of. ``reader.odirect: true``
-reads each file with O_DIRECT (the files kind's ``odirect = true``). ``storage_type: s3`` reads the
-dataset from ``s3://<storage_root>/<data_folder>`` at
+reads each file with O_DIRECT (the files kind's ``odirect = true``).
+
+``storage_type: s3`` reads the dataset from ``s3://<storage_root>/<data_folder>`` at
 ``storage_options.endpoint_url`` (credentials from the usual AWS variables),
 or, with no endpoint, from a local S3 emulator started for the run (as
 ``headrace bench --storage s3``).
