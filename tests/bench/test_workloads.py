@@ -91,17 +91,20 @@ def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     [("unet3d_h100.yaml", 0.03, 0.0001), ("resnet50_h100.yaml", 0.001, 0.01)],
 )
 def test_dlio_yaml_runs_at_small_scale(
-    yaml: str, scale: float, record_scale: float, tmp_path: Path
+    yaml: str, scale: float, record_scale: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "r.json"
     args = ["bench", "--dlio", str(DATA / yaml), "--root", str(tmp_path / "d"), "-q"]
     args += ["--scale", str(scale), "--record-scale", str(record_scale), "--no-isolate"]
     args += ["--steps", "2", "--trials", "1", "--json", str(out)]
     assert main(args) == 0
+    # the plan printed before the run: what runs (--steps/--trials), and DLIO's epochs
+    assert "plan: 1 warm-up step, then 1 trial x 2 steps per variant" in capsys.readouterr().err
     report = json.loads(out.read_text())
     schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     (w,) = report["workloads"]
+    assert "5 epochs of" in w["workload"]["description"]
     assert w["au_threshold"] == 0.90
     variants = {r["variant"] for r in report["results"]}
     assert variants >= {"map-style", "iterable", "headrace"}
@@ -149,7 +152,9 @@ def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
 def test_bad_workload_file(tmp_path: Path) -> None:
     p = tmp_path / "w.toml"
     p.write_text('kind = "files"\nvariants = ["map-style"]\n[train]\nbatch = 3\n')
-    with pytest.raises(ConfigError, match=r"unknown \[train\] keys \['batch'\]"):
+    with pytest.raises(
+        ConfigError, match=r"w\.toml \[train\]: unknown key 'batch' \(did you mean 'batch_size'\?\)"
+    ):
         load_workload(str(p))
 
 

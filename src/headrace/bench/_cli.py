@@ -252,6 +252,24 @@ def _demand(kind: Any) -> str:
     )
 
 
+def _plan(wl: Workload) -> str:
+    """The steps each variant runs, and where they come from for a DLIO workload."""
+    t = wl.train
+
+    def n(count: int, what: str) -> str:
+        return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+    out = (
+        f"plan: {n(t.warmup_steps, 'warm-up step')}, then {n(t.trials, 'trial')} x "
+        f"{n(t.steps, 'step')} per variant"
+    )
+    if t.computation_time > 0:
+        out += f", and {n(t.trials * t.steps, 'step')} with compute"
+    if wl.description.startswith("DLIO "):
+        out += f" ({wl.description})"
+    return out
+
+
 def list_workloads(root: str) -> int:
     from headrace.bench._workload import builtin_workloads
 
@@ -358,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for kind in kinds:
         print(f"{kind.workload.name}: {_demand(kind)}", file=sys.stderr)
+        print(f"{kind.workload.name}: {_plan(kind.workload)}", file=sys.stderr)
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "command": ["headrace", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None,

@@ -5,8 +5,17 @@ Reads the sections DLIO documents (``dataset``, ``reader``, ``train``,
 and maps them onto the ``files`` kind. ``scale`` multiplies the number of
 files (the dataset size); ``record_scale`` multiplies record sizes *and*
 computation time together, so the demand per accelerator (batch x record /
-compute time) stays what the YAML describes. ``storage_type: s3`` reads the
-dataset from ``s3://<storage_root>/<data_folder>`` at
+compute time) stays what the YAML describes.
+
+``train.epochs`` (DLIO's default 1): DLIO runs that many epochs of
+``floor(files x samples per file / batch)`` steps (one host), with its AU over
+them. Here each timed trial is one such epoch of the scaled dataset and there
+are ``epochs`` trials, so the run with compute covers DLIO's ``epochs x
+steps``. ``train.total_training_steps`` (> 0) caps the steps of an epoch, as in
+DLIO, scaled by ``scale`` like the epoch it is part of. ``reader.odirect: true``
+reads each file with O_DIRECT (the files kind's ``odirect = true``).
+
+``storage_type: s3`` reads the dataset from ``s3://<storage_root>/<data_folder>`` at
 ``storage_options.endpoint_url`` (credentials from the usual AWS variables),
 or, with no endpoint, from a local S3 emulator started for the run (as
 ``headrace bench --storage s3``).
@@ -54,10 +63,38 @@ def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> 
     return out
 
 
+def _time(section: Mapping[str, Any], key: str, path: str) -> tuple[float, float]:
+    """DLIO's ``key`` and ``key_stdev``: a number, or a normal distribution's mapping."""
+    value = section.get(key, 0.0)
+    if isinstance(value, Mapping):
+        kind = str(value.get("type", "normal"))
+        if kind != "normal" or "mean" not in value:
+            raise ConfigError(
+                f"{path}: train.{key} {dict(value)!r}: only a number or a normal distribution "
+                "({mean: M, stdev: S}) is supported"
+            )
+        return float(value["mean"]), float(value.get("stdev", 0.0))
+    return float(value or 0.0), float(section.get(f"{key}_stdev", 0.0) or 0.0)
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
+def _positive(section: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}.{key} must be a whole number >= 1 (got {value!r})")
+    return value
+
+
 def dlio_workload(
     path: str, *, scale: float = 1.0, record_scale: float = 1.0, steps: int | None = None
 ) -> Workload:
-    """The headrace workload equivalent to DLIO's YAML at ``path``, scaled."""
+    """The headrace workload equivalent to DLIO's YAML at ``path``, scaled.
+
+    ``steps`` replaces the steps of a trial (one DLIO epoch by default).
+    """
     try:
         import yaml
     except ImportError as exc:  # pragma: no cover - pyyaml is in the test extra
@@ -88,13 +125,24 @@ def dlio_workload(
     name = model.get("name") if isinstance(model, dict) else model
     name = str(name or os.path.splitext(os.path.basename(path))[0])
     stype = str(storage.get("storage_type", "local_fs"))
+    # DLIO's steps per epoch (one host): floor(samples / batch), of the scaled dataset.
+    epochs = _positive(tr, "epochs", 1, f"{path}: train")
+    epoch_steps = files * per_file // batch
+    trial_steps = epoch_steps
+    total = int(tr.get("total_training_steps", -1) or -1)
+    if total > 0:  # DLIO stops each epoch there
+        trial_steps = min(epoch_steps, max(1, round(total * scale)))
+    plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
+    if trial_steps < epoch_steps:
+        plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
+    compute, compute_stdev = _time(tr, "computation_time", path)
     train = TrainConfig(
         batch_size=batch,
-        steps=steps or max(2, min(8, files * per_file // batch)),
-        trials=3,
+        steps=steps or trial_steps,
+        trials=epochs,
         warmup_steps=1,
-        computation_time=float(tr.get("computation_time", 0.0)) * record_scale,
-        computation_time_stdev=float(tr.get("computation_time_stdev", 0.0)) * record_scale,
+        computation_time=compute * record_scale,
+        computation_time_stdev=compute_stdev * record_scale,
         au_threshold=float(metric.get("au", 0.90)),
         seed=int(rd.get("seed", 0) or 0),
     )
@@ -102,26 +150,32 @@ def dlio_workload(
     # (read whole, like DLIO's readers); one record per file stays raw bytes.
     out_fmt = _FORMATS.get(fmt) or ("raw" if per_file == 1 else "npy")
     one = per_file == 1
+    dataset: dict[str, Any] = {
+        "format": out_fmt,
+        "files": files,
+        "samples_per_file": per_file,
+        "record_bytes": max(1, round(record * record_scale)),
+    }
+    if out_fmt not in ("jpeg", "png"):  # images are generated at one size
+        dataset["record_bytes_stdev"] = round(stdev * record_scale)
+    reader: dict[str, Any] = {
+        "in_flight": int(rd.get("prefetch_size", 0) or 2 * int(rd.get("read_threads", 4) or 1)),
+        "decode_threads": int(rd.get("read_threads", 2) or 1),
+        **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
+    }
+    if rd.get("odirect"):
+        reader["odirect"] = True
+    shown = fmt if out_fmt == fmt else f"{fmt} as {out_fmt}"
     return Workload(
         name=name,
         kind="files",
-        description=f"DLIO {os.path.basename(path)} (files x{scale:g}, records x{record_scale:g})",
-        dataset={
-            "format": out_fmt,
-            "files": files,
-            "samples_per_file": per_file,
-            "record_bytes": max(1, round(record * record_scale)),
-            "record_bytes_stdev": round(stdev * record_scale),
-            "dlio_format": fmt,
-        },
-        reader={
-            "in_flight": int(rd.get("prefetch_size", 0) or 2 * int(rd.get("read_threads", 4) or 1)),
-            "decode_threads": int(rd.get("read_threads", 2) or 1),
-            "dlio_storage_root": str(storage.get("storage_root", "")),
-            "dlio_storage_type": stype,
-            "dlio_odirect": bool(doc.get("odirect", False)),
-            **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
-        },
+        description=(
+            f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
+            f"files x{scale:g}, records x{record_scale:g}"
+        ),
+        source=path,
+        dataset=dataset,
+        reader=reader,
         train=train,
         variants=(
             ("map-style", "iterable", "headrace", "headrace-raw", "ceiling")

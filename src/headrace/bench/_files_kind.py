@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from headrace.bench._kind import Kind
 from headrace.bench._storage import Storage
+from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import (
     FilePlan,
@@ -67,12 +68,29 @@ class FilesKind(Kind):
         self.format = file_format(str(ds.get("format", "npz"))).name
         self.num_files = int(ds.get("files", 16))
         self.per_file = int(ds.get("samples_per_file", 1))
-        self.mean = int(ds.get("record_bytes", 1 << 20))
-        self.stdev = int(ds.get("record_bytes_stdev", 0))
-        hw = ds.get("image_hw", (640, 640))
-        self.image_hw = (int(hw[0]), int(hw[1]))
-        self.noise = int(ds.get("noise", 80))
-        self.quality = int(ds.get("quality", 90))
+        image = self.format in ("jpeg", "png")
+        self.mean = int(ds.get("record_bytes", 300_000 if image else 1 << 20))
+        # Images are generated at image_hw (record_bytes is only the expected stored size);
+        # arrays at record_bytes +- record_bytes_stdev. Each reads its own keys only.
+        self.image_hw, self.noise, self.quality, self.stdev = (640, 640), 80, 90, 0
+        if image:
+            hw = ds.get("image_hw", self.image_hw)
+            self.image_hw = (int(hw[0]), int(hw[1]))
+            self.noise = int(ds.get("noise", self.noise))
+            refuse(ds, "record_bytes_stdev", "images are all image_hw in size")
+            if self.format == "jpeg":
+                self.quality = int(ds.get("quality", self.quality))
+            else:
+                refuse(ds, "quality", "PNG is lossless (quality is JPEG's)")
+        else:
+            self.stdev = int(ds.get("record_bytes_stdev", 0))
+            for key in ("image_hw", "noise", "quality"):
+                refuse(
+                    ds,
+                    key,
+                    f"{self.format} records are arrays of record_bytes (+- record_bytes_stdev); "
+                    "image_hw, noise and quality are for format 'jpeg' or 'png'",
+                )
         if self.num_files < 1 or self.per_file < 1 or self.mean < 1:
             raise ConfigError(
                 f"workload {workload.name!r}: files, samples_per_file and record_bytes must "
@@ -88,6 +106,24 @@ class FilesKind(Kind):
         self.prefetch = int(rd.get("prefetch", 8))
         self.chunk_steps = int(rd.get("chunk_steps", 8))
         self.store: Storage = Storage(workload, os.path.basename(self.folder))
+        # O_DIRECT: each local file read whole, aligned, past the page cache.
+        odirect = rd.get("odirect", False)
+        if not isinstance(odirect, bool):
+            raise ConfigError(
+                f"workload {workload.name!r}: odirect must be true or false (got {odirect!r})"
+            )
+        self.odirect: bool = odirect
+        if odirect and self.store.remote:
+            raise ConfigError(
+                f"workload {workload.name!r}: odirect = true reads local files past the page "
+                f"cache; with storage = {self.store.kind!r} there are none: drop one of the two"
+            )
+        refuse(
+            rd,
+            "strategy",
+            "whole files are read with buffered pread, or O_DIRECT with odirect = true; "
+            "in_flight sets how many at once",
+        )
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
         self.plan = FilePlan(num_files=self.num_files, samples_per_file=self.per_file)
@@ -158,7 +194,7 @@ class FilesKind(Kind):
         if self._generated():
             return float(self.sizes.mean()) / self.per_file
         if self.format in ("jpeg", "png"):
-            return float(self.workload.dataset.get("record_bytes", 300_000))
+            return float(self.mean)
         return float(np.mean([self.record_size(i) for i in range(self.num_files)]))
 
     # -- plan -----------------------------------------------------------------
@@ -203,13 +239,15 @@ class FilesKind(Kind):
 
     def source(self, **options: Any) -> FileSource:
         """A :class:`FileSource` over this dataset, where it is served."""
-        store_options = self.store.store_options(self.workload)
+        store_options = self.store.store_options()
         kw: dict[str, Any] = {
             "format": self.format,
             "samples_per_file": self.per_file,
             "in_flight": self.in_flight,
             "decode_threads": self.decode_threads,
         }
+        if self.odirect:
+            kw["local_read"] = "odirect"
         if self.format == "hdf5":
             kw["datasets"] = ("x", "y")
         kw.update(options)

@@ -11,16 +11,17 @@ deliberately planted mismatches need no new code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 from numpy.typing import NDArray
 
 from headrace.bench._storage import Storage
-from headrace.bench._workload import Workload
+from headrace.bench._workload import Section, Workload, refuse, unknown_keys
 from headrace.errors import ConfigError
 from headrace.pipeline import Loader
 
@@ -168,7 +169,12 @@ def variant(
 
 
 class Kind:
-    """Base of workload kinds: a dataset under ``root`` and ways to read it."""
+    """Base of workload kinds: a dataset under ``root`` and ways to read it.
+
+    Build one with :meth:`make` (or :func:`make_kind`): a subclass reads every
+    ``[dataset]`` and ``[reader]`` setting it has in its constructor, from the
+    ``workload`` it is given; :meth:`make` then refuses any key it did not read.
+    """
 
     openers: ClassVar[dict[str, Opener]]
     undigested: ClassVar[frozenset[str]] = frozenset()
@@ -189,6 +195,13 @@ class Kind:
         self.root = os.fspath(root)
         # Every Loader a variant opened, for its stage times (measure_pass clears it).
         self.loaders: list[Loader] = []
+        refuse(
+            workload.reader,
+            "threads",
+            "I/O threads are one pool per process: set HEADRACE_IO_THREADS (default 8; the "
+            "storage ceiling reads with as many); files workloads set in_flight (reads at once) "
+            "and decode_threads",
+        )
         for text in workload.variants:
             spec = VariantSpec.parse(text)
             if spec.name not in self.openers:
@@ -196,6 +209,23 @@ class Kind:
                     f"workload {workload.name!r}: unknown variant {spec.name!r} for kind "
                     f"{workload.kind!r}; known: {sorted(self.openers)}"
                 )
+
+    @classmethod
+    def make(cls, workload: Workload, root: str) -> Self:
+        """``cls(workload, root)``, then refuse the ``[dataset]``/``[reader]`` keys it never read.
+
+        The kind is given sections that record each key looked up (:class:`Section`),
+        so the keys a kind knows are the ones its constructor reads: no list to keep.
+        """
+        owner = f"the {workload.kind} kind"
+        ds, rd = (
+            Section(getattr(workload, name), where=f"{workload.where} [{name}]", owner=owner)
+            for name in ("dataset", "reader")
+        )
+        kind = cls(dataclasses.replace(workload, dataset=ds, reader=rd), root)
+        ds.check_read()
+        rd.check_read()
+        return kind
 
     # -- dataset ------------------------------------------------------------------
     def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
@@ -253,18 +283,22 @@ class Kind:
         over = {k: _like(reader[k], v, spec) for k, v in vs.options.items() if k in reader}
         kind = self
         if any(reader[k] != v for k, v in over.items()):
-            kind = type(self)(self.workload.replace(reader=over), self.root)
+            kind = type(self).make(self.workload.replace(reader=over), self.root)
         stream = kind.openers[vs.name](kind, vs, steps)
         # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
         known = set(reader) | vs.options.asked | {"seed"}
         unused = sorted(set(vs.options) - known)
         if unused:
             stream.close()
-            allowed = sorted(known)
             raise ConfigError(
-                f"variant {spec!r}: option(s) {unused} do nothing for variant {vs.name!r} of "
-                f"kind {self.workload.kind!r}; it takes {allowed} (reader keys and its own "
-                "options); fix the spelling or sweep one of those"
+                unknown_keys(
+                    f"{self.workload.where}: variant {spec!r}",
+                    unused,
+                    known,
+                    f"nothing reads it, so it would change nothing; variant {vs.name!r} of the "
+                    f"{self.workload.kind} kind takes (its own options and the [reader] keys)",
+                    what="option",
+                )
             )
         return stream
 
@@ -279,7 +313,7 @@ class Kind:
 
     def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
         """Kind-specific fields added to ``spec``'s result (a table's ``open_s``)."""
-        return {} if self.store is None else self.store.result_extras(self.workload)
+        return {} if self.store is None else self.store.result_extras()
 
     def seed_of(self, spec: VariantSpec) -> int:
         return spec.int("seed", self.workload.train.seed)
@@ -345,4 +379,5 @@ def kind_class(name: str) -> type[Kind]:
 
 
 def make_kind(workload: Workload, root: str) -> Kind:
-    return kind_class(workload.kind)(workload, root)
+    """The kind of ``workload`` over ``root``, its settings checked (:meth:`Kind.make`)."""
+    return kind_class(workload.kind).make(workload, root)

@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
 from headrace.bench._storage import Storage
+from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TableSource
 from headrace.formats._row_plan import RowWindows
@@ -56,6 +57,12 @@ class ParquetKind(Kind):
         self.window_rows = int(rd.get("window_rows", 2048))
         self.prefetch = int(rd.get("prefetch", 8))
         self.in_flight = int(rd.get("in_flight", 64))
+        refuse(
+            rd,
+            "odirect",
+            "Parquet is read through pyarrow (local files) or ranged GETs (S3), not O_DIRECT; "
+            "the files kind has odirect = true",
+        )
         if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or self.width < 1:
             raise ConfigError(
                 f"workload {workload.name!r}: rows, width, files, group_rows and window_rows "
@@ -156,7 +163,7 @@ class ParquetKind(Kind):
         if self.store.remote:
             return TableSource(
                 self.store.url + "/",
-                store_options=self.store.store_options(self.workload),
+                store_options=self.store.store_options(),
                 in_flight=self.in_flight,
                 **kw,
             )
@@ -171,7 +178,7 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
     if k.store.remote:
         from pyarrow import fs
 
-        opts = k.store.store_options(k.workload) or {}
+        opts = k.store.store_options() or {}
         endpoint = str(opts.get("endpoint", ""))
         s3 = fs.S3FileSystem(
             access_key=opts.get("access_key_id"),

@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
 from headrace.formats import PaddedRows, Table, TableSource, sample_rows, write_row_file
 from headrace.io import DEFAULT_MAX_GAP, RangeReader, ReaderConfig
@@ -134,6 +135,24 @@ class _RowsBase(Kind):
 class PaddedKind(_RowsBase):
     """Right-padded ``.npy`` token rows (uint16) with loss masks (uint8), ``rows x width``."""
 
+    def __init__(self, workload: Any, root: str) -> None:
+        super().__init__(workload, root)
+        ds, rd = workload.dataset, workload.reader
+        refuse(
+            ds,
+            "format",
+            "it reads right-padded .npy rows (tokens.npy, mask.npy); an Arrow table is "
+            "kind = 'tables', Parquet kind = 'parquet'",
+        )
+        refuse(rd, "odirect", "set strategy = 'odirect' (or 'odirect-serial') for O_DIRECT reads")
+        # headrace's RangeReader: strategy, coalescing gap, engine (a variant's ?strategy=,
+        # ?max_gap=, ?engine= override them). Checked here, before any data is written.
+        self.read_config = ReaderConfig(
+            strategy=rd.get("strategy", "adaptive"),
+            max_gap=int(rd.get("max_gap", DEFAULT_MAX_GAP)),
+            engine=rd.get("engine", "auto"),
+        )
+
     @property
     def folder(self) -> str:
         seed = self.workload.train.seed
@@ -204,12 +223,12 @@ def _padded_naive(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
 @variant(PaddedKind, "headrace")
 def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
     tok_path, mask_path = k.files()
-    rd = k.workload.reader
-    strategy = spec.options.get("strategy", rd.get("strategy", "adaptive"))
+    base = k.read_config
+    strategy = spec.options.get("strategy", base.strategy)
     # ?max_gap=BYTES: the coalescing gap (--sweep max_gap=0,4096,65536).
-    gap = spec.int("max_gap", int(rd.get("max_gap", DEFAULT_MAX_GAP)))
+    gap = spec.int("max_gap", base.max_gap)
     # ?engine=auto|uring|threads: how positional reads run (--sweep engine=threads,uring).
-    engine = spec.options.get("engine", rd.get("engine", "auto"))
+    engine = spec.options.get("engine", base.engine)
     reader = RangeReader(ReaderConfig(strategy=strategy, max_gap=gap, engine=engine))
     src = PaddedRows(tok_path, mask_path, context=k.context, reader=reader)
     loader = k.loader(src, spec, steps)
@@ -240,6 +259,7 @@ class TableKind(_RowsBase):
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
+        refuse(workload.reader, "odirect", "it reads a memory-mapped Arrow file")
         fmt = workload.dataset.get("format", "arrow")
         if fmt != "arrow":
             raise ConfigError(

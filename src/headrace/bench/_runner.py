@@ -33,6 +33,7 @@ from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import cpu_seconds, meminfo
 from headrace.bench._measure import CONFIG_EXIT, measure_pass
 from headrace.errors import ConfigError, HeadraceError
+from headrace.io import io_threads
 
 __all__ = ["RunOptions", "run_workload"]
 
@@ -430,7 +431,7 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20) -> dict[str, Any]:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    threads = int(kind.workload.reader.get("threads", 8))
+    threads = io_threads()  # the shared pool's size (HEADRACE_IO_THREADS)
     block = 4 << 20
     jobs = []
     for p in kind.files():

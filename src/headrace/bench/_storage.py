@@ -23,7 +23,12 @@ _DEFAULT_BUCKET = "headrace-bench"
 
 
 class Storage:
-    """A kind's storage settings and the S3 endpoint that serves its files for a run."""
+    """A kind's storage settings and the S3 endpoint that serves its files for a run.
+
+    Reads its ``[reader]`` keys (``storage``, ``storage_url``, ``endpoint``,
+    ``latency_ms``, and the ``store_options`` a served run carries to its
+    measurement processes) when the kind is built.
+    """
 
     def __init__(self, workload: Any, prefix: str) -> None:
         rd = workload.reader
@@ -41,42 +46,48 @@ class Storage:
         if rd.get("storage_url"):
             split_s3_url(str(rd["storage_url"]))
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
+        self.endpoint = rd.get("endpoint") or None
+        self.latency_ms = float(rd.get("latency_ms") or 0)
+        # The ObjectStore options of the served dataset: set by serve() for the run,
+        # and carried in the workload to the processes that measure it.
+        options = rd.get("store_options") if self.remote else None
+        self.options: dict[str, Any] | None = None if options is None else dict(options)
 
     @property
     def remote(self) -> bool:
         return self.kind != "local"
 
-    def store_options(self, workload: Any) -> dict[str, Any] | None:
+    def store_options(self) -> dict[str, Any] | None:
         """The ObjectStore options of the served dataset (``None`` for local storage)."""
         if not self.remote:
             return None
-        options = workload.reader.get("store_options")
-        if options is None:
+        if self.options is None:
             raise ConfigError(
                 f"workload {self._name!r}: the S3 dataset is not served; open variants "
                 "inside kind.serve()"
             )
-        return dict(options)
+        return dict(self.options)
 
     @contextlib.contextmanager
     def serve(self, kind: Any) -> Iterator[None]:
         """Upload ``kind.files()`` and point ``kind.workload`` at them for the run."""
-        rd = kind.workload.reader
-        if not self.remote or "store_options" in rd:
+        if not self.remote or self.options is not None:
             yield
             return
-        latency = float(rd.get("latency_ms") or 0) or None
+        latency = self.latency_ms or None
         before = kind.workload
-        with bench_s3(self.url, kind.files(), endpoint=rd.get("endpoint"), latency_ms=latency) as o:
+        with bench_s3(self.url, kind.files(), endpoint=self.endpoint, latency_ms=latency) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
+            self.options = dict(o)
             kind.workload = before.replace(reader={"store_options": o, "storage_url": self.url})
             try:
                 yield
             finally:
                 kind.workload = before
+                self.options = None
 
-    def result_extras(self, workload: Any) -> dict[str, Any]:
+    def result_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {"storage": self.kind}
         if self.remote:
-            extras["latency_ms"] = float(workload.reader.get("latency_ms") or 0)
+            extras["latency_ms"] = self.latency_ms
         return extras

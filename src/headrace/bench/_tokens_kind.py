@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from headrace.bench._datagen import write_token_file
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
 from headrace.bench._storage import Storage
+from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TokenSource, write_megatron_index
 from headrace.plan import host_slice, step_samples
@@ -48,6 +49,31 @@ class TokenKind(Kind):
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
+        refuse(
+            ds,
+            "format",
+            "the kind is the layout: kind = 'tokens' reads one flat token file, kind = "
+            "'megatron' a Megatron .bin/.idx pair; dtype sets the token type",
+        )
+        refuse(
+            rd,
+            "style",
+            "it reads one way, windows filled block by block on demand: window_mib and "
+            "block_mib size them",
+        )
+        refuse(
+            rd,
+            "odirect",
+            "its windows are filled through the page cache (a memory map, or pread with the "
+            "variant option ?reads=pread); O_DIRECT reads are in the files kind (odirect = true) "
+            "and the rows kind (strategy = 'odirect')",
+        )
+        refuse(
+            rd,
+            "strategy",
+            "a variant option chooses how windows are filled: ?reads=populate (memory map, the "
+            "default) or ?reads=pread",
+        )
         self.dtype = np.dtype(ds.get("dtype", "uint32"))
         self.context = int(ds.get("context", 1024))
         self.num_tokens = int(float(ds.get("token_file_gib", 1.0)) * GiB) // self.dtype.itemsize
@@ -109,7 +135,7 @@ class TokenKind(Kind):
         served = kw.pop("served", True)
         if self.store.remote and served:
             where = f"{self.store.url}/{os.path.basename(self.path)}"
-            kw["store_options"] = self.store.store_options(self.workload)
+            kw["store_options"] = self.store.store_options()
         return TokenSource(
             where,
             dtype=self.dtype,
@@ -206,6 +232,15 @@ def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
 class MegatronKind(TokenKind):
     """A Megatron-LM ``.bin``/``.idx`` pair: the same tokens, documents in the index."""
 
+    def __init__(self, workload: Any, root: str) -> None:
+        super().__init__(workload, root)
+        self.document_tokens = int(workload.dataset.get("document_tokens", 4096))
+        if self.document_tokens < 1:
+            raise ConfigError(
+                f"workload {workload.name!r}: document_tokens must be >= 1 "
+                f"(got {self.document_tokens})"
+            )
+
     @property
     def path(self) -> str:
         return super().path.replace("tokens-", "megatron-")
@@ -220,7 +255,7 @@ class MegatronKind(TokenKind):
         )
         idx = self.path[:-4] + ".idx"
         if wrote or not os.path.exists(idx):
-            doc = int(self.workload.dataset.get("document_tokens", 4096))
+            doc = self.document_tokens
             lengths = np.full(self.num_tokens // doc, doc, dtype=np.int32)
             if self.num_tokens % doc:
                 lengths = np.append(lengths, self.num_tokens % doc).astype(np.int32)

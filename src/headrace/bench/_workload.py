@@ -5,21 +5,104 @@ A workload is a TOML file (``workloads/*.toml`` ship with the package) with a
 Dataset and reader options depend on the workload's ``kind`` (the runner that
 builds its variants); ``[train]`` is common to all and becomes a
 :class:`TrainConfig`.
+
+No key is ignored. The top level and ``[train]`` are checked here against
+their fixed sets; ``[dataset]`` and ``[reader]`` are :class:`Section` tables that
+record every key the kind looks up while it is built (``Kind.make``), and a key
+it did not look up is refused then, with the closest known key. The known keys
+are therefore where the kind reads them: there is no second list to keep.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["TrainConfig", "Workload", "builtin_workloads", "load_workload"]
+__all__ = [
+    "Section",
+    "TrainConfig",
+    "Workload",
+    "builtin_workloads",
+    "load_workload",
+    "refuse",
+    "unknown_keys",
+]
+
+#: The top-level keys of a workload file.
+TOP_KEYS = ("name", "kind", "description", "source", "dataset", "reader", "train", "variants")
+
+
+def unknown_keys(
+    where: str, unknown: Iterable[str], known: Iterable[str], who: str, what: str = "key"
+) -> str:
+    """The message for keys nobody reads: each with the closest known key, then the known ones.
+
+    ``jpeg.toml [reader]: unknown key 'in_flght' (did you mean 'in_flight'?); the
+    files kind reads: ...``
+    """
+    names = sorted(set(known))
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, names, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    noun = what if len(parts) == 1 else f"{what}s"
+    return f"{where}: unknown {noun} {', '.join(parts)}; {who}: {', '.join(names) or 'nothing'}"
+
+
+def refuse(section: Mapping[str, Any], key: str, instead: str) -> None:
+    """Refuse ``key`` if ``section`` sets it: the kind does not take it; ``instead`` says
+    what it offers.
+
+    For settings a user may reasonably expect (``odirect``, ``threads``), where
+    "unknown key" would not say enough. The key is not recorded as read.
+    """
+    if key in section.keys():  # the keys view: not recorded
+        where = getattr(section, "where", "workload")
+        owner = getattr(section, "owner", "this kind")
+        raise ConfigError(f"{where}: {owner} does not take {key!r}: {instead}")
+
+
+class Section(dict[str, Any]):
+    """A ``[dataset]`` or ``[reader]`` table that records which keys were looked up.
+
+    ``get``, ``[]`` and ``in`` record the key (present or not); copying
+    (``dict(s)``, ``{**s}``) and iterating do not. A kind reads all its settings
+    while it is built, so after that :meth:`check_read` refuses any key it never
+    looked up: a typo, or a setting this kind does not have.
+    """
+
+    def __init__(self, data: Mapping[str, Any], *, where: str, owner: str) -> None:
+        super().__init__(data)
+        self.where = where  # "jpeg.toml [reader]"
+        self.owner = owner  # "the files kind"
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
+
+    def check_read(self) -> None:
+        """Refuse the keys nobody looked up (call after the kind is built)."""
+        unknown = [k for k in self if k not in self.read]
+        if unknown:
+            raise ConfigError(unknown_keys(self.where, unknown, self.read, f"{self.owner} reads"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,12 +152,19 @@ class Workload:
     train: TrainConfig
     variants: tuple[str, ...]
     description: str = ""
+    #: the file it was read from (errors name it); "" for a workload built in code
+    source: str = ""
     dataset: Mapping[str, Any] = field(default_factory=dict)
     reader: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.variants:
-            raise ConfigError(f"workload {self.name!r}: the variants list is empty")
+            raise ConfigError(f"{self.where}: the variants list is empty")
+
+    @property
+    def where(self) -> str:
+        """How messages name the workload: its file, else its name."""
+        return self.source or f"workload {self.name!r}"
 
     def replace(self, **changes: Any) -> Workload:
         """A copy with top-level fields, or ``dataset``/``reader``/``train`` keys, changed."""
@@ -90,6 +180,7 @@ class Workload:
             "name": self.name,
             "kind": self.kind,
             "description": self.description,
+            "source": self.source,
             "dataset": dict(self.dataset),
             "reader": dict(self.reader),
             "train": dataclasses.asdict(self.train),
@@ -97,33 +188,43 @@ class Workload:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, where: str = "<workload>") -> Workload:
-        known = {"name", "kind", "description", "dataset", "reader", "train", "variants"}
-        unknown = sorted(set(data) - known)
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "") -> Workload:
+        """A workload from a parsed file; ``where`` (its path) names it in errors."""
+        label = where or "<workload>"
+        unknown = [k for k in data if k not in TOP_KEYS]
         if unknown:
-            raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {sorted(known)}")
+            raise ConfigError(unknown_keys(label, unknown, TOP_KEYS, "a workload file has"))
         for key in ("kind", "train", "variants"):
             if key not in data:
-                raise ConfigError(f"{where}: missing {key!r}")
-        train = data["train"]
-        fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        bad = sorted(set(train) - fields)
-        if bad:
+                raise ConfigError(f"{label}: missing {key!r}")
+        for key in ("dataset", "reader", "train"):
+            if not isinstance(data.get(key, {}), Mapping):
+                raise ConfigError(f"{label}: {key!r} must be a table ([{key}])")
+        variants = data["variants"]
+        if not isinstance(variants, (list, tuple)) or not all(isinstance(v, str) for v in variants):
             raise ConfigError(
-                f"{where}: unknown [train] keys {bad}; expected some of {sorted(fields)}"
+                f"{label}: variants must be a list of variant specs, e.g. variants = "
+                '["headrace", "headrace?in_flight=8"] (options go in the spec, after "?"); '
+                f"got {variants!r}"
             )
+        train = data["train"]
+        fields = [f.name for f in dataclasses.fields(TrainConfig)]
+        bad = [k for k in train if k not in fields]
+        if bad:
+            raise ConfigError(unknown_keys(f"{label} [train]", bad, fields, "[train] takes"))
         try:
             return cls(
-                name=str(data.get("name", os.path.splitext(os.path.basename(where))[0])),
+                name=str(data.get("name", os.path.splitext(os.path.basename(label))[0])),
                 kind=str(data["kind"]),
                 description=str(data.get("description", "")),
+                source=where or str(data.get("source", "")),
                 dataset=dict(data.get("dataset", {})),
                 reader=dict(data.get("reader", {})),
                 train=TrainConfig(**train),
-                variants=tuple(data["variants"]),
+                variants=tuple(variants),
             )
         except TypeError as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
+            raise ConfigError(f"{label}: {exc}") from exc
 
 
 def builtin_workloads() -> dict[str, Workload]:

@@ -1,0 +1,278 @@
+"""Every key of a workload is read by someone, or refused with the closest known key."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.bench._cli import _plan
+from headrace.bench._dlio import dlio_workload
+from headrace.bench._files_kind import FilesKind
+from headrace.bench._kind import make_kind
+from headrace.bench._measure import measure_pass
+from headrace.bench._workload import builtin_workloads, load_workload
+from headrace.cli import main
+from headrace.errors import ConfigError
+
+DATA = Path(__file__).parent.parent / "data"
+BUILTIN = sorted(builtin_workloads())
+
+JPEG = """\
+kind = "files"
+variants = ["map-style", "headrace"]
+[dataset]
+format = "jpeg"
+files = 4
+image_hw = [16, 16]
+[reader]
+in_flight = 2
+[train]
+batch_size = 2
+"""
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "w.toml"
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        # top level, and a misspelled table name
+        ('variants = ["map-style", "headrace"]', 'variant = ["map-style"]',
+         r"w\.toml: unknown key 'variant' \(did you mean 'variants'\?\); a workload file has: "),
+        ("[dataset]", "[datset]", r"w\.toml: unknown key 'datset' \(did you mean 'dataset'\?\)"),
+        # the audit's workload: a typo in [dataset] and [reader] ran with the defaults
+        ("files = 4", "filez = 3",
+         r"w\.toml \[dataset\]: unknown key 'filez' \(did you mean 'files'\?\); the files kind "
+         r"reads: files, format, image_hw, noise, quality, record_bytes, samples_per_file$"),
+        ("in_flight = 2", "in_flght = 3",
+         r"w\.toml \[reader\]: unknown key 'in_flght' \(did you mean 'in_flight'\?\); the files "
+         r"kind reads: chunk_steps, decode_threads, .*in_flight.*odirect, prefetch"),
+        ("batch_size = 2", "batch_size = 2\nstpes = 3",
+         r"w\.toml \[train\]: unknown key 'stpes' \(did you mean 'steps'\?\); \[train\] takes: "),
+        # two at once, one with nothing close
+        ("in_flight = 2", "in_flght = 3\nzzz = 1",
+         r"unknown keys 'in_flght' \(did you mean 'in_flight'\?\), 'zzz'; the files kind"),
+        # variants as a table of options: refused, not read as variant names
+        ('variants = ["map-style", "headrace"]', '[variants.headrace]\nin_flight = 4',
+         r"w\.toml: variants must be a list of variant specs"),
+    ],
+)  # fmt: skip
+def test_a_misspelled_key_in_each_section_is_refused_with_the_closest(
+    tmp_path: Path, old: str, new: str, match: str
+) -> None:
+    assert old in JPEG
+    path = _write(tmp_path, JPEG.replace(old, new))
+    with pytest.raises(ConfigError, match=match):
+        make_kind(load_workload(path), str(tmp_path))
+
+
+def test_the_cli_refuses_before_generating_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, JPEG.replace("in_flight = 2", "in_flght = 3"))
+    root = tmp_path / "d"
+    for command in (["bench", "-w", path], ["gen", path]):
+        assert main([*command, "--root", str(root), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert "unknown key 'in_flght' (did you mean 'in_flight'?)" in err
+        assert "Traceback" not in err
+    assert not any(root.rglob("*.jpg"))
+
+
+def _typo(key: str) -> str:
+    return key[:-1]  # "prefetch" -> "prefetc": close to the key, and to no other
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+@pytest.mark.parametrize("section", ["dataset", "reader"])
+def test_every_kind_refuses_a_typo_of_a_key_it_reads(
+    name: str, section: str, tmp_path: Path
+) -> None:
+    wl = builtin_workloads()[name]
+    key = next(iter(getattr(wl, section)))  # a key the built-in file sets
+    bad = wl.replace(**{section: {_typo(key): getattr(wl, section)[key]}})
+    where = rf"{name}\.toml \[{section}\]"
+    match = rf"^{where}: unknown key '{_typo(key)}' \(did you mean '{key}'\?\); the {wl.kind} kind"
+    with pytest.raises(ConfigError, match=match):
+        make_kind(bad, str(tmp_path))
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_builtin_workloads_set_only_keys_their_kind_reads(name: str, tmp_path: Path) -> None:
+    folder = resources.files("headrace.bench") / "workloads"
+    text = (folder / f"{name}.toml").read_text()
+    # the shipped file itself, loaded by path: every section checked
+    path = _write(tmp_path, text)
+    kind = make_kind(load_workload(path), str(tmp_path))
+    raw = tomllib.loads(text)
+    for section in ("dataset", "reader"):
+        got = getattr(kind.workload, section)
+        assert set(raw.get(section, {})) <= got.read, (name, section)
+
+
+@pytest.mark.parametrize("yaml", ["unet3d_h100.yaml", "resnet50_h100.yaml"])
+def test_dlio_yamls_load_with_only_keys_the_kind_reads(yaml: str, tmp_path: Path) -> None:
+    kind = make_kind(dlio_workload(str(DATA / yaml), scale=0.01), str(tmp_path))
+    assert kind.workload.source == str(DATA / yaml)
+
+
+@pytest.mark.parametrize(
+    ("name", "section", "key", "value", "match"),
+    [
+        ("tokens", "reader", "odirect", True,
+         r"tokens\.toml \[reader\]: the tokens kind does not take 'odirect': its windows are "
+         r"filled through the page cache .* files kind \(odirect = true\)"),
+        ("megatron", "reader", "style", "windows", r"does not take 'style': it reads one way"),
+        ("tokens", "reader", "threads", 8, r"does not take 'threads': .*HEADRACE_IO_THREADS"),
+        ("jpeg", "reader", "threads", 8, r"files workloads set in_flight"),
+        ("tokens", "reader", "strategy", "pread", r"\?reads=pread"),
+        ("tokens", "dataset", "format", "tokens", r"the kind is the layout"),
+        ("padded", "reader", "odirect", True, r"set strategy = 'odirect'"),
+        ("padded", "dataset", "format", "npy", r"right-padded \.npy rows"),
+        ("table", "reader", "odirect", True, r"memory-mapped Arrow file"),
+        ("parquet", "reader", "odirect", True, r"not O_DIRECT; the files kind has odirect"),
+        ("npz", "dataset", "image_hw", [8, 8], r"npz records are arrays of record_bytes"),
+        ("jpeg", "dataset", "record_bytes_stdev", 5, r"images are all image_hw in size"),
+        ("jpeg", "reader", "strategy", "odirect", r"O_DIRECT with odirect = true"),
+        ("jpeg", "reader", "odirect", "yes", r"odirect must be true or false \(got 'yes'\)"),
+        ("jpeg", "reader", "storage", "s3",
+         r"odirect = true reads local files past the page cache; with storage = 's3'"),
+    ],
+)  # fmt: skip
+def test_settings_a_kind_does_not_have_are_refused_with_what_it_has(
+    name: str, section: str, key: str, value: Any, match: str, tmp_path: Path
+) -> None:
+    wl = builtin_workloads()[name].replace(**{section: {key: value}})
+    if key == "storage":
+        wl = wl.replace(reader={"odirect": True})
+    with pytest.raises(ConfigError, match=match):
+        make_kind(wl, str(tmp_path))
+
+
+def test_png_refuses_quality(tmp_path: Path) -> None:
+    # jpeg.toml sets quality = 90: the same file with format = "png" is refused
+    wl = builtin_workloads()["jpeg"].replace(dataset={"format": "png"})
+    with pytest.raises(ConfigError, match=r"jpeg\.toml \[dataset\]: .*'quality': PNG is lossless"):
+        make_kind(wl, str(tmp_path))
+    png = dataclasses.replace(wl, dataset={"format": "png", "image_hw": [8, 8], "noise": 4})
+    assert make_kind(png, str(tmp_path)).record_bytes() == 300_000  # the default estimate
+
+
+def test_a_misspelled_variant_option_is_refused_with_the_closest(tmp_path: Path) -> None:
+    wl = builtin_workloads()["tokens"].replace(dataset={"token_file_gib": 0.002})
+    kind = make_kind(wl, str(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=r"tokens\.toml: variant 'naive\?sede=1': unknown option 'sede' "
+        r"\(did you mean 'seed'\?\); nothing reads it",
+    ):
+        kind.open("naive?sede=1", 1)
+
+
+def test_files_odirect_reads_with_o_direct_and_the_same_batches(tmp_path: Path) -> None:
+    wl = builtin_workloads()["npz"].replace(
+        dataset={"files": 8, "record_bytes": 3_000, "record_bytes_stdev": 1_000},
+        train={"batch_size": 4, "steps": 2, "trials": 1, "warmup_steps": 1},
+    )
+    plain = make_kind(wl, str(tmp_path))
+    plain.generate()
+    direct = make_kind(wl.replace(reader={"odirect": True}), str(tmp_path))
+    assert direct.source().config.local_read == "odirect"
+    assert plain.source().config.local_read == "pread"
+    for spec in wl.variants:  # map-style, iterable, headrace, headrace-raw, ceiling
+        a, b = measure_pass(plain, spec, 4), measure_pass(direct, spec, 4)
+        assert b["canonical_digest"] == a["canonical_digest"], spec
+        if plain.digest_rule(spec)[1] == "plan":  # others hand over in completion order
+            assert b["digest"] == a["digest"], spec
+        assert b["bytes_read"] > 0, spec  # how far read-ahead got varies: not compared
+
+
+def _dlio(tmp_path: Path, yaml: str, **edits: str) -> str:
+    text = (DATA / yaml).read_text()
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / yaml).write_text(text)
+    return str(tmp_path / yaml)
+
+
+def test_dlio_epochs_are_trials_of_one_epoch_of_the_scaled_dataset(tmp_path: Path) -> None:
+    # resnet50: 1,024 files x 1,251 samples, batch 400, 5 epochs. DLIO: an epoch is
+    # floor(files x samples / batch) steps; --scale shrinks the files, so the epoch too.
+    for scale, files in ((0.5, 512), (0.01, 10)):
+        wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=scale)
+        assert wl.dataset["files"] == files
+        assert wl.train.steps == files * 1251 // 400  # 1,601 and 31
+        assert wl.train.trials == 5
+        assert f"5 epochs of {files * 1251 // 400:,} steps" in wl.description
+    one = dlio_workload(_dlio(tmp_path, "unet3d_h100.yaml", **{"  epochs: 5\n": ""}))
+    assert one.train.trials == 1 and one.train.steps == 168 // 7  # DLIO's default: 1 epoch
+    # total_training_steps stops each epoch early, scaled like the epoch it is part of
+    capped = _dlio(
+        tmp_path, "resnet50_h100.yaml", **{"epochs: 5": "epochs: 2\n  total_training_steps: 100"}
+    )
+    wl = dlio_workload(capped, scale=0.5)
+    assert (wl.train.trials, wl.train.steps) == (2, 50)
+    assert "total_training_steps 100 x0.5; an epoch has 1,601" in wl.description
+    assert dlio_workload(capped, scale=0.01).train.steps == 1  # round(100 x 0.01)
+    bad = _dlio(tmp_path, "unet3d_h100.yaml", **{"epochs: 5": "epochs: 0"})
+    with pytest.raises(ConfigError, match=r"train\.epochs must be a whole number >= 1 \(got 0\)"):
+        dlio_workload(bad)
+
+
+def test_dlio_plan_says_where_its_steps_come_from() -> None:
+    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.001, record_scale=0.01)
+    plan = _plan(wl)
+    assert plan.startswith("plan: 1 warm-up step, then 5 trials x 3 steps per variant, and ")
+    assert "15 steps with compute (DLIO resnet50_h100.yaml: 5 epochs of 3 steps" in plan
+    tokens = _plan(builtin_workloads()["tokens"])
+    assert tokens == "plan: 200 warm-up steps, then 5 trials x 1,000 steps per variant"
+
+
+def test_dlio_odirect_and_compute_distribution(tmp_path: Path) -> None:
+    path = _dlio(
+        tmp_path,
+        "unet3d_h100.yaml",
+        **{
+            "  sample_shuffle: seed\n": "  sample_shuffle: seed\n  odirect: true\n",
+            "computation_time: 0.323": "computation_time:\n    mean: 0.3\n    stdev: 0.05",
+        },
+    )
+    wl = dlio_workload(path, scale=0.05, record_scale=0.5)
+    assert wl.reader["odirect"] is True
+    kind = make_kind(wl, str(tmp_path))
+    assert isinstance(kind, FilesKind) and kind.odirect
+    assert wl.train.computation_time == pytest.approx(0.15)
+    assert wl.train.computation_time_stdev == pytest.approx(0.025)
+    assert "odirect" not in dlio_workload(str(DATA / "unet3d_h100.yaml")).reader
+    gamma = "computation_time:\n    shape: 1.0\n    type: gamma"
+    gamma = _dlio(tmp_path, "unet3d_h100.yaml", **{"computation_time: 0.323": gamma})
+    with pytest.raises(ConfigError, match=r"only a number or a normal distribution"):
+        dlio_workload(gamma)
+
+
+def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
+    docs = Path(__file__).parent.parent.parent / "docs" / "bench.md"
+    text = docs.read_text()
+    table = text[text.index("| kind | `[dataset]` | `[reader]` |") :].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        kind, *cells = (c.strip() for c in line.strip().strip("|").split("|"))
+        rows[kind] = tuple({k.strip() for k in re.split("[,;]", c)} for c in cells)
+    read: dict[str, tuple[set[str], set[str]]] = {}
+    for wl in builtin_workloads().values():  # every kind has a built-in workload
+        kind = make_kind(wl, str(tmp_path))
+        ds, rd = read.setdefault(wl.kind, (set(), set()))
+        ds |= kind.workload.dataset.read  # type: ignore[attr-defined]
+        rd |= kind.workload.reader.read  # type: ignore[attr-defined]
+    assert rows == read
