@@ -47,3 +47,21 @@ def test_help_shows_the_real_default_root(
         main([command, "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "(default: /somewhere/cache/headrace/bench)" in out and "default: None" not in out
+
+
+def test_a_closed_pipe_ends_the_output_quietly() -> None:
+    # `headrace bench --list | head -1`: the reader is gone before the output is flushed
+    # (closed here before the child has even imported headrace); no traceback.
+    import subprocess
+    import sys
+
+    with subprocess.Popen(
+        [sys.executable, "-m", "headrace.cli", "bench", "--list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

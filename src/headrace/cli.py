@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,6 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`headrace bench --list | head`): stop quietly, as `cat`
+        # does. stdout goes to /dev/null so the interpreter's final flush cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, what a shell reports for a killed writer
     except errors.HeadraceError as exc:
         # A sub-command's own refusal (bad option, missing file): the message says what
         # was given and the fix; a traceback would bury it.
