@@ -50,6 +50,28 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
     assert async_["source_s"] > 0 and async_["queue_wait_s"] >= 0
 
 
+def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) -> None:
+    # A 64 MiB file read in one window of 256 KiB blocks: step 0's 32 samples touch at
+    # most 64 of its 256 blocks, so reading the window would break the issue's bound of
+    # twice the blocks touched.
+    rc, report = bench(
+        tmp_path,
+        "--token-file-gib",
+        "0.0625",
+        "--variants",
+        "naive,headrace-sync?block_mib=0.25,headrace-async?block_mib=0.25",
+    )
+    assert rc == 0
+    jsonschema.validate(report, schema())
+    results = report["results"]
+    assert isinstance(results, list)
+    for r in results[1:]:
+        touched = r["first_batch_block_bytes"]
+        assert 0 < touched <= 64 * (256 << 10) < (64 << 20)
+        assert touched <= r["bytes_before_first_batch"] <= 2 * touched, r["variant"]
+    assert "first_batch_block_bytes" not in results[0]
+
+
 def test_dataset_is_cached_between_runs(tmp_path: Path) -> None:
     bench(tmp_path, "--variants", "memcpy", "--no-isolate")
     (path,) = (tmp_path / "data").glob("*.bin")

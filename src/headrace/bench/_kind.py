@@ -284,6 +284,7 @@ class Kind:
         kind = self
         if any(reader[k] != v for k, v in over.items()):
             kind = type(self).make(self.workload.replace(reader=over), self.root)
+            kind.loaders = self.loaders  # its Loaders' stage times are this variant's
         stream = kind.openers[vs.name](kind, vs, steps)
         # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
         known = set(reader) | vs.options.asked | {"seed"}

@@ -129,6 +129,37 @@ class TokenKind(Kind):
         covered = int(reach[-1] - offs[0] - gaps.sum())
         return int(covered * self.dtype.itemsize)
 
+    def result_extras(self, spec: str) -> dict[str, Any]:
+        extras = super().result_extras(spec)
+        vs = VariantSpec.parse(spec)
+        if vs.name.startswith("headrace"):
+            block = int(float(vs.options.get("block_mib", self.block_bytes / MiB)) * MiB)
+            extras["first_batch_block_bytes"] = self.first_batch_block_bytes(
+                self.seed_of(vs), block
+            )
+        return extras
+
+    def first_batch_block_bytes(self, seed: int, block_bytes: int) -> int:
+        """Bytes of the window blocks that step 0's samples and their labels touch.
+
+        What a lazily filled window has to read before the first batch: the
+        issue's bound is twice this, not the window. Worked out from the plan's
+        (window, start) of each sample, not from the source's own block bookkeeping.
+        """
+        t = self.workload.train
+        plan = self.source(served=False).layout.locate(
+            seed, step_samples(np.zeros(1, dtype=np.int64), t.batch_size, self.lo, self.hi)
+        )
+        isz = self.dtype.itemsize
+        first = plan.start * isz // block_bytes
+        last = ((plan.start + self.context + 1) * isz - 1) // block_bytes
+        touched = {
+            (int(w), b)
+            for w, f, e in zip(plan.window, first, last, strict=True)
+            for b in range(int(f), int(e) + 1)
+        }
+        return len(touched) * block_bytes
+
     def source(self, **kw: Any) -> TokenSource:
         """The headrace source, over the local file or the served object (storage "s3")."""
         where = self.path
