@@ -1,9 +1,10 @@
 """An S3 endpoint for one bench run: moto started for it, or an existing one; latency in front.
 
 ``bench_s3(...)`` uploads the dataset's files (those not already there with the
-same size and digest: :mod:`headrace.bench._upload`) and yields the URL and the :class:`~headrace.io.ObjectStore` options
-that reach it. With no ``endpoint``, moto's server (:class:`LocalS3`, its own
-process) is started on 127.0.0.1 and stopped after. ``latency_ms`` puts a
+same size and digest: :mod:`headrace.bench._upload`) and yields the
+:class:`~headrace.io.ObjectStore` options that reach them. With no
+``endpoint``, moto's server (:class:`LocalS3`, its own process) is started on
+127.0.0.1 and stopped after. ``latency_ms`` puts a
 :class:`LatencyProxy` in front of the endpoint, in a child process of its own:
 in the bench process its event loop would compete for the GIL with the
 variants being timed.

@@ -23,9 +23,12 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.errors import StorageError
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectStore
 
 __all__ = [
     "DIGEST_CACHE",
@@ -118,7 +121,7 @@ def _common_dir(keys: Sequence[str]) -> str:
     return posixpath.commonpath(sorted(dirs))
 
 
-def list_destination(store: Any, keys: Sequence[str]) -> dict[str, int]:
+def list_destination(store: ObjectStore, keys: Sequence[str]) -> dict[str, int]:
     """Sizes of the objects under ``keys``' common folder (one listing); a missing bucket named."""
     prefix = _common_dir(keys)
     try:
@@ -134,16 +137,14 @@ def list_destination(store: Any, keys: Sequence[str]) -> dict[str, int]:
         raise
 
 
-def _run_all(
-    fn: Callable[[int], Any], n: int, threads: int, what: str, url: str
-) -> list[Any]:
+def _run_all(fn: Callable[[int], Any], n: int, threads: int, what: str, url: str) -> list[Any]:
     """``fn(i)`` for each i on ``threads`` threads; the first error stops new work and is raised."""
     results: list[Any] = [None] * n
     if n == 0:
         return results
     with ThreadPoolExecutor(min(threads, n)) as pool:
         futures: dict[Future[Any], int] = {pool.submit(fn, i): i for i in range(n)}
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
         for f in pending:
             f.cancel()
         wait(pending)
@@ -164,7 +165,7 @@ def _run_all(
 
 
 def upload_files(
-    store: Any,
+    store: ObjectStore,
     files: Sequence[tuple[str, str]],
     *,
     digests: DigestCache | None = None,
@@ -174,8 +175,7 @@ def upload_files(
 ) -> Uploaded:
     """Write each local ``(key, path)`` as object ``key`` of ``store`` unless it is there.
 
-    ``store`` is a :class:`~headrace.io.ObjectStore`. Objects are compared by
-    size, then (where the store keeps metadata) by the SHA-256 in their
+    Objects are compared by size, then (where the store keeps metadata) by the SHA-256 in their
     ``headrace-sha256`` metadata; ``digests`` caches the local side. ``have``:
     the destination's listing (:func:`list_destination`), when taken already.
     At most ``threads`` files go up at once, each with at most 32 MiB in memory.
@@ -199,13 +199,10 @@ def upload_files(
     def still_good(i: int) -> bool:
         if not use_digests:
             return True
-        return store.attributes(keys[i]).get(DIGEST_KEY) == digest(i)
+        return bool(store.attributes(keys[i]).get(DIGEST_KEY) == digest(i))
 
-    kept = set()
-    for i, good in zip(same, _run_all(lambda j: still_good(same[j]), len(same), threads,
-                                      "checks", store.url), strict=True):  # fmt: skip
-        if good:
-            kept.add(i)
+    good = _run_all(lambda j: still_good(same[j]), len(same), threads, "checks", store.url)
+    kept = {i for i, ok in zip(same, good, strict=True) if ok}
     todo = [i for i in range(len(files)) if i not in kept]
     state.skipped = len(kept)
     state.bytes_skipped = sum(sizes[i] for i in kept)

@@ -70,7 +70,7 @@ def put_file(
     def once() -> ObjectInfo:
         sent = 0
         try:
-            f = open(path, "rb")  # noqa: SIM115 - closed below, after the upload
+            f = open(path, "rb")  # closed by the with below, after the upload
         except OSError as exc:
             raise StorageError(f"{path}: cannot upload to {where}: {exc.strerror}") from exc
         try:
