@@ -8,12 +8,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from headrace.bench._kind import Kind, make_kind
-from headrace.bench._upload import DIGEST_CACHE, DIGEST_KEY, DigestCache, upload_files
+from headrace.bench._upload import (
+    DIGEST_CACHE,
+    DIGEST_KEY,
+    DigestCache,
+    _run_all,
+    upload_files,
+)
 from headrace.bench._workload import load_workload
 from headrace.cli import main
 from headrace.errors import ConfigError, StorageError
@@ -226,3 +233,27 @@ def test_bench_root_url_points_to_storage_flags(
     assert "--root 's3://b/x' is a URL; here it is a local folder" in err
     assert "--storage s3 --storage-url" in err
     assert not (tmp_path / "s3:").exists()
+
+
+def test_the_first_failed_upload_stops_new_ones_and_counts_the_others() -> None:
+    ran: list[int] = []
+
+    def fail_at_1(i: int) -> None:
+        ran.append(i)
+        if i == 1:
+            raise StorageError(f"file {i}: refused")
+
+    with pytest.raises(StorageError, match="file 1: refused") as info:
+        _run_all(fail_at_1, 6, 1, "uploads", "s3://b/x")
+    assert ran == [0, 1]  # nothing started after the failure
+    assert not getattr(info.value, "__notes__", None)
+
+    together = threading.Barrier(3)
+
+    def all_fail(i: int) -> None:
+        together.wait(timeout=10)
+        raise StorageError(f"file {i}: refused")
+
+    with pytest.raises(StorageError, match="file 0: refused") as info:
+        _run_all(all_fail, 3, 3, "uploads", "s3://b/x")
+    assert info.value.__notes__ == ["2 more of 3 uploads to s3://b/x also failed"]

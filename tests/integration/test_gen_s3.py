@@ -221,7 +221,7 @@ def test_failures_name_the_url_and_exit_2(
 
 
 def test_put_file_starts_over_after_a_failed_part(
-    tmp_path: Path, proxy: LatencyProxy, open_store: StoreFactory
+    tmp_path: Path, proxy: LatencyProxy, open_store: StoreFactory, s3: S3Fixture
 ) -> None:
     src = tmp_path / "big.bin"
     data = payload(7, 10 * 1024 * 1024 + 5)  # two parts
@@ -235,3 +235,6 @@ def test_put_file_starts_over_after_a_failed_part(
     assert info.size == len(data) and sum(sent) == len(data) and min(sent) < 0
     assert bytes(store.get("put/big.bin")) == data
     assert store.attributes("put/big.bin")["k"] == "v"
+    # The failed attempt's multipart upload was aborted, not left to hold its parts.
+    client = s3.server.info.boto3_client()
+    assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []

@@ -137,21 +137,39 @@ def list_destination(store: ObjectStore, keys: Sequence[str]) -> dict[str, int]:
         raise
 
 
+class _NotStarted(Exception):
+    """Work not started because another piece failed first."""
+
+
 def _run_all(fn: Callable[[int], Any], n: int, threads: int, what: str, url: str) -> list[Any]:
     """``fn(i)`` for each i on ``threads`` threads; the first error stops new work and is raised."""
     results: list[Any] = [None] * n
     if n == 0:
         return results
-    with ThreadPoolExecutor(min(threads, n)) as pool:
-        futures: dict[Future[Any], int] = {pool.submit(fn, i): i for i in range(n)}
-        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in pending:
-            f.cancel()
-        wait(pending)
+    stop = threading.Event()
+
+    def guarded(i: int) -> Any:
+        if stop.is_set():
+            raise _NotStarted
+        try:
+            return fn(i)
+        except BaseException:
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(min(threads, n))
+    try:
+        futures: dict[Future[Any], int] = {pool.submit(guarded, i): i for i in range(n)}
+        wait(futures, return_when=FIRST_EXCEPTION)
+    except BaseException:  # Ctrl-C: no new file starts; those on their way finish
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     failed = sorted(
         (futures[f], f.exception())
         for f in futures
-        if not f.cancelled() and f.exception() is not None
+        if not f.cancelled() and not isinstance(f.exception(), _NotStarted | type(None))
     )
     if failed:
         err = failed[0][1]
