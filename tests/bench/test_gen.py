@@ -257,3 +257,16 @@ def test_the_first_failed_upload_stops_new_ones_and_counts_the_others() -> None:
     with pytest.raises(StorageError, match="file 0: refused") as info:
         _run_all(all_fail, 3, 3, "uploads", "s3://b/x")
     assert info.value.__notes__ == ["2 more of 3 uploads to s3://b/x also failed"]
+
+
+def test_reader_store_options_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = tmp_path / "opts.toml"
+    wl.write_text(
+        Path(toml(tmp_path, "npz")).read_text() + '[reader]\nstore_options = {regoin = "x"}\n'
+    )
+    args = ["gen", str(wl), "--root", "s3://b/x", "--staging", str(tmp_path / "s"), "-q"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "workload 'gnpz' [reader] store_options: unknown store_options ['regoin']" in err

@@ -238,3 +238,17 @@ def test_put_file_starts_over_after_a_failed_part(
     # The failed attempt's multipart upload was aborted, not left to hold its parts.
     client = s3.server.info.boto3_client()
     assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+def test_the_workloads_reader_section_gives_the_endpoint(
+    tmp_path: Path, up: dict[str, Any], s3: S3Fixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = tmp_path / "reader.toml"
+    wl.write_text(
+        JPEG.replace("[reader]\n", f'[reader]\nstorage = "s3"\nendpoint = "{up["endpoint"]}"\n')
+    )
+    url = f"s3://{BUCKET}/gen-reader"
+    assert gen(str(wl), url, "--staging", str(tmp_path / "stage")) == 0
+    assert "4 written" in capsys.readouterr().out
+    listed = s3.server.info.boto3_client().list_objects_v2(Bucket=BUCKET, Prefix="gen-reader/")
+    assert len(listed["Contents"]) == 4
