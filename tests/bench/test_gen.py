@@ -129,6 +129,8 @@ def test_a_same_size_object_with_another_digest_is_rewritten(tmp_path: Path) -> 
         assert (done.written, done.skipped, done.bytes_written) == (2, 0, 2000)
         assert len(store.attributes("x/a.bin")[DIGEST_KEY]) == 64
         assert (tmp_path / DIGEST_CACHE).exists()
+        (tmp_path / DIGEST_CACHE).write_text("{not json")  # a broken cache is recomputed
+        cache = DigestCache.under(str(tmp_path))
         # Another file of the same size under a's key: rewritten.
         store.put_file("x/a.bin", str(b), metadata={DIGEST_KEY: "0" * 64})
         done = upload_files(store, [("x/a.bin", str(a)), ("x/b.bin", str(b))], digests=cache)
@@ -150,6 +152,23 @@ def test_put_file_refusals(tmp_path: Path) -> None:
         (tmp_path / "f").write_bytes(b"x")
         with pytest.raises(ConfigError, match="keeps no object metadata"):
             store.put_file("k", str(tmp_path / "f"), metadata={"a": "b"})
+        with pytest.raises(StorageError, match=r"cannot upload to file://.*/d/k: Is a directory"):
+            store.put_file("k", str(tmp_path / "d"))
+
+
+@pytest.mark.parametrize("size", [100, 9 << 20])  # one PUT; a multipart upload
+def test_a_file_that_changes_size_while_uploading_is_an_error(
+    size: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * (size + 1))
+    # Fault injection: the size taken before the upload is one byte short of what is read.
+    monkeypatch.setattr("headrace.io._put.os.path.getsize", lambda _p: size)
+    sent: list[int] = []
+    with ObjectStore("memory://") as store:
+        with pytest.raises(StorageError, match=r"f\.bin: changed while uploading to memory:"):
+            store.put_file("k", str(src), on_bytes=sent.append)
+    assert sum(sent) == 0  # what the failed attempt counted is taken back
 
 
 # A file twice the memory a streamed upload holds (4 parts of 8 MiB): sent whole, the
@@ -222,6 +241,16 @@ def test_gen_refusals(
     assert message in err and "Traceback" not in err
     # Nothing written to a local folder named after the URL (./s3:/b/x ...).
     assert not any(":" in p.name for p in tmp_path.iterdir())
+
+
+def test_a_file_url_that_cannot_be_a_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    url = (tmp_path / "file" / "sub").as_uri()
+    args = ["gen", toml(tmp_path, "npz"), "-q", "--root", url, "--staging", str(tmp_path / "s")]
+    assert main(args) == 2
+    assert f"--root '{url}': cannot create the folder" in capsys.readouterr().err
 
 
 def test_bench_root_url_points_to_storage_flags(

@@ -45,7 +45,6 @@ def put_file(
     *,
     metadata: Mapping[str, str] | None = None,
     on_bytes: Callable[[int], None] | None = None,
-    part_bytes: int = PART_BYTES,
 ) -> ObjectInfo:
     """Write the local file ``path`` as object ``key``; its size and ETag.
 
@@ -54,8 +53,6 @@ def put_file(
     """
     from headrace.io._objects import ObjectInfo
 
-    if part_bytes < 5 << 20:
-        raise ConfigError(f"part_bytes must be >= 5 MiB, S3's smallest part (got {part_bytes}).")
     live = store._live()
     where = store.where(key)
     attrs: Any = dict(metadata or {})
@@ -75,7 +72,7 @@ def put_file(
             raise StorageError(f"{path}: cannot upload to {where}: {exc.strerror}") from exc
         try:
             with f:
-                if size <= part_bytes:
+                if size <= PART_BYTES:
                     data = f.read()
                     if len(data) != size:
                         raise StorageError(
@@ -100,7 +97,7 @@ def put_file(
                         chunks(),
                         attributes=attrs,
                         use_multipart=True,
-                        chunk_size=part_bytes,
+                        chunk_size=PART_BYTES,
                         max_concurrency=PART_CONCURRENCY,
                     )
                     if sent != size:
