@@ -68,7 +68,11 @@ def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) 
     for r in results[1:]:
         touched = r["first_batch_block_bytes"]
         assert 0 < touched <= 64 * (256 << 10) < (64 << 20)
-        assert touched <= r["bytes_before_first_batch"] <= 2 * touched, r["variant"]
+        assert touched <= r["bytes_before_first_batch"], r["variant"]
+    # The Loader reads nothing ahead until the first batch is handed over. (With a
+    # read-ahead thread, its reads for the next chunk race the count taken on delivery.)
+    sync = results[1]
+    assert sync["bytes_before_first_batch"] <= 2 * sync["first_batch_block_bytes"]
     assert "first_batch_block_bytes" not in results[0]
 
 

@@ -215,6 +215,30 @@ class _Slow:
         return self.inner.read(seed, samples)
 
 
+class _Recording(_Slow):
+    """A token source that records when the loader tells it what comes next."""
+
+    def __init__(self, inner: TokenSource) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        self.calls.append(f"read {samples.size}")
+        return self.inner.read(seed, samples)
+
+    def prefetch(self, seed: int, samples: np.ndarray) -> None:
+        self.calls.append(f"prefetch {samples.size}")
+
+
+def test_nothing_is_read_ahead_before_the_first_batch(token_path: Path) -> None:
+    src = _Recording(source(token_path))
+    it = iter(Loader(src, batch_size=16, seed=7, prefetch=0, chunk_steps=4, steps=7))
+    next(it)
+    assert src.calls == ["read 16"]  # the first batch waited for its own reads only
+    next(it)
+    assert src.calls == ["read 16", "prefetch 32", "read 32", "prefetch 64"]
+
+
 def test_stats_say_where_the_time_went(token_path: Path) -> None:
     ld = loader(token_path, prefetch=0, chunk_steps=4, steps=11)
     assert len(list(ld)) == 11

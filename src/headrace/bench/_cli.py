@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ __all__ = [
     "parse_sweep",
     "prepare_root",
     "run",
+    "url_scheme",
 ]
 
 
@@ -163,19 +165,34 @@ def parse_accelerators(text: str) -> int | None:
     return n
 
 
-def prepare_root(root: str) -> str:
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def url_scheme(root: str) -> str | None:
+    """The scheme of ``root`` when it is a URL (``s3://...``), else None (a local path)."""
+    m = _URL.match(root)
+    return m.group(1).lower() if m else None
+
+
+def prepare_root(root: str, flag: str = "--root") -> str:
     """Create the dataset folder, or say why it cannot be used, before anything runs."""
+    if url_scheme(root) is not None:
+        raise ConfigError(
+            f"{flag} {root!r} is a URL; here it is a local folder. To read a dataset from "
+            "S3 use --storage s3 --storage-url s3://BUCKET/PREFIX; to write one to an object "
+            "store use 'headrace gen WORKLOAD --root URL'"
+        )
     try:
         os.makedirs(root, exist_ok=True)
     except OSError as exc:
         raise ConfigError(
-            f"--root {root!r}: cannot create the dataset folder ({exc.strerror}); "
-            "choose a writable folder, e.g. --root /tmp/headrace-bench"
+            f"{flag} {root!r}: cannot create the dataset folder ({exc.strerror}); "
+            f"choose a writable folder, e.g. {flag} /tmp/headrace-bench"
         ) from None
     if not os.access(root, os.W_OK):
         raise ConfigError(
-            f"--root {root!r} is not writable; choose a writable folder, "
-            "e.g. --root /tmp/headrace-bench"
+            f"{flag} {root!r} is not writable; choose a writable folder, "
+            f"e.g. {flag} /tmp/headrace-bench"
         )
     return root
 

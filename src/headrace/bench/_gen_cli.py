@@ -1,42 +1,167 @@
-"""``headrace gen WORKLOAD --root DIR``: write a workload's dataset, resumably."""
+"""``headrace gen WORKLOAD --root DIR|URL``: write a workload's dataset, resumably.
+
+A local ``--root`` gets the files. An object-store URL (``s3://bucket/prefix``,
+``gs://``, ``az://``, ``http(s)://``, ``file://``) gets them as objects under
+the prefix, keyed by their paths under a local root: they are generated into a
+local copy first (``--staging``, by default the bench cache, so a later local
+bench run reuses them), then uploaded, keeping objects that are there with the
+right size and digest (:mod:`headrace.bench._upload`). ``--endpoint`` and
+credentials work as for ``headrace bench --storage s3``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import ExitStack
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from headrace.bench._cli import _progress, default_root, prepare_root
-from headrace.bench._kind import make_kind
-from headrace.bench._workload import load_workload
-from headrace.errors import HeadraceError
+from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
+from headrace.bench._kind import Kind, make_kind
+from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
+from headrace.bench._workload import Workload, load_workload
+from headrace.errors import ConfigError, HeadraceError
 
-__all__ = ["configure", "run"]
+__all__ = ["WRITABLE_SCHEMES", "configure", "run"]
+
+#: URL schemes ``--root`` may name (obstore writes to them).
+WRITABLE_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https",
+                    "file")  # fmt: skip
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="built-in workload name or TOML path")
-    parser.add_argument("--root", default=None, help=f"dataset folder (default: {default_root()})")
+    parser.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR|URL",
+        help=f"dataset folder, or an object-store URL such as s3://bucket/prefix to upload to "
+        f"(default: {default_root()})",
+    )
+    parser.add_argument(
+        "--staging",
+        metavar="DIR",
+        help=f"with --root URL: where the files are generated before upload "
+        f"(default: {default_root()})",
+    )
+    parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="with --root s3://...: an S3-compatible endpoint (MinIO, moto ...); credentials "
+        "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
+    )
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
+def _destination(root: str, scheme: str, wl: Workload, endpoint: str | None) -> Any:
+    """The ObjectStore for ``root``, with the workload's store options and ``--endpoint``."""
+    from headrace.bench._s3_serve import endpoint_info
+    from headrace.formats._object_files import check_store_options
+    from headrace.io import ObjectStore
+
+    if scheme not in WRITABLE_SCHEMES:
+        raise ConfigError(
+            f"--root {root!r}: cannot write to {scheme}:// URLs; use a local folder or one "
+            f"of {', '.join(s + '://' for s in WRITABLE_SCHEMES)}"
+        )
+    where = f"workload {wl.name!r} [reader] store_options"
+    options = check_store_options(wl.reader.get("store_options"), remote=True, where=where)
+    endpoint = endpoint or wl.reader.get("endpoint")
+    if endpoint:
+        if scheme not in ("s3", "s3a"):
+            raise ConfigError(
+                f"--endpoint {endpoint!r} names an S3-compatible endpoint; --root {root!r} is "
+                "not an s3:// URL"
+            )
+        if not str(endpoint).startswith(("http://", "https://")):
+            raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
+        options = {**endpoint_info(str(endpoint)).store_options(), **options}
+        options["endpoint"] = str(endpoint)
+    if scheme == "file":
+        path = unquote(urlsplit(root).path)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"--root {root!r}: cannot create the folder {path!r} ({exc.strerror})"
+            ) from None
+    return ObjectStore(root, **options)
+
+
+def _keys(kind: Kind, paths: list[str]) -> list[str]:
+    """Each file's key: its path under the local root, with '/' between folders."""
+    root = os.path.abspath(kind.root)
+    keys = []
+    for p in paths:
+        rel = os.path.relpath(os.path.abspath(p), root)
+        if rel.startswith(os.pardir):
+            raise AssertionError(f"{p} lies outside the dataset root {root}")
+        keys.append(rel.replace(os.sep, "/"))
+    return keys
+
+
 def run(args: argparse.Namespace) -> int:
+    root = args.root or default_root()
+    scheme = url_scheme(root)
+    uploaded: Uploaded | None = None
     try:
-        kind = make_kind(load_workload(args.workload), prepare_root(args.root or default_root()))
-        with _progress(args.quiet) as progress:
+        with ExitStack() as stack:
+            wl = load_workload(args.workload)
+            if scheme is None:
+                if args.staging or args.endpoint:
+                    raise ConfigError(
+                        "--staging and --endpoint go with --root URL (an object store, e.g. "
+                        f"--root s3://bucket/prefix); --root {root!r} is a local folder"
+                    )
+                kind = make_kind(wl, prepare_root(root))
+                store = None
+            else:
+                kind = make_kind(wl, prepare_root(args.staging or default_root(), "--staging"))
+                store = stack.enter_context(_destination(root, scheme, wl, args.endpoint))
+                files = kind.dataset_files()
+                keys = _keys(kind, files)
+                # Before generating: a missing bucket or bad credentials fail in a second.
+                have = list_destination(store, keys)
+            with _progress(args.quiet) as progress:
 
-            def step(done: int, total: int) -> None:
-                if progress:
-                    progress(f"gen {kind.workload.name}", done, total)
+                def step(done: int, total: int) -> None:
+                    if progress:
+                        progress(f"gen {kind.workload.name}", done, total)
 
-            kind.generate(step)
-    except HeadraceError as exc:
-        print(f"headrace gen: {exc}", file=sys.stderr)
+                kind.generate(step)
+                if store is not None:
+
+                    def sent(state: Uploaded, done: int, total: int) -> None:
+                        if progress:
+                            label = (
+                                f"upload {kind.workload.name}: {state.written} written, "
+                                f"{state.skipped} kept (MB)"
+                            )
+                            progress(label, -(-done // 10**6), -(-total // 10**6))
+
+                    uploaded = upload_files(
+                        store,
+                        list(zip(keys, files, strict=True)),
+                        have=have,
+                        digests=DigestCache.under(kind.root),
+                        progress=sent,
+                    )
+    except (HeadraceError, OSError) as exc:  # OSError: a full disk, a folder removed ...
+        notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
+        print(f"headrace gen: {exc}{notes}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a full disk, a folder removed under the run
-        print(f"headrace gen: {exc}", file=sys.stderr)
-        return 2
+    if uploaded is None:
+        print(
+            f"{kind.workload.name}: {len(kind.files())} files, {kind.dataset_bytes():,} bytes "
+            f"under {kind.root}"
+        )
+        return 0
     print(
-        f"{kind.workload.name}: {len(kind.files())} files, {kind.dataset_bytes():,} bytes "
-        f"under {kind.root}"
+        f"{kind.workload.name}: {uploaded.written + uploaded.skipped} objects, "
+        f"{uploaded.bytes_written + uploaded.bytes_skipped:,} bytes under {root}: "
+        f"{uploaded.written} written ({uploaded.bytes_written:,} bytes), "
+        f"{uploaded.skipped} already there; local copy under {kind.root}"
     )
     return 0

@@ -236,6 +236,10 @@ class Kind:
         """The dataset's files (after :meth:`generate`)."""
         raise NotImplementedError
 
+    def dataset_files(self) -> list[str]:
+        """Every local file a copy of the dataset needs: :meth:`files` and any manifest."""
+        return self.files()
+
     def dataset_bytes(self) -> int:
         return sum(os.path.getsize(p) for p in self.files())
 

@@ -284,6 +284,10 @@ class TableKind(_RowsBase):
     def files(self) -> list[str]:
         return [os.path.join(self.path, "data-00000-of-00001.arrow")]
 
+    def dataset_files(self) -> list[str]:
+        # state.json names the data files: without it the directory is no dataset.
+        return [*self.files(), os.path.join(self.path, "state.json")]
+
     def record_bytes(self) -> float:
         # input_ids int32 + its bool mask, padded to width; one int64 label.
         return float(self.width * (4 + 1) + 8)

@@ -1,9 +1,10 @@
 """An S3 endpoint for one bench run: moto started for it, or an existing one; latency in front.
 
 ``bench_s3(...)`` uploads the dataset's files (those not already there with the
-same size) and yields the URL and the :class:`~headrace.io.ObjectStore` options
-that reach it. With no ``endpoint``, moto's server (:class:`LocalS3`, its own
-process) is started on 127.0.0.1 and stopped after. ``latency_ms`` puts a
+same size and digest: :mod:`headrace.bench._upload`) and yields the
+:class:`~headrace.io.ObjectStore` options that reach them. With no
+``endpoint``, moto's server (:class:`LocalS3`, its own process) is started on
+127.0.0.1 and stopped after. ``latency_ms`` puts a
 :class:`LatencyProxy` in front of the endpoint, in a child process of its own:
 in the bench process its event loop would compete for the GIL with the
 variants being timed.
@@ -19,15 +20,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import headrace
+from headrace.bench._upload import DigestCache, Uploaded, UploadProgress, upload_files
 from headrace.errors import ConfigError, StorageError
 
-__all__ = ["bench_s3", "split_s3_url"]
+__all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -38,7 +39,7 @@ def split_s3_url(url: str) -> tuple[str, str]:
     return parts.netloc, parts.path.strip("/")
 
 
-def _endpoint_info(endpoint: str) -> Any:
+def endpoint_info(endpoint: str) -> Any:
     from headrace.emulate import S3Endpoint
 
     # An existing endpoint signs with the usual AWS variables; moto takes anything.
@@ -51,29 +52,31 @@ def _endpoint_info(endpoint: str) -> Any:
     )
 
 
-def upload(info: Any, bucket: str, prefix: str, paths: Sequence[str]) -> int:
-    """Put each file at ``prefix/<name>`` unless an object of that size is there; count puts."""
+def upload(
+    info: Any,
+    bucket: str,
+    prefix: str,
+    paths: Sequence[str],
+    *,
+    digests: DigestCache | None = None,
+    progress: UploadProgress | None = None,
+) -> Uploaded:
+    """Put each file at ``prefix/<name>`` unless an object of that size and digest is there.
+
+    The bucket is created when missing (a bench endpoint is the run's own); the
+    files go up through :func:`~headrace.bench._upload.upload_files`, as ``gen``'s do.
+    """
+    from headrace.io import ObjectStore
+
     client = info.boto3_client()
     try:
         client.head_bucket(Bucket=bucket)
     except Exception:  # botocore's ClientError: missing (or not ours to see): try to create
         client.create_bucket(Bucket=bucket)
-    have: dict[str, int] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        have.update({o["Key"]: int(o["Size"]) for o in page.get("Contents", [])})
-
-    def key(p: str) -> str:
-        return f"{prefix}/{os.path.basename(p)}" if prefix else os.path.basename(p)
-
-    todo = [p for p in paths if have.get(key(p)) != os.path.getsize(p)]
-
-    def put(p: str) -> None:
-        with open(p, "rb") as f:
-            client.put_object(Bucket=bucket, Key=key(p), Body=f.read())
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, todo))
-    return len(todo)
+    url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    with ObjectStore(url, **info.store_options()) as store:
+        files = [(os.path.basename(p), p) for p in paths]
+        return upload_files(store, files, digests=digests, progress=progress)
 
 
 @contextmanager
@@ -118,6 +121,7 @@ def bench_s3(
     *,
     endpoint: str | None = None,
     latency_ms: float | None = None,
+    digests: DigestCache | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them."""
     bucket, prefix = split_s3_url(url)
@@ -128,8 +132,8 @@ def bench_s3(
             endpoint = stack.enter_context(LocalS3()).endpoint
         elif not endpoint.startswith(("http://", "https://")):
             raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
-        info = _endpoint_info(endpoint)
-        upload(info, bucket, prefix, paths)
+        info = endpoint_info(endpoint)
+        upload(info, bucket, prefix, paths, digests=digests)
         options = info.store_options()
         if latency_ms:
             if not endpoint.startswith("http://"):

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from headrace.bench._s3_serve import bench_s3, split_s3_url
+from headrace.bench._upload import DigestCache
 from headrace.errors import ConfigError
 
 __all__ = ["STORAGES", "Storage"]
@@ -76,7 +77,13 @@ class Storage:
             return
         latency = self.latency_ms or None
         before = kind.workload
-        with bench_s3(self.url, kind.files(), endpoint=self.endpoint, latency_ms=latency) as o:
+        with bench_s3(
+            self.url,
+            kind.files(),
+            endpoint=self.endpoint,
+            latency_ms=latency,
+            digests=DigestCache.under(kind.root),
+        ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
             kind.workload = before.replace(reader={"store_options": o, "storage_url": self.url})

@@ -154,7 +154,7 @@ def _eof_with_size(exc: ReadEOFError, where: str, size: int | None, end: int) ->
 
 
 class ObjectStore(Closing):
-    """Reads objects under one URL: ``s3://bucket/prefix``, ``gs://``, ``az://``,
+    """Reads (and writes) objects under one URL: ``s3://bucket/prefix``, ``gs://``, ``az://``,
     ``http(s)://``, ``file:///dir`` or a plain local directory.
 
     S3 options (``endpoint``, ``region``, ``access_key_id``,
@@ -361,6 +361,40 @@ class ObjectStore(Closing):
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- writes (headrace.io._put) -----------------------------------------------------------
+
+    @property
+    def keeps_metadata(self) -> bool:
+        """Whether objects here carry user metadata (S3, GCS, Azure: yes; files, HTTP: no)."""
+        from headrace.io._put import takes_metadata
+
+        return takes_metadata(self._store)
+
+    def put_file(
+        self,
+        key: str,
+        path: str | Path,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> ObjectInfo:
+        """Write the local file ``path`` as object ``key`` (retried whole); its size and ETag.
+
+        Streamed: a file larger than 8 MiB goes up as a multipart upload with at
+        most 4 parts (32 MiB) in memory. ``metadata`` becomes the object's user
+        metadata (:attr:`keeps_metadata` stores only); ``on_bytes(n)`` hears of the
+        bytes sent (negative when a failed attempt starts over).
+        """
+        from headrace.io._put import put_file
+
+        return put_file(self, key, path, metadata=metadata, on_bytes=on_bytes)
+
+    def attributes(self, key: str) -> dict[str, str]:
+        """The object's attributes and user metadata (one request, no body)."""
+        from headrace.io._put import get_attributes
+
+        return get_attributes(self, key)
 
     # -- single reads -----------------------------------------------------------------------
 

@@ -287,14 +287,20 @@ class Loader(Closing):
         """Read chunk after chunk; after each, tell the source what comes next.
 
         A source with ``prefetch(seed, samples)`` starts the next chunk's reads
-        while this one is consumed: same bytes, earlier I/O.
+        while this one is consumed: same bytes, earlier I/O. The first chunk
+        (one step) is handed over before anything is read ahead, so the first
+        batch waits for its own blocks only, not for read-ahead sharing the
+        storage with them.
         """
         prefetch = getattr(self.source, "prefetch", None)
         chunks = self._chunks(start)
         current = next(chunks, None)
+        first = True
         while current is not None:
             arrays = self._read_arrays(current)
             following = next(chunks, None)
+            if first:
+                yield current, arrays
             if following is not None and prefetch is not None:
                 t0 = time.perf_counter()
                 ahead = step_samples(np.asarray(following), self.batch_size, self._lo, self._hi)
@@ -303,7 +309,9 @@ class Loader(Closing):
                     prefetch(self.seed, ahead)
                 self.stats.plan_s += t1 - t0
                 self.stats.prefetch_s += time.perf_counter() - t1
-            yield current, arrays
+            if not first:
+                yield current, arrays
+            first = False
             current = following
 
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:

@@ -1,0 +1,306 @@
+"""``headrace gen --root URL`` without a server: file:// and memory:// stores, and refusals.
+
+The S3 path (moto, multipart, faults) is in tests/integration/test_gen_s3.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from headrace.bench._kind import Kind, make_kind
+from headrace.bench._upload import (
+    DIGEST_CACHE,
+    DIGEST_KEY,
+    DigestCache,
+    _run_all,
+    upload_files,
+)
+from headrace.bench._workload import load_workload
+from headrace.cli import main
+from headrace.errors import ConfigError, StorageError
+from headrace.io import ObjectStore
+from headrace.testing import batch_digest
+
+TRAIN = "[train]\nbatch_size = 4\nsteps = 3\n"
+WORKLOADS = {
+    # name: (TOML, a headrace variant)
+    "table": (
+        'kind = "tables"\nvariants = ["headrace"]\n[dataset]\nrows = 24\nwidth = 17\n',
+        "headrace",
+    ),
+    "padded": (
+        'kind = "rows"\nvariants = ["headrace"]\n[dataset]\nrows = 24\nwidth = 17\n',
+        "headrace",
+    ),
+    "parquet": (
+        'kind = "parquet"\nvariants = ["headrace"]\n[dataset]\nrows = 40\nwidth = 9\n'
+        "files = 2\ngroup_rows = 8\n[reader]\nwindow_rows = 16\n",
+        "headrace",
+    ),
+    "megatron": (
+        'kind = "megatron"\nvariants = ["headrace-sync"]\n[dataset]\ndtype = "uint16"\n'
+        "token_file_gib = 0.0005\ncontext = 32\ndocument_tokens = 256\n[reader]\n"
+        "window_mib = 0.25\nblock_mib = 0.0625\n",
+        "headrace-sync",
+    ),
+    "npz": (
+        'kind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "npz"\nfiles = 4\n'
+        "samples_per_file = 2\nrecord_bytes = 300\n",
+        "headrace",
+    ),
+}
+
+
+def toml(tmp_path: Path, name: str) -> str:
+    path = tmp_path / f"{name}.toml"
+    text, _ = WORKLOADS[name]
+    body, _, reader = text.partition("[reader]\n")
+    path.write_text(f'name = "g{name}"\n{body}' + (f"[reader]\n{reader}" if reader else "") + TRAIN)
+    return str(path)
+
+
+def digest(kind: Kind, spec: str) -> str:
+    stream = kind.open(spec, kind.workload.train.steps)
+    try:
+        return batch_digest(stream)
+    finally:
+        stream.close()
+
+
+def listing(root: Path) -> dict[str, int]:
+    return {
+        p.relative_to(root).as_posix(): p.stat().st_size for p in root.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_gen_to_file_url_copies_a_readable_dataset(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = toml(tmp_path, name)
+    dest, stage = tmp_path / "dest", tmp_path / "stage"
+    url = dest.as_uri()
+    assert main(["gen", wl, "--root", url, "--staging", str(stage), "-q"]) == 0
+    kind = make_kind(load_workload(wl), str(stage))
+    n = len(kind.dataset_files())
+    assert f"{n} written" in capsys.readouterr().out
+    # Exactly the dataset's files, keyed by their paths under the local root: no
+    # completion markers, no digest cache.
+    want = {os.path.relpath(p, stage): os.path.getsize(p) for p in kind.dataset_files()}
+    assert listing(dest) == want
+    # The copy is a dataset: read in place, it gives the batches the local copy gives.
+    spec = WORKLOADS[name][1]
+    assert digest(make_kind(load_workload(wl), str(dest)), spec) == digest(kind, spec)
+
+    assert main(["gen", wl, "--root", url, "--staging", str(stage), "-q"]) == 0
+    assert f"0 written (0 bytes), {n} already there" in capsys.readouterr().out
+
+
+def test_file_url_rewrites_a_cut_short_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = toml(tmp_path, "npz")
+    dest, stage = tmp_path / "dest", tmp_path / "stage"
+    args = ["gen", wl, "--root", dest.as_uri(), "--staging", str(stage), "-q"]
+    assert main(args) == 0
+    victim = sorted(dest.rglob("*.npz"))[1]
+    whole = victim.read_bytes()
+    victim.write_bytes(whole[:10])
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "1 written" in capsys.readouterr().out
+    assert victim.read_bytes() == whole
+
+
+def test_a_same_size_object_with_another_digest_is_rewritten(tmp_path: Path) -> None:
+    """On a store with metadata, size alone does not keep an object; the digest must match."""
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"a" * 1000)
+    b.write_bytes(b"b" * 1000)
+    cache = DigestCache.under(str(tmp_path))
+    with ObjectStore("memory://") as store:
+        done = upload_files(store, [("x/a.bin", str(a)), ("x/b.bin", str(b))], digests=cache)
+        assert (done.written, done.skipped, done.bytes_written) == (2, 0, 2000)
+        assert len(store.attributes("x/a.bin")[DIGEST_KEY]) == 64
+        assert (tmp_path / DIGEST_CACHE).exists()
+        (tmp_path / DIGEST_CACHE).write_text("{not json")  # a broken cache is recomputed
+        cache = DigestCache.under(str(tmp_path))
+        # Another file of the same size under a's key: rewritten.
+        store.put_file("x/a.bin", str(b), metadata={DIGEST_KEY: "0" * 64})
+        done = upload_files(store, [("x/a.bin", str(a)), ("x/b.bin", str(b))], digests=cache)
+        assert (done.written, done.skipped, done.bytes_skipped) == (1, 1, 1000)
+        assert bytes(store.get("x/a.bin")) == b"a" * 1000
+        # The local file changes (same size, new mtime): the cached digest is not trusted.
+        a.write_bytes(b"c" * 1000)
+        os.utime(a, ns=(1, 1))
+        done = upload_files(store, [("x/a.bin", str(a))], digests=DigestCache.under(str(tmp_path)))
+        assert done.written == 1 and bytes(store.get("x/a.bin")) == b"c" * 1000
+
+
+def test_put_file_refusals(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    with ObjectStore((tmp_path / "d").as_uri()) as store:
+        assert not store.keeps_metadata
+        with pytest.raises(StorageError, match=r"nope\.bin: cannot upload to file://.*/d/k"):
+            store.put_file("k", str(tmp_path / "nope.bin"))
+        (tmp_path / "f").write_bytes(b"x")
+        with pytest.raises(ConfigError, match="keeps no object metadata"):
+            store.put_file("k", str(tmp_path / "f"), metadata={"a": "b"})
+        with pytest.raises(StorageError, match=r"cannot upload to file://.*/d/k: Is a directory"):
+            store.put_file("k", str(tmp_path / "d"))
+
+
+@pytest.mark.parametrize("size", [100, 9 << 20])  # one PUT; a multipart upload
+def test_a_file_that_changes_size_while_uploading_is_an_error(
+    size: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * (size + 1))
+    # Fault injection: the size taken before the upload is one byte short of what is read.
+    monkeypatch.setattr("headrace.io._put.os.path.getsize", lambda _p: size)
+    sent: list[int] = []
+    with ObjectStore("memory://") as store:
+        with pytest.raises(StorageError, match=r"f\.bin: changed while uploading to memory:"):
+            store.put_file("k", str(src), on_bytes=sent.append)
+    assert sum(sent) == 0  # what the failed attempt counted is taken back
+
+
+# A file twice the memory a streamed upload holds (4 parts of 8 MiB): sent whole, the
+# process would grow by at least the file's size. The kernel's peak-RSS mark (VmHWM) is
+# reset just before the upload, so earlier peaks (imports, writing the file) do not count.
+_MEMORY_PROBE = """
+import os, sys
+from headrace.io import ObjectStore
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+src, dest = sys.argv[1], sys.argv[2]
+with open(src, "wb") as f:
+    for i in range(64):
+        f.write(os.urandom(1 << 20))
+with ObjectStore("file://" + dest) as store:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = status("VmRSS:")
+    sent = []
+    store.put_file("big.bin", src, on_bytes=sent.append)
+    peak = status("VmHWM:")
+assert sum(sent) == 64 << 20, sum(sent)
+print((peak - base) // 1024)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's VmHWM")
+def test_a_large_file_is_streamed_not_held_in_memory(tmp_path: Path) -> None:
+    (tmp_path / "dest").mkdir()
+    src = tmp_path / "big.bin"
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, str(src), str(tmp_path / "dest")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    grew_mib = int(out.stdout.split()[-1])
+    assert grew_mib < 48, f"uploading a 64 MiB file grew the process by {grew_mib} MiB"
+    assert (tmp_path / "dest" / "big.bin").read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--root", "ftp://host/x"], "--root 'ftp://host/x': cannot write to ftp:// URLs"),
+        (["--root", "memory://x"], "cannot write to memory:// URLs"),
+        (["--endpoint", "http://127.0.0.1:1"], "--staging and --endpoint go with --root URL"),
+        (
+            ["--root", "gs://b/x", "--endpoint", "http://127.0.0.1:1"],
+            "--root 'gs://b/x' is not an s3:// URL",
+        ),
+        (["--root", "s3://b/x", "--endpoint", "127.0.0.1:1"], "must be an http(s):// URL"),
+    ],
+)
+def test_gen_refusals(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    local = ["--root", str(tmp_path / "r")] if "--root" not in args else []
+    assert main(["gen", toml(tmp_path, "npz"), "-q", *local, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    # Nothing written to a local folder named after the URL (./s3:/b/x ...).
+    assert not any(":" in p.name for p in tmp_path.iterdir())
+
+
+def test_a_file_url_that_cannot_be_a_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    url = (tmp_path / "file" / "sub").as_uri()
+    args = ["gen", toml(tmp_path, "npz"), "-q", "--root", url, "--staging", str(tmp_path / "s")]
+    assert main(args) == 2
+    assert f"--root '{url}': cannot create the folder" in capsys.readouterr().err
+
+
+def test_bench_root_url_points_to_storage_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "-q", "-w", toml(tmp_path, "npz"), "--root", "s3://b/x"]) == 2
+    err = capsys.readouterr().err
+    assert "--root 's3://b/x' is a URL; here it is a local folder" in err
+    assert "--storage s3 --storage-url" in err
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_the_first_failed_upload_stops_new_ones_and_counts_the_others() -> None:
+    ran: list[int] = []
+
+    def fail_at_1(i: int) -> None:
+        ran.append(i)
+        if i == 1:
+            raise StorageError(f"file {i}: refused")
+
+    with pytest.raises(StorageError, match="file 1: refused") as info:
+        _run_all(fail_at_1, 6, 1, "uploads", "s3://b/x")
+    assert ran == [0, 1]  # nothing started after the failure
+    assert not getattr(info.value, "__notes__", None)
+
+    together = threading.Barrier(3)
+
+    def all_fail(i: int) -> None:
+        together.wait(timeout=10)
+        raise StorageError(f"file {i}: refused")
+
+    with pytest.raises(StorageError, match="file 0: refused") as info:
+        _run_all(all_fail, 3, 3, "uploads", "s3://b/x")
+    assert info.value.__notes__ == ["2 more of 3 uploads to s3://b/x also failed"]
+
+
+def test_reader_store_options_are_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = tmp_path / "opts.toml"
+    wl.write_text(
+        Path(toml(tmp_path, "npz")).read_text()
+        + '[reader]\nstorage = "s3"\nstore_options = {regoin = "x"}\n'
+    )
+    args = ["gen", str(wl), "--root", "s3://b/x", "--staging", str(tmp_path / "s"), "-q"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "workload 'gnpz' [reader] store_options: unknown store_options ['regoin']" in err
+    # Without storage = "s3" the kind reads no store options: the key itself is refused.
+    wl.write_text(wl.read_text().replace('storage = "s3"\n', ""))
+    assert main(args) == 2
+    assert "[reader]: unknown key 'store_options'" in capsys.readouterr().err

@@ -1,0 +1,254 @@
+"""``headrace gen --root s3://...`` against a real S3 endpoint (moto), through the proxy.
+
+Each dataset is generated to S3 and read back through headrace (the kind's
+headrace variant over the objects); its batch digest must equal that of the
+same workload generated to a local folder. A rerun writes nothing, a
+truncated object is written again, and failures name the URL and exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3util import BUCKET, S3Fixture, StoreFactory, payload
+
+from headrace.bench._kind import Kind, make_kind
+from headrace.bench._upload import DIGEST_KEY
+from headrace.bench._workload import load_workload
+from headrace.cli import main
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+# A token file of 10.7 MB: two parts of a multipart upload (8 MiB each at most).
+TOKENS = """
+name = "gen-tokens"
+kind = "tokens"
+variants = ["headrace-sync"]
+[dataset]
+dtype = "uint16"
+token_file_gib = 0.01
+context = 64
+[reader]
+window_mib = 1
+block_mib = 1
+[train]
+batch_size = 4
+steps = 6
+"""
+
+JPEG = """
+name = "gen-jpeg"
+kind = "files"
+variants = ["headrace"]
+[dataset]
+format = "jpeg"
+files = 4
+image_hw = [24, 32]
+[reader]
+in_flight = 4
+[train]
+batch_size = 2
+steps = 4
+"""
+
+WORKLOADS = {"tokens": (TOKENS, "headrace-sync"), "jpeg": (JPEG, "headrace")}
+
+
+def toml(tmp_path: Path, name: str) -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(WORKLOADS[name][0])
+    return str(path)
+
+
+def gen(workload: str, root: str, *extra: str) -> int:
+    return main(["gen", workload, "--root", root, "-q", *extra])
+
+
+def digest(kind: Kind, spec: str) -> str:
+    with kind.serve():
+        stream = kind.open(spec, kind.workload.train.steps)
+        try:
+            return batch_digest(stream)
+        finally:
+            stream.close()
+
+
+def remote_kind(local: Kind, url: str, options: dict[str, Any]) -> Kind:
+    reader = {"storage": "s3", "storage_url": url, "store_options": options}
+    return make_kind(local.workload.replace(reader=reader), local.root)
+
+
+@pytest.fixture
+def up(proxy: LatencyProxy, s3: S3Fixture) -> dict[str, Any]:
+    """--endpoint through the proxy, and its store options for reading back."""
+    return {"endpoint": proxy.endpoint, "options": {**s3.options(), "endpoint": proxy.endpoint}}
+
+
+def no_writes() -> list[FaultRule]:
+    # Any PUT (an object or a part) or POST (a multipart upload) fails: a rerun must send none.
+    return [FaultRule(match="PUT ", status=500), FaultRule(match="POST ", status=500)]
+
+
+@pytest.mark.parametrize("name", ["tokens", "jpeg"])
+def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
+    name: str,
+    tmp_path: Path,
+    s3: S3Fixture,
+    proxy: LatencyProxy,
+    up: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wl = toml(tmp_path, name)
+    spec = WORKLOADS[name][1]
+    url = f"s3://{BUCKET}/gen-{name}"
+    stage = str(tmp_path / "stage")
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    out = capsys.readouterr().out
+    kind = make_kind(load_workload(wl), stage)
+    n = len(kind.files())
+    assert f"{n} written" in out and "0 already there" in out
+
+    assert gen(wl, str(tmp_path / "local")) == 0
+    local = make_kind(load_workload(wl), str(tmp_path / "local"))
+    # Where a files dataset lives: its folder's name under the prefix, as under a local root.
+    sub = "" if name == "tokens" else "/" + Path(kind.folder).name  # type: ignore[attr-defined]
+    remote = remote_kind(kind, url + sub, up["options"])
+    assert digest(remote, spec) == digest(local, spec)
+    # And each object is the local file's bytes, tagged with their SHA-256.
+    client = s3.server.info.boto3_client()
+    for path in local.files():
+        key = f"gen-{name}{sub}/{Path(path).name}"
+        body = client.get_object(Bucket=BUCKET, Key=key)
+        data = Path(path).read_bytes()
+        assert body["Body"].read() == data
+        assert body["Metadata"][DIGEST_KEY] == hashlib.sha256(data).hexdigest()
+
+    proxy.set_faults(no_writes())
+    proxy.reset_stats()
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    assert f"0 written (0 bytes), {n} already there" in capsys.readouterr().out
+    stats = proxy.stats
+    assert stats.faults == 0
+    assert stats.requests == 1 + n  # one listing, one metadata request per object
+
+
+def test_truncated_or_foreign_objects_are_written_again(
+    tmp_path: Path,
+    s3: S3Fixture,
+    proxy: LatencyProxy,
+    up: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wl = toml(tmp_path, "jpeg")
+    url = f"s3://{BUCKET}/gen-redo"
+    stage = str(tmp_path / "stage")
+    args = ["--endpoint", up["endpoint"], "--staging", stage]
+    assert gen(wl, url, *args) == 0
+    kind = make_kind(load_workload(wl), stage)
+    folder = Path(kind.folder).name  # type: ignore[attr-defined]
+    files = [Path(p) for p in kind.files()]
+    client = s3.server.info.boto3_client()
+    key = [f"gen-redo/{folder}/{p.name}" for p in files]
+    # Object 0 cut short (an interrupted copy by another tool); object 1 the right size,
+    # other bytes and no digest (written by someone else).
+    client.put_object(Bucket=BUCKET, Key=key[0], Body=files[0].read_bytes()[:100])
+    client.put_object(Bucket=BUCKET, Key=key[1], Body=b"\0" * files[1].stat().st_size)
+    capsys.readouterr()
+    proxy.reset_stats()
+    assert gen(wl, url, *args) == 0
+    written = files[0].stat().st_size + files[1].stat().st_size
+    assert f"2 written ({written:,} bytes), {len(files) - 2} already there" in (
+        capsys.readouterr().out
+    )
+    for k, p in zip(key[:2], files[:2], strict=True):
+        assert client.get_object(Bucket=BUCKET, Key=k)["Body"].read() == p.read_bytes()
+
+
+def test_large_token_file_goes_up_in_parts(
+    tmp_path: Path, s3: S3Fixture, up: dict[str, Any]
+) -> None:
+    wl = toml(tmp_path, "tokens")
+    stage = str(tmp_path / "stage")
+    assert (
+        gen(wl, f"s3://{BUCKET}/gen-parts", "--endpoint", up["endpoint"], "--staging", stage) == 0
+    )
+    kind = make_kind(load_workload(wl), stage)
+    key = f"gen-parts/{Path(kind.files()[0]).name}"
+    etag = s3.server.info.boto3_client().head_object(Bucket=BUCKET, Key=key)["ETag"]
+    assert etag.strip('"').endswith("-2")  # 10.7 MB in parts of 8 MiB: a multipart upload
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_failures_name_the_url_and_exit_2(
+    tmp_path: Path,
+    proxy: LatencyProxy,
+    up: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wl = toml(tmp_path, "jpeg")
+    stage = ["--staging", str(tmp_path / "stage")]
+    url = f"s3://{BUCKET}/gen-fail"
+
+    assert gen(wl, url, "--endpoint", f"http://127.0.0.1:{closed_port()}", *stage) == 2
+    err = capsys.readouterr().err
+    assert f"headrace gen: {url}/" in err and "connection failed" in err
+    assert "gave up after 5 attempts" in err and "Traceback" not in err
+
+    assert gen(wl, "s3://no-such-bucket-here/x", "--endpoint", up["endpoint"], *stage) == 2
+    err = capsys.readouterr().err
+    assert "s3://no-such-bucket-here/x: the bucket (or container) does not exist" in err
+
+    proxy.set_faults([FaultRule(match="PUT ", status=403)])
+    assert gen(wl, url, "--endpoint", up["endpoint"], *stage) == 2
+    err = capsys.readouterr().err
+    assert f"{url}/gen-jpeg-jpeg-4x1-" in err and "access denied" in err
+
+    proxy.set_faults([FaultRule(match="PUT ", status=503)])
+    assert gen(wl, url, "--endpoint", up["endpoint"], *stage) == 2
+    err = capsys.readouterr().err
+    assert "HTTP 503" in err and "gave up after 5 attempts" in err and f"{url}/" in err
+
+
+def test_put_file_starts_over_after_a_failed_part(
+    tmp_path: Path, proxy: LatencyProxy, open_store: StoreFactory, s3: S3Fixture
+) -> None:
+    src = tmp_path / "big.bin"
+    data = payload(7, 10 * 1024 * 1024 + 5)  # two parts
+    src.write_bytes(data)
+    # Not under the session's shared prefix (data/), whose listing other tests compare.
+    store = open_store(endpoint=proxy.endpoint, url=f"s3://{BUCKET}/gen-put")
+    proxy.set_faults([FaultRule(match="PUT ", status=503, limit=1)])
+    sent: list[int] = []
+    info = store.put_file("put/big.bin", str(src), metadata={"k": "v"}, on_bytes=sent.append)
+    assert proxy.stats.faults == 1 and store.stats.retries == 1
+    assert info.size == len(data) and sum(sent) == len(data) and min(sent) < 0
+    assert bytes(store.get("put/big.bin")) == data
+    assert store.attributes("put/big.bin")["k"] == "v"
+    # The failed attempt's multipart upload was aborted, not left to hold its parts.
+    client = s3.server.info.boto3_client()
+    assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+def test_the_workloads_reader_section_gives_the_endpoint(
+    tmp_path: Path, up: dict[str, Any], s3: S3Fixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = tmp_path / "reader.toml"
+    wl.write_text(
+        JPEG.replace("[reader]\n", f'[reader]\nstorage = "s3"\nendpoint = "{up["endpoint"]}"\n')
+    )
+    url = f"s3://{BUCKET}/gen-reader"
+    assert gen(str(wl), url, "--staging", str(tmp_path / "stage")) == 0
+    assert "4 written" in capsys.readouterr().out
+    listed = s3.server.info.boto3_client().list_objects_v2(Bucket=BUCKET, Prefix="gen-reader/")
+    assert len(listed["Contents"]) == 4
