@@ -13,6 +13,7 @@ asked for is never returned as data.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -59,14 +60,36 @@ Request = str | tuple[str, int, int]
 """A whole object by key, or ``(key, offset, length)``."""
 
 _S3_SCHEMES = ("s3", "s3a")
-_URL_SCHEMES = ("gs", "az", "azure", "abfs", "abfss", "adl", "http", "https", "memory")
+_AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
+_URL_SCHEMES = ("gs", *_AZURE_SCHEMES, "http", "https", "memory")
+
+# Azurite's (and the old Azure Storage Emulator's) fixed development account and key,
+# published in Microsoft's documentation; they unlock nothing but a local emulator.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+_TRUE = ("true", "1", "yes", "y", "on")
 
 
 class ObjectInfo(NamedTuple):
-    """An object's size and entity tag (``None`` where the store gives none)."""
+    """An object's size and entity tag (``None`` where the store gives none).
+
+    The tag is without the quotes HTTP puts around it: Azure and GCS list an
+    object's tag bare but send it quoted in a response's ``ETag`` header, and a
+    tag from a listing must compare equal to the one a later GET sees.
+    """
 
     size: int
     etag: str | None
+
+
+def _info(meta: Mapping[str, Any]) -> ObjectInfo:
+    """``ObjectInfo`` of obstore's metadata (from a HEAD, a GET or a listing)."""
+    etag = meta.get("e_tag")
+    if etag is not None and len(etag) >= 2 and etag[0] == etag[-1] == '"':
+        etag = etag[1:-1]
+    return ObjectInfo(int(meta["size"]), etag)
 
 
 @dataclass(slots=True)
@@ -111,6 +134,42 @@ class ObjectStats:
         self.in_flight += other.in_flight
         self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)
         self.latencies_s.extend(other.latencies_s)
+
+
+def _azure_emulator_at(
+    config: Mapping[str, Any], client: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The store options that reach an Azure emulator at ``config``'s endpoint, if it names one.
+
+    obstore's ``use_emulator`` ignores ``endpoint`` and always dials 127.0.0.1:10000
+    (or ``$AZURITE_BLOB_STORAGE_URL``, read once for the whole process), so an
+    emulator on any other port would be missed without a word. With an endpoint,
+    the emulator is reached as an ordinary account: path-style URLs under
+    ``/devstoreaccount1``, the emulator's published key unless another credential
+    is given, and plain HTTP allowed for an ``http://`` endpoint. ``config`` is the
+    store's own (keys normalised; the documented environment variables fill in what it
+    lacks); ``None``: no change.
+    """
+    env = os.environ
+    endpoint = (
+        config.get("endpoint") or env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT")
+    )
+    use = config.get("use_emulator", env.get("AZURE_STORAGE_USE_EMULATOR", ""))
+    if not endpoint or str(use).lower() not in _TRUE:
+        return None
+    endpoint = str(endpoint).rstrip("/")  # obstore would put "//" before the container
+    # False, not absent: AZURE_STORAGE_USE_EMULATOR would switch it back on.
+    out = {**config, "use_emulator": False}
+    out.setdefault("account_name", AZURITE_ACCOUNT)
+    if not any(k in config for k in ("account_key", "sas_key", "token", "bearer_token")):
+        out["account_key"] = AZURITE_KEY
+    if urlsplit(endpoint).path == "":
+        endpoint = f"{endpoint}/{out['account_name']}"
+    out["endpoint"] = endpoint
+    http = dict(client)
+    if endpoint.startswith("http://"):
+        http.setdefault("allow_http", True)
+    return out, http
 
 
 def _check_range(offset: int, length: int) -> None:
@@ -236,6 +295,15 @@ class ObjectStore(Closing):
                 other = from_url(
                     url, config=opts or None, client_options=http, retry_config=no_retry
                 )
+                if scheme in _AZURE_SCHEMES:
+                    emulator = _azure_emulator_at(other.config, http)
+                    if emulator is not None:
+                        other = from_url(
+                            url,
+                            config=emulator[0],
+                            client_options=emulator[1],
+                            retry_config=no_retry,
+                        )
                 return url.rstrip("/"), other
         except HeadraceError:
             raise
@@ -372,7 +440,7 @@ class ObjectStore(Closing):
         """The object's size and entity tag (one HEAD)."""
         store = self._live()
         meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
-        return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        return _info(meta)
 
     def _size_or_none(self, key: str) -> int | None:
         try:
@@ -420,7 +488,7 @@ class ObjectStore(Closing):
                 result = obs.get(store, key, options={"range": (0, length)})
             else:
                 result = obs.get(store, key)
-            info = ObjectInfo(int(result.meta["size"]), result.meta.get("e_tag"))
+            info = _info(result.meta)
             data = memoryview(result.bytes())
             start, end = result.range
             if len(data) != end - start:
@@ -522,7 +590,7 @@ class ObjectStore(Closing):
 
         async def once() -> int:
             result = await obs.get_async(store, key, options={"range": (offset, offset + length)})
-            size, etag = int(result.meta["size"]), result.meta.get("e_tag")
+            size, etag = _info(result.meta)
             if expect is not None and (
                 size != expect.size or (expect.etag and etag and etag != expect.etag)
             ):
@@ -643,11 +711,7 @@ class ObjectStore(Closing):
 
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
-            return sorted(
-                (m["path"], ObjectInfo(int(m["size"]), m.get("e_tag")))
-                for chunk in stream
-                for m in chunk
-            )
+            return sorted((m["path"], _info(m)) for chunk in stream for m in chunk)
 
         return self._retrying(self.where(prefix), once, lambda _: 0)
 
