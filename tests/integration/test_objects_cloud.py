@@ -94,9 +94,7 @@ def test_get_many_in_request_order(store: ObjectStore) -> None:
     requests: list[Any] = [*SMALL[::-1], ("big.bin", 2_500_000, 300_000), "empty.bin"]
     requests += [("big.bin", o, 4096) for o in range(0, 3_000_000, 250_000)]
     got = store.get_many(requests, max_in_flight=8)
-    want = [
-        expected(r) if isinstance(r, str) else big[r[1] : r[1] + r[2]] for r in requests
-    ]
+    want = [expected(r) if isinstance(r, str) else big[r[1] : r[1] + r[2]] for r in requests]
     assert [bytes(g) for g in got] == want
     assert store.stats.max_in_flight_observed > 1
 
@@ -156,7 +154,9 @@ def _digest(make: Any, world: int, steps: int) -> str:
             per_rank.append([{k: v.copy() for k, v in b.items()} for b in ld])
     h = hashlib.sha256()
     for t in range(steps):
-        h.update(batch_digest([{k: np.concatenate([r[t][k] for r in per_rank]) for k in "xy"}]).encode())
+        h.update(
+            batch_digest([{k: np.concatenate([r[t][k] for r in per_rank]) for k in "xy"}]).encode()
+        )
     return h.hexdigest()
 
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import obstore as obs
-from obstore.store import LocalStore, S3Store, from_url
+from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace._closing import Closing
 from headrace.errors import (
@@ -39,7 +39,7 @@ from headrace.errors import (
     TransientStorageError,
 )
 from headrace.io._loop import LoopThread
-from headrace.io._retry import RetryPolicy, classify
+from headrace.io._retry import RetryPolicy, classify, summarize
 
 __all__ = [
     "DEFAULT_COALESCE",
@@ -62,6 +62,7 @@ Request = str | tuple[str, int, int]
 _S3_SCHEMES = ("s3", "s3a")
 _AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
 _URL_SCHEMES = ("gs", *_AZURE_SCHEMES, "http", "https", "memory")
+_NAMED_SCHEMES = ("gs", *_AZURE_SCHEMES)  # the first part of the URL names a bucket or container
 
 # Azurite's (and the old Azure Storage Emulator's) fixed development account and key,
 # published in Microsoft's documentation; they unlock nothing but a local emulator.
@@ -221,6 +222,13 @@ class ObjectStore(Closing):
     S3-compatible endpoint; anything else obstore understands goes in
     ``config`` (store keys) or ``client_options`` (HTTP client, e.g.
     ``allow_http``). Keys are relative to the URL's prefix.
+
+    ``az://container/prefix`` takes obstore's Azure keys in ``config``
+    (``account_name``, ``account_key``, ...) and ``endpoint``; with
+    ``config={"use_emulator": True}`` the endpoint is where Azurite listens
+    (obstore alone would ignore it and dial 127.0.0.1:10000).
+    ``gs://bucket/prefix`` takes obstore's GCS keys in ``config``. The S3-only
+    options are refused for other schemes.
     """
 
     def __init__(
@@ -238,6 +246,19 @@ class ObjectStore(Closing):
         retry: RetryPolicy | None = None,
     ) -> None:
         self.retry = retry if retry is not None else RetryPolicy()
+        s3_only = {
+            "region": region,
+            "access_key_id": access_key_id,
+            "secret_access_key": secret_access_key,
+            "path_style": path_style,
+        }
+        scheme = urlsplit(str(url)).scheme.lower()
+        given = [k for k, v in s3_only.items() if v is not None]
+        if given and scheme in _URL_SCHEMES:
+            raise ConfigError(
+                f"{url}: {', '.join(given)} apply to s3:// URLs only; a {scheme}:// store "
+                "takes its settings as obstore's keys in config= (see docs/objects.md)."
+            )
         s3_opts = {
             "endpoint": endpoint,
             "region": region,
@@ -292,23 +313,32 @@ class ObjectStore(Closing):
                 base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
                 return base, s3
             if scheme in _URL_SCHEMES:
-                other = from_url(
-                    url, config=opts or None, client_options=http, retry_config=no_retry
-                )
+                if scheme in _NAMED_SCHEMES and not parts.netloc:
+                    what = "bucket" if scheme == "gs" else "container"
+                    raise ConfigError(
+                        f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
+                    )
                 if scheme in _AZURE_SCHEMES:
-                    emulator = _azure_emulator_at(other.config, http)
+                    az = AzureStore.from_url(
+                        url, config=opts or None, client_options=http, retry_config=no_retry
+                    )
+                    emulator: Any = _azure_emulator_at(az.config, http)
                     if emulator is not None:
-                        other = from_url(
+                        az = AzureStore.from_url(
                             url,
                             config=emulator[0],
                             client_options=emulator[1],
                             retry_config=no_retry,
                         )
+                    return url.rstrip("/"), az
+                other = from_url(
+                    url, config=opts or None, client_options=http, retry_config=no_retry
+                )
                 return url.rstrip("/"), other
         except HeadraceError:
             raise
         except Exception as exc:
-            raise ConfigError(f"{url}: cannot open store: {exc}") from exc
+            raise ConfigError(f"{url}: cannot open store: {summarize(exc)}") from exc
         raise ConfigError(
             f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
             "file:// or a local path."
@@ -442,17 +472,27 @@ class ObjectStore(Closing):
         meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
         return _info(meta)
 
+    # What an error message says of the object's size: one HEAD, and one more if the first
+    # failed at once, as on a pooled connection the server closed after its error answer.
+    # ``None`` if both fail; the short read is reported either way.
+
     def _size_or_none(self, key: str) -> int | None:
-        try:
-            return int(obs.head(self._live(), key)["size"])
-        except Exception:
-            return None  # the short read is reported either way
+        for _ in range(2):
+            try:
+                return int(obs.head(self._live(), key)["size"])
+            except Exception as exc:
+                if not classify(exc, "")[1]:
+                    break
+        return None
 
     async def _asize_or_none(self, key: str) -> int | None:
-        try:
-            return int((await obs.head_async(self._live(), key))["size"])
-        except Exception:
-            return None
+        for _ in range(2):
+            try:
+                return int((await obs.head_async(self._live(), key))["size"])
+            except Exception as exc:
+                if not classify(exc, "")[1]:
+                    break
+        return None
 
     def get(self, key: str) -> memoryview:
         """The whole object (zero-copy over obstore's buffer)."""
