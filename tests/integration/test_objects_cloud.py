@@ -1,4 +1,4 @@
-"""ObjectStore, TokenSource and TableSource on az:// (Azurite) and gs:// (fake-gcs-server).
+"""ObjectStore and sources on az:// (Azurite), gs:// and http:// (fake-gcs-server).
 
 Each emulator is a real server on 127.0.0.1 that speaks its cloud's HTTP API,
 started by the session (``azutil``, ``gcsutil``); every read must give the
@@ -25,6 +25,7 @@ from headrace.errors import (
     ObjectNotFoundError,
     PermissionDeniedError,
     ReadEOFError,
+    StorageError,
     TransientStorageError,
 )
 from headrace.formats import TableSource, TokenSource, write_token_sidecar
@@ -207,6 +208,40 @@ def test_table_source_over_a_directory_gives_the_local_batches(
     assert digest(lambda: TableSource(url, store_options=cloud.options(), **kw)) == want
 
 
+def test_http_store_reads_from_a_plain_http_server(fake_gcs: Any, tmp_path: Path) -> None:
+    # fake-gcs-server also serves its objects as plain HTTP (GET with Range, HEAD, no
+    # signature): what obstore's HTTP store needs, short of WebDAV for listing.
+    url = f"{fake_gcs.endpoint}/headrace-test/data"
+    big = expected("big.bin")
+    with ObjectStore(url, allow_http=True, retry=fake_gcs.options()["retry"]) as store:
+        assert store.url == url
+        assert bytes(store.get("big.bin")) == big
+        assert bytes(store.get_range("big.bin", 1000, 5000)) == big[1000:6000]
+        assert store.stat("big.bin").size == len(big)
+        data, info = store.get_first(SMALL[2], 1 << 20)
+        assert bytes(data) == expected(SMALL[2]) and info == store.stat(SMALL[2])
+        got = store.get_many([SMALL[1], ("big.bin", 5, 10), "empty.bin"])
+        assert [bytes(g) for g in got] == [expected(SMALL[1]), big[5:15], b""]
+        with pytest.raises(ObjectNotFoundError, match=rf"^{url}/missing\.bin: no such object"):
+            store.get("missing.bin")
+        with pytest.raises(ReadEOFError, match=r"object has 3145739 bytes"):
+            store.get_range("big.bin", len(big), 10)
+        with pytest.raises(StorageError, match=rf"^{url}/: HTTP 405 .*PROPFIND"):
+            store.list()
+    path = tmp_path / "train.bin"  # nanoGPT's layout: uint16 tokens, nothing beside
+    np.random.default_rng(5).integers(0, 60_000, 90_001).astype(np.uint16).tofile(path)
+    fake_gcs.put("http/train.bin", path.read_bytes())  # outside data/, which others list
+    kw: dict[str, Any] = {"context": 64, "window_bytes": 64 << 10, "block_bytes": 16 << 10}
+
+    def digest(source: Any) -> str:
+        return batch_digest(Loader(source, batch_size=16, seed=9, steps=60))
+
+    token_url = f"{fake_gcs.endpoint}/headrace-test/http/train.bin"
+    remote = TokenSource(token_url, store_options={"allow_http": True}, **kw)
+    assert remote.files[0].format == "nanogpt"
+    assert digest(remote) == digest(TokenSource(path, **kw))
+
+
 # -- Azure only ----------------------------------------------------------------------------
 
 
@@ -220,14 +255,16 @@ def test_use_emulator_with_an_endpoint_reaches_that_azurite(
     opts = {k: v for k, v in azurite.emulator_options().items() if k != "config"}
     with ObjectStore(azurite.url(), **opts) as store:
         assert store.list("small/")[0] == (SMALL[0], OBJECTS[SMALL[0]])
-    # Said with obstore's long key names, and an endpoint with a trailing slash.
+    # azure:// (another of obstore's names for it), obstore's long key names, and an
+    # endpoint with a trailing slash.
     config = {
         "azure_storage_use_emulator": "true",
         "azure_storage_endpoint": f"{azurite.endpoint}/devstoreaccount1/",
     }
     monkeypatch.delenv("AZURE_STORAGE_USE_EMULATOR")
-    with ObjectStore(azurite.url(), config=config, retry=opts["retry"]) as store:
-        assert store.size("big.bin") == OBJECTS["big.bin"]
+    url = azurite.url().replace("az://", "azure://")
+    with ObjectStore(url, config=config, retry=opts["retry"]) as store:
+        assert store.url == url and store.size("big.bin") == OBJECTS["big.bin"]
 
 
 def test_a_wrong_account_key_is_access_denied(azurite: Any) -> None:
