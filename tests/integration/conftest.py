@@ -1,4 +1,5 @@
-"""Session fixtures for tests against a real S3 endpoint (moto on 127.0.0.1)."""
+"""Session fixtures for tests against real endpoints on 127.0.0.1: S3 (moto), Azure Blob
+(Azurite) and GCS (fake-gcs-server)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from azutil import AzuriteFixture, start_azurite
+from gcsutil import GCSFixture, start_fake_gcs
 from s3util import FAST_RETRY, S3Fixture, StoreFactory, start_s3
 
 from headrace.emulate import LatencyProxy
@@ -57,3 +60,15 @@ def open_store(s3: S3Fixture) -> Iterator[StoreFactory]:
 @pytest.fixture
 def local_dir(s3: S3Fixture) -> Path:
     return s3.local_dir
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteFixture]:
+    """Azurite on 127.0.0.1 with ``s3util.OBJECTS`` under ``az://headrace-test/data``."""
+    yield from start_azurite(tmp_path_factory.mktemp("az-local"))
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSFixture]:
+    """fake-gcs-server on 127.0.0.1 with ``s3util.OBJECTS`` under ``gs://headrace-test/data``."""
+    yield from start_fake_gcs(tmp_path_factory.mktemp("gs-local"))

@@ -188,6 +188,12 @@ def test_missing_object_is_not_retried(open_store: StoreFactory, proxy: LatencyP
     assert store.stats.retries == 0
 
 
+def test_a_missing_bucket_is_named(open_store: StoreFactory) -> None:
+    store = open_store(url="s3://no-such-bucket/data")
+    with pytest.raises(ObjectNotFoundError, match=r"^s3://no-such-bucket/data/a: no such bucket"):
+        store.get("a")
+
+
 def test_wrong_bucket_is_not_found(open_store: StoreFactory) -> None:
     store = open_store(url="s3://no-such-bucket/x")
     with pytest.raises(ObjectNotFoundError, match=r"s3://no-such-bucket/x/k"):

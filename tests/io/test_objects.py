@@ -1,12 +1,14 @@
 """ObjectStore on local directories (file:// and plain paths), its retry policy and error map.
 
-The S3 tests, against a real moto server, are in tests/integration/test_objects_s3.py.
+The S3 tests, against a real moto server, are in tests/integration/test_objects_s3.py;
+az:// and gs:// against Azurite and fake-gcs-server in tests/integration/test_objects_cloud.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -89,6 +91,44 @@ def test_read_past_end_names_url_and_range(root: Path) -> None:
             store.get_many([("a.bin", 20_000, 10)])
         # Nothing retried: EOF is permanent.
         assert store.stats.retries == 0
+
+
+def test_eof_names_the_size_when_the_first_head_fails_at_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: the HEAD that finds the size goes out on a pooled connection the
+    # server closed after its 416 (seen on fake-gcs-server); a second HEAD answers.
+    import headrace.io._objects as objects_mod
+
+    calls: list[str] = []
+    real_head, real_ahead = objects_mod.obs.head, objects_mod.obs.head_async
+    dropped = obx.GenericError("Error performing HEAD - HTTP error: error sending request")
+
+    def head(store: object, key: str) -> object:
+        calls.append(key)
+        if len(calls) % 2:
+            raise dropped
+        return real_head(store, key)  # type: ignore[arg-type]
+
+    async def ahead(store: object, key: str) -> object:
+        calls.append(key)
+        if len(calls) % 2:
+            raise dropped
+        return await real_ahead(store, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(objects_mod.obs, "head", head)
+    monkeypatch.setattr(objects_mod.obs, "head_async", ahead)
+    with ObjectStore(root) as store:
+        with pytest.raises(ReadEOFError, match=r"bytes \[20000, 20010\).*has 10000 bytes"):
+            store.get_range("a.bin", 20_000, 10)
+        with pytest.raises(ReadEOFError, match=r"bytes \[20000, 20010\).*has 10000 bytes"):
+            store.get_many([("a.bin", 20_000, 10)])
+    assert calls == ["a.bin"] * 4
+    calls.clear()
+    monkeypatch.setattr(objects_mod.obs, "head", lambda *_: (calls.append("x"), 1 / 0))
+    with ObjectStore(root) as store, pytest.raises(ReadEOFError, match=r"20010\): range"):
+        store.get_range("a.bin", 20_000, 10)  # a HEAD that fails for good: no size, no retry
+    assert calls == ["x"]
 
 
 def test_stat_and_aread_into(root: Path) -> None:
@@ -186,11 +226,45 @@ def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
         (("/definitely/not/here",), {}, "existing directory"),
         (("/tmp",), {"region": "us-east-1"}, "do not apply to local files"),
         (("s3://b",), {"config": {"no_such_option": 1}}, "cannot open store"),
+        (("gs://",), {}, r"^gs://: a gs:// URL needs a bucket \(gs://bucket/prefix\)\.$"),
+        (("az:///prefix",), {}, r"a az:// URL needs a container \(az://container/prefix\)"),
+        (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style apply to s3:// URLs only"),
+        (("az://c/p",), {"region": "r", "access_key_id": "k"}, "region, access_key_id apply"),
+        (
+            ("gs://b/p",),
+            {"config": {"nonsense": 1}},
+            r"^gs://b/p: cannot open store: .*'nonsense' is not valid for store 'GCS'\.$",
+        ),
     ],
 )
 def test_bad_store_configuration(args: tuple[str], kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ObjectStore(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_gs_and_az_stores_open_without_a_request() -> None:
+    # Each is tested against a real emulator in tests/integration/test_objects_cloud.py.
+    with ObjectStore("gs://bucket/prefix") as gs:
+        assert gs.url == "gs://bucket/prefix" and repr(gs) == "ObjectStore('gs://bucket/prefix')"
+    with ObjectStore("az://container/prefix/", config={"account_name": "acct"}) as az:
+        assert az.url == "az://container/prefix"
+
+
+def test_azure_use_emulator_dials_the_endpoint_given() -> None:
+    # obstore's use_emulator alone ignores the endpoint and dials 127.0.0.1:10000.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    store = ObjectStore(
+        "az://box/pre",
+        endpoint=f"http://127.0.0.1:{port}",
+        config={"use_emulator": True},
+        retry=RetryPolicy(attempts=1, timeout_s=5),
+    )
+    with store, pytest.raises(TransientStorageError) as info:
+        store.get("k")
+    assert str(info.value).startswith("az://box/pre/k: connection failed")
+    assert f"GET http://127.0.0.1:{port}/devstoreaccount1/box/pre/k " in str(info.value)
 
 
 def test_bad_arguments(root: Path) -> None:
@@ -282,6 +356,21 @@ def test_classify_maps_every_error(exc: BaseException, cls: type, transient: boo
     assert retry is transient
     assert str(err).startswith("s3://b/k, bytes [0, 4)")
     assert "Debug source" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("code", "what"),
+    [("ContainerNotFound", "container"), ("NoSuchBucket", "bucket"), ("BlobNotFound", "object")],
+)
+def test_classify_says_whether_the_container_or_the_object_is_missing(code: str, what: str) -> None:
+    # The code sits in the body, past what the message keeps of it.
+    body = (
+        f"non-2xx status code: 404 Not Found: <?xml {'x' * 300}?><Error><Code>{code}</Code></Error>"
+    )
+    for exc in (obx.NotFoundError(f"not found: {body}"), obx.GenericError(f"x: {body}")):
+        err, retry = classify(exc, "az://c/p/k")
+        assert type(err) is ObjectNotFoundError and not retry
+        assert str(err).startswith(f"az://c/p/k: no such {what} (")
 
 
 def test_summarize_trims_debug_dump() -> None:

@@ -13,6 +13,7 @@ asked for is never returned as data.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import obstore as obs
-from obstore.store import LocalStore, S3Store, from_url
+from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace._closing import Closing
 from headrace.errors import (
@@ -38,7 +39,7 @@ from headrace.errors import (
     TransientStorageError,
 )
 from headrace.io._loop import LoopThread
-from headrace.io._retry import RetryPolicy, classify
+from headrace.io._retry import RetryPolicy, classify, summarize
 
 __all__ = [
     "DEFAULT_COALESCE",
@@ -59,14 +60,37 @@ Request = str | tuple[str, int, int]
 """A whole object by key, or ``(key, offset, length)``."""
 
 _S3_SCHEMES = ("s3", "s3a")
-_URL_SCHEMES = ("gs", "az", "azure", "abfs", "abfss", "adl", "http", "https", "memory")
+_AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
+_URL_SCHEMES = ("gs", *_AZURE_SCHEMES, "http", "https", "memory")
+_NAMED_SCHEMES = ("gs", *_AZURE_SCHEMES)  # the first part of the URL names a bucket or container
+
+# Azurite's (and the old Azure Storage Emulator's) fixed development account and key,
+# published in Microsoft's documentation; they unlock nothing but a local emulator.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+_TRUE = ("true", "1", "yes", "y", "on")
 
 
 class ObjectInfo(NamedTuple):
-    """An object's size and entity tag (``None`` where the store gives none)."""
+    """An object's size and entity tag (``None`` where the store gives none).
+
+    The tag is without the quotes HTTP puts around it: Azure and GCS list an
+    object's tag bare but send it quoted in a response's ``ETag`` header, and a
+    tag from a listing must compare equal to the one a later GET sees.
+    """
 
     size: int
     etag: str | None
+
+
+def _info(meta: Mapping[str, Any]) -> ObjectInfo:
+    """``ObjectInfo`` of obstore's metadata (from a HEAD, a GET or a listing)."""
+    etag = meta.get("e_tag")
+    if etag is not None and len(etag) >= 2 and etag[0] == etag[-1] == '"':
+        etag = etag[1:-1]
+    return ObjectInfo(int(meta["size"]), etag)
 
 
 @dataclass(slots=True)
@@ -111,6 +135,42 @@ class ObjectStats:
         self.in_flight += other.in_flight
         self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)
         self.latencies_s.extend(other.latencies_s)
+
+
+def _azure_emulator_at(
+    config: Mapping[str, Any], client: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The store options that reach an Azure emulator at ``config``'s endpoint, if it names one.
+
+    obstore's ``use_emulator`` ignores ``endpoint`` and always dials 127.0.0.1:10000
+    (or ``$AZURITE_BLOB_STORAGE_URL``, read once for the whole process), so an
+    emulator on any other port would be missed without a word. With an endpoint,
+    the emulator is reached as an ordinary account: path-style URLs under
+    ``/devstoreaccount1``, the emulator's published key unless another credential
+    is given, and plain HTTP allowed for an ``http://`` endpoint. ``config`` is the
+    store's own (keys normalised; the documented environment variables fill in what it
+    lacks); ``None``: no change.
+    """
+    env = os.environ
+    endpoint = (
+        config.get("endpoint") or env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT")
+    )
+    use = config.get("use_emulator", env.get("AZURE_STORAGE_USE_EMULATOR", ""))
+    if not endpoint or str(use).lower() not in _TRUE:
+        return None
+    endpoint = str(endpoint).rstrip("/")  # obstore would put "//" before the container
+    # False, not absent: AZURE_STORAGE_USE_EMULATOR would switch it back on.
+    out = {**config, "use_emulator": False}
+    out.setdefault("account_name", AZURITE_ACCOUNT)
+    if not any(k in config for k in ("account_key", "sas_key", "token", "bearer_token")):
+        out["account_key"] = AZURITE_KEY
+    if urlsplit(endpoint).path == "":
+        endpoint = f"{endpoint}/{out['account_name']}"
+    out["endpoint"] = endpoint
+    http = dict(client)
+    if endpoint.startswith("http://"):
+        http.setdefault("allow_http", True)
+    return out, http
 
 
 def _check_range(offset: int, length: int) -> None:
@@ -162,6 +222,13 @@ class ObjectStore(Closing):
     S3-compatible endpoint; anything else obstore understands goes in
     ``config`` (store keys) or ``client_options`` (HTTP client, e.g.
     ``allow_http``). Keys are relative to the URL's prefix.
+
+    ``az://container/prefix`` takes obstore's Azure keys in ``config``
+    (``account_name``, ``account_key``, ...) and ``endpoint``; with
+    ``config={"use_emulator": True}`` the endpoint is where Azurite listens
+    (obstore alone would ignore it and dial 127.0.0.1:10000).
+    ``gs://bucket/prefix`` takes obstore's GCS keys in ``config``. The S3-only
+    options are refused for other schemes.
     """
 
     def __init__(
@@ -179,6 +246,19 @@ class ObjectStore(Closing):
         retry: RetryPolicy | None = None,
     ) -> None:
         self.retry = retry if retry is not None else RetryPolicy()
+        s3_only = {
+            "region": region,
+            "access_key_id": access_key_id,
+            "secret_access_key": secret_access_key,
+            "path_style": path_style,
+        }
+        scheme = urlsplit(str(url)).scheme.lower()
+        given = [k for k, v in s3_only.items() if v is not None]
+        if given and scheme in _URL_SCHEMES:
+            raise ConfigError(
+                f"{url}: {', '.join(given)} apply to s3:// URLs only; a {scheme}:// store "
+                "takes its settings as obstore's keys in config= (see docs/objects.md)."
+            )
         s3_opts = {
             "endpoint": endpoint,
             "region": region,
@@ -233,6 +313,24 @@ class ObjectStore(Closing):
                 base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
                 return base, s3
             if scheme in _URL_SCHEMES:
+                if scheme in _NAMED_SCHEMES and not parts.netloc:
+                    what = "bucket" if scheme == "gs" else "container"
+                    raise ConfigError(
+                        f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
+                    )
+                if scheme in _AZURE_SCHEMES:
+                    az = AzureStore.from_url(
+                        url, config=opts or None, client_options=http, retry_config=no_retry
+                    )
+                    emulator: Any = _azure_emulator_at(az.config, http)
+                    if emulator is not None:
+                        az = AzureStore.from_url(
+                            url,
+                            config=emulator[0],
+                            client_options=emulator[1],
+                            retry_config=no_retry,
+                        )
+                    return url.rstrip("/"), az
                 other = from_url(
                     url, config=opts or None, client_options=http, retry_config=no_retry
                 )
@@ -240,7 +338,7 @@ class ObjectStore(Closing):
         except HeadraceError:
             raise
         except Exception as exc:
-            raise ConfigError(f"{url}: cannot open store: {exc}") from exc
+            raise ConfigError(f"{url}: cannot open store: {summarize(exc)}") from exc
         raise ConfigError(
             f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
             "file:// or a local path."
@@ -406,19 +504,29 @@ class ObjectStore(Closing):
         """The object's size and entity tag (one HEAD)."""
         store = self._live()
         meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
-        return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        return _info(meta)
+
+    # What an error message says of the object's size: one HEAD, and one more if the first
+    # failed at once, as on a pooled connection the server closed after its error answer.
+    # ``None`` if both fail; the short read is reported either way.
 
     def _size_or_none(self, key: str) -> int | None:
-        try:
-            return int(obs.head(self._live(), key)["size"])
-        except Exception:
-            return None  # the short read is reported either way
+        for _ in range(2):
+            try:
+                return int(obs.head(self._live(), key)["size"])
+            except Exception as exc:
+                if not classify(exc, "")[1]:
+                    break
+        return None
 
     async def _asize_or_none(self, key: str) -> int | None:
-        try:
-            return int((await obs.head_async(self._live(), key))["size"])
-        except Exception:
-            return None
+        for _ in range(2):
+            try:
+                return int((await obs.head_async(self._live(), key))["size"])
+            except Exception as exc:
+                if not classify(exc, "")[1]:
+                    break
+        return None
 
     def get(self, key: str) -> memoryview:
         """The whole object (zero-copy over obstore's buffer)."""
@@ -454,7 +562,7 @@ class ObjectStore(Closing):
                 result = obs.get(store, key, options={"range": (0, length)})
             else:
                 result = obs.get(store, key)
-            info = ObjectInfo(int(result.meta["size"]), result.meta.get("e_tag"))
+            info = _info(result.meta)
             data = memoryview(result.bytes())
             start, end = result.range
             if len(data) != end - start:
@@ -556,7 +664,7 @@ class ObjectStore(Closing):
 
         async def once() -> int:
             result = await obs.get_async(store, key, options={"range": (offset, offset + length)})
-            size, etag = int(result.meta["size"]), result.meta.get("e_tag")
+            size, etag = _info(result.meta)
             if expect is not None and (
                 size != expect.size or (expect.etag and etag and etag != expect.etag)
             ):
@@ -677,11 +785,7 @@ class ObjectStore(Closing):
 
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
-            return sorted(
-                (m["path"], ObjectInfo(int(m["size"]), m.get("e_tag")))
-                for chunk in stream
-                for m in chunk
-            )
+            return sorted((m["path"], _info(m)) for chunk in stream for m in chunk)
 
         return self._retrying(self.where(prefix), once, lambda _: 0)
 

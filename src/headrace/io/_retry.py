@@ -87,6 +87,19 @@ def _status(text: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
+def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
+    """A 404: of the object, or of the bucket or container it was looked for in.
+
+    The store's error code is in the response body, which ``brief`` may have cut off.
+    """
+    low = text.lower()
+    if "containernotfound" in low:
+        return ObjectNotFoundError(f"{where}: no such container ({brief})")
+    if "nosuchbucket" in low:
+        return ObjectNotFoundError(f"{where}: no such bucket ({brief})")
+    return ObjectNotFoundError(f"{where}: no such object ({brief})")
+
+
 def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError, bool]:
     """Map ``exc`` to headrace's tree; the flag says whether a retry may help.
 
@@ -100,7 +113,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     if isinstance(exc, obx.NotFoundError) or (
         isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
     ):
-        return ObjectNotFoundError(f"{where}: no such object ({brief})"), False
+        return _not_found(where, text, brief), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
         return PermissionDeniedError(f"{where}: access denied ({brief})"), False
     if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
@@ -117,7 +130,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         if status in (403, 401):
             return PermissionDeniedError(f"{where}: access denied ({brief})"), False
         if status == 404:
-            return ObjectNotFoundError(f"{where}: no such object ({brief})"), False
+            return _not_found(where, text, brief), False
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status} ({brief})"), False
