@@ -276,3 +276,17 @@ def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
         ds |= kind.workload.dataset.read  # type: ignore[attr-defined]
         rd |= kind.workload.reader.read  # type: ignore[attr-defined]
     assert rows == read
+
+
+def test_dlio_keys_not_modelled_are_named_in_the_plan(tmp_path: Path) -> None:
+    # preprocess_time (simulated per-sample work) and a checkpoint section change what
+    # DLIO measures; the mapping does not model them, so the plan says so.
+    text = (DATA / "resnet50_h100.yaml").read_text()
+    text = text.replace("  prefetch_size: 2", "  prefetch_size: 2\n  preprocess_time: 0.01")
+    (tmp_path / "r.yaml").write_text(text + "checkpoint:\n  checkpoint_folder: ckpt\n")
+    wl = dlio_workload(str(tmp_path / "r.yaml"), scale=0.01)
+    plan = _plan(wl)
+    assert "not modelled: checkpoint, reader.computation_threads, reader.data_loader, " in plan
+    assert "reader.preprocess_time" in plan
+    for read in ("batch_size", "read_threads", "epochs", "computation_time", "framework"):
+        assert read not in plan.split("not modelled:")[1]

@@ -63,6 +63,46 @@ def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> 
     return out
 
 
+# The DLIO keys this mapping reads, per section; every other key of the YAML is
+# named in the workload's description as not modelled, never dropped silently.
+_READ: dict[str, frozenset[str]] = {
+    "dataset": frozenset(
+        {
+            "data_folder",
+            "format",
+            "num_files_train",
+            "num_samples_per_file",
+            "record_length",
+            "record_length_bytes",
+            "record_length_bytes_stdev",
+            "record_length_std",
+            "record_length_stdev",
+        }
+    ),
+    "reader": frozenset({"batch_size", "odirect", "prefetch_size", "read_threads", "seed"}),
+    "train": frozenset({"computation_time", "epochs", "total_training_steps"}),
+    "metric": frozenset({"au"}),
+    "storage": frozenset({"storage_options", "storage_root", "storage_type"}),
+    "model": frozenset({"name"}),
+}
+# Sections that say how DLIO itself runs, not what is read or computed.
+_RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
+
+
+def not_modelled(doc: Mapping[str, Any]) -> list[str]:
+    """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores."""
+    out: list[str] = []
+    for section, value in doc.items():
+        if section in _RUNNER:
+            continue
+        known = _READ.get(section)
+        if known is None:
+            out.append(str(section))
+        elif isinstance(value, Mapping):
+            out += [f"{section}.{k}" for k in value if k not in known]
+    return sorted(out)
+
+
 def _time(section: Mapping[str, Any], key: str, path: str) -> tuple[float, float]:
     """DLIO's ``key`` and ``key_stdev``: a number, or a normal distribution's mapping."""
     value = section.get(key, 0.0)
@@ -166,12 +206,14 @@ def dlio_workload(
     if rd.get("odirect"):
         reader["odirect"] = True
     shown = fmt if out_fmt == fmt else f"{fmt} as {out_fmt}"
+    ignored = not_modelled(doc)
     return Workload(
         name=name,
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
             f"files x{scale:g}, records x{record_scale:g}"
+            + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
         ),
         source=path,
         dataset=dataset,
