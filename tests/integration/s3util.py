@@ -81,3 +81,13 @@ def hash_key(key: str) -> int:
 
 def expected(key: str) -> bytes:
     return payload(hash_key(key), OBJECTS[key])
+
+
+def seed_objects(put: Callable[[str, bytes], None], local_dir: Path) -> None:
+    """Put every object of ``OBJECTS`` under ``PREFIX`` and write each beside, locally."""
+    for key in OBJECTS:
+        data = expected(key)
+        put(f"{PREFIX}/{key}", data)
+        path = local_dir / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
