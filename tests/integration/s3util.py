@@ -58,12 +58,7 @@ def start_s3(tmp_root: Path) -> Iterator[S3Fixture]:
         server.create_bucket(BUCKET)
         client = server.info.boto3_client()
         local = tmp_root / PREFIX
-        for key, size in OBJECTS.items():
-            data = payload(hash_key(key), size)
-            client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}", Body=data)
-            path = local / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        seed_objects(lambda key, data: client.put_object(Bucket=BUCKET, Key=key, Body=data), local)
         yield S3Fixture(server=server, local_dir=local)
 
 
