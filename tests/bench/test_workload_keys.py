@@ -197,6 +197,29 @@ def test_files_odirect_reads_with_o_direct_and_the_same_batches(tmp_path: Path) 
         assert b["bytes_read"] > 0, spec  # how far read-ahead got varies: not compared
 
 
+def test_a_variant_option_may_set_a_reader_key_the_file_leaves_at_its_default(
+    tmp_path: Path,
+) -> None:
+    # npz.toml sets no odirect: ?odirect=true (what --sweep odirect=false,true makes)
+    # still reaches it, parsed like the kind's default (a bool), same batches.
+    wl = builtin_workloads()["npz"].replace(
+        dataset={"files": 8, "record_bytes": 3_000, "record_bytes_stdev": 1_000},
+        train={"batch_size": 4, "steps": 2, "trials": 1, "warmup_steps": 1},
+    )
+    assert "odirect" not in dict(wl.reader)
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    plain, direct = (
+        measure_pass(kind, "headrace", 4),
+        measure_pass(kind, "headrace?odirect=true", 4),
+    )
+    assert direct["digest"] == plain["digest"]
+    with pytest.raises(ConfigError, match=r"'ture' is not a bool like the reader's False"):
+        measure_pass(kind, "headrace?odirect=ture", 4)
+    with pytest.raises(ConfigError, match=r"option 'odirekt' \(did you mean 'odirect'\?\)"):
+        measure_pass(kind, "headrace?odirekt=true", 4)
+
+
 def _dlio(tmp_path: Path, yaml: str, **edits: str) -> str:
     text = (DATA / yaml).read_text()
     for old, new in edits.items():

@@ -280,18 +280,20 @@ class Kind:
         """Open variant ``spec`` for ``steps`` batches from step 0.
 
         Options that name a ``[reader]`` key (``?block_mib=1``, ``?in_flight=8``)
-        override it for this variant, so ``--sweep`` reaches any reader setting.
+        override it for this variant, so ``--sweep`` reaches any reader setting,
+        also one the file leaves at the kind's default (``?odirect=true``).
         """
         vs = VariantSpec.parse(spec)
         reader = self.workload.reader
-        over = {k: _like(reader[k], v, spec) for k, v in vs.options.items() if k in reader}
+        current = {**getattr(reader, "defaults", {}), **reader}
+        over = {k: _like(current[k], v, spec) for k, v in vs.options.items() if k in current}
         kind = self
-        if any(reader[k] != v for k, v in over.items()):
+        if any(current[k] != v for k, v in over.items()):
             kind = type(self).make(self.workload.replace(reader=over), self.root)
             kind.loaders = self.loaders  # its Loaders' stage times are this variant's
         stream = kind.openers[vs.name](kind, vs, steps)
         # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
-        known = set(reader) | vs.options.asked | {"seed"}
+        known = set(current) | vs.options.asked | {"seed"}
         unused = sorted(set(vs.options) - known)
         if unused:
             stream.close()
@@ -347,7 +349,10 @@ def _like(current: Any, text: str, spec: str) -> Any:
     """``text`` parsed as the type of the reader value it overrides."""
     try:
         if isinstance(current, bool):
-            return text.lower() in ("1", "true", "yes")
+            word = text.lower()
+            if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(text)
+            return word in ("1", "true", "yes", "on")
         if isinstance(current, (int, float)):
             # an int setting may take a fraction (block_mib=0.5): keep what parses
             number = float(text)

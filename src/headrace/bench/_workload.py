@@ -84,9 +84,14 @@ class Section(dict[str, Any]):
         self.where = where  # "jpeg.toml [reader]"
         self.owner = owner  # "the files kind"
         self.read: set[str] = set()
+        # Keys looked up but not set, with the default the kind used: what a variant
+        # option may still set (``?odirect=true`` where the file has no odirect).
+        self.defaults: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
+        if not super().__contains__(key):
+            self.defaults.setdefault(key, default)
         return super().get(key, default)
 
     def __getitem__(self, key: str) -> Any:
