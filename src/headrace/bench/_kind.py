@@ -285,7 +285,10 @@ class Kind:
         """
         vs = VariantSpec.parse(spec)
         reader = self.workload.reader
-        current = {**getattr(reader, "defaults", {}), **reader}
+        # Where the dataset is served from is the run's, not a variant's to change.
+        current = {
+            k: v for k, v in {**getattr(reader, "defaults", {}), **reader}.items() if k not in _RUN
+        }
         over = {k: _like(current[k], v, spec) for k, v in vs.options.items() if k in current}
         kind = self
         if any(current[k] != v for k, v in over.items()):
@@ -343,6 +346,10 @@ class Kind:
         )
         self.loaders.append(loader)
         return loader
+
+
+# [reader] keys that say where the run's dataset is served from: one per run.
+_RUN = frozenset({"storage", "storage_url", "endpoint", "latency_ms", "store_options"})
 
 
 def _like(current: Any, text: str, spec: str) -> Any:
