@@ -440,11 +440,16 @@ class TokenSource:
         self.stats.samples += len(samples)
         return out
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] = (0.0, 1.0)
+    ) -> None:
         """Start reading the blocks these samples need, without waiting.
 
         Only windows already open (or with a free slot) are read ahead, so
         looking ahead never evicts a window the current batch still needs.
+        ``share``: the fraction of each window, in address order, that this
+        reader's samples come from (a host of a ``Loader(host_order="address")``);
+        the next window is read ahead over that stretch (and a margin), not whole.
         """
         plan = self._plan(seed, samples)
         upcoming = set()
@@ -455,9 +460,11 @@ class TokenSource:
             win = self._window(w)
             win.request(win.blocks(plan.start[idx], self.context + 1))
         if self.read_ahead and samples.size and self.max_windows > 1:
-            self._open_next_window(seed, int(samples.max()), upcoming | self._gathered)
+            self._open_next_window(seed, int(samples.max()), upcoming | self._gathered, share)
 
-    def _open_next_window(self, seed: int, last: int, keep: set[int]) -> None:
+    def _open_next_window(
+        self, seed: int, last: int, keep: set[int], share: tuple[float, float] = (0.0, 1.0)
+    ) -> None:
         """Fill the window that comes after this one while this one is still read.
 
         Every block of a window is read within its first few batches (the
@@ -480,7 +487,15 @@ class TokenSource:
             return
         win = self._window(w)
         self._ahead = w
-        win.request(np.arange(win.filled.size))
+        if share == (0.0, 1.0):
+            win.request(np.arange(win.filled.size))
+            return
+        # A host's share of sorted samples wanders with the batch: a margin of 5% a side.
+        n = int(self.layout.window_count[w])
+        first = int(max(0.0, share[0] - 0.05) * n)
+        last_start = min(n, int(np.ceil(min(1.0, share[1] + 0.05) * n)))
+        starts = np.arange(first, last_start, dtype=np.int64) * self.context
+        win.request(win.blocks(starts, self.context + 1))
 
     def starts(
         self, seed: int, samples: NDArray[np.int64]

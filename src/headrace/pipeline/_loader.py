@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -128,6 +128,7 @@ class Loader(Closing):
         steps: int | None = None,
         step_stride: int = 1,
         step_offset: int = 0,
+        host_order: Literal["plan", "address"] = "plan",
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
             raise ConfigError(f"seed must be an integer in [0, 2**63) (got {seed=}).")
@@ -160,7 +161,18 @@ class Loader(Closing):
         self.steps = steps
         self.step_stride = step_stride
         self.step_offset = step_offset
-        self._fingerprint = fingerprint_digest(source.fingerprint())
+        if host_order not in ("plan", "address"):
+            raise ConfigError(f"host_order must be 'plan' or 'address' (got {host_order!r}).")
+        if host_order == "address" and not hasattr(source, "starts"):
+            raise ConfigError(
+                f"host_order='address' needs a source that says where each sample lies "
+                f"(starts(seed, samples), as TokenSource has); {type(source).__name__} does not."
+            )
+        self.host_order = host_order
+        described = source.fingerprint()
+        if host_order == "address":  # another split of each step: not the same stream
+            described = {**described, "host_order": "address"}
+        self._fingerprint = fingerprint_digest(described)
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -210,10 +222,32 @@ class Loader(Closing):
         if chunk:
             yield chunk
 
+    def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
+        """This host's sample numbers of ``steps``, step after step.
+
+        ``plan``: positions ``[lo, hi)`` of each step's global batch. ``address``:
+        each step's ``B`` samples sorted by where they lie (file, then offset),
+        and this host takes positions ``[lo, hi)`` of that order. The sort does
+        not depend on the number of hosts, so the hosts' slices still make up
+        the same global batch on any world size; but each host now reads one
+        stretch of each window instead of samples spread over all of it, so
+        ``W`` hosts read about the bytes of one, not ``W`` times them.
+        """
+        t = np.asarray(steps, dtype=np.int64)
+        if self.host_order == "plan":
+            return step_samples(t, self.batch_size, self._lo, self._hi)
+        b = self.batch_size
+        every = step_samples(t, b, 0, b).reshape(len(steps), b)
+        with self._read_lock:  # the source's plan cache is not thread-safe
+            files, offsets = self.source.starts(self.seed, every.reshape(-1))  # type: ignore[attr-defined]
+        order = np.lexsort((offsets.reshape(len(steps), b), files.reshape(len(steps), b)), axis=1)
+        mine = order[:, self._lo : self._hi]
+        return np.take_along_axis(every, mine, axis=1).reshape(-1)
+
     def _read_arrays(self, steps: list[int]) -> Batch:
         """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
         stats, t0 = self.stats, time.perf_counter()
-        samples = step_samples(np.asarray(steps), self.batch_size, self._lo, self._hi)
+        samples = self._host_samples(steps)
         t1 = time.perf_counter()
         # Sources keep caches (windows, plans) that are not thread-safe; batch_at may
         # run while the producer thread reads, and another Loader over the same source
@@ -303,10 +337,14 @@ class Loader(Closing):
                 yield current, arrays
             if following is not None and prefetch is not None:
                 t0 = time.perf_counter()
-                ahead = step_samples(np.asarray(following), self.batch_size, self._lo, self._hi)
+                ahead = self._host_samples(following)
                 t1 = time.perf_counter()
                 with self._read_lock:
-                    prefetch(self.seed, ahead)
+                    if self.host_order == "address":  # tell it which stretch is ours
+                        b = self.batch_size
+                        prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
+                    else:
+                        prefetch(self.seed, ahead)
                 self.stats.plan_s += t1 - t0
                 self.stats.prefetch_s += time.perf_counter() - t1
             if not first:
