@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source
-from headrace.plan import LoaderState, fingerprint_digest
+from headrace.plan import LoaderState
 
 __all__ = [
     "HeadraceDataLoader",
@@ -134,7 +134,9 @@ class TorchDataset(IterableDataset[TensorBatch]):
     read-ahead (32 steps a chunk by default, with or without workers: with
     :class:`HeadraceDataLoader` workers, chunks of 32 took 0.75x the CPU
     per batch of chunks of 8, since a chunk is one copy and one message each
-    way). ``pin_memory`` pins in the process that iterates, so it is only for
+    way). ``host_order`` is the :class:`~headrace.pipeline.Loader`'s (``"address"``:
+    each host reads its stretch of every window). ``pin_memory`` pins in the
+    process that iterates, so it is only for
     ``num_workers=0``: pinned pages do not survive a worker queue (pass
     ``pin_memory=True`` to the DataLoader instead).
     """
@@ -152,6 +154,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         contiguous: bool = False,
         prefetch: int = 8,
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
+        host_order: Literal["plan", "address"] = "plan",
     ) -> None:
         super().__init__()
         self.rank, self.world_size = dist_rank_world(rank, world_size)
@@ -161,7 +164,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
                 "False); pin only on a machine with a GPU."
             )
         # A throwaway loader checks the config now, in the main process, not in a worker.
-        Loader(
+        check = Loader(
             source,
             batch_size=batch_size,
             seed=seed,
@@ -170,6 +173,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             prefetch=prefetch,
             chunk_steps=chunk_steps,
             steps=steps,
+            host_order=host_order,
         )
         self.source = source
         self.batch_size = batch_size
@@ -179,7 +183,9 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self.contiguous = contiguous
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
-        self.fingerprint = fingerprint_digest(source.fingerprint())
+        self.host_order = host_order
+        # The loader's own: it covers the host order as well as the data.
+        self.fingerprint = check.state_dict()["fingerprint"]
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
@@ -251,6 +257,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             prefetch=self.prefetch,
             chunk_steps=self.chunk_steps,
             steps=self.steps,
+            host_order=self.host_order,
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
         )
@@ -399,6 +406,7 @@ class HeadraceDataLoader(Closing):
                 "chunk_steps": ds.chunk_steps,
                 "chunk_bytes": WORKER_CHUNK_BYTES,
                 "steps": ds.steps,
+                "host_order": ds.host_order,
             },
             start=self.step,
             workers=self.num_workers,

@@ -28,7 +28,7 @@ from _adapter_data import (  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
 from headrace._shm_ring import RingConfig, WorkerBatches  # noqa: E402
-from headrace.errors import ConfigError, DataError, HeadraceError  # noqa: E402
+from headrace.errors import ConfigError, DataError, HeadraceError, StateError  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
@@ -94,6 +94,21 @@ def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference:
     assert all(b["x"].is_contiguous() and b["y"].is_contiguous() for b in got)
     assert not any(np.shares_memory(b["x"].numpy(), b["y"].numpy()) for b in got)
     assert [digest(b) for b in got] == reference[:6]
+
+
+def test_host_order_address_through_workers_on_two_ranks(root: Path) -> None:
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=8, host_order="address") as ld:
+        want = [b["x"] for b in ld]
+    parts = []
+    for rank in (0, 1):
+        ds = dataset(root, host_order="address", rank=rank, world_size=2, steps=8)
+        with ht.HeadraceDataLoader(ds, num_workers=2) as dl:
+            parts.append([b["x"].numpy().copy() for b in dl])
+    for t in range(8):
+        assert np.array_equal(np.concatenate([parts[0][t], parts[1][t]]), want[t])
+    plain = dataset(root)
+    with pytest.raises(StateError, match="different data"):
+        plain.load_state_dict(ds.state_dict())
 
 
 def test_padded_row_mixture_through_workers(root: Path) -> None:
