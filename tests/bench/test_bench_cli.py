@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import json
 from importlib import resources
 from pathlib import Path
@@ -105,6 +106,20 @@ def test_unknown_workload_and_variant_are_config_errors(
     assert "unknown workload 'nope'" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
     assert "unknown variant 'fast'" in capsys.readouterr().err
+
+
+def test_files_sets_how_many_files_and_only_for_files_workloads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headrace.bench._cli import _override, configure
+    from headrace.bench._workload import builtin_workloads
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    wl = _override(builtin_workloads()["npz"], parser.parse_args(["--files", "3"]))
+    assert wl.dataset["files"] == 3
+    assert main(["bench", "--root", str(tmp_path), "--files", "3", "-q"]) == 2  # tokens
+    assert "unknown key 'files'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--root", default=None, help=f"dataset folder (default: {default_root()})")
     parser.add_argument("--token-file-gib", type=float, help="token file size in GiB")
+    parser.add_argument("--files", type=int, help="files workloads: how many files")
     parser.add_argument("--steps", type=int, help="steps per timed trial")
     parser.add_argument("--trials", type=int, help="timed trials per variant")
     parser.add_argument("--warmup", type=int, help="warm-up steps per variant (not timed)")
@@ -110,8 +111,13 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     changes: dict[str, Any] = {}
     if train:
         changes["train"] = train
+    dataset: dict[str, Any] = {}
     if getattr(args, "token_file_gib", None) is not None:
-        changes["dataset"] = {"token_file_gib": args.token_file_gib}
+        dataset["token_file_gib"] = args.token_file_gib
+    if getattr(args, "files", None) is not None:
+        dataset["files"] = args.files
+    if dataset:
+        changes["dataset"] = dataset
     reader = _storage_options(args)
     if reader:
         if wl.kind not in ("files", "tokens", "megatron", "parquet"):
@@ -122,7 +128,10 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
             )
         changes["reader"] = reader
         if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
-            changes.update(_tokens_on_s3(wl, args, reader))
+            s3 = _tokens_on_s3(wl, args, reader)
+            if "dataset" in s3:  # merged: --files (refused for tokens) is not dropped
+                s3["dataset"] = {**changes.get("dataset", {}), **s3["dataset"]}
+            changes.update(s3)
     if getattr(args, "variants", None):
         changes["variants"] = tuple(v for v in args.variants.split(",") if v)
     wl = wl.replace(**changes) if changes else wl
