@@ -21,10 +21,11 @@ from typing import Any
 
 import obstore as obs
 import pytest
-from emulators import Emulator
+from emulators import supervised
 from obstore.store import AzureStore
 from s3util import FAST_RETRY, PREFIX, seed_objects
 
+from headrace.emulate._server import ServerProcess
 from headrace.io._objects import AZURITE_ACCOUNT, AZURITE_KEY
 
 CONTAINER = "headrace-test"
@@ -67,7 +68,7 @@ def _shared_key_put(endpoint: str, path: str, query: dict[str, str]) -> None:
 
 @dataclass
 class AzuriteFixture:
-    server: Emulator
+    server: ServerProcess
     local_dir: Path  # the same objects as plain files
 
     @property
@@ -111,7 +112,7 @@ def start_azurite(tmp_root: Path) -> Iterator[AzuriteFixture]:
         pytest.skip(f"Azurite is not installed (needs node and azurite-blob): {INSTALL}")
     workspace = tmp_root / "azurite"
     workspace.mkdir()
-    server = Emulator(
+    server = supervised(
         "azurite-blob",
         lambda port: [
             *argv,

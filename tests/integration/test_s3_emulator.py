@@ -19,6 +19,7 @@ from s3util import BUCKET, PREFIX, S3Fixture, expected
 
 from headrace.emulate import FaultRule, LatencyProxy, LocalS3
 from headrace.emulate._s3 import configure_s3, run_s3
+from headrace.emulate._server import ServerProcess
 from headrace.errors import ConfigError
 from headrace.io import ObjectStore
 
@@ -257,12 +258,12 @@ def test_local_s3_interrupted_while_starting_leaves_no_server(
 ) -> None:
     started: list[int] = []
 
-    def interrupted(self: LocalS3) -> None:
+    def interrupted(self: ServerProcess) -> None:
         assert self.pid is not None
         started.append(self.pid)
         raise KeyboardInterrupt  # fault injection: Ctrl-C while waiting for moto
 
-    monkeypatch.setattr(LocalS3, "_wait_ready", interrupted)
+    monkeypatch.setattr(ServerProcess, "_wait_ready", interrupted)
     server = LocalS3()
     with pytest.raises(KeyboardInterrupt):
         server.start()

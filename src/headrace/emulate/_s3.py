@@ -11,20 +11,15 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
-import subprocess
-import tempfile
 import threading
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import IO, Any, Self
+from typing import Any, Self
 
 from headrace._closing import Closing
 from headrace.emulate._lifeline import argv_for
 from headrace.emulate._proxy import LatencyProxy
-from headrace.errors import ConfigError, StorageError
+from headrace.emulate._server import ServerProcess
+from headrace.errors import ConfigError
 
 __all__ = ["LocalS3", "S3Endpoint", "configure_s3", "run_s3"]
 
@@ -69,12 +64,6 @@ class S3Endpoint:
         )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class LocalS3(Closing):
     """moto's S3 server on a free 127.0.0.1 port, for the life of a ``with`` block.
 
@@ -84,92 +73,34 @@ class LocalS3(Closing):
 
     def __init__(self, *, start_timeout_s: float = 30.0) -> None:
         self.start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._port = 0
-
-    def start(self) -> Self:
-        if self._proc is not None:
-            return self
-        # Another process may take the port between probing and binding; retry once.
-        for attempt in range(2):
-            self._port = _free_port()
-            env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
-            # moto logs every request on stderr: a pipe nobody drains would fill up and
-            # hang the server after a few hundred requests, so it goes to a file.
-            self._log = tempfile.TemporaryFile()
-            # The lifeline pipe on stdin stops moto when this process dies, even by SIGKILL.
-            self._proc = subprocess.Popen(
-                argv_for("moto.server", "-H", "127.0.0.1", "-p", str(self._port)),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=self._log,
-                env=env,
-                start_new_session=True,
-            )
-            try:
-                self._wait_ready()
-                return self
-            except BaseException as exc:
-                # Ctrl-C or any error while waiting must not leave moto running.
-                self.close()
-                if attempt == 1 or not isinstance(exc, StorageError):
-                    raise
-        return self  # pragma: no cover - the loop returns or raises
-
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                err = ""
-                if self._log is not None:
-                    self._log.seek(0)
-                    err = self._log.read().decode(errors="replace")
-                raise StorageError(
-                    f"moto server exited with status {self._proc.returncode} before answering "
-                    f"on {self.endpoint}: {err.strip()[-500:]}"
-                )
-            try:
-                with urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1.0):
-                    return
-            except urllib.error.HTTPError:
-                return  # it answered, even if with an error
-            except OSError:
-                time.sleep(0.05)
-        raise StorageError(
-            f"moto server did not answer on {self.endpoint} within {self.start_timeout_s} s"
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+        # The lifeline wrapper (argv_for) stops moto when this process dies, even by SIGKILL.
+        self._server = ServerProcess(
+            "moto server",
+            lambda port: argv_for("moto.server", "-H", "127.0.0.1", "-p", str(port)),
+            ready_path="/moto-api/",
+            env=env,
+            start_timeout_s=start_timeout_s,
+            stop_timeout_s=5.0,
         )
 
+    def start(self) -> Self:
+        self._server.start()
+        return self
+
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-        if proc.stdin is not None:
-            proc.stdin.close()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._server.stop()
 
     def __enter__(self) -> Self:  # starts it, unlike Closing's
         return self.start()
 
     @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return self._server.pid
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        return self._server.endpoint
 
     @property
     def info(self) -> S3Endpoint:
