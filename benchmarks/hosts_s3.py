@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from _out import out as _out
 
 from headrace.bench._datagen import write_token_file
 from headrace.bench._s3_serve import bench_s3
@@ -32,11 +33,6 @@ from headrace.pipeline import Loader
 MiB = 1 << 20
 URL = "s3://headrace-bench/hosts"
 L = 1024
-
-
-def _out(*parts: object) -> None:
-    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
-    sys.stdout.flush()
 
 
 def epoch(args: argparse.Namespace, url: str, store: dict[str, Any], world: int, order: str):

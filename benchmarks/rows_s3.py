@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _out import out as _out
 
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import PaddedRows, write_row_file
@@ -47,11 +48,6 @@ from headrace.testing import update_digest
 
 URL = "s3://headrace-bench/rows"
 MiB = 1 << 20
-
-
-def _out(*parts: object) -> None:
-    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
-    sys.stdout.flush()
 
 
 def write_files(args: argparse.Namespace) -> list[str]:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import obstore as obs
+from _out import out as _out
 from obstore.store import S3Store
 
 from headrace.emulate import LocalS3
@@ -41,11 +42,6 @@ N_OBJECTS = 256
 OBJECT_BYTES = 300_000
 IN_FLIGHT = 64
 _GET_MANY_STATS: list[ObjectStats] = []
-
-
-def _out(*parts: object) -> None:
-    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
-    sys.stdout.flush()
 
 
 def _digest(parts: Sequence[object]) -> str:

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _out import out as _out
 
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import TableSource
@@ -59,11 +60,6 @@ from headrace.testing import update_digest
 
 URL = "s3://headrace-bench/tables"
 MiB = 1 << 20
-
-
-def _out(*parts: object) -> None:
-    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
-    sys.stdout.flush()
 
 
 def write_files(args: argparse.Namespace) -> list[str]:

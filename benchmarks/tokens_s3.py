@@ -35,6 +35,8 @@ import sys
 import time
 from typing import Any
 
+from _out import out as _out
+
 from headrace.bench._datagen import write_token_file
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import TokenSource
@@ -44,11 +46,6 @@ from headrace.testing import update_digest
 MiB = 1 << 20
 URL = "s3://headrace-bench/tokens"
 L = 1024
-
-
-def _out(*parts: object) -> None:
-    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
-    sys.stdout.flush()
 
 
 def _source(
