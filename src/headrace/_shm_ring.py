@@ -348,6 +348,7 @@ class WorkerBatches:
         self._ready: list[collections.deque[Batch]] = []
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
+        self.pickled_chunks = 0  # chunks that came through the pipe, not a slot
 
     def __iter__(self) -> Iterator[Batch]:
         self.close()
@@ -360,6 +361,7 @@ class WorkerBatches:
         self._rings = [None] * k
         self._ready = [collections.deque() for _ in range(k)]
         self.shm_names = []
+        self.pickled_chunks = 0
         try:  # pickled once here, for every worker, so a source that cannot is named now
             config = pickle.dumps(self.cfg)
         except Exception as exc:
@@ -427,6 +429,7 @@ class WorkerBatches:
             if kind == _LAYOUT:
                 self._map(w, msg)
             elif kind == _INLINE:
+                self.pickled_chunks += 1
                 steps, arrays = pickle.loads(msg[1:])
                 self._check_step(w, t, steps[0])
                 # Unpickled arrays may be read-only: copy those, as promised.

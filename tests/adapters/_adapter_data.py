@@ -116,3 +116,23 @@ class Ragged:
         s = np.asarray(samples, dtype=np.int64)
         width = 1 + s.size // BATCH % 3
         return {"v": np.repeat(s[:, None] * 10 + seed, width, axis=1)}
+
+
+class Growing:
+    """A source whose rows widen with the sample numbers: later chunks outgrow the ring's
+    slots (sized from the first chunk), and its ``tag`` field holds Python strings.
+    (Its width follows the chunk, so compare it with one worker, as :class:`Ragged`.)"""
+
+    def __init__(self, objects: bool = False) -> None:
+        self.objects = objects
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "growing-test", "objects": self.objects}
+
+    def read(self, seed: int, samples: Any) -> dict[str, Any]:
+        s = np.asarray(samples, dtype=np.int64)
+        width = 1 + int(s.max(initial=0)) // BATCH  # one column more per step
+        out: dict[str, Any] = {"v": np.repeat(s[:, None] * 10 + seed, width, axis=1)}
+        if self.objects:
+            out["tag"] = np.array([f"s{n}" for n in s.tolist()], dtype=object)
+        return out

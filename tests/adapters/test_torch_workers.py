@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from _adapter_data import (  # noqa: E402
     BATCH,
     Faulty,
+    Growing,
     Ragged,
     Unreopenable,
     padded_mixture,
@@ -156,6 +157,26 @@ def test_batches_of_changing_shape_go_through_the_pipe() -> None:
     assert len({b["v"].shape for b in want}) >= 2
     wb = ring(Ragged(), workers=1)
     assert batch_digest(wb) == batch_digest(want)
+
+
+@pytest.mark.parametrize("objects", [False, True])
+def test_chunks_that_outgrow_the_slot_or_hold_objects_are_pickled(objects: bool) -> None:
+    # The ring's slots are sized from the first chunk; these chunks grow past them (and
+    # with objects=True hold Python strings): each goes through the pipe, pickled.
+    with Loader(Growing(objects), batch_size=BATCH, seed=5, steps=STEPS, prefetch=0) as ld:
+        want = list(ld)
+    assert want[-1]["v"].shape[1] > 4 * want[0]["v"].shape[1]
+    wb = ring(Growing(objects), workers=1)  # chunked as the bare loader chunks
+    got = list(wb)
+    assert [b["v"].tolist() for b in got] == [b["v"].tolist() for b in want]
+    if objects:
+        assert [b["tag"].tolist() for b in got] == [b["tag"].tolist() for b in want]
+        assert wb.shm_names == []  # no slot was ever made: every chunk held objects
+        assert wb.pickled_chunks == 5  # chunks of 1, 2, 4, 8 and the last 9 steps
+    else:
+        assert len(wb.shm_names) == 1  # slots sized from the first chunk (1 column) ...
+        assert 1 <= wb.pickled_chunks < 5  # ... which the wider later ones outgrow
+    assert all(b["v"].flags.writeable for b in got)
 
 
 def test_held_batches_stay_valid_and_slots_come_back(root: Path, reference: list[str]) -> None:
