@@ -144,3 +144,27 @@ def test_a_source_that_cannot_say_where_samples_lie_is_refused(tmp_path: Path) -
         Loader(PaddedRows(tmp_path / "t.npy", context=4), batch_size=2, host_order="address")
     with pytest.raises(ConfigError, match="host_order must be"):
         Loader(PaddedRows(tmp_path / "t.npy", context=4), batch_size=2, host_order="x")  # type: ignore[arg-type]
+
+
+def test_a_source_whose_prefetch_takes_no_share_still_reads_ahead(tokens: Path) -> None:
+    class Plain:  # starts() as a token source has, prefetch() without share=
+        def __init__(self) -> None:
+            self.inner = source(tokens)
+            self.ahead = 0
+
+        def fingerprint(self) -> dict[str, object]:
+            return self.inner.fingerprint()
+
+        def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+            return self.inner.read(seed, samples)
+
+        def starts(self, seed: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return self.inner.starts(seed, samples)
+
+        def prefetch(self, seed: int, samples: np.ndarray) -> None:
+            self.ahead += 1
+
+    src = Plain()
+    with Loader(src, batch_size=B, seed=3, steps=6, prefetch=0, host_order="address") as ld:
+        assert len(list(ld)) == 6
+    assert src.ahead > 0

@@ -12,6 +12,7 @@ work. Both give identical batches: the plan is a pure function of
 from __future__ import annotations
 
 import enum
+import inspect
 import queue
 import threading
 import time
@@ -169,6 +170,13 @@ class Loader(Closing):
                 f"(starts(seed, samples), as TokenSource has); {type(source).__name__} does not."
             )
         self.host_order = host_order
+        # Told which stretch of each window is this host's, a source reads ahead only that.
+        read_ahead = getattr(source, "prefetch", None)
+        self._share = (
+            host_order == "address"
+            and read_ahead is not None
+            and "share" in inspect.signature(read_ahead).parameters
+        )
         described = source.fingerprint()
         if host_order == "address":  # another split of each step: not the same stream
             described = {**described, "host_order": "address"}
@@ -340,7 +348,7 @@ class Loader(Closing):
                 ahead = self._host_samples(following)
                 t1 = time.perf_counter()
                 with self._read_lock:
-                    if self.host_order == "address":  # tell it which stretch is ours
+                    if self._share:
                         b = self.batch_size
                         prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
                     else:
