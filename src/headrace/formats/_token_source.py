@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
@@ -234,14 +233,25 @@ class _Window:
             # The window's view keeps the map open, so this cannot fail on a closed map.
             madvise(self.memory, start, self.offset + self._bytes.size - start, mmap.MADV_DONTNEED)
 
-    def rows(self, context: int) -> NDArray[Any]:
-        """A cached ``(S, L + 1)`` view: row ``i`` is tokens ``[i*L, i*L + L + 1)``."""
+    def rows(self, context: int) -> NDArray[np.void]:
+        """A cached view of ``S`` overlapping rows, row ``i`` = tokens ``[i*L, i*L + L + 1)``.
+
+        Each row is one opaque item (a void dtype of ``(L + 1) * itemsize``
+        bytes), so indexing copies a row with one ``memcpy`` instead of an
+        element loop: 7% faster on random rows of 1,025 uint32 tokens
+        (14.5 against 15.6 us per 32 rows). ``.view(dtype)`` of the gathered
+        items gives the ``(n, L + 1)`` tokens.
+        """
         if self._rows is None:
-            n = (self.buf.size - 1) // context
             isz = self.buf.itemsize
-            self._rows = as_strided(
-                self.buf, shape=(n, context + 1), strides=(context * isz, isz), writeable=False
+            n = (self.buf.size - 1) // context
+            self._rows = np.ndarray(
+                shape=(n,),
+                dtype=np.dtype((np.void, (context + 1) * isz)),
+                buffer=self._bytes,
+                strides=(context * isz,),
             )
+            self._rows.flags.writeable = False
         return self._rows
 
 
@@ -427,7 +437,7 @@ class TokenSource:
                 win.check_size()
             # Fancy indexing walks the strided view row by row: one copy. (np.take
             # would first copy the whole overlapping view to make it contiguous.)
-            rows = win.rows(L)[starts // L]
+            rows = win.rows(L)[starts // L].view(self.dtype).reshape(len(starts), L + 1)
             if len(groups) == 1:
                 out = rows
             else:
