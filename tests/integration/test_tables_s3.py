@@ -27,6 +27,7 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.formats import Table, TableSource
+from headrace.formats._object_files import ObjectFiles
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -114,6 +115,29 @@ def test_one_object_a_glob_and_a_list_of_urls(s3: S3Fixture, root: Path) -> None
     assert listed.read_rows([0, 2000], ["label"])["label"].tolist() == [4000, 0]  # list order
     for t in (glob, listed):
         t.close()
+
+
+def test_a_list_of_urls_is_stat_with_its_heads_in_flight_together(
+    s3: S3Fixture, root: Path
+) -> None:
+    # One HEAD per listed URL, all on the request queue at once: with 100 ms per
+    # request, one after another would never have two in flight.
+    urls = [f"{URL}/{f}" for f in FILES] * 2
+    with LatencyProxy(s3.server.endpoint, latency_ms=100) as slow:
+        stores = ObjectFiles(options(s3, slow.endpoint), in_flight=4)
+        try:
+            infos = stores.infos(urls)
+            assert [i.size for i in infos] == [(root / f).stat().st_size for f in FILES] * 2
+            assert slow.stats.requests == len(urls)
+            assert slow.stats.max_in_flight == 4  # bounded by in_flight
+            slow.reset_stats()
+            with pytest.raises(ObjectNotFoundError, match=rf"{URL}/nope\.parquet"):
+                stores.infos([*urls[:3], f"{URL}/nope.parquet"])
+            assert slow.stats.requests == 4  # every HEAD finished before the error
+        finally:
+            stores.close()
+    with Table.open(urls[:3], store_options=options(s3)) as listed:
+        assert len(listed) == 3 * 2000
 
 
 def test_resume_mid_run_on_s3(s3: S3Fixture, root: Path) -> None:

@@ -174,6 +174,20 @@ class ObjectFiles:
         store, key = self._store(url)
         return store.stat(key)  # ObjectNotFoundError / PermissionDeniedError name the URL
 
+    def infos(self, urls: Sequence[str]) -> list[ObjectInfo]:
+        """:meth:`info` of every URL, the HEADs on the request queue: up to ``in_flight``
+        at once, where one after another took a round trip each (a list of 1,000 shard
+        URLs at 50 ms: 50 s). All finish before the first error is raised."""
+        queue = self._request_queue()
+
+        def head(url: str) -> Future[ObjectInfo]:
+            store, key = self._store(url)
+            return queue.submit(lambda: store.astat(key))
+
+        futures = [head(u) for u in urls]
+        wait_all(futures)
+        return [f.result() for f in futures]
+
     def read(self, path: str) -> bytes | None:
         """The whole object, ``None`` if there is none.
 
@@ -204,11 +218,13 @@ class ObjectFiles:
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
+        return RemoteFile(store, key, url, ObjectInfo(size, etag), self._request_queue())
+
+    def _request_queue(self) -> RequestQueue:
         with self._lock:
             if self._queue is None:
                 self._queue = RequestQueue(self.in_flight, name=self._name)
-            queue = self._queue
-        return RemoteFile(store, key, url, ObjectInfo(size, etag), queue)
+            return self._queue
 
     def stats(self) -> ObjectStats:
         """Every store's counters together, since this was made (closing keeps them);

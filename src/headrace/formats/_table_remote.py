@@ -60,7 +60,7 @@ def resolve_urls(
                 "among object URLs"
             )
         root = _common_root(urls)
-        return root, [(u, files.info(u)) for u in urls]
+        return root, list(zip(urls, files.infos(urls), strict=True))
     base, _, last = path.rstrip("/").rpartition("/")
     if any(c in last for c in "*?["):
         listed = [

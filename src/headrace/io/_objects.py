@@ -506,6 +506,14 @@ class ObjectStore(Closing):
         meta = self._retrying(self.where(key), lambda: obs.head(store, key), lambda _: 0)
         return _info(meta)
 
+    async def astat(self, key: str) -> ObjectInfo:
+        """:meth:`stat` on the event loop, so many HEADs can be in flight at once."""
+        store = self._live()
+        meta = await self._aretrying(
+            self.where(key), lambda: obs.head_async(store, key), lambda _: 0
+        )
+        return _info(meta)
+
     # What an error message says of the object's size: one HEAD, and one more if the first
     # failed at once, as on a pooled connection the server closed after its error answer.
     # ``None`` if both fail; the short read is reported either way.
