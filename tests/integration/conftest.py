@@ -72,3 +72,9 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteFixture
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSFixture]:
     """fake-gcs-server on 127.0.0.1 with ``s3util.OBJECTS`` under ``gs://headrace-test/data``."""
     yield from start_fake_gcs(tmp_path_factory.mktemp("gs-local"))
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSFixture]:
+    """Another, whose objects are read over TLS at ``https_endpoint`` (written over HTTP)."""
+    yield from start_fake_gcs(tmp_path_factory.mktemp("gs-tls"), https=True)

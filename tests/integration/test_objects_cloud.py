@@ -1,4 +1,4 @@
-"""ObjectStore and sources on az:// (Azurite), gs:// and http:// (fake-gcs-server).
+"""ObjectStore and sources on az:// (Azurite), gs://, http:// and https:// (fake-gcs-server).
 
 Each emulator is a real server on 127.0.0.1 that speaks its cloud's HTTP API,
 started by the session (``azutil``, ``gcsutil``); every read must give the
@@ -239,6 +239,41 @@ def test_http_store_reads_from_a_plain_http_server(fake_gcs: Any, tmp_path: Path
     token_url = f"{fake_gcs.endpoint}/headrace-test/http/train.bin"
     remote = TokenSource(token_url, store_options={"allow_http": True}, **kw)
     assert remote.files[0].format == "nanogpt"
+    assert digest(remote) == digest(TokenSource(path, **kw))
+
+
+def test_https_with_a_self_signed_certificate(fake_gcs_tls: Any, tmp_path: Path) -> None:
+    # The same objects over TLS: refused until the client is told to accept the
+    # emulator's own certificate (client_options pass through to obstore's client).
+    assert fake_gcs_tls.https_endpoint is not None
+    url = f"{fake_gcs_tls.https_endpoint}/headrace-test/data"
+    retry = fake_gcs_tls.options()["retry"]
+    with ObjectStore(url, retry=retry) as store:
+        with pytest.raises(
+            StorageError,
+            match=rf"^{url}/big\.bin: the server's TLS certificate is not trusted: "
+            r"Other CaUsedAsEndEntity; .*'allow_invalid_certificates': True",
+        ) as refused:
+            store.get("big.bin")
+        assert store.stats.retries == 0  # it would fail the same way again
+        assert not isinstance(refused.value, TransientStorageError)
+    trust = {"client_options": {"allow_invalid_certificates": True}, "retry": retry}
+    big = expected("big.bin")
+    with ObjectStore(url, **trust) as store:
+        assert bytes(store.get("big.bin")) == big
+        assert bytes(store.get_range("big.bin", 1000, 5000)) == big[1000:6000]
+        assert store.stat("big.bin").size == len(big)
+    path = tmp_path / "train.bin"
+    np.random.default_rng(6).integers(0, 60_000, 90_001).astype(np.uint16).tofile(path)
+    fake_gcs_tls.put("https/train.bin", path.read_bytes())
+    kw: dict[str, Any] = {"context": 64, "window_bytes": 64 << 10, "block_bytes": 16 << 10}
+
+    def digest(source: Any) -> str:
+        return batch_digest(Loader(source, batch_size=16, seed=9, steps=60))
+
+    remote = TokenSource(
+        f"{fake_gcs_tls.https_endpoint}/headrace-test/https/train.bin", store_options=trust, **kw
+    )
     assert digest(remote) == digest(TokenSource(path, **kw))
 
 

@@ -135,6 +135,15 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status} ({brief})"), False
     low = text.lower()
+    if "invalidcertificate" in low:
+        # A TLS handshake that will fail the same way every time: say so, do not retry.
+        why = re.search(r"InvalidCertificate\(\s*(\w+)(?:\(\s*(?:\w+\(\s*)*(\w+))?", text)
+        detail = "" if why is None else ": " + " ".join(w for w in why.groups() if w)
+        return StorageError(
+            f"{where}: the server's TLS certificate is not trusted{detail}; for a test "
+            "endpoint with a self-signed certificate, store_options={'client_options': "
+            "{'allow_invalid_certificates': True}} turns verification off"
+        ), False
     if any(word in low for word in _EOF_WORDS):
         eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
         return eof, False
