@@ -52,7 +52,8 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
     }
     assert len(digests) == 1
     for r in results:
-        # bytes delivered = samples x record size (mean over the planned samples)
+        # bytes delivered (counted on the batches received, except files: from the plan)
+        # = samples x record size (mean over the planned samples)
         assert r["bytes_delivered"] == kind.payload_bytes(0, steps)
         if (
             name in ("tokens", "megatron")

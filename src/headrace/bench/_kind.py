@@ -255,6 +255,11 @@ class Kind:
         """Stored bytes the first ``steps`` batches need at least: amplification's yardstick."""
         return self.payload_bytes(0, steps)
 
+    def batch_payload_bytes(self, batch: Batch) -> int | None:
+        """Payload bytes of one batch as delivered, counted on its arrays (the model
+        :meth:`record_bytes` states), or ``None`` where the arrays do not show them."""
+        return sum(a.nbytes for k, a in batch.items() if k != "index")
+
     # -- variants -----------------------------------------------------------------
     @property
     def host_batch(self) -> int:

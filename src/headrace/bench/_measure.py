@@ -70,6 +70,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     first_bytes = 0
     n = 0
     loader_s = consumer_s = 0.0
+    delivered: int | None = 0  # payload bytes counted on the batches (None: not countable)
     try:
         it = iter(stream)
         while True:
@@ -83,6 +84,8 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
                 first_s = b - t0
                 first_bytes = stream.bytes_read()
             digest_batch(h, batch)
+            got = kind.batch_payload_bytes(batch)
+            delivered = None if got is None or delivered is None else delivered + got
             if per is not None:
                 per += sample_digests({k: v for k, v in batch.items() if k != "index"})
             consumer_s += time.perf_counter() - b
@@ -102,6 +105,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         "digest": h.hexdigest() if kind.digested(spec) else None,
         "canonical_digest": canonical,
         "bytes_read": read,
+        "bytes_delivered": delivered,
         "bytes_before_first_batch": first_bytes,
         "time_to_first_batch_s": first_s,
         "wall_s": wall,

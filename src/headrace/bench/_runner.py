@@ -247,6 +247,7 @@ def _run(
             n = m["steps"]
             yardsticks[n] = (kind.payload_bytes(0, n), kind.unique_payload_bytes(n))
         delivered, unique = yardsticks[m["steps"]]
+        counted = m.get("bytes_delivered")
         group, order = kind.digest_rule(spec)
         must_agree = kind.digested(spec)
         compared: str | None = "ordered" if must_agree else None
@@ -277,7 +278,8 @@ def _run(
                 "rss_baseline_bytes": m["rss_baseline_bytes"],
                 "cpu_s_per_gb": cpu[spec] / (timed_bytes / 1e9) if timed_bytes else None,
                 "bytes_read": m["bytes_read"],
-                "bytes_delivered": delivered,
+                # Counted on the batches where their arrays show it, else from the plan.
+                "bytes_delivered": delivered if counted is None else counted,
                 "unique_bytes_delivered": unique,
                 "amplification": m["bytes_read"] / unique if unique else None,
                 "au": au[spec][1] / au[spec][0] if has_compute else None,

@@ -119,6 +119,10 @@ class TokenKind(Kind):
         # x and y share one (L + 1)-token row: counted once.
         return float((self.context + 1) * self.dtype.itemsize)
 
+    def batch_payload_bytes(self, batch: Batch) -> int | None:
+        x = batch["x"]  # x and y: the same samples' L + 1 tokens, shifted by one
+        return int(x.shape[0] * (x.shape[1] + 1) * x.itemsize)
+
     def unique_payload_bytes(self, steps: int) -> int:
         # Neighbouring samples share a token (x's last is the next sample's first)
         # and epochs repeat samples: count each delivered byte once.
