@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,13 @@ import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError, ObjectNotFoundError, PermissionDeniedError, StorageError
+from headrace.errors import (
+    ConfigError,
+    FormatError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    StorageError,
+)
 from headrace.formats import FileSource, IterableFiles, sample_digests, synthetic_arrays
 from headrace.formats import write_sample_file as write
 from headrace.pipeline import Loader
@@ -82,6 +89,30 @@ def test_listing_filters_by_format_and_sorts(s3: S3Fixture, datasets: Path) -> N
     assert src.files.url == f"s3://{BUCKET}/files/jpeg"
     assert src.fingerprint()["keys"] == src.files.keys
     src.close()
+
+
+def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Path) -> None:
+    fmt, spf, opts = SETS["npz"]
+    options = {**s3.options(), "retry": FAST_RETRY}
+    urls = [f"s3://{BUCKET}/files/npz/s{i:02d}.npz" for i in reversed(range(FILES))]
+
+    def source(files: Any) -> FileSource:
+        return FileSource(files, store_options=options, format=fmt, samples_per_file=spf, **opts)
+
+    listed, prefix = source(urls), s3_source(s3, "npz")
+    assert listed.files.url == prefix.files.url == f"s3://{BUCKET}/files/npz"
+    assert listed.files.keys == prefix.files.keys  # sorted, relative to the shared prefix
+    assert listed.files.sizes == prefix.files.sizes  # from HEADs, all in flight at once
+    assert listed.fingerprint() == prefix.fingerprint()
+    local = run(FileSource(datasets / "npz", format=fmt, samples_per_file=spf, **opts))
+    assert run(listed) == run(pickle.loads(pickle.dumps(listed))) == local
+    prefix.close()
+    with pytest.raises(ObjectNotFoundError, match=rf"s3://{BUCKET}/files/npz/nope\.npz"):
+        source([*urls, f"s3://{BUCKET}/files/npz/nope.npz"])
+    with pytest.raises(ConfigError, match=r"must share a bucket .* s3://elsewhere"):
+        source([urls[0], "s3://elsewhere/x.npz"])
+    with pytest.raises(ConfigError, match="all local paths or all object URLs"):
+        source([urls[0], str(datasets / "npz" / "s00.npz")])
 
 
 def test_a_range_read_of_a_listed_object(s3: S3Fixture, datasets: Path) -> None:

@@ -1,7 +1,8 @@
 """The files of a dataset, listed once, and how to fetch one whole file.
 
-A dataset is a local directory, a list of local paths, or an object-store URL
-prefix (``s3://bucket/prefix``, ``gs://``, ``file://``...). Listing is the
+A dataset is a local directory, a list of local paths, an object-store URL
+prefix (``s3://bucket/prefix``, ``gs://``, ``file://``...) or a list of object
+URLs in one bucket. Listing is the
 only work done up front; keys are sorted so the same data always gives the
 same file numbers. Every fetch is checked against the listed size, so a body
 cut short (or an object replaced behind our back) is an error, never
@@ -113,7 +114,8 @@ def list_files(
     store_options: Mapping[str, Any] | None = None,
     listing: tuple[list[str], list[int]] | None = None,
 ) -> FileList:
-    """List a dataset once: a directory or URL prefix (files ending in ``extensions``), or paths.
+    """List a dataset once: a directory or URL prefix (files ending in ``extensions``),
+    or a list of paths or of object URLs.
 
     ``listing`` (keys, sizes) skips the listing: a worker copy of a source
     re-opens the same files without asking the store again, so it cannot see
@@ -137,16 +139,9 @@ def list_files(
         if not listed:
             store.close()
             raise DataError(f"{store.url}: no objects ending in {list(extensions)} under it")
-        keys = [k for k, _ in listed]
-        return FileList(
-            url=store.url,
-            keys=keys,
-            sizes=[s for _, s in listed],
-            remote=True,
-            _fetch=lambda i: store.get(keys[i]),
-            _close=store.close,
-            store=store,
-        )
+        return _remote_list(store, [k for k, _ in listed], [s for _, s in listed])
+    if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
+        return _url_list([str(p) for p in files], store_options, listing)
     check_store_options(store_options, remote=False)
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
@@ -186,3 +181,47 @@ def list_files(
         _fetch=_local_reader(local_read, paths),
         _close=lambda: None,
     )
+
+
+def _remote_list(store: Any, keys: list[str], sizes: list[int]) -> FileList:
+    return FileList(
+        url=store.url,
+        keys=keys,
+        sizes=sizes,
+        remote=True,
+        _fetch=lambda i: store.get(keys[i]),
+        _close=store.close,
+        store=store,
+    )
+
+
+def _url_list(
+    urls: list[str],
+    store_options: Mapping[str, Any] | None,
+    listing: tuple[list[str], list[int]] | None,
+) -> FileList:
+    """A list of object URLs under one bucket (container): keys relative to the
+    deepest prefix they share, sizes by HEADs all in flight at once (``listing``:
+    a worker copy's, no HEAD)."""
+    from headrace.formats._object_files import ObjectFiles, common_url_root
+    from headrace.io import ObjectStore
+
+    local = [u for u in urls if not is_object_url(u)]
+    if local:
+        raise ConfigError(
+            f"a dataset's files are all local paths or all object URLs; got local {local[:3]} "
+            "among object URLs"
+        )
+    urls = sorted(urls)
+    root = common_url_root(urls)
+    options = check_store_options(store_options, remote=True)
+    keys = [u[len(root) + 1 :] for u in urls]
+    if listing is not None:
+        sizes = list(listing[1])
+    else:
+        heads = ObjectFiles(options)
+        try:
+            sizes = [info.size for info in heads.infos(urls)]
+        finally:
+            heads.close()
+    return _remote_list(ObjectStore(root, **options), keys, sizes)

@@ -37,6 +37,7 @@ __all__ = [
     "RemoteFile",
     "check_in_flight",
     "check_store_options",
+    "common_url_root",
     "split_object_url",
     "wait_all",
 ]
@@ -97,6 +98,24 @@ def split_object_url(url: str) -> tuple[str, str]:
             "(got no object key)"
         )
     return f"{scheme}://{head or '/'}", key
+
+
+def common_url_root(urls: Sequence[str]) -> str:
+    """The deepest prefix (a bucket or container at least) under which every URL lies."""
+    if not urls:
+        raise ConfigError("the list of object URLs is empty")
+    dirs = [split_object_url(u)[0] for u in urls]
+    root = dirs[0]
+    for d in dirs[1:]:
+        while not (d == root or d.startswith(root + "/")):
+            root = root.rpartition("/")[0]
+    rest = root.partition("://")[2]
+    if not rest.strip("/"):
+        raise ConfigError(
+            f"object URLs in one list must share a bucket (container, host); got {dirs[0]} "
+            f"and {next(d for d in dirs if not d.startswith(dirs[0]))}"
+        )
+    return root
 
 
 def wait_all(futures: Sequence[Future[Any]]) -> None:

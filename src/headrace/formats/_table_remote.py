@@ -28,7 +28,13 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._object_files import ObjectFiles, RemoteFile, split_object_url, wait_all
+from headrace.formats._object_files import (
+    ObjectFiles,
+    RemoteFile,
+    common_url_root,
+    split_object_url,
+    wait_all,
+)
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -59,7 +65,7 @@ def resolve_urls(
                 f"a table's files are all local or all object URLs; got local {local[:3]} "
                 "among object URLs"
             )
-        root = _common_root(urls)
+        root = common_url_root(urls)
         return root, list(zip(urls, files.infos(urls), strict=True))
     base, _, last = path.rstrip("/").rpartition("/")
     if any(c in last for c in "*?["):
@@ -98,17 +104,6 @@ def stored_bytes(metadata: Any, group: int) -> int:
     """Bytes row group ``group`` takes in its file (every column chunk, compressed)."""
     rg = metadata.row_group(group)
     return sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
-
-
-def _common_root(urls: list[str]) -> str:
-    if not urls:
-        raise ConfigError("Table.open got an empty list of files")
-    dirs = [split_object_url(u)[0] for u in urls]
-    root = dirs[0]
-    for d in dirs[1:]:
-        while not (d == root or d.startswith(root + "/")):
-            root = root.rpartition("/")[0]
-    return root
 
 
 @dataclass(slots=True)
