@@ -111,7 +111,7 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
         source([*urls, f"s3://{BUCKET}/files/npz/nope.npz"])
     with pytest.raises(ConfigError, match=r"must share a bucket .* s3://elsewhere"):
         source([urls[0], "s3://elsewhere/x.npz"])
-    with pytest.raises(ConfigError, match="all local paths or all object URLs"):
+    with pytest.raises(ConfigError, match="dataset's files are all local paths or all object"):
         source([urls[0], str(datasets / "npz" / "s00.npz")])
 
 

@@ -263,7 +263,7 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/nothing")
     with pytest.raises(FormatError, match=r"no objects match"):
         s3_source(s3, f"{URL}/zzz-*.parquet")
-    with pytest.raises(ConfigError, match=r"all local or all object URLs"):
+    with pytest.raises(ConfigError, match=r"table.s files are all local paths or all object"):
         Table.open([f"{URL}/{FILES[0]}", str(root / FILES[0])], store_options=options(s3))
 
 

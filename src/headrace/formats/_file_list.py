@@ -206,14 +206,8 @@ def _url_list(
     from headrace.formats._object_files import ObjectFiles, common_url_root
     from headrace.io import ObjectStore
 
-    local = [u for u in urls if not is_object_url(u)]
-    if local:
-        raise ConfigError(
-            f"a dataset's files are all local paths or all object URLs; got local {local[:3]} "
-            "among object URLs"
-        )
     urls = sorted(urls)
-    root = common_url_root(urls)
+    root = common_url_root(urls, "a dataset's files")
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]
     if listing is not None:

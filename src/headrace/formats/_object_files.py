@@ -100,10 +100,19 @@ def split_object_url(url: str) -> tuple[str, str]:
     return f"{scheme}://{head or '/'}", key
 
 
-def common_url_root(urls: Sequence[str]) -> str:
-    """The deepest prefix (a bucket or container at least) under which every URL lies."""
+def common_url_root(urls: Sequence[str], what: str) -> str:
+    """The deepest prefix (a bucket or container at least) under which every URL lies;
+    ``what`` names the list in errors (a list that mixes in local paths is refused)."""
+    from headrace.formats._file_list import is_object_url
+
     if not urls:
-        raise ConfigError("the list of object URLs is empty")
+        raise ConfigError(f"{what}: the list is empty")
+    local = [u for u in urls if not is_object_url(u)]
+    if local:
+        raise ConfigError(
+            f"{what} are all local paths or all object URLs; got local {local[:3]} "
+            "among object URLs"
+        )
     dirs = [split_object_url(u)[0] for u in urls]
     root = dirs[0]
     for d in dirs[1:]:

@@ -27,7 +27,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
-from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
@@ -59,13 +58,7 @@ def resolve_urls(
     """
     if not isinstance(path, str):
         urls = list(path)
-        local = [u for u in urls if not is_object_url(u)]
-        if local:
-            raise ConfigError(
-                f"a table's files are all local or all object URLs; got local {local[:3]} "
-                "among object URLs"
-            )
-        root = common_url_root(urls)
+        root = common_url_root(urls, "a table's files")
         return root, list(zip(urls, files.infos(urls), strict=True))
     base, _, last = path.rstrip("/").rpartition("/")
     if any(c in last for c in "*?["):
