@@ -38,6 +38,7 @@ OBJECTS: dict[str, int] = {
     "big.bin": 3 * 1024 * 1024 + 11,
     "empty.bin": 0,
 }
+SMALL = sorted(k for k in OBJECTS if k.startswith("small/"))  # the small objects' keys
 
 
 @dataclass

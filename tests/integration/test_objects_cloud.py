@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3util import OBJECTS, expected
+from s3util import OBJECTS, SMALL, expected
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -34,8 +34,6 @@ from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
 pytestmark = pytest.mark.integration
-
-SMALL = sorted(k for k in OBJECTS if k.startswith("small/"))
 
 
 class Cloud(Protocol):

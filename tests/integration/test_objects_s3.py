@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from s3util import BUCKET, OBJECTS, PREFIX, S3Fixture, StoreFactory, expected
+from s3util import BUCKET, OBJECTS, PREFIX, SMALL, S3Fixture, StoreFactory, expected
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -20,7 +20,6 @@ from headrace.io import ObjectStore, RetryPolicy
 
 pytestmark = pytest.mark.integration
 
-SMALL = sorted(k for k in OBJECTS if k.startswith("small/"))
 URL = f"s3://{BUCKET}/{PREFIX}"
 
 

@@ -101,12 +101,11 @@ def split_object_url(url: str) -> tuple[str, str]:
 
 
 def common_url_root(urls: Sequence[str], what: str) -> str:
-    """The deepest prefix (a bucket or container at least) under which every URL lies;
-    ``what`` names the list in errors (a list that mixes in local paths is refused)."""
+    """The deepest prefix (a bucket or container at least) under which every URL of a
+    non-empty list lies; ``what`` names the list in errors (a list that mixes in local
+    paths is refused)."""
     from headrace.formats._file_list import is_object_url
 
-    if not urls:
-        raise ConfigError(f"{what}: the list is empty")
     local = [u for u in urls if not is_object_url(u)]
     if local:
         raise ConfigError(
