@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from headrace.formats import TokenSource
-from headrace.io import AdaptivePolicy, RangeReader, ReaderConfig
+from headrace.io import AdaptivePolicy, RangeReader, ReaderConfig, io_threads
+from headrace.io._uring import ring_pool
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -58,6 +59,22 @@ def test_adaptive_reader_moves_to_parallel_reads_on_slow_storage(slow_mount, src
         assert r.stats.current_mode == "pread"
         assert r.stats.mode_switches >= 1
     assert m.stats()["max_in_flight"] > 1  # the parallel reads really overlapped
+
+
+@pytest.mark.skipif(
+    not ring_pool().available(), reason=f"io_uring unavailable: {ring_pool().reason}"
+)
+def test_pread_on_io_uring_keeps_more_reads_waiting_than_the_thread_pool(slow_mount, src_dir):
+    # On io_uring a read in flight costs a ring entry, not a thread: by default
+    # all 64 rows of a batch wait on the mount at once, not the pool's 8.
+    m = slow_mount(src_dir, read_latency_ms=10)
+    rows = np.random.default_rng(3).choice(ROWS, 64, replace=False)
+    want = np.fromfile(src_dir / "rows.bin", dtype=np.uint8).reshape(ROWS, WIDTH)[rows]
+    with RangeReader("pread") as r:
+        got = r.read_rows(str(m.mnt / "rows.bin"), rows, WIDTH)
+        assert r.stats.engine == "uring"
+    assert np.array_equal(got, want)
+    assert m.stats()["max_in_flight"] > 2 * io_threads()
 
 
 def test_token_loader_through_a_slow_mount_matches_local(slow_mount, src_dir):

@@ -48,7 +48,7 @@ def test_small_run_reports_medians_ratios_and_digests(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
-    assert set(r["median_batch_seconds"]) == {"mmap", "pread", "adaptive"}
+    assert set(r["median_batch_seconds"]) == {"mmap", "pread", "pread-threads", "adaptive"}
     assert r["ratio_vs_mmap"]["mmap"] == 1.0
     assert all(r["verified"].values()) and r["common_rows_identical"]
     assert all(len(d) == 2 for d in r["digests"].values())

@@ -37,6 +37,9 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 URING_ENV = "HEADRACE_IO_URING"
 ODIRECT = "odirect"
 DEFAULT_ODIRECT_IN_FLIGHT = 32
+# pread on io_uring: reads in flight cost ring entries, not threads, and a slow
+# mount (10 ms per read) keeps every one of them waiting in parallel.
+DEFAULT_URING_PREAD_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,8 +53,9 @@ class ReaderConfig:
     ``"odirect-serial"`` (the same, one read at a time: a baseline), or
     ``"adaptive"`` (mapped, switching to parallel pread when that is cheaper;
     see :class:`AdaptivePolicy`). ``in_flight`` defaults to the I/O pool's
-    size for pread; it counts the calling thread, which reads too, and is
-    capped at the deep pool's size plus one.
+    size for pread on threads (it counts the calling thread, which reads too,
+    and is capped at the deep pool's size plus one) and to 64 for pread on
+    io_uring, where a read in flight costs a ring entry, not a thread.
 
     ``engine`` runs the positional reads (pread, O_DIRECT): ``"uring"`` (one
     io_uring ring per batch, filled and reaped by the calling thread, up to
@@ -91,13 +95,15 @@ class ReaderConfig:
                 f"alignment must be a power of two of at least 512 bytes (got {a!r})."
             )
 
-    def depth(self) -> int:
+    def depth(self, *, ring: bool = False) -> int:
         """Reads in flight for the positional modes (the caller included)."""
         if self.strategy == "odirect-serial":
             return 1
         if self.in_flight is not None:
             return self.in_flight
-        return DEFAULT_ODIRECT_IN_FLIGHT if self.strategy == ODIRECT else io_threads()
+        if self.strategy == ODIRECT:
+            return DEFAULT_ODIRECT_IN_FLIGHT
+        return DEFAULT_URING_PREAD_IN_FLIGHT if ring else io_threads()
 
 
 def uring_enabled() -> bool:
@@ -331,7 +337,7 @@ class RangeReader(Closing):
         if ring is None:
             depth, pool = _pool_for(cfg.depth())
         else:
-            depth, pool = min(cfg.depth(), RING_ENTRIES), None
+            depth, pool = min(cfg.depth(ring=True), RING_ENTRIES), None
         try:
             buf, pos, nread = read_spans(
                 f,
