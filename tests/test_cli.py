@@ -12,7 +12,8 @@ from headrace.cli import main
     [
         (
             ["emulate", "s3", "--endpoint", "http://127.0.0.1:1"],
-            "headrace emulate: --endpoint only makes sense with --latency-ms or --mbps",
+            "headrace emulate: --endpoint only makes sense with --latency-ms, --mbps or "
+            "--max-concurrent",
         ),
         (
             ["emulate", "s3", "--latency-ms", "-5"],

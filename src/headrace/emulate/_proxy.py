@@ -92,7 +92,11 @@ class ProxyStats:
     bytes_down: int = 0
     max_in_flight: int = 0
     in_flight: int = 0
+    throttled: int = 0
     faults_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+_SLOW_DOWN = FaultRule(kind="status", status=503)
 
 
 class _RuleState:
@@ -209,7 +213,10 @@ class LatencyProxy(Closing):
     ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
     connect and send its response head, then to send its body): past it the
     client gets ``504 Gateway Timeout`` (or, mid-body, a closed connection)
-    instead of waiting forever on a hung upstream.
+    instead of waiting forever on a hung upstream. ``max_concurrent`` makes a
+    store with a request limit, as an S3 prefix has: a request that arrives
+    while that many are being served is answered ``503 SlowDown`` (after the
+    latency, as a real answer would be), counted in ``throttled``.
     """
 
     def __init__(
@@ -221,6 +228,7 @@ class LatencyProxy(Closing):
         faults: Sequence[FaultRule] = (),
         port: int = 0,
         upstream_timeout_s: float = 30.0,
+        max_concurrent: int | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
@@ -231,6 +239,9 @@ class LatencyProxy(Closing):
             raise ConfigError(f"mbps must be > 0 or None (got {mbps}).")
         if not upstream_timeout_s > 0:
             raise ConfigError(f"upstream_timeout_s must be > 0 (got {upstream_timeout_s}).")
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ConfigError(f"max_concurrent must be >= 1 or None (got {max_concurrent}).")
+        self.max_concurrent = max_concurrent
         self.upstream_timeout_s = float(upstream_timeout_s)
         self.upstream = upstream
         self._up_host = parts.hostname
@@ -304,6 +315,7 @@ class LatencyProxy(Closing):
                 bytes_down=s.bytes_down,
                 max_in_flight=s.max_in_flight,
                 in_flight=s.in_flight,
+                throttled=s.throttled,
                 faults_by_kind=dict(s.faults_by_kind),
             )
 
@@ -388,9 +400,19 @@ class LatencyProxy(Closing):
         request = _Message(head)
         body = await _read_body(reader, request, until_eof=False)
         with self._lock:
-            self._stats.bytes_up += len(head) + len(body)
-            self._stats.in_flight += 1
-            self._stats.max_in_flight = max(self._stats.max_in_flight, self._stats.in_flight)
+            s = self._stats
+            s.bytes_up += len(head) + len(body)
+            busy = self.max_concurrent is not None and s.in_flight >= self.max_concurrent
+            if busy:
+                s.requests += 1
+                s.throttled += 1
+            else:
+                s.in_flight += 1
+                s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        if busy:
+            if self.latency_ms:
+                await asyncio.sleep(self.latency_ms / 1000.0)
+            return await self._inject(_SLOW_DOWN, writer)
         try:
             if self.latency_ms:
                 await asyncio.sleep(self.latency_ms / 1000.0)
@@ -495,11 +517,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--mbps", type=float, default=None)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--max-concurrent", type=int, default=None)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LatencyProxy(
-        args.upstream, latency_ms=args.latency_ms, mbps=args.mbps, port=args.port
+        args.upstream,
+        latency_ms=args.latency_ms,
+        mbps=args.mbps,
+        port=args.port,
+        max_concurrent=args.max_concurrent,
     ) as proxy:
         print(proxy.endpoint, flush=True)
         try:
@@ -509,7 +536,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = proxy.stats
         print(
             f"requests={s.requests} connections={s.connections} faults={s.faults} "
-            f"bytes_down={s.bytes_down} max_in_flight={s.max_in_flight}",
+            f"bytes_down={s.bytes_down} max_in_flight={s.max_in_flight} "
+            f"throttled={s.throttled}",
             flush=True,
         )
     return 0

@@ -128,6 +128,12 @@ def configure_s3(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mbps", type=float, default=None, help="response bandwidth cap, megabytes/s"
     )
+    parser.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="answer 503 SlowDown to requests beyond this many at once (a throttling store)",
+    )
     parser.add_argument("--bucket", default=None, help="create this bucket on start (moto only)")
 
 
@@ -138,10 +144,12 @@ def run_s3(args: argparse.Namespace) -> int:
             f"--latency-ms must be >= 0 and --mbps > 0 (got --latency-ms {args.latency_ms:g}, "
             f"--mbps {args.mbps}); e.g. --latency-ms 50 --mbps 100"
         )
-    use_proxy = args.latency_ms > 0 or args.mbps is not None
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be >= 1 (got {args.max_concurrent}).")
+    use_proxy = args.latency_ms > 0 or args.mbps is not None or args.max_concurrent is not None
     if args.endpoint is not None and not use_proxy:
         raise ConfigError(
-            "--endpoint only makes sense with --latency-ms or --mbps "
+            "--endpoint only makes sense with --latency-ms, --mbps or --max-concurrent "
             "(otherwise use the endpoint directly)."
         )
     with contextlib.ExitStack() as stack:
@@ -156,10 +164,18 @@ def run_s3(args: argparse.Namespace) -> int:
         proxy = None
         if use_proxy:
             proxy = stack.enter_context(
-                LatencyProxy(upstream, latency_ms=args.latency_ms, mbps=args.mbps)
+                LatencyProxy(
+                    upstream,
+                    latency_ms=args.latency_ms,
+                    mbps=args.mbps,
+                    max_concurrent=args.max_concurrent,
+                )
             )
             endpoint = proxy.endpoint
-            print(f"proxy at {endpoint}: latency {args.latency_ms} ms, cap {args.mbps} MB/s")
+            print(
+                f"proxy at {endpoint}: latency {args.latency_ms} ms, cap {args.mbps} MB/s, "
+                f"at most {args.max_concurrent or 'any number of'} requests at once"
+            )
         print(f"endpoint:          {endpoint}")
         print(f"access key id:     {ACCESS_KEY}")
         print(f"secret access key: {SECRET_KEY}")
@@ -175,7 +191,10 @@ def run_s3(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         if proxy is not None:
             s = proxy.stats
-            print(f"proxy: {s.requests} requests, {s.bytes_down} bytes down")
+            print(
+                f"proxy: {s.requests} requests, {s.bytes_down} bytes down, "
+                f"{s.throttled} answered 503 SlowDown"
+            )
     return 0
 
 

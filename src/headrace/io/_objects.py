@@ -39,7 +39,8 @@ from headrace.errors import (
     TransientStorageError,
 )
 from headrace.io._loop import LoopThread
-from headrace.io._retry import RetryPolicy, classify, summarize
+from headrace.io._retry import RetryPolicy, classify, is_throttle, summarize
+from headrace.io._throttle import InFlightLimit
 
 __all__ = [
     "DEFAULT_COALESCE",
@@ -100,7 +101,10 @@ class ObjectStats:
     ``requests`` counts calls that succeeded (a ``get_ranges`` call is one,
     however many HTTP requests obstore made for it); ``attempts`` counts tries,
     so ``retries = attempts - requests - failures``. ``latencies_s`` holds the
-    latest 65,536 successful request latencies.
+    latest 65,536 successful request latencies. ``throttled`` counts tries the
+    store answered "slow down" (429, 503); ``in_flight_limit`` is the limit on
+    tries in flight that those answers set (``None``: never throttled), and
+    ``lowest_in_flight_limit`` its lowest value.
     """
 
     requests: int = 0
@@ -110,6 +114,9 @@ class ObjectStats:
     bytes: int = 0
     in_flight: int = 0
     max_in_flight_observed: int = 0
+    throttled: int = 0
+    in_flight_limit: float | None = None
+    lowest_in_flight_limit: float | None = None
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
 
     def copy(self) -> ObjectStats:
@@ -121,6 +128,9 @@ class ObjectStats:
             bytes=self.bytes,
             in_flight=self.in_flight,
             max_in_flight_observed=self.max_in_flight_observed,
+            throttled=self.throttled,
+            in_flight_limit=self.in_flight_limit,
+            lowest_in_flight_limit=self.lowest_in_flight_limit,
         )
         out.latencies_s.extend(self.latencies_s)
         return out
@@ -134,7 +144,16 @@ class ObjectStats:
         self.bytes += other.bytes
         self.in_flight += other.in_flight
         self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)
+        self.throttled += other.throttled
+        self.in_flight_limit = _lower(self.in_flight_limit, other.in_flight_limit)
+        self.lowest_in_flight_limit = _lower(
+            self.lowest_in_flight_limit, other.lowest_in_flight_limit
+        )
         self.latencies_s.extend(other.latencies_s)
+
+
+def _lower(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _azure_emulator_at(
@@ -276,6 +295,8 @@ class ObjectStore(Closing):
         self.url, self._store = self._open(str(url), cfg, client)
         self._lock = threading.Lock()
         self._stats = ObjectStats()
+        self._limit = InFlightLimit(adapt=self.retry.adapt_in_flight)
+        self._throttled_before = 0
         self._rng = random.Random()
         self._loop: LoopThread | None = None
         self._closed = False
@@ -380,11 +401,17 @@ class ObjectStore(Closing):
     def stats(self) -> ObjectStats:
         """A snapshot of the counters."""
         with self._lock:
-            return self._stats.copy()
+            out = self._stats.copy()
+        limit = self._limit.stats()
+        out.throttled = limit.throttled - self._throttled_before
+        out.in_flight_limit, out.lowest_in_flight_limit = limit.limit, limit.lowest
+        return out
 
     def reset_stats(self) -> None:
+        """Zero the counters (the in-flight limit, which is the store's state, stays)."""
         with self._lock:
             self._stats = ObjectStats()
+            self._throttled_before = self._limit.stats().throttled
 
     def _begin(self) -> float:
         with self._lock:
@@ -430,15 +457,19 @@ class ObjectStore(Closing):
 
     def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         for attempt in range(1, self.retry.attempts + 1):
+            ticket = self._limit.acquire_blocking()
             t0 = self._begin()
             try:
                 result = once()
             except Exception as exc:
+                self._limit.release(ticket, throttled=is_throttle(exc))
                 time.sleep(self._failed(exc, where, attempt, t0))
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
+                self._limit.release(ticket)
                 self._end(t0, None, retry=False)
                 raise
+            self._limit.release(ticket)
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -447,15 +478,19 @@ class ObjectStore(Closing):
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
         for attempt in range(1, self.retry.attempts + 1):
+            ticket = await self._limit.acquire()
             t0 = self._begin()
             try:
                 result = await once()
             except Exception as exc:
+                self._limit.release(ticket, throttled=is_throttle(exc))
                 await asyncio.sleep(self._failed(exc, where, attempt, t0))
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
+                self._limit.release(ticket)
                 self._end(t0, None, retry=False)
                 raise
+            self._limit.release(ticket)
             self._end(t0, size_of(result), retry=False)
             return result
         raise AssertionError("unreachable")  # pragma: no cover

@@ -23,7 +23,7 @@ from headrace.errors import (
     TransientStorageError,
 )
 
-__all__ = ["RetryPolicy", "classify", "summarize"]
+__all__ = ["RetryPolicy", "classify", "is_throttle", "summarize"]
 
 _STATUS = re.compile(r"non-2xx status code: (\d{3})|status: (\d{3})")
 # What hyper/reqwest say when the connection broke or the clock ran out; all worth a retry.
@@ -49,12 +49,17 @@ class RetryPolicy:
     waits ``min(max_delay_s, base_delay_s * 2**(n-1))``, scaled by a random
     factor in [0.5, 1.0) so that many clients that failed together do not
     retry together. ``timeout_s`` bounds each request (connect + transfer).
+    ``adapt_in_flight``: when the store throttles (HTTP 429, 503 "SlowDown"),
+    halve the tries this store keeps in flight, then add one back per round of
+    successes (``headrace.io._throttle``); off, every caller keeps its own
+    ``in_flight`` whatever the store says.
     """
 
     attempts: int = 5
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
     timeout_s: float = 30.0
+    adapt_in_flight: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.attempts, int) or self.attempts < 1:
@@ -85,6 +90,18 @@ def _status(text: str) -> int | None:
     if m is None:
         return None
     return int(m.group(1) or m.group(2))
+
+
+_THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """Whether the store asked us to slow down (429, 503, or an error code that says so)."""
+    text = str(exc)
+    if _status(text) in (429, 503):
+        return True
+    low = text.lower()
+    return any(word in low for word in _THROTTLE_WORDS)
 
 
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
