@@ -517,3 +517,117 @@ def test_memory_stays_bounded_for_140_mib_objects(tmp_path: Path) -> None:
     # The fetches held and the batch handed over (a view of its fetch): 3 objects at most
     # (1 measured), against 6 for a pre-load.
     assert r["peak"] - r["base"] <= 3 * size + (32 << 20), r
+
+
+# -- corrupt files, replaced ------------------------------------------------------
+
+
+def _corrupt(root: Path, names: list[str]) -> None:
+    for name in names:
+        good = (root / name).read_bytes()
+        (root / name).write_bytes(good[:20] + b"\x00garbage" * 8)
+
+
+def _epoch(src: FileSource, batch: int, seed: int = 7, **kw: Any) -> list[dict[str, Any]]:
+    steps = src.samples_per_epoch // batch
+    with Loader(src, batch_size=batch, seed=seed, steps=steps, **kw) as loader:
+        return [{k: v.copy() for k, v in b.items()} for b in loader]
+
+
+@pytest.mark.parametrize(("fmt", "ext"), [("jpeg", "jpg"), ("npz", "npz")])
+def test_corrupt_files_are_replaced_the_same_way_in_every_mode(
+    tmp_path: Path, fmt: str, ext: str
+) -> None:
+    root = make_dataset(tmp_path / fmt, fmt, 40)
+    _corrupt(root, [f"f007.{ext}", f"f023.{ext}"])
+    opts: dict[str, Any] = {"format": fmt, "on_corrupt": "replace", "max_corrupt": 0.05}
+    src = FileSource(root, **opts)
+    batches = _epoch(src, 8)
+    index = np.concatenate([b["index"] for b in batches])
+    assert len(index) == 40 and not {7, 23} & set(index.tolist())
+    assert sorted(src.corrupt_files) == [str(root / f"f007.{ext}"), str(root / f"f023.{ext}")]
+    assert "corrupt" in src.corrupt_files[str(root / f"f007.{ext}")]
+    assert src.replaced_samples == 2
+    # Each delivered sample is what its index says: the replacement's own bytes.
+    clean = FileSource(root, format=fmt, shuffle="none")
+    for b in batches:
+        want = clean.read(0, b["index"])
+        assert want.keys() == b.keys()
+        assert all(np.array_equal(want[k], b[k]) for k in b)
+    clean.close()
+    src.close()
+    digest = batch_digest(iter(batches))
+    for extra in (
+        {"mode": "map-style"},
+        {"decode_threads": 0, "in_flight": 1},
+        {"in_flight": 3},
+    ):
+        with FileSource(root, **opts, **extra) as other:
+            assert batch_digest(iter(_epoch(other, 8))) == digest, extra
+    # Two hosts, each finding the corrupt files it reads, together read the same batches.
+    halves = []
+    for rank in range(2):
+        with FileSource(root, **opts) as other:
+            halves.append(_epoch(other, 8, rank=rank, world_size=2))
+    merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
+    assert batch_digest(iter(merged)) == digest
+
+
+def test_replacement_is_exact_on_resume(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "n", "npz", 12, spf=2)
+    _corrupt(root, ["f004.npz"])
+
+    def make() -> Loader:
+        src = FileSource(
+            root, format="npz", samples_per_file=2, on_corrupt="replace", max_corrupt=0.1
+        )
+        return Loader(src, batch_size=4, seed=3, steps=14)
+
+    assert_resume_exact(make, steps=14, resume_at=[5, 6, 11])
+    # A run that stopped on the corrupt file (on_corrupt="raise") resumes with "replace".
+    with Loader(FileSource(root, format="npz", samples_per_file=2), batch_size=4, seed=3) as a:
+        state = a.state_dict()
+    with make() as b:
+        b.load_state_dict(state)
+
+
+def test_too_many_corrupt_files_raise_naming_them(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "n", "npz", 20)
+    _corrupt(root, ["f001.npz", "f002.npz", "f003.npz"])
+    src = FileSource(root, format="npz", shuffle="none", on_corrupt="replace", max_corrupt=0.1)
+    with pytest.raises(
+        DataError,
+        match=r"3 of 20 files are corrupt.*max_corrupt=0.1 allows \(2\)"
+        r".*f001\.npz.*f002\.npz.*f003\.npz",
+    ):
+        src.read(0, np.arange(8))
+    src.close()
+
+
+def test_a_sample_without_a_readable_replacement_raises(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "n", "npy", 6)
+    _corrupt(root, [f"f{i:03d}.npy" for i in range(1, 6)])  # only f000 decodes
+    src = FileSource(
+        root, format="npy", shuffle="none", on_corrupt="replace", max_corrupt=1.0, max_retries=2
+    )
+    # Five of six files are corrupt: some sample's two replacements (a hash of
+    # (seed, sample, a)) both land on corrupt files.
+    with pytest.raises(
+        DataError,
+        match=r"sample \d+ \(\S*f00\d\.npy is corrupt\) found no readable "
+        r"replacement in max_retries=2 tries \(tried \S*f00\d\.npy, \S*f00\d\.npy\)",
+    ):
+        for s in range(6):
+            src.read(0, np.array([s]))
+    src.close()
+
+
+def test_corrupt_option_checks(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "n", "npy", 2)
+    for bad, match in (
+        ({"on_corrupt": "skip"}, "on_corrupt must be"),
+        ({"max_corrupt": 1.5}, "max_corrupt must be"),
+        ({"max_retries": 0}, "max_retries must be"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            FileSource(root, format="npy", **bad)

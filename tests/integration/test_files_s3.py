@@ -241,3 +241,31 @@ def test_corrupt_objects_name_the_object(s3: S3Fixture, datasets: Path) -> None:
         with pytest.raises(FormatError, match=rf"s3://{BUCKET}/files/bad-{name}/x\."):
             bad.read(0, np.arange(1))
         bad.close()
+
+
+def test_corrupt_objects_are_replaced_as_in_a_local_copy(
+    s3: S3Fixture, datasets: Path, tmp_path: Path
+) -> None:
+    # The npz set with one object corrupted, locally and on S3: the same replacement.
+    local = tmp_path / "npz"
+    local.mkdir()
+    client = s3.server.info.boto3_client()
+    for path in sorted((datasets / "npz").iterdir()):
+        body = path.read_bytes()
+        if path.name == "s03.npz":
+            body = body[:16] + b"\xff\x00junk" * 40
+        (local / path.name).write_bytes(body)
+        client.put_object(Bucket=BUCKET, Key=f"files/npz-bad/{path.name}", Body=body)
+    opts: dict[str, Any] = {"format": "npz", "samples_per_file": 2, "on_corrupt": "replace"}
+    opts["max_corrupt"] = 0.2
+    with FileSource(local, **opts) as src:
+        want = run(src, steps=6, batch=2)  # one epoch: both samples of s03 replaced
+        assert src.replaced_samples == 2
+    remote = FileSource(
+        f"s3://{BUCKET}/files/npz-bad",
+        store_options={**s3.options(), "retry": FAST_RETRY},
+        **opts,
+    )
+    assert run(remote, steps=6, batch=2) == want
+    assert list(remote.corrupt_files) == [f"s3://{BUCKET}/files/npz-bad/s03.npz"]
+    remote.close()

@@ -15,27 +15,32 @@ in the same order, so its batches are byte-identical to the default mode's.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._file_list import FileList, LocalRead, list_files
 from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._object_files import check_in_flight
+from headrace.formats._row_plan import retry_rows
 
-__all__ = ["FileSource", "FileSourceConfig", "SourceMode"]
+__all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode"]
+
+log = logging.getLogger("headrace")
 
 SourceMode = Literal["headrace", "map-style"]
+OnCorrupt = Literal["raise", "replace"]
 DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
 
@@ -52,6 +57,12 @@ class FileSourceConfig:
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
     ``datasets``: the HDF5 datasets to read. ``speculate``: after a contiguous
     run of samples, read ahead into the next run before the loader asks.
+    ``on_corrupt``: what a file that does not decode does to its samples:
+    ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
+    ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``
+    of the dataset, up to ``max_retries`` tries, the same whatever the mode,
+    the read order, the host count or the worker; more than ``max_corrupt``
+    (a fraction of the files, at least one file) corrupt files raise.
     """
 
     format: str = "raw"
@@ -64,9 +75,20 @@ class FileSourceConfig:
     local_read: LocalRead = "pread"
     datasets: tuple[str, ...] | None = None
     speculate: bool = True
+    on_corrupt: OnCorrupt = "raise"
+    max_corrupt: float = 0.01
+    max_retries: int = 8
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
+        if self.on_corrupt not in ("raise", "replace"):
+            raise ConfigError(f"on_corrupt must be 'raise' or 'replace' (got {self.on_corrupt!r}).")
+        if not 0.0 <= self.max_corrupt <= 1.0:
+            raise ConfigError(f"max_corrupt must be a fraction in [0, 1] (got {self.max_corrupt}).")
+        if isinstance(self.max_retries, bool) or not (
+            isinstance(self.max_retries, int) and self.max_retries >= 1
+        ):
+            raise ConfigError(f"max_retries must be an integer >= 1 (got {self.max_retries!r}).")
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
         if self.in_flight is not None:
@@ -137,6 +159,8 @@ class FileSource(Closing):
         self._decoders: ThreadPoolExecutor | None = None
         self._kept: int | None = None
         self._prefetched: set[int] = set()
+        self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
+        self.replaced_samples = 0
 
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -165,28 +189,29 @@ class FileSource(Closing):
         samples = np.asarray(samples, dtype=np.int64)
         files, items = self.plan.locate(seed, samples)
         index = files * self.plan.samples_per_file + items
+        pairs = zip(files.tolist(), items.tolist(), strict=True)
         if self.config.mode == "map-style":
-            return stack_samples(self._read_serial(files, items), index)
-        order = list(dict.fromkeys(files.tolist()))
-        need = set(order)
-        # Read-ahead from a prefetch for *these* samples is kept; one for other samples
-        # (a jump, a resume, random access) is dropped so it cannot hold slots.
-        upcoming = self.window.queued if need <= self._prefetched else []
-        self._prefetched = set()
-        self.window.retain(need | set(upcoming))
-        ahead = [f for f in upcoming if f not in need]
-        if not ahead:
-            ahead = self._guess_next(seed, samples, need)
-        self.window.plan(order + ahead)
-        decoded = self._fetch_and_decode(order)
-        spf = self.plan.samples_per_file
-        return stack_samples(
-            [
-                pick_item(decoded[f], i, spf, self.files.name(f))
-                for f, i in zip(files.tolist(), items.tolist(), strict=True)
-            ],
-            index,
-        )
+            picked = [
+                self._pick(self._decode_checked(f, self._take_one(f)), f, i) for f, i in pairs
+            ]
+        else:
+            order = list(dict.fromkeys(files.tolist()))
+            need = set(order)
+            # Read-ahead from a prefetch for *these* samples is kept; one for other samples
+            # (a jump, a resume, random access) is dropped so it cannot hold slots.
+            upcoming = self.window.queued if need <= self._prefetched else []
+            self._prefetched = set()
+            self.window.retain(need | set(upcoming))
+            ahead = [f for f in upcoming if f not in need]
+            if not ahead:
+                ahead = self._guess_next(seed, samples, need)
+            self.window.plan(order + ahead)
+            decoded = self._fetch_and_decode(order)
+            picked = [self._pick(decoded[f], f, i) for f, i in pairs]
+        bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
+        if bad:
+            self._replace(seed, samples, index, picked, bad)
+        return stack_samples(cast(list[Sample], picked), index)  # no error is left in it
 
     def _guess_next(self, seed: int, samples: NDArray[np.int64], need: set[int]) -> list[int]:
         """The files of the run of samples right after a contiguous run (a speculation).
@@ -218,18 +243,103 @@ class FileSource(Closing):
             self.format, data, name=self.files.name(f), decode=c.decode, datasets=c.datasets
         )
 
-    def _read_serial(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> list[Sample]:
-        spf = self.plan.samples_per_file
-        out = []
-        for f, i in zip(files.tolist(), items.tolist(), strict=True):
-            try:
-                data = self.window.take(f)
-            finally:
-                self.window.release(f)
-            out.append(pick_item(self._decode(f, data), i, spf, self.files.name(f)))
-        return out
+    def _decode_checked(self, f: int, data: Any) -> Sample | DataError:
+        """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""
+        try:
+            return self._decode(f, data)
+        except DataError as exc:
+            if self.config.on_corrupt == "raise":
+                raise
+            return exc
 
-    def _fetch_and_decode(self, order: list[int]) -> dict[int, Sample]:
+    def _pick(self, arrays: Sample | DataError, f: int, item: int) -> Sample | DataError:
+        if isinstance(arrays, DataError):
+            return arrays
+        try:
+            return pick_item(arrays, item, self.plan.samples_per_file, self.files.name(f))
+        except DataError as exc:
+            if self.config.on_corrupt == "raise":
+                raise
+            return exc
+
+    def _take_one(self, f: int) -> Any:
+        """One file's bytes through the window, its slot freed at once (map-style)."""
+        try:
+            return self.window.take(f)
+        finally:
+            self.window.release(f)
+
+    def _replace(
+        self,
+        seed: int,
+        samples: NDArray[np.int64],
+        index: NDArray[np.int64],
+        picked: list[Sample | DataError],
+        bad: list[int],
+    ) -> None:
+        """Replace the samples at ``bad`` (their files did not decode), in rounds.
+
+        A sample's ``a``-th replacement is dataset sample ``retry_rows(seed,
+        sample, a)``: a pure function, so every host, worker and mode replaces
+        the same sample by the same one. Replacements are read directly (not
+        through the read-ahead window), one file at a time: they are rare.
+        ``index`` is updated to the samples actually delivered.
+        """
+        spf = self.plan.samples_per_file
+        n = len(self.files) * spf
+        for k in bad:
+            err = picked[k]
+            assert isinstance(err, DataError)
+            self._note_corrupt(int(index[k]) // spf, err)
+        todo = bad
+        tried: dict[int, list[str]] = {k: [] for k in bad}
+        for attempt in range(1, self.config.max_retries + 1):
+            chosen = retry_rows(seed, samples[todo], attempt, n).tolist()
+            left = []
+            for k, r in zip(todo, chosen, strict=True):
+                f, item = divmod(r, spf)
+                name = self.files.name(f)
+                got: Sample | DataError
+                if name in self.corrupt_files:
+                    got = DataError(self.corrupt_files[name])
+                else:
+                    got = self._pick(self._decode_checked(f, self.files.fetch(f)), f, item)
+                if isinstance(got, DataError):
+                    self._note_corrupt(f, got)
+                    tried[k].append(name)
+                    left.append(k)
+                    continue
+                picked[k], index[k] = got, r
+                self.replaced_samples += 1
+            todo = left
+            if not todo:
+                return
+        k = todo[0]
+        raise DataError(
+            f"{self.files.url}: sample {int(samples[k])} ({self.files.name(int(index[k]) // spf)}"
+            f" is corrupt) found no readable replacement in max_retries="
+            f"{self.config.max_retries} tries (tried {', '.join(tried[k])})"
+            + (f"; {len(todo) - 1} more samples of this batch too" if len(todo) > 1 else "")
+        )
+
+    def _note_corrupt(self, f: int, err: DataError) -> None:
+        name = self.files.name(f)
+        if name in self.corrupt_files:
+            return
+        why = str(err)
+        self.corrupt_files[name] = why
+        log.warning("headrace: replacing the samples of a corrupt file: %s", why)
+        allowed = max(1, int(self.config.max_corrupt * len(self.files)))
+        if len(self.corrupt_files) > allowed:
+            listed = "; ".join(list(self.corrupt_files.values())[:5])
+            more = len(self.corrupt_files) - 5
+            raise DataError(
+                f"{self.files.url}: {len(self.corrupt_files)} of {len(self.files)} files are "
+                f"corrupt, more than max_corrupt={self.config.max_corrupt:g} allows "
+                f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
+            )
+
+    def _fetch_and_decode(self, order: list[int]) -> dict[int, Sample | DataError]:
         """Decode each file as its bytes arrive, releasing its window slot when done."""
         threads = self.config.decode_threads
         last = order[-1] if order else None
@@ -248,17 +358,17 @@ class FileSource(Closing):
             out = {}
             for f in order:
                 try:
-                    out[f] = self._decode(f, self.window.take(f))
+                    out[f] = self._decode_checked(f, self.window.take(f))
                 finally:
                     done(f)
             return out
         if self._decoders is None:
             self._decoders = ThreadPoolExecutor(threads, thread_name_prefix="headrace-decode")
-        pending: dict[int, Future[Sample]] = {}
+        pending: dict[int, Future[Sample | DataError]] = {}
 
-        def job(f: int, data: Any) -> Sample:
+        def job(f: int, data: Any) -> Sample | DataError:
             try:
-                return self._decode(f, data)
+                return self._decode_checked(f, data)
             finally:
                 done(f)
 
