@@ -44,7 +44,7 @@ from headrace._closing import Closing
 from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, StateError
-from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source
+from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.plan import LoaderState
 
 __all__ = [
@@ -138,7 +138,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
     each host reads its stretch of every window). ``pin_memory`` pins in the
     process that iterates, so it is only for
     ``num_workers=0``: pinned pages do not survive a worker queue (pass
-    ``pin_memory=True`` to the DataLoader instead).
+    ``pin_memory=True`` to the DataLoader instead). ``transform`` is the
+    :class:`~headrace.pipeline.Loader`'s, run where the reading happens (in
+    the workers, with workers), so it must pickle (a module-level function or
+    an instance of a module-level class).
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         prefetch: int = 8,
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
         host_order: Literal["plan", "address"] = "plan",
+        transform: Transform | None = None,
     ) -> None:
         super().__init__()
         self.rank, self.world_size = dist_rank_world(rank, world_size)
@@ -174,6 +178,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             chunk_steps=chunk_steps,
             steps=steps,
             host_order=host_order,
+            transform=transform,
         )
         self.source = source
         self.batch_size = batch_size
@@ -184,6 +189,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
         self.host_order = host_order
+        self.transform = transform
         # The loader's own: it covers the host order as well as the data.
         self.fingerprint = check.state_dict()["fingerprint"]
         self._start = 0  # the step the next iteration starts at
@@ -258,6 +264,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             chunk_steps=self.chunk_steps,
             steps=self.steps,
             host_order=self.host_order,
+            transform=self.transform,
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
         )
@@ -407,6 +414,7 @@ class HeadraceDataLoader(Closing):
                 "chunk_bytes": WORKER_CHUNK_BYTES,
                 "steps": ds.steps,
                 "host_order": ds.host_order,
+                "transform": ds.transform,
             },
             start=self.step,
             workers=self.num_workers,

@@ -49,6 +49,14 @@ def token_source(root: Path) -> TokenSource:
     )
 
 
+def mask_tokens(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """A per-sample random masking transform (module level: workers import it by name)."""
+    x = arrays["x"].copy()
+    for row, rng in zip(x, samples.rngs(), strict=True):
+        row[rng.random(row.shape[0]) < 0.25] = 0
+    return {"x": x, "y": arrays["y"]}
+
+
 IGNORE = -100  # the padded rows' ignored target, as torch's cross_entropy expects
 
 

@@ -22,6 +22,7 @@ from _adapter_data import (  # noqa: E402
     Growing,
     Ragged,
     Unreopenable,
+    mask_tokens,
     padded_mixture,
     token_source,
     write_tokens,
@@ -80,6 +81,15 @@ def test_any_worker_count_gives_the_bare_loaders_digests(
         got = [digest(b) for b in dl]
     assert got == reference
     assert dl.step == STEPS
+
+
+def test_a_transform_runs_in_the_workers_as_in_the_bare_loader(root: Path) -> None:
+    with Loader(
+        token_source(root), batch_size=BATCH, seed=5, steps=STEPS, transform=mask_tokens
+    ) as ld:
+        want = [batch_digest([b]) for b in ld]
+    with ht.HeadraceDataLoader(dataset(root, transform=mask_tokens), num_workers=2) as dl:
+        assert [digest(b) for b in dl] == want
 
 
 def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference: list[str]) -> None:

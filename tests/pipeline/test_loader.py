@@ -258,7 +258,9 @@ def test_stats_say_where_the_time_went(token_path: Path) -> None:
         "source_s",
         "prefetch_s",
         "queue_wait_s",
+        "transform_s",
     }
+    assert st.transform_s == 0  # no transform
 
 
 def test_close_stops_the_producer_promptly(token_path: Path) -> None:

@@ -9,6 +9,7 @@ from headrace.pipeline._loader import (
     Source,
 )
 from headrace.pipeline._mixture import Mixture
+from headrace.pipeline._transform import Samples, Transform
 
 __all__ = [
     "Batch",
@@ -17,5 +18,7 @@ __all__ = [
     "LoaderStats",
     "LoaderStatus",
     "Mixture",
+    "Samples",
     "Source",
+    "Transform",
 ]

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._transform import Transform, apply_transform
 from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
 
 __all__ = [
@@ -70,8 +71,9 @@ class LoaderStats:
     waits for the source's lock included; ``prefetch_s``: inside
     ``source.prefetch`` (starting the next chunk's reads); ``queue_wait_s``:
     the consumer waiting for the read-ahead thread (0 with ``prefetch=0``,
-    where the consumer's own thread reads). Counted per chunk, not per batch:
-    a few ``perf_counter`` calls per 32 steps.
+    where the consumer's own thread reads); ``transform_s``: inside the
+    loader's ``transform``. Counted per chunk, not per batch: a few
+    ``perf_counter`` calls per 32 steps.
     """
 
     chunks: int = 0
@@ -80,6 +82,7 @@ class LoaderStats:
     source_s: float = 0.0
     prefetch_s: float = 0.0
     queue_wait_s: float = 0.0
+    transform_s: float = 0.0
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -113,6 +116,11 @@ class Loader(Closing):
     receives ``batch_size // world_size`` samples per step. ``steps`` ends the
     iteration (``None``: never). ``step_stride``/``step_offset`` select every
     k-th step, for data-loader workers that each own a share of the steps.
+    ``transform(arrays, samples)`` runs on what the source read, in the
+    read-ahead thread (or worker), with a random generator per sample keyed by
+    ``(seed, sample number)`` (see :mod:`headrace.pipeline._transform`): it
+    must treat rows independently and return one row per sample. It is not
+    part of the state's fingerprint.
     """
 
     def __init__(
@@ -130,7 +138,10 @@ class Loader(Closing):
         step_stride: int = 1,
         step_offset: int = 0,
         host_order: Literal["plan", "address"] = "plan",
+        transform: Transform | None = None,
     ) -> None:
+        if transform is not None and not callable(transform):
+            raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
             raise ConfigError(f"seed must be an integer in [0, 2**63) (got {seed=}).")
         try:
@@ -170,6 +181,7 @@ class Loader(Closing):
                 f"(starts(seed, samples), as TokenSource has); {type(source).__name__} does not."
             )
         self.host_order = host_order
+        self.transform = transform
         # Told which stretch of each window is this host's, a source reads ahead only that.
         read_ahead = getattr(source, "prefetch", None)
         self._share = (
@@ -263,13 +275,21 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
+        t2 = time.perf_counter()
         stats.plan_s += t1 - t0
-        stats.source_s += time.perf_counter() - t1
+        stats.source_s += t2 - t1
+        # Cap chunks by bytes as well as steps, so large batches never make a
+        # chunk (held by the queue and the consumer) grow past chunk_bytes; with
+        # a transform, by what the source read too (a crop of 640 x 640 images to
+        # 224 x 224 would otherwise let a chunk decode 8x the bytes).
+        held = sum(v.nbytes for v in arrays.values())
+        if self.transform is not None:
+            arrays = apply_transform(self.transform, arrays, self.seed, samples)
+            stats.transform_s += time.perf_counter() - t2
+            held = max(held, sum(v.nbytes for v in arrays.values()))
         stats.chunks += 1
         stats.steps += len(steps)
-        # Cap chunks by bytes as well as steps, so large batches never make a
-        # chunk (held by the queue and the consumer) grow past chunk_bytes.
-        per_step = max(1, sum(v.nbytes for v in arrays.values()) // len(steps))
+        per_step = max(1, held // len(steps))
         self._chunk_cap = max(1, self.chunk_bytes // per_step)
         return arrays
 

@@ -1,0 +1,84 @@
+"""Per-sample transforms (augmentation) that stay deterministic and resumable.
+
+``Loader(source, ..., transform=fn)`` calls ``fn(arrays, samples)`` on what
+the source read, before batches are handed out: ``arrays`` is a dict of
+arrays whose first axis is one row per sample, and ``samples`` a
+:class:`Samples` naming each row's global sample number, with a random
+generator per row keyed by ``(seed, sample number)``. A sample is therefore
+transformed the same way whichever host, worker, chunk or resumed run reads
+it. The loader may call ``fn`` with one step's rows or several steps' rows at
+once (its chunks): ``fn`` must treat rows independently, and return one row
+per sample, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+
+__all__ = ["Samples", "Transform", "apply_transform"]
+
+# Mixed into every generator's seed, so a transform's random stream is not the
+# stream of any other use of (seed, sample) a user's code might make.
+_TAG = 0x7472616E73666F72  # "transfor"
+
+
+class Samples:
+    """The rows a transform gets: their global sample numbers and random generators."""
+
+    __slots__ = ("numbers", "seed")
+
+    def __init__(self, seed: int, numbers: NDArray[np.int64]) -> None:
+        self.seed = seed
+        self.numbers = numbers
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def rng(self, i: int) -> np.random.Generator:
+        """Row ``i``'s generator: PCG64 seeded by ``(seed, sample number)``, fresh each call."""
+        return np.random.default_rng([self.seed, int(self.numbers[i]), _TAG])
+
+    def rngs(self) -> Iterator[np.random.Generator]:
+        """Every row's generator, in row order (~11 us each)."""
+        for n in self.numbers.tolist():
+            yield np.random.default_rng([self.seed, n, _TAG])
+
+    def __repr__(self) -> str:
+        return f"Samples(seed={self.seed}, numbers={self.numbers!r})"
+
+
+Transform = Callable[[dict[str, NDArray[Any]], Samples], Mapping[str, NDArray[Any]]]
+
+
+def apply_transform(
+    transform: Transform, arrays: dict[str, NDArray[Any]], seed: int, numbers: NDArray[np.int64]
+) -> dict[str, NDArray[Any]]:
+    """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays."""
+    out = transform(arrays, Samples(seed, numbers))
+    if not isinstance(out, Mapping):
+        raise ConfigError(
+            f"transform {_name(transform)} returned {type(out).__name__}; it must return a "
+            "dict of arrays with one row per sample"
+        )
+    n = len(numbers)
+    checked = {}
+    for key, value in out.items():
+        if not isinstance(value, np.ndarray) or value.ndim == 0 or len(value) != n:
+            shape = getattr(value, "shape", type(value).__name__)
+            raise ConfigError(
+                f"transform {_name(transform)} returned {key!r} with shape {shape} for {n} "
+                f"samples; every value must be a NumPy array with one row per sample "
+                "(the loader may pass several steps' rows at once)"
+            )
+        checked[str(key)] = value
+    return checked
+
+
+def _name(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -1,0 +1,198 @@
+"""Loader(transform=...): per-sample randomness keyed by (seed, sample number); RandomCrop."""
+
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats import FileSource, TokenSource, synthetic_arrays, write_sample_file
+from headrace.pipeline import Loader, Samples
+from headrace.testing import assert_resume_exact, batch_digest
+from headrace.transforms import RandomCrop
+
+L = 16
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Path:
+    path = tmp_path / "t.bin"
+    np.random.default_rng(0).integers(0, 50_000, 40_000, dtype=np.uint16).tofile(path)
+    return path
+
+
+def mask_tokens(arrays: dict[str, NDArray[Any]], samples: Samples) -> dict[str, NDArray[Any]]:
+    """BERT-style: each sample masks its own random positions (module level: it pickles)."""
+    x = arrays["x"].copy()
+    for row, rng in zip(x, samples.rngs(), strict=True):
+        row[rng.random(row.shape[0]) < 0.25] = 0
+    return {"x": x, "y": arrays["y"]}
+
+
+def source(path: Path) -> TokenSource:
+    return TokenSource(path, dtype="uint16", context=L, window_bytes=16 << 10, block_bytes=4096)
+
+
+def run(path: Path, steps: int = 40, **kw: Any) -> list[dict[str, NDArray[Any]]]:
+    opts: dict[str, Any] = {"batch_size": 8, "seed": 5, "steps": steps, "transform": mask_tokens}
+    opts.update(kw)
+    with Loader(source(path), **opts) as loader:
+        return [{k: v.copy() for k, v in b.items()} for b in loader]
+
+
+def test_a_sample_is_transformed_the_same_way_whoever_reads_it(tokens: Path) -> None:
+    base = run(tokens)
+    digest = batch_digest(iter(base))
+    masked = sum(int((b["x"] == 0).sum()) for b in base)
+    assert 0.15 < masked / (40 * 8 * L) < 0.35  # the transform ran
+    assert batch_digest(iter(run(tokens, transform=None))) != digest
+    for kw in ({"prefetch": 0}, {"chunk_steps": 1}, {"chunk_steps": 3, "prefetch": 0}):
+        assert batch_digest(iter(run(tokens, **kw))) == digest, kw
+    # Two hosts: each transforms its half; together the same global batches.
+    halves = [run(tokens, rank=r, world_size=2) for r in range(2)]
+    merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
+    assert batch_digest(iter(merged)) == digest
+    with Loader(source(tokens), batch_size=8, seed=5, transform=mask_tokens) as ld:
+        assert batch_digest([ld.batch_at(17)]) == batch_digest([base[17]])
+        assert ld.stats.transform_s > 0
+
+
+def test_resume_replays_the_same_augmentation(tokens: Path) -> None:
+    def make() -> Loader:
+        return Loader(source(tokens), batch_size=8, seed=5, steps=30, transform=mask_tokens)
+
+    assert_resume_exact(make, steps=30, resume_at=[1, 7, 29])
+
+
+def test_each_sample_and_seed_has_its_own_stream() -> None:
+    a = Samples(3, np.array([10, 11, 10], dtype=np.int64))
+    draws = [rng.random() for rng in a.rngs()]
+    assert draws[0] == draws[2] != draws[1]
+    assert a.rng(1).random() == draws[1] and len(a) == 3
+    assert Samples(4, np.array([10], dtype=np.int64)).rng(0).random() != draws[0]
+
+
+def test_a_transform_that_breaks_the_rows_is_refused(tokens: Path) -> None:
+    def drops_one(arrays: dict[str, NDArray[Any]], samples: Samples) -> dict[str, NDArray[Any]]:
+        return {"x": arrays["x"][1:]}
+
+    with pytest.raises(ConfigError, match=r"drops_one.* returned 'x' with shape \(7, 16\) for 8"):
+        run(tokens, transform=drops_one)
+    with pytest.raises(ConfigError, match=r"returned list; it must return a dict"):
+        run(tokens, transform=lambda arrays, samples: [1])
+    with pytest.raises(ConfigError, match="transform must be callable"):
+        Loader(source(tokens), batch_size=8, transform=3)  # type: ignore[arg-type]
+
+
+# -- RandomCrop on real JPEGs of several sizes ----------------------------------------
+
+SIZES = [(40, 30), (64, 64), (20, 10), (33, 50), (24, 24), (50, 20)]
+
+
+@pytest.fixture
+def jpegs(tmp_path: Path) -> Path:
+    root = tmp_path / "jpg"
+    root.mkdir()
+    for i, (h, w) in enumerate(SIZES * 2):
+        arrays = synthetic_arrays("jpeg", seed=i, shape=(h, w, 3))
+        write_sample_file("jpeg", root / f"f{i:02d}.jpg", arrays)
+    return root
+
+
+def test_random_crop_makes_one_array_of_crops_of_each_image(jpegs: Path) -> None:
+    crop = RandomCrop((24, 16))
+    src = FileSource(jpegs, format="jpeg")
+    with Loader(src, batch_size=4, seed=1, steps=3, transform=crop) as loader:
+        batches = [{k: v.copy() for k, v in b.items()} for b in loader]
+    plain = FileSource(jpegs, format="jpeg", shuffle="none")
+    for b in batches:
+        assert b["image"].shape == (4, 24, 16, 3) and "image_shape" not in b
+        originals = plain.read(0, b["index"])["image"]
+        # Each row is a window (maybe mirrored) of its own image, or the image
+        # centred in fill where it is smaller.
+        samples = Samples(1, _global_numbers(b, batches))
+        for i, img in enumerate(originals):
+            want = _crop_again(np.asarray(img), samples.rng(i), (24, 16))
+            assert np.array_equal(b["image"][i], want)
+    plain.close()
+
+
+def _global_numbers(b: dict[str, NDArray[Any]], batches: list[dict[str, NDArray[Any]]]) -> Any:
+    step = next(i for i, x in enumerate(batches) if x is b)
+    return np.arange(step * 4, step * 4 + 4, dtype=np.int64)
+
+
+def _crop_again(img: NDArray[Any], rng: np.random.Generator, size: tuple[int, int]) -> Any:
+    """RandomCrop's rule, written out again."""
+    H, W = size
+    h, w = img.shape[:2]
+    y = int(rng.integers(0, max(h - H, 0) + 1))
+    x = int(rng.integers(0, max(w - W, 0) + 1))
+    crop = img[y : y + H, x : x + W]
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    out = np.zeros((H, W, 3), dtype=img.dtype)
+    oy, ox = (H - crop.shape[0]) // 2, (W - crop.shape[1]) // 2
+    out[oy : oy + crop.shape[0], ox : ox + crop.shape[1]] = crop
+    return out
+
+
+def test_random_crop_same_on_two_hosts_and_every_read_order(jpegs: Path) -> None:
+    crop = RandomCrop((16, 16), flip=True)
+
+    def epoch(**kw: Any) -> str:
+        src = FileSource(jpegs, format="jpeg", **kw.pop("src", {}))
+        with Loader(src, batch_size=4, seed=2, steps=3, transform=crop, **kw) as ld:
+            return batch_digest(ld)
+
+    digest = epoch()
+    assert epoch(src={"mode": "map-style"}) == digest
+    assert epoch(prefetch=0, chunk_steps=1) == digest
+    halves = []
+    for r in range(2):
+        src = FileSource(jpegs, format="jpeg")
+        with Loader(src, batch_size=4, seed=2, steps=3, transform=crop, rank=r, world_size=2) as ld:
+            halves.append([{k: v.copy() for k, v in b.items()} for b in ld])
+    merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
+    assert batch_digest(iter(merged)) == digest
+
+
+def test_random_crop_refuses_what_it_cannot_crop() -> None:
+    with pytest.raises(ConfigError, match="size must be two integers"):
+        RandomCrop((0, 4))
+    samples = Samples(0, np.arange(2, dtype=np.int64))
+    with pytest.raises(ConfigError, match=r"no 'image' \(keys: \['data'\]\)"):
+        RandomCrop((2, 2))({"data": np.zeros((2, 4, 4), np.uint8)}, samples)
+    mixed = np.empty(2, dtype=object)
+    mixed[0], mixed[1] = np.zeros((4, 4, 3), np.uint8), np.zeros((4, 4), np.uint8)
+    with pytest.raises(DataError, match="same channels and dtype"):
+        RandomCrop((2, 2))({"image": mixed}, samples)
+    with pytest.raises(DataError, match=r"shape \(4,\)"):
+        RandomCrop((2, 2))({"image": np.zeros((2, 4), np.uint8)}, samples)
+
+
+def test_random_crop_is_an_identity_without_room_or_flip() -> None:
+    imgs = np.arange(2 * 3 * 5, dtype=np.uint8).reshape(2, 3, 5)
+    got = RandomCrop((3, 5), flip=False)({"image": imgs}, Samples(0, np.arange(2)))
+    assert np.array_equal(got["image"], imgs)
+    assert list(islice(iter(got), 1)) == ["image"]
+
+
+def first_token(arrays: dict[str, NDArray[Any]], samples: Samples) -> dict[str, NDArray[Any]]:
+    return {"x0": arrays["x"][:, 0].copy()}
+
+
+def test_chunks_are_capped_by_what_the_source_read_not_the_smaller_output(tokens: Path) -> None:
+    # A batch's x and y (views of one array, counted as 2 x 8 x 16 uint16) are
+    # 512 bytes; the transform keeps 8 x 2 = 16.
+    with Loader(
+        source(tokens), batch_size=8, seed=5, steps=64, chunk_bytes=5000, transform=first_token
+    ) as loader:
+        batches = list(loader)
+        assert loader.max_chunk_steps == 5000 // 512  # not min(32, 5000 // 16)
+    assert len(batches) == 64 and batches[0]["x0"].shape == (8,)
