@@ -287,3 +287,21 @@ def test_a_failed_read_ahead_surfaces_only_when_a_batch_needs_it(
     again = np.arange(per, per + 16)
     assert np.array_equal(src.read(5, again)["x"], local.read(5, again)["x"])  # read again
     src.close()
+
+
+def test_document_positions_from_a_remote_index_equal_the_local_files(
+    s3: S3Fixture, root: Path
+) -> None:
+    # The Megatron index is fetched from the store; its document bounds give the same
+    # position_ids as the local copy's.
+    key = LAYOUTS["megatron"][0]
+    digests = []
+    for src in (
+        TokenSource(root / key, positions="documents", **KW),
+        s3_source(s3, key, positions="documents"),
+    ):
+        with Loader(src, batch_size=16, seed=2, steps=12) as loader:
+            batches = list(loader)
+        assert all(b["position_ids"].shape == (16, KW["context"]) for b in batches)
+        digests.append(batch_digest(iter(batches)))
+    assert digests[0] == digests[1]

@@ -32,6 +32,7 @@ from headrace.formats._object_files import (
     check_in_flight,
     check_store_options,
 )
+from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
@@ -273,6 +274,13 @@ class TokenSource:
     their windows are buffered and blocks are ranged GETs, up to ``in_flight``
     at once per source (64 by default). Memory is then at most ``max_windows``
     windows plus ``in_flight`` blocks of response bodies being copied in.
+
+    ``positions`` adds ``position_ids`` to each batch, ``(n, L)`` int32: the
+    position of each ``x`` token in its document, from 0 at column 0 and at
+    every document start in the row (see :mod:`headrace.formats._positions`).
+    ``"eos"``: a document ends with the token ``eos_id`` (nanoGPT's
+    end-of-text); ``"documents"``: the Megatron index's document bounds
+    (every file must have an ``.idx``; 8 bytes per document, kept per file).
     """
 
     def __init__(
@@ -290,7 +298,16 @@ class TokenSource:
         read_ahead: bool = True,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        positions: Literal["eos", "documents"] | None = None,
+        eos_id: int | None = None,
     ) -> None:
+        if positions not in (None, "eos", "documents"):
+            raise ConfigError(f"positions must be None, 'eos' or 'documents' (got {positions!r}).")
+        if (positions == "eos") != (eos_id is not None):
+            raise ConfigError(
+                "positions='eos' needs eos_id= (the end-of-document token), and eos_id "
+                f"is only for it (got positions={positions!r}, eos_id={eos_id!r})."
+            )
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
         files = list(files)
@@ -314,6 +331,10 @@ class TokenSource:
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise
+        self.positions = positions
+        self.eos_id = eos_id
+        self._check_positions()
+        self._bounds: dict[int, NDArray[np.int64]] = {}  # file -> document starts
         self.context = context
         self.block_bytes = block_bytes
         self.window_bytes = window_bytes
@@ -339,6 +360,26 @@ class TokenSource:
         self._window_nbytes = (
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
+
+    def _check_positions(self) -> None:
+        if self.positions == "eos":
+            assert self.eos_id is not None
+            info = np.iinfo(self.dtype)
+            if isinstance(self.eos_id, bool) or not (
+                isinstance(self.eos_id, int) and info.min <= self.eos_id <= info.max
+            ):
+                raise ConfigError(
+                    f"eos_id {self.eos_id!r} is not a {self.dtype} token "
+                    f"(range [{info.min}, {info.max}])."
+                )
+        if self.positions == "documents":
+            plain = [f.path for f in self.files if f.index is None]
+            if plain:
+                raise ConfigError(
+                    f"positions='documents' needs a Megatron .idx for every file; "
+                    f"{', '.join(plain)} has none (for EOS-separated documents use "
+                    "positions='eos', eos_id=...)."
+                )
 
     def _check_files(self, context: int) -> None:
         dtypes = {f.dtype for f in self.files}
@@ -407,7 +448,29 @@ class TokenSource:
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         """Gather the samples into one ``(n, L + 1)`` array; ``x``/``y`` view it."""
         out = self.gather(seed, samples)
-        return {"x": out[:, :-1], "y": out[:, 1:]}
+        batch = {"x": out[:, :-1], "y": out[:, 1:]}
+        if self.positions == "eos":
+            assert self.eos_id is not None
+            batch["position_ids"] = eos_positions(batch["x"], self.eos_id)
+        elif self.positions == "documents":
+            batch["position_ids"] = self._document_positions(seed, samples)
+        return batch
+
+    def _document_positions(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int32]:
+        plan = self._plan(seed, samples)  # the gather's, cached
+        files = self.layout.window_file[plan.window]
+        offsets = self.layout.window_base[plan.window] + plan.start
+        out = np.empty((len(samples), self.context), dtype=np.int32)
+        for f in np.unique(files).tolist():
+            sel = files == f
+            out[sel] = document_positions(self._doc_bounds(f), offsets[sel], self.context)
+        return out
+
+    def _doc_bounds(self, f: int) -> NDArray[np.int64]:
+        bounds = self._bounds.get(f)
+        if bounds is None:
+            bounds = self._bounds[f] = self.files[f].documents()[:-1]
+        return bounds
 
     def _plan(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         # The loader plans each chunk twice, once to read ahead and once to read:

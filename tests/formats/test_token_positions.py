@@ -1,0 +1,134 @@
+"""TokenSource(positions=...): each x token's position in its document, for document masks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats import TokenSource, write_megatron_index
+from headrace.formats._positions import document_positions, eos_positions
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+L = 32
+EOS = 9
+
+
+def reference(starts: set[int], offset: int) -> list[int]:
+    """Positions of L tokens from ``offset`` of a stream whose documents start at ``starts``."""
+    out, pos = [], 0
+    for j in range(L):
+        if j > 0 and offset + j in starts:
+            pos = 0
+        out.append(pos)
+        pos += 1
+    return out
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, set[int]]:
+    """A Megatron .bin/.idx of documents of 1..80 tokens, each ending with EOS (and
+    no other EOS), so both ways of finding documents agree."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 81, 600)
+    docs = [np.append(rng.integers(10, 5000, n - 1), EOS) for n in lengths]
+    tokens = np.concatenate(docs).astype(np.uint16)
+    tokens.tofile(tmp_path / "c.bin")
+    write_megatron_index(tmp_path / "c.idx", np.uint16, lengths)
+    starts = set(np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist())
+    return tmp_path / "c.bin", starts
+
+
+def source(path: Path, **kw: Any) -> TokenSource:
+    return TokenSource(path, context=L, window_bytes=8 << 10, block_bytes=4096, **kw)
+
+
+def offsets_of(src: TokenSource, seed: int, samples: NDArray[np.int64]) -> list[int]:
+    return src.starts(seed, samples)[1].tolist()
+
+
+@pytest.mark.parametrize("how", ["documents", "eos"])
+def test_positions_restart_at_every_document(corpus: tuple[Path, set[int]], how: str) -> None:
+    path, starts = corpus
+    kw: dict[str, Any] = {"positions": how, "eos_id": EOS if how == "eos" else None}
+    src = source(path, **kw)
+    samples = np.arange(0, 400, dtype=np.int64)
+    batch = src.read(3, samples)
+    pos = batch["position_ids"]
+    assert pos.shape == (400, L) and pos.dtype == np.int32
+    for row, offset in zip(pos, offsets_of(src, 3, samples), strict=True):
+        assert row.tolist() == reference(starts, offset)
+    # Starts inside rows: a document boundary in most rows of this corpus.
+    assert (pos[:, 1:] == 0).any(axis=1).mean() > 0.5
+    src.close()
+
+
+def test_both_ways_agree_and_batches_are_the_same_on_any_host_count(
+    corpus: tuple[Path, set[int]],
+) -> None:
+    path, _ = corpus
+
+    def run(how: str, **kw: Any) -> list[dict[str, Any]]:
+        src = source(path, positions=how, eos_id=EOS if how == "eos" else None)
+        with Loader(src, batch_size=16, seed=4, steps=30, **kw) as ld:
+            return [{k: v.copy() for k, v in b.items()} for b in ld]
+
+    docs = run("documents")
+    assert batch_digest(iter(docs)) == batch_digest(iter(run("eos")))
+    halves = [run("documents", rank=r, world_size=2) for r in range(2)]
+    merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
+    assert batch_digest(iter(merged)) == batch_digest(iter(docs))
+    # x and y are unchanged by positions.
+    plain = Loader(source(path), batch_size=16, seed=4, steps=30)
+    with plain:
+        for a, b in zip(plain, docs, strict=True):
+            assert np.array_equal(a["x"], b["x"]) and np.array_equal(a["y"], b["y"])
+
+
+def test_several_files_each_with_their_own_documents(tmp_path: Path) -> None:
+    for name, n in (("a", 40), ("b", 70)):
+        np.arange(n * 25, dtype=np.uint16).tofile(tmp_path / f"{name}.bin")
+        write_megatron_index(tmp_path / f"{name}.idx", np.uint16, np.full(n, 25))
+    src = TokenSource(
+        [tmp_path / "a.bin", tmp_path / "b.bin"],
+        context=L,
+        window_bytes=4096,
+        block_bytes=4096,
+        positions="documents",
+    )
+    samples = np.arange(src.samples_per_epoch, dtype=np.int64)
+    pos = src.read(0, samples)["position_ids"]
+    files, offsets = src.starts(0, samples)
+    assert set(files.tolist()) == {0, 1}
+    for row, off in zip(pos, offsets.tolist(), strict=True):
+        assert row.tolist() == reference(set(range(0, 70 * 25, 25)), off)
+    src.close()
+
+
+def test_the_helpers_on_hand_made_rows() -> None:
+    x = np.array([[1, EOS, 2, 3, EOS, EOS, 4], [EOS, 1, 1, 1, 1, 1, EOS]])
+    assert eos_positions(x, EOS).tolist() == [[0, 1, 0, 1, 2, 0, 0], [0, 0, 1, 2, 3, 4, 5]]
+    bounds = np.array([0, 3, 4, 10, 12], dtype=np.int64)
+    got = document_positions(bounds, np.array([0, 3, 5, 11], dtype=np.int64), 4)
+    assert got.tolist() == [[0, 1, 2, 0], [0, 0, 1, 2], [0, 1, 2, 3], [0, 0, 1, 2]]
+
+
+def test_bad_position_options_are_refused(corpus: tuple[Path, set[int]], tmp_path: Path) -> None:
+    path, _ = corpus
+    raw = tmp_path / "raw.bin"
+    np.arange(1000, dtype=np.uint16).tofile(raw)
+    with pytest.raises(ConfigError, match=r"raw\.bin has none .*positions='eos'"):
+        TokenSource(raw, context=L, dtype="uint16", positions="documents")
+    with pytest.raises(ConfigError, match="needs eos_id="):
+        TokenSource(path, context=L, positions="eos")
+    with pytest.raises(ConfigError, match="eos_id is only for it"):
+        TokenSource(path, context=L, eos_id=3)
+    with pytest.raises(ConfigError, match=r"eos_id 70000 is not a uint16 token"):
+        TokenSource(path, context=L, positions="eos", eos_id=70000)
+    with pytest.raises(ConfigError, match="positions must be"):
+        TokenSource(path, context=L, positions="docs")  # type: ignore[arg-type]
