@@ -83,7 +83,7 @@ class InFlightLimit:
         self._pid = os.getpid()
         self._active = 0
         self._sent = 0  # tries started so far: a try's ticket is its number
-        self._cut_at = 0  # tries numbered below this were sent before the last cut
+        self._cut_at = 0  # tries numbered up to this one were sent before the last cut
         self._limit: float | None = None
         self._lowest: float | None = None
         self._throttled = 0
