@@ -88,6 +88,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--latency-ms", type=float, help="put a latency proxy (per request) in front of S3"
     )
+    parser.add_argument(
+        "--max-concurrent",
+        type=int,
+        metavar="N",
+        help="the proxy answers 503 SlowDown to S3 requests beyond N at once (a throttling store)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
     parser.add_argument(
         "--no-isolate",
@@ -123,8 +129,8 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         if wl.kind not in ("files", "tokens", "megatron", "parquet"):
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
-                "--endpoint and --latency-ms apply to files, token and Parquet workloads (jpeg, "
-                "npz, hdf5, tokens, megatron, parquet)"
+                "--endpoint, --latency-ms and --max-concurrent apply to files, token and Parquet "
+                "workloads (jpeg, npz, hdf5, tokens, megatron, parquet)"
             )
         changes["reader"] = reader
         if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
@@ -224,11 +230,15 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     reader: dict[str, Any] = {}
     if getattr(args, "storage", None):
         reader["storage"] = args.storage
-    for key in ("storage_url", "endpoint", "latency_ms"):
+    for key in ("storage_url", "endpoint", "latency_ms", "max_concurrent"):
         if getattr(args, key, None) is not None:
             reader[key] = getattr(args, key)
     if reader and reader.get("storage", "s3") != "s3" and len(reader) > 1:
-        raise ConfigError("--storage-url, --endpoint and --latency-ms need --storage s3")
+        raise ConfigError(
+            "--storage-url, --endpoint, --latency-ms and --max-concurrent need --storage s3"
+        )
+    if reader.get("max_concurrent", 1) < 1:
+        raise ConfigError(f"--max-concurrent must be >= 1 (got {reader['max_concurrent']})")
     if len(reader) > int("storage" in reader):
         reader["storage"] = "s3"  # an S3 option implies S3
     return reader

@@ -117,6 +117,7 @@ class StageProbe:
             lat = list(s.latencies_s)
             out["requests"] = s.requests
             out["retries"] = s.retries
+            out["throttled"] = s.throttled
             out["in_flight_observed"] = s.max_in_flight_observed
         out["request_latency_s"] = (
             dict(zip(("p50", "p95", "p99"), np.percentile(lat, [50, 95, 99]).tolist(), strict=True))

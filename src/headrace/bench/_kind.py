@@ -354,7 +354,9 @@ class Kind:
 
 
 # [reader] keys that say where the run's dataset is served from: one per run.
-_RUN = frozenset({"storage", "storage_url", "endpoint", "latency_ms", "store_options"})
+_RUN = frozenset(
+    {"storage", "storage_url", "endpoint", "latency_ms", "max_concurrent", "store_options"}
+)
 
 
 def _like(current: Any, text: str, spec: str) -> Any:

@@ -314,6 +314,13 @@ def _run(
                     f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
+    notes.extend(
+        f"{wl.name}/{res['variant']}: the store answered {res['throttled']} tries "
+        "'503 SlowDown'; they were retried (the store lowers its requests in flight "
+        "on a throttle), and the figures include those round trips"
+        for res in results
+        if res.get("throttled")
+    )
     ds_bytes = kind.dataset_bytes()
     if kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
@@ -363,6 +370,7 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "in_flight_observed": src.get("in_flight_observed"),
         "requests": src.get("requests"),
+        "throttled": src.get("throttled"),
         "request_latency_s": src.get("request_latency_s"),
         "stages": {
             "wall_s": wall,

@@ -80,12 +80,19 @@ def upload(
 
 
 @contextmanager
-def _proxy(upstream: str, latency_ms: float) -> Iterator[str]:
+def _proxy(upstream: str, latency_ms: float, max_concurrent: int | None) -> Iterator[str]:
     src = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "headrace.bench._s3_serve", upstream, str(latency_ms)],
+        [
+            sys.executable,
+            "-m",
+            "headrace.bench._s3_serve",
+            upstream,
+            str(latency_ms),
+            str(max_concurrent or 0),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -121,6 +128,7 @@ def bench_s3(
     *,
     endpoint: str | None = None,
     latency_ms: float | None = None,
+    max_concurrent: int | None = None,
     digests: DigestCache | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them."""
@@ -135,18 +143,22 @@ def bench_s3(
         info = endpoint_info(endpoint)
         upload(info, bucket, prefix, paths, digests=digests)
         options = info.store_options()
-        if latency_ms:
+        if latency_ms or max_concurrent:
             if not endpoint.startswith("http://"):
-                raise ConfigError(f"--latency-ms needs an http:// endpoint (got {endpoint!r})")
-            options["endpoint"] = stack.enter_context(_proxy(endpoint, latency_ms))
+                raise ConfigError(
+                    f"--latency-ms and --max-concurrent need an http:// endpoint (got {endpoint!r})"
+                )
+            options["endpoint"] = stack.enter_context(
+                _proxy(endpoint, latency_ms or 0.0, max_concurrent)
+            )
         yield options
 
 
 def _main() -> int:
     from headrace.emulate import LatencyProxy
 
-    upstream, latency = sys.argv[1], float(sys.argv[2])
-    with LatencyProxy(upstream, latency_ms=latency) as proxy:
+    upstream, latency, limit = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    with LatencyProxy(upstream, latency_ms=latency, max_concurrent=limit or None) as proxy:
         print(json.dumps({"endpoint": proxy.endpoint}), flush=True)
         sys.stdin.read()
     return 0

@@ -4,7 +4,8 @@ With ``storage = "s3"`` in a workload's ``[reader]`` (``--storage s3``), the
 run serves the generated files at ``storage_url`` (default
 ``s3://headrace-bench/<name>``): a moto server started for the run on
 127.0.0.1, or an existing ``endpoint``; ``latency_ms`` puts a latency proxy in
-front (:func:`~headrace.bench._s3_serve.bench_s3`).
+front, and ``max_concurrent`` makes that proxy answer 503 SlowDown past so many
+requests at once (:func:`~headrace.bench._s3_serve.bench_s3`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Storage:
     """A kind's storage settings and the S3 endpoint that serves its files for a run.
 
     Reads its ``[reader]`` keys (``storage``, ``storage_url``, ``endpoint``,
-    ``latency_ms``, and the ``store_options`` a served run carries to its
+    ``latency_ms``, ``max_concurrent``, and the ``store_options`` a served run carries to its
     measurement processes) when the kind is built.
     """
 
@@ -39,7 +40,9 @@ class Storage:
             raise ConfigError(
                 f"workload {workload.name!r}: storage must be one of {STORAGES} (got {self.kind!r})"
             )
-        remote_keys = [k for k in ("storage_url", "endpoint", "latency_ms") if rd.get(k)]
+        remote_keys = [
+            k for k in ("storage_url", "endpoint", "latency_ms", "max_concurrent") if rd.get(k)
+        ]
         if self.kind == "local" and remote_keys:
             raise ConfigError(
                 f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
@@ -49,6 +52,13 @@ class Storage:
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
         self.endpoint = rd.get("endpoint") or None
         self.latency_ms = float(rd.get("latency_ms") or 0)
+        limit = rd.get("max_concurrent")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ConfigError(
+                f"workload {workload.name!r}: max_concurrent must be an integer >= 1 "
+                f"(got {limit!r})"
+            )
+        self.max_concurrent: int | None = limit
         # The ObjectStore options of the served dataset: set by serve() for the run,
         # and carried in the workload to the processes that measure it.
         options = rd.get("store_options") if self.remote else None
@@ -82,6 +92,7 @@ class Storage:
             kind.files(),
             endpoint=self.endpoint,
             latency_ms=latency,
+            max_concurrent=self.max_concurrent,
             digests=DigestCache.under(kind.root),
         ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
@@ -97,4 +108,6 @@ class Storage:
         extras: dict[str, Any] = {"storage": self.kind}
         if self.remote:
             extras["latency_ms"] = self.latency_ms
+            if self.max_concurrent is not None:
+                extras["max_concurrent"] = self.max_concurrent
         return extras
