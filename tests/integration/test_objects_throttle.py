@@ -25,6 +25,7 @@ from s3util import BUCKET, FAST_RETRY, SMALL, S3Fixture, StoreFactory, expected
 from headrace.emulate import LatencyProxy
 from headrace.errors import TransientStorageError
 from headrace.formats import TokenSource
+from headrace.io import ObjectStore
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -52,6 +53,19 @@ def test_the_store_adapts_and_every_read_arrives(open_store: StoreFactory, busy:
     assert s.lowest_in_flight_limit is not None and s.lowest_in_flight_limit <= LIMIT
     assert s.attempts == s.requests + s.retries  # every 503 was retried; none failed
     assert busy.stats.max_in_flight <= LIMIT
+
+
+def test_throttles_do_not_use_up_attempts(s3: S3Fixture) -> None:
+    # One request at a time, 32 asked for, 2 attempts each: it takes the limit five
+    # cuts (32 -> 16 -> ... -> 1) to settle, and then it probes past 1 every other
+    # try; a throttle is flow control, not a failure, so no read gives up.
+    with LatencyProxy(s3.server.endpoint, latency_ms=5, max_concurrent=1) as proxy:
+        retry = replace(FAST_RETRY, attempts=2)
+        store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint, "retry": retry})
+        with store:
+            got = store.get_many(SMALL, max_in_flight=32)
+            assert [bytes(v) for v in got] == [expected(k) for k in SMALL]
+            assert store.stats.throttled > 0 and store.stats.lowest_in_flight_limit == 1.0
 
 
 def test_without_adapting_the_same_reads_give_up(open_store: StoreFactory, busy: LatencyProxy):

@@ -444,26 +444,43 @@ class ObjectStore(Closing):
 
     # -- retry loops (sync and async share classify() and the policy) ---------------------
 
-    def _failed(self, exc: Exception, where: str, attempt: int, t0: float) -> float:
-        """Count a failed try; raise the final error, or return the delay before the next."""
+    def _failed(
+        self, exc: Exception, where: str, t0: float, ticket: int, tries: tuple[int, int]
+    ) -> tuple[float, tuple[int, int]]:
+        """Count a failed try; raise the final error, or return the delay before the next.
+
+        ``tries`` is ``(attempt, throttles)``, returned updated for the next try.
+        With ``adapt_in_flight``, a throttle is the store's flow control, not a
+        failure: it does not use an attempt (the limit on tries in flight probes
+        the store's capacity by now and then exceeding it), up to
+        ``4 * attempts`` throttles per request. Every retry backs off
+        exponentially in all the tries made so far.
+        """
+        attempt, throttles = tries
+        throttled = is_throttle(exc)
+        self._limit.release(ticket, throttled=throttled)
         err, transient = classify(exc, where)
-        again = transient and attempt < self.retry.attempts
+        free = throttled and self.retry.adapt_in_flight and throttles < 4 * self.retry.attempts
+        again = transient and (free or attempt < self.retry.attempts)
         self._end(t0, None, retry=again)
         if again:
-            return self.retry.delay_s(attempt, self._rng)
+            delay = self.retry.delay_s(attempt + throttles, self._rng)
+            return delay, ((attempt, throttles + 1) if free else (attempt + 1, throttles))
         if transient:
-            err = TransientStorageError(f"{err} (gave up after {attempt} attempts)")
+            also = f", {throttles} throttled tries" if throttles else ""
+            err = TransientStorageError(f"{err} (gave up after {attempt} attempts{also})")
         raise err from exc
 
     def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        for attempt in range(1, self.retry.attempts + 1):
+        tries = (1, 0)
+        while True:
             ticket = self._limit.acquire_blocking()
             t0 = self._begin()
             try:
                 result = once()
             except Exception as exc:
-                self._limit.release(ticket, throttled=is_throttle(exc))
-                time.sleep(self._failed(exc, where, attempt, t0))
+                delay, tries = self._failed(exc, where, t0, ticket, tries)
+                time.sleep(delay)
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
                 self._limit.release(ticket)
@@ -472,19 +489,19 @@ class ObjectStore(Closing):
             self._limit.release(ticket)
             self._end(t0, size_of(result), retry=False)
             return result
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _aretrying(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
-        for attempt in range(1, self.retry.attempts + 1):
+        tries = (1, 0)
+        while True:
             ticket = await self._limit.acquire()
             t0 = self._begin()
             try:
                 result = await once()
             except Exception as exc:
-                self._limit.release(ticket, throttled=is_throttle(exc))
-                await asyncio.sleep(self._failed(exc, where, attempt, t0))
+                delay, tries = self._failed(exc, where, t0, ticket, tries)
+                await asyncio.sleep(delay)
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
                 self._limit.release(ticket)
@@ -493,7 +510,6 @@ class ObjectStore(Closing):
             self._limit.release(ticket)
             self._end(t0, size_of(result), retry=False)
             return result
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- writes (headrace.io._put) -----------------------------------------------------------
 

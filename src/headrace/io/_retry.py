@@ -51,8 +51,10 @@ class RetryPolicy:
     retry together. ``timeout_s`` bounds each request (connect + transfer).
     ``adapt_in_flight``: when the store throttles (HTTP 429, 503 "SlowDown"),
     halve the tries this store keeps in flight, then add one back per round of
-    successes (``headrace.io._throttle``); off, every caller keeps its own
-    ``in_flight`` whatever the store says.
+    successes (``headrace.io._throttle``), and retry throttled tries without
+    using an attempt (up to ``4 * attempts`` throttles per request); off, every
+    caller keeps its own ``in_flight`` whatever the store says, and a throttle
+    is a failed attempt like a 500.
     """
 
     attempts: int = 5
