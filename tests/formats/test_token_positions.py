@@ -10,7 +10,7 @@ import pytest
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.formats import TokenSource, write_megatron_index
+from headrace.formats import TokenSource, cu_seqlens, write_megatron_index
 from headrace.formats._positions import document_positions, eos_positions
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -132,3 +132,25 @@ def test_bad_position_options_are_refused(corpus: tuple[Path, set[int]], tmp_pat
         TokenSource(path, context=L, positions="eos", eos_id=70000)
     with pytest.raises(ConfigError, match="positions must be"):
         TokenSource(path, context=L, positions="docs")  # type: ignore[arg-type]
+
+
+def test_cu_seqlens_cut_the_flattened_batch_at_every_document() -> None:
+    pos = np.array([[0, 1, 2, 0, 1], [0, 0, 1, 2, 3]], dtype=np.int32)
+    cu, longest = cu_seqlens(pos)
+    assert cu.tolist() == [0, 3, 5, 6, 10] and cu.dtype == np.int32 and longest == 4
+    assert cu_seqlens(np.zeros((0, 4), np.int32))[0].tolist() == [0]
+    with pytest.raises(ConfigError, match="must start every row at 0"):
+        cu_seqlens(np.array([[1, 2, 3]]))
+
+
+def test_cu_seqlens_of_a_real_batch_match_its_documents(corpus: tuple[Path, set[int]]) -> None:
+    path, starts = corpus
+    src = source(path, positions="documents")
+    samples = np.arange(40, dtype=np.int64)
+    cu, longest = cu_seqlens(src.read(0, samples)["position_ids"])
+    offsets = offsets_of(src, 0, samples)
+    want = [0]
+    for r, off in enumerate(offsets):
+        want += [r * L + j for j in range(1, L) if off + j in starts] + [(r + 1) * L]
+    assert cu.tolist() == want and longest == max(np.diff(want))
+    src.close()

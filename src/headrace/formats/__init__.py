@@ -4,7 +4,7 @@ from headrace.formats._buffer import Buffer
 from headrace.formats._file_modes import IterableFiles
 from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import sample_digests
-from headrace.formats._file_source import FileSource, FileSourceConfig, SourceMode
+from headrace.formats._file_source import FileSource, FileSourceConfig, OnCorrupt, SourceMode
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import (
     FILE_FORMATS,
@@ -27,6 +27,7 @@ from headrace.formats._megatron import (
 )
 from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
 from headrace.formats._pairs import PairRows
+from headrace.formats._positions import cu_seqlens
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_file import RowFile, open_row_file, write_row_file
 from headrace.formats._row_plan import sample_rows
@@ -48,6 +49,7 @@ __all__ = [
     "IterableFiles",
     "MEGATRON_MAGIC",
     "MegatronIndex",
+    "OnCorrupt",
     "PaddedRows",
     "PairRows",
     "Ragged",
@@ -62,6 +64,7 @@ __all__ = [
     "TokenSource",
     "TokenStats",
     "WindowStats",
+    "cu_seqlens",
     "decode",
     "decode_hdf5",
     "decode_jpeg",

@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["document_positions", "eos_positions", "positions_from_starts"]
+from headrace.errors import ConfigError
+
+__all__ = ["cu_seqlens", "document_positions", "eos_positions", "positions_from_starts"]
 
 
 def positions_from_starts(
@@ -63,3 +65,24 @@ def document_positions(
     k = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
     cols = bounds[np.repeat(first, counts) + k] - offsets[rows]
     return positions_from_starts((len(offsets), length), rows, cols)
+
+
+def cu_seqlens(position_ids: NDArray[np.integer]) -> tuple[NDArray[np.int32], int]:
+    """``(cu_seqlens, max_seqlen)`` of a batch's documents, for variable-length attention.
+
+    The batch's rows flattened into one sequence of ``n * L`` tokens, cut
+    where ``position_ids == 0``: ``cu_seqlens`` holds the offset of every
+    document and then the total (int32, what flash-attention's
+    ``flash_attn_varlen_func`` takes as ``cu_seqlens_q``/``cu_seqlens_k``), and
+    ``max_seqlen`` is the longest document's length.
+    """
+    flat = np.asarray(position_ids).reshape(-1)
+    if flat.size == 0:
+        return np.zeros(1, dtype=np.int32), 0
+    starts = np.flatnonzero(flat == 0)
+    if starts.size == 0 or starts[0] != 0:
+        raise ConfigError(
+            "position_ids must start every row at 0 (as TokenSource(positions=...) gives them)"
+        )
+    bounds = np.append(starts, flat.size).astype(np.int32)
+    return bounds, int(np.diff(bounds).max())
