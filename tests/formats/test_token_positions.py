@@ -154,3 +154,19 @@ def test_cu_seqlens_of_a_real_batch_match_its_documents(corpus: tuple[Path, set[
         want += [r * L + j for j in range(1, L) if off + j in starts] + [(r + 1) * L]
     assert cu.tolist() == want and longest == max(np.diff(want))
     src.close()
+
+
+def test_a_pickled_copy_gives_the_same_positions(corpus: tuple[Path, set[int]]) -> None:
+    import pickle
+
+    path, _ = corpus
+    src = source(path, positions="documents")
+    samples = np.arange(64, dtype=np.int64)
+    want = src.read(1, samples)["position_ids"]
+    copy = pickle.loads(pickle.dumps(src))  # what a worker process gets
+    assert copy._bounds == {}
+    assert np.array_equal(copy.read(1, samples)["position_ids"], want)
+    eos = source(path, positions="eos", eos_id=np.uint16(EOS))  # a NumPy integer is a token too
+    assert np.array_equal(eos.read(1, samples)["position_ids"], want)
+    for s in (src, copy, eos):
+        s.close()

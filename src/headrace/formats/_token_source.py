@@ -366,7 +366,7 @@ class TokenSource:
             assert self.eos_id is not None
             info = np.iinfo(self.dtype)
             if isinstance(self.eos_id, bool) or not (
-                isinstance(self.eos_id, int) and info.min <= self.eos_id <= info.max
+                isinstance(self.eos_id, int | np.integer) and info.min <= self.eos_id <= info.max
             ):
                 raise ConfigError(
                     f"eos_id {self.eos_id!r} is not a {self.dtype} token "
@@ -683,6 +683,7 @@ class TokenSource:
         state["_ahead_checked"] = None
         state["_ahead"] = None
         state["_todo"] = set()
+        state["_bounds"] = {}  # document starts: recomputed where needed, not shipped
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
