@@ -39,13 +39,14 @@ def write_tokens(root: Path) -> Path:
     return root
 
 
-def token_source(root: Path) -> TokenSource:
+def token_source(root: Path, **kw: Any) -> TokenSource:
     return TokenSource(
         [root / "a.bin", root / "b.bin"],
         dtype="uint32",
         context=L,
         window_bytes=WINDOW,
         block_bytes=4096,
+        **kw,
     )
 
 

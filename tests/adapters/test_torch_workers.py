@@ -92,6 +92,36 @@ def test_a_transform_runs_in_the_workers_as_in_the_bare_loader(root: Path) -> No
         assert [digest(b) for b in dl] == want
 
 
+def test_position_ids_come_through_the_workers(root: Path) -> None:
+    def src() -> Any:
+        return token_source(root, positions="eos", eos_id=7)  # token 7: about 1 in 1,000
+
+    with Loader(src(), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        want = [batch_digest([b]) for b in ld]
+    with ht.HeadraceDataLoader(dataset(root, src()), num_workers=2) as dl:
+        batches = list(dl)
+    assert [digest(b) for b in batches] == want
+    assert batches[0]["position_ids"].dtype == torch.int32
+
+
+def test_corrupt_files_are_replaced_alike_in_the_workers(tmp_path: Path) -> None:
+    from headrace.formats import FileSource, synthetic_arrays, write_sample_file
+
+    for i in range(24):
+        arrays = synthetic_arrays("npy", seed=i, shape=(4, 3))
+        write_sample_file("npy", tmp_path / f"f{i:02d}.npy", arrays)
+    (tmp_path / "f05.npy").write_bytes(b"\x93NUMPY garbage")
+
+    def src() -> FileSource:
+        return FileSource(tmp_path, format="npy", on_corrupt="replace", max_corrupt=0.1)
+
+    with Loader(src(), batch_size=4, seed=5, steps=12) as ld:
+        want = [batch_digest([b]) for b in ld]
+    ds = ht.TorchDataset(src(), batch_size=4, seed=5, steps=12)
+    with ht.HeadraceDataLoader(ds, num_workers=2) as dl:
+        assert [digest(b) for b in dl] == want
+
+
 def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference: list[str]) -> None:
     # x and y of a token batch cross as their one (B, L + 1) stretch and stay two views
     # of it, as without workers; contiguous=True copies each apart.
