@@ -196,3 +196,47 @@ def test_chunks_are_capped_by_what_the_source_read_not_the_smaller_output(tokens
         batches = list(loader)
         assert loader.max_chunk_steps == 5000 // 512  # not min(32, 5000 // 16)
     assert len(batches) == 64 and batches[0]["x0"].shape == (8,)
+
+
+class _Recorder:
+    """A tiny source that logs the order of reads and read-aheads."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "recorder"}
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return 1 << 20
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        self.log.append(f"read {int(samples[0])}")
+        return {"v": samples.copy()}
+
+    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+        self.log.append(f"prefetch {int(samples[0])}")
+
+
+def test_the_next_chunks_reads_start_before_this_chunk_is_transformed() -> None:
+    log: list[str] = []
+
+    def note(arrays: dict[str, NDArray[Any]], samples: Samples) -> dict[str, NDArray[Any]]:
+        log.append(f"transform {int(samples.numbers[0])}")
+        return arrays
+
+    with Loader(_Recorder(log), batch_size=2, steps=7, prefetch=0, transform=note) as ld:
+        assert len(list(ld)) == 7
+    # Chunks of 1, 2, 4 steps: the first is handed over at once (a quick first
+    # batch); after that, each chunk's transform waits for the next chunk's prefetch.
+    assert log == [
+        "read 0",
+        "transform 0",
+        "prefetch 2",
+        "read 2",
+        "prefetch 6",
+        "transform 2",
+        "read 6",
+        "transform 6",
+    ]

@@ -266,6 +266,10 @@ class Loader(Closing):
 
     def _read_arrays(self, steps: list[int]) -> Batch:
         """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
+        return self._transformed(steps, *self._read_raw(steps))
+
+    def _read_raw(self, steps: list[int]) -> tuple[Batch, NDArray[np.int64]]:
+        """What the source read for the chunk, before any transform, and its samples."""
         stats, t0 = self.stats, time.perf_counter()
         samples = self._host_samples(steps)
         t1 = time.perf_counter()
@@ -275,23 +279,31 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
-        t2 = time.perf_counter()
         stats.plan_s += t1 - t0
-        stats.source_s += t2 - t1
-        # Cap chunks by bytes as well as steps, so large batches never make a
-        # chunk (held by the queue and the consumer) grow past chunk_bytes; with
-        # a transform, by what the source read too (a crop of 640 x 640 images to
-        # 224 x 224 would otherwise let a chunk decode 8x the bytes).
-        held = sum(v.nbytes for v in arrays.values())
-        if self.transform is not None:
-            arrays = apply_transform(self.transform, arrays, self.seed, samples)
-            stats.transform_s += time.perf_counter() - t2
-            held = max(held, sum(v.nbytes for v in arrays.values()))
+        stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
         stats.steps += len(steps)
-        per_step = max(1, held // len(steps))
-        self._chunk_cap = max(1, self.chunk_bytes // per_step)
-        return arrays
+        self._cap_chunks(steps, arrays)
+        return arrays, samples
+
+    def _transformed(self, steps: list[int], arrays: Batch, samples: NDArray[np.int64]) -> Batch:
+        if self.transform is None:
+            return arrays
+        t0 = time.perf_counter()
+        out = apply_transform(self.transform, arrays, self.seed, samples)
+        self.stats.transform_s += time.perf_counter() - t0
+        self._cap_chunks(steps, out, also=self._chunk_cap)
+        return out
+
+    def _cap_chunks(self, steps: list[int], arrays: Batch, also: int | None = None) -> None:
+        """Cap chunks by bytes as well as steps, so large batches never make a chunk
+        (held by the queue and the consumer) grow past ``chunk_bytes``; with a
+        transform, by what the source read as well as what the transform returned
+        (``also``: the cap the read set). Capped by the output only, a crop of
+        640 x 640 images to 224 x 224 let a chunk decode 8x ``chunk_bytes``."""
+        per_step = max(1, sum(v.nbytes for v in arrays.values()) // len(steps))
+        cap = max(1, self.chunk_bytes // per_step)
+        self._chunk_cap = cap if also is None else min(cap, also)
 
     @property
     def max_chunk_steps(self) -> int:
@@ -349,7 +361,7 @@ class Loader(Closing):
         """Read chunk after chunk; after each, tell the source what comes next.
 
         A source with ``prefetch(seed, samples)`` starts the next chunk's reads
-        while this one is consumed: same bytes, earlier I/O. The first chunk
+        while this one is transformed and consumed: same bytes, earlier I/O. The first chunk
         (one step) is handed over before anything is read ahead, so the first
         batch waits for its own blocks only, not for read-ahead sharing the
         storage with them.
@@ -359,10 +371,10 @@ class Loader(Closing):
         current = next(chunks, None)
         first = True
         while current is not None:
-            arrays = self._read_arrays(current)
+            raw, samples = self._read_raw(current)
             following = next(chunks, None)
             if first:
-                yield current, arrays
+                yield current, self._transformed(current, raw, samples)
             if following is not None and prefetch is not None:
                 t0 = time.perf_counter()
                 ahead = self._host_samples(following)
@@ -376,7 +388,9 @@ class Loader(Closing):
                 self.stats.plan_s += t1 - t0
                 self.stats.prefetch_s += time.perf_counter() - t1
             if not first:
-                yield current, arrays
+                # Transformed after the next chunk's reads are started, so storage
+                # is busy while the transform runs.
+                yield current, self._transformed(current, raw, samples)
             first = False
             current = following
 
