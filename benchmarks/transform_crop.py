@@ -1,4 +1,4 @@
-"""What a per-sample transform costs: JPEG batches with and without RandomCrop, A/B/A/B.
+"""What a per-sample transform costs: JPEG batches with and without crops, A/B/A/B.
 
     python benchmarks/transform_crop.py [--root DIR] [--images 512] [--batch 16]
                                         [--crop 224] [--trials 3] [--workers 2]
@@ -9,6 +9,7 @@ exist, then reads one epoch per side per trial, sides in alternating order:
 ``decode``        FileSource + Loader, no transform (the images as decoded)
 ``crop``          the same with ``transform=RandomCrop((crop, crop))``
 ``crop-workers``  ``HeadraceDataLoader(num_workers=--workers)`` with the same transform
+``resized-crop``  ``transform=RandomResizedCrop((crop, crop))`` (resized with Pillow)
 
 Reports median images/s, the transform's share of the loader's time, and a
 SHA-256 digest per side: both crop sides must agree (a sample's crop depends
@@ -28,7 +29,7 @@ from typing import Any
 from headrace.formats import FileSource, synthetic_arrays, write_sample_file
 from headrace.pipeline import Loader
 from headrace.testing import update_digest
-from headrace.transforms import RandomCrop
+from headrace.transforms import RandomCrop, RandomResizedCrop
 
 
 def ensure(root: Path, n: int) -> Path:
@@ -84,18 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         "decode": lambda: bare(None),
         "crop": lambda: bare(crop),
         "crop-workers": lambda: workers(crop),
+        "resized-crop": lambda: bare(RandomResizedCrop((a.crop, a.crop))),
     }
     times: dict[str, list[float]] = {s: [] for s in sides}
     digests: dict[str, set[str]] = {s: set() for s in sides}
-    shares: list[float] = []
+    shares: dict[str, list[float]] = {"crop": [], "resized-crop": []}
     bare(None)  # warm the page cache
     for t in range(a.trials):
         for name in sides if t % 2 == 0 else list(sides)[::-1]:
             seconds, digest, share = sides[name]()
             times[name].append(seconds)
             digests[name].add(digest)
-            if name == "crop":
-                shares.append(share)
+            if name in shares:
+                shares[name].append(share)
     print(
         f"{a.images} JPEGs of 640x640, batch {a.batch}, crop {a.crop}x{a.crop}, "
         f"{a.trials} trials alternating"
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         d = digests[name]
         shown = next(iter(d))[:12] if len(d) == 1 else f"{len(d)} different!"
         print(f"{name:13} {steps * a.batch / med:>9.1f} {base / med:>9.2f}  {shown}")
-    print(f"transform share of the loader's time (crop side): {statistics.median(shares):.1%}")
+    for name, got in shares.items():
+        print(f"transform share of the loader's time ({name}): {statistics.median(got):.1%}")
     same = digests["crop"] == digests["crop-workers"] and len(digests["crop"]) == 1
     print(f"crop digests equal with and without workers: {same}")
     return 0 if same else 1

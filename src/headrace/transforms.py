@@ -9,7 +9,10 @@ number differs).
 
 from __future__ import annotations
 
+import os
+import threading
 import typing
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,10 @@ from headrace import errors
 if typing.TYPE_CHECKING:
     from headrace.pipeline import Samples
 
-__all__ = ["RandomCrop"]
+__all__ = ["RESIZE_THREADS", "RandomCrop", "RandomResizedCrop"]
+
+#: Threads that resize a batch's images (Pillow releases the GIL while it resizes).
+RESIZE_THREADS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,132 @@ class RandomCrop:
             out = np.zeros((0, height, width), dtype=np.uint8)
         result[self.key] = out
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class RandomResizedCrop:
+    """torchvision's ``RandomResizedCrop`` (+ flip): the usual ImageNet-style augmentation.
+
+    Per image: a region of ``scale`` (fraction of the area) and ``ratio``
+    (width / height, log-uniform) at a random place, ten tries as torchvision
+    draws them, else a centre crop; resized to ``size`` = (height, width)
+    with bilinear interpolation (Pillow, the ``images`` extra); mirrored
+    left-right with probability 1/2 when ``flip``. uint8 images, grey
+    ``(H, W)`` or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])``
+    array and loses ``<key>_shape``. Every draw is from the sample's own
+    generator.
+    """
+
+    size: tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    key: str = "image"
+    flip: bool = True
+
+    def __post_init__(self) -> None:
+        h, w = self.size
+        if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
+            raise errors.ConfigError(
+                f"RandomResizedCrop size must be two integers >= 1 (got {self.size!r})."
+            )
+        lo, hi = self.scale
+        if not 0 < lo <= hi <= 1:
+            raise errors.ConfigError(f"scale must satisfy 0 < min <= max <= 1 (got {self.scale}).")
+        if not 0 < self.ratio[0] <= self.ratio[1]:
+            raise errors.ConfigError(f"ratio must satisfy 0 < min <= max (got {self.ratio}).")
+
+    def region(self, height: int, width: int, rng: np.random.Generator) -> tuple[int, ...]:
+        """``(top, left, h, w)`` of the region to crop from a ``height x width`` image."""
+        area = height * width
+        log_ratio = (np.log(self.ratio[0]), np.log(self.ratio[1]))
+        for _ in range(10):
+            target = area * rng.uniform(*self.scale)
+            aspect = float(np.exp(rng.uniform(*log_ratio)))
+            w = round(float(np.sqrt(target * aspect)))
+            h = round(float(np.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(rng.integers(0, height - h + 1))
+                left = int(rng.integers(0, width - w + 1))
+                return top, left, h, w
+        shape_ratio = width / height  # no luck: the centre, clipped to the ratio range
+        if shape_ratio < self.ratio[0]:
+            w, h = width, round(width / self.ratio[0])
+        elif shape_ratio > self.ratio[1]:
+            h, w = height, round(height * self.ratio[1])
+        else:
+            h, w = height, width
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(
+        self, arrays: dict[str, NDArray[Any]], samples: Samples
+    ) -> dict[str, NDArray[Any]]:
+        try:
+            from PIL import Image
+        except ImportError as exc:  # pragma: no cover - the images extra brings it
+            raise errors.ConfigError(
+                "RandomResizedCrop resizes with Pillow: pip install 'headrace[images]'"
+            ) from exc
+        if self.key not in arrays:
+            raise errors.ConfigError(
+                f"RandomResizedCrop: the batch has no {self.key!r} (keys: {sorted(arrays)}); "
+                "set key= to the images' name"
+            )
+        height, width = self.size
+        images = [np.asarray(img) for img in arrays[self.key]]
+        out: NDArray[Any] | None = None
+        jobs = []
+        for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
+            if img.dtype != np.uint8 or img.ndim not in (2, 3):
+                raise errors.DataError(
+                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
+                    f"{img.dtype} {img.shape}; it resizes uint8 (H, W) or (H, W, C) images"
+                )
+            if out is None:
+                out = np.empty((len(images), height, width, *img.shape[2:]), np.uint8)
+            elif img.shape[2:] != out.shape[3:]:
+                raise errors.DataError(
+                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} has "
+                    f"shape {img.shape}, the first had channels {out.shape[3:]}"
+                )
+            # Every draw here, in row order; the resizing (no draws) may run anywhere.
+            region = self.region(img.shape[0], img.shape[1], rng)
+            jobs.append((i, region, self.flip and rng.random() < 0.5))
+
+        def resize(job: tuple[int, tuple[int, ...], bool]) -> None:
+            assert out is not None
+            i, (top, left, h, w), mirror = job
+            crop = np.ascontiguousarray(images[i][top : top + h, left : left + w])
+            pil = Image.fromarray(crop[..., 0] if crop.ndim == 3 and crop.shape[2] == 1 else crop)
+            resized = np.asarray(pil.resize((width, height), Image.Resampling.BILINEAR))
+            resized = resized.reshape(out.shape[1:])
+            if mirror:
+                _copy_mirrored(out[i], resized)
+            else:
+                out[i] = resized
+
+        # Pillow resizes without the GIL: the rows are resized on a few threads.
+        if len(jobs) > 1:
+            list(_resize_pool().map(resize, jobs))
+        else:
+            for job in jobs:
+                resize(job)
+        result = {k: v for k, v in arrays.items() if k not in (self.key, f"{self.key}_shape")}
+        result[self.key] = np.zeros((0, height, width), np.uint8) if out is None else out
+        return result
+
+
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): made on first use
+_pool_lock = threading.Lock()
+
+
+def _resize_pool() -> ThreadPoolExecutor:
+    """This process's resize threads (a forked child makes its own)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(RESIZE_THREADS, thread_name_prefix="headrace-resize")
+            _pool = (os.getpid(), pool)
+        return _pool[1]
 
 
 def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:

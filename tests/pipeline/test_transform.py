@@ -14,7 +14,7 @@ from headrace.errors import ConfigError, DataError
 from headrace.formats import FileSource, TokenSource, synthetic_arrays, write_sample_file
 from headrace.pipeline import Loader, Samples
 from headrace.testing import assert_resume_exact, batch_digest
-from headrace.transforms import RandomCrop
+from headrace.transforms import RandomCrop, RandomResizedCrop
 
 L = 16
 
@@ -240,3 +240,55 @@ def test_the_next_chunks_reads_start_before_this_chunk_is_transformed() -> None:
         "read 6",
         "transform 6",
     ]
+
+
+# -- RandomResizedCrop -------------------------------------------------------------
+
+
+def test_random_resized_crop_gives_one_array_the_same_on_two_hosts(jpegs: Path) -> None:
+    rrc = RandomResizedCrop((20, 20))
+
+    def epoch(**kw: Any) -> list[dict[str, NDArray[Any]]]:
+        src = FileSource(jpegs, format="jpeg")
+        with Loader(src, batch_size=4, seed=2, steps=3, transform=rrc, **kw) as ld:
+            return [{k: v.copy() for k, v in b.items()} for b in ld]
+
+    whole = epoch()
+    assert all(b["image"].shape == (4, 20, 20, 3) and "image_shape" not in b for b in whole)
+    halves = [epoch(rank=r, world_size=2) for r in range(2)]
+    merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
+    assert batch_digest(iter(merged)) == batch_digest(iter(whole))
+    assert batch_digest(iter(epoch(prefetch=0, chunk_steps=1))) == batch_digest(iter(whole))
+
+
+def test_random_resized_crop_of_the_whole_image_at_its_size_is_the_image() -> None:
+    rng = np.random.default_rng(0)
+    imgs = rng.integers(0, 256, (3, 12, 16, 3), dtype=np.uint8)
+    whole = RandomResizedCrop((12, 16), scale=(1.0, 1.0), ratio=(16 / 12, 16 / 12), flip=False)
+    got = whole({"image": imgs}, Samples(0, np.arange(3, dtype=np.int64)))["image"]
+    assert np.array_equal(got, imgs)
+    grey = rng.integers(0, 256, (2, 12, 16), dtype=np.uint8)
+    got = whole({"image": grey}, Samples(0, np.arange(2, dtype=np.int64)))["image"]
+    assert np.array_equal(got, grey)
+
+
+def test_random_resized_crop_regions_stay_inside_and_within_scale() -> None:
+    rrc = RandomResizedCrop((8, 8), scale=(0.25, 0.5))
+    for s in range(200):
+        rng = np.random.default_rng(s)
+        top, left, h, w = rrc.region(60, 90, rng)
+        assert 0 <= top and top + h <= 60 and 0 <= left and left + w <= 90
+        assert 0.2 <= h * w / (60 * 90) <= 0.55  # rounding of h and w
+        assert 0.7 <= w / h <= 1.4
+    # An image too thin for any tried region: the centre, clipped to the ratio range.
+    assert rrc.region(4, 400, np.random.default_rng(0)) == (0, 197, 4, 5)
+
+
+def test_random_resized_crop_refuses_what_it_cannot_resize() -> None:
+    with pytest.raises(ConfigError, match="scale must satisfy"):
+        RandomResizedCrop((4, 4), scale=(0.0, 1.0))
+    with pytest.raises(ConfigError, match="ratio must satisfy"):
+        RandomResizedCrop((4, 4), ratio=(2.0, 1.0))
+    deep = np.zeros((1, 8, 8), np.uint16)
+    with pytest.raises(DataError, match="resizes uint8"):
+        RandomResizedCrop((4, 4))({"image": deep}, Samples(0, np.arange(1, dtype=np.int64)))
