@@ -49,21 +49,12 @@ class RandomCrop:
     fill: int = 0
 
     def __post_init__(self) -> None:
-        h, w = self.size
-        if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
-            raise errors.ConfigError(
-                f"RandomCrop size must be two integers >= 1 (got {self.size!r})."
-            )
+        _check_size(self)
 
     def __call__(
         self, arrays: dict[str, NDArray[Any]], samples: Samples
     ) -> dict[str, NDArray[Any]]:
-        if self.key not in arrays:
-            raise errors.ConfigError(
-                f"RandomCrop: the batch has no {self.key!r} (keys: {sorted(arrays)}); "
-                "set key= to the images' name"
-            )
-        images = list(arrays[self.key])
+        images = _images(self, arrays)
         height, width = self.size
         out: NDArray[Any] | None = None
         for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
@@ -92,11 +83,7 @@ class RandomCrop:
                 _copy_mirrored(dest, crop)
             else:
                 dest[...] = crop
-        result = {k: v for k, v in arrays.items() if k not in (self.key, f"{self.key}_shape")}
-        if out is None:  # no samples
-            out = np.zeros((0, height, width), dtype=np.uint8)
-        result[self.key] = out
-        return result
+        return _replaced(arrays, self.key, out, self.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +107,7 @@ class RandomResizedCrop:
     flip: bool = True
 
     def __post_init__(self) -> None:
-        h, w = self.size
-        if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
-            raise errors.ConfigError(
-                f"RandomResizedCrop size must be two integers >= 1 (got {self.size!r})."
-            )
+        _check_size(self)
         lo, hi = self.scale
         if not 0 < lo <= hi <= 1:
             raise errors.ConfigError(f"scale must satisfy 0 < min <= max <= 1 (got {self.scale}).")
@@ -162,13 +145,8 @@ class RandomResizedCrop:
             raise errors.ConfigError(
                 "RandomResizedCrop resizes with Pillow: pip install 'headrace[images]'"
             ) from exc
-        if self.key not in arrays:
-            raise errors.ConfigError(
-                f"RandomResizedCrop: the batch has no {self.key!r} (keys: {sorted(arrays)}); "
-                "set key= to the images' name"
-            )
         height, width = self.size
-        images = [np.asarray(img) for img in arrays[self.key]]
+        images = [np.asarray(img) for img in _images(self, arrays)]
         out: NDArray[Any] | None = None
         jobs = []
         for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
@@ -206,9 +184,33 @@ class RandomResizedCrop:
         else:
             for job in jobs:
                 resize(job)
-        result = {k: v for k, v in arrays.items() if k not in (self.key, f"{self.key}_shape")}
-        result[self.key] = np.zeros((0, height, width), np.uint8) if out is None else out
-        return result
+        return _replaced(arrays, self.key, out, self.size)
+
+
+def _check_size(t: RandomCrop | RandomResizedCrop) -> None:
+    h, w = t.size
+    if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
+        raise errors.ConfigError(
+            f"{type(t).__name__} size must be two integers >= 1 (got {t.size!r})."
+        )
+
+
+def _images(t: RandomCrop | RandomResizedCrop, arrays: dict[str, NDArray[Any]]) -> list[Any]:
+    if t.key not in arrays:
+        raise errors.ConfigError(
+            f"{type(t).__name__}: the batch has no {t.key!r} (keys: {sorted(arrays)}); "
+            "set key= to the images' name"
+        )
+    return list(arrays[t.key])
+
+
+def _replaced(
+    arrays: dict[str, NDArray[Any]], key: str, out: NDArray[Any] | None, size: tuple[int, int]
+) -> dict[str, NDArray[Any]]:
+    """``arrays`` with ``key`` now ``out`` (one array) and ``<key>_shape`` gone."""
+    result = {k: v for k, v in arrays.items() if k not in (key, f"{key}_shape")}
+    result[key] = np.zeros((0, *size), dtype=np.uint8) if out is None else out  # no samples
+    return result
 
 
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): made on first use
