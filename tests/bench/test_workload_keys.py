@@ -302,14 +302,39 @@ def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
 
 
 def test_dlio_keys_not_modelled_are_named_in_the_plan(tmp_path: Path) -> None:
-    # preprocess_time (simulated per-sample work) and a checkpoint section change what
-    # DLIO measures; the mapping does not model them, so the plan says so.
+    # A checkpoint section changes what DLIO measures; the mapping does not model it,
+    # so the plan says so. preprocess_time (simulated per-sample work) is modelled.
     text = (DATA / "resnet50_h100.yaml").read_text()
     text = text.replace("  prefetch_size: 2", "  prefetch_size: 2\n  preprocess_time: 0.01")
     (tmp_path / "r.yaml").write_text(text + "checkpoint:\n  checkpoint_folder: ckpt\n")
     wl = dlio_workload(str(tmp_path / "r.yaml"), scale=0.01)
     plan = _plan(wl)
-    assert "not modelled: checkpoint, reader.computation_threads, reader.data_loader, " in plan
-    assert "reader.preprocess_time" in plan
-    for read in ("batch_size", "read_threads", "epochs", "computation_time", "framework"):
+    assert "not modelled: checkpoint, reader.computation_threads, reader.data_loader)" in plan
+    for read in (
+        "batch_size",
+        "read_threads",
+        "epochs",
+        "computation_time",
+        "framework",
+        "preprocess_time",
+    ):
         assert read not in plan.split("not modelled:")[1]
+    assert wl.reader["preprocess_time"] == pytest.approx(0.01)
+
+
+def test_preprocess_time_is_slept_per_decoded_sample(tmp_path: Path) -> None:
+    # 2 files x 3 samples, 20 ms each, decoded on one thread: >= 120 ms in decode_s
+    # for every decoding variant; the raw variants and the ceiling sleep nothing.
+    wl = builtin_workloads()["npz"].replace(
+        dataset={"files": 2, "samples_per_file": 3, "record_bytes": 4096},
+        reader={"decode_threads": 1, "preprocess_time": 0.02, "in_flight": 2},
+        train={"batch_size": 3, "steps": 2, "trials": 1, "warmup_steps": 0},
+    )
+    kind = make_kind(wl, str(tmp_path))
+    assert isinstance(kind, FilesKind) and kind.preprocess == (0.02, 0.0)
+    kind.generate()
+    for variant in ("headrace", "map-style", "iterable"):
+        m = measure_pass(kind, variant, 2)
+        assert m["source"]["decode_s"] >= 6 * 0.02 * 0.95, variant
+    with pytest.raises(ConfigError, match="preprocess_time and preprocess_time_stdev must"):
+        make_kind(wl.replace(reader={"preprocess_time": -1}), str(tmp_path))

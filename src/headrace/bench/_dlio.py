@@ -79,7 +79,17 @@ _READ: dict[str, frozenset[str]] = {
             "record_length_stdev",
         }
     ),
-    "reader": frozenset({"batch_size", "odirect", "prefetch_size", "read_threads", "seed"}),
+    "reader": frozenset(
+        {
+            "batch_size",
+            "odirect",
+            "prefetch_size",
+            "preprocess_time",
+            "preprocess_time_stdev",
+            "read_threads",
+            "seed",
+        }
+    ),
     "train": frozenset({"computation_time", "epochs", "total_training_steps"}),
     "metric": frozenset({"au"}),
     "storage": frozenset({"storage_options", "storage_root", "storage_type"}),
@@ -103,14 +113,17 @@ def not_modelled(doc: Mapping[str, Any]) -> list[str]:
     return sorted(out)
 
 
-def _time(section: Mapping[str, Any], key: str, path: str) -> tuple[float, float]:
-    """DLIO's ``key`` and ``key_stdev``: a number, or a normal distribution's mapping."""
+def _time(
+    section: Mapping[str, Any], key: str, path: str, where: str = "train"
+) -> tuple[float, float]:
+    """DLIO's ``key`` and ``key_stdev`` of section ``where``: a number, or a normal
+    distribution's mapping."""
     value = section.get(key, 0.0)
     if isinstance(value, Mapping):
         kind = str(value.get("type", "normal"))
         if kind != "normal" or "mean" not in value:
             raise ConfigError(
-                f"{path}: train.{key} {dict(value)!r}: only a number or a normal distribution "
+                f"{path}: {where}.{key} {dict(value)!r}: only a number or a normal distribution "
                 "({mean: M, stdev: S}) is supported"
             )
         return float(value["mean"]), float(value.get("stdev", 0.0))
@@ -205,6 +218,10 @@ def dlio_workload(
     }
     if rd.get("odirect"):
         reader["odirect"] = True
+    prep, prep_stdev = _time(rd, "preprocess_time", path, "reader")
+    if prep or prep_stdev:  # simulated work per sample, scaled as the compute time is
+        reader["preprocess_time"] = prep * record_scale
+        reader["preprocess_time_stdev"] = prep_stdev * record_scale
     shown = fmt if out_fmt == fmt else f"{fmt} as {out_fmt}"
     ignored = not_modelled(doc)
     return Workload(

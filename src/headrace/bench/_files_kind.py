@@ -105,6 +105,16 @@ class FilesKind(Kind):
         self.decode_threads = int(rd.get("decode_threads", 2))
         self.prefetch = int(rd.get("prefetch", 8))
         self.chunk_steps = int(rd.get("chunk_steps", 8))
+        # DLIO's reader.preprocess_time: simulated work per decoded sample (seconds).
+        self.preprocess = (
+            float(rd.get("preprocess_time", 0.0)),
+            float(rd.get("preprocess_time_stdev", 0.0)),
+        )
+        if min(self.preprocess) < 0:
+            raise ConfigError(
+                f"workload {workload.name!r}: preprocess_time and preprocess_time_stdev must "
+                f"be >= 0 (got {self.preprocess})"
+            )
         self.store: Storage = Storage(workload, os.path.basename(self.folder))
         # O_DIRECT: each local file read whole, aligned, past the page cache.
         odirect = rd.get("odirect", False)

@@ -20,6 +20,12 @@ Stage figures (``Stream.stats``): requests, the most in flight at once,
 request latency percentiles (``ObjectStore.stats`` on S3; each whole-file
 read timed here on local disk), seconds spent fetching and decoding (summed
 over threads), bytes fetched.
+
+``preprocess_time`` (DLIO's ``reader.preprocess_time``, with its ``_stdev``):
+simulated work per decoded sample, slept on the decoding thread right after
+each file's decode (``samples_per_file`` draws per file, from a generator
+keyed by the file, so every variant sleeps the same per file); counted in
+``decode_s``. The raw variants and the ceiling do not decode: none.
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ class StageProbe:
     two clock reads and a lock per file, nothing per byte.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, preprocess: tuple[float, float, int] = (0.0, 0.0, 1)) -> None:
         self._lock = threading.Lock()
+        self.preprocess = preprocess  # (seconds per sample, stdev, samples per file)
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -82,10 +89,12 @@ class StageProbe:
         return timed
 
     def decode(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kw: Any) -> Any:
+        def timed(f: int, *args: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return fn(*args, **kw)
+                out = fn(f, *args, **kw)
+                self._simulate(f)
+                return out
             finally:
                 dt = time.perf_counter() - t0
                 with self._lock:
@@ -93,6 +102,13 @@ class StageProbe:
                     self.decodes += 1
 
         return timed
+
+    def _simulate(self, f: int) -> None:
+        mean, stdev, per_file = self.preprocess
+        if mean <= 0 and stdev <= 0:
+            return
+        draws = np.random.default_rng([f, 0x707265]).normal(mean, stdev, per_file)
+        time.sleep(float(np.clip(draws, 0.0, None).sum()))
 
     def attach(self, src: FileSource) -> FileSource:
         """Wrap ``src``'s fetch (used by its window and by IterableFiles) and decode."""
@@ -127,8 +143,13 @@ class StageProbe:
         return out
 
 
+def _probe(k: FilesKind, decoding: bool = True) -> StageProbe:
+    mean, stdev = k.preprocess
+    return StageProbe((mean, stdev, k.per_file) if decoding else (0.0, 0.0, 1))
+
+
 def _loader_stream(k: FilesKind, spec: VariantSpec, steps: int, **options: Any) -> Stream:
-    probe = StageProbe()
+    probe = _probe(k, options.get("decode", True))
     in_flight = spec.int("in_flight", k.in_flight or 0) or None
     src = probe.attach(k.source(in_flight=in_flight, **options))
     loader = k.loader(
@@ -184,7 +205,7 @@ def _one_per_file(k: FilesKind, spec: VariantSpec) -> None:
 
 @variant(FilesKind, "iterable", order="any")
 def _iterable(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
-    probe = StageProbe()
+    probe = _probe(k)
     src = probe.attach(k.source())
     t = k.workload.train
     it = IterableFiles(
