@@ -323,7 +323,7 @@ def test_dlio_keys_not_modelled_are_named_in_the_plan(tmp_path: Path) -> None:
 
 
 def test_preprocess_time_is_slept_per_decoded_sample(tmp_path: Path) -> None:
-    # 2 files x 3 samples, 20 ms each, decoded on one thread: >= 120 ms in decode_s
+    # 2 files x 3 samples, 20 ms each, one decoding thread: >= 120 ms in decode_s
     # for every decoding variant; the raw variants and the ceiling sleep nothing.
     wl = builtin_workloads()["npz"].replace(
         dataset={"files": 2, "samples_per_file": 3, "record_bytes": 4096},

@@ -22,10 +22,12 @@ read timed here on local disk), seconds spent fetching and decoding (summed
 over threads), bytes fetched.
 
 ``preprocess_time`` (DLIO's ``reader.preprocess_time``, with its ``_stdev``):
-simulated work per decoded sample, slept on the decoding thread right after
-each file's decode (``samples_per_file`` draws per file, from a generator
-keyed by the file, so every variant sleeps the same per file); counted in
-``decode_s``. The raw variants and the ceiling do not decode: none.
+simulated work per delivered sample, one draw per dataset sample made once
+(so every variant sleeps the same for the same sample), slept after each read
+of the source (on the loader's read-ahead thread, as DLIO's reader threads
+preprocess beside the compute), divided over the decoding threads
+(``decode_threads``; one for map-style); counted in ``decode_s``. The raw
+variants and the ceiling do not decode: none.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
@@ -55,9 +58,10 @@ class StageProbe:
     two clock reads and a lock per file, nothing per byte.
     """
 
-    def __init__(self, preprocess: tuple[float, float, int] = (0.0, 0.0, 1)) -> None:
+    def __init__(self, preprocess: NDArray[np.float64] | None = None, threads: int = 1) -> None:
         self._lock = threading.Lock()
-        self.preprocess = preprocess  # (seconds per sample, stdev, samples per file)
+        self.preprocess = preprocess  # seconds per dataset sample, or None
+        self.threads = max(1, threads)
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -92,9 +96,7 @@ class StageProbe:
         def timed(f: int, *args: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                out = fn(f, *args, **kw)
-                self._simulate(f)
-                return out
+                return fn(f, *args, **kw)
             finally:
                 dt = time.perf_counter() - t0
                 with self._lock:
@@ -103,18 +105,30 @@ class StageProbe:
 
         return timed
 
-    def _simulate(self, f: int) -> None:
-        mean, stdev, per_file = self.preprocess
-        if mean <= 0 and stdev <= 0:
+    def simulate(self, index: NDArray[np.int64]) -> None:
+        """Sleep the simulated preprocessing of these samples, shared by the threads."""
+        if self.preprocess is None or not len(index):
             return
-        draws = np.random.default_rng([f, 0x707265]).normal(mean, stdev, per_file)
-        time.sleep(float(np.clip(draws, 0.0, None).sum()))
+        dt = float(self.preprocess[index].sum()) / self.threads
+        time.sleep(dt)
+        with self._lock:
+            self.decode_s += dt
+
+    def preprocessed(self, read: Callable[..., Batch]) -> Callable[..., Batch]:
+        def timed(*args: Any, **kw: Any) -> Batch:
+            batch = read(*args, **kw)
+            self.simulate(batch["index"])
+            return batch
+
+        return timed
 
     def attach(self, src: FileSource) -> FileSource:
         """Wrap ``src``'s fetch (used by its window and by IterableFiles) and decode."""
         # FileList.fetch calls its ``_fetch`` field; the windows hold FileList.fetch.
         src.files._fetch = self.fetch(src.files._fetch)
         src._decode = self.decode(src._decode)  # type: ignore[method-assign]
+        if self.preprocess is not None:
+            src.read = self.preprocessed(src.read)  # type: ignore[method-assign]
         return src
 
     def stats(self, store: Any = None) -> dict[str, Any]:
@@ -143,13 +157,18 @@ class StageProbe:
         return out
 
 
-def _probe(k: FilesKind, decoding: bool = True) -> StageProbe:
+def _probe(k: FilesKind, *, decoding: bool = True, threads: int = 1) -> StageProbe:
     mean, stdev = k.preprocess
-    return StageProbe((mean, stdev, k.per_file) if decoding else (0.0, 0.0, 1))
+    if not decoding or (mean <= 0 and stdev <= 0):
+        return StageProbe()
+    n = k.num_files * k.per_file
+    draws = np.random.default_rng(0x707265).normal(mean, stdev, n).clip(0.0, None)
+    return StageProbe(draws, threads)
 
 
 def _loader_stream(k: FilesKind, spec: VariantSpec, steps: int, **options: Any) -> Stream:
-    probe = _probe(k, options.get("decode", True))
+    threads = 1 if options.get("mode") == "map-style" else k.decode_threads
+    probe = _probe(k, decoding=options.get("decode", True), threads=threads)
     in_flight = spec.int("in_flight", k.in_flight or 0) or None
     src = probe.attach(k.source(in_flight=in_flight, **options))
     loader = k.loader(
@@ -205,7 +224,7 @@ def _one_per_file(k: FilesKind, spec: VariantSpec) -> None:
 
 @variant(FilesKind, "iterable", order="any")
 def _iterable(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
-    probe = _probe(k)
+    probe = _probe(k, threads=k.decode_threads)
     src = probe.attach(k.source())
     t = k.workload.train
     it = IterableFiles(
@@ -222,6 +241,7 @@ def _iterable(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
         while n < steps:
             got = 0
             for b in it.epoch(seed, epoch):
+                probe.simulate(b["index"])  # IterableFiles reads in this thread
                 yield b
                 n, got = n + 1, got + 1
                 if n == steps:
