@@ -93,10 +93,10 @@ class StageProbe:
         return timed
 
     def decode(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(f: int, *args: Any, **kw: Any) -> Any:
+        def timed(*args: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return fn(f, *args, **kw)
+                return fn(*args, **kw)
             finally:
                 dt = time.perf_counter() - t0
                 with self._lock:
