@@ -457,9 +457,9 @@ class TokenSource:
         return batch
 
     def _document_positions(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int32]:
-        plan = self._plan(seed, samples)  # the gather's, cached
-        files = self.layout.window_file[plan.window]
-        offsets = self.layout.window_base[plan.window] + plan.start
+        files, offsets = self._file_offsets(self._plan(seed, samples))  # the gather's plan
+        if files.size and (files == files[0]).all():  # one file: no per-file masks
+            return document_positions(self._doc_bounds(int(files[0])), offsets, self.context)
         out = np.empty((len(samples), self.context), dtype=np.int32)
         for f in np.unique(files).tolist():
             sel = files == f
@@ -574,11 +574,12 @@ class TokenSource:
         self, seed: int, samples: NDArray[np.int64]
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """(file index, token offset in file) of each sample: the plan, without reading."""
-        plan = self.layout.locate(seed, samples)
-        return (
-            self.layout.window_file[plan.window],
-            self.layout.window_base[plan.window] + plan.start,
-        )
+        return self._file_offsets(self.layout.locate(seed, samples))
+
+    def _file_offsets(self, plan: WindowPlan) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        return self.layout.window_file[plan.window], self.layout.window_base[
+            plan.window
+        ] + plan.start
 
     # -- windows ---------------------------------------------------------------
     def _file(self, i: int) -> LocalFile | RemoteFile:
