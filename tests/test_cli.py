@@ -20,6 +20,12 @@ from headrace.cli import main
             "headrace emulate: --latency-ms must be >= 0 and --mbps > 0 (got --latency-ms -5",
         ),
         (["emulate", "s3", "--mbps", "0"], "--mbps > 0 (got --latency-ms 0, --mbps 0.0)"),
+        (["emulate", "s3", "--max-concurrent", "0"], "--max-concurrent must be >= 1 (got 0)"),
+        (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent must be >= 1"),
+        (
+            ["bench", "-w", "jpeg", "--storage", "local", "--max-concurrent", "4"],
+            "--latency-ms and --max-concurrent need --storage s3",
+        ),
     ],
 )
 def test_subcommand_config_errors_are_messages(

@@ -192,6 +192,9 @@ def test_raw_variants_need_one_sample_per_file(tmp_path: Path) -> None:
         ({"storage": "gcs"}, "storage must be one of"),
         ({"endpoint": "http://127.0.0.1:1"}, r"need storage = 's3'"),
         ({"storage": "s3", "storage_url": "gs://b/p"}, "s3://bucket/prefix"),
+        ({"max_concurrent": 8}, r"need storage = 's3'"),
+        ({"storage": "s3", "max_concurrent": "8"}, "max_concurrent must be an integer >= 1"),
+        ({"preprocess_time": -0.1}, "preprocess_time and preprocess_time_stdev must be >= 0"),
     ],
 )
 def test_bad_storage_options(reader: dict[str, Any], match: str, tmp_path: Path) -> None:

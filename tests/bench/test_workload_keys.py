@@ -282,6 +282,10 @@ def test_dlio_odirect_and_compute_distribution(tmp_path: Path) -> None:
     gamma = _dlio(tmp_path, "unet3d_h100.yaml", **{"computation_time: 0.323": gamma})
     with pytest.raises(ConfigError, match=r"only a number or a normal distribution"):
         dlio_workload(gamma)
+    prep = "prefetch_size: 2\n  preprocess_time:\n    type: uniform\n    mean: 1"
+    prep = _dlio(tmp_path, "resnet50_h100.yaml", **{"prefetch_size: 2": prep})
+    with pytest.raises(ConfigError, match=r"reader\.preprocess_time .*only a number or a normal"):
+        dlio_workload(prep)
 
 
 def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:

@@ -166,6 +166,7 @@ def test_bad_fault_rules(kwargs: dict[str, object], message: str) -> None:
         ("https://x:1", {}, "http://host:port"),
         ("http://127.0.0.1:1", {"latency_ms": -1}, "latency_ms"),
         ("http://127.0.0.1:1", {"mbps": 0}, "mbps"),
+        ("http://127.0.0.1:1", {"max_concurrent": 0}, r"max_concurrent must be >= 1"),
     ],
 )
 def test_bad_proxy_options(upstream: str, kwargs: dict[str, object], message: str) -> None:

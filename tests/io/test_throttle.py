@@ -179,3 +179,44 @@ def test_a_cancelled_waiter_leaves_the_queue_or_passes_its_slot_on() -> None:
 )
 def test_which_answers_are_throttles(text: str, throttle: bool) -> None:
     assert is_throttle(RuntimeError(text)) is throttle
+
+
+_FORK_SCRIPT = """
+import os, signal
+from headrace.io._throttle import InFlightLimit
+
+lim = InFlightLimit()
+held = [lim.acquire_blocking() for _ in range(2)]
+lim.release(held.pop(), throttled=True)  # 2 were in flight: limit 1, one slot held
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(5)  # a regression would block here: die, and the parent reads nothing
+    try:
+        ticket = lim.acquire_blocking()
+        lim.release(ticket)
+        s = lim.stats()
+        os.write(w, f"{ticket} {s.limit} {s.throttled}".encode())
+    finally:
+        os._exit(0)
+os.close(w)
+with os.fdopen(r) as fh:
+    got = fh.read()
+os.waitpid(pid, 0)
+lim.release(held.pop())
+print(got, "|", lim._active, lim.stats().limit)
+"""
+
+
+def test_a_forked_child_starts_with_its_own_limit() -> None:
+    # The parent is throttled down to 1 and holds that slot; a child forked now must
+    # not wait on the parent's slot (nor wake the parent's waiters): fresh state. In a
+    # fresh interpreter: this one may run threads (JAX) that make fork() unsafe.
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=30
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "1 None 0 | 0 2.0"

@@ -292,3 +292,9 @@ def test_random_resized_crop_refuses_what_it_cannot_resize() -> None:
     deep = np.zeros((1, 8, 8), np.uint16)
     with pytest.raises(DataError, match="resizes uint8"):
         RandomResizedCrop((4, 4))({"image": deep}, Samples(0, np.arange(1, dtype=np.int64)))
+    mixed = np.empty(2, dtype=object)
+    mixed[0], mixed[1] = np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), np.uint8)
+    with pytest.raises(DataError, match=r"sample 1's 'image' has shape \(8, 8\), the first had"):
+        RandomResizedCrop((4, 4))({"image": mixed}, Samples(0, np.arange(2, dtype=np.int64)))
+    with pytest.raises(ConfigError, match="RandomResizedCrop: the batch has no 'image'"):
+        RandomResizedCrop((4, 4))({"x": deep}, Samples(0, np.arange(1, dtype=np.int64)))
