@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._object_files import check_store_options
-from headrace.io import LocalFile, RangeReader, ReaderConfig, open_error
+from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, open_error
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
 
@@ -51,6 +51,8 @@ class FileList:
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
     store: Any = None  # the ObjectStore, for object-store datasets
+    etags: list[str | None] = field(default_factory=list)  # as listed (object stores)
+    cache: ObjectCache | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -106,32 +108,38 @@ def _keep(key: str, extensions: tuple[str, ...]) -> bool:
     return not extensions or key.lower().endswith(extensions)
 
 
+Listing = tuple[list[str], list[int], list["str | None"]]
+
+
 def list_files(
     files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     extensions: tuple[str, ...] = (),
     local_read: LocalRead = "pread",
     store_options: Mapping[str, Any] | None = None,
-    listing: tuple[list[str], list[int]] | None = None,
+    listing: Listing | None = None,
+    cache: ObjectCache | None = None,
 ) -> FileList:
     """List a dataset once: a directory or URL prefix (files ending in ``extensions``),
     or a list of paths or of object URLs.
 
-    ``listing`` (keys, sizes) skips the listing: a worker copy of a source
+    ``listing`` (keys, sizes, ETags) skips the listing: a worker copy of a source
     re-opens the same files without asking the store again, so it cannot see
-    a different set of files than its parent planned over.
+    a different set of files than its parent planned over. ``cache``: objects
+    are read through it (see :class:`headrace.io.ObjectCache`); object stores only.
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 
-        store = ObjectStore(str(files), **check_store_options(store_options, remote=True))
+        options = check_store_options(store_options, remote=True)
+        store = ObjectStore(str(files), **options)
         try:
             listed = (
                 list(zip(*listing, strict=True))
                 if listing is not None
-                else [(k, s) for k, s in store.list() if _keep(k, extensions)]
+                else [(k, i.size, i.etag) for k, i in store.list_info() if _keep(k, extensions)]
             )
         except BaseException:
             store.close()
@@ -139,10 +147,15 @@ def list_files(
         if not listed:
             store.close()
             raise DataError(f"{store.url}: no objects ending in {list(extensions)} under it")
-        return _remote_list(store, [k for k, _ in listed], [s for _, s in listed])
+        return _remote_list(store, listed, options, cache)
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
-        return _url_list([str(p) for p in files], store_options, listing)
+        return _url_list([str(p) for p in files], store_options, listing, cache)
     check_store_options(store_options, remote=False)
+    if cache is not None:
+        raise ConfigError(
+            f"cache_dir keeps local copies of objects read from an object store; {files!r} "
+            "is on local disk already (leave cache_dir out)"
+        )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         if not root.is_dir():
@@ -183,26 +196,66 @@ def list_files(
     )
 
 
-def _remote_list(store: Any, keys: list[str], sizes: list[int]) -> FileList:
+def _remote_list(
+    store: Any,
+    listed: list[tuple[str, int, str | None]],
+    options: Mapping[str, Any],
+    cache: ObjectCache | None,
+) -> FileList:
+    keys = [k for k, _, _ in listed]
+    sizes = [s for _, s, _ in listed]
+    etags = [e for _, _, e in listed]
+    fetch: Callable[[int], Any] = lambda i: store.get(keys[i])  # noqa: E731
+    if cache is not None:
+        fetch = _cached(store, keys, sizes, etags, options, cache)
     return FileList(
         url=store.url,
         keys=keys,
         sizes=sizes,
         remote=True,
-        _fetch=lambda i: store.get(keys[i]),
+        _fetch=fetch,
         _close=store.close,
         store=store,
+        etags=etags,
+        cache=cache,
     )
+
+
+def _cached(
+    store: Any,
+    keys: list[str],
+    sizes: list[int],
+    etags: list[str | None],
+    options: Mapping[str, Any],
+    cache: ObjectCache,
+) -> Callable[[int], Any]:
+    """``fetch(i)`` through ``cache``: the local copy if there is one, else a GET whose
+    bytes are kept when they are the listed version (same size and ETag)."""
+    # The endpoint is part of an entry's name: s3://bucket/key on two endpoints are two objects.
+    where = str(options.get("endpoint", options.get("aws_endpoint", "")))
+
+    def fetch(i: int) -> Any:
+        url = f"{where}|{store.url}/{keys[i]}"
+        local = cache.read(url, sizes[i], etags[i])
+        if local is not None:
+            return local
+        data, info = store.get_with_info(keys[i])
+        if info.size == sizes[i] and info.etag == etags[i]:
+            cache.write(url, etags[i], data)
+        return data
+
+    return fetch
 
 
 def _url_list(
     urls: list[str],
     store_options: Mapping[str, Any] | None,
-    listing: tuple[list[str], list[int]] | None,
+    listing: Listing | None,
+    cache: ObjectCache | None,
 ) -> FileList:
     """A list of object URLs under one bucket (container): keys relative to the
-    deepest prefix they share, sizes by HEADs all in flight at once (``listing``:
-    a worker copy's, no HEAD)."""
+    deepest prefix they share, sizes and ETags by HEADs all in flight at once
+    (``listing``: a worker copy's, no HEAD)."""
     from headrace.formats._object_files import ObjectFiles, common_url_root
     from headrace.io import ObjectStore
 
@@ -211,11 +264,11 @@ def _url_list(
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]
     if listing is not None:
-        sizes = list(listing[1])
+        listed = list(zip(keys, listing[1], listing[2], strict=True))
     else:
         heads = ObjectFiles(options)
         try:
-            sizes = [info.size for info in heads.infos(urls)]
+            listed = [(k, i.size, i.etag) for k, i in zip(keys, heads.infos(urls), strict=True)]
         finally:
             heads.close()
-    return _remote_list(ObjectStore(root, **options), keys, sizes)
+    return _remote_list(ObjectStore(root, **options), listed, options, cache)

@@ -27,13 +27,14 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, DataError
-from headrace.formats._file_list import FileList, LocalRead, list_files
+from headrace.formats._file_list import FileList, Listing, LocalRead, list_files
 from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
+from headrace.io import CacheStats, ObjectCache
 
 __all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode"]
 
@@ -63,6 +64,9 @@ class FileSourceConfig:
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
     (a fraction of the files, at least one file) corrupt files raise.
+    ``cache_dir``: keep each object read from an object store on local disk
+    there, up to ``cache_bytes`` (``None``: while the disk has 1 GiB free),
+    and read it from there the next time (see :class:`headrace.io.ObjectCache`).
     """
 
     format: str = "raw"
@@ -78,6 +82,12 @@ class FileSourceConfig:
     on_corrupt: OnCorrupt = "raise"
     max_corrupt: float = 0.01
     max_retries: int = 8
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_bytes: int | None = None
+
+    def cache(self) -> ObjectCache | None:
+        """The object cache ``cache_dir`` names, or ``None``."""
+        return None if self.cache_dir is None else ObjectCache(self.cache_dir, self.cache_bytes)
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
@@ -135,7 +145,7 @@ class FileSource(Closing):
         files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         config: FileSourceConfig,
         store_options: Mapping[str, Any] | None,
-        listing: tuple[list[str], list[int]] | None,
+        listing: Listing | None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
@@ -146,6 +156,7 @@ class FileSource(Closing):
             local_read=config.local_read,
             store_options=store_options,
             listing=listing,
+            cache=config.cache(),
         )
         self.plan = FilePlan(
             num_files=len(self.files),
@@ -184,6 +195,11 @@ class FileSource(Closing):
     @property
     def stats(self) -> WindowStats:
         return self.window.stats
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the object cache did in this process (``None`` without ``cache_dir``)."""
+        return None if self.files.cache is None else self.files.cache.stats
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
@@ -416,7 +432,8 @@ class FileSource(Closing):
     def __getstate__(self) -> dict[str, Any]:
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
-        return {"args": self._args, "listing": (self.files.keys, self.files.sizes)}
+        f = self.files
+        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags or [None] * len(f))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, madvise, page_aligned_empty
+from headrace.io._cache import RESERVE_BYTES, CacheStats, ObjectCache
 from headrace.io._file import LocalFile, open_error
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
@@ -47,6 +48,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "AdaptivePolicy",
+    "CacheStats",
     "Coalesced",
     "DEFAULT_DEEP_IO_THREADS",
     "DEFAULT_IO_THREADS",
@@ -55,11 +57,13 @@ __all__ = [
     "ENGINES",
     "Engine",
     "LocalFile",
+    "ObjectCache",
     "ObjectInfo",
     "ObjectStats",
     "ObjectStore",
     "PAGE",
     "QueueStats",
+    "RESERVE_BYTES",
     "RangeReader",
     "RangeStore",
     "Ranges",

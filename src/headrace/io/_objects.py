@@ -589,18 +589,22 @@ class ObjectStore(Closing):
 
     def get(self, key: str) -> memoryview:
         """The whole object (zero-copy over obstore's buffer)."""
+        return self.get_with_info(key)[0]
+
+    def get_with_info(self, key: str) -> tuple[memoryview, ObjectInfo]:
+        """The whole object, and the size and ETag of the version that was read."""
         store = self._live()
         where = self.where(key)
 
-        def once() -> memoryview:
+        def once() -> tuple[memoryview, ObjectInfo]:
             result = obs.get(store, key)
             data = memoryview(result.bytes())
             start, end = result.range
             if len(data) != end - start:
                 raise _short_read(where, len(data), end - start, None, 0)
-            return data
+            return data, _info(result.meta)
 
-        return self._retrying(where, once, len)
+        return self._retrying(where, once, lambda r: len(r[0]))
 
     def get_first(self, key: str, length: int) -> tuple[memoryview, ObjectInfo]:
         """The object's first ``length`` bytes (all of it when shorter), its size and ETag.

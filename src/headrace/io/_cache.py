@@ -1,0 +1,290 @@
+"""A local disk cache of whole objects, filled as they are read.
+
+Training reads the same objects every epoch. With ``cache_dir`` set, the
+first read of an object from the store also writes it to local disk, and
+every later read (the next epoch, a restarted run, another worker or rank on
+the same machine) reads the local copy. Nothing is read ahead of its use, so
+a run never waits for the cache to fill.
+
+An entry is named by a hash of ``(object URL, size, ETag)``: an object that
+is replaced gets a new ETag and a new entry, never the old bytes. Objects
+listed without an ETag are not cached (nothing would tell a replaced one
+apart). Entries are written to a temporary name and renamed into place, so a
+reader (any process) sees a whole entry or none; an entry whose size is not
+the object's (a disk that lost a write) is removed and the object read from
+the store again.
+
+The cache never evicts: it fills until it holds ``max_bytes`` (or until its
+filesystem would have less than ``RESERVE_BYTES`` free), then later objects
+are read from the store only. Training visits every object once per epoch in
+a fresh random order, so keeping whatever was cached first hits as often as
+any eviction policy could (a fraction ``cache / dataset`` of reads) and
+writes nothing more. Remove the directory to clear it.
+
+The cache is a copy: when it cannot be written (disk full, permissions) or a
+local read fails, the object is read from the store, a warning says why
+once, and the run goes on with the same bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, StorageError
+from headrace.io._file import LocalFile
+
+__all__ = ["RESERVE_BYTES", "CacheStats", "ObjectCache"]
+
+#: Writes stop while the cache's filesystem would have less than this free.
+RESERVE_BYTES = 1 << 30
+
+_TMP = ".tmp-"
+# Write errors after which this process stops trying.
+_STOP_WRITING = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+)
+# A temporary file this old is a writer's that died: removed when the cache is sized.
+_STALE_TMP_S = 3600.0
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """What a cache did in this process.
+
+    ``hits``/``hit_bytes``: reads served from local disk; ``misses``: reads
+    that went to the store; ``written``/``written_bytes``: entries added;
+    ``full``: objects not written because the cache was full; ``uncacheable``:
+    objects without an ETag; ``bad_entries``: entries of the wrong size,
+    removed; ``errors``: local reads or writes that failed (the store served).
+    """
+
+    hits: int = 0
+    hit_bytes: int = 0
+    misses: int = 0
+    written: int = 0
+    written_bytes: int = 0
+    full: int = 0
+    uncacheable: int = 0
+    bad_entries: int = 0
+    errors: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ObjectCache:
+    """Whole objects kept in ``directory``, up to ``max_bytes`` (``None``: up to
+    the filesystem's free space less :data:`RESERVE_BYTES`)."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int | None = None) -> None:
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+        ):
+            raise ConfigError(f"cache_bytes must be an integer >= 0 or None (got {max_bytes!r}).")
+        self.directory = os.path.abspath(os.fspath(directory))
+        if os.path.exists(self.directory) and not os.path.isdir(self.directory):
+            raise ConfigError(f"cache_dir {self.directory}: exists and is not a directory.")
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._used: int | None = None  # bytes in the directory, counted on first write
+        self._stopped: str | None = None  # why this process stopped writing
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"ObjectCache({self.directory!r}, max_bytes={self.max_bytes})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": self.directory, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["directory"], state["max_bytes"])  # type: ignore[misc]
+
+    def path(self, url: str, size: int, etag: str) -> str:
+        """Where the entry of this version of the object lives."""
+        h = hashlib.sha256(f"{url}\0{size}\0{etag}".encode()).hexdigest()
+        return os.path.join(self.directory, h[:2], h[2:40])
+
+    # -- reading -------------------------------------------------------------------
+    def read(self, url: str, size: int, etag: str | None) -> NDArray[np.uint8] | None:
+        """The object's bytes from local disk, or ``None`` (then read it from the store)."""
+        if etag is None:
+            return None
+        path = self.path(url, size, etag)
+        try:
+            f = LocalFile(path)
+        except StorageError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # else: no such entry
+                self._failed("read", path, exc)
+            self._miss()
+            return None
+        with f:
+            if f.size != size:
+                self._remove_bad(path, f.size, size)
+                self._miss()
+                return None
+            out = np.empty(size, dtype=np.uint8)
+            try:
+                f.pread_into(out, 0)
+            except StorageError as exc:  # EIO, or cut short under us: the store has it
+                self._failed("read", path, exc)
+                self._miss()
+                return None
+        with self._lock:
+            self.stats.hits += 1
+            self.stats.hit_bytes += size
+        return out
+
+    def _miss(self) -> None:
+        with self._lock:
+            self.stats.misses += 1
+
+    def _remove_bad(self, path: str, got: int, want: int) -> None:
+        with self._lock:
+            self.stats.bad_entries += 1
+        self._warn_once(
+            "bad",
+            f"headrace cache {self.directory}: entry {path} has {got} bytes, the object "
+            f"{want}; removed, the object is read from the store (further such entries are "
+            "counted in stats.bad_entries)",
+        )
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    # -- writing -------------------------------------------------------------------
+    def write(self, url: str, etag: str | None, data: Any) -> bool:
+        """Keep ``data`` (the whole object) if it fits; whether it was written."""
+        if etag is None:
+            with self._lock:
+                self.stats.uncacheable += 1
+            return False
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        if not self._reserve(size):
+            return False
+        path = self.path(url, size, etag)
+        tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                done = 0
+                while done < size:
+                    done += os.write(fd, view[done:])
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)  # whole or not at all, for every reader
+        except OSError as exc:
+            self._unreserve(size)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if exc.errno in _STOP_WRITING:  # every later write would fail the same way
+                with self._lock:
+                    self.stats.errors += 1
+                self._stop(f"{exc.strerror or exc} ({path})")
+            else:
+                self._failed("write", path, exc)
+            return False
+        with self._lock:
+            self.stats.written += 1
+            self.stats.written_bytes += size
+        return True
+
+    def _reserve(self, size: int) -> bool:
+        """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
+        with self._lock:
+            if self._stopped is not None:
+                self.stats.full += 1
+                return False
+            if self._used is None:
+                self._used = self._measure()
+            fits = self.max_bytes is None or self._used + size <= self.max_bytes
+            if fits:
+                try:
+                    st = os.statvfs(self.directory)
+                    fits = st.f_bavail * st.f_frsize - size >= RESERVE_BYTES
+                except OSError:
+                    fits = True  # not made yet: the write will say what is wrong
+            if not fits:
+                self.stats.full += 1
+                return False
+            self._used += size
+            return True
+
+    def _unreserve(self, size: int) -> None:
+        with self._lock:
+            assert self._used is not None
+            self._used -= size
+
+    def _measure(self) -> int:
+        """Bytes of the entries in the directory now (other processes' too); a dead
+        writer's temporary files are removed."""
+        total = 0
+        now = time.time()
+        try:
+            subdirs = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return 0
+        except OSError:
+            return 0  # unreadable: writing will fail and say so
+        for sub in subdirs:
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entries = list(os.scandir(sub.path))
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if _TMP in e.name:
+                    if now - st.st_mtime > _STALE_TMP_S:
+                        try:
+                            os.unlink(e.path)
+                        except OSError:
+                            pass
+                    continue
+                total += st.st_size
+        return total
+
+    def _stop(self, why: str) -> None:
+        with self._lock:
+            self._stopped = why
+        self._warn_once(
+            "stop",
+            f"headrace cache {self.directory}: stopped writing in this process: {why}; "
+            "objects not yet cached are read from the store",
+        )
+
+    def _failed(self, what: str, path: str, exc: BaseException) -> None:
+        with self._lock:
+            self.stats.errors += 1
+        self._warn_once(
+            what,
+            f"headrace cache {self.directory}: a local {what} of {path} failed ({exc}); the "
+            "object is read from the store (further failures are counted in stats.errors)",
+        )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

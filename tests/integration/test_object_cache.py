@@ -1,0 +1,158 @@
+"""FileSource(cache_dir=...) against a real S3 endpoint (moto), counted through the proxy."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from headrace.emulate import LatencyProxy
+from headrace.errors import ConfigError
+from headrace.formats import FileSource, synthetic_arrays
+from headrace.formats import write_sample_file as write
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+FILES = 8
+PREFIX = "cached"
+
+
+@pytest.fixture(scope="module")
+def images(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FILES JPEGs, local under the returned directory and as objects under ``PREFIX/``."""
+    root = tmp_path_factory.mktemp("cached-jpegs")
+    client = s3.server.info.boto3_client()
+    for i in range(FILES):
+        path = root / f"i{i:02d}.jpg"
+        write("jpeg", path, synthetic_arrays("jpeg", seed=i, shape=(16, 12, 3)))
+        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{path.name}", Body=path.read_bytes())
+    return root
+
+
+def source(s3: S3Fixture, endpoint: str, prefix: str = PREFIX, **kw: Any) -> FileSource:
+    """Without speculation, so an epoch fetches each file exactly once (countable)."""
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": endpoint}
+    kw.setdefault("speculate", False)
+    kw.setdefault("format", "jpeg")
+    return FileSource(f"s3://{BUCKET}/{prefix}", store_options=options, **kw)
+
+
+def epoch(src: FileSource, seed: int = 3) -> str:
+    """One epoch (every file once), digested."""
+    with Loader(src, batch_size=4, seed=seed, steps=FILES // 4) as loader:
+        return batch_digest(loader)
+
+
+def gets(proxy: LatencyProxy) -> int:
+    """Requests the proxy passed since the last reset, less the listing's one."""
+    return proxy.stats.requests - 1
+
+
+def test_the_next_epoch_reads_the_cache_not_the_store(
+    s3: S3Fixture, images: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    local = epoch(FileSource(images, format="jpeg"))
+    cold = source(s3, proxy.endpoint, cache_dir=tmp_path)
+    assert epoch(cold) == local
+    assert gets(proxy) == FILES
+    assert cold.cache_stats is not None
+    assert (cold.cache_stats.misses, cold.cache_stats.written) == (FILES, FILES)
+    assert cold.cache_stats.written_bytes == sum(p.stat().st_size for p in images.iterdir())
+
+    proxy.reset_stats()
+    warm = source(s3, proxy.endpoint, cache_dir=tmp_path)  # a new run, same cache
+    assert epoch(warm, seed=4) == epoch(FileSource(images, format="jpeg"), seed=4)
+    assert gets(proxy) == 0  # the listing only
+    assert warm.cache_stats is not None
+    assert (warm.cache_stats.hits, warm.cache_stats.misses) == (FILES, 0)
+
+    # A worker's copy (pickled) carries the cache and the listed ETags: it hits too.
+    proxy.reset_stats()
+    copy = pickle.loads(pickle.dumps(warm))
+    assert epoch(copy) == local
+    assert proxy.stats.requests == 0  # not even a listing
+    assert copy.cache_stats is not None and copy.cache_stats.hits == FILES
+
+
+def test_a_replaced_object_is_read_again_not_served_stale(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    client = s3.server.info.boto3_client()
+    prefix = "cached-replaced"
+    rng = np.random.default_rng(0)
+    for i in range(FILES):
+        body = rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/r{i}.bin", Body=body)
+    first = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw")
+    before = epoch(first)
+    # The same size, other bytes: only the ETag tells this version from the cached one.
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/r3.bin", Body=bytes(1000))
+
+    second = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw")
+    after = epoch(second)
+    assert after == epoch(source(s3, proxy.endpoint, prefix, format="raw")) != before
+    assert second.cache_stats is not None
+    assert (second.cache_stats.hits, second.cache_stats.misses) == (FILES - 1, 1)
+
+
+def test_a_damaged_entry_is_fetched_again(
+    s3: S3Fixture, images: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    cold = source(s3, proxy.endpoint, cache_dir=tmp_path)
+    clean = epoch(cold)
+    victim = max((p for p in tmp_path.rglob("*") if p.is_file()), key=lambda p: p.name)
+    victim.write_bytes(victim.read_bytes()[:-10])  # a lost tail
+    proxy.reset_stats()
+    warm = source(s3, proxy.endpoint, cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="removed, the object is read from the store"):
+        assert epoch(warm) == clean
+    assert gets(proxy) == 1
+    assert warm.cache_stats is not None
+    assert (warm.cache_stats.bad_entries, warm.cache_stats.written) == (1, 1)
+    assert victim.read_bytes() in {p.read_bytes() for p in images.iterdir()}  # whole again
+
+
+def test_a_full_cache_keeps_what_came_first(
+    s3: S3Fixture, images: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    sizes = sorted(p.stat().st_size for p in images.iterdir())
+    budget = sizes[0] + sizes[1] + sizes[2]  # room for two or three objects
+    cold = source(s3, proxy.endpoint, cache_dir=tmp_path, cache_bytes=budget)
+    clean = epoch(cold)
+    assert cold.cache_stats is not None
+    kept = cold.cache_stats.written
+    assert 2 <= kept < FILES and cold.cache_stats.full == FILES - kept
+    assert cold.cache_stats.written_bytes <= budget
+
+    proxy.reset_stats()
+    warm = source(s3, proxy.endpoint, cache_dir=tmp_path, cache_bytes=budget)
+    assert epoch(warm, seed=5) == epoch(FileSource(images, format="jpeg"), seed=5)
+    assert warm.cache_stats is not None
+    assert warm.cache_stats.hits == kept and gets(proxy) == FILES - kept
+    assert epoch(source(s3, proxy.endpoint, cache_dir=tmp_path, cache_bytes=budget)) == clean
+
+
+def test_an_unwritable_cache_warns_and_the_run_goes_on(
+    s3: S3Fixture, images: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    (tmp_path / "blocker").write_bytes(b"a file where the cache's directory would go")
+    src = source(s3, proxy.endpoint, cache_dir=tmp_path / "blocker" / "cache")
+    with pytest.warns(RuntimeWarning, match="stopped writing in this process"):
+        assert epoch(src) == epoch(FileSource(images, format="jpeg"))
+    assert src.cache_stats is not None
+    assert src.cache_stats.written == 0 and src.cache_stats.errors == 1
+    src.close()
+
+
+def test_cache_dir_is_for_object_stores(images: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="on local disk already"):
+        FileSource(images, format="jpeg", cache_dir=tmp_path)
+    src = FileSource(images, format="jpeg")
+    assert src.cache_stats is None
+    src.close()

@@ -1,0 +1,184 @@
+"""ObjectCache on local disk: entries, sizes, limits, and every failure falling back."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, StorageError
+from headrace.io import LocalFile, ObjectCache
+from headrace.io import _cache as cache_mod
+
+URL = "|s3://bucket/data/a.jpg"
+
+
+def blob(n: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def entries(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def test_an_entry_is_written_whole_and_read_back(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path / "c")
+    data = blob(10_000)
+    assert c.read(URL, len(data), "e1") is None  # nothing yet
+    assert c.write(URL, "e1", data)
+    got = c.read(URL, len(data), "e1")
+    assert got is not None and got.tobytes() == data
+    (entry,) = entries(tmp_path / "c")  # one file, no temporary left behind
+    assert entry == Path(c.path(URL, len(data), "e1"))
+    s = c.stats
+    assert (s.misses, s.hits, s.hit_bytes, s.written, s.written_bytes) == (1, 1, 10_000, 1, 10_000)
+    # Another version of the object (new ETag or size) is another entry: never the old bytes.
+    assert c.read(URL, len(data), "e2") is None
+    assert c.read(URL, len(data) + 1, "e1") is None
+    # An empty object is cached too.
+    assert c.write(URL, "empty", b"")
+    got = c.read(URL, 0, "empty")
+    assert got is not None and got.size == 0
+
+
+def test_a_copy_in_another_process_reads_the_same_entries(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    data = blob(5000, 1)
+    c.write(URL, "e", data)
+    copy = pickle.loads(pickle.dumps(c))
+    assert (copy.directory, copy.max_bytes) == (c.directory, c.max_bytes)
+    assert copy.stats.written == 0  # counters are per process
+    got = copy.read(URL, len(data), "e")
+    assert got is not None and got.tobytes() == data
+
+
+def test_no_etag_no_entry(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    assert not c.write(URL, None, b"abc")
+    assert c.read(URL, 3, None) is None
+    assert c.stats.uncacheable == 1 and entries(tmp_path) == []
+
+
+def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    data = blob(4096)
+    c.write(URL, "e", data)
+    path = Path(c.path(URL, len(data), "e"))
+    with open(path, "r+b") as fh:
+        fh.truncate(1000)  # a disk that lost the end of a write
+    with pytest.warns(RuntimeWarning, match="has 1000 bytes, the object 4096; removed"):
+        assert c.read(URL, len(data), "e") is None
+    assert not path.exists()
+    assert c.stats.bad_entries == 1 and c.stats.misses == 1
+    assert c.write(URL, "e", data)  # written again from the store's bytes
+    got = c.read(URL, len(data), "e")
+    assert got is not None and got.tobytes() == data
+
+
+def test_a_failed_local_read_falls_back_to_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ObjectCache(tmp_path)
+    data = blob(3000)
+    c.write(URL, "e", data)
+
+    def eio(self: LocalFile, out: object, offset: int) -> None:
+        raise StorageError(errno.EIO, f"{self.path}: pread of bytes [0, 3000) failed: I/O error")
+
+    monkeypatch.setattr(LocalFile, "pread_into", eio)
+    with pytest.warns(RuntimeWarning, match="a local read of .* failed .*I/O error"):
+        assert c.read(URL, len(data), "e") is None
+    assert c.read(URL, len(data), "e") is None  # warned once, counted each time
+    assert (c.stats.errors, c.stats.misses, c.stats.hits) == (2, 2, 0)
+
+
+def test_disk_full_stops_writing_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ObjectCache(tmp_path)
+    real_write = os.write
+    calls = []
+
+    def full(fd: int, data: object) -> int:
+        calls.append(fd)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_mod.os, "write", full)
+    with pytest.warns(RuntimeWarning, match="stopped writing in this process: No space left"):
+        assert not c.write(URL, "e", blob(100))
+    monkeypatch.setattr(cache_mod.os, "write", real_write)
+    assert not c.write(URL, "e2", blob(100))  # stopped: not even tried
+    assert len(calls) == 1
+    assert entries(tmp_path) == []
+    assert (c.stats.errors, c.stats.full, c.stats.written) == (1, 1, 0)
+
+
+def test_a_directory_that_cannot_be_made_stops_writing(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    c = ObjectCache(tmp_path / "file" / "cache")
+    with pytest.warns(RuntimeWarning, match="stopped writing"):
+        assert not c.write(URL, "e", b"abc")
+    assert c.read(URL, 3, "e") is None
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        ObjectCache(tmp_path / "file")
+    with pytest.raises(ConfigError, match="cache_bytes must be an integer >= 0"):
+        ObjectCache(tmp_path, max_bytes=-1)
+
+
+def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
+    first = ObjectCache(tmp_path, max_bytes=10_000)
+    assert first.write("|a", "e", blob(6000))
+    # A second process: sizes the directory (first's entry) before its first write.
+    second = ObjectCache(tmp_path, max_bytes=10_000)
+    assert not second.write("|b", "e", blob(6000))
+    assert second.write("|c", "e", blob(4000))
+    assert not second.write("|d", "e", b"x")
+    assert (second.stats.written, second.stats.full) == (1, 2)
+    assert sum(p.stat().st_size for p in entries(tmp_path)) == 10_000
+
+
+def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path, max_bytes=10_000)
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    old = sub / f"cd{cache_mod._TMP}123-dead"
+    old.write_bytes(b"x" * 5000)
+    past = time.time() - 2 * cache_mod._STALE_TMP_S
+    os.utime(old, (past, past))
+    fresh = sub / f"ef{cache_mod._TMP}456-live"  # a live writer's: left alone, not counted
+    fresh.write_bytes(b"y" * 5000)
+    assert c.write(URL, "e", blob(9000))
+    assert not old.exists() and fresh.exists()
+
+
+def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = ObjectCache(tmp_path)
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    monkeypatch.setattr(cache_mod, "RESERVE_BYTES", free)  # any write would dip below it
+    assert not c.write(URL, "e", b"abc")
+    assert c.stats.full == 1 and entries(tmp_path) == []
+
+
+def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    data = blob(200_000, 3)
+    barrier = threading.Barrier(8)
+
+    def write() -> None:
+        barrier.wait()
+        c.write(URL, "e", data)
+
+    threads = [threading.Thread(target=write) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (entry,) = entries(tmp_path)
+    assert entry.read_bytes() == data
