@@ -20,9 +20,22 @@ __all__ = ["assert_resume_exact", "batch_digest", "update_digest"]
 
 
 def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
-    """Feed one batch into a hashlib object, in a canonical order."""
+    """Feed one batch into a hashlib object, in a canonical order.
+
+    Ragged samples (images of several sizes, raw bytes) come as 1-D ``object``
+    arrays: those are hashed element by element (each one's dtype, shape and
+    bytes), not by their buffer, which holds pointers.
+    """
     for name in sorted(batch):
-        a = np.ascontiguousarray(batch[name])
+        a = batch[name]
+        if a.dtype == object:
+            h.update(f"{name}:object:{a.shape};".encode())
+            for el in a:
+                e = np.ascontiguousarray(el)
+                h.update(f"{e.dtype.str}:{e.shape};".encode())
+                h.update(e.data.cast("B") if e.size else b"")
+            continue
+        a = np.ascontiguousarray(a)
         h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
         h.update(a.data.cast("B"))
 

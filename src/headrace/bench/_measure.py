@@ -15,40 +15,17 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
-from headrace.bench._kind import Batch, Kind, make_kind
+from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import peak_rss_bytes
 from headrace.bench._workload import Workload
 from headrace.errors import ConfigError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CONFIG_EXIT", "digest_batch", "measure_pass"]
+__all__ = ["CONFIG_EXIT", "measure_pass"]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
-
-
-def digest_batch(h: Any, batch: Batch) -> None:
-    """:func:`headrace.testing.update_digest`, with object arrays hashed element by element.
-
-    Ragged samples come as 1-D object arrays; hashing their buffer would hash
-    pointers.
-    """
-    if not any(a.dtype == object for a in batch.values()):
-        update_digest(h, batch)
-        return
-    for name in sorted(batch):
-        a = batch[name]
-        if a.dtype != object:
-            update_digest(h, {name: a})
-            continue
-        h.update(f"{name}:object:{a.shape};".encode())
-        for el in a:
-            e = np.ascontiguousarray(el)
-            h.update(f"{e.dtype.str}:{e.shape};".encode())
-            h.update(e.data.cast("B") if e.size else b"")
 
 
 def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
@@ -83,7 +60,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
             if n == 0:
                 first_s = b - t0
                 first_bytes = stream.bytes_read()
-            digest_batch(h, batch)
+            update_digest(h, batch)
             got = kind.batch_payload_bytes(batch)
             delivered = None if got is None or delivered is None else delivered + got
             if per is not None:
