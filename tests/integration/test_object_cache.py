@@ -110,7 +110,7 @@ def test_a_damaged_entry_is_fetched_again(
     victim.write_bytes(victim.read_bytes()[:-10])  # a lost tail
     proxy.reset_stats()
     warm = source(s3, proxy.endpoint, cache_dir=tmp_path)
-    with pytest.warns(RuntimeWarning, match="removed, the object is read from the store"):
+    with pytest.warns(RuntimeWarning, match="removed, its bytes are read from the store"):
         assert epoch(warm) == clean
     assert gets(proxy) == 1
     assert warm.cache_stats is not None
@@ -156,3 +156,137 @@ def test_cache_dir_is_for_object_stores(images: Path, tmp_path: Path) -> None:
     src = FileSource(images, format="jpeg")
     assert src.cache_stats is None
     src.close()
+
+
+# -- ranges: token blocks and Parquet row groups ------------------------------------
+
+TOKENS = 40_001  # uint32: 160 KB, 5 windows of 32 KiB, blocks of 8 KiB
+TOKEN_KW: dict[str, Any] = {"context": 32, "window_bytes": 32 << 10, "block_bytes": 8 << 10}
+
+
+@pytest.fixture(scope="module")
+def token_file(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from headrace.formats import write_token_sidecar
+
+    path = tmp_path_factory.mktemp("cached-tokens") / "tok.bin"
+    np.random.default_rng(7).integers(0, 50_000, TOKENS).astype(np.uint32).tofile(path)
+    write_token_sidecar(path, "uint32", tokens=TOKENS)
+    client = s3.server.info.boto3_client()
+    for p in (path, path.with_name("tok.bin.json")):
+        client.put_object(Bucket=BUCKET, Key=f"cached-tokens/{p.name}", Body=p.read_bytes())
+    return path
+
+
+def tokens(s3: S3Fixture, endpoint: str, **kw: Any) -> Any:
+    from headrace.formats import TokenSource
+
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": endpoint}
+    return TokenSource(
+        f"s3://{BUCKET}/cached-tokens/tok.bin", store_options=options, **TOKEN_KW, **kw
+    )
+
+
+def token_run(src: Any, steps: int = 80) -> str:
+    """80 steps of 16: a bit over one pass over the file's 1,250 samples."""
+    with Loader(src, batch_size=16, seed=2, steps=steps) as loader:
+        return batch_digest(loader)
+
+
+def test_token_blocks_are_read_from_the_cache_next_time(
+    s3: S3Fixture, token_file: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    from headrace.formats import TokenSource
+
+    local = token_run(TokenSource(token_file, **TOKEN_KW))
+    cold = tokens(s3, proxy.endpoint, cache_dir=tmp_path)
+    assert token_run(cold) == local
+    assert cold.cache_stats is not None and cold.cache_stats.written == 20  # every block once
+    # Every token once, and each window's one extra token (the next window's first).
+    assert cold.cache_stats.written_bytes == 4 * (TOKENS + 4)
+
+    proxy.reset_stats()
+    tokens(s3, proxy.endpoint, cache_dir=tmp_path).close()
+    opening = proxy.stats.requests  # the HEAD and sidecar probes: not cached
+    proxy.reset_stats()
+    warm = tokens(s3, proxy.endpoint, cache_dir=tmp_path)
+    assert token_run(warm) == local
+    assert proxy.stats.requests == opening  # no block GET
+    assert warm.cache_stats is not None
+    # Every block read is a hit now: the cold run's writes and its own hits (the run goes
+    # on into the next epoch, whose windows read their blocks again).
+    reads = cold.cache_stats.written + cold.cache_stats.hits
+    assert (warm.cache_stats.hits, warm.cache_stats.written) == (reads, 0)
+    copy = pickle.loads(pickle.dumps(warm))  # a worker's: its own stores, the same cache
+    assert token_run(copy) == local
+
+
+def test_a_damaged_block_entry_is_read_again(
+    s3: S3Fixture, token_file: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    clean = token_run(tokens(s3, proxy.endpoint, cache_dir=tmp_path))
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            p.write_bytes(p.read_bytes()[:100])  # every entry loses its tail
+    warm = tokens(s3, proxy.endpoint, cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="removed, its bytes are read from the store"):
+        assert token_run(warm) == clean
+    assert warm.cache_stats is not None
+    assert warm.cache_stats.bad_entries == warm.cache_stats.written == 20
+
+
+def test_a_failed_block_read_is_an_error_and_caches_nothing(
+    s3: S3Fixture, token_file: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    from headrace.emulate import FaultRule
+    from headrace.errors import PermissionDeniedError
+
+    proxy.set_faults(
+        [FaultRule(kind="status", status=403, match="GET /headrace-test/cached-tokens/tok.bin ")]
+    )
+    src = tokens(s3, proxy.endpoint, cache_dir=tmp_path)
+    with pytest.raises(PermissionDeniedError, match=r"cached-tokens/tok\.bin"):
+        token_run(src, steps=2)
+    assert src.cache_stats is not None and src.cache_stats.written == 0
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_parquet_row_groups_are_read_from_the_cache_next_time(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headrace.formats import TableSource
+
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(0, 1000, n).astype(np.int32) for n in rng.integers(1, 40, 1200)]
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "label": np.arange(1200)}),
+        path,
+        row_group_size=300,
+    )
+    s3.server.info.boto3_client().put_object(
+        Bucket=BUCKET, Key="cached-tables/t.parquet", Body=path.read_bytes()
+    )
+    kw: dict[str, Any] = {"columns": ["input_ids", "label"], "width": 40, "window_rows": 600}
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+    url = f"s3://{BUCKET}/cached-tables/t.parquet"
+
+    def run(src: TableSource) -> str:
+        with Loader(src, batch_size=20, seed=1, steps=60) as loader:  # one epoch
+            return batch_digest(loader)
+
+    local = run(TableSource(path, **kw))
+    cache = tmp_path / "cache"
+    cold = TableSource(url, store_options=options, cache_dir=cache, **kw)
+    assert run(cold) == local
+    assert cold.cache_stats is not None and cold.cache_stats.written >= 4  # the row groups
+    proxy.reset_stats()
+    warm = TableSource(url, store_options=options, cache_dir=cache, **kw)
+    opening = proxy.stats.requests  # the footer
+    assert run(warm) == local
+    assert proxy.stats.requests == opening
+    assert warm.cache_stats is not None and warm.cache_stats.hits == cold.cache_stats.written
+    with pytest.raises(ConfigError, match="on local disk already"):
+        TableSource(path, cache_dir=cache, **kw)

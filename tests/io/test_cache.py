@@ -31,7 +31,7 @@ def test_an_entry_is_written_whole_and_read_back(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path / "c")
     data = blob(10_000)
     assert c.read(URL, len(data), "e1") is None  # nothing yet
-    assert c.write(URL, "e1", data)
+    assert c.write(URL, len(data), "e1", data)
     got = c.read(URL, len(data), "e1")
     assert got is not None and got.tobytes() == data
     (entry,) = entries(tmp_path / "c")  # one file, no temporary left behind
@@ -42,7 +42,7 @@ def test_an_entry_is_written_whole_and_read_back(tmp_path: Path) -> None:
     assert c.read(URL, len(data), "e2") is None
     assert c.read(URL, len(data) + 1, "e1") is None
     # An empty object is cached too.
-    assert c.write(URL, "empty", b"")
+    assert c.write(URL, 0, "empty", b"")
     got = c.read(URL, 0, "empty")
     assert got is not None and got.size == 0
 
@@ -50,7 +50,7 @@ def test_an_entry_is_written_whole_and_read_back(tmp_path: Path) -> None:
 def test_a_copy_in_another_process_reads_the_same_entries(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path, max_bytes=1 << 20)
     data = blob(5000, 1)
-    c.write(URL, "e", data)
+    c.write(URL, len(data), "e", data)
     copy = pickle.loads(pickle.dumps(c))
     assert (copy.directory, copy.max_bytes) == (c.directory, c.max_bytes)
     assert copy.stats.written == 0  # counters are per process
@@ -60,23 +60,22 @@ def test_a_copy_in_another_process_reads_the_same_entries(tmp_path: Path) -> Non
 
 def test_no_etag_no_entry(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path)
-    assert not c.write(URL, None, b"abc")
-    assert c.read(URL, 3, None) is None
+    assert not c.cacheable(None) and c.cacheable("e")
     assert c.stats.uncacheable == 1 and entries(tmp_path) == []
 
 
 def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path)
     data = blob(4096)
-    c.write(URL, "e", data)
+    c.write(URL, len(data), "e", data)
     path = Path(c.path(URL, len(data), "e"))
     with open(path, "r+b") as fh:
         fh.truncate(1000)  # a disk that lost the end of a write
-    with pytest.warns(RuntimeWarning, match="has 1000 bytes, the object 4096; removed"):
+    with pytest.warns(RuntimeWarning, match="has 1000 bytes, not 4096; removed"):
         assert c.read(URL, len(data), "e") is None
     assert not path.exists()
     assert c.stats.bad_entries == 1 and c.stats.misses == 1
-    assert c.write(URL, "e", data)  # written again from the store's bytes
+    assert c.write(URL, len(data), "e", data)  # written again from the store's bytes
     got = c.read(URL, len(data), "e")
     assert got is not None and got.tobytes() == data
 
@@ -86,7 +85,7 @@ def test_a_failed_local_read_falls_back_to_the_store(
 ) -> None:
     c = ObjectCache(tmp_path)
     data = blob(3000)
-    c.write(URL, "e", data)
+    c.write(URL, len(data), "e", data)
 
     def eio(self: LocalFile, out: object, offset: int) -> None:
         raise StorageError(errno.EIO, f"{self.path}: pread of bytes [0, 3000) failed: I/O error")
@@ -111,9 +110,9 @@ def test_disk_full_stops_writing_and_leaves_no_temporary(
 
     monkeypatch.setattr(cache_mod.os, "write", full)
     with pytest.warns(RuntimeWarning, match="stopped writing in this process: No space left"):
-        assert not c.write(URL, "e", blob(100))
+        assert not c.write(URL, 100, "e", blob(100))
     monkeypatch.setattr(cache_mod.os, "write", real_write)
-    assert not c.write(URL, "e2", blob(100))  # stopped: not even tried
+    assert not c.write(URL, 100, "e2", blob(100))  # stopped: not even tried
     assert len(calls) == 1
     assert entries(tmp_path) == []
     assert (c.stats.errors, c.stats.full, c.stats.written) == (1, 1, 0)
@@ -123,7 +122,7 @@ def test_a_directory_that_cannot_be_made_stops_writing(tmp_path: Path) -> None:
     (tmp_path / "file").write_bytes(b"x")
     c = ObjectCache(tmp_path / "file" / "cache")
     with pytest.warns(RuntimeWarning, match="stopped writing"):
-        assert not c.write(URL, "e", b"abc")
+        assert not c.write(URL, 3, "e", b"abc")
     assert c.read(URL, 3, "e") is None
     with pytest.raises(ConfigError, match="exists and is not a directory"):
         ObjectCache(tmp_path / "file")
@@ -133,12 +132,12 @@ def test_a_directory_that_cannot_be_made_stops_writing(tmp_path: Path) -> None:
 
 def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
     first = ObjectCache(tmp_path, max_bytes=10_000)
-    assert first.write("|a", "e", blob(6000))
+    assert first.write("|a", 6000, "e", blob(6000))
     # A second process: sizes the directory (first's entry) before its first write.
     second = ObjectCache(tmp_path, max_bytes=10_000)
-    assert not second.write("|b", "e", blob(6000))
-    assert second.write("|c", "e", blob(4000))
-    assert not second.write("|d", "e", b"x")
+    assert not second.write("|b", 6000, "e", blob(6000))
+    assert second.write("|c", 4000, "e", blob(4000))
+    assert not second.write("|d", 1, "e", b"x")
     assert (second.stats.written, second.stats.full) == (1, 2)
     assert sum(p.stat().st_size for p in entries(tmp_path)) == 10_000
 
@@ -153,7 +152,7 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     os.utime(old, (past, past))
     fresh = sub / f"ef{cache_mod._TMP}456-live"  # a live writer's: left alone, not counted
     fresh.write_bytes(b"y" * 5000)
-    assert c.write(URL, "e", blob(9000))
+    assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
 
 
@@ -162,7 +161,7 @@ def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
     monkeypatch.setattr(cache_mod, "RESERVE_BYTES", free)  # any write would dip below it
-    assert not c.write(URL, "e", b"abc")
+    assert not c.write(URL, 3, "e", b"abc")
     assert c.stats.full == 1 and entries(tmp_path) == []
 
 
@@ -173,7 +172,7 @@ def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:
 
     def write() -> None:
         barrier.wait()
-        c.write(URL, "e", data)
+        c.write(URL, len(data), "e", data)
 
     threads = [threading.Thread(target=write) for _ in range(8)]
     for t in threads:
@@ -182,3 +181,23 @@ def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:
         t.join()
     (entry,) = entries(tmp_path)
     assert entry.read_bytes() == data
+
+
+def test_ranges_of_an_object_are_entries_of_their_own(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    data = blob(1000, 5)
+    assert not c.has(URL, 1000, "e", 100, 50)
+    assert c.write(URL, 1000, "e", data[100:150], offset=100)
+    assert c.has(URL, 1000, "e", 100, 50)
+    out = np.zeros(50, np.uint8)
+    assert c.read_into(out, URL, 1000, "e", offset=100)
+    assert out.tobytes() == data[100:150]
+    # Another range (or the whole object) is another entry, never these bytes.
+    assert not c.read_into(np.zeros(50, np.uint8), URL, 1000, "e", offset=101)
+    assert not c.read_into(np.zeros(40, np.uint8), URL, 1000, "e", offset=100)
+    assert c.read(URL, 1000, "e") is None
+    # The whole object's entry serves a read of all its bytes as a range too.
+    assert c.write(URL, 1000, "e", data)
+    whole = np.zeros(1000, np.uint8)
+    assert c.has(URL, 1000, "e", 0, 1000) and c.read_into(whole, URL, 1000, "e", offset=0)
+    assert whole.tobytes() == data

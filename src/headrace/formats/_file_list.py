@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, StorageError
-from headrace.formats._object_files import check_store_options
+from headrace.formats._object_files import cache_name, check_store_options
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, open_error
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
@@ -231,17 +231,19 @@ def _cached(
 ) -> Callable[[int], Any]:
     """``fetch(i)`` through ``cache``: the local copy if there is one, else a GET whose
     bytes are kept when they are the listed version (same size and ETag)."""
-    # The endpoint is part of an entry's name: s3://bucket/key on two endpoints are two objects.
-    where = str(options.get("endpoint", options.get("aws_endpoint", "")))
 
     def fetch(i: int) -> Any:
-        url = f"{where}|{store.url}/{keys[i]}"
-        local = cache.read(url, sizes[i], etags[i])
+        etag = etags[i]
+        if not cache.cacheable(etag):
+            return store.get(keys[i])
+        assert etag is not None
+        url = cache_name(options, f"{store.url}/{keys[i]}")
+        local = cache.read(url, sizes[i], etag)
         if local is not None:
             return local
         data, info = store.get_with_info(keys[i])
-        if info.size == sizes[i] and info.etag == etags[i]:
-            cache.write(url, etags[i], data)
+        if info.size == sizes[i] and info.etag == etag:
+            cache.write(url, sizes[i], etag, data)
         return data
 
     return fetch

@@ -9,11 +9,15 @@ reads them: each store is opened once (with the source's ``store_options``)
 and every range read of the source runs on one :class:`~headrace.io.RequestQueue`,
 so at most ``in_flight`` ranged GETs are in flight per source, whatever the
 number of files or stores. Nothing here is pickled: a worker's copy of the
-source opens its own.
+source opens its own. With a cache (:class:`~headrace.io.ObjectCache`), each
+range read is an entry of its own: read from local disk when there is one,
+else from the store and then kept (the same block or row group read in the
+next epoch is a hit).
 """
 
 from __future__ import annotations
 
+import errno
 import inspect
 import threading
 from collections.abc import Mapping, Sequence
@@ -23,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, ObjectNotFoundError
-from headrace.io import RequestQueue
+from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.io import ObjectCache, RequestQueue, io_pool
 from headrace.io._batch import raise_first
 
 if TYPE_CHECKING:
@@ -35,6 +39,7 @@ __all__ = [
     "PIECE",
     "ObjectFiles",
     "RemoteFile",
+    "cache_name",
     "check_in_flight",
     "check_store_options",
     "common_url_root",
@@ -132,24 +137,82 @@ def wait_all(futures: Sequence[Future[Any]]) -> None:
     raise_first([(i, e) for i, f in enumerate(futures) if (e := f.exception()) is not None])
 
 
+def cache_name(options: Mapping[str, Any], url: str) -> str:
+    """How a cache names an object: its URL and the endpoint serving it
+    (``s3://bucket/key`` on two endpoints is two objects)."""
+    return f"{options.get('endpoint', options.get('aws_endpoint', ''))}|{url}"
+
+
 class RemoteFile:
     """Range reads of one object, checked against its size and ETag when opened."""
 
-    __slots__ = ("_expect", "_key", "_queue", "_store", "path")
+    __slots__ = ("_cache", "_expect", "_key", "_name", "_queue", "_store", "path")
 
     def __init__(
-        self, store: ObjectStore, key: str, url: str, expect: ObjectInfo, queue: RequestQueue
+        self,
+        store: ObjectStore,
+        key: str,
+        url: str,
+        expect: ObjectInfo,
+        queue: RequestQueue,
+        cache: tuple[ObjectCache, str] | None = None,
     ) -> None:
         self.path = url
         self._store = store
         self._key = key
         self._expect = expect
         self._queue = queue
+        self._cache: ObjectCache | None = None if cache is None else cache[0]
+        self._name = "" if cache is None else cache[1]
 
     def read_into(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         """Start filling ``out`` with the bytes at ``offset``; the future says when it is done."""
+        cache, etag = self._cache, self._expect.etag
+        if cache is None or not cache.cacheable(etag):
+            return self._from_store(out, offset)
+        assert etag is not None
+        if cache.has(self._name, self._expect.size, etag, offset, out.size):
+            return io_pool().submit(self._from_cache, cache, etag, out, offset)
+        # From the store, then kept. The future is done once the entry is written (or
+        # not): whoever waits on it may reuse ``out`` then. It cannot be cancelled
+        # while ``out`` is being written.
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()
+
+        def keep() -> None:
+            try:
+                cache.write(self._name, self._expect.size, etag, out, offset)
+            finally:
+                done.set_result(None)
+
+        def fetched(f: Future[None]) -> None:
+            if f.cancelled():
+                done.set_exception(
+                    StorageError(
+                        errno.ECANCELED,
+                        f"{self.path}: read of bytes [{offset}, {offset + out.size}) was cancelled",
+                    )
+                )
+            elif (exc := f.exception()) is not None:
+                done.set_exception(exc)
+            else:
+                io_pool().submit(keep)  # not on the request loop: a disk write may block
+
+        self._from_store(out, offset).add_done_callback(fetched)
+        return done
+
+    def _from_store(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         store, key, expect = self._store, self._key, self._expect
         return self._queue.submit(lambda: store.aread_into(key, offset, out, expect=expect))
+
+    def _from_cache(
+        self, cache: ObjectCache, etag: str, out: NDArray[np.uint8], offset: int
+    ) -> None:
+        size = self._expect.size
+        if not cache.read_into(out, self._name, size, etag, offset):
+            # A damaged or unreadable entry (removed or warned about): the store has the bytes.
+            self._from_store(out, offset).result()
+            cache.write(self._name, size, etag, out, offset)
 
     def read_pieces(self, out: NDArray[np.uint8], offset: int) -> list[Future[None]]:
         """:meth:`read_into` cut into GETs of at most ``PIECE`` bytes, all started."""
@@ -165,8 +228,10 @@ class ObjectFiles:
         in_flight: int = DEFAULT_IN_FLIGHT,
         *,
         name: str = "headrace-objects",
+        cache: ObjectCache | None = None,
     ) -> None:
         self._options = dict(options)
+        self.cache = cache
         self.in_flight = in_flight
         self._name = name
         self._lock = threading.Lock()
@@ -245,7 +310,8 @@ class ObjectFiles:
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
-        return RemoteFile(store, key, url, ObjectInfo(size, etag), self._request_queue())
+        cache = None if self.cache is None else (self.cache, cache_name(self._options, url))
+        return RemoteFile(store, key, url, ObjectInfo(size, etag), self._request_queue(), cache)
 
     def _request_queue(self) -> RequestQueue:
         with self._lock:

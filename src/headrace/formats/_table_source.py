@@ -33,7 +33,7 @@ from headrace.formats._row_plan import (
 from headrace.formats._tables import Table
 
 if TYPE_CHECKING:
-    from headrace.io import ObjectStats
+    from headrace.io import CacheStats, ObjectStats
 
 __all__ = ["TableSource"]
 
@@ -60,6 +60,8 @@ class TableSource:
     or a list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`
     and ``in_flight`` bounds the ranged GETs at once. The loader's read-ahead
     (:meth:`prefetch`) fetches row groups before their batches need them.
+    ``cache_dir``: keep what is read on local disk for the next epoch
+    (see :meth:`Table.open`).
     """
 
     def __init__(
@@ -76,6 +78,8 @@ class TableSource:
         window_rows: int = 65_536,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
@@ -84,7 +88,12 @@ class TableSource:
         else:
             try:
                 self.table = Table.open(
-                    table, columns=columns, store_options=store_options, in_flight=in_flight
+                    table,
+                    columns=columns,
+                    store_options=store_options,
+                    in_flight=in_flight,
+                    cache_dir=cache_dir,
+                    cache_bytes=cache_bytes,
                 )
             except ConfigError as exc:
                 where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
@@ -175,6 +184,11 @@ class TableSource:
     def object_stats(self) -> ObjectStats | None:
         """GETs, bytes and latencies of a table on object storage (``None`` when local)."""
         return self.table.object_stats
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the range cache did in this process (``None`` without ``cache_dir``)."""
+        return self.table.cache_stats
 
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
         """Start fetching the row groups of these samples (tables on object storage).

@@ -53,6 +53,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
+from headrace.io import CacheStats, ObjectCache
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats
@@ -256,6 +257,7 @@ class _Remote(NamedTuple):
     objects: list[tuple[str, ObjectInfo]]
     store_options: dict[str, Any]
     in_flight: int
+    cache: ObjectCache | None = None
 
 
 class Table(Closing):
@@ -296,7 +298,10 @@ class Table(Closing):
             else:
                 if self._objects is None:
                     self._objects = ObjectFiles(
-                        remote.store_options, remote.in_flight, name="headrace-table"
+                        remote.store_options,
+                        remote.in_flight,
+                        name="headrace-table",
+                        cache=remote.cache,
                     )
                 self._parts.extend(RemoteParquet.open_all(remote.objects, self._objects, pa))
             self._init(columns, row_group_cache)
@@ -353,6 +358,8 @@ class Table(Closing):
         row_group_cache: int = 4,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Table:
         """Open a file, a directory (``save_to_disk``, HF cache, Parquet), a glob or a list.
 
@@ -364,27 +371,35 @@ class Table(Closing):
         ``az://``, ``http(s)://``, ``file://``), a glob in its last part, a
         prefix, or a list of URLs; ``store_options`` go to
         :class:`~headrace.io.ObjectStore`, ``in_flight`` bounds the ranged
-        GETs at once (see ``formats/_table_remote.py``).
+        GETs at once (see ``formats/_table_remote.py``); with ``cache_dir``,
+        every range read is also kept on local disk (up to ``cache_bytes``)
+        and read from there the next time (:class:`headrace.io.ObjectCache`).
         """
         if row_group_cache < 1:
             raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
         options = check_store_options(store_options, remote=remote)
+        if cache_dir is not None and not remote:
+            raise ConfigError(
+                "cache_dir keeps local copies of ranges read from an object store; this "
+                "table is on local disk already (leave cache_dir out)"
+            )
         if not remote:
             root, files = _resolve(path)
             return cls(root, files, columns, row_group_cache)
         check_in_flight(in_flight)
         _pa()  # before any request: no pyarrow, no table
         # The stores that list the objects go on to read them (the table closes them).
-        stores = ObjectFiles(options, in_flight, name="headrace-table")
+        cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
+        stores = ObjectFiles(options, in_flight, name="headrace-table", cache=cache)
         try:
             where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
             root, objects = resolve_urls(where or [os.fspath(p) for p in paths], stores)
         except BaseException:
             stores.close()
             raise
-        spec = _Remote(objects, options, in_flight)
+        spec = _Remote(objects, options, in_flight, cache)
         return cls(root, [u for u, _ in objects], columns, row_group_cache, spec, stores)
 
     @property
@@ -430,6 +445,12 @@ class Table(Closing):
     def object_stats(self) -> ObjectStats | None:
         """GETs, bytes and latencies of the files on object storage (``None`` when local)."""
         return None if self._objects is None else self._objects.stats()
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the range cache did in this process (``None`` without ``cache_dir``)."""
+        cache = None if self._objects is None else self._objects.cache
+        return None if cache is None else cache.stats
 
     @property
     def misses(self) -> int:

@@ -34,7 +34,15 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
-from headrace.io import PAGE, LocalFile, io_pool, madvise, page_aligned_empty
+from headrace.io import (
+    PAGE,
+    CacheStats,
+    LocalFile,
+    ObjectCache,
+    io_pool,
+    madvise,
+    page_aligned_empty,
+)
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 if TYPE_CHECKING:
@@ -281,6 +289,11 @@ class TokenSource:
     ``"eos"``: a document ends with the token ``eos_id`` (nanoGPT's
     end-of-text); ``"documents"``: the Megatron index's document bounds
     (every file must have an ``.idx``; 8 bytes per document, kept per file).
+
+    ``cache_dir`` (object URLs): each block read from the store is also kept
+    on local disk there, up to ``cache_bytes``, and read from there the next
+    time (the next epoch, a restart, another process on the machine); see
+    :class:`headrace.io.ObjectCache`.
     """
 
     def __init__(
@@ -300,6 +313,8 @@ class TokenSource:
         in_flight: int = DEFAULT_IN_FLIGHT,
         positions: Literal["eos", "documents"] | None = None,
         eos_id: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         if positions not in (None, "eos", "documents"):
             raise ConfigError(f"positions must be None, 'eos' or 'documents' (got {positions!r}).")
@@ -316,6 +331,12 @@ class TokenSource:
         self.in_flight = check_in_flight(in_flight)
         remote = any(f.remote if isinstance(f, TokenFile) else is_object_url(f) for f in files)
         self._store_options = check_store_options(store_options, remote=remote)
+        if cache_dir is not None and not remote:
+            raise ConfigError(
+                "cache_dir keeps local copies of blocks read from an object store; these "
+                "token files are on local disk already (leave cache_dir out)"
+            )
+        self._cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
         if not isinstance(context, int) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
         if block_bytes < 4096 or block_bytes % 4096:
@@ -422,8 +443,13 @@ class TokenSource:
 
     def _remote(self) -> ObjectFiles:
         if self._stores is None:
-            self._stores = ObjectFiles(self._store_options, self.in_flight)
+            self._stores = ObjectFiles(self._store_options, self.in_flight, cache=self._cache)
         return self._stores
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the block cache did in this process (``None`` without ``cache_dir``)."""
+        return None if self._cache is None else self._cache.stats
 
     @property
     def object_stats(self) -> ObjectStats | None:

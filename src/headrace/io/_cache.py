@@ -111,40 +111,65 @@ class ObjectCache:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["directory"], state["max_bytes"])  # type: ignore[misc]
 
-    def path(self, url: str, size: int, etag: str) -> str:
-        """Where the entry of this version of the object lives."""
-        h = hashlib.sha256(f"{url}\0{size}\0{etag}".encode()).hexdigest()
+    def path(self, url: str, size: int, etag: str, offset: int = 0, length: int = -1) -> str:
+        """Where the entry of this version of the object (or of its bytes ``[offset,
+        offset + length)``; ``length=-1``: to its end) lives."""
+        key = f"{url}\0{size}\0{etag}"
+        if (offset, length) not in ((0, -1), (0, size)):  # a whole object is its own entry
+            key += f"\0{offset}\0{length}"
+        h = hashlib.sha256(key.encode()).hexdigest()
         return os.path.join(self.directory, h[:2], h[2:40])
 
-    # -- reading -------------------------------------------------------------------
-    def read(self, url: str, size: int, etag: str | None) -> NDArray[np.uint8] | None:
-        """The object's bytes from local disk, or ``None`` (then read it from the store)."""
+    def cacheable(self, etag: str | None) -> bool:
+        """Whether an object with this ETag can be cached (``None``: counted, not)."""
         if etag is None:
-            return None
-        path = self.path(url, size, etag)
+            with self._lock:
+                self.stats.uncacheable += 1
+        return etag is not None
+
+    def has(self, url: str, size: int, etag: str, offset: int = 0, length: int = -1) -> bool:
+        """Whether an entry exists (one ``stat``, a miss counted if not;
+        :meth:`read_into` still checks it)."""
+        if os.path.exists(self.path(url, size, etag, offset, length)):
+            return True
+        self._miss()
+        return False
+
+    # -- reading -------------------------------------------------------------------
+    def read(self, url: str, size: int, etag: str) -> NDArray[np.uint8] | None:
+        """The object's bytes from local disk, or ``None`` (then read it from the store)."""
+        out = np.empty(size, dtype=np.uint8)
+        return out if self.read_into(out, url, size, etag) else None
+
+    def read_into(
+        self, out: NDArray[np.uint8], url: str, size: int, etag: str, offset: int = 0
+    ) -> bool:
+        """Fill ``out`` with the object's bytes at ``offset`` from local disk; ``False``
+        if there is no (good) entry (then read them from the store)."""
+        want = out.size
+        path = self.path(url, size, etag, offset, want)
         try:
             f = LocalFile(path)
         except StorageError as exc:
             if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # else: no such entry
                 self._failed("read", path, exc)
             self._miss()
-            return None
+            return False
         with f:
-            if f.size != size:
-                self._remove_bad(path, f.size, size)
+            if f.size != want:
+                self._remove_bad(path, f.size, want)
                 self._miss()
-                return None
-            out = np.empty(size, dtype=np.uint8)
+                return False
             try:
                 f.pread_into(out, 0)
             except StorageError as exc:  # EIO, or cut short under us: the store has it
                 self._failed("read", path, exc)
                 self._miss()
-                return None
+                return False
         with self._lock:
             self.stats.hits += 1
-            self.stats.hit_bytes += size
-        return out
+            self.stats.hit_bytes += want
+        return True
 
     def _miss(self) -> None:
         with self._lock:
@@ -155,8 +180,8 @@ class ObjectCache:
             self.stats.bad_entries += 1
         self._warn_once(
             "bad",
-            f"headrace cache {self.directory}: entry {path} has {got} bytes, the object "
-            f"{want}; removed, the object is read from the store (further such entries are "
+            f"headrace cache {self.directory}: entry {path} has {got} bytes, not "
+            f"{want}; removed, its bytes are read from the store (further such entries are "
             "counted in stats.bad_entries)",
         )
         try:
@@ -165,30 +190,27 @@ class ObjectCache:
             pass
 
     # -- writing -------------------------------------------------------------------
-    def write(self, url: str, etag: str | None, data: Any) -> bool:
-        """Keep ``data`` (the whole object) if it fits; whether it was written."""
-        if etag is None:
-            with self._lock:
-                self.stats.uncacheable += 1
-            return False
+    def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
+        """Keep ``data``, the object's bytes at ``offset`` (all of them by default), if
+        they fit; whether they were written."""
         view = memoryview(data).cast("B")
-        size = view.nbytes
-        if not self._reserve(size):
+        n = view.nbytes
+        if not self._reserve(n):
             return False
-        path = self.path(url, size, etag)
+        path = self.path(url, size, etag, offset, n)
         tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
                 done = 0
-                while done < size:
+                while done < n:
                     done += os.write(fd, view[done:])
             finally:
                 os.close(fd)
             os.replace(tmp, path)  # whole or not at all, for every reader
         except OSError as exc:
-            self._unreserve(size)
+            self._unreserve(n)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -202,7 +224,7 @@ class ObjectCache:
             return False
         with self._lock:
             self.stats.written += 1
-            self.stats.written_bytes += size
+            self.stats.written_bytes += n
         return True
 
     def _reserve(self, size: int) -> bool:
