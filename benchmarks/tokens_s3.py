@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python benchmarks/tokens_s3.py [--mib 64] [--window-mib 16] [--block-mib 4]
         [--steps 1000] [--batch 32] [--compute-ms 0] [--latency-ms 50] [--rounds 3]
-        [--in-flight 64] [--no-read-ahead] [--root DIR]
+        [--in-flight 64] [--no-read-ahead] [--cache] [--root DIR]
 
 One uint32 token file (generated once under ``--root``, seeded) is read by
 ``TokenSource`` through the ``Loader`` (B=32, L=1024, prefetch 8) two ways:
@@ -13,7 +13,9 @@ the GIL). Each side first gets a *measurement pass* (fresh source: open time,
 first-batch time, SHA-256 of every batch, bytes fetched, requests, most block
 reads in flight, request latencies); the script refuses to report unless both
 digests are equal (``--no-read-ahead`` adds a third side: S3 with
-``read_ahead=False``; ``--compute-ms`` sleeps that long per step, as a
+``read_ahead=False``; ``--cache`` another: S3 through a local block cache,
+``cache_dir``, which its measurement pass fills and its trials read;
+``--compute-ms`` sleeps that long per step, as a
 training step would). Then timed trials alternate (local, s3, local, s3, ...),
 each with a fresh source and loader, batches consumed but not hashed; medians
 (min-max) reported.
@@ -30,8 +32,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -49,7 +53,11 @@ L = 1024
 
 
 def _source(
-    args: argparse.Namespace, where: str, store: dict[str, Any] | None, read_ahead: bool
+    args: argparse.Namespace,
+    where: str,
+    store: dict[str, Any] | None,
+    read_ahead: bool,
+    cache: str | None = None,
 ) -> TokenSource:
     kw: dict[str, Any] = {
         "read_ahead": read_ahead,
@@ -60,7 +68,7 @@ def _source(
     }
     if store is None:
         return TokenSource(where, **kw)
-    return TokenSource(where, store_options=store, in_flight=args.in_flight, **kw)
+    return TokenSource(where, store_options=store, in_flight=args.in_flight, cache_dir=cache, **kw)
 
 
 def _pass(
@@ -68,12 +76,13 @@ def _pass(
     where: str,
     store: dict[str, Any] | None,
     read_ahead: bool,
+    cache: str | None = None,
     *,
     digest: bool,
 ) -> dict[str, Any]:
     """One fresh source and loader over ``--steps`` batches; figures (and a digest)."""
     t0 = time.perf_counter()
-    src = _source(args, where, store, read_ahead)
+    src = _source(args, where, store, read_ahead, cache)
     t1 = time.perf_counter()
     h = hashlib.sha256()
     first = 0.0
@@ -132,6 +141,12 @@ def main() -> int:
         action="store_true",
         help="also time the S3 side with read_ahead=False (the next window only on demand)",
     )
+    ap.add_argument(
+        "--cache",
+        action="store_true",
+        help="also time S3 through a local block cache (cache_dir): its measurement pass "
+        "fills the cache, its trials read it",
+    )
     ap.add_argument("--root", default=os.path.expanduser("~/.cache/headrace/bench-s3tok"))
     args = ap.parse_args()
 
@@ -150,9 +165,15 @@ def main() -> int:
     with bench_s3(URL, [path], latency_ms=args.latency_ms or None) as store:
         _out(f"moto started, file uploaded, proxy up: {time.perf_counter() - t:.1f} s")
         url = f"{URL}/{os.path.basename(path)}"
-        sides = {"local": (path, None, True), "s3": (url, store, True)}
+        sides: dict[str, tuple[Any, ...]] = {
+            "local": (path, None, True),
+            "s3": (url, store, True),
+        }
         if args.no_read_ahead:
             sides["s3-no-read-ahead"] = (url, store, False)
+        cache_dir = tempfile.mkdtemp(prefix="headrace-tokens-cache-")
+        if args.cache:
+            sides["s3-cache"] = (url, store, True, cache_dir)
         first = {name: _pass(args, *side, digest=True) for name, side in sides.items()}
         digests = {name: r["digest"] for name, r in first.items()}
         if len(set(digests.values())) != 1:
@@ -162,6 +183,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, side in sides.items():
                 trials[name].append(_pass(args, *side, digest=False))
+        shutil.rmtree(cache_dir, ignore_errors=True)
 
     _out()
     _out("measurement pass (fresh source, digests every batch):")
