@@ -290,3 +290,26 @@ def test_parquet_row_groups_are_read_from_the_cache_next_time(
     assert warm.cache_stats is not None and warm.cache_stats.hits == cold.cache_stats.written
     with pytest.raises(ConfigError, match="on local disk already"):
         TableSource(path, cache_dir=cache, **kw)
+
+
+def test_worker_processes_share_one_cache(
+    s3: S3Fixture, images: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    from headrace import torch as ht
+
+    def run(workers: int) -> list[str]:
+        src = source(s3, proxy.endpoint, cache_dir=tmp_path)
+        ds = ht.TorchDataset(src, batch_size=4, seed=3, steps=2 * FILES // 4)  # two epochs
+        with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+            return [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in dl]
+
+    with Loader(FileSource(images, format="jpeg"), batch_size=4, seed=3, steps=4) as ld:
+        want = [batch_digest([b]) for b in ld]
+    assert run(2) == want  # two processes fill the cache side by side
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) == FILES  # each object once, no temporary left
+    assert sorted(p.read_bytes() for p in files) == sorted(p.read_bytes() for p in images.iterdir())
+    proxy.reset_stats()
+    assert run(3) == want
+    assert proxy.stats.requests == 1  # the parent's listing; the workers read the cache
