@@ -82,6 +82,20 @@ def test_local_and_s3_give_identical_batches(s3: S3Fixture, datasets: Path, name
     assert run(s3_source(s3, name, mode="map-style")) == local
 
 
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_every_format_reads_the_same_through_the_object_cache(
+    s3: S3Fixture, datasets: Path, name: str, tmp_path: Path
+) -> None:
+    fmt, spf, opts = SETS[name]
+    local = run(FileSource(datasets / name, format=fmt, samples_per_file=spf, **opts))
+    cold = s3_source(s3, name, cache_dir=tmp_path)
+    assert run(cold) == local
+    warm = s3_source(s3, name, cache_dir=tmp_path)
+    assert run(warm) == local
+    assert warm.cache_stats is not None and warm.cache_stats.misses == 0
+    assert warm.cache_stats.hits >= FILES
+
+
 def test_listing_filters_by_format_and_sorts(s3: S3Fixture, datasets: Path) -> None:
     src = s3_source(s3, "jpeg")
     assert src.files.keys == [f"s{i:02d}.jpg" for i in range(FILES)]

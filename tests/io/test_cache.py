@@ -162,7 +162,15 @@ def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     free = st.f_bavail * st.f_frsize
     monkeypatch.setattr(cache_mod, "RESERVE_BYTES", free)  # any write would dip below it
     assert not c.write(URL, 3, "e", b"abc")
-    assert c.stats.full == 1 and entries(tmp_path) == []
+    monkeypatch.setattr(cache_mod, "RESERVE_BYTES", 0)
+    monkeypatch.setattr(cache_mod, "RESERVE_FRACTION", 1.0)  # keep the whole disk free
+    assert not c.write(URL, 3, "e", b"abc")
+    assert c.stats.full == 2 and entries(tmp_path) == []
+    monkeypatch.setattr(cache_mod, "RESERVE_FRACTION", 0.0)
+    assert c.write(URL, 3, "e", b"abc")
+    monkeypatch.undo()
+    assert cache_mod.reserve_bytes(10**12) == 5 * 10**10
+    assert cache_mod.reserve_bytes(10**9) == 1 << 30
 
 
 def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class FileSourceConfig:
     the read order, the host count or the worker; more than ``max_corrupt``
     (a fraction of the files, at least one file) corrupt files raise.
     ``cache_dir``: keep each object read from an object store on local disk
-    there, up to ``cache_bytes`` (``None``: while the disk has 1 GiB free),
+    there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
     and read it from there the next time (see :class:`headrace.io.ObjectCache`).
     """
 

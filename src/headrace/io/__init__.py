@@ -17,7 +17,7 @@ from typing import Any
 
 from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, madvise, page_aligned_empty
-from headrace.io._cache import RESERVE_BYTES, CacheStats, ObjectCache
+from headrace.io._cache import CacheStats, ObjectCache
 from headrace.io._file import LocalFile, open_error
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
@@ -63,7 +63,6 @@ __all__ = [
     "ObjectStore",
     "PAGE",
     "QueueStats",
-    "RESERVE_BYTES",
     "RangeReader",
     "RangeStore",
     "Ranges",

@@ -15,7 +15,8 @@ the object's (a disk that lost a write) is removed and the object read from
 the store again.
 
 The cache never evicts: it fills until it holds ``max_bytes`` (or until its
-filesystem would have less than ``RESERVE_BYTES`` free), then later objects
+filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
+1 GiB, so checkpoints and logs on the same disk still fit), then later objects
 are read from the store only. Training visits every object once per epoch in
 a fresh random order, so keeping whatever was cached first hits as often as
 any eviction policy could (a fraction ``cache / dataset`` of reads) and
@@ -44,10 +45,18 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, StorageError
 from headrace.io._file import LocalFile
 
-__all__ = ["RESERVE_BYTES", "CacheStats", "ObjectCache"]
+__all__ = ["RESERVE_BYTES", "RESERVE_FRACTION", "CacheStats", "ObjectCache", "reserve_bytes"]
 
 #: Writes stop while the cache's filesystem would have less than this free.
 RESERVE_BYTES = 1 << 30
+#: ... and at least this fraction of the filesystem's size.
+RESERVE_FRACTION = 0.05
+
+
+def reserve_bytes(total: int) -> int:
+    """Bytes a cache leaves free on a filesystem of ``total`` bytes."""
+    return max(RESERVE_BYTES, int(total * RESERVE_FRACTION))
+
 
 _TMP = ".tmp-"
 # Write errors after which this process stops trying.
@@ -85,7 +94,7 @@ class CacheStats:
 
 class ObjectCache:
     """Whole objects kept in ``directory``, up to ``max_bytes`` (``None``: up to
-    the filesystem's free space less :data:`RESERVE_BYTES`)."""
+    the filesystem's free space less :func:`reserve_bytes`)."""
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         if max_bytes is not None and (
@@ -239,7 +248,8 @@ class ObjectCache:
             if fits:
                 try:
                     st = os.statvfs(self.directory)
-                    fits = st.f_bavail * st.f_frsize - size >= RESERVE_BYTES
+                    free = st.f_bavail * st.f_frsize - size
+                    fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
                 except OSError:
                     fits = True  # not made yet: the write will say what is wrong
             if not fits:
