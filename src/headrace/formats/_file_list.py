@@ -108,7 +108,7 @@ def _keep(key: str, extensions: tuple[str, ...]) -> bool:
     return not extensions or key.lower().endswith(extensions)
 
 
-Listing = tuple[list[str], list[int], list["str | None"]]
+Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
 
 def list_files(
