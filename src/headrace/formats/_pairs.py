@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
-from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
+from headrace.formats._row_plan import replace_empty, shuffle_fingerprint
 from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id
 
@@ -127,10 +127,7 @@ class PairRows(RowSource):
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         n = len(self)
-        if self._windows is not None:
-            rows = self._windows.rows(seed, samples)
-        else:
-            rows = sample_rows(seed, samples, n, self.shuffle == "full")
+        rows = self.rows_of(seed, samples)
         out = self._read_into(rows, windowed=True)
         empty = self._empty(out)
         if empty.any():

@@ -40,13 +40,20 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
-from headrace.formats._row_plan import RowWindows, ShuffleMode, check_window_rows, parse_shuffle
+from headrace.formats._row_plan import (
+    RowWindows,
+    ShuffleMode,
+    check_window_rows,
+    parse_shuffle,
+    sample_rows,
+)
 from headrace.io import io_pool
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
 
 __all__ = [
+    "BLOCK_BYTES",
     "MAX_WINDOWS",
     "WINDOW_BYTES",
     "RowSource",
@@ -62,6 +69,9 @@ __all__ = [
 # docs/rows.md.
 WINDOW_BYTES = 16 << 20
 MAX_WINDOWS = 2
+# A window is read in blocks of about this many bytes (of all its files' rows): a
+# reader told its share of each window reads the blocks of that share.
+BLOCK_BYTES = 1 << 20
 
 _Job = tuple[RowFile, int | None, NDArray[Any] | None]
 
@@ -104,24 +114,41 @@ _Memory = dict[RowFile, NDArray[np.uint8]]
 
 
 class _Window:
-    __slots__ = ("ahead", "arrays", "futures", "memory")
+    """One window's buffers and which of its blocks of ``block_rows`` rows are in."""
 
-    def __init__(self, memory: _Memory, count: int, ahead: bool) -> None:
+    __slots__ = ("arrays", "filled", "memory", "pending")
+
+    def __init__(self, memory: _Memory, count: int, blocks: int) -> None:
         self.memory = memory  # file -> bytes for a full window, reused by the next one
         # file -> (rows of the window, width) in the file's dtype, at the front of memory
         self.arrays = {
             f: m[: count * f.stride].view(f.dtype).reshape(count, f.width)
             for f, m in memory.items()
         }
-        self.futures: list[Future[Any]] = []
-        self.ahead = ahead  # started by prefetch: a failure is retried on demand
+        self.filled = np.zeros(blocks, dtype=bool)
+        # block -> (the reads of its run of blocks, one per file; started by read-ahead?)
+        self.pending: dict[int, tuple[list[Future[Any]], bool]] = {}
+
+    @property
+    def futures(self) -> list[Future[Any]]:
+        """Every read in flight or not yet settled."""
+        return list({id(f): f for fs, _ in self.pending.values() for f in fs}.values())
 
 
 class RowWindowReader:
-    """Rows of several same-length row files, served from whole windows held in memory.
+    """Rows of several same-length row files, served from windows held in memory.
+
+    A window is read in blocks of ``block_rows`` rows (about ``BLOCK_BYTES``
+    of every file), consecutive missing blocks in one read per file. A
+    reader of the whole plan fills a window whole the first time it is
+    needed. Told its ``share`` of each window (a host of a
+    ``Loader(host_order="address")``, through :meth:`prefetch`), it reads
+    only the blocks its rows need, and reads ahead the next window's blocks
+    of its share (and a margin) only, so ``H`` hosts read about the bytes of
+    one pass rather than ``H`` passes.
 
     Not thread-safe: the caller serialises ``read`` and ``prefetch`` (the
-    loader holds the source's lock); only the window reads run on the pool.
+    loader holds the source's lock); only the block reads run on the pool.
     """
 
     def __init__(self, io: RowReader, files: Sequence[RowFile], window_rows: int) -> None:
@@ -131,9 +158,13 @@ class RowWindowReader:
         self.window_rows = window_rows
         blocks = [window_rows] * (n // window_rows) + ([n % window_rows] if n % window_rows else [])
         self.windows = RowWindows(blocks, window_rows)
-        self.windows_read = 0  # window reads started (a retried one counts twice)
+        row_bytes = sum(f.stride for f in self.files)
+        self.block_rows = min(window_rows, max(1, BLOCK_BYTES // max(1, row_bytes)))
+        self.windows_read = 0  # window fills started (a retried read-ahead counts again)
+        self.block_reads = 0  # reads started, one per run of consecutive blocks
         self._held: OrderedDict[int, _Window] = OrderedDict()
         self._current: set[int] = set()  # the windows of the last read
+        self._share: tuple[float, float] | None = None  # None: the whole plan
 
     def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         return self.windows.rows(seed, samples)
@@ -142,9 +173,9 @@ class RowWindowReader:
     def read(self, rows: NDArray[np.int64], jobs: Sequence[_Job]) -> list[NDArray[Any]]:
         """Rows ``rows`` of each job's file (first ``cols`` columns; into ``out`` when given).
 
-        The windows the rows lie in are read whole first unless held. Each
-        window is gathered from before the next is read, so a call may span
-        more windows than are held at once.
+        The blocks of the windows the rows lie in are read first unless held.
+        Each window is gathered from before the next is read, so a call may
+        span more windows than are held at once.
         """
         wr = self.window_rows
         win = rows // wr
@@ -159,8 +190,8 @@ class RowWindowReader:
             uniq, first, inv = np.unique(win, return_index=True, return_inverse=True)
             groups = [(int(uniq[u]), np.flatnonzero(inv == u)) for u in np.argsort(first)]
         for w, idx in groups:
-            arrays = self._ready(w)
             at = start if idx is None else start[idx]
+            arrays = self._ready(w, at)
             for (f, cols, _), out in zip(jobs, outs, strict=True):
                 src = arrays[f] if cols is None else arrays[f][:, :cols]
                 if idx is None:
@@ -171,72 +202,147 @@ class RowWindowReader:
         self._current = {w for w, _ in groups}
         return outs
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
-        """Start reading the windows of the next chunk, and the window after, without waiting.
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
+    ) -> None:
+        """Start reading what the next chunk needs, and the window after, without waiting.
 
         The next window is requested once the plan is within half a window
-        of it. A window is evicted for this only if neither the last read
-        nor these samples use it.
+        of it: whole, or with ``share`` (this reader's fraction of each
+        window in row order) only that stretch and a margin. A window is
+        evicted for this only if neither the last read nor these samples
+        use it.
         """
+        if share is not None:
+            self._share = share
         samples = np.asarray(samples, dtype=np.int64)
         if not samples.size:
             return
-        # Windows only, not rows: window_of skips the per-window row orders.
+        wr = self.window_rows
         layout = self.windows.layout  # window i of the layout is rows i*window_rows, ...
-        upcoming = np.unique(layout.window_of(seed, samples)).tolist()
-        keep = self._current | set(upcoming)
-        ahead = np.array([int(samples.max()) + max(1, self.window_rows // 2)], dtype=np.int64)
+        if self._share is None:
+            # Windows only, not rows: window_of skips the per-window row orders.
+            needs: dict[int, NDArray[np.int64] | None] = dict.fromkeys(
+                np.unique(layout.window_of(seed, samples)).tolist()
+            )
+        else:
+            rows = self.windows.rows(seed, samples)
+            win = rows // wr
+            needs = {w: rows[win == w] - w * wr for w in np.unique(win).tolist()}
+        keep = self._current | set(needs)
+        ahead = np.array([int(samples.max()) + max(1, wr // 2)], dtype=np.int64)
         after = int(layout.window_of(seed, ahead)[0])
-        for w in [*upcoming, after]:
-            if w in self._held:
-                continue
-            spare = None
-            if len(self._held) >= MAX_WINDOWS:
-                oldest = next(iter(self._held))
-                if oldest in keep:
-                    continue
-                spare = self._evict(oldest)
-            self._start(w, ahead=True, spare=spare)
+        if after not in needs:
+            needs[after] = None if self._share is None else self._share_rows(after)
+        for w, at in needs.items():
+            window = self._held.get(w)
+            if window is None:
+                spare = None
+                if len(self._held) >= MAX_WINDOWS:
+                    oldest = next(iter(self._held))
+                    if oldest in keep:
+                        continue
+                    spare = self._evict(oldest)
+                window = self._open(w, spare)
+            self._request(w, window, self._blocks(w, at), ahead=True)
 
-    def _ready(self, w: int) -> dict[RowFile, NDArray[Any]]:
-        """Window ``w``'s arrays, read first if needed; every read finishes before an error."""
+    def _share_rows(self, w: int) -> NDArray[np.int64]:
+        """The rows of window ``w`` in this reader's share, with 5% of the window a side
+        (a host's share of each sorted batch wanders from batch to batch)."""
+        assert self._share is not None
+        count = self._count(w)
+        lo = int(max(0.0, self._share[0] - 0.05) * count)
+        hi = int(np.ceil(min(1.0, self._share[1] + 0.05) * count))
+        return np.arange(lo, max(lo + 1, hi), dtype=np.int64)
+
+    def _count(self, w: int) -> int:
+        return min(self.window_rows, self.files[0].rows - w * self.window_rows)
+
+    def _blocks(self, w: int, at: NDArray[np.int64] | None) -> NDArray[np.int64]:
+        """The blocks of window ``w`` that rows ``at`` lie in (``None``: all of them)."""
+        if at is None:
+            return np.arange(-(-self._count(w) // self.block_rows), dtype=np.int64)
+        return np.unique(at // self.block_rows)
+
+    def _ready(self, w: int, at: NDArray[np.int64]) -> dict[RowFile, NDArray[Any]]:
+        """Window ``w``'s arrays with the blocks of rows ``at`` in (the whole window for
+        a reader of the whole plan); every read of them finishes before an error."""
         window = self._held.get(w)
         if window is None:
             spare = None
             while len(self._held) >= MAX_WINDOWS:
                 spare = self._evict(next(iter(self._held)))
-            window = self._start(w, ahead=False, spare=spare)
+            window = self._open(w, spare)
         self._held.move_to_end(w)
-        wait(window.futures)
-        errors = [e for e in (fut.exception() for fut in window.futures) if e is not None]
-        if errors:
-            del self._held[w]
-            if window.ahead:  # a failed read-ahead is retried on demand
-                return self._ready(w)
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other file(s) of the window also failed")
-            raise errors[0]
-        window.futures = []
+        blocks = self._blocks(w, None if self._share is None else at)
+        self._request(w, window, blocks, ahead=False)
+        retried = self._settle(window, blocks)
+        if retried:  # read-ahead that failed: read again, now, once
+            self.windows_read += 1
+            self._request(w, window, blocks, ahead=False)
+            self._settle(window, blocks)
         return window.arrays
 
-    def _start(self, w: int, *, ahead: bool, spare: _Memory | None) -> _Window:
-        """Start reading window ``w``, into ``spare`` (an evicted window's memory) if given."""
-        first = w * self.window_rows
-        count = min(self.window_rows, self.files[0].rows - first)
+    def _settle(self, window: _Window, blocks: NDArray[np.int64]) -> bool:
+        """Wait for ``blocks``; mark them filled. ``True`` if a failed read was a
+        read-ahead (dropped, to be read again); a failed demand read raises."""
+        wanted = [b for b in blocks.tolist() if not window.filled[b]]
+        futures = {id(f): f for b in wanted for f in window.pending[b][0]}
+        wait(list(futures.values()))
+        errors: list[BaseException] = []
+        retry = False
+        for b in wanted:
+            fs, ahead = window.pending.pop(b)
+            bad = [e for e in (f.exception() for f in fs) if e is not None]
+            if not bad:
+                window.filled[b] = True
+            elif ahead:
+                retry = True
+            else:
+                errors += [e for e in bad if all(e is not x for x in errors)]
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} other read(s) of the window also failed")
+            raise errors[0]
+        return retry
+
+    def _open(self, w: int, spare: _Memory | None) -> _Window:
+        """Hold window ``w`` (nothing read yet), in ``spare`` (an evicted window's memory)."""
+        count = self._count(w)
         # Reused memory is already faulted in: a fresh buffer would cost a page
         # fault per 4 KiB on its first write, as much as the copy itself.
         most = min(self.window_rows, self.files[0].rows)  # window_rows may exceed the file
         memory = spare or {f: np.empty(most * f.stride, np.uint8) for f in self.files}
-        window = self._held[w] = _Window(memory, count, ahead)
-        # One range per file, read with the engine's strategy (split into spans of
-        # at most max_span, read in parallel, for positional reads) and copied once;
-        # at an object URL, ranged GETs of at most PIECE bytes, all in flight at once.
-        window.futures = [
-            io_pool().submit(self.io.read_into, f, [(f.offset + first * f.stride, a.nbytes)], [a])
-            for f, a in window.arrays.items()
-        ]
+        window = self._held[w] = _Window(memory, count, -(-count // self.block_rows))
         self.windows_read += 1
         return window
+
+    def _request(self, w: int, window: _Window, blocks: NDArray[np.int64], *, ahead: bool) -> None:
+        """Start reading the blocks that are neither in nor in flight: one read per file
+        for each run of consecutive ones."""
+        todo = [b for b in blocks.tolist() if not window.filled[b] and b not in window.pending]
+        if not todo:
+            return
+        first = w * self.window_rows
+        br, count = self.block_rows, self._count(w)
+        breaks = np.flatnonzero(np.diff(todo) != 1) + 1
+        for run in np.split(np.asarray(todo), breaks):
+            r0, r1 = int(run[0]) * br, min(count, (int(run[-1]) + 1) * br)
+            # One range per file, read with the engine's strategy (split into spans of
+            # at most max_span, read in parallel, for positional reads) and copied once;
+            # at an object URL, ranged GETs of at most PIECE bytes, all in flight at once.
+            futures = [
+                io_pool().submit(
+                    self.io.read_into,
+                    f,
+                    [(f.offset + (first + r0) * f.stride, (r1 - r0) * f.stride)],
+                    [a[r0:r1]],
+                )
+                for f, a in window.arrays.items()
+            ]
+            for b in run.tolist():
+                window.pending[b] = (futures, ahead)
+            self.block_reads += 1
 
     def _evict(self, w: int) -> _Memory:
         # Its reads finish first: nothing may still write into memory we hand on.
@@ -256,6 +362,7 @@ class RowWindowReader:
         state["_held"] = OrderedDict()
         state["_current"] = set()
         state["windows_read"] = 0
+        state["block_reads"] = 0
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -290,16 +397,37 @@ class RowSource(Closing):
         """Rows (groups) per window of the windowed shuffle (0 for other shuffles)."""
         return 0 if self._windows is None else self._windows.window_rows
 
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row each sample reads, before any empty-row replacement."""
+        if self._windows is not None:
+            return self._windows.rows(seed, samples)
+        return sample_rows(seed, samples, len(self), self.shuffle == "full")
+
+    def starts(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Where each sample lies: (file 0, its row), before any replacement. What
+        ``Loader(host_order="address")`` sorts each batch by, so that a host's rows
+        of a window lie together and it reads only its share of the window."""
+        rows = self.rows_of(seed, np.asarray(samples, dtype=np.int64))
+        return np.zeros_like(rows), rows
+
     @property
     def object_stats(self) -> ObjectStats | None:
         """GETs, bytes and latencies of files at object URLs, opening them included
         (``None`` when every file is local)."""
         return self._io.object_stats
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
-        """Start reading the windows these samples (the loader's next chunk) need."""
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
+    ) -> None:
+        """Start reading the windows these samples (the loader's next chunk) need;
+        ``share``: this host's fraction of each window (see :class:`RowWindowReader`)."""
         if self._windows is not None:
-            self._windows.prefetch(seed, samples)
+            self._windows.prefetch(seed, samples, share)
 
     def close(self) -> None:
         if self._windows is not None:

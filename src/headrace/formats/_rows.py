@@ -33,7 +33,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._row_file import ReaderSpec, RowFile
-from headrace.formats._row_plan import replace_empty, sample_rows, shuffle_fingerprint
+from headrace.formats._row_plan import replace_empty, shuffle_fingerprint
 from headrace.formats._row_window import RowSource
 
 __all__ = ["PaddedRows"]
@@ -178,12 +178,6 @@ class PaddedRows(RowSource):
 
     def __len__(self) -> int:
         return self.tokens.rows
-
-    def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
-        """The row each sample reads, before any empty-row replacement."""
-        if self._windows is not None:
-            return self._windows.rows(seed, samples)
-        return sample_rows(seed, samples, self.tokens.rows, self.shuffle == "full")
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)

@@ -366,33 +366,42 @@ class Loader(Closing):
         batch waits for its own blocks only, not for read-ahead sharing the
         storage with them.
         """
-        prefetch = getattr(self.source, "prefetch", None)
         chunks = self._chunks(start)
         current = next(chunks, None)
+        if current is not None and self._share:
+            # Told its share before its first read, a source reads only that from the start.
+            self._prefetch(current)
         first = True
         while current is not None:
             raw, samples = self._read_raw(current)
             following = next(chunks, None)
             if first:
                 yield current, self._transformed(current, raw, samples)
-            if following is not None and prefetch is not None:
-                t0 = time.perf_counter()
-                ahead = self._host_samples(following)
-                t1 = time.perf_counter()
-                with self._read_lock:
-                    if self._share:
-                        b = self.batch_size
-                        prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
-                    else:
-                        prefetch(self.seed, ahead)
-                self.stats.plan_s += t1 - t0
-                self.stats.prefetch_s += time.perf_counter() - t1
+            if following is not None:
+                self._prefetch(following)
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
                 yield current, self._transformed(current, raw, samples)
             first = False
             current = following
+
+    def _prefetch(self, steps: list[int]) -> None:
+        """Tell the source (if it reads ahead) which samples come next."""
+        prefetch = getattr(self.source, "prefetch", None)
+        if prefetch is None:
+            return
+        t0 = time.perf_counter()
+        ahead = self._host_samples(steps)
+        t1 = time.perf_counter()
+        with self._read_lock:
+            if self._share:
+                b = self.batch_size
+                prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
+            else:
+                prefetch(self.seed, ahead)
+        self.stats.plan_s += t1 - t0
+        self.stats.prefetch_s += time.perf_counter() - t1
 
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
         for steps, arrays in self._read_ahead(start):
