@@ -9,7 +9,10 @@ reads the window's whole byte range of every file (tokens, masks): one range
 per file through the source's :class:`~headrace.io.RangeReader`, with its
 strategy (positional reads split it into ``max_span`` pieces, 4 MiB by
 default, read in parallel). Batches then gather their rows from the window's
-buffers with one ``take`` per file.
+buffers with one ``take`` per file. A window is kept in blocks of about
+``BLOCK_BYTES`` of rows: a reader that is one host of a
+``Loader(host_order="address")`` (told its share) reads only the blocks its
+rows lie in, and reads ahead only its stretch of the next window.
 
 The loader's ``prefetch(seed, samples)`` (the next chunk's samples) starts
 the reads of that chunk's windows and, once the plan is within half a window
