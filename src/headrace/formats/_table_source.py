@@ -136,6 +136,7 @@ class TableSource:
         self.truncate = truncate
         self.shuffle: ShuffleMode = mode or ("window" if self.table.parquet else "full")
         self.window_rows = window_rows
+        self._share: tuple[float, float] | None = None  # this host's, address order
         self.windows: RowWindows | None = None
         if self.shuffle == "window":
             self.windows = RowWindows(self.table.group_rows, window_rows)
@@ -190,15 +191,29 @@ class TableSource:
         """What the range cache did in this process (``None`` without ``cache_dir``)."""
         return self.table.cache_stats
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+    def starts(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Where each sample lies: (file 0, its row in table order). What
+        ``Loader(host_order="address")`` sorts each batch by."""
+        rows = self._rows(seed, np.asarray(samples, dtype=np.int64))
+        return np.zeros_like(rows), rows
+
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
+    ) -> None:
         """Start fetching the row groups of these samples (tables on object storage).
 
         Under the windowed shuffle, also the next window's row groups, from
         the first step of this window on, so a window switch does not wait on
         its GETs (a window's bytes take a round trip and a window's size to
-        arrive; its batches may take less to consume). Local tables read
-        nothing ahead (mapped or decoded on use).
+        arrive; its batches may take less to consume): all of them, or with
+        ``share`` (this host's fraction of each window in row order, from a
+        ``Loader(host_order="address")``) those of that stretch and 5% of the
+        window a side. Local tables read nothing ahead (mapped or decoded on use).
         """
+        if share is not None:
+            self._share = share
         samples = np.asarray(samples, dtype=np.int64)
         if not self.table.remote or not samples.size:
             return
@@ -207,7 +222,20 @@ class TableSource:
         if self.windows is not None:
             ahead = np.array([int(samples.max()) + self.window_rows], np.int64)
             window = int(self.windows.layout.window_of(seed, ahead)[0])
-            self.table.prefetch(self.windows.groups(window), self.names)
+            self.table.prefetch(self._share_groups(window), self.names)
+
+    def _share_groups(self, window: int) -> range:
+        """The row groups of ``window`` that this host's share of it lies in."""
+        assert self.windows is not None
+        groups = self.windows.groups(window)
+        if self._share is None:
+            return groups
+        first = int(self.windows.window_start[window])
+        count = int(self.table.group_rows[groups.start : groups.stop].sum())
+        lo = first + int(max(0.0, self._share[0] - 0.05) * count)
+        hi = first + max(1, int(np.ceil(min(1.0, self._share[1] + 0.05) * count)))
+        ends = self.table.spans_of(np.array([lo, hi - 1], dtype=np.int64))
+        return range(int(ends[0]), int(ends[1]) + 1)
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
