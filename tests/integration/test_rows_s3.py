@@ -239,3 +239,23 @@ def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
         assert proxy.stats.faults == fault.limit
         assert src.object_stats is not None and src.object_stats.retries >= 1
         src.close()
+
+
+def test_window_ranges_come_from_the_cache_in_the_next_run(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    store = {**options(s3), "endpoint": proxy.endpoint}
+    kw: dict[str, Any] = {"shuffle": "window", "window_rows": 600, "cache_dir": tmp_path}
+    run = {"batch_size": 32, "seed": 3, "steps": ROWS // 32}  # one epoch
+    want = batch_digest(Loader(padded(root, shuffle="window", window_rows=600), **run))
+    cold = padded(URL, store, **kw)
+    assert batch_digest(Loader(cold, **run)) == want
+    assert cold.cache_stats is not None and cold.cache_stats.written >= 8  # 4 windows x 2 files
+    proxy.reset_stats()
+    warm = padded(URL, store, **kw)
+    opening = proxy.stats.requests  # the headers: not cached
+    assert batch_digest(Loader(warm, **run)) == want
+    assert proxy.stats.requests == opening  # no window read went to the store
+    assert warm.cache_stats is not None and warm.cache_stats.misses == 0
+    with pytest.raises(ConfigError, match="on local disk already"):
+        padded(root, cache_dir=tmp_path)

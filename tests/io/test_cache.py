@@ -209,3 +209,18 @@ def test_ranges_of_an_object_are_entries_of_their_own(tmp_path: Path) -> None:
     whole = np.zeros(1000, np.uint8)
     assert c.has(URL, 1000, "e", 0, 1000) and c.read_into(whole, URL, 1000, "e", offset=0)
     assert whole.tobytes() == data
+
+
+def test_typed_buffers_are_counted_in_bytes(tmp_path: Path) -> None:
+    # Row windows read rows of uint16 tokens straight into typed arrays: an entry is
+    # named and checked by its bytes, not its element count.
+    c = ObjectCache(tmp_path)
+    rows = np.arange(60, dtype=np.uint16).reshape(6, 10)
+    assert c.write(URL, 5000, "e", rows, offset=200)  # 120 bytes at byte 200
+    got = np.zeros((6, 10), np.uint16)
+    assert c.has(URL, 5000, "e", 200, 120)
+    assert c.read_into(got, URL, 5000, "e", offset=200)
+    np.testing.assert_array_equal(got, rows)
+    assert c.stats.bad_entries == 0
+    with pytest.raises(ConfigError, match="C-contiguous"):
+        c.read_into(np.zeros((6, 20), np.uint16)[:, ::2], URL, 5000, "e", offset=200)

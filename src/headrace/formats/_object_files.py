@@ -165,8 +165,12 @@ class RemoteFile:
         self._cache: ObjectCache | None = None if cache is None else cache[0]
         self._name = "" if cache is None else cache[1]
 
-    def read_into(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
-        """Start filling ``out`` with the bytes at ``offset``; the future says when it is done."""
+    def read_into(self, out: NDArray[Any], offset: int) -> Future[None]:
+        """Start filling ``out`` (any C-contiguous array) with the bytes at ``offset``;
+        the future says when it is done."""
+        if not out.flags.c_contiguous:  # reshape would copy: the bytes would go nowhere
+            raise ConfigError(f"read_into needs a C-contiguous buffer (got strides {out.strides})")
+        out = out.reshape(-1).view(np.uint8)  # a view: sizes below are in bytes
         cache, etag = self._cache, self._expect.etag
         if cache is None or not cache.cacheable(etag):
             return self._from_store(out, offset)

@@ -66,8 +66,8 @@ class PairRows(RowSource):
     ``members`` maps a name to a token file or a ``(tokens, mask)`` pair,
     e.g. ``{"anchor": (a_tok, a_mask), "positive": (p_tok, p_mask),
     "negative": n_tok}``; output keys are ``{name}_x`` and ``{name}_mask``.
-    ``shuffle`` and ``window_rows`` are as for
-    :class:`~headrace.formats.PaddedRows` (windows count groups).
+    ``shuffle``, ``window_rows``, ``cache_dir`` and ``cache_bytes`` are as
+    for :class:`~headrace.formats.PaddedRows` (windows count groups).
     """
 
     def __init__(
@@ -81,10 +81,12 @@ class PairRows(RowSource):
         reader: ReaderSpec = "adaptive",
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
-        with self._opening(reader, store_options, in_flight) as io:
+        with self._opening(reader, store_options, in_flight, cache_dir, cache_bytes) as io:
             self.members = [_Member(name, spec, io) for name, spec in members.items()]
             first = self.members[0].tokens
             for mb in self.members[1:]:

@@ -39,7 +39,7 @@ from headrace.formats._object_files import (
     check_store_options,
     wait_all,
 )
-from headrace.io import LocalFile, RangeReader, ReaderConfig, Strategy, io_pool
+from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, Strategy, io_pool
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -322,8 +322,10 @@ class RowReader:
         *,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        cache: ObjectCache | None = None,
     ) -> None:
         self._in_flight = check_in_flight(in_flight)
+        self.cache = cache
         # Checked here, refused for a local file when it is opened.
         self._store_options = check_store_options(store_options, remote=True)
         self._given = spec if isinstance(spec, RangeReader) else None
@@ -340,6 +342,11 @@ class RowReader:
             return f
         p = os.fspath(f)
         if not is_object_url(p):
+            if self.cache is not None:
+                raise ConfigError(
+                    f"{p}: cache_dir keeps local copies of ranges read from an object store; "
+                    "this file is on local disk already (leave cache_dir out)"
+                )
             return open_row_file(p, store_options=self._store_options)
         return _open_remote(p, None, None, self._files())
 
@@ -349,7 +356,10 @@ class RowReader:
             with _READER_LOCK:
                 if self._objects is None:
                     self._objects = ObjectFiles(
-                        self._store_options, self._in_flight, name="headrace-rows"
+                        self._store_options,
+                        self._in_flight,
+                        name="headrace-rows",
+                        cache=self.cache,
                     )
                 objects = self._objects
         return objects
@@ -481,9 +491,13 @@ class RowReader:
             "config": self._config,
             "store_options": self._store_options,
             "in_flight": self._in_flight,
+            "cache": self.cache,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["config"], store_options=state["store_options"], in_flight=state["in_flight"]
+            state["config"],
+            store_options=state["store_options"],
+            in_flight=state["in_flight"],
+            cache=state["cache"],
         )

@@ -29,6 +29,7 @@ need no scratch.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -50,7 +51,7 @@ from headrace.formats._row_plan import (
     parse_shuffle,
     sample_rows,
 )
-from headrace.io import io_pool
+from headrace.io import CacheStats, ObjectCache, io_pool
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -381,11 +382,17 @@ class RowSource(Closing):
 
     @contextmanager
     def _opening(
-        self, reader: ReaderSpec, store_options: Mapping[str, Any] | None, in_flight: int
+        self,
+        reader: ReaderSpec,
+        store_options: Mapping[str, Any] | None,
+        in_flight: int,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> Iterator[RowReader]:
         """The source's reader, made first so that its files open through its stores;
         closed if the source then fails to open (no store or thread is left behind)."""
-        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight)
+        cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
+        self._io = RowReader(reader, store_options=store_options, in_flight=in_flight, cache=cache)
         try:
             yield self._io
         except BaseException:
@@ -423,6 +430,11 @@ class RowSource(Closing):
         """GETs, bytes and latencies of files at object URLs, opening them included
         (``None`` when every file is local)."""
         return self._io.object_stats
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the range cache did in this process (``None`` without ``cache_dir``)."""
+        return None if self._io.cache is None else self._io.cache.stats
 
     def prefetch(
         self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None

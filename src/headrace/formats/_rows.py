@@ -91,6 +91,9 @@ class PaddedRows(RowSource):
     Files may be object URLs (``store_options`` go to
     :class:`~headrace.io.ObjectStore`; at most ``in_flight`` ranged GETs at
     once); use ``shuffle="window"`` there (the full shuffle warns).
+    ``cache_dir`` keeps each range read from the store on local disk (up to
+    ``cache_bytes``) for the next time it is read: the windowed shuffle reads
+    the same window ranges every epoch (:class:`headrace.io.ObjectCache`).
     """
 
     def __init__(
@@ -109,8 +112,10 @@ class PaddedRows(RowSource):
         reader: ReaderSpec = "adaptive",
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
-        with self._opening(reader, store_options, in_flight) as io:
+        with self._opening(reader, store_options, in_flight, cache_dir, cache_bytes) as io:
             self.tokens = io.open(tokens)
             self.mask = None if mask is None else io.open(mask)
             t = self.tokens

@@ -150,11 +150,12 @@ class ObjectCache:
         out = np.empty(size, dtype=np.uint8)
         return out if self.read_into(out, url, size, etag) else None
 
-    def read_into(
-        self, out: NDArray[np.uint8], url: str, size: int, etag: str, offset: int = 0
-    ) -> bool:
+    def read_into(self, out: NDArray[Any], url: str, size: int, etag: str, offset: int = 0) -> bool:
         """Fill ``out`` with the object's bytes at ``offset`` from local disk; ``False``
         if there is no (good) entry (then read them from the store)."""
+        if not out.flags.c_contiguous:  # reshape would copy: the bytes would go nowhere
+            raise ConfigError(f"read_into needs a C-contiguous buffer (got strides {out.strides})")
+        out = out.reshape(-1).view(np.uint8)  # any C-contiguous array, counted in bytes
         want = out.size
         path = self.path(url, size, etag, offset, want)
         try:
