@@ -1,4 +1,4 @@
-"""A local disk cache of whole objects, filled as they are read.
+"""A local disk cache of objects (whole, or the ranges read of them), filled as they are read.
 
 Training reads the same objects every epoch. With ``cache_dir`` set, the
 first read of an object from the store also writes it to local disk, and
@@ -6,8 +6,10 @@ every later read (the next epoch, a restarted run, another worker or rank on
 the same machine) reads the local copy. Nothing is read ahead of its use, so
 a run never waits for the cache to fill.
 
-An entry is named by a hash of ``(object URL, size, ETag)``: an object that
-is replaced gets a new ETag and a new entry, never the old bytes. Objects
+An entry is named by a hash of ``(object URL, size, ETag)`` (and the byte
+range, for a range read: a token file's blocks, a row window, a Parquet row
+group's chunks, each the same range every epoch): an object that is replaced
+gets a new ETag and new entries, never the old bytes. Objects
 listed without an ETag are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
 reader (any process) sees a whole entry or none; an entry whose size is not
@@ -93,8 +95,10 @@ class CacheStats:
 
 
 class ObjectCache:
-    """Whole objects kept in ``directory``, up to ``max_bytes`` (``None``: up to
-    the filesystem's free space less :func:`reserve_bytes`)."""
+    """Objects (whole, or the byte ranges sources read of them) kept in
+    ``directory``, up to ``max_bytes`` (``None``: up to the filesystem's free
+    space less :func:`reserve_bytes`). Safe to share between threads and
+    processes; counters are this process's."""
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         if max_bytes is not None and (
