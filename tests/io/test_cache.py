@@ -224,3 +224,18 @@ def test_typed_buffers_are_counted_in_bytes(tmp_path: Path) -> None:
     assert c.stats.bad_entries == 0
     with pytest.raises(ConfigError, match="C-contiguous"):
         c.read_into(np.zeros((6, 20), np.uint16)[:, ::2], URL, 5000, "e", offset=200)
+
+
+def test_cache_bytes_without_a_cache_dir_is_refused(tmp_path: Path) -> None:
+    from headrace.formats import FileSource, TokenSource
+    from headrace.io import open_cache
+
+    assert open_cache(None) is None
+    assert isinstance(open_cache(tmp_path, 10), ObjectCache)
+    with pytest.raises(ConfigError, match=r"cache_bytes=10 needs cache_dir="):
+        open_cache(None, 10)
+    np.arange(100, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    with pytest.raises(ConfigError, match=r"cache_bytes=10 needs cache_dir="):
+        TokenSource(tmp_path / "t.bin", dtype="uint16", context=8, cache_bytes=10)
+    with pytest.raises(ConfigError, match=r"cache_bytes=10 needs cache_dir="):
+        FileSource(tmp_path, format="raw", cache_bytes=10)

@@ -34,7 +34,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
-from headrace.io import CacheStats, ObjectCache
+from headrace.io import CacheStats, ObjectCache, open_cache
 
 __all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode"]
 
@@ -87,7 +87,7 @@ class FileSourceConfig:
 
     def cache(self) -> ObjectCache | None:
         """The object cache ``cache_dir`` names, or ``None``."""
-        return None if self.cache_dir is None else ObjectCache(self.cache_dir, self.cache_bytes)
+        return open_cache(self.cache_dir, self.cache_bytes)
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)

@@ -51,7 +51,7 @@ from headrace.formats._row_plan import (
     parse_shuffle,
     sample_rows,
 )
-from headrace.io import CacheStats, ObjectCache, io_pool
+from headrace.io import CacheStats, io_pool, open_cache
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -391,7 +391,7 @@ class RowSource(Closing):
     ) -> Iterator[RowReader]:
         """The source's reader, made first so that its files open through its stores;
         closed if the source then fails to open (no store or thread is left behind)."""
-        cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
+        cache = open_cache(cache_dir, cache_bytes)
         self._io = RowReader(reader, store_options=store_options, in_flight=in_flight, cache=cache)
         try:
             yield self._io

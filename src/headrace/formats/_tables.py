@@ -53,7 +53,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
-from headrace.io import CacheStats, ObjectCache
+from headrace.io import CacheStats, ObjectCache, open_cache
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats
@@ -391,7 +391,7 @@ class Table(Closing):
         check_in_flight(in_flight)
         _pa()  # before any request: no pyarrow, no table
         # The stores that list the objects go on to read them (the table closes them).
-        cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
+        cache = open_cache(cache_dir, cache_bytes)
         stores = ObjectFiles(options, in_flight, name="headrace-table", cache=cache)
         try:
             where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None

@@ -38,9 +38,9 @@ from headrace.io import (
     PAGE,
     CacheStats,
     LocalFile,
-    ObjectCache,
     io_pool,
     madvise,
+    open_cache,
     page_aligned_empty,
 )
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
@@ -336,7 +336,7 @@ class TokenSource:
                 "cache_dir keeps local copies of blocks read from an object store; these "
                 "token files are on local disk already (leave cache_dir out)"
             )
-        self._cache = None if cache_dir is None else ObjectCache(cache_dir, cache_bytes)
+        self._cache = open_cache(cache_dir, cache_bytes)
         if not isinstance(context, int) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
         if block_bytes < 4096 or block_bytes % 4096:

@@ -47,7 +47,14 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, StorageError
 from headrace.io._file import LocalFile
 
-__all__ = ["RESERVE_BYTES", "RESERVE_FRACTION", "CacheStats", "ObjectCache", "reserve_bytes"]
+__all__ = [
+    "RESERVE_BYTES",
+    "RESERVE_FRACTION",
+    "CacheStats",
+    "ObjectCache",
+    "open_cache",
+    "reserve_bytes",
+]
 
 #: Writes stop while the cache's filesystem would have less than this free.
 RESERVE_BYTES = 1 << 30
@@ -325,3 +332,16 @@ class ObjectCache:
                 return
             self._warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def open_cache(
+    cache_dir: str | os.PathLike[str] | None, cache_bytes: int | None = None
+) -> ObjectCache | None:
+    """The cache a source's ``cache_dir=`` and ``cache_bytes=`` name (``None``: no cache)."""
+    if cache_dir is None:
+        if cache_bytes is not None:
+            raise ConfigError(
+                f"cache_bytes={cache_bytes!r} needs cache_dir= (where to keep the copies)."
+            )
+        return None
+    return ObjectCache(cache_dir, cache_bytes)
