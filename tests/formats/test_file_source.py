@@ -656,3 +656,21 @@ def test_map_style_does_not_hold_a_decoded_file_per_sample(tmp_path: Path) -> No
     assert batch["data"].shape[0] == 40
     assert most[0] <= 2  # one file's bytes at a time (and the next being read)
     src.close()
+
+
+def test_decode_threads_default_to_the_cpus_at_most_8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headrace.formats._file_source as fs
+
+    make_dataset(tmp_path, "npy", 4)
+    for cpus, want in ((1, 1), (2, 2), (16, 8)):
+        monkeypatch.setattr(fs, "usable_cpus", lambda n=cpus: n)
+        src = FileSource(tmp_path, format="npy")
+        assert src.decode_threads == want
+        src.close()
+    src = FileSource(tmp_path, format="npy", decode_threads=0)
+    assert src.decode_threads == 0
+    src.close()
+    with pytest.raises(ConfigError, match="decode_threads must be >= 0"):
+        FileSource(tmp_path, format="npy", decode_threads=-1)

@@ -28,6 +28,7 @@ from headrace.io._pool import (
     io_threads,
     set_deep_io_threads,
     set_io_threads,
+    usable_cpus,
 )
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Coalesced, Ranges, coalesce
 from headrace.io._reader import (
@@ -84,6 +85,7 @@ __all__ = [
     "page_aligned_empty",
     "set_deep_io_threads",
     "set_io_threads",
+    "usable_cpus",
 ]
 
 # Object stores need the optional ``obstore`` extra; import it only when asked for.

@@ -24,6 +24,7 @@ __all__ = [
     "deep_io_threads",
     "io_pool",
     "io_threads",
+    "usable_cpus",
     "set_deep_io_threads",
     "set_io_threads",
 ]
@@ -62,6 +63,14 @@ class _SharedPool:
     def forget(self) -> None:
         # After fork: the parent's worker threads were not copied; its executor would hang.
         self._pool = None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 _io = _SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
