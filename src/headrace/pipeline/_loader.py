@@ -364,7 +364,9 @@ class Loader(Closing):
         while this one is transformed and consumed: same bytes, earlier I/O. The first chunk
         (one step) is handed over before anything is read ahead, so the first
         batch waits for its own blocks only, not for read-ahead sharing the
-        storage with them.
+        storage with them. Under ``host_order="address"`` the source is first
+        told this host's share (with the first chunk's samples), so that it
+        reads only its share from the first window on.
         """
         chunks = self._chunks(start)
         current = next(chunks, None)
