@@ -34,6 +34,7 @@ from headrace.formats import (
     file_format,
     synthetic_arrays,
 )
+from headrace.formats._file_source import default_decode_threads
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["FilesKind", "photo"]
@@ -102,7 +103,8 @@ class FilesKind(Kind):
                 f"samples_per_file={self.per_file}); use npy, npz or hdf5 for several"
             )
         self.in_flight = int(rd["in_flight"]) if "in_flight" in rd else None
-        self.decode_threads = int(rd.get("decode_threads", 2))
+        # FileSource's own default unless the workload says (DLIO: its read_threads).
+        self.decode_threads = int(rd.get("decode_threads", default_decode_threads()))
         self.prefetch = int(rd.get("prefetch", 8))
         self.chunk_steps = int(rd.get("chunk_steps", 8))
         # DLIO's reader.preprocess_time: simulated work per decoded sample (seconds).
