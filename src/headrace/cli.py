@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gen": ("headrace.bench._gen_cli", "write a workload's dataset"),
     "probe": ("headrace.bench._probe", "measure a path's storage before training"),
     "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
+    "cache": ("headrace._cache_cli", "show or prune a local object cache (cache_dir)"),
 }
 
 

@@ -239,3 +239,40 @@ def test_cache_bytes_without_a_cache_dir_is_refused(tmp_path: Path) -> None:
         TokenSource(tmp_path / "t.bin", dtype="uint16", context=8, cache_bytes=10)
     with pytest.raises(ConfigError, match=r"cache_bytes=10 needs cache_dir="):
         FileSource(tmp_path, format="raw", cache_bytes=10)
+
+
+def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path, max_bytes=10_000)
+    old, new = blob(3000, 1), blob(2000, 2)
+    c.write("|old", 3000, "e", old)
+    c.write("|new", 2000, "e", new)
+    past = time.time() - 10 * 86_400
+    os.utime(c.path("|old", 3000, "e"), (past, past))  # neither read nor written for 10 days
+    s = c.summary()
+    assert (s["entries"], s["bytes"], s["temporaries"]) == (2, 5000, 0)
+    assert s["oldest_use"] == pytest.approx(past) and s["filesystem_free_bytes"] > 0
+
+    assert main(["cache", str(tmp_path), "--prune-days", "7", "--json", str(tmp_path / "r.j")]) == 0
+    printed = capsys.readouterr().out
+    assert "removed 1 entries" in printed and "1 entries" in printed
+    report = json.loads((tmp_path / "r.j").read_text())
+    assert (report["removed_entries"], report["removed_bytes"], report["entries"]) == (1, 3000, 1)
+    assert c.read("|old", 3000, "e") is None  # gone: read from the store next time
+    got = c.read("|new", 2000, "e")
+    assert got is not None and got.tobytes() == new
+    assert not c.write("|again", 6000, "e", blob(6000))  # full by this process's count ...
+    c._measured -= cache_mod._RECOUNT_S  # ... until it counts again, a minute later
+    assert c.write("|again", 6000, "e", blob(6000))
+    (tmp_path / "r.j").unlink()
+
+    assert main(["cache", str(tmp_path), "--clear"]) == 0
+    assert entries(tmp_path) == []
+    assert main(["cache", str(tmp_path / "nowhere")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["cache", str(tmp_path), "--prune-days", "-1"]) == 2

@@ -38,6 +38,7 @@ import secrets
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,6 +75,8 @@ _STOP_WRITING = frozenset(
 )
 # A temporary file this old is a writer's that died: removed when the cache is sized.
 _STALE_TMP_S = 3600.0
+# A cache full by this process's count is counted again after this long.
+_RECOUNT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -119,6 +122,7 @@ class ObjectCache:
         self.stats = CacheStats()
         self._lock = threading.Lock()
         self._used: int | None = None  # bytes in the directory, counted on first write
+        self._measured = 0.0  # when they were last counted (time.monotonic)
         self._stopped: str | None = None  # why this process stopped writing
         self._warned: set[str] = set()
 
@@ -254,8 +258,15 @@ class ObjectCache:
             if self._stopped is not None:
                 self.stats.full += 1
                 return False
-            if self._used is None:
-                self._used = self._measure()
+            now = time.monotonic()
+            if self._used is None or (
+                # Full by our count: entries may have been pruned since (headrace cache
+                # --prune-days, another process): count again, at most once a minute.
+                self.max_bytes is not None
+                and self._used + size > self.max_bytes
+                and now - self._measured > _RECOUNT_S
+            ):
+                self._used, self._measured = self._measure(), now
             fits = self.max_bytes is None or self._used + size <= self.max_bytes
             if fits:
                 try:
@@ -275,17 +286,12 @@ class ObjectCache:
             assert self._used is not None
             self._used -= size
 
-    def _measure(self) -> int:
-        """Bytes of the entries in the directory now (other processes' too); a dead
-        writer's temporary files are removed."""
-        total = 0
-        now = time.time()
+    def _files(self) -> Iterator[tuple[str, os.stat_result, bool]]:
+        """``(path, stat, temporary?)`` of every file in the cache, as it is now."""
         try:
             subdirs = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return 0
-        except OSError:
-            return 0  # unreadable: writing will fail and say so
+        except OSError:  # none yet, or unreadable (writing will fail and say so)
+            return
         for sub in subdirs:
             if not sub.is_dir(follow_symlinks=False):
                 continue
@@ -297,16 +303,73 @@ class ObjectCache:
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
-                    continue
-                if _TMP in e.name:
-                    if now - st.st_mtime > _STALE_TMP_S:
-                        try:
-                            os.unlink(e.path)
-                        except OSError:
-                            pass
-                    continue
+                    continue  # removed meanwhile
+                yield e.path, st, _TMP in e.name
+
+    def _measure(self) -> int:
+        """Bytes of the entries in the directory now (other processes' too); a dead
+        writer's temporary files are removed."""
+        total = 0
+        now = time.time()
+        for path, st, tmp in self._files():
+            if not tmp:
                 total += st.st_size
+            elif now - st.st_mtime > _STALE_TMP_S:
+                _unlink(path)
         return total
+
+    def summary(self) -> dict[str, Any]:
+        """What the directory holds now: entries and their bytes, writers' temporaries,
+        when an entry was last read (by the filesystem's access times) or written, and
+        the filesystem's free space against the reserve."""
+        entries = size = tmps = 0
+        oldest: float | None = None
+        newest: float | None = None
+        for _, st, tmp in self._files():
+            if tmp:
+                tmps += 1
+                continue
+            entries += 1
+            size += st.st_size
+            used = max(st.st_atime, st.st_mtime)
+            oldest = used if oldest is None else min(oldest, used)
+            newest = used if newest is None else max(newest, used)
+        out: dict[str, Any] = {
+            "directory": self.directory,
+            "entries": entries,
+            "bytes": size,
+            "temporaries": tmps,
+            "oldest_use": oldest,
+            "newest_use": newest,
+            "max_bytes": self.max_bytes,
+        }
+        try:
+            fs = os.statvfs(self.directory)
+            out["filesystem_free_bytes"] = fs.f_bavail * fs.f_frsize
+            out["reserve_bytes"] = reserve_bytes(fs.f_blocks * fs.f_frsize)
+        except OSError:
+            pass
+        return out
+
+    def prune(self, unused_s: float = 0.0) -> tuple[int, int]:
+        """Remove the entries not read or written for ``unused_s`` seconds (by the
+        filesystem's access and change times; 0: every entry) and dead writers'
+        temporaries; ``(entries, bytes)`` removed. Safe beside running readers:
+        one that opened an entry reads it to the end; one that had not yet finds
+        none and reads the store."""
+        now = time.time()
+        removed = freed = 0
+        for path, st, tmp in self._files():
+            if tmp:
+                if now - st.st_mtime > _STALE_TMP_S:
+                    _unlink(path)
+                continue
+            if now - max(st.st_atime, st.st_mtime) >= unused_s and _unlink(path):
+                removed += 1
+                freed += st.st_size
+        with self._lock:
+            self._used = None  # counted again before the next write
+        return removed, freed
 
     def _stop(self, why: str) -> None:
         with self._lock:
@@ -345,3 +408,11 @@ def open_cache(
             )
         return None
     return ObjectCache(cache_dir, cache_bytes)
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True

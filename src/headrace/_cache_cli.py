@@ -1,0 +1,79 @@
+"""``headrace cache DIR``: what an object cache holds, and pruning it.
+
+    headrace cache /nvme/headrace-cache                  # entries, bytes, free space
+    headrace cache /nvme/headrace-cache --prune-days 7   # remove entries unused 7 days
+    headrace cache /nvme/headrace-cache --clear          # remove every entry
+
+"Unused" goes by the filesystem's access times (``relatime``, the Linux
+default, updates them at most daily, which is enough for days; on a
+``noatime`` mount an entry's last use is when it was written). Pruning is safe
+beside running jobs: a reader that has an entry open reads it to the end, one
+that has not finds none and reads the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from headrace.errors import ConfigError
+from headrace.io import ObjectCache
+
+__all__ = ["configure", "run"]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("directory", help="the cache_dir a source was given")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--prune-days",
+        type=float,
+        metavar="DAYS",
+        help="remove the entries not read or written for DAYS days",
+    )
+    what.add_argument("--clear", action="store_true", help="remove every entry")
+    p.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.directory):
+        raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
+    if args.prune_days is not None and args.prune_days < 0:
+        raise ConfigError(f"--prune-days must be >= 0 (got {args.prune_days:g}).")
+    cache = ObjectCache(args.directory)
+    report: dict[str, Any] = {}
+    if args.clear or args.prune_days is not None:
+        unused = 0.0 if args.clear else args.prune_days * 86_400
+        removed, freed = cache.prune(unused)
+        report["removed_entries"], report["removed_bytes"] = removed, freed
+        print(f"removed {removed:,} entries, {freed / 1e6:,.1f} MB")
+    report.update(cache.summary())
+    _print(report)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+            fh.write("\n")
+    return 0
+
+
+def _print(s: dict[str, Any]) -> None:
+    print(f"{s['directory']}: {s['entries']:,} entries, {s['bytes'] / 1e6:,.1f} MB", end="")
+    if s["max_bytes"] is not None:
+        print(f" of {s['max_bytes'] / 1e6:,.1f} MB", end="")
+    print()
+    now = time.time()
+    if s["oldest_use"] is not None:
+        print(
+            f"last used: {(now - s['newest_use']) / 86_400:.1f} days ago (newest), "
+            f"{(now - s['oldest_use']) / 86_400:.1f} days ago (oldest)"
+        )
+    if s["temporaries"]:
+        print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")
+    if "filesystem_free_bytes" in s:
+        print(
+            f"filesystem: {s['filesystem_free_bytes'] / 1e9:,.1f} GB free; the cache stops "
+            f"writing at {s['reserve_bytes'] / 1e9:,.1f} GB free"
+        )
