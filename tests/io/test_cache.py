@@ -27,6 +27,13 @@ def entries(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+TRAILER = ObjectCache.TRAILER_BYTES  # every entry's checksum trailer
+
+
+def payload(entry: Path) -> bytes:
+    return entry.read_bytes()[:-TRAILER]
+
+
 def test_an_entry_is_written_whole_and_read_back(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path / "c")
     data = blob(10_000)
@@ -71,7 +78,7 @@ def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> Non
     path = Path(c.path(URL, len(data), "e"))
     with open(path, "r+b") as fh:
         fh.truncate(1000)  # a disk that lost the end of a write
-    with pytest.warns(RuntimeWarning, match="has 1000 bytes, not 4096; removed"):
+    with pytest.warns(RuntimeWarning, match=f"has {1000 - TRAILER} bytes, not 4096; removed"):
         assert c.read(URL, len(data), "e") is None
     assert not path.exists()
     assert c.stats.bad_entries == 1 and c.stats.misses == 1
@@ -131,15 +138,16 @@ def test_a_directory_that_cannot_be_made_stops_writing(tmp_path: Path) -> None:
 
 
 def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
-    first = ObjectCache(tmp_path, max_bytes=10_000)
+    cap = 10_000 + 2 * TRAILER  # room for 6,000 + 4,000 bytes and their trailers
+    first = ObjectCache(tmp_path, max_bytes=cap)
     assert first.write("|a", 6000, "e", blob(6000))
     # A second process: sizes the directory (first's entry) before its first write.
-    second = ObjectCache(tmp_path, max_bytes=10_000)
+    second = ObjectCache(tmp_path, max_bytes=cap)
     assert not second.write("|b", 6000, "e", blob(6000))
     assert second.write("|c", 4000, "e", blob(4000))
     assert not second.write("|d", 1, "e", b"x")
     assert (second.stats.written, second.stats.full) == (1, 2)
-    assert sum(p.stat().st_size for p in entries(tmp_path)) == 10_000
+    assert sum(p.stat().st_size for p in entries(tmp_path)) == cap
 
 
 def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
@@ -188,7 +196,7 @@ def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     (entry,) = entries(tmp_path)
-    assert entry.read_bytes() == data
+    assert payload(entry) == data
 
 
 def test_ranges_of_an_object_are_entries_of_their_own(tmp_path: Path) -> None:
@@ -255,14 +263,15 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     past = time.time() - 10 * 86_400
     os.utime(c.path("|old", 3000, "e"), (past, past))  # neither read nor written for 10 days
     s = c.summary()
-    assert (s["entries"], s["bytes"], s["temporaries"]) == (2, 5000, 0)
+    assert (s["entries"], s["bytes"], s["temporaries"]) == (2, 5000 + 2 * TRAILER, 0)
     assert s["oldest_use"] == pytest.approx(past) and s["filesystem_free_bytes"] > 0
 
     assert main(["cache", str(tmp_path), "--prune-days", "7", "--json", str(tmp_path / "r.j")]) == 0
     printed = capsys.readouterr().out
     assert "removed 1 entries" in printed and "1 entries" in printed
     report = json.loads((tmp_path / "r.j").read_text())
-    assert (report["removed_entries"], report["removed_bytes"], report["entries"]) == (1, 3000, 1)
+    removed = (report["removed_entries"], report["removed_bytes"], report["entries"])
+    assert removed == (1, 3000 + TRAILER, 1)
     assert c.read("|old", 3000, "e") is None  # gone: read from the store next time
     got = c.read("|new", 2000, "e")
     assert got is not None and got.tobytes() == new
@@ -276,3 +285,22 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert main(["cache", str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
     assert main(["cache", str(tmp_path), "--prune-days", "-1"]) == 2
+
+
+def test_an_entry_changed_in_place_fails_its_checksum(tmp_path: Path) -> None:
+    # Same size, other bytes (bit rot, a torn write the filesystem filled): never served.
+    c = ObjectCache(tmp_path)
+    data = blob(50_000, 9)
+    c.write(URL, 50_000, "e", data)
+    (entry,) = entries(tmp_path)
+    raw = bytearray(entry.read_bytes())
+    raw[25_000] ^= 0x01
+    entry.write_bytes(bytes(raw))
+    with pytest.warns(RuntimeWarning, match=r"bytes that are not what was written \(checksum\)"):
+        assert c.read(URL, 50_000, "e") is None
+    assert not entry.exists() and c.stats.bad_entries == 1
+    c.write(URL, 50_000, "e", data)
+    raw = bytearray(entries(tmp_path)[0].read_bytes())
+    raw[-TRAILER : -TRAILER + 4] = b"XXXX"  # not a trailer at all
+    entries(tmp_path)[0].write_bytes(bytes(raw))
+    assert c.read(URL, 50_000, "e") is None and c.stats.bad_entries == 2

@@ -12,9 +12,9 @@ group's chunks, each the same range every epoch): an object that is replaced
 gets a new ETag and new entries, never the old bytes. Objects
 listed without an ETag are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
-reader (any process) sees a whole entry or none; an entry whose size is not
-the object's (a disk that lost a write) is removed and the object read from
-the store again.
+reader (any process) sees a whole entry or none; each ends with the CRC-32 of
+its bytes, and an entry whose size or checksum is not right (a disk that lost
+or changed a write) is removed and its bytes read from the store again.
 
 The cache never evicts: it fills until it holds ``max_bytes`` (or until its
 filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
@@ -35,9 +35,11 @@ import errno
 import hashlib
 import os
 import secrets
+import struct
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,6 +71,11 @@ def reserve_bytes(total: int) -> int:
 
 
 _TMP = ".tmp-"
+# Every entry ends with this: a magic, the CRC-32 of its bytes, and their length. A read
+# checks all three (zlib's CRC runs at ~3.7 GB/s here, without the GIL: ~80 us for a
+# 300 KB JPEG), so a disk that lost or changed a write is never served as the object.
+_TRAILER = struct.Struct("<4sIQ")
+_MAGIC = b"HRC1"
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
@@ -126,6 +133,9 @@ class ObjectCache:
         self._stopped: str | None = None  # why this process stopped writing
         self._warned: set[str] = set()
 
+    #: Bytes each entry adds to the data it keeps (its checksum trailer).
+    TRAILER_BYTES = _TRAILER.size
+
     def __repr__(self) -> str:
         return f"ObjectCache({self.directory!r}, max_bytes={self.max_bytes})"
 
@@ -181,16 +191,23 @@ class ObjectCache:
             self._miss()
             return False
         with f:
-            if f.size != want:
-                self._remove_bad(path, f.size, want)
+            if f.size != want + _TRAILER.size:
+                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}")
                 self._miss()
                 return False
+            trailer = np.empty(_TRAILER.size, np.uint8)
             try:
                 f.pread_into(out, 0)
+                f.pread_into(trailer, want)
             except StorageError as exc:  # EIO, or cut short under us: the store has it
                 self._failed("read", path, exc)
                 self._miss()
                 return False
+        magic, crc, length = _TRAILER.unpack(trailer.tobytes())
+        if magic != _MAGIC or length != want or crc != zlib.crc32(out.data):
+            self._remove_bad(path, "bytes that are not what was written (checksum)")
+            self._miss()
+            return False
         with self._lock:
             self.stats.hits += 1
             self.stats.hit_bytes += want
@@ -200,14 +217,13 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, got: int, want: int) -> None:
+    def _remove_bad(self, path: str, what: str) -> None:
         with self._lock:
             self.stats.bad_entries += 1
         self._warn_once(
             "bad",
-            f"headrace cache {self.directory}: entry {path} has {got} bytes, not "
-            f"{want}; removed, its bytes are read from the store (further such entries are "
-            "counted in stats.bad_entries)",
+            f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
+            "are read from the store (further such entries are counted in stats.bad_entries)",
         )
         try:
             os.unlink(path)
@@ -220,22 +236,24 @@ class ObjectCache:
         they fit; whether they were written."""
         view = memoryview(data).cast("B")
         n = view.nbytes
-        if not self._reserve(n):
+        if not self._reserve(n + _TRAILER.size):
             return False
         path = self.path(url, size, etag, offset, n)
+        trailer = _TRAILER.pack(_MAGIC, zlib.crc32(view), n)
         tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                done = 0
-                while done < n:
-                    done += os.write(fd, view[done:])
+                for part in (view, memoryview(trailer)):
+                    done = 0
+                    while done < part.nbytes:
+                        done += os.write(fd, part[done:])
             finally:
                 os.close(fd)
             os.replace(tmp, path)  # whole or not at all, for every reader
         except OSError as exc:
-            self._unreserve(n)
+            self._unreserve(n + _TRAILER.size)
             try:
                 os.unlink(tmp)
             except OSError:
