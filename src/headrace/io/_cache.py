@@ -22,7 +22,8 @@ filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
 are read from the store only. Training visits every object once per epoch in
 a fresh random order, so keeping whatever was cached first hits as often as
 any eviction policy could (a fraction ``cache / dataset`` of reads) and
-writes nothing more. Remove the directory to clear it.
+writes nothing more. :meth:`ObjectCache.prune` (``headrace cache DIR
+--prune-days N`` or ``--clear``) removes entries not used for a while, or all.
 
 The cache is a copy: when it cannot be written (disk full, permissions) or a
 local read fails, the object is read from the store, a warning says why
