@@ -417,3 +417,37 @@ def test_fingerprint_records_the_mode_and_refuses_other_states(tmp_path: Path) -
             b.load_state_dict(state)
     with loader(shuffle="window", window_rows=WR) as c:
         c.load_state_dict(state)
+
+
+def test_a_share_reads_only_its_blocks_and_retries_a_failed_read_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headrace.formats import _row_window as rw
+
+    monkeypatch.setattr(rw, "BLOCK_BYTES", 8 * (2 * W + W))  # 8 rows of tokens and mask a block
+    tp, mp = make_rows(tmp_path)
+    samples = np.arange(40, dtype=np.int64)
+    rows = plan_rows(1, samples)
+    mine = samples[(rows % WR) // 8 < 2]  # this host's samples: rows in the first 2 blocks
+    want = windowed(tp, mp).read(1, mine)
+    reader = RangeReader(ReaderConfig(strategy="pread", engine="threads"), opener=FlakyFile)
+    try:
+        src = windowed(tp, mp, reader=reader)
+        win = src._windows
+        assert win is not None and win.block_rows == 8
+        FlakyFile.fail = 10**6
+        src.prefetch(1, mine, share=(0.0, 0.25))  # its blocks fail to arrive ...
+        FlakyFile.fail = 0
+        got = src.read(1, mine)  # ... and are read again when the batch needs them
+        assert batch_digest([got]) == batch_digest([want])
+        held = win._held[int(rows[0] // WR)]
+        # Only the blocks its rows lie in (and none past its share) were read.
+        assert held.filled[:2].all() and not held.filled[3:].any()
+        FlakyFile.fail = 10**6
+        other = samples[(rows % WR) // 8 >= 4]
+        with pytest.raises(StorageError, match="injected read failure"):
+            src.read(1, other)  # a demand read that fails raises, after every read ends
+        assert all(f.done() for w in win._held.values() for f in w.futures)
+    finally:
+        FlakyFile.fail = 0
+        reader.close()
