@@ -259,3 +259,32 @@ def test_window_ranges_come_from_the_cache_in_the_next_run(
     assert warm.cache_stats is not None and warm.cache_stats.misses == 0
     with pytest.raises(ConfigError, match="on local disk already"):
         padded(root, cache_dir=tmp_path)
+
+
+def test_cached_window_reads_never_wait_on_the_io_pool_they_run_on(
+    s3: S3Fixture, root: Path, tmp_path: Path
+) -> None:
+    # Row windows are read by tasks on the shared I/O pool; a cached range's local read
+    # and its entry's write must not queue behind them on that same pool, or a pool
+    # whose every thread waits on such a read never frees one (here: one thread).
+    import threading
+
+    from headrace.io import io_threads, set_io_threads
+
+    kw: dict[str, Any] = {"shuffle": "window", "window_rows": 600, "cache_dir": tmp_path}
+    run = {"batch_size": 32, "seed": 3, "steps": ROWS // 32}
+    want = batch_digest(Loader(padded(URL, options(s3), **kw), **run))  # fills the cache
+    before = io_threads()
+    set_io_threads(1)
+    try:
+        got: list[str] = []
+        t = threading.Thread(
+            target=lambda: got.append(batch_digest(Loader(padded(URL, options(s3), **kw), **run))),
+            daemon=True,
+        )
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive(), "deadlocked: cached reads queued behind their own caller"
+        assert got == [want]
+    finally:
+        set_io_threads(before)

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
-from headrace.io import ObjectCache, RequestQueue, io_pool
+from headrace.io import ObjectCache, RequestQueue, cache_pool
 from headrace.io._batch import raise_first
 
 if TYPE_CHECKING:
@@ -176,7 +176,8 @@ class RemoteFile:
             return self._from_store(out, offset)
         assert etag is not None
         if cache.has(self._name, self._expect.size, etag, offset, out.size):
-            return io_pool().submit(self._from_cache, cache, etag, out, offset)
+            # On the cache's own threads: a caller on the I/O pool may be waiting for this.
+            return cache_pool().submit(self._from_cache, cache, etag, out, offset)
         # From the store, then kept. The future is done once the entry is written (or
         # not): whoever waits on it may reuse ``out`` then. It cannot be cancelled
         # while ``out`` is being written.
@@ -200,7 +201,7 @@ class RemoteFile:
             elif (exc := f.exception()) is not None:
                 done.set_exception(exc)
             else:
-                io_pool().submit(keep)  # not on the request loop: a disk write may block
+                cache_pool().submit(keep)  # not on the request loop: a disk write may block
 
         self._from_store(out, offset).add_done_callback(fetched)
         return done

@@ -22,6 +22,7 @@ from headrace.io._file import LocalFile, open_error
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
     DEFAULT_IO_THREADS,
+    cache_pool,
     deep_io_pool,
     deep_io_threads,
     io_pool,
@@ -74,6 +75,7 @@ __all__ = [
     "RetryPolicy",
     "STRATEGIES",
     "Strategy",
+    "cache_pool",
     "coalesce",
     "deep_io_pool",
     "deep_io_threads",

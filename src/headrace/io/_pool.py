@@ -9,6 +9,11 @@ A second, deeper pool serves O_DIRECT and other high-queue-depth reads: NVMe
 and network storage want 32 to 128 requests in flight, more than the 8 threads
 that suit buffered reads. Its threads start only when a deep read needs them
 (``ThreadPoolExecutor`` spawns lazily), so an idle deep pool costs nothing.
+
+A third pool reads and writes a local object cache's entries for range reads
+(:class:`~headrace.io.ObjectCache`). Those reads are started by tasks that run
+on the I/O pool and wait for them (a row window's read): on the I/O pool
+itself they could queue behind their own waiting callers and never run.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 __all__ = [
     "DEFAULT_DEEP_IO_THREADS",
     "DEFAULT_IO_THREADS",
+    "cache_pool",
     "deep_io_pool",
     "deep_io_threads",
     "io_pool",
@@ -75,6 +81,7 @@ def usable_cpus() -> int:
 
 _io = _SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
 _deep = _SharedPool("headrace-deep", "HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS)
+_cache = _SharedPool("headrace-cache", "HEADRACE_CACHE_THREADS", DEFAULT_IO_THREADS)
 
 
 def io_threads() -> int:
@@ -107,9 +114,15 @@ def deep_io_pool() -> ThreadPoolExecutor:
     return _deep.get()
 
 
+def cache_pool() -> ThreadPoolExecutor:
+    """The threads that read and write a local cache's entries (never waited on from it)."""
+    return _cache.get()
+
+
 def _after_fork_in_child() -> None:
     _io.forget()
     _deep.forget()
+    _cache.forget()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
