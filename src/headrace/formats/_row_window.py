@@ -165,7 +165,6 @@ class RowWindowReader:
         row_bytes = sum(f.stride for f in self.files)
         self.block_rows = min(window_rows, max(1, BLOCK_BYTES // max(1, row_bytes)))
         self.windows_read = 0  # window fills started (a retried read-ahead counts again)
-        self.block_reads = 0  # reads started, one per run of consecutive blocks
         self._held: OrderedDict[int, _Window] = OrderedDict()
         self._current: set[int] = set()  # the windows of the last read
         self._share: tuple[float, float] | None = None  # None: the whole plan
@@ -346,7 +345,6 @@ class RowWindowReader:
             ]
             for b in run.tolist():
                 window.pending[b] = (futures, ahead)
-            self.block_reads += 1
 
     def _evict(self, w: int) -> _Memory:
         # Its reads finish first: nothing may still write into memory we hand on.
@@ -366,7 +364,6 @@ class RowWindowReader:
         state["_held"] = OrderedDict()
         state["_current"] = set()
         state["windows_read"] = 0
-        state["block_reads"] = 0
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
