@@ -34,7 +34,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
-from headrace.io import CacheStats, ObjectCache, open_cache, usable_cpus
+from headrace.io import CacheStats, open_cache, usable_cpus
 
 __all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode", "default_decode_threads"]
 
@@ -92,10 +92,6 @@ class FileSourceConfig:
     max_retries: int = 8
     cache_dir: str | os.PathLike[str] | None = None
     cache_bytes: int | None = None
-
-    def cache(self) -> ObjectCache | None:
-        """The object cache ``cache_dir`` names, or ``None``."""
-        return open_cache(self.cache_dir, self.cache_bytes)
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
@@ -164,7 +160,7 @@ class FileSource(Closing):
             local_read=config.local_read,
             store_options=store_options,
             listing=listing,
-            cache=config.cache(),
+            cache=open_cache(config.cache_dir, config.cache_bytes),
         )
         self.plan = FilePlan(
             num_files=len(self.files),
