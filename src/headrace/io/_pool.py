@@ -72,11 +72,34 @@ class _SharedPool:
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, where the platform says)."""
+    """The CPUs this process may use: its affinity (where the platform says), and no
+    more than a cgroup v2 CPU quota allows (a container limited to 2 CPUs on a
+    64-core host sees 64 in its affinity)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpus(_CPU_MAX)
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def _cgroup_cpus(path: str) -> int | None:
+    """CPUs a cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"`` or ``"max PERIOD"``) allows,
+    rounded up; ``None`` when there is no such file or no limit."""
+    try:
+        with open(path) as fh:
+            quota, period = fh.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return max(1, -(-int(quota) // int(period)))
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 _io = _SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
