@@ -13,6 +13,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from headrace.io import usable_cpus
+
 __all__ = [
     "cpu_seconds",
     "machine_info",
@@ -100,14 +102,10 @@ def machine_info(data_path: str | None = None) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     mem = meminfo()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 1
     return {
         "cpu_model": _cpu_model(),
         "cores": os.cpu_count() or 1,
-        "cores_usable": usable,
+        "cores_usable": usable_cpus(),  # affinity and a container's CPU quota
         "load_average": list(os.getloadavg()),
         "memory_bytes": mem.get("MemTotal", 0),
         "platform": platform.platform(),
