@@ -6,7 +6,7 @@
 Writes (once, with a process pool) ``--images`` JPEGs of 640 x 640 under
 ``--root``, then reads one epoch per setting, settings in alternating order
 per trial: ``FileSource(decode_threads=d)`` + ``Loader(transform=
-RandomResizedCrop((224, 224)))`` with ``transforms.RESIZE_THREADS = r``
+RandomResizedCrop((224, 224)))`` with ``transforms.set_resize_threads(r)``
 (and ``r = 0``: no transform, decoding only). Reports median images/s per
 setting and the SHA-256 of each setting's batches: every setting with the
 transform must give the same digest (threads change speed, never bytes).
@@ -45,8 +45,7 @@ def ensure(root: Path, n: int) -> None:
 
 def epoch(root: Path, a: argparse.Namespace, decode: int, resize: int) -> tuple[float, str]:
     if resize:
-        tr.RESIZE_THREADS = resize
-        tr._pool = None  # a pool of the new size on first use
+        tr.set_resize_threads(resize)
     src = FileSource(root, format="jpeg", decode_threads=decode)
     transform = tr.RandomResizedCrop((224, 224)) if resize else None
     h = hashlib.sha256()

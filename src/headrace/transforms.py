@@ -9,10 +9,7 @@ number differs).
 
 from __future__ import annotations
 
-import os
-import threading
 import typing
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,16 +17,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace import errors
-from headrace.io import usable_cpus as _usable_cpus
+from headrace.io._pool import SharedPool as _SharedPool
+from headrace.io._pool import usable_cpus as _usable_cpus
 
 if typing.TYPE_CHECKING:
     from headrace.pipeline import Samples
 
-__all__ = ["RESIZE_THREADS", "RandomCrop", "RandomResizedCrop"]
+__all__ = ["RandomCrop", "RandomResizedCrop", "resize_threads", "set_resize_threads"]
 
-#: Threads that resize a batch's images (Pillow releases the GIL while it resizes):
-#: the CPUs this process may use, at most 8 (on 16 cores 8 resized 1.32x faster than 2).
-RESIZE_THREADS = min(8, _usable_cpus())
+# Threads that resize a batch's images (Pillow releases the GIL while it resizes):
+# the CPUs this process may use, at most 8 (on 16 cores 8 resized 1.32x faster than 2).
+_resize = _SharedPool("headrace-resize", "HEADRACE_RESIZE_THREADS", min(8, _usable_cpus()))
+
+
+def resize_threads() -> int:
+    """How many threads resize images (``HEADRACE_RESIZE_THREADS`` sets the default)."""
+    return _resize.threads
+
+
+def set_resize_threads(n: int) -> None:
+    """Resize with ``n`` threads from now on (resizes under way finish on the old ones)."""
+    _resize.resize(n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +190,7 @@ class RandomResizedCrop:
 
         # Pillow resizes without the GIL: the rows are resized on a few threads.
         if len(jobs) > 1:
-            list(_resize_pool().map(resize, jobs))
+            list(_resize.get().map(resize, jobs))
         else:
             for job in jobs:
                 resize(job)
@@ -213,20 +221,6 @@ def _replaced(
     result = {k: v for k, v in arrays.items() if k not in (key, f"{key}_shape")}
     result[key] = np.zeros((0, *size), dtype=np.uint8) if out is None else out  # no samples
     return result
-
-
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): made on first use
-_pool_lock = threading.Lock()
-
-
-def _resize_pool() -> ThreadPoolExecutor:
-    """This process's resize threads (a forked child makes its own)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            pool = ThreadPoolExecutor(RESIZE_THREADS, thread_name_prefix="headrace-resize")
-            _pool = (os.getpid(), pool)
-        return _pool[1]
 
 
 def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:

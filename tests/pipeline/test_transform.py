@@ -14,7 +14,12 @@ from headrace.errors import ConfigError, DataError
 from headrace.formats import FileSource, TokenSource, synthetic_arrays, write_sample_file
 from headrace.pipeline import Loader, Samples
 from headrace.testing import assert_resume_exact, batch_digest
-from headrace.transforms import RandomCrop, RandomResizedCrop
+from headrace.transforms import (
+    RandomCrop,
+    RandomResizedCrop,
+    resize_threads,
+    set_resize_threads,
+)
 
 L = 16
 
@@ -259,6 +264,17 @@ def test_random_resized_crop_gives_one_array_the_same_on_two_hosts(jpegs: Path) 
     merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*halves, strict=True)]
     assert batch_digest(iter(merged)) == batch_digest(iter(whole))
     assert batch_digest(iter(epoch(prefetch=0, chunk_steps=1))) == batch_digest(iter(whole))
+    # The resize threads change speed, never bytes.
+    before = resize_threads()
+    try:
+        for n in (1, 3):
+            set_resize_threads(n)
+            assert resize_threads() == n
+            assert batch_digest(iter(epoch())) == batch_digest(iter(whole))
+        with pytest.raises(ValueError, match="positive integer"):
+            set_resize_threads(0)
+    finally:
+        set_resize_threads(before)
 
 
 def test_random_resized_crop_of_the_whole_image_at_its_size_is_the_image() -> None:

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 __all__ = [
     "DEFAULT_DEEP_IO_THREADS",
     "DEFAULT_IO_THREADS",
+    "SharedPool",
     "cache_pool",
     "deep_io_pool",
     "deep_io_threads",
@@ -38,15 +39,19 @@ __all__ = [
 DEFAULT_IO_THREADS = 8
 DEFAULT_DEEP_IO_THREADS = 64
 
+_ALL: list[SharedPool] = []  # every shared pool, forgotten in a forked child
 
-class _SharedPool:
-    """A process-wide executor, started on first use, resizable, reset after fork."""
+
+class SharedPool:
+    """A process-wide executor, started on first use, resizable, reset after fork
+    (every instance: a forked child makes its own threads on first use)."""
 
     def __init__(self, name: str, env: str, default: int) -> None:
         self.name = name
         self.threads = int(os.environ.get(env, default))
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        _ALL.append(self)
 
     def get(self) -> ThreadPoolExecutor:
         pool = self._pool
@@ -102,9 +107,9 @@ def _cgroup_cpus(path: str) -> int | None:
         return None
 
 
-_io = _SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
-_deep = _SharedPool("headrace-deep", "HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS)
-_cache = _SharedPool("headrace-cache", "HEADRACE_CACHE_THREADS", DEFAULT_IO_THREADS)
+_io = SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
+_deep = SharedPool("headrace-deep", "HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS)
+_cache = SharedPool("headrace-cache", "HEADRACE_CACHE_THREADS", DEFAULT_IO_THREADS)
 
 
 def io_threads() -> int:
@@ -143,9 +148,8 @@ def cache_pool() -> ThreadPoolExecutor:
 
 
 def _after_fork_in_child() -> None:
-    _io.forget()
-    _deep.forget()
-    _cache.forget()
+    for pool in _ALL:
+        pool.forget()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
