@@ -304,3 +304,34 @@ def test_an_entry_changed_in_place_fails_its_checksum(tmp_path: Path) -> None:
     raw[-TRAILER : -TRAILER + 4] = b"XXXX"  # not a trailer at all
     entries(tmp_path)[0].write_bytes(bytes(raw))
     assert c.read(URL, 50_000, "e") is None and c.stats.bad_entries == 2
+
+
+def test_a_write_that_fails_once_warns_and_the_next_is_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EIO is not "every write will fail": unlike ENOSPC, writing goes on.
+    c = ObjectCache(tmp_path)
+    real_write = os.write
+    fail = [True]
+
+    def flaky(fd: int, data: object) -> int:
+        if fail[0]:
+            fail[0] = False
+            raise OSError(errno.EIO, "Input/output error")
+        return real_write(fd, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.os, "write", flaky)
+    with pytest.warns(RuntimeWarning, match=r"a local write of .* failed .*Input/output error"):
+        assert not c.write(URL, 100, "e", blob(100))
+    assert entries(tmp_path) == []  # no temporary left behind
+    assert c.write(URL, 100, "e", blob(100))  # not stopped: this one is written
+    assert (c.stats.errors, c.stats.written, c.stats.full) == (1, 1, 0)
+
+
+def test_a_remote_read_into_a_strided_buffer_is_refused() -> None:
+    from headrace.formats._object_files import RemoteFile
+    from headrace.io import ObjectInfo
+
+    f = RemoteFile(None, "k", "s3://b/k", ObjectInfo(100, "e"), None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="C-contiguous"):
+        f.read_into(np.zeros(20, np.uint8)[::2], 0)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,21 +39,28 @@ def source(root: Path, **kw: object) -> TokenSource:
     )
 
 
-def hosts(root: Path, world: int, steps: int, **kw: object) -> list[list[dict]]:
+def per_host(
+    make: Callable[[], Any], world: int, steps: int, *, seed: int, order: str = "address"
+) -> list[list[dict]]:
+    """Each of ``world`` hosts' batches (copied) over ``steps`` steps of a fresh source."""
     out = []
     for r in range(world):
         with Loader(
-            source(root, **kw),
+            make(),
             batch_size=B,
-            seed=3,
+            seed=seed,
             rank=r,
             world_size=world,
             steps=steps,
-            host_order="address",
+            host_order=order,  # type: ignore[arg-type]
             prefetch=0,
         ) as ld:
-            out.append(list(ld))
+            out.append([{k: v.copy() for k, v in b.items()} for b in ld])
     return out
+
+
+def hosts(root: Path, world: int, steps: int, **kw: object) -> list[list[dict]]:
+    return per_host(lambda: source(root, **kw), world, steps, seed=3)
 
 
 def test_same_global_batch_on_any_world_size_sorted_by_address(tokens: Path) -> None:
@@ -168,20 +177,9 @@ def padded(path: Path, **kw: object) -> PaddedRows:
 
 
 def test_row_windows_split_by_address_make_the_same_global_batch(rows: Path) -> None:
-    def run(world: int, order: str, steps: int = 40) -> list[list[np.ndarray]]:
-        out = []
-        for r in range(world):
-            with Loader(
-                padded(rows),
-                batch_size=B,
-                seed=4,
-                rank=r,
-                world_size=world,
-                steps=steps,
-                host_order=order,  # type: ignore[arg-type]
-            ) as ld:
-                out.append([b["x"].copy() for b in ld])
-        return [np.concatenate([h[t] for h in out]) for t in range(steps)]
+    def run(world: int, order: str, steps: int = 40) -> list[np.ndarray]:
+        out = per_host(lambda: padded(rows), world, steps, seed=4, order=order)
+        return [np.concatenate([h[t]["x"] for h in out]) for t in range(steps)]
 
     plan = run(1, "plan")
     one = run(1, "address")

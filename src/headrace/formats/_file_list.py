@@ -50,8 +50,8 @@ class FileList:
     remote: bool
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
+    etags: list[str | None]  # as listed (object stores; None for local files)
     store: Any = None  # the ObjectStore, for object-store datasets
-    etags: list[str | None] = field(default_factory=list)  # as listed (object stores)
     cache: ObjectCache | None = None
 
     def __len__(self) -> int:
@@ -193,6 +193,7 @@ def list_files(
         remote=False,
         _fetch=_local_reader(local_read, paths),
         _close=lambda: None,
+        etags=[None] * len(keys),
     )
 
 

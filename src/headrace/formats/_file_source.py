@@ -439,7 +439,7 @@ class FileSource(Closing):
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
         f = self.files
-        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags or [None] * len(f))}
+        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
