@@ -187,6 +187,14 @@ def test_batch_size_mismatch_is_refused(sources: dict[str, PaddedRows]) -> None:
             Loader(mixture(sources, b=32), batch_size=b, seed=1, prefetch=0)
 
 
+def test_reads_of_steps_of_another_batch_size_are_refused(sources: dict[str, PaddedRows]) -> None:
+    mix = mixture(sources, b=32)
+    with pytest.raises(ConfigError, match=r"not host slices of steps of 32 samples"):
+        mix.read(1, np.arange(48, dtype=np.int64))  # a loader step of 48: 32 + 16
+    # Any equal share of each step is a host slice (in address order, not contiguous).
+    assert mix.read(1, np.array([0, 5, 9, 32, 40, 63], dtype=np.int64))["x"].shape[0] == 6
+
+
 def test_check_batch_size(sources: dict[str, PaddedRows]) -> None:
     mix = mixture(sources, b=32)
     mix.check_batch_size(32)

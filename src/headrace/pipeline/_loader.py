@@ -180,6 +180,8 @@ class Loader(Closing):
                 f"host_order='address' needs a source that says where each sample lies "
                 f"(starts(seed, samples), as TokenSource has); {type(source).__name__} does not."
             )
+        if host_order == "address":  # a mixture says here whether each of its sources can
+            source.starts(seed, np.empty(0, dtype=np.int64))  # type: ignore[attr-defined]
         self.host_order = host_order
         self.transform = transform
         # Told which stretch of each window is this host's, a source reads ahead only that.

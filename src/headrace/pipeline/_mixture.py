@@ -11,6 +11,7 @@ carries ``source``, each sample's source id.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -90,27 +91,20 @@ class Mixture:
     def check_samples(self, samples: NDArray[np.int64]) -> None:
         """Refuse sample numbers that cannot be host slices of steps of this batch size.
 
-        The loader asks, for each step ``t`` of a chunk, for the positions
-        ``[lo, hi)`` of its host slice: the same contiguous range every step.
-        Decoded with the wrong batch size the positions come out ragged (a
-        loader batch of 48 read as steps of 32 gives ``[0, 32)`` then
-        ``[0, 16)``). A loader batch that is a whole multiple of ``B`` cannot
-        be told apart this way, but it reads the same samples on every host
-        count, so determinism holds; only the per-step proportions coarsen.
+        The loader asks, for each step ``t`` of a chunk, for the same number of
+        positions of its global batch (``[lo, hi)`` in plan order; its
+        stretch of the step sorted by address under ``host_order="address"``).
+        Decoded with the wrong batch size the counts come out ragged (a loader
+        batch of 48 read as steps of 32 gives 32 samples of one step, then
+        16). A loader batch that is a whole multiple of ``B`` cannot be told
+        apart this way, but it reads the same samples on every host count, so
+        determinism holds; only the per-step proportions coarsen.
         """
         if samples.size == 0:
             return
         b = self.batch_size
-        step, pos = np.divmod(samples, b)
-        _, first, inv, count = np.unique(
-            step, return_index=True, return_inverse=True, return_counts=True
-        )
-        lo = np.full(first.size, b, dtype=np.int64)
-        hi = np.full(first.size, -1, dtype=np.int64)
-        np.minimum.at(lo, inv, pos)
-        np.maximum.at(hi, inv, pos)
-        ok = bool((hi - lo + 1 == count).all()) and bool(((lo == lo[0]) & (hi == hi[0])).all())
-        if not ok:
+        _, count = np.unique(samples // b, return_counts=True)
+        if int(count.min()) != int(count.max()):
             raise ConfigError(
                 f"Mixture(batch_size={b}) was asked for samples {samples[:4].tolist()}... that "
                 f"are not host slices of steps of {b} samples: the loader's batch_size "
@@ -160,14 +154,73 @@ class Mixture:
                 "return the same keys, dtypes and per-sample shapes"
             )
 
-    def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
+    def starts(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Where each sample lies: (source and its file, offset), what
+        ``Loader(host_order="address")`` sorts each step by. Sources come first,
+        so each source's samples of a step lie together in that order (a host
+        whose share of the step covers part of a source reads that part of
+        its windows), and within a source by its own ``starts``."""
         samples = np.asarray(samples, dtype=np.int64)
         source, local = self.plan.locate(seed, samples)
+        files = np.empty_like(samples)
+        offsets = np.empty_like(samples)
+        for s, sub in enumerate(self.sources):
+            where = getattr(sub, "starts", None)
+            if where is None:
+                raise ConfigError(
+                    f"host_order='address' needs every mixed source to say where its samples "
+                    f"lie (starts(seed, samples)); source {self.names[s]!r} "
+                    f"({type(sub).__name__}) does not."
+                )
+            idx = np.flatnonzero(source == s)
+            if not idx.size:
+                continue
+            with source_lock(sub):
+                f, o = where(source_seed(seed, s), local[idx])
+            files[idx] = (s << 32) | np.asarray(f, dtype=np.int64)
+            offsets[idx] = o
+        return files, offsets
+
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
+    ) -> None:
+        """Tell each source which of its samples come next; with ``share`` (this
+        host's fraction of each step in address order), also its share of that
+        source's part of the steps, for sources that read ahead by share."""
+        samples = np.asarray(samples, dtype=np.int64)
+        source, local = self.plan.locate(seed, samples)
+        parts = self._shares(samples, share) if share is not None and samples.size else {}
         for s in np.unique(source).tolist():
             fn = getattr(self.sources[s], "prefetch", None)
-            if fn is not None:
-                with source_lock(self.sources[s]):
+            if fn is None:
+                continue
+            with source_lock(self.sources[s]):
+                if s in parts and "share" in inspect.signature(fn).parameters:
+                    fn(source_seed(seed, s), local[source == s], share=parts[s])
+                else:
                     fn(source_seed(seed, s), local[source == s])
+
+    def _shares(
+        self, samples: NDArray[np.int64], share: tuple[float, float]
+    ) -> dict[int, tuple[float, float]]:
+        """Each source's fraction of its own samples that a host with ``share`` of
+        every step (in address order: source by source) takes, over the steps of
+        ``samples``: the counts per step vary by one or two, so the union."""
+        b = self.batch_size
+        lo, hi = round(share[0] * b), round(share[1] * b)
+        counts = self.plan.step_counts(np.unique(samples // b))  # (steps, S)
+        first = np.cumsum(counts, axis=1) - counts  # where each source starts in a step
+        a = np.clip(lo - first, 0, counts)
+        z = np.clip(hi - first, 0, counts)
+        out = {}
+        for s in range(self.plan.sources):
+            some = z[:, s] > a[:, s]
+            if some.any():
+                n = counts[some, s]
+                out[s] = (float((a[some, s] / n).min()), float((z[some, s] / n).max()))
+        return out
 
     def close(self) -> None:
         errors: list[BaseException] = []
