@@ -134,6 +134,51 @@ def test_npz_on_a_throttling_store_still_matches_local_digests(tmp_path: Path) -
     assert any("npz/headrace: the store answered" in n for n in summary["notes"])
 
 
+@pytest.mark.integration
+def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> None:
+    # moto behind a 2 ms proxy; the measurement passes in their own processes, which find
+    # the run's cache through the workload they are given.
+    kind = _kind("jpeg", tmp_path, reader={"storage": "s3", "latency_ms": 2})
+    kind.workload = kind.workload.replace(variants=["headrace", "headrace-cached"])
+    summary, results = run_workload(kind, options=RunOptions(isolate=True))
+    assert summary["mismatches"] == []
+    by = _by(results)
+    plain, cached = by["headrace"], by["headrace-cached"]
+    assert cached["digest"] == plain["digest"]
+    files = len(kind.files())
+    assert cached["cache_fill"]["objects"] == files  # every object, before any variant
+    assert cached["cache_fill"]["bytes"] == int(kind.sizes.sum())
+    assert cached["cache"]["misses"] == 0 and cached["cache"]["written"] == 0
+    # every read a hit (read-ahead past the pass's last batch included)
+    assert cached["cache"]["hit_bytes"] >= cached["bytes_read"] > 0
+    assert cached["requests"] == 1  # the listing; every object from local disk
+    assert plain["requests"] >= files and "cache" not in plain and "cache_fill" not in plain
+    assert any("headrace-cached: reads a local object cache" in n for n in summary["notes"])
+    assert not list(tmp_path.glob("object-cache-*"))  # removed with the run
+    assert "cache_run_dir" not in kind.workload.reader
+    schema = json.loads(
+        resources.files("headrace.bench").joinpath("report.schema.json").read_text()
+    )
+    jsonschema.validate(
+        {"schema": "headrace.bench/1", "machine": {}, "results": results},
+        {
+            **schema,
+            "required": ["results"],
+            "properties": {"results": schema["properties"]["results"]},
+        },
+    )
+
+
+def test_cached_variant_on_local_storage_is_refused(tmp_path: Path) -> None:
+    wl = builtin_workloads()["jpeg"].replace(variants=["headrace", "headrace-cached"])
+    with pytest.raises(
+        ConfigError, match=r"'headrace-cached' reads an object store .*--storage s3"
+    ):
+        make_kind(wl, str(tmp_path))
+    with pytest.raises(ConfigError, match=r"cache_dir'\] need storage = 's3'"):
+        make_kind(builtin_workloads()["jpeg"].replace(reader={"cache_dir": "/tmp"}), str(tmp_path))
+
+
 def test_jpeg_generator_makes_300_kb_files() -> None:
     sizes = [len(encode("jpeg", photo(s, (640, 640, 3), 80), quality=90)) for s in range(2)]
     assert 280_000 <= np.mean(sizes) <= 320_000

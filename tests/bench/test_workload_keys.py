@@ -56,7 +56,7 @@ def _write(tmp_path: Path, text: str) -> str:
          r"reads: files, format, image_hw, noise, quality, record_bytes, samples_per_file$"),
         ("in_flight = 2", "in_flght = 3",
          r"w\.toml \[reader\]: unknown key 'in_flght' \(did you mean 'in_flight'\?\); the files "
-         r"kind reads: chunk_steps, decode_threads, .*in_flight.*odirect, prefetch"),
+         r"kind reads: cache_dir, chunk_steps, decode_threads, .*in_flight.*odirect, prefetch"),
         ("batch_size = 2", "batch_size = 2\nstpes = 3",
          r"w\.toml \[train\]: unknown key 'stpes' \(did you mean 'steps'\?\); \[train\] takes: "),
         # two at once, one with nothing close

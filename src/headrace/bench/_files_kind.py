@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
@@ -62,6 +63,7 @@ class FilesKind(Kind):
     """``files`` files of ``samples_per_file`` samples, on local disk or an object store."""
 
     canonical_digests = True
+    cached_variants = frozenset({"headrace-cached"})
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
@@ -117,7 +119,9 @@ class FilesKind(Kind):
                 f"workload {workload.name!r}: preprocess_time and preprocess_time_stdev must "
                 f"be >= 0 (got {self.preprocess})"
             )
-        self.store: Storage = Storage(workload, os.path.basename(self.folder))
+        self.store: Storage = Storage(
+            workload, os.path.basename(self.folder), caches=bool(self.cached_variants)
+        )
         # O_DIRECT: each local file read whole, aligned, past the page cache.
         odirect = rd.get("odirect", False)
         if not isinstance(odirect, bool):
@@ -129,6 +133,12 @@ class FilesKind(Kind):
             raise ConfigError(
                 f"workload {workload.name!r}: odirect = true reads local files past the page "
                 f"cache; with storage = {self.store.kind!r} there are none: drop one of the two"
+            )
+        if self.reads_cache() and not self.store.remote:
+            raise ConfigError(
+                f"workload {workload.name!r}: variant 'headrace-cached' reads an object store "
+                "through a local cache; with storage = 'local' there is no store to cache: "
+                "use --storage s3 or drop the variant"
             )
         refuse(
             rd,
@@ -269,3 +279,17 @@ class FilesKind(Kind):
         if not kw.get("decode", True):
             kw.pop("datasets", None)
         return FileSource(self.url, store_options=store_options, **kw)
+
+    def fill_cache(self, directory: str) -> dict[str, Any]:
+        """Fetch every file once through a :class:`FileSource` with ``cache_dir``
+        (``in_flight`` at a time), so the cached variant reads a warm cache."""
+        src = self.source(decode=False, cache_dir=directory)
+        try:
+            with ThreadPoolExecutor(src.in_flight, thread_name_prefix="bench-fill") as pool:
+                for _ in pool.map(src.files.fetch, range(len(src.files))):
+                    pass
+            stats = src.cache_stats
+            assert stats is not None
+            return {"objects": stats.written, "bytes": stats.written_bytes}
+        finally:
+            src.close()

@@ -11,6 +11,9 @@
                   plan, a read-ahead window of ``in_flight`` fetches, decoding
                   on ``decode_threads`` threads.
 ``headrace-raw``  the same with ``decode=False``: each file's bytes.
+``headrace-cached`` ``headrace`` with ``cache_dir`` (object storage only): each
+                  object read from the run's local cache, filled before the
+                  run (an epoch after the first; see :mod:`headrace.bench._storage`).
 ``ceiling``       bare concurrent GETs (or whole-file preads) of the same files,
                   ``in_flight`` at a time, handed over as they complete, no
                   decoding: what the storage gives. Completion order: compared
@@ -191,6 +194,8 @@ def _loader_stream(k: FilesKind, spec: VariantSpec, steps: int, **options: Any) 
             )
         out["peak_held_bytes"] = src.stats.peak_held_bytes
         out["in_flight"] = 1 if src.config.mode == "map-style" else src.in_flight
+        if src.cache_stats is not None:
+            out["cache"] = src.cache_stats.to_dict()
         return out
 
     return GenStream(iter(loader), lambda: src.stats.bytes, close, stats)
@@ -205,6 +210,17 @@ def _map_style(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
 def _headrace(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
     return _loader_stream(
         k, spec, steps, decode_threads=spec.int("decode_threads", k.decode_threads)
+    )
+
+
+@variant(FilesKind, "headrace-cached")
+def _headrace_cached(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(
+        k,
+        spec,
+        steps,
+        decode_threads=spec.int("decode_threads", k.decode_threads),
+        cache_dir=k.store.run_cache_dir(spec.text),
     )
 
 

@@ -183,6 +183,8 @@ class Kind:
     canonical_digests: ClassVar[bool] = False
     #: where the dataset is read from, for kinds that can serve it from S3 (set in __init__)
     store: Storage | None = None
+    #: variants that read the object store through a local cache made for the run
+    cached_variants: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -317,6 +319,17 @@ class Kind:
             )
         return stream
 
+    def reads_cache(self) -> bool:
+        """Whether a variant of the run reads through an object cache (``cached_variants``)."""
+        return any(
+            VariantSpec.parse(v).name in self.cached_variants for v in self.workload.variants
+        )
+
+    def fill_cache(self, directory: str) -> dict[str, Any]:
+        """Read the whole dataset from its store into an object cache at ``directory``:
+        ``{"objects": ..., "bytes": ...}`` written (kinds with ``cached_variants``)."""
+        raise NotImplementedError
+
     def serve(self) -> contextlib.AbstractContextManager[None]:
         """Make the dataset reachable for a run (start a local object store ...)."""
         return contextlib.nullcontext() if self.store is None else self.store.serve(self)
@@ -326,9 +339,15 @@ class Kind:
         """Where the variants read from: ``local`` or an object store's scheme."""
         return "local" if self.store is None else self.store.kind
 
-    def result_extras(self, spec: str) -> dict[str, Any]:  # noqa: ARG002
-        """Kind-specific fields added to ``spec``'s result (a table's ``open_s``)."""
-        return {} if self.store is None else self.store.result_extras()
+    def result_extras(self, spec: str) -> dict[str, Any]:
+        """Kind-specific fields added to ``spec``'s result (a table's ``open_s``); a cached
+        variant's ``cache_fill`` (what filling the run's cache took)."""
+        if self.store is None:
+            return {}
+        extras = self.store.result_extras()
+        if VariantSpec.parse(spec).name in self.cached_variants and self.store.cache_fill:
+            extras["cache_fill"] = self.store.cache_fill
+        return extras
 
     def seed_of(self, spec: VariantSpec) -> int:
         return spec.int("seed", self.workload.train.seed)
@@ -355,7 +374,16 @@ class Kind:
 
 # [reader] keys that say where the run's dataset is served from: one per run.
 _RUN = frozenset(
-    {"storage", "storage_url", "endpoint", "latency_ms", "max_concurrent", "store_options"}
+    {
+        "storage",
+        "storage_url",
+        "endpoint",
+        "latency_ms",
+        "max_concurrent",
+        "store_options",
+        "cache_dir",
+        "cache_run_dir",
+    }
 )
 
 

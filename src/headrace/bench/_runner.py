@@ -315,6 +315,15 @@ def _run(
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
     notes.extend(
+        f"{wl.name}/{res['variant']}: reads a local object cache filled before the run "
+        f"({res['cache_fill']['objects']} objects, {res['cache_fill']['bytes'] / 1e6:,.1f} MB "
+        f"in {res['cache_fill']['seconds']:.2f} s: the first epoch's fetches), so its figures "
+        f"are a later epoch's ({res['cache']['hits']} reads from the cache, "
+        f"{res['cache']['misses']} from the store)"
+        for res in results
+        if res.get("cache_fill") and res.get("cache")
+    )
+    notes.extend(
         f"{wl.name}/{res['variant']}: the store answered {res['throttled']} tries "
         "'503 SlowDown'; they were retried (the store lowers its requests in flight "
         "on a throttle), and the figures include those round trips"
@@ -391,6 +400,8 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
         out["peak_held_bytes"] = src["peak_held_bytes"]
     if "in_flight" in src:
         out["in_flight"] = src["in_flight"]
+    if "cache" in src:
+        out["cache"] = src["cache"]
     return out
 
 

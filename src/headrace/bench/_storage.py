@@ -6,11 +6,20 @@ run serves the generated files at ``storage_url`` (default
 127.0.0.1, or an existing ``endpoint``; ``latency_ms`` puts a latency proxy in
 front, and ``max_concurrent`` makes that proxy answer 503 SlowDown past so many
 requests at once (:func:`~headrace.bench._s3_serve.bench_s3`).
+
+A kind's variants that read through a local object cache (``headrace-cached``)
+get one made for the run: a fresh directory under ``cache_dir`` (default: the
+bench root), filled with the dataset's objects before any variant runs (the
+first epoch's work, timed and reported apart), and removed after the run. Its
+figures are those of every later epoch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,11 +37,12 @@ class Storage:
     """A kind's storage settings and the S3 endpoint that serves its files for a run.
 
     Reads its ``[reader]`` keys (``storage``, ``storage_url``, ``endpoint``,
-    ``latency_ms``, ``max_concurrent``, and the ``store_options`` a served run carries to its
-    measurement processes) when the kind is built.
+    ``latency_ms``, ``max_concurrent``, ``cache_dir`` for kinds with cached variants
+    (``caches``), and what a served run carries to its measurement processes) when the
+    kind is built.
     """
 
-    def __init__(self, workload: Any, prefix: str) -> None:
+    def __init__(self, workload: Any, prefix: str, *, caches: bool = False) -> None:
         rd = workload.reader
         self._name = workload.name
         self.kind = str(rd.get("storage", "local"))
@@ -40,9 +50,10 @@ class Storage:
             raise ConfigError(
                 f"workload {workload.name!r}: storage must be one of {STORAGES} (got {self.kind!r})"
             )
-        remote_keys = [
-            k for k in ("storage_url", "endpoint", "latency_ms", "max_concurrent") if rd.get(k)
-        ]
+        keys = ["storage_url", "endpoint", "latency_ms", "max_concurrent"]
+        if caches:
+            keys.append("cache_dir")
+        remote_keys = [k for k in keys if rd.get(k)]
         if self.kind == "local" and remote_keys:
             raise ConfigError(
                 f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
@@ -63,6 +74,13 @@ class Storage:
         # and carried in the workload to the processes that measure it.
         options = rd.get("store_options") if self.remote else None
         self.options: dict[str, Any] | None = None if options is None else dict(options)
+        # The object cache of the run (cached variants): where it is made, where it is.
+        self.cache_root: str | None = (rd.get("cache_dir") or None) if caches else None
+        self.cache_dir: str | None = (
+            (rd.get("cache_run_dir") or None) if caches and self.remote else None
+        )
+        #: what filling it took (objects, bytes, seconds), for the cached variants' results
+        self.cache_fill: dict[str, Any] | None = None
 
     @property
     def remote(self) -> bool:
@@ -79,9 +97,20 @@ class Storage:
             )
         return dict(self.options)
 
+    def run_cache_dir(self, variant: str) -> str:
+        """The run's object cache, for ``variant`` (one that reads through it)."""
+        if self.cache_dir is None:
+            raise ConfigError(
+                f"workload {self._name!r}: variant {variant!r} reads the object store "
+                "through a local cache made for the run; open it inside kind.serve() "
+                "with storage = 's3' (--storage s3)"
+            )
+        return self.cache_dir
+
     @contextlib.contextmanager
     def serve(self, kind: Any) -> Iterator[None]:
-        """Upload ``kind.files()`` and point ``kind.workload`` at them for the run."""
+        """Upload ``kind.files()`` and point ``kind.workload`` at them for the run; with
+        variants that read through an object cache, make and fill it, and remove it after."""
         if not self.remote or self.options is not None:
             yield
             return
@@ -97,12 +126,24 @@ class Storage:
         ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
-            kind.workload = before.replace(reader={"store_options": o, "storage_url": self.url})
+            carried: dict[str, Any] = {"store_options": o, "storage_url": self.url}
+            cache = None
             try:
+                if kind.reads_cache():
+                    cache = tempfile.mkdtemp(
+                        prefix="object-cache-", dir=self.cache_root or kind.root
+                    )
+                    t0 = time.perf_counter()
+                    self.cache_fill = kind.fill_cache(cache)
+                    self.cache_fill["seconds"] = time.perf_counter() - t0
+                    self.cache_dir = carried["cache_run_dir"] = cache
+                kind.workload = before.replace(reader=carried)
                 yield
             finally:
                 kind.workload = before
-                self.options = None
+                self.options = self.cache_dir = None
+                if cache is not None:
+                    shutil.rmtree(cache, ignore_errors=True)
 
     def result_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {"storage": self.kind}
