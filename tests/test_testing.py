@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+from typing import Any
 
-from headrace.testing import batch_digest
+import numpy as np
+import pytest
+
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
 
 
 def ragged(seed: int) -> dict[str, np.ndarray]:
@@ -36,3 +42,35 @@ def test_plain_batches_digest_as_before() -> None:
     h.update(b"x:<u4:(2, 3);")
     h.update(x.tobytes())
     assert batch_digest([{"x": x}]) == h.hexdigest()
+
+
+def _tokens(tmp_path: Path) -> TokenSource:
+    path = tmp_path / "t.bin"
+    if not path.exists():
+        np.random.default_rng(0).integers(0, 60_000, 50_000, dtype=np.uint16).tofile(path)
+    return TokenSource([path], dtype="uint16", context=32)
+
+
+def test_assert_resume_exact_takes_one_step_or_several(tmp_path: Path) -> None:
+    def make() -> Loader:
+        return Loader(_tokens(tmp_path), batch_size=4, seed=2, steps=10)
+
+    assert_resume_exact(make, steps=10, resume_at=4)
+    assert_resume_exact(make, steps=10, resume_at=[0, 3, 10])
+    with pytest.raises(ValueError, match="resume_at 11 is outside"):
+        assert_resume_exact(make, steps=10, resume_at=11)
+    with pytest.raises(AssertionError, match="gave 10 batches; steps=12"):
+        assert_resume_exact(make, steps=12, resume_at=2)
+
+
+def test_assert_resume_exact_names_where_a_resume_diverges(tmp_path: Path) -> None:
+    class Forgetful(Loader):  # resumed, it stops at step 6
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            super().load_state_dict(state)
+            self.steps = 6
+
+    def make() -> Loader:
+        return Forgetful(_tokens(tmp_path), batch_size=4, seed=2, steps=10)
+
+    with pytest.raises(AssertionError, match="resume at step 3 diverges at step 6"):
+        assert_resume_exact(make, steps=10, resume_at=3)

@@ -49,16 +49,21 @@ def batch_digest(batches: Iterable[Mapping[str, NDArray[Any]]]) -> str:
 
 
 def assert_resume_exact(
-    make_loader: Callable[[], Any], *, steps: int, resume_at: Sequence[int]
+    make_loader: Callable[[], Any], *, steps: int, resume_at: int | Sequence[int]
 ) -> None:
-    """Resuming at each step in ``resume_at`` continues exactly like a straight run.
+    """Resuming at each step in ``resume_at`` (one step or several) continues exactly
+    like a straight run.
 
     ``make_loader()`` must return a fresh loader (with ``state_dict`` and
     ``load_state_dict``) that yields at least ``steps`` batches.
     """
     with make_loader() as straight:
         reference = [batch_digest([b]) for b in islice(iter(straight), steps)]
-    for k in resume_at:
+    if len(reference) < steps:
+        raise AssertionError(f"the loader gave {len(reference)} batches; steps={steps} needs more")
+    for k in [resume_at] if isinstance(resume_at, int) else resume_at:
+        if not 0 <= k <= steps:
+            raise ValueError(f"resume_at {k} is outside [0, steps={steps}]")
         with make_loader() as first:
             it = iter(first)
             for _ in range(k):
@@ -69,6 +74,7 @@ def assert_resume_exact(
             got = [batch_digest([b]) for b in islice(iter(second), steps - k)]
         if got != reference[k:]:
             bad = next(
-                i for i, (a, b) in enumerate(zip(got, reference[k:], strict=False)) if a != b
+                (i for i, (a, b) in enumerate(zip(got, reference[k:], strict=False)) if a != b),
+                len(got),  # equal as far as it went: it stopped early
             )
             raise AssertionError(f"resume at step {k} diverges at step {k + bad}")

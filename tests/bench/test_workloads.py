@@ -87,6 +87,22 @@ def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "padded" in out and "table" in out
 
 
+def test_list_shows_the_named_workloads_checked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    root = ["--root", str(tmp_path)]
+    assert main(["bench", "--list", "-w", "jpeg", *root]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("jpeg ") and "tokens" not in out and "demand:" in out
+    assert main(["bench", "--list", "--dlio", str(DATA / "unet3d_h100.yaml"), *root]) == 0
+    assert "unet3d" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    text = resources.files("headrace.bench").joinpath("workloads/jpeg.toml").read_text()
+    bad.write_text(text.replace("in_flight = 64", "in_flght = 64"))
+    assert main(["bench", "--list", "-w", str(bad), *root]) == 2
+    assert "unknown key 'in_flght' (did you mean 'in_flight'?)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("yaml", "scale", "record_scale"),
     [("unet3d_h100.yaml", 0.03, 0.0001), ("resnet50_h100.yaml", 0.001, 0.01)],

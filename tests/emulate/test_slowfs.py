@@ -229,8 +229,9 @@ def _cli(src: Path, mnt: Path, stats: Path) -> subprocess.Popen[bytes]:
     mnt.mkdir()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "src"))
     argv = [sys.executable, "-m", "headrace.cli", "emulate", "slowfs", str(src), str(mnt)]
-    argv += ["--read-latency-ms=1", f"--stats-file={stats}", "--stats-interval-s=0.05"]
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    # The stats file relative to where the command runs, as users write it.
+    argv += ["--read-latency-ms=1", f"--stats-file={stats.name}", "--stats-interval-s=0.05"]
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, cwd=stats.parent)
     deadline = time.monotonic() + 15
     while not is_mounted(mnt):
         assert proc.poll() is None, proc.communicate()[1]

@@ -11,6 +11,7 @@ from s3util import BUCKET, OBJECTS, PREFIX, SMALL, S3Fixture, StoreFactory, expe
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
+    ConfigError,
     ObjectNotFoundError,
     PermissionDeniedError,
     ReadEOFError,
@@ -41,6 +42,16 @@ def test_whole_and_range_reads(open_store: StoreFactory) -> None:
     assert store.size("big.bin") == len(big)
     assert bytes(store.get_range("big.bin", 1_000_003, 65_537)) == big[1_000_003:1_065_540]
     assert bytes(store.get_range("big.bin", len(big) - 1, 1)) == big[-1:]
+
+
+def test_an_http_endpoint_needs_no_allow_http(s3: S3Fixture) -> None:
+    # What users write for MinIO or moto: an http:// endpoint and nothing else.
+    opts = {k: v for k, v in s3.options().items() if k != "allow_http"}
+    with ObjectStore(URL, **opts) as store:  # type: ignore[arg-type]
+        assert bytes(store.get(SMALL[0])) == expected(SMALL[0])
+    with ObjectStore(URL, **opts, allow_http=False) as store:  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"plain http:// .*allow_http=False"):
+            store.get(SMALL[0])
 
 
 def test_get_first_is_one_get_where_stat_and_get_range_were_two(

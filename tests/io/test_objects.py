@@ -228,7 +228,7 @@ def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
         (("s3://b",), {"config": {"no_such_option": 1}}, "cannot open store"),
         (("gs://",), {}, r"^gs://: a gs:// URL needs a bucket \(gs://bucket/prefix\)\.$"),
         (("az:///prefix",), {}, r"a az:// URL needs a container \(az://container/prefix\)"),
-        (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style apply to s3:// URLs only"),
+        (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style applies to s3:// URLs only"),
         (("az://c/p",), {"region": "r", "access_key_id": "k"}, "region, access_key_id apply"),
         (
             ("gs://b/p",),
@@ -371,6 +371,20 @@ def test_classify_says_whether_the_container_or_the_object_is_missing(code: str,
         err, retry = classify(exc, "az://c/p/k")
         assert type(err) is ObjectNotFoundError and not retry
         assert str(err).startswith(f"az://c/p/k: no such {what} (")
+
+
+def test_no_credentials_is_said_so_not_access_denied() -> None:
+    # What obstore raises when neither the arguments nor the environment hold credentials
+    # and the instance metadata service refuses (measured against moto on a dev machine).
+    text = (
+        "Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in "
+        "11ms - Server returned non-2xx status code: 403 Forbidden"
+    )
+    for exc in (obx.PermissionDeniedError(text), obx.GenericError(text)):
+        err, retry = classify(exc, "s3://b/train/")
+        assert type(err) is PermissionDeniedError and not retry
+        assert str(err).startswith("s3://b/train/: no credentials found")
+        assert "AWS_ACCESS_KEY_ID" in str(err)
 
 
 def test_summarize_trims_debug_dump() -> None:

@@ -306,18 +306,46 @@ def _plan(wl: Workload) -> str:
     return out
 
 
-def list_workloads(root: str) -> int:
+def list_workloads(root: str, args: argparse.Namespace) -> int:
+    """The built-in workloads, or those ``-w``/``--dlio`` name (checked as for a run)."""
     from headrace.bench._workload import builtin_workloads
 
-    for name, wl in builtin_workloads().items():
-        try:
-            demand = _demand(make_kind(wl, root))
-        except HeadraceError as exc:
-            demand = f"not runnable yet: {exc}"
-        print(f"{name:10s} [{wl.kind}] {wl.description}")
-        print(f"{'':10s} variants: {', '.join(wl.variants)}")
-        print(f"{'':10s} demand: {demand}")
+    if not (args.workload or args.dlio):
+        for name, wl in builtin_workloads().items():
+            try:
+                demand = _demand(make_kind(wl, root))
+            except HeadraceError as exc:
+                demand = f"not runnable yet: {exc}"
+            _list_one(name, wl, demand)
+        return 0
+    try:
+        for wl in _workloads(args):
+            _list_one(wl.name, wl, _demand(make_kind(wl, root)))
+    except (HeadraceError, ValueError, OSError) as exc:
+        print(f"headrace bench: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
+    if args.dlio:
+        from headrace.bench._dlio import dlio_workload
+
+        if not os.path.isfile(args.dlio):
+            raise ConfigError(
+                f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
+                "e.g. --dlio tests/data/unet3d_h100.yaml"
+            )
+        wl = dlio_workload(args.dlio, scale=args.scale, record_scale=args.record_scale)
+        return [_override(wl, args)]
+    return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+
+
+def _list_one(name: str, wl: Workload, demand: str) -> None:
+    print(f"{name:10s} [{wl.kind}] {wl.description}")
+    print(f"{'':10s} variants: {', '.join(wl.variants)}")
+    print(f"{'':10s} demand: {demand}")
 
 
 @contextmanager
@@ -370,8 +398,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.list:
-        return list_workloads(root)
-    names = args.workload or ["tokens"]
+        return list_workloads(root, args)
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
@@ -388,23 +415,7 @@ def run(args: argparse.Namespace) -> int:
                     "--plot needs matplotlib, which is not installed: "
                     "pip install 'headrace[plot]' (or drop --plot)"
                 ) from None
-        if args.dlio:
-            from headrace.bench._dlio import dlio_workload
-
-            if not os.path.isfile(args.dlio):
-                raise ConfigError(
-                    f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
-                    "e.g. --dlio tests/data/unet3d_h100.yaml"
-                )
-
-            workloads = [
-                _override(
-                    dlio_workload(args.dlio, scale=args.scale, record_scale=args.record_scale),
-                    args,
-                )
-            ]
-        else:
-            workloads = [_override(load_workload(n), args) for n in names]
+        workloads = _workloads(args)
         kinds = [make_kind(wl, root) for wl in workloads]
         prepare_root(root)
     except (HeadraceError, ValueError, OSError) as exc:

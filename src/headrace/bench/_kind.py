@@ -381,6 +381,7 @@ _RUN = frozenset(
         "latency_ms",
         "max_concurrent",
         "store_options",
+        "served_store_options",
         "cache_dir",
         "cache_run_dir",
     }

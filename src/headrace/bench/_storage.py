@@ -72,7 +72,10 @@ class Storage:
         self.max_concurrent: int | None = limit
         # The ObjectStore options of the served dataset: set by serve() for the run,
         # and carried in the workload to the processes that measure it.
-        options = rd.get("store_options") if self.remote else None
+        options = rd.get("served_store_options") if self.remote else None
+        # A workload's own store_options are headrace gen's (--root URL); a bench run
+        # reaches its endpoint with --endpoint and the AWS_* credentials (serve refuses).
+        self.gen_options = rd.get("store_options") if self.remote else None
         self.options: dict[str, Any] | None = None if options is None else dict(options)
         # The object cache of the run (cached variants): where it is made, where it is.
         self.cache_root: str | None = (rd.get("cache_dir") or None) if caches else None
@@ -114,6 +117,13 @@ class Storage:
         if not self.remote or self.options is not None:
             yield
             return
+        if self.gen_options:
+            raise ConfigError(
+                f"workload {self._name!r}: [reader] store_options are for headrace gen --root "
+                "URL; headrace bench --storage s3 serves the dataset itself (moto), or reaches "
+                "an existing endpoint with --endpoint URL and the AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY / AWS_REGION credentials: drop store_options for the run"
+            )
         latency = self.latency_ms or None
         before = kind.workload
         with bench_s3(
@@ -126,7 +136,7 @@ class Storage:
         ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
-            carried: dict[str, Any] = {"store_options": o, "storage_url": self.url}
+            carried: dict[str, Any] = {"served_store_options": o, "storage_url": self.url}
             cache = None
             try:
                 if kind.reads_cache():

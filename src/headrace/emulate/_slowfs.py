@@ -215,6 +215,8 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
     """
     src = os.path.abspath(src)
     mnt = os.path.abspath(mnt)
+    # libfuse moves the process to / once mounted: a relative stats file would land there.
+    stats_file = None if stats_file is None else os.path.abspath(stats_file)
     _check_dirs(src, mnt)
     try:
         import mfusepy

@@ -238,7 +238,8 @@ class ObjectStore(Closing):
 
     S3 options (``endpoint``, ``region``, ``access_key_id``,
     ``secret_access_key``, ``path_style``) cover MinIO, Ceph and any
-    S3-compatible endpoint; anything else obstore understands goes in
+    S3-compatible endpoint (an ``http://`` endpoint allows plain HTTP unless
+    ``allow_http=False``); anything else obstore understands goes in
     ``config`` (store keys) or ``client_options`` (HTTP client, e.g.
     ``allow_http``). Keys are relative to the URL's prefix.
 
@@ -275,7 +276,8 @@ class ObjectStore(Closing):
         given = [k for k, v in s3_only.items() if v is not None]
         if given and scheme in _URL_SCHEMES:
             raise ConfigError(
-                f"{url}: {', '.join(given)} apply to s3:// URLs only; a {scheme}:// store "
+                f"{url}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to s3:// "
+                f"URLs only; a {scheme}:// store "
                 "takes its settings as obstore's keys in config= (see docs/objects.md)."
             )
         s3_opts = {
@@ -292,6 +294,10 @@ class ObjectStore(Closing):
         client.update(client_options or {})
         if allow_http is not None:
             client["allow_http"] = allow_http
+        elif str(cfg.get("endpoint", "")).lower().startswith("http://"):
+            # An endpoint written http:// means plain HTTP (MinIO, moto, a lab Ceph):
+            # without this obstore refuses it with a bare "builder error".
+            client.setdefault("allow_http", True)
         self.url, self._store = self._open(str(url), cfg, client)
         self._lock = threading.Lock()
         self._stats = ObjectStats()

@@ -94,6 +94,9 @@ def _status(text: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
+#: Where an S3 client without credentials looks for an instance's role (IMDS).
+_METADATA_HOST = "169.254.169.254"
+
 _THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
 
 
@@ -129,6 +132,20 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return exc, isinstance(exc, TransientStorageError)
     text = str(exc)
     brief = summarize(exc)
+    if _METADATA_HOST in text:
+        # No credentials in the arguments or the environment: obstore asked the cloud
+        # instance metadata service, which is not there (or refused). Not "access denied".
+        return PermissionDeniedError(
+            f"{where}: no credentials found: none were given (store_options "
+            "access_key_id/secret_access_key, or config=) or set in the environment "
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE ...), and the instance "
+            f"metadata service at {_METADATA_HOST} gave none ({brief})"
+        ), False
+    if "builder error" in text and "http://" in text:
+        return ConfigError(
+            f"{where}: the endpoint is plain http:// but the store was told not to allow "
+            f"HTTP (allow_http=False): allow it, or use an https:// endpoint ({brief})"
+        ), False
     if isinstance(exc, obx.NotFoundError) or (
         isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
     ):
