@@ -191,7 +191,8 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self.host_order = host_order
         self.transform = transform
         # The loader's own: it covers the host order as well as the data.
-        self.fingerprint = check.state_dict()["fingerprint"]
+        described = check.state_dict()
+        self.fingerprint, self._parts = described["fingerprint"], described["parts"]
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
@@ -200,7 +201,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
     def state_at(self, step: int) -> dict[str, Any]:
         """The state that resumes every worker at global ``step`` (for stock DataLoaders)."""
         return LoaderState(
-            seed=self.seed, step=step, batch_size=self.batch_size, fingerprint=self.fingerprint
+            seed=self.seed,
+            step=step,
+            batch_size=self.batch_size,
+            fingerprint=self.fingerprint,
+            parts=self._parts,
         ).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
@@ -219,7 +224,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self.fingerprint, batch_size=self.batch_size)
+        st.check(fingerprint=self.fingerprint, batch_size=self.batch_size, parts=self._parts)
         phase = state.get("phase", st.step)
         if not isinstance(phase, int) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")

@@ -148,8 +148,30 @@ def test_resume_on_a_different_world_size(token_path: Path) -> None:
 def test_state_from_other_data_is_refused(token_path: Path, tmp_path: Path) -> None:
     ld = loader(token_path)
     other = Loader(TokenSource(token_path / "a.bin", dtype="uint32", context=L), batch_size=16)
-    with pytest.raises(StateError, match="different data"):
+    with pytest.raises(StateError, match=r"different data .*what differs: files"):
         other.load_state_dict(ld.state_dict())
+    # The state names what changed: the context, the host order ...
+    shorter = Loader(
+        TokenSource(
+            [token_path / "a.bin", token_path / "b.bin"],
+            dtype="uint32",
+            context=L // 2,
+            window_bytes=WINDOW,
+            block_bytes=4096,
+        ),
+        batch_size=16,
+        seed=7,
+    )
+    with pytest.raises(StateError, match=r"what differs: context\)"):
+        shorter.load_state_dict(ld.state_dict())
+    by_address = loader(token_path, host_order="address")
+    with pytest.raises(StateError, match=r"what differs: host_order\)"):
+        by_address.load_state_dict(ld.state_dict())
+    # ... unless the state is older than its parts: then only that the data differ.
+    old = {k: v for k, v in ld.state_dict().items() if k != "parts"}
+    with pytest.raises(StateError, match=r"this loader's sources have \w+\): same files"):
+        shorter.load_state_dict(old)
+    loader(token_path).load_state_dict(old)  # and an old state of the same data loads
     bigger = loader(token_path, batch_size=32)
     with pytest.raises(StateError, match="global batch size 16"):
         bigger.load_state_dict(ld.state_dict())

@@ -12,6 +12,7 @@ from headrace.plan import (
     Permutation,
     WindowLayout,
     derive_keys,
+    fingerprint_parts,
     host_slice,
     step_samples,
 )
@@ -132,6 +133,25 @@ def test_state_round_trip_and_refusals() -> None:
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     with pytest.raises(StateError, match="not a headrace loader state"):
         LoaderState.from_dict({"seed": 1})
+
+
+def test_a_refused_state_names_the_parts_that_differ() -> None:
+    def described(chat_rows: int) -> dict[str, object]:
+        return {
+            "kind": "mixture",
+            "weights": [3, 1],
+            "sources": {"code": {"rows": 10}, "chat": {"rows": chat_rows}},
+        }
+
+    saved = LoaderState(
+        seed=1, step=5, batch_size=8, fingerprint="a", parts=fingerprint_parts(described(4))
+    )
+    assert LoaderState.from_dict(saved.to_dict()) == saved
+    assert set(saved.parts or ()) == {"kind", "weights", "sources.code", "sources.chat"}
+    with pytest.raises(StateError, match=r"what differs: sources\.chat\)"):
+        saved.check(fingerprint="b", batch_size=8, parts=fingerprint_parts(described(5)))
+    with pytest.raises(StateError, match="expected a dict of str to str"):
+        LoaderState.from_dict({**saved.to_dict(), "parts": ["kind"]})
 
 
 def test_partial_window_cache_is_keyed_by_seed() -> None:

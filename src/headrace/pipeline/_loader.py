@@ -28,7 +28,13 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._transform import Transform, apply_transform
-from headrace.plan import LoaderState, fingerprint_digest, host_slice, step_samples
+from headrace.plan import (
+    LoaderState,
+    fingerprint_digest,
+    fingerprint_parts,
+    host_slice,
+    step_samples,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -195,6 +201,7 @@ class Loader(Closing):
         if host_order == "address":  # another split of each step: not the same stream
             described = {**described, "host_order": "address"}
         self._fingerprint = fingerprint_digest(described)
+        self._parts = fingerprint_parts(described)
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -213,12 +220,13 @@ class Loader(Closing):
             step=self.step,
             batch_size=self.batch_size,
             fingerprint=self._fingerprint,
+            parts=self._parts,
         ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the saved step; works on any world size with the same global batch."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self._fingerprint, batch_size=self.batch_size)
+        st.check(fingerprint=self._fingerprint, batch_size=self.batch_size, parts=self._parts)
         self._stop_producer()
         self._generation += 1
         self.seed = st.seed

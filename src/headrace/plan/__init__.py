@@ -3,7 +3,7 @@
 from headrace.plan._mixture import MixturePlan, quantize_weights
 from headrace.plan._permute import Permutation, cached_permutation, derive_keys
 from headrace.plan._slicing import host_slice, step_samples
-from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest
+from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest, fingerprint_parts
 from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "cached_permutation",
     "derive_keys",
     "fingerprint_digest",
+    "fingerprint_parts",
     "group_by_window",
     "host_slice",
     "quantize_weights",

@@ -9,7 +9,7 @@ from typing import Any
 
 from headrace.errors import StateError
 
-__all__ = ["PLAN_VERSION", "LoaderState", "fingerprint_digest"]
+__all__ = ["PLAN_VERSION", "LoaderState", "fingerprint_digest", "fingerprint_parts"]
 
 PLAN_VERSION = 1
 
@@ -20,15 +20,33 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
+def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
+    """A 12-hex digest of each part of a fingerprint (each top-level key, and each key of
+    a top-level mapping, as ``sources.chat``), so a refused state can say what changed."""
+    out: dict[str, str] = {}
+    for key, value in fingerprint.items():
+        if isinstance(value, dict) and value:
+            for sub, v in value.items():
+                out[f"{key}.{sub}"] = fingerprint_digest({"": v})[:12]
+        else:
+            out[key] = fingerprint_digest({"": value})[:12]
+    return out
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoaderState:
-    """Everything needed to resume: O(1) in the run's length."""
+    """Everything needed to resume: O(1) in the run's length.
+
+    ``parts`` (:func:`fingerprint_parts`; absent from states saved before it
+    existed) names what differs when a state is refused.
+    """
 
     seed: int
     step: int
     batch_size: int
     fingerprint: str
     version: int = PLAN_VERSION
+    parts: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,6 +66,7 @@ class LoaderState:
                 batch_size=int(d["batch_size"]),
                 fingerprint=str(d["fingerprint"]),
                 version=version,
+                parts=_parts(d.get("parts")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
@@ -58,13 +77,22 @@ class LoaderState:
             )
         return st
 
-    def check(self, *, fingerprint: str, batch_size: int) -> None:
-        """Refuse a state saved on other data or with another global batch size."""
+    def check(
+        self, *, fingerprint: str, batch_size: int, parts: dict[str, str] | None = None
+    ) -> None:
+        """Refuse a state saved on other data or with another global batch size; with
+        both sides' ``parts``, name the parts of the sources' description that differ."""
         if fingerprint != self.fingerprint:
+            which = ""
+            if parts is not None and self.parts is not None:
+                keys = sorted(
+                    k for k in parts.keys() | self.parts.keys() if parts.get(k) != self.parts.get(k)
+                )
+                which = f"; what differs: {', '.join(keys)}" if keys else ""
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
-                f"this loader's sources have {fingerprint}): same files, sizes, dtypes and "
-                f"sampling config are required to resume"
+                f"this loader's sources have {fingerprint}{which}): same files, sizes, dtypes, "
+                f"sampling config and host order are required to resume"
             )
         if batch_size != self.batch_size:
             raise StateError(
@@ -72,3 +100,13 @@ class LoaderState:
                 f"loader has {batch_size}; the global batch must not change on resume "
                 f"(the host count may)"
             )
+
+
+def _parts(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise StateError(f"loader state has parts {value!r}; expected a dict of str to str")
+    return dict(value)
