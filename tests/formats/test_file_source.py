@@ -165,6 +165,10 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource(root, format="npz")
     with pytest.raises(ObjectNotFoundError, match=r"nope\.npy"):
         FileSource([root / "nope.npy"], format="npy")
+    with pytest.raises(ObjectNotFoundError, match=r"nope: no such directory"):
+        FileSource(tmp_path / "nope", format="npy")
+    with pytest.raises(ConfigError, match=r"unknown option 'inflight' \(did you mean 'in_flight'"):
+        FileSource(root, format="jpeg", inflight=4)
     with pytest.raises(ConfigError, match="store_options"):
         FileSource(root, format="jpeg", store_options={"region": "x"})
 
@@ -454,7 +458,9 @@ def test_close_wakes_a_take_whose_fetch_was_cancelled() -> None:
 
     t = threading.Thread(target=take_one, daemon=True)
     t.start()
-    while not w.stats.in_flight:
+    # Both started: file 0's fetch running, take(1)'s queued behind it. (Closed before
+    # take(1) ran, the window would just start a new pool for it: the test would hang.)
+    while not w.stats.in_flight or 1 not in w._entries:
         time.sleep(0.001)
     closer = threading.Thread(target=w.close)
     closer.start()

@@ -96,6 +96,18 @@ def test_reads_back_exactly(tmp_path: Path, layout: str) -> None:
     src.close()
 
 
+def test_a_row_too_long_names_its_table_row(tmp_path: Path) -> None:
+    ids = [[1] * (8 if i == 37 else 3) for i in range(50)]
+    pq.write_table(pa.table({"input_ids": ids}), tmp_path / "t.parquet")
+    src = TableSource(tmp_path / "t.parquet", width=4, shuffle=False)
+    src.read(0, np.arange(30, dtype=np.int64))
+    with pytest.raises(
+        ConfigError, match=r"t\.parquet: column 'input_ids': row 37 \(sample 37\) has 8"
+    ):
+        src.read(0, np.arange(30, 40, dtype=np.int64))
+    src.close()
+
+
 def test_strings_padded_with_per_column_width_and_pad(tmp_path: Path) -> None:
     table, _ = make_table()
     pq.write_table(table, tmp_path / "t.parquet")
@@ -129,7 +141,7 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
     table, _ = make_table()
     pq.write_table(table, tmp_path / "t.parquet")
     p = tmp_path / "t.parquet"
-    with pytest.raises(ConfigError, match=r"t\.parquet: .*no column\(s\) \['nope'\]"):
+    with pytest.raises(ConfigError, match=r"t\.parquet: no column\(s\) \[.nope.\]"):
         TableSource(p, columns=["nope"], width=4)
     tb = Table.open(p)
     with pytest.raises(ConfigError, match=r"t\.parquet: unknown column\(s\) \['nope'\]"):
@@ -138,7 +150,9 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
         TableSource(p, columns=["input_ids"])
     with pytest.raises(ConfigError, match=r"widths/pad_values name column\(s\) \['label'\]"):
         TableSource(p, columns=["input_ids"], width=4, widths={"label": 3})
-    with pytest.raises(ConfigError, match=r"t\.parquet: column 'input_ids': row \d+ has \d+ items"):
+    with pytest.raises(
+        ConfigError, match=r"t\.parquet: column .input_ids.: row \d+ \(sample \d+\) has \d+ items"
+    ):
         TableSource(p, columns=["input_ids"], width=4).read(0, np.arange(64))
     with pytest.raises(ConfigError, match="width of 'input_ids' must be >= 1"):
         TableSource(p, columns=["input_ids"], width=0)

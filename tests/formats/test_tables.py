@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
 from headrace.formats import Ragged, Table
 
 N = 900
@@ -321,7 +321,7 @@ def test_row_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
         Table.open(tmp_path / "x.arrow", row_group_cache=0)
     with pytest.raises(ConfigError, match=r"empty list of files"):
         Table.open([])
-    with pytest.raises(FormatError, match=r"no such file or directory"):
+    with pytest.raises(ObjectNotFoundError, match=r"no such file or directory"):
         Table.open(tmp_path / "missing")
     with pytest.raises(FormatError, match=r"no files match"):
         Table.open(str(tmp_path / "*.nothing"))

@@ -342,6 +342,24 @@ def test_bad_config(token_path: Path) -> None:
         loader(token_path, step_stride=2, step_offset=2)
     with pytest.raises(ConfigError, match="chunk_bytes >= 1"):
         loader(token_path, chunk_bytes=0)
+    # Counts are integers: chunk_steps=2.5 used to wait forever for a chunk of 2.5 steps.
+    for name, value in [
+        ("chunk_steps", 2.5),
+        ("batch_size", 2.0),
+        ("prefetch", "8"),
+        ("steps", 2.5),
+        ("step_stride", 1.5),
+        ("seed", True),
+    ]:
+        with pytest.raises(ConfigError, match=rf"{name} must be an integer \(got"):
+            loader(token_path, **{name: value})
+    ld = loader(token_path, batch_size=np.int64(16), seed=np.int64(7), steps=np.int32(2))
+    assert [b["x"].shape for b in ld] == [(16, L), (16, L)]
+    assert type(ld.state_dict()["step"]) is int
+    for bad in (3.9, "3", 2**60):
+        with pytest.raises(StateError, match="loader state"):
+            ld.load_state_dict({**ld.state_dict(), "step": bad})
+    ld.close()
 
 
 def _outcome(it: object, n: int) -> str:

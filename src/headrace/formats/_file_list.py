@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, StorageError
+from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
 from headrace.formats._object_files import cache_name, check_store_options
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, open_error
 
@@ -158,6 +158,11 @@ def list_files(
         )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
+        if not root.exists():
+            raise ObjectNotFoundError(
+                f"{root}: no such directory (FileSource takes a directory, an object-store "
+                "URL or a list of files)"
+            )
         if not root.is_dir():
             raise ConfigError(
                 f"{root}: expected a directory, an object-store URL or a list of files."

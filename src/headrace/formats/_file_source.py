@@ -15,6 +15,8 @@ in the same order, so its batches are byte-identical to the default mode's.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -120,6 +122,17 @@ class FileSourceConfig:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
 
 
+def _unknown_options(unknown: list[str], known: set[str]) -> str:
+    said = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        said.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"FileSource got unknown option{'s' if len(said) > 1 else ''} {', '.join(said)}; "
+        f"it takes store_options, config and {', '.join(sorted(known))}"
+    )
+
+
 class FileSource(Closing):
     """Samples of a dataset of files, by global sample number (a :class:`Source`).
 
@@ -139,6 +152,10 @@ class FileSource(Closing):
         **options: Any,
     ) -> None:
         if config is None:
+            known = {f.name for f in dataclasses.fields(FileSourceConfig)}
+            unknown = sorted(set(options) - known)
+            if unknown:
+                raise ConfigError(_unknown_options(unknown, known))
             config = FileSourceConfig(**options)
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")

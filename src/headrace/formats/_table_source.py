@@ -253,6 +253,16 @@ class TableSource:
                         truncate=self.truncate,
                     )
                 except ConfigError as exc:
+                    lengths = np.diff(v.offsets)
+                    over = np.flatnonzero(lengths > self.widths[c])
+                    if over.size:  # name the table's row, not the batch's
+                        i = int(over[0])
+                        raise ConfigError(
+                            f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "
+                            f"{int(samples[i])}) has {int(lengths[i])} items, more than "
+                            f"width={self.widths[c]}; pass truncate=True to keep its first "
+                            "width items"
+                        ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
                 out[c], out[f"{c}_mask"] = values, mask
             else:

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -213,7 +213,7 @@ def _resolve(
     if os.path.isfile(root):
         return os.path.dirname(root), [root]
     if not os.path.isdir(root):
-        raise FormatError(f"{root}: no such file or directory")
+        raise ObjectNotFoundError(f"{root}: no such file or directory")
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
         raise ConfigError(
@@ -281,6 +281,8 @@ class Table(Closing):
         pa = _pa()
         self._pa = pa
         self._root = root
+        # What messages name: the file when there is one, else the dataset's folder.
+        self._where = files[0] if len(files) == 1 else root
         self._spec = (
             root,
             list(files),
@@ -321,7 +323,7 @@ class Table(Closing):
         names = available if columns is None else list(columns)
         unknown = [c for c in names if c not in available]
         if unknown:
-            raise ConfigError(f"{self._root}: no column(s) {unknown}; available: {available}")
+            raise ConfigError(f"{self._where}: no column(s) {unknown}; available: {available}")
         self._columns = {c: _classify(pa, c, first.schema.field(c).type, first.path) for c in names}
         self.schema = pa.schema([first.schema.field(c) for c in names])
         counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
@@ -331,7 +333,7 @@ class Table(Closing):
         self._span_local = np.array([si for _, si, _ in counts], dtype=np.int64)
         self.num_rows = int(self._starts[-1])
         if self.num_rows == 0:
-            raise FormatError(f"{self._root}: empty dataset: {len(self._parts)} file(s), 0 rows")
+            raise FormatError(f"{self._where}: empty dataset: {len(self._parts)} file(s), 0 rows")
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
@@ -594,12 +596,14 @@ class Table(Closing):
         unknown = [c for c in names if c not in self._columns]
         if unknown:
             raise ConfigError(
-                f"{self._root}: column(s) {unknown} not opened; opened: {list(self._columns)}"
+                f"{self._where}: column(s) {unknown} not opened; opened: {list(self._columns)}"
             )
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
             bad = idx[(idx < 0) | (idx >= self.num_rows)][0]
-            raise ConfigError(f"{self._root}: row {int(bad)} out of range for {self.num_rows} rows")
+            raise ConfigError(
+                f"{self._where}: row {int(bad)} out of range for {self.num_rows} rows"
+            )
         span = self.spans_of(idx)
         local = idx - self._starts[span]
         order = np.argsort(span, kind="stable")

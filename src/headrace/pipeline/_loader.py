@@ -115,6 +115,13 @@ _END = object()
 _STALE = object()  # put after a producer is stopped: its consumer must not wait on
 
 
+def _integer(name: str, value: object) -> int:
+    """``value`` as an int (Python or NumPy integers; not bool, float or str)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name} must be an integer (got {value!r}).")
+    return int(value)
+
+
 class Loader(Closing):
     """Iterate this host's slice of each global batch, from ``state.step`` on.
 
@@ -148,8 +155,22 @@ class Loader(Closing):
     ) -> None:
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        seed = _integer("seed", seed)
+        if not 0 <= seed < 2**63:
             raise ConfigError(f"seed must be an integer in [0, 2**63) (got {seed=}).")
+        batch_size, rank, world_size = (
+            _integer("batch_size", batch_size),
+            _integer("rank", rank),
+            _integer("world_size", world_size),
+        )
+        prefetch, chunk_steps, chunk_bytes = (
+            _integer("prefetch", prefetch),
+            _integer("chunk_steps", chunk_steps),
+            _integer("chunk_bytes", chunk_bytes),
+        )
+        steps = None if steps is None else _integer("steps", steps)
+        step_stride = _integer("step_stride", step_stride)
+        step_offset = _integer("step_offset", step_offset)
         try:
             self._lo, self._hi = host_slice(batch_size, rank, world_size)
         except ValueError as exc:

@@ -7,6 +7,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from headrace.errors import StateError
 
 __all__ = ["PLAN_VERSION", "LoaderState", "fingerprint_digest", "fingerprint_parts"]
@@ -61,19 +63,19 @@ class LoaderState:
                     f"version {PLAN_VERSION} and cannot replay it"
                 )
             st = cls(
-                seed=int(d["seed"]),
-                step=int(d["step"]),
-                batch_size=int(d["batch_size"]),
+                seed=_whole(d["seed"], "seed"),
+                step=_whole(d["step"], "step"),
+                batch_size=_whole(d["batch_size"], "batch_size"),
                 fingerprint=str(d["fingerprint"]),
                 version=version,
                 parts=_parts(d.get("parts")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
-        if not 0 <= st.seed < 2**63 or st.step < 0 or st.batch_size < 1:
+        if not 0 <= st.seed < 2**63 or not 0 <= st.step < 2**53 or st.batch_size < 1:
             raise StateError(
                 f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
-                f"{st.step} (expected >= 0), batch size {st.batch_size} (expected >= 1)"
+                f"{st.step} (expected [0, 2**53)), batch size {st.batch_size} (expected >= 1)"
             )
         return st
 
@@ -110,3 +112,11 @@ def _parts(value: Any) -> dict[str, str] | None:
     ):
         raise StateError(f"loader state has parts {value!r}; expected a dict of str to str")
     return dict(value)
+
+
+def _whole(value: Any, name: str) -> int:
+    """An integer field of a state (Python or NumPy integers; a float or string is refused,
+    so a step of 3.9 is not silently read as 3)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise StateError(f"loader state has {name} {value!r}; expected an integer")
+    return int(value)
