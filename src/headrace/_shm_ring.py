@@ -75,6 +75,7 @@ from numpy.typing import NDArray
 from headrace._pack import pack
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch, Loader, Source
+from headrace.pipeline._loader import lay_out, ragged_keys
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
@@ -544,9 +545,13 @@ class WorkerBatches:
 
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:
-    """A chunk's ``n`` batches, back to back in ``arrays``, one by one into ``ready``."""
+    """A chunk's ``n`` batches, back to back in ``arrays``, one by one into ``ready``
+    (each laid out as its own samples decide: :func:`~headrace.pipeline._loader.lay_out`)."""
     per = {k: len(v) // n for k, v in arrays.items()}
-    ready.extend({k: v[i * per[k] : (i + 1) * per[k]] for k, v in arrays.items()} for i in range(n))
+    ragged = ragged_keys(arrays)
+    for i in range(n):
+        batch = {k: v[i * per[k] : (i + 1) * per[k]] for k, v in arrays.items()}
+        ready.append(lay_out(batch, ragged) if ragged else batch)
 
 
 def _ended(exitcode: int | None, step: int) -> str:

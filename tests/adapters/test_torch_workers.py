@@ -199,6 +199,27 @@ def test_batches_of_changing_shape_go_through_the_pipe() -> None:
     assert batch_digest(wb) == batch_digest(want)
 
 
+def test_a_ragged_file_batch_is_laid_out_as_without_workers(tmp_path: Path) -> None:
+    # .npy files of three shapes in turn, one sample a step: each worker's chunk mixes
+    # shapes (ragged, pickled), yet every step is one dense array as without workers.
+    from headrace.formats import FileSource
+
+    for i in range(12):
+        np.save(tmp_path / f"f{i:02d}.npy", np.full((2, 3 + i % 3), i, dtype=np.float32))
+    src = FileSource(tmp_path, format="npy", shuffle="none")
+    with Loader(src, batch_size=1, steps=12, chunk_steps=1) as ld:
+        want = [batch_digest([b]) for b in ld]
+    wb = WorkerBatches(
+        RingConfig(
+            source=src, loader={"batch_size": 1, "steps": 12, "prefetch": 0}, workers=2, slots=4
+        )
+    )
+    got = list(wb)
+    assert [b["data"].shape for b in got] == [(1, 2, 3 + t % 3) for t in range(12)]
+    assert [batch_digest([b]) for b in got] == want
+    src.close()
+
+
 @pytest.mark.parametrize("objects", [False, True])
 def test_chunks_that_outgrow_the_slot_or_hold_objects_are_pickled(objects: bool) -> None:
     # The ring's slots are sized from the first chunk; these chunks grow past them (and

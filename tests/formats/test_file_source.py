@@ -173,6 +173,45 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource(root, format="jpeg", store_options={"region": "x"})
 
 
+def test_a_batch_is_laid_out_by_its_own_samples_whatever_the_chunk(tmp_path: Path) -> None:
+    # Files of two shapes, alternating. A step whose samples agree is one dense array;
+    # one whose samples differ is ragged (object array + data_shape). That used to be
+    # decided per chunk of steps, so the same step came out differently with another
+    # chunk_steps (or worker count).
+    for i in range(6):
+        np.save(tmp_path / f"f{i}.npy", np.full((3, 4 + i % 2), i, dtype=np.float32))
+    src = FileSource(tmp_path, format="npy", shuffle="none")
+    for batch in (1, 2):
+        runs = []
+        for chunk in (1, 4, 32):
+            with Loader(src, batch_size=batch, steps=6 // batch, chunk_steps=chunk) as ld:
+                runs.append([dict(b) for b in ld])
+        for run in runs[1:]:
+            assert batch_digest(run) == batch_digest(runs[0])
+        steps = [src.read(0, np.arange(t * batch, (t + 1) * batch)) for t in range(6 // batch)]
+        assert batch_digest(runs[0]) == batch_digest(steps)  # as read step by step
+        for t, b in enumerate(runs[-1]):
+            if batch == 1:
+                assert b["data"].shape == (1, 3, 4 + t % 2) and "data_shape" not in b
+            else:
+                assert b["data"].dtype == object
+                assert b["data_shape"].tolist() == [[3, 4], [3, 5]]
+    src.close()
+
+
+def test_a_file_with_other_keys_is_named(tmp_path: Path) -> None:
+    for i in range(4):
+        np.savez(tmp_path / f"f{i}.npz", **{("zz" if i == 2 else "a"): np.zeros(3)})
+    for chunk in (1, 32):  # with one step a chunk the odd file went through as a batch
+        src = FileSource(tmp_path, format="npz", shuffle="none")
+        with Loader(src, batch_size=1, steps=4, chunk_steps=chunk, prefetch=0) as ld:
+            with pytest.raises(
+                FormatError, match=r"f2\.npz: holds \[.zz.\], but \S*f\d\.npz holds \[.a.\]"
+            ):
+                list(ld)
+        src.close()
+
+
 def test_wrong_sample_axis_names_the_file(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "n", "npy", 2, spf=2)
     src = FileSource(root, format="npy", samples_per_file=3, shuffle="none")

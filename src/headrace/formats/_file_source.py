@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import FileList, Listing, LocalRead, list_files
 from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
@@ -195,6 +195,8 @@ class FileSource(Closing):
         self._prefetched: set[int] = set()
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
         self.replaced_samples = 0
+        # The keys of the first file decoded (name, keys): every file must hold the same.
+        self._keys: tuple[str, list[str]] | None = None
 
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -279,9 +281,19 @@ class FileSource(Closing):
     # -- reading -------------------------------------------------------------------
     def _decode(self, f: int, data: Any) -> Sample:
         c = self.config
-        return decode_file(
-            self.format, data, name=self.files.name(f), decode=c.decode, datasets=c.datasets
-        )
+        name = self.files.name(f)
+        sample = decode_file(self.format, data, name=name, decode=c.decode, datasets=c.datasets)
+        keys = sorted(sample)
+        if self._keys is None:
+            self._keys = (name, keys)
+        elif keys != self._keys[1]:
+            # Caught here, not where a batch is stacked: there it named no file, and a
+            # batch of this file alone went through with other keys than the rest.
+            raise FormatError(
+                f"{name}: holds {keys}, but {self._keys[0]} holds {self._keys[1]}; every "
+                "file of a dataset must hold the same keys"
+            )
+        return sample
 
     def _decode_checked(self, f: int, data: Any) -> Sample | DataError:
         """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""

@@ -115,6 +115,32 @@ _END = object()
 _STALE = object()  # put after a producer is stopped: its consumer must not wait on
 
 
+def ragged_keys(arrays: Batch) -> list[str]:
+    """The keys held as per-sample ``object`` arrays beside a ``<key>_shape`` array (what
+    :class:`~headrace.formats.FileSource` gives where samples differ in shape or dtype)."""
+    return [k for k, v in arrays.items() if v.dtype == object and f"{k}_shape" in arrays]
+
+
+def lay_out(batch: Batch, ragged: list[str]) -> Batch:
+    """One step's batch as its own samples decide, not its chunk's: each ``ragged``
+    key whose samples all agree in shape and dtype in this batch is stacked, and its
+    ``<key>_shape`` dropped. A chunk is read whole, so a batch of equal images read in
+    a chunk with another size of image would otherwise stay ragged, and the same step
+    would come out differently with another chunk size or worker count."""
+    for k in ragged:
+        v = batch[k]
+        if not len(v):
+            continue
+        first = v[0]
+        if all(
+            isinstance(e, np.ndarray) and e.shape == first.shape and e.dtype == first.dtype
+            for e in v
+        ):
+            batch[k] = np.stack(list(v))
+            del batch[f"{k}_shape"]
+    return batch
+
+
 def _integer(name: str, value: object) -> int:
     """``value`` as an int (Python or NumPy integers; not bool, float or str)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -344,9 +370,11 @@ class Loader(Closing):
 
     def _split(self, steps: list[int], arrays: Batch) -> list[tuple[int, Batch]]:
         b = self._hi - self._lo
-        return [
+        ragged = ragged_keys(arrays)
+        out = [
             (t, {k: v[i * b : (i + 1) * b] for k, v in arrays.items()}) for i, t in enumerate(steps)
         ]
+        return [(t, lay_out(batch, ragged)) for t, batch in out] if ragged else out
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
