@@ -357,3 +357,64 @@ def test_parquet_row_group_cache_is_bounded(tmp_path: Path) -> None:
     for i in range(0, N, 100):
         tb.read_rows([i])
     assert len(tb._cache) == 2
+
+
+_SHRINK = """
+import os, sys
+import numpy as np
+from headrace.errors import ReadEOFError
+from headrace.formats import TableSource
+from headrace.pipeline import Loader
+
+path = sys.argv[1]
+src = TableSource(path, width=64, shuffle=False)
+with Loader(src, batch_size=16, prefetch=0) as ld:
+    it = iter(ld)
+    next(it), next(it)
+    os.truncate(path, 4096)
+    try:
+        for _ in range(2000):
+            next(it)
+    except ReadEOFError as exc:
+        print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("layout", ["parquet", "arrow"])
+def test_a_table_file_that_shrinks_under_the_run_is_refused_not_a_crash(
+    tmp_path: Path, layout: str
+) -> None:
+    # Memory-mapped: touching pages a truncation took away is SIGBUS, which kills the
+    # process (it did). Run in a child so a crash fails this test, not the suite.
+    import subprocess
+    import sys
+
+    table = pa.table({"ids": [[1] * 50] * 20_000})
+    path = tmp_path / f"t.{layout}"
+    if layout == "parquet":
+        pq.write_table(table, path, row_group_size=1000)
+    else:
+        import pyarrow.feather as feather
+
+        feather.write_feather(table, path, compression="uncompressed", chunksize=1000)
+    done = subprocess.run(
+        [sys.executable, "-c", _SHRINK, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert f"refused: {path}: the file shrank from" in done.stdout
+
+
+def test_a_folder_with_tables_in_subfolders_is_refused_and_a_glob_reaches_them(
+    tmp_path: Path,
+) -> None:
+    # A partitioned dataset: opening the folder read the top file only (10 of 30 rows).
+    table = pa.table({"ids": list(range(10))})
+    pq.write_table(table, tmp_path / "top.parquet")
+    for part in ("part=1", "part=2"):
+        (tmp_path / part).mkdir()
+        pq.write_table(table, tmp_path / part / "a.parquet")
+    with pytest.raises(ConfigError, match=r"subfolders \(part=1, part=2\).*\*\*"):
+        Table.open(tmp_path)
+    tb = Table.open(str(tmp_path / "**" / "*.parquet"))
+    assert tb.num_rows == 30
+    tb.close()

@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -126,11 +126,11 @@ class _Part:
 
     def __init__(self, path: str, pa: Any) -> None:
         self.path = path
-        self.size = os.path.getsize(path)
         self._pa = pa
         self._pf: Any = None
         self.batches: list[Any] = []
         try:
+            self.size = os.path.getsize(path)
             with open(path, "rb") as f:
                 head = f.read(8)
         except OSError as exc:
@@ -172,8 +172,30 @@ class _Part:
         self.schema = reader.schema
         self.rows = [b.num_rows for b in self.batches]
 
+    def check_size(self) -> None:
+        """Refuse a file that shrank since it was opened.
+
+        The file is memory-mapped: touching pages a truncation took away kills the
+        process with SIGBUS. So every read asks its size first (a stat, a few
+        microseconds; by path, not a held descriptor: a dataset may have thousands
+        of files). A truncation racing between that check and the read is still
+        fatal, as for mapped token files. A deleted file leaves the mapped one
+        intact: read on. (One replaced by a smaller file is refused as well: the
+        data changed under the run.)
+        """
+        try:
+            now = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return
+        if now < self.size:
+            raise ReadEOFError(
+                f"{self.path}: the file shrank from {self.size} to {now} bytes since it was "
+                "opened (rewritten or truncated under the run); its data is gone"
+            )
+
     def span(self, i: int, names: list[str]) -> Any:
-        """Span ``i`` as something with ``.column(name)`` giving one Arrow array."""
+        """Span ``i`` as something with ``.column(name)`` giving one Arrow array (the
+        caller has checked the file's size: :meth:`check_size`)."""
         if not self.parquet:
             return self.batches[i]
         try:
@@ -206,7 +228,7 @@ def _resolve(
         return os.path.commonpath([os.path.abspath(f) for f in files]), files
     root = os.fspath(path)
     if any(c in root for c in "*?["):
-        files = sorted(glob.glob(root))
+        files = sorted(f for f in glob.glob(root, recursive=True) if os.path.isfile(f))
         if not files:
             raise FormatError(f"{root}: no files match")
         return os.path.dirname(root), files
@@ -235,6 +257,14 @@ def _resolve(
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
         return root, files
     names = sorted(os.listdir(root))
+    nested = _nested_tables(root)
+    if nested:
+        raise ConfigError(
+            f"{root} has table files in subfolders ({', '.join(nested[:3])}"
+            f"{', ...' if len(nested) > 3 else ''}), which opening the folder would skip; "
+            f"pass a glob such as {os.path.join(root, '**', '*.parquet')!r} (values in "
+            "partition folder names are not read as columns) or a list of files"
+        )
     arrow = [n for n in names if n.endswith(".arrow")]
     parquet = [n for n in names if n.endswith(".parquet")]
     if arrow and parquet:
@@ -249,6 +279,19 @@ def _resolve(
             f"glob, e.g. {os.path.join(root, '*-' + split_names[0] + '*.arrow')!r}"
         )
     return root, [os.path.join(root, n) for n in chosen]
+
+
+def _nested_tables(root: str) -> list[str]:
+    """Subfolders of ``root`` with .arrow or .parquet files somewhere under them."""
+    found = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir():
+            continue
+        for _, _, files in os.walk(entry.path):
+            if any(f.endswith((".arrow", ".parquet")) for f in files):
+                found.append(entry.name)
+                break
+    return found
 
 
 class _Remote(NamedTuple):
@@ -617,6 +660,10 @@ class Table(Closing):
         fetched = {s: self._pending.pop(s) for s in spans if s in self._pending}
         if self._objects is not None:
             fetched.update(self._fetch([s for s in spans if s not in fetched], names))
+        for i in {int(self._span_part[s]) for s in spans}:  # cached views map the file too
+            part = self._parts[i]
+            if isinstance(part, _Part):
+                part.check_size()
         views = {s: self._views(s, names, fetched.get(s)) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
