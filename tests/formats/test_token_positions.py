@@ -141,6 +141,13 @@ def test_cu_seqlens_cut_the_flattened_batch_at_every_document() -> None:
     assert cu_seqlens(np.zeros((0, 4), np.int32))[0].tolist() == [0]
     with pytest.raises(ConfigError, match="must start every row at 0"):
         cu_seqlens(np.array([[1, 2, 3]]))
+    # Row 1 continuing row 0's document would merge them into one: refused, by row.
+    with pytest.raises(ConfigError, match="row 1 starts at 3"):
+        cu_seqlens(np.array([[0, 1, 2], [3, 4, 5]]))
+    with pytest.raises(ConfigError, match="token 2 has 5 after 1"):
+        cu_seqlens(np.array([[0, 1, 5, 6]]))
+    with pytest.raises(ConfigError, match="must be integers"):
+        cu_seqlens(np.array([[0.0, 1.0]]))
 
 
 def test_cu_seqlens_of_a_real_batch_match_its_documents(corpus: tuple[Path, set[int]]) -> None:

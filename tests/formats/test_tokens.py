@@ -170,6 +170,19 @@ def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str)
     assert "m.idx" in str(info.value)
 
 
+def test_the_writers_write_only_what_the_readers_take(tmp_path: Path) -> None:
+    write_megatron_index(tmp_path / "e.idx", np.uint16, np.array([], dtype=np.int32))
+    empty = read_megatron_index(tmp_path / "e.idx", 0)  # one pointer too many, before
+    assert empty.sequence_lengths.size == 0 and empty.sequence_pointers.size == 0
+    write_megatron_index(tmp_path / "m.idx", np.int32, np.array([3, 4], dtype=np.int32))
+    assert read_megatron_index(tmp_path / "m.idx", 28).sequence_pointers.tolist() == [0, 12]
+    with pytest.raises(ConfigError, match=r"f\.idx: Megatron indexes hold .* not float16"):
+        write_megatron_index(tmp_path / "f.idx", np.float16, np.array([1]))  # StopIteration
+    with pytest.raises(ConfigError, match="token dtype float32 is not supported"):
+        write_token_sidecar(tmp_path / "t.bin", "float32")
+    assert not (tmp_path / "t.bin.json").exists()
+
+
 def test_megatron_index_disagreeing_with_bin(tmp_path: Path) -> None:
     np.arange(30, dtype=np.uint16).tofile(tmp_path / "m.bin")
     write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))

@@ -362,6 +362,25 @@ def test_bad_config(token_path: Path) -> None:
     ld.close()
 
 
+def test_a_source_that_returns_the_wrong_rows_is_refused(token_path: Path) -> None:
+    # One row short would shift every later batch of its chunk: refused at once.
+    class Short:
+        def __init__(self) -> None:
+            self.inner = source(token_path)
+
+        def fingerprint(self) -> dict[str, object]:
+            return self.inner.fingerprint()
+
+        def read(self, seed: int, samples: np.ndarray) -> object:
+            return {k: v[:-1] for k, v in self.inner.read(seed, samples).items()}
+
+    with Loader(Short(), batch_size=4, steps=3, prefetch=0) as ld:
+        with pytest.raises(
+            ConfigError, match=r"Short\.read returned 'x' with shape \(3, \d+\) for 4"
+        ):
+            list(ld)
+
+
 def _outcome(it: object, n: int) -> str:
     """What ``n`` more ``next(it)`` calls end in, run in a thread so a hang is a failure."""
     got: list[str] = []

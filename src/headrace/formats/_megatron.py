@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import FormatError
+from headrace.errors import ConfigError, FormatError
 from headrace.io import LocalFile
 
 __all__ = [
@@ -155,9 +155,13 @@ def write_megatron_index(
 ) -> None:
     """Write an ``.idx`` in Megatron's layout (used by tests and the data generator)."""
     dt = np.dtype(dtype)
-    code = next(c for c, d in _DTYPES.items() if d == dt)
+    code = next((c for c, d in _DTYPES.items() if d == dt), None)
+    if code is None:
+        held = sorted(str(d) for d in _DTYPES.values())
+        raise ConfigError(f"{os.fspath(idx_path)}: Megatron indexes hold {held} tokens, not {dt}")
     lengths = np.asarray(sequence_lengths, dtype=np.int32)
-    pointers = np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64))) * dt.itemsize
+    # Each sequence's byte offset: the lengths before it (none for an empty index).
+    pointers = (np.cumsum(lengths, dtype=np.int64) - lengths) * dt.itemsize
     docs = (
         np.arange(len(lengths) + 1, dtype=np.int64)
         if document_indices is None

@@ -76,13 +76,28 @@ def cu_seqlens(position_ids: NDArray[np.integer]) -> tuple[NDArray[np.int32], in
     ``flash_attn_varlen_func`` takes as ``cu_seqlens_q``/``cu_seqlens_k``), and
     ``max_seqlen`` is the longest document's length.
     """
-    flat = np.asarray(position_ids).reshape(-1)
-    if flat.size == 0:
+    pos = np.asarray(position_ids)
+    if pos.size == 0:
         return np.zeros(1, dtype=np.int32), 0
-    starts = np.flatnonzero(flat == 0)
-    if starts.size == 0 or starts[0] != 0:
+    if pos.dtype.kind not in "iu":
+        raise ConfigError(f"position_ids must be integers (got {pos.dtype})")
+    rows = pos.reshape(-1, pos.shape[-1]) if pos.ndim else pos.reshape(1, 1)
+    if (rows[:, 0] != 0).any():
+        row = int(np.flatnonzero(rows[:, 0] != 0)[0])
         raise ConfigError(
-            "position_ids must start every row at 0 (as TokenSource(positions=...) gives them)"
+            f"position_ids must start every row at 0 (as TokenSource(positions=...) gives "
+            f"them); row {row} starts at {int(rows[row, 0])}: a document would run on "
+            "from the row before"
         )
+    flat = rows.reshape(-1)
+    steps = np.diff(flat)
+    # Within a document a position follows the one before; anywhere else a new one starts.
+    if ((flat[1:] != 0) & (steps != 1)).any():
+        i = int(np.flatnonzero((flat[1:] != 0) & (steps != 1))[0]) + 1
+        raise ConfigError(
+            f"position_ids must count 0, 1, 2, ... within each document; token {i} has "
+            f"{int(flat[i])} after {int(flat[i - 1])}"
+        )
+    starts = np.flatnonzero(flat == 0)
     bounds = np.append(starts, flat.size).astype(np.int32)
     return bounds, int(np.diff(bounds).max())

@@ -108,7 +108,8 @@ def write_token_sidecar(
     With ``tokens``, opening the file checks its size against it, so a file
     cut short (a failed copy or upload) is refused instead of read.
     """
-    meta: dict[str, object] = {"dtype": np.dtype(dtype).name}
+    # Refused here, not when the file is opened: a sidecar the reader refuses helps nobody.
+    meta: dict[str, object] = {"dtype": _check_dtype(os.fspath(path), dtype).name}
     if tokens is not None:
         meta["tokens"] = int(tokens)
     with open(_sidecar_path(os.fspath(path)), "w") as f:

@@ -141,6 +141,23 @@ def lay_out(batch: Batch, ragged: list[str]) -> Batch:
     return batch
 
 
+def _check_rows(source: object, arrays: object, n: int) -> None:
+    """A source's read gives a dict of arrays of one row per sample asked for: split
+    by steps, anything else would shift every later batch of the chunk."""
+    if not isinstance(arrays, dict):
+        raise ConfigError(
+            f"{type(source).__name__}.read returned {type(arrays).__name__}; a source must "
+            "return a dict of NumPy arrays with one row per sample"
+        )
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray) or value.ndim == 0 or len(value) != n:
+            shape = getattr(value, "shape", type(value).__name__)
+            raise ConfigError(
+                f"{type(source).__name__}.read returned {key!r} with shape {shape} for {n} "
+                "samples; a source must return one row per sample asked for"
+            )
+
+
 def _integer(name: str, value: object) -> int:
     """``value`` as an int (Python or NumPy integers; not bool, float or str)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -336,6 +353,7 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
+        _check_rows(self.source, arrays, samples.size)
         stats.plan_s += t1 - t0
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
