@@ -53,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     report.update(cache.summary())
     _print(report)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
-            fh.write("\n")
+        try:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2)
+                fh.write("\n")
+        except OSError as exc:
+            raise ConfigError(f"--json {args.json}: cannot write it ({exc.strerror})") from None
     return 0
 
 

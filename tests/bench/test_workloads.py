@@ -128,6 +128,29 @@ def test_dlio_yaml_runs_at_small_scale(
     assert all(0 <= r["au"] <= 1 for r in report["results"])
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("dataset: [1", "not valid YAML"),
+        ("dataset: 5", "dataset must be a mapping of keys (got 5)"),
+        ("dataset: {num_samples_per_file: 0}", "dataset.num_samples_per_file must be a whole"),
+        ("dataset: {format: npz}\nreader: {batch_size: 0}", "reader.batch_size must be a whole"),
+        ("dataset: {num_files_train: -3}", "dataset.num_files_train must be a whole number"),
+        ("dataset: {record_length_bytes: -1}", "dataset.record_length_bytes must be a number"),
+        ("dataset: {record_length_bytes: big}", "dataset.record_length_bytes must be a number"),
+        ("dataset: {}\nmetric: {au: high}", "metric.au must be a number"),
+    ],
+)
+def test_a_bad_dlio_yaml_is_named_not_a_traceback(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(text + "\n")
+    assert main(["bench", "--dlio", str(path), "--list", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"headrace bench: {path}: ") and message in err, err
+
+
 def test_dlio_resnet_mapping() -> None:
     from headrace.bench._dlio import dlio_workload
 

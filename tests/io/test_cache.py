@@ -285,6 +285,9 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert main(["cache", str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
     assert main(["cache", str(tmp_path), "--prune-days", "-1"]) == 2
+    capsys.readouterr()
+    assert main(["cache", str(tmp_path), "--json", str(tmp_path / "no" / "r.json")]) == 2
+    assert "r.json: cannot write it (No such file or directory)" in capsys.readouterr().err
 
 
 def test_an_entry_changed_in_place_fails_its_checksum(tmp_path: Path) -> None:

@@ -37,13 +37,6 @@ _FORMATS = {"npz": "npz", "npy": "npy", "jpeg": "jpeg", "png": "png", "hdf5": "h
 _RAW = {"tfrecord", "indexed_binary", "mmap_indexed_binary", "csv", "data_loader"}
 
 
-def _first(section: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if k in section:
-            return section[k]
-    return default
-
-
 def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> dict[str, Any]:
     """The reader's storage keys for DLIO's ``storage`` section."""
     if stype == "local_fs":
@@ -141,6 +134,24 @@ def _positive(section: Mapping[str, Any], key: str, default: int, where: str) ->
     return value
 
 
+def _number(section: Mapping[str, Any], keys: tuple[str, ...], default: float, where: str) -> float:
+    """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``)."""
+    key = next((k for k in keys if k in section), keys[0])
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{where}.{key} must be a number >= 0 (got {value!r})")
+    return float(value)
+
+
+def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
+    value = doc.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: {name} must be a mapping of keys (got {value!r})")
+    return value
+
+
 def dlio_workload(
     path: str, *, scale: float = 1.0, record_scale: float = 1.0, steps: int | None = None
 ) -> Workload:
@@ -152,26 +163,28 @@ def dlio_workload(
         import yaml
     except ImportError as exc:  # pragma: no cover - pyyaml is in the test extra
         raise ConfigError("--dlio needs PyYAML: pip install pyyaml") from exc
-    with open(path) as f:
-        doc = yaml.safe_load(f)
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(doc, dict) or "dataset" not in doc:
         raise ConfigError(f"{path}: not a DLIO workload (expected a mapping with 'dataset')")
-    ds, rd = doc.get("dataset") or {}, doc.get("reader") or {}
-    tr, metric, storage = doc.get("train") or {}, doc.get("metric") or {}, doc.get("storage") or {}
+    ds, rd, tr, metric, storage = (
+        _section(doc, name, path) for name in ("dataset", "reader", "train", "metric", "storage")
+    )
     fmt = str(ds.get("format", "npz"))
     if fmt not in _FORMATS and fmt not in _RAW:
         raise ConfigError(f"{path}: dataset.format {fmt!r} is not supported")
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
-    record = float(_first(ds, "record_length_bytes", "record_length", default=65536))
-    stdev = float(
-        _first(
-            ds, "record_length_bytes_stdev", "record_length_stdev", "record_length_std", default=0
-        )
-    )
-    batch = int(rd.get("batch_size", 1))
-    files = max(1, round(int(ds.get("num_files_train", 1)) * scale))
-    per_file = int(ds.get("num_samples_per_file", 1))
+    where = f"{path}: dataset"
+    record = _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+    stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
+    stdev = _number(ds, stdev_keys, 0, where)
+    batch = _positive(rd, "batch_size", 1, f"{path}: reader")
+    files = max(1, round(_positive(ds, "num_files_train", 1, where) * scale))
+    per_file = _positive(ds, "num_samples_per_file", 1, where)
     if files * per_file < batch:
         files = -(-batch // per_file)
     model = doc.get("model")
@@ -182,7 +195,7 @@ def dlio_workload(
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
     epoch_steps = files * per_file // batch
     trial_steps = epoch_steps
-    total = int(tr.get("total_training_steps", -1) or -1)
+    total = int(_number(tr, ("total_training_steps",), 0, f"{path}: train") or -1)
     if total > 0:  # DLIO stops each epoch there
         trial_steps = min(epoch_steps, max(1, round(total * scale)))
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
@@ -196,8 +209,8 @@ def dlio_workload(
         warmup_steps=1,
         computation_time=compute * record_scale,
         computation_time_stdev=compute_stdev * record_scale,
-        au_threshold=float(metric.get("au", 0.90)),
-        seed=int(rd.get("seed", 0) or 0),
+        au_threshold=_number(metric, ("au",), 0.90, f"{path}: metric"),
+        seed=int(_number(rd, ("seed",), 0, f"{path}: reader")),
     )
     # Fixed-size records without a decoder here become NPY arrays of records
     # (read whole, like DLIO's readers); one record per file stays raw bytes.
@@ -211,9 +224,12 @@ def dlio_workload(
     }
     if out_fmt not in ("jpeg", "png"):  # images are generated at one size
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
+    # read_threads decode; left out, 2 decode and 8 fetch (2 x DLIO's default of 4).
+    threads = int(_number(rd, ("read_threads",), 0, f"{path}: reader"))
     reader: dict[str, Any] = {
-        "in_flight": int(rd.get("prefetch_size", 0) or 2 * int(rd.get("read_threads", 4) or 1)),
-        "decode_threads": int(rd.get("read_threads", 2) or 1),
+        "in_flight": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader"))
+        or 2 * (threads or 4),
+        "decode_threads": threads or 2,
         **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
     }
     if rd.get("odirect"):

@@ -63,6 +63,10 @@ class Storage:
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
         self.endpoint = rd.get("endpoint") or None
         self.latency_ms = float(rd.get("latency_ms") or 0)
+        if self.latency_ms < 0:
+            raise ConfigError(
+                f"workload {workload.name!r}: latency_ms must be >= 0 (got {self.latency_ms:g})"
+            )
         limit = rd.get("max_concurrent")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(
