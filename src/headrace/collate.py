@@ -84,6 +84,11 @@ def pad_batch(
     else:
         values, offsets, rows, torch_out = _flatten(list(seqs), dtype, width if truncate else None)
     out_dtype = np.dtype(dtype) if dtype is not None else values.dtype
+    if out_dtype.kind not in "biuf":  # None in a row, an int past int64: Python objects
+        raise errors.DataError(
+            f"pad_batch: the values make an array of {out_dtype} (not numbers NumPy can hold: "
+            "a None, a string, an integer past 64 bits?); pass numbers, or dtype="
+        )
     _ragged.check_pad_value(pad_value, out_dtype)
     n = offsets.size - 1
     lengths = np.diff(offsets)

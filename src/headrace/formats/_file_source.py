@@ -118,6 +118,11 @@ class FileSourceConfig:
             )
         if self.samples_per_file > 1 and not self.decode:
             raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
+        if isinstance(self.datasets, str):
+            raise ConfigError(
+                f"datasets must be a list of names, e.g. datasets=({self.datasets!r},), not "
+                "a string (it would read one dataset per letter)."
+            )
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
 
@@ -151,6 +156,8 @@ class FileSource(Closing):
         store_options: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
+        if isinstance(files, bytes):  # a path as bytes, not a list of byte values
+            files = os.fsdecode(files)
         if config is None:
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)

@@ -70,8 +70,11 @@ def decode_hdf5(
     with f:
         obj = f.get(dataset)
         if not isinstance(obj, h5py.Dataset):
+            what = "a group, not a dataset" if isinstance(obj, h5py.Group) else "no dataset"
             raise FormatError(
-                f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
+                f"{name}: {dataset!r} is {what}; the file's datasets are {_datasets(f, h5py)}"
+                if obj is not None
+                else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
             )
         try:
             return _select(obj, index, name, dataset)

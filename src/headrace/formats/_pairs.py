@@ -43,7 +43,18 @@ class _Member:
     __slots__ = ("mask", "name", "tokens")
 
     def __init__(self, name: str, spec: MemberSpec, io: RowReader) -> None:
-        tok, mask = spec if isinstance(spec, tuple) else (spec, None)
+        parts = spec if isinstance(spec, tuple | list) else (spec, None)
+        path = (str, os.PathLike, RowFile)
+        if (
+            len(parts) != 2
+            or not isinstance(parts[0], path)
+            or not (parts[1] is None or isinstance(parts[1], path))
+        ):
+            raise ConfigError(
+                f"PairRows member {name!r}: expected a token file or a (tokens, mask) pair "
+                f"of files (got {spec!r})"
+            )
+        tok, mask = parts
         self.name = name
         self.tokens = io.open(tok)
         self.mask = None if mask is None else io.open(mask)

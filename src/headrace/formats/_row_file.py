@@ -329,7 +329,14 @@ class RowReader:
         # Checked here, refused for a local file when it is opened.
         self._store_options = check_store_options(store_options, remote=True)
         self._given = spec if isinstance(spec, RangeReader) else None
-        self._config = spec.config if isinstance(spec, RangeReader) else spec
+        # A strategy name is checked now, not at the first read.
+        self._config = (
+            spec.config
+            if isinstance(spec, RangeReader)
+            else spec
+            if isinstance(spec, ReaderConfig)
+            else ReaderConfig(strategy=spec)
+        )
         self._reader: RangeReader | None = self._given
         self._objects: ObjectFiles | None = None
         self._remote: dict[str, RemoteFile] = {}

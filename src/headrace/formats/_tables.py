@@ -136,6 +136,10 @@ class _Part:
         except OSError as exc:
             raise FormatError(f"{path}: cannot read ({exc})") from exc
         self.parquet = head[:4] == _PARQUET_MAGIC
+        if path.endswith(".parquet") and not self.parquet:
+            raise FormatError(
+                f"{path}: not a Parquet file: it does not start with PAR1 (starts with {head!r})"
+            )
         try:
             if self.parquet:
                 import pyarrow.parquet as pq
@@ -422,6 +426,11 @@ class Table(Closing):
         """
         if row_group_cache < 1:
             raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
+        if isinstance(columns, str):
+            raise ConfigError(
+                f"columns must be a list of names, e.g. columns=[{columns!r}], not a string "
+                "(it would name one column per letter)"
+            )
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
         options = check_store_options(store_options, remote=remote)

@@ -323,6 +323,8 @@ class TokenSource:
                 "positions='eos' needs eos_id= (the end-of-document token), and eos_id "
                 f"is only for it (got positions={positions!r}, eos_id={eos_id!r})."
             )
+        if isinstance(files, bytes):  # a path as bytes, not a list of byte values
+            files = os.fsdecode(files)
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
         files = list(files)
@@ -359,12 +361,15 @@ class TokenSource:
         self.context = context
         self.block_bytes = block_bytes
         self.window_bytes = window_bytes
-        self.layout = WindowLayout(
-            file_tokens=tuple(f.num_tokens for f in self.files),
-            context=context,
-            window_tokens=window_bytes // self.dtype.itemsize,
-            shuffle=shuffle,
-        )
+        try:
+            self.layout = WindowLayout(
+                file_tokens=tuple(f.num_tokens for f in self.files),
+                context=context,
+                window_tokens=window_bytes // self.dtype.itemsize,
+                shuffle=shuffle,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"window_bytes={window_bytes}: {exc}") from None
         self.max_windows = max_windows
         self.reads = reads
         self.read_ahead = read_ahead

@@ -131,6 +131,10 @@ def _check_dtype(path: str, dtype: DTypeLike) -> np.dtype[np.generic]:
 def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | None]:
     try:
         meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise TypeError(f"it holds a JSON {type(meta).__name__}, not an object")
+        if "dtype" not in meta:
+            raise TypeError(f"it has no 'dtype' key (keys: {sorted(meta)})")
         dt = _check_dtype(side, meta["dtype"])
         tokens = meta.get("tokens")
         if tokens is not None and (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import stat
 import threading
 from typing import Any, cast
 
@@ -26,6 +27,13 @@ __all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
 def open_error(path: str, exc: OSError) -> StorageError:
     """Map an ``OSError`` from opening ``path`` to headrace's tree."""
     if isinstance(exc, FileNotFoundError):
+        scheme, sep, _ = path.partition("://")
+        if sep and scheme.isalnum():  # a URL of a scheme nobody maps to a store
+            return ObjectNotFoundError(
+                errno.ENOENT,
+                f"{path}: no such file; {scheme}:// is not a URL scheme headrace reads "
+                "(s3://, gs://, az://, http(s)://, file://)",
+            )
         return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
@@ -72,10 +80,14 @@ class LocalFile(Closing):
         except OSError as exc:
             raise open_error(self.path, exc) from exc
         try:
-            self.size: int = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
         except OSError as exc:  # close what we opened: no fd leaks on any error path
             os.close(self._fd)
             raise open_error(self.path, exc) from exc
+        if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
+            os.close(self._fd)
+            raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
+        self.size: int = st.st_size
         self._map: mmap.mmap | None = None
         self._dfd = -1
         # Readers share one LocalFile across I/O threads; the lazy map and

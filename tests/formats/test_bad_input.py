@@ -1,0 +1,93 @@
+"""Bad input met at construction, each refused with a message that names what is wrong.
+
+Found by probing the public API with the mistakes users make; before, each of these
+was a bare Python error, a late failure at the first read, or silently wrong.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from headrace.collate import pad_batch
+from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError, StorageError
+from headrace.formats import (
+    FileSource,
+    PaddedRows,
+    PairRows,
+    Table,
+    TokenSource,
+    write_row_file,
+)
+from headrace.formats._hdf5 import decode_hdf5
+from headrace.io import RangeReader
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Path:
+    np.arange(5000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    return tmp_path / "t.bin"
+
+
+def test_token_paths(tokens: Path, tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="is a directory, not a file"):
+        TokenSource(tmp_path, context=8, dtype="uint16")  # opened as a 2,048-token file
+    with pytest.raises(ObjectNotFoundError, match="ftp:// is not a URL scheme headrace reads"):
+        TokenSource("ftp://host/x.bin", context=8, dtype="uint16")
+    # A path given as bytes is a path, not a list of byte values.
+    assert TokenSource(bytes(tokens), context=8, dtype="uint16").samples_per_epoch == 624
+    with pytest.raises(ConfigError, match=r"window_bytes=0: window of 0 tokens"):
+        TokenSource(tokens, context=8, dtype="uint16", window_bytes=0)  # was a ValueError
+
+
+@pytest.mark.parametrize(
+    ("sidecar", "message"),
+    [('{"nodtype": 1}', r"has no 'dtype' key \(keys: \['nodtype'\]\)"), ("[1, 2]", "JSON list")],
+)
+def test_token_sidecars(tokens: Path, sidecar: str, message: str) -> None:
+    Path(f"{tokens}.json").write_text(sidecar)
+    with pytest.raises(FormatError, match=message):
+        TokenSource(tokens, context=8)
+
+
+def test_row_and_pair_arguments(tmp_path: Path) -> None:
+    write_row_file(tmp_path / "r.npy", np.ones((8, 9), dtype=np.uint16))
+    with pytest.raises(ConfigError, match="Unknown read strategy 'bogus'"):
+        PaddedRows(tmp_path / "r.npy", context=8, reader="bogus")  # type: ignore[arg-type]
+    for spec in [(tmp_path / "r.npy", None, 3), None, (tmp_path / "r.npy", 5)]:
+        with pytest.raises(ConfigError, match=r"member 'a': expected a token file or a \(tokens"):
+            PairRows({"a": spec})  # type: ignore[dict-item]
+    with pytest.raises(StorageError, match="is a directory, not a file"):
+        RangeReader("mmap").read(str(tmp_path), [(0, 10)])  # was OSError EINVAL, no path
+
+
+def test_names_where_a_list_is_expected(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"columns must be a list of names, e.g. columns=\['ids'\]"
+    ):
+        Table.open(tmp_path / "t.parquet", columns="ids")  # type: ignore[arg-type]
+    with pytest.raises(
+        ConfigError, match=r"datasets must be a list of names, e.g. datasets=\('x',\)"
+    ):
+        FileSource(tmp_path, format="hdf5", datasets="x")
+
+
+def test_table_and_hdf5_contents(tmp_path: Path) -> None:
+    (tmp_path / "g.parquet").write_bytes(np.random.default_rng(0).bytes(5000))
+    with pytest.raises(FormatError, match=r"g\.parquet: not a Parquet file: it does not start"):
+        Table.open(tmp_path / "g.parquet")  # was "corrupt Arrow IPC file"
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.create_group("img").create_dataset("x", data=np.zeros(3))
+    with pytest.raises(FormatError, match=r"'img' is a group, not a dataset; .* \['img/x'\]"):
+        decode_hdf5(memoryview(buf.getvalue()), name="f.h5", dataset="img")
+
+
+@pytest.mark.parametrize("rows", [[[1, None], [3]], [[2**70], [1]], [["a"], ["b"]]])
+def test_pad_batch_refuses_what_is_not_numbers(rows: list[list[object]]) -> None:
+    with pytest.raises(DataError, match="not numbers NumPy can hold"):
+        pad_batch(rows)  # type: ignore[arg-type]
