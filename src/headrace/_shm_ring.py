@@ -296,6 +296,17 @@ def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Regi
         np.copyto(slot[at : at + a.nbytes].view(dtype).reshape(shape), a, casting="no")
 
 
+def _unpicklable(cfg: RingConfig) -> str:
+    """What part of a worker's config does not pickle: the source, or a loader option
+    (a transform, most often a lambda)."""
+    for key, value in cfg.loader.items():
+        try:
+            pickle.dumps(value)
+        except Exception:
+            return f"the loader's {key} {value!r}"
+    return f"the source {cfg.source!r}"
+
+
 def _send_error(out: Connection, step: int, exc: BaseException) -> None:
     exc.add_note("worker traceback:\n" + "".join(traceback.format_exception(exc)).rstrip())
     try:
@@ -367,8 +378,9 @@ class WorkerBatches:
             config = pickle.dumps(self.cfg)
         except Exception as exc:
             raise ConfigError(
-                f"the source {self.cfg.source!r} does not pickle ({type(exc).__name__}: {exc}); "
-                "worker processes need a picklable source (or use num_workers=0)."
+                f"{_unpicklable(self.cfg)} does not pickle ({type(exc).__name__}: {exc}); "
+                "worker processes need it picklable (a module-level function or class, not a "
+                "lambda or a local function), or use num_workers=0."
             ) from exc
         alive_r, self._alive = self.ctx.Pipe(duplex=False)
         try:

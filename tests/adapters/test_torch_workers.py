@@ -394,6 +394,11 @@ def test_a_source_that_does_not_pickle_is_named_and_leaves_nothing(root: Path) -
         next(iter(dl))
     dl.close()
     assert len(os.listdir("/proc/self/fd")) == fds
+    # A lambda transform is named as the culprit, not the (picklable) source.
+    dl = ht.HeadraceDataLoader(dataset(root, transform=lambda a, s: a), num_workers=2)
+    with pytest.raises(ConfigError, match=r"the loader's transform <function .*<lambda>"):
+        next(iter(dl))
+    dl.close()
 
 
 def test_a_worker_that_fails_to_start_leaves_nothing(

@@ -113,7 +113,10 @@ def uring_enabled() -> bool:
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{URING_ENV} must be 0 or 1 (got {value!r}).")
+    raise ConfigError(
+        f"{URING_ENV} must be 1, true, yes or on (io_uring where it works), or 0, false, no "
+        f"or off (got {value!r})."
+    )
 
 
 def _pool_for(depth: int) -> tuple[int, Executor | None]:
