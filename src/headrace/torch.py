@@ -43,7 +43,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from headrace._closing import Closing
 from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
-from headrace.errors import ConfigError, StateError
+from headrace.errors import ConfigError, DataError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.plan import LoaderState
 
@@ -103,6 +103,7 @@ def to_tensors(
     otherwise. Read-only fields, and fields with negative strides, are
     copied either way.
     """
+    _check_tensorable(batch)
     if contiguous:
         batch = {k: np.ascontiguousarray(a) for k, a in batch.items()}
     if not (share or pin_memory):
@@ -114,6 +115,18 @@ def to_tensors(
         else:  # every field shared as it is: the common case, ~2.5 us for x and y
             return out
     return tensors_of(pack(batch), pin_memory=pin_memory)
+
+
+def _check_tensorable(batch: Batch) -> None:
+    """Refuse fields torch has no tensor for, by name: a ragged field (samples of several
+    shapes, as an object array) would fail in torch with no hint of which or why."""
+    for k, a in batch.items():
+        if a.dtype == object:
+            raise DataError(
+                f"field {k!r} holds samples of different shapes (an object array), which "
+                "make no tensor: give them one shape with a transform (headrace.transforms."
+                "RandomCrop, RandomResizedCrop, or your own) or collate them yourself"
+            )
 
 
 @lru_cache(maxsize=256)
@@ -440,6 +453,7 @@ class HeadraceDataLoader(Closing):
             workers.close()
 
     def _from_slot(self, batch: Batch) -> TensorBatch:
+        _check_tensorable(batch)
         if self.pin_memory:
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}

@@ -198,6 +198,13 @@ class RandomResizedCrop:
 
 
 def _check_size(t: RandomCrop | RandomResizedCrop) -> None:
+    size: Any = t.size
+    if isinstance(size, int) and not isinstance(size, bool):  # a square, as torchvision takes it
+        object.__setattr__(t, "size", (size, size))
+    elif not (isinstance(size, tuple | list) and len(size) == 2):
+        raise errors.ConfigError(
+            f"{type(t).__name__} size must be (height, width) or one integer (got {size!r})."
+        )
     h, w = t.size
     if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
         raise errors.ConfigError(

@@ -13,7 +13,7 @@ from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
-from headrace.errors import ConfigError, StateError  # noqa: E402
+from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
@@ -199,6 +199,18 @@ def test_config_errors(root: Path) -> None:
     for bad in ({"batch_size": 4}, {"persistent_workers": True, "num_workers": 1}):
         with pytest.raises(ConfigError, match="not allowed"):
             ht.HeadraceDataLoader(dataset(root), **bad)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_ragged_field_is_named_not_a_torch_type_error(tmp_path: Path, workers: int) -> None:
+    from headrace.formats import FileSource
+
+    for i in range(4):  # two shapes in every batch of 2: an object array of images
+        np.save(tmp_path / f"f{i}.npy", np.zeros((2, 3 + i % 2), dtype=np.float32))
+    ds = ht.TorchDataset(FileSource(tmp_path, format="npy", shuffle="none"), batch_size=2)
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        with pytest.raises(DataError, match=r"field 'data' holds samples of different shapes"):
+            next(iter(dl))
 
 
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator error")

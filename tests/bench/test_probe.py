@@ -91,6 +91,14 @@ def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
     with pytest.raises(SystemExit):
         main(["probe", str(tmp_path), "--size", "lots"])
+    capsys.readouterr()
+    (tmp_path / "empty").touch()  # measured nothing, printed an empty table and exited 0
+    assert main(["probe", str(tmp_path / "empty")]) == 2
+    assert "0 bytes is too small to probe" in capsys.readouterr().err
+    assert main(["probe", "/dev/null"]) == 2  # said "no such file or directory"
+    assert "not a regular file or a folder" in capsys.readouterr().err
+    assert main(["probe", "ftp://host/x"]) == 2  # said "ftp:/host/x: no such file"
+    assert "ftp://host/x: not a URL headrace probes" in capsys.readouterr().err
 
 
 def test_size_parser_and_filesystem() -> None:

@@ -87,6 +87,14 @@ def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "padded" in out and "table" in out
 
 
+def test_bad_run_sizes_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = ["--root", str(tmp_path)]
+    assert main(["bench", "--token-file-gib", "-1", *root]) == 2  # "-268435456 tokens"
+    assert "token_file_gib must be > 0 (got -1)" in capsys.readouterr().err
+    assert main(["bench", "--steps", "0", *root]) == 2  # named self.steps=0
+    assert "(got batch_size=32, steps=0," in capsys.readouterr().err
+
+
 def test_list_shows_the_named_workloads_checked(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

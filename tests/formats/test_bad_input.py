@@ -42,6 +42,10 @@ def test_token_paths(tokens: Path, tmp_path: Path) -> None:
     assert TokenSource(bytes(tokens), context=8, dtype="uint16").samples_per_epoch == 624
     with pytest.raises(ConfigError, match=r"window_bytes=0: window of 0 tokens"):
         TokenSource(tokens, context=8, dtype="uint16", window_bytes=0)  # was a ValueError
+    with pytest.raises(ConfigError, match="context must be a positive integer"):
+        TokenSource(tokens, context=True, dtype="uint16")
+    with pytest.raises(ConfigError, match=r"shuffle must be True or False \(got 'False'\)"):
+        TokenSource(tokens, context=8, dtype="uint16", shuffle="False")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

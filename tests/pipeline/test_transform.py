@@ -170,6 +170,9 @@ def test_random_crop_same_on_two_hosts_and_every_read_order(jpegs: Path) -> None
 def test_random_crop_refuses_what_it_cannot_crop() -> None:
     with pytest.raises(ConfigError, match="size must be two integers"):
         RandomCrop((0, 4))
+    with pytest.raises(ConfigError, match=r"size must be \(height, width\) or one integer"):
+        RandomResizedCrop("224")  # type: ignore[arg-type]
+    assert RandomCrop(5).size == (5, 5) == RandomResizedCrop(5).size  # a square, as torchvision
     samples = Samples(0, np.arange(2, dtype=np.int64))
     with pytest.raises(ConfigError, match=r"no 'image' \(keys: \['data'\]\)"):
         RandomCrop((2, 2))({"data": np.zeros((2, 4, 4), np.uint8)}, samples)

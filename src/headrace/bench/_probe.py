@@ -447,6 +447,23 @@ def run(args: argparse.Namespace) -> int:
         path = str(scratch)
     elif target.is_file():
         path = str(target)
+        if target.stat().st_size < MiB:
+            print(
+                f"{target}: {target.stat().st_size:,} bytes is too small to probe (at least "
+                "1 MiB); give a larger file, or a folder to write a scratch file in",
+                file=sys.stderr,
+            )
+            return 2
+    elif "://" in args.path:
+        print(
+            f"{args.path}: not a URL headrace probes (s3://, gs://, az://, http(s)://, "
+            "file://), nor a local path",
+            file=sys.stderr,
+        )
+        return 2
+    elif target.exists():
+        print(f"{target}: not a regular file or a folder (a device?)", file=sys.stderr)
+        return 2
     else:
         print(f"{target}: no such file or directory", file=sys.stderr)
         return 2

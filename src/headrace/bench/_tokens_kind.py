@@ -76,7 +76,12 @@ class TokenKind(Kind):
         )
         self.dtype = np.dtype(ds.get("dtype", "uint32"))
         self.context = int(ds.get("context", 1024))
-        self.num_tokens = int(float(ds.get("token_file_gib", 1.0)) * GiB) // self.dtype.itemsize
+        gib = float(ds.get("token_file_gib", 1.0))
+        if not gib > 0:
+            raise ConfigError(
+                f"workload {workload.name!r}: token_file_gib must be > 0 (got {gib:g})"
+            )
+        self.num_tokens = int(gib * GiB) // self.dtype.itemsize
         if self.num_tokens < 2 * (self.context + 1):
             raise ConfigError(
                 f"workload {workload.name!r}: token file of {self.num_tokens} tokens is too "

@@ -133,7 +133,8 @@ class TrainConfig:
         if self.batch_size < 1 or self.steps < 1 or self.trials < 1 or self.warmup_steps < 0:
             raise ConfigError(
                 "train: batch_size, steps and trials must be >= 1 and warmup_steps >= 0 "
-                f"(got {self.batch_size=}, {self.steps=}, {self.trials=}, {self.warmup_steps=})"
+                f"(got batch_size={self.batch_size}, steps={self.steps}, trials={self.trials}, "
+                f"warmup_steps={self.warmup_steps})"
             )
         if self.computation_time < 0 or self.computation_time_stdev < 0:
             raise ConfigError(

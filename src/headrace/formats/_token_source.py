@@ -339,8 +339,10 @@ class TokenSource:
                 "token files are on local disk already (leave cache_dir out)"
             )
         self._cache = open_cache(cache_dir, cache_bytes)
-        if not isinstance(context, int) or context < 1:
+        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
+        if not isinstance(shuffle, bool):  # "False" is a true string
+            raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
         if block_bytes < 4096 or block_bytes % 4096:
             raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
         if max_windows < 1:
