@@ -124,6 +124,11 @@ def mp_context(context: str | BaseContext | None) -> BaseContext:
         )
     if context is None:
         context = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    if isinstance(context, str) and context not in mp.get_all_start_methods():
+        raise ConfigError(
+            f"multiprocessing_context={context!r} is not a start method here; use "
+            "'forkserver' (the default) or 'spawn'."
+        )
     ctx = mp.get_context(context) if isinstance(context, str) else context
     if ctx.get_start_method() == "fork":
         raise ConfigError(

@@ -369,6 +369,8 @@ def test_keyboard_interrupt_stops_the_workers(root: Path) -> None:
 def test_config_errors(root: Path) -> None:
     with pytest.raises(ConfigError, match="'fork' is not allowed"):
         ht.HeadraceDataLoader(dataset(root), num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ConfigError, match="'bogus' is not a start method here"):  # ValueError
+        ht.HeadraceDataLoader(dataset(root), num_workers=2, multiprocessing_context="bogus")
     with pytest.raises(ConfigError, match="does not take \\['timeout'\\]"):
         ht.HeadraceDataLoader(dataset(root), num_workers=2, timeout=3)
     with pytest.raises(ConfigError, match="prefetch_factor"):

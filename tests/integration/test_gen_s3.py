@@ -79,8 +79,10 @@ def digest(kind: Kind, spec: str) -> str:
             stream.close()
 
 
-def remote_kind(local: Kind, url: str, options: dict[str, Any]) -> Kind:
-    reader = {"storage": "s3", "storage_url": url, "store_options": options}
+def remote_kind(local: Kind, url: str, endpoint: str) -> Kind:
+    """The dataset gen wrote, read as ``headrace bench --storage s3 --storage-url URL
+    --endpoint E`` reads it (the objects are there already: nothing is uploaded)."""
+    reader = {"storage": "s3", "storage_url": url, "endpoint": endpoint}
     return make_kind(local.workload.replace(reader=reader), local.root)
 
 
@@ -118,7 +120,7 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     local = make_kind(load_workload(wl), str(tmp_path / "local"))
     # Where a files dataset lives: its folder's name under the prefix, as under a local root.
     sub = "" if name == "tokens" else "/" + Path(kind.folder).name  # type: ignore[attr-defined]
-    remote = remote_kind(kind, url + sub, up["options"])
+    remote = remote_kind(kind, url + sub, up["endpoint"])
     assert digest(remote, spec) == digest(local, spec)
     # And each object is the local file's bytes, tagged with their SHA-256.
     client = s3.server.info.boto3_client()
