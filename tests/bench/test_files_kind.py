@@ -14,7 +14,7 @@ from headrace.bench._kind import make_kind
 from headrace.bench._runner import RunOptions, mismatches, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import main
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import encode
 
 TRAIN = {"steps": 2, "trials": 1, "warmup_steps": 1, "batch_size": 4}
@@ -178,6 +178,19 @@ def test_cached_variant_on_local_storage_is_refused(tmp_path: Path) -> None:
         make_kind(wl, str(tmp_path))
     with pytest.raises(ConfigError, match=r"cache_dir'\] need storage = 's3'"):
         make_kind(builtin_workloads()["jpeg"].replace(reader={"cache_dir": "/tmp"}), str(tmp_path))
+
+
+def test_a_bad_file_in_a_measurement_process_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    kind = _kind("jpeg", tmp_path)
+    bad = Path(kind.files()[3])
+    bad.write_bytes(bad.read_bytes()[:100])  # a truncated JPEG
+    with pytest.raises(HeadraceError) as info:
+        run_workload(kind, options=RunOptions(isolate=True))
+    text = str(info.value)
+    assert text.startswith("variant 'map-style' of workload 'jpeg': FormatError: ")
+    assert bad.name in text and "Traceback" not in text
 
 
 def test_jpeg_generator_makes_300_kb_files() -> None:

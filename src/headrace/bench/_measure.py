@@ -18,14 +18,16 @@ from typing import Any
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import peak_rss_bytes
 from headrace.bench._workload import Workload
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CONFIG_EXIT", "measure_pass"]
+__all__ = ["CONFIG_EXIT", "ERROR_EXIT", "measure_pass"]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
+#: a HeadraceError (storage, data): one line on stderr, its type and message
+ERROR_EXIT = 4
 
 
 def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
@@ -115,6 +117,10 @@ def _main() -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)  # the parent re-raises it as the user's error
         return CONFIG_EXIT
+    except HeadraceError as exc:  # storage or data said no: its message, not a traceback
+        notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
+        print(f"{type(exc).__name__}: {exc}{notes}".replace("\n", " "), file=sys.stderr)
+        return ERROR_EXIT
     return 0
 
 

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 import headrace
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import cpu_seconds, meminfo
-from headrace.bench._measure import CONFIG_EXIT, measure_pass
+from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import io_threads
 
@@ -119,6 +119,11 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     )
     if proc.returncode == CONFIG_EXIT:
         raise ConfigError(proc.stderr.strip().splitlines()[-1])
+    if proc.returncode == ERROR_EXIT:
+        raise HeadraceError(
+            f"variant {spec!r} of workload {kind.workload.name!r}: "
+            f"{proc.stderr.strip().splitlines()[-1]}"
+        )
     if proc.returncode != 0:
         raise HeadraceError(
             f"variant {spec!r} of workload {kind.workload.name!r} failed in its measurement "
