@@ -235,7 +235,7 @@ def test_http_store_reads_from_a_plain_http_server(fake_gcs: Any, tmp_path: Path
         return batch_digest(Loader(source, batch_size=16, seed=9, steps=60))
 
     token_url = f"{fake_gcs.endpoint}/headrace-test/http/train.bin"
-    remote = TokenSource(token_url, store_options={"allow_http": True}, **kw)
+    remote = TokenSource(token_url, **kw)  # an http:// URL needs no allow_http
     assert remote.files[0].format == "nanogpt"
     assert digest(remote) == digest(TokenSource(path, **kw))
 

@@ -238,8 +238,8 @@ class ObjectStore(Closing):
 
     S3 options (``endpoint``, ``region``, ``access_key_id``,
     ``secret_access_key``, ``path_style``) cover MinIO, Ceph and any
-    S3-compatible endpoint (an ``http://`` endpoint allows plain HTTP unless
-    ``allow_http=False``); anything else obstore understands goes in
+    S3-compatible endpoint (an ``http://`` endpoint or URL allows plain HTTP
+    unless ``allow_http=False``); anything else obstore understands goes in
     ``config`` (store keys) or ``client_options`` (HTTP client, e.g.
     ``allow_http``). Keys are relative to the URL's prefix.
 
@@ -294,9 +294,10 @@ class ObjectStore(Closing):
         client.update(client_options or {})
         if allow_http is not None:
             client["allow_http"] = allow_http
-        elif str(cfg.get("endpoint", "")).lower().startswith("http://"):
-            # An endpoint written http:// means plain HTTP (MinIO, moto, a lab Ceph):
-            # without this obstore refuses it with a bare "builder error".
+        elif any(str(u).lower().startswith("http://") for u in (cfg.get("endpoint", ""), url)):
+            # An endpoint (or a URL) written http:// means plain HTTP (MinIO, moto, a lab
+            # Ceph, a local file server): without this obstore refuses it with a bare
+            # "builder error".
             client.setdefault("allow_http", True)
         self.url, self._store = self._open(str(url), cfg, client)
         self._lock = threading.Lock()
