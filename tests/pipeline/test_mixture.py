@@ -216,3 +216,11 @@ def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows])
         mix.read(0, np.arange(16, dtype=np.int64))
     assert "weights" in mix.fingerprint()
     mix.close()
+    # A rare source of another shape is found at the first batch, not ~1,000 samples in.
+    short = TokenSource(tmp_path / "t.bin", dtype="uint16", context=8)
+    rare = Mixture({"long": tokens, "short": short}, [0.999, 0.001], batch_size=4)
+    first = rare.plan.locate(0, np.arange(4, dtype=np.int64))[0]
+    assert not first.any()  # the first batch holds no sample of the rare source
+    with pytest.raises(DataError, match=r"'short' gives .* but 'long' gives"):
+        rare.read(0, np.arange(4, dtype=np.int64))
+    rare.close()
