@@ -199,6 +199,25 @@ def test_a_batch_is_laid_out_by_its_own_samples_whatever_the_chunk(tmp_path: Pat
     src.close()
 
 
+def test_a_ragged_batch_has_shape_columns_for_its_own_samples(tmp_path: Path) -> None:
+    # Samples of one and two dimensions: a step of 1-D samples read in a chunk with 2-D
+    # ones had [[4, 0], [5, 0]] (another digest than [[4], [5]] read alone).
+    for i, shape in enumerate([(3,), (2,), (2, 2), (4,), (5,), (2, 3)]):
+        np.save(tmp_path / f"{i}.npy", np.zeros(shape, np.float32))
+    runs = []
+    for chunk in (1, 32):
+        src = FileSource(tmp_path, format="npy", shuffle="none")
+        with Loader(src, batch_size=2, steps=3, chunk_steps=chunk, prefetch=0) as ld:
+            runs.append(list(ld))
+        src.close()
+    assert batch_digest(runs[0]) == batch_digest(runs[1])
+    assert [b["data_shape"].tolist() for b in runs[1]] == [
+        [[3], [2]],  # one column: both samples are 1-D (two, read in the whole chunk)
+        [[2, 2], [4, 0]],
+        [[5, 0], [2, 3]],
+    ]
+
+
 def test_a_file_with_other_keys_is_named(tmp_path: Path) -> None:
     for i in range(4):
         np.savez(tmp_path / f"f{i}.npz", **{("zz" if i == 2 else "a"): np.zeros(3)})

@@ -232,6 +232,34 @@ def test_a_short_body_is_detected_not_decoded(
     src.close()
 
 
+def test_a_short_body_once_is_asked_again(
+    s3: S3Fixture, datasets: Path, proxy: LatencyProxy
+) -> None:
+    # Once: half the body with a matching Content-Length (a proxy cutting it). The listing
+    # and the ETag say it is the same version: asked again, it comes whole.
+    clean = run(s3_source(s3, "npz"))
+    proxy.set_faults([FaultRule(kind="short", match="GET /headrace-test/files/npz/s02", limit=1)])
+    assert run(s3_source(s3, "npz", proxy.endpoint)) == clean
+    assert proxy.stats.faults == 1
+
+
+def test_an_object_replaced_mid_run_is_refused(s3: S3Fixture, tmp_path: Path) -> None:
+    # The same size, other bytes, after the listing: served, the run mixed versions.
+    client = s3.server.info.boto3_client()
+    for i in range(4):
+        client.put_object(Bucket=BUCKET, Key=f"swap/{i}.bin", Body=bytes([i]) * 64)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(
+        f"s3://{BUCKET}/swap", format="raw", store_options=options, shuffle="none", in_flight=1
+    )
+    with Loader(src, batch_size=1, steps=4, prefetch=0) as ld:
+        it = iter(ld)
+        assert bytes(next(it)["data"][0]) == bytes([0]) * 64
+        client.put_object(Bucket=BUCKET, Key="swap/3.bin", Body=b"z" * 64)
+        with pytest.raises(StorageError, match=r"swap/3\.bin: the object changed since it was"):
+            list(it)
+
+
 def test_a_truncated_body_is_retried(s3: S3Fixture, datasets: Path, proxy: LatencyProxy) -> None:
     clean = run(s3_source(s3, "jpeg"))
     proxy.set_faults([FaultRule(kind="truncate", match="GET /headrace-test/files/jpeg/", limit=2)])
@@ -283,3 +311,52 @@ def test_corrupt_objects_are_replaced_as_in_a_local_copy(
     assert run(remote, steps=6, batch=2) == want
     assert list(remote.corrupt_files) == [f"s3://{BUCKET}/files/npz-bad/s03.npz"]
     remote.close()
+
+
+@pytest.mark.parametrize("kind", ["files", "tokens"])
+def test_close_under_a_stalled_store_does_not_wait_out_the_retries(
+    s3: S3Fixture, datasets: Path, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # Every GET stalls 30 s; each try times out after 3 s and 3 are allowed. close() waits
+    # the loader's stop timeout (0.5 s here, 10 s by default), then closes the source,
+    # which now cancels the GETs in flight and tries no more: a second or two, where it
+    # waited out every try (149 s with the default policy, measured).
+    import contextlib
+    import threading
+    import time
+
+    from headrace.errors import StateError
+    from headrace.formats import TokenSource
+    from headrace.io import RetryPolicy
+    from headrace.pipeline import _loader
+
+    monkeypatch.setattr(_loader, "_STOP_TIMEOUT_S", 0.5)
+    options = {**s3.options(), "endpoint": proxy.endpoint}
+    options["retry"] = RetryPolicy(attempts=3, base_delay_s=0.01, timeout_s=3)
+    if kind == "files":
+        src: Any = FileSource(f"s3://{BUCKET}/files/npz", format="npz", store_options=options)
+    else:
+        client = s3.server.info.boto3_client()
+        body = np.arange(1 << 18, dtype=np.uint32).tobytes()
+        client.put_object(Bucket=BUCKET, Key="stall/t.bin", Body=body)
+        src = TokenSource(
+            f"s3://{BUCKET}/stall/t.bin", dtype="uint32", context=64, store_options=options
+        )
+    proxy.set_faults([FaultRule(kind="stall", stall_s=30, match="GET ")])
+    ld = Loader(src, batch_size=4)
+
+    def first_batch() -> None:
+        with contextlib.suppress(StateError):  # closed under it: the iterator is stale
+            next(iter(ld), None)
+
+    reader = threading.Thread(target=first_batch, daemon=True)
+    with pytest.warns(RuntimeWarning, match="still reading"):
+        reader.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        ld.close()
+    took = time.monotonic() - t0
+    proxy.set_faults([])
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    assert took < 3.0, took  # 0.5 s + one cancelled try; before: every try (>= 6 s)

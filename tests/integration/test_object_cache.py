@@ -11,7 +11,7 @@ import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import LatencyProxy
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, synthetic_arrays
 from headrace.formats import write_sample_file as write
 from headrace.io import ObjectCache
@@ -103,26 +103,26 @@ def test_a_replaced_object_is_read_again_not_served_stale(
     assert (second.cache_stats.hits, second.cache_stats.misses) == (FILES - 1, 1)
 
 
-def test_an_object_replaced_after_listing_is_served_but_not_cached(
+def test_an_object_replaced_after_listing_is_refused_and_not_cached(
     s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
 ) -> None:
-    # The listing saw one version; the GET brings another of the same size: those bytes
-    # go to the batch (as without a cache) but never into an entry named for the first.
+    # The listing saw one version; the GET brings another of the same size. Served, the
+    # run would mix versions (a step's bytes would differ on a rerun): refused by name,
+    # as token, row and table sources refuse it, and never cached under the first's name.
     client = s3.server.info.boto3_client()
     prefix = "cached-swapped"
     for i in range(FILES):
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/r{i}.bin", Body=bytes([i]) * 500)
-    src = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw")
+    src = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw", shuffle="none")
     client.put_object(Bucket=BUCKET, Key=f"{prefix}/r2.bin", Body=b"x" * 500)
-    with Loader(src, batch_size=4, seed=3, steps=FILES // 4) as ld:
-        got = {bytes(s) for b in ld for s in b["data"]}
-    assert b"x" * 500 in got and bytes([2]) * 500 not in got
-    assert src.cache_stats is not None and src.cache_stats.written == FILES - 1
-    warm = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw")
-    with Loader(warm, batch_size=4, seed=3, steps=FILES // 4) as ld:
-        list(ld)
-    assert warm.cache_stats is not None
-    assert (warm.cache_stats.hits, warm.cache_stats.misses) == (FILES - 1, 1)
+    with Loader(src, batch_size=1, seed=3, steps=FILES, prefetch=0) as ld:
+        with pytest.raises(StorageError, match=r"r2\.bin: the object changed since it was listed"):
+            list(ld)
+    assert src.cache_stats is not None and src.cache_stats.written == 2  # r0, r1: not r2
+    fresh = source(s3, proxy.endpoint, prefix, cache_dir=tmp_path, format="raw", shuffle="none")
+    with Loader(fresh, batch_size=1, seed=3, steps=FILES) as ld:  # listed anew: the new r2
+        got = [bytes(b["data"][0]) for b in ld]
+    assert got[2] == b"x" * 500 and got[3] == bytes([3]) * 500
 
 
 def test_a_damaged_entry_is_fetched_again(

@@ -457,6 +457,8 @@ class LatencyProxy(Closing):
                 await up_writer.drain()
                 head = await _read_head(up_reader)
         except TimeoutError:
+            if up_writer is not None:
+                up_writer.close()
             payload = (
                 f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s"
             )
@@ -465,9 +467,11 @@ class LatencyProxy(Closing):
                 + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n{payload}".encode()
             )
             await writer.drain()
+            return False
+        except BaseException:  # upstream or client gone, or the proxy stopping: close it too
             if up_writer is not None:
                 up_writer.close()
-            return False
+            raise
         try:
             if head is None:
                 return False

@@ -211,9 +211,10 @@ def _remote_list(
     keys = [k for k, _, _ in listed]
     sizes = [s for _, s, _ in listed]
     etags = [e for _, _, e in listed]
-    fetch: Callable[[int], Any] = lambda i: store.get(keys[i])  # noqa: E731
+    get = _listed_get(store, keys, sizes, etags)
+    fetch: Callable[[int], Any] = lambda i: get(i)[0]  # noqa: E731
     if cache is not None:
-        fetch = _cached(store, keys, sizes, etags, options, cache)
+        fetch = _cached(store, keys, sizes, etags, options, cache, get)
     return FileList(
         url=store.url,
         keys=keys,
@@ -227,6 +228,40 @@ def _remote_list(
     )
 
 
+#: GETs of an object whose body is not the listed size before it is called changed.
+_SIZE_TRIES = 3
+
+
+def _listed_get(
+    store: Any, keys: list[str], sizes: list[int], etags: list[str | None]
+) -> Callable[[int], tuple[Any, Any]]:
+    """``get(i)``: object ``i`` as it was listed, with the GET's info, or an error.
+
+    A GET of another version (another ETag: replaced since the listing) is refused,
+    as token, row and table sources refuse it: served, the run would mix versions
+    and a step would read other bytes on a rerun. A body of another size than
+    listed with the listed ETag is a response cut short (the store or a proxy on
+    the way): asked again, up to ``_SIZE_TRIES`` GETs; :meth:`FileList.fetch` then
+    refuses what is still short.
+    """
+
+    def get(i: int) -> tuple[Any, Any]:
+        for _ in range(_SIZE_TRIES):
+            data, info = store.get_with_info(keys[i])
+            listed = etags[i]
+            if listed is not None and info.etag is not None and info.etag != listed:
+                raise StorageError(
+                    f"{store.url}/{keys[i]}: the object changed since it was listed (ETag "
+                    f"{listed}, {sizes[i]} bytes; now {info.etag}, {info.size} bytes); a run "
+                    "reads the versions it listed: open the source again to read the new one"
+                )
+            if memoryview(data).nbytes == sizes[i]:
+                break
+        return data, info
+
+    return get
+
+
 def _cached(
     store: Any,
     keys: list[str],
@@ -234,21 +269,22 @@ def _cached(
     etags: list[str | None],
     options: Mapping[str, Any],
     cache: ObjectCache,
+    get: Callable[[int], tuple[Any, Any]],
 ) -> Callable[[int], Any]:
-    """``fetch(i)`` through ``cache``: the local copy if there is one, else a GET whose
-    bytes are kept when they are the listed version (same size and ETag)."""
+    """``fetch(i)`` through ``cache``: the local copy if there is one, else the listed
+    version's GET (``get``), kept when it is whole."""
 
     def fetch(i: int) -> Any:
         etag = etags[i]
         if not cache.cacheable(etag):
-            return store.get(keys[i])
+            return get(i)[0]
         assert etag is not None
         url = cache_name(options, f"{store.url}/{keys[i]}")
         local = cache.read(url, sizes[i], etag)
         if local is not None:
             return local
-        data, info = store.get_with_info(keys[i])
-        if info.size == sizes[i] and info.etag == etag:
+        data, info = get(i)
+        if info.size == sizes[i] and memoryview(data).nbytes == sizes[i]:
             cache.write(url, sizes[i], etag, data)
         return data
 

@@ -464,6 +464,9 @@ class FileSource(Closing):
 
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None:
+        # The store first, so fetches stalled in a GET are cancelled rather than waited
+        # out through their retries; then the window waits for its (now failing) fetches.
+        self.files.close()
         self.window.close()
         if self._decoders is not None:
             self._decoders.shutdown(wait=True)

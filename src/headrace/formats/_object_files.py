@@ -338,11 +338,12 @@ class ObjectFiles:
         with self._lock:
             queue, self._queue = self._queue, None
             stores, self._stores = list(self._stores.values()), {}
-            self._before = _merge([s.stats for s in stores], queue, self._before)
         if queue is not None:
             queue.close()
         for store in stores:
             store.close()
+        with self._lock:  # counted once closed: requests the close cancelled are settled
+            self._before = _merge([s.stats for s in stores], queue, self._before)
 
 
 def _merge(

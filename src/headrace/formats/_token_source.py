@@ -691,6 +691,10 @@ class TokenSource:
         return self._populate_ok
 
     def close(self) -> None:
+        # The stores first: closing them cancels GETs in flight, so the drain below (which
+        # must wait until nothing writes into a window) does not wait out a stalled store's
+        # retries (149 s with the default policy, measured).
+        self._close_stores()
         for win in self._windows.values():
             win.drain()
             win.release()

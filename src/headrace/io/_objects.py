@@ -468,14 +468,17 @@ class ObjectStore(Closing):
         self._limit.release(ticket, throttled=throttled)
         err, transient = classify(exc, where)
         free = throttled and self.retry.adapt_in_flight and throttles < 4 * self.retry.attempts
-        again = transient and (free or attempt < self.retry.attempts)
+        # A closed store tries no more: a read its owner gave up on (close() under a
+        # stalled GET) ends with this try instead of waiting out the retries.
+        again = transient and not self._closed and (free or attempt < self.retry.attempts)
         self._end(t0, None, retry=again)
         if again:
             delay = self.retry.delay_s(attempt + throttles, self._rng)
             return delay, ((attempt, throttles + 1) if free else (attempt + 1, throttles))
         if transient:
             also = f", {throttles} throttled tries" if throttles else ""
-            err = TransientStorageError(f"{err} (gave up after {attempt} attempts{also})")
+            why = "the store was closed" if self._closed else f"gave up after {attempt} attempts"
+            err = TransientStorageError(f"{err} ({why}{also})")
         raise err from exc
 
     def _retrying(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
@@ -599,19 +602,29 @@ class ObjectStore(Closing):
         return self.get_with_info(key)[0]
 
     def get_with_info(self, key: str) -> tuple[memoryview, ObjectInfo]:
-        """The whole object, and the size and ETag of the version that was read."""
+        """The whole object, and the size and ETag of the version that was read.
+
+        Run on the store's loop (the caller waits), not as a blocking call in the
+        caller's thread: :meth:`close` then cancels a GET stalled in flight at once,
+        where a blocking one held its thread for its timeout and every retry.
+        """
         store = self._live()
         where = self.where(key)
 
-        def once() -> tuple[memoryview, ObjectInfo]:
-            result = obs.get(store, key)
-            data = memoryview(result.bytes())
+        async def once() -> tuple[memoryview, ObjectInfo]:
+            result = await obs.get_async(store, key)
+            data = memoryview(await result.bytes_async())
             start, end = result.range
             if len(data) != end - start:
                 raise _short_read(where, len(data), end - start, None, 0)
             return data, _info(result.meta)
 
-        return self._retrying(where, once, lambda r: len(r[0]))
+        try:
+            return self._loop_thread().run(self._aretrying(where, once, lambda r: len(r[0])))
+        except CancelledError:
+            if self._closed:
+                raise StorageError(f"{where}: the store was closed during the read") from None
+            raise
 
     def get_first(self, key: str, length: int) -> tuple[memoryview, ObjectInfo]:
         """The object's first ``length`` bytes (all of it when shorter), its size and ETag.

@@ -124,7 +124,8 @@ def ragged_keys(arrays: Batch) -> list[str]:
 def lay_out(batch: Batch, ragged: list[str]) -> Batch:
     """One step's batch as its own samples decide, not its chunk's: each ``ragged``
     key whose samples all agree in shape and dtype in this batch is stacked, and its
-    ``<key>_shape`` dropped. A chunk is read whole, so a batch of equal images read in
+    ``<key>_shape`` dropped; otherwise ``<key>_shape`` keeps as many columns as this
+    batch's samples have dimensions. A chunk is read whole, so a batch of equal images read in
     a chunk with another size of image would otherwise stay ragged, and the same step
     would come out differently with another chunk size or worker count."""
     for k in ragged:
@@ -138,6 +139,9 @@ def lay_out(batch: Batch, ragged: list[str]) -> Batch:
         ):
             batch[k] = np.stack(list(v))
             del batch[f"{k}_shape"]
+        else:  # as wide as this batch's samples have dimensions, not the chunk's
+            ndim = max(np.ndim(e) for e in v)
+            batch[f"{k}_shape"] = batch[f"{k}_shape"][:, :ndim]
     return batch
 
 
@@ -419,7 +423,9 @@ class Loader(Closing):
 
         Each item is ``(steps, arrays)``: the chunk's batches back to back, so
         step ``steps[i]``'s batch is ``arrays[k][i * b : (i + 1) * b]`` for
-        ``b = batch_size // world_size``. What worker processes hand over:
+        ``b = batch_size // world_size``, laid out by :func:`lay_out` where the
+        chunk holds ragged keys (as iteration gives it: a step whose samples
+        agree is dense even if its chunk is not). What worker processes hand over:
         one copy and one message per chunk. ``step`` advances past each chunk
         as it is handed out.
         """
