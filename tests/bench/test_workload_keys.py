@@ -248,6 +248,10 @@ def test_dlio_epochs_are_trials_of_one_epoch_of_the_scaled_dataset(tmp_path: Pat
     assert (wl.train.trials, wl.train.steps) == (2, 50)
     assert "total_training_steps 100 x0.5; an epoch has 1,601" in wl.description
     assert dlio_workload(capped, scale=0.01).train.steps == 1  # round(100 x 0.01)
+    unlimited = _dlio(  # DLIO's default, written out: no limit
+        tmp_path, "resnet50_h100.yaml", **{"epochs: 5": "epochs: 2\n  total_training_steps: -1"}
+    )
+    assert dlio_workload(unlimited, scale=0.5).train.steps == wl.dataset["files"] * 1251 // 400
     bad = _dlio(tmp_path, "unet3d_h100.yaml", **{"epochs: 5": "epochs: 0"})
     with pytest.raises(ConfigError, match=r"train\.epochs must be a whole number >= 1 \(got 0\)"):
         dlio_workload(bad)

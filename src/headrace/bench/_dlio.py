@@ -195,7 +195,11 @@ def dlio_workload(
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
     epoch_steps = files * per_file // batch
     trial_steps = epoch_steps
-    total = int(_number(tr, ("total_training_steps",), 0, f"{path}: train") or -1)
+    # DLIO's -1 (its default) means no limit: every step of the epoch.
+    limit = tr.get("total_training_steps", -1)
+    total = (
+        -1 if limit in (None, -1) else _positive(tr, "total_training_steps", 1, f"{path}: train")
+    )
     if total > 0:  # DLIO stops each epoch there
         trial_steps = min(epoch_steps, max(1, round(total * scale)))
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
