@@ -147,7 +147,7 @@ def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> 
     plain, cached = by["headrace"], by["headrace-cached"]
     assert cached["digest"] == plain["digest"]
     files = len(kind.files())
-    assert cached["cache_fill"]["objects"] == files  # every object, before any variant
+    assert cached["cache_fill"]["entries"] == files  # every object, before any variant
     assert cached["cache_fill"]["bytes"] == int(kind.sizes.sum())
     assert cached["cache"]["misses"] == 0 and cached["cache"]["written"] == 0
     # every read a hit (read-ahead past the pass's last batch included)

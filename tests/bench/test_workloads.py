@@ -304,6 +304,26 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
         kind.open("naive", 1)
 
 
+@pytest.mark.integration
+def test_tokens_cached_variant_reads_only_the_cache(tmp_path: Path) -> None:
+    # The run's cache is filled with one epoch of the served file before any variant runs;
+    # the cached variant then reads every block from it (no miss), the same batches.
+    out = tmp_path / "r.json"
+    args = ["bench", "--root", str(tmp_path), "--steps", "20", "--trials", "1", "--warmup", "2"]
+    args += ["-q", "--token-file-gib", "0.004", "--storage", "s3", "--json", str(out)]
+    assert main([*args, "--variants", "headrace-async,headrace-cached"]) == 0
+    got = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    cached = got["headrace-cached"]
+    assert cached["digest"] == got["headrace-async"]["digest"]
+    assert cached["cache"]["misses"] == 0 and cached["cache"]["hits"] > 0
+    assert cached["cache_fill"]["entries"] >= 1 and cached["cache_fill"]["bytes"] > 4_000_000
+    assert not list(tmp_path.glob("object-cache-*"))
+    with pytest.raises(ConfigError, match="'headrace-cached' reads an object store"):
+        make_kind(
+            builtin_workloads()["tokens"].replace(variants=["headrace-cached"]), str(tmp_path)
+        )
+
+
 def test_dlio_s3_storage_mapping(tmp_path: Path) -> None:
     from headrace.bench._dlio import dlio_workload
 

@@ -134,12 +134,7 @@ class FilesKind(Kind):
                 f"workload {workload.name!r}: odirect = true reads local files past the page "
                 f"cache; with storage = {self.store.kind!r} there are none: drop one of the two"
             )
-        if self.reads_cache() and not self.store.remote:
-            raise ConfigError(
-                f"workload {workload.name!r}: variant 'headrace-cached' reads an object store "
-                "through a local cache; with storage = 'local' there is no store to cache: "
-                "use --storage s3 or drop the variant"
-            )
+        self.check_cache_storage()
         refuse(
             rd,
             "strategy",
@@ -290,6 +285,6 @@ class FilesKind(Kind):
                     pass
             stats = src.cache_stats
             assert stats is not None
-            return {"objects": stats.written, "bytes": stats.written_bytes}
+            return {"entries": stats.written, "bytes": stats.written_bytes}
         finally:
             src.close()

@@ -325,9 +325,20 @@ class Kind:
             VariantSpec.parse(v).name in self.cached_variants for v in self.workload.variants
         )
 
+    def check_cache_storage(self) -> None:
+        """Refuse a cached variant where there is no object store to cache (call once
+        ``store`` is set)."""
+        if self.reads_cache() and (self.store is None or not self.store.remote):
+            names = sorted(self.cached_variants)
+            raise ConfigError(
+                f"workload {self.workload.name!r}: variant {names[0]!r} reads an object store "
+                "through a local cache; with storage = 'local' there is no store to cache: "
+                "use --storage s3 or drop the variant"
+            )
+
     def fill_cache(self, directory: str) -> dict[str, Any]:
         """Read the whole dataset from its store into an object cache at ``directory``:
-        ``{"objects": ..., "bytes": ...}`` written (kinds with ``cached_variants``)."""
+        ``{"entries": ..., "bytes": ...}`` written (kinds with ``cached_variants``)."""
         raise NotImplementedError
 
     def serve(self) -> contextlib.AbstractContextManager[None]:

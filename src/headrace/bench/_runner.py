@@ -327,7 +327,7 @@ def _run(
                 )
     notes.extend(
         f"{wl.name}/{res['variant']}: reads a local object cache filled before the run "
-        f"({res['cache_fill']['objects']} objects, {res['cache_fill']['bytes'] / 1e6:,.1f} MB "
+        f"({res['cache_fill']['entries']} entries, {res['cache_fill']['bytes'] / 1e6:,.1f} MB "
         f"in {res['cache_fill']['seconds']:.2f} s: the first epoch's fetches), so its figures "
         f"are a later epoch's ({res['cache']['hits']} reads from the cache, "
         f"{res['cache']['misses']} from the store)"

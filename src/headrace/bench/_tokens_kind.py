@@ -31,6 +31,7 @@ from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TokenSource, write_megatron_index
+from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["LOCAL_ONLY", "MegatronKind", "TokenKind"]
@@ -45,6 +46,8 @@ PAGE = 4096
 
 class TokenKind(Kind):
     """One flat token file of ``token_file_gib`` GiB; samples of ``context`` tokens."""
+
+    cached_variants = frozenset({"headrace-cached"})
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
@@ -93,7 +96,8 @@ class TokenKind(Kind):
         self.lo, self.hi = host_slice(
             workload.train.batch_size, workload.train.rank, workload.train.world_size
         )
-        self.store: Storage = Storage(workload, "tokens")
+        self.store: Storage = Storage(workload, "tokens", caches=True)
+        self.check_cache_storage()
 
     def _local_only(self, spec: VariantSpec) -> None:
         if self.store.remote:
@@ -185,6 +189,21 @@ class TokenKind(Kind):
             **kw,
         )
 
+    def fill_cache(self, directory: str) -> dict[str, Any]:
+        """One epoch of the served file through a source with ``cache_dir``: every block
+        of every window, as the cached variant's windows will ask for them."""
+        src = self.source(cache_dir=directory)
+        try:
+            b = self.workload.train.batch_size
+            with Loader(src, batch_size=b, steps=-(-src.samples_per_epoch // b)) as loader:
+                for _ in loader:
+                    pass
+            stats = src.cache_stats
+            assert stats is not None
+            return {"entries": stats.written, "bytes": stats.written_bytes}
+        finally:
+            src.close()
+
     def plan_chunks(self, seed: int, steps: int, chunk: int = 8) -> Iterator[NDArray[np.int64]]:
         """Per step, the token offset of each of this host's samples (same plan as headrace).
 
@@ -243,6 +262,20 @@ def _headrace_sync(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
 @variant(TokenKind, "headrace-async")
 def _headrace_async(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     return _loader_stream(k, spec, steps, spec.int("prefetch", k.prefetch))
+
+
+@variant(TokenKind, "headrace-cached")
+def _headrace_cached(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
+    """headrace-async over the served file with the run's object cache (filled before
+    the run): each block from local disk, as in every epoch after the first."""
+    src = k.source(cache_dir=k.store.run_cache_dir(spec.text))
+    loader = k.loader(src, spec, steps, prefetch=spec.int("prefetch", k.prefetch))
+
+    def stats() -> dict[str, Any]:
+        assert src.cache_stats is not None
+        return {"cache": src.cache_stats.to_dict()}
+
+    return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close, stats)
 
 
 @variant(TokenKind, "memcpy", digest=False)
