@@ -63,7 +63,9 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
         assert r["bytes_delivered"] == stored
         assert r["samples_per_s"] > 0
         assert r["mb_per_s"] == pytest.approx(stored / r["stages"]["wall_s"] / 1e6)
-        assert r["amplification"] > 0  # < 1 where a chunk spans epochs (one fetch per file)
+        # Each distinct sample's stored bytes once: a file held across epochs is not
+        # counted twice (counted per epoch, five epochs of one fetch each showed 0.2).
+        assert r["amplification"] >= 1.0, (r["variant"], r["amplification"])
         assert r["bytes_before_first_batch"] <= r["bytes_read"]
         lat = r["request_latency_s"]
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]

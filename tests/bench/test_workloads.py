@@ -87,12 +87,12 @@ def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "padded" in out and "table" in out
 
 
-def test_a_short_trial_above_the_ceiling_may_be_the_queue(
+def test_short_trials_are_said_to_overstate_a_loader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Trials of 20 steps after a warm-up drain a queue filled while the other variants ran
-    # (millions of batches/s); the note must not blame the page cache alone. The ceiling is
-    # set below any rate so that every variant is above it.
+    # (millions of batches/s, also from a 20 ms S3 where no ceiling note fires): said so,
+    # whatever the storage. The ceiling is set below any rate, as on a fast disk.
     from headrace.bench import _runner
 
     low = {"gb_per_s": 1e-9, "bytes": 1, "o_direct": False, "threads": 1}
@@ -103,8 +103,7 @@ def test_a_short_trial_above_the_ceiling_may_be_the_queue(
     kind = make_kind(wl, str(tmp_path))
     kind.generate()
     summary, _ = run_workload(kind, options=RunOptions(isolate=False))
-    notes = [n for n in summary["notes"] if "read ceiling" in n]
-    assert notes and all("trials of 20 steps are short" in n for n in notes), notes
+    assert any(n.startswith("tokens: trials of 20 steps are short") for n in summary["notes"])
 
 
 def test_bad_run_sizes_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -215,6 +214,13 @@ def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
     assert "headrace?in_flight=4" in variants
     assert all(isinstance(r["max_accelerators"], int) for r in report["results"] if r["must_agree"])
     assert (tmp_path / "p.png").stat().st_size > 0
+    # The headline is in the table too, not only in the JSON.
+    from headrace.bench._report import _rows
+
+    head, rows = _rows(report)
+    column = head.index("max acc.")
+    for r, row in zip(report["results"], rows, strict=True):
+        assert row[column] == str(r["max_accelerators"] if r["must_agree"] else "-")
 
 
 def test_bad_workload_file(tmp_path: Path) -> None:

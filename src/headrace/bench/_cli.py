@@ -409,12 +409,19 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             check_output_path("--plot", args.plot)
             try:
-                import matplotlib  # noqa: F401
+                from matplotlib.figure import Figure
             except ImportError:
                 raise ConfigError(
                     "--plot needs matplotlib, which is not installed: "
                     "pip install 'headrace[plot]' (or drop --plot)"
                 ) from None
+            formats = Figure().canvas.get_supported_filetypes()
+            ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
+            if ext not in formats:  # refused now, not after the run (it crashed there)
+                raise ConfigError(
+                    f"--plot {args.plot!r}: matplotlib writes {', '.join(sorted(formats))} "
+                    "files; give the path one of those extensions, e.g. --plot r.png"
+                )
         workloads = _workloads(args)
         kinds = [make_kind(wl, root) for wl in workloads]
         prepare_root(root)

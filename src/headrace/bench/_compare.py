@@ -37,25 +37,39 @@ def load_report(path: str) -> dict[str, Any]:
     return report  # type: ignore[no-any-return]
 
 
+def _rate(r: dict[str, Any]) -> float:
+    """The batches/s the report's table shows: a files workload's fresh pass (its trials
+    start from a queue filled while other variants ran), else the trials' median."""
+    stages = r.get("stages") or {}
+    if r.get("mb_per_s") is not None and stages.get("wall_s") and r.get("steps"):
+        return float(r["steps"] / stages["wall_s"])
+    return float(r["batches_per_s"])
+
+
 def compare(a_path: str, b_path: str) -> int:
     a = load_report(a_path)
     b = load_report(b_path)
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
     print(f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}  digest")
     for r in b["results"]:
-        old = before.get((r["workload"], r["variant"]))
+        old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
-            print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {r['batches_per_s']:12,.0f}")
+            print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_rate(r):12,.0f}  only in B")
             continue
         if old["digest"] is None or r["digest"] is None:
             same = "not digested"  # memcpy and the like: nothing to compare
+        elif old["digest"] == r["digest"]:
+            same = "same"
+        elif old.get("steps") != r.get("steps"):  # other runs of the same plan: not comparable
+            same = f"not compared ({old.get('steps')} vs {r.get('steps')} steps)"
         else:
-            same = "same" if old["digest"] == r["digest"] else "DIFFERS"
+            same = "DIFFERS"
         print(
-            f"{r['workload']:10s} {r['variant']:28s} {old['batches_per_s']:12,.0f} "
-            f"{r['batches_per_s']:12,.0f} {_ratio(r['batches_per_s'], old['batches_per_s'])}  "
-            f"{same}"
+            f"{r['workload']:10s} {r['variant']:28s} {_rate(old):12,.0f} "
+            f"{_rate(r):12,.0f} {_ratio(_rate(r), _rate(old))}  {same}"
         )
+    for (workload, variant), old in before.items():
+        print(f"{workload:10s} {variant:28s} {_rate(old):12,.0f} {'-':>12s}  only in A")
     return 0
 
 

@@ -232,7 +232,14 @@ class FilesKind(Kind):
         return int(self.sizes[files].sum()) // self.per_file
 
     def unique_payload_bytes(self, steps: int) -> int:
-        return self.payload_bytes(0, steps)
+        """Stored bytes of the distinct samples the first ``steps`` batches deliver: each
+        counted once however many epochs repeat it (counted per epoch, a run of five
+        epochs reading each file once showed an amplification of 0.2)."""
+        t = self.workload.train
+        samples = step_samples(np.arange(steps), t.batch_size, self.lo, self.hi)
+        files, items = self.plan.locate(t.seed, samples)
+        distinct = np.unique(files * self.per_file + items)
+        return int(self.sizes[distinct // self.per_file].sum()) // self.per_file
 
     @property
     def epoch_steps(self) -> int | None:

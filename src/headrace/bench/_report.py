@@ -79,6 +79,13 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 (r["digest"] or "-")[:12],
             ]
         )
+    # --accelerators auto: the most simulated accelerators each variant keeps at the AU
+    # threshold, the run's headline (it was in the JSON only).
+    if any(r.get("max_accelerators") is not None for r in report["results"]):
+        head.insert(7, "max acc.")
+        for row, r in zip(rows, report["results"], strict=True):
+            most = r.get("max_accelerators")
+            row.insert(7, "-" if most is None else str(most))
     return head, rows
 
 
