@@ -134,6 +134,8 @@ def test_files_sets_how_many_files_and_only_for_files_workloads(
         (["--json", "no/such/dir/r.json"], "does not exist; create it first"),
         (["--plot", "."], "--plot '.' is a folder"),
         (["--plot", "p.txt"], "--plot 'p.txt': matplotlib writes"),  # crashed after the run
+        # Blamed padded.toml for an unknown key token_file_gib before.
+        (["-w", "padded", "--token-file-gib", "1"], "--token-file-gib sizes the tokens, megatron"),
         (["compare", "only-one.json"], "got 'compare only-one.json'; the only action is"),
         (["frob"], "got 'frob'; the only action is 'compare A.json B.json'"),
     ],

@@ -81,3 +81,24 @@ def test_printed_tables_never_truncate_cells() -> None:
     text = out.getvalue()
     assert "headrace-raw?in_flight=64&decode_threads=8" in text
     assert "…" not in text
+
+
+def test_a_sweep_keeps_its_baselines() -> None:
+    # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
+    # against the baselines of its own value ("x memcpy" was "-" on every row before).
+    from headrace.bench._runner import _ratios
+
+    rates = [("naive", 10), ("headrace", 100), ("memcpy", 200)]
+    results = [
+        {"variant": f"{v}?block_mib={m}", "batches_per_s": float(b * m)}
+        for m in (1, 4)
+        for v, b in rates
+    ]
+    _ratios(results)
+    for r in results:
+        suffix = r["variant"].partition("?")[2]
+        assert r["baseline_variant"] == f"naive?{suffix}"
+        assert r["ratio_to_memcpy"] is not None
+    by = {r["variant"]: r for r in results}
+    assert by["headrace?block_mib=4"]["ratio_to_baseline"] == 10.0
+    assert by["headrace?block_mib=4"]["ratio_to_memcpy"] == 0.5

@@ -114,6 +114,15 @@ def test_bad_run_sizes_are_named(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "(got batch_size=32, steps=0," in capsys.readouterr().err
 
 
+def test_a_dataset_flag_goes_to_the_workloads_that_take_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["bench", "--list", "-w", "tokens", "-w", "padded", "--token-file-gib", "0.002"]
+    assert main([*args, "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tokens ") and "\npadded " in out
+
+
 def test_list_shows_the_named_workloads_checked(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

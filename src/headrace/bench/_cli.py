@@ -118,9 +118,11 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     if train:
         changes["train"] = train
     dataset: dict[str, Any] = {}
-    if getattr(args, "token_file_gib", None) is not None:
+    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
+    # --token-file-gib 1 sizes the token file only); _workloads refuses one nobody takes.
+    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
         dataset["token_file_gib"] = args.token_file_gib
-    if getattr(args, "files", None) is not None:
+    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
         dataset["files"] = args.files
     if dataset:
         changes["dataset"] = dataset
@@ -327,8 +329,27 @@ def list_workloads(root: str, args: argparse.Namespace) -> int:
     return 0
 
 
+_TOKEN_KINDS = ("tokens", "megatron")
+_FILE_KINDS = ("files", "parquet")
+
+
 def _workloads(args: argparse.Namespace) -> list[Workload]:
     """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
+    workloads = _named_workloads(args)
+    for flag, attr, kinds, names in (
+        ("--token-file-gib", "token_file_gib", _TOKEN_KINDS, "tokens, megatron"),
+        ("--files", "files", _FILE_KINDS, "jpeg, npz, hdf5, parquet"),
+    ):
+        if getattr(args, attr, None) is not None and not any(w.kind in kinds for w in workloads):
+            raise ConfigError(
+                f"{flag} sizes the {names} workloads; "
+                f"{', '.join(repr(w.name) for w in workloads)} "
+                f"{'takes' if len(workloads) == 1 else 'take'} none: drop it"
+            )
+    return workloads
+
+
+def _named_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.dlio:
         from headrace.bench._dlio import dlio_workload
 

@@ -513,13 +513,19 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20) -> dict[str, Any]:
 
 
 def _ratios(results: list[dict[str, Any]]) -> None:
+    """Each result over its baseline (``naive``, else the first variant) and ``memcpy``:
+    under ``--sweep`` those at the same swept value (``naive?block_mib=1`` for
+    ``headrace-sync?block_mib=1``), so a sweep keeps its baselines."""
     by = {r["variant"]: r for r in results}
-    base = by.get("naive", results[0])
-    memcpy = by.get("memcpy")
-    # Files kinds: the fresh pass is the figure (a trial's first batches can come
-    # from a read-ahead queue filled while other variants ran).
-    key = "samples_per_s" if base.get("samples_per_s") else "batches_per_s"
     for r in results:
+        _, sep, options = r["variant"].partition("?")
+        suffix = sep + options
+        same = [x for x in results if x["variant"].endswith(suffix)] if suffix else results
+        base = by.get("naive" + suffix) or by.get("naive") or (same or results)[0]
+        memcpy = by.get("memcpy" + suffix) or by.get("memcpy")
+        # Files kinds: the fresh pass is the figure (a trial's first batches can come
+        # from a read-ahead queue filled while other variants ran).
+        key = "samples_per_s" if base.get("samples_per_s") else "batches_per_s"
         r["baseline_variant"] = base["variant"]
         r["ratio_to_baseline"] = r[key] / base[key]
         r["ratio_to_memcpy"] = r["batches_per_s"] / memcpy["batches_per_s"] if memcpy else None
