@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._kind import Batch, Kind
+from headrace.bench._kind import Batch, Kind, filled
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
@@ -290,8 +290,6 @@ class FilesKind(Kind):
             with ThreadPoolExecutor(src.in_flight, thread_name_prefix="bench-fill") as pool:
                 for _ in pool.map(src.files.fetch, range(len(src.files))):
                     pass
-            stats = src.cache_stats
-            assert stats is not None
-            return {"entries": stats.written, "bytes": stats.written_bytes}
+            return filled(src.cache_stats)
         finally:
             src.close()

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, refuse, unknown_keys
 from headrace.errors import ConfigError
+from headrace.io import CacheStats
 from headrace.pipeline import Loader
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Kind",
     "Stream",
     "VariantSpec",
+    "filled",
     "kind_class",
     "make_kind",
     "variant",
@@ -381,6 +383,12 @@ class Kind:
         )
         self.loaders.append(loader)
         return loader
+
+
+def filled(stats: CacheStats | None) -> dict[str, Any]:
+    """What a kind's ``fill_cache`` wrote, from its source's cache counters."""
+    assert stats is not None  # the source was opened with cache_dir
+    return {"entries": stats.written, "bytes": stats.written_bytes}
 
 
 # [reader] keys that say where the run's dataset is served from: one per run.

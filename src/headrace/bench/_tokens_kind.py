@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._datagen import write_token_file
-from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, filled, variant
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
@@ -198,9 +198,7 @@ class TokenKind(Kind):
             with Loader(src, batch_size=b, steps=-(-src.samples_per_epoch // b)) as loader:
                 for _ in loader:
                     pass
-            stats = src.cache_stats
-            assert stats is not None
-            return {"entries": stats.written, "bytes": stats.written_bytes}
+            return filled(src.cache_stats)
         finally:
             src.close()
 
