@@ -102,8 +102,12 @@ def test_short_trials_are_said_to_overstate_a_loader(
     )
     kind = make_kind(wl, str(tmp_path))
     kind.generate()
-    summary, _ = run_workload(kind, options=RunOptions(isolate=False))
+    summary, _ = run_workload(kind, options=RunOptions(isolate=False, accelerators=4))
     assert any(n.startswith("tokens: trials of 20 steps are short") for n in summary["notes"])
+    # No compute: 4 accelerators change nothing, and the run says so.
+    assert any(
+        "--accelerators has no effect without simulated compute" in n for n in summary["notes"]
+    )
 
 
 def test_bad_run_sizes_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

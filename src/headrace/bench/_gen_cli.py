@@ -153,8 +153,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"headrace gen: {exc}{notes}", file=sys.stderr)
         return 2
     if uploaded is None:
+        n = len(kind.files())
         print(
-            f"{kind.workload.name}: {len(kind.files())} files, {kind.dataset_bytes():,} bytes "
+            f"{kind.workload.name}: {n} file{'' if n == 1 else 's'}, "
+            f"{kind.dataset_bytes():,} bytes "
             f"under {kind.root}"
         )
         return 0

@@ -319,6 +319,12 @@ def _run(
                     f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
+    if (opts.accelerators > 1 or opts.accelerators_auto) and not has_compute:
+        notes.append(
+            f"{wl.name}: --accelerators has no effect without simulated compute (its "
+            "computation_time is 0: the loader alone); give the workload a computation_time "
+            "to measure accelerator utilisation"
+        )
     if t.steps < _SHORT_TRIAL_STEPS and any(r.get("mb_per_s") is None for r in results):
         # Whatever the storage: a loader that read ahead while the other variants ran
         # starts its trial with batches in hand (millions of batches/s from 20 ms S3).
@@ -347,7 +353,7 @@ def _run(
     ds_bytes = kind.dataset_bytes()
     if kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
-            f"{wl.name}: the dataset ({ds_bytes / 1e9:.2f} GB) fits in free memory "
+            f"{wl.name}: the dataset ({ds_bytes / 1e6:,.1f} MB) fits in free memory "
             f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
             "page-cache reads unless the storage ceiling says otherwise"
         )
