@@ -54,6 +54,39 @@ def test_an_http_endpoint_needs_no_allow_http(s3: S3Fixture) -> None:
             store.get(SMALL[0])
 
 
+def test_closing_a_store_ends_a_stalled_get_at_once(s3: S3Fixture, proxy: LatencyProxy) -> None:
+    # Every GET stalls 30 s, each try may take 10: closed from another thread, the read
+    # ends now, saying why, instead of waiting out its tries (what close() under a stalled
+    # store waited for).
+    import threading
+    import time
+
+    from headrace.errors import StorageError
+
+    opts = {**s3.options(), "endpoint": proxy.endpoint}
+    store = ObjectStore(URL, **opts, retry=RetryPolicy(attempts=3, timeout_s=10))  # type: ignore[arg-type]
+    proxy.set_faults([FaultRule(kind="stall", stall_s=30, match="GET ")])
+    got: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            store.get(SMALL[0])
+        except BaseException as exc:
+            got.append(exc)
+
+    reader = threading.Thread(target=get)
+    reader.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    store.close()
+    reader.join(timeout=10)
+    took = time.monotonic() - t0
+    proxy.set_faults([])
+    assert not reader.is_alive() and took < 5, took
+    assert len(got) == 1 and isinstance(got[0], StorageError)
+    assert f"{URL}/{SMALL[0]}: the store was closed during the read" in str(got[0])
+
+
 def test_get_first_is_one_get_where_stat_and_get_range_were_two(
     open_store: StoreFactory, proxy: LatencyProxy
 ) -> None:

@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Literal, Protocol, Self
 
 from numpy.typing import NDArray
 
+from headrace._messages import unknown_keys
 from headrace.bench._storage import Storage
-from headrace.bench._workload import Section, Workload, refuse, unknown_keys
+from headrace.bench._workload import Section, Workload, refuse
 from headrace.errors import ConfigError
 from headrace.io import CacheStats
 from headrace.pipeline import Loader

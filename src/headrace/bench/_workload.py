@@ -16,14 +16,14 @@ are therefore where the kind reads them: there is no second list to keep.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from headrace._messages import unknown_keys
 from headrace.errors import ConfigError
 
 __all__ = [
@@ -33,28 +33,10 @@ __all__ = [
     "builtin_workloads",
     "load_workload",
     "refuse",
-    "unknown_keys",
 ]
 
 #: The top-level keys of a workload file.
 TOP_KEYS = ("name", "kind", "description", "source", "dataset", "reader", "train", "variants")
-
-
-def unknown_keys(
-    where: str, unknown: Iterable[str], known: Iterable[str], who: str, what: str = "key"
-) -> str:
-    """The message for keys nobody reads: each with the closest known key, then the known ones.
-
-    ``jpeg.toml [reader]: unknown key 'in_flght' (did you mean 'in_flight'?); the
-    files kind reads: ...``
-    """
-    names = sorted(set(known))
-    parts = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, names, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    noun = what if len(parts) == 1 else f"{what}s"
-    return f"{where}: unknown {noun} {', '.join(parts)}; {who}: {', '.join(names) or 'nothing'}"
 
 
 def refuse(section: Mapping[str, Any], key: str, instead: str) -> None:

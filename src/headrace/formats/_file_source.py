@@ -16,7 +16,6 @@ in the same order, so its batches are byte-identical to the default mode's.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._messages import unknown_keys
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import FileList, Listing, LocalRead, list_files
 from headrace.formats._file_plan import FilePlan, Shuffle
@@ -127,17 +127,6 @@ class FileSourceConfig:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
 
 
-def _unknown_options(unknown: list[str], known: set[str]) -> str:
-    said = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        said.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"FileSource got unknown option{'s' if len(said) > 1 else ''} {', '.join(said)}; "
-        f"it takes store_options, config and {', '.join(sorted(known))}"
-    )
-
-
 class FileSource(Closing):
     """Samples of a dataset of files, by global sample number (a :class:`Source`).
 
@@ -162,7 +151,15 @@ class FileSource(Closing):
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)
             if unknown:
-                raise ConfigError(_unknown_options(unknown, known))
+                raise ConfigError(
+                    unknown_keys(
+                        "FileSource",
+                        unknown,
+                        known,
+                        "besides store_options and config it takes",
+                        "option",
+                    )
+                )
             config = FileSourceConfig(**options)
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")

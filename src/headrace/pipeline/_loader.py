@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline._locks import source_lock
-from headrace.pipeline._transform import Transform, apply_transform
+from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
     fingerprint_digest,
@@ -143,23 +143,6 @@ def lay_out(batch: Batch, ragged: list[str]) -> Batch:
             ndim = max(np.ndim(e) for e in v)
             batch[f"{k}_shape"] = batch[f"{k}_shape"][:, :ndim]
     return batch
-
-
-def _check_rows(source: object, arrays: object, n: int) -> None:
-    """A source's read gives a dict of arrays of one row per sample asked for: split
-    by steps, anything else would shift every later batch of the chunk."""
-    if not isinstance(arrays, dict):
-        raise ConfigError(
-            f"{type(source).__name__}.read returned {type(arrays).__name__}; a source must "
-            "return a dict of NumPy arrays with one row per sample"
-        )
-    for key, value in arrays.items():
-        if not isinstance(value, np.ndarray) or value.ndim == 0 or len(value) != n:
-            shape = getattr(value, "shape", type(value).__name__)
-            raise ConfigError(
-                f"{type(source).__name__}.read returned {key!r} with shape {shape} for {n} "
-                "samples; a source must return one row per sample asked for"
-            )
 
 
 def _integer(name: str, value: object) -> int:
@@ -357,7 +340,7 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
-        _check_rows(self.source, arrays, samples.size)
+        arrays = checked_rows(f"{type(self.source).__name__}.read", arrays, samples.size)
         stats.plan_s += t1 - t0
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1

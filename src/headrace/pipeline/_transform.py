@@ -61,20 +61,30 @@ def apply_transform(
 ) -> dict[str, NDArray[Any]]:
     """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays."""
     out = transform(arrays, Samples(seed, numbers))
+    return checked_rows(
+        f"transform {_name(transform)}",
+        out,
+        len(numbers),
+        "(the loader may pass several steps' rows at once)",
+    )
+
+
+def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDArray[Any]]:
+    """``out`` (what a source or a transform returned) as a dict of arrays, or a
+    ConfigError naming ``who`` and the key: one row per sample is what a loader splits
+    by steps (a row short would shift every later batch of its chunk)."""
     if not isinstance(out, Mapping):
         raise ConfigError(
-            f"transform {_name(transform)} returned {type(out).__name__}; it must return a "
-            "dict of arrays with one row per sample"
+            f"{who} returned {type(out).__name__}; it must return a dict of NumPy arrays "
+            f"with one row per sample {hint}".rstrip()
         )
-    n = len(numbers)
     checked = {}
     for key, value in out.items():
         if not isinstance(value, np.ndarray) or value.ndim == 0 or len(value) != n:
             shape = getattr(value, "shape", type(value).__name__)
             raise ConfigError(
-                f"transform {_name(transform)} returned {key!r} with shape {shape} for {n} "
-                f"samples; every value must be a NumPy array with one row per sample "
-                "(the loader may pass several steps' rows at once)"
+                f"{who} returned {key!r} with shape {shape} for {n} samples; every value "
+                f"must be a NumPy array with one row per sample {hint}".rstrip()
             )
         checked[str(key)] = value
     return checked
