@@ -115,6 +115,29 @@ def test_resume_on_another_world_size_and_state_of_the_plan_order_refused(tokens
         x.close()
 
 
+def read_by_8_hosts(
+    make: Callable[[], Any], bytes_of: Callable[[Any], int], order: str, **loader: Any
+) -> int:
+    """Bytes 8 hosts read over 20 steps of 256 samples, each with a fresh source."""
+    read = 0
+    for r in range(8):
+        src = make()
+        with Loader(
+            src,
+            batch_size=256,
+            rank=r,
+            world_size=8,
+            steps=20,
+            prefetch=0,
+            host_order=order,
+            **loader,
+        ) as ld:
+            for _ in ld:
+                pass
+        read += bytes_of(src)
+    return read
+
+
 def test_eight_hosts_read_about_the_bytes_of_one(tokens: Path) -> None:
     # One window of a.bin (4 MiB, 64 blocks of 64 KiB) holds 4,095 samples: 16 steps of
     # 256. Read by 8 hosts with pread fills (bytes_read counts the blocks each fills):
@@ -123,23 +146,9 @@ def test_eight_hosts_read_about_the_bytes_of_one(tokens: Path) -> None:
     # (plus how far a host's sorted share wanders from step to step), and reads ahead
     # only its stretch of the next window.
     def total(order: str) -> int:
-        read = 0
-        for r in range(8):
-            src = source(tokens, reads="pread")
-            with Loader(
-                src,
-                batch_size=256,
-                seed=3,
-                rank=r,
-                world_size=8,
-                steps=20,
-                prefetch=0,
-                host_order=order,  # type: ignore[arg-type]
-            ) as ld:
-                for _ in ld:
-                    pass
-            read += src.stats.bytes_read
-        return read
+        return read_by_8_hosts(
+            lambda: source(tokens, reads="pread"), lambda s: s.stats.bytes_read, order, seed=3
+        )
 
     by_plan, by_address = total("plan"), total("address")
     one_pass = (4 << 20) + (300_000 * 4)  # both files: 5.4 MB
@@ -303,24 +312,13 @@ def test_eight_hosts_read_about_the_bytes_of_one_mixture(tokens: Path) -> None:
     # source is told its host's share of its own samples (host 4: the end of a's, the
     # start of b's) and reads ahead that stretch only.
     def total(order: str) -> int:
-        read = 0
-        for r in range(8):
-            mix = mixture(tokens, 256, reads="pread")
-            with Loader(
-                mix,
-                batch_size=256,
-                seed=5,
-                rank=r,
-                world_size=8,
-                steps=20,
-                prefetch=0,
-                chunk_steps=2,
-                host_order=order,  # type: ignore[arg-type]
-            ) as ld:
-                for _ in ld:
-                    pass
-            read += sum(s.stats.bytes_read for s in mix.sources)  # type: ignore[attr-defined]
-        return read
+        return read_by_8_hosts(
+            lambda: mixture(tokens, 256, reads="pread"),
+            lambda m: sum(s.stats.bytes_read for s in m.sources),
+            order,
+            seed=5,
+            chunk_steps=2,
+        )
 
     one_pass = (4 << 20) + (300_000 * 4)
     by_plan, by_address = total("plan"), total("address")
