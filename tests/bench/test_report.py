@@ -83,6 +83,34 @@ def test_printed_tables_never_truncate_cells() -> None:
     assert "…" not in text
 
 
+def test_token_and_table_requests_get_their_own_table() -> None:
+    # Files workloads show requests in their stage table; a token or table workload on
+    # an object store had them in the JSON only.
+    import io
+
+    from headrace.bench._report import print_report
+
+    remote = _result("headrace-async", files=False)
+    remote.update(
+        requests=1234,
+        retries=3,
+        throttled=0,
+        in_flight_observed=5,
+        request_latency_s={"p50": 0.1954, "p95": 0.2443, "p99": 0.2444},
+    )
+    local = _result("headrace-sync", files=False)
+    out = io.StringIO()
+    print_report({"results": [remote, local], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "requests to the object store" in text
+    row = next(line for line in text.splitlines() if "1,234" in line)
+    assert "headrace-async" in row and "195.4/244.3/244.4" in row
+    assert not any("headrace-sync" in line and "1,234" in line for line in text.splitlines())
+    out = io.StringIO()
+    print_report({"results": [local], "notes": []}, file=out)
+    assert "requests to the object store" not in out.getvalue()
+
+
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).

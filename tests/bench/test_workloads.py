@@ -317,6 +317,11 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
         assert r["storage"] == "s3" and r["latency_ms"] == 2
         assert r["digest"] == want[name] == want["naive"]  # the same plan, read from S3
         assert r["baseline_variant"] == "headrace-sync"
+        # The store's own counters: one ranged GET per 4 MiB block of the 4 MiB file at
+        # least, each through the 2 ms proxy; nothing retried on a healthy endpoint.
+        assert r["requests"] >= 1 and r["in_flight_observed"] >= 1
+        assert r["request_latency_s"]["p50"] >= 0.002
+        assert r["retries"] == 0 and r["throttled"] == 0
     with pytest.raises(ConfigError, match=r"variant 'naive' reads the local token file"):
         wl = builtin_workloads()["tokens"].replace(reader={"storage": "s3"})
         kind = make_kind(wl, str(tmp_path))
@@ -335,6 +340,8 @@ def test_tokens_cached_variant_reads_only_the_cache(tmp_path: Path) -> None:
     cached = got["headrace-cached"]
     assert cached["digest"] == got["headrace-async"]["digest"]
     assert cached["cache"]["misses"] == 0 and cached["cache"]["hits"] > 0
+    # One request: the HEAD that checks the object is the one cached; no block GETs.
+    assert cached["requests"] == 1 < got["headrace-async"]["requests"]
     assert cached["cache_fill"]["entries"] >= 1 and cached["cache_fill"]["bytes"] > 4_000_000
     assert not list(tmp_path.glob("object-cache-*"))
     with pytest.raises(ConfigError, match="'headrace-cached' reads an object store"):
@@ -396,3 +403,6 @@ def test_parquet_on_moto_gives_the_local_digests(tmp_path: Path) -> None:
         assert reports["s3"][v]["digest"] == reports["local"][v]["digest"]
         assert reports["s3"][v]["bytes_read"] > 0
     assert reports["local"]["naive"]["digest"] == reports["local"]["headrace"]["digest"]
+    remote = reports["s3"]["headrace"]  # ranged GETs of footers and column chunks
+    assert remote["requests"] >= 2 and remote["request_latency_s"]["p99"] > 0
+    assert reports["local"]["headrace"]["requests"] is None

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._files_kind import FilesKind
-from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
+from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, store_figures, variant
 from headrace.errors import ConfigError
 from headrace.formats import FileSource, IterableFiles
 
@@ -144,20 +144,19 @@ class StageProbe:
                 "read_s": self.read_s,
                 "decode_s": self.decode_s if self.decodes else None,
                 "bytes_fetched": self.bytes,
+                "request_latency_s": (
+                    dict(
+                        zip(
+                            ("p50", "p95", "p99"),
+                            np.percentile(lat, [50, 95, 99]).tolist(),
+                            strict=True,
+                        )
+                    )
+                    if lat
+                    else None
+                ),
             }
-        if store is not None:
-            s = store.stats
-            lat = list(s.latencies_s)
-            out["requests"] = s.requests
-            out["retries"] = s.retries
-            out["throttled"] = s.throttled
-            out["in_flight_observed"] = s.max_in_flight_observed
-        out["request_latency_s"] = (
-            dict(zip(("p50", "p95", "p99"), np.percentile(lat, [50, 95, 99]).tolist(), strict=True))
-            if lat
-            else None
-        )
-        return out
+        return out | store_figures(None if store is None else store.stats)
 
 
 def _probe(k: FilesKind, *, decoding: bool = True, threads: int = 1) -> StageProbe:

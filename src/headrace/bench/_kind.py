@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, Self
 
+import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, refuse
 from headrace.errors import ConfigError
-from headrace.io import CacheStats
+from headrace.io import CacheStats, ObjectStats
 from headrace.pipeline import Loader
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "filled",
     "kind_class",
     "make_kind",
+    "store_figures",
     "variant",
 ]
 
@@ -90,6 +92,29 @@ class GenStream:
     def close(self) -> None:
         if self._close is not None:
             self._close()
+
+
+def store_figures(stats: ObjectStats | None) -> dict[str, Any]:
+    """A stream's request figures from its object stores' counters (``{}``: no store).
+
+    ``requests`` (successful calls), ``retries``, ``throttled`` (tries answered
+    "slow down"), ``in_flight_observed`` (the most at once) and
+    ``request_latency_s`` ``{p50, p95, p99}`` over the latest requests.
+    """
+    if stats is None:
+        return {}
+    lat = list(stats.latencies_s)
+    return {
+        "requests": stats.requests,
+        "retries": stats.retries,
+        "throttled": stats.throttled,
+        "in_flight_observed": stats.max_in_flight_observed,
+        "request_latency_s": (
+            dict(zip(("p50", "p95", "p99"), np.percentile(lat, [50, 95, 99]).tolist(), strict=True))
+            if lat
+            else None
+        ),
+    }
 
 
 class _Options(dict[str, str]):

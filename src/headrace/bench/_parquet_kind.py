@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, store_figures, variant
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
@@ -243,4 +243,4 @@ def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
         loader.close()
         src.close()
 
-    return GenStream(iter(loader), read, close)
+    return GenStream(iter(loader), read, close, lambda: store_figures(src.object_stats))

@@ -142,6 +142,40 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Object-store requests of the fresh pass, for variants the stage table leaves out.
+
+    Files workloads show their requests in the stage table; token and table
+    workloads on object storage get them here.
+    """
+    head = [
+        "workload",
+        "variant",
+        "requests",
+        "in flight",
+        "lat p50/p95/p99 ms",
+        "retries",
+        "throttled",
+    ]
+    rows = []
+    for r in report["results"]:
+        if r.get("samples_per_s") is not None or r.get("requests") is None:
+            continue
+        lat = r.get("request_latency_s")
+        rows.append(
+            [
+                r["workload"],
+                r["variant"],
+                f"{r['requests']:,}",
+                "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
+                "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
+                "-" if r.get("retries") is None else f"{r['retries']:,}",
+                "-" if r.get("throttled") is None else f"{r['throttled']:,}",
+            ]
+        )
+    return head, rows
+
+
 def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Where each variant's measurement pass spent its time (seconds, every kind).
 
@@ -237,6 +271,9 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
             rows,
             out,
         )
+    head, rows = _request_rows(report)
+    if rows:
+        _print("requests to the object store: one fresh pass per variant", head, rows, out)
     head, rows = _time_rows(report)
     if rows:
         _print("where the time went: one fresh pass per variant (s)", head, rows, out)

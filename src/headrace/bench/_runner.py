@@ -403,6 +403,7 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "in_flight_observed": src.get("in_flight_observed"),
         "requests": src.get("requests"),
+        "retries": src.get("retries"),
         "throttled": src.get("throttled"),
         "request_latency_s": src.get("request_latency_s"),
         "stages": {

@@ -26,7 +26,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._datagen import write_token_file
-from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, filled, variant
+from headrace.bench._kind import (
+    Batch,
+    GenStream,
+    Kind,
+    Stream,
+    VariantSpec,
+    filled,
+    store_figures,
+    variant,
+)
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
@@ -249,7 +258,12 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
     # Chunking as users get it (the Loader's default) unless a variant asks otherwise.
     chunking = {"chunk_steps": spec.int("chunk_steps", 0)} if "chunk_steps" in spec.options else {}
     loader = k.loader(src, spec, steps, prefetch=prefetch, **chunking)
-    return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close)
+    return GenStream(
+        iter(loader),
+        lambda: src.stats.bytes_read,
+        loader.close,
+        lambda: store_figures(src.object_stats),
+    )
 
 
 @variant(TokenKind, "headrace-sync")
@@ -271,7 +285,7 @@ def _headrace_cached(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
 
     def stats() -> dict[str, Any]:
         assert src.cache_stats is not None
-        return {"cache": src.cache_stats.to_dict()}
+        return {"cache": src.cache_stats.to_dict(), **store_figures(src.object_stats)}
 
     return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close, stats)
 
