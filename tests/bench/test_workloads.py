@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -67,6 +68,10 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
             assert 0 <= r["au"] <= 1
             assert r["au_pass"] == (r["au"] >= wl.train.au_threshold)
         assert r["bytes_before_first_batch"] <= r["bytes_read"]
+        # CPU s/GB: the pass's own CPU (every thread, not the digesting) per GB delivered.
+        cpu = r["stages"]["cpu_s"]
+        assert 0 <= cpu <= r["stages"]["wall_s"] * (os.cpu_count() or 1) + 0.05
+        assert r["cpu_s_per_gb"] == pytest.approx(cpu / (r["bytes_delivered"] / 1e9))
 
 
 def test_stub_kinds_are_declared_but_refuse_to_run(

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from headrace.bench._kind import Kind, make_kind
-from headrace.bench._machine import peak_rss_bytes
+from headrace.bench._machine import cpu_seconds, peak_rss_bytes
 from headrace.bench._workload import Workload
 from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
@@ -35,7 +35,8 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
 
     Times the pass from opening to the last batch (``wall_s``), split into time
     inside the stream's ``next`` (``loader_s``: reading, or waiting on a
-    read-ahead queue) and time digesting it (``consumer_s``). With
+    read-ahead queue) and time digesting it (``consumer_s``); ``cpu_s`` is the
+    process's CPU seconds over the pass (all threads) less the digesting's. With
     ``kind.canonical_digests`` it also hashes each sample (the ``index`` key
     left out: content alone) and digests them sorted: ``canonical_digest``.
     """
@@ -43,12 +44,13 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     h = hashlib.sha256()
     per: list[str] | None = [] if kind.canonical_digests and kind.digested(spec) else None
     t0 = time.perf_counter()
+    cpu0 = cpu_seconds()
     kind.loaders.clear()
     stream = kind.open(spec, steps)
     first_s: float | None = None
     first_bytes = 0
     n = 0
-    loader_s = consumer_s = 0.0
+    loader_s = consumer_s = consumer_cpu = 0.0
     delivered: int | None = 0  # payload bytes counted on the batches (None: not countable)
     try:
         it = iter(stream)
@@ -62,14 +64,19 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
             if n == 0:
                 first_s = b - t0
                 first_bytes = stream.bytes_read()
+            c = time.thread_time()
             update_digest(h, batch)
             got = kind.batch_payload_bytes(batch)
             delivered = None if got is None or delivered is None else delivered + got
             if per is not None:
                 per += sample_digests({k: v for k, v in batch.items() if k != "index"})
             consumer_s += time.perf_counter() - b
+            consumer_cpu += time.thread_time() - c
             n += 1
         wall = time.perf_counter() - t0
+        # The process's CPU (every thread: reads, decodes, read-ahead) less what digesting
+        # the batches cost this thread: the loader's CPU, as a training run would pay it.
+        cpu = max(0.0, cpu_seconds() - cpu0 - consumer_cpu)
         read = stream.bytes_read()
         stats = stream.stats()
         loader_stats = _loader_stages(kind)
@@ -88,6 +95,7 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         "bytes_before_first_batch": first_bytes,
         "time_to_first_batch_s": first_s,
         "wall_s": wall,
+        "cpu_s": cpu,
         "loader_s": loader_s,
         "consumer_s": consumer_s,
         "loader_stages": loader_stats,

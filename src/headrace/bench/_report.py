@@ -182,7 +182,9 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ``in next`` is the consumer inside the stream's ``next``; the Loader's own
     split follows (``-`` for a variant without a Loader): planning, inside
     ``source.read`` (read, decode, gather, collate), starting read-ahead, and
-    waiting on the read-ahead queue; files kinds split the reads further.
+    waiting on the read-ahead queue; files kinds split the reads further. ``CPU s``
+    is the pass's CPU on every thread less the digesting; ``CPU s/GB`` per GB
+    delivered.
     """
     head = [
         "workload",
@@ -196,13 +198,16 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "queue wait s",
         "read s",
         "decode s",
+        "CPU s",
+        "CPU s/GB",
     ]
     rows = []
     for r in report["results"]:
         st = r.get("stages") or {}
         if st.get("wall_s") is None:
             continue
-        rows.append([r["workload"], r["variant"], *(_s3(st.get(k)) for k in _TIME_KEYS)])
+        cells = [r["workload"], r["variant"], *(_s3(st.get(k)) for k in _TIME_KEYS)]
+        rows.append([*cells, _s(r.get("cpu_s_per_gb"))])
     return head, rows
 
 
@@ -216,6 +221,7 @@ _TIME_KEYS = (
     "queue_wait_s",
     "read_s",
     "decode_s",
+    "cpu_s",
 )
 
 

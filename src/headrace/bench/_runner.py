@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 import headrace
 from headrace.bench._kind import Batch, Kind
-from headrace.bench._machine import cpu_seconds, meminfo
+from headrace.bench._machine import meminfo
 from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import io_threads
@@ -185,7 +185,6 @@ def _run(
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    cpu: dict[str, float] = dict.fromkeys(specs, 0.0)
     done, work = 0, t.trials * len(specs) * (2 if has_compute else 1)
     au: dict[str, list[float]] = {s: [0.0, 0.0, 0.0] for s in specs}
     try:
@@ -200,12 +199,10 @@ def _run(
         for _ in range(t.trials):
             for spec in specs:
                 it = its[spec]
-                c0 = cpu_seconds()
                 t0 = time.perf_counter()
                 for _ in range(t.steps):
                     next(it)
                 dt = time.perf_counter() - t0
-                cpu[spec] += cpu_seconds() - c0
                 rates[spec].append(t.steps / dt)
                 done += 1
                 if progress:
@@ -241,7 +238,6 @@ def _run(
     )
 
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
-    timed_bytes = kind.payload_bytes(0, t.trials * t.steps)
     notes: list[str] = []
     results: list[dict[str, Any]] = []
     yardsticks: dict[int, tuple[int, int]] = {}  # steps -> (delivered, unique): plans cost
@@ -281,7 +277,7 @@ def _run(
                 "time_to_first_batch_s": first_s[spec],
                 "peak_rss_bytes": m["peak_rss_bytes"],
                 "rss_baseline_bytes": m["rss_baseline_bytes"],
-                "cpu_s_per_gb": cpu[spec] / (timed_bytes / 1e9) if timed_bytes else None,
+                "cpu_s_per_gb": _cpu_s_per_gb(m, delivered if counted is None else counted),
                 "bytes_read": m["bytes_read"],
                 # Counted on the batches where their arrays show it, else from the plan.
                 "bytes_delivered": delivered if counted is None else counted,
@@ -408,6 +404,7 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
         "request_latency_s": src.get("request_latency_s"),
         "stages": {
             "wall_s": wall,
+            "cpu_s": m.get("cpu_s"),
             "loader_s": m.get("loader_s"),
             "consumer_s": m.get("consumer_s"),
             "read_s": src.get("read_s"),
@@ -428,6 +425,17 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     if "cache" in src:
         out["cache"] = src["cache"]
     return out
+
+
+def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
+    """The measurement pass's loader CPU seconds per GB it delivered.
+
+    From the pass, not the timed trials: every variant's trial stream is open at once
+    and their read-ahead threads refill while another variant is timed, so a trial's
+    process CPU is not its own.
+    """
+    cpu = m.get("cpu_s")
+    return cpu / (delivered / 1e9) if cpu is not None and delivered else None
 
 
 def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
