@@ -92,6 +92,7 @@ def test_token_and_table_requests_get_their_own_table() -> None:
 
     remote = _result("headrace-async", files=False)
     remote.update(
+        storage="s3",
         requests=1234,
         retries=3,
         throttled=0,
@@ -99,6 +100,7 @@ def test_token_and_table_requests_get_their_own_table() -> None:
         request_latency_s={"p50": 0.1954, "p95": 0.2443, "p99": 0.2444},
     )
     local = _result("headrace-sync", files=False)
+    local.update(storage="local", requests=58)  # a local reader's reads: not the store's
     out = io.StringIO()
     print_report({"results": [remote, local], "notes": []}, file=out)
     text = out.getvalue()

@@ -159,7 +159,8 @@ def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ]
     rows = []
     for r in report["results"]:
-        if r.get("samples_per_s") is not None or r.get("requests") is None:
+        remote = r.get("storage") not in (None, "local")
+        if r.get("samples_per_s") is not None or r.get("requests") is None or not remote:
             continue
         lat = r.get("request_latency_s")
         rows.append(

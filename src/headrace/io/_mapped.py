@@ -14,13 +14,15 @@ still fatal; only a lock held by every writer could close that window.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError
 from headrace.io._file import LocalFile
 
-__all__ = ["mapped_view"]
+__all__ = ["mapped_view", "pages_touched"]
 
 
 def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
@@ -44,3 +46,23 @@ def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
     if end > len(m):
         return None
     return np.frombuffer(m, dtype=np.uint8)
+
+
+def pages_touched(
+    offsets: NDArray[np.int64], lengths: NDArray[np.int64], page: int = mmap.PAGESIZE
+) -> int:
+    """Bytes of the distinct pages the ranges touch: what their page faults read at least.
+
+    A mapped read is counted by the pages it faults in, not by the bytes asked for
+    (a 1,025-byte row faults a 4 KiB page); the kernel's read-around may read more.
+    """
+    keep = lengths > 0
+    if not keep.any():
+        return 0
+    first = offsets[keep] // page
+    last = (offsets[keep] + lengths[keep] - 1) // page
+    order = np.argsort(first, kind="stable")
+    first, last = first[order], last[order]
+    # Pages of range i not already counted by an earlier (lower-starting) range.
+    before = np.maximum.accumulate(np.concatenate([[-1], last[:-1]]))
+    return int(np.maximum(last - np.maximum(first - 1, before), 0).sum()) * page
