@@ -411,3 +411,28 @@ def test_parquet_on_moto_gives_the_local_digests(tmp_path: Path) -> None:
     remote = reports["s3"]["headrace"]  # ranged GETs of footers and column chunks
     assert remote["requests"] >= 2 and remote["request_latency_s"]["p99"] > 0
     assert reports["local"]["headrace"]["requests"] is None
+
+
+def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A table's batches are decoded and padded (int32 ids, a mask): their GB/s is not what
+    # the storage gave. The page-cache note judges the stored share against the ceiling.
+    from headrace.bench import _runner
+
+    over = TINY["parquet"]
+    wl = builtin_workloads()["parquet"].replace(
+        dataset=over["dataset"], reader=over["reader"], train=TRAIN
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    ratio = kind.stored_per_payload()
+    assert 0 < ratio < 1  # Parquet vs int32 ids padded to the width, a mask, a label
+    tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
+    monkeypatch.setattr(_runner, "storage_ceiling", lambda k: tiny)
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    for r in results:
+        want = f"{r['gb_per_s']:.2f} GB/s of payload ({r['gb_per_s'] * ratio:.2f} GB/s stored)"
+        assert any(
+            n.startswith(f"parquet/{r['variant']}: {want} is above") for n in summary["notes"]
+        )

@@ -281,6 +281,10 @@ class Kind:
         """Payload bytes of this host's batches of steps ``[start, stop)``."""
         return round(self.record_bytes() * self.host_batch * (stop - start))
 
+    def stored_per_payload(self) -> float:
+        """Stored bytes per payload byte delivered (decoded rows are wider than stored)."""
+        return 1.0
+
     def unique_payload_bytes(self, steps: int) -> int:
         """Stored bytes the first ``steps`` batches need at least: amplification's yardstick."""
         return self.payload_bytes(0, steps)

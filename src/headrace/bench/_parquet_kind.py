@@ -125,6 +125,9 @@ class ParquetKind(Kind):
             out += [stored_bytes(md, g) for g in range(md.num_row_groups)]
         return np.asarray(out, dtype=np.int64)
 
+    def stored_per_payload(self) -> float:
+        return int(self.group_bytes().sum()) / (self.rows * self.record_bytes())
+
     def unique_payload_bytes(self, steps: int) -> int:
         # What a reader must fetch at least: every row group the plan touches, once.
         seed = self.workload.train.seed

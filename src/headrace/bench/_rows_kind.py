@@ -176,6 +176,9 @@ class PaddedKind(_RowsBase):
         # x and y as int32, loss_mask as bool: L items each.
         return float(self.context * (4 + 4 + 1))
 
+    def stored_per_payload(self) -> float:
+        return (self.context + 1) * 3 / self.record_bytes()
+
     def unique_payload_bytes(self, steps: int) -> int:
         # Stored, not delivered: each distinct row's first L + 1 tokens (uint16) and mask (uint8).
         rows = np.unique(np.concatenate(list(self.plan(self.workload.train.seed, steps))))
@@ -302,6 +305,9 @@ class TableKind(_RowsBase):
                 pc.list_value_length(table.column("input_ids")), dtype=np.int64
             )
         return int(self._lengths[rows].sum()) * 4 + 12 * len(rows)
+
+    def stored_per_payload(self) -> float:
+        return self.stored_bytes(np.arange(self.rows)) / (self.rows * self.record_bytes())
 
     def unique_payload_bytes(self, steps: int) -> int:
         rows = np.unique(np.concatenate(list(self.plan(self.workload.train.seed, steps))))

@@ -308,10 +308,16 @@ def _run(
             # from a read-ahead queue filled while other variants ran, so their GB/s is not
             # a storage figure and must not be the one compared with the ceiling.
             rate = res["mb_per_s"] / 1e3 if res.get("mb_per_s") is not None else res["gb_per_s"]
-            if rate > ceiling["gb_per_s"]:
+            # Other kinds count payload as delivered: decoded rows are ~3x their stored
+            # bytes, so the storage had to give at least the stored share of it.
+            need, said = rate, f"{rate:.2f} GB/s"
+            if res.get("mb_per_s") is None and kind.stored_per_payload() != 1.0:
+                need = rate * kind.stored_per_payload()
+                said += f" of payload ({need:.2f} GB/s stored)"
+            if need > ceiling["gb_per_s"]:
                 res["above_storage_ceiling"] = True
                 notes.append(
-                    f"{wl.name}/{res['variant']}: {rate:.2f} GB/s is above the "
+                    f"{wl.name}/{res['variant']}: {said} is above the "
                     f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
