@@ -26,6 +26,7 @@ from headrace.formats._megatron import (
     write_megatron_index,
 )
 from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
+from headrace.formats._packed import table_token_files
 from headrace.formats._pairs import PairRows
 from headrace.formats._positions import cu_seqlens
 from headrace.formats._ragged import Ragged
@@ -85,6 +86,7 @@ __all__ = [
     "sample_digests",
     "sample_rows",
     "synthetic_arrays",
+    "table_token_files",
     "write_megatron_index",
     "write_row_file",
     "write_sample_file",

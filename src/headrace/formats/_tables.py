@@ -129,6 +129,7 @@ class _Part:
         self._pa = pa
         self._pf: Any = None
         self.batches: list[Any] = []
+        self.map_address = 0  # Arrow files: the address their memory map starts at
         try:
             self.size = os.path.getsize(path)
             with open(path, "rb") as f:
@@ -159,6 +160,9 @@ class _Part:
         if self.size == 0:
             raise FormatError(f"{self.path}: empty file, expected Arrow IPC or Parquet")
         mm = pa.memory_map(self.path, "r")
+        # Where the map starts: a buffer read zero-copy from it lies at its offset from here.
+        self.map_address = mm.read_buffer(1).address
+        mm.seek(0)
         if head[:6] == _ARROW_FILE_MAGIC:
             reader = pa.ipc.open_file(mm)
             self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]

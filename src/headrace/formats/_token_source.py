@@ -32,6 +32,7 @@ from headrace.formats._object_files import (
     check_in_flight,
     check_store_options,
 )
+from headrace.formats._packed import SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import (
@@ -103,7 +104,7 @@ class _Window:
 
     def __init__(
         self,
-        file: LocalFile | RemoteFile,
+        file: LocalFile | RemoteFile | SegmentedFile,
         dtype: np.dtype[Any],
         offset: int,
         tokens: int,
@@ -205,7 +206,7 @@ class _Window:
     def _fill(self, block: int) -> None:
         lo = block * self.block_bytes
         n = self._block_len(block)
-        assert isinstance(self.file, LocalFile)
+        assert not isinstance(self.file, RemoteFile)
         if not self.mapped:
             self.file.pread_into(self._bytes[lo : lo + n], self.offset + lo)
             return
@@ -377,7 +378,7 @@ class TokenSource:
         self.read_ahead = read_ahead
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
-        self._open: dict[int, LocalFile | RemoteFile] = {}
+        self._open: dict[int, LocalFile | RemoteFile | SegmentedFile] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
@@ -401,12 +402,12 @@ class TokenSource:
                     f"(range [{info.min}, {info.max}])."
                 )
         if self.positions == "documents":
-            plain = [f.path for f in self.files if f.index is None]
+            plain = [f.path for f in self.files if not f.has_documents]
             if plain:
                 raise ConfigError(
-                    f"positions='documents' needs a Megatron .idx for every file; "
-                    f"{', '.join(plain)} has none (for EOS-separated documents use "
-                    "positions='eos', eos_id=...)."
+                    f"positions='documents' needs a Megatron .idx (or an Arrow column of "
+                    f"token lists) for every file; {', '.join(plain)} has none (for "
+                    "EOS-separated documents use positions='eos', eos_id=...)."
                 )
 
     def _check_files(self, context: int) -> None:
@@ -615,15 +616,17 @@ class TokenSource:
         ] + plan.start
 
     # -- windows ---------------------------------------------------------------
-    def _file(self, i: int) -> LocalFile | RemoteFile:
+    def _file(self, i: int) -> LocalFile | RemoteFile | SegmentedFile:
         f = self._open.get(i)
         if f is None:
             tf = self.files[i]
-            f = self._open[i] = (
-                self._remote().open(tf.path, tf.nbytes, tf.etag)
-                if tf.remote
-                else LocalFile(tf.path)
-            )
+            if tf.remote:
+                f = self._remote().open(tf.path, tf.nbytes, tf.etag)
+            elif tf.segments is not None:
+                f = SegmentedFile(tf.path, tf.segments)
+            else:
+                f = LocalFile(tf.path)
+            self._open[i] = f
         return f
 
     def _victim(self) -> int:
@@ -675,8 +678,11 @@ class TokenSource:
 
     def _window_memory(self, fi: int) -> NDArray[np.uint8] | None:
         """``None`` for a mapped window, else recycled or fresh window memory."""
-        if self.reads == "populate" and not self.files[fi].remote and self._can_populate(fi):
-            return None
+        tf = self.files[fi]
+        # Segments (an Arrow column's token lists) are not one run of the file: buffered.
+        if self.reads == "populate" and not tf.remote and tf.segments is None:
+            if self._can_populate(fi):
+                return None
         return self._free.pop() if self._free else page_aligned_empty(self._window_nbytes)
 
     def _can_populate(self, fi: int) -> bool:
@@ -701,7 +707,7 @@ class TokenSource:
         self._windows.clear()
         self._free.clear()
         for f in self._open.values():
-            if isinstance(f, LocalFile):
+            if not isinstance(f, RemoteFile):
                 f.close()
         self._open.clear()
         self._close_stores()

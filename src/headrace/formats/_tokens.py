@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -38,6 +38,12 @@ class TokenFile:
 
     ``path`` is a local path or an object URL; ``etag`` is the object's entity
     tag when it was opened (URLs only), so a replaced object is refused.
+
+    ``segments`` (an ``(n, 2)`` array of file offset and length in bytes) makes
+    the tokens the concatenation of those byte ranges of the file, not the whole
+    file: a column of token lists in an Arrow file
+    (:func:`~headrace.formats.table_token_files`), whose ``bounds`` then say where
+    each row's document starts (and the total).
     """
 
     path: str
@@ -46,6 +52,8 @@ class TokenFile:
     format: str
     index: MegatronIndex | None = None
     etag: str | None = None
+    segments: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
+    bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -65,8 +73,15 @@ class TokenFile:
             "format": self.format,
         }
 
+    @property
+    def has_documents(self) -> bool:
+        return self.index is not None or self.bounds is not None
+
     def documents(self) -> NDArray[np.int64]:
-        """Token offsets where documents start, then the total (Megatron files only)."""
+        """Token offsets where documents start, then the total (Megatron files and
+        Arrow token lists only)."""
+        if self.bounds is not None:
+            return self.bounds
         if self.index is None:
             raise ConfigError(f"{self.path}: only Megatron files index documents")
         return self.index.document_bounds()
