@@ -130,6 +130,22 @@ def test_datasets_save_to_disk_packs_and_resumes(tmp_path: Path) -> None:
     resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
     with resumed:
         assert head + [batch_digest([b]) for b in resumed] == straight
+    # Resumed on 2 hosts: each host's slice, together the same batches.
+    hosts = []
+    for rank in (0, 1):
+        ld = Loader(source(tfs), batch_size=8, rank=rank, world_size=2, steps=steps)
+        ld.load_state_dict(state)
+        with ld:
+            hosts.append([b["x"] for b in ld])
+    with Loader(source(tfs), batch_size=8, seed=2, steps=steps) as ld:
+        it = iter(ld)
+        for _ in range(17):
+            next(it)
+        rest = [b["x"] for b in it]
+    assert len(hosts[0]) == len(hosts[1]) == len(rest) == steps - 17
+    for a, b, whole in zip(*hosts, rest, strict=True):
+        got = np.concatenate([a, b])
+        assert sorted(map(bytes, got)) == sorted(map(bytes, whole))
 
 
 def test_other_widths_large_lists_and_pickling(tmp_path: Path) -> None:
