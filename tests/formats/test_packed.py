@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,11 @@ def test_parquet_compressed_ipc_and_urls_are_refused(tmp_path: Path) -> None:
         table_token_files(tmp_path / "z.arrow")
     with pytest.raises(ConfigError, match=r"s3://b/ds: packing token lists reads byte ranges"):
         table_token_files("s3://b/ds")
+    write_stream(tmp_path / "a.arrow", rows)
+    (tf,) = table_token_files(tmp_path / "a.arrow")
+    moved = dataclasses.replace(tf, path="s3://b/a.arrow")  # segments of a remote object
+    with pytest.raises(ConfigError, match=r"s3://b/a\.arrow: byte ranges of a file"):
+        TokenSource(moved, context=L)
 
 
 def test_a_file_cut_after_listing_is_refused_by_name(tmp_path: Path) -> None:

@@ -419,6 +419,11 @@ class TokenSource:
             )
         self.dtype: np.dtype[Any] = self.files[0].dtype
         for f in self.files:
+            if f.remote and f.segments is not None:
+                raise ConfigError(
+                    f"{f.path}: byte ranges of a file (TokenFile.segments) are read from "
+                    "local files only"
+                )
             if f.num_tokens < context + 1:
                 raise DataError(
                     f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
