@@ -194,9 +194,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
             transform=transform,
         )
         self.source = source
-        self.batch_size = batch_size
-        self.seed = seed
-        self.steps = steps
+        # As the loader checked them: Python ints (it takes NumPy integers too), so
+        # the state stays JSON-able.
+        self.batch_size = check.batch_size
+        self.seed = check.seed
+        self.steps = check.steps
         self.pin_memory = pin_memory
         self.contiguous = contiguous
         self.prefetch = prefetch
@@ -239,8 +241,9 @@ class TorchDataset(IterableDataset[TensorBatch]):
         st = LoaderState.from_dict(state)
         st.check(fingerprint=self.fingerprint, batch_size=self.batch_size, parts=self._parts)
         phase = state.get("phase", st.step)
-        if not isinstance(phase, int) or phase < 0:
+        if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
+        phase = int(phase)
         self._start, self._phase, self.seed = st.step, phase, st.seed
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).

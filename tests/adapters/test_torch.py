@@ -177,6 +177,22 @@ def test_torchdata_stateful_dataloader_protocol(root: Path, reference: list[str]
         assert got + digests(dl2) == reference, workers
 
 
+def test_numpy_integer_options_give_a_json_state(root: Path, reference: list[str]) -> None:
+    # The Loader takes NumPy integers (a seed drawn with NumPy, a batch size from a
+    # config array); the dataset kept them as given, so its state held np.int64 and
+    # json.dumps (an orbax JSON item, a plain JSON checkpoint) failed.
+    import json
+
+    ds = dataset(root, seed=np.int64(5), batch_size=np.int64(BATCH))
+    dl = ht.HeadraceDataLoader(ds)
+    got = digests(dl, 3)
+    for state in (ds.state_dict(), dl.state_dict(), ds.state_at(3)):
+        assert json.loads(json.dumps(state)) == state
+    ds2 = dataset(root)
+    ds2.load_state_dict({**json.loads(json.dumps(dl.state_dict())), "phase": np.int64(3)})
+    assert got + digests(iter(ds2)) == reference
+
+
 def test_state_from_other_data_is_refused(root: Path, tmp_path: Path) -> None:
     ds = dataset(root)
     with pytest.raises(StateError, match="global batch size"):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from headrace.errors import ConfigError, FormatError
 from headrace.formats import Table, TableSource
 from headrace.formats._row_plan import sample_rows
 from headrace.pipeline import Loader
-from headrace.testing import assert_resume_exact
+from headrace.testing import assert_resume_exact, batch_digest
 
 N = 300
 WIDTH = 24
@@ -160,3 +161,46 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
     pq.write_table(words, tmp_path / "w.parquet")
     with pytest.raises(FormatError, match=r"w\.parquet: column 'words' has type list<element: str"):
         TableSource(tmp_path / "w.parquet", width=4)
+
+
+@pytest.mark.parametrize("layout", ["parquet", "save_to_disk"])
+def test_a_source_reads_again_after_its_loader_closed_it(tmp_path: Path, layout: str) -> None:
+    # Every source reopens what its last loader closed; a TableSource raised a bare
+    # AttributeError (Parquet) or IndexError (Arrow). TorchDataset closes its last
+    # Loader at each new iteration, so a second `for batch in dl` over a table failed.
+    table, _ = make_table()
+    if layout == "parquet":
+        path = tmp_path / "t.parquet"
+        pq.write_table(table, path, row_group_size=64)
+    else:
+        path = save_to_disk(tmp_path / "ds", table)
+
+    def source() -> TableSource:
+        return TableSource(path, columns=["input_ids", "label"], width=WIDTH, truncate=True)
+
+    with Loader(source(), batch_size=8, seed=2, steps=40) as straight:
+        want = batch_digest(straight)
+    src = source()
+    with Loader(src, batch_size=8, seed=2, steps=40) as first:
+        head = list(islice(first, 25))
+        state = first.state_dict()
+    with Loader(src, batch_size=8, seed=2, steps=40) as again:  # the same, closed source
+        again.load_state_dict(state)
+        assert batch_digest([*head, *again]) == want
+
+
+def test_a_table_rewritten_while_closed_is_refused_on_reopening(tmp_path: Path) -> None:
+    table, _ = make_table()
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=64)
+    src = TableSource(path, columns=["input_ids", "label"], width=WIDTH, truncate=True)
+    with Loader(src, batch_size=8, seed=2) as loader:
+        next(iter(loader))
+    pq.write_table(table, path, row_group_size=50)  # same rows, other row groups
+    with Loader(src, batch_size=8, seed=2) as loader, pytest.raises(FormatError) as err:
+        next(iter(loader))
+    assert "t.parquet" in str(err.value) and "changed since it was opened" in str(err.value)
+    path.unlink()
+    with Loader(src, batch_size=8, seed=2) as loader, pytest.raises(FormatError) as err:
+        next(iter(loader))
+    assert "t.parquet" in str(err.value) and "cannot read" in str(err.value)

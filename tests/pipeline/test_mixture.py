@@ -202,6 +202,24 @@ def test_check_batch_size(sources: dict[str, PaddedRows]) -> None:
         mix.check_batch_size(64)
 
 
+def test_a_numpy_integer_batch_size_is_taken_like_the_loaders(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # Loader(batch_size=np.int64(16)) is taken; Mixture(batch_size=np.int64(16)) was
+    # refused as "not a positive integer", so one config value could not serve both.
+    import json
+
+    mix = Mixture(sources, W3, batch_size=np.int64(16))
+    assert type(mix.batch_size) is int and type(mix.plan.batch_size) is int
+    with Loader(mix, batch_size=np.int64(16), seed=1, prefetch=0, steps=5) as loader:
+        got = batch_digest(loader)
+        json.dumps(loader.state_dict())
+    assert got == batch_digest(Loader(mixture(sources), batch_size=16, seed=1, steps=5))
+    for bad in (True, 16.0, np.float64(16)):
+        with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
+            Mixture(sources, W3, batch_size=bad)  # type: ignore[arg-type]
+
+
 def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows]) -> None:
     with pytest.raises(ConfigError, match="3 sources but 2 weights"):
         Mixture(sources, [1, 2], batch_size=8)

@@ -14,3 +14,45 @@ def test_negative_sample_numbers_are_refused() -> None:
     assert layout.locate(0, np.array([5, 3])).start.shape == (2,)
     with pytest.raises(ConfigError, match="sample numbers must be >= 0"):
         layout.window_of(0, np.array([-1]))  # the read-ahead's shortcut checks the same
+
+
+@pytest.mark.parametrize("epoch", [2**31 - 1, 2**31 + 7, 2**32 + 5, 2**40])
+def test_chunks_spanning_far_epochs_locate_as_each_sample_alone(epoch: int) -> None:
+    # A chunk that spans windows groups its samples by (epoch, window); packed as
+    # epoch << 32 that wrapped int64 from epoch 2**31 on: a negative epoch (an
+    # unmapped ValueError from the key derivation) or, past 2**32, another
+    # epoch's start order, silently. Step 2**40 of a 749-sample file is epoch ~10**10.
+    layout = WindowLayout(file_tokens=(1001, 503), context=10, window_tokens=201)
+    t = layout.samples_per_epoch
+    samples = np.arange(epoch * t - 7, epoch * t + 50, dtype=np.int64)  # two epochs
+    got = layout.locate(3, samples)
+    alone = [layout.locate(3, samples[i : i + 1]) for i in range(samples.size)]
+    assert got.epoch.tolist() == [int(a.epoch[0]) for a in alone]
+    assert got.window.tolist() == [int(a.window[0]) for a in alone]
+    assert got.start.tolist() == [int(a.start[0]) for a in alone]
+
+
+def test_group_by_window_keeps_far_epochs() -> None:
+    from headrace.plan import group_by_window
+
+    epoch = np.array([2**33, 2**33, 2**33 + 1, 2**33], dtype=np.int64)
+    window = np.array([4, 2, 4, 4], dtype=np.int64)
+    groups = group_by_window(epoch, window)
+    assert [(k, idx.tolist()) for k, idx in groups] == [
+        ((2**33, 4), [0, 3]),
+        ((2**33, 2), [1]),
+        ((2**33 + 1, 4), [2]),
+    ]
+
+
+def test_group_by_window_of_epochs_far_apart() -> None:
+    from headrace.plan import group_by_window
+
+    epoch = np.array([2**40, 0, 2**40, 3], dtype=np.int64)
+    window = np.array([1, 1, 1, 0], dtype=np.int64)
+    groups = group_by_window(epoch, window)
+    assert [(k, idx.tolist()) for k, idx in groups] == [
+        ((2**40, 1), [0, 2]),
+        ((0, 1), [1]),
+        ((3, 0), [3]),
+    ]

@@ -130,6 +130,11 @@ class _Part:
         self._pf: Any = None
         self.batches: list[Any] = []
         self.map_address = 0  # Arrow files: the address their memory map starts at
+        self.closed = False
+        self._open()
+
+    def _open(self) -> None:
+        path, pa = self.path, self._pa
         try:
             self.size = os.path.getsize(path)
             with open(path, "rb") as f:
@@ -154,6 +159,23 @@ class _Part:
         except (pa.ArrowException, OSError) as exc:
             kind = "Parquet" if self.parquet else "Arrow IPC"
             raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
+
+    def _reopen(self) -> None:
+        """Open the file again after :meth:`close`: a new loader over the same source
+        reads on, as over every other source (``TorchDataset`` closes its last loader,
+        and so the source, at each new iteration). Refused if the file changed."""
+        was = (self.size, self.parquet, self.rows, self.schema)
+        self._open()
+        self.closed = False
+        now = (self.size, self.parquet, self.rows, self.schema)
+        if now != was:
+            self.close()
+            raise FormatError(
+                f"{self.path}: changed since it was opened ({was[0]} bytes in "
+                f"{len(was[2])} row groups of {sum(was[2])} rows then, {now[0]} bytes in "
+                f"{len(now[2])} of {sum(now[2])} rows now); open the table again to read "
+                "the new version"
+            )
 
     def _open_arrow(self, head: bytes) -> None:
         pa = self._pa
@@ -204,6 +226,8 @@ class _Part:
     def span(self, i: int, names: list[str]) -> Any:
         """Span ``i`` as something with ``.column(name)`` giving one Arrow array (the
         caller has checked the file's size: :meth:`check_size`)."""
+        if self.closed:
+            self._reopen()
         if not self.parquet:
             return self.batches[i]
         try:
@@ -216,9 +240,12 @@ class _Part:
 
     def stored_bytes(self, i: int) -> int:
         """Bytes row group ``i`` takes in the file (0 for Arrow: mapped, never decoded)."""
+        if self.closed:
+            self._reopen()
         return stored_bytes(self._pf.metadata, i) if self.parquet else 0
 
     def close(self) -> None:
+        self.closed = True
         self.batches = []
         if self._pf is not None:
             self._pf.close()

@@ -68,7 +68,7 @@ class Mixture:
             self.plan = MixturePlan(weights, batch_size)
         except ValueError as exc:
             raise ConfigError(f"Mixture: {exc}") from exc
-        self.batch_size = batch_size
+        self.batch_size = self.plan.batch_size
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
 
     def fingerprint(self) -> dict[str, Any]:

@@ -68,10 +68,14 @@ class MixturePlan:
     __slots__ = ("_tree", "batch_size", "numerators")
 
     def __init__(self, weights: Sequence[float], batch_size: int) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int | np.integer)
+            or batch_size < 1
+        ):
             raise ValueError(f"batch_size must be a positive integer (got {batch_size!r}).")
         self.numerators = quantize_weights(weights)
-        self.batch_size = batch_size
+        self.batch_size = int(batch_size)  # NumPy integers too, as the Loader takes them
         # The split tree as (lo, mid, hi) triples, parents before children.
         tree: list[tuple[int, int, int]] = []
         todo = [(0, len(self.numerators))]

@@ -233,10 +233,25 @@ def group_by_window(
     """Indices of samples sharing (epoch, window), in first-seen order."""
     if len(window) and (epoch == epoch[0]).all() and (window == window[0]).all():
         return [((int(epoch[0]), int(window[0])), np.arange(len(window)))]
-    keys = epoch * (1 << 32) + window
+    if not len(window):
+        return []
+    # Packed relative to the first epoch: ``epoch << 32`` itself wraps int64 from epoch
+    # 2**31 on (step 2**40 of a small dataset), giving a negative epoch or, past 2**32,
+    # another epoch's order. A chunk spans a few epochs; anything wider is grouped by pairs.
+    base = int(epoch.min())
+    if int(epoch.max()) - base >= 1 << 31:
+        pairs, first, inv = np.unique(
+            np.stack([epoch, window], axis=1), axis=0, return_index=True, return_inverse=True
+        )
+        inv = inv.reshape(-1)
+        return [
+            ((int(pairs[u, 0]), int(pairs[u, 1])), np.flatnonzero(inv == u))
+            for u in np.argsort(first)
+        ]
+    keys = ((epoch - base) << 32) | window
     uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
     return [
-        ((int(uniq[u] >> 32), int(uniq[u] & 0xFFFFFFFF)), np.flatnonzero(inv == u))
+        ((base + int(uniq[u] >> 32), int(uniq[u] & 0xFFFFFFFF)), np.flatnonzero(inv == u))
         for u in np.argsort(first)
     ]
 
