@@ -167,6 +167,21 @@ def test_state_from_other_data_is_refused(token_path: Path, tmp_path: Path) -> N
     by_address = loader(token_path, host_order="address")
     with pytest.raises(StateError, match=r"what differs: host_order\)"):
         by_address.load_state_dict(ld.state_dict())
+    # position_ids change every batch: a state saved without them is not theirs.
+    with_positions = Loader(
+        TokenSource(
+            [token_path / "a.bin", token_path / "b.bin"],
+            dtype="uint32",
+            context=L,
+            window_bytes=WINDOW,
+            block_bytes=4096,
+            positions="eos",
+            eos_id=0,
+        ),
+        batch_size=16,
+    )
+    with pytest.raises(StateError, match=r"what differs: eos_id, positions\)"):
+        with_positions.load_state_dict(ld.state_dict())
     # ... unless the state is older than its parts: then only that the data differ.
     old = {k: v for k, v in ld.state_dict().items() if k != "parts"}
     with pytest.raises(StateError, match=r"this loader's sources have \w+\): same files"):

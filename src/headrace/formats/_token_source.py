@@ -472,13 +472,18 @@ class TokenSource:
 
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": "tokens",
             "files": [f.fingerprint() for f in self.files],
             "context": self.context,
             "window_tokens": self.layout.window_tokens,
             "shuffle": self.layout.shuffle,
         }
+        if self.positions is not None:  # only when set: states saved without stay valid
+            out["positions"] = self.positions
+            if self.eos_id is not None:
+                out["eos_id"] = int(self.eos_id)
+        return out
 
     @property
     def samples_per_epoch(self) -> int:
