@@ -738,3 +738,29 @@ def test_decode_threads_default_to_the_cpus_at_most_8(
     src.close()
     with pytest.raises(ConfigError, match="decode_threads must be >= 0"):
         FileSource(tmp_path, format="npy", decode_threads=-1)
+
+
+def test_a_moved_copy_resumes_and_other_files_are_refused(tmp_path: Path) -> None:
+    # The fingerprint holds names below the dataset's folder, not the folder: a copy on
+    # another mount resumes (as token, row and table sources do); other files do not.
+    import shutil
+
+    old = make_dataset(tmp_path / "a" / "ds", "npy", 12)
+    new = tmp_path / "b" / "copy"
+    shutil.copytree(old, new)
+    for make in (
+        lambda root: FileSource(str(root), format="npy"),
+        lambda root: FileSource(sorted(str(p) for p in root.iterdir()), format="npy"),
+    ):
+        with Loader(make(old), batch_size=4, seed=1, steps=9) as ld:
+            it = iter(ld)
+            for _ in range(4):
+                next(it)
+            state = ld.state_dict()
+            rest = [batch_digest([b]) for b in it]
+        with Loader(make(new), batch_size=4, steps=9) as moved:
+            moved.load_state_dict(state)
+            assert [batch_digest([b]) for b in moved] == rest
+    (new / "f011.npy").rename(new / "g011.npy")
+    with pytest.raises(StateError, match="what differs: keys"):
+        Loader(FileSource(str(new), format="npy"), batch_size=4).load_state_dict(state)

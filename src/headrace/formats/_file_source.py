@@ -205,10 +205,15 @@ class FileSource(Closing):
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
+        keys = self.files.keys
+        if not self.files.url and keys:  # a list of paths: names below their common folder
+            root = os.path.commonpath([os.path.dirname(k) for k in keys])
+            keys = [os.path.relpath(k, root) for k in keys]
+        # Names, not the place (no url): a copy moved to another folder, mount or bucket
+        # is the same data and resumes, as for token, row and table sources.
         return {
             "kind": "files",
-            "url": self.files.url,
-            "keys": self.files.keys,
+            "keys": keys,
             "sizes": self.files.sizes,
             "format": self.format.name,
             "samples_per_file": c.samples_per_file,
