@@ -131,6 +131,22 @@ def test_state_round_trip_and_refusals() -> None:
         st_.check(fingerprint="abc", batch_size=16)
     with pytest.raises(StateError, match="plan version"):
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
+    # Version 1 planned seeds below 2**32 as version 2 does: those states load.
+    assert LoaderState.from_dict({**st_.to_dict(), "version": 1}) == st_
+    with pytest.raises(StateError, match=r"plan version 1 and seed 4294967301: version 1"):
+        LoaderState.from_dict({**st_.to_dict(), "seed": 5 + 2**32, "version": 1})
+
+
+def test_seeds_2_32_apart_do_not_share_keys() -> None:
+    # SeedSequence pads short entropy with zero words: (5 + 2**32, 0) and (5, 1) were one
+    # key, so a seed 2**32 above another replayed its next epoch.
+    assert not np.array_equal(derive_keys(5 + 2**32, 0), derive_keys(5, 1))
+    assert not np.array_equal(derive_keys(5 + 2**32, 7), derive_keys(5, 1 + 7 * 2**32))
+    keys = {derive_keys(s, e).tobytes() for s in (5, 5 + 2**32, 5 + 2**33) for e in range(3)}
+    assert len(keys) == 9
+    assert derive_keys(1234, 5).tolist() == derive_keys(1234, 5).tolist()
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*64\)"):
+        derive_keys(-1)
     with pytest.raises(StateError, match="not a headrace loader state"):
         LoaderState.from_dict({"seed": 1})
 

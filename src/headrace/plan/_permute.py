@@ -23,12 +23,27 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 
 
+# Appended to the words of a tuple with a counter of 2**32 or more: see derive_keys.
+_WIDE = 0x57494445
+
+
 def derive_keys(*counters: int, n: int = _ROUNDS) -> NDArray[np.uint64]:
-    """``n`` 64-bit keys derived from a tuple of non-negative counters."""
+    """``n`` 64-bit keys derived from a tuple of non-negative counters (each < 2**64).
+
+    ``SeedSequence`` cuts each int into 32-bit words and pads short entropy with
+    zero words, so ``(5 + 2**32, 0)`` (words 5, 1, 0) and ``(5, 1)`` (5, 1, then a
+    zero pad) would share keys: seeds ``2**32`` apart would replay each other's
+    epochs. A tuple with a counter of 2**32 or more is therefore given as two words
+    per counter and a marker word: of fixed width, and never ending in a pad.
+    Tuples of smaller counters keep their words as they are (and their keys).
+    """
     for c in counters:
-        if c < 0:
-            raise ValueError(f"counters must be non-negative (got {counters}).")
-    state = np.random.SeedSequence(list(counters)).generate_state(n, np.uint64)
+        if not 0 <= c < 1 << 64:
+            raise ValueError(f"counters must be in [0, 2**64) (got {counters}).")
+    words: list[int] = list(counters)
+    if any(c >> 32 for c in counters):
+        words = [w for c in counters for w in (c & 0xFFFFFFFF, c >> 32)] + [_WIDE]
+    state = np.random.SeedSequence(words).generate_state(n, np.uint64)
     return state.astype(np.uint64, copy=False)
 
 

@@ -13,7 +13,9 @@ from headrace.errors import StateError
 
 __all__ = ["PLAN_VERSION", "LoaderState", "fingerprint_digest", "fingerprint_parts"]
 
-PLAN_VERSION = 1
+#: 2: keys of counters of 2**32 or more no longer alias smaller ones (``derive_keys``);
+#: a version-1 state with a seed below 2**32 plans the same batches and still loads.
+PLAN_VERSION = 2
 
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
@@ -57,11 +59,19 @@ class LoaderState:
     def from_dict(cls, d: dict[str, Any]) -> LoaderState:
         try:
             version = int(d["version"])
-            if version != PLAN_VERSION:
+            if version == 1 and int(d["seed"]) >> 32:
+                raise StateError(
+                    f"loader state has plan version 1 and seed {int(d['seed'])}: version 1 "
+                    "shuffled a seed of 2**32 or more like a smaller one (seeds 2**32 "
+                    f"apart replayed each other's epochs); this headrace plans with version "
+                    f"{PLAN_VERSION}, whose order for that seed differs: it cannot replay it"
+                )
+            if version not in (1, PLAN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
                     f"version {PLAN_VERSION} and cannot replay it"
                 )
+            version = PLAN_VERSION  # a version-1 state of a smaller seed: the same plan
             st = cls(
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
