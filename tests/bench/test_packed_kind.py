@@ -151,6 +151,7 @@ def test_naive_bytes_read_are_the_pages_its_slices_touch(tmp_path: Path) -> None
     for addr, length, off in _rows_in_file(kind):
         every |= _pages(addr, length * 4) | _pages(off, 8)
     assert stream.bytes_read() == len(every) * PAGE
+    stream.close()
 
 
 def test_two_shards_give_the_same_batches_both_ways(tmp_path: Path) -> None:

@@ -21,11 +21,9 @@ runs across row boundaries, as packed pretraining sequences do. Variants:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,12 +46,13 @@ COLUMN = "input_ids"
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """Where each record batch of the column lies in the file(s), for page accounting.
+    """Where each record batch of the column lies in memory, for page accounting.
 
-    Per record batch, in row order over the files: its first token in the
-    concatenation (``tok0``) and token count, the file offset of that token
-    (``val_at``), its first row and the file offset of its first list offset
-    (``off_at``); ``row_starts``: each row's first token, then the total.
+    Per record batch (a chunk of the memory-mapped column), in row order over
+    the files: its first token in the concatenation (``tok0``) and token count,
+    the address of that token (``val_at``), its first row and the address of
+    its first list offset (``off_at``); ``row_starts``: each row's first token,
+    then the total. A map starts on a page, so its pages are the file's pages.
     """
 
     tok0: NDArray[np.int64]
@@ -155,7 +154,6 @@ class PackedKind(Kind):
         )
         self.dtype = np.dtype(np.int32)
         self._streams: list[TokenFile] | None = None
-        self._layout: _Layout | None = None
 
     # -- dataset ------------------------------------------------------------------
     @property
@@ -199,11 +197,6 @@ class PackedKind(Kind):
         sizes = np.array([f.num_tokens for f in self.streams()], dtype=np.int64)
         return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
 
-    def layout(self) -> _Layout:
-        if self._layout is None:
-            self._layout = _column_layout(self.path)
-        return self._layout
-
     # -- sizes --------------------------------------------------------------------
     def record_bytes(self) -> float:
         # x and y share one (L + 1)-token row: counted once.
@@ -240,11 +233,11 @@ class PackedKind(Kind):
             src.close()
 
 
-def _column_layout(path: str) -> _Layout:
-    """The column's record batches in the files, from their headers (values unread)."""
+def _column_layout(column: Any) -> _Layout:
+    """The record batches of a memory-mapped column (a ``pyarrow.ChunkedArray``), from
+    their buffers' addresses: the values are not read."""
     import pyarrow as pa
 
-    state = json.loads(Path(path, "state.json").read_text())
     tok0: list[int] = []
     ntok: list[int] = []
     val_at: list[int] = []
@@ -252,30 +245,22 @@ def _column_layout(path: str) -> _Layout:
     off_at: list[int] = []
     lengths: list[NDArray[np.int64]] = []
     tokens = rows = 0
-    off_size = isz = 4
-    for entry in state["_data_files"]:
-        mm = pa.memory_map(os.path.join(path, entry["filename"]), "r")
-        try:
-            base = mm.read_buffer(1).address  # where the map starts: buffers lie at their offset
-            mm.seek(0)
-            for batch in pa.ipc.open_stream(mm):
-                col = batch.column(COLUMN)
-                off_size = 8 if pa.types.is_large_list(col.type) else 4
-                offsets = np.frombuffer(col.buffers()[1], dtype=f"i{off_size}")
-                offsets = offsets[col.offset : col.offset + len(col) + 1].astype(np.int64)
-                values = col.values.buffers()[1]
-                isz = col.type.value_type.bit_width // 8
-                tok0.append(tokens)
-                ntok.append(int(offsets[-1] - offsets[0]))
-                at = (values.address - base) if values is not None else 0
-                val_at.append(at + (col.values.offset + int(offsets[0])) * isz)
-                row0.append(rows)
-                off_at.append(col.buffers()[1].address - base + col.offset * off_size)
-                lengths.append(np.diff(offsets))
-                tokens += ntok[-1]
-                rows += len(col)
-        finally:
-            mm.close()
+    off_size = 8 if pa.types.is_large_list(column.type) else 4
+    isz = column.type.value_type.bit_width // 8
+    for chunk in column.chunks:
+        held = chunk.buffers()[1]
+        offsets = np.frombuffer(held, dtype=f"i{off_size}")
+        offsets = offsets[chunk.offset : chunk.offset + len(chunk) + 1].astype(np.int64)
+        values = chunk.values.buffers()[1]
+        tok0.append(tokens)
+        ntok.append(int(offsets[-1] - offsets[0]))
+        at = values.address if values is not None else 0
+        val_at.append(at + (chunk.values.offset + int(offsets[0])) * isz)
+        row0.append(rows)
+        off_at.append(held.address + chunk.offset * off_size)
+        lengths.append(np.diff(offsets))
+        tokens += ntok[-1]
+        rows += len(chunk)
     row_starts = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
 
     def arr(values: list[int]) -> NDArray[np.int64]:
@@ -298,11 +283,14 @@ def _naive(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
     import pyarrow.compute as pc
 
     n = k.context + 1
+    # headrace's plan first: its reading of the record batch headers maps the files a
+    # moment, which must not be counted on top of the baseline's own map (peak RSS).
+    k.streams()
     table = open_arrow(k.path)  # every shard, memory-mapped, as load_from_disk opens it
     ids = table.column(COLUMN)
     # The user's index of the concatenation: each row's first token, then the total.
     starts = np.concatenate([[0], np.cumsum(pc.list_value_length(ids))]).astype(np.int64)
-    layout = k.layout()
+    layout = _column_layout(ids)  # for bytes read: where its slices lie in the map
     touched = [0]
 
     def batches() -> Iterator[Batch]:
@@ -352,12 +340,10 @@ def _group_texts(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
 
     def batches() -> Iterator[Batch]:
         # The pre-pass, before the first batch: every shard's rows concatenated (one
-        # copy), cut into blocks of L + 1; a shard's last partial block is dropped.
-        table = open_arrow(k.path)
-        flat = np.concatenate([c.flatten().to_numpy() for c in table.column(COLUMN).chunks]).astype(
-            k.dtype, copy=False
-        )
-        read[0] = k.layout().column_pages()
+        # copy), cut into blocks of L + 1; the last partial block is dropped.
+        column = open_arrow(k.path).column(COLUMN)
+        flat = np.concatenate([c.flatten().to_numpy() for c in column.chunks])
+        read[0] = _column_layout(column).column_pages()
         blocks = flat[: flat.size // n * n].reshape(-1, n)
         if not len(blocks):
             raise DataError(f"{k.path}: {flat.size} tokens make no block of {n}")
