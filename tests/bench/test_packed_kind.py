@@ -86,8 +86,10 @@ def test_group_texts_serves_shuffled_blocks_of_the_concatenation(tmp_path: Path)
 def test_a_planted_mismatch_is_caught(tmp_path: Path) -> None:
     kind = _kind(tmp_path)
     wl = kind.workload.replace(variants=("naive", "headrace-sync", "headrace-sync?seed=1"))
-    summary, _ = run_workload(make_kind(wl, str(tmp_path)), options=RunOptions(isolate=False))
+    summary, results = run_workload(make_kind(wl, str(tmp_path)), options=RunOptions(isolate=False))
     assert summary["mismatches"] == [["naive", "headrace-sync"], ["headrace-sync?seed=1"]]
+    for r in results:
+        assert r["rows"] == kind.rows and 0 < r["first_batch_s"] < r["stages"]["wall_s"] + 1
 
 
 def _rows_in_file(kind: PackedKind) -> list[tuple[int, int, int]]:
