@@ -13,7 +13,7 @@ from headrace.bench._kind import make_kind
 from headrace.bench._packed_kind import COLUMN, PAGE, PackedKind
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 
 TINY_DS = {"rows": 300, "max_len": 60, "batch_rows": 40, "context": 32}
 TINY_TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1, "batch_size": 4}
@@ -156,24 +156,38 @@ def test_naive_bytes_read_are_the_pages_its_slices_touch(tmp_path: Path) -> None
     stream.close()
 
 
-def test_two_shards_give_the_same_batches_both_ways(tmp_path: Path) -> None:
-    # save_to_disk with num_shards=2: samples stay within a file for headrace, and the
-    # naive baseline indexes the concatenation of both: the same plan, the same tokens.
-    kind = _kind(tmp_path)
+def _write_shards(kind: PackedKind, shards: list[int], max_len: int = 60) -> None:
+    """Replace the kind's table with shards of these many rows of 1 to ``max_len`` ids."""
     rng = np.random.default_rng(3)
+    Path(kind.files()[0]).unlink()
     names = []
-    for i, rows in enumerate((170, 90)):
-        lengths = rng.integers(1, 61, rows)
+    for i, rows in enumerate(shards):
+        lengths = rng.integers(1, max_len + 1, rows)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
         table = pa.table({COLUMN: pa.ListArray.from_arrays(offsets, values)})
-        name = f"data-{i:05d}-of-00002.arrow"
+        name = f"data-{i:05d}-of-{len(shards):05d}.arrow"
         with pa.OSFile(str(Path(kind.path, name)), "wb") as f:
             with pa.ipc.new_stream(f, table.schema) as w:
                 w.write_table(table, max_chunksize=25)
         names.append({"filename": name})
-    Path(kind.files()[0]).unlink()
     Path(kind.path, "state.json").write_text(json.dumps({"_data_files": names}))
+
+
+def test_group_texts_refuses_a_column_shorter_than_a_block(tmp_path: Path) -> None:
+    kind = _kind(tmp_path)
+    _write_shards(kind, [2], max_len=10)  # <= 20 tokens; a block is L + 1 = 33
+    stream = kind.open("group-texts", 1)
+    with pytest.raises(DataError, match=r"column 'input_ids' holds \d+ tokens, not one block"):
+        next(iter(stream))
+    stream.close()
+
+
+def test_two_shards_give_the_same_batches_both_ways(tmp_path: Path) -> None:
+    # save_to_disk with num_shards=2: samples stay within a file for headrace, and the
+    # naive baseline indexes the concatenation of both: the same plan, the same tokens.
+    kind = _kind(tmp_path)
+    _write_shards(kind, [170, 90])
     kind = make_kind(kind.workload, str(tmp_path))
     assert isinstance(kind, PackedKind) and len(kind.streams()) == 2
     plan = np.concatenate(list(kind.plan_chunks(kind.workload.train.seed, 40)))

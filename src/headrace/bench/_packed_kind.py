@@ -315,8 +315,6 @@ def _naive(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
                 r = int(np.searchsorted(starts, s, side="right")) - 1
                 at, need, parts = s - int(starts[r]), n, []
                 while need:
-                    if r >= len(ids):
-                        raise DataError(f"{k.path}: sample at token {s} runs past the last row")
                     piece = ids[r].values.to_numpy()[at : at + need]
                     parts.append(piece)
                     need -= len(piece)
@@ -362,19 +360,29 @@ def _group_texts(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
         read[0] = _column_layout(column).column_pages()
         blocks = flat[: flat.size // n * n].reshape(-1, n)
         if not len(blocks):
-            raise DataError(f"{k.path}: {flat.size} tokens make no block of {n}")
+            raise DataError(
+                f"{k.path}: column {COLUMN!r} holds {flat.size} tokens, not one block of {n}"
+            )
         orders: dict[int, NDArray[np.int64]] = {}
+        nb = len(blocks)
+
+        def order(e: int) -> NDArray[np.int64]:
+            if e not in orders:
+                orders.clear()  # the previous epoch's is done with
+                orders[e] = np.random.default_rng((seed, e)).permutation(nb)
+            return orders[e]
+
+        mine = np.arange(k.lo, k.hi)
         for t in range(steps):
             # global sample j: block order[j % blocks] of epoch j // blocks (a fresh
             # permutation per epoch, keyed by the seed); this host's slice of the batch
-            j = t * b + np.arange(k.lo, k.hi)
-            epoch, pos = np.divmod(j, len(blocks))
-            rows = np.empty(len(j), dtype=np.int64)
-            for e in np.unique(epoch).tolist():
-                if e not in orders:
-                    orders.clear()
-                    orders[e] = np.random.default_rng((seed, e)).permutation(len(blocks))
-                rows[epoch == e] = orders[e][pos[epoch == e]]
+            j = t * b + mine
+            e0, e1 = int(j[0]) // nb, int(j[-1]) // nb
+            if e0 == e1:  # as a DataLoader's sampler: an index into this epoch's order
+                rows = order(e0)[j - e0 * nb]
+            else:  # the batch crosses into the next epoch (j increases: epochs in turn)
+                epoch, pos = np.divmod(j, nb)
+                rows = np.concatenate([order(e)[pos[epoch == e]] for e in range(e0, e1 + 1)])
             out = blocks[rows]
             yield {"x": out[:, :-1], "y": out[:, 1:]}
 
