@@ -141,6 +141,8 @@ def test_dlio_yamls_load_with_only_keys_the_kind_reads(yaml: str, tmp_path: Path
         ("padded", "dataset", "format", "npy", r"right-padded \.npy rows"),
         ("table", "reader", "odirect", True, r"memory-mapped Arrow file"),
         ("parquet", "reader", "odirect", True, r"not O_DIRECT; the files kind has odirect"),
+        ("packed", "reader", "odirect", True, r"positional reads of the column's byte ranges"),
+        ("packed", "dataset", "format", "parquet", r"kind = 'parquet' pads rows instead"),
         ("npz", "dataset", "image_hw", [8, 8], r"npz records are arrays of record_bytes"),
         ("jpeg", "dataset", "record_bytes_stdev", 5, r"images are all image_hw in size"),
         ("jpeg", "reader", "strategy", "odirect", r"O_DIRECT with odirect = true"),

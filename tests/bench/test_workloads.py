@@ -27,6 +27,10 @@ TINY = {
         "dataset": {"rows": 600, "width": 40, "files": 2, "group_rows": 100},
         "reader": {"window_rows": 200},
     },
+    "packed": {
+        "dataset": {"rows": 300, "max_len": 60, "batch_rows": 40, "context": 32},
+        "train": {"batch_size": 4},
+    },
 }
 TRAIN = {"steps": 3, "trials": 2, "warmup_steps": 1}
 
@@ -57,7 +61,7 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
         # = samples x record size (mean over the planned samples)
         assert r["bytes_delivered"] == kind.payload_bytes(0, steps)
         if (
-            name in ("tokens", "megatron")
+            name in ("tokens", "megatron", "packed")
             or kind.workload.dataset.get("record_bytes_stdev", 0) == 0
         ):
             assert r["bytes_delivered"] == round(steps * kind.host_batch * kind.record_bytes())
@@ -90,6 +94,7 @@ def test_list_shows_demand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     out = capsys.readouterr().out
     assert "npz" in out and "MB/s per accelerator" in out
     assert "padded" in out and "table" in out
+    assert "packed" in out and "naive, headrace-sync, headrace-async, group-texts" in out
 
 
 def test_short_trials_are_said_to_overstate_a_loader(

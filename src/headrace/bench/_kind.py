@@ -465,6 +465,7 @@ KINDS: dict[str, str] = {
     "rows": "headrace.bench._rows_kind:PaddedKind",
     "tables": "headrace.bench._rows_kind:TableKind",
     "parquet": "headrace.bench._parquet_kind:ParquetKind",
+    "packed": "headrace.bench._packed_kind:PackedKind",
 }
 
 

@@ -70,16 +70,22 @@ def make_padded_dataset(
 
 
 def make_table_dataset(
-    root: str | os.PathLike[str], rows: int = 16_384, max_len: int = 1025, seed: int = 0
+    root: str | os.PathLike[str],
+    rows: int = 16_384,
+    max_len: int = 1025,
+    seed: int = 0,
+    batch_rows: int = 8192,
 ) -> Path:
     """A ``save_to_disk``-layout directory (Arrow IPC stream plus ``state.json``).
 
     Columns: ``input_ids`` (``list<int32>``, 1 to ``max_len`` items) and
-    ``label`` (``int64``). Random access comes straight from the memory map.
+    ``label`` (``int64``), in record batches of ``batch_rows`` rows (``datasets``
+    writes 1,000). Random access comes straight from the memory map.
     """
     import pyarrow as pa
 
-    path = Path(root) / f"table-{rows}x{max_len}-s{seed}"
+    batches = "" if batch_rows == 8192 else f"-b{batch_rows}"  # names made before stay valid
+    path = Path(root) / f"table-{rows}x{max_len}{batches}-s{seed}"
     name = "data-00000-of-00001.arrow"
     if (path / "state.json").exists():
         return path
@@ -91,7 +97,7 @@ def make_table_dataset(
     ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
     table = pa.table({"input_ids": ids, "label": pa.array(np.arange(rows, dtype=np.int64))})
     with pa.OSFile(str(path / name), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
-        w.write_table(table, max_chunksize=8192)
+        w.write_table(table, max_chunksize=batch_rows)
     # state.json last: its presence marks a complete dataset (generation is resumable).
     (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
     return path

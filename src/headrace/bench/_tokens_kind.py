@@ -43,7 +43,7 @@ from headrace.formats import TokenSource, write_megatron_index
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
-__all__ = ["LOCAL_ONLY", "MegatronKind", "TokenKind"]
+__all__ = ["LOCAL_ONLY", "MegatronKind", "TokenKind", "covered_tokens"]
 
 #: Variants that read the local file whatever the storage.
 LOCAL_ONLY = ("naive", "memcpy")
@@ -51,6 +51,14 @@ LOCAL_ONLY = ("naive", "memcpy")
 MiB = 1 << 20
 GiB = 1 << 30
 PAGE = 4096
+
+
+def covered_tokens(starts: NDArray[np.int64], length: int) -> int:
+    """Tokens that the runs ``[s, s + length)`` cover together, each counted once."""
+    offs = np.sort(starts)
+    reach = np.maximum.accumulate(offs + length)
+    gaps = np.maximum(0, offs[1:] - reach[:-1])
+    return int(reach[-1]) - int(offs[0]) - int(gaps.sum())
 
 
 class TokenKind(Kind):
@@ -144,12 +152,8 @@ class TokenKind(Kind):
     def unique_payload_bytes(self, steps: int) -> int:
         # Neighbouring samples share a token (x's last is the next sample's first)
         # and epochs repeat samples: count each delivered byte once.
-        offs = np.sort(np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps))))
-        ends = offs + self.context + 1
-        reach = np.maximum.accumulate(ends)
-        gaps = np.maximum(0, offs[1:] - reach[:-1])
-        covered = int(reach[-1] - offs[0] - gaps.sum())
-        return int(covered * self.dtype.itemsize)
+        offs = np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps)))
+        return covered_tokens(offs, self.context + 1) * int(self.dtype.itemsize)
 
     def result_extras(self, spec: str) -> dict[str, Any]:
         extras = super().result_extras(spec)
