@@ -37,6 +37,7 @@ from headrace.bench._tokens_kind import covered_tokens
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
 from headrace.formats import TokenFile, TokenSource, table_token_files
+from headrace.io._mapped import pages_touched
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["PackedKind"]
@@ -108,10 +109,7 @@ class _Layout:
 
 def _union_pages(first: NDArray[np.int64], last: NDArray[np.int64]) -> int:
     """Bytes of the pages that the runs ``first[i]..last[i]`` (inclusive) cover together."""
-    order = np.argsort(first, kind="stable")
-    first, stop = first[order], last[order] + 1
-    reach = np.concatenate([[0], np.maximum.accumulate(stop)[:-1]])
-    return int(np.maximum(0, stop - np.maximum(first, reach)).sum()) * PAGE
+    return pages_touched(first * PAGE, (last - first + 1) * PAGE, PAGE)
 
 
 class PackedKind(Kind):
