@@ -113,6 +113,26 @@ def test_token_and_table_requests_get_their_own_table() -> None:
     assert "requests to the object store" not in out.getvalue()
 
 
+def test_the_time_table_shows_first_batch_and_cpu_of_every_kind() -> None:
+    # Token workloads had their time to first batch and CPU s/GB in the JSON only.
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = _result("headrace-sync", files=False)
+    r["stages"] = {"wall_s": 1.375, "time_to_first_batch_s": 0.0412, "cpu_s": 0.335}
+    r["cpu_s_per_gb"] = 0.4931
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    lines = out.getvalue().splitlines()
+    head = next(line for line in lines if "1st batch s" in line and "CPU s/GB" in line)
+    row = next(line for line in lines if "1.375" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    got = dict(zip(names, cells, strict=True))
+    assert (got["1st batch s"], got["CPU s"], got["CPU s/GB"]) == ("0.041", "0.335", "0.49")
+
+
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).

@@ -183,7 +183,8 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ``in next`` is the consumer inside the stream's ``next``; the Loader's own
     split follows (``-`` for a variant without a Loader): planning, inside
     ``source.read`` (read, decode, gather, collate), starting read-ahead, and
-    waiting on the read-ahead queue; files kinds split the reads further. ``CPU s``
+    waiting on the read-ahead queue; files kinds split the reads further.
+    ``1st batch s``: from opening the stream to its first batch, alone. ``CPU s``
     is the pass's CPU on every thread less the digesting; ``CPU s/GB`` per GB
     delivered.
     """
@@ -191,6 +192,7 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "workload",
         "variant",
         "pass s",
+        "1st batch s",
         "in next s",
         "consumer s",
         "plan s",
@@ -214,6 +216,7 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 _TIME_KEYS = (
     "wall_s",
+    "time_to_first_batch_s",
     "loader_s",
     "consumer_s",
     "plan_s",
