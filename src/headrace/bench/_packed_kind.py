@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, variant
+from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
 from headrace.bench._rows_kind import make_table_dataset, open_arrow
-from headrace.bench._tokens_kind import covered_tokens
+from headrace.bench._tokens_kind import TokenPayload
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
 from headrace.formats import TokenFile, TokenSource, table_token_files
@@ -112,7 +112,7 @@ def _union_pages(first: NDArray[np.int64], last: NDArray[np.int64]) -> int:
     return pages_touched(first * PAGE, (last - first + 1) * PAGE, PAGE)
 
 
-class PackedKind(Kind):
+class PackedKind(TokenPayload):
     """A ``save_to_disk`` table of ``rows`` token lists, read as packed ``context`` samples."""
 
     def __init__(self, workload: Any, root: str) -> None:
@@ -197,19 +197,7 @@ class PackedKind(Kind):
         sizes = np.array([f.num_tokens for f in self.streams()], dtype=np.int64)
         return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
 
-    # -- sizes --------------------------------------------------------------------
-    def record_bytes(self) -> float:
-        # x and y share one (L + 1)-token row: counted once.
-        return float((self.context + 1) * self.dtype.itemsize)
-
-    def batch_payload_bytes(self, batch: Batch) -> int | None:
-        x = batch["x"]  # x and y: the same samples' L + 1 tokens, shifted by one
-        return int(x.shape[0] * (x.shape[1] + 1) * x.itemsize)
-
-    def unique_payload_bytes(self, steps: int) -> int:
-        offs = np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps)))
-        return covered_tokens(offs, self.context + 1) * int(self.dtype.itemsize)
-
+    # -- sizes: TokenPayload's --------------------------------------------------------
     def result_extras(self, spec: str) -> dict[str, Any]:
         """``rows``, and ``first_batch_s``: the median of 5 fresh streams' time from
         opening to the first batch, in this process (imports done), one at a time

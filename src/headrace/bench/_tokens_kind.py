@@ -61,7 +61,32 @@ def covered_tokens(starts: NDArray[np.int64], length: int) -> int:
     return int(reach[-1]) - int(offs[0]) - int(gaps.sum())
 
 
-class TokenKind(Kind):
+class TokenPayload(Kind):
+    """Payload of ``L + 1``-token samples (``x`` and ``y`` share a row): for kinds whose
+    ``plan_chunks`` yields each step's samples' first tokens in one token space."""
+
+    context: int
+    dtype: np.dtype[Any]
+
+    def plan_chunks(self, seed: int, steps: int) -> Iterator[NDArray[np.int64]]:
+        raise NotImplementedError
+
+    def record_bytes(self) -> float:
+        # x and y share one (L + 1)-token row: counted once.
+        return float((self.context + 1) * self.dtype.itemsize)
+
+    def batch_payload_bytes(self, batch: Batch) -> int | None:
+        x = batch["x"]  # x and y: the same samples' L + 1 tokens, shifted by one
+        return int(x.shape[0] * (x.shape[1] + 1) * x.itemsize)
+
+    def unique_payload_bytes(self, steps: int) -> int:
+        # Neighbouring samples share a token (x's last is the next sample's first)
+        # and epochs repeat samples: count each delivered byte once.
+        offs = np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps)))
+        return covered_tokens(offs, self.context + 1) * int(self.dtype.itemsize)
+
+
+class TokenKind(TokenPayload):
     """One flat token file of ``token_file_gib`` GiB; samples of ``context`` tokens."""
 
     cached_variants = frozenset({"headrace-cached"})
@@ -140,20 +165,6 @@ class TokenKind(Kind):
 
     def files(self) -> list[str]:
         return [self.path]
-
-    def record_bytes(self) -> float:
-        # x and y share one (L + 1)-token row: counted once.
-        return float((self.context + 1) * self.dtype.itemsize)
-
-    def batch_payload_bytes(self, batch: Batch) -> int | None:
-        x = batch["x"]  # x and y: the same samples' L + 1 tokens, shifted by one
-        return int(x.shape[0] * (x.shape[1] + 1) * x.itemsize)
-
-    def unique_payload_bytes(self, steps: int) -> int:
-        # Neighbouring samples share a token (x's last is the next sample's first)
-        # and epochs repeat samples: count each delivered byte once.
-        offs = np.concatenate(list(self.plan_chunks(self.workload.train.seed, steps)))
-        return covered_tokens(offs, self.context + 1) * int(self.dtype.itemsize)
 
     def result_extras(self, spec: str) -> dict[str, Any]:
         extras = super().result_extras(spec)
