@@ -806,7 +806,11 @@ class Table(Closing):
         if valid is not None and not bool(valid[loc].all()):
             row = int(self._starts[span] + loc[~valid[loc]][0])
             part = self._parts[int(self._span_part[span])]
-            raise FormatError(f"{part.path}: column {name!r}: row {row} is null")
+            raise FormatError(
+                f"{part.path}: column {name!r}: row {row} is null; headrace does not make "
+                "up a value: fill or drop such rows before reading (e.g. datasets' "
+                f"ds.filter(lambda r: r[{name!r}] is not None)) or leave the column out"
+            )
 
     def _gather(
         self,
