@@ -467,12 +467,20 @@ def test_an_indices_mapping_file_is_refused_by_name(tmp_path: Path) -> None:
 
 def test_a_cache_folder_with_cache_files_is_refused_not_read_as_splits(tmp_path: Path) -> None:
     _write_stream(tmp_path / "json-train.arrow", _table())
-    _write_stream(tmp_path / "cache-9a0c.arrow", _table())  # a map's result, same schema
-    _hf_indices(tmp_path / "cache-77b1.arrow", [3, 1, 2])  # a shuffle's row numbers
+    _write_stream(
+        tmp_path / "cache-9a0c3e41d7b25f60_00001_of_00002.arrow", _table()
+    )  # a map's result, same schema
+    _hf_indices(tmp_path / "cache-77b1c0de9f3a2e4b.arrow", [3, 1, 2])  # a shuffle's rows
     for opener in (Table.open, table_token_files):
-        with pytest.raises(ConfigError, match=r"holds datasets cache files \(cache-77b1.arrow, "):
+        with pytest.raises(
+            ConfigError,
+            match=r"holds datasets cache files \(cache-77b1c0de9f3a2e4b.arrow, cache-9a0c",
+        ):
             opener(tmp_path)
     assert Table.open(str(tmp_path / "*-train*.arrow")).num_rows == N
+    (tmp_path / "builder").mkdir()  # a builder named "cache": its split files are no cache
+    _write_stream(tmp_path / "builder" / "cache-train.arrow", _table())
+    assert Table.open(tmp_path / "builder").num_rows == N
 
 
 def test_objects_that_are_not_paths_are_refused_before_they_are_iterated(tmp_path: Path) -> None:

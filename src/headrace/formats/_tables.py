@@ -66,6 +66,8 @@ _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
 # The JSON files beside a save_to_disk dataset's shards.
 _HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
+# What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
+_HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
 _HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
 # Above this mean row length a per-row slice copy beats building index arrays.
 _LONG_ROW = 32
@@ -382,7 +384,7 @@ def _resolve(
         )
     arrow = [n for n in names if n.endswith(".arrow")]
     parquet = [n for n in names if n.endswith(".parquet")]
-    cached = [n for n in arrow if n.startswith("cache-")]
+    cached = [n for n in arrow if _HF_CACHE.match(n)]
     if cached:
         raise ConfigError(
             f"{root} holds datasets cache files ({', '.join(cached[:3])}"
