@@ -178,8 +178,13 @@ def test_bad_columns_are_named(tmp_path: Path) -> None:
     write_stream(tmp_path / "a.arrow", rows)
     with pytest.raises(ConfigError, match=r"a\.arrow: no column 'tokens'; it has label, input_ids"):
         table_token_files(tmp_path / "a.arrow", "tokens")
-    with pytest.raises(ConfigError, match=r"column 'label' is int64; packing reads a list of"):
+    with pytest.raises(
+        ConfigError, match=r"column 'label' is int64; packing reads a list of .*name the column"
+    ):
         table_token_files(tmp_path / "a.arrow", "label")
+    write_stream(tmp_path / "u8.arrow", [r.astype(np.uint8) for r in rows])
+    with pytest.raises(ConfigError, match=r"is list<item: uint8>; .*cast it first, e\.g\."):
+        table_token_files(tmp_path / "u8.arrow")
     write_stream(tmp_path / "f.arrow", [r.astype(np.float32) for r in rows])
     with pytest.raises(ConfigError, match=r"f\.arrow: column 'input_ids' is list<item: float>"):
         table_token_files(tmp_path / "f.arrow")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
-from headrace.formats import Ragged, Table
+from headrace.formats import Ragged, Table, table_token_files
 
 N = 900
 
@@ -300,7 +301,9 @@ def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
     assert tb.read_rows([0, 2])["ids"].values.tolist() == [1, 2, 3]
     with pytest.raises(FormatError, match=r"n.arrow: column 'ids': row 1 is null"):
         tb.read_rows([0, 1], columns=["ids"])
-    with pytest.raises(FormatError, match=r"n.arrow: column 'x': row 1 is null"):
+    with pytest.raises(
+        FormatError, match=r"n.arrow: column 'x': row 1 is null; .*fill or drop such rows"
+    ):
         tb.read_rows([1], columns=["x"])
     t = pa.table({"ids": pa.array([[1, None]], pa.list_(pa.int64()))})
     _write_stream(tmp_path / "m.arrow", t)
@@ -418,3 +421,113 @@ def test_a_folder_with_tables_in_subfolders_is_refused_and_a_glob_reaches_them(
     tb = Table.open(str(tmp_path / "**" / "*.parquet"))
     assert tb.num_rows == 30
     tb.close()
+
+
+def _hf_indices(path: Path, rows: list[int]) -> None:
+    """An indices mapping as ``datasets`` writes it: one uint64 column, its schema metadata."""
+    meta = {"huggingface": json.dumps({"info": {"features": {"indices": {"dtype": "uint64"}}}})}
+    _write_stream(
+        path, pa.table({"indices": pa.array(rows, pa.uint64())}).replace_schema_metadata(meta)
+    )
+
+
+def test_an_old_save_to_disk_with_an_indices_mapping_is_refused_not_read_unmapped(
+    tmp_path: Path,
+) -> None:
+    # datasets 1.x saved a shuffled dataset as its whole table plus the row numbers it
+    # shows; the table alone is other rows in another order.
+    root = save_to_disk(tmp_path / "old", _table(), shards=1)
+    _hf_indices(root / "indices.arrow", list(range(N))[::-1])
+    state = json.loads((root / "state.json").read_text())
+    state["_indices_data_files"] = [{"filename": "indices.arrow"}]
+    (root / "state.json").write_text(json.dumps(state))
+    for opener in (Table.open, table_token_files):
+        with pytest.raises(FormatError, match=r"old/state.json lists an indices mapping .*flatten"):
+            opener(root)
+    state["_indices_data_files"] = None  # what the same versions wrote without a mapping
+    (root / "state.json").write_text(json.dumps(state))
+    assert Table.open(root).num_rows == N
+
+
+def test_an_indices_mapping_file_is_refused_by_name(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "data.arrow", _table())
+    _hf_indices(tmp_path / "cache-1f2e.arrow", [3, 1, 2])
+    for path in (
+        tmp_path / "cache-1f2e.arrow",
+        [tmp_path / "data.arrow", tmp_path / "cache-1f2e.arrow"],
+    ):
+        with pytest.raises(ConfigError, match=r"cache-1f2e.arrow is a datasets indices mapping"):
+            Table.open(path)
+        with pytest.raises(ConfigError, match=r"cache-1f2e.arrow is a datasets indices mapping"):
+            table_token_files(path)
+    # A column of that name without datasets' metadata is data like any other.
+    _write_stream(tmp_path / "mine.arrow", pa.table({"indices": pa.array([1, 2], pa.uint64())}))
+    assert Table.open(tmp_path / "mine.arrow").read_rows([1])["indices"].tolist() == [2]
+
+
+def test_a_cache_folder_with_cache_files_is_refused_not_read_as_splits(tmp_path: Path) -> None:
+    _write_stream(tmp_path / "json-train.arrow", _table())
+    _write_stream(
+        tmp_path / "cache-9a0c3e41d7b25f60_00001_of_00002.arrow", _table()
+    )  # a map's result, same schema
+    _hf_indices(tmp_path / "cache-77b1c0de9f3a2e4b.arrow", [3, 1, 2])  # a shuffle's rows
+    for opener in (Table.open, table_token_files):
+        with pytest.raises(
+            ConfigError,
+            match=r"holds datasets cache files \(cache-77b1c0de9f3a2e4b.arrow, cache-9a0c",
+        ):
+            opener(tmp_path)
+    assert Table.open(str(tmp_path / "*-train*.arrow")).num_rows == N
+    (tmp_path / "builder").mkdir()  # a builder named "cache": its split files are no cache
+    _write_stream(tmp_path / "builder" / "cache-train.arrow", _table())
+    assert Table.open(tmp_path / "builder").num_rows == N
+
+
+def test_objects_that_are_not_paths_are_refused_before_they_are_iterated(tmp_path: Path) -> None:
+    class Rows:  # iterating it would read every row
+        def __iter__(self) -> Any:
+            raise AssertionError("iterated")
+
+    Rows.__module__ = "datasets.arrow_dataset"
+    for opener in (Table.open, table_token_files):
+        with pytest.raises(
+            ConfigError, match=r"got a datasets\.arrow_dataset\.Rows object; .*save_to_disk"
+        ):
+            opener(Rows())  # type: ignore[arg-type]
+        with pytest.raises(
+            ConfigError, match=r"expected a path, a glob or a list of paths; got a builtins.dict"
+        ):
+            opener({"train": str(tmp_path)})  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"item 1 is a int \(7\)"):
+            opener([str(tmp_path / "a.arrow"), 7])  # type: ignore[list-item]
+
+
+def test_datasets_objects_and_empty_datasets_written_by_datasets(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets", reason="datasets is a test extra")
+    ds = datasets.Dataset(_table(20).drop_columns(["big"]))
+    with pytest.raises(ConfigError, match=r"got a datasets\.arrow_dataset\.Dataset object"):
+        Table.open(ds)
+    with pytest.raises(ConfigError, match=r"got a datasets\.dataset_dict\.DatasetDict object"):
+        Table.open(datasets.DatasetDict({"train": ds}))
+    shuffled = ds.shuffle(seed=0, indices_cache_file_name=str(tmp_path / "cache-ix.arrow"))
+    with pytest.raises(ConfigError, match=r"cache-ix.arrow is a datasets indices mapping"):
+        Table.open([f["filename"] for f in shuffled.cache_files])
+    ds.select([]).save_to_disk(str(tmp_path / "none"))  # a state.json of no data files
+    for opener in (Table.open, table_token_files):
+        with pytest.raises(FormatError, match=r"none: empty dataset: .*state.json lists no data"):
+            opener(tmp_path / "none")
+
+
+def test_a_json_file_is_not_called_a_corrupt_arrow_file(tmp_path: Path) -> None:
+    root = save_to_disk(tmp_path / "saved", _table())
+    with pytest.raises(
+        FormatError,
+        match=r"state.json: not an Arrow IPC or Parquet file: it starts with b'\{.*folder",
+    ):
+        Table.open(root / "state.json")
+    (tmp_path / "x.arrow").write_bytes(b"<html>not found</html>")
+    with pytest.raises(
+        FormatError,
+        match=r"x.arrow: not an Arrow IPC or Parquet file: it starts with b'<html>no' \(an",
+    ):
+        Table.open(tmp_path / "x.arrow")

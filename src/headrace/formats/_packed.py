@@ -59,9 +59,9 @@ def table_token_files(
     compressed Arrow IPC and object URLs are refused: their tokens are not byte
     ranges of a local file.
     """
-    from headrace.formats._tables import _pa, _resolve
+    from headrace.formats._tables import _pa, _path_list, _resolve
 
-    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    paths = _path_list(path)
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
     if remote:
         raise ConfigError(
@@ -74,10 +74,11 @@ def table_token_files(
 
 
 def _column_stream(pa: Any, path: str, column: str) -> TokenFile:
-    from headrace.formats._tables import _Part
+    from headrace.formats._tables import _Part, _refuse_indices_mapping
 
     part = _Part(path, pa)
     try:
+        _refuse_indices_mapping(pa, path, part.schema)
         if part.parquet:
             raise ConfigError(
                 f"{path}: a Parquet file's pages are encoded and compressed, so its token "
@@ -89,14 +90,21 @@ def _column_stream(pa: Any, path: str, column: str) -> TokenFile:
                 f"{path}: no column {column!r}; it has {', '.join(part.schema.names)}"
             )
         typ = part.schema.field(column).type
-        if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not (
+        listed = pa.types.is_list(typ) or pa.types.is_large_list(typ)
+        if not listed or not (
             pa.types.is_integer(typ.value_type)
             and np.dtype(typ.value_type.to_pandas_dtype()) in PACKED_DTYPES
         ):
+            # Casting helps a list of other numbers; another kind of column is the wrong one.
+            fix = (
+                "cast it first, e.g. datasets' "
+                f"ds.cast_column({column!r}, Sequence(Value('int32')))"
+                if listed and pa.types.is_integer(typ.value_type)
+                else "name the column of token id lists with column=..., e.g. 'input_ids'"
+            )
             raise ConfigError(
                 f"{path}: column {column!r} is {typ}; packing reads a list of uint16, "
-                "uint32, int32 or int64 token ids (cast it first, e.g. datasets' "
-                f"ds.cast_column({column!r}, Sequence(Value('int32'))))"
+                f"uint32, int32 or int64 token ids ({fix})"
             )
         dtype = np.dtype(typ.value_type.to_pandas_dtype())
         segments, bounds = _segments(part, column, dtype, pa.types.is_large_list(typ))

@@ -35,7 +35,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -63,6 +63,11 @@ __all__ = ["Table", "TableColumn"]
 _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
+# The JSON files beside a save_to_disk dataset's shards.
+_HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
+# What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
+_HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
 _HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
 # Above this mean row length a per-row slice copy beats building index arrays.
 _LONG_ROW = 32
@@ -121,6 +126,27 @@ def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
     )
 
 
+def _refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
+    """Refuse a ``datasets`` indices mapping: row numbers into another file, not rows.
+
+    ``shuffle``, ``select``, ``filter``, ``sort`` and ``train_test_split`` leave one
+    in the cache (``cache-<hash>.arrow``): a single ``indices`` column of uint64
+    with the ``huggingface`` schema metadata that ``datasets`` writes.
+    """
+    if (
+        schema.names == ["indices"]
+        and schema.field("indices").type == pa.uint64()
+        and b"huggingface" in (schema.metadata or {})
+    ):
+        raise ConfigError(
+            f"{path} is a datasets indices mapping (the row numbers a shuffle, select, "
+            "filter or sort picked from another file), not rows of data; headrace reads "
+            "files in stored order and does not apply it: write the dataset you use with "
+            "ds.save_to_disk(folder), which stores its rows in the order you see, and open "
+            "that folder"
+        )
+
+
 class _Part:
     """One file: its record batches (Arrow) or row groups (Parquet)."""
 
@@ -157,6 +183,17 @@ class _Part:
             else:
                 self._open_arrow(head)
         except (pa.ArrowException, OSError) as exc:
+            if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
+                hint = (
+                    "; pass the folder that holds it"
+                    if os.path.basename(path) in _HF_METADATA
+                    else ""
+                )
+                raise FormatError(
+                    f"{path}: not an Arrow IPC or Parquet file: it starts with {head!r} (an "
+                    "Arrow stream starts with ff ff ff ff, an Arrow file with ARROW1, Parquet "
+                    f"with PAR1){hint}"
+                ) from exc
             kind = "Parquet" if self.parquet else "Arrow IPC"
             raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
 
@@ -252,12 +289,44 @@ class _Part:
             self._pf = None
 
 
+def _path_list(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> list[str | os.PathLike[str]]:
+    """``path`` as a list of paths; anything else (a ``datasets.Dataset``, a dict) refused.
+
+    A ``datasets`` object is refused before it is iterated: iterating a ``Dataset``
+    decodes its rows, and a ``DatasetDict`` yields split names, not files.
+    """
+    if isinstance(path, (str, os.PathLike)):
+        return [path]
+    kind = f"{type(path).__module__}.{type(path).__name__}"
+    if kind.startswith("datasets."):
+        raise ConfigError(
+            f"got a {kind} object; headrace reads files, and the files under a Dataset (its "
+            "cache_files) may hold other rows than it shows (before a shuffle, select, "
+            "filter or sort): write it with ds.save_to_disk(folder), which stores the rows in "
+            "the order you see, and pass that folder (for a DatasetDict, one split's folder)"
+        )
+    if isinstance(path, (Mapping, bytes)) or not isinstance(path, Iterable):
+        raise ConfigError(
+            f"expected a path, a glob or a list of paths; got a {kind} ({path!r:.80})"
+        )
+    out: list[str | os.PathLike[str]] = []
+    for p in path:
+        if not isinstance(p, (str, os.PathLike)):
+            raise ConfigError(
+                f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
+            )
+        out.append(p)
+    return out
+
+
 def _resolve(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> tuple[str, list[str]]:
     """The dataset root (for names in messages) and its files in order."""
     if not isinstance(path, (str, os.PathLike)):
-        files = [os.fspath(p) for p in path]
+        files = [os.fspath(p) for p in _path_list(path)]
         if not files:
             raise ConfigError("Table.open got an empty list of files")
         return os.path.commonpath([os.path.abspath(f) for f in files]), files
@@ -280,13 +349,26 @@ def _resolve(
     if os.path.exists(state):
         try:
             with open(state, encoding="utf-8") as f:
-                entries = json.load(f)["_data_files"]
-            files = [os.path.join(root, e["filename"]) for e in entries]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+                saved = json.load(f)
+            files = [os.path.join(root, e["filename"]) for e in saved["_data_files"]]
+            indices = saved.get("_indices_data_files")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(
                 f"{state}: not a save_to_disk state file: expected "
                 f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
             ) from exc
+        if indices:
+            # datasets 1.x saved a shuffled/selected/filtered dataset as its whole table
+            # plus the row numbers it shows; reading the table alone reads other rows.
+            mapping = [e.get("filename") if isinstance(e, dict) else e for e in indices]
+            raise FormatError(
+                f"{state} lists an indices mapping {mapping} (the rows a shuffle, select, "
+                "filter or sort picked, written by an old datasets version); headrace reads "
+                "the data files in stored order and does not apply it: load the folder with "
+                "that datasets version and save it again after ds.flatten_indices()"
+            )
+        if not files:
+            raise FormatError(f"{root}: empty dataset: {state} lists no data files (0 rows)")
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
@@ -302,6 +384,16 @@ def _resolve(
         )
     arrow = [n for n in names if n.endswith(".arrow")]
     parquet = [n for n in names if n.endswith(".parquet")]
+    cached = [n for n in arrow if _HF_CACHE.match(n)]
+    if cached:
+        raise ConfigError(
+            f"{root} holds datasets cache files ({', '.join(cached[:3])}"
+            f"{', ...' if len(cached) > 3 else ''}): results of map, filter, shuffle or "
+            "select, some of them only row numbers (indices mappings), beside the dataset's "
+            "own files; which of them a Dataset shows is held in memory. Write the dataset "
+            "you use with ds.save_to_disk(folder) and open that folder, or pass its files "
+            "(a glob such as '*-train*.arrow', or one map result's cache file)"
+        )
     if arrow and parquet:
         raise ConfigError(f"{root} holds both .arrow and .parquet files; pass a glob or a list")
     chosen = arrow or parquet
@@ -391,6 +483,8 @@ class Table(Closing):
 
     def _init(self, columns: Sequence[str] | None, row_group_cache: int) -> None:
         pa = self._pa
+        for p in self._parts:
+            _refuse_indices_mapping(pa, p.path, p.schema)
         first = self._parts[0]
         for p in self._parts[1:]:
             if not p.schema.equals(first.schema):
@@ -462,7 +556,7 @@ class Table(Closing):
                 f"columns must be a list of names, e.g. columns=[{columns!r}], not a string "
                 "(it would name one column per letter)"
             )
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        paths = _path_list(path)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
         options = check_store_options(store_options, remote=remote)
         if cache_dir is not None and not remote:
@@ -714,7 +808,11 @@ class Table(Closing):
         if valid is not None and not bool(valid[loc].all()):
             row = int(self._starts[span] + loc[~valid[loc]][0])
             part = self._parts[int(self._span_part[span])]
-            raise FormatError(f"{part.path}: column {name!r}: row {row} is null")
+            raise FormatError(
+                f"{part.path}: column {name!r}: row {row} is null; headrace does not make "
+                "up a value: fill or drop such rows before reading (e.g. datasets' "
+                f"ds.filter(lambda r: r[{name!r}] is not None)) or leave the column out"
+            )
 
     def _gather(
         self,
