@@ -43,26 +43,26 @@ def write_stream(path: Path, rows: list[np.ndarray], *, chunk: int = 37, **kw: A
 def make_shards(tmp_path: Path) -> tuple[Path, list[list[np.ndarray]]]:
     root = tmp_path / "ds"
     root.mkdir()
-    shards = [docs(400, 1), docs(250, 2)]
+    # An empty shard and one shorter than a sample between them: just fewer tokens.
+    short = [np.arange(10, dtype=np.int32), np.arange(7, dtype=np.int32)]  # < L + 1
+    shards = [docs(400, 1), [np.zeros(0, np.int32)] * 3, short, docs(250, 2)]
     names = []
     for i, rows in enumerate(shards):
-        name = f"data-{i:05d}-of-00002.arrow"
+        name = f"data-{i:05d}-of-{len(shards):05d}.arrow"
         write_stream(root / name, rows)
         names.append({"filename": name})
     (root / "state.json").write_text(__import__("json").dumps({"_data_files": names}))
     return root, shards
 
 
-def flat_files(tmp_path: Path, shards: list[list[np.ndarray]]) -> list[Path]:
-    """The same tokens as raw token files with Megatron indexes: one per shard."""
-    out = []
-    for i, rows in enumerate(shards):
-        p = tmp_path / f"flat{i}.bin"
-        np.concatenate(rows).tofile(p)
-        lengths = np.array([len(r) for r in rows if len(r)])
-        write_megatron_index(p.with_suffix(".idx"), np.int32, lengths)
-        out.append(p)
-    return out
+def flat_file(tmp_path: Path, shards: list[list[np.ndarray]]) -> Path:
+    """The same tokens as one raw token file with a Megatron index: the shards in order."""
+    rows = [r for shard in shards for r in shard]
+    p = tmp_path / "flat.bin"
+    np.concatenate(rows).tofile(p)
+    lengths = np.array([len(r) for r in rows if len(r)])
+    write_megatron_index(p.with_suffix(".idx"), np.int32, lengths)
+    return p
 
 
 def source(files: Any, **kw: Any) -> TokenSource:
@@ -71,27 +71,28 @@ def source(files: Any, **kw: Any) -> TokenSource:
 
 def test_packed_rows_are_the_token_files_of_their_concatenation(tmp_path: Path) -> None:
     root, shards = make_shards(tmp_path)
-    tfs = table_token_files(root)
-    assert [tf.num_tokens for tf in tfs] == [sum(map(len, rows)) for rows in shards]
-    assert all(tf.dtype == np.int32 and tf.format == "arrow:input_ids" for tf in tfs)
-    # Many record batches of 37 rows, interleaved with labels and headers: many ranges.
-    assert len(tfs[0].segments) == -(-400 // 37)  # type: ignore[arg-type]
+    (tf,) = tfs = table_token_files(root)  # the shards make one stream
+    stream = np.concatenate([r for shard in shards for r in shard])
+    assert tf.num_tokens == stream.size and tf.dtype == np.int32
+    assert tf.format == "arrow:input_ids" and len(tf.members) == 4
+    # Record batches of 37 rows, interleaved with labels and headers: many ranges.
+    assert len(tf.segments) == -(-400 // 37) + 1 + -(-250 // 37)  # type: ignore[arg-type]
     packed = source(tfs, positions="documents")
-    flat = source([str(p) for p in flat_files(tmp_path, shards)], format="megatron")
-    flat_pos = source(
-        [str(p) for p in flat_files(tmp_path, shards)], format="megatron", positions="documents"
-    )
+    flat = source(str(flat_file(tmp_path, shards)), format="megatron")
+    flat_pos = source(str(flat_file(tmp_path, shards)), format="megatron", positions="documents")
     samples = np.arange(0, 3 * packed.samples_per_epoch, 7, dtype=np.int64)  # three epochs
     for seed in (0, 5):
         got = packed.read(seed, samples)
         want, want_pos = flat.read(seed, samples), flat_pos.read(seed, samples)
         assert np.array_equal(got["x"], want["x"]) and np.array_equal(got["y"], want["y"])
         assert np.array_equal(got["position_ids"], want_pos["position_ids"])
-    # And by hand: sample i is L + 1 consecutive tokens of its shard's rows.
-    files, offsets = packed.starts(0, samples[:40])
-    got = packed.read(0, samples[:40])
-    for i, (f, o) in enumerate(zip(files.tolist(), offsets.tolist(), strict=True)):
-        stream = np.concatenate(shards[f])
+    # And by hand: sample i is L + 1 consecutive tokens of the rows, across shards.
+    files, offsets = packed.starts(0, samples)
+    got = packed.read(0, samples)
+    assert set(files.tolist()) == {0}
+    first = sum(map(len, shards[0]))
+    assert ((offsets < first) & (offsets + L >= first)).any()  # some samples span shards
+    for i, o in enumerate(offsets.tolist()):
         assert np.array_equal(got["x"][i], stream[o : o + L])
         assert np.array_equal(got["y"][i], stream[o + 1 : o + L + 1])
     for s in (packed, flat, flat_pos):
@@ -112,7 +113,7 @@ def test_datasets_save_to_disk_packs_and_resumes(tmp_path: Path) -> None:
     )
     ds.save_to_disk(str(tmp_path / "hf"), num_shards=3)
     tfs = table_token_files(tmp_path / "hf")
-    assert len(tfs) == 3
+    assert len(tfs) == 1 and len(tfs[0].members) == 3
     stream = np.concatenate(
         [
             np.concatenate([np.asarray(r, np.int32) for r in s["input_ids"]])
@@ -203,7 +204,7 @@ def test_bad_columns_are_named(tmp_path: Path) -> None:
     empty = pa.table({"input_ids": pa.array([[], []], type=pa.list_(pa.int32()))})
     with pa.ipc.new_stream(str(tmp_path / "e.arrow"), empty.schema) as w:
         w.write_table(empty)
-    with pytest.raises(DataError, match=r"e\.arrow: column 'input_ids' holds no tokens"):
+    with pytest.raises(DataError, match=r"column 'input_ids' holds no tokens in 1 file"):
         table_token_files(tmp_path / "e.arrow")
 
 
@@ -221,7 +222,7 @@ def test_parquet_compressed_ipc_and_urls_are_refused(tmp_path: Path) -> None:
     write_stream(tmp_path / "a.arrow", rows)
     (tf,) = table_token_files(tmp_path / "a.arrow")
     moved = dataclasses.replace(tf, path="s3://b/a.arrow")  # segments of a remote object
-    with pytest.raises(ConfigError, match=r"s3://b/a\.arrow: byte ranges of a file"):
+    with pytest.raises(ConfigError, match=r"s3://b/a\.arrow: byte ranges of files"):
         TokenSource(moved, context=L)
 
 
@@ -244,18 +245,24 @@ def test_a_file_cut_after_listing_is_refused_by_name(tmp_path: Path) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 3000), st.integers(1, 700)), min_size=1, max_size=8),
+    st.lists(
+        st.tuples(st.integers(0, 1), st.integers(0, 3000), st.integers(1, 700)),
+        min_size=1,
+        max_size=8,
+    ),
     st.data(),
 )
 def test_segmented_reads_are_the_concatenation(
-    tmp_path_factory: pytest.TempPathFactory, segs: list[tuple[int, int]], data: st.DataObject
+    tmp_path_factory: pytest.TempPathFactory,
+    segs: list[tuple[int, int, int]],
+    data: st.DataObject,
 ) -> None:
-    path = tmp_path_factory.mktemp("seg") / "f.bin"
-    raw = np.random.default_rng(0).integers(0, 256, 4000, dtype=np.uint8)
-    raw.tofile(path)
-    segments = np.array(segs, dtype=np.int64)
-    want = np.concatenate([raw[a : a + n] for a, n in segs])
-    f = SegmentedFile(str(path), segments)
+    root = tmp_path_factory.mktemp("seg")
+    raws = [np.random.default_rng(m).integers(0, 256, 4000, dtype=np.uint8) for m in (0, 1)]
+    for m, raw in enumerate(raws):
+        raw.tofile(root / f"{m}.bin")
+    want = np.concatenate([raws[m][a : a + n] for m, a, n in segs])
+    f = SegmentedFile("ds", [str(root / "0.bin"), str(root / "1.bin")], np.array(segs))
     try:
         assert f.size == want.size
         lo = data.draw(st.integers(0, want.size - 1))

@@ -3,7 +3,7 @@
 The dataset is a ``save_to_disk`` directory (written with pyarrow alone) whose
 ``input_ids`` column holds rows of 1 to ``max_len`` int32 ids in record batches
 of ``batch_rows`` rows, as ``datasets`` writes them. A sample is ``L + 1``
-consecutive tokens of the rows' concatenation (within one Arrow file), so it
+consecutive tokens of the rows' concatenation (over every shard), so it
 runs across row boundaries, as packed pretraining sequences do. Variants:
 
 ``naive``           headrace's plan (``TokenSource.starts``), read the way a user
@@ -179,7 +179,7 @@ class PackedKind(TokenPayload):
         return [*self.files(), os.path.join(self.path, "state.json")]
 
     def streams(self) -> list[TokenFile]:
-        """The column as token streams, one per Arrow file (record batch headers only)."""
+        """The column as token streams (one, over every shard; record batch headers only)."""
         if self._streams is None:
             self._streams = table_token_files(self.path, COLUMN)
         return self._streams

@@ -6,10 +6,10 @@ buffer per record batch, stored in the file as is (uncompressed IPC). The
 concatenation of those buffers, in row order, *is* a token stream with every
 row a document: :func:`table_token_files` finds their byte ranges from the
 record batch headers (no values are read) and returns one
-:class:`~headrace.formats.TokenFile` per Arrow file, which
+:class:`~headrace.formats.TokenFile` over every shard in order, which
 :class:`~headrace.formats.TokenSource` samples like any token file. Samples
-are ``L + 1`` consecutive tokens of the stream, so they run across document
-(and record batch) boundaries, as packed pretraining sequences do; with
+are ``L + 1`` consecutive tokens of the stream, so they run across document,
+record batch and shard boundaries, as packed pretraining sequences do; with
 ``positions="documents"`` each batch carries ``position_ids`` that restart at
 every row's first token. Plans are closed-form as for token files: resuming at
 step ``10**6`` reads nothing before it.
@@ -49,15 +49,19 @@ def table_token_files(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     column: str = "input_ids",
 ) -> list[TokenFile]:
-    """One token stream per Arrow file of ``path``: the rows of ``column``, concatenated.
+    """The rows of ``column`` in every Arrow file of ``path``, concatenated: one stream.
 
     ``path`` is what :class:`~headrace.formats.Table` opens: a ``save_to_disk``
     folder (its ``state.json`` orders the shards), a folder of ``.arrow`` files,
-    one file, a glob or a list. ``column`` must be a ``list``/``large_list`` of
-    uint16, uint32, int32 or int64 without nulls. Only record batch headers are
-    read (the values stay unread pages). Parquet (encoded, compressed pages),
-    compressed Arrow IPC and object URLs are refused: their tokens are not byte
-    ranges of a local file.
+    one file, a glob or a list. The shards make one stream in that order, as
+    ``ds["input_ids"]`` is one sequence of rows: samples run across shards, an
+    empty or short shard is just fewer tokens, and only the dataset's last ``L``
+    tokens can go unsampled. Returned as a list of one :class:`TokenFile`, for
+    :class:`~headrace.formats.TokenSource`. ``column`` must be a
+    ``list``/``large_list`` of uint16, uint32, int32 or int64 without nulls. Only
+    record batch headers are read (the values stay unread pages). Parquet
+    (encoded, compressed pages), compressed Arrow IPC and object URLs are refused:
+    their tokens are not byte ranges of a local file.
     """
     from headrace.formats._tables import _pa, _path_list, _resolve
 
@@ -68,12 +72,42 @@ def table_token_files(
             f"{remote[0]}: packing token lists reads byte ranges of local Arrow files; "
             "copy the dataset to local disk, or write its tokens as a token file"
         )
-    _, files = _resolve(path)
+    root, files = _resolve(path)
     pa = _pa()
-    return [_column_stream(pa, f, column) for f in files]
+    dtypes: set[np.dtype[Any]] = set()
+    segments, bounds = [], []
+    tokens = 0
+    for m, f in enumerate(files):
+        dtype, seg, starts, n = _column_stream(pa, f, column)
+        if dtypes and dtype not in dtypes:
+            raise ConfigError(
+                f"{f}: column {column!r} holds {dtype} ids, the shards before it "
+                f"{dtypes.pop()}: one stream needs one dtype"
+            )
+        dtypes.add(dtype)
+        segments.append(np.column_stack([np.full(len(seg), m), seg]))
+        bounds.append(tokens + starts)
+        tokens += n
+    if tokens == 0:
+        raise DataError(f"{root}: column {column!r} holds no tokens in {len(files)} file(s)")
+    # An empty row starts where the next one does: a document of no tokens, harmless.
+    return [
+        TokenFile(
+            path=files[0] if len(files) == 1 else root,
+            dtype=dtypes.pop(),
+            num_tokens=tokens,
+            format=f"arrow:{column}",
+            members=tuple(files),
+            segments=np.concatenate(segments).astype(np.int64).reshape(-1, 3),
+            bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
+        )
+    ]
 
 
-def _column_stream(pa: Any, path: str, column: str) -> TokenFile:
+def _column_stream(
+    pa: Any, path: str, column: str
+) -> tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]:
+    """(dtype, byte ranges (offset, length), row starts in tokens, tokens) of one file."""
     from headrace.formats._tables import _Part, _refuse_indices_mapping
 
     part = _Part(path, pa)
@@ -107,26 +141,16 @@ def _column_stream(pa: Any, path: str, column: str) -> TokenFile:
                 f"uint32, int32 or int64 token ids ({fix})"
             )
         dtype = np.dtype(typ.value_type.to_pandas_dtype())
-        segments, bounds = _segments(part, column, dtype, pa.types.is_large_list(typ))
+        segments, starts, n = _segments(part, column, dtype, pa.types.is_large_list(typ))
     finally:
         part.close()
-    total = int(bounds[-1])
-    if total == 0:
-        raise DataError(f"{path}: column {column!r} holds no tokens")
-    return TokenFile(
-        path=path,
-        dtype=dtype,
-        num_tokens=total,
-        format=f"arrow:{column}",
-        segments=segments,
-        bounds=bounds,
-    )
+    return dtype, segments, starts, n
 
 
 def _segments(
     part: Any, column: str, dtype: np.dtype[Any], large: bool
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """(byte ranges of the values, in row order; document starts then the total)."""
+) -> tuple[NDArray[np.int64], NDArray[np.int64], int]:
+    """(byte ranges of the values, in row order; row starts in tokens; tokens)."""
     isz = dtype.itemsize
     ranges: list[tuple[int, int]] = []
     starts: list[NDArray[np.int64]] = []
@@ -162,28 +186,43 @@ def _segments(
         starts.append(tokens + offsets[:-1] - offsets[0])
         tokens += n
         row += len(col)
-    # An empty row starts where the next one does: a document of no tokens, harmless.
-    bounds = np.concatenate([*starts, [tokens]]).astype(np.int64)
-    return np.asarray(ranges, dtype=np.int64).reshape(-1, 2), bounds
+    starts_all = np.concatenate([*starts, np.zeros(0, np.int64)]).astype(np.int64)
+    return np.asarray(ranges, dtype=np.int64).reshape(-1, 2), starts_all, tokens
 
 
 class SegmentedFile:
-    """A local file's byte ranges read as one run of ``size`` bytes (positional reads)."""
+    """Byte ranges of local files read as one run of ``size`` bytes (positional reads).
 
-    def __init__(self, path: str, segments: NDArray[np.int64]) -> None:
+    ``segments`` rows are (member, offset, length): ``members[member]``'s bytes
+    ``[offset, offset + length)``. A member is opened at its first read (and its size
+    checked against its ranges), so a dataset of many shards holds open only those read.
+    """
+
+    def __init__(self, path: str, members: Sequence[str], segments: NDArray[np.int64]) -> None:
         self.path = path
-        self._file = LocalFile(path)
-        self._at = segments[:, 0]
-        self._ends = np.cumsum(segments[:, 1])
+        self._members = list(members)
+        self._open: dict[int, LocalFile] = {}
+        self._member = segments[:, 0]
+        self._at = segments[:, 1]
+        self._ends = np.cumsum(segments[:, 2])
         self.size = int(self._ends[-1]) if self._ends.size else 0
-        end = int((segments[:, 0] + segments[:, 1]).max(initial=0))
-        if end > self._file.size:
-            size = self._file.size
-            self._file.close()
-            raise ReadEOFError(
-                f"{path}: the token lists end at byte {end} but the file has {size} bytes "
-                "(it changed since it was listed)"
-            )
+        self._need = np.zeros(len(self._members), dtype=np.int64)
+        np.maximum.at(self._need, self._member, segments[:, 1] + segments[:, 2])
+
+    def _file(self, m: int) -> LocalFile:
+        f = self._open.get(m)
+        if f is None:
+            f = LocalFile(self._members[m])
+            need = int(self._need[m])
+            if need > f.size:
+                size = f.size
+                f.close()
+                raise ReadEOFError(
+                    f"{self._members[m]}: the token lists end at byte {need} but the file "
+                    f"has {size} bytes (it changed since it was listed)"
+                )
+            self._open[m] = f
+        return f
 
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:
         """Fill ``buf`` with bytes ``[offset, offset + len(buf))`` of the concatenation."""
@@ -199,9 +238,12 @@ class SegmentedFile:
             pos = offset + done
             lo = int(self._ends[i - 1]) if i else 0
             take = min(n - done, int(self._ends[i]) - pos)
-            self._file.pread_into(buf[done : done + take], int(self._at[i]) + pos - lo)
+            f = self._file(int(self._member[i]))
+            f.pread_into(buf[done : done + take], int(self._at[i]) + pos - lo)
             done += take
             i += 1
 
     def close(self) -> None:
-        self._file.close()
+        for f in self._open.values():
+            f.close()
+        self._open.clear()

@@ -419,10 +419,10 @@ class TokenSource:
             )
         self.dtype: np.dtype[Any] = self.files[0].dtype
         for f in self.files:
-            if f.remote and f.segments is not None:
+            if f.segments is not None and (f.remote or not f.members):
                 raise ConfigError(
-                    f"{f.path}: byte ranges of a file (TokenFile.segments) are read from "
-                    "local files only"
+                    f"{f.path}: byte ranges of files (TokenFile.segments) are read from "
+                    "local files only, named by TokenFile.members"
                 )
             if f.num_tokens < context + 1:
                 raise DataError(
@@ -633,7 +633,7 @@ class TokenSource:
             if tf.remote:
                 f = self._remote().open(tf.path, tf.nbytes, tf.etag)
             elif tf.segments is not None:
-                f = SegmentedFile(tf.path, tf.segments)
+                f = SegmentedFile(tf.path, tf.members, tf.segments)
             else:
                 f = LocalFile(tf.path)
             self._open[i] = f

@@ -39,11 +39,11 @@ class TokenFile:
     ``path`` is a local path or an object URL; ``etag`` is the object's entity
     tag when it was opened (URLs only), so a replaced object is refused.
 
-    ``segments`` (an ``(n, 2)`` array of file offset and length in bytes) makes
-    the tokens the concatenation of those byte ranges of the file, not the whole
-    file: a column of token lists in an Arrow file
-    (:func:`~headrace.formats.table_token_files`), whose ``bounds`` then say where
-    each row's document starts (and the total).
+    ``segments`` (an ``(n, 3)`` array: index into ``members``, offset and length
+    in bytes) makes the tokens the concatenation of those byte ranges of the
+    ``members`` files, not a file: a column of token lists in Arrow files
+    (:func:`~headrace.formats.table_token_files`; ``path`` then names the dataset),
+    whose ``bounds`` say where each row's document starts (and the total).
     """
 
     path: str
@@ -52,6 +52,7 @@ class TokenFile:
     format: str
     index: MegatronIndex | None = None
     etag: str | None = None
+    members: tuple[str, ...] = ()
     segments: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
     bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
 
@@ -66,12 +67,15 @@ class TokenFile:
     def fingerprint(self) -> dict[str, object]:
         # The name, not the place: a copy moved to another directory or bucket
         # is the same data and gives the same plan (see docs/objects.md).
-        return {
+        out: dict[str, object] = {
             "path": self.path.rsplit("/", 1)[-1] if self.remote else os.path.basename(self.path),
             "bytes": self.nbytes,
             "dtype": self.dtype.str,
             "format": self.format,
         }
+        if self.members:
+            out["members"] = [os.path.basename(m) for m in self.members]
+        return out
 
     @property
     def has_documents(self) -> bool:
