@@ -274,3 +274,32 @@ def test_segmented_reads_are_the_concatenation(
             f.pread_into(np.empty(2, dtype=np.uint8), want.size - 1)
     finally:
         f.close()
+
+
+def test_another_save_in_the_same_folder_is_other_data(tmp_path: Path) -> None:
+    # Two shuffles of one dataset saved in turn to one folder: same file names, sizes and
+    # schema, other rows. datasets' own fingerprint (state.json) tells them apart.
+    datasets = pytest.importorskip("datasets")
+    from headrace.errors import StateError
+    from headrace.formats import TableSource
+
+    rows = docs(300, 11)
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [r.tolist() for r in rows]},
+        features=datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))}),
+    )
+    out = tmp_path / "hf"
+    ds.shuffle(seed=1).save_to_disk(str(out))
+    makers = (
+        lambda: source(table_token_files(out)),
+        lambda: TableSource(str(out), columns=["input_ids"], width=130),
+    )
+    states = []
+    for make in makers:
+        with Loader(make(), batch_size=4, seed=3, steps=5) as ld:
+            list(ld)
+            states.append(ld.state_dict())
+    ds.shuffle(seed=2).save_to_disk(str(out))
+    for make, state, part in zip(makers, states, ("files", "dataset"), strict=True):
+        with pytest.raises(StateError, match=rf"what differs: {part}\)"):
+            Loader(make(), batch_size=4).load_state_dict(state)

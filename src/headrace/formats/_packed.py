@@ -63,7 +63,7 @@ def table_token_files(
     (encoded, compressed pages), compressed Arrow IPC and object URLs are refused:
     their tokens are not byte ranges of a local file.
     """
-    from headrace.formats._tables import _pa, _path_list, _resolve
+    from headrace.formats._tables import _pa, _path_list, _resolve, saved_fingerprint
 
     paths = _path_list(path)
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
@@ -100,6 +100,7 @@ def table_token_files(
             members=tuple(files),
             segments=np.concatenate(segments).astype(np.int64).reshape(-1, 3),
             bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
+            dataset=saved_fingerprint(root),
         )
     ]
 

@@ -171,6 +171,8 @@ class TableSource:
             "truncate": self.truncate,
             # True / False as before windows existed, so saved states still load.
             **shuffle_fingerprint(self.shuffle, self.window_rows),
+            # datasets' own, of a save_to_disk folder: only then, so other states load.
+            **({"dataset": fp} if (fp := self.table.saved_fingerprint) else {}),
         }
 
     def __len__(self) -> int:

@@ -321,6 +321,21 @@ def _path_list(
     return out
 
 
+def saved_fingerprint(root: str) -> str | None:
+    """The ``_fingerprint`` ``datasets`` wrote into ``root/state.json`` (``None``: none).
+
+    ``datasets`` derives it from the data's history (source, every transform and its
+    arguments), so two saves of other shuffles of one dataset, with the same file names
+    and sizes, differ here: a state saved on one is not resumed on the other.
+    """
+    try:
+        with open(os.path.join(root, "state.json"), encoding="utf-8") as f:
+            fp = json.load(f).get("_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return fp if isinstance(fp, str) else None
+
+
 def _resolve(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> tuple[str, list[str]]:
@@ -522,6 +537,10 @@ class Table(Closing):
             h.update(f"{rel}\0{p.size}\0".encode())
         h.update(str(self.schema).encode())
         self.fingerprint = h.hexdigest()
+        #: ``datasets``' own fingerprint of a save_to_disk folder (None: not one)
+        self.saved_fingerprint = (
+            None if self._objects is not None else saved_fingerprint(self._root)
+        )
 
     @classmethod
     def open(

@@ -53,6 +53,7 @@ class TokenFile:
     index: MegatronIndex | None = None
     etag: str | None = None
     members: tuple[str, ...] = ()
+    dataset: str | None = None  # datasets' fingerprint of a save_to_disk folder
     segments: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
     bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
 
@@ -75,6 +76,8 @@ class TokenFile:
         }
         if self.members:
             out["members"] = [os.path.basename(m) for m in self.members]
+        if self.dataset:
+            out["dataset"] = self.dataset
         return out
 
     @property
