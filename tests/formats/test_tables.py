@@ -313,6 +313,19 @@ def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
         Table.open(tmp_path / "m.arrow").read_rows([0])
 
 
+def test_a_table_source_refuses_null_rows_at_open(tmp_path: Path) -> None:
+    # Arrow headers count a column's nulls: refused when the source is made, not when an
+    # epoch reaches the row (hours in); a column not read may hold nulls.
+    from headrace.formats import TableSource
+
+    rows = [[1, 2]] * 700 + [None] + [[3]] * 99
+    t = pa.table({"ids": pa.array(rows, pa.list_(pa.int64())), "x": pa.array(range(800))})
+    _write_stream(tmp_path / "n.arrow", t, chunk=128)
+    with pytest.raises(FormatError, match=r"n.arrow: column 'ids': row 700 is null"):
+        TableSource(tmp_path / "n.arrow", columns=["ids"], width=4)
+    TableSource(tmp_path / "n.arrow", columns=["x"]).close()
+
+
 def test_row_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
     _write_stream(tmp_path / "x.arrow", _table())
     tb = Table.open(tmp_path / "x.arrow")

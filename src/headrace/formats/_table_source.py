@@ -107,6 +107,7 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
+        self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
         widths = dict(widths or {})
         pads = dict(pad_values or {})
         extra = sorted((set(widths) | set(pads)) - set(self.names))

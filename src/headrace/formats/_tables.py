@@ -823,6 +823,24 @@ class Table(Closing):
             out[c] = self._gather(c, idx.size, groups, views)
         return out
 
+    def refuse_nulls(self, names: Sequence[str]) -> None:
+        """Refuse null rows of ``names`` in Arrow files now, not when a batch reaches them.
+
+        An Arrow record batch states each column's null count in its header, so this
+        reads no values (but the first null's batch). Parquet files are checked as
+        their rows are read (their statistics count null items of nested leaves).
+        """
+        for span, (pi, si) in enumerate(zip(self._span_part, self._span_local, strict=True)):
+            part = self._parts[int(pi)]
+            if not isinstance(part, _Part) or part.parquet or part.closed:
+                continue
+            batch = part.batches[int(si)]
+            for name in names:
+                col = batch.column(name)
+                if col.null_count:
+                    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+                    self._null_check(name, span, valid, np.arange(len(col)))
+
     def _null_check(self, name: str, span: int, valid: Any, loc: NDArray[np.int64]) -> None:
         if valid is not None and not bool(valid[loc].all()):
             row = int(self._starts[span] + loc[~valid[loc]][0])
