@@ -754,7 +754,9 @@ class Table(Closing):
             if col.kind == "ragged":
                 if arr.values.null_count:
                     raise FormatError(
-                        f"{path}: column {name!r}: record batch {span} has null list items"
+                        f"{path}: column {name!r}: record batch "
+                        f"{int(self._span_local[span])} (rows {int(self._starts[span])} to "
+                        f"{int(self._starts[span + 1]) - 1}) has null list items"
                     )
                 return (arr.values.to_numpy(), arr.offsets.to_numpy(), valid)
             bufs = arr.buffers()
