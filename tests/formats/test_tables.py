@@ -524,7 +524,7 @@ def test_objects_that_are_not_paths_are_refused_before_they_are_iterated(tmp_pat
 def test_datasets_objects_and_empty_datasets_written_by_datasets(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets", reason="datasets is a test extra")
     ds = datasets.Dataset(_table(20).drop_columns(["big"]))
-    with pytest.raises(ConfigError, match=r"got a datasets\.arrow_dataset\.Dataset object"):
+    with pytest.raises(ConfigError, match=r"this Dataset \(20 rows\) is held in memory"):
         Table.open(ds)
     with pytest.raises(ConfigError, match=r"got a datasets\.dataset_dict\.DatasetDict object"):
         Table.open(datasets.DatasetDict({"train": ds}))
@@ -535,6 +535,34 @@ def test_datasets_objects_and_empty_datasets_written_by_datasets(tmp_path: Path)
     for opener in (Table.open, table_token_files):
         with pytest.raises(FormatError, match=r"none: empty dataset: .*state.json lists no data"):
             opener(tmp_path / "none")
+
+
+def test_a_dataset_object_is_read_from_its_files_when_they_hold_its_rows(
+    tmp_path: Path,
+) -> None:
+    # A Dataset backed by files (a map's cache file, load_from_disk) is read from them,
+    # zero-copy; one showing other rows than its files hold is refused, never misread.
+    datasets = pytest.importorskip("datasets", reason="datasets is a test extra")
+    rows = [list(range(i % 7)) for i in range(300)]
+    base = datasets.Dataset.from_dict({"input_ids": rows, "n": list(range(300))})
+    ds = base.map(
+        lambda b: {"input_ids": [[*r, 9] for r in b["input_ids"]]},
+        batched=True,
+        cache_file_name=str(tmp_path / "mapped.arrow"),
+    )
+    got = Table.open(ds).read_rows(np.arange(300))
+    assert got["n"].tolist() == ds["n"]
+    assert got["input_ids"].values.tolist() == [t for r in ds["input_ids"] for t in r]
+    (tf,) = table_token_files(ds)
+    assert tf.num_tokens == sum(map(len, ds["input_ids"]))
+    for view, what in (
+        (ds.shuffle(seed=0, indices_cache_file_name=str(tmp_path / "ix.arrow")), "indices"),
+        (ds.select(range(10, 50)), "shows 40 rows of its files' 300"),
+    ):
+        for opener in (Table.open, table_token_files):
+            with pytest.raises(ConfigError, match=what):
+                opener(view)
+    assert len(table_token_files(ds.shuffle(seed=0).flatten_indices())) == 1
 
 
 def test_a_json_file_is_not_called_a_corrupt_arrow_file(tmp_path: Path) -> None:

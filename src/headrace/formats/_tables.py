@@ -292,20 +292,21 @@ class _Part:
 def _path_list(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> list[str | os.PathLike[str]]:
-    """``path`` as a list of paths; anything else (a ``datasets.Dataset``, a dict) refused.
+    """``path`` as a list of paths: a ``datasets.Dataset`` as its files, when they hold
+    exactly its rows (:func:`_dataset_files`); anything else (a dict) refused.
 
-    A ``datasets`` object is refused before it is iterated: iterating a ``Dataset``
-    decodes its rows, and a ``DatasetDict`` yields split names, not files.
+    A ``datasets`` object is never iterated: iterating a ``Dataset`` decodes its
+    rows, and a ``DatasetDict`` yields split names, not files.
     """
     if isinstance(path, (str, os.PathLike)):
         return [path]
     kind = f"{type(path).__module__}.{type(path).__name__}"
+    if kind.startswith("datasets.") and type(path).__name__ == "Dataset":
+        return list(_dataset_files(path))
     if kind.startswith("datasets."):
         raise ConfigError(
-            f"got a {kind} object; headrace reads files, and the files under a Dataset (its "
-            "cache_files) may hold other rows than it shows (before a shuffle, select, "
-            "filter or sort): write it with ds.save_to_disk(folder), which stores the rows in "
-            "the order you see, and pass that folder (for a DatasetDict, one split's folder)"
+            f"got a {kind} object; headrace reads a Dataset's files: pass one split's "
+            "Dataset (ds['train']) or a folder written by ds.save_to_disk(folder)"
         )
     if isinstance(path, (Mapping, bytes)) or not isinstance(path, Iterable):
         raise ConfigError(
@@ -319,6 +320,42 @@ def _path_list(
             )
         out.append(p)
     return out
+
+
+def _dataset_files(ds: Any) -> list[str]:
+    """The Arrow files under a ``datasets.Dataset``, if they hold exactly the rows it shows.
+
+    A ``Dataset`` made by ``load_dataset``/``map``/``load_from_disk`` reads memory-mapped
+    cache files; after a ``shuffle``, ``select``, ``filter`` or ``sort`` it shows them
+    through an indices mapping, and after a contiguous ``select``/``shard``/``take`` a
+    slice of them, while the files hold the rows before. Those are refused, as is a
+    Dataset held in memory (no files): headrace would read other rows.
+    """
+    fix = "ds.save_to_disk(folder) writes the rows as it shows them: pass that folder"
+    if getattr(ds, "_indices", None) is not None:
+        raise ConfigError(
+            f"this Dataset ({len(ds)} rows) shows its files' rows through an indices mapping "
+            f"(after a shuffle, select, filter or sort): ds.flatten_indices() or {fix}"
+        )
+    files = [str(c["filename"]) for c in getattr(ds, "cache_files", ())]
+    if not files:
+        raise ConfigError(f"this Dataset ({len(ds)} rows) is held in memory, not in files: {fix}")
+    pa = _pa()
+    stored = 0
+    for f in files:
+        with pa.memory_map(f, "r") as mm:
+            head = mm.read(6)
+            mm.seek(0)
+            if head == _ARROW_FILE_MAGIC:
+                stored += pa.ipc.open_file(mm).read_all().num_rows  # zero-copy, headers only
+            else:
+                stored += sum(b.num_rows for b in pa.ipc.open_stream(mm))
+    if stored != len(ds):
+        raise ConfigError(
+            f"this Dataset shows {len(ds)} rows of its files' {stored} ({', '.join(files)}): "
+            f"a select, shard, take or skip of them; {fix}"
+        )
+    return files
 
 
 def saved_fingerprint(root: str) -> str | None:
