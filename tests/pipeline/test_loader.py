@@ -310,6 +310,30 @@ def test_keyboard_interrupt_in_consumer_stops_producer(token_path: Path) -> None
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
 
 
+def test_keyboard_interrupt_while_the_producer_starts_leaves_it_closable(
+    token_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C delivered inside Thread.start() (before the thread ran): the loader
+    # must still close, and iterate again, instead of failing to join that thread.
+    real_start = threading.Thread.start
+
+    def interrupted(self: threading.Thread) -> None:
+        if self.name == "headrace-prefetch":
+            raise KeyboardInterrupt
+        real_start(self)
+
+    ld = loader(token_path, prefetch=4)
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(ld))
+    monkeypatch.undo()
+    first = next(iter(ld))  # a new iteration starts a new producer
+    assert first["x"].shape == (16, L)
+    ld.close()
+    assert ld.status is LoaderStatus.CLOSED
+    assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
+
+
 @pytest.mark.parametrize("prefetch", [0, 4])
 def test_read_error_surfaces_with_the_step(
     token_path: Path, prefetch: int, monkeypatch: pytest.MonkeyPatch
