@@ -334,6 +334,31 @@ def test_keyboard_interrupt_while_the_producer_starts_leaves_it_closable(
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
 
 
+def test_keyboard_interrupt_just_after_the_producer_started_stops_it(
+    token_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C delivered while Thread.start() waits for the new thread to run: the
+    # thread runs, but the iteration has ended; it must stop without close() (the
+    # thread holds the loader, so nothing else would ever stop it).
+    real_start = threading.Thread.start
+
+    def interrupted(self: threading.Thread) -> None:
+        real_start(self)
+        if self.name == "headrace-prefetch":
+            raise KeyboardInterrupt
+
+    ld = loader(token_path, prefetch=4)
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(ld))
+    monkeypatch.undo()
+    deadline = time.monotonic() + 5
+    while any(t.name == "headrace-prefetch" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the read-ahead thread outlived its iteration"
+        time.sleep(0.01)
+    ld.close()
+
+
 @pytest.mark.parametrize("prefetch", [0, 4])
 def test_read_error_surfaces_with_the_step(
     token_path: Path, prefetch: int, monkeypatch: pytest.MonkeyPatch

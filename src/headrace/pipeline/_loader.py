@@ -488,9 +488,11 @@ class Loader(Closing):
             target=self._produce, args=(start, q, stop), name="headrace-prefetch", daemon=True
         )
         self._thread = thread
-        thread.start()
         stats = self.stats
         try:
+            # Started inside the try: a Ctrl-C while start() waits for the thread must
+            # still stop it (the thread holds the loader, so nothing else would).
+            thread.start()
             while True:
                 try:
                     item = q.get_nowait()
