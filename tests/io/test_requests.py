@@ -69,3 +69,29 @@ def test_bad_depth_is_refused() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="max_in_flight must be an integer >= 1"):
             RequestQueue(bad)  # type: ignore[arg-type]
+
+
+def _loop_threads(name: str) -> int:
+    return sum(t.name == name for t in threading.enumerate())
+
+
+def test_a_queue_dropped_without_close_stops_its_loop_thread() -> None:
+    # A source that is never closed (a loader left by break, made per epoch) drops its
+    # queue: the loop thread must not outlive it, or a long job gains one per source.
+    import gc
+    import time
+
+    before = _loop_threads("headrace-dropped")
+    for _ in range(5):
+        q = RequestQueue(2, name="headrace-dropped")
+
+        async def job() -> int:
+            return 1
+
+        assert q.submit(job).result(timeout=10) == 1
+        del q
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _loop_threads("headrace-dropped") > before:
+        assert time.monotonic() < deadline, "loop threads outlived their queues"
+        time.sleep(0.01)

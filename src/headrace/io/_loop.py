@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -77,6 +78,22 @@ class LoopThread:
         except RuntimeError:  # the loop closed meanwhile: nobody will await coro
             coro.close()
             raise
+
+    def stop_soon(self) -> None:
+        """Ask the loop to stop, without waiting for its thread: safe from any thread
+        (the loop's own included) and from a finaliser. Idempotent."""
+        if self._pid != os.getpid():
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        except RuntimeError:  # the loop has closed already
+            pass
+
+    def stop_with(self, owner: object) -> None:
+        """Stop the loop once ``owner`` is garbage collected (an owner dropped without
+        ``close()``): the thread refers to the loop, not to its owner, so nothing else
+        would ever end it."""
+        weakref.finalize(owner, self.stop_soon)
 
     def close(self) -> None:
         if self._pid != os.getpid():
