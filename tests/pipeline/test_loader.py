@@ -80,8 +80,7 @@ def test_file_truncated_under_a_mapped_window_is_an_error(token_path: Path) -> N
         os.truncate(token_path / "b.bin", 4096)
         with pytest.raises(
             StorageError,
-            match=r"\.bin: (file shrank to 4096 bytes|reading bytes \[\d+, \d+\) through the file "
-            r"map)",
+            match=r"\.bin: file shrank to 4096 bytes while open",
         ):
             for _ in range(400):
                 next(it)
