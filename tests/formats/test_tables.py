@@ -418,3 +418,27 @@ def test_a_folder_with_tables_in_subfolders_is_refused_and_a_glob_reaches_them(
     tb = Table.open(str(tmp_path / "**" / "*.parquet"))
     assert tb.num_rows == 30
     tb.close()
+
+
+def test_an_unreadable_file_is_a_storage_error_not_a_format_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Permissions (or a vanished mount) are storage trouble, not bad bytes: a retrying
+    # caller catches StorageError, and "corrupt" would send the user the wrong way.
+    import builtins
+    import errno
+
+    from headrace.errors import PermissionDeniedError
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(50), path)
+    real = builtins.open
+
+    def denied(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(file) == str(path):  # fault injection (root ignores permissions)
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(PermissionDeniedError, match=r"t\.parquet: permission denied"):
+        Table.open(path)
