@@ -153,3 +153,17 @@ def _toml(d: dict[str, object]) -> str:
             lines.append(f"[{k}]")
             lines += [f"{kk} = {val(vv)}" for kk, vv in v.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_padded_files_cut_short_by_a_full_disk_are_written_again(tmp_path: Path) -> None:
+    # A gen stopped by ENOSPC leaves tokens.npy whole and mask.npy with its header
+    # only; the next gen must write them again, not fail to map the short file.
+    from headrace.bench._rows_kind import make_padded_dataset
+
+    tok, mask = make_padded_dataset(tmp_path, rows=64, width=33, seed=1)
+    want = np.load(mask)
+    with open(mask, "r+b") as f:
+        f.truncate(128)  # the header of a (64, 33) array, no data
+    tok, mask = make_padded_dataset(tmp_path, rows=64, width=33, seed=1)
+    np.testing.assert_array_equal(np.load(mask), want)
+    assert np.load(tok).shape == (64, 33)
