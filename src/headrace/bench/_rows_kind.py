@@ -97,7 +97,10 @@ def make_table_dataset(
     with pa.OSFile(str(path / name), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
         w.write_table(table, max_chunksize=8192)
     # state.json last: its presence marks a complete dataset (generation is resumable).
-    (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
+    # Renamed into place, so a full disk cannot leave an empty one behind.
+    tmp = path / "state.json.tmp"
+    tmp.write_text(json.dumps({"_data_files": [{"filename": name}]}))
+    os.replace(tmp, path / "state.json")
     return path
 
 
