@@ -95,3 +95,30 @@ def test_a_queue_dropped_without_close_stops_its_loop_thread() -> None:
     while _loop_threads("headrace-dropped") > before:
         assert time.monotonic() < deadline, "loop threads outlived their queues"
         time.sleep(0.01)
+
+
+def test_a_ctrl_c_while_the_loop_thread_starts_stops_that_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # KeyboardInterrupt delivered while Thread.start() waits for the new thread (where
+    # a blocked main thread meets the signal): the loop runs, but nobody holds it to
+    # close it, so it must stop by itself.
+    import time
+
+    from headrace.io._loop import LoopThread
+
+    real_start = threading.Thread.start
+
+    def interrupted(self: threading.Thread) -> None:
+        real_start(self)
+        if self.name == "headrace-interrupted":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LoopThread("headrace-interrupted")
+    monkeypatch.undo()
+    deadline = time.monotonic() + 5
+    while _loop_threads("headrace-interrupted"):
+        assert time.monotonic() < deadline, "the loop thread outlived its interrupted start"
+        time.sleep(0.01)

@@ -30,7 +30,13 @@ class LoopThread:
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            # Interrupted (Ctrl-C) while start() waited for the thread, which may run
+            # anyway: its owner never got this object to close, so stop it now.
+            self.stop_soon()
+            raise
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
