@@ -76,10 +76,20 @@ SOURCES: dict[str, Callable[[Path], object]] = {
 }
 
 
+class ShardError(Exception):
+    """A user's exception whose ``__init__`` takes other arguments than its message: it
+    pickles, but does not unpickle (``ShardError(message)`` misses ``code``)."""
+
+    def __init__(self, path: str, code: int) -> None:
+        super().__init__(f"{path}: bad shard, code {code}")
+        self.path, self.code = path, code
+
+
 class Faulty:
     """A token source that misbehaves when asked for any sample of step ``at``.
 
-    ``how``: ``"raise"`` (a DataError), ``"exit"`` (the process dies),
+    ``how``: ``"raise"`` (a DataError), ``"raise-shard"`` (a :class:`ShardError`, which
+    does not unpickle), ``"exit"`` (the process dies),
     ``"sleep"`` (every read takes 0.1 s from then on: for interrupting), or
     ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess).
     """
@@ -95,6 +105,8 @@ class Faulty:
         if bool((np.asarray(samples) // BATCH >= self.at).any()):
             if self.how == "raise":
                 raise DataError(f"injected fault at step {self.at}")
+            if self.how == "raise-shard":
+                raise ShardError("/data/shard-7.bin", 42)
             if self.how == "exit":
                 os._exit(3)
             time.sleep(3600 if self.how == "hang" else 0.1)

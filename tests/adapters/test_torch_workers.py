@@ -321,6 +321,22 @@ def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[
     assert dl._workers is None or dl._workers._procs == []
 
 
+def test_a_worker_error_that_does_not_unpickle_keeps_its_message(root: Path) -> None:
+    # A user's exception class with its own __init__ arguments pickles in the worker
+    # but cannot be rebuilt here; the consumer must still see its type, message, step,
+    # worker and traceback, not a TypeError about __init__'s arguments.
+    dl = ht.HeadraceDataLoader(dataset(root, Faulty(root, at=9, how="raise-shard")), num_workers=2)
+    with pytest.raises(
+        HeadraceError, match=r"ShardError: /data/shard-7\.bin: bad shard, code 42"
+    ) as info:
+        for _ in dl:
+            pass
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
+    assert "in read" in str(info.value)  # the worker's traceback: where it was raised
+    assert dl._workers is None or dl._workers._procs == []
+
+
 def test_a_source_that_fails_to_unpickle_in_a_worker_is_named(root: Path) -> None:
     source = Unreopenable(root, 99, "raise")
     dl = ht.HeadraceDataLoader(dataset(root, source), num_workers=2)

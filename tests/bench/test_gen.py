@@ -304,3 +304,21 @@ def test_reader_store_options_are_checked(
     wl.write_text(wl.read_text().replace('storage = "s3"\n', ""))
     assert main(args) == 2
     assert "[reader]: unknown key 'store_options'" in capsys.readouterr().err
+
+
+def test_a_full_disk_names_the_folder_being_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ENOSPC from a write or fsync carries no file name: the message must say where.
+    import errno
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")  # fault injection
+
+    monkeypatch.setattr(os, "fsync", full)
+    root = tmp_path / "r"
+    assert main(["gen", toml(tmp_path, "megatron"), "-q", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert f"headrace gen: writing the dataset under {root}" in err
+    assert "failed: No space left on device (" in err and "bytes free there" in err
+    assert "Traceback" not in err

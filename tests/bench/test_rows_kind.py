@@ -153,3 +153,41 @@ def _toml(d: dict[str, object]) -> str:
             lines.append(f"[{k}]")
             lines += [f"{kk} = {val(vv)}" for kk, vv in v.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_padded_files_cut_short_by_a_full_disk_are_written_again(tmp_path: Path) -> None:
+    # A gen stopped by ENOSPC leaves tokens.npy whole and mask.npy with its header
+    # only; the next gen must write them again, not fail to map the short file.
+    from headrace.bench._rows_kind import make_padded_dataset
+
+    tok, mask = make_padded_dataset(tmp_path, rows=64, width=33, seed=1)
+    want = np.load(mask)
+    with open(mask, "r+b") as f:
+        f.truncate(128)  # the header of a (64, 33) array, no data
+    tok, mask = make_padded_dataset(tmp_path, rows=64, width=33, seed=1)
+    np.testing.assert_array_equal(np.load(mask), want)
+    assert np.load(tok).shape == (64, 33)
+
+
+def test_a_table_whose_state_file_was_cut_short_is_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # state.json marks a complete table; a full disk while writing it must not leave an
+    # empty marker that makes the next gen keep a dataset nothing can open.
+    import errno
+
+    from headrace.bench._rows_kind import make_table_dataset
+    from headrace.formats import TableSource
+
+    real = Path.write_text
+
+    def full(self: Path, *args: object, **kwargs: object) -> int:
+        self.open("w").close()  # created, then the disk is full: what ENOSPC leaves
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError, match="No space left"):
+        make_table_dataset(tmp_path, rows=64, max_len=9)
+    monkeypatch.setattr(Path, "write_text", real)
+    path = make_table_dataset(tmp_path, rows=64, max_len=9)
+    TableSource(path, columns=["input_ids"], width=9).close()

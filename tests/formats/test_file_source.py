@@ -262,6 +262,29 @@ def test_file_that_shrank_since_listing_is_refused(tmp_path: Path) -> None:
     src.close()
 
 
+def test_a_directory_that_cannot_be_listed_is_a_storage_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A directory without search permission (chmod 600) lists its names, but stat on
+    # each answers EACCES: that must be headrace's PermissionDeniedError, naming it.
+    import errno
+    import os
+
+    from headrace.errors import PermissionDeniedError
+
+    root = make_dataset(tmp_path / "n", "npy", 3)
+    real = os.stat
+
+    def denied(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith("f001.npy"):  # fault injection (root ignores permissions)
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", denied)
+    with pytest.raises(PermissionDeniedError, match=r"f001\.npy: permission denied"):
+        FileSource(root, format="npy")
+
+
 # -- determinism across modes, workers, resume ------------------------------------
 
 

@@ -566,3 +566,41 @@ def test_outputs_are_allocated_once_without_staging_copies(tmp_path: Path, side:
     stored, temps = 64 * W * (2 + 1), 2 * 64 * W
     assert outputs == 64 * (W - 1) * (4 + 4 + 1)
     assert peak <= outputs + stored + temps + 64 * 1024, (peak, outputs, stored, temps)
+
+
+def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tokens and mask are read at once (the mask on the I/O pool). A KeyboardInterrupt
+    # while waiting for the mask must not leave its read running behind close(): it
+    # would write into a buffer handed back, or reopen the file of the closed source.
+    import threading
+    import time
+
+    from headrace.formats import _row_file
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "t.npy", rng.integers(1, 100, (64, 17), dtype=np.int32))
+    np.save(tmp_path / "m.npy", np.ones((64, 17), dtype=np.uint8))
+    src = PaddedRows(tmp_path / "t.npy", tmp_path / "m.npy", context=16)
+    src.read(0, np.arange(4))  # open both files
+    real_read, real_wait = _row_file.RowReader.read, _row_file.wait
+    done = threading.Event()
+
+    def slow_mask(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = real_read(self, f, *args, **kwargs)
+        if f.path.endswith("m.npy"):
+            time.sleep(0.3)
+            done.set()
+        return out
+
+    def interrupted(futures):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(_row_file, "wait", real_wait)
+        raise KeyboardInterrupt  # fault injection: Ctrl-C in the wait
+
+    monkeypatch.setattr(_row_file.RowReader, "read", slow_mask)
+    monkeypatch.setattr(_row_file, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        src.read(0, np.arange(8))
+    assert done.is_set(), "the mask's read was still running when the interrupt propagated"
+    src.close()

@@ -578,3 +578,27 @@ def test_a_json_file_is_not_called_a_corrupt_arrow_file(tmp_path: Path) -> None:
         match=r"x.arrow: not an Arrow IPC or Parquet file: it starts with b'<html>no' \(an",
     ):
         Table.open(tmp_path / "x.arrow")
+
+
+def test_an_unreadable_file_is_a_storage_error_not_a_format_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Permissions (or a vanished mount) are storage trouble, not bad bytes: a retrying
+    # caller catches StorageError, and "corrupt" would send the user the wrong way.
+    import builtins
+    import errno
+
+    from headrace.errors import PermissionDeniedError
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(50), path)
+    real = builtins.open
+
+    def denied(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(file) == str(path):  # fault injection (root ignores permissions)
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(PermissionDeniedError, match=r"t\.parquet: permission denied"):
+        Table.open(path)

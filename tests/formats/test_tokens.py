@@ -386,3 +386,40 @@ def test_a_failed_populate_names_the_file_and_range(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(_token_source, "madvise", real)
     assert src.read(0, np.arange(200))["x"].shape == (200, 64)  # the failed blocks are read again
     src.close()
+
+
+def test_a_populate_fault_says_whether_the_file_shrank_or_the_storage_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MADV_POPULATE_READ answers EFAULT ("Bad address") both when pages are gone past
+    # a truncation and when the storage failed to read them (EIO from a disk or a
+    # FUSE mount): the error must say which, not "Bad address".
+    import errno
+    import os
+
+    from headrace.errors import StorageError
+    from headrace.formats import _token_source
+
+    write_tokens(tmp_path / "t.bin", 1 << 16)
+    src = TokenSource(tmp_path / "t.bin", dtype="uint32", context=64, block_bytes=16 << 10)
+    src.read(0, np.arange(1))
+    real = _token_source.madvise
+
+    def efault(view, start, length, advice):  # type: ignore[no-untyped-def]
+        if advice == _token_source.MADV_POPULATE_READ:
+            raise OSError(errno.EFAULT, "Bad address")  # fault injection: a failed read
+        real(view, start, length, advice)
+
+    monkeypatch.setattr(_token_source, "madvise", efault)
+    with pytest.raises(
+        StorageError,
+        match=r"t\.bin: reading bytes \[\d+, \d+\) through the file map failed: the storage "
+        r"could not read them \(an I/O error\)",
+    ) as info:
+        src.read(0, np.arange(200))
+    assert info.value.errno == errno.EIO
+    monkeypatch.undo()
+    os.truncate(tmp_path / "t.bin", 4096)  # a real truncation: the kernel's own EFAULT
+    with pytest.raises(StorageError, match=r"t\.bin: file shrank to 4096 bytes while open"):
+        src.read(0, np.arange(200))
+    src.close()

@@ -284,3 +284,36 @@ def test_open_that_fails_after_open_closes_its_descriptor(
         LocalFile(path)
     monkeypatch.undo()
     assert _fd_count() == before
+
+
+def test_a_local_file_dropped_without_close_releases_its_descriptors(file) -> None:
+    # A source or loader a user never closes (a `for` loop left by `break`, an
+    # exception, a loader made per epoch) is dropped, not closed: its files must go too.
+    path, _ = file
+    before = _fd_count()
+    for _ in range(20):
+        f = LocalFile(path)
+        f.pread(0, 16)
+        f.mapped  # noqa: B018  # the map as well
+        del f
+    gc.collect()
+    assert _fd_count() == before
+
+
+def test_a_failed_open_never_closes_another_files_descriptor(tmp_path: Path) -> None:
+    # The descriptor a failed LocalFile opened and closed may be reused at once; its
+    # finaliser must not close it again under the new owner.
+    (tmp_path / "d").mkdir()
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"y" * 10)
+    try:
+        LocalFile(tmp_path / "d")  # opens, then refuses a directory and closes
+    except StorageError as exc:
+        failed = exc  # its traceback keeps the half-made LocalFile alive
+    fd = os.open(other, os.O_RDONLY)  # likely the number the failed open had
+    try:
+        del failed
+        gc.collect()
+        assert os.pread(fd, 10, 0) == b"y" * 10
+    finally:
+        os.close(fd)

@@ -497,3 +497,24 @@ def test_cancelled_request_leaves_in_flight_at_zero(
     assert "closed" in str(errors[0])
     s = store.stats
     assert s.in_flight == 0 and s.attempts == 1 and s.failures == 1
+
+
+def test_a_store_dropped_without_close_stops_its_loop_thread(root: Path) -> None:
+    # As for RequestQueue: a store nobody closed must not leave its event loop running.
+    import gc
+    import threading
+    import time
+
+    def loops() -> int:
+        return sum(t.name == "headrace-aio" for t in threading.enumerate())
+
+    before = loops()
+    for _ in range(5):
+        store = ObjectStore(root)
+        assert len(store.get_many(["a.bin"])[0]) == 10_000  # starts its loop thread
+        del store
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while loops() > before:
+        assert time.monotonic() < deadline, "loop threads outlived their stores"
+        time.sleep(0.01)

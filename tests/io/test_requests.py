@@ -69,3 +69,56 @@ def test_bad_depth_is_refused() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="max_in_flight must be an integer >= 1"):
             RequestQueue(bad)  # type: ignore[arg-type]
+
+
+def _loop_threads(name: str) -> int:
+    return sum(t.name == name for t in threading.enumerate())
+
+
+def test_a_queue_dropped_without_close_stops_its_loop_thread() -> None:
+    # A source that is never closed (a loader left by break, made per epoch) drops its
+    # queue: the loop thread must not outlive it, or a long job gains one per source.
+    import gc
+    import time
+
+    before = _loop_threads("headrace-dropped")
+    for _ in range(5):
+        q = RequestQueue(2, name="headrace-dropped")
+
+        async def job() -> int:
+            return 1
+
+        assert q.submit(job).result(timeout=10) == 1
+        del q
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _loop_threads("headrace-dropped") > before:
+        assert time.monotonic() < deadline, "loop threads outlived their queues"
+        time.sleep(0.01)
+
+
+def test_a_ctrl_c_while_the_loop_thread_starts_stops_that_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # KeyboardInterrupt delivered while Thread.start() waits for the new thread (where
+    # a blocked main thread meets the signal): the loop runs, but nobody holds it to
+    # close it, so it must stop by itself.
+    import time
+
+    from headrace.io._loop import LoopThread
+
+    real_start = threading.Thread.start
+
+    def interrupted(self: threading.Thread) -> None:
+        real_start(self)
+        if self.name == "headrace-interrupted":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LoopThread("headrace-interrupted")
+    monkeypatch.undo()
+    deadline = time.monotonic() + 5
+    while _loop_threads("headrace-interrupted"):
+        assert time.monotonic() < deadline, "the loop thread outlived its interrupted start"
+        time.sleep(0.01)

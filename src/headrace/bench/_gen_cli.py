@@ -102,10 +102,25 @@ def _keys(kind: Kind, paths: list[str]) -> list[str]:
     return keys
 
 
+def _os_error(exc: OSError, writing: str) -> str:
+    """An OSError from writing the dataset, naming where: a write or fsync error
+    carries no file name ('[Errno 28] No space left on device' alone)."""
+    if exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    text = f"writing the dataset under {writing} failed: {exc.strerror or exc}"
+    try:
+        st = os.statvfs(writing)
+    except OSError:
+        return text
+    free = st.f_bavail * st.f_frsize
+    return f"{text} ({free:,} bytes free there)"
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     scheme = url_scheme(root)
     uploaded: Uploaded | None = None
+    writing = root  # where files are being written, for errors that do not say
     try:
         with ExitStack() as stack:
             wl = load_workload(args.workload)
@@ -116,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
                         f"--root s3://bucket/prefix); --root {root!r} is a local folder"
                     )
                 kind = make_kind(wl, prepare_root(root))
+                writing = kind.root
                 store = None
             else:
                 kind = make_kind(wl, prepare_root(args.staging or default_root(), "--staging"))
+                writing = kind.root
                 store = stack.enter_context(_destination(root, scheme, wl, args.endpoint))
                 files = kind.dataset_files()
                 keys = _keys(kind, files)
@@ -150,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
                     )
     except (HeadraceError, OSError) as exc:  # OSError: a full disk, a folder removed ...
         notes = "".join(f"; {n}" for n in getattr(exc, "__notes__", ()))
-        print(f"headrace gen: {exc}{notes}", file=sys.stderr)
+        text = str(exc) if isinstance(exc, HeadraceError) else _os_error(exc, writing)
+        print(f"headrace gen: {text}{notes}", file=sys.stderr)
         return 2
     if uploaded is None:
         n = len(kind.files())

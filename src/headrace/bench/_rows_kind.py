@@ -54,9 +54,13 @@ def make_padded_dataset(
     out.mkdir(parents=True, exist_ok=True)
     tok_path, mask_path = out / "tokens.npy", out / "mask.npy"
     if tok_path.exists() and mask_path.exists():
-        t, m = np.load(tok_path, mmap_mode="r"), np.load(mask_path, mmap_mode="r")
-        if t.shape == m.shape == (rows, width):
-            return tok_path, mask_path
+        try:
+            t, m = np.load(tok_path, mmap_mode="r"), np.load(mask_path, mmap_mode="r")
+        except (ValueError, OSError):  # cut short (a full disk, an interrupted gen): rewrite
+            pass
+        else:
+            if t.shape == m.shape == (rows, width):
+                return tok_path, mask_path
     rng = np.random.default_rng(seed)
     tok = rng.integers(1, 50_000, (rows, width), dtype=np.uint16)
     lengths = rng.integers(width // 8, width + 1, rows)
@@ -99,7 +103,10 @@ def make_table_dataset(
     with pa.OSFile(str(path / name), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
         w.write_table(table, max_chunksize=batch_rows)
     # state.json last: its presence marks a complete dataset (generation is resumable).
-    (path / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
+    # Renamed into place, so a full disk cannot leave an empty one behind.
+    tmp = path / "state.json.tmp"
+    tmp.write_text(json.dumps({"_data_files": [{"filename": name}]}))
+    os.replace(tmp, path / "state.json")
     return path
 
 

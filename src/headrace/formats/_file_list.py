@@ -167,15 +167,18 @@ def list_files(
             raise ConfigError(
                 f"{root}: expected a directory, an object-store URL or a list of files."
             )
-        keys = (
-            list(listing[0])
-            if listing is not None
-            else sorted(
-                p.relative_to(root).as_posix()
-                for p in root.rglob("*")
-                if p.is_file() and _keep(p.name, extensions)
+        try:
+            keys = (
+                list(listing[0])
+                if listing is not None
+                else sorted(
+                    p.relative_to(root).as_posix()
+                    for p in root.rglob("*")
+                    if p.is_file() and _keep(p.name, extensions)
+                )
             )
-        )
+        except OSError as exc:  # a directory without search permission: stat says EACCES
+            raise open_error(str(exc.filename or root), exc) from exc
         if not keys:
             raise DataError(f"{root}: no files ending in {list(extensions)} under it")
         url = str(root)

@@ -476,7 +476,14 @@ class RowReader:
             first.append(self.read(f, rows, cols, out=out))
         except BaseException as exc:  # raised after the others finish
             error = exc
-        wait(futures)
+        try:
+            wait(futures)
+        except BaseException:
+            # Interrupted (Ctrl-C): a read still running writes into a buffer we hand
+            # back, and after the caller's close() would reopen its file. Those not
+            # started are cancelled; the others are waited for, as for any failure.
+            wait([f for f in futures if not f.cancel()])
+            raise
         for fut in futures:
             exc2 = fut.exception()
             if exc2 is not None and error is None:

@@ -53,7 +53,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
-from headrace.io import CacheStats, ObjectCache, open_cache
+from headrace.io import CacheStats, ObjectCache, open_cache, open_error
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats
@@ -165,8 +165,8 @@ class _Part:
             self.size = os.path.getsize(path)
             with open(path, "rb") as f:
                 head = f.read(8)
-        except OSError as exc:
-            raise FormatError(f"{path}: cannot read ({exc})") from exc
+        except OSError as exc:  # storage trouble (permissions, a mount gone), not bad bytes
+            raise open_error(path, exc) from exc
         self.parquet = head[:4] == _PARQUET_MAGIC
         if path.endswith(".parquet") and not self.parquet:
             raise FormatError(

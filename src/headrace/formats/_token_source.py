@@ -214,10 +214,16 @@ class _Window:
         try:
             madvise(self.memory, start, self.offset + lo + n - start, MADV_POPULATE_READ)
         except OSError as exc:
+            code, why = exc.errno or errno.EIO, exc.strerror or str(exc)
+            if code == errno.EFAULT:
+                # What an access would have met as SIGBUS: pages past a truncation, or
+                # pages the storage failed to read. Which one is what the user needs.
+                self.check_size()
+                code, why = errno.EIO, "the storage could not read them (an I/O error)"
             raise StorageError(
-                exc.errno or errno.EIO,
+                code,
                 f"{self.file.path}: reading bytes [{self.offset + lo}, {self.offset + lo + n}) "
-                f"through the file map failed: {exc.strerror or exc}",
+                f"through the file map failed: {why}",
             ) from exc
 
     def check_size(self) -> None:

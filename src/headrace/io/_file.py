@@ -74,22 +74,26 @@ class LocalFile(Closing):
     __slots__ = ("_dfd", "_fd", "_lock", "_map", "path", "size")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        # Set first, so the finaliser of a half-made LocalFile has nothing to close: a
+        # descriptor closed below may already belong to another file when it runs.
+        self._fd = -1
+        self._dfd = -1
+        self._map: mmap.mmap | None = None
         self.path = os.fspath(path)
         try:
-            self._fd: int = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise open_error(self.path, exc) from exc
         try:
-            st = os.fstat(self._fd)
+            st = os.fstat(fd)
         except OSError as exc:  # close what we opened: no fd leaks on any error path
-            os.close(self._fd)
+            os.close(fd)
             raise open_error(self.path, exc) from exc
         if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
-            os.close(self._fd)
+            os.close(fd)
             raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
+        self._fd = fd
         self.size: int = st.st_size
-        self._map: mmap.mmap | None = None
-        self._dfd = -1
         # Readers share one LocalFile across I/O threads; the lazy map and
         # O_DIRECT descriptor must be made once, or the losers' handles leak.
         self._lock = threading.Lock()
@@ -188,6 +192,12 @@ class LocalFile(Closing):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def __del__(self) -> None:
+        # A source or loader that is dropped without close() (a loop left by break or
+        # an exception, a loader made per epoch) must not keep its descriptors open.
+        if self._fd >= 0:
+            self.close()
 
     def __repr__(self) -> str:
         return f"LocalFile({self.path!r}, size={self.size})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -29,7 +30,13 @@ class LoopThread:
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            # Interrupted (Ctrl-C) while start() waited for the thread, which may run
+            # anyway: its owner never got this object to close, so stop it now.
+            self.stop_soon()
+            raise
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -77,6 +84,22 @@ class LoopThread:
         except RuntimeError:  # the loop closed meanwhile: nobody will await coro
             coro.close()
             raise
+
+    def stop_soon(self) -> None:
+        """Ask the loop to stop, without waiting for its thread: safe from any thread
+        (the loop's own included) and from a finaliser. Idempotent."""
+        if self._pid != os.getpid():
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        except RuntimeError:  # the loop has closed already
+            pass
+
+    def stop_with(self, owner: object) -> None:
+        """Stop the loop once ``owner`` is garbage collected (an owner dropped without
+        ``close()``): the thread refers to the loop, not to its owner, so nothing else
+        would ever end it."""
+        weakref.finalize(owner, self.stop_soon)
 
     def close(self) -> None:
         if self._pid != os.getpid():

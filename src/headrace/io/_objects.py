@@ -400,6 +400,7 @@ class ObjectStore(Closing):
                 raise StorageError(f"{self.url}: store is closed")
             if self._loop is None or not self._loop.usable:
                 self._loop = LoopThread()
+                self._loop.stop_with(self)
             return self._loop
 
     # -- stats ------------------------------------------------------------------------------

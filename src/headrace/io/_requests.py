@@ -65,6 +65,7 @@ class RequestQueue:
                 raise StorageError(f"{self._name}: the request queue is closed")
             if self._loop is None or not self._loop.usable:
                 self._loop = LoopThread(self._name)
+                self._loop.stop_with(self)
             return self._loop
 
     def submit(self, job: Callable[[], Awaitable[T]]) -> Future[T]:

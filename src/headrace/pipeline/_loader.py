@@ -488,9 +488,11 @@ class Loader(Closing):
             target=self._produce, args=(start, q, stop), name="headrace-prefetch", daemon=True
         )
         self._thread = thread
-        thread.start()
         stats = self.stats
         try:
+            # Started inside the try: a Ctrl-C while start() waits for the thread must
+            # still stop it (the thread holds the loader, so nothing else would).
+            thread.start()
             while True:
                 try:
                     item = q.get_nowait()
@@ -525,6 +527,8 @@ class Loader(Closing):
                     continue
             return False
 
+        if stop.is_set():  # stopped before it ran (see _stop_producer): read nothing
+            return
         step = start
         try:
             for steps, arrays in self._read_ahead(start):
@@ -549,7 +553,12 @@ class Loader(Closing):
         self._stop.set()
         if q is not None:  # unblock a producer waiting on a full queue
             _drain(q)
-        thread.join(timeout=_STOP_TIMEOUT_S)
+        try:
+            thread.join(timeout=_STOP_TIMEOUT_S)
+        except RuntimeError:
+            # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
+            # was set first, so if it runs at all it returns before reading.
+            pass
         if q is not None:  # wake a consumer still waiting on this queue, so it can raise
             _drain(q)
             try:
