@@ -585,9 +585,13 @@ def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
     src = PaddedRows(tmp_path / "t.npy", tmp_path / "m.npy", context=16)
     src.read(0, np.arange(4))  # open both files
     real_read, real_wait = _row_file.RowReader.read, _row_file.wait
-    done = threading.Event()
+    started, done = threading.Event(), threading.Event()
 
     def slow_mask(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if f.path.endswith("m.npy"):
+            started.set()
+        else:  # the tokens, in the caller: until the mask's read runs on the pool
+            started.wait(5)
         out = real_read(self, f, *args, **kwargs)
         if f.path.endswith("m.npy"):
             time.sleep(0.3)
@@ -602,5 +606,6 @@ def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
     monkeypatch.setattr(_row_file, "wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
         src.read(0, np.arange(8))
+    assert started.is_set()
     assert done.is_set(), "the mask's read was still running when the interrupt propagated"
     src.close()
