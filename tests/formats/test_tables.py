@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats import Ragged, Table, table_token_files
 
 N = 900
@@ -602,3 +602,28 @@ def test_an_unreadable_file_is_a_storage_error_not_a_format_error(
     monkeypatch.setattr(builtins, "open", denied)
     with pytest.raises(PermissionDeniedError, match=r"t\.parquet: permission denied"):
         Table.open(path)
+
+
+def test_a_parquet_read_that_fails_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Parquet is read, not mapped (an EIO on a mapped page is a SIGBUS: the process dies
+    # without a word); a failed read is a storage error naming the file and row group.
+    import errno
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(50), path, row_group_size=20)
+    tb = Table.open(path)
+    part = tb._parts[0]
+    real = part._pf.read_row_group
+
+    def eio(i, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if i == 1:  # fault injection: the storage fails one row group's read
+            raise OSError(errno.EIO, "Input/output error")
+        return real(i, *args, **kwargs)
+
+    monkeypatch.setattr(part._pf, "read_row_group", eio)
+    assert tb.read_rows([0, 45])["label"].size == 2
+    with pytest.raises(StorageError, match=r"t\.parquet: row group 1: the read failed") as ei:
+        tb.read_rows([25])
+    assert ei.value.errno == errno.EIO
