@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import os
 import queue
 import threading
 import time
@@ -227,6 +228,7 @@ class Loader(Closing):
         self.chunk_bytes = chunk_bytes
         self._chunk_cap = chunk_steps
         self._read_lock = source_lock(source)
+        self._pid = os.getpid()
         self.steps = steps
         self.step_stride = step_stride
         self.step_offset = step_offset
@@ -386,9 +388,18 @@ class Loader(Closing):
         return self._read_arrays([step])
 
     # -- iteration -------------------------------------------------------------------
+    def _own_process(self) -> None:
+        """In a process forked from the one that made this loader: its producer thread
+        and read lock stayed there; take this process's lock (which renews the source)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread, self._queue = None, None
+            self._read_lock = source_lock(self.source)
+
     def __iter__(self) -> Iterator[Batch]:
         if self.status is LoaderStatus.CLOSED:
             raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._own_process()
         self._stop_producer()
         self._generation += 1
         self.status = LoaderStatus.RUNNING
@@ -414,6 +425,7 @@ class Loader(Closing):
         """
         if self.status is LoaderStatus.CLOSED:
             raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._own_process()
         self._stop_producer()
         self._generation += 1
         generation = self._generation
@@ -498,7 +510,7 @@ class Loader(Closing):
                     item = q.get_nowait()
                 except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
                     t0 = time.perf_counter()
-                    item = q.get()
+                    item = _wait_for(q, thread)
                     stats.queue_wait_s += time.perf_counter() - t0
                 if item is _END:
                     return
@@ -601,6 +613,27 @@ def _stale() -> StateError:
         "loader came after it began, so its next step would not follow the loader's "
         "state; iterate the loader again (iter(loader))"
     )
+
+
+def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
+    """The next item of ``q``, or an error if its producer is gone without ending it.
+
+    A producer always ends with ``_END`` or a failure; one that is not alive with the
+    queue empty did not run in this process: it was forked after the iteration began.
+    """
+    while True:
+        try:
+            return q.get(timeout=0.5)
+        except queue.Empty:
+            if not producer.is_alive():
+                try:
+                    return q.get_nowait()  # its last item, put as it ended
+                except queue.Empty:
+                    raise StateError(
+                        "this iterator's read-ahead thread is not in this process (it "
+                        "forked after the iteration began): call iter(loader) again here, "
+                        "which reads on from the loader's step"
+                    ) from None
 
 
 def _drain(q: queue.Queue[object]) -> None:

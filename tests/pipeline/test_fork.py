@@ -1,0 +1,78 @@
+"""A process that forks while a loader reads ahead: the child can read the source.
+
+Run in a fresh interpreter: the test process has JAX's and torch's threads, which
+make fork() in it unsafe for reasons of their own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from headrace.errors import StateError
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+    from headrace.testing import batch_digest
+
+    def make():
+        return TokenSource(sys.argv[1], dtype="uint32", context=64, window_bytes=1 << 16,
+                           block_bytes=4096)
+
+    kw = dict(batch_size=8, seed=1, steps=6, chunk_steps=1)
+    with Loader(make(), prefetch=0, **kw) as ref:
+        want = [batch_digest([b]) for b in ref]
+    real = TokenSource.read
+
+    def slow(self, seed, samples):  # fault injection: slow storage, so a fork lands in a read
+        time.sleep(1.0)
+        return real(self, seed, samples)
+
+    TokenSource.read = slow
+    src = make()
+    ld = Loader(src, prefetch=2, **kw)
+    it = iter(ld)
+    got = [batch_digest([next(it)])]
+    time.sleep(0.3)  # the read-ahead thread is inside the next read, holding the source's lock
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a hang fails the test instead of stalling it
+        TokenSource.read = real
+        try:
+            next(it)
+            print("CHILD old iterator did not refuse", flush=True)
+            os._exit(1)
+        except StateError as exc:
+            assert "call iter(loader) again here" in str(exc), exc
+        with Loader(src, prefetch=2, **kw) as fresh:  # a new loader over the same source
+            assert [batch_digest([b]) for b in fresh] == want
+        assert [batch_digest([b]) for b in ld] == want[1:]  # the old loader reads on
+        print("CHILD OK", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    got += [batch_digest([b]) for b in it]
+    assert got == want, "the parent's batches changed"
+    print("PARENT OK", os.waitstatus_to_exitcode(status), flush=True)
+    ld.close()
+    """
+)
+
+
+def test_a_fork_during_read_ahead_leaves_the_child_a_working_source(tmp_path: Path) -> None:
+    path = tmp_path / "t.bin"
+    np.random.default_rng(0).integers(0, 2**31, 200_000, dtype=np.uint32).tofile(path)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "CHILD OK" in out.stdout, out.stdout + out.stderr
+    assert "PARENT OK 0" in out.stdout, out.stdout + out.stderr
