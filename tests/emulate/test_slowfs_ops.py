@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,22 @@ def test_stats_without_a_file_write_nothing(tmp_path):
 )
 def test_size_bucket_is_the_next_power_of_two(n, bucket):
     assert size_bucket(n) == bucket
+
+
+def test_a_mount_point_that_would_hide_or_repeat_files_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused before anything mounts (no FUSE needed): a non-empty mount point would hide
+    # its files; one inside the source would show the mount inside itself, without end.
+    from headrace.emulate._slowfs import main
+
+    src = tmp_path / "src"
+    (src / "inner").mkdir(parents=True)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    assert main([str(src), str(busy)]) == 2
+    assert "is not empty: the mount would hide what is there" in capsys.readouterr().err
+    assert main([str(src), str(src / "inner")]) == 2
+    assert "is inside the source" in capsys.readouterr().err
+    assert (busy / "keep.txt").read_text() == "mine"

@@ -203,6 +203,17 @@ def _check_dirs(src: str, mnt: str) -> None:
         raise ConfigError(f"slowfs: mount point {mnt!r} is not a directory; create it first.")
     if is_mounted(mnt):
         raise ConfigError(f"slowfs: {mnt!r} is already a mount point; unmount it first.")
+    real_src, real_mnt = os.path.realpath(src), os.path.realpath(mnt)
+    if real_mnt == real_src or real_mnt.startswith(real_src.rstrip("/") + "/"):
+        raise ConfigError(
+            f"slowfs: mount point {mnt!r} is inside the source {src!r}: the mount would show "
+            "itself inside itself, without end; mount it elsewhere."
+        )
+    if os.listdir(mnt):
+        raise ConfigError(
+            f"slowfs: mount point {mnt!r} is not empty: the mount would hide what is there; "
+            "give an empty directory."
+        )
 
 
 def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = None) -> int:
@@ -351,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(
-        f"slowfs: serving {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
+        f"slowfs: mounting {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
         f"open {config.open_latency_ms} ms, cap {config.mbps or 'none'} MB/s); "
         f"stop with Ctrl-C or `fusermount3 -u {args.mnt}`",
         file=sys.stderr,
