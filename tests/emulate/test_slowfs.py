@@ -260,7 +260,7 @@ def test_cli_serves_until_stopped_then_unmounts(tmp_path, src, slow_mount, stop)
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
     assert proc.returncode == 0, err.decode()
     assert not is_mounted(mnt)
-    assert b"serving" in err
+    assert b"slowfs: mounting" in err
     final = json.loads(stats.read_text())
     assert final["final"] is True and final["opens"] == 1
 
