@@ -38,7 +38,7 @@ from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
 from headrace.formats import TokenFile, TokenSource, table_token_files
 from headrace.io._mapped import pages_touched
-from headrace.plan import host_slice, step_samples
+from headrace.plan import step_samples
 
 __all__ = ["PackedKind"]
 
@@ -146,12 +146,7 @@ class PackedKind(TokenPayload):
                 f"(~{self.rows * (self.max_len + 1) // 2} tokens) are too few for context "
                 f"{self.context}: raise rows or max_len"
             )
-        self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
-        self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
-        self.prefetch = int(rd.get("prefetch", 8))
-        self.lo, self.hi = host_slice(
-            workload.train.batch_size, workload.train.rank, workload.train.world_size
-        )
+        self.read_settings(workload)
         self.dtype = np.dtype(np.int32)
         self._streams: list[TokenFile] | None = None
 

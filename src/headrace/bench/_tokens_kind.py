@@ -68,6 +68,15 @@ class TokenPayload(Kind):
     context: int
     dtype: np.dtype[Any]
 
+    def read_settings(self, workload: Any) -> None:
+        """The TokenSource's window and block sizes, read-ahead depth, and this host's
+        slice of each batch, from the workload."""
+        rd, t = workload.reader, workload.train
+        self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
+        self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
+        self.prefetch = int(rd.get("prefetch", 8))
+        self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
+
     def plan_chunks(self, seed: int, steps: int) -> Iterator[NDArray[np.int64]]:
         raise NotImplementedError
 
@@ -132,12 +141,7 @@ class TokenKind(TokenPayload):
                 f"workload {workload.name!r}: token file of {self.num_tokens} tokens is too "
                 f"small for context {self.context}"
             )
-        self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
-        self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
-        self.prefetch = int(rd.get("prefetch", 8))
-        self.lo, self.hi = host_slice(
-            workload.train.batch_size, workload.train.rank, workload.train.world_size
-        )
+        self.read_settings(workload)
         self.store: Storage = Storage(workload, "tokens", caches=True)
         self.check_cache_storage()
 
