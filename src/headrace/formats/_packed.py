@@ -72,7 +72,7 @@ def table_token_files(
             f"{remote[0]}: packing token lists reads byte ranges of local Arrow files; "
             "copy the dataset to local disk, or write its tokens as a token file"
         )
-    root, files = _resolve(path)
+    root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
     pa = _pa()
     dtypes: set[np.dtype[Any]] = set()
     segments, bounds = [], []

@@ -637,8 +637,8 @@ class Table(Closing):
                 "cache_dir keeps local copies of ranges read from an object store; this "
                 "table is on local disk already (leave cache_dir out)"
             )
-        if not remote:
-            root, files = _resolve(path)
+        if not remote:  # (a list as listed: a Dataset's files are not counted twice)
+            root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
             return cls(root, files, columns, row_group_cache)
         check_in_flight(in_flight)
         _pa()  # before any request: no pyarrow, no table
