@@ -627,7 +627,9 @@ def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
         except queue.Empty:
             if not producer.is_alive():
                 try:
-                    return q.get_nowait()  # its last item, put as it ended
+                    # Its last item, put as it ended; or the _STALE a new iteration puts
+                    # once it has stopped it (a moment after: give it that moment).
+                    return q.get(timeout=1.0)
                 except queue.Empty:
                     raise StateError(
                         "this iterator's read-ahead thread is not in this process (it "
