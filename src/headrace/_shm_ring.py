@@ -313,15 +313,17 @@ def _unpicklable(cfg: RingConfig) -> str:
 
 
 def _send_error(out: Connection, step: int, exc: BaseException) -> None:
-    exc.add_note("worker traceback:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    where = "worker traceback:\n" + "".join(traceback.format_exception(exc)).rstrip()
+    exc.add_note(where)
     try:
         payload = pickle.dumps((step, exc))
         # An exception whose __init__ takes other arguments than its message pickles,
         # but fails to unpickle (a TypeError about __init__ would reach the consumer).
         pickle.loads(payload)
-    except Exception:  # an exception that does not pickle: send its text
-        text = "".join(traceback.format_exception(exc)).rstrip()
-        payload = pickle.dumps((step, HeadraceError(f"{type(exc).__name__}: {exc}\n{text}")))
+    except Exception:  # an exception that does not pickle: its type, message, traceback
+        text = HeadraceError(f"{type(exc).__name__}: {exc}")
+        text.add_note(where)  # once (formatting exc again would repeat its notes)
+        payload = pickle.dumps((step, text))
     try:
         out.send_bytes(bytes([_ERROR]) + payload)
     except OSError:

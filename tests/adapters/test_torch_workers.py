@@ -333,7 +333,8 @@ def test_a_worker_error_that_does_not_unpickle_keeps_its_message(root: Path) -> 
             pass
     notes = "\n".join(info.value.__notes__)
     assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
-    assert "in read" in str(info.value)  # the worker's traceback: where it was raised
+    assert "in read" in notes  # the worker's traceback: where it was raised, once
+    assert notes.count("Traceback (most recent call last)") == 1
     assert dl._workers is None or dl._workers._procs == []
 
 
