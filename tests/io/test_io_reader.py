@@ -286,14 +286,27 @@ def test_odirect_unsupported_filesystem_is_a_config_error(data_file, monkeypatch
 
 
 def test_mapped_reads_count_the_pages_they_fault_in(data_file) -> None:
-    # A mapped read's bytes are its page faults' (4 KiB each), not the bytes asked for:
-    # two 10-byte rows on one page are one page; a row across a boundary is two.
+    # A mapped read's bytes are its page faults' (4 KiB each), not the bytes asked for,
+    # counted per row as the naive per-row memmap is: a row across a boundary is two.
     path, _ = data_file
     with RangeReader("mmap") as r:
-        r.read(str(path), [(1, 10), (50, 10), (50, 10)])
-        assert r.stats.bytes_requested == 30 and r.stats.bytes_read == 4096
-        r.read(str(path), [(4090, 10), (9000, 1)])  # pages 0-1 and 2
-        assert r.stats.bytes_read == 4096 + 3 * 4096
+        r.read(str(path), [(1, 10), (50, 10)])
+        assert r.stats.bytes_requested == 20 and r.stats.bytes_read == 2 * 4096
+        r.read(str(path), [(4090, 10), (9000, 1), (8192, 0)])  # pages 0-1, 2, none
+        assert r.stats.bytes_read == 2 * 4096 + 3 * 4096
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50_000), st.integers(0, 9_000)), max_size=12),
+    st.sampled_from([64, 1000, 4096]),
+)
+def test_pages_of_ranges_counts_each_ranges_pages(ranges: list[tuple[int, int]], page: int) -> None:
+    from headrace.io._mapped import pages_of_ranges
+
+    offsets = np.array([o for o, _ in ranges], dtype=np.int64)
+    lengths = np.array([n for _, n in ranges], dtype=np.int64)
+    want = sum(len({b // page for b in range(o, o + n)}) for o, n in ranges) * page
+    assert pages_of_ranges(offsets, lengths, page) == want
 
 
 @given(

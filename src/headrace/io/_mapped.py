@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from headrace.errors import ReadEOFError
 from headrace.io._file import LocalFile
 
-__all__ = ["mapped_view", "pages_touched"]
+__all__ = ["mapped_view", "pages_of_ranges", "pages_touched"]
 
 
 def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
@@ -66,3 +66,16 @@ def pages_touched(
     # Pages of range i not already counted by an earlier (lower-starting) range.
     before = np.maximum.accumulate(np.concatenate([[-1], last[:-1]]))
     return int(np.maximum(last - np.maximum(first - 1, before), 0).sum()) * page
+
+
+def pages_of_ranges(
+    offsets: NDArray[np.int64], lengths: NDArray[np.int64], page: int = mmap.PAGESIZE
+) -> int:
+    """Bytes of the pages each range lies on, a page two ranges share counted for each.
+
+    What a mapped read's faults cost, counted per row as the naive per-row memmap is;
+    a few array operations (~4 us for a batch), where the exact union of pages
+    (:func:`pages_touched`) sorts them (~15 us): a mapped read of 32 rows takes ~55 us.
+    """
+    spanned = (offsets + lengths + page - 1) // page - offsets // page
+    return int(np.minimum(spanned, lengths).sum()) * page  # (an empty range: no page)

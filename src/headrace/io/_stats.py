@@ -13,9 +13,9 @@ class ReadStats:
     """A snapshot of one reader's work since it was opened.
 
     ``bytes_read`` counts bytes fetched from storage: spans with their gaps
-    for positional reads, aligned blocks for O_DIRECT, and the distinct pages
-    the requested ranges touch for mapped reads (what their page faults read at
-    least: the kernel's read-around is invisible from here).
+    for positional reads, aligned blocks for O_DIRECT, and the pages each
+    requested range lies on for mapped reads (what their page faults read at
+    least, per range: the kernel's read-around is invisible from here).
     A *read* is one call (``read``, ``read_into`` or ``read_rows``); a *row*
     is one requested range. ``engine`` is the engine of the latest
     positional read (``"uring"`` or ``"threads"``; ``""`` before any), and
