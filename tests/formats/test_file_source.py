@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -771,9 +772,15 @@ def test_a_moved_copy_resumes_and_other_files_are_refused(tmp_path: Path) -> Non
     old = make_dataset(tmp_path / "a" / "ds", "npy", 12)
     new = tmp_path / "b" / "copy"
     shutil.copytree(old, new)
+
+    def relative_and_absolute(root: Path) -> FileSource:
+        paths = sorted(str(p) for p in root.iterdir())
+        return FileSource([os.path.relpath(paths[0]), *paths[1:]], format="npy")
+
     for make in (
         lambda root: FileSource(str(root), format="npy"),
         lambda root: FileSource(sorted(str(p) for p in root.iterdir()), format="npy"),
+        relative_and_absolute,  # its fingerprint raised "Can't mix absolute and relative"
     ):
         with Loader(make(old), batch_size=4, seed=1, steps=9) as ld:
             it = iter(ld)

@@ -207,8 +207,9 @@ class FileSource(Closing):
         c = self.config
         keys = self.files.keys
         if not self.files.url and keys:  # a list of paths: names below their common folder
-            root = os.path.commonpath([os.path.dirname(k) for k in keys])
-            keys = [os.path.relpath(k, root) for k in keys]
+            full = [os.path.abspath(k) for k in keys]  # (given relative, absolute or both)
+            cut = len(os.path.commonpath([os.path.dirname(k) for k in full]).rstrip(os.sep)) + 1
+            keys = [k[cut:] for k in full]
         # Names, not the place (no url): a copy moved to another folder, mount or bucket
         # is the same data and resumes, as for token, row and table sources.
         return {
