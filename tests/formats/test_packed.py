@@ -221,6 +221,12 @@ def test_parquet_compressed_ipc_and_urls_are_refused(tmp_path: Path) -> None:
         table_token_files("s3://b/ds")
     write_stream(tmp_path / "a.arrow", rows)
     (tf,) = table_token_files(tmp_path / "a.arrow")
+    # Shards of other id types make no one stream; ranges need the files they are in.
+    write_stream(tmp_path / "b.arrow", [r.astype(np.int64) for r in rows])
+    with pytest.raises(ConfigError, match=r"b\.arrow: column 'input_ids' holds int64 ids, "):
+        table_token_files([tmp_path / "a.arrow", tmp_path / "b.arrow"])
+    with pytest.raises(ConfigError, match=r"named by TokenFile\.members"):
+        TokenSource(dataclasses.replace(tf, members=()), context=L)
     moved = dataclasses.replace(tf, path="s3://b/a.arrow")  # segments of a remote object
     with pytest.raises(ConfigError, match=r"s3://b/a\.arrow: byte ranges of files"):
         TokenSource(moved, context=L)
