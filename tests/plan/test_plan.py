@@ -135,6 +135,8 @@ def test_state_round_trip_and_refusals() -> None:
     assert LoaderState.from_dict({**st_.to_dict(), "version": 1}) == st_
     with pytest.raises(StateError, match=r"plan version 1 and seed 4294967301: version 1"):
         LoaderState.from_dict({**st_.to_dict(), "seed": 5 + 2**32, "version": 1})
+    with pytest.raises(StateError, match=r"out of range: seed -1"):  # not blamed on v1
+        LoaderState.from_dict({**st_.to_dict(), "seed": -1, "version": 1})
 
 
 def test_seeds_2_32_apart_do_not_share_keys() -> None:

@@ -59,25 +59,17 @@ class LoaderState:
     def from_dict(cls, d: dict[str, Any]) -> LoaderState:
         try:
             version = int(d["version"])
-            if version == 1 and int(d["seed"]) >> 32:
-                raise StateError(
-                    f"loader state has plan version 1 and seed {int(d['seed'])}: version 1 "
-                    "shuffled a seed of 2**32 or more like a smaller one (seeds 2**32 "
-                    f"apart replayed each other's epochs); this headrace plans with version "
-                    f"{PLAN_VERSION}, whose order for that seed differs: it cannot replay it"
-                )
             if version not in (1, PLAN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
                     f"version {PLAN_VERSION} and cannot replay it"
                 )
-            version = PLAN_VERSION  # a version-1 state of a smaller seed: the same plan
             st = cls(
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
                 batch_size=_whole(d["batch_size"], "batch_size"),
                 fingerprint=str(d["fingerprint"]),
-                version=version,
+                version=PLAN_VERSION,  # version 1 planned seeds below 2**32 the same way
                 parts=_parts(d.get("parts")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -86,6 +78,13 @@ class LoaderState:
             raise StateError(
                 f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
                 f"{st.step} (expected [0, 2**53)), batch size {st.batch_size} (expected >= 1)"
+            )
+        if version == 1 and st.seed >= 2**32:
+            raise StateError(
+                f"loader state has plan version 1 and seed {st.seed}: version 1 shuffled a "
+                "seed of 2**32 or more like a smaller one (seeds 2**32 apart replayed each "
+                f"other's epochs); this headrace plans with version {PLAN_VERSION}, whose "
+                "order for that seed differs: it cannot replay it"
             )
         return st
 
