@@ -34,6 +34,7 @@ from headrace.formats._object_files import (
     split_object_url,
     wait_all,
 )
+from headrace.formats._table_layout import folder_files, state_files, state_fingerprint
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -49,17 +50,20 @@ _MAGIC = b"PAR1"
 
 def resolve_urls(
     path: str | Sequence[str], files: ObjectFiles
-) -> tuple[str, list[tuple[str, ObjectInfo]]]:
-    """The dataset root (for names) and its Parquet objects with their size and ETag.
+) -> tuple[str, list[tuple[str, ObjectInfo]], str | None]:
+    """The dataset root (for names), its table objects with their size and ETag, and
+    the ``datasets`` fingerprint of a ``save_to_disk`` prefix (``None`` otherwise).
 
-    ``path``: one object (``.../train.parquet``), a glob in the last part
-    (``.../train-*.parquet``), a prefix (every ``.parquet`` object right
-    under it, as in a local directory), or a list of object URLs.
+    ``path``: one object (``.../train.parquet``, ``.../data-00000-of-00002.arrow``),
+    a glob in the last part (``.../train-*.parquet``), a prefix, or a list of object
+    URLs. A prefix is read as a local folder is: a ``save_to_disk`` dataset's
+    ``state.json`` names its shards; otherwise the ``.arrow`` or ``.parquet``
+    objects right under it (see :mod:`headrace.formats._table_layout`).
     """
     if not isinstance(path, str):
         urls = list(path)
         root = common_url_root(urls, "a table's files")
-        return root, list(zip(urls, files.infos(urls), strict=True))
+        return root, list(zip(urls, files.infos(urls), strict=True)), None
     base, _, last = path.rstrip("/").rpartition("/")
     if any(c in last for c in "*?["):
         listed = [
@@ -69,28 +73,29 @@ def resolve_urls(
         ]
         if not listed:
             raise FormatError(f"{path}: no objects match")
-        return base, listed
-    if path.endswith(".parquet"):
-        return split_object_url(path)[0], [(path, files.info(path))]
-    if path.endswith(".arrow"):
-        raise ConfigError(_ARROW_REMOTE.format(path))
+        return base, listed, None
+    if path.endswith((".parquet", ".arrow")):
+        return split_object_url(path)[0], [(path, files.info(path))], None
     root = path.rstrip("/")
     # Like a local directory: the objects right under the prefix, not deeper "folders"
     # (a dataset's other splits often live there).
-    everything = [(u, i) for u, i in files.listing(root) if "/" not in u[len(root) + 1 :]]
-    listed = [(u, i) for u, i in everything if u.endswith(".parquet")]
-    if not listed:
-        if any(u.endswith(".arrow") for u, _ in everything):
-            raise ConfigError(_ARROW_REMOTE.format(root))
-        raise FormatError(f"{root}: no .parquet objects under it ({len(everything)} objects)")
-    return root, listed
-
-
-_ARROW_REMOTE = (
-    "{}: Arrow IPC files are read from local disk (memory-mapped); on object storage "
-    "headrace reads Parquet. Convert with pyarrow.parquet.write_table, or copy the "
-    "files to a local disk"
-)
+    entries = [(u[len(root) + 1 :], u, i) for u, i in files.listing(root)]
+    here = {key: (u, i) for key, u, i in entries if "/" not in key}
+    if "dataset_dict.json" in here:
+        splits = sorted({key.split("/")[0] for key, _, _ in entries if "/" in key})
+        raise ConfigError(
+            f"{root} is a DatasetDict; open one split: {[f'{root}/{s}' for s in splits]}"
+        )
+    if "state.json" in here:
+        where = f"{root}/state.json"
+        text = (files.read(where) or b"").decode("utf-8", errors="replace")
+        names = state_files(where, text)
+        missing = [n for n in names if n not in here]
+        if missing:
+            raise FormatError(f"{where} lists data files that do not exist: {missing}")
+        return root, [here[n] for n in names], state_fingerprint(text)
+    chosen = folder_files(root, list(here), "/")
+    return root, [here[u[len(root) + 1 :]] for u in chosen], None
 
 
 def stored_bytes(metadata: Any, group: int) -> int:

@@ -53,13 +53,15 @@ class TableSource:
     larger row group) in a permuted order and each window's rows in a
     permuted order, so a Parquet row group is decoded about once per epoch
     (the row-group cache is raised to hold a window); ``True`` (default)
-    picks ``"window"`` when the table has Parquet files and ``"full"`` for
-    Arrow; ``False`` reads rows in order. See docs/rows.md.
+    picks ``"window"`` when the table has Parquet files or is on object
+    storage and ``"full"`` for local Arrow files; ``False`` reads rows in
+    order. See docs/rows.md.
 
-    Parquet on object storage: ``table`` is an object URL, a prefix, a glob
-    or a list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`
-    and ``in_flight`` bounds the ranged GETs at once. The loader's read-ahead
-    (:meth:`prefetch`) fetches row groups before their batches need them.
+    Parquet and Arrow IPC (``save_to_disk``) on object storage: ``table`` is
+    an object URL, a prefix, a glob or a list of URLs; ``store_options`` go to
+    :class:`~headrace.io.ObjectStore` and ``in_flight`` bounds the ranged GETs
+    at once. The loader's read-ahead (:meth:`prefetch`) fetches row groups
+    (record batches) before their batches need them.
     ``cache_dir``: keep what is read on local disk for the next epoch
     (see :meth:`Table.open`).
     """
@@ -135,7 +137,10 @@ class TableSource:
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
-        self.shuffle: ShuffleMode = mode or ("window" if self.table.parquet else "full")
+        # Spans that are fetched or decoded (Parquet, anything on object storage) are
+        # visited a window at a time; a local Arrow file's mapped record batches are free.
+        spans_cost = self.table.parquet or self.table.remote
+        self.shuffle: ShuffleMode = mode or ("window" if spans_cost else "full")
         self.window_rows = window_rows
         self._share: tuple[float, float] | None = None  # this host's, address order
         self.windows: RowWindows | None = None
@@ -148,8 +153,8 @@ class TableSource:
             if groups > self.table.row_group_cache:
                 mean = sum(size for _, size in self.table.files) / groups
                 warnings.warn(
-                    f"{self._where()}: a full shuffle of a Parquet table on object storage "
-                    f"fetches and decodes a whole row group (about {mean / 1e6:.1f} MB here) "
+                    f"{self._where()}: a full shuffle of a table on object storage fetches "
+                    f"(and decodes) a whole row group (about {mean / 1e6:.1f} MB here) "
                     f"for nearly every row, since {groups} row groups do not fit the row-group "
                     f"cache ({self.table.row_group_cache}); shuffle='window' fetches each row "
                     "group once per epoch",

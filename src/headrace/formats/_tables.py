@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,6 +48,7 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -58,6 +57,12 @@ from headrace.formats._object_files import (
     check_store_options,
 )
 from headrace.formats._ragged import Ragged
+from headrace.formats._table_layout import (
+    HF_METADATA,
+    folder_files,
+    state_files,
+    state_fingerprint,
+)
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
 from headrace.io import CacheStats, ObjectCache, open_cache, open_error
 
@@ -70,11 +75,6 @@ _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
-# The JSON files beside a save_to_disk dataset's shards.
-_HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
-# What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
-_HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
-_HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
 # Above this mean row length a per-row slice copy beats building index arrays.
 _LONG_ROW = 32
 
@@ -195,7 +195,7 @@ class _Part:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
                     "; pass the folder that holds it"
-                    if os.path.basename(path) in _HF_METADATA
+                    if os.path.basename(path) in HF_METADATA
                     else ""
                 )
                 raise FormatError(
@@ -306,6 +306,11 @@ class _Part:
             self._pf = None
 
 
+def _mapped(part: _Part | RemoteParquet | RemoteArrow) -> bool:
+    """Whether ``part``'s spans are views of a memory map (a local Arrow file): free to keep."""
+    return isinstance(part, _Part) and not part.parquet
+
+
 def _path_list(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> list[str | os.PathLike[str]]:
@@ -376,18 +381,13 @@ def _dataset_files(ds: Any) -> list[str]:
 
 
 def saved_fingerprint(root: str) -> str | None:
-    """The ``_fingerprint`` ``datasets`` wrote into ``root/state.json`` (``None``: none).
-
-    ``datasets`` derives it from the data's history (source, every transform and its
-    arguments), so two saves of other shuffles of one dataset, with the same file names
-    and sizes, differ here: a state saved on one is not resumed on the other.
-    """
+    """The ``_fingerprint`` ``datasets`` wrote into ``root/state.json`` (``None``: none);
+    see :func:`~headrace.formats._table_layout.state_fingerprint`."""
     try:
         with open(os.path.join(root, "state.json"), encoding="utf-8") as f:
-            fp = json.load(f).get("_fingerprint")
-    except (OSError, ValueError, AttributeError):
+            return state_fingerprint(f.read())
+    except (OSError, ValueError):
         return None
-    return fp if isinstance(fp, str) else None
 
 
 def _resolve(
@@ -418,31 +418,19 @@ def _resolve(
     if os.path.exists(state):
         try:
             with open(state, encoding="utf-8") as f:
-                saved = json.load(f)
-            files = [os.path.join(root, e["filename"]) for e in saved["_data_files"]]
-            indices = saved.get("_indices_data_files")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(
-                f"{state}: not a save_to_disk state file: expected "
-                f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
-            ) from exc
-        if indices:
-            # datasets 1.x saved a shuffled/selected/filtered dataset as its whole table
-            # plus the row numbers it shows; reading the table alone reads other rows.
-            mapping = [e.get("filename") if isinstance(e, dict) else e for e in indices]
-            raise FormatError(
-                f"{state} lists an indices mapping {mapping} (the rows a shuffle, select, "
-                "filter or sort picked, written by an old datasets version); headrace reads "
-                "the data files in stored order and does not apply it: load the folder with "
-                "that datasets version and save it again after ds.flatten_indices()"
-            )
-        if not files:
-            raise FormatError(f"{root}: empty dataset: {state} lists no data files (0 rows)")
+                text = f.read()
+        except (OSError, ValueError) as exc:  # unreadable, or not UTF-8
+            raise FormatError(f"{state}: not a save_to_disk state file ({exc!r})") from exc
+        try:
+            files = [os.path.join(root, n) for n in state_files(state, text)]
+        except FormatError as exc:
+            if "lists no data files" in str(exc):
+                raise FormatError(f"{root}: empty dataset: {exc}") from None
+            raise
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
         return root, files
-    names = sorted(os.listdir(root))
     nested = _nested_tables(root)
     if nested:
         raise ConfigError(
@@ -451,30 +439,7 @@ def _resolve(
             f"pass a glob such as {os.path.join(root, '**', '*.parquet')!r} (values in "
             "partition folder names are not read as columns) or a list of files"
         )
-    arrow = [n for n in names if n.endswith(".arrow")]
-    parquet = [n for n in names if n.endswith(".parquet")]
-    cached = [n for n in arrow if _HF_CACHE.match(n)]
-    if cached:
-        raise ConfigError(
-            f"{root} holds datasets cache files ({', '.join(cached[:3])}"
-            f"{', ...' if len(cached) > 3 else ''}): results of map, filter, shuffle or "
-            "select, some of them only row numbers (indices mappings), beside the dataset's "
-            "own files; which of them a Dataset shows is held in memory. Write the dataset "
-            "you use with ds.save_to_disk(folder) and open that folder, or pass its files "
-            "(a glob such as '*-train*.arrow', or one map result's cache file)"
-        )
-    if arrow and parquet:
-        raise ConfigError(f"{root} holds both .arrow and .parquet files; pass a glob or a list")
-    chosen = arrow or parquet
-    if not chosen:
-        raise FormatError(f"{root}: empty dataset: no .arrow or .parquet files, no state.json")
-    split_names = sorted({m.group("split") for n in arrow if (m := _HF_SPLIT.search(n))})
-    if len(split_names) > 1:
-        raise ConfigError(
-            f"{root} holds Arrow files of several splits {split_names}; open one with a "
-            f"glob, e.g. {os.path.join(root, '*-' + split_names[0] + '*.arrow')!r}"
-        )
-    return root, [os.path.join(root, n) for n in chosen]
+    return root, folder_files(root, os.listdir(root), os.sep)
 
 
 def _nested_tables(root: str) -> list[str]:
@@ -491,12 +456,29 @@ def _nested_tables(root: str) -> list[str]:
 
 
 class _Remote(NamedTuple):
-    """How a table on object storage reopens: its objects as listed, and the store options."""
+    """How a table on object storage reopens: its objects as listed, the store options,
+    and what opening learned (a ``save_to_disk`` fingerprint, IPC record batch places)."""
 
     objects: list[tuple[str, ObjectInfo]]
     store_options: dict[str, Any]
     in_flight: int
     cache: ObjectCache | None = None
+    saved_fingerprint: str | None = None
+    arrow_index: dict[str, ArrowIndex] | None = None
+
+
+def _open_remote(remote: _Remote, files: ObjectFiles, pa: Any) -> list[RemoteParquet | RemoteArrow]:
+    """Each object as a part, in order: ``.arrow`` ones as Arrow IPC, the rest as Parquet."""
+    arrow = [o for o in remote.objects if o[0].endswith(".arrow")]
+    parquet = [o for o in remote.objects if not o[0].endswith(".arrow")]
+    opened: dict[str, RemoteParquet | RemoteArrow] = {}
+    if arrow:
+        opened.update(
+            (p.path, p) for p in RemoteArrow.open_all(arrow, files, pa, remote.arrow_index)
+        )
+    if parquet:
+        opened.update((p.path, p) for p in RemoteParquet.open_all(parquet, files, pa))
+    return [opened[url] for url, _ in remote.objects]
 
 
 class Table(Closing):
@@ -529,7 +511,7 @@ class Table(Closing):
             row_group_cache,
             remote,
         )
-        self._parts: list[_Part | RemoteParquet] = []
+        self._parts: list[_Part | RemoteParquet | RemoteArrow] = []
         self._objects = objects
         # Row groups on object storage fetched ahead of their decode (see prefetch).
         self._pending: OrderedDict[int, Fetch] = OrderedDict()
@@ -544,7 +526,10 @@ class Table(Closing):
                         name="headrace-table",
                         cache=remote.cache,
                     )
-                self._parts.extend(RemoteParquet.open_all(remote.objects, self._objects, pa))
+                self._parts.extend(_open_remote(remote, self._objects, pa))
+                # A pickled copy (a worker) reopens without walking the IPC headers again.
+                known = {p.path: p.index for p in self._parts if isinstance(p, RemoteArrow)}
+                self._spec = (*self._spec[:4], remote._replace(arrow_index=known))
             self._init(columns, row_group_cache)
         except BaseException:
             self.close()
@@ -592,8 +577,9 @@ class Table(Closing):
         h.update(str(self.schema).encode())
         self.fingerprint = h.hexdigest()
         #: ``datasets``' own fingerprint of a save_to_disk folder (None: not one)
+        remote = self._spec[4]
         self.saved_fingerprint = (
-            None if self._objects is not None else saved_fingerprint(self._root)
+            saved_fingerprint(self._root) if remote is None else remote.saved_fingerprint
         )
 
     @classmethod
@@ -647,11 +633,11 @@ class Table(Closing):
         stores = ObjectFiles(options, in_flight, name="headrace-table", cache=cache)
         try:
             where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
-            root, objects = resolve_urls(where or [os.fspath(p) for p in paths], stores)
+            root, objects, saved = resolve_urls(where or [os.fspath(p) for p in paths], stores)
         except BaseException:
             stores.close()
             raise
-        spec = _Remote(objects, options, in_flight, cache)
+        spec = _Remote(objects, options, in_flight, cache, saved)
         return cls(root, [u for u, _ in objects], columns, row_group_cache, spec, stores)
 
     @property
@@ -737,7 +723,7 @@ class Table(Closing):
         for s in spans:
             part = self._parts[int(self._span_part[s])]
             cached = self._cache.get(s)
-            if isinstance(part, RemoteParquet) and (cached is None or not names <= cached.keys()):
+            if not isinstance(part, _Part) and (cached is None or not names <= cached.keys()):
                 out[s] = part.fetch(int(self._span_local[s]), names)
         return out
 
@@ -750,11 +736,11 @@ class Table(Closing):
         if cached is not None and all(c in cached for c in names):
             self._cache.move_to_end(span)
             return cached
-        if isinstance(part, RemoteParquet):
-            data = part.span(int(self._span_local[span]), names, fetched)
-        else:
+        if isinstance(part, _Part):
             data = part.span(int(self._span_local[span]), names)
-        if part.parquet:
+        else:
+            data = part.span(int(self._span_local[span]), names, fetched)
+        if not _mapped(part):
             stored = part.stored_bytes(int(self._span_local[span]))
             with self._count_lock:
                 self.decoded += 1
@@ -765,9 +751,9 @@ class Table(Closing):
                 views[c] = self._column_view(part.path, span, c, data.column(c))
         self._cache[span] = views
         self._cache.move_to_end(span)
-        # Decoded Parquet row groups own memory, so few are kept; Arrow views
-        # of the map cost a few hundred bytes each, so many are.
-        limit = self._cache_limit if part.parquet else max(self._cache_limit, 4096)
+        # Decoded Parquet row groups and fetched record batches own memory, so few
+        # are kept; views of a mapped Arrow file cost a few hundred bytes each, so many are.
+        limit = max(self._cache_limit, 4096) if _mapped(part) else self._cache_limit
         while len(self._cache) > limit:
             self._cache.popitem(last=False)
         return views
@@ -888,9 +874,16 @@ class Table(Closing):
         """
         for span, (pi, si) in enumerate(zip(self._span_part, self._span_local, strict=True)):
             part = self._parts[int(pi)]
-            if not isinstance(part, _Part) or part.parquet or part.closed:
+            if isinstance(part, RemoteArrow):
+                # The null counts were read with the headers: fetch only a batch with nulls.
+                fields = [part.schema.get_field_index(n) for n in names]
+                if not part.index.nulls[int(si), fields].any():
+                    continue
+                batch = part.span(int(si), list(names))
+            elif not isinstance(part, _Part) or part.parquet or part.closed:
                 continue
-            batch = part.batches[int(si)]
+            else:
+                batch = part.batches[int(si)]
             for name in names:
                 col = batch.column(name)
                 if col.null_count:

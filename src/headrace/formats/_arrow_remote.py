@@ -1,0 +1,319 @@
+"""Arrow IPC files on object storage: ``save_to_disk`` shards read by ranges, never whole.
+
+An IPC stream (what ``datasets`` writes) has no index: its messages follow
+one another, each an 8-byte prefix, a small flatbuffer header (the message
+type, its body's length and, for a record batch, its row count and the null
+count of every column) and a body. Opening walks the headers: one ranged GET
+of 64 KiB at each header that the previous GET did not cover (so one per
+record batch of more than 64 KiB, fewer for small ones), every file's walk
+beside the others'; no body is read. An IPC *file* is the same stream between
+its magic and its footer.
+
+A record batch is then one range, fetched when a batch first needs it or
+earlier by read-ahead (cut into pieces in flight together), and decoded by
+pyarrow from that buffer without a copy. The whole body is fetched: columns
+a loader does not read are transferred too (``ObjectStats`` counts the bytes).
+Every read is checked against the size and ETag seen at open, so an object
+replaced under a running job is an error. Dictionary-encoded columns (which
+``datasets`` does not write) are refused by name.
+"""
+
+from __future__ import annotations
+
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import FormatError
+from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
+from headrace.formats._table_remote import Fetch
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectInfo
+
+__all__ = ["ArrowIndex", "RemoteArrow"]
+
+_STEP = 64 << 10  # bytes fetched at a header the last GET did not cover
+_MAGIC = b"ARROW1"
+# Message header types (Arrow's Message.fbs).
+_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
+
+
+class _Corrupt(Exception):
+    """A header that is not what the Arrow format says (caught and named by the walk)."""
+
+
+class _Flat:
+    """Just enough of the flatbuffer format to read a message header, bounds-checked."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+
+    def _get(self, fmt: str, pos: int) -> int:
+        if pos < 0 or pos + struct.calcsize(fmt) > len(self.buf):
+            raise _Corrupt(f"a field at byte {pos} lies outside the {len(self.buf)}-byte header")
+        value: int = struct.unpack_from(fmt, self.buf, pos)[0]
+        return value
+
+    def int64(self, pos: int) -> int:
+        return self._get("<q", pos)
+
+    def root(self) -> int:
+        return self._get("<I", 0)
+
+    def field(self, table: int, slot: int) -> int | None:
+        """Where field ``slot`` of the table at ``table`` is, ``None`` when absent."""
+        vtable = table - self._get("<i", table)
+        size = self._get("<H", vtable)
+        at = 4 + 2 * slot
+        if at + 2 > size:
+            return None
+        off = self._get("<H", vtable + at)
+        return table + off if off else None
+
+    def scalar(self, table: int, slot: int, fmt: str, default: int = 0) -> int:
+        pos = self.field(table, slot)
+        return default if pos is None else self._get(fmt, pos)
+
+    def table(self, table: int, slot: int) -> int | None:
+        pos = self.field(table, slot)
+        return None if pos is None else pos + self._get("<I", pos)
+
+    def vector(self, table: int, slot: int) -> tuple[int, int]:
+        """``(first element's position, length)`` of a vector field (``(0, 0)`` when absent)."""
+        pos = self.field(table, slot)
+        if pos is None:
+            return 0, 0
+        vec = pos + self._get("<I", pos)
+        return vec + 4, self._get("<I", vec)
+
+
+def _node_counts(pa: Any, typ: Any) -> int:
+    """Field nodes a column of ``typ`` has in a record batch (itself, then its children's)."""
+    if isinstance(typ, pa.ExtensionType):
+        typ = typ.storage_type
+    return 1 + sum(_node_counts(pa, typ.field(i).type) for i in range(typ.num_fields))
+
+
+class ArrowIndex:
+    """Where one IPC object's record batches are: what opening it learned (and pickles)."""
+
+    __slots__ = ("nulls", "rows", "schema_message", "spans")
+
+    def __init__(
+        self,
+        schema_message: bytes,
+        spans: list[tuple[int, int]],
+        rows: list[int],
+        nulls: NDArray[np.int64],
+    ) -> None:
+        self.schema_message = schema_message  # the schema's whole message (prefix included)
+        self.spans = spans  # (offset, length) of each record batch's message, body included
+        self.rows = rows
+        self.nulls = nulls  # (batches, columns): each top-level column's null count
+
+
+class _Walk:
+    """Reads an object's bytes for the header walk, a 64 KiB GET at a time."""
+
+    def __init__(self, url: str, file: RemoteFile, size: int) -> None:
+        self.url = url
+        self.size = size
+        self._file = file
+        self._at = 0
+        self._buf = b""
+        self.gets = 0
+
+    def bytes(self, offset: int, n: int) -> bytes:
+        if offset < self._at or offset + n > self._at + len(self._buf):
+            k = min(self.size - offset, max(n, _STEP))
+            buf = np.empty(k, np.uint8)
+            self._file.read_into(buf, offset).result()
+            self.gets += 1
+            self._at, self._buf = offset, buf.tobytes()
+        lo = offset - self._at
+        return self._buf[lo : lo + n]
+
+    def index(self, pa: Any) -> ArrowIndex:
+        url, size = self.url, self.size
+        if size < 8:
+            raise FormatError(f"{url}: {size} bytes is too small for an Arrow IPC stream")
+        start, end = 0, size
+        if self.bytes(0, 6) == _MAGIC:  # an IPC file: the stream lies between magic and footer
+            tail = self.bytes(size - 10, 10)
+            footer = struct.unpack_from("<i", tail)[0]
+            if tail[4:] != _MAGIC or not 0 < footer <= size - 18:
+                raise FormatError(
+                    f"{url}: truncated or corrupt Arrow IPC file: it does not end with a "
+                    f"footer and {_MAGIC!r} ({size} bytes)"
+                )
+            start, end = 8, size - 10 - footer
+        schema_message = b""
+        spans: list[tuple[int, int]] = []
+        rows: list[int] = []
+        nulls: list[list[int]] = []
+        tops: list[int] = []  # each top-level column's first field node
+        at = start
+        while True:
+            if at == end and start:  # an IPC file whose stream has no end marker
+                break
+            if at + 4 > end:
+                raise FormatError(
+                    f"{url}: truncated Arrow IPC stream: it ends at byte {end} inside or "
+                    "before a message, without the end-of-stream marker"
+                )
+            first = struct.unpack_from("<i", self.bytes(at, 4))[0]
+            pre = 8 if first == -1 else 4  # Arrow < 0.15 wrote no continuation marker
+            if pre == 8:
+                if at + 8 > end:
+                    raise FormatError(f"{url}: truncated Arrow IPC stream at byte {at}")
+                length = struct.unpack_from("<i", self.bytes(at + 4, 4))[0]
+            else:
+                length = first
+            if length == 0:
+                break  # end of stream
+            if length < 0 or at + pre + length > end:
+                raise FormatError(
+                    f"{url}: truncated or corrupt Arrow IPC stream: the message at byte {at} "
+                    f"claims a {length}-byte header; the stream ends at byte {end}"
+                )
+            meta = _Flat(self.bytes(at + pre, length))
+            try:
+                msg = meta.root()
+                kind = meta.scalar(msg, 1, "<B")
+                body = meta.scalar(msg, 3, "<q")
+                header = meta.table(msg, 2)
+                if body < 0 or at + pre + length + body > end:
+                    raise FormatError(
+                        f"{url}: truncated Arrow IPC stream: the message at byte {at} has a "
+                        f"{body}-byte body; the stream ends at byte {end}"
+                    )
+                if kind == _SCHEMA:
+                    if schema_message:
+                        raise _Corrupt("a second schema message")
+                    schema_message = self.bytes(at, pre + length)
+                    schema = pa.ipc.read_schema(pa.py_buffer(schema_message))
+                    first_node = 0
+                    for i in range(len(schema)):
+                        tops.append(first_node)
+                        first_node += _node_counts(pa, schema.field(i).type)
+                elif kind == _DICTIONARY:
+                    raise FormatError(
+                        f"{url}: dictionary-encoded columns in an Arrow IPC file on object "
+                        "storage are not read (datasets does not write them); decode them "
+                        "(pyarrow: table.cast to the value type) or copy the file to local disk"
+                    )
+                elif kind == _RECORD_BATCH:
+                    if not schema_message or header is None:
+                        raise _Corrupt("a record batch before the schema, or without a header")
+                    n = meta.scalar(header, 0, "<q")
+                    first_node, count = meta.vector(header, 1)
+                    if tops and tops[-1] >= count:
+                        raise _Corrupt(f"{count} field nodes for {len(tops)} columns")
+                    # A field node is (length, null count), 16 bytes, in column order.
+                    counts = [meta.int64(first_node + 16 * node + 8) for node in tops]
+                    spans.append((at, pre + length + body))
+                    rows.append(n)
+                    nulls.append(counts)
+                else:
+                    raise _Corrupt(f"message type {kind} (not a schema or record batch)")
+            except _Corrupt as exc:
+                raise FormatError(f"{url}: corrupt Arrow IPC message at byte {at}: {exc}") from None
+            except pa.ArrowException as exc:
+                raise FormatError(f"{url}: corrupt Arrow IPC schema at byte {at} ({exc})") from exc
+            at += pre + length + body
+        if not schema_message:
+            raise FormatError(f"{url}: an Arrow IPC stream without a schema message")
+        table = np.array(nulls, dtype=np.int64).reshape(len(spans), len(tops))
+        return ArrowIndex(schema_message, spans, rows, table)
+
+
+class RemoteArrow:
+    """One Arrow IPC object: its record batches' places, and batches fetched by ranges."""
+
+    parquet = False
+
+    def __init__(self, url: str, file: RemoteFile, size: int, index: ArrowIndex, pa: Any) -> None:
+        self.path = url
+        self.size = size
+        self.index = index
+        self.rows = index.rows
+        self.misses = 0  # (Parquet's count of reads outside the fetched ranges; none here)
+        self._file = file
+        self._pa = pa
+        self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
+        self._all = frozenset(self.schema.names)
+
+    @classmethod
+    def open_all(
+        cls,
+        objects: list[tuple[str, ObjectInfo]],
+        files: ObjectFiles,
+        pa: Any,
+        known: dict[str, ArrowIndex] | None = None,
+    ) -> list[RemoteArrow]:
+        """Open every object, walking the headers of those not in ``known`` (a pickled
+        table's), the walks side by side (each is one GET after another)."""
+        handles = [files.open(url, info.size, info.etag) for url, info in objects]
+        known = known or {}
+
+        def walk(i: int) -> ArrowIndex:
+            url, info = objects[i]
+            return known.get(url) or _Walk(url, handles[i], info.size).index(pa)
+
+        todo = [i for i, (url, _) in enumerate(objects) if url not in known]
+        walked: dict[int, ArrowIndex] = {}
+        if len(todo) > 1:
+            with ThreadPoolExecutor(min(16, len(todo)), thread_name_prefix="headrace-ipc") as ex:
+                futures = [ex.submit(walk, i) for i in todo]
+                wait_all(futures)
+            walked = dict(zip(todo, (f.result() for f in futures), strict=True))
+        indexes = [walked[i] if i in walked else walk(i) for i in range(len(objects))]
+        return [
+            cls(url, h, info.size, ix, pa)
+            for (url, info), h, ix in zip(objects, handles, indexes, strict=True)
+        ]
+
+    def fetch(self, group: int, names: frozenset[str]) -> Fetch:
+        """Start the GETs of record batch ``group`` (header and whole body); nothing waits."""
+        del names  # every column's bytes: the body is one range (see the module doc)
+        offset, length = self.index.spans[group]
+        buf = np.empty(length, np.uint8)
+        return Fetch(self._all, [(offset, buf)], self._file.read_pieces(buf, offset))
+
+    def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
+        """Record batch ``i``, decoded (zero-copy) from ``fetched`` (fetched now if ``None``)."""
+        del names  # a record batch decodes whole
+        if fetched is None:
+            fetched = self.fetch(i, self._all)
+        try:
+            spans = fetched.result()
+        except Exception:
+            if not fetched.ahead:
+                raise
+            spans = self.fetch(i, self._all).result()  # a failed read-ahead: once more, now
+        pa = self._pa
+        try:
+            batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.schema)
+            batch.validate(full=True)  # bytes from the network: offsets checked too
+        except (pa.ArrowException, OSError) as exc:
+            raise FormatError(
+                f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc})"
+            ) from exc
+        if batch.num_rows != self.rows[i]:
+            raise FormatError(
+                f"{self.path}: record batch {i} holds {batch.num_rows} rows; its header, "
+                f"read when the file was opened, said {self.rows[i]}"
+            )
+        return batch
+
+    def stored_bytes(self, i: int) -> int:
+        return self.index.spans[i][1]
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,107 @@
+"""Which files of a folder (or an object-store prefix) make a table.
+
+Shared by local folders and prefixes on object storage, so both refuse and
+choose alike: a ``save_to_disk`` folder's ``state.json`` names its shards in
+order; otherwise the ``.arrow`` or the ``.parquet`` files right in the folder,
+refused where a pick would silently read other rows (a datasets cache's
+map/filter results beside the data, several splits, both formats).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from headrace.errors import ConfigError, FormatError
+
+__all__ = ["HF_METADATA", "folder_files", "state_files", "state_fingerprint"]
+
+# The JSON files beside a save_to_disk dataset's shards.
+HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
+# What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
+_HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
+_HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
+
+
+def _parse_state(where: str, text: str) -> dict[str, Any]:
+    try:
+        saved = json.loads(text)
+        if not isinstance(saved, dict):
+            raise TypeError(f"a JSON {type(saved).__name__}, not an object")
+    except (ValueError, TypeError) as exc:
+        raise FormatError(
+            f"{where}: not a save_to_disk state file: expected "
+            f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
+        ) from exc
+    return saved
+
+
+def state_files(where: str, text: str) -> list[str]:
+    """The shard file names a ``save_to_disk`` ``state.json`` (at ``where``) lists, in order."""
+    saved = _parse_state(where, text)
+    try:
+        files = [str(e["filename"]) for e in saved["_data_files"]]
+        indices = saved.get("_indices_data_files")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(
+            f"{where}: not a save_to_disk state file: expected "
+            f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
+        ) from exc
+    if indices:
+        # datasets 1.x saved a shuffled/selected/filtered dataset as its whole table
+        # plus the row numbers it shows; reading the table alone reads other rows.
+        mapping = [e.get("filename") if isinstance(e, dict) else e for e in indices]
+        raise FormatError(
+            f"{where} lists an indices mapping {mapping} (the rows a shuffle, select, "
+            "filter or sort picked, written by an old datasets version); headrace reads "
+            "the data files in stored order and does not apply it: load the folder with "
+            "that datasets version and save it again after ds.flatten_indices()"
+        )
+    if not files:
+        raise FormatError(f"{where} lists no data files (an empty dataset: 0 rows)")
+    return files
+
+
+def state_fingerprint(text: str) -> str | None:
+    """The ``_fingerprint`` in a ``state.json``'s text (``None``: none, or not JSON).
+
+    ``datasets`` derives it from the data's history (source, every transform and its
+    arguments), so two saves of other shuffles of one dataset, with the same file names
+    and sizes, differ here: a state saved on one is not resumed on the other.
+    """
+    try:
+        fp = json.loads(text).get("_fingerprint")
+    except (ValueError, AttributeError):
+        return None
+    return fp if isinstance(fp, str) else None
+
+
+def folder_files(root: str, names: list[str], join: str) -> list[str]:
+    """The table files among ``names`` (a folder's entries, no ``state.json``), as
+    ``root + join + name``; refused where picking would read other rows than meant."""
+    names = sorted(names)
+    arrow = [n for n in names if n.endswith(".arrow")]
+    parquet = [n for n in names if n.endswith(".parquet")]
+    cached = [n for n in arrow if _HF_CACHE.match(n)]
+    if cached:
+        raise ConfigError(
+            f"{root} holds datasets cache files ({', '.join(cached[:3])}"
+            f"{', ...' if len(cached) > 3 else ''}): results of map, filter, shuffle or "
+            "select, some of them only row numbers (indices mappings), beside the dataset's "
+            "own files; which of them a Dataset shows is held in memory. Write the dataset "
+            "you use with ds.save_to_disk(folder) and open that folder, or pass its files "
+            "(a glob such as '*-train*.arrow', or one map result's cache file)"
+        )
+    if arrow and parquet:
+        raise ConfigError(f"{root} holds both .arrow and .parquet files; pass a glob or a list")
+    chosen = arrow or parquet
+    if not chosen:
+        raise FormatError(f"{root}: empty dataset: no .arrow or .parquet files, no state.json")
+    split_names = sorted({m.group("split") for n in arrow if (m := _HF_SPLIT.search(n))})
+    if len(split_names) > 1:
+        raise ConfigError(
+            f"{root} holds Arrow files of several splits {split_names}; open one with a "
+            f"glob, e.g. {root + join + '*-' + split_names[0] + '*.arrow'!r}"
+        )
+    return [root + join + n for n in chosen]

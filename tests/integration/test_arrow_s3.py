@@ -1,0 +1,206 @@
+"""Arrow IPC tables (``datasets.save_to_disk`` folders) on a real S3 endpoint (moto).
+
+The S3 copy of a folder must give the local folder's batches, bit for bit,
+with the same fingerprint (a state saved on one resumes on the other), after
+a resume and in a pickled (worker) copy, without reading any record batch
+body at open. Damaged objects are errors naming the object.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import Table, TableSource
+from headrace.formats._arrow_remote import _STEP
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+pytestmark = pytest.mark.integration
+
+URL = f"s3://{BUCKET}/arrow"
+KW: dict[str, Any] = {"columns": ["input_ids", "label"], "width": 64, "shuffle": "window"}
+
+
+def _rows(n: int, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    ids = [rng.integers(0, 50_000, k).astype(np.int32) for k in rng.integers(1, 64, n)]
+    return {
+        "input_ids": ids,
+        "label": np.arange(n) + 10_000 * seed,
+        "text": [f"r{i}" for i in range(n)],
+    }
+
+
+def _put(s3: S3Fixture, key: str, body: bytes) -> None:
+    s3.server.info.boto3_client().put_object(Bucket=BUCKET, Key=f"arrow/{key}", Body=body)
+
+
+def _upload(s3: S3Fixture, folder: Path, prefix: str) -> None:
+    for f in sorted(folder.iterdir()):
+        _put(s3, f"{prefix}/{f.name}", f.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def saved(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A save_to_disk folder of 3 shards (2 record batches each), also under ``arrow/hf``."""
+    datasets = pytest.importorskip("datasets")
+    root = tmp_path_factory.mktemp("arrow") / "hf"
+    datasets.Dataset.from_dict(_rows(6000, 1)).save_to_disk(str(root), num_shards=3)
+    _upload(s3, root, "hf")
+    return root
+
+
+def _stream(table: pa.Table, chunk: int, file: bool = False) -> bytes:
+    sink = pa.BufferOutputStream()
+    with (pa.ipc.new_file if file else pa.ipc.new_stream)(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=chunk)
+    return bytes(sink.getvalue())
+
+
+def _digests(make: Any, world: int = 1, steps: int = 40) -> list[str]:
+    return [
+        batch_digest(Loader(make(), batch_size=32, seed=3, steps=steps, rank=r, world_size=world))
+        for r in range(world)
+    ]
+
+
+def test_a_saved_folder_on_s3_gives_the_local_folders_batches(s3: S3Fixture, saved: Path) -> None:
+    local = TableSource(saved, **KW)
+    remote = TableSource(f"{URL}/hf", store_options=options(s3), **KW)
+    assert remote.table.group_rows.tolist() == local.table.group_rows.tolist()
+    assert len(remote.table.group_rows) == 6  # 3 shards of 2 record batches
+    # The same data: the same fingerprint, datasets' own included; a state moves across.
+    assert remote.table.saved_fingerprint == local.table.saved_fingerprint is not None
+    assert remote.fingerprint() == local.fingerprint()
+    assert remote.table.object_stats is not None
+    # Opening walked the headers: a GET per record batch and one for each shard's end
+    # (this data's batches are larger than a walk's 64 KiB step), state.json, a listing.
+    assert remote.table.object_stats.requests <= 6 + 3 + 2
+    assert _digests(lambda: TableSource(saved, **KW), world=2) == _digests(
+        lambda: TableSource(f"{URL}/hf", store_options=options(s3), **KW), world=2
+    )
+    assert_resume_exact(
+        lambda: Loader(
+            TableSource(f"{URL}/hf", store_options=options(s3), **KW),
+            batch_size=32,
+            seed=3,
+            steps=30,
+        ),
+        steps=30,
+        resume_at=[1, 17],
+    )
+    # Shuffled "window" by default on object storage, as for Parquet: a record batch
+    # is fetched about once an epoch, not once a batch.
+    assert TableSource(f"{URL}/hf", store_options=options(s3), width=64).shuffle == "window"
+    local.close()
+    remote.close()
+
+
+def test_streams_and_files_read_by_ranges_as_pyarrow_reads_them(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    table = pa.table(_rows(3000, 2))
+    small = _stream(table, chunk=10)  # 300 record batches of 10 rows: ~2 KB each
+    big = _stream(table, chunk=3000, file=True)  # one record batch, an IPC file
+    _put(s3, "forms/small.arrow", small)
+    _put(s3, "forms/big.arrow", big)
+    for name, body in (("small", small), ("big", big)):
+        (tmp_path / f"{name}.arrow").write_bytes(body)
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, 3000, 500)
+    for name, groups in (("small", 300), ("big", 1)):
+        remote = Table.open(f"{URL}/forms/{name}.arrow", store_options=options(s3))
+        local = Table.open(tmp_path / f"{name}.arrow")
+        assert len(remote.group_rows) == groups
+        stats = remote.object_stats
+        assert stats is not None
+        # Headers walked 64 KiB at a time: small batches need few GETs, not one each.
+        assert stats.requests <= len(small) // _STEP + 2
+        got, want = remote.read_rows(rows), local.read_rows(rows)
+        for col in ("input_ids", "label", "text"):
+            g, w = got[col], want[col]
+            if isinstance(w, np.ndarray):
+                np.testing.assert_array_equal(g, w)
+            else:
+                np.testing.assert_array_equal(g.values, w.values)
+                np.testing.assert_array_equal(g.offsets, w.offsets)
+        # A worker's copy reopens from what the walk learned: no GET until it reads.
+        copy = pickle.loads(pickle.dumps(remote))
+        assert copy.object_stats is not None and copy.object_stats.requests == 0
+        np.testing.assert_array_equal(copy.read_rows(rows[:7])["label"], want["label"][:7])
+        for t in (remote, local, copy):
+            t.close()
+
+
+def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> None:
+    for f in sorted(saved.iterdir()):
+        if f.name != "data-00001-of-00003.arrow":
+            _put(s3, f"gone/{f.name}", f.read_bytes())
+    with pytest.raises(FormatError, match=r"gone/state.json lists data files that do not exist"):
+        Table.open(f"{URL}/gone", store_options=options(s3))
+    _put(s3, "dd/dataset_dict.json", b'{"splits": ["train", "test"]}')
+    _put(s3, "dd/train/state.json", b"{}")
+    _put(s3, "dd/test/state.json", b"{}")
+    with pytest.raises(ConfigError, match=r"dd is a DatasetDict; open one split: .*dd/test"):
+        Table.open(f"{URL}/dd", store_options=options(s3))
+    _put(
+        s3,
+        "bad-state/state.json",
+        b'{"_data_files": [{"filename": "x.arrow"}],'
+        b' "_indices_data_files": [{"filename": "ix.arrow"}]}',
+    )
+    with pytest.raises(FormatError, match=r"bad-state/state.json lists an indices mapping"):
+        Table.open(f"{URL}/bad-state", store_options=options(s3))
+
+
+def test_damaged_objects_are_named(s3: S3Fixture) -> None:
+    table = pa.table(_rows(400, 3))
+    body = _stream(table, chunk=100)
+    # Cut inside the last record batch's body, and cut off the end-of-stream marker only.
+    _put(s3, "bad/cut.arrow", body[: len(body) - 300])
+    with pytest.raises(FormatError, match=r"bad/cut\.arrow: truncated Arrow IPC stream"):
+        Table.open(f"{URL}/bad/cut.arrow", store_options=options(s3))
+    _put(s3, "bad/no-eos.arrow", body[:-8])
+    with pytest.raises(FormatError, match=r"no-eos\.arrow: truncated Arrow IPC stream"):
+        Table.open(f"{URL}/bad/no-eos.arrow", store_options=options(s3))
+    # The second message's header garbled (its vtable offset points outside it).
+    schema_len = 8 + int.from_bytes(body[4:8], "little")
+    garbled = bytearray(body)
+    garbled[schema_len + 8 : schema_len + 16] = b"\x7f" * 8
+    _put(s3, "bad/header.arrow", bytes(garbled))
+    with pytest.raises(
+        FormatError, match=rf"header\.arrow: corrupt Arrow IPC message at byte {schema_len}"
+    ):
+        Table.open(f"{URL}/bad/header.arrow", store_options=options(s3))
+    # A body garbled: record batch 1's list offsets point past its values. Opening reads
+    # headers only; the batch that needs it is refused, naming the object and batch.
+    even = pa.table({"input_ids": pa.array([[7, 8, 9]] * 200, pa.list_(pa.int32()))})
+    body = bytearray(_stream(even, chunk=100))
+    offsets = np.arange(0, 301, 3, dtype=np.int32).tobytes()
+    at = body.index(offsets, body.index(offsets) + 1)  # the second batch's offsets
+    body[at + len(offsets) - 4 : at + len(offsets)] = (10**6).to_bytes(4, "little")
+    _put(s3, "bad/body.arrow", bytes(body))
+    src = TableSource(f"{URL}/bad/body.arrow", store_options=options(s3), width=4, shuffle=False)
+    src.read(0, np.arange(100))  # record batch 0 is intact
+    with pytest.raises(FormatError, match=r"body\.arrow: record batch 1: truncated or corrupt"):
+        src.read(0, np.arange(100, 132))
+    src.close()
+    # Dictionary-encoded columns: refused by name at open.
+    coded = pa.table({"tag": pa.array(["a", "b", "a"]).dictionary_encode(), "n": [1, 2, 3]})
+    _put(s3, "bad/dict.arrow", _stream(coded, chunk=3))
+    with pytest.raises(FormatError, match=r"dict\.arrow: dictionary-encoded columns"):
+        Table.open(f"{URL}/bad/dict.arrow", store_options=options(s3))
+    # Null rows: refused when the source is made, from the headers' null counts.
+    nulls = pa.table({"input_ids": pa.array([[1], None, [2]] * 50, pa.list_(pa.int32()))})
+    _put(s3, "bad/nulls.arrow", _stream(nulls, chunk=50))
+    with pytest.raises(FormatError, match=r"nulls\.arrow: column 'input_ids': row 1 is null"):
+        TableSource(f"{URL}/bad/nulls.arrow", store_options=options(s3), width=4)
