@@ -307,15 +307,11 @@ def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
         tb.read_rows([1], columns=["x"])
     t = pa.table({"ids": pa.array([[1, None]], pa.list_(pa.int64()))})
     _write_stream(tmp_path / "m.arrow", t)
-    with pytest.raises(
-        FormatError, match=r"m.arrow: column 'ids': record batch 0 \(rows 0 to 0\) has null"
-    ):
+    with pytest.raises(FormatError, match=r"m.arrow: column 'ids': row 0 has null list items"):
         Table.open(tmp_path / "m.arrow").read_rows([0])
-    # In a later file: its own record batch, the table's rows (it counted across files).
+    # In a later file: the table's row number (counted across files).
     _write_stream(tmp_path / "a.arrow", pa.table({"ids": pa.array([[1], [2]], t["ids"].type)}))
-    with pytest.raises(
-        FormatError, match=r"m.arrow: column 'ids': record batch 0 \(rows 2 to 2\) has null"
-    ):
+    with pytest.raises(FormatError, match=r"m.arrow: column 'ids': row 2 has null list items"):
         Table.open([tmp_path / "a.arrow", tmp_path / "m.arrow"]).read_rows([2])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import mmap
 from typing import TypeAlias
@@ -60,7 +61,9 @@ class BufferReader(io.RawIOBase):
         else:
             raise ValueError(f"invalid whence {whence}")
         if pos < 0:
-            raise ValueError(f"negative seek position {pos}")
+            # OSError, as a real file gives (EINVAL): zipfile probes for a zip64 record
+            # before the start of a small archive and expects exactly that.
+            raise OSError(errno.EINVAL, f"negative seek position {pos}")
         self._pos = pos
         return pos
 

@@ -68,6 +68,7 @@ def decode_hdf5(
     except OSError as exc:
         raise FormatError(f"{name}: truncated or corrupt HDF5 ({exc})") from exc
     with f:
+        _check_links(f, dataset, name, h5py)
         obj = f.get(dataset)
         if not isinstance(obj, h5py.Dataset):
             what = "a group, not a dataset" if isinstance(obj, h5py.Group) else "no dataset"
@@ -76,12 +77,78 @@ def decode_hdf5(
                 if obj is not None
                 else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
             )
+        _check_storage(obj, name, dataset, h5py)
         try:
             return _select(obj, index, name, dataset)
         except OSError as exc:
             raise FormatError(
                 f"{name}: dataset {dataset!r}: truncated or corrupt data ({exc})"
             ) from exc
+
+
+def _check_links(f: Any, dataset: str, name: str, h5py: Any) -> None:
+    """Refuse a path through an external link, and name a dangling soft link.
+
+    The bytes headrace fetched are this one file: an external link would be
+    resolved against the local filesystem (a file in memory has no folder), so
+    it reads another file or, more often, fails as a missing dataset.
+    """
+    parts = [p for p in dataset.split("/") if p]
+    for i in range(1, len(parts) + 1):
+        path = "/".join(parts[:i])
+        link = f.get(path, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            raise FormatError(
+                f"{name}: {path!r} (in dataset path {dataset!r}) is an external link to "
+                f"{link.path!r} in file {link.filename!r}; headrace reads one file's bytes, so "
+                "external links are not followed: read the target file itself, or copy the "
+                "data in (h5copy, or h5py's f.copy)"
+            )
+        if isinstance(link, h5py.SoftLink) and f.get(path) is None:
+            raise FormatError(
+                f"{name}: {path!r} (in dataset path {dataset!r}) is a soft link to "
+                f"{link.path!r}, which does not exist in the file"
+            )
+        if link is None:
+            return
+
+
+def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
+    """Refuse datasets whose values are not in this file's bytes, or not arrays at all."""
+    where = f"{name}: dataset {dataset!r}"
+    # HDF5 fills the parts of a virtual dataset whose source files it cannot open
+    # with the fill value, without an error: read as-is, it would be silently wrong.
+    # Sources in this same file (named ".") are in the bytes read: those are fine.
+    sources = sorted({m.file_name for m in ds.virtual_sources()} - {"."}) if ds.is_virtual else []
+    if sources:
+        raise FormatError(
+            f"{where} is a virtual dataset mapping other files {sources}; headrace reads "
+            "one file's bytes (HDF5 would fill the unreachable parts with the fill value): "
+            "list the source files as the dataset instead"
+        )
+    if ds.external:
+        raise FormatError(
+            f"{where} keeps its data in external raw file(s) "
+            f"{sorted({str(e[0]) for e in ds.external})}; headrace reads one file's bytes: "
+            "repack it into the file (h5repack)"
+        )
+    if ds.shape is None:
+        raise FormatError(f"{where} has a null dataspace: it holds no array")
+    if h5py.check_dtype(ref=ds.dtype) is not None:
+        raise FormatError(
+            f"{where} holds HDF5 object/region references ({ds.dtype}), which mean nothing "
+            "outside the open file; read the datasets they point to instead"
+        )
+    plist = ds.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        code, _flags, _values, fname = plist.get_filter(i)
+        if not h5py.h5z.filter_avail(code):
+            label = fname.decode("ascii", "replace") if isinstance(fname, bytes) else fname
+            raise FormatError(
+                f"{where} is compressed with HDF5 filter {code} ({label!r}), which this "
+                "process has not loaded: install and import hdf5plugin (Blosc, Zstd, LZ4, "
+                "bitshuffle, ...) or set HDF5_PLUGIN_PATH"
+            )
 
 
 def _select(ds: Any, index: Any, name: str, dataset: str) -> NDArray[np.generic]:

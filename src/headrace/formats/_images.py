@@ -6,7 +6,10 @@ Sample schema
 * PNG: ``(H, W, C)``, ``C`` = 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA);
   grey keeps its single channel as ``(H, W, 1)``. Palette images expand to
   RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
-  which stays ``uint16`` (Pillow reduces 16-bit colour to 8 bits).
+  which stays ``uint16`` (Pillow reduces 16-bit colour, and 16-bit grey +
+  alpha, to 8 bits: their high bytes).
+* Neither applies an EXIF orientation tag: pixels come as stored, on both
+  JPEG paths (simplejpeg and Pillow).
 
 Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
@@ -32,6 +35,11 @@ _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+_FOUR_CHANNEL = ("CMYK", "YCCK")
+# IHDR's colour type byte (after the signature, the chunk's length and type,
+# width, height and bit depth): 4 is grey + alpha.
+_PNG_COLOR_TYPE = 25
+_PNG_GREY_ALPHA = 4
 
 try:
     import simplejpeg as _simplejpeg
@@ -59,6 +67,14 @@ def _check_jpeg(view: memoryview, name: str) -> None:
     while end > 2 and view[end - 1] == 0:
         end -= 1
     if bytes(view[end - 2 : end]) != _JPEG_EOI:
+        last = bytes(view).rfind(_JPEG_EOI)  # error path only: the copy does not matter
+        if last > 2:
+            raise FormatError(
+                f"{name}: JPEG with {len(view) - last - 2} bytes of other data after an EOI "
+                f"marker ff d9 at byte {last} (a phone's appended video or trailer?), or a "
+                "truncated one: headrace accepts only files that end with EOI, its check for "
+                "truncation"
+            )
         raise FormatError(
             f"{name}: truncated JPEG: no EOI marker ff d9 at the end "
             f"(last bytes {bytes(view[max(0, end - 4) : end]).hex(' ')}, {len(view)} bytes)"
@@ -79,6 +95,14 @@ def decode_jpeg(
     if use_sj:
         if _simplejpeg is None:  # pragma: no cover
             raise ConfigError("simplejpeg is not installed: pip install 'headrace[images]'")
+        try:
+            colorspace = _simplejpeg.decode_jpeg_header(view)[2]
+        except ValueError as exc:
+            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+        if colorspace in _FOUR_CHANNEL:
+            # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
+            # in places): both paths must give the same array, so these go to Pillow.
+            return _pil_decode(view, name, "JPEG", want_rgb=True)
         try:
             out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=True)
         except ValueError as exc:
@@ -130,10 +154,21 @@ def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
             f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
         )
     if bytes(view[-12:]) != _PNG_IEND:
+        at = bytes(view).rfind(_PNG_IEND)  # error path only
+        if at > 0:
+            raise FormatError(
+                f"{name}: PNG with {len(view) - at - 12} bytes of other data after its IEND "
+                f"chunk (which ends at byte {at + 12}): headrace accepts only files that end "
+                "with IEND, its check for truncation"
+            )
         raise FormatError(
             f"{name}: truncated PNG: the file does not end with an IEND chunk ({len(view)} bytes)"
         )
     arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", want_rgb=False)
+    if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
+        # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the
+        # two channels an 8-bit grey + alpha PNG gives.
+        arr = arr[:, :, [0, 3]]
     if arr.dtype == np.int32:
         # Pillow's "I" mode for 16-bit grey: values fit uint16 by construction.
         arr = arr.astype(np.uint16)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import struct
 import zipfile
 import zlib
@@ -35,18 +36,34 @@ _ZIP_LOCAL = b"PK\x03\x04"
 _ZIP_EMPTY = b"PK\x05\x06"
 # zip files carry timestamps; a fixed one makes the writer deterministic.
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+# A Python 2 long in a header's shape: ``(3L, 4L)``.
+_PY2_LONG = re.compile(r"\b(\d+)L\b")
+
+
+def _literal(text: str, major: int) -> object:
+    """The header's dict; version 1.0 headers written by Python 2 NumPy say ``3L``."""
+    try:
+        return ast.literal_eval(text)
+    except SyntaxError:
+        if major != 1 or not _PY2_LONG.search(text):
+            raise
+        # np.load accepts these too (with a warning); only integers ending in L change.
+        return ast.literal_eval(_PY2_LONG.sub(r"\1", text))
 
 
 def _parse_npy_header(
     view: memoryview, where: str
 ) -> tuple[np.dtype[np.generic], tuple[int, ...], bool, int]:
     """Validate an NPY header; return dtype, shape, Fortran order and payload offset."""
+    head = bytes(view[:6])
+    if head != _NPY_MAGIC and not (len(view) < 6 and _NPY_MAGIC.startswith(head)):
+        # Checked before the length: a short member that is not NPY at all (an NPZ's
+        # JSON metadata) is named as such, not as a truncated header.
+        raise FormatError(
+            f"{where}: not an NPY file: starts with {head!r}, expected {_NPY_MAGIC!r}"
+        )
     if len(view) < 10:
         raise FormatError(f"{where}: truncated: {len(view)} bytes, shorter than an NPY header")
-    if bytes(view[:6]) != _NPY_MAGIC:
-        raise FormatError(
-            f"{where}: not an NPY file: starts with {bytes(view[:6])!r}, expected {_NPY_MAGIC!r}"
-        )
     major = view[6]
     if major == 1:
         (hlen,) = struct.unpack_from("<H", view, 8)
@@ -67,7 +84,7 @@ def _parse_npy_header(
         )
     try:
         text = bytes(view[start:end]).decode("utf-8" if major == 3 else "latin1")
-        header = ast.literal_eval(text)
+        header = _literal(text, major)
     except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         raise FormatError(f"{where}: corrupt NPY header ({exc})") from exc
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
@@ -109,6 +126,12 @@ def _npy_from_view(view: memoryview, where: str) -> NDArray[np.generic]:
             f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
             f"found {found}"
         )
+    if dtype.itemsize == 0:
+        # np.save writes zero-size items ('V0', 'S0', 'U0') with no payload; frombuffer
+        # refuses them, so make the (empty-valued) array as np.load does (np.zeros
+        # would widen 'U0' to 'U1').
+        empty: NDArray[np.generic] = np.ndarray(shape, dtype=dtype)
+        return empty
     flat = np.frombuffer(view, dtype=dtype, count=count, offset=offset)
     return flat.reshape(shape, order="F" if fortran else "C")
 
@@ -221,6 +244,14 @@ def decode_npz(
     for key in wanted:
         info = infos[key]
         payload = _member_bytes(view, info, name, check_crc)
+        if len(payload) >= 6 and bytes(payload[:6]) != _NPY_MAGIC:
+            # np.load hands such a member back as bytes; a batch needs arrays.
+            raise FormatError(
+                f"{name}: member {info.filename!r} is not an array: it does not start with "
+                f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
+                f"pick the arrays with keys=[...] (it holds {sorted(infos)}), or leave "
+                "other files out of the NPZ"
+            )
         out[key] = _npy_from_view(payload, f"{name}: member {info.filename!r}")
     return out
 

@@ -125,11 +125,36 @@ def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
         )
     if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
         return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
+    hint = ""
+    if t.is_dictionary(typ):
+        hint = (
+            f" It is dictionary-encoded (a pandas category?): store it as {typ.value_type} "
+            "(table.cast, or pyarrow.compute.cast) or as its integer codes."
+        )
+    elif t.is_struct(typ):
+        hint = " Store the fields as columns of their own (table.flatten())."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
-        "string/binary. Leave it out with columns=[...]"
+        f"string/binary. Leave it out with columns=[...].{hint}"
     )
+
+
+def _schema_difference(schema: Any, first: Any) -> str:
+    """The first difference between two schemas, in words."""
+    if schema.names != first.names:
+        if sorted(schema.names) == sorted(first.names):
+            return f"columns in another order: {schema.names} vs {first.names}"
+        extra = [n for n in schema.names if n not in first.names]
+        gone = [n for n in first.names if n not in schema.names]
+        return f"columns {extra} not in the first file, {gone} missing"
+    for a, b in zip(schema, first, strict=True):
+        if not a.type.equals(b.type):
+            return f"column {a.name!r} is {a.type} here, {b.type} there"
+        if a.nullable != b.nullable:
+            here, there = ("nullable" if f.nullable else "not nullable" for f in (a, b))
+            return f"column {a.name!r} is {here} here, {there} there"
+    return "field metadata"
 
 
 def _refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
@@ -543,7 +568,9 @@ class Table(Closing):
         for p in self._parts[1:]:
             if not p.schema.equals(first.schema):
                 raise FormatError(
-                    f"{p.path}: schema differs from {first.path}:\n{p.schema}\nvs\n{first.schema}"
+                    f"{p.path}: schema differs from {first.path} "
+                    f"({_schema_difference(p.schema, first.schema)}); every file of a table "
+                    f"must have the same schema:\n{p.schema}\nvs\n{first.schema}"
                 )
         available = list(first.schema.names)
         names = available if columns is None else list(columns)
@@ -793,10 +820,14 @@ class Table(Closing):
                 return (flat.reshape(len(arr), k), valid)
             if col.kind == "ragged":
                 if arr.values.null_count:
+                    items = arr.values.is_valid().to_numpy(zero_copy_only=False)
+                    offsets = arr.offsets.to_numpy()
+                    first = int(np.flatnonzero(~items[offsets[0] : offsets[-1]])[0]) + offsets[0]
+                    local = int(np.searchsorted(offsets, first, side="right")) - 1
                     raise FormatError(
-                        f"{path}: column {name!r}: record batch "
-                        f"{int(self._span_local[span])} (rows {int(self._starts[span])} to "
-                        f"{int(self._starts[span + 1]) - 1}) has null list items"
+                        f"{path}: column {name!r}: row {int(self._starts[span]) + local} has "
+                        "null list items; headrace does not make up values: fill or drop them "
+                        "before reading, or leave the column out"
                     )
                 return (arr.values.to_numpy(), arr.offsets.to_numpy(), valid)
             bufs = arr.buffers()

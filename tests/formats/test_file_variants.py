@@ -1,0 +1,542 @@
+"""Files as other tools write them: each variant reads as the reference reader does
+(np.load, Pillow, h5py), or is refused by name, saying what is unsupported."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from PIL import Image
+
+from headrace.errors import FormatError
+from headrace.formats import decode_hdf5, decode_jpeg, decode_npy, decode_npz, decode_png
+
+# ---------------------------------------------------------------- NPY
+
+
+def _npy(a: np.ndarray[Any, Any], version: tuple[int, int] | None = None) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, a, version=version)
+    return buf.getvalue()
+
+
+def _same(got: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> None:
+    assert got.dtype == ref.dtype
+    assert got.shape == ref.shape
+    if got.dtype.names:  # field by field: the padding between fields holds no data
+        for field in got.dtype.names:
+            _same(got[field], ref[field])
+        return
+    assert got.tobytes(order="A") == ref.tobytes(order="A")
+    assert np.array_equal(got, ref)
+
+
+_BASE = np.arange(24, dtype="<u4").reshape(2, 3, 4)
+NPY_VARIANTS = {
+    ">u4": _BASE.astype(">u4"),
+    ">f8": _BASE.astype(">f8"),
+    "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    "0-d": np.array(3.5),
+    "1-d": np.arange(5),
+    "4-d": np.arange(120, dtype=np.int16).reshape(2, 3, 4, 5),
+    "empty": np.zeros((0, 3)),
+    "bool": np.array([True, False, True]),
+    "float16": np.arange(4, dtype=np.float16),
+    "complex": np.array([1 + 2j, -3j]),
+    "datetime": np.array(["2020-01-01", "2024-02-29"], dtype="M8[D]"),
+    "unicode": np.array(["ab", "cdé"]),
+    "structured": np.array([(1, 2.0, b"ab")], dtype=[("a", "<i4"), ("b", ">f8"), ("c", "S2")]),
+    "nested struct": np.zeros(3, dtype=[("a", [("x", "<i2"), ("y", "u1", (2,))])]),
+    "padded struct": np.array([(1, 2)], dtype=np.dtype([("a", "u1"), ("b", "<i4")], align=True)),
+    "V0 (zero-size items)": np.zeros(3, dtype="V0"),
+    "U0 (zero-size items)": np.ndarray((2, 2), dtype="<U0"),
+}
+
+
+@pytest.mark.parametrize("version", [None, (2, 0), (3, 0)])
+@pytest.mark.parametrize("kind", list(NPY_VARIANTS))
+def test_npy_variants_read_as_np_load(kind: str, version: tuple[int, int] | None) -> None:
+    data = _npy(NPY_VARIANTS[kind], version)
+    _same(decode_npy(data, name="x.npy"), np.load(io.BytesIO(data)))
+
+
+def test_npy_python2_header_reads_as_np_load() -> None:
+    # Python 2 NumPy wrote longs in the shape: (3L, 2L). np.load reads them (with a warning).
+    head = b"{'descr': '<i4', 'fortran_order': False, 'shape': (3L, 2L), }\n"
+    data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head
+    data += np.arange(6, dtype="<i4").tobytes()
+    with pytest.warns(UserWarning, match="Python 2"):
+        ref = np.load(io.BytesIO(data))
+    _same(decode_npy(data, name="py2.npy"), ref)
+
+
+@pytest.mark.parametrize("pad", [0, 7])
+def test_npy_header_padded_oddly(pad: int) -> None:
+    # Other writers do not pad the header to 64 bytes, nor end it with a newline.
+    head = b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,)}" + b" " * pad
+    data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head
+    data += np.arange(3, dtype="<i4").tobytes()
+    _same(decode_npy(data, name="odd.npy"), np.arange(3, dtype="<i4"))
+
+
+@pytest.mark.parametrize(
+    ("array", "match"),
+    [
+        (np.array([1, "a"], dtype=object), r"obj\.npy: NPY holds Python objects"),
+        (np.array([(1, None)], dtype=[("a", "i4"), ("o", "O")]), "refusing to unpickle"),
+    ],
+)
+def test_npy_object_arrays_are_refused_never_unpickled(array: Any, match: str) -> None:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=True)
+    with pytest.raises(FormatError, match=match):
+        decode_npy(buf.getvalue(), name="obj.npy")
+
+
+@pytest.mark.parametrize(
+    ("cut", "match"),
+    [
+        (9, r"cut\.npy: truncated: 9 bytes, shorter than an NPY header"),
+        (20, r"cut\.npy: truncated: header says \d+ header bytes, found 10"),
+        (
+            -3,
+            r"cut\.npy: truncated: header says 96 data bytes \(>u4, shape \(2, 3, 4\)\), found 93",
+        ),
+    ],
+)
+def test_npy_truncated_in_header_or_data(cut: int, match: str) -> None:
+    data = _npy(NPY_VARIANTS[">u4"])
+    with pytest.raises(FormatError, match=match):
+        decode_npy(data[:cut], name="cut.npy")
+
+
+# ---------------------------------------------------------------- NPZ
+
+
+def _savez(compress: bool, **arrays: Any) -> bytes:
+    buf = io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, **arrays)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_npz_members_and_key_selection_read_as_np_load(compress: bool) -> None:
+    data = _savez(compress, a=NPY_VARIANTS[">u4"], b=np.linspace(0, 1, 7), c=np.array(2))
+    with np.load(io.BytesIO(data)) as ref:
+        got = decode_npz(data, name="x.npz")
+        assert sorted(got) == sorted(ref.files)
+        for k in ref.files:
+            _same(got[k], ref[k])
+        only = decode_npz(data, name="x.npz", keys=["b"])
+        assert list(only) == ["b"]
+        _same(only["b"], ref["b"])
+
+
+def test_npz_object_member_is_refused_unless_left_out() -> None:
+    data = _savez(False, a=np.arange(3), o=np.array([1, "x"], dtype=object))
+    with pytest.raises(FormatError, match=r"o\.npz: member 'o\.npy': NPY holds Python objects"):
+        decode_npz(data, name="o.npz")
+    _same(decode_npz(data, name="o.npz", keys=["a"])["a"], np.arange(3))
+
+
+def test_npz_non_npy_member_is_named_as_not_an_array() -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("a.npy", _npy(np.arange(4)))
+        zf.writestr("meta.json", b'{"x":1}')
+    data = buf.getvalue()
+    with pytest.raises(FormatError, match=r"m\.npz: member 'meta\.json' is not an array.*keys="):
+        decode_npz(data, name="m.npz")
+    _same(decode_npz(data, name="m.npz", keys=["a"])["a"], np.arange(4))
+
+
+def test_npz_with_no_arrays_is_empty_as_np_load_says() -> None:
+    # np.savez() with no arrays writes a bare 22-byte zip; zipfile probes for a zip64
+    # record before its start, which must fail as on a real file (an OSError).
+    data = _savez(False)
+    with np.load(io.BytesIO(data)) as ref:
+        assert ref.files == []
+    assert decode_npz(data, name="e.npz") == {}
+
+
+def test_npz_zip64_and_over_65535_members() -> None:
+    one = _npy(np.array([7], np.uint8))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for i in range(65_540):  # past the classic directory's count: a zip64 end record
+            zf.writestr(f"m{i}.npy", one)
+        with zf.open("big.npy", "w", force_zip64=True) as f:  # zip64 sizes in the header
+            f.write(_npy(np.arange(5)))
+    got = decode_npz(buf.getvalue(), name="z.npz", keys=["m0", "m65539", "big"])
+    _same(got["m65539"], np.array([7], np.uint8))
+    _same(got["big"], np.arange(5))
+
+
+def test_npz_streamed_writer_with_data_descriptors() -> None:
+    class Unseekable(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: Any) -> int:
+            self.data += b
+            return len(b)
+
+    out = Unseekable()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("a.npy", "w") as f:
+            np.lib.format.write_array(f, np.arange(10.0))
+    _same(decode_npz(bytes(out.data), name="s.npz")["a"], np.arange(10.0))
+
+
+def test_npz_flipped_byte_in_deflated_data_is_refused() -> None:
+    data = bytearray(_savez(True, a=np.arange(1000)))
+    info = zipfile.ZipFile(io.BytesIO(bytes(data))).infolist()[0]
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    start = info.header_offset + 30 + name_len + extra_len
+    data[start + info.compress_size // 2] ^= 0xFF
+    with pytest.raises(FormatError, match=r"c\.npz: member 'a\.npy': .*(deflate|CRC)"):
+        decode_npz(bytes(data), name="c.npz")
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_npz_other_zip_compression_is_refused(method: int) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=method) as zf:
+        zf.writestr("a.npy", _npy(np.arange(4)))
+    with pytest.raises(
+        FormatError,
+        match=rf"member 'a\.npy': unsupported zip compression "
+        rf"method {method}",
+    ):
+        decode_npz(buf.getvalue(), name="b.npz")
+
+
+# ---------------------------------------------------------------- PNG
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+_ADAM7 = [
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+]
+
+
+def _png(a: np.ndarray[Any, Any], color_type: int, *, interlace: bool = False) -> bytes:
+    """A PNG written by hand: bit depths and interlacing that Pillow cannot write."""
+    h, w = a.shape[:2]
+    depth = 16 if a.dtype == np.uint16 else 8
+    rows = a.astype(">u2") if depth == 16 else a
+
+    def scan(sub: np.ndarray[Any, Any]) -> bytes:
+        return b"".join(b"\x00" + sub[y].tobytes() for y in range(sub.shape[0]))
+
+    if interlace:
+        raw = b"".join(
+            scan(rows[y::dy, x::dx]) for x, y, dx, dy in _ADAM7 if rows[y::dy, x::dx].size
+        )
+    else:
+        raw = scan(rows)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, int(interlace))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", ihdr)
+        + _chunk(b"IDAT", zlib.compress(raw))
+        + _chunk(b"IEND", b"")
+    )
+
+
+def _pil_png(img: Image.Image, **options: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG", **options)
+    return buf.getvalue()
+
+
+_RNG = np.random.default_rng(0)
+_GREY = _RNG.integers(0, 256, (17, 23), dtype=np.uint8)
+_RGB = _RNG.integers(0, 256, (17, 23, 3), dtype=np.uint8)
+_RGBA = _RNG.integers(0, 256, (17, 23, 4), dtype=np.uint8)
+_GREY16 = _RNG.integers(0, 65536, (17, 23), dtype=np.uint16)
+
+
+def _pillow(data: bytes, mode: str | None = None) -> np.ndarray[Any, Any]:
+    with Image.open(io.BytesIO(data)) as img:
+        a = np.asarray(img if mode is None else img.convert(mode))
+    return a[:, :, None] if a.ndim == 2 else a
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "mode"),
+    [
+        ("grey", _pil_png(Image.fromarray(_GREY)), None),
+        ("grey + alpha", _pil_png(Image.fromarray(_RGBA[:, :, :2], "LA")), None),
+        ("RGB", _pil_png(Image.fromarray(_RGB)), None),
+        ("RGBA", _pil_png(Image.fromarray(_RGBA)), None),
+        ("palette", _pil_png(Image.fromarray(_RGB).quantize(16)), "RGB"),
+        ("palette + tRNS", _pil_png(Image.fromarray(_RGB).quantize(16), transparency=3), "RGBA"),
+        ("16-bit grey", _pil_png(Image.fromarray(_GREY16)), None),
+        ("1-bit", _pil_png(Image.fromarray(_GREY > 127)), "L"),
+        ("2-bit grey", _pil_png(Image.fromarray(_GREY // 64 * 85), bits=2), None),
+        ("RGB Adam7", _png(_RGB, 2, interlace=True), None),
+        ("16-bit grey Adam7", _png(_GREY16, 0, interlace=True), None),
+        (
+            "16-bit RGB (Pillow keeps the high bytes)",
+            _png(_GREY16[:, :, None].repeat(3, 2), 2),
+            None,
+        ),
+    ],
+)
+def test_png_variants_read_as_pillow(kind: str, data: bytes, mode: str | None) -> None:
+    _same(decode_png(data, name=f"{kind}.png"), _pillow(data, mode))
+
+
+def test_png_16_bit_grey_alpha_keeps_two_channels() -> None:
+    la16 = _RNG.integers(0, 65536, (5, 7, 2), dtype=np.uint16)
+    got = decode_png(_png(la16, 4), name="la16.png")
+    # Pillow opens it as RGBA; an 8-bit grey + alpha PNG gives two channels, so does this.
+    _same(got, (la16 >> 8).astype(np.uint8))
+    assert _pillow(_png(la16, 4)).shape[2] == 4
+
+
+def test_png_with_data_after_iend_is_named_as_such() -> None:
+    data = _pil_png(Image.fromarray(_RGB))
+    with pytest.raises(FormatError, match=r"t\.png: PNG with 4 bytes of other data after its IEND"):
+        decode_png(data + b"junk", name="t.png")
+    with pytest.raises(FormatError, match=r"t\.png: truncated PNG"):
+        decode_png(data[: len(data) // 2], name="t.png")
+
+
+# ---------------------------------------------------------------- JPEG
+
+_SMOOTH = np.clip(
+    np.add.outer(np.arange(64) * 3, np.arange(48) * 2)[:, :, None]
+    + _RNG.integers(0, 20, (64, 48, 3)),
+    0,
+    255,
+).astype(np.uint8)
+
+
+def _jpeg(img: Image.Image, **options: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90, **options)
+    return buf.getvalue()
+
+
+def _exif_rotated() -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    return _jpeg(Image.fromarray(_SMOOTH), exif=exif.tobytes())
+
+
+JPEG_VARIANTS = {
+    "grey": _jpeg(Image.fromarray(_SMOOTH[:, :, 0])),
+    "RGB 4:2:0": _jpeg(Image.fromarray(_SMOOTH), subsampling=2),
+    "RGB 4:2:2": _jpeg(Image.fromarray(_SMOOTH), subsampling=1),
+    "RGB 4:4:4": _jpeg(Image.fromarray(_SMOOTH), subsampling=0),
+    "progressive": _jpeg(Image.fromarray(_SMOOTH), progressive=True),
+    "CMYK": _jpeg(Image.fromarray(_SMOOTH).convert("CMYK")),
+    "odd size": _jpeg(Image.fromarray(_SMOOTH[:17, :23])),
+    "restart markers": _jpeg(Image.fromarray(_SMOOTH), restart_marker_blocks=1),
+    "EXIF orientation 6 (not applied)": _exif_rotated(),
+}
+
+
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+@pytest.mark.parametrize("kind", list(JPEG_VARIANTS))
+def test_jpeg_variants_read_as_pillow_on_both_paths(kind: str, simplejpeg: bool) -> None:
+    data = JPEG_VARIANTS[kind]
+    got = decode_jpeg(data, name="x.jpg", use_simplejpeg=simplejpeg)
+    # Pixels as stored: no EXIF rotation (the 64 x 48 image stays 64 x 48).
+    _same(got, _pillow(data, "RGB"))
+
+
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
+    data = JPEG_VARIANTS["RGB 4:2:0"]
+    with pytest.raises(FormatError, match=r"t\.jpg: truncated JPEG: no EOI"):
+        decode_jpeg(data[: len(data) // 2], name="t.jpg", use_simplejpeg=simplejpeg)
+    with pytest.raises(FormatError, match=r"t\.jpg: JPEG with 8 bytes of other data after"):
+        decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
+
+
+# ---------------------------------------------------------------- HDF5
+
+
+def _h5(path: Path, fill: Any, **options: Any) -> bytes:
+    with h5py.File(path, "w", **options) as f:
+        fill(f)
+    return path.read_bytes()
+
+
+_X = np.arange(60, dtype=">i4").reshape(5, 3, 4)
+
+H5_VARIANTS = {
+    "contiguous": lambda f: f.create_dataset("x", data=_X),
+    "chunked": lambda f: f.create_dataset("x", data=_X, chunks=(1, 3, 4)),
+    "gzip + shuffle": lambda f: f.create_dataset("x", data=_X, compression="gzip", shuffle=True),
+    "lzf": lambda f: f.create_dataset("x", data=_X, compression="lzf"),
+    "fletcher32": lambda f: f.create_dataset("x", data=_X, chunks=True, fletcher32=True),
+    "scalar": lambda f: f.create_dataset("x", data=3.25),
+    "fixed strings": lambda f: f.create_dataset("x", data=np.array([b"ab", b"cde"])),
+    "compound": lambda f: f.create_dataset(
+        "x", data=np.array([(1, 2.5), (3, 4.5)], dtype=[("a", "<i2"), ("b", ">f4")])
+    ),
+    "group path": lambda f: f.create_dataset("a/b/x", data=_X),
+    "soft link": lambda f: (
+        f.create_dataset("a/y", data=_X),
+        f.__setitem__("x", h5py.SoftLink("/a/y")),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(H5_VARIANTS))
+def test_hdf5_variants_read_as_h5py(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "v.h5"
+    data = _h5(path, H5_VARIANTS[kind])
+    name = "a/b/x" if kind == "group path" else "x"
+    with h5py.File(path, "r") as f:
+        ref = np.asarray(f[name][()])
+        one = np.asarray(f[name][1]) if f[name].ndim else None
+    _same(decode_hdf5(data, name="v.h5", dataset=name), ref)
+    if one is not None:
+        _same(decode_hdf5(data, name="v.h5", dataset=name, index=1), one)
+
+
+def test_hdf5_variable_length_strings_come_as_h5py_gives_them(tmp_path: Path) -> None:
+    data = _h5(
+        tmp_path / "s.h5",
+        lambda f: f.create_dataset("s", data=["ab", "cdé"], dtype=h5py.string_dtype()),
+    )
+    got = decode_hdf5(data, name="s.h5", dataset="s")
+    assert got.dtype == object
+    assert got.tolist() == [b"ab", "cdé".encode()]
+
+
+def test_hdf5_missing_dataset_lists_those_present(tmp_path: Path) -> None:
+    data = _h5(tmp_path / "m.h5", H5_VARIANTS["group path"])
+    with pytest.raises(
+        FormatError, match=r"m\.h5: no dataset 'a/b/zz'; the file holds \['a/b/x'\]"
+    ):
+        decode_hdf5(data, name="m.h5", dataset="a/b/zz")
+
+
+def test_hdf5_external_link_is_refused_by_name(tmp_path: Path) -> None:
+    _h5(tmp_path / "target.h5", H5_VARIANTS["contiguous"])
+    data = _h5(
+        tmp_path / "l.h5", lambda f: f.__setitem__("x", h5py.ExternalLink("target.h5", "/x"))
+    )
+    with pytest.raises(
+        FormatError, match=r"l\.h5: 'x' .*external link to '/x' in file 'target\.h5'"
+    ):
+        decode_hdf5(data, name="l.h5", dataset="x")
+
+
+def test_hdf5_dangling_soft_link_is_named(tmp_path: Path) -> None:
+    data = _h5(tmp_path / "d.h5", lambda f: f.__setitem__("x", h5py.SoftLink("/gone")))
+    with pytest.raises(FormatError, match=r"d\.h5: 'x' .*soft link to '/gone', which does not"):
+        decode_hdf5(data, name="d.h5", dataset="x")
+
+
+def test_hdf5_virtual_dataset_of_other_files_is_refused_not_filled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(2):
+        _h5(tmp_path / f"src{i}.h5", lambda f, i=i: f.create_dataset("x", data=np.full(3, i + 1)))
+
+    def virtual(f: Any) -> None:
+        layout = h5py.VirtualLayout(shape=(2, 3), dtype="i8")
+        for i in range(2):
+            layout[i] = h5py.VirtualSource(f"src{i}.h5", "x", shape=(3,))
+        f.create_virtual_dataset("v", layout, fillvalue=-1)
+
+    data = _h5(tmp_path / "vds.h5", virtual)
+    monkeypatch.chdir(tmp_path)  # even where the sources could be found by name
+    with pytest.raises(
+        FormatError,
+        match=r"vds\.h5: dataset 'v' is a virtual dataset mapping "
+        r"other files \['src0\.h5', 'src1\.h5'\]",
+    ):
+        decode_hdf5(data, name="vds.h5", dataset="v")
+
+
+def test_hdf5_virtual_dataset_within_the_file_reads(tmp_path: Path) -> None:
+    def virtual(f: Any) -> None:
+        f.create_dataset("a", data=np.arange(6).reshape(2, 3))
+        layout = h5py.VirtualLayout(shape=(3, 2), dtype="i8")
+        for j in range(2):
+            layout[:, j] = h5py.VirtualSource(".", "a", shape=(2, 3))[j, :]
+        f.create_virtual_dataset("v", layout, fillvalue=-1)
+
+    data = _h5(tmp_path / "self.h5", virtual)
+    _same(decode_hdf5(data, name="self.h5", dataset="v"), np.arange(6).reshape(2, 3).T.copy())
+
+
+def test_hdf5_external_raw_storage_is_refused_even_when_reachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    np.arange(4, dtype="<i4").tofile(tmp_path / "raw.bin")
+    data = _h5(
+        tmp_path / "e.h5",
+        lambda f: f.create_dataset("e", shape=(4,), dtype="<i4", external=[("raw.bin", 0, 16)]),
+    )
+    monkeypatch.chdir(tmp_path)  # HDF5 would read ./raw.bin: not the bytes headrace fetched
+    with pytest.raises(
+        FormatError,
+        match=r"e\.h5: dataset 'e' keeps its data in external raw "
+        r"file\(s\) \['raw\.bin'\]",
+    ):
+        decode_hdf5(data, name="e.h5", dataset="e")
+
+
+def test_hdf5_null_dataspace_and_references_are_refused(tmp_path: Path) -> None:
+    def fill(f: Any) -> None:
+        f.create_dataset("n", data=h5py.Empty("f4"))
+        f.create_dataset("r", shape=(2,), dtype=h5py.ref_dtype)
+
+    data = _h5(tmp_path / "o.h5", fill)
+    with pytest.raises(FormatError, match=r"o\.h5: dataset 'n' has a null dataspace"):
+        decode_hdf5(data, name="o.h5", dataset="n")
+    with pytest.raises(FormatError, match=r"o\.h5: dataset 'r' holds HDF5 object/region ref"):
+        decode_hdf5(data, name="o.h5", dataset="r")
+
+
+def test_hdf5_filter_not_loaded_is_named(tmp_path: Path) -> None:
+    data = bytearray(
+        _h5(
+            tmp_path / "f.h5",
+            lambda f: f.create_dataset("x", data=np.arange(10), chunks=(5,), compression="lzf"),
+        )
+    )
+    # Rename the LZF filter (32000) in the pipeline message to one nobody registered,
+    # as a Blosc- or bitshuffle-compressed file looks without hdf5plugin imported.
+    at = data.find(b"lzf\x00")
+    assert data[at - 8 : at - 6] == struct.pack("<H", 32000)
+    data[at - 8 : at - 6] = struct.pack("<H", 32123)
+    with pytest.raises(
+        FormatError,
+        match=r"f\.h5: dataset 'x' is compressed with HDF5 filter "
+        r"32123 .*hdf5plugin",
+    ):
+        decode_hdf5(bytes(data), name="f.h5", dataset="x")
+
+
+def test_hdf5_many_samples_per_file_pick_in_order(tmp_path: Path) -> None:
+    data = _h5(tmp_path / "m.h5", H5_VARIANTS["chunked"])
+    _same(decode_hdf5(data, name="m.h5", dataset="x", index=[3, 1, 3]), _X[[3, 1, 3]])

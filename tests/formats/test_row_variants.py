@@ -1,0 +1,55 @@
+"""Padded row files as other tools write them: big-endian and version-3 NPY, raw files
+whose sidecar disagrees with their size, masks of another shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import DataError, FormatError
+from headrace.formats import PaddedRows
+
+_TOK = np.random.default_rng(0).integers(1, 1000, (16, 9)).astype(np.uint16)
+_TOK[:, 7:] = 0
+
+
+def _x(tokens: Path, mask: Path | None = None) -> np.ndarray:
+    src = PaddedRows(tokens, mask, context=8, shuffle=False)
+    x: np.ndarray = src.read(0, np.arange(16))["x"]
+    return x
+
+
+@pytest.mark.parametrize("version", [(1, 0), (3, 0)])
+def test_big_endian_npy_rows_read_as_their_values(version: tuple[int, int], tmp_path: Path) -> None:
+    path = tmp_path / "be.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, _TOK.astype(">u2"), version=version)
+    assert np.array_equal(_x(path), _TOK[:, :8].astype(np.int32))
+
+
+def test_fortran_order_rows_are_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "f.npy", np.asfortranarray(_TOK))
+    with pytest.raises(FormatError, match=r"f\.npy: the array is stored in Fortran"):
+        _x(tmp_path / "f.npy")
+
+
+@pytest.mark.parametrize(
+    "side", [{"dtype": "uint16", "width": 10}, {"dtype": "uint32", "width": 7}]
+)
+def test_sidecar_that_disagrees_with_the_file_size(side: dict[str, object], tmp_path: Path) -> None:
+    path = tmp_path / "t.bin"
+    _TOK.tofile(path)  # 288 bytes: rows of 20 or 28 bytes do not divide it
+    (tmp_path / "t.bin.json").write_text(json.dumps(side))
+    with pytest.raises(DataError, match=r"t\.bin: file size 288 is not a multiple of the row size"):
+        _x(path)
+
+
+@pytest.mark.parametrize("mask", [np.ones((15, 9), np.uint8), np.ones((16, 8), np.uint8)])
+def test_mask_of_another_shape_is_refused(mask: np.ndarray, tmp_path: Path) -> None:
+    np.save(tmp_path / "t.npy", _TOK)
+    np.save(tmp_path / "m.npy", mask)
+    with pytest.raises(DataError, match=r"m\.npy: mask shape \(\d+, \d+\) disagrees with token"):
+        _x(tmp_path / "t.npy", tmp_path / "m.npy")

@@ -1,0 +1,182 @@
+"""Parquet and Arrow files as other writers make them: rows read as pyarrow reads them,
+or the file and column are refused by name, saying what is unsupported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.errors import FormatError
+from headrace.formats import Table
+from headrace.formats._ragged import Ragged
+
+N = 40
+_RNG = np.random.default_rng(0)
+TABLE = pa.table(
+    {
+        "id": pa.array(np.arange(N, dtype=np.int64)),
+        "f": pa.array(_RNG.standard_normal(N).astype(np.float32)),
+        "h": pa.array(np.arange(N, dtype=np.float16)),
+        "b": pa.array(_RNG.integers(0, 2, N).astype(bool)),
+        "tok": pa.array([list(range(i % 7)) for i in range(N)], pa.list_(pa.int32())),
+        "s": pa.array([f"row{i}é" for i in range(N)]),
+        "v": pa.array([[i, i + 1, i + 2] for i in range(N)], pa.list_(pa.float64(), 3)),
+    }
+)
+
+
+def _check(tb: Table, ref: pa.Table) -> None:
+    rows = list(range(ref.num_rows))[::-1]
+    got = tb.read_rows(rows)
+    for name in ref.column_names:
+        want = ref.column(name).take(pa.array(rows)).to_pylist()
+        out = got[name]
+        if isinstance(out, Ragged):
+            items = [out.values[out.offsets[i] : out.offsets[i + 1]] for i in range(len(rows))]
+            if pa.types.is_string(ref.schema.field(name).type):
+                assert [bytes(x) for x in items] == [w.encode() for w in want], name
+            else:
+                assert [x.tolist() for x in items] == want, name
+        else:
+            assert out.tolist() == want, name
+
+
+def _parquet(path: Path, table: pa.Table, **options: Any) -> Path:
+    pq.write_table(table, path, **options)
+    return path
+
+
+def _arrow(path: Path, table: pa.Table, *, stream: bool, **options: Any) -> Path:
+    with (ipc.new_stream if stream else ipc.new_file)(path, table.schema, **options) as w:
+        w.write_table(table, max_chunksize=7)  # several record batches
+    return path
+
+
+@pytest.mark.parametrize("codec", ["snappy", "zstd", "gzip", "none", "lz4", "brotli"])
+def test_parquet_codecs_and_row_groups(codec: str, tmp_path: Path) -> None:
+    path = _parquet(tmp_path / "t.parquet", TABLE, compression=codec, row_group_size=9)
+    _check(Table.open(path), TABLE)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"data_page_version": "2.0"},
+        {"use_dictionary": False},
+        {"version": "1.0"},
+        {"use_dictionary": False, "column_encoding": {"f": "BYTE_STREAM_SPLIT"}},
+        {"use_dictionary": False, "column_encoding": {"id": "DELTA_BINARY_PACKED"}},
+    ],
+    ids=["page-v2", "plain", "format-1.0", "byte-stream-split", "delta"],
+)
+def test_parquet_encodings(options: dict[str, Any], tmp_path: Path) -> None:
+    _check(Table.open(_parquet(tmp_path / "t.parquet", TABLE, **options)), TABLE)
+
+
+def test_large_list_and_large_string_read_as_list_and_string(tmp_path: Path) -> None:
+    large = TABLE.cast(
+        TABLE.schema.set(4, pa.field("tok", pa.large_list(pa.int32()))).set(
+            5, pa.field("s", pa.large_string())
+        )
+    )
+    _check(Table.open(_parquet(tmp_path / "l.parquet", large)), TABLE)
+    _check(Table.open(_arrow(tmp_path / "l.arrow", large, stream=True)), TABLE)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+@pytest.mark.parametrize("compression", [None, "zstd", "lz4"])
+def test_arrow_ipc_file_and_stream(stream: bool, compression: str | None, tmp_path: Path) -> None:
+    options = ipc.IpcWriteOptions(compression=compression)
+    _check(Table.open(_arrow(tmp_path / "t.arrow", TABLE, stream=stream, options=options)), TABLE)
+
+
+def test_arrow_ipc_of_a_sliced_table(tmp_path: Path) -> None:
+    part = TABLE.slice(13, 20)  # buffers and list offsets that do not start at 0
+    _check(Table.open(_arrow(tmp_path / "s.arrow", part, stream=False)), part)
+
+
+@pytest.mark.parametrize(
+    ("column", "match"),
+    [
+        (
+            pa.array([f"c{i % 3}" for i in range(N)]).dictionary_encode(),
+            r"column 'c' has type dictionary<values=string.*dictionary-encoded",
+        ),
+        (
+            pa.array([{"a": i, "b": [i]} for i in range(N)]),
+            r"column 'c' has type struct<a: int64.*table\.flatten\(\)",
+        ),
+        (pa.array([[True]] * N, pa.list_(pa.bool_())), r"column 'c' has type list<\w+: bool>"),
+        (
+            pa.array([[[1]]] * N, pa.list_(pa.list_(pa.int32()))),
+            r"column 'c' has type list<\w+: list<",
+        ),
+        (pa.array(np.arange(N).astype("M8[s]")), r"column 'c' has type timestamp\[m?s\]"),
+        (pa.array([b"abcd"] * N, pa.binary(4)), r"column 'c' has type fixed_size_binary\[4\]"),
+    ],
+    ids=["dictionary", "struct", "list-bool", "list-list", "timestamp", "fixed-binary"],
+)
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_unsupported_column_types_are_refused_by_name(
+    column: pa.Array, match: str, kind: str, tmp_path: Path
+) -> None:
+    t = pa.table({"id": pa.array(np.arange(N)), "c": column})
+    path = (
+        _parquet(tmp_path / "u.parquet", t)
+        if kind == "parquet"
+        else _arrow(tmp_path / "u.arrow", t, stream=True)
+    )
+    with pytest.raises(FormatError, match=rf"u\.{kind}: {match}"):
+        Table.open(path)
+    _check(Table.open(path, columns=["id"]), t.select(["id"]))  # left out, the rest reads
+
+
+def test_null_list_items_name_the_row(tmp_path: Path) -> None:
+    t = pa.table({"x": pa.array([[1, None] if i == 13 else [i] for i in range(N)])})
+    tb = Table.open(_parquet(tmp_path / "n.parquet", t, row_group_size=10))
+    with pytest.raises(FormatError, match=r"n\.parquet: column 'x': row 13 has null list items"):
+        tb.read_rows([12, 13])
+
+
+def test_null_rows_are_refused_by_row(tmp_path: Path) -> None:
+    t = pa.table({"x": pa.array([None if i == 5 else i for i in range(N)], pa.int64())})
+    tb = Table.open(_parquet(tmp_path / "n.parquet", t))
+    with pytest.raises(FormatError, match=r"n\.parquet: column 'x': row 5 is null; .*fill or drop"):
+        tb.read_rows([5])
+
+
+@pytest.mark.parametrize(
+    ("second", "match"),
+    [
+        (TABLE.cast(TABLE.schema.set(1, pa.field("f", pa.float64()))), "column 'f' is double here"),
+        (
+            TABLE.cast(TABLE.schema.set(0, pa.field("id", pa.int64(), nullable=False))),
+            "column 'id' is not nullable here, nullable there",
+        ),
+        (TABLE.select(["f", "id", "h", "b", "tok", "s", "v"]), "columns in another order"),
+        (TABLE.drop_columns(["h"]), r"columns \[\] not in the first file, \['h'\] missing"),
+    ],
+    ids=["type", "nullability", "order", "missing"],
+)
+def test_shards_with_another_schema_say_where_they_differ(
+    second: pa.Table, match: str, tmp_path: Path
+) -> None:
+    a = _parquet(tmp_path / "a.parquet", TABLE)
+    b = _parquet(tmp_path / "b.parquet", second)
+    with pytest.raises(
+        FormatError, match=rf"b\.parquet: schema differs from .*a\.parquet \({match}"
+    ):
+        Table.open([a, b])
+
+
+def test_shards_that_differ_only_in_metadata_read_as_one(tmp_path: Path) -> None:
+    a = _parquet(tmp_path / "a.parquet", TABLE.slice(0, 20))
+    b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).replace_schema_metadata({"k": "v"}))
+    empty = _parquet(tmp_path / "a2.parquet", TABLE.slice(0, 0))  # a shard of no rows
+    _check(Table.open([a, empty, b]), TABLE)
