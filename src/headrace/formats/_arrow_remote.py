@@ -269,7 +269,9 @@ class RemoteArrow:
         todo = [i for i, (url, _) in enumerate(objects) if url not in known]
         walked: dict[int, ArrowIndex] = {}
         if len(todo) > 1:
-            with ThreadPoolExecutor(min(16, len(todo)), thread_name_prefix="headrace-ipc") as ex:
+            # The walks wait on GETs, not on the CPU: as many at once as GETs may be.
+            workers = min(files.in_flight, len(todo))
+            with ThreadPoolExecutor(workers, thread_name_prefix="headrace-ipc") as ex:
                 futures = [ex.submit(walk, i) for i in todo]
                 wait_all(futures)
             walked = dict(zip(todo, (f.result() for f in futures), strict=True))
