@@ -112,14 +112,14 @@ def test_streams_and_files_read_by_ranges_as_pyarrow_reads_them(
     small = _stream(table, chunk=10)  # 300 record batches of 10 rows: ~2 KB each
     big = _stream(table, chunk=3000, file=True)  # one record batch, an IPC file
     _put(s3, "forms/small.arrow", small)
-    _put(s3, "forms/big.arrow", big)
-    for name, body in (("small", small), ("big", big)):
-        (tmp_path / f"{name}.arrow").write_bytes(body)
+    _put(s3, "forms/big.feather", big)  # Feather v2 is the IPC file format
+    for name, body in (("small.arrow", small), ("big.feather", big)):
+        (tmp_path / name).write_bytes(body)
     rng = np.random.default_rng(0)
     rows = rng.integers(0, 3000, 500)
-    for name, groups in (("small", 300), ("big", 1)):
-        remote = Table.open(f"{URL}/forms/{name}.arrow", store_options=options(s3))
-        local = Table.open(tmp_path / f"{name}.arrow")
+    for name, groups in (("small.arrow", 300), ("big.feather", 1)):
+        remote = Table.open(f"{URL}/forms/{name}", store_options=options(s3))
+        local = Table.open(tmp_path / name)
         assert len(remote.group_rows) == groups
         stats = remote.object_stats
         assert stats is not None

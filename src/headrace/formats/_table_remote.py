@@ -74,7 +74,7 @@ def resolve_urls(
         if not listed:
             raise FormatError(f"{path}: no objects match")
         return base, listed, None
-    if path.endswith((".parquet", ".arrow")):
+    if path.endswith((".parquet", ".arrow", ".feather", ".ipc", ".arrows")):
         return split_object_url(path)[0], [(path, files.info(path))], None
     root = path.rstrip("/")
     # Like a local directory: the objects right under the prefix, not deeper "folders"

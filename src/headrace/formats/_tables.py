@@ -74,6 +74,7 @@ __all__ = ["Table", "TableColumn"]
 _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 _IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
 # Above this mean row length a per-row slice copy beats building index arrays.
 _LONG_ROW = 32
@@ -493,9 +494,10 @@ class _Remote(NamedTuple):
 
 
 def _open_remote(remote: _Remote, files: ObjectFiles, pa: Any) -> list[RemoteParquet | RemoteArrow]:
-    """Each object as a part, in order: ``.arrow`` ones as Arrow IPC, the rest as Parquet."""
-    arrow = [o for o in remote.objects if o[0].endswith(".arrow")]
-    parquet = [o for o in remote.objects if not o[0].endswith(".arrow")]
+    """Each object as a part, in order: ``.arrow`` (``.feather``, ``.ipc``, ``.arrows``)
+    ones as Arrow IPC, the rest as Parquet."""
+    arrow = [o for o in remote.objects if o[0].endswith(_IPC_SUFFIXES)]
+    parquet = [o for o in remote.objects if not o[0].endswith(_IPC_SUFFIXES)]
     opened: dict[str, RemoteParquet | RemoteArrow] = {}
     if arrow:
         opened.update(
