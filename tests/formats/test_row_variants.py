@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import DataError, FormatError
-from headrace.formats import PaddedRows
+from headrace.formats import PaddedRows, write_row_file
 
 _TOK = np.random.default_rng(0).integers(1, 1000, (16, 9)).astype(np.uint16)
 _TOK[:, 7:] = 0
@@ -44,6 +44,20 @@ def test_sidecar_that_disagrees_with_the_file_size(side: dict[str, object], tmp_
     _TOK.tofile(path)  # 288 bytes: rows of 20 or 28 bytes do not divide it
     (tmp_path / "t.bin.json").write_text(json.dumps(side))
     with pytest.raises(DataError, match=r"t\.bin: file size 288 is not a multiple of the row size"):
+        _x(path)
+
+
+def test_a_sidecar_row_count_catches_what_the_size_cannot(tmp_path: Path) -> None:
+    path = tmp_path / "t.bin"
+    write_row_file(path, _TOK)  # 16 x 9 uint16: the sidecar records the row count
+    assert json.loads((tmp_path / "t.bin.json").read_text())["rows"] == 16
+    assert np.array_equal(_x(path), _TOK[:, :8].astype(np.int32))
+    # uint32 rows of 9 also divide the 288 bytes (8 rows): only the count tells.
+    (tmp_path / "t.bin.json").write_text(json.dumps({"dtype": "uint32", "width": 9, "rows": 16}))
+    with pytest.raises(DataError, match=r"t\.bin\.json says 16 rows, but 288 bytes hold 8 rows"):
+        _x(path)
+    (tmp_path / "t.bin.json").write_text(json.dumps({"dtype": "uint16", "width": 9, "rows": -1}))
+    with pytest.raises(FormatError, match=r"t\.bin\.json: rows must be a non-negative integer"):
         _x(path)
 
 

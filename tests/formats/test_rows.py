@@ -142,7 +142,8 @@ def test_rows_spanning_blocks_duplicates_and_tail(tmp_path: Path, strategy: str)
 def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
     a = PaddedRows(*make_rows(tmp_path), context=512)
     b = PaddedRows(*make_rows(tmp_path, ext=".bin"), context=512)
-    assert json.loads((tmp_path / "tok.bin.json").read_text()) == {"dtype": "uint16", "width": W}
+    side = json.loads((tmp_path / "tok.bin.json").read_text())
+    assert side == {"dtype": "uint16", "width": W, "rows": a.tokens.rows}
     s = np.arange(64, dtype=np.int64) * 37
     assert batch_digest([a.read(5, s)]) == batch_digest([b.read(5, s)])
 

@@ -162,6 +162,11 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
         side_dtype = _dtype_or_raise(meta["dtype"], side, FormatError)
     if "width" in meta:
         _width_or_raise(meta["width"], side)
+    side_rows = meta.get("rows")
+    if side_rows is not None and (
+        isinstance(side_rows, bool) or not isinstance(side_rows, int) or side_rows < 0
+    ):
+        raise FormatError(f"{side}: rows must be a non-negative integer (got {side_rows!r})")
     got_dtype = dtype if dtype is not None else meta.get("dtype")
     got_width = width if width is not None else meta.get("width")
     if got_dtype is None or got_width is None:
@@ -186,9 +191,14 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
             f"{f.path}: file size {f.size} is not a multiple of the row size {row_bytes} "
             f"({got_width} x {dt}): wrong width or dtype, or a truncated file"
         )
-    return RowFile(
-        path=f.path, dtype=dt, rows=f.size // row_bytes, width=got_width, offset=0, format="raw"
-    )
+    rows = f.size // row_bytes
+    if side_rows is not None and side_rows != rows:
+        # What the size alone cannot catch: a wrong dtype or width that still divides it.
+        raise DataError(
+            f"{f.path}: {side} says {side_rows} rows, but {f.size} bytes hold {rows} rows of "
+            f"{got_width} x {dt}: a wrong width or dtype, or a truncated or extended file"
+        )
+    return RowFile(path=f.path, dtype=dt, rows=rows, width=got_width, offset=0, format="raw")
 
 
 def _dtype_or_raise(value: Any, where: str, error: type[Exception]) -> np.dtype[Any]:
@@ -298,7 +308,7 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
         with open(_sidecar(p), "w", encoding="utf-8") as fh:
             # A non-native byte order is kept ('>u2'); "uint16" would mean native.
             name = a.dtype.name if a.dtype.isnative else a.dtype.str
-            json.dump({"dtype": name, "width": int(a.shape[1])}, fh)
+            json.dump({"dtype": name, "width": int(a.shape[1]), "rows": int(a.shape[0])}, fh)
     return open_row_file(p)
 
 
