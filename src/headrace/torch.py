@@ -103,7 +103,7 @@ def to_tensors(
     otherwise. Read-only fields, and fields with negative strides, are
     copied either way.
     """
-    _check_tensorable(batch)
+    batch = _tensorable(batch)
     if contiguous:
         batch = {k: np.ascontiguousarray(a) for k, a in batch.items()}
     if not (share or pin_memory):
@@ -117,9 +117,12 @@ def to_tensors(
     return tensors_of(pack(batch), pin_memory=pin_memory)
 
 
-def _check_tensorable(batch: Batch) -> None:
-    """Refuse fields torch has no tensor for, by name: a ragged field (samples of several
-    shapes, as an object array) would fail in torch with no hint of which or why."""
+def _tensorable(batch: Batch) -> Batch:
+    """``batch`` as torch can take it: fields of another byte order (big-endian NPY
+    arrays, read as stored) converted to this machine's, which torch.from_numpy
+    refuses; fields torch has no tensor for refused by name (a ragged field, samples
+    of several shapes as an object array, would fail in torch with no hint of which)."""
+    out = batch
     for k, a in batch.items():
         if a.dtype == object:
             raise DataError(
@@ -127,6 +130,11 @@ def _check_tensorable(batch: Batch) -> None:
                 "make no tensor: give them one shape with a transform (headrace.transforms."
                 "RandomCrop, RandomResizedCrop, or your own) or collate them yourself"
             )
+        if not a.dtype.isnative:
+            if out is batch:
+                out = dict(batch)
+            out[k] = a.astype(a.dtype.newbyteorder("="))
+    return out
 
 
 @lru_cache(maxsize=256)
@@ -456,7 +464,7 @@ class HeadraceDataLoader(Closing):
             workers.close()
 
     def _from_slot(self, batch: Batch) -> TensorBatch:
-        _check_tensorable(batch)
+        batch = _tensorable(batch)
         if self.pin_memory:
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}

@@ -235,6 +235,23 @@ def test_a_ragged_field_is_named_not_a_torch_type_error(tmp_path: Path, workers:
             next(iter(dl))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_big_endian_fields_become_native_tensors(tmp_path: Path, workers: int) -> None:
+    from headrace.formats import FileSource
+
+    want = [np.arange(6, dtype=">u4").reshape(2, 3) + 100 * i for i in range(4)]
+    for i, a in enumerate(want):  # read as stored (big-endian), which torch refuses
+        np.save(tmp_path / f"f{i}.npy", a)
+    ds = ht.TorchDataset(FileSource(tmp_path, format="npy", shuffle="none"), batch_size=2)
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        got = [b["data"] for b in islice(iter(dl), 2)]
+    assert all(t.dtype == torch.uint32 for t in got)
+    assert np.array_equal(torch.cat(got).numpy(), np.stack(want).astype(np.uint32))
+    ragged = {"x": np.arange(3, dtype=">i2"), "y": np.ones(2, dtype="<i2")}
+    tensors = ht.to_tensors(ragged)
+    assert tensors["x"].tolist() == [0, 1, 2] and tensors["y"].tolist() == [1, 1]
+
+
 @pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator error")
 def test_pin_memory_needs_an_accelerator(root: Path) -> None:
     with pytest.raises(ConfigError, match="needs an accelerator"):
