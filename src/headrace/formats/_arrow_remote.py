@@ -127,14 +127,12 @@ class _Walk:
         self._file = file
         self._at = 0
         self._buf = b""
-        self.gets = 0
 
     def bytes(self, offset: int, n: int) -> bytes:
         if offset < self._at or offset + n > self._at + len(self._buf):
             k = min(self.size - offset, max(n, _STEP))
             buf = np.empty(k, np.uint8)
             self._file.read_into(buf, offset).result()
-            self.gets += 1
             self._at, self._buf = offset, buf.tobytes()
         lo = offset - self._at
         return self._buf[lo : lo + n]
@@ -145,7 +143,7 @@ class _Walk:
             raise FormatError(f"{url}: {size} bytes is too small for an Arrow IPC stream")
         start, end = 0, size
         if self.bytes(0, 6) == _MAGIC:  # an IPC file: the stream lies between magic and footer
-            tail = self.bytes(size - 10, 10)
+            tail = self.bytes(size - 10, 10) if size >= 18 else b"\0" * 10
             footer = struct.unpack_from("<i", tail)[0]
             if tail[4:] != _MAGIC or not 0 < footer <= size - 18:
                 raise FormatError(
@@ -213,8 +211,8 @@ class _Walk:
                         raise _Corrupt("a record batch before the schema, or without a header")
                     n = meta.scalar(header, 0, "<q")
                     first_node, count = meta.vector(header, 1)
-                    if tops and tops[-1] >= count:
-                        raise _Corrupt(f"{count} field nodes for {len(tops)} columns")
+                    if n < 0 or (tops and tops[-1] >= count):
+                        raise _Corrupt(f"{n} rows, {count} field nodes for {len(tops)} columns")
                     # A field node is (length, null count), 16 bytes, in column order.
                     counts = [meta.int64(first_node + 16 * node + 8) for node in tops]
                     spans.append((at, pre + length + body))
@@ -224,7 +222,7 @@ class _Walk:
                     raise _Corrupt(f"message type {kind} (not a schema or record batch)")
             except _Corrupt as exc:
                 raise FormatError(f"{url}: corrupt Arrow IPC message at byte {at}: {exc}") from None
-            except pa.ArrowException as exc:
+            except (pa.ArrowException, OSError) as exc:  # pyarrow: "Invalid flatbuffers message"
                 raise FormatError(f"{url}: corrupt Arrow IPC schema at byte {at} ({exc})") from exc
             at += pre + length + body
         if not schema_message:
