@@ -141,6 +141,36 @@ def test_streams_and_files_read_by_ranges_as_pyarrow_reads_them(
             t.close()
 
 
+def test_only_the_columns_read_are_fetched(s3: S3Fixture, tmp_path: Path) -> None:
+    rows = _rows(2000, 4)
+    rows["text"] = [f"{i:06d} " * 40 for i in range(2000)]  # 280 bytes a row: most of it
+    body = _stream(pa.table(rows), chunk=250)
+    _put(s3, "wide/data.arrow", body)
+    (tmp_path / "data.arrow").write_bytes(body)
+    kw: dict[str, Any] = {"columns": ["input_ids", "label"], "width": 64, "shuffle": "window"}
+    remote = TableSource(f"{URL}/wide/data.arrow", store_options=options(s3), **kw)
+    assert remote.table.object_stats is not None
+    walked = remote.table.object_stats.bytes  # the headers' GETs, at open
+    steps = 2000 // 32  # one epoch: every record batch once
+    assert _digests(lambda: remote, steps=steps) == _digests(
+        lambda: TableSource(tmp_path / "data.arrow", **kw), steps=steps
+    )
+    stats = remote.table.object_stats
+    assert stats is not None
+    text = sum(len(t) for t in rows["text"])
+    assert stats.bytes - walked < len(body) - text  # the text's bytes stayed on the server
+    remote.close()
+    # A column asked for later is fetched then (the record batch again, with it).
+    table = Table.open(f"{URL}/wide/data.arrow", store_options=options(s3))
+    assert table.read_rows(np.arange(1990, 2000), ["label"])["label"].tolist() == list(
+        rows["label"][1990:]
+    )
+    got = table.read_rows(np.arange(1990, 2000), ["text", "label"])
+    assert bytes(got["text"].values).decode() == "".join(rows["text"][1990:])
+    assert got["label"].tolist() == list(rows["label"][1990:])
+    table.close()
+
+
 def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> None:
     for f in sorted(saved.iterdir()):
         if f.name != "data-00001-of-00003.arrow":

@@ -9,10 +9,13 @@ record batch of more than 64 KiB, fewer for small ones), every file's walk
 beside the others'; no body is read. An IPC *file* is the same stream between
 its magic and its footer.
 
-A record batch is then one range, fetched when a batch first needs it or
-earlier by read-ahead (cut into pieces in flight together), and decoded by
-pyarrow from that buffer without a copy. The whole body is fetched: columns
-a loader does not read are transferred too (``ObjectStats`` counts the bytes).
+A record batch is then fetched when a batch first needs it, or earlier by
+read-ahead: its header and the stretches of its body that the columns read
+lie in (the header lists every buffer's place; stretches less than ``GAP``
+apart are one GET, cut into pieces in flight together), into one buffer the
+message's size, which pyarrow decodes without a copy (the columns left out
+are never read). A compressed body, or a column layout not listed in
+:func:`_buffer_counts`, is fetched whole.
 Every read is checked against the size and ETag seen at open, so an object
 replaced under a running job is an error. Dictionary-encoded columns (which
 ``datasets`` does not write) are refused by name.
@@ -29,7 +32,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
-from headrace.formats._table_remote import Fetch
+from headrace.formats._table_remote import GAP, Fetch
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -100,22 +103,57 @@ def _node_counts(pa: Any, typ: Any) -> int:
     return 1 + sum(_node_counts(pa, typ.field(i).type) for i in range(typ.num_fields))
 
 
+def _buffer_counts(pa: Any, typ: Any) -> int | None:
+    """Buffers a column of ``typ`` has in a record batch body (its own, then its
+    children's), as Arrow's columnar format lists them; ``None`` for layouts not
+    listed here (unions, views, run-end encoded), whose columns are then not fetched
+    apart from the others."""
+    t = pa.types
+    if isinstance(typ, pa.ExtensionType):
+        typ = typ.storage_type
+    if t.is_null(typ):
+        return 0
+    if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
+        return 3  # validity, offsets, data
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_map(typ):
+        own = 2  # validity, offsets
+    elif t.is_fixed_size_list(typ) or t.is_struct(typ):
+        own = 1  # validity
+    elif typ.num_fields == 0 and (
+        t.is_primitive(typ) or t.is_decimal(typ) or t.is_fixed_size_binary(typ)
+    ):
+        return 2  # validity, values (bits for bool)
+    else:
+        return None
+    children = [_buffer_counts(pa, typ.field(i).type) for i in range(typ.num_fields)]
+    if any(c is None for c in children):
+        return None
+    return own + sum(c for c in children if c is not None)
+
+
 class ArrowIndex:
     """Where one IPC object's record batches are: what opening it learned (and pickles)."""
 
-    __slots__ = ("nulls", "rows", "schema_message", "spans")
+    __slots__ = ("columns", "heads", "nulls", "rows", "schema_message", "spans")
 
     def __init__(
         self,
         schema_message: bytes,
         spans: list[tuple[int, int]],
+        heads: list[int],
         rows: list[int],
         nulls: NDArray[np.int64],
+        columns: NDArray[np.int64],
     ) -> None:
         self.schema_message = schema_message  # the schema's whole message (prefix included)
         self.spans = spans  # (offset, length) of each record batch's message, body included
+        self.heads = heads  # each record batch's prefix and header: where its body starts
         self.rows = rows
         self.nulls = nulls  # (batches, columns): each top-level column's null count
+        # (batches, columns, 2): the stretch [start, end) of the body that each top-level
+        # column's buffers lie in ([0, body) for all when the body is compressed or its
+        # layout is not known here: then it is fetched whole).
+        self.columns = columns
 
 
 class _Walk:
@@ -154,8 +192,11 @@ class _Walk:
         schema_message = b""
         spans: list[tuple[int, int]] = []
         rows: list[int] = []
+        heads: list[int] = []
         nulls: list[list[int]] = []
+        stretches: list[list[tuple[int, int]]] = []
         tops: list[int] = []  # each top-level column's first field node
+        buffers: list[int] | None = None  # each top-level column's buffer count
         at = start
         while True:
             if at == end and start:  # an IPC file whose stream has no end marker
@@ -200,6 +241,9 @@ class _Walk:
                     for i in range(len(schema)):
                         tops.append(first_node)
                         first_node += _node_counts(pa, schema.field(i).type)
+                    counted = [_buffer_counts(pa, f.type) for f in schema]
+                    if all(c is not None for c in counted):
+                        buffers = [c for c in counted if c is not None]
                 elif kind == _DICTIONARY:
                     raise FormatError(
                         f"{url}: dictionary-encoded columns in an Arrow IPC file on object "
@@ -216,8 +260,10 @@ class _Walk:
                     # A field node is (length, null count), 16 bytes, in column order.
                     counts = [meta.int64(first_node + 16 * node + 8) for node in tops]
                     spans.append((at, pre + length + body))
+                    heads.append(pre + length)
                     rows.append(n)
                     nulls.append(counts)
+                    stretches.append(self._stretches(meta, header, buffers, body, len(tops)))
                 else:
                     raise _Corrupt(f"message type {kind} (not a schema or record batch)")
             except _Corrupt as exc:
@@ -227,8 +273,37 @@ class _Walk:
             at += pre + length + body
         if not schema_message:
             raise FormatError(f"{url}: an Arrow IPC stream without a schema message")
-        table = np.array(nulls, dtype=np.int64).reshape(len(spans), len(tops))
-        return ArrowIndex(schema_message, spans, rows, table)
+        return ArrowIndex(
+            schema_message,
+            spans,
+            heads,
+            rows,
+            np.array(nulls, dtype=np.int64).reshape(len(spans), len(tops)),
+            np.array(stretches, dtype=np.int64).reshape(len(spans), len(tops), 2),
+        )
+
+    @staticmethod
+    def _stretches(
+        meta: _Flat, header: int, buffers: list[int] | None, body: int, columns: int
+    ) -> list[tuple[int, int]]:
+        """Where in the body each top-level column's buffers lie (see ArrowIndex.columns)."""
+        whole = [(0, body)] * columns
+        first, count = meta.vector(header, 2)
+        if buffers is None or meta.field(header, 3) is not None or count != sum(buffers):
+            return whole  # a layout not known here, or compressed buffers: the whole body
+        out = []
+        k = 0
+        for n in buffers:
+            lo, hi = body, 0
+            for j in range(k, k + n):
+                off, size = meta.int64(first + 16 * j), meta.int64(first + 16 * j + 8)
+                if off < 0 or size < 0 or off + size > body:
+                    raise _Corrupt(f"buffer {j} [{off}, {off + size}) outside the {body}-byte body")
+                if size:
+                    lo, hi = min(lo, off), max(hi, off + size)
+            out.append((lo, hi) if hi > lo else (0, 0))
+            k += n
+        return out
 
 
 class RemoteArrow:
@@ -245,7 +320,6 @@ class RemoteArrow:
         self._file = file
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
-        self._all = frozenset(self.schema.names)
 
     @classmethod
     def open_all(
@@ -280,27 +354,46 @@ class RemoteArrow:
         ]
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
-        """Start the GETs of record batch ``group`` (header and whole body); nothing waits."""
-        del names  # every column's bytes: the body is one range (see the module doc)
+        """Start the GETs of record batch ``group``'s header and the stretches of its body
+        that ``names``' buffers lie in (less than ``GAP`` apart: one GET); nothing waits.
+
+        The buffer is the whole message's size, so pyarrow reads it as the message;
+        the bytes of the columns left out are never written, and never read.
+        """
         offset, length = self.index.spans[group]
+        head = self.index.heads[group]
+        wanted = [(0, head)]
+        for name in names:
+            lo, hi = self.index.columns[group, self.schema.get_field_index(name)].tolist()
+            if hi > lo:
+                wanted.append((head + lo, head + hi))
+        merged: list[list[int]] = []
+        for a, b in sorted(wanted):
+            if merged and a - merged[-1][1] <= GAP:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
         buf = np.empty(length, np.uint8)
-        return Fetch(self._all, [(offset, buf)], self._file.read_pieces(buf, offset))
+        futures = [f for a, b in merged for f in self._file.read_pieces(buf[a:b], offset + a)]
+        return Fetch(names, [(offset, buf)], futures)
 
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
-        """Record batch ``i``, decoded (zero-copy) from ``fetched`` (fetched now if ``None``)."""
-        del names  # a record batch decodes whole
-        if fetched is None:
-            fetched = self.fetch(i, self._all)
+        """Record batch ``i`` with (at least) the columns ``names``, decoded zero-copy from
+        ``fetched`` (fetched now if ``None`` or without them); only ``names`` may be read."""
+        want = frozenset(names)
+        if fetched is None or not want <= fetched.names:
+            fetched = self.fetch(i, want)
         try:
             spans = fetched.result()
         except Exception:
             if not fetched.ahead:
                 raise
-            spans = self.fetch(i, self._all).result()  # a failed read-ahead: once more, now
+            spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
         pa = self._pa
         try:
             batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.schema)
-            batch.validate(full=True)  # bytes from the network: offsets checked too
+            for name in names:  # bytes from the network: offsets checked too
+                batch.column(name).validate(full=True)
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(
                 f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc})"
