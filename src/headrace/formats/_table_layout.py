@@ -37,8 +37,9 @@ def _parse_state(where: str, text: str) -> dict[str, Any]:
     return saved
 
 
-def state_files(where: str, text: str) -> list[str]:
-    """The shard file names a ``save_to_disk`` ``state.json`` (at ``where``) lists, in order."""
+def state_files(root: str, where: str, text: str) -> list[str]:
+    """The shard file names a ``save_to_disk`` folder's ``state.json`` (at ``where``, in
+    ``root``) lists, in order."""
     saved = _parse_state(where, text)
     try:
         files = [str(e["filename"]) for e in saved["_data_files"]]
@@ -59,7 +60,7 @@ def state_files(where: str, text: str) -> list[str]:
             "that datasets version and save it again after ds.flatten_indices()"
         )
     if not files:
-        raise FormatError(f"{where} lists no data files (an empty dataset: 0 rows)")
+        raise FormatError(f"{root}: empty dataset: {where} lists no data files (0 rows)")
     return files
 
 

@@ -89,7 +89,7 @@ def resolve_urls(
     if "state.json" in here:
         where = f"{root}/state.json"
         text = (files.read(where) or b"").decode("utf-8", errors="replace")
-        names = state_files(where, text)
+        names = state_files(root, where, text)
         missing = [n for n in names if n not in here]
         if missing:
             raise FormatError(f"{where} lists data files that do not exist: {missing}")

@@ -447,12 +447,7 @@ def _resolve(
                 text = f.read()
         except (OSError, ValueError) as exc:  # unreadable, or not UTF-8
             raise FormatError(f"{state}: not a save_to_disk state file ({exc!r})") from exc
-        try:
-            files = [os.path.join(root, n) for n in state_files(state, text)]
-        except FormatError as exc:
-            if "lists no data files" in str(exc):
-                raise FormatError(f"{root}: empty dataset: {exc}") from None
-            raise
+        files = [os.path.join(root, n) for n in state_files(root, state, text)]
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
