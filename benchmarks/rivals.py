@@ -5,7 +5,8 @@ installed packages (torch, NumPy) and run the script with that venv's Python:
 
     python -m venv --system-site-packages /tmp/headrace-rivals-venv
     pip freeze | grep -E '^(numpy|torch)==' > /tmp/rivals-constraints.txt
-    /tmp/headrace-rivals-venv/bin/pip install -c /tmp/rivals-constraints.txt mosaicml-streaming grain
+    /tmp/headrace-rivals-venv/bin/pip install -c /tmp/rivals-constraints.txt \
+        mosaicml-streaming grain
     PYTHONPATH=src /tmp/headrace-rivals-venv/bin/python benchmarks/rivals.py [--quick]
 
 (The constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
@@ -42,10 +43,11 @@ What is measured, per side (each loader's own defaults unless said):
               is checked against a real saved state (below). torch has no state: users
               skip ahead by iterating, so its figure is first s + 100,000 / batches/s,
               marked "est." (running it would take minutes).
-  resume ok   a run saves its state at step --check-step and goes on for 50 batches; a
-              fresh loader restores that state and gives 50 batches: SHA-256 equal? Also
-              checked: a rerun from step 0 gives the same first 50 batches, and the state
-              at --check-step equals the state at half of it, advanced.
+  resume ok   a run saves its state at step --check-step (300; 100 with --quick) and goes
+              on for 50 batches; a fresh loader restores that state and gives 50 batches:
+              SHA-256 equal? Also checked: a rerun from step 0 gives the same first 50
+              batches, and the state at --check-step equals the state at half of it,
+              advanced. On every side but Grain threads=0 (with --quick: w=0 sides only).
   w0 = w2     the first 50 batches with 0 and with 2 workers equal (SHA-256)?
 Samples differ between loaders (each has its own shuffle): digests are compared within a
 loader only. Preparation (the token file, MDS conversion) is reported apart.
@@ -250,7 +252,7 @@ class Side:
     workers: int
     open: Callable[[Any], Live]  # a fresh loader, resumed at the given state (None: step 0)
     advance: Callable[[Any, int, int], Any]  # (state at step a, a, b) -> the state at step b
-    check: bool = False  # resume and rerun checked on this side
+    check: bool = False  # resume and rerun checked on this side (--quick: only w=0)
     step_multiple: int = 1  # states advance by multiples of this (Grain: per-worker rounds)
     skip_resume: bool = False  # no state: resume is skip-ahead, estimated
     rates: list[float] = field(default_factory=list)
@@ -285,9 +287,7 @@ def headrace_side(path: Path, name: str, *, prefetch: int = 0, workers: int | No
         if workers is None:
             ld = Loader(src, batch_size=B, seed=SEED, prefetch=prefetch)
         else:
-            ld = HeadraceDataLoader(
-                TorchDataset(src, batch_size=B, seed=SEED), num_workers=workers
-            )
+            ld = HeadraceDataLoader(TorchDataset(src, batch_size=B, seed=SEED), num_workers=workers)
         if state is not None:
             ld.load_state_dict(state)
         it = iter(ld)
@@ -302,7 +302,7 @@ def headrace_side(path: Path, name: str, *, prefetch: int = 0, workers: int | No
     def advance(state: Any, a: int, b: int) -> Any:
         return {**state, "step": state["step"] + (b - a)}
 
-    return Side(name, "headrace", workers or 0, open_, advance, check=workers is None)
+    return Side(name, "headrace", workers or 0, open_, advance, check=True)
 
 
 def torch_side(path: Path, workers: int) -> Side:
@@ -327,7 +327,7 @@ def torch_side(path: Path, workers: int) -> Side:
         return state + (b - a)
 
     return Side(
-        f"torch DataLoader w={workers}", "torch", workers, open_, advance, check=workers == 0,
+        f"torch DataLoader w={workers}", "torch", workers, open_, advance, check=True,
         skip_resume=True,
     )  # fmt: skip
 
@@ -347,13 +347,15 @@ def streaming_side(st: types.ModuleType, mds: Path, n: int, workers: int) -> Sid
         del a
         return {**state, "epoch": b // per_epoch, "sample_in_epoch": b % per_epoch * B}
 
-    return Side(f"streaming w={workers}", "streaming", workers, open_, advance, check=workers == 0)
+    return Side(f"streaming w={workers}", "streaming", workers, open_, advance, check=True)
 
 
 def grain_loader_side(gp: types.ModuleType, path: Path, workers: int, threads: int | None) -> Side:
     def open_(state: Any) -> Live:
         src = GrainSource(path)
-        read = None if threads is None else gp.ReadOptions(num_threads=threads, prefetch_buffer_size=0)
+        read = (
+            None if threads is None else gp.ReadOptions(num_threads=threads, prefetch_buffer_size=0)
+        )
         loader = gp.DataLoader(
             data_source=src,
             sampler=gp.IndexSampler(
@@ -375,7 +377,7 @@ def grain_loader_side(gp: types.ModuleType, path: Path, workers: int, threads: i
 
     name = f"grain DataLoader w={workers}" + ("" if threads is None else f" threads={threads}")
     return Side(
-        name, "grain", workers, open_, advance, check=workers == 0 and threads is None,
+        name, "grain", workers, open_, advance, check=threads is None,
         step_multiple=max(1, workers),
     )  # fmt: skip
 
@@ -501,11 +503,10 @@ def report(sides: list[Side], base: Side) -> None:
         rate = statistics.median(s.rates)
         fam = by_family[s.family]
         w_same = len({x.digest for x in fam}) == 1 if len(fam) > 1 else None
-        checked = next((x for x in fam if x.check), None)
         exact = None
-        if checked is not None:
-            exact = checked.checks["resume"] and checked.checks["rerun"]
-        resume = "-" if s.resume_s is None else f"{s.resume_s:,.2f}"
+        if s.checks:
+            exact = s.checks["resume"] and s.checks["rerun"]
+        resume = "-" if s.resume_s is None else f"{s.resume_s:,.3f}"
         if s.resume_est:
             resume = f"~{s.resume_s:,.0f} (est.)"
         out(
@@ -539,7 +540,7 @@ def main() -> int:
     a = p.parse_args()
     mib = 32 if a.quick else 256
     trials = a.trials or (2 if a.quick else 3)
-    seconds = a.trial_s or (0.3 if a.quick else 1.0)
+    seconds = a.trial_s or (0.2 if a.quick else 1.0)
     step = a.check_step or (100 if a.quick else 300)
     torch.set_num_threads(1)
 
@@ -603,7 +604,7 @@ def main() -> int:
             trial(s, seconds, first=t == 0)
         out(f"trial {t + 1}/{trials} done, {time.perf_counter() - t_all:.0f} s")
     for s in sides:
-        if s.check:
+        if s.check and (s.workers == 0 or not a.quick):
             check_resume(s, step)
         resume_cost(s)
     out(f"checks and resumes done, {time.perf_counter() - t_all:.0f} s")
