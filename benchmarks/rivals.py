@@ -28,12 +28,13 @@ cache, and a consumer that does nothing with each batch. Sides:
   grain w=0 / w=2         grain.python.DataLoader over a RandomAccessDataSource on the same
                           memmap, IndexSampler(shuffle=True, seed=1), Batch(B); default
                           ReadOptions (16 read threads); resume = iterator get_state/set_state
-  grain w=0 threads=0     the same with ReadOptions(num_threads=0): faster here (see below)
+  grain w=0 threads=0     the same with ReadOptions(num_threads=0): faster here (docs/bench.md)
   grain MapDataset        MapDataset.source(...).shuffle(1).repeat().batch(B).to_iter_dataset()
 
 What is measured, per side (each loader's own defaults unless said):
   batches/s   steady state, payload GB/s = B x (L+1) x 4 bytes per batch for every side;
-              each trial opens a fresh loader, takes 50 batches, then times --trial-s
+              each trial opens a fresh loader, takes 50 batches (8 after the first
+              trial), then times --trial-s
               seconds; sides alternate (A B C ... A B C ...), median and min-max
   first s     seconds from constructing the loader to its first batch (median of trials)
   resume s    seconds from restoring a state at step 100,000 to the first batch after it.
@@ -106,6 +107,7 @@ from headrace.torch import HeadraceDataLoader, TorchDataset
 
 B, L, SEED, K = 32, 1024, 1, 50
 RESUME_STEP = 100_000
+WARM = 8  # batches taken before the clock in trials after the first (the first digests 50)
 # Loaders that claim the same batches for any number of workers (Grain does not).
 CLAIM_WORKERS = ("headrace", "torch", "streaming")
 PIP = (
@@ -428,7 +430,7 @@ def trial(side: Side, seconds: float, first: bool) -> None:
     if first:  # steps 0..49 of a fresh run
         side.digest = digest_of(live, K, batch)
     else:
-        live.take(K - 1)  # the same warm-up before the clock as the digested run
+        live.take(WARM)  # enough for a fresh pipeline's first read-ahead to settle
     del batch
     n, t0 = 0, time.perf_counter()
     t1 = t0
