@@ -105,10 +105,6 @@ def test_arrow_ipc_of_a_sliced_table(tmp_path: Path) -> None:
     ("column", "match"),
     [
         (
-            pa.array([f"c{i % 3}" for i in range(N)]).dictionary_encode(),
-            r"column 'c' has type dictionary<values=string.*dictionary-encoded",
-        ),
-        (
             pa.array([{"a": i, "b": [i]} for i in range(N)]),
             r"column 'c' has type struct<a: int64.*table\.flatten\(\)",
         ),
@@ -120,7 +116,7 @@ def test_arrow_ipc_of_a_sliced_table(tmp_path: Path) -> None:
         (pa.array(np.arange(N).astype("M8[s]")), r"column 'c' has type timestamp\[m?s\]"),
         (pa.array([b"abcd"] * N, pa.binary(4)), r"column 'c' has type fixed_size_binary\[4\]"),
     ],
-    ids=["dictionary", "struct", "list-bool", "list-list", "timestamp", "fixed-binary"],
+    ids=["struct", "list-bool", "list-list", "timestamp", "fixed-binary"],
 )
 @pytest.mark.parametrize("kind", ["parquet", "arrow"])
 def test_unsupported_column_types_are_refused_by_name(
@@ -135,6 +131,28 @@ def test_unsupported_column_types_are_refused_by_name(
     with pytest.raises(FormatError, match=rf"u\.{kind}: {match}"):
         Table.open(path)
     _check(Table.open(path, columns=["id"]), t.select(["id"]))  # left out, the rest reads
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_dictionary_columns_read_as_their_values(kind: str, tmp_path: Path) -> None:
+    # A pandas category (strings) and dictionary-encoded numbers.
+    t = pa.table(
+        {
+            "tag": pa.array([f"c{i % 3}" for i in range(N)]).dictionary_encode(),
+            "n": pa.array([i % 5 for i in range(N)], pa.int16()).dictionary_encode(),
+        }
+    )
+    path = (
+        _parquet(tmp_path / "d.parquet", t)
+        if kind == "parquet"
+        else _arrow(tmp_path / "d.arrow", t, stream=True)
+    )
+    table = Table.open(path)
+    assert table.columns["n"].kind == "scalar" and table.columns["tag"].kind == "bytes"
+    _check(
+        table,
+        pa.table({c: t.column(c).cast(t.schema.field(c).type.value_type) for c in t.column_names}),
+    )
 
 
 def test_null_list_items_name_the_row(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -110,6 +110,10 @@ def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
         dt: np.dtype[Any] = np.dtype(x.to_pandas_dtype())
         return dt
 
+    if t.is_dictionary(typ):
+        # A pandas category, or a column written dictionary-encoded: read as its values
+        # (decoded per record batch or row group, when read).
+        return replace(_classify(pa, name, typ.value_type, path), arrow_type=str(typ))
     if numeric(typ) or t.is_boolean(typ):
         return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=np_dtype(typ))
     if t.is_fixed_size_list(typ) and numeric(typ.value_type):
@@ -127,12 +131,7 @@ def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
     if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
         return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
     hint = ""
-    if t.is_dictionary(typ):
-        hint = (
-            f" It is dictionary-encoded (a pandas category?): store it as {typ.value_type} "
-            "(table.cast, or pyarrow.compute.cast) or as its integer codes."
-        )
-    elif t.is_struct(typ):
+    if t.is_struct(typ):
         hint = " Store the fields as columns of their own (table.flatten())."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
@@ -787,6 +786,8 @@ class Table(Closing):
         pa = self._pa
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
         valid = None
         if arr.null_count:
             valid = arr.is_valid().to_numpy(zero_copy_only=False)
