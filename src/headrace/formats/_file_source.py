@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -447,15 +447,15 @@ class FileSource(Closing):
             for f in order:
                 # Taking a file the window has not started would fetch past its
                 # bound while decodes still hold every slot: wait for one to free.
-                while self.window.full_without(f) and any(not p.done() for p in pending.values()):
-                    next(p for p in pending.values() if not p.done()).result()
+                while self.window.full_without(f) and _wait_for_one(pending):
+                    pass
                 data = self.window.take(f)
                 pending[f] = self._decoders.submit(job, f, data)
                 # Bound the bytes parked in the decode queue: a slot is only freed
                 # once its file is decoded, so the window bound holds anyway; this
                 # keeps one slow decode from idling the fetches behind it.
                 while sum(not p.done() for p in pending.values()) > 2 * threads:
-                    next(p for p in pending.values() if not p.done()).result()
+                    _wait_for_one(pending)
             return {f: p.result() for f, p in pending.items()}
         except BaseException:
             for p in pending.values():
@@ -486,3 +486,21 @@ class FileSource(Closing):
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         self._open(files, config, store_options, state["listing"])
+
+
+def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
+    """Wait until one of the decodes still running ends (raising its error); ``False``
+    if none was running.
+
+    The running ones are listed once and waited on together: a decode may end between
+    a look at ``done()`` and the next (on the pool's thread), and picking "the first
+    one not done" after counting them raised ``StopIteration`` when none was left,
+    which the loader's generator turned into a ``RuntimeError`` mid-epoch.
+    """
+    running = [p for p in pending.values() if not p.done()]
+    if not running:
+        return False
+    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+    for p in finished:
+        p.result()
+    return True
