@@ -191,7 +191,9 @@ class FileSource(Closing):
         default = DEFAULT_REMOTE_IN_FLIGHT if self.files.remote else DEFAULT_LOCAL_IN_FLIGHT
         self.in_flight = config.in_flight or default
         depth = 1 if config.mode == "map-style" else self.in_flight
-        self.window = FetchWindow(self.files.fetch, depth)
+        # Through the source, not bound to this listing's store: close() closes that
+        # store, and the next read opens another (see _reopened).
+        self.window = FetchWindow(self._fetch_file, depth)
         threads = config.decode_threads
         self.decode_threads = default_decode_threads() if threads is None else threads
         self._decoders: ThreadPoolExecutor | None = None
@@ -236,7 +238,32 @@ class FileSource(Closing):
         """What the object cache did in this process (``None`` without ``cache_dir``)."""
         return None if self.files.cache is None else self.files.cache.stats
 
+    def _fetch_file(self, f: int) -> Any:
+        """File ``f``'s bytes, checked against the listed size (see :class:`FileList`)."""
+        return self.files.fetch(f)
+
+    def reopen(self) -> None:
+        """Open the object store again if :meth:`close` closed it (a no-op otherwise).
+
+        Reads call it: a source closed by one loader (as every epoch of a
+        ``TorchDataset`` closes its loader) reads on under the next one, as token,
+        row and table sources do. The listing is kept: the files are the ones listed.
+        """
+        f = self.files
+        if not (f.remote and f.store is not None and f.store.closed):
+            return
+        files, config, store_options = self._args
+        self.files = list_files(
+            files,
+            extensions=self.format.extensions,
+            local_read=config.local_read,
+            store_options=store_options,
+            listing=(f.keys, f.sizes, f.etags),
+            cache=f.cache,
+        )
+
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        self.reopen()
         samples = np.asarray(samples, dtype=np.int64)
         files, items = self.plan.locate(seed, samples)
         index = files * self.plan.samples_per_file + items
@@ -283,6 +310,7 @@ class FileSource(Closing):
         """Queue the files these samples need; start as many fetches as the window allows."""
         if self.config.mode == "map-style":
             return  # the baseline fetches one file at a time, when asked
+        self.reopen()
         files, _ = self.plan.locate(seed, np.asarray(samples, dtype=np.int64))
         order = dict.fromkeys(files.tolist())
         self._prefetched = set(order)

@@ -121,13 +121,24 @@ class RemoteParquet:
 
     parquet = True
 
-    def __init__(self, url: str, file: RemoteFile, size: int, footer: bytes, pa: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        file: RemoteFile,
+        size: int,
+        footer: bytes,
+        pa: Any,
+        reopen: Callable[[], RemoteFile],
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.path = url
         self.size = size
         self._pa = pa
-        self._file = file
+        self._handle: RemoteFile | None = file
+        # A handle holds its store and request queue, which the table's close() closes:
+        # the next read takes a new handle (on the reopened ones) from here.
+        self._reopen = reopen
         self.misses = 0  # reads outside the fetched ranges (one GET each)
         tail = size - len(footer)
         try:
@@ -178,8 +189,14 @@ class RemoteParquet:
                 head = np.empty(need - len(raw), np.uint8)
                 h.read_into(head, info.size - need).result()
                 raw = head.tobytes() + raw
-            parts.append(cls(url, h, info.size, raw, pa))
+            parts.append(cls(url, h, info.size, raw, pa, _opener(files, url, info)))
         return parts
+
+    @property
+    def _file(self) -> RemoteFile:
+        if self._handle is None:
+            self._handle = self._reopen()
+        return self._handle
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
@@ -243,7 +260,11 @@ class RemoteParquet:
         return buf
 
     def close(self) -> None:
-        pass
+        self._handle = None
+
+
+def _opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], RemoteFile]:
+    return lambda: files.open(url, info.size, info.etag)
 
 
 class _Spans:
