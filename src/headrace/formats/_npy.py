@@ -18,9 +18,11 @@ from __future__ import annotations
 import ast
 import io
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +37,24 @@ _ZIP_LOCAL = b"PK\x03\x04"
 _ZIP_EMPTY = b"PK\x05\x06"
 # zip files carry timestamps; a fixed one makes the writer deterministic.
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+_EVAL_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=256)
+def _literal(text: str) -> object:
+    """``ast.literal_eval(text)``, one call at a time, remembered (never mutate the result).
+
+    One at a time: CPython 3.11 keeps the AST builder's recursion depth per
+    interpreter, not per thread, so decode threads evaluating headers at once
+    failed now and then with ``SystemError: AST constructor recursion depth
+    mismatch`` (python/cpython#106905; met once in a soak, 8 decode threads).
+    Remembered: a dataset's files mostly share a few headers, so the lock is
+    rarely taken.
+    """
+    with _EVAL_LOCK:
+        return ast.literal_eval(text)
 
 
 def _parse_npy_header(
@@ -67,7 +87,7 @@ def _parse_npy_header(
         )
     try:
         text = bytes(view[start:end]).decode("utf-8" if major == 3 else "latin1")
-        header = ast.literal_eval(text)
+        header = _literal(text)
     except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         raise FormatError(f"{where}: corrupt NPY header ({exc})") from exc
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
