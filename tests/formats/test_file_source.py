@@ -794,3 +794,54 @@ def test_a_moved_copy_resumes_and_other_files_are_refused(tmp_path: Path) -> Non
     (new / "f011.npy").rename(new / "g011.npy")
     with pytest.raises(StateError, match="what differs: keys"):
         Loader(FileSource(str(new), format="npy"), batch_size=4).load_state_dict(state)
+
+
+class _EndsWhenCounted(Future):  # type: ignore[type-arg]
+    """A finished decode that says "running" until the count of running decodes in
+    which the third of them is first looked at; then every one of them says done.
+    (What a pool thread finishing the decodes right after that count looks like.)"""
+
+    def __init__(self, group: list[_EndsWhenCounted]) -> None:
+        super().__init__()
+        self.group = group
+        self.running = True
+        self.looked_at = False
+        group.append(self)
+
+    def done(self) -> bool:
+        was = self.running
+        if len(self.group) > 2 and self is self.group[2] and not self.looked_at:
+            for f in self.group:
+                f.running = False
+        self.looked_at = True
+        return not was
+
+
+class _InlineDecodes:
+    def __init__(self) -> None:
+        self.group: list[_EndsWhenCounted] = []
+
+    def submit(self, fn: Any, *args: Any) -> Future:  # type: ignore[type-arg]
+        fut = _EndsWhenCounted(self.group)
+        fut.set_result(fn(*args))
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+def test_decodes_that_end_between_count_and_wait_do_not_stop_the_read(tmp_path: Path) -> None:
+    # The read counted the decodes still running, then picked "the first one not done":
+    # when they had all ended in between, next() raised StopIteration, which the
+    # loader's generator turned into "RuntimeError: generator raised StopIteration"
+    # (met once in a soak of KeyboardInterrupts and resumes).
+    root = make_dataset(tmp_path / "npy", "npy", 6)
+    src = FileSource(root, format="npy", decode_threads=1, in_flight=8, shuffle="none")
+    want = src.read(0, np.arange(4))
+    src._decoders = _InlineDecodes()  # type: ignore[assignment]
+    got = src.read(0, np.arange(4))
+    assert len(src._decoders.group) == 4  # type: ignore[attr-defined]
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    src.close()

@@ -399,3 +399,38 @@ def test_raw_is_a_view() -> None:
     data = bytearray(b"abc")
     out = decode_raw(data, name="r")
     assert out.dtype == np.uint8 and np.shares_memory(out, np.frombuffer(data, np.uint8))
+
+
+def test_npy_headers_are_never_evaluated_by_two_threads_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CPython 3.11's AST builder keeps its recursion depth per interpreter: decode
+    # threads evaluating NPY headers at once failed now and then with "SystemError:
+    # AST constructor recursion depth mismatch" (met in a soak with 8 decode threads).
+    import ast
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from headrace.formats import _npy
+
+    inside, most = [0], [0]
+    count = threading.Lock()
+    evaluate = ast.literal_eval
+
+    def watched(text: str) -> object:
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)  # long enough for another thread to come in
+        with count:
+            inside[0] -= 1
+        return evaluate(text)
+
+    monkeypatch.setattr(_npy.ast, "literal_eval", watched)
+    # 48 headers no other test writes (remembered headers are not evaluated again)
+    files = [_npy.encode_npy(np.zeros((i + 1, 7, 5), np.uint16)) for i in range(48)]
+    with ThreadPoolExecutor(8) as pool:
+        shapes = list(pool.map(lambda b: decode_npy(b, name="a.npy").shape, files))
+    assert shapes == [(i + 1, 7, 5) for i in range(48)]
+    assert most[0] == 1

@@ -171,6 +171,23 @@ def test_only_the_columns_read_are_fetched(s3: S3Fixture, tmp_path: Path) -> Non
     table.close()
 
 
+def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, saved: Path) -> None:
+    # Each epoch of a TorchDataset closes its loader, and with it the source.
+    def make() -> TableSource:
+        return TableSource(f"{URL}/hf", store_options=options(s3), **KW)
+
+    want = batch_digest(Loader(make(), batch_size=32, seed=5, steps=8))
+    src, got, state = make(), [], None
+    for _ in range(4):  # two steps per loader, each closed after
+        with Loader(src, batch_size=32, seed=5, steps=8) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            got += [b for _, b in zip(range(2), loader, strict=False)]
+            state = loader.state_dict()
+    assert batch_digest(got) == want
+    src.close()
+
+
 def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> None:
     for f in sorted(saved.iterdir()):
         if f.name != "data-00001-of-00003.arrow":

@@ -360,3 +360,32 @@ def test_close_under_a_stalled_store_does_not_wait_out_the_retries(
     reader.join(timeout=10)
     assert not reader.is_alive()
     assert took < 3.0, took  # 0.5 s + one cancelled try; before: every try (>= 6 s)
+
+
+def test_a_source_closed_by_its_loader_reads_on_under_the_next(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # Each epoch of a TorchDataset closes its loader, and with it the source; the next
+    # epoch's loader fetched through the closed store: "store is closed".
+    src = s3_source(s3, "npy")
+    want = run(s3_source(s3, "npy"), steps=6)
+    got = []
+    state = None
+    for _ in range(3):  # two steps per loader, each closed after
+        with Loader(src, batch_size=4, seed=9, steps=6) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            got += [b for _, b in zip(range(2), loader, strict=False)]
+            state = loader.state_dict()
+    assert batch_digest(got) == want
+    src.close()  # and the iterable-style mode, on a closed source
+    want_files = sorted(
+        d
+        for b in IterableFiles(s3_source(s3, "npy"), batch_size=2).epoch(1, 0)
+        for d in sample_digests(b)
+    )
+    got_files = sorted(
+        d for b in IterableFiles(src, batch_size=2).epoch(1, 0) for d in sample_digests(b)
+    )
+    assert got_files == want_files
+    src.close()

@@ -378,3 +378,20 @@ def test_hosts_in_address_order_fetch_their_share_of_each_window(
     for t in (0, 11, len(plan_batches) - 1):
         np.testing.assert_array_equal(address_batches[t], two[t])  # any host count
         np.testing.assert_array_equal(address_batches[t], np.sort(plan_batches[t]))
+
+
+def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, root: Path) -> None:
+    # Each epoch of a TorchDataset closes its loader, and with it the source; the next
+    # epoch's loader read through the closed request queue: "the request queue is closed".
+    src = s3_source(s3, shuffle="window")
+    want = batch_digest(Loader(s3_source(s3, shuffle="window"), batch_size=32, seed=5, steps=8))
+    got = []
+    state = None
+    for _ in range(4):  # two steps per loader, each closed after
+        with Loader(src, batch_size=32, seed=5, steps=8) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            got += [b for _, b in zip(range(2), loader, strict=False)]
+            state = loader.state_dict()
+    assert batch_digest(got) == want
+    src.close()

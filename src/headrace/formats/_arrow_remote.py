@@ -24,6 +24,7 @@ replaced under a running job is an error. Dictionary-encoded columns (which
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
-from headrace.formats._table_remote import GAP, Fetch
+from headrace.formats._table_remote import GAP, Fetch, opener
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -311,13 +312,24 @@ class RemoteArrow:
 
     parquet = False
 
-    def __init__(self, url: str, file: RemoteFile, size: int, index: ArrowIndex, pa: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        file: RemoteFile,
+        size: int,
+        index: ArrowIndex,
+        pa: Any,
+        reopen: Callable[[], RemoteFile],
+    ) -> None:
         self.path = url
         self.size = size
         self.index = index
         self.rows = index.rows
         self.misses = 0  # (Parquet's count of reads outside the fetched ranges; none here)
-        self._file = file
+        self._handle: RemoteFile | None = file
+        # The table's close() closes the stores a handle reads through: the next read
+        # (a new loader over the same source) takes a new handle from here.
+        self._reopen = reopen
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
 
@@ -349,9 +361,15 @@ class RemoteArrow:
             walked = dict(zip(todo, (f.result() for f in futures), strict=True))
         indexes = [walked[i] if i in walked else walk(i) for i in range(len(objects))]
         return [
-            cls(url, h, info.size, ix, pa)
+            cls(url, h, info.size, ix, pa, opener(files, url, info))
             for (url, info), h, ix in zip(objects, handles, indexes, strict=True)
         ]
+
+    @property
+    def _file(self) -> RemoteFile:
+        if self._handle is None:
+            self._handle = self._reopen()
+        return self._handle
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of record batch ``group``'s header and the stretches of its body
@@ -409,4 +427,4 @@ class RemoteArrow:
         return self.index.spans[i][1]
 
     def close(self) -> None:
-        pass
+        self._handle = None

@@ -49,7 +49,7 @@ class IterableFiles:
         self.batch_size = batch_size
         self.worker = worker
         self.num_workers = num_workers
-        self.window = FetchWindow(source.files.fetch, in_flight or source.in_flight)
+        self.window = FetchWindow(source._fetch_file, in_flight or source.in_flight)
 
     @property
     def stats(self) -> WindowStats:
@@ -64,6 +64,7 @@ class IterableFiles:
         plan = self.source.plan
         spf = plan.samples_per_file
         shard = self.shard(seed, epoch).tolist()
+        self.source.reopen()
         self.window.plan(shard)
         samples: list[Sample] = []
         index: list[int] = []

@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -191,7 +191,9 @@ class FileSource(Closing):
         default = DEFAULT_REMOTE_IN_FLIGHT if self.files.remote else DEFAULT_LOCAL_IN_FLIGHT
         self.in_flight = config.in_flight or default
         depth = 1 if config.mode == "map-style" else self.in_flight
-        self.window = FetchWindow(self.files.fetch, depth)
+        # Through the source, not bound to this listing's store: close() closes that
+        # store, and the next read opens another (see _reopened).
+        self.window = FetchWindow(self._fetch_file, depth)
         threads = config.decode_threads
         self.decode_threads = default_decode_threads() if threads is None else threads
         self._decoders: ThreadPoolExecutor | None = None
@@ -236,7 +238,32 @@ class FileSource(Closing):
         """What the object cache did in this process (``None`` without ``cache_dir``)."""
         return None if self.files.cache is None else self.files.cache.stats
 
+    def _fetch_file(self, f: int) -> Any:
+        """File ``f``'s bytes, checked against the listed size (see :class:`FileList`)."""
+        return self.files.fetch(f)
+
+    def reopen(self) -> None:
+        """Open the object store again if :meth:`close` closed it (a no-op otherwise).
+
+        Reads call it: a source closed by one loader (as every epoch of a
+        ``TorchDataset`` closes its loader) reads on under the next one, as token,
+        row and table sources do. The listing is kept: the files are the ones listed.
+        """
+        f = self.files
+        if not (f.remote and f.store is not None and f.store.closed):
+            return
+        files, config, store_options = self._args
+        self.files = list_files(
+            files,
+            extensions=self.format.extensions,
+            local_read=config.local_read,
+            store_options=store_options,
+            listing=(f.keys, f.sizes, f.etags),
+            cache=f.cache,
+        )
+
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        self.reopen()
         samples = np.asarray(samples, dtype=np.int64)
         files, items = self.plan.locate(seed, samples)
         index = files * self.plan.samples_per_file + items
@@ -283,6 +310,7 @@ class FileSource(Closing):
         """Queue the files these samples need; start as many fetches as the window allows."""
         if self.config.mode == "map-style":
             return  # the baseline fetches one file at a time, when asked
+        self.reopen()
         files, _ = self.plan.locate(seed, np.asarray(samples, dtype=np.int64))
         order = dict.fromkeys(files.tolist())
         self._prefetched = set(order)
@@ -447,15 +475,15 @@ class FileSource(Closing):
             for f in order:
                 # Taking a file the window has not started would fetch past its
                 # bound while decodes still hold every slot: wait for one to free.
-                while self.window.full_without(f) and any(not p.done() for p in pending.values()):
-                    next(p for p in pending.values() if not p.done()).result()
+                while self.window.full_without(f) and _wait_for_one(pending):
+                    pass
                 data = self.window.take(f)
                 pending[f] = self._decoders.submit(job, f, data)
                 # Bound the bytes parked in the decode queue: a slot is only freed
                 # once its file is decoded, so the window bound holds anyway; this
                 # keeps one slow decode from idling the fetches behind it.
                 while sum(not p.done() for p in pending.values()) > 2 * threads:
-                    next(p for p in pending.values() if not p.done()).result()
+                    _wait_for_one(pending)
             return {f: p.result() for f, p in pending.items()}
         except BaseException:
             for p in pending.values():
@@ -486,3 +514,21 @@ class FileSource(Closing):
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         self._open(files, config, store_options, state["listing"])
+
+
+def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
+    """Wait until one of the decodes still running ends (raising its error); ``False``
+    if none was running.
+
+    The running ones are listed once and waited on together: a decode may end between
+    a look at ``done()`` and the next (on the pool's thread), and picking "the first
+    one not done" after counting them raised ``StopIteration`` when none was left,
+    which the loader's generator turned into a ``RuntimeError`` mid-epoch.
+    """
+    running = [p for p in pending.values() if not p.done()]
+    if not running:
+        return False
+    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+    for p in finished:
+        p.result()
+    return True

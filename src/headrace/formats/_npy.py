@@ -19,9 +19,11 @@ import ast
 import io
 import re
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,15 +42,29 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
 
+_EVAL_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=256)
 def _literal(text: str, major: int) -> object:
-    """The header's dict; version 1.0 headers written by Python 2 NumPy say ``3L``."""
-    try:
-        return ast.literal_eval(text)
-    except SyntaxError:
-        if major != 1 or not _PY2_LONG.search(text):
-            raise
-        # np.load accepts these too (with a warning); only integers ending in L change.
-        return ast.literal_eval(_PY2_LONG.sub(r"\1", text))
+    """The header's dict: ``ast.literal_eval(text)``, one call at a time, remembered
+    (never mutate the result); version 1.0 headers written by Python 2 NumPy say ``3L``.
+
+    One at a time: CPython 3.11 keeps the AST builder's recursion depth per
+    interpreter, not per thread, so decode threads evaluating headers at once
+    failed now and then with ``SystemError: AST constructor recursion depth
+    mismatch`` (python/cpython#106905; met once in a soak, 8 decode threads).
+    Remembered: a dataset's files mostly share a few headers, so the lock is
+    rarely taken.
+    """
+    with _EVAL_LOCK:
+        try:
+            return ast.literal_eval(text)
+        except SyntaxError:
+            if major != 1 or not _PY2_LONG.search(text):
+                raise
+            # np.load accepts these too (with a warning); only integers ending in L change.
+            return ast.literal_eval(_PY2_LONG.sub(r"\1", text))
 
 
 def _parse_npy_header(

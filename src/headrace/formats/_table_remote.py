@@ -39,7 +39,7 @@ from headrace.formats._table_layout import folder_files, state_files, state_fing
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["GAP", "Fetch", "RemoteParquet", "resolve_urls", "stored_bytes"]
+__all__ = ["GAP", "Fetch", "RemoteParquet", "opener", "resolve_urls", "stored_bytes"]
 
 # Two chunks less than this apart are one GET: a request costs a round trip
 # (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
@@ -126,13 +126,24 @@ class RemoteParquet:
 
     parquet = True
 
-    def __init__(self, url: str, file: RemoteFile, size: int, footer: bytes, pa: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        file: RemoteFile,
+        size: int,
+        footer: bytes,
+        pa: Any,
+        reopen: Callable[[], RemoteFile],
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.path = url
         self.size = size
         self._pa = pa
-        self._file = file
+        self._handle: RemoteFile | None = file
+        # A handle holds its store and request queue, which the table's close() closes:
+        # the next read takes a new handle (on the reopened ones) from here.
+        self._reopen = reopen
         self.misses = 0  # reads outside the fetched ranges (one GET each)
         tail = size - len(footer)
         try:
@@ -183,8 +194,14 @@ class RemoteParquet:
                 head = np.empty(need - len(raw), np.uint8)
                 h.read_into(head, info.size - need).result()
                 raw = head.tobytes() + raw
-            parts.append(cls(url, h, info.size, raw, pa))
+            parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info)))
         return parts
+
+    @property
+    def _file(self) -> RemoteFile:
+        if self._handle is None:
+            self._handle = self._reopen()
+        return self._handle
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
@@ -248,7 +265,12 @@ class RemoteParquet:
         return buf
 
     def close(self) -> None:
-        pass
+        self._handle = None
+
+
+def opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], RemoteFile]:
+    """A new handle of the object ``url`` as listed, on ``files`` (reopened if closed)."""
+    return lambda: files.open(url, info.size, info.etag)
 
 
 class _Spans:
