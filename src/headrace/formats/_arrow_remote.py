@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
-from headrace.formats._table_remote import GAP, Fetch, opener
+from headrace.formats._table_remote import Fetch, fetched_spans, merge_ranges, opener
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -385,28 +385,16 @@ class RemoteArrow:
             lo, hi = self.index.columns[group, self.schema.get_field_index(name)].tolist()
             if hi > lo:
                 wanted.append((head + lo, head + hi))
-        merged: list[list[int]] = []
-        for a, b in sorted(wanted):
-            if merged and a - merged[-1][1] <= GAP:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
         buf = np.empty(length, np.uint8)
-        futures = [f for a, b in merged for f in self._file.read_pieces(buf[a:b], offset + a)]
+        futures = [
+            f for a, b in merge_ranges(wanted) for f in self._file.read_pieces(buf[a:b], offset + a)
+        ]
         return Fetch(names, [(offset, buf)], futures)
 
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
         """Record batch ``i`` with (at least) the columns ``names``, decoded zero-copy from
         ``fetched`` (fetched now if ``None`` or without them); only ``names`` may be read."""
-        want = frozenset(names)
-        if fetched is None or not want <= fetched.names:
-            fetched = self.fetch(i, want)
-        try:
-            spans = fetched.result()
-        except Exception:
-            if not fetched.ahead:
-                raise
-            spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
+        spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
         pa = self._pa
         try:
             batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.schema)

@@ -39,7 +39,16 @@ from headrace.formats._table_layout import folder_files, state_files, state_fing
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["GAP", "Fetch", "RemoteParquet", "opener", "resolve_urls", "stored_bytes"]
+__all__ = [
+    "GAP",
+    "Fetch",
+    "RemoteParquet",
+    "fetched_spans",
+    "merge_ranges",
+    "opener",
+    "resolve_urls",
+    "stored_bytes",
+]
 
 # Two chunks less than this apart are one GET: a request costs a round trip
 # (tens of ms), 1 MiB costs ~10 ms at 100 MB/s.
@@ -119,6 +128,35 @@ class Fetch:
     def result(self) -> list[tuple[int, NDArray[np.uint8]]]:
         wait_all(self.futures)
         return self.spans
+
+
+def fetched_spans(
+    fetch: Callable[[int, frozenset[str]], Fetch],
+    group: int,
+    want: frozenset[str],
+    fetched: Fetch | None,
+) -> list[tuple[int, NDArray[np.uint8]]]:
+    """The bytes of ``group`` holding ``want``: ``fetched``'s, when it has those columns,
+    else fetched now; a failed read-ahead is fetched once more, now."""
+    if fetched is None or not want <= fetched.names:
+        fetched = fetch(group, want)
+    try:
+        return fetched.result()
+    except Exception:
+        if not fetched.ahead:
+            raise
+        return fetch(group, want).result()
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, end)`` ranges sorted, those less than ``GAP`` apart merged (one GET each)."""
+    merged: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if merged and a - merged[-1][1] <= GAP:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
 
 
 class RemoteParquet:
@@ -214,13 +252,7 @@ class RemoteParquet:
                 if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
                     start = c.dictionary_page_offset
                 chunks.append((start, min(self.size, start + c.total_compressed_size)))
-        merged: list[list[int]] = []
-        for a, b in sorted(chunks):
-            if merged and a - merged[-1][1] <= GAP:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
-        return [(a, b - a) for a, b in merged]
+        return [(a, b - a) for a, b in merge_ranges(chunks)]
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of row group ``group``'s chunks of ``names``; nothing waits."""
@@ -236,15 +268,7 @@ class RemoteParquet:
         """Row group ``i`` of ``names``, decoded from ``fetched`` (fetched now if ``None``)."""
         import pyarrow.parquet as pq
 
-        want = frozenset(names)
-        if fetched is None or not want <= fetched.names:
-            fetched = self.fetch(i, want)
-        try:
-            spans = fetched.result()
-        except Exception:
-            if not fetched.ahead:
-                raise
-            spans = self.fetch(i, want).result()  # a failed read-ahead: once more, now
+        spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
         pa = self._pa
         try:
             source = _Spans(self.path, self.size, spans, self._miss)
