@@ -48,9 +48,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from _out import out as _out
+from tables_s3 import token_table
 
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import TableSource
@@ -69,13 +69,7 @@ def write_folder(args: argparse.Namespace) -> tuple[str, list[str]]:
     if not os.path.exists(os.path.join(folder, "state.json")):
         os.makedirs(folder, exist_ok=True)
         for i, name in enumerate(names):
-            rng = np.random.default_rng([args.seed, i])
-            lengths = rng.integers(64, 1025, args.rows)
-            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-            values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
-            ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-            label = np.arange(args.rows, dtype=np.int64) + i * args.rows
-            table = pa.table({"input_ids": ids, "label": label})
+            table = token_table(args.seed, i, args.rows)  # tables_s3's rows
             with pa.ipc.new_stream(os.path.join(folder, name), table.schema) as w:
                 w.write_table(table, max_chunksize=args.batch_rows)
         state = {"_data_files": [{"filename": n} for n in names], "_fingerprint": "bench"}

@@ -62,6 +62,17 @@ URL = "s3://headrace-bench/tables"
 MiB = 1 << 20
 
 
+def token_table(seed: int, i: int, rows: int) -> pa.Table:
+    """File ``i``'s rows: ``input_ids`` list<int32> of 64-1,024 tokens, ``label`` int64."""
+    rng = np.random.default_rng([seed, i])
+    lengths = rng.integers(64, 1025, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    label = np.arange(rows, dtype=np.int64) + i * rows
+    return pa.table({"input_ids": ids, "label": label})
+
+
 def write_files(args: argparse.Namespace) -> list[str]:
     os.makedirs(args.root, exist_ok=True)
     paths = []
@@ -70,13 +81,7 @@ def write_files(args: argparse.Namespace) -> list[str]:
         paths.append(path)
         if os.path.exists(path):
             continue
-        rng = np.random.default_rng([args.seed, i])
-        lengths = rng.integers(64, 1025, args.rows)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
-        ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-        label = np.arange(args.rows, dtype=np.int64) + i * args.rows
-        table = pa.table({"input_ids": ids, "label": label})
+        table = token_table(args.seed, i, args.rows)
         pq.write_table(table, path + ".tmp", row_group_size=args.group_rows)
         os.replace(path + ".tmp", path)
     return paths
