@@ -243,9 +243,7 @@ def test_a_killed_worker_is_named_with_its_signal_and_the_other_stopped(
         consumer.join()
 
 
-def test_a_script_without_the_main_guard_is_told_how_to_fix_it(
-    root: Path, tmp_path: Path
-) -> None:
+def test_a_script_without_the_main_guard_is_told_how_to_fix_it(root: Path, tmp_path: Path) -> None:
     # Workers start with forkserver: each imports the main module, which starts workers
     # again; multiprocessing ends the worker with code 1 before any headrace code runs.
     script = tmp_path / "unguarded.py"
