@@ -366,6 +366,7 @@ class WorkerBatches:
         self._back: list[Connection] = []  # main -> worker: mapped, returned slots
         self._alive: Connection | None = None  # never written: its closing stops the workers
         self._rings: list[_Ring | None] = []
+        self._heard: list[bool] = []  # per worker: has it sent anything yet
         # Per worker: its last chunk's batches the consumer has not had yet.
         self._ready: list[collections.deque[Batch]] = []
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
@@ -381,6 +382,7 @@ class WorkerBatches:
         k = self.cfg.workers
         self._pending = collections.deque()
         self._rings = [None] * k
+        self._heard = [False] * k
         self._ready = [collections.deque() for _ in range(k)]
         self.shm_names = []
         self.pickled_chunks = 0
@@ -470,13 +472,16 @@ class WorkerBatches:
 
     def _recv(self, w: int, t: int) -> bytes:
         try:
-            return self._out[w].recv_bytes()
+            msg = self._out[w].recv_bytes()
         except EOFError:
             p = self._procs[w]
             p.join(timeout=1)
-            raise HeadraceError(
-                f"headrace worker {w} (pid {p.pid}) {_ended(p.exitcode, t)}"
-            ) from None
+            text = f"headrace worker {w} (pid {p.pid}) {_ended(p.exitcode, t)}"
+            if p.exitcode is not None and p.exitcode > 0 and not self._heard[w]:
+                text += _NEVER_STARTED
+            raise HeadraceError(text) from None
+        self._heard[w] = True
+        return msg
 
     def _check_step(self, w: int, t: int, got: int) -> None:
         if got != t:
@@ -574,6 +579,16 @@ def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:
     for i in range(n):
         batch = {k: v[i * per[k] : (i + 1) * per[k]] for k, v in arrays.items()}
         ready.append(lay_out(batch, ragged) if ragged else batch)
+
+
+# A worker that exits with an error before its first message never ran ``_worker``
+# (whose errors come back as messages): it failed while starting, in
+# multiprocessing's bootstrap, which re-imports the main module.
+_NEVER_STARTED = (
+    " It ended while starting, before headrace's worker code ran: its traceback is on "
+    "stderr above. Worker processes start with forkserver or spawn and import the main "
+    'module, so a script must start iterating under `if __name__ == "__main__":`.'
+)
 
 
 def _ended(exitcode: int | None, step: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,6 +241,51 @@ def test_a_killed_worker_is_named_with_its_signal_and_the_other_stopped(
     finally:
         kill_left(pids, pid_exited)
         consumer.join()
+
+
+def test_a_script_without_the_main_guard_is_told_how_to_fix_it(root: Path, tmp_path: Path) -> None:
+    # Workers start with forkserver: each imports the main module, which starts workers
+    # again; multiprocessing ends the worker with code 1 before any headrace code runs.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from _adapter_data import BATCH, token_source\n"
+        "from headrace import torch as ht\n"
+        f"ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH, steps=4)\n"
+        "for _ in ht.HeadraceDataLoader(ds, num_workers=1):\n"
+        "    pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("headrace.errors.HeadraceError: headrace worker 0 (pid ")
+    assert "exited with code 1 before sending step 0" in last
+    assert 'a script must start iterating under `if __name__ == "__main__":`' in last
+
+
+def exit_from_step_8(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """A transform whose worker exits with code 3, not by an exception, from step 8 on."""
+    if samples.numbers.min() >= 8 * BATCH:
+        os._exit(3)
+    return arrays
+
+
+def test_a_worker_that_exits_after_it_started_gets_no_start_up_hint(root: Path) -> None:
+    ds = ht.TorchDataset(
+        token_source(root), batch_size=BATCH, seed=5, steps=STEPS, transform=exit_from_step_8
+    )
+    with pytest.raises(HeadraceError) as info, ht.HeadraceDataLoader(ds, num_workers=1) as dl:
+        for _ in dl:
+            pass
+    # It sent its first chunks (step 0 on), so the start-up hint would mislead.
+    assert re.fullmatch(
+        r"headrace worker 0 \(pid \d+\) exited with code 3 before sending step \d+; it crashed "
+        r"or was ended\.",
+        str(info.value),
+    )
 
 
 def test_how_a_worker_ended_is_told_from_its_exit_code() -> None:

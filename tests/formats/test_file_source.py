@@ -140,6 +140,19 @@ def test_raw_bytes_and_ragged_shapes(tmp_path: Path) -> None:
     src.close()
 
 
+def test_file_list_repr_is_short_for_many_files(tmp_path: Path) -> None:
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(300):
+        (root / f"{i:04d}.bin").write_bytes(b"ab")
+    src = FileSource(root, format="raw")
+    text = repr(src.files)
+    assert "300 files, 600 bytes" in text
+    assert "keys=['0000.bin', '0001.bin', '...', '0299.bin']" in text
+    assert len(text) < 300 and "0150.bin" not in text
+    src.close()
+
+
 def test_config_errors(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "j", "jpeg", 2)
     with pytest.raises(ConfigError, match="one sample each"):

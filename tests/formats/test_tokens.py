@@ -213,7 +213,12 @@ def test_bad_input_errors_name_the_file(tmp_path: Path) -> None:
     ):
         TokenSource(tmp_path / "short.bin", dtype="uint16", context=8)
     np.arange(8, dtype=np.uint16).tofile(tmp_path / "nodtype.bin")
-    with pytest.raises(ConfigError, match="raw token file needs a dtype"):
+    # Every dtype a token file may hold is offered, int32 included.
+    with pytest.raises(
+        ConfigError,
+        match=r"raw token file needs a dtype: .*dtype='uint16', 'uint32' or 'int32', or write "
+        r".*nodtype\.bin\.json",
+    ):
         TokenSource(tmp_path / "nodtype.bin", context=2)
     (tmp_path / "bad.bin").write_bytes(b"\x00" * 8)
     (tmp_path / "bad.bin.json").write_text("{not json")

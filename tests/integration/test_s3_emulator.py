@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import http.client
 import os
 import signal
@@ -198,16 +199,25 @@ def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
     )
     try:
         assert proc.stdout is not None
-        endpoint = ""
+        endpoint, printed, environment = "", "", ""
         for line in proc.stdout:
             if line.startswith("endpoint:"):
                 endpoint = line.split()[1]
+            if line.startswith("store_options:"):
+                printed = line.split(":", 1)[1].strip()
+            if line.startswith("environment:"):
+                environment = line.split(":", 1)[1].strip()
             if "Ctrl-C" in line:
                 break
         assert endpoint.startswith("http://127.0.0.1:")
-        options = {**s3.options(), "endpoint": endpoint}
-        with ObjectStore(f"s3://{BUCKET}/{PREFIX}", **options) as store:  # type: ignore[arg-type]
+        # The printed store_options are enough to read, pasted as they are.
+        options = ast.literal_eval(printed)
+        assert options["endpoint"] == endpoint
+        with ObjectStore(f"s3://{BUCKET}/{PREFIX}", **options) as store:
             assert bytes(store.get("small/000.bin")) == expected("small/000.bin")
+        assert environment == (
+            "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
+        )
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
         assert proc.returncode == 0

@@ -180,6 +180,13 @@ def run_s3(args: argparse.Namespace) -> int:
         print(f"access key id:     {ACCESS_KEY}")
         print(f"secret access key: {SECRET_KEY}")
         print(f"region:            {REGION}")
+        # Paste-ready: a source's store_options=, and the environment that the
+        # command-line tools (probe, gen, bench --endpoint) read credentials from.
+        print(f"store_options:     {S3Endpoint(endpoint=endpoint).store_options()!r}")
+        print(
+            f"environment:       export AWS_ACCESS_KEY_ID={ACCESS_KEY} "
+            f"AWS_SECRET_ACCESS_KEY={SECRET_KEY} AWS_REGION={REGION}"
+        )
         print("path style, plain HTTP (allow_http); Ctrl-C to stop", flush=True)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

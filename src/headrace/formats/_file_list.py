@@ -57,6 +57,15 @@ class FileList:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def __repr__(self) -> str:
+        # The dataclass repr printed every key, size and ETag: megabytes for a
+        # large dataset, from a stray print(src.files) or a notebook cell.
+        keys = self.keys if len(self.keys) <= 4 else [*self.keys[:2], "...", self.keys[-1]]
+        return (
+            f"FileList(url={self.url!r}, {len(self.keys):,} files, {sum(self.sizes):,} bytes, "
+            f"keys={keys!r}, remote={self.remote}, cache={self.cache!r})"
+        )
+
     def name(self, i: int) -> str:
         """How errors name file ``i``: its URL or path."""
         key = self.keys[i]

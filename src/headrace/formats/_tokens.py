@@ -231,8 +231,9 @@ def describe_token_file(
         side_dt, tokens = _parse_sidecar(side, side_raw) if side_raw is not None else (None, None)
         if dtype is None and side_dt is None:
             raise ConfigError(
-                f"{p}: raw token file needs a dtype: pass dtype='uint16'|'uint32' or write "
-                f'{side} with {{"dtype": ...}}'
+                f"{p}: raw token file needs a dtype: pass the one it was written with, "
+                f"dtype='uint16', 'uint32' or 'int32', or write {side} with "
+                f'{{"dtype": ...}}'
             )
         chosen = _check_dtype(p, dtype) if dtype is not None else side_dt
         assert chosen is not None
