@@ -59,6 +59,12 @@ def test_differing_widths_read_back_exactly(tmp_path: Path, mask_dtype: str, str
     src.close()
 
 
+def test_samples_per_epoch_is_the_row_count(tmp_path: Path) -> None:
+    src = PairRows(make(tmp_path))
+    assert src.samples_per_epoch == len(src) == src.members[0].tokens.rows
+    src.close()
+
+
 def test_empty_groups_replaced_independently_of_batch(tmp_path: Path) -> None:
     files = make(tmp_path, empty_every=4)
     src = PairRows(files)

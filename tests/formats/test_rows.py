@@ -139,6 +139,12 @@ def test_rows_spanning_blocks_duplicates_and_tail(tmp_path: Path, strategy: str)
     src.close()
 
 
+def test_samples_per_epoch_is_the_row_count(tmp_path: Path) -> None:
+    src = PaddedRows(*make_rows(tmp_path), context=512)
+    assert src.samples_per_epoch == len(src) == src.tokens.rows > 0
+    src.close()
+
+
 def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
     a = PaddedRows(*make_rows(tmp_path), context=512)
     b = PaddedRows(*make_rows(tmp_path, ext=".bin"), context=512)

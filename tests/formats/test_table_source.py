@@ -204,3 +204,15 @@ def test_a_table_rewritten_while_closed_is_refused_on_reopening(tmp_path: Path) 
     with Loader(src, batch_size=8, seed=2) as loader, pytest.raises(ObjectNotFoundError) as nf:
         next(iter(loader))
     assert "t.parquet: no such file" in str(nf.value)
+
+
+def test_an_epoch_is_samples_per_epoch_rows_each_once(tmp_path: Path) -> None:
+    table, _ = make_table()
+    src = TableSource(save_to_disk(tmp_path / "ds", table), columns=["label"])
+    assert src.samples_per_epoch == len(src) == table.num_rows
+    n = src.samples_per_epoch
+    got = np.concatenate([b["label"] for b in Loader(src, batch_size=n, seed=3, steps=2)])
+    # Each epoch visits every row once, in a fresh order.
+    for epoch in (got[:n], got[n:]):
+        assert sorted(epoch.tolist()) == sorted(table.column("label").to_pylist())
+    assert got[:n].tolist() != got[n:].tolist()

@@ -184,6 +184,11 @@ class TableSource:
     def __len__(self) -> int:
         return len(self.table)
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples in one epoch: every row once (as for token and file sources)."""
+        return len(self)
+
     def _rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         if self.windows is not None:
             return self.windows.rows(seed, samples)
