@@ -48,6 +48,21 @@ def digests(ld: Loader, n: int) -> list[str]:
     return [batch_digest([b]) for b in islice(iter(ld), n)]
 
 
+def test_reprs_say_what_is_read(token_path: Path) -> None:
+    from headrace.pipeline import Mixture
+
+    ld = loader(token_path, steps=9)
+    text = repr(ld)
+    assert text.startswith("Loader(TokenSource([")
+    assert "2 file(s), 83,456 uint32 tokens" in text and "batch_size=16, seed=7" in text
+    assert "step=0, steps=9, rank=0/1" in text and text.endswith("idle)")
+    next(iter(ld))
+    assert "step=1, steps=9" in repr(ld) and repr(ld).endswith("running)")
+    ld.close()
+    mix = Mixture({"a": source(token_path), "b": source(token_path)}, [3, 1], batch_size=8)
+    assert repr(mix).startswith("Mixture({'a': TokenSource(") and " x 0.75, 'b': " in repr(mix)
+
+
 def test_sync_async_and_chunking_agree(token_path: Path) -> None:
     runs = [
         digests(loader(token_path, prefetch=pf, chunk_steps=c), 120)

@@ -204,6 +204,14 @@ class FileSource(Closing):
         # The keys of the first file decoded (name, keys): every file must hold the same.
         self._keys: tuple[str, list[str]] | None = None
 
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"FileSource({self.files.url or 'a list of paths'!r}, {len(self.files):,} "
+            f"{self.format.name} file(s), {self.samples_per_epoch:,} samples an epoch, "
+            f"shuffle={c.shuffle!r})"
+        )
+
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.config

@@ -476,6 +476,16 @@ class TokenSource:
         reads in flight at once); ``None`` until a file on object storage is opened."""
         return None if self._stores is None else self._stores.stats()
 
+    def __repr__(self) -> str:
+        names = [f.path for f in self.files]
+        shown = names if len(names) <= 3 else [*names[:2], "...", names[-1]]
+        tokens = sum(f.num_tokens for f in self.files)
+        return (
+            f"TokenSource({shown!r}, {len(names)} file(s), {tokens:,} {self.dtype} tokens, "
+            f"context={self.context}, {self.samples_per_epoch:,} samples an epoch, "
+            f"window_tokens={self.layout.window_tokens:,}, shuffle={self.layout.shuffle})"
+        )
+
     # -- the Source protocol -------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         out: dict[str, Any] = {

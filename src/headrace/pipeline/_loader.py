@@ -266,6 +266,13 @@ class Loader(Closing):
         self._generation = 0
 
     # -- state -------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (
+            f"Loader({self.source!r}, batch_size={self.batch_size}, seed={self.seed}, "
+            f"step={self.step}, steps={self.steps}, rank={self.rank}/{self.world_size}, "
+            f"prefetch={self.prefetch}, {self.status.value})"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """The state to resume from: the next step this host has not yet received."""
         return LoaderState(

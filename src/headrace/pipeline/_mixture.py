@@ -71,6 +71,14 @@ class Mixture:
         self.batch_size = self.plan.batch_size
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
 
+    def __repr__(self) -> str:
+        total = sum(self.plan.numerators)
+        parts = ", ".join(
+            f"{n!r}: {s!r} x {w / total:.3g}"
+            for n, s, w in zip(self.names, self.sources, self.plan.numerators, strict=True)
+        )
+        return f"Mixture({{{parts}}}, batch_size={self.batch_size})"
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "kind": "mixture",
