@@ -338,6 +338,10 @@ def probe(
     }
 
 
+# Fewer random requests than this in one measurement: its rate is rough (noted).
+_FEW_OPS = 256
+
+
 def _table(report: dict[str, Any]) -> str:
     fs = report["filesystem"]
     lines = [
@@ -375,6 +379,13 @@ def _table(report: dict[str, Any]) -> str:
         if deep["threads"] and deep["uring"]:
             ratio = deep["uring"] / deep["threads"]
             lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
+    few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
+    if few:
+        least = min(x["ops"] for x in few)
+        lines.append(
+            f"note: {len(few)} random measurement(s) ran as few as {least} requests (the "
+            f"file's stripes hold no more): rates are rough; probe a larger file (--size)"
+        )
     lines.extend(
         f"skipped {s['mode']}{' (engine ' + s['engine'] + ')' if 'engine' in s else ''}: "
         f"{s['reason']}"
