@@ -88,6 +88,16 @@ class _Flat:
         pos = self.field(table, slot)
         return None if pos is None else pos + self._get("<I", pos)
 
+    def structs(self, table: int, slot: int) -> NDArray[np.int64]:
+        """A vector field of 16-byte structs of two int64 (field nodes, buffers) as an
+        ``(n, 2)`` array (empty when absent)."""
+        first, count = self.vector(table, slot)
+        if count and (first < 0 or first + 16 * count > len(self.buf)):
+            raise _Corrupt(
+                f"{count} entries at byte {first} overrun the {len(self.buf)}-byte header"
+            )
+        return np.frombuffer(self.buf, "<i8", 2 * count, first if count else 0).reshape(count, 2)
+
     def vector(self, table: int, slot: int) -> tuple[int, int]:
         """``(first element's position, length)`` of a vector field (``(0, 0)`` when absent)."""
         pos = self.field(table, slot)
@@ -135,7 +145,7 @@ def _buffer_counts(pa: Any, typ: Any) -> int | None:
 class ArrowIndex:
     """Where one IPC object's record batches are: what opening it learned (and pickles)."""
 
-    __slots__ = ("columns", "heads", "nulls", "rows", "schema_message", "spans")
+    __slots__ = ("buffers", "columns", "heads", "nodes", "nulls", "rows", "schema_message", "spans")
 
     def __init__(
         self,
@@ -145,6 +155,8 @@ class ArrowIndex:
         rows: list[int],
         nulls: NDArray[np.int64],
         columns: NDArray[np.int64],
+        nodes: list[NDArray[np.int64]],
+        buffers: list[NDArray[np.int64] | None],
     ) -> None:
         self.schema_message = schema_message  # the schema's whole message (prefix included)
         self.spans = spans  # (offset, length) of each record batch's message, body included
@@ -155,6 +167,10 @@ class ArrowIndex:
         # column's buffers lie in ([0, body) for all when the body is compressed or its
         # layout is not known here: then it is fetched whole).
         self.columns = columns
+        self.nodes = nodes  # each record batch's field nodes: (length, null count) rows
+        # Each record batch's buffers, (offset in the body, length) rows, in column order
+        # (None: compressed, or a layout not known here).
+        self.buffers = buffers
 
 
 class _Walk:
@@ -196,6 +212,8 @@ class _Walk:
         heads: list[int] = []
         nulls: list[list[int]] = []
         stretches: list[list[tuple[int, int]]] = []
+        all_nodes: list[NDArray[np.int64]] = []
+        all_buffers: list[NDArray[np.int64] | None] = []
         tops: list[int] = []  # each top-level column's first field node
         buffers: list[int] | None = None  # each top-level column's buffer count
         at = start
@@ -255,16 +273,17 @@ class _Walk:
                     if not schema_message or header is None:
                         raise _Corrupt("a record batch before the schema, or without a header")
                     n = meta.scalar(header, 0, "<q")
-                    first_node, count = meta.vector(header, 1)
-                    if n < 0 or (tops and tops[-1] >= count):
-                        raise _Corrupt(f"{n} rows, {count} field nodes for {len(tops)} columns")
-                    # A field node is (length, null count), 16 bytes, in column order.
-                    counts = [meta.int64(first_node + 16 * node + 8) for node in tops]
+                    nodes = meta.structs(header, 1)  # (length, null count), column order
+                    if n < 0 or (tops and tops[-1] >= len(nodes)):
+                        raise _Corrupt(f"{n} rows, {len(nodes)} field nodes, {len(tops)} columns")
+                    bufs = self._buffers(meta, header, buffers, body)
                     spans.append((at, pre + length + body))
                     heads.append(pre + length)
                     rows.append(n)
-                    nulls.append(counts)
-                    stretches.append(self._stretches(meta, header, buffers, body, len(tops)))
+                    nulls.append(nodes[tops, 1].tolist())
+                    stretches.append(_stretches(bufs, buffers, body, len(tops)))
+                    all_nodes.append(nodes.copy())
+                    all_buffers.append(None if bufs is None else bufs.copy())
                 else:
                     raise _Corrupt(f"message type {kind} (not a schema or record batch)")
             except _Corrupt as exc:
@@ -281,30 +300,43 @@ class _Walk:
             rows,
             np.array(nulls, dtype=np.int64).reshape(len(spans), len(tops)),
             np.array(stretches, dtype=np.int64).reshape(len(spans), len(tops), 2),
+            all_nodes,
+            all_buffers,
         )
 
     @staticmethod
-    def _stretches(
-        meta: _Flat, header: int, buffers: list[int] | None, body: int, columns: int
-    ) -> list[tuple[int, int]]:
-        """Where in the body each top-level column's buffers lie (see ArrowIndex.columns)."""
-        whole = [(0, body)] * columns
-        first, count = meta.vector(header, 2)
-        if buffers is None or meta.field(header, 3) is not None or count != sum(buffers):
-            return whole  # a layout not known here, or compressed buffers: the whole body
-        out = []
-        k = 0
-        for n in buffers:
-            lo, hi = body, 0
-            for j in range(k, k + n):
-                off, size = meta.int64(first + 16 * j), meta.int64(first + 16 * j + 8)
-                if off < 0 or size < 0 or off + size > body:
-                    raise _Corrupt(f"buffer {j} [{off}, {off + size}) outside the {body}-byte body")
-                if size:
-                    lo, hi = min(lo, off), max(hi, off + size)
-            out.append((lo, hi) if hi > lo else (0, 0))
-            k += n
-        return out
+    def _buffers(
+        meta: _Flat, header: int, counts: list[int] | None, body: int
+    ) -> NDArray[np.int64] | None:
+        """The record batch's buffer list, checked against its body; ``None`` when it is
+        compressed or its columns' layout is not known here (``counts`` is ``None``)."""
+        bufs = meta.structs(header, 2)
+        if counts is None or meta.field(header, 3) is not None or len(bufs) != sum(counts):
+            return None
+        off, size = bufs[:, 0], bufs[:, 1]
+        bad = (off < 0) | (size < 0) | (off > body) | (size > body - off)  # (no overflow)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            off, size = bufs[j].tolist()
+            raise _Corrupt(f"buffer {j} [{off}, {off + size}) outside the {body}-byte body")
+        return bufs
+
+
+def _stretches(
+    bufs: NDArray[np.int64] | None, counts: list[int] | None, body: int, columns: int
+) -> list[tuple[int, int]]:
+    """Where in the body each top-level column's buffers lie (see ArrowIndex.columns)."""
+    if bufs is None or counts is None:
+        return [(0, body)] * columns  # compressed, or a layout not known: the whole body
+    out = []
+    k = 0
+    for n in counts:
+        mine = bufs[k : k + n]
+        mine = mine[mine[:, 1] > 0]
+        lo, hi = (int(mine[:, 0].min()), int(mine.sum(axis=1).max())) if len(mine) else (0, 0)
+        out.append((lo, hi))
+        k += n
+    return out
 
 
 class RemoteArrow:
