@@ -18,7 +18,7 @@ import pytest
 from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats import Table, TableSource
 from headrace.formats._arrow_remote import _STEP
 from headrace.pipeline import Loader
@@ -186,6 +186,67 @@ def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, sav
             state = loader.state_dict()
     assert batch_digest(got) == want
     src.close()
+
+
+def test_packed_tokens_on_s3_are_the_local_stream(s3: S3Fixture, saved: Path) -> None:
+    from headrace.formats import TokenSource, table_token_files
+
+    def source(where: Any, **kw: Any) -> TokenSource:
+        tfs = table_token_files(where, **kw)
+        return TokenSource(tfs, context=48, positions="documents", window_bytes=1 << 16, **kw)
+
+    local = source(saved)
+    remote = source(f"{URL}/hf", store_options=options(s3))
+    (lf,), (rf,) = local.files, remote.files
+    assert rf.num_tokens == lf.num_tokens and rf.members[-1].endswith("00002-of-00003.arrow")
+    assert np.array_equal(rf.documents(), lf.documents())
+    assert remote.fingerprint() == local.fingerprint()  # datasets' fingerprint included
+    steps = 3 * lf.num_tokens // (48 * 32)  # three epochs: windows of 64 KiB, many switches
+    want = batch_digest(Loader(local, batch_size=32, seed=9, steps=steps))
+    assert batch_digest(Loader(remote, batch_size=32, seed=9, steps=steps)) == want
+    stats = remote.object_stats
+    assert stats is not None and stats.requests > 6  # blocks came by ranged GETs
+    assert_resume_exact(
+        lambda: Loader(
+            source(f"{URL}/hf", store_options=options(s3)), batch_size=32, seed=9, steps=40
+        ),
+        steps=40,
+        resume_at=[3, 31],
+    )
+    # A worker's copy (pickled) reads the same.
+    copy = pickle.loads(pickle.dumps(remote))
+    assert batch_digest(Loader(copy, batch_size=32, seed=9, steps=5)) == batch_digest(
+        Loader(local, batch_size=32, seed=9, steps=5)
+    )
+    for s in (local, remote, copy):
+        s.close()
+
+
+def test_packing_on_s3_refuses_what_is_not_a_byte_range(s3: S3Fixture, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from headrace.formats import table_token_files
+
+    ids = pa.table({"input_ids": pa.array([[1, 2, 3], [4, 5]] * 50, pa.list_(pa.int32()))})
+    pq.write_table(ids, tmp_path / "t.parquet")
+    _put(s3, "pack/t.parquet", (tmp_path / "t.parquet").read_bytes())
+    with pytest.raises(ConfigError, match=r"t\.parquet: a Parquet file's pages are encoded"):
+        table_token_files(f"{URL}/pack/t.parquet", store_options=options(s3))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(
+        sink, ids.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")
+    ) as w:
+        w.write_table(ids)
+    _put(s3, "pack/z.arrow", bytes(sink.getvalue()))
+    with pytest.raises(FormatError, match=r"z\.arrow: record batch 0 is compressed"):
+        table_token_files(f"{URL}/pack/z.arrow", store_options=options(s3))
+    nulls = pa.table({"input_ids": pa.array([[1], None, [2]] * 10, pa.list_(pa.int32()))})
+    _put(s3, "pack/n.arrow", _stream(nulls, chunk=10))
+    with pytest.raises(DataError, match=r"n\.arrow: column 'input_ids' has 3 null rows in rows 0"):
+        table_token_files(f"{URL}/pack/n.arrow", store_options=options(s3))
+    _put(s3, "pack/w.arrow", _stream(pa.table({"x": [1, 2]}), chunk=2))
+    with pytest.raises(ConfigError, match=r"w\.arrow: no column 'input_ids'; it has x"):
+        table_token_files(f"{URL}/pack/w.arrow", store_options=options(s3))
 
 
 def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> None:

@@ -23,7 +23,9 @@ mapped, since the ranges are not one run of the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 import numpy as np
@@ -31,10 +33,18 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError
 from headrace.formats._file_list import is_object_url
+from headrace.formats._object_files import (
+    DEFAULT_IN_FLIGHT,
+    ObjectFiles,
+    RemoteFile,
+    check_in_flight,
+    check_store_options,
+    wait_all,
+)
 from headrace.formats._tokens import TokenFile
 from headrace.io import LocalFile
 
-__all__ = ["PACKED_DTYPES", "SegmentedFile", "table_token_files"]
+__all__ = ["PACKED_DTYPES", "RemoteSegments", "SegmentedFile", "table_token_files"]
 
 #: Value types of a token-list column that can be read as a token stream.
 PACKED_DTYPES = (
@@ -48,6 +58,9 @@ PACKED_DTYPES = (
 def table_token_files(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     column: str = "input_ids",
+    *,
+    store_options: Mapping[str, Any] | None = None,
+    in_flight: int = DEFAULT_IN_FLIGHT,
 ) -> list[TokenFile]:
     """The rows of ``column`` in every Arrow file of ``path``, concatenated: one stream.
 
@@ -60,18 +73,27 @@ def table_token_files(
     :class:`~headrace.formats.TokenSource`. ``column`` must be a
     ``list``/``large_list`` of uint16, uint32, int32 or int64 without nulls. Only
     record batch headers are read (the values stay unread pages). Parquet
-    (encoded, compressed pages), compressed Arrow IPC and object URLs are refused:
-    their tokens are not byte ranges of a local file.
+    (encoded, compressed pages) and compressed Arrow IPC are refused: their tokens
+    are not byte ranges of the file.
+
+    On object storage (a ``save_to_disk`` prefix, ``.arrow`` objects, a glob or a
+    list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`):
+    opening walks each object's record batch headers and fetches each batch's
+    row offsets of ``column`` (4 or 8 bytes a row, all in flight); the
+    ``TokenSource`` given the result (and the same ``store_options``) fills its
+    windows' blocks by ranged GETs of the values. Same tokens, same batches and
+    the same fingerprint as a local copy.
     """
     from headrace.formats._tables import _pa, _path_list, _resolve, saved_fingerprint
 
     paths = _path_list(path)
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
+    check_store_options(store_options, remote=bool(remote))
     if remote:
-        raise ConfigError(
-            f"{remote[0]}: packing token lists reads byte ranges of local Arrow files; "
-            "copy the dataset to local disk, or write its tokens as a token file"
-        )
+        if len(remote) != len(paths):
+            raise ConfigError("a dataset's files are all local paths or all object URLs (got both)")
+        where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else remote
+        return [_remote_stream(where, column, dict(store_options or {}), in_flight)]
     root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
     pa = _pa()
     dtypes: set[np.dtype[Any]] = set()
@@ -120,32 +142,158 @@ def _column_stream(
                 "lists are not byte ranges of the file: pack from an Arrow copy (datasets' "
                 "save_to_disk) or use TableSource, which pads rows instead"
             )
-        if column not in part.schema.names:
-            raise ConfigError(
-                f"{path}: no column {column!r}; it has {', '.join(part.schema.names)}"
-            )
-        typ = part.schema.field(column).type
-        listed = pa.types.is_list(typ) or pa.types.is_large_list(typ)
-        if not listed or not (
-            pa.types.is_integer(typ.value_type)
-            and np.dtype(typ.value_type.to_pandas_dtype()) in PACKED_DTYPES
-        ):
-            # Casting helps a list of other numbers; another kind of column is the wrong one.
-            fix = (
-                "cast it first, e.g. datasets' "
-                f"ds.cast_column({column!r}, Sequence(Value('int32')))"
-                if listed and pa.types.is_integer(typ.value_type)
-                else "name the column of token id lists with column=..., e.g. 'input_ids'"
-            )
-            raise ConfigError(
-                f"{path}: column {column!r} is {typ}; packing reads a list of uint16, "
-                f"uint32, int32 or int64 token ids ({fix})"
-            )
-        dtype = np.dtype(typ.value_type.to_pandas_dtype())
-        segments, starts, n = _segments(part, column, dtype, pa.types.is_large_list(typ))
+        dtype, large = _token_column(pa, path, part.schema, column)
+        segments, starts, n = _segments(part, column, dtype, large)
     finally:
         part.close()
     return dtype, segments, starts, n
+
+
+def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtype[Any], bool]:
+    """(token dtype, whether offsets are 64-bit) of ``column``, a list of token ids."""
+    if column not in schema.names:
+        raise ConfigError(f"{path}: no column {column!r}; it has {', '.join(schema.names)}")
+    typ = schema.field(column).type
+    listed = pa.types.is_list(typ) or pa.types.is_large_list(typ)
+    if not listed or not (
+        pa.types.is_integer(typ.value_type)
+        and np.dtype(typ.value_type.to_pandas_dtype()) in PACKED_DTYPES
+    ):
+        # Casting helps a list of other numbers; another kind of column is the wrong one.
+        fix = (
+            f"cast it first, e.g. datasets' ds.cast_column({column!r}, Sequence(Value('int32')))"
+            if listed and pa.types.is_integer(typ.value_type)
+            else "name the column of token id lists with column=..., e.g. 'input_ids'"
+        )
+        raise ConfigError(
+            f"{path}: column {column!r} is {typ}; packing reads a list of uint16, "
+            f"uint32, int32 or int64 token ids ({fix})"
+        )
+    return np.dtype(typ.value_type.to_pandas_dtype()), bool(pa.types.is_large_list(typ))
+
+
+def _remote_stream(
+    path: str | list[str], column: str, store_options: dict[str, Any], in_flight: int
+) -> TokenFile:
+    """:func:`table_token_files` on object storage: the headers walked, row offsets fetched."""
+    from headrace.formats._arrow_remote import RemoteArrow
+    from headrace.formats._table_remote import resolve_urls
+    from headrace.formats._tables import _IPC_SUFFIXES, _pa, _refuse_indices_mapping
+
+    pa = _pa()
+    files = ObjectFiles(store_options, check_in_flight(in_flight), name="headrace-pack")
+    try:
+        root, objects, saved = resolve_urls(path, files)
+        other = [u for u, _ in objects if not u.endswith(_IPC_SUFFIXES)]
+        if other:
+            raise ConfigError(
+                f"{other[0]}: a Parquet file's pages are encoded and compressed, so its "
+                "token lists are not byte ranges of the file: pack from an Arrow copy "
+                "(datasets' save_to_disk) or use TableSource, which pads rows instead"
+            )
+        parts = RemoteArrow.open_all(objects, files, pa)
+        dtypes: set[np.dtype[Any]] = set()
+        plans = []
+        for part, (_, info) in zip(parts, objects, strict=True):
+            _refuse_indices_mapping(pa, part.path, part.schema)
+            dtype, large = _token_column(pa, part.path, part.schema, column)
+            if dtypes and dtype not in dtypes:
+                raise ConfigError(
+                    f"{part.path}: column {column!r} holds {dtype} ids, the shards before "
+                    f"it {dtypes.pop()}: one stream needs one dtype"
+                )
+            dtypes.add(dtype)
+            handle = files.open(part.path, info.size, info.etag)
+            plans.append(_offset_reads(pa, part, handle, column, large))
+        wait_all([f for _, reads in plans for _, _, _, f in reads])
+    finally:
+        files.close()
+    dtype = dtypes.pop()
+    isz = dtype.itemsize
+    segments, bounds = [], []
+    tokens = 0
+    for m, (part, reads) in enumerate(zip(parts, [r for _, r in plans], strict=True)):
+        for at, limit, fetched, _ in reads:
+            offsets = fetched.astype(np.int64)
+            n = int(offsets[-1] - offsets[0])
+            if offsets[0] < 0 or n < 0 or (offsets[0] + n) * isz > limit:
+                raise FormatError(
+                    f"{part.path}: column {column!r}'s row offsets run past its values "
+                    f"({int(offsets[0])} to {int(offsets[-1])} ids in {limit} bytes)"
+                )
+            if n:
+                segments.append((m, at + int(offsets[0]) * isz, n * isz))
+            bounds.append(tokens + offsets[:-1] - offsets[0])
+            tokens += n
+    urls = [u for u, _ in objects]
+    if tokens == 0:
+        raise DataError(f"{root}: column {column!r} holds no tokens in {len(urls)} file(s)")
+    return TokenFile(
+        path=urls[0] if len(urls) == 1 else root,
+        dtype=dtype,
+        num_tokens=tokens,
+        format=f"arrow:{column}",
+        members=tuple(urls),
+        segments=np.asarray(segments, dtype=np.int64).reshape(-1, 3),
+        bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
+        dataset=saved,
+        member_infos=tuple((info.size, info.etag) for _, info in objects),
+    )
+
+
+def _offset_reads(
+    pa: Any, part: Any, handle: Any, column: str, large: bool
+) -> tuple[Any, list[tuple[int, int, NDArray[Any], Future[None]]]]:
+    """Per record batch of ``part``: (where its values of ``column`` start in the object,
+    how many bytes they may take, its row offsets (being fetched), the GET's future)."""
+    from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+
+    schema, index = part.schema, part.index
+    c = schema.get_field_index(column)
+    node = sum(_node_counts(pa, schema.field(i).type) for i in range(c))
+    counts = [_buffer_counts(pa, schema.field(i).type) for i in range(c + 1)]
+    if any(k is None for k in counts):
+        raise ConfigError(
+            f"{part.path}: a column before {column!r} has a layout packing cannot step "
+            "over (a union, view or run-end encoded column): drop it before saving"
+        )
+    first = sum(k for k in counts[:-1] if k is not None)
+    width = np.int64 if large else np.int32
+    reads = []
+    row = 0
+    for b, (start, _) in enumerate(index.spans):
+        rows, nodes, bufs = index.rows[b], index.nodes[b], index.buffers[b]
+        if nodes[node, 1]:
+            raise DataError(
+                f"{part.path}: column {column!r} has {int(nodes[node, 1])} null rows in rows "
+                f"{row} to {row + rows - 1}; packing needs a token list in every row"
+            )
+        if nodes[node + 1, 1]:
+            raise DataError(
+                f"{part.path}: column {column!r} has null token ids in rows {row} to "
+                f"{row + rows - 1}"
+            )
+        if bufs is None:
+            raise FormatError(
+                f"{part.path}: record batch {b} is compressed; packing reads token lists as "
+                "byte ranges of the file: write the dataset uncompressed (save_to_disk does)"
+            )
+        body = start + index.heads[b]
+        offsets = np.zeros(rows + 1, dtype=width)
+        if rows:
+            at, size = bufs[first + 1].tolist()
+            if size < offsets.nbytes:
+                raise FormatError(
+                    f"{part.path}: record batch {b}: {size} bytes of row offsets for {rows} rows"
+                )
+            fut = handle.read_into(offsets, body + at)
+        else:
+            fut = Future()  # no rows: nothing to fetch
+            fut.set_result(None)
+        values_at, values_size = bufs[first + 3].tolist()
+        reads.append((body + values_at, values_size, offsets, fut))
+        row += rows
+    return part, reads
 
 
 def _segments(
@@ -191,7 +339,92 @@ def _segments(
     return np.asarray(ranges, dtype=np.int64).reshape(-1, 2), starts_all, tokens
 
 
-class SegmentedFile:
+class _Segments:
+    """Byte ranges of several files (or objects) as one run of ``size`` bytes.
+
+    ``segments`` rows are (member, offset, length): member ``member``'s bytes
+    ``[offset, offset + length)``, in order.
+    """
+
+    def __init__(self, path: str, segments: NDArray[np.int64]) -> None:
+        self.path = path
+        self._member = segments[:, 0]
+        self._at = segments[:, 1]
+        self._ends = np.cumsum(segments[:, 2])
+        self.size = int(self._ends[-1]) if self._ends.size else 0
+
+    def pieces(self, offset: int, n: int) -> list[tuple[int, int, int, int]]:
+        """``(member, offset in it, start, end)`` for bytes ``[offset, offset + n)``:
+        bytes ``[start, end)`` of the request come from that member at that offset."""
+        i = int(np.searchsorted(self._ends, offset, side="right"))
+        out = []
+        done = 0
+        while done < n:
+            if i >= self._ends.size:
+                raise ReadEOFError(
+                    f"{self.path}: bytes [{offset}, {offset + n}) of its token lists are past "
+                    f"their end ({self.size} bytes)"
+                )
+            pos = offset + done
+            lo = int(self._ends[i - 1]) if i else 0
+            take = min(n - done, int(self._ends[i]) - pos)
+            out.append((int(self._member[i]), int(self._at[i]) + pos - lo, done, done + take))
+            done += take
+            i += 1
+        return out
+
+
+class RemoteSegments(_Segments):
+    """:class:`SegmentedFile` on object storage: a block is a ranged GET per byte range it
+    covers, all in flight at once, on the handles' request queue."""
+
+    def __init__(
+        self, path: str, handles: Sequence[RemoteFile], segments: NDArray[np.int64]
+    ) -> None:
+        super().__init__(path, segments)
+        self._handles = list(handles)
+
+    def read_into(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
+        """Start filling ``out`` with bytes ``[offset, offset + len(out))``; one future."""
+        return _joined(
+            [
+                self._handles[m].read_into(out[a:b], at)
+                for m, at, a, b in self.pieces(offset, len(out))
+            ]
+        )
+
+
+def _joined(futures: list[Future[None]]) -> Future[None]:
+    """One future done when all of ``futures`` are, with the first one's failure."""
+    if len(futures) == 1:
+        return futures[0]
+    out: Future[None] = Future()
+    out.set_running_or_notify_cancel()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def done(_: Future[None]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        for f in futures:
+            if f.cancelled():
+                out.set_exception(CancelledError())
+                return
+            if (exc := f.exception()) is not None:
+                out.set_exception(exc)
+                return
+        out.set_result(None)
+
+    if not futures:
+        out.set_result(None)
+    for f in futures:
+        f.add_done_callback(done)
+    return out
+
+
+class SegmentedFile(_Segments):
     """Byte ranges of local files read as one run of ``size`` bytes (positional reads).
 
     ``segments`` rows are (member, offset, length): ``members[member]``'s bytes
@@ -200,13 +433,9 @@ class SegmentedFile:
     """
 
     def __init__(self, path: str, members: Sequence[str], segments: NDArray[np.int64]) -> None:
-        self.path = path
+        super().__init__(path, segments)
         self._members = list(members)
         self._open: dict[int, LocalFile] = {}
-        self._member = segments[:, 0]
-        self._at = segments[:, 1]
-        self._ends = np.cumsum(segments[:, 2])
-        self.size = int(self._ends[-1]) if self._ends.size else 0
         self._need = np.zeros(len(self._members), dtype=np.int64)
         np.maximum.at(self._need, self._member, segments[:, 1] + segments[:, 2])
 
@@ -227,22 +456,8 @@ class SegmentedFile:
 
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:
         """Fill ``buf`` with bytes ``[offset, offset + len(buf))`` of the concatenation."""
-        n = len(buf)
-        i = int(np.searchsorted(self._ends, offset, side="right"))
-        done = 0
-        while done < n:
-            if i >= self._ends.size:
-                raise ReadEOFError(
-                    f"{self.path}: bytes [{offset}, {offset + n}) of its token lists are past "
-                    f"their end ({self.size} bytes)"
-                )
-            pos = offset + done
-            lo = int(self._ends[i - 1]) if i else 0
-            take = min(n - done, int(self._ends[i]) - pos)
-            f = self._file(int(self._member[i]))
-            f.pread_into(buf[done : done + take], int(self._at[i]) + pos - lo)
-            done += take
-            i += 1
+        for m, at, a, b in self.pieces(offset, len(buf)):
+            self._file(m).pread_into(buf[a:b], at)
 
     def close(self) -> None:
         for f in self._open.values():

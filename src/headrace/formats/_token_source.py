@@ -32,7 +32,7 @@ from headrace.formats._object_files import (
     check_in_flight,
     check_store_options,
 )
-from headrace.formats._packed import SegmentedFile
+from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
 from headrace.io import (
@@ -104,7 +104,7 @@ class _Window:
 
     def __init__(
         self,
-        file: LocalFile | RemoteFile | SegmentedFile,
+        file: LocalFile | RemoteFile | SegmentedFile | RemoteSegments,
         dtype: np.dtype[Any],
         offset: int,
         tokens: int,
@@ -197,7 +197,7 @@ class _Window:
         return min(self.block_bytes, self._bytes.size - block * self.block_bytes)
 
     def _start(self, block: int) -> Future[None]:
-        if isinstance(self.file, RemoteFile):
+        if isinstance(self.file, (RemoteFile, RemoteSegments)):
             lo = block * self.block_bytes
             n = self._block_len(block)
             return self.file.read_into(self._bytes[lo : lo + n], self.offset + lo)
@@ -206,7 +206,7 @@ class _Window:
     def _fill(self, block: int) -> None:
         lo = block * self.block_bytes
         n = self._block_len(block)
-        assert not isinstance(self.file, RemoteFile)
+        assert not isinstance(self.file, (RemoteFile, RemoteSegments))
         if not self.mapped:
             self.file.pread_into(self._bytes[lo : lo + n], self.offset + lo)
             return
@@ -384,7 +384,7 @@ class TokenSource:
         self.read_ahead = read_ahead
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
-        self._open: dict[int, LocalFile | RemoteFile | SegmentedFile] = {}
+        self._open: dict[int, LocalFile | RemoteFile | SegmentedFile | RemoteSegments] = {}
         self._windows: OrderedDict[int, _Window] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
@@ -425,10 +425,13 @@ class TokenSource:
             )
         self.dtype: np.dtype[Any] = self.files[0].dtype
         for f in self.files:
-            if f.segments is not None and (f.remote or not f.members):
+            if f.segments is not None and (
+                not f.members or (f.remote and len(f.member_infos) != len(f.members))
+            ):
                 raise ConfigError(
-                    f"{f.path}: byte ranges of files (TokenFile.segments) are read from "
-                    "local files only, named by TokenFile.members"
+                    f"{f.path}: byte ranges of files (TokenFile.segments) are read from the "
+                    "files named by TokenFile.members (on object storage, with their sizes "
+                    "and ETags in TokenFile.member_infos: see table_token_files)"
                 )
             if f.num_tokens < context + 1:
                 raise DataError(
@@ -642,11 +645,18 @@ class TokenSource:
         ] + plan.start
 
     # -- windows ---------------------------------------------------------------
-    def _file(self, i: int) -> LocalFile | RemoteFile | SegmentedFile:
+    def _file(self, i: int) -> LocalFile | RemoteFile | SegmentedFile | RemoteSegments:
         f = self._open.get(i)
         if f is None:
             tf = self.files[i]
-            if tf.remote:
+            if tf.segments is not None and tf.remote:
+                stores = self._remote()
+                handles = [
+                    stores.open(m, size, etag)
+                    for m, (size, etag) in zip(tf.members, tf.member_infos, strict=True)
+                ]
+                f = RemoteSegments(tf.path, handles, tf.segments)
+            elif tf.remote:
                 f = self._remote().open(tf.path, tf.nbytes, tf.etag)
             elif tf.segments is not None:
                 f = SegmentedFile(tf.path, tf.members, tf.segments)
@@ -733,7 +743,7 @@ class TokenSource:
         self._windows.clear()
         self._free.clear()
         for f in self._open.values():
-            if not isinstance(f, RemoteFile):
+            if not isinstance(f, (RemoteFile, RemoteSegments)):
                 f.close()
         self._open.clear()
         self._close_stores()

@@ -56,6 +56,8 @@ class TokenFile:
     dataset: str | None = None  # datasets' fingerprint of a save_to_disk folder
     segments: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
     bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
+    # Object storage: each member's size and ETag as listed (a replaced object is refused).
+    member_infos: tuple[tuple[int, str | None], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
