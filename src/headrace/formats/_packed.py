@@ -22,16 +22,17 @@ mapped, since the ranges are not one run of the file.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError
+from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -390,12 +391,14 @@ class RemoteSegments(_Segments):
             [
                 self._handles[m].read_into(out[a:b], at)
                 for m, at, a, b in self.pieces(offset, len(out))
-            ]
+            ],
+            f"{self.path}: bytes [{offset}, {offset + len(out)}) of its token lists",
         )
 
 
-def _joined(futures: list[Future[None]]) -> Future[None]:
-    """One future done when all of ``futures`` are, with the first one's failure."""
+def _joined(futures: list[Future[None]], what: str) -> Future[None]:
+    """One future done when all of ``futures`` are, with the first one's failure (a
+    cancelled read: a StorageError saying which bytes, ``what``)."""
     if len(futures) == 1:
         return futures[0]
     out: Future[None] = Future()
@@ -410,7 +413,7 @@ def _joined(futures: list[Future[None]]) -> Future[None]:
                 return
         for f in futures:
             if f.cancelled():
-                out.set_exception(CancelledError())
+                out.set_exception(StorageError(errno.ECANCELED, f"{what}: a read was cancelled"))
                 return
             if (exc := f.exception()) is not None:
                 out.set_exception(exc)
