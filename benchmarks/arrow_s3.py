@@ -11,7 +11,9 @@
 moto server started for the run, reached through a ``LatencyProxy`` of
 ``--latency-ms``. Every side follows one plan (``TableSource``'s windowed
 shuffle, windows of one shard's rows, seed 0, B=``--batch``, ids padded to
-``--width``), through the ``Loader`` (prefetch 8):
+``--width``; with ``--packed``, ``table_token_files`` + ``TokenSource``: samples
+of ``--width`` + 1 tokens of the rows' concatenation), through the ``Loader``
+(prefetch 8):
 
 ``local``        ``TableSource(folder)``: the page-cached files (the reference).
 ``s3-headrace``  ``TableSource("s3://.../prefix")``: headers walked at open, record
@@ -53,7 +55,7 @@ from _out import out as _out
 from tables_s3 import token_table
 
 from headrace.bench._s3_serve import bench_s3
-from headrace.formats import TableSource
+from headrace.formats import TableSource, TokenSource, table_token_files
 from headrace.io import ObjectStore
 from headrace.pipeline import Loader
 from headrace.testing import update_digest
@@ -95,17 +97,27 @@ def download(store_options: dict[str, Any], names: list[str], into: str) -> None
             f.write(body)
 
 
+def source(args: argparse.Namespace, where: str, store: dict[str, Any] | None) -> Any:
+    """The rows padded (``TableSource``), or with ``--packed`` the column as a token
+    stream (``table_token_files`` + ``TokenSource``), at ``where``."""
+    opts: dict[str, Any] = {} if store is None else {"store_options": store}
+    if args.packed:
+        files = table_token_files(where, "input_ids", **opts)
+        return TokenSource(files, context=args.width, positions="documents", **opts)
+    return TableSource(where, **_kw(args), **opts)
+
+
 def run(side: str, args: argparse.Namespace, ctx: dict[str, Any], digest: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     tmp = None
     if side == "local":
-        src = TableSource(ctx["folder"], **_kw(args))
+        src = source(args, ctx["folder"], None)
     elif side == "s3-headrace":
-        src = TableSource(URL, store_options=ctx["store"], **_kw(args))
+        src = source(args, URL, ctx["store"])
     else:
         tmp = tempfile.mkdtemp(prefix="arrow-s3-", dir=args.root)
         download(ctx["store"], ctx["names"], tmp)
-        src = TableSource(tmp, **_kw(args))
+        src = source(args, tmp, None)
     t1 = time.perf_counter()
     h = hashlib.sha256()
     first, n = 0.0, 0
@@ -144,6 +156,11 @@ def main() -> int:
     ap.add_argument("--latency-ms", type=float, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--packed",
+        action="store_true",
+        help="read input_ids as one token stream (table_token_files), samples of --width",
+    )
     ap.add_argument("--root", default=os.path.expanduser("~/.cache/headrace/bench-s3arrow"))
     args = ap.parse_args()
     folder, paths = write_folder(args)
