@@ -146,6 +146,12 @@ def _corrupt_idx(path: Path, how: str) -> None:
         raw[18 + 16 + 4 * 4 + 8 : 18 + 16 + 4 * 4 + 16] = struct.pack("<q", 12345)
     elif how == "header":
         raw = raw[:10]
+    elif how == "float":
+        raw[17] = 6  # float64: a valid Megatron code, but not one for token ids
+    elif how == "negative":
+        raw[34:38] = struct.pack("<i", -1)
+    elif how == "documents":
+        raw[-8:] = struct.pack("<q", 99)  # the last document index past the 4 sequences
     path.write_bytes(bytes(raw))
 
 
@@ -158,6 +164,9 @@ def _corrupt_idx(path: Path, how: str) -> None:
         ("truncated", "truncated Megatron index"),
         ("pointer", "sequence 1 points at byte 12345"),
         ("header", "header alone needs"),
+        ("float", r"token dtype float64 is not a token type \(expected uint16 or int32\)"),
+        ("negative", "corrupt index: negative sequence length at 0"),
+        ("documents", r"corrupt document indices: .* 0 to 4, found 5 entries from 0 to 99"),
     ],
 )
 def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str) -> None:
@@ -181,6 +190,20 @@ def test_the_writers_write_only_what_the_readers_take(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="token dtype float32 is not supported"):
         write_token_sidecar(tmp_path / "t.bin", "float32")
     assert not (tmp_path / "t.bin.json").exists()
+
+
+def test_token_file_arguments_that_do_not_fit_the_file(tmp_path: Path) -> None:
+    np.arange(12, dtype=np.uint16).tofile(tmp_path / "m.bin")
+    write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))
+    with pytest.raises(ConfigError, match=r"m\.bin: dtype int32 given but the index says uint16"):
+        open_token_file(tmp_path / "m.bin", "int32")
+    with pytest.raises(ConfigError, match=r"m\.bin: 'tokens' is not a dtype"):
+        open_token_file(tmp_path / "m.bin", "tokens")  # was numpy's bare TypeError
+    with pytest.raises(ConfigError, match=r"m\.bin: unknown token format 'gpt2' \(auto, raw"):
+        open_token_file(tmp_path / "m.bin", format="gpt2")  # type: ignore[arg-type]
+    np.arange(12, dtype=np.uint16).tofile(tmp_path / "r.bin")
+    with pytest.raises(ConfigError, match=r"r\.bin: only Megatron files index documents"):
+        open_token_file(tmp_path / "r.bin", "uint16").documents()
 
 
 def test_megatron_index_disagreeing_with_bin(tmp_path: Path) -> None:
