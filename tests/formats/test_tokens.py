@@ -192,6 +192,40 @@ def test_the_writers_write_only_what_the_readers_take(tmp_path: Path) -> None:
     assert not (tmp_path / "t.bin.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"files": []}, r"TokenSource needs at least one token file"),
+        ({"cache_dir": "c"}, r"cache_dir keeps local copies .* on local disk already"),
+        ({"block_bytes": 5000}, r"block_bytes must be a multiple of 4096 \(got 5000\)"),
+        ({"max_windows": 0}, r"max_windows must be >= 1 \(got 0\)"),
+        ({"reads": "mmap"}, r"reads must be 'populate' or 'pread' \(got 'mmap'\)"),
+    ],
+)
+def test_token_source_arguments(tmp_path: Path, kw: dict, match: str) -> None:
+    write_tokens(tmp_path / "a.bin", 5000, "uint16")
+    files = kw.pop("files", tmp_path / "a.bin")
+    if "cache_dir" in kw:
+        kw["cache_dir"] = tmp_path / kw["cache_dir"]
+    with pytest.raises(ConfigError, match=match):
+        TokenSource(files, context=8, dtype="uint16", **kw)
+    assert not (tmp_path / "c").exists()
+
+
+def test_token_files_of_other_dtypes_are_not_mixed(tmp_path: Path) -> None:
+    write_tokens(tmp_path / "a.bin", 5000, "uint16")
+    write_tokens(tmp_path / "b.bin", 5000, "uint32")
+    files = [
+        open_token_file(tmp_path / "a.bin", "uint16"),
+        open_token_file(tmp_path / "b.bin", "uint32"),
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"token files must share one dtype; got .*a\.bin: uint16, .*b\.bin: uint32",
+    ):
+        TokenSource(files, context=8)
+
+
 def test_token_file_arguments_that_do_not_fit_the_file(tmp_path: Path) -> None:
     np.arange(12, dtype=np.uint16).tofile(tmp_path / "m.bin")
     write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))
