@@ -309,7 +309,9 @@ def test_bad_input_errors_name_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="context must be a positive"):
         PaddedRows(tp, mp, context=0)
     write_row_file(tmp_path / "float.npy", np.zeros((N_ROWS, W), np.float32))
-    with pytest.raises(ConfigError, match=r"float\.npy: mask dtype must be integer or bool \(found"):
+    with pytest.raises(
+        ConfigError, match=r"float\.npy: mask dtype must be integer or bool \(found"
+    ):
         PaddedRows(tp, tmp_path / "float.npy", context=8)
     with pytest.raises(ConfigError, match=r"max_retries must be an integer >= 0 \(got -1\)"):
         PaddedRows(tp, mp, context=8, max_retries=-1)

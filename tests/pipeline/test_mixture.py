@@ -279,4 +279,3 @@ def test_close_closes_every_source_then_raises_the_first_failure() -> None:
     with pytest.raises(OSError, match=r"^a: close failed$"):
         mix.close()
     assert all(s.closed for s in srcs)
-
