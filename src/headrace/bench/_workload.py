@@ -211,19 +211,16 @@ class Workload:
             train_config = TrainConfig(**train)
         except (TypeError, ConfigError) as exc:  # name the file, as every other error here
             raise ConfigError(f"{label}: {exc}") from exc
-        try:
-            return cls(
-                name=str(data.get("name", os.path.splitext(os.path.basename(label))[0])),
-                kind=str(data["kind"]),
-                description=str(data.get("description", "")),
-                source=where or str(data.get("source", "")),
-                dataset=dict(data.get("dataset", {})),
-                reader=dict(data.get("reader", {})),
-                train=train_config,
-                variants=tuple(variants),
-            )
-        except TypeError as exc:
-            raise ConfigError(f"{label}: {exc}") from exc
+        return cls(
+            name=str(data.get("name", os.path.splitext(os.path.basename(label))[0])),
+            kind=str(data["kind"]),
+            description=str(data.get("description", "")),
+            source=where or str(data.get("source", "")),
+            dataset=dict(data.get("dataset", {})),
+            reader=dict(data.get("reader", {})),
+            train=train_config,
+            variants=tuple(variants),
+        )
 
 
 def builtin_workloads() -> dict[str, Workload]:
