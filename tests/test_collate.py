@@ -129,6 +129,10 @@ def test_bad_arguments() -> None:
         pad_batch([np.array([1], np.uint16)], pad_value=-1)
     with pytest.raises(ConfigError, match=r"pad_value 0.5 does not fit"):
         pad_batch(ROWS, pad_value=0.5)
+    with pytest.raises(ConfigError, match=r"pad_value 1180591620717411303424 does not fit dtype"):
+        pad_batch([np.array([1], np.int64)], pad_value=2**70)  # numpy's OverflowError
+    with pytest.raises(ConfigError, match=r"pad_value None does not fit dtype int64"):
+        pad_batch([np.array([1], np.int64)], pad_value=None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"row 1 has shape"):
         pad_batch([np.zeros(2), np.zeros((2, 2))])
     with pytest.raises(ConfigError, match=r"row 0 is a str"):

@@ -41,3 +41,11 @@ def test_all_is_sorted_and_complete(name: str) -> None:
     assert not missing, f"{name}: public names missing from __all__: {sorted(missing)}"
     for k in exported:
         assert hasattr(module, k), f"{name}.__all__ names {k!r}, which does not exist"
+
+
+def test_a_missing_name_of_a_lazy_module_is_an_attribute_error() -> None:
+    import headrace.io
+
+    with pytest.raises(AttributeError, match=r"module 'headrace.io' has no attribute 'Nope'"):
+        _ = headrace.io.Nope  # type: ignore[attr-defined]
+    assert not hasattr(headrace.io, "Nope")  # hasattr and getattr(..., default) work

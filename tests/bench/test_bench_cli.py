@@ -170,6 +170,12 @@ def test_compare_refuses_missing_and_foreign_files(
     other.write_text(json.dumps({"results": [{"x": 1}]}))
     assert main(["bench", "compare", str(good), str(other)]) == 2
     assert "other.json: not a headrace bench report" in capsys.readouterr().err
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
+    assert main(["bench", "compare", str(good), str(tmp_path / "binary.json")]) == 2
+    assert "binary.json: cannot be read (" in capsys.readouterr().err
+    (tmp_path / "dir.json").mkdir()
+    assert main(["bench", "compare", str(tmp_path / "dir.json"), str(good)]) == 2
+    assert "dir.json: cannot be read ([Errno 21] Is a directory" in capsys.readouterr().err
 
 
 def test_compare_prints_ratios_and_digest_agreement(

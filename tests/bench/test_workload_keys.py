@@ -348,3 +348,19 @@ def test_preprocess_time_is_slept_per_decoded_sample(tmp_path: Path) -> None:
         assert m["source"]["decode_s"] >= 6 * 0.02 * 0.95, variant
     with pytest.raises(ConfigError, match="preprocess_time and preprocess_time_stdev must"):
         make_kind(wl.replace(reader={"preprocess_time": -1}), str(tmp_path))
+
+
+def test_variant_specs_and_kinds_that_do_not_parse() -> None:
+    from headrace.bench._kind import VariantSpec, kind_class
+
+    with pytest.raises(
+        ConfigError, match=r"variant 'headrace\?in_flight': option 'in_flight' is not key=value"
+    ):
+        VariantSpec.parse("headrace?in_flight")
+    spec = VariantSpec.parse("headrace?in_flight=many")
+    with pytest.raises(
+        ConfigError, match=r"variant 'headrace\?in_flight=many': in_flight='many' is not an integer"
+    ):
+        spec.int("in_flight", 8)
+    with pytest.raises(ConfigError, match=r"unknown workload kind 'video'; known: \['files'"):
+        kind_class("video")

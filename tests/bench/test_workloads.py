@@ -189,6 +189,9 @@ def test_dlio_yaml_runs_at_small_scale(
         ("dataset: {record_length_bytes: -1}", "dataset.record_length_bytes must be a number"),
         ("dataset: {record_length_bytes: big}", "dataset.record_length_bytes must be a number"),
         ("dataset: {}\nmetric: {au: high}", "metric.au must be a number"),
+        ("- 1\n- 2", "not a DLIO workload (expected a mapping with 'dataset')"),
+        ("train: {}", "not a DLIO workload (expected a mapping with 'dataset')"),
+        ("dataset: {format: parquet}", "dataset.format 'parquet' is not supported"),
     ],
 )
 def test_a_bad_dlio_yaml_is_named_not_a_traceback(
@@ -253,6 +256,43 @@ def test_bad_workload_file(tmp_path: Path) -> None:
         ConfigError, match=r"w\.toml \[train\]: unknown key 'batch' \(did you mean 'batch_size'\?\)"
     ):
         load_workload(str(p))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('kind = "files"\nvariants = ["map-style"]\n[train]\nbatch_size = [', "not valid TOML"),
+        ('kind = "files"\n[train]\nbatch_size = 3\n', "missing 'variants'"),
+        ('kind = "files"\nvariants = ["a"]\ntrain = 3\n', "'train' must be a table ([train])"),
+        ('kind = "files"\nvariants = []\n[train]\nbatch_size = 4\n', "the variants list is empty"),
+        (
+            'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\ncomputation_time = -1.0\n',
+            "w.toml: train: computation_time and its stdev must be >= 0 (got -1.0, 0.0)",
+        ),
+        (
+            'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\nau_threshold = 1.5\n',
+            "w.toml: train: au_threshold must be in (0, 1] (got 1.5)",
+        ),
+        (
+            'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\nrank = 2\nworld_size = 2\n',
+            "w.toml: train: rank must be in [0, world_size) (got self.rank=2, self.world_size=2)",
+        ),
+        (
+            'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\nsteps = "ten"\n',
+            "w.toml: train: steps must be an integer (got 'ten')",
+        ),
+        (
+            'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\ncomputation_time = "1s"\n',
+            "w.toml: train: computation_time must be a number (got '1s')",
+        ),
+    ],
+)
+def test_a_bad_workload_file_is_named(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "w.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_workload(str(p))
+    assert message in str(info.value), info.value
 
 
 def test_au_runs_on_fresh_streams_not_on_idle_filled_queues(

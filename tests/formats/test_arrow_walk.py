@@ -85,3 +85,46 @@ def test_damaged_headers_are_format_errors_never_another_exception(file: bool) -
             assert str(exc).startswith("s3://b/t.arrow: ")
             refused += 1
     assert refused > 100  # most damage is caught here; a body's is caught when decoded
+
+
+def _messages(data: bytes) -> list[bytes]:
+    """A stream's messages (continuation, length, header, body), up to its end marker."""
+    from headrace.formats._arrow_remote import _Flat
+
+    out, at = [], 0
+    while True:
+        length = int.from_bytes(data[at + 4 : at + 8], "little", signed=True)
+        if length == 0:
+            return out
+        body = _Flat(data[at + 8 : at + 8 + length]).scalar(_Flat(data[at + 8 :]).root(), 3, "<q")
+        out.append(data[at : at + 8 + length + body])
+        at += 8 + length + body
+
+
+END = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+@pytest.mark.parametrize(
+    ("damage", "match"),
+    [
+        (
+            lambda m: m[0] + b"\xff\xff\xff\xff\x10\x00",  # a continuation, half a length
+            r"truncated Arrow IPC stream at byte \d+$",
+        ),
+        (lambda m: END, r"an Arrow IPC stream without a schema message$"),
+        (
+            lambda m: m[0] + m[0] + b"".join(m[1:]) + END,
+            r"corrupt Arrow IPC message at byte \d+: a second schema message$",
+        ),
+        (
+            lambda m: b"".join(m[1:]) + END,
+            r"corrupt Arrow IPC message at byte 0: a record batch before the schema",
+        ),
+    ],
+    ids=["cut-in-length", "end-marker-only", "two-schemas", "no-schema-first"],
+)
+def test_streams_with_messages_cut_missing_or_out_of_order(damage: Any, match: str) -> None:
+    messages = _messages(_ipc(False)[0])
+    assert len(messages) == 7  # the schema, then 6 record batches
+    with pytest.raises(FormatError, match=r"^s3://b/t\.arrow: " + match):
+        _walk(damage(messages))

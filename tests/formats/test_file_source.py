@@ -175,6 +175,10 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource(root, config=FileSourceConfig(format="jpeg"), decode=False)
     with pytest.raises(ConfigError, match="expected a directory"):
         FileSource(root / "f000.jpg", format="jpeg")
+    with pytest.raises(ConfigError, match=r"local_read must be 'pread' or 'odirect' \(got 'mmap'"):
+        FileSource(root, format="jpeg", local_read="mmap")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="the list of files is empty"):
+        FileSource([], format="jpeg")
     with pytest.raises(DataError, match="no files ending"):
         FileSource(root, format="npz")
     with pytest.raises(ObjectNotFoundError, match=r"nope\.npy"):

@@ -117,6 +117,12 @@ def test_npy_truncated_in_header_or_data(cut: int, match: str) -> None:
         decode_npy(data[:cut], name="cut.npy")
 
 
+def test_npy_version_2_cut_inside_its_longer_header() -> None:
+    data = _npy(np.arange(3), version=(2, 0))  # a 4-byte header length: 12 bytes before it
+    with pytest.raises(FormatError, match=r"v2\.npy: truncated: 11 bytes, shorter than an NPY"):
+        decode_npy(data[:11], name="v2.npy")
+
+
 # ---------------------------------------------------------------- NPZ
 
 
@@ -206,6 +212,47 @@ def test_npz_flipped_byte_in_deflated_data_is_refused() -> None:
     data[start + info.compress_size // 2] ^= 0xFF
     with pytest.raises(FormatError, match=r"c\.npz: member 'a\.npy': .*(deflate|CRC)"):
         decode_npz(bytes(data), name="c.npz")
+
+
+def _central_entry(data: bytes | bytearray) -> int:
+    """Offset of the first member's central directory record."""
+    return bytes(data).index(b"PK\x01\x02")
+
+
+def test_npz_member_without_its_local_header_is_refused() -> None:
+    data = bytearray(_savez(False, a=np.arange(10), b=np.arange(3)))
+    off = zipfile.ZipFile(io.BytesIO(bytes(data))).getinfo("b.npy").header_offset
+    data[off] ^= 0xFF  # the second member's local header signature, where the directory points
+    with pytest.raises(
+        FormatError, match=rf"h\.npz: member 'b\.npy': corrupt: no local file header at byte {off}"
+    ):
+        decode_npz(bytes(data), name="h.npz")
+
+
+def test_npz_deflated_member_shorter_than_its_stream_is_refused() -> None:
+    data = bytearray(_savez(True, a=np.arange(1000)))
+    at = _central_entry(data) + 20  # compressed size: cut so the stream stops unfinished
+    (size,) = struct.unpack_from("<I", data, at)
+    struct.pack_into("<I", data, at, size // 2)
+    with pytest.raises(
+        FormatError,
+        match=r"d\.npz: member 'a\.npy': truncated or corrupt deflate stream: inflated \d+ "
+        r"bytes without reaching its end \(directory says 8128\)",
+    ):
+        decode_npz(bytes(data), name="d.npz")
+
+
+def test_npz_stored_member_of_another_size_than_the_directory_says() -> None:
+    data = bytearray(_savez(False, a=np.arange(10, dtype=np.uint8)))
+    at = _central_entry(data) + 24  # uncompressed size
+    (size,) = struct.unpack_from("<I", data, at)
+    struct.pack_into("<I", data, at, size + 1)
+    with pytest.raises(
+        FormatError,
+        match=rf"s\.npz: member 'a\.npy': corrupt: directory says {size + 1} bytes "
+        rf"uncompressed, found {size}",
+    ):
+        decode_npz(bytes(data), name="s.npz")
 
 
 @pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
@@ -374,6 +421,19 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
         decode_jpeg(data[: len(data) // 2], name="t.jpg", use_simplejpeg=simplejpeg)
     with pytest.raises(FormatError, match=r"t\.jpg: JPEG with 8 bytes of other data after"):
         decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
+
+
+@pytest.mark.parametrize(
+    ("simplejpeg", "match"),
+    [
+        (True, r"g\.jpg: corrupt JPEG \(.*subsampling"),
+        (False, r"g\.jpg: corrupt or truncated JPEG \(no image header found\)$"),
+    ],
+    ids=["simplejpeg", "pillow"],
+)
+def test_jpeg_with_garbage_between_its_markers(simplejpeg: bool, match: str) -> None:
+    with pytest.raises(FormatError, match=match):
+        decode_jpeg(b"\xff\xd8" + bytes(20) + b"\xff\xd9", name="g.jpg", use_simplejpeg=simplejpeg)
 
 
 # ---------------------------------------------------------------- HDF5

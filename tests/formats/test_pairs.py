@@ -110,6 +110,14 @@ def test_bad_input(tmp_path: Path) -> None:
         src.read(0, np.arange(12))
     with pytest.raises(ConfigError, match="at least one member"):
         PairRows({})
+    write_row_file(tmp_path / "f.npy", np.ones((N, 9), np.float32))
+    with pytest.raises(ConfigError, match=r"f\.npy: token dtype must be an integer type \(found"):
+        PairRows({"anchor": tmp_path / "f.npy"})
+    write_row_file(tmp_path / "fm.npy", np.ones((N, 33), np.float16))
+    with pytest.raises(ConfigError, match=r"fm\.npy: mask dtype must be integer or bool \(found"):
+        PairRows({"anchor": (files["anchor"][0], tmp_path / "fm.npy")})
+    with pytest.raises(ConfigError, match=r"max_retries must be an integer >= 0 \(got '2'\)"):
+        PairRows(files, max_retries="2")  # type: ignore[arg-type]
     all_empty = np.zeros((N, 5), np.uint32)
     write_row_file(tmp_path / "zero.bin", all_empty)
     with pytest.raises(EmptyRowsError, match=r"zero\.bin"):

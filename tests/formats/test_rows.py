@@ -308,6 +308,13 @@ def test_bad_input_errors_name_file(tmp_path: Path) -> None:
         PaddedRows(tp, mp, context=8, dtype=np.uint32)
     with pytest.raises(ConfigError, match="context must be a positive"):
         PaddedRows(tp, mp, context=0)
+    write_row_file(tmp_path / "float.npy", np.zeros((N_ROWS, W), np.float32))
+    with pytest.raises(
+        ConfigError, match=r"float\.npy: mask dtype must be integer or bool \(found"
+    ):
+        PaddedRows(tp, tmp_path / "float.npy", context=8)
+    with pytest.raises(ConfigError, match=r"max_retries must be an integer >= 0 \(got -1\)"):
+        PaddedRows(tp, mp, context=8, max_retries=-1)
 
 
 def test_bad_row_files(tmp_path: Path) -> None:
@@ -491,6 +498,26 @@ def test_bad_sidecar_values_and_zero_width(tmp_path: Path) -> None:
     np.save(tmp_path / "w0.npy", np.zeros((4, 0), np.uint32))
     with pytest.raises(DataError, match=r"w0\.npy: empty: rows have no columns \(shape \(4, 0\)\)"):
         open_row_file(tmp_path / "w0.npy")
+
+
+def test_row_files_cut_short_or_with_arguments_they_do_not_take(tmp_path: Path) -> None:
+    (tmp_path / "cut.npy").write_bytes(b"\x93NUMPY\x01\x00")  # the magic, then nothing
+    with pytest.raises(FormatError, match=r"cut\.npy: truncated: 8 bytes, shorter than an NPY"):
+        open_row_file(tmp_path / "cut.npy")
+    write_row_file(tmp_path / "r.npy", np.ones((4, 3), np.uint16))
+    with pytest.raises(ConfigError, match=r"r\.npy: an \.npy file carries its own dtype and"):
+        open_row_file(tmp_path / "r.npy", dtype="uint16")
+    with pytest.raises(ConfigError, match=r"flat\.npy: rows must be a 2-D array \(got shape"):
+        write_row_file(tmp_path / "flat.npy", np.ones(5, np.uint16))
+    assert not (tmp_path / "flat.npy").exists()
+    (tmp_path / "a.bin").write_bytes(b"\0" * 40)
+    (tmp_path / "a.bin.json").write_text("[1, 2]")
+    with pytest.raises(FormatError, match=r"a\.bin\.json: unreadable row sidecar .*found a list"):
+        open_row_file(tmp_path / "a.bin")
+    (tmp_path / "a.bin.json").unlink()
+    (tmp_path / "a.bin.json").mkdir()  # there, but cannot be read
+    with pytest.raises(FormatError, match=r"a\.bin\.json: unreadable row sidecar: .*directory"):
+        open_row_file(tmp_path / "a.bin")
 
 
 def test_replacement_independent_of_chunking_and_chained_retries(tmp_path: Path) -> None:

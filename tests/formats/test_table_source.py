@@ -157,6 +157,15 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
         TableSource(p, columns=["input_ids"], width=4).read(0, np.arange(64))
     with pytest.raises(ConfigError, match="width of 'input_ids' must be >= 1"):
         TableSource(p, columns=["input_ids"], width=0)
+    with pytest.raises(ConfigError, match=r"pad_side must be 'right' or 'left' \(got 'middle'\)"):
+        TableSource(p, columns=["input_ids"], width=4, pad_side="middle")  # type: ignore[arg-type]
+    small = pa.table({"ids": pa.array([[1, 2], [3]], pa.list_(pa.int8()))})
+    pq.write_table(small, tmp_path / "i8.parquet")
+    src = TableSource(tmp_path / "i8.parquet", width=4, pad_values={"ids": 300}, shuffle=False)
+    with pytest.raises(
+        ConfigError, match=r"i8\.parquet: column 'ids': pad_value 300 does not fit dtype int8"
+    ):
+        src.read(0, np.arange(2))
     words = pa.table({"words": pa.array([["a", "b"], ["c"]], type=pa.list_(pa.string()))})
     pq.write_table(words, tmp_path / "w.parquet")
     with pytest.raises(FormatError, match=r"w\.parquet: column 'words' has type list<element: str"):

@@ -369,6 +369,40 @@ def test_directory_errors(tmp_path: Path) -> None:
         Table.open(mixed)
 
 
+@pytest.mark.parametrize(
+    ("state", "match"),
+    [
+        (b"\xff\xfe{}", r"state\.json: not a save_to_disk state file \(UnicodeDecodeError"),
+        (b"[1, 2]", r"state\.json: not a save_to_disk state file: .*a JSON list, not an object"),
+        (b"{nope", r"state\.json: not a save_to_disk state file: .*JSONDecodeError"),
+    ],
+    ids=["not-utf8", "json-list", "not-json"],
+)
+def test_unreadable_state_json(tmp_path: Path, state: bytes, match: str) -> None:
+    _write_stream(tmp_path / "x.arrow", _table())
+    (tmp_path / "state.json").write_bytes(state)
+    with pytest.raises(FormatError, match=match):
+        Table.open(tmp_path)  # the folder: its state.json lists the files
+    # One file of the folder opens; the folder's state.json only lends it no fingerprint.
+    assert Table.open(tmp_path / "x.arrow").saved_fingerprint is None
+
+
+def test_corrupt_parquet_row_group_names_the_file_and_group(tmp_path: Path) -> None:
+    path = tmp_path / "c.parquet"
+    pq.write_table(_table(), path, row_group_size=100, compression="snappy")
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(0)
+    data = bytearray(path.read_bytes())
+    at = chunk.data_page_offset + chunk.total_compressed_size // 3
+    data[at : at + 40] = bytes(b ^ 0x5A for b in data[at : at + 40])  # in the snappy data
+    path.write_bytes(bytes(data))
+    tb = Table.open(path)  # the footer is intact
+    tb.read_rows([0])  # so is row group 0
+    with pytest.raises(
+        FormatError, match=r"c\.parquet: row group 1: truncated or corrupt Parquet data \(Corrupt"
+    ):
+        tb.read_rows([100])
+
+
 def test_parquet_row_group_cache_is_bounded(tmp_path: Path) -> None:
     pq.write_table(_table(), tmp_path / "p.parquet", row_group_size=100)
     tb = Table.open(tmp_path / "p.parquet", row_group_cache=2)

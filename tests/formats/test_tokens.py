@@ -146,6 +146,12 @@ def _corrupt_idx(path: Path, how: str) -> None:
         raw[18 + 16 + 4 * 4 + 8 : 18 + 16 + 4 * 4 + 16] = struct.pack("<q", 12345)
     elif how == "header":
         raw = raw[:10]
+    elif how == "float":
+        raw[17] = 6  # float64: a valid Megatron code, but not one for token ids
+    elif how == "negative":
+        raw[34:38] = struct.pack("<i", -1)
+    elif how == "documents":
+        raw[-8:] = struct.pack("<q", 99)  # the last document index past the 4 sequences
     path.write_bytes(bytes(raw))
 
 
@@ -158,6 +164,9 @@ def _corrupt_idx(path: Path, how: str) -> None:
         ("truncated", "truncated Megatron index"),
         ("pointer", "sequence 1 points at byte 12345"),
         ("header", "header alone needs"),
+        ("float", r"token dtype float64 is not a token type \(expected uint16 or int32\)"),
+        ("negative", "corrupt index: negative sequence length at 0"),
+        ("documents", r"corrupt document indices: .* 0 to 4, found 5 entries from 0 to 99"),
     ],
 )
 def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str) -> None:
@@ -181,6 +190,54 @@ def test_the_writers_write_only_what_the_readers_take(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="token dtype float32 is not supported"):
         write_token_sidecar(tmp_path / "t.bin", "float32")
     assert not (tmp_path / "t.bin.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"files": []}, r"TokenSource needs at least one token file"),
+        ({"cache_dir": "c"}, r"cache_dir keeps local copies .* on local disk already"),
+        ({"block_bytes": 5000}, r"block_bytes must be a multiple of 4096 \(got 5000\)"),
+        ({"max_windows": 0}, r"max_windows must be >= 1 \(got 0\)"),
+        ({"reads": "mmap"}, r"reads must be 'populate' or 'pread' \(got 'mmap'\)"),
+    ],
+)
+def test_token_source_arguments(tmp_path: Path, kw: dict, match: str) -> None:
+    write_tokens(tmp_path / "a.bin", 5000, "uint16")
+    files = kw.pop("files", tmp_path / "a.bin")
+    if "cache_dir" in kw:
+        kw["cache_dir"] = tmp_path / kw["cache_dir"]
+    with pytest.raises(ConfigError, match=match):
+        TokenSource(files, context=8, dtype="uint16", **kw)
+    assert not (tmp_path / "c").exists()
+
+
+def test_token_files_of_other_dtypes_are_not_mixed(tmp_path: Path) -> None:
+    write_tokens(tmp_path / "a.bin", 5000, "uint16")
+    write_tokens(tmp_path / "b.bin", 5000, "uint32")
+    files = [
+        open_token_file(tmp_path / "a.bin", "uint16"),
+        open_token_file(tmp_path / "b.bin", "uint32"),
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"token files must share one dtype; got .*a\.bin: uint16, .*b\.bin: uint32",
+    ):
+        TokenSource(files, context=8)
+
+
+def test_token_file_arguments_that_do_not_fit_the_file(tmp_path: Path) -> None:
+    np.arange(12, dtype=np.uint16).tofile(tmp_path / "m.bin")
+    write_megatron_index(tmp_path / "m.idx", np.uint16, np.array([5, 7], dtype=np.int32))
+    with pytest.raises(ConfigError, match=r"m\.bin: dtype int32 given but the index says uint16"):
+        open_token_file(tmp_path / "m.bin", "int32")
+    with pytest.raises(ConfigError, match=r"m\.bin: 'tokens' is not a dtype"):
+        open_token_file(tmp_path / "m.bin", "tokens")  # was numpy's bare TypeError
+    with pytest.raises(ConfigError, match=r"m\.bin: unknown token format 'gpt2' \(auto, raw"):
+        open_token_file(tmp_path / "m.bin", format="gpt2")  # type: ignore[arg-type]
+    np.arange(12, dtype=np.uint16).tofile(tmp_path / "r.bin")
+    with pytest.raises(ConfigError, match=r"r\.bin: only Megatron files index documents"):
+        open_token_file(tmp_path / "r.bin", "uint16").documents()
 
 
 def test_megatron_index_disagreeing_with_bin(tmp_path: Path) -> None:

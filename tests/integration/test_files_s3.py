@@ -13,6 +13,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
     ConfigError,
+    DataError,
     FormatError,
     ObjectNotFoundError,
     PermissionDeniedError,
@@ -219,6 +220,23 @@ def test_permanent_errors_name_the_key(
     with pytest.raises(error, match=r"files/jpeg/s03\.jpg"):
         src.read(0, np.arange(FILES))
     src.close()
+
+
+def test_a_prefix_without_the_format_or_that_cannot_be_listed(
+    s3: S3Fixture, datasets: Path, proxy: LatencyProxy
+) -> None:
+    options = {**s3.options(), "retry": FAST_RETRY}
+    with pytest.raises(
+        DataError, match=r"s3://headrace-test/files/jpeg: no objects ending in \['\.png'\]"
+    ):
+        FileSource(f"s3://{BUCKET}/files/jpeg", store_options=options, format="png")
+    # Every LIST answers 503: the store is closed and the error names the bucket.
+    proxy.set_faults([FaultRule(kind="status", status=503, match="GET /headrace-test?")])
+    with pytest.raises(
+        StorageError, match=r"s3://headrace-test/files/npz/: HTTP 503 .*gave up after 4 attempts"
+    ):
+        s3_source(s3, "npz", proxy.endpoint)
+    assert proxy.stats.faults >= FAST_RETRY.attempts  # retried before it gave up
 
 
 def test_a_short_body_is_detected_not_decoded(

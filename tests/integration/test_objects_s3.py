@@ -295,6 +295,11 @@ def test_consistently_short_body_is_detected(open_store: StoreFactory, proxy: La
         store.get_range("big.bin", 0, 1000)
     with pytest.raises(TransientStorageError, match=r"big\.bin, bytes \[8, 108\).*cut short"):
         store.get_many([(SMALL[0], 0, 10), ("big.bin", 8, 100)])
+    with pytest.raises(
+        TransientStorageError,
+        match=rf"big\.bin: .*cut short \(500 of 1000 bytes; object has {size}",
+    ):
+        store.get_first("big.bin", 1000)  # one ranged GET: Content-Range has the size
     proxy.set_faults([FaultRule(kind="short", match="big.bin", limit=1)])
     assert bytes(store.get_range("big.bin", 0, 1000)) == expected("big.bin")[:1000]
 

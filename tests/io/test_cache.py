@@ -338,3 +338,17 @@ def test_a_remote_read_into_a_strided_buffer_is_refused() -> None:
     f = RemoteFile(None, "k", "s3://b/k", ObjectInfo(100, "e"), None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="C-contiguous"):
         f.read_into(np.zeros(20, np.uint8)[::2], 0)
+
+
+def test_the_summary_of_a_cache_whose_directory_was_removed(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path / "c")
+    assert c.write(URL, 100, "e1", blob(100))
+    assert c.summary()["entries"] == 1 and "filesystem_free_bytes" in c.summary()
+    for entry in entries(tmp_path / "c"):
+        entry.unlink()
+    for sub in sorted((tmp_path / "c").rglob("*"), reverse=True):
+        sub.rmdir()
+    (tmp_path / "c").rmdir()  # by `rm -r` or another prune: nothing to list, no statvfs
+    got = c.summary()
+    assert (got["entries"], got["bytes"]) == (0, 0)
+    assert "filesystem_free_bytes" not in got and "reserve_bytes" not in got

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import ReadEOFError, StorageError
+from headrace.errors import ObjectNotFoundError, ReadEOFError, StorageError
 from headrace.io import (
     ENGINES,
     STRATEGIES,
@@ -317,3 +317,30 @@ def test_a_failed_open_never_closes_another_files_descriptor(tmp_path: Path) -> 
         assert os.pread(fd, 10, 0) == b"y" * 10
     finally:
         os.close(fd)
+
+
+def test_a_closed_local_file_says_so_and_an_empty_one_is_not_mapped(file, tmp_path: Path) -> None:
+    path, _ = file
+    f = LocalFile(path)
+    f.close()
+    with pytest.raises(StorageError, match=r"f\.bin: file is closed") as info:
+        f.pread(0, 4)
+    assert info.value.errno == errno.EBADF
+    with pytest.raises(StorageError, match=r"f\.bin: file is closed"):
+        _ = f.direct_fd
+    (tmp_path / "empty.bin").write_bytes(b"")
+    with LocalFile(tmp_path / "empty.bin") as empty:
+        with pytest.raises(ReadEOFError, match=r"empty\.bin: cannot map an empty file"):
+            _ = empty.mapped
+
+
+def test_o_direct_open_of_a_file_deleted_since_it_was_opened(file) -> None:
+    path, data = file
+    f = LocalFile(path)
+    os.unlink(path)  # the descriptor still reads; a second open by path cannot
+    try:
+        assert f.pread(0, 8).tobytes() == data[:8].tobytes()
+        with pytest.raises(ObjectNotFoundError, match=r"f\.bin: no such file"):
+            _ = f.direct_fd
+    finally:
+        f.close()

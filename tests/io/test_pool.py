@@ -18,6 +18,8 @@ def test_usable_cpus_honour_a_cgroup_quota(tmp_path: Path, monkeypatch: pytest.M
         "50000 100000\n": 1,
         "max 100000\n": None,
         "garbage\n": None,
+        "lots 100000\n": None,  # two fields, not numbers
+        "100000 0\n": None,  # a period of 0
     }
     for text, want in cases.items():
         cpu_max.write_text(text)

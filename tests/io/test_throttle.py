@@ -166,6 +166,30 @@ def test_a_cancelled_waiter_leaves_the_queue_or_passes_its_slot_on() -> None:
     asyncio.run(main())
 
 
+def test_a_thread_interrupted_while_waiting_leaves_the_queue() -> None:
+    # Ctrl-C in the main thread while it waits for a slot: a real SIGINT, sent by
+    # another thread once the main thread is queued.
+    import signal
+
+    lim = _limited_to(1)
+    held = lim.acquire_blocking()
+
+    def interrupt_when_queued() -> None:
+        deadline = time.monotonic() + 5
+        while not lim._waiting and time.monotonic() < deadline:
+            time.sleep(0.001)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt_when_queued)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        lim.acquire_blocking()
+    t.join()
+    assert not lim._waiting and lim._active == 1  # gone from the queue; the slot is held
+    lim.release(held)
+    lim.release(lim.acquire_blocking())  # the slot is free again
+
+
 @pytest.mark.parametrize(
     ("text", "throttle"),
     [

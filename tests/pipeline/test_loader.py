@@ -328,6 +328,8 @@ def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
     with pytest.raises(ConfigError, match="closed"):
         iter(ld)
+    with pytest.raises(ConfigError, match="this loader is closed; make a new one to iterate"):
+        next(ld.chunks())  # what worker processes iterate
 
 
 def test_keyboard_interrupt_in_consumer_stops_producer(token_path: Path) -> None:

@@ -242,3 +242,40 @@ def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows])
     with pytest.raises(DataError, match=r"'short' gives .* but 'long' gives"):
         rare.read(0, np.arange(4, dtype=np.int64))
     rare.close()
+
+
+class _Counting:
+    """A user's own source: sample numbers as data, optionally with a 'source' array of
+    its own, and a close() that may fail."""
+
+    def __init__(self, name: str, *, own_source: bool = False, close_fails: bool = False) -> None:
+        self.name, self.own_source, self.close_fails = name, own_source, close_fails
+        self.closed = False
+
+    def fingerprint(self) -> dict[str, object]:
+        return {"name": self.name}
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        out = {"x": samples.astype(np.int64)}
+        if self.own_source:
+            out["source"] = np.zeros(len(samples), np.int64)
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        if self.close_fails:
+            raise OSError(f"{self.name}: close failed")
+
+
+def test_a_source_with_its_own_source_array_is_refused() -> None:
+    mix = Mixture({"a": _Counting("a", own_source=True), "b": _Counting("b")}, [1, 1], batch_size=4)
+    with pytest.raises(DataError, match=r"source 'a' returns a 'source' array, which the mix"):
+        mix.read(0, np.arange(4, dtype=np.int64))
+
+
+def test_close_closes_every_source_then_raises_the_first_failure() -> None:
+    srcs = [_Counting("a", close_fails=True), _Counting("b"), _Counting("c", close_fails=True)]
+    mix = Mixture(srcs, [1, 1, 1], batch_size=3)
+    with pytest.raises(OSError, match=r"^a: close failed$"):
+        mix.close()
+    assert all(s.closed for s in srcs)

@@ -34,6 +34,10 @@ def test_permutation_depends_on_keys_and_rejects_out_of_range() -> None:
     assert not np.array_equal(a, b)
     with pytest.raises(IndexError):
         Permutation(10, derive_keys(1))(np.array([10]))
+    with pytest.raises(IndexError, match=r"permutation index 10 out of range\(0, 10\)"):
+        Permutation(10, derive_keys(1)).one(10)
+    with pytest.raises(ValueError, match=r"a permutation needs n >= 1 \(got n=0\)"):
+        Permutation(0, derive_keys(1))
 
 
 def test_golden_permutation_is_pinned() -> None:
@@ -120,6 +124,8 @@ def test_host_slice_errors() -> None:
         host_slice(2, 0, 4)
     with pytest.raises(ValueError, match="rank"):
         host_slice(8, 4, 4)
+    with pytest.raises(ValueError, match=r"world_size must be >= 1 \(got 0\)"):
+        host_slice(8, 0, 0)
 
 
 def test_state_round_trip_and_refusals() -> None:

@@ -56,3 +56,10 @@ def test_group_by_window_of_epochs_far_apart() -> None:
         ((0, 1), [1]),
         ((3, 0), [3]),
     ]
+
+
+def test_layouts_that_hold_no_sample_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"context must be >= 1 \(got 0\)"):
+        WindowLayout(file_tokens=(100,), context=0, window_tokens=64)
+    with pytest.raises(ValueError, match="a window layout needs at least one file"):
+        WindowLayout(file_tokens=(), context=8, window_tokens=64)

@@ -112,6 +112,13 @@ class TrainConfig:
     world_size: int = 1
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            # A TOML string or bool here failed below as "'<' not supported ...".
+            kinds = (int,) if f.type == "int" else (int, float)
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                what = "an integer" if f.type == "int" else "a number"
+                raise ConfigError(f"train: {f.name} must be {what} (got {v!r})")
         if self.batch_size < 1 or self.steps < 1 or self.trials < 1 or self.warmup_steps < 0:
             raise ConfigError(
                 "train: batch_size, steps and trials must be >= 1 and warmup_steps >= 0 "
@@ -201,18 +208,19 @@ class Workload:
         if bad:
             raise ConfigError(unknown_keys(f"{label} [train]", bad, fields, "[train] takes"))
         try:
-            return cls(
-                name=str(data.get("name", os.path.splitext(os.path.basename(label))[0])),
-                kind=str(data["kind"]),
-                description=str(data.get("description", "")),
-                source=where or str(data.get("source", "")),
-                dataset=dict(data.get("dataset", {})),
-                reader=dict(data.get("reader", {})),
-                train=TrainConfig(**train),
-                variants=tuple(variants),
-            )
-        except TypeError as exc:
+            train_config = TrainConfig(**train)
+        except (TypeError, ConfigError) as exc:  # name the file, as every other error here
             raise ConfigError(f"{label}: {exc}") from exc
+        return cls(
+            name=str(data.get("name", os.path.splitext(os.path.basename(label))[0])),
+            kind=str(data["kind"]),
+            description=str(data.get("description", "")),
+            source=where or str(data.get("source", "")),
+            dataset=dict(data.get("dataset", {})),
+            reader=dict(data.get("reader", {})),
+            train=train_config,
+            variants=tuple(variants),
+        )
 
 
 def builtin_workloads() -> dict[str, Workload]:

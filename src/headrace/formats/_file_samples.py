@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
 
@@ -51,8 +51,7 @@ def decode_file(
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
-        if not datasets:
-            raise ConfigError("hdf5 files need datasets=(...) naming the datasets to read.")
+        assert datasets, "FileSource's config refuses hdf5 without datasets"
         return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
     out = fmt.decoder(data, name=name)
     if isinstance(out, Mapping):
@@ -82,9 +81,8 @@ def stack_samples(samples: Sequence[Sample], index: NDArray[np.int64]) -> dict[s
     if not samples:
         return batch
     keys = list(samples[0])
-    for s in samples[1:]:
-        if list(s) != keys:
-            raise DataError(f"samples in one batch have different keys: {keys} and {list(s)}")
+    # FileSource._decode refuses a file whose keys differ from the first's (naming both).
+    assert all(list(s) == keys for s in samples[1:]), "samples with different keys"
     for k in keys:
         parts = [s[k] for s in samples]
         first = parts[0]

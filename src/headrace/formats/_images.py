@@ -124,7 +124,9 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
                     img = _png_mode(img)
                 arr = np.asarray(img)
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
-        raise FormatError(f"{name}: corrupt or truncated {kind} ({exc})") from exc
+        # Pillow's "cannot identify image file" names our reader object, not the file.
+        why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
+        raise FormatError(f"{name}: corrupt or truncated {kind} ({why})") from exc
     if arr.ndim == 2:
         arr = arr[:, :, np.newaxis]
     return arr

@@ -18,7 +18,7 @@ def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             cast = np.array(pad_value).astype(dtype)
-    except (OverflowError, ValueError) as exc:
+    except (OverflowError, ValueError, TypeError) as exc:
         raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
     got = cast.item()
     if dtype.kind in "fc" and isinstance(pad_value, (float, np.floating)):

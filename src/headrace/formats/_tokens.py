@@ -225,7 +225,7 @@ def describe_token_file(
             raise DataError(f"{p}: Megatron token file has no index at {idx}")
         index = parse_megatron_index(idx, idx_raw, size)
         dt = index.dtype
-        if dtype is not None and np.dtype(dtype) != dt:
+        if dtype is not None and _check_dtype(p, dtype) != dt:
             raise ConfigError(f"{p}: dtype {np.dtype(dtype)} given but the index says {dt}")
     elif format == "nanogpt":
         dt = np.dtype(np.uint16)

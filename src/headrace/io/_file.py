@@ -150,9 +150,8 @@ class LocalFile(Closing):
         done = 0
         while done < want:
             try:
+                # EINTR is retried by os.preadv itself (PEP 475).
                 n = os.preadv(self.fd, [view[done:]], offset + done)
-            except InterruptedError:
-                continue
             except OSError as exc:
                 raise read_error(self.path, "read", offset, want, done, exc) from exc
             if n == 0:
