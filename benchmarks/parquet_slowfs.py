@@ -98,8 +98,9 @@ def main() -> int:
                 out = trial(src, Path(tmp) / "mnt", args, threads)
                 res[name].append(out)
                 print(
-                    f"round {r} {name:10s} {out['bps']:6.1f} batches/s first {out['first_s']:.3f} s "
-                    f"max_in_flight {out['mif']} sha256 {str(out['sha'])[:16]}",
+                    f"round {r} {name:10s} {out['bps']:6.1f} batches/s "
+                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
+                    f"sha256 {str(out['sha'])[:16]}",
                     file=sys.stderr,
                 )
     digests = {str(x["sha"]) for xs in res.values() for x in xs}
@@ -107,8 +108,9 @@ def main() -> int:
         print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
         return 1
     for name, xs in res.items():
+        bps = statistics.median(float(x["bps"]) for x in xs)
         print(
-            f"| {args.latency_ms:g} ms | {name} | {statistics.median(float(x['bps']) for x in xs):.1f} "
+            f"| {args.latency_ms:g} ms | {name} | {bps:.1f} "
             f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
             f"| {max(int(x['mif']) for x in xs)} |"
         )

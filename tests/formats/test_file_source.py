@@ -794,3 +794,47 @@ def test_a_moved_copy_resumes_and_other_files_are_refused(tmp_path: Path) -> Non
     (new / "f011.npy").rename(new / "g011.npy")
     with pytest.raises(StateError, match="what differs: keys"):
         Loader(FileSource(str(new), format="npy"), batch_size=4).load_state_dict(state)
+
+
+def test_a_decode_that_ends_while_a_full_window_waits_is_not_a_crash(tmp_path: Path) -> None:
+    # A full window waits for one running decode. One that finished between "is any
+    # running?" and "which one?" left no decode to pick: StopIteration escaped the
+    # loader's read-ahead generator as "RuntimeError: generator raised StopIteration"
+    # (seen on a slow mount). Fault injection: each decode says "running" once, then done.
+    root = make_dataset(tmp_path / "n", "npy", 8)
+    want = FileSource(root, format="npy", in_flight=1, speculate=False).read(0, np.arange(8))
+
+    class EndsWhenAsked(Future):  # type: ignore[type-arg]
+        def __init__(self, job: Any) -> None:
+            super().__init__()
+            self.job, self.asked = job, 0
+
+        def done(self) -> bool:
+            # "Still running" when the decode queue is counted and when the full
+            # window asks whether any decode runs ...
+            self.asked += 1
+            if self.asked <= 2:
+                return False
+            self.finish()  # ... and finished (its window slot freed) right after
+            return True
+
+        def finish(self) -> None:
+            if not super().done():
+                self.set_result(self.job())
+
+        def result(self, timeout: float | None = None) -> Any:
+            self.finish()
+            return super().result(timeout)
+
+    class Decoders:
+        def submit(self, fn, *args):  # type: ignore[no-untyped-def]
+            return EndsWhenAsked(lambda: fn(*args))
+
+        def shutdown(self, wait: bool = True) -> None:
+            pass
+
+    src = FileSource(root, format="npy", in_flight=1, speculate=False, decode_threads=2)
+    src._decoders = Decoders()  # type: ignore[assignment]
+    got = src.read(0, np.arange(8))
+    assert batch_digest([got]) == batch_digest([want])
+    src.close()

@@ -447,15 +447,15 @@ class FileSource(Closing):
             for f in order:
                 # Taking a file the window has not started would fetch past its
                 # bound while decodes still hold every slot: wait for one to free.
-                while self.window.full_without(f) and any(not p.done() for p in pending.values()):
-                    next(p for p in pending.values() if not p.done()).result()
+                while self.window.full_without(f) and _wait_one(pending):
+                    pass
                 data = self.window.take(f)
                 pending[f] = self._decoders.submit(job, f, data)
                 # Bound the bytes parked in the decode queue: a slot is only freed
                 # once its file is decoded, so the window bound holds anyway; this
                 # keeps one slow decode from idling the fetches behind it.
                 while sum(not p.done() for p in pending.values()) > 2 * threads:
-                    next(p for p in pending.values() if not p.done()).result()
+                    _wait_one(pending)
             return {f: p.result() for f, p in pending.items()}
         except BaseException:
             for p in pending.values():
@@ -486,3 +486,18 @@ class FileSource(Closing):
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         self._open(files, config, store_options, state["listing"])
+
+
+def _wait_one(pending: dict[int, Future[Sample | DataError]]) -> bool:
+    """Wait for one decode still running; ``False`` if none is (nothing waited for).
+
+    Asked and picked in one pass: a decode may finish between an ``any(not done)``
+    and a ``next(not done)``, and the ``StopIteration`` that left escaped the loader's
+    read-ahead generator as ``RuntimeError: generator raised StopIteration``
+    (seen on a slowfs mount at 20 ms per READ).
+    """
+    running = next((p for p in pending.values() if not p.done()), None)
+    if running is None:
+        return False
+    running.result()
+    return True
