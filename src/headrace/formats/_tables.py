@@ -192,7 +192,8 @@ class _Part:
         self._pf: Any = None
         # Parquet readers not in use: one per thread decoding a row group at once.
         self._idle: list[Any] = []
-        self._lock = threading.Lock()
+        # Reentrant: a reopen under it that finds the file changed closes the part.
+        self._lock = threading.RLock()
         self.batches: list[Any] = []
         self.map_address = 0  # Arrow files: the address their memory map starts at
         self.closed = False
