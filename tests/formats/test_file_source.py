@@ -861,4 +861,3 @@ def test_decodes_that_end_between_count_and_wait_do_not_stop_the_read(tmp_path: 
     assert set(got) == set(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
-    src.close()

@@ -657,3 +657,56 @@ def test_a_parquet_read_that_fails_is_a_storage_error(
     with pytest.raises(StorageError, match=r"t\.parquet: row group 1: the read failed") as ei:
         tb.read_rows([25])
     assert ei.value.errno == errno.EIO
+
+
+def test_row_groups_read_at_once_finish_before_the_first_failure_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch's missing row groups are read on threads at once; when two reads fail,
+    # the first group's error is raised once both finished, and notes the other.
+    import errno
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(60), path, row_group_size=20)
+    tb = Table.open(path)
+    real = pq.ParquetFile.read_row_group
+    done: list[int] = []
+
+    def eio(self, i, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if i > 0:  # fault injection: the storage fails groups 1 and 2
+            done.append(i)
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", eio)
+    with pytest.raises(StorageError, match=r"t\.parquet: row group 1: the read failed") as ei:
+        tb.read_rows([5, 25, 45])
+    assert sorted(done) == [1, 2]
+    assert ei.value.__notes__ == ["1 other row group reads also failed"]
+    monkeypatch.undo()
+    assert tb.read_rows([5, 25, 45])["label"].tolist() == [5, 25, 45]
+    tb.close()
+
+
+def test_a_reader_that_fails_to_open_for_a_concurrent_decode_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A decode running beside another opens its own reader of the file (from the
+    # parsed footer); that open can fail like any other, naming the file.
+    import errno
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(40), path, row_group_size=20)
+    tb = Table.open(path)
+    part = tb._parts[0]
+    held = part._reader()  # as a decode in another thread would hold it
+
+    def eio(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EIO, "Input/output error", str(path))  # fault injection
+
+    monkeypatch.setattr(pq, "ParquetFile", eio)
+    with pytest.raises(StorageError, match=r"t\.parquet") as ei:
+        tb.read_rows([25])
+    assert ei.value.errno == errno.EIO
+    part._idle.append(held)
+    tb.close()

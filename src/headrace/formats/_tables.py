@@ -34,6 +34,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -78,6 +79,9 @@ _IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 _IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
 # Above this mean row length a per-row slice copy beats building index arrays.
 _LONG_ROW = 32
+# Local Parquet row groups read and decoded at once: as many as the I/O pool's
+# reads in flight by default, so a window's groups take a few round trips, not one each.
+_DECODE_THREADS = 8
 
 
 def _pa() -> Any:
@@ -185,6 +189,10 @@ class _Part:
         self.path = path
         self._pa = pa
         self._pf: Any = None
+        # Parquet readers not in use: one per thread decoding a row group at once.
+        self._idle: list[Any] = []
+        # Reentrant: a reopen under it that finds the file changed closes the part.
+        self._lock = threading.RLock()
         self.batches: list[Any] = []
         self.map_address = 0  # Arrow files: the address their memory map starts at
         self.closed = False
@@ -211,6 +219,7 @@ class _Part:
                 # the process without a word; a read's is an error naming the file.
                 # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
                 self._pf = pq.ParquetFile(path, memory_map=False)
+                self._idle = [self._pf]
                 md = self._pf.metadata
                 self.schema = self._pf.schema_arrow
                 self.rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
@@ -298,11 +307,14 @@ class _Part:
         """Span ``i`` as something with ``.column(name)`` giving one Arrow array (the
         caller has checked the file's size: :meth:`check_size`)."""
         if self.closed:
-            self._reopen()
+            with self._lock:
+                if self.closed:
+                    self._reopen()
         if not self.parquet:
             return self.batches[i]
+        pf = self._reader()
         try:
-            table = self._pf.read_row_group(i, columns=names)
+            table = pf.read_row_group(i, columns=names)
         except OSError as exc:
             if exc.errno is not None:  # the storage said no (EIO ...), not the bytes
                 raise StorageError(
@@ -315,7 +327,35 @@ class _Part:
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
             ) from exc
+        finally:
+            with self._lock:
+                if self.closed:  # closed under this read: its reader goes with the others
+                    pf.close()
+                else:
+                    self._idle.append(pf)
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def _reader(self) -> Any:
+        """A Parquet reader for this thread's decode, from the idle ones or opened now.
+
+        pyarrow does not promise that one ``ParquetFile`` may read row groups from
+        several threads at once, so each concurrent decode takes its own. A new one
+        is opened from the parsed footer (``metadata=``): one open, no footer read.
+        """
+        with self._lock:
+            if self._idle:
+                # The first reader when it is idle: a lone decode always reads through it.
+                if self._pf in self._idle:
+                    self._idle.remove(self._pf)
+                    return self._pf
+                return self._idle.pop()
+            md = self._pf.metadata
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(self.path, memory_map=False, metadata=md)
+        except OSError as exc:
+            raise open_error(self.path, exc) from exc
 
     def stored_bytes(self, i: int) -> int:
         """Bytes row group ``i`` takes in the file (0 for Arrow: mapped, never decoded)."""
@@ -324,11 +364,15 @@ class _Part:
         return stored_bytes(self._pf.metadata, i) if self.parquet else 0
 
     def close(self) -> None:
-        self.closed = True
-        self.batches = []
-        if self._pf is not None:
-            self._pf.close()
+        with self._lock:
+            self.closed = True
+            self.batches = []
+            idle, self._idle = self._idle, []
+            if self._pf is not None and self._pf not in idle:
+                idle.append(self._pf)
             self._pf = None
+        for pf in idle:
+            pf.close()
 
 
 def _mapped(part: _Part | RemoteParquet | RemoteArrow) -> bool:
@@ -586,6 +630,7 @@ class Table(Closing):
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
+        self._decoders: ThreadPoolExecutor | None = None  # local Parquet row groups at once
         # Parquet row groups decoded so far: one per cache miss (benchmarks, tests),
         # and the bytes they take in their files.
         self.decoded = 0
@@ -750,17 +795,61 @@ class Table(Closing):
                 out[s] = part.fetch(int(self._span_local[s]), names)
         return out
 
+    def _missing(self, span: int, names: list[str]) -> bool:
+        """Whether ``span`` is a local Parquet row group that ``names`` need decoded."""
+        part = self._parts[int(self._span_part[span])]
+        if not isinstance(part, _Part) or not part.parquet:
+            return False
+        cached = self._cache.get(span)
+        return cached is None or not all(c in cached for c in names)
+
+    def _decode_local(self, spans: list[int], names: list[str]) -> dict[int, Any]:
+        """Local Parquet row groups ``spans``, read and decoded on threads at once.
+
+        A row group's read is a few round trips one after another (pyarrow reads
+        its column chunks in turn), so on a network mount (NFS, a FUSE file system)
+        decoding a window's groups one by one kept one or two reads in flight and
+        the storage idle. pyarrow releases the GIL while it reads and decodes.
+        Every decode finishes before the first error is raised.
+        """
+        if len(spans) < 2:
+            return {}
+        with self._count_lock:
+            pool = self._decoders
+            if pool is None:
+                pool = self._decoders = ThreadPoolExecutor(
+                    _DECODE_THREADS, thread_name_prefix="headrace-parquet"
+                )
+        futures = {
+            s: pool.submit(
+                self._parts[int(self._span_part[s])].span, int(self._span_local[s]), names
+            )
+            for s in spans
+        }
+        wait(futures.values())
+        errors = [exc for f in futures.values() if (exc := f.exception()) is not None]
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} other row group reads also failed")
+            raise errors[0]
+        return {s: f.result() for s, f in futures.items()}
+
     def _views(
-        self, span: int, names: list[str], fetched: Fetch | None = None
+        self,
+        span: int,
+        names: list[str],
+        fetched: Fetch | None = None,
+        decoded: Any = None,
     ) -> dict[str, tuple[Any, ...]]:
-        """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached)."""
+        """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached);
+        ``decoded``: the local row group, read already (by :meth:`_decode_local`)."""
         part = self._parts[int(self._span_part[span])]
         cached = self._cache.get(span)
         if cached is not None and all(c in cached for c in names):
             self._cache.move_to_end(span)
             return cached
         if isinstance(part, _Part):
-            data = part.span(int(self._span_local[span]), names)
+            data = decoded if decoded is not None else part.span(int(self._span_local[span]), names)
         else:
             data = part.span(int(self._span_local[span]), names, fetched)
         if not _mapped(part):
@@ -888,7 +977,8 @@ class Table(Closing):
             part = self._parts[i]
             if isinstance(part, _Part):
                 part.check_size()
-        views = {s: self._views(s, names, fetched.get(s)) for s in spans}
+        decoded = self._decode_local([s for s in spans if self._missing(s, names)], names)
+        views = {s: self._views(s, names, fetched.get(s), decoded.get(s)) for s in spans}
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
             out[c] = self._gather(c, idx.size, groups, views)
@@ -975,6 +1065,9 @@ class Table(Closing):
     def close(self) -> None:
         self._cache = OrderedDict()
         self._pending = OrderedDict()
+        pool, self._decoders = getattr(self, "_decoders", None), None
+        if pool is not None:
+            pool.shutdown(wait=True)
         for p in self._parts:
             p.close()
         if self._objects is not None:

@@ -1,0 +1,122 @@
+"""Local Parquet on a slow mount: a batch's row groups decoded at once vs one by one.
+
+Writes a Parquet table (16,384 rows of 64-512 int32 ids and a label, row groups
+of 1,024 rows, 2 files, about 12 MiB), mounts it through slowfs with
+--read-latency-ms and --open-latency-ms, and reads --batches batches of 32 rows
+with a Loader over TableSource (its default windowed shuffle), alternating
+A (row groups decoded one by one: ``_DECODE_THREADS = 1``, how every release up
+to this one read) and B (decoded at once, the default), A/B/A/B, each trial on
+a fresh mount (cold: slowfs drops the page cache on open). Reports median
+batches/s, the first batch's wait, the server's max READs in flight, and a
+SHA-256 of every batch, which must be the same on both sides.
+
+    PYTHONPATH=src python benchmarks/parquet_slowfs.py --latency-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import headrace.formats._tables as tables
+from headrace.emulate import SlowMount, fuse_available
+from headrace.formats import TableSource
+from headrace.pipeline import Loader
+
+
+def write(src: Path) -> None:
+    rng = np.random.default_rng(0)
+    lens = rng.integers(64, 512, 16384)
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    vals = rng.integers(0, 50000, int(offs[-1]), dtype=np.int32)
+    t = pa.table(
+        {
+            "ids": pa.ListArray.from_arrays(pa.array(offs), pa.array(vals)),
+            "label": pa.array(rng.integers(0, 10, 16384)),
+        }
+    )
+    for i in range(2):
+        pq.write_table(t.slice(i * 8192, 8192), src / f"part-{i}.parquet", row_group_size=1024)
+
+
+def trial(src: Path, mnt: Path, args: argparse.Namespace, threads: int) -> dict[str, float | str]:
+    tables._DECODE_THREADS = threads  # the pool is made per Table, at its first batch
+    with SlowMount(
+        src,
+        mnt,
+        read_latency_ms=args.latency_ms,
+        open_latency_ms=args.open_latency_ms,
+        stats_interval_s=0.05,
+    ) as m:
+        h = hashlib.sha256()
+        t0 = time.perf_counter()
+        first = 0.0
+        with Loader(TableSource(m.mnt, width=512), batch_size=32, steps=args.batches) as ld:
+            for i, b in enumerate(ld):
+                if i == 0:
+                    first = time.perf_counter() - t0
+                for k in sorted(b):
+                    h.update(np.ascontiguousarray(b[k]).tobytes())
+        elapsed = time.perf_counter() - t0
+        s = m.stats()
+    return {
+        "bps": args.batches / elapsed,
+        "first_s": first,
+        "mif": s["max_in_flight"],
+        "sha": h.hexdigest(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--open-latency-ms", type=float, default=30.0)
+    ap.add_argument("--batches", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    args = ap.parse_args()
+    ok, why = fuse_available()
+    if not ok:
+        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+        return 0
+    sides = {"one by one": 1, "at once": tables._DECODE_THREADS}
+    res: dict[str, list[dict[str, float | str]]] = {k: [] for k in sides}
+    with tempfile.TemporaryDirectory(prefix="parquet-slowfs-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        write(src)
+        for r in range(args.rounds):
+            for name, threads in sides.items():
+                out = trial(src, Path(tmp) / "mnt", args, threads)
+                res[name].append(out)
+                print(
+                    f"round {r} {name:10s} {out['bps']:6.1f} batches/s "
+                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
+                    f"sha256 {str(out['sha'])[:16]}",
+                    file=sys.stderr,
+                )
+    digests = {str(x["sha"]) for xs in res.values() for x in xs}
+    if len(digests) != 1:
+        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        return 1
+    for name, xs in res.items():
+        bps = statistics.median(float(x["bps"]) for x in xs)
+        print(
+            f"| {args.latency_ms:g} ms | {name} | {bps:.1f} "
+            f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
+            f"| {max(int(x['mif']) for x in xs)} |"
+        )
+    print(f"digest (both sides): {digests.pop()[:16]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

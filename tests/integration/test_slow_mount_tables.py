@@ -1,0 +1,38 @@
+"""Local Parquet on a real slow mount (slowfs, FUSE): row groups are read at once.
+
+A behaviour check, not a timing: a batch whose rows lie in eight row groups keeps
+several READs in flight, where decoding the groups one after another kept at most
+two (pyarrow reads one group's column chunks in turn). The speed-up is in
+benchmarks/parquet_slowfs.py (docs/emulate-slowfs.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.formats import Table
+
+pytestmark = pytest.mark.integration
+
+ROWS, GROUP = 4096, 512
+
+
+def test_a_batch_across_row_groups_keeps_reads_in_flight(slow_mount, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 2**31, (ROWS, 64), dtype=np.int64)
+    table = pa.table({"ids": pa.FixedSizeListArray.from_arrays(ids.reshape(-1), 64)})
+    pq.write_table(table, src / "t.parquet", row_group_size=GROUP)
+    rows = np.arange(ROWS // GROUP) * GROUP + 7  # one row in each of the 8 row groups
+    m = slow_mount(src, read_latency_ms=20)
+    with Table.open(m.mnt / "t.parquet") as tb:
+        got = tb.read_rows(rows)["ids"]
+    np.testing.assert_array_equal(got, ids[rows])
+    # One group at a time: 2 READs in flight at most (measured); at once: 8 groups' worth.
+    assert m.stats()["max_in_flight"] >= 4
