@@ -7,7 +7,9 @@ count of every column) and a body. Opening walks the headers: one ranged GET
 of 64 KiB at each header that the previous GET did not cover (so one per
 record batch of more than 64 KiB, fewer for small ones), every file's walk
 beside the others'; no body is read. An IPC *file* is the same stream between
-its magic and its footer.
+its magic and its footer. What the walk learns (:class:`ArrowIndex`: each record
+batch's place, rows, field nodes and buffer list) also tells
+:func:`~headrace.formats.table_token_files` where a token column's values lie.
 
 A record batch is then fetched when a batch first needs it, or earlier by
 read-ahead: its header and the stretches of its body that the columns read
