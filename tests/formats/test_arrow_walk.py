@@ -30,7 +30,7 @@ class _Bytes:
         return done
 
 
-def _ipc(file: bool) -> tuple[bytes, pa.Table]:
+def _ipc(file: bool, legacy: bool = False) -> tuple[bytes, pa.Table]:
     table = pa.table(
         {
             "ids": pa.array([[1, 2, 3]] * 300, pa.list_(pa.int32())),
@@ -39,7 +39,8 @@ def _ipc(file: bool) -> tuple[bytes, pa.Table]:
         }
     )
     sink = pa.BufferOutputStream()
-    with (pa.ipc.new_file if file else pa.ipc.new_stream)(sink, table.schema) as w:
+    options = pa.ipc.IpcWriteOptions(use_legacy_format=legacy)
+    with (pa.ipc.new_file if file else pa.ipc.new_stream)(sink, table.schema, options=options) as w:
         w.write_table(table, max_chunksize=50)
     return bytes(sink.getvalue()), table
 
@@ -48,9 +49,15 @@ def _walk(data: bytes) -> Any:
     return _Walk("s3://b/t.arrow", _Bytes(data), len(data)).index(pa)
 
 
-@pytest.mark.parametrize("file", [False, True], ids=["stream", "file"])
-def test_the_walk_indexes_what_pyarrow_reads(file: bool) -> None:
-    data, table = _ipc(file)
+@pytest.mark.parametrize(
+    ("file", "legacy"),
+    [(False, False), (True, False), (False, True)],
+    ids=["stream", "file", "stream-before-arrow-0.15"],
+)
+def test_the_walk_indexes_what_pyarrow_reads(file: bool, legacy: bool) -> None:
+    data, table = _ipc(file, legacy)
+    if legacy:  # messages without the continuation marker: the length comes first
+        assert data[:4] != b"\xff\xff\xff\xff"
     index = _walk(data)
     assert index.rows == [50] * 6
     nulls = index.nulls
