@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -685,6 +686,22 @@ def test_row_groups_read_at_once_finish_before_the_first_failure_is_raised(
     assert ei.value.__notes__ == ["1 other row group reads also failed"]
     monkeypatch.undo()
     assert tb.read_rows([5, 25, 45])["label"].tolist() == [5, 25, 45]
+    tb.close()
+
+
+def test_row_groups_read_at_once_leave_one_descriptor_per_file(tmp_path: Path) -> None:
+    # Each decode beside another opens its own reader; only the first is kept, so a
+    # dataset of many files holds one descriptor a file, not one a decode thread.
+    paths = []
+    for k in range(3):
+        paths.append(tmp_path / f"t{k}.parquet")
+        pq.write_table(_table(160), paths[-1], row_group_size=10)  # 16 row groups each
+    tb = Table.open(paths, row_group_cache=64)
+    fds = len(os.listdir("/proc/self/fd"))
+    rows = np.arange(0, 3 * 160, 5)  # every row group of every file, in one read
+    assert tb.read_rows(rows)["label"].size == rows.size
+    assert tb.decoded == 48
+    assert len(os.listdir("/proc/self/fd")) <= fds
     tb.close()
 
 

@@ -329,10 +329,13 @@ class _Part:
             ) from exc
         finally:
             with self._lock:
-                if self.closed:  # closed under this read: its reader goes with the others
-                    pf.close()
-                else:
+                # Only the first reader is kept: a dataset of thousands of files would
+                # otherwise keep a descriptor per decode thread per file it visited.
+                # (Closed under this read: it goes with the others.)
+                if pf is self._pf and not self.closed:
                     self._idle.append(pf)
+                else:
+                    pf.close()
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
 
     def _reader(self) -> Any:
@@ -340,14 +343,11 @@ class _Part:
 
         pyarrow does not promise that one ``ParquetFile`` may read row groups from
         several threads at once, so each concurrent decode takes its own. A new one
-        is opened from the parsed footer (``metadata=``): one open, no footer read.
+        is opened from the parsed footer (``metadata=``): one open, no footer read,
+        and closed after its decode.
         """
         with self._lock:
-            if self._idle:
-                # The first reader when it is idle: a lone decode always reads through it.
-                if self._pf in self._idle:
-                    self._idle.remove(self._pf)
-                    return self._pf
+            if self._idle:  # the first reader, idle: a lone decode always reads through it
                 return self._idle.pop()
             md = self._pf.metadata
         import pyarrow.parquet as pq
