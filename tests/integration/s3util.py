@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headrace.emulate import LocalS3
 from headrace.io import ObjectStore, RetryPolicy
@@ -87,3 +88,22 @@ def seed_objects(put: Callable[[str, bytes], None], local_dir: Path) -> None:
         path = local_dir / key
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+
+
+def loaders_closing_between(
+    src: Any, *, batch_size: int, seed: int, steps: int, per_loader: int = 2
+) -> list[Any]:
+    """``src``'s batches through one loader after another, each closed after
+    ``per_loader`` steps (closing the source, as every epoch of a TorchDataset does)
+    and the next resumed from its state: what a source must read on through."""
+    from headrace.pipeline import Loader
+
+    got: list[Any] = []
+    state = None
+    for _ in range(-(-steps // per_loader)):
+        with Loader(src, batch_size=batch_size, seed=seed, steps=steps) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            got += [b for _, b in zip(range(per_loader), loader, strict=False)]
+            state = loader.state_dict()
+    return got

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from s3util import BUCKET, S3Fixture
+from s3util import BUCKET, S3Fixture, loaders_closing_between
 from s3util import store_options as options
 
 from headrace.errors import ConfigError, DataError, FormatError
@@ -177,13 +177,8 @@ def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, sav
         return TableSource(f"{URL}/hf", store_options=options(s3), **KW)
 
     want = batch_digest(Loader(make(), batch_size=32, seed=5, steps=8))
-    src, got, state = make(), [], None
-    for _ in range(4):  # two steps per loader, each closed after
-        with Loader(src, batch_size=32, seed=5, steps=8) as loader:
-            if state is not None:
-                loader.load_state_dict(state)
-            got += [b for _, b in zip(range(2), loader, strict=False)]
-            state = loader.state_dict()
+    src = make()
+    got = loaders_closing_between(src, batch_size=32, seed=5, steps=8)
     assert batch_digest(got) == want
     src.close()
 

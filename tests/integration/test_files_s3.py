@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, FAST_RETRY, S3Fixture, loaders_closing_between
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -387,14 +387,7 @@ def test_a_source_closed_by_its_loader_reads_on_under_the_next(
     # epoch's loader fetched through the closed store: "store is closed".
     src = s3_source(s3, "npy")
     want = run(s3_source(s3, "npy"), steps=6)
-    got = []
-    state = None
-    for _ in range(3):  # two steps per loader, each closed after
-        with Loader(src, batch_size=4, seed=9, steps=6) as loader:
-            if state is not None:
-                loader.load_state_dict(state)
-            got += [b for _, b in zip(range(2), loader, strict=False)]
-            state = loader.state_dict()
+    got = loaders_closing_between(src, batch_size=4, seed=9, steps=6)
     assert batch_digest(got) == want
     src.close()  # and the iterable-style mode, on a closed source
     want_files = sorted(

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3util import BUCKET, S3Fixture
+from s3util import BUCKET, S3Fixture, loaders_closing_between
 from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
@@ -385,13 +385,6 @@ def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, roo
     # epoch's loader read through the closed request queue: "the request queue is closed".
     src = s3_source(s3, shuffle="window")
     want = batch_digest(Loader(s3_source(s3, shuffle="window"), batch_size=32, seed=5, steps=8))
-    got = []
-    state = None
-    for _ in range(4):  # two steps per loader, each closed after
-        with Loader(src, batch_size=32, seed=5, steps=8) as loader:
-            if state is not None:
-                loader.load_state_dict(state)
-            got += [b for _, b in zip(range(2), loader, strict=False)]
-            state = loader.state_dict()
+    got = loaders_closing_between(src, batch_size=32, seed=5, steps=8)
     assert batch_digest(got) == want
     src.close()
