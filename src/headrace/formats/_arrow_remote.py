@@ -35,7 +35,13 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
-from headrace.formats._table_remote import Fetch, fetched_spans, merge_ranges, opener
+from headrace.formats._table_remote import (
+    Fetch,
+    RemotePart,
+    fetched_spans,
+    merge_ranges,
+    opener,
+)
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -341,7 +347,7 @@ def _stretches(
     return out
 
 
-class RemoteArrow:
+class RemoteArrow(RemotePart):
     """One Arrow IPC object: its record batches' places, and batches fetched by ranges."""
 
     parquet = False
@@ -355,15 +361,9 @@ class RemoteArrow:
         pa: Any,
         reopen: Callable[[], RemoteFile],
     ) -> None:
-        self.path = url
-        self.size = size
+        super().__init__(url, file, size, reopen)
         self.index = index
         self.rows = index.rows
-        self.misses = 0  # (Parquet's count of reads outside the fetched ranges; none here)
-        self._handle: RemoteFile | None = file
-        # The table's close() closes the stores a handle reads through: the next read
-        # (a new loader over the same source) takes a new handle from here.
-        self._reopen = reopen
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
 
@@ -398,12 +398,6 @@ class RemoteArrow:
             cls(url, h, info.size, ix, pa, opener(files, url, info))
             for (url, info), h, ix in zip(objects, handles, indexes, strict=True)
         ]
-
-    @property
-    def _file(self) -> RemoteFile:
-        if self._handle is None:
-            self._handle = self._reopen()
-        return self._handle
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of record batch ``group``'s header and the stretches of its body
@@ -447,6 +441,3 @@ class RemoteArrow:
 
     def stored_bytes(self, i: int) -> int:
         return self.index.spans[i][1]
-
-    def close(self) -> None:
-        self._handle = None

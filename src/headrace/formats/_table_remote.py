@@ -43,6 +43,7 @@ __all__ = [
     "GAP",
     "Fetch",
     "RemoteParquet",
+    "RemotePart",
     "fetched_spans",
     "merge_ranges",
     "opener",
@@ -159,7 +160,34 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in merged]
 
 
-class RemoteParquet:
+class RemotePart:
+    """What a table's object on object storage keeps: its URL, size and a handle.
+
+    A handle holds its store and request queue, which the table's close() closes:
+    the next read (a new loader over the same source) takes a new handle (on the
+    reopened stores) from ``reopen``.
+    """
+
+    def __init__(
+        self, url: str, file: RemoteFile, size: int, reopen: Callable[[], RemoteFile]
+    ) -> None:
+        self.path = url
+        self.size = size
+        self.misses = 0  # reads outside the fetched ranges (one GET each; Parquet only)
+        self._handle: RemoteFile | None = file
+        self._reopen = reopen
+
+    @property
+    def _file(self) -> RemoteFile:
+        if self._handle is None:
+            self._handle = self._reopen()
+        return self._handle
+
+    def close(self) -> None:
+        self._handle = None
+
+
+class RemoteParquet(RemotePart):
     """One Parquet object: its footer, and row groups fetched by ranges (see the module doc)."""
 
     parquet = True
@@ -175,14 +203,8 @@ class RemoteParquet:
     ) -> None:
         import pyarrow.parquet as pq
 
-        self.path = url
-        self.size = size
+        super().__init__(url, file, size, reopen)
         self._pa = pa
-        self._handle: RemoteFile | None = file
-        # A handle holds its store and request queue, which the table's close() closes:
-        # the next read takes a new handle (on the reopened ones) from here.
-        self._reopen = reopen
-        self.misses = 0  # reads outside the fetched ranges (one GET each)
         tail = size - len(footer)
         try:
             footer_bytes = np.frombuffer(footer, np.uint8)
@@ -235,12 +257,6 @@ class RemoteParquet:
             parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info)))
         return parts
 
-    @property
-    def _file(self) -> RemoteFile:
-        if self._handle is None:
-            self._handle = self._reopen()
-        return self._handle
-
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
         rg = self._md.row_group(group)
@@ -287,9 +303,6 @@ class RemoteParquet:
         buf = np.empty(length, np.uint8)
         self._file.read_into(buf, offset).result()
         return buf
-
-    def close(self) -> None:
-        self._handle = None
 
 
 def opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], RemoteFile]:
