@@ -242,6 +242,27 @@ def test_packing_on_s3_refuses_what_is_not_a_byte_range(s3: S3Fixture, tmp_path:
     _put(s3, "pack/w.arrow", _stream(pa.table({"x": [1, 2]}), chunk=2))
     with pytest.raises(ConfigError, match=r"w\.arrow: no column 'input_ids'; it has x"):
         table_token_files(f"{URL}/pack/w.arrow", store_options=options(s3))
+    holes = pa.table({"input_ids": pa.array([[1, None], [2]] * 10, pa.list_(pa.int32()))})
+    _put(s3, "pack/h.arrow", _stream(holes, chunk=10))
+    with pytest.raises(DataError, match=r"h\.arrow: column 'input_ids' has null token ids in"):
+        table_token_files(f"{URL}/pack/h.arrow", store_options=options(s3))
+    # A column whose layout the walk does not step over, before the token column.
+    union = pa.UnionArray.from_sparse(
+        pa.array([0, 0], pa.int8()), [pa.array([1, 2]), pa.array(["a", "b"])]
+    )
+    odd = pa.table({"u": union, "input_ids": pa.array([[1], [2]], pa.list_(pa.int32()))})
+    _put(s3, "pack/u.arrow", _stream(odd, chunk=2))
+    with pytest.raises(ConfigError, match=r"u\.arrow: a column before 'input_ids' has a layout"):
+        table_token_files(f"{URL}/pack/u.arrow", store_options=options(s3))
+    # Row offsets that run past the values (a damaged body): named at open.
+    even = pa.table({"input_ids": pa.array([[7, 8, 9]] * 100, pa.list_(pa.int32()))})
+    body = bytearray(_stream(even, chunk=100))
+    offsets = np.arange(0, 301, 3, dtype=np.int32).tobytes()
+    at = body.index(offsets)
+    body[at + len(offsets) - 4 : at + len(offsets)] = (10**6).to_bytes(4, "little")
+    _put(s3, "pack/o.arrow", bytes(body))
+    with pytest.raises(FormatError, match=r"o\.arrow: column 'input_ids'.s row offsets run past"):
+        table_token_files(f"{URL}/pack/o.arrow", store_options=options(s3))
 
 
 def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> None:
