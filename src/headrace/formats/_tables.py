@@ -32,8 +32,9 @@ import glob
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -51,6 +52,7 @@ from headrace.errors import (
 )
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
+from headrace.formats._map_fill import FillPolicy, fill_pages, page_runs
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -82,6 +84,9 @@ _LONG_ROW = 32
 # Local Parquet row groups read and decoded at once: as many as the I/O pool's
 # reads in flight by default, so a window's groups take a few round trips, not one each.
 _DECODE_THREADS = 8
+# Local Arrow files: fault in a batch's pages on the I/O pool before the gather
+# (headrace.formats._map_fill); off only to measure against (benchmarks/arrow_slowfs.py).
+_POPULATE = True
 
 
 def _pa() -> Any:
@@ -631,6 +636,8 @@ class Table(Closing):
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
         self._decoders: ThreadPoolExecutor | None = None  # local Parquet row groups at once
+        #: whether local Arrow files' pages are filled before a gather, and its counters
+        self.map_fill = FillPolicy()
         # Parquet row groups decoded so far: one per cache miss (benchmarks, tests),
         # and the bytes they take in their files.
         self.decoded = 0
@@ -979,10 +986,58 @@ class Table(Closing):
                 part.check_size()
         decoded = self._decode_local([s for s in spans if self._missing(s, names)], names)
         views = {s: self._views(s, names, fetched.get(s), decoded.get(s)) for s in spans}
+        fill = _POPULATE and self.map_fill.on
+        if fill:
+            self._fill_rows(names, groups, views)
+        t0 = time.perf_counter()
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
-            out[c] = self._gather(c, idx.size, groups, views)
+            out[c] = self._gather(c, idx.size, groups, views, fill)
+        if not fill and any(_mapped(self._parts[int(self._span_part[s])]) for s in spans):
+            self.map_fill.gathered(time.perf_counter() - t0, idx.size)
         return out
+
+    def _fill_rows(
+        self,
+        names: list[str],
+        groups: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]],
+        views: dict[int, dict[str, tuple[Any, ...]]],
+    ) -> None:
+        """Fault in the pages of mapped Arrow files where the rows' numbers,
+        fixed-size lists and list offsets lie (a list's values: :meth:`_gather`,
+        once the offsets say where)."""
+
+        def ranges() -> Iterator[tuple[int, NDArray[np.int64], NDArray[np.int64]]]:
+            for s, _, loc in groups:
+                if not _mapped(self._parts[int(self._span_part[s])]):
+                    continue
+                for c in names:
+                    listed = self._columns[c].kind not in ("scalar", "fixed")
+                    arr = views[s][c][1 if listed else 0]  # a list's offsets, or the values
+                    row = arr.strides[0]
+                    # offsets[i] and offsets[i + 1] bound list i
+                    yield s, arr.ctypes.data + loc * row, np.full(loc.size, row * (1 + listed))
+
+        self._fill_maps(ranges())
+
+    def _fill_maps(
+        self, ranges: Iterable[tuple[int, NDArray[np.int64], NDArray[np.int64]]]
+    ) -> None:
+        """Fault in, on the I/O pool, the pages that the byte ranges ``(span, address,
+        length)`` of mapped spans touch (:mod:`headrace.formats._map_fill`)."""
+        by_part: dict[int, list[tuple[NDArray[np.int64], NDArray[np.int64]]]] = {}
+        for s, address, length in ranges:
+            by_part.setdefault(int(self._span_part[s]), []).append((address, length))
+        jobs = []
+        for pi, got in by_part.items():
+            part = self._parts[pi]
+            assert isinstance(part, _Part)
+            address = np.concatenate([a for a, _ in got])
+            length = np.concatenate([n for _, n in got])
+            jobs.append((part, page_runs(address, length, part)))
+        if jobs:
+            faults = fill_pages(jobs)
+            self.map_fill.filled(sum(len(r) for _, r in jobs), faults)
 
     def refuse_nulls(self, names: Sequence[str]) -> None:
         """Refuse null rows of ``names`` in Arrow files now, not when a batch reaches them.
@@ -1025,7 +1080,9 @@ class Table(Closing):
         n: int,
         groups: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]],
         views: dict[int, dict[str, tuple[Any, ...]]],
+        fill: bool = False,
     ) -> NDArray[Any] | Ragged:
+        """Column ``name`` of the rows; ``fill``: lists' values pages filled first."""
         col = self._columns[name]
         if col.kind in ("scalar", "fixed"):
             shape = (n,) if col.kind == "scalar" else (n, col.width)
@@ -1042,6 +1099,13 @@ class Table(Closing):
             self._null_check(name, s, valid, loc)
             starts[pos] = offs[loc]
             lengths[pos] = offs[loc + 1] - starts[pos]
+        if fill:
+            self._fill_maps(
+                (s, views[s][name][0].ctypes.data + starts[pos] * isz, lengths[pos] * isz)
+                for s, pos, _ in groups
+                if _mapped(self._parts[int(self._span_part[s])])
+                for isz in [views[s][name][0].itemsize]
+            )
         out_off = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=out_off[1:])
         total = int(out_off[-1])

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PAGE", "madvise", "page_aligned_empty"]
+__all__ = ["MADV_POPULATE_READ", "PAGE", "madvise", "page_aligned_empty", "populate_read"]
 
 PAGE = mmap.PAGESIZE
+#: Linux 5.14+: fault pages in and return an error instead of raising SIGBUS (not in ``mmap``).
+MADV_POPULATE_READ = 22
 _HUGE = 2 << 20
 
 
@@ -72,5 +74,27 @@ def madvise(view: NDArray[np.uint8], start: int, length: int, advice: int) -> No
         owner.madvise(advice, start, length)
         return
     if fn(view.ctypes.data + start, length, advice) != 0:
+        err = ctypes.get_errno() or errno.EINVAL
+        raise OSError(err, os.strerror(err))
+
+
+def populate_read(address: int, length: int) -> None:
+    """Fault in (read) the mapped pages ``[address, address + length)`` now.
+
+    ``MADV_POPULATE_READ`` on raw addresses, GIL released: the caller keeps
+    the mapping alive for the call and gives a page-aligned ``address``. Only
+    reading advice is offered here: it changes no memory, so any mapped range
+    is safe to pass, unlike :func:`madvise`'s. A page the storage cannot read
+    is an ``OSError`` (``EFAULT``, or ``EIO``) rather than a SIGBUS at the next
+    access; ``EINVAL`` means the kernel does not know the advice (before 5.14),
+    ``ENOMEM`` that the range is not mapped. Without a libc symbol, nothing is
+    done: the pages are faulted in by the access instead.
+    """
+    if address % PAGE or length < 0:
+        raise ValueError(f"populate_read: address {address:#x} is not page-aligned")
+    fn = _libc_madvise()
+    if fn is None:
+        return
+    if fn(address, length, MADV_POPULATE_READ) != 0:
         err = ctypes.get_errno() or errno.EINVAL
         raise OSError(err, os.strerror(err))

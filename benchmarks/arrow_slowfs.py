@@ -1,0 +1,164 @@
+"""Local Arrow (``save_to_disk``) on a slow mount: a batch's pages filled in parallel first.
+
+A local Arrow table is memory-mapped and its rows gathered by NumPy indexing;
+on a network mount each page the gather touches is a page fault, taken one
+after another in the gathering thread (3 READs in flight at most, measured).
+Side B asks the kernel for those pages first, with ``MADV_POPULATE_READ`` on
+the I/O pool (offsets, then the values they point at), so the faults of a
+batch are in flight together and the gather then copies from memory.
+
+Writes a ``save_to_disk``-style folder (Arrow IPC streams + ``state.json``,
+65,536 rows of 256-1,792 int32 ids and an int64 label, record batches of 1,000
+rows, 2 files, ~256 MiB), mounts it through slowfs with --read-latency-ms,
+and reads --batches batches of 32 rows (TableSource's default full shuffle:
+rows at random over the whole table) with a Loader, alternating A (no
+populate: ``_tables._POPULATE = False``, every release up to this one) and B
+(the default), A/B/A/B, each trial on a fresh mount (cold: slowfs drops the
+page cache on open). Reports median batches/s, the first batch's wait, the
+server's max READs in flight and READs in all, and a SHA-256 of every batch,
+which must be the same on both sides.
+
+    PYTHONPATH=src python benchmarks/arrow_slowfs.py --latency-ms 20
+    PYTHONPATH=src python benchmarks/arrow_slowfs.py --cached --batches 2000 --rounds 3
+
+Prediction, written before the first run (20 ms): a batch touches ~32 offsets
+pages, ~32-64 values pages and ~32 label pages; A faults them in the gathering
+thread (readahead gives it ~3 in flight): ~1.5 s per batch, ~0.7 batches/s.
+B fills them on the 8 I/O threads in two rounds (offsets and labels, then
+values): ~(96 / 8) x 20 ms = 0.25 s per batch, ~3-4 batches/s, 4-5x A, READs in
+flight up to 8. On a page-cached file B costs a populate call per range
+(~1-2 us each, 64-96 per batch): a few percent (checked with
+``headrace bench -w table``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import headrace.formats._tables as tables
+from headrace.emulate import SlowMount, fuse_available
+from headrace.formats import TableSource
+from headrace.pipeline import Loader
+
+ROWS, FILES = 65_536, 2
+
+
+def write(src: Path) -> None:
+    rng = np.random.default_rng(0)
+    lens = rng.integers(256, 1792, ROWS)
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    vals = rng.integers(0, 50_000, int(offs[-1]), dtype=np.int32)
+    t = pa.table(
+        {
+            "ids": pa.ListArray.from_arrays(pa.array(offs), pa.array(vals)),
+            "label": pa.array(rng.integers(0, 10, ROWS)),
+        }
+    )
+    names = [f"data-{i:05d}-of-{FILES:05d}.arrow" for i in range(FILES)]
+    per = ROWS // FILES
+    for i, name in enumerate(names):
+        with pa.OSFile(str(src / name), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+            w.write_table(t.slice(i * per, per), max_chunksize=1000)
+    (src / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n in names]}))
+
+
+def read(root: Path, batches: int) -> tuple[float, float, str]:
+    """(batches/s, first batch s, SHA-256 of every batch) of a Loader over ``root``."""
+    h = hashlib.sha256()
+    t0 = time.perf_counter()
+    first = 0.0
+    with Loader(TableSource(root, width=1792), batch_size=32, steps=batches) as ld:
+        for i, b in enumerate(ld):
+            if i == 0:
+                first = time.perf_counter() - t0
+            for k in sorted(b):
+                h.update(np.ascontiguousarray(b[k]).tobytes())
+    return batches / (time.perf_counter() - t0), first, h.hexdigest()
+
+
+def trial(src: Path, mnt: Path, args: argparse.Namespace, populate: bool) -> dict[str, float | str]:
+    tables._POPULATE = populate
+    if args.cached:  # the local folder, warm in the page cache: what the fill costs
+        bps, first, sha = read(src, args.batches)
+        return {"bps": bps, "first_s": first, "mif": 0, "reads": 0, "sha": sha}
+    with SlowMount(
+        src,
+        mnt,
+        read_latency_ms=args.latency_ms,
+        open_latency_ms=args.open_latency_ms,
+        stats_interval_s=0.05,
+    ) as m:
+        bps, first, sha = read(m.mnt, args.batches)
+        s = m.stats()
+    return {
+        "bps": bps,
+        "first_s": first,
+        "mif": s["max_in_flight"],
+        "reads": s["reads"],
+        "sha": sha,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--open-latency-ms", type=float, default=30.0)
+    ap.add_argument("--batches", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    ap.add_argument(
+        "--cached",
+        action="store_true",
+        help="read the local folder, page-cached, instead of a slow mount (try --batches 2000)",
+    )
+    args = ap.parse_args()
+    ok, why = fuse_available()
+    if not ok and not args.cached:
+        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+        return 0
+    sides = {"gather faults": False, "populate": True}
+    res: dict[str, list[dict[str, float | str]]] = {k: [] for k in sides}
+    with tempfile.TemporaryDirectory(prefix="arrow-slowfs-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        write(src)
+        for r in range(args.rounds):
+            for name, populate in sides.items():
+                out = trial(src, Path(tmp) / "mnt", args, populate)
+                res[name].append(out)
+                print(
+                    f"round {r} {name:13s} {out['bps']:6.2f} batches/s "
+                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
+                    f"reads {out['reads']} sha256 {str(out['sha'])[:16]}",
+                    file=sys.stderr,
+                )
+    digests = {str(x["sha"]) for xs in res.values() for x in xs}
+    if len(digests) != 1:
+        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        return 1
+    print("| READ latency | side | batches/s | first batch | max READs in flight | READs |")
+    print("|---|---|---|---|---|---|")
+    for name, xs in res.items():
+        bps = statistics.median(float(x["bps"]) for x in xs)
+        where = "page cache" if args.cached else f"{args.latency_ms:g} ms"
+        print(
+            f"| {where} | {name} | {bps:.2f} "
+            f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
+            f"| {max(int(x['mif']) for x in xs)} "
+            f"| {int(statistics.median(int(x['reads']) for x in xs))} |"
+        )
+    print(f"digest (both sides): {digests.pop()[:16]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

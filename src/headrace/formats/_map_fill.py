@@ -1,0 +1,181 @@
+"""Fill the pages a gather from a memory-mapped file will touch, in parallel, first.
+
+NumPy gathers rows from a map one page fault at a time, in the gathering
+thread; on a network mount (NFS, a FUSE file system) each fault is a round
+trip, so a batch of rows at random costs one round trip per page, in turn.
+Asking the kernel for those pages first (``MADV_POPULATE_READ`` on the I/O
+pool, GIL released) puts a batch's faults in flight together, and the gather
+then copies from memory. It also turns an I/O error under the map into an
+exception naming the file and bytes instead of a SIGBUS at the gather (a page
+evicted between the two can still fault later; it rarely is).
+
+On pages already in memory the fill is pure cost (a pool hand-off and a
+system call per run: 15% fewer batches/s on a page-cached table, measured), so
+:class:`FillPolicy` turns it off while the pages it asks for are resident and
+on again when a gather by page faults turns slow, as the I/O engine's
+adaptive reader does between mapped and positional reads. Timing decides
+only whether to fill, never which bytes a batch holds.
+"""
+
+from __future__ import annotations
+
+import errno
+import resource
+import time
+from collections.abc import Sequence
+from concurrent.futures import wait
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import StorageError
+from headrace.io import PAGE, io_pool, io_threads
+from headrace.io._buffers import populate_read
+
+__all__ = ["FillPolicy", "MappedFile", "fill_pages", "page_runs"]
+
+#: Ranges of one map closer than this are filled by one call (the pages between
+#: are read too: a network mount's READ is 128 KiB or more anyway).
+GAP = 64 << 10
+#: Until a kernel says it has no ``MADV_POPULATE_READ`` (before Linux 5.14).
+_supported = True
+
+
+class MappedFile(Protocol):
+    path: str
+    map_address: int  # where the file's map starts
+    size: int
+
+    def check_size(self) -> None: ...
+
+
+def page_runs(
+    address: NDArray[np.int64], length: NDArray[np.int64], f: MappedFile
+) -> list[tuple[int, int]]:
+    """The page-aligned runs ``[start, end)`` that cover the byte ranges
+    ``[address, address + length)`` lying in ``f``'s map, merged over gaps up to
+    :data:`GAP`. Ranges outside the map (copies in process memory) are left out."""
+    lo, hi = f.map_address, f.map_address + f.size
+    keep = (length > 0) & (address >= lo) & (address + length <= hi)
+    if not keep.any():
+        return []
+    first = address[keep] // PAGE * PAGE
+    end = -(-(address[keep] + length[keep]) // PAGE) * PAGE
+    order = np.argsort(first, kind="stable")
+    first, end = first[order], np.maximum.accumulate(end[order])
+    new = np.flatnonzero(first[1:] > end[:-1] + GAP) + 1
+    starts = first[np.concatenate([[0], new])]
+    ends = end[np.concatenate([new - 1, [first.size - 1]])]
+    stop = -(-hi // PAGE) * PAGE  # the map's last page is whole
+    return [(int(a), min(int(b), stop)) for a, b in zip(starts, ends, strict=True)]
+
+
+class FillPolicy:
+    """Whether a gather's pages are filled first; decided by what the last ones met.
+
+    Starts on (a first batch from cold storage gains the most). After
+    :attr:`CALM` fills in a row that found every page in memory (no major page
+    fault in the filling threads: nothing was read from storage), it turns
+    off: the gathers fault nothing. A gather that then takes longer than
+    :attr:`SLOW_GATHER_S` and :attr:`SLOW_ROW_S` per row (page faults going to
+    storage) turns it on again. Races between threads only change when it switches.
+    """
+
+    CALM = 8
+    SLOW_GATHER_S = 0.010
+    SLOW_ROW_S = 100e-6
+
+    def __init__(self) -> None:
+        self.on = True
+        self._calm = 0
+        #: fills made, runs filled, major page faults they took, switches on and off
+        self.fills = self.runs = self.storage_faults = self.switches = 0
+
+    def filled(self, runs: int, storage_faults: int) -> None:
+        """A fill of ``runs`` runs that took ``storage_faults`` major page faults."""
+        self.fills += 1
+        self.runs += runs
+        self.storage_faults += storage_faults
+        self._calm = 0 if storage_faults else self._calm + 1
+        if self.on and self._calm >= self.CALM:
+            self.on = False
+            self.switches += 1
+
+    def gathered(self, seconds: float, rows: int) -> None:
+        """A gather of ``rows`` rows with no fill first took ``seconds``."""
+        if not self.on and seconds > max(self.SLOW_GATHER_S, rows * self.SLOW_ROW_S):
+            self.on = True
+            self._calm = 0
+            self.switches += 1
+
+    def to_dict(self) -> dict[str, int | bool]:
+        return {
+            "on": self.on,
+            "fills": self.fills,
+            "runs": self.runs,
+            "storage_faults": self.storage_faults,
+            "switches": self.switches,
+        }
+
+
+def _major_faults() -> int | None:
+    """This thread's major page faults so far (None where the OS does not say)."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return None if who is None else resource.getrusage(who).ru_majflt
+
+
+def fill_pages(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> int:
+    """Fault in every run of every file, spread over the I/O pool, and return how
+    many major page faults that took (reads from storage; 0: every page was in
+    memory). Every run is done (or failed) before the first error is raised.
+
+    The caller holds the maps open for the call. A run the storage cannot read
+    raises :class:`~headrace.errors.StorageError` naming the file and its bytes
+    (a file that shrank: :class:`~headrace.errors.ReadEOFError`, from
+    ``check_size``). A kernel without the advice makes this a no-op from then on.
+    """
+    runs = [(f, a, b) for f, rs in jobs for a, b in rs]
+    if not runs or not _supported:
+        return 0
+    n = min(len(runs), io_threads())
+    if n == 1:
+        return _fill(runs)
+    futures = [io_pool().submit(_fill, runs[i::n]) for i in range(n)]
+    wait(futures)
+    errors = [exc for fut in futures if (exc := fut.exception()) is not None]
+    if errors:
+        if len(errors) > 1:
+            errors[0].add_note(f"{len(errors) - 1} other page fills also failed")
+        raise errors[0]
+    return sum(fut.result() for fut in futures)
+
+
+def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:
+    global _supported
+    before, slow = _major_faults(), 0
+    for f, a, b in runs:
+        t0 = time.perf_counter()
+        try:
+            populate_read(a, b - a)
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            if code in (errno.EINVAL, errno.ENOSYS):
+                _supported = False  # an older kernel: the gather faults them in as before
+                break
+            if code in (errno.EINTR, errno.EAGAIN):
+                continue  # not filled now: the gather faults these in
+            why = exc.strerror or str(exc)
+            if code == errno.EFAULT:
+                # What the gather would have met as SIGBUS: pages past a truncation,
+                # or pages the storage failed to read. Which one is what the user needs.
+                f.check_size()
+                code, why = errno.EIO, "the storage could not read them (an I/O error)"
+            lo, hi = a - f.map_address, min(b - f.map_address, f.size)
+            raise StorageError(
+                code, f"{f.path}: reading bytes [{lo}, {hi}) through the file map failed: {why}"
+            ) from exc
+        # Without a fault count: a call this slow went to storage (resident: ~2 us).
+        slow += time.perf_counter() - t0 > 100e-6
+    after = _major_faults()
+    return slow if before is None or after is None else after - before
