@@ -4,7 +4,7 @@ A local Arrow table is memory-mapped and its rows gathered by NumPy indexing;
 on a network mount each page the gather touches is a page fault, taken one
 after another in the gathering thread (3 READs in flight at most, measured).
 Side B asks the kernel for those pages first, with ``MADV_POPULATE_READ`` on
-the I/O pool (offsets, then the values they point at), so the faults of a
+the deep I/O pool (offsets, then the values they point at), so the faults of a
 batch are in flight together and the gather then copies from memory.
 
 Writes a ``save_to_disk``-style folder (Arrow IPC streams + ``state.json``,

@@ -84,7 +84,7 @@ _LONG_ROW = 32
 # Local Parquet row groups read and decoded at once: as many as the I/O pool's
 # reads in flight by default, so a window's groups take a few round trips, not one each.
 _DECODE_THREADS = 8
-# Local Arrow files: fault in a batch's pages on the I/O pool before the gather
+# Local Arrow files: fault in a batch's pages on the deep I/O pool before the gather
 # (headrace.formats._map_fill); off only to measure against (benchmarks/arrow_slowfs.py).
 _POPULATE = True
 
@@ -1023,7 +1023,7 @@ class Table(Closing):
     def _fill_maps(
         self, ranges: Iterable[tuple[int, NDArray[np.int64], NDArray[np.int64]]]
     ) -> None:
-        """Fault in, on the I/O pool, the pages that the byte ranges ``(span, address,
+        """Fault in, on the deep I/O pool, the pages that the byte ranges ``(span, address,
         length)`` of mapped spans touch (:mod:`headrace.formats._map_fill`)."""
         by_part: dict[int, list[tuple[NDArray[np.int64], NDArray[np.int64]]]] = {}
         for s, address, length in ranges:
