@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from headrace.io import usable_cpus
+from headrace.io._mounts import mount_of
 
 __all__ = [
     "cpu_seconds",
@@ -67,19 +68,12 @@ def cpu_seconds() -> float:
 
 def storage_type(path: str) -> dict[str, str]:
     """Filesystem type and device of the mount holding ``path`` (from /proc/mounts)."""
-    path = os.path.realpath(path)
-    best = ("", "", "")
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                dev, mnt, fstype, *_ = line.split()
-                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(
-                    best[1]
-                ):
-                    best = (dev, mnt, fstype)
-    except OSError:
-        pass
-    return {"device": best[0], "mount": best[1], "fstype": best[2]}
+    m = mount_of(path)
+    return (
+        {"device": m.device, "mount": m.mount, "fstype": m.fstype}
+        if m
+        else dict.fromkeys(("device", "mount", "fstype"), "")
+    )
 
 
 def _cpu_model() -> str:

@@ -36,6 +36,7 @@ import numpy as np
 
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
+from headrace.io._mounts import mount_of
 from headrace.io._uring import ring_pool
 
 __all__ = ["configure", "run"]
@@ -125,21 +126,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def filesystem_of(path: str) -> dict[str, str]:
     """fstype, device and mount point of the mount holding ``path`` (from /proc/mounts)."""
-    real = os.path.realpath(path)
-    best = {"mount": "", "fstype": "unknown", "device": "unknown"}
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        device, mount, fstype = (p.encode().decode("unicode_escape") for p in parts[:3])
-        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best["mount"]):
-            best = {"mount": mount, "fstype": fstype, "device": device}
-    return best
+    m = mount_of(path)
+    if m is None:
+        return {"mount": "", "fstype": "unknown", "device": "unknown"}
+    return {"mount": m.mount, "fstype": m.fstype, "device": m.device}
 
 
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:

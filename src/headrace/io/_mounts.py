@@ -1,0 +1,79 @@
+"""Which mount holds a path, and whether it is a network file system.
+
+A read on a network mount (NFS, SMB, Lustre, a FUSE file system over object
+storage...) is a round trip: throughput comes from how many are in flight,
+as on object storage, and readers pick deeper queues there than on a local
+disk, whose queue a few reads already fill.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+__all__ = ["Mount", "is_network_fs", "mount_of"]
+
+# Kernel file systems whose reads cross a network. FUSE ones are matched by
+# prefix ("fuse", "fuse.s3fs", "fuse.juicefs", "fuse.gcsfuse"...), except fuseblk:
+# NTFS or exFAT on a local block device.
+_NETWORK = frozenset(
+    {
+        "9p",
+        "afs",
+        "beegfs",
+        "ceph",
+        "cifs",
+        "gfs2",
+        "glusterfs",
+        "gpfs",
+        "lustre",
+        "ncpfs",
+        "nfs",
+        "nfs4",
+        "ocfs2",
+        "orangefs",
+        "panfs",
+        "pvfs2",
+        "smb3",
+        "smbfs",
+        "virtiofs",
+        "wekafs",
+    }
+)
+
+
+class Mount(NamedTuple):
+    device: str
+    mount: str
+    fstype: str
+
+
+def mount_of(path: str | os.PathLike[str]) -> Mount | None:
+    """The mount holding ``path`` (its real path), from ``/proc/mounts``; None
+    where that cannot be read (not Linux)."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: Mount | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # Spaces and tabs in names are written as octal escapes (\040, \011).
+        device, mount, fstype = (p.encode().decode("unicode_escape") for p in fields[:3])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and (best is None or len(mount) >= len(best.mount)):
+            best = Mount(device, mount, fstype)  # the deepest (a later one covers earlier)
+    return best
+
+
+def is_network_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies on a network (or FUSE) file system."""
+    m = mount_of(path)
+    if m is None:
+        return False
+    t = m.fstype
+    return t in _NETWORK or (t.startswith("fuse") and t != "fuseblk")

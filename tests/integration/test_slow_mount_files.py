@@ -1,0 +1,76 @@
+"""Which mount a path is on, read from /proc/mounts, and what readers make of it:
+file datasets on a network or FUSE mount read 64 files ahead (each read is a
+round trip, as on object storage), on a local disk 16. Real mounts (slowfs,
+FUSE); the speed-up is in benchmarks/files_slowfs.py (docs/emulate-slowfs.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.formats import FileSource
+from headrace.io._mounts import is_network_fs, mount_of
+
+pytestmark = pytest.mark.integration
+
+
+def _npys(root: Path, n: int = 8) -> None:
+    root.mkdir()
+    for i in range(n):
+        np.save(root / f"{i}.npy", np.full((4,), i, dtype=np.int32))
+
+
+def test_a_fuse_mount_is_found_even_with_a_space_in_its_path(slow_mount, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    _npys(src)
+    m = slow_mount(src)
+    got = mount_of(m.mnt / "3.npy")
+    assert got is not None
+    assert got.mount == str(m.mnt) and got.fstype.startswith("fuse")
+    assert is_network_fs(m.mnt / "3.npy") and not is_network_fs(src / "3.npy")
+    # /proc/mounts writes a space as \\040: the path must still match.
+    spaced = tmp_path / "mount point"
+    spaced.mkdir()
+    from headrace.emulate import SlowMount
+
+    with SlowMount(src, spaced, stats_interval_s=0.05) as m2:
+        got = mount_of(m2.mnt / "3.npy")
+        assert got is not None and got.mount == str(spaced), got
+        assert is_network_fs(m2.mnt)
+
+
+def test_files_on_a_fuse_mount_read_64_ahead_and_16_on_local_disk(
+    slow_mount, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    _npys(src)
+    m = slow_mount(src)
+    with FileSource(m.mnt, format="npy") as far, FileSource(src, format="npy") as near:
+        assert far.in_flight == 64 and near.in_flight == 16
+        assert far.read(0, np.arange(8)).keys() == near.read(0, np.arange(8)).keys()
+        np.testing.assert_array_equal(
+            far.read(0, np.arange(8))["data"], near.read(0, np.arange(8))["data"]
+        )
+    with FileSource(m.mnt, format="npy", in_flight=4) as chosen:
+        assert chosen.in_flight == 4  # given: kept
+
+
+def test_the_root_mount_is_local_and_a_missing_proc_says_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = mount_of("/")
+    assert root is not None and root.mount == "/" and root.fstype
+    import builtins
+
+    real_open = builtins.open
+
+    def no_proc(path, *a, **k):  # type: ignore[no-untyped-def]
+        if str(path) == "/proc/mounts":
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    assert mount_of("/") is None and not is_network_fs("/")
