@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -727,3 +728,23 @@ def test_a_reader_that_fails_to_open_for_a_concurrent_decode_is_a_storage_error(
     assert ei.value.errno == errno.EIO
     part._idle.append(held)
     tb.close()
+
+
+def test_shards_open_side_by_side_and_a_bad_one_closes_the_rest(tmp_path: Path) -> None:
+    # Files open on the I/O pool at once; two corrupt of five: the first by file
+    # order is raised, the other counted, and every part that opened is closed.
+    for i in range(5):
+        pq.write_table(_table(200, start=1000 * i), tmp_path / f"part-{i}.parquet")
+    with Table.open(sorted(map(str, tmp_path.glob("*.parquet")))) as tb:
+        assert tb.num_rows == 1000
+        np.testing.assert_array_equal(tb.read_rows([0, 999])["label"], [0, 4199])
+    for i in (1, 3):
+        data = (tmp_path / f"part-{i}.parquet").read_bytes()
+        (tmp_path / f"part-{i}.parquet").write_bytes(data[:-100])
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(FormatError, match=r"part-1.parquet: truncated or corrupt") as ei:
+        Table.open(sorted(map(str, tmp_path.glob("*.parquet"))))
+    assert "1 other file(s) of the table failed to open too" in "".join(ei.value.__notes__)
+    del ei  # its traceback holds the failed files' readers
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds
