@@ -17,8 +17,16 @@ from headrace.io import ObjectStore, RetryPolicy
 BUCKET = "headrace-test"
 PREFIX = "data"
 
-# Retries short enough for tests (the defaults back off for seconds).
-FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.5)
+# Quick retries for tests: back-offs of 10-50 ms (the defaults back off for seconds), and
+# the default timeout per try (30 s), which no test may meet by accident. Unloaded, moto
+# answers a window of rows in up to 0.6 s, and a try under 5xx faults in up to 0.9 s; on a
+# loaded 2-core CI machine that is several times longer: the 1.5 s this once had was met.
+FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
+# For the tests whose proxy stalls a GET (FaultRule(kind="stall", stall_s=STALL_S)): a try
+# times out after 2 s, 15 times the slowest ordinary try of those tests unloaded (0.13 s),
+# and the stall outlasts the timeout 15-fold, so a stalled try ends by timing out only.
+STALL_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0)
+STALL_S = 30.0
 # ``open_store(endpoint=None, url=None, **options)`` (the conftest fixture).
 StoreFactory = Callable[..., ObjectStore]
 
