@@ -85,7 +85,10 @@ def descendants() -> set[int]:
     return found
 
 
-def wait_exited(pids: list[int], pid_exited: Callable[[int], bool], within: float = 5.0) -> None:
+def wait_exited(pids: list[int], pid_exited: Callable[[int], bool], within: float = 30.0) -> None:
+    # A bound on hanging, not a speed check: a worker that got its stop leaves in well
+    # under a second, one that did not never does; a loaded machine's slower exits (an
+    # interpreter with torch to tear down) must not be mistaken for the second.
     deadline = time.monotonic() + within
     while not all(pid_exited(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -14,7 +14,7 @@ from s3util import FAST_RETRY, S3Fixture, StoreFactory, start_s3
 from headrace.emulate import LatencyProxy
 from headrace.io import ObjectStore
 
-# Quick retries and a short timeout keep the fault tests fast.
+# Quick retries (FAST_RETRY) keep the fault tests fast; see s3util for its timeout.
 
 
 @pytest.fixture(scope="session")

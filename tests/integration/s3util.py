@@ -17,8 +17,18 @@ from headrace.io import ObjectStore, RetryPolicy
 BUCKET = "headrace-test"
 PREFIX = "data"
 
-# Retries short enough for tests (the defaults back off for seconds).
-FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.5)
+# Quick retries for tests: back-offs of 10-50 ms (the defaults back off for seconds), and
+# the default timeout per try (30 s), which no test may meet by accident. Measured per
+# try: unloaded, up to 0.6 s for a window of rows and 0.9 s under 5xx faults; with the
+# CPUs saturated, up to 1.3 s, and one small-file GET took 1.7 s: past the 1.5 s this
+# timeout once was, on every S3 test.
+FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
+# For the tests whose proxy stalls a GET (FaultRule(kind="stall", stall_s=STALL_S)): a try
+# times out after 2 s, over 12 times those tests' slowest ordinary try (0.13 s unloaded,
+# 0.16 s with the CPUs saturated), and the stall outlasts the timeout 15-fold, so a
+# stalled try ends by timing out only.
+STALL_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0)
+STALL_S = 30.0
 # ``open_store(endpoint=None, url=None, **options)`` (the conftest fixture).
 StoreFactory = Callable[..., ObjectStore]
 

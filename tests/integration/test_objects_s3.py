@@ -7,7 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from s3util import BUCKET, OBJECTS, PREFIX, SMALL, S3Fixture, StoreFactory, expected
+from s3util import (
+    BUCKET,
+    OBJECTS,
+    PREFIX,
+    SMALL,
+    STALL_S,
+    S3Fixture,
+    StoreFactory,
+    expected,
+)
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -76,13 +85,18 @@ def test_closing_a_store_ends_a_stalled_get_at_once(s3: S3Fixture, proxy: Latenc
 
     reader = threading.Thread(target=get)
     reader.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30  # the GET is stalled at the proxy: a bound on hanging
+    while proxy.stats.faults == 0:
+        assert time.monotonic() < deadline, "the GET never reached the stalling proxy"
+        time.sleep(0.01)
     t0 = time.monotonic()
     store.close()
-    reader.join(timeout=10)
+    reader.join(timeout=30)
     took = time.monotonic() - t0
     proxy.set_faults([])
-    assert not reader.is_alive() and took < 5, took
+    # At once: milliseconds; before, the read waited out its tries (3 x 10 s = 30 s). The
+    # bound, a third of that, leaves a wide margin for a loaded machine.
+    assert not reader.is_alive() and took < 10, took
     assert len(got) == 1 and isinstance(got[0], StorageError)
     assert f"{URL}/{SMALL[0]}: the store was closed during the read" in str(got[0])
 
@@ -244,12 +258,14 @@ def test_wrong_bucket_is_not_found(open_store: StoreFactory) -> None:
 
 
 def test_timeout_is_retried_then_reported(open_store: StoreFactory, proxy: LatencyProxy) -> None:
-    quick = RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=0.4)
-    proxy.set_faults([FaultRule(kind="stall", stall_s=1.0, match=SMALL[5], limit=1)])
+    # 1 s a try: 100 times a lone small GET's (10 ms unloaded), so only the stall (30 s,
+    # never answered in time) times out, however loaded the machine.
+    quick = RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=1.0)
+    proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match=SMALL[5], limit=1)])
     store = open_store(proxy.endpoint, retry=quick)
     assert bytes(store.get(SMALL[5])) == expected(SMALL[5])
     assert store.stats.retries == 1
-    proxy.set_faults([FaultRule(kind="stall", stall_s=1.0, match=SMALL[6])])
+    proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match=SMALL[6])])
     with pytest.raises(
         TransientStorageError, match=rf"{URL}/{SMALL[6]}, bytes \[0, 64\): timed out.*2 attempts"
     ):

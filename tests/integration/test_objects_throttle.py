@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -99,10 +100,16 @@ def test_token_batches_through_a_throttling_store_equal_the_local_file(
 
 
 def test_the_proxy_answers_slowdown_past_its_limit(s3: S3Fixture) -> None:
-    # Five requests at once, two served: three 503 SlowDown answers in S3's form.
+    # Five requests at once, two served: three 503 SlowDown answers in S3's form. "At
+    # once": all five connected before any is sent, so on a loaded machine no thread's
+    # start or connect lands its request after the 300 ms a served one holds its slot.
+    connected = threading.Barrier(5, timeout=30)
+
     def get(port: int) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
+            conn.connect()
+            connected.wait()
             conn.request("GET", f"/{BUCKET}/data/{SMALL[0]}")
             r = conn.getresponse()
             return r.status, r.read()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, S3Fixture
+from s3util import BUCKET, STALL_RETRY, STALL_S, S3Fixture
 from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
@@ -26,7 +26,6 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.formats import PaddedRows, PairRows, write_row_file
-from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -227,9 +226,9 @@ def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
 ) -> None:
     win = {"shuffle": "window", "window_rows": 600}
     want = batch_digest(Loader(padded(root, **win), batch_size=32, steps=30))
-    quick = {**options(s3, proxy.endpoint), "retry": RetryPolicy(attempts=3, timeout_s=0.5)}
+    quick = {**options(s3, proxy.endpoint), "retry": STALL_RETRY}
     for fault in (
-        FaultRule(kind="stall", stall_s=2.0, match="GET /headrace-test/rows/", limit=1),
+        FaultRule(kind="stall", stall_s=STALL_S, match="GET /headrace-test/rows/", limit=1),
         FaultRule(kind="truncate", match="GET /headrace-test/rows/", limit=2),
     ):
         src = padded(URL, quick, **win)  # opened first: the faults hit row reads

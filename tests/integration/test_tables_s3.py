@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3util import BUCKET, S3Fixture, loaders_closing_between
+from s3util import BUCKET, STALL_RETRY, STALL_S, S3Fixture, loaders_closing_between
 from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
@@ -28,7 +28,6 @@ from headrace.errors import (
 )
 from headrace.formats import Table, TableSource
 from headrace.formats._object_files import ObjectFiles
-from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -286,9 +285,9 @@ def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
     s3: S3Fixture, root: Path, proxy: LatencyProxy
 ) -> None:
     want = digest(lambda: TableSource(root, **KW), steps=20)
-    quick = {**options(s3, proxy.endpoint), "retry": RetryPolicy(attempts=3, timeout_s=0.5)}
+    quick = {**options(s3, proxy.endpoint), "retry": STALL_RETRY}
     for fault in (
-        FaultRule(kind="stall", stall_s=2.0, match="GET /headrace-test/tables/", limit=1),
+        FaultRule(kind="stall", stall_s=STALL_S, match="GET /headrace-test/tables/", limit=1),
         FaultRule(kind="truncate", match="GET /headrace-test/tables/", limit=2),
     ):
         proxy.set_faults([fault])

@@ -97,11 +97,16 @@ def test_threads_wait_for_a_slot_in_arrival_order() -> None:
         lim.release(t)
 
     threads = []
-    for name in ("first", "second", "third"):
+    for n, name in enumerate(("first", "second", "third"), 1):
         th = threading.Thread(target=waiter2, args=(name,))
         th.start()
         threads.append(th)
-        time.sleep(0.05)  # queued in this order
+        # Queued in this order: the next starts once this one waits (a sleep here let a
+        # thread that a loaded machine had not yet run queue behind the next one).
+        deadline = time.monotonic() + 10  # a bound on hanging, not a speed check
+        while len(lim._waiting) < n:
+            assert time.monotonic() < deadline, f"{name} never queued for a slot"
+            time.sleep(0.001)
     assert granted == {}  # both slots held
     lim.release(a)
     lim.release(b)

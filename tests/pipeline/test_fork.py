@@ -15,7 +15,7 @@ import numpy as np
 
 SCRIPT = textwrap.dedent(
     """
-    import os, signal, sys, time
+    import os, signal, sys, threading, time
     from headrace.errors import StateError
     from headrace.formats import TokenSource
     from headrace.pipeline import Loader
@@ -29,8 +29,10 @@ SCRIPT = textwrap.dedent(
     with Loader(make(), prefetch=0, **kw) as ref:
         want = [batch_digest([b]) for b in ref]
     real = TokenSource.read
+    entered = threading.Semaphore(0)
 
     def slow(self, seed, samples):  # fault injection: slow storage, so a fork lands in a read
+        entered.release()
         time.sleep(1.0)
         return real(self, seed, samples)
 
@@ -39,7 +41,9 @@ SCRIPT = textwrap.dedent(
     ld = Loader(src, prefetch=2, **kw)
     it = iter(ld)
     got = [batch_digest([next(it)])]
-    time.sleep(0.3)  # the read-ahead thread is inside the next read, holding the source's lock
+    # The read-ahead thread is inside the next read, holding the source's lock (waited
+    # for, not slept on: a loaded machine may not have run the thread that far yet).
+    assert entered.acquire(timeout=30) and entered.acquire(timeout=30), "no second read"
     pid = os.fork()
     if pid == 0:
         signal.alarm(30)  # a hang fails the test instead of stalling it

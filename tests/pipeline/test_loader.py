@@ -12,7 +12,7 @@ import pytest
 from headrace.errors import ConfigError, StateError, StorageError
 from headrace.formats import TokenSource
 from headrace.io import LocalFile
-from headrace.pipeline import Loader, LoaderStatus
+from headrace.pipeline import Loader, LoaderStatus, _loader
 from headrace.testing import assert_resume_exact, batch_digest
 
 L = 32
@@ -319,10 +319,16 @@ def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     ld = loader(token_path, prefetch=4)
     it = iter(ld)
     next(it)
-    time.sleep(0.05)  # let the producer fill the queue and block
+    deadline = time.monotonic() + 10  # the producer fills the queue and blocks on it
+    while not (ld._queue is not None and ld._queue.full()):
+        assert time.monotonic() < deadline, "the read-ahead never filled its queue"
+        time.sleep(0.005)
     t0 = time.monotonic()
     ld.close()
-    assert time.monotonic() - t0 < 2
+    # Prompt: a producer blocked on the full queue sees the stop within its 0.05 s put
+    # timeout. One that missed it would cost the whole stop timeout (_STOP_TIMEOUT_S,
+    # 10 s) and a warning; half that is the bound, a margin for a loaded machine.
+    assert time.monotonic() - t0 < _loader._STOP_TIMEOUT_S / 2
     assert ld.status is LoaderStatus.CLOSED
     assert threading.active_count() <= before + 8  # the shared I/O pool may have started
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
