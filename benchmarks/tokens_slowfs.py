@@ -9,13 +9,14 @@ filled, ``_SAMPLE_FIRST = False``, how every release up to this one read) and
 B (sample first: a batch waits only for its samples' pages, filled at once on
 the deep I/O pool, while the rest of each touched block is filled behind on the
 I/O pool), A/B/A/B, each trial on a fresh mount (cold: slowfs drops the page
-cache on open). Reports medians of the time to the first batch, the steady
-rate (batches after the first, per second), the server's max READs in flight,
+cache on open). Reports medians of the time to the first batch and to the
+last, the steady rate (batches after the first, per second), the server's max READs in flight,
 the bytes the server had read when the first batch was handed over (the first
 stats snapshot after it, so an upper bound for B), and a SHA-256 of every
 batch, which must be the same on both sides.
 
     PYTHONPATH=src python benchmarks/tokens_slowfs.py --latency-ms 20
+    PYTHONPATH=src python benchmarks/tokens_slowfs.py --local   # no mount: the CPU cost
 
 Prediction, written before the first measurement (256 MiB file, 8 I/O
 threads, 64 deep threads, max_background 64). A batch of 32 random samples
@@ -95,6 +96,39 @@ class Watcher:
         self._thread.join()
 
 
+def read_all(path: Path, args: argparse.Namespace) -> tuple[float, float, float, str]:
+    """(first batch s, last batch s, close s, SHA-256 of every batch) of one Loader."""
+    h = hashlib.sha256()
+    first = 0.0
+    t0 = time.perf_counter()
+    source = TokenSource(path, dtype="uint32", context=args.context)
+    with Loader(source, batch_size=args.batch, steps=args.batches, seed=args.seed) as ld:
+        for i, b in enumerate(ld):
+            if i == 0:
+                first = time.perf_counter() - t0
+            h.update(np.ascontiguousarray(b["x"]).tobytes())
+            h.update(np.ascontiguousarray(b["y"]).tobytes())
+        last = time.perf_counter() - t0
+    return first, last, time.perf_counter() - t0 - last, h.hexdigest()
+
+
+def local_trial(src: Path, args: argparse.Namespace, sample_first: bool) -> dict[str, Any]:
+    """The same on the local file (page cached after the first trial): the CPU cost."""
+    token_source._SAMPLE_FIRST = sample_first
+    first, last, closed, sha = read_all(src / "tokens.bin", args)
+    return {
+        "first_s": first,
+        "last_s": last,
+        "steady_bps": (args.batches - 1) / (last - first),
+        "close_s": closed,
+        "mif": 0,
+        "first_mib": 0.0,
+        "total_mib": 0.0,
+        "reads": 0,
+        "sha": sha,
+    }
+
+
 def trial(src: Path, mnt: Path, args: argparse.Namespace, sample_first: bool) -> dict[str, Any]:
     token_source._SAMPLE_FIRST = sample_first
     with SlowMount(
@@ -105,32 +139,21 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, sample_first: bool) ->
         stats_interval_s=0.02,
     ) as m:
         watch = Watcher(m.stats_file)
-        h = hashlib.sha256()
-        first = 0.0
-        first_wall = 0.0
-        t0 = time.perf_counter()
-        source = TokenSource(m.mnt / "tokens.bin", dtype="uint32", context=args.context)
-        with Loader(source, batch_size=args.batch, steps=args.batches, seed=args.seed) as ld:
-            for i, b in enumerate(ld):
-                if i == 0:
-                    first = time.perf_counter() - t0
-                    first_wall = time.time()
-                h.update(np.ascontiguousarray(b["x"]).tobytes())
-                h.update(np.ascontiguousarray(b["y"]).tobytes())
-            end = time.perf_counter() - t0
-        closed = time.perf_counter() - t0 - end  # the loader's close waits for fills behind
-        at_first = watch.bytes_after(first_wall)
+        wall0 = time.time()
+        first, last, closed, sha = read_all(m.mnt / "tokens.bin", args)
+        at_first = watch.bytes_after(wall0 + first)
         watch.stop()
         s = m.stats()
     return {
         "first_s": first,
-        "steady_bps": (args.batches - 1) / (end - first),
-        "close_s": closed,
+        "last_s": last,
+        "steady_bps": (args.batches - 1) / (last - first),
+        "close_s": closed,  # the loader's close: waits for the block fills already started
         "mif": int(s["max_in_flight"]),
         "first_mib": at_first / 2**20,
         "total_mib": int(s["bytes_read"]) / 2**20,
         "reads": int(s["reads"]),
-        "sha": h.hexdigest(),
+        "sha": sha,
     }
 
 
@@ -144,9 +167,10 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    ap.add_argument("--local", action="store_true", help="read the local file, no mount")
     args = ap.parse_args()
     ok, why = fuse_available()
-    if not ok:
+    if not ok and not args.local:
         say(f"skip: FUSE unavailable: {why}")
         return 0
     res: dict[str, list[dict[str, Any]]] = {k: [] for k in SIDES}
@@ -158,10 +182,15 @@ def main() -> int:
         rng.integers(0, 2**31 - 1, n, dtype=np.uint32).tofile(src / "tokens.bin")
         for r in range(args.rounds):
             for name, flag in SIDES.items():
-                out = trial(src, Path(tmp) / "mnt", args, flag)
+                out = (
+                    local_trial(src, args, flag)
+                    if args.local
+                    else trial(src, Path(tmp) / "mnt", args, flag)
+                )
                 res[name].append(out)
                 say(
-                    f"round {r} {name}: first {out['first_s']:.3f} s, steady "
+                    f"round {r} {name}: first {out['first_s']:.3f} s, last "
+                    f"{out['last_s']:.3f} s, steady "
                     f"{out['steady_bps']:.1f} batches/s, close {out['close_s']:.2f} s, "
                     f"mif {out['mif']}, {out['first_mib']:.1f} MiB at first batch, "
                     f"{out['total_mib']:.1f} MiB / {out['reads']} READs in all, "
@@ -176,8 +205,10 @@ def main() -> int:
         return float(statistics.median(float(x[k]) for x in xs))
 
     for name, xs in res.items():
+        where = "local" if args.local else f"{args.latency_ms:g} ms"
         print(
-            f"| {args.latency_ms:g} ms | {name} | {med(xs, 'first_s'):.3f} s "
+            f"| {args.file_mib} MiB | {where} | {name} | {med(xs, 'first_s'):.3f} s "
+            f"| {med(xs, 'last_s'):.3f} s "
             f"| {med(xs, 'steady_bps'):.1f} | {max(x['mif'] for x in xs)} "
             f"| {med(xs, 'first_mib'):.1f} | {med(xs, 'total_mib'):.1f} "
             f"| {med(xs, 'close_s'):.2f} s |"

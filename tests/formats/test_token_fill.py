@@ -7,19 +7,28 @@ populates (a gate, never a clock) and to inject failures.
 from __future__ import annotations
 
 import errno
+import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from headrace.errors import StorageError
-from headrace.formats import TokenSource
-from headrace.formats import _token_source
-from headrace.io import PAGE
+from headrace.formats import TokenSource, _token_source
+from headrace.io import PAGE, deep_io_threads, io_threads
 
 L = 64  # context: a sample is 65 uint32 tokens, 260 bytes
-BLOCK = 256 << 10  # sample ranges are at most 2 pages: anything longer is a block
+BLOCK = 256 << 10
+
+
+SHARED_POOLS = ("headrace-io", "headrace-deep", "headrace-cache")
+
+
+def filling_a_block() -> bool:
+    """Whether this populate is a block's (on the I/O pool), not a sample's (deep pool)."""
+    return threading.current_thread().name.startswith("headrace-io")
 
 
 def write_tokens(path: Path, n: int) -> np.ndarray:
@@ -49,8 +58,8 @@ def test_the_batch_waits_for_its_samples_pages_while_the_blocks_fill_behind(
     populated: list[tuple[int, bool]] = []  # (bytes, whether the gate was open by then)
 
     def counting(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and length > 2 * PAGE:
-            gate.wait(timeout=20)  # a block: held until the batch is back (20 s: no hang)
+        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
+            gate.wait(timeout=20)  # held until the batch is back (20 s: no hang)
         real(view, start, length, advice)
         if advice == _token_source.MADV_POPULATE_READ:
             with lock:
@@ -64,7 +73,9 @@ def test_the_batch_waits_for_its_samples_pages_while_the_blocks_fill_behind(
     assert np.array_equal(batch["x"], want[:, :-1])
     assert np.array_equal(batch["y"], want[:, 1:])
     _, offsets = src.starts(5, samples)
-    touched = np.unique(np.concatenate([offsets * 4 // BLOCK, ((offsets + L + 1) * 4 - 1) // BLOCK]))
+    touched = np.unique(
+        np.concatenate([offsets * 4 // BLOCK, ((offsets + L + 1) * 4 - 1) // BLOCK])
+    )
     with lock:
         first = [n for n, opened in populated if not opened]
     # Every populate before the batch came back was a sample's pages: at most 2 pages
@@ -114,7 +125,7 @@ def test_a_failed_sample_read_names_the_file_and_its_range(
     failed: list[tuple[int, int]] = []
 
     def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and length <= 2 * PAGE:
+        if advice == _token_source.MADV_POPULATE_READ and not filling_a_block():
             failed.append((start, start + length))
             raise OSError(errno.EIO, "Input/output error")  # fault injection: a sample's pages
         real(view, start, length, advice)
@@ -147,7 +158,7 @@ def test_a_failed_block_behind_fails_no_batch_and_is_read_again(
     real = _token_source.madvise
 
     def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and length > 2 * PAGE:
+        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
             raise OSError(errno.EFAULT, "Bad address")  # fault injection: a block behind
         real(view, start, length, advice)
 
@@ -167,3 +178,60 @@ def test_a_failed_block_behind_fails_no_batch_and_is_read_again(
     assert np.array_equal(src.read(4, samples)["x"], out["x"])
     assert win.filled.sum() == src.stats.blocks_read > 0
     src.close()
+
+
+def test_close_cancels_the_blocks_behind_that_have_not_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tokens(tmp_path / "t.bin", 1 << 20)
+    # 64 blocks of 64 KiB: a batch of 200 samples touches more than the pool has threads.
+    src = TokenSource(
+        tmp_path / "t.bin", dtype="uint32", context=L, window_bytes=4 << 20, block_bytes=64 << 10
+    )
+    real = _token_source.madvise
+    gate = threading.Event()
+    started = threading.Semaphore(0)
+    ran: list[int] = []
+
+    def holding(view, start, length, advice):  # type: ignore[no-untyped-def]
+        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
+            ran.append(start)
+            started.release()
+            gate.wait(timeout=20)  # a block: held until close has cancelled the rest
+        real(view, start, length, advice)
+
+    monkeypatch.setattr(_token_source, "madvise", holding)
+    src.read(6, np.arange(200, dtype=np.int64))
+    (win,) = src._windows.values()
+    threads = io_threads()
+    assert len(win.pending) > threads
+    for _ in range(threads):  # every I/O thread holds a block; the rest wait their turn
+        assert started.acquire(timeout=20)
+    behind = list(win.pending.values())
+    closing = threading.Thread(target=src.close)
+    closing.start()
+    deadline = time.monotonic() + 20  # a bound on the wait, not a measurement
+    while sum(f.cancelled() for f in behind) < len(behind) - threads:
+        assert time.monotonic() < deadline, "close did not cancel the blocks not started"
+        time.sleep(0.001)
+    gate.set()
+    closing.join(timeout=20)
+    assert not closing.is_alive()
+    assert len(ran) == threads  # the blocks that had not started never ran
+    assert src.stats.blocks_read == threads
+
+
+def test_sources_opened_read_and_closed_leave_no_descriptors_or_threads(tmp_path: Path) -> None:
+    tokens = write_tokens(tmp_path / "t.bin", 1 << 20)
+    counts = []
+    for seed in range(3):
+        src = source(tmp_path / "t.bin")
+        out = src.read(seed, np.arange(64, dtype=np.int64))
+        assert np.array_equal(out["x"], expected(src, tokens, seed, np.arange(64))[:, :-1])
+        src.close()
+        own = [t for t in threading.enumerate() if not t.name.startswith(SHARED_POOLS)]
+        counts.append((len(os.listdir("/proc/self/fd")), len(own)))
+    assert counts[0] == counts[1] == counts[2]
+    # The shared pools start threads as work comes, up to their sizes, and keep them.
+    deep = [t for t in threading.enumerate() if t.name.startswith("headrace-deep")]
+    assert len(deep) <= deep_io_threads()
