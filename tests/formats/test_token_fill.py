@@ -82,6 +82,7 @@ def test_the_batch_waits_for_its_samples_pages_while_the_blocks_fill_behind(
     # each, against the touched blocks' 256 KiB each.
     assert 0 < len(first) <= len(samples)
     assert sum(first) <= len(samples) * 2 * PAGE < touched.size * BLOCK
+    assert src.stats.bytes_read == sum(first)  # what the bench reports before a first batch
     (win,) = src._windows.values()
     assert set(win.pending) <= set(touched.tolist())  # the rest of those blocks, and no other
     src.close()
@@ -235,3 +236,32 @@ def test_sources_opened_read_and_closed_leave_no_descriptors_or_threads(tmp_path
     # The shared pools start threads as work comes, up to their sizes, and keep them.
     deep = [t for t in threading.enumerate() if t.name.startswith("headrace-deep")]
     assert len(deep) <= deep_io_threads()
+
+
+def test_windows_off_page_bounds_count_each_filled_block_once(tmp_path: Path) -> None:
+    # Windows of 84 samples of 64 tokens (21,504 bytes, not a page multiple): the later
+    # windows start mid-page, and blocks of 8 KiB cut samples' page ranges in two.
+    tokens = write_tokens(tmp_path / "t.bin", 3 * 84 * L + 1)
+    src = TokenSource(
+        tmp_path / "t.bin",
+        dtype="uint32",
+        context=L,
+        window_bytes=84 * L * 4 + 4,
+        block_bytes=8 << 10,
+        max_windows=3,
+        read_ahead=False,
+    )
+    samples = np.arange(0, src.samples_per_epoch, 3, dtype=np.int64)
+    first = src.read(9, samples)["x"].copy()
+    assert np.array_equal(first, expected(src, tokens, 9, samples)[:, :-1])
+    assert len(src._windows) == 3 and any(w.offset % PAGE for w in src._windows.values())
+    assert src.stats.bytes_read > 0
+    for win in src._windows.values():
+        for fut in list(win.pending.values()):
+            fut.result()
+    again = src.read(9, samples)["x"]  # records the blocks filled behind
+    assert np.array_equal(again, first)
+    filled = sum(w._block_len(b) for w in src._windows.values() for b in np.flatnonzero(w.filled))
+    assert src.stats.bytes_read == filled
+    assert src.stats.blocks_read == sum(int(w.filled.sum()) for w in src._windows.values())
+    src.close()

@@ -58,7 +58,14 @@ MiB = 1 << 20
 
 @dataclass(slots=True)
 class TokenStats:
-    """Counters of the storage work a token source did."""
+    """Counters of the storage work a token source did.
+
+    ``bytes_read``: bytes of the token files asked for: every filled block, and
+    the pages a mapped window's batch read ahead of their blocks (counted against
+    those blocks, so a block that fills counts its length once in all; its own
+    read is counted when a later batch, or ``close``, finds it done).
+    ``blocks_read``: blocks filled.
+    """
 
     bytes_read: int = 0
     blocks_read: int = 0
@@ -102,6 +109,7 @@ class _Window:
         "mapped",
         "offset",
         "pending",
+        "sampled",
     )
 
     @property
@@ -135,6 +143,9 @@ class _Window:
         self.complete = False  # every block filled: nothing left to compute or request
         self._rows: NDArray[Any] | None = None
         self.pending: dict[int, Future[None]] = {}
+        # Bytes of each block counted when samples' pages were read ahead of it: its own
+        # read then counts the rest, so a filled block counts its length once in all.
+        self.sampled = np.zeros(self.filled.size, dtype=np.int64)
 
     def blocks(self, starts: NDArray[np.int64], length: int) -> NDArray[np.intp]:
         """Blocks that tokens ``[s, s + length)`` touch and are not filled yet."""
@@ -193,11 +204,33 @@ class _Window:
         futures = [pool.submit(self._populate, lo, hi) for lo, hi in ranges]
         self.request(self.blocks(starts, length))  # the rest of each block, behind
         wait(futures)
-        errors = [exc for f in futures if (exc := f.exception()) is not None]
+        errors = []
+        for (lo, hi), f in zip(ranges, futures, strict=True):
+            exc = f.exception()
+            if exc is None:
+                stats.bytes_read += self._count_sampled(lo, hi)
+            else:
+                errors.append(exc)
         if errors:
             if len(errors) > 1:
                 errors[0].add_note(f"{len(errors) - 1} other sample reads also failed")
             raise errors[0]
+
+    def _count_sampled(self, lo: int, hi: int) -> int:
+        """Count file bytes ``[lo, hi)`` against the blocks not filled yet; return how many
+        (each block up to its length: pages read twice before it fills count twice)."""
+        lo = max(lo - self.offset, 0)
+        hi = min(hi - self.offset, self._bytes.size)
+        added = 0
+        for b in range(lo // self.block_bytes, (hi - 1) // self.block_bytes + 1):
+            if self.filled[b]:
+                continue
+            start = b * self.block_bytes
+            n = min(hi, start + self._block_len(b)) - max(lo, start)
+            n = min(n, self._block_len(b) - int(self.sampled[b]))
+            self.sampled[b] += n
+            added += n
+        return added
 
     def sample_ranges(self, starts: NDArray[np.int64], length: int) -> list[tuple[int, int]]:
         """File byte ranges, page aligned and merged, of the samples that touch a block
@@ -240,7 +273,7 @@ class _Window:
                 self.filled[b] = True
                 self.complete = bool(self.filled.all())
                 stats.blocks_read += 1
-                stats.bytes_read += self._block_len(b)
+                stats.bytes_read += self._block_len(b) - int(self.sampled[b])
             elif b in wanted:
                 errors.append(exc)
             # A failed read-ahead nobody needs yet is dropped: it is retried on demand.
