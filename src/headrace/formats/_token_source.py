@@ -185,7 +185,7 @@ class _Window:
         128 KiB, two or so at a time (0.37 s at 20 ms a READ, measured), a
         sample's pages one READ, so a first batch (a resume, a window the
         read-ahead did not cover) waits a round trip or two instead of whole
-        blocks: 0.08 s against 1.1 s for a 256 MiB window at 20 ms. The deep
+        blocks: 0.07 s against 1.16 s for a 256 MiB window at 20 ms. The deep
         pool, not the I/O pool: there the samples would queue behind blocks
         still being read for earlier batches or read ahead.
         """
