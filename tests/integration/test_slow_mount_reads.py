@@ -92,3 +92,30 @@ def test_token_loader_through_a_slow_mount_matches_local(slow_mount, src_dir):
             return batch_digest(islice(iter(ld), 40))
 
     assert digest(m.mnt) == digest(src_dir)
+
+
+def test_a_first_batch_through_a_slow_mount_counts_its_samples_not_their_blocks(
+    slow_mount, src_dir, monkeypatch
+):
+    from headrace.formats import _token_source
+
+    m = slow_mount(src_dir, read_latency_ms=5)
+    tokens = np.fromfile(src_dir / "tokens.bin", dtype=np.uint32)
+    got = {}
+    for sample_first in (True, False):
+        monkeypatch.setattr(_token_source, "_SAMPLE_FIRST", sample_first)
+        src = TokenSource(
+            m.mnt / "tokens.bin", dtype="uint32", context=64, block_bytes=256 << 10
+        )  # each open starts cold: slowfs drops the file's page cache
+        batch = src.read(3, np.arange(8))
+        _, offsets = src.starts(3, np.arange(8))
+        assert np.array_equal(batch["y"], np.stack([tokens[o + 1 : o + 65] for o in offsets]))
+        got[sample_first] = (batch["x"].copy(), src.stats.bytes_read)
+        src.close()
+    block = 256 << 10
+    touched = {
+        b for o in offsets.tolist() for b in range(o * 4 // block, (o + 65) * 4 // block + 1)
+    }
+    assert np.array_equal(got[True][0], got[False][0])
+    assert got[False][1] == sum(min(block, tokens.nbytes - b * block) for b in touched)
+    assert 0 < got[True][1] <= 8 * (65 * 4 + 4096) < got[False][1]
