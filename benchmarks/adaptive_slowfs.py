@@ -91,6 +91,8 @@ def adaptive_stats(r: RangeReader) -> dict[str, Any]:
         "reads_by_mode": s.reads_by_mode,
         "switches": s.mode_switches,
         "probes": s.probes,
+        "checks": getattr(s, "mapped_checks", None),
+        "declined": getattr(s, "mapped_declined", None),
         "mode": s.current_mode,
     }
 

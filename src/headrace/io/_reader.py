@@ -154,6 +154,7 @@ class RangeReader(Closing):
         self._policy_lock = threading.Lock()
         self._closed = False
         self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
+        self._checked: set[str] = set()  # files whose first mapped read was checked
         s = config.strategy
         self._fixed_mode = MAPPED if s == "adaptive" else ("odirect" if "odirect" in s else s)
         self._stats = StatsRecorder(self._fixed_mode)
@@ -306,20 +307,53 @@ class RangeReader(Closing):
         requested = int(lengths.sum())
         mode, probe = self._choose()
         t0 = self._clock()
+        estimate: float | None = None
+        if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
+            estimate = self._check_mapped(f, offsets, lengths, end)
+            self._checked.add(path)
+            if estimate is not None:
+                mode = PARALLEL
+        t1 = self._clock()
         buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
         result = scatter(buf, pos)
         del buf  # a mapped view pins the map; let close() unmap it
-        seconds = self._clock() - t0
+        t2 = self._clock()
         self._stats.record(
             mode=mode,
             rows=len(offsets),
             requested=requested,
             read=nread,
-            seconds=seconds,
+            seconds=t2 - t0,
             engine=engine,
         )
-        self._observe(mode, probe, seconds, len(offsets))
+        self._observe(mode, probe, t2 - t1, len(offsets), estimate)
         return result
+
+    def _check_mapped(
+        self, f: LocalFile, offsets: NDArray[np.int64], lengths: NDArray[np.int64], end: int
+    ) -> float | None:
+        """Before a mapped read that may fault: ``None`` to read mapped, or the
+        estimated seconds of a mapped read that would be slow (read in parallel).
+
+        Rows on resident pages cost no I/O. The first missing row is read alone
+        and timed: a mapped read pays about that for each missing row, one
+        fault after another. So a mapped read on slow storage costs one round
+        trip, not one per row. The row is read positionally, not faulted in:
+        a fault's read-around leaves the file's readahead state such that the
+        next parallel reads on slowfs took 2-3 round trips instead of one.
+        """
+        if mapped_view(f, end) is None:  # the file grew past its map: read positionally
+            return None
+        missing = np.flatnonzero(~f.resident(offsets, lengths))
+        slow, sample_s = False, 0.0
+        if missing.size:
+            i = int(missing[0])
+            t0 = self._clock()
+            f.pread(int(offsets[i]), int(lengths[i]))
+            sample_s = self._clock() - t0
+            slow = self.config.policy.mapped_too_slow(sample_s, int(missing.size))
+        self._stats.checked(declined=slow)
+        return sample_s * int(missing.size) if slow else None
 
     def _fetch_mode(
         self,
@@ -382,12 +416,22 @@ class RangeReader(Closing):
         with self._policy_lock:
             return self._adaptive.choose()
 
-    def _observe(self, mode: str, probe: bool, seconds: float, rows: int) -> None:
+    def _observe(
+        self, mode: str, probe: bool, seconds: float, rows: int, estimate: float | None
+    ) -> None:
+        """Tell the policy what a read cost; ``estimate``: the mapped read it replaced."""
         if self._adaptive is None:
             return
         with self._policy_lock:
-            switched = self._adaptive.observe(mode, seconds, rows)
-            current = self._adaptive.mode
+            a = self._adaptive
+            switched = 0
+            if estimate is not None:
+                switched += a.observe(MAPPED, estimate, rows, probe=probe)
+                probe_of = False  # the parallel read stood in for the mapped one
+            else:
+                probe_of = probe
+            switched += a.observe(mode, seconds, rows, probe=probe_of)
+            current = a.mode
         self._stats.policy(current_mode=current, switched=switched, probe=probe)
 
 
