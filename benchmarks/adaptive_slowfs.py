@@ -150,7 +150,7 @@ def main() -> int:
     sides = list(SIDES)
     if args.mode == "loader" and not args.local and not args.loader_mmap:
         sides.remove("mmap")
-    reads = {s: args.reads for s in sides}
+    reads = dict.fromkeys(sides, args.reads)
     if not args.local:
         reads["mmap"] = min(args.mmap_reads, args.reads)
     rng = np.random.default_rng(1)
@@ -186,8 +186,7 @@ def main() -> int:
                         + (
                             f"{sum(t) / len(t) * 1e3:8.3f} ms/read first {t[0] * 1e3:8.2f} ms"
                             if args.mode == "engine"
-                            else f"{args.batches / t[0]:7.1f} batches/s first "
-                            f"{out['first']:.3f} s"
+                            else f"{args.batches / t[0]:7.1f} batches/s first {out['first']:.3f} s"
                         )
                         + (f" {out['stats']}" if side == "adaptive" else "")
                     )
@@ -209,7 +208,9 @@ def main() -> int:
     where = "local, page cached" if args.local else f"slowfs {args.latency_ms:g} ms"
     print(f"{where}, mode {args.mode}, batch {args.batch}, rounds {args.rounds}")
     if args.mode == "engine":
-        per = {s: statistics.median(sum(x["times"]) / len(x["times"]) for x in res[s]) for s in sides}
+        per = {
+            s: statistics.median(sum(x["times"]) / len(x["times"]) for x in res[s]) for s in sides
+        }
         first = {s: statistics.median(x["times"][0] for x in res[s]) for s in sides}
         print("| side | reads | ms/read (mean) | reads/s | x pread | first read, ms |")
         for s in sides:

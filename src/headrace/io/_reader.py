@@ -342,7 +342,7 @@ class RangeReader(Closing):
         a fault's read-around leaves the file's readahead state such that the
         next parallel reads on slowfs took 2-3 round trips instead of one.
         """
-        if mapped_view(f, end) is None:  # the file grew past its map: read positionally
+        if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
             return None
         missing = np.flatnonzero(~f.resident(offsets, lengths))
         slow, sample_s = False, 0.0
