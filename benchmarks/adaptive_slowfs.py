@@ -18,7 +18,9 @@ most rows straddle two pages) and reads random rows of it three ways:
   ``--loader-mmap``.
 * ``--local``: the same file on local disk, read once first so it is page
   cached, engine mode: what the adaptive reader is for (mapped reads of
-  cached pages beat parallel pread by about 2x).
+  cached pages beat parallel pread by about 2x). The sides take turns read by
+  read (``--rounds`` fresh readers each), so other load hits them alike;
+  reports the median and the mean per read.
 
 Every side's bytes are hashed (SHA-256, over the reads every side made) and
 must agree; the script fails otherwise. Adaptive's stats (reads per mode,
@@ -110,6 +112,32 @@ def engine_side(path: Path, side: str, plan: list[np.ndarray], n: int) -> dict[s
     return {"times": times, "hashes": hashes, "stats": stats}
 
 
+def interleaved(path: Path, plan: list[np.ndarray], rounds: int) -> dict[str, Any]:
+    """Local mode: every side reads the same rows, one read each in turn (A B C, B C A,
+    ...), so load from other processes falls on every side alike. ``rounds`` fresh
+    readers per side (each starts cold in policy, as a new reader does)."""
+    base = int(np.load(path, mmap_mode="r").offset)
+    times: dict[str, list[float]] = {s: [] for s in SIDES}
+    hashes: dict[str, list[bytes]] = {s: [] for s in SIDES}
+    stats: list[dict[str, Any]] = []
+    for rnd in range(rounds):
+        readers = {s: RangeReader(ReaderConfig(strategy=s)) for s in SIDES}  # type: ignore[arg-type]
+        try:
+            for k, idx in enumerate(plan):
+                turn = SIDES[k % 3 :] + SIDES[: k % 3]
+                for side in turn:
+                    t0 = time.perf_counter()
+                    out = readers[side].read_rows(str(path), idx, WIDTH * 2, base=base)
+                    times[side].append(time.perf_counter() - t0)
+                    if rnd == 0:
+                        hashes[side].append(hashlib.sha256(out).digest())
+            stats.append(adaptive_stats(readers["adaptive"]))
+        finally:
+            for r in readers.values():
+                r.close()
+    return {"times": times, "hashes": hashes, "stats": stats}
+
+
 def loader_side(path: Path, side: str, batches: int, batch: int) -> dict[str, Any]:
     hashes = []
     with RangeReader(ReaderConfig(strategy=side)) as r:  # type: ignore[arg-type]
@@ -127,6 +155,29 @@ def loader_side(path: Path, side: str, batches: int, batch: int) -> dict[str, An
         elapsed = time.perf_counter() - t0
         stats = adaptive_stats(r)
     return {"times": [elapsed], "first": first, "hashes": hashes, "stats": stats}
+
+
+def report_local(res: dict[str, Any], args: argparse.Namespace) -> int:
+    digests = {s: hashlib.sha256(b"".join(h)).hexdigest() for s, h in res["hashes"].items()}
+    if len(set(digests.values())) != 1:
+        say(f"FAIL: the sides read different bytes: {digests}")
+        return 1
+    t = res["times"]
+    med = {s: statistics.median(t[s]) for s in SIDES}
+    mean = {s: statistics.fmean(t[s]) for s in SIDES}
+    print(
+        f"local, page cached, interleaved read by read, batch {args.batch}, "
+        f"{args.reads} reads x {args.rounds} fresh readers per side"
+    )
+    print("| side | median ms/read | mean ms/read | x mmap (median) | x mmap (mean) | x pread |")
+    for s in SIDES:
+        print(
+            f"| {s} | {med[s] * 1e3:.4f} | {mean[s] * 1e3:.4f} | {med['mmap'] / med[s]:.2f} "
+            f"| {mean['mmap'] / mean[s]:.2f} | {mean['pread'] / mean[s]:.2f} |"
+        )
+    print(f"adaptive (first reader): {res['stats'][0]}")
+    print(f"digest (every side): {digests['mmap'][:16]}")
+    return 0
 
 
 def main() -> int:
@@ -162,6 +213,7 @@ def main() -> int:
         write(src, args.rows)
         if args.local:
             (src / "tokens.npy").read_bytes()  # page cache it
+            return report_local(interleaved(src / "tokens.npy", plan, args.rounds), args)
         for rnd in range(args.rounds):
             order = sides if rnd % 2 == 0 else sides[::-1]
             if args.local:
