@@ -46,6 +46,21 @@ After the change (a mapped read that may fault first checks residency and
 times one faulting row): within 5% of pread on the slow mount at both
 latencies (one extra round trip at the start and one per probe), first read
 ~2 round trips; local cached unchanged (within 5% of mmap).
+
+Measured (2026-11-30, 2 shared cores, 4 rounds; docs/io.md has the tables).
+Before: engine 0.65x of pread at 20 ms and 0.74x at 5 ms; loader 0.61x and
+0.83x, first batch 0.66 s against 0.031 s at 20 ms. The prediction was too
+pessimistic: a mapped walk of 32 rows took 0.6 s, one fault a row (the 128 KiB
+read-around covers a row's second page), not 1.5; probes found some rows
+cached; and the loader's chunks grow from 32 rows, so its mapped first read
+was 32 rows, not 1,024. After: engine 0.98x and 1.08x, loader 1.04x and
+1.04x, first read 50 ms against 24 ms at 20 ms: as predicted. Not at first:
+with the sample row faulted in through the map, the loader ran at 0.87x;
+that fault made the next parallel reads of the same open file take 2-3 round
+trips instead of one, so the sample is now read positionally. Local cached:
+adaptive 0.91-0.93x of mmap (median per read), as before the change
+(0.92-0.94x): the policy's per-read bookkeeping, ~5 us, not the check; the
+prediction's 5% missed by that.
 """
 
 from __future__ import annotations
