@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -35,6 +37,7 @@ class SlowFile(LocalFile):
     pread_s = 0.0
     row_s = 0.0
     resident_rows: bool | None = None
+    sampled: ClassVar[list[tuple[int, int]]] = []
     clock: FakeClock
 
     @property
@@ -48,6 +51,7 @@ class SlowFile(LocalFile):
 
     def pread(self, offset, length):  # type: ignore[override]
         self.clock.advance(self.row_s)
+        SlowFile.sampled.append((offset, length))
         out = np.empty(length, dtype=np.uint8)
         LocalFile.pread_into(self, out, offset)
         return out
@@ -98,6 +102,7 @@ def slow(tmp_path: Path):
     reader.close()
     SlowFile.mapped_s = SlowFile.pread_s = SlowFile.row_s = 0.0
     SlowFile.resident_rows = None
+    SlowFile.sampled.clear()
 
 
 def test_switches_on_slow_read_probes_backs_off_and_returns_when_fast(slow) -> None:
@@ -183,6 +188,36 @@ def test_missing_rows_on_fast_storage_are_read_mapped(slow) -> None:
     assert reader.stats.mapped_checks == 2
 
 
+def test_a_long_missing_range_samples_one_page_and_counts_a_fault_per_128_kib(
+    slow, tmp_path: Path
+) -> None:
+    reader, _, set_latency = slow
+    SlowFile.resident_rows = False
+    # One 900 kB range (a row window), bytes [5000, 905000): mapped, it faults
+    # once per 128 KiB of read-around it spans, 7 times; the check reads one
+    # page of it, not all of it.
+    set_latency(0.0, 0.0, row_s=0.002)  # 7 x 2 ms = 14 ms: slow
+    data = (tmp_path / "rows.bin").read_bytes()
+    (got,) = reader.read(str(tmp_path / "rows.bin"), [(5000, 900_000)])
+    assert got.tobytes() == data[5000:905000]
+    assert SlowFile.sampled == [(4096 // mmap.PAGESIZE * mmap.PAGESIZE, mmap.PAGESIZE)]
+    s = reader.stats
+    assert (s.mapped_checks, s.mapped_declined) == (1, 1) and s.reads_by_mode == {"pread": 1}
+    assert reader._adaptive.cost["mmap"] == pytest.approx(7 * 0.002)
+
+
+def test_a_long_missing_range_on_fast_storage_is_read_mapped(slow, tmp_path: Path) -> None:
+    reader, _, set_latency = slow
+    SlowFile.resident_rows = False
+    set_latency(0.0, 0.0, row_s=0.001)  # 7 faults x 1 ms = 7 ms: under 10 ms
+    data = (tmp_path / "rows.bin").read_bytes()
+    (got,) = reader.read(str(tmp_path / "rows.bin"), [(5000, 900_000)])
+    assert got.tobytes() == data[5000:905000]
+    s = reader.stats
+    assert (s.mapped_checks, s.mapped_declined) == (1, 0) and s.reads_by_mode == {"mmap": 1}
+    assert len(SlowFile.sampled) == 1
+
+
 def test_a_file_whose_rows_are_resident_is_read_mapped_without_a_sample(slow) -> None:
     reader, read, set_latency = slow
     SlowFile.resident_rows = True
@@ -190,6 +225,7 @@ def test_a_file_whose_rows_are_resident_is_read_mapped_without_a_sample(slow) ->
     assert read() == "mmap"
     s = reader.stats
     assert (s.mapped_checks, s.mapped_declined) == (1, 0) and s.current_mode == "mmap"
+    assert SlowFile.sampled == []
 
 
 def test_parallel_is_dropped_when_it_costs_more(slow) -> None:

@@ -18,8 +18,9 @@ on how warm its cache is, so the reader measures instead of guessing:
 
 A mapped read that may fault is looked at first (the reader does this for the
 first mapped read of each file and for every mapped probe): rows whose pages
-are all resident (``mincore``) cost no I/O; the first missing row is read
-alone and timed, and if that time for every missing row would exceed
+are all resident (``mincore``) cost no I/O; one page of the first missing
+row is read alone and timed, and if that time for every fault the missing
+rows would take (one a row, one per 128 KiB of a longer one) would exceed
 ``slow_read_s`` (:meth:`AdaptivePolicy.mapped_too_slow`), the read is made in
 parallel instead and the estimate is observed as the mapped read's cost. So a
 mapped probe on slow storage costs one round trip, not a serial walk over the
@@ -66,10 +67,10 @@ class AdaptivePolicy:
                 f"{self.probe_every} (got {self.max_probe_every!r})."
             )
 
-    def mapped_too_slow(self, fault_s: float, missing_rows: int) -> bool:
-        """Would a mapped read whose ``missing_rows`` each fault like the one timed
-        (``fault_s``) be slower than ``slow_read_s``?"""
-        return fault_s * missing_rows > self.slow_read_s
+    def mapped_too_slow(self, fault_s: float, faults: int) -> bool:
+        """Would a mapped read that faults ``faults`` times, one after another,
+        each like the one timed (``fault_s``), be slower than ``slow_read_s``?"""
+        return fault_s * faults > self.slow_read_s
 
 
 class AdaptiveState:

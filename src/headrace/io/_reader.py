@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 import time
@@ -37,6 +38,10 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 URING_ENV = "HEADRACE_IO_URING"
 ODIRECT = "odirect"
 DEFAULT_ODIRECT_IN_FLIGHT = 32
+# The kernel's default read-around of a mapped fault: what the adaptive check
+# counts as one fault of a long missing range.
+READ_AROUND = 128 << 10
+PAGE = mmap.PAGESIZE
 # pread on io_uring: reads in flight cost ring entries, not threads, and a slow
 # mount (10 ms per read) keeps every one of them waiting in parallel.
 DEFAULT_URING_PREAD_IN_FLIGHT = 64
@@ -310,7 +315,6 @@ class RangeReader(Closing):
         estimate: float | None = None
         if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
             estimate = self._check_mapped(f, offsets, lengths, end)
-            self._checked.add(path)
             if estimate is not None:
                 mode = PARALLEL
         t1 = self._clock()
@@ -327,6 +331,10 @@ class RangeReader(Closing):
             engine=engine,
         )
         self._observe(mode, probe, t2 - t1, len(offsets), estimate)
+        if self._adaptive is not None:
+            # Marked once the policy has seen this read: a read of the same file
+            # that started meanwhile checks too, rather than walk it mapped.
+            self._checked.add(path)
         return result
 
     def _check_mapped(
@@ -335,25 +343,30 @@ class RangeReader(Closing):
         """Before a mapped read that may fault: ``None`` to read mapped, or the
         estimated seconds of a mapped read that would be slow (read in parallel).
 
-        Rows on resident pages cost no I/O. The first missing row is read alone
-        and timed: a mapped read pays about that for each missing row, one
-        fault after another. So a mapped read on slow storage costs one round
-        trip, not one per row. The row is read positionally, not faulted in:
-        a fault's read-around leaves the file's readahead state such that the
-        next parallel reads on slowfs took 2-3 round trips instead of one.
+        Rows on resident pages cost no I/O. The first page of the first missing
+        row is read alone and timed: a mapped read pays about that per fault,
+        one fault after another, and faults once per missing row (once per
+        ``READ_AROUND`` bytes of a longer one). So a mapped read on slow
+        storage costs one round trip, not one per row. The page is read
+        positionally, not faulted in: after a fault's read-around, the next
+        parallel reads of the same open file took 2-3 round trips on slowfs.
         """
         if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
             return None
         missing = np.flatnonzero(~f.resident(offsets, lengths))
-        slow, sample_s = False, 0.0
+        slow, sample_s, faults = False, 0.0, 0
         if missing.size:
-            i = int(missing[0])
+            page = int(offsets[missing[0]]) // PAGE * PAGE
             t0 = self._clock()
-            f.pread(int(offsets[i]), int(lengths[i]))
+            f.pread(page, min(PAGE, end - page))
             sample_s = self._clock() - t0
-            slow = self.config.policy.mapped_too_slow(sample_s, int(missing.size))
+            first = offsets[missing] // READ_AROUND
+            faults = int(
+                ((offsets[missing] + lengths[missing] - 1) // READ_AROUND - first + 1).sum()
+            )
+            slow = self.config.policy.mapped_too_slow(sample_s, faults)
         self._stats.checked(declined=slow)
-        return sample_s * int(missing.size) if slow else None
+        return sample_s * faults if slow else None
 
     def _fetch_mode(
         self,
