@@ -4,8 +4,8 @@ These check behaviour, not speed: every strategy returns the same bytes
 through a mount with 10 ms per READ, and the adaptive reader, which starts on
 mapped reads, moves to parallel positional reads there without a mapped read
 (one row read alone takes 10 ms, so 64 rows mapped, one fault after another,
-would take far longer). The
-speed-ups themselves are in benchmarks/io_adaptive.py (README, "The I/O engine").
+would take far longer). The speed-ups themselves are in benchmarks/io_adaptive.py
+and benchmarks/adaptive_slowfs.py (docs/io.md).
 """
 
 from __future__ import annotations

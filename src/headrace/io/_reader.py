@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import threading
 import time
@@ -41,7 +40,6 @@ DEFAULT_ODIRECT_IN_FLIGHT = 32
 # The kernel's default read-around of a mapped fault: what the adaptive check
 # counts as one fault of a long missing range.
 READ_AROUND = 128 << 10
-PAGE = mmap.PAGESIZE
 # pread on io_uring: reads in flight cost ring entries, not threads, and a slow
 # mount (10 ms per read) keeps every one of them waiting in parallel.
 DEFAULT_URING_PREAD_IN_FLIGHT = 64
@@ -343,22 +341,26 @@ class RangeReader(Closing):
         """Before a mapped read that may fault: ``None`` to read mapped, or the
         estimated seconds of a mapped read that would be slow (read in parallel).
 
-        Rows on resident pages cost no I/O. The first page of the first missing
-        row is read alone and timed: a mapped read pays about that per fault,
-        one fault after another, and faults once per missing row (once per
-        ``READ_AROUND`` bytes of a longer one). So a mapped read on slow
-        storage costs one round trip, not one per row. The page is read
-        positionally, not faulted in: after a fault's read-around, the next
-        parallel reads of the same open file took 2-3 round trips on slowfs.
+        Rows on resident pages cost no I/O. The first missing row (its first
+        ``READ_AROUND`` bytes if longer) is read alone and timed: a mapped read
+        pays about that per fault, one fault after another, and faults once
+        per missing row (once per ``READ_AROUND`` bytes of a longer one). So a
+        mapped read on slow storage costs one round trip, not one per row.
+
+        The sample is read positionally and whole. Faulted in through the map,
+        or read a page of it only, the rest of the row then looked like a
+        sequential miss to the kernel, whose readahead added READs: on slowfs
+        (64 READs in flight at most) the next read of 64 rows took 2-3 round
+        trips instead of one.
         """
         if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
             return None
         missing = np.flatnonzero(~f.resident(offsets, lengths))
         slow, sample_s, faults = False, 0.0, 0
         if missing.size:
-            page = int(offsets[missing[0]]) // PAGE * PAGE
+            i = int(missing[0])
             t0 = self._clock()
-            f.pread(page, min(PAGE, end - page))
+            f.pread(int(offsets[i]), min(int(lengths[i]), READ_AROUND))
             sample_s = self._clock() - t0
             first = offsets[missing] // READ_AROUND
             faults = int(

@@ -24,7 +24,7 @@ class ReadStats:
     The adaptive strategy's decisions: ``current_mode``, ``mode_switches``,
     ``probes`` (reads made in the other mode to compare), ``mapped_checks``
     (mapped reads that first asked which rows are resident and timed one
-    missing row's fault) and ``mapped_declined`` (of those, the reads made in
+    missing row read alone) and ``mapped_declined`` (of those, the reads made in
     parallel instead because the estimate was slow).
     """
 
