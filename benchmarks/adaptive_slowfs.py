@@ -49,18 +49,20 @@ latencies (one extra round trip at the start and one per probe), first read
 
 Measured (2026-11-30, 2 shared cores, 4 rounds; docs/io.md has the tables).
 Before: engine 0.65x of pread at 20 ms and 0.74x at 5 ms; loader 0.61x and
-0.83x, first batch 0.66 s against 0.031 s at 20 ms. The prediction was too
-pessimistic: a mapped walk of 32 rows took 0.6 s, one fault a row (the 128 KiB
-read-around covers a row's second page), not 1.5; probes found some rows
-cached; and the loader's chunks grow from 32 rows, so its mapped first read
-was 32 rows, not 1,024. After: engine 0.98x and 1.08x, loader 1.04x and
-1.04x, first read 50 ms against 24 ms at 20 ms: as predicted. Not at first:
-with the sample row faulted in through the map, the loader ran at 0.87x;
-that fault made the next parallel reads of the same open file take 2-3 round
-trips instead of one, so the sample is now read positionally. Local cached:
-adaptive 0.91-0.93x of mmap (median per read), as before the change
-(0.92-0.94x): the policy's per-read bookkeeping, ~5 us, not the check; the
-prediction's 5% missed by that.
+0.83x, first batch 0.66 s against 0.026-0.031 s at 20 ms. The prediction was
+too pessimistic: a mapped walk of 32 rows took 0.6 s, one fault a row (the
+128 KiB read-around covers a row's second page), not 1.5; probes found some
+rows cached; and the loader's chunks grow from 32 rows, so its mapped first
+read was 32 rows, not 1,024. After: engine 0.99x and 1.00x, loader 1.00x and
+1.04x, first read 45 ms against 25 ms at 20 ms: as predicted, at the third
+try. With the sample row faulted in through the map, the loader ran at 0.87x;
+with one page of it read positionally, at 0.90x: either left the kernel a
+sequential-looking miss to read ahead, and its extra READs pushed the next
+read of 64 rows past slowfs's 64 READs in flight (2-3 round trips instead of
+one; not so with --max-background 128). The whole row read alone leaves none.
+Local cached: adaptive at mmap's speed within the noise (median 1.05-1.06x,
+mean 0.98x, ~3x pread), as before the change; on a heavily loaded machine
+both versions measured 0.91-0.94x (the policy's bookkeeping per read).
 """
 
 from __future__ import annotations
