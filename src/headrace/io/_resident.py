@@ -35,7 +35,7 @@ def _load() -> MincoreFn | None:
         # PyDLL keeps the GIL for the call: mincore never waits on I/O, and giving
         # the GIL up and back per range costs more than the call.
         fn = ctypes.PyDLL(None).mincore
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no libc to load, or no mincore in it
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     fn.restype = ctypes.c_int
