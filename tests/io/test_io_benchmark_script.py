@@ -79,3 +79,23 @@ def test_uring_vs_fio_script_small_run(tmp_path: Path) -> None:
         assert "uring@32 / threads@32" in r["ratios"] and "identical=True" in p.stdout
     p = run(str(f), "--reads", "4096", "--fio", "", script=script)
     assert p.returncode == 2 and "distinct 4 KiB blocks" in p.stderr
+
+
+def test_adaptive_slowfs_local_run_agrees_on_digests() -> None:
+    # The slow-mount modes need FUSE and seconds; the local mode is the same code
+    # for reading, hashing and reporting, at a small scale.
+    p = run(
+        "--local",
+        "--rows",
+        "256",
+        "--reads",
+        "6",
+        "--rounds",
+        "2",
+        script=BENCHMARKS / "adaptive_slowfs.py",
+    )
+    assert p.returncode == 0, p.stderr
+    assert "digest (every side)" in p.stdout
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith("| ") and "side" not in ln]
+    assert [r.split("|")[1].strip() for r in rows] == ["adaptive", "pread", "mmap"]
+    assert "'checks': 1" in p.stdout  # the adaptive reader checked its first mapped read

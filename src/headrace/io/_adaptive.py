@@ -11,8 +11,20 @@ on how warm its cache is, so the reader measures instead of guessing:
   ("pread") unless parallel is already known to cost more per row;
 * stay parallel only while its per-row cost beats mapped reads' per-row cost;
 * every ``probe_every`` reads, do one read in the other mode, so a warming
-  (or cooling) cache is noticed;
+  (or cooling) cache is noticed; while the probed mode keeps losing, the
+  interval doubles, up to ``max_probe_every`` reads, and it is
+  ``probe_every`` again after a switch;
 * a mapped probe that comes back fast returns to mapped reads.
+
+A mapped read that may fault is looked at first (the reader does this for the
+first mapped read of each file and for every mapped probe): rows whose pages
+are all resident (``mincore``) cost no I/O; the first missing row (up to
+128 KiB of it) is read alone and timed, and if that time, once per fault the
+missing rows would take (one a row, one per 128 KiB of a longer one), would
+exceed ``slow_read_s`` (:meth:`AdaptivePolicy.mapped_too_slow`), the read is
+made in parallel instead and the estimate is observed as the mapped read's
+cost. So a mapped probe on slow storage costs one round trip, not a serial
+walk over the whole batch; the rules above are unchanged, they see an estimate.
 
 Per-row costs are exponentially smoothed (half weight to the newest). The
 policy sees only timings and only chooses *how* to read: the bytes are the
@@ -34,10 +46,11 @@ PARALLEL = "pread"
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AdaptivePolicy:
-    """When the adaptive strategy switches modes."""
+    """When the adaptive strategy switches modes, and how often it probes the other one."""
 
     slow_read_s: float = 0.010
     probe_every: int = 32
+    max_probe_every: int = 256
 
     def __post_init__(self) -> None:
         if not (isinstance(self.slow_read_s, int | float) and 0 < self.slow_read_s < math.inf):
@@ -48,6 +61,16 @@ class AdaptivePolicy:
             raise ConfigError(
                 f"probe_every must be an integer of at least 2 (got {self.probe_every!r})."
             )
+        if not isinstance(self.max_probe_every, int) or self.max_probe_every < self.probe_every:
+            raise ConfigError(
+                f"max_probe_every must be an integer of at least probe_every = "
+                f"{self.probe_every} (got {self.max_probe_every!r})."
+            )
+
+    def mapped_too_slow(self, fault_s: float, faults: int) -> bool:
+        """Would a mapped read that faults ``faults`` times, one after another,
+        each like the one timed (``fault_s``), be slower than ``slow_read_s``?"""
+        return fault_s * faults > self.slow_read_s
 
 
 class AdaptiveState:
@@ -56,25 +79,30 @@ class AdaptiveState:
     Not thread-safe on its own; the reader serialises ``choose``/``observe``.
     """
 
-    __slots__ = ("_since", "cost", "last_mapped_slow", "mode", "policy")
+    __slots__ = ("_since", "cost", "interval", "last_mapped_slow", "mode", "policy")
 
     def __init__(self, policy: AdaptivePolicy) -> None:
         self.policy = policy
         self.mode = MAPPED
         self.cost: dict[str, float | None] = {MAPPED: None, PARALLEL: None}
         self.last_mapped_slow = False
+        self.interval = policy.probe_every
         self._since = 0
 
     def choose(self) -> tuple[str, bool]:
         """The mode for the next read, and whether that read is a probe."""
         self._since += 1
-        if self._since >= self.policy.probe_every:
+        if self._since >= self.interval:
             self._since = 0
             return (PARALLEL if self.mode == MAPPED else MAPPED), True
         return self.mode, False
 
-    def observe(self, used: str, seconds: float, rows: int) -> bool:
-        """Record a read made in mode ``used``; return whether the mode changed."""
+    def observe(self, used: str, seconds: float, rows: int, *, probe: bool = False) -> bool:
+        """Record a read made in mode ``used``; return whether the mode changed.
+
+        ``probe``: the read was a probe of the other mode; if it lost (its
+        per-row cost is no lower than the current mode's), probes back off.
+        """
         per_row = seconds / max(rows, 1)
         old = self.cost[used]
         self.cost[used] = per_row if old is None else 0.5 * (old + per_row)
@@ -93,7 +121,12 @@ class AdaptiveState:
         elif mapped is not None and parallel is not None and mapped <= parallel:
             new = MAPPED  # parallel no longer pays for its overhead
         if new == self.mode:
+            if probe and used != self.mode:
+                probed, current = self.cost[used], self.cost[self.mode]
+                if probed is not None and current is not None and probed >= current:
+                    self.interval = min(2 * self.interval, self.policy.max_probe_every)
             return False
         self.mode = new
         self._since = 0
+        self.interval = self.policy.probe_every
         return True

@@ -20,6 +20,7 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.io._resident import resident_ranges
 
 __all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
 
@@ -176,6 +177,15 @@ class LocalFile(Closing):
                     self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
                 m = self._map
         return m
+
+    def resident(self, offsets: NDArray[np.int64], lengths: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Per range: whether the pages it lies on are in memory now (a hint: see
+        :mod:`headrace.io._resident`). Call only for ranges inside the map."""
+        view = np.frombuffer(self.mapped, dtype=np.uint8)
+        try:
+            return resident_ranges(view.ctypes.data, offsets, lengths)
+        finally:
+            del view  # an array over the map would keep close() from unmapping it
 
     def close(self) -> None:
         if self._map is not None:

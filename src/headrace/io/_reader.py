@@ -37,6 +37,9 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 URING_ENV = "HEADRACE_IO_URING"
 ODIRECT = "odirect"
 DEFAULT_ODIRECT_IN_FLIGHT = 32
+# The kernel's default read-around of a mapped fault: what the adaptive check
+# counts as one fault of a long missing range.
+READ_AROUND = 128 << 10
 # pread on io_uring: reads in flight cost ring entries, not threads, and a slow
 # mount (10 ms per read) keeps every one of them waiting in parallel.
 DEFAULT_URING_PREAD_IN_FLIGHT = 64
@@ -154,6 +157,7 @@ class RangeReader(Closing):
         self._policy_lock = threading.Lock()
         self._closed = False
         self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
+        self._checked: set[str] = set()  # files whose first mapped read was checked
         s = config.strategy
         self._fixed_mode = MAPPED if s == "adaptive" else ("odirect" if "odirect" in s else s)
         self._stats = StatsRecorder(self._fixed_mode)
@@ -306,20 +310,65 @@ class RangeReader(Closing):
         requested = int(lengths.sum())
         mode, probe = self._choose()
         t0 = self._clock()
+        estimate: float | None = None
+        if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
+            estimate = self._check_mapped(f, offsets, lengths, end)
+            if estimate is not None:
+                mode = PARALLEL
+        t1 = self._clock()
         buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
         result = scatter(buf, pos)
         del buf  # a mapped view pins the map; let close() unmap it
-        seconds = self._clock() - t0
+        t2 = self._clock()
         self._stats.record(
             mode=mode,
             rows=len(offsets),
             requested=requested,
             read=nread,
-            seconds=seconds,
+            seconds=t2 - t0,
             engine=engine,
         )
-        self._observe(mode, probe, seconds, len(offsets))
+        self._observe(mode, probe, t2 - t1, len(offsets), estimate)
+        if self._adaptive is not None:
+            # Marked once the policy has seen this read: a read of the same file
+            # that started meanwhile checks too, rather than walk it mapped.
+            self._checked.add(path)
         return result
+
+    def _check_mapped(
+        self, f: LocalFile, offsets: NDArray[np.int64], lengths: NDArray[np.int64], end: int
+    ) -> float | None:
+        """Before a mapped read that may fault: ``None`` to read mapped, or the
+        estimated seconds of a mapped read that would be slow (read in parallel).
+
+        Rows on resident pages cost no I/O. The first missing row (its first
+        ``READ_AROUND`` bytes if longer) is read alone and timed: a mapped read
+        pays about that per fault, one fault after another, and faults once
+        per missing row (once per ``READ_AROUND`` bytes of a longer one). So a
+        mapped read on slow storage costs one round trip, not one per row.
+
+        The sample is read positionally and whole. Faulted in through the map,
+        or read a page of it only, the rest of the row then looked like a
+        sequential miss to the kernel, whose readahead added READs: on slowfs
+        (64 READs in flight at most) the next read of 64 rows took 2-3 round
+        trips instead of one.
+        """
+        if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
+            return None
+        missing = np.flatnonzero(~f.resident(offsets, lengths))
+        slow, sample_s, faults = False, 0.0, 0
+        if missing.size:
+            i = int(missing[0])
+            t0 = self._clock()
+            f.pread(int(offsets[i]), min(int(lengths[i]), READ_AROUND))
+            sample_s = self._clock() - t0
+            first = offsets[missing] // READ_AROUND
+            faults = int(
+                ((offsets[missing] + lengths[missing] - 1) // READ_AROUND - first + 1).sum()
+            )
+            slow = self.config.policy.mapped_too_slow(sample_s, faults)
+        self._stats.checked(declined=slow)
+        return sample_s * faults if slow else None
 
     def _fetch_mode(
         self,
@@ -382,12 +431,22 @@ class RangeReader(Closing):
         with self._policy_lock:
             return self._adaptive.choose()
 
-    def _observe(self, mode: str, probe: bool, seconds: float, rows: int) -> None:
+    def _observe(
+        self, mode: str, probe: bool, seconds: float, rows: int, estimate: float | None
+    ) -> None:
+        """Tell the policy what a read cost; ``estimate``: the mapped read it replaced."""
         if self._adaptive is None:
             return
         with self._policy_lock:
-            switched = self._adaptive.observe(mode, seconds, rows)
-            current = self._adaptive.mode
+            a = self._adaptive
+            switched = 0
+            if estimate is not None:
+                switched += a.observe(MAPPED, estimate, rows, probe=probe)
+                probe_of = False  # the parallel read stood in for the mapped one
+            else:
+                probe_of = probe
+            switched += a.observe(mode, seconds, rows, probe=probe_of)
+            current = a.mode
         self._stats.policy(current_mode=current, switched=switched, probe=probe)
 
 

@@ -20,6 +20,12 @@ class ReadStats:
     is one requested range. ``engine`` is the engine of the latest
     positional read (``"uring"`` or ``"threads"``; ``""`` before any), and
     ``reads_by_engine`` counts positional reads per engine.
+
+    The adaptive strategy's decisions: ``current_mode``, ``mode_switches``,
+    ``probes`` (reads made in the other mode to compare), ``mapped_checks``
+    (mapped reads that first asked which rows are resident and timed one
+    missing row read alone) and ``mapped_declined`` (of those, the reads made in
+    parallel instead because the estimate was slow).
     """
 
     reads: int = 0
@@ -28,6 +34,8 @@ class ReadStats:
     bytes_read: int = 0
     mode_switches: int = 0
     probes: int = 0
+    mapped_checks: int = 0
+    mapped_declined: int = 0
     current_mode: str = ""
     reads_by_mode: dict[str, int] = field(default_factory=dict)
     seconds_by_mode: dict[str, float] = field(default_factory=dict)
@@ -45,7 +53,7 @@ class StatsRecorder:
     def __init__(self, mode: str) -> None:
         self._lock = threading.Lock()
         self._reads = self._rows = self._requested = self._read = 0
-        self._switches = self._probes = 0
+        self._switches = self._probes = self._checks = self._declined = 0
         self._mode = mode
         self._reads_by: dict[str, int] = {}
         self._seconds_by: dict[str, float] = {}
@@ -66,11 +74,16 @@ class StatsRecorder:
             self._reads_by[mode] = self._reads_by.get(mode, 0) + 1
             self._seconds_by[mode] = self._seconds_by.get(mode, 0.0) + seconds
 
-    def policy(self, *, current_mode: str, switched: bool, probe: bool) -> None:
+    def policy(self, *, current_mode: str, switched: int, probe: bool) -> None:
         with self._lock:
             self._mode = current_mode
             self._switches += switched
             self._probes += probe
+
+    def checked(self, *, declined: bool) -> None:
+        with self._lock:
+            self._checks += 1
+            self._declined += declined
 
     def snapshot(self) -> ReadStats:
         with self._lock:
@@ -81,6 +94,8 @@ class StatsRecorder:
                 bytes_read=self._read,
                 mode_switches=self._switches,
                 probes=self._probes,
+                mapped_checks=self._checks,
+                mapped_declined=self._declined,
                 current_mode=self._mode,
                 reads_by_mode=dict(self._reads_by),
                 seconds_by_mode=dict(self._seconds_by),
