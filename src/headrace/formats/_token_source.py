@@ -46,6 +46,7 @@ from headrace.io import (
     open_cache,
     page_aligned_empty,
 )
+from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 if TYPE_CHECKING:
@@ -72,10 +73,6 @@ class TokenStats:
     windows_opened: int = 0
     samples: int = 0
 
-
-# Linux >= 5.14: fault a range of a mapping in, reading what is not cached, without
-# copying it anywhere. Not in Python's mmap module constants yet.
-MADV_POPULATE_READ = 22
 
 # A mapped window's batch waits for its samples' pages, not their whole blocks (see
 # _Window.ensure). False: wait for whole blocks, as releases before it did (kept for
