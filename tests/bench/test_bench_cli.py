@@ -271,3 +271,26 @@ def test_unusable_root_is_refused_without_traceback(
     err = capsys.readouterr().err
     assert f"--root '{a_file / 'sub'}': cannot create the dataset folder" in err
     assert "choose a writable folder" in err
+
+
+def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
+    tmp_path: Path, slow_mount, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A network mount holding datasets written elsewhere: slowfs is a read-only view.
+    data = tmp_path / "data"
+    rc, _ = bench(tmp_path, "--variants", "naive,headrace-sync")  # written here first
+    assert rc == 0
+    m = slow_mount(data, read_latency_ms=1)
+    out = tmp_path / "ro.json"
+    args = ["bench", "--root", str(m.mnt), *TINY, "--variants", "naive,headrace-sync"]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["root"] == str(m.mnt)
+    assert len({r["digest"] for r in report["results"]}) == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    m2 = slow_mount(empty)
+    assert main(["bench", "--root", str(m2.mnt), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert f"--root '{m2.mnt}' is read-only and workload 'tokens'" in err
+    assert "headrace gen tokens --root DIR" in err

@@ -7,11 +7,12 @@ generated once under ``~/.cache/headrace/bench``), naive vs headrace vs memcpy.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -191,8 +192,12 @@ def url_scheme(root: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def prepare_root(root: str, flag: str = "--root") -> str:
-    """Create the dataset folder, or say why it cannot be used, before anything runs."""
+def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
+    """Create the dataset folder, or say why it cannot be used, before anything runs.
+
+    ``write=False``: a folder that exists may be read-only (a network mount, a
+    slowfs view): a run reads the datasets there and needs to write none if
+    they are complete (see :func:`_generate`)."""
     if url_scheme(root) is not None:
         raise ConfigError(
             f"{flag} {root!r} is a URL; here it is a local folder. To read a dataset from "
@@ -206,12 +211,29 @@ def prepare_root(root: str, flag: str = "--root") -> str:
             f"{flag} {root!r}: cannot create the dataset folder ({exc.strerror}); "
             f"choose a writable folder, e.g. {flag} /tmp/headrace-bench"
         ) from None
-    if not os.access(root, os.W_OK):
+    if write and not os.access(root, os.W_OK):
         raise ConfigError(
             f"{flag} {root!r} is not writable; choose a writable folder, "
             f"e.g. {flag} /tmp/headrace-bench"
         )
     return root
+
+
+def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> None:
+    """Write the kind's dataset under ``root`` unless it is there and complete; a
+    read-only ``root`` whose dataset is not says what to do."""
+    try:
+        kind.generate(progress)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or os.access(root, os.W_OK):
+            raise
+        name = kind.workload.name
+        raise ConfigError(
+            f"--root {root!r} is read-only and workload {name!r}'s dataset is missing or "
+            f"incomplete there ({exc.strerror}: {exc.filename}): write it where the folder is "
+            f"writable first (headrace gen {name} --root DIR), then point --root at DIR or a "
+            "read-only view of it, such as a network mount"
+        ) from None
 
 
 def check_output_path(flag: str, path: str) -> None:
@@ -453,7 +475,8 @@ def run(args: argparse.Namespace) -> int:
                 )
         workloads = _workloads(args)
         kinds = [make_kind(wl, root) for wl in workloads]
-        prepare_root(root)
+        # Served from S3, a run keeps upload digests and object caches under the root.
+        prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
@@ -480,7 +503,7 @@ def run(args: argparse.Namespace) -> int:
                     progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
 
             try:
-                kind.generate(gen_progress)
+                _generate(kind, root, gen_progress)
                 summary, results = run_workload(
                     kind,
                     options=RunOptions(
