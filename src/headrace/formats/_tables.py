@@ -662,6 +662,7 @@ class Table(Closing):
         self._decoders: ThreadPoolExecutor | None = None  # local Parquet row groups at once
         #: whether local Arrow files' pages are filled before a gather, and its counters
         self.map_fill = FillPolicy()
+        self._maps = any(_mapped(p) for p in self._parts)
         # Parquet row groups decoded so far: one per cache miss (benchmarks, tests),
         # and the bytes they take in their files.
         self.decoded = 0
@@ -1017,7 +1018,7 @@ class Table(Closing):
         out: dict[str, NDArray[Any] | Ragged] = {}
         for c in names:
             out[c] = self._gather(c, idx.size, groups, views, fill)
-        if not fill and any(_mapped(self._parts[int(self._span_part[s])]) for s in spans):
+        if not fill and self._maps:
             self.map_fill.gathered(time.perf_counter() - t0, idx.size)
         return out
 
