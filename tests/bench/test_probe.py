@@ -11,6 +11,7 @@ import pytest
 import headrace.io._uring as uring
 from headrace.bench._probe import _size, filesystem_of
 from headrace.cli import main
+from headrace.io._mounts import network_type
 
 KEYS = {
     "mode",
@@ -107,6 +108,16 @@ def test_size_parser_and_filesystem() -> None:
     assert _size("256M") == 256 << 20 and _size("1GiB") == 1 << 30 and _size("4096") == 4096
     fs = filesystem_of("/")
     assert fs["mount"] == "/" and fs["fstype"] != "unknown"
+    assert fs["network"] is network_type(fs["fstype"])
+    for fstype, network in [
+        ("nfs4", True),
+        ("fuse.juicefs", True),
+        ("fuse", True),
+        ("fuseblk", False),
+        ("ext4", False),
+        ("overlay", False),
+    ]:
+        assert network_type(fstype) is network, fstype
 
 
 def test_probe_refuses_unwritable_json_before_probing(

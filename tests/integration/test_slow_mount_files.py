@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headrace.bench._probe import filesystem_of
 from headrace.formats import FileSource
 from headrace.io._mounts import is_network_fs, mount_of
 
@@ -31,6 +32,7 @@ def test_a_fuse_mount_is_found_even_with_a_space_in_its_path(slow_mount, tmp_pat
     assert got is not None
     assert got.mount == str(m.mnt) and got.fstype.startswith("fuse")
     assert is_network_fs(m.mnt / "3.npy") and not is_network_fs(src / "3.npy")
+    assert filesystem_of(str(m.mnt))["network"] is True  # what headrace probe reports
     # /proc/mounts writes a space as \\040: the path must still match.
     spaced = tmp_path / "mount point"
     spaced.mkdir()

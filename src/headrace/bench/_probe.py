@@ -36,7 +36,7 @@ import numpy as np
 
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
-from headrace.io._mounts import mount_of
+from headrace.io._mounts import mount_of, network_type
 from headrace.io._uring import ring_pool
 
 __all__ = ["configure", "run"]
@@ -124,12 +124,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", default=None, help="object URLs: the region")
 
 
-def filesystem_of(path: str) -> dict[str, str]:
-    """fstype, device and mount point of the mount holding ``path`` (from /proc/mounts)."""
+def filesystem_of(path: str) -> dict[str, Any]:
+    """fstype, device and mount point of the mount holding ``path`` (from /proc/mounts),
+    and whether it is a network (or FUSE) file system, where readers keep more in flight."""
     m = mount_of(path)
     if m is None:
-        return {"mount": "", "fstype": "unknown", "device": "unknown"}
-    return {"mount": m.mount, "fstype": m.fstype, "device": m.device}
+        return {"mount": "", "fstype": "unknown", "device": "unknown", "network": False}
+    network = network_type(m.fstype)
+    return {"mount": m.mount, "fstype": m.fstype, "device": m.device, "network": network}
 
 
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:
@@ -335,7 +337,12 @@ _FEW_OPS = 256
 def _table(report: dict[str, Any]) -> str:
     fs = report["filesystem"]
     lines = [
-        f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']})",
+        f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']}"
+        + (
+            "; a network or FUSE file system: headrace keeps 64 files in flight here)"
+            if fs.get("network")
+            else ")"
+        ),
         f"file {report['file_bytes']:,} bytes; MB = 10^6 bytes; {report['rounds']} rounds on "
         "disjoint stripes, alternating order; every result verified against pread",
         f"{'mode':8} {'engine':7} {'pattern':10} {'request':>8} {'in flight':>9} {'ops':>6} "

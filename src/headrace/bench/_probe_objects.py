@@ -102,6 +102,7 @@ def probe_object(
             "fstype": urlsplit(url).scheme,
             "device": endpoint or "default endpoint",
             "mount": base,
+            "network": True,  # an object store: every read a round trip
         },
         "file_bytes": size,
         "mb": "10^6 bytes",

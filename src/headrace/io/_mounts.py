@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-__all__ = ["Mount", "is_network_fs", "mount_of"]
+__all__ = ["Mount", "is_network_fs", "mount_of", "network_type"]
 
 # Kernel file systems whose reads cross a network. FUSE ones are matched by
 # prefix ("fuse", "fuse.s3fs", "fuse.juicefs", "fuse.gcsfuse"...), except fuseblk:
@@ -70,10 +70,13 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
     return best
 
 
+def network_type(fstype: str) -> bool:
+    """Whether a file system of type ``fstype`` (as ``/proc/mounts`` names it) is a
+    network (or FUSE) one."""
+    return fstype in _NETWORK or (fstype.startswith("fuse") and fstype != "fuseblk")
+
+
 def is_network_fs(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` lies on a network (or FUSE) file system."""
     m = mount_of(path)
-    if m is None:
-        return False
-    t = m.fstype
-    return t in _NETWORK or (t.startswith("fuse") and t != "fuseblk")
+    return m is not None and network_type(m.fstype)
