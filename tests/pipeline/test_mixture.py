@@ -354,3 +354,28 @@ def test_every_source_read_finishes_before_the_first_failure_is_raised(
         mix.read(3, np.arange(16 * 16, dtype=np.int64))
     assert done.is_set()  # the slow source's read was waited for
     assert "1 other source(s) of the mixture failed too" in "".join(ei.value.__notes__)
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [1.0], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+@pytest.mark.parametrize("b", [1, 7, 32, 100])
+def test_locate_deals_each_step_with_its_own_permutation(weights: list[float], b: int) -> None:
+    # All steps' permutations are evaluated at once; the plan is what one
+    # permutation per step (the definition) gives, sample for sample.
+    from headrace.plan._mixture import _TAG_MIX
+    from headrace.plan._permute import Permutation, derive_keys
+
+    plan = MixturePlan(weights, b)
+    rng = np.random.default_rng(b)
+    samples = np.concatenate(
+        [np.arange(5 * b), rng.integers(0, 10**9, 300), np.array([2**40 + 3])]
+    ).astype(np.int64)
+    for seed in (0, 7, 2**40):
+        source, local = plan.locate(seed, samples)
+        for i, g in enumerate(samples.tolist()):
+            t, p = divmod(g, b)
+            slot = int(Permutation(b, derive_keys(_TAG_MIX, seed, t))(np.array([p]))[0])
+            base = plan.cumulative(np.array(t * b))
+            counts = plan.cumulative(np.array((t + 1) * b)) - base
+            s = int(np.searchsorted(np.cumsum(counts), slot, side="right"))
+            assert source[i] == s
+            assert local[i] == base[s] + slot - (np.cumsum(counts)[s] - counts[s])

@@ -77,6 +77,9 @@ class Mixture:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
+        self._last: tuple[int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = (
+            None
+        )
 
     def __repr__(self) -> str:
         total = sum(self.plan.numerators)
@@ -131,7 +134,7 @@ class Mixture:
         self.check_samples(samples)
         if not self._layout:
             self._check_layouts(seed)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         out: Batch = {}
         n = samples.size
         groups = [(s, np.flatnonzero(source == s)) for s in np.unique(source).tolist()]
@@ -148,6 +151,18 @@ class Mixture:
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
+
+    def _locate(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The plan's ``locate``, kept for the last samples: the loader asks for each
+        chunk twice, to read ahead and to read."""
+        last = self._last
+        if last is not None and last[0] == seed and np.array_equal(last[1], samples):
+            return last[2], last[3]
+        source, local = self.plan.locate(seed, samples)
+        self._last = (seed, samples.copy(), source, local)
+        return source, local
 
     def _read_sources(
         self, seed: int, local: NDArray[np.int64], groups: list[tuple[int, NDArray[np.intp]]]
@@ -216,7 +231,7 @@ class Mixture:
         whose share of the step covers part of a source reads that part of
         its windows), and within a source by its own ``starts``."""
         samples = np.asarray(samples, dtype=np.int64)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         files = np.empty_like(samples)
         offsets = np.empty_like(samples)
         for s, sub in enumerate(self.sources):
@@ -243,7 +258,7 @@ class Mixture:
         host's fraction of each step in address order), also its share of that
         source's part of the steps, for sources that read ahead by share."""
         samples = np.asarray(samples, dtype=np.int64)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         parts = self._shares(samples, share) if share is not None and samples.size else {}
         for s in np.unique(source).tolist():
             fn = getattr(self.sources[s], "prefetch", None)
