@@ -9,7 +9,6 @@ reads in flight on a real one in tests/integration/test_slow_mount_tables.py.
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import itertools
 import os
@@ -27,7 +26,7 @@ import headrace.formats._map_fill as map_fill
 import headrace.formats._tables as tables
 from headrace.errors import ReadEOFError, StorageError
 from headrace.formats import Table
-from headrace.io import PAGE, deep_io_threads, set_deep_io_threads
+from headrace.io import PAGE
 
 ROWS = 3000
 
@@ -303,7 +302,7 @@ def test_prefetch_reads_whole_spans_ahead_under_the_windowed_shuffle(
     monkeypatch.setattr(map_fill, "populate_read", recording)
     with Table.open(path, columns=["ids", "label"]) as tb:
         tb.prefetch([1], ["ids", "label"])
-        concurrent.futures.wait(tb._filling)
+        tb._read_ahead.wait()
         batch = tb._parts[0].batches[1]
         want = [
             (buf.address, buf.size)
@@ -317,7 +316,7 @@ def test_prefetch_reads_whole_spans_ahead_under_the_windowed_shuffle(
         assert all(e - s <= map_fill.PIECE for s, e in filled)  # in pieces, side by side
         n = len(filled)
         tb.prefetch([1], ["ids", "label"])  # asked once: not again
-        concurrent.futures.wait(tb._filling)
+        tb._read_ahead.wait()
         assert len(filled) == n
 
 
@@ -329,7 +328,7 @@ def test_a_failed_read_ahead_is_left_to_the_read_that_needs_it(
     monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EIO))
     with Table.open(path) as tb:
         tb.prefetch([0, 1, 2], ["label"])  # nothing raised here
-        concurrent.futures.wait(tb._filling)
+        tb._read_ahead.wait()
         with pytest.raises(StorageError, match="through the file map failed"):
             tb.read_rows([5])  # the read's own fill meets the error and names it
         monkeypatch.setattr(map_fill, "populate_read", lambda a, n: None)
@@ -350,25 +349,24 @@ def test_close_cancels_read_ahead_not_started_and_waits_for_the_rest(
         release.wait(30)  # a bound on hanging, not a speed check
 
     monkeypatch.setattr(map_fill, "populate_read", slow)
-    threads = deep_io_threads()
-    set_deep_io_threads(2)  # fewer threads than pieces: some wait their turn
+    tb = Table.open(path)
+    ra = tb._read_ahead
+    ra.depth = 2  # fewer at once than pieces: the rest wait their turn
+    tb.prefetch(range(3), list(tb.columns))
+    queued = len(ra._queue)
+    pending = list(ra._running)
     try:
-        tb = Table.open(path)
-        tb.prefetch(range(3), list(tb.columns))
-        pending = list(tb._filling)
-        assert started.wait(30) and len(pending) > 2
+        assert started.wait(30) and queued > 0
         closer = threading.Thread(target=tb.close)
         closer.start()
         closer.join(0.2)
         assert closer.is_alive()  # waits for the fills that run
-        release.set()
-        closer.join(30)
-        assert not closer.is_alive()
     finally:
         release.set()
-        set_deep_io_threads(threads)
+    closer.join(30)
+    assert not closer.is_alive()
     assert all(f.done() for f in pending)
-    assert any(f.cancelled() for f in pending) and len(calls) < len(pending)
+    assert len(calls) <= 2 and not ra._queue  # the waiting pieces never ran
 
 
 def test_a_windowed_table_source_reads_its_windows_ahead_with_the_same_batches(

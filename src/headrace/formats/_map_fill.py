@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import errno
 import resource
+import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from typing import Protocol
@@ -33,7 +35,7 @@ from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._buffers import populate_read
 
-__all__ = ["FillPolicy", "MappedFile", "fill_pages", "fill_pages_later", "page_runs"]
+__all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_pages", "page_runs"]
 
 #: Ranges of one map closer than this are filled by one call (the pages between
 #: are read too: a network mount's READ is 128 KiB or more anyway).
@@ -156,22 +158,71 @@ def fill_pages(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> int:
 #: The most one read-ahead call fills: a populate keeps a READ or two in flight, so
 #: a long run is cut into pieces that the pool's threads read side by side.
 PIECE = 256 << 10
+#: Read-ahead pieces in flight per :class:`ReadAhead`: half the deep pool's
+#: default 64 threads, so fills a batch waits for find threads free.
+AHEAD_DEPTH = 32
 
 
-def fill_pages_later(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> list[Future[int]]:
-    """Start faulting in every run (cut into :data:`PIECE`-sized pieces) on the deep
-    I/O pool, one piece a task, and return at once: read-ahead. A failed piece is
-    left to the read that needs its pages (which fills or faults them again and
-    reports the error then)."""
-    if not _supported:
-        return []
-    pool = deep_io_pool()
-    return [
-        pool.submit(_fill, [(f, p, min(b, p + PIECE))])
-        for f, rs in jobs
-        for a, b in rs
-        for p in range(a, b, PIECE)
-    ]
+class ReadAhead:
+    """Runs faulted in ahead of their reads, on the deep I/O pool, in pieces of
+    :data:`PIECE`, at most ``depth`` at a time (the rest wait their turn here).
+
+    Nothing waits for them; a failed piece is left to the read that needs its
+    pages (which fills or faults them again and reports the error then).
+    """
+
+    def __init__(self, depth: int = AHEAD_DEPTH) -> None:
+        self.depth = depth
+        self._lock = threading.RLock()  # a done callback may run inside submit or cancel
+        self._queue: deque[tuple[MappedFile, int, int]] = deque()
+        self._running: set[Future[int]] = set()
+        self._closed = False
+
+    def add(self, jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> None:
+        if not _supported:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._queue.extend(
+                (f, p, min(b, p + PIECE))
+                for f, rs in jobs
+                for a, b in rs
+                for p in range(a, b, PIECE)
+            )
+            self._pump()
+
+    def _pump(self) -> None:
+        pool = deep_io_pool()
+        while self._queue and len(self._running) < self.depth and not self._closed:
+            fut = pool.submit(_fill, [self._queue.popleft()])
+            self._running.add(fut)
+            fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future[int]) -> None:
+        with self._lock:
+            self._running.discard(fut)
+            self._pump()
+
+    def wait(self) -> None:
+        """Until every piece added so far is done (tests, benchmarks)."""
+        while True:
+            with self._lock:
+                running = list(self._running)
+                if not running and not self._queue:
+                    return
+            wait(running)
+
+    def close(self) -> None:
+        """Drop the pieces not started and wait for the running ones (so none touches
+        a map being closed)."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+            running = list(self._running)
+        for f in running:
+            f.cancel()
+        wait(running)
 
 
 def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:

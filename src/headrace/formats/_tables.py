@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,7 +52,7 @@ from headrace.errors import (
 )
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
-from headrace.formats._map_fill import FillPolicy, fill_pages, fill_pages_later, page_runs
+from headrace.formats._map_fill import FillPolicy, ReadAhead, fill_pages, page_runs
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -613,9 +613,9 @@ class Table(Closing):
         self._objects = objects
         # Row groups on object storage fetched ahead of their decode (see prefetch).
         self._pending: OrderedDict[int, Fetch] = OrderedDict()
-        # Mapped spans whose pages were asked for ahead, and the fills still running.
+        # Mapped spans whose pages were asked for ahead, and those fills.
         self._ahead: OrderedDict[int, bool] = OrderedDict()
-        self._filling: list[Future[int]] = []
+        self._read_ahead = ReadAhead()
         try:
             if remote is None:
                 self._parts.extend(_open_local(files, pa))
@@ -852,8 +852,7 @@ class Table(Closing):
             address = np.array([a for a, _ in ranges], dtype=np.int64)
             length = np.array([n for _, n in ranges], dtype=np.int64)
             jobs.append((part, page_runs(address, length, part)))
-        self._filling = [f for f in self._filling if not f.done()]
-        self._filling += fill_pages_later(jobs)
+        self._read_ahead.add(jobs)
 
     def _fetch(self, spans: list[int], columns: Sequence[str]) -> dict[int, Fetch]:
         """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet."""
@@ -1191,10 +1190,10 @@ class Table(Closing):
         return Ragged(values=values, offsets=out_off)
 
     def close(self) -> None:
-        filling, self._filling = getattr(self, "_filling", []), []
-        for f in filling:
-            f.cancel()
-        wait(filling)  # no page fill of a map being closed runs on
+        ahead = getattr(self, "_read_ahead", None)
+        if ahead is not None:
+            ahead.close()  # no page fill of a map being closed runs on
+            self._read_ahead = ReadAhead()  # a table reopens after close
         self._ahead = OrderedDict()
         self._cache = OrderedDict()
         self._pending = OrderedDict()
