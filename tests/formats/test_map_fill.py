@@ -9,9 +9,11 @@ reads in flight on a real one in tests/integration/test_slow_mount_tables.py.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import itertools
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import headrace.formats._map_fill as map_fill
 import headrace.formats._tables as tables
 from headrace.errors import ReadEOFError, StorageError
 from headrace.formats import Table
-from headrace.io import PAGE
+from headrace.io import PAGE, deep_io_threads, set_deep_io_threads
 
 ROWS = 3000
 
@@ -284,3 +286,112 @@ def test_a_table_fills_only_while_its_policy_is_on(
         assert calls and tb.map_fill.fills >= 1
     for got in (off, on):
         np.testing.assert_array_equal(got["label"], want["label"].to_numpy()[rows])
+
+
+def test_prefetch_reads_whole_spans_ahead_under_the_windowed_shuffle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.arrow"
+    _write(path)
+    filled: list[tuple[int, int]] = []
+    real = map_fill.populate_read
+
+    def recording(address: int, length: int) -> None:
+        filled.append((address, address + length))
+        real(address, length)
+
+    monkeypatch.setattr(map_fill, "populate_read", recording)
+    with Table.open(path, columns=["ids", "label"]) as tb:
+        tb.prefetch([1], ["ids", "label"])
+        concurrent.futures.wait(tb._filling)
+        batch = tb._parts[0].batches[1]
+        want = [
+            (buf.address, buf.size)
+            for col in (batch.column("ids"), batch.column("label"))
+            for buf in col.buffers()
+            if buf is not None and buf.size
+        ]
+        for a, n in want:  # every page of span 1's column buffers was asked for
+            for page in range(a // PAGE * PAGE, a + n, PAGE):
+                assert any(s <= page < e for s, e in filled), f"page {page:#x} not filled"
+        assert all(e - s <= map_fill.PIECE for s, e in filled)  # in pieces, side by side
+        n = len(filled)
+        tb.prefetch([1], ["ids", "label"])  # asked once: not again
+        concurrent.futures.wait(tb._filling)
+        assert len(filled) == n
+
+
+def test_a_failed_read_ahead_is_left_to_the_read_that_needs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.arrow"
+    want = _write(path)
+    monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EIO))
+    with Table.open(path) as tb:
+        tb.prefetch([0, 1, 2], ["label"])  # nothing raised here
+        concurrent.futures.wait(tb._filling)
+        with pytest.raises(StorageError, match="through the file map failed"):
+            tb.read_rows([5])  # the read's own fill meets the error and names it
+        monkeypatch.setattr(map_fill, "populate_read", lambda a, n: None)
+        np.testing.assert_array_equal(tb.read_rows([5])["label"], want["label"].to_numpy()[[5]])
+
+
+def test_close_cancels_read_ahead_not_started_and_waits_for_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.arrow"
+    _write(path)
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow(address: int, length: int) -> None:
+        calls.append(address)
+        started.set()
+        release.wait(30)  # a bound on hanging, not a speed check
+
+    monkeypatch.setattr(map_fill, "populate_read", slow)
+    threads = deep_io_threads()
+    set_deep_io_threads(2)  # fewer threads than pieces: some wait their turn
+    try:
+        tb = Table.open(path)
+        tb.prefetch(range(3), list(tb.columns))
+        pending = list(tb._filling)
+        assert started.wait(30) and len(pending) > 2
+        closer = threading.Thread(target=tb.close)
+        closer.start()
+        closer.join(0.2)
+        assert closer.is_alive()  # waits for the fills that run
+        release.set()
+        closer.join(30)
+        assert not closer.is_alive()
+    finally:
+        release.set()
+        set_deep_io_threads(threads)
+    assert all(f.done() for f in pending)
+    assert any(f.cancelled() for f in pending) and len(calls) < len(pending)
+
+
+def test_a_windowed_table_source_reads_its_windows_ahead_with_the_same_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headrace.formats import TableSource
+    from headrace.pipeline import Loader
+    from headrace.testing import batch_digest
+
+    path = tmp_path / "t.arrow"
+    _write(path)
+
+    def run() -> tuple[str, int]:
+        src = TableSource(path, columns=["ids", "label"], width=700, shuffle="window",
+                          window_rows=1000)  # fmt: skip
+        with Loader(src, batch_size=16, seed=2, steps=200) as ld:
+            got = batch_digest(list(ld))
+            ahead = len(src.table._ahead)  # before closing the loader closes the source
+        src.close()
+        return got, ahead
+
+    with_ahead, spans = run()
+    monkeypatch.setattr(tables, "_READ_AHEAD", False)
+    without, none = run()
+    assert with_ahead == without
+    assert spans == 3 and none == 0  # all three windows' record batches were read ahead

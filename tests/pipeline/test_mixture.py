@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats import PaddedRows, TokenSource, write_row_file
-from headrace.pipeline import Loader, Mixture
+from headrace.pipeline import Loader, Mixture, _mixture
 from headrace.pipeline._mixture import source_seed
 from headrace.plan import MixturePlan, quantize_weights
 from headrace.testing import assert_resume_exact, batch_digest
@@ -279,3 +282,100 @@ def test_close_closes_every_source_then_raises_the_first_failure() -> None:
     with pytest.raises(OSError, match=r"^a: close failed$"):
         mix.close()
     assert all(s.closed for s in srcs)
+
+
+class _Gate:
+    """A source wrapper whose reads of samples wait at a shared barrier: reads made
+    one after another could never all arrive there together."""
+
+    def __init__(self, inner: PaddedRows, barrier: threading.Barrier) -> None:
+        self.inner, self.barrier = inner, barrier
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        if len(samples):
+            self.barrier.wait(timeout=30)  # a bound on hanging, not a speed check
+        return self.inner.read(seed, samples)
+
+
+def test_sources_read_side_by_side_and_give_the_batches_read_in_turn(
+    sources: dict[str, PaddedRows], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Loader(mixture(sources), batch_size=16, seed=3, prefetch=0, steps=40) as ld:
+        want = batch_digest(list(ld))
+    barrier = threading.Barrier(3)
+    gated = Mixture([_Gate(s, barrier) for s in sources.values()], W3, batch_size=16)
+    # A read of 16 steps has samples of all three sources: they meet at the barrier.
+    got = gated.read(3, np.arange(16 * 16, dtype=np.int64))
+    assert set(np.unique(got["source"]).tolist()) == {0, 1, 2}
+    monkeypatch.setattr(_mixture, "_SIDE_BY_SIDE", False)
+    with Loader(mixture(sources), batch_size=16, seed=3, prefetch=0, steps=40) as ld:
+        assert batch_digest(list(ld)) == want
+    monkeypatch.setattr(_mixture, "_SIDE_BY_SIDE", True)
+    with Loader(mixture(sources), batch_size=16, seed=3, prefetch=0, steps=40) as ld:
+        assert batch_digest(list(ld)) == want
+
+
+class _Failing:
+    def __init__(self, inner: PaddedRows, error: BaseException | None, done: threading.Event):
+        self.inner, self.error, self.done = inner, error, done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        if not len(samples):
+            return self.inner.read(seed, samples)
+        if self.error is not None:
+            raise self.error
+        out = self.inner.read(seed, samples)
+        time.sleep(0.2)  # slower than the failing sources, so an early raise would show
+        self.done.set()
+        return out
+
+
+def test_every_source_read_finishes_before_the_first_failure_is_raised(
+    sources: dict[str, PaddedRows],
+) -> None:
+    done = threading.Event()
+    big, mid, tiny = sources.values()
+    mix = Mixture(
+        [
+            _Failing(big, None, done),
+            _Failing(mid, OSError(5, "mid failed"), done),
+            _Failing(tiny, OSError(5, "tiny failed"), done),
+        ],
+        W3,
+        batch_size=16,
+    )
+    with pytest.raises(OSError, match="mid failed") as ei:
+        mix.read(3, np.arange(16 * 16, dtype=np.int64))
+    assert done.is_set()  # the slow source's read was waited for
+    assert "1 other source(s) of the mixture failed too" in "".join(ei.value.__notes__)
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [1.0], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+@pytest.mark.parametrize("b", [1, 7, 32, 100])
+def test_locate_deals_each_step_with_its_own_permutation(weights: list[float], b: int) -> None:
+    # All steps' permutations are evaluated at once; the plan is what one
+    # permutation per step (the definition) gives, sample for sample.
+    from headrace.plan._mixture import _TAG_MIX
+    from headrace.plan._permute import Permutation, derive_keys
+
+    plan = MixturePlan(weights, b)
+    rng = np.random.default_rng(b)
+    samples = np.concatenate(
+        [np.arange(5 * b), rng.integers(0, 10**9, 300), np.array([2**40 + 3])]
+    ).astype(np.int64)
+    for seed in (0, 7, 2**40):
+        source, local = plan.locate(seed, samples)
+        for i, g in enumerate(samples.tolist()):
+            t, p = divmod(g, b)
+            slot = int(Permutation(b, derive_keys(_TAG_MIX, seed, t))(np.array([p]))[0])
+            base = plan.cumulative(np.array(t * b))
+            counts = plan.cumulative(np.array((t + 1) * b)) - base
+            s = int(np.searchsorted(np.cumsum(counts), slot, side="right"))
+            assert source[i] == s
+            assert local[i] == base[s] + slot - (np.cumsum(counts)[s] - counts[s])

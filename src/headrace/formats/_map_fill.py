@@ -23,7 +23,7 @@ import errno
 import resource
 import time
 from collections.abc import Sequence
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from typing import Protocol
 
 import numpy as np
@@ -33,7 +33,7 @@ from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._buffers import populate_read
 
-__all__ = ["FillPolicy", "MappedFile", "fill_pages", "page_runs"]
+__all__ = ["FillPolicy", "MappedFile", "fill_pages", "fill_pages_later", "page_runs"]
 
 #: Ranges of one map closer than this are filled by one call (the pages between
 #: are read too: a network mount's READ is 128 KiB or more anyway).
@@ -151,6 +151,27 @@ def fill_pages(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> int:
             errors[0].add_note(f"{len(errors) - 1} other page fills also failed")
         raise errors[0]
     return sum(fut.result() for fut in futures)
+
+
+#: The most one read-ahead call fills: a populate keeps a READ or two in flight, so
+#: a long run is cut into pieces that the pool's threads read side by side.
+PIECE = 256 << 10
+
+
+def fill_pages_later(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> list[Future[int]]:
+    """Start faulting in every run (cut into :data:`PIECE`-sized pieces) on the deep
+    I/O pool, one piece a task, and return at once: read-ahead. A failed piece is
+    left to the read that needs its pages (which fills or faults them again and
+    reports the error then)."""
+    if not _supported:
+        return []
+    pool = deep_io_pool()
+    return [
+        pool.submit(_fill, [(f, p, min(b, p + PIECE))])
+        for f, rs in jobs
+        for a, b in rs
+        for p in range(a, b, PIECE)
+    ]
 
 
 def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:

@@ -223,12 +223,15 @@ class TableSource:
         arrive; its batches may take less to consume): all of them, or with
         ``share`` (this host's fraction of each window in row order, from a
         ``Loader(host_order="address")``) those of that stretch and 5% of the
-        window a side. Local tables read nothing ahead (mapped or decoded on use).
+        window a side. Local Arrow files under the windowed shuffle have the
+        same record batches read ahead into the page cache (so a network mount
+        serves a window at its bandwidth, not a round trip per page); other
+        local tables read nothing ahead (mapped or decoded on use).
         """
         if share is not None:
             self._share = share
         samples = np.asarray(samples, dtype=np.int64)
-        if not self.table.remote or not samples.size:
+        if not samples.size or not (self.table.remote or self.windows is not None):
             return
         spans = np.unique(self.table.spans_of(self._rows(seed, samples)))
         self.table.prefetch(spans, self.names)

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,7 +52,7 @@ from headrace.errors import (
 )
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
-from headrace.formats._map_fill import FillPolicy, fill_pages, page_runs
+from headrace.formats._map_fill import FillPolicy, fill_pages, fill_pages_later, page_runs
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -87,6 +87,10 @@ _DECODE_THREADS = 8
 # Local Arrow files: fault in a batch's pages on the deep I/O pool before the gather
 # (headrace.formats._map_fill); off only to measure against (benchmarks/arrow_slowfs.py).
 _POPULATE = True
+# Local Arrow files: prefetch() faults in whole spans ahead (a windowed shuffle's next
+# window); off only to measure against (benchmarks/arrow_slowfs.py --shuffle window).
+_READ_AHEAD = True
+_AHEAD_SPANS = 4096
 
 
 def _pa() -> Any:
@@ -609,6 +613,9 @@ class Table(Closing):
         self._objects = objects
         # Row groups on object storage fetched ahead of their decode (see prefetch).
         self._pending: OrderedDict[int, Fetch] = OrderedDict()
+        # Mapped spans whose pages were asked for ahead, and the fills still running.
+        self._ahead: OrderedDict[int, bool] = OrderedDict()
+        self._filling: list[Future[int]] = []
         try:
             if remote is None:
                 self._parts.extend(_open_local(files, pa))
@@ -800,13 +807,18 @@ class Table(Closing):
         return np.searchsorted(self._starts, rows, side="right") - 1
 
     def prefetch(self, spans: Sequence[int] | NDArray[np.integer], columns: Sequence[str]) -> None:
-        """Start fetching these row groups' bytes (object storage only); nothing waits.
+        """Start reading these spans' bytes of ``columns``; nothing waits.
 
-        Up to two row-group caches' worth of fetched row groups wait to be
-        decoded: the first of ``spans`` (in the order given) that fit; the
-        oldest waiting ones make room (fetched again if a batch needs them).
+        On object storage: up to two row-group caches' worth of fetched row
+        groups wait to be decoded: the first of ``spans`` (in the order given)
+        that fit; the oldest waiting ones make room (fetched again if a batch
+        needs them). Local Arrow files: the record batches' column buffers are
+        faulted in on the deep I/O pool (:func:`~headrace.formats._map_fill.fill_pages_later`),
+        each span once while it is remembered (the last 4,096). Local Parquet: nothing.
         """
         if self._objects is None:
+            if _READ_AHEAD:
+                self._fill_ahead(spans, list(columns))
             return
         limit = 2 * self._cache_limit
         todo = [s for s in dict.fromkeys(int(x) for x in spans) if s not in self._pending]
@@ -815,6 +827,33 @@ class Table(Closing):
             self._pending[s] = fetch
             while len(self._pending) > limit:
                 self._pending.popitem(last=False)
+
+    def _fill_ahead(self, spans: Sequence[int] | NDArray[np.integer], names: list[str]) -> None:
+        """Start faulting in the buffers of ``names`` in the mapped ``spans`` not asked
+        for yet (a windowed shuffle reads each one whole within its window)."""
+        by_part: dict[int, list[tuple[int, int]]] = {}
+        for s in dict.fromkeys(int(x) for x in spans):
+            pi = int(self._span_part[s])
+            if s in self._ahead or not _mapped(self._parts[pi]):
+                continue
+            self._ahead[s] = True
+            for c in names:
+                by_part.setdefault(pi, []).extend(
+                    (a.ctypes.data, a.nbytes)
+                    for a in self._views(s, [c])[c]
+                    if isinstance(a, np.ndarray) and a.nbytes
+                )
+        while len(self._ahead) > _AHEAD_SPANS:
+            self._ahead.popitem(last=False)
+        jobs = []
+        for pi, ranges in by_part.items():
+            part = self._parts[pi]
+            assert isinstance(part, _Part)
+            address = np.array([a for a, _ in ranges], dtype=np.int64)
+            length = np.array([n for _, n in ranges], dtype=np.int64)
+            jobs.append((part, page_runs(address, length, part)))
+        self._filling = [f for f in self._filling if not f.done()]
+        self._filling += fill_pages_later(jobs)
 
     def _fetch(self, spans: list[int], columns: Sequence[str]) -> dict[int, Fetch]:
         """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet."""
@@ -1152,6 +1191,11 @@ class Table(Closing):
         return Ragged(values=values, offsets=out_off)
 
     def close(self) -> None:
+        filling, self._filling = getattr(self, "_filling", []), []
+        for f in filling:
+            f.cancel()
+        wait(filling)  # no page fill of a map being closed runs on
+        self._ahead = OrderedDict()
         self._cache = OrderedDict()
         self._pending = OrderedDict()
         pool, self._decoders = getattr(self, "_decoders", None), None

@@ -110,6 +110,7 @@ def _cgroup_cpus(path: str) -> int | None:
 _io = SharedPool("headrace-io", "HEADRACE_IO_THREADS", DEFAULT_IO_THREADS)
 _deep = SharedPool("headrace-deep", "HEADRACE_DEEP_IO_THREADS", DEFAULT_DEEP_IO_THREADS)
 _cache = SharedPool("headrace-cache", "HEADRACE_CACHE_THREADS", DEFAULT_IO_THREADS)
+_sources = SharedPool("headrace-sources", "HEADRACE_SOURCE_THREADS", DEFAULT_IO_THREADS)
 
 
 def io_threads() -> int:
@@ -145,6 +146,12 @@ def deep_io_pool() -> ThreadPoolExecutor:
 def cache_pool() -> ThreadPoolExecutor:
     """The threads that read and write a local cache's entries (never waited on from it)."""
     return _cache.get()
+
+
+def source_pool() -> ThreadPoolExecutor:
+    """The threads on which a mixture's sources read side by side (each read then
+    waits on the I/O pools, never on this one)."""
+    return _sources.get()
 
 
 def _after_fork_in_child() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
+from concurrent.futures import wait
 from functools import lru_cache
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
+from headrace.io._pool import source_pool
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
 from headrace.plan import MixturePlan, derive_keys
@@ -27,6 +29,11 @@ from headrace.plan import MixturePlan, derive_keys
 __all__ = ["Mixture"]
 
 _TAG_SOURCE = 0x53524345
+
+
+# Sources of a read are read side by side (see Mixture._read_sources); False: one
+# after another, as releases before did (benchmarks/mixture_slowfs.py's A side).
+_SIDE_BY_SIDE = True
 
 
 @lru_cache(maxsize=1024)
@@ -70,6 +77,9 @@ class Mixture:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
+        self._last: tuple[int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = (
+            None
+        )
 
     def __repr__(self) -> str:
         total = sum(self.plan.numerators)
@@ -124,14 +134,11 @@ class Mixture:
         self.check_samples(samples)
         if not self._layout:
             self._check_layouts(seed)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         out: Batch = {}
         n = samples.size
-        for s in np.unique(source).tolist():
-            idx = np.flatnonzero(source == s)
-            sub = self.sources[s]
-            with source_lock(sub):
-                part = sub.read(source_seed(seed, s), local[idx])
+        groups = [(s, np.flatnonzero(source == s)) for s in np.unique(source).tolist()]
+        for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
             self._check_layout(s, part)
             for k, v in part.items():
                 dst = out.get(k)
@@ -144,6 +151,45 @@ class Mixture:
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
+
+    def _locate(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The plan's ``locate``, kept for the last samples: the loader asks for each
+        chunk twice, to read ahead and to read."""
+        last = self._last
+        if last is not None and last[0] == seed and np.array_equal(last[1], samples):
+            return last[2], last[3]
+        source, local = self.plan.locate(seed, samples)
+        self._last = (seed, samples.copy(), source, local)
+        return source, local
+
+    def _read_sources(
+        self, seed: int, local: NDArray[np.int64], groups: list[tuple[int, NDArray[np.intp]]]
+    ) -> list[Batch]:
+        """Each source's part of a read, in ``groups``' order: side by side on the
+        source pool (on a network mount each source's read is round trips of its
+        own; one after another, N sources waited N times as long), or in turn
+        for a single source. Every read
+        finishes before the first error (by source order) is raised. (A mixture is
+        never a source of another, which holds the ``source`` key: no read on the
+        pool waits for the pool.)"""
+
+        def one(s: int, idx: NDArray[np.intp]) -> Batch:
+            sub = self.sources[s]
+            with source_lock(sub):
+                return sub.read(source_seed(seed, s), local[idx])
+
+        if len(groups) < 2 or not _SIDE_BY_SIDE:
+            return [one(s, idx) for s, idx in groups]
+        futures = [source_pool().submit(one, s, idx) for s, idx in groups]
+        wait(futures)
+        errors = [exc for f in futures if (exc := f.exception()) is not None]
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} other source(s) of the mixture failed too")
+            raise errors[0]
+        return [f.result() for f in futures]
 
     def _check_layouts(self, seed: int) -> None:
         """Every source's layout, from an empty read of each (no I/O), before the first
@@ -185,7 +231,7 @@ class Mixture:
         whose share of the step covers part of a source reads that part of
         its windows), and within a source by its own ``starts``."""
         samples = np.asarray(samples, dtype=np.int64)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         files = np.empty_like(samples)
         offsets = np.empty_like(samples)
         for s, sub in enumerate(self.sources):
@@ -212,7 +258,7 @@ class Mixture:
         host's fraction of each step in address order), also its share of that
         source's part of the steps, for sources that read ahead by share."""
         samples = np.asarray(samples, dtype=np.int64)
-        source, local = self.plan.locate(seed, samples)
+        source, local = self._locate(seed, samples)
         parts = self._shares(samples, share) if share is not None and samples.size else {}
         for s in np.unique(source).tolist():
             fn = getattr(self.sources[s], "prefetch", None)

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.plan._permute import cached_permutation
+from headrace.plan._permute import cached_keys, permute_each
 
 __all__ = ["MixturePlan", "quantize_weights"]
 
@@ -135,16 +135,15 @@ class MixturePlan:
         samples = np.asarray(samples, dtype=np.int64)
         b = self.batch_size
         step, pos = np.divmod(samples, b)
-        source = np.empty_like(samples)
-        local = np.empty_like(samples)
         uniq, inv = np.unique(step, return_inverse=True)
-        base = self.cumulative(uniq * b)  # (U, S)
-        ends = np.cumsum(self.cumulative((uniq + 1) * b) - base, axis=1)  # slot ends per source
-        for u, t in enumerate(uniq.tolist()):
-            sel = np.flatnonzero(inv == u)
-            slot = cached_permutation(b, _TAG_MIX, seed, t)(pos[sel])
-            s = np.searchsorted(ends[u], slot, side="right")
-            starts = np.concatenate([[0], ends[u][:-1]])
-            source[sel] = s
-            local[sel] = base[u, s] + slot - starts[s]
-        return source, local
+        base = self.cumulative(uniq * b)  # (U, S): each source's samples before the step
+        counts = self.cumulative((uniq + 1) * b) - base  # and in it
+        ends = np.cumsum(counts, axis=1)  # the step's slots [ends - counts, ends) are source s's
+        # Each step deals its positions with its own permutation: all steps' at once.
+        keys = np.zeros((0, 1), dtype=np.uint64)
+        if uniq.size:
+            keys = np.stack([cached_keys(_TAG_MIX, seed, t) for t in uniq.tolist()])
+        slot = permute_each(b, keys[inv], pos)
+        source = (ends[inv] <= slot[:, None]).sum(axis=1)  # the slot's source
+        local = base[inv, source] + slot - (ends - counts)[inv, source]
+        return source.astype(np.int64), local.astype(np.int64)

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Permutation", "cached_permutation", "derive_keys"]
+__all__ = ["Permutation", "cached_keys", "cached_permutation", "derive_keys", "permute_each"]
 
 _ROUNDS = 6
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -69,6 +69,14 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _halves(n: int) -> tuple[np.uint64, np.uint64]:
+    """Bits of each half of the Feistel domain for ``range(n)`` (``2**(2*half) >= n``,
+    at least 1), and the mask of one half."""
+    bits = max(2, int(n - 1).bit_length())
+    bits += bits & 1
+    return np.uint64(bits // 2), np.uint64((1 << (bits // 2)) - 1)
+
+
 class Permutation:
     """A permutation of ``range(n)`` keyed by ``keys``.
 
@@ -84,10 +92,7 @@ class Permutation:
         if n < 1:
             raise ValueError(f"a permutation needs n >= 1 (got {n=}).")
         self.n = int(n)
-        bits = max(2, int(n - 1).bit_length())
-        bits += bits & 1
-        self._half = np.uint64(bits // 2)
-        self._mask = np.uint64((1 << (bits // 2)) - 1)
+        self._half, self._mask = _halves(self.n)
         self._keys = np.asarray(keys, dtype=np.uint64)
 
     def _rounds(self, x: NDArray[np.uint64], inverse: bool) -> NDArray[np.uint64]:
@@ -141,3 +146,43 @@ class Permutation:
 def cached_permutation(n: int, *counters: int) -> Permutation:
     """A permutation keyed by counters, cached because key derivation costs ~20 us."""
     return Permutation(n, derive_keys(*counters))
+
+
+@lru_cache(maxsize=4096)
+def cached_keys(*counters: int) -> NDArray[np.uint64]:
+    """:func:`derive_keys` of ``counters``, cached (~20 us each); read-only."""
+    keys = derive_keys(*counters)
+    keys.setflags(write=False)
+    return keys
+
+
+def permute_each(n: int, keys: NDArray[np.uint64], idx: ArrayLike) -> NDArray[np.int64]:
+    """``Permutation(n, keys[i])(idx[i])`` for every ``i`` at once: the same values,
+    but one pass of NumPy calls for all, where one permutation per key (a mixture
+    deals each step's positions with its own) costs a pass per key.
+
+    ``keys``: shape ``(len(idx), rounds)``.
+    """
+    x = np.asarray(idx, dtype=np.int64).reshape(-1)
+    keys = np.asarray(keys, dtype=np.uint64)
+    if keys.ndim != 2 or keys.shape[0] != x.size:
+        raise ValueError(f"permute_each needs one row of keys per index (got {keys.shape}).")
+    if x.size and (x.min() < 0 or x.max() >= n):
+        raise IndexError(f"permutation index out of range(0, {n}).")
+    half, mask = _halves(n)
+    cols = [np.ascontiguousarray(keys[:, r]) for r in range(keys.shape[1])]
+
+    def rounds(y: NDArray[np.uint64], sel: NDArray[np.intp] | None) -> NDArray[np.uint64]:
+        left, right = y >> half, y & mask
+        for col in cols:
+            k = col if sel is None else col[sel]
+            left, right = right, left ^ (_mix(right ^ k) & mask)
+        return (left << half) | right
+
+    y = rounds(x.astype(np.uint64), None)
+    limit = np.uint64(n)
+    out = np.flatnonzero(y >= limit)
+    while out.size:
+        y[out] = rounds(y[out], out)
+        out = out[y[out] >= limit]
+    return y.astype(np.int64)
