@@ -393,3 +393,41 @@ def test_a_windowed_table_source_reads_its_windows_ahead_with_the_same_batches(
     without, none = run()
     assert with_ahead == without
     assert spans == 3 and none == 0  # all three windows' record batches were read ahead
+
+
+_SHRUNK_AHEAD = """
+import os, sys
+import numpy as np
+import pyarrow as pa
+from headrace.errors import ReadEOFError
+from headrace.formats import Table
+
+path, n = sys.argv[1], 400_000
+# Nulls: a span's views read its validity bitmap, through the map, when they are made.
+x = pa.array([None if i % 5 == 0 else i for i in range(n)], pa.int64())
+with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, pa.schema([("x", pa.int64())])) as w:
+    w.write_table(pa.table({"x": x}), max_chunksize=50_000)
+with Table.open(path) as tb:
+    os.truncate(path, tb._parts[0].size // 4)
+    try:
+        tb.prefetch(tb.spans_of(np.array([n - 1])), ["x"])
+    except ReadEOFError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_read_ahead_of_a_file_that_shrank_is_refused_not_a_crash(tmp_path: Path) -> None:
+    # As read_rows does: the spans' views touch mapped pages (a validity bitmap here),
+    # and those a truncation took away are SIGBUS, which killed the process.
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.arrow"
+    done = subprocess.run(
+        [sys.executable, "-c", _SHRUNK_AHEAD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert f"refused: {path}: the file shrank from" in done.stdout

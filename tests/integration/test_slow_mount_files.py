@@ -44,6 +44,23 @@ def test_a_fuse_mount_is_found_even_with_a_space_in_its_path(slow_mount, tmp_pat
         assert is_network_fs(m2.mnt)
 
 
+def test_a_mount_point_with_non_ascii_characters_is_found(slow_mount, tmp_path: Path) -> None:
+    del slow_mount  # skips where FUSE is unavailable
+    # /proc/mounts escapes only space, tab, newline and backslash (as \\ooo octal);
+    # other characters are the path's own UTF-8 bytes, which must not be taken for
+    # escapes (a mount at /mnt/données was missed, and read as the local disk under it).
+    src = tmp_path / "src"
+    _npys(src)
+    from headrace.emulate import SlowMount
+
+    with SlowMount(src, tmp_path / "données d'entraînement 数据", stats_interval_s=0.05) as m:
+        got = mount_of(m.mnt / "3.npy")
+        assert got is not None and got.mount == str(m.mnt), got
+        assert is_network_fs(m.mnt / "3.npy")
+        with FileSource(m.mnt, format="npy") as far:
+            assert far.in_flight == 64
+
+
 def test_files_on_a_fuse_mount_read_64_ahead_and_16_on_local_disk(
     slow_mount, tmp_path: Path
 ) -> None:

@@ -217,6 +217,23 @@ def test_a_long_missing_range_on_fast_storage_is_read_mapped(slow, tmp_path: Pat
     assert len(SlowFile.sampled) == 1
 
 
+def test_the_sample_is_a_row_with_bytes_not_an_empty_one(slow, tmp_path: Path) -> None:
+    reader, _, set_latency = slow
+    # mincore cannot tell (an error, or no mincore): every row reads as missing,
+    # the empty ones too. Timing an empty row's read times no storage at all (a
+    # zero-byte pread returns at once), so it must not be the sample, nor a fault.
+    SlowFile.resident_rows = False
+    set_latency(0.0, 0.0, row_s=0.002)  # 8 rows with bytes x 2 ms = 16 ms: slow
+    data = (tmp_path / "rows.bin").read_bytes()
+    ranges = [(0, 0), *[(i * 100_000, 1000) for i in range(8)], (len(data), 0)]
+    got = reader.read(str(tmp_path / "rows.bin"), ranges)
+    assert [g.tobytes() for g in got] == [data[o : o + n] for o, n in ranges]
+    assert SlowFile.sampled == [(0, 1000)]
+    s = reader.stats
+    assert (s.mapped_checks, s.mapped_declined) == (1, 1) and s.reads_by_mode == {"pread": 1}
+    assert reader._adaptive.cost["mmap"] == pytest.approx(8 * 0.002 / len(ranges))
+
+
 def test_a_file_whose_rows_are_resident_is_read_mapped_without_a_sample(slow) -> None:
     reader, read, set_latency = slow
     SlowFile.resident_rows = True

@@ -81,3 +81,29 @@ def test_mincore_failing_or_missing_reads_as_not_resident(monkeypatch, tmp_path:
         monkeypatch.setattr(res, "_MINCORE", None)  # a platform without mincore
         assert not f.resident(offsets, lengths).any()
         assert f.resident(offsets[:0], lengths[:0]).shape == (0,)
+
+
+def test_an_empty_range_at_the_end_of_the_map_asks_about_no_page_past_it(
+    monkeypatch, tmp_path: Path
+) -> None:
+    # An empty range at the file's end (an empty last row) lies on no page. Asking
+    # mincore about the page after the map fails (ENOMEM) wherever nothing is
+    # mapped there, and a failed call reads every range as missing.
+    path = tmp_path / "warm.bin"
+    path.write_bytes(b"x" * (16 * PAGE))
+    real = res._MINCORE
+    assert real is not None
+    asked: list[tuple[int, int]] = []
+
+    def recording(addr: int, size: int, vec: int) -> int:
+        asked.append((addr, addr + size))
+        return real(addr, size, vec)
+
+    monkeypatch.setattr(res, "_MINCORE", recording)
+    with LocalFile(path) as f:
+        f.pread(0, 16 * PAGE)  # just written and read: resident
+        base = np.frombuffer(f.mapped, dtype=np.uint8).ctypes.data
+        offsets = np.array([0, 16 * PAGE, 3 * PAGE, 16 * PAGE - 1], dtype=np.int64)
+        lengths = np.array([100, 0, 0, 1], dtype=np.int64)
+        assert f.resident(offsets, lengths).tolist() == [True, True, True, True]
+    assert asked and all(base <= a < b <= base + 16 * PAGE for a, b in asked), asked

@@ -832,10 +832,18 @@ class Table(Closing):
         """Start faulting in the buffers of ``names`` in the mapped ``spans`` not asked
         for yet (a windowed shuffle reads each one whole within its window)."""
         by_part: dict[int, list[tuple[int, int]]] = {}
+        checked: set[int] = set()
         for s in dict.fromkeys(int(x) for x in spans):
             pi = int(self._span_part[s])
-            if s in self._ahead or not _mapped(self._parts[pi]):
+            part = self._parts[pi]
+            if s in self._ahead or not _mapped(part):
                 continue
+            if pi not in checked:
+                # As read_rows: making views reads through the map (a validity bitmap, a
+                # dictionary), and pages a truncation took away are SIGBUS.
+                assert isinstance(part, _Part)
+                part.check_size()
+                checked.add(pi)
             self._ahead[s] = True
             for c in names:
                 by_part.setdefault(pi, []).extend(

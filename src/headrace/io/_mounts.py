@@ -9,6 +9,7 @@ disk, whose queue a few reads already fill.
 from __future__ import annotations
 
 import os
+import re
 from typing import NamedTuple
 
 __all__ = ["Mount", "is_network_fs", "mount_of", "network_type"]
@@ -42,6 +43,13 @@ _NETWORK = frozenset(
 )
 
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return chr(int(m.group(1), 8))
+
+
 class Mount(NamedTuple):
     device: str
     mount: str
@@ -53,7 +61,8 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
     where that cannot be read (not Linux)."""
     real = os.path.realpath(path)
     try:
-        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+        # Undecodable bytes as os.fsdecode gives them, so that realpath's string matches.
+        with open("/proc/mounts", encoding="utf-8", errors="surrogateescape") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -62,8 +71,10 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
         fields = line.split()
         if len(fields) < 3:
             continue
-        # Spaces and tabs in names are written as octal escapes (\040, \011).
-        device, mount, fstype = (p.encode().decode("unicode_escape") for p in fields[:3])
+        # Spaces, tabs, newlines and backslashes in names are written as octal escapes
+        # (\040, \011, \012, \134); every other byte is the name's own (UTF-8 of a
+        # non-ASCII name: not to be read as escapes, which took it for Latin-1).
+        device, mount, fstype = (_OCTAL.sub(_unescape, p) for p in fields[:3])
         inside = real == mount or real.startswith(mount.rstrip("/") + "/")
         if inside and (best is None or len(mount) >= len(best.mount)):
             best = Mount(device, mount, fstype)  # the deepest (a later one covers earlier)

@@ -355,7 +355,8 @@ class RangeReader(Closing):
         """
         if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
             return None
-        missing = np.flatnonzero(~f.resident(offsets, lengths))
+        # An empty row reads nothing: never the sample, nor a fault.
+        missing = np.flatnonzero(~f.resident(offsets, lengths) & (lengths > 0))
         slow, sample_s, faults = False, 0.0, 0
         if missing.size:
             i = int(missing[0])

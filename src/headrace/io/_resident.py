@@ -52,16 +52,23 @@ def resident_ranges(
 
     Ranges whose pages lie within ``JOIN_PAGES`` of each other share one
     ``mincore`` call (a call costs about as much as 32 pages of it, ~2 us
-    here). All ``False`` where ``mincore`` is unavailable or fails (see the
-    module's note).
+    here). An empty range lies on no page: resident. All ``False`` where
+    ``mincore`` is unavailable, and every range with bytes where it fails (see
+    the module's note).
     """
     n = len(offsets)
     fn = _MINCORE
     if fn is None or n == 0:
         return np.zeros(n, dtype=np.bool_)
     keep = lengths > 0
+    if not keep.all():
+        # An empty range lies on no page: at the map's end (an empty last row), its
+        # "page" is past the map, and a call that asks about it fails for every range.
+        out = np.ones(n, dtype=np.bool_)
+        out[keep] = resident_ranges(base, offsets[keep], lengths[keep])
+        return out
     first = offsets // PAGE
-    last = np.where(keep, (offsets + lengths - 1) // PAGE, first)
+    last = (offsets + lengths - 1) // PAGE
     order = np.argsort(first, kind="stable")
     f_s, l_s = first[order], last[order]
     reach = np.maximum.accumulate(l_s)
@@ -82,4 +89,4 @@ def resident_ranges(
     lo[order] = g_at[group] + f_s - g_first[group]
     hi = lo + (last - first) + 1
     missing = np.concatenate([[0], np.cumsum((vec & 1) == 0)])
-    return np.asarray(~keep | (missing[hi] == missing[lo]), dtype=np.bool_)
+    return np.asarray(missing[hi] == missing[lo], dtype=np.bool_)
