@@ -748,3 +748,17 @@ def test_shards_open_side_by_side_and_a_bad_one_closes_the_rest(tmp_path: Path) 
     del ei  # its traceback holds the failed files' readers
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_parquet_table_closed_under_a_read_says_so(tmp_path: Path) -> None:
+    # close() shuts the decode pool down; a read that took the pool just before
+    # met "cannot schedule new futures after shutdown". The race is simulated by
+    # shutting the pool down between two reads, as close() would mid-read.
+    pq.write_table(_table(), tmp_path / "p.parquet", row_group_size=100)
+    with Table.open(tmp_path / "p.parquet") as tb:
+        tb.row_group_cache = 1
+        tb.read_rows([0, 450, 850])  # starts the pool
+        assert tb._decoders is not None
+        tb._decoders.shutdown()
+        with pytest.raises(StorageError, match=r"p.parquet: the table was closed during the read"):
+            tb.read_rows([150, 550, 650])

@@ -898,12 +898,14 @@ class Table(Closing):
                 pool = self._decoders = ThreadPoolExecutor(
                     _DECODE_THREADS, thread_name_prefix="headrace-parquet"
                 )
-        futures = {
-            s: pool.submit(
-                self._parts[int(self._span_part[s])].span, int(self._span_local[s]), names
-            )
-            for s in spans
-        }
+        futures = {}
+        try:
+            for s in spans:
+                part = self._parts[int(self._span_part[s])]
+                futures[s] = pool.submit(part.span, int(self._span_local[s]), names)
+        except RuntimeError:  # close() shut the pool down under this read
+            wait(futures.values())
+            raise StorageError(f"{self._where}: the table was closed during the read") from None
         wait(futures.values())
         errors = [exc for f in futures.values() if (exc := f.exception()) is not None]
         if errors:
