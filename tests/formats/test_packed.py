@@ -339,3 +339,29 @@ def test_a_block_over_several_ranges_fails_with_its_first_failed_read() -> None:
     for p in parts:
         p.set_result(None)
     assert block.result() is None and _joined([], "").result() is None
+
+
+def test_shards_are_read_side_by_side_and_the_first_bad_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every shard's walk runs at once: the same token file as one after another;
+    # two bad shards: the first by file order is raised, the other counted.
+    import headrace.formats._packed as packed
+
+    root, _ = make_shards(tmp_path)
+    (side_by_side,) = table_token_files(root)
+    monkeypatch.setattr(
+        packed, "_column_streams", lambda p, fs, c: [packed._column_stream(p, f, c) for f in fs]
+    )
+    (in_turn,) = table_token_files(root)
+    assert side_by_side == in_turn  # path, dtype, tokens, members (not the arrays:)
+    assert side_by_side.segments is not None and in_turn.segments is not None
+    np.testing.assert_array_equal(side_by_side.segments, in_turn.segments)
+    np.testing.assert_array_equal(side_by_side.bounds, in_turn.bounds)  # type: ignore[arg-type]
+    monkeypatch.undo()
+    for i in (1, 3):
+        bad = [r.astype(np.float32) for r in docs(5, i)]
+        write_stream(root / f"data-{i:05d}-of-00004.arrow", bad)
+    with pytest.raises(ConfigError, match=r"data-00001-of-00004\.arrow: column 'input_ids'") as ei:
+        table_token_files(root)
+    assert "1 other file(s) failed too" in "".join(ei.value.__notes__)

@@ -26,7 +26,7 @@ import errno
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.formats._tokens import TokenFile
-from headrace.io import LocalFile
+from headrace.io import LocalFile, deep_io_pool
 
 __all__ = ["PACKED_DTYPES", "RemoteSegments", "SegmentedFile", "table_token_files"]
 
@@ -100,8 +100,9 @@ def table_token_files(
     dtypes: set[np.dtype[Any]] = set()
     segments, bounds = [], []
     tokens = 0
-    for m, f in enumerate(files):
-        dtype, seg, starts, n = _column_stream(pa, f, column)
+    for m, (f, (dtype, seg, starts, n)) in enumerate(
+        zip(files, _column_streams(pa, files, column), strict=True)
+    ):
         if dtypes and dtype not in dtypes:
             raise ConfigError(
                 f"{f}: column {column!r} holds {dtype} ids, the shards before it "
@@ -126,6 +127,25 @@ def table_token_files(
             dataset=saved_fingerprint(root),
         )
     ]
+
+
+def _column_streams(
+    pa: Any, files: list[str], column: str
+) -> list[tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]]:
+    """:func:`_column_stream` of every file, side by side on the deep I/O pool: each
+    is a walk of round trips (the file's record batch headers, then its offsets),
+    which one file after another added up on a network mount. Every file is done
+    before the first error (by file order) is raised."""
+    if len(files) < 2:
+        return [_column_stream(pa, f, column) for f in files]
+    futures = [deep_io_pool().submit(_column_stream, pa, f, column) for f in files]
+    wait(futures)
+    errors = [exc for fut in futures if (exc := fut.exception()) is not None]
+    if errors:
+        if len(errors) > 1:
+            errors[0].add_note(f"{len(errors) - 1} other file(s) failed too")
+        raise errors[0]
+    return [fut.result() for fut in futures]
 
 
 def _column_stream(
