@@ -4,17 +4,18 @@ NumPy gathers rows from a map one page fault at a time, in the gathering
 thread; on a network mount (NFS, a FUSE file system) each fault is a round
 trip, so a batch of rows at random costs one round trip per page, in turn.
 Asking the kernel for those pages first (``MADV_POPULATE_READ`` on the deep
-I/O pool, up to 64 calls at once, GIL released) puts a batch's faults in flight
-together, and the gather then copies from memory. It also turns an I/O error under the map into an
-exception naming the file and bytes instead of a SIGBUS at the gather (a page
-evicted between the two can still fault later; it rarely is).
+I/O pool, up to 64 calls at once, GIL released) puts a batch's faults in
+flight together, and the gather then copies from memory. It also turns an I/O
+error under the map into an exception naming the file and bytes instead of a
+SIGBUS at the gather (a page evicted between the two can still fault later).
 
 On pages already in memory the fill is pure cost (a pool hand-off and a
-system call per run: 15% fewer batches/s on a page-cached table, measured), so
-:class:`FillPolicy` turns it off while the pages it asks for are resident and
-on again when a gather by page faults turns slow, as the I/O engine's
-adaptive reader does between mapped and positional reads. Timing decides
-only whether to fill, never which bytes a batch holds.
+system call per run: 13-15% fewer batches/s on a page-cached table, measured
+on a loaded machine), so :class:`FillPolicy` turns it off while the pages it
+asks for are resident and on again when a gather by page faults turns slow.
+Timing decides only whether to fill, never which bytes a batch holds.
+:class:`ReadAhead` fills runs no read waits for yet (a windowed shuffle's
+next window), a bounded number at a time.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ _DECODE_THREADS = 8
 # (headrace.formats._map_fill); off only to measure against (benchmarks/arrow_slowfs.py).
 _POPULATE = True
 # Local Arrow files: prefetch() faults in whole spans ahead (a windowed shuffle's next
-# window); off only to measure against (benchmarks/arrow_slowfs.py --shuffle window).
+# window); off only to measure against (benchmarks/arrow_slowfs.py --read-ahead N).
 _READ_AHEAD = True
 _AHEAD_SPANS = 4096
 
@@ -544,10 +544,11 @@ def _open_local(files: list[str], pa: Any) -> list[_Part]:
     """Each file as a part, in order, opened side by side on the deep I/O pool.
 
     Opening is a chain of round trips per file (open, head, footer or every
-    record batch header of a stream): one file after another, 8 shards of a
-    save_to_disk folder took 7.0 s on a 20 ms mount, side by side 1.15 s (8
-    Parquet files: 0.87 vs 0.32 s). Every open finishes before the first
-    error (by file order) is raised; the parts opened are closed then.
+    record batch header of a stream): 8 shards of a save_to_disk folder took
+    6.51 s to open one after another on a 20 ms mount, 0.91 s side by side (8
+    Parquet files: 0.85 vs 0.13 s; benchmarks/tables_open_slowfs.py). Every
+    open finishes before the first error (by file order) is raised; the parts
+    opened are closed then.
     """
     if len(files) < 2:
         return [_Part(f, pa) for f in files]
@@ -813,7 +814,7 @@ class Table(Closing):
         groups wait to be decoded: the first of ``spans`` (in the order given)
         that fit; the oldest waiting ones make room (fetched again if a batch
         needs them). Local Arrow files: the record batches' column buffers are
-        faulted in on the deep I/O pool (:func:`~headrace.formats._map_fill.fill_pages_later`),
+        faulted in on the deep I/O pool (:class:`~headrace.formats._map_fill.ReadAhead`),
         each span once while it is remembered (the last 4,096). Local Parquet: nothing.
         """
         if self._objects is None:
