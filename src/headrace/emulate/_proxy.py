@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import signal
 import threading
@@ -29,7 +30,7 @@ from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, StorageError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
 
@@ -196,6 +197,28 @@ async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: 
     return await reader.read() if until_eof else b""
 
 
+def _problem(exc: BaseException) -> str:
+    """What went wrong, in words: "Connection refused" rather than asyncio's wording."""
+    if isinstance(exc, OSError):
+        if exc.errno is not None and exc.errno > 0:
+            return os.strerror(exc.errno)
+        if exc.strerror:  # getaddrinfo's errors have negative numbers of their own
+            return exc.strerror
+    return str(exc)
+
+
+async def _answer_error(writer: asyncio.StreamWriter, status: str, text: str) -> bool:
+    """Answer ``status`` with ``text`` as the body and close: False, for ``_one_request``."""
+    payload = text.encode()
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+        + payload
+    )
+    await writer.drain()
+    return False
+
+
 def _with_length(head: bytes, length: int) -> bytes:
     lines = head.split(b"\r\n")
     for i, line in enumerate(lines):
@@ -213,7 +236,10 @@ class LatencyProxy(Closing):
     ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
     connect and send its response head, then to send its body): past it the
     client gets ``504 Gateway Timeout`` (or, mid-body, a closed connection)
-    instead of waiting forever on a hung upstream. ``max_concurrent`` makes a
+    instead of waiting forever on a hung upstream. An upstream that refuses
+    the connection, cannot be resolved, closes or resets it before its response
+    is complete, or sends a malformed head is answered ``502 Bad Gateway``,
+    with a body naming the upstream and the problem. ``max_concurrent`` makes a
     store with a request limit, as an S3 prefix has: a request that arrives
     while that many are being served is answered ``503 SlowDown`` (after the
     latency, as a real answer would be), counted in ``throttled``.
@@ -332,6 +358,14 @@ class LatencyProxy(Closing):
             self._server = loop.run_until_complete(
                 asyncio.start_server(self._serve, "127.0.0.1", self._port, limit=_MAX_HEAD)
             )
+        except OSError as exc:  # reported to start(): a port in use, most likely
+            self._error = StorageError(
+                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {exc}"
+            )
+            self._error.__cause__ = exc
+            loop.close()
+            self._ready.set()
+            return
         except BaseException as exc:  # reported to start()
             self._error = exc
             loop.close()
@@ -342,6 +376,9 @@ class LatencyProxy(Closing):
             loop.run_forever()
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
+            # Name lookups (an upstream given by host name) ran on the default
+            # executor's thread; without this it outlives the proxy.
+            loop.run_until_complete(loop.shutdown_default_executor())
             loop.close()
 
     def _shutdown(self) -> None:
@@ -459,23 +496,39 @@ class LatencyProxy(Closing):
         except TimeoutError:
             if up_writer is not None:
                 up_writer.close()
-            payload = (
-                f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s"
+            return await _answer_error(
+                writer,
+                "504 Gateway Timeout",
+                f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s",
             )
-            writer.write(
-                b"HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
-                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n{payload}".encode()
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            # Refused, unresolvable, reset or closed mid-head: nothing has reached the
+            # client yet, so it gets an answer that names the upstream, not a bare close.
+            if up_writer is not None:
+                up_writer.close()
+            what = "could not be reached" if up_writer is None else "failed before its response"
+            return await _answer_error(
+                writer, "502 Bad Gateway", f"upstream {self.upstream} {what}: {_problem(exc)}"
             )
-            await writer.drain()
-            return False
-        except BaseException:  # upstream or client gone, or the proxy stopping: close it too
+        except BaseException:  # the proxy stopping: close the upstream too
             if up_writer is not None:
                 up_writer.close()
             raise
         try:
             if head is None:
-                return False
-            response = _Message(head)
+                return await _answer_error(
+                    writer,
+                    "502 Bad Gateway",
+                    f"upstream {self.upstream} closed the connection without a response",
+                )
+            try:
+                response = _Message(head)
+            except ValueError as exc:
+                return await _answer_error(
+                    writer,
+                    "502 Bad Gateway",
+                    f"upstream {self.upstream} sent a malformed response head: {exc}",
+                )
             bodyless = request.start_line.startswith("HEAD ") or response.start_line.split(" ")[
                 1
             ] in ("204", "304")
@@ -487,6 +540,15 @@ class LatencyProxy(Closing):
                         body = await _read_body(up_reader, response, until_eof=True)
                 except TimeoutError:
                     return False  # the client sees its response cut short, not a hang
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    # The body is relayed only once complete, so the client has seen
+                    # nothing yet either.
+                    return await _answer_error(
+                        writer,
+                        "502 Bad Gateway",
+                        f"upstream {self.upstream} failed in the middle of its response body: "
+                        f"{_problem(exc)}",
+                    )
             if cut == "short" and body and response.length is not None:
                 body = body[: len(body) // 2]
                 head = _with_length(head, len(body))

@@ -1,0 +1,227 @@
+"""LatencyProxy when the upstream or the client fails: real sockets on 127.0.0.1.
+
+Every upstream failure that happens before the proxy has sent the client a byte
+is answered ``502 Bad Gateway`` with a body naming the upstream and the problem,
+and no failure leaves a proxy task, an upstream socket or a thread behind.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from headrace.emulate import LatencyProxy
+from headrace.errors import StorageError
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _get(port: int, path: str = "/bucket/key") -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+class _Upstream:
+    """A one-request-at-a-time TCP server on 127.0.0.1 that answers with ``reply(conn)``."""
+
+    def __init__(self, reply: Callable[[socket.socket], None]) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._reply = reply
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                conn.recv(65536)
+                self._reply(conn)
+
+    def close(self) -> None:
+        # shutdown wakes the accept() in the serving thread; close alone may not.
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive()
+
+
+def _reset(conn: socket.socket) -> None:
+    # SO_LINGER 0: close() sends RST, as a crashed or killed server's kernel does.
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    threads = set(threading.enumerate())
+    fds = _open_fds()
+    yield
+    leaked_threads = [t for t in set(threading.enumerate()) - threads if t.is_alive()]
+    assert not leaked_threads, leaked_threads
+    # The fds this test opened, and only those, are gone (other fds may come and go in
+    # pytest itself, so compare against the set before, not a count).
+    leaked_fds = _open_fds() - fds
+    assert not leaked_fds, leaked_fds
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nothing listens here once it is closed
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_refused_upstream_is_a_502_naming_it() -> None:
+    upstream = f"http://127.0.0.1:{_closed_port()}"
+    with LatencyProxy(upstream) as proxy:
+        status, body = _get(proxy.port)
+    assert proxy.stats.in_flight == 0
+    assert status == 502
+    assert body.decode() == f"upstream {upstream} could not be reached: Connection refused"
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_unresolvable_upstream_is_a_502_not_a_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with LatencyProxy("http://no-such-host.invalid:80") as proxy:
+        status, body = _get(proxy.port)
+    assert status == 502
+    assert body.startswith(b"upstream http://no-such-host.invalid:80 could not be reached: ")
+    # asyncio used to print "Unhandled exception in client_connected_cb" and a traceback.
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_upstream_closing_without_an_answer_is_a_502() -> None:
+    upstream = _Upstream(lambda conn: None)
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        upstream.close()
+    assert status == 502
+    assert body.decode() == f"upstream {upstream.url} closed the connection without a response"
+
+
+@pytest.mark.parametrize(
+    ("reset", "problem"),
+    [
+        (True, "Connection reset by peer"),
+        (False, "300 bytes read on a total of 1000 expected bytes"),
+    ],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_upstream_gone_mid_body_is_a_502_saying_what_happened(reset: bool, problem: str) -> None:
+    def half(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 300)
+        if reset:
+            _reset(conn)
+
+    upstream = _Upstream(half)
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        upstream.close()
+    assert status == 502
+    assert body.decode() == (
+        f"upstream {upstream.url} failed in the middle of its response body: {problem}"
+    )
+    stats = proxy.stats
+    assert stats.in_flight == 0 and stats.bytes_down == 0
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_upstream_reset_mid_head_is_a_502() -> None:
+    def partial_head(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Len")
+        _reset(conn)
+
+    upstream = _Upstream(partial_head)
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        upstream.close()
+    assert status == 502
+    assert body.decode() == (
+        f"upstream {upstream.url} failed before its response: Connection reset by peer"
+    )
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_malformed_upstream_head_is_a_502() -> None:
+    upstream = _Upstream(
+        lambda conn: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\n")
+    )
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        upstream.close()
+    assert status == 502
+    assert b"malformed response head" in body and b"lots" in body
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_client_gone_mid_response_frees_its_slot_and_the_proxy_serves_on() -> None:
+    big = b"y" * (8 * 1024 * 1024)  # far more than the socket buffers hold
+
+    def large(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+
+    upstream = _Upstream(large)
+    try:
+        # The bandwidth cap keeps the proxy writing for seconds, so the client is
+        # certainly gone while the response is still being sent.
+        with LatencyProxy(upstream.url, mbps=4) as proxy:
+            client = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+            client.sendall(b"GET /k HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(4096).startswith(b"HTTP/1.1 200")
+            _reset(client)
+            client.close()
+            deadline = time.monotonic() + 10  # a bound on hanging, not a speed check
+            while proxy.stats.in_flight and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert proxy.stats.in_flight == 0
+            assert not proxy._tasks  # the connection's task ended
+            upstream._reply = lambda conn: conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            )
+            assert _get(proxy.port) == (200, b"ok")
+    finally:
+        upstream.close()
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_port_in_use_is_a_storage_error_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proxy = LatencyProxy("http://127.0.0.1:9", port=port)
+        with pytest.raises(StorageError, match=rf"127\.0\.0\.1:{port}.*address already in use"):
+            proxy.start()
+        proxy.close()  # nothing to stop: no error
