@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -95,3 +96,26 @@ def test_an_unknown_emulator_is_an_argparse_error(capsys: pytest.CaptureFixture[
         main(["emulate", "nfs"])
     assert info.value.code == 2
     assert "invalid choice: 'nfs'" in capsys.readouterr().err
+
+
+def test_a_server_that_ignores_sigterm_is_killed_with_its_group(
+    pid_exited: Callable[[int], bool],
+) -> None:
+    code = (
+        "import signal, sys, http.server\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler,"
+        " port=int(sys.argv[1]), bind='127.0.0.1')\n"
+    )
+    server = ServerProcess(
+        "stubborn",
+        lambda port: [sys.executable, "-c", code, str(port)],
+        ready_path="/no-such-file",  # a 404 still means it answers
+        stop_timeout_s=0.3,
+    )
+    server.start()
+    pid = server.pid
+    assert pid is not None
+    server.stop()
+    assert pid_exited(pid)
+    server.stop()  # twice is harmless

@@ -225,3 +225,37 @@ def test_a_port_in_use_is_a_storage_error_naming_it() -> None:
         with pytest.raises(StorageError, match=rf"127\.0\.0\.1:{port}.*address already in use"):
             proxy.start()
         proxy.close()  # nothing to stop: no error
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"GET /k HTTP/1.1\r\nHost: x\r\n",  # the head cut short, then the client is gone
+        b"GET /k HTTP/1.1\r\nX-Big: " + b"z" * (70 * 1024) + b"\r\n\r\n",  # a 70 KiB head
+    ],
+    ids=["partial-head", "head-too-large"],
+)
+@pytest.mark.usefixtures("no_leaks")
+def test_a_bad_client_request_closes_only_that_connection(sent: bytes) -> None:
+    upstream = _Upstream(
+        lambda conn: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    )
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+                try:
+                    client.sendall(sent)
+                    client.shutdown(socket.SHUT_WR)
+                    answer = client.recv(4096)
+                except ConnectionResetError:  # closed with our bytes unread: RST
+                    answer = b""
+                assert answer == b""  # closed, nothing forwarded
+            assert _get(proxy.port) == (200, b"ok")  # the proxy serves on
+            assert proxy.stats.requests == 1
+    finally:
+        upstream.close()
+
+
+def test_the_port_of_a_proxy_not_started_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match=r"proxy is not running; call start\(\) first"):
+        _ = LatencyProxy("http://127.0.0.1:9").port
