@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -222,7 +226,9 @@ def test_a_port_in_use_is_a_storage_error_naming_it() -> None:
         taken.listen(1)
         port = taken.getsockname()[1]
         proxy = LatencyProxy("http://127.0.0.1:9", port=port)
-        with pytest.raises(StorageError, match=rf"127\.0\.0\.1:{port}.*address already in use"):
+        with pytest.raises(
+            StorageError, match=rf"cannot listen on 127\.0\.0\.1:{port}: Address already in use$"
+        ):
             proxy.start()
         proxy.close()  # nothing to stop: no error
 
@@ -259,3 +265,98 @@ def test_a_bad_client_request_closes_only_that_connection(sent: bytes) -> None:
 def test_the_port_of_a_proxy_not_started_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match=r"proxy is not running; call start\(\) first"):
         _ = LatencyProxy("http://127.0.0.1:9").port
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_an_upstream_stalled_mid_body_is_a_504_not_a_bare_close() -> None:
+    release = threading.Event()
+
+    def stall(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 300)
+        release.wait(10)  # silent, connection open, until the test is done
+
+    upstream = _Upstream(stall)
+    try:
+        with LatencyProxy(upstream.url, upstream_timeout_s=0.2) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        release.set()
+        upstream.close()
+    assert status == 504
+    assert body.decode() == (
+        f"upstream {upstream.url} sent only part of its response body within 0.2 s"
+    )
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_closing_the_proxy_mid_request_closes_both_sides() -> None:
+    release = threading.Event()
+    upstream = _Upstream(lambda conn: release.wait(10))  # accepts, reads, never answers
+    try:
+        proxy = LatencyProxy(upstream.url).start()  # 30 s upstream timeout: close must not wait
+        thread = proxy._thread
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
+            client.sendall(b"GET /k HTTP/1.1\r\nHost: x\r\n\r\n")
+            deadline = time.monotonic() + 10
+            while not proxy.stats.in_flight and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert proxy.stats.in_flight == 1
+            proxy.close()
+            assert client.recv(4096) == b""  # the client's connection is closed too
+        assert thread is not None and not thread.is_alive()
+        assert proxy.stats.in_flight == 0
+    finally:
+        release.set()
+        upstream.close()
+
+
+def _proxy_cli(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "src"))
+    return subprocess.Popen(
+        # As benchmarks/s3_getmany.py runs it (-m would warn: the package imports it).
+        [
+            sys.executable,
+            "-c",
+            "import sys; from headrace.emulate._proxy import main; sys.exit(main())",
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_proxy_command_refuses_a_port_in_use_with_a_line() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = _proxy_cli("--upstream", "http://127.0.0.1:9", "--port", str(port))
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert err == (
+        f"headrace-proxy: [Errno 98] LatencyProxy: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use\n"
+    )
+    assert "Traceback" not in err and out == ""
+
+
+def test_the_proxy_command_relays_a_dead_upstream_as_502_and_stops_on_sigterm() -> None:
+    upstream = f"http://127.0.0.1:{_closed_port()}"
+    proc = _proxy_cli("--upstream", upstream)
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:")
+        status, body = _get(int(endpoint.rsplit(":", 1)[1]))
+        assert (status, body.decode()) == (
+            502,
+            f"upstream {upstream} could not be reached: Connection refused",
+        )
+        proc.send_signal(signal.SIGTERM)  # the process this test started, by PID
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "requests=1 connections=1 faults=0 bytes_down=0" in out

@@ -22,6 +22,7 @@ import asyncio
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, StorageError
+from headrace.errors import ConfigError, HeadraceError, StorageError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
 
@@ -235,11 +236,12 @@ class LatencyProxy(Closing):
     of all connections together, in megabytes (10**6 B) per second.
     ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
     connect and send its response head, then to send its body): past it the
-    client gets ``504 Gateway Timeout`` (or, mid-body, a closed connection)
-    instead of waiting forever on a hung upstream. An upstream that refuses
-    the connection, cannot be resolved, closes or resets it before its response
-    is complete, or sends a malformed head is answered ``502 Bad Gateway``,
-    with a body naming the upstream and the problem. ``max_concurrent`` makes a
+    client gets ``504 Gateway Timeout`` (its body says whether the head or
+    the rest of the body was late) instead of waiting forever on a hung
+    upstream. An upstream that refuses the connection, cannot be resolved,
+    closes or resets it before its response is complete, or sends a malformed
+    head is answered ``502 Bad Gateway``, with a body naming the upstream and
+    the problem. ``max_concurrent`` makes a
     store with a request limit, as an S3 prefix has: a request that arrives
     while that many are being served is answered ``503 SlowDown`` (after the
     latency, as a real answer would be), counted in ``throttled``.
@@ -360,7 +362,7 @@ class LatencyProxy(Closing):
             )
         except OSError as exc:  # reported to start(): a port in use, most likely
             self._error = StorageError(
-                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {exc}"
+                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {_problem(exc)}"
             )
             self._error.__cause__ = exc
             loop.close()
@@ -539,7 +541,13 @@ class LatencyProxy(Closing):
                     async with asyncio.timeout(self.upstream_timeout_s):
                         body = await _read_body(up_reader, response, until_eof=True)
                 except TimeoutError:
-                    return False  # the client sees its response cut short, not a hang
+                    # Not a hang either; nothing has been relayed yet, so say why.
+                    return await _answer_error(
+                        writer,
+                        "504 Gateway Timeout",
+                        f"upstream {self.upstream} sent only part of its response body "
+                        f"within {self.upstream_timeout_s:g} s",
+                    )
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     # The body is relayed only once complete, so the client has seen
                     # nothing yet either.
@@ -587,13 +595,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LatencyProxy(
-        args.upstream,
-        latency_ms=args.latency_ms,
-        mbps=args.mbps,
-        port=args.port,
-        max_concurrent=args.max_concurrent,
-    ) as proxy:
+    try:
+        proxy = LatencyProxy(
+            args.upstream,
+            latency_ms=args.latency_ms,
+            mbps=args.mbps,
+            port=args.port,
+            max_concurrent=args.max_concurrent,
+        ).start()
+    except HeadraceError as exc:  # a bad option or a port in use: a line, not a traceback
+        print(f"headrace-proxy: {exc}", file=sys.stderr)
+        return 2
+    with proxy:
         print(proxy.endpoint, flush=True)
         try:
             stop.wait()
