@@ -24,7 +24,7 @@ import pytest
 
 from headrace.emulate import SlowFSConfig, SlowMount, is_mounted
 from headrace.emulate._slowfs import configure, run, serve
-from headrace.errors import StorageError
+from headrace.errors import ConfigError, StateError, StorageError
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +189,38 @@ def test_a_mount_that_libfuse_refuses_is_a_storage_error(
         in err
     )
     assert stats.exists()  # the final snapshot was still written
+
+
+def test_slowmount_misuse_is_named(tmp_path: Path, src: Path) -> None:
+    with pytest.raises(ConfigError, match=r"mount_timeout_s must be > 0 \(got 0\)"):
+        SlowMount(src, tmp_path / "mnt", mount_timeout_s=0)
+    m = SlowMount(src, tmp_path / "mnt")
+    with pytest.raises(StateError, match="not started; use `with SlowMount"):
+        _ = m.pid
+    with pytest.raises(StateError, match="not started; no stats file yet"):
+        _ = m.stats_file
+    with pytest.raises(ConfigError, match=f"source {tmp_path / 'nope'} is not a directory"):
+        SlowMount(tmp_path / "nope", tmp_path / "mnt").start()
+    assert not (tmp_path / "mnt").exists()  # refused before creating anything
+    m.stop()  # never started: nothing to do
+
+
+def test_starting_a_mount_twice_is_a_state_error(
+    src: Path, slow_mount: Callable[..., SlowMount]
+) -> None:
+    m = slow_mount(src)
+    with pytest.raises(StateError, match=rf"already started \(pid {m.pid}\)"):
+        m.start()
+
+
+def test_stats_that_stop_arriving_time_out_naming_the_file(
+    tmp_path: Path, src: Path, slow_mount: Callable[..., SlowMount]
+) -> None:
+    slow_mount(src)  # skips where FUSE cannot mount
+    stats = tmp_path / "stats" / "s.json"
+    stats.parent.mkdir()
+    with SlowMount(src, tmp_path / "mnt", stats_file=stats, stats_interval_s=0.05) as m:
+        shutil.rmtree(stats.parent)  # the server's writes now fail; it serves on
+        with pytest.raises(StorageError, match=rf"no fresh stats in {stats} within 0\.2 s"):
+            m.stats(timeout_s=0.2)
+    assert m.returncode == 0 and m.final_stats is None
