@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -29,7 +31,7 @@ from typing import Literal, Self
 from urllib.parse import urlsplit
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError, StorageError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
 
@@ -196,6 +198,28 @@ async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: 
     return await reader.read() if until_eof else b""
 
 
+def _problem(exc: BaseException) -> str:
+    """What went wrong, in words: "Connection refused" rather than asyncio's wording."""
+    if isinstance(exc, OSError):
+        if exc.errno is not None and exc.errno > 0:
+            return os.strerror(exc.errno)
+        if exc.strerror:  # getaddrinfo's errors have negative numbers of their own
+            return exc.strerror
+    return str(exc)
+
+
+async def _answer_error(writer: asyncio.StreamWriter, status: str, text: str) -> bool:
+    """Answer ``status`` with ``text`` as the body and close: False, for ``_one_request``."""
+    payload = text.encode()
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+        + payload
+    )
+    await writer.drain()
+    return False
+
+
 def _with_length(head: bytes, length: int) -> bytes:
     lines = head.split(b"\r\n")
     for i, line in enumerate(lines):
@@ -212,8 +236,12 @@ class LatencyProxy(Closing):
     of all connections together, in megabytes (10**6 B) per second.
     ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
     connect and send its response head, then to send its body): past it the
-    client gets ``504 Gateway Timeout`` (or, mid-body, a closed connection)
-    instead of waiting forever on a hung upstream. ``max_concurrent`` makes a
+    client gets ``504 Gateway Timeout`` (its body says whether the head or
+    the rest of the body was late) instead of waiting forever on a hung
+    upstream. An upstream that refuses the connection, cannot be resolved,
+    closes or resets it before its response is complete, or sends a malformed
+    head is answered ``502 Bad Gateway``, with a body naming the upstream and
+    the problem. ``max_concurrent`` makes a
     store with a request limit, as an S3 prefix has: a request that arrives
     while that many are being served is answered ``503 SlowDown`` (after the
     latency, as a real answer would be), counted in ``throttled``.
@@ -332,6 +360,14 @@ class LatencyProxy(Closing):
             self._server = loop.run_until_complete(
                 asyncio.start_server(self._serve, "127.0.0.1", self._port, limit=_MAX_HEAD)
             )
+        except OSError as exc:  # reported to start(): a port in use, most likely
+            self._error = StorageError(
+                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {_problem(exc)}"
+            )
+            self._error.__cause__ = exc
+            loop.close()
+            self._ready.set()
+            return
         except BaseException as exc:  # reported to start()
             self._error = exc
             loop.close()
@@ -342,6 +378,9 @@ class LatencyProxy(Closing):
             loop.run_forever()
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
+            # Name lookups (an upstream given by host name) ran on the default
+            # executor's thread; without this it outlives the proxy.
+            loop.run_until_complete(loop.shutdown_default_executor())
             loop.close()
 
     def _shutdown(self) -> None:
@@ -459,23 +498,39 @@ class LatencyProxy(Closing):
         except TimeoutError:
             if up_writer is not None:
                 up_writer.close()
-            payload = (
-                f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s"
+            return await _answer_error(
+                writer,
+                "504 Gateway Timeout",
+                f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s",
             )
-            writer.write(
-                b"HTTP/1.1 504 Gateway Timeout\r\nContent-Type: text/plain\r\n"
-                + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n{payload}".encode()
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            # Refused, unresolvable, reset or closed mid-head: nothing has reached the
+            # client yet, so it gets an answer that names the upstream, not a bare close.
+            if up_writer is not None:
+                up_writer.close()
+            what = "could not be reached" if up_writer is None else "failed before its response"
+            return await _answer_error(
+                writer, "502 Bad Gateway", f"upstream {self.upstream} {what}: {_problem(exc)}"
             )
-            await writer.drain()
-            return False
-        except BaseException:  # upstream or client gone, or the proxy stopping: close it too
+        except BaseException:  # the proxy stopping: close the upstream too
             if up_writer is not None:
                 up_writer.close()
             raise
         try:
             if head is None:
-                return False
-            response = _Message(head)
+                return await _answer_error(
+                    writer,
+                    "502 Bad Gateway",
+                    f"upstream {self.upstream} closed the connection without a response",
+                )
+            try:
+                response = _Message(head)
+            except ValueError as exc:
+                return await _answer_error(
+                    writer,
+                    "502 Bad Gateway",
+                    f"upstream {self.upstream} sent a malformed response head: {exc}",
+                )
             bodyless = request.start_line.startswith("HEAD ") or response.start_line.split(" ")[
                 1
             ] in ("204", "304")
@@ -486,7 +541,22 @@ class LatencyProxy(Closing):
                     async with asyncio.timeout(self.upstream_timeout_s):
                         body = await _read_body(up_reader, response, until_eof=True)
                 except TimeoutError:
-                    return False  # the client sees its response cut short, not a hang
+                    # Not a hang either; nothing has been relayed yet, so say why.
+                    return await _answer_error(
+                        writer,
+                        "504 Gateway Timeout",
+                        f"upstream {self.upstream} sent only part of its response body "
+                        f"within {self.upstream_timeout_s:g} s",
+                    )
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    # The body is relayed only once complete, so the client has seen
+                    # nothing yet either.
+                    return await _answer_error(
+                        writer,
+                        "502 Bad Gateway",
+                        f"upstream {self.upstream} failed in the middle of its response body: "
+                        f"{_problem(exc)}",
+                    )
             if cut == "short" and body and response.length is not None:
                 body = body[: len(body) // 2]
                 head = _with_length(head, len(body))
@@ -525,13 +595,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LatencyProxy(
-        args.upstream,
-        latency_ms=args.latency_ms,
-        mbps=args.mbps,
-        port=args.port,
-        max_concurrent=args.max_concurrent,
-    ) as proxy:
+    try:
+        proxy = LatencyProxy(
+            args.upstream,
+            latency_ms=args.latency_ms,
+            mbps=args.mbps,
+            port=args.port,
+            max_concurrent=args.max_concurrent,
+        ).start()
+    except HeadraceError as exc:  # a bad option or a port in use: a line, not a traceback
+        print(f"headrace-proxy: {exc}", file=sys.stderr)
+        return 2
+    with proxy:
         print(proxy.endpoint, flush=True)
         try:
             stop.wait()

@@ -26,6 +26,7 @@ headrace.emulate._slowfs SRC MNT``; stop it with SIGINT, SIGTERM or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import shutil
@@ -103,7 +104,10 @@ class SlowPassthrough:
         self.stats.start()
 
     def destroy(self, _path: str) -> None:
-        self.stats.stop()
+        # A write that fails here would vanish inside libfuse; serve() writes the
+        # final snapshot again and reports it.
+        with contextlib.suppress(OSError):
+            self.stats.stop()
 
     # metadata ----------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
@@ -256,6 +260,16 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             },
         },
     )
+    try:
+        # Once mounted, a failed write only surfaces inside libfuse's init, which
+        # swallows it: find out now, while the message can still reach the user.
+        stats.write()
+    except OSError as exc:
+        raise StorageError(
+            exc.errno,
+            f"slowfs: cannot write the stats file {stats_file!r} ({exc.strerror}); "
+            "give a path in an existing, writable directory",
+        ) from exc
     ops = SlowPassthrough(src, config, stats)
     try:
         mfusepy.FUSE(
@@ -277,7 +291,11 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             errno.EIO, f"slowfs: mounting {src!r} at {mnt!r} failed (libfuse said {exc})"
         ) from exc
     finally:
-        stats.stop()  # idempotent: destroy() may have written the final snapshot already
+        try:
+            stats.stop()  # idempotent: destroy() may have written the final snapshot already
+        except OSError as exc:
+            # The file system was served; a lost last snapshot is worth a line, not a traceback.
+            print(f"slowfs: could not write the final stats: {exc}", file=sys.stderr, flush=True)
         if is_mounted(mnt):
             # libfuse unmounts on a clean exit; this covers a loop that died early.
             fusermount = shutil.which("fusermount3")
