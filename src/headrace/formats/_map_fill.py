@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._futures import results
 from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._buffers import populate_read
@@ -147,13 +148,7 @@ def fill_pages(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> int:
     if n == 1:
         return _fill(runs)
     futures = [deep_io_pool().submit(_fill, runs[i::n]) for i in range(n)]
-    wait(futures)
-    errors = [exc for fut in futures if (exc := fut.exception()) is not None]
-    if errors:
-        if len(errors) > 1:
-            errors[0].add_note(f"{len(errors) - 1} other page fills also failed")
-        raise errors[0]
-    return sum(fut.result() for fut in futures)
+    return sum(results(futures, "other page fills also failed"))
 
 
 #: The most one read-ahead call fills: a populate keeps a READ or two in flight, so

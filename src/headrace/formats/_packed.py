@@ -26,12 +26,13 @@ import errno
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._futures import results
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
@@ -139,13 +140,7 @@ def _column_streams(
     if len(files) < 2:
         return [_column_stream(pa, f, column) for f in files]
     futures = [deep_io_pool().submit(_column_stream, pa, f, column) for f in files]
-    wait(futures)
-    errors = [exc for fut in futures if (exc := fut.exception()) is not None]
-    if errors:
-        if len(errors) > 1:
-            errors[0].add_note(f"{len(errors) - 1} other file(s) failed too")
-        raise errors[0]
-    return [fut.result() for fut in futures]
+    return results(futures, "other file(s) failed too")
 
 
 def _column_stream(

@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._futures import raise_first
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
@@ -303,10 +304,7 @@ class RowWindowReader:
                 retry = True
             else:
                 errors += [e for e in bad if all(e is not x for x in errors)]
-        if errors:
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other read(s) of the window also failed")
-            raise errors[0]
+        raise_first(errors, "other read(s) of the window also failed")
         return retry
 
     def _open(self, w: int, spare: _Memory | None) -> _Window:

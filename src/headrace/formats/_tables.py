@@ -43,6 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._futures import raise_first, results
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -555,13 +556,10 @@ def _open_local(files: list[str], pa: Any) -> list[_Part]:
     futures = [deep_io_pool().submit(_Part, f, pa) for f in files]
     wait(futures)
     errors = [exc for fut in futures if (exc := fut.exception()) is not None]
-    if errors:
-        for fut in futures:
-            if fut.exception() is None:
-                fut.result().close()
-        if len(errors) > 1:
-            errors[0].add_note(f"{len(errors) - 1} other file(s) of the table failed to open too")
-        raise errors[0]
+    for fut in futures if errors else ():
+        if fut.exception() is None:
+            fut.result().close()
+    raise_first(errors, "other file(s) of the table failed to open too")
     return [fut.result() for fut in futures]
 
 
@@ -907,13 +905,8 @@ class Table(Closing):
         except RuntimeError:  # close() shut the pool down under this read
             wait(futures.values())
             raise StorageError(f"{self._where}: the table was closed during the read") from None
-        wait(futures.values())
-        errors = [exc for f in futures.values() if (exc := f.exception()) is not None]
-        if errors:
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other row group reads also failed")
-            raise errors[0]
-        return {s: f.result() for s, f in futures.items()}
+        done = results(list(futures.values()), "other row group reads also failed")
+        return dict(zip(futures, done, strict=True))
 
     def _views(
         self,

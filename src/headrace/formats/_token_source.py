@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
+from headrace._futures import raise_first
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
@@ -208,10 +209,7 @@ class _Window:
                 stats.bytes_read += self._count_sampled(lo, hi)
             else:
                 errors.append(exc)
-        if errors:
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other sample reads also failed")
-            raise errors[0]
+        raise_first(errors, "other sample reads also failed")
 
     def _count_sampled(self, lo: int, hi: int) -> int:
         """Count file bytes ``[lo, hi)`` against the blocks not filled yet; return how many
@@ -274,10 +272,7 @@ class _Window:
             elif b in wanted:
                 errors.append(exc)
             # A failed read-ahead nobody needs yet is dropped: it is retried on demand.
-        if errors:
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other block reads also failed")
-            raise errors[0]
+        raise_first(errors, "other block reads also failed")
 
     def drain(self, stats: TokenStats) -> None:
         """Wait for reads in flight, so the memory can be reused safely; count the

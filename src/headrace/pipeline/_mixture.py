@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from concurrent.futures import wait
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._futures import results
 from headrace.errors import ConfigError, DataError
 from headrace.io._pool import source_pool
 from headrace.pipeline._loader import Batch, Source
@@ -183,13 +183,7 @@ class Mixture:
         if len(groups) < 2 or not _SIDE_BY_SIDE:
             return [one(s, idx) for s, idx in groups]
         futures = [source_pool().submit(one, s, idx) for s, idx in groups]
-        wait(futures)
-        errors = [exc for f in futures if (exc := f.exception()) is not None]
-        if errors:
-            if len(errors) > 1:
-                errors[0].add_note(f"{len(errors) - 1} other source(s) of the mixture failed too")
-            raise errors[0]
-        return [f.result() for f in futures]
+        return results(futures, "other source(s) of the mixture failed too")
 
     def _check_layouts(self, seed: int) -> None:
         """Every source's layout, from an empty read of each (no I/O), before the first
