@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -53,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _slowfs_ab import alternate, median, one_digest, table
 
 import headrace.formats._tables as tables
 from headrace.emulate import SlowMount, fuse_available
@@ -153,37 +153,24 @@ def main() -> int:
         if args.read_ahead
         else {"gather faults": False, "populate": True}
     )
-    res: dict[str, list[dict[str, float | str]]] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="arrow-slowfs-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         write(src)
-        for r in range(args.rounds):
-            for name, populate in sides.items():
-                out = trial(src, Path(tmp) / "mnt", args, populate)
-                res[name].append(out)
-                print(
-                    f"round {r} {name:13s} {out['bps']:6.2f} batches/s "
-                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
-                    f"reads {out['reads']} sha256 {str(out['sha'])[:16]}",
-                    file=sys.stderr,
-                )
-    digests = {str(x["sha"]) for xs in res.values() for x in xs}
-    if len(digests) != 1:
-        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        res = alternate(sides, args.rounds, lambda b: trial(src, Path(tmp) / "mnt", args, b))
+    digest = one_digest(res)
+    if digest is None:
         return 1
-    print("| READ latency | side | batches/s | first batch | max READs in flight | READs |")
-    print("|---|---|---|---|---|---|")
-    for name, xs in res.items():
-        bps = statistics.median(float(x["bps"]) for x in xs)
-        where = "page cache" if args.cached else f"{args.latency_ms:g} ms"
-        print(
-            f"| {where} | {name} | {bps:.2f} "
-            f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
-            f"| {max(int(x['mif']) for x in xs)} "
-            f"| {int(statistics.median(int(x['reads']) for x in xs))} |"
-        )
-    print(f"digest (both sides): {digests.pop()[:16]}")
+    where = "page cache" if args.cached else f"{args.latency_ms:g} ms"
+    table(
+        ["READ latency", "side", "batches/s", "first batch", "max READs in flight", "READs"],
+        (
+            [where, name, f"{median(xs, 'bps'):.2f}", f"{median(xs, 'first_s'):.2f} s",
+             max(int(x["mif"]) for x in xs), int(median(xs, "reads"))]
+            for name, xs in res.items()
+        ),
+    )  # fmt: skip
+    print(f"digest (both sides): {digest[:16]}")
     return 0
 
 

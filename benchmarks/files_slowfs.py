@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _slowfs_ab import alternate, median, one_digest, table
 
 from headrace.emulate import SlowMount, fuse_available
 from headrace.formats import FileSource
@@ -89,35 +89,23 @@ def main() -> int:
         print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
         return 0
     sides: dict[str, int | None] = {"16 in flight": 16, "default": None}
-    res: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="files-slowfs-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         write(src, args.files)
-        for r in range(args.rounds):
-            for name, depth in sides.items():
-                out = trial(src, Path(tmp) / "mnt", args, depth)
-                res[name].append(out)
-                print(
-                    f"round {r} {name:12s} (in_flight {out['depth']}) {out['bps']:6.2f} batches/s "
-                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
-                    f"sha256 {str(out['sha'])[:16]}",
-                    file=sys.stderr,
-                )
-    digests = {str(x["sha"]) for xs in res.values() for x in xs}
-    if len(digests) != 1:
-        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        res = alternate(sides, args.rounds, lambda d: trial(src, Path(tmp) / "mnt", args, d))
+    digest = one_digest(res)
+    if digest is None:
         return 1
-    print("| READ latency | side | in_flight | batches/s | first batch | max READs in flight |")
-    print("|---|---|---|---|---|---|")
-    for name, xs in res.items():
-        print(
-            f"| {args.latency_ms:g} ms | {name} | {xs[0]['depth']} "
-            f"| {statistics.median(float(x['bps']) for x in xs):.2f} "
-            f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
-            f"| {max(int(x['mif']) for x in xs)} |"
-        )
-    print(f"digest (both sides): {digests.pop()[:16]}")
+    table(
+        ["READ latency", "side", "in_flight", "batches/s", "first batch", "max READs in flight"],
+        (
+            [f"{args.latency_ms:g} ms", name, xs[0]["depth"], f"{median(xs, 'bps'):.2f}",
+             f"{median(xs, 'first_s'):.2f} s", max(int(x["mif"]) for x in xs)]
+            for name, xs in res.items()
+        ),
+    )  # fmt: skip
+    print(f"digest (both sides): {digest[:16]}")
     return 0
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from _slowfs_ab import alternate, median, one_digest, table
 
 import headrace.pipeline._mixture as mixture
 from headrace.emulate import SlowMount, fuse_available
@@ -117,35 +117,25 @@ def main() -> int:
         print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
         return 0
     sides = {"one after another": False, "side by side": True}
-    res: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="mixture-slowfs-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         write(src, "a", 1)
         write(src, "b", 2)
-        for r in range(args.rounds):
-            for name, side in sides.items():
-                out = trial(src, Path(tmp) / "mnt", args, side)
-                res[name].append(out)
-                print(
-                    f"round {r} {name:17s} {out['bps']:7.2f} batches/s first "
-                    f"{out['first_s']:.3f} s max_in_flight {out['mif']} sha256 {out['sha'][:16]}",
-                    file=sys.stderr,
-                )
-    digests = {x["sha"] for xs in res.values() for x in xs}
-    if len(digests) != 1:
-        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        res = alternate(sides, args.rounds, lambda b: trial(src, Path(tmp) / "mnt", args, b))
+    digest = one_digest(res)
+    if digest is None:
         return 1
     where = "page cache" if args.cached else f"{args.latency_ms:g} ms"
-    print("| READ latency | sources read | batches/s | first batch | max READs in flight |")
-    print("|---|---|---|---|---|")
-    for name, xs in res.items():
-        print(
-            f"| {where} | {name} | {statistics.median(x['bps'] for x in xs):.2f} "
-            f"| {statistics.median(x['first_s'] for x in xs):.2f} s "
-            f"| {max(x['mif'] for x in xs)} |"
-        )
-    print(f"digest (both sides): {digests.pop()[:16]}")
+    table(
+        ["READ latency", "sources read", "batches/s", "first batch", "max READs in flight"],
+        (
+            [where, name, f"{median(xs, 'bps'):.2f}", f"{median(xs, 'first_s'):.2f} s",
+             max(x["mif"] for x in xs)]
+            for name, xs in res.items()
+        ),
+    )  # fmt: skip
+    print(f"digest (both sides): {digest[:16]}")
     return 0
 
 

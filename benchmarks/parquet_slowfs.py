@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _slowfs_ab import alternate, median, one_digest, table
 
 import headrace.formats._tables as tables
 from headrace.emulate import SlowMount, fuse_available
@@ -88,33 +88,23 @@ def main() -> int:
         print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
         return 0
     sides = {"one by one": 1, "at once": tables._DECODE_THREADS}
-    res: dict[str, list[dict[str, float | str]]] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="parquet-slowfs-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         write(src)
-        for r in range(args.rounds):
-            for name, threads in sides.items():
-                out = trial(src, Path(tmp) / "mnt", args, threads)
-                res[name].append(out)
-                print(
-                    f"round {r} {name:10s} {out['bps']:6.1f} batches/s "
-                    f"first {out['first_s']:.3f} s max_in_flight {out['mif']} "
-                    f"sha256 {str(out['sha'])[:16]}",
-                    file=sys.stderr,
-                )
-    digests = {str(x["sha"]) for xs in res.values() for x in xs}
-    if len(digests) != 1:
-        print(f"FAIL: the sides read different batches: {sorted(digests)}", file=sys.stderr)
+        res = alternate(sides, args.rounds, lambda n: trial(src, Path(tmp) / "mnt", args, n))
+    digest = one_digest(res)
+    if digest is None:
         return 1
-    for name, xs in res.items():
-        bps = statistics.median(float(x["bps"]) for x in xs)
-        print(
-            f"| {args.latency_ms:g} ms | {name} | {bps:.1f} "
-            f"| {statistics.median(float(x['first_s']) for x in xs):.2f} s "
-            f"| {max(int(x['mif']) for x in xs)} |"
-        )
-    print(f"digest (both sides): {digests.pop()[:16]}")
+    table(
+        ["READ latency", "decode", "batches/s", "first batch", "max READs in flight"],
+        (
+            [f"{args.latency_ms:g} ms", name, f"{median(xs, 'bps'):.1f}",
+             f"{median(xs, 'first_s'):.2f} s", max(int(x["mif"]) for x in xs)]
+            for name, xs in res.items()
+        ),
+    )  # fmt: skip
+    print(f"digest (both sides): {digest[:16]}")
     return 0
 
 

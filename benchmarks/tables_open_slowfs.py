@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _slowfs_ab import alternate, median, one_digest, table
 
 import headrace.formats._tables as tables
 from headrace.emulate import SlowMount, fuse_available
@@ -64,7 +65,7 @@ def write(src: Path) -> None:
     (src / "arrow" / "state.json").write_text(json.dumps(state))
 
 
-def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> tuple[float, int, int]:
+def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> dict[str, Any]:
     real = tables.deep_io_pool
     single = ThreadPoolExecutor(1)
     if one:
@@ -86,7 +87,7 @@ def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> tuple[f
     finally:
         tables.deep_io_pool = real
         single.shutdown()
-    return took, mif, rows
+    return {"open_s": took, "mif": mif, "rows": rows}
 
 
 def main() -> int:
@@ -99,27 +100,22 @@ def main() -> int:
     if not ok:
         print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
         return 0
-    print("| format | side | open s | max READs in flight |")
-    print("|---|---|---|---|")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="tables-open-slowfs-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
         write(src)
+        mnt = Path(tmp) / "mnt"
         for fmt in ("arrow", "parquet"):
-            res: dict[str, list[tuple[float, int, int]]] = {"one by one": [], "side by side": []}
-            for _ in range(args.rounds):
-                for side in res:
-                    res[side].append(
-                        trial(src / fmt, Path(tmp) / "mnt", args, side == "one by one")
-                    )
-            if len({r[2] for rs in res.values() for r in rs}) != 1:
-                print(f"FAIL: {fmt}: the sides saw different row counts", file=sys.stderr)
+            sides = {"one by one": True, "side by side": False}
+            res = alternate(sides, args.rounds, lambda o, r=src / fmt: trial(r, mnt, args, o))
+            if one_digest(res, key="rows") is None:  # the same rows on both sides
                 return 1
-            for side, rs in res.items():
-                print(
-                    f"| {fmt} | {side} | {statistics.median(r[0] for r in rs):.2f} "
-                    f"| {max(r[1] for r in rs)} |"
-                )
+            rows += [
+                [fmt, side, f"{median(rs, 'open_s'):.2f}", max(r["mif"] for r in rs)]
+                for side, rs in res.items()
+            ]
+    table(["format", "side", "open s", "max READs in flight"], rows)
     return 0
 
 
