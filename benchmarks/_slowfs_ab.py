@@ -4,15 +4,37 @@ sides, and a Markdown table of medians."""
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["alternate", "median", "one_digest", "table"]
+__all__ = ["alternate", "fuse_missing", "median", "one_digest", "parser", "table"]
 
 T = TypeVar("T")
 Result = dict[str, Any]
+
+
+def parser(doc: str | None, batches: int | None = None) -> argparse.ArgumentParser:
+    """The options every slow-mount A/B script takes (``--batches`` if it reads batches)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="slowfs READ latency")
+    ap.add_argument("--open-latency-ms", type=float, default=30.0, help="slowfs open latency")
+    if batches is not None:
+        ap.add_argument("--batches", type=int, default=batches)
+    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    return ap
+
+
+def fuse_missing() -> bool:
+    """True (said on stderr: the script skips) where slowfs cannot mount."""
+    from headrace.emulate import fuse_available
+
+    ok, why = fuse_available()
+    if not ok:
+        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+    return not ok
 
 
 def alternate(

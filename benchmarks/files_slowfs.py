@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _slowfs_ab import alternate, median, one_digest, table
+from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
 
-from headrace.emulate import SlowMount, fuse_available
+from headrace.emulate import SlowMount
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 
@@ -77,16 +77,10 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, in_flight: int | None)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--latency-ms", type=float, default=20.0)
-    ap.add_argument("--open-latency-ms", type=float, default=30.0)
+    ap = parser(__doc__, 24)
     ap.add_argument("--files", type=int, default=2000)
-    ap.add_argument("--batches", type=int, default=24)
-    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
     args = ap.parse_args()
-    ok, why = fuse_available()
-    if not ok:
-        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+    if fuse_missing():
         return 0
     sides: dict[str, int | None] = {"16 in flight": 16, "default": None}
     with tempfile.TemporaryDirectory(prefix="files-slowfs-") as tmp:

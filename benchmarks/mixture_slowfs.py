@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from _slowfs_ab import alternate, median, one_digest, table
+from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
 
 import headrace.pipeline._mixture as mixture
-from headrace.emulate import SlowMount, fuse_available
+from headrace.emulate import SlowMount
 from headrace.formats import TableSource
 from headrace.pipeline import Loader, Mixture
 
@@ -105,16 +105,10 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, side: bool) -> dict[st
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--latency-ms", type=float, default=20.0)
-    ap.add_argument("--open-latency-ms", type=float, default=30.0)
-    ap.add_argument("--batches", type=int, default=24)
-    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    ap = parser(__doc__, 24)
     ap.add_argument("--cached", action="store_true", help="page-cached local folders")
     args = ap.parse_args()
-    ok, why = fuse_available()
-    if not ok and not args.cached:
-        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+    if not args.cached and fuse_missing():
         return 0
     sides = {"one after another": False, "side by side": True}
     with tempfile.TemporaryDirectory(prefix="mixture-slowfs-") as tmp:

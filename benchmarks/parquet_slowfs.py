@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _slowfs_ab import alternate, median, one_digest, table
+from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
 
 import headrace.formats._tables as tables
-from headrace.emulate import SlowMount, fuse_available
+from headrace.emulate import SlowMount
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -77,15 +77,9 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, threads: int) -> dict[
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--latency-ms", type=float, default=20.0)
-    ap.add_argument("--open-latency-ms", type=float, default=30.0)
-    ap.add_argument("--batches", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    ap = parser(__doc__, 48)
     args = ap.parse_args()
-    ok, why = fuse_available()
-    if not ok:
-        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+    if fuse_missing():
         return 0
     sides = {"one by one": 1, "at once": tables._DECODE_THREADS}
     with tempfile.TemporaryDirectory(prefix="parquet-slowfs-") as tmp:

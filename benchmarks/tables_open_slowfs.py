@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _slowfs_ab import alternate, median, one_digest, table
+from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
 
 import headrace.formats._tables as tables
-from headrace.emulate import SlowMount, fuse_available
+from headrace.emulate import SlowMount
 from headrace.formats import Table
 
 SHARDS, ROWS = 8, 33_000
@@ -91,14 +91,9 @@ def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> dict[st
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--latency-ms", type=float, default=20.0)
-    ap.add_argument("--open-latency-ms", type=float, default=30.0)
-    ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
+    ap = parser(__doc__)
     args = ap.parse_args()
-    ok, why = fuse_available()
-    if not ok:
-        print(f"skip: FUSE unavailable: {why}", file=sys.stderr)
+    if fuse_missing():
         return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="tables-open-slowfs-") as tmp:
