@@ -278,8 +278,9 @@ def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
 ) -> None:
     # A network mount holding datasets written elsewhere: slowfs is a read-only view.
     data = tmp_path / "data"
-    rc, _ = bench(tmp_path, "--variants", "naive,headrace-sync")  # written here first
+    rc, local = bench(tmp_path, "--variants", "naive,headrace-sync")  # written here first
     assert rc == 0
+    assert not any("network or FUSE" in n for n in local["notes"])  # type: ignore[union-attr]
     m = slow_mount(data, read_latency_ms=1)
     out = tmp_path / "ro.json"
     args = ["bench", "--root", str(m.mnt), *TINY, "--variants", "naive,headrace-sync"]
@@ -287,6 +288,8 @@ def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
     report = json.loads(out.read_text())
     assert report["root"] == str(m.mnt)
     assert len({r["digest"] for r in report["results"]}) == 1
+    assert any("on a network or FUSE file system" in n for n in report["notes"])
+    assert report["machine"]["storage"]["network"] is True
     empty = tmp_path / "empty"
     empty.mkdir()
     m2 = slow_mount(empty)

@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from headrace.io import usable_cpus
-from headrace.io._mounts import mount_of
+from headrace.io._mounts import mount_of, network_type
 
 __all__ = [
     "cpu_seconds",
@@ -66,14 +66,18 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def storage_type(path: str) -> dict[str, str]:
-    """Filesystem type and device of the mount holding ``path`` (from /proc/mounts)."""
+def storage_type(path: str) -> dict[str, Any]:
+    """Filesystem type and device of the mount holding ``path`` (from /proc/mounts), and
+    whether it is a network (or FUSE) file system."""
     m = mount_of(path)
-    return (
-        {"device": m.device, "mount": m.mount, "fstype": m.fstype}
-        if m
-        else dict.fromkeys(("device", "mount", "fstype"), "")
-    )
+    if m is None:
+        return {"device": "", "mount": "", "fstype": "", "network": False}
+    return {
+        "device": m.device,
+        "mount": m.mount,
+        "fstype": m.fstype,
+        "network": network_type(m.fstype),
+    }
 
 
 def _cpu_model() -> str:

@@ -34,6 +34,7 @@ from headrace.bench._machine import meminfo
 from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import io_threads
+from headrace.io._mounts import mount_of, network_type
 
 __all__ = ["RunOptions", "run_workload"]
 
@@ -353,6 +354,13 @@ def _run(
         if res.get("throttled")
     )
     ds_bytes = kind.dataset_bytes()
+    mount = mount_of(kind.root) if kind.storage == "local" else None
+    if mount is not None and network_type(mount.fstype):
+        notes.append(
+            f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
+            f"{mount.mount}): every read that misses the page cache is a round trip, and "
+            "headrace's readers keep more of them in flight there (docs/emulate-slowfs.md)"
+        )
     if kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
             f"{wl.name}: the dataset ({ds_bytes / 1e6:,.1f} MB) fits in free memory "
