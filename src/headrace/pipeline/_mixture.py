@@ -169,11 +169,10 @@ class Mixture:
     ) -> list[Batch]:
         """Each source's part of a read, in ``groups``' order: side by side on the
         source pool (on a network mount each source's read is round trips of its
-        own; one after another, N sources waited N times as long), or in turn
-        for a single source. Every read
-        finishes before the first error (by source order) is raised. (A mixture is
-        never a source of another, which holds the ``source`` key: no read on the
-        pool waits for the pool.)"""
+        own; one after another, N sources waited N times as long), or in turn for
+        a single source. Every read finishes before the first error (by source
+        order) is raised. (A mixture is never a source of another, which holds
+        the ``source`` key: no read on the pool waits for the pool.)"""
 
         def one(s: int, idx: NDArray[np.intp]) -> Batch:
             sub = self.sources[s]
