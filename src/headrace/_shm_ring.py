@@ -558,17 +558,21 @@ class WorkerBatches:
         for c in (*self._out, *self._back):
             c.close()
         deadline = time.monotonic() + _STOP_S
-        for p in self._procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in self._procs:
-            if p.exitcode is None:
-                p.terminate()
-                p.join(timeout=1)
-            if p.exitcode is None:
-                p.kill()
-                p.join()
-            p.close()
-        self._procs, self._out, self._back, self._rings = [], [], [], []
+        try:
+            for p in self._procs:
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
+            # just as it came): no worker outlives close(), none is left listed.
+            for p in self._procs:
+                if p.exitcode is None:
+                    p.terminate()
+                    p.join(timeout=1)
+                if p.exitcode is None:
+                    p.kill()
+                    p.join()
+                p.close()
+            self._procs, self._out, self._back, self._rings = [], [], [], []
 
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:

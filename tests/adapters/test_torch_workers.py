@@ -360,7 +360,9 @@ def test_a_worker_that_dies_is_reported(root: Path) -> None:
 
 
 def test_keyboard_interrupt_stops_the_workers(root: Path) -> None:
-    wb = ring(Faulty(root, at=2, how="sleep"))
+    # "hang": the workers cannot finish their steps before the interrupt comes (with
+    # 0.1 s reads a fast machine finished first, and the interrupt landed in close()).
+    wb = ring(Faulty(root, at=2, how="hang"))
     it = iter(wb)
     next(it)
     next(it)  # both workers have sent a batch: both have set SIGINT aside by now
@@ -463,3 +465,23 @@ def test_load_state_dict_stops_the_running_workers(root: Path, reference: list[s
         next(it)
     assert [digest(b) for b in dl] == reference[1:]
     dl.close()
+
+
+def test_a_ctrl_c_inside_close_still_stops_and_forgets_the_workers(root: Path) -> None:
+    # The iteration ended and closed the ring just as a Ctrl-C came: it cut close()'s
+    # wait for the workers short, and they stayed listed (and unclosed) behind it.
+    wb = ring(Faulty(root, at=2, how="hang"))
+    it = iter(wb)
+    next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    first = wb._procs[0]
+    real_join = first.join
+
+    def interrupted(timeout: float | None = None) -> None:
+        first.join = real_join  # type: ignore[method-assign]
+        raise KeyboardInterrupt
+
+    first.join = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        wb.close()
+    gone(wb, pids)
