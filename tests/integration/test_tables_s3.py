@@ -128,7 +128,9 @@ def test_a_list_of_urls_is_stat_with_its_heads_in_flight_together(
             infos = stores.infos(urls)
             assert [i.size for i in infos] == [(root / f).stat().st_size for f in FILES] * 2
             assert slow.stats.requests == len(urls)
-            assert slow.stats.max_in_flight == 4  # bounded by in_flight
+            # Together (one after another: 1), bounded by in_flight; not "== 4": a loaded
+            # machine may start the fourth after the first's 100 ms are over.
+            assert 2 <= slow.stats.max_in_flight <= 4
             slow.reset_stats()
             with pytest.raises(ObjectNotFoundError, match=rf"{URL}/nope\.parquet"):
                 stores.infos([*urls[:3], f"{URL}/nope.parquet"])
