@@ -32,9 +32,9 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._futures import results
 from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
+from headrace.io._batch import results
 from headrace.io._buffers import populate_read
 
 __all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_pages", "page_runs"]

@@ -21,7 +21,7 @@ import errno
 import inspect
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.io import ObjectCache, RequestQueue, cache_pool
-from headrace.io._batch import raise_first
+from headrace.io._batch import results
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
@@ -133,8 +133,7 @@ def common_url_root(urls: Sequence[str], what: str) -> str:
 
 def wait_all(futures: Sequence[Future[Any]]) -> None:
     """Wait for every future, then raise the first one's error (none still writes after)."""
-    wait(futures)
-    raise_first([(i, e) for i, f in enumerate(futures) if (e := f.exception()) is not None])
+    results(futures)
 
 
 def cache_name(options: Mapping[str, Any], url: str) -> str:

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._futures import results
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
@@ -45,6 +44,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._tokens import TokenFile
 from headrace.io import LocalFile, deep_io_pool
+from headrace.io._batch import results
 
 __all__ = ["PACKED_DTYPES", "RemoteSegments", "SegmentedFile", "table_token_files"]
 

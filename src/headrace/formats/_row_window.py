@@ -41,7 +41,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace._futures import raise_first
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
@@ -53,6 +52,7 @@ from headrace.formats._row_plan import (
     sample_rows,
 )
 from headrace.io import CacheStats, io_pool, open_cache
+from headrace.io._batch import raise_first
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats

@@ -43,7 +43,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace._futures import raise_first, results
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -69,6 +68,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
 from headrace.io import CacheStats, ObjectCache, deep_io_pool, open_cache, open_error
+from headrace.io._batch import raise_first, results
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats

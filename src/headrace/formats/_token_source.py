@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace._futures import raise_first
 from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
@@ -47,6 +46,7 @@ from headrace.io import (
     open_cache,
     page_aligned_empty,
 )
+from headrace.io._batch import raise_first
 from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 

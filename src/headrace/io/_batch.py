@@ -14,10 +14,13 @@ batch never needs more than the caller to make progress.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
+from typing import TypeVar
 
-__all__ = ["raise_first", "run_batch"]
+__all__ = ["SAME_BATCH", "raise_first", "raise_lowest", "results", "run_batch"]
+
+T = TypeVar("T")
 
 
 def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor | None) -> None:
@@ -59,14 +62,31 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
         # alone: wait() never counts a cancelled future as done until a pool
         # thread dequeues it, which in a saturated pool may be never.
         wait([f for f in futures if not f.cancel()])
-    raise_first(errors)
+    raise_lowest(errors)
 
 
-def raise_first(errors: list[tuple[int, BaseException]]) -> None:
-    """Raise the failure of the lowest read index, noting how many others failed."""
-    if errors:
-        errors.sort(key=lambda e: e[0])
-        first = errors[0][1]
-        if len(errors) > 1:
-            first.add_note(f"{len(errors) - 1} other read(s) of the same batch also failed.")
-        raise first
+#: The note on a batch's first failure when others failed too.
+SAME_BATCH = "other read(s) of the same batch also failed."
+
+
+def raise_first(errors: Sequence[BaseException], others: str = SAME_BATCH) -> None:
+    """Raise ``errors[0]`` (nothing if there are none), noted ``"<n> <others>"`` when
+    more than one failed: work done side by side, reported as if done in turn."""
+    if not errors:
+        return
+    if len(errors) > 1:
+        errors[0].add_note(f"{len(errors) - 1} {others}")
+    raise errors[0]
+
+
+def raise_lowest(errors: list[tuple[int, BaseException]]) -> None:
+    """:func:`raise_first` of the failures of a batch's reads, by read index."""
+    raise_first([exc for _, exc in sorted(errors, key=lambda e: e[0])])
+
+
+def results(futures: Sequence[Future[T]], others: str = SAME_BATCH) -> list[T]:
+    """Each future's result, in order, once every one is done; a failure (the first
+    in order) is raised by :func:`raise_first`."""
+    wait(futures)
+    raise_first([exc for f in futures if (exc := f.exception()) is not None], others)
+    return [f.result() for f in futures]

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError, StorageError
-from headrace.io._batch import raise_first, run_batch
+from headrace.io._batch import raise_lowest, run_batch
 from headrace.io._file import LocalFile, eof_error, read_error
 from headrace.io._ranges import chunk_spans, coalesce_arrays
 from headrace.io._uring import Ring
@@ -209,4 +209,4 @@ def _ring_read(
                 raise eof_error(f.path, a, n, d, f.current_size())
         except Exception as exc:  # raised below, lowest piece first, as run_batch does
             failures.append((i, exc))
-    raise_first(failures)
+    raise_lowest(failures)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._futures import results
 from headrace.errors import ConfigError, DataError
+from headrace.io._batch import results
 from headrace.io._pool import source_pool
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
