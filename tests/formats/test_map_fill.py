@@ -148,8 +148,9 @@ def test_page_runs_cover_the_ranges_in_the_map_and_nothing_outside(
     end = base + -(-size // PAGE) * PAGE
     for s, e in runs:
         assert s % PAGE == 0 and e % PAGE == 0 and base <= s < e <= end
-    for (_, e1), (s2, _) in itertools.pairwise(runs):
-        assert s2 > e1 + map_fill.GAP  # closer runs are merged
+    for (s1, e1), (s2, e2) in itertools.pairwise(runs):
+        # closer runs are merged, unless together they would pass RUN
+        assert s2 > e1 + map_fill.GAP or max(e1, e2) - s1 > map_fill.RUN
     for a, n in zip(addr.tolist(), length.tolist(), strict=True):
         if n > 0 and a >= base and a + n <= base + size:  # in the map: filled
             assert any(s <= a and a + n <= e for s, e in runs)
@@ -431,3 +432,15 @@ def test_read_ahead_of_a_file_that_shrank_is_refused_not_a_crash(tmp_path: Path)
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert f"refused: {path}: the file shrank from" in done.stdout
+
+
+def test_a_long_stretch_is_cut_into_runs_filled_side_by_side() -> None:
+    # A window's rows merged into one stretch: one populate would keep a READ or two
+    # in flight for all of it; runs of at most RUN let the threads share it.
+    base = 1000 * PAGE
+    f = _Map(base, 8 * map_fill.RUN)
+    rows = np.arange(0, 8 * map_fill.RUN, 16 * 1024, dtype=np.int64)
+    runs = map_fill.page_runs(base + rows, np.full(rows.size, 4096, np.int64), f)
+    assert len(runs) >= 8 and all(e - s <= map_fill.RUN for s, e in runs)
+    assert runs[0][0] == base and runs[-1][1] >= base + int(rows[-1]) + 4096
+    assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(runs))

@@ -36,12 +36,16 @@ from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._batch import results
 from headrace.io._buffers import populate_read
+from headrace.io._ranges import coalesce_arrays
 
 __all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_pages", "page_runs"]
 
 #: Ranges of one map closer than this are filled by one call (the pages between
 #: are read too: a network mount's READ is 128 KiB or more anyway).
 GAP = 64 << 10
+#: The longest run one call fills: a populate keeps a READ or two in flight, so
+#: longer stretches are cut into runs that threads fill side by side.
+RUN = 1 << 20
 #: Until a kernel says it has no ``MADV_POPULATE_READ`` (before Linux 5.14).
 _supported = True
 
@@ -58,21 +62,21 @@ def page_runs(
     address: NDArray[np.int64], length: NDArray[np.int64], f: MappedFile
 ) -> list[tuple[int, int]]:
     """The page-aligned runs ``[start, end)`` that cover the byte ranges
-    ``[address, address + length)`` lying in ``f``'s map, merged over gaps up to
-    :data:`GAP`. Ranges outside the map (copies in process memory) are left out."""
+    ``[address, address + length)`` lying in ``f``'s map, coalesced as the I/O
+    engine coalesces reads (gaps up to :data:`GAP`, runs up to :data:`RUN`, so
+    a window's rows merged into one stretch are still filled side by side).
+    Ranges outside the map (copies in process memory) are left out."""
     lo, hi = f.map_address, f.map_address + f.size
     keep = (length > 0) & (address >= lo) & (address + length <= hi)
     if not keep.any():
         return []
     first = address[keep] // PAGE * PAGE
     end = -(-(address[keep] + length[keep]) // PAGE) * PAGE
-    order = np.argsort(first, kind="stable")
-    first, end = first[order], np.maximum.accumulate(end[order])
-    new = np.flatnonzero(first[1:] > end[:-1] + GAP) + 1
-    starts = first[np.concatenate([[0], new])]
-    ends = end[np.concatenate([new - 1, [first.size - 1]])]
+    runs = coalesce_arrays(first, end - first, max_gap=GAP, max_span=RUN)
     stop = -(-hi // PAGE) * PAGE  # the map's last page is whole
-    return [(int(a), min(int(b), stop)) for a, b in zip(starts, ends, strict=True)]
+    return [
+        (a, min(b, stop)) for a, b in zip(runs.starts.tolist(), runs.ends.tolist(), strict=True)
+    ]
 
 
 class FillPolicy:
