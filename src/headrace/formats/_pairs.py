@@ -137,11 +137,6 @@ class PairRows(RowSource):
     def __len__(self) -> int:
         return self.members[0].tokens.rows
 
-    @property
-    def samples_per_epoch(self) -> int:
-        """Samples in one epoch: every row once (as for token and file sources)."""
-        return len(self)
-
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         n = len(self)

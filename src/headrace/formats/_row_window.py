@@ -405,6 +405,11 @@ class RowSource(Closing):
     def __len__(self) -> int:
         raise NotImplementedError
 
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples in one epoch: every row once (as for token and file sources)."""
+        return len(self)
+
     def rows_of(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row each sample reads, before any empty-row replacement."""
         if self._windows is not None:

@@ -184,11 +184,6 @@ class PaddedRows(RowSource):
     def __len__(self) -> int:
         return self.tokens.rows
 
-    @property
-    def samples_per_epoch(self) -> int:
-        """Samples in one epoch: every row once (as for token and file sources)."""
-        return len(self)
-
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         rows = self.rows_of(seed, samples)
