@@ -32,10 +32,9 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import StorageError
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._batch import results
-from headrace.io._buffers import populate_read
+from headrace.io._buffers import populate_failed, populate_read
 from headrace.io._ranges import coalesce_arrays
 
 __all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_pages", "page_runs"]
@@ -239,16 +238,8 @@ def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:
                 break
             if code in (errno.EINTR, errno.EAGAIN):
                 continue  # not filled now: the gather faults these in
-            why = exc.strerror or str(exc)
-            if code == errno.EFAULT:
-                # What the gather would have met as SIGBUS: pages past a truncation,
-                # or pages the storage failed to read. Which one is what the user needs.
-                f.check_size()
-                code, why = errno.EIO, "the storage could not read them (an I/O error)"
             lo, hi = a - f.map_address, min(b - f.map_address, f.size)
-            raise StorageError(
-                code, f"{f.path}: reading bytes [{lo}, {hi}) through the file map failed: {why}"
-            ) from exc
+            raise populate_failed(f.path, lo, hi, exc, f.check_size) from exc
         # Without a fault count: a call this slow went to storage (resident: ~2 us).
         slow += time.perf_counter() - t0 > 100e-6
     after = _major_faults()

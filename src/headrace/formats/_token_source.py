@@ -47,7 +47,7 @@ from headrace.io import (
     page_aligned_empty,
 )
 from headrace.io._batch import raise_first
-from headrace.io._buffers import MADV_POPULATE_READ
+from headrace.io._buffers import MADV_POPULATE_READ, populate_failed
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 if TYPE_CHECKING:
@@ -315,16 +315,7 @@ class _Window:
         try:
             madvise(self.memory, start, hi - start, MADV_POPULATE_READ)
         except OSError as exc:
-            code, why = exc.errno or errno.EIO, exc.strerror or str(exc)
-            if code == errno.EFAULT:
-                # What an access would have met as SIGBUS: pages past a truncation, or
-                # pages the storage failed to read. Which one is what the user needs.
-                self.check_size()
-                code, why = errno.EIO, "the storage could not read them (an I/O error)"
-            raise StorageError(
-                code,
-                f"{self.file.path}: reading bytes [{lo}, {hi}) through the file map failed: {why}",
-            ) from exc
+            raise populate_failed(self.file.path, lo, hi, exc, self.check_size) from exc
 
     def check_size(self) -> None:
         """Refuse to touch a mapped window whose file shrank: the access would SIGBUS.

@@ -13,13 +13,23 @@ import ctypes
 import errno
 import mmap
 import os
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["MADV_POPULATE_READ", "PAGE", "madvise", "page_aligned_empty", "populate_read"]
+from headrace.errors import StorageError
+
+__all__ = [
+    "MADV_POPULATE_READ",
+    "PAGE",
+    "madvise",
+    "page_aligned_empty",
+    "populate_failed",
+    "populate_read",
+]
 
 PAGE = mmap.PAGESIZE
 #: Linux 5.14+: fault pages in and return an error instead of raising SIGBUS (not in ``mmap``).
@@ -98,3 +108,21 @@ def populate_read(address: int, length: int) -> None:
     if fn(address, length, MADV_POPULATE_READ) != 0:
         err = ctypes.get_errno() or errno.EINVAL
         raise OSError(err, os.strerror(err))
+
+
+def populate_failed(
+    path: str, lo: int, hi: int, exc: OSError, check_size: Callable[[], None]
+) -> StorageError:
+    """The error for a ``MADV_POPULATE_READ`` of file bytes ``[lo, hi)`` that failed.
+
+    ``EFAULT`` is what an access would have met as SIGBUS: pages past a
+    truncation, or pages the storage failed to read. Which one is what the user
+    needs, so ``check_size`` (which raises for a file that shrank) is asked first.
+    """
+    code, why = exc.errno or errno.EIO, exc.strerror or str(exc)
+    if code == errno.EFAULT:
+        check_size()
+        code, why = errno.EIO, "the storage could not read them (an I/O error)"
+    return StorageError(
+        code, f"{path}: reading bytes [{lo}, {hi}) through the file map failed: {why}"
+    )
