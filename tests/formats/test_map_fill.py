@@ -444,3 +444,18 @@ def test_a_long_stretch_is_cut_into_runs_filled_side_by_side() -> None:
     assert len(runs) >= 8 and all(e - s <= map_fill.RUN for s, e in runs)
     assert runs[0][0] == base and runs[-1][1] >= base + int(rows[-1]) + 4096
     assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(runs))
+
+
+def test_an_interrupted_fill_leaves_its_pages_to_the_gather(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EINTR / EAGAIN from the kernel: the pages are not filled now; the gather faults
+    # them in as before, and nothing is raised.
+    path = tmp_path / "t.arrow"
+    want = _write(path)
+    for code in (errno.EINTR, errno.EAGAIN):
+        monkeypatch.setattr(map_fill, "populate_read", _failing(code))
+        rows = np.arange(11, ROWS, 211)
+        with Table.open(path) as tb:
+            got = tb.read_rows(rows)
+        np.testing.assert_array_equal(got["label"], want["label"].to_numpy()[rows])

@@ -62,3 +62,10 @@ def test_madvise_refuses_memory_that_is_not_a_whole_map() -> None:
     part = np.frombuffer(m, dtype=np.uint8)[PAGE:]
     with pytest.raises(ValueError, match="whole memory map"):
         madvise(part, 0, PAGE, mmap.MADV_DONTNEED)
+
+
+def test_populate_read_wants_a_page_aligned_address() -> None:
+    from headrace.io._buffers import populate_read
+
+    with pytest.raises(ValueError, match="not page-aligned"):
+        populate_read(PAGE + 1, 10)
