@@ -8,9 +8,10 @@ import argparse
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["alternate", "fuse_missing", "median", "one_digest", "parser", "table"]
+__all__ = ["alternate", "fuse_missing", "median", "mount", "one_digest", "parser", "table"]
 
 T = TypeVar("T")
 Result = dict[str, Any]
@@ -25,6 +26,19 @@ def parser(doc: str | None, batches: int | None = None) -> argparse.ArgumentPars
         ap.add_argument("--batches", type=int, default=batches)
     ap.add_argument("--rounds", type=int, default=2, help="A/B pairs")
     return ap
+
+
+def mount(src: Path, mnt: Path, args: argparse.Namespace) -> Any:
+    """A fresh (cold) slowfs mount of ``src`` at ``mnt`` with the options' latencies."""
+    from headrace.emulate import SlowMount
+
+    return SlowMount(
+        src,
+        mnt,
+        read_latency_ms=args.latency_ms,
+        open_latency_ms=args.open_latency_ms,
+        stats_interval_s=0.05,
+    )
 
 
 def fuse_missing() -> bool:

@@ -52,10 +52,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
+from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
 import headrace.formats._tables as tables
-from headrace.emulate import SlowMount
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -106,13 +105,7 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, b_side: bool) -> dict[
     if args.cached:  # the local folder, warm in the page cache: what the fill costs
         bps, first, sha = read(src, args.batches, args.read_ahead)
         return {"bps": bps, "first_s": first, "mif": 0, "reads": 0, "sha": sha}
-    with SlowMount(
-        src,
-        mnt,
-        read_latency_ms=args.latency_ms,
-        open_latency_ms=args.open_latency_ms,
-        stats_interval_s=0.05,
-    ) as m:
+    with mount(src, mnt, args) as m:
         bps, first, sha = read(m.mnt, args.batches, args.read_ahead)
         s = m.stats()
     return {

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
+from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
-from headrace.emulate import SlowMount
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 
@@ -46,13 +45,7 @@ def write(src: Path, n: int) -> None:
 
 
 def trial(src: Path, mnt: Path, args: argparse.Namespace, in_flight: int | None) -> dict[str, Any]:
-    with SlowMount(
-        src,
-        mnt,
-        read_latency_ms=args.latency_ms,
-        open_latency_ms=args.open_latency_ms,
-        stats_interval_s=0.05,
-    ) as m:
+    with mount(src, mnt, args) as m:
         h = hashlib.sha256()
         t0 = time.perf_counter()
         first = 0.0

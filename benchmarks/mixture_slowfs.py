@@ -37,10 +37,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
+from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
 import headrace.pipeline._mixture as mixture
-from headrace.emulate import SlowMount
 from headrace.formats import TableSource
 from headrace.pipeline import Loader, Mixture
 
@@ -92,13 +91,7 @@ def trial(src: Path, mnt: Path, args: argparse.Namespace, side: bool) -> dict[st
     if args.cached:
         bps, first, sha = read(src, args.batches)
         return {"bps": bps, "first_s": first, "mif": 0, "sha": sha}
-    with SlowMount(
-        src,
-        mnt,
-        read_latency_ms=args.latency_ms,
-        open_latency_ms=args.open_latency_ms,
-        stats_interval_s=0.05,
-    ) as m:
+    with mount(src, mnt, args) as m:
         bps, first, sha = read(m.mnt, args.batches)
         mif = m.stats()["max_in_flight"]
     return {"bps": bps, "first_s": first, "mif": mif, "sha": sha}

@@ -25,10 +25,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
+from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
 import headrace.formats._tables as tables
-from headrace.emulate import SlowMount
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -50,13 +49,7 @@ def write(src: Path) -> None:
 
 def trial(src: Path, mnt: Path, args: argparse.Namespace, threads: int) -> dict[str, float | str]:
     tables._DECODE_THREADS = threads  # the pool is made per Table, at its first batch
-    with SlowMount(
-        src,
-        mnt,
-        read_latency_ms=args.latency_ms,
-        open_latency_ms=args.open_latency_ms,
-        stats_interval_s=0.05,
-    ) as m:
+    with mount(src, mnt, args) as m:
         h = hashlib.sha256()
         t0 = time.perf_counter()
         first = 0.0

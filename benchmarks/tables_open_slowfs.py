@@ -32,10 +32,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _slowfs_ab import alternate, fuse_missing, median, one_digest, parser, table
+from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
 import headrace.formats._tables as tables
-from headrace.emulate import SlowMount
 from headrace.formats import Table
 
 SHARDS, ROWS = 8, 33_000
@@ -71,13 +70,7 @@ def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> dict[st
     if one:
         tables.deep_io_pool = lambda: single  # type: ignore[assignment]
     try:
-        with SlowMount(
-            root,
-            mnt,
-            read_latency_ms=args.latency_ms,
-            open_latency_ms=args.open_latency_ms,
-            stats_interval_s=0.05,
-        ) as m:
+        with mount(root, mnt, args) as m:
             t0 = time.perf_counter()
             tb = Table.open(m.mnt)
             took = time.perf_counter() - t0
