@@ -234,28 +234,37 @@ def test_a_port_in_use_is_a_storage_error_naming_it() -> None:
 
 
 @pytest.mark.parametrize(
-    "sent",
+    ("sent", "status"),
     [
-        b"GET /k HTTP/1.1\r\nHost: x\r\n",  # the head cut short, then the client is gone
-        b"GET /k HTTP/1.1\r\nX-Big: " + b"z" * (70 * 1024) + b"\r\n\r\n",  # a 70 KiB head
+        (b"GET /k HTTP/1.1\r\nHost: x\r\n", None),  # the head cut short, then the client is gone
+        (b"GET /k HTTP/1.1\r\nX-Big: " + b"z" * (70 * 1024) + b"\r\n\r\n", b"431"),  # 70 KiB
+        (b"PUT /k HTTP/1.1\r\nContent-Length: ten\r\n\r\n", b"400"),
     ],
-    ids=["partial-head", "head-too-large"],
+    ids=["partial-head", "head-too-large", "bad-length"],
 )
 @pytest.mark.usefixtures("no_leaks")
-def test_a_bad_client_request_closes_only_that_connection(sent: bytes) -> None:
+def test_a_bad_client_request_is_answered_and_closes_only_that_connection(
+    sent: bytes, status: bytes | None
+) -> None:
     upstream = _Upstream(
         lambda conn: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     )
     try:
         with LatencyProxy(upstream.url) as proxy:
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as client:
-                try:
-                    client.sendall(sent)
-                    client.shutdown(socket.SHUT_WR)
-                    answer = client.recv(4096)
-                except ConnectionResetError:  # closed with our bytes unread: RST
-                    answer = b""
-                assert answer == b""  # closed, nothing forwarded
+                client.sendall(sent)
+                client.shutdown(socket.SHUT_WR)
+                answer = b""
+                while chunk := client.recv(65536):
+                    answer += chunk
+            if status is None:
+                assert answer == b""  # closed: nothing to answer, nothing forwarded
+            else:
+                # Answered with the reason, then closed; nothing forwarded.
+                assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+                assert b"Connection: close" in answer
+                reason = answer.partition(b"\r\n\r\n")[2]
+                assert (b"64 KiB" if status == b"431" else b"malformed") in reason
             assert _get(proxy.port) == (200, b"ok")  # the proxy serves on
             assert proxy.stats.requests == 1
     finally:

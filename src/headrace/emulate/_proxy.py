@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -174,7 +175,24 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
             raise
         return None
     except asyncio.LimitOverrunError:
-        raise ConnectionError("HTTP head too large") from None
+        raise _HeadTooLarge(f"HTTP head over {_MAX_HEAD // 1024} KiB") from None
+
+
+class _HeadTooLarge(ConnectionError):
+    """A message head past ``_MAX_HEAD`` (a ConnectionError: from upstream, a 502)."""
+
+
+async def _discard_head(reader: asyncio.StreamReader) -> None:
+    """Read the rest of an oversized head (at most 1 MiB more, 1 s), so that closing
+    after the answer does not reset the connection with the answer unread."""
+    seen = b""
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        async with asyncio.timeout(1.0):
+            for _ in range(16):
+                chunk = await reader.read(_MAX_HEAD)
+                if not chunk or b"\r\n\r\n" in seen[-3:] + chunk:
+                    return
+                seen = chunk
 
 
 async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: bool) -> bytes:
@@ -241,7 +259,8 @@ class LatencyProxy(Closing):
     upstream. An upstream that refuses the connection, cannot be resolved,
     closes or resets it before its response is complete, or sends a malformed
     head is answered ``502 Bad Gateway``, with a body naming the upstream and
-    the problem. ``max_concurrent`` makes a
+    the problem. A client whose request head is over 64 KiB gets ``431``, one
+    with a malformed head ``400``. ``max_concurrent`` makes a
     store with a request limit, as an S3 prefix has: a request that arrives
     while that many are being served is answered ``503 SlowDown`` (after the
     latency, as a real answer would be), counted in ``throttled``.
@@ -433,10 +452,18 @@ class LatencyProxy(Closing):
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Relay one request; False when the client connection should close."""
-        head = await _read_head(reader)
+        try:
+            head = await _read_head(reader)
+        except _HeadTooLarge as exc:
+            # Answered as a server would (431), so a client sees why, not a bare close.
+            await _discard_head(reader)
+            return await _answer_error(writer, "431 Request Header Fields Too Large", str(exc))
         if head is None:
             return False
-        request = _Message(head)
+        try:
+            request = _Message(head)
+        except ValueError as exc:
+            return await _answer_error(writer, "400 Bad Request", f"malformed request: {exc}")
         body = await _read_body(reader, request, until_eof=False)
         with self._lock:
             s = self._stats
