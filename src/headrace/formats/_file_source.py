@@ -37,7 +37,7 @@ from headrace.formats._files import FileFormat, file_format
 from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
-from headrace.io._mounts import is_network_fs
+from headrace.io._mounts import any_on_network_fs
 
 __all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode", "default_decode_threads"]
 
@@ -249,9 +249,9 @@ class FileSource(Closing):
 
     def _default_in_flight(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
-        measured 3x 16 on a 20 ms mount), 16 on a local disk."""
+        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
         f = self.files
-        if f.remote or (len(f) and is_network_fs(f.name(0))):
+        if f.remote or any_on_network_fs(f.name(i) for i in range(len(f))):
             return DEFAULT_REMOTE_IN_FLIGHT
         return DEFAULT_LOCAL_IN_FLIGHT
 
