@@ -49,6 +49,7 @@ Nothing here imports torch: workers never load it.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import mmap
 import multiprocessing as mp
@@ -372,6 +373,7 @@ class WorkerBatches:
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
         self.pickled_chunks = 0  # chunks that came through the pipe, not a slot
+        _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Batch]:
         self.close()
@@ -552,15 +554,17 @@ class WorkerBatches:
         """
         for ready in self._ready:  # batches not handed out: their slots may go
             ready.clear()
+        if self._alive is None and not self._procs:
+            return  # closed already (perhaps at exit, before this iterator's finaliser)
         if self._alive is not None:  # first: a worker in a long read leaves after a grace
             self._alive.close()
             self._alive = None
         for c in (*self._out, *self._back):
             c.close()
-        deadline = time.monotonic() + _STOP_S
+        deadline = _monotonic() + _STOP_S
         try:
             for p in self._procs:
-                p.join(timeout=max(0.0, deadline - time.monotonic()))
+                p.join(timeout=max(0.0, deadline - _monotonic()))
         finally:
             # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
             # just as it came): no worker outlives close(), none is left listed.
@@ -573,6 +577,23 @@ class WorkerBatches:
                     p.join()
                 p.close()
             self._procs, self._out, self._back, self._rings = [], [], [], []
+
+
+# Bound here: an iterator still held when the interpreter ends is finalised after the
+# modules are torn down, when ``time`` may already be None.
+_monotonic = time.monotonic
+
+#: Iterations whose workers may still run: stopped at exit, before multiprocessing's
+#: own exit handler (registered earlier, so run later) SIGTERMs daemon processes. A
+#: worker ended that way cannot unlink a ring it has not handed over yet, and the
+#: resource tracker warned of a "leaked shared_memory object" at every such exit.
+_LIVE: weakref.WeakSet[WorkerBatches] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live() -> None:
+    for batches in list(_LIVE):
+        batches.close()
 
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
+from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 from typing import Any, Literal
 
@@ -314,17 +315,26 @@ class TorchDataset(IterableDataset[TensorBatch]):
         return state
 
 
-def _preload_torch(ctx: BaseContext) -> None:
-    """Have a not yet started forkserver import torch once, for all its workers.
+def _start_fork_server(ctx: BaseContext) -> None:
+    """Start the fork server now, importing torch and headrace once for all workers.
 
     Each worker imports the main script again (as ``spawn`` does), and a script
     that uses this module imports torch: 1 s a worker, every iteration, measured.
     Python 3.11's forkserver means to preload ``__main__`` but does not (it looks
     for a ``main_path`` that ``spawn`` no longer sends); with torch already
-    imported in the server, the script's import of it is free.
+    imported in the server, the script's import of it is free, and with
+    headrace's readers imported there, so is unpickling the source (0.1-0.3 s a
+    worker here). Started when the loader is made, not at its first batch, so
+    that those imports overlap whatever the script does in between (building
+    the model): with 2 s between the two, the first batch came 2.17 s after
+    ``iter()`` with the server started by it and 0.09 s with the server started
+    at construction (``benchmarks/torch_first_batch.py``, 4 alternations,
+    medians, load average 7, same digest); with nothing in between, 1.34 vs
+    1.33 s. A server already running (an earlier loader's) is used as it is.
     """
     if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(["__main__", "torch"])
+        ctx.set_forkserver_preload(["__main__", "torch", "headrace._shm_ring", "headrace.formats"])
+        forkserver.ensure_running()
 
 
 _NOT_ALLOWED = (
@@ -411,7 +421,7 @@ class HeadraceDataLoader(Closing):
         # Checked now, not at the first batch.
         self.context = mp_context(multiprocessing_context) if num_workers else None
         if multiprocessing_context is None and self.context is not None:
-            _preload_torch(self.context)
+            _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
         self.step: int = dataset.state_dict()["step"]

@@ -335,3 +335,28 @@ def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
         assert mapped_rings() == rings
     finally:
         kill_left(pids, pid_exited)
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "not-closed"])
+def test_a_script_ending_with_an_iterator_held_exits_quietly(
+    root: Path, tmp_path: Path, closed: bool
+) -> None:
+    # The iterator is a module global: Python finalises it at shutdown, after tearing
+    # modules down; its close() then met ``time`` as None and printed "Exception ignored".
+    script = tmp_path / "held.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from _adapter_data import BATCH, token_source\n"
+        "from headrace import torch as ht\n"
+        "if __name__ == '__main__':\n"
+        f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
+        "    dl = ht.HeadraceDataLoader(ds, num_workers=2)\n"
+        "    it = iter(dl)\n"
+        "    next(it)\n" + ("    dl.close()\n" if closed else "")
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
