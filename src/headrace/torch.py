@@ -256,6 +256,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self._start, self._phase, self.seed = st.step, phase, st.seed
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
+        self._close_loader()
+
+    def _close_loader(self) -> None:
+        """End this process's iteration: its read-ahead thread stops, its files close."""
         if self._loader is not None:
             self._loader.close()
             self._loader = None
@@ -282,8 +286,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
-        if self._loader is not None:  # a new iteration supersedes the last one
-            self._loader.close()
+        self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
             self.source,
             batch_size=self.batch_size,
@@ -489,10 +492,13 @@ class HeadraceDataLoader(Closing):
             )
 
     def close(self) -> None:
-        """Stop the workers of the last iteration, if any (tensors handed out stay valid)."""
+        """Stop the last iteration: its workers, or without workers its read-ahead
+        thread and open files (tensors handed out stay valid). Iterating again
+        continues at the consumer's step."""
         if self._workers is not None:
             self._workers.close()
             self._workers = None
+        self.dataset._close_loader()
 
     def state_dict(self) -> dict[str, Any]:
         """``{"step": next global step the consumer has not received, seed, ...}``."""

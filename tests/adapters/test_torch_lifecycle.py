@@ -43,7 +43,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def loader(root: Path, steps: int | None = STEPS, **kw: Any) -> ht.HeadraceDataLoader:
     ds = ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=steps)
-    return ht.HeadraceDataLoader(ds, num_workers=2, **kw)
+    return ht.HeadraceDataLoader(ds, **{"num_workers": 2, **kw})
 
 
 def worker_pids(dl: ht.HeadraceDataLoader) -> list[int]:
@@ -338,11 +338,15 @@ def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
 
 
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "not-closed"])
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_script_ending_with_an_iterator_held_exits_quietly(
-    root: Path, tmp_path: Path, closed: bool
+    root: Path, tmp_path: Path, closed: bool, workers: int
 ) -> None:
     # The iterator is a module global: Python finalises it at shutdown, after tearing
-    # modules down; its close() then met ``time`` as None and printed "Exception ignored".
+    # modules down; its close() then failed ("Exception ignored ... sys.meta_path is
+    # None" without workers), and with workers multiprocessing's exit handler had
+    # SIGTERMed a worker before it unlinked its ring (the resource tracker's "leaked
+    # shared_memory objects" warning). Both now close at exit, before either.
     script = tmp_path / "held.py"
     script.write_text(
         "from pathlib import Path\n"
@@ -350,7 +354,7 @@ def test_a_script_ending_with_an_iterator_held_exits_quietly(
         "from headrace import torch as ht\n"
         "if __name__ == '__main__':\n"
         f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
-        "    dl = ht.HeadraceDataLoader(ds, num_workers=2)\n"
+        f"    dl = ht.HeadraceDataLoader(ds, num_workers={workers})\n"
         "    it = iter(dl)\n"
         "    next(it)\n" + ("    dl.close()\n" if closed else "")
     )
@@ -360,3 +364,23 @@ def test_a_script_ending_with_an_iterator_held_exits_quietly(
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_close_without_workers_stops_the_read_ahead_and_iterating_again_continues(
+    root: Path,
+) -> None:
+    def prefetching() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "headrace-prefetch"]
+
+    straight = [b["x"].clone() for b in loader(root, num_workers=0)]
+    dl = loader(root, num_workers=0)
+    it = iter(dl)
+    got = [next(it)["x"].clone() for _ in range(3)]
+    assert prefetching()  # reading ahead of the consumer
+    dl.close()
+    assert not prefetching()  # joined by close(), not left to the garbage collector
+    with pytest.raises(StateError, match="stale"):
+        next(it)
+    got += [b["x"].clone() for b in dl]  # from the consumer's step on
+    assert len(got) == len(straight)
+    assert all(torch.equal(a, b) for a, b in zip(got, straight, strict=True))

@@ -11,6 +11,7 @@ work. Both give identical batches: the plan is a pure function of
 
 from __future__ import annotations
 
+import atexit
 import enum
 import inspect
 import os
@@ -18,6 +19,7 @@ import queue
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
@@ -258,6 +260,7 @@ class Loader(Closing):
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
+        _OPEN.add(self)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue[object] | None = None
@@ -612,6 +615,20 @@ class Loader(Closing):
             else:
                 close()
         self.status = LoaderStatus.CLOSED
+
+
+#: Loaders not closed yet, closed at exit while the interpreter is whole. An iterator
+#: still held then (a script that ends inside its loop, or keeps ``it = iter(loader)``)
+#: is finalised later, after modules are torn down, and its close() printed
+#: "Exception ignored ... ImportError: sys.meta_path is None".
+_OPEN: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open() -> None:
+    for loader in list(_OPEN):
+        if loader.status is not LoaderStatus.CLOSED:
+            loader.close()
 
 
 def _stale() -> StateError:
