@@ -1,4 +1,4 @@
-"""headrace beside the loaders users would otherwise pick: torch DataLoader, Streaming, Grain.
+"""headrace beside the loaders users would otherwise pick: torch, torchdata, Streaming, Grain.
 
 The rivals are not headrace dependencies: put them in a venv of their own that sees the
 installed packages (torch, NumPy) and run the script with that venv's Python:
@@ -9,7 +9,8 @@ installed packages (torch, NumPy) and run the script with that venv's Python:
         mosaicml-streaming grain
     PYTHONPATH=src /tmp/headrace-rivals-venv/bin/python benchmarks/rivals.py [--quick]
 
-(The constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
+(torchdata's StatefulDataLoader comes with the installed torchdata >= 0.11, if any. The
+constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
 mosaicml-streaming to 0.10.0, the last release without a `numpy<2.2` pin.) A rival that
 does not import is skipped, with the reason and the pip command printed.
 
@@ -22,6 +23,8 @@ cache, and a consumer that does nothing with each batch. Sides:
   torch w=0 / w=2         DataLoader over a map-style Dataset on np.memmap (nanoGPT-like):
                           sample i = t[i*L : i*L+L+1], shuffle=True with a seeded generator,
                           drop_last, persistent_workers with workers; resume = skip-ahead
+  torchdata w=0 / w=2     torchdata's StatefulDataLoader, configured as the torch sides;
+                          resume = its state_dict / load_state_dict
   streaming w=0 / w=2     MDS shards of the same samples (MDSWriter, no compression), then
                           StreamingDataset(local=..., shuffle=True, batch_size=B) under
                           StreamingDataLoader; resume = its state_dict / load_state_dict
@@ -40,22 +43,27 @@ What is measured, per side (each loader's own defaults unless said):
   resume s    seconds from restoring a state at step 100,000 to the first batch after it.
               The state is the loader's own, saved at the end of a trial and advanced to
               step 100,000 in its own format (a step count; Streaming's epoch and
-              sample_in_epoch; Grain's last_seen_indices / next_index); the advance rule
-              is checked against a real saved state (below). torch has no state: users
-              skip ahead by iterating, so its figure is first s + 100,000 / batches/s,
-              marked "est." (running it would take minutes).
+              sample_in_epoch; torchdata's generator state at the epoch's permutation and
+              the batches yielded in the epoch; Grain's last_seen_indices / next_index);
+              the advance rule is checked against real saved states (below). torch has no
+              state: users skip ahead by iterating, so its figure is first s + 100,000 /
+              batches/s, marked "est." (running it would take minutes).
   resume ok   a run saves its state at step --check-step (300; 100 with --quick) and goes
               on for 50 batches; a fresh loader restores that state and gives 50 batches:
-              SHA-256 equal? Also checked: a rerun from step 0 gives the same first 50
-              batches, and the state at --check-step equals the state at half of it,
-              advanced. On every side but Grain threads=0 (with --quick: w=0 sides only).
+              SHA-256 equal? The same run then saves its state 25 batches before the end
+              of the second epoch and goes on for 50, into the third epoch; restored, the
+              same? Also checked: a rerun from step 0 gives the same first 50 batches, and
+              the states at --check-step and before the end of the second epoch equal the
+              states at half of --check-step and at --check-step, advanced. On every side
+              but Grain threads=0 (with --quick: w=0 sides only).
   w0 = w2     the first 50 batches with 0 and with 2 workers equal (SHA-256)?
 Samples differ between loaders (each has its own shuffle): digests are compared within a
 loader only. Preparation (the token file, MDS conversion) is reported apart.
 
 Exit status 1 if a loader fails a determinism property it claims: every loader claims
-reruns and resume; headrace, torch (sampler in the main process) and Streaming ("elastic
-determinism": the same order for any number of workers) claim worker-count invariance;
+reruns and resume; headrace, torch and torchdata (sampler in the main process) and
+Streaming ("elastic determinism": the same order for any number of workers) claim
+worker-count invariance;
 Grain does not (each worker batches its own records), so its w0 = w2 is only reported.
 
 Predictions, written before the first full run (after an 8 MiB smoke test of the rival
@@ -69,12 +77,27 @@ torch). Resume at step 100,000: headrace = its first batch (closed form); Stream
 Grain about their first batch (both restore in O(1) or O(epoch)); torch skip-ahead ~60 s
 (est.). Resume bit-exact: yes for all. w0 = w2: yes for headrace, torch, Streaming; no
 for Grain. Measured against these: docs/bench.md, "Against other loaders".
+
+Predictions for torchdata's StatefulDataLoader, written before its first run here (after
+a 200-sample probe of its state format, which showed the resume defect below): w=0 about
+torch w=0 (the same fetch and collate; a Python sampler iterator and a few counters more
+per batch), ~5,000 batches/s; w=2 below torch w=2 (~900) as its workers also snapshot
+their state with every batch by default (snapshot_every_n_steps=1), ~700. First batch as
+torch's (w=0 ~0.005 s, w=2 ~0.05 s). Resume at step 100,000: it redraws the epoch's
+permutation and skips the epoch's 55,808 consumed indices one by one in Python, ~0.02 s
+(w=0), plus starting workers, ~0.1 s (w=2). Resume bit-exact inside an epoch: yes; over an
+epoch end, w=0: NO (the probe: with w=0 a new iterator draws its base seed from the
+generator that shuffles, after the epoch's permutation; a restore replays the permutation
+but not that draw, so every epoch after the one resumed in differs from an uninterrupted
+run), w=2: yes. w0 = w2: yes. Its first 50 batches differ from torch's (it draws the
+permutation before the base seed, torch's sampler after).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import hashlib
 import importlib
@@ -109,7 +132,7 @@ B, L, SEED, K = 32, 1024, 1, 50
 RESUME_STEP = 100_000
 WARM = 8  # batches taken before the clock in trials after the first (the first digests 50)
 # Loaders that claim the same batches for any number of workers (Grain does not).
-CLAIM_WORKERS = ("headrace", "torch", "streaming")
+CLAIM_WORKERS = ("headrace", "torch", "torchdata", "streaming")
 PIP = (
     "pip freeze | grep -E '^(numpy|torch)==' > /tmp/rivals-constraints.txt && "
     "pip install -c /tmp/rivals-constraints.txt mosaicml-streaming grain  "
@@ -227,6 +250,19 @@ def import_grain() -> tuple[types.ModuleType | None, str]:
     return gp, ""
 
 
+def import_torchdata() -> tuple[Any, str]:
+    """torchdata's StatefulDataLoader (a class), or None and why."""
+    try:
+        mod = importlib.import_module("torchdata.stateful_dataloader")
+    except ModuleNotFoundError as exc:
+        return None, f"{exc}; install: pip install torchdata (in the venv)"
+    except Exception as exc:
+        return None, f"import torchdata.stateful_dataloader: {type(exc).__name__}: {exc}"
+    # Its constructor calls the deprecated torch.set_vital, which warns once per loader.
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    return mod.StatefulDataLoader, ""
+
+
 def version(dist: str) -> str:
     try:
         return md.version(dist)
@@ -334,6 +370,56 @@ def torch_side(path: Path, workers: int) -> Side:
         f"torch DataLoader w={workers}", "torch", workers, open_, advance, check=True,
         skip_resume=True,
     )  # fmt: skip
+
+
+def stateful_side(sdl: Any, path: Path, n: int, workers: int) -> Side:
+    """torchdata's StatefulDataLoader, configured as the torch sides; resume = its state_dict."""
+    per_epoch = n // B
+
+    def open_(state: Any) -> Live:
+        dl = sdl(
+            MemmapSamples(path),
+            batch_size=B,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(SEED),
+            num_workers=workers,
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
+        if state is not None:
+            dl.load_state_dict(state)
+        gen = epochs(dl)
+        return Live((arrays(b) for b in gen), dl.state_dict, gen.close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        # The state is per epoch: the generator's state when the epoch's permutation was
+        # drawn, and the batches yielded in the epoch (a state at its last batch stays in
+        # it). Later epochs' generator states come from replaying the draws between them:
+        # the permutation, and with w=0 the base seed each new iterator draws from the same
+        # generator (persistent workers keep theirs).
+        ea, eb = (a - 1) // per_epoch, (b - 1) // per_epoch
+        local = b - eb * per_epoch
+        s = copy.deepcopy(state)
+        main = s["_snapshot"]["_main_snapshot"] if workers else s
+        it = main["_sampler_iter_state"]
+        g = torch.Generator()
+        g.set_state(it["sampler_iter_state"]["generator"])
+        for _ in range(eb - ea):
+            torch.randperm(n, generator=g)
+            if workers == 0:
+                torch.empty((), dtype=torch.int64).random_(generator=g)
+        it["sampler_iter_state"]["generator"] = g.get_state()
+        it["samples_yielded"] = it["sampler_iter_state"]["yielded"] = local * B
+        main["_sampler_iter_yielded"] = local
+        if workers:
+            s["_snapshot"]["_snapshot_step"] = local
+            s["_snapshot"]["_last_yielded_worker_id"] = (local - 1) % workers
+        else:
+            s["_num_yielded"] = local
+        return s
+
+    return Side(f"torchdata StatefulDataLoader w={workers}", "torchdata", workers, open_, advance,
+                check=True)  # fmt: skip
 
 
 def streaming_side(st: types.ModuleType, mds: Path, n: int, workers: int) -> Side:
@@ -446,27 +532,46 @@ def trial(side: Side, seconds: float, first: bool) -> None:
     gc.collect()
 
 
-def check_resume(side: Side, step: int) -> None:
-    """Rerun, resume after a saved state, and the advance rule, on a fresh run."""
+def check_resume(side: Side, step: int, per_epoch: int) -> None:
+    """Rerun, resume after a saved state, and the advance rule, on a fresh run.
+
+    Twice: at ``step`` (inside the first epoch), and K/2 batches before the end of the
+    second epoch, so that the K batches after the resume cross into the third and the
+    advance from ``step`` crosses an epoch.
+    """
     live = side.open(None)
     side.checks["rerun"] = digest_of(live, K) == side.digest
     half = step // 2 - (step // 2) % side.step_multiple
+    cross = 2 * per_epoch - K // 2
+    cross -= cross % side.step_multiple
     live.take(half - live.consumed)
     at_half = live.save()
     live.take(step - live.consumed)
     saved = live.save()
     expected = digest_of(live, K)
+    live.take(cross - live.consumed)
+    saved_x = live.save()
+    expected_x = digest_of(live, K)
     live.close()
     side.checks["advance"] = same_state(side.advance(at_half, half, step), saved)
-    live = side.open(saved)
-    side.checks["resume"] = digest_of(live, K) == expected
-    live.close()
-    gc.collect()
+    side.checks["advance over an epoch"] = same_state(side.advance(saved, step, cross), saved_x)
+    resumes = (("resume", saved, expected), ("resume over an epoch end", saved_x, expected_x))
+    for name, state, want in resumes:
+        live = side.open(state)
+        side.checks[name] = digest_of(live, K) == want
+        live.close()
+        gc.collect()
 
 
 def same_state(a: Any, b: Any) -> bool:
     if isinstance(a, bytes):  # Grain's JSON
         return bool(json.loads(a) == json.loads(b))
+    if isinstance(a, torch.Tensor):  # torchdata's generator states
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+        )
     return bool(a == b)
 
 
@@ -512,7 +617,7 @@ def report(sides: list[Side], base: Side) -> None:
             same = "no (not claimed)"
         exact = None
         if s.checks:
-            exact = s.checks["resume"] and s.checks["rerun"]
+            exact = all(ok for k, ok in s.checks.items() if not k.startswith("advance"))
         resume = "-" if s.resume_s is None else f"{s.resume_s:,.3f}"
         if s.resume_est:
             resume = f"~{s.resume_s:,.0f} (est.)"
@@ -543,7 +648,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=None)
     p.add_argument("--trial-s", type=float, default=None, help="seconds timed per trial")
     p.add_argument("--check-step", type=int, default=None, help="resume check's step")
-    p.add_argument("--only", nargs="*", default=None, help="families: headrace torch ...")
+    p.add_argument(
+        "--only", nargs="*", default=None, help="families: headrace torch torchdata streaming grain"
+    )
     a = p.parse_args()
     mib = 32 if a.quick else 256
     trials = a.trials or (2 if a.quick else 3)
@@ -551,14 +658,18 @@ def main() -> int:
     step = a.check_step or (100 if a.quick else 300)
     torch.set_num_threads(1)
 
+    sdl, sdl_note = import_torchdata()
     st, st_note = import_streaming()
     gp, gp_note = import_grain()
     out(
         f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; headrace "
         f"{headrace.__version__}, numpy {np.__version__}, torch {torch.__version__}, "
-        f"mosaicml-streaming {version('mosaicml-streaming')}, grain {version('grain')}"
+        f"torchdata {version('torchdata')}, mosaicml-streaming {version('mosaicml-streaming')}, "
+        f"grain {version('grain')}"
     )
+    if sdl_note:
+        out(f"torchdata: SKIPPED: {sdl_note}")
     if st_note:
         out(f"streaming: {'SKIPPED: ' if st is None else ''}{st_note}")
     if gp_note:
@@ -580,6 +691,8 @@ def main() -> int:
         torch_side(path, 0),
         torch_side(path, 2),
     ]
+    if sdl is not None:
+        sides += [stateful_side(sdl, path, n, 0), stateful_side(sdl, path, n, 2)]
     if st is not None:
         mds = a.root / f"mds-{mib}m"
         t0 = time.perf_counter()
@@ -612,7 +725,7 @@ def main() -> int:
         out(f"trial {t + 1}/{trials} done, {time.perf_counter() - t_all:.0f} s")
     for s in sides:
         if s.check and (s.workers == 0 or not a.quick):
-            check_resume(s, step)
+            check_resume(s, step, n // B)
         resume_cost(s)
     out(f"checks and resumes done, {time.perf_counter() - t_all:.0f} s")
 
