@@ -25,6 +25,12 @@ cache, and a consumer that does nothing with each batch. Sides:
                           drop_last, persistent_workers with workers; resume = skip-ahead
   torchdata w=0 / w=2     torchdata's StatefulDataLoader, configured as the torch sides;
                           resume = its state_dict / load_state_dict
+  torchdata.nodes w=0 / 2 the pipeline of torchdata's migration guide on the same Dataset:
+                          SamplerWrapper, Batcher(B, drop_last), Mapper (w=0) or
+                          ParallelMapper(method="process", in_order=True) and Prefetcher
+                          (w=2), Loader; the sampler a DistributedSampler over one replica,
+                          seed 1 (the guide's RandomSampler does not resume past epoch 0);
+                          resume = Loader.state_dict / load_state_dict
   streaming w=0 / w=2     MDS shards of the same samples (MDSWriter, no compression), then
                           StreamingDataset(local=..., shuffle=True, batch_size=B) under
                           StreamingDataLoader; resume = its state_dict / load_state_dict
@@ -91,6 +97,14 @@ generator that shuffles, after the epoch's permutation; a restore replays the pe
 but not that draw, so every epoch after the one resumed in differs from an uninterrupted
 run), w=2: yes. w0 = w2: yes. Its first 50 batches differ from torch's (it draws the
 permutation before the base seed, torch's sampler after).
+
+torchdata.nodes, predicted after one --quick run of all torchdata sides (which also showed
+StatefulDataLoader's w=0 and w=2 giving different batches, not predicted above: its w=2
+iterator draws and discards one permutation before the first epoch): w=0 about torch
+w=0, ~5,000 batches/s; w=2 ~600 (a process pool behind a prefetch thread; --quick: 530);
+first batch w=0 ~0.002 s, w=2 ~0.1 s; resume at step 100,000: the sampler reshuffles for
+the epoch and skips 55,808 indices, ~0.01 s (w=0), ~0.1 s (w=2); bit-exact over an epoch
+end: yes; w0 = w2: yes.
 """
 
 from __future__ import annotations
@@ -121,7 +135,7 @@ from typing import Any
 import numpy as np
 import torch
 from _out import out
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
 import headrace
 from headrace.formats import TokenSource
@@ -132,7 +146,7 @@ B, L, SEED, K = 32, 1024, 1, 50
 RESUME_STEP = 100_000
 WARM = 8  # batches taken before the clock in trials after the first (the first digests 50)
 # Loaders that claim the same batches for any number of workers (Grain does not).
-CLAIM_WORKERS = ("headrace", "torch", "torchdata", "streaming")
+CLAIM_WORKERS = ("headrace", "torch", "torchdata", "torchdata-nodes", "streaming")
 PIP = (
     "pip freeze | grep -E '^(numpy|torch)==' > /tmp/rivals-constraints.txt && "
     "pip install -c /tmp/rivals-constraints.txt mosaicml-streaming grain  "
@@ -183,6 +197,16 @@ class MemmapSamples(Dataset[torch.Tensor]):
         if self._m is None:
             self._m = np.memmap(self.path, dtype=np.uint32, mode="r")
         return torch.from_numpy(np.array(self._m[i * L : i * L + L + 1]))
+
+
+class MapAndCollate:
+    """torchdata.nodes' map function from its migration guide: a batch of indices to a batch."""
+
+    def __init__(self, ds: MemmapSamples) -> None:
+        self.ds = ds
+
+    def __call__(self, idx: list[int]) -> torch.Tensor:
+        return default_collate([self.ds[i] for i in idx])  # type: ignore[no-any-return]
 
 
 class GrainSource:
@@ -250,17 +274,18 @@ def import_grain() -> tuple[types.ModuleType | None, str]:
     return gp, ""
 
 
-def import_torchdata() -> tuple[Any, str]:
-    """torchdata's StatefulDataLoader (a class), or None and why."""
+def import_torchdata() -> tuple[Any, types.ModuleType | None, str]:
+    """torchdata's StatefulDataLoader (a class) and torchdata.nodes, or None and why."""
     try:
         mod = importlib.import_module("torchdata.stateful_dataloader")
+        nodes = importlib.import_module("torchdata.nodes")
     except ModuleNotFoundError as exc:
-        return None, f"{exc}; install: pip install torchdata (in the venv)"
+        return None, None, f"{exc}; install: pip install torchdata (in the venv)"
     except Exception as exc:
-        return None, f"import torchdata.stateful_dataloader: {type(exc).__name__}: {exc}"
+        return None, None, f"import torchdata: {type(exc).__name__}: {exc}"
     # Its constructor calls the deprecated torch.set_vital, which warns once per loader.
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
-    return mod.StatefulDataLoader, ""
+    return mod.StatefulDataLoader, nodes, ""
 
 
 def version(dist: str) -> str:
@@ -419,6 +444,55 @@ def stateful_side(sdl: Any, path: Path, n: int, workers: int) -> Side:
         return s
 
     return Side(f"torchdata StatefulDataLoader w={workers}", "torchdata", workers, open_, advance,
+                check=True)  # fmt: skip
+
+
+def nodes_side(tn: types.ModuleType, path: Path, n: int, workers: int) -> Side:
+    """torchdata.nodes as its migration guide builds a DataLoader, with an epoch-seeded sampler.
+
+    The guide's RandomSampler keeps no state: a restore in a later epoch replays epoch 0's
+    permutation. SamplerWrapper saves the epoch and calls set_epoch, so the sampler here is
+    one that reshuffles by epoch: DistributedSampler over one replica (its epoch 0 is
+    RandomSampler's with the same seed).
+    """
+    per_epoch = n // B
+
+    def open_(state: Any) -> Live:
+        ds = MemmapSamples(path)
+        sampler = DistributedSampler(
+            ds, num_replicas=1, rank=0, shuffle=True, seed=SEED, drop_last=True
+        )
+        node = tn.Batcher(tn.SamplerWrapper(sampler), batch_size=B, drop_last=True)
+        if workers:
+            node = tn.ParallelMapper(
+                node, MapAndCollate(ds), num_workers=workers, method="process", in_order=True
+            )
+            node = tn.Prefetcher(node, prefetch_factor=2 * workers)
+        else:
+            node = tn.Mapper(node, MapAndCollate(ds))
+        loader = tn.Loader(node)
+        if state is not None:
+            loader.load_state_dict(state)
+        gen = epochs(loader)
+        return Live((arrays(b) for b in gen), loader.state_dict, gen.close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        del a
+        # Per epoch too, a state at the epoch's last batch staying in it; the sampler's
+        # state (epoch, samples yielded) sits under one node per stage.
+        epoch = (b - 1) // per_epoch
+        local = b - epoch * per_epoch
+        s = copy.deepcopy(state)
+        s["num_yielded"] = local
+        todo = [s["root"]]
+        while todo:
+            d = todo.pop()
+            if "_epoch" in d:
+                d["_epoch"], d["_num_yielded"] = epoch, local * B
+            todo += [v for v in d.values() if isinstance(v, dict)]
+        return s
+
+    return Side(f"torchdata.nodes w={workers}", "torchdata-nodes", workers, open_, advance,
                 check=True)  # fmt: skip
 
 
@@ -658,7 +732,7 @@ def main() -> int:
     step = a.check_step or (100 if a.quick else 300)
     torch.set_num_threads(1)
 
-    sdl, sdl_note = import_torchdata()
+    sdl, tn, sdl_note = import_torchdata()
     st, st_note = import_streaming()
     gp, gp_note = import_grain()
     out(
@@ -693,6 +767,8 @@ def main() -> int:
     ]
     if sdl is not None:
         sides += [stateful_side(sdl, path, n, 0), stateful_side(sdl, path, n, 2)]
+    if tn is not None:
+        sides += [nodes_side(tn, path, n, 0), nodes_side(tn, path, n, 2)]
     if st is not None:
         mds = a.root / f"mds-{mib}m"
         t0 = time.perf_counter()
