@@ -1,4 +1,4 @@
-"""headrace beside the loaders users would otherwise pick: torch, torchdata, Streaming, Grain.
+"""headrace beside the loaders users would otherwise pick: torch, torchdata, Streaming, Grain, DALI.
 
 The rivals are not headrace dependencies: put them in a venv of their own that sees the
 installed packages (torch, NumPy) and run the script with that venv's Python:
@@ -9,7 +9,9 @@ installed packages (torch, NumPy) and run the script with that venv's Python:
         mosaicml-streaming grain
     PYTHONPATH=src /tmp/headrace-rivals-venv/bin/python benchmarks/rivals.py [--quick]
 
-(torchdata's StatefulDataLoader comes with the installed torchdata >= 0.11, if any. The
+(torchdata's StatefulDataLoader comes with the installed torchdata >= 0.11, if any. DALI
+is optional: `pip install -c /tmp/rivals-constraints.txt nvidia-dali-cuda120` in the same
+venv, a 424 MB wheel and 100 MB of CUDA codec wheels, 1 GB installed; it runs CPU-only. The
 constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
 mosaicml-streaming to 0.10.0, the last release without a `numpy<2.2` pin.) A rival that
 does not import is skipped, with the reason and the pip command printed.
@@ -39,6 +41,10 @@ cache, and a consumer that does nothing with each batch. Sides:
                           ReadOptions (16 read threads); resume = iterator get_state/set_state
   grain w=0 threads=0     the same with ReadOptions(num_threads=0): faster here (docs/bench.md)
   grain MapDataset        MapDataset.source(...).shuffle(1).repeat().batch(B).to_iter_dataset()
+  DALI w=0 / w=2 (CPU)    Pipeline(device_id=None, enable_checkpointing=True) of one
+                          fn.external_source: a per-sample callback on the same memmap, its
+                          own permutation per epoch (DALI does not shuffle an external
+                          source); w=2: parallel=True, py_num_workers=2; resume = a checkpoint
 
 What is measured, per side (each loader's own defaults unless said):
   batches/s   steady state, payload GB/s = B x (L+1) x 4 bytes per batch for every side;
@@ -105,6 +111,14 @@ w=0, ~5,000 batches/s; w=2 ~600 (a process pool behind a prefetch thread; --quic
 first batch w=0 ~0.002 s, w=2 ~0.1 s; resume at step 100,000: the sampler reshuffles for
 the epoch and skips 55,808 indices, ~0.01 s (w=0), ~0.1 s (w=2); bit-exact over an epoch
 end: yes; w0 = w2: yes.
+
+DALI, predicted after a probe of its CPU-only external source on the 32 MiB file (3,018
+batches/s w=0, 755 w=2) and one --quick run (3,544 and 882): w=0 ~3,000 batches/s (a Python
+callback per sample, like torch's __getitem__, then a copy into DALI's batch), w=2 ~800;
+first batch ~0.005 s (w=0), ~0.04 s (w=2, forked workers); resume at step 100,000: the
+checkpoint holds the epoch and the batch in it, and the callback is a function of the
+sample's place, so ~0.005 s (w=0), ~0.05 s (w=2); bit-exact over an epoch end: yes; w0 =
+w2: yes (not claimed: it follows from the callback's being stateless).
 """
 
 from __future__ import annotations
@@ -119,6 +133,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -209,6 +224,35 @@ class MapAndCollate:
         return default_collate([self.ds[i] for i in idx])  # type: ignore[no-any-return]
 
 
+class DaliSamples:
+    """DALI's per-sample external source on the same memmap: sample_info -> a fresh copy.
+
+    DALI does not shuffle an external source: the permutation is the callback's, one per
+    epoch (NumPy, seeded by (seed, epoch)), as a DALI user writes it. A function of
+    sample_info alone, so DALI's checkpoints (epoch and iteration) resume it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.n = (path.stat().st_size // 4 - 1) // L
+        self._m: np.memmap[Any, np.dtype[np.uint32]] | None = None
+        self._perm: tuple[int, np.ndarray[Any, Any]] | None = None
+
+    def __call__(self, info: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        if info.idx_in_epoch >= self.n // B * B:
+            raise StopIteration  # drop_last: the epoch ends at its last full batch
+        if self._perm is None or self._perm[0] != info.epoch_idx:
+            rng = np.random.default_rng([SEED, info.epoch_idx])
+            self._perm = (info.epoch_idx, rng.permutation(self.n))
+        if self._m is None:
+            self._m = np.memmap(self.path, dtype=np.uint32, mode="r")
+        i = int(self._perm[1][info.idx_in_epoch])
+        return np.array(self._m[i * L : i * L + L + 1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "n": self.n, "_m": None, "_perm": None}
+
+
 class GrainSource:
     """A random-access source for Grain on the same memmap and samples (numpy out).
 
@@ -286,6 +330,15 @@ def import_torchdata() -> tuple[Any, types.ModuleType | None, str]:
     # Its constructor calls the deprecated torch.set_vital, which warns once per loader.
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     return mod.StatefulDataLoader, nodes, ""
+
+
+def import_dali() -> tuple[types.ModuleType | None, str]:
+    try:
+        return importlib.import_module("nvidia.dali"), ""
+    except ModuleNotFoundError as exc:
+        return None, f"{exc}; install: pip install nvidia-dali-cuda120 (in the venv; runs CPU-only)"
+    except Exception as exc:
+        return None, f"import nvidia.dali: {type(exc).__name__}: {exc}"
 
 
 def version(dist: str) -> str:
@@ -496,6 +549,77 @@ def nodes_side(tn: types.ModuleType, path: Path, n: int, workers: int) -> Side:
                 check=True)  # fmt: skip
 
 
+def dali_side(dali: types.ModuleType, path: Path, n: int, workers: int) -> Side:
+    """DALI on the CPU (device_id=None): external_source with a per-sample callback, batch B;
+    w=2 is its parallel external source (parallel=True, py_num_workers=2). Resume = a
+    checkpoint (enable_checkpointing=True) passed to a new pipeline."""
+    per_epoch = n // B
+    fn, types_ = (
+        importlib.import_module("nvidia.dali.fn"),
+        importlib.import_module("nvidia.dali.types"),
+    )
+
+    def open_(state: Any) -> Live:
+        pipe = dali.pipeline.Pipeline(
+            batch_size=B, num_threads=1, device_id=None, enable_checkpointing=True,
+            py_num_workers=max(1, workers), checkpoint=state,
+        )  # fmt: skip
+        with pipe:
+            pipe.set_outputs(
+                fn.external_source(
+                    source=DaliSamples(path), batch=False, dtype=types_.UINT32, parallel=workers > 0
+                )
+            )
+        pipe.build()
+
+        def gen() -> Iterator[list[np.ndarray[Any, Any]]]:
+            while True:  # epochs: a pipeline raises StopIteration at an epoch's end
+                try:
+                    (out,) = pipe.run()
+                except StopIteration:
+                    pipe.reset()
+                    continue
+                yield [np.array(out.as_tensor())]
+
+        def close() -> None:
+            pool = getattr(pipe, "_py_pool", None)  # its worker processes, if any
+            if pool is not None:
+                pool.close()
+
+        return Live(gen(), pipe.checkpoint, close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        del a
+        # A protobuf whose last field holds JSON {"iter": batches in the epoch, "epoch_idx"}
+        # (a state at an epoch's last batch stays in it): rewrite that field.
+        epoch = (b - 1) // per_epoch
+        found = re.search(rb'\{"iter": \d+, "epoch_idx": \d+\}', state)
+        if found is None:
+            raise ValueError(f"DALI checkpoint without its iteration: {state!r}")
+        rest = state[found.end() :]  # the iterator's data: empty here
+        old = state[found.start() : found.end()]
+        field = b"\n" + varint(len(old)) + old + rest
+        head = b"\x12" + varint(len(field))
+        start = len(state) - len(head) - len(field)
+        if state[start:] != head + field:
+            raise ValueError(f"DALI checkpoint of an unknown layout: {state!r}")
+        text = json.dumps({"iter": b - epoch * per_epoch, "epoch_idx": epoch}).encode()
+        field = b"\n" + varint(len(text)) + text + rest
+        return state[:start] + b"\x12" + varint(len(field)) + field
+
+    return Side(f"DALI w={workers} (CPU)", "dali", workers, open_, advance, check=True)
+
+
+def varint(v: int) -> bytes:
+    """Protobuf's base-128 varint."""
+    out = bytearray()
+    while True:
+        out.append(v & 0x7F | (0x80 if v > 0x7F else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
 def streaming_side(st: types.ModuleType, mds: Path, n: int, workers: int) -> Side:
     per_epoch = n // B  # batches an epoch gives, drop_last
 
@@ -638,7 +762,7 @@ def check_resume(side: Side, step: int, per_epoch: int) -> None:
 
 
 def same_state(a: Any, b: Any) -> bool:
-    if isinstance(a, bytes):  # Grain's JSON
+    if isinstance(a, bytes) and a[:1] == b"{":  # Grain's JSON (DALI's protobuf: bytes equal)
         return bool(json.loads(a) == json.loads(b))
     if isinstance(a, torch.Tensor):  # torchdata's generator states
         return isinstance(b, torch.Tensor) and torch.equal(a, b)
@@ -733,6 +857,7 @@ def main() -> int:
     torch.set_num_threads(1)
 
     sdl, tn, sdl_note = import_torchdata()
+    dali, dali_note = import_dali()
     st, st_note = import_streaming()
     gp, gp_note = import_grain()
     out(
@@ -740,10 +865,12 @@ def main() -> int:
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; headrace "
         f"{headrace.__version__}, numpy {np.__version__}, torch {torch.__version__}, "
         f"torchdata {version('torchdata')}, mosaicml-streaming {version('mosaicml-streaming')}, "
-        f"grain {version('grain')}"
+        f"grain {version('grain')}, nvidia-dali-cuda120 {version('nvidia-dali-cuda120')}"
     )
     if sdl_note:
         out(f"torchdata: SKIPPED: {sdl_note}")
+    if dali_note:
+        out(f"dali: SKIPPED: {dali_note}")
     if st_note:
         out(f"streaming: {'SKIPPED: ' if st is None else ''}{st_note}")
     if gp_note:
@@ -791,6 +918,8 @@ def main() -> int:
             grain_loader_side(gp, path, 2, None),
             grain_dataset_side(gp, path),
         ]
+    if dali is not None:
+        sides += [dali_side(dali, path, n, 0), dali_side(dali, path, n, 2)]
     if a.only:
         sides = [s for s in sides if s.family.split("-")[0] in a.only]
 
