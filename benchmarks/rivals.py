@@ -73,10 +73,11 @@ Samples differ between loaders (each has its own shuffle): digests are compared 
 loader only. Preparation (the token file, MDS conversion) is reported apart.
 
 Exit status 1 if a loader fails a determinism property it claims: every loader claims
-reruns and resume; headrace, torch and torchdata (sampler in the main process) and
-Streaming ("elastic determinism": the same order for any number of workers) claim
-worker-count invariance;
-Grain does not (each worker batches its own records), so its w0 = w2 is only reported.
+reruns and resume; headrace, torch, torchdata's StatefulDataLoader (a drop-in replacement
+for torch's) and torchdata.nodes (in_order=True), whose samplers run in the main process,
+and Streaming ("elastic determinism": the same order for any number of workers) claim
+worker-count invariance; Grain does not (each worker batches its own records), nor DALI
+(its follows from the callback's being stateless), so their w0 = w2 is only reported.
 
 Predictions, written before the first full run (after an 8 MiB smoke test of the rival
 APIs that showed Grain's DataLoader at ~60 batches/s and Streaming at ~80 on this loaded
