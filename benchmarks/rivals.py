@@ -1,4 +1,4 @@
-"""headrace beside the loaders users would otherwise pick: torch DataLoader, Streaming, Grain.
+"""headrace beside the loaders users would otherwise pick: torch, torchdata, Streaming, Grain, DALI.
 
 The rivals are not headrace dependencies: put them in a venv of their own that sees the
 installed packages (torch, NumPy) and run the script with that venv's Python:
@@ -9,7 +9,10 @@ installed packages (torch, NumPy) and run the script with that venv's Python:
         mosaicml-streaming grain
     PYTHONPATH=src /tmp/headrace-rivals-venv/bin/python benchmarks/rivals.py [--quick]
 
-(The constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
+(torchdata's StatefulDataLoader comes with the installed torchdata >= 0.11, if any. DALI
+is optional: `pip install -c /tmp/rivals-constraints.txt nvidia-dali-cuda120` in the same
+venv, a 424 MB wheel and 100 MB of CUDA codec wheels, 1 GB installed; it runs CPU-only. The
+constraints keep torch and NumPy as they are: with NumPy >= 2.2 pip resolves
 mosaicml-streaming to 0.10.0, the last release without a `numpy<2.2` pin.) A rival that
 does not import is skipped, with the reason and the pip command printed.
 
@@ -22,6 +25,14 @@ cache, and a consumer that does nothing with each batch. Sides:
   torch w=0 / w=2         DataLoader over a map-style Dataset on np.memmap (nanoGPT-like):
                           sample i = t[i*L : i*L+L+1], shuffle=True with a seeded generator,
                           drop_last, persistent_workers with workers; resume = skip-ahead
+  torchdata w=0 / w=2     torchdata's StatefulDataLoader, configured as the torch sides;
+                          resume = its state_dict / load_state_dict
+  torchdata.nodes w=0 / 2 the pipeline of torchdata's migration guide on the same Dataset:
+                          SamplerWrapper, Batcher(B, drop_last), Mapper (w=0) or
+                          ParallelMapper(method="process", in_order=True) and Prefetcher
+                          (w=2), Loader; the sampler a DistributedSampler over one replica,
+                          seed 1 (the guide's RandomSampler does not resume past epoch 0);
+                          resume = Loader.state_dict / load_state_dict
   streaming w=0 / w=2     MDS shards of the same samples (MDSWriter, no compression), then
                           StreamingDataset(local=..., shuffle=True, batch_size=B) under
                           StreamingDataLoader; resume = its state_dict / load_state_dict
@@ -30,6 +41,10 @@ cache, and a consumer that does nothing with each batch. Sides:
                           ReadOptions (16 read threads); resume = iterator get_state/set_state
   grain w=0 threads=0     the same with ReadOptions(num_threads=0): faster here (docs/bench.md)
   grain MapDataset        MapDataset.source(...).shuffle(1).repeat().batch(B).to_iter_dataset()
+  DALI w=0 / w=2 (CPU)    Pipeline(device_id=None, enable_checkpointing=True) of one
+                          fn.external_source: a per-sample callback on the same memmap, its
+                          own permutation per epoch (DALI does not shuffle an external
+                          source); w=2: parallel=True, py_num_workers=2; resume = a checkpoint
 
 What is measured, per side (each loader's own defaults unless said):
   batches/s   steady state, payload GB/s = B x (L+1) x 4 bytes per batch for every side;
@@ -40,23 +55,29 @@ What is measured, per side (each loader's own defaults unless said):
   resume s    seconds from restoring a state at step 100,000 to the first batch after it.
               The state is the loader's own, saved at the end of a trial and advanced to
               step 100,000 in its own format (a step count; Streaming's epoch and
-              sample_in_epoch; Grain's last_seen_indices / next_index); the advance rule
-              is checked against a real saved state (below). torch has no state: users
-              skip ahead by iterating, so its figure is first s + 100,000 / batches/s,
-              marked "est." (running it would take minutes).
+              sample_in_epoch; torchdata's generator state at the epoch's permutation and
+              the batches yielded in the epoch; Grain's last_seen_indices / next_index);
+              the advance rule is checked against real saved states (below). torch has no
+              state: users skip ahead by iterating, so its figure is first s + 100,000 /
+              batches/s, marked "est." (running it would take minutes).
   resume ok   a run saves its state at step --check-step (300; 100 with --quick) and goes
               on for 50 batches; a fresh loader restores that state and gives 50 batches:
-              SHA-256 equal? Also checked: a rerun from step 0 gives the same first 50
-              batches, and the state at --check-step equals the state at half of it,
-              advanced. On every side but Grain threads=0 (with --quick: w=0 sides only).
+              SHA-256 equal? The same run then saves its state 25 batches before the end
+              of the second epoch and goes on for 50, into the third epoch; restored, the
+              same? Also checked: a rerun from step 0 gives the same first 50 batches, and
+              the states at --check-step and before the end of the second epoch equal the
+              states at half of --check-step and at --check-step, advanced. On every side
+              but Grain threads=0 (with --quick: w=0 sides only).
   w0 = w2     the first 50 batches with 0 and with 2 workers equal (SHA-256)?
 Samples differ between loaders (each has its own shuffle): digests are compared within a
 loader only. Preparation (the token file, MDS conversion) is reported apart.
 
 Exit status 1 if a loader fails a determinism property it claims: every loader claims
-reruns and resume; headrace, torch (sampler in the main process) and Streaming ("elastic
-determinism": the same order for any number of workers) claim worker-count invariance;
-Grain does not (each worker batches its own records), so its w0 = w2 is only reported.
+reruns and resume; headrace, torch, torchdata's StatefulDataLoader (a drop-in replacement
+for torch's) and torchdata.nodes (in_order=True), whose samplers run in the main process,
+and Streaming ("elastic determinism": the same order for any number of workers) claim
+worker-count invariance; Grain does not (each worker batches its own records), nor DALI
+(its follows from the callback's being stateless), so their w0 = w2 is only reported.
 
 Predictions, written before the first full run (after an 8 MiB smoke test of the rival
 APIs that showed Grain's DataLoader at ~60 batches/s and Streaming at ~80 on this loaded
@@ -69,12 +90,43 @@ torch). Resume at step 100,000: headrace = its first batch (closed form); Stream
 Grain about their first batch (both restore in O(1) or O(epoch)); torch skip-ahead ~60 s
 (est.). Resume bit-exact: yes for all. w0 = w2: yes for headrace, torch, Streaming; no
 for Grain. Measured against these: docs/bench.md, "Against other loaders".
+
+Predictions for torchdata's StatefulDataLoader, written before its first run here (after
+a 200-sample probe of its state format, which showed the resume defect below): w=0 about
+torch w=0 (the same fetch and collate; a Python sampler iterator and a few counters more
+per batch), ~5,000 batches/s; w=2 below torch w=2 (~900) as its workers also snapshot
+their state with every batch by default (snapshot_every_n_steps=1), ~700. First batch as
+torch's (w=0 ~0.005 s, w=2 ~0.05 s). Resume at step 100,000: it redraws the epoch's
+permutation and skips the epoch's 55,808 consumed indices one by one in Python, ~0.02 s
+(w=0), plus starting workers, ~0.1 s (w=2). Resume bit-exact inside an epoch: yes; over an
+epoch end, w=0: NO (the probe: with w=0 a new iterator draws its base seed from the
+generator that shuffles, after the epoch's permutation; a restore replays the permutation
+but not that draw, so every epoch after the one resumed in differs from an uninterrupted
+run), w=2: yes. w0 = w2: yes. Its first 50 batches differ from torch's (it draws the
+permutation before the base seed, torch's sampler after).
+
+torchdata.nodes, predicted after one --quick run of all torchdata sides (which also showed
+StatefulDataLoader's w=0 and w=2 giving different batches, not predicted above: its w=2
+iterator draws and discards one permutation before the first epoch): w=0 about torch
+w=0, ~5,000 batches/s; w=2 ~600 (a process pool behind a prefetch thread; --quick: 530);
+first batch w=0 ~0.002 s, w=2 ~0.1 s; resume at step 100,000: the sampler reshuffles for
+the epoch and skips 55,808 indices, ~0.01 s (w=0), ~0.1 s (w=2); bit-exact over an epoch
+end: yes; w0 = w2: yes.
+
+DALI, predicted after a probe of its CPU-only external source on the 32 MiB file (3,018
+batches/s w=0, 755 w=2) and one --quick run (3,544 and 882): w=0 ~3,000 batches/s (a Python
+callback per sample, like torch's __getitem__, then a copy into DALI's batch), w=2 ~800;
+first batch ~0.005 s (w=0), ~0.04 s (w=2, forked workers); resume at step 100,000: the
+checkpoint holds the epoch and the batch in it, and the callback is a function of the
+sample's place, so ~0.005 s (w=0), ~0.05 s (w=2); bit-exact over an epoch end: yes; w0 =
+w2: yes (not claimed: it follows from the callback's being stateless).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import hashlib
 import importlib
@@ -82,6 +134,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -98,7 +151,7 @@ from typing import Any
 import numpy as np
 import torch
 from _out import out
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
 import headrace
 from headrace.formats import TokenSource
@@ -109,7 +162,7 @@ B, L, SEED, K = 32, 1024, 1, 50
 RESUME_STEP = 100_000
 WARM = 8  # batches taken before the clock in trials after the first (the first digests 50)
 # Loaders that claim the same batches for any number of workers (Grain does not).
-CLAIM_WORKERS = ("headrace", "torch", "streaming")
+CLAIM_WORKERS = ("headrace", "torch", "torchdata", "torchdata-nodes", "streaming")
 PIP = (
     "pip freeze | grep -E '^(numpy|torch)==' > /tmp/rivals-constraints.txt && "
     "pip install -c /tmp/rivals-constraints.txt mosaicml-streaming grain  "
@@ -160,6 +213,45 @@ class MemmapSamples(Dataset[torch.Tensor]):
         if self._m is None:
             self._m = np.memmap(self.path, dtype=np.uint32, mode="r")
         return torch.from_numpy(np.array(self._m[i * L : i * L + L + 1]))
+
+
+class MapAndCollate:
+    """torchdata.nodes' map function from its migration guide: a batch of indices to a batch."""
+
+    def __init__(self, ds: MemmapSamples) -> None:
+        self.ds = ds
+
+    def __call__(self, idx: list[int]) -> torch.Tensor:
+        return default_collate([self.ds[i] for i in idx])  # type: ignore[no-any-return]
+
+
+class DaliSamples:
+    """DALI's per-sample external source on the same memmap: sample_info -> a fresh copy.
+
+    DALI does not shuffle an external source: the permutation is the callback's, one per
+    epoch (NumPy, seeded by (seed, epoch)), as a DALI user writes it. A function of
+    sample_info alone, so DALI's checkpoints (epoch and iteration) resume it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.n = (path.stat().st_size // 4 - 1) // L
+        self._m: np.memmap[Any, np.dtype[np.uint32]] | None = None
+        self._perm: tuple[int, np.ndarray[Any, Any]] | None = None
+
+    def __call__(self, info: Any) -> np.ndarray[Any, np.dtype[np.uint32]]:
+        if info.idx_in_epoch >= self.n // B * B:
+            raise StopIteration  # drop_last: the epoch ends at its last full batch
+        if self._perm is None or self._perm[0] != info.epoch_idx:
+            rng = np.random.default_rng([SEED, info.epoch_idx])
+            self._perm = (info.epoch_idx, rng.permutation(self.n))
+        if self._m is None:
+            self._m = np.memmap(self.path, dtype=np.uint32, mode="r")
+        i = int(self._perm[1][info.idx_in_epoch])
+        return np.array(self._m[i * L : i * L + L + 1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "n": self.n, "_m": None, "_perm": None}
 
 
 class GrainSource:
@@ -225,6 +317,29 @@ def import_grain() -> tuple[types.ModuleType | None, str]:
 
     flags.FLAGS(sys.argv[:1])
     return gp, ""
+
+
+def import_torchdata() -> tuple[Any, types.ModuleType | None, str]:
+    """torchdata's StatefulDataLoader (a class) and torchdata.nodes, or None and why."""
+    try:
+        mod = importlib.import_module("torchdata.stateful_dataloader")
+        nodes = importlib.import_module("torchdata.nodes")
+    except ModuleNotFoundError as exc:
+        return None, None, f"{exc}; install: pip install torchdata (in the venv)"
+    except Exception as exc:
+        return None, None, f"import torchdata: {type(exc).__name__}: {exc}"
+    # Its constructor calls the deprecated torch.set_vital, which warns once per loader.
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    return mod.StatefulDataLoader, nodes, ""
+
+
+def import_dali() -> tuple[types.ModuleType | None, str]:
+    try:
+        return importlib.import_module("nvidia.dali"), ""
+    except ModuleNotFoundError as exc:
+        return None, f"{exc}; install: pip install nvidia-dali-cuda120 (in the venv; runs CPU-only)"
+    except Exception as exc:
+        return None, f"import nvidia.dali: {type(exc).__name__}: {exc}"
 
 
 def version(dist: str) -> str:
@@ -334,6 +449,176 @@ def torch_side(path: Path, workers: int) -> Side:
         f"torch DataLoader w={workers}", "torch", workers, open_, advance, check=True,
         skip_resume=True,
     )  # fmt: skip
+
+
+def stateful_side(sdl: Any, path: Path, n: int, workers: int) -> Side:
+    """torchdata's StatefulDataLoader, configured as the torch sides; resume = its state_dict."""
+    per_epoch = n // B
+
+    def open_(state: Any) -> Live:
+        dl = sdl(
+            MemmapSamples(path),
+            batch_size=B,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(SEED),
+            num_workers=workers,
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
+        if state is not None:
+            dl.load_state_dict(state)
+        gen = epochs(dl)
+        return Live((arrays(b) for b in gen), dl.state_dict, gen.close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        # The state is per epoch: the generator's state when the epoch's permutation was
+        # drawn, and the batches yielded in the epoch (a state at its last batch stays in
+        # it). Later epochs' generator states come from replaying the draws between them:
+        # the permutation, and with w=0 the base seed each new iterator draws from the same
+        # generator (persistent workers keep theirs).
+        ea, eb = (a - 1) // per_epoch, (b - 1) // per_epoch
+        local = b - eb * per_epoch
+        s = copy.deepcopy(state)
+        main = s["_snapshot"]["_main_snapshot"] if workers else s
+        it = main["_sampler_iter_state"]
+        g = torch.Generator()
+        g.set_state(it["sampler_iter_state"]["generator"])
+        for _ in range(eb - ea):
+            torch.randperm(n, generator=g)
+            if workers == 0:
+                torch.empty((), dtype=torch.int64).random_(generator=g)
+        it["sampler_iter_state"]["generator"] = g.get_state()
+        it["samples_yielded"] = it["sampler_iter_state"]["yielded"] = local * B
+        main["_sampler_iter_yielded"] = local
+        if workers:
+            s["_snapshot"]["_snapshot_step"] = local
+            s["_snapshot"]["_last_yielded_worker_id"] = (local - 1) % workers
+        else:
+            s["_num_yielded"] = local
+        return s
+
+    return Side(f"torchdata StatefulDataLoader w={workers}", "torchdata", workers, open_, advance,
+                check=True)  # fmt: skip
+
+
+def nodes_side(tn: types.ModuleType, path: Path, n: int, workers: int) -> Side:
+    """torchdata.nodes as its migration guide builds a DataLoader, with an epoch-seeded sampler.
+
+    The guide's RandomSampler keeps no state: a restore in a later epoch replays epoch 0's
+    permutation. SamplerWrapper saves the epoch and calls set_epoch, so the sampler here is
+    one that reshuffles by epoch: DistributedSampler over one replica (its epoch 0 is
+    RandomSampler's with the same seed).
+    """
+    per_epoch = n // B
+
+    def open_(state: Any) -> Live:
+        ds = MemmapSamples(path)
+        sampler = DistributedSampler(
+            ds, num_replicas=1, rank=0, shuffle=True, seed=SEED, drop_last=True
+        )
+        node = tn.Batcher(tn.SamplerWrapper(sampler), batch_size=B, drop_last=True)
+        if workers:
+            node = tn.ParallelMapper(
+                node, MapAndCollate(ds), num_workers=workers, method="process", in_order=True
+            )
+            node = tn.Prefetcher(node, prefetch_factor=2 * workers)
+        else:
+            node = tn.Mapper(node, MapAndCollate(ds))
+        loader = tn.Loader(node)
+        if state is not None:
+            loader.load_state_dict(state)
+        gen = epochs(loader)
+        return Live((arrays(b) for b in gen), loader.state_dict, gen.close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        del a
+        # Per epoch too, a state at the epoch's last batch staying in it; the sampler's
+        # state (epoch, samples yielded) sits under one node per stage.
+        epoch = (b - 1) // per_epoch
+        local = b - epoch * per_epoch
+        s = copy.deepcopy(state)
+        s["num_yielded"] = local
+        todo = [s["root"]]
+        while todo:
+            d = todo.pop()
+            if "_epoch" in d:
+                d["_epoch"], d["_num_yielded"] = epoch, local * B
+            todo += [v for v in d.values() if isinstance(v, dict)]
+        return s
+
+    return Side(f"torchdata.nodes w={workers}", "torchdata-nodes", workers, open_, advance,
+                check=True)  # fmt: skip
+
+
+def dali_side(dali: types.ModuleType, path: Path, n: int, workers: int) -> Side:
+    """DALI on the CPU (device_id=None): external_source with a per-sample callback, batch B;
+    w=2 is its parallel external source (parallel=True, py_num_workers=2). Resume = a
+    checkpoint (enable_checkpointing=True) passed to a new pipeline."""
+    per_epoch = n // B
+    fn, types_ = (
+        importlib.import_module("nvidia.dali.fn"),
+        importlib.import_module("nvidia.dali.types"),
+    )
+
+    def open_(state: Any) -> Live:
+        pipe = dali.pipeline.Pipeline(
+            batch_size=B, num_threads=1, device_id=None, enable_checkpointing=True,
+            py_num_workers=max(1, workers), checkpoint=state,
+        )  # fmt: skip
+        with pipe:
+            pipe.set_outputs(
+                fn.external_source(
+                    source=DaliSamples(path), batch=False, dtype=types_.UINT32, parallel=workers > 0
+                )
+            )
+        pipe.build()
+
+        def gen() -> Iterator[list[np.ndarray[Any, Any]]]:
+            while True:  # epochs: a pipeline raises StopIteration at an epoch's end
+                try:
+                    (out,) = pipe.run()
+                except StopIteration:
+                    pipe.reset()
+                    continue
+                yield [np.array(out.as_tensor())]
+
+        def close() -> None:
+            pool = getattr(pipe, "_py_pool", None)  # its worker processes, if any
+            if pool is not None:
+                pool.close()
+
+        return Live(gen(), pipe.checkpoint, close)
+
+    def advance(state: Any, a: int, b: int) -> Any:
+        del a
+        # A protobuf whose last field holds JSON {"iter": batches in the epoch, "epoch_idx"}
+        # (a state at an epoch's last batch stays in it): rewrite that field.
+        epoch = (b - 1) // per_epoch
+        found = re.search(rb'\{"iter": \d+, "epoch_idx": \d+\}', state)
+        if found is None:
+            raise ValueError(f"DALI checkpoint without its iteration: {state!r}")
+        rest = state[found.end() :]  # the iterator's data: empty here
+        old = state[found.start() : found.end()]
+        field = b"\n" + varint(len(old)) + old + rest
+        head = b"\x12" + varint(len(field))
+        start = len(state) - len(head) - len(field)
+        if state[start:] != head + field:
+            raise ValueError(f"DALI checkpoint of an unknown layout: {state!r}")
+        text = json.dumps({"iter": b - epoch * per_epoch, "epoch_idx": epoch}).encode()
+        field = b"\n" + varint(len(text)) + text + rest
+        return state[:start] + b"\x12" + varint(len(field)) + field
+
+    return Side(f"DALI w={workers} (CPU)", "dali", workers, open_, advance, check=True)
+
+
+def varint(v: int) -> bytes:
+    """Protobuf's base-128 varint."""
+    out = bytearray()
+    while True:
+        out.append(v & 0x7F | (0x80 if v > 0x7F else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
 
 
 def streaming_side(st: types.ModuleType, mds: Path, n: int, workers: int) -> Side:
@@ -446,27 +731,46 @@ def trial(side: Side, seconds: float, first: bool) -> None:
     gc.collect()
 
 
-def check_resume(side: Side, step: int) -> None:
-    """Rerun, resume after a saved state, and the advance rule, on a fresh run."""
+def check_resume(side: Side, step: int, per_epoch: int) -> None:
+    """Rerun, resume after a saved state, and the advance rule, on a fresh run.
+
+    Twice: at ``step`` (inside the first epoch), and K/2 batches before the end of the
+    second epoch, so that the K batches after the resume cross into the third and the
+    advance from ``step`` crosses an epoch.
+    """
     live = side.open(None)
     side.checks["rerun"] = digest_of(live, K) == side.digest
     half = step // 2 - (step // 2) % side.step_multiple
+    cross = 2 * per_epoch - K // 2
+    cross -= cross % side.step_multiple
     live.take(half - live.consumed)
     at_half = live.save()
     live.take(step - live.consumed)
     saved = live.save()
     expected = digest_of(live, K)
+    live.take(cross - live.consumed)
+    saved_x = live.save()
+    expected_x = digest_of(live, K)
     live.close()
     side.checks["advance"] = same_state(side.advance(at_half, half, step), saved)
-    live = side.open(saved)
-    side.checks["resume"] = digest_of(live, K) == expected
-    live.close()
-    gc.collect()
+    side.checks["advance over an epoch"] = same_state(side.advance(saved, step, cross), saved_x)
+    resumes = (("resume", saved, expected), ("resume over an epoch end", saved_x, expected_x))
+    for name, state, want in resumes:
+        live = side.open(state)
+        side.checks[name] = digest_of(live, K) == want
+        live.close()
+        gc.collect()
 
 
 def same_state(a: Any, b: Any) -> bool:
-    if isinstance(a, bytes):  # Grain's JSON
+    if isinstance(a, bytes) and a[:1] == b"{":  # Grain's JSON (DALI's protobuf: bytes equal)
         return bool(json.loads(a) == json.loads(b))
+    if isinstance(a, torch.Tensor):  # torchdata's generator states
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+        )
     return bool(a == b)
 
 
@@ -512,7 +816,7 @@ def report(sides: list[Side], base: Side) -> None:
             same = "no (not claimed)"
         exact = None
         if s.checks:
-            exact = s.checks["resume"] and s.checks["rerun"]
+            exact = all(ok for k, ok in s.checks.items() if not k.startswith("advance"))
         resume = "-" if s.resume_s is None else f"{s.resume_s:,.3f}"
         if s.resume_est:
             resume = f"~{s.resume_s:,.0f} (est.)"
@@ -543,7 +847,9 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=None)
     p.add_argument("--trial-s", type=float, default=None, help="seconds timed per trial")
     p.add_argument("--check-step", type=int, default=None, help="resume check's step")
-    p.add_argument("--only", nargs="*", default=None, help="families: headrace torch ...")
+    p.add_argument(
+        "--only", nargs="*", default=None, help="families: headrace torch torchdata streaming grain"
+    )
     a = p.parse_args()
     mib = 32 if a.quick else 256
     trials = a.trials or (2 if a.quick else 3)
@@ -551,14 +857,21 @@ def main() -> int:
     step = a.check_step or (100 if a.quick else 300)
     torch.set_num_threads(1)
 
+    sdl, tn, sdl_note = import_torchdata()
+    dali, dali_note = import_dali()
     st, st_note = import_streaming()
     gp, gp_note = import_grain()
     out(
         f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; headrace "
         f"{headrace.__version__}, numpy {np.__version__}, torch {torch.__version__}, "
-        f"mosaicml-streaming {version('mosaicml-streaming')}, grain {version('grain')}"
+        f"torchdata {version('torchdata')}, mosaicml-streaming {version('mosaicml-streaming')}, "
+        f"grain {version('grain')}, nvidia-dali-cuda120 {version('nvidia-dali-cuda120')}"
     )
+    if sdl_note:
+        out(f"torchdata: SKIPPED: {sdl_note}")
+    if dali_note:
+        out(f"dali: SKIPPED: {dali_note}")
     if st_note:
         out(f"streaming: {'SKIPPED: ' if st is None else ''}{st_note}")
     if gp_note:
@@ -580,6 +893,10 @@ def main() -> int:
         torch_side(path, 0),
         torch_side(path, 2),
     ]
+    if sdl is not None:
+        sides += [stateful_side(sdl, path, n, 0), stateful_side(sdl, path, n, 2)]
+    if tn is not None:
+        sides += [nodes_side(tn, path, n, 0), nodes_side(tn, path, n, 2)]
     if st is not None:
         mds = a.root / f"mds-{mib}m"
         t0 = time.perf_counter()
@@ -602,6 +919,8 @@ def main() -> int:
             grain_loader_side(gp, path, 2, None),
             grain_dataset_side(gp, path),
         ]
+    if dali is not None:
+        sides += [dali_side(dali, path, n, 0), dali_side(dali, path, n, 2)]
     if a.only:
         sides = [s for s in sides if s.family.split("-")[0] in a.only]
 
@@ -612,7 +931,7 @@ def main() -> int:
         out(f"trial {t + 1}/{trials} done, {time.perf_counter() - t_all:.0f} s")
     for s in sides:
         if s.check and (s.workers == 0 or not a.quick):
-            check_resume(s, step)
+            check_resume(s, step, n // B)
         resume_cost(s)
     out(f"checks and resumes done, {time.perf_counter() - t_all:.0f} s")
 
