@@ -54,6 +54,22 @@ def test_tiny_run_is_self_consistent(name: str, tmp_path: Path) -> None:
     assert results[1]["bytes_read"] >= kind.unique_payload_bytes(steps)
 
 
+@pytest.mark.parametrize("name", ["padded", "table"])
+def test_amplification_does_not_grow_with_epochs(name: str, tmp_path: Path) -> None:
+    # These readers count every read (the page cache serving it or not), so each row is
+    # counted every time a batch has it: against each distinct row once, a run of two
+    # epochs reported twice the amplification of one (7.3 for 3.65 per read).
+    amp, epochs = {}, {}
+    for trials in (1, 4):  # 20 rows, batches of 4: 5 steps an epoch, + 1 of warm-up
+        kind = _tiny(name, tmp_path / str(trials), steps=5, trials=trials, warmup_steps=1)
+        _, results = run_workload(kind, options=RunOptions(isolate=False))
+        epochs[trials] = results[0]["steps"] * kind.host_batch / kind.rows
+        amp[trials] = {r["variant"]: r["amplification"] for r in results}
+    assert epochs == {1: 1.2, 4: 4.2}
+    for variant in ("naive", "headrace"):
+        assert 0.8 <= amp[4][variant] / amp[1][variant] <= 1.25, amp
+
+
 def test_padded_batches_hold_the_rows(tmp_path: Path) -> None:
     kind = _tiny("padded", tmp_path)
     assert isinstance(kind, PaddedKind)
