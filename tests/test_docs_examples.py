@@ -189,6 +189,7 @@ def _write_datasets(root: Path) -> None:
     _save_to_disk(table, root / "path" / "to" / "save_to_disk_dir")
     pq.write_table(table, root / "ds_dir_or.parquet", row_group_size=100)
     _jpegs(root / "jpegs", [(48 + 8 * i, 64 - 4 * i) for i in range(8)])
+    (root / "retinanet").mkdir()  # docs/objects.md: a local directory opened as a store
 
 
 @pytest.fixture(scope="module")
