@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import itertools
 import json
 import re
@@ -29,7 +30,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from headrace._closing import Closing
 from headrace.emulate import LocalS3, fuse_available
+from headrace.formats import (
+    FileSource,
+    PaddedRows,
+    TokenSource,
+    encode,
+    synthetic_arrays,
+    write_sample_file,
+)
 from headrace.io import ObjectStore
 from headrace.pipeline import Loader
 
@@ -52,31 +62,35 @@ class Block:
         return f"{self.document}:{self.line}"
 
 
-def _blocks() -> list[Block]:
+def _blocks(text: str, document: str) -> list[Block]:
+    """The ```python blocks of a Markdown document, each with the mark just before it."""
     found = []
-    for path in DOCUMENTS:
-        lines = path.read_text().splitlines()
-        i = 0
-        while i < len(lines):
-            if not FENCE.match(lines[i]):
-                i += 1
-                continue
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            before = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
-            mark = MARK.match(before)
-            found.append(
-                Block(
-                    document=path.relative_to(ROOT).as_posix(),
-                    line=i + 1,
-                    code="\n".join(lines[i + 1 : end]) + "\n",
-                    mark=(mark[1], mark[2]) if mark else None,
-                )
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if not FENCE.match(lines[i]):
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        before = next((s.strip() for s in reversed(lines[:i]) if s.strip()), "")
+        mark = MARK.match(before)
+        found.append(
+            Block(
+                document=document,
+                line=i + 1,
+                code="\n".join(lines[i + 1 : end]) + "\n",
+                mark=(mark[1], mark[2]) if mark else None,
             )
-            i = end + 1
+        )
+        i = end + 1
     return found
 
 
-BLOCKS = _blocks()
+BLOCKS = [
+    block
+    for path in DOCUMENTS
+    for block in _blocks(path.read_text(), path.relative_to(ROOT).as_posix())
+]
 
 # -- what a block may need that only some machines have -------------------------------------
 
@@ -92,6 +106,20 @@ def _fuse() -> tuple[bool, str]:
 
 
 NEEDS: dict[str, Callable[[], tuple[bool, str]]] = {"cuda": _cuda, "fuse": _fuse}
+
+
+def _skip_reason(block: Block) -> str | None:
+    """Why the block is not run here (None: it runs); a mark without a reason is an error."""
+    if block.mark is None:
+        return None
+    kind, what = block.mark
+    if kind == "not run":
+        assert what, f"{block.id}: '<!-- not run -->' needs a reason: '<!-- not run: REASON -->'"
+        return f"not run: {what}"
+    assert what in NEEDS, f"{block.id}: '<!-- needs: {what} -->': known needs are {sorted(NEEDS)}"
+    ok, reason = NEEDS[what]()
+    return None if ok else reason
+
 
 # -- iteration --------------------------------------------------------------------------------
 
@@ -144,8 +172,6 @@ def _save_to_disk(table: Any, path: Path) -> None:
 
 
 def _jpegs(root: Path, sizes: list[tuple[int, int]]) -> None:
-    from headrace.formats import synthetic_arrays, write_sample_file
-
     root.mkdir(parents=True)
     for i, (h, w) in enumerate(sizes):
         image = synthetic_arrays("jpeg", seed=i, shape=(h, w, 3))
@@ -163,7 +189,7 @@ def _write_datasets(root: Path) -> None:
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 50_000, size=1 << 20, dtype=np.uint16)
     tokens.tofile(root / "train.bin")  # nanoGPT: uint16, no sidecar
-    tokens[: 600_000].tofile(root / "train-00.bin")
+    tokens[:600_000].tofile(root / "train-00.bin")
     tokens[400_000:].tofile(root / "train-01.bin")
     (root / "data").mkdir()
     tokens[:200_000].tofile(root / "data" / "tokens.bin")
@@ -213,11 +239,8 @@ PLACEHOLDER_ENDPOINTS = {
 
 def _s3_objects(root: Path) -> dict[str, bytes]:
     """Bucket ``bucket``'s objects, as the examples name them."""
-    import io
 
     pq = pytest.importorskip("pyarrow.parquet")
-    from headrace.formats import encode, synthetic_arrays
-
     rng = np.random.default_rng(2)
     objects: dict[str, bytes] = {}
     for i in range(16):  # one size: docs/files.md stacks them into (64, H, W, 3)
@@ -274,47 +297,37 @@ def _point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
 # -- names the prose implies ----------------------------------------------------------------------
 
 
-def _torch_step(*args: Any) -> Any:
+def _train_step(*args: Any) -> Any:
     """Stands for the user's step: ``train_step(batch)`` (PyTorch), ``train_step(state,
     batch)`` (JAX, returning the new state)."""
     return args[0] if len(args) == 2 else None
 
 
-def _model() -> Any:
-    torch = pytest.importorskip("torch")
-    return torch.nn.Linear(4, 4)
-
-
-# One entry per name, built only for blocks that use it: what the text around a block
-# says it stands for.
-IMPLIED: dict[str, Callable[[], Any]] = {
+# One entry per name, built (in this order, from the names built before it) only for
+# blocks that use it: what the text around a block says it stands for.
+IMPLIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     # README.md "Train on a token file": this host's place among the hosts.
-    "rank": lambda: 0,
-    "world_size": lambda: 1,
+    "rank": lambda ns: 0,
+    "world_size": lambda ns: 1,
     # README.md "Train on a token file": the training checkpoint being assembled.
-    "checkpoint": dict,
+    "checkpoint": lambda ns: {},
     # README.md "Augmentation that replays": a mask token id, a token and a JPEG source.
-    "MASK_ID": lambda: 50_000,
-    "tokens": lambda: _source("TokenSource", "train.bin", context=1024),
-    "jpegs": lambda: _source("FileSource", "jpegs", format="jpeg"),
-    # docs/frameworks.md: the source of the first PyTorch block, the model being trained.
-    "source": lambda: _source("TokenSource", ["train-00.bin", "train-01.bin"], dtype="uint16",
-                              context=16),
-    "model": _model,
-    "optim": lambda: pytest.importorskip("torch").optim.SGD(_model().parameters(), lr=0.1),
-    "train_step": lambda: _torch_step,
-    "state": dict,  # docs/frameworks.md JAX: the train state
+    "MASK_ID": lambda ns: 50_000,
+    "tokens": lambda ns: TokenSource("train.bin", context=1024),
+    "jpegs": lambda ns: FileSource("jpegs", format="jpeg"),
+    # docs/frameworks.md: the first PyTorch block's source (context 16, not 1,024, so that
+    # the checkpoint block's 1,000 steps take little time), the model being trained, its
+    # optimizer, its step; the JAX block's train state.
+    "source": lambda ns: TokenSource(["train-00.bin", "train-01.bin"], dtype="uint16", context=16),
+    "model": lambda ns: pytest.importorskip("torch").nn.Linear(4, 4),
+    "optim": lambda ns: pytest.importorskip("torch").optim.SGD(ns["model"].parameters(), lr=0.1),
+    "train_step": lambda ns: _train_step,
+    "state": lambda ns: {},
     # docs/rows.md "Mixtures": three row sources.
-    "chat_rows": lambda: _source("PaddedRows", "chat_tokens.npy", "chat_mask.npy", context=1024),
-    "code_rows": lambda: _source("PaddedRows", "sft_tokens.npy", "sft_mask.npy", context=1024),
-    "math_rows": lambda: _source("PaddedRows", "tokens.npy", "mask.npy", context=1024),
+    "chat_rows": lambda ns: PaddedRows("chat_tokens.npy", "chat_mask.npy", context=1024),
+    "code_rows": lambda ns: PaddedRows("sft_tokens.npy", "sft_mask.npy", context=1024),
+    "math_rows": lambda ns: PaddedRows("tokens.npy", "mask.npy", context=1024),
 }
-
-
-def _source(kind: str, *args: Any, **kwargs: Any) -> Any:
-    import headrace.formats
-
-    return getattr(headrace.formats, kind)(*args, **kwargs)
 
 
 def _names(tree: ast.AST) -> set[str]:
@@ -343,6 +356,36 @@ def test_every_implied_name_is_used() -> None:
     assert set(IMPLIED) <= used, f"IMPLIED names no block uses: {sorted(set(IMPLIED) - used)}"
 
 
+def test_marks_are_read_and_need_a_reason() -> None:
+    text = "\n".join(
+        [
+            "<!-- not run: needs torchrun -->",
+            "```python",
+            "import torch.distributed",
+            "```",
+            "<!-- not run -->",
+            "",
+            "```python",
+            "x = 1",
+            "```",
+            "<!-- needs: quantum -->",
+            "```python",
+            "```",
+            "```python",
+            "y = 2",
+            "```",
+        ]
+    )
+    marked, bare, unknown, plain = _blocks(text, "x.md")
+    assert (marked.id, marked.code) == ("x.md:2", "import torch.distributed\n")
+    assert _skip_reason(marked) == "not run: needs torchrun"
+    with pytest.raises(AssertionError, match=r"x.md:7: .* needs a reason"):
+        _skip_reason(bare)
+    with pytest.raises(AssertionError, match=r"known needs are \['cuda', 'fuse'\]"):
+        _skip_reason(unknown)
+    assert _skip_reason(plain) is None and plain.code == "y = 2\n"
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_example_runs(
     block: Block,
@@ -353,15 +396,9 @@ def test_example_runs(
 ) -> None:
     # Tracebacks show the document's own lines.
     code = compile("\n" * block.line + block.code, ROOT / block.document, "exec")
-    if block.mark is not None:
-        kind, what = block.mark
-        if kind == "not run":
-            assert what, f"{block.id}: '<!-- not run -->' needs a reason"
-            pytest.skip(f"not run: {what}")
-        assert what in NEEDS, f"{block.id}: '<!-- needs: {what} -->': known needs are {sorted(NEEDS)}"
-        ok, reason = NEEDS[what]()
-        if not ok:
-            pytest.skip(reason)
+    reason = _skip_reason(block)
+    if reason is not None:
+        pytest.skip(f"{block.id}: {reason}")
     tree = ast.parse(block.code)
     imported = _imports(tree)
     for module, needs in (("headrace.torch", "torch"), ("headrace.jax", "jax")):
@@ -383,5 +420,13 @@ def test_example_runs(
         )
 
     namespace: dict[str, Any] = {"__name__": "__main__"}  # as a script run by `python`
-    namespace.update({k: make() for k, make in IMPLIED.items() if k in _names(tree)})
-    exec(code, namespace)
+    used = _names(tree)
+    for name, make in IMPLIED.items():
+        if name in used:
+            namespace[name] = make(namespace)
+    try:
+        exec(code, namespace)
+    finally:  # what the script's exit would close
+        for value in namespace.values():
+            if isinstance(value, Closing):
+                value.close()
