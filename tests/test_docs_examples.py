@@ -277,6 +277,11 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.endpoint
 
 
+def _opens_s3(block: Block) -> bool:
+    """Whether the block names an S3 URL to open (not a ``name=`` label for decoded bytes)."""
+    return re.search(r"(?<!name=)[\"']s3://", block.code) is not None
+
+
 def _point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     """Send every S3 store an example opens at a placeholder endpoint to ``endpoint``."""
     opened = ObjectStore.__init__
@@ -386,7 +391,22 @@ def test_marks_are_read_and_need_a_reason() -> None:
     assert _skip_reason(plain) is None and plain.code == "y = 2\n"
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def _integration(block: Block) -> bool:
+    """A block that talks to S3 (moto), mounts FUSE or starts worker processes."""
+    return (
+        _opens_s3(block)
+        or block.mark == ("needs", "fuse")
+        or re.search(r"num_workers=[1-9]", block.code) is not None
+    )
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, id=b.id, marks=[pytest.mark.integration] if _integration(b) else [])
+        for b in BLOCKS
+    ],
+)
 def test_example_runs(
     block: Block,
     datasets_dir: Path,
@@ -408,7 +428,7 @@ def test_example_runs(
     for entry in datasets_dir.iterdir():
         (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.chdir(tmp_path)
-    if "s3://" in block.code:
+    if _opens_s3(block):
         _point_at(monkeypatch, request.getfixturevalue("s3_endpoint"))
     steps = next((n for line, n in LONGER.items() if line in block.code), STEPS)
     monkeypatch.setattr(Loader, "__iter__", _capped(Loader.__iter__, steps))
