@@ -2,11 +2,12 @@
 
 Each block is one test, named by file and line (``docs/rows.md:15``). It runs in
 a fresh directory holding small real datasets under the names the examples use
-(``DATASETS``), in a namespace holding the few names the prose around a block
-implies (``IMPLIED``), with S3 URLs served by a moto server (``S3_OBJECTS``),
+(``_write_datasets``), in a namespace holding the few names the prose around a
+block implies (``IMPLIED``), with the S3 endpoints it names served by a moto
+server holding the objects it names (``PLACEHOLDER_ENDPOINTS``, ``_s3_objects``),
 and with every loader stopping after a few batches (``STEPS``), since the
-examples iterate loaders that never end. A traceback names the document's file
-and line.
+examples iterate loaders that never end. A traceback shows the document's own
+file and lines.
 
 A block that cannot run anywhere the tests run is marked in the document, on
 the line before its fence, with ``<!-- not run: REASON -->``; one that needs
@@ -155,7 +156,8 @@ def _padded(rng: np.random.Generator, n: int, width: int, dtype: str) -> tuple[A
 
 
 def _token_table(n: int, seed: int) -> Any:
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
+
     rng = np.random.default_rng(seed)
     ids = [rng.integers(1, 50_000, size=int(k), dtype=np.int32) for k in rng.integers(8, 600, n)]
     return pa.table(
@@ -167,7 +169,8 @@ def _token_table(n: int, seed: int) -> Any:
 
 
 def _save_to_disk(table: Any, path: Path) -> None:
-    datasets = pytest.importorskip("datasets")
+    import datasets  # a test extra, imported only here: it takes seconds
+
     datasets.Dataset(table).save_to_disk(str(path), num_shards=2)
 
 
@@ -185,7 +188,8 @@ def _row_file(path: Path, rows: Any) -> None:
 
 def _write_datasets(root: Path) -> None:
     """What the examples open, under the names they use."""
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow.parquet as pq
+
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 50_000, size=1 << 20, dtype=np.uint16)
     tokens.tofile(root / "train.bin")  # nanoGPT: uint16, no sidecar
@@ -239,8 +243,8 @@ PLACEHOLDER_ENDPOINTS = {
 
 def _s3_objects(root: Path) -> dict[str, bytes]:
     """Bucket ``bucket``'s objects, as the examples name them."""
+    import pyarrow.parquet as pq
 
-    pq = pytest.importorskip("pyarrow.parquet")
     rng = np.random.default_rng(2)
     objects: dict[str, bytes] = {}
     for i in range(16):  # one size: docs/files.md stacks them into (64, H, W, 3)
