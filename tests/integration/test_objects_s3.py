@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from s3util import (
     BUCKET,
+    FAST_RETRY,
     OBJECTS,
     PREFIX,
     SMALL,
@@ -59,8 +60,33 @@ def test_an_http_endpoint_needs_no_allow_http(s3: S3Fixture) -> None:
     with ObjectStore(URL, **opts) as store:  # type: ignore[arg-type]
         assert bytes(store.get(SMALL[0])) == expected(SMALL[0])
     with ObjectStore(URL, **opts, allow_http=False) as store:  # type: ignore[arg-type]
-        with pytest.raises(ConfigError, match=r"plain http:// .*allow_http=False"):
+        with pytest.raises(ConfigError, match=r"plain http:// .*pass allow_http=True"):
             store.get(SMALL[0])
+
+
+@pytest.mark.parametrize("allow", [None, "true", "false"])
+def test_an_http_endpoint_from_the_environment_works_as_obstore_documents_it(
+    s3: S3Fixture, monkeypatch: pytest.MonkeyPatch, allow: str | None
+) -> None:
+    # Everything from the environment, as a user of MinIO or moto writes it: the store
+    # options headrace passes (a timeout) used to replace obstore's own reading of
+    # AWS_ALLOW_HTTP, so this was refused, blaming an allow_http=False nobody gave.
+    info = s3.server.info
+    monkeypatch.setenv("AWS_ENDPOINT_URL", info.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", info.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", info.secret_access_key)
+    monkeypatch.setenv("AWS_REGION", info.region)
+    monkeypatch.setenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false")
+    if allow is None:
+        monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    else:
+        monkeypatch.setenv("AWS_ALLOW_HTTP", allow)
+    with ObjectStore(URL, retry=FAST_RETRY) as store:
+        if allow == "false":
+            with pytest.raises(ConfigError, match=r"plain http:// .*AWS_ALLOW_HTTP"):
+                store.get(SMALL[0])
+        else:
+            assert bytes(store.get(SMALL[0])) == expected(SMALL[0])
 
 
 def test_closing_a_store_ends_a_stalled_get_at_once(s3: S3Fixture, proxy: LatencyProxy) -> None:

@@ -192,6 +192,29 @@ def _azure_emulator_at(
     return out, http
 
 
+def _allow_http_from_env(scheme: str, endpoint: str | None, url: str) -> bool | None:
+    """Whether plain HTTP is allowed when ``allow_http`` is not given: as the environment
+    says (``AWS_ALLOW_HTTP``, ``AZURE_ALLOW_HTTP``, ``GOOGLE_ALLOW_HTTP``), else yes for
+    an endpoint or URL written ``http://`` (MinIO, moto, a lab Ceph, a local file server;
+    for S3 also ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT``), else None (obstore's default).
+
+    Set here because the client options headrace passes (a timeout) replace those obstore
+    would read from the environment: ``AWS_ENDPOINT_URL=http://...`` with
+    ``AWS_ALLOW_HTTP=true`` was refused with a bare "builder error".
+    """
+    prefix = "AWS" if scheme in _S3_SCHEMES else "AZURE" if scheme in _AZURE_SCHEMES else None
+    if scheme == "gs":
+        prefix = "GOOGLE"
+    flag = os.environ.get(f"{prefix}_ALLOW_HTTP") if prefix else None
+    if flag is not None and flag.strip():
+        return flag.strip().lower() in ("1", "true", "yes", "on")
+    if endpoint is None and scheme in _S3_SCHEMES:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    if any(u.lower().startswith("http://") for u in (endpoint or "", url)):
+        return True
+    return None
+
+
 def _check_range(offset: int, length: int) -> None:
     if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
         raise ConfigError(
@@ -292,13 +315,10 @@ class ObjectStore(Closing):
             cfg["virtual_hosted_style_request"] = not path_style
         client: dict[str, Any] = {"timeout": timedelta(seconds=self.retry.timeout_s)}
         client.update(client_options or {})
+        if allow_http is None:
+            allow_http = _allow_http_from_env(scheme, cfg.get("endpoint"), str(url))
         if allow_http is not None:
             client["allow_http"] = allow_http
-        elif any(str(u).lower().startswith("http://") for u in (cfg.get("endpoint", ""), url)):
-            # An endpoint (or a URL) written http:// means plain HTTP (MinIO, moto, a lab
-            # Ceph, a local file server): without this obstore refuses it with a bare
-            # "builder error".
-            client.setdefault("allow_http", True)
         self.url, self._store = self._open(str(url), cfg, client)
         self._lock = threading.Lock()
         self._stats = ObjectStats()

@@ -143,8 +143,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         ), False
     if "builder error" in text and "http://" in text:
         return ConfigError(
-            f"{where}: the endpoint is plain http:// but the store was told not to allow "
-            f"HTTP (allow_http=False): allow it, or use an https:// endpoint ({brief})"
+            f"{where}: the endpoint is plain http:// but plain HTTP is not allowed "
+            "(allow_http=False, or AWS_ALLOW_HTTP/AZURE_ALLOW_HTTP/GOOGLE_ALLOW_HTTP=false): "
+            f"pass allow_http=True in store_options, or use an https:// endpoint ({brief})"
         ), False
     if isinstance(exc, obx.NotFoundError) or (
         isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
