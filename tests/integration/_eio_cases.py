@@ -36,19 +36,24 @@ BAD_ROWS = (2 * MIB + 8 * PAGE, 2 * MIB + 9 * PAGE)
 # tables: 64 record batches / row groups of 256 rows.
 TABLE_ROWS, BATCH_ROWS = 64 * 256, 256
 BAD_BATCH = 40
+BIG_BATCH_ROWS = 65_536
+BUFFERS = ("values", "validity", "indices", "dictionary")
 # files: 64 NPY/NPZ/JPEG/HDF5 files; file 37 fails whole.
 NFILES, BAD_FILE = 64, 37
 
 
-def _page_range(lo: int, hi: int) -> tuple[int, int]:
-    return lo // PAGE * PAGE, -(-hi // PAGE) * PAGE
+def _inner_pages(lo: int, hi: int) -> tuple[int, int]:
+    """The whole pages inside ``[lo, hi)``: a fault there touches that buffer only
+    (a page shared with the message header would fail the open instead)."""
+    a, b = -(-lo // PAGE) * PAGE, hi // PAGE * PAGE
+    assert b > a, f"no whole page in [{lo}, {hi})"
+    return a, b
 
 
-def _table() -> Any:
+def _table(n: int = TABLE_ROWS) -> Any:
     import pyarrow as pa
 
     rng = np.random.default_rng(11)
-    n = TABLE_ROWS
     lens = rng.integers(8, 64, n)
     offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     ids = pa.ListArray.from_arrays(
@@ -64,9 +69,9 @@ def _table() -> Any:
     return pa.table({"ids": ids, "label": pa.array(label, mask=mask), "cat": cat})
 
 
-def _buffer_ranges(path: Path) -> dict[str, tuple[int, int]]:
-    """File byte ranges of batch BAD_BATCH's list values, label validity bitmap and
-    cat indices, and of the dictionary's string data, as mapped from ``path``."""
+def _buffer_range(path: Path, index: int, target: str) -> tuple[int, int]:
+    """The whole pages of record batch ``index``'s list values, label validity bitmap,
+    cat indices or dictionary string data (``target``), as mapped from ``path``."""
     import pyarrow as pa
 
     mm = pa.memory_map(str(path), "r")
@@ -76,22 +81,36 @@ def _buffer_ranges(path: Path) -> dict[str, tuple[int, int]]:
     mm.seek(0)
     if head == b"ARROW1":
         r = pa.ipc.open_file(mm)
-        batch = r.get_batch(BAD_BATCH)
+        batch = r.get_batch(index)
     else:
-        batch = list(pa.ipc.open_stream(mm))[BAD_BATCH]
+        batch = list(pa.ipc.open_stream(mm))[index]
 
     def rng(buf: Any) -> tuple[int, int]:
-        return _page_range(buf.address - base, buf.address - base + buf.size)
+        return _inner_pages(buf.address - base, buf.address - base + buf.size)
 
     ids, label, cat = batch.column("ids"), batch.column("label"), batch.column("cat")
-    out = {
-        "values": rng(ids.values.buffers()[1]),
-        "validity": rng(label.buffers()[0]),
-        "indices": rng(cat.indices.buffers()[1]),
-        "dictionary": rng(cat.dictionary.buffers()[2]),
+    buffers = {
+        "values": lambda: ids.values.buffers()[1],
+        "validity": lambda: label.buffers()[0],
+        "indices": lambda: cat.indices.buffers()[1],
+        "dictionary": lambda: cat.dictionary.buffers()[2],
     }
-    del batch, ids, label, cat
-    return out
+    return rng(buffers[target]())
+
+
+def _header_offset(path: Path, index: int) -> int:
+    """Where record batch ``index``'s message starts in the stream at ``path``."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path)) as f:
+        r = pa.ipc.MessageReader.open_stream(f)
+        seen = -1
+        while True:
+            at = f.tell()
+            msg = r.read_next_message()
+            seen += msg.type == "record batch"
+            if seen == index:
+                return at
 
 
 def build(src: Path) -> list[str]:
@@ -109,17 +128,24 @@ def build(src: Path) -> list[str]:
     specs += [f"rows.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}", f"positive.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}"]
 
     table = _table()
-    for target in ("values", "validity", "indices", "dictionary"):
-        path = src / f"stream-{target}.arrow"
-        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
-            w.write_table(table, max_chunksize=BATCH_ROWS)
-        lo, hi = _buffer_ranges(path)[target]
-        specs.append(f"{path.name}:{lo}-{hi}")
-    for target in ("values", "validity"):
-        path = src / f"file-{target}.arrow"
-        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
-            w.write_table(table, max_chunksize=BATCH_ROWS)
-        lo, hi = _buffer_ranges(path)[target]
+    # A validity bitmap of 256 rows is 32 bytes, on its header's page: big batches
+    # (8 KiB bitmaps, 256 KiB of indices) give them whole pages of their own.
+    big = _table(4 * BIG_BATCH_ROWS)
+    for kind, target in [("stream", t) for t in ("header", *BUFFERS)] + [
+        ("file", "values"),
+        ("file", "validity"),
+    ]:
+        path = src / f"{kind}-{target}.arrow"
+        wide = target in ("validity", "indices")
+        t, rows = (big, BIG_BATCH_ROWS) if wide else (table, BATCH_ROWS)
+        new = pa.ipc.new_stream if kind == "stream" else pa.ipc.new_file
+        with pa.OSFile(str(path), "wb") as f, new(f, t.schema) as w:
+            w.write_table(t, max_chunksize=rows)
+        if target == "header":  # the page where batch BAD_BATCH's message starts
+            lo = _header_offset(path, BAD_BATCH) // PAGE * PAGE
+            lo, hi = lo, lo + PAGE
+        else:
+            lo, hi = _buffer_range(path, 2 if wide else BAD_BATCH, target)
         specs.append(f"{path.name}:{lo}-{hi}")
     pq.write_table(table, src / "t.parquet", row_group_size=BATCH_ROWS)
     md = pq.ParquetFile(src / "t.parquet").metadata.row_group(BAD_BATCH).column(0)
@@ -151,6 +177,10 @@ def _files(src: Path, rng: np.random.Generator) -> None:
 # the cases --------------------------------------------------------------------
 
 
+def OPEN_FAILED() -> None:
+    """The later read of a case whose open failed: there is nothing to read on."""
+
+
 def _everything(n: int, chunk: int = 256) -> list[np.ndarray]:
     return [np.arange(i, min(i + chunk, n), dtype=np.int64) for i in range(0, n, chunk)]
 
@@ -159,7 +189,11 @@ def tokens(mnt: Path, reads: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import TokenSource
 
     src = TokenSource(
-        mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, reads=reads,
+        mnt / "tokens.bin",
+        dtype="uint16",
+        context=255,
+        shuffle=False,
+        reads=reads,
         block_bytes=256 << 10,
     )
     n = src.samples_per_epoch
@@ -174,8 +208,9 @@ def tokens(mnt: Path, reads: str) -> tuple[BaseException, Callable[[], Any]]:
 def rows(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import PaddedRows
 
-    src = PaddedRows(mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False,
-                     reader=reader)
+    src = PaddedRows(
+        mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False, reader=reader
+    )
     try:
         for s in _everything(ROWS, 64):
             src.read(0, s)
@@ -187,8 +222,11 @@ def rows(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
 def pairs(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import PairRows
 
-    src = PairRows({"anchor": mnt / "anchor.npy", "positive": mnt / "positive.npy"},
-                   shuffle=False, reader=reader)
+    src = PairRows(
+        {"anchor": mnt / "anchor.npy", "positive": mnt / "positive.npy"},
+        shuffle=False,
+        reader=reader,
+    )
     try:
         for s in _everything(ROWS, 64):
             src.read(0, s)
@@ -197,16 +235,23 @@ def pairs(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
     raise AssertionError("no error")
 
 
-def table(mnt: Path, name: str, columns: list[str]) -> tuple[BaseException, Callable[[], Any]]:
+def table(
+    mnt: Path, name: str, columns: list[str], n: int = TABLE_ROWS, later: list[str] | None = None
+) -> tuple[BaseException, Callable[[], Any]]:
+    """Read every row of ``columns``; later, the first rows (of ``later`` columns)."""
     from headrace.formats import Table
 
-    tb = Table.open(mnt / name, columns=columns)
-    valid = np.flatnonzero(np.arange(TABLE_ROWS) % 7 != 0)  # label is null on every 7th row
     try:
-        for i in range(0, valid.size, 97):
-            tb.read_rows(valid[i : i + 97])
+        tb = Table.open(mnt / name, columns=sorted({*columns, *(later or [])}))
+    except BaseException as exc:  # a failed header: no table to read on
+        return exc, OPEN_FAILED
+    valid = np.flatnonzero(np.arange(n) % 7 != 0)  # label is null on every 7th row
+    step = max(97, valid.size // 64)
+    try:
+        for i in range(0, valid.size, step):
+            tb.read_rows(valid[i : i + step], columns)
     except BaseException as exc:
-        return exc, lambda: tb.read_rows(valid[:4])
+        return exc, lambda: tb.read_rows(valid[:4], later or columns)
     raise AssertionError("no error")
 
 
@@ -214,7 +259,8 @@ def files(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import FileSource
 
     fmt = {"npy": "npy", "npz": "npz", "jpeg": "jpeg", "hdf5": "hdf5"}[kind]
-    src = FileSource(mnt / kind, format=fmt, shuffle="none")
+    extra = {"datasets": ("x",)} if kind == "hdf5" else {}
+    src = FileSource(mnt / kind, format=fmt, shuffle="none", **extra)
     try:
         src.read(0, np.arange(NFILES, dtype=np.int64))
     except BaseException as exc:
@@ -227,8 +273,9 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.pipeline import Loader
 
     if what == "tokens":
-        src: Any = TokenSource(mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False,
-                               block_bytes=256 << 10)
+        src: Any = TokenSource(
+            mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, block_bytes=256 << 10
+        )
     else:
         src = PaddedRows(mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False)
     ld = Loader(src, batch_size=32, prefetch=8)
@@ -239,7 +286,7 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
         ld.close()
         alive = [t.name for t in threading.enumerate() if t.name == "headrace-prefetch"]
         if alive:
-            raise AssertionError(f"loader threads still running after the error: {alive}")
+            raise AssertionError(f"loader threads still running after the error: {alive}") from exc
         return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
     raise AssertionError("no error")
 
@@ -251,12 +298,18 @@ CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
     "rows-adaptive": lambda m: rows(m, "adaptive"),
     "rows-pread": lambda m: rows(m, "pread"),
     "pairs-adaptive": lambda m: pairs(m, "adaptive"),
+    "arrow-stream-header": lambda m: table(m, "stream-header.arrow", ["ids", "label"]),
     "arrow-stream-values": lambda m: table(m, "stream-values.arrow", ["ids", "label"]),
-    "arrow-stream-validity": lambda m: table(m, "stream-validity.arrow", ["label"]),
-    "arrow-stream-indices": lambda m: table(m, "stream-indices.arrow", ["cat"]),
-    "arrow-stream-dictionary": lambda m: table(m, "stream-dictionary.arrow", ["cat"]),
+    "arrow-stream-validity": lambda m: table(
+        m, "stream-validity.arrow", ["label"], 4 * BIG_BATCH_ROWS
+    ),
+    "arrow-stream-indices": lambda m: table(m, "stream-indices.arrow", ["cat"], 4 * BIG_BATCH_ROWS),
+    # Every record batch shares the dictionary: the later read is of another column.
+    "arrow-stream-dictionary": lambda m: table(
+        m, "stream-dictionary.arrow", ["cat"], later=["ids"]
+    ),
     "arrow-file-values": lambda m: table(m, "file-values.arrow", ["ids", "label"]),
-    "arrow-file-validity": lambda m: table(m, "file-validity.arrow", ["label"]),
+    "arrow-file-validity": lambda m: table(m, "file-validity.arrow", ["label"], 4 * BIG_BATCH_ROWS),
     "parquet": lambda m: table(m, "t.parquet", ["ids", "label", "cat"]),
     "files-npy": lambda m: files(m, "npy"),
     "files-npz": lambda m: files(m, "npz"),
@@ -280,6 +333,9 @@ def run(case: str, mnt: str) -> dict[str, Any]:
     out["storage_error"] = isinstance(err, StorageError)
     out["message"] = str(err)
     out["traceback"] = "".join(traceback.format_exception(err))[-3000:]
+    if later is OPEN_FAILED:
+        out["later"] = "open failed"
+        return out
     try:
         later()
         out["later"] = "ok"

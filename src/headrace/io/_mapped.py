@@ -119,12 +119,14 @@ def populate_ranges(
     runs = coalesce_arrays(first, end - first, max_gap=_GAP, max_span=_RUN)
     base = view.ctypes.data
     last = int((offsets + lengths).max())
+
+    def check_size() -> None:
+        mapped_view(f, last)  # raises for a file that shrank under the map
+
     for lo, hi in zip(runs.starts.tolist(), runs.ends.tolist(), strict=True):
         try:
             populate_read(base + lo, hi - lo)
         except OSError as exc:
             if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EINTR, errno.EAGAIN):
                 return
-            raise populate_failed(
-                f.path, lo, min(hi, view.size), exc, lambda: mapped_view(f, last)
-            ) from exc
+            raise populate_failed(f.path, lo, min(hi, view.size), exc, check_size) from exc
