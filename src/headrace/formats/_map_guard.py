@@ -12,7 +12,7 @@ walk here (:func:`populate_headers`), the buffers a view reads at once here
 (:func:`populate_buffers`), the gather's pages by the map fill
 (:mod:`headrace.formats._map_fill`, kept on there). On a local disk none of
 this is done: it costs system calls on the fast path for an error a local
-disk rarely gives (docs/rows.md#io-errors).
+disk rarely gives (docs/io.md#errors-and-lifetimes).
 """
 
 from __future__ import annotations

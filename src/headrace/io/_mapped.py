@@ -17,7 +17,7 @@ is a real risk, so there a mapped read first faults its pages in with
 ``MADV_POPULATE_READ`` (:func:`populate_ranges`), which answers an error
 instead, and the copy then finds them in memory. On a local disk that costs a
 system call per run of pages for an error a disk rarely gives, so it is not
-done there (docs/io.md#io-errors-under-a-memory-map).
+done there (docs/io.md#errors-and-lifetimes).
 """
 
 from __future__ import annotations
