@@ -272,7 +272,18 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import PaddedRows, TokenSource
     from headrace.pipeline import Loader
 
-    if what == "tokens":
+    if what == "arrow":  # the windowed shuffle: record batches read ahead, on the pool
+        from headrace.formats import TableSource
+
+        src = TableSource(
+            mnt / "stream-values.arrow",
+            columns=["ids"],
+            width=64,
+            truncate=True,
+            shuffle="window",
+            window_rows=2048,
+        )
+    elif what == "tokens":
         src: Any = TokenSource(
             mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, block_bytes=256 << 10
         )
@@ -317,6 +328,7 @@ CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
     "files-hdf5": lambda m: files(m, "hdf5"),
     "loader-tokens": lambda m: loader(m, "tokens"),
     "loader-rows": lambda m: loader(m, "rows"),
+    "loader-arrow": lambda m: loader(m, "arrow"),
 }
 
 

@@ -53,7 +53,12 @@ from headrace.errors import (
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead, fill_pages, page_runs
-from headrace.formats._map_guard import eager_buffers, populate_buffers, populate_headers
+from headrace.formats._map_guard import (
+    eager_buffers,
+    on_network,
+    populate_buffers,
+    populate_headers,
+)
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -70,7 +75,6 @@ from headrace.formats._table_layout import (
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls, stored_bytes
 from headrace.io import CacheStats, ObjectCache, deep_io_pool, open_cache, open_error
 from headrace.io._batch import raise_first, results
-from headrace.io._mounts import is_network_fs
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats
@@ -282,7 +286,7 @@ class _Part:
         # Where the map starts: a buffer read zero-copy from it lies at its offset from here.
         self.map_address = mm.read_buffer(1).address
         mm.seek(0)
-        self.network = is_network_fs(self.path)
+        self.network = on_network(self.path)
         if self.network:
             populate_headers(self)
         if head[:6] == _ARROW_FILE_MAGIC:

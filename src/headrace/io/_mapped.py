@@ -127,6 +127,8 @@ def populate_ranges(
         try:
             populate_read(base + lo, hi - lo)
         except OSError as exc:
-            if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EINTR, errno.EAGAIN):
-                return
+            if exc.errno in (errno.EINTR, errno.EAGAIN):
+                continue  # not filled now: the copy faults these in
+            if exc.errno in (errno.EINVAL, errno.ENOSYS):
+                return  # no advice here (before 5.14): the copy faults them in, as before
             raise populate_failed(f.path, lo, min(hi, view.size), exc, check_size) from exc
