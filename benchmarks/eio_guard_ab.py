@@ -1,6 +1,7 @@
 """What the EIO guards cost on the fast path (page-cached local files): two source trees A/B/A/B.
 
     python benchmarks/eio_guard_ab.py --a /tmp/base/src --b src [--rounds 6 --reads 600]
+    python benchmarks/eio_guard_ab.py --a /tmp/base/src --b src --latency-ms 2 --reads 48
 
 The guards (docs/io.md#errors-and-lifetimes) only act on network and FUSE
 mounts; on a local disk a mapped read pays a check of a cached flag. This
@@ -14,6 +15,11 @@ processes, one tree each, so the two trees' modules never mix; short ones, so
 a machine shared with other jobs drifts less within a round. Reports the
 median microseconds per batch per side and reader, B/A, and the SHA-256 of
 every batch each side read (which must agree).
+
+``--latency-ms N``: where the guards do act. Each child mounts the data folder
+through slowfs (N ms per READ, a fresh mount: cold) and reads through it, no
+warm-up; the Arrow figure includes opening the table (B walks its headers with
+``MADV_POPULATE_READ`` first) and B keeps the map fill on.
 """
 
 from __future__ import annotations
@@ -51,8 +57,20 @@ def make_data(root: Path) -> None:
             w.write_table(t, max_chunksize=1024)
 
 
-def child(root: Path, reads: int) -> dict[str, object]:
+def child(root: Path, reads: int, latency_ms: float) -> dict[str, object]:
     """Runs in a child process with one tree on sys.path."""
+    if latency_ms <= 0:
+        return _child(root, reads, warm=50)
+    from headrace.emulate import SlowMount
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        SlowMount(root, Path(tmp) / "mnt", read_latency_ms=latency_ms) as m,
+    ):
+        return _child(m.mnt, reads, warm=0)
+
+
+def _child(root: Path, reads: int, warm: int) -> dict[str, object]:
     from headrace.formats import PaddedRows, Table
     from headrace.io import RangeReader
 
@@ -62,11 +80,11 @@ def child(root: Path, reads: int) -> dict[str, object]:
     tokens = str(root / "tokens.npy")
     header = 128  # np.save's header for this shape
 
-    def timed(name: str, fn, warm: int = 50) -> None:  # type: ignore[no-untyped-def]
+    def timed(name: str, fn, t0: float | None = None) -> None:  # type: ignore[no-untyped-def]
         h = hashlib.sha256()
         for b in batches[:warm]:  # page cache, views, the fill policy's calm
             fn(b)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if t0 is None else t0
         got = [fn(b) for b in batches]
         dt = time.perf_counter() - t0
         for g in got:
@@ -79,13 +97,14 @@ def child(root: Path, reads: int) -> dict[str, object]:
     src = PaddedRows(tokens, context=WIDTH - 1, reader="adaptive", shuffle=False)
     timed("PaddedRows adaptive", lambda b: [src.read(0, b)["x"]])
     src.close()
+    t_open = time.perf_counter()
     with Table.open(root / "t.arrow") as tb:
 
         def arrow(b: np.ndarray) -> list[np.ndarray]:
             got = tb.read_rows(b)
             return [got["ids"].values, got["ids"].offsets, got["label"]]
 
-        timed("Arrow Table.read_rows", arrow)
+        timed("Arrow Table.read_rows", arrow, None if warm else t_open)
     return out
 
 
@@ -96,10 +115,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reads", type=int, default=600)
     ap.add_argument("--root", default=None, help="data folder (default: a temporary one)")
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="read through slowfs")
+    ap.add_argument("--verbose", action="store_true", help="print every run")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(Path(args.child), args.reads)))
+        print(json.dumps(child(Path(args.child), args.reads, args.latency_ms)))
         return
     root = Path(args.root or tempfile.mkdtemp(prefix="eio-guard-ab-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -110,10 +131,17 @@ def main() -> None:
             tree = os.path.abspath(args.a if side == "A" else args.b)
             env = dict(os.environ, PYTHONPATH=tree)
             cmd = [sys.executable, __file__, "--a", args.a, "--b", args.b, "--child", str(root)]
-            cmd += ["--reads", str(args.reads)]
+            cmd += ["--reads", str(args.reads), "--latency-ms", str(args.latency_ms)]
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs[side].append(json.loads(res.stdout.strip().splitlines()[-1]))
-    print(f"{args.rounds} rounds x {args.reads} batches of {BATCH} rows, A={args.a} B={args.b}")
+            if args.verbose:
+                got = runs[side][-1]
+                print(side, " ".join(f"{float(v['us_per_batch']):8.1f}" for v in got.values()))
+    where = f"slowfs {args.latency_ms:g} ms" if args.latency_ms > 0 else "page-cached local"
+    print(
+        f"{args.rounds} rounds x {args.reads} batches of {BATCH} rows ({where}), "
+        f"A={args.a} B={args.b}"
+    )
     for name in runs["A"][0]:
         a = [float(r[name]["us_per_batch"]) for r in runs["A"]]  # type: ignore[arg-type]
         b = [float(r[name]["us_per_batch"]) for r in runs["B"]]  # type: ignore[arg-type]
