@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -268,6 +269,10 @@ def files(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
     raise AssertionError("no error")
 
 
+def _prefetching() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "headrace-prefetch"]
+
+
 def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import PaddedRows, TokenSource
     from headrace.pipeline import Loader
@@ -294,8 +299,12 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
         for _ in ld:
             pass
     except BaseException as exc:
+        # The read-ahead thread ends by itself once its error is handed over (no close).
+        deadline = time.monotonic() + 10
+        while _prefetching() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive = _prefetching()
         ld.close()
-        alive = [t.name for t in threading.enumerate() if t.name == "headrace-prefetch"]
         if alive:
             raise AssertionError(f"loader threads still running after the error: {alive}") from exc
         return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
