@@ -656,7 +656,9 @@ def test_a_parquet_read_that_fails_is_a_storage_error(
 
     monkeypatch.setattr(part._pf, "read_row_group", eio)
     assert tb.read_rows([0, 45])["label"].size == 2
-    with pytest.raises(StorageError, match=r"t\.parquet: row group 1: the read failed") as ei:
+    with pytest.raises(
+        StorageError, match=r"t\.parquet: row group 1: reading its bytes \[\d+, \d+\) failed"
+    ) as ei:
         tb.read_rows([25])
     assert ei.value.errno == errno.EIO
 
@@ -681,7 +683,9 @@ def test_row_groups_read_at_once_finish_before_the_first_failure_is_raised(
         return real(self, i, *args, **kwargs)
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", eio)
-    with pytest.raises(StorageError, match=r"t\.parquet: row group 1: the read failed") as ei:
+    with pytest.raises(
+        StorageError, match=r"t\.parquet: row group 1: reading its bytes \[\d+, \d+\) failed"
+    ) as ei:
         tb.read_rows([5, 25, 45])
     assert sorted(done) == [1, 2]
     assert ei.value.__notes__ == ["1 other row group reads also failed"]

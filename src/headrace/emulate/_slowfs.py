@@ -18,6 +18,9 @@ Kernel facts that shape what a client sees (Linux 6.x, libfuse 3.14):
   file's page cache, so every fresh open starts cold, like a remote mount that
   does not trust its cache across opens.
 
+``fail_reads`` (``--fail-reads GLOB[:START-END]``) makes READs of chosen files
+and bytes fail with an errno (see :mod:`headrace.emulate._slowfs_faults`).
+
 Run it with ``headrace emulate slowfs SRC MNT`` or ``python -m
 headrace.emulate._slowfs SRC MNT``; stop it with SIGINT, SIGTERM or
 ``fusermount3 -u MNT``.
@@ -38,6 +41,7 @@ from typing import Any
 
 from headrace.emulate._mounts import is_mounted
 from headrace.emulate._slowfs_config import SlowFSConfig
+from headrace.emulate._slowfs_faults import ReadFault, errno_code, errno_name
 from headrace.emulate._slowfs_stats import SlowFSStats
 from headrace.emulate._token_bucket import TokenBucket
 from headrace.errors import ConfigError, HeadraceError, StorageError
@@ -84,6 +88,9 @@ class SlowPassthrough:
         self._open_latency_s = config.open_latency_ms / 1e3
         self._bucket = TokenBucket(config.mbps * 1e6, _BURST_BYTES) if config.mbps > 0 else None
         self.mounted = False
+        # fh -> the faults of its file, matched once at open: mfusepy may pass no
+        # path to read(), and a READ then costs one dict lookup.
+        self._faults: dict[int, tuple[ReadFault, ...]] = {}
 
     def _real(self, path: str) -> str:
         # The kernel hands us normalised absolute paths (no "..", no "//").
@@ -167,6 +174,11 @@ class SlowPassthrough:
             self.stats.open_done(ok=False)
             raise
         self.stats.open_done(ok=True)
+        if self.config.fail_reads:
+            rel = path.lstrip("/")
+            faults = tuple(f for f in self.config.fail_reads if f.matches(rel))
+            if faults:
+                self._faults[fd] = faults
         return fd
 
     def read(self, _path: str | None, size: int, offset: int, fh: int) -> bytes:
@@ -178,6 +190,11 @@ class SlowPassthrough:
                 t0 = time.monotonic()
                 time.sleep(self._read_latency_s)
                 latency_s = time.monotonic() - t0
+            faults = self._faults.get(fh)
+            if faults and any(f.overlaps(offset, size) for f in faults):
+                # After the latency: a soft mount's error comes after its timeout.
+                code = self.config.fail_errno
+                raise OSError(code, os.strerror(code))
             data = os.pread(fh, size, offset)
             if self._bucket is not None and data:
                 # The request pays its latency first, then its transfer on the
@@ -192,6 +209,7 @@ class SlowPassthrough:
             self.stats.read_finished(nbytes, latency_s=latency_s, throttle_s=throttle_s)
 
     def release(self, _path: str | None, fh: int) -> int:
+        self._faults.pop(fh, None)
         os.close(fh)
         return 0
 
@@ -257,6 +275,8 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
                 "max_background": config.max_background,
                 "max_threads": config.max_threads,
                 "direct_io": config.direct_io,
+                "fail_reads": [f.to_spec() for f in config.fail_reads],
+                "fail_errno": errno_name(config.fail_errno),
             },
         },
     )
@@ -347,6 +367,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="bypass the page cache: READs of the caller's size; mmap fails with ENODEV",
     )
     parser.add_argument(
+        "--fail-reads",
+        action="append",
+        default=[],
+        metavar="GLOB[:START-END]",
+        help="fail READs of files matching GLOB (relative to the mount; * also matches /) "
+        "that overlap bytes [START, END) (END exclusive; START- or -END open); repeatable",
+    )
+    parser.add_argument(
+        "--fail-errno",
+        default=errno_name(d.fail_errno),
+        help="the errno failed READs answer, by name or number (default: %(default)s)",
+    )
+    parser.add_argument(
         "--stats-file",
         default=None,
         help="write JSON counters here periodically and on exit",
@@ -368,6 +401,8 @@ def config_from_args(args: argparse.Namespace) -> SlowFSConfig:
         max_threads=args.max_threads,
         direct_io=args.direct_io,
         stats_interval_s=args.stats_interval_s,
+        fail_reads=tuple(ReadFault.parse(spec) for spec in args.fail_reads),
+        fail_errno=errno_code(args.fail_errno),
     )
 
 
@@ -381,7 +416,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"slowfs: mounting {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
-        f"open {config.open_latency_ms} ms, cap {config.mbps or 'none'} MB/s); "
+        f"open {config.open_latency_ms} ms, cap {config.mbps or 'none'} MB/s"
+        + "".join(
+            f", failing READs of {f.to_spec()} with {errno_name(config.fail_errno)}"
+            for f in config.fail_reads
+        )
+        + "); "
         f"stop with Ctrl-C or `fusermount3 -u {args.mnt}`",
         file=sys.stderr,
         flush=True,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
+from typing import Any
 
+from headrace.emulate._slowfs_faults import ReadFault, errno_code, errno_name
 from headrace.errors import ConfigError
 
 __all__ = ["SlowFSConfig"]
@@ -28,6 +31,10 @@ class SlowFSConfig:
     would cap parallel reads); ``max_threads`` bounds libfuse's worker threads,
     so at most that many requests sleep at once. ``direct_io`` makes each
     read(2) a READ of its own size, but mmap of the files then fails (ENODEV).
+
+    ``fail_reads`` makes READs fail with ``fail_errno`` (an errno number or
+    name, default EIO): each :class:`ReadFault` names files by a glob and a byte
+    range; strings are parsed as the command line's ``GLOB[:START-END]``.
     """
 
     read_latency_ms: float = 0.0
@@ -37,8 +44,24 @@ class SlowFSConfig:
     max_threads: int = 64
     direct_io: bool = False
     stats_interval_s: float = 0.25
+    fail_reads: tuple[ReadFault, ...] = ()
+    fail_errno: int = errno.EIO
 
     def __post_init__(self) -> None:
+        # Annotated as parsed; strings (and a lone fault) are accepted at run time.
+        faults: Any = self.fail_reads
+        if isinstance(faults, str | ReadFault):
+            faults = (faults,)
+        try:
+            parsed = tuple(f if isinstance(f, ReadFault) else ReadFault.parse(f) for f in faults)
+        except TypeError as exc:
+            raise ConfigError(
+                f"SlowFSConfig.fail_reads must be ReadFaults or 'GLOB[:START-END]' strings "
+                f"(got {faults!r})."
+            ) from exc
+        # Frozen: normalised in place once, so equal configs compare equal.
+        object.__setattr__(self, "fail_reads", parsed)
+        object.__setattr__(self, "fail_errno", errno_code(self.fail_errno))
         for name in ("read_latency_ms", "open_latency_ms", "mbps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -81,4 +104,7 @@ class SlowFSConfig:
         ]
         if self.direct_io:
             argv.append("--direct-io")
+        argv += [f"--fail-reads={f.to_spec()}" for f in self.fail_reads]
+        if self.fail_reads or self.fail_errno != errno.EIO:
+            argv.append(f"--fail-errno={errno_name(self.fail_errno)}")
         return argv

@@ -87,6 +87,8 @@ class FillPolicy:
     off: the gathers fault nothing. A gather that then takes longer than
     :attr:`SLOW_GATHER_S` and :attr:`SLOW_ROW_S` per row (page faults going to
     storage) turns it on again. Races between threads only change when it switches.
+    ``keep_on`` (files on a network or FUSE mount) never turns it off: there the
+    fill also turns a page the storage fails into an error instead of SIGBUS.
     """
 
     CALM = 8
@@ -95,6 +97,7 @@ class FillPolicy:
 
     def __init__(self) -> None:
         self.on = True
+        self.keep_on = False
         self._calm = 0
         #: fills made, runs filled, major page faults they took, switches on and off
         self.fills = self.runs = self.storage_faults = self.switches = 0
@@ -105,7 +108,7 @@ class FillPolicy:
         self.runs += runs
         self.storage_faults += storage_faults
         self._calm = 0 if storage_faults else self._calm + 1
-        if self.on and self._calm >= self.CALM:
+        if self.on and self._calm >= self.CALM and not self.keep_on:
             self.on = False
             self.switches += 1
 

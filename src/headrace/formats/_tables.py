@@ -53,6 +53,12 @@ from headrace.errors import (
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead, fill_pages, page_runs
+from headrace.formats._map_guard import (
+    eager_buffers,
+    on_network,
+    populate_buffers,
+    populate_headers,
+)
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -205,6 +211,9 @@ class _Part:
         self._lock = threading.RLock()
         self.batches: list[Any] = []
         self.map_address = 0  # Arrow files: the address their memory map starts at
+        # Arrow files on a network or FUSE mount: pages are faulted in before pyarrow
+        # or NumPy reads them (headrace.formats._map_guard), so a failed one is an error.
+        self.network = False
         self.closed = False
         self._open()
 
@@ -235,6 +244,8 @@ class _Part:
                 self.rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
             else:
                 self._open_arrow(head)
+        except StorageError:
+            raise  # a page of the file the storage could not read: not bad bytes
         except (pa.ArrowException, OSError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
@@ -275,6 +286,9 @@ class _Part:
         # Where the map starts: a buffer read zero-copy from it lies at its offset from here.
         self.map_address = mm.read_buffer(1).address
         mm.seek(0)
+        self.network = on_network(self.path)
+        if self.network:
+            populate_headers(self)
         if head[:6] == _ARROW_FILE_MAGIC:
             reader = pa.ipc.open_file(mm)
             self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
@@ -327,8 +341,10 @@ class _Part:
             table = pf.read_row_group(i, columns=names)
         except OSError as exc:
             if exc.errno is not None:  # the storage said no (EIO ...), not the bytes
+                lo, hi = _group_bytes(pf.metadata, i, names)
                 raise StorageError(
-                    exc.errno, f"{self.path}: row group {i}: the read failed: {exc}"
+                    exc.errno,
+                    f"{self.path}: row group {i}: reading its bytes [{lo}, {hi}) failed: {exc}",
                 ) from exc
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
@@ -383,6 +399,19 @@ class _Part:
             self._pf = None
         for pf in idle:
             pf.close()
+
+
+def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:
+    """The bytes ``[lo, hi)`` of the file that row group ``group``'s chunks of
+    ``names`` span (pyarrow's errors do not say which bytes it was reading)."""
+    rg = metadata.row_group(group)
+    chunks = [rg.column(j) for j in range(rg.num_columns)]
+    chunks = [c for c in chunks if c.path_in_schema.split(".")[0] in names] or chunks
+    starts = [
+        c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks
+    ]
+    ends = [a + c.total_compressed_size for a, c in zip(starts, chunks, strict=True)]
+    return min(starts), max(ends)
 
 
 def _mapped(part: _Part | RemoteParquet | RemoteArrow) -> bool:
@@ -669,6 +698,10 @@ class Table(Closing):
         #: whether local Arrow files' pages are filled before a gather, and its counters
         self.map_fill = FillPolicy()
         self._maps = any(_mapped(p) for p in self._parts)
+        # There the fill is what turns a failed page into an error instead of SIGBUS.
+        self.map_fill.keep_on = any(
+            isinstance(p, _Part) and p.network and not p.parquet for p in self._parts
+        )
         # Parquet row groups decoded so far: one per cache miss (benchmarks, tests),
         # and the bytes they take in their files.
         self.decoded = 0
@@ -934,7 +967,10 @@ class Table(Closing):
         views = dict(cached or {})
         for c in names:
             if c not in views:
-                views[c] = self._column_view(part.path, span, c, data.column(c))
+                col = data.column(c)
+                if isinstance(part, _Part) and part.network and not part.parquet:
+                    populate_buffers(part, eager_buffers(self._pa, col))
+                views[c] = self._column_view(part.path, span, c, col)
         self._cache[span] = views
         self._cache.move_to_end(span)
         # Decoded Parquet row groups and fetched record batches own memory, so few
@@ -1127,6 +1163,8 @@ class Table(Closing):
                 batch = part.batches[int(si)]
             for name in names:
                 col = batch.column(name)
+                if col.null_count and isinstance(part, _Part) and part.network:
+                    populate_buffers(part, eager_buffers(self._pa, col))
                 if col.null_count:
                     valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
                     self._null_check(name, span, valid, np.arange(len(col)))

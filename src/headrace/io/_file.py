@@ -20,6 +20,7 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.io._mounts import is_network_fs
 from headrace.io._resident import resident_ranges
 
 __all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
@@ -72,7 +73,7 @@ class LocalFile(Closing):
     alignment on every buffered read of the shared one).
     """
 
-    __slots__ = ("_dfd", "_fd", "_lock", "_map", "path", "size")
+    __slots__ = ("_dfd", "_fd", "_lock", "_map", "_network", "path", "size")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         # Set first, so the finaliser of a half-made LocalFile has nothing to close: a
@@ -80,6 +81,7 @@ class LocalFile(Closing):
         self._fd = -1
         self._dfd = -1
         self._map: mmap.mmap | None = None
+        self._network: bool | None = None
         self.path = os.fspath(path)
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -177,6 +179,14 @@ class LocalFile(Closing):
                     self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
                 m = self._map
         return m
+
+    @property
+    def network(self) -> bool:
+        """Whether the file lies on a network or FUSE mount (asked on first use:
+        ``/proc/mounts`` is read once per file, by mapped readers only)."""
+        if self._network is None:
+            self._network = is_network_fs(self.path)
+        return self._network
 
     def resident(self, offsets: NDArray[np.int64], lengths: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Per range: whether the pages it lies on are in memory now (a hint: see

@@ -10,19 +10,35 @@ to the vanished pages, which kills the process. So every mapped read first
 asks ``fstat`` for the size now (about a microsecond) and refuses ranges past
 it with a clear error. A truncation racing between that check and the copy is
 still fatal; only a lock held by every writer could close that window.
+
+A page the storage fails to read is SIGBUS as well. On a network or FUSE
+mount (an NFS soft mount timing out, a FUSE driver whose backend fails) that
+is a real risk, so there a mapped read first faults its pages in with
+``MADV_POPULATE_READ`` (:func:`populate_ranges`), which answers an error
+instead, and the copy then finds them in memory. On a local disk that costs a
+system call per run of pages for an error a disk rarely gives, so it is not
+done there (docs/io.md#errors-and-lifetimes).
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError
+from headrace.io._buffers import populate_failed, populate_read
 from headrace.io._file import LocalFile
+from headrace.io._ranges import coalesce_arrays
 
-__all__ = ["mapped_view", "pages_of_ranges", "pages_touched"]
+__all__ = ["mapped_view", "pages_of_ranges", "pages_touched", "populate_ranges"]
+
+#: Page runs closer than this are populated by one call (a network mount's READ
+#: is 128 KiB anyway); the run is cut at 1 MiB, as the map fill cuts it.
+_GAP = 64 << 10
+_RUN = 1 << 20
 
 
 def mapped_view(f: LocalFile, end: int) -> NDArray[np.uint8] | None:
@@ -79,3 +95,40 @@ def pages_of_ranges(
     """
     spanned = (offsets + lengths + page - 1) // page - offsets // page
     return int(np.minimum(spanned, lengths).sum()) * page  # (an empty range: no page)
+
+
+def populate_ranges(
+    f: LocalFile, view: NDArray[np.uint8], offsets: NDArray[np.int64], lengths: NDArray[np.int64]
+) -> None:
+    """Fault in the pages of ``view`` (the whole map of ``f``) that the ranges lie
+    on, so that a copy out of them cannot meet SIGBUS: a page the storage cannot
+    read is a :class:`~headrace.errors.StorageError` naming the file and bytes here.
+
+    A page evicted between this and the copy faults again there (a small window,
+    on a machine short of memory). A kernel without the advice (before 5.14),
+    or an interrupted call, leaves the pages to the copy.
+    """
+    keep = lengths > 0
+    if not keep.any():
+        return
+    page = mmap.PAGESIZE
+    first = offsets[keep] // page * page
+    end = np.minimum(
+        -(-(offsets[keep] + lengths[keep]) // page) * page, -(-view.size // page) * page
+    )
+    runs = coalesce_arrays(first, end - first, max_gap=_GAP, max_span=_RUN)
+    base = view.ctypes.data
+    last = int((offsets + lengths).max())
+
+    def check_size() -> None:
+        mapped_view(f, last)  # raises for a file that shrank under the map
+
+    for lo, hi in zip(runs.starts.tolist(), runs.ends.tolist(), strict=True):
+        try:
+            populate_read(base + lo, hi - lo)
+        except OSError as exc:
+            if exc.errno in (errno.EINTR, errno.EAGAIN):
+                continue  # not filled now: the copy faults these in
+            if exc.errno in (errno.EINVAL, errno.ENOSYS):
+                return  # no advice here (before 5.14): the copy faults them in, as before
+            raise populate_failed(f.path, lo, min(hi, view.size), exc, check_size) from exc

@@ -19,7 +19,7 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, ReadEOFError, StorageError
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
-from headrace.io._mapped import mapped_view, pages_of_ranges
+from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Ranges, as_ranges, check_limits
@@ -384,6 +384,8 @@ class RangeReader(Closing):
         if mode == MAPPED:
             view = mapped_view(f, end)
             if view is not None:
+                if f.network:  # a failed page there: an error now, not SIGBUS at the copy
+                    populate_ranges(f, view, offsets, lengths)
                 return view, offsets, pages_of_ranges(offsets, lengths), ""
             mode = PARALLEL  # the file grew past its mapping
         ring = self._ring()

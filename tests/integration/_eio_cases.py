@@ -1,0 +1,370 @@
+"""Cases of tests/integration/test_eio_matrix.py, each run in a child process.
+
+``python _eio_cases.py CASE MNT`` reads through a slowfs mount whose READs of
+one range of one file fail with EIO, and prints one JSON line: the error the
+consumer's call raised (type, whether it is a StorageError, message), and
+whether a later read that does not touch the failing range worked. A SIGBUS
+kills the child (return code -7) instead of pytest.
+
+:func:`build` writes every case's data into a source directory and returns the
+``--fail-reads`` specs; the cases find their failing files and ranges again
+from the same layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PAGE = 4096
+MIB = 1 << 20
+
+# tokens.bin: 2 Mi uint16 tokens (4 MiB); bytes [2 MiB, 2 MiB + 4 KiB) fail.
+TOKENS = 2 * MIB
+BAD_TOKENS = (2 * MIB, 2 * MIB + PAGE)
+# rows: 4,096 rows of 256 int32 (1 KiB a row); one page in the middle fails.
+ROWS, WIDTH = 4096, 256
+BAD_ROWS = (2 * MIB + 8 * PAGE, 2 * MIB + 9 * PAGE)
+# tables: 64 record batches / row groups of 256 rows.
+TABLE_ROWS, BATCH_ROWS = 64 * 256, 256
+BAD_BATCH = 40
+BIG_BATCH_ROWS = 65_536
+BUFFERS = ("values", "validity", "indices", "dictionary")
+# files: 64 NPY/NPZ/JPEG/HDF5 files; file 37 fails whole.
+NFILES, BAD_FILE = 64, 37
+
+
+def _inner_pages(lo: int, hi: int) -> tuple[int, int]:
+    """The whole pages inside ``[lo, hi)``: a fault there touches that buffer only
+    (a page shared with the message header would fail the open instead)."""
+    a, b = -(-lo // PAGE) * PAGE, hi // PAGE * PAGE
+    assert b > a, f"no whole page in [{lo}, {hi})"
+    return a, b
+
+
+def _table(n: int = TABLE_ROWS) -> Any:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(11)
+    lens = rng.integers(8, 64, n)
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    ids = pa.ListArray.from_arrays(
+        pa.array(offs), pa.array(rng.integers(0, 50_000, int(offs[-1]), dtype=np.int32))
+    )
+    label = rng.integers(0, 1000, n).astype(np.int64)
+    mask = np.zeros(n, dtype=bool)
+    mask[::7] = True  # every 7th label is null
+    words = [f"category-{i:06d}-" + "x" * 24 for i in range(4000)]  # a 130 KiB dictionary
+    cat = pa.DictionaryArray.from_arrays(
+        pa.array(rng.integers(0, len(words), n).astype(np.int32)), pa.array(words)
+    )
+    return pa.table({"ids": ids, "label": pa.array(label, mask=mask), "cat": cat})
+
+
+def _buffer_range(path: Path, index: int, target: str) -> tuple[int, int]:
+    """The whole pages of record batch ``index``'s list values, label validity bitmap,
+    cat indices or dictionary string data (``target``), as mapped from ``path``."""
+    import pyarrow as pa
+
+    mm = pa.memory_map(str(path), "r")
+    base = mm.read_buffer(1).address
+    mm.seek(0)
+    head = mm.read(6)
+    mm.seek(0)
+    if head == b"ARROW1":
+        r = pa.ipc.open_file(mm)
+        batch = r.get_batch(index)
+    else:
+        batch = list(pa.ipc.open_stream(mm))[index]
+
+    def rng(buf: Any) -> tuple[int, int]:
+        return _inner_pages(buf.address - base, buf.address - base + buf.size)
+
+    ids, label, cat = batch.column("ids"), batch.column("label"), batch.column("cat")
+    buffers = {
+        "values": lambda: ids.values.buffers()[1],
+        "validity": lambda: label.buffers()[0],
+        "indices": lambda: cat.indices.buffers()[1],
+        "dictionary": lambda: cat.dictionary.buffers()[2],
+    }
+    return rng(buffers[target]())
+
+
+def _header_offset(path: Path, index: int) -> int:
+    """Where record batch ``index``'s message starts in the stream at ``path``."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path)) as f:
+        r = pa.ipc.MessageReader.open_stream(f)
+        seen = -1
+        while True:
+            at = f.tell()
+            msg = r.read_next_message()
+            seen += msg.type == "record batch"
+            if seen == index:
+                return at
+
+
+def build(src: Path) -> list[str]:
+    """Write every case's files into ``src``; the ``--fail-reads`` specs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    specs = []
+    rng.integers(0, 50_000, TOKENS, dtype=np.uint16).tofile(src / "tokens.bin")
+    specs.append(f"tokens.bin:{BAD_TOKENS[0]}-{BAD_TOKENS[1]}")
+    for name in ("rows", "anchor", "positive"):
+        np.save(src / f"{name}.npy", rng.integers(0, 50_000, (ROWS, WIDTH), dtype=np.int32))
+    np.save(src / "mask.npy", np.ones((ROWS, WIDTH), dtype=np.int8))
+    specs += [f"rows.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}", f"positive.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}"]
+
+    table = _table()
+    # A validity bitmap of 256 rows is 32 bytes, on its header's page: big batches
+    # (8 KiB bitmaps, 256 KiB of indices) give them whole pages of their own.
+    big = _table(4 * BIG_BATCH_ROWS)
+    for kind, target in [("stream", t) for t in ("header", *BUFFERS)] + [
+        ("file", "values"),
+        ("file", "validity"),
+    ]:
+        path = src / f"{kind}-{target}.arrow"
+        wide = target in ("validity", "indices")
+        t, rows = (big, BIG_BATCH_ROWS) if wide else (table, BATCH_ROWS)
+        new = pa.ipc.new_stream if kind == "stream" else pa.ipc.new_file
+        with pa.OSFile(str(path), "wb") as f, new(f, t.schema) as w:
+            w.write_table(t, max_chunksize=rows)
+        if target == "header":  # the page where batch BAD_BATCH's message starts
+            lo = _header_offset(path, BAD_BATCH) // PAGE * PAGE
+            lo, hi = lo, lo + PAGE
+        else:
+            lo, hi = _buffer_range(path, 2 if wide else BAD_BATCH, target)
+        specs.append(f"{path.name}:{lo}-{hi}")
+    pq.write_table(table, src / "t.parquet", row_group_size=BATCH_ROWS)
+    md = pq.ParquetFile(src / "t.parquet").metadata.row_group(BAD_BATCH).column(0)
+    lo = md.data_page_offset
+    specs.append(f"t.parquet:{lo}-{lo + 1}")
+
+    _files(src, rng)
+    for kind in ("npy", "npz", "jpeg", "hdf5"):
+        specs.append(f"{kind}/f{BAD_FILE:03d}.*")
+    return specs
+
+
+def _files(src: Path, rng: np.random.Generator) -> None:
+    from PIL import Image
+
+    for kind in ("npy", "npz", "jpeg", "hdf5"):
+        (src / kind).mkdir()
+    import h5py
+
+    for i in range(NFILES):
+        a = rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)
+        np.save(src / "npy" / f"f{i:03d}.npy", a)
+        np.savez_compressed(src / "npz" / f"f{i:03d}.npz", x=a)
+        Image.fromarray(a).save(src / "jpeg" / f"f{i:03d}.jpeg", quality=90)
+        with h5py.File(src / "hdf5" / f"f{i:03d}.h5", "w") as h:
+            h.create_dataset("x", data=a)
+
+
+# the cases --------------------------------------------------------------------
+
+
+def OPEN_FAILED() -> None:
+    """The later read of a case whose open failed: there is nothing to read on."""
+
+
+def _everything(n: int, chunk: int = 256) -> list[np.ndarray]:
+    return [np.arange(i, min(i + chunk, n), dtype=np.int64) for i in range(0, n, chunk)]
+
+
+def tokens(mnt: Path, reads: str) -> tuple[BaseException, Callable[[], Any]]:
+    from headrace.formats import TokenSource
+
+    src = TokenSource(
+        mnt / "tokens.bin",
+        dtype="uint16",
+        context=255,
+        shuffle=False,
+        reads=reads,
+        block_bytes=256 << 10,
+    )
+    n = src.samples_per_epoch
+    try:
+        for s in _everything(n, 64):
+            src.read(0, s)
+    except BaseException as exc:
+        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+def rows(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
+    from headrace.formats import PaddedRows
+
+    src = PaddedRows(
+        mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False, reader=reader
+    )
+    try:
+        for s in _everything(ROWS, 64):
+            src.read(0, s)
+    except BaseException as exc:
+        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+def pairs(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
+    from headrace.formats import PairRows
+
+    src = PairRows(
+        {"anchor": mnt / "anchor.npy", "positive": mnt / "positive.npy"},
+        shuffle=False,
+        reader=reader,
+    )
+    try:
+        for s in _everything(ROWS, 64):
+            src.read(0, s)
+    except BaseException as exc:
+        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+def table(
+    mnt: Path, name: str, columns: list[str], n: int = TABLE_ROWS, later: list[str] | None = None
+) -> tuple[BaseException, Callable[[], Any]]:
+    """Read every row of ``columns``; later, the first rows (of ``later`` columns)."""
+    from headrace.formats import Table
+
+    try:
+        tb = Table.open(mnt / name, columns=sorted({*columns, *(later or [])}))
+    except BaseException as exc:  # a failed header: no table to read on
+        return exc, OPEN_FAILED
+    valid = np.flatnonzero(np.arange(n) % 7 != 0)  # label is null on every 7th row
+    step = max(97, valid.size // 64)
+    try:
+        for i in range(0, valid.size, step):
+            tb.read_rows(valid[i : i + step], columns)
+    except BaseException as exc:
+        return exc, lambda: tb.read_rows(valid[:4], later or columns)
+    raise AssertionError("no error")
+
+
+def files(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
+    from headrace.formats import FileSource
+
+    fmt = {"npy": "npy", "npz": "npz", "jpeg": "jpeg", "hdf5": "hdf5"}[kind]
+    extra = {"datasets": ("x",)} if kind == "hdf5" else {}
+    src = FileSource(mnt / kind, format=fmt, shuffle="none", **extra)
+    try:
+        src.read(0, np.arange(NFILES, dtype=np.int64))
+    except BaseException as exc:
+        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+def _prefetching() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "headrace-prefetch"]
+
+
+def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
+    from headrace.formats import PaddedRows, TokenSource
+    from headrace.pipeline import Loader
+
+    if what == "arrow":  # the windowed shuffle: record batches read ahead, on the pool
+        from headrace.formats import TableSource
+
+        src = TableSource(
+            mnt / "stream-values.arrow",
+            columns=["ids"],
+            width=64,
+            truncate=True,
+            shuffle="window",
+            window_rows=2048,
+        )
+    elif what == "tokens":
+        src: Any = TokenSource(
+            mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, block_bytes=256 << 10
+        )
+    else:
+        src = PaddedRows(mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False)
+    ld = Loader(src, batch_size=32, prefetch=8)
+    try:
+        for _ in ld:
+            pass
+    except BaseException as exc:
+        # The read-ahead thread ends by itself once its error is handed over (no close).
+        deadline = time.monotonic() + 10
+        while _prefetching() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        alive = _prefetching()
+        ld.close()
+        if alive:
+            raise AssertionError(f"loader threads still running after the error: {alive}") from exc
+        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
+    "tokens-populate": lambda m: tokens(m, "populate"),
+    "tokens-pread": lambda m: tokens(m, "pread"),
+    "rows-mmap": lambda m: rows(m, "mmap"),
+    "rows-adaptive": lambda m: rows(m, "adaptive"),
+    "rows-pread": lambda m: rows(m, "pread"),
+    "pairs-adaptive": lambda m: pairs(m, "adaptive"),
+    "arrow-stream-header": lambda m: table(m, "stream-header.arrow", ["ids", "label"]),
+    "arrow-stream-values": lambda m: table(m, "stream-values.arrow", ["ids", "label"]),
+    "arrow-stream-validity": lambda m: table(
+        m, "stream-validity.arrow", ["label"], 4 * BIG_BATCH_ROWS
+    ),
+    "arrow-stream-indices": lambda m: table(m, "stream-indices.arrow", ["cat"], 4 * BIG_BATCH_ROWS),
+    # Every record batch shares the dictionary: the later read is of another column.
+    "arrow-stream-dictionary": lambda m: table(
+        m, "stream-dictionary.arrow", ["cat"], later=["ids"]
+    ),
+    "arrow-file-values": lambda m: table(m, "file-values.arrow", ["ids", "label"]),
+    "arrow-file-validity": lambda m: table(m, "file-validity.arrow", ["label"], 4 * BIG_BATCH_ROWS),
+    "parquet": lambda m: table(m, "t.parquet", ["ids", "label", "cat"]),
+    "files-npy": lambda m: files(m, "npy"),
+    "files-npz": lambda m: files(m, "npz"),
+    "files-jpeg": lambda m: files(m, "jpeg"),
+    "files-hdf5": lambda m: files(m, "hdf5"),
+    "loader-tokens": lambda m: loader(m, "tokens"),
+    "loader-rows": lambda m: loader(m, "rows"),
+    "loader-arrow": lambda m: loader(m, "arrow"),
+}
+
+
+def run(case: str, mnt: str) -> dict[str, Any]:
+    from headrace.errors import StorageError
+
+    out: dict[str, Any] = {"case": case}
+    try:
+        err, later = CASES[case](Path(mnt))
+    except AssertionError as exc:
+        out["harness"] = str(exc)
+        return out
+    out["type"] = type(err).__name__
+    out["storage_error"] = isinstance(err, StorageError)
+    out["message"] = str(err)
+    out["traceback"] = "".join(traceback.format_exception(err))[-3000:]
+    if later is OPEN_FAILED:
+        out["later"] = "open failed"
+        return out
+    try:
+        later()
+        out["later"] = "ok"
+    except BaseException as exc:
+        out["later"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+    print(json.dumps(run(sys.argv[1], sys.argv[2])), flush=True)
