@@ -270,11 +270,13 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
         grown = tracemalloc.get_traced_memory()[0] - traced
     finally:
         tracemalloc.stop()
-    assert threading.active_count() == threads
+    # Growth is a leak; a fall is another test's thread or mapping let go meanwhile
+    # (the counts fell under a full run: 1829 -> 1735 mappings).
+    assert threading.active_count() <= threads
     # Opened and not closed: a descriptor closed meanwhile (another test's object
     # collected, a server's connection) is not a leak, and made a bare count flaky.
     assert not _fds() - fds, _fds() - fds
-    assert _map_count() == maps
+    assert _map_count() <= maps
     assert grown < 64 * 1024, grown  # one 16-row read is 8 KiB; 1,000 leaked would be 8 MB
 
 
