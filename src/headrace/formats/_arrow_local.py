@@ -1,0 +1,177 @@
+"""Local Arrow IPC streams: the header walk over the memory map, guessed ahead, and
+what it learned carried to other processes.
+
+A stream (what ``datasets`` writes) has no footer: finding its record batches
+means reading every message header in turn, each a page fault of the map; on a
+network mount, one round trip each (300 record batches of 1 MiB took 6.7 s to
+open at 20 ms per READ, and every DataLoader worker that unpickled the table
+walked it again). The bodies are never read: a batch's buffers stay unread
+pages of the map.
+
+* The walk (the header parser of :mod:`headrace.formats._arrow_remote`, over
+  the map) guesses where the next headers lie once it has seen a few record
+  batches: at the next batch's known start plus ``j`` mean message lengths,
+  within two standard deviations of the lengths seen (times ``sqrt(j)``), for
+  up to :data:`GUESS_AHEAD` batches, each window no wider than
+  :data:`GUESS_SPREAD`. It asks the kernel for those pages (``MADV_WILLNEED``:
+  readahead, many requests at once) and walks on; a header that was guessed
+  right is in memory, or on its way, when the walk reaches it. Guesses only
+  start reads: the walk reads every header where the previous one says, so a
+  wrong guess costs a small read, never a wrong batch.
+* What the walk learned (:class:`WalkedStream`: every record batch's place,
+  with the file's size and modification time) travels with a pickled ``Table``.
+  The other side reuses it if the file's size, modification time and schema
+  message are the same, faulting in all the header pages at once on the deep
+  I/O pool; a file that differs is walked again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from headrace.errors import FormatError
+from headrace.formats._arrow_remote import ArrowIndex, _Walk
+from headrace.formats._map_fill import MappedFile, fill_pages, page_runs
+from headrace.io import PAGE
+from headrace.io._buffers import will_need
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+__all__ = ["Unwalkable", "WalkedStream", "fill_headers", "record_batches", "walk"]
+
+#: Record batches ahead of the walk whose headers are guessed and asked for.
+GUESS_AHEAD = 32
+#: The widest window asked for around one guess (a header faulted in by the walk
+#: reads 128 KiB around it anyway): past this, batch sizes vary too much to guess.
+GUESS_SPREAD = 128 << 10
+#: Record batches seen before guessing (the spread of their sizes must be known).
+GUESS_AFTER = 2
+#: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
+#: then walks, nothing is carried; benchmarks/arrow_walk_slowfs.py).
+WALK = True
+GUESS = True
+
+
+class WalkedStream(NamedTuple):
+    """What walking one stream learned, and the file it was learned from."""
+
+    size: int
+    mtime_ns: int
+    index: ArrowIndex
+
+
+class Unwalkable(Exception):
+    """A stream the walk does not index (dictionary messages): pyarrow's reader reads it."""
+
+
+class _Guesses:
+    """Where the next record batches' headers may lie, asked for ahead of the walk."""
+
+    def __init__(self, address: int, size: int) -> None:
+        self._address = address
+        self._size = size
+        self._n = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
+
+    def seen(self, i: int, at: int, head: int, body: int) -> None:
+        """Record batch ``i`` is the message at byte ``at`` (``head`` bytes of prefix
+        and header, then ``body``): guess where batches ``i + 2 ...`` start."""
+        total = head + body
+        self._n += 1
+        delta = total - self._mean
+        self._mean += delta / self._n
+        self._m2 += delta * (total - self._mean)
+        self._asked.pop(i + 1, None)
+        if self._n < GUESS_AFTER:
+            return
+        spread = 2 * math.sqrt(self._m2 / (self._n - 1))
+        start = at + total  # batch i + 1's: known, the walk reads it next
+        head_pages = -(-head // PAGE) * PAGE
+        for j in range(1, GUESS_AHEAD + 1):
+            half = spread * math.sqrt(j)
+            if 2 * half > GUESS_SPREAD:
+                break
+            centre = start + j * self._mean
+            lo = max(0, int(centre - half) // PAGE * PAGE)
+            hi = min(self._size, -(-int(centre + half + head_pages) // PAGE) * PAGE)
+            if lo >= self._size:
+                break
+            asked = self._asked.get(i + 1 + j)
+            if asked is not None and asked[0] <= lo and hi <= asked[1]:
+                continue
+            # Pages already read, or on their way, are not read again.
+            will_need(self._address + lo, hi - lo)
+            self._asked[i + 1 + j] = (
+                (lo, hi)
+                if asked is None
+                else (
+                    min(lo, asked[0]),
+                    max(hi, asked[1]),
+                )
+            )
+
+
+class _MapWalk(_Walk):
+    """The header walk over a memory map, asking ahead for the pages it guesses."""
+
+    def __init__(self, path: str, view: NDArray[np.uint8], address: int) -> None:
+        self.url = path
+        self.size = int(view.size)
+        self._view = view
+        self._guesses = _Guesses(address, self.size) if GUESS else None
+
+    def bytes(self, offset: int, n: int) -> bytes:
+        return self._view[offset : offset + n].tobytes()
+
+    def dictionary(self) -> None:
+        raise Unwalkable
+
+    def record_batch(self, i: int, at: int, head: int, body: int) -> None:
+        if self._guesses is not None:
+            self._guesses.seen(i, at, head, body)
+
+
+def walk(path: str, whole: Any, pa: Any) -> ArrowIndex:
+    """Index the stream in the mapped buffer ``whole`` (the file's every byte, unread
+    pages of a map): :class:`FormatError` naming ``path`` if it is truncated or
+    corrupt, :class:`Unwalkable` if it has dictionary messages."""
+    if not WALK:
+        raise Unwalkable
+    view = np.frombuffer(whole, dtype=np.uint8)
+    return _MapWalk(path, view, int(whole.address)).index(pa)
+
+
+def fill_headers(f: MappedFile, index: ArrowIndex) -> None:
+    """Fault in the pages of every record batch's prefix and header at once, on the
+    deep I/O pool (a header already in memory costs a system call)."""
+    if not index.spans:
+        return
+    address = f.map_address + np.array([a for a, _ in index.spans], dtype=np.int64)
+    fill_pages([(f, page_runs(address, np.array(index.heads, dtype=np.int64), f))])
+
+
+def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: Any) -> list[Any]:
+    """The record batches at the places ``index`` gives, views of the mapped ``whole``
+    (pyarrow reads each message's header; the bodies stay unread pages)."""
+    out = []
+    for i, ((at, length), rows) in enumerate(zip(index.spans, index.rows, strict=True)):
+        try:
+            batch = pa.ipc.read_record_batch(whole.slice(at, length), schema)
+        except (pa.ArrowException, OSError) as exc:
+            raise FormatError(
+                f"{path}: record batch {i} at byte {at}: truncated or corrupt Arrow IPC "
+                f"stream ({exc})"
+            ) from exc
+        if batch.num_rows != rows:
+            raise FormatError(
+                f"{path}: record batch {i} at byte {at} holds {batch.num_rows} rows; its "
+                f"header, read when the file was indexed, said {rows}"
+            )
+        out.append(batch)
+    return out
