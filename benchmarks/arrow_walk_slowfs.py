@@ -56,7 +56,9 @@ SIDES = {"pyarrow reader": (False, False), "walk": (True, False), "walk + guesse
 
 CHILD = """
 import hashlib, pickle, sys, time
+import pyarrow, pyarrow.ipc  # imported before the clock starts: a worker has them
 import headrace.formats._arrow_local as local
+import headrace.formats._tables
 local.WALK, local.GUESS = sys.argv[1] == "1", sys.argv[2] == "1"
 blob = sys.stdin.buffer.read()
 t0 = time.perf_counter()

@@ -34,7 +34,7 @@ import numpy as np
 
 from headrace.errors import FormatError
 from headrace.formats._arrow_remote import ArrowIndex, _Walk
-from headrace.formats._map_fill import MappedFile, fill_pages, page_runs
+from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.io import PAGE
 from headrace.io._buffers import will_need
 
@@ -61,7 +61,7 @@ class WalkedStream(NamedTuple):
 
     size: int
     mtime_ns: int
-    index: ArrowIndex
+    places: ArrowIndex
 
 
 class Unwalkable(Exception):
@@ -120,13 +120,20 @@ class _Guesses:
 class _MapWalk(_Walk):
     """The header walk over a memory map, asking ahead for the pages it guesses."""
 
-    def __init__(self, path: str, view: NDArray[np.uint8], address: int) -> None:
-        self.url = path
+    def __init__(self, f: MappedFile, view: NDArray[np.uint8]) -> None:
+        self.url = f.path
         self.size = int(view.size)
+        self._f = f
         self._view = view
-        self._guesses = _Guesses(address, self.size) if GUESS else None
+        self._filled = (0, 0)  # the pages faulted in last
+        self._guesses = _Guesses(f.map_address, self.size) if GUESS else None
 
     def bytes(self, offset: int, n: int) -> bytes:
+        lo = offset // PAGE * PAGE
+        hi = min(self.size, -(-(offset + n) // PAGE) * PAGE)
+        if not self._filled[0] <= lo <= hi <= self._filled[1]:
+            fill_now(self._f, lo, hi)
+            self._filled = (lo, hi)
         return self._view[offset : offset + n].tobytes()
 
     def dictionary(self) -> None:
@@ -137,23 +144,34 @@ class _MapWalk(_Walk):
             self._guesses.seen(i, at, head, body)
 
 
-def walk(path: str, whole: Any, pa: Any) -> ArrowIndex:
-    """Index the stream in the mapped buffer ``whole`` (the file's every byte, unread
-    pages of a map): :class:`FormatError` naming ``path`` if it is truncated or
-    corrupt, :class:`Unwalkable` if it has dictionary messages."""
+def walk(f: MappedFile, whole: Any, pa: Any) -> ArrowIndex:
+    """Index the stream in ``f``'s mapped buffer ``whole`` (the file's every byte,
+    unread pages of the map): :class:`FormatError` naming the file if it is truncated
+    or corrupt, :class:`Unwalkable` if it has dictionary messages."""
     if not WALK:
         raise Unwalkable
-    view = np.frombuffer(whole, dtype=np.uint8)
-    return _MapWalk(path, view, int(whole.address)).index(pa)
+    full = _MapWalk(f, np.frombuffer(whole, dtype=np.uint8)).index(pa)
+    # What reopening needs, no more: a pickled table goes to every worker (each
+    # batch's field nodes and buffer list, for ranged GETs, would be 4x the bytes).
+    none = np.zeros((len(full.spans), 0, 2), dtype=np.int64)
+    return ArrowIndex(
+        full.schema_message, full.spans, full.heads, full.rows, full.nulls, none, [], []
+    )
 
 
 def fill_headers(f: MappedFile, index: ArrowIndex) -> None:
-    """Fault in the pages of every record batch's prefix and header at once, on the
-    deep I/O pool (a header already in memory costs a system call)."""
+    """Fault in the pages of every record batch's prefix and header: all asked for at
+    once (``MADV_WILLNEED``), then waited for in turn, the GIL released. (Not on the
+    deep I/O pool: files open on it, and a pool's threads waiting on work queued to
+    the same pool could wait for ever.)"""
     if not index.spans:
         return
     address = f.map_address + np.array([a for a, _ in index.spans], dtype=np.int64)
-    fill_pages([(f, page_runs(address, np.array(index.heads, dtype=np.int64), f))])
+    runs = page_runs(address, np.array(index.heads, dtype=np.int64), f)
+    for a, b in runs:
+        will_need(a, b - a)
+    for a, b in runs:
+        fill_now(f, a - f.map_address, b - f.map_address)
 
 
 def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: Any) -> list[Any]:

@@ -225,7 +225,7 @@ class _Part:
             self.size = st.st_size
             with open(path, "rb") as f:
                 # A stream walked elsewhere: its schema message too (the same READ).
-                first = f.read(max(8, 0 if known is None else len(known.index.schema_message)))
+                first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
         except OSError as exc:  # storage trouble (permissions, a mount gone), not bad bytes
             raise open_error(path, exc) from exc
         head = first[:8]
@@ -251,9 +251,11 @@ class _Part:
                 same = (
                     known is not None
                     and (known.size, known.mtime_ns) == stamp
-                    and first.startswith(known.index.schema_message)
+                    and first.startswith(known.places.schema_message)
                 )
                 self._open_arrow(head, stamp, known if same else None)
+        except StorageError:  # a header's pages the storage failed to read: said so
+            raise
         except (pa.ArrowException, OSError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
@@ -286,9 +288,7 @@ class _Part:
                 "the new version"
             )
 
-    def _open_arrow(
-        self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None
-    ) -> None:
+    def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
         """Map the file and index its record batches: an IPC file by its footer, a
         stream by walking its headers (:mod:`headrace.formats._arrow_local`), or by
         ``known``, what a walk of this very file learned (in the process that pickled
@@ -308,11 +308,11 @@ class _Part:
             schema = reader.schema
         else:
             if known is not None:
-                index = known.index
+                index = known.places
                 fill_headers(self, index)
             elif head.startswith(_IPC_CONTINUATION):
                 try:
-                    index = walk(self.path, whole, pa)
+                    index = walk(self, whole, pa)
                 except Unwalkable:
                     index = None
                 else:
