@@ -1,4 +1,4 @@
-"""Local Arrow IPC streams: the header walk over the memory map, guessed ahead, and
+"""Local Arrow IPC streams: the message walk over the memory map, guessed ahead, and
 what it learned carried to other processes.
 
 A stream (what ``datasets`` writes) has no footer: finding its record batches
@@ -8,38 +8,37 @@ open at 20 ms per READ, and every DataLoader worker that unpickled the table
 walked it again). The bodies are never read: a batch's buffers stay unread
 pages of the map.
 
-* The walk (the header parser of :mod:`headrace.formats._arrow_remote`, over
-  the map) guesses where the next headers lie once it has seen a few record
-  batches: at the next batch's known start plus ``j`` mean message lengths,
-  within two standard deviations of the lengths seen (times ``sqrt(j)``), for
-  up to :data:`GUESS_AHEAD` batches, each window no wider than
-  :data:`GUESS_SPREAD`. It asks the kernel for those pages (``MADV_WILLNEED``:
-  readahead, many requests at once) and walks on; a header that was guessed
-  right is in memory, or on its way, when the walk reaches it. Guesses only
-  start reads: the walk reads every header where the previous one says, so a
-  wrong guess costs a small read, never a wrong batch.
+* The walk (pyarrow reads each message; the loop is here) guesses where the
+  next headers lie once it has seen a few record batches: at the next batch's
+  known start plus ``j`` mean message lengths, within two standard deviations
+  of the lengths seen times ``sqrt(j)``, for up to :data:`GUESS_AHEAD` batches,
+  each window no wider than :data:`GUESS_SPREAD`. It asks the kernel for those
+  pages (``MADV_WILLNEED``: readahead, many requests at once) and walks on; a
+  header guessed right is in memory, or on its way, when the walk reaches it.
+  Guesses only start reads: the walk reads every header where the previous
+  message ends, so a wrong guess costs a small read, never a wrong batch.
 * What the walk learned (:class:`WalkedStream`: every record batch's place,
   with the file's size and modification time) travels with a pickled ``Table``.
   The other side reuses it if the file's size, modification time and schema
-  message are the same, faulting in all the header pages at once on the deep
-  I/O pool; a file that differs is walked again.
+  message are the same: it asks for every header's pages at once and reads the
+  record batches at their places (a header that is not what was indexed there is
+  a ``FormatError``); a file that differs is walked again. A file rewritten in
+  place with the same size, modification time and batch layout is not told
+  apart (nor is it by a reader that maps it: its bytes are never read at open).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_remote import ArrowIndex, _Walk
+from headrace.formats._arrow_remote import ArrowIndex
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.io import PAGE
 from headrace.io._buffers import will_need
-
-if TYPE_CHECKING:
-    from numpy.typing import NDArray
 
 __all__ = ["Unwalkable", "WalkedStream", "fill_headers", "record_batches", "walk"]
 
@@ -78,6 +77,7 @@ class _Guesses:
         self._mean = 0.0
         self._m2 = 0.0
         self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
+        self._ahead = 0  # the furthest batch guessed
 
     def seen(self, i: int, at: int, head: int, body: int) -> None:
         """Record batch ``i`` is the message at byte ``at`` (``head`` bytes of prefix
@@ -88,8 +88,8 @@ class _Guesses:
         self._mean += delta / self._n
         self._m2 += delta * (total - self._mean)
         self._asked.pop(i + 1, None)
-        if self._n < GUESS_AFTER:
-            return
+        if self._n < GUESS_AFTER or self._ahead - i > GUESS_AHEAD // 2:
+            return  # guessed far enough ahead for now: guess again half way there
         spread = 2 * math.sqrt(self._m2 / (self._n - 1))
         start = at + total  # batch i + 1's: known, the walk reads it next
         head_pages = -(-head // PAGE) * PAGE
@@ -102,6 +102,7 @@ class _Guesses:
             hi = min(self._size, -(-int(centre + half + head_pages) // PAGE) * PAGE)
             if lo >= self._size:
                 break
+            self._ahead = i + 1 + j
             asked = self._asked.get(i + 1 + j)
             if asked is not None and asked[0] <= lo and hi <= asked[1]:
                 continue
@@ -117,46 +118,96 @@ class _Guesses:
             )
 
 
-class _MapWalk(_Walk):
-    """The header walk over a memory map, asking ahead for the pages it guesses."""
+class _MapWalk:
+    """The message walk over a memory map, asking ahead for the pages it guesses.
 
-    def __init__(self, f: MappedFile, view: NDArray[np.uint8]) -> None:
+    pyarrow reads each message (``read_message``: its prefix and header, the GIL
+    released while a page fault waits; the body a zero-copy slice of the map) and
+    each record batch from it, as its stream reader does; only the loop is here,
+    so that it knows where each message lies (and so where the next may).
+    """
+
+    def __init__(self, f: MappedFile, whole: Any) -> None:
         self.url = f.path
-        self.size = int(view.size)
-        self._f = f
-        self._view = view
-        self._filled = (0, 0)  # the pages faulted in last
+        self.size = int(whole.size)
+        self._whole = whole
         self._guesses = _Guesses(f.map_address, self.size) if GUESS else None
 
-    def bytes(self, offset: int, n: int) -> bytes:
-        lo = offset // PAGE * PAGE
-        hi = min(self.size, -(-(offset + n) // PAGE) * PAGE)
-        if not self._filled[0] <= lo <= hi <= self._filled[1]:
-            fill_now(self._f, lo, hi)
-            self._filled = (lo, hi)
-        return self._view[offset : offset + n].tobytes()
+    def walk(self, pa: Any) -> tuple[ArrowIndex, Any, list[Any]]:
+        """The index, the schema and the record batches."""
+        url = self.url
+        reader = pa.BufferReader(self._whole)  # zero-copy: slices of the map
+        schema_message = b""
+        schema = None
+        batches: list[Any] = []
+        spans: list[tuple[int, int]] = []
+        heads: list[int] = []
+        at = 0
+        while True:
+            try:
+                message = pa.ipc.read_message(reader)
+            except EOFError:  # the end-of-stream marker, or the file's end (checked after)
+                break
+            except (pa.ArrowException, OSError) as exc:  # "Invalid flatbuffers message"
+                raise FormatError(
+                    f"{url}: truncated or corrupt Arrow IPC stream: the message at byte {at} "
+                    f"({exc})"
+                ) from exc
+            end = reader.tell()
+            try:
+                if message.type == "schema":
+                    if schema is not None:
+                        raise FormatError(
+                            f"{url}: corrupt Arrow IPC stream: a second schema at byte {at}"
+                        )
+                    schema_message = self._whole.slice(at, end - at).to_pybytes()
+                    schema = pa.ipc.read_schema(message)
+                elif message.type == "dictionary":
+                    raise Unwalkable
+                elif message.type == "record batch" and schema is not None:
+                    batches.append(pa.ipc.read_record_batch(message, schema))
+                    body = message.body.size
+                    spans.append((at, end - at))
+                    heads.append(end - at - body)
+                    if self._guesses is not None:
+                        self._guesses.seen(len(spans) - 1, at, end - at - body, body)
+                else:
+                    raise FormatError(
+                        f"{url}: corrupt Arrow IPC stream: a {message.type} message at byte "
+                        f"{at}{'' if schema is not None else ' before the schema'}"
+                    )
+            except (pa.ArrowException, OSError) as exc:
+                raise FormatError(
+                    f"{url}: truncated or corrupt Arrow IPC stream: the {message.type} at "
+                    f"byte {at} ({exc})"
+                ) from exc
+            at = end
+        if schema is None:
+            raise FormatError(f"{url}: an Arrow IPC stream without a schema message")
+        k = len(spans)
+        # Null counts and column stretches are left out: the batches pyarrow reads
+        # from these places have them (and a pickled table goes to every worker).
+        index = ArrowIndex(
+            schema_message,
+            spans,
+            heads,
+            [b.num_rows for b in batches],
+            np.zeros((k, 0), dtype=np.int64),
+            np.zeros((k, 0, 2), dtype=np.int64),
+            [],
+            [],
+        )
+        return index, schema, batches
 
-    def dictionary(self) -> None:
-        raise Unwalkable
 
-    def record_batch(self, i: int, at: int, head: int, body: int) -> None:
-        if self._guesses is not None:
-            self._guesses.seen(i, at, head, body)
-
-
-def walk(f: MappedFile, whole: Any, pa: Any) -> ArrowIndex:
+def walk(f: MappedFile, whole: Any, pa: Any) -> tuple[ArrowIndex, Any, list[Any]]:
     """Index the stream in ``f``'s mapped buffer ``whole`` (the file's every byte,
-    unread pages of the map): :class:`FormatError` naming the file if it is truncated
-    or corrupt, :class:`Unwalkable` if it has dictionary messages."""
+    unread pages of the map): its places, schema and record batches.
+    :class:`FormatError` naming the file if it is truncated or corrupt,
+    :class:`Unwalkable` if it has dictionary messages."""
     if not WALK:
         raise Unwalkable
-    full = _MapWalk(f, np.frombuffer(whole, dtype=np.uint8)).index(pa)
-    # What reopening needs, no more: a pickled table goes to every worker (each
-    # batch's field nodes and buffer list, for ranged GETs, would be 4x the bytes).
-    none = np.zeros((len(full.spans), 0, 2), dtype=np.int64)
-    return ArrowIndex(
-        full.schema_message, full.spans, full.heads, full.rows, full.nulls, none, [], []
-    )
+    return _MapWalk(f, whole).walk(pa)
 
 
 def fill_headers(f: MappedFile, index: ArrowIndex) -> None:

@@ -191,18 +191,6 @@ class _Walk:
         self._at = 0
         self._buf = b""
 
-    def dictionary(self) -> None:
-        """A dictionary message was met (it would have to be read to decode the batches)."""
-        raise FormatError(
-            f"{self.url}: dictionary-encoded columns in an Arrow IPC file on object "
-            "storage are not read (datasets does not write them); decode them "
-            "(pyarrow: table.cast to the value type) or copy the file to local disk"
-        )
-
-    def record_batch(self, i: int, at: int, head: int, body: int) -> None:
-        """Record batch ``i`` was read: its message at byte ``at``, ``head`` bytes of
-        prefix and header, then ``body`` (a local walk guesses where the next ones lie)."""
-
     def bytes(self, offset: int, n: int) -> bytes:
         if offset < self._at or offset + n > self._at + len(self._buf):
             k = min(self.size - offset, max(n, _STEP))
@@ -284,7 +272,11 @@ class _Walk:
                     if all(c is not None for c in counted):
                         buffers = [c for c in counted if c is not None]
                 elif kind == _DICTIONARY:
-                    self.dictionary()
+                    raise FormatError(
+                        f"{url}: dictionary-encoded columns in an Arrow IPC file on object "
+                        "storage are not read (datasets does not write them); decode them "
+                        "(pyarrow: table.cast to the value type) or copy the file to local disk"
+                    )
                 elif kind == _RECORD_BATCH:
                     if not schema_message or header is None:
                         raise _Corrupt("a record batch before the schema, or without a header")
@@ -300,7 +292,6 @@ class _Walk:
                     stretches.append(_stretches(bufs, buffers, body, len(tops)))
                     all_nodes.append(nodes.copy())
                     all_buffers.append(None if bufs is None else bufs.copy())
-                    self.record_batch(len(spans) - 1, at, pre + length, body)
                 else:
                     raise _Corrupt(f"message type {kind} (not a schema or record batch)")
             except _Corrupt as exc:

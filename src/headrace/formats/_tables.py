@@ -28,6 +28,7 @@ cache directory holds ``<builder>-<split>[-NNNNN-of-NNNNN].arrow`` streams.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -307,25 +308,21 @@ class _Part:
             self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
             schema = reader.schema
         else:
+            walked = None
             if known is not None:
-                index = known.places
-                fill_headers(self, index)
+                fill_headers(self, known.places)
+                schema = pa.ipc.read_schema(pa.py_buffer(known.places.schema_message))
+                self.batches = record_batches(self.path, whole, known.places, schema, pa)
             elif head.startswith(_IPC_CONTINUATION):
-                try:
-                    index = walk(self, whole, pa)
-                except Unwalkable:
-                    index = None
-                else:
-                    self.walked = WalkedStream(*stamp, index)
-            else:  # Arrow < 0.15 wrote no continuation marker; or not Arrow at all
-                index = None
-            if index is None:
+                with contextlib.suppress(Unwalkable):
+                    walked = walk(self, whole, pa)
+            if walked is not None:
+                index, schema, self.batches = walked
+                self.walked = WalkedStream(*stamp, index)
+            elif known is None:  # Arrow < 0.15 wrote no continuation marker; or not Arrow
                 reader = pa.ipc.open_stream(mm)
                 self.batches = list(reader)
                 schema = reader.schema
-            else:
-                schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
-                self.batches = record_batches(self.path, whole, index, schema, pa)
             mm.seek(max(0, self.size - len(_IPC_EOS)))
             if mm.read(len(_IPC_EOS)) != _IPC_EOS:
                 raise FormatError(
