@@ -88,9 +88,16 @@ class _Guesses:
         self._mean += delta / self._n
         self._m2 += delta * (total - self._mean)
         self._asked.pop(i + 1, None)
-        if self._n < GUESS_AFTER or self._ahead - i > GUESS_AHEAD // 2:
-            return  # guessed far enough ahead for now: guess again half way there
+        if self._n < GUESS_AFTER:
+            return
         spread = 2 * math.sqrt(self._m2 / (self._n - 1))
+        # How far windows narrow enough reach now (the spread seen may have grown).
+        reach = min(GUESS_AHEAD, int((GUESS_SPREAD / 2 / spread) ** 2) if spread else GUESS_AHEAD)
+        if reach > 8 and self._ahead - (i + 1) > reach // 2:
+            # Guessed far enough ahead for now: guess again half way there. (A short
+            # reach is guessed again at every batch: windows re-centred from a closer
+            # start find more headers, measured 1.2 vs 1.8 s for 300 batches of text.)
+            return
         start = at + total  # batch i + 1's: known, the walk reads it next
         head_pages = -(-head // PAGE) * PAGE
         for j in range(1, GUESS_AHEAD + 1):
