@@ -115,14 +115,9 @@ class _Guesses:
                 continue
             # Pages already read, or on their way, are not read again.
             will_need(self._address + lo, hi - lo)
-            self._asked[i + 1 + j] = (
-                (lo, hi)
-                if asked is None
-                else (
-                    min(lo, asked[0]),
-                    max(hi, asked[1]),
-                )
-            )
+            if asked is not None:
+                lo, hi = min(lo, asked[0]), max(hi, asked[1])
+            self._asked[i + 1 + j] = (lo, hi)
 
 
 class _MapWalk:

@@ -205,7 +205,7 @@ class _Part:
 
     def __init__(self, path: str, pa: Any, walked: WalkedStream | None = None) -> None:
         self.path = path
-        #: what walking this stream learned (None: not a stream pyarrow's reader skips)
+        #: what walking this stream learned (None: not a stream, or pyarrow's reader read it)
         self.walked = walked
         self._pa = pa
         self._pf: Any = None
