@@ -17,6 +17,7 @@ pa = pytest.importorskip("pyarrow")
 
 import headrace.formats._arrow_local as local  # noqa: E402
 import headrace.formats._map_fill as map_fill  # noqa: E402
+import headrace.formats._tables as tables  # noqa: E402
 from headrace.errors import FormatError, StorageError  # noqa: E402
 from headrace.formats import Ragged, Table  # noqa: E402
 
@@ -270,3 +271,58 @@ def test_a_kernel_without_populate_still_reopens(
     assert not map_fill._supported  # said once; the pages were faulted in by the reads
     assert _digest(tb) == want
     tb.close()
+
+
+def _write_file(path: Path, table: pa.Table) -> Path:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        for b in table.to_batches():
+            w.write_batch(b)
+    return path
+
+
+@pytest.mark.parametrize("sizes", [UNIFORM, MIXED], ids=["uniform", "mixed"])
+def test_an_ipc_file_reads_its_batches_at_the_footers_places(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int]
+) -> None:
+    path = _write_file(tmp_path / "f.arrow", _batches(sizes))
+    with monkeypatch.context() as m:  # pyarrow's get_batch, one header after another
+        m.setattr(tables, "footer_places", lambda whole, n: None)
+        want = _digest(Table.open(path))
+    filled = []
+    real = local.fill_headers
+
+    def spy(f: Any, index: Any) -> None:
+        filled.append(len(index.spans))
+        real(f, index)
+
+    monkeypatch.setattr(tables, "fill_headers", spy)
+    tb = Table.open(path)
+    assert filled == [len(sizes)]  # every header asked for at once
+    (part,) = tb._parts
+    lo, hi = part.map_address, part.map_address + part.size
+    for b in part.batches:
+        for col in b.columns:
+            for buf in col.buffers():
+                assert not buf or lo <= buf.address <= buf.address + buf.size <= hi
+    assert _digest(tb) == want
+    tb.close()
+
+
+def test_an_ipc_file_with_dictionaries_is_read_by_pyarrow(tmp_path: Path) -> None:
+    t = pa.table({"c": pa.array(["a", "b", "a"] * 100).dictionary_encode(), "n": np.arange(300)})
+    path = _write_file(tmp_path / "d.arrow", pa.Table.from_batches(t.to_batches(max_chunksize=50)))
+    mm = pa.memory_map(str(path))
+    assert local.footer_places(mm.read_buffer(mm.size()), 6) is None
+    tb = Table.open(path)
+    assert tb.read_rows([0, 1, 299])["n"].tolist() == [0, 1, 299]
+    tb.close()
+
+
+def test_a_footer_not_as_expected_leaves_the_file_to_pyarrow(tmp_path: Path) -> None:
+    path = _write_file(tmp_path / "f.arrow", _batches([100] * 4))
+    mm = pa.memory_map(str(path))
+    whole = mm.read_buffer(mm.size())
+    places = local.footer_places(whole, 4)
+    assert places is not None and len(places.spans) == 4
+    assert local.footer_places(whole, 5) is None  # pyarrow counted other batches
+    assert local.footer_places(whole.slice(0, whole.size - 1), 4) is None  # no magic at the end

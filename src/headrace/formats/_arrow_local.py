@@ -35,12 +35,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_remote import ArrowIndex
+from headrace.formats._arrow_remote import ArrowIndex, _Corrupt, _Flat
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.io import PAGE
 from headrace.io._buffers import will_need
 
-__all__ = ["Unwalkable", "WalkedStream", "fill_headers", "record_batches", "walk"]
+__all__ = [
+    "Unwalkable",
+    "WalkedStream",
+    "fill_headers",
+    "footer_places",
+    "record_batches",
+    "walk",
+]
 
 #: Record batches ahead of the walk whose headers are guessed and asked for.
 GUESS_AHEAD = 32
@@ -50,7 +57,8 @@ GUESS_SPREAD = 128 << 10
 #: Record batches seen before guessing (the spread of their sizes must be known).
 GUESS_AFTER = 2
 #: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
-#: then walks, nothing is carried; benchmarks/arrow_walk_slowfs.py).
+#: then walks, or reads an IPC file's batches one by one, and nothing is carried;
+#: benchmarks/arrow_walk_slowfs.py).
 WALK = True
 GUESS = True
 
@@ -212,6 +220,51 @@ def walk(f: MappedFile, whole: Any, pa: Any) -> tuple[ArrowIndex, Any, list[Any]
     return _MapWalk(f, whole).walk(pa)
 
 
+# A footer's Block: the message's offset, its prefix and header length (i32, then 4
+# bytes of padding), its body length.
+_BLOCK = np.dtype([("offset", "<i8"), ("head", "<i4"), ("pad", "<i4"), ("body", "<i8")])
+
+
+def footer_places(whole: Any, batches: int) -> ArrowIndex | None:
+    """Where the record batches of the IPC *file* in the mapped ``whole`` lie, from its
+    footer (read already by pyarrow, which found ``batches`` of them): so their
+    headers are asked for at once, not faulted in one after another by
+    ``get_batch``. ``None`` (pyarrow reads the batches) if it has dictionaries or
+    the footer is not as expected."""
+    size = int(whole.size)
+    if not WALK:
+        return None
+    tail = whole.slice(size - 10, 10).to_pybytes() if size >= 18 else b""
+    if len(tail) != 10 or tail[4:] != b"ARROW1":
+        return None
+    length = int.from_bytes(tail[:4], "little", signed=True)
+    stream_end = size - 10 - length
+    if not 8 <= stream_end < size - 10:
+        return None
+    meta = _Flat(whole.slice(stream_end, length).to_pybytes())
+    try:
+        footer = meta.root()
+        if meta.vector(footer, 2)[1]:  # dictionary batches
+            return None
+        first, count = meta.vector(footer, 3)
+        if count != batches or (count and (first < 0 or first + 24 * count > len(meta.buf))):
+            return None
+    except _Corrupt:
+        return None
+    blocks = np.frombuffer(meta.buf, _BLOCK, count, first if count else 0)
+    offset, head, body = (blocks[k].astype(np.int64) for k in ("offset", "head", "body"))
+    if count and not (
+        (offset >= 8).all()
+        and (head >= 8).all()
+        and (body >= 0).all()
+        and (offset + head + body <= stream_end).all()
+    ):
+        return None
+    spans = list(zip(offset.tolist(), (head + body).tolist(), strict=True))
+    none = np.zeros((count, 0), dtype=np.int64)
+    return ArrowIndex(b"", spans, head.tolist(), [], none, none.reshape(count, 0, 2), [], [])
+
+
 def fill_headers(f: MappedFile, index: ArrowIndex) -> None:
     """Fault in the pages of every record batch's prefix and header: all asked for at
     once (``MADV_WILLNEED``), then waited for in turn, the GIL released. (Not on the
@@ -231,7 +284,9 @@ def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: An
     """The record batches at the places ``index`` gives, views of the mapped ``whole``
     (pyarrow reads each message's header; the bodies stay unread pages)."""
     out = []
-    for i, ((at, length), rows) in enumerate(zip(index.spans, index.rows, strict=True)):
+    # An IPC file's footer gives no row counts: pyarrow's header is all there is.
+    rows_said: list[int | None] = list(index.rows) or [None] * len(index.spans)
+    for i, ((at, length), rows) in enumerate(zip(index.spans, rows_said, strict=True)):
         try:
             batch = pa.ipc.read_record_batch(whole.slice(at, length), schema)
         except (pa.ArrowException, OSError) as exc:
@@ -239,7 +294,7 @@ def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: An
                 f"{path}: record batch {i} at byte {at}: truncated or corrupt Arrow IPC "
                 f"stream ({exc})"
             ) from exc
-        if batch.num_rows != rows:
+        if rows is not None and batch.num_rows != rows:
             raise FormatError(
                 f"{path}: record batch {i} at byte {at} holds {batch.num_rows} rows; its "
                 f"header, read when the file was indexed, said {rows}"

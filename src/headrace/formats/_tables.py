@@ -55,6 +55,7 @@ from headrace.formats._arrow_local import (
     Unwalkable,
     WalkedStream,
     fill_headers,
+    footer_places,
     record_batches,
     walk,
 )
@@ -305,8 +306,13 @@ class _Part:
         mm.seek(0)
         if head[:6] == _ARROW_FILE_MAGIC:
             reader = pa.ipc.open_file(mm)
-            self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
             schema = reader.schema
+            places = footer_places(whole, reader.num_record_batches)
+            if places is None:
+                self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            else:  # every header asked for at once, not faulted in one by one
+                fill_headers(self, places)
+                self.batches = record_batches(self.path, whole, places, schema, pa)
         else:
             walked = None
             if known is not None:
