@@ -25,6 +25,9 @@ pages of the map.
   a ``FormatError``); a file that differs is walked again. A file rewritten in
   place with the same size, modification time and batch layout is not told
   apart (nor is it by a reader that maps it: its bytes are never read at open).
+* An IPC *file* has a footer that says where its record batches are
+  (:func:`footer_places`): their headers are asked for at once too, where
+  pyarrow's ``get_batch`` faulted them in one after another.
 """
 
 from __future__ import annotations
