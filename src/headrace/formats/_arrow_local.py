@@ -33,6 +33,7 @@ pages of the map.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,6 +58,14 @@ GUESS_AHEAD = 32
 #: The widest window asked for around one guess (a header faulted in by the walk
 #: reads 128 KiB around it anyway): past this, batch sizes vary too much to guess.
 GUESS_SPREAD = 128 << 10
+#: The nearest guesses, asked for again at every record batch.
+GUESS_NEAR = 8
+#: A header read slower than this waited on storage: guessing goes on. After
+#: :data:`GUESS_CALM` quicker ones in a row (pages in memory: a local disk's page
+#: cache, or guesses that were right), it goes off, costing no system calls
+#: (23 us per record batch in the page cache). Timing decides when to guess only.
+GUESS_SLOW_S = 1e-3
+GUESS_CALM = 16
 #: Record batches seen before guessing (the spread of their sizes must be known).
 GUESS_AFTER = 2
 #: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
@@ -89,40 +98,44 @@ class _Guesses:
         self._m2 = 0.0
         self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
         self._ahead = 0  # the furthest batch guessed
+        self._quick = 0  # header reads in a row that found their pages in memory
 
-    def seen(self, i: int, at: int, head: int, body: int) -> None:
+    def seen(self, i: int, at: int, head: int, body: int, took: float) -> None:
         """Record batch ``i`` is the message at byte ``at`` (``head`` bytes of prefix
-        and header, then ``body``): guess where batches ``i + 2 ...`` start."""
+        and header, then ``body``), read in ``took`` seconds: guess where batches
+        ``i + 2 ...`` start."""
         total = head + body
         self._n += 1
         delta = total - self._mean
         self._mean += delta / self._n
         self._m2 += delta * (total - self._mean)
         self._asked.pop(i + 1, None)
-        if self._n < GUESS_AFTER:
+        self._quick = 0 if took > GUESS_SLOW_S else self._quick + 1
+        if self._n < GUESS_AFTER or self._quick >= GUESS_CALM:
             return
         spread = 2 * math.sqrt(self._m2 / (self._n - 1))
         # How far windows narrow enough reach now (the spread seen may have grown).
         reach = min(GUESS_AHEAD, int((GUESS_SPREAD / 2 / spread) ** 2) if spread else GUESS_AHEAD)
-        if reach > 8 and self._ahead - (i + 1) > reach // 2:
-            # Guessed far enough ahead for now: guess again half way there. (A short
-            # reach is guessed again at every batch: windows re-centred from a closer
-            # start find more headers, measured 1.2 vs 1.8 s for 300 batches of text.)
-            return
+        # The far windows are renewed half way there; the near ones at every batch: a
+        # short reach's windows re-centred from a closer start find more headers
+        # (measured 1.2 vs 1.8 s for 300 batches of text), and a mount with few
+        # requests in flight drops readahead past its congestion threshold (FUSE:
+        # 9 by default), which asking again retries (the kernel skips pages it has).
+        far = self._ahead - (i + 1) <= reach // 2
         start = at + total  # batch i + 1's: known, the walk reads it next
         head_pages = -(-head // PAGE) * PAGE
         for j in range(1, GUESS_AHEAD + 1):
             half = spread * math.sqrt(j)
-            if 2 * half > GUESS_SPREAD:
+            if 2 * half > GUESS_SPREAD or (j > GUESS_NEAR and not far):
                 break
             centre = start + j * self._mean
             lo = max(0, int(centre - half) // PAGE * PAGE)
             hi = min(self._size, -(-int(centre + half + head_pages) // PAGE) * PAGE)
             if lo >= self._size:
                 break
-            self._ahead = i + 1 + j
+            self._ahead = max(self._ahead, i + 1 + j)
             asked = self._asked.get(i + 1 + j)
-            if asked is not None and asked[0] <= lo and hi <= asked[1]:
+            if j > GUESS_NEAR and asked is not None and asked[0] <= lo and hi <= asked[1]:
                 continue
             # Pages already read, or on their way, are not read again.
             will_need(self._address + lo, hi - lo)
@@ -157,6 +170,7 @@ class _MapWalk:
         heads: list[int] = []
         at = 0
         while True:
+            t0 = time.perf_counter()
             try:
                 message = pa.ipc.read_message(reader)
             except EOFError:  # the end-of-stream marker, or the file's end (checked after)
@@ -167,6 +181,7 @@ class _MapWalk:
                     f"({exc})"
                 ) from exc
             end = reader.tell()
+            took = time.perf_counter() - t0
             try:
                 if message.type == "schema":
                     if schema is not None:
@@ -183,7 +198,7 @@ class _MapWalk:
                     spans.append((at, end - at))
                     heads.append(end - at - body)
                     if self._guesses is not None:
-                        self._guesses.seen(len(spans) - 1, at, end - at - body, body)
+                        self._guesses.seen(len(spans) - 1, at, end - at - body, body, took)
                 else:
                     raise FormatError(
                         f"{url}: corrupt Arrow IPC stream: a {message.type} message at byte "
