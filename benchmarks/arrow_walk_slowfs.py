@@ -36,13 +36,14 @@ tokens (every batch the same size) ~0.1-0.2 s (8x); text, where a window of
 2 sd sqrt(j) must stay under 128 KiB, only ~4 guesses ahead: ~1.5-2 s (3-4x).
 
 Measured (3 rounds, medians; docs/formats.md has the table): pyarrow's reader
-6.32 s / worker 6.39 s for one text shard, 6.43 / 6.40 s for 8, 1.43 / 1.43 s for
-tokens, as predicted. Now: text 1.26 s (5.0x; better than predicted: windows
+6.32 s / worker 6.35 s for one text shard, 6.39 / 6.36 s for 8, 1.42 / 1.43 s for
+tokens, as predicted. Now: text 1.21 s (5.2x; better than predicted: windows
 re-centred at every batch find headers the first guess missed) / worker 0.22 s
-(28.9x); tokens 0.17 s (8.3x) / 0.13 s (10.7x); 8 text shards 1.69 s (3.8x) /
+(29.1x); tokens 0.19 s (7.4x) / 0.13 s (10.9x); 8 text shards 1.67 s (3.8x) /
 worker 0.95 s (6.7x, a miss: 2,400 header pages at 64 READs in flight, the
-mount's max_background, cost 0.75 s at least); the IPC file 6.42 -> 0.24 s.
-Page cache: 0.053 vs 0.060 s (another run 0.045 vs 0.032 s).
+mount's max_background, cost 0.75 s at least); the IPC file 6.26 -> 0.24 s.
+Page cache: open 0.039 vs 0.029 s, worker 0.061 vs 0.030 s (system calls that
+find every page in memory).
 """
 
 from __future__ import annotations
