@@ -111,12 +111,12 @@ def test_a_header_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
     _network(monkeypatch)
     real_open = tables._Part._open_arrow
 
-    def open_arrow(self: Any, head: bytes) -> None:
+    def open_arrow(self: Any, *args: Any) -> None:
         # The fault is set once the map's address is known: a page of message 5's header.
         monkeypatch.setattr(
             guard, "populate_read", lambda a, n: _fail_if(a, n, self.map_address + bad)
         )
-        real_open(self, head)
+        real_open(self, *args)
 
     monkeypatch.setattr(tables._Part, "_open_arrow", open_arrow)
     with pytest.raises(StorageError) as ei:

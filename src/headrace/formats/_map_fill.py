@@ -37,7 +37,7 @@ from headrace.io._batch import results
 from headrace.io._buffers import populate_failed, populate_read
 from headrace.io._ranges import coalesce_arrays
 
-__all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_pages", "page_runs"]
+__all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_now", "fill_pages", "page_runs"]
 
 #: Ranges of one map closer than this are filled by one call (the pages between
 #: are read too: a network mount's READ is 128 KiB or more anyway).
@@ -155,6 +155,15 @@ def fill_pages(jobs: Sequence[tuple[MappedFile, list[tuple[int, int]]]]) -> int:
         return _fill(runs)
     futures = [deep_io_pool().submit(_fill, runs[i::n]) for i in range(n)]
     return sum(results(futures, "other page fills also failed"))
+
+
+def fill_now(f: MappedFile, start: int, end: int) -> None:
+    """Fault in bytes ``[start, end)`` of ``f``'s map (page-aligned ``start``) in this
+    thread, the GIL released while the storage answers (a page fault by a NumPy copy
+    holds it: threads walking several files would wait on each other's round trips).
+    Errors as :func:`fill_pages`'."""
+    if _supported:
+        _fill([(f, f.map_address + start, f.map_address + end)])
 
 
 #: The most one read-ahead call fills: a populate keeps a READ or two in flight, so

@@ -29,9 +29,17 @@ from headrace.formats._arrow_remote import _Corrupt, _Flat
 from headrace.formats._map_fill import MappedFile
 from headrace.io import PAGE
 from headrace.io._buffers import populate_failed, populate_read
+from headrace.io._file import read_error
 from headrace.io._mounts import is_network_fs
 
-__all__ = ["eager_buffers", "on_network", "populate_buffers", "populate_headers"]
+__all__ = [
+    "eager_buffers",
+    "on_network",
+    "populate_buffers",
+    "populate_headers",
+    "populate_message",
+    "read_ends",
+]
 
 _MAGIC = b"ARROW1"
 
@@ -67,48 +75,80 @@ def _bytes(f: MappedFile, lo: int, n: int) -> bytes:
     return ctypes.string_at(f.map_address + lo, n)
 
 
-def populate_headers(f: MappedFile) -> None:
-    """Fault in every message header of the Arrow IPC stream or file mapped at
-    ``f.map_address`` (and a file's footer, and a stream's end marker), walking
-    them as pyarrow will, before pyarrow does. Bodies are not read.
+def read_ends(f: MappedFile, fd: int) -> tuple[int, int] | None:
+    """Read what an open reads at the ends of the Arrow IPC stream or file mapped at
+    ``f.map_address`` (its magic, a file's footer, a stream's end marker) by ``pread``
+    on the map's own descriptor, so that pyarrow's reads of them through the map find
+    their pages in memory. The stretch of the file its messages lie in, ``(start,
+    end)``; None if the bytes do not parse (left for pyarrow to name: its open follows).
 
-    Bytes that do not parse are left for pyarrow to name (its open follows).
+    Read, not populated: a ``MADV_POPULATE_READ`` of a FUSE file's last page made the
+    kernel drop every ``MADV_WILLNEED`` after it (the header read-ahead of
+    :mod:`headrace.formats._arrow_local`: an IPC file's open went from 0.2 to 5.3 s at
+    20 ms a READ). The map's descriptor, not a new one: a FUSE open may drop the
+    file's cached pages.
     """
     size = f.size
+
+    def pread(lo: int, n: int) -> bytes:
+        try:
+            return os.pread(fd, n, lo)
+        except OSError as exc:
+            raise read_error(f.path, "read", lo, n, 0, exc) from exc
+
     if size < 8:
-        return
-    start, end = 0, size
-    if _bytes(f, 0, 6) == _MAGIC:
+        return None
+    if pread(0, 6) == _MAGIC:
         if size < 18:
-            return
-        tail = _bytes(f, size - 10, 10)
+            return None
+        tail = pread(size - 10, 10)
         footer = struct.unpack_from("<i", tail)[0]
         if tail[4:] != _MAGIC or not 0 < footer <= size - 18:
-            return
-        _populate(f, size - 10 - footer, size)
-        start, end = 8, size - 10 - footer
-    else:
-        _populate(f, max(0, size - 8), size)  # the end-of-stream marker, checked at open
-    at = start
+            return None
+        pread(size - 10 - footer, footer)
+        return 8, size - 10 - footer
+    pread(size - 8, 8)  # the end-of-stream marker, checked at open
+    return 0, size
+
+
+def populate_message(f: MappedFile, at: int, end: int) -> int | None:
+    """Fault in the prefix and header of the IPC message at byte ``at`` (its body is
+    not read); where the next message starts, or None at the end marker or where the
+    bytes do not parse (left for pyarrow to name)."""
     try:
-        while at + 4 <= end:
-            first = struct.unpack_from("<i", _bytes(f, at, 4))[0]
-            pre = 8 if first == -1 else 4
-            if pre == 8:
-                if at + 8 > end:
-                    return
-                length = struct.unpack_from("<i", _bytes(f, at + 4, 4))[0]
-            else:
-                length = first
-            if length <= 0 or at + pre + length > end:
-                return  # the end marker (0), or bytes pyarrow will refuse by name
-            meta = _Flat(_bytes(f, at + pre, length))
-            body = meta.scalar(meta.root(), 3, "<q")
-            if body < 0:
-                return
-            at += pre + length + body
+        if at + 4 > end:
+            return None
+        first = struct.unpack_from("<i", _bytes(f, at, 4))[0]
+        pre = 8 if first == -1 else 4
+        if pre == 8:
+            if at + 8 > end:
+                return None
+            length = struct.unpack_from("<i", _bytes(f, at + 4, 4))[0]
+        else:
+            length = first
+        if length <= 0 or at + pre + length > end:
+            return None  # the end marker (0), or bytes pyarrow will refuse by name
+        meta = _Flat(_bytes(f, at + pre, length))
+        body = meta.scalar(meta.root(), 3, "<q")
     except _Corrupt:
+        return None
+    return at + pre + length + body if body >= 0 else None
+
+
+def populate_headers(f: MappedFile, fd: int) -> None:
+    """Fault in every message header of the Arrow IPC stream or file mapped at
+    ``f.map_address`` (and its footer or end marker, by :func:`read_ends` on the map's
+    descriptor ``fd``), walking them as pyarrow will,
+    before pyarrow does, one after another. Bodies are not read. For the files
+    pyarrow's own reader opens (dictionaries, no footer index, Arrow < 0.15); the
+    others' headers are faulted in by headrace's walk
+    (:mod:`headrace.formats._arrow_local`), many at once."""
+    ends = read_ends(f, fd)
+    if ends is None:
         return
+    at: int | None = ends[0]
+    while at is not None:
+        at = populate_message(f, at, ends[1])
 
 
 def eager_buffers(pa: Any, arr: Any) -> list[Any]:

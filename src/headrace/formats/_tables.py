@@ -28,6 +28,7 @@ cache directory holds ``<builder>-<split>[-NNNNN-of-NNNNN].arrow`` streams.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -50,6 +51,14 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.formats._arrow_local import (
+    Unwalkable,
+    WalkedStream,
+    fill_headers,
+    footer_places,
+    record_batches,
+    walk,
+)
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead, fill_pages, page_runs
@@ -58,6 +67,7 @@ from headrace.formats._map_guard import (
     on_network,
     populate_buffers,
     populate_headers,
+    read_ends,
 )
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -201,8 +211,10 @@ def _refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
 class _Part:
     """One file: its record batches (Arrow) or row groups (Parquet)."""
 
-    def __init__(self, path: str, pa: Any) -> None:
+    def __init__(self, path: str, pa: Any, walked: WalkedStream | None = None) -> None:
         self.path = path
+        #: what walking this stream learned (None: not a stream, or pyarrow's reader read it)
+        self.walked = walked
         self._pa = pa
         self._pf: Any = None
         # Parquet readers not in use: one per thread decoding a row group at once.
@@ -219,12 +231,16 @@ class _Part:
 
     def _open(self) -> None:
         path, pa = self.path, self._pa
+        known = self.walked
         try:
-            self.size = os.path.getsize(path)
+            st = os.stat(path)
+            self.size = st.st_size
             with open(path, "rb") as f:
-                head = f.read(8)
+                # A stream walked elsewhere: its schema message too (the same READ).
+                first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
         except OSError as exc:  # storage trouble (permissions, a mount gone), not bad bytes
             raise open_error(path, exc) from exc
+        head = first[:8]
         self.parquet = head[:4] == _PARQUET_MAGIC
         if path.endswith(".parquet") and not self.parquet:
             raise FormatError(
@@ -243,9 +259,15 @@ class _Part:
                 self.schema = self._pf.schema_arrow
                 self.rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
             else:
-                self._open_arrow(head)
-        except StorageError:
-            raise  # a page of the file the storage could not read: not bad bytes
+                stamp = (st.st_size, st.st_mtime_ns)
+                same = (
+                    known is not None
+                    and (known.size, known.mtime_ns) == stamp
+                    and first.startswith(known.places.schema_message)
+                )
+                self._open_arrow(head, stamp, known if same else None)
+        except StorageError:  # a header's pages the storage failed to read: said so
+            raise
         except (pa.ArrowException, OSError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
@@ -278,32 +300,62 @@ class _Part:
                 "the new version"
             )
 
-    def _open_arrow(self, head: bytes) -> None:
+    def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
+        """Map the file and index its record batches: an IPC file by its footer, a
+        stream by walking its headers (:mod:`headrace.formats._arrow_local`), or by
+        ``known``, what a walk of this very file learned (in the process that pickled
+        the table)."""
         pa = self._pa
         if self.size == 0:
             raise FormatError(f"{self.path}: empty file, expected Arrow IPC or Parquet")
         mm = pa.memory_map(self.path, "r")
-        # Where the map starts: a buffer read zero-copy from it lies at its offset from here.
-        self.map_address = mm.read_buffer(1).address
+        # Zero-copy: the map itself, every page unread. Where it starts: a buffer read
+        # zero-copy from the map lies at its offset from here.
+        whole = mm.read_buffer(self.size)
+        self.map_address = whole.address
         mm.seek(0)
+        # On a network mount every page pyarrow reads at open is faulted in first (an
+        # error there is a StorageError, not SIGBUS): the ends here, the headers by the
+        # walk or fill_headers (many at once), or one by one for pyarrow's own reader.
         self.network = on_network(self.path)
         if self.network:
-            populate_headers(self)
+            read_ends(self, mm.fileno())
         if head[:6] == _ARROW_FILE_MAGIC:
             reader = pa.ipc.open_file(mm)
-            self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            schema = reader.schema
+            places = footer_places(whole, reader.num_record_batches)
+            if places is None:
+                if self.network:
+                    populate_headers(self, mm.fileno())
+                self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            else:  # every header asked for at once, not faulted in one by one
+                fill_headers(self, places)
+                self.batches = record_batches(self.path, whole, places, schema, pa)
         else:
-            # A stream has no footer: walk its messages. On a memory map each
-            # batch's buffers are slices of the map, so this reads headers only.
-            reader = pa.ipc.open_stream(mm)
-            self.batches = list(reader)
+            walked = None
+            if known is not None:
+                fill_headers(self, known.places)
+                schema = pa.ipc.read_schema(pa.py_buffer(known.places.schema_message))
+                self.batches = record_batches(self.path, whole, known.places, schema, pa)
+            elif head.startswith(_IPC_CONTINUATION):
+                with contextlib.suppress(Unwalkable):
+                    walked = walk(self, whole, pa, guard=self.network)
+            if walked is not None:
+                index, schema, self.batches = walked
+                self.walked = WalkedStream(*stamp, index)
+            elif known is None:  # Arrow < 0.15 wrote no continuation marker; or not Arrow
+                if self.network:
+                    populate_headers(self, mm.fileno())
+                reader = pa.ipc.open_stream(mm)
+                self.batches = list(reader)
+                schema = reader.schema
             mm.seek(max(0, self.size - len(_IPC_EOS)))
             if mm.read(len(_IPC_EOS)) != _IPC_EOS:
                 raise FormatError(
                     f"{self.path}: truncated Arrow IPC stream: it does not end with the "
                     f"end-of-stream marker ff ff ff ff 00 00 00 00 ({self.size} bytes)"
                 )
-        self.schema = reader.schema
+        self.schema = schema
         self.rows = [b.num_rows for b in self.batches]
 
     def check_size(self) -> None:
@@ -570,8 +622,11 @@ class _Remote(NamedTuple):
     arrow_index: dict[str, ArrowIndex] | None = None
 
 
-def _open_local(files: list[str], pa: Any) -> list[_Part]:
-    """Each file as a part, in order, opened side by side on the deep I/O pool.
+def _open_local(
+    files: list[str], pa: Any, walked: Mapping[str, WalkedStream] | None = None
+) -> list[_Part]:
+    """Each file as a part, in order, opened side by side on the deep I/O pool;
+    ``walked``: what walks of these streams learned (a pickled table's).
 
     Opening is a chain of round trips per file (open, head, footer or every
     record batch header of a stream): 8 shards of a save_to_disk folder took
@@ -580,9 +635,10 @@ def _open_local(files: list[str], pa: Any) -> list[_Part]:
     open finishes before the first error (by file order) is raised; the parts
     opened are closed then.
     """
+    walked = walked or {}
     if len(files) < 2:
-        return [_Part(f, pa) for f in files]
-    futures = [deep_io_pool().submit(_Part, f, pa) for f in files]
+        return [_Part(f, pa, walked.get(f)) for f in files]
+    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f)) for f in files]
     wait(futures)
     errors = [exc for fut in futures if (exc := fut.exception()) is not None]
     for fut in futures if errors else ():
@@ -622,9 +678,11 @@ class Table(Closing):
         row_group_cache: int,
         remote: _Remote | None = None,
         objects: ObjectFiles | None = None,
+        walked: Mapping[str, WalkedStream] | None = None,
     ) -> None:
         """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
-        handed over (this table closes them); a pickled copy opens its own."""
+        handed over (this table closes them); a pickled copy opens its own.
+        ``walked``: what walking local streams learned (a pickled table's)."""
         pa = _pa()
         self._pa = pa
         self._root = root
@@ -646,7 +704,7 @@ class Table(Closing):
         self._read_ahead = ReadAhead()
         try:
             if remote is None:
-                self._parts.extend(_open_local(files, pa))
+                self._parts.extend(_open_local(files, pa, walked))
             else:
                 if self._objects is None:
                     self._objects = ObjectFiles(
@@ -1248,7 +1306,9 @@ class Table(Closing):
             self._objects.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Table, self._spec)
+        # A pickled copy (a worker) reopens local streams without walking them again.
+        walked = {p.path: p.walked for p in self._parts if isinstance(p, _Part) and p.walked}
+        return (Table, (*self._spec, None, walked or None))
 
     def __repr__(self) -> str:
         return (

@@ -29,6 +29,7 @@ __all__ = [
     "page_aligned_empty",
     "populate_failed",
     "populate_read",
+    "will_need",
 ]
 
 PAGE = mmap.PAGESIZE
@@ -108,6 +109,19 @@ def populate_read(address: int, length: int) -> None:
     if fn(address, length, MADV_POPULATE_READ) != 0:
         err = ctypes.get_errno() or errno.EINVAL
         raise OSError(err, os.strerror(err))
+
+
+def will_need(address: int, length: int) -> None:
+    """Ask the kernel to start reading the mapped pages ``[address, address + length)``;
+    nothing waits (``MADV_WILLNEED``: readahead requests, which a network mount serves
+    many at once). Advice only: the caller keeps the mapping alive for the call and
+    gives a page-aligned ``address``; an error (or no libc symbol) is ignored, the
+    pages being read when touched instead."""
+    if address % PAGE or length < 0:
+        raise ValueError(f"will_need: address {address:#x} is not page-aligned")
+    fn = _libc_madvise()
+    if fn is not None:
+        fn(address, length, mmap.MADV_WILLNEED)
 
 
 def populate_failed(

@@ -1,0 +1,347 @@
+"""Local Arrow IPC streams: headrace's header walk over the map (with guessed read-ahead)
+against pyarrow's reader, and the index a pickled Table carries to the other side."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+import headrace.formats._arrow_local as local  # noqa: E402
+import headrace.formats._map_fill as map_fill  # noqa: E402
+import headrace.formats._tables as tables  # noqa: E402
+from headrace.errors import FormatError, StorageError  # noqa: E402
+from headrace.formats import Ragged, Table  # noqa: E402
+
+
+def _batches(sizes: list[int], seed: int = 0, text_len: tuple[int, int] = (0, 400)) -> pa.Table:
+    """Record batches of ``sizes`` rows: text of random length, ids, a fixed-size list."""
+    rng = np.random.default_rng(seed)
+    out = []
+    start = 0
+    for n in sizes:
+        lens = rng.integers(*text_len, n) if text_len[1] > text_len[0] else np.full(n, text_len[0])
+        offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        data = rng.integers(97, 123, int(offs[-1]), dtype=np.uint8)
+        text = pa.StringArray.from_buffers(n, pa.py_buffer(offs), pa.py_buffer(data))
+        ids = pa.array(np.arange(start, start + n, dtype=np.int64))
+        emb = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(4 * n, np.float32)), 4)
+        out.append(pa.record_batch([text, ids, emb], names=["text", "id", "emb"]))
+        start += n
+    return pa.Table.from_batches(out)
+
+
+def _write(path: Path, table: pa.Table) -> Path:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+        for b in table.to_batches():
+            w.write_batch(b)
+    return path
+
+
+def _digest(tb: Table) -> str:
+    h = hashlib.sha256(np.asarray(tb.group_rows).tobytes())
+    for name, col in sorted(tb.read_rows(np.arange(tb.num_rows)[::-1]).items()):
+        h.update(name.encode())
+        arrays = (col.values, col.offsets) if isinstance(col, Ragged) else (col,)
+        for a in arrays:
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _pyarrow_digest(path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The same table opened by pyarrow's stream reader (how every release before read it)."""
+    with monkeypatch.context() as m:
+        m.setattr(local, "WALK", False)
+        tb = Table.open(path)
+        assert all(p.walked is None for p in tb._parts)
+        try:
+            return _digest(tb)
+        finally:
+            tb.close()
+
+
+class _Asked:
+    """Counts the guessed windows (fault injection: none; the advice still goes through)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.windows: list[tuple[int, int]] = []
+        real = local.will_need
+
+        def will_need(address: int, length: int) -> None:
+            self.windows.append((address, length))
+            real(address, length)
+
+        monkeypatch.setattr(local, "will_need", will_need)
+
+
+UNIFORM = [1000] * 40
+# Batches of every size, from 1 row to 3,000, and a few empty ones: guesses go wrong.
+MIXED = [1, 3000, 0, 17, 900, 2500, 0, 5, 1200, 1199, 64, 2999, 1, 800, 400, 0, 2048, 3]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "text_len"),
+    [(UNIFORM, (100, 100)), (UNIFORM, (0, 400)), (MIXED, (0, 400))],
+    ids=["uniform-fixed-width", "uniform-rows-text", "mixed"],
+)
+@pytest.mark.parametrize("guess", [True, False], ids=["guesses", "no-guesses"])
+def test_the_walk_reads_what_pyarrow_reads(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: list[int],
+    text_len: tuple[int, int],
+    guess: bool,
+) -> None:
+    path = _write(tmp_path / "x.arrow", _batches(sizes, text_len=text_len))
+    want = _pyarrow_digest(path, monkeypatch)
+    asked = _Asked(monkeypatch)
+    monkeypatch.setattr(local, "GUESS", guess)
+    monkeypatch.setattr(local, "GUESS_SLOW_S", -1.0)  # as on slow storage: always guess
+    tb = Table.open(path)
+    (part,) = tb._parts
+    assert part.walked is not None  # walked by headrace, not pyarrow
+    assert [len(b) for b in part.batches] == list(sizes)
+    # Zero-copy: every buffer a view of the map (the bodies were not read into memory).
+    lo, hi = part.map_address, part.map_address + part.size
+    for b in part.batches:
+        for col in b.columns:
+            for arr in (col, *([col.values] if hasattr(col, "values") else [])):
+                for buf in arr.buffers():
+                    assert not buf or lo <= buf.address <= buf.address + buf.size <= hi
+    assert _digest(tb) == want
+    tb.close()
+    if guess and sizes is UNIFORM and text_len == (100, 100):
+        assert asked.windows  # every batch the same size: guessed ahead
+    if not guess:
+        assert not asked.windows
+
+
+def test_guesses_cover_the_headers_of_a_uniform_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "x.arrow", _batches(UNIFORM, text_len=(100, 100)))
+    asked = _Asked(monkeypatch)
+    monkeypatch.setattr(local, "GUESS_SLOW_S", -1.0)  # as on slow storage: always guess
+    tb = Table.open(path)
+    (part,) = tb._parts
+    index = part.walked.places
+    base = part.map_address
+    windows = [(a - base, a - base + n) for a, n in asked.windows]
+    # Every header after the first GUESS_AFTER + 1 was asked for before the walk got there.
+    for at, head in list(zip((a for a, _ in index.spans), index.heads, strict=True))[
+        local.GUESS_AFTER + 1 :
+    ]:
+        assert any(lo <= at and at + head <= hi for lo, hi in windows), at
+    # ... and the pages asked for are the headers' own (at most two per header here).
+    pages = {p for lo, hi in windows for p in range(lo // 4096, -(-hi // 4096))}
+    assert len(pages) <= 2 * len(index.spans)
+    tb.close()
+
+
+def test_guessing_stops_while_headers_are_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "x.arrow", _batches(UNIFORM * 3, text_len=(100, 100)))
+    counts = {}
+    for slow_s in (-1.0, 1e9):  # every header read slow, then every one quick
+        asked = _Asked(monkeypatch)
+        monkeypatch.setattr(local, "GUESS_SLOW_S", slow_s)
+        tb = Table.open(path)
+        counts[slow_s] = len(asked.windows)
+        tb.close()
+        monkeypatch.undo()
+    # Quick reads: only the batches before GUESS_CALM quick ones in a row guess.
+    assert 0 < counts[1e9] <= local.GUESS_CALM * local.GUESS_AHEAD < counts[-1.0]
+
+
+def test_a_pickled_table_reopens_without_walking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [_write(tmp_path / f"s{i}.arrow", _batches([300] * 7, seed=i)) for i in range(3)]
+    tb = Table.open([str(p) for p in paths])
+    want = _digest(tb)
+    blob = pickle.dumps(tb)
+    walks = []
+    real = local._MapWalk.walk
+
+    def counted(self: Any, pa_: Any) -> Any:
+        walks.append(self.url)
+        return real(self, pa_)
+
+    monkeypatch.setattr(local._MapWalk, "walk", counted)
+    copy = pickle.loads(blob)
+    assert walks == []
+    assert _digest(copy) == want
+    # The copy carries the index on: a copy of the copy does not walk either.
+    again = pickle.loads(pickle.dumps(copy))
+    assert walks == []
+    assert _digest(again) == want
+    for t in (tb, copy, again):
+        t.close()
+    # Closed and read again (a new loader): reopened from the index, same rows.
+    assert _digest(copy) == want
+    assert walks == []
+    copy.close()
+
+
+def _rewrite(path: Path, table: pa.Table, same_mtime: bool) -> None:
+    st = os.stat(path)
+    _write(path, table)
+    if same_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:  # a coarse clock may give the rewrite the same mtime: make sure it differs
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+def test_a_file_changed_after_pickling_is_walked_again(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.arrow", _batches([500] * 6, seed=1))
+    blob = pickle.dumps(Table.open(path))
+    # Same size, other rows: a batch split differently (so the old places are wrong).
+    new = _batches([500] * 6, seed=2)
+    _rewrite(path, pa.Table.from_batches(new.to_batches(max_chunksize=250)), same_mtime=False)
+    copy = pickle.loads(blob)
+    assert list(copy.group_rows) == [250] * 12
+    fresh = Table.open(path)
+    assert _digest(copy) == _digest(fresh)
+    copy.close()
+    fresh.close()
+
+
+def test_a_file_truncated_after_pickling_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.arrow", _batches([500] * 6))
+    blob = pickle.dumps(Table.open(path))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match=r"x\.arrow: truncated"):
+        pickle.loads(blob)
+
+
+def test_a_file_rewritten_under_the_same_mtime_is_never_read_at_the_old_places(
+    tmp_path: Path,
+) -> None:
+    # Size and mtime kept (a copy tool that keeps times, a clock too coarse), layout not:
+    # the schema is the same, so only the headers at the old places can tell.
+    path = _write(tmp_path / "x.arrow", _batches([500] * 6, text_len=(50, 50)))
+    blob = pickle.dumps(Table.open(path))
+    size = path.stat().st_size
+    other = _batches([300, 700, 500, 500, 500, 500], seed=3, text_len=(50, 50))
+    _rewrite(path, other, same_mtime=True)
+    assert path.stat().st_size == size
+    with pytest.raises(FormatError, match=r"x\.arrow: record batch 0 at byte \d+"):
+        pickle.loads(blob)
+
+
+def test_a_changed_schema_is_walked_again(tmp_path: Path) -> None:
+    path = _write(tmp_path / "x.arrow", _batches([500] * 4))
+    blob = pickle.dumps(Table.open(path))
+    t = _batches([500] * 4)
+    _rewrite(path, t.rename_columns(["text", "ID", "emb"]), same_mtime=True)
+    copy = pickle.loads(blob)
+    assert list(copy.columns) == ["text", "ID", "emb"]
+    copy.close()
+
+
+def test_dictionary_streams_are_read_by_pyarrow(tmp_path: Path) -> None:
+    t = pa.table({"c": pa.array(["a", "b", "a"] * 100).dictionary_encode(), "n": np.arange(300)})
+    path = _write(tmp_path / "d.arrow", t)
+    tb = Table.open(path)
+    assert tb._parts[0].walked is None
+    assert tb.read_rows([0, 1, 299])["n"].tolist() == [0, 1, 299]
+    tb.close()
+
+
+def test_a_header_the_storage_cannot_read_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pickled table's header pages are faulted in by MADV_POPULATE_READ: an I/O
+    # error there is an error naming the file and bytes, not a SIGBUS at the read.
+    path = _write(tmp_path / "x.arrow", _batches([500] * 6))
+    blob = pickle.dumps(Table.open(path))
+
+    def failing(address: int, length: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(map_fill, "populate_read", failing)
+    with pytest.raises(StorageError, match=r"x\.arrow: reading bytes \[\d+, \d+\) through the"):
+        pickle.loads(blob)
+
+
+def test_a_kernel_without_populate_still_reopens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "x.arrow", _batches([200] * 5))
+    want = _pyarrow_digest(path, monkeypatch)
+    blob = pickle.dumps(Table.open(path))
+
+    def unknown(address: int, length: int) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(map_fill, "populate_read", unknown)
+    monkeypatch.setattr(map_fill, "_supported", True)
+    tb = pickle.loads(blob)
+    assert not map_fill._supported  # said once; the pages were faulted in by the reads
+    assert _digest(tb) == want
+    tb.close()
+
+
+def _write_file(path: Path, table: pa.Table) -> Path:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        for b in table.to_batches():
+            w.write_batch(b)
+    return path
+
+
+@pytest.mark.parametrize("sizes", [UNIFORM, MIXED], ids=["uniform", "mixed"])
+def test_an_ipc_file_reads_its_batches_at_the_footers_places(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int]
+) -> None:
+    path = _write_file(tmp_path / "f.arrow", _batches(sizes))
+    with monkeypatch.context() as m:  # pyarrow's get_batch, one header after another
+        m.setattr(tables, "footer_places", lambda whole, n: None)
+        want = _digest(Table.open(path))
+    filled = []
+    real = local.fill_headers
+
+    def spy(f: Any, index: Any) -> None:
+        filled.append(len(index.spans))
+        real(f, index)
+
+    monkeypatch.setattr(tables, "fill_headers", spy)
+    tb = Table.open(path)
+    assert filled == [len(sizes)]  # every header asked for at once
+    (part,) = tb._parts
+    lo, hi = part.map_address, part.map_address + part.size
+    for b in part.batches:
+        for col in b.columns:
+            for buf in col.buffers():
+                assert not buf or lo <= buf.address <= buf.address + buf.size <= hi
+    assert _digest(tb) == want
+    tb.close()
+
+
+def test_an_ipc_file_with_dictionaries_is_read_by_pyarrow(tmp_path: Path) -> None:
+    t = pa.table({"c": pa.array(["a", "b", "a"] * 100).dictionary_encode(), "n": np.arange(300)})
+    path = _write_file(tmp_path / "d.arrow", pa.Table.from_batches(t.to_batches(max_chunksize=50)))
+    mm = pa.memory_map(str(path))
+    assert local.footer_places(mm.read_buffer(mm.size()), 6) is None
+    tb = Table.open(path)
+    assert tb.read_rows([0, 1, 299])["n"].tolist() == [0, 1, 299]
+    tb.close()
+
+
+def test_a_footer_not_as_expected_leaves_the_file_to_pyarrow(tmp_path: Path) -> None:
+    path = _write_file(tmp_path / "f.arrow", _batches([100] * 4))
+    mm = pa.memory_map(str(path))
+    whole = mm.read_buffer(mm.size())
+    places = local.footer_places(whole, 4)
+    assert places is not None and len(places.spans) == 4
+    assert local.footer_places(whole, 5) is None  # pyarrow counted other batches
+    assert local.footer_places(whole.slice(0, whole.size - 1), 4) is None  # no magic at the end
