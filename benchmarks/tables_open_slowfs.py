@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from _slowfs_ab import alternate, fuse_missing, median, mount, one_digest, parser, table
 
-import headrace.formats._tables as tables
+import headrace.formats._table_part as part
 from headrace.formats import Table
 
 SHARDS, ROWS = 8, 33_000
@@ -65,10 +65,10 @@ def write(src: Path) -> None:
 
 
 def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> dict[str, Any]:
-    real = tables.deep_io_pool
+    real = part.deep_io_pool
     single = ThreadPoolExecutor(1)
     if one:
-        tables.deep_io_pool = lambda: single  # type: ignore[assignment]
+        part.deep_io_pool = lambda: single  # type: ignore[assignment]
     try:
         with mount(root, mnt, args) as m:
             t0 = time.perf_counter()
@@ -78,7 +78,7 @@ def trial(root: Path, mnt: Path, args: argparse.Namespace, one: bool) -> dict[st
             tb.close()
             mif = int(m.stats()["max_in_flight"])
     finally:
-        tables.deep_io_pool = real
+        part.deep_io_pool = real
         single.shutdown()
     return {"open_s": took, "mif": mif, "rows": rows}
 

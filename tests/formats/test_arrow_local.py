@@ -17,7 +17,7 @@ pa = pytest.importorskip("pyarrow")
 
 import headrace.formats._arrow_local as local  # noqa: E402
 import headrace.formats._map_fill as map_fill  # noqa: E402
-import headrace.formats._tables as tables  # noqa: E402
+import headrace.formats._table_part as part  # noqa: E402
 from headrace.errors import FormatError, StorageError  # noqa: E402
 from headrace.formats import Ragged, Table  # noqa: E402
 
@@ -305,7 +305,7 @@ def test_an_ipc_file_reads_its_batches_at_the_footers_places(
 ) -> None:
     path = _write_file(tmp_path / "f.arrow", _batches(sizes))
     with monkeypatch.context() as m:  # pyarrow's get_batch, one header after another
-        m.setattr(tables, "footer_places", lambda whole, n: None)
+        m.setattr(part, "footer_places", lambda whole, n: None)
         want = _digest(Table.open(path))
     filled = []
     real = local.fill_headers
@@ -314,12 +314,12 @@ def test_an_ipc_file_reads_its_batches_at_the_footers_places(
         filled.append(len(index.spans))
         real(f, index)
 
-    monkeypatch.setattr(tables, "fill_headers", spy)
+    monkeypatch.setattr(part, "fill_headers", spy)
     tb = Table.open(path)
     assert filled == [len(sizes)]  # every header asked for at once
-    (part,) = tb._parts
-    lo, hi = part.map_address, part.map_address + part.size
-    for b in part.batches:
+    (one,) = tb._parts
+    lo, hi = one.map_address, one.map_address + one.size
+    for b in one.batches:
         for col in b.columns:
             for buf in col.buffers():
                 assert not buf or lo <= buf.address <= buf.address + buf.size <= hi

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import headrace.formats._map_guard as guard
-import headrace.formats._tables as tables
+import headrace.formats._table_part as part
 import headrace.io._mapped as mapped
 from headrace.errors import StorageError
 from headrace.formats import Table
@@ -50,7 +50,7 @@ def _write(path: Path, *, stream: bool = True, rows: int = 4096) -> pa.Table:
 
 
 def _network(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tables, "on_network", lambda path: True)
+    monkeypatch.setattr(part, "on_network", lambda path: True)
 
 
 def _recording(calls: list[tuple[int, int]], fail_at: int | None = None) -> Any:
@@ -109,7 +109,7 @@ def test_a_header_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
     _write(path)
     bad = _headers(path)[5]
     _network(monkeypatch)
-    real_open = tables._Part._open_arrow
+    real_open = part._Part._open_arrow
 
     def open_arrow(self: Any, *args: Any) -> None:
         # The fault is set once the map's address is known: a page of message 5's header.
@@ -118,7 +118,7 @@ def test_a_header_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
         )
         real_open(self, *args)
 
-    monkeypatch.setattr(tables._Part, "_open_arrow", open_arrow)
+    monkeypatch.setattr(part._Part, "_open_arrow", open_arrow)
     with pytest.raises(StorageError) as ei:
         Table.open(path)
     assert ei.value.errno == errno.EIO

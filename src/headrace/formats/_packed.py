@@ -86,7 +86,8 @@ def table_token_files(
     windows' blocks by ranged GETs of the values. Same tokens, same batches and
     the same fingerprint as a local copy.
     """
-    from headrace.formats._tables import _pa, _path_list, _resolve, saved_fingerprint
+    from headrace.formats._table_part import _pa
+    from headrace.formats._table_paths import _path_list, _resolve, saved_fingerprint
 
     paths = _path_list(path)
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
@@ -147,7 +148,8 @@ def _column_stream(
     pa: Any, path: str, column: str
 ) -> tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]:
     """(dtype, byte ranges (offset, length), row starts in tokens, tokens) of one file."""
-    from headrace.formats._tables import _Part, _refuse_indices_mapping
+    from headrace.formats._table_part import _Part
+    from headrace.formats._tables import _refuse_indices_mapping
 
     part = _Part(path, pa)
     try:
@@ -193,8 +195,9 @@ def _remote_stream(
 ) -> TokenFile:
     """:func:`table_token_files` on object storage: the headers walked, row offsets fetched."""
     from headrace.formats._arrow_remote import RemoteArrow
+    from headrace.formats._table_part import _pa
     from headrace.formats._table_remote import resolve_urls
-    from headrace.formats._tables import _IPC_SUFFIXES, _pa, _refuse_indices_mapping
+    from headrace.formats._tables import _IPC_SUFFIXES, _refuse_indices_mapping
 
     pa = _pa()
     files = ObjectFiles(store_options, check_in_flight(in_flight), name="headrace-pack")

@@ -1,0 +1,346 @@
+"""One local file of a :class:`~headrace.formats._tables.Table`: an Arrow IPC file or
+stream (memory-mapped, its record batches indexed: :mod:`headrace.formats._arrow_local`)
+or a Parquet file (its footer read; row groups decoded on demand).
+
+On a network or FUSE mount every page pyarrow reads through the map at open is
+faulted in first (:mod:`headrace.formats._map_guard`), so a page the storage
+fails to read is a :class:`~headrace.errors.StorageError`, not SIGBUS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Mapping
+from concurrent.futures import wait
+from typing import TYPE_CHECKING, Any
+
+from headrace.errors import (
+    ConfigError,
+    FormatError,
+    ReadEOFError,
+    StorageError,
+)
+from headrace.formats._arrow_local import (
+    Unwalkable,
+    WalkedStream,
+    fill_headers,
+    footer_places,
+    record_batches,
+    walk,
+)
+from headrace.formats._map_guard import (
+    on_network,
+    populate_headers,
+    read_ends,
+)
+from headrace.formats._table_layout import (
+    HF_METADATA,
+)
+from headrace.formats._table_remote import stored_bytes
+from headrace.io import deep_io_pool, open_error
+from headrace.io._batch import raise_first
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["_ARROW_FILE_MAGIC", "_Part", "_open_local", "_pa"]
+
+_ARROW_FILE_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
+_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc  # registers pa.ipc
+    except ImportError as exc:  # pragma: no cover
+        raise ConfigError("reading tables needs pyarrow: pip install 'headrace[arrow]'") from exc
+    return pa
+
+
+class _Part:
+    """One file: its record batches (Arrow) or row groups (Parquet)."""
+
+    def __init__(self, path: str, pa: Any, walked: WalkedStream | None = None) -> None:
+        self.path = path
+        #: what walking this stream learned (None: not a stream, or pyarrow's reader read it)
+        self.walked = walked
+        self._pa = pa
+        self._pf: Any = None
+        # Parquet readers not in use: one per thread decoding a row group at once.
+        self._idle: list[Any] = []
+        # Reentrant: a reopen under it that finds the file changed closes the part.
+        self._lock = threading.RLock()
+        self.batches: list[Any] = []
+        self.map_address = 0  # Arrow files: the address their memory map starts at
+        # Arrow files on a network or FUSE mount: pages are faulted in before pyarrow
+        # or NumPy reads them (headrace.formats._map_guard), so a failed one is an error.
+        self.network = False
+        self.closed = False
+        self._open()
+
+    def _open(self) -> None:
+        path, pa = self.path, self._pa
+        known = self.walked
+        try:
+            st = os.stat(path)
+            self.size = st.st_size
+            with open(path, "rb") as f:
+                # A stream walked elsewhere: its schema message too (the same READ).
+                first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
+        except OSError as exc:  # storage trouble (permissions, a mount gone), not bad bytes
+            raise open_error(path, exc) from exc
+        head = first[:8]
+        self.parquet = head[:4] == _PARQUET_MAGIC
+        if path.endswith(".parquet") and not self.parquet:
+            raise FormatError(
+                f"{path}: not a Parquet file: it does not start with PAR1 (starts with {head!r})"
+            )
+        try:
+            if self.parquet:
+                import pyarrow.parquet as pq
+
+                # Read, not mapped: an I/O error on a mapped page is a SIGBUS that kills
+                # the process without a word; a read's is an error naming the file.
+                # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
+                self._pf = pq.ParquetFile(path, memory_map=False)
+                self._idle = [self._pf]
+                md = self._pf.metadata
+                self.schema = self._pf.schema_arrow
+                self.rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+            else:
+                stamp = (st.st_size, st.st_mtime_ns)
+                same = (
+                    known is not None
+                    and (known.size, known.mtime_ns) == stamp
+                    and first.startswith(known.places.schema_message)
+                )
+                self._open_arrow(head, stamp, known if same else None)
+        except StorageError:  # a header's pages the storage failed to read: said so
+            raise
+        except (pa.ArrowException, OSError) as exc:
+            if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
+                hint = (
+                    "; pass the folder that holds it"
+                    if os.path.basename(path) in HF_METADATA
+                    else ""
+                )
+                raise FormatError(
+                    f"{path}: not an Arrow IPC or Parquet file: it starts with {head!r} (an "
+                    "Arrow stream starts with ff ff ff ff, an Arrow file with ARROW1, Parquet "
+                    f"with PAR1){hint}"
+                ) from exc
+            kind = "Parquet" if self.parquet else "Arrow IPC"
+            raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
+
+    def _reopen(self) -> None:
+        """Open the file again after :meth:`close`: a new loader over the same source
+        reads on, as over every other source (``TorchDataset`` closes its last loader,
+        and so the source, at each new iteration). Refused if the file changed."""
+        was = (self.size, self.parquet, self.rows, self.schema)
+        self._open()
+        self.closed = False
+        now = (self.size, self.parquet, self.rows, self.schema)
+        if now != was:
+            self.close()
+            raise FormatError(
+                f"{self.path}: changed since it was opened ({was[0]} bytes in "
+                f"{len(was[2])} row groups of {sum(was[2])} rows then, {now[0]} bytes in "
+                f"{len(now[2])} of {sum(now[2])} rows now); open the table again to read "
+                "the new version"
+            )
+
+    def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
+        """Map the file and index its record batches: an IPC file by its footer, a
+        stream by walking its headers (:mod:`headrace.formats._arrow_local`), or by
+        ``known``, what a walk of this very file learned (in the process that pickled
+        the table)."""
+        pa = self._pa
+        if self.size == 0:
+            raise FormatError(f"{self.path}: empty file, expected Arrow IPC or Parquet")
+        mm = pa.memory_map(self.path, "r")
+        # Zero-copy: the map itself, every page unread. Where it starts: a buffer read
+        # zero-copy from the map lies at its offset from here.
+        whole = mm.read_buffer(self.size)
+        self.map_address = whole.address
+        mm.seek(0)
+        # On a network mount every page pyarrow reads at open is faulted in first (an
+        # error there is a StorageError, not SIGBUS): the ends here, the headers by the
+        # walk or fill_headers (many at once), or one by one for pyarrow's own reader.
+        self.network = on_network(self.path)
+        if self.network:
+            read_ends(self, mm.fileno())
+        if head[:6] == _ARROW_FILE_MAGIC:
+            reader = pa.ipc.open_file(mm)
+            schema = reader.schema
+            places = footer_places(whole, reader.num_record_batches)
+            if places is None:
+                if self.network:
+                    populate_headers(self, mm.fileno())
+                self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            else:  # every header asked for at once, not faulted in one by one
+                fill_headers(self, places)
+                self.batches = record_batches(self.path, whole, places, schema, pa)
+        else:
+            walked = None
+            if known is not None:
+                fill_headers(self, known.places)
+                schema = pa.ipc.read_schema(pa.py_buffer(known.places.schema_message))
+                self.batches = record_batches(self.path, whole, known.places, schema, pa)
+            elif head.startswith(_IPC_CONTINUATION):
+                with contextlib.suppress(Unwalkable):
+                    walked = walk(self, whole, pa, guard=self.network)
+            if walked is not None:
+                index, schema, self.batches = walked
+                self.walked = WalkedStream(*stamp, index)
+            elif known is None:  # Arrow < 0.15 wrote no continuation marker; or not Arrow
+                if self.network:
+                    populate_headers(self, mm.fileno())
+                reader = pa.ipc.open_stream(mm)
+                self.batches = list(reader)
+                schema = reader.schema
+            mm.seek(max(0, self.size - len(_IPC_EOS)))
+            if mm.read(len(_IPC_EOS)) != _IPC_EOS:
+                raise FormatError(
+                    f"{self.path}: truncated Arrow IPC stream: it does not end with the "
+                    f"end-of-stream marker ff ff ff ff 00 00 00 00 ({self.size} bytes)"
+                )
+        self.schema = schema
+        self.rows = [b.num_rows for b in self.batches]
+
+    def check_size(self) -> None:
+        """Refuse a file that shrank since it was opened.
+
+        The file is memory-mapped: touching pages a truncation took away kills the
+        process with SIGBUS. So every read asks its size first (a stat, a few
+        microseconds; by path, not a held descriptor: a dataset may have thousands
+        of files). A truncation racing between that check and the read is still
+        fatal, as for mapped token files. A deleted file leaves the mapped one
+        intact: read on. (One replaced by a smaller file is refused as well: the
+        data changed under the run.)
+        """
+        try:
+            now = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return
+        if now < self.size:
+            raise ReadEOFError(
+                f"{self.path}: the file shrank from {self.size} to {now} bytes since it was "
+                "opened (rewritten or truncated under the run); its data is gone"
+            )
+
+    def span(self, i: int, names: list[str]) -> Any:
+        """Span ``i`` as something with ``.column(name)`` giving one Arrow array (the
+        caller has checked the file's size: :meth:`check_size`)."""
+        if self.closed:
+            with self._lock:
+                if self.closed:
+                    self._reopen()
+        if not self.parquet:
+            return self.batches[i]
+        pf = self._reader()
+        try:
+            table = pf.read_row_group(i, columns=names)
+        except OSError as exc:
+            if exc.errno is not None:  # the storage said no (EIO ...), not the bytes
+                lo, hi = _group_bytes(pf.metadata, i, names)
+                raise StorageError(
+                    exc.errno,
+                    f"{self.path}: row group {i}: reading its bytes [{lo}, {hi}) failed: {exc}",
+                ) from exc
+            raise FormatError(
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        except self._pa.ArrowException as exc:
+            raise FormatError(
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        finally:
+            with self._lock:
+                # Only the first reader is kept: a dataset of thousands of files would
+                # otherwise keep a descriptor per decode thread per file it visited.
+                # (Closed under this read: it goes with the others.)
+                if pf is self._pf and not self.closed:
+                    self._idle.append(pf)
+                else:
+                    pf.close()
+        return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def _reader(self) -> Any:
+        """A Parquet reader for this thread's decode, from the idle ones or opened now.
+
+        pyarrow does not promise that one ``ParquetFile`` may read row groups from
+        several threads at once, so each concurrent decode takes its own. A new one
+        is opened from the parsed footer (``metadata=``): one open, no footer read,
+        and closed after its decode.
+        """
+        with self._lock:
+            if self._idle:  # the first reader, idle: a lone decode always reads through it
+                return self._idle.pop()
+            md = self._pf.metadata
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(self.path, memory_map=False, metadata=md)
+        except OSError as exc:
+            raise open_error(self.path, exc) from exc
+
+    def stored_bytes(self, i: int) -> int:
+        """Bytes row group ``i`` takes in the file (0 for Arrow: mapped, never decoded)."""
+        if self.closed:
+            self._reopen()
+        return stored_bytes(self._pf.metadata, i) if self.parquet else 0
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self.batches = []
+            idle, self._idle = self._idle, []
+            if self._pf is not None and self._pf not in idle:
+                idle.append(self._pf)
+            self._pf = None
+        for pf in idle:
+            pf.close()
+
+
+def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:
+    """The bytes ``[lo, hi)`` of the file that row group ``group``'s chunks of
+    ``names`` span (pyarrow's errors do not say which bytes it was reading)."""
+    rg = metadata.row_group(group)
+    chunks = [rg.column(j) for j in range(rg.num_columns)]
+    chunks = [c for c in chunks if c.path_in_schema.split(".")[0] in names] or chunks
+    starts = [
+        c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks
+    ]
+    ends = [a + c.total_compressed_size for a, c in zip(starts, chunks, strict=True)]
+    return min(starts), max(ends)
+
+
+def _open_local(
+    files: list[str], pa: Any, walked: Mapping[str, WalkedStream] | None = None
+) -> list[_Part]:
+    """Each file as a part, in order, opened side by side on the deep I/O pool;
+    ``walked``: what walks of these streams learned (a pickled table's).
+
+    Opening is a chain of round trips per file (open, head, footer or every
+    record batch header of a stream): 8 shards of a save_to_disk folder took
+    6.51 s to open one after another on a 20 ms mount, 0.91 s side by side (8
+    Parquet files: 0.85 vs 0.13 s; benchmarks/tables_open_slowfs.py). Every
+    open finishes before the first error (by file order) is raised; the parts
+    opened are closed then.
+    """
+    walked = walked or {}
+    if len(files) < 2:
+        return [_Part(f, pa, walked.get(f)) for f in files]
+    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f)) for f in files]
+    wait(futures)
+    errors = [exc for fut in futures if (exc := fut.exception()) is not None]
+    for fut in futures if errors else ():
+        if fut.exception() is None:
+            fut.result().close()
+    raise_first(errors, "other file(s) of the table failed to open too")
+    return [fut.result() for fut in futures]

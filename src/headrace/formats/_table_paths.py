@@ -1,0 +1,167 @@
+"""Which files a :class:`~headrace.formats._tables.Table` opens: a path, a list, a
+glob, a ``save_to_disk`` folder or a Hugging Face cache folder, resolved to files
+in order; and a ``save_to_disk`` folder's fingerprint."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from headrace.errors import (
+    ConfigError,
+    FormatError,
+    ObjectNotFoundError,
+)
+from headrace.formats._table_layout import (
+    folder_files,
+    state_files,
+    state_fingerprint,
+)
+
+if TYPE_CHECKING:
+    pass
+
+from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
+
+__all__ = ["_path_list", "_resolve", "saved_fingerprint"]
+
+
+def _path_list(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> list[str | os.PathLike[str]]:
+    """``path`` as a list of paths: a ``datasets.Dataset`` as its files, when they hold
+    exactly its rows (:func:`_dataset_files`); anything else (a dict) refused.
+
+    A ``datasets`` object is never iterated: iterating a ``Dataset`` decodes its
+    rows, and a ``DatasetDict`` yields split names, not files.
+    """
+    if isinstance(path, (str, os.PathLike)):
+        return [path]
+    kind = f"{type(path).__module__}.{type(path).__name__}"
+    if kind.startswith("datasets.") and type(path).__name__ == "Dataset":
+        return list(_dataset_files(path))
+    if kind.startswith("datasets."):
+        raise ConfigError(
+            f"got a {kind} object; headrace reads a Dataset's files: pass one split's "
+            "Dataset (ds['train']) or a folder written by ds.save_to_disk(folder)"
+        )
+    if isinstance(path, (Mapping, bytes)) or not isinstance(path, Iterable):
+        raise ConfigError(
+            f"expected a path, a glob or a list of paths; got a {kind} ({path!r:.80})"
+        )
+    out: list[str | os.PathLike[str]] = []
+    for p in path:
+        if not isinstance(p, (str, os.PathLike)):
+            raise ConfigError(
+                f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
+            )
+        out.append(p)
+    return out
+
+
+def _dataset_files(ds: Any) -> list[str]:
+    """The Arrow files under a ``datasets.Dataset``, if they hold exactly the rows it shows.
+
+    A ``Dataset`` made by ``load_dataset``/``map``/``load_from_disk`` reads memory-mapped
+    cache files; after a ``shuffle``, ``select``, ``filter`` or ``sort`` it shows them
+    through an indices mapping, and after a contiguous ``select``/``shard``/``take`` a
+    slice of them, while the files hold the rows before. Those are refused, as is a
+    Dataset held in memory (no files): headrace would read other rows.
+    """
+    fix = "ds.save_to_disk(folder) writes the rows as it shows them: pass that folder"
+    if getattr(ds, "_indices", None) is not None:
+        raise ConfigError(
+            f"this Dataset ({len(ds)} rows) shows its files' rows through an indices mapping "
+            f"(after a shuffle, select, filter or sort): ds.flatten_indices() or {fix}"
+        )
+    files = [str(c["filename"]) for c in getattr(ds, "cache_files", ())]
+    if not files:
+        raise ConfigError(f"this Dataset ({len(ds)} rows) is held in memory, not in files: {fix}")
+    pa = _pa()
+    stored = 0
+    for f in files:
+        with pa.memory_map(f, "r") as mm:
+            head = mm.read(6)
+            mm.seek(0)
+            if head == _ARROW_FILE_MAGIC:
+                stored += pa.ipc.open_file(mm).read_all().num_rows  # zero-copy, headers only
+            else:
+                stored += sum(b.num_rows for b in pa.ipc.open_stream(mm))
+    if stored != len(ds):
+        raise ConfigError(
+            f"this Dataset shows {len(ds)} rows of its files' {stored} ({', '.join(files)}): "
+            f"a select, shard, take or skip of them; {fix}"
+        )
+    return files
+
+
+def saved_fingerprint(root: str) -> str | None:
+    """The ``_fingerprint`` ``datasets`` wrote into ``root/state.json`` (``None``: none);
+    see :func:`~headrace.formats._table_layout.state_fingerprint`."""
+    try:
+        with open(os.path.join(root, "state.json"), encoding="utf-8") as f:
+            return state_fingerprint(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _resolve(
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> tuple[str, list[str]]:
+    """The dataset root (for names in messages) and its files in order."""
+    if not isinstance(path, (str, os.PathLike)):
+        files = [os.fspath(p) for p in _path_list(path)]
+        if not files:
+            raise ConfigError("Table.open got an empty list of files")
+        return os.path.commonpath([os.path.abspath(f) for f in files]), files
+    root = os.fspath(path)
+    if any(c in root for c in "*?["):
+        files = sorted(f for f in glob.glob(root, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise FormatError(f"{root}: no files match")
+        return os.path.dirname(root), files
+    if os.path.isfile(root):
+        return os.path.dirname(root), [root]
+    if not os.path.isdir(root):
+        raise ObjectNotFoundError(f"{root}: no such file or directory")
+    if os.path.exists(os.path.join(root, "dataset_dict.json")):
+        splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        raise ConfigError(
+            f"{root} is a DatasetDict; open one split: {[os.path.join(root, s) for s in splits]}"
+        )
+    state = os.path.join(root, "state.json")
+    if os.path.exists(state):
+        try:
+            with open(state, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, ValueError) as exc:  # unreadable, or not UTF-8
+            raise FormatError(f"{state}: not a save_to_disk state file ({exc!r})") from exc
+        files = [os.path.join(root, n) for n in state_files(root, state, text)]
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing:
+            raise FormatError(f"{state} lists data files that do not exist: {missing}")
+        return root, files
+    nested = _nested_tables(root)
+    if nested:
+        raise ConfigError(
+            f"{root} has table files in subfolders ({', '.join(nested[:3])}"
+            f"{', ...' if len(nested) > 3 else ''}), which opening the folder would skip; "
+            f"pass a glob such as {os.path.join(root, '**', '*.parquet')!r} (values in "
+            "partition folder names are not read as columns) or a list of files"
+        )
+    return root, folder_files(root, os.listdir(root), os.sep)
+
+
+def _nested_tables(root: str) -> list[str]:
+    """Subfolders of ``root`` with .arrow or .parquet files somewhere under them."""
+    found = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir():
+            continue
+        for _, _, files in os.walk(entry.path):
+            if any(f.endswith((".arrow", ".parquet")) for f in files):
+                found.append(entry.name)
+                break
+    return found
