@@ -198,6 +198,12 @@ def tokens(mnt: Path, reads: str) -> tuple[BaseException, Callable[[], Any]]:
         block_bytes=256 << 10,
     )
     n = src.samples_per_epoch
+    return _first_error(src, n)
+
+
+def _first_error(src: Any, n: int) -> tuple[BaseException, Callable[[], Any]]:
+    """Read samples ``0..n`` in batches of 64 until one fails: that error, and a read of
+    the first 4 samples (away from the failing bytes) to try after it."""
     try:
         for s in _everything(n, 64):
             src.read(0, s)
@@ -212,12 +218,7 @@ def rows(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
     src = PaddedRows(
         mnt / "rows.npy", mnt / "mask.npy", context=WIDTH - 1, shuffle=False, reader=reader
     )
-    try:
-        for s in _everything(ROWS, 64):
-            src.read(0, s)
-    except BaseException as exc:
-        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
-    raise AssertionError("no error")
+    return _first_error(src, ROWS)
 
 
 def pairs(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
@@ -228,12 +229,7 @@ def pairs(mnt: Path, reader: str) -> tuple[BaseException, Callable[[], Any]]:
         shuffle=False,
         reader=reader,
     )
-    try:
-        for s in _everything(ROWS, 64):
-            src.read(0, s)
-    except BaseException as exc:
-        return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
-    raise AssertionError("no error")
+    return _first_error(src, ROWS)
 
 
 def table(
