@@ -1,7 +1,7 @@
 """A read-only S3 endpoint over a local folder, for benchmarks whose objects are large.
 
 moto reads a whole object for every ranged GET (a GET of 64 KiB from a 300 MiB
-object took ~150 ms of its CPU, and its GETs do not overlap), so a benchmark of
+object took ~150 ms more than the proxy's 50 ms), so a benchmark of
 many small GETs into large objects measures moto. This serves ``GET`` (ranges
 included), ``HEAD`` and ``ListObjectsV2`` of the files in one folder as the
 objects of every bucket, reading only the bytes asked for; requests are not

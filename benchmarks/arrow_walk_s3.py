@@ -10,8 +10,8 @@ larger than 64 KiB. Shapes (written once under ``--root``): ``text``: one shard
 of 300 record batches of 1,000 rows of ~1 KB text (~1 MiB batches whose sizes
 vary by ~15 KB); ``tokens``: 64 record batches of 1,000 rows of 2,048 int32
 tokens (8 MiB each, all the same size). They are served by ``_files_s3``, not
-moto: moto reads a whole object for every ranged GET (~150 ms of its CPU for one
-into the 300 MiB shard; with moto both sides took 61 s, moto's time), reached
+moto: moto reads a whole object for every ranged GET (with moto the walk took
+61 s for the text shard's 302 GETs, ~200 ms each behind 50 ms of latency), reached
 through a ``LatencyProxy`` of ``--latency-ms``. (The shards of
 ``benchmarks/arrow_walk_slowfs.py``.) Sides, alternating, ``--rounds`` each, a
 fresh ``Table`` each:
