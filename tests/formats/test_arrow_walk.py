@@ -135,3 +135,153 @@ def test_streams_with_messages_cut_missing_or_out_of_order(damage: Any, match: s
     assert len(messages) == 7  # the schema, then 6 record batches
     with pytest.raises(FormatError, match=r"^s3://b/t\.arrow: " + match):
         _walk(damage(messages))
+
+
+def _big(sizes: list[int], seed: int = 0, vary: bool = True) -> bytes:
+    """A stream of record batches of about ``sizes`` bytes each (text of random lengths,
+    or of 1,000 bytes each when not ``vary``: more than the walk's 64 KiB step, so each
+    header is a GET of its own without guesses)."""
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("text", pa.string()), ("id", pa.int64())])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        for k, size in enumerate(sizes):
+            n = size // 1000
+            lens = rng.integers(200, 1800, n) if vary else [1000] * n
+            text = pa.array(["x" * int(m) for m in lens])
+            w.write_batch(pa.record_batch([text, pa.array(np.arange(n) + k)], schema=schema))
+    return bytes(sink.getvalue())
+
+
+class _Counted(_Bytes):
+    """The stand-in, counting reads; those at offsets in ``fail`` raise (a guessed GET
+    the store refused)."""
+
+    def __init__(self, data: bytes, fail: frozenset[int] = frozenset()) -> None:
+        super().__init__(data)
+        self.fail = fail
+        self.reads: list[int] = []
+
+    def read_into(self, out: np.ndarray, offset: int) -> Future[None]:
+        self.reads.append(offset)
+        if offset in self.fail:
+            from headrace.errors import StorageError
+
+            done: Future[None] = Future()
+            done.set_exception(StorageError(5, f"s3://b/t.arrow: bytes at {offset}: refused"))
+            return done
+        return super().read_into(out, offset)
+
+
+def _index_of(data: bytes, guess: bool, monkeypatch: pytest.MonkeyPatch, file: Any = None) -> Any:
+    import headrace.formats._arrow_remote as remote
+
+    monkeypatch.setattr(remote, "GUESS", guess)
+    walk = _Walk("s3://b/t.arrow", file or _Counted(data), len(data))
+    index = walk.index(pa)
+    return walk, index
+
+
+def _same(a: Any, b: Any) -> None:
+    assert a.spans == b.spans and a.heads == b.heads and a.rows == b.rows
+    assert a.schema_message == b.schema_message
+    np.testing.assert_array_equal(a.nulls, b.nulls)
+    np.testing.assert_array_equal(a.columns, b.columns)
+    for x, y in zip(a.buffers, b.buffers, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "vary"),
+    [
+        ([200_000] * 40, False),
+        ([200_000] * 40, True),
+        ([180_000, 230_000, 200_000, 170_000] * 10, True),
+        ([100_000, 400_000, 150_000, 90_000] * 10, True),
+        ([2_000] * 50 + [300_000] * 20, True),
+    ],
+    ids=["uniform", "text", "mixed", "too-mixed-to-guess", "small-then-large"],
+)
+def test_guessed_headers_give_the_index_the_walk_alone_gives(
+    sizes: list[int], vary: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headrace.formats._arrow_remote as remote
+
+    data = _big(sizes, vary=vary)
+    alone, want = _index_of(data, False, monkeypatch)
+    guessed, got = _index_of(data, True, monkeypatch)
+    _same(got, want)
+    assert alone.guesses is None and guessed.guesses is not None
+    # Sizes that vary by more than GUESS_SPREAD are not guessed.
+    assert (guessed.guesses.most == 0) == (max(sizes[:4]) - min(sizes[:4]) > 200_000)
+    assert guessed.guesses.most <= remote.GUESS_AHEAD
+    if not vary:  # sizes all the same: every header after the first GUESS_AFTER + 1, and
+        # the end-of-stream marker, read from a guess
+        assert guessed.guesses.hits == len(sizes) - remote.GUESS_AFTER
+    elif sizes[0] == sizes[-1]:  # ~200 rows of 200-1800 bytes: sizes vary by ~6.5 KB
+        assert guessed.guesses.hits >= 0.8 * len(sizes)
+    # Headers read from guesses are GETs the walk did not make in turn; a miss costs a
+    # GET more, never a wrong header.
+    assert len(guessed._file.reads) <= 2 * len(alone._file.reads)
+
+
+def test_guesses_in_flight_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import headrace.formats._arrow_remote as remote
+
+    monkeypatch.setattr(remote, "GUESS_AHEAD", 3)
+    data = _big([200_000] * 30, vary=False)
+    walk, index = _index_of(data, True, monkeypatch)
+    assert walk.guesses is not None and walk.guesses.most == 3
+    assert walk.guesses.hits == 30 - remote.GUESS_AFTER
+    _same(index, _index_of(data, False, monkeypatch)[1])
+
+
+def test_a_failed_guess_is_fetched_again_and_a_failed_read_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from headrace.errors import StorageError
+
+    data = _big([200_000] * 20)
+    want = _index_of(data, False, monkeypatch)[1]
+    first = _index_of(data, True, monkeypatch)[0]._file.reads
+    heads = {at for at, _ in want.spans} | {sum(want.spans[-1])}  # and the end marker
+    guessed = frozenset(r for r in first if r not in heads and r)
+    assert guessed  # guesses start GETs where no header starts
+    # Every guessed GET refused: the walk reads each header itself.
+    walk, index = _index_of(data, True, monkeypatch, _Counted(data, guessed))
+    _same(index, want)
+    assert walk.guesses is not None and walk.guesses.hits == 0
+    # The walk's own GET refused (the batch after the first GUESS_AFTER, not guessed):
+    # its error, not a guess's silence.
+    import headrace.formats._arrow_remote as remote
+
+    at = want.spans[remote.GUESS_AFTER][0]
+    with pytest.raises(StorageError, match=rf"bytes at {at}: refused"):
+        _index_of(data, True, monkeypatch, _Counted(data, frozenset([at])))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_damaged_streams_are_the_same_error_with_guesses(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = _big([150_000, 90_000, 200_000, 120_000] * 4, seed)
+    heads = [at for at, _ in _index_of(good, False, monkeypatch)[1].spans]
+    rng = random.Random(seed)
+    for _ in range(40):
+        data = bytearray(good)
+        how = rng.randrange(3)
+        if how == 0:  # cut
+            data = data[: rng.randrange(len(data))]
+        elif how == 1:  # a header garbled
+            at = rng.choice(heads) + rng.randrange(8, 200)
+            data[at : at + 8] = bytes(rng.randrange(256) for _ in range(8))
+        else:  # a message's length garbled
+            at = rng.choice(heads) + 4
+            data[at : at + 4] = rng.randrange(1 << 31).to_bytes(4, "little")
+        results = []
+        for guess in (False, True):
+            try:
+                results.append(("index", _index_of(bytes(data), guess, monkeypatch)[1].spans))
+            except FormatError as exc:
+                results.append(("error", str(exc)))
+        assert results[0] == results[1]

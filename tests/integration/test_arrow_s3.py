@@ -328,3 +328,101 @@ def test_damaged_objects_are_named(s3: S3Fixture) -> None:
     _put(s3, "bad/nulls.arrow", _stream(nulls, chunk=50))
     with pytest.raises(FormatError, match=r"nulls\.arrow: column 'input_ids': row 1 is null"):
         TableSource(f"{URL}/bad/nulls.arrow", store_options=options(s3), width=4)
+
+
+def _sized(sizes: list[int], fixed: bool) -> pa.Table:
+    """Record batches of ``sizes`` rows: token ids (64 int32 each when ``fixed``, else
+    1-64) and a label; ~256 bytes a row fixed, more than the walk's step a batch."""
+    rng = np.random.default_rng(11)
+    batches = []
+    for k, n in enumerate(sizes):
+        lens = np.full(n, 64) if fixed else rng.integers(1, 64, n)
+        ids = [rng.integers(0, 50_000, m).astype(np.int32) for m in lens]
+        batches.append(
+            pa.record_batch(
+                {"input_ids": pa.array(ids, pa.list_(pa.int32())), "label": np.arange(n) + k}
+            )
+        )
+    return pa.Table.from_batches(batches)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "fixed"),
+    [([1000] * 24, True), ([1900, 2100, 2000, 2050] * 6, False)],
+    ids=["uniform", "mixed"],
+)
+def test_guessed_headers_on_s3_give_the_walks_index_and_rows(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sizes: list[int], fixed: bool
+) -> None:
+    import headrace.formats._arrow_remote as remote
+
+    table = _sized(sizes, fixed)
+    body = _stream(table, chunk=max(sizes))
+    name = f"guess/{'uniform' if fixed else 'mixed'}.arrow"
+    _put(s3, name, body)
+    monkeypatch.setattr(remote, "GUESS_AHEAD", 4)
+    made: list[Any] = []
+
+    class Guesses(remote._Guesses):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(remote, "_Guesses", Guesses)
+    opened = {}
+    for guess in (False, True):
+        monkeypatch.setattr(remote, "GUESS", guess)
+        opened[guess] = Table.open(f"{URL}/{name}", store_options=options(s3))
+    (alone,), (guessed,) = (t._parts for t in opened.values())
+    assert isinstance(alone, remote.RemoteArrow) and isinstance(guessed, remote.RemoteArrow)
+    assert guessed.index.spans == alone.index.spans and len(alone.index.spans) == len(sizes)
+    assert guessed.index.rows == alone.index.rows == sizes
+    np.testing.assert_array_equal(guessed.index.nulls, alone.index.nulls)
+    np.testing.assert_array_equal(guessed.index.columns, alone.index.columns)
+    a, g = opened[False].object_stats, opened[True].object_stats  # the opens' (copies)
+    rows = np.random.default_rng(2).integers(0, len(table), 300)
+    got, want = opened[True].read_rows(rows), opened[False].read_rows(rows)
+    np.testing.assert_array_equal(got["label"], want["label"])
+    np.testing.assert_array_equal(got["input_ids"].values, want["input_ids"].values)
+    np.testing.assert_array_equal(got["label"], table.column("label").to_numpy()[rows])
+    assert a is not None and g is not None
+    # Bounded: at most GUESS_AHEAD guessed GETs of an object and the walk's own at once.
+    assert g.max_in_flight_observed <= 4 + 1
+    (guesses,) = made
+    assert guesses.most == 4
+    if fixed:  # every guess right: the same GETs, made ahead of the walk
+        assert guesses.hits == len(sizes) - remote.GUESS_AFTER
+        assert g.requests == a.requests == len(sizes) + 2  # and the end marker, the stat
+    else:  # sizes ~11 KB apart: most guesses right, a miss a GET more
+        assert guesses.hits >= len(sizes) // 2
+        assert g.requests <= 2 * a.requests
+    for t in opened.values():
+        t.close()
+
+
+def test_damaged_streams_on_s3_are_the_same_error_with_guesses(
+    s3: S3Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headrace.formats._arrow_remote as remote
+
+    body = _stream(_sized([1000] * 12, True), chunk=1000)
+    schema_len = 8 + int.from_bytes(body[4:8], "little")
+    batch = (len(body) - schema_len - 8) // 12  # every message the same size
+    garbled = bytearray(body)
+    at = schema_len + 9 * batch  # record batch 9's header: past where guessing starts
+    garbled[at + 8 : at + 16] = b"\x7f" * 8
+    cases = {
+        "cut": body[: len(body) - batch // 2],  # inside the last record batch
+        "no-eos": body[:-8],
+        "header": bytes(garbled),
+    }
+    for name, data in cases.items():
+        _put(s3, f"guess-bad/{name}.arrow", data)
+        errors = []
+        for guess in (False, True):
+            monkeypatch.setattr(remote, "GUESS", guess)
+            with pytest.raises(FormatError) as exc:
+                Table.open(f"{URL}/guess-bad/{name}.arrow", store_options=options(s3))
+            errors.append(str(exc.value))
+        assert errors[0] == errors[1] and f"guess-bad/{name}.arrow: " in errors[0]
+    assert "corrupt Arrow IPC message at byte" in errors[0]

@@ -6,7 +6,16 @@ type, its body's length and, for a record batch, its row count and the null
 count of every column) and a body. Opening walks the headers: one ranged GET
 of 64 KiB at each header that the previous GET did not cover (so one per
 record batch of more than 64 KiB, fewer for small ones), every file's walk
-beside the others'; no body is read. An IPC *file* is the same stream between
+beside the others'; no body is read. Once it has seen :data:`GUESS_AFTER`
+record batches, the walk guesses where the next headers lie (at the next
+batch's known start plus ``j`` mean message lengths, within two standard
+deviations of the lengths seen times ``sqrt(j)``, each window no wider than
+:data:`GUESS_SPREAD`) and starts their GETs on the same request queue, at most
+:data:`GUESS_AHEAD` per object; a header that a guess's bytes cover is read
+from them, not fetched then (300 record batches of ~1 MiB: one round trip per
+few batches, not one each). Guesses only start GETs: the walk still reads every
+header where the previous message ends, so a wrong guess costs a small GET,
+never a wrong index. An IPC *file* is the same stream between
 its magic and its footer. What the walk learns (:class:`ArrowIndex`: each record
 batch's place, rows, field nodes and buffer list) also tells
 :func:`~headrace.formats.table_token_files` where a token column's values lie.
@@ -25,9 +34,10 @@ replaced under a running job is an error. Dictionary-encoded columns (which
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +59,15 @@ if TYPE_CHECKING:
 __all__ = ["ArrowIndex", "RemoteArrow"]
 
 _STEP = 64 << 10  # bytes fetched at a header the last GET did not cover
+#: Guessed header GETs of one object started and not yet both done and passed by
+#: the walk (each window is re-asked at every record batch, past ones extended).
+GUESS_AHEAD = 16
+#: The widest window guessed around one header: past this, batch sizes vary too much.
+GUESS_SPREAD = 128 << 10
+#: Record batches seen before guessing (the spread of their sizes must be known).
+GUESS_AFTER = 2
+#: Guessing on (off only to measure against: benchmarks/arrow_walk_s3.py).
+GUESS = True
 _MAGIC = b"ARROW1"
 # Message header types (Arrow's Message.fbs).
 _SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
@@ -181,8 +200,99 @@ class ArrowIndex:
         self.buffers = buffers
 
 
+class _Guesses:
+    """GETs started where the next record batches' headers may lie, ahead of the walk."""
+
+    def __init__(self, file: RemoteFile, size: int) -> None:
+        self._file = file
+        self._size = size
+        self._n = 0
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._head = 0  # the largest prefix and header seen
+        # (offset, bytes, future) of each GET started and not yet done and passed.
+        self._started: list[tuple[int, NDArray[np.uint8], Future[None]]] = []
+        self.most = 0  # the most started at once, and headers read from them (for tests)
+        self.hits = 0
+
+    def seen(self, at: int, head: int, body: int, walked: tuple[int, int]) -> None:
+        """A record batch is the message at byte ``at`` (``head`` bytes of prefix and
+        header, then ``body``); the walk holds the bytes ``walked`` ([start, end)):
+        start GETs where the batches after the next may start."""
+        total = head + body
+        self._n += 1
+        delta = total - self._mean
+        self._mean += delta / self._n
+        self._m2 += delta * (total - self._mean)
+        self._head = max(self._head, head)
+        start = at + total  # the next batch's: known, the walk reads it next
+        self._started = [g for g in self._started if g[0] + g[1].size > start or not g[2].done()]
+        if self._n < GUESS_AFTER:
+            return
+        spread = 2 * math.sqrt(max(0.0, self._m2) / (self._n - 1))
+        # A header starting in the last ``margin`` bytes of a GET is fetched whole by
+        # the next one (sizes of one schema's headers barely vary).
+        margin = max(4 << 10, 2 * self._head)
+        for j in range(1, GUESS_AHEAD + 1):
+            half = spread * math.sqrt(j)
+            if 2 * half > GUESS_SPREAD or len(self._started) >= GUESS_AHEAD:
+                break
+            centre = start + j * self._mean
+            lo, hi = max(start, int(centre - half)), min(self._size, int(centre + half) + margin)
+            if lo >= self._size:
+                break
+            # A window asked for before (from a farther start) that holds the middle
+            # half of this one is not widened: each widening was a GET (2.1 GETs a
+            # record batch of text, 1 MiB batches, 15 KB spread), for a tail that
+            # seldom holds the header and is asked for again, closer, next time.
+            core = int(centre - half / 2), int(centre + half / 2) + margin
+            if self._uncovered(*core, walked, margin) >= core[1]:
+                continue
+            lo = self._uncovered(lo, hi, walked, margin)
+            if lo < hi:
+                buf = np.empty(min(self._size - lo, max(hi - lo, _STEP)), np.uint8)
+                self._started.append((lo, buf, self._file.read_into(buf, lo)))
+                self.most = max(self.most, len(self._started))
+
+    def _uncovered(self, lo: int, hi: int, walked: tuple[int, int], margin: int) -> int:
+        """Where in [lo, hi) the bytes start that neither the walk's nor a started GET
+        covers (``hi``: none), less ``margin`` when a GET covers the start."""
+        ranges = [walked, *((a, a + b.size) for a, b, _ in self._started)]
+        moved = True
+        while moved and lo < hi:
+            moved = False
+            for a, b in ranges:
+                if a <= lo < b:
+                    if b >= hi:
+                        return hi
+                    if b - margin > lo:
+                        lo, moved = b - margin, True
+        return lo
+
+    def take(self, offset: int, n: int) -> tuple[int, bytes] | None:
+        """A started GET's ``(offset, bytes)`` that covers [offset, offset + n) once it is
+        done, ``None`` if none does (or it failed: the walk's own GET then says why)."""
+        hits = [g for g in self._started if g[0] <= offset and offset + n <= g[0] + g[1].size]
+        if not hits:
+            return None
+        got = max(hits, key=lambda g: g[0] + g[1].size)
+        self._started.remove(got)
+        try:
+            got[2].result()
+        except Exception:  # its error, if real, is the walk's own GET's to raise
+            return None
+        self.hits += 1
+        return got[0], got[1].tobytes()
+
+    def cancel(self) -> None:
+        """Cancel the GETs not yet done (the walk has ended)."""
+        for _, _, f in self._started:
+            f.cancel()
+        self._started = []
+
+
 class _Walk:
-    """Reads an object's bytes for the header walk, a 64 KiB GET at a time."""
+    """Reads an object's bytes for the header walk, a 64 KiB GET at a time (or a guess's)."""
 
     def __init__(self, url: str, file: RemoteFile, size: int) -> None:
         self.url = url
@@ -190,17 +300,28 @@ class _Walk:
         self._file = file
         self._at = 0
         self._buf = b""
+        self.guesses = _Guesses(file, size) if GUESS else None
 
     def bytes(self, offset: int, n: int) -> bytes:
         if offset < self._at or offset + n > self._at + len(self._buf):
-            k = min(self.size - offset, max(n, _STEP))
-            buf = np.empty(k, np.uint8)
-            self._file.read_into(buf, offset).result()
-            self._at, self._buf = offset, buf.tobytes()
+            got = None if self.guesses is None else self.guesses.take(offset, n)
+            if got is None:
+                k = min(self.size - offset, max(n, _STEP))
+                buf = np.empty(k, np.uint8)
+                self._file.read_into(buf, offset).result()
+                got = offset, buf.tobytes()
+            self._at, self._buf = got
         lo = offset - self._at
         return self._buf[lo : lo + n]
 
     def index(self, pa: Any) -> ArrowIndex:
+        try:
+            return self._index(pa)
+        finally:
+            if self.guesses is not None:
+                self.guesses.cancel()
+
+    def _index(self, pa: Any) -> ArrowIndex:
         url, size = self.url, self.size
         if size < 8:
             raise FormatError(f"{url}: {size} bytes is too small for an Arrow IPC stream")
@@ -292,6 +413,9 @@ class _Walk:
                     stretches.append(_stretches(bufs, buffers, body, len(tops)))
                     all_nodes.append(nodes.copy())
                     all_buffers.append(None if bufs is None else bufs.copy())
+                    if self.guesses is not None:
+                        walked = (self._at, self._at + len(self._buf))
+                        self.guesses.seen(at, pre + length, body, walked)
                 else:
                     raise _Corrupt(f"message type {kind} (not a schema or record batch)")
             except _Corrupt as exc:
