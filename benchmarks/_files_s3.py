@@ -25,6 +25,8 @@ from xml.sax.saxutils import escape
 
 
 def _handler(root: str) -> type[BaseHTTPRequestHandler]:
+    root = os.path.abspath(root)
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body are two writes
@@ -59,7 +61,12 @@ def _handler(root: str) -> type[BaseHTTPRequestHandler]:
             if not key:  # ListObjectsV2
                 prefix = query.get("prefix", [""])[0]
                 items = []
-                for name in sorted(os.listdir(root)):
+                keys = sorted(
+                    os.path.relpath(os.path.join(d, f), root)
+                    for d, _, files in os.walk(root)
+                    for f in files
+                )
+                for name in keys:
                     if name.startswith(prefix):
                         size, tag, _ = self._meta(os.path.join(root, name))
                         items.append(
@@ -75,8 +82,8 @@ def _handler(root: str) -> type[BaseHTTPRequestHandler]:
                 )
                 self._send(200, xml.encode(), {"Content-Type": "application/xml"})
                 return
-            path = os.path.join(root, os.path.basename(key))
-            if not os.path.isfile(path):
+            path = os.path.normpath(os.path.join(root, key))  # a key is a path under root
+            if not path.startswith(os.path.join(root, "")) or not os.path.isfile(path):
                 self._send(404, b"<Error><Code>NoSuchKey</Code></Error>", {})
                 return
             size, tag, modified = self._meta(path)
