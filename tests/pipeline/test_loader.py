@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from itertools import islice
@@ -710,3 +712,28 @@ def test_an_unhashable_source_still_gets_a_read_lock(token_path: Path) -> None:
     want = digests(Loader(source(token_path), batch_size=8, seed=3, prefetch=0), 10)
     with Loader(src, batch_size=8, seed=3, prefetch=2) as ld:
         assert digests(ld, 10) == want
+
+
+def test_exit_does_not_wait_out_a_stalled_read(tmp_path: Path) -> None:
+    # A script that ends while its read-ahead thread is stuck in a read (a hung mount):
+    # the loaders still open are closed at exit, waiting a second, not the 10 s of
+    # close(), and without close()'s warning (nobody is left to act on it).
+    script = tmp_path / "stalled.py"
+    script.write_text(
+        "import threading\n"
+        "from headrace.pipeline import Loader\n"
+        "reading = threading.Event()\n"
+        "class Stalled:\n"
+        "    def fingerprint(self):\n"
+        "        return {'kind': 'stalled'}\n"
+        "    def read(self, seed, samples):\n"
+        "        if samples.min() >= 2:  # step 1 on: storage that stopped answering\n"
+        "            reading.set()\n"
+        "            threading.Event().wait(30)\n"
+        "        return {'v': samples[:, None]}\n"
+        "it = iter(Loader(Stalled(), batch_size=2, prefetch=4, chunk_steps=1))\n"
+        "next(it)\n"
+        "assert reading.wait(5)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")

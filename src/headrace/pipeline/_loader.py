@@ -561,7 +561,7 @@ class Loader(Closing):
         except BaseException as exc:  # handed to the consumer, who re-raises it
             put(_Failure(exc, step))
 
-    def _stop_producer(self) -> bool:
+    def _stop_producer(self, timeout: float | None = None) -> bool:
         """Stop the producer thread; ``False`` if it is still inside a read after the wait.
 
         Such a thread is left to finish that read in the background: it then sees
@@ -576,7 +576,7 @@ class Loader(Closing):
         if q is not None:  # unblock a producer waiting on a full queue
             _drain(q)
         try:
-            thread.join(timeout=_STOP_TIMEOUT_S)
+            thread.join(timeout=_STOP_TIMEOUT_S if timeout is None else timeout)
         except RuntimeError:
             # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
             # was set first, so if it runs at all it returns before reading.
@@ -594,15 +594,18 @@ class Loader(Closing):
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Stop the producer thread and release the source's files."""
-        stopped = self._stop_producer()
-        if not stopped:
+        self._close(_STOP_TIMEOUT_S, warn=True)
+
+    def _close(self, timeout: float, *, warn: bool) -> None:
+        stopped = self._stop_producer(timeout)
+        if not stopped and warn:
             warnings.warn(
                 f"Loader.close(): the read-ahead thread is still reading from its "
                 f"{type(self.source).__name__} after {_STOP_TIMEOUT_S:g} s (stalled "
                 "storage?); the source is closed anyway, under that read, which may then "
                 "fail; its batches are dropped.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         self._generation += 1
         close = getattr(self.source, "close", None)
@@ -624,11 +627,16 @@ class Loader(Closing):
 _OPEN: weakref.WeakSet[Loader] = weakref.WeakSet()
 
 
+#: How long exit waits for a read-ahead thread inside a read (stalled storage: a hung
+#: NFS mount would otherwise hold the exit for ``_STOP_TIMEOUT_S`` per loader).
+_EXIT_STOP_S = 1.0
+
+
 @atexit.register
 def _close_open() -> None:
     for loader in list(_OPEN):
         if loader.status is not LoaderStatus.CLOSED:
-            loader.close()
+            loader._close(_EXIT_STOP_S, warn=False)
 
 
 def _stale() -> StateError:
