@@ -20,6 +20,7 @@ import headrace.formats._map_fill as map_fill  # noqa: E402
 import headrace.formats._table_part as part  # noqa: E402
 from headrace.errors import FormatError, StorageError  # noqa: E402
 from headrace.formats import Ragged, Table  # noqa: E402
+from headrace.formats._arrow_remote import GUESS_AFTER  # noqa: E402
 
 
 def _batches(sizes: list[int], seed: int = 0, text_len: tuple[int, int] = (0, 400)) -> pa.Table:
@@ -137,7 +138,7 @@ def test_guesses_cover_the_headers_of_a_uniform_stream(
     windows = [(a - base, a - base + n) for a, n in asked.windows]
     # Every header after the first GUESS_AFTER + 1 was asked for before the walk got there.
     for at, head in list(zip((a for a, _ in index.spans), index.heads, strict=True))[
-        local.GUESS_AFTER + 1 :
+        GUESS_AFTER + 1 :
     ]:
         assert any(lo <= at and at + head <= hi for lo, hi in windows), at
     # ... and the pages asked for are the headers' own (at most two per header here).

@@ -39,7 +39,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_remote import ArrowIndex, _Corrupt, _Flat
+from headrace.formats._arrow_remote import (
+    GUESS_SPREAD,
+    ArrowIndex,
+    MessageSizes,
+    _Corrupt,
+    _Flat,
+)
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.formats._map_guard import populate_message
 from headrace.io import PAGE
@@ -56,9 +62,8 @@ __all__ = [
 
 #: Record batches ahead of the walk whose headers are guessed and asked for.
 GUESS_AHEAD = 32
-#: The widest window asked for around one guess (a header faulted in by the walk
-#: reads 128 KiB around it anyway): past this, batch sizes vary too much to guess.
-GUESS_SPREAD = 128 << 10
+# GUESS_SPREAD (the widest window asked for around one guess; a header faulted in by
+# the walk reads 128 KiB around it anyway): the remote walk's, as is MessageSizes.
 #: The nearest guesses, asked for again at every record batch.
 GUESS_NEAR = 8
 #: A header read slower than this waited on storage: guessing goes on. After
@@ -67,8 +72,6 @@ GUESS_NEAR = 8
 #: (23 us per record batch in the page cache). Timing decides when to guess only.
 GUESS_SLOW_S = 1e-3
 GUESS_CALM = 16
-#: Record batches seen before guessing (the spread of their sizes must be known).
-GUESS_AFTER = 2
 #: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
 #: then walks, or reads an IPC file's batches one by one, and nothing is carried;
 #: benchmarks/arrow_walk_slowfs.py).
@@ -94,9 +97,7 @@ class _Guesses:
     def __init__(self, address: int, size: int) -> None:
         self._address = address
         self._size = size
-        self._n = 0
-        self._mean = 0.0
-        self._m2 = 0.0
+        self._sizes = MessageSizes()
         self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
         self._ahead = 0  # the furthest batch guessed
         self._quick = 0  # header reads in a row that found their pages in memory
@@ -106,15 +107,12 @@ class _Guesses:
         and header, then ``body``), read in ``took`` seconds: guess where batches
         ``i + 2 ...`` start."""
         total = head + body
-        self._n += 1
-        delta = total - self._mean
-        self._mean += delta / self._n
-        self._m2 += delta * (total - self._mean)
+        self._sizes.add(total)
         self._asked.pop(i + 1, None)
         self._quick = 0 if took > GUESS_SLOW_S else self._quick + 1
-        if self._n < GUESS_AFTER or self._quick >= GUESS_CALM:
+        if not self._sizes.ready or self._quick >= GUESS_CALM:
             return
-        spread = 2 * math.sqrt(self._m2 / (self._n - 1))
+        spread = self._sizes.spread
         # How far windows narrow enough reach now (the spread seen may have grown).
         reach = min(GUESS_AHEAD, int((GUESS_SPREAD / 2 / spread) ** 2) if spread else GUESS_AHEAD)
         # The far windows are renewed half way there; the near ones at every batch: a
@@ -129,7 +127,7 @@ class _Guesses:
             half = spread * math.sqrt(j)
             if 2 * half > GUESS_SPREAD or (j > GUESS_NEAR and not far):
                 break
-            centre = start + j * self._mean
+            centre = start + j * self._sizes.mean
             lo = max(0, int(centre - half) // PAGE * PAGE)
             hi = min(self._size, -(-int(centre + half + head_pages) // PAGE) * PAGE)
             if lo >= self._size:

@@ -56,7 +56,7 @@ from headrace.formats._table_remote import (
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
 
-__all__ = ["ArrowIndex", "RemoteArrow"]
+__all__ = ["GUESS_AFTER", "GUESS_SPREAD", "ArrowIndex", "MessageSizes", "RemoteArrow"]
 
 _STEP = 64 << 10  # bytes fetched at a header the last GET did not cover
 #: Guessed header GETs of one object started and not yet both done and passed by
@@ -200,15 +200,41 @@ class ArrowIndex:
         self.buffers = buffers
 
 
+class MessageSizes:
+    """Running mean and spread (two standard deviations) of record batch message
+    lengths (Welford's update): where both walks, this one and the local one
+    (:mod:`headrace.formats._arrow_local`), guess the next headers lie."""
+
+    __slots__ = ("_m2", "mean", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self._m2 = 0.0
+
+    def add(self, total: int) -> None:
+        self.n += 1
+        delta = total - self.mean
+        self.mean += delta / self.n
+        self._m2 += delta * (total - self.mean)
+
+    @property
+    def ready(self) -> bool:
+        """Enough batches seen (:data:`GUESS_AFTER`) for a spread to mean something."""
+        return self.n >= GUESS_AFTER
+
+    @property
+    def spread(self) -> float:
+        return 2 * math.sqrt(max(0.0, self._m2) / (self.n - 1)) if self.n > 1 else 0.0
+
+
 class _Guesses:
     """GETs started where the next record batches' headers may lie, ahead of the walk."""
 
     def __init__(self, file: RemoteFile, size: int) -> None:
         self._file = file
         self._size = size
-        self._n = 0
-        self._mean = 0.0
-        self._m2 = 0.0
+        self._sizes = MessageSizes()
         self._head = 0  # the largest prefix and header seen
         # (offset, bytes, future) of each GET started and not yet done and passed.
         self._started: list[tuple[int, NDArray[np.uint8], Future[None]]] = []
@@ -220,16 +246,13 @@ class _Guesses:
         header, then ``body``); the walk holds the bytes ``walked`` ([start, end)):
         start GETs where the batches after the next may start."""
         total = head + body
-        self._n += 1
-        delta = total - self._mean
-        self._mean += delta / self._n
-        self._m2 += delta * (total - self._mean)
+        self._sizes.add(total)
         self._head = max(self._head, head)
         start = at + total  # the next batch's: known, the walk reads it next
         self._started = [g for g in self._started if g[0] + g[1].size > start or not g[2].done()]
-        if self._n < GUESS_AFTER:
+        if not self._sizes.ready:
             return
-        spread = 2 * math.sqrt(max(0.0, self._m2) / (self._n - 1))
+        spread = self._sizes.spread
         # A header starting in the last ``margin`` bytes of a GET is fetched whole by
         # the next one (sizes of one schema's headers barely vary).
         margin = max(4 << 10, 2 * self._head)
@@ -237,7 +260,7 @@ class _Guesses:
             half = spread * math.sqrt(j)
             if 2 * half > GUESS_SPREAD or len(self._started) >= GUESS_AHEAD:
                 break
-            centre = start + j * self._mean
+            centre = start + j * self._sizes.mean
             lo, hi = max(start, int(centre - half)), min(self._size, int(centre + half) + margin)
             if lo >= self._size:
                 break
