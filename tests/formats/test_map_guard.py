@@ -50,7 +50,7 @@ def _write(path: Path, *, stream: bool = True, rows: int = 4096) -> pa.Table:
 
 
 def _network(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(part, "on_network", lambda path: True)
+    monkeypatch.setattr(part, "on_network_fs", lambda path: True)
 
 
 def _recording(calls: list[tuple[int, int]], fail_at: int | None = None) -> Any:

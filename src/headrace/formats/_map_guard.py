@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import os
 import struct
 from collections.abc import Iterable
@@ -30,11 +29,9 @@ from headrace.formats._map_fill import MappedFile
 from headrace.io import PAGE
 from headrace.io._buffers import populate_failed, populate_read
 from headrace.io._file import read_error
-from headrace.io._mounts import is_network_fs
 
 __all__ = [
     "eager_buffers",
-    "on_network",
     "populate_buffers",
     "populate_headers",
     "populate_message",
@@ -42,18 +39,6 @@ __all__ = [
 ]
 
 _MAGIC = b"ARROW1"
-
-
-def on_network(path: str) -> bool:
-    """Whether the file ``path`` lies on a network or FUSE mount, asked once per folder:
-    ``/proc/mounts`` is parsed each time (70 us with 20 mounts here, more on a node with
-    hundreds), and a table may have thousands of shards in a few folders."""
-    return _network_dir(os.path.dirname(os.path.abspath(path)))
-
-
-@functools.lru_cache(maxsize=256)
-def _network_dir(folder: str) -> bool:
-    return is_network_fs(folder)
 
 
 def _populate(f: MappedFile, lo: int, hi: int) -> None:

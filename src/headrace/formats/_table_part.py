@@ -31,7 +31,6 @@ from headrace.formats._arrow_local import (
     walk,
 )
 from headrace.formats._map_guard import (
-    on_network,
     populate_headers,
     read_ends,
 )
@@ -41,6 +40,7 @@ from headrace.formats._table_layout import (
 from headrace.formats._table_remote import stored_bytes
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
+from headrace.io._mounts import on_network_fs
 
 if TYPE_CHECKING:
     pass
@@ -171,7 +171,7 @@ class _Part:
         # On a network mount every page pyarrow reads at open is faulted in first (an
         # error there is a StorageError, not SIGBUS): the ends here, the headers by the
         # walk or fill_headers (many at once), or one by one for pyarrow's own reader.
-        self.network = on_network(self.path)
+        self.network = on_network_fs(self.path)
         if self.network:
             read_ends(self, mm.fileno())
         if head[:6] == _ARROW_FILE_MAGIC:

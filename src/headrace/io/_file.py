@@ -20,7 +20,7 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
-from headrace.io._mounts import is_network_fs
+from headrace.io._mounts import on_network_fs
 from headrace.io._resident import resident_ranges
 
 __all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
@@ -182,10 +182,10 @@ class LocalFile(Closing):
 
     @property
     def network(self) -> bool:
-        """Whether the file lies on a network or FUSE mount (asked on first use:
-        ``/proc/mounts`` is read once per file, by mapped readers only)."""
+        """Whether the file lies on a network or FUSE mount (asked on first use, by
+        mapped readers only; once per folder: :func:`~headrace.io._mounts.on_network_fs`)."""
         if self._network is None:
-            self._network = is_network_fs(self.path)
+            self._network = on_network_fs(self.path)
         return self._network
 
     def resident(self, offsets: NDArray[np.int64], lengths: NDArray[np.int64]) -> NDArray[np.bool_]:

@@ -8,12 +8,20 @@ disk, whose queue a few reads already fill.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-__all__ = ["Mount", "any_on_network_fs", "is_network_fs", "mount_of", "network_type"]
+__all__ = [
+    "Mount",
+    "any_on_network_fs",
+    "is_network_fs",
+    "mount_of",
+    "network_type",
+    "on_network_fs",
+]
 
 # Kernel file systems whose reads cross a network. FUSE ones are matched by
 # prefix ("fuse", "fuse.s3fs", "fuse.juicefs", "fuse.gcsfuse"...), except fuseblk:
@@ -123,3 +131,16 @@ def any_on_network_fs(paths: Iterable[str]) -> bool:
         if m is not None and network_type(m.fstype):
             return True
     return False
+
+
+def on_network_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether the file ``path`` lies on a network or FUSE mount, asked once per folder
+    and process: ``/proc/mounts`` is parsed each time (70 us with 20 mounts here, more
+    on a node with hundreds), and a table may have thousands of shards in a few
+    folders. (A mount made over a folder already asked about is not seen.)"""
+    return _network_folder(os.path.dirname(os.path.abspath(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _network_folder(folder: str) -> bool:
+    return is_network_fs(folder)
