@@ -96,7 +96,6 @@ def test_on_a_network_mount_every_header_is_populated_before_pyarrow_walks(
     pages = {(a - base) // PAGE + k for a, n in calls for k in range(n // PAGE)}
     for h in _headers(path):
         assert h // PAGE in pages, h
-    assert (path.stat().st_size - 1) // PAGE in pages  # the end marker / footer
     np.testing.assert_array_equal(
         got["vec"], want["vec"].to_numpy(zero_copy_only=False)[[1, 2, 4000]].tolist()
     )
@@ -126,6 +125,33 @@ def test_a_header_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
     assert str(path) in msg and "through the file map failed" in msg, msg
     lo = int(msg.split("bytes [")[1].split(",")[0])
     assert lo // PAGE == bad // PAGE  # the failing page's bytes, not another's
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "file"])
+def test_an_end_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    # The end marker (a stream) or footer (a file) is read by pread on the map's own
+    # descriptor before pyarrow reads it through the map: its EIO is an error naming
+    # the file and the bytes, not SIGBUS.
+    path = tmp_path / "t.arrow"
+    _write(path, stream=stream)
+    size = path.stat().st_size
+    _network(monkeypatch)
+    real = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        if at + n > size - 8:  # the last 8 bytes: the end marker, or the footer's end
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, n, at)
+
+    monkeypatch.setattr(guard.os, "pread", pread)
+    with pytest.raises(StorageError) as ei:
+        Table.open(path)
+    monkeypatch.undo()
+    assert ei.value.errno == errno.EIO
+    msg = str(ei.value)
+    assert str(path) in msg and f"bytes [{size - (8 if stream else 10)}, {size})" in msg, msg
 
 
 def _fail_if(address: int, length: int, bad: int) -> None:

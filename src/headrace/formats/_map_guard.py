@@ -120,17 +120,13 @@ def populate_message(f: MappedFile, at: int, end: int) -> int | None:
     return at + pre + length + body if body >= 0 else None
 
 
-def populate_headers(f: MappedFile, fd: int) -> None:
+def populate_headers(f: MappedFile, ends: tuple[int, int]) -> None:
     """Fault in every message header of the Arrow IPC stream or file mapped at
-    ``f.map_address`` (and its footer or end marker, by :func:`read_ends` on the map's
-    descriptor ``fd``), walking them as pyarrow will,
-    before pyarrow does, one after another. Bodies are not read. For the files
-    pyarrow's own reader opens (dictionaries, no footer index, Arrow < 0.15); the
-    others' headers are faulted in by headrace's walk
+    ``f.map_address`` whose messages lie in ``ends`` (from :func:`read_ends`), walking
+    them as pyarrow will, before pyarrow does, one after another. Bodies are not read.
+    For the files pyarrow's own reader opens (dictionaries, no footer index, Arrow <
+    0.15); the others' headers are faulted in by headrace's walk
     (:mod:`headrace.formats._arrow_local`), many at once."""
-    ends = read_ends(f, fd)
-    if ends is None:
-        return
     at: int | None = ends[0]
     while at is not None:
         at = populate_message(f, at, ends[1])

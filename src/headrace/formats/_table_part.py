@@ -172,15 +172,16 @@ class _Part:
         # error there is a StorageError, not SIGBUS): the ends here, the headers by the
         # walk or fill_headers (many at once), or one by one for pyarrow's own reader.
         self.network = on_network_fs(self.path)
-        if self.network:
-            read_ends(self, mm.fileno())
+        # Where the messages lie (None: not on a network mount, or ends that do not
+        # parse, which pyarrow names below).
+        ends = read_ends(self, mm.fileno()) if self.network else None
         if head[:6] == _ARROW_FILE_MAGIC:
             reader = pa.ipc.open_file(mm)
             schema = reader.schema
             places = footer_places(whole, reader.num_record_batches)
             if places is None:
-                if self.network:
-                    populate_headers(self, mm.fileno())
+                if ends is not None:
+                    populate_headers(self, ends)
                 self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
             else:  # every header asked for at once, not faulted in one by one
                 fill_headers(self, places)
@@ -198,8 +199,8 @@ class _Part:
                 index, schema, self.batches = walked
                 self.walked = WalkedStream(*stamp, index)
             elif known is None:  # Arrow < 0.15 wrote no continuation marker; or not Arrow
-                if self.network:
-                    populate_headers(self, mm.fileno())
+                if ends is not None:
+                    populate_headers(self, ends)
                 reader = pa.ipc.open_stream(mm)
                 self.batches = list(reader)
                 schema = reader.schema
