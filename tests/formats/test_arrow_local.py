@@ -18,6 +18,7 @@ pa = pytest.importorskip("pyarrow")
 import headrace.formats._arrow_local as local  # noqa: E402
 import headrace.formats._map_fill as map_fill  # noqa: E402
 import headrace.formats._table_part as part  # noqa: E402
+import headrace.io._buffers as buffers  # noqa: E402
 from headrace.errors import FormatError, StorageError  # noqa: E402
 from headrace.formats import Ragged, Table  # noqa: E402
 from headrace.formats._arrow_remote import GUESS_AFTER  # noqa: E402
@@ -270,7 +271,7 @@ def test_a_header_the_storage_cannot_read_is_a_storage_error(
     def failing(address: int, length: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(map_fill, "populate_read", failing)
+    monkeypatch.setattr(buffers, "populate_read", failing)
     with pytest.raises(StorageError, match=r"x\.arrow: reading bytes \[\d+, \d+\) through the"):
         pickle.loads(blob)
 
@@ -285,7 +286,7 @@ def test_a_kernel_without_populate_still_reopens(
     def unknown(address: int, length: int) -> None:
         raise OSError(errno.EINVAL, "Invalid argument")
 
-    monkeypatch.setattr(map_fill, "populate_read", unknown)
+    monkeypatch.setattr(buffers, "populate_read", unknown)
     monkeypatch.setattr(map_fill, "_supported", True)
     tb = pickle.loads(blob)
     assert not map_fill._supported  # said once; the pages were faulted in by the reads

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import headrace.formats._map_fill as map_fill
 import headrace.formats._tables as tables
+import headrace.io._buffers as buffers
 from headrace.errors import ReadEOFError, StorageError
 from headrace.formats import Table
 from headrace.io import PAGE
@@ -82,13 +83,13 @@ def test_every_byte_a_gather_reads_was_filled_first(
     path = tmp_path / "t.arrow"
     want = _write(path)
     filled: list[tuple[int, int]] = []
-    real = map_fill.populate_read
+    real = buffers.populate_read
 
     def recording(address: int, length: int) -> None:
         filled.append((address, address + length))
         real(address, length)
 
-    monkeypatch.setattr(map_fill, "populate_read", recording)
+    monkeypatch.setattr(buffers, "populate_read", recording)
     rows = np.random.default_rng(1).choice(ROWS, 64, replace=False)
     with Table.open(path) as tb:
         got = tb.read_rows(rows)
@@ -169,7 +170,7 @@ def test_an_io_error_under_the_map_is_an_error_naming_the_file_and_bytes(
     path = tmp_path / "t.arrow"
     _write(path)
     # EFAULT is what the kernel returns for a page the storage could not read.
-    monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EFAULT))
+    monkeypatch.setattr(buffers, "populate_read", _failing(errno.EFAULT))
     with Table.open(path) as tb, pytest.raises(StorageError) as ei:
         tb.read_rows(np.arange(0, ROWS, 300))
     assert ei.value.errno == errno.EIO
@@ -181,7 +182,7 @@ def test_an_io_error_under_the_map_is_an_error_naming_the_file_and_bytes(
 def test_eio_from_the_fill_is_raised_as_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "t.arrow"
     _write(path)
-    monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EIO))
+    monkeypatch.setattr(buffers, "populate_read", _failing(errno.EIO))
     with Table.open(path) as tb, pytest.raises(StorageError) as ei:
         tb.read_rows([5])
     assert ei.value.errno == errno.EIO and str(path) in str(ei.value)
@@ -196,7 +197,7 @@ def test_a_file_that_shrank_under_the_fill_is_named_so(
         part = tb._parts[0]
         runs = [(part.map_address, part.map_address + PAGE)]
         os.truncate(path, part.size // 2)  # after read_rows' own size check
-        monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EFAULT))
+        monkeypatch.setattr(buffers, "populate_read", _failing(errno.EFAULT))
         with pytest.raises(ReadEOFError, match="shrank"):
             map_fill.fill_pages([(part, runs)])
 
@@ -212,7 +213,7 @@ def test_a_kernel_without_the_advice_reads_on_by_faults(
         calls.append(address)
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
-    monkeypatch.setattr(map_fill, "populate_read", old_kernel)
+    monkeypatch.setattr(buffers, "populate_read", old_kernel)
     monkeypatch.setattr(map_fill, "_supported", True)
     rows = np.arange(7, ROWS, 500)
     with Table.open(path) as tb:
@@ -269,13 +270,13 @@ def test_a_table_fills_only_while_its_policy_is_on(
     path = tmp_path / "t.arrow"
     want = _write(path)
     calls: list[int] = []
-    real = map_fill.populate_read
+    real = buffers.populate_read
 
     def counting(address: int, length: int) -> None:
         calls.append(address)
         real(address, length)
 
-    monkeypatch.setattr(map_fill, "populate_read", counting)
+    monkeypatch.setattr(buffers, "populate_read", counting)
     rows = np.arange(3, ROWS, 97)
     with Table.open(path) as tb:
         tb.map_fill.on = False
@@ -294,13 +295,13 @@ def test_prefetch_reads_whole_spans_ahead_under_the_windowed_shuffle(
     path = tmp_path / "t.arrow"
     _write(path)
     filled: list[tuple[int, int]] = []
-    real = map_fill.populate_read
+    real = buffers.populate_read
 
     def recording(address: int, length: int) -> None:
         filled.append((address, address + length))
         real(address, length)
 
-    monkeypatch.setattr(map_fill, "populate_read", recording)
+    monkeypatch.setattr(buffers, "populate_read", recording)
     with Table.open(path, columns=["ids", "label"]) as tb:
         tb.prefetch([1], ["ids", "label"])
         tb._read_ahead.wait()
@@ -326,13 +327,13 @@ def test_a_failed_read_ahead_is_left_to_the_read_that_needs_it(
 ) -> None:
     path = tmp_path / "t.arrow"
     want = _write(path)
-    monkeypatch.setattr(map_fill, "populate_read", _failing(errno.EIO))
+    monkeypatch.setattr(buffers, "populate_read", _failing(errno.EIO))
     with Table.open(path) as tb:
         tb.prefetch([0, 1, 2], ["label"])  # nothing raised here
         tb._read_ahead.wait()
         with pytest.raises(StorageError, match="through the file map failed"):
             tb.read_rows([5])  # the read's own fill meets the error and names it
-        monkeypatch.setattr(map_fill, "populate_read", lambda a, n: None)
+        monkeypatch.setattr(buffers, "populate_read", lambda a, n: None)
         np.testing.assert_array_equal(tb.read_rows([5])["label"], want["label"].to_numpy()[[5]])
 
 
@@ -349,7 +350,7 @@ def test_close_cancels_read_ahead_not_started_and_waits_for_the_rest(
         started.set()
         release.wait(30)  # a bound on hanging, not a speed check
 
-    monkeypatch.setattr(map_fill, "populate_read", slow)
+    monkeypatch.setattr(buffers, "populate_read", slow)
     tb = Table.open(path)
     ra = tb._read_ahead
     ra.depth = 2  # fewer at once than pieces: the rest wait their turn
@@ -454,7 +455,7 @@ def test_an_interrupted_fill_leaves_its_pages_to_the_gather(
     path = tmp_path / "t.arrow"
     want = _write(path)
     for code in (errno.EINTR, errno.EAGAIN):
-        monkeypatch.setattr(map_fill, "populate_read", _failing(code))
+        monkeypatch.setattr(buffers, "populate_read", _failing(code))
         rows = np.arange(11, ROWS, 211)
         with Table.open(path) as tb:
             got = tb.read_rows(rows)

@@ -20,7 +20,8 @@ import pytest
 
 import headrace.formats._map_guard as guard
 import headrace.formats._table_part as part
-import headrace.io._mapped as mapped
+import headrace.formats._tables as tables
+import headrace.io._buffers as buffers
 from headrace.errors import StorageError
 from headrace.formats import Table
 from headrace.formats._map_fill import FillPolicy
@@ -89,7 +90,7 @@ def test_on_a_network_mount_every_header_is_populated_before_pyarrow_walks(
     want = _write(path, stream=stream)
     _network(monkeypatch)
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(guard, "populate_read", _recording(calls))
+    monkeypatch.setattr(buffers, "populate_read", _recording(calls))
     with Table.open(path) as tb:
         base = tb._parts[0].map_address
         got = tb.read_rows([1, 2, 4000], ["vec"])
@@ -113,7 +114,7 @@ def test_a_header_the_storage_cannot_read_fails_the_open_naming_file_and_bytes(
     def open_arrow(self: Any, *args: Any) -> None:
         # The fault is set once the map's address is known: a page of message 5's header.
         monkeypatch.setattr(
-            guard, "populate_read", lambda a, n: _fail_if(a, n, self.map_address + bad)
+            buffers, "populate_read", lambda a, n: _fail_if(a, n, self.map_address + bad)
         )
         real_open(self, *args)
 
@@ -175,7 +176,7 @@ def test_views_populate_validity_bitmaps_and_dictionaries_first(
         else:
             target = col.dictionary.buffers()[2]  # the dictionary's string data
         calls: list[tuple[int, int]] = []
-        monkeypatch.setattr(guard, "populate_read", _recording(calls, target.address))
+        monkeypatch.setattr(buffers, "populate_read", _recording(calls, target.address))
         with pytest.raises(StorageError, match=r"t\.arrow: reading bytes \[\d+, \d+\)"):
             tb.read_rows([3 * 512 + 1], [column])
         # Before any view touched it: the failing buffer was the first thing asked for.
@@ -188,8 +189,10 @@ def test_on_a_local_disk_nothing_is_populated(
     path = tmp_path / "t.arrow"
     _write(path)
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(guard, "populate_read", _recording(calls))
-    monkeypatch.setattr(mapped, "populate_read", _recording(calls))
+    monkeypatch.setattr(buffers, "populate_read", _recording(calls))
+    # The gather's page fill is the map fill's own business (on at first, anywhere):
+    # off here, so that any populate left is a guard's.
+    monkeypatch.setattr(tables, "_POPULATE", False)
     with Table.open(path) as tb:
         assert not tb._parts[0].network and not tb.map_fill.keep_on
         tb.read_rows([1, 701, 2001])
@@ -222,7 +225,7 @@ def test_mapped_rows_on_a_network_mount_are_populated_and_a_failure_named(
 
     rows = np.array([3, 100, 200, 201, 900])
     calls: list[tuple[int, int]] = []
-    monkeypatch.setattr(mapped, "populate_read", _recording(calls))
+    monkeypatch.setattr(buffers, "populate_read", _recording(calls))
     with RangeReader("mmap", opener=opener) as r:
         got = r.read_rows(str(path), rows, 1000)
         base = np.frombuffer(r.file(str(path)).mapped, dtype=np.uint8).ctypes.data
@@ -231,7 +234,7 @@ def test_mapped_rows_on_a_network_mount_are_populated_and_a_failure_named(
         for row in rows.tolist():
             assert {row * 1000 // PAGE, (row * 1000 + 999) // PAGE} <= covered
         bad = base + 600 * 1000
-        monkeypatch.setattr(mapped, "populate_read", _recording([], bad))
+        monkeypatch.setattr(buffers, "populate_read", _recording([], bad))
         with pytest.raises(StorageError) as ei:
             r.read_rows(str(path), [600], 1000)
         assert ei.value.errno == errno.EIO

@@ -20,7 +20,6 @@ next window), a bounded number at a time.
 
 from __future__ import annotations
 
-import errno
 import resource
 import threading
 import time
@@ -34,7 +33,7 @@ from numpy.typing import NDArray
 
 from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._batch import results
-from headrace.io._buffers import populate_failed, populate_read
+from headrace.io._buffers import populate_file
 from headrace.io._ranges import coalesce_arrays
 
 __all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_now", "fill_pages", "page_runs"]
@@ -241,17 +240,10 @@ def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:
     before, slow = _major_faults(), 0
     for f, a, b in runs:
         t0 = time.perf_counter()
-        try:
-            populate_read(a, b - a)
-        except OSError as exc:
-            code = exc.errno or errno.EIO
-            if code in (errno.EINVAL, errno.ENOSYS):
-                _supported = False  # an older kernel: the gather faults them in as before
-                break
-            if code in (errno.EINTR, errno.EAGAIN):
-                continue  # not filled now: the gather faults these in
-            lo, hi = a - f.map_address, min(b - f.map_address, f.size)
-            raise populate_failed(f.path, lo, hi, exc, f.check_size) from exc
+        lo, hi = a - f.map_address, min(b - f.map_address, f.size)
+        if not populate_file(a, b - a, f.path, lo, hi, f.check_size):
+            _supported = False  # an older kernel: the gather faults them in as before
+            break
         # Without a fault count: a call this slow went to storage (resident: ~2 us).
         slow += time.perf_counter() - t0 > 100e-6
     after = _major_faults()

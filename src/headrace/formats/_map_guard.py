@@ -18,7 +18,6 @@ disk rarely gives (docs/io.md#errors-and-lifetimes).
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import struct
 from collections.abc import Iterable
@@ -27,7 +26,7 @@ from typing import Any
 from headrace.formats._arrow_remote import _Corrupt, _Flat
 from headrace.formats._map_fill import MappedFile
 from headrace.io import PAGE
-from headrace.io._buffers import populate_failed, populate_read
+from headrace.io._buffers import populate_file
 from headrace.io._file import read_error
 
 __all__ = [
@@ -47,12 +46,8 @@ def _populate(f: MappedFile, lo: int, hi: int) -> None:
     b = min(-(-hi // PAGE) * PAGE, -(-f.size // PAGE) * PAGE)
     if b <= a:
         return
-    try:
-        populate_read(f.map_address + a, b - a)
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.ENOSYS, errno.EINTR, errno.EAGAIN):
-            return  # no advice here (before 5.14), or interrupted: the access faults them
-        raise populate_failed(f.path, lo, min(hi, f.size), exc, f.check_size) from exc
+    # Without the advice (before 5.14) the access faults them in, as before.
+    populate_file(f.map_address + a, b - a, f.path, lo, min(hi, f.size), f.check_size)
 
 
 def _bytes(f: MappedFile, lo: int, n: int) -> bytes:

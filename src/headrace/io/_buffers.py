@@ -28,6 +28,7 @@ __all__ = [
     "madvise",
     "page_aligned_empty",
     "populate_failed",
+    "populate_file",
     "populate_read",
     "will_need",
 ]
@@ -122,6 +123,25 @@ def will_need(address: int, length: int) -> None:
     fn = _libc_madvise()
     if fn is not None:
         fn(address, length, mmap.MADV_WILLNEED)
+
+
+def populate_file(
+    address: int, length: int, path: str, lo: int, hi: int, check_size: Callable[[], None]
+) -> bool:
+    """:func:`populate_read` of a file's mapped bytes ``[lo, hi)`` at ``address``: a
+    failure is the :func:`populate_failed` error naming ``path`` and the bytes. False
+    where the kernel has no such advice (before 5.14): the caller's access faults the
+    pages in, as without it. An interrupted call (EINTR, EAGAIN) leaves its pages to
+    the access too, and returns True. (The one policy of every mapped reader.)"""
+    try:
+        populate_read(address, length)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOSYS):
+            return False
+        if exc.errno in (errno.EINTR, errno.EAGAIN):
+            return True
+        raise populate_failed(path, lo, hi, exc, check_size) from exc
+    return True
 
 
 def populate_failed(

@@ -22,14 +22,13 @@ done there (docs/io.md#errors-and-lifetimes).
 
 from __future__ import annotations
 
-import errno
 import mmap
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError
-from headrace.io._buffers import populate_failed, populate_read
+from headrace.io._buffers import populate_file
 from headrace.io._file import LocalFile
 from headrace.io._ranges import coalesce_arrays
 
@@ -124,11 +123,5 @@ def populate_ranges(
         mapped_view(f, last)  # raises for a file that shrank under the map
 
     for lo, hi in zip(runs.starts.tolist(), runs.ends.tolist(), strict=True):
-        try:
-            populate_read(base + lo, hi - lo)
-        except OSError as exc:
-            if exc.errno in (errno.EINTR, errno.EAGAIN):
-                continue  # not filled now: the copy faults these in
-            if exc.errno in (errno.EINVAL, errno.ENOSYS):
-                return  # no advice here (before 5.14): the copy faults them in, as before
-            raise populate_failed(f.path, lo, min(hi, view.size), exc, check_size) from exc
+        if not populate_file(base + lo, hi - lo, f.path, lo, min(hi, view.size), check_size):
+            return  # no advice here (before 5.14): the copy faults them in, as before
