@@ -424,17 +424,24 @@ def headrace_side(path: Path, name: str, *, prefetch: int = 0, workers: int | No
     return Side(name, "headrace", workers or 0, open_, advance, check=True)
 
 
+def memmap_loader(cls: Any, path: Path, workers: int) -> Any:
+    """A torch-style loader (``DataLoader`` or torchdata's ``StatefulDataLoader``) over
+    the nanoGPT-like map-style Dataset, as a user sets one up: shuffled by a seeded
+    generator, last partial batch dropped, workers kept across epochs."""
+    return cls(
+        MemmapSamples(path),
+        batch_size=B,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(SEED),
+        num_workers=workers,
+        drop_last=True,
+        persistent_workers=workers > 0,
+    )
+
+
 def torch_side(path: Path, workers: int) -> Side:
     def open_(state: Any) -> Live:
-        dl = DataLoader(
-            MemmapSamples(path),
-            batch_size=B,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(SEED),
-            num_workers=workers,
-            drop_last=True,
-            persistent_workers=workers > 0,
-        )
+        dl = memmap_loader(DataLoader, path, workers)
         gen = epochs(dl)
         live = Live((arrays(b) for b in gen), lambda: None, gen.close)
         if state:  # skip-ahead: what users do with a stock DataLoader
@@ -456,15 +463,7 @@ def stateful_side(sdl: Any, path: Path, n: int, workers: int) -> Side:
     per_epoch = n // B
 
     def open_(state: Any) -> Live:
-        dl = sdl(
-            MemmapSamples(path),
-            batch_size=B,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(SEED),
-            num_workers=workers,
-            drop_last=True,
-            persistent_workers=workers > 0,
-        )
+        dl = memmap_loader(sdl, path, workers)
         if state is not None:
             dl.load_state_dict(state)
         gen = epochs(dl)
