@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-import headrace.formats._token_source as token_source
+import headrace.formats._token_window as token_window
 from headrace.emulate import SlowMount, fuse_available
 from headrace.formats import TokenSource
 from headrace.pipeline import Loader
@@ -114,7 +114,7 @@ def read_all(path: Path, args: argparse.Namespace) -> tuple[float, float, float,
 
 def local_trial(src: Path, args: argparse.Namespace, sample_first: bool) -> dict[str, Any]:
     """The same on the local file (page cached after the first trial): the CPU cost."""
-    token_source._SAMPLE_FIRST = sample_first
+    token_window._SAMPLE_FIRST = sample_first
     first, last, closed, sha = read_all(src / "tokens.bin", args)
     return {
         "first_s": first,
@@ -130,7 +130,7 @@ def local_trial(src: Path, args: argparse.Namespace, sample_first: bool) -> dict
 
 
 def trial(src: Path, mnt: Path, args: argparse.Namespace, sample_first: bool) -> dict[str, Any]:
-    token_source._SAMPLE_FIRST = sample_first
+    token_window._SAMPLE_FIRST = sample_first
     with SlowMount(
         src,
         mnt,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import StorageError
-from headrace.formats import TokenSource, _token_source
+from headrace.formats import TokenSource, _token_window
 from headrace.io import PAGE, deep_io_threads, io_threads
 
 L = 64  # context: a sample is 65 uint32 tokens, 260 bytes
@@ -52,21 +52,21 @@ def test_the_batch_waits_for_its_samples_pages_while_the_blocks_fill_behind(
 ) -> None:
     tokens = write_tokens(tmp_path / "t.bin", 1 << 20)
     samples = np.arange(12, dtype=np.int64)
-    real = _token_source.madvise
+    real = _token_window.madvise
     gate = threading.Event()
     lock = threading.Lock()
     populated: list[tuple[int, bool]] = []  # (bytes, whether the gate was open by then)
 
     def counting(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
+        if advice == _token_window.MADV_POPULATE_READ and filling_a_block():
             gate.wait(timeout=20)  # held until the batch is back (20 s: no hang)
         real(view, start, length, advice)
-        if advice == _token_source.MADV_POPULATE_READ:
+        if advice == _token_window.MADV_POPULATE_READ:
             with lock:
                 populated.append((length, gate.is_set()))
 
     src = source(tmp_path / "t.bin")
-    monkeypatch.setattr(_token_source, "madvise", counting)
+    monkeypatch.setattr(_token_window, "madvise", counting)
     batch = src.read(5, samples)
     gate.set()
     want = expected(src, tokens, 5, samples)
@@ -89,7 +89,7 @@ def test_the_batch_waits_for_its_samples_pages_while_the_blocks_fill_behind(
     monkeypatch.undo()
 
     # The same batch from whole blocks (how releases before this one read): same bytes.
-    monkeypatch.setattr(_token_source, "_SAMPLE_FIRST", False)
+    monkeypatch.setattr(_token_window, "_SAMPLE_FIRST", False)
     whole = source(tmp_path / "t.bin")
     assert np.array_equal(whole.read(5, samples)["x"], batch["x"])
     assert whole.stats.blocks_read == touched.size
@@ -122,16 +122,16 @@ def test_a_failed_sample_read_names_the_file_and_its_range(
     tokens = write_tokens(tmp_path / "t.bin", 1 << 20)
     src = source(tmp_path / "t.bin")
     src.read(0, np.arange(0))  # probes populate support (not through the module's madvise)
-    real = _token_source.madvise
+    real = _token_window.madvise
     failed: list[tuple[int, int]] = []
 
     def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and not filling_a_block():
+        if advice == _token_window.MADV_POPULATE_READ and not filling_a_block():
             failed.append((start, start + length))
             raise OSError(errno.EIO, "Input/output error")  # fault injection: a sample's pages
         real(view, start, length, advice)
 
-    monkeypatch.setattr(_token_source, "madvise", failing)
+    monkeypatch.setattr(_token_window, "madvise", failing)
     samples = np.arange(8, dtype=np.int64)
     with pytest.raises(
         StorageError,
@@ -156,14 +156,14 @@ def test_a_failed_block_behind_fails_no_batch_and_is_read_again(
     tokens = write_tokens(tmp_path / "t.bin", 1 << 20)
     src = source(tmp_path / "t.bin")
     src.read(0, np.arange(0))
-    real = _token_source.madvise
+    real = _token_window.madvise
 
     def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
+        if advice == _token_window.MADV_POPULATE_READ and filling_a_block():
             raise OSError(errno.EFAULT, "Bad address")  # fault injection: a block behind
         real(view, start, length, advice)
 
-    monkeypatch.setattr(_token_source, "madvise", failing)
+    monkeypatch.setattr(_token_window, "madvise", failing)
     samples = np.arange(16, dtype=np.int64)
     out = src.read(4, samples)  # its own pages were read: nobody waits for the blocks
     assert np.array_equal(out["x"], expected(src, tokens, 4, samples)[:, :-1])
@@ -189,19 +189,19 @@ def test_close_cancels_the_blocks_behind_that_have_not_started(
     src = TokenSource(
         tmp_path / "t.bin", dtype="uint32", context=L, window_bytes=4 << 20, block_bytes=64 << 10
     )
-    real = _token_source.madvise
+    real = _token_window.madvise
     gate = threading.Event()
     started = threading.Semaphore(0)
     ran: list[int] = []
 
     def holding(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ and filling_a_block():
+        if advice == _token_window.MADV_POPULATE_READ and filling_a_block():
             ran.append(start)
             started.release()
             gate.wait(timeout=20)  # a block: held until close has cancelled the rest
         real(view, start, length, advice)
 
-    monkeypatch.setattr(_token_source, "madvise", holding)
+    monkeypatch.setattr(_token_window, "madvise", holding)
     src.read(6, np.arange(200, dtype=np.int64))
     (win,) = src._windows.values()
     threads = io_threads()

@@ -206,7 +206,7 @@ def test_the_writers_write_only_what_the_readers_take(tmp_path: Path) -> None:
         ({"reads": "mmap"}, r"reads must be 'populate' or 'pread' \(got 'mmap'\)"),
     ],
 )
-def test_token_source_arguments(tmp_path: Path, kw: dict, match: str) -> None:
+def test_token_window_arguments(tmp_path: Path, kw: dict, match: str) -> None:
     write_tokens(tmp_path / "a.bin", 5000, "uint16")
     files = kw.pop("files", tmp_path / "a.bin")
     if "cache_dir" in kw:
@@ -431,25 +431,25 @@ def test_a_failed_populate_names_the_file_and_range(tmp_path: Path, monkeypatch)
     import errno
 
     from headrace.errors import StorageError
-    from headrace.formats import _token_source
+    from headrace.formats import _token_window
 
     write_tokens(tmp_path / "t.bin", 1 << 16)
     src = TokenSource(tmp_path / "t.bin", dtype="uint32", context=64, block_bytes=16 << 10)
     src.read(0, np.arange(1))  # probes populate support and maps the first window
-    real = _token_source.madvise
+    real = _token_window.madvise
 
     def failing(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ:
+        if advice == _token_window.MADV_POPULATE_READ:
             raise OSError(errno.EIO, "Input/output error")  # fault injection
         real(view, start, length, advice)
 
-    monkeypatch.setattr(_token_source, "madvise", failing)
+    monkeypatch.setattr(_token_window, "madvise", failing)
     with pytest.raises(
         StorageError,
         match=r"t\.bin: reading bytes \[\d+, \d+\) through the file map failed: Input/output error",
     ):
         src.read(0, np.arange(200))
-    monkeypatch.setattr(_token_source, "madvise", real)
+    monkeypatch.setattr(_token_window, "madvise", real)
     assert src.read(0, np.arange(200))["x"].shape == (200, 64)  # the failed blocks are read again
     src.close()
 
@@ -464,19 +464,19 @@ def test_a_populate_fault_says_whether_the_file_shrank_or_the_storage_failed(
     import os
 
     from headrace.errors import StorageError
-    from headrace.formats import _token_source
+    from headrace.formats import _token_window
 
     write_tokens(tmp_path / "t.bin", 1 << 16)
     src = TokenSource(tmp_path / "t.bin", dtype="uint32", context=64, block_bytes=16 << 10)
     src.read(0, np.arange(1))
-    real = _token_source.madvise
+    real = _token_window.madvise
 
     def efault(view, start, length, advice):  # type: ignore[no-untyped-def]
-        if advice == _token_source.MADV_POPULATE_READ:
+        if advice == _token_window.MADV_POPULATE_READ:
             raise OSError(errno.EFAULT, "Bad address")  # fault injection: a failed read
         real(view, start, length, advice)
 
-    monkeypatch.setattr(_token_source, "madvise", efault)
+    monkeypatch.setattr(_token_window, "madvise", efault)
     with pytest.raises(
         StorageError,
         match=r"t\.bin: reading bytes \[\d+, \d+\) through the file map failed: the storage "

@@ -102,13 +102,13 @@ def test_token_loader_through_a_slow_mount_matches_local(slow_mount, src_dir):
 def test_a_first_batch_through_a_slow_mount_counts_its_samples_not_their_blocks(
     slow_mount, src_dir, monkeypatch
 ):
-    from headrace.formats import _token_source
+    from headrace.formats import _token_window
 
     m = slow_mount(src_dir, read_latency_ms=5)
     tokens = np.fromfile(src_dir / "tokens.bin", dtype=np.uint32)
     got = {}
     for sample_first in (True, False):
-        monkeypatch.setattr(_token_source, "_SAMPLE_FIRST", sample_first)
+        monkeypatch.setattr(_token_window, "_SAMPLE_FIRST", sample_first)
         src = TokenSource(
             m.mnt / "tokens.bin", dtype="uint32", context=64, block_bytes=256 << 10
         )  # each open starts cold: slowfs drops the file's page cache
