@@ -11,7 +11,9 @@ garbage handed to a decoder.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +119,60 @@ def _keep(key: str, extensions: tuple[str, ...]) -> bool:
     return not extensions or key.lower().endswith(extensions)
 
 
+def _walk(root: Path, extensions: tuple[str, ...]) -> list[str]:
+    """Sorted keys (``/``-separated, below ``root``) of the files ending in ``extensions``.
+
+    Symbolic links are followed, to files and to folders: a class folder kept on
+    another disk and linked in is part of the dataset (``rglob`` walked past
+    linked folders, leaving their files out without a word). A dangling link
+    with the extension is refused by name, as is a link to a folder above it
+    (followed, it would list the same files without end).
+    """
+    keys: list[str] = []
+
+    def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
+        raise open_error(str(exc.filename or root), exc) from exc
+
+    for folder, dirs, names in os.walk(root, onerror=fail, followlinks=True):
+        # Every folder the walk went through to get here, and every folder above each:
+        # a link to one of them walks in a circle (through other links, maybe).
+        above: set[str] = set()
+        path = str(root)
+        for part in ("", *Path(folder).relative_to(root).parts):
+            path = os.path.join(path, part) if part else path
+            up = os.path.realpath(path)
+            while up not in above:
+                above.add(up)
+                up = os.path.dirname(up)
+        for d in dirs:
+            path = os.path.join(folder, d)
+            if os.path.islink(path) and os.path.realpath(path) in above:
+                raise ConfigError(
+                    f"{path}: a symbolic link to {os.path.realpath(path)}, a folder above it "
+                    f"in {root}: the dataset would hold its files over and over; remove the "
+                    "link or list the files"
+                )
+        for n in names:
+            if not _keep(n, extensions):
+                continue
+            path = os.path.join(folder, n)
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except FileNotFoundError as exc:
+                if not os.path.islink(path):  # deleted while listed
+                    raise open_error(path, exc) from exc
+                raise ObjectNotFoundError(
+                    errno.ENOENT,
+                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+                    "(a dataset's file must be readable: remove the link or restore its target)",
+                ) from exc
+            except OSError as exc:
+                raise open_error(path, exc) from exc
+            if regular:  # not a FIFO or socket named like a sample
+                keys.append(Path(path).relative_to(root).as_posix())
+    return sorted(keys)
+
+
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
 
@@ -139,6 +195,9 @@ def list_files(
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
+    if not isinstance(files, (str, os.PathLike)):
+        # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
+        files = list(files)
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 
@@ -168,26 +227,22 @@ def list_files(
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         if not root.exists():
+            pattern = any(c in str(root) for c in "*?[")
             raise ObjectNotFoundError(
                 f"{root}: no such directory (FileSource takes a directory, an object-store "
                 "URL or a list of files)"
+                + (
+                    "; it looks like a glob pattern, which is not expanded: pass "
+                    "sorted(glob.glob(pattern, recursive=True)), or the folder"
+                    if pattern
+                    else ""
+                )
             )
         if not root.is_dir():
             raise ConfigError(
                 f"{root}: expected a directory, an object-store URL or a list of files."
             )
-        try:
-            keys = (
-                list(listing[0])
-                if listing is not None
-                else sorted(
-                    p.relative_to(root).as_posix()
-                    for p in root.rglob("*")
-                    if p.is_file() and _keep(p.name, extensions)
-                )
-            )
-        except OSError as exc:  # a directory without search permission: stat says EACCES
-            raise open_error(str(exc.filename or root), exc) from exc
+        keys = list(listing[0]) if listing is not None else _walk(root, extensions)
         if not keys:
             raise DataError(f"{root}: no files ending in {list(extensions)} under it")
         url = str(root)
