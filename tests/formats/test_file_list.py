@@ -88,17 +88,23 @@ def test_a_generator_of_paths_is_read_whole(tmp_path: Path) -> None:
     assert len(src.files) == 2
 
 
-def test_a_pattern_is_not_a_folder_and_the_error_says_how_to_list_it(tmp_path: Path) -> None:
-    for i in range(2):
-        _npy(tmp_path / f"{i}.npy", i)
-    with pytest.raises(ObjectNotFoundError, match=r"glob pattern.*sorted\(glob\.glob"):
-        FileSource(str(tmp_path / "*.npy"), format="npy")
-    with pytest.raises(ObjectNotFoundError, match=r"glob pattern"):
-        FileSource(tmp_path / "[01].npy", format="npy")
-    # A folder that does exist under such a name is a folder.
+def test_a_glob_pattern_lists_what_it_matches_as_a_list_would(tmp_path: Path) -> None:
+    # As Table.open takes one; it used to be "no such directory".
+    for i in range(3):
+        _npy(tmp_path / "d" / f"{i}.npy", i)
+    _npy(tmp_path / "d" / "sub" / "9.npy", 9)
+    src = FileSource(str(tmp_path / "d" / "*.npy"), format="npy", shuffle="none")
+    assert _values(src) == [0, 1, 2]
+    listed = FileSource([tmp_path / "d" / f"{i}.npy" for i in range(3)], format="npy")
+    assert src.fingerprint() == {**listed.fingerprint(), "shuffle": "none"}
+    deep = FileSource(tmp_path / "d" / "**" / "*.npy", format="npy", shuffle="none")
+    assert _values(deep) == [0, 1, 2, 9]
+    with pytest.raises(ObjectNotFoundError, match=r"\*\.png: no files match this glob pattern"):
+        FileSource(str(tmp_path / "d" / "*.png"), format="png")
+    # A folder that exists under such a name is a folder.
     odd = tmp_path / "odd[1]"
     _npy(odd / "0.npy", 0)
-    assert len(FileSource(odd, format="npy").files) == 1
+    assert FileSource(odd, format="npy").files.url == str(odd)
 
 
 def test_an_empty_folder_says_what_it_looked_for(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ garbage handed to a decoder.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -173,6 +174,12 @@ def _walk(root: Path, extensions: tuple[str, ...]) -> list[str]:
     return sorted(keys)
 
 
+def _is_pattern(path: str | os.PathLike[str]) -> bool:
+    """A glob pattern, not a folder (a folder named ``odd[1]`` is a folder)."""
+    text = os.fspath(path)
+    return any(c in text for c in "*?[") and not os.path.exists(text)
+
+
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
 
@@ -224,19 +231,20 @@ def list_files(
             f"cache_dir keeps local copies of objects read from an object store; {files!r} "
             "is on local disk already (leave cache_dir out)"
         )
+    if isinstance(files, (str, os.PathLike)) and _is_pattern(files):
+        # As Table.open takes one: the files it matches, as a list of them would be.
+        pattern = os.fspath(files)
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise ObjectNotFoundError(
+                f"{pattern}: no files match this glob pattern (nor is it a folder)"
+            )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         if not root.exists():
-            pattern = any(c in str(root) for c in "*?[")
             raise ObjectNotFoundError(
-                f"{root}: no such directory (FileSource takes a directory, an object-store "
-                "URL or a list of files)"
-                + (
-                    "; it looks like a glob pattern, which is not expanded: pass "
-                    "sorted(glob.glob(pattern, recursive=True)), or the folder"
-                    if pattern
-                    else ""
-                )
+                f"{root}: no such directory (FileSource takes a directory, a glob pattern, an "
+                "object-store URL or a list of files)"
             )
         if not root.is_dir():
             raise ConfigError(

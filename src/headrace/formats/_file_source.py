@@ -133,7 +133,8 @@ class FileSource(Closing):
     """Samples of a dataset of files, by global sample number (a :class:`Source`).
 
     ``files``: a local directory (every file with the format's extension,
-    recursively), a list of local paths, or an object-store URL prefix
+    recursively, through symbolic links), a glob pattern or an iterable of local
+    paths, an object-store URL prefix
     (``s3://bucket/prefix``; ``store_options`` go to
     :class:`headrace.io.ObjectStore`). Options are :class:`FileSourceConfig`
     fields, or pass ``config``.
