@@ -124,3 +124,21 @@ def test_links_that_circle_through_two_folders_are_refused(tmp_path: Path) -> No
     os.symlink(tmp_path / "a", root / "a")
     with pytest.raises(ConfigError, match=r"to_a: a symbolic link to .*a, a folder above it"):
         FileSource(root, format="npy")
+
+
+def test_a_worker_copy_reads_the_files_its_parent_listed(tmp_path: Path) -> None:
+    # A worker's copy (pickled) must not list again: a file added since would give it
+    # another plan than its parent's. A generator cannot be pickled at all.
+    import pickle
+
+    for i in range(3):
+        _npy(tmp_path / f"{i}.npy", i)
+    made = [
+        FileSource(tmp_path.glob("*.npy"), format="npy", shuffle="none"),
+        FileSource(str(tmp_path / "*.npy"), format="npy", shuffle="none"),
+    ]
+    _npy(tmp_path / "3.npy", 3)
+    for src in made:
+        copy = pickle.loads(pickle.dumps(src))
+        assert copy.files.keys == src.files.keys
+        assert _values(copy) == [0, 1, 2]

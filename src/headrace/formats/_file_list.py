@@ -256,7 +256,8 @@ def list_files(
         url = str(root)
         paths = [str(root / k) for k in keys]
     else:
-        keys = sorted(str(p) for p in files)
+        # A worker's copy reads the files its parent listed (a pattern matched then).
+        keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
         if not keys:
             raise ConfigError("the list of files is empty.")
         url, paths = "", keys

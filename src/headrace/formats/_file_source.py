@@ -150,6 +150,8 @@ class FileSource(Closing):
     ) -> None:
         if isinstance(files, bytes):  # a path as bytes, not a list of byte values
             files = os.fsdecode(files)
+        elif not isinstance(files, (str, os.PathLike)):
+            files = list(files)  # a generator is read once, and kept to pickle for workers
         if config is None:
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)
