@@ -249,6 +249,32 @@ def test_a_file_with_other_keys_is_named(tmp_path: Path) -> None:
         src.close()
 
 
+def test_npz_members_are_picked_with_datasets(tmp_path: Path) -> None:
+    # datasets= was read for HDF5 only: given for NPZ it was silently ignored, so a file
+    # with an extra member (or a JSON note) still failed, and the NPZ error said to pick
+    # members with keys=, which FileSource does not take.
+    for i in range(4):
+        extra = {"meta": np.zeros(2)} if i == 1 else {}
+        np.savez(tmp_path / f"f{i}.npz", x=np.full((2, 3), i), y=np.arange(2) + 10 * i, **extra)
+    src = FileSource(tmp_path, format="npz", samples_per_file=2, datasets=("x",), shuffle="none")
+    batch = src.read(0, np.arange(8))
+    assert sorted(batch) == ["index", "x"]
+    assert batch["x"][:, 0].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(FormatError, match=r"f1\.npz: holds \['meta', 'x', 'y'\]"):
+        FileSource(tmp_path, format="npz", shuffle="none").read(0, np.arange(4))
+    # A member missing from one file names the file and what it holds.
+    (tmp_path / "f2.npz").unlink()
+    np.savez(tmp_path / "f2.npz", y=np.arange(2))
+    src = FileSource(tmp_path, format="npz", samples_per_file=2, datasets=("x", "y"))
+    with pytest.raises(
+        FormatError, match=r"f2\.npz: no member\(s\) \['x'\] in NPZ; it holds \['y'"
+    ):
+        src.read(0, np.arange(8))
+    # Formats of one array per file have nothing to pick.
+    with pytest.raises(ConfigError, match=r"datasets names the HDF5 datasets or NPZ members"):
+        FileSource(tmp_path, format="npy", datasets=("x",))
+
+
 def test_wrong_sample_axis_names_the_file(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "n", "npy", 2, spf=2)
     src = FileSource(root, format="npy", samples_per_file=3, shuffle="none")

@@ -68,7 +68,8 @@ class FileSourceConfig:
     decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
     on the reading thread).
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
-    ``datasets``: the HDF5 datasets to read. ``speculate``: after a contiguous
+    ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
+    a file without one of them is an error naming it). ``speculate``: after a contiguous
     run of samples, read ahead into the next run before the loader asks.
     ``on_corrupt``: what a file that does not decode does to its samples:
     ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
@@ -127,6 +128,11 @@ class FileSourceConfig:
             )
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
+            raise ConfigError(
+                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
+                f"hold one array each (got datasets={self.datasets!r}): leave it out."
+            )
 
 
 class FileSource(Closing):
