@@ -142,3 +142,22 @@ def test_a_worker_copy_reads_the_files_its_parent_listed(tmp_path: Path) -> None
         copy = pickle.loads(pickle.dumps(src))
         assert copy.files.keys == src.files.keys
         assert _values(copy) == [0, 1, 2]
+
+
+def test_file_uris_as_path_as_uri_writes_them(tmp_path: Path) -> None:
+    # Path.as_uri() (and every URI writer) percent-encodes: file:///data/my%20set. The
+    # store took the path as written, so a folder with a space or an accent was "not one".
+    root = tmp_path / "my set é"
+    for name in ("a b.npy", "ü.npy", "c.npy"):
+        _npy(root / name, len(name))
+    plain = FileSource(root, format="npy", shuffle="none")
+    for files in (root.as_uri(), "file://" + str(root), [p.as_uri() for p in root.iterdir()]):
+        src = FileSource(files, format="npy", shuffle="none")
+        assert src.files.keys == ["a b.npy", "c.npy", "ü.npy"], files
+        assert _values(src) == _values(plain)
+        assert src.fingerprint() == plain.fingerprint()
+        src.close()
+    # A name with a literal '%' in it, written as it is, is still that name.
+    odd = tmp_path / "100%41"
+    _npy(odd / "0.npy", 5)
+    assert _values(FileSource("file://" + str(odd), format="npy")) == [5]

@@ -25,7 +25,14 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
 from headrace.formats._object_files import cache_name, check_store_options
-from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, open_error
+from headrace.io import (
+    LocalFile,
+    ObjectCache,
+    RangeReader,
+    ReaderConfig,
+    file_url_path,
+    open_error,
+)
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
 
@@ -379,7 +386,9 @@ def _url_list(
     from headrace.formats._object_files import ObjectFiles, common_url_root
     from headrace.io import ObjectStore
 
-    urls = sorted(urls)
+    # file:// URLs as Path.as_uri() writes them (percent-encoded) name the same files as
+    # those written plainly: the keys are the names, not their encoding.
+    urls = sorted(f"file://{file_url_path(u)}" if u.startswith("file://") else u for u in urls)
     root = common_url_root(urls, "a dataset's files")
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]
