@@ -423,6 +423,39 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
         decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
 
 
+@pytest.mark.parametrize("path", ["png", "simplejpeg", "pillow"])
+def test_large_images_are_read_as_pillow_reads_them_on_every_path(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pillow warns over MAX_IMAGE_PIXELS (89.5 MP) and refuses over twice that. The warning,
+    # made an error to catch truncation, called a 90 MP scan "corrupt or truncated"
+    # (replaced as corrupt under on_corrupt="replace"), while simplejpeg decoded the same
+    # JPEG: the decoder installed decided the batch. Scaled down here: limit 1,000 pixels.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    kind = "png" if path == "png" else "jpeg"
+    decoder = decode_png if kind == "png" else decode_jpeg
+    opts = {} if kind == "png" else {"use_simplejpeg": path == "simplejpeg"}
+
+    def image(h: int, w: int) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(np.full((h, w, 3), 90, np.uint8)).save(buf, kind.upper())
+        return buf.getvalue()
+
+    big = image(40, 45)  # 1,800 pixels: over the limit, under twice it
+    with pytest.warns(Image.DecompressionBombWarning), Image.open(io.BytesIO(big)) as ref:
+        want = np.asarray(ref.convert("RGB"))
+    _same(decoder(big, name="big", **opts), want)
+    with pytest.raises(
+        FormatError,
+        match=r"huge: (PNG|JPEG) of (50 x 41 = )?2,050 pixels, over twice Pillow's "
+        r"decompression-bomb limit "
+        r"\(PIL\.Image\.MAX_IMAGE_PIXELS = 1,000\)",
+    ):
+        decoder(image(41, 50), name="huge", **opts)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # no limit, as Pillow takes it
+    assert decoder(image(41, 50), name="huge", **opts).shape[:2] == (41, 50)
+
+
 @pytest.mark.parametrize(
     ("simplejpeg", "match"),
     [

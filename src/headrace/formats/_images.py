@@ -20,6 +20,7 @@ and warnings are errors.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from typing import Any
 
@@ -55,6 +56,27 @@ def _pil() -> Any:
             "decoding this image needs Pillow: pip install 'headrace[images]'"
         ) from exc
     return Image
+
+
+def _bomb_error(name: str, kind: str, pixels: int | str, limit: int) -> FormatError:
+    return FormatError(
+        f"{name}: {kind} of {pixels} pixels, over twice Pillow's decompression-bomb limit "
+        f"(PIL.Image.MAX_IMAGE_PIXELS = {limit:,}); if images this large are expected, "
+        "raise it (None: no limit) in every process that decodes (DataLoader workers too)"
+    )
+
+
+def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
+    """Refuse what Pillow refuses as a decompression bomb (over twice
+    ``PIL.Image.MAX_IMAGE_PIXELS``) on the simplejpeg path too: the decoder
+    installed must not decide which images a batch holds."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - without Pillow there is no limit to share
+        return
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and height * width > 2 * limit:
+        raise _bomb_error(name, kind, f"{width} x {height} = {height * width:,}", limit)
 
 
 def _check_jpeg(view: memoryview, name: str) -> None:
@@ -96,9 +118,10 @@ def decode_jpeg(
         if _simplejpeg is None:  # pragma: no cover
             raise ConfigError("simplejpeg is not installed: pip install 'headrace[images]'")
         try:
-            colorspace = _simplejpeg.decode_jpeg_header(view)[2]
+            height, width, colorspace, _ = _simplejpeg.decode_jpeg_header(view)
         except ValueError as exc:
             raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+        _check_pixels(height, width, name, "JPEG")
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
@@ -116,6 +139,8 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
+            warnings.simplefilter("ignore", image_mod.DecompressionBombWarning)
             with image_mod.open(BufferReader(view), formats=[kind]) as img:
                 img.load()
                 if want_rgb:
@@ -123,6 +148,11 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
                 else:
                     img = _png_mode(img)
                 arr = np.asarray(img)
+    except image_mod.DecompressionBombError as exc:
+        # Raised by open(), before the size is known here: Pillow's message has the count.
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{int(found.group(1)):,}" if found else "too many"
+        raise _bomb_error(name, kind, pixels, image_mod.MAX_IMAGE_PIXELS) from exc
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
         # Pillow's "cannot identify image file" names our reader object, not the file.
         why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
