@@ -522,6 +522,31 @@ def test_hdf5_variable_length_strings_come_as_h5py_gives_them(tmp_path: Path) ->
     assert got.tolist() == [b"ab", "cdé".encode()]
 
 
+@pytest.mark.parametrize("mode", ["headrace", "map-style"])
+def test_hdf5_variable_length_samples_several_per_file(tmp_path: Path, mode: str) -> None:
+    # With samples_per_file > 1 an item of a vlen string dataset is a bytes object, not
+    # an array: the batch failed with "'bytes' object has no attribute 'shape'".
+    from headrace.formats import FileSource
+
+    texts = [["ab", "cdé"], ["f", "ghij"]]
+    for i, t in enumerate(texts):
+        _h5(
+            tmp_path / f"{i}.h5",
+            lambda f, t=t: f.create_dataset("s", data=t, dtype=h5py.string_dtype()),
+        )
+        vlen = h5py.vlen_dtype(np.int32)
+        with h5py.File(tmp_path / f"{i}.h5", "a") as f:
+            v = f.create_dataset("v", (2,), dtype=vlen)
+            v[0], v[1] = np.arange(i + 1, dtype=np.int32), np.arange(3, dtype=np.int32)
+    src = FileSource(
+        tmp_path, format="hdf5", datasets=("s", "v"), samples_per_file=2, shuffle="none", mode=mode
+    )
+    batch = src.read(0, np.arange(4))
+    assert batch["s"].dtype == object and batch["s"].shape == (4,)
+    assert batch["s"].tolist() == [x.encode() for t in texts for x in t]
+    assert [a.tolist() for a in batch["v"]] == [[0], [0, 1, 2], [0, 1], [0, 1, 2]]
+
+
 def test_hdf5_missing_dataset_lists_those_present(tmp_path: Path) -> None:
     data = _h5(tmp_path / "m.h5", H5_VARIANTS["group path"])
     with pytest.raises(

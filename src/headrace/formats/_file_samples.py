@@ -73,7 +73,12 @@ def pick_item(arrays: Sample, item: int, samples_per_file: int, name: str) -> Sa
                 f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
                 f"its leading axis (samples_per_file={samples_per_file})"
             )
-        out[k] = a[item]
+        got = a[item]
+        if not isinstance(got, np.ndarray):
+            # An item of a 1-D array is a scalar; of an object array (HDF5 variable-length
+            # strings) a bytes or str that no batch can stack: a 0-d view of it instead.
+            got = a[item : item + 1].reshape(a.shape[1:])
+        out[k] = got
     return out
 
 
