@@ -423,6 +423,21 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
         decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
 
 
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P"])
+def test_a_png_named_jpeg_reads_as_pillow_reads_it(simplejpeg: bool, mode: str) -> None:
+    # ImageNet's train set has one (n02105855_2933.JPEG), and crawls have many: Pillow
+    # (so torchvision) reads them by their bytes; headrace stopped the epoch on it.
+    img = Image.fromarray(_RGB).convert(mode)
+    data = _pil_png(img)
+    got = decode_jpeg(data, name="n02105855_2933.JPEG", use_simplejpeg=simplejpeg)
+    _same(got, _pillow(data, "RGB"))
+    with pytest.raises(FormatError, match=r"t\.JPEG: truncated PNG"):
+        decode_jpeg(data[:-20], name="t.JPEG", use_simplejpeg=simplejpeg)
+    with pytest.raises(FormatError, match=r"t\.JPEG: not a JPEG \(nor a PNG\): starts with"):
+        decode_jpeg(b"GIF89a" + data, name="t.JPEG", use_simplejpeg=simplejpeg)
+
+
 @pytest.mark.parametrize("path", ["png", "simplejpeg", "pillow"])
 def test_large_images_are_read_as_pillow_reads_them_on_every_path(
     path: str, monkeypatch: pytest.MonkeyPatch

@@ -2,7 +2,8 @@
 
 Sample schema
 -------------
-* JPEG: ``(H, W, 3)`` ``uint8`` RGB; greyscale and CMYK files are converted.
+* JPEG: ``(H, W, 3)`` ``uint8`` RGB; greyscale and CMYK files are converted,
+  and so is a PNG named as a JPEG (read by its bytes, as Pillow reads it).
 * PNG: ``(H, W, C)``, ``C`` = 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA);
   grey keeps its single channel as ``(H, W, 1)``. Palette images expand to
   RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
@@ -82,7 +83,8 @@ def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
 def _check_jpeg(view: memoryview, name: str) -> None:
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
         raise FormatError(
-            f"{name}: not a JPEG: starts with {bytes(view[:4])!r}, expected SOI marker ff d8"
+            f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}, expected SOI "
+            "marker ff d8"
         )
     # Writers may pad with NULs after EOI; any other tail means a cut-off file.
     end = len(view)
@@ -112,6 +114,11 @@ def decode_jpeg(
     ``use_simplejpeg`` forces one (``None``: the fastest available).
     """
     view = as_bytes_view(data, name)
+    if bytes(view[:8]) == _PNG_SIG:
+        # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
+        # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
+        _check_png(view, name)
+        return _pil_decode(view, name, "PNG", want_rgb=True)
     _check_jpeg(view, name)
     use_sj = _simplejpeg is not None if use_simplejpeg is None else use_simplejpeg
     if use_sj:
@@ -178,13 +185,8 @@ def _png_mode(img: Any) -> Any:
     return img.convert("RGBA" if "A" in mode else "RGB")
 
 
-def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
-    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
-    view = as_bytes_view(data, name)
-    if bytes(view[:8]) != _PNG_SIG:
-        raise FormatError(
-            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
-        )
+def _check_png(view: memoryview, name: str) -> None:
+    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on."""
     if bytes(view[-12:]) != _PNG_IEND:
         at = bytes(view).rfind(_PNG_IEND)  # error path only
         if at > 0:
@@ -196,6 +198,16 @@ def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
         raise FormatError(
             f"{name}: truncated PNG: the file does not end with an IEND chunk ({len(view)} bytes)"
         )
+
+
+def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
+    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
+    view = as_bytes_view(data, name)
+    if bytes(view[:8]) != _PNG_SIG:
+        raise FormatError(
+            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
+        )
+    _check_png(view, name)
     arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", want_rgb=False)
     if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
         # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the
