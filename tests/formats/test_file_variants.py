@@ -484,6 +484,18 @@ def test_jpeg_with_garbage_between_its_markers(simplejpeg: bool, match: str) -> 
         decode_jpeg(b"\xff\xd8" + bytes(20) + b"\xff\xd9", name="g.jpg", use_simplejpeg=simplejpeg)
 
 
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+def test_jpeg_with_extraneous_bytes_before_its_end_reads_as_pillow_reads_it(
+    simplejpeg: bool,
+) -> None:
+    # libjpeg warns "Corrupt JPEG data: N extraneous bytes before marker 0xd9" (some of
+    # ImageNet's files) and skips them: every pixel is decoded. simplejpeg's strict mode
+    # made the warning an error, so the installed decoder decided whether the image was in.
+    data = JPEG_VARIANTS["RGB 4:2:0"]
+    padded = data[:-2] + b"\x12\x34\x56" * 80 + data[-2:]
+    _same(decode_jpeg(padded, name="x.jpg", use_simplejpeg=simplejpeg), _pillow(data, "RGB"))
+
+
 # ---------------------------------------------------------------- HDF5
 
 

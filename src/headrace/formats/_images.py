@@ -38,6 +38,8 @@ _JPEG_EOI = b"\xff\xd9"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 _FOUR_CHANNEL = ("CMYK", "YCCK")
+# libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
+_EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's colour type byte (after the signature, the chunk's length and type,
 # width, height and bit depth): 4 is grey + alpha.
 _PNG_COLOR_TYPE = 25
@@ -136,7 +138,12 @@ def decode_jpeg(
         try:
             out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=True)
         except ValueError as exc:
-            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
+                raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
+            # decoded, and any damage before them would have raised first (in order).
+            # Pillow ignores the warning; so must this path, or the decoder decides.
+            out = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=False)
         return out
     return _pil_decode(view, name, "JPEG", want_rgb=True)
 
