@@ -142,24 +142,25 @@ def _walk(root: Path, extensions: tuple[str, ...]) -> list[str]:
         raise open_error(str(exc.filename or root), exc) from exc
 
     for folder, dirs, names in os.walk(root, onerror=fail, followlinks=True):
-        # Every folder the walk went through to get here, and every folder above each:
-        # a link to one of them walks in a circle (through other links, maybe).
-        above: set[str] = set()
-        path = str(root)
-        for part in ("", *Path(folder).relative_to(root).parts):
-            path = os.path.join(path, part) if part else path
-            up = os.path.realpath(path)
-            while up not in above:
-                above.add(up)
-                up = os.path.dirname(up)
-        for d in dirs:
-            path = os.path.join(folder, d)
-            if os.path.islink(path) and os.path.realpath(path) in above:
-                raise ConfigError(
-                    f"{path}: a symbolic link to {os.path.realpath(path)}, a folder above it "
-                    f"in {root}: the dataset would hold its files over and over; remove the "
-                    "link or list the files"
-                )
+        links = [os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+        if links:
+            # Every folder the walk went through to get here, and every folder above each:
+            # a link to one of them walks in a circle (through other links, maybe).
+            above: set[str] = set()
+            path = str(root)
+            for part in ("", *Path(folder).relative_to(root).parts):
+                path = os.path.join(path, part) if part else path
+                up = os.path.realpath(path)
+                while up not in above:
+                    above.add(up)
+                    up = os.path.dirname(up)
+            for link in links:
+                if os.path.realpath(link) in above:
+                    raise ConfigError(
+                        f"{link}: a symbolic link to {os.path.realpath(link)}, a folder above "
+                        f"it in {root}: the dataset would hold its files over and over; remove "
+                        "the link or list the files"
+                    )
         for n in names:
             if not _keep(n, extensions):
                 continue
