@@ -807,6 +807,26 @@ def test_decode_threads_default_to_the_cpus_at_most_8(
         FileSource(tmp_path, format="npy", decode_threads=-1)
 
 
+def test_default_in_flight_holds_at_most_4_gib_of_large_files(tmp_path: Path) -> None:
+    # The window holds in_flight whole files: by default 16 here (64 on object stores),
+    # whatever their size, so 1 GiB HDF5 shards held 16 GiB (64 on S3) before a sample
+    # was read. The default now keeps in_flight x largest file within 4 GiB (2 at least).
+    for i, size in enumerate([1 << 30, 3 << 30, 100 << 20]):
+        with open(tmp_path / f"{i}.npy", "wb") as f:
+            f.truncate(size)  # sparse: only listed here, never read
+    assert FileSource(tmp_path, format="npy").in_flight == 2  # 4 GiB // 3 GiB, at least 2
+    (tmp_path / "1.npy").unlink()
+    assert FileSource(tmp_path, format="npy").in_flight == 4  # 4 GiB // 1 GiB
+    (tmp_path / "0.npy").unlink()
+    assert FileSource(tmp_path, format="npy").in_flight == 16  # small files: as before
+    with open(tmp_path / "0.npy", "wb") as f:
+        f.truncate(1 << 30)
+    assert FileSource(tmp_path, format="npy", in_flight=12).in_flight == 12  # as asked
+    src = FileSource(tmp_path.as_uri(), format="npy")
+    assert src.files.remote and src.in_flight == 4
+    src.close()
+
+
 def test_a_moved_copy_resumes_and_other_files_are_refused(tmp_path: Path) -> None:
     # The fingerprint holds names below the dataset's folder, not the folder: a copy on
     # another mount resumes (as token, row and table sources do); other files do not.

@@ -47,6 +47,8 @@ SourceMode = Literal["headrace", "map-style"]
 OnCorrupt = Literal["raise", "replace"]
 DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
+#: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
+DEFAULT_HELD_BYTES = 4 << 30
 
 
 def default_decode_threads() -> int:
@@ -64,7 +66,8 @@ class FileSourceConfig:
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5).
     ``decode=False`` hands over each file's bytes (I/O benchmarks).
     ``in_flight``: fetches held at once (default 64 on object stores and on
-    network or FUSE mounts, 16 on local disk). ``decode_threads``: threads that
+    network or FUSE mounts, 16 on local disk; fewer, 2 at least, where that many
+    of the largest file would be over 4 GiB). ``decode_threads``: threads that
     decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
     on the reading thread).
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
@@ -258,11 +261,17 @@ class FileSource(Closing):
 
     def _default_in_flight(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
-        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
+        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk; fewer
+        (2 at least) where that many of the largest file would hold over
+        ``DEFAULT_HELD_BYTES``: the window holds whole files, and 64 HDF5 shards of
+        1 GiB are 64 GiB before a sample is read."""
         f = self.files
         if f.remote or any_on_network_fs(f.name(i) for i in range(len(f))):
-            return DEFAULT_REMOTE_IN_FLIGHT
-        return DEFAULT_LOCAL_IN_FLIGHT
+            depth = DEFAULT_REMOTE_IN_FLIGHT
+        else:
+            depth = DEFAULT_LOCAL_IN_FLIGHT
+        largest = max(f.sizes, default=0)
+        return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`)."""
