@@ -249,6 +249,32 @@ def test_a_file_with_other_keys_is_named(tmp_path: Path) -> None:
         src.close()
 
 
+def test_two_files_decoded_at_once_with_other_keys_are_named(tmp_path: Path) -> None:
+    # The first file decoded sets the keys every file must hold. Two decode threads
+    # could both find none set and each set its own: the odd file then went through,
+    # and the batch failed an assert in stacking, naming no file. A slow read of the
+    # attribute (fault injection) holds that window open.
+    for i, key in enumerate(["a", "b"]):
+        np.savez(tmp_path / f"f{i}.npz", **{key: np.zeros(3)})
+
+    class SlowFirstLook(FileSource):
+        @property  # type: ignore[override]
+        def _keys(self) -> Any:
+            got = self.__dict__.get("_k")
+            if got is None:
+                time.sleep(0.2)  # both threads look before either sets
+            return got
+
+        @_keys.setter
+        def _keys(self, value: Any) -> None:
+            self.__dict__["_k"] = value
+
+    src = SlowFirstLook(tmp_path, format="npz", shuffle="none", decode_threads=2)
+    with pytest.raises(FormatError, match=r"f\d\.npz: holds \[.(a|b).\], but \S*f\d\.npz holds"):
+        src.read(0, np.arange(2))
+    src.close()
+
+
 def test_npz_members_are_picked_with_datasets(tmp_path: Path) -> None:
     # datasets= was read for HDF5 only: given for NPZ it was silently ignored, so a file
     # with an extra member (or a JSON note) still failed, and the NPZ error said to pick

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -216,6 +217,7 @@ class FileSource(Closing):
         self.replaced_samples = 0
         # The keys of the first file decoded (name, keys): every file must hold the same.
         self._keys: tuple[str, list[str]] | None = None
+        self._keys_lock = threading.Lock()
 
     def __repr__(self) -> str:
         c = self.config
@@ -357,13 +359,15 @@ class FileSource(Closing):
         name = self.files.name(f)
         sample = decode_file(self.format, data, name=name, decode=c.decode, datasets=c.datasets)
         keys = sorted(sample)
-        if self._keys is None:
-            self._keys = (name, keys)
-        elif keys != self._keys[1]:
+        with self._keys_lock:  # decode threads: only one may be the first
+            if self._keys is None:
+                self._keys = (name, keys)
+            first = self._keys
+        if keys != first[1]:
             # Caught here, not where a batch is stacked: there it named no file, and a
             # batch of this file alone went through with other keys than the rest.
             raise FormatError(
-                f"{name}: holds {keys}, but {self._keys[0]} holds {self._keys[1]}; every "
+                f"{name}: holds {keys}, but {first[0]} holds {first[1]}; every "
                 "file of a dataset must hold the same keys"
             )
         return sample
