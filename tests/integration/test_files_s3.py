@@ -239,6 +239,19 @@ def test_a_prefix_without_the_format_or_that_cannot_be_listed(
     assert proxy.stats.faults >= FAST_RETRY.attempts  # retried before it gave up
 
 
+def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # Both listed nothing under them and said only "no objects ending in ['.npz']".
+    options = {**s3.options(), "retry": FAST_RETRY}
+    one = f"s3://{BUCKET}/files/npz/s01.npz"
+    with pytest.raises(DataError, match=r"s01\.npz names one object, not a prefix: pass \["):
+        FileSource(one, store_options=options, format="npz")
+    assert len(FileSource([one], store_options=options, format="npz").files) == 1
+    with pytest.raises(DataError, match=r"\*\.npz: .*glob patterns are not expanded on object"):
+        FileSource(f"s3://{BUCKET}/files/npz/*.npz", store_options=options, format="npz")
+
+
 def test_a_short_body_is_detected_not_decoded(
     s3: S3Fixture, datasets: Path, proxy: LatencyProxy
 ) -> None:

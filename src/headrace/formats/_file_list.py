@@ -23,7 +23,13 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    HeadraceError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from headrace.formats._object_files import cache_name, check_store_options
 from headrace.io import (
     LocalFile,
@@ -229,7 +235,10 @@ def list_files(
             raise
         if not listed:
             store.close()
-            raise DataError(f"{store.url}: no objects ending in {list(extensions)} under it")
+            raise DataError(
+                f"{store.url}: no objects ending in {list(extensions)} under it"
+                + _why_empty(str(files), options)
+            )
         return _remote_list(store, listed, options, cache)
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         return _url_list([str(p) for p in files], store_options, listing, cache)
@@ -283,6 +292,29 @@ def list_files(
         _fetch=_local_reader(local_read, paths),
         _close=lambda: None,
         etags=[None] * len(keys),
+    )
+
+
+def _why_empty(url: str, options: Mapping[str, Any]) -> str:
+    """What an empty listing may mean, looked into on the error path only: a URL of
+    one object (a prefix lists below it), or a glob pattern (object stores have none)."""
+    if any(c in url.rpartition("/")[2] for c in "*?["):
+        return (
+            "; glob patterns are not expanded on object stores: pass the prefix (every "
+            "object under it with the format's extension) or a list of object URLs"
+        )
+    from headrace.formats._object_files import ObjectFiles
+
+    heads = ObjectFiles(options)
+    try:
+        heads.info(url.rstrip("/"))
+    except HeadraceError:  # no such object (the usual case), or none to look at
+        return ""
+    finally:
+        heads.close()
+    return (
+        f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
+        "alone, or the prefix above it"
     )
 
 
