@@ -74,3 +74,11 @@ def test_assert_resume_exact_names_where_a_resume_diverges(tmp_path: Path) -> No
 
     with pytest.raises(AssertionError, match="resume at step 3 diverges at step 6"):
         assert_resume_exact(make, steps=10, resume_at=3)
+
+
+def test_one_batch_instead_of_a_stream_is_named() -> None:
+    # batch_digest(batch) iterated the dict's keys: "string indices must be integers".
+    batch = {"x": np.arange(4)}
+    with pytest.raises(TypeError, match=r"takes an iterable of batches.*batch_digest\(\[batch\]\)"):
+        batch_digest(batch)  # type: ignore[arg-type]
+    assert batch_digest([batch]) == batch_digest(iter([batch]))

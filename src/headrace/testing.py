@@ -41,7 +41,12 @@ def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
 
 
 def batch_digest(batches: Iterable[Mapping[str, NDArray[Any]]]) -> str:
-    """SHA-256 of a whole stream of batches."""
+    """SHA-256 of a whole stream of batches (for one batch: ``batch_digest([batch])``)."""
+    if isinstance(batches, Mapping):
+        raise TypeError(
+            "batch_digest takes an iterable of batches and got one batch (a mapping of "
+            f"{sorted(batches)}): use batch_digest([batch])"
+        )
     h = hashlib.sha256()
     for b in batches:
         update_digest(h, b)

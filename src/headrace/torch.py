@@ -122,14 +122,23 @@ def _tensorable(batch: Batch) -> Batch:
     """``batch`` as torch can take it: fields of another byte order (big-endian NPY
     arrays, read as stored) converted to this machine's, which torch.from_numpy
     refuses; fields torch has no tensor for refused by name (a ragged field, samples
-    of several shapes as an object array, would fail in torch with no hint of which)."""
+    of several shapes as an object array, or a structured NPY array would fail in
+    torch with no hint of which)."""
     out = batch
     for k, a in batch.items():
         if a.dtype == object:
             raise DataError(
                 f"field {k!r} holds samples of different shapes (an object array), which "
                 "make no tensor: give them one shape with a transform (headrace.transforms."
-                "RandomCrop, RandomResizedCrop, or your own) or collate them yourself"
+                "RandomCrop, RandomResizedCrop, or your own) or collate them yourself; "
+                "HDF5 variable-length strings and arrays come as object arrays too"
+            )
+        if a.dtype.kind not in "biufc":
+            raise DataError(
+                f"field {k!r} has dtype {a.dtype}, which torch has no tensor type for "
+                "(structured, datetime, string and void arrays): turn it into numbers with "
+                "a transform (e.g. one field per struct member, datetimes as int64 with "
+                "a.view('int64')) or leave it out of the batch"
             )
         if not a.dtype.isnative:
             if out is batch:

@@ -235,6 +235,27 @@ def test_a_ragged_field_is_named_not_a_torch_type_error(tmp_path: Path, workers:
             next(iter(dl))
 
 
+@pytest.mark.parametrize(
+    ("array", "what"),
+    [
+        (np.zeros(2, dtype=[("a", "<i4"), ("b", "<f4")]), r"\[\('a', '<i4'\), \('b', '<f4'\)\]"),
+        (np.array(["2020-01-01", "2021-01-01"], dtype="datetime64[D]"), r"datetime64\[D\]"),
+        (np.array([b"ab", b"cd"]), r"\|S2"),
+    ],
+)
+def test_a_field_of_a_type_torch_lacks_is_named(tmp_path: Path, array: Any, what: str) -> None:
+    # NPY files of structured, datetime or string arrays read fine; torch.from_numpy then
+    # said "can't convert np.ndarray of type numpy.void" without naming the field.
+    from headrace.formats import FileSource
+
+    for i in range(2):
+        np.save(tmp_path / f"f{i}.npy", array)
+    ds = ht.TorchDataset(FileSource(tmp_path, format="npy", shuffle="none"), batch_size=2)
+    with ht.HeadraceDataLoader(ds) as dl:
+        with pytest.raises(DataError, match=rf"field 'data' has dtype {what}, which torch has no"):
+            next(iter(dl))
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_big_endian_fields_become_native_tensors(tmp_path: Path, workers: int) -> None:
     from headrace.formats import FileSource

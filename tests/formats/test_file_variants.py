@@ -423,6 +423,54 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
         decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
 
 
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P"])
+def test_a_png_named_jpeg_reads_as_pillow_reads_it(simplejpeg: bool, mode: str) -> None:
+    # ImageNet's train set has one (n02105855_2933.JPEG), and crawls have many: Pillow
+    # (so torchvision) reads them by their bytes; headrace stopped the epoch on it.
+    img = Image.fromarray(_RGB).convert(mode)
+    data = _pil_png(img)
+    got = decode_jpeg(data, name="n02105855_2933.JPEG", use_simplejpeg=simplejpeg)
+    _same(got, _pillow(data, "RGB"))
+    with pytest.raises(FormatError, match=r"t\.JPEG: truncated PNG"):
+        decode_jpeg(data[:-20], name="t.JPEG", use_simplejpeg=simplejpeg)
+    with pytest.raises(FormatError, match=r"t\.JPEG: not a JPEG \(nor a PNG\): starts with"):
+        decode_jpeg(b"GIF89a" + data, name="t.JPEG", use_simplejpeg=simplejpeg)
+
+
+@pytest.mark.parametrize("path", ["png", "simplejpeg", "pillow"])
+def test_large_images_are_read_as_pillow_reads_them_on_every_path(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pillow warns over MAX_IMAGE_PIXELS (89.5 MP) and refuses over twice that. The warning,
+    # made an error to catch truncation, called a 90 MP scan "corrupt or truncated"
+    # (replaced as corrupt under on_corrupt="replace"), while simplejpeg decoded the same
+    # JPEG: the decoder installed decided the batch. Scaled down here: limit 1,000 pixels.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    kind = "png" if path == "png" else "jpeg"
+    decoder = decode_png if kind == "png" else decode_jpeg
+    opts = {} if kind == "png" else {"use_simplejpeg": path == "simplejpeg"}
+
+    def image(h: int, w: int) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(np.full((h, w, 3), 90, np.uint8)).save(buf, kind.upper())
+        return buf.getvalue()
+
+    big = image(40, 45)  # 1,800 pixels: over the limit, under twice it
+    with pytest.warns(Image.DecompressionBombWarning), Image.open(io.BytesIO(big)) as ref:
+        want = np.asarray(ref.convert("RGB"))
+    _same(decoder(big, name="big", **opts), want)
+    with pytest.raises(
+        FormatError,
+        match=r"huge: (PNG|JPEG) of (50 x 41 = )?2,050 pixels, over twice Pillow's "
+        r"decompression-bomb limit "
+        r"\(PIL\.Image\.MAX_IMAGE_PIXELS = 1,000\)",
+    ):
+        decoder(image(41, 50), name="huge", **opts)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # no limit, as Pillow takes it
+    assert decoder(image(41, 50), name="huge", **opts).shape[:2] == (41, 50)
+
+
 @pytest.mark.parametrize(
     ("simplejpeg", "match"),
     [
@@ -434,6 +482,18 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
 def test_jpeg_with_garbage_between_its_markers(simplejpeg: bool, match: str) -> None:
     with pytest.raises(FormatError, match=match):
         decode_jpeg(b"\xff\xd8" + bytes(20) + b"\xff\xd9", name="g.jpg", use_simplejpeg=simplejpeg)
+
+
+@pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
+def test_jpeg_with_extraneous_bytes_before_its_end_reads_as_pillow_reads_it(
+    simplejpeg: bool,
+) -> None:
+    # libjpeg warns "Corrupt JPEG data: N extraneous bytes before marker 0xd9" (some of
+    # ImageNet's files) and skips them: every pixel is decoded. simplejpeg's strict mode
+    # made the warning an error, so the installed decoder decided whether the image was in.
+    data = JPEG_VARIANTS["RGB 4:2:0"]
+    padded = data[:-2] + b"\x12\x34\x56" * 80 + data[-2:]
+    _same(decode_jpeg(padded, name="x.jpg", use_simplejpeg=simplejpeg), _pillow(data, "RGB"))
 
 
 # ---------------------------------------------------------------- HDF5
@@ -487,6 +547,31 @@ def test_hdf5_variable_length_strings_come_as_h5py_gives_them(tmp_path: Path) ->
     got = decode_hdf5(data, name="s.h5", dataset="s")
     assert got.dtype == object
     assert got.tolist() == [b"ab", "cdé".encode()]
+
+
+@pytest.mark.parametrize("mode", ["headrace", "map-style"])
+def test_hdf5_variable_length_samples_several_per_file(tmp_path: Path, mode: str) -> None:
+    # With samples_per_file > 1 an item of a vlen string dataset is a bytes object, not
+    # an array: the batch failed with "'bytes' object has no attribute 'shape'".
+    from headrace.formats import FileSource
+
+    texts = [["ab", "cdé"], ["f", "ghij"]]
+    for i, t in enumerate(texts):
+        _h5(
+            tmp_path / f"{i}.h5",
+            lambda f, t=t: f.create_dataset("s", data=t, dtype=h5py.string_dtype()),
+        )
+        vlen = h5py.vlen_dtype(np.int32)
+        with h5py.File(tmp_path / f"{i}.h5", "a") as f:
+            v = f.create_dataset("v", (2,), dtype=vlen)
+            v[0], v[1] = np.arange(i + 1, dtype=np.int32), np.arange(3, dtype=np.int32)
+    src = FileSource(
+        tmp_path, format="hdf5", datasets=("s", "v"), samples_per_file=2, shuffle="none", mode=mode
+    )
+    batch = src.read(0, np.arange(4))
+    assert batch["s"].dtype == object and batch["s"].shape == (4,)
+    assert batch["s"].tolist() == [x.encode() for t in texts for x in t]
+    assert [a.tolist() for a in batch["v"]] == [[0], [0, 1, 2], [0, 1], [0, 1, 2]]
 
 
 def test_hdf5_missing_dataset_lists_those_present(tmp_path: Path) -> None:

@@ -88,6 +88,23 @@ def test_a_url_gives_the_batches_of_the_local_file(tmp_path: Path, layout: str) 
     assert local.object_stats is None
 
 
+@pytest.mark.parametrize("layout", ["raw", "megatron"])
+def test_a_url_with_a_space_or_an_accent_names_the_file(tmp_path: Path, layout: str) -> None:
+    # as_uri() percent-encodes (my%20data/%C3%A9.bin); the key was taken as written, so
+    # the store looked for a file named "%C3%A9.bin". The sidecar and index come along.
+    here = tmp_path / "my data é"
+    here.mkdir()
+    path, _ = layouts(here)[layout]
+    odd = path.with_name("tok ü" + path.suffix)
+    for other in path.parent.iterdir():  # the file and its sidecar or index
+        other.rename(other.with_name(other.name.replace(path.stem, odd.stem, 1)))
+    local = TokenSource(odd, **KW)
+    assert "%20" in url(odd)
+    remote = TokenSource(url(odd), **KW)
+    assert remote.fingerprint() == local.fingerprint()
+    assert run(remote, steps=20) == run(local, steps=20)
+
+
 def test_megatron_index_is_parsed_from_the_url(tmp_path: Path) -> None:
     path, _ = layouts(tmp_path)["megatron"]
     tf = open_token_file(url(path))

@@ -239,6 +239,19 @@ def test_a_prefix_without_the_format_or_that_cannot_be_listed(
     assert proxy.stats.faults >= FAST_RETRY.attempts  # retried before it gave up
 
 
+def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # Both listed nothing under them and said only "no objects ending in ['.npz']".
+    options = {**s3.options(), "retry": FAST_RETRY}
+    one = f"s3://{BUCKET}/files/npz/s01.npz"
+    with pytest.raises(DataError, match=r"s01\.npz names one object, not a prefix: pass \["):
+        FileSource(one, store_options=options, format="npz")
+    assert len(FileSource([one], store_options=options, format="npz").files) == 1
+    with pytest.raises(DataError, match=r"\*\.npz: .*glob patterns are not expanded on object"):
+        FileSource(f"s3://{BUCKET}/files/npz/*.npz", store_options=options, format="npz")
+
+
 def test_a_short_body_is_detected_not_decoded(
     s3: S3Fixture, datasets: Path, proxy: LatencyProxy
 ) -> None:
@@ -407,3 +420,55 @@ def test_a_source_closed_by_its_loader_reads_on_under_the_next(
     )
     assert got_files == want_files
     src.close()
+
+
+def test_odd_names_and_linked_folders_read_the_same_everywhere(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Names with spaces, accents and URL characters; files of several sizes, some NPZ
+    # members deflated; locally a class folder linked in from elsewhere (S3 has no links:
+    # its objects are under the link's name). Local path, file:// as Path.as_uri() writes
+    # it, a glob, S3: one digest, one fingerprint, exact resume across the epoch boundary,
+    # and epoch 2 in another order.
+    import os
+
+    names = ["a b/ü 1.npz", "a b/x#2.npz", "c%41/q?3.npz", "c%41/plus+4.npz", "é/5.npz"]
+    root, elsewhere = tmp_path / "my set", tmp_path / "elsewhere"
+    client = s3.server.info.boto3_client()
+    for i, name in enumerate([*names, "linked/6.npz", "linked/7.npz"]):
+        rng = np.random.default_rng(i)
+        arrays = {"x": rng.integers(0, 255, (3, 4 + i % 3), dtype=np.uint8), "y": np.arange(3) + i}
+        path = (elsewhere if name.startswith("linked/") else root) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write("npz", path, arrays, compress=i % 2 == 1)
+        client.put_object(Bucket=BUCKET, Key=f"odd names/{name}", Body=path.read_bytes())
+    os.symlink(elsewhere / "linked", root / "linked")
+    kw: dict[str, Any] = {"format": "npz", "samples_per_file": 3, "shuffle": "samples"}
+    options = {**s3.options(), "retry": FAST_RETRY}
+
+    def sources() -> dict[str, FileSource]:
+        return {
+            "local": FileSource(root, **kw),
+            "file://": FileSource(root.as_uri(), **kw),
+            "glob": FileSource(str(root / "**" / "*.npz"), **kw),
+            "s3": FileSource(f"s3://{BUCKET}/odd names", store_options=options, **kw),
+        }
+
+    made = sources()
+    assert len(made["local"].files) == 7
+    steps = 2 * -(-made["local"].samples_per_epoch // 4)  # two epochs of batches of 4
+    digests = {k: run(s, steps=steps) for k, s in made.items()}
+    assert len(set(digests.values())) == 1, digests
+    prints = {k: s.fingerprint() for k, s in made.items()}
+    assert prints["local"] == prints["file://"] == prints["s3"], prints
+    for s in made.values():
+        s.close()
+    epoch = made["local"].samples_per_epoch
+    order = [made["local"].plan.locate(9, np.arange(e * epoch, (e + 1) * epoch)) for e in (0, 1)]
+    assert not np.array_equal(order[0][0], order[1][0])
+    for name in ("local", "s3"):
+        assert_resume_exact(
+            lambda name=name: Loader(sources()[name], batch_size=4, seed=9, steps=steps),
+            steps=steps,
+            resume_at=[3, steps // 2 + 1],
+        )

@@ -11,7 +11,10 @@ garbage handed to a decoder.
 
 from __future__ import annotations
 
+import errno
+import glob
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +23,22 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    HeadraceError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from headrace.formats._object_files import cache_name, check_store_options
-from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, open_error
+from headrace.io import (
+    LocalFile,
+    ObjectCache,
+    RangeReader,
+    ReaderConfig,
+    file_url_path,
+    open_error,
+)
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
 
@@ -117,6 +133,67 @@ def _keep(key: str, extensions: tuple[str, ...]) -> bool:
     return not extensions or key.lower().endswith(extensions)
 
 
+def _walk(root: Path, extensions: tuple[str, ...]) -> list[str]:
+    """Sorted keys (``/``-separated, below ``root``) of the files ending in ``extensions``.
+
+    Symbolic links are followed, to files and to folders: a class folder kept on
+    another disk and linked in is part of the dataset (``rglob`` walked past
+    linked folders, leaving their files out without a word). A dangling link
+    with the extension is refused by name, as is a link to a folder above it
+    (followed, it would list the same files without end).
+    """
+    keys: list[str] = []
+
+    def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
+        raise open_error(str(exc.filename or root), exc) from exc
+
+    for folder, dirs, names in os.walk(root, onerror=fail, followlinks=True):
+        links = [os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+        if links:
+            # Every folder the walk went through to get here, and every folder above each:
+            # a link to one of them walks in a circle (through other links, maybe).
+            above: set[str] = set()
+            path = str(root)
+            for part in ("", *Path(folder).relative_to(root).parts):
+                path = os.path.join(path, part) if part else path
+                up = os.path.realpath(path)
+                while up not in above:
+                    above.add(up)
+                    up = os.path.dirname(up)
+            for link in links:
+                if os.path.realpath(link) in above:
+                    raise ConfigError(
+                        f"{link}: a symbolic link to {os.path.realpath(link)}, a folder above "
+                        f"it in {root}: the dataset would hold its files over and over; remove "
+                        "the link or list the files"
+                    )
+        for n in names:
+            if not _keep(n, extensions):
+                continue
+            path = os.path.join(folder, n)
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except FileNotFoundError as exc:
+                if not os.path.islink(path):  # deleted while listed
+                    raise open_error(path, exc) from exc
+                raise ObjectNotFoundError(
+                    errno.ENOENT,
+                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+                    "(a dataset's file must be readable: remove the link or restore its target)",
+                ) from exc
+            except OSError as exc:
+                raise open_error(path, exc) from exc
+            if regular:  # not a FIFO or socket named like a sample
+                keys.append(Path(path).relative_to(root).as_posix())
+    return sorted(keys)
+
+
+def _is_pattern(path: str | os.PathLike[str]) -> bool:
+    """A glob pattern, not a folder (a folder named ``odd[1]`` is a folder)."""
+    text = os.fspath(path)
+    return any(c in text for c in "*?[") and not os.path.exists(text)
+
+
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
 
@@ -139,6 +216,9 @@ def list_files(
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
+    if not isinstance(files, (str, os.PathLike)):
+        # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
+        files = list(files)
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 
@@ -155,7 +235,10 @@ def list_files(
             raise
         if not listed:
             store.close()
-            raise DataError(f"{store.url}: no objects ending in {list(extensions)} under it")
+            raise DataError(
+                f"{store.url}: no objects ending in {list(extensions)} under it"
+                + _why_empty(str(files), options)
+            )
         return _remote_list(store, listed, options, cache)
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         return _url_list([str(p) for p in files], store_options, listing, cache)
@@ -165,35 +248,33 @@ def list_files(
             f"cache_dir keeps local copies of objects read from an object store; {files!r} "
             "is on local disk already (leave cache_dir out)"
         )
+    if isinstance(files, (str, os.PathLike)) and _is_pattern(files):
+        # As Table.open takes one: the files it matches, as a list of them would be.
+        pattern = os.fspath(files)
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise ObjectNotFoundError(
+                f"{pattern}: no files match this glob pattern (nor is it a folder)"
+            )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         if not root.exists():
             raise ObjectNotFoundError(
-                f"{root}: no such directory (FileSource takes a directory, an object-store "
-                "URL or a list of files)"
+                f"{root}: no such directory (FileSource takes a directory, a glob pattern, an "
+                "object-store URL or a list of files)"
             )
         if not root.is_dir():
             raise ConfigError(
                 f"{root}: expected a directory, an object-store URL or a list of files."
             )
-        try:
-            keys = (
-                list(listing[0])
-                if listing is not None
-                else sorted(
-                    p.relative_to(root).as_posix()
-                    for p in root.rglob("*")
-                    if p.is_file() and _keep(p.name, extensions)
-                )
-            )
-        except OSError as exc:  # a directory without search permission: stat says EACCES
-            raise open_error(str(exc.filename or root), exc) from exc
+        keys = list(listing[0]) if listing is not None else _walk(root, extensions)
         if not keys:
             raise DataError(f"{root}: no files ending in {list(extensions)} under it")
         url = str(root)
         paths = [str(root / k) for k in keys]
     else:
-        keys = sorted(str(p) for p in files)
+        # A worker's copy reads the files its parent listed (a pattern matched then).
+        keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
         if not keys:
             raise ConfigError("the list of files is empty.")
         url, paths = "", keys
@@ -211,6 +292,29 @@ def list_files(
         _fetch=_local_reader(local_read, paths),
         _close=lambda: None,
         etags=[None] * len(keys),
+    )
+
+
+def _why_empty(url: str, options: Mapping[str, Any]) -> str:
+    """What an empty listing may mean, looked into on the error path only: a URL of
+    one object (a prefix lists below it), or a glob pattern (object stores have none)."""
+    if any(c in url.rpartition("/")[2] for c in "*?["):
+        return (
+            "; glob patterns are not expanded on object stores: pass the prefix (every "
+            "object under it with the format's extension) or a list of object URLs"
+        )
+    from headrace.formats._object_files import ObjectFiles
+
+    heads = ObjectFiles(options)
+    try:
+        heads.info(url.rstrip("/"))
+    except HeadraceError:  # no such object (the usual case), or none to look at
+        return ""
+    finally:
+        heads.close()
+    return (
+        f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
+        "alone, or the prefix above it"
     )
 
 
@@ -315,7 +419,9 @@ def _url_list(
     from headrace.formats._object_files import ObjectFiles, common_url_root
     from headrace.io import ObjectStore
 
-    urls = sorted(urls)
+    # file:// URLs as Path.as_uri() writes them (percent-encoded) name the same files as
+    # those written plainly: the keys are the names, not their encoding.
+    urls = sorted(f"file://{file_url_path(u)}" if u.startswith("file://") else u for u in urls)
     root = common_url_root(urls, "a dataset's files")
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]

@@ -8,7 +8,7 @@ format     keys
 =========  ==================================================================
 jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``)
 npy        ``data``: ``(B, *shape)``, the header's dtype
-npz        one key per member, ``(B, *shape)`` each
+npz        one key per member (or per name in ``datasets``), ``(B, *shape)``
 hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
 raw        ``data``: ``(B, nbytes)`` ``uint8``
 decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
@@ -53,6 +53,8 @@ def decode_file(
     if fmt.name == "hdf5":
         assert datasets, "FileSource's config refuses hdf5 without datasets"
         return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
+    if fmt.name == "npz" and datasets:
+        return dict(fmt.decoder(data, name=name, keys=datasets))
     out = fmt.decoder(data, name=name)
     if isinstance(out, Mapping):
         return dict(out)
@@ -71,7 +73,12 @@ def pick_item(arrays: Sample, item: int, samples_per_file: int, name: str) -> Sa
                 f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
                 f"its leading axis (samples_per_file={samples_per_file})"
             )
-        out[k] = a[item]
+        got = a[item]
+        if not isinstance(got, np.ndarray):
+            # An item of a 1-D array is a scalar; of an object array (HDF5 variable-length
+            # strings) a bytes or str that no batch can stack: a 0-d view of it instead.
+            got = a[item : item + 1].reshape(a.shape[1:])
+        out[k] = got
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ SourceMode = Literal["headrace", "map-style"]
 OnCorrupt = Literal["raise", "replace"]
 DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
+#: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
+DEFAULT_HELD_BYTES = 4 << 30
 
 
 def default_decode_threads() -> int:
@@ -64,11 +67,13 @@ class FileSourceConfig:
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5).
     ``decode=False`` hands over each file's bytes (I/O benchmarks).
     ``in_flight``: fetches held at once (default 64 on object stores and on
-    network or FUSE mounts, 16 on local disk). ``decode_threads``: threads that
+    network or FUSE mounts, 16 on local disk; fewer, 2 at least, where that many
+    of the largest file would be over 4 GiB). ``decode_threads``: threads that
     decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
     on the reading thread).
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
-    ``datasets``: the HDF5 datasets to read. ``speculate``: after a contiguous
+    ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
+    a file without one of them is an error naming it). ``speculate``: after a contiguous
     run of samples, read ahead into the next run before the loader asks.
     ``on_corrupt``: what a file that does not decode does to its samples:
     ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
@@ -127,13 +132,19 @@ class FileSourceConfig:
             )
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
+            raise ConfigError(
+                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
+                f"hold one array each (got datasets={self.datasets!r}): leave it out."
+            )
 
 
 class FileSource(Closing):
     """Samples of a dataset of files, by global sample number (a :class:`Source`).
 
     ``files``: a local directory (every file with the format's extension,
-    recursively), a list of local paths, or an object-store URL prefix
+    recursively, through symbolic links), a glob pattern or an iterable of local
+    paths, an object-store URL prefix
     (``s3://bucket/prefix``; ``store_options`` go to
     :class:`headrace.io.ObjectStore`). Options are :class:`FileSourceConfig`
     fields, or pass ``config``.
@@ -149,6 +160,8 @@ class FileSource(Closing):
     ) -> None:
         if isinstance(files, bytes):  # a path as bytes, not a list of byte values
             files = os.fsdecode(files)
+        elif not isinstance(files, (str, os.PathLike)):
+            files = list(files)  # a generator is read once, and kept to pickle for workers
         if config is None:
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)
@@ -204,6 +217,7 @@ class FileSource(Closing):
         self.replaced_samples = 0
         # The keys of the first file decoded (name, keys): every file must hold the same.
         self._keys: tuple[str, list[str]] | None = None
+        self._keys_lock = threading.Lock()
 
     def __repr__(self) -> str:
         c = self.config
@@ -249,11 +263,17 @@ class FileSource(Closing):
 
     def _default_in_flight(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
-        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
+        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk; fewer
+        (2 at least) where that many of the largest file would hold over
+        ``DEFAULT_HELD_BYTES``: the window holds whole files, and 64 HDF5 shards of
+        1 GiB are 64 GiB before a sample is read."""
         f = self.files
         if f.remote or any_on_network_fs(f.name(i) for i in range(len(f))):
-            return DEFAULT_REMOTE_IN_FLIGHT
-        return DEFAULT_LOCAL_IN_FLIGHT
+            depth = DEFAULT_REMOTE_IN_FLIGHT
+        else:
+            depth = DEFAULT_LOCAL_IN_FLIGHT
+        largest = max(f.sizes, default=0)
+        return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`)."""
@@ -339,13 +359,15 @@ class FileSource(Closing):
         name = self.files.name(f)
         sample = decode_file(self.format, data, name=name, decode=c.decode, datasets=c.datasets)
         keys = sorted(sample)
-        if self._keys is None:
-            self._keys = (name, keys)
-        elif keys != self._keys[1]:
+        with self._keys_lock:  # decode threads: only one may be the first
+            if self._keys is None:
+                self._keys = (name, keys)
+            first = self._keys
+        if keys != first[1]:
             # Caught here, not where a batch is stacked: there it named no file, and a
             # batch of this file alone went through with other keys than the rest.
             raise FormatError(
-                f"{name}: holds {keys}, but {self._keys[0]} holds {self._keys[1]}; every "
+                f"{name}: holds {keys}, but {first[0]} holds {first[1]}; every "
                 "file of a dataset must hold the same keys"
             )
         return sample

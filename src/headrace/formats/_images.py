@@ -2,7 +2,8 @@
 
 Sample schema
 -------------
-* JPEG: ``(H, W, 3)`` ``uint8`` RGB; greyscale and CMYK files are converted.
+* JPEG: ``(H, W, 3)`` ``uint8`` RGB; greyscale and CMYK files are converted,
+  and so is a PNG named as a JPEG (read by its bytes, as Pillow reads it).
 * PNG: ``(H, W, C)``, ``C`` = 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA);
   grey keeps its single channel as ``(H, W, 1)``. Palette images expand to
   RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
@@ -20,6 +21,7 @@ and warnings are errors.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from typing import Any
 
@@ -36,6 +38,8 @@ _JPEG_EOI = b"\xff\xd9"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 _FOUR_CHANNEL = ("CMYK", "YCCK")
+# libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
+_EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's colour type byte (after the signature, the chunk's length and type,
 # width, height and bit depth): 4 is grey + alpha.
 _PNG_COLOR_TYPE = 25
@@ -57,10 +61,32 @@ def _pil() -> Any:
     return Image
 
 
+def _bomb_error(name: str, kind: str, pixels: int | str, limit: int) -> FormatError:
+    return FormatError(
+        f"{name}: {kind} of {pixels} pixels, over twice Pillow's decompression-bomb limit "
+        f"(PIL.Image.MAX_IMAGE_PIXELS = {limit:,}); if images this large are expected, "
+        "raise it (None: no limit) in every process that decodes (DataLoader workers too)"
+    )
+
+
+def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
+    """Refuse what Pillow refuses as a decompression bomb (over twice
+    ``PIL.Image.MAX_IMAGE_PIXELS``) on the simplejpeg path too: the decoder
+    installed must not decide which images a batch holds."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - without Pillow there is no limit to share
+        return
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and height * width > 2 * limit:
+        raise _bomb_error(name, kind, f"{width} x {height} = {height * width:,}", limit)
+
+
 def _check_jpeg(view: memoryview, name: str) -> None:
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
         raise FormatError(
-            f"{name}: not a JPEG: starts with {bytes(view[:4])!r}, expected SOI marker ff d8"
+            f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}, expected SOI "
+            "marker ff d8"
         )
     # Writers may pad with NULs after EOI; any other tail means a cut-off file.
     end = len(view)
@@ -90,15 +116,21 @@ def decode_jpeg(
     ``use_simplejpeg`` forces one (``None``: the fastest available).
     """
     view = as_bytes_view(data, name)
+    if bytes(view[:8]) == _PNG_SIG:
+        # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
+        # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
+        _check_png(view, name)
+        return _pil_decode(view, name, "PNG", want_rgb=True)
     _check_jpeg(view, name)
     use_sj = _simplejpeg is not None if use_simplejpeg is None else use_simplejpeg
     if use_sj:
         if _simplejpeg is None:  # pragma: no cover
             raise ConfigError("simplejpeg is not installed: pip install 'headrace[images]'")
         try:
-            colorspace = _simplejpeg.decode_jpeg_header(view)[2]
+            height, width, colorspace, _ = _simplejpeg.decode_jpeg_header(view)
         except ValueError as exc:
             raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+        _check_pixels(height, width, name, "JPEG")
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
@@ -106,7 +138,12 @@ def decode_jpeg(
         try:
             out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=True)
         except ValueError as exc:
-            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
+                raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
+            # decoded, and any damage before them would have raised first (in order).
+            # Pillow ignores the warning; so must this path, or the decoder decides.
+            out = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=False)
         return out
     return _pil_decode(view, name, "JPEG", want_rgb=True)
 
@@ -116,6 +153,8 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
+            warnings.simplefilter("ignore", image_mod.DecompressionBombWarning)
             with image_mod.open(BufferReader(view), formats=[kind]) as img:
                 img.load()
                 if want_rgb:
@@ -123,6 +162,11 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
                 else:
                     img = _png_mode(img)
                 arr = np.asarray(img)
+    except image_mod.DecompressionBombError as exc:
+        # Raised by open(), before the size is known here: Pillow's message has the count.
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{int(found.group(1)):,}" if found else "too many"
+        raise _bomb_error(name, kind, pixels, image_mod.MAX_IMAGE_PIXELS) from exc
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
         # Pillow's "cannot identify image file" names our reader object, not the file.
         why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
@@ -148,13 +192,8 @@ def _png_mode(img: Any) -> Any:
     return img.convert("RGBA" if "A" in mode else "RGB")
 
 
-def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
-    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
-    view = as_bytes_view(data, name)
-    if bytes(view[:8]) != _PNG_SIG:
-        raise FormatError(
-            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
-        )
+def _check_png(view: memoryview, name: str) -> None:
+    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on."""
     if bytes(view[-12:]) != _PNG_IEND:
         at = bytes(view).rfind(_PNG_IEND)  # error path only
         if at > 0:
@@ -166,6 +205,16 @@ def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
         raise FormatError(
             f"{name}: truncated PNG: the file does not end with an IEND chunk ({len(view)} bytes)"
         )
+
+
+def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
+    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
+    view = as_bytes_view(data, name)
+    if bytes(view[:8]) != _PNG_SIG:
+        raise FormatError(
+            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
+        )
+    _check_png(view, name)
     arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", want_rgb=False)
     if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
         # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the

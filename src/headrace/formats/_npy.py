@@ -265,8 +265,8 @@ def decode_npz(
             raise FormatError(
                 f"{name}: member {info.filename!r} is not an array: it does not start with "
                 f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
-                f"pick the arrays with keys=[...] (it holds {sorted(infos)}), or leave "
-                "other files out of the NPZ"
+                f"pick the arrays with keys=[...] (FileSource: datasets=(...)) (it holds "
+                f"{sorted(infos)}), or leave other files out of the NPZ"
             )
         out[key] = _npy_from_view(payload, f"{name}: member {info.filename!r}")
     return out

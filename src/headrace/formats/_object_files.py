@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
-from headrace.io import ObjectCache, RequestQueue, cache_pool
+from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
 
 if TYPE_CHECKING:
@@ -94,7 +94,13 @@ def check_store_options(
 
 
 def split_object_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key."""
+    """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key.
+
+    A ``file://`` URL is split as the path it names (percent-decoded as
+    ``Path.as_uri()`` encodes it; see :func:`headrace.io.file_url_path`).
+    """
+    if url.startswith("file://"):
+        url = f"file://{file_url_path(url)}"
     scheme, sep, rest = url.partition("://")
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):

@@ -16,7 +16,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
-from headrace.formats._object_files import ObjectFiles, check_store_options
+from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.io import LocalFile
 
 __all__ = [
@@ -71,7 +71,7 @@ class TokenFile:
         # The name, not the place: a copy moved to another directory or bucket
         # is the same data and gives the same plan (see docs/objects.md).
         out: dict[str, object] = {
-            "path": self.path.rsplit("/", 1)[-1] if self.remote else os.path.basename(self.path),
+            "path": split_object_url(self.path)[1] if self.remote else os.path.basename(self.path),
             "bytes": self.nbytes,
             "dtype": self.dtype.str,
             "format": self.format,

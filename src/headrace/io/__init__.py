@@ -18,7 +18,7 @@ from typing import Any
 from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, madvise, page_aligned_empty
 from headrace.io._cache import CacheStats, ObjectCache, open_cache
-from headrace.io._file import LocalFile, open_error
+from headrace.io._file import LocalFile, file_url_path, open_error
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
     DEFAULT_IO_THREADS,
@@ -79,6 +79,7 @@ __all__ = [
     "coalesce",
     "deep_io_pool",
     "deep_io_threads",
+    "file_url_path",
     "io_pool",
     "io_threads",
     "madvise",

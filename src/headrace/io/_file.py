@@ -8,6 +8,7 @@ import os
 import stat
 import threading
 from typing import Any, cast
+from urllib.parse import unquote
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,7 +24,26 @@ from headrace.errors import (
 from headrace.io._mounts import on_network_fs
 from headrace.io._resident import resident_ranges
 
-__all__ = ["LocalFile", "eof_error", "open_error", "read_error"]
+__all__ = ["LocalFile", "eof_error", "file_url_path", "open_error", "read_error"]
+
+
+def file_url_path(url: str) -> str:
+    """The local path a ``file://`` URL names.
+
+    Percent-decoded, as ``Path.as_uri()`` and every URI writer encode it
+    (``file:///data/my%20set`` is the folder ``my set``), unless only the path as
+    written exists: a URL written by hand (``"file://" + path``) with a name
+    holding a literal ``%41`` still names it. Everything after the host is the
+    path (a ``#`` or ``?`` in a name is part of it); the host may be empty or
+    ``localhost``.
+    """
+    rest = url.partition("://")[2]
+    if rest.startswith("localhost/"):
+        rest = rest[len("localhost") :]
+    decoded = unquote(rest)
+    if decoded != rest and (os.path.exists(decoded) or not os.path.exists(rest)):
+        return decoded
+    return rest
 
 
 def open_error(path: str, exc: OSError) -> StorageError:

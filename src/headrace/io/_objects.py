@@ -38,6 +38,7 @@ from headrace.errors import (
     StorageError,
     TransientStorageError,
 )
+from headrace.io._file import file_url_path
 from headrace.io._loop import LoopThread
 from headrace.io._retry import RetryPolicy, classify, is_throttle, summarize
 from headrace.io._throttle import InFlightLimit
@@ -339,7 +340,7 @@ class ObjectStore(Closing):
         opts: Any = cfg
         http: Any = client
         if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
-            path = Path(parts.path if scheme == "file" else url).expanduser().resolve()
+            path = Path(file_url_path(url) if scheme == "file" else url).expanduser().resolve()
             if cfg:
                 raise ConfigError(
                     f"{url}: store options {sorted(cfg)} do not apply to local files."

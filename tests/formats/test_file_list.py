@@ -1,0 +1,163 @@
+"""How FileSource lists local datasets: symbolic links, iterables of paths, patterns."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError, ObjectNotFoundError
+from headrace.formats import FileSource
+
+
+def _npy(path: Path, value: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.full(3, value, dtype=np.int16))
+
+
+def _values(src: FileSource) -> list[int]:
+    n = src.samples_per_epoch
+    batch = src.read(0, np.arange(n, dtype=np.int64))
+    return [int(v) for v in batch["data"][np.argsort(batch["index"]), 0]]
+
+
+def test_a_linked_folder_and_a_linked_file_are_listed_as_their_targets(tmp_path: Path) -> None:
+    # A class folder kept on another disk and linked in (ln -s /disk2/cat train/cat) is
+    # part of the dataset: rglob walked past it, so its files were silently left out.
+    elsewhere = tmp_path / "elsewhere"
+    for i in range(3):
+        _npy(elsewhere / "cat" / f"{i}.npy", 10 + i)
+    _npy(elsewhere / "one.npy", 99)
+    root = tmp_path / "train"
+    _npy(root / "dog" / "0.npy", 0)
+    os.symlink(elsewhere / "cat", root / "cat")
+    os.symlink(elsewhere / "one.npy", root / "dog" / "1.npy")
+    src = FileSource(root, format="npy", shuffle="none")
+    assert src.files.keys == ["cat/0.npy", "cat/1.npy", "cat/2.npy", "dog/0.npy", "dog/1.npy"]
+    assert _values(src) == [10, 11, 12, 0, 99]
+    # The same as the files copied in: a resumed run may move between the two.
+    copy = tmp_path / "copy"
+    for k, v in zip(src.files.keys, [10, 11, 12, 0, 99], strict=True):
+        _npy(copy / k, v)
+    assert FileSource(copy, format="npy", shuffle="none").fingerprint() == src.fingerprint()
+
+
+def test_a_dangling_link_is_named_not_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "train"
+    _npy(root / "0.npy", 0)
+    os.symlink(tmp_path / "gone.npy", root / "1.npy")
+    with pytest.raises(ObjectNotFoundError, match=r"1\.npy: a symbolic link to .*gone\.npy"):
+        FileSource(root, format="npy")
+    # One that does not end in the format's extension is none of the dataset's business.
+    os.remove(root / "1.npy")
+    os.symlink(tmp_path / "gone.txt", root / "notes.txt")
+    assert FileSource(root, format="npy").files.keys == ["0.npy"]
+
+
+def test_a_link_back_up_the_tree_is_refused_by_name(tmp_path: Path) -> None:
+    # Followed, it would list the same files again and again (until paths get too long).
+    root = tmp_path / "train"
+    _npy(root / "a" / "0.npy", 0)
+    os.symlink(root, root / "a" / "loop")
+    with pytest.raises(ConfigError, match=r"a/loop: a symbolic link to .*train, a folder above it"):
+        FileSource(root, format="npy")
+
+
+def test_two_links_to_one_folder_list_its_files_under_both_names(tmp_path: Path) -> None:
+    # Linked twice on purpose (oversampling a class): both names, as a copy would give.
+    _npy(tmp_path / "rare" / "0.npy", 7)
+    root = tmp_path / "train"
+    _npy(root / "common" / "0.npy", 1)
+    os.symlink(tmp_path / "rare", root / "rare1")
+    os.symlink(tmp_path / "rare", root / "rare2")
+    src = FileSource(root, format="npy", shuffle="none")
+    assert src.files.keys == ["common/0.npy", "rare1/0.npy", "rare2/0.npy"]
+
+
+def test_a_generator_of_paths_is_read_whole(tmp_path: Path) -> None:
+    # FileSource(root.glob("*.npy")): the generator was used up by a look for URLs in it,
+    # and the source then said "the list of files is empty".
+    for i in range(4):
+        _npy(tmp_path / f"{i}.npy", i)
+    src = FileSource(tmp_path.glob("*.npy"), format="npy", shuffle="none")
+    assert len(src.files) == 4
+    assert _values(src) == [0, 1, 2, 3]
+    src = FileSource(iter([str(tmp_path / "1.npy"), str(tmp_path / "3.npy")]), format="npy")
+    assert len(src.files) == 2
+
+
+def test_a_glob_pattern_lists_what_it_matches_as_a_list_would(tmp_path: Path) -> None:
+    # As Table.open takes one; it used to be "no such directory".
+    for i in range(3):
+        _npy(tmp_path / "d" / f"{i}.npy", i)
+    _npy(tmp_path / "d" / "sub" / "9.npy", 9)
+    src = FileSource(str(tmp_path / "d" / "*.npy"), format="npy", shuffle="none")
+    assert _values(src) == [0, 1, 2]
+    listed = FileSource([tmp_path / "d" / f"{i}.npy" for i in range(3)], format="npy")
+    assert src.fingerprint() == {**listed.fingerprint(), "shuffle": "none"}
+    deep = FileSource(tmp_path / "d" / "**" / "*.npy", format="npy", shuffle="none")
+    assert _values(deep) == [0, 1, 2, 9]
+    with pytest.raises(ObjectNotFoundError, match=r"\*\.png: no files match this glob pattern"):
+        FileSource(str(tmp_path / "d" / "*.png"), format="png")
+    # A folder that exists under such a name is a folder.
+    odd = tmp_path / "odd[1]"
+    _npy(odd / "0.npy", 0)
+    assert FileSource(odd, format="npy").files.url == str(odd)
+
+
+def test_an_empty_folder_says_what_it_looked_for(tmp_path: Path) -> None:
+    (tmp_path / "x.txt").write_text("not a sample")
+    with pytest.raises(DataError, match=r"no files ending in \['\.npy'\] under it"):
+        FileSource(tmp_path, format="npy")
+
+
+def test_links_that_circle_through_two_folders_are_refused(tmp_path: Path) -> None:
+    # a/to_b -> b and b/to_a -> a: neither is above the other, yet a walk never ends.
+    _npy(tmp_path / "a" / "0.npy", 0)
+    _npy(tmp_path / "b" / "0.npy", 1)
+    os.symlink(tmp_path / "b", tmp_path / "a" / "to_b")
+    os.symlink(tmp_path / "a", tmp_path / "b" / "to_a")
+    root = tmp_path / "train"
+    root.mkdir()
+    os.symlink(tmp_path / "a", root / "a")
+    with pytest.raises(ConfigError, match=r"to_a: a symbolic link to .*a, a folder above it"):
+        FileSource(root, format="npy")
+
+
+def test_a_worker_copy_reads_the_files_its_parent_listed(tmp_path: Path) -> None:
+    # A worker's copy (pickled) must not list again: a file added since would give it
+    # another plan than its parent's. A generator cannot be pickled at all.
+    import pickle
+
+    for i in range(3):
+        _npy(tmp_path / f"{i}.npy", i)
+    made = [
+        FileSource(tmp_path.glob("*.npy"), format="npy", shuffle="none"),
+        FileSource(str(tmp_path / "*.npy"), format="npy", shuffle="none"),
+    ]
+    _npy(tmp_path / "3.npy", 3)
+    for src in made:
+        copy = pickle.loads(pickle.dumps(src))
+        assert copy.files.keys == src.files.keys
+        assert _values(copy) == [0, 1, 2]
+
+
+def test_file_uris_as_path_as_uri_writes_them(tmp_path: Path) -> None:
+    # Path.as_uri() (and every URI writer) percent-encodes: file:///data/my%20set. The
+    # store took the path as written, so a folder with a space or an accent was "not one".
+    root = tmp_path / "my set é"
+    for name in ("a b.npy", "ü.npy", "c.npy"):
+        _npy(root / name, len(name))
+    plain = FileSource(root, format="npy", shuffle="none")
+    for files in (root.as_uri(), "file://" + str(root), [p.as_uri() for p in root.iterdir()]):
+        src = FileSource(files, format="npy", shuffle="none")
+        assert src.files.keys == ["a b.npy", "c.npy", "ü.npy"], files
+        assert _values(src) == _values(plain)
+        assert src.fingerprint() == plain.fingerprint()
+        src.close()
+    # A name with a literal '%' in it, written as it is, is still that name.
+    odd = tmp_path / "100%41"
+    _npy(odd / "0.npy", 5)
+    assert _values(FileSource("file://" + str(odd), format="npy")) == [5]
