@@ -30,6 +30,7 @@ worker (resume with the same worker count, as StatefulDataLoader requires).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from functools import lru_cache
 from multiprocessing import forkserver
@@ -258,6 +259,17 @@ class TorchDataset(IterableDataset[TensorBatch]):
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
 
+    def _read_on(self, *, in_worker: bool) -> None:
+        """Start the next iteration at the step the last one in the main process
+        reached (what state_dict() says), so a loop broken off and begun again (or
+        handed to DataLoader workers) does not replay its first steps. A worker's own
+        last iteration does not count: its copy cannot tell the main process where it
+        stopped, so every worker starts where the main process's dataset does (a
+        forked worker finds the main process's loader, made in another process)."""
+        loader = self._loader
+        if loader is not None and (not in_worker or loader.made_in != os.getpid()):
+            self._start = self._phase = loader.step
+
     def _close_loader(self) -> None:
         """End this process's iteration: its read-ahead thread stops, its files close."""
         if self._loader is not None:
@@ -286,6 +298,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._read_on(in_worker=info is not None)
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
             self.source,
@@ -313,6 +326,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker gets the config and start step, never a running loader.
+        self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
         state["_loader"] = None
         return state

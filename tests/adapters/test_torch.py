@@ -335,3 +335,19 @@ def test_chunking_defaults(root: Path, reference: list[str]) -> None:
     mine = dataset(root, chunk_steps=5)
     assert digests(mine, 12) == reference[:12]
     assert mine._loader is not None and mine._loader.chunk_steps == 5
+
+
+def test_dataset_iterated_again_continues_where_it_stopped(
+    root: Path, reference: list[str]
+) -> None:
+    # What state_dict() says is what the next iteration reads: a loop broken off for an
+    # evaluation and started again must not replay the first steps.
+    ds = dataset(root)
+    got = digests(iter(ds), 5)
+    assert ds.state_dict()["step"] == 5
+    got += digests(iter(ds), 4)
+    got += digests(DataLoader(ds, batch_size=None, num_workers=0), 3)
+    assert got == reference[:12]
+    assert ds.state_dict()["step"] == 12
+    # DataLoader workers start where the main process's iteration stopped, too.
+    assert digests(DataLoader(ds, batch_size=None, num_workers=2)) == reference[12:]

@@ -295,6 +295,11 @@ class Loader(Closing):
         self.seed = st.seed
         self.step = st.step
 
+    @property
+    def made_in(self) -> int:
+        """The id of the process this loader iterates in (a forked copy finds its parent's)."""
+        return self._pid
+
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:
         k, w = self.step_stride, self.step_offset
