@@ -218,6 +218,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         # The loader's own: it covers the host order as well as the data.
         described = check.state_dict()
         self.fingerprint, self._parts = described["fingerprint"], described["parts"]
+        self._legacy = check.legacy_fingerprint
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
@@ -249,7 +250,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self.fingerprint, batch_size=self.batch_size, parts=self._parts)
+        st.check(
+            fingerprint=self.fingerprint,
+            batch_size=self.batch_size,
+            parts=self._parts,
+            legacy=self._legacy,
+        )
         phase = state.get("phase", st.step)
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")

@@ -36,6 +36,7 @@ from headrace.plan import (
     fingerprint_digest,
     fingerprint_parts,
     host_slice,
+    legacy_digest,
     step_samples,
 )
 
@@ -257,6 +258,7 @@ class Loader(Closing):
             described = {**described, "host_order": "address"}
         self._fingerprint = fingerprint_digest(described)
         self._parts = fingerprint_parts(described)
+        self._legacy = legacy_digest(described)
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -289,7 +291,7 @@ class Loader(Closing):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the saved step; works on any world size with the same global batch."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self._fingerprint, batch_size=self.batch_size, parts=self._parts)
+        self.check_state(st)
         self._stop_producer()
         self._generation += 1
         self.seed = st.seed
@@ -299,6 +301,21 @@ class Loader(Closing):
     def made_in(self) -> int:
         """The id of the process this loader iterates in (a forked copy finds its parent's)."""
         return self._pid
+
+    @property
+    def legacy_fingerprint(self) -> str | None:
+        """The digest that states saved before the later parts of this loader's
+        description have (:func:`~headrace.plan.legacy_digest`); ``None`` if none."""
+        return self._legacy
+
+    def check_state(self, state: LoaderState) -> None:
+        """Refuse a state saved on other data or with another global batch size."""
+        state.check(
+            fingerprint=self._fingerprint,
+            batch_size=self.batch_size,
+            parts=self._parts,
+            legacy=self._legacy,
+        )
 
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:

@@ -95,6 +95,10 @@ class Mixture:
             "batch_size": self.batch_size,
             "weights": list(self.plan.numerators),
             "sources": {n: s.fingerprint() for n, s in zip(self.names, self.sources, strict=True)},
+            # Source ids and seeds follow this order, and the digest sorts the keys of
+            # "sources": without it, the same sources and weights in another order (a
+            # dict built from a directory listing) resumed as if they were the stream saved.
+            "order": list(self.names),
         }
 
     def check_batch_size(self, batch_size: int) -> None:
