@@ -418,3 +418,16 @@ def test_a_state_saved_before_the_order_was_described_still_loads(
             ld.load_state_dict(
                 {**old, "fingerprint": "0" * 32, "parts": {**old["parts"], "weights": "x"}}
             )
+
+
+def test_weights_by_name(sources: dict[str, PaddedRows]) -> None:
+    # A dict of weights beside a dict of sources failed in NumPy with "float() argument
+    # must be a string or a real number, not 'dict'".
+    by_name = Mixture(sources, {"tiny": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
+    assert by_name.fingerprint() == mixture(sources).fingerprint()
+    with pytest.raises(ConfigError, match=r"weights name \['huge'\] but the sources are"):
+        Mixture(sources, {"huge": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
+    with pytest.raises(ConfigError, match="weights by name need sources by name"):
+        Mixture(list(sources.values()), {"0": 1, "1": 1, "2": 1}, batch_size=16)
+    with pytest.raises(ConfigError, match="weights must be a list of numbers"):
+        Mixture(sources, "0.5,0.5,1", batch_size=16)  # type: ignore[arg-type]
