@@ -77,7 +77,7 @@ class LoaderState:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoaderState:
         try:
-            version = int(d["version"])
+            version = _whole(d["version"], "version")
             if version not in (1, PLAN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
