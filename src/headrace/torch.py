@@ -454,6 +454,8 @@ class HeadraceDataLoader(Closing):
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset
         ds.load_state_dict(ds.state_at(self.step))
+        if self.num_workers:
+            self.close()  # the last iteration's workers (before the generation is taken)
         self._generation += 1
         generation = self._generation
         if not self.num_workers:
@@ -462,7 +464,6 @@ class HeadraceDataLoader(Closing):
                 yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
                 self._check_current(generation)
             return
-        self.close()
         cfg = RingConfig(
             source=ds.source,
             loader={
@@ -509,14 +510,17 @@ class HeadraceDataLoader(Closing):
         # otherwise go on counting its own steps into the restored ``step``.
         if generation != self._generation:
             raise StateError(
-                "this iterator is stale: load_state_dict() or a newer iter() on its "
-                "HeadraceDataLoader came after it began; iterate the loader again"
+                "this iterator is stale: close(), load_state_dict() or a newer iter() on "
+                "its HeadraceDataLoader came after it began; iterate the loader again "
+                "(it continues at the consumer's step)"
             )
 
     def close(self) -> None:
         """Stop the last iteration: its workers, or without workers its read-ahead
         thread and open files (tensors handed out stay valid). Iterating again
-        continues at the consumer's step."""
+        continues at the consumer's step; the stopped iterator raises StateError."""
+        # First: the stopped iterator must not go on into its closed workers' rings.
+        self._generation += 1
         if self._workers is not None:
             self._workers.close()
             self._workers = None

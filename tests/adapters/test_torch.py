@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -351,3 +352,20 @@ def test_dataset_iterated_again_continues_where_it_stopped(
     assert ds.state_dict()["step"] == 12
     # DataLoader workers start where the main process's iteration stopped, too.
     assert digests(DataLoader(ds, batch_size=None, num_workers=2)) == reference[12:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_iterator_is_stale_after_close(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # With workers, the closed iteration went on into its emptied rings: IndexError.
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    it = iter(dl)
+    assert digests(it, 2) == reference[:2]
+    closing = threading.Thread(target=dl.close)  # as a watchdog or signal handler would
+    closing.start()
+    closing.join()
+    with pytest.raises(StateError, match=r"stale: close\(\), load_state_dict\(\) or a newer"):
+        next(it)
+    assert dl.state_dict()["step"] == 2
+    assert digests(dl, 2) == reference[2:4]  # iterating again continues
