@@ -226,13 +226,16 @@ class TorchDataset(IterableDataset[TensorBatch]):
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
         """The state that resumes every worker at global ``step`` (for stock DataLoaders)."""
-        return LoaderState(
+        state = LoaderState(
             seed=self.seed,
             step=step,
             batch_size=self.batch_size,
             fingerprint=self.fingerprint,
             parts=self._parts,
         ).to_dict()
+        # Checked as a loaded state is, now: a NumPy step kept as it was made a state that
+        # json.dumps refuses and torch.load(weights_only=True) fails to restore.
+        return LoaderState.from_dict(state).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """The state of the iteration running in this process (torchdata's ``Stateful``).

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+import json
 import threading
 from itertools import islice
 from pathlib import Path
@@ -369,3 +371,21 @@ def test_headrace_dataloader_iterator_is_stale_after_close(
         next(it)
     assert dl.state_dict()["step"] == 2
     assert digests(dl, 2) == reference[2:4]  # iterating again continues
+
+
+def test_state_at_a_numpy_step_saves_as_plain_ints(root: Path, reference: list[str]) -> None:
+    # A NumPy step went into the state as it was: json.dumps refused it, and a torch.save'd
+    # checkpoint failed at restore under torch.load's default weights_only=True.
+    ds = dataset(root)
+    state = ds.state_at(np.int64(3))
+    assert type(state["step"]) is int
+    buf = io.BytesIO()
+    torch.save({"data": state}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)["data"]
+    assert json.loads(json.dumps(loaded)) == state
+    ds.load_state_dict(loaded)
+    assert digests(iter(ds), 2) == reference[3:5]
+    for bad in (3.5, -1, torch.tensor(3)):
+        with pytest.raises(StateError, match="loader state"):
+            ds.state_at(bad)  # type: ignore[arg-type]
