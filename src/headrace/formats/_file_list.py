@@ -155,7 +155,7 @@ def list_files(
             raise
         if not listed:
             store.close()
-            raise DataError(f"{store.url}: no objects ending in {list(extensions)} under it")
+            raise DataError(f"{store.url}: {_none_found('objects', extensions)}")
         return _remote_list(store, listed, options, cache)
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         return _url_list([str(p) for p in files], store_options, listing, cache)
@@ -189,7 +189,7 @@ def list_files(
         except OSError as exc:  # a directory without search permission: stat says EACCES
             raise open_error(str(exc.filename or root), exc) from exc
         if not keys:
-            raise DataError(f"{root}: no files ending in {list(extensions)} under it")
+            raise DataError(f"{root}: {_none_found('files', extensions)}")
         url = str(root)
         paths = [str(root / k) for k in keys]
     else:
@@ -328,3 +328,10 @@ def _url_list(
         finally:
             heads.close()
     return _remote_list(ObjectStore(root, **options), listed, options, cache)
+
+
+def _none_found(what: str, extensions: Sequence[str]) -> str:
+    """What a listing that found nothing says (raw files have any name: no extensions)."""
+    if not extensions:
+        return f"no {what} under it"
+    return f"no {what} ending in {list(extensions)} under it"
