@@ -389,3 +389,22 @@ def test_state_at_a_numpy_step_saves_as_plain_ints(root: Path, reference: list[s
     for bad in (3.5, -1, torch.tensor(3)):
         with pytest.raises(StateError, match="loader state"):
             ds.state_at(bad)  # type: ignore[arg-type]
+
+
+def test_dataset_refuses_a_mixture_in_another_order_and_loads_older_states(root: Path) -> None:
+    from headrace.pipeline import Mixture
+    from headrace.plan import fingerprint_digest, fingerprint_parts
+
+    def mixed(names: list[str]) -> ht.TorchDataset:
+        mix = Mixture({n: token_source(root) for n in names}, [1, 1], batch_size=BATCH)
+        return ht.TorchDataset(mix, batch_size=BATCH, seed=5)
+
+    state = mixed(["a", "b"]).state_dict()
+    with pytest.raises(StateError, match="what differs: order"):
+        mixed(["b", "a"]).load_state_dict(state)
+    # A state saved before the order was described loads as it did then.
+    ds = mixed(["a", "b"])
+    described = {k: v for k, v in ds.source.fingerprint().items() if k != "order"}
+    old = {**state, "fingerprint": fingerprint_digest(described)}
+    old["parts"] = fingerprint_parts(described)
+    ds.load_state_dict(old)
