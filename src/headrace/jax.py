@@ -133,6 +133,13 @@ class JaxLoader(Closing):
         seed: int = 0,
         **loader_kwargs: Any,
     ) -> None:
+        given = sorted({"rank", "world_size"} & loader_kwargs.keys())
+        if given:
+            raise ConfigError(
+                f"JaxLoader reads rank and world_size off the sharding (this process's rows "
+                f"of the batch); leave out {', '.join(given)}, or use numpy_loader(...) and "
+                "make_global_batch(...) to choose them yourself."
+            )
         rank, world_size = host_rows(sharding, batch_size)
         self.sharding = sharding
         self.batch_size = batch_size

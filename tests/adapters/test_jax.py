@@ -165,3 +165,11 @@ def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> 
     assert "partitioned 4 times, but the dimension size is 6 (full shape: (6,)," in msg
     assert "5040" not in msg
     assert msg.endswith("give a batch size that the sharding's batch axis divides.")
+
+
+def test_rank_and_world_size_are_the_shardings_to_say(root: Path) -> None:
+    # Passed through to the Loader beside the sharding's own: "got multiple values for
+    # keyword argument 'rank'", a TypeError from inside headrace.
+    for kw in ({"rank": 1}, {"world_size": 2}):
+        with pytest.raises(ConfigError, match=r"JaxLoader reads rank and world_size off"):
+            JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding(), **kw)
