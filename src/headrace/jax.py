@@ -29,18 +29,30 @@ def _row_slices(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
     # ranks a batch can have, with a placeholder length on the other axes
     # (5040 divides evenly over any likely mesh axis).
     last: Exception | None = None
+    indivisible: Exception | None = None
     for ndim in range(1, 9):
         try:
             shape = (batch_size,) + (5040,) * (ndim - 1)
             index_map = sharding.addressable_devices_indices_map(shape)
         except (ValueError, TypeError, IndexError) as exc:
             last = exc
+            # A rank the sharding does not fit is IndexError/TypeError; a ValueError
+            # (jax's IndivisibleError) at the smallest rank that fits says why the
+            # batch itself does not: report that one, not the placeholders of the last.
+            if indivisible is None and type(exc).__name__ == "IndivisibleError":
+                indivisible = exc
             continue
         rows = []
         for index in index_map.values():
             s = index[0] if index else slice(None)
             rows.append((s.start or 0, batch_size if s.stop is None else s.stop))
         return rows
+    if indivisible is not None:
+        raise ConfigError(
+            f"a global batch of {batch_size} rows cannot be laid out by sharding "
+            f"{sharding!r}: {indivisible}; give a batch size that the sharding's batch "
+            "axis divides."
+        ) from indivisible
     raise ConfigError(f"cannot read the batch rows of sharding {sharding!r}: {last}")
 
 
@@ -121,6 +133,13 @@ class JaxLoader(Closing):
         seed: int = 0,
         **loader_kwargs: Any,
     ) -> None:
+        given = sorted({"rank", "world_size"} & loader_kwargs.keys())
+        if given:
+            raise ConfigError(
+                f"JaxLoader reads rank and world_size off the sharding (this process's rows "
+                f"of the batch); leave out {', '.join(given)}, or use numpy_loader(...) and "
+                "make_global_batch(...) to choose them yourself."
+            )
         rank, world_size = host_rows(sharding, batch_size)
         self.sharding = sharding
         self.batch_size = batch_size

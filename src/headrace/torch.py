@@ -30,6 +30,7 @@ worker (resume with the same worker count, as StatefulDataLoader requires).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from functools import lru_cache
 from multiprocessing import forkserver
@@ -226,6 +227,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         # The loader's own: it covers the host order as well as the data.
         described = check.state_dict()
         self.fingerprint, self._parts = described["fingerprint"], described["parts"]
+        self._legacy = check.legacy_fingerprint
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
@@ -233,13 +235,16 @@ class TorchDataset(IterableDataset[TensorBatch]):
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
         """The state that resumes every worker at global ``step`` (for stock DataLoaders)."""
-        return LoaderState(
+        state = LoaderState(
             seed=self.seed,
             step=step,
             batch_size=self.batch_size,
             fingerprint=self.fingerprint,
             parts=self._parts,
         ).to_dict()
+        # Checked as a loaded state is, now: a NumPy step kept as it was made a state that
+        # json.dumps refuses and torch.load(weights_only=True) fails to restore.
+        return LoaderState.from_dict(state).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """The state of the iteration running in this process (torchdata's ``Stateful``).
@@ -257,7 +262,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self.fingerprint, batch_size=self.batch_size, parts=self._parts)
+        st.check(
+            fingerprint=self.fingerprint,
+            batch_size=self.batch_size,
+            parts=self._parts,
+            legacy=self._legacy,
+        )
         phase = state.get("phase", st.step)
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
@@ -266,6 +276,17 @@ class TorchDataset(IterableDataset[TensorBatch]):
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
+
+    def _read_on(self, *, in_worker: bool) -> None:
+        """Start the next iteration at the step the last one in the main process
+        reached (what state_dict() says), so a loop broken off and begun again (or
+        handed to DataLoader workers) does not replay its first steps. A worker's own
+        last iteration does not count: its copy cannot tell the main process where it
+        stopped, so every worker starts where the main process's dataset does (a
+        forked worker finds the main process's loader, made in another process)."""
+        loader = self._loader
+        if loader is not None and (not in_worker or loader.made_in != os.getpid()):
+            self._start = self._phase = loader.step
 
     def _close_loader(self) -> None:
         """End this process's iteration: its read-ahead thread stops, its files close."""
@@ -295,6 +316,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._read_on(in_worker=info is not None)
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
             self.source,
@@ -322,6 +344,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker gets the config and start step, never a running loader.
+        self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
         state["_loader"] = None
         return state
@@ -443,6 +466,8 @@ class HeadraceDataLoader(Closing):
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset
         ds.load_state_dict(ds.state_at(self.step))
+        if self.num_workers:
+            self.close()  # the last iteration's workers (before the generation is taken)
         self._generation += 1
         generation = self._generation
         if not self.num_workers:
@@ -451,7 +476,6 @@ class HeadraceDataLoader(Closing):
                 yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
                 self._check_current(generation)
             return
-        self.close()
         cfg = RingConfig(
             source=ds.source,
             loader={
@@ -498,14 +522,17 @@ class HeadraceDataLoader(Closing):
         # otherwise go on counting its own steps into the restored ``step``.
         if generation != self._generation:
             raise StateError(
-                "this iterator is stale: load_state_dict() or a newer iter() on its "
-                "HeadraceDataLoader came after it began; iterate the loader again"
+                "this iterator is stale: close(), load_state_dict() or a newer iter() on "
+                "its HeadraceDataLoader came after it began; iterate the loader again "
+                "(it continues at the consumer's step)"
             )
 
     def close(self) -> None:
         """Stop the last iteration: its workers, or without workers its read-ahead
         thread and open files (tensors handed out stay valid). Iterating again
-        continues at the consumer's step."""
+        continues at the consumer's step; the stopped iterator raises StateError."""
+        # First: the stopped iterator must not go on into its closed workers' rings.
+        self._generation += 1
         if self._workers is not None:
             self._workers.close()
             self._workers = None

@@ -151,3 +151,25 @@ def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Pa
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], logs
     assert json.loads(out.read_text()) == reference
+
+
+def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:
+    # The error was jax's for the last shape tried: "... dimension size is 6 (full shape:
+    # (6, 5040, 5040, 5040, 5040, 5040, 5040, 5040) ...", placeholders and all.
+    devices = len(jax.devices())
+    assert devices == 4
+    with pytest.raises(ConfigError) as exc:
+        JaxLoader(token_source(root), batch_size=6, sharding=batch_sharding())
+    msg = str(exc.value)
+    assert msg.startswith("a global batch of 6 rows cannot be laid out by sharding NamedSharding(")
+    assert "partitioned 4 times, but the dimension size is 6 (full shape: (6,)," in msg
+    assert "5040" not in msg
+    assert msg.endswith("give a batch size that the sharding's batch axis divides.")
+
+
+def test_rank_and_world_size_are_the_shardings_to_say(root: Path) -> None:
+    # Passed through to the Loader beside the sharding's own: "got multiple values for
+    # keyword argument 'rank'", a TypeError from inside headrace.
+    for kw in ({"rank": 1}, {"world_size": 2}):
+        with pytest.raises(ConfigError, match=r"JaxLoader reads rank and world_size off"):
+            JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding(), **kw)

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import io
+import json
+import threading
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -356,3 +359,73 @@ def test_chunking_defaults(root: Path, reference: list[str]) -> None:
     mine = dataset(root, chunk_steps=5)
     assert digests(mine, 12) == reference[:12]
     assert mine._loader is not None and mine._loader.chunk_steps == 5
+
+
+def test_dataset_iterated_again_continues_where_it_stopped(
+    root: Path, reference: list[str]
+) -> None:
+    # What state_dict() says is what the next iteration reads: a loop broken off for an
+    # evaluation and started again must not replay the first steps.
+    ds = dataset(root)
+    got = digests(iter(ds), 5)
+    assert ds.state_dict()["step"] == 5
+    got += digests(iter(ds), 4)
+    got += digests(DataLoader(ds, batch_size=None, num_workers=0), 3)
+    assert got == reference[:12]
+    assert ds.state_dict()["step"] == 12
+    # DataLoader workers start where the main process's iteration stopped, too.
+    assert digests(DataLoader(ds, batch_size=None, num_workers=2)) == reference[12:]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_headrace_dataloader_iterator_is_stale_after_close(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # With workers, the closed iteration went on into its emptied rings: IndexError.
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    it = iter(dl)
+    assert digests(it, 2) == reference[:2]
+    closing = threading.Thread(target=dl.close)  # as a watchdog or signal handler would
+    closing.start()
+    closing.join()
+    with pytest.raises(StateError, match=r"stale: close\(\), load_state_dict\(\) or a newer"):
+        next(it)
+    assert dl.state_dict()["step"] == 2
+    assert digests(dl, 2) == reference[2:4]  # iterating again continues
+
+
+def test_state_at_a_numpy_step_saves_as_plain_ints(root: Path, reference: list[str]) -> None:
+    # A NumPy step went into the state as it was: json.dumps refused it, and a torch.save'd
+    # checkpoint failed at restore under torch.load's default weights_only=True.
+    ds = dataset(root)
+    state = ds.state_at(np.int64(3))
+    assert type(state["step"]) is int
+    buf = io.BytesIO()
+    torch.save({"data": state}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)["data"]
+    assert json.loads(json.dumps(loaded)) == state
+    ds.load_state_dict(loaded)
+    assert digests(iter(ds), 2) == reference[3:5]
+    for bad in (3.5, -1, torch.tensor(3)):
+        with pytest.raises(StateError, match="loader state"):
+            ds.state_at(bad)  # type: ignore[arg-type]
+
+
+def test_dataset_refuses_a_mixture_in_another_order_and_loads_older_states(root: Path) -> None:
+    from headrace.pipeline import Mixture
+    from headrace.plan import fingerprint_digest, fingerprint_parts
+
+    def mixed(names: list[str]) -> ht.TorchDataset:
+        mix = Mixture({n: token_source(root) for n in names}, [1, 1], batch_size=BATCH)
+        return ht.TorchDataset(mix, batch_size=BATCH, seed=5)
+
+    state = mixed(["a", "b"]).state_dict()
+    with pytest.raises(StateError, match="what differs: order"):
+        mixed(["b", "a"]).load_state_dict(state)
+    # A state saved before the order was described loads as it did then.
+    ds = mixed(["a", "b"])
+    described = {k: v for k, v in ds.source.fingerprint().items() if k != "order"}
+    old = {**state, "fingerprint": fingerprint_digest(described)}
+    old["parts"] = fingerprint_parts(described)
+    ds.load_state_dict(old)

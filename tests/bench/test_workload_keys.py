@@ -364,3 +364,47 @@ def test_variant_specs_and_kinds_that_do_not_parse() -> None:
         spec.int("in_flight", 8)
     with pytest.raises(ConfigError, match=r"unknown workload kind 'video'; known: \['files'"):
         kind_class("video")
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+@pytest.mark.parametrize("section", ["dataset", "reader"])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key(
+    name: str, section: str, tmp_path: Path
+) -> None:
+    # files = "x" met the kind's int() as a bare "invalid literal for int()", and
+    # dtype = "float77" np.dtype()'s TypeError as a traceback.
+    wl = builtin_workloads()[name]
+    for key, value in getattr(wl, section).items():
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        bad = "float77" if isinstance(value, str) else "x"
+        if isinstance(value, str) and key != "dtype":
+            continue  # other strings are names (formats, layouts), each checked by its kind
+        wrong = wl.replace(**{section: {**getattr(wl, section), key: bad}})
+        where = rf"{name}\.toml \[{section}\]"
+        with pytest.raises(ConfigError, match=rf"^{where}: {key} = '{bad}' cannot be used: "):
+            make_kind(wrong, str(tmp_path))
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_the_cli_says_which_value_it_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    text = (resources.files("headrace.bench") / "workloads" / "tokens.toml").read_text()
+    assert 'dtype = "uint32"' in text
+    path = _write(tmp_path, text.replace('dtype = "uint32"', 'dtype = "float77"'))
+    workload = ["-w", path] if command == "bench" else [path]
+    assert main([command, *workload, "--root", str(tmp_path / "d"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "w.toml [dataset]: dtype = 'float77' cannot be used: " in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63])
+def test_a_train_seed_out_of_range_is_refused_when_the_file_is_read(
+    tmp_path: Path, seed: int
+) -> None:
+    # seed = -1 ran the warm-up, then failed inside NumPy's SeedSequence with a traceback.
+    path = _write(tmp_path, JPEG.replace("batch_size = 2", f"batch_size = 2\nseed = {seed}"))
+    with pytest.raises(ConfigError, match=rf"train: seed must be in \[0, 2\*\*63\) \(got {seed}\)"):
+        load_workload(path)

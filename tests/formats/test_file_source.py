@@ -181,6 +181,10 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource([], format="jpeg")
     with pytest.raises(DataError, match="no files ending"):
         FileSource(root, format="npz")
+    (tmp_path / "empty").mkdir()
+    # Raw files have any name: it said "no files ending in [] under it".
+    with pytest.raises(DataError, match=r"empty: no files under it$"):
+        FileSource(tmp_path / "empty")
     with pytest.raises(ObjectNotFoundError, match=r"nope\.npy"):
         FileSource([root / "nope.npy"], format="npy")
     with pytest.raises(ObjectNotFoundError, match=r"nope: no such directory"):

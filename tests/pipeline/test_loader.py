@@ -737,3 +737,21 @@ def test_exit_does_not_wait_out_a_stalled_read(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_negative_end_step_is_refused(token_path: Path) -> None:
+    # steps=-1 (an "until the end" sentinel elsewhere) gave an empty iteration, silently.
+    with pytest.raises(ConfigError, match=r"steps must be None \(never ends\) or >= 0 \(got -1\)"):
+        loader(token_path, steps=-1)
+    assert list(loader(token_path, steps=0)) == []  # the end step of a run not begun
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_the_iterator_of_a_closed_loader_says_it_is_closed(token_path: Path, prefetch: int) -> None:
+    # It said "iterate the loader again (iter(loader))", which a closed loader refuses.
+    ld = loader(token_path, prefetch=prefetch)
+    it = iter(ld)
+    next(it)
+    ld.close()
+    with pytest.raises(StateError, match=r"stale: .* the loader is closed: make a new one"):
+        next(it)

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError, DataError, StateError
 from headrace.formats import PaddedRows, TokenSource, write_row_file
 from headrace.pipeline import Loader, Mixture, _mixture
 from headrace.pipeline._mixture import source_seed
-from headrace.plan import MixturePlan, quantize_weights
+from headrace.plan import MixturePlan, fingerprint_digest, fingerprint_parts, quantize_weights
 from headrace.testing import assert_resume_exact, batch_digest
 
 # -- the plan ----------------------------------------------------------------------------
@@ -379,3 +379,55 @@ def test_locate_deals_each_step_with_its_own_permutation(weights: list[float], b
             s = int(np.searchsorted(np.cumsum(counts), slot, side="right"))
             assert source[i] == s
             assert local[i] == base[s] + slot - (np.cumsum(counts)[s] - counts[s])
+
+
+def test_a_state_is_refused_by_the_same_sources_in_another_order(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # Source ids, and the seed each source reads with, follow the mapping's order: the
+    # same sources and weights in another order are another stream. A state's digest
+    # sorted the mapping's keys, so the swap was resumed without a word.
+    two = {"big": sources["big"], "mid": sources["mid"]}
+    swapped = {"mid": sources["mid"], "big": sources["big"]}
+    with Loader(Mixture(two, [1, 1], batch_size=16), batch_size=16, seed=3) as ld:
+        state = ld.state_dict()
+        first = batch_digest([ld.batch_at(0)])
+    with Loader(Mixture(swapped, [1, 1], batch_size=16), batch_size=16, seed=3) as other:
+        assert batch_digest([other.batch_at(0)]) != first
+        with pytest.raises(StateError, match="what differs: order"):
+            other.load_state_dict(state)
+    with Loader(Mixture(dict(two), [1, 1], batch_size=16), batch_size=16) as same:
+        same.load_state_dict(state)
+        assert batch_digest([same.batch_at(0)]) == first
+
+
+def test_a_state_saved_before_the_order_was_described_still_loads(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # Such a state could not tell the order; it resumes as it did then.
+    mix = Mixture({"mid": sources["mid"], "big": sources["big"]}, [1, 2], batch_size=16)
+    with Loader(mix, batch_size=16, seed=3) as ld:
+        state = ld.state_dict()
+    described = {k: v for k, v in mix.fingerprint().items() if k != "order"}
+    old = {**state, "fingerprint": fingerprint_digest(described)}
+    old["parts"] = fingerprint_parts(described)
+    with Loader(mix, batch_size=16) as ld:
+        ld.load_state_dict(old)
+        assert ld.seed == 3
+        with pytest.raises(StateError, match="what differs: weights"):
+            ld.load_state_dict(
+                {**old, "fingerprint": "0" * 32, "parts": {**old["parts"], "weights": "x"}}
+            )
+
+
+def test_weights_by_name(sources: dict[str, PaddedRows]) -> None:
+    # A dict of weights beside a dict of sources failed in NumPy with "float() argument
+    # must be a string or a real number, not 'dict'".
+    by_name = Mixture(sources, {"tiny": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
+    assert by_name.fingerprint() == mixture(sources).fingerprint()
+    with pytest.raises(ConfigError, match=r"weights name \['huge'\] but the sources are"):
+        Mixture(sources, {"huge": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
+    with pytest.raises(ConfigError, match="weights by name need sources by name"):
+        Mixture(list(sources.values()), {"0": 1, "1": 1, "2": 1}, batch_size=16)
+    with pytest.raises(ConfigError, match="weights must be a list of numbers"):
+        Mixture(sources, "0.5,0.5,1", batch_size=16)  # type: ignore[arg-type]

@@ -210,3 +210,13 @@ def test_state_out_of_range_is_refused(field: dict[str, int]) -> None:
     d = {**LoaderState(seed=2**63 - 1, step=0, batch_size=8, fingerprint="f").to_dict(), **field}
     with pytest.raises(StateError, match="out of range"):
         LoaderState.from_dict(d)
+
+
+@pytest.mark.parametrize("version", ["2", 2.5, 1.9, True, None])
+def test_a_state_version_that_is_not_an_integer_is_refused(version: object) -> None:
+    # A version of 1.9 was read as 1, and "2" as 2, where a step of "3" is refused.
+    d = {**LoaderState(seed=1, step=0, batch_size=8, fingerprint="f").to_dict(), "version": version}
+    with pytest.raises(
+        StateError, match=rf"loader state has version {version!r}; expected an integer"
+    ):
+        LoaderState.from_dict(d)

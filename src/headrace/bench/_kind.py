@@ -248,11 +248,28 @@ class Kind:
         so the keys a kind knows are the ones its constructor reads: no list to keep.
         """
         owner = f"the {workload.kind} kind"
+        trail: list[tuple[str, str, Any]] = []
         ds, rd = (
-            Section(getattr(workload, name), where=f"{workload.where} [{name}]", owner=owner)
+            Section(
+                getattr(workload, name),
+                where=f"{workload.where} [{name}]",
+                owner=owner,
+                trail=trail,
+            )
             for name in ("dataset", "reader")
         )
-        kind = cls(dataclasses.replace(workload, dataset=ds, reader=rd), root)
+        try:
+            kind = cls(dataclasses.replace(workload, dataset=ds, reader=rd), root)
+        except (TypeError, ValueError) as exc:
+            # A value of the wrong type (dtype = "float77", files = "x"), met by the kind's
+            # int()/float()/np.dtype() as it reads its settings: name the setting, not the
+            # conversion (a bare "invalid literal for int()", or a traceback for a TypeError).
+            if not trail:
+                raise
+            where, key, value = trail[-1]
+            raise ConfigError(
+                f"{where}: {key} = {value!r} cannot be used: {exc} (check its type and range)"
+            ) from exc
         ds.check_read()
         rd.check_read()
         return kind

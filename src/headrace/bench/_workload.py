@@ -61,11 +61,21 @@ class Section(dict[str, Any]):
     looked up: a typo, or a setting this kind does not have.
     """
 
-    def __init__(self, data: Mapping[str, Any], *, where: str, owner: str) -> None:
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        where: str,
+        owner: str,
+        trail: list[tuple[str, str, Any]] | None = None,
+    ) -> None:
         super().__init__(data)
         self.where = where  # "jpeg.toml [reader]"
         self.owner = owner  # "the files kind"
         self.read: set[str] = set()
+        # (where, key, value) of each key looked up that the file sets, shared by the
+        # sections of one kind: a value the kind cannot use is most likely the last one.
+        self.trail = [] if trail is None else trail
         # Keys looked up but not set, with the default the kind used: what a variant
         # option may still set (``?odirect=true`` where the file has no odirect).
         self.defaults: dict[str, Any] = {}
@@ -74,11 +84,16 @@ class Section(dict[str, Any]):
         self.read.add(key)
         if not super().__contains__(key):
             self.defaults.setdefault(key, default)
-        return super().get(key, default)
+            return default
+        value = super().__getitem__(key)
+        self.trail.append((self.where, key, value))
+        return value
 
     def __getitem__(self, key: str) -> Any:
         self.read.add(key)
-        return super().__getitem__(key)
+        value = super().__getitem__(key)
+        self.trail.append((self.where, key, value))
+        return value
 
     def __contains__(self, key: object) -> bool:
         if isinstance(key, str):
@@ -130,6 +145,8 @@ class TrainConfig:
                 f"train: computation_time and its stdev must be >= 0 "
                 f"(got {self.computation_time}, {self.computation_time_stdev})"
             )
+        if not 0 <= self.seed < 2**63:  # the loader's range (NumPy's SeedSequence failed)
+            raise ConfigError(f"train: seed must be in [0, 2**63) (got {self.seed})")
         if not 0 < self.au_threshold <= 1:
             raise ConfigError(f"train: au_threshold must be in (0, 1] (got {self.au_threshold})")
         if not 0 <= self.rank < self.world_size:

@@ -236,7 +236,7 @@ def list_files(
         if not listed:
             store.close()
             raise DataError(
-                f"{store.url}: no objects ending in {list(extensions)} under it"
+                f"{store.url}: {_none_found('objects', extensions)}"
                 + _why_empty(str(files), options)
             )
         return _remote_list(store, listed, options, cache)
@@ -269,7 +269,7 @@ def list_files(
             )
         keys = list(listing[0]) if listing is not None else _walk(root, extensions)
         if not keys:
-            raise DataError(f"{root}: no files ending in {list(extensions)} under it")
+            raise DataError(f"{root}: {_none_found('files', extensions)}")
         url = str(root)
         paths = [str(root / k) for k in keys]
     else:
@@ -434,3 +434,10 @@ def _url_list(
         finally:
             heads.close()
     return _remote_list(ObjectStore(root, **options), listed, options, cache)
+
+
+def _none_found(what: str, extensions: Sequence[str]) -> str:
+    """What a listing that found nothing says (raw files have any name: no extensions)."""
+    if not extensions:
+        return f"no {what} under it"
+    return f"no {what} ending in {list(extensions)} under it"

@@ -36,6 +36,7 @@ from headrace.plan import (
     fingerprint_digest,
     fingerprint_parts,
     host_slice,
+    legacy_digest,
     step_samples,
 )
 
@@ -213,6 +214,11 @@ class Loader(Closing):
                 "prefetch must be >= 0, chunk_steps >= 1 and chunk_bytes >= 1 (got "
                 f"{prefetch=}, {chunk_steps=}, {chunk_bytes=})."
             )
+        if steps is not None and steps < 0:
+            raise ConfigError(
+                f"steps must be None (never ends) or >= 0 (got {steps}): it is the global "
+                "step at which iteration ends, not a count."
+            )
         if step_stride < 1 or not 0 <= step_offset < step_stride:
             raise ConfigError(
                 f"step_offset must be in [0, step_stride) (got {step_offset=}, {step_stride=})."
@@ -257,6 +263,7 @@ class Loader(Closing):
             described = {**described, "host_order": "address"}
         self._fingerprint = fingerprint_digest(described)
         self._parts = fingerprint_parts(described)
+        self._legacy = legacy_digest(described)
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -289,11 +296,31 @@ class Loader(Closing):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at the saved step; works on any world size with the same global batch."""
         st = LoaderState.from_dict(state)
-        st.check(fingerprint=self._fingerprint, batch_size=self.batch_size, parts=self._parts)
+        self.check_state(st)
         self._stop_producer()
         self._generation += 1
         self.seed = st.seed
         self.step = st.step
+
+    @property
+    def made_in(self) -> int:
+        """The id of the process this loader iterates in (a forked copy finds its parent's)."""
+        return self._pid
+
+    @property
+    def legacy_fingerprint(self) -> str | None:
+        """The digest that states saved before the later parts of this loader's
+        description have (:func:`~headrace.plan.legacy_digest`); ``None`` if none."""
+        return self._legacy
+
+    def check_state(self, state: LoaderState) -> None:
+        """Refuse a state saved on other data or with another global batch size."""
+        state.check(
+            fingerprint=self._fingerprint,
+            batch_size=self.batch_size,
+            parts=self._parts,
+            legacy=self._legacy,
+        )
 
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:
@@ -420,7 +447,7 @@ class Loader(Closing):
 
     def _check_current(self, generation: int) -> None:
         if generation != self._generation:
-            raise _stale()
+            raise _stale(closed=self.status is LoaderStatus.CLOSED)
 
     def chunks(self) -> Iterator[tuple[list[int], Batch]]:
         """This host's steps from ``step`` on, a chunk at a time, read in this thread.
@@ -527,7 +554,7 @@ class Loader(Closing):
                 if item is _STALE:
                     # Only a stopped producer's queue gets it (by iter(), load_state_dict()
                     # or close()), which may wake us before the generation is bumped.
-                    raise _stale()
+                    raise _stale(closed=self.status is LoaderStatus.CLOSED)
                 if isinstance(item, _Failure):
                     item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
                     raise item.exc
@@ -639,11 +666,17 @@ def _close_open() -> None:
             loader._close(_EXIT_STOP_S, warn=False)
 
 
-def _stale() -> StateError:
+def _stale(*, closed: bool) -> StateError:
+    again = (
+        "the loader is closed: make a new one (load_state_dict(loader.state_dict()) "
+        "continues at its step)"
+        if closed
+        else "iterate the loader again (iter(loader))"
+    )
     return StateError(
         "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
-        "loader came after it began, so its next step would not follow the loader's "
-        "state; iterate the loader again (iter(loader))"
+        f"loader came after it began, so its next step would not follow the loader's "
+        f"state; {again}"
     )
 
 

@@ -54,7 +54,7 @@ class Mixture:
     def __init__(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float],
+        weights: Sequence[float] | Mapping[str, float],
         *,
         batch_size: int,
     ) -> None:
@@ -66,6 +66,7 @@ class Mixture:
             self.names = [str(i) for i in range(len(self.sources))]
         if not self.sources:
             raise ConfigError("Mixture needs at least one source.")
+        weights = self._weights_in_order(sources, weights)
         if len(weights) != len(self.sources):
             raise ConfigError(
                 f"Mixture got {len(self.sources)} sources but {len(weights)} weights; give one "
@@ -81,6 +82,34 @@ class Mixture:
             None
         )
 
+    def _weights_in_order(
+        self,
+        sources: Sequence[Source] | Mapping[str, Source],
+        weights: Sequence[float] | Mapping[str, float],
+    ) -> Sequence[float]:
+        """``weights`` as a list in the sources' order: a mapping is taken by name."""
+        if isinstance(weights, str | bytes) or not isinstance(weights, Sequence | Mapping):
+            raise ConfigError(
+                f"Mixture: weights must be a list of numbers, one per source, or a dict of "
+                f"them by source name (got {type(weights).__name__} {weights!r})."
+            )
+        if not isinstance(weights, Mapping):
+            return weights
+        if not isinstance(sources, Mapping):
+            raise ConfigError(
+                "Mixture: weights by name need sources by name (a dict); give a list of "
+                f"weights in the sources' order instead (got {dict(weights)!r})."
+            )
+        given = [str(k) for k in weights]
+        if sorted(given) != sorted(self.names):
+            raise ConfigError(
+                f"Mixture: weights name {sorted(set(given) - set(self.names))} but the "
+                f"sources are {self.names} (missing: {sorted(set(self.names) - set(given))}); "
+                "give one weight per source name."
+            )
+        by_name = {str(k): v for k, v in weights.items()}
+        return [by_name[n] for n in self.names]
+
     def __repr__(self) -> str:
         total = sum(self.plan.numerators)
         parts = ", ".join(
@@ -95,6 +124,10 @@ class Mixture:
             "batch_size": self.batch_size,
             "weights": list(self.plan.numerators),
             "sources": {n: s.fingerprint() for n, s in zip(self.names, self.sources, strict=True)},
+            # Source ids and seeds follow this order, and the digest sorts the keys of
+            # "sources": without it, the same sources and weights in another order (a
+            # dict built from a directory listing) resumed as if they were the stream saved.
+            "order": list(self.names),
         }
 
     def check_batch_size(self, batch_size: int) -> None:

@@ -3,7 +3,13 @@
 from headrace.plan._mixture import MixturePlan, quantize_weights
 from headrace.plan._permute import Permutation, cached_permutation, derive_keys
 from headrace.plan._slicing import host_slice, step_samples
-from headrace.plan._state import PLAN_VERSION, LoaderState, fingerprint_digest, fingerprint_parts
+from headrace.plan._state import (
+    PLAN_VERSION,
+    LoaderState,
+    fingerprint_digest,
+    fingerprint_parts,
+    legacy_digest,
+)
 from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
 
 __all__ = [
@@ -19,6 +25,7 @@ __all__ = [
     "fingerprint_parts",
     "group_by_window",
     "host_slice",
+    "legacy_digest",
     "quantize_weights",
     "step_samples",
 ]

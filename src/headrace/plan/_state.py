@@ -11,7 +11,13 @@ import numpy as np
 
 from headrace.errors import StateError
 
-__all__ = ["PLAN_VERSION", "LoaderState", "fingerprint_digest", "fingerprint_parts"]
+__all__ = [
+    "PLAN_VERSION",
+    "LoaderState",
+    "fingerprint_digest",
+    "fingerprint_parts",
+    "legacy_digest",
+]
 
 #: 2: keys of counters of 2**32 or more no longer alias smaller ones (``derive_keys``);
 #: a version-1 state with a seed below 2**32 plans the same batches and still loads.
@@ -22,6 +28,19 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     """A short stable digest of a source's fingerprint (paths, sizes, dtypes, config)."""
     blob = json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:32]
+
+
+#: Parts added to descriptions after states were saved without them: ``order``, a
+#: mixture's source order (the digest sorts the keys of its ``sources``).
+_LATER_PARTS = ("order",)
+
+
+def legacy_digest(fingerprint: dict[str, Any]) -> str | None:
+    """The digest of ``fingerprint`` as states saved before its later parts have it
+    (``None`` if it has none): such a state loads as it did then, unchecked for them."""
+    if not any(k in fingerprint for k in _LATER_PARTS):
+        return None
+    return fingerprint_digest({k: v for k, v in fingerprint.items() if k not in _LATER_PARTS})
 
 
 def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
@@ -58,7 +77,7 @@ class LoaderState:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoaderState:
         try:
-            version = int(d["version"])
+            version = _whole(d["version"], "version")
             if version not in (1, PLAN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
@@ -89,15 +108,27 @@ class LoaderState:
         return st
 
     def check(
-        self, *, fingerprint: str, batch_size: int, parts: dict[str, str] | None = None
+        self,
+        *,
+        fingerprint: str,
+        batch_size: int,
+        parts: dict[str, str] | None = None,
+        legacy: str | None = None,
     ) -> None:
         """Refuse a state saved on other data or with another global batch size; with
-        both sides' ``parts``, name the parts of the sources' description that differ."""
-        if fingerprint != self.fingerprint:
+        both sides' ``parts``, name the parts of the sources' description that differ.
+        ``legacy``: the digest the same data had before a part was added to its
+        description (:func:`legacy_digest`); a state saved then still loads."""
+        if fingerprint != self.fingerprint and (legacy is None or legacy != self.fingerprint):
             which = ""
             if parts is not None and self.parts is not None:
+                saved = self.parts
                 keys = sorted(
-                    k for k in parts.keys() | self.parts.keys() if parts.get(k) != self.parts.get(k)
+                    k
+                    for k in parts.keys() | saved.keys()
+                    if parts.get(k) != saved.get(k)
+                    # a part the state was saved without, when it did not exist yet
+                    and not (k in _LATER_PARTS and k not in saved)
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
             raise StateError(
