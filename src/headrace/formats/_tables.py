@@ -72,6 +72,7 @@ from headrace.formats._table_part import (
 from headrace.formats._table_paths import (
     _path_list,
     _resolve,
+    dataset_columns,
     saved_fingerprint,
 )
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls
@@ -369,6 +370,7 @@ class Table(Closing):
                 "(it would name one column per letter)"
             )
         paths = _path_list(path)
+        columns = dataset_columns(path, columns)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
         options = check_store_options(store_options, remote=remote)
         if cache_dir is not None and not remote:
