@@ -198,3 +198,20 @@ def test_shards_that_differ_only_in_metadata_read_as_one(tmp_path: Path) -> None
     b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).replace_schema_metadata({"k": "v"}))
     empty = _parquet(tmp_path / "a2.parquet", TABLE.slice(0, 0))  # a shard of no rows
     _check(Table.open([a, empty, b]), TABLE)
+
+
+def test_shards_that_differ_only_in_columns_not_read_read_as_one(tmp_path: Path) -> None:
+    # A column that holds only nulls in a shard is typed null there (pandas, pyarrow
+    # infer it so); one left out with columns=[...] no longer refuses the table.
+    a = _parquet(tmp_path / "a.parquet", TABLE.slice(0, 20))
+    notes = pa.array([None] * (N - 20), pa.null())
+    b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).set_column(2, "h", notes))
+    names = [c for c in TABLE.column_names if c != "h"]
+    _check(Table.open([a, b], columns=names), TABLE.select(names))
+    with pytest.raises(
+        FormatError,
+        match=r"b\.parquet: schema differs .*\(column 'h' is null here, .*leaves the others out",
+    ):
+        Table.open([a, b])
+    with pytest.raises(FormatError, match=r"b\.parquet: schema differs .*column 'h' is null"):
+        Table.open([a, b], columns=["id", "h"])

@@ -284,18 +284,28 @@ class Table(Closing):
         for p in self._parts:
             _refuse_indices_mapping(pa, p.path, p.schema)
         first = self._parts[0]
-        for p in self._parts[1:]:
-            if not p.schema.equals(first.schema):
-                raise FormatError(
-                    f"{p.path}: schema differs from {first.path} "
-                    f"({_schema_difference(p.schema, first.schema)}); every file of a table "
-                    f"must have the same schema:\n{p.schema}\nvs\n{first.schema}"
-                )
         available = list(first.schema.names)
         names = available if columns is None else list(columns)
         unknown = [c for c in names if c not in available]
         if unknown:
             raise ConfigError(f"{self._where}: no column(s) {unknown}; available: {available}")
+
+        def read(schema: Any) -> Any:
+            """The columns read, as ``schema`` has them: the others may differ (a column
+            of nulls only is typed null in the shards that have nothing else in it)."""
+            if columns is None:
+                return schema
+            return pa.schema([schema.field(c) for c in names if c in schema.names])
+
+        for p in self._parts[1:]:
+            if not read(p.schema).equals(read(first.schema)):
+                hint = "" if columns is not None else " (columns=[...] leaves the others out)"
+                raise FormatError(
+                    f"{p.path}: schema differs from {first.path} "
+                    f"({_schema_difference(read(p.schema), read(first.schema))}); every file "
+                    f"of a table must have the same schema for the columns read{hint}:"
+                    f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
+                )
         self._columns = {c: _classify(pa, c, first.schema.field(c).type, first.path) for c in names}
         self.schema = pa.schema([first.schema.field(c) for c in names])
         counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
