@@ -690,7 +690,13 @@ class Table(Closing):
             raise ConfigError(
                 f"{self._where}: column(s) {unknown} not opened; opened: {list(self._columns)}"
             )
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        given = np.asarray(indices)
+        if given.size and given.dtype.kind not in "iu":
+            raise ConfigError(
+                f"{self._where}: row indices must be integers (got {given.dtype}, e.g. "
+                f"{given.reshape(-1)[0]!r}); a boolean mask: pass np.flatnonzero(mask)"
+            )
+        idx = given.astype(np.int64, copy=False).reshape(-1)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.num_rows):
             bad = idx[(idx < 0) | (idx >= self.num_rows)][0]
             raise ConfigError(
