@@ -17,7 +17,7 @@ from headrace.formats._table_layout import folder_files
 
 
 def _write(root: Path, names: list[str]) -> None:
-    root.mkdir(exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(names):
         t = pa.table({"y": [i, i]})
         if name.endswith(".parquet"):
@@ -81,3 +81,16 @@ def test_a_folder_of_several_splits_is_refused_with_a_glob_of_one(
 )
 def test_a_folder_of_one_split_reads_every_file(tmp_path: Path, names: list[str]) -> None:
     assert folder_files("root", names, "/") == [f"root/{n}" for n in sorted(names)]
+
+
+def test_split_subfolders_are_refused_with_one_split_to_open(tmp_path: Path) -> None:
+    # The Hub's parquet conversion: <config>/<split>/0000.parquet. A glob over every
+    # subfolder (what a partitioned folder is told to use) would mix the splits.
+    for split in ("train", "test"):
+        _write(tmp_path / "default" / split, ["0000.parquet"])
+    with pytest.raises(
+        ConfigError,
+        match=r"default has splits in subfolders \(test, train\).*e\.g\. '.*default/test'",
+    ):
+        Table.open(tmp_path / "default")
+    assert Table.open(tmp_path / "default" / "train").num_rows == 2

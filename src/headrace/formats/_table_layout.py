@@ -16,7 +16,7 @@ from typing import Any
 
 from headrace.errors import ConfigError, FormatError
 
-__all__ = ["HF_METADATA", "folder_files", "state_files", "state_fingerprint"]
+__all__ = ["HF_METADATA", "folder_files", "is_split_name", "state_files", "state_fingerprint"]
 
 # The JSON files beside a save_to_disk dataset's shards.
 HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
@@ -142,6 +142,11 @@ def _split_of(name: str) -> str | None:
         return m.group("split")
     word = name.rsplit(".", 1)[0].rsplit("-", 1)[-1]
     return word if word.lower() in _SPLIT_WORDS else None
+
+
+def is_split_name(name: str) -> bool:
+    """Whether ``name`` (a folder's) is the name of a split: ``train``, ``validation``..."""
+    return name.lower() in _SPLIT_WORDS
 
 
 def _split_glob(split: str, names: list[str], splits: dict[str, str]) -> str:

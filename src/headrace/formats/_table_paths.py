@@ -16,6 +16,7 @@ from headrace.errors import (
 )
 from headrace.formats._table_layout import (
     folder_files,
+    is_split_name,
     state_files,
     state_fingerprint,
 )
@@ -220,6 +221,12 @@ def _resolve(
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
         return root, files
     nested = _nested_tables(root)
+    splits = [n for n in nested if is_split_name(n)]
+    if len(splits) > 1:
+        raise ConfigError(
+            f"{root} has splits in subfolders ({', '.join(nested)}); reading them as one "
+            f"table would mix the splits: open one, e.g. {os.path.join(root, splits[0])!r}"
+        )
     if nested:
         raise ConfigError(
             f"{root} has table files in subfolders ({', '.join(nested[:3])}"
