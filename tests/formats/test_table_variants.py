@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.errors import FormatError
-from headrace.formats import Table
+from headrace.formats import Table, TableSource
 from headrace.formats._ragged import Ragged
 
 N = 40
@@ -215,3 +215,31 @@ def test_shards_that_differ_only_in_columns_not_read_read_as_one(tmp_path: Path)
         Table.open([a, b])
     with pytest.raises(FormatError, match=r"b\.parquet: schema differs .*column 'h' is null"):
         Table.open([a, b], columns=["id", "h"])
+
+
+def test_a_table_source_refuses_null_numbers_and_strings_of_parquet_at_open(
+    tmp_path: Path,
+) -> None:
+    # Parquet statistics count a flat column's nulls per row group: a null label or text
+    # is refused when the source is made, naming its row (only a row group that has
+    # nulls is decoded), not when an epoch reaches it, hours in.
+    n = 1000
+    t = pa.table(
+        {
+            "label": pa.array([None if i == 613 else i for i in range(n)], pa.int64()),
+            "text": pa.array([None if i == 901 else f"r{i}" for i in range(n)]),
+            "ids": pa.array([[] if i % 3 else [i] for i in range(n)], pa.list_(pa.int32())),
+        }
+    )
+    a = _parquet(tmp_path / "a.parquet", TABLE.select(["id"]).rename_columns(["label"]))
+    b = _parquet(tmp_path / "b.parquet", t.select(["label"]), row_group_size=100)
+    with pytest.raises(FormatError, match=r"b\.parquet: column 'label': row 653 is null"):
+        TableSource([a, b], columns=["label"])  # the table's row: 40 rows of a.parquet first
+    p = _parquet(tmp_path / "n.parquet", t, row_group_size=100)
+    with pytest.raises(FormatError, match=r"n\.parquet: column 'text': row 901 is null"):
+        TableSource(p, columns=["text"], width=8)
+    # Empty lists count as nulls in the statistics of a list's values: not refused, and
+    # nothing is decoded to find that out (a list's null rows are refused when read).
+    src = TableSource(p, columns=["ids"], width=4)
+    assert src.table.decoded == 0
+    assert TableSource(a, columns=["label"]).table.decoded == 0

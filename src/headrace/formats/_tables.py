@@ -775,12 +775,14 @@ class Table(Closing):
             self.map_fill.filled(sum(len(r) for _, r in jobs), faults)
 
     def refuse_nulls(self, names: Sequence[str]) -> None:
-        """Refuse null rows of ``names`` in Arrow files now, not when a batch reaches them.
+        """Refuse null rows of ``names`` now, not when a batch reaches them.
 
         An Arrow record batch states each column's null count in its header, so this
-        reads no values (but the first null's batch). Parquet files are checked as
-        their rows are read (their statistics count null items of nested leaves).
+        reads no values (but the first null's batch). Parquet files: numbers and
+        strings by their statistics (:meth:`_refuse_parquet_nulls`); lists as their
+        rows are read (their statistics count empty lists as nulls).
         """
+        self._refuse_parquet_nulls(names)
         for span, (pi, si) in enumerate(zip(self._span_part, self._span_local, strict=True)):
             part = self._parts[int(pi)]
             if isinstance(part, RemoteArrow):
@@ -800,6 +802,33 @@ class Table(Closing):
                 if col.null_count:
                     valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
                     self._null_check(name, span, valid, np.arange(len(col)))
+
+    def _refuse_parquet_nulls(self, names: Sequence[str]) -> None:
+        """Refuse null rows of flat columns (numbers, strings) of Parquet files now.
+
+        A row group's statistics count a flat column's nulls, so only a row group
+        that has some is decoded (that column), to name the row. A list's values are
+        counted with its empty lists, so lists are checked as their rows are read.
+        """
+        flat = [n for n in names if self._columns[n].kind in ("scalar", "bytes")]
+        leaves: dict[int, dict[str, int]] = {}
+        for span, (pi, si) in enumerate(zip(self._span_part, self._span_local, strict=True)):
+            part = self._parts[int(pi)]
+            if not flat or not isinstance(part, (_Part, RemoteParquet)):
+                continue
+            md = part.metadata
+            if md is None:  # an Arrow file, or closed
+                continue
+            if int(pi) not in leaves:
+                paths = (md.schema.column(j).path for j in range(md.num_columns))
+                leaves[int(pi)] = {path: j for j, path in enumerate(paths)}
+            group = md.row_group(int(si))
+            for name in flat:
+                j = leaves[int(pi)].get(name)
+                stats = None if j is None else group.column(j).statistics
+                if stats is not None and stats.has_null_count and stats.null_count:
+                    rows = np.arange(self._starts[span], self._starts[span + 1])
+                    self.read_rows(rows, [name])  # raises, naming the first null row
 
     def _null_check(self, name: str, span: int, valid: Any, loc: NDArray[np.int64]) -> None:
         if valid is not None and not bool(valid[loc].all()):
