@@ -243,3 +243,26 @@ def test_a_table_source_refuses_null_numbers_and_strings_of_parquet_at_open(
     src = TableSource(p, columns=["ids"], width=4)
     assert src.table.decoded == 0
     assert TableSource(a, columns=["label"]).table.decoded == 0
+
+
+def test_corrupt_list_offsets_in_a_mapped_arrow_file_name_the_row(tmp_path: Path) -> None:
+    # A local Arrow file is read through zero-copy views, unchecked by pyarrow: offsets
+    # garbled on disk (past the values, or going back) gave a NumPy ValueError naming
+    # nothing, or rows cut from the wrong values.
+    t = pa.table({"ids": pa.array([[7, 8, 9]] * 20, pa.list_(pa.int32())), "s": ["abc"] * 20})
+    clean = _arrow(tmp_path / "clean.arrow", t, stream=True).read_bytes()
+    offsets = np.arange(0, 22, 3, dtype=np.int32).tobytes()  # batch 0's list offsets
+    at = clean.index(offsets)
+    for name, where, value, found in [
+        ("past.arrow", 7, 10**6, r"row 6 spans items \[18, 1000000\) of 21"),
+        ("back.arrow", 2, 1, r"row 1 spans items \[3, 1\) of 21"),
+        # Silently wrong before: a negative start indexed the items from their end.
+        ("negative.arrow", 0, 2**32 - 3, r"row 0 spans items \[-3, 3\) of 21"),
+    ]:
+        body = bytearray(clean)
+        body[at + 4 * where : at + 4 * where + 4] = value.to_bytes(4, "little")
+        (tmp_path / name).write_bytes(bytes(body))
+        tb = Table.open(tmp_path / name)
+        with pytest.raises(FormatError, match=rf"{name}: column 'ids': {found}: corrupt"):
+            tb.read_rows(np.arange(7), ["ids"])
+        assert tb.read_rows(np.arange(7), ["s"])["s"].values.size == 21  # other columns read

@@ -860,11 +860,20 @@ class Table(Closing):
             return dense
         starts = np.empty(n, dtype=np.int64)
         lengths = np.empty(n, dtype=np.int64)
+        limits = np.empty(n, dtype=np.int64)
         for s, pos, loc in groups:
-            _, offs, valid = views[s][name]
+            items, offs, valid = views[s][name]
             self._null_check(name, s, valid, loc)
             starts[pos] = offs[loc]
             lengths[pos] = offs[loc + 1] - starts[pos]
+            limits[pos] = items.size
+        # A mapped file's offsets are read as they are on disk (pyarrow checks none of
+        # them): damaged ones must not cut rows from the wrong items (a negative start
+        # would index from the end). One check for all rows (~9 us for 32 groups).
+        bad = (lengths < 0) | (starts < 0) | (starts + lengths > limits)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self._corrupt_offsets(name, i, groups, (starts[i], lengths[i], limits[i]))
         if fill:
             self._fill_maps(
                 (s, views[s][name][0].ctypes.data + starts[pos] * isz, lengths[pos] * isz)
@@ -891,6 +900,24 @@ class Table(Closing):
                 step = np.arange(k, dtype=np.int64) - shift
                 values[np.repeat(dst, ln) + step] = src[np.repeat(st, ln) + step]
         return Ragged(values=values, offsets=out_off)
+
+    def _corrupt_offsets(
+        self,
+        name: str,
+        i: int,
+        groups: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]],
+        found: tuple[Any, Any, Any],
+    ) -> None:
+        """Raise for output row ``i`` of column ``name``, whose list offsets are corrupt:
+        ``found`` is its (start, length, items of its record batch)."""
+        s, pos, loc = next(g for g in groups if i in g[1])
+        row = int(self._starts[s] + loc[int(np.flatnonzero(pos == i)[0])])
+        start, length, items = (int(x) for x in found)
+        raise FormatError(
+            f"{self._parts[int(self._span_part[s])].path}: column {name!r}: row {row} spans "
+            f"items [{start}, {start + length}) of {items}: corrupt list offsets (expected "
+            "them to rise, within the items)"
+        )
 
     def close(self) -> None:
         ahead = getattr(self, "_read_ahead", None)
