@@ -144,6 +144,8 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
     p = tmp_path / "t.parquet"
     with pytest.raises(ConfigError, match=r"t\.parquet: no column\(s\) \[.nope.\]"):
         TableSource(p, columns=["nope"], width=4)
+    with pytest.raises(ConfigError, match=r"t\.parquet: columns=\[\] names no column to read"):
+        TableSource(p, columns=[])  # gave batches of no arrays at all
     tb = Table.open(p)
     with pytest.raises(ConfigError, match=r"t\.parquet: unknown column\(s\) \['nope'\]"):
         TableSource(tb, columns=["nope"])

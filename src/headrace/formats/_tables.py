@@ -289,6 +289,9 @@ class Table(Closing):
         unknown = [c for c in names if c not in available]
         if unknown:
             raise ConfigError(f"{self._where}: no column(s) {unknown}; available: {available}")
+        if not names:
+            what = "has no columns" if columns is None else "columns=[] names no column to read"
+            raise ConfigError(f"{self._where}: {what}; available: {available}")
 
         def read(schema: Any) -> Any:
             """The columns read, as ``schema`` has them: the others may differ (a column
