@@ -144,6 +144,8 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
     p = tmp_path / "t.parquet"
     with pytest.raises(ConfigError, match=r"t\.parquet: no column\(s\) \[.nope.\]"):
         TableSource(p, columns=["nope"], width=4)
+    with pytest.raises(ConfigError, match=r"t\.parquet: columns=\[\] names no column to read"):
+        TableSource(p, columns=[])  # gave batches of no arrays at all
     tb = Table.open(p)
     with pytest.raises(ConfigError, match=r"t\.parquet: unknown column\(s\) \['nope'\]"):
         TableSource(tb, columns=["nope"])
@@ -225,3 +227,19 @@ def test_an_epoch_is_samples_per_epoch_rows_each_once(tmp_path: Path) -> None:
     for epoch in (got[:n], got[n:]):
         assert sorted(epoch.tolist()) == sorted(table.column("label").to_pylist())
     assert got[:n].tolist() != got[n:].tolist()
+
+
+def test_a_column_named_like_another_columns_mask_is_refused(tmp_path: Path) -> None:
+    # A list column 'ids' comes out as 'ids' and 'ids_mask': a column of the table named
+    # 'ids_mask' as well took that key, and the batch lost one of the two without a word.
+    table = pa.table(
+        {"ids": pa.array([[1], [2, 3]], pa.list_(pa.int32())), "ids_mask": [True, False]}
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    with pytest.raises(
+        ConfigError,
+        match=r"t\.parquet: columns \['ids', 'ids_mask'\] would both come out as 'ids_mask'",
+    ):
+        TableSource(tmp_path / "t.parquet", width=2)
+    src = TableSource(tmp_path / "t.parquet", columns=["ids"], width=2, shuffle=False)
+    assert src.read(0, np.arange(2))["ids_mask"].tolist() == [[True, False], [True, True]]

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.errors import FormatError
-from headrace.formats import Table
+from headrace.formats import Table, TableSource
 from headrace.formats._ragged import Ragged
 
 N = 40
@@ -198,3 +198,71 @@ def test_shards_that_differ_only_in_metadata_read_as_one(tmp_path: Path) -> None
     b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).replace_schema_metadata({"k": "v"}))
     empty = _parquet(tmp_path / "a2.parquet", TABLE.slice(0, 0))  # a shard of no rows
     _check(Table.open([a, empty, b]), TABLE)
+
+
+def test_shards_that_differ_only_in_columns_not_read_read_as_one(tmp_path: Path) -> None:
+    # A column that holds only nulls in a shard is typed null there (pandas, pyarrow
+    # infer it so); one left out with columns=[...] no longer refuses the table.
+    a = _parquet(tmp_path / "a.parquet", TABLE.slice(0, 20))
+    notes = pa.array([None] * (N - 20), pa.null())
+    b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).set_column(2, "h", notes))
+    names = [c for c in TABLE.column_names if c != "h"]
+    _check(Table.open([a, b], columns=names), TABLE.select(names))
+    with pytest.raises(
+        FormatError,
+        match=r"b\.parquet: schema differs .*\(column 'h' is null here, .*leaves the others out",
+    ):
+        Table.open([a, b])
+    with pytest.raises(FormatError, match=r"b\.parquet: schema differs .*column 'h' is null"):
+        Table.open([a, b], columns=["id", "h"])
+
+
+def test_a_table_source_refuses_null_numbers_and_strings_of_parquet_at_open(
+    tmp_path: Path,
+) -> None:
+    # Parquet statistics count a flat column's nulls per row group: a null label or text
+    # is refused when the source is made, naming its row (only a row group that has
+    # nulls is decoded), not when an epoch reaches it, hours in.
+    n = 1000
+    t = pa.table(
+        {
+            "label": pa.array([None if i == 613 else i for i in range(n)], pa.int64()),
+            "text": pa.array([None if i == 901 else f"r{i}" for i in range(n)]),
+            "ids": pa.array([[] if i % 3 else [i] for i in range(n)], pa.list_(pa.int32())),
+        }
+    )
+    a = _parquet(tmp_path / "a.parquet", TABLE.select(["id"]).rename_columns(["label"]))
+    b = _parquet(tmp_path / "b.parquet", t.select(["label"]), row_group_size=100)
+    with pytest.raises(FormatError, match=r"b\.parquet: column 'label': row 653 is null"):
+        TableSource([a, b], columns=["label"])  # the table's row: 40 rows of a.parquet first
+    p = _parquet(tmp_path / "n.parquet", t, row_group_size=100)
+    with pytest.raises(FormatError, match=r"n\.parquet: column 'text': row 901 is null"):
+        TableSource(p, columns=["text"], width=8)
+    # Empty lists count as nulls in the statistics of a list's values: not refused, and
+    # nothing is decoded to find that out (a list's null rows are refused when read).
+    src = TableSource(p, columns=["ids"], width=4)
+    assert src.table.decoded == 0
+    assert TableSource(a, columns=["label"]).table.decoded == 0
+
+
+def test_corrupt_list_offsets_in_a_mapped_arrow_file_name_the_row(tmp_path: Path) -> None:
+    # A local Arrow file is read through zero-copy views, unchecked by pyarrow: offsets
+    # garbled on disk (past the values, or going back) gave a NumPy ValueError naming
+    # nothing, or rows cut from the wrong values.
+    t = pa.table({"ids": pa.array([[7, 8, 9]] * 20, pa.list_(pa.int32())), "s": ["abc"] * 20})
+    clean = _arrow(tmp_path / "clean.arrow", t, stream=True).read_bytes()
+    offsets = np.arange(0, 22, 3, dtype=np.int32).tobytes()  # batch 0's list offsets
+    at = clean.index(offsets)
+    for name, where, value, found in [
+        ("past.arrow", 7, 10**6, r"row 6 spans items \[18, 1000000\) of 21"),
+        ("back.arrow", 2, 1, r"row 1 spans items \[3, 1\) of 21"),
+        # Silently wrong before: a negative start indexed the items from their end.
+        ("negative.arrow", 0, 2**32 - 3, r"row 0 spans items \[-3, 3\) of 21"),
+    ]:
+        body = bytearray(clean)
+        body[at + 4 * where : at + 4 * where + 4] = value.to_bytes(4, "little")
+        (tmp_path / name).write_bytes(bytes(body))
+        tb = Table.open(tmp_path / name)
+        with pytest.raises(FormatError, match=rf"{name}: column 'ids': {found}: corrupt"):
+            tb.read_rows(np.arange(7), ["ids"])
+        assert tb.read_rows(np.arange(7), ["s"])["s"].values.size == 21  # other columns read

@@ -338,6 +338,13 @@ def test_row_out_of_range_and_bad_arguments(tmp_path: Path) -> None:
         tb.read_rows([0, 900])
     with pytest.raises(ConfigError, match=r"row -1 out of range"):
         tb.read_rows([-1])
+    # Cast to int64, a boolean mask read rows 1 and 0 and 2.7 read row 2, without a word.
+    with pytest.raises(ConfigError, match=r"x\.arrow: row indices must be integers \(got bool"):
+        tb.read_rows(np.array([True, False]))
+    with pytest.raises(ConfigError, match=r"row indices must be integers \(got float64"):
+        tb.read_rows([2.7])
+    assert tb.read_rows([])["label"].shape == (0,)
+    assert tb.read_rows(np.array([3], np.uint8))["label"].tolist() == [3]
     with pytest.raises(ConfigError, match=r"row_group_cache"):
         Table.open(tmp_path / "x.arrow", row_group_cache=0)
     with pytest.raises(ConfigError, match=r"empty list of files"):

@@ -321,7 +321,9 @@ def test_damaged_objects_are_named(s3: S3Fixture) -> None:
     # Dictionary-encoded columns: refused by name at open.
     coded = pa.table({"tag": pa.array(["a", "b", "a"]).dictionary_encode(), "n": [1, 2, 3]})
     _put(s3, "bad/dict.arrow", _stream(coded, chunk=3))
-    with pytest.raises(FormatError, match=r"dict\.arrow: dictionary-encoded columns"):
+    with pytest.raises(
+        FormatError, match=r"dict\.arrow: column\(s\) \['tag'\] are dictionary-encoded"
+    ):
         Table.open(f"{URL}/bad/dict.arrow", store_options=options(s3))
     # Null rows: refused when the source is made, from the headers' null counts.
     nulls = pa.table({"input_ids": pa.array([[1], None, [2]] * 50, pa.list_(pa.int32()))})

@@ -266,6 +266,22 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/zzz-*.parquet")
     with pytest.raises(ConfigError, match=r"table.s files are all local paths or all object"):
         Table.open([f"{URL}/{FILES[0]}", str(root / FILES[0])], store_options=options(s3))
+    # A prefix of the Hub's layout holds every split: read as one, the test split would
+    # be trained on. Refused, with a glob of one split, which opens.
+    for split in ("train", "test"):
+        _put(s3, f"splits/{split}-00000-of-00001.parquet", (root / FILES[0]).read_bytes())
+    with pytest.raises(
+        ConfigError, match=r"splits holds Parquet files of several splits \['test', 'train'\]"
+    ):
+        s3_source(s3, f"{URL}/splits")
+    assert len(s3_source(s3, f"{URL}/splits/test-*.parquet")) == 2000
+    # A null label: refused when the source is made (statistics, then that row group).
+    labels = pa.array([None if i == 777 else i for i in range(1000)], pa.int64())
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"label": labels}), sink, row_group_size=100)
+    _put(s3, "nulls/n.parquet", sink.getvalue().to_pybytes())
+    with pytest.raises(FormatError, match=r"nulls/n\.parquet: column 'label': row 777 is null"):
+        TableSource(f"{URL}/nulls", columns=["label"], store_options=options(s3))
 
 
 def test_one_read_fetches_all_its_row_groups_at_once(s3: S3Fixture, root: Path) -> None:

@@ -134,6 +134,13 @@ class _Flat:
         return vec + 4, self._get("<I", vec)
 
 
+def _has_dictionary(pa: Any, typ: Any) -> bool:
+    """Whether ``typ`` or a type nested in it is dictionary-encoded."""
+    if pa.types.is_dictionary(typ):
+        return True
+    return any(_has_dictionary(pa, typ.field(i).type) for i in range(typ.num_fields))
+
+
 def _node_counts(pa: Any, typ: Any) -> int:
     """Field nodes a column of ``typ`` has in a record batch (itself, then its children's)."""
     if isinstance(typ, pa.ExtensionType):
@@ -359,6 +366,7 @@ class _Walk:
                 )
             start, end = 8, size - 10 - footer
         schema_message = b""
+        schema: Any = None
         spans: list[tuple[int, int]] = []
         rows: list[int] = []
         heads: list[int] = []
@@ -416,10 +424,12 @@ class _Walk:
                     if all(c is not None for c in counted):
                         buffers = [c for c in counted if c is not None]
                 elif kind == _DICTIONARY:
+                    coded = [f.name for f in schema or [] if _has_dictionary(pa, f.type)]
                     raise FormatError(
-                        f"{url}: dictionary-encoded columns in an Arrow IPC file on object "
-                        "storage are not read (datasets does not write them); decode them "
-                        "(pyarrow: table.cast to the value type) or copy the file to local disk"
+                        f"{url}: column(s) {coded} are dictionary-encoded, which headrace does "
+                        "not read in an Arrow IPC file on object storage, even when they are "
+                        "left out (datasets does not write them); decode them (pyarrow: "
+                        "table.cast to the value type) or copy the file to local disk"
                     )
                 elif kind == _RECORD_BATCH:
                     if not schema_message or header is None:

@@ -87,9 +87,17 @@ def table_token_files(
     the same fingerprint as a local copy.
     """
     from headrace.formats._table_part import _pa
-    from headrace.formats._table_paths import _path_list, _resolve, saved_fingerprint
+    from headrace.formats._table_paths import (
+        _path_list,
+        _resolve,
+        dataset_columns,
+        saved_fingerprint,
+    )
 
     paths = _path_list(path)
+    shown = dataset_columns(path, None)
+    if shown is not None and column not in shown:
+        raise ConfigError(f"this Dataset has no column {column!r}; it shows {shown}")
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
     check_store_options(store_options, remote=bool(remote))
     if remote:

@@ -9,19 +9,41 @@ map/filter results beside the data, several splits, both formats).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from typing import Any
 
 from headrace.errors import ConfigError, FormatError
 
-__all__ = ["HF_METADATA", "folder_files", "state_files", "state_fingerprint"]
+__all__ = ["HF_METADATA", "folder_files", "is_split_name", "state_files", "state_fingerprint"]
 
 # The JSON files beside a save_to_disk dataset's shards.
 HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
 # What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
 _HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
 _HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
+# A shard of a split as the Hub and datasets name them, Parquet or Arrow:
+# [<builder>-]<split>-00000-of-00002[-<hash>].parquet
+_HF_SHARD = re.compile(
+    r"(?:^|-)(?P<split>[A-Za-z0-9_.]+?)-\d{5}-of-\d{5}(?:-[0-9a-f]+)?\.(?:arrow|parquet)$"
+)
+# Names of splits (datasets' keywords) that a file of one split is often named after:
+# train.parquet, squad-validation.parquet.
+_SPLIT_WORDS = frozenset(
+    {
+        "train",
+        "training",
+        "validation",
+        "valid",
+        "val",
+        "dev",
+        "test",
+        "testing",
+        "eval",
+        "evaluation",
+    }
+)
 
 
 def _parse_state(where: str, text: str) -> dict[str, Any]:
@@ -99,10 +121,39 @@ def folder_files(root: str, names: list[str], join: str) -> list[str]:
     chosen = arrow or parquet
     if not chosen:
         raise FormatError(f"{root}: empty dataset: no .arrow or .parquet files, no state.json")
-    split_names = sorted({m.group("split") for n in arrow if (m := _HF_SPLIT.search(n))})
+    splits = {n: split for n in chosen if (split := _split_of(n)) is not None}
+    split_names = sorted(set(splits.values()))
     if len(split_names) > 1:
+        first = split_names[0]
+        kind = "Arrow" if arrow else "Parquet"
         raise ConfigError(
-            f"{root} holds Arrow files of several splits {split_names}; open one with a "
-            f"glob, e.g. {root + join + '*-' + split_names[0] + '*.arrow'!r}"
+            f"{root} holds {kind} files of several splits {split_names}; reading them as one "
+            f"table would mix the splits: open one with a glob, e.g. "
+            f"{root + join + _split_glob(first, chosen, splits)!r}"
         )
     return [root + join + n for n in chosen]
+
+
+def _split_of(name: str) -> str | None:
+    """The split a table file's name says it holds (``None``: it says none)."""
+    if m := _HF_SHARD.search(name):
+        return m.group("split")
+    if name.endswith(".arrow") and (m := _HF_SPLIT.search(name)):
+        return m.group("split")
+    word = name.rsplit(".", 1)[0].rsplit("-", 1)[-1]
+    return word if word.lower() in _SPLIT_WORDS else None
+
+
+def is_split_name(name: str) -> bool:
+    """Whether ``name`` (a folder's) is the name of a split: ``train``, ``validation``..."""
+    return name.lower() in _SPLIT_WORDS
+
+
+def _split_glob(split: str, names: list[str], splits: dict[str, str]) -> str:
+    """A glob that matches exactly the files of ``split`` among ``names``."""
+    ext = "." + names[0].rsplit(".", 1)[1]
+    mine = sorted(n for n in names if splits.get(n) == split)
+    for glob in (f"{split}-*{ext}", f"*-{split}-*{ext}", f"*-{split}{ext}", f"{split}{ext}"):
+        if sorted(fnmatch.filter(names, glob)) == mine:
+            return glob
+    return mine[0]

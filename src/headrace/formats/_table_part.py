@@ -290,6 +290,12 @@ class _Part:
         except OSError as exc:
             raise open_error(self.path, exc) from exc
 
+    @property
+    def metadata(self) -> Any:
+        """A Parquet file's footer metadata (``None``: an Arrow file, or closed)."""
+        pf = self._pf
+        return None if pf is None else pf.metadata
+
     def stored_bytes(self, i: int) -> int:
         """Bytes row group ``i`` takes in the file (0 for Arrow: mapped, never decoded)."""
         if self.closed:

@@ -16,6 +16,7 @@ from headrace.errors import (
 )
 from headrace.formats._table_layout import (
     folder_files,
+    is_split_name,
     state_files,
     state_fingerprint,
 )
@@ -25,7 +26,25 @@ if TYPE_CHECKING:
 
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 
-__all__ = ["_path_list", "_resolve", "saved_fingerprint"]
+__all__ = ["_path_list", "_resolve", "dataset_columns", "saved_fingerprint"]
+
+# What a datasets MemoryMappedTable may replay over its file in memory while it still
+# shows the file's rows and columns under the file's names: feature metadata, a
+# rechunking, and column picks (honoured: the Dataset's columns are the ones read).
+_SAME_DATA = frozenset(
+    {"combine_chunks", "drop", "remove_column", "replace_schema_metadata", "select"}
+)
+# How the replays that change what a file's bytes mean are told to the user.
+_REPLAYED = {
+    "rename_columns": "renames columns (rename_column, rename_columns)",
+    "flatten": "flattens struct columns (flatten)",
+    "cast": "casts columns",
+    "slice": "shows a slice of its files' rows (select, shard, take, skip)",
+    "filter": "filters rows",
+    "add_column": "adds columns",
+    "append_column": "adds columns",
+    "set_column": "replaces columns",
+}
 
 
 def _path_list(
@@ -81,20 +100,78 @@ def _dataset_files(ds: Any) -> list[str]:
         raise ConfigError(f"this Dataset ({len(ds)} rows) is held in memory, not in files: {fix}")
     pa = _pa()
     stored = 0
+    schema = None
     for f in files:
         with pa.memory_map(f, "r") as mm:
             head = mm.read(6)
             mm.seek(0)
             if head == _ARROW_FILE_MAGIC:
-                stored += pa.ipc.open_file(mm).read_all().num_rows  # zero-copy, headers only
+                reader = pa.ipc.open_file(mm)
+                stored += reader.read_all().num_rows  # zero-copy, headers only
             else:
-                stored += sum(b.num_rows for b in pa.ipc.open_stream(mm))
+                reader = pa.ipc.open_stream(mm)
+                stored += sum(b.num_rows for b in reader)
+            schema = schema or reader.schema
     if stored != len(ds):
         raise ConfigError(
             f"this Dataset shows {len(ds)} rows of its files' {stored} ({', '.join(files)}): "
             f"a select, shard, take or skip of them; {fix}"
         )
+    _refuse_memory_transforms(ds, files, schema, fix)
     return files
+
+
+def _refuse_memory_transforms(ds: Any, files: list[str], schema: Any, fix: str) -> None:
+    """Refuse a Dataset whose columns are not its files' columns under the same names.
+
+    ``datasets`` replays column transforms over a memory-mapped file in memory
+    (``MemoryMappedTable.replays``); the file keeps its own names and types. A rename
+    of two columns into each other's names even leaves the same names and types, so
+    the replays are looked at first, then every column it shows against the files'.
+    """
+    table = getattr(ds, "data", None)
+    blocks = getattr(table, "blocks", None)  # a ConcatenationTable's, rows of blocks
+    for block in [b for row in blocks for b in row] if blocks is not None else [table]:
+        for replay in getattr(block, "replays", None) or ():
+            op = str(replay[0])
+            if op not in _SAME_DATA:
+                what = _REPLAYED.get(op, f"applies {op}")
+                raise ConfigError(
+                    f"this Dataset {what} in memory, over files that hold them as they were "
+                    f"({', '.join(files)}); headrace reads the files: {fix}"
+                )
+    shown = getattr(table, "schema", None)
+    if shown is None or schema is None:
+        return
+    gone = [n for n in shown.names if n not in schema.names]
+    if gone:
+        raise ConfigError(
+            f"this Dataset shows column(s) {gone}, which are not in its files "
+            f"({', '.join(files)}: {schema.names}; made in memory, e.g. add_column): {fix}"
+        )
+    for field in shown:
+        held = schema.field(field.name).type
+        if not field.type.equals(held):
+            raise ConfigError(
+                f"this Dataset shows column {field.name!r} as {field.type}; its files "
+                f"({', '.join(files)}) hold {held}: {fix}"
+            )
+
+
+def dataset_columns(path: object, columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` of a ``datasets.Dataset`` ``path``: by default the columns it shows
+    (its files may hold more: ``remove_columns`` and ``select_columns`` drop them in
+    memory); others refused. ``columns`` as given when ``path`` is not a Dataset."""
+    kind = f"{type(path).__module__}.{type(path).__name__}"
+    if not (kind.startswith("datasets.") and type(path).__name__ == "Dataset"):
+        return None if columns is None else list(columns)
+    shown = list(getattr(path, "column_names", None) or [])
+    if columns is None:
+        return shown
+    gone = [c for c in columns if c not in shown]
+    if gone:
+        raise ConfigError(f"this Dataset has no column(s) {gone}; it shows {shown}")
+    return list(columns)
 
 
 def saved_fingerprint(root: str) -> str | None:
@@ -144,6 +221,12 @@ def _resolve(
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
         return root, files
     nested = _nested_tables(root)
+    splits = [n for n in nested if is_split_name(n)]
+    if len(splits) > 1:
+        raise ConfigError(
+            f"{root} has splits in subfolders ({', '.join(nested)}); reading them as one "
+            f"table would mix the splits: open one, e.g. {os.path.join(root, splits[0])!r}"
+        )
     if nested:
         raise ConfigError(
             f"{root} has table files in subfolders ({', '.join(nested[:3])}"

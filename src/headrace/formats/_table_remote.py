@@ -298,6 +298,11 @@ class RemoteParquet(RemotePart):
     def stored_bytes(self, i: int) -> int:
         return stored_bytes(self._md, i)
 
+    @property
+    def metadata(self) -> Any:
+        """The footer's metadata (row groups, column chunks, statistics)."""
+        return self._md
+
     def _miss(self, offset: int, length: int) -> NDArray[np.uint8]:
         self.misses += 1
         buf = np.empty(length, np.uint8)

@@ -132,6 +132,14 @@ class TableSource:
             if isinstance(w, bool) or not isinstance(w, int) or w < 1:
                 raise ConfigError(f"{self._where()}: width of {c!r} must be >= 1 (got {w!r})")
             self.widths[c] = w
+        clash = [c for c in self.widths if f"{c}_mask" in self.names]
+        if clash:
+            c = clash[0]
+            raise ConfigError(
+                f"{self._where()}: columns [{c!r}, '{c}_mask'] would both come out as "
+                f"'{c}_mask' (the padding mask of {c!r} is named so); leave one out with "
+                "columns=[...], or rename the table's column"
+            )
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
