@@ -47,6 +47,7 @@ from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, DataError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
+from headrace.pipeline._loader import remaining_steps
 from headrace.plan import LoaderState
 
 __all__ = [
@@ -294,6 +295,15 @@ class TorchDataset(IterableDataset[TensorBatch]):
             self._loader.close()
             self._loader = None
 
+    def __len__(self) -> int:
+        """Batches the next iteration yields: from the step ``state_dict()`` names to
+        ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
+        its ``len()`` from here."""
+        return remaining_steps(self.state_dict()["step"], self.steps)
+
+    def __bool__(self) -> bool:
+        return True
+
     # -- iteration -----------------------------------------------------------------
     def __iter__(self) -> Iterator[TensorBatch]:
         if self.pin_memory and get_worker_info() is not None:
@@ -437,7 +447,7 @@ class HeadraceDataLoader(Closing):
                 f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
                 "prefetch_factor, multiprocessing_context, pin_memory and copy."
             )
-        if not isinstance(num_workers, int) or num_workers < 0:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")
         if prefetch_factor is not None and (num_workers == 0 or prefetch_factor < 1):
             raise ConfigError(
@@ -462,6 +472,15 @@ class HeadraceDataLoader(Closing):
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
         self.step: int = dataset.state_dict()["step"]
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
+        (``TypeError`` when that is None). For a scheduler's total (``OneCycleLR``'s
+        ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
+        return remaining_steps(self.step, self.dataset.steps)
+
+    def __bool__(self) -> bool:
+        return True
 
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset

@@ -429,3 +429,32 @@ def test_dataset_refuses_a_mixture_in_another_order_and_loads_older_states(root:
     old = {**state, "fingerprint": fingerprint_digest(described)}
     old["parts"] = fingerprint_parts(described)
     ds.load_state_dict(old)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_len_is_the_batches_the_next_iteration_yields(root: Path, workers: int) -> None:
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    assert len(dl) == STEPS
+    assert len(digests(dl, 5)) == 5
+    assert len(dl) == STEPS - 5  # what remains: the scheduler's total is dataset.steps
+    resumed = ht.HeadraceDataLoader(dataset(root), num_workers=workers)
+    resumed.load_state_dict(dl.state_dict())
+    assert len(resumed) == STEPS - 5 == len(list(resumed))
+    assert len(resumed) == 0 and bool(resumed)  # finished, still truthy
+
+
+def test_stock_dataloader_takes_its_len_from_the_dataset(root: Path) -> None:
+    ds = dataset(root)
+    assert len(DataLoader(ds, batch_size=None)) == STEPS == len(ds)
+    ds.load_state_dict(ds.state_at(20))
+    assert len(DataLoader(ds, batch_size=None, num_workers=2)) == 4
+    assert len(digests(DataLoader(ds, batch_size=None, num_workers=2))) == 4
+
+
+def test_len_of_an_endless_dataset_is_a_type_error(root: Path) -> None:
+    ds = dataset(root, steps=None)
+    with pytest.raises(TypeError, match="never ends"):
+        len(ds)
+    with pytest.raises(TypeError, match="never ends"):
+        len(ht.HeadraceDataLoader(ds))
+    assert bool(ds) and bool(ht.HeadraceDataLoader(ds))

@@ -396,6 +396,8 @@ def test_config_errors(root: Path) -> None:
         ht.HeadraceDataLoader(dataset(root), prefetch_factor=2)
     with pytest.raises(ConfigError, match="num_workers must be"):
         ht.HeadraceDataLoader(dataset(root), num_workers=-1)
+    with pytest.raises(ConfigError, match="num_workers must be"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=True)  # not one worker
     with pytest.raises(ConfigError, match="slots >= 2"):
         RingConfig(source=token_source(root), slots=1)
 

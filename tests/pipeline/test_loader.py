@@ -231,6 +231,25 @@ def test_steps_limit_and_stride(token_path: Path) -> None:
     assert w1 == ref[1::3]
 
 
+@pytest.mark.parametrize("stride, offset", [(1, 0), (3, 1), (4, 3)])
+@pytest.mark.parametrize("start", [0, 2, 11, 12, 15])
+def test_len_is_what_the_next_iteration_yields(
+    token_path: Path, stride: int, offset: int, start: int
+) -> None:
+    ld = loader(token_path, steps=12, step_stride=stride, step_offset=offset, prefetch=0)
+    ld.step = start
+    n = len(ld)
+    assert n == len(list(ld)) == len(range(start, 12)[(offset - start) % stride :: stride])
+    assert ld  # a finished loader is still truthy (not len())
+
+
+def test_len_of_an_endless_loader_is_a_type_error(token_path: Path) -> None:
+    ld = loader(token_path)
+    with pytest.raises(TypeError, match="never ends"):
+        len(ld)
+    assert ld and len(list(islice(ld, 3))) == 3  # list() and islice() do not need len()
+
+
 def test_chunks_hold_the_batches_back_to_back(token_path: Path) -> None:
     # What worker processes hand over: a chunk's batches as one set of arrays; chunks
     # double from one step to chunk_steps, or fewer once chunk_bytes would be exceeded.

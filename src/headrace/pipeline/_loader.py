@@ -156,6 +156,14 @@ def _integer(name: str, value: object) -> int:
     return int(value)
 
 
+def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int = 0) -> int:
+    """How many steps ``t`` in ``[step, steps)`` have ``t % stride == offset``."""
+    if steps is None:
+        raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
+    first = step + (offset - step) % stride
+    return max(0, -(-(steps - first) // stride))
+
+
 class Loader(Closing):
     """Iterate this host's slice of each global batch, from ``state.step`` on.
 
@@ -321,6 +329,15 @@ class Loader(Closing):
             parts=self._parts,
             legacy=self._legacy,
         )
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields (this loader's steps from ``step`` to
+        ``steps``); ``TypeError`` when ``steps`` is None, as for any unsized iterable.
+        For a scheduler's total, use ``steps``: after a resume this is what remains."""
+        return remaining_steps(self.step, self.steps, self.step_stride, self.step_offset)
+
+    def __bool__(self) -> bool:
+        return True  # not len(): an endless or finished loader is still a loader
 
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:
