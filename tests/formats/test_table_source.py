@@ -153,6 +153,9 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
         TableSource(p, columns=["input_ids"])
     with pytest.raises(ConfigError, match=r"widths/pad_values name column\(s\) \['label'\]"):
         TableSource(p, columns=["input_ids"], width=4, widths={"label": 3})
+    for fixed in ({"widths": {"label": 3}}, {"pad_values": {"label": -100}}):  # was ignored
+        with pytest.raises(ConfigError, match=r"name column\(s\) \['label'\] of fixed shape \(int"):
+            TableSource(p, columns=["input_ids", "label"], width=4, **fixed)
     with pytest.raises(
         ConfigError, match=r"t\.parquet: column .input_ids.: row \d+ \(sample \d+\) has \d+ items"
     ):

@@ -118,6 +118,15 @@ class TableSource:
                 f"{self._where()}: widths/pad_values name column(s) {extra} that are not read; "
                 f"reading {self.names}"
             )
+        fixed = [
+            c for c in sorted(set(widths) | set(pads)) if cols[c].kind not in ("ragged", "bytes")
+        ]
+        if fixed:
+            raise ConfigError(
+                f"{self._where()}: widths/pad_values name column(s) {fixed} of fixed shape "
+                f"({', '.join(str(cols[c].arrow_type) for c in fixed)}): only variable-length "
+                "lists and binary columns are padded"
+            )
         self.widths: dict[str, int] = {}
         for c in self.names:
             if cols[c].kind not in ("ragged", "bytes"):
