@@ -39,6 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if os.path.exists(args.directory) and not os.path.isdir(args.directory):
+        raise ConfigError(f"{args.directory}: not a directory; give the cache_dir a loader used")
     if not os.path.isdir(args.directory):
         raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
     if args.prune_days is not None and args.prune_days < 0:

@@ -284,6 +284,9 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert entries(tmp_path) == []
     assert main(["cache", str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "afile").write_bytes(b"x")
+    assert main(["cache", str(tmp_path / "afile")]) == 2  # a file, not "no such directory"
+    assert "afile: not a directory" in capsys.readouterr().err
     assert main(["cache", str(tmp_path), "--prune-days", "-1"]) == 2
     capsys.readouterr()
     assert main(["cache", str(tmp_path), "--json", str(tmp_path / "no" / "r.json")]) == 2
