@@ -26,7 +26,7 @@ from obstore.store import AzureStore
 from s3util import FAST_RETRY, PREFIX, seed_objects
 
 from headrace.emulate._server import ServerProcess
-from headrace.io._objects import AZURITE_ACCOUNT, AZURITE_KEY
+from headrace.io._object_open import AZURITE_ACCOUNT, AZURITE_KEY
 
 CONTAINER = "headrace-test"
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,200 @@
+"""Opening an object store: URL schemes, S3/GCS/Azure options, plain HTTP, emulators.
+
+:func:`open_store` turns a URL and headrace's store options into an obstore store
+(and the URL it is known by); :class:`~headrace.io._objects.ObjectStore` reads
+through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from obstore.store import AzureStore, LocalStore, S3Store, from_url
+
+from headrace.errors import ConfigError, HeadraceError
+from headrace.io._file import file_url_path
+from headrace.io._retry import summarize
+
+__all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
+
+_S3_SCHEMES = ("s3", "s3a")
+_AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
+_URL_SCHEMES = ("gs", *_AZURE_SCHEMES, "http", "https", "memory")
+_NAMED_SCHEMES = ("gs", *_AZURE_SCHEMES)  # the first part of the URL names a bucket or container
+
+# Azurite's (and the old Azure Storage Emulator's) fixed development account and key,
+# published in Microsoft's documentation; they unlock nothing but a local emulator.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+_TRUE = ("true", "1", "yes", "y", "on")
+
+
+def open_store(
+    url: str | Path,
+    *,
+    endpoint: str | None,
+    region: str | None,
+    access_key_id: str | None,
+    secret_access_key: str | None,
+    path_style: bool | None,
+    allow_http: bool | None,
+    config: Mapping[str, Any] | None,
+    client_options: Mapping[str, Any] | None,
+    timeout_s: float,
+) -> tuple[str, Any]:
+    """The URL a store is known by and obstore's store for ``url`` (see ObjectStore)."""
+    s3_only = {
+        "region": region,
+        "access_key_id": access_key_id,
+        "secret_access_key": secret_access_key,
+        "path_style": path_style,
+    }
+    scheme = urlsplit(str(url)).scheme.lower()
+    given = [k for k, v in s3_only.items() if v is not None]
+    if given and scheme in _URL_SCHEMES:
+        raise ConfigError(
+            f"{url}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to s3:// "
+            f"URLs only; a {scheme}:// store "
+            "takes its settings as obstore's keys in config= (see docs/objects.md)."
+        )
+    s3_opts = {
+        "endpoint": endpoint,
+        "region": region,
+        "access_key_id": access_key_id,
+        "secret_access_key": secret_access_key,
+    }
+    cfg: dict[str, Any] = dict(config or {})
+    cfg.update({k: v for k, v in s3_opts.items() if v is not None})
+    if path_style is not None:
+        cfg["virtual_hosted_style_request"] = not path_style
+    client: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    client.update(client_options or {})
+    if allow_http is None:
+        allow_http = _allow_http_from_env(scheme, cfg.get("endpoint"), str(url))
+    if allow_http is not None:
+        client["allow_http"] = allow_http
+    return _open(str(url), cfg, client)
+
+
+def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, Any]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    # obstore retries 5xx itself unless told not to; we retry (and count) here instead.
+    no_retry: Any = {"max_retries": 0}
+    opts: Any = cfg
+    http: Any = client
+    if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
+        path = Path(file_url_path(url) if scheme == "file" else url).expanduser().resolve()
+        if cfg:
+            raise ConfigError(f"{url}: store options {sorted(cfg)} do not apply to local files.")
+        if not path.is_dir():
+            raise ConfigError(
+                f"{url}: a local store needs an existing directory ({path} is not one)."
+            )
+        return path.as_uri(), LocalStore(path)
+    try:
+        if scheme in _S3_SCHEMES:
+            bucket = parts.netloc
+            if not bucket:
+                raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
+            prefix = parts.path.strip("/") or None
+            s3 = S3Store(
+                bucket, prefix=prefix, config=opts, client_options=http, retry_config=no_retry
+            )
+            base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
+            return base, s3
+        if scheme in _URL_SCHEMES:
+            if scheme in _NAMED_SCHEMES and not parts.netloc:
+                what = "bucket" if scheme == "gs" else "container"
+                raise ConfigError(
+                    f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
+                )
+            if scheme in _AZURE_SCHEMES:
+                az = AzureStore.from_url(
+                    url, config=opts or None, client_options=http, retry_config=no_retry
+                )
+                emulator: Any = _azure_emulator_at(az.config, http)
+                if emulator is not None:
+                    az = AzureStore.from_url(
+                        url,
+                        config=emulator[0],
+                        client_options=emulator[1],
+                        retry_config=no_retry,
+                    )
+                return url.rstrip("/"), az
+            other = from_url(url, config=opts or None, client_options=http, retry_config=no_retry)
+            return url.rstrip("/"), other
+    except HeadraceError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{url}: cannot open store: {summarize(exc)}") from exc
+    raise ConfigError(
+        f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
+        "file:// or a local path."
+    )
+
+
+def _azure_emulator_at(
+    config: Mapping[str, Any], client: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The store options that reach an Azure emulator at ``config``'s endpoint, if it names one.
+
+    obstore's ``use_emulator`` ignores ``endpoint`` and always dials 127.0.0.1:10000
+    (or ``$AZURITE_BLOB_STORAGE_URL``, read once for the whole process), so an
+    emulator on any other port would be missed without a word. With an endpoint,
+    the emulator is reached as an ordinary account: path-style URLs under
+    ``/devstoreaccount1``, the emulator's published key unless another credential
+    is given, and plain HTTP allowed for an ``http://`` endpoint. ``config`` is the
+    store's own (keys normalised; the documented environment variables fill in what it
+    lacks); ``None``: no change.
+    """
+    env = os.environ
+    endpoint = (
+        config.get("endpoint") or env.get("AZURE_STORAGE_ENDPOINT") or env.get("AZURE_ENDPOINT")
+    )
+    use = config.get("use_emulator", env.get("AZURE_STORAGE_USE_EMULATOR", ""))
+    if not endpoint or str(use).lower() not in _TRUE:
+        return None
+    endpoint = str(endpoint).rstrip("/")  # obstore would put "//" before the container
+    # False, not absent: AZURE_STORAGE_USE_EMULATOR would switch it back on.
+    out = {**config, "use_emulator": False}
+    out.setdefault("account_name", AZURITE_ACCOUNT)
+    if not any(k in config for k in ("account_key", "sas_key", "token", "bearer_token")):
+        out["account_key"] = AZURITE_KEY
+    if urlsplit(endpoint).path == "":
+        endpoint = f"{endpoint}/{out['account_name']}"
+    out["endpoint"] = endpoint
+    http = dict(client)
+    if endpoint.startswith("http://"):
+        http.setdefault("allow_http", True)
+    return out, http
+
+
+def _allow_http_from_env(scheme: str, endpoint: str | None, url: str) -> bool | None:
+    """Whether plain HTTP is allowed when ``allow_http`` is not given: as the environment
+    says (``AWS_ALLOW_HTTP``, ``AZURE_ALLOW_HTTP``, ``GOOGLE_ALLOW_HTTP``), else yes for
+    an endpoint or URL written ``http://`` (MinIO, moto, a lab Ceph, a local file server;
+    for S3 also ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT``), else None (obstore's default).
+
+    Set here because the client options headrace passes (a timeout) replace those obstore
+    would read from the environment: ``AWS_ENDPOINT_URL=http://...`` with
+    ``AWS_ALLOW_HTTP=true`` was refused with a bare "builder error".
+    """
+    prefix = "AWS" if scheme in _S3_SCHEMES else "AZURE" if scheme in _AZURE_SCHEMES else None
+    if scheme == "gs":
+        prefix = "GOOGLE"
+    flag = os.environ.get(f"{prefix}_ALLOW_HTTP") if prefix else None
+    if flag is not None and flag.strip():
+        return flag.strip().lower() in ("1", "true", "yes", "on")
+    if endpoint is None and scheme in _S3_SCHEMES:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    if any(u.lower().startswith("http://") for u in (endpoint or "", url)):
+        return True
+    return None
