@@ -33,8 +33,9 @@ from headrace.formats._ragged import Ragged
 from headrace.formats._row_file import RowFile, open_row_file, write_row_file
 from headrace.formats._row_plan import sample_rows
 from headrace.formats._rows import PaddedRows
+from headrace.formats._table_schema import TableColumn
 from headrace.formats._table_source import TableSource
-from headrace.formats._tables import Table, TableColumn
+from headrace.formats._tables import Table
 from headrace.formats._token_source import TokenSource
 from headrace.formats._token_window import TokenStats
 from headrace.formats._tokens import TOKEN_DTYPES, TokenFile, open_token_file, write_token_sidecar

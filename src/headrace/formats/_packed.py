@@ -157,11 +157,11 @@ def _column_stream(
 ) -> tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]:
     """(dtype, byte ranges (offset, length), row starts in tokens, tokens) of one file."""
     from headrace.formats._table_part import _Part
-    from headrace.formats._tables import _refuse_indices_mapping
+    from headrace.formats._table_schema import refuse_indices_mapping
 
     part = _Part(path, pa)
     try:
-        _refuse_indices_mapping(pa, path, part.schema)
+        refuse_indices_mapping(pa, path, part.schema)
         if part.parquet:
             raise ConfigError(
                 f"{path}: a Parquet file's pages are encoded and compressed, so its token "
@@ -205,7 +205,8 @@ def _remote_stream(
     from headrace.formats._arrow_remote import RemoteArrow
     from headrace.formats._table_part import _pa
     from headrace.formats._table_remote import resolve_urls
-    from headrace.formats._tables import _IPC_SUFFIXES, _refuse_indices_mapping
+    from headrace.formats._table_schema import refuse_indices_mapping
+    from headrace.formats._tables import _IPC_SUFFIXES
 
     pa = _pa()
     files = ObjectFiles(store_options, check_in_flight(in_flight), name="headrace-pack")
@@ -222,7 +223,7 @@ def _remote_stream(
         dtypes: set[np.dtype[Any]] = set()
         plans = []
         for part, (_, info) in zip(parts, objects, strict=True):
-            _refuse_indices_mapping(pa, part.path, part.schema)
+            refuse_indices_mapping(pa, part.path, part.schema)
             dtype, large = _token_column(pa, part.path, part.schema, column)
             if dtypes and dtype not in dtypes:
                 raise ConfigError(

@@ -35,7 +35,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -76,6 +75,12 @@ from headrace.formats._table_paths import (
     saved_fingerprint,
 )
 from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls
+from headrace.formats._table_schema import (
+    TableColumn,
+    classify_column,
+    refuse_indices_mapping,
+    schema_difference,
+)
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._batch import results
 
@@ -97,95 +102,6 @@ _POPULATE = True
 # window); off only to measure against (benchmarks/arrow_slowfs.py --read-ahead N).
 _READ_AHEAD = True
 _AHEAD_SPANS = 4096
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TableColumn:
-    """One selected column: its name, Arrow type, kind and NumPy dtype of values."""
-
-    name: str
-    arrow_type: str
-    kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
-    dtype: np.dtype[Any]
-    width: int = 0  # for "fixed"
-
-
-def _classify(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
-    t = pa.types
-
-    def numeric(x: Any) -> bool:
-        return bool(t.is_integer(x) or t.is_floating(x))
-
-    def np_dtype(x: Any) -> np.dtype[Any]:
-        dt: np.dtype[Any] = np.dtype(x.to_pandas_dtype())
-        return dt
-
-    if t.is_dictionary(typ):
-        # A pandas category, or a column written dictionary-encoded: read as its values
-        # (decoded per record batch or row group, when read).
-        return replace(_classify(pa, name, typ.value_type, path), arrow_type=str(typ))
-    if numeric(typ) or t.is_boolean(typ):
-        return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=np_dtype(typ))
-    if t.is_fixed_size_list(typ) and numeric(typ.value_type):
-        return TableColumn(
-            name=name,
-            arrow_type=str(typ),
-            kind="fixed",
-            dtype=np_dtype(typ.value_type),
-            width=typ.list_size,
-        )
-    if (t.is_list(typ) or t.is_large_list(typ)) and numeric(typ.value_type):
-        return TableColumn(
-            name=name, arrow_type=str(typ), kind="ragged", dtype=np_dtype(typ.value_type)
-        )
-    if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
-        return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
-    hint = ""
-    if t.is_struct(typ):
-        hint = " Store the fields as columns of their own (table.flatten())."
-    raise FormatError(
-        f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
-        "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
-        f"string/binary. Leave it out with columns=[...].{hint}"
-    )
-
-
-def _schema_difference(schema: Any, first: Any) -> str:
-    """The first difference between two schemas, in words."""
-    if schema.names != first.names:
-        if sorted(schema.names) == sorted(first.names):
-            return f"columns in another order: {schema.names} vs {first.names}"
-        extra = [n for n in schema.names if n not in first.names]
-        gone = [n for n in first.names if n not in schema.names]
-        return f"columns {extra} not in the first file, {gone} missing"
-    for a, b in zip(schema, first, strict=True):
-        if not a.type.equals(b.type):
-            return f"column {a.name!r} is {a.type} here, {b.type} there"
-        if a.nullable != b.nullable:
-            here, there = ("nullable" if f.nullable else "not nullable" for f in (a, b))
-            return f"column {a.name!r} is {here} here, {there} there"
-    return "field metadata"
-
-
-def _refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
-    """Refuse a ``datasets`` indices mapping: row numbers into another file, not rows.
-
-    ``shuffle``, ``select``, ``filter``, ``sort`` and ``train_test_split`` leave one
-    in the cache (``cache-<hash>.arrow``): a single ``indices`` column of uint64
-    with the ``huggingface`` schema metadata that ``datasets`` writes.
-    """
-    if (
-        schema.names == ["indices"]
-        and schema.field("indices").type == pa.uint64()
-        and b"huggingface" in (schema.metadata or {})
-    ):
-        raise ConfigError(
-            f"{path} is a datasets indices mapping (the row numbers a shuffle, select, "
-            "filter or sort picked from another file), not rows of data; headrace reads "
-            "files in stored order and does not apply it: write the dataset you use with "
-            "ds.save_to_disk(folder), which stores its rows in the order you see, and open "
-            "that folder"
-        )
 
 
 def _mapped(part: _Part | RemoteParquet | RemoteArrow) -> bool:
@@ -282,7 +198,7 @@ class Table(Closing):
     def _init(self, columns: Sequence[str] | None, row_group_cache: int) -> None:
         pa = self._pa
         for p in self._parts:
-            _refuse_indices_mapping(pa, p.path, p.schema)
+            refuse_indices_mapping(pa, p.path, p.schema)
         first = self._parts[0]
         available = list(first.schema.names)
         names = available if columns is None else list(columns)
@@ -305,11 +221,13 @@ class Table(Closing):
                 hint = "" if columns is not None else " (columns=[...] leaves the others out)"
                 raise FormatError(
                     f"{p.path}: schema differs from {first.path} "
-                    f"({_schema_difference(read(p.schema), read(first.schema))}); every file "
+                    f"({schema_difference(read(p.schema), read(first.schema))}); every file "
                     f"of a table must have the same schema for the columns read{hint}:"
                     f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
                 )
-        self._columns = {c: _classify(pa, c, first.schema.field(c).type, first.path) for c in names}
+        self._columns = {
+            c: classify_column(pa, c, first.schema.field(c).type, first.path) for c in names
+        }
         self.schema = pa.schema([first.schema.field(c) for c in names])
         counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
         sizes = np.array([n for _, _, n in counts], dtype=np.int64)
