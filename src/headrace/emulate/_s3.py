@@ -179,7 +179,8 @@ def run_s3(args: argparse.Namespace) -> int:
             )
             endpoint = proxy.endpoint
             print(
-                f"proxy at {endpoint}: latency {args.latency_ms} ms, cap {args.mbps} MB/s, "
+                f"proxy at {endpoint}: latency {args.latency_ms} ms, "
+                f"cap {args.mbps or 'none'} MB/s, "
                 f"at most {args.max_concurrent or 'any number of'} requests at once"
             )
         print(f"endpoint:          {endpoint}")
