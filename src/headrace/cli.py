@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from headrace import errors
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "check", "command_parser", "main"]
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,6 +25,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
     "cache": ("headrace._cache_cli", "show or prune a local object cache (cache_dir)"),
 }
+
+
+def command_parser(
+    name: str, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+) -> argparse.ArgumentParser:
+    """The parser of ``headrace NAME``, built as :func:`main` builds it; nothing runs.
+
+    For tools that read command lines without running them (the tests check every
+    command the documentation shows): ``parser_class`` may, say, raise instead of
+    exiting on a usage error; sub-parsers (``headrace emulate slowfs``) are of it too.
+    """
+    if name not in COMMANDS:
+        raise KeyError(f"no command {name!r}; the commands are {sorted(COMMANDS)}")
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = parser_class(prog=f"headrace {name}", description=COMMANDS[name][1])
+    module.configure(parser)
+    return parser
+
+
+def check(name: str, args: argparse.Namespace) -> None:
+    """Refuse what ``headrace NAME`` refuses before it does anything, as its ``run``
+    would: the command module's ``check(args)``, where it has one (it reads no data,
+    writes nothing and connects to nothing). Raises :class:`headrace.errors.HeadraceError`.
+    """
+    module = importlib.import_module(COMMANDS[name][0])
+    validate = getattr(module, "check", None)
+    if validate is not None:
+        validate(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,9 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = args_list[0]
     module = importlib.import_module(COMMANDS[name][0])
-    cmd_parser = argparse.ArgumentParser(prog=f"headrace {name}", description=COMMANDS[name][1])
-    module.configure(cmd_parser)
-    args = cmd_parser.parse_args(args_list[1:])
+    args = command_parser(name).parse_args(args_list[1:])
     try:
         return int(module.run(args))
     except KeyboardInterrupt:

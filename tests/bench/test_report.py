@@ -152,3 +152,31 @@ def test_a_sweep_keeps_its_baselines() -> None:
     by = {r["variant"]: r for r in results}
     assert by["headrace?block_mib=4"]["ratio_to_baseline"] == 10.0
     assert by["headrace?block_mib=4"]["ratio_to_memcpy"] == 0.5
+
+
+def test_the_footer_names_every_baseline_of_a_sweep() -> None:
+    # It named the last result's baseline for the whole workload: under a sweep without
+    # naive ("-w padded --variants headrace --sweep max_gap=0,4096") that was one swept
+    # variant, while each row was over its own (every "x base" 1.00x).
+    import io
+
+    from headrace.bench._report import print_report
+    from headrace.bench._runner import _ratios
+
+    results = [_result(f"headrace?max_gap={g}", files=False) for g in (0, 4096)]
+    for r, rate in zip(results, (100.0, 150.0), strict=True):
+        r.update(workload="padded", batches_per_s=rate)
+    _ratios(results)
+    out = io.StringIO()
+    print_report({"results": results, "notes": []}, file=out)
+    assert (
+        "x base: padded variants over headrace?max_gap=0, headrace?max_gap=4096 "
+        "(each over the one at its swept value)"
+    ) in out.getvalue()
+    plain = [_result(v, files=False) for v in ("naive", "headrace")]
+    for r in plain:
+        r["workload"] = "padded"
+    _ratios(plain)
+    out = io.StringIO()
+    print_report({"results": plain, "notes": []}, file=out)
+    assert "x base: padded variants over naive\n" in out.getvalue()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from headrace.bench._kind import make_kind
+from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
@@ -24,6 +24,7 @@ from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
 
 __all__ = [
+    "check",
     "check_output_path",
     "configure",
     "default_root",
@@ -338,24 +339,20 @@ def _plan(wl: Workload) -> str:
     return out
 
 
-def list_workloads(root: str, args: argparse.Namespace) -> int:
-    """The built-in workloads, or those ``-w``/``--dlio`` name (checked as for a run)."""
+def list_workloads(root: str, kinds: list[Kind]) -> int:
+    """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`)."""
     from headrace.bench._workload import builtin_workloads
 
-    if not (args.workload or args.dlio):
-        for name, wl in builtin_workloads().items():
-            try:
-                demand = _demand(make_kind(wl, root))
-            except HeadraceError as exc:
-                demand = f"not runnable yet: {exc}"
-            _list_one(name, wl, demand)
+    if kinds:
+        for kind in kinds:
+            _list_one(kind.workload.name, kind.workload, _demand(kind))
         return 0
-    try:
-        for wl in _workloads(args):
-            _list_one(wl.name, wl, _demand(make_kind(wl, root)))
-    except (HeadraceError, ValueError, OSError) as exc:
-        print(f"headrace bench: {exc}", file=sys.stderr)
-        return 2
+    for name, wl in builtin_workloads().items():
+        try:
+            demand = _demand(make_kind(wl, root))
+        except HeadraceError as exc:
+            demand = f"not runnable yet: {exc}"
+        _list_one(name, wl, demand)
     return 0
 
 
@@ -430,31 +427,56 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         yield update
 
 
+def _is_compare(action: list[str]) -> bool:
+    return len(action) == 3 and action[0] == "compare"
+
+
+def check(args: argparse.Namespace) -> list[Kind]:
+    """What :func:`run` refuses before it reads a dataset or writes anything (it reads
+    the workload and DLIO files named); the kinds of the workloads to run or list.
+
+    Also :func:`headrace.cli.check`'s for ``headrace bench``: no dataset, output
+    path or endpoint is touched, so a command line is checked anywhere.
+    """
+    if args.action:
+        if _is_compare(args.action):
+            return []
+        raise ConfigError(
+            f"got {' '.join(args.action)!r}; the only action is "
+            "'compare A.json B.json' (two reports written by --json); "
+            "to pick a workload use -w NAME"
+        )
+    root = args.root or default_root()
+    if args.list:
+        return (
+            [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
+        )
+    parse_accelerators(args.accelerators)
+    if args.sweep:
+        parse_sweep(args.sweep)
+    return [make_kind(wl, root) for wl in _workloads(args)]
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
-    if args.action:
-        if args.action[0] == "compare" and len(args.action) == 3:
-            from headrace.bench._compare import compare
+    if _is_compare(args.action):
+        from headrace.bench._compare import compare
 
-            try:
-                return compare(args.action[1], args.action[2])
-            except HeadraceError as exc:
-                print(f"headrace bench compare: {exc}", file=sys.stderr)
-                return 2
-        print(
-            f"headrace bench: got {' '.join(args.action)!r}; the only action is "
-            "'compare A.json B.json' (two reports written by --json); "
-            "to pick a workload use -w NAME",
-            file=sys.stderr,
-        )
+        try:
+            return compare(args.action[1], args.action[2])
+        except HeadraceError as exc:
+            print(f"headrace bench compare: {exc}", file=sys.stderr)
+            return 2
+    try:
+        kinds = check(args)
+    except (HeadraceError, ValueError, OSError) as exc:
+        print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
     if args.list:
-        return list_workloads(root, args)
+        return list_workloads(root, kinds)
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
-        if args.sweep:
-            parse_sweep(args.sweep)
         if args.json:
             check_output_path("--json", args.json)
         if args.plot:
@@ -473,8 +495,6 @@ def run(args: argparse.Namespace) -> int:
                     f"--plot {args.plot!r}: matplotlib writes {', '.join(sorted(formats))} "
                     "files; give the path one of those extensions, e.g. --plot r.png"
                 )
-        workloads = _workloads(args)
-        kinds = [make_kind(wl, root) for wl in workloads]
         # Served from S3, a run keeps upload digests and object caches under the root.
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
     except (HeadraceError, ValueError, OSError) as exc:

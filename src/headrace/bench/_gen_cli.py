@@ -24,7 +24,7 @@ from headrace.bench._upload import DigestCache, Uploaded, list_destination, uplo
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
 
-__all__ = ["WRITABLE_SCHEMES", "configure", "run"]
+__all__ = ["WRITABLE_SCHEMES", "check", "configure", "run"]
 
 #: URL schemes ``--root`` may name (obstore writes to them).
 WRITABLE_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https",
@@ -61,11 +61,6 @@ def _destination(root: str, scheme: str, wl: Workload, endpoint: str | None) -> 
     from headrace.formats._object_files import check_store_options
     from headrace.io import ObjectStore
 
-    if scheme not in WRITABLE_SCHEMES:
-        raise ConfigError(
-            f"--root {root!r}: cannot write to {scheme}:// URLs; use a local folder or one "
-            f"of {', '.join(s + '://' for s in WRITABLE_SCHEMES)}"
-        )
     where = f"workload {wl.name!r} [reader] store_options"
     options = check_store_options(wl.reader.get("store_options"), remote=True, where=where)
     endpoint = endpoint or wl.reader.get("endpoint")
@@ -116,6 +111,26 @@ def _os_error(exc: OSError, writing: str) -> str:
     return f"{text} ({free:,} bytes free there)"
 
 
+def check(args: argparse.Namespace) -> Workload:
+    """What :func:`run` refuses before it writes or connects: the workload (a built-in
+    name, or a TOML file, read), and flags that do not go with ``--root``."""
+    root = args.root or default_root()
+    scheme = url_scheme(root)
+    wl = load_workload(args.workload)
+    if scheme is None and (args.staging or args.endpoint):
+        raise ConfigError(
+            "--staging and --endpoint go with --root URL (an object store, e.g. "
+            f"--root s3://bucket/prefix); --root {root!r} is a local folder"
+        )
+    if scheme is not None and scheme not in WRITABLE_SCHEMES:
+        raise ConfigError(
+            f"--root {root!r}: cannot write to {scheme}:// URLs; use a local folder or one "
+            f"of {', '.join(s + '://' for s in WRITABLE_SCHEMES)}"
+        )
+    make_kind(wl, root if scheme is None else args.staging or default_root())
+    return wl
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     scheme = url_scheme(root)
@@ -123,13 +138,8 @@ def run(args: argparse.Namespace) -> int:
     writing = root  # where files are being written, for errors that do not say
     try:
         with ExitStack() as stack:
-            wl = load_workload(args.workload)
+            wl = check(args)
             if scheme is None:
-                if args.staging or args.endpoint:
-                    raise ConfigError(
-                        "--staging and --endpoint go with --root URL (an object store, e.g. "
-                        f"--root s3://bucket/prefix); --root {root!r} is a local folder"
-                    )
                 kind = make_kind(wl, prepare_root(root))
                 writing = kind.root
                 store = None

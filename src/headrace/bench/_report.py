@@ -287,9 +287,15 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     head, rows = _time_rows(report)
     if rows:
         _print("where the time went: one fresh pass per variant (s)", head, rows, out)
-    bases = {r["workload"]: r.get("baseline_variant", "naive") for r in report["results"]}
-    for workload, base in bases.items():
-        print(f"x base: {workload} variants over {base}", file=out)
+    bases: dict[str, list[str]] = {}
+    for r in report["results"]:
+        seen = bases.setdefault(r["workload"], [])
+        if r.get("baseline_variant", "naive") not in seen:
+            seen.append(r.get("baseline_variant", "naive"))
+    for workload, names in bases.items():
+        # Under --sweep each swept value has its own baseline (the one with its value).
+        which = "" if len(names) == 1 else " (each over the one at its swept value)"
+        print(f"x base: {workload} variants over {', '.join(names)}{which}", file=out)
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-__all__ = ["EMULATORS", "configure", "run"]
+__all__ = ["EMULATORS", "check", "configure", "run"]
 
 # name -> (module, one-line help)
 EMULATORS: dict[str, tuple[str, str]] = {
@@ -33,6 +33,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for name, (module_name, help_text) in EMULATORS.items():
         module = importlib.import_module(module_name)
         module.configure(sub.add_parser(name, help=help_text, description=help_text))
+
+
+def check(args: argparse.Namespace) -> None:
+    """The emulator's ``check(args)``, where it has one: what it refuses before it
+    mounts or listens (:func:`headrace.cli.check`)."""
+    module = importlib.import_module(EMULATORS[args.emulator][0])
+    validate = getattr(module, "check", None)
+    if validate is not None:
+        validate(args)
 
 
 def run(args: argparse.Namespace) -> int:

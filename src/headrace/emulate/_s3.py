@@ -21,7 +21,7 @@ from headrace.emulate._proxy import LatencyProxy
 from headrace.emulate._server import ServerProcess
 from headrace.errors import ConfigError
 
-__all__ = ["LocalS3", "S3Endpoint", "configure_s3", "run_s3"]
+__all__ = ["LocalS3", "S3Endpoint", "check_s3", "configure_s3", "run_s3"]
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -137,8 +137,8 @@ def configure_s3(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default=None, help="create this bucket on start (moto only)")
 
 
-def run_s3(args: argparse.Namespace) -> int:
-    """Start moto (unless ``--endpoint``) and, if asked, the proxy; run until Ctrl-C."""
+def check_s3(args: argparse.Namespace) -> None:
+    """What ``headrace emulate s3`` refuses before it starts anything."""
     if args.latency_ms < 0 or (args.mbps is not None and args.mbps <= 0):
         raise ConfigError(
             f"--latency-ms must be >= 0 and --mbps > 0 (got --latency-ms {args.latency_ms:g}, "
@@ -152,6 +152,12 @@ def run_s3(args: argparse.Namespace) -> int:
             "--endpoint only makes sense with --latency-ms, --mbps or --max-concurrent "
             "(otherwise use the endpoint directly)."
         )
+
+
+def run_s3(args: argparse.Namespace) -> int:
+    """Start moto (unless ``--endpoint``) and, if asked, the proxy; run until Ctrl-C."""
+    check_s3(args)
+    use_proxy = args.latency_ms > 0 or args.mbps is not None or args.max_concurrent is not None
     with contextlib.ExitStack() as stack:
         upstream = args.endpoint
         if upstream is None:
@@ -173,7 +179,8 @@ def run_s3(args: argparse.Namespace) -> int:
             )
             endpoint = proxy.endpoint
             print(
-                f"proxy at {endpoint}: latency {args.latency_ms} ms, cap {args.mbps} MB/s, "
+                f"proxy at {endpoint}: latency {args.latency_ms} ms, "
+                f"cap {args.mbps or 'none'} MB/s, "
                 f"at most {args.max_concurrent or 'any number of'} requests at once"
             )
         print(f"endpoint:          {endpoint}")
@@ -206,5 +213,6 @@ def run_s3(args: argparse.Namespace) -> int:
 
 
 # The names ``headrace emulate`` looks for in each emulator's module.
+check = check_s3
 configure = configure_s3
 run = run_s3

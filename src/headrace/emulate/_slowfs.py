@@ -46,7 +46,7 @@ from headrace.emulate._slowfs_stats import SlowFSStats
 from headrace.emulate._token_bucket import TokenBucket
 from headrace.errors import ConfigError, HeadraceError, StorageError
 
-__all__ = ["SlowPassthrough", "configure", "main", "run", "serve"]
+__all__ = ["SlowPassthrough", "check", "configure", "main", "run", "serve"]
 
 # The bucket lets one 128 KiB readahead request through without waiting, so a
 # cap far above the traffic costs nothing, while the long-run rate stays exact.
@@ -404,6 +404,12 @@ def config_from_args(args: argparse.Namespace) -> SlowFSConfig:
         fail_reads=tuple(ReadFault.parse(spec) for spec in args.fail_reads),
         fail_errno=errno_code(args.fail_errno),
     )
+
+
+def check(args: argparse.Namespace) -> None:
+    """What ``headrace emulate slowfs`` refuses before it looks at the folders or mounts:
+    its options (``--fail-reads`` specs, ``--fail-errno`` names ...)."""
+    config_from_args(args)
 
 
 def run(args: argparse.Namespace) -> int:
