@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib.util
 import re
 import shlex
 from collections.abc import Iterator
@@ -65,7 +64,6 @@ class Command:
     document: str  # relative to the repository, e.g. "docs/bench.md"
     line: int  # where the command starts, 1-based
     text: str  # the command as written (continuations joined, comment dropped)
-    module: str  # what runs: headrace.cli (the `headrace` script) or `python -m MODULE`
     argv: tuple[str, ...]  # what `headrace` is given
     inline: bool  # in a `code` span of the prose (else in a ``` block)
 
@@ -104,32 +102,30 @@ def _simple_commands(text: str) -> Iterator[tuple[str, list[str]]]:
         words = []
 
 
-def _headrace_argv(words: list[str]) -> tuple[str, list[str]] | None:
-    """The module a simple command runs the CLI as (``headrace.cli`` for the
-    ``headrace`` script) and what it gives it; None: it does not run the CLI."""
+def _headrace_argv(words: list[str]) -> list[str] | None:
+    """What a simple command gives the CLI (the ``headrace`` script, ``python -m
+    headrace`` or ``python -m headrace.cli``); None: it does not run the CLI."""
     if words[0] == "headrace":
-        return "headrace.cli", words[1:]
+        return words[1:]
     if (
         PYTHON.match(words[0])
         and words[1:2] == ["-m"]
         and words[2:3] in (["headrace"], ["headrace.cli"])
     ):
-        return words[2], words[3:]
+        return words[3:]
     return None
 
 
 def _commands_in(text: str, document: str, line: int, *, inline: bool) -> list[Command]:
     found = []
     for written, words in _simple_commands(_drop_comment(text)):
-        run = _headrace_argv(words)
-        if run is not None:
-            module, argv = run
+        argv = _headrace_argv(words)
+        if argv is not None:
             found.append(
                 Command(
                     document=document,
                     line=line,
                     text=written,
-                    module=module,
                     argv=tuple(argv),
                     inline=inline,
                 )
@@ -265,9 +261,6 @@ def verify(command: Command) -> None:
     """Fail as ``headrace`` would, before running anything, on ``command``."""
     if _is_message(command) or _is_name(command):
         return
-    runs = "headrace.__main__" if command.module == "headrace" else command.module
-    if importlib.util.find_spec(runs) is None:
-        raise UsageError(f"python -m {command.module}: there is no module {runs}")
     args = parse(command.argv)
     _check_names(command.argv[0], args)
     if not any(_is_placeholder(word) or "..." in word for word in command.argv):
@@ -341,8 +334,6 @@ def _line(text: str, *, inline: bool = False) -> Command:
         ("headrace emulate slowfs a b --fail-errno 9999", "got '9999'"),
         ("headrace probe PATH --bogus", "unrecognized arguments: --bogus"),
         ("headrace probe", "required: path"),  # in a block, a bare name is a command line
-        # there is no headrace/__main__.py: `python -m headrace.cli` is the form the docs use
-        ("python -m headrace bench", "there is no module headrace.__main__"),
     ],
 )
 def test_a_wrong_command_line_fails(text: str, error: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,6 +345,7 @@ def test_a_wrong_command_line_fails(text: str, error: str, monkeypatch: pytest.M
 @pytest.mark.parametrize(
     "text",
     [
+        "python -m headrace bench --list",  # headrace/__main__.py
         "headrace probe PATH --ops N --size SIZE",  # a placeholder takes any type
         "headrace bench --storage STORAGE --root DIR|URL",  # ... and any choice
         "headrace gen WORKLOAD --root s3://BUCKET/PREFIX --endpoint URL",

@@ -230,6 +230,10 @@ def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
         (("az:///prefix",), {}, r"a az:// URL needs a container \(az://container/prefix\)"),
         (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style applies to s3:// URLs only"),
         (("az://c/p",), {"region": "r", "access_key_id": "k"}, "region, access_key_id apply"),
+        # obstore took these and panicked at the first request (RelativeUrlWithoutBase)
+        (("s3://b",), {"endpoint": ""}, r"^s3://b: endpoint '' is not an http:// or https://"),
+        (("s3://b",), {"endpoint": "127.0.0.1:9000"}, "endpoint '127.0.0.1:9000' is not an"),
+        (("az://c",), {"config": {"endpoint": "localhost"}}, "endpoint 'localhost' is not an"),
         (
             ("gs://b/p",),
             {"config": {"nonsense": 1}},

@@ -74,6 +74,17 @@ def open_store(
     cfg.update({k: v for k, v in s3_opts.items() if v is not None})
     if path_style is not None:
         cfg["virtual_hosted_style_request"] = not path_style
+    where = cfg.get("endpoint")
+    if where is not None and not (
+        isinstance(where, str)
+        and urlsplit(where).scheme.lower() in ("http", "https")
+        and urlsplit(where).netloc
+    ):
+        # obstore takes any string and panics (a Rust unwrap) at the first request.
+        raise ConfigError(
+            f"{url}: endpoint {where!r} is not an http:// or https:// URL with a host "
+            "(e.g. http://127.0.0.1:9000); leave it out for the store's own endpoint"
+        )
     client: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
     client.update(client_options or {})
     if allow_http is None:
