@@ -129,7 +129,8 @@ def folder_files(root: str, names: list[str], join: str) -> list[str]:
         raise ConfigError(
             f"{root} holds {kind} files of several splits {split_names}; reading them as one "
             f"table would mix the splits: open one with a glob, e.g. "
-            f"{root + join + _split_glob(first, chosen, splits)!r}"
+            f"{root + join + _split_glob(first, chosen, splits)!r} (if they are parts of "
+            f"one table, not splits, pass {root + join + '*.' + chosen[0].rsplit('.', 1)[1]!r})"
         )
     return [root + join + n for n in chosen]
 
