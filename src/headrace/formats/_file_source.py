@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._messages import unknown_keys
 from headrace.errors import ConfigError, DataError, FormatError
-from headrace.formats._file_config import FileSourceConfig, OnCorrupt, SourceMode
+from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
@@ -40,7 +40,7 @@ from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
 from headrace.io._mounts import any_on_network_fs
 
-__all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode", "default_decode_threads"]
+__all__ = ["FileSource", "default_decode_threads"]
 
 log = logging.getLogger("headrace")
 
