@@ -451,11 +451,19 @@ class FileSource(Closing):
         """Decode each file as its bytes arrive, releasing its window slot when done."""
         threads = self.decode_threads
         last = order[-1] if order else None
-        # With several samples per file, the chunk's last file usually goes on into
-        # the next chunk: keep its bytes until the next read says otherwise.
-        keep = last if last is not None and self.plan.count(last) > 1 else None
         if self._kept is not None and self._kept not in order:
             self.window.release(self._kept)
+        # Files held already (kept from the last read, fetched ahead) are taken first:
+        # taking a file not started while they wait their turn held more files than
+        # in_flight (2 with in_flight=1, where a chunk ends an epoch on a file the next
+        # epoch visits again, or speculation fetched a file of the next chunk but one).
+        # The order of decodes changes no batch.
+        held = self.window.held()
+        order = [f for f in order if f in held] + [f for f in order if f not in held]
+        # With several samples per file, the chunk's last file usually goes on into the
+        # next chunk: keep its bytes until the next read says otherwise; only if it is
+        # taken last (kept while others are taken, it would be one file too many).
+        keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
         self._kept = keep
 
         def done(f: int) -> None:
