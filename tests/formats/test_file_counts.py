@@ -177,7 +177,10 @@ def test_modes_windows_hosts_and_workers_agree(tmp_path: Path) -> None:
         {"in_flight": 3, "decode_threads": 2},
         {"speculate": False, "in_flight": 2},
     ):
-        assert digest(source(root, "npz", **opts), chunk_steps=5) == ref
+        src = source(root, "npz", **opts)
+        assert digest(src, chunk_steps=5) == ref
+        held = src.in_flight * max(src.files.sizes)
+        assert 0 < src.stats.peak_held_bytes <= held  # whole files, at most in_flight
     assert digest(source(root, "npz", COUNTS)) == ref
     # Two hosts: the union of their slices is the global batch.
     with Loader(source(root, "npz"), batch_size=4, seed=5, steps=14) as one:
@@ -395,3 +398,17 @@ def test_a_pickled_copy_keeps_the_counts_without_reading_headers(tmp_path: Path)
     assert copy.count_stats is None and copy.counts.tolist() == COUNTS
     assert copy.fingerprint() == src.fingerprint()
     assert batch_digest([copy.read(5, np.arange(28))]) == batch_digest([src.read(5, np.arange(28))])
+
+
+def test_torch_workers_read_the_counts_they_were_given(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    from headrace import torch as ht
+
+    root = dataset(tmp_path / "d", "npy")
+    ref = digest(source(root, "npy"))
+    ds = ht.TorchDataset(source(root, "npy"), batch_size=4, seed=5, steps=14)
+    batches = [
+        {k: v.numpy() for k, v in b.items() if isinstance(v, torch.Tensor)}
+        for b in ht.HeadraceDataLoader(ds, num_workers=2)
+    ]
+    assert batch_digest(batches) == ref
