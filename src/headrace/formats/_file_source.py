@@ -117,6 +117,7 @@ class FileSource(Closing):
             listing=listing,
             cache=open_cache(config.cache_dir, config.cache_bytes),
         )
+        self._depth: int | None = None
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
         self.count_stats: CountStats | None = None
@@ -225,10 +226,11 @@ class FileSource(Closing):
     def _default_depth(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
         measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
-        f = self.files
-        if f.remote or any_on_network_fs(f.name(i) for i in range(len(f))):
-            return DEFAULT_REMOTE_IN_FLIGHT
-        return DEFAULT_LOCAL_IN_FLIGHT
+        if self._depth is None:  # once: it looks up the mount of every file
+            f = self.files
+            far = f.remote or any_on_network_fs(f.name(i) for i in range(len(f)))
+            self._depth = DEFAULT_REMOTE_IN_FLIGHT if far else DEFAULT_LOCAL_IN_FLIGHT
+        return self._depth
 
     def _default_in_flight(self) -> int:
         """:meth:`_default_depth`, or fewer (2 at least) where that many of the largest
