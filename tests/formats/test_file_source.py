@@ -465,6 +465,25 @@ def test_held_bytes_stay_within_the_window(tmp_path: Path) -> None:
     assert st.max_in_flight_observed <= 4
 
 
+@pytest.mark.parametrize(("in_flight", "threads"), [(1, 0), (2, 2)])
+def test_files_held_ahead_are_taken_first_so_the_window_bound_holds(
+    tmp_path: Path, in_flight: int, threads: int
+) -> None:
+    # Chunks of 24 samples, an epoch each: a chunk ends on a file the next epoch visits
+    # again later, and speculation fetches files of the chunk after next. Taking the
+    # chunk's files in plan order while those were held held in_flight + 1 files.
+    root = make_dataset(tmp_path / "z", "npz", 8, spf=3)
+    for seed in range(3):
+        src = FileSource(
+            root, format="npz", samples_per_file=3, in_flight=in_flight, decode_threads=threads
+        )
+        ref = FileSource(root, format="npz", samples_per_file=3)
+        assert digest_of(src, steps=30, batch=4, seed=seed, chunk_steps=6) == digest_of(
+            ref, steps=30, batch=4, seed=seed, chunk_steps=6
+        )
+        assert 0 < src.stats.peak_held_bytes <= in_flight * max(src.files.sizes)
+
+
 def test_prefetch_starts_fetches_ahead(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "n", "npy", 6)
     src = FileSource(root, format="npy", in_flight=4, shuffle="none", speculate=False)

@@ -116,3 +116,22 @@ def test_the_root_mount_is_local_and_a_missing_proc_says_nothing(
 
     monkeypatch.setattr(builtins, "open", no_proc)
     assert mount_of("/") is None and not is_network_fs("/")
+
+
+def test_headers_on_a_slow_mount_are_counted_many_at_once(slow_mount, tmp_path: Path) -> None:
+    # Each READ waits 20 ms: one header after another would take 128 x 20 ms; on a
+    # network or FUSE mount the headers are read 64 files at a time.
+    src = tmp_path / "src"
+    src.mkdir()
+    lengths = [50 + i % 9 for i in range(128)]
+    for i, n in enumerate(lengths):
+        np.save(src / f"{i:03d}.npy", np.full((n, 1024), i, dtype=np.int32))  # 200 KiB
+    m = slow_mount(src, read_latency_ms=20)
+    before = m.stats()
+    with FileSource(m.mnt, format="npy", samples_per_file="header") as far:
+        assert far.counts.tolist() == lengths
+        assert far.count_stats is not None and far.count_stats.depth == 64
+    got = m.stats()
+    assert got["max_in_flight"] > 8, got  # many READs waited at once
+    # The headers only (the kernel reads ahead a page or a few per file): not 25 MiB.
+    assert got["bytes_read"] - before["bytes_read"] < 128 * 128 * 1024, got

@@ -1,10 +1,12 @@
 """What bytes mean: token streams, rows, pairs, files (NPY, NPZ, JPEG, PNG, HDF5), tables."""
 
 from headrace.formats._buffer import Buffer
+from headrace.formats._file_config import FileSourceConfig, OnCorrupt, SourceMode
+from headrace.formats._file_counts import CountStats
 from headrace.formats._file_modes import IterableFiles
 from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import sample_digests
-from headrace.formats._file_source import FileSource, FileSourceConfig, OnCorrupt, SourceMode
+from headrace.formats._file_source import FileSource
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import (
     FILE_FORMATS,
@@ -42,6 +44,7 @@ from headrace.formats._tokens import TOKEN_DTYPES, TokenFile, open_token_file, w
 
 __all__ = [
     "Buffer",
+    "CountStats",
     "Decoded",
     "FILE_FORMATS",
     "FetchWindow",

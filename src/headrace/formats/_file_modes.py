@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.formats._file_samples import Sample, pick_item, stack_samples
+from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_source import FileSource
 from headrace.formats._file_window import FetchWindow, WindowStats
 
@@ -62,8 +62,8 @@ class IterableFiles:
     def epoch(self, seed: int, epoch: int) -> Iterator[dict[str, NDArray[Any]]]:
         """This worker's batches of ``epoch`` (the last partial batch is dropped)."""
         plan = self.source.plan
-        spf = plan.samples_per_file
-        shard = self.shard(seed, epoch).tolist()
+        shard = self.shard(seed, epoch)
+        shard = shard[self.source.counts[shard] > 0].tolist()  # a file of no sample: not read
         self.source.reopen()
         self.window.plan(shard)
         samples: list[Sample] = []
@@ -74,10 +74,10 @@ class IterableFiles:
                     arrays = self.source._decode(f, self.window.take(f))
                 finally:
                     self.window.release(f)
-                name = self.source.files.name(f)
+                start = plan.start(f)
                 for i in plan.items(seed, epoch, f).tolist():
-                    samples.append(pick_item(arrays, i, spf, name))
-                    index.append(f * spf + i)
+                    samples.append(self.source.pick(arrays, f, i))
+                    index.append(start + i)
                     if len(samples) == self.batch_size:
                         yield stack_samples(samples, np.asarray(index, dtype=np.int64))
                         samples, index = [], []

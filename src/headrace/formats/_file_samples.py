@@ -1,7 +1,8 @@
 """From a fetched file to named sample arrays, and from samples to a batch.
 
 Sample schema (keys of a batch; every batch also has ``index``, the sample's
-number in the dataset, ``file * samples_per_file + item``, as ``int64``):
+number in dataset order, ``file * samples_per_file + item`` (with per-file
+counts, the samples of the files before it + item), as ``int64``):
 
 =========  ==================================================================
 format     keys
@@ -62,16 +63,24 @@ def decode_file(
     return {key: out}
 
 
-def pick_item(arrays: Sample, item: int, samples_per_file: int, name: str) -> Sample:
-    """Item ``item`` of a file holding ``samples_per_file`` samples on a leading axis."""
-    if samples_per_file == 1:
+def pick_item(
+    arrays: Sample, item: int, samples_per_file: int, name: str, *, counted: bool = False
+) -> Sample:
+    """Item ``item`` of a file holding ``samples_per_file`` samples on a leading axis.
+
+    One sample per file is the whole file, unless ``counted`` (the file's count
+    came from a list of counts or its header): a count is always the length of
+    the leading axis, 1 included.
+    """
+    if samples_per_file == 1 and not counted:
         return arrays
     out = {}
     for k, a in arrays.items():
         if a.ndim == 0 or a.shape[0] != samples_per_file:
+            why = "its count" if counted else f"samples_per_file={samples_per_file}"
             raise DataError(
                 f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
-                f"its leading axis (samples_per_file={samples_per_file})"
+                f"its leading axis ({why})"
             )
         got = a[item]
         if not isinstance(got, np.ndarray):

@@ -21,8 +21,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,22 +29,21 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._messages import unknown_keys
 from headrace.errors import ConfigError, DataError, FormatError
-from headrace.formats._file_list import FileList, Listing, LocalRead, list_files
-from headrace.formats._file_plan import FilePlan, Shuffle
+from headrace.formats._file_config import FileSourceConfig
+from headrace.formats._file_counts import CountStats, resolve_counts
+from headrace.formats._file_list import FileList, Listing, list_files
+from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
-from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
 from headrace.io._mounts import any_on_network_fs
 
-__all__ = ["FileSource", "FileSourceConfig", "OnCorrupt", "SourceMode", "default_decode_threads"]
+__all__ = ["FileSource", "default_decode_threads"]
 
 log = logging.getLogger("headrace")
 
-SourceMode = Literal["headrace", "map-style"]
-OnCorrupt = Literal["raise", "replace"]
 DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
 #: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
@@ -57,86 +55,6 @@ def default_decode_threads() -> int:
     most 8. On 16 cores 8 threads decoded JPEGs 1.87x faster than 2, and 16 no
     faster than 8 (``benchmarks/decode_threads.py``); a 2-CPU machine keeps 2."""
     return min(8, usable_cpus())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileSourceConfig:
-    """How a :class:`FileSource` reads.
-
-    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5`` or ``raw``.
-    ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5).
-    ``decode=False`` hands over each file's bytes (I/O benchmarks).
-    ``in_flight``: fetches held at once (default 64 on object stores and on
-    network or FUSE mounts, 16 on local disk; fewer, 2 at least, where that many
-    of the largest file would be over 4 GiB). ``decode_threads``: threads that
-    decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
-    on the reading thread).
-    ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
-    ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
-    a file without one of them is an error naming it). ``speculate``: after a contiguous
-    run of samples, read ahead into the next run before the loader asks.
-    ``on_corrupt``: what a file that does not decode does to its samples:
-    ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
-    ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``
-    of the dataset, up to ``max_retries`` tries, the same whatever the mode,
-    the read order, the host count or the worker; more than ``max_corrupt``
-    (a fraction of the files, at least one file) corrupt files raise.
-    ``cache_dir``: keep each object read from an object store on local disk
-    there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
-    and read it from there the next time (see :class:`headrace.io.ObjectCache`).
-    """
-
-    format: str = "raw"
-    samples_per_file: int = 1
-    decode: bool = True
-    shuffle: Shuffle = "files"
-    mode: SourceMode = "headrace"
-    in_flight: int | None = None
-    decode_threads: int | None = None
-    local_read: LocalRead = "pread"
-    datasets: tuple[str, ...] | None = None
-    speculate: bool = True
-    on_corrupt: OnCorrupt = "raise"
-    max_corrupt: float = 0.01
-    max_retries: int = 8
-    cache_dir: str | os.PathLike[str] | None = None
-    cache_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        fmt = file_format(self.format)
-        if self.on_corrupt not in ("raise", "replace"):
-            raise ConfigError(f"on_corrupt must be 'raise' or 'replace' (got {self.on_corrupt!r}).")
-        if not 0.0 <= self.max_corrupt <= 1.0:
-            raise ConfigError(f"max_corrupt must be a fraction in [0, 1] (got {self.max_corrupt}).")
-        if isinstance(self.max_retries, bool) or not (
-            isinstance(self.max_retries, int) and self.max_retries >= 1
-        ):
-            raise ConfigError(f"max_retries must be an integer >= 1 (got {self.max_retries!r}).")
-        if self.mode not in ("headrace", "map-style"):
-            raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
-        if self.in_flight is not None:
-            check_in_flight(self.in_flight)
-        if self.decode_threads is not None and self.decode_threads < 0:
-            raise ConfigError(f"decode_threads must be >= 0 (got {self.decode_threads}).")
-        if self.samples_per_file > 1 and fmt.name in ("jpeg", "png", "raw"):
-            raise ConfigError(
-                f"{fmt.name} files hold one sample each (got "
-                f"samples_per_file={self.samples_per_file})."
-            )
-        if self.samples_per_file > 1 and not self.decode:
-            raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
-        if isinstance(self.datasets, str):
-            raise ConfigError(
-                f"datasets must be a list of names, e.g. datasets=({self.datasets!r},), not "
-                "a string (it would read one dataset per letter)."
-            )
-        if fmt.name == "hdf5" and self.decode and not self.datasets:
-            raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
-        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
-            raise ConfigError(
-                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
-                f"hold one array each (got datasets={self.datasets!r}): leave it out."
-            )
 
 
 class FileSource(Closing):
@@ -178,7 +96,7 @@ class FileSource(Closing):
             config = FileSourceConfig(**options)
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")
-        self._open(files, config, store_options, None)
+        self._open(files, config, store_options, None, None)
 
     def _open(
         self,
@@ -186,6 +104,7 @@ class FileSource(Closing):
         config: FileSourceConfig,
         store_options: Mapping[str, Any] | None,
         listing: Listing | None,
+        counts: NDArray[np.int64] | None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
@@ -198,11 +117,28 @@ class FileSource(Closing):
             listing=listing,
             cache=open_cache(config.cache_dir, config.cache_bytes),
         )
+        self._depth: int | None = None
+        spf = config.samples_per_file
+        #: What reading the files' headers cost (``samples_per_file="header"``; else None).
+        self.count_stats: CountStats | None = None
+        if counts is None:  # a worker's copy carries its parent's counts: none read again
+            counts, self.count_stats = resolve_counts(
+                spf,
+                files,
+                self.files,
+                self.format,
+                config.datasets,
+                config.in_flight or self._default_depth(),
+            )
+        self.counted = counts is not None
         self.plan = FilePlan(
             num_files=len(self.files),
-            samples_per_file=config.samples_per_file,
+            samples_per_file=spf if isinstance(spf, int) else 1,
             shuffle=config.shuffle,
+            counts=counts,
         )
+        # Items are rows of the files' leading axis (else each file is one sample).
+        self._rows = self.counted or self.plan.samples_per_file > 1
         self.in_flight = config.in_flight or self._default_in_flight()
         depth = 1 if config.mode == "map-style" else self.in_flight
         # Through the source, not bound to this listing's store: close() closes that
@@ -227,6 +163,20 @@ class FileSource(Closing):
             f"shuffle={c.shuffle!r})"
         )
 
+    @property
+    def counts(self) -> NDArray[np.int64]:
+        """The samples of each file, in the order of ``files.keys`` (read-only)."""
+        if self.plan.counts is not None:
+            return cast(NDArray[np.int64], self.plan.counts)
+        out = np.full(len(self.files), self.plan.samples_per_file, dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    def file_item(self, index: Any) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(file, item)`` of a batch's ``index`` values: sample ``index`` is row ``item``
+        of file ``files.keys[file]`` (the whole file when it holds one sample)."""
+        return self.plan.file_item(np.asarray(index, dtype=np.int64))
+
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
@@ -242,11 +192,23 @@ class FileSource(Closing):
             "keys": keys,
             "sizes": self.files.sizes,
             "format": self.format.name,
-            "samples_per_file": c.samples_per_file,
+            "samples_per_file": self._counts_part(),
             "shuffle": c.shuffle,
             "decode": c.decode,
             "datasets": list(c.datasets or ()),
         }
+
+    def _counts_part(self) -> int | list[int]:
+        """``samples_per_file`` as the fingerprint holds it: the counts (read or given),
+        or one integer where every file holds the same number >= 2, which plans and
+        reads exactly as that fixed ``samples_per_file``, so either resumes the other."""
+        counts = self.plan.counts
+        if counts is None:
+            return self.plan.samples_per_file
+        first = int(counts[0])
+        if first >= 2 and bool((np.asarray(counts) == first).all()):
+            return first
+        return [int(c) for c in counts]
 
     @property
     def samples_per_epoch(self) -> int:
@@ -261,17 +223,21 @@ class FileSource(Closing):
         """What the object cache did in this process (``None`` without ``cache_dir``)."""
         return None if self.files.cache is None else self.files.cache.stats
 
-    def _default_in_flight(self) -> int:
+    def _default_depth(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
-        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk; fewer
-        (2 at least) where that many of the largest file would hold over
-        ``DEFAULT_HELD_BYTES``: the window holds whole files, and 64 HDF5 shards of
-        1 GiB are 64 GiB before a sample is read."""
+        measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
+        if self._depth is None:  # once: it looks up the mount of every file
+            f = self.files
+            far = f.remote or any_on_network_fs(f.name(i) for i in range(len(f)))
+            self._depth = DEFAULT_REMOTE_IN_FLIGHT if far else DEFAULT_LOCAL_IN_FLIGHT
+        return self._depth
+
+    def _default_in_flight(self) -> int:
+        """:meth:`_default_depth`, or fewer (2 at least) where that many of the largest
+        file would hold over ``DEFAULT_HELD_BYTES``: the window holds whole files, and
+        64 HDF5 shards of 1 GiB are 64 GiB before a sample is read."""
         f = self.files
-        if f.remote or any_on_network_fs(f.name(i) for i in range(len(f))):
-            depth = DEFAULT_REMOTE_IN_FLIGHT
-        else:
-            depth = DEFAULT_LOCAL_IN_FLIGHT
+        depth = self._default_depth()
         largest = max(f.sizes, default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
@@ -303,7 +269,7 @@ class FileSource(Closing):
         self.reopen()
         samples = np.asarray(samples, dtype=np.int64)
         files, items = self.plan.locate(seed, samples)
-        index = files * self.plan.samples_per_file + items
+        index = self.plan.index(files, items)
         pairs = zip(files.tolist(), items.tolist(), strict=True)
         if self.config.mode == "map-style":
             picked = [
@@ -390,14 +356,20 @@ class FileSource(Closing):
         if isinstance(arrays, DataError):
             return arrays
         try:
-            got = pick_item(arrays, item, self.plan.samples_per_file, self.files.name(f))
-            if own and self.plan.samples_per_file > 1:
+            got = self.pick(arrays, f, item)
+            if own and self._rows:
                 got = {k: v.copy() for k, v in got.items()}
             return got
         except DataError as exc:
             if self.config.on_corrupt == "raise":
                 raise
             return exc
+
+    def pick(self, arrays: Sample, f: int, item: int) -> Sample:
+        """Item ``item`` of file ``f``'s decoded arrays (a :class:`DataError` naming the
+        file where its leading axis is not its count)."""
+        count = self.plan.count(f)
+        return pick_item(arrays, item, count, self.files.name(f), counted=self.counted)
 
     def _take_one(self, f: int) -> Any:
         """One file's bytes through the window, its slot freed at once (map-style)."""
@@ -422,19 +394,18 @@ class FileSource(Closing):
         through the read-ahead window), one file at a time: they are rare.
         ``index`` is updated to the samples actually delivered.
         """
-        spf = self.plan.samples_per_file
-        n = len(self.files) * spf
+        n = self.plan.samples_per_epoch
         for k in bad:
             err = picked[k]
             assert isinstance(err, DataError)
-            self._note_corrupt(int(index[k]) // spf, err)
+            self._note_corrupt(int(self.plan.file_item(index[k])[0]), err)
         todo = bad
         tried: dict[int, list[str]] = {k: [] for k in bad}
         for attempt in range(1, self.config.max_retries + 1):
             chosen = retry_rows(seed, samples[todo], attempt, n).tolist()
             left = []
             for k, r in zip(todo, chosen, strict=True):
-                f, item = divmod(r, spf)
+                f, item = (int(x) for x in self.plan.file_item(np.int64(r)))
                 name = self.files.name(f)
                 got: Sample | DataError
                 if name in self.corrupt_files:
@@ -454,7 +425,8 @@ class FileSource(Closing):
                 return
         k = todo[0]
         raise DataError(
-            f"{self.files.url}: sample {int(samples[k])} ({self.files.name(int(index[k]) // spf)}"
+            f"{self.files.url}: sample {int(samples[k])} "
+            f"({self.files.name(int(self.plan.file_item(index[k])[0]))}"
             f" is corrupt) found no readable replacement in max_retries="
             f"{self.config.max_retries} tries (tried {', '.join(tried[k])})"
             + (f"; {len(todo) - 1} more samples of this batch too" if len(todo) > 1 else "")
@@ -481,11 +453,19 @@ class FileSource(Closing):
         """Decode each file as its bytes arrive, releasing its window slot when done."""
         threads = self.decode_threads
         last = order[-1] if order else None
-        # With several samples per file, the chunk's last file usually goes on into
-        # the next chunk: keep its bytes until the next read says otherwise.
-        keep = last if self.plan.samples_per_file > 1 else None
         if self._kept is not None and self._kept not in order:
             self.window.release(self._kept)
+        # Files held already (kept from the last read, fetched ahead) are taken first:
+        # taking a file not started while they wait their turn held more files than
+        # in_flight (2 with in_flight=1, where a chunk ends an epoch on a file the next
+        # epoch visits again, or speculation fetched a file of the next chunk but one).
+        # The order of decodes changes no batch.
+        held = self.window.held()
+        order = [f for f in order if f in held] + [f for f in order if f not in held]
+        # With several samples per file, the chunk's last file usually goes on into the
+        # next chunk: keep its bytes until the next read says otherwise; only if it is
+        # taken last (kept while others are taken, it would be one file too many).
+        keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
         self._kept = keep
 
         def done(f: int) -> None:
@@ -548,11 +528,12 @@ class FileSource(Closing):
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
         f = self.files
-        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags)}
+        counts = self.plan.counts if self.counted else None
+        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags), "counts": counts}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
-        self._open(files, config, store_options, state["listing"])
+        self._open(files, config, store_options, state["listing"], state["counts"])
 
 
 def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:

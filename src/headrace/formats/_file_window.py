@@ -128,6 +128,11 @@ class FetchWindow:
                 if f not in self._entries:
                     self._start_locked(f)
 
+    def held(self) -> set[int]:
+        """The files held now: in flight, or fetched and not released."""
+        with self._lock:
+            return set(self._entries)
+
     def full_without(self, f: int) -> bool:
         """Whether taking ``f`` now would hold more than ``depth`` files."""
         with self._lock:

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
-__all__ = ["decode_hdf5", "encode_hdf5"]
+__all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # HDF5 looks for its superblock at 0, 512, 1024, 2048, ... (a user block may come first).
@@ -68,22 +68,66 @@ def decode_hdf5(
     except OSError as exc:
         raise FormatError(f"{name}: truncated or corrupt HDF5 ({exc})") from exc
     with f:
-        _check_links(f, dataset, name, h5py)
-        obj = f.get(dataset)
-        if not isinstance(obj, h5py.Dataset):
-            what = "a group, not a dataset" if isinstance(obj, h5py.Group) else "no dataset"
-            raise FormatError(
-                f"{name}: {dataset!r} is {what}; the file's datasets are {_datasets(f, h5py)}"
-                if obj is not None
-                else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
-            )
-        _check_storage(obj, name, dataset, h5py)
+        obj = _dataset(f, dataset, name, h5py)
         try:
             return _select(obj, index, name, dataset)
         except OSError as exc:
             raise FormatError(
                 f"{name}: dataset {dataset!r}: truncated or corrupt data ({exc})"
             ) from exc
+
+
+def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
+    """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
+    must agree, read from the object headers alone (``file``: a file-like object,
+    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+    head = []
+    for o in _SUPERBLOCK_OFFSETS:
+        file.seek(o)
+        head.append(file.read(8))
+    file.seek(0)
+    if _HDF5_MAGIC not in head:
+        raise FormatError(
+            f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {head[0]!r})"
+        )
+    h5py = _h5py()
+    try:
+        f = h5py.File(file, "r")
+    except OSError as exc:
+        raise FormatError(f"{name}: truncated or corrupt HDF5 ({exc})") from exc
+    rows: dict[str, int] = {}
+    with f:
+        for ds in datasets:
+            obj = _dataset(f, ds, name, h5py)
+            if obj.ndim == 0:
+                raise FormatError(
+                    f"{name}: dataset {ds!r} is a scalar (shape ()): it has no leading axis "
+                    "to count samples on"
+                )
+            rows[ds] = int(obj.shape[0])
+    if len(set(rows.values())) > 1:
+        raise FormatError(
+            f"{name}: the datasets hold different numbers of samples on their leading axis "
+            f"({', '.join(f'{k!r}: {v}' for k, v in rows.items())}); each sample is one row "
+            "of every dataset named in datasets=(...)"
+        )
+    return rows[datasets[0]]
+
+
+def _dataset(f: Any, dataset: str, name: str, h5py: Any) -> Any:
+    """The dataset at path ``dataset``, refused by name where its values are not arrays
+    in this file's bytes (see :func:`_check_links`, :func:`_check_storage`)."""
+    _check_links(f, dataset, name, h5py)
+    obj = f.get(dataset)
+    if not isinstance(obj, h5py.Dataset):
+        what = "a group, not a dataset" if isinstance(obj, h5py.Group) else "no dataset"
+        raise FormatError(
+            f"{name}: {dataset!r} is {what}; the file's datasets are {_datasets(f, h5py)}"
+            if obj is not None
+            else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
+        )
+    _check_storage(obj, name, dataset, h5py)
+    return obj
 
 
 def _check_links(f: Any, dataset: str, name: str, h5py: Any) -> None:

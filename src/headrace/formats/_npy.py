@@ -22,7 +22,7 @@ import struct
 import threading
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -31,13 +31,25 @@ from numpy.typing import NDArray
 from headrace.errors import FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
-__all__ = ["decode_npy", "decode_npz", "encode_npy", "encode_npz"]
+__all__ = [
+    "NPY_HEAD",
+    "decode_npy",
+    "decode_npz",
+    "encode_npy",
+    "encode_npz",
+    "npy_rows",
+    "npz_rows",
+]
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_LOCAL = b"PK\x03\x04"
 _ZIP_EMPTY = b"PK\x05\x06"
 # zip files carry timestamps; a fixed one makes the writer deterministic.
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+#: The bytes of an NPY header as NumPy writes it for most arrays (a multiple of 64).
+NPY_HEAD = 128
+# Compressed bytes read at a time to inflate a member's NPY header (~100 bytes deflated).
+_INFLATE_STEP = 512
 # A Python 2 long in a header's shape: ``(3L, 4L)``.
 _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
@@ -260,16 +272,133 @@ def decode_npz(
     for key in wanted:
         info = infos[key]
         payload = _member_bytes(view, info, name, check_crc)
-        if len(payload) >= 6 and bytes(payload[:6]) != _NPY_MAGIC:
-            # np.load hands such a member back as bytes; a batch needs arrays.
-            raise FormatError(
-                f"{name}: member {info.filename!r} is not an array: it does not start with "
-                f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
-                f"pick the arrays with keys=[...] (FileSource: datasets=(...)) (it holds "
-                f"{sorted(infos)}), or leave other files out of the NPZ"
-            )
+        _check_npy_member(payload, name, info.filename, infos)
         out[key] = _npy_from_view(payload, f"{name}: member {info.filename!r}")
     return out
+
+
+def _check_npy_member(
+    payload: memoryview, name: str, member: str, infos: Mapping[str, object]
+) -> None:
+    if len(payload) >= 6 and bytes(payload[:6]) != _NPY_MAGIC:
+        # np.load hands such a member back as bytes; a batch needs arrays.
+        raise FormatError(
+            f"{name}: member {member!r} is not an array: it does not start with "
+            f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
+            f"pick the arrays with keys=[...] (FileSource: datasets=(...)) (it holds "
+            f"{sorted(infos)}), or leave other files out of the NPZ"
+        )
+
+
+def _header_end(head: memoryview) -> int | None:
+    """Where an NPY header ends, by its length field (``None``: too short to say)."""
+    if len(head) >= 10 and head[6] == 1:
+        return 10 + int(struct.unpack_from("<H", head, 8)[0])
+    if len(head) >= 12 and head[6] in (2, 3):
+        return 12 + int(struct.unpack_from("<I", head, 8)[0])
+    return None
+
+
+def _rows(shape: tuple[int, ...], where: str) -> int:
+    if not shape:
+        raise FormatError(
+            f"{where}: a 0-d array (shape ()): it has no leading axis to count samples on"
+        )
+    return shape[0]
+
+
+def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
+    """The leading axis of an NPY file's array from its header alone.
+
+    ``at(offset, length)``: the file's bytes there (fewer at its end). The
+    first ``NPY_HEAD`` bytes are the whole header as NumPy writes it for most
+    arrays (it pads headers to a multiple of 64 bytes); a longer one (many-field
+    structured dtypes) is read on up to its end. A header that does not parse, or
+    a 0-d array, is a :class:`FormatError` naming ``name``.
+    """
+    head = at(0, NPY_HEAD)
+    end = _header_end(head)
+    if end is not None and end > len(head):
+        head = at(0, end)
+    _, shape, _, _ = _parse_npy_header(head, name)
+    return _rows(shape, name)
+
+
+def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: int) -> bytes:
+    """The first ``want`` bytes of a member (fewer if it is shorter), inflated if deflated:
+    read from its local header on, in small steps (not zipfile's 4 KiB read-ahead,
+    which crossed into a second ranged GET for a 12-byte read)."""
+    file.seek(info.header_offset)
+    local = file.read(30) or b""
+    if len(local) < 30 or local[:4] != _ZIP_LOCAL:
+        raise FormatError(f"{where}: corrupt: no local file header at byte {info.header_offset}")
+    name_len, extra_len = struct.unpack_from("<HH", local, 26)
+    file.seek(info.header_offset + 30 + name_len + extra_len)
+    if info.compress_type == zipfile.ZIP_STORED:
+        return file.read(min(want, info.compress_size)) or b""
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    out, left = b"", info.compress_size
+    try:
+        while len(out) < want and not inflater.eof:
+            data = inflater.unconsumed_tail
+            if not data:
+                data = file.read(min(left, _INFLATE_STEP)) or b""
+                left -= len(data)
+                if not data:
+                    break
+            out += inflater.decompress(data, want - len(out))
+    except zlib.error as exc:
+        raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
+    return out
+
+
+def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
+    """The leading axis of member ``key`` (``None``: the first) of an NPZ, from the
+    zip's directory and that member's NPY header alone (a deflated member's first
+    bytes are inflated: the header comes first). ``file``: seekable, read on demand.
+    """
+    try:
+        zf = zipfile.ZipFile(file)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+        # Its first bytes, read only now: the member counted is seldom the first one.
+        file.seek(0)
+        head = file.read(4)
+        if head not in (_ZIP_LOCAL, _ZIP_EMPTY):
+            raise FormatError(
+                f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
+            ) from exc
+        raise FormatError(
+            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
+            f"the file ({exc})"
+        ) from exc
+    with zf:
+        infos = {
+            (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
+            for i in zf.infolist()
+            if not i.is_dir()
+        }
+        if key is None:
+            if not infos:
+                raise FormatError(f"{name}: an NPZ with no arrays: no samples to count")
+            key = next(iter(infos))
+        if key not in infos:
+            raise FormatError(f"{name}: no member(s) {[key]} in NPZ; it holds {sorted(infos)}")
+        info = infos[key]
+        where = f"{name}: member {info.filename!r}"
+        if info.flag_bits & 0x1:
+            raise FormatError(f"{where} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise FormatError(
+                f"{where}: unsupported zip compression method {info.compress_type} "
+                "(expected 0 stored or 8 deflated)"
+            )
+    payload = _member_head(file, info, where, 12)
+    _check_npy_member(memoryview(payload), name, info.filename, infos)
+    end = _header_end(memoryview(payload))
+    if end is not None and end > len(payload):
+        payload = _member_head(file, info, where, end)
+    _, shape, _, _ = _parse_npy_header(memoryview(payload), where)
+    return _rows(shape, where)
 
 
 def encode_npy(array: NDArray[np.generic]) -> bytes:

@@ -1,0 +1,108 @@
+"""How a :class:`~headrace.formats.FileSource` reads: its config, checked when made."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from headrace.errors import ConfigError
+from headrace.formats._file_counts import check_samples_per_file, short_counts
+from headrace.formats._file_list import LocalRead
+from headrace.formats._file_plan import Shuffle
+from headrace.formats._files import file_format
+from headrace.formats._object_files import check_in_flight
+
+__all__ = ["FileSourceConfig", "OnCorrupt", "SourceMode"]
+
+SourceMode = Literal["headrace", "map-style"]
+OnCorrupt = Literal["raise", "replace"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileSourceConfig:
+    """How a :class:`FileSource` reads.
+
+    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5`` or ``raw``.
+    ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5);
+    a list of counts, one per file (in the order of the list of files given,
+    else of the sorted keys; 0: the file holds none and is never read); or
+    ``"header"``: each file's count is the leading axis of its array, read from
+    its header (NPY; the first of ``datasets`` of an NPZ, else its first member;
+    every one of ``datasets`` of an HDF5 file) before the first batch,
+    ``in_flight`` files at a time.
+    ``decode=False`` hands over each file's bytes (I/O benchmarks).
+    ``in_flight``: fetches held at once (default 64 on object stores and on
+    network or FUSE mounts, 16 on local disk; fewer, 2 at least, where that many
+    of the largest file would be over 4 GiB). ``decode_threads``: threads that
+    decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
+    on the reading thread).
+    ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
+    ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
+    a file without one of them is an error naming it). ``speculate``: after a contiguous
+    run of samples, read ahead into the next run before the loader asks.
+    ``on_corrupt``: what a file that does not decode does to its samples:
+    ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
+    ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``
+    of the dataset, up to ``max_retries`` tries, the same whatever the mode,
+    the read order, the host count or the worker; more than ``max_corrupt``
+    (a fraction of the files, at least one file) corrupt files raise.
+    ``cache_dir``: keep each object read from an object store on local disk
+    there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
+    and read it from there the next time (see :class:`headrace.io.ObjectCache`).
+    """
+
+    format: str = "raw"
+    samples_per_file: int | Sequence[int] | Literal["header"] = 1
+    decode: bool = True
+    shuffle: Shuffle = "files"
+    mode: SourceMode = "headrace"
+    in_flight: int | None = None
+    decode_threads: int | None = None
+    local_read: LocalRead = "pread"
+    datasets: tuple[str, ...] | None = None
+    speculate: bool = True
+    on_corrupt: OnCorrupt = "raise"
+    max_corrupt: float = 0.01
+    max_retries: int = 8
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        fmt = file_format(self.format)
+        spf = check_samples_per_file(self.samples_per_file)
+        object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
+        several = not isinstance(spf, int) or spf > 1
+        if self.on_corrupt not in ("raise", "replace"):
+            raise ConfigError(f"on_corrupt must be 'raise' or 'replace' (got {self.on_corrupt!r}).")
+        if not 0.0 <= self.max_corrupt <= 1.0:
+            raise ConfigError(f"max_corrupt must be a fraction in [0, 1] (got {self.max_corrupt}).")
+        if isinstance(self.max_retries, bool) or not (
+            isinstance(self.max_retries, int) and self.max_retries >= 1
+        ):
+            raise ConfigError(f"max_retries must be an integer >= 1 (got {self.max_retries!r}).")
+        if self.mode not in ("headrace", "map-style"):
+            raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
+        if self.in_flight is not None:
+            check_in_flight(self.in_flight)
+        if self.decode_threads is not None and self.decode_threads < 0:
+            raise ConfigError(f"decode_threads must be >= 0 (got {self.decode_threads}).")
+        if several and fmt.name in ("jpeg", "png", "raw"):
+            raise ConfigError(
+                f"{fmt.name} files hold one sample each (got samples_per_file={short_counts(spf)})."
+            )
+        if several and not self.decode:
+            raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
+        if isinstance(self.datasets, str):
+            raise ConfigError(
+                f"datasets must be a list of names, e.g. datasets=({self.datasets!r},), not "
+                "a string (it would read one dataset per letter)."
+            )
+        if fmt.name == "hdf5" and self.decode and not self.datasets:
+            raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
+            raise ConfigError(
+                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
+                f"hold one array each (got datasets={self.datasets!r}): leave it out."
+            )

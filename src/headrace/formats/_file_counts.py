@@ -1,0 +1,337 @@
+"""Per-file sample counts read from the files' headers, not their data.
+
+``FileSource(..., samples_per_file="header")`` needs each file's count before
+it can plan: the length of the leading axis of its array. That is in the
+first bytes of an NPY file, in the central directory (at the end) and the
+member's own header of an NPZ, and in the object headers of an HDF5 file
+(near its start when h5py wrote it). Each file is read through a
+:class:`SparseFile`: only the byte ranges a parser asks for, fetched on
+demand in blocks of at least ``BLOCK`` bytes (a ranged GET each on object
+storage, a ``pread`` locally), with a first read where the header usually is.
+Files are counted ``depth`` at a time (the source's ``in_flight``), so on
+object storage that many ranged GETs are in flight.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats._file_list import FileList, is_object_url
+from headrace.formats._files import FileFormat
+from headrace.formats._hdf5 import hdf5_rows
+from headrace.formats._npy import NPY_HEAD, npy_rows, npz_rows
+from headrace.io import LocalFile, RequestQueue, file_url_path
+
+SamplesPerFile = int | tuple[int, ...] | str
+
+__all__ = [
+    "BLOCK",
+    "CountStats",
+    "SparseFile",
+    "check_samples_per_file",
+    "header_counts",
+    "resolve_counts",
+    "short_counts",
+]
+
+#: The least a read on demand fetches: a parser's small reads nearby are served by it.
+BLOCK = 4096
+# The first read of each format, where its header usually is: an NPY header is 128
+# bytes as NumPy writes most (a longer one is read on); an NPZ's directory is at the
+# end; h5py writes the superblock and object headers first (16 KiB: one read for
+# contiguous datasets, two for chunked ones, measured on files of 1 MB).
+_FIRST: dict[str, tuple[int, bool]] = {  # format -> (bytes, from the end)
+    "npy": (NPY_HEAD, False),
+    "npz": (BLOCK, True),
+    "hdf5": (4 * BLOCK, False),
+}
+
+
+@dataclass(slots=True)
+class CountStats:
+    """What counting the headers cost: files, reads (ranged GETs or preads), bytes, time."""
+
+    files: int = 0
+    reads: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    depth: int = 0
+
+
+class SparseFile(io.RawIOBase):
+    """A seekable read-only file of ``size`` bytes whose ranges are fetched on demand.
+
+    ``fetch(offset, length)`` returns those bytes (``offset + length <= size``). A
+    read not within a range fetched before fetches at least ``BLOCK`` bytes from
+    its start (clipped to the file). zipfile and h5py only need ``readinto``,
+    ``seek`` and ``tell``.
+    """
+
+    def __init__(self, fetch: Callable[[int, int], Any], size: int) -> None:
+        super().__init__()
+        self._fetch = fetch
+        self.size = size
+        self._pos = 0
+        self._have: list[tuple[int, memoryview]] = []
+        self.reads = 0
+        self.nbytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence}")
+        if base + offset < 0:
+            raise OSError(22, f"negative seek position {base + offset}")  # as a file: EINVAL
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def fetch(self, offset: int, length: int) -> None:
+        """Fetch ``[offset, offset + length)`` (clipped to the file) now."""
+        length = min(length, self.size - offset)
+        if length <= 0:
+            return
+        data = memoryview(self._fetch(offset, length)).cast("B")
+        self.reads += 1
+        self.nbytes += len(data)
+        self._have.append((offset, data))
+
+    def at(self, offset: int, length: int) -> memoryview:
+        """``length`` bytes at ``offset`` (fewer at the end of the file): from the ranges
+        fetched before where they hold them, the rest fetched now."""
+        end = min(offset + length, self.size)
+        pieces: list[memoryview] = []
+        pos = offset
+        while pos < end:
+            for start, data in self._have:
+                if start <= pos < start + len(data):
+                    break
+            else:
+                self.fetch(pos, max(end - pos, BLOCK))
+                start, data = self._have[-1]
+            piece = data[pos - start : min(end, start + len(data)) - start]
+            pieces.append(piece)
+            pos += len(piece)
+        if len(pieces) == 1:
+            return pieces[0]
+        return memoryview(b"".join(pieces))
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        got = self.at(self._pos, len(out))
+        out[: len(got)] = got
+        self._pos += len(got)
+        return len(got)
+
+
+def _local(path: str) -> tuple[Callable[[int, int], Any], Callable[[], None]]:
+    f = LocalFile(path)
+
+    def fetch(offset: int, length: int) -> NDArray[np.uint8]:
+        out = np.empty(length, dtype=np.uint8)
+        f.pread_into(out, offset)
+        return out
+
+    return fetch, f.close
+
+
+def _remote(
+    files: FileList, i: int, queue: RequestQueue
+) -> tuple[Callable[[int, int], Any], Callable[[], None]]:
+    from headrace.formats._object_files import RemoteFile
+    from headrace.io import ObjectInfo
+
+    # Checked against the listed size and ETag: a count read from another version
+    # of the object than the one the run will read is refused, by name.
+    remote = RemoteFile(
+        files.store,
+        files.keys[i],
+        files.name(i),
+        ObjectInfo(files.sizes[i], files.etags[i]),
+        queue,
+    )
+
+    def fetch(offset: int, length: int) -> NDArray[np.uint8]:
+        out = np.empty(length, dtype=np.uint8)
+        remote.read_into(out, offset).result()
+        return out
+
+    return fetch, lambda: None
+
+
+def _count_one(
+    fmt: FileFormat,
+    datasets: Sequence[str] | None,
+    files: FileList,
+    i: int,
+    queue: RequestQueue | None,
+) -> tuple[int, int, int]:
+    """File ``i``'s count, and the reads and bytes it took."""
+    name, size = files.name(i), files.sizes[i]
+    fetch, close = _local(name) if queue is None else _remote(files, i, queue)
+    try:
+        f = SparseFile(fetch, size)
+        first, from_end = _FIRST[fmt.name]
+        f.fetch(max(0, size - first) if from_end else 0, first)
+        if fmt.name == "npy":
+            n = npy_rows(f.at, name=name)
+        elif fmt.name == "npz":
+            n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
+        else:
+            assert datasets, "FileSource's config refuses hdf5 without datasets"
+            n = hdf5_rows(f, name=name, datasets=datasets)
+        return n, f.reads, f.nbytes
+    finally:
+        close()
+
+
+def header_counts(
+    files: FileList, fmt: FileFormat, datasets: Sequence[str] | None, depth: int
+) -> tuple[NDArray[np.int64], CountStats]:
+    """Every file's count (the leading axis of its array), ``depth`` files at a time.
+
+    NPY: the header's ``shape[0]``. NPZ: that of the first member named in
+    ``datasets`` (else the zip's first member); the others are checked against
+    it when the file is decoded. HDF5: each named dataset's ``shape[0]``, which
+    must agree. An array with no leading axis, or a header that does not parse,
+    is a :class:`FormatError` naming the file; storage errors name the object.
+    """
+    if fmt.name not in _FIRST:
+        raise ConfigError(
+            f'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers; {fmt.name} '
+            "files hold one sample each"
+        )
+    t0 = time.perf_counter()
+    n = len(files)
+    counts = np.zeros(n, dtype=np.int64)
+    stats = CountStats(files=n, depth=depth)
+    lock = threading.Lock()
+    queue = RequestQueue(depth, name="headrace-counts") if files.remote else None
+
+    def job(i: int) -> None:
+        c, reads, nbytes = _count_one(fmt, datasets, files, i, queue)
+        counts[i] = c
+        with lock:
+            stats.reads += reads
+            stats.bytes += nbytes
+
+    try:
+        with ThreadPoolExecutor(min(depth, n), thread_name_prefix="headrace-counts") as pool:
+            futures = [pool.submit(job, i) for i in range(n)]
+            try:
+                # In file order: the first error raised is the first file's, every run.
+                for fut in futures:
+                    fut.result()
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+    finally:
+        if queue is not None:
+            queue.close()
+    stats.seconds = time.perf_counter() - t0
+    return counts, stats
+
+
+def check_samples_per_file(spf: object) -> SamplesPerFile:
+    """``samples_per_file`` as a config keeps it: an integer >= 1, ``"header"``, or a
+    tuple of counts >= 0 (from any sequence of integers)."""
+    if isinstance(spf, str):
+        if spf != "header":
+            raise ConfigError(
+                f"samples_per_file must be an integer >= 1, a list of counts (one per file) or "
+                f'"header" (got {spf!r}).'
+            )
+        return spf
+    if isinstance(spf, (int, np.integer)) and not isinstance(spf, bool):
+        if spf < 1:
+            raise ConfigError(f"samples_per_file must be >= 1 (got {spf}).")
+        return int(spf)
+    try:
+        counts = list(spf)  # type: ignore[call-overload]
+    except TypeError:
+        raise ConfigError(
+            f"samples_per_file must be an integer >= 1, a list of counts (one per file) or "
+            f'"header" (got {spf!r}).'
+        ) from None
+    for i, c in enumerate(counts):
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
+            raise ConfigError(
+                f"samples_per_file[{i}] is {c!r}; each file's count must be an integer >= 0."
+            )
+    return tuple(int(c) for c in counts)
+
+
+def short_counts(spf: object) -> str:
+    """``samples_per_file`` for a message: a long list as its ends and its length."""
+    if isinstance(spf, tuple) and len(spf) > 6:
+        return f"[{spf[0]}, {spf[1]}, ..., {spf[-1]}] ({len(spf):,} counts)"
+    return repr(list(spf) if isinstance(spf, tuple) else spf)
+
+
+def _sort_key(p: str | os.PathLike[str], urls: bool) -> str:
+    # As list_files sorts a list of files: paths as strings, file:// URLs decoded.
+    text = os.fspath(p)
+    return f"file://{file_url_path(text)}" if urls and text.startswith("file://") else text
+
+
+def resolve_counts(
+    spf: object,
+    given: object,
+    files: FileList,
+    fmt: FileFormat,
+    datasets: Sequence[str] | None,
+    depth: int,
+) -> tuple[NDArray[np.int64] | None, CountStats | None]:
+    """Each listed file's count (``None`` for a fixed ``samples_per_file``), in the
+    order of ``files``, and what reading headers cost (``None`` if none was read).
+
+    ``given``: what the source was opened with. A list of counts follows a list of
+    files as given (both are sorted together, as the listing sorts the files);
+    for a directory, pattern or prefix, the sorted keys.
+    """
+    if isinstance(spf, int):
+        return None, None
+    if spf == "header":
+        return header_counts(files, fmt, datasets, depth)
+    assert isinstance(spf, tuple)
+    n = len(files)
+    if isinstance(given, list):
+        if len(spf) != len(given):
+            raise ConfigError(
+                f"samples_per_file has {len(spf):,} counts for the {len(given):,} files listed; "
+                "expected one count per file, in the order of the list"
+            )
+        urls = any(is_object_url(str(p)) for p in given)
+        pairs = sorted(zip((_sort_key(p, urls) for p in given), spf, strict=True))
+        for (a, ca), (b, cb) in itertools.pairwise(pairs):
+            if a == b and ca != cb:
+                raise ConfigError(f"{a} is listed twice, with counts {ca} and {cb}.")
+        return np.array([c for _, c in pairs], dtype=np.int64), None
+    if len(spf) != n:
+        raise ConfigError(
+            f"samples_per_file has {len(spf):,} counts for the {n:,} files under "
+            f"{files.url}; expected one count per file, in the order of src.files.keys "
+            f"(sorted: {files.keys[0]!r} first, {files.keys[-1]!r} last)"
+        )
+    return np.array(spf, dtype=np.int64), None

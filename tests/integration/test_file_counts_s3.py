@@ -1,0 +1,161 @@
+"""Per-file sample counts read from headers on S3 (moto on 127.0.0.1, through the proxy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import PermissionDeniedError, StorageError
+from headrace.formats import FileSource
+from headrace.formats._file_counts import header_counts
+from headrace.formats._file_list import list_files
+from headrace.formats._files import file_format
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+KINDS = ("npy", "npz", "npzc", "hdf5")
+# As tests/formats/test_file_counts.py: a file of none, one of one, a short last shard.
+COUNTS = [5, 3, 0, 7, 1, 4, 6, 2]
+EXT = {"npy": "npy", "npz": "npz", "npzc": "npz", "hdf5": "h5"}
+FORMAT = {"npzc": "npz"}
+
+
+def dataset(root: Path, kind: str) -> Path:
+    """File ``f``'s sample ``i``: ``1000 f + i`` plus noise (that deflate cannot shrink)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for f, c in enumerate(COUNTS):
+        # 16 KiB a sample: a file is larger than the reads that count it.
+        base = (1000 * f + np.arange(c, dtype=np.float32))[:, None, None]
+        x = base + np.random.default_rng(f).random((c, 64, 64), dtype=np.float32)
+        y, path = x[:, 0, 0].astype(np.int64), root / f"r{f:03d}.{EXT[kind]}"
+        if kind == "npy":
+            np.save(path, x)
+        elif kind == "npz":
+            np.savez(path, x=x, y=y)
+        elif kind == "npzc":
+            np.savez_compressed(path, x=x, y=y)
+        else:
+            with h5py.File(path, "w") as h:
+                h.create_dataset("x", data=x, chunks=True if c else None)
+                h["y"] = y
+    return root
+
+
+@pytest.fixture(scope="module")
+def local(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each kind's files under ``root/<kind>`` and as objects under ``counts/<kind>/``."""
+    root = tmp_path_factory.mktemp("count-sets")
+    client = s3.server.info.boto3_client()
+    for kind in KINDS:
+        for path in sorted(dataset(root / kind, kind).iterdir()):
+            client.put_object(
+                Bucket=BUCKET, Key=f"counts/{kind}/{path.name}", Body=path.read_bytes()
+            )
+    return root
+
+
+def on_s3(s3: S3Fixture, kind: str, endpoint: str | None = None, **kw: Any) -> FileSource:
+    options = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        options["endpoint"] = endpoint
+    opts: dict[str, Any] = {"datasets": ("x", "y")} if kind == "hdf5" else {}
+    kw.setdefault("samples_per_file", "header")
+    return FileSource(
+        f"s3://{BUCKET}/counts/{kind}",
+        store_options=options,
+        format=FORMAT.get(kind, kind),
+        **opts,
+        **kw,
+    )
+
+
+def digest(src: FileSource) -> str:
+    with Loader(src, batch_size=4, seed=8, steps=15) as loader:
+        return batch_digest(loader)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_counts_and_batches_on_s3_match_local_files(
+    s3: S3Fixture, local: Path, proxy: LatencyProxy, kind: str
+) -> None:
+    src = on_s3(s3, kind, proxy.endpoint)
+    assert src.counts.tolist() == COUNTS
+    stats = proxy.stats
+    n = len(COUNTS)
+    # One LIST, then ranged GETs of the headers only (the files are read by the batches):
+    # an NPY header's 128 bytes, an NPZ's directory (4 KiB at the end) and its member's
+    # header (4 KiB), an HDF5 file's first 16 KiB (and the next 4 KiB for a chunk index).
+    assert src.count_stats is not None
+    assert stats.requests == 1 + src.count_stats.reads
+    assert src.count_stats.reads <= {"npy": 1}.get(kind, 2) * (n - 1) + 1  # r002 is tiny
+    assert stats.bytes_down < sum(src.files.sizes) // 3, (stats.bytes_down, src.files.sizes)
+    opts: dict[str, Any] = {"datasets": ("x", "y")} if kind == "hdf5" else {}
+    here = FileSource(
+        local / kind, format=FORMAT.get(kind, kind), samples_per_file="header", **opts
+    )
+    assert digest(src) == digest(here)
+    assert src.fingerprint() == here.fingerprint()
+
+
+def test_npy_headers_are_ranged_gets_of_their_bytes_many_in_flight(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    client = s3.server.info.boto3_client()
+    lengths = [40 + f % 5 for f in range(96)]
+    for f, c in enumerate(lengths):
+        path = tmp_path / f"s{f:03d}.npy"
+        np.save(path, np.full((c, 256), f, dtype=np.float32))  # 40 KiB of data each
+        client.put_object(Bucket=BUCKET, Key=f"many/{path.name}", Body=path.read_bytes())
+    proxy.set_faults([])
+    proxy.reset_stats()
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+    src = FileSource(
+        f"s3://{BUCKET}/many", store_options=options, format="npy", samples_per_file="header"
+    )
+    stats = proxy.stats
+    assert src.counts.tolist() == lengths
+    assert stats.requests == 1 + 96
+    # The headers' 128 bytes each, the answers' HTTP headers and the listing: not 3.9 MB.
+    assert stats.bytes_down < 96 * (128 + 1024) + 40_000, stats.bytes_down
+    assert stats.max_in_flight > 1
+    src.close()
+
+
+def test_a_denied_header_read_names_the_object(
+    s3: S3Fixture, local: Path, proxy: LatencyProxy
+) -> None:
+    proxy.set_faults(
+        [FaultRule(kind="status", status=403, match="GET /headrace-test/counts/npz/r005")]
+    )
+    with pytest.raises(PermissionDeniedError, match=r"counts/npz/r005\.npz"):
+        on_s3(s3, "npz", proxy.endpoint)
+    # Retried failures: the count is read as if none had failed.
+    proxy.set_faults(
+        [FaultRule(kind="status", status=503, match="GET /headrace-test/counts/npy/", every=3)]
+    )
+    assert on_s3(s3, "npy", proxy.endpoint).counts.tolist() == COUNTS
+
+
+def test_an_object_replaced_since_it_was_listed_is_refused(
+    s3: S3Fixture, local: Path, tmp_path: Path
+) -> None:
+    client = s3.server.info.boto3_client()
+    for path in sorted(dataset(tmp_path / "v", "npy").iterdir()):
+        client.put_object(Bucket=BUCKET, Key=f"replaced/{path.name}", Body=path.read_bytes())
+    options = {**s3.options(), "retry": FAST_RETRY}
+    files = list_files(f"s3://{BUCKET}/replaced", extensions=(".npy",), store_options=options)
+    try:
+        body = (tmp_path / "v" / "r004.npy").read_bytes()
+        client.put_object(Bucket=BUCKET, Key="replaced/r004.npy", Body=body[:-4] + b"\0\0\0\1")
+        with pytest.raises(StorageError, match=r"replaced/r004\.npy.*changed while open"):
+            header_counts(files, file_format("npy"), None, 4)
+    finally:
+        files.close()
