@@ -35,6 +35,7 @@ from headrace.formats._file_plan import FilePlan, Shuffle
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
+from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
@@ -81,6 +82,10 @@ class FileSourceConfig:
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
     (a fraction of the files, at least one file) corrupt files raise.
+    ``image_mode`` (JPEG, PNG): ``"L"``, ``"LA"``, ``"RGB"`` or ``"RGBA"`` converts
+    every image as Pillow's ``Image.open(f).convert(image_mode)`` does (what
+    torchvision's default loader does with ``"RGB"``), so a set mixing grey, RGB and
+    RGBA files stacks; ``None`` (default): JPEG as RGB, PNG as stored.
     ``cache_dir``: keep each object read from an object store on local disk
     there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
     and read it from there the next time (see :class:`headrace.io.ObjectCache`).
@@ -101,9 +106,21 @@ class FileSourceConfig:
     max_retries: int = 8
     cache_dir: str | os.PathLike[str] | None = None
     cache_bytes: int | None = None
+    image_mode: ImageMode | None = None
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
+        check_image_mode(self.image_mode, "image_mode")
+        if self.image_mode is not None and fmt.name not in ("jpeg", "png"):
+            raise ConfigError(
+                f"image_mode converts JPEG and PNG pixels; {fmt.name} files are not images "
+                f"(got image_mode={self.image_mode!r}): leave it out."
+            )
+        if self.image_mode is not None and not self.decode:
+            raise ConfigError(
+                f"image_mode={self.image_mode!r} converts decoded pixels; decode=False hands "
+                "over the files' bytes: drop one of the two."
+            )
         if self.on_corrupt not in ("raise", "replace"):
             raise ConfigError(f"on_corrupt must be 'raise' or 'replace' (got {self.on_corrupt!r}).")
         if not 0.0 <= self.max_corrupt <= 1.0:
@@ -237,7 +254,7 @@ class FileSource(Closing):
             keys = [k[cut:] for k in full]
         # Names, not the place (no url): a copy moved to another folder, mount or bucket
         # is the same data and resumes, as for token, row and table sources.
-        return {
+        out = {
             "kind": "files",
             "keys": keys,
             "sizes": self.files.sizes,
@@ -247,6 +264,11 @@ class FileSource(Closing):
             "decode": c.decode,
             "datasets": list(c.datasets or ()),
         }
+        # Only where it changes the pixels: states saved before image_mode existed (and
+        # so with the format's own pixels) still load, and a JPEG's "RGB" is its default.
+        if c.image_mode is not None and (self.format.name, c.image_mode) != ("jpeg", "RGB"):
+            out["image_mode"] = c.image_mode
+        return out
 
     @property
     def samples_per_epoch(self) -> int:
@@ -357,7 +379,14 @@ class FileSource(Closing):
     def _decode(self, f: int, data: Any) -> Sample:
         c = self.config
         name = self.files.name(f)
-        sample = decode_file(self.format, data, name=name, decode=c.decode, datasets=c.datasets)
+        sample = decode_file(
+            self.format,
+            data,
+            name=name,
+            decode=c.decode,
+            datasets=c.datasets,
+            image_mode=c.image_mode,
+        )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:
