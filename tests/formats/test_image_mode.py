@@ -223,6 +223,9 @@ def test_a_mixed_png_set_stacks_and_crops_with_image_mode(tmp_path: Path) -> Non
     assert batch["image"].dtype == object  # four channel counts cannot stack
     with pytest.raises(DataError, match=r"image_mode='RGB'"):
         Loader(stored, batch_size=6, seed=0, transform=RandomCrop((8, 8))).batch_at(0)
+    ht = pytest.importorskip("headrace.torch")
+    with pytest.raises(DataError, match=r"image_mode='RGB'"):
+        next(iter(ht.TorchDataset(stored, batch_size=6, seed=0)))
     stored.close()
     for mode in IMAGE_MODES:
         src = FileSource(root, format="png", image_mode=mode, shuffle="none")
