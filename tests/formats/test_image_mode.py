@@ -90,6 +90,9 @@ PNGS: dict[str, bytes] = {
     "RGB + tRNS": _save(Image.fromarray(_RGB), "PNG", transparency=tuple(_RGB[0, 0].tolist())),
     "APNG (first frame)": _apng(),
 }
+_EXIF = Image.Exif()
+_EXIF[0x0112] = 6  # rotate 90 degrees clockwise to display: pixels come as stored
+_EXIF6 = _EXIF.tobytes()
 JPEGS: dict[str, bytes] = {
     "grey": _save(Image.fromarray(_SMOOTH[:, :, 0]), "JPEG", quality=90),
     "RGB 4:2:0": _save(Image.fromarray(_SMOOTH), "JPEG", quality=90, subsampling=2),
@@ -100,6 +103,7 @@ JPEGS: dict[str, bytes] = {
     "CMYK": _save(Image.fromarray(_SMOOTH).convert("CMYK"), "JPEG", quality=90),
     "odd size": _save(Image.fromarray(_SMOOTH[:17, :23]), "JPEG", quality=90),
     "restart markers": _save(Image.fromarray(_SMOOTH), "JPEG", restart_marker_blocks=1),
+    "EXIF orientation 6 (not applied)": _save(Image.fromarray(_SMOOTH), "JPEG", exif=_EXIF6),
     "PNG bytes (palette + tRNS)": PNGS["palette + tRNS (many)"],
     "PNG bytes (16-bit grey)": PNGS["16-bit grey"],
 }
