@@ -288,8 +288,7 @@ def test_a_jpeg_set_as_rgb_is_its_default(tmp_path: Path) -> None:
 
 
 def test_pickled_copies_and_worker_processes_convert_the_same(tmp_path: Path) -> None:
-    torch_data = pytest.importorskip("torch.utils.data")
-    import headrace.torch as ht
+    ht = pytest.importorskip("headrace.torch")
 
     root = _mixed(tmp_path / "mixed")
     src = FileSource(root, format="png", image_mode="RGBA")
@@ -300,8 +299,8 @@ def test_pickled_copies_and_worker_processes_convert_the_same(tmp_path: Path) ->
     with Loader(src, batch_size=4, seed=2, steps=3) as ld:
         reference = [batch_digest([b]) for b in ld]
     ds = ht.TorchDataset(src, batch_size=4, seed=2, steps=3)
-    dl = torch_data.DataLoader(ds, batch_size=None, num_workers=2)
-    got = [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in dl]
+    with ht.HeadraceDataLoader(ds, num_workers=2) as dl:  # each worker unpickles the source
+        got = [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in dl]
     assert got == reference
     src.close()
     copy.close()
