@@ -326,3 +326,22 @@ def test_image_mode_where_nothing_is_decoded_as_an_image_is_refused(
 def test_decode_by_format_name_passes_the_mode() -> None:
     got = decode("png", PNGS["grey"], name="g.png", mode="RGB")
     assert got.shape == (_H, _W, 3)  # type: ignore[union-attr]
+
+
+def test_decoding_threads_leave_the_warning_filters_as_they_were(tmp_path: Path) -> None:
+    # Each decode made warnings errors with catch_warnings, which is process-wide: with
+    # several decode threads, the last to leave restored another's "error" filters for
+    # good (every later warning of the process an exception), and one leaving while
+    # another converted a palette PNG with several alphas made Pillow's advice an error
+    # there ("corrupt or truncated PNG"). Both seen with 4 threads, on the first read.
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(48):
+        (root / f"{i:02d}.png").write_bytes(PNGS[MIXED[i % len(MIXED)]])
+    before = list(warnings.filters)
+    for mode in (None, "RGB", "L", "RGBA"):
+        for _ in range(3):
+            src = FileSource(root, format="png", image_mode=mode, decode_threads=4)
+            src.read(0, np.arange(48))
+            src.close()
+            assert warnings.filters == before, mode

@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, TypeAlias, get_args
 
 import numpy as np
@@ -61,9 +64,10 @@ _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before
 _PNG_COLOR_TYPE = 25
 _PNG_GREY_ALPHA = 4
 
-# Pillow's advice when a palette image whose tRNS holds several alphas is converted to
-# "RGB" or "L" (the alphas are dropped): asked for by the caller, not damage.
-_PALETTE_ALPHA_ADVICE = "Palette images with Transparency expressed in bytes"
+# Decoding threads inside _strict_warnings(), and the filters it replaced.
+_strict_lock = threading.Lock()
+_strict_users = 0
+_strict_saved: list[Any] = []
 
 try:
     import simplejpeg as _simplejpeg
@@ -215,18 +219,21 @@ def _pil_decode(
     already (``None``: a PNG's own mode, see :func:`_png_mode`)."""
     image_mod = _pil()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
-            warnings.simplefilter("ignore", image_mod.DecompressionBombWarning)
-            warnings.filterwarnings("ignore", _PALETTE_ALPHA_ADVICE, UserWarning)
-            with image_mod.open(BufferReader(view), formats=[kind]) as img:
-                img.load()
-                if mode is None:
-                    img = _png_mode(img)
-                elif img.mode != mode:  # convert() copies even when the mode is the same
-                    img = img.convert(mode)
-                arr = np.asarray(img)
+        # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
+        with (
+            _strict_warnings(image_mod.DecompressionBombWarning),
+            image_mod.open(BufferReader(view), formats=[kind]) as img,
+        ):
+            img.load()
+            if mode in ("L", "RGB"):
+                # tRNS changes no pixel of an "L" or "RGB" result, only its info; for a
+                # palette's several alphas Pillow warns (advice, made an error here).
+                img.info.pop("transparency", None)
+            if mode is None:
+                img = _png_mode(img)
+            elif img.mode != mode:  # convert() copies even when the mode is the same
+                img = img.convert(mode)
+            arr = np.asarray(img)
     except image_mod.DecompressionBombError as exc:
         # Raised by open(), before the size is known here: Pillow's message has the count.
         found = re.search(r"\((\d+) pixels\)", str(exc))
@@ -239,6 +246,36 @@ def _pil_decode(
     if arr.ndim == 2:
         arr = arr[:, :, np.newaxis]
     return arr
+
+
+@contextmanager
+def _strict_warnings(ignored: type[Warning]) -> Iterator[None]:
+    """Warnings are errors (but ``ignored``) while any thread decodes with Pillow.
+
+    ``warnings.catch_warnings`` is process-wide, not per thread (until Python 3.14):
+    with several decode threads, one thread leaving it restored the filters while
+    another still decoded, and the last to leave could restore "error" for good,
+    making every later warning of the process an exception (one FileSource read with
+    4 decode threads did). Here the first thread in installs the filters and the last
+    out restores what was there before; meanwhile they hold for the whole process,
+    as catch_warnings' did.
+    """
+    global _strict_users, _strict_saved
+    with _strict_lock:
+        if _strict_users == 0:
+            _strict_saved = list(warnings.filters)
+            warnings.simplefilter("error")
+            warnings.simplefilter("ignore", ignored)
+        _strict_users += 1
+    try:
+        yield
+    finally:
+        with _strict_lock:
+            _strict_users -= 1
+            if _strict_users == 0:
+                warnings.filters = _strict_saved  # as catch_warnings restores them
+                # What catch_warnings does on exit: drop the cached "already warned" state.
+                getattr(warnings, "_filters_mutated", lambda: None)()
 
 
 def _png_mode(img: Any) -> Any:
