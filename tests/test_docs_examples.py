@@ -219,6 +219,11 @@ def _write_datasets(root: Path) -> None:
     _save_to_disk(table, root / "path" / "to" / "save_to_disk_dir")
     pq.write_table(table, root / "ds_dir_or.parquet", row_group_size=100)
     _jpegs(root / "jpegs", [(48 + 8 * i, 64 - 4 * i) for i in range(8)])
+    # docs/files.md "Image modes": a crawl's PNGs, grey, grey + alpha, RGB and RGBA.
+    (root / "crawl").mkdir()
+    for i in range(8):
+        image = synthetic_arrays("png", seed=i, shape=(24, 32, 1 + i % 4))
+        write_sample_file("png", root / "crawl" / f"{i:03d}.png", image)
     (root / "retinanet").mkdir()  # docs/objects.md: a local directory opened as a store
 
 

@@ -133,7 +133,9 @@ def _tensorable(batch: Batch) -> Batch:
                 f"field {k!r} holds samples of different shapes (an object array), which "
                 "make no tensor: give them one shape with a transform (headrace.transforms."
                 "RandomCrop, RandomResizedCrop, or your own) or collate them yourself; "
-                "HDF5 variable-length strings and arrays come as object arrays too"
+                "images of several channel counts (PNGs mixing grey, RGB and RGBA) take one "
+                "with FileSource(..., image_mode='RGB'); HDF5 variable-length strings and "
+                "arrays come as object arrays too"
             )
         if a.dtype.kind not in "biufc":
             raise DataError(

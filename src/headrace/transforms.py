@@ -27,6 +27,12 @@ __all__ = ["RandomCrop", "RandomResizedCrop", "resize_threads", "set_resize_thre
 
 # Threads that resize a batch's images (Pillow releases the GIL while it resizes):
 # the CPUs this process may use, at most 8 (on 16 cores 8 resized 1.32x faster than 2).
+# Images of several channel counts: a PNG set mixing grey, RGB and RGBA files, as web
+# scrapes do; FileSource converts them all as torchvision's default loader does.
+_MODE_HINT = (
+    " (images of several modes, as in a PNG set mixing grey, RGB and RGBA: read them with "
+    "FileSource(..., image_mode='RGB'), as torchvision's loader reads them)"
+)
 _resize = _SharedPool("headrace-resize", "HEADRACE_RESIZE_THREADS", min(8, _usable_cpus()))
 
 
@@ -81,6 +87,7 @@ class RandomCrop:
                     f"RandomCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
                     f"{img.dtype} {img.shape}, the first was {out.dtype} with channels "
                     f"{out.shape[3:]}: one batch's images need the same channels and dtype"
+                    f"{_MODE_HINT}"
                 )
             h, w = img.shape[:2]
             y = int(rng.integers(0, max(h - height, 0) + 1))
@@ -170,7 +177,7 @@ class RandomResizedCrop:
             elif img.shape[2:] != out.shape[3:]:
                 raise errors.DataError(
                     f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} has "
-                    f"shape {img.shape}, the first had channels {out.shape[3:]}"
+                    f"shape {img.shape}, the first had channels {out.shape[3:]}{_MODE_HINT}"
                 )
             # Every draw here, in row order; the resizing (no draws) may run anywhere.
             region = self.region(img.shape[0], img.shape[1], rng)

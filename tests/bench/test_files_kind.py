@@ -11,6 +11,7 @@ import pytest
 
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
+from headrace.bench._measure import measure_pass
 from headrace.bench._runner import RunOptions, mismatches, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import main
@@ -99,6 +100,25 @@ def test_jpeg_local_tiny_agrees(tmp_path: Path) -> None:
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
     _check(kind, summary, results)
     assert summary["storage"] == "local"
+
+
+def test_image_mode_reaches_every_decoding_variant(tmp_path: Path) -> None:
+    # [reader] image_mode = "L": map-style, iterable and headrace convert alike (the
+    # checks of _check); the raw variants and the ceiling hand over the same bytes.
+    grey = _kind("jpeg", tmp_path, reader={"image_mode": "L"})
+    summary, results = run_workload(grey, options=RunOptions(isolate=False))
+    _check(grey, summary, results)
+    assert grey.source().read(0, np.arange(2))["image"].shape == (2, 32, 48, 1)
+    rgb = _kind("jpeg", tmp_path)  # the same files
+    _, base = run_workload(rgb, options=RunOptions(isolate=False))
+    by, by_base = _by(results), _by(base)
+    assert by["headrace"]["digest"] != by_base["headrace"]["digest"]
+    assert by["headrace-raw"]["digest"] == by_base["headrace-raw"]["digest"]
+    # a variant option, as --sweep gives: the RGB workload read as grey
+    assert (
+        measure_pass(rgb, "headrace?image_mode=L", by["headrace"]["steps"])["digest"]
+        == by["headrace"]["digest"]
+    )
 
 
 @pytest.mark.integration

@@ -147,6 +147,12 @@ def test_dlio_yamls_load_with_only_keys_the_kind_reads(yaml: str, tmp_path: Path
         ("jpeg", "dataset", "record_bytes_stdev", 5, r"images are all image_hw in size"),
         ("jpeg", "reader", "strategy", "odirect", r"O_DIRECT with odirect = true"),
         ("jpeg", "reader", "odirect", "yes", r"odirect must be true or false \(got 'yes'\)"),
+        ("npz", "reader", "image_mode", "RGB",
+         r"npz\.toml \[reader\]: the files kind does not take 'image_mode': npz records are "
+         r"arrays; image_mode converts format 'jpeg' or 'png'"),
+        ("jpeg", "reader", "image_mode", "rgb",
+         r"workload 'jpeg': \[reader\] image_mode must be one of 'L', 'LA', 'RGB', 'RGBA' or "
+         r"None .*\(got 'rgb'\) \(Pillow's names are upper case: 'RGB'\)"),
         ("jpeg", "reader", "storage", "s3",
          r"odirect = true reads local files past the page cache; with storage = 's3'"),
     ],

@@ -472,3 +472,37 @@ def test_odd_names_and_linked_folders_read_the_same_everywhere(
             steps=steps,
             resume_at=[3, steps // 2 + 1],
         )
+
+
+def test_a_mixed_png_set_converts_the_same_from_s3(s3: S3Fixture, tmp_path: Path) -> None:
+    # A web-scrape-like set (grey, grey + alpha, RGB, RGBA, palette + tRNS) read with
+    # image_mode="RGB": the batches of local files, the pixels of Pillow's convert("RGB").
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    modes = ["L", "LA", "RGB", "RGBA", "P"]
+    client = s3.server.info.boto3_client()
+    want = []
+    for i, mode in enumerate(modes):
+        img = Image.fromarray(rng.integers(0, 256, (9, 7, 4), dtype=np.uint8), "RGBA")
+        img = img.convert(mode) if mode != "P" else img.convert("RGB").quantize(8)
+        buf = io.BytesIO()
+        img.save(buf, "PNG", **({"transparency": 2} if mode == "P" else {}))
+        (tmp_path / f"{i}.png").write_bytes(buf.getvalue())
+        client.put_object(Bucket=BUCKET, Key=f"files/mixed/{i}.png", Body=buf.getvalue())
+        with Image.open(io.BytesIO(buf.getvalue())) as ref:
+            want.append(np.asarray(ref.convert("RGB")))
+    url = f"s3://{BUCKET}/files/mixed"
+    options = {**s3.options(), "retry": FAST_RETRY}
+    for reading in ("headrace", "map-style"):
+        remote = FileSource(
+            url, store_options=options, format="png", image_mode="RGB", mode=reading
+        )
+        local = FileSource(tmp_path, format="png", image_mode="RGB", mode=reading)
+        assert run(remote, batch=5, steps=2) == run(local, batch=5, steps=2)
+        got = remote.read(0, np.arange(5))
+        assert np.array_equal(got["image"][np.argsort(got["index"])], np.stack(want))
+        remote.close()
+        local.close()

@@ -11,6 +11,10 @@ shuffled per epoch, keyed by the seed); the variants are in
 :mod:`headrace.bench._files_variants`. Throughput and payload count *stored*
 bytes (what storage serves; a decoded JPEG is ~6x larger), so a files result's
 ``mb_per_s`` is what DLIO and MLPerf Storage call throughput.
+
+``[reader] image_mode`` (``jpeg``, ``png``; ``"L"``, ``"LA"``, ``"RGB"``, ``"RGBA"``)
+is FileSource's: every decoding variant converts the images so; the raw ones
+and the ceiling hand over bytes and ignore it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from headrace.formats import (
     synthetic_arrays,
 )
 from headrace.formats._file_source import default_decode_threads
+from headrace.formats._images import ImageMode, check_image_mode
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["FilesKind", "photo"]
@@ -85,7 +90,17 @@ class FilesKind(Kind):
                 self.quality = int(ds.get("quality", self.quality))
             else:
                 refuse(ds, "quality", "PNG is lossless (quality is JPEG's)")
+            # FileSource's image_mode (None: JPEG RGB, PNG as stored; TOML has no None).
+            self.image_mode: ImageMode | None = check_image_mode(
+                rd.get("image_mode"), f"workload {workload.name!r}: [reader] image_mode"
+            )
         else:
+            self.image_mode = None
+            refuse(
+                rd,
+                "image_mode",
+                f"{self.format} records are arrays; image_mode converts format 'jpeg' or 'png'",
+            )
             self.stdev = int(ds.get("record_bytes_stdev", 0))
             for key in ("image_hw", "noise", "quality"):
                 refuse(
@@ -277,9 +292,12 @@ class FilesKind(Kind):
             kw["local_read"] = "odirect"
         if self.format == "hdf5":
             kw["datasets"] = ("x", "y")
+        if self.image_mode is not None:
+            kw["image_mode"] = self.image_mode
         kw.update(options)
         if not kw.get("decode", True):
             kw.pop("datasets", None)
+            kw.pop("image_mode", None)
         return FileSource(self.url, store_options=store_options, **kw)
 
     def fill_cache(self, directory: str) -> dict[str, Any]:

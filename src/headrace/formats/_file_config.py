@@ -12,6 +12,7 @@ from headrace.formats._file_counts import check_samples_per_file, short_counts
 from headrace.formats._file_list import LocalRead
 from headrace.formats._file_plan import Shuffle
 from headrace.formats._files import file_format
+from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
 
 __all__ = ["FileSourceConfig", "OnCorrupt", "SourceMode"]
@@ -48,6 +49,10 @@ class FileSourceConfig:
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
     (a fraction of the files, at least one file) corrupt files raise.
+    ``image_mode`` (JPEG, PNG): ``"L"``, ``"LA"``, ``"RGB"`` or ``"RGBA"`` converts
+    every image as Pillow's ``Image.open(f).convert(image_mode)`` does (what
+    torchvision's default loader does with ``"RGB"``), so a set mixing grey, RGB and
+    RGBA files stacks; ``None`` (default): JPEG as RGB, PNG as stored.
     ``cache_dir``: keep each object read from an object store on local disk
     there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
     and read it from there the next time (see :class:`headrace.io.ObjectCache`).
@@ -68,9 +73,21 @@ class FileSourceConfig:
     max_retries: int = 8
     cache_dir: str | os.PathLike[str] | None = None
     cache_bytes: int | None = None
+    image_mode: ImageMode | None = None
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
+        check_image_mode(self.image_mode, "image_mode")
+        if self.image_mode is not None and fmt.name not in ("jpeg", "png"):
+            raise ConfigError(
+                f"image_mode converts JPEG and PNG pixels; {fmt.name} files are not images "
+                f"(got image_mode={self.image_mode!r}): leave it out."
+            )
+        if self.image_mode is not None and not self.decode:
+            raise ConfigError(
+                f"image_mode={self.image_mode!r} converts decoded pixels; decode=False hands "
+                "over the files' bytes: drop one of the two."
+            )
         spf = check_samples_per_file(self.samples_per_file)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1

@@ -7,7 +7,8 @@ counts, the samples of the files before it + item), as ``int64``):
 =========  ==================================================================
 format     keys
 =========  ==================================================================
-jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``)
+jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``);
+           with ``image_mode``, C = 1, 2, 3, 4 for L, LA, RGB, RGBA, always ``uint8``
 npy        ``data``: ``(B, *shape)``, the header's dtype
 npz        one key per member (or per name in ``datasets``), ``(B, *shape)``
 hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
@@ -34,6 +35,7 @@ from numpy.typing import NDArray
 from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
+from headrace.formats._images import ImageMode
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -47,8 +49,9 @@ def decode_file(
     name: str,
     decode: bool,
     datasets: Sequence[str] | None,
+    image_mode: ImageMode | None = None,
 ) -> Sample:
-    """Every array of one file, by output key."""
+    """Every array of one file, by output key (``image_mode``: JPEG and PNG only)."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
@@ -56,7 +59,7 @@ def decode_file(
         return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
     if fmt.name == "npz" and datasets:
         return dict(fmt.decoder(data, name=name, keys=datasets))
-    out = fmt.decoder(data, name=name)
+    out = fmt.decoder(data, name=name, **({} if image_mode is None else {"mode": image_mode}))
     if isinstance(out, Mapping):
         return dict(out)
     key = "image" if fmt.name in ("jpeg", "png") else "data"

@@ -187,7 +187,7 @@ class FileSource(Closing):
             keys = [k[cut:] for k in full]
         # Names, not the place (no url): a copy moved to another folder, mount or bucket
         # is the same data and resumes, as for token, row and table sources.
-        return {
+        out = {
             "kind": "files",
             "keys": keys,
             "sizes": self.files.sizes,
@@ -197,6 +197,11 @@ class FileSource(Closing):
             "decode": c.decode,
             "datasets": list(c.datasets or ()),
         }
+        # Only where it changes the pixels: states saved before image_mode existed (and
+        # so with the format's own pixels) still load, and a JPEG's "RGB" is its default.
+        if c.image_mode is not None and (self.format.name, c.image_mode) != ("jpeg", "RGB"):
+            out["image_mode"] = c.image_mode
+        return out
 
     def _counts_part(self) -> int | list[int]:
         """``samples_per_file`` as the fingerprint holds it: the counts (read or given),
@@ -323,7 +328,14 @@ class FileSource(Closing):
     def _decode(self, f: int, data: Any) -> Sample:
         c = self.config
         name = self.files.name(f)
-        sample = decode_file(self.format, data, name=name, decode=c.decode, datasets=c.datasets)
+        sample = decode_file(
+            self.format,
+            data,
+            name=name,
+            decode=c.decode,
+            datasets=c.datasets,
+            image_mode=c.image_mode,
+        )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:

@@ -9,6 +9,10 @@ Sample schema
   RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
   which stays ``uint16`` (Pillow reduces 16-bit colour, and 16-bit grey +
   alpha, to 8 bits: their high bytes).
+* ``mode`` (``"L"``, ``"LA"``, ``"RGB"``, ``"RGBA"``; ``None``: the above) converts
+  as Pillow's ``Image.open(f).convert(mode)`` does, pixel for pixel, on both JPEG
+  paths: ``(H, W, 1)``, ``(H, W, 2)``, ``(H, W, 3)`` or ``(H, W, 4)`` ``uint8``
+  whatever the file holds. An image already in that mode is not converted (no copy).
 * Neither applies an EXIF orientation tag: pixels come as stored, on both
   JPEG paths (simplejpeg and Pillow).
 
@@ -22,8 +26,11 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, TypeAlias, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,7 +38,19 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
-__all__ = ["decode_jpeg", "decode_png", "encode_jpeg", "encode_png"]
+__all__ = [
+    "IMAGE_MODES",
+    "ImageMode",
+    "check_image_mode",
+    "decode_jpeg",
+    "decode_png",
+    "encode_jpeg",
+    "encode_png",
+]
+
+#: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
+ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
+IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
 
 _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
@@ -44,6 +63,11 @@ _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before
 # width, height and bit depth): 4 is grey + alpha.
 _PNG_COLOR_TYPE = 25
 _PNG_GREY_ALPHA = 4
+
+# Decoding threads inside _strict_warnings(), and the filters it replaced.
+_strict_lock = threading.Lock()
+_strict_users = 0
+_strict_saved: list[Any] = []
 
 try:
     import simplejpeg as _simplejpeg
@@ -59,6 +83,19 @@ def _pil() -> Any:
             "decoding this image needs Pillow: pip install 'headrace[images]'"
         ) from exc
     return Image
+
+
+def check_image_mode(mode: object, where: str = "mode") -> ImageMode | None:
+    """``mode`` if it is ``None`` or one of :data:`IMAGE_MODES`, else a ``ConfigError``."""
+    if mode is None or (isinstance(mode, str) and mode in IMAGE_MODES):
+        return mode
+    hint = ""
+    if isinstance(mode, str) and mode.upper() in IMAGE_MODES:
+        hint = f" (Pillow's names are upper case: {mode.upper()!r})"
+    raise ConfigError(
+        f"{where} must be one of {', '.join(map(repr, IMAGE_MODES))} or None (the format's "
+        f"own: JPEG RGB, PNG as stored) (got {mode!r}){hint}"
+    )
 
 
 def _bomb_error(name: str, kind: str, pixels: int | str, limit: int) -> FormatError:
@@ -108,19 +145,24 @@ def _check_jpeg(view: memoryview, name: str) -> None:
 
 
 def decode_jpeg(
-    data: Buffer, *, name: str, use_simplejpeg: bool | None = None
+    data: Buffer,
+    *,
+    name: str,
+    use_simplejpeg: bool | None = None,
+    mode: ImageMode | None = None,
 ) -> NDArray[np.uint8]:
-    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``.
+    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module).
 
     Uses simplejpeg (libjpeg-turbo, strict mode) when installed, else Pillow;
     ``use_simplejpeg`` forces one (``None``: the fastest available).
     """
+    want: ImageMode = check_image_mode(mode) or "RGB"
     view = as_bytes_view(data, name)
     if bytes(view[:8]) == _PNG_SIG:
         # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
         # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
         _check_png(view, name)
-        return _pil_decode(view, name, "PNG", want_rgb=True)
+        return _pil_decode(view, name, "PNG", want)
     _check_jpeg(view, name)
     use_sj = _simplejpeg is not None if use_simplejpeg is None else use_simplejpeg
     if use_sj:
@@ -134,34 +176,64 @@ def decode_jpeg(
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
-            return _pil_decode(view, name, "JPEG", want_rgb=True)
-        try:
-            out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=True)
-        except ValueError as exc:
-            if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
-                raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
-            # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
-            # decoded, and any damage before them would have raised first (in order).
-            # Pillow ignores the warning; so must this path, or the decoder decides.
-            out = _simplejpeg.decode_jpeg(view, colorspace="RGB", strict=False)
-        return out
-    return _pil_decode(view, name, "JPEG", want_rgb=True)
+            return _pil_decode(view, name, "JPEG", want)
+        if want in ("RGB", "RGBA"):
+            # libjpeg-turbo writes RGBA's alpha as 255, as Pillow's RGB -> RGBA does.
+            return _simplejpeg_decode(view, name, want)
+        if colorspace == "Gray":
+            # Grey as stored, as Pillow decodes it: no round trip through RGB.
+            grey = _simplejpeg_decode(view, name, "GRAY")
+            return grey if want == "L" else _convert_array(grey, want)
+        # A colour file's grey is Pillow's luma of its RGB pixels, not libjpeg's Y
+        # channel (they differ by rounding): decoded as RGB, converted as Pillow does.
+        return _convert_array(_simplejpeg_decode(view, name, "RGB"), want)
+    return _pil_decode(view, name, "JPEG", want)
 
 
-def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> NDArray[np.uint8]:
+def _simplejpeg_decode(view: memoryview, name: str, colorspace: str) -> NDArray[np.uint8]:
+    assert _simplejpeg is not None
+    try:
+        out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace=colorspace, strict=True)
+    except ValueError as exc:
+        if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
+            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+        # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
+        # decoded, and any damage before them would have raised first (in order).
+        # Pillow ignores the warning; so must this path, or the decoder decides.
+        out = _simplejpeg.decode_jpeg(view, colorspace=colorspace, strict=False)
+    return out
+
+
+def _convert_array(arr: NDArray[np.uint8], mode: ImageMode) -> NDArray[np.uint8]:
+    """``arr`` (grey or RGB) converted to ``mode`` by Pillow itself, so the rounding is
+    its own (``L = (19595 R + 38470 G + 7471 B + 2**15) >> 16``, alpha 255)."""
+    pil = _pil().fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
+    out: NDArray[np.uint8] = np.asarray(pil.convert(mode))
+    return out[:, :, np.newaxis] if out.ndim == 2 else out
+
+
+def _pil_decode(
+    view: memoryview, name: str, kind: str, mode: ImageMode | None
+) -> NDArray[np.uint8]:
+    """Decode with Pillow, then ``convert(mode)`` unless the image is in ``mode``
+    already (``None``: a PNG's own mode, see :func:`_png_mode`)."""
     image_mod = _pil()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
-            warnings.simplefilter("ignore", image_mod.DecompressionBombWarning)
-            with image_mod.open(BufferReader(view), formats=[kind]) as img:
-                img.load()
-                if want_rgb:
-                    img = img.convert("RGB") if img.mode != "RGB" else img
-                else:
-                    img = _png_mode(img)
-                arr = np.asarray(img)
+        # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
+        with (
+            _strict_warnings(image_mod.DecompressionBombWarning),
+            image_mod.open(BufferReader(view), formats=[kind]) as img,
+        ):
+            img.load()
+            if mode in ("L", "RGB"):
+                # tRNS changes no pixel of an "L" or "RGB" result, only its info; for a
+                # palette's several alphas Pillow warns (advice, made an error here).
+                img.info.pop("transparency", None)
+            if mode is None:
+                img = _png_mode(img)
+            elif img.mode != mode:  # convert() copies even when the mode is the same
+                img = img.convert(mode)
+            arr = np.asarray(img)
     except image_mod.DecompressionBombError as exc:
         # Raised by open(), before the size is known here: Pillow's message has the count.
         found = re.search(r"\((\d+) pixels\)", str(exc))
@@ -174,6 +246,36 @@ def _pil_decode(view: memoryview, name: str, kind: str, *, want_rgb: bool) -> ND
     if arr.ndim == 2:
         arr = arr[:, :, np.newaxis]
     return arr
+
+
+@contextmanager
+def _strict_warnings(ignored: type[Warning]) -> Iterator[None]:
+    """Warnings are errors (but ``ignored``) while any thread decodes with Pillow.
+
+    ``warnings.catch_warnings`` is process-wide, not per thread (until Python 3.14):
+    with several decode threads, one thread leaving it restored the filters while
+    another still decoded, and the last to leave could restore "error" for good,
+    making every later warning of the process an exception (one FileSource read with
+    4 decode threads did). Here the first thread in installs the filters and the last
+    out restores what was there before; meanwhile they hold for the whole process,
+    as catch_warnings' did.
+    """
+    global _strict_users, _strict_saved
+    with _strict_lock:
+        if _strict_users == 0:
+            _strict_saved = list(warnings.filters)
+            warnings.simplefilter("error")
+            warnings.simplefilter("ignore", ignored)
+        _strict_users += 1
+    try:
+        yield
+    finally:
+        with _strict_lock:
+            _strict_users -= 1
+            if _strict_users == 0:
+                warnings.filters = _strict_saved  # as catch_warnings restores them
+                # What catch_warnings does on exit: drop the cached "already warned" state.
+                getattr(warnings, "_filters_mutated", lambda: None)()
 
 
 def _png_mode(img: Any) -> Any:
@@ -207,15 +309,18 @@ def _check_png(view: memoryview, name: str) -> None:
         )
 
 
-def decode_png(data: Buffer, *, name: str) -> NDArray[np.generic]:
-    """Decode a PNG to ``(H, W, C)`` (see the module's sample schema)."""
+def decode_png(data: Buffer, *, name: str, mode: ImageMode | None = None) -> NDArray[np.generic]:
+    """Decode a PNG to ``(H, W, C)`` as stored, or to ``mode`` (see the module)."""
+    mode = check_image_mode(mode)
     view = as_bytes_view(data, name)
     if bytes(view[:8]) != _PNG_SIG:
         raise FormatError(
             f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
         )
     _check_png(view, name)
-    arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", want_rgb=False)
+    if mode is not None:
+        return _pil_decode(view, name, "PNG", mode)
+    arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", None)
     if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
         # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the
         # two channels an 8-bit grey + alpha PNG gives.
