@@ -345,3 +345,24 @@ def test_decoding_threads_leave_the_warning_filters_as_they_were(tmp_path: Path)
             src.read(0, np.arange(48))
             src.close()
             assert warnings.filters == before, mode
+
+
+def test_only_pillows_warnings_are_errors_while_decoding() -> None:
+    # Filters are process-wide and decode threads run while the training loop does: a
+    # blanket "error" made the loop's own UserWarning an exception during a decode.
+    from PIL.Image import DecompressionBombWarning
+
+    from headrace.formats._images import _strict_warnings
+
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _strict_warnings(DecompressionBombWarning):
+            warnings.warn("the loop's own", UserWarning, stacklevel=1)
+            with pytest.raises(UserWarning, match="Pillow's"):
+                warnings.warn_explicit(
+                    "Pillow's", UserWarning, "x.py", 1, module="PIL.PngImagePlugin"
+                )
+            warnings.warn_explicit("big", DecompressionBombWarning, "x.py", 1, module="PIL.Image")
+    assert [str(w.message) for w in seen] == ["the loop's own"]
+    assert warnings.filters == before

@@ -65,6 +65,7 @@ _PNG_COLOR_TYPE = 25
 _PNG_GREY_ALPHA = 4
 
 # Decoding threads inside _strict_warnings(), and the filters it replaced.
+_PILLOW_MODULES = r"PIL(\.|$)"  # the module a warning is issued from (warnings' "module")
 _strict_lock = threading.Lock()
 _strict_users = 0
 _strict_saved: list[Any] = []
@@ -250,22 +251,23 @@ def _pil_decode(
 
 @contextmanager
 def _strict_warnings(ignored: type[Warning]) -> Iterator[None]:
-    """Warnings are errors (but ``ignored``) while any thread decodes with Pillow.
+    """Pillow's warnings are errors (but ``ignored``) while any thread decodes with it.
 
-    ``warnings.catch_warnings`` is process-wide, not per thread (until Python 3.14):
-    with several decode threads, one thread leaving it restored the filters while
-    another still decoded, and the last to leave could restore "error" for good,
-    making every later warning of the process an exception (one FileSource read with
-    4 decode threads did). Here the first thread in installs the filters and the last
-    out restores what was there before; meanwhile they hold for the whole process,
-    as catch_warnings' did.
+    Warning filters are process-wide, not per thread (until Python 3.14), and
+    decode threads run all the time a loader reads ahead: so only warnings issued
+    by Pillow's own modules are made errors, never the training loop's (a plain
+    ``simplefilter("error")`` here made a ``UserWarning`` of the main thread an
+    exception while a batch decoded). ``catch_warnings`` in each thread was no
+    better: with several decode threads, the last to leave could restore "error"
+    for good. Here the first thread in installs the filters and the last out
+    restores what was there before.
     """
     global _strict_users, _strict_saved
     with _strict_lock:
         if _strict_users == 0:
             _strict_saved = list(warnings.filters)
-            warnings.simplefilter("error")
-            warnings.simplefilter("ignore", ignored)
+            warnings.filterwarnings("error", module=_PILLOW_MODULES)
+            warnings.filterwarnings("ignore", category=ignored, module=_PILLOW_MODULES)
         _strict_users += 1
     try:
         yield
