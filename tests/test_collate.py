@@ -423,3 +423,28 @@ def test_memory_is_the_outputs_and_no_full_size_copy(form: str, side: str) -> No
     out = values.nbytes + mask.nbytes
     assert values.shape == (64, int(lens.max())) and out > 500_000
     assert out <= peak <= out + joined + 64 * 1024, (peak, out, joined)
+
+
+def test_inferred_dtype_never_rounds_integers_past_int64() -> None:
+    # NumPy reads [1, 2**63 + 5] as float64 (2**63 + 5 becomes 2**63), and the
+    # result type of int64 and uint64 arrays is float64 too: ids past 2**53 would
+    # come out as other ids, with no dtype= asked for.
+    top = 2**63 + 5
+    values, mask = pad_batch([[1, top], [3]])
+    assert values.dtype == np.uint64
+    assert values.tolist() == [[1, top], [3, 0]]
+    assert mask.tolist() == [[True, True], [True, False]]
+    assert pad_batch([[np.uint64(2**64 - 1)], [1]])[0].tolist() == [[2**64 - 1], [1]]
+    for seqs in (
+        [[-1], [top]],  # no 64-bit integer type holds both
+        [[0.5], [2**60 + 1]],  # float64 would round the integer
+        [[1.5], np.array([2**60 + 1])],
+        [np.array([2**60 + 1], np.int64), np.array([1], np.uint64)],
+        [np.array([1], np.int64), np.array([2**64 - 1], np.uint64)],
+    ):
+        with pytest.raises(DataError, match=r"row \d holds \d+, which does not fit dtype float64"):
+            pad_batch(seqs)
+    # Floats that are floats, and integers float64 holds exactly, keep NumPy's float64.
+    assert pad_batch([[1e19, 0.5], [2**53]])[0].tolist() == [[1e19, 0.5], [2**53, 0]]
+    exact = [np.array([2**53], np.int64), np.array([1], np.uint64)]
+    assert pad_batch(exact)[0].tolist() == [[2**53], [1]]

@@ -69,7 +69,9 @@ def pad_batch(
     row raises :class:`ConfigError` naming it unless ``truncate=True``, which
     keeps each row's *first* ``width`` items whatever the side. ``dtype``
     defaults to the rows' (NumPy's result type across rows; inferred from
-    the values for Python lists); ``pad_value`` must fit it. A ``dtype`` that
+    the values for Python lists; never a float64 that rounds an integer:
+    integer lists past int64 are uint64, other mixes raise :class:`DataError`);
+    ``pad_value`` must fit it. A ``dtype`` that
     would change a value (overflow, a fraction into an integer or bool dtype,
     an integer a float dtype cannot hold exactly) raises :class:`DataError`
     naming the row, the value and the dtype; a float into a narrower float
@@ -94,8 +96,8 @@ def pad_batch(
     lengths = np.diff(offsets)
     w = int(lengths.max(initial=0)) if width is None else width
     if rows is not None:
-        if dtype is not None:
-            _check_rows(rows, out_dtype, w if truncate else None)
+        # Inferred, the rows' result type may be lossy too: int64 and uint64 make float64.
+        _check_rows(rows, out_dtype, w if truncate else None, inferred=dtype is None)
         out = np.full((n, w), pad_value, dtype=out_dtype)
         mask = np.empty((n, w), dtype=np.bool_)
         _fill_rows(rows, lengths, out, mask, left=side == "left", truncate=truncate)
@@ -204,11 +206,18 @@ def _inexact_ints(
     return bad
 
 
-def _misfit_error(row: int, value: Any, dtype: np.dtype[Any]) -> errors.DataError:
+def _misfit_error(
+    row: int, value: Any, dtype: np.dtype[Any], *, inferred: bool = False
+) -> errors.DataError:
     v = value.item() if isinstance(value, np.generic) else value
+    fix = (
+        "the rows' values have no common NumPy type that holds them all (integers past "
+        "int64 beside negative ones or floats, or int64 beside uint64 rows); pass dtype="
+        if inferred
+        else "pass a dtype that holds it, or dtype=None to keep the rows' own"
+    )
     return errors.DataError(
-        f"row {row} holds {v!r}, which does not fit dtype {dtype}{_becomes(v, dtype)}; pass a "
-        "dtype that holds it, or dtype=None to keep the rows' own"
+        f"row {row} holds {v!r}, which does not fit dtype {dtype}{_becomes(v, dtype)}; {fix}"
     )
 
 
@@ -226,7 +235,9 @@ def _becomes(v: Any, dtype: np.dtype[Any]) -> str:
     return f" (it would become {np.asarray(v).astype(dtype).item()!r})"
 
 
-def _check_rows(rows: list[NDArray[Any]], dtype: np.dtype[Any], keep: int | None) -> None:
+def _check_rows(
+    rows: list[NDArray[Any]], dtype: np.dtype[Any], keep: int | None, *, inferred: bool = False
+) -> None:
     """Separate row arrays fit ``dtype`` (their first ``keep`` items, when truncating).
 
     Rows of a dtype that casts losslessly are not looked at. The others are
@@ -245,7 +256,8 @@ def _check_rows(rows: list[NDArray[Any]], dtype: np.dtype[Any], keep: int | None
         if bad is not None and bad.any():
             j = int(np.flatnonzero(bad)[0])
             ends = np.cumsum([len(p) for p in parts])
-            raise _misfit_error(idx[int(np.searchsorted(ends, j, side="right"))], flat[j], dtype)
+            row = idx[int(np.searchsorted(ends, j, side="right"))]
+            raise _misfit_error(row, flat[j], dtype, inferred=inferred)
 
 
 def _check_flat(
@@ -263,6 +275,8 @@ def _raise_first(
     keep: int | None,
     item: Callable[[int], Any],
     dtype: np.dtype[Any],
+    *,
+    inferred: bool = False,
 ) -> None:
     """Raise for the first flat position in ``bad`` that truncation to ``keep`` keeps."""
     pos = np.flatnonzero(bad)
@@ -271,7 +285,7 @@ def _raise_first(
         kept = pos - offsets[rows] < keep
         pos, rows = pos[kept], rows[kept]
     if pos.size:
-        raise _misfit_error(int(rows[0]), item(int(pos[0])), dtype)
+        raise _misfit_error(int(rows[0]), item(int(pos[0])), dtype, inferred=inferred)
 
 
 def _fill_rows(
@@ -347,7 +361,7 @@ def _flatten(
     if not flat:
         values = np.empty(0, dtype=default)
     elif dtype is None:
-        values = np.asarray(flat)
+        values = _inferred(flat, offsets)
     else:
         values, offsets = _lists_to_array(rows, flat, offsets, np.dtype(dtype), keep)
     if values.ndim != 1:
@@ -355,6 +369,30 @@ def _flatten(
             f"rows must be flat sequences of numbers (got items of shape {values.shape[1:]})"
         )
     return values, offsets, None, False
+
+
+def _inferred(flat: list[Any], offsets: NDArray[np.int64]) -> NDArray[Any]:
+    """``flat`` as NumPy infers it, unless that rounds an integer.
+
+    NumPy makes float64 of integers past int64 beside other items (``[1, 2**63 + 5]``
+    becomes ``[1.0, 2**63]``), and of integers beside floats: when every item is
+    an integer of ``[0, 2**64)`` they are uint64 (what NumPy infers for such a
+    value alone); otherwise an integer that float64 rounds raises, as it does
+    with ``dtype=np.float64``. Only a float result past ``2**53`` is looked at again.
+    """
+    values = np.asarray(flat)
+    if values.dtype.kind != "f" or values.size == 0:
+        return values
+    exact = 2.0 ** (np.finfo(values.dtype).nmant + 1)
+    if -exact < values.min() and values.max() < exact:  # NaN fails both: looked at
+        return values
+    if values.max() >= 2.0**63:
+        try:
+            return np.frombuffer(array("Q", flat), np.uint64)
+        except (TypeError, OverflowError):
+            pass  # a float, a negative item or one past 64 bits: float64 it is, if exact
+    _check_int_items(flat, values, offsets, values.dtype, None, inferred=True)
+    return values
 
 
 def _lists_to_array(
@@ -444,6 +482,8 @@ def _check_int_items(
     offsets: NDArray[np.int64],
     dtype: np.dtype[Any],
     keep: int | None,
+    *,
+    inferred: bool = False,
 ) -> None:
     """Integer items that the float ``dtype`` cannot hold exactly raise.
 
@@ -466,4 +506,4 @@ def _check_int_items(
 
     bad = np.zeros(values.size, dtype=np.bool_)
     bad[large] = [rounded(flat[j]) for j in large.tolist()]
-    _raise_first(bad, offsets, keep, flat.__getitem__, dtype)
+    _raise_first(bad, offsets, keep, flat.__getitem__, dtype, inferred=inferred)
