@@ -206,3 +206,13 @@ def test_pairs_mix_by_weight_and_refuse_other_widths(tmp_path: Path) -> None:
         )
     a.close()
     b.close()
+
+
+def test_a_numpy_integer_pad_id_makes_a_loader(tmp_path: Path) -> None:
+    write_row_file(tmp_path / "a.npy", np.array([[1, 2, 0], [3, 0, 0]], np.uint16))
+    src = PairRows({"anchor": tmp_path / "a.npy"}, pad_id=np.int64(0))
+    ref = PairRows({"anchor": tmp_path / "a.npy"}, pad_id=0)
+    assert src.fingerprint() == ref.fingerprint()
+    with Loader(src, batch_size=2, seed=0) as loader:  # the state is JSON: no NumPy ints
+        next(iter(loader))
+        assert loader.state_dict()["step"] == 1

@@ -474,6 +474,33 @@ def test_pad_id_must_be_an_integer(tiny: tuple[Path, Path]) -> None:
         PaddedRows(tiny[0], context=5, pad_id=0.5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", [True, -100.0, -100.5, None, "-100"])
+def test_ignore_index_must_be_an_integer(tiny: tuple[Path, Path], bad: object) -> None:
+    # True passed the range check and filled every ignored target with 1, a real
+    # token id; -100.0 passed it too and failed at the first read, in NumPy's words.
+    with pytest.raises(ConfigError, match=r"ignore_index must be an integer \(got "):
+        PaddedRows(tiny[0], context=5, ignore_index=bad)  # type: ignore[arg-type]
+
+
+def test_numpy_integer_pad_id_and_ignore_index_are_integers(tiny: tuple[Path, Path]) -> None:
+    # A NumPy integer (a tokenizer's ids read from an array) is accepted, and must not
+    # reach the fingerprint as one: the Loader's state is JSON (it raised TypeError).
+    kw = {"context": 5, "shuffle": False}
+    src = PaddedRows(tiny[0], pad_id=np.int64(0), ignore_index=np.int16(-100), **kw)
+    ref = PaddedRows(tiny[0], pad_id=0, ignore_index=-100, **kw)
+    assert src.fingerprint() == ref.fingerprint()
+    with Loader(src, batch_size=2, seed=0) as a, Loader(ref, batch_size=2, seed=0) as b:
+        assert batch_digest(islice(a, 3)) == batch_digest(islice(b, 3))
+        assert a.state_dict() == b.state_dict()
+
+
+def test_a_width_below_two_names_what_a_row_needs(tmp_path: Path) -> None:
+    write_row_file(tmp_path / "w1.npy", np.array([[1], [2]], np.uint16))
+    with pytest.raises(ConfigError, match=r"w1\.npy: stored width 1 .* at least 2 tokens") as e:
+        PaddedRows(tmp_path / "w1.npy", context=1)
+    assert "context <= 0" not in str(e.value)
+
+
 def test_raw_big_endian_rows_round_trip(tmp_path: Path) -> None:
     a = np.array([[1, 300, 0], [70, 2, 1]], dtype=">u2")
     write_row_file(tmp_path / "be.bin", a)

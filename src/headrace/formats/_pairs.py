@@ -114,7 +114,7 @@ class PairRows(RowSource):
             for mb in self.members:
                 if mb.mask is None:
                     check_pad_id(pad_id, mb.tokens)
-            self.pad_id = pad_id
+            self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
             self.max_retries = max_retries
             files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
             self._open_rows(files, shuffle, window_rows)

@@ -125,6 +125,11 @@ class PaddedRows(RowSource):
                 )
             if isinstance(context, bool) or not isinstance(context, int) or context < 1:
                 raise ConfigError(f"context must be a positive integer (got {context!r}).")
+            if t.width < 2:
+                raise ConfigError(
+                    f"{t.path}: stored width {t.width} is too narrow: a row needs at least 2 "
+                    "tokens (x and the shifted y of context 1); store rows of context + 1 tokens"
+                )
             if t.width < context + 1:
                 raise ConfigError(
                     f"{t.path}: stored width {t.width} is smaller than context + 1 = {context + 1} "
@@ -149,6 +154,13 @@ class PaddedRows(RowSource):
             if not np.issubdtype(self.dtype, np.signedinteger):
                 raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
             check_pad_id(pad_id, t)
+            # True would pass the range check and fill ignored targets with token 1; a
+            # float would pass it and fail at the first read.
+            if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
+                raise ConfigError(
+                    f"ignore_index must be an integer (got {ignore_index!r}), e.g. -100."
+                )
+            ignore_index = int(ignore_index)
             for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
                 if not _fits(v, self.dtype):
                     raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
@@ -160,7 +172,7 @@ class PaddedRows(RowSource):
                 raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
             self.context = context
             self.pad_side: PadSide = pad_side
-            self.pad_id = pad_id
+            self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
             self.ignore_index = ignore_index
             self.max_retries = max_retries
             files = [t] if self.mask is None else [t, self.mask]
