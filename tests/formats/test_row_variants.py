@@ -67,3 +67,32 @@ def test_mask_of_another_shape_is_refused(mask: np.ndarray, tmp_path: Path) -> N
     np.save(tmp_path / "m.npy", mask)
     with pytest.raises(DataError, match=r"m\.npy: mask shape \(\d+, \d+\) disagrees with token"):
         _x(tmp_path / "t.npy", tmp_path / "m.npy")
+
+
+@pytest.mark.parametrize("how", ["open_memmap", "save_to_handle"])
+def test_an_npy_file_under_another_name_is_not_read_as_raw_rows(how: str, tmp_path: Path) -> None:
+    # open_memmap and np.save to an open file write NPY whatever the name. Rows of
+    # 64 uint16 tokens are 128 bytes, the header's size: read raw, the header became
+    # a first row of garbage tokens and every row number moved by one, silently.
+    rows = np.random.default_rng(1).integers(1, 1000, (6, 64)).astype(np.uint16)
+    path = tmp_path / "tok.bin"
+    if how == "open_memmap":
+        mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16, shape=rows.shape)
+        mm[:] = rows
+        mm.flush()
+        del mm
+    else:
+        with open(path, "wb") as f:
+            np.save(f, rows)
+    (tmp_path / "tok.bin.json").write_text(json.dumps({"dtype": "uint16", "width": 64}))
+    with pytest.raises(FormatError, match=r"tok\.bin: an NPY file \(6 x 64 uint16 .* end in \.npy"):
+        PaddedRows(path, context=63)
+    # Raw rows whose first bytes merely look like the magic are still raw rows.
+    magic = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint16)
+    raw = rows.copy()
+    raw[0, :4] = magic
+    write_row_file(tmp_path / "raw.bin", raw)
+    assert np.array_equal(
+        PaddedRows(tmp_path / "raw.bin", context=63, shuffle=False).read(0, np.arange(6))["x"],
+        raw[:, :63],
+    )

@@ -142,7 +142,24 @@ def _open_npy(f: _Opened) -> RowFile:
     return RowFile(path=f.path, dtype=dtype, rows=rows, width=width, offset=offset, format="npy")
 
 
+def _refuse_npy(f: _Opened) -> None:
+    """An NPY file under another name is not read as raw rows (its header would be)."""
+    if f.size < 10 or bytes(_read_head(f, 6)) != _NPY_MAGIC:
+        return
+    try:
+        npy = _open_npy(f)
+    except FormatError:
+        return  # raw rows whose first bytes look like the magic
+    raise FormatError(
+        f"{f.path}: an NPY file ({npy.rows} x {npy.width} {npy.dtype} after a "
+        f"{npy.offset}-byte header), read as raw rows because its name does not end in "
+        ".npy: the header would be read as tokens. Rename it to end in .npy "
+        "(np.lib.format.open_memmap and np.save to an open file write NPY whatever the name)"
+    )
+
+
 def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
+    _refuse_npy(f)
     side = _sidecar(f.path)
     meta: dict[str, Any] = {}
     text = f.sidecar()
