@@ -216,3 +216,44 @@ def test_a_numpy_integer_pad_id_makes_a_loader(tmp_path: Path) -> None:
     with Loader(src, batch_size=2, seed=0) as loader:  # the state is JSON: no NumPy ints
         next(iter(loader))
         assert loader.state_dict()["step"] == 1
+
+
+@pytest.mark.parametrize("shuffle", [False, "window"])
+def test_dtype_gives_tokens_an_embedding_layer_takes(tmp_path: Path, shuffle: object) -> None:
+    # uint16 files (a vocabulary under 65,536, as BERT's) gave torch.uint16 tensors,
+    # which nn.Embedding refuses; dtype= converts them, checking values that may not fit.
+    rng = np.random.default_rng(3)
+    a = rng.integers(1, 30_522, (40, 12)).astype(np.uint16)
+    a[::5, 6:] = 0
+    p = rng.integers(1, 2**32 - 1, (40, 20), dtype=np.uint64).astype(np.uint32)
+    p[1, 3] = 2**31 - 1  # fits int32
+    write_row_file(tmp_path / "a.bin", a)
+    write_row_file(tmp_path / "am.npy", (a != 0).astype(np.uint8))
+    write_row_file(tmp_path / "p.npy", p)
+    write_row_file(tmp_path / "p32.npy", (p % 2**31).astype(np.uint32))
+    kw = {"shuffle": shuffle, **({"window_rows": 7} if shuffle == "window" else {})}
+    members = {"anchor": (tmp_path / "a.bin", tmp_path / "am.npy"), "positive": tmp_path / "p.npy"}
+    plain = PairRows(members, **kw)  # type: ignore[arg-type]
+    wide = PairRows(members, dtype=np.int64, **kw)  # type: ignore[arg-type]
+    samples = np.arange(0, 80, 3, dtype=np.int64)
+    got, want = wide.read(1, samples), plain.read(1, samples)
+    assert wide.fingerprint() != plain.fingerprint()
+    assert "dtype" not in plain.fingerprint()  # states saved before dtype= still load
+    for k, v in want.items():
+        assert got[k].dtype == (np.int64 if k.endswith("_x") else np.bool_)
+        assert np.array_equal(got[k], v)
+    # A narrower dtype checks the values: uint32 ids past int32 raise, naming file and row.
+    narrow = PairRows(members, dtype=np.int32, **kw)  # type: ignore[arg-type]
+    with pytest.raises(DataError, match=r"p\.npy: row \d+ holds token \d+, which int32 .* dtype="):
+        narrow.read(1, samples)
+    fits = PairRows({"positive": tmp_path / "p32.npy"}, dtype=np.int32, **kw)  # type: ignore[arg-type]
+    want_fits = (p % 2**31)[fits.rows_of(1, samples)]
+    assert np.array_equal(fits.read(1, samples)["positive_x"], want_fits)
+    with pytest.raises(ConfigError, match=r"dtype must be an integer type \(got float32\)"):
+        PairRows(members, dtype=np.float32)
+    with pytest.raises(ConfigError, match=r"pad_id=40000 does not fit the output dtype int16"):
+        PairRows({"positive": tmp_path / "p.npy"}, dtype=np.int16, pad_id=40000)
+    # Members with masks never compare with pad_id: any pad_id goes.
+    PairRows({"anchor": members["anchor"]}, dtype=np.int16, pad_id=40000).close()
+    for s in (plain, wide, narrow, fits):
+        s.close()

@@ -24,14 +24,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
 from headrace.formats._row_plan import replace_empty, shuffle_fingerprint
 from headrace.formats._row_window import RowSource
-from headrace.formats._rows import check_mask_values, check_pad_id
+from headrace.formats._rows import check_mask_values, check_pad_id, check_token_values
 
 __all__ = ["PairRows"]
 
@@ -79,6 +79,10 @@ class PairRows(RowSource):
     "negative": n_tok}``; output keys are ``{name}_x`` and ``{name}_mask``.
     ``shuffle``, ``window_rows``, ``cache_dir`` and ``cache_bytes`` are as
     for :class:`~headrace.formats.PaddedRows` (windows count groups).
+    ``dtype`` (an integer type): every ``{name}_x`` in it, e.g. ``np.int64`` for
+    an embedding layer, which takes no uint16 or uint32 indices; tokens that it
+    cannot hold raise :class:`~headrace.errors.DataError`. ``None`` (default)
+    keeps each member's stored dtype, read with no copy.
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class PairRows(RowSource):
         members: Mapping[str, MemberSpec],
         *,
         pad_id: int = 0,
+        dtype: DTypeLike | None = None,
         shuffle: bool | Literal["full", "window"] = True,
         window_rows: int | None = None,
         max_retries: int = 8,
@@ -115,6 +120,16 @@ class PairRows(RowSource):
                 if mb.mask is None:
                     check_pad_id(pad_id, mb.tokens)
             self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
+            self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
+            if self.dtype is not None:
+                if not np.issubdtype(self.dtype, np.integer):
+                    raise ConfigError(f"dtype must be an integer type (got {self.dtype}).")
+                info = np.iinfo(self.dtype)
+                unmasked = any(mb.mask is None for mb in self.members)
+                if unmasked and not info.min <= self.pad_id <= info.max:
+                    raise ConfigError(
+                        f"pad_id={pad_id} does not fit the output dtype {self.dtype}."
+                    )
             self.max_retries = max_retries
             files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
             self._open_rows(files, shuffle, window_rows)
@@ -130,6 +145,8 @@ class PairRows(RowSource):
                 for mb in self.members
             },
             "pad_id": self.pad_id,
+            # Only when given: states saved before dtype= existed still load.
+            **({} if self.dtype is None else {"dtype": self.dtype.str}),
             **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
         }
@@ -172,11 +189,18 @@ class PairRows(RowSource):
         out: dict[str, NDArray[Any]] = {}
         jobs: list[tuple[RowFile, NDArray[np.int64], int | None, NDArray[Any] | None]] = []
         convert: list[tuple[_Member, NDArray[Any]]] = []
+        widen: list[tuple[_Member, NDArray[Any]]] = []  # stored tokens for another dtype
         for mb in self.members:
             t, m = mb.tokens, mb.mask
-            x = out[f"{mb.name}_x"] = np.empty((b, t.width), dtype=t.dtype)
+            dt = t.dtype if self.dtype is None else self.dtype
+            x = out[f"{mb.name}_x"] = np.empty((b, t.width), dtype=dt)
             mask = out[f"{mb.name}_mask"] = np.empty((b, t.width), dtype=np.bool_)
-            jobs.append((t, rows, None, x))
+            if dt == t.dtype:
+                jobs.append((t, rows, None, x))
+            else:
+                stored = np.empty((b, t.width), dtype=t.dtype)
+                jobs.append((t, rows, None, stored))
+                widen.append((mb, stored))
             if m is not None:
                 if m.dtype.itemsize == 1:
                     # The file's bytes land in the bool array; checked below before use.
@@ -189,6 +213,11 @@ class PairRows(RowSource):
             self._windows.read(rows, [(f, cols, o) for f, _, cols, o in jobs])
         else:
             self._io.read_many(jobs)
+        for mb, stored in widen:
+            assert self.dtype is not None
+            if not np.can_cast(stored.dtype, self.dtype, "safe"):
+                check_token_values(stored, mb.tokens, rows, self.dtype)
+            np.copyto(out[f"{mb.name}_x"], stored, casting="unsafe")
         raws = {id(mb): raw for mb, raw in convert}
         for mb in self.members:
             mask = out[f"{mb.name}_mask"]

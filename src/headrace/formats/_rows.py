@@ -72,6 +72,25 @@ def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -
     raise DataError(f"{f.path}: mask values must be 0 or 1; row {int(rows[bad])} holds {found[:5]}")
 
 
+def check_token_values(
+    tok: NDArray[Any], f: RowFile, rows: NDArray[np.int64], dtype: np.dtype[Any]
+) -> None:
+    """Every token read fits the output ``dtype`` (two reductions when all do)."""
+    if tok.size == 0:
+        return
+    info = np.iinfo(dtype)
+    lo, hi = int(tok.min()), int(tok.max())
+    if info.min <= lo and hi <= info.max:
+        return
+    bad = (tok < info.min) | (tok > info.max)
+    i, j = (int(v[0]) for v in np.nonzero(bad))
+    raise DataError(
+        f"{f.path}: row {int(rows[i])} holds token {int(tok[i, j])}, which "
+        f"{dtype} (the output dtype) cannot hold; pass dtype= a wider signed "
+        f"integer type (e.g. int64)"
+    )
+
+
 class PaddedRows(RowSource):
     """A :class:`~headrace.pipeline.Source` of padded token rows and loss masks.
 
@@ -221,7 +240,7 @@ class PaddedRows(RowSource):
                 dataset=self.tokens.path,
             )
         if self._check_tokens:
-            self._check_token_values(tok, rows)
+            check_token_values(tok, self.tokens, rows, self.dtype)
         return self._assemble(tok, mask)
 
     def final_rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -264,22 +283,6 @@ class PaddedRows(RowSource):
             return got[0], None
         check_mask_values(got[1], self.mask, rows)
         return got[0], got[1]
-
-    def _check_token_values(self, tok: NDArray[Any], rows: NDArray[np.int64]) -> None:
-        """Every token read fits the output dtype (two reductions when all do)."""
-        if tok.size == 0:
-            return
-        info = np.iinfo(self.dtype)
-        lo, hi = int(tok.min()), int(tok.max())
-        if info.min <= lo and hi <= info.max:
-            return
-        bad = (tok < info.min) | (tok > info.max)
-        i, j = (int(v[0]) for v in np.nonzero(bad))
-        raise DataError(
-            f"{self.tokens.path}: row {int(rows[i])} holds token {int(tok[i, j])}, which "
-            f"{self.dtype} (the output dtype) cannot hold; pass dtype= a wider signed "
-            f"integer type (e.g. int64)"
-        )
 
     def _empty(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> NDArray[np.bool_]:
         """Rows with no loss target, found by reductions only (no token-sized temporaries)."""
