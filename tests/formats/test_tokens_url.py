@@ -18,6 +18,7 @@ import pytest
 from headrace.errors import (
     ConfigError,
     DataError,
+    FormatError,
     ObjectNotFoundError,
     ReadEOFError,
     StorageError,
@@ -209,7 +210,8 @@ def test_first_batch_reads_blocks_not_the_window(tmp_path: Path) -> None:
         for w, s in zip(plan.window, plan.start, strict=True)
         for b in range(int(s) * 4 // 4096, ((int(s) + 65) * 4 - 1) // 4096 + 1)
     }
-    fetched = src.object_stats.bytes  # type: ignore[union-attr]
+    # Opening read the file's first 128 bytes (with its size, in place of a HEAD).
+    fetched = src.object_stats.bytes - 128  # type: ignore[union-attr]
     assert src.stats.bytes_read == fetched <= len(blocks) * 4096 < (1 << 20) // 16
     src.close()
 
@@ -312,3 +314,22 @@ def test_read_ahead_failures_surface_only_when_needed(
     assert np.array_equal(src.read(5, again)["x"], local.read(5, again)["x"])
     src.close()
     local.close()
+
+
+@pytest.mark.parametrize("where", ["local", "url"])
+@pytest.mark.parametrize("name", ["tok.bin", "train.bin"])
+def test_an_npy_file_is_not_read_as_raw_tokens(tmp_path: Path, where: str, name: str) -> None:
+    # np.lib.format.open_memmap("tok.bin") and np.save to a handle write NPY under any
+    # name: read raw, its 128-byte header came first as 64 uint16 tokens, silently.
+    t = np.random.default_rng(0).integers(0, 60_000, 10_000).astype(np.uint16)
+    np.lib.format.open_memmap(tmp_path / name, mode="w+", dtype=np.uint16, shape=t.shape)[:] = t
+    path = str(tmp_path / name) if where == "local" else url(tmp_path / name)
+    with pytest.raises(
+        FormatError, match=rf"{name}: an NPY file \(shape \(10000,\), uint16, after"
+    ):
+        TokenSource(path, dtype="uint16", context=8)
+    # Raw tokens whose first bytes happen to be the NPY magic still read raw.
+    raw = np.frombuffer(b"\x93NUMPY\x01\x00" + bytes(200), dtype=np.uint16)
+    raw.tofile(tmp_path / name)
+    src = TokenSource(path, dtype="uint16", context=8)
+    assert src.files[0].num_tokens == raw.size

@@ -268,9 +268,9 @@ class ObjectFiles:
         return [(f"{base}/{key}", info) for key, info in self._store_at(base).list_info()]
 
     # -- TokenFiles: what open_token_file needs --------------------------------------
-    def stat(self, path: str) -> tuple[int, str | None]:
-        info = self.info(path)
-        return info.size, info.etag
+    def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
+        first, info = self.read_start(path, length)
+        return first, info.size, info.etag
 
     def info(self, url: str) -> ObjectInfo:
         store, key = self._store(url)

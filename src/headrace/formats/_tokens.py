@@ -16,6 +16,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
+from headrace.formats._npy import _NPY_MAGIC, NPY_HEAD, _parse_npy_header
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.io import LocalFile
 
@@ -99,8 +100,9 @@ class TokenFile:
 class TokenFiles(Protocol):
     """How :func:`open_token_file` reaches a token file and its sidecar or index."""
 
-    def stat(self, path: str) -> tuple[int, str | None]:
-        """Size and entity tag (``None`` for local files); raises if it is missing."""
+    def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
+        """The first ``length`` bytes (fewer when shorter), the size and the entity tag:
+        one read (one GET on object storage, where a HEAD was); raises if it is missing."""
         ...
 
     def read(self, path: str) -> bytes | None:
@@ -109,9 +111,9 @@ class TokenFiles(Protocol):
 
 
 class _LocalFiles:
-    def stat(self, path: str) -> tuple[int, str | None]:
+    def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         with LocalFile(path) as f:  # raises ObjectNotFoundError naming the path
-            return f.size, None
+            return memoryview(f.pread(0, min(length, f.size)).tobytes()), f.size, None
 
     def read(self, path: str) -> bytes | None:
         if not os.path.exists(path):
@@ -172,6 +174,22 @@ def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | N
         ) from exc
 
 
+def _refuse_npy(path: str, head: memoryview) -> None:
+    """An NPY file is not read as raw tokens: its header would be the first tokens."""
+    if bytes(head[:6]) != _NPY_MAGIC:
+        return
+    try:
+        dtype, shape, _, offset = _parse_npy_header(head, path)
+    except FormatError:
+        return  # raw tokens whose first bytes look like the magic
+    raise FormatError(
+        f"{path}: an NPY file (shape {shape}, {dtype}, after a {offset}-byte header), not a "
+        "raw token file: its header would be read as tokens. Write the tokens raw "
+        "(np.asarray(tokens, dtype=np.uint16).tofile(path)), or copy them out: "
+        "np.load(path, mmap_mode='r').tofile(path_of_raw_file)"
+    )
+
+
 def open_token_file(
     path: str | os.PathLike[str],
     dtype: DTypeLike | None = None,
@@ -204,7 +222,7 @@ def describe_token_file(
     p: str, dtype: DTypeLike | None, format: TokenFormat, files: TokenFiles
 ) -> TokenFile:
     """:func:`open_token_file` through ``files`` (local, or a source's object stores)."""
-    size, etag = files.stat(p)
+    head, size, etag = files.head(p, NPY_HEAD)
     idx = p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
     side = _sidecar_path(p)
     idx_raw = files.read(idx) if format in ("auto", "megatron") else None
@@ -244,6 +262,8 @@ def describe_token_file(
             raise ConfigError(f"{p}: dtype {dt} given but the sidecar says {side_dt}")
     else:
         raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
+    if format != "megatron":
+        _refuse_npy(p, head)
     if tokens is not None and size != tokens * dt.itemsize:
         raise DataError(
             f"{p}: {'truncated: ' if size < tokens * dt.itemsize else ''}the sidecar {side} "
