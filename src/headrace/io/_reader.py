@@ -309,6 +309,10 @@ class RangeReader(Closing):
                 )
         requested = int(lengths.sum())
         mode, probe = self._choose()
+        if mode == MAPPED and self._adaptive is not None and not f.mappable:
+            # A filesystem that cannot map (ENODEV) is not a question of timing: this
+            # file is read in parallel, and the policy still rules the reader's others.
+            mode = PARALLEL
         t0 = self._clock()
         estimate: float | None = None
         if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
