@@ -346,15 +346,34 @@ def test_a_closed_local_file_says_so_and_an_empty_one_is_not_mapped(file, tmp_pa
 
 
 def test_o_direct_open_of_a_file_deleted_since_it_was_opened(file) -> None:
+    # The O_DIRECT descriptor is a second open, made on first use: of the file the
+    # reader holds, not of whatever the path names by then.
     path, data = file
     f = LocalFile(path)
-    os.unlink(path)  # the descriptor still reads; a second open by path cannot
+    os.unlink(path)
     try:
         assert f.pread(0, 8).tobytes() == data[:8].tobytes()
-        with pytest.raises(ObjectNotFoundError, match=r"f\.bin: no such file"):
-            _ = f.direct_fd
+        with RangeReader("odirect") as r:
+            r._files[path] = f  # the reader's own open, made before the unlink
+            got = r.read(path, [(5, 5000), (SIZE, 100)])
+        assert [g.tobytes() for g in got] == [data[5:5005].tobytes(), data[SIZE:].tobytes()]
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_o_direct_reads_the_file_opened_not_one_renamed_over_it(file, engine, tmp_path) -> None:
+    # A dataset rewritten in place (write a new file, rename it over the old) while a
+    # reader holds the old one: O_DIRECT reads, like mapped and buffered ones, keep
+    # reading the old file, never a mix of the two.
+    path, data = file
+    with RangeReader(ReaderConfig(strategy="odirect", engine=engine)) as r:
+        assert r.size(path) == data.size  # opened here
+        new = tmp_path / "new.bin"
+        new.write_bytes(bytes(data.size))
+        os.rename(new, path)
+        got = r.read(path, [(0, 4096), (SIZE - 7, 107)])
+    assert [g.tobytes() for g in got] == [data[:4096].tobytes(), data[SIZE - 7 :].tobytes()]
 
 
 def _refuse_maps(monkeypatch: pytest.MonkeyPatch, err: int) -> list[int]:
@@ -466,3 +485,22 @@ with RangeReader('mmap') as r:
     assert f"StorageError {errno.EMFILE} " in out, out
     assert "f.bin: cannot memory-map the file" in out and "ulimit -n" in out, out
     assert out.splitlines()[-1] == data[:3].tobytes().hex()
+
+
+def test_o_direct_without_proc_refuses_a_file_renamed_over_it(file, tmp_path, monkeypatch) -> None:
+    # Without /proc the second open goes by path; another file there is an error.
+    path, data = file
+    real = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: not str(p).startswith("/proc/") and real(p))
+    with LocalFile(path) as f:
+        (tmp_path / "new.bin").write_bytes(bytes(100))
+        os.rename(tmp_path / "new.bin", path)
+        with pytest.raises(
+            StorageError,
+            match=r"f\.bin: the file was replaced since it was "
+            r"opened",
+        ) as info:
+            _ = f.direct_fd
+        assert info.value.errno == errno.ESTALE
+    with LocalFile(path) as f:  # not replaced: opened by path, and read
+        assert f.direct_fd >= 0

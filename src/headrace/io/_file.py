@@ -152,8 +152,13 @@ class LocalFile(Closing):
             flag = getattr(os, "O_DIRECT", 0)
             if not flag:
                 raise ConfigError(f"{self.path}: O_DIRECT is not available on this platform.")
+            # Reopened through the descriptor, not the path: a file deleted or renamed
+            # over since it was opened is still the one every other read of it sees.
+            again = f"/proc/self/fd/{self._fd}"
+            if not os.path.exists(again):  # no /proc: the path, checked to be the same file
+                again = self.path
             try:
-                self._dfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | flag)
+                dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
             except OSError as exc:
                 if exc.errno == errno.EINVAL:
                     raise ConfigError(
@@ -161,7 +166,20 @@ class LocalFile(Closing):
                         "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
                     ) from exc
                 raise open_error(self.path, exc) from exc
-            return self._dfd
+            try:
+                a, b = os.fstat(self._fd), os.fstat(dfd)
+            except OSError as exc:
+                os.close(dfd)
+                raise open_error(self.path, exc) from exc
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                os.close(dfd)
+                raise StorageError(
+                    errno.ESTALE,
+                    f"{self.path}: the file was replaced since it was opened (another file "
+                    "now has its name); O_DIRECT cannot reopen the one opened",
+                )
+            self._dfd = dfd
+            return dfd
 
     def _check_open(self) -> None:
         if self._fd < 0:
