@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import ObjectNotFoundError, ReadEOFError, StorageError
+from headrace.errors import ReadEOFError, StorageError
 from headrace.io import (
     ENGINES,
     STRATEGIES,
@@ -489,7 +489,7 @@ with RangeReader('mmap') as r:
 
 def test_o_direct_without_proc_refuses_a_file_renamed_over_it(file, tmp_path, monkeypatch) -> None:
     # Without /proc the second open goes by path; another file there is an error.
-    path, data = file
+    path, _ = file
     real = os.path.exists
     monkeypatch.setattr(os.path, "exists", lambda p: not str(p).startswith("/proc/") and real(p))
     with LocalFile(path) as f:
