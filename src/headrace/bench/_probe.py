@@ -251,7 +251,7 @@ def probe(
     path: str, *, row_bytes: int, ops: int, seed: int, drop_cache: bool, rounds: int = 2
 ) -> dict[str, Any]:
     file_bytes = os.stat(path).st_size
-    skipped: list[dict[str, str]] = []
+    skipped: list[dict[str, Any]] = []
     try:
         with RangeReader("odirect") as check:
             odirect = check.file(path).direct_fd >= 0
@@ -301,6 +301,17 @@ def probe(
     for i, m in enumerate(meas):
         n, s = int(acc[i][0]), acc[i][1]
         if n == 0:
+            skipped.append(
+                {
+                    "mode": m.mode,
+                    **({"engine": m.engine} if m.engine else {}),
+                    "pattern": m.pattern,
+                    "request_bytes": m.request_bytes,
+                    "in_flight": m.in_flight,
+                    "reason": f"no stripe of the file for it: {file_bytes:,} bytes is too few "
+                    "to give every measurement its own",
+                }
+            )
             continue
         nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
         results.append(
@@ -387,7 +398,20 @@ def _table(report: dict[str, Any]) -> str:
         f"skipped {s['mode']}{' (engine ' + s['engine'] + ')' if 'engine' in s else ''}: "
         f"{s['reason']}"
         for s in report["skipped"]
+        if "pattern" not in s
     )
+    unmade = [
+        f"{s['mode']} {s.get('engine', '')} {s['pattern']} {s['request_bytes']} "
+        f"x{s['in_flight']}".replace("  ", " ")
+        for s in report["skipped"]
+        if "pattern" in s
+    ]
+    if unmade:
+        lines.append(
+            f"skipped {len(unmade)} measurement(s) that the file has no room for (each needs a "
+            f"stripe of its own): {', '.join(unmade)}; probe a larger file, or a folder to "
+            "write a scratch file in (--size, default 1G)"
+        )
     return "\n".join(lines)
 
 
