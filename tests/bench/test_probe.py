@@ -174,3 +174,21 @@ def test_probe_of_a_small_file_says_which_measurements_it_could_not_make(
     table = capsys.readouterr().out
     assert f"skipped {len(missing)} measurement(s) that the file has no room for" in table
     assert "mmap random 4096 x1" in table and "--size" in table
+
+
+def test_probe_of_a_mount_that_cannot_map_files(tmp_path: Path, slow_mount, capsys) -> None:
+    # slowfs --direct-io refuses maps (ENODEV): the probe measured nothing and failed
+    # with a traceback; it measures the rest and says why mapped reads are missing.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "d.bin").write_bytes(os.urandom(8 << 20))
+    m = slow_mount(src, direct_io=True)
+    out = tmp_path / "p.json"
+    assert main(["probe", str(m.mnt / "d.bin"), "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["mode"] for r in report["results"]} >= {"pread"}
+    assert "mmap" not in {r["mode"] for r in report["results"]}
+    assert all(r["verified"] for r in report["results"])
+    (why,) = [s for s in report["skipped"] if s["mode"] == "mmap" and "pattern" not in s]
+    assert "does not support memory mapping" in why["reason"]
+    assert "skipped mmap: " in capsys.readouterr().out

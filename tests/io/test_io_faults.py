@@ -504,3 +504,21 @@ def test_o_direct_without_proc_refuses_a_file_renamed_over_it(file, tmp_path, mo
         assert info.value.errno == errno.ESTALE
     with LocalFile(path) as f:  # not replaced: opened by path, and read
         assert f.direct_fd >= 0
+
+
+def test_a_direct_io_fuse_mount_is_read_by_the_adaptive_reader(tmp_path: Path, slow_mount) -> None:
+    # slowfs --direct-io: a FUSE mount that refuses maps (ENODEV) for real.
+    from headrace.errors import ConfigError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    data = np.random.default_rng(9).integers(0, 256, 300_000, dtype=np.uint8)
+    (src / "d.bin").write_bytes(data.tobytes())
+    m = slow_mount(src, direct_io=True)
+    path = str(m.mnt / "d.bin")
+    rows = np.array([3, 0, 70, 3])
+    with RangeReader("adaptive") as r:
+        got = r.read_rows(path, rows, 4100)
+    assert got.tobytes() == b"".join(data[i * 4100 : (i + 1) * 4100].tobytes() for i in rows)
+    with RangeReader("mmap") as r, pytest.raises(ConfigError, match="memory mapping"):
+        r.read_rows(path, rows, 4100)

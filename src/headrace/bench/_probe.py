@@ -216,7 +216,7 @@ def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
 
 
 def measurements(
-    row_bytes: int, odirect: bool, engines: tuple[str, ...] = ("threads",)
+    row_bytes: int, odirect: bool, engines: tuple[str, ...] = ("threads",), *, mapped: bool = True
 ) -> list[Measurement]:
     seq = SEQ_REQUEST
     m = [
@@ -225,6 +225,8 @@ def measurements(
             mode="pread", pattern="sequential", request_bytes=seq, in_flight=1, engine="threads"
         ),
     ]
+    if not mapped:
+        del m[0]
     if odirect:
         m.append(
             Measurement(
@@ -236,7 +238,8 @@ def measurements(
             )
         )
     for req in (BLOCK, row_bytes):
-        m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
+        if mapped:
+            m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
         depths = {"pread": (1, 8, 32, 64), "odirect": (1, 32, 64) if odirect else ()}
         m.extend(
             Measurement(mode=mode, pattern="random", request_bytes=req, in_flight=q, engine=e)
@@ -258,12 +261,23 @@ def probe(
     except ConfigError as exc:
         odirect = False
         skipped.append({"mode": "odirect", "reason": str(exc)})
+    with RangeReader("mmap") as check:
+        # A FUSE mount with direct_io refuses maps (ENODEV): measure the rest.
+        mapped = check.file(path).mappable
+    if not mapped:
+        skipped.append(
+            {
+                "mode": "mmap",
+                "reason": f"{path}: the filesystem does not support memory mapping (mmap "
+                "answered ENODEV)",
+            }
+        )
     engines: tuple[str, ...] = ("threads",)
     if ring_pool().available():
         engines = ("threads", "uring")
     else:
         skipped.append({"mode": "pread, odirect", "engine": "uring", "reason": ring_pool().reason})
-    meas = measurements(row_bytes, odirect, engines)
+    meas = measurements(row_bytes, odirect, engines, mapped=mapped)
     plan = _plan(meas, rounds, file_bytes, ops, seed)
     if drop_cache:
         _drop_cache(path)
