@@ -22,7 +22,14 @@ from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
-from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Ranges, as_ranges, check_limits
+from headrace.io._ranges import (
+    DEFAULT_MAX_GAP,
+    DEFAULT_MAX_SPAN,
+    INT64_MAX,
+    Ranges,
+    as_ranges,
+    check_limits,
+)
 from headrace.io._stats import ReadStats, StatsRecorder
 from headrace.io._uring import RING_ENTRIES, Ring, ring_pool
 
@@ -269,6 +276,16 @@ class RangeReader(Closing):
             )
         if n == 0:
             return out
+        top = int(idx.max())
+        if int(base) + top * int(stride) + row_bytes > INT64_MAX:
+            # int64 offsets would wrap (row 2**62 of 4 bytes read row 0): past any file.
+            i = int(np.argmax(idx))
+            start = int(base) + top * int(stride)
+            raise ReadEOFError(
+                f"{path}: row {i} = bytes [{start}, {start + row_bytes}) (row index {top}, "
+                f"stride {stride}, base {base}) is past the end of the file, which has "
+                f"{self.size(str(path))} bytes"
+            )
         offsets = int(base) + idx.astype(np.int64) * int(stride)
         lengths = np.full(n, row_bytes, dtype=np.int64)
         dest = out
