@@ -241,6 +241,8 @@ def test_bad_config_and_arguments(data_file) -> None:
         ReaderConfig(strategy="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="in_flight"):
         ReaderConfig(in_flight=0)
+    with pytest.raises(ConfigError, match=r"in_flight .*\(got True\)"):
+        ReaderConfig(in_flight=True)  # as the sources' in_flight= refuses it
     with pytest.raises(ConfigError, match="alignment"):
         ReaderConfig(alignment=1000)
     with pytest.raises(ConfigError, match="max_span"):

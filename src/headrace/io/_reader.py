@@ -94,7 +94,9 @@ class ReaderConfig:
             )
         check_limits(self.max_gap, self.max_span)
         if self.in_flight is not None and (
-            not isinstance(self.in_flight, int) or self.in_flight < 1
+            isinstance(self.in_flight, bool)
+            or not isinstance(self.in_flight, int)
+            or self.in_flight < 1
         ):
             raise ConfigError(
                 f"in_flight must be a positive integer or None (got {self.in_flight!r})."
