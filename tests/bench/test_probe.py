@@ -192,3 +192,15 @@ def test_probe_of_a_mount_that_cannot_map_files(tmp_path: Path, slow_mount, caps
     (why,) = [s for s in report["skipped"] if s["mode"] == "mmap" and "pattern" not in s]
     assert "does not support memory mapping" in why["reason"]
     assert "skipped mmap: " in capsys.readouterr().out
+
+
+def test_probe_with_rows_of_one_block_measures_each_mode_once(tmp_path: Path) -> None:
+    # --row-bytes 4096 made every random measurement twice (two lines, two stripes).
+    out = tmp_path / "p.json"
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16", "--row-bytes", "4096",
+                 "--json", str(out)]) == 0  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    keys = [(r["mode"], r["engine"], r["pattern"], r["request_bytes"], r["in_flight"])
+            for r in results]  # fmt: skip
+    assert len(keys) == len(set(keys))
+    assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096}

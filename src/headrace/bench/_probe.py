@@ -237,7 +237,7 @@ def measurements(
                 engine="threads",
             )
         )
-    for req in (BLOCK, row_bytes):
+    for req in dict.fromkeys((BLOCK, row_bytes)):  # --row-bytes 4096: once, not twice
         if mapped:
             m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
         depths = {"pread": (1, 8, 32, 64), "odirect": (1, 32, 64) if odirect else ()}
