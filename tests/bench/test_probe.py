@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import headrace.io._uring as uring
-from headrace.bench._probe import _size, filesystem_of
+from headrace.bench._probe import _size, filesystem_of, measurements
 from headrace.cli import main
 from headrace.io._mounts import network_type
 
@@ -40,7 +40,7 @@ def test_probe_directory_makes_and_removes_a_scratch_file(tmp_path: Path, capsys
     assert all(KEYS <= set(r) and r["verified"] for r in results)
     seen = {(r["mode"], r["pattern"], r["in_flight"]) for r in results}
     assert {("mmap", "sequential", 1), ("pread", "random", 64), ("mmap", "random", 1)} <= seen
-    if not any(s["mode"] == "odirect" for s in report["skipped"]):
+    if not any(s["mode"] == "odirect" and "pattern" not in s for s in report["skipped"]):
         assert {("odirect", "random", 1), ("odirect", "random", 32)} <= seen
     # Positional rows name the engine that ran them; mapped rows have none.
     engines = {(r["mode"], r["engine"]) for r in results}
@@ -141,3 +141,66 @@ def test_probe_unwritable_folder_and_bad_sizes_say_what_was_given(
         ro.mkdir(mode=0o500)
         assert main(["probe", str(ro), "--size", "8M"]) == 2
         assert "cannot write a 8,388,608-byte scratch file" in capsys.readouterr().err
+
+
+def test_probe_of_a_small_file_says_which_measurements_it_could_not_make(
+    tmp_path: Path, capsys
+) -> None:
+    # A 1 MiB file has no stripe of its own for most measurements (all mapped random
+    # reads among them): they were left out of the table and the JSON without a word.
+    f = tmp_path / "small.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    made = {
+        (r["mode"], r["engine"] or "-", r["pattern"], r["request_bytes"], r["in_flight"])
+        for r in report["results"]
+    }
+    unmade = [s for s in report["skipped"] if "stripe" in s["reason"]]
+    missing = {
+        (s["mode"], s.get("engine", "-"), s["pattern"], s["request_bytes"], s["in_flight"])
+        for s in unmade
+    }
+    assert missing and not (made & missing)
+    assert ("mmap", "-", "random", 4096, 1) in missing
+    odirect = not any(s["mode"] == "odirect" and s not in unmade for s in report["skipped"])
+    engines = ("threads", "uring") if uring.ring_pool().available() else ("threads",)
+    want = {
+        (m.mode, m.engine or "-", m.pattern, m.request_bytes, m.in_flight)
+        for m in measurements(4100, odirect, engines)
+    }
+    assert made | missing == want
+    table = capsys.readouterr().out
+    assert f"skipped {len(missing)} measurement(s) that the file has no room for" in table
+    assert "mmap random 4096 x1" in table and "--size" in table
+
+
+def test_probe_of_a_mount_that_cannot_map_files(tmp_path: Path, slow_mount, capsys) -> None:
+    # slowfs --direct-io refuses maps (ENODEV): the probe measured nothing and failed
+    # with a traceback; it measures the rest and says why mapped reads are missing.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "d.bin").write_bytes(os.urandom(8 << 20))
+    m = slow_mount(src, direct_io=True)
+    out = tmp_path / "p.json"
+    assert main(["probe", str(m.mnt / "d.bin"), "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["mode"] for r in report["results"]} >= {"pread"}
+    assert "mmap" not in {r["mode"] for r in report["results"]}
+    assert all(r["verified"] for r in report["results"])
+    (why,) = [s for s in report["skipped"] if s["mode"] == "mmap" and "pattern" not in s]
+    assert "does not support memory mapping" in why["reason"]
+    assert "skipped mmap: " in capsys.readouterr().out
+
+
+def test_probe_with_rows_of_one_block_measures_each_mode_once(tmp_path: Path) -> None:
+    # --row-bytes 4096 made every random measurement twice (two lines, two stripes).
+    out = tmp_path / "p.json"
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16", "--row-bytes", "4096",
+                 "--json", str(out)]) == 0  # fmt: skip
+    results = json.loads(out.read_text())["results"]
+    keys = [(r["mode"], r["engine"], r["pattern"], r["request_bytes"], r["in_flight"])
+            for r in results]  # fmt: skip
+    assert len(keys) == len(set(keys))
+    assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096}

@@ -366,9 +366,14 @@ def test_probe_an_object(
     assert report["file_bytes"] == OBJECTS["big.bin"]
     got = {(r["request_bytes"], r["in_flight"]) for r in report["results"]}
     assert got == {(s, d) for s in (4096, 4100, 1 << 20) for d in (1, 8, 32, 64)}  # 3 MiB object
+    # The 8 MiB request does not fit: said, not left out silently.
+    why = f"the object has {OBJECTS['big.bin']:,} bytes, fewer than one request"
+    assert report["skipped"] == [{"mode": "get", "request_bytes": 8 << 20, "reason": why}]
     for r in report["results"]:
         assert r["mode"] == "get" and r["verified"] and r["ops"] >= 2 and r["mb_per_s"] > 0
-    assert "B requests: best" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "B requests: best" in table
+    assert "skipped 8388608-byte requests: the object has" in table
     assert main([*args[:1], f"{s3.url}/nope.bin", *args[2:]]) == 2
     assert "nope.bin" in capsys.readouterr().err
     assert main([*args[:1], f"{s3.url}/empty.bin", *args[2:]]) == 2

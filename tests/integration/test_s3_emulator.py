@@ -182,6 +182,18 @@ def test_run_s3_requires_a_reason_for_endpoint() -> None:
         run_s3(parser.parse_args(["--endpoint", "http://127.0.0.1:1"]))
 
 
+@pytest.mark.parametrize("bucket", ["b", "My_Data", "-data", "data-", "a" * 64, "x..y"])
+def test_run_s3_refuses_a_bucket_name_s3_refuses_before_starting(bucket: str) -> None:
+    # `--bucket b` started moto, then ended in botocore's InvalidBucketName traceback.
+    from headrace.cli import main
+
+    parser = argparse.ArgumentParser()
+    configure_s3(parser)
+    with pytest.raises(ConfigError, match=rf"--bucket {bucket!r} is not a valid S3 bucket name"):
+        run_s3(parser.parse_args([f"--bucket={bucket}"]))
+    assert main(["emulate", "s3", f"--bucket={bucket}"]) == 2
+
+
 def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
     # The CLI entry in a subprocess, in front of the session's moto: prints where it is,
     # serves through the proxy, and stops cleanly on SIGTERM.

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import ObjectNotFoundError, ReadEOFError, StorageError
+from headrace.errors import ReadEOFError, StorageError
 from headrace.io import (
     ENGINES,
     STRATEGIES,
@@ -346,12 +346,179 @@ def test_a_closed_local_file_says_so_and_an_empty_one_is_not_mapped(file, tmp_pa
 
 
 def test_o_direct_open_of_a_file_deleted_since_it_was_opened(file) -> None:
+    # The O_DIRECT descriptor is a second open, made on first use: of the file the
+    # reader holds, not of whatever the path names by then.
     path, data = file
     f = LocalFile(path)
-    os.unlink(path)  # the descriptor still reads; a second open by path cannot
+    os.unlink(path)
     try:
         assert f.pread(0, 8).tobytes() == data[:8].tobytes()
-        with pytest.raises(ObjectNotFoundError, match=r"f\.bin: no such file"):
-            _ = f.direct_fd
+        with RangeReader("odirect") as r:
+            r._files[path] = f  # the reader's own open, made before the unlink
+            got = r.read(path, [(5, 5000), (SIZE, 100)])
+        assert [g.tobytes() for g in got] == [data[5:5005].tobytes(), data[SIZE:].tobytes()]
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_o_direct_reads_the_file_opened_not_one_renamed_over_it(file, engine, tmp_path) -> None:
+    # A dataset rewritten in place (write a new file, rename it over the old) while a
+    # reader holds the old one: O_DIRECT reads, like mapped and buffered ones, keep
+    # reading the old file, never a mix of the two.
+    path, data = file
+    with RangeReader(ReaderConfig(strategy="odirect", engine=engine)) as r:
+        assert r.size(path) == data.size  # opened here
+        new = tmp_path / "new.bin"
+        new.write_bytes(bytes(data.size))
+        os.rename(new, path)
+        got = r.read(path, [(0, 4096), (SIZE - 7, 107)])
+    assert [g.tobytes() for g in got] == [data[:4096].tobytes(), data[SIZE - 7 :].tobytes()]
+
+
+def _refuse_maps(monkeypatch: pytest.MonkeyPatch, err: int) -> list[int]:
+    import mmap
+
+    calls: list[int] = []
+
+    real = mmap.mmap
+
+    def refuse(fd: int, *args: object, **kwargs: object) -> mmap.mmap:
+        if kwargs.get("access") != mmap.ACCESS_READ:  # io_uring's rings map as before
+            return real(fd, *args, **kwargs)  # type: ignore[arg-type]
+        calls.append(fd)
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    return calls
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_filesystem_that_cannot_map_files(file, engine, monkeypatch) -> None:
+    # FUSE mounts with direct_io (before Linux 6.6) and sysfs answer mmap with ENODEV.
+    # 'mmap' says so, as 'odirect' does where O_DIRECT is refused; 'adaptive' reads in
+    # parallel, as pread does, instead of failing where pread works.
+    from headrace.errors import ConfigError
+
+    path, data = file
+    calls = _refuse_maps(monkeypatch, errno.ENODEV)
+    ranges = [(0, 10), (SIZE - 5, 50), (3, 0), (0, 10)]
+    with RangeReader(ReaderConfig(strategy="mmap", engine=engine)) as r:
+        with pytest.raises(
+            ConfigError,
+            match=r"f\.bin: the filesystem does not support memory "
+            r"mapping .*ENODEV.*'pread' or 'adaptive'",
+        ):
+            r.read(path, ranges)
+    with RangeReader(ReaderConfig(strategy="adaptive", engine=engine)) as r:
+        for _ in range(40):  # past a probe of mapped reads (every 32)
+            got = r.read(path, ranges)
+            assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in ranges]
+        stats = r.stats
+    assert stats.reads_by_mode == {"pread": 40}
+    assert len(calls) == 2  # one refusal per file and reader, remembered
+
+
+def test_a_map_refused_for_another_reason_names_the_file(file, monkeypatch) -> None:
+    path, _ = file
+    _refuse_maps(monkeypatch, errno.ENOMEM)
+    with (
+        RangeReader("adaptive") as r,
+        pytest.raises(
+            StorageError,
+            match=r"f\.bin: cannot "
+            r"memory-map the file",
+        ) as info,
+    ):
+        r.read(path, [(0, 10)])
+    assert info.value.errno == errno.ENOMEM
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no such sysfs file"
+)
+def test_a_sysfs_file_is_read_by_the_adaptive_reader() -> None:
+    # A real file whose filesystem refuses maps (ENODEV), read through every strategy.
+    from headrace.errors import ConfigError
+
+    path = "/sys/kernel/mm/transparent_hugepage/enabled"
+    with open(path, "rb") as fh:
+        want = fh.read(8)
+    with RangeReader("adaptive") as r:
+        assert r.read(path, [(0, 8)])[0].tobytes() == want
+    with RangeReader("mmap") as r, pytest.raises(ConfigError, match="memory mapping"):
+        r.read(path, [(0, 8)])
+
+
+def test_running_out_of_descriptors_while_mapping_names_the_file(file) -> None:
+    # A map holds a duplicate of the file's descriptor, so mapped reads of many files
+    # reach `ulimit -n` at half the files positional reads do. With one descriptor
+    # left, the open succeeds and the map fails: a StorageError naming the file and
+    # the fix, not a bare OSError from mmap.
+    path, data = file
+    code = f"""
+import errno, os, resource
+from headrace.errors import StorageError
+from headrace.io import RangeReader
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+held = []
+try:
+    while True:
+        held.append(os.open('/dev/null', os.O_RDONLY))
+except OSError as e:
+    assert e.errno == errno.EMFILE
+os.close(held.pop())
+with RangeReader('mmap') as r:
+    try:
+        r.read({path!r}, [(0, 3)])
+    except StorageError as e:
+        print(type(e).__name__, e.errno, e)
+for fd in held:
+    os.close(fd)
+with RangeReader('mmap') as r:
+    print(r.read({path!r}, [(0, 3)])[0].tobytes().hex())
+"""
+    env = {**os.environ, "HEADRACE_IO_URING": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert f"StorageError {errno.EMFILE} " in out, out
+    assert "f.bin: cannot memory-map the file" in out and "ulimit -n" in out, out
+    assert out.splitlines()[-1] == data[:3].tobytes().hex()
+
+
+def test_o_direct_without_proc_refuses_a_file_renamed_over_it(file, tmp_path, monkeypatch) -> None:
+    # Without /proc the second open goes by path; another file there is an error.
+    path, _ = file
+    real = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: not str(p).startswith("/proc/") and real(p))
+    with LocalFile(path) as f:
+        (tmp_path / "new.bin").write_bytes(bytes(100))
+        os.rename(tmp_path / "new.bin", path)
+        with pytest.raises(
+            StorageError,
+            match=r"f\.bin: the file was replaced since it was "
+            r"opened",
+        ) as info:
+            _ = f.direct_fd
+        assert info.value.errno == errno.ESTALE
+    with LocalFile(path) as f:  # not replaced: opened by path, and read
+        assert f.direct_fd >= 0
+
+
+def test_a_direct_io_fuse_mount_is_read_by_the_adaptive_reader(tmp_path: Path, slow_mount) -> None:
+    # slowfs --direct-io: a FUSE mount that refuses maps (ENODEV) for real.
+    from headrace.errors import ConfigError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    data = np.random.default_rng(9).integers(0, 256, 300_000, dtype=np.uint8)
+    (src / "d.bin").write_bytes(data.tobytes())
+    m = slow_mount(src, direct_io=True)
+    path = str(m.mnt / "d.bin")
+    rows = np.array([3, 0, 70, 3])
+    with RangeReader("adaptive") as r:
+        got = r.read_rows(path, rows, 4100)
+    assert got.tobytes() == b"".join(data[i * 4100 : (i + 1) * 4100].tobytes() for i in rows)
+    with RangeReader("mmap") as r, pytest.raises(ConfigError, match="memory mapping"):
+        r.read_rows(path, rows, 4100)

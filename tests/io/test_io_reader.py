@@ -241,6 +241,8 @@ def test_bad_config_and_arguments(data_file) -> None:
         ReaderConfig(strategy="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="in_flight"):
         ReaderConfig(in_flight=0)
+    with pytest.raises(ConfigError, match=r"in_flight .*\(got True\)"):
+        ReaderConfig(in_flight=True)  # as the sources' in_flight= refuses it
     with pytest.raises(ConfigError, match="alignment"):
         ReaderConfig(alignment=1000)
     with pytest.raises(ConfigError, match="max_span"):
@@ -320,3 +322,34 @@ def test_pages_touched_is_the_union_of_pages(ranges: list[tuple[int, int]], page
     lengths = np.array([n for _, n in ranges], dtype=np.int64)
     pages = {b // page for o, n in ranges for b in range(o, o + n)}
     assert pages_touched(offsets, lengths, page) == len(pages) * page
+
+
+@pytest.mark.parametrize("strategy", ALL)
+def test_rows_and_ranges_past_int64_are_errors_not_other_bytes(data_file, strategy) -> None:
+    # Offsets are int64: row 2**62 of 4 bytes wrapped to byte 0 and read row 0's bytes,
+    # and a range ending past 2**63 - 1 came back empty from a map.
+    path, _ = data_file
+    p = str(path)
+    big = 2**63 - 1
+    with RangeReader(strategy) as r:  # type: ignore[arg-type]
+        for rows, width in (
+            (np.array([2**62]), 4),
+            (np.array([2**63], dtype=np.uint64), 4),
+            (np.array([0, 2**61 + 1]), 4),
+            (np.array([big]), 1),
+        ):
+            with pytest.raises(ReadEOFError, match=r"is past the end of the file") as ei:
+                r.read_rows(p, rows, width)
+            assert p in str(ei.value) and str(FILE_BYTES) in str(ei.value)
+        with pytest.raises(ReadEOFError, match=r"row 0 = bytes \[9223372036854775808, "):
+            r.read_rows(p, [2**61], 4)
+        with pytest.raises(ReadEOFError, match=r"row 0 .* base 9223372036854775800"):
+            r.read_rows(p, [0], 16, base=big - 7)
+        for ranges in ([(big - 1, 4)], [(0, 1), (2**62, 2**62)], np.array([[2**63, 1]], "u8")):
+            with pytest.raises(
+                ConfigError,
+                match=r"Range \d+ is \(offset=\d+, length=\d+\); it "
+                r"ends past byte 2\*\*63 - 1",
+            ):
+                r.read(p, ranges)
+        assert r.read(p, [(FILE_BYTES, 0)])[0].size == 0  # at the end: still fine

@@ -281,6 +281,8 @@ def test_bad_arguments(root: Path) -> None:
             store.get_many([("a.bin", 1)])  # type: ignore[list-item]
         with pytest.raises(ConfigError, match="max_in_flight"):
             store.get_many(["a.bin"], max_in_flight=0)
+        with pytest.raises(ConfigError, match=r"max_in_flight .*\(got True\)"):
+            store.get_many(["a.bin"], max_in_flight=True)  # as RequestQueue refuses it
         with pytest.raises(ConfigError, match=r"\.\./x"):
             store.get("../x")
 

@@ -216,7 +216,7 @@ def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
 
 
 def measurements(
-    row_bytes: int, odirect: bool, engines: tuple[str, ...] = ("threads",)
+    row_bytes: int, odirect: bool, engines: tuple[str, ...] = ("threads",), *, mapped: bool = True
 ) -> list[Measurement]:
     seq = SEQ_REQUEST
     m = [
@@ -225,6 +225,8 @@ def measurements(
             mode="pread", pattern="sequential", request_bytes=seq, in_flight=1, engine="threads"
         ),
     ]
+    if not mapped:
+        del m[0]
     if odirect:
         m.append(
             Measurement(
@@ -235,8 +237,9 @@ def measurements(
                 engine="threads",
             )
         )
-    for req in (BLOCK, row_bytes):
-        m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
+    for req in dict.fromkeys((BLOCK, row_bytes)):  # --row-bytes 4096: once, not twice
+        if mapped:
+            m.append(Measurement(mode="mmap", pattern="random", request_bytes=req, in_flight=1))
         depths = {"pread": (1, 8, 32, 64), "odirect": (1, 32, 64) if odirect else ()}
         m.extend(
             Measurement(mode=mode, pattern="random", request_bytes=req, in_flight=q, engine=e)
@@ -251,19 +254,30 @@ def probe(
     path: str, *, row_bytes: int, ops: int, seed: int, drop_cache: bool, rounds: int = 2
 ) -> dict[str, Any]:
     file_bytes = os.stat(path).st_size
-    skipped: list[dict[str, str]] = []
+    skipped: list[dict[str, Any]] = []
     try:
         with RangeReader("odirect") as check:
             odirect = check.file(path).direct_fd >= 0
     except ConfigError as exc:
         odirect = False
         skipped.append({"mode": "odirect", "reason": str(exc)})
+    with RangeReader("mmap") as check:
+        # A FUSE mount with direct_io refuses maps (ENODEV): measure the rest.
+        mapped = check.file(path).mappable
+    if not mapped:
+        skipped.append(
+            {
+                "mode": "mmap",
+                "reason": f"{path}: the filesystem does not support memory mapping (mmap "
+                "answered ENODEV)",
+            }
+        )
     engines: tuple[str, ...] = ("threads",)
     if ring_pool().available():
         engines = ("threads", "uring")
     else:
         skipped.append({"mode": "pread, odirect", "engine": "uring", "reason": ring_pool().reason})
-    meas = measurements(row_bytes, odirect, engines)
+    meas = measurements(row_bytes, odirect, engines, mapped=mapped)
     plan = _plan(meas, rounds, file_bytes, ops, seed)
     if drop_cache:
         _drop_cache(path)
@@ -301,6 +315,17 @@ def probe(
     for i, m in enumerate(meas):
         n, s = int(acc[i][0]), acc[i][1]
         if n == 0:
+            skipped.append(
+                {
+                    "mode": m.mode,
+                    **({"engine": m.engine} if m.engine else {}),
+                    "pattern": m.pattern,
+                    "request_bytes": m.request_bytes,
+                    "in_flight": m.in_flight,
+                    "reason": f"no stripe of the file for it: {file_bytes:,} bytes is too few "
+                    "to give every measurement its own",
+                }
+            )
             continue
         nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
         results.append(
@@ -387,7 +412,20 @@ def _table(report: dict[str, Any]) -> str:
         f"skipped {s['mode']}{' (engine ' + s['engine'] + ')' if 'engine' in s else ''}: "
         f"{s['reason']}"
         for s in report["skipped"]
+        if "pattern" not in s
     )
+    unmade = [
+        f"{s['mode']} {s.get('engine', '')} {s['pattern']} {s['request_bytes']} "
+        f"x{s['in_flight']}".replace("  ", " ")
+        for s in report["skipped"]
+        if "pattern" in s
+    ]
+    if unmade:
+        lines.append(
+            f"skipped {len(unmade)} measurement(s) that the file has no room for (each needs a "
+            f"stripe of its own): {', '.join(unmade)}; probe a larger file, or a folder to "
+            "write a scratch file in (--size, default 1G)"
+        )
     return "\n".join(lines)
 
 

@@ -55,6 +55,14 @@ def probe_object(
         sizes = sorted({s for s in (*SIZES, row_bytes) if s <= size})
         if not sizes:
             raise ConfigError(f"{url}: {size} bytes is too small to probe (needs >= 4096)")
+        skipped = [
+            {
+                "mode": "get",
+                "request_bytes": s,
+                "reason": f"the object has {size:,} bytes, fewer than one request",
+            }
+            for s in sorted({*SIZES, row_bytes} - set(sizes))
+        ]
         meas = [(s, d) for s in sizes for d in DEPTHS]
         rng = np.random.default_rng(seed)
         plan: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -108,7 +116,7 @@ def probe_object(
         "mb": "10^6 bytes",
         "rounds": rounds,
         "results": [asdict(x) for x in results],
-        "skipped": [],
+        "skipped": skipped,
     }
 
 
@@ -148,4 +156,8 @@ def table(report: dict[str, Any]) -> str:
                 f"{req:>8} B requests: best {deep['mb_per_s']:.1f} MB/s at {deep['in_flight']} "
                 f"in flight = {deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
             )
+    lines.extend(
+        f"skipped {x['request_bytes']}-byte requests: {x['reason']}"
+        for x in report.get("skipped", [])
+    )
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import threading
 from dataclasses import dataclass
@@ -137,6 +138,9 @@ def configure_s3(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket", default=None, help="create this bucket on start (moto only)")
 
 
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
 def check_s3(args: argparse.Namespace) -> None:
     """What ``headrace emulate s3`` refuses before it starts anything."""
     if args.latency_ms < 0 or (args.mbps is not None and args.mbps <= 0):
@@ -146,6 +150,14 @@ def check_s3(args: argparse.Namespace) -> None:
         )
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be >= 1 (got {args.max_concurrent}).")
+    bucket = args.bucket
+    if bucket is not None and (not _BUCKET_NAME.fullmatch(bucket) or ".." in bucket):
+        # Checked here: moto refuses it only once started, as a botocore traceback.
+        raise ConfigError(
+            f"--bucket {args.bucket!r} is not a valid S3 bucket name: 3 to 63 lowercase "
+            "letters, digits, dots and hyphens, beginning and ending with a letter or digit, "
+            "no two dots in a row (e.g. --bucket my-data)."
+        )
     use_proxy = args.latency_ms > 0 or args.mbps is not None or args.max_concurrent is not None
     if args.endpoint is not None and not use_proxy:
         raise ConfigError(

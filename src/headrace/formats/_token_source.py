@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 __all__ = ["TokenSource"]
 
 MiB = 1 << 20
+#: Local files a source keeps open without a window in them (for the next window of
+#: the same file: an open on a network mount can cost 100 ms). Past this the least
+#: recently used are closed: every file stayed open before, two descriptors each
+#: when mapped, and 700 shards under ``ulimit -n 1024`` ran out (EMFILE).
+MAX_IDLE_FILES = 64
 
 
 class TokenSource:
@@ -427,8 +432,11 @@ class TokenSource:
 
     # -- windows ---------------------------------------------------------------
     def _file(self, i: int) -> LocalFile | RemoteFile | SegmentedFile | RemoteSegments:
-        f = self._open.get(i)
-        if f is None:
+        f = self._open.pop(i, None)
+        if f is not None:
+            self._open[i] = f  # most recently used last
+        else:
+            self._close_idle(keep=i)
             tf = self.files[i]
             if tf.segments is not None and tf.remote:
                 stores = self._remote()
@@ -445,6 +453,21 @@ class TokenSource:
                 f = LocalFile(tf.path)
             self._open[i] = f
         return f
+
+    def _close_idle(self, keep: int) -> None:
+        """Close the least recently used files without a window, down to MAX_IDLE_FILES.
+
+        A file with a window stays open: its reads may be in flight, and a mapped
+        window views its map. An evicted window was drained (nothing in flight) and
+        dropped (nothing views its map), so its file is idle.
+        """
+        busy = {int(self.layout.window_file[w]) for w in self._windows}
+        busy.add(keep)
+        idle = [i for i in self._open if i not in busy]
+        for i in idle[: max(0, len(idle) - MAX_IDLE_FILES)]:
+            f = self._open.pop(i)
+            if not isinstance(f, (RemoteFile, RemoteSegments)):
+                f.close()
 
     def _victim(self) -> int:
         """The window to evict: the least recently used, but not one still wanted.

@@ -93,7 +93,7 @@ class LocalFile(Closing):
     alignment on every buffered read of the shared one).
     """
 
-    __slots__ = ("_dfd", "_fd", "_lock", "_map", "_network", "path", "size")
+    __slots__ = ("_dfd", "_fd", "_lock", "_map", "_network", "_unmappable", "path", "size")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         # Set first, so the finaliser of a half-made LocalFile has nothing to close: a
@@ -102,6 +102,7 @@ class LocalFile(Closing):
         self._dfd = -1
         self._map: mmap.mmap | None = None
         self._network: bool | None = None
+        self._unmappable = False
         self.path = os.fspath(path)
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -151,8 +152,13 @@ class LocalFile(Closing):
             flag = getattr(os, "O_DIRECT", 0)
             if not flag:
                 raise ConfigError(f"{self.path}: O_DIRECT is not available on this platform.")
+            # Reopened through the descriptor, not the path: a file deleted or renamed
+            # over since it was opened is still the one every other read of it sees.
+            again = f"/proc/self/fd/{self._fd}"
+            if not os.path.exists(again):  # no /proc: the path, checked to be the same file
+                again = self.path
             try:
-                self._dfd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | flag)
+                dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
             except OSError as exc:
                 if exc.errno == errno.EINVAL:
                     raise ConfigError(
@@ -160,7 +166,20 @@ class LocalFile(Closing):
                         "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
                     ) from exc
                 raise open_error(self.path, exc) from exc
-            return self._dfd
+            try:
+                a, b = os.fstat(self._fd), os.fstat(dfd)
+            except OSError as exc:
+                os.close(dfd)
+                raise open_error(self.path, exc) from exc
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                os.close(dfd)
+                raise StorageError(
+                    errno.ESTALE,
+                    f"{self.path}: the file was replaced since it was opened (another file "
+                    "now has its name); O_DIRECT cannot reopen the one opened",
+                )
+            self._dfd = dfd
+            return dfd
 
     def _check_open(self) -> None:
         if self._fd < 0:
@@ -189,16 +208,58 @@ class LocalFile(Closing):
 
     @property
     def mapped(self) -> mmap.mmap:
-        """A read-only memory map of the whole file (made on first use)."""
+        """A read-only memory map of the whole file (made on first use).
+
+        Raises :class:`ConfigError` where the filesystem cannot map files (FUSE
+        mounts with ``direct_io``, sysfs answer ``ENODEV``), :class:`StorageError`
+        naming the path for any other refusal.
+        """
         m = self._map
         if m is None:
             with self._lock:
                 if self._map is None:
                     if self.size == 0:
                         raise ReadEOFError(f"{self.path}: cannot map an empty file")
-                    self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+                    self._map = self._map_file()
                 m = self._map
         return m
+
+    def _map_file(self) -> mmap.mmap:
+        if self._unmappable:
+            raise self._unmappable_error()
+        try:
+            return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                self._unmappable = True
+                raise self._unmappable_error() from exc
+            hint = ""
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                # Python's mmap keeps a duplicate of the descriptor: a mapped file costs two.
+                hint = "; each mapped file holds two descriptors: raise the limit (ulimit -n)"
+            raise StorageError(
+                exc.errno or errno.EIO,
+                f"{self.path}: cannot memory-map the file ({exc.strerror or exc}){hint}",
+            ) from exc
+
+    def _unmappable_error(self) -> ConfigError:
+        return ConfigError(
+            f"{self.path}: the filesystem does not support memory mapping (mmap answered "
+            "ENODEV); use strategy 'pread' or 'adaptive' instead."
+        )
+
+    @property
+    def mappable(self) -> bool:
+        """Whether the file can be mapped: ``False`` where its filesystem refuses maps
+        (``ENODEV``); maps it on first use. An empty file counts as mappable (there is
+        nothing to map, and nothing to read)."""
+        if self._map is not None or self.size == 0:
+            return True
+        try:
+            _ = self.mapped
+        except ConfigError:
+            return False
+        return True
 
     @property
     def network(self) -> bool:

@@ -713,7 +713,11 @@ class ObjectStore(Closing):
         fails, no new request starts, those in flight finish, and the error of the
         earliest failed request (in request order) is raised.
         """
-        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+        if (
+            isinstance(max_in_flight, bool)
+            or not isinstance(max_in_flight, int)
+            or max_in_flight < 1
+        ):
             raise ConfigError(f"max_in_flight must be an integer >= 1 (got {max_in_flight!r}).")
         normalized = [_normalize(r) for r in requests]
         if not normalized:

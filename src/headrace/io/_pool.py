@@ -22,6 +22,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from headrace.errors import ConfigError
+
 __all__ = [
     "DEFAULT_DEEP_IO_THREADS",
     "DEFAULT_IO_THREADS",
@@ -31,9 +33,10 @@ __all__ = [
     "deep_io_threads",
     "io_pool",
     "io_threads",
-    "usable_cpus",
     "set_deep_io_threads",
     "set_io_threads",
+    "threads_from_env",
+    "usable_cpus",
 ]
 
 DEFAULT_IO_THREADS = 8
@@ -48,10 +51,21 @@ class SharedPool:
 
     def __init__(self, name: str, env: str, default: int) -> None:
         self.name = name
-        self.threads = int(os.environ.get(env, default))
+        self._env = env
+        self._default = default
+        # Read on first use, not at import: a bad value must be an error naming the
+        # variable where a pool is needed, not an import of headrace that fails.
+        self._threads: int | None = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         _ALL.append(self)
+
+    @property
+    def threads(self) -> int:
+        n = self._threads
+        if n is None:
+            n = self._threads = threads_from_env(self._env, self._default)
+        return n
 
     def get(self) -> ThreadPoolExecutor:
         pool = self._pool
@@ -65,15 +79,32 @@ class SharedPool:
     def resize(self, n: int) -> None:
         """Reads already submitted finish on the old executor."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"{self.name} threads must be a positive integer (got {n!r}).")
+            raise ConfigError(f"{self.name} threads must be a positive integer (got {n!r}).")
         with self._lock:
-            old, self._pool, self.threads = self._pool, None, n
+            old, self._pool, self._threads = self._pool, None, n
         if old is not None:
             old.shutdown(wait=False)
 
     def forget(self) -> None:
         # After fork: the parent's worker threads were not copied; its executor would hang.
         self._pool = None
+
+
+def threads_from_env(env: str, default: int) -> int:
+    """A thread count from the environment variable ``env``; unset or empty: ``default``."""
+    value = os.environ.get(env, "")
+    if not value.strip():
+        return default
+    try:
+        n = int(value.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(
+            f"{env} must be a positive integer number of threads (got {value!r}); set it to "
+            f"e.g. {default}, or unset it for the default ({default})."
+        )
+    return n
 
 
 def usable_cpus() -> int:

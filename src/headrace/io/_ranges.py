@@ -28,6 +28,7 @@ __all__ = [
 
 DEFAULT_MAX_GAP = 64 * 1024
 DEFAULT_MAX_SPAN = 4 * 1024 * 1024
+INT64_MAX = int(np.iinfo(np.int64).max)
 
 #: ``(offset, length)`` pairs: a sequence of 2-tuples or an ``(N, 2)`` integer array.
 Ranges: TypeAlias = "Sequence[tuple[int, int]] | NDArray[np.integer[Any]]"
@@ -44,6 +45,10 @@ def as_ranges(ranges: Ranges) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
             f"Ranges must be (offset, length) integer pairs (got an array of shape "
             f"{arr.shape} and dtype {arr.dtype})."
         )
+    if arr.dtype.kind == "u" and int(arr.max()) > INT64_MAX:
+        # astype would wrap these to negative numbers: name them as given.
+        i = int(np.flatnonzero((arr > INT64_MAX).any(axis=1))[0])
+        raise _past_int64(i, int(arr[i, 0]), int(arr[i, 1]))
     a64 = arr.astype(np.int64, copy=False)
     offsets = np.ascontiguousarray(a64[:, 0])
     lengths = np.ascontiguousarray(a64[:, 1])
@@ -54,7 +59,20 @@ def as_ranges(ranges: Ranges) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
             f"Range {i} is (offset={int(offsets[i])}, length={int(lengths[i])}); offsets and "
             "lengths must be non-negative."
         )
+    # offset + length must not wrap: a wrapped end passed the EOF check, and a
+    # mapped read sliced an empty array out of it.
+    bad = np.flatnonzero(lengths > INT64_MAX - offsets)
+    if bad.size:
+        i = int(bad[0])
+        raise _past_int64(i, int(offsets[i]), int(lengths[i]))
     return offsets, lengths
+
+
+def _past_int64(i: int, offset: int, length: int) -> ConfigError:
+    return ConfigError(
+        f"Range {i} is (offset={offset}, length={length}); it ends past byte 2**63 - 1, "
+        "beyond any file."
+    )
 
 
 def check_limits(max_gap: int, max_span: int) -> None:

@@ -22,7 +22,14 @@ from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
-from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, Ranges, as_ranges, check_limits
+from headrace.io._ranges import (
+    DEFAULT_MAX_GAP,
+    DEFAULT_MAX_SPAN,
+    INT64_MAX,
+    Ranges,
+    as_ranges,
+    check_limits,
+)
 from headrace.io._stats import ReadStats, StatsRecorder
 from headrace.io._uring import RING_ENTRIES, Ring, ring_pool
 
@@ -87,7 +94,9 @@ class ReaderConfig:
             )
         check_limits(self.max_gap, self.max_span)
         if self.in_flight is not None and (
-            not isinstance(self.in_flight, int) or self.in_flight < 1
+            isinstance(self.in_flight, bool)
+            or not isinstance(self.in_flight, int)
+            or self.in_flight < 1
         ):
             raise ConfigError(
                 f"in_flight must be a positive integer or None (got {self.in_flight!r})."
@@ -269,6 +278,16 @@ class RangeReader(Closing):
             )
         if n == 0:
             return out
+        top = int(idx.max())
+        if int(base) + top * int(stride) + row_bytes > INT64_MAX:
+            # int64 offsets would wrap (row 2**62 of 4 bytes read row 0): past any file.
+            i = int(np.argmax(idx))
+            start = int(base) + top * int(stride)
+            raise ReadEOFError(
+                f"{path}: row {i} = bytes [{start}, {start + row_bytes}) (row index {top}, "
+                f"stride {stride}, base {base}) is past the end of the file, which has "
+                f"{self.size(str(path))} bytes"
+            )
         offsets = int(base) + idx.astype(np.int64) * int(stride)
         lengths = np.full(n, row_bytes, dtype=np.int64)
         dest = out
@@ -309,6 +328,10 @@ class RangeReader(Closing):
                 )
         requested = int(lengths.sum())
         mode, probe = self._choose()
+        if mode == MAPPED and self._adaptive is not None and not f.mappable:
+            # A filesystem that cannot map (ENODEV) is not a question of timing: this
+            # file is read in parallel, and the policy still rules the reader's others.
+            mode = PARALLEL
         t0 = self._clock()
         estimate: float | None = None
         if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
