@@ -63,8 +63,7 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
         assert r["bytes_delivered"] == stored
         assert r["samples_per_s"] > 0
         assert r["mb_per_s"] == pytest.approx(stored / r["stages"]["wall_s"] / 1e6)
-        # Each distinct sample's stored bytes once: a file held across epochs is not
-        # counted twice (counted per epoch, five epochs of one fetch each showed 0.2).
+        # Against the stored bytes delivered: no variant here reads less than that.
         assert r["amplification"] >= 1.0, (r["variant"], r["amplification"])
         assert r["bytes_before_first_batch"] <= r["bytes_read"]
         lat = r["request_latency_s"]
