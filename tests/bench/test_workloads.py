@@ -214,6 +214,19 @@ def test_dlio_resnet_mapping() -> None:
     assert wl.train.batch_size == 400 and wl.train.computation_time == pytest.approx(0.112)
 
 
+def test_dlio_prefetch_size_is_batches_and_read_threads_fetch() -> None:
+    from headrace.bench._dlio import dlio_workload
+
+    # DLIO's prefetch_size counts batches its data loader queues, not reads in flight: taken
+    # as in_flight, ResNet-50's prefetch_size 2 with 8 read threads fetched 2 files at a time.
+    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.01, record_scale=0.01)
+    assert wl.reader["prefetch"] == 2
+    assert wl.reader["in_flight"] == 16 and wl.reader["decode_threads"] == 8
+    unet = dlio_workload(str(DATA / "unet3d_h100.yaml"), scale=0.05, record_scale=0.01)
+    assert "prefetch" not in unet.reader  # DLIO's default left to the kind's
+    assert unet.reader["in_flight"] == 8 and unet.reader["decode_threads"] == 4
+
+
 def test_gen_is_resumable(tmp_path: Path) -> None:
     wl = tmp_path / "w.toml"
     wl.write_text(
