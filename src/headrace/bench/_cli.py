@@ -224,7 +224,7 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> Non
     """Write the kind's dataset under ``root`` unless it is there and complete; a
     read-only ``root`` whose dataset is not says what to do."""
     try:
-        kind.generate(progress)
+        kind.write(progress)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or os.access(root, os.W_OK):
             raise

@@ -190,6 +190,9 @@ class FilesKind(Kind):
                 tmp = p + ".part"
                 with open(tmp, "wb") as f:
                     f.write(self._file_bytes(i))
+                    f.flush()
+                    # Renamed before its blocks are on disk, a crash can leave it empty.
+                    os.fsync(f.fileno())
                 os.replace(tmp, p)
             if progress:
                 progress(i + 1, self.num_files)
