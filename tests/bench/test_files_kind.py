@@ -187,11 +187,66 @@ def test_a_bad_file_in_a_measurement_process_is_one_line_not_a_traceback(
     kind = _kind("jpeg", tmp_path)
     bad = Path(kind.files()[3])
     bad.write_bytes(bad.read_bytes()[:100])  # a truncated JPEG
-    with pytest.raises(HeadraceError) as info:
-        run_workload(kind, options=RunOptions(isolate=True))
-    text = str(info.value)
+    summary, results = run_workload(kind, options=RunOptions(isolate=True))
+    failed = {f["variant"]: f["error"] for f in summary["failed"]}
+    assert list(failed) == ["map-style", "iterable", "headrace"]  # those that decode
+    text = failed["map-style"]
     assert text.startswith("variant 'map-style' of workload 'jpeg': FormatError: ")
     assert bad.name in text and "Traceback" not in text
+    # the variants that do not decode are still measured, and still compared
+    assert [r["variant"] for r in results] == ["headrace-raw", "ceiling"]
+    assert results[0]["canonical_digest"] == results[1]["canonical_digest"]
+    assert summary["mismatches"] == []
+    assert any(n.startswith("jpeg/map-style: failed, left out") for n in summary["notes"])
+
+
+def test_a_variant_failing_in_this_process_is_named(tmp_path: Path) -> None:
+    kind = _kind("jpeg", tmp_path)
+    bad = Path(kind.files()[3])
+    bad.write_bytes(bad.read_bytes()[:100])
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    text = summary["failed"][0]["error"]
+    assert text.startswith("variant 'map-style' of workload 'jpeg': FormatError: "), text
+    assert [r["variant"] for r in results] == ["headrace-raw", "ceiling"]
+
+
+def test_every_variant_failing_is_an_error(tmp_path: Path) -> None:
+    kind = _kind("jpeg", tmp_path)
+    kind.workload = kind.workload.replace(variants=("map-style", "headrace"))
+    bad = Path(kind.files()[3])
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.raises(HeadraceError, match=r"variant 'map-style'.*; variant 'headrace'"):
+        run_workload(kind, options=RunOptions(isolate=True))
+
+
+def test_cli_writes_the_report_and_exits_2_when_a_variant_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run of 20 minutes whose last variant met a bad file printed one line and wrote no
+    # report: every other variant's figures were lost.
+    wl = tmp_path / "w.toml"
+    wl.write_text(
+        'name = "j"\nkind = "files"\nvariants = ["headrace-raw", "headrace", "ceiling"]\n'
+        '[dataset]\nformat = "jpeg"\nfiles = 8\nimage_hw = [32, 48]\n'
+        "[train]\nbatch_size = 4\nsteps = 2\ntrials = 1\nwarmup_steps = 1\n"
+    )
+    root, out = tmp_path / "d", tmp_path / "r.json"
+    args = ["bench", "-w", str(wl), "--root", str(root), "-q", "--json", str(out)]
+    assert main(["gen", str(wl), "--root", str(root), "-q"]) == 0
+    bad = sorted(root.rglob("*.jpg"))[3]
+    data = bytearray(bad.read_bytes())
+    data[:64] = bytes(64)  # not a JPEG any more; the same size, so gen keeps it
+    bad.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "headrace bench: variant 'headrace' of workload 'j' failed: " in err, err
+    assert bad.name in err
+    report = json.loads(out.read_text())
+    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert [r["variant"] for r in report["results"]] == ["headrace-raw", "ceiling"]
+    assert [f["variant"] for f in report["workloads"][0]["failed"]] == ["headrace"]
 
 
 def test_jpeg_generator_makes_300_kb_files() -> None:
@@ -346,3 +401,30 @@ def test_amplification_does_not_count_epochs(tmp_path: Path) -> None:
     assert amp[1]["map-style"] == amp[4]["map-style"] == 1.0  # one whole-file read a sample
     for variant in ("map-style", "headrace"):
         assert 0.8 <= amp[4][variant] / amp[1][variant] <= 1.25, amp
+
+
+def test_a_workload_that_fails_leaves_the_others_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad_wl, good_wl = tmp_path / "bad.toml", tmp_path / "good.toml"
+    body = "[train]\nbatch_size = 4\nsteps = 2\ntrials = 1\nwarmup_steps = 1\n"
+    bad_wl.write_text(
+        'name = "b"\nkind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "jpeg"\n'
+        "files = 8\nimage_hw = [32, 48]\n" + body
+    )
+    good_wl.write_text(
+        'name = "g"\nkind = "files"\nvariants = ["map-style", "headrace"]\n[dataset]\n'
+        'format = "npy"\nfiles = 8\nrecord_bytes = 1000\n' + body
+    )
+    root, out = tmp_path / "d", tmp_path / "r.json"
+    assert main(["gen", str(bad_wl), "--root", str(root), "-q"]) == 0
+    bad = sorted(root.rglob("*.jpg"))[0]
+    bad.write_bytes(bytes(bad.stat().st_size))
+    capsys.readouterr()
+    args = ["bench", "-w", str(bad_wl), "-w", str(good_wl), "--root", str(root), "-q"]
+    assert main([*args, "--json", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("variant 'headrace' of workload 'b'") == 2, err  # when, and at the end
+    report = json.loads(out.read_text())
+    assert [w["name"] for w in report["workloads"]] == ["g"]
+    assert [r["variant"] for r in report["results"]] == ["map-style", "headrace"]

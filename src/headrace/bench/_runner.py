@@ -169,17 +169,35 @@ def _run(
         _warm(kind.files())
     mem_warm = meminfo()
 
+    # A variant that fails (storage or data said no) is reported and left out; the others
+    # are measured. Aborting lost every figure of the run, the failed variant's last.
+    failed: dict[str, str] = {}
+
+    def fail(spec: str, exc: HeadraceError) -> None:
+        if isinstance(exc, ConfigError):
+            raise exc  # the user's settings: the run as asked cannot be made
+        text = str(exc)
+        if not text.startswith("variant "):  # measured in this process: name it
+            text = f"variant {spec!r} of workload {wl.name!r}: {type(exc).__name__}: {text}"
+        failed.setdefault(spec, text)
+
     # 1. measurement passes
     measured: dict[str, dict[str, Any]] = {}
     for i, spec in enumerate(specs):
         if progress:
             progress(f"{wl.name}: digest {spec}", i, len(specs))
-        if opts.isolate:
-            measured[spec] = _measure_isolated(kind, spec, digest_steps)
-        else:
-            measured[spec] = measure_pass(kind, spec, digest_steps)
-            measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
-            measured[spec]["rss_baseline_bytes"] = None
+        try:
+            if opts.isolate:
+                measured[spec] = _measure_isolated(kind, spec, digest_steps)
+            else:
+                measured[spec] = measure_pass(kind, spec, digest_steps)
+                measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
+                measured[spec]["rss_baseline_bytes"] = None
+        except HeadraceError as exc:
+            fail(spec, exc)
+    specs = [s for s in specs if s not in failed]
+    if not specs:
+        raise HeadraceError("; ".join(failed.values()))
 
     # 2. timed trials, alternating
     its: dict[str, Iterator[Batch]] = {}
@@ -190,20 +208,29 @@ def _run(
     au: dict[str, list[float]] = {s: [0.0, 0.0, 0.0] for s in specs}
     try:
         for spec in specs:
-            t0 = time.perf_counter()
-            streams[spec] = kind.open(spec, total)
-            its[spec] = iter(streams[spec])
-            next(its[spec])
-            first_s[spec] = time.perf_counter() - t0
-            for _ in range(warmup - 1):
+            try:
+                t0 = time.perf_counter()
+                streams[spec] = kind.open(spec, total)
+                its[spec] = iter(streams[spec])
                 next(its[spec])
+                first_s[spec] = time.perf_counter() - t0
+                for _ in range(warmup - 1):
+                    next(its[spec])
+            except HeadraceError as exc:
+                fail(spec, exc)
         for _ in range(t.trials):
             for spec in specs:
+                if spec in failed:
+                    continue
                 it = its[spec]
-                t0 = time.perf_counter()
-                for _ in range(t.steps):
-                    next(it)
-                dt = time.perf_counter() - t0
+                try:
+                    t0 = time.perf_counter()
+                    for _ in range(t.steps):
+                        next(it)
+                    dt = time.perf_counter() - t0
+                except HeadraceError as exc:
+                    fail(spec, exc)
+                    continue
                 rates[spec].append(t.steps / dt)
                 done += 1
                 if progress:
@@ -217,29 +244,43 @@ def _run(
     # queues were full, and an AU measured on them credited the loader with that idle time.
     comp_t = _compute_times(t, t.trials * t.steps)
     for spec in specs if has_compute else ():
-        stream = kind.open(spec, 1 + compute_steps * n_acc)
+        if spec in failed:
+            continue
         try:
-            it = iter(stream)
-            next(it)
-            for r in range(t.trials):
-                wall, c, ld = au_trial(it, t.steps, comp_t[r * t.steps : (r + 1) * t.steps], n_acc)
-                au[spec][0] += wall
-                au[spec][1] += c
-                au[spec][2] += ld
-                done += 1
-                if progress:
-                    progress(f"{wl.name}: trials with compute", done, work)
-        finally:
-            stream.close()
+            stream = kind.open(spec, 1 + compute_steps * n_acc)
+            try:
+                it = iter(stream)
+                next(it)
+                for r in range(t.trials):
+                    part = comp_t[r * t.steps : (r + 1) * t.steps]
+                    wall, c, ld = au_trial(it, t.steps, part, n_acc)
+                    au[spec][0] += wall
+                    au[spec][1] += c
+                    au[spec][2] += ld
+                    done += 1
+                    if progress:
+                        progress(f"{wl.name}: trials with compute", done, work)
+            finally:
+                stream.close()
+        except HeadraceError as exc:
+            fail(spec, exc)
     mem_after = meminfo()
-    max_acc = (
-        {spec: max_accelerators(kind, spec) for spec in specs if kind.digested(spec)}
-        if opts.accelerators_auto and has_compute
-        else {}
-    )
+    max_acc: dict[str, int] = {}
+    for spec in specs if opts.accelerators_auto and has_compute else ():
+        if kind.digested(spec) and spec not in failed:
+            try:
+                max_acc[spec] = max_accelerators(kind, spec)
+            except HeadraceError as exc:
+                fail(spec, exc)
+    specs = [s for s in specs if s not in failed]
+    if not specs:
+        raise HeadraceError("; ".join(failed.values()))
 
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{wl.name}/{spec}: failed, left out of the figures and the digest comparison: {text}"
+        for spec, text in failed.items()
+    ]
     results: list[dict[str, Any]] = []
     yardsticks: dict[int, tuple[int, int]] = {}  # steps -> (delivered, unique): plans cost
     for spec in specs:
@@ -390,6 +431,7 @@ def _run(
             "cached_after_bytes": mem_after.get("Cached", 0),
         },
         "mismatches": mismatches(results),
+        "failed": [{"variant": spec, "error": text} for spec, text in failed.items()],
     }
     return summary, results
 
