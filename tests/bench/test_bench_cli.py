@@ -240,6 +240,30 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "not compared (100 vs 50 steps)" in capsys.readouterr().out
 
 
+def test_compare_order_free_variants_by_their_canonical_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ceiling and iterable hand samples over as fetches complete: two runs of one plan gave
+    # the same samples in another order, and compare said DIFFERS (its digest is in order).
+    def report(path: Path, compared: str | None, digest: str, canonical: str) -> str:
+        row = {"workload": "npz", "variant": "ceiling", "batches_per_s": 1.0, "steps": 4}
+        row |= {"digest": digest, "canonical_digest": canonical, "digest_compared": compared}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    cases = [
+        ("canonical", "c1", "same (canonical)"),
+        ("canonical", "c2", "DIFFERS (canonical)"),
+        (None, "c1", "not compared (another order by design)"),
+    ]
+    for compared, canonical, said in cases:
+        a = report(tmp_path / "a.json", compared, "d1", "c1")
+        b = report(tmp_path / "b.json", compared, "d2", canonical)
+        assert main(["bench", "compare", a, b]) == 0
+        line = capsys.readouterr().out.splitlines()[1]
+        assert line.endswith(said), line
+
+
 @pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
 def test_option_that_changes_nothing_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
