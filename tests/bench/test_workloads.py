@@ -192,6 +192,13 @@ def test_dlio_yaml_runs_at_small_scale(
         ("- 1\n- 2", "not a DLIO workload (expected a mapping with 'dataset')"),
         ("train: {}", "not a DLIO workload (expected a mapping with 'dataset')"),
         ("dataset: {format: parquet}", "dataset.format 'parquet' is not supported"),
+        # what it could be instead, not just no
+        (
+            "dataset: {format: synthetic}",
+            "dataset.format 'synthetic' is not supported: headrace reads npz, npy, jpeg, "
+            "png and hdf5, and csv, data_loader, indexed_binary, mmap_indexed_binary and "
+            "tfrecord as fixed-size raw records",
+        ),
     ],
 )
 def test_a_bad_dlio_yaml_is_named_not_a_traceback(

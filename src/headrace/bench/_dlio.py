@@ -175,7 +175,11 @@ def dlio_workload(
     )
     fmt = str(ds.get("format", "npz"))
     if fmt not in _FORMATS and fmt not in _RAW:
-        raise ConfigError(f"{path}: dataset.format {fmt!r} is not supported")
+        raise ConfigError(
+            f"{path}: dataset.format {fmt!r} is not supported: headrace reads "
+            f"{', '.join(list(_FORMATS)[:-1])} and {list(_FORMATS)[-1]}, and "
+            f"{', '.join(sorted(_RAW)[:-1])} and {sorted(_RAW)[-1]} as fixed-size raw records"
+        )
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
