@@ -323,6 +323,21 @@ def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
     assert "headrace gen tokens --root DIR" in err
 
 
+def test_a_read_only_root_written_before_sizes_were_recorded_still_runs(
+    tmp_path: Path, slow_mount
+) -> None:
+    # Datasets written before .headrace-sizes.json existed have none; recording the sizes
+    # on a read-only mount failed and read as "the dataset is missing or incomplete".
+    data = tmp_path / "data"
+    rc, _ = bench(tmp_path, "--variants", "naive")
+    assert rc == 0
+    (data / ".headrace-sizes.json").unlink()
+    m = slow_mount(data)
+    args = ["bench", "--root", str(m.mnt), *TINY, "--variants", "naive"]
+    assert main(args) == 0
+    assert not (data / ".headrace-sizes.json").exists()
+
+
 _TRAIN = (
     "[train]\nbatch_size = 4\nsteps = 3\ntrials = 1\nwarmup_steps = 1\ncomputation_time = 0.001\n"
 )

@@ -86,9 +86,14 @@ def record_sizes(root: str, paths: list[str]) -> None:
     if new == sizes:
         return  # nothing to write (a read-only root with its dataset in place)
     tmp = os.path.join(root, SIZES + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(new, f, indent=0, sort_keys=True)
-    os.replace(tmp, os.path.join(root, SIZES))
+    try:
+        with open(tmp, "w") as f:
+            json.dump(new, f, indent=0, sort_keys=True)
+        os.replace(tmp, os.path.join(root, SIZES))
+    except OSError:
+        # A read-only root (a network mount of a dataset written elsewhere, before sizes
+        # were recorded): the dataset is whole, only the check of a later run is lost.
+        pass
 
 
 def write_token_file(
