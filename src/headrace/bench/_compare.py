@@ -42,7 +42,7 @@ def _rate(r: dict[str, Any]) -> float:
     start from a queue filled while other variants ran), else the trials' median."""
     stages = r.get("stages") or {}
     if r.get("mb_per_s") is not None and stages.get("wall_s") and r.get("steps"):
-        return float(r["steps"] / stages["wall_s"])
+        return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
     return float(r["batches_per_s"])
 
 
