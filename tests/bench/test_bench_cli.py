@@ -240,6 +240,30 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "not compared (100 vs 50 steps)" in capsys.readouterr().out
 
 
+def test_compare_order_free_variants_by_their_canonical_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ceiling and iterable hand samples over as fetches complete: two runs of one plan gave
+    # the same samples in another order, and compare said DIFFERS (its digest is in order).
+    def report(path: Path, compared: str | None, digest: str, canonical: str) -> str:
+        row = {"workload": "npz", "variant": "ceiling", "batches_per_s": 1.0, "steps": 4}
+        row |= {"digest": digest, "canonical_digest": canonical, "digest_compared": compared}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    cases = [
+        ("canonical", "c1", "same (canonical)"),
+        ("canonical", "c2", "DIFFERS (canonical)"),
+        (None, "c1", "not compared (another order by design)"),
+    ]
+    for compared, canonical, said in cases:
+        a = report(tmp_path / "a.json", compared, "d1", "c1")
+        b = report(tmp_path / "b.json", compared, "d2", canonical)
+        assert main(["bench", "compare", a, b]) == 0
+        line = capsys.readouterr().out.splitlines()[1]
+        assert line.endswith(said), line
+
+
 @pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
 def test_option_that_changes_nothing_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
@@ -297,3 +321,120 @@ def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
     err = capsys.readouterr().err
     assert f"--root '{m2.mnt}' is read-only and workload 'tokens'" in err
     assert "headrace gen tokens --root DIR" in err
+
+
+def test_a_read_only_root_written_before_sizes_were_recorded_still_runs(
+    tmp_path: Path, slow_mount
+) -> None:
+    # Datasets written before .headrace-sizes.json existed have none; recording the sizes
+    # on a read-only mount failed and read as "the dataset is missing or incomplete".
+    data = tmp_path / "data"
+    rc, _ = bench(tmp_path, "--variants", "naive")
+    assert rc == 0
+    (data / ".headrace-sizes.json").unlink()
+    m = slow_mount(data)
+    args = ["bench", "--root", str(m.mnt), *TINY, "--variants", "naive"]
+    assert main(args) == 0
+    assert not (data / ".headrace-sizes.json").exists()
+
+
+_TRAIN = (
+    "[train]\nbatch_size = 4\nsteps = 3\ntrials = 1\nwarmup_steps = 1\ncomputation_time = 0.001\n"
+)
+EVERY_KIND = {
+    "tokens": '"naive", "headrace-sync", "headrace-async", "memcpy"]\n[dataset]\n'
+    "token_file_gib = 0.002\ncontext = 64\n",
+    "megatron": '"naive", "headrace-sync"]\n[dataset]\ndtype = "uint16"\n'
+    "token_file_gib = 0.0005\ncontext = 32\ndocument_tokens = 256\n[reader]\n"
+    "window_mib = 0.25\nblock_mib = 0.0625\n",
+    "files": '"map-style", "iterable", "headrace", "headrace-raw", "ceiling"]\n[dataset]\n'
+    'format = "npz"\nfiles = 8\nrecord_bytes = 300\n',
+    "rows": '"naive", "headrace"]\n[dataset]\nrows = 24\nwidth = 17\n',
+    "tables": '"naive", "headrace"]\n[dataset]\nrows = 24\nwidth = 17\n',
+    "parquet": '"naive", "headrace"]\n[dataset]\nrows = 40\nwidth = 9\nfiles = 2\n'
+    "group_rows = 8\n[reader]\nwindow_rows = 16\n",
+    "packed": '"naive", "headrace-sync", "group-texts"]\n[dataset]\nrows = 200\nmax_len = 50\n'
+    "batch_rows = 64\ncontext = 32\n",
+}
+
+
+def test_every_kind_validates_against_the_strict_schema(tmp_path: Path) -> None:
+    # The schema named fewer fields than the reports held (unique_bytes_delivered, the
+    # trials' spread, the demand and the storage ceiling were in no schema) and allowed
+    # any other: a misspelt or retyped field passed. Now each result, stage and workload
+    # is closed, so this run of every kind holds the schema to what the reports write.
+    out = tmp_path / "r.json"
+    args = ["bench", "--root", str(tmp_path / "d"), "-q", "--no-isolate", "--json", str(out)]
+    for kind, text in EVERY_KIND.items():
+        path = tmp_path / f"{kind}.toml"
+        path.write_text(f'name = "{kind}"\nkind = "{kind}"\nvariants = [{text}{_TRAIN}')
+        args += ["-w", str(path)]
+    assert main([*args, "--accelerators", "auto"]) == 0
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema())
+    assert {w["kind"] for w in report["workloads"]} == set(EVERY_KIND)
+    assert all(r["max_accelerators"] is not None for r in report["results"] if r["digest"])
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value"),
+    [
+        ("result", "au", "0.9"),  # a number written as text
+        ("result", "au", 1.5),  # above the range
+        ("result", "bytes_read", -1),
+        ("result", "amplificaton", 1.0),  # a misspelt field
+        ("result", "digest", "not-a-sha256"),
+        ("result", "max_accelerators", "3"),
+        ("stages", "wall_s", "1"),
+        ("stages", "read_seconds", 1.0),
+        ("workload", "demand_bytes_per_s", "fast"),
+        ("workload", "failed", [{"variant": "headrace"}]),  # no error said
+        ("workload", "mismatches", ["a", "b"]),  # groups are lists
+    ],
+)
+def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -> None:
+    result = {
+        "workload": "w",
+        "variant": "headrace",
+        "batches_per_s": 10.0,
+        "gb_per_s": 0.1,
+        "digest": "0" * 64,
+        "bytes_before_first_batch": 0,
+        "peak_rss_bytes": None,
+        "bytes_read": 1,
+        "bytes_delivered": 1,
+        "amplification": 1.0,
+        "ratio_to_baseline": 1.0,
+        "ratio_to_memcpy": None,
+        "time_to_first_batch_s": 0.1,
+        "au": 0.95,
+        "max_accelerators": 3,
+        "stages": {"wall_s": 1.0},
+    }
+    workload = {
+        "name": "w",
+        "kind": "files",
+        "dataset_bytes": 1,
+        "payload_bytes_per_batch": 1,
+        "memory": {},
+        "mismatches": [],
+    }
+    report = {
+        "schema": "headrace.bench/1",
+        "machine": {
+            "cpu_model": "x",
+            "cores": 2,
+            "memory_bytes": 1,
+            "python": "3.11",
+            "libraries": {},
+            "start_method": "fork",
+        },
+        "results": [result],
+        "workloads": [workload],
+        "elapsed_s": 1.0,
+    }
+    jsonschema.validate(report, schema())  # the report as it is passes
+    target = {"result": result, "stages": result["stages"], "workload": workload}[where]
+    target[key] = value  # type: ignore[index]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, schema())

@@ -192,6 +192,13 @@ def test_dlio_yaml_runs_at_small_scale(
         ("- 1\n- 2", "not a DLIO workload (expected a mapping with 'dataset')"),
         ("train: {}", "not a DLIO workload (expected a mapping with 'dataset')"),
         ("dataset: {format: parquet}", "dataset.format 'parquet' is not supported"),
+        # what it could be instead, not just no
+        (
+            "dataset: {format: synthetic}",
+            "dataset.format 'synthetic' is not supported: headrace reads npz, npy, jpeg, "
+            "png and hdf5, and csv, data_loader, indexed_binary, mmap_indexed_binary and "
+            "tfrecord as fixed-size raw records",
+        ),
     ],
 )
 def test_a_bad_dlio_yaml_is_named_not_a_traceback(
@@ -212,6 +219,19 @@ def test_dlio_resnet_mapping() -> None:
     assert wl.dataset["format"] == "npy" and wl.dataset["files"] == 512
     assert wl.dataset["samples_per_file"] == 1251 and wl.dataset["record_bytes"] == 57_330
     assert wl.train.batch_size == 400 and wl.train.computation_time == pytest.approx(0.112)
+
+
+def test_dlio_prefetch_size_is_batches_and_read_threads_fetch() -> None:
+    from headrace.bench._dlio import dlio_workload
+
+    # DLIO's prefetch_size counts batches its data loader queues, not reads in flight: taken
+    # as in_flight, ResNet-50's prefetch_size 2 with 8 read threads fetched 2 files at a time.
+    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.01, record_scale=0.01)
+    assert wl.reader["prefetch"] == 2
+    assert wl.reader["in_flight"] == 16 and wl.reader["decode_threads"] == 8
+    unet = dlio_workload(str(DATA / "unet3d_h100.yaml"), scale=0.05, record_scale=0.01)
+    assert "prefetch" not in unet.reader  # DLIO's default left to the kind's
+    assert unet.reader["in_flight"] == 8 and unet.reader["decode_threads"] == 4
 
 
 def test_gen_is_resumable(tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> Non
     """Write the kind's dataset under ``root`` unless it is there and complete; a
     read-only ``root`` whose dataset is not says what to do."""
     try:
-        kind.generate(progress)
+        kind.write(progress)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or os.access(root, os.W_OK):
             raise
@@ -513,6 +513,7 @@ def run(args: argparse.Namespace) -> int:
         "notes": [],
     }
     t0 = time.perf_counter()
+    errors: list[str] = []  # workloads that could not be measured: the others still are
     with _progress(args.quiet) as progress:
         for kind in kinds:
             if progress:
@@ -532,14 +533,18 @@ def run(args: argparse.Namespace) -> int:
                     progress=progress,
                 )
             except HeadraceError as exc:
-                print(f"headrace bench: {exc}", file=sys.stderr)
-                return 2
+                errors.append(f"headrace bench: {exc}")
+                print(errors[-1], file=sys.stderr)
+                continue
             except OSError as exc:  # a full disk, a folder removed under the run
-                print(f"headrace bench: {kind.workload.name}: {exc}", file=sys.stderr)
-                return 2
+                errors.append(f"headrace bench: {kind.workload.name}: {exc}")
+                print(errors[-1], file=sys.stderr)
+                continue
             report["workloads"].append(summary)
             report["notes"].extend(summary["notes"])
             report["results"].extend(results)
+    if not report["results"]:
+        return 2  # nothing measured: each workload's error is printed above
     report["elapsed_s"] = time.perf_counter() - t0
     report["machine"] = machine_info(root)
     print_report(report)
@@ -563,5 +568,14 @@ def run(args: argparse.Namespace) -> int:
                     f"headrace bench: digests differ in workload {w['name']!r}: {groups}",
                     file=sys.stderr,
                 )
-        return 1
-    return 0
+    # Said last, after the figures: a variant or workload that failed makes the run exit 2.
+    for w in report["workloads"]:
+        for f in w.get("failed", ()):
+            name, _, why = f["error"].partition(f" of workload {w['name']!r}: ")
+            line = f"headrace bench: {name} of workload {w['name']!r} failed: {why}"
+            print(line, file=sys.stderr)
+    for line in errors:
+        print(line, file=sys.stderr)
+    if errors or any(w.get("failed") for w in report["workloads"]):
+        return 2
+    return 1 if bad else 0

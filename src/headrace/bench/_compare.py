@@ -42,7 +42,7 @@ def _rate(r: dict[str, Any]) -> float:
     start from a queue filled while other variants ran), else the trials' median."""
     stages = r.get("stages") or {}
     if r.get("mb_per_s") is not None and stages.get("wall_s") and r.get("steps"):
-        return float(r["steps"] / stages["wall_s"])
+        return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
     return float(r["batches_per_s"])
 
 
@@ -56,14 +56,7 @@ def compare(a_path: str, b_path: str) -> int:
         if old is None:
             print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_rate(r):12,.0f}  only in B")
             continue
-        if old["digest"] is None or r["digest"] is None:
-            same = "not digested"  # memcpy and the like: nothing to compare
-        elif old["digest"] == r["digest"]:
-            same = "same"
-        elif old.get("steps") != r.get("steps"):  # other runs of the same plan: not comparable
-            same = f"not compared ({old.get('steps')} vs {r.get('steps')} steps)"
-        else:
-            same = "DIFFERS"
+        same = _same(old, r)
         print(
             f"{r['workload']:10s} {r['variant']:28s} {_rate(old):12,.0f} "
             f"{_rate(r):12,.0f} {_ratio(_rate(r), _rate(old))}  {same}"
@@ -71,6 +64,26 @@ def compare(a_path: str, b_path: str) -> int:
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_rate(old):12,.0f} {'-':>12s}  only in A")
     return 0
+
+
+def _same(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Whether two runs of a variant gave the same batches, as its report compared it."""
+    if old["digest"] is None or new["digest"] is None:
+        return "not digested"  # memcpy and the like: nothing to compare
+    if old["digest"] == new["digest"]:
+        return "same"
+    if old.get("steps") != new.get("steps"):  # other runs of the same plan: not comparable
+        return f"not compared ({old.get('steps')} vs {new.get('steps')} steps)"
+    # A variant that hands samples over as fetches complete (iterable, ceiling) delivers
+    # them in another order each run: its ordered digest differs from run to run.
+    if "canonical" in (old.get("digest_compared"), new.get("digest_compared")):
+        if old.get("canonical_digest") == new.get("canonical_digest"):
+            return "same (canonical)"
+        return "DIFFERS (canonical)"
+    if "digest_compared" in old and old["digest_compared"] is None:
+        # digested, but order-free in a run that did not cover whole epochs
+        return "not compared (another order by design)"
+    return "DIFFERS"
 
 
 def _ratio(b: float, a: float) -> str:

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Progress", "is_complete", "mark_complete", "write_token_file"]
+__all__ = [
+    "Progress",
+    "drop_damaged",
+    "is_complete",
+    "mark_complete",
+    "record_sizes",
+    "write_token_file",
+]
 
 Progress = Callable[[int, int], None]
 CHUNK_BYTES = 64 << 20
@@ -39,6 +46,54 @@ def is_complete(path: str, params: dict[str, Any]) -> bool:
 def mark_complete(path: str, params: dict[str, Any]) -> None:
     with open(_marker(path), "w") as f:
         json.dump({**params, "bytes": os.path.getsize(path)}, f)
+
+
+SIZES = ".headrace-sizes.json"
+
+
+def _load_sizes(root: str) -> dict[str, int]:
+    try:
+        with open(os.path.join(root, SIZES)) as f:
+            sizes = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return sizes if isinstance(sizes, dict) else {}
+
+
+def drop_damaged(root: str, paths: list[str]) -> list[str]:
+    """Remove the files among ``paths`` whose size is not the one recorded when they were
+    last written whole (:func:`record_sizes`), so that generating writes them again.
+
+    A file renamed into place is whole when written, but a crash before its blocks
+    reached the disk, a copy cut short or a disk error can shorten it later; the
+    generators keep any file that exists, and a reader then benchmarks short records
+    (raw files) or fails mid-run. Returns the files removed.
+    """
+    sizes = _load_sizes(root)
+    out = []
+    for p in paths:
+        want = sizes.get(os.path.relpath(p, root))
+        if want is not None and os.path.exists(p) and os.path.getsize(p) != want:
+            os.remove(p)
+            out.append(p)
+    return out
+
+
+def record_sizes(root: str, paths: list[str]) -> None:
+    """Remember the size of each of ``paths`` (a complete dataset) under ``root``."""
+    sizes = _load_sizes(root)
+    new = {**sizes, **{os.path.relpath(p, root): os.path.getsize(p) for p in paths}}
+    if new == sizes:
+        return  # nothing to write (a read-only root with its dataset in place)
+    tmp = os.path.join(root, SIZES + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(new, f, indent=0, sort_keys=True)
+        os.replace(tmp, os.path.join(root, SIZES))
+    except OSError:
+        # A read-only root (a network mount of a dataset written elsewhere, before sizes
+        # were recorded): the dataset is whole, only the check of a later run is lost.
+        pass
 
 
 def write_token_file(

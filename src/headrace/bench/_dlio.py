@@ -175,7 +175,11 @@ def dlio_workload(
     )
     fmt = str(ds.get("format", "npz"))
     if fmt not in _FORMATS and fmt not in _RAW:
-        raise ConfigError(f"{path}: dataset.format {fmt!r} is not supported")
+        raise ConfigError(
+            f"{path}: dataset.format {fmt!r} is not supported: headrace reads "
+            f"{', '.join(list(_FORMATS)[:-1])} and {list(_FORMATS)[-1]}, and "
+            f"{', '.join(sorted(_RAW)[:-1])} and {sorted(_RAW)[-1]} as fixed-size raw records"
+        )
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
@@ -228,14 +232,19 @@ def dlio_workload(
     }
     if out_fmt not in ("jpeg", "png"):  # images are generated at one size
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
-    # read_threads decode; left out, 2 decode and 8 fetch (2 x DLIO's default of 4).
+    # read_threads decode, and twice as many fetch; left out, 2 decode and 8 fetch (2 x
+    # DLIO's default of 4). prefetch_size is the batches DLIO's data loader queues (tf.data
+    # prefetch, torch's prefetch_factor): the Loader's prefetch, not reads in flight (as
+    # in_flight, ResNet-50's 2 with 8 read threads fetched 2 files at a time).
     threads = int(_number(rd, ("read_threads",), 0, f"{path}: reader"))
     reader: dict[str, Any] = {
-        "in_flight": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader"))
-        or 2 * (threads or 4),
+        "in_flight": 2 * (threads or 4),
         "decode_threads": threads or 2,
         **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
     }
+    prefetch = int(_number(rd, ("prefetch_size",), 0, f"{path}: reader"))
+    if prefetch:
+        reader["prefetch"] = prefetch
     if rd.get("odirect"):
         reader["odirect"] = True
     prep, prep_stdev = _time(rd, "preprocess_time", path, "reader")

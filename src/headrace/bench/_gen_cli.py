@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
                     if progress:
                         progress(f"gen {kind.workload.name}", done, total)
 
-                kind.generate(step)
+                kind.write(step)
                 if store is not None:
 
                     def sent(state: Uploaded, done: int, total: int) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
+from headrace.bench._datagen import drop_damaged, record_sizes
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, refuse
 from headrace.errors import ConfigError
@@ -278,6 +279,14 @@ class Kind:
     def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Write the dataset under ``root`` unless a valid copy is there (resumable)."""
         raise NotImplementedError
+
+    def write(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """:meth:`generate`, after removing any file of the dataset whose size differs from
+        the one it had when last written whole; then remember the sizes."""
+        files = self.dataset_files()
+        drop_damaged(self.root, files)
+        self.generate(progress)
+        record_sizes(self.root, self.dataset_files())
 
     def files(self) -> list[str]:
         """The dataset's files (after :meth:`generate`)."""

@@ -91,7 +91,7 @@ def make_table_dataset(
     batches = "" if batch_rows == 8192 else f"-b{batch_rows}"  # names made before stay valid
     path = Path(root) / f"table-{rows}x{max_len}{batches}-s{seed}"
     name = "data-00000-of-00001.arrow"
-    if (path / "state.json").exists():
+    if (path / "state.json").exists() and (path / name).exists():
         return path
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

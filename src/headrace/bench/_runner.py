@@ -25,10 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 import headrace
+from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
@@ -53,37 +51,6 @@ class RunOptions:
     accelerators: int = 1
     #: also find the most accelerators each variant keeps at the AU threshold
     accelerators_auto: bool = False
-
-
-def _compute_times(t: Any, steps: int) -> NDArray[np.float64]:
-    """Simulated compute seconds per step: constant or normal (clipped at 0), keyed by seed."""
-    if t.computation_time_stdev == 0:
-        return np.full(steps, t.computation_time)
-    rng = np.random.default_rng([t.seed, 0x434F4D50])
-    draw = rng.normal(t.computation_time, t.computation_time_stdev, steps)
-    return np.maximum(draw, 0.0)
-
-
-def au_trial(
-    it: Iterator[Batch], steps: int, compute: NDArray[np.float64], accelerators: int
-) -> tuple[float, float, float]:
-    """(wall, compute, loader) seconds for ``steps`` steps of ``accelerators`` batches each.
-
-    The accelerator is simulated with ``time.sleep``: like a real device it
-    leaves the CPU (and the GIL) to the loader's threads while it computes.
-    AU = compute / wall, as DLIO and MLPerf Storage define it.
-    """
-    comp = load = 0.0
-    t0 = time.perf_counter()
-    for i in range(steps):
-        a = time.perf_counter()
-        for _ in range(accelerators):
-            next(it)
-        b = time.perf_counter()
-        load += b - a
-        time.sleep(float(compute[i]))
-        comp += time.perf_counter() - b
-    return time.perf_counter() - t0, comp, load
 
 
 def _warm(paths: list[str]) -> None:
@@ -169,17 +136,35 @@ def _run(
         _warm(kind.files())
     mem_warm = meminfo()
 
+    # A variant that fails (storage or data said no) is reported and left out; the others
+    # are measured. Aborting lost every figure of the run, the failed variant's last.
+    failed: dict[str, str] = {}
+
+    def fail(spec: str, exc: HeadraceError) -> None:
+        if isinstance(exc, ConfigError):
+            raise exc  # the user's settings: the run as asked cannot be made
+        text = str(exc)
+        if not text.startswith("variant "):  # measured in this process: name it
+            text = f"variant {spec!r} of workload {wl.name!r}: {type(exc).__name__}: {text}"
+        failed.setdefault(spec, text)
+
     # 1. measurement passes
     measured: dict[str, dict[str, Any]] = {}
     for i, spec in enumerate(specs):
         if progress:
             progress(f"{wl.name}: digest {spec}", i, len(specs))
-        if opts.isolate:
-            measured[spec] = _measure_isolated(kind, spec, digest_steps)
-        else:
-            measured[spec] = measure_pass(kind, spec, digest_steps)
-            measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
-            measured[spec]["rss_baseline_bytes"] = None
+        try:
+            if opts.isolate:
+                measured[spec] = _measure_isolated(kind, spec, digest_steps)
+            else:
+                measured[spec] = measure_pass(kind, spec, digest_steps)
+                measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
+                measured[spec]["rss_baseline_bytes"] = None
+        except HeadraceError as exc:
+            fail(spec, exc)
+    specs = [s for s in specs if s not in failed]
+    if not specs:
+        raise HeadraceError("; ".join(failed.values()))
 
     # 2. timed trials, alternating
     its: dict[str, Iterator[Batch]] = {}
@@ -190,20 +175,29 @@ def _run(
     au: dict[str, list[float]] = {s: [0.0, 0.0, 0.0] for s in specs}
     try:
         for spec in specs:
-            t0 = time.perf_counter()
-            streams[spec] = kind.open(spec, total)
-            its[spec] = iter(streams[spec])
-            next(its[spec])
-            first_s[spec] = time.perf_counter() - t0
-            for _ in range(warmup - 1):
+            try:
+                t0 = time.perf_counter()
+                streams[spec] = kind.open(spec, total)
+                its[spec] = iter(streams[spec])
                 next(its[spec])
+                first_s[spec] = time.perf_counter() - t0
+                for _ in range(warmup - 1):
+                    next(its[spec])
+            except HeadraceError as exc:
+                fail(spec, exc)
         for _ in range(t.trials):
             for spec in specs:
+                if spec in failed:
+                    continue
                 it = its[spec]
-                t0 = time.perf_counter()
-                for _ in range(t.steps):
-                    next(it)
-                dt = time.perf_counter() - t0
+                try:
+                    t0 = time.perf_counter()
+                    for _ in range(t.steps):
+                        next(it)
+                    dt = time.perf_counter() - t0
+                except HeadraceError as exc:
+                    fail(spec, exc)
+                    continue
                 rates[spec].append(t.steps / dt)
                 done += 1
                 if progress:
@@ -215,31 +209,45 @@ def _run(
     # fresh stream (its first step excluded, as DLIO does) and runs its trials back to back:
     # the trial streams above sat idle while the other variants ran, so their read-ahead
     # queues were full, and an AU measured on them credited the loader with that idle time.
-    comp_t = _compute_times(t, t.trials * t.steps)
+    comp_t = compute_times(t, t.trials * t.steps)
     for spec in specs if has_compute else ():
-        stream = kind.open(spec, 1 + compute_steps * n_acc)
+        if spec in failed:
+            continue
         try:
-            it = iter(stream)
-            next(it)
-            for r in range(t.trials):
-                wall, c, ld = au_trial(it, t.steps, comp_t[r * t.steps : (r + 1) * t.steps], n_acc)
-                au[spec][0] += wall
-                au[spec][1] += c
-                au[spec][2] += ld
-                done += 1
-                if progress:
-                    progress(f"{wl.name}: trials with compute", done, work)
-        finally:
-            stream.close()
+            stream = kind.open(spec, 1 + compute_steps * n_acc)
+            try:
+                it = iter(stream)
+                next(it)
+                for r in range(t.trials):
+                    part = comp_t[r * t.steps : (r + 1) * t.steps]
+                    wall, c, ld = au_trial(it, t.steps, part, n_acc)
+                    au[spec][0] += wall
+                    au[spec][1] += c
+                    au[spec][2] += ld
+                    done += 1
+                    if progress:
+                        progress(f"{wl.name}: trials with compute", done, work)
+            finally:
+                stream.close()
+        except HeadraceError as exc:
+            fail(spec, exc)
     mem_after = meminfo()
-    max_acc = (
-        {spec: max_accelerators(kind, spec) for spec in specs if kind.digested(spec)}
-        if opts.accelerators_auto and has_compute
-        else {}
-    )
+    max_acc: dict[str, int] = {}
+    for spec in specs if opts.accelerators_auto and has_compute else ():
+        if kind.digested(spec) and spec not in failed:
+            try:
+                max_acc[spec] = max_accelerators(kind, spec)
+            except HeadraceError as exc:
+                fail(spec, exc)
+    specs = [s for s in specs if s not in failed]
+    if not specs:
+        raise HeadraceError("; ".join(failed.values()))
 
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{wl.name}/{spec}: failed, left out of the figures and the digest comparison: {text}"
+        for spec, text in failed.items()
+    ]
     results: list[dict[str, Any]] = []
     yardsticks: dict[int, tuple[int, int]] = {}  # steps -> (delivered, unique): plans cost
     for spec in specs:
@@ -390,6 +398,7 @@ def _run(
             "cached_after_bytes": mem_after.get("Cached", 0),
         },
         "mismatches": mismatches(results),
+        "failed": [{"variant": spec, "error": text} for spec, text in failed.items()],
     }
     return summary, results
 
@@ -404,11 +413,14 @@ _LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
 def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     """Figures of the measurement pass: one fresh stream, read to its end, digests included.
 
-    ``samples_per_s``/``mb_per_s`` (stored bytes) come from its wall time,
-    opening and the first fetches included, as a training run sees them.
+    ``samples_per_s``/``mb_per_s`` (stored bytes) come from a second fresh pass of the
+    same steps whose consumer does nothing (``fresh_pass_s``), opening and the first
+    fetches included, as a training run sees them; the stage figures are the digested
+    pass's.
     """
     src: dict[str, Any] = m.get("source") or {}
     wall = m.get("wall_s") or 0.0
+    fresh = m.get("fresh_pass_s")
     samples = m["steps"] * kind.host_batch
     out: dict[str, Any] = {
         "in_flight_observed": src.get("in_flight_observed"),
@@ -429,9 +441,10 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
             **{k: (m.get("loader_stages") or {}).get(k) for k in _LOADER_STAGES},
         },
     }
-    if kind.canonical_digests and wall > 0:
-        out["samples_per_s"] = samples / wall
-        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / wall / 1e6
+    if kind.canonical_digests and fresh:
+        out["fresh_pass_s"] = fresh
+        out["samples_per_s"] = samples / fresh
+        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
     if "peak_held_bytes" in src:
         out["peak_held_bytes"] = src["peak_held_bytes"]
     if "in_flight" in src:
@@ -450,45 +463,6 @@ def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
     """
     cpu = m.get("cpu_s")
     return cpu / (delivered / 1e9) if cpu is not None and delivered else None
-
-
-def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
-    """Payload the accelerators consume per second: N x batch x record / compute time."""
-    t = kind.workload.train
-    if t.computation_time <= 0:
-        return None
-    return accelerators * kind.host_batch * kind.record_bytes() / t.computation_time
-
-
-def max_accelerators(kind: Kind, spec: str, *, probe_steps: int | None = None) -> int:
-    """The most simulated accelerators ``spec`` keeps at the AU threshold.
-
-    N accelerators need N batches per compute time. Doubling finds a bracket,
-    bisection the edge; each probe is a fresh stream (first step excluded).
-    """
-    t = kind.workload.train
-    steps = probe_steps or max(4, min(t.steps, 16))
-    comp = _compute_times(t, steps)
-
-    def ok(n: int) -> bool:
-        stream = kind.open(spec, 1 + steps * n)
-        try:
-            it = iter(stream)
-            next(it)
-            wall, c, _ = au_trial(it, steps, comp, n)
-        finally:
-            stream.close()
-        return c / wall >= t.au_threshold
-
-    if not ok(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= 4096 and ok(hi):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
 
 
 def storage_ceiling(kind: Kind, *, budget: int = 256 << 20) -> dict[str, Any]:
