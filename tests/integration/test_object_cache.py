@@ -267,10 +267,10 @@ def test_a_failed_block_read_is_an_error_and_caches_nothing(
     from headrace.emulate import FaultRule
     from headrace.errors import PermissionDeniedError
 
+    src = tokens(s3, proxy.endpoint, cache_dir=tmp_path)  # opening reads the file's head
     proxy.set_faults(
         [FaultRule(kind="status", status=403, match="GET /headrace-test/cached-tokens/tok.bin ")]
     )
-    src = tokens(s3, proxy.endpoint, cache_dir=tmp_path)
     with pytest.raises(PermissionDeniedError, match=r"cached-tokens/tok\.bin"):
         token_run(src, steps=2)
     assert src.cache_stats is not None and src.cache_stats.written == 0
