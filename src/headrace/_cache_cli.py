@@ -75,6 +75,11 @@ def _print(s: dict[str, Any]) -> None:
             f"last used: {(now - s['newest_use']) / 86_400:.1f} days ago (newest), "
             f"{(now - s['oldest_use']) / 86_400:.1f} days ago (oldest)"
         )
+    if s["other_files"]:
+        print(
+            f"{s['other_files']:,} files or folders that are not the cache's (left alone): "
+            "is this the cache_dir a loader used?"
+        )
     if s["temporaries"]:
         print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")
     if "filesystem_free_bytes" in s:

@@ -154,11 +154,12 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path, max_bytes=10_000)
     sub = tmp_path / "ab"
     sub.mkdir()
-    old = sub / f"cd{cache_mod._TMP}123-dead"
+    old = sub / f"{'cd' * 19}{cache_mod._TMP}123-dead0000"
     old.write_bytes(b"x" * 5000)
     past = time.time() - 2 * cache_mod._STALE_TMP_S
     os.utime(old, (past, past))
-    fresh = sub / f"ef{cache_mod._TMP}456-live"  # a live writer's: left alone, not counted
+    # A live writer's: left alone, not counted.
+    fresh = sub / f"{'ef' * 19}{cache_mod._TMP}456-11ae0000"
     fresh.write_bytes(b"y" * 5000)
     assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
@@ -355,3 +356,40 @@ def test_the_summary_of_a_cache_whose_directory_was_removed(tmp_path: Path) -> N
     got = c.summary()
     assert (got["entries"], got["bytes"]) == (0, 0)
     assert "filesystem_free_bytes" not in got and "reserve_bytes" not in got
+
+
+def test_prune_and_clear_leave_a_directory_that_is_not_a_cache_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace cache ~/project --clear` (a wrong path) removed every file one level down.
+    import json
+
+    from headrace.cli import main
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "train.py").write_text("print('hi')\n")
+    (project / "README").write_text("top\n")
+    # A git object store has the cache's very layout: 2 hex digits / 38 hex digits.
+    objects = tmp_path / "repo" / ".git" / "objects"
+    (objects / "ab").mkdir(parents=True)
+    loose = objects / "ab" / ("cd" * 19)
+    loose.write_bytes(b"x\x01" + blob(300))
+    before = {p: p.read_bytes() for p in (*entries(project), loose)}
+    for d in (project, objects):
+        assert main(["cache", str(d), "--clear", "--json", str(tmp_path / "r.json")]) == 0
+        out = capsys.readouterr().out
+        assert "removed 0 entries" in out
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert (report["removed_entries"], report["removed_bytes"]) == (0, 0)
+        assert ObjectCache(d).prune(0) == (0, 0)
+    assert main(["cache", str(project)]) == 0
+    assert "2 files or folders that are not the cache's (left alone)" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in before} == before
+    # A cache in the same directory as other files: only its entries go.
+    c = ObjectCache(project)
+    assert c.write(URL, 100, "e", blob(100))
+    assert c.summary()["entries"] == 1
+    assert c.summary()["other_files"] == 2
+    assert c.prune(0) == (1, 100 + TRAILER)
+    assert {p: p.read_bytes() for p in before} == before

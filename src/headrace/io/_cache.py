@@ -35,7 +35,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import secrets
+import stat
 import struct
 import threading
 import time
@@ -72,6 +74,12 @@ def reserve_bytes(total: int) -> int:
 
 
 _TMP = ".tmp-"
+# What the cache names (``path``, ``write``); nothing else in the directory is its
+# to count or remove: a cache_dir given by mistake (a project, a dataset, a git object
+# store, which has the same 2/38 hex layout: hence the trailer check in ``prune``).
+_SUBDIR = re.compile(r"[0-9a-f]{2}")
+_ENTRY = re.compile(r"[0-9a-f]{38}")
+_TEMP = re.compile(r"[0-9a-f]{38}\.tmp-[0-9]+-[0-9a-f]{8}")
 # Every entry ends with this: a magic, the CRC-32 of its bytes, and their length. A read
 # checks all three (zlib's CRC runs at ~3.7 GB/s here, without the GIL: ~80 us for a
 # 300 KB JPEG), so a disk that lost or changed a write is never served as the object.
@@ -305,33 +313,50 @@ class ObjectCache:
             assert self._used is not None
             self._used -= size
 
-    def _files(self) -> Iterator[tuple[str, os.stat_result, bool]]:
-        """``(path, stat, temporary?)`` of every file in the cache, as it is now."""
+    def _files(self) -> Iterator[tuple[str, os.stat_result | None, str]]:
+        """``(path, stat, kind)`` of every file in the directory, as it is now: kind
+        ``"entry"``, ``"tmp"`` (a writer's temporary), or ``"other"`` (not the cache's:
+        not descended into, no stat)."""
         try:
-            subdirs = list(os.scandir(self.directory))
+            top = list(os.scandir(self.directory))
         except OSError:  # none yet, or unreadable (writing will fail and say so)
             return
-        for sub in subdirs:
-            if not sub.is_dir(follow_symlinks=False):
+        for sub in top:
+            try:
+                ours = _SUBDIR.fullmatch(sub.name) and sub.is_dir(follow_symlinks=False)
+            except OSError:
+                ours = False
+            if not ours:
+                yield sub.path, None, "other"
                 continue
             try:
-                entries = list(os.scandir(sub.path))
+                files = list(os.scandir(sub.path))
             except OSError:
                 continue
-            for e in entries:
+            for e in files:
+                name = e.name
+                kind = "entry" if _ENTRY.fullmatch(name) else "tmp" if _TEMP.fullmatch(name) else ""
+                if not kind:
+                    yield e.path, None, "other"
+                    continue
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue  # removed meanwhile
-                yield e.path, st, _TMP in e.name
+                if not stat.S_ISREG(st.st_mode):
+                    yield e.path, None, "other"
+                    continue
+                yield e.path, st, kind
 
     def _measure(self) -> int:
         """Bytes of the entries in the directory now (other processes' too); a dead
         writer's temporary files are removed."""
         total = 0
         now = time.time()
-        for path, st, tmp in self._files():
-            if not tmp:
+        for path, st, kind in self._files():
+            if st is None:
+                continue
+            if kind == "entry":
                 total += st.st_size
             elif now - st.st_mtime > _STALE_TMP_S:
                 _unlink(path)
@@ -339,13 +364,17 @@ class ObjectCache:
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
-        when an entry was last read (by the filesystem's access times) or written, and
-        the filesystem's free space against the reserve."""
-        entries = size = tmps = 0
+        files and folders that are not the cache's (``other_files``), when an entry was
+        last read (by the filesystem's access times) or written, and the filesystem's
+        free space against the reserve."""
+        entries = size = tmps = others = 0
         oldest: float | None = None
         newest: float | None = None
-        for _, st, tmp in self._files():
-            if tmp:
+        for _, st, kind in self._files():
+            if st is None:
+                others += 1
+                continue
+            if kind == "tmp":
                 tmps += 1
                 continue
             entries += 1
@@ -358,6 +387,7 @@ class ObjectCache:
             "entries": entries,
             "bytes": size,
             "temporaries": tmps,
+            "other_files": others,
             "oldest_use": oldest,
             "newest_use": newest,
             "max_bytes": self.max_bytes,
@@ -373,17 +403,25 @@ class ObjectCache:
     def prune(self, unused_s: float = 0.0) -> tuple[int, int]:
         """Remove the entries not read or written for ``unused_s`` seconds (by the
         filesystem's access and change times; 0: every entry) and dead writers'
-        temporaries; ``(entries, bytes)`` removed. Safe beside running readers:
-        one that opened an entry reads it to the end; one that had not yet finds
-        none and reads the store."""
+        temporaries; ``(entries, bytes)`` removed. Only the cache's own files go:
+        named as it names them, an entry ending in its trailer (a directory given by
+        mistake keeps its files). Safe beside running readers: one that opened an
+        entry reads it to the end; one that had not yet finds none and reads the
+        store."""
         now = time.time()
         removed = freed = 0
-        for path, st, tmp in self._files():
-            if tmp:
+        for path, st, kind in self._files():
+            if st is None:
+                continue
+            if kind == "tmp":
                 if now - st.st_mtime > _STALE_TMP_S:
                     _unlink(path)
                 continue
-            if now - max(st.st_atime, st.st_mtime) >= unused_s and _unlink(path):
+            if (
+                now - max(st.st_atime, st.st_mtime) >= unused_s
+                and _is_entry(path, st.st_size)
+                and _unlink(path)
+            ):
                 removed += 1
                 freed += st.st_size
         with self._lock:
@@ -427,6 +465,27 @@ def open_cache(
             )
         return None
     return ObjectCache(cache_dir, cache_bytes)
+
+
+def _is_entry(path: str, size: int) -> bool:
+    """Whether the file ends in an entry's trailer for its size (read before a file
+    named like an entry is removed: a git object store has the same names)."""
+    if size < _TRAILER.size:
+        return size == 0  # a crash's empty entry (written, never flushed): ours too
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        tail = os.pread(fd, _TRAILER.size, size - _TRAILER.size)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if len(tail) != _TRAILER.size:
+        return False
+    magic, _, length = _TRAILER.unpack(tail)
+    return bool(magic == _MAGIC and length == size - _TRAILER.size)
 
 
 def _unlink(path: str) -> bool:
