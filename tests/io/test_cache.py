@@ -8,6 +8,7 @@ import pickle
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ def blob(n: int, seed: int = 0) -> bytes:
 
 
 def entries(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file())
+    """Every file the cache keeps (its shared byte count aside)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != cache_mod._LEDGER)
 
 
 TRAILER = ObjectCache.TRAILER_BYTES  # every entry's checksum trailer
@@ -251,7 +253,7 @@ def test_cache_bytes_without_a_cache_dir_is_refused(tmp_path: Path) -> None:
 
 
 def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
 
@@ -276,9 +278,13 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert c.read("|old", 3000, "e") is None  # gone: read from the store next time
     got = c.read("|new", 2000, "e")
     assert got is not None and got.tobytes() == new
-    assert not c.write("|again", 6000, "e", blob(6000))  # full by this process's count ...
-    c._measured -= cache_mod._RECOUNT_S  # ... until it counts again, a minute later
+    # The prune counted the directory again for every process: room at once.
     assert c.write("|again", 6000, "e", blob(6000))
+    os.unlink(c.path("|again", 6000, "e"))  # removed by hand: still counted ...
+    assert not c.write("|more", 6000, "e", blob(6000))
+    monkeypatch.setattr(cache_mod, "_RECOUNT_S", -1.0)  # ... until counted again (a minute)
+    assert c.write("|more", 6000, "e", blob(6000))
+    monkeypatch.undo()
     (tmp_path / "r.j").unlink()
 
     assert main(["cache", str(tmp_path), "--clear"]) == 0
@@ -393,3 +399,29 @@ def test_prune_and_clear_leave_a_directory_that_is_not_a_cache_alone(
     assert c.summary()["other_files"] == 2
     assert c.prune(0) == (1, 100 + TRAILER)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def _fill(directory: str, rank: int, cap: int, barrier: Any) -> int:
+    c = ObjectCache(directory, max_bytes=cap)
+    barrier.wait()
+    for i in range(20):
+        c.write(f"|s3://b/{rank}/{i}", 2000, "e", blob(2000, i))
+        time.sleep(0.002)  # ranks interleave, as their GETs do
+    return c.stats.written
+
+
+def test_max_bytes_holds_across_processes_filling_it_at_once(tmp_path: Path) -> None:
+    # 8 ranks x 2 workers on one host each counted the directory once, at its first
+    # write, then only its own writes: 6 processes filled 6x cache_bytes.
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    procs = 6
+    cap = 10 * (2000 + TRAILER)
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        barrier = manager.Barrier(procs)
+        futures = [pool.submit(_fill, str(tmp_path), r, cap, barrier) for r in range(procs)]
+        written = sum(f.result() for f in futures)
+    on_disk = sum(p.stat().st_size for p in entries(tmp_path))
+    assert written == 10 and on_disk == cap

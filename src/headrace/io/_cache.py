@@ -16,7 +16,8 @@ reader (any process) sees a whole entry or none; each ends with the CRC-32 of
 its bytes, and an entry whose size or checksum is not right (a disk that lost
 or changed a write) is removed and its bytes read from the store again.
 
-The cache never evicts: it fills until it holds ``max_bytes`` (or until its
+The cache never evicts: it fills until it holds ``max_bytes`` (counted for
+every process sharing the directory, in one ledger under a file lock) (or until its
 filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
 1 GiB, so checkpoints and logs on the same disk still fit), then later objects
 are read from the store only. Training visits every object once per epoch in
@@ -33,6 +34,7 @@ once, and the run goes on with the same bytes.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import re
@@ -44,6 +46,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,6 +77,10 @@ def reserve_bytes(total: int) -> int:
 
 
 _TMP = ".tmp-"
+# The bytes every process has written, under flock (see ``_count_shared``).
+_LEDGER = ".headrace-bytes"
+_LEDGER_FORMAT = struct.Struct("<4sqd")  # magic, bytes, when they were measured (time.time)
+_LEDGER_MAGIC = b"HRB1"
 # What the cache names (``path``, ``write``); nothing else in the directory is its
 # to count or remove: a cache_dir given by mistake (a project, a dataset, a git object
 # store, which has the same 2/38 hex layout: hence the trailer check in ``prune``).
@@ -201,7 +208,7 @@ class ObjectCache:
             return False
         with f:
             if f.size != want + _TRAILER.size:
-                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}")
+                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}", f.size)
                 self._miss()
                 return False
             trailer = np.empty(_TRAILER.size, np.uint8)
@@ -214,7 +221,7 @@ class ObjectCache:
                 return False
         magic, crc, length = _TRAILER.unpack(trailer.tobytes())
         if magic != _MAGIC or length != want or crc != zlib.crc32(out.data):
-            self._remove_bad(path, "bytes that are not what was written (checksum)")
+            self._remove_bad(path, "bytes that are not what was written (checksum)", f.size)
             self._miss()
             return False
         with self._lock:
@@ -226,7 +233,7 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, what: str) -> None:
+    def _remove_bad(self, path: str, what: str, size: int) -> None:
         with self._lock:
             self.stats.bad_entries += 1
         self._warn_once(
@@ -234,10 +241,8 @@ class ObjectCache:
             f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
             "are read from the store (further such entries are counted in stats.bad_entries)",
         )
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if _unlink(path):
+            self._unreserve(size)
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -245,9 +250,13 @@ class ObjectCache:
         they fit; whether they were written."""
         view = memoryview(data).cast("B")
         n = view.nbytes
+        path = self.path(url, size, etag, offset, n)
+        if os.path.exists(path):
+            # Another process read the same object meanwhile (ranks reading one token
+            # file) and kept it: writing it again would count its bytes twice.
+            return False
         if not self._reserve(n + _TRAILER.size):
             return False
-        path = self.path(url, size, etag, offset, n)
         trailer = _TRAILER.pack(_MAGIC, zlib.crc32(view), n)
         tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
@@ -285,33 +294,95 @@ class ObjectCache:
             if self._stopped is not None:
                 self.stats.full += 1
                 return False
-            now = time.monotonic()
-            if self._used is None or (
-                # Full by our count: entries may have been pruned since (headrace cache
-                # --prune-days, another process): count again, at most once a minute.
-                self.max_bytes is not None
-                and self._used + size > self.max_bytes
-                and now - self._measured > _RECOUNT_S
-            ):
-                self._used, self._measured = self._measure(), now
-            fits = self.max_bytes is None or self._used + size <= self.max_bytes
+            try:
+                st = os.statvfs(self.directory)
+                free = st.f_bavail * st.f_frsize - size
+                fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
+            except OSError:
+                fits = True  # not made yet: the write will say what is wrong
             if fits:
-                try:
-                    st = os.statvfs(self.directory)
-                    free = st.f_bavail * st.f_frsize - size
-                    fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
-                except OSError:
-                    fits = True  # not made yet: the write will say what is wrong
+                shared = self._count_shared(size) if self.max_bytes is not None else None
+                fits = self._count_here(size) if shared is None else shared
             if not fits:
                 self.stats.full += 1
-                return False
-            self._used += size
-            return True
+            return fits
+
+    def _count_here(self, size: int) -> bool:
+        """This process's count of the directory: measured at its first write, then
+        its own writes added (no ledger: ``max_bytes`` is None, or it cannot be
+        written). Under ``self._lock``."""
+        now = time.monotonic()
+        if self._used is None or (
+            # Full by our count: entries may have been pruned since (headrace cache
+            # --prune-days, another process): count again, at most once a minute.
+            self.max_bytes is not None
+            and self._used + size > self.max_bytes
+            and now - self._measured > _RECOUNT_S
+        ):
+            self._used, self._measured = self._measure(), now
+        if self.max_bytes is not None and self._used + size > self.max_bytes:
+            return False
+        self._used += size
+        return True
+
+    def _count_shared(self, size: int) -> bool | None:
+        """Add ``size`` to the directory's ledger if it stays within ``max_bytes``
+        (whether it did); ``None`` where there is no ledger to share.
+
+        Every process on the machine (8 ranks x 2 workers) writes to the same
+        directory; counting it once each and then only one's own writes let each fill
+        ``max_bytes`` on its own. The ledger, a count of the entries' bytes under an
+        exclusive ``flock``, is what all of them add to. It never counts less than is
+        there (a write that failed takes its bytes back; a racing writer of the same
+        entry or a writer that died counts more), and it is measured again, at most
+        once a minute between all processes, when it says full. Under ``self._lock``."""
+        assert self.max_bytes is not None
+        with self._ledger(create=True) as fd:
+            if fd is None:
+                return None
+            used, measured = _read_ledger(fd)
+            now = time.time()
+            if used is None or (used + size > self.max_bytes and now - measured > _RECOUNT_S):
+                used, measured = self._measure(), now
+            fits = used + size <= self.max_bytes
+            if not _write_ledger(fd, used + size if fits else used, measured):
+                return None
+            return fits
 
     def _unreserve(self, size: int) -> None:
+        """Give back ``size`` bytes counted for a write that did not happen (or an
+        entry removed)."""
         with self._lock:
-            assert self._used is not None
-            self._used -= size
+            if self.max_bytes is not None:
+                with self._ledger(create=False) as fd:
+                    if fd is not None:
+                        used, measured = _read_ledger(fd)
+                        if used is not None:
+                            _write_ledger(fd, max(0, used - size), measured)
+            if self._used is not None:
+                self._used = max(0, self._used - size)
+
+    @contextmanager
+    def _ledger(self, create: bool) -> Iterator[int | None]:
+        """The ledger's descriptor, locked (``None`` where it cannot be had: a
+        read-only directory, a filesystem without locks)."""
+        path = os.path.join(self.directory, _LEDGER)
+        try:
+            if create:
+                os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield None
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                yield None
+                return
+            yield fd
+        finally:
+            os.close(fd)  # releases the lock
 
     def _files(self) -> Iterator[tuple[str, os.stat_result | None, str]]:
         """``(path, stat, kind)`` of every file in the directory, as it is now: kind
@@ -322,6 +393,8 @@ class ObjectCache:
         except OSError:  # none yet, or unreadable (writing will fail and say so)
             return
         for sub in top:
+            if sub.name == _LEDGER:
+                continue
             try:
                 ours = _SUBDIR.fullmatch(sub.name) and sub.is_dir(follow_symlinks=False)
             except OSError:
@@ -426,6 +499,9 @@ class ObjectCache:
                 freed += st.st_size
         with self._lock:
             self._used = None  # counted again before the next write
+            with self._ledger(create=False) as fd:
+                if fd is not None:  # every process sees the room at once
+                    _write_ledger(fd, self._measure(), time.time())
         return removed, freed
 
     def _stop(self, why: str) -> None:
@@ -465,6 +541,29 @@ def open_cache(
             )
         return None
     return ObjectCache(cache_dir, cache_bytes)
+
+
+def _read_ledger(fd: int) -> tuple[int | None, float]:
+    """``(bytes, when measured)`` of a locked ledger; ``None`` bytes: new or unreadable."""
+    try:
+        raw = os.pread(fd, _LEDGER_FORMAT.size, 0)
+    except OSError:
+        return None, 0.0
+    if len(raw) != _LEDGER_FORMAT.size:
+        return None, 0.0
+    magic, used, measured = _LEDGER_FORMAT.unpack(raw)
+    if magic != _LEDGER_MAGIC or used < 0:
+        return None, 0.0
+    return int(used), float(measured)
+
+
+def _write_ledger(fd: int, used: int, measured: float) -> bool:
+    try:
+        return os.pwrite(fd, _LEDGER_FORMAT.pack(_LEDGER_MAGIC, used, measured), 0) == (
+            _LEDGER_FORMAT.size
+        )
+    except OSError:  # disk full, EIO: the caller counts on its own
+        return False
 
 
 def _is_entry(path: str, size: int) -> bool:
