@@ -425,3 +425,31 @@ def test_max_bytes_holds_across_processes_filling_it_at_once(tmp_path: Path) -> 
         written = sum(f.result() for f in futures)
     on_disk = sum(p.stat().st_size for p in entries(tmp_path))
     assert written == 10 and on_disk == cap
+
+
+def test_a_clear_that_cannot_remove_entries_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A read-only mount (or another user's cache): `--clear` printed "removed 0 entries"
+    # and exited 0 with every entry still there.
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    for i in range(3):
+        c.write(f"|o{i}", 100, "e", blob(100, i))
+    real_unlink = os.unlink
+
+    def read_only(path: str) -> None:
+        if "o1" in path or path == c.path("|o1", 100, "e"):
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_unlink(path)
+
+    monkeypatch.setattr(cache_mod.os, "unlink", read_only)
+    with pytest.raises(StorageError, match=r"1 entries could not be removed \(Read-only file"):
+        c.prune(0)
+    assert len(entries(tmp_path)) == 1
+    assert main(["cache", str(tmp_path), "--clear"]) == 2
+    assert "1 entries could not be removed" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert c.prune(0) == (1, 100 + TRAILER)
+    assert c.write("|o4", 100, "e", blob(100))  # the count was measured again

@@ -480,9 +480,11 @@ class ObjectCache:
         named as it names them, an entry ending in its trailer (a directory given by
         mistake keeps its files). Safe beside running readers: one that opened an
         entry reads it to the end; one that had not yet finds none and reads the
-        store."""
+        store. :class:`StorageError` if an entry could not be removed (a read-only
+        mount, another user's entries), once the others are."""
         now = time.time()
-        removed = freed = 0
+        removed = freed = failed = 0
+        first: tuple[str, OSError] | None = None
         for path, st, kind in self._files():
             if st is None:
                 continue
@@ -490,18 +492,31 @@ class ObjectCache:
                 if now - st.st_mtime > _STALE_TMP_S:
                     _unlink(path)
                 continue
-            if (
-                now - max(st.st_atime, st.st_mtime) >= unused_s
-                and _is_entry(path, st.st_size)
-                and _unlink(path)
-            ):
-                removed += 1
-                freed += st.st_size
+            if now - max(st.st_atime, st.st_mtime) < unused_s or not _is_entry(path, st.st_size):
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # another prune, or a reader that found it bad
+                continue
+            except OSError as exc:  # read-only, another user's: the caller must hear
+                failed += 1
+                first = first or (path, exc)
+                continue
+            removed += 1
+            freed += st.st_size
         with self._lock:
             self._used = None  # counted again before the next write
             with self._ledger(create=False) as fd:
                 if fd is not None:  # every process sees the room at once
                     _write_ledger(fd, self._measure(), time.time())
+        if first is not None:
+            where, err = first
+            raise StorageError(
+                err.errno or errno.EIO,
+                f"headrace cache {self.directory}: {failed} entries could not be removed "
+                f"({err.strerror or err}; the first: {where}); {removed} removed, "
+                f"{freed:,} bytes",
+            )
         return removed, freed
 
     def _stop(self, why: str) -> None:
