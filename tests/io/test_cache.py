@@ -453,3 +453,17 @@ def test_a_clear_that_cannot_remove_entries_says_so(
     monkeypatch.undo()
     assert c.prune(0) == (1, 100 + TRAILER)
     assert c.write("|o4", 100, "e", blob(100))  # the count was measured again
+
+
+def test_cache_bytes_zero_reads_what_is_there_and_adds_nothing(tmp_path: Path) -> None:
+    data = blob(100)
+    assert ObjectCache(tmp_path / "c").write(URL, 100, "e", data)
+    reader = ObjectCache(tmp_path / "c", max_bytes=0)
+    got = reader.read(URL, 100, "e")
+    assert got is not None and got.tobytes() == data
+    assert not reader.write("|other", 100, "e", data)
+    small = ObjectCache(tmp_path / "small", max_bytes=99 + TRAILER)  # under one object
+    assert not small.write(URL, 100, "e", data)
+    assert (reader.stats.full, small.stats.full) == (1, 1)
+    assert entries(tmp_path / "c") == [Path(reader.path(URL, 100, "e"))]
+    assert not (tmp_path / "small").exists()  # nothing made for what can never fit

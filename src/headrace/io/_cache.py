@@ -291,8 +291,8 @@ class ObjectCache:
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
         with self._lock:
-            if self._stopped is not None:
-                self.stats.full += 1
+            if self._stopped is not None or (self.max_bytes is not None and size > self.max_bytes):
+                self.stats.full += 1  # (cache_bytes=0: read what is there, add nothing)
                 return False
             try:
                 st = os.statvfs(self.directory)
