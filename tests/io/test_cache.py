@@ -165,6 +165,20 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     fresh.write_bytes(b"y" * 5000)
     assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
+    # Later jobs share the byte count (measured once): a writer killed since (a
+    # preempted job) leaves a temporary that no process start sizes away; the count
+    # is measured again once it is an hour old, and the temporary goes then.
+    c.prune(0)
+    os.replace(fresh, old)
+    os.utime(old, (past, past))
+    assert ObjectCache(tmp_path, max_bytes=10_000).write("|b", 10, "e", blob(10))
+    assert old.exists()  # the count is fresh: not sized
+    ledger = tmp_path / cache_mod._LEDGER
+    raw = bytearray(ledger.read_bytes())
+    raw[12:20] = cache_mod.struct.pack("<d", past)  # measured two hours ago
+    ledger.write_bytes(raw)
+    assert ObjectCache(tmp_path, max_bytes=10_000).write("|c", 10, "e", blob(10))
+    assert not old.exists()
 
 
 def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

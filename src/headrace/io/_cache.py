@@ -342,7 +342,13 @@ class ObjectCache:
                 return None
             used, measured = _read_ledger(fd)
             now = time.time()
-            if used is None or (used + size > self.max_bytes and now - measured > _RECOUNT_S):
+            if (
+                used is None
+                or (used + size > self.max_bytes and now - measured > _RECOUNT_S)
+                # Hourly in any case: a writer killed since (a preempted job) left a
+                # temporary that measuring removes, and drift is put right.
+                or now - measured > _STALE_TMP_S
+            ):
                 used, measured = self._measure(), now
             fits = used + size <= self.max_bytes
             if not _write_ledger(fd, used + size if fits else used, measured):
