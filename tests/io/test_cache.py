@@ -481,3 +481,29 @@ def test_cache_bytes_zero_reads_what_is_there_and_adds_nothing(tmp_path: Path) -
     assert (reader.stats.full, small.stats.full) == (1, 1)
     assert entries(tmp_path / "c") == [Path(reader.path(URL, 100, "e"))]
     assert not (tmp_path / "small").exists()  # nothing made for what can never fit
+
+
+def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: Path) -> None:
+    import fcntl
+
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    data = blob(1000)
+    assert c.write(URL, 1000, "e", data)
+    # Another process measuring a large directory holds the ledger's lock for seconds.
+    fd = os.open(tmp_path / cache_mod._LEDGER, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        writer = threading.Thread(target=c.write, args=("|w", 10, "e", blob(10)))
+        writer.start()
+        time.sleep(0.05)  # the writer is waiting for the lock
+        assert writer.is_alive()
+        hit: list[bytes] = []
+        reader = threading.Thread(target=lambda: hit.append(c.read(URL, 1000, "e").tobytes()))
+        reader.start()
+        reader.join(5.0)
+        assert hit == [data]  # served meanwhile
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    writer.join(5.0)
+    assert not writer.is_alive() and c.stats.written == 2

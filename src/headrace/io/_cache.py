@@ -143,7 +143,8 @@ class ObjectCache:
             raise ConfigError(f"cache_dir {self.directory}: exists and is not a directory.")
         self.max_bytes = max_bytes
         self.stats = CacheStats()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # stats and warnings
+        self._count_lock = threading.Lock()  # the byte count (may wait on other processes)
         self._used: int | None = None  # bytes in the directory, counted on first write
         self._measured = 0.0  # when they were last counted (time.monotonic)
         self._stopped: str | None = None  # why this process stopped writing
@@ -291,26 +292,30 @@ class ObjectCache:
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
         with self._lock:
-            if self._stopped is not None or (self.max_bytes is not None and size > self.max_bytes):
-                self.stats.full += 1  # (cache_bytes=0: read what is there, add nothing)
-                return False
+            stopped = self._stopped is not None
+        fits = not stopped and (self.max_bytes is None or size <= self.max_bytes)
+        if fits:  # (cache_bytes=0: read what is there, add nothing)
             try:
                 st = os.statvfs(self.directory)
                 free = st.f_bavail * st.f_frsize - size
                 fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
             except OSError:
-                fits = True  # not made yet: the write will say what is wrong
-            if fits:
+                pass  # not made yet: the write will say what is wrong
+        if fits:
+            # Not under self._lock: the ledger may wait for another process measuring
+            # the directory, and this process's cache hits must not wait with it.
+            with self._count_lock:
                 shared = self._count_shared(size) if self.max_bytes is not None else None
                 fits = self._count_here(size) if shared is None else shared
-            if not fits:
+        if not fits:
+            with self._lock:
                 self.stats.full += 1
-            return fits
+        return fits
 
     def _count_here(self, size: int) -> bool:
         """This process's count of the directory: measured at its first write, then
         its own writes added (no ledger: ``max_bytes`` is None, or it cannot be
-        written). Under ``self._lock``."""
+        written). Under ``self._count_lock``."""
         now = time.monotonic()
         if self._used is None or (
             # Full by our count: entries may have been pruned since (headrace cache
@@ -335,7 +340,8 @@ class ObjectCache:
         exclusive ``flock``, is what all of them add to. It never counts less than is
         there (a write that failed takes its bytes back; a racing writer of the same
         entry or a writer that died counts more), and it is measured again, at most
-        once a minute between all processes, when it says full. Under ``self._lock``."""
+        once a minute between all processes, when it says full. Under
+        ``self._count_lock``."""
         assert self.max_bytes is not None
         with self._ledger(create=True) as fd:
             if fd is None:
@@ -358,7 +364,7 @@ class ObjectCache:
     def _unreserve(self, size: int) -> None:
         """Give back ``size`` bytes counted for a write that did not happen (or an
         entry removed)."""
-        with self._lock:
+        with self._count_lock:
             if self.max_bytes is not None:
                 with self._ledger(create=False) as fd:
                     if fd is not None:
@@ -510,7 +516,7 @@ class ObjectCache:
                 continue
             removed += 1
             freed += st.st_size
-        with self._lock:
+        with self._count_lock:
             self._used = None  # counted again before the next write
             with self._ledger(create=False) as fd:
                 if fd is not None:  # every process sees the room at once
