@@ -8,7 +8,9 @@
 default, updates them at most daily, which is enough for days; on a
 ``noatime`` mount an entry's last use is when it was written). Pruning is safe
 beside running jobs: a reader that has an entry open reads it to the end, one
-that has not finds none and reads the store.
+that has not finds none and reads the store. Only the cache's own files are
+removed (named as it names them, each entry ending in its trailer): a directory
+given by mistake keeps its files, which the report counts as not the cache's.
 """
 
 from __future__ import annotations
