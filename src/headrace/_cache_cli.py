@@ -8,7 +8,9 @@
 default, updates them at most daily, which is enough for days; on a
 ``noatime`` mount an entry's last use is when it was written). Pruning is safe
 beside running jobs: a reader that has an entry open reads it to the end, one
-that has not finds none and reads the store.
+that has not finds none and reads the store. Only the cache's own files are
+removed (named as it names them, each entry ending in its trailer): a directory
+given by mistake keeps its files, which the report counts as not the cache's.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ def _print(s: dict[str, Any]) -> None:
         print(
             f"last used: {(now - s['newest_use']) / 86_400:.1f} days ago (newest), "
             f"{(now - s['oldest_use']) / 86_400:.1f} days ago (oldest)"
+        )
+    if s["other_files"]:
+        print(
+            f"{s['other_files']:,} files or folders that are not the cache's (left alone): "
+            "is this the cache_dir a loader used?"
         )
     if s["temporaries"]:
         print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")

@@ -8,6 +8,7 @@ import pickle
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ def blob(n: int, seed: int = 0) -> bytes:
 
 
 def entries(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file())
+    """Every file the cache keeps (its shared byte count aside)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != cache_mod._LEDGER)
 
 
 TRAILER = ObjectCache.TRAILER_BYTES  # every entry's checksum trailer
@@ -154,14 +156,29 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path, max_bytes=10_000)
     sub = tmp_path / "ab"
     sub.mkdir()
-    old = sub / f"cd{cache_mod._TMP}123-dead"
+    old = sub / f"{'cd' * 19}{cache_mod._TMP}123-dead0000"
     old.write_bytes(b"x" * 5000)
     past = time.time() - 2 * cache_mod._STALE_TMP_S
     os.utime(old, (past, past))
-    fresh = sub / f"ef{cache_mod._TMP}456-live"  # a live writer's: left alone, not counted
+    # A live writer's: left alone, not counted.
+    fresh = sub / f"{'ef' * 19}{cache_mod._TMP}456-11ae0000"
     fresh.write_bytes(b"y" * 5000)
     assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
+    # Later jobs share the byte count (measured once): a writer killed since (a
+    # preempted job) leaves a temporary that no process start sizes away; the count
+    # is measured again once it is an hour old, and the temporary goes then.
+    c.prune(0)
+    os.replace(fresh, old)
+    os.utime(old, (past, past))
+    assert ObjectCache(tmp_path, max_bytes=10_000).write("|b", 10, "e", blob(10))
+    assert old.exists()  # the count is fresh: not sized
+    ledger = tmp_path / cache_mod._LEDGER
+    raw = bytearray(ledger.read_bytes())
+    raw[12:20] = cache_mod.struct.pack("<d", past)  # measured two hours ago
+    ledger.write_bytes(raw)
+    assert ObjectCache(tmp_path, max_bytes=10_000).write("|c", 10, "e", blob(10))
+    assert not old.exists()
 
 
 def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,7 +267,7 @@ def test_cache_bytes_without_a_cache_dir_is_refused(tmp_path: Path) -> None:
 
 
 def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
 
@@ -275,9 +292,13 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert c.read("|old", 3000, "e") is None  # gone: read from the store next time
     got = c.read("|new", 2000, "e")
     assert got is not None and got.tobytes() == new
-    assert not c.write("|again", 6000, "e", blob(6000))  # full by this process's count ...
-    c._measured -= cache_mod._RECOUNT_S  # ... until it counts again, a minute later
+    # The prune counted the directory again for every process: room at once.
     assert c.write("|again", 6000, "e", blob(6000))
+    os.unlink(c.path("|again", 6000, "e"))  # removed by hand: still counted ...
+    assert not c.write("|more", 6000, "e", blob(6000))
+    monkeypatch.setattr(cache_mod, "_RECOUNT_S", -1.0)  # ... until counted again (a minute)
+    assert c.write("|more", 6000, "e", blob(6000))
+    monkeypatch.undo()
     (tmp_path / "r.j").unlink()
 
     assert main(["cache", str(tmp_path), "--clear"]) == 0
@@ -355,3 +376,134 @@ def test_the_summary_of_a_cache_whose_directory_was_removed(tmp_path: Path) -> N
     got = c.summary()
     assert (got["entries"], got["bytes"]) == (0, 0)
     assert "filesystem_free_bytes" not in got and "reserve_bytes" not in got
+
+
+def test_prune_and_clear_leave_a_directory_that_is_not_a_cache_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace cache ~/project --clear` (a wrong path) removed every file one level down.
+    import json
+
+    from headrace.cli import main
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "train.py").write_text("print('hi')\n")
+    (project / "README").write_text("top\n")
+    # A git object store has the cache's very layout: 2 hex digits / 38 hex digits.
+    objects = tmp_path / "repo" / ".git" / "objects"
+    (objects / "ab").mkdir(parents=True)
+    loose = objects / "ab" / ("cd" * 19)
+    loose.write_bytes(b"x\x01" + blob(300))
+    before = {p: p.read_bytes() for p in (*entries(project), loose)}
+    for d in (project, objects):
+        assert main(["cache", str(d), "--clear", "--json", str(tmp_path / "r.json")]) == 0
+        out = capsys.readouterr().out
+        assert "removed 0 entries" in out
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert (report["removed_entries"], report["removed_bytes"]) == (0, 0)
+        assert ObjectCache(d).prune(0) == (0, 0)
+    assert main(["cache", str(project)]) == 0
+    assert "2 files or folders that are not the cache's (left alone)" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in before} == before
+    # A cache in the same directory as other files: only its entries go.
+    c = ObjectCache(project)
+    assert c.write(URL, 100, "e", blob(100))
+    assert c.summary()["entries"] == 1
+    assert c.summary()["other_files"] == 2
+    assert c.prune(0) == (1, 100 + TRAILER)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def _fill(directory: str, rank: int, cap: int, barrier: Any) -> int:
+    c = ObjectCache(directory, max_bytes=cap)
+    barrier.wait()
+    for i in range(20):
+        c.write(f"|s3://b/{rank}/{i}", 2000, "e", blob(2000, i))
+        time.sleep(0.002)  # ranks interleave, as their GETs do
+    return c.stats.written
+
+
+def test_max_bytes_holds_across_processes_filling_it_at_once(tmp_path: Path) -> None:
+    # 8 ranks x 2 workers on one host each counted the directory once, at its first
+    # write, then only its own writes: 6 processes filled 6x cache_bytes.
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    procs = 6
+    cap = 10 * (2000 + TRAILER)
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        barrier = manager.Barrier(procs)
+        futures = [pool.submit(_fill, str(tmp_path), r, cap, barrier) for r in range(procs)]
+        written = sum(f.result() for f in futures)
+    on_disk = sum(p.stat().st_size for p in entries(tmp_path))
+    assert written == 10 and on_disk == cap
+
+
+def test_a_clear_that_cannot_remove_entries_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A read-only mount (or another user's cache): `--clear` printed "removed 0 entries"
+    # and exited 0 with every entry still there.
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    for i in range(3):
+        c.write(f"|o{i}", 100, "e", blob(100, i))
+    real_unlink = os.unlink
+
+    def read_only(path: str) -> None:
+        if "o1" in path or path == c.path("|o1", 100, "e"):
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_unlink(path)
+
+    monkeypatch.setattr(cache_mod.os, "unlink", read_only)
+    with pytest.raises(StorageError, match=r"1 entries could not be removed \(Read-only file"):
+        c.prune(0)
+    assert len(entries(tmp_path)) == 1
+    assert main(["cache", str(tmp_path), "--clear"]) == 2
+    assert "1 entries could not be removed" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert c.prune(0) == (1, 100 + TRAILER)
+    assert c.write("|o4", 100, "e", blob(100))  # the count was measured again
+
+
+def test_cache_bytes_zero_reads_what_is_there_and_adds_nothing(tmp_path: Path) -> None:
+    data = blob(100)
+    assert ObjectCache(tmp_path / "c").write(URL, 100, "e", data)
+    reader = ObjectCache(tmp_path / "c", max_bytes=0)
+    got = reader.read(URL, 100, "e")
+    assert got is not None and got.tobytes() == data
+    assert not reader.write("|other", 100, "e", data)
+    small = ObjectCache(tmp_path / "small", max_bytes=99 + TRAILER)  # under one object
+    assert not small.write(URL, 100, "e", data)
+    assert (reader.stats.full, small.stats.full) == (1, 1)
+    assert entries(tmp_path / "c") == [Path(reader.path(URL, 100, "e"))]
+    assert not (tmp_path / "small").exists()  # nothing made for what can never fit
+
+
+def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: Path) -> None:
+    import fcntl
+
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    data = blob(1000)
+    assert c.write(URL, 1000, "e", data)
+    # Another process measuring a large directory holds the ledger's lock for seconds.
+    fd = os.open(tmp_path / cache_mod._LEDGER, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        writer = threading.Thread(target=c.write, args=("|w", 10, "e", blob(10)))
+        writer.start()
+        time.sleep(0.05)  # the writer is waiting for the lock
+        assert writer.is_alive()
+        hit: list[bytes] = []
+        reader = threading.Thread(target=lambda: hit.append(c.read(URL, 1000, "e").tobytes()))
+        reader.start()
+        reader.join(5.0)
+        assert hit == [data]  # served meanwhile
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    writer.join(5.0)
+    assert not writer.is_alive() and c.stats.written == 2

@@ -16,7 +16,8 @@ reader (any process) sees a whole entry or none; each ends with the CRC-32 of
 its bytes, and an entry whose size or checksum is not right (a disk that lost
 or changed a write) is removed and its bytes read from the store again.
 
-The cache never evicts: it fills until it holds ``max_bytes`` (or until its
+The cache never evicts: it fills until it holds ``max_bytes`` (counted for
+every process sharing the directory, in one ledger under a file lock) (or until its
 filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
 1 GiB, so checkpoints and logs on the same disk still fit), then later objects
 are read from the store only. Training visits every object once per epoch in
@@ -33,15 +34,19 @@ once, and the run goes on with the same bytes.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
+import re
 import secrets
+import stat
 import struct
 import threading
 import time
 import warnings
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -72,6 +77,16 @@ def reserve_bytes(total: int) -> int:
 
 
 _TMP = ".tmp-"
+# The bytes every process has written, under flock (see ``_count_shared``).
+_LEDGER = ".headrace-bytes"
+_LEDGER_FORMAT = struct.Struct("<4sqd")  # magic, bytes, when they were measured (time.time)
+_LEDGER_MAGIC = b"HRB1"
+# What the cache names (``path``, ``write``); nothing else in the directory is its
+# to count or remove: a cache_dir given by mistake (a project, a dataset, a git object
+# store, which has the same 2/38 hex layout: hence the trailer check in ``prune``).
+_SUBDIR = re.compile(r"[0-9a-f]{2}")
+_ENTRY = re.compile(r"[0-9a-f]{38}")
+_TEMP = re.compile(r"[0-9a-f]{38}\.tmp-[0-9]+-[0-9a-f]{8}")
 # Every entry ends with this: a magic, the CRC-32 of its bytes, and their length. A read
 # checks all three (zlib's CRC runs at ~3.7 GB/s here, without the GIL: ~80 us for a
 # 300 KB JPEG), so a disk that lost or changed a write is never served as the object.
@@ -128,7 +143,8 @@ class ObjectCache:
             raise ConfigError(f"cache_dir {self.directory}: exists and is not a directory.")
         self.max_bytes = max_bytes
         self.stats = CacheStats()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # stats and warnings
+        self._count_lock = threading.Lock()  # the byte count (may wait on other processes)
         self._used: int | None = None  # bytes in the directory, counted on first write
         self._measured = 0.0  # when they were last counted (time.monotonic)
         self._stopped: str | None = None  # why this process stopped writing
@@ -193,7 +209,7 @@ class ObjectCache:
             return False
         with f:
             if f.size != want + _TRAILER.size:
-                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}")
+                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}", f.size)
                 self._miss()
                 return False
             trailer = np.empty(_TRAILER.size, np.uint8)
@@ -206,7 +222,7 @@ class ObjectCache:
                 return False
         magic, crc, length = _TRAILER.unpack(trailer.tobytes())
         if magic != _MAGIC or length != want or crc != zlib.crc32(out.data):
-            self._remove_bad(path, "bytes that are not what was written (checksum)")
+            self._remove_bad(path, "bytes that are not what was written (checksum)", f.size)
             self._miss()
             return False
         with self._lock:
@@ -218,7 +234,7 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, what: str) -> None:
+    def _remove_bad(self, path: str, what: str, size: int) -> None:
         with self._lock:
             self.stats.bad_entries += 1
         self._warn_once(
@@ -226,10 +242,8 @@ class ObjectCache:
             f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
             "are read from the store (further such entries are counted in stats.bad_entries)",
         )
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if _unlink(path):
+            self._unreserve(size)
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -237,9 +251,13 @@ class ObjectCache:
         they fit; whether they were written."""
         view = memoryview(data).cast("B")
         n = view.nbytes
+        path = self.path(url, size, etag, offset, n)
+        if os.path.exists(path):
+            # Another process read the same object meanwhile (ranks reading one token
+            # file) and kept it: writing it again would count its bytes twice.
+            return False
         if not self._reserve(n + _TRAILER.size):
             return False
-        path = self.path(url, size, etag, offset, n)
         trailer = _TRAILER.pack(_MAGIC, zlib.crc32(view), n)
         tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
@@ -274,64 +292,156 @@ class ObjectCache:
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
         with self._lock:
-            if self._stopped is not None:
+            stopped = self._stopped is not None
+        fits = not stopped and (self.max_bytes is None or size <= self.max_bytes)
+        if fits:  # (cache_bytes=0: read what is there, add nothing)
+            try:
+                st = os.statvfs(self.directory)
+                free = st.f_bavail * st.f_frsize - size
+                fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
+            except OSError:
+                pass  # not made yet: the write will say what is wrong
+        if fits:
+            # Not under self._lock: the ledger may wait for another process measuring
+            # the directory, and this process's cache hits must not wait with it.
+            with self._count_lock:
+                shared = self._count_shared(size) if self.max_bytes is not None else None
+                fits = self._count_here(size) if shared is None else shared
+        if not fits:
+            with self._lock:
                 self.stats.full += 1
-                return False
-            now = time.monotonic()
-            if self._used is None or (
-                # Full by our count: entries may have been pruned since (headrace cache
-                # --prune-days, another process): count again, at most once a minute.
-                self.max_bytes is not None
-                and self._used + size > self.max_bytes
-                and now - self._measured > _RECOUNT_S
+        return fits
+
+    def _count_here(self, size: int) -> bool:
+        """This process's count of the directory: measured at its first write, then
+        its own writes added (no ledger: ``max_bytes`` is None, or it cannot be
+        written). Under ``self._count_lock``."""
+        now = time.monotonic()
+        if self._used is None or (
+            # Full by our count: entries may have been pruned since (headrace cache
+            # --prune-days, another process): count again, at most once a minute.
+            self.max_bytes is not None
+            and self._used + size > self.max_bytes
+            and now - self._measured > _RECOUNT_S
+        ):
+            self._used, self._measured = self._measure(), now
+        if self.max_bytes is not None and self._used + size > self.max_bytes:
+            return False
+        self._used += size
+        return True
+
+    def _count_shared(self, size: int) -> bool | None:
+        """Add ``size`` to the directory's ledger if it stays within ``max_bytes``
+        (whether it did); ``None`` where there is no ledger to share.
+
+        Every process on the machine (8 ranks x 2 workers) writes to the same
+        directory; counting it once each and then only one's own writes let each fill
+        ``max_bytes`` on its own. The ledger, a count of the entries' bytes under an
+        exclusive ``flock``, is what all of them add to. It never counts less than is
+        there (a write that failed takes its bytes back; a racing writer of the same
+        entry or a writer that died counts more), and it is measured again, at most
+        once a minute between all processes, when it says full. Under
+        ``self._count_lock``."""
+        assert self.max_bytes is not None
+        with self._ledger(create=True) as fd:
+            if fd is None:
+                return None
+            used, measured = _read_ledger(fd)
+            now = time.time()
+            if (
+                used is None
+                or (used + size > self.max_bytes and now - measured > _RECOUNT_S)
+                # Hourly in any case: a writer killed since (a preempted job) left a
+                # temporary that measuring removes, and drift is put right.
+                or now - measured > _STALE_TMP_S
             ):
-                self._used, self._measured = self._measure(), now
-            fits = self.max_bytes is None or self._used + size <= self.max_bytes
-            if fits:
-                try:
-                    st = os.statvfs(self.directory)
-                    free = st.f_bavail * st.f_frsize - size
-                    fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
-                except OSError:
-                    fits = True  # not made yet: the write will say what is wrong
-            if not fits:
-                self.stats.full += 1
-                return False
-            self._used += size
-            return True
+                used, measured = self._measure(), now
+            fits = used + size <= self.max_bytes
+            if not _write_ledger(fd, used + size if fits else used, measured):
+                return None
+            return fits
 
     def _unreserve(self, size: int) -> None:
-        with self._lock:
-            assert self._used is not None
-            self._used -= size
+        """Give back ``size`` bytes counted for a write that did not happen (or an
+        entry removed)."""
+        with self._count_lock:
+            if self.max_bytes is not None:
+                with self._ledger(create=False) as fd:
+                    if fd is not None:
+                        used, measured = _read_ledger(fd)
+                        if used is not None:
+                            _write_ledger(fd, max(0, used - size), measured)
+            if self._used is not None:
+                self._used = max(0, self._used - size)
 
-    def _files(self) -> Iterator[tuple[str, os.stat_result, bool]]:
-        """``(path, stat, temporary?)`` of every file in the cache, as it is now."""
+    @contextmanager
+    def _ledger(self, create: bool) -> Iterator[int | None]:
+        """The ledger's descriptor, locked (``None`` where it cannot be had: a
+        read-only directory, a filesystem without locks)."""
+        path = os.path.join(self.directory, _LEDGER)
         try:
-            subdirs = list(os.scandir(self.directory))
+            if create:
+                os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield None
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                yield None
+                return
+            yield fd
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _files(self) -> Iterator[tuple[str, os.stat_result | None, str]]:
+        """``(path, stat, kind)`` of every file in the directory, as it is now: kind
+        ``"entry"``, ``"tmp"`` (a writer's temporary), or ``"other"`` (not the cache's:
+        not descended into, no stat)."""
+        try:
+            top = list(os.scandir(self.directory))
         except OSError:  # none yet, or unreadable (writing will fail and say so)
             return
-        for sub in subdirs:
-            if not sub.is_dir(follow_symlinks=False):
+        for sub in top:
+            if sub.name == _LEDGER:
                 continue
             try:
-                entries = list(os.scandir(sub.path))
+                ours = _SUBDIR.fullmatch(sub.name) and sub.is_dir(follow_symlinks=False)
+            except OSError:
+                ours = False
+            if not ours:
+                yield sub.path, None, "other"
+                continue
+            try:
+                files = list(os.scandir(sub.path))
             except OSError:
                 continue
-            for e in entries:
+            for e in files:
+                name = e.name
+                kind = "entry" if _ENTRY.fullmatch(name) else "tmp" if _TEMP.fullmatch(name) else ""
+                if not kind:
+                    yield e.path, None, "other"
+                    continue
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue  # removed meanwhile
-                yield e.path, st, _TMP in e.name
+                if not stat.S_ISREG(st.st_mode):
+                    yield e.path, None, "other"
+                    continue
+                yield e.path, st, kind
 
     def _measure(self) -> int:
         """Bytes of the entries in the directory now (other processes' too); a dead
         writer's temporary files are removed."""
         total = 0
         now = time.time()
-        for path, st, tmp in self._files():
-            if not tmp:
+        for path, st, kind in self._files():
+            if st is None:
+                continue
+            if kind == "entry":
                 total += st.st_size
             elif now - st.st_mtime > _STALE_TMP_S:
                 _unlink(path)
@@ -339,13 +449,17 @@ class ObjectCache:
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
-        when an entry was last read (by the filesystem's access times) or written, and
-        the filesystem's free space against the reserve."""
-        entries = size = tmps = 0
+        files and folders that are not the cache's (``other_files``), when an entry was
+        last read (by the filesystem's access times) or written, and the filesystem's
+        free space against the reserve."""
+        entries = size = tmps = others = 0
         oldest: float | None = None
         newest: float | None = None
-        for _, st, tmp in self._files():
-            if tmp:
+        for _, st, kind in self._files():
+            if st is None:
+                others += 1
+                continue
+            if kind == "tmp":
                 tmps += 1
                 continue
             entries += 1
@@ -358,6 +472,7 @@ class ObjectCache:
             "entries": entries,
             "bytes": size,
             "temporaries": tmps,
+            "other_files": others,
             "oldest_use": oldest,
             "newest_use": newest,
             "max_bytes": self.max_bytes,
@@ -373,21 +488,47 @@ class ObjectCache:
     def prune(self, unused_s: float = 0.0) -> tuple[int, int]:
         """Remove the entries not read or written for ``unused_s`` seconds (by the
         filesystem's access and change times; 0: every entry) and dead writers'
-        temporaries; ``(entries, bytes)`` removed. Safe beside running readers:
-        one that opened an entry reads it to the end; one that had not yet finds
-        none and reads the store."""
+        temporaries; ``(entries, bytes)`` removed. Only the cache's own files go:
+        named as it names them, an entry ending in its trailer (a directory given by
+        mistake keeps its files). Safe beside running readers: one that opened an
+        entry reads it to the end; one that had not yet finds none and reads the
+        store. :class:`StorageError` if an entry could not be removed (a read-only
+        mount, another user's entries), once the others are."""
         now = time.time()
-        removed = freed = 0
-        for path, st, tmp in self._files():
-            if tmp:
+        removed = freed = failed = 0
+        first: tuple[str, OSError] | None = None
+        for path, st, kind in self._files():
+            if st is None:
+                continue
+            if kind == "tmp":
                 if now - st.st_mtime > _STALE_TMP_S:
                     _unlink(path)
                 continue
-            if now - max(st.st_atime, st.st_mtime) >= unused_s and _unlink(path):
-                removed += 1
-                freed += st.st_size
-        with self._lock:
+            if now - max(st.st_atime, st.st_mtime) < unused_s or not _is_entry(path, st.st_size):
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:  # another prune, or a reader that found it bad
+                continue
+            except OSError as exc:  # read-only, another user's: the caller must hear
+                failed += 1
+                first = first or (path, exc)
+                continue
+            removed += 1
+            freed += st.st_size
+        with self._count_lock:
             self._used = None  # counted again before the next write
+            with self._ledger(create=False) as fd:
+                if fd is not None:  # every process sees the room at once
+                    _write_ledger(fd, self._measure(), time.time())
+        if first is not None:
+            where, err = first
+            raise StorageError(
+                err.errno or errno.EIO,
+                f"headrace cache {self.directory}: {failed} entries could not be removed "
+                f"({err.strerror or err}; the first: {where}); {removed} removed, "
+                f"{freed:,} bytes",
+            )
         return removed, freed
 
     def _stop(self, why: str) -> None:
@@ -427,6 +568,50 @@ def open_cache(
             )
         return None
     return ObjectCache(cache_dir, cache_bytes)
+
+
+def _read_ledger(fd: int) -> tuple[int | None, float]:
+    """``(bytes, when measured)`` of a locked ledger; ``None`` bytes: new or unreadable."""
+    try:
+        raw = os.pread(fd, _LEDGER_FORMAT.size, 0)
+    except OSError:
+        return None, 0.0
+    if len(raw) != _LEDGER_FORMAT.size:
+        return None, 0.0
+    magic, used, measured = _LEDGER_FORMAT.unpack(raw)
+    if magic != _LEDGER_MAGIC or used < 0:
+        return None, 0.0
+    return int(used), float(measured)
+
+
+def _write_ledger(fd: int, used: int, measured: float) -> bool:
+    try:
+        return os.pwrite(fd, _LEDGER_FORMAT.pack(_LEDGER_MAGIC, used, measured), 0) == (
+            _LEDGER_FORMAT.size
+        )
+    except OSError:  # disk full, EIO: the caller counts on its own
+        return False
+
+
+def _is_entry(path: str, size: int) -> bool:
+    """Whether the file ends in an entry's trailer for its size (read before a file
+    named like an entry is removed: a git object store has the same names)."""
+    if size < _TRAILER.size:
+        return size == 0  # a crash's empty entry (written, never flushed): ours too
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        tail = os.pread(fd, _TRAILER.size, size - _TRAILER.size)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if len(tail) != _TRAILER.size:
+        return False
+    magic, _, length = _TRAILER.unpack(tail)
+    return bool(magic == _MAGIC and length == size - _TRAILER.size)
 
 
 def _unlink(path: str) -> bool:
