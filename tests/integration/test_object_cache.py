@@ -272,8 +272,8 @@ def test_a_failed_block_read_is_an_error_and_caches_nothing(
         [FaultRule(kind="status", status=403, match="GET /headrace-test/cached-tokens/tok.bin ")]
     )
     with pytest.raises(PermissionDeniedError, match=r"cached-tokens/tok\.bin"):
-        # Opening the file reads its first bytes (a GET): refused there.
-        token_run(tokens(s3, proxy.endpoint, cache_dir=tmp_path), steps=2)
+        token_run(src, steps=2)
+    assert src.cache_stats is not None and src.cache_stats.written == 0
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
