@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -138,7 +140,12 @@ def test_state_round_trip_and_refusals() -> None:
     with pytest.raises(StateError, match="plan version"):
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     # Version 1 planned seeds below 2**32 as version 2 does: those states load.
-    assert LoaderState.from_dict({**st_.to_dict(), "version": 1}) == st_
+    v1 = LoaderState.from_dict({**st_.to_dict(), "version": 1})
+    assert v1 == dataclasses.replace(st_, version=1)
+    v1.check(fingerprint="abc", batch_size=8)
+    with pytest.raises(StateError, match=r"plan version 1 and its sources are a mixture"):
+        v1.check(fingerprint="abc", batch_size=8, mixture=True)
+    st_.check(fingerprint="abc", batch_size=8, mixture=True)
     with pytest.raises(StateError, match=r"plan version 1 and seed 4294967301: version 1"):
         LoaderState.from_dict({**st_.to_dict(), "seed": 5 + 2**32, "version": 1})
     with pytest.raises(StateError, match=r"out of range: seed -1"):  # not blamed on v1

@@ -272,6 +272,7 @@ class Loader(Closing):
         self._fingerprint = fingerprint_digest(described)
         self._parts = fingerprint_parts(described)
         self._legacy = legacy_digest(described)
+        self._mixture = described.get("kind") == "mixture"
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -328,6 +329,7 @@ class Loader(Closing):
             batch_size=self.batch_size,
             parts=self._parts,
             legacy=self._legacy,
+            mixture=self._mixture,
         )
 
     def __len__(self) -> int:

@@ -61,7 +61,8 @@ class LoaderState:
     """Everything needed to resume: O(1) in the run's length.
 
     ``parts`` (:func:`fingerprint_parts`; absent from states saved before it
-    existed) names what differs when a state is refused.
+    existed) names what differs when a state is refused. ``version``: the plan
+    version the state was saved with (1 or :data:`PLAN_VERSION`).
     """
 
     seed: int
@@ -88,7 +89,9 @@ class LoaderState:
                 step=_whole(d["step"], "step"),
                 batch_size=_whole(d["batch_size"], "batch_size"),
                 fingerprint=str(d["fingerprint"]),
-                version=PLAN_VERSION,  # version 1 planned seeds below 2**32 the same way
+                # As saved: a version-1 state replays under version 2 only where no
+                # counter reached 2**32, which check() can tell for mixtures (see there).
+                version=version,
                 parts=_parts(d.get("parts")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -114,11 +117,14 @@ class LoaderState:
         batch_size: int,
         parts: dict[str, str] | None = None,
         legacy: str | None = None,
+        mixture: bool = False,
     ) -> None:
         """Refuse a state saved on other data or with another global batch size; with
         both sides' ``parts``, name the parts of the sources' description that differ.
         ``legacy``: the digest the same data had before a part was added to its
-        description (:func:`legacy_digest`); a state saved then still loads."""
+        description (:func:`legacy_digest`); a state saved then still loads.
+        ``mixture``: the sources are a :class:`~headrace.pipeline.Mixture`, whose
+        version-1 states cannot be replayed (refused)."""
         if fingerprint != self.fingerprint and (legacy is None or legacy != self.fingerprint):
             which = ""
             if parts is not None and self.parts is not None:
@@ -141,6 +147,21 @@ class LoaderState:
                 f"loader state was saved with global batch size {self.batch_size}, this "
                 f"loader has {batch_size}; the global batch must not change on resume "
                 f"(the host count may)"
+            )
+        if mixture and self.version == 1:
+            # Each mixed source reads with a seed derived from (seed, source), of 63 bits:
+            # version 1 keyed counters of 2**32 or more in the encoding version 2 replaced,
+            # so every source's shuffle differs, whatever the loader's seed. Loaded, such a
+            # state went on with other samples of every source than the run it was saved
+            # from.
+            raise StateError(
+                f"loader state has plan version 1 and its sources are a mixture: version 1 "
+                f"shuffled each mixed source by a derived seed of 2**32 or more, which this "
+                f"headrace (plan version {PLAN_VERSION}) keys differently, so it cannot replay "
+                "it. To finish that run, resume it with the headrace that saved it; to go on "
+                "here with this version's order, load this loader's own state_dict() with "
+                f"'step' set to {self.step} (each source's current epoch is then shuffled "
+                "anew: some of its samples repeat, some are skipped)"
             )
 
 
