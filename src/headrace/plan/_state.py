@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "fingerprint_digest",
     "fingerprint_parts",
     "legacy_digest",
+    "legacy_digests",
 ]
 
 #: 2: keys of counters of 2**32 or more no longer alias smaller ones (``derive_keys``);
@@ -30,17 +32,37 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-#: Parts added to descriptions after states were saved without them: ``order``, a
-#: mixture's source order (the digest sorts the keys of its ``sources``).
-_LATER_PARTS = ("order",)
+#: Parts added to descriptions after states were saved without them, oldest first:
+#: ``order``, a mixture's source order (the digest sorts the keys of its ``sources``);
+#: ``paths``, the paths of a token or table source's files that share a base name
+#: (also inside a mixture's sources).
+_LATER_PARTS = ("order", "paths")
+
+
+def _without(value: Any, keys: tuple[str, ...]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+
+
+def legacy_digests(fingerprint: dict[str, Any]) -> tuple[str, ...]:
+    """The digests of ``fingerprint`` as states saved before each of its later parts
+    have it, newest first (empty if it has none): such a state loads as it did then,
+    unchecked for the parts added since."""
+    out: list[str] = []
+    for i in reversed(range(len(_LATER_PARTS))):
+        older = _without(fingerprint, _LATER_PARTS[i:])
+        digest = fingerprint_digest(older)
+        if older != fingerprint and digest not in out:
+            out.append(digest)
+    return tuple(out)
 
 
 def legacy_digest(fingerprint: dict[str, Any]) -> str | None:
-    """The digest of ``fingerprint`` as states saved before its later parts have it
-    (``None`` if it has none): such a state loads as it did then, unchecked for them."""
-    if not any(k in fingerprint for k in _LATER_PARTS):
-        return None
-    return fingerprint_digest({k: v for k, v in fingerprint.items() if k not in _LATER_PARTS})
+    """The digest of ``fingerprint`` as states saved before all its later parts have it
+    (``None`` if it has none); :func:`legacy_digests` gives every older one."""
+    older = legacy_digests(fingerprint)
+    return older[-1] if older else None
 
 
 def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
@@ -76,7 +98,24 @@ class LoaderState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LoaderState:
+    def from_dict(cls, d: Mapping[str, Any]) -> LoaderState:
+        if not isinstance(d, Mapping):
+            raise StateError(
+                f"not a headrace loader state: a {type(d).__name__} ({d!r:.200}); expected "
+                "the dict that state_dict() returned (json.loads it if it was saved as text)"
+            )
+        missing = [
+            k for k in ("seed", "step", "batch_size", "fingerprint", "version") if k not in d
+        ]
+        if missing:
+            raise StateError(
+                f"not a headrace loader state: it has no {', '.join(map(repr, missing))} "
+                f"(keys: {sorted(map(str, d))})"
+            )
+        if not isinstance(d["fingerprint"], str):
+            raise StateError(
+                f"loader state has fingerprint {d['fingerprint']!r}; expected a string"
+            )
         try:
             version = _whole(d["version"], "version")
             if version not in (1, PLAN_VERSION):
@@ -88,7 +127,7 @@ class LoaderState:
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
                 batch_size=_whole(d["batch_size"], "batch_size"),
-                fingerprint=str(d["fingerprint"]),
+                fingerprint=d["fingerprint"],
                 # As saved: a version-1 state replays under version 2 only where no
                 # counter reached 2**32, which check() can tell for mixtures (see there).
                 version=version,
@@ -116,16 +155,17 @@ class LoaderState:
         fingerprint: str,
         batch_size: int,
         parts: dict[str, str] | None = None,
-        legacy: str | None = None,
+        legacy: str | tuple[str, ...] | None = None,
         mixture: bool = False,
     ) -> None:
         """Refuse a state saved on other data or with another global batch size; with
         both sides' ``parts``, name the parts of the sources' description that differ.
-        ``legacy``: the digest the same data had before a part was added to its
-        description (:func:`legacy_digest`); a state saved then still loads.
+        ``legacy``: the digest(s) the same data had before parts were added to its
+        description (:func:`legacy_digests`); a state saved then still loads.
         ``mixture``: the sources are a :class:`~headrace.pipeline.Mixture`, whose
         version-1 states cannot be replayed (refused)."""
-        if fingerprint != self.fingerprint and (legacy is None or legacy != self.fingerprint):
+        older = (legacy,) if isinstance(legacy, str) else legacy or ()
+        if fingerprint != self.fingerprint and self.fingerprint not in older:
             which = ""
             if parts is not None and self.parts is not None:
                 saved = self.parts
