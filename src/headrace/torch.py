@@ -230,7 +230,8 @@ class TorchDataset(IterableDataset[TensorBatch]):
         # The loader's own: it covers the host order as well as the data.
         described = check.state_dict()
         self.fingerprint, self._parts = described["fingerprint"], described["parts"]
-        self._legacy = check.legacy_fingerprint
+        self._legacy = check.legacy_fingerprints
+        self._mixture = source.fingerprint().get("kind") == "mixture"  # as the loader tells
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
@@ -270,6 +271,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
             batch_size=self.batch_size,
             parts=self._parts,
             legacy=self._legacy,
+            mixture=self._mixture,
         )
         phase = state.get("phase", st.step)
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:

@@ -47,6 +47,62 @@ def test_far_steps_cost_nothing_and_stay_exact() -> None:
     assert plan.cumulative(t * 1024).sum(axis=1).tolist() == (t * 1024).tolist()
 
 
+def _cumulative_exact(plan: MixturePlan, n: int) -> list[int]:
+    """``C_s(n)`` by the split tree in Python ints (no overflow, whatever ``n``)."""
+    num = plan.numerators
+    out = [0] * len(num)
+
+    def split(lo: int, hi: int, here: int) -> None:
+        if hi - lo < 2:
+            out[lo] = here
+            return
+        mid = (lo + hi) // 2
+        wl, w = sum(num[lo:mid]), sum(num[lo:hi])
+        left = (2 * here * wl + w) // (2 * w)
+        split(lo, mid, left)
+        split(mid, hi, here - left)
+
+    split(0, len(num), n)
+    return out
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+def test_cumulative_is_exact_up_to_the_last_int64_sample(weights: list[float]) -> None:
+    # Step 2**40 of a batch of 1,024 is sample 2**50: the apportionment worked in int64
+    # on n * weight and refused anything from 2**46 on (resume at step 2**40 of a
+    # batch of 64 was refused), though every such count fits.
+    plan = MixturePlan(weights, 1024)
+    ns = [0, 1, 2**46 - 1, 2**46, 2**50 + 12345, 2**62 + 7, 2**63 - 1]
+    got = plan.cumulative(np.array(ns, dtype=np.int64))
+    assert got.tolist() == [_cumulative_exact(plan, n) for n in ns]
+    small = np.arange(0, 10**6, 997)
+    assert plan.cumulative(small).tolist() == [_cumulative_exact(plan, n) for n in small.tolist()]
+    with pytest.raises(ConfigError, match=r"mixture sample counts must be >= 0 \(got -1\)"):
+        plan.cumulative(-1)
+
+
+def test_locate_at_step_2_40_numbers_each_source_on_from_its_count() -> None:
+    b = 1024
+    plan = MixturePlan([0.6, 0.3, 0.1], b)
+    t = 2**40
+    samples = t * b + np.arange(2 * b, dtype=np.int64)  # steps 2**40 and 2**40 + 1
+    src, local = plan.locate(3, samples)
+    for s in range(3):
+        mine = np.sort(local[src == s])
+        first = _cumulative_exact(plan, t * b)[s]
+        assert mine.tolist() == list(range(first, first + mine.size))
+    # The last step whose samples are int64 still plans; the next sample does not exist.
+    last = (2**63 - 1) // b - 1
+    src, local = plan.locate(3, last * b + np.arange(b, dtype=np.int64))
+    assert np.bincount(src, minlength=3).tolist() == plan.step_counts(last).tolist()
+    for wrong in (
+        lambda: plan.locate(3, np.array([2**63 - 1], dtype=np.int64)),
+        lambda: plan.step_counts(last + 1),
+    ):
+        with pytest.raises(ConfigError, match=r"9007199254740991\].*2\*\*63 - 1"):
+            wrong()
+
+
 def test_locate_numbers_each_source_locally_in_order() -> None:
     plan = MixturePlan([0.5, 0.25, 0.25], 16)
     samples = np.arange(16 * 50, dtype=np.int64)
@@ -181,6 +237,26 @@ def test_resume_far_away(sources: dict[str, PaddedRows]) -> None:
     want = ld.batch_at(far)
     assert batch_digest([got]) == batch_digest([want])
     assert np.bincount(got["source"], minlength=3).sum() == 16
+
+
+def test_resume_at_step_2_40_reads_each_source_where_its_count_says(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # 2**40 steps of 64 are 2**46 samples: refused before (exact only below 2**46).
+    b, far = 64, 2**40
+    mix = mixture(sources, b)
+    with Loader(mix, batch_size=b, seed=9, prefetch=0) as ld:
+        ld.load_state_dict({**ld.state_dict(), "step": far})
+        it = iter(ld)
+        got = [next(it), next(it)]
+        assert ld.state_dict()["step"] == far + 2
+    src = np.concatenate([g["source"] for g in got])
+    first = mix.plan.cumulative(far * b)
+    for s, (name, rows) in enumerate(sources.items()):
+        local = np.arange(first[s], first[s] + int((src == s).sum()))
+        want = rows.read(source_seed(9, s), local)["x"][:, 0]
+        have = np.concatenate([g["x"][g["source"] == s, 0] for g in got])
+        assert sorted(have.tolist()) == sorted(want.tolist()), name
 
 
 def test_batch_size_mismatch_is_refused(sources: dict[str, PaddedRows]) -> None:

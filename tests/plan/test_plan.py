@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import dataclasses
+import json
+import pickle
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -138,7 +143,12 @@ def test_state_round_trip_and_refusals() -> None:
     with pytest.raises(StateError, match="plan version"):
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     # Version 1 planned seeds below 2**32 as version 2 does: those states load.
-    assert LoaderState.from_dict({**st_.to_dict(), "version": 1}) == st_
+    v1 = LoaderState.from_dict({**st_.to_dict(), "version": 1})
+    assert v1 == dataclasses.replace(st_, version=1)
+    v1.check(fingerprint="abc", batch_size=8)
+    with pytest.raises(StateError, match=r"plan version 1 and its sources are a mixture"):
+        v1.check(fingerprint="abc", batch_size=8, mixture=True)
+    st_.check(fingerprint="abc", batch_size=8, mixture=True)
     with pytest.raises(StateError, match=r"plan version 1 and seed 4294967301: version 1"):
         LoaderState.from_dict({**st_.to_dict(), "seed": 5 + 2**32, "version": 1})
     with pytest.raises(StateError, match=r"out of range: seed -1"):  # not blamed on v1
@@ -201,8 +211,10 @@ def test_sample_numbers_past_int64_are_refused_not_wrapped() -> None:
     last = (2**63 - 1) // 2**20 - 1
     assert int(step_samples(np.array([last]), 2**20, 0, 2**20)[-1]) == (last + 1) * 2**20 - 1
     assert step_samples(np.zeros(0, dtype=np.int64), 8, 0, 8).size == 0
-    with pytest.raises(ConfigError, match="2\\*\\*46"):
-        MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**46]))
+    # A mixture plans every step whose samples int64 holds (it stopped at 2**46 samples).
+    assert MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**46]))[1].tolist() != [0]
+    with pytest.raises(ConfigError, match=r"2\*\*63 - 1"):
+        MixturePlan([1.0, 2.0], 4).locate(0, np.array([2**63 - 1]))
 
 
 @pytest.mark.parametrize("field", [{"seed": -1}, {"seed": 2**63}, {"step": -3}, {"batch_size": 0}])
@@ -220,3 +232,43 @@ def test_a_state_version_that_is_not_an_integer_is_refused(version: object) -> N
         StateError, match=rf"loader state has version {version!r}; expected an integer"
     ):
         LoaderState.from_dict(d)
+
+
+def test_a_state_is_tiny_and_survives_json_and_pickle() -> None:
+    parts = {"kind": "983b1ab2e843", "files": "b32260816469", "context": "a5d837a73392"}
+    st_ = LoaderState(seed=2**62 + 3, step=2**53 - 1, batch_size=4096, fingerprint="f" * 32)
+    st_ = dataclasses.replace(st_, parts=parts)
+    text = json.dumps(st_.to_dict())
+    assert len(text) < 400
+    assert LoaderState.from_dict(json.loads(text)) == st_
+    assert LoaderState.from_dict(pickle.loads(pickle.dumps(st_.to_dict()))) == st_
+    # Keys a later headrace may add are ignored, not refused.
+    assert LoaderState.from_dict({**st_.to_dict(), "sampler": {"x": 1}}) == st_
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": None}, r"has seed None; expected an integer"),
+        ({"step": "3"}, r"has step '3'; expected an integer"),
+        ({"batch_size": 8.0}, r"has batch_size 8.0; expected an integer"),
+        ({"fingerprint": 5}, r"has fingerprint 5; expected a string"),
+        ({"fingerprint": None}, r"has fingerprint None; expected a string"),
+        ({"parts": ["a"]}, r"has parts \['a'\]; expected a dict of str to str"),
+    ],
+)
+def test_a_state_field_of_the_wrong_type_is_named(change: dict[str, Any], message: str) -> None:
+    st_ = LoaderState(seed=1, step=5, batch_size=8, fingerprint="abc").to_dict()
+    with pytest.raises(StateError, match=message):
+        LoaderState.from_dict({**st_, **change})
+
+
+def test_a_state_missing_keys_names_them() -> None:
+    st_ = LoaderState(seed=1, step=5, batch_size=8, fingerprint="abc").to_dict()
+    del st_["step"], st_["fingerprint"]
+    with pytest.raises(StateError, match=r"it has no 'step', 'fingerprint' \(keys: \["):
+        LoaderState.from_dict(st_)
+    with pytest.raises(StateError, match=r"a str .*json\.loads it"):
+        LoaderState.from_dict(json.dumps(st_))  # type: ignore[arg-type]
+    with pytest.raises(StateError, match=r"a NoneType"):
+        LoaderState.from_dict(None)  # type: ignore[arg-type]

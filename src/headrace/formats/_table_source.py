@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import (
@@ -196,6 +197,8 @@ class TableSource:
             **shuffle_fingerprint(self.shuffle, self.window_rows),
             # datasets' own, of a save_to_disk folder: only then, so other states load.
             **({"dataset": fp} if (fp := self.table.saved_fingerprint) else {}),
+            # Only where two files share a base name: other states stay valid (see _names).
+            **({"paths": ps} if (ps := ambiguous_names([p for p, _ in self.table.files])) else {}),
         }
 
     def __len__(self) -> int:

@@ -23,6 +23,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats._file_list import is_object_url
+from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -288,6 +289,9 @@ class TokenSource:
             out["positions"] = self.positions
             if self.eos_id is not None:
                 out["eos_id"] = int(self.eos_id)
+        paths = ambiguous_names([f.path for f in self.files])
+        if paths is not None:  # only then: other states stay valid (see _names)
+            out["paths"] = paths
         return out
 
     @property

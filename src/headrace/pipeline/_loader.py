@@ -36,7 +36,7 @@ from headrace.plan import (
     fingerprint_digest,
     fingerprint_parts,
     host_slice,
-    legacy_digest,
+    legacy_digests,
     step_samples,
 )
 
@@ -271,7 +271,8 @@ class Loader(Closing):
             described = {**described, "host_order": "address"}
         self._fingerprint = fingerprint_digest(described)
         self._parts = fingerprint_parts(described)
-        self._legacy = legacy_digest(described)
+        self._legacy = legacy_digests(described)
+        self._mixture = described.get("kind") == "mixture"
         self.step = 0
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
@@ -319,6 +320,12 @@ class Loader(Closing):
     def legacy_fingerprint(self) -> str | None:
         """The digest that states saved before the later parts of this loader's
         description have (:func:`~headrace.plan.legacy_digest`); ``None`` if none."""
+        return self._legacy[-1] if self._legacy else None
+
+    @property
+    def legacy_fingerprints(self) -> tuple[str, ...]:
+        """The digests that states saved before each later part of this loader's
+        description have, newest first (:func:`~headrace.plan.legacy_digests`)."""
         return self._legacy
 
     def check_state(self, state: LoaderState) -> None:
@@ -328,6 +335,7 @@ class Loader(Closing):
             batch_size=self.batch_size,
             parts=self._parts,
             legacy=self._legacy,
+            mixture=self._mixture,
         )
 
     def __len__(self) -> int:

@@ -9,6 +9,7 @@ from headrace.plan._state import (
     fingerprint_digest,
     fingerprint_parts,
     legacy_digest,
+    legacy_digests,
 )
 from headrace.plan._windows import WindowLayout, WindowPlan, group_by_window
 
@@ -26,6 +27,7 @@ __all__ = [
     "group_by_window",
     "host_slice",
     "legacy_digest",
+    "legacy_digests",
     "quantize_weights",
     "step_samples",
 ]

@@ -20,8 +20,10 @@ sample of the step is its local sample ``C_s(tB) + j``: each source's samples
 are numbered 0, 1, 2, ... across the whole run, so each advances through its
 own epochs at its own pace.
 
-Weights are quantised to integers summing to ``2**16`` (largest remainder),
-so all arithmetic is exact in int64 up to ``2**46`` samples.
+Weights are quantised to integers summing to ``2**16`` (largest remainder).
+Each split divides ``n = q * w + r`` by parts, ``q * w_L`` plus the rounded
+share of ``r < 2**16``, so the arithmetic is exact in int64 for every sample
+number int64 holds (``n * w_L`` itself wraps from ``n = 2**46`` on).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from headrace.plan._permute import cached_keys, permute_each
 __all__ = ["MixturePlan", "quantize_weights"]
 
 _DENOM = 1 << 16
-_MAX_SAMPLES = 1 << 46
+_MAX_SAMPLE = (1 << 63) - 1
 _TAG_MIX = 0x4D495854
 
 
@@ -100,12 +102,8 @@ class MixturePlan:
     def cumulative(self, n: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """``C_s(n)`` for each total ``n``: shape ``n.shape + (S,)``, rows summing to ``n``."""
         total = np.asarray(n, dtype=np.int64)
-        if total.size and (int(total.min()) < 0 or int(total.max()) >= _MAX_SAMPLES):
-            raise ConfigError(
-                f"mixture sample counts must be in [0, 2**46) (got {n}): the quantised "
-                "weights keep the apportionment exact in int64 only that far; use a smaller "
-                "step or batch size"
-            )
+        if total.size and int(total.min()) < 0:
+            raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
         num = np.asarray(self.numerators, dtype=np.int64)
         prefix = np.concatenate([[0], np.cumsum(num)])
         out = np.zeros((*total.shape, self.sources), dtype=np.int64)
@@ -115,7 +113,10 @@ class MixturePlan:
             here = node.pop((lo, hi))
             wl = int(prefix[mid] - prefix[lo])
             w = int(prefix[hi] - prefix[lo])
-            left = (2 * here * wl + w) // (2 * w)  # round half up: nondecreasing in n
+            # round(here * wl / w), half up (nondecreasing in n), by parts: here * wl
+            # wraps int64 from 2**47 / (wl / 2**16) on; q * wl <= here never does.
+            q, r = np.divmod(here, w)
+            left = q * wl + (2 * r * wl + w) // (2 * w)
             node[(lo, mid)] = left
             node[(mid, hi)] = here - left
         for (lo, _), v in node.items():
@@ -126,7 +127,19 @@ class MixturePlan:
         """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""
         t = np.asarray(steps, dtype=np.int64)
         b = self.batch_size
+        if t.size:
+            self._check_steps(int(t.min()), int(t.max()))
         return self.cumulative((t + 1) * b) - self.cumulative(t * b)
+
+    def _check_steps(self, first: int, last: int) -> None:
+        """Refuse steps whose end, ``(t + 1) * B``, would wrap int64 (in Python ints)."""
+        b = self.batch_size
+        if first < 0 or (last + 1) * b > _MAX_SAMPLE:
+            raise ConfigError(
+                f"mixture steps [{first}, {last}] of {b} samples are out of range: steps "
+                f"must be >= 0 and end by 2**63 - 1 (sample numbers are int64); the last "
+                f"step this batch size allows is {_MAX_SAMPLE // b - 1}"
+            )
 
     def locate(
         self, seed: int, samples: NDArray[np.int64]
@@ -136,6 +149,8 @@ class MixturePlan:
         b = self.batch_size
         step, pos = np.divmod(samples, b)
         uniq, inv = np.unique(step, return_inverse=True)
+        if uniq.size:
+            self._check_steps(int(uniq[0]), int(uniq[-1]))
         base = self.cumulative(uniq * b)  # (U, S): each source's samples before the step
         counts = self.cumulative((uniq + 1) * b) - base  # and in it
         ends = np.cumsum(counts, axis=1)  # the step's slots [ends - counts, ends) are source s's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "fingerprint_digest",
     "fingerprint_parts",
     "legacy_digest",
+    "legacy_digests",
 ]
 
 #: 2: keys of counters of 2**32 or more no longer alias smaller ones (``derive_keys``);
@@ -30,17 +32,37 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-#: Parts added to descriptions after states were saved without them: ``order``, a
-#: mixture's source order (the digest sorts the keys of its ``sources``).
-_LATER_PARTS = ("order",)
+#: Parts added to descriptions after states were saved without them, oldest first:
+#: ``order``, a mixture's source order (the digest sorts the keys of its ``sources``);
+#: ``paths``, the paths of a token or table source's files that share a base name
+#: (also inside a mixture's sources).
+_LATER_PARTS = ("order", "paths")
+
+
+def _without(value: Any, keys: tuple[str, ...]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+
+
+def legacy_digests(fingerprint: dict[str, Any]) -> tuple[str, ...]:
+    """The digests of ``fingerprint`` as states saved before each of its later parts
+    have it, newest first (empty if it has none): such a state loads as it did then,
+    unchecked for the parts added since."""
+    out: list[str] = []
+    for i in reversed(range(len(_LATER_PARTS))):
+        older = _without(fingerprint, _LATER_PARTS[i:])
+        digest = fingerprint_digest(older)
+        if older != fingerprint and digest not in out:
+            out.append(digest)
+    return tuple(out)
 
 
 def legacy_digest(fingerprint: dict[str, Any]) -> str | None:
-    """The digest of ``fingerprint`` as states saved before its later parts have it
-    (``None`` if it has none): such a state loads as it did then, unchecked for them."""
-    if not any(k in fingerprint for k in _LATER_PARTS):
-        return None
-    return fingerprint_digest({k: v for k, v in fingerprint.items() if k not in _LATER_PARTS})
+    """The digest of ``fingerprint`` as states saved before all its later parts have it
+    (``None`` if it has none); :func:`legacy_digests` gives every older one."""
+    older = legacy_digests(fingerprint)
+    return older[-1] if older else None
 
 
 def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
@@ -61,7 +83,8 @@ class LoaderState:
     """Everything needed to resume: O(1) in the run's length.
 
     ``parts`` (:func:`fingerprint_parts`; absent from states saved before it
-    existed) names what differs when a state is refused.
+    existed) names what differs when a state is refused. ``version``: the plan
+    version the state was saved with (1 or :data:`PLAN_VERSION`).
     """
 
     seed: int
@@ -75,7 +98,24 @@ class LoaderState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LoaderState:
+    def from_dict(cls, d: Mapping[str, Any]) -> LoaderState:
+        if not isinstance(d, Mapping):
+            raise StateError(
+                f"not a headrace loader state: a {type(d).__name__} ({d!r:.200}); expected "
+                "the dict that state_dict() returned (json.loads it if it was saved as text)"
+            )
+        missing = [
+            k for k in ("seed", "step", "batch_size", "fingerprint", "version") if k not in d
+        ]
+        if missing:
+            raise StateError(
+                f"not a headrace loader state: it has no {', '.join(map(repr, missing))} "
+                f"(keys: {sorted(map(str, d))})"
+            )
+        if not isinstance(d["fingerprint"], str):
+            raise StateError(
+                f"loader state has fingerprint {d['fingerprint']!r}; expected a string"
+            )
         try:
             version = _whole(d["version"], "version")
             if version not in (1, PLAN_VERSION):
@@ -87,8 +127,10 @@ class LoaderState:
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
                 batch_size=_whole(d["batch_size"], "batch_size"),
-                fingerprint=str(d["fingerprint"]),
-                version=PLAN_VERSION,  # version 1 planned seeds below 2**32 the same way
+                fingerprint=d["fingerprint"],
+                # As saved: a version-1 state replays under version 2 only where no
+                # counter reached 2**32, which check() can tell for mixtures (see there).
+                version=version,
                 parts=_parts(d.get("parts")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -113,13 +155,17 @@ class LoaderState:
         fingerprint: str,
         batch_size: int,
         parts: dict[str, str] | None = None,
-        legacy: str | None = None,
+        legacy: str | tuple[str, ...] | None = None,
+        mixture: bool = False,
     ) -> None:
         """Refuse a state saved on other data or with another global batch size; with
         both sides' ``parts``, name the parts of the sources' description that differ.
-        ``legacy``: the digest the same data had before a part was added to its
-        description (:func:`legacy_digest`); a state saved then still loads."""
-        if fingerprint != self.fingerprint and (legacy is None or legacy != self.fingerprint):
+        ``legacy``: the digest(s) the same data had before parts were added to its
+        description (:func:`legacy_digests`); a state saved then still loads.
+        ``mixture``: the sources are a :class:`~headrace.pipeline.Mixture`, whose
+        version-1 states cannot be replayed (refused)."""
+        older = (legacy,) if isinstance(legacy, str) else legacy or ()
+        if fingerprint != self.fingerprint and self.fingerprint not in older:
             which = ""
             if parts is not None and self.parts is not None:
                 saved = self.parts
@@ -141,6 +187,21 @@ class LoaderState:
                 f"loader state was saved with global batch size {self.batch_size}, this "
                 f"loader has {batch_size}; the global batch must not change on resume "
                 f"(the host count may)"
+            )
+        if mixture and self.version == 1:
+            # Each mixed source reads with a seed derived from (seed, source), of 63 bits:
+            # version 1 keyed counters of 2**32 or more in the encoding version 2 replaced,
+            # so every source's shuffle differs, whatever the loader's seed. Loaded, such a
+            # state went on with other samples of every source than the run it was saved
+            # from.
+            raise StateError(
+                f"loader state has plan version 1 and its sources are a mixture: version 1 "
+                f"shuffled each mixed source by a derived seed of 2**32 or more, which this "
+                f"headrace (plan version {PLAN_VERSION}) keys differently, so it cannot replay "
+                "it. To finish that run, resume it with the headrace that saved it; to go on "
+                "here with this version's order, load this loader's own state_dict() with "
+                f"'step' set to {self.step} (each source's current epoch is then shuffled "
+                "anew: some of its samples repeat, some are skipped)"
             )
 
 
