@@ -18,7 +18,7 @@ import pytest
 
 from headrace.errors import ConfigError, StorageError
 from headrace.io import LocalFile, RangeReader, ReaderConfig
-from headrace.io._open_files import MAX_IDLE_FILES
+from headrace.io._open_files import MAX_IDLE_FILES, default_max_idle
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ROW = 512
@@ -87,7 +87,7 @@ CHILD = textwrap.dedent(
 
     folder, strategy, idle, nofile, row, plan = json.loads(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    cfg = ReaderConfig(strategy=strategy, max_idle_files=idle)
+    cfg = ReaderConfig(strategy=strategy, max_idle_files=idle)  # None: from the limit
     def fds():
         n = 0
         for fd in os.listdir("/proc/self/fd"):
@@ -109,12 +109,12 @@ CHILD = textwrap.dedent(
     reader.close()
     after = fds()
     print(json.dumps({"digest": h.hexdigest(), "most": most, "after": after, "error": err,
-                      "reopened": reader.reopened}))
+                      "reopened": reader.reopened, "bound": reader.max_idle_files}))
     """
 )
 
 
-def _child(folder: Path, strategy: str, idle: int) -> dict[str, object]:
+def _child(folder: Path, strategy: str, idle: int | None) -> dict[str, object]:
     arg = json.dumps([str(folder), strategy, idle, NOFILE, ROW, _plan(NFILES)])
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
@@ -135,8 +135,9 @@ def test_more_files_than_the_descriptor_limit_read_the_same_bytes(
     folder, datas = shards
     if "odirect" in strategy and not _odirect_ok(folder):
         pytest.skip("this filesystem refuses O_DIRECT")
-    got = _child(folder, strategy, MAX_IDLE_FILES)
+    got = _child(folder, strategy, None)
     assert got["error"] == ""
+    assert got["bound"] == NOFILE // 4  # by default a quarter of the limit
     with RangeReader(ReaderConfig(strategy=strategy, max_idle_files=10**9)) as r:  # type: ignore[arg-type]
         h = hashlib.sha256()
         for i, rows in _plan(NFILES):
@@ -145,7 +146,7 @@ def test_more_files_than_the_descriptor_limit_read_the_same_bytes(
     assert got["digest"] == h.hexdigest() == _expected(datas)
     per_file = 1 if strategy == "pread" else 2  # a map, an O_DIRECT open: a second one
     most = got["most"]
-    assert most == per_file * MAX_IDLE_FILES, got  # counted between reads: all idle
+    assert most == per_file * NOFILE // 4, got  # counted between reads: all idle
     assert got["after"] == 0
     reopened = got["reopened"]
     assert isinstance(reopened, int) and reopened > 0
@@ -280,7 +281,22 @@ def test_a_file_being_read_is_closed_only_when_its_read_returns(tmp_path: Path) 
 
 
 def test_max_idle_files_must_be_a_count() -> None:
-    for bad in (-1, 1.5, True, None):
+    for bad in (-1, 1.5, True, "8"):
         with pytest.raises(ConfigError, match=r"max_idle_files must be an integer >= 0"):
             ReaderConfig(max_idle_files=bad)  # type: ignore[arg-type]
-    assert ReaderConfig().max_idle_files == MAX_IDLE_FILES == 64
+    assert ReaderConfig().max_idle_files is None
+    with RangeReader(ReaderConfig(max_idle_files=3)) as r:
+        assert r.max_idle_files == 3
+
+
+def test_the_default_bound_is_a_quarter_of_the_descriptor_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import resource
+
+    for soft, want in ((1024, 256), (256, 64), (3, 1), (resource.RLIM_INFINITY, 1 << 14)):
+        monkeypatch.setattr(resource, "getrlimit", lambda _, s=soft: (s, resource.RLIM_INFINITY))
+        assert default_max_idle() == want
+        with RangeReader("pread") as r:
+            assert r.max_idle_files == want
+    assert MAX_IDLE_FILES == 64  # TokenSource's bound of files without a window

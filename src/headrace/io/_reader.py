@@ -19,7 +19,7 @@ from headrace.errors import ConfigError, ReadEOFError
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
-from headrace.io._open_files import MAX_IDLE_FILES, OpenFiles
+from headrace.io._open_files import OpenFiles, default_max_idle
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
 from headrace.io._ranges import (
@@ -74,9 +74,11 @@ class ReaderConfig:
     ``"auto"``: uring for batches of more than one read in flight where
     io_uring works and ``HEADRACE_IO_URING`` is not ``0``, else threads.
 
-    ``max_idle_files``: files kept open while no read of them runs (default 64,
-    :data:`~headrace.io._open_files.MAX_IDLE_FILES`); past it the least recently
-    read are closed, and reopened (checked to be the same file) when read again.
+    ``max_idle_files``: files kept open while no read of them runs; past it the
+    least recently read are closed, and reopened (checked to be the same file)
+    when read again. ``None``: a quarter of the process's descriptor limit when
+    the reader is made (:func:`~headrace.io._open_files.default_max_idle`: 256
+    under ``ulimit -n 1024``).
     """
 
     strategy: Strategy = "adaptive"
@@ -86,7 +88,7 @@ class ReaderConfig:
     in_flight: int | None = None
     alignment: int = DEFAULT_ALIGNMENT
     policy: AdaptivePolicy = field(default_factory=AdaptivePolicy)
-    max_idle_files: int = MAX_IDLE_FILES
+    max_idle_files: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -107,8 +109,8 @@ class ReaderConfig:
                 f"in_flight must be a positive integer or None (got {self.in_flight!r})."
             )
         m = self.max_idle_files
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
-            raise ConfigError(f"max_idle_files must be an integer >= 0 (got {m!r}).")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+            raise ConfigError(f"max_idle_files must be an integer >= 0 or None (got {m!r}).")
         a = self.alignment
         if not isinstance(a, int) or a < 512 or a & (a - 1):
             raise ConfigError(
@@ -154,7 +156,8 @@ class RangeReader(Closing):
     Keeps one :class:`LocalFile` per path open (mapped and positional reads share
     it) while a read of it runs, and up to ``config.max_idle_files`` more that no
     read uses: the least recently read past that are closed
-    (:class:`~headrace.io._open_files.OpenFiles`). Safe to call from several
+    (:class:`~headrace.io._open_files.OpenFiles`; ``max_idle_files`` says how many
+    it keeps now). Safe to call from several
     threads. ``clock``
     times reads for the adaptive policy and the stats; ``opener`` opens a
     path (tests wrap :class:`LocalFile` to inject latency or faults).
@@ -171,7 +174,8 @@ class RangeReader(Closing):
             config = ReaderConfig(strategy=config)
         self.config = config
         self._clock = clock
-        self._files = OpenFiles(opener, config.max_idle_files)
+        idle = config.max_idle_files
+        self._files = OpenFiles(opener, default_max_idle() if idle is None else idle)
         self._policy_lock = threading.Lock()
         self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
         self._checked: set[str] = set()  # files whose first mapped read was checked
@@ -200,6 +204,11 @@ class RangeReader(Closing):
             return f.current_size()
         finally:
             self._files.unpin(key)
+
+    @property
+    def max_idle_files(self) -> int:
+        """Idle files kept open at most (``config.max_idle_files`` or its default)."""
+        return self._files.max_idle
 
     @property
     def open_files(self) -> int:
