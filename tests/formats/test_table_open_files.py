@@ -49,7 +49,8 @@ def test_a_table_of_many_parquet_files_keeps_few_open(
     shards: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every Parquet part kept its reader's descriptor until the table closed: one per
-    # shard. Now past 64 idle (8 here) the least recently used close theirs.
+    # shard. Now past a quarter of ulimit -n idle (8 here) the least recently used
+    # close theirs.
     monkeypatch.setattr(_table_part._IDLE, "bound", 8)
     want = (np.arange(ROWS)[None, :] + 1000 * np.arange(NFILES)[:, None]).reshape(-1)
     tb = Table.open(shards)
@@ -111,7 +112,8 @@ CHILD = textwrap.dedent(
 
 def test_more_parquet_files_than_the_descriptor_limit(shards: Path) -> None:
     # 150 shards under a limit of 120 descriptors: the table opened and read them all
-    # (at most 64 readers idle), the same bytes as read with no limit.
+    # (at most 30 readers idle, a quarter of the limit), the same bytes as read with no
+    # limit. (Before, every part held its reader: EMFILE.)
     arg = json.dumps([str(shards), 120, _order().tolist()])
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
