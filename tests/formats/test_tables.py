@@ -655,14 +655,14 @@ def test_a_parquet_read_that_fails_is_a_storage_error(
     pq.write_table(_table(50), path, row_group_size=20)
     tb = Table.open(path)
     part = tb._parts[0]
-    real = part._pf.read_row_group
+    real = part._idle[0].read_row_group  # the reader kept, idle
 
     def eio(i, *args, **kwargs):  # type: ignore[no-untyped-def]
         if i == 1:  # fault injection: the storage fails one row group's read
             raise OSError(errno.EIO, "Input/output error")
         return real(i, *args, **kwargs)
 
-    monkeypatch.setattr(part._pf, "read_row_group", eio)
+    monkeypatch.setattr(part._idle[0], "read_row_group", eio)
     assert tb.read_rows([0, 45])["label"].size == 2
     with pytest.raises(
         StorageError, match=r"t\.parquet: row group 1: reading its bytes \[\d+, \d+\) failed"

@@ -353,8 +353,8 @@ def test_o_direct_open_of_a_file_deleted_since_it_was_opened(file) -> None:
     os.unlink(path)
     try:
         assert f.pread(0, 8).tobytes() == data[:8].tobytes()
-        with RangeReader("odirect") as r:
-            r._files[path] = f  # the reader's own open, made before the unlink
+        # The reader's own open, made before the unlink.
+        with RangeReader("odirect", opener=lambda _: f) as r:
             got = r.read(path, [(5, 5000), (SIZE, 100)])
         assert [g.tobytes() for g in got] == [data[5:5005].tobytes(), data[SIZE:].tobytes()]
     finally:

@@ -43,6 +43,7 @@ from headrace.io import (
     page_aligned_empty,
 )
 from headrace.io._buffers import MADV_POPULATE_READ
+from headrace.io._open_files import MAX_IDLE_FILES  # files kept open without a window
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 if TYPE_CHECKING:
@@ -51,11 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["TokenSource"]
 
 MiB = 1 << 20
-#: Local files a source keeps open without a window in them (for the next window of
-#: the same file: an open on a network mount can cost 100 ms). Past this the least
-#: recently used are closed: every file stayed open before, two descriptors each
-#: when mapped, and 700 shards under ``ulimit -n 1024`` ran out (EMFILE).
-MAX_IDLE_FILES = 64
 
 
 class TokenSource:

@@ -93,7 +93,17 @@ class LocalFile(Closing):
     alignment on every buffered read of the shared one).
     """
 
-    __slots__ = ("_dfd", "_fd", "_lock", "_map", "_network", "_unmappable", "path", "size")
+    __slots__ = (
+        "_dfd",
+        "_fd",
+        "_lock",
+        "_map",
+        "_network",
+        "_unmappable",
+        "identity",
+        "path",
+        "size",
+    )
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         # Set first, so the finaliser of a half-made LocalFile has nothing to close: a
@@ -118,6 +128,9 @@ class LocalFile(Closing):
             raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
         self._fd = fd
         self.size: int = st.st_size
+        #: ``(st_dev, st_ino)`` when opened: a reopen of the path is the same file only
+        #: if they match (a file renamed over it is another one).
+        self.identity: tuple[int, int] = (st.st_dev, st.st_ino)
         # Readers share one LocalFile across I/O threads; the lazy map and
         # O_DIRECT descriptor must be made once, or the losers' handles leak.
         self._lock = threading.Lock()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
@@ -16,10 +15,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, ReadEOFError, StorageError
+from headrace.errors import ConfigError, ReadEOFError
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
+from headrace.io._open_files import OpenFiles, default_max_idle
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
 from headrace.io._ranges import (
@@ -73,6 +73,12 @@ class ReaderConfig:
     ``"threads"`` (``in_flight`` loops of ``os.preadv`` on the I/O pools) or
     ``"auto"``: uring for batches of more than one read in flight where
     io_uring works and ``HEADRACE_IO_URING`` is not ``0``, else threads.
+
+    ``max_idle_files``: files kept open while no read of them runs; past it the
+    least recently read are closed, and reopened (checked to be the same file)
+    when read again. ``None``: a quarter of the process's descriptor limit when
+    the reader is made (:func:`~headrace.io._open_files.default_max_idle`: 256
+    under ``ulimit -n 1024``).
     """
 
     strategy: Strategy = "adaptive"
@@ -82,6 +88,7 @@ class ReaderConfig:
     in_flight: int | None = None
     alignment: int = DEFAULT_ALIGNMENT
     policy: AdaptivePolicy = field(default_factory=AdaptivePolicy)
+    max_idle_files: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -101,6 +108,9 @@ class ReaderConfig:
             raise ConfigError(
                 f"in_flight must be a positive integer or None (got {self.in_flight!r})."
             )
+        m = self.max_idle_files
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+            raise ConfigError(f"max_idle_files must be an integer >= 0 or None (got {m!r}).")
         a = self.alignment
         if not isinstance(a, int) or a < 512 or a & (a - 1):
             raise ConfigError(
@@ -143,8 +153,12 @@ def _pool_for(depth: int) -> tuple[int, Executor | None]:
 class RangeReader(Closing):
     """Reads byte ranges of local files with one strategy; results in caller order.
 
-    Keeps one :class:`LocalFile` per path open until :meth:`close` (mapped and
-    positional reads share it). Safe to call from several threads. ``clock``
+    Keeps one :class:`LocalFile` per path open (mapped and positional reads share
+    it) while a read of it runs, and up to ``config.max_idle_files`` more that no
+    read uses: the least recently read past that are closed
+    (:class:`~headrace.io._open_files.OpenFiles`; ``max_idle_files`` says how many
+    it keeps now). Safe to call from several
+    threads. ``clock``
     times reads for the adaptive policy and the stats; ``opener`` opens a
     path (tests wrap :class:`LocalFile` to inject latency or faults).
     """
@@ -160,11 +174,9 @@ class RangeReader(Closing):
             config = ReaderConfig(strategy=config)
         self.config = config
         self._clock = clock
-        self._opener = opener
-        self._files: dict[str, LocalFile] = {}
-        self._lock = threading.Lock()
+        idle = config.max_idle_files
+        self._files = OpenFiles(opener, default_max_idle() if idle is None else idle)
         self._policy_lock = threading.Lock()
-        self._closed = False
         self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
         self._checked: set[str] = set()  # files whose first mapped read was checked
         s = config.strategy
@@ -174,23 +186,39 @@ class RangeReader(Closing):
     # -- files ---------------------------------------------------------------
 
     def file(self, path: str) -> LocalFile:
-        """The cached open file for ``path`` (opened on first use)."""
+        """The open file for ``path`` (opened on first use).
+
+        Not held for the caller: once ``max_idle_files`` other files are read after
+        it, it may be closed. The reader's own reads hold their file while they run.
+        """
         key = str(path)
-        f = self._files.get(key)
-        if f is not None:
-            return f
-        with self._lock:
-            if self._closed:
-                raise StorageError(errno.EBADF, f"{key}: the reader is closed")
-            f = self._files.get(key)
-            if f is None:
-                f = self._opener(key)
-                self._files[key] = f
-            return f
+        f = self._files.pin(key)
+        self._files.unpin(key)
+        return f
 
     def size(self, path: str) -> int:
         """The size of ``path`` in bytes, now."""
-        return self.file(path).current_size()
+        key = str(path)
+        f = self._files.pin(key)
+        try:
+            return f.current_size()
+        finally:
+            self._files.unpin(key)
+
+    @property
+    def max_idle_files(self) -> int:
+        """Idle files kept open at most (``config.max_idle_files`` or its default)."""
+        return self._files.max_idle
+
+    @property
+    def open_files(self) -> int:
+        """Files open now: those being read and the idle ones kept."""
+        return len(self._files)
+
+    @property
+    def reopened(self) -> int:
+        """Files opened again after being closed to keep the idle ones under the bound."""
+        return self._files.reopened
 
     @property
     def stats(self) -> ReadStats:
@@ -198,15 +226,11 @@ class RangeReader(Closing):
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._files.closed
 
     def close(self) -> None:
-        """Close every cached file. Call it after the last read has returned."""
-        with self._lock:
-            self._closed = True
-            files, self._files = list(self._files.values()), {}
-        for f in files:
-            f.close()
+        """Close every open file (one being read: as its read returns)."""
+        self._files.close()
 
     def __repr__(self) -> str:
         return f"RangeReader({self.config.strategy!r}, files={len(self._files)})"
@@ -314,8 +338,25 @@ class RangeReader(Closing):
         Request ``i`` is ``buf[pos[i] : pos[i] + lengths[i]]``. The scatter is
         timed with the read: for mapped reads the copy out of the map *is*
         the read.
+
+        The file is pinned until the scatter has copied out of it, so it is never
+        closed under a read; no view of its map outlives this call, so closing it
+        later unmaps it.
         """
-        f = self.file(path)
+        f = self._files.pin(path)
+        try:
+            return self._fetch_pinned(f, path, offsets, lengths, scatter)
+        finally:
+            self._files.unpin(path)
+
+    def _fetch_pinned(
+        self,
+        f: LocalFile,
+        path: str,
+        offsets: NDArray[np.int64],
+        lengths: NDArray[np.int64],
+        scatter: Callable[[NDArray[np.uint8], NDArray[np.int64]], _T],
+    ) -> _T:
         ends = offsets + lengths
         end = int(ends.max(initial=0))
         if end > f.size:
