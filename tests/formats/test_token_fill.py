@@ -306,3 +306,32 @@ def test_a_source_of_many_files_keeps_few_of_them_open(
         assert max(fds) - before <= per_file * (bound + 4) + 8, (bound, max(fds) - before)
         assert len(os.listdir("/proc/self/fd")) == before
     assert digests[0] == digests[1]
+
+
+def test_a_file_closed_while_idle_and_replaced_is_not_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle files are closed past MAX_IDLE_FILES and opened again by path when read: a
+    # file renamed over in between (same size) gave its samples from the new file.
+    from headrace.errors import StorageError
+    from headrace.formats import _token_source
+
+    monkeypatch.setattr(_token_source, "MAX_IDLE_FILES", 0)
+    files = [tmp_path / f"{i}.bin" for i in range(3)]
+
+    def write(path: Path, seed: int) -> None:
+        np.random.default_rng(seed).integers(0, 2**31, 3000).astype(np.uint32).tofile(path)
+
+    for i, f in enumerate(files):
+        write(f, i)
+    src = TokenSource(files, dtype="uint32", context=L, window_bytes=4 << 10, max_windows=1)
+    try:
+        first = _read_all(src, [])
+        assert _read_all(src, []) == first  # reopened, the same files
+        for i, f in enumerate(files):
+            write(tmp_path / "new.bin", 10 + i)
+            os.replace(tmp_path / "new.bin", f)
+        with pytest.raises(StorageError, match=r"\d\.bin: the file was replaced since it was"):
+            _read_all(src, [])
+    finally:
+        src.close()

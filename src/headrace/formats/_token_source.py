@@ -12,6 +12,7 @@ view of the window, so ``x`` and ``y`` are two views of a single copy.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError, DataError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
@@ -168,6 +169,9 @@ class TokenSource:
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
         self._open: dict[int, LocalFile | RemoteFile | SegmentedFile | RemoteSegments] = {}
+        # (device, inode) of each local file at its first open: a reopen after _close_idle
+        # (or in a worker) must find the same file, not one renamed over it.
+        self._identity: dict[int, tuple[int, int]] = {}
         self._windows: OrderedDict[int, TokenWindow] = OrderedDict()
         self._free: list[NDArray[np.uint8]] = []
         self._last_plan: tuple[int, NDArray[np.int64], WindowPlan] | None = None
@@ -450,8 +454,21 @@ class TokenSource:
             elif tf.segments is not None:
                 f = SegmentedFile(tf.path, tf.members, tf.segments)
             else:
-                f = LocalFile(tf.path)
+                f = self._same_file(i, LocalFile(tf.path))
             self._open[i] = f
+        return f
+
+    def _same_file(self, i: int, f: LocalFile) -> LocalFile:
+        """``f``, opened again, if it is the file first opened as file ``i``."""
+        was = self._identity.setdefault(i, f.identity)
+        if was != f.identity:
+            f.close()
+            raise StorageError(
+                errno.ESTALE,
+                f"{f.path}: the file was replaced since it was first opened (device {was[0]}, "
+                f"inode {was[1]} then; device {f.identity[0]}, inode {f.identity[1]} now); "
+                "its samples would come from another file. Make a new source to read it",
+            )
         return f
 
     def _close_idle(self, keep: int) -> None:
