@@ -12,7 +12,6 @@ view of the window, so ``x`` and ``y`` are two views of a single copy.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError, StorageError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
@@ -44,7 +43,10 @@ from headrace.io import (
     page_aligned_empty,
 )
 from headrace.io._buffers import MADV_POPULATE_READ
-from headrace.io._open_files import MAX_IDLE_FILES  # files kept open without a window
+from headrace.io._open_files import (  # files kept open without a window
+    MAX_IDLE_FILES,
+    check_same_file,
+)
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 if TYPE_CHECKING:
@@ -461,14 +463,7 @@ class TokenSource:
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
         was = self._identity.setdefault(i, f.identity)
-        if was != f.identity:
-            f.close()
-            raise StorageError(
-                errno.ESTALE,
-                f"{f.path}: the file was replaced since it was first opened (device {was[0]}, "
-                f"inode {was[1]} then; device {f.identity[0]}, inode {f.identity[1]} now); "
-                "its samples would come from another file. Make a new source to read it",
-            )
+        check_same_file(f, was, f"at most {MAX_IDLE_FILES} idle files", "token source")
         return f
 
     def _close_idle(self, keep: int) -> None:

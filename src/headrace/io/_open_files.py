@@ -24,7 +24,7 @@ from collections.abc import Callable
 from headrace.errors import StorageError
 from headrace.io._file import LocalFile
 
-__all__ = ["MAX_IDLE_FILES", "OpenFiles", "default_max_idle"]
+__all__ = ["MAX_IDLE_FILES", "OpenFiles", "check_same_file", "default_max_idle"]
 
 #: Local files a reader (or a token source) keeps open while nothing reads them, for
 #: the next read of the same file (an open on a network mount can cost 100 ms). Past
@@ -54,6 +54,22 @@ def default_max_idle() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         soft = 1 << 16
     return max(1, min(soft, 1 << 16) // 4)
+
+
+def check_same_file(f: LocalFile, was: tuple[int, int], bound: str, owner: str) -> None:
+    """Refuse ``f``, opened again after being closed to keep ``bound`` open, unless it is
+    the file (``was``: device, inode) first opened under its path; closes it if not."""
+    if f.identity == was:
+        return
+    now = f.identity
+    f.close()
+    raise StorageError(
+        errno.ESTALE,
+        f"{f.path}: the file was replaced since it was first opened (device {was[0]}, "
+        f"inode {was[1]} then; device {now[0]}, inode {now[1]} now); the {owner} had "
+        f"closed it to keep {bound} open and cannot reopen the one it read. Open a new "
+        f"{owner} to read the new file",
+    )
 
 
 class _Entry:
@@ -131,16 +147,8 @@ class OpenFiles:
         if was is None:
             self._identity[path] = f.identity
             return
-        if was == f.identity:
-            self.reopened += 1
-            return
-        raise StorageError(
-            errno.ESTALE,
-            f"{path}: the file was replaced since it was first opened (device {was[0]}, "
-            f"inode {was[1]} then; device {f.identity[0]}, inode {f.identity[1]} now); the "
-            f"reader had closed it to keep at most {self.max_idle} idle files open and cannot "
-            "reopen the one it read. Open a new reader to read the new file",
-        )
+        check_same_file(f, was, f"at most {self.max_idle} idle files", "reader")
+        self.reopened += 1
 
     def unpin(self, path: str) -> None:
         """End one :meth:`pin` of ``path``; past ``max_idle`` idle files, close the oldest."""
