@@ -85,7 +85,8 @@ def test_an_npy_file_under_another_name_is_not_read_as_raw_rows(how: str, tmp_pa
         with open(path, "wb") as f:
             np.save(f, rows)
     (tmp_path / "tok.bin.json").write_text(json.dumps({"dtype": "uint16", "width": 64}))
-    with pytest.raises(FormatError, match=r"tok\.bin: an NPY file \(6 x 64 uint16 .* end in \.npy"):
+    npy = r"tok\.bin: an NPY file \(shape \(6, 64\), uint16, .* end in \.npy"
+    with pytest.raises(FormatError, match=npy):
         PaddedRows(path, context=63)
     # Raw rows whose first bytes merely look like the magic are still raw rows.
     magic = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint16)

@@ -307,20 +307,43 @@ def _rows(shape: tuple[int, ...], where: str) -> int:
     return shape[0]
 
 
-def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
-    """The leading axis of an NPY file's array from its header alone.
+def npy_header(
+    at: Callable[[int, int], memoryview], name: str
+) -> tuple[np.dtype[np.generic], tuple[int, ...], bool, int]:
+    """An NPY file's dtype, shape, Fortran order and payload offset from its header alone.
 
-    ``at(offset, length)``: the file's bytes there (fewer at its end). The
-    first ``NPY_HEAD`` bytes are the whole header as NumPy writes it for most
-    arrays (it pads headers to a multiple of 64 bytes); a longer one (many-field
-    structured dtypes) is read on up to its end. A header that does not parse, or
-    a 0-d array, is a :class:`FormatError` naming ``name``.
+    ``at(offset, length)``: the file's bytes there (fewer at its end). The first
+    ``NPY_HEAD`` bytes are the whole header as NumPy writes it for most arrays (it
+    pads headers to a multiple of 64 bytes); a longer one (many-field structured
+    dtypes) is read on up to its end. One that does not parse is a
+    :class:`FormatError` naming ``name``.
     """
     head = at(0, NPY_HEAD)
     end = _header_end(head)
     if end is not None and end > len(head):
         head = at(0, end)
-    _, shape, _, _ = _parse_npy_header(head, name)
+    return _parse_npy_header(head, name)
+
+
+def refuse_npy_as_raw(at: Callable[[int, int], memoryview], name: str, what: str, fix: str) -> None:
+    """Refuse an NPY file about to be read as raw ``what``: its header would be read as
+    data. Raw bytes that merely start like the magic (no header parses) pass."""
+    if bytes(at(0, 6)) != _NPY_MAGIC:
+        return
+    try:
+        dtype, shape, _, offset = npy_header(at, name)
+    except FormatError:
+        return
+    raise FormatError(
+        f"{name}: an NPY file (shape {shape}, {dtype}, after a {offset}-byte header), not raw "
+        f"{what}: its header would be read as {what}. {fix}"
+    )
+
+
+def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
+    """The leading axis of an NPY file's array from its header alone (:func:`npy_header`);
+    a 0-d array is a :class:`FormatError` naming ``name``."""
+    _, shape, _, _ = npy_header(at, name)
     return _rows(shape, name)
 
 

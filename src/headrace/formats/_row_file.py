@@ -18,7 +18,6 @@ import dataclasses
 import itertools
 import json
 import os
-import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
@@ -30,7 +29,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._npy import _parse_npy_header
+from headrace.formats._npy import npy_header, refuse_npy_as_raw
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -109,21 +108,10 @@ def _read_head(f: _Opened, n: int) -> memoryview:
 
 
 def _open_npy(f: _Opened) -> RowFile:
-    head = _read_head(f, 12)
-    if bytes(head[:6]) != _NPY_MAGIC:
-        raise FormatError(f"{f.path}: not an NPY file: starts with {bytes(head[:6])!r}")
-    if len(head) < 10:
-        raise FormatError(f"{f.path}: truncated: {f.size} bytes, shorter than an NPY header")
-    major = head[6]
-    hlen = (
-        struct.unpack_from("<H", head, 8)[0]
-        if major == 1
-        else struct.unpack_from("<I", head, 8)[0]
-        if len(head) >= 12
-        else 0
-    )
-    head = _read_head(f, (10 if major == 1 else 12) + hlen)
-    dtype, shape, fortran, offset = _parse_npy_header(head, f.path)
+    head = bytes(_read_head(f, 6))
+    if head != _NPY_MAGIC:
+        raise FormatError(f"{f.path}: not an NPY file: starts with {head!r}")
+    dtype, shape, fortran, offset = npy_header(lambda off, n: _read_head(f, off + n)[off:], f.path)
     if len(shape) != 2:
         raise FormatError(f"{f.path}: expected a 2-D (rows, width) array, found shape {shape}")
     if fortran and shape[0] > 1 and shape[1] > 1:
@@ -142,24 +130,14 @@ def _open_npy(f: _Opened) -> RowFile:
     return RowFile(path=f.path, dtype=dtype, rows=rows, width=width, offset=offset, format="npy")
 
 
-def _refuse_npy(f: _Opened) -> None:
-    """An NPY file under another name is not read as raw rows (its header would be)."""
-    if f.size < 10 or bytes(_read_head(f, 6)) != _NPY_MAGIC:
-        return
-    try:
-        npy = _open_npy(f)
-    except FormatError:
-        return  # raw rows whose first bytes look like the magic
-    raise FormatError(
-        f"{f.path}: an NPY file ({npy.rows} x {npy.width} {npy.dtype} after a "
-        f"{npy.offset}-byte header), read as raw rows because its name does not end in "
-        ".npy: the header would be read as tokens. Rename it to end in .npy "
-        "(np.lib.format.open_memmap and np.save to an open file write NPY whatever the name)"
-    )
-
-
 def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
-    _refuse_npy(f)
+    refuse_npy_as_raw(
+        lambda offset, n: _read_head(f, offset + n)[offset:],
+        f.path,
+        "rows",
+        "Rename it to end in .npy (np.lib.format.open_memmap and np.save to an open file "
+        "write NPY whatever the name)",
+    )
     side = _sidecar(f.path)
     meta: dict[str, Any] = {}
     text = f.sidecar()

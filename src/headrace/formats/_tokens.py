@@ -16,7 +16,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
-from headrace.formats._npy import _NPY_MAGIC, NPY_HEAD, _parse_npy_header
+from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.io import LocalFile
 
@@ -174,22 +174,6 @@ def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | N
         ) from exc
 
 
-def _refuse_npy(path: str, head: memoryview) -> None:
-    """An NPY file is not read as raw tokens: its header would be the first tokens."""
-    if bytes(head[:6]) != _NPY_MAGIC:
-        return
-    try:
-        dtype, shape, _, offset = _parse_npy_header(head, path)
-    except FormatError:
-        return  # raw tokens whose first bytes look like the magic
-    raise FormatError(
-        f"{path}: an NPY file (shape {shape}, {dtype}, after a {offset}-byte header), not a "
-        "raw token file: its header would be read as tokens. Write the tokens raw "
-        "(np.asarray(tokens, dtype=np.uint16).tofile(path)), or copy them out: "
-        "np.load(path, mmap_mode='r').tofile(path_of_raw_file)"
-    )
-
-
 def open_token_file(
     path: str | os.PathLike[str],
     dtype: DTypeLike | None = None,
@@ -263,7 +247,21 @@ def describe_token_file(
     else:
         raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
     if format != "megatron":
-        _refuse_npy(p, head)
+
+        def at(offset: int, length: int) -> memoryview:
+            return (
+                head[offset : offset + length]
+                if offset + length <= len(head)
+                else files.head(p, offset + length)[0][offset:]
+            )
+
+        refuse_npy_as_raw(
+            at,
+            p,
+            "tokens",
+            "Write the tokens raw (np.asarray(tokens, dtype=np.uint16).tofile(path)), or "
+            "copy them out: np.load(path, mmap_mode='r').tofile(path_of_raw_file)",
+        )
     if tokens is not None and size != tokens * dt.itemsize:
         raise DataError(
             f"{p}: {'truncated: ' if size < tokens * dt.itemsize else ''}the sidecar {side} "
