@@ -65,8 +65,12 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
         assert r["bytes_delivered"] == stored
         assert r["samples_per_s"] > 0
         assert r["mb_per_s"] == pytest.approx(stored / r["fresh_pass_s"] / 1e6)
-        # Against the stored bytes delivered: no variant here reads less than that.
-        assert r["amplification"] >= 1.0, (r["variant"], r["amplification"])
+        # Every file at least once; against the stored bytes delivered, no variant but
+        # headrace's reads less: its read-ahead window may serve a file's samples of
+        # two epochs from one fetch (a file both ends an epoch and starts the next).
+        assert r["bytes_read"] >= int(kind.sizes.sum())
+        if not r["variant"].startswith("headrace"):
+            assert r["amplification"] >= 1.0, (r["variant"], r["amplification"])
         assert r["bytes_before_first_batch"] <= r["bytes_read"]
         lat = r["request_latency_s"]
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]

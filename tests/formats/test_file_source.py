@@ -32,7 +32,7 @@ from headrace.formats import (
     synthetic_arrays,
     write_sample_file,
 )
-from headrace.pipeline import Loader
+from headrace.pipeline import Loader, Mixture
 from headrace.testing import assert_resume_exact, batch_digest
 
 
@@ -458,7 +458,7 @@ def test_held_bytes_stay_within_the_window(tmp_path: Path) -> None:
         n = sum(1 for _ in loader)
     assert n == 12
     st = src.stats
-    assert st.fetches >= 24  # and speculative read-ahead past the last step
+    assert st.fetches == 24  # nothing past the last step
     src.close()
     assert src.stats.held_bytes == 0
     assert size < st.peak_held_bytes <= 4 * size
@@ -525,6 +525,53 @@ def test_stale_read_ahead_is_dropped(tmp_path: Path) -> None:
     assert b["index"].tolist() == [0, 1]
     assert src.stats.held_bytes == 0
     src.close()
+
+
+@pytest.mark.parametrize("steps", [3, 7, 10])
+def test_a_run_fetches_no_file_past_its_last_step(tmp_path: Path, steps: int) -> None:
+    # Guessing the run after each read kept the window busy; after the last step's
+    # read it fetched files no step asks for (a 20-step bench trial read 16 more files).
+    root = make_dataset(tmp_path / "n", "npy", 64)
+    src = FileSource(root, format="npy", in_flight=16)
+    with Loader(src, batch_size=4, seed=3, steps=steps) as loader:
+        files = {int(i) for b in loader for i in b["index"]}
+    src.window.close()  # wait for anything still in flight
+    assert len(files) == 4 * steps  # one epoch: no file twice
+    assert src.stats.fetches == 4 * steps
+    src.close()
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"rank": 1, "world_size": 2, "chunk_steps": 1},  # hosts
+        {"step_stride": 3, "step_offset": 1, "chunk_steps": 1},  # DataLoader workers
+    ],
+)
+def test_a_host_or_worker_fetches_only_its_own_files(tmp_path: Path, split: dict[str, int]) -> None:
+    # The guess after a step (the next B samples) is another host's slice or another
+    # worker's step: each fetched twice the files it used.
+    root = make_dataset(tmp_path / "n", "npy", 64)
+    src = FileSource(root, format="npy", in_flight=16)
+    with Loader(src, batch_size=4, seed=3, steps=12, **split) as loader:
+        used = [int(i) for b in loader for i in b["index"]]
+    src.window.close()
+    assert len(used) == len(set(used)) > 0
+    assert src.stats.fetches == len(used)
+    src.close()
+
+
+def test_a_mixtures_file_sources_fetch_only_their_samples_files(tmp_path: Path) -> None:
+    a = FileSource(make_dataset(tmp_path / "a", "npy", 40), format="npy", in_flight=16)
+    b = FileSource(make_dataset(tmp_path / "b", "npy", 40), format="npy", in_flight=16)
+    mix = Mixture([a, b], [0.5, 0.5], batch_size=8)
+    with Loader(mix, batch_size=8, seed=1, steps=3) as loader:
+        assert sum(1 for _ in loader) == 3
+    for src in (a, b):
+        src.window.close()
+    assert a.stats.fetches + b.stats.fetches == 24
+    a.close()
+    b.close()
 
 
 def test_islice_then_close_leaves_nothing_running(tmp_path: Path) -> None:

@@ -41,8 +41,9 @@ class FileSourceConfig:
     on the reading thread).
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
     ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
-    a file without one of them is an error naming it). ``speculate``: after a contiguous
-    run of samples, read ahead into the next run before the loader asks.
+    a file without one of them is an error naming it). ``speculate``: read without a loader
+    (which names the next read's samples), after a contiguous run of samples read
+    ahead into the run right after it.
     ``on_corrupt``: what a file that does not decode does to its samples:
     ``"raise"`` (a :class:`~headrace.errors.DataError` naming the file) or
     ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``

@@ -149,6 +149,8 @@ class FileSource(Closing):
         self._decoders: ThreadPoolExecutor | None = None
         self._kept: int | None = None
         self._prefetched: set[int] = set()
+        # The samples the loader said follow the next read (None: not told).
+        self._following: tuple[int, NDArray[np.int64]] | None = None
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
         self.replaced_samples = 0
         # The keys of the first file decoded (name, keys): every file must hold the same.
@@ -281,6 +283,8 @@ class FileSource(Closing):
                 self._pick(self._decode_checked(f, self._take_one(f)), f, i, own=True)
                 for f, i in pairs
             ]
+        elif len(samples) == 0:  # a mixture's layout check: the read-ahead is left as it is
+            picked = []
         else:
             order = list(dict.fromkeys(files.tolist()))
             need = set(order)
@@ -291,7 +295,7 @@ class FileSource(Closing):
             self.window.retain(need | set(upcoming))
             ahead = [f for f in upcoming if f not in need]
             if not ahead:
-                ahead = self._guess_next(seed, samples, need)
+                ahead = self._next_files(seed, samples, need)
             self.window.plan(order + ahead)
             decoded = self._fetch_and_decode(order)
             picked = [self._pick(decoded[f], f, i) for f, i in pairs]
@@ -300,18 +304,30 @@ class FileSource(Closing):
             self._replace(seed, samples, index, picked, bad)
         return stack_samples(cast(list[Sample], picked), index)  # no error is left in it
 
-    def _guess_next(self, seed: int, samples: NDArray[np.int64], need: set[int]) -> list[int]:
-        """The files of the run of samples right after a contiguous run (a speculation).
+    def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """The next read will be followed by one of ``samples`` (none: by nothing)."""
+        self._following = (seed, np.asarray(samples, dtype=np.int64))
 
-        The loader names the next chunk only after this one is read; without a
-        guess the window would drain at the end of every chunk. A wrong guess
-        costs fetches, never results: :meth:`read` drops read-ahead it was not
-        asked for.
+    def _next_files(self, seed: int, samples: NDArray[np.int64], need: set[int]) -> list[int]:
+        """The files the read after this one needs, to fetch while this one waits.
+
+        The loader names the next chunk only after this one is read; without them
+        the window would drain at the end of every chunk. Told by the loader
+        (:meth:`followed_by`), they are known; else, after a contiguous run of
+        samples, the run right after it is a guess. A wrong guess costs fetches,
+        never results: :meth:`read` drops read-ahead it was not asked for.
         """
-        n = len(samples)
-        if n == 0 or int(samples[-1]) - int(samples[0]) + 1 != n or not self.config.speculate:
+        told, self._following = self._following, None
+        if told is not None and told[0] == seed:
+            nxt = told[1]
+        else:
+            n = len(samples)
+            if n == 0 or int(samples[-1]) - int(samples[0]) + 1 != n or not self.config.speculate:
+                return []
+            nxt = samples + n
+        if len(nxt) == 0:
             return []
-        files, _ = self.plan.locate(seed, samples + n)
+        files, _ = self.plan.locate(seed, nxt)
         return [f for f in dict.fromkeys(files.tolist()) if f not in need]
 
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:

@@ -501,7 +501,10 @@ class Loader(Closing):
         """Read chunk after chunk; after each, tell the source what comes next.
 
         A source with ``prefetch(seed, samples)`` starts the next chunk's reads
-        while this one is transformed and consumed: same bytes, earlier I/O. The first chunk
+        while this one is transformed and consumed: same bytes, earlier I/O. A source
+        with ``followed_by(seed, samples)`` is told before each read which samples
+        the next read asks for (none after the last step), so that it can fill the
+        slots this read's last fetches free without guessing. The first chunk
         (one step) is handed over before anything is read ahead, so the first
         batch waits for its own blocks only, not for read-ahead sharing the
         storage with them. Under ``host_order="address"`` the source is first
@@ -515,8 +518,9 @@ class Loader(Closing):
             self._prefetch(current)
         first = True
         while current is not None:
-            raw, samples = self._read_raw(current)
             following = next(chunks, None)
+            self._followed_by(following or [])
+            raw, samples = self._read_raw(current)
             if first:
                 yield current, self._transformed(current, raw, samples)
             if following is not None:
@@ -527,6 +531,14 @@ class Loader(Closing):
                 yield current, self._transformed(current, raw, samples)
             first = False
             current = following
+
+    def _followed_by(self, steps: list[int]) -> None:
+        """Tell the source (if it asks) which samples follow the read about to be made."""
+        followed_by = getattr(self.source, "followed_by", None)
+        if followed_by is not None:
+            samples = self._host_samples(steps)
+            with self._read_lock:
+                followed_by(self.seed, samples)
 
     def _prefetch(self, steps: list[int]) -> None:
         """Tell the source (if it reads ahead) which samples come next."""

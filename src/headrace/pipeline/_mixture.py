@@ -296,6 +296,17 @@ class Mixture:
                 else:
                     fn(source_seed(seed, s), local[source == s])
 
+    def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
+        """Tell each source that asks which of its samples the next read asks for
+        (none: a source this next chunk does not draw from is told so)."""
+        samples = np.asarray(samples, dtype=np.int64)
+        source, local = self._locate(seed, samples)
+        for s, src in enumerate(self.sources):
+            fn = getattr(src, "followed_by", None)
+            if fn is not None:
+                with source_lock(src):
+                    fn(source_seed(seed, s), local[source == s])
+
     def _shares(
         self, samples: NDArray[np.int64], share: tuple[float, float]
     ) -> dict[int, tuple[float, float]]:
