@@ -43,7 +43,7 @@ from headrace.formats._table_remote import stored_bytes
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
-from headrace.io._open_files import default_max_idle
+from headrace.io._open_files import hold_files, idle_share, release_files
 
 if TYPE_CHECKING:
     pass
@@ -69,8 +69,9 @@ class _IdleParquet:
     """The Parquet parts of this process that keep an idle reader (an open descriptor),
     least recently used first: past ``bound`` the oldest close theirs, and their next
     decode reopens the file (from the parsed footer: one open and a stat, no read).
-    ``bound`` ``None``: a quarter of the descriptor limit at the time
-    (:func:`~headrace.io._open_files.default_max_idle`, as a RangeReader's idle files):
+    ``bound`` ``None``: its share of a quarter of the descriptor limit at the time,
+    with the readers and token sources keeping files open
+    (:func:`~headrace.io._open_files.idle_share`, as a RangeReader's idle files):
     a batch of random rows decodes row groups of as many files as it has rows, and
     with 64 idle over 300 shards a 64-row batch took 11.3 ms against 6.8 ms.
 
@@ -91,7 +92,8 @@ class _IdleParquet:
             self._parts.pop(id(part), None)
             self._parts[id(part)] = weakref.ref(part)
             victims = []
-            bound = default_max_idle() if self.bound is None else self.bound
+            hold_files(self)
+            bound = idle_share() if self.bound is None else self.bound
             while len(self._parts) > bound:
                 victims.append(self._parts.popitem(last=False)[1]())
         # Outside this lock: a part's own lock is taken before this one (no deadlock).
@@ -102,6 +104,8 @@ class _IdleParquet:
     def forget(self, part: _Part) -> None:
         with self._lock:
             self._parts.pop(id(part), None)
+            if not self._parts:
+                release_files(self)
 
 
 _IDLE = _IdleParquet()

@@ -46,6 +46,9 @@ from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.io._open_files import (  # files kept open without a window
     MAX_IDLE_FILES,
     check_same_file,
+    hold_files,
+    idle_share,
+    release_files,
 )
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
@@ -457,17 +460,24 @@ class TokenSource:
                 f = SegmentedFile(tf.path, tf.members, tf.segments)
             else:
                 f = self._same_file(i, LocalFile(tf.path))
+            if not isinstance(f, (RemoteFile, RemoteSegments)):
+                hold_files(self)
             self._open[i] = f
         return f
 
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
         was = self._identity.setdefault(i, f.identity)
-        check_same_file(f, was, f"at most {MAX_IDLE_FILES} idle files", "token source")
+        check_same_file(f, was, f"at most {self._max_idle()} idle files", "token source")
         return f
 
+    def _max_idle(self) -> int:
+        """Idle files kept: MAX_IDLE_FILES, or this source's share of the process's
+        bound if less (:func:`~headrace.io._open_files.idle_share`)."""
+        return idle_share(most=MAX_IDLE_FILES)
+
     def _close_idle(self, keep: int) -> None:
-        """Close the least recently used files without a window, down to MAX_IDLE_FILES.
+        """Close the least recently used files without a window, down to :meth:`_max_idle`.
 
         A file with a window stays open: its reads may be in flight, and a mapped
         window views its map. An evicted window was drained (nothing in flight) and
@@ -476,7 +486,7 @@ class TokenSource:
         busy = {int(self.layout.window_file[w]) for w in self._windows}
         busy.add(keep)
         idle = [i for i in self._open if i not in busy]
-        for i in idle[: max(0, len(idle) - MAX_IDLE_FILES)]:
+        for i in idle[: max(0, len(idle) - self._max_idle())]:
             f = self._open.pop(i)
             if not isinstance(f, (RemoteFile, RemoteSegments)):
                 f.close()
@@ -562,6 +572,7 @@ class TokenSource:
             if not isinstance(f, (RemoteFile, RemoteSegments)):
                 f.close()
         self._open.clear()
+        release_files(self)
         self._close_stores()
 
     def _close_stores(self) -> None:

@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import errno
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
 from headrace.errors import StorageError
 from headrace.io._file import LocalFile
 
-__all__ = ["MAX_IDLE_FILES", "OpenFiles", "check_same_file", "default_max_idle"]
+__all__ = [
+    "MAX_IDLE_FILES",
+    "OpenFiles",
+    "check_same_file",
+    "default_max_idle",
+    "hold_files",
+    "idle_share",
+    "release_files",
+]
 
 #: Local files a reader (or a token source) keeps open while nothing reads them, for
 #: the next read of the same file (an open on a network mount can cost 100 ms). Past
@@ -54,6 +63,37 @@ def default_max_idle() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         soft = 1 << 16
     return max(1, min(soft, 1 << 16) // 4)
+
+
+# Everything in this process that keeps idle files open (readers, token sources, the
+# tables' Parquet readers): the default bound is shared among them. Each had the whole
+# of it: a mixture of four token datasets of 40 shards each under ``ulimit -n 128``
+# kept 4 x 40 mapped files (two descriptors each) and failed with EMFILE at step 255.
+_HOLDERS: weakref.WeakSet[object] = weakref.WeakSet()
+_HOLDERS_LOCK = threading.Lock()
+
+
+def hold_files(holder: object) -> None:
+    """Count ``holder`` among those sharing :func:`idle_share` (until released or gone)."""
+    with _HOLDERS_LOCK:
+        _HOLDERS.add(holder)
+
+
+def release_files(holder: object) -> None:
+    """``holder`` keeps no idle files any more (closed)."""
+    with _HOLDERS_LOCK:
+        _HOLDERS.discard(holder)
+
+
+def idle_share(budget: int | None = None, most: int | None = None) -> int:
+    """Idle files one holder keeps: ``budget`` (default :func:`default_max_idle`, a
+    quarter of the descriptor limit) divided among the holders in this process, at
+    least 1, at most ``most``. Read at each check, so a holder's share shrinks as
+    others open files and grows back as they close."""
+    if budget is None:
+        budget = default_max_idle()
+    share = max(1, budget // max(1, len(_HOLDERS)))
+    return share if most is None else min(most, share)
 
 
 def check_same_file(f: LocalFile, was: tuple[int, int], bound: str, owner: str) -> None:
@@ -91,9 +131,11 @@ class OpenFiles:
     reopened one, so checking them would make a read's outcome depend on the bound.
     """
 
-    def __init__(self, opener: Callable[[str], LocalFile], max_idle: int = MAX_IDLE_FILES) -> None:
+    def __init__(self, opener: Callable[[str], LocalFile], max_idle: int | None = None) -> None:
         self._opener = opener
-        self.max_idle = max_idle
+        self._max_idle = max_idle
+        # Read once: the share is taken of the limit when the files were first kept.
+        self._budget = default_max_idle()
         self._lock = threading.Lock()
         self._busy: dict[str, _Entry] = {}
         self._idle: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
@@ -104,6 +146,14 @@ class OpenFiles:
 
     def __len__(self) -> int:
         return len(self._busy) + len(self._idle)
+
+    @property
+    def max_idle(self) -> int:
+        """Idle files kept at most: as given, or (``None``) this process's share
+        (:func:`idle_share`) of a quarter of the descriptor limit."""
+        if self._max_idle is not None:
+            return self._max_idle
+        return idle_share(self._budget)
 
     def pin(self, path: str) -> LocalFile:
         """The open file of ``path``, opened if needed; not closed until :meth:`unpin`."""
@@ -120,6 +170,7 @@ class OpenFiles:
                 e = self._take(path)  # raises if the reader was closed meanwhile
                 if e is None:
                     self._check_same(path, f)
+                    hold_files(self)
                     e = self._busy[path] = _Entry(f)
                     e.pins = 1
                     return f
@@ -163,7 +214,8 @@ class OpenFiles:
                 closing.append(e.file)
             else:
                 self._idle[path] = e
-                while len(self._idle) > self.max_idle:
+                bound = self.max_idle
+                while len(self._idle) > bound:
                     closing.append(self._idle.popitem(last=False)[1].file)
         # Out of both tables, so no thread can pin them again: closed outside the lock.
         for f in closing:
@@ -175,6 +227,7 @@ class OpenFiles:
             self._closed = True
             idle = [e.file for e in self._idle.values()]
             self._idle.clear()
+        release_files(self)
         for f in idle:
             f.close()
 

@@ -19,7 +19,7 @@ from headrace.errors import ConfigError, ReadEOFError
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
-from headrace.io._open_files import OpenFiles, default_max_idle
+from headrace.io._open_files import OpenFiles
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
 from headrace.io._ranges import (
@@ -78,7 +78,8 @@ class ReaderConfig:
     least recently read are closed, and reopened (checked to be the same file)
     when read again. ``None``: a quarter of the process's descriptor limit when
     the reader is made (:func:`~headrace.io._open_files.default_max_idle`: 256
-    under ``ulimit -n 1024``).
+    under ``ulimit -n 1024``), shared with the other readers and sources that keep
+    files open in this process (:func:`~headrace.io._open_files.idle_share`).
     """
 
     strategy: Strategy = "adaptive"
@@ -175,7 +176,7 @@ class RangeReader(Closing):
         self.config = config
         self._clock = clock
         idle = config.max_idle_files
-        self._files = OpenFiles(opener, default_max_idle() if idle is None else idle)
+        self._files = OpenFiles(opener, idle)
         self._policy_lock = threading.Lock()
         self._adaptive = AdaptiveState(config.policy) if config.strategy == "adaptive" else None
         self._checked: set[str] = set()  # files whose first mapped read was checked
