@@ -21,7 +21,7 @@ from headrace.cli import main
         ),
         (["emulate", "s3", "--mbps", "0"], "--mbps > 0 (got --latency-ms 0, --mbps 0.0)"),
         (["emulate", "s3", "--max-concurrent", "0"], "--max-concurrent must be >= 1 (got 0)"),
-        (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent must be >= 1"),
+        (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent 0: expected a whole"),
         (
             ["bench", "-w", "jpeg", "--storage", "local", "--max-concurrent", "4"],
             "--latency-ms and --max-concurrent need --storage s3",
