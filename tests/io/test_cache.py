@@ -314,6 +314,24 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert "r.json: cannot write it (No such file or directory)" in capsys.readouterr().err
 
 
+def test_the_cli_shows_a_small_cache_in_bytes_and_kilobytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "2 entries, 0.0 MB" said nothing of a cache of a few small objects.
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path)
+    c.write("|a", 300, "e", blob(300))
+    c.write("|b", 200, "e", blob(200))
+    assert main(["cache", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    counted = c.summary()["bytes"]
+    assert counted < 1000
+    assert first == f"{tmp_path}: 2 entries, {counted:,} B"
+    assert main(["cache", str(tmp_path), "--clear"]) == 0
+    assert capsys.readouterr().out.startswith(f"removed 2 entries, {counted:,} B\n")
+
+
 def test_an_entry_changed_in_place_fails_its_checksum(tmp_path: Path) -> None:
     # Same size, other bytes (bit rot, a torn write the filesystem filled): never served.
     c = ObjectCache(tmp_path)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from headrace._messages import byte_size
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
@@ -330,23 +331,15 @@ def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]
     return changes
 
 
-def _size(n: float) -> str:
-    """Bytes in the unit that reads (MB = 10^6 B): 1,147 B, 300.0 kB, 1.07 GB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def _demand(kind: Any) -> str:
     t = kind.workload.train
     rec = kind.record_bytes()
     b = kind.host_batch
     if t.computation_time <= 0:
-        return f"batch {b} x {_size(rec)}/record; no compute (the loader alone)"
+        return f"batch {b} x {byte_size(rec)}/record; no compute (the loader alone)"
     d = b * rec / t.computation_time
     return (
-        f"batch {b} x {_size(rec)}/record / {t.computation_time:g} s compute = "
+        f"batch {b} x {byte_size(rec)}/record / {t.computation_time:g} s compute = "
         f"{d / 1e6:,.1f} MB/s per accelerator (AU >= {t.au_threshold:.2f})"
     )
 
