@@ -78,10 +78,11 @@ def test_a_copy_in_another_process_reads_the_same_entries(tmp_path: Path) -> Non
     assert got is not None and got.tobytes() == data
 
 
-def test_no_etag_no_entry(tmp_path: Path) -> None:
+def test_no_strong_etag_no_entry(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path)
     assert not c.cacheable(None) and c.cacheable("e")
-    assert c.stats.uncacheable == 1 and entries(tmp_path) == []
+    assert not c.cacheable('W/"5f3a-3e8"') and c.cacheable('"W/"')  # weak; strong (quoted)
+    assert c.stats.uncacheable == 2 and entries(tmp_path) == []
 
 
 def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> None:

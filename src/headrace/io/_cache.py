@@ -10,7 +10,9 @@ An entry is named by a hash of ``(object URL, size, ETag)`` (and the byte
 range, for a range read: a token file's blocks, a row window, a Parquet row
 group's chunks, each the same range every epoch): an object that is replaced
 gets a new ETag and new entries, never the old bytes. Objects
-listed without an ETag are not cached (nothing would tell a replaced one
+listed without an ETag, or with a weak one (``W/"..."``, which an HTTP server
+may keep for other bytes of equivalent meaning, or build from a modification
+time in whole seconds), are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
 reader (any process) sees a whole entry or none; each ends with the CRC-32 of
 its bytes, and an entry whose size or checksum is not right (a disk that lost
@@ -110,8 +112,9 @@ class CacheStats:
     ``hits``/``hit_bytes``: reads served from local disk; ``misses``: reads
     that went to the store; ``written``/``written_bytes``: entries added;
     ``full``: objects not written because the cache was full; ``uncacheable``:
-    objects without an ETag; ``bad_entries``: entries of the wrong size,
-    removed; ``errors``: local reads or writes that failed (the store served).
+    objects without a strong ETag (none, or a weak ``W/"..."``); ``bad_entries``:
+    entries of the wrong size, removed; ``errors``: local reads or writes that
+    failed (the store served).
     """
 
     hits: int = 0
@@ -174,11 +177,14 @@ class ObjectCache:
         return os.path.join(self.directory, h[:2], h[2:40])
 
     def cacheable(self, etag: str | None) -> bool:
-        """Whether an object with this ETag can be cached (``None``: counted, not)."""
-        if etag is None:
+        """Whether an object with this ETag can be cached: a strong one. ``None`` and a
+        weak tag (``W/"..."``: equivalent content, not the same bytes) are counted, not
+        cached."""
+        if etag is None or etag.startswith("W/"):
             with self._lock:
                 self.stats.uncacheable += 1
-        return etag is not None
+            return False
+        return True
 
     def has(self, url: str, size: int, etag: str, offset: int = 0, length: int = -1) -> bool:
         """Whether an entry exists (one ``stat``, a miss counted if not;
