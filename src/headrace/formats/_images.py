@@ -13,8 +13,10 @@ Sample schema
   as Pillow's ``Image.open(f).convert(mode)`` does, pixel for pixel, on both JPEG
   paths: ``(H, W, 1)``, ``(H, W, 2)``, ``(H, W, 3)`` or ``(H, W, 4)`` ``uint8``
   whatever the file holds. An image already in that mode is not converted (no copy).
-* Neither applies an EXIF orientation tag: pixels come as stored, on both
-  JPEG paths (simplejpeg and Pillow).
+* A JPEG's EXIF orientation tag is not applied by default (as Pillow and
+  torchvision): pixels come as stored. ``exif_transpose=True`` turns them upright
+  as ``PIL.ImageOps.exif_transpose`` does, on both JPEG paths (orientations 5-8
+  swap height and width); see :mod:`headrace.formats._exif`.
 
 Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
@@ -37,6 +39,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+from headrace.formats._exif import apply_orientation, jpeg_orientation
 
 __all__ = [
     "IMAGE_MODES",
@@ -145,14 +148,24 @@ def decode_jpeg(
     name: str,
     use_simplejpeg: bool | None = None,
     mode: ImageMode | None = None,
+    exif_transpose: bool = False,
 ) -> NDArray[np.uint8]:
-    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module).
+    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module);
+    ``exif_transpose``: turned upright as its EXIF orientation says.
 
     Uses simplejpeg (libjpeg-turbo, strict mode) when installed, else Pillow;
     ``use_simplejpeg`` forces one (``None``: the fastest available).
     """
     want: ImageMode = check_image_mode(mode) or "RGB"
     view = as_bytes_view(data, name)
+    out = _decode_jpeg(view, name, use_simplejpeg, want)
+    # A PNG named .jpg has no JPEG segments: 1, as stored.
+    return apply_orientation(out, jpeg_orientation(view)) if exif_transpose else out
+
+
+def _decode_jpeg(
+    view: memoryview, name: str, use_simplejpeg: bool | None, want: ImageMode
+) -> NDArray[np.uint8]:
     if bytes(view[:8]) == _PNG_SIG:
         # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
         # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
