@@ -21,7 +21,7 @@ from headrace.cli import main
         ),
         (["emulate", "s3", "--mbps", "0"], "--mbps > 0 (got --latency-ms 0, --mbps 0.0)"),
         (["emulate", "s3", "--max-concurrent", "0"], "--max-concurrent must be >= 1 (got 0)"),
-        (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent must be >= 1"),
+        (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent 0: expected a whole"),
         (
             ["bench", "-w", "jpeg", "--storage", "local", "--max-concurrent", "4"],
             "--latency-ms and --max-concurrent need --storage s3",
@@ -72,3 +72,23 @@ def test_a_closed_pipe_ends_the_output_quietly() -> None:
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (516, "516 B"),
+        (999, "999 B"),
+        (1000, "1.0 kB"),
+        (300_000, "300.0 kB"),
+        (1_500_000, "1.5 MB"),
+        (1_070_000_000, "1.07 GB"),
+        (12_345e9, "12,345.00 GB"),
+    ],
+)
+def test_sizes_are_shown_in_the_unit_that_reads(n: float, text: str) -> None:
+    # One format for every size the CLI prints (bench demand, headrace cache).
+    from headrace._messages import byte_size
+
+    assert byte_size(n) == text

@@ -399,6 +399,22 @@ def test_torch_dtypes_are_taken_as_their_numpy_counterparts() -> None:
         pad_batch([torch.tensor([1])], dtype=torch.bfloat16)
 
 
+def test_an_empty_batch_with_a_torch_dtype_is_torch_tensors() -> None:
+    # No rows to say torch or NumPy: the dtype does (they came back as NumPy arrays).
+    torch = pytest.importorskip("torch")
+    values, mask = pad_batch([], dtype=torch.int64, width=8)
+    assert isinstance(values, torch.Tensor) and isinstance(mask, torch.Tensor)
+    assert (values.dtype, mask.dtype) == (torch.int64, torch.bool)
+    assert values.shape == mask.shape == (0, 8)
+    values = pad_batch([], dtype=torch.float32, return_mask=False)
+    assert isinstance(values, torch.Tensor) and values.shape == (0, 0)
+    assert torch.cat([values, torch.zeros(2, 0)]).shape == (2, 0)
+    # Rows decide where there are any: NumPy rows with a torch dtype stay NumPy.
+    out, _ = pad_batch([np.array([1])], dtype=torch.int64)
+    assert isinstance(out, np.ndarray) and out.dtype == np.int64
+    assert isinstance(pad_batch([], dtype=np.int64)[0], np.ndarray)
+
+
 @pytest.mark.parametrize("form", ["arrays", "ragged"])
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_memory_is_the_outputs_and_no_full_size_copy(form: str, side: str) -> None:

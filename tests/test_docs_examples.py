@@ -224,6 +224,15 @@ def _write_datasets(root: Path) -> None:
     for i in range(8):
         image = synthetic_arrays("png", seed=i, shape=(24, 32, 1 + i % 4))
         write_sample_file("png", root / "crawl" / f"{i:03d}.png", image)
+    # docs/files.md "EXIF orientation": phone photos, tagged with each orientation 1-8.
+    from PIL import Image
+
+    (root / "photos").mkdir()
+    for i in range(8):
+        exif = Image.Exif()
+        exif[0x0112] = i + 1
+        image = synthetic_arrays("jpeg", seed=i, shape=(32, 32, 3))
+        Image.fromarray(image).save(root / "photos" / f"{i:03d}.jpg", exif=exif.tobytes())
     (root / "retinanet").mkdir()  # docs/objects.md: a local directory opened as a store
 
 

@@ -21,6 +21,7 @@ import os
 import time
 from typing import Any
 
+from headrace._messages import byte_size
 from headrace.errors import ConfigError
 from headrace.io import ObjectCache
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         unused = 0.0 if args.clear else args.prune_days * 86_400
         removed, freed = cache.prune(unused)
         report["removed_entries"], report["removed_bytes"] = removed, freed
-        print(f"removed {removed:,} entries, {freed / 1e6:,.1f} MB")
+        print(f"removed {removed:,} entries, {byte_size(freed)}")
     report.update(cache.summary())
     _print(report)
     if args.json:
@@ -67,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(s: dict[str, Any]) -> None:
-    print(f"{s['directory']}: {s['entries']:,} entries, {s['bytes'] / 1e6:,.1f} MB", end="")
+    print(f"{s['directory']}: {s['entries']:,} entries, {byte_size(s['bytes'])}", end="")
     if s["max_bytes"] is not None:
-        print(f" of {s['max_bytes'] / 1e6:,.1f} MB", end="")
+        print(f" of {byte_size(s['max_bytes'])}", end="")
     print()
     now = time.time()
     if s["oldest_use"] is not None:
@@ -86,6 +87,6 @@ def _print(s: dict[str, Any]) -> None:
         print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")
     if "filesystem_free_bytes" in s:
         print(
-            f"filesystem: {s['filesystem_free_bytes'] / 1e9:,.1f} GB free; the cache stops "
-            f"writing at {s['reserve_bytes'] / 1e9:,.1f} GB free"
+            f"filesystem: {byte_size(s['filesystem_free_bytes'])} free; the cache stops "
+            f"writing at {byte_size(s['reserve_bytes'])} free"
         )

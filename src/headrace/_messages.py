@@ -5,7 +5,15 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["unknown_keys"]
+__all__ = ["byte_size", "unknown_keys"]
+
+
+def byte_size(n: float) -> str:
+    """Bytes in the unit that reads (kB = 10^3 B): 516 B, 300.0 kB, 1.5 MB, 1.07 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{n:,.0f} B"
 
 
 def unknown_keys(

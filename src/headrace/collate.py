@@ -75,16 +75,21 @@ def pad_batch(
     would change a value (overflow, a fraction into an integer or bool dtype,
     an integer a float dtype cannot hold exactly) raises :class:`DataError`
     naming the row, the value and the dtype; a float into a narrower float
-    rounds to the nearest. An empty batch gives ``(0, width or 0)`` arrays.
+    rounds to the nearest. An empty batch gives ``(0, width or 0)`` values and
+    mask: torch tensors if ``dtype`` is a torch dtype (no rows say which), else
+    NumPy arrays.
     """
     _ragged.check_side_and_width(side, width)
+    asked_torch = _is_torch_dtype(dtype)
     dtype = _numpy_dtype(dtype)
     torch_out = False
     rows: list[NDArray[Any]] | None = None
     if isinstance(seqs, formats.Ragged):
         values, offsets = seqs.values, seqs.offsets
     else:
-        values, offsets, rows, torch_out = _flatten(list(seqs), dtype, width if truncate else None)
+        seqs = list(seqs)
+        values, offsets, rows, torch_out = _flatten(seqs, dtype, width if truncate else None)
+        torch_out = torch_out or (asked_torch and not seqs)
     out_dtype = np.dtype(dtype) if dtype is not None else values.dtype
     if out_dtype.kind not in "biuf":  # None in a row, an int past int64: Python objects
         raise errors.DataError(

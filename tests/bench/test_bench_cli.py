@@ -172,6 +172,43 @@ def test_bad_arguments_say_what_and_how_to_fix(
     assert not (tmp_path / "data").exists()  # refused before any dataset was written
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--steps", "0"], "--steps 0: expected a whole number >= 1, e.g. --steps 100"),
+        (["--steps", "-3"], "--steps -3: expected a whole number >= 1"),
+        (["--trials", "0"], "--trials 0: expected a whole number >= 1"),
+        (["--batch-size", "0"], "--batch-size 0: expected a whole number >= 1"),
+        (["--files", "-1"], "--files -1: expected a whole number >= 1"),
+        (["--warmup", "-1"], "--warmup -1: expected a whole number >= 0"),
+        (["--scale", "-1"], "--scale -1: expected a number > 0, e.g. --scale 0.1"),
+        (["--scale", "0"], "--scale 0: expected a number > 0"),
+        (["--scale", "nan"], "--scale nan: expected a number > 0"),
+        (["--record-scale", "0"], "--record-scale 0: expected a number > 0"),
+        (["--token-file-gib", "0"], "--token-file-gib 0: expected a number > 0"),
+        (["--latency-ms", "-5"], "--latency-ms -5: expected a number >= 0"),
+        (["--max-concurrent", "0"], "--max-concurrent 0: expected a whole number >= 1"),
+        (["--accelerators", "0"], "--accelerators '0': expected a whole number >= 1"),
+        (["--accelerators", "-2"], "--accelerators '-2': expected a whole number >= 1"),
+        (["--sweep", "in_flight"], "--sweep 'in_flight': expected KEY=V1,V2"),
+        (["--storage", "local", "--endpoint", "http://x"], "need --storage s3"),
+    ],
+)
+@pytest.mark.parametrize("listing", [[], ["--list"], ["--list", "-w", "jpeg"]])
+def test_out_of_range_values_are_refused_with_list_too(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    expected: str,
+    listing: list[str],
+) -> None:
+    # --list printed the built-in workloads for values a run refuses (--steps 0, --scale -1).
+    assert main(["bench", "--root", str(tmp_path / "data"), "-q", *listing, *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert not (tmp_path / "data").exists()
+
+
 def test_compare_refuses_missing_and_foreign_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -123,9 +123,9 @@ def test_short_trials_are_said_to_overstate_a_loader(
 def test_bad_run_sizes_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     root = ["--root", str(tmp_path)]
     assert main(["bench", "--token-file-gib", "-1", *root]) == 2  # "-268435456 tokens"
-    assert "token_file_gib must be > 0 (got -1)" in capsys.readouterr().err
+    assert "--token-file-gib -1: expected a number > 0" in capsys.readouterr().err
     assert main(["bench", "--steps", "0", *root]) == 2  # named self.steps=0
-    assert "(got batch_size=32, steps=0," in capsys.readouterr().err
+    assert "--steps 0: expected a whole number >= 1" in capsys.readouterr().err
 
 
 def test_a_dataset_flag_goes_to_the_workloads_that_take_it(

@@ -15,41 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _count_files import COUNTS, FORMAT, dataset, rows, write
 from headrace.errors import ConfigError, DataError, FormatError, StateError
 from headrace.formats import FilePlan, FileSource, IterableFiles, sample_digests
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
-
-COUNTS = [5, 3, 0, 7, 1, 4, 6, 2]  # a file of none, one of one, a short last shard
-EXT = {"npy": "npy", "npz": "npz", "npzc": "npz", "hdf5": "h5"}
-FORMAT = {"npzc": "npz"}
-
-
-def rows(f: int, c: int) -> np.ndarray:
-    """File ``f``'s samples: sample ``i`` holds ``1000 f + i`` in every element."""
-    base = (1000 * f + np.arange(c, dtype=np.float32)).reshape(c, 1, 1)
-    return np.broadcast_to(base, (c, 2, 3)).copy()
-
-
-def write(path: Path, kind: str, x: np.ndarray) -> None:
-    y = x[:, 0, 0].astype(np.int64)
-    if kind == "npy":
-        np.save(path, x)
-    elif kind == "npz":
-        np.savez(path, x=x, y=y)
-    elif kind == "npzc":
-        np.savez_compressed(path, x=x, y=y)
-    else:
-        with h5py.File(path, "w") as h:
-            h.create_dataset("x", data=x, chunks=True if len(x) else None)
-            h["y"] = y
-
-
-def dataset(root: Path, kind: str, counts: list[int] = COUNTS) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for f, c in enumerate(counts):
-        write(root / f"r{f:03d}.{EXT[kind]}", kind, rows(f, c))
-    return root
 
 
 def source(root: Path, kind: str, spf: Any = "header", **kw: Any) -> FileSource:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
+from _count_files import COUNTS, FORMAT
+from _count_files import dataset as counted
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import PermissionDeniedError, StorageError
 from headrace.formats import FileSource
@@ -22,31 +23,11 @@ from headrace.testing import batch_digest
 pytestmark = pytest.mark.integration
 
 KINDS = ("npy", "npz", "npzc", "hdf5")
-# As tests/formats/test_file_counts.py: a file of none, one of one, a short last shard.
-COUNTS = [5, 3, 0, 7, 1, 4, 6, 2]
-EXT = {"npy": "npy", "npz": "npz", "npzc": "npz", "hdf5": "h5"}
-FORMAT = {"npzc": "npz"}
 
 
 def dataset(root: Path, kind: str) -> Path:
-    """File ``f``'s sample ``i``: ``1000 f + i`` plus noise (that deflate cannot shrink)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for f, c in enumerate(COUNTS):
-        # 16 KiB a sample: a file is larger than the reads that count it.
-        base = (1000 * f + np.arange(c, dtype=np.float32))[:, None, None]
-        x = base + np.random.default_rng(f).random((c, 64, 64), dtype=np.float32)
-        y, path = x[:, 0, 0].astype(np.int64), root / f"r{f:03d}.{EXT[kind]}"
-        if kind == "npy":
-            np.save(path, x)
-        elif kind == "npz":
-            np.savez(path, x=x, y=y)
-        elif kind == "npzc":
-            np.savez_compressed(path, x=x, y=y)
-        else:
-            with h5py.File(path, "w") as h:
-                h.create_dataset("x", data=x, chunks=True if c else None)
-                h["y"] = y
-    return root
+    # 16 KiB a sample, noisy: a file is larger than the reads that count it.
+    return counted(root, kind, shape=(64, 64), noise=True)
 
 
 @pytest.fixture(scope="module")

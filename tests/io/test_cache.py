@@ -32,6 +32,17 @@ def entries(root: Path) -> list[Path]:
 TRAILER = ObjectCache.TRAILER_BYTES  # every entry's checksum trailer
 
 
+def on_disk(root: Path, n: int) -> int:
+    """The disk space the cache counts for an entry of ``n`` bytes: whole blocks."""
+    block = os.statvfs(root).f_frsize
+    return -(-(n + TRAILER) // block) * block
+
+
+def disk_bytes(root: Path) -> int:
+    """What the cache's entries take on disk (whole blocks), by the filesystem's count."""
+    return sum(p.stat().st_blocks * 512 for p in entries(root))
+
+
 def payload(entry: Path) -> bytes:
     return entry.read_bytes()[:-TRAILER]
 
@@ -67,10 +78,11 @@ def test_a_copy_in_another_process_reads_the_same_entries(tmp_path: Path) -> Non
     assert got is not None and got.tobytes() == data
 
 
-def test_no_etag_no_entry(tmp_path: Path) -> None:
+def test_no_strong_etag_no_entry(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path)
     assert not c.cacheable(None) and c.cacheable("e")
-    assert c.stats.uncacheable == 1 and entries(tmp_path) == []
+    assert not c.cacheable('W/"5f3a-3e8"') and c.cacheable('"W/"')  # weak; strong (quoted)
+    assert c.stats.uncacheable == 2 and entries(tmp_path) == []
 
 
 def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> None:
@@ -140,7 +152,7 @@ def test_a_directory_that_cannot_be_made_stops_writing(tmp_path: Path) -> None:
 
 
 def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
-    cap = 10_000 + 2 * TRAILER  # room for 6,000 + 4,000 bytes and their trailers
+    cap = on_disk(tmp_path, 6000) + on_disk(tmp_path, 4000)  # room for these two
     first = ObjectCache(tmp_path, max_bytes=cap)
     assert first.write("|a", 6000, "e", blob(6000))
     # A second process: sizes the directory (first's entry) before its first write.
@@ -149,11 +161,12 @@ def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
     assert second.write("|c", 4000, "e", blob(4000))
     assert not second.write("|d", 1, "e", b"x")
     assert (second.stats.written, second.stats.full) == (1, 2)
-    assert sum(p.stat().st_size for p in entries(tmp_path)) == cap
+    assert disk_bytes(tmp_path) == cap
 
 
 def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
-    c = ObjectCache(tmp_path, max_bytes=10_000)
+    cap = on_disk(tmp_path, 9000)
+    c = ObjectCache(tmp_path, max_bytes=cap)
     sub = tmp_path / "ab"
     sub.mkdir()
     old = sub / f"{'cd' * 19}{cache_mod._TMP}123-dead0000"
@@ -171,13 +184,13 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     c.prune(0)
     os.replace(fresh, old)
     os.utime(old, (past, past))
-    assert ObjectCache(tmp_path, max_bytes=10_000).write("|b", 10, "e", blob(10))
+    assert ObjectCache(tmp_path, max_bytes=cap).write("|b", 10, "e", blob(10))
     assert old.exists()  # the count is fresh: not sized
     ledger = tmp_path / cache_mod._LEDGER
     raw = bytearray(ledger.read_bytes())
     raw[12:20] = cache_mod.struct.pack("<d", past)  # measured two hours ago
     ledger.write_bytes(raw)
-    assert ObjectCache(tmp_path, max_bytes=10_000).write("|c", 10, "e", blob(10))
+    assert ObjectCache(tmp_path, max_bytes=cap).write("|c", 10, "e", blob(10))
     assert not old.exists()
 
 
@@ -273,14 +286,15 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
 
     from headrace.cli import main
 
-    c = ObjectCache(tmp_path, max_bytes=10_000)
+    c = ObjectCache(tmp_path, max_bytes=on_disk(tmp_path, 3000) + on_disk(tmp_path, 6000))
     old, new = blob(3000, 1), blob(2000, 2)
     c.write("|old", 3000, "e", old)
     c.write("|new", 2000, "e", new)
     past = time.time() - 10 * 86_400
     os.utime(c.path("|old", 3000, "e"), (past, past))  # neither read nor written for 10 days
     s = c.summary()
-    assert (s["entries"], s["bytes"], s["temporaries"]) == (2, 5000 + 2 * TRAILER, 0)
+    assert (s["entries"], s["temporaries"]) == (2, 0)
+    assert s["bytes"] == on_disk(tmp_path, 3000) + on_disk(tmp_path, 2000) == disk_bytes(tmp_path)
     assert s["oldest_use"] == pytest.approx(past) and s["filesystem_free_bytes"] > 0
 
     assert main(["cache", str(tmp_path), "--prune-days", "7", "--json", str(tmp_path / "r.j")]) == 0
@@ -288,7 +302,7 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert "removed 1 entries" in printed and "1 entries" in printed
     report = json.loads((tmp_path / "r.j").read_text())
     removed = (report["removed_entries"], report["removed_bytes"], report["entries"])
-    assert removed == (1, 3000 + TRAILER, 1)
+    assert removed == (1, on_disk(tmp_path, 3000), 1)
     assert c.read("|old", 3000, "e") is None  # gone: read from the store next time
     got = c.read("|new", 2000, "e")
     assert got is not None and got.tobytes() == new
@@ -312,6 +326,47 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     capsys.readouterr()
     assert main(["cache", str(tmp_path), "--json", str(tmp_path / "no" / "r.json")]) == 2
     assert "r.json: cannot write it (No such file or directory)" in capsys.readouterr().err
+
+
+def test_the_cli_shows_a_small_cache_in_bytes_and_kilobytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "2 entries, 0.0 MB" said nothing of a cache of a few small objects.
+    from headrace._messages import byte_size
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path)
+    c.write("|a", 300, "e", blob(300))
+    c.write("|b", 200, "e", blob(200))
+    assert main(["cache", str(tmp_path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    counted = c.summary()["bytes"]  # two blocks on disk: 8,192 bytes on ext4
+    assert counted == on_disk(tmp_path, 300) + on_disk(tmp_path, 200) < 100_000
+    assert first == f"{tmp_path}: 2 entries, {byte_size(counted)}"
+    assert " 0.0 " not in first
+    assert main(["cache", str(tmp_path), "--clear"]) == 0
+    assert capsys.readouterr().out.startswith(f"removed 2 entries, {byte_size(counted)}\n")
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["ledger", "no-ledger"])
+def test_the_budget_bounds_the_disk_space_small_entries_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    # 500-byte entries take a whole block each (4 KiB on ext4): counting their sizes let
+    # a 64 KiB budget hold 127 of them, 508 KiB on disk.
+    if not shared:  # a directory without a ledger (one that cannot be locked)
+        monkeypatch.setattr(ObjectCache, "_count_shared", lambda self, size: None)
+    budget = 64 << 10
+    c = ObjectCache(tmp_path, max_bytes=budget)
+    written = sum(c.write(f"|k{i}", 500, "e", blob(500, i)) for i in range(200))
+    block = os.statvfs(tmp_path).f_frsize
+    assert 0 < disk_bytes(tmp_path) <= budget
+    assert written == budget // max(block, 512)  # the budget is used, whole blocks at a time
+    s = c.summary()
+    assert (s["entries"], s["bytes"]) == (written, disk_bytes(tmp_path))
+    assert c.stats.full == 200 - written
+    removed, freed = c.prune()
+    assert (removed, freed) == (written, s["bytes"])
 
 
 def test_an_entry_changed_in_place_fails_its_checksum(tmp_path: Path) -> None:
@@ -411,7 +466,7 @@ def test_prune_and_clear_leave_a_directory_that_is_not_a_cache_alone(
     assert c.write(URL, 100, "e", blob(100))
     assert c.summary()["entries"] == 1
     assert c.summary()["other_files"] == 2
-    assert c.prune(0) == (1, 100 + TRAILER)
+    assert c.prune(0) == (1, on_disk(project, 100))
     assert {p: p.read_bytes() for p in before} == before
 
 
@@ -431,14 +486,13 @@ def test_max_bytes_holds_across_processes_filling_it_at_once(tmp_path: Path) -> 
     from concurrent.futures import ProcessPoolExecutor
 
     procs = 6
-    cap = 10 * (2000 + TRAILER)
+    cap = 10 * on_disk(tmp_path, 2000)
     ctx = mp.get_context("spawn")
     with ctx.Manager() as manager, ProcessPoolExecutor(procs, mp_context=ctx) as pool:
         barrier = manager.Barrier(procs)
         futures = [pool.submit(_fill, str(tmp_path), r, cap, barrier) for r in range(procs)]
         written = sum(f.result() for f in futures)
-    on_disk = sum(p.stat().st_size for p in entries(tmp_path))
-    assert written == 10 and on_disk == cap
+    assert written == 10 and disk_bytes(tmp_path) == cap
 
 
 def test_a_clear_that_cannot_remove_entries_says_so(
@@ -465,7 +519,7 @@ def test_a_clear_that_cannot_remove_entries_says_so(
     assert main(["cache", str(tmp_path), "--clear"]) == 2
     assert "1 entries could not be removed" in capsys.readouterr().err
     monkeypatch.undo()
-    assert c.prune(0) == (1, 100 + TRAILER)
+    assert c.prune(0) == (1, on_disk(tmp_path, 100))
     assert c.write("|o4", 100, "e", blob(100))  # the count was measured again
 
 
@@ -476,7 +530,8 @@ def test_cache_bytes_zero_reads_what_is_there_and_adds_nothing(tmp_path: Path) -
     got = reader.read(URL, 100, "e")
     assert got is not None and got.tobytes() == data
     assert not reader.write("|other", 100, "e", data)
-    small = ObjectCache(tmp_path / "small", max_bytes=99 + TRAILER)  # under one object
+    # Under one object's block (100 bytes and the trailer fit, a block does not).
+    small = ObjectCache(tmp_path / "small", max_bytes=on_disk(tmp_path, 100) - 1)
     assert not small.write(URL, 100, "e", data)
     assert (reader.stats.full, small.stats.full) == (1, 1)
     assert entries(tmp_path / "c") == [Path(reader.path(URL, 100, "e"))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from headrace._messages import byte_size
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
@@ -156,6 +158,37 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     return wl
 
 
+# (flag, attribute, least value, whether the least is allowed, example): the options whose
+# range a run (and --list) refuses before it reads a workload.
+_RANGES: tuple[tuple[str, str, float, bool, str], ...] = (
+    ("--steps", "steps", 1, True, "100"),
+    ("--trials", "trials", 1, True, "3"),
+    ("--warmup", "warmup", 0, True, "10"),
+    ("--batch-size", "batch_size", 1, True, "32"),
+    ("--files", "files", 1, True, "64"),
+    ("--max-concurrent", "max_concurrent", 1, True, "16"),
+    ("--scale", "scale", 0, False, "0.1"),
+    ("--record-scale", "record_scale", 0, False, "0.01"),
+    ("--token-file-gib", "token_file_gib", 0, False, "0.25"),
+    ("--latency-ms", "latency_ms", 0, True, "20"),
+)
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    for flag, attr, least, inclusive, example in _RANGES:
+        v = getattr(args, attr, None)
+        if v is None:
+            continue
+        # Written "not (v >= least)" so that NaN is refused too.
+        if not (v >= least if inclusive else v > least) or v == math.inf:
+            what = "a whole number" if isinstance(v, int) else "a number"
+            shown = f"{v:g}" if isinstance(v, float) else str(v)
+            raise ConfigError(
+                f"{flag} {shown}: expected {what} {'>=' if inclusive else '>'} {least}, "
+                f"e.g. {flag} {example}"
+            )
+
+
 def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
     key, eq, values = text.partition("=")
@@ -262,8 +295,6 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(
             "--storage-url, --endpoint, --latency-ms and --max-concurrent need --storage s3"
         )
-    if reader.get("max_concurrent", 1) < 1:
-        raise ConfigError(f"--max-concurrent must be >= 1 (got {reader['max_concurrent']})")
     if len(reader) > int("storage" in reader):
         reader["storage"] = "s3"  # an S3 option implies S3
     return reader
@@ -300,23 +331,15 @@ def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]
     return changes
 
 
-def _size(n: float) -> str:
-    """Bytes in the unit that reads (MB = 10^6 B): 1,147 B, 300.0 kB, 1.07 GB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def _demand(kind: Any) -> str:
     t = kind.workload.train
     rec = kind.record_bytes()
     b = kind.host_batch
     if t.computation_time <= 0:
-        return f"batch {b} x {_size(rec)}/record; no compute (the loader alone)"
+        return f"batch {b} x {byte_size(rec)}/record; no compute (the loader alone)"
     d = b * rec / t.computation_time
     return (
-        f"batch {b} x {_size(rec)}/record / {t.computation_time:g} s compute = "
+        f"batch {b} x {byte_size(rec)}/record / {t.computation_time:g} s compute = "
         f"{d / 1e6:,.1f} MB/s per accelerator (AU >= {t.au_threshold:.2f})"
     )
 
@@ -447,13 +470,16 @@ def check(args: argparse.Namespace) -> list[Kind]:
             "to pick a workload use -w NAME"
         )
     root = args.root or default_root()
+    # Refused with --list too: it lists the workloads a run with these options would run.
+    _check_ranges(args)
+    parse_accelerators(args.accelerators)
+    if args.sweep:
+        parse_sweep(args.sweep)
+    _storage_options(args)
     if args.list:
         return (
             [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
         )
-    parse_accelerators(args.accelerators)
-    if args.sweep:
-        parse_sweep(args.sweep)
     return [make_kind(wl, root) for wl in _workloads(args)]
 
 

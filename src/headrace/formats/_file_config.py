@@ -54,6 +54,10 @@ class FileSourceConfig:
     every image as Pillow's ``Image.open(f).convert(image_mode)`` does (what
     torchvision's default loader does with ``"RGB"``), so a set mixing grey, RGB and
     RGBA files stacks; ``None`` (default): JPEG as RGB, PNG as stored.
+    ``exif_transpose`` (JPEG): ``True`` turns each image upright as its EXIF
+    orientation tag says (``PIL.ImageOps.exif_transpose``; a phone's portrait photo
+    tagged "rotate 90" comes portrait, height and width swapped); ``False``
+    (default, as Pillow and torchvision): pixels as stored.
     ``cache_dir``: keep each object read from an object store on local disk
     there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
     and read it from there the next time (see :class:`headrace.io.ObjectCache`).
@@ -75,10 +79,25 @@ class FileSourceConfig:
     cache_dir: str | os.PathLike[str] | None = None
     cache_bytes: int | None = None
     image_mode: ImageMode | None = None
+    exif_transpose: bool = False
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
         check_image_mode(self.image_mode, "image_mode")
+        if not isinstance(self.exif_transpose, bool):
+            raise ConfigError(
+                f"exif_transpose must be True or False (got {self.exif_transpose!r})."
+            )
+        if self.exif_transpose and fmt.name != "jpeg":
+            raise ConfigError(
+                f"exif_transpose turns JPEGs upright; {fmt.name} files are read as stored "
+                "(got exif_transpose=True): leave it out."
+            )
+        if self.exif_transpose and not self.decode:
+            raise ConfigError(
+                "exif_transpose=True turns decoded pixels; decode=False hands over the "
+                "files' bytes: drop one of the two."
+            )
         if self.image_mode is not None and fmt.name not in ("jpeg", "png"):
             raise ConfigError(
                 f"image_mode converts JPEG and PNG pixels; {fmt.name} files are not images "

@@ -50,8 +50,10 @@ def decode_file(
     decode: bool,
     datasets: Sequence[str] | None,
     image_mode: ImageMode | None = None,
+    exif_transpose: bool = False,
 ) -> Sample:
-    """Every array of one file, by output key (``image_mode``: JPEG and PNG only)."""
+    """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
+    ``exif_transpose``: JPEG only)."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
@@ -59,7 +61,10 @@ def decode_file(
         return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
     if fmt.name == "npz" and datasets:
         return dict(fmt.decoder(data, name=name, keys=datasets))
-    out = fmt.decoder(data, name=name, **({} if image_mode is None else {"mode": image_mode}))
+    options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}
+    if exif_transpose:
+        options["exif_transpose"] = True
+    out = fmt.decoder(data, name=name, **options)
     if isinstance(out, Mapping):
         return dict(out)
     key = "image" if fmt.name in ("jpeg", "png") else "data"

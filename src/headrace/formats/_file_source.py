@@ -203,6 +203,8 @@ class FileSource(Closing):
         # so with the format's own pixels) still load, and a JPEG's "RGB" is its default.
         if c.image_mode is not None and (self.format.name, c.image_mode) != ("jpeg", "RGB"):
             out["image_mode"] = c.image_mode
+        if c.exif_transpose:  # turned pixels: not the data a run without it read
+            out["exif_transpose"] = True
         return out
 
     def _counts_part(self) -> int | list[int]:
@@ -351,6 +353,7 @@ class FileSource(Closing):
             decode=c.decode,
             datasets=c.datasets,
             image_mode=c.image_mode,
+            exif_transpose=c.exif_transpose,
         )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first

@@ -13,23 +13,25 @@ Sample schema
   as Pillow's ``Image.open(f).convert(mode)`` does, pixel for pixel, on both JPEG
   paths: ``(H, W, 1)``, ``(H, W, 2)``, ``(H, W, 3)`` or ``(H, W, 4)`` ``uint8``
   whatever the file holds. An image already in that mode is not converted (no copy).
-* Neither applies an EXIF orientation tag: pixels come as stored, on both
-  JPEG paths (simplejpeg and Pillow).
+* A JPEG's EXIF orientation tag is not applied by default (as Pillow and
+  torchvision): pixels come as stored. ``exif_transpose=True`` turns them upright
+  as ``PIL.ImageOps.exif_transpose`` does, on both JPEG paths (orientations 5-8
+  swap height and width); see :mod:`headrace.formats._exif`.
 
 Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
-SOI at the start and EOI at the end; PNG: signature and a final IEND chunk)
-and warnings are errors.
+SOI at the start and EOI at the end; PNG: signature and a final IEND chunk).
+Warning filters are left alone (they are process-wide, and decode threads run
+beside the training loop): a warning Pillow issues while decoding goes through
+the process's filters like any other, and is a ``FormatError`` where they make
+it an error.
 """
 
 from __future__ import annotations
 
 import io
 import re
-import threading
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+import struct
 from typing import Any, Literal, TypeAlias, get_args
 
 import numpy as np
@@ -37,6 +39,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+from headrace.formats._exif import apply_orientation, jpeg_orientation
 
 __all__ = [
     "IMAGE_MODES",
@@ -63,12 +66,6 @@ _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before
 # width, height and bit depth): 4 is grey + alpha.
 _PNG_COLOR_TYPE = 25
 _PNG_GREY_ALPHA = 4
-
-# Decoding threads inside _strict_warnings(), and the filters it replaced.
-_PILLOW_MODULES = r"PIL(\.|$)"  # the module a warning is issued from (warnings' "module")
-_strict_lock = threading.Lock()
-_strict_users = 0
-_strict_saved: list[Any] = []
 
 try:
     import simplejpeg as _simplejpeg
@@ -151,14 +148,24 @@ def decode_jpeg(
     name: str,
     use_simplejpeg: bool | None = None,
     mode: ImageMode | None = None,
+    exif_transpose: bool = False,
 ) -> NDArray[np.uint8]:
-    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module).
+    """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module);
+    ``exif_transpose``: turned upright as its EXIF orientation says.
 
     Uses simplejpeg (libjpeg-turbo, strict mode) when installed, else Pillow;
     ``use_simplejpeg`` forces one (``None``: the fastest available).
     """
     want: ImageMode = check_image_mode(mode) or "RGB"
     view = as_bytes_view(data, name)
+    out = _decode_jpeg(view, name, use_simplejpeg, want)
+    # A PNG named .jpg has no JPEG segments: 1, as stored.
+    return apply_orientation(out, jpeg_orientation(view)) if exif_transpose else out
+
+
+def _decode_jpeg(
+    view: memoryview, name: str, use_simplejpeg: bool | None, want: ImageMode
+) -> NDArray[np.uint8]:
     if bytes(view[:8]) == _PNG_SIG:
         # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
         # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
@@ -220,11 +227,8 @@ def _pil_decode(
     already (``None``: a PNG's own mode, see :func:`_png_mode`)."""
     image_mod = _pil()
     try:
-        # Over MAX_IMAGE_PIXELS Pillow warns and decodes; over twice it refuses (below).
-        with (
-            _strict_warnings(image_mod.DecompressionBombWarning),
-            image_mod.open(BufferReader(view), formats=[kind]) as img,
-        ):
+        with _pil_open(image_mod, view, kind) as img:
+            _check_pixels(img.size[1], img.size[0], name, kind)
             img.load()
             if mode in ("L", "RGB"):
                 # tRNS changes no pixel of an "L" or "RGB" result, only its info; for a
@@ -235,11 +239,6 @@ def _pil_decode(
             elif img.mode != mode:  # convert() copies even when the mode is the same
                 img = img.convert(mode)
             arr = np.asarray(img)
-    except image_mod.DecompressionBombError as exc:
-        # Raised by open(), before the size is known here: Pillow's message has the count.
-        found = re.search(r"\((\d+) pixels\)", str(exc))
-        pixels = f"{int(found.group(1)):,}" if found else "too many"
-        raise _bomb_error(name, kind, pixels, image_mod.MAX_IMAGE_PIXELS) from exc
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
         # Pillow's "cannot identify image file" names our reader object, not the file.
         why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
@@ -249,35 +248,20 @@ def _pil_decode(
     return arr
 
 
-@contextmanager
-def _strict_warnings(ignored: type[Warning]) -> Iterator[None]:
-    """Pillow's warnings are errors (but ``ignored``) while any thread decodes with it.
-
-    Warning filters are process-wide, not per thread (until Python 3.14), and
-    decode threads run all the time a loader reads ahead: so only warnings issued
-    by Pillow's own modules are made errors, never the training loop's (a plain
-    ``simplefilter("error")`` here made a ``UserWarning`` of the main thread an
-    exception while a batch decoded). ``catch_warnings`` in each thread was no
-    better: with several decode threads, the last to leave could restore "error"
-    for good. Here the first thread in installs the filters and the last out
-    restores what was there before.
-    """
-    global _strict_users, _strict_saved
-    with _strict_lock:
-        if _strict_users == 0:
-            _strict_saved = list(warnings.filters)
-            warnings.filterwarnings("error", module=_PILLOW_MODULES)
-            warnings.filterwarnings("ignore", category=ignored, module=_PILLOW_MODULES)
-        _strict_users += 1
+def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:
+    """``Image.open(f, formats=[kind])`` without its decompression-bomb check, which
+    :func:`_check_pixels` makes instead: over ``MAX_IMAGE_PIXELS`` Pillow warns and
+    decodes, and making that warning an error (or ignoring it) takes a warning filter,
+    which is process-wide; the plugin's own opener, as ``Image.open`` calls it, needs
+    none. Over twice the limit is refused, as Pillow refuses it."""
+    if kind not in image_mod.OPEN:
+        image_mod.preinit()  # registers JPEG and PNG, as Image.open does
+    factory = image_mod.OPEN[kind][0]
     try:
-        yield
-    finally:
-        with _strict_lock:
-            _strict_users -= 1
-            if _strict_users == 0:
-                warnings.filters = _strict_saved  # as catch_warnings restores them
-                # What catch_warnings does on exit: drop the cached "already warned" state.
-                getattr(warnings, "_filters_mutated", lambda: None)()
+        return factory(BufferReader(view), None)
+    except (SyntaxError, IndexError, TypeError, struct.error) as exc:
+        # What Image.open says for these: no plugin could read the header.
+        raise image_mod.UnidentifiedImageError(f"cannot identify image file ({exc})") from exc
 
 
 def _png_mode(img: Any) -> Any:

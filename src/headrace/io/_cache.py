@@ -10,13 +10,16 @@ An entry is named by a hash of ``(object URL, size, ETag)`` (and the byte
 range, for a range read: a token file's blocks, a row window, a Parquet row
 group's chunks, each the same range every epoch): an object that is replaced
 gets a new ETag and new entries, never the old bytes. Objects
-listed without an ETag are not cached (nothing would tell a replaced one
+listed without an ETag, or with a weak one (``W/"..."``, which an HTTP server
+may keep for other bytes of equivalent meaning, or build from a modification
+time in whole seconds), are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
 reader (any process) sees a whole entry or none; each ends with the CRC-32 of
 its bytes, and an entry whose size or checksum is not right (a disk that lost
 or changed a write) is removed and its bytes read from the store again.
 
-The cache never evicts: it fills until it holds ``max_bytes`` (counted for
+The cache never evicts: it fills until it holds ``max_bytes`` of disk space
+(whole filesystem blocks: a 500-byte entry takes 4 KiB on ext4; counted for
 every process sharing the directory, in one ledger under a file lock) (or until its
 filesystem would have less than :func:`reserve_bytes` free: 5% of it, at least
 1 GiB, so checkpoints and logs on the same disk still fit), then later objects
@@ -109,8 +112,9 @@ class CacheStats:
     ``hits``/``hit_bytes``: reads served from local disk; ``misses``: reads
     that went to the store; ``written``/``written_bytes``: entries added;
     ``full``: objects not written because the cache was full; ``uncacheable``:
-    objects without an ETag; ``bad_entries``: entries of the wrong size,
-    removed; ``errors``: local reads or writes that failed (the store served).
+    objects without a strong ETag (none, or a weak ``W/"..."``); ``bad_entries``:
+    entries of the wrong size, removed; ``errors``: local reads or writes that
+    failed (the store served).
     """
 
     hits: int = 0
@@ -148,6 +152,7 @@ class ObjectCache:
         self._used: int | None = None  # bytes in the directory, counted on first write
         self._measured = 0.0  # when they were last counted (time.monotonic)
         self._stopped: str | None = None  # why this process stopped writing
+        self._block: int | None = None  # the filesystem's allocation unit, once known
         self._warned: set[str] = set()
 
     #: Bytes each entry adds to the data it keeps (its checksum trailer).
@@ -172,11 +177,14 @@ class ObjectCache:
         return os.path.join(self.directory, h[:2], h[2:40])
 
     def cacheable(self, etag: str | None) -> bool:
-        """Whether an object with this ETag can be cached (``None``: counted, not)."""
-        if etag is None:
+        """Whether an object with this ETag can be cached: a strong one. ``None`` and a
+        weak tag (``W/"..."``: equivalent content, not the same bytes) are counted, not
+        cached."""
+        if etag is None or etag.startswith("W/"):
             with self._lock:
                 self.stats.uncacheable += 1
-        return etag is not None
+            return False
+        return True
 
     def has(self, url: str, size: int, etag: str, offset: int = 0, length: int = -1) -> bool:
         """Whether an entry exists (one ``stat``, a miss counted if not;
@@ -243,7 +251,7 @@ class ObjectCache:
             "are read from the store (further such entries are counted in stats.bad_entries)",
         )
         if _unlink(path):
-            self._unreserve(size)
+            self._unreserve(self._on_disk(size))
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -256,7 +264,8 @@ class ObjectCache:
             # Another process read the same object meanwhile (ranks reading one token
             # file) and kept it: writing it again would count its bytes twice.
             return False
-        if not self._reserve(n + _TRAILER.size):
+        need = self._on_disk(n + _TRAILER.size)
+        if not self._reserve(need):
             return False
         trailer = _TRAILER.pack(_MAGIC, zlib.crc32(view), n)
         tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
@@ -272,7 +281,7 @@ class ObjectCache:
                 os.close(fd)
             os.replace(tmp, path)  # whole or not at all, for every reader
         except OSError as exc:
-            self._unreserve(n + _TRAILER.size)
+            self._unreserve(need)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -288,6 +297,21 @@ class ObjectCache:
             self.stats.written += 1
             self.stats.written_bytes += n
         return True
+
+    def _on_disk(self, size: int) -> int:
+        """The disk space a file of ``size`` bytes takes: whole blocks of the
+        filesystem, as :func:`_disk_bytes` measures them."""
+        if self._block is None:
+            # Not made yet (nothing is made for an entry that cannot fit): it will be
+            # on the filesystem of the nearest folder that is.
+            where = self.directory
+            while not os.path.isdir(where) and os.path.dirname(where) != where:
+                where = os.path.dirname(where)
+            try:
+                self._block = os.statvfs(where).f_frsize or 1
+            except OSError:
+                return size  # the write will fail and say why
+        return -(-size // self._block) * self._block
 
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
@@ -442,7 +466,7 @@ class ObjectCache:
             if st is None:
                 continue
             if kind == "entry":
-                total += st.st_size
+                total += _disk_bytes(st)
             elif now - st.st_mtime > _STALE_TMP_S:
                 _unlink(path)
         return total
@@ -463,7 +487,7 @@ class ObjectCache:
                 tmps += 1
                 continue
             entries += 1
-            size += st.st_size
+            size += _disk_bytes(st)
             used = max(st.st_atime, st.st_mtime)
             oldest = used if oldest is None else min(oldest, used)
             newest = used if newest is None else max(newest, used)
@@ -515,7 +539,7 @@ class ObjectCache:
                 first = first or (path, exc)
                 continue
             removed += 1
-            freed += st.st_size
+            freed += _disk_bytes(st)
         with self._count_lock:
             self._used = None  # counted again before the next write
             with self._ledger(create=False) as fd:
@@ -591,6 +615,13 @@ def _write_ledger(fd: int, used: int, measured: float) -> bool:
         )
     except OSError:  # disk full, EIO: the caller counts on its own
         return False
+
+
+def _disk_bytes(st: os.stat_result) -> int:
+    """The disk space a file takes, as ``max_bytes`` counts it: its allocated blocks,
+    or its size where that is more (a compressing filesystem, or one that reports no
+    blocks, such as some FUSE mounts, is then not taken for free space)."""
+    return max(st.st_blocks * 512, st.st_size)
 
 
 def _is_entry(path: str, size: int) -> bool:

@@ -1,0 +1,157 @@
+"""The object cache over http://: what an ETag promises decides what is kept.
+
+A plain HTTP server (in a thread, on 127.0.0.1) serves a folder's files with GET,
+Range and HEAD, and an ETag that is strong, weak (``W/"..."``) or absent, built as
+nginx builds its tags: from the file's modification time (whole seconds) and size.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headrace.formats import FileSource, TokenSource
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+
+class _Files(BaseHTTPRequestHandler):
+    """The server's folder (``root``) over HTTP/1.1, keep-alive, ranges included."""
+
+    protocol_version = "HTTP/1.1"
+    root = Path()
+    etag = "strong"  # "strong", "weak" or "none"
+    gets: list[str]
+
+    def _answer(self, body: bool) -> None:
+        path = self.root / self.path.lstrip("/")
+        if not path.is_file():
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data, st = path.read_bytes(), path.stat()
+        status, first, last = 200, 0, len(data) - 1
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        if m:
+            status, first = 206, int(m.group(1))
+            last = min(int(m.group(2) or last), last)
+        self.send_response(status)
+        tag = f'"{int(st.st_mtime):x}-{st.st_size:x}"'
+        if self.etag != "none":
+            self.send_header("ETag", f"W/{tag}" if self.etag == "weak" else tag)
+        if m:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        self.send_header("Content-Length", str(last + 1 - first))
+        self.end_headers()
+        if body:
+            self.gets.append(self.path)
+            self.wfile.write(data[first : last + 1])
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(root: Path, etag: str) -> Iterator[tuple[str, list[str]]]:
+    gets: list[str] = []
+    handler = type("Handler", (_Files,), {"root": root, "etag": etag, "gets": gets})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", gets
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture(params=["strong", "weak", "none"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    root = tmp_path / "served"
+    root.mkdir()
+    for i in range(3):
+        (root / f"f{i}.bin").write_bytes(bytes([i]) * 1000)
+    for url, gets in _serve(root, request.param):
+        yield request.param, url, root
+        gets.clear()
+
+
+def _replace_in_the_same_second(path: Path, data: bytes) -> None:
+    """New bytes of the same size, the time kept: a server's weak tag from (mtime, size),
+    such as nginx's, stays the same, as it may within a second."""
+    st = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _read_all(src: Any) -> list[bytes]:
+    return [bytes(src.files.fetch(i)) for i in range(len(src.files))]
+
+
+def test_only_a_strong_etag_is_cached_and_a_weak_one_never_serves_old_bytes(
+    served: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    # A weak ETag promises equivalent content, not the same bytes: entries keyed by one
+    # served the old bytes of an object replaced in the same second.
+    etag, url, root = served
+    urls = [f"{url}/f{i}.bin" for i in range(3)]
+    cache = tmp_path / "cache"
+    cold = FileSource(urls, format="raw", cache_dir=cache)
+    assert _read_all(cold) == [bytes([i]) * 1000 for i in range(3)]
+    stats = cold.cache_stats
+    assert stats is not None
+    strong = etag == "strong"
+    assert (stats.written, stats.uncacheable) == ((3, 0) if strong else (0, 3))
+    if strong:
+        warm = FileSource(urls, format="raw", cache_dir=cache)
+        assert _read_all(warm) == _read_all(cold)
+        assert warm.cache_stats is not None and warm.cache_stats.hits == 3
+        return
+    _replace_in_the_same_second(root / "f1.bin", b"\xff" * 1000)
+    warm = FileSource(urls, format="raw", cache_dir=cache)
+    assert _read_all(warm)[1] == b"\xff" * 1000
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.name != ".headrace-bytes"]
+
+
+def test_token_ranges_are_cached_on_a_strong_etag_only(
+    served: tuple[str, str, Path], tmp_path: Path
+) -> None:
+    etag, url, root = served
+    tokens = np.random.default_rng(3).integers(0, 60_000, 20_001).astype(np.uint16)
+    tokens.tofile(root / "train.bin")
+    kw: dict[str, Any] = {
+        "dtype": "uint16",
+        "context": 32,
+        "window_bytes": 16 << 10,
+        "block_bytes": 4 << 10,
+    }
+
+    def digest(src: Any) -> str:
+        return batch_digest(Loader(src, batch_size=8, seed=4, steps=20))
+
+    want = digest(TokenSource(root / "train.bin", **kw))
+    src = TokenSource(f"{url}/train.bin", cache_dir=tmp_path / "cache", **kw)
+    assert digest(src) == want
+    stats = src.cache_stats
+    assert stats is not None
+    if etag == "strong":
+        assert stats.written > 0 and stats.uncacheable == 0
+    else:
+        assert stats.written == 0 and stats.uncacheable > 0
