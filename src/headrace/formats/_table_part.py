@@ -40,6 +40,7 @@ from headrace.formats._table_layout import (
     HF_METADATA,
 )
 from headrace.formats._table_remote import stored_bytes
+from headrace.formats._table_stream import STREAM_BUFFER, GroupStream
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
@@ -122,6 +123,9 @@ class _Part:
         # Parquet readers not in use: at most one (the other decode threads' readers
         # are closed after their decode), none once _IDLE closed it.
         self._idle: list[Any] = []
+        # Row groups read in sub-windows (larger than a window): their streams, at
+        # their place, most recently used last (each holds a descriptor).
+        self._streams: OrderedDict[int, GroupStream] = OrderedDict()
         # Reentrant: a reopen under it that finds the file changed closes the part.
         self._lock = threading.RLock()
         self.batches: list[Any] = []
@@ -328,6 +332,76 @@ class _Part:
                 pf.close()
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
 
+    def piece(self, i: int, first: int, n: int, names: list[str]) -> tuple[Any, int]:
+        """Rows ``[first, first + n)`` of row group ``i`` (a sub-window of a group larger
+        than a window), streamed (:class:`~headrace.formats._table_stream.GroupStream`),
+        and the rows decoded and dropped to reach them (0 when the stream was there)."""
+        if self.closed:
+            with self._lock:
+                if self.closed:
+                    self._reopen()
+            _IDLE.touch(self)
+        with self._lock:  # taken: no other thread reads through it meanwhile
+            stream = self._streams.pop(i, None)
+        if stream is not None and (stream.pos > first or stream.names != tuple(names)):
+            stream.close()  # behind the sub-window: start the group again
+            stream = None
+        try:
+            if stream is None:
+                stream = GroupStream(self._stream_reader(), self._pa, i, names, self.rows[i])
+            skipped = stream.skipped
+            batch = stream.take(first, n)
+        except (OSError, EOFError, self._pa.ArrowException) as exc:
+            if stream is not None:
+                stream.close()
+            what = f"rows [{first}, {first + n})"
+            if isinstance(exc, OSError) and exc.errno is not None:
+                lo, hi = _group_bytes(self._md, i, names)
+                raise StorageError(
+                    exc.errno,
+                    f"{self.path}: row group {i}: {what}: reading its bytes [{lo}, {hi}) "
+                    f"failed: {exc}",
+                ) from exc
+            raise FormatError(
+                f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        if stream.done:
+            stream.close()
+        else:
+            old = [stream]  # closed under this read: it goes with the others
+            with self._lock:
+                if not self.closed:
+                    old = []
+                    self._streams[i] = stream
+                    # Two: a read that crosses from one big group into the next.
+                    while len(self._streams) > 2:
+                        old.append(self._streams.popitem(last=False)[1])
+            for s in old:
+                s.close()
+        return batch, stream.skipped - skipped
+
+    def _stream_reader(self) -> Any:
+        """A Parquet reader for one stream: reads as it decodes, not the chunks whole."""
+        import pyarrow.parquet as pq
+
+        md = self._md
+        try:
+            pf = pq.ParquetFile(
+                self.path,
+                memory_map=False,
+                metadata=md,
+                pre_buffer=False,
+                buffer_size=STREAM_BUFFER,
+            )
+        except OSError as exc:
+            raise open_error(self.path, exc) from exc
+        try:
+            self._check_same()
+        except BaseException:
+            pf.close()
+            raise
+        return pf
+
     def _reader(self) -> Any:
         """A Parquet reader for this thread's decode, from the idle ones or opened now.
 
@@ -398,9 +472,12 @@ class _Part:
             self.closed = True
             self.batches = []
             idle, self._idle = self._idle, []
+            streams, self._streams = list(self._streams.values()), OrderedDict()
         _IDLE.forget(self)
         for pf in idle:
             pf.close()
+        for stream in streams:
+            stream.close()
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:
