@@ -63,11 +63,11 @@ def ensure_file(root: Path, groups: int, group_rows: int) -> Path:
 
 
 def run_side(side: str, path: str, steps: int, group_rows: int) -> dict[str, Any]:
+    import hashlib
+
     from headrace.formats import TableSource
     from headrace.pipeline import Loader
     from headrace.testing import update_digest
-
-    import hashlib
 
     t0 = time.perf_counter()
     src = TableSource(path, columns=["input_ids"], width=WIDTH, truncate=True, window_rows=WINDOW)

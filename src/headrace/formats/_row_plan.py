@@ -93,7 +93,9 @@ def shuffle_fingerprint(mode: ShuffleMode, window_rows: int, split: bool = False
     return {"shuffle": mode == "full"}
 
 
-def split_rows(group_rows: Sequence[int] | NDArray[np.int64], window_rows: int) -> NDArray[np.int64]:
+def split_rows(
+    group_rows: Sequence[int] | NDArray[np.int64], window_rows: int
+) -> NDArray[np.int64]:
     """The rows of each piece of the groups: a group of more than ``window_rows`` rows
     becomes pieces of ``window_rows`` consecutive rows (the last one the rest), the others
     stay whole. The sub-windows of :class:`RowWindows`, and the spans a table decodes."""

@@ -40,7 +40,7 @@ def batch_rows(metadata: Any, group: int, most: int) -> int:
     """Rows per streamed batch of row group ``group``: about ``_BATCH_BYTES`` decoded,
     at most ``most`` (a sub-window), at least 1."""
     rg = metadata.row_group(group)
-    per_row = max(1, rg.total_byte_size // max(1, rg.num_rows))
+    per_row = max(1, int(rg.total_byte_size) // max(1, int(rg.num_rows)))
     return max(1, min(most, _BATCH_BYTES // per_row))
 
 

@@ -533,7 +533,8 @@ class Table(Closing):
         # a later one taken first would decode the earlier on its way, then restart.
         jobs: dict[tuple[int, int], list[int]] = {}
         for s in sorted(spans):
-            key = (int(self._span_part[s]), int(self._span_local[s])) if self._span_cut[s] else (-1, s)
+            cut = bool(self._span_cut[s])
+            key = (int(self._span_part[s]), int(self._span_local[s])) if cut else (-1, s)
             jobs.setdefault(key, []).append(s)
 
         def decode(todo: list[int]) -> list[Any]:
@@ -548,7 +549,9 @@ class Table(Closing):
             raise StorageError(f"{self._where}: the table was closed during the read") from None
         done = results(list(futures.values()), "other row group reads also failed")
         return {
-            s: data for todo, got in zip(futures, done, strict=True) for s, data in zip(todo, got)
+            s: data
+            for todo, got in zip(futures, done, strict=True)
+            for s, data in zip(todo, got, strict=True)
         }
 
     def _views(
