@@ -348,7 +348,8 @@ class _Part:
             stream = None
         try:
             if stream is None:
-                stream = GroupStream(self._stream_reader(), self._pa, i, names, self.rows[i])
+                reader = self._stream_reader()
+                stream = GroupStream(reader, self._pa, i, names, self.rows[i], n)
             skipped = stream.skipped
             batch = stream.take(first, n)
         except (OSError, EOFError, self._pa.ArrowException) as exc:

@@ -45,21 +45,25 @@ def batch_rows(metadata: Any, group: int, most: int) -> int:
 
 
 class GroupStream:
-    """One row group's rows ``names``, in order, decoded a few MiB at a time.
+    """One row group's rows ``names``, in order, decoded a few MiB (at most a
+    sub-window) at a time.
 
     :meth:`take` gives rows ``[first, first + n)`` from the stream's place on
     (``first`` not before :attr:`pos`); the rows between are decoded and dropped
     (counted in :attr:`skipped`). Not thread-safe: one reader at a time takes it.
     """
 
-    def __init__(self, pf: Any, pa: Any, group: int, names: Sequence[str], rows: int) -> None:
+    def __init__(
+        self, pf: Any, pa: Any, group: int, names: Sequence[str], rows: int, most: int
+    ) -> None:
+        """``rows``: the group's; ``most``: rows per decoded batch at most (a sub-window)."""
         self._pf = pf
         self._pa = pa
         self.group = group
         self.names = tuple(names)
         self.rows = rows  # in the group, as its footer says
         self._it = pf.iter_batches(
-            batch_size=batch_rows(pf.metadata, group, rows),
+            batch_size=batch_rows(pf.metadata, group, most),
             row_groups=[group],
             columns=list(names),
         )
