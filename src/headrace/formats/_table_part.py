@@ -40,7 +40,7 @@ from headrace.formats._table_layout import (
     HF_METADATA,
 )
 from headrace.formats._table_remote import stored_bytes
-from headrace.formats._table_stream import STREAM_BUFFER, GroupStream
+from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
@@ -125,7 +125,7 @@ class _Part:
         self._idle: list[Any] = []
         # Row groups read in sub-windows (larger than a window): their streams, at
         # their place, most recently used last (each holds a descriptor).
-        self._streams: OrderedDict[int, GroupStream] = OrderedDict()
+        self._streams = Streams()
         # Reentrant: a reopen under it that finds the file changed closes the part.
         self._lock = threading.RLock()
         self.batches: list[Any] = []
@@ -341,11 +341,7 @@ class _Part:
                 if self.closed:
                     self._reopen()
             _IDLE.touch(self)
-        with self._lock:  # taken: no other thread reads through it meanwhile
-            stream = self._streams.pop(i, None)
-        if stream is not None and (stream.pos > first or stream.names != tuple(names)):
-            stream.close()  # behind the sub-window: start the group again
-            stream = None
+        stream = self._streams.take(i, first, names)
         try:
             if stream is None:
                 reader = self._stream_reader()
@@ -366,19 +362,7 @@ class _Part:
             raise FormatError(
                 f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc})"
             ) from exc
-        if stream.done:
-            stream.close()
-        else:
-            old = [stream]  # closed under this read: it goes with the others
-            with self._lock:
-                if not self.closed:
-                    old = []
-                    self._streams[i] = stream
-                    # Two: a read that crosses from one big group into the next.
-                    while len(self._streams) > 2:
-                        old.append(self._streams.popitem(last=False)[1])
-            for s in old:
-                s.close()
+        self._streams.give_back(stream, keep=not self.closed)
         return batch, stream.skipped - skipped
 
     def _stream_reader(self) -> Any:
@@ -473,12 +457,10 @@ class _Part:
             self.closed = True
             self.batches = []
             idle, self._idle = self._idle, []
-            streams, self._streams = list(self._streams.values()), OrderedDict()
         _IDLE.forget(self)
         for pf in idle:
             pf.close()
-        for stream in streams:
-            stream.close()
+        self._streams.close()
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:

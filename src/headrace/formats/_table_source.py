@@ -263,7 +263,13 @@ class TableSource:
         if self.windows is not None:
             ahead = np.array([int(samples.max()) + self.window_rows], np.int64)
             window = int(self.windows.layout.window_of(seed, ahead)[0])
-            self.table.prefetch(self._share_groups(window), self.names)
+            if self.windows.counts[window] > self.window_rows:
+                # A group read in sub-windows: the one a window ahead (the next group's
+                # bytes, fetched whole, from the current group's last sub-window on);
+                # the group's sub-windows already passed are not fetched again.
+                self.table.prefetch(self.table.spans_of(self._rows(seed, ahead)), self.names)
+            else:
+                self.table.prefetch(self._share_groups(window), self.names)
 
     def _share_groups(self, window: int) -> range:
         """The spans (row groups, or sub-windows of a larger one) of ``window`` that this

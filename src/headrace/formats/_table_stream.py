@@ -23,10 +23,12 @@ came 4x sooner).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["STREAM_BUFFER", "GroupStream", "batch_rows"]
+__all__ = ["STREAM_BUFFER", "GroupStream", "Streams", "batch_rows"]
 
 # pyarrow's read buffer of a streamed column chunk (pre_buffer off): a read per MiB.
 STREAM_BUFFER = 1 << 20
@@ -113,3 +115,48 @@ class GroupStream:
         self._it = iter(())
         self._carry = None
         self._pf.close()
+
+
+class Streams:
+    """A file's streams of row groups read in sub-windows, each at its place: at most
+    two (a read may cross from one such group into the next), each holding a reader
+    (a descriptor, or a group's fetched bytes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: OrderedDict[int, GroupStream] = OrderedDict()
+
+    def usable(self, group: int, first: int, names: Sequence[str]) -> bool:
+        """Whether group ``group``'s stream can go on to row ``first`` of ``names``."""
+        with self._lock:
+            st = self._open.get(group)
+            return st is not None and st.pos <= first and st.names == tuple(names)
+
+    def take(self, group: int, first: int, names: Sequence[str]) -> GroupStream | None:
+        """Group ``group``'s stream, taken (no other thread reads through it meanwhile),
+        if it can go on to row ``first``; one behind it is closed (``None``)."""
+        with self._lock:
+            st = self._open.pop(group, None)
+        if st is not None and (st.pos > first or st.names != tuple(names)):
+            st.close()  # behind the sub-window: the group starts again
+            st = None
+        return st
+
+    def give_back(self, stream: GroupStream, keep: bool = True) -> None:
+        """Keep ``stream`` for the group's next sub-window (closed at its end, or with
+        ``keep`` false: its file was closed under the read)."""
+        old = [stream]
+        if keep and not stream.done:
+            old = []
+            with self._lock:
+                self._open[stream.group] = stream
+                while len(self._open) > 2:
+                    old.append(self._open.popitem(last=False)[1])
+        for st in old:
+            st.close()
+
+    def close(self) -> None:
+        with self._lock:
+            old, self._open = list(self._open.values()), OrderedDict()
+        for st in old:
+            st.close()

@@ -368,7 +368,7 @@ class Table(Closing):
         for pi, si, n in self._groups:
             p = self._parts[pi]
             pieces = [n]
-            if wr is not None and n > wr and isinstance(p, _Part) and p.parquet:
+            if wr is not None and n > wr and p.parquet and not isinstance(p, RemoteArrow):
                 pieces = split_rows([n], wr).tolist()
             for k, size in enumerate(pieces):
                 part.append(pi)
@@ -452,7 +452,9 @@ class Table(Closing):
                 self._fill_ahead(spans, list(columns))
             return
         limit = 2 * self._cache_limit
-        todo = [s for s in dict.fromkeys(int(x) for x in spans) if s not in self._pending]
+        todo = [
+            s for s in dict.fromkeys(int(x) for x in spans) if self._head(s) not in self._pending
+        ]
         for s, fetch in self._fetch(todo[:limit], columns).items():
             fetch.ahead = True
             self._pending[s] = fetch
@@ -494,15 +496,32 @@ class Table(Closing):
         self._read_ahead.add(jobs)
 
     def _fetch(self, spans: list[int], columns: Sequence[str]) -> dict[int, Fetch]:
-        """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet."""
+        """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet, by
+        the first span of their row group: a sub-window's are its whole group's, fetched
+        once, unless the group's stream is there already (it holds them)."""
         names = frozenset(columns)
         out = {}
         for s in spans:
             part = self._parts[int(self._span_part[s])]
             cached = self._cache.get(s)
-            if not isinstance(part, _Part) and (cached is None or not names <= cached.keys()):
-                out[s] = part.fetch(int(self._span_local[s]), names)
+            if isinstance(part, _Part) or (cached is not None and names <= cached.keys()):
+                continue
+            group, head = int(self._span_local[s]), self._head(s)
+            if head in out:
+                continue
+            if self._span_cut[s]:
+                assert isinstance(part, RemoteParquet)
+                if part.streams.usable(group, int(self._span_first[s]), list(columns)):
+                    continue
+            out[head] = part.fetch(group, names)
         return out
+
+    def _head(self, span: int) -> int:
+        """The first span of ``span``'s row group (itself unless the group is cut)."""
+        if not self._span_cut[span]:
+            return span
+        assert self._split_rows is not None
+        return span - int(self._span_first[span]) // self._split_rows
 
     def _missing(self, span: int, names: list[str]) -> bool:
         """Whether ``span`` is a local Parquet row group that ``names`` need decoded."""
@@ -570,6 +589,13 @@ class Table(Closing):
             return cached
         if isinstance(part, _Part):
             data = decoded if decoded is not None else self._decode(span, names)
+        elif self._span_cut[span]:
+            assert isinstance(part, RemoteParquet)
+            group, first = int(self._span_local[span]), int(self._span_first[span])
+            data, skipped = part.piece(group, first, self._span_rows(span), names, fetched)
+            with self._count_lock:
+                self.skipped_rows += skipped
+                self.decoded_rows += skipped
         else:
             data = part.span(int(self._span_local[span]), names, fetched)
         rows = self._span_rows(span)
@@ -595,8 +621,12 @@ class Table(Closing):
         self._cache.move_to_end(span)
         if self._span_cut[span]:
             # A streamed group's sub-windows are read in order, once: the one before
-            # this (a read may cross from it) is kept, no other sub-window is needed again.
-            for t in [t for t in self._cache if self._span_cut[t] and t not in (span, span - 1)]:
+            # this (a read may cross from it) is kept, no other sub-window is needed
+            # again; past its first, neither is the window before the group's.
+            later = bool(self._span_first[span])
+            for t in [
+                t for t in self._cache if (later or self._span_cut[t]) and t not in (span, span - 1)
+            ]:
                 self._uncache(t)
         # Decoded Parquet row groups and fetched record batches own memory, so few
         # are kept; views of a mapped Arrow file cost a few hundred bytes each, so many are.
@@ -734,15 +764,17 @@ class Table(Closing):
         # crosses from one shuffle window to the next needs both windows' groups.
         spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
         # On object storage: every missing row group's GETs in flight before the first decode.
-        fetched = {s: self._pending.pop(s) for s in spans if s in self._pending}
+        # Keyed by the first span of each row group (a sub-window's bytes are its group's).
+        heads = {s: self._head(s) for s in spans}
+        fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
         if self._objects is not None:
-            fetched.update(self._fetch([s for s in spans if s not in fetched], names))
+            fetched.update(self._fetch([s for s in spans if heads[s] not in fetched], names))
         for i in {int(self._span_part[s]) for s in spans}:  # cached views map the file too
             part = self._parts[i]
             if isinstance(part, _Part):
                 part.check_size()
         decoded = self._decode_local([s for s in spans if self._missing(s, names)], names)
-        views = {s: self._views(s, names, fetched.get(s), decoded.get(s)) for s in spans}
+        views = {s: self._views(s, names, fetched.get(heads[s]), decoded.get(s)) for s in spans}
         if self._held_rows or not self._maps:
             gathered = sum(
                 self._span_rows(s)
