@@ -53,7 +53,10 @@ class TableSource:
     windows of consecutive row groups (at most ``window_rows`` rows, or one
     larger row group) in a permuted order and each window's rows in a
     permuted order, so a Parquet row group is decoded about once per epoch
-    (the row-group cache is raised to hold a window); ``True`` (default)
+    (the row-group cache is raised to hold a window); a larger row group's
+    rows are visited in sub-windows of ``window_rows`` rows, one after another,
+    and decoded as a stream, so memory is bounded by ``window_rows`` whatever
+    the writer's row group size; ``True`` (default)
     picks ``"window"`` when the table has Parquet files or is on object
     storage and ``"full"`` for local Arrow files; ``False`` reads rows in
     order. See docs/rows.md.

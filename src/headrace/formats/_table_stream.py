@@ -8,9 +8,9 @@ stream: :class:`GroupStream` keeps one ``iter_batches`` over the group and hands
 out its rows a sub-window at a time, holding only that sub-window and one record
 batch of a few MiB.
 
-No pyarrow (15 to 26) reads a row range of a row group: ``iter_batches`` and
-``read_row_group`` start at its first row, and the page index is not exposed to
-Python for reading. So a sub-window before the stream's place (a resume in the
+pyarrow (26 here) has no Python API that reads a row range of a row group:
+``iter_batches`` and ``read_row_group`` start at its first row, and reads take no
+row selection by page index. So a sub-window before the stream's place (a resume in the
 middle of a group, a read that goes back) restarts the stream at the group's
 first row and decodes, then drops, the rows before it.
 
