@@ -234,3 +234,60 @@ def test_object_storage_gives_the_local_batches_fetching_each_group_once(
         steps=120,
         resume_at=[40, 95],
     )
+
+
+def test_a_failed_read_inside_a_streamed_group_is_a_storage_error(
+    files: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from headrace.errors import StorageError
+    from headrace.formats._table_part import _Part
+
+    real = _Part._stream_reader
+
+    def failing(self: _Part) -> Any:
+        pf = real(self)
+
+        class Reader:
+            metadata = pf.metadata
+
+            def iter_batches(self, **kw: Any) -> Any:
+                it = pf.iter_batches(**kw)
+                yield next(it)  # the first batch reads; then the storage fails
+                raise OSError(errno.EIO, "Input/output error")
+
+            def close(self) -> None:
+                pf.close()
+
+        return Reader()
+
+    monkeypatch.setattr(_Part, "_stream_reader", failing)  # fault injection
+    src = source(files, columns=["label"])
+    src.table.read_rows(np.arange(0, 100))
+    with pytest.raises(StorageError, match=r"row group 0: rows \[1000, 2000\): reading its bytes"):
+        src.table.read_rows(np.arange(1_000, 1_100))
+
+
+def test_a_group_shorter_than_its_footer_says_is_named(files: list[Path]) -> None:
+    from headrace.formats._table_stream import GroupStream
+
+    pf = pq.ParquetFile(files[1])  # groups of 300 and 12,345 rows
+    stream = GroupStream(pf, pa, 0, ["label"], 400, 100)  # as if the footer said 400
+    assert stream.take(0, 250)["label"].to_pylist() == list(range(22_500, 22_750))
+    with pytest.raises(EOFError, match=r"the data ends after 300 rows; the footer says 400"):
+        stream.take(250, 100)
+
+
+def test_a_corrupt_page_on_object_storage_is_named(tmp_path: Path) -> None:
+    path = write_files(tmp_path, page_bytes=1024)[0]
+    col = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    start = col.dictionary_page_offset or col.data_page_offset
+    with open(path, "r+b") as f:
+        f.seek(start + int(col.total_compressed_size * 0.7))
+        f.write(b"\xff" * 8192)
+    src = TableSource(f"file://{path}", columns=["input_ids"], width=WIDTH, window_rows=WINDOW)
+    src.table.read_rows(np.arange(0, 100))
+    with pytest.raises(FormatError, match=r"file://.*part-0\.parquet: row group 0: rows \[\d+"):
+        for first in range(1_000, 10_000, WINDOW):
+            src.table.read_rows(np.arange(first, first + 100))
