@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["STREAM_BUFFER", "GroupStream", "Streams", "batch_rows"]
+__all__ = ["GroupStream", "STREAM_BUFFER", "Streams", "batch_rows"]
 
 # pyarrow's read buffer of a streamed column chunk (pre_buffer off): a read per MiB.
 STREAM_BUFFER = 1 << 20

@@ -348,13 +348,14 @@ class Table(Closing):
         return self._group_rows.copy()
 
     def split_groups(self, window_rows: int | None) -> None:
-        """Decode local Parquet row groups of more than ``window_rows`` rows in
-        sub-windows of ``window_rows`` (:func:`~headrace.formats._row_plan.split_rows`),
-        each streamed from the last one's end (:class:`~headrace.formats._table_stream.
-        GroupStream`), so that no more than two sub-windows of such a group are held;
-        ``None``: whole groups again. For the windowed shuffle, which visits such a
-        group's sub-windows one after another (:class:`~headrace.formats._row_plan.
-        RowWindows`): read in another order, each sub-window restarts the stream."""
+        """Decode Parquet row groups of more than ``window_rows`` rows (local, or on
+        object storage from their fetched bytes) in sub-windows of ``window_rows``
+        (:func:`~headrace.formats._row_plan.split_rows`), each streamed from the last
+        one's end (:class:`~headrace.formats._table_stream.GroupStream`), so that no
+        more than two sub-windows of such a group are held; ``None``: whole groups
+        again. For the windowed shuffle, which visits such a group's sub-windows one
+        after another (:class:`~headrace.formats._row_plan.RowWindows`): read in
+        another order, each sub-window restarts the stream."""
         if window_rows is not None:
             check_window_rows(window_rows, "None: whole row groups")
         self._split_rows = window_rows
@@ -362,7 +363,7 @@ class Table(Closing):
 
     def _set_spans(self) -> None:
         """What is decoded and cached as one (a span): a row group, a record batch, or a
-        sub-window of a local Parquet row group larger than ``_split_rows``."""
+        sub-window of a Parquet row group larger than ``_split_rows``."""
         wr = self._split_rows
         part, local, first, cut, sizes = [], [], [], [], []
         for pi, si, n in self._groups:
