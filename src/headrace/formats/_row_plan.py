@@ -11,6 +11,7 @@ I/O strategy or the host count, so every run replaces the same rows.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Literal
@@ -30,6 +31,7 @@ __all__ = [
     "retry_rows",
     "sample_rows",
     "shuffle_fingerprint",
+    "split_rows",
 ]
 
 ShuffleMode = Literal["none", "full", "window"]
@@ -37,6 +39,7 @@ ShuffleMode = Literal["none", "full", "window"]
 # Domain tags keep the row order and the retry stream apart from other key uses.
 _TAG_ROWS = 0x524F5753
 _TAG_RETRY = 0x52545259
+_TAG_PIECES = 0x50434553
 _U = np.uint64
 
 
@@ -79,11 +82,29 @@ def check_window_rows(window_rows: object, default: str) -> None:
         )
 
 
-def shuffle_fingerprint(mode: ShuffleMode, window_rows: int) -> dict[str, Any]:
-    """The fingerprint entries of a shuffle: ``True`` / ``False`` as before windows existed."""
+def shuffle_fingerprint(mode: ShuffleMode, window_rows: int, split: bool = False) -> dict[str, Any]:
+    """The fingerprint entries of a shuffle: ``True`` / ``False`` as before windows existed.
+    ``split``: some row group is larger than ``window_rows`` and read in sub-windows
+    (:class:`RowWindows`); only then an entry says so, so that a state saved when such a
+    group was one window is refused, and every other state still loads."""
     if mode == "window":
-        return {"shuffle": "window", "window_rows": window_rows}
+        more = {"sub_windows": "row groups over window_rows"} if split else {}
+        return {"shuffle": "window", "window_rows": window_rows, **more}
     return {"shuffle": mode == "full"}
+
+
+def split_rows(
+    group_rows: Sequence[int] | NDArray[np.int64], window_rows: int
+) -> NDArray[np.int64]:
+    """The rows of each piece of the groups: a group of more than ``window_rows`` rows
+    becomes pieces of ``window_rows`` consecutive rows (the last one the rest), the others
+    stay whole. The sub-windows of :class:`RowWindows`, and the spans a table decodes."""
+    sizes = np.asarray(group_rows, dtype=np.int64).reshape(-1)
+    pieces = np.maximum(1, -(-sizes // window_rows))
+    out = np.full(int(pieces.sum()), window_rows, dtype=np.int64)
+    last = np.cumsum(pieces) - 1
+    out[last] = sizes - (pieces - 1) * window_rows
+    return out
 
 
 class RowWindows:
@@ -96,6 +117,13 @@ class RowWindows:
     permuted by ``(seed, epoch, window)``: the token streams' windows
     (:class:`~headrace.plan.WindowLayout`) with context 1, one window per
     "file" of ``rows + 1`` tokens. Sample ``k`` maps to its row in closed form.
+
+    A group larger than ``window_rows`` is visited in sub-windows of
+    ``window_rows`` consecutive rows (:func:`split_rows`), one after another in
+    row order where the group's window falls in the epoch, each sub-window's
+    rows in an order permuted by ``(seed, epoch, window, sub-window)``: a
+    reader decodes such a group once, streaming, holding a sub-window or two
+    of its rows, never the whole group.
     """
 
     def __init__(self, group_rows: Sequence[int] | NDArray[np.int64], window_rows: int) -> None:
@@ -115,6 +143,12 @@ class RowWindows:
         counts = np.diff(row_starts[bounds])
         # Sources refuse files and tables without rows before they make windows.
         assert counts.size and counts.min() >= 1, f"a window without rows: groups {sizes}"
+        self.window_rows = window_rows
+        #: rows of each window (a group over ``window_rows`` is one, read in sub-windows)
+        self.counts: NDArray[np.int64] = counts
+        self._split = counts > window_rows
+        #: whether some group is larger than ``window_rows`` (read in sub-windows)
+        self.split = bool(self._split.any())
         # Most groups in one window: a cache of this many holds a whole window.
         self.max_groups = int(np.diff(bounds).max())
         self.layout = WindowLayout(
@@ -122,6 +156,7 @@ class RowWindows:
             context=1,
             window_tokens=int(counts.max()) + 1,
         )
+        self._pieces: OrderedDict[tuple[int, int, int, int], NDArray[np.int64]] = OrderedDict()
 
     @property
     def num_windows(self) -> int:
@@ -133,9 +168,59 @@ class RowWindows:
 
     def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row of each global sample number."""
-        plan = self.layout.locate(seed, np.asarray(samples, dtype=np.int64))
-        rows: NDArray[np.int64] = self.window_start[plan.window] + plan.start
+        plan = self.layout.positions(seed, np.asarray(samples, dtype=np.int64))
+        if not self.split:
+            start = self.layout.starts_of(seed, plan.epoch, plan.window, plan.start)
+        else:
+            big = self._split[plan.window]
+            start = np.empty_like(plan.start)
+            parts = (plan.epoch, plan.window, plan.start)
+            for sel, of in ((~big, self.layout.starts_of), (big, self._piece_starts)):
+                if sel.all():
+                    start = of(seed, *parts)
+                elif sel.any():
+                    start[sel] = of(seed, *(a[sel] for a in parts))
+        rows: NDArray[np.int64] = self.window_start[plan.window] + start
         return rows
+
+    def _piece_starts(
+        self,
+        seed: int,
+        epoch: NDArray[np.int64],
+        window: NDArray[np.int64],
+        within: NDArray[np.int64],
+    ) -> NDArray[np.int64]:
+        """The row (from the window's first) that place ``within`` of a split window
+        visits: its sub-windows in order, each one's rows permuted."""
+        wr = self.window_rows
+        piece = within // wr
+        off = within - piece * wr
+        keys = np.stack([epoch, window, piece], axis=1)
+        if len(keys) and (keys == keys[0]).all():
+            uniq, inv = keys[:1], np.zeros(len(keys), dtype=np.intp)
+        else:
+            uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+        out = np.empty_like(within)
+        for u, (e, w, k) in enumerate(uniq.tolist()):
+            table = self._piece_table(seed, e, w, k)
+            sel = inv == u
+            out[sel] = k * wr + table[off[sel]]
+        return out
+
+    def _piece_table(self, seed: int, epoch: int, window: int, piece: int) -> NDArray[np.int64]:
+        """The visit order of one sub-window's rows, computed once per visit (as the
+        token windows' start tables)."""
+        key = (seed, epoch, window, piece)
+        table = self._pieces.get(key)
+        if table is None:
+            n = min(self.window_rows, int(self.counts[window]) - piece * self.window_rows)
+            perm = cached_permutation(n, seed, _TAG_PIECES, epoch, window, piece)
+            table = perm(np.arange(n, dtype=np.int64))
+            while len(self._pieces) >= 4:
+                self._pieces.popitem(last=False)
+            self._pieces[key] = table
+        return table
 
 
 @lru_cache(maxsize=64)

@@ -40,6 +40,7 @@ from headrace.formats._table_layout import (
     HF_METADATA,
 )
 from headrace.formats._table_remote import stored_bytes
+from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
@@ -126,6 +127,9 @@ class _Part:
         # Parquet readers not in use: at most one (the other decode threads' readers
         # are closed after their decode), none once _IDLE closed it.
         self._idle: list[Any] = []
+        # Row groups read in sub-windows (larger than a window): their streams, at
+        # their place, most recently used last (each holds a descriptor).
+        self._streams = Streams()
         # Reentrant: a reopen under it that finds the file changed closes the part.
         self._lock = threading.RLock()
         self.batches: list[Any] = []
@@ -332,6 +336,61 @@ class _Part:
                 pf.close()
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
 
+    def piece(self, i: int, first: int, n: int, names: list[str]) -> tuple[Any, int]:
+        """Rows ``[first, first + n)`` of row group ``i`` (a sub-window of a group larger
+        than a window), streamed (:class:`~headrace.formats._table_stream.GroupStream`),
+        and the rows decoded and dropped to reach them (0 when the stream was there)."""
+        if self.closed:
+            with self._lock:
+                if self.closed:
+                    self._reopen()
+            _IDLE.touch(self)
+        stream = self._streams.take(i, first, names)
+        try:
+            if stream is None:
+                reader = self._stream_reader()
+                stream = GroupStream(reader, self._pa, i, names, self.rows[i], n)
+            skipped = stream.skipped
+            batch = stream.take(first, n)
+        except (OSError, EOFError, self._pa.ArrowException) as exc:
+            if stream is not None:
+                stream.close()
+            what = f"rows [{first}, {first + n})"
+            if isinstance(exc, OSError) and exc.errno is not None:
+                lo, hi = _group_bytes(self._md, i, names)
+                raise StorageError(
+                    exc.errno,
+                    f"{self.path}: row group {i}: {what}: reading its bytes [{lo}, {hi}) "
+                    f"failed: {exc}",
+                ) from exc
+            raise FormatError(
+                f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc})"
+            ) from exc
+        self._streams.give_back(stream, keep=not self.closed)
+        return batch, stream.skipped - skipped
+
+    def _stream_reader(self) -> Any:
+        """A Parquet reader for one stream: reads as it decodes, not the chunks whole."""
+        import pyarrow.parquet as pq
+
+        md = self._md
+        try:
+            pf = pq.ParquetFile(
+                self.path,
+                memory_map=False,
+                metadata=md,
+                pre_buffer=False,
+                buffer_size=STREAM_BUFFER,
+            )
+        except OSError as exc:
+            raise open_error(self.path, exc) from exc
+        try:
+            self._check_same()
+        except BaseException:
+            pf.close()
+            raise
+        return pf
+
     def _reader(self) -> Any:
         """A Parquet reader for this thread's decode, from the idle ones or opened now.
 
@@ -405,6 +464,7 @@ class _Part:
         _IDLE.forget(self)
         for pf in idle:
             pf.close()
+        self._streams.close()
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:

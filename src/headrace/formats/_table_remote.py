@@ -35,6 +35,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.formats._table_layout import folder_files, state_files, state_fingerprint
+from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -214,6 +215,8 @@ class RemoteParquet(RemotePart):
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(f"{url}: truncated or corrupt Parquet footer ({exc})") from exc
         self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
+        #: row groups read in sub-windows, streamed from their fetched bytes
+        self.streams = Streams()
         top = {name: i for i, name in enumerate(self.schema.names)}
         self._leaves: dict[str, list[int]] = {}
         for j in range(self._md.num_columns):
@@ -294,6 +297,42 @@ class RemoteParquet(RemotePart):
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
             ) from exc
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
+
+    def piece(
+        self, i: int, first: int, n: int, names: list[str], fetched: Fetch | None = None
+    ) -> tuple[Any, int]:
+        """Rows ``[first, first + n)`` of row group ``i`` (a sub-window), streamed from
+        its bytes (``fetched``, or fetched now, unless a stream is there already), and the
+        rows decoded and dropped to reach them. The stream keeps the group's fetched
+        bytes (compressed) until its last sub-window; decoded, it holds one sub-window."""
+        import pyarrow.parquet as pq
+
+        pa = self._pa
+        stream = self.streams.take(i, first, names)
+        if stream is None:
+            spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
+        try:
+            if stream is None:
+                source = _Spans(self.path, self.size, spans, self._miss)
+                pf = pq.ParquetFile(
+                    source, metadata=self._md, pre_buffer=False, buffer_size=STREAM_BUFFER
+                )
+                stream = GroupStream(pf, pa, i, names, self.rows[i], n)
+            skipped = stream.skipped
+            batch = stream.take(first, n)
+        except (pa.ArrowException, OSError, EOFError) as exc:
+            if stream is not None:
+                stream.close()
+            raise FormatError(
+                f"{self.path}: row group {i}: rows [{first}, {first + n}): truncated or "
+                f"corrupt Parquet data ({exc})"
+            ) from exc
+        self.streams.give_back(stream)
+        return batch, stream.skipped - skipped
+
+    def close(self) -> None:
+        self.streams.close()
+        super().close()
 
     def stored_bytes(self, i: int) -> int:
         return stored_bytes(self._md, i)

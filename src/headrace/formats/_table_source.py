@@ -53,7 +53,10 @@ class TableSource:
     windows of consecutive row groups (at most ``window_rows`` rows, or one
     larger row group) in a permuted order and each window's rows in a
     permuted order, so a Parquet row group is decoded about once per epoch
-    (the row-group cache is raised to hold a window); ``True`` (default)
+    (the row-group cache is raised to hold a window); a larger row group's
+    rows are visited in sub-windows of ``window_rows`` rows, one after another,
+    and decoded as a stream, so memory is bounded by ``window_rows`` whatever
+    the writer's row group size; ``True`` (default)
     picks ``"window"`` when the table has Parquet files or is on object
     storage and ``"full"`` for local Arrow files; ``False`` reads rows in
     order. See docs/rows.md.
@@ -166,6 +169,9 @@ class TableSource:
             self.windows = RowWindows(self.table.group_rows, window_rows)
             # Hold a whole window's decoded row groups, so each is decoded once per visit.
             self.table.row_group_cache = max(self.table.row_group_cache, self.windows.max_groups)
+            # A row group over window_rows is visited in sub-windows, in order: decoded
+            # as a stream, a sub-window at a time, never whole.
+            self.table.split_groups(window_rows)
         elif self.shuffle == "full" and self.table.remote:
             groups = len(self.table.group_rows)
             if groups > self.table.row_group_cache:
@@ -194,7 +200,9 @@ class TableSource:
             "pad_side": self.pad_side,
             "truncate": self.truncate,
             # True / False as before windows existed, so saved states still load.
-            **shuffle_fingerprint(self.shuffle, self.window_rows),
+            **shuffle_fingerprint(
+                self.shuffle, self.window_rows, self.windows is not None and self.windows.split
+            ),
             # datasets' own, of a save_to_disk folder: only then, so other states load.
             **({"dataset": fp} if (fp := self.table.saved_fingerprint) else {}),
             # Only where two files share a base name: other states stay valid (see _names).
@@ -258,18 +266,23 @@ class TableSource:
         if self.windows is not None:
             ahead = np.array([int(samples.max()) + self.window_rows], np.int64)
             window = int(self.windows.layout.window_of(seed, ahead)[0])
-            self.table.prefetch(self._share_groups(window), self.names)
+            if self.windows.counts[window] > self.window_rows:
+                # A group read in sub-windows: the one a window ahead (the next group's
+                # bytes, fetched whole, from the current group's last sub-window on);
+                # the group's sub-windows already passed are not fetched again.
+                self.table.prefetch(self.table.spans_of(self._rows(seed, ahead)), self.names)
+            else:
+                self.table.prefetch(self._share_groups(window), self.names)
 
     def _share_groups(self, window: int) -> range:
-        """The row groups of ``window`` that this host's share of it lies in."""
+        """The spans (row groups, or sub-windows of a larger one) of ``window`` that this
+        host's share of it lies in."""
         assert self.windows is not None
-        groups = self.windows.groups(window)
-        if self._share is None:
-            return groups
         first = int(self.windows.window_start[window])
-        count = int(self.table.group_rows[groups.start : groups.stop].sum())
-        lo = first + int(max(0.0, self._share[0] - 0.05) * count)
-        hi = first + max(1, int(np.ceil(min(1.0, self._share[1] + 0.05) * count)))
+        count = int(self.windows.counts[window])
+        share = (0.0, 1.0) if self._share is None else self._share
+        lo = first + int(max(0.0, share[0] - 0.05) * count)
+        hi = first + max(1, int(np.ceil(min(1.0, share[1] + 0.05) * count)))
         ends = self.table.spans_of(np.array([lo, hi - 1], dtype=np.int64))
         return range(int(ends[0]), int(ends[1]) + 1)
 

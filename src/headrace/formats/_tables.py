@@ -63,6 +63,7 @@ from headrace.formats._object_files import (
     check_store_options,
 )
 from headrace.formats._ragged import Ragged
+from headrace.formats._row_plan import check_window_rows, split_rows
 from headrace.formats._table_part import (
     _open_local,
     _pa,
@@ -152,10 +153,12 @@ class Table(Closing):
         remote: _Remote | None = None,
         objects: ObjectFiles | None = None,
         walked: Mapping[str, WalkedStream] | None = None,
+        split: int | None = None,
     ) -> None:
         """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
         handed over (this table closes them); a pickled copy opens its own.
-        ``walked``: what walking local streams learned (a pickled table's)."""
+        ``walked``: what walking local streams learned (a pickled table's).
+        ``split``: :meth:`split_groups` (a pickled table's)."""
         pa = _pa()
         self._pa = pa
         self._root = root
@@ -191,6 +194,8 @@ class Table(Closing):
                 known = {p.path: p.index for p in self._parts if isinstance(p, RemoteArrow)}
                 self._spec = (*self._spec[:4], remote._replace(arrow_index=known))
             self._init(columns, row_group_cache)
+            if split is not None:
+                self.split_groups(split)
         except BaseException:
             self.close()
             raise
@@ -230,10 +235,10 @@ class Table(Closing):
         }
         self.schema = pa.schema([first.schema.field(c) for c in names])
         counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
-        sizes = np.array([n for _, _, n in counts], dtype=np.int64)
-        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self._span_part = np.array([pi for pi, _, _ in counts], dtype=np.int64)
-        self._span_local = np.array([si for _, si, _ in counts], dtype=np.int64)
+        self._groups = counts
+        self._group_rows = np.array([n for _, _, n in counts], dtype=np.int64)
+        self._split_rows: int | None = None
+        self._set_spans()
         self.num_rows = int(self._starts[-1])
         if self.num_rows == 0:
             raise FormatError(f"{self._where}: empty dataset: {len(self._parts)} file(s), 0 rows")
@@ -252,6 +257,13 @@ class Table(Closing):
         # and the bytes they take in their files.
         self.decoded = 0
         self.decoded_bytes = 0
+        #: Parquet rows decoded: those handed out, and those of a streamed group dropped
+        #: to reach a sub-window (:meth:`split_groups`; a resume in the middle of a group)
+        self.decoded_rows = 0
+        self.skipped_rows = 0
+        #: most decoded Parquet rows held at once: the row-group cache and a read's groups
+        self.peak_rows = 0
+        self._held_rows = 0  # in the cache
         h = hashlib.sha256()
         for p in self._parts:
             if self._objects is not None:
@@ -333,7 +345,48 @@ class Table(Closing):
     @property
     def group_rows(self) -> NDArray[np.int64]:
         """Rows of each Parquet row group / Arrow record batch, in table order."""
-        return np.diff(self._starts)
+        return self._group_rows.copy()
+
+    def split_groups(self, window_rows: int | None) -> None:
+        """Decode Parquet row groups of more than ``window_rows`` rows (local, or on
+        object storage from their fetched bytes) in sub-windows of ``window_rows``
+        (:func:`~headrace.formats._row_plan.split_rows`), each streamed from the last
+        one's end (:class:`~headrace.formats._table_stream.GroupStream`), so that no
+        more than two sub-windows of such a group are held; ``None``: whole groups
+        again. For the windowed shuffle, which visits such a group's sub-windows one
+        after another (:class:`~headrace.formats._row_plan.RowWindows`): read in
+        another order, each sub-window restarts the stream."""
+        if window_rows is not None:
+            check_window_rows(window_rows, "None: whole row groups")
+        self._split_rows = window_rows
+        self._set_spans()
+
+    def _set_spans(self) -> None:
+        """What is decoded and cached as one (a span): a row group, a record batch, or a
+        sub-window of a Parquet row group larger than ``_split_rows``."""
+        wr = self._split_rows
+        part, local, first, cut, sizes = [], [], [], [], []
+        for pi, si, n in self._groups:
+            p = self._parts[pi]
+            pieces = [n]
+            if wr is not None and n > wr and p.parquet and not isinstance(p, RemoteArrow):
+                pieces = split_rows([n], wr).tolist()
+            for k, size in enumerate(pieces):
+                part.append(pi)
+                local.append(si)
+                first.append(k * (wr or 0))
+                cut.append(len(pieces) > 1)
+                sizes.append(size)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._span_part = np.array(part, dtype=np.int64)
+        self._span_local = np.array(local, dtype=np.int64)
+        self._span_first = np.array(first, dtype=np.int64)  # its first row in the group
+        self._span_cut = np.array(cut, dtype=bool)
+        # Spans change their numbers: nothing decoded or fetched under the old ones is kept.
+        self._cache = OrderedDict()
+        self._held_rows = 0
+        self._pending = OrderedDict()
+        self._ahead = OrderedDict()
 
     @property
     def parquet(self) -> bool:
@@ -400,7 +453,9 @@ class Table(Closing):
                 self._fill_ahead(spans, list(columns))
             return
         limit = 2 * self._cache_limit
-        todo = [s for s in dict.fromkeys(int(x) for x in spans) if s not in self._pending]
+        todo = [
+            s for s in dict.fromkeys(int(x) for x in spans) if self._head(s) not in self._pending
+        ]
         for s, fetch in self._fetch(todo[:limit], columns).items():
             fetch.ahead = True
             self._pending[s] = fetch
@@ -442,15 +497,32 @@ class Table(Closing):
         self._read_ahead.add(jobs)
 
     def _fetch(self, spans: list[int], columns: Sequence[str]) -> dict[int, Fetch]:
-        """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet."""
+        """Start the GETs of the remote ``spans`` not decoded (with ``columns``) yet, by
+        the first span of their row group: a sub-window's are its whole group's, fetched
+        once, unless the group's stream is there already (it holds them)."""
         names = frozenset(columns)
         out = {}
         for s in spans:
             part = self._parts[int(self._span_part[s])]
             cached = self._cache.get(s)
-            if not isinstance(part, _Part) and (cached is None or not names <= cached.keys()):
-                out[s] = part.fetch(int(self._span_local[s]), names)
+            if isinstance(part, _Part) or (cached is not None and names <= cached.keys()):
+                continue
+            group, head = int(self._span_local[s]), self._head(s)
+            if head in out:
+                continue
+            if self._span_cut[s]:
+                assert isinstance(part, RemoteParquet)
+                if part.streams.usable(group, int(self._span_first[s]), list(columns)):
+                    continue
+            out[head] = part.fetch(group, names)
         return out
+
+    def _head(self, span: int) -> int:
+        """The first span of ``span``'s row group (itself unless the group is cut)."""
+        if not self._span_cut[span]:
+            return span
+        assert self._split_rows is not None
+        return span - int(self._span_first[span]) // self._split_rows
 
     def _missing(self, span: int, names: list[str]) -> bool:
         """Whether ``span`` is a local Parquet row group that ``names`` need decoded."""
@@ -477,16 +549,30 @@ class Table(Closing):
                 pool = self._decoders = ThreadPoolExecutor(
                     _DECODE_THREADS, thread_name_prefix="headrace-parquet"
                 )
+        # The sub-windows of one streamed group are decoded in order, by one thread:
+        # a later one taken first would decode the earlier on its way, then restart.
+        jobs: dict[tuple[int, int], list[int]] = {}
+        for s in sorted(spans):
+            cut = bool(self._span_cut[s])
+            key = (int(self._span_part[s]), int(self._span_local[s])) if cut else (-1, s)
+            jobs.setdefault(key, []).append(s)
+
+        def decode(todo: list[int]) -> list[Any]:
+            return [self._decode(s, names) for s in todo]
+
         futures = {}
         try:
-            for s in spans:
-                part = self._parts[int(self._span_part[s])]
-                futures[s] = pool.submit(part.span, int(self._span_local[s]), names)
+            for todo in jobs.values():
+                futures[tuple(todo)] = pool.submit(decode, todo)
         except RuntimeError:  # close() shut the pool down under this read
             wait(futures.values())
             raise StorageError(f"{self._where}: the table was closed during the read") from None
         done = results(list(futures.values()), "other row group reads also failed")
-        return dict(zip(futures, done, strict=True))
+        return {
+            s: data
+            for todo, got in zip(futures, done, strict=True)
+            for s, data in zip(todo, got, strict=True)
+        }
 
     def _views(
         self,
@@ -503,14 +589,26 @@ class Table(Closing):
             self._cache.move_to_end(span)
             return cached
         if isinstance(part, _Part):
-            data = decoded if decoded is not None else part.span(int(self._span_local[span]), names)
+            data = decoded if decoded is not None else self._decode(span, names)
+        elif self._span_cut[span]:
+            assert isinstance(part, RemoteParquet)
+            group, first = int(self._span_local[span]), int(self._span_first[span])
+            data, skipped = part.piece(group, first, self._span_rows(span), names, fetched)
+            with self._count_lock:
+                self.skipped_rows += skipped
+                self.decoded_rows += skipped
         else:
             data = part.span(int(self._span_local[span]), names, fetched)
+        rows = self._span_rows(span)
         if not _mapped(part):
-            stored = part.stored_bytes(int(self._span_local[span]))
+            group = int(self._span_local[span])
+            stored = part.stored_bytes(group)
+            if self._span_cut[span]:  # a sub-window: its share of the group's bytes
+                stored = stored * rows // int(part.rows[group])
             with self._count_lock:
                 self.decoded += 1
                 self.decoded_bytes += stored
+                self.decoded_rows += rows
         views = dict(cached or {})
         for c in names:
             if c not in views:
@@ -518,14 +616,48 @@ class Table(Closing):
                 if isinstance(part, _Part) and part.network and not part.parquet:
                     populate_buffers(part, eager_buffers(self._pa, col))
                 views[c] = self._column_view(part.path, span, c, col)
+        if cached is None and not _mapped(part):
+            self._held_rows += rows
         self._cache[span] = views
         self._cache.move_to_end(span)
+        if self._span_cut[span]:
+            # A streamed group's sub-windows are read in order, once: the one before
+            # this (a read may cross from it) is kept, no other sub-window is needed
+            # again; past its first, neither is the window before the group's.
+            later = bool(self._span_first[span])
+            for t in [
+                t for t in self._cache if (later or self._span_cut[t]) and t not in (span, span - 1)
+            ]:
+                self._uncache(t)
         # Decoded Parquet row groups and fetched record batches own memory, so few
         # are kept; views of a mapped Arrow file cost a few hundred bytes each, so many are.
         limit = max(self._cache_limit, 4096) if _mapped(part) else self._cache_limit
         while len(self._cache) > limit:
-            self._cache.popitem(last=False)
+            self._uncache(next(iter(self._cache)))
         return views
+
+    def _uncache(self, span: int) -> None:
+        del self._cache[span]
+        if not _mapped(self._parts[int(self._span_part[span])]):
+            self._held_rows -= self._span_rows(span)
+
+    def _span_rows(self, span: int) -> int:
+        return int(self._starts[span + 1] - self._starts[span])
+
+    def _decode(self, span: int, names: list[str]) -> Any:
+        """Local span ``span``, read and decoded: a row group or record batch, or a
+        sub-window of a row group that :meth:`split_groups` cut, from its stream."""
+        part = self._parts[int(self._span_part[span])]
+        assert isinstance(part, _Part)
+        group = int(self._span_local[span])
+        if not self._span_cut[span]:
+            return part.span(group, names)
+        first, n = int(self._span_first[span]), self._span_rows(span)
+        data, skipped = part.piece(group, first, n, names)
+        with self._count_lock:
+            self.skipped_rows += skipped
+            self.decoded_rows += skipped
+        return data
 
     def _column_view(self, path: str, span: int, name: str, arr: Any) -> tuple[Any, ...]:
         col = self._columns[name]
@@ -633,15 +765,24 @@ class Table(Closing):
         # crosses from one shuffle window to the next needs both windows' groups.
         spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
         # On object storage: every missing row group's GETs in flight before the first decode.
-        fetched = {s: self._pending.pop(s) for s in spans if s in self._pending}
+        # Keyed by the first span of each row group (a sub-window's bytes are its group's).
+        heads = {s: self._head(s) for s in spans}
+        fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
         if self._objects is not None:
-            fetched.update(self._fetch([s for s in spans if s not in fetched], names))
+            fetched.update(self._fetch([s for s in spans if heads[s] not in fetched], names))
         for i in {int(self._span_part[s]) for s in spans}:  # cached views map the file too
             part = self._parts[i]
             if isinstance(part, _Part):
                 part.check_size()
         decoded = self._decode_local([s for s in spans if self._missing(s, names)], names)
-        views = {s: self._views(s, names, fetched.get(s), decoded.get(s)) for s in spans}
+        views = {s: self._views(s, names, fetched.get(heads[s]), decoded.get(s)) for s in spans}
+        if self._held_rows or not self._maps:
+            gathered = sum(
+                self._span_rows(s)
+                for s in views
+                if s not in self._cache and not _mapped(self._parts[int(self._span_part[s])])
+            )
+            self.peak_rows = max(self.peak_rows, self._held_rows + gathered)
         fill = _POPULATE and self.map_fill.on
         if fill:
             self._fill_rows(names, groups, views)
@@ -847,6 +988,7 @@ class Table(Closing):
             self._read_ahead = ReadAhead()  # a table reopens after close
         self._ahead = OrderedDict()
         self._cache = OrderedDict()
+        self._held_rows = 0
         self._pending = OrderedDict()
         pool, self._decoders = getattr(self, "_decoders", None), None
         if pool is not None:
@@ -859,7 +1001,7 @@ class Table(Closing):
     def __reduce__(self) -> tuple[Any, ...]:
         # A pickled copy (a worker) reopens local streams without walking them again.
         walked = {p.path: p.walked for p in self._parts if isinstance(p, _Part) and p.walked}
-        return (Table, (*self._spec, None, walked or None))
+        return (Table, (*self._spec, None, walked or None, self._split_rows))
 
     def __repr__(self) -> str:
         return (

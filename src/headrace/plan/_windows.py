@@ -197,6 +197,13 @@ class WindowLayout:
 
     def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Map global sample numbers to (epoch, window, token offset in window)."""
+        plan = self.positions(seed, samples)
+        start = self.starts_of(seed, plan.epoch, plan.window, plan.start)
+        return WindowPlan(epoch=plan.epoch, window=plan.window, start=start * self.context)
+
+    def positions(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
+        """Each sample's (epoch, window, place in the window's visit order): :meth:`locate`
+        before the starts of a window are permuted (``start`` counts starts, not tokens)."""
         samples = _sample_numbers(samples)
         T = self.samples_per_epoch
         epoch = samples // T
@@ -213,18 +220,28 @@ class WindowLayout:
             for e in np.unique(epoch).tolist():
                 sel = epoch == e
                 window[sel], within[sel] = self._locate_epoch(seed, e, samples[sel] - e * T)
+        return WindowPlan(epoch=epoch, window=window, start=within)
+
+    def starts_of(
+        self,
+        seed: int,
+        epoch: NDArray[np.int64],
+        window: NDArray[np.int64],
+        within: NDArray[np.int64],
+    ) -> NDArray[np.int64]:
+        """The start (in units of ``context``) that place ``within`` of each sample's
+        window visits: the window's starts permuted by ``(seed, epoch, window)``."""
         if not self.shuffle:
-            start = within
-        else:
-            groups = group_by_window(epoch, window)
-            start = np.empty_like(samples) if len(groups) > 1 else within
-            for (e, w), idx in groups:
-                table = self._start_table(seed, e, w)
-                if len(groups) == 1:
-                    start = table[within]
-                else:
-                    start[idx] = table[within[idx]]
-        return WindowPlan(epoch=epoch, window=window, start=start * self.context)
+            return within
+        groups = group_by_window(epoch, window)
+        start = np.empty_like(within) if len(groups) > 1 else within
+        for (e, w), idx in groups:
+            table = self._start_table(seed, e, w)
+            if len(groups) == 1:
+                start = table[within]
+            else:
+                start[idx] = table[within[idx]]
+        return start
 
 
 def group_by_window(
