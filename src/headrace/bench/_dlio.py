@@ -13,7 +13,13 @@ them. Here each timed trial is one such epoch of the scaled dataset and there
 are ``epochs`` trials, so the run with compute covers DLIO's ``epochs x
 steps``. ``train.total_training_steps`` (> 0) caps the steps of an epoch, as in
 DLIO, scaled by ``scale`` like the epoch it is part of. ``reader.odirect: true``
-reads each file with O_DIRECT (the files kind's ``odirect = true``).
+reads each file with O_DIRECT (the files kind's ``odirect = true``). Where the
+scaled dataset is less than one file (DLIO's LLM and DLRM configs are one file of
+up to 4.2 G samples), the one file holds that share of the samples instead.
+
+DLIO's own defaults stand where a key is left out: ``format`` tfrecord,
+``read_threads`` 1, ``prefetch_size`` 2 (its data loaders' queue), the seed
+from ``train.seed``.
 
 ``storage_type: s3`` reads the dataset from ``s3://<storage_root>/<data_folder>`` at
 ``storage_options.endpoint_url`` (credentials from the usual AWS variables),
@@ -27,6 +33,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
 
@@ -35,25 +43,36 @@ __all__ = ["dlio_workload"]
 _FORMATS = {"npz": "npz", "npy": "npy", "jpeg": "jpeg", "png": "png", "hdf5": "hdf5"}
 # Record formats without a decoder here are read as fixed-size raw records.
 _RAW = {"tfrecord", "indexed_binary", "mmap_indexed_binary", "csv", "data_loader"}
+# DLIO's older names (its default.yaml, unet3d.yaml and bert.yaml still use them).
+_LEGACY = "dlio_"
 
 
-def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> dict[str, Any]:
-    """The reader's storage keys for DLIO's ``storage`` section."""
+def _storage(
+    path: str, stype: str, storage: Mapping[str, Any], folder: str
+) -> tuple[dict[str, Any], str]:
+    """The reader's storage keys for DLIO's ``storage`` section, and a note for the plan."""
     if stype == "local_fs":
-        return {}
+        return {}, ""
     if stype != "s3":
         raise ConfigError(
             f"{path}: storage.storage_type {stype!r} is not supported: local_fs or s3"
         )
     out: dict[str, Any] = {"storage": "s3"}
     bucket = str(storage.get("storage_root") or "").strip("/")
-    if bucket and bucket != ".":
+    if folder.startswith("s3://"):  # unet3d_h100_s3.yaml: the folder is the URL already
+        out["storage_url"] = folder.rstrip("/")
+    elif bucket and bucket != ".":
         out["storage_url"] = f"s3://{bucket}/{folder.strip('/')}"
     options = storage.get("storage_options") or {}
-    endpoint = options.get("endpoint_url") or options.get("endpoint")
-    if endpoint:
-        out["endpoint"] = str(endpoint)
-    return out
+    endpoints = str(options.get("endpoint_url") or options.get("endpoint") or "").split(",")
+    endpoints = [e.strip() for e in endpoints if e.strip()]
+    note = ""
+    if endpoints:
+        # DLIO's rank r reads from endpoints[r % N]: one host is rank 0.
+        out["endpoint"] = endpoints[0]
+        if len(endpoints) > 1:
+            note = f"; endpoint_url: the first of {len(endpoints)} (DLIO's rank 0)"
+    return out, note
 
 
 # The DLIO keys this mapping reads, per section; every other key of the YAML is
@@ -68,6 +87,8 @@ _READ: dict[str, frozenset[str]] = {
             "record_length",
             "record_length_bytes",
             "record_length_bytes_stdev",
+            "record_dims",
+            "record_element_type",
             "record_length_std",
             "record_length_stdev",
         }
@@ -83,26 +104,43 @@ _READ: dict[str, frozenset[str]] = {
             "seed",
         }
     ),
-    "train": frozenset({"computation_time", "epochs", "total_training_steps"}),
+    "train": frozenset(
+        {"computation_time", "computation_time_stdev", "epochs", "seed", "total_training_steps"}
+    ),
     "metric": frozenset({"au"}),
     "storage": frozenset({"storage_options", "storage_root", "storage_type"}),
     "model": frozenset({"name"}),
 }
+_READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader section
+# storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
+_OPTIONS = frozenset({"endpoint_url", "endpoint"})
 # Sections that say how DLIO itself runs, not what is read or computed.
 _RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
+# workflow keys about how DLIO runs; any other that is on (checkpoint, evaluation) is named.
+_WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
+# Sections DLIO acts on only when workflow turns them on: inert when it turns them off.
+_SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
 
 
 def not_modelled(doc: Mapping[str, Any]) -> list[str]:
     """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores."""
     out: list[str] = []
+    workflow = doc.get("workflow")
+    workflow = workflow if isinstance(workflow, Mapping) else {}
+    out += [f"workflow.{k}" for k, v in workflow.items() if v and k not in _WORKFLOW]
     for section, value in doc.items():
         if section in _RUNNER:
+            continue
+        if section in _SWITCHED and workflow.get(_SWITCHED[section]) is False:
             continue
         known = _READ.get(section)
         if known is None:
             out.append(str(section))
         elif isinstance(value, Mapping):
             out += [f"{section}.{k}" for k in value if k not in known]
+            if section == "storage" and isinstance(value.get("storage_options"), Mapping):
+                options = value["storage_options"]
+                out += [f"storage.storage_options.{k}" for k in options if k not in _OPTIONS]
     return sorted(out)
 
 
@@ -119,7 +157,9 @@ def _time(
                 f"{path}: {where}.{key} {dict(value)!r}: only a number or a normal distribution "
                 "({mean: M, stdev: S}) is supported"
             )
-        return float(value["mean"]), float(value.get("stdev", 0.0))
+        # DLIO sets the distribution's stdev from key_stdev where both are given
+        stdev = section.get(f"{key}_stdev", value.get("stdev", 0.0))
+        return float(value["mean"]), float(stdev or 0.0)
     return float(value or 0.0), float(section.get(f"{key}_stdev", 0.0) or 0.0)
 
 
@@ -146,10 +186,42 @@ def _number(section: Mapping[str, Any], keys: tuple[str, ...], default: float, w
 
 
 def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
+    if name == "reader" and "reader" not in doc and "data_reader" in doc:
+        name = "data_reader"
     value = doc.get(name) or {}
     if not isinstance(value, Mapping):
         raise ConfigError(f"{path}: {name} must be a mapping of keys (got {value!r})")
     return value
+
+
+def _record(ds: Mapping[str, Any], where: str) -> float:
+    """DLIO's record size: ``record_dims`` x ``record_element_type``'s size where given
+    (before ``record_length``), else ``record_length_bytes``/``record_length``."""
+    dims = ds.get("record_dims")
+    if not dims:
+        return _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+    kind = ds.get("record_element_type", "uint8")
+    if not isinstance(dims, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
+    ):
+        raise ConfigError(f"{where}.record_dims must be a list of whole numbers > 0 (got {dims!r})")
+    try:
+        size = np.dtype(str(kind)).itemsize
+    except TypeError:
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
+        ) from None
+    return float(np.prod(dims, dtype=np.int64) * size)
+
+
+def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
+    """DLIO's ``read_threads`` (its default 1) and a note where 0 is taken as 1."""
+    if "read_threads" not in rd:
+        return 1, ""
+    threads = _number(rd, ("read_threads",), 1, where)
+    if threads == 0:  # DLIO's pytorch loader then loads in the main thread, with no overlap
+        return 1, "; reader.read_threads 0 (loading in the main thread) read as 1"
+    return int(threads), ""
 
 
 def dlio_workload(
@@ -170,25 +242,40 @@ def dlio_workload(
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(doc, dict) or "dataset" not in doc:
         raise ConfigError(f"{path}: not a DLIO workload (expected a mapping with 'dataset')")
-    ds, rd, tr, metric, storage = (
-        _section(doc, name, path) for name in ("dataset", "reader", "train", "metric", "storage")
+    ds, rd, tr, metric, storage, workflow = (
+        _section(doc, name, path)
+        for name in ("dataset", "reader", "train", "metric", "storage", "workflow")
     )
-    fmt = str(ds.get("format", "npz"))
+    if workflow.get("train") is False:
+        raise ConfigError(
+            f"{path}: workflow.train is false: DLIO reads no data then (data generation or "
+            "checkpointing only); headrace bench --dlio runs training workloads"
+        )
+    # DLIO's default format is tfrecord (its ConfigArguments), as cosmoflow.yaml relies on.
+    given = str(ds.get("format", "tfrecord"))
+    fmt = given.removeprefix(_LEGACY)
     if fmt not in _FORMATS and fmt not in _RAW:
         raise ConfigError(
-            f"{path}: dataset.format {fmt!r} is not supported: headrace reads "
+            f"{path}: dataset.format {given!r} is not supported: headrace reads "
             f"{', '.join(list(_FORMATS)[:-1])} and {list(_FORMATS)[-1]}, and "
             f"{', '.join(sorted(_RAW)[:-1])} and {sorted(_RAW)[-1]} as fixed-size raw records"
         )
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
-    record = _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+    record = _record(ds, where)
     stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
     stdev = _number(ds, stdev_keys, 0, where)
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
-    files = max(1, round(_positive(ds, "num_files_train", 1, where) * scale))
-    per_file = _positive(ds, "num_samples_per_file", 1, where)
+    dlio_files = _positive(ds, "num_files_train", 1, where)
+    dlio_per_file = per_file = _positive(ds, "num_samples_per_file", 1, where)
+    files = round(dlio_files * scale)
+    if dlio_files * scale < 1:
+        # Less than a file: the one file holds that share of the samples (DLIO's LLM and
+        # DLRM configs are one file of 1 M to 4.2 G records; kept whole, a --scale run
+        # wrote all of them).
+        files = 1
+        per_file = min(per_file, max(batch, round(dlio_files * per_file * scale)))
     if files * per_file < batch:
         files = -(-batch // per_file)
     model = doc.get("model")
@@ -209,7 +296,11 @@ def dlio_workload(
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
     if trial_steps < epoch_steps:
         plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
+    if per_file < dlio_per_file:
+        plan += f"; 1 file of {per_file:,} samples (DLIO's {dlio_files:,} of {dlio_per_file:,})"
     compute, compute_stdev = _time(tr, "computation_time", path)
+    # DLIO's seed is train.seed; reader.seed is this mapping's earlier spelling.
+    seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, "reader")
     train = TrainConfig(
         batch_size=batch,
         steps=steps or trial_steps,
@@ -218,7 +309,7 @@ def dlio_workload(
         computation_time=compute * record_scale,
         computation_time_stdev=compute_stdev * record_scale,
         au_threshold=_number(metric, ("au",), 0.90, f"{path}: metric"),
-        seed=int(_number(rd, ("seed",), 0, f"{path}: reader")),
+        seed=int(_number(seed_section, ("seed",), 0, f"{path}: {seed_where}")),
     )
     # Fixed-size records without a decoder here become NPY arrays of records
     # (read whole, like DLIO's readers); one record per file stays raw bytes.
@@ -232,33 +323,33 @@ def dlio_workload(
     }
     if out_fmt not in ("jpeg", "png"):  # images are generated at one size
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
-    # read_threads decode, and twice as many fetch; left out, 2 decode and 8 fetch (2 x
-    # DLIO's default of 4). prefetch_size is the batches DLIO's data loader queues (tf.data
-    # prefetch, torch's prefetch_factor): the Loader's prefetch, not reads in flight (as
-    # in_flight, ResNet-50's 2 with 8 read threads fetched 2 files at a time).
-    threads = int(_number(rd, ("read_threads",), 0, f"{path}: reader"))
+    # read_threads decode, and twice as many fetch. prefetch_size is the batches DLIO's
+    # data loader queues (tf.data prefetch, torch's prefetch_factor): the Loader's
+    # prefetch, not reads in flight (as in_flight, ResNet-50's 2 with 8 read threads
+    # fetched 2 files at a time). DLIO's default, and its pytorch loader's for 0, is 2;
+    # left to the kind's 8, UNet3D queued 8 x 7 x 147 MB.
+    threads, threads_note = _threads(rd, f"{path}: reader")
+    storage_keys, storage_note = _storage(path, stype, storage, str(ds.get("data_folder") or name))
     reader: dict[str, Any] = {
-        "in_flight": 2 * (threads or 4),
-        "decode_threads": threads or 2,
-        **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
+        "in_flight": 2 * threads,
+        "decode_threads": threads,
+        "prefetch": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader")) or 2,
+        **storage_keys,
     }
-    prefetch = int(_number(rd, ("prefetch_size",), 0, f"{path}: reader"))
-    if prefetch:
-        reader["prefetch"] = prefetch
     if rd.get("odirect"):
         reader["odirect"] = True
     prep, prep_stdev = _time(rd, "preprocess_time", path, "reader")
     if prep or prep_stdev:  # simulated work per sample, scaled as the compute time is
         reader["preprocess_time"] = prep * record_scale
         reader["preprocess_time_stdev"] = prep_stdev * record_scale
-    shown = fmt if out_fmt == fmt else f"{fmt} as {out_fmt}"
+    shown = given if out_fmt == given else f"{given} as {out_fmt}"
     ignored = not_modelled(doc)
     return Workload(
         name=name,
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}"
+            f"files x{scale:g}, records x{record_scale:g}{threads_note}{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
         ),
         source=path,
