@@ -29,6 +29,7 @@ or, with no endpoint, from a local S3 emulator started for the run (as
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -321,7 +322,16 @@ def dlio_workload(
         "samples_per_file": per_file,
         "record_bytes": max(1, round(record * record_scale)),
     }
-    if out_fmt not in ("jpeg", "png"):  # images are generated at one size
+    image_note = ""
+    if out_fmt in ("jpeg", "png"):
+        # DLIO writes sqrt(record) x sqrt(record) grey images; these are RGB, so a side of
+        # sqrt(record / 3) stores about a record (left at the kind's 640 x 640, ResNet-50's
+        # 115 kB PNGs were 1.2 MB, and at --record-scale 0.01 still 1.2 MB).
+        side = max(8, round(math.sqrt(dataset["record_bytes"] / 3)))
+        dataset["image_hw"] = [side, side]
+        if stdev:  # every image here is image_hw in size
+            image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"
+    else:
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
     # read_threads decode, and twice as many fetch. prefetch_size is the batches DLIO's
     # data loader queues (tf.data prefetch, torch's prefetch_factor): the Loader's
@@ -349,7 +359,7 @@ def dlio_workload(
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}{threads_note}{storage_note}"
+            f"files x{scale:g}, records x{record_scale:g}{image_note}{threads_note}{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
         ),
         source=path,
