@@ -158,6 +158,7 @@ REFUSED = {
     "krehm": "storage.storage_type 'fsspec_fs' is not supported: local_fs or s3",
     "daos_pytorch": "storage.storage_type 'daos_pytorch' is not supported: local_fs or s3",
     "dlrm_s3dlio_file": "dataset.format 'parquet' is not supported: headrace reads npz,",
+    "llama_70b_zero3": "workflow.train is false: DLIO reads no data then",
 }
 
 # Keys of the config that DLIO acts on and headrace does not: each must be named.
