@@ -361,3 +361,36 @@ def test_dlio_images_are_the_size_of_a_record(
     assert main([*args, "--steps", "1", "--trials", "1"]) == 0
     sizes = [p.stat().st_size for p in tmp_path.rglob(f"*.{ext}")]
     assert sizes and all(record / 3 < n < record * 3 for n in sizes), (record, sizes[:5])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # were "could not convert string to float: 'abc'", naming neither file nor key
+        ("train: {computation_time: abc}", "train.computation_time must be a number >= 0"),
+        ("train: {computation_time: {mean: x}}", "train.computation_time mean must be a number"),
+        ("train: {computation_time: -1}", "train.computation_time must be a number >= 0"),
+        (
+            "train: {computation_time: 1, computation_time_stdev: -0.5}",
+            "train.computation_time_stdev must be a number >= 0 (got -0.5)",
+        ),
+        ("reader: {preprocess_time: {mean: 0.1, stdev: -1}}", "reader.preprocess_time stdev"),
+        # was an AttributeError traceback
+        (
+            "storage: {storage_type: s3, storage_options: 'http://x'}",
+            "storage.storage_options must be a mapping of keys (got 'http://x')",
+        ),
+        # was "train: au_threshold must be in (0, 1] (got 90.0)": DLIO's au is a fraction
+        ("metric: {au: 90}", "metric.au must be a fraction in (0, 1] (got 90)"),
+        # was read as 2 threads without a word
+        ("reader: {read_threads: 2.5}", "reader.read_threads must be a whole number >= 0"),
+        ("reader: {prefetch_size: 1.5}", "reader.prefetch_size must be a whole number >= 0"),
+    ],
+)
+def test_a_bad_dlio_value_is_named_with_its_file_and_key(
+    text: str, message: str, tmp_path: Path
+) -> None:
+    path = _yaml(tmp_path, "dataset: {format: npz}\n" + text + "\n")
+    with pytest.raises(ConfigError) as info:
+        dlio_workload(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value), info.value

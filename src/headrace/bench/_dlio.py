@@ -65,6 +65,10 @@ def _storage(
     elif bucket and bucket != ".":
         out["storage_url"] = f"s3://{bucket}/{folder.strip('/')}"
     options = storage.get("storage_options") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(
+            f"{path}: storage.storage_options must be a mapping of keys (got {options!r})"
+        )
     endpoints = str(options.get("endpoint_url") or options.get("endpoint") or "").split(",")
     endpoints = [e.strip() for e in endpoints if e.strip()]
     note = ""
@@ -150,18 +154,30 @@ def _time(
 ) -> tuple[float, float]:
     """DLIO's ``key`` and ``key_stdev`` of section ``where``: a number, or a normal
     distribution's mapping."""
+    name = f"{path}: {where}.{key}"
     value = section.get(key, 0.0)
     if isinstance(value, Mapping):
         kind = str(value.get("type", "normal"))
         if kind != "normal" or "mean" not in value:
             raise ConfigError(
-                f"{path}: {where}.{key} {dict(value)!r}: only a number or a normal distribution "
+                f"{name} {dict(value)!r}: only a number or a normal distribution "
                 "({mean: M, stdev: S}) is supported"
             )
+        mean = _number(value, ("mean",), 0.0, f"{name}")
         # DLIO sets the distribution's stdev from key_stdev where both are given
-        stdev = section.get(f"{key}_stdev", value.get("stdev", 0.0))
-        return float(value["mean"]), float(stdev or 0.0)
-    return float(value or 0.0), float(section.get(f"{key}_stdev", 0.0) or 0.0)
+        if f"{key}_stdev" not in section:
+            return mean, _number(value, ("stdev",), 0.0, f"{name}")
+    else:
+        mean = _number(section, (key,), 0.0, f"{path}: {where}")
+    return mean, _number(section, (f"{key}_stdev",), 0.0, f"{path}: {where}")
+
+
+def _au(metric: Mapping[str, Any], path: str) -> float:
+    """DLIO's ``metric.au``: a fraction (0.90), not a percentage."""
+    au = _number(metric, ("au",), 0.90, f"{path}: metric")
+    if not 0 < au <= 1:
+        raise ConfigError(f"{path}: metric.au must be a fraction in (0, 1] (got {metric['au']!r})")
+    return au
 
 
 def _n(count: int, what: str) -> str:
@@ -175,15 +191,29 @@ def _positive(section: Mapping[str, Any], key: str, default: int, where: str) ->
     return value
 
 
-def _number(section: Mapping[str, Any], keys: tuple[str, ...], default: float, where: str) -> float:
-    """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``)."""
+def _number(
+    section: Mapping[str, Any],
+    keys: tuple[str, ...],
+    default: float,
+    where: str,
+    *,
+    whole: bool = False,
+) -> float:
+    """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``);
+    ``where`` ending in a key (a distribution's mapping) names its fields "KEY field"."""
     key = next((k for k in keys if k in section), keys[0])
     value = section.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}.{key} must be a number >= 0 (got {value!r})")
+    kinds = int if whole else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        what = "a whole number" if whole else "a number"
+        joined = f"{where} {key}" if where.rsplit(".", 1)[-1] in _TIMES else f"{where}.{key}"
+        raise ConfigError(f"{joined} must be {what} >= 0 (got {value!r})")
     return float(value)
+
+
+_TIMES = frozenset({"computation_time", "preprocess_time"})
 
 
 def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
@@ -219,7 +249,7 @@ def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
     """DLIO's ``read_threads`` (its default 1) and a note where 0 is taken as 1."""
     if "read_threads" not in rd:
         return 1, ""
-    threads = _number(rd, ("read_threads",), 1, where)
+    threads = _number(rd, ("read_threads",), 1, where, whole=True)
     if threads == 0:  # DLIO's pytorch loader then loads in the main thread, with no overlap
         return 1, "; reader.read_threads 0 (loading in the main thread) read as 1"
     return int(threads), ""
@@ -309,7 +339,7 @@ def dlio_workload(
         warmup_steps=1,
         computation_time=compute * record_scale,
         computation_time_stdev=compute_stdev * record_scale,
-        au_threshold=_number(metric, ("au",), 0.90, f"{path}: metric"),
+        au_threshold=_au(metric, path),
         seed=int(_number(seed_section, ("seed",), 0, f"{path}: {seed_where}")),
     )
     # Fixed-size records without a decoder here become NPY arrays of records
@@ -343,7 +373,7 @@ def dlio_workload(
     reader: dict[str, Any] = {
         "in_flight": 2 * threads,
         "decode_threads": threads,
-        "prefetch": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader")) or 2,
+        "prefetch": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader", whole=True)) or 2,
         **storage_keys,
     }
     if rd.get("odirect"):
