@@ -335,6 +335,15 @@ def test_seed_reader_alias_and_record_dims(tmp_path: Path) -> None:
         dlio_workload(_yaml(tmp_path, bad))
 
 
+@pytest.mark.parametrize("limit", [0, -1, -5])
+def test_total_training_steps_at_or_below_zero_is_no_limit(limit: int, tmp_path: Path) -> None:
+    # DLIO stops where its step count equals the limit: never, for 0 (was refused here)
+    text = f"dataset: {{num_files_train: 8}}\ntrain: {{total_training_steps: {limit}}}\n"
+    assert dlio_workload(_yaml(tmp_path, text)).train.steps == 8
+    with pytest.raises(ConfigError, match="total_training_steps must be a whole number"):
+        dlio_workload(_yaml(tmp_path, "dataset: {}\ntrain: {total_training_steps: 2.5}\n"))
+
+
 def test_read_threads_zero_is_one_thread_and_said(tmp_path: Path) -> None:
     # DLIO's pytorch loader reads in the main thread at 0 (no overlap with compute)
     wl = dlio_workload(_yaml(tmp_path, "dataset: {}\nreader: {read_threads: 0}\n"))

@@ -1,8 +1,9 @@
 """DLIO workload YAML -> a headrace :class:`Workload`.
 
-Reads the sections DLIO documents (``dataset``, ``reader``, ``train``,
-``storage``, ``metric``; ``model``/``workflow``/``checkpoint`` are ignored)
-and maps them onto the ``files`` kind. ``scale`` multiplies the number of
+Reads the sections DLIO documents (``dataset``, ``reader`` or ``data_reader``,
+``train``, ``storage``, ``metric``; of ``workflow``, what it turns on beside
+training is named, and ``train: false`` refused) and maps them onto the
+``files`` kind; every key not read is named in the description. ``scale`` multiplies the number of
 files (the dataset size); ``record_scale`` multiplies record sizes *and*
 computation time together, so the demand per accelerator (batch x record /
 compute time) stays what the YAML describes.
@@ -317,11 +318,13 @@ def dlio_workload(
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
     epoch_steps = files * per_file // batch
     trial_steps = epoch_steps
-    # DLIO's -1 (its default) means no limit: every step of the epoch.
+    # DLIO stops where the step count equals total_training_steps: its -1 (the default),
+    # or any value <= 0, is no limit, every step of the epoch.
     limit = tr.get("total_training_steps", -1)
-    total = (
-        -1 if limit in (None, -1) else _positive(tr, "total_training_steps", 1, f"{path}: train")
+    no_limit = limit is None or (
+        isinstance(limit, int) and not isinstance(limit, bool) and limit <= 0
     )
+    total = -1 if no_limit else _positive(tr, "total_training_steps", 1, f"{path}: train")
     if total > 0:  # DLIO stops each epoch there
         trial_steps = min(epoch_steps, max(1, round(total * scale)))
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
