@@ -403,3 +403,23 @@ def test_a_bad_dlio_value_is_named_with_its_file_and_key(
     with pytest.raises(ConfigError) as info:
         dlio_workload(path)
     assert str(info.value).startswith(f"{path}: ") and message in str(info.value), info.value
+
+
+def test_a_dlio_run_config_under_workload_is_read(tmp_path: Path) -> None:
+    # DLIO's run output (hydra's .hydra/config.yaml) holds the workload under "workload:";
+    # was "not a DLIO workload (expected a mapping with 'dataset')"
+    text = (DLIO / "cosmoflow_h100.yaml").read_text()
+    nested = "workload:\n" + "".join(f"  {line}\n" for line in text.splitlines())
+    wl = dlio_workload(_yaml(tmp_path, nested + "hydra: {run: {dir: out}}\n"))
+    assert wl.dataset == dlio_workload(str(DLIO / "cosmoflow_h100.yaml")).dataset
+    assert wl.train.trials == 5
+
+
+def test_dlio_metric_exclusions_other_than_its_default_are_named(tmp_path: Path) -> None:
+    # AU leaves out the first step (output.metric's default); other exclusions change it
+    base = "dataset: {}\n"
+    text = base + "output: {folder: out, metric: {exclude_start_steps: 1, exclude_end_steps: 0}}\n"
+    assert "not modelled" not in dlio_workload(_yaml(tmp_path, text)).description
+    text = base + "output: {metric: {exclude_start_steps: 3}}\n"
+    wl = dlio_workload(_yaml(tmp_path, text))
+    assert "not modelled: output.metric.exclude_start_steps" in wl.description

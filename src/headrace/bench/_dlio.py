@@ -122,6 +122,8 @@ _READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader secti
 _OPTIONS = frozenset({"endpoint_url", "endpoint"})
 # Sections that say how DLIO itself runs, not what is read or computed.
 _RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
+# output.metric as headrace measures AU (the first step left out, as warm-up).
+_METRIC_DEFAULTS = {"exclude_start_steps": 1, "exclude_end_steps": 0}
 # workflow keys about how DLIO runs; any other that is on (checkpoint, evaluation) is named.
 _WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
 # Sections DLIO acts on only when workflow turns them on: inert when it turns them off.
@@ -134,6 +136,14 @@ def not_modelled(doc: Mapping[str, Any]) -> list[str]:
     workflow = doc.get("workflow")
     workflow = workflow if isinstance(workflow, Mapping) else {}
     out += [f"workflow.{k}" for k, v in workflow.items() if v and k not in _WORKFLOW]
+    output = doc.get("output")
+    metric = output.get("metric") if isinstance(output, Mapping) else None
+    if isinstance(metric, Mapping):  # AU's exclusions; DLIO's default leaves out step 1
+        out += [
+            f"output.metric.{k}"
+            for k, v in metric.items()
+            if _METRIC_DEFAULTS.get(str(k), object()) != v
+        ]
     for section, value in doc.items():
         if section in _RUNNER:
             continue
@@ -272,6 +282,8 @@ def dlio_workload(
             doc = yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if isinstance(doc, dict) and "dataset" not in doc and isinstance(doc.get("workload"), dict):
+        doc = doc["workload"]  # a DLIO run's own record of its config (.hydra/config.yaml)
     if not isinstance(doc, dict) or "dataset" not in doc:
         raise ConfigError(f"{path}: not a DLIO workload (expected a mapping with 'dataset')")
     ds, rd, tr, metric, storage, workflow = (
