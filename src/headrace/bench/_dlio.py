@@ -343,7 +343,10 @@ def dlio_workload(
     if trial_steps < epoch_steps:
         plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
     if per_file < dlio_per_file:
-        plan += f"; 1 file of {per_file:,} samples (DLIO's {dlio_files:,} of {dlio_per_file:,})"
+        plan += (
+            f"; 1 file of {per_file:,} samples (DLIO: {_n(dlio_files, 'file')} of "
+            f"{dlio_per_file:,})"
+        )
     compute, compute_stdev = _time(tr, "computation_time", path)
     # DLIO's seed is train.seed; reader.seed is this mapping's earlier spelling.
     seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, "reader")
