@@ -37,8 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from headrace.bench._files_kind import photo
 from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
+from headrace.formats import encode
 
 __all__ = ["dlio_workload"]
 
@@ -47,6 +49,7 @@ _FORMATS = {"npz": "npz", "npy": "npy", "jpeg": "jpeg", "png": "png", "hdf5": "h
 _RAW = {"tfrecord", "indexed_binary", "mmap_indexed_binary", "csv", "data_loader"}
 # DLIO's older names (its default.yaml, unet3d.yaml and bert.yaml still use them).
 _LEGACY = "dlio_"
+_NOISE = 80  # the files kind's photo noise (its default)
 
 
 def _storage(
@@ -256,6 +259,19 @@ def _record(ds: Mapping[str, Any], where: str) -> float:
     return float(np.prod(dims, dtype=np.int64) * size)
 
 
+def _image_side(fmt: str, record: int) -> int:
+    """The side of the square image (the files kind's RGB photo) stored in about
+    ``record`` bytes: sqrt(record / 3) rescaled by one trial encoding (a JPEG of the
+    photo is about a quarter of its pixels' bytes; sized by pixels alone, ResNet-50's
+    150.5 kB records were 37 kB JPEGs)."""
+    side = max(8, round(math.sqrt(record / 3)))
+    try:
+        stored = len(encode(fmt, photo(0, (side, side, 3), _NOISE)))
+    except (ImportError, ConfigError):  # no image codec here: the run will say so
+        return side
+    return max(8, round(side * math.sqrt(record / stored)))
+
+
 def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
     """DLIO's ``read_threads`` (its default 1) and a note where 0 is taken as 1."""
     if "read_threads" not in rd:
@@ -372,10 +388,10 @@ def dlio_workload(
     }
     image_note = ""
     if out_fmt in ("jpeg", "png"):
-        # DLIO writes sqrt(record) x sqrt(record) grey images; these are RGB, so a side of
-        # sqrt(record / 3) stores about a record (left at the kind's 640 x 640, ResNet-50's
-        # 115 kB PNGs were 1.2 MB, and at --record-scale 0.01 still 1.2 MB).
-        side = max(8, round(math.sqrt(dataset["record_bytes"] / 3)))
+        # DLIO writes sqrt(record) x sqrt(record) grey noise, stored at about a record;
+        # left at the kind's 640 x 640, ResNet-50's 115 kB PNGs were 1.2 MB, at any
+        # --record-scale.
+        side = _image_side(out_fmt, dataset["record_bytes"])
         dataset["image_hw"] = [side, side]
         if stdev:  # every image here is image_hw in size
             image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"
