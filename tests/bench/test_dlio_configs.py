@@ -384,13 +384,16 @@ def test_dlio_images_are_the_size_of_a_record(
     [
         # were "could not convert string to float: 'abc'", naming neither file nor key
         ("train: {computation_time: abc}", "train.computation_time must be a number >= 0"),
-        ("train: {computation_time: {mean: x}}", "train.computation_time mean must be a number"),
+        ("train: {computation_time: {mean: x}}", "train.computation_time.mean must be a number"),
         ("train: {computation_time: -1}", "train.computation_time must be a number >= 0"),
         (
             "train: {computation_time: 1, computation_time_stdev: -0.5}",
             "train.computation_time_stdev must be a number >= 0 (got -0.5)",
         ),
-        ("reader: {preprocess_time: {mean: 0.1, stdev: -1}}", "reader.preprocess_time stdev"),
+        (
+            "reader: {preprocess_time: {mean: 0.1, stdev: -1}}",
+            "reader.preprocess_time.stdev must be a number >= 0",
+        ),
         # was an AttributeError traceback
         (
             "storage: {storage_type: s3, storage_options: 'http://x'}",

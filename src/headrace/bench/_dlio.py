@@ -3,10 +3,10 @@
 Reads the sections DLIO documents (``dataset``, ``reader`` or ``data_reader``,
 ``train``, ``storage``, ``metric``; of ``workflow``, what it turns on beside
 training is named, and ``train: false`` refused) and maps them onto the
-``files`` kind; every key not read is named in the description. ``scale`` multiplies the number of
-files (the dataset size); ``record_scale`` multiplies record sizes *and*
-computation time together, so the demand per accelerator (batch x record /
-compute time) stays what the YAML describes.
+``files`` kind; every key not read is named in the description. ``scale``
+multiplies the number of files (the dataset size); ``record_scale`` multiplies
+record sizes *and* computation time together, so the demand per accelerator
+(batch x record / compute time) stays what the YAML describes.
 
 ``train.epochs`` (DLIO's default 1): DLIO runs that many epochs of
 ``floor(files x samples per file / batch)`` steps (one host), with its AU over
@@ -177,10 +177,10 @@ def _time(
                 f"{name} {dict(value)!r}: only a number or a normal distribution "
                 "({mean: M, stdev: S}) is supported"
             )
-        mean = _number(value, ("mean",), 0.0, f"{name}")
+        mean = _number(value, ("mean",), 0.0, name)
         # DLIO sets the distribution's stdev from key_stdev where both are given
         if f"{key}_stdev" not in section:
-            return mean, _number(value, ("stdev",), 0.0, f"{name}")
+            return mean, _number(value, ("stdev",), 0.0, name)
     else:
         mean = _number(section, (key,), 0.0, f"{path}: {where}")
     return mean, _number(section, (f"{key}_stdev",), 0.0, f"{path}: {where}")
@@ -213,8 +213,7 @@ def _number(
     *,
     whole: bool = False,
 ) -> float:
-    """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``);
-    ``where`` ending in a key (a distribution's mapping) names its fields "KEY field"."""
+    """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``)."""
     key = next((k for k in keys if k in section), keys[0])
     value = section.get(key, default)
     if value is None:
@@ -222,12 +221,8 @@ def _number(
     kinds = int if whole else int | float
     if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
         what = "a whole number" if whole else "a number"
-        joined = f"{where} {key}" if where.rsplit(".", 1)[-1] in _TIMES else f"{where}.{key}"
-        raise ConfigError(f"{joined} must be {what} >= 0 (got {value!r})")
+        raise ConfigError(f"{where}.{key} must be {what} >= 0 (got {value!r})")
     return float(value)
-
-
-_TIMES = frozenset({"computation_time", "preprocess_time"})
 
 
 def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
