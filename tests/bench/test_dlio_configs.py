@@ -404,12 +404,18 @@ def test_dlio_images_are_the_size_of_a_record(
         # was read as 2 threads without a word
         ("reader: {read_threads: 2.5}", "reader.read_threads must be a whole number >= 0"),
         ("reader: {prefetch_size: 1.5}", "reader.prefetch_size must be a whole number >= 0"),
+        # was "[dataset]: image_hw = [285, 285] cannot be used: ... jpeg files hold one sample"
+        (
+            "dataset: {format: png, num_samples_per_file: 2}",
+            "dataset.num_samples_per_file 2 with format 'png': an image file holds one sample",
+        ),
     ],
 )
 def test_a_bad_dlio_value_is_named_with_its_file_and_key(
     text: str, message: str, tmp_path: Path
 ) -> None:
-    path = _yaml(tmp_path, "dataset: {format: npz}\n" + text + "\n")
+    head = "" if text.startswith("dataset:") else "dataset: {format: npz}\n"
+    path = _yaml(tmp_path, head + text + "\n")
     with pytest.raises(ConfigError) as info:
         dlio_workload(path)
     assert str(info.value).startswith(f"{path}: ") and message in str(info.value), info.value

@@ -324,6 +324,11 @@ def dlio_workload(
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
     dlio_files = _positive(ds, "num_files_train", 1, where)
     dlio_per_file = per_file = _positive(ds, "num_samples_per_file", 1, where)
+    if fmt in ("jpeg", "png") and per_file > 1:
+        raise ConfigError(
+            f"{where}.num_samples_per_file {per_file} with format {given!r}: an image file "
+            "holds one sample (1, or npz/npy/hdf5 for several)"
+        )
     files = round(dlio_files * scale)
     if dlio_files * scale < 1:
         # Less than a file: the one file holds that share of the samples (DLIO's LLM and
