@@ -1,11 +1,12 @@
 """DLIO workload YAML -> a headrace :class:`Workload`.
 
-Reads the sections DLIO documents (``dataset``, ``reader``, ``train``,
-``storage``, ``metric``; ``model``/``workflow``/``checkpoint`` are ignored)
-and maps them onto the ``files`` kind. ``scale`` multiplies the number of
-files (the dataset size); ``record_scale`` multiplies record sizes *and*
-computation time together, so the demand per accelerator (batch x record /
-compute time) stays what the YAML describes.
+Reads the sections DLIO documents (``dataset``, ``reader`` or ``data_reader``,
+``train``, ``storage``, ``metric``; of ``workflow``, what it turns on beside
+training is named, and ``train: false`` refused) and maps them onto the
+``files`` kind; every key not read is named in the description. ``scale``
+multiplies the number of files (the dataset size); ``record_scale`` multiplies
+record sizes *and* computation time together, so the demand per accelerator
+(batch x record / compute time) stays what the YAML describes.
 
 ``train.epochs`` (DLIO's default 1): DLIO runs that many epochs of
 ``floor(files x samples per file / batch)`` steps (one host), with its AU over
@@ -13,7 +14,13 @@ them. Here each timed trial is one such epoch of the scaled dataset and there
 are ``epochs`` trials, so the run with compute covers DLIO's ``epochs x
 steps``. ``train.total_training_steps`` (> 0) caps the steps of an epoch, as in
 DLIO, scaled by ``scale`` like the epoch it is part of. ``reader.odirect: true``
-reads each file with O_DIRECT (the files kind's ``odirect = true``).
+reads each file with O_DIRECT (the files kind's ``odirect = true``). Where the
+scaled dataset is less than one file (DLIO's LLM and DLRM configs are one file of
+up to 4.2 G samples), the one file holds that share of the samples instead.
+
+DLIO's own defaults stand where a key is left out: ``format`` tfrecord,
+``read_threads`` 1, ``prefetch_size`` 2 (its data loaders' queue), the seed
+from ``train.seed``.
 
 ``storage_type: s3`` reads the dataset from ``s3://<storage_root>/<data_folder>`` at
 ``storage_options.endpoint_url`` (credentials from the usual AWS variables),
@@ -23,37 +30,58 @@ or, with no endpoint, from a local S3 emulator started for the run (as
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from headrace.bench._files_kind import photo
 from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
+from headrace.formats import encode
 
 __all__ = ["dlio_workload"]
 
 _FORMATS = {"npz": "npz", "npy": "npy", "jpeg": "jpeg", "png": "png", "hdf5": "hdf5"}
 # Record formats without a decoder here are read as fixed-size raw records.
 _RAW = {"tfrecord", "indexed_binary", "mmap_indexed_binary", "csv", "data_loader"}
+# DLIO's older names (its default.yaml, unet3d.yaml and bert.yaml still use them).
+_LEGACY = "dlio_"
+_NOISE = 80  # the files kind's photo noise (its default)
 
 
-def _storage(path: str, stype: str, storage: Mapping[str, Any], folder: str) -> dict[str, Any]:
-    """The reader's storage keys for DLIO's ``storage`` section."""
+def _storage(
+    path: str, stype: str, storage: Mapping[str, Any], folder: str
+) -> tuple[dict[str, Any], str]:
+    """The reader's storage keys for DLIO's ``storage`` section, and a note for the plan."""
     if stype == "local_fs":
-        return {}
+        return {}, ""
     if stype != "s3":
         raise ConfigError(
             f"{path}: storage.storage_type {stype!r} is not supported: local_fs or s3"
         )
     out: dict[str, Any] = {"storage": "s3"}
     bucket = str(storage.get("storage_root") or "").strip("/")
-    if bucket and bucket != ".":
+    if folder.startswith("s3://"):  # unet3d_h100_s3.yaml: the folder is the URL already
+        out["storage_url"] = folder.rstrip("/")
+    elif bucket and bucket != ".":
         out["storage_url"] = f"s3://{bucket}/{folder.strip('/')}"
     options = storage.get("storage_options") or {}
-    endpoint = options.get("endpoint_url") or options.get("endpoint")
-    if endpoint:
-        out["endpoint"] = str(endpoint)
-    return out
+    if not isinstance(options, Mapping):
+        raise ConfigError(
+            f"{path}: storage.storage_options must be a mapping of keys (got {options!r})"
+        )
+    endpoints = str(options.get("endpoint_url") or options.get("endpoint") or "").split(",")
+    endpoints = [e.strip() for e in endpoints if e.strip()]
+    note = ""
+    if endpoints:
+        # DLIO's rank r reads from endpoints[r % N]: one host is rank 0.
+        out["endpoint"] = endpoints[0]
+        if len(endpoints) > 1:
+            note = f"; endpoint_url: the first of {len(endpoints)} (DLIO's rank 0)"
+    return out, note
 
 
 # The DLIO keys this mapping reads, per section; every other key of the YAML is
@@ -68,6 +96,8 @@ _READ: dict[str, frozenset[str]] = {
             "record_length",
             "record_length_bytes",
             "record_length_bytes_stdev",
+            "record_dims",
+            "record_element_type",
             "record_length_std",
             "record_length_stdev",
         }
@@ -83,26 +113,53 @@ _READ: dict[str, frozenset[str]] = {
             "seed",
         }
     ),
-    "train": frozenset({"computation_time", "epochs", "total_training_steps"}),
+    "train": frozenset(
+        {"computation_time", "computation_time_stdev", "epochs", "seed", "total_training_steps"}
+    ),
     "metric": frozenset({"au"}),
     "storage": frozenset({"storage_options", "storage_root", "storage_type"}),
     "model": frozenset({"name"}),
 }
+_READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader section
+# storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
+_OPTIONS = frozenset({"endpoint_url", "endpoint"})
 # Sections that say how DLIO itself runs, not what is read or computed.
 _RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
+# output.metric as headrace measures AU (the first step left out, as warm-up).
+_METRIC_DEFAULTS = {"exclude_start_steps": 1, "exclude_end_steps": 0}
+# workflow keys about how DLIO runs; any other that is on (checkpoint, evaluation) is named.
+_WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
+# Sections DLIO acts on only when workflow turns them on: inert when it turns them off.
+_SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
 
 
 def not_modelled(doc: Mapping[str, Any]) -> list[str]:
     """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores."""
     out: list[str] = []
+    workflow = doc.get("workflow")
+    workflow = workflow if isinstance(workflow, Mapping) else {}
+    out += [f"workflow.{k}" for k, v in workflow.items() if v and k not in _WORKFLOW]
+    output = doc.get("output")
+    metric = output.get("metric") if isinstance(output, Mapping) else None
+    if isinstance(metric, Mapping):  # AU's exclusions; DLIO's default leaves out step 1
+        out += [
+            f"output.metric.{k}"
+            for k, v in metric.items()
+            if _METRIC_DEFAULTS.get(str(k), object()) != v
+        ]
     for section, value in doc.items():
         if section in _RUNNER:
+            continue
+        if section in _SWITCHED and workflow.get(_SWITCHED[section]) is False:
             continue
         known = _READ.get(section)
         if known is None:
             out.append(str(section))
         elif isinstance(value, Mapping):
             out += [f"{section}.{k}" for k in value if k not in known]
+            if section == "storage" and isinstance(value.get("storage_options"), Mapping):
+                options = value["storage_options"]
+                out += [f"storage.storage_options.{k}" for k in options if k not in _OPTIONS]
     return sorted(out)
 
 
@@ -111,16 +168,30 @@ def _time(
 ) -> tuple[float, float]:
     """DLIO's ``key`` and ``key_stdev`` of section ``where``: a number, or a normal
     distribution's mapping."""
+    name = f"{path}: {where}.{key}"
     value = section.get(key, 0.0)
     if isinstance(value, Mapping):
         kind = str(value.get("type", "normal"))
         if kind != "normal" or "mean" not in value:
             raise ConfigError(
-                f"{path}: {where}.{key} {dict(value)!r}: only a number or a normal distribution "
+                f"{name} {dict(value)!r}: only a number or a normal distribution "
                 "({mean: M, stdev: S}) is supported"
             )
-        return float(value["mean"]), float(value.get("stdev", 0.0))
-    return float(value or 0.0), float(section.get(f"{key}_stdev", 0.0) or 0.0)
+        mean = _number(value, ("mean",), 0.0, name)
+        # DLIO sets the distribution's stdev from key_stdev where both are given
+        if f"{key}_stdev" not in section:
+            return mean, _number(value, ("stdev",), 0.0, name)
+    else:
+        mean = _number(section, (key,), 0.0, f"{path}: {where}")
+    return mean, _number(section, (f"{key}_stdev",), 0.0, f"{path}: {where}")
+
+
+def _au(metric: Mapping[str, Any], path: str) -> float:
+    """DLIO's ``metric.au``: a fraction (0.90), not a percentage."""
+    au = _number(metric, ("au",), 0.90, f"{path}: metric")
+    if not 0 < au <= 1:
+        raise ConfigError(f"{path}: metric.au must be a fraction in (0, 1] (got {metric['au']!r})")
+    return au
 
 
 def _n(count: int, what: str) -> str:
@@ -134,22 +205,76 @@ def _positive(section: Mapping[str, Any], key: str, default: int, where: str) ->
     return value
 
 
-def _number(section: Mapping[str, Any], keys: tuple[str, ...], default: float, where: str) -> float:
+def _number(
+    section: Mapping[str, Any],
+    keys: tuple[str, ...],
+    default: float,
+    where: str,
+    *,
+    whole: bool = False,
+) -> float:
     """The first of ``keys`` set in ``section`` as a number >= 0 (else ``default``)."""
     key = next((k for k in keys if k in section), keys[0])
     value = section.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}.{key} must be a number >= 0 (got {value!r})")
+    kinds = int if whole else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        what = "a whole number" if whole else "a number"
+        raise ConfigError(f"{where}.{key} must be {what} >= 0 (got {value!r})")
     return float(value)
 
 
 def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
+    if name == "reader" and "reader" not in doc and "data_reader" in doc:
+        name = "data_reader"
     value = doc.get(name) or {}
     if not isinstance(value, Mapping):
         raise ConfigError(f"{path}: {name} must be a mapping of keys (got {value!r})")
     return value
+
+
+def _record(ds: Mapping[str, Any], where: str) -> float:
+    """DLIO's record size: ``record_dims`` x ``record_element_type``'s size where given
+    (before ``record_length``), else ``record_length_bytes``/``record_length``."""
+    dims = ds.get("record_dims")
+    if not dims:
+        return _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+    kind = ds.get("record_element_type", "uint8")
+    if not isinstance(dims, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
+    ):
+        raise ConfigError(f"{where}.record_dims must be a list of whole numbers > 0 (got {dims!r})")
+    try:
+        size = np.dtype(str(kind)).itemsize
+    except TypeError:
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
+        ) from None
+    return float(np.prod(dims, dtype=np.int64) * size)
+
+
+def _image_side(fmt: str, record: int) -> int:
+    """The side of the square image (the files kind's RGB photo) stored in about
+    ``record`` bytes: sqrt(record / 3) rescaled by one trial encoding (a JPEG of the
+    photo is about a quarter of its pixels' bytes; sized by pixels alone, ResNet-50's
+    150.5 kB records were 37 kB JPEGs)."""
+    side = max(8, round(math.sqrt(record / 3)))
+    try:
+        stored = len(encode(fmt, photo(0, (side, side, 3), _NOISE)))
+    except (ImportError, ConfigError):  # no image codec here: the run will say so
+        return side
+    return max(8, round(side * math.sqrt(record / stored)))
+
+
+def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
+    """DLIO's ``read_threads`` (its default 1) and a note where 0 is taken as 1."""
+    if "read_threads" not in rd:
+        return 1, ""
+    threads = _number(rd, ("read_threads",), 1, where, whole=True)
+    if threads == 0:  # DLIO's pytorch loader then loads in the main thread, with no overlap
+        return 1, "; reader.read_threads 0 (loading in the main thread) read as 1"
+    return int(threads), ""
 
 
 def dlio_workload(
@@ -168,27 +293,49 @@ def dlio_workload(
             doc = yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if isinstance(doc, dict) and "dataset" not in doc and isinstance(doc.get("workload"), dict):
+        doc = doc["workload"]  # a DLIO run's own record of its config (.hydra/config.yaml)
     if not isinstance(doc, dict) or "dataset" not in doc:
         raise ConfigError(f"{path}: not a DLIO workload (expected a mapping with 'dataset')")
-    ds, rd, tr, metric, storage = (
-        _section(doc, name, path) for name in ("dataset", "reader", "train", "metric", "storage")
+    ds, rd, tr, metric, storage, workflow = (
+        _section(doc, name, path)
+        for name in ("dataset", "reader", "train", "metric", "storage", "workflow")
     )
-    fmt = str(ds.get("format", "npz"))
+    if workflow.get("train") is False:
+        raise ConfigError(
+            f"{path}: workflow.train is false: DLIO reads no data then (data generation or "
+            "checkpointing only); headrace bench --dlio runs training workloads"
+        )
+    # DLIO's default format is tfrecord (its ConfigArguments), as cosmoflow.yaml relies on.
+    given = str(ds.get("format", "tfrecord"))
+    fmt = given.removeprefix(_LEGACY)
     if fmt not in _FORMATS and fmt not in _RAW:
         raise ConfigError(
-            f"{path}: dataset.format {fmt!r} is not supported: headrace reads "
+            f"{path}: dataset.format {given!r} is not supported: headrace reads "
             f"{', '.join(list(_FORMATS)[:-1])} and {list(_FORMATS)[-1]}, and "
             f"{', '.join(sorted(_RAW)[:-1])} and {sorted(_RAW)[-1]} as fixed-size raw records"
         )
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
-    record = _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+    record = _record(ds, where)
     stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
     stdev = _number(ds, stdev_keys, 0, where)
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
-    files = max(1, round(_positive(ds, "num_files_train", 1, where) * scale))
-    per_file = _positive(ds, "num_samples_per_file", 1, where)
+    dlio_files = _positive(ds, "num_files_train", 1, where)
+    dlio_per_file = per_file = _positive(ds, "num_samples_per_file", 1, where)
+    if fmt in ("jpeg", "png") and per_file > 1:
+        raise ConfigError(
+            f"{where}.num_samples_per_file {per_file} with format {given!r}: an image file "
+            "holds one sample (1, or npz/npy/hdf5 for several)"
+        )
+    files = round(dlio_files * scale)
+    if dlio_files * scale < 1:
+        # Less than a file: the one file holds that share of the samples (DLIO's LLM and
+        # DLRM configs are one file of 1 M to 4.2 G records; kept whole, a --scale run
+        # wrote all of them).
+        files = 1
+        per_file = min(per_file, max(batch, round(dlio_files * per_file * scale)))
     if files * per_file < batch:
         files = -(-batch // per_file)
     model = doc.get("model")
@@ -199,17 +346,26 @@ def dlio_workload(
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
     epoch_steps = files * per_file // batch
     trial_steps = epoch_steps
-    # DLIO's -1 (its default) means no limit: every step of the epoch.
+    # DLIO stops where the step count equals total_training_steps: its -1 (the default),
+    # or any value <= 0, is no limit, every step of the epoch.
     limit = tr.get("total_training_steps", -1)
-    total = (
-        -1 if limit in (None, -1) else _positive(tr, "total_training_steps", 1, f"{path}: train")
+    no_limit = limit is None or (
+        isinstance(limit, int) and not isinstance(limit, bool) and limit <= 0
     )
+    total = -1 if no_limit else _positive(tr, "total_training_steps", 1, f"{path}: train")
     if total > 0:  # DLIO stops each epoch there
         trial_steps = min(epoch_steps, max(1, round(total * scale)))
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
     if trial_steps < epoch_steps:
         plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
+    if per_file < dlio_per_file:
+        plan += (
+            f"; 1 file of {per_file:,} samples (DLIO: {_n(dlio_files, 'file')} of "
+            f"{dlio_per_file:,})"
+        )
     compute, compute_stdev = _time(tr, "computation_time", path)
+    # DLIO's seed is train.seed; reader.seed is this mapping's earlier spelling.
+    seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, "reader")
     train = TrainConfig(
         batch_size=batch,
         steps=steps or trial_steps,
@@ -217,8 +373,8 @@ def dlio_workload(
         warmup_steps=1,
         computation_time=compute * record_scale,
         computation_time_stdev=compute_stdev * record_scale,
-        au_threshold=_number(metric, ("au",), 0.90, f"{path}: metric"),
-        seed=int(_number(rd, ("seed",), 0, f"{path}: reader")),
+        au_threshold=_au(metric, path),
+        seed=int(_number(seed_section, ("seed",), 0, f"{path}: {seed_where}")),
     )
     # Fixed-size records without a decoder here become NPY arrays of records
     # (read whole, like DLIO's readers); one record per file stays raw bytes.
@@ -230,35 +386,44 @@ def dlio_workload(
         "samples_per_file": per_file,
         "record_bytes": max(1, round(record * record_scale)),
     }
-    if out_fmt not in ("jpeg", "png"):  # images are generated at one size
+    image_note = ""
+    if out_fmt in ("jpeg", "png"):
+        # DLIO writes sqrt(record) x sqrt(record) grey noise, stored at about a record;
+        # left at the kind's 640 x 640, ResNet-50's 115 kB PNGs were 1.2 MB, at any
+        # --record-scale.
+        side = _image_side(out_fmt, dataset["record_bytes"])
+        dataset["image_hw"] = [side, side]
+        if stdev:  # every image here is image_hw in size
+            image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"
+    else:
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
-    # read_threads decode, and twice as many fetch; left out, 2 decode and 8 fetch (2 x
-    # DLIO's default of 4). prefetch_size is the batches DLIO's data loader queues (tf.data
-    # prefetch, torch's prefetch_factor): the Loader's prefetch, not reads in flight (as
-    # in_flight, ResNet-50's 2 with 8 read threads fetched 2 files at a time).
-    threads = int(_number(rd, ("read_threads",), 0, f"{path}: reader"))
+    # read_threads decode, and twice as many fetch. prefetch_size is the batches DLIO's
+    # data loader queues (tf.data prefetch, torch's prefetch_factor): the Loader's
+    # prefetch, not reads in flight (as in_flight, ResNet-50's 2 with 8 read threads
+    # fetched 2 files at a time). DLIO's default, and its pytorch loader's for 0, is 2;
+    # left to the kind's 8, UNet3D queued 8 x 7 x 147 MB.
+    threads, threads_note = _threads(rd, f"{path}: reader")
+    storage_keys, storage_note = _storage(path, stype, storage, str(ds.get("data_folder") or name))
     reader: dict[str, Any] = {
-        "in_flight": 2 * (threads or 4),
-        "decode_threads": threads or 2,
-        **_storage(path, stype, storage, str(ds.get("data_folder") or name)),
+        "in_flight": 2 * threads,
+        "decode_threads": threads,
+        "prefetch": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader", whole=True)) or 2,
+        **storage_keys,
     }
-    prefetch = int(_number(rd, ("prefetch_size",), 0, f"{path}: reader"))
-    if prefetch:
-        reader["prefetch"] = prefetch
     if rd.get("odirect"):
         reader["odirect"] = True
     prep, prep_stdev = _time(rd, "preprocess_time", path, "reader")
     if prep or prep_stdev:  # simulated work per sample, scaled as the compute time is
         reader["preprocess_time"] = prep * record_scale
         reader["preprocess_time_stdev"] = prep_stdev * record_scale
-    shown = fmt if out_fmt == fmt else f"{fmt} as {out_fmt}"
+    shown = given if out_fmt == given else f"{given} as {out_fmt}"
     ignored = not_modelled(doc)
     return Workload(
         name=name,
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}"
+            f"files x{scale:g}, records x{record_scale:g}{image_note}{threads_note}{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
         ),
         source=path,
