@@ -192,6 +192,9 @@ def test_bad_arguments_say_what_and_how_to_fix(
         (["--accelerators", "-2"], "--accelerators '-2': expected a whole number >= 1"),
         (["--sweep", "in_flight"], "--sweep 'in_flight': expected KEY=V1,V2"),
         (["--storage", "local", "--endpoint", "http://x"], "need --storage s3"),
+        # in range, but without --dlio nothing reads them
+        (["--scale", "0.1"], "--scale scales a --dlio workload and nothing else: drop it"),
+        (["--record-scale", "2", "--scale", "1"], "--scale and --record-scale scale a --dlio"),
     ],
 )
 @pytest.mark.parametrize("listing", [[], ["--list"], ["--list", "-w", "jpeg"]])

@@ -49,12 +49,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the built-in workloads")
     parser.add_argument("--dlio", metavar="YAML", help="run a DLIO workload YAML")
-    parser.add_argument("--scale", type=float, default=1.0, help="DLIO: multiply file count")
+    parser.add_argument("--scale", type=float, help="DLIO: multiply file count (default 1)")
     parser.add_argument(
         "--record-scale",
         type=float,
-        default=1.0,
-        help="DLIO: multiply record sizes and compute time (demand per accelerator kept)",
+        help="DLIO: multiply record sizes and compute time (demand per accelerator kept; "
+        "default 1)",
     )
     parser.add_argument(
         "--accelerators", default="1", help="simulated accelerators per host, or 'auto'"
@@ -408,7 +408,11 @@ def _named_workloads(args: argparse.Namespace) -> list[Workload]:
                 f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
                 "e.g. --dlio tests/data/unet3d_h100.yaml"
             )
-        wl = dlio_workload(args.dlio, scale=args.scale, record_scale=args.record_scale)
+        wl = dlio_workload(
+            args.dlio,
+            scale=1.0 if args.scale is None else args.scale,
+            record_scale=1.0 if args.record_scale is None else args.record_scale,
+        )
         return [_override(wl, args)]
     return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
 
@@ -472,6 +476,18 @@ def check(args: argparse.Namespace) -> list[Kind]:
     root = args.root or default_root()
     # Refused with --list too: it lists the workloads a run with these options would run.
     _check_ranges(args)
+    if not args.dlio:
+        given = [
+            f
+            for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
+            if getattr(args, a, None) is not None
+        ]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
+                "workload and nothing else: drop it, or size a built-in workload with "
+                "--files, --token-file-gib or --steps"
+            )
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
