@@ -15,21 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _fds import fds_in
 from headrace.errors import FormatError
 from headrace.formats import Table, _table_part
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 NFILES, ROWS = 150, 40
-
-
-def _fds(folder: Path) -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{folder}{os.sep}")
-        except OSError:
-            pass
-    return n
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +46,17 @@ def test_a_table_of_many_parquet_files_keeps_few_open(
     want = (np.arange(ROWS)[None, :] + 1000 * np.arange(NFILES)[:, None]).reshape(-1)
     tb = Table.open(shards)
     try:
-        assert _fds(shards) <= 8
+        assert fds_in(shards) <= 8
         most = 0
         order = _order()
         for k in range(0, order.size, 50):
             got = tb.read_rows(order[k : k + 50], ["x"])["x"]
             np.testing.assert_array_equal(got, want[order[k : k + 50]])
-            most = max(most, _fds(shards))
+            most = max(most, fds_in(shards))
         assert most <= 8
     finally:
         tb.close()
-    assert _fds(shards) == 0
+    assert fds_in(shards) == 0
 
 
 def test_a_parquet_file_changed_after_its_reader_was_closed_is_refused(
@@ -77,7 +68,7 @@ def test_a_parquet_file_changed_after_its_reader_was_closed_is_refused(
     tb = Table.open(tmp_path)
     try:
         np.testing.assert_array_equal(tb.read_rows([1, 31], ["x"])["x"], [1, 1])
-        assert _fds(tmp_path) == 0
+        assert fds_in(tmp_path) == 0
         new = tmp_path / "new.parquet"
         pq.write_table(pa.table({"x": np.arange(30) + 7}), new)
         os.rename(new, tmp_path / "b.parquet")

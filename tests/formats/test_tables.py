@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _fds import fds_in
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats import Ragged, Table, table_token_files
 
@@ -743,17 +744,6 @@ def test_a_reader_that_fails_to_open_for_a_concurrent_decode_is_a_storage_error(
     tb.close()
 
 
-def _fds_in(folder: Path) -> int:
-    """Descriptors this process holds on files in ``folder``."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{folder}{os.sep}")
-        except OSError:  # closed since it was listed
-            pass
-    return n
-
-
 def test_shards_open_side_by_side_and_a_bad_one_closes_the_rest(tmp_path: Path) -> None:
     # Files open on the I/O pool at once; two corrupt of five: the first by file
     # order is raised, the other counted, and every part that opened is closed.
@@ -772,7 +762,7 @@ def test_shards_open_side_by_side_and_a_bad_one_closes_the_rest(tmp_path: Path) 
     gc.collect()
     # Descriptors on these files only: others of the process (earlier tests' garbage,
     # pools) may close meanwhile.
-    assert _fds_in(tmp_path) == 0
+    assert fds_in(tmp_path) == 0
 
 
 def test_a_parquet_table_closed_under_a_read_says_so(tmp_path: Path) -> None:

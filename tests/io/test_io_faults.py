@@ -6,8 +6,6 @@ counterparts (faults injected into completions) are in test_io_uring.py.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import errno
 import gc
 import os
@@ -22,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fds import open_targets
 from headrace.errors import ReadEOFError, StorageError
 from headrace.io import (
     ENGINES,
@@ -220,15 +219,6 @@ def test_truncated_while_mapped_is_an_error_not_sigbus(tmp_path: Path) -> None:
     assert "shrank" in lines[0] and "4096 bytes" in lines[0]
 
 
-def _fds() -> collections.Counter[str]:
-    """What this process's descriptors point at (a path, ``anon_inode:[io_uring]``...)."""
-    out: collections.Counter[str] = collections.Counter()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
-            out[os.readlink(f"/proc/self/fd/{fd}")] += 1
-    return out
-
-
 def _map_count() -> int:
     with open("/proc/self/maps") as f:
         return sum(1 for _ in f)
@@ -263,7 +253,7 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
     try:
         cycles(0, 2 * len(STRATEGIES) * len(engines))
         gc.collect()
-        threads, fds, maps = threading.active_count(), _fds(), _map_count()
+        threads, fds, maps = threading.active_count(), open_targets(), _map_count()
         traced = tracemalloc.get_traced_memory()[0]
         cycles(2 * len(STRATEGIES) * len(engines), 1000)
         gc.collect()
@@ -275,7 +265,7 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
     assert threading.active_count() <= threads
     # Opened and not closed: a descriptor closed meanwhile (another test's object
     # collected, a server's connection) is not a leak, and made a bare count flaky.
-    assert not _fds() - fds, _fds() - fds
+    assert not open_targets() - fds, open_targets() - fds
     assert _map_count() <= maps
     assert grown < 64 * 1024, grown  # one 16-row read is 8 KiB; 1,000 leaked would be 8 MB
 
@@ -289,26 +279,26 @@ def test_open_that_fails_after_open_closes_its_descriptor(
     def broken_fstat(fd: int) -> os.stat_result:
         raise OSError(errno.EIO, "Input/output error")
 
-    before = _fds()
+    before = open_targets()
     monkeypatch.setattr(os, "fstat", broken_fstat)
     with pytest.raises(StorageError, match=r"f\.bin: cannot open \(Input/output error\)"):
         LocalFile(path)
     monkeypatch.undo()
-    assert not _fds() - before
+    assert not open_targets() - before
 
 
 def test_a_local_file_dropped_without_close_releases_its_descriptors(file) -> None:
     # A source or loader a user never closes (a `for` loop left by `break`, an
     # exception, a loader made per epoch) is dropped, not closed: its files must go too.
     path, _ = file
-    before = _fds()
+    before = open_targets()
     for _ in range(20):
         f = LocalFile(path)
         f.pread(0, 16)
         f.mapped  # noqa: B018  # the map as well
         del f
     gc.collect()
-    assert not _fds() - before
+    assert not open_targets() - before
 
 
 def test_a_failed_open_never_closes_another_files_descriptor(tmp_path: Path) -> None:

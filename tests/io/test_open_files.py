@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fds import fds_in
 from headrace.errors import ConfigError, StorageError
 from headrace.io import LocalFile, RangeReader, ReaderConfig
 from headrace.io._open_files import _HOLDERS, MAX_IDLE_FILES, default_max_idle, idle_share
@@ -27,18 +28,6 @@ ROWS = 40  # 20 KiB a file: O_DIRECT reads whole aligned blocks of it
 # needs two per mapped file, one per positional one, so 300 files fail under it.
 NOFILE = 200
 NFILES = 300
-
-
-def _fds(folder: Path) -> int:
-    """Descriptors this process holds on files in ``folder`` (a map's duplicate too;
-    not the io_uring rings and pools a process keeps)."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{folder}{os.sep}")
-        except OSError:  # closed since it was listed
-            pass
-    return n
 
 
 def _odirect_ok(folder: Path) -> bool:
@@ -192,7 +181,7 @@ def test_threads_reading_few_files_under_a_tiny_bound_get_the_same_bytes(
         with ThreadPoolExecutor(16) as pool:
             results = list(pool.map(work, range(16)))
         assert reader.open_files <= idle
-        assert _fds(folder) <= 2 * idle
+        assert fds_in(folder) <= 2 * idle
         if idle == 0:  # with 1-2 idle, threads may keep every file busy: no close at all
             assert reader.reopened > 0
         for p in paths * 2:  # one at a time: past the bound, each is closed and reopened
@@ -203,7 +192,7 @@ def test_threads_reading_few_files_under_a_tiny_bound_get_the_same_bytes(
     for got in results:
         for i, rows, b in got:
             assert b == datas[i][rows].tobytes()
-    assert _fds(folder) == 0
+    assert fds_in(folder) == 0
 
 
 def test_open_descriptors_stay_bounded(shards: tuple[Path, list[np.ndarray]]) -> None:
@@ -213,13 +202,13 @@ def test_open_descriptors_stay_bounded(shards: tuple[Path, list[np.ndarray]]) ->
         for i in range(120):
             got = r.read_rows(str(folder / f"f{i:04d}.bin"), [1, 0], ROW)
             assert got.tobytes() == datas[i][[1, 0]].tobytes()
-            most = max(most, _fds(folder))
+            most = max(most, fds_in(folder))
             assert r.open_files == min(i + 1, 5)
         assert r.reopened == 0
         r.read(str(folder / "f0000.bin"), [(0, 8)])  # closed long ago: opened again
         assert r.reopened == 1
     assert most == 2 * 5  # two descriptors per mapped file
-    assert _fds(folder) == 0
+    assert fds_in(folder) == 0
 
 
 def test_a_file_replaced_after_it_was_closed_is_refused(tmp_path: Path) -> None:

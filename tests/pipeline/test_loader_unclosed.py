@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import gc
-import os
 import subprocess
 import sys
 import time
@@ -15,18 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fds import open_targets
 from headrace.formats import PaddedRows, TokenSource
 from headrace.pipeline import Loader
-
-
-def _fds() -> collections.Counter[str]:
-    """What this process's descriptors point at: a descriptor closed meanwhile by
-    something else (another test's object collected) is no leak."""
-    out: collections.Counter[str] = collections.Counter()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
-            out[os.readlink(f"/proc/self/fd/{fd}")] += 1
-    return out
 
 
 @pytest.fixture
@@ -53,7 +41,7 @@ def test_breaking_out_without_close_leaks_no_descriptor(
 
     cycle()  # the process-wide pools start their threads on first use
     gc.collect()
-    before = _fds()
+    before = open_targets()
     for _ in range(10):
         cycle()
     # Read-ahead a dropped loader started may still be on the shared I/O pool, holding
@@ -62,7 +50,7 @@ def test_breaking_out_without_close_leaks_no_descriptor(
     deadline = time.monotonic() + 30
     while True:
         gc.collect()
-        left = _fds() - before
+        left = open_targets() - before
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -371,25 +371,7 @@ class _Part:
 
     def _stream_reader(self) -> Any:
         """A Parquet reader for one stream: reads as it decodes, not the chunks whole."""
-        import pyarrow.parquet as pq
-
-        md = self._md
-        try:
-            pf = pq.ParquetFile(
-                self.path,
-                memory_map=False,
-                metadata=md,
-                pre_buffer=False,
-                buffer_size=STREAM_BUFFER,
-            )
-        except OSError as exc:
-            raise open_error(self.path, exc) from exc
-        try:
-            self._check_same()
-        except BaseException:
-            pf.close()
-            raise
-        return pf
+        return self._open_reader(self._md, pre_buffer=False, buffer_size=STREAM_BUFFER)
 
     def _reader(self) -> Any:
         """A Parquet reader for this thread's decode, from the idle ones or opened now.
@@ -403,10 +385,14 @@ class _Part:
             if self._idle:  # the reader kept, idle: a lone decode always reads through it
                 return self._idle.pop()
             md = self._md
+        return self._open_reader(md)
+
+    def _open_reader(self, md: Any, **options: Any) -> Any:
+        """A new Parquet reader from the parsed footer ``md``, of the file it was parsed from."""
         import pyarrow.parquet as pq
 
         try:
-            pf = pq.ParquetFile(self.path, memory_map=False, metadata=md)
+            pf = pq.ParquetFile(self.path, memory_map=False, metadata=md, **options)
         except OSError as exc:
             raise open_error(self.path, exc) from exc
         try:
