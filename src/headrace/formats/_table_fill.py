@@ -16,16 +16,15 @@ from headrace.formats._map_fill import FillPolicy, MappedFile, fill_pages, page_
 from headrace.formats._table_part import _Part
 from headrace.formats._table_remote import RemoteParquet
 from headrace.formats._table_schema import TableColumn
-from headrace.formats._table_spans import Spans
+from headrace.formats._table_spans import Groups, Spans, Views
 
-__all__ = ["AHEAD_SPANS", "ahead_jobs", "fill_maps", "mapped", "row_ranges"]
+__all__ = ["Ranges", "ahead_jobs", "fill_maps", "mapped", "row_ranges"]
 
 # Spans remembered as asked for ahead (each is filled once while remembered).
-AHEAD_SPANS = 4096
+_AHEAD_SPANS = 4096
 
+# Byte ranges of spans: (span, addresses, lengths).
 Ranges = Iterable[tuple[int, NDArray[np.int64], NDArray[np.int64]]]
-Groups = list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]
-Views = Mapping[int, Mapping[str, tuple[Any, ...]]]
 
 
 def mapped(part: _Part | RemoteParquet | RemoteArrow) -> bool:
@@ -103,7 +102,7 @@ def ahead_jobs(
                 for a in views(s, [c])[c]
                 if isinstance(a, np.ndarray) and a.nbytes
             )
-    while len(ahead) > AHEAD_SPANS:
+    while len(ahead) > _AHEAD_SPANS:
         ahead.popitem(last=False)
     jobs: list[tuple[MappedFile, list[tuple[int, int]]]] = []
     for pi, ranges in by_part.items():

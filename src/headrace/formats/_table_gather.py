@@ -13,10 +13,10 @@ from numpy.typing import NDArray
 from headrace.errors import FormatError
 from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Ragged
-from headrace.formats._table_fill import Groups, Views, fill_maps, mapped
+from headrace.formats._table_fill import fill_maps, mapped
 from headrace.formats._table_nulls import null_check
 from headrace.formats._table_schema import TableColumn
-from headrace.formats._table_spans import Spans
+from headrace.formats._table_spans import Groups, Spans, Views
 
 __all__ = ["column_view", "gather"]
 
@@ -128,17 +128,13 @@ def gather(
         i = int(np.flatnonzero(bad)[0])
         _corrupt_offsets(parts, spans, name, i, groups, (starts[i], lengths[i], limits[i]))
     if fill is not None:
-        fill_maps(
-            parts,
-            spans,
-            (
-                (s, views[s][name][0].ctypes.data + starts[pos] * isz, lengths[pos] * isz)
-                for s, pos, _ in groups
-                if mapped(parts[int(spans.part[s])])
-                for isz in [views[s][name][0].itemsize]
-            ),
-            fill,
+        items_at = (
+            (s, views[s][name][0].ctypes.data + starts[pos] * isz, lengths[pos] * isz)
+            for s, pos, _ in groups
+            if mapped(parts[int(spans.part[s])])
+            for isz in [views[s][name][0].itemsize]
         )
+        fill_maps(parts, spans, items_at, fill)
     out_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=out_off[1:])
     total = int(out_off[-1])

@@ -4,7 +4,7 @@ row group larger than ``window_rows``), numbered in table order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,12 @@ from headrace.errors import ConfigError
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._row_plan import split_rows
 
-__all__ = ["Spans", "layout_spans", "row_indices"]
+__all__ = ["Groups", "Spans", "Views", "layout_spans", "row_indices"]
+
+# A read's rows by span: (span, their places in the read, their rows in the span).
+Groups = list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]
+# Each span's column views (:func:`~headrace.formats._table_gather.column_view`).
+Views = Mapping[int, Mapping[str, tuple[Any, ...]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,11 +60,8 @@ class Spans:
         """The span of each row."""
         return np.searchsorted(self.starts, rows, side="right") - 1
 
-    def group(
-        self, idx: NDArray[np.int64]
-    ) -> list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]:
-        """The rows ``idx`` by span, in span order: ``(span, their places in idx, their
-        rows in the span)``."""
+    def group(self, idx: NDArray[np.int64]) -> Groups:
+        """The rows ``idx`` by span, in span order."""
         span = self.of(idx)
         local = idx - self.starts[span]
         order = np.argsort(span, kind="stable")

@@ -550,7 +550,8 @@ class Table(Closing):
 
         An Arrow record batch states each column's null count in its header, so this
         reads no values (but the first null's batch). Parquet files: numbers and
-        strings by their statistics (:meth:`_refuse_parquet_nulls`); lists as their
+        strings by their statistics
+        (:func:`~headrace.formats._table_nulls.refuse_parquet_nulls`); lists as their
         rows are read (their statistics count empty lists as nulls).
         """
         refuse_parquet_nulls(self._parts, self._spans, self._columns, names, self.read_rows)
