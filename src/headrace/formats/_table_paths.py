@@ -5,6 +5,7 @@ in order; and a ``save_to_disk`` folder's fingerprint."""
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,13 @@ if TYPE_CHECKING:
 
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 
-__all__ = ["_path_list", "_resolve", "dataset_columns", "saved_fingerprint"]
+__all__ = [
+    "_path_list",
+    "_resolve",
+    "dataset_columns",
+    "saved_fingerprint",
+    "table_fingerprint",
+]
 
 # What a datasets MemoryMappedTable may replay over its file in memory while it still
 # shows the file's rows and columns under the file's names: feature metadata, a
@@ -248,3 +255,17 @@ def _nested_tables(root: str) -> list[str]:
                 found.append(entry.name)
                 break
     return found
+
+
+def table_fingerprint(root: str, parts: Sequence[Any], schema: Any, *, remote: bool) -> str:
+    """SHA-256 of each file's path (relative to ``root``; an object's URL past it) and
+    size, in order, and of the columns' schema."""
+    h = hashlib.sha256()
+    for p in parts:
+        if remote:
+            rel = p.path.removeprefix(root + "/")
+        else:
+            rel = os.path.relpath(os.path.abspath(p.path), os.path.abspath(root))
+        h.update(f"{rel}\0{p.size}\0".encode())
+    h.update(str(schema).encode())
+    return h.hexdigest()

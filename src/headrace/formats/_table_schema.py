@@ -3,6 +3,7 @@ between shards in words, and a ``datasets`` indices mapping told apart from rows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,7 +11,13 @@ import numpy as np
 
 from headrace.errors import ConfigError, FormatError
 
-__all__ = ["TableColumn", "classify_column", "refuse_indices_mapping", "schema_difference"]
+__all__ = [
+    "TableColumn",
+    "classify_column",
+    "columns_read",
+    "refuse_indices_mapping",
+    "schema_difference",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,3 +107,40 @@ def refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
             "ds.save_to_disk(folder), which stores its rows in the order you see, and open "
             "that folder"
         )
+
+
+def columns_read(
+    pa: Any, parts: Sequence[Any], columns: Sequence[str] | None, where: str
+) -> list[str]:
+    """The names of ``columns`` (all when ``None``) of a table's files ``parts``, checked:
+    no file is a ``datasets`` indices mapping, each column is there, and every file has
+    the same schema for them; ``where``: what a message names for the table."""
+    for p in parts:
+        refuse_indices_mapping(pa, p.path, p.schema)
+    first = parts[0]
+    available = list(first.schema.names)
+    names = available if columns is None else list(columns)
+    unknown = [c for c in names if c not in available]
+    if unknown:
+        raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
+    if not names:
+        what = "has no columns" if columns is None else "columns=[] names no column to read"
+        raise ConfigError(f"{where}: {what}; available: {available}")
+
+    def read(schema: Any) -> Any:
+        """The columns read, as ``schema`` has them: the others may differ (a column
+        of nulls only is typed null in the shards that have nothing else in it)."""
+        if columns is None:
+            return schema
+        return pa.schema([schema.field(c) for c in names if c in schema.names])
+
+    for p in parts[1:]:
+        if not read(p.schema).equals(read(first.schema)):
+            hint = "" if columns is not None else " (columns=[...] leaves the others out)"
+            raise FormatError(
+                f"{p.path}: schema differs from {first.path} "
+                f"({schema_difference(read(p.schema), read(first.schema))}); every file "
+                f"of a table must have the same schema for the columns read{hint}:"
+                f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
+            )
+    return names

@@ -1,0 +1,97 @@
+"""A :class:`~headrace.formats._tables.Table`'s spans read before their gather: the GETs
+of row groups on object storage started (ahead, or all of a read's at once), and local
+Parquet row groups read and decoded on threads at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+from headrace.errors import StorageError
+from headrace.formats._table_part import _Part
+from headrace.formats._table_remote import Fetch, RemoteParquet
+from headrace.formats._table_spans import Spans
+from headrace.io._batch import results
+
+__all__ = ["decode_at_once", "fetch_spans", "needs_decode"]
+
+
+def fetch_spans(
+    parts: Sequence[Any],
+    spans: Spans,
+    cache: Mapping[int, Mapping[str, Any]],
+    todo: list[int],
+    columns: Sequence[str],
+) -> dict[int, Fetch]:
+    """Start the GETs of the remote spans ``todo`` not decoded (with ``columns``) yet
+    (``cache``: those decoded), by the first span of their row group: a sub-window's are
+    its whole group's, fetched once, unless the group's stream is there already (it
+    holds them)."""
+    names = frozenset(columns)
+    out = {}
+    for s in todo:
+        part = parts[int(spans.part[s])]
+        cached = cache.get(s)
+        if isinstance(part, _Part) or (cached is not None and names <= cached.keys()):
+            continue
+        group, head = int(spans.local[s]), spans.head(s)
+        if head in out:
+            continue
+        if spans.cut[s]:
+            assert isinstance(part, RemoteParquet)
+            if part.streams.usable(group, int(spans.first[s]), list(columns)):
+                continue
+        out[head] = part.fetch(group, names)
+    return out
+
+
+def needs_decode(
+    parts: Sequence[Any],
+    spans: Spans,
+    cache: Mapping[int, Mapping[str, Any]],
+    span: int,
+    names: list[str],
+) -> bool:
+    """Whether ``span`` is a local Parquet row group that ``names`` need decoded."""
+    part = parts[int(spans.part[span])]
+    if not isinstance(part, _Part) or not part.parquet:
+        return False
+    cached = cache.get(span)
+    return cached is None or not all(c in cached for c in names)
+
+
+def decode_at_once(
+    pool: ThreadPoolExecutor,
+    spans: Spans,
+    todo: list[int],
+    decode: Callable[[int], Any],
+    where: str,
+) -> dict[int, Any]:
+    """Local Parquet row groups ``todo``, each read and decoded by ``decode`` on
+    ``pool``'s threads at once (every decode finishes before the first error is
+    raised); ``where``: what a message names."""
+    # The sub-windows of one streamed group are decoded in order, by one thread:
+    # a later one taken first would decode the earlier on its way, then restart.
+    jobs: dict[tuple[int, int], list[int]] = {}
+    for s in sorted(todo):
+        cut = bool(spans.cut[s])
+        key = (int(spans.part[s]), int(spans.local[s])) if cut else (-1, s)
+        jobs.setdefault(key, []).append(s)
+
+    def run(group: list[int]) -> list[Any]:
+        return [decode(s) for s in group]
+
+    futures = {}
+    try:
+        for group in jobs.values():
+            futures[tuple(group)] = pool.submit(run, group)
+    except RuntimeError:  # close() shut the pool down under this read
+        wait(futures.values())
+        raise StorageError(f"{where}: the table was closed during the read") from None
+    done = results(list(futures.values()), "other row group reads also failed")
+    return {
+        s: data
+        for group, got in zip(futures, done, strict=True)
+        for s, data in zip(group, got, strict=True)
+    }

@@ -1,0 +1,176 @@
+"""A :class:`~headrace.formats._tables.Table`'s rows gathered: each span's columns as
+NumPy views (:func:`column_view`), and the rows a read asks for copied out of them in
+bulk, per span (:func:`gather`), into one array or :class:`Ragged` per column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import FormatError
+from headrace.formats._map_fill import FillPolicy
+from headrace.formats._ragged import Ragged
+from headrace.formats._table_fill import fill_maps, mapped
+from headrace.formats._table_nulls import null_check
+from headrace.formats._table_schema import TableColumn
+from headrace.formats._table_spans import Groups, Spans, Views
+
+__all__ = ["column_view", "gather"]
+
+# Above this mean row length a per-row slice copy beats building index arrays.
+_LONG_ROW = 32
+
+
+def column_view(
+    pa: Any, col: TableColumn, path: str, span: int, first_row: int, arr: Any
+) -> tuple[Any, ...]:
+    """NumPy views of column ``col`` of span ``span`` (whose first row in the table is
+    ``first_row``) of the file ``path``: ``(values, valid)`` for numbers and fixed-size
+    lists, ``(values, offsets, valid)`` for lists and strings; ``valid`` is ``None``
+    without nulls."""
+    name = col.name
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
+    valid = None
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    try:
+        if col.kind == "scalar":
+            # With nulls, to_numpy turns integers into float64 with NaN, which
+            # rounds int64 values past 2**53; nulls become 0 here instead (the
+            # rows are refused by null_check anyway).
+            if valid is not None:
+                arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
+            return (arr.to_numpy(zero_copy_only=False), valid)
+        if col.kind == "fixed":
+            # The child values of every slot, null rows included, so that row
+            # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).
+            k = col.width
+            items = arr.values.slice(arr.offset * k, len(arr) * k)
+            if items.null_count:
+                ok = items.is_valid().to_numpy(zero_copy_only=False).reshape(len(arr), k)
+                bad = ~ok.all(axis=1) if valid is None else ~ok.all(axis=1) & valid
+                if bad.any():
+                    row = first_row + int(np.flatnonzero(bad)[0])
+                    raise FormatError(
+                        f"{path}: column {name!r}: row {row} has null items; expected {k} numbers"
+                    )
+                items = items.fill_null(0)
+            flat = items.to_numpy(zero_copy_only=False)
+            return (flat.reshape(len(arr), k), valid)
+        if col.kind == "ragged":
+            if arr.values.null_count:
+                items = arr.values.is_valid().to_numpy(zero_copy_only=False)
+                offsets = arr.offsets.to_numpy()
+                first = int(np.flatnonzero(~items[offsets[0] : offsets[-1]])[0]) + offsets[0]
+                local = int(np.searchsorted(offsets, first, side="right")) - 1
+                raise FormatError(
+                    f"{path}: column {name!r}: row {first_row + local} has "
+                    "null list items; headrace does not make up values: fill or drop them "
+                    "before reading, or leave the column out"
+                )
+            return (arr.values.to_numpy(), arr.offsets.to_numpy(), valid)
+        bufs = arr.buffers()
+        off_dtype = (
+            np.int64
+            if (pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type))
+            else np.int32
+        )
+        offsets = np.frombuffer(bufs[1], dtype=off_dtype)[arr.offset : arr.offset + len(arr) + 1]
+        data = (
+            np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
+        )
+        return (data, offsets, valid)
+    except pa.ArrowException as exc:
+        raise FormatError(f"{path}: column {name!r}: corrupt data in span {span} ({exc})") from exc
+
+
+def gather(
+    parts: Sequence[Any],
+    spans: Spans,
+    col: TableColumn,
+    n: int,
+    groups: Groups,
+    views: Views,
+    fill: FillPolicy | None = None,
+) -> NDArray[Any] | Ragged:
+    """Column ``col`` of ``n`` rows: ``groups`` are ``(span, positions in the output,
+    rows in the span)``, ``views`` each span's :func:`column_view`; ``fill``: lists'
+    values pages filled first (counted there)."""
+    name = col.name
+    if col.kind in ("scalar", "fixed"):
+        shape = (n,) if col.kind == "scalar" else (n, col.width)
+        dense = np.empty(shape, dtype=col.dtype)
+        for s, pos, loc in groups:
+            arr, valid = views[s][name]
+            null_check(parts, spans, name, s, valid, loc)
+            dense[pos] = arr[loc]
+        return dense
+    starts = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    limits = np.empty(n, dtype=np.int64)
+    for s, pos, loc in groups:
+        items, offs, valid = views[s][name]
+        null_check(parts, spans, name, s, valid, loc)
+        starts[pos] = offs[loc]
+        lengths[pos] = offs[loc + 1] - starts[pos]
+        limits[pos] = items.size
+    # A mapped file's offsets are read as they are on disk (pyarrow checks none of
+    # them): damaged ones must not cut rows from the wrong items (a negative start
+    # would index from the end). One check for all rows (~9 us for 32 groups).
+    bad = (lengths < 0) | (starts < 0) | (starts + lengths > limits)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        _corrupt_offsets(parts, spans, name, i, groups, (starts[i], lengths[i], limits[i]))
+    if fill is not None:
+        items_at = (
+            (s, views[s][name][0].ctypes.data + starts[pos] * isz, lengths[pos] * isz)
+            for s, pos, _ in groups
+            if mapped(parts[int(spans.part[s])])
+            for isz in [views[s][name][0].itemsize]
+        )
+        fill_maps(parts, spans, items_at, fill)
+    out_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_off[1:])
+    total = int(out_off[-1])
+    values = np.empty(total, dtype=col.dtype)
+    for s, pos, _ in groups:
+        src = views[s][name][0]
+        st, ln, dst = starts[pos], lengths[pos], out_off[pos]
+        k = int(ln.sum())
+        if k == 0:
+            continue
+        if k >= _LONG_ROW * pos.size:
+            for a, b, d in zip(st.tolist(), ln.tolist(), dst.tolist(), strict=True):
+                values[d : d + b] = src[a : a + b]
+        else:
+            # Short rows: one fancy-indexed copy for the whole group.
+            shift = np.repeat(np.cumsum(ln) - ln, ln)
+            step = np.arange(k, dtype=np.int64) - shift
+            values[np.repeat(dst, ln) + step] = src[np.repeat(st, ln) + step]
+    return Ragged(values=values, offsets=out_off)
+
+
+def _corrupt_offsets(
+    parts: Sequence[Any],
+    spans: Spans,
+    name: str,
+    i: int,
+    groups: Groups,
+    found: tuple[Any, Any, Any],
+) -> None:
+    """Raise for output row ``i`` of column ``name``, whose list offsets are corrupt:
+    ``found`` is its (start, length, items of its record batch)."""
+    s, pos, loc = next(g for g in groups if i in g[1])
+    row = int(spans.starts[s] + loc[int(np.flatnonzero(pos == i)[0])])
+    start, length, items = (int(x) for x in found)
+    raise FormatError(
+        f"{parts[int(spans.part[s])].path}: column {name!r}: row {row} spans "
+        f"items [{start}, {start + length}) of {items}: corrupt list offsets (expected "
+        "them to rise, within the items)"
+    )

@@ -1,0 +1,96 @@
+"""Null rows of a :class:`~headrace.formats._tables.Table`, refused: headrace does not
+make up a value. A read refuses the null rows it meets (:func:`null_check`);
+:meth:`~headrace.formats._tables.Table.refuse_nulls` refuses them all up front,
+from Arrow record batch headers and Parquet row group statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import FormatError
+from headrace.formats._arrow_remote import RemoteArrow
+from headrace.formats._map_guard import eager_buffers, populate_buffers
+from headrace.formats._table_part import _Part
+from headrace.formats._table_remote import RemoteParquet
+from headrace.formats._table_schema import TableColumn
+from headrace.formats._table_spans import Spans
+
+__all__ = ["null_check", "refuse_parquet_nulls", "refuse_stored_nulls"]
+
+
+def null_check(
+    parts: Sequence[Any], spans: Spans, name: str, span: int, valid: Any, loc: NDArray[np.int64]
+) -> None:
+    """Raise if a row ``loc`` of span ``span`` is null in column ``name`` (``valid``:
+    its validity, ``None`` when it has no nulls)."""
+    if valid is not None and not bool(valid[loc].all()):
+        row = int(spans.starts[span] + loc[~valid[loc]][0])
+        part = parts[int(spans.part[span])]
+        raise FormatError(
+            f"{part.path}: column {name!r}: row {row} is null; headrace does not make "
+            "up a value: fill or drop such rows before reading (e.g. datasets' "
+            f"ds.filter(lambda r: r[{name!r}] is not None)) or leave the column out"
+        )
+
+
+def refuse_stored_nulls(pa: Any, parts: Sequence[Any], spans: Spans, names: Sequence[str]) -> None:
+    """Refuse null rows of ``names`` in Arrow files: each record batch's header states
+    its columns' null counts, so only a batch with nulls is read."""
+    for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
+        part = parts[int(pi)]
+        if isinstance(part, RemoteArrow):
+            # The null counts were read with the headers: fetch only a batch with nulls.
+            fields = [part.schema.get_field_index(n) for n in names]
+            if not part.index.nulls[int(si), fields].any():
+                continue
+            batch = part.span(int(si), list(names))
+        elif not isinstance(part, _Part) or part.parquet or part.closed:
+            continue
+        else:
+            batch = part.batches[int(si)]
+        for name in names:
+            col = batch.column(name)
+            if col.null_count and isinstance(part, _Part) and part.network:
+                populate_buffers(part, eager_buffers(pa, col))
+            if col.null_count:
+                valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+                null_check(parts, spans, name, span, valid, np.arange(len(col)))
+
+
+def refuse_parquet_nulls(
+    parts: Sequence[Any],
+    spans: Spans,
+    columns: Mapping[str, TableColumn],
+    names: Sequence[str],
+    read_rows: Callable[[Any, list[str]], object],
+) -> None:
+    """Refuse null rows of flat columns (numbers, strings) of Parquet files now.
+
+    A row group's statistics count a flat column's nulls, so only a row group
+    that has some is decoded (that column, by ``read_rows``), to name the row. A
+    list's values are counted with its empty lists, so lists are checked as their
+    rows are read.
+    """
+    flat = [n for n in names if columns[n].kind in ("scalar", "bytes")]
+    leaves: dict[int, dict[str, int]] = {}
+    for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
+        part = parts[int(pi)]
+        if not flat or not isinstance(part, (_Part, RemoteParquet)):
+            continue
+        md = part.metadata
+        if md is None:  # an Arrow file, or closed
+            continue
+        if int(pi) not in leaves:
+            paths = (md.schema.column(j).path for j in range(md.num_columns))
+            leaves[int(pi)] = {path: j for j, path in enumerate(paths)}
+        group = md.row_group(int(si))
+        for name in flat:
+            j = leaves[int(pi)].get(name)
+            stats = None if j is None else group.column(j).statistics
+            if stats is not None and stats.has_null_count and stats.null_count:
+                rows = np.arange(spans.starts[span], spans.starts[span + 1])
+                read_rows(rows, [name])  # raises, naming the first null row
