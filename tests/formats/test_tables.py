@@ -777,3 +777,26 @@ def test_a_parquet_table_closed_under_a_read_says_so(tmp_path: Path) -> None:
         tb._decoders.shutdown()
         with pytest.raises(StorageError, match=r"p.parquet: the table was closed during the read"):
             tb.read_rows([150, 550, 650])
+
+
+def test_corrupt_column_data_names_the_file_column_and_rows(tmp_path: Path) -> None:
+    # A dictionary index past its dictionary (a flipped byte in an Arrow file): pyarrow's
+    # ArrowIndexError came out bare, naming neither the file nor the column.
+    import pyarrow.ipc as ipc
+
+    idx = pa.array(np.tile(np.array([2, 1, 0, 2], np.int32), 16))
+    words = pa.DictionaryArray.from_arrays(idx, pa.array(["a", "bb", "ccc"]))
+    path = tmp_path / "d.arrow"
+    with ipc.new_file(path, pa.schema([("label", pa.int64()), ("s", words.type)])) as w:
+        w.write_table(pa.table({"label": pa.array(np.arange(64)), "s": words}))
+    data = bytearray(path.read_bytes())
+    at = data.find(np.array([2, 1, 0, 2, 2, 1, 0, 2], np.int32).tobytes())
+    data[at : at + 4] = np.array([99], np.int32).tobytes()
+    path.write_bytes(bytes(data))
+    with Table.open(path) as tb:
+        with pytest.raises(
+            FormatError,
+            match=r"d\.arrow: column 's': corrupt data in record batch 0 "
+            r"\(rows \[0, 64\) of the table\) \(Index 99 out of bounds\)",
+        ):
+            tb.read_rows([0, 5])

@@ -203,16 +203,16 @@ def _remote_stream(
 ) -> TokenFile:
     """:func:`table_token_files` on object storage: the headers walked, row offsets fetched."""
     from headrace.formats._arrow_remote import RemoteArrow
+    from headrace.formats._table_layout import IPC_SUFFIXES
     from headrace.formats._table_part import _pa
     from headrace.formats._table_remote import resolve_urls
     from headrace.formats._table_schema import refuse_indices_mapping
-    from headrace.formats._tables import _IPC_SUFFIXES
 
     pa = _pa()
     files = ObjectFiles(store_options, check_in_flight(in_flight), name="headrace-pack")
     try:
         root, objects, saved = resolve_urls(path, files)
-        other = [u for u, _ in objects if not u.endswith(_IPC_SUFFIXES)]
+        other = [u for u, _ in objects if not u.endswith(IPC_SUFFIXES)]
         if other:
             raise ConfigError(
                 f"{other[0]}: a Parquet file's pages are encoded and compressed, so its "

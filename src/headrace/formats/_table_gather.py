@@ -25,21 +25,22 @@ _LONG_ROW = 32
 
 
 def column_view(
-    pa: Any, col: TableColumn, path: str, span: int, first_row: int, arr: Any
+    pa: Any, col: TableColumn, path: str, where: str, first_row: int, arr: Any
 ) -> tuple[Any, ...]:
-    """NumPy views of column ``col`` of span ``span`` (whose first row in the table is
-    ``first_row``) of the file ``path``: ``(values, valid)`` for numbers and fixed-size
+    """NumPy views of column ``col`` of one span (``where``: its row group or record
+    batch and rows, for messages; its first row in the table is ``first_row``) of the
+    file ``path``: ``(values, valid)`` for numbers and fixed-size
     lists, ``(values, offsets, valid)`` for lists and strings; ``valid`` is ``None``
     without nulls."""
     name = col.name
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
-    valid = None
-    if arr.null_count:
-        valid = arr.is_valid().to_numpy(zero_copy_only=False)
     try:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
+        valid = None
+        if arr.null_count:
+            valid = arr.is_valid().to_numpy(zero_copy_only=False)
         if col.kind == "scalar":
             # With nulls, to_numpy turns integers into float64 with NaN, which
             # rounds int64 values past 2**53; nulls become 0 here instead (the
@@ -87,7 +88,7 @@ def column_view(
         )
         return (data, offsets, valid)
     except pa.ArrowException as exc:
-        raise FormatError(f"{path}: column {name!r}: corrupt data in span {span} ({exc})") from exc
+        raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
 
 
 def gather(

@@ -16,7 +16,17 @@ from typing import Any
 
 from headrace.errors import ConfigError, FormatError
 
-__all__ = ["HF_METADATA", "folder_files", "is_split_name", "state_files", "state_fingerprint"]
+__all__ = [
+    "HF_METADATA",
+    "IPC_SUFFIXES",
+    "folder_files",
+    "is_split_name",
+    "state_files",
+    "state_fingerprint",
+]
+
+#: Names of Arrow IPC files (file or stream format); any other table file is Parquet.
+IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 
 # The JSON files beside a save_to_disk dataset's shards.
 HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")

@@ -8,7 +8,7 @@ import glob
 import hashlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headrace.errors import (
     ConfigError,
@@ -21,10 +21,6 @@ from headrace.formats._table_layout import (
     state_files,
     state_fingerprint,
 )
-
-if TYPE_CHECKING:
-    pass
-
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 
 __all__ = [

@@ -34,7 +34,12 @@ from headrace.formats._object_files import (
     split_object_url,
     wait_all,
 )
-from headrace.formats._table_layout import folder_files, state_files, state_fingerprint
+from headrace.formats._table_layout import (
+    IPC_SUFFIXES,
+    folder_files,
+    state_files,
+    state_fingerprint,
+)
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 
 if TYPE_CHECKING:
@@ -85,7 +90,7 @@ def resolve_urls(
         if not listed:
             raise FormatError(f"{path}: no objects match")
         return base, listed, None
-    if path.endswith((".parquet", ".arrow", ".feather", ".ipc", ".arrows")):
+    if path.endswith((".parquet", *IPC_SUFFIXES)):
         return split_object_url(path)[0], [(path, files.info(path))], None
     root = path.rstrip("/")
     # Like a local directory: the objects right under the prefix, not deeper "folders"

@@ -57,6 +57,7 @@ from headrace.formats._row_plan import check_window_rows
 from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
+from headrace.formats._table_layout import IPC_SUFFIXES
 from headrace.formats._table_nulls import refuse_parquet_nulls, refuse_stored_nulls
 from headrace.formats._table_part import _open_local, _pa, _Part
 from headrace.formats._table_paths import (
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Table", "TableColumn"]
 
-_IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 # Local Parquet row groups read and decoded at once: as many as the I/O pool's
 # reads in flight by default, so a window's groups take a few round trips, not one each.
 _DECODE_THREADS = 8
@@ -103,8 +103,8 @@ class _Remote(NamedTuple):
 def _open_remote(remote: _Remote, files: ObjectFiles, pa: Any) -> list[RemoteParquet | RemoteArrow]:
     """Each object as a part, in order: ``.arrow`` (``.feather``, ``.ipc``, ``.arrows``)
     ones as Arrow IPC, the rest as Parquet."""
-    arrow = [o for o in remote.objects if o[0].endswith(_IPC_SUFFIXES)]
-    parquet = [o for o in remote.objects if not o[0].endswith(_IPC_SUFFIXES)]
+    arrow = [o for o in remote.objects if o[0].endswith(IPC_SUFFIXES)]
+    parquet = [o for o in remote.objects if not o[0].endswith(IPC_SUFFIXES)]
     opened: dict[str, RemoteParquet | RemoteArrow] = {}
     if arrow:
         opened.update(
@@ -440,14 +440,17 @@ class Table(Closing):
                 self.decoded_bytes += stored
                 self.decoded_rows += rows
         views = dict(cached or {})
+        first = int(self._spans.starts[span])
+        where = (
+            f"{'row group' if part.parquet else 'record batch'} {int(self._spans.local[span])}"
+            f" (rows [{first}, {first + rows}) of the table)"
+        )
         for c in names:
             if c not in views:
                 col = data.column(c)
                 if isinstance(part, _Part) and part.network and not part.parquet:
                     populate_buffers(part, eager_buffers(self._pa, col))
-                views[c] = column_view(
-                    self._pa, self._columns[c], part.path, span, int(self._spans.starts[span]), col
-                )
+                views[c] = column_view(self._pa, self._columns[c], part.path, where, first, col)
         if cached is None and not mapped(part):
             self._held_rows += rows
         self._cache[span] = views
