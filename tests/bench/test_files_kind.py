@@ -10,6 +10,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from headrace._messages import byte_size
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
@@ -180,7 +181,9 @@ def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> 
     assert cached["cache"]["hit_bytes"] >= cached["bytes_read"] > 0
     assert cached["requests"] == 1  # the listing; every object from local disk
     assert plain["requests"] >= files and "cache" not in plain and "cache_fill" not in plain
-    assert any("headrace-cached: reads a local object cache" in n for n in summary["notes"])
+    note = [n for n in summary["notes"] if "headrace-cached: reads a local object cache" in n]
+    # its size in the unit that reads: a tiny dataset printed "0.0 MB"
+    assert note and f"({files} entries, {byte_size(int(kind.sizes.sum()))} in " in note[0]
     assert not list(tmp_path.glob("object-cache-*"))  # removed with the run
     assert "cache_run_dir" not in kind.workload.reader
     schema = json.loads(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import headrace
+from headrace._messages import byte_size
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
@@ -347,7 +348,7 @@ def _run(
         )
     notes.extend(
         f"{wl.name}/{res['variant']}: reads a local object cache filled before the run "
-        f"({res['cache_fill']['entries']} entries, {res['cache_fill']['bytes'] / 1e6:,.1f} MB "
+        f"({res['cache_fill']['entries']} entries, {byte_size(res['cache_fill']['bytes'])} "
         f"in {res['cache_fill']['seconds']:.2f} s: the first epoch's fetches), so its figures "
         f"are a later epoch's ({res['cache']['hits']} reads from the cache, "
         f"{res['cache']['misses']} from the store)"
