@@ -507,3 +507,35 @@ def test_weights_by_name(sources: dict[str, PaddedRows]) -> None:
         Mixture(list(sources.values()), {"0": 1, "1": 1, "2": 1}, batch_size=16)
     with pytest.raises(ConfigError, match="weights must be a list of numbers"):
         Mixture(sources, "0.5,0.5,1", batch_size=16)  # type: ignore[arg-type]
+
+
+def test_weights_as_an_array_of_any_scale(sources: dict[str, PaddedRows]) -> None:
+    # A NumPy array (token counts, normalised) was refused as "not a list of numbers";
+    # weights whose sum overflows float64 quantised to (1, 1, 1), not summing to 2**16,
+    # and a Python int beyond float64 raised OverflowError instead of ConfigError.
+    want = Mixture(sources, [0.5, 0.3, 0.2], batch_size=16).fingerprint()
+    as_array = Mixture(sources, np.array([0.5, 0.3, 0.2]), batch_size=16)
+    assert as_array.fingerprint() == want
+    assert Mixture(sources, np.array([5, 3, 2]), batch_size=16).fingerprint() == want
+    assert quantize_weights([1e308, 1e308, 1e308]) == quantize_weights([1, 1, 1])
+    huge = Mixture(sources, [1e308, 6e307, 4e307], batch_size=16)  # sums past float64
+    assert huge.fingerprint() == want
+    with pytest.raises(ConfigError, match=r"weights must be finite and > 0"):
+        Mixture(sources, [10**400, 1, 1], batch_size=16)
+    with pytest.raises(ConfigError, match=r"one per source.*\(got ndarray of shape \(3, 1\)"):
+        Mixture(sources, np.ones((3, 1)), batch_size=16)  # type: ignore[arg-type]
+    for bad in (["0.6", "0.3", "0.1"], [True, True, True]):
+        with pytest.raises(ConfigError, match=r"weights must be numbers"):
+            Mixture(sources, bad, batch_size=16)  # type: ignore[arg-type]
+
+
+def test_source_names_that_collide_as_strings_are_refused(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # {0: a, "0": b} named both sources "0": the fingerprint kept one of them (a state
+    # loaded over the other one changed), and weights {0: 1, "0": 3} gave both 3.
+    a, b = sources["big"], sources["mid"]
+    with pytest.raises(ConfigError, match=r"source names must differ as strings.*'0'"):
+        Mixture({0: a, "0": b}, [1, 3], batch_size=16)  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"weights name '0' twice"):
+        Mixture({"0": a, "1": b}, {0: 1, "0": 3, "1": 1}, batch_size=16)  # type: ignore[dict-item]

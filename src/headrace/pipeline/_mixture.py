@@ -54,7 +54,7 @@ class Mixture:
     def __init__(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float],
+        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
         *,
         batch_size: int,
     ) -> None:
@@ -66,6 +66,14 @@ class Mixture:
             self.names = [str(i) for i in range(len(self.sources))]
         if not self.sources:
             raise ConfigError("Mixture needs at least one source.")
+        twice = sorted({n for n in self.names if self.names.count(n) > 1})
+        if twice:
+            # Names key the fingerprint's sources and the weights by name: two sources
+            # of one name would be described (and weighted) as one.
+            raise ConfigError(
+                f"Mixture: source names must differ as strings; {twice} names more than "
+                f"one source (names: {list(sources)!r})."
+            )
         weights = self._weights_in_order(sources, weights)
         if len(weights) != len(self.sources):
             raise ConfigError(
@@ -85,9 +93,16 @@ class Mixture:
     def _weights_in_order(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float],
-    ) -> Sequence[float]:
+        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
+    ) -> Sequence[float] | NDArray[np.floating[Any]]:
         """``weights`` as a list in the sources' order: a mapping is taken by name."""
+        if isinstance(weights, np.ndarray):
+            if weights.ndim != 1:
+                raise ConfigError(
+                    f"Mixture: weights must be numbers, one per source (got ndarray of "
+                    f"shape {weights.shape})."
+                )
+            return weights
         if isinstance(weights, str | bytes) or not isinstance(weights, Sequence | Mapping):
             raise ConfigError(
                 f"Mixture: weights must be a list of numbers, one per source, or a dict of "
@@ -101,6 +116,12 @@ class Mixture:
                 f"weights in the sources' order instead (got {dict(weights)!r})."
             )
         given = [str(k) for k in weights]
+        twice = sorted({n for n in given if given.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                f"Mixture: weights name {', '.join(map(repr, twice))} twice (as strings: "
+                f"{list(weights)!r}); give one weight per source name."
+            )
         if sorted(given) != sorted(self.names):
             raise ConfigError(
                 f"Mixture: weights name {sorted(set(given) - set(self.names))} but the "
