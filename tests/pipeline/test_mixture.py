@@ -309,7 +309,7 @@ def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows])
     np.arange(5000, dtype=np.uint16).tofile(tmp_path / "t.bin")
     tokens = TokenSource(tmp_path / "t.bin", dtype="uint16", context=16)
     mix = Mixture([sources["big"], tokens], [0.5, 0.5], batch_size=16)
-    with pytest.raises(DataError, match=r"mixture sources differ in shape: '1' gives"):
+    with pytest.raises(DataError, match=r"mixture sources differ in keys: '1' gives"):
         mix.read(0, np.arange(16, dtype=np.int64))
     assert "weights" in mix.fingerprint()
     mix.close()
@@ -539,3 +539,22 @@ def test_source_names_that_collide_as_strings_are_refused(
         Mixture({0: a, "0": b}, [1, 3], batch_size=16)  # type: ignore[dict-item]
     with pytest.raises(ConfigError, match=r"weights name '0' twice"):
         Mixture({"0": a, "1": b}, {0: 1, "0": 3, "1": 1}, batch_size=16)  # type: ignore[dict-item]
+
+
+def test_token_sources_of_two_dtypes_are_refused_naming_the_dtypes(tmp_path: Path) -> None:
+    # uint16 and uint32 token files in one mixture: refused at the first batch, but the
+    # message said "differ in shape" for (16,) and (16,).
+    np.arange(500, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    np.arange(500, dtype=np.uint32).tofile(tmp_path / "b.bin")
+    u16 = TokenSource(tmp_path / "a.bin", dtype="uint16", context=16)
+    u32 = TokenSource(tmp_path / "b.bin", dtype="uint32", context=16)
+    mix = Mixture({"u16": u16, "u32": u32}, [1, 1], batch_size=8)
+    with (
+        Loader(mix, batch_size=8, prefetch=0) as loader,
+        pytest.raises(DataError, match=r"differ in dtype: 'u32' gives \{x: uint32 \(16,\)"),
+    ):
+        next(iter(loader))
+    short = TokenSource(tmp_path / "a.bin", dtype="uint16", context=8)
+    mix = Mixture({"u16": u16, "short": short}, [1, 1], batch_size=8)
+    with pytest.raises(DataError, match=r"differ in per-sample shape: 'short' gives"):
+        mix.read(0, np.arange(8, dtype=np.int64))

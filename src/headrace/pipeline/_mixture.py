@@ -263,8 +263,14 @@ class Mixture:
         want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
         if got != want:
             first = next(iter(self._layout.values()))[2]
+            if set(got) != set(want):
+                what = "keys"
+            elif any(got[k][0] != want[k][0] for k in got):
+                what = "dtype"  # uint16 and uint32 token files, say: never widened
+            else:
+                what = "per-sample shape"
             raise DataError(
-                f"mixture sources differ in shape: {self.names[s]!r} gives "
+                f"mixture sources differ in {what}: {self.names[s]!r} gives "
                 f"{_describe(got)} but {first!r} gives {_describe(want)}; mixed sources must "
                 "return the same keys, dtypes and per-sample shapes"
             )
