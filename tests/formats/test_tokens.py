@@ -523,3 +523,17 @@ def test_context_may_be_a_numpy_integer(tmp_path: Path) -> None:
     for bad in (True, 8.0, np.float64(8), np.int64(0)):
         with pytest.raises(ConfigError, match="context must be a positive integer"):
             TokenSource(tmp_path / "t.bin", dtype="uint16", context=bad)  # type: ignore[arg-type]
+
+
+def test_a_sample_array_changed_in_place_is_read_anew(tmp_path: Path) -> None:
+    # The source kept the last plan beside the caller's own array, not a copy: a loop
+    # that advanced one array in place (`samples += batch`) read its first batch again,
+    # and so did any later read of the numbers that array then held.
+    t = write_tokens(tmp_path / "t.bin", 1000, "uint16")
+    src = TokenSource(tmp_path / "t.bin", dtype="uint16", context=8, shuffle=False)
+    samples = np.arange(4, dtype=np.int64)
+    np.testing.assert_array_equal(src.read(0, samples)["x"][:, 0], t[0:32:8])
+    samples += 4
+    np.testing.assert_array_equal(src.read(0, samples)["x"][:, 0], t[32:64:8])
+    np.testing.assert_array_equal(src.read(0, np.arange(4))["x"][:, 0], t[0:32:8])
+    src.close()

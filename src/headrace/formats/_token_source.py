@@ -351,7 +351,7 @@ class TokenSource:
         if last is not None and last[0] == seed and np.array_equal(last[1], samples):
             return last[2]
         plan = self.layout.locate(seed, samples)
-        self._last_plan = (seed, samples, plan)
+        self._last_plan = (seed, samples.copy(), plan)  # the caller may change its array
         return plan
 
     def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
