@@ -558,3 +558,28 @@ def test_token_sources_of_two_dtypes_are_refused_naming_the_dtypes(tmp_path: Pat
     mix = Mixture({"u16": u16, "short": short}, [1, 1], batch_size=8)
     with pytest.raises(DataError, match=r"differ in per-sample shape: 'short' gives"):
         mix.read(0, np.arange(8, dtype=np.int64))
+
+
+class _ShortRows:
+    """A source of one's own that returns a row too few."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "short"}
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        rows = np.zeros((max(len(samples) - 1, 0), 17), dtype=np.int32)
+        return {"x": rows[:, :-1], "y": rows[:, 1:]}
+
+
+def test_a_mixed_source_returning_the_wrong_rows_is_named(tmp_path: Path) -> None:
+    # A Loader names a source whose arrays do not hold one row per sample (ConfigError);
+    # mixed, the same source failed in NumPy ("shape mismatch: value array of shape
+    # (3,16) could not be broadcast ..."), naming neither the source nor the key.
+    np.arange(5000, dtype=np.int32).tofile(tmp_path / "t.bin")
+    tokens = TokenSource(tmp_path / "t.bin", dtype="int32", context=16)
+    mix = Mixture({"tokens": tokens, "mine": _ShortRows()}, [1, 1], batch_size=8)
+    with pytest.raises(
+        ConfigError, match=r"source 'mine' \(_ShortRows\) of the mixture returned 'x' with shape"
+    ):
+        mix.read(0, np.arange(8, dtype=np.int64))
+    mix.close()

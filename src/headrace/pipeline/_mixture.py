@@ -24,6 +24,7 @@ from headrace.io._batch import results
 from headrace.io._pool import source_pool
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._transform import checked_rows
 from headrace.plan import MixturePlan, derive_keys
 
 __all__ = ["Mixture"]
@@ -193,6 +194,7 @@ class Mixture:
         n = samples.size
         groups = [(s, np.flatnonzero(source == s)) for s in np.unique(source).tolist()]
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
+            part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
             self._check_layout(s, part)
             for k, v in part.items():
                 dst = out.get(k)
@@ -205,6 +207,9 @@ class Mixture:
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
+
+    def _who(self, s: int) -> str:
+        return f"source {self.names[s]!r} ({type(self.sources[s]).__name__}) of the mixture"
 
     def _locate(
         self, seed: int, samples: NDArray[np.int64]
