@@ -92,6 +92,7 @@ def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
 
 
 def _real(v: object) -> bool:
+    # Apart, as ``object``: typed as floats, mypy holds that no float is numbers.Real.
     return isinstance(v, numbers.Real)
 
 
