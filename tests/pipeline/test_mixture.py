@@ -432,7 +432,16 @@ def test_every_source_read_finishes_before_the_first_failure_is_raised(
     assert "1 other source(s) of the mixture failed too" in "".join(ei.value.__notes__)
 
 
-@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [1.0], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        [0.6, 0.3, 0.1],
+        [1.0],
+        [0.05, 0.9, 0.03, 0.02, 1e-3],
+        [1e-4, 1.0, 1e-4],  # the first and last sources are absent from most steps
+        [float(w) for w in range(1, 41)],
+    ],
+)
 @pytest.mark.parametrize("b", [1, 7, 32, 100])
 def test_locate_deals_each_step_with_its_own_permutation(weights: list[float], b: int) -> None:
     # All steps' permutations are evaluated at once; the plan is what one

@@ -191,6 +191,13 @@ class MixturePlan:
         if uniq.size:
             keys = np.stack([cached_keys(_TAG_MIX, seed, t) for t in uniq.tolist()])
         slot = permute_each(b, keys[inv], pos)
-        source = (ends[inv] <= slot[:, None]).sum(axis=1)  # the slot's source
+        # The slot's source is how many of its step's ends lie at or below it. Raised by
+        # b a step, all steps' ends (each row within [0, b]) are one sorted array: one
+        # search for every slot. (Comparing every slot with every end held samples x
+        # sources values: 260 MB and 0.3 s a chunk of 32 steps of 1,024 from 1,000
+        # sources.)
+        row = np.arange(uniq.size, dtype=np.int64) * b
+        found = np.searchsorted((ends + row[:, None]).ravel(), row[inv] + slot, side="right")
+        source = found - inv * self.sources
         local = base[inv, source] + slot - (ends - counts)[inv, source]
         return source.astype(np.int64), local.astype(np.int64)
