@@ -293,6 +293,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
         if loader is not None and (not in_worker or loader.made_in != os.getpid()):
             self._start = self._phase = loader.step
 
+    def _consumed(self, step: int) -> None:
+        """The consumer of this process's iteration, whose batches workers read, has
+        reached ``step``: what ``state_dict()`` says and the next iteration starts at."""
+        if self._loader is None:
+            self._start = self._phase = step
+
     def _close_loader(self) -> None:
         """End this process's iteration: its read-ahead thread stops, its files close."""
         if self._loader is not None:
@@ -525,6 +531,7 @@ class HeadraceDataLoader(Closing):
         try:
             for batch in workers:  # writeable arrays, plain strides: torch may share them
                 self.step += 1
+                ds._consumed(self.step)  # a new loader over ds goes on from here
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
                 # iterator must not hold a slot, and so its ring's mapping, once closed.
                 out = [self._from_slot(batch)]
@@ -559,6 +566,9 @@ class HeadraceDataLoader(Closing):
         if self._workers is not None:
             self._workers.close()
             self._workers = None
+        # Where the dataset's iteration stopped (unless another loader's has begun since)
+        # stays what it says: a new loader over it continued from where this one began.
+        self.dataset._read_on(in_worker=False)
         self.dataset._close_loader()
 
     def state_dict(self) -> dict[str, Any]:

@@ -458,3 +458,27 @@ def test_len_of_an_endless_dataset_is_a_type_error(root: Path) -> None:
     with pytest.raises(TypeError, match="never ends"):
         len(ht.HeadraceDataLoader(ds))
     assert bool(ds) and bool(ht.HeadraceDataLoader(ds))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_new_headrace_dataloader_over_the_dataset_continues(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # docs/frameworks.md: a new HeadraceDataLoader over the same dataset continues from
+    # the next step. Once `with dl:` had closed the first one, the dataset said (and the
+    # next loader read from) the step the closed iteration began at; with workers, the
+    # dataset said so while the first loader ran too.
+    ds = dataset(root)
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        got = digests(dl, 5)
+        assert ds.state_dict()["step"] == 5
+    assert ds.state_dict()["step"] == 5
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        got += digests(dl, 3)
+        assert ds.state_dict()["step"] == 8
+        with ht.HeadraceDataLoader(ds, num_workers=0) as other:  # the first still open
+            got += digests(other, 2)
+    assert got == reference[:10]
+    assert ds.state_dict()["step"] == 10
+    got += digests(ds, 1)
+    assert got == reference[:11]

@@ -200,7 +200,7 @@ def test_pairs_mix_by_weight_and_refuse_other_widths(tmp_path: Path) -> None:
             np.testing.assert_array_equal(got[k][idx], v, err_msg=f"{s} {k}")
     (tmp_path / "c").mkdir()
     narrow = {k: v for k, v in make(tmp_path / "c").items() if k != "negative"}
-    with pytest.raises(DataError, match="mixture sources differ in shape"):
+    with pytest.raises(DataError, match="mixture sources differ in keys"):
         Mixture({"a": a, "c": PairRows(narrow)}, [0.5, 0.5], batch_size=8).read(
             0, np.arange(8, dtype=np.int64)
         )

@@ -670,3 +670,17 @@ def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
     assert started.is_set()
     assert done.is_set(), "the mask's read was still running when the interrupt propagated"
     src.close()
+
+
+def test_context_may_be_a_numpy_integer(tiny: tuple[Path, Path]) -> None:
+    # Loader(batch_size=np.int64(...)) is taken; PaddedRows(context=np.int64(5)) was
+    # refused as "not a positive integer".
+    src = PaddedRows(*tiny, context=np.int64(5), shuffle=False)  # type: ignore[arg-type]
+    plain = PaddedRows(*tiny, context=5, shuffle=False)
+    assert type(src.context) is int and src.fingerprint() == plain.fingerprint()
+    np.testing.assert_array_equal(src.read(0, np.arange(3))["y"], plain.read(0, np.arange(3))["y"])
+    for bad in (True, 5.0, np.int64(0)):
+        with pytest.raises(ConfigError, match="context must be a positive integer"):
+            PaddedRows(*tiny, context=bad)  # type: ignore[arg-type]
+    src.close()
+    plain.close()

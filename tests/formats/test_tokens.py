@@ -489,3 +489,51 @@ def test_a_populate_fault_says_whether_the_file_shrank_or_the_storage_failed(
     with pytest.raises(StorageError, match=r"t\.bin: file shrank to 4096 bytes while open"):
         src.read(0, np.arange(200))
     src.close()
+
+
+def test_a_file_listed_twice_is_refused(tmp_path: Path) -> None:
+    # Listed twice (a glob overlapping an explicit list, a path and a symbolic link to
+    # it), a shard was read twice an epoch: double weight, silently.
+    (tmp_path / "d").mkdir()
+    for name in ("a.bin", "b.bin"):
+        write_tokens(tmp_path / "d" / name, 500, "uint16")
+    a, b = tmp_path / "d" / "a.bin", tmp_path / "d" / "b.bin"
+    (tmp_path / "link.bin").symlink_to(a)
+    for twice in ([a, b, a], [a, tmp_path / "d" / "." / "a.bin"], [tmp_path / "link.bin", a]):
+        with pytest.raises(ConfigError, match=r"a\.bin.* listed twice.*Mixture"):
+            TokenSource(twice, dtype="uint16", context=8)
+    # A link under another name alone is a file like any other.
+    alone = TokenSource([tmp_path / "link.bin", b], dtype="uint16", context=8)
+    assert alone.samples_per_epoch == 2 * (499 // 8)
+    alone.close()
+
+
+def test_context_may_be_a_numpy_integer(tmp_path: Path) -> None:
+    # Loader(batch_size=np.int64(...)) is taken; TokenSource(context=np.int64(8)) was
+    # refused as "not a positive integer".
+    write_tokens(tmp_path / "t.bin", 500, "uint16")
+    src = TokenSource(tmp_path / "t.bin", dtype="uint16", context=np.int64(8))  # type: ignore[arg-type]
+    assert type(src.context) is int
+    plain = TokenSource(tmp_path / "t.bin", dtype="uint16", context=8)
+    assert src.fingerprint() == plain.fingerprint()
+    with Loader(src, batch_size=4, steps=3) as a, Loader(plain, batch_size=4, steps=3) as b:
+        assert batch_digest(a) == batch_digest(b)
+    src.close()
+    plain.close()
+    for bad in (True, 8.0, np.float64(8), np.int64(0)):
+        with pytest.raises(ConfigError, match="context must be a positive integer"):
+            TokenSource(tmp_path / "t.bin", dtype="uint16", context=bad)  # type: ignore[arg-type]
+
+
+def test_a_sample_array_changed_in_place_is_read_anew(tmp_path: Path) -> None:
+    # The source kept the last plan beside the caller's own array, not a copy: a loop
+    # that advanced one array in place (`samples += batch`) read its first batch again,
+    # and so did any later read of the numbers that array then held.
+    t = write_tokens(tmp_path / "t.bin", 1000, "uint16")
+    src = TokenSource(tmp_path / "t.bin", dtype="uint16", context=8, shuffle=False)
+    samples = np.arange(4, dtype=np.int64)
+    np.testing.assert_array_equal(src.read(0, samples)["x"][:, 0], t[0:32:8])
+    samples += 4
+    np.testing.assert_array_equal(src.read(0, samples)["x"][:, 0], t[32:64:8])
+    np.testing.assert_array_equal(src.read(0, np.arange(4))["x"][:, 0], t[0:32:8])
+    src.close()

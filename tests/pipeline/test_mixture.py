@@ -309,7 +309,7 @@ def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows])
     np.arange(5000, dtype=np.uint16).tofile(tmp_path / "t.bin")
     tokens = TokenSource(tmp_path / "t.bin", dtype="uint16", context=16)
     mix = Mixture([sources["big"], tokens], [0.5, 0.5], batch_size=16)
-    with pytest.raises(DataError, match=r"mixture sources differ in shape: '1' gives"):
+    with pytest.raises(DataError, match=r"mixture sources differ in keys: '1' gives"):
         mix.read(0, np.arange(16, dtype=np.int64))
     assert "weights" in mix.fingerprint()
     mix.close()
@@ -432,7 +432,16 @@ def test_every_source_read_finishes_before_the_first_failure_is_raised(
     assert "1 other source(s) of the mixture failed too" in "".join(ei.value.__notes__)
 
 
-@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [1.0], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+@pytest.mark.parametrize(
+    "weights",
+    [
+        [0.6, 0.3, 0.1],
+        [1.0],
+        [0.05, 0.9, 0.03, 0.02, 1e-3],
+        [1e-4, 1.0, 1e-4],  # the first and last sources are absent from most steps
+        [float(w) for w in range(1, 41)],
+    ],
+)
 @pytest.mark.parametrize("b", [1, 7, 32, 100])
 def test_locate_deals_each_step_with_its_own_permutation(weights: list[float], b: int) -> None:
     # All steps' permutations are evaluated at once; the plan is what one
@@ -507,3 +516,79 @@ def test_weights_by_name(sources: dict[str, PaddedRows]) -> None:
         Mixture(list(sources.values()), {"0": 1, "1": 1, "2": 1}, batch_size=16)
     with pytest.raises(ConfigError, match="weights must be a list of numbers"):
         Mixture(sources, "0.5,0.5,1", batch_size=16)  # type: ignore[arg-type]
+
+
+def test_weights_as_an_array_of_any_scale(sources: dict[str, PaddedRows]) -> None:
+    # A NumPy array (token counts, normalised) was refused as "not a list of numbers";
+    # weights whose sum overflows float64 quantised to (1, 1, 1), not summing to 2**16,
+    # and a Python int beyond float64 raised OverflowError instead of ConfigError.
+    want = Mixture(sources, [0.5, 0.3, 0.2], batch_size=16).fingerprint()
+    as_array = Mixture(sources, np.array([0.5, 0.3, 0.2]), batch_size=16)
+    assert as_array.fingerprint() == want
+    assert Mixture(sources, np.array([5, 3, 2]), batch_size=16).fingerprint() == want
+    assert quantize_weights([1e308, 1e308, 1e308]) == quantize_weights([1, 1, 1])
+    huge = Mixture(sources, [1e308, 6e307, 4e307], batch_size=16)  # sums past float64
+    assert huge.fingerprint() == want
+    with pytest.raises(ConfigError, match=r"weights must be finite and > 0"):
+        Mixture(sources, [10**400, 1, 1], batch_size=16)
+    with pytest.raises(ConfigError, match=r"one per source.*\(got ndarray of shape \(3, 1\)"):
+        Mixture(sources, np.ones((3, 1)), batch_size=16)  # type: ignore[arg-type]
+    for bad in (["0.6", "0.3", "0.1"], [True, True, True]):
+        with pytest.raises(ConfigError, match=r"weights must be numbers"):
+            Mixture(sources, bad, batch_size=16)  # type: ignore[arg-type]
+
+
+def test_source_names_that_collide_as_strings_are_refused(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # {0: a, "0": b} named both sources "0": the fingerprint kept one of them (a state
+    # loaded over the other one changed), and weights {0: 1, "0": 3} gave both 3.
+    a, b = sources["big"], sources["mid"]
+    with pytest.raises(ConfigError, match=r"source names must differ as strings.*'0'"):
+        Mixture({0: a, "0": b}, [1, 3], batch_size=16)  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"weights name '0' twice"):
+        Mixture({"0": a, "1": b}, {0: 1, "0": 3, "1": 1}, batch_size=16)  # type: ignore[dict-item]
+
+
+def test_token_sources_of_two_dtypes_are_refused_naming_the_dtypes(tmp_path: Path) -> None:
+    # uint16 and uint32 token files in one mixture: refused at the first batch, but the
+    # message said "differ in shape" for (16,) and (16,).
+    np.arange(500, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    np.arange(500, dtype=np.uint32).tofile(tmp_path / "b.bin")
+    u16 = TokenSource(tmp_path / "a.bin", dtype="uint16", context=16)
+    u32 = TokenSource(tmp_path / "b.bin", dtype="uint32", context=16)
+    mix = Mixture({"u16": u16, "u32": u32}, [1, 1], batch_size=8)
+    with (
+        Loader(mix, batch_size=8, prefetch=0) as loader,
+        pytest.raises(DataError, match=r"differ in dtype: 'u32' gives \{x: uint32 \(16,\)"),
+    ):
+        next(iter(loader))
+    short = TokenSource(tmp_path / "a.bin", dtype="uint16", context=8)
+    mix = Mixture({"u16": u16, "short": short}, [1, 1], batch_size=8)
+    with pytest.raises(DataError, match=r"differ in per-sample shape: 'short' gives"):
+        mix.read(0, np.arange(8, dtype=np.int64))
+
+
+class _ShortRows:
+    """A source of one's own that returns a row too few."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "short"}
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        rows = np.zeros((max(len(samples) - 1, 0), 17), dtype=np.int32)
+        return {"x": rows[:, :-1], "y": rows[:, 1:]}
+
+
+def test_a_mixed_source_returning_the_wrong_rows_is_named(tmp_path: Path) -> None:
+    # A Loader names a source whose arrays do not hold one row per sample (ConfigError);
+    # mixed, the same source failed in NumPy ("shape mismatch: value array of shape
+    # (3,16) could not be broadcast ..."), naming neither the source nor the key.
+    np.arange(5000, dtype=np.int32).tofile(tmp_path / "t.bin")
+    tokens = TokenSource(tmp_path / "t.bin", dtype="int32", context=16)
+    mix = Mixture({"tokens": tokens, "mine": _ShortRows()}, [1, 1], batch_size=8)
+    with pytest.raises(
+        ConfigError, match=r"source 'mine' \(_ShortRows\) of the mixture returned 'x' with shape"
+    ):
+        mix.read(0, np.arange(8, dtype=np.int64))
+    mix.close()

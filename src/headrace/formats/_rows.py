@@ -142,8 +142,13 @@ class PaddedRows(RowSource):
                 raise ConfigError(
                     f"{t.path}: token dtype must be an integer type (found {t.dtype})"
                 )
-            if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+            if (
+                isinstance(context, bool)
+                or not isinstance(context, int | np.integer)
+                or context < 1
+            ):
                 raise ConfigError(f"context must be a positive integer (got {context!r}).")
+            context = int(context)  # a NumPy integer too, as the Loader takes them
             if t.width < 2:
                 raise ConfigError(
                     f"{t.path}: stored width {t.width} is too narrow: a row needs at least 2 "

@@ -135,8 +135,9 @@ class TokenSource:
                 "token files are on local disk already (leave cache_dir out)"
             )
         self._cache = open_cache(cache_dir, cache_bytes)
-        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        if isinstance(context, bool) or not isinstance(context, int | np.integer) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
+        context = int(context)  # a NumPy integer too, as the Loader takes them
         if not isinstance(shuffle, bool):  # "False" is a true string
             raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
         if block_bytes < 4096 or block_bytes % 4096:
@@ -216,7 +217,20 @@ class TokenSource:
                 + ", ".join(f"{f.path}: {f.dtype}" for f in self.files)
             )
         self.dtype: np.dtype[Any] = self.files[0].dtype
+        seen: dict[object, str] = {}
         for f in self.files:
+            if f.segments is None:
+                # One stat a file (a few syscalls were spent opening it already): the same
+                # file under another path, a symbolic or hard link, is the same inode.
+                same: object = f.path if f.remote else _inode(f.path)
+                if same in seen:
+                    raise ConfigError(
+                        f"{f.path}: listed twice (as {seen[same]} and {f.path}); each token "
+                        "file is read once an epoch, so a second listing would read it twice "
+                        "as often, silently. To weight a file up, give it its own "
+                        "TokenSource in a Mixture"
+                    )
+                seen[same] = f.path
             if f.segments is not None and (
                 not f.members or (f.remote and len(f.member_infos) != len(f.members))
             ):
@@ -337,7 +351,7 @@ class TokenSource:
         if last is not None and last[0] == seed and np.array_equal(last[1], samples):
             return last[2]
         plan = self.layout.locate(seed, samples)
-        self._last_plan = (seed, samples, plan)
+        self._last_plan = (seed, samples.copy(), plan)  # the caller may change its array
         return plan
 
     def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
@@ -595,3 +609,8 @@ class TokenSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def _inode(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

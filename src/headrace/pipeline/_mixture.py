@@ -24,6 +24,7 @@ from headrace.io._batch import results
 from headrace.io._pool import source_pool
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._transform import checked_rows
 from headrace.plan import MixturePlan, derive_keys
 
 __all__ = ["Mixture"]
@@ -54,7 +55,7 @@ class Mixture:
     def __init__(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float],
+        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
         *,
         batch_size: int,
     ) -> None:
@@ -66,6 +67,14 @@ class Mixture:
             self.names = [str(i) for i in range(len(self.sources))]
         if not self.sources:
             raise ConfigError("Mixture needs at least one source.")
+        twice = sorted({n for n in self.names if self.names.count(n) > 1})
+        if twice:
+            # Names key the fingerprint's sources and the weights by name: two sources
+            # of one name would be described (and weighted) as one.
+            raise ConfigError(
+                f"Mixture: source names must differ as strings; {twice} names more than "
+                f"one source (names: {list(sources)!r})."
+            )
         weights = self._weights_in_order(sources, weights)
         if len(weights) != len(self.sources):
             raise ConfigError(
@@ -85,9 +94,16 @@ class Mixture:
     def _weights_in_order(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float],
-    ) -> Sequence[float]:
+        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
+    ) -> Sequence[float] | NDArray[np.floating[Any]]:
         """``weights`` as a list in the sources' order: a mapping is taken by name."""
+        if isinstance(weights, np.ndarray):
+            if weights.ndim != 1:
+                raise ConfigError(
+                    f"Mixture: weights must be numbers, one per source (got ndarray of "
+                    f"shape {weights.shape})."
+                )
+            return weights
         if isinstance(weights, str | bytes) or not isinstance(weights, Sequence | Mapping):
             raise ConfigError(
                 f"Mixture: weights must be a list of numbers, one per source, or a dict of "
@@ -101,6 +117,12 @@ class Mixture:
                 f"weights in the sources' order instead (got {dict(weights)!r})."
             )
         given = [str(k) for k in weights]
+        twice = sorted({n for n in given if given.count(n) > 1})
+        if twice:
+            raise ConfigError(
+                f"Mixture: weights name {', '.join(map(repr, twice))} twice (as strings: "
+                f"{list(weights)!r}); give one weight per source name."
+            )
         if sorted(given) != sorted(self.names):
             raise ConfigError(
                 f"Mixture: weights name {sorted(set(given) - set(self.names))} but the "
@@ -172,6 +194,7 @@ class Mixture:
         n = samples.size
         groups = [(s, np.flatnonzero(source == s)) for s in np.unique(source).tolist()]
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
+            part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
             self._check_layout(s, part)
             for k, v in part.items():
                 dst = out.get(k)
@@ -184,6 +207,9 @@ class Mixture:
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
         return out
+
+    def _who(self, s: int) -> str:
+        return f"source {self.names[s]!r} ({type(self.sources[s]).__name__}) of the mixture"
 
     def _locate(
         self, seed: int, samples: NDArray[np.int64]
@@ -242,8 +268,14 @@ class Mixture:
         want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
         if got != want:
             first = next(iter(self._layout.values()))[2]
+            if set(got) != set(want):
+                what = "keys"
+            elif any(got[k][0] != want[k][0] for k in got):
+                what = "dtype"  # uint16 and uint32 token files, say: never widened
+            else:
+                what = "per-sample shape"
             raise DataError(
-                f"mixture sources differ in shape: {self.names[s]!r} gives "
+                f"mixture sources differ in {what}: {self.names[s]!r} gives "
                 f"{_describe(got)} but {first!r} gives {_describe(want)}; mixed sources must "
                 "return the same keys, dtypes and per-sample shapes"
             )

@@ -28,7 +28,9 @@ number int64 holds (``n * w_L`` itself wraps from ``n = 2**46`` on).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,14 +45,22 @@ _MAX_SAMPLE = (1 << 63) - 1
 _TAG_MIX = 0x4D495854
 
 
-def quantize_weights(weights: Sequence[float], denom: int = _DENOM) -> tuple[int, ...]:
+def quantize_weights(
+    weights: Sequence[float] | NDArray[Any], denom: int = _DENOM
+) -> tuple[int, ...]:
     """Positive weights as integers summing to ``denom`` (largest remainder, ties by index)."""
-    w = np.asarray(weights, dtype=np.float64)
+    shown = weights.tolist() if isinstance(weights, np.ndarray) else list(weights)
+    w = _as_floats(weights if isinstance(weights, np.ndarray) else shown)
     if w.ndim != 1 or w.size == 0:
         raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r}).")
     if not np.isfinite(w).all() or (w <= 0).any():
-        raise ValueError(f"weights must be finite and > 0 (got {list(weights)}).")
-    exact = w / w.sum() * denom
+        raise ValueError(f"weights must be finite and > 0 (got {shown}).")
+    with np.errstate(over="ignore"):
+        total = w.sum()
+    if not np.isfinite(total):  # each finite, the sum not: scale first (only then, so
+        w = w / w.max()  # every sum that was finite quantises as it always did)
+        total = w.sum()
+    exact = w / total * denom
     base = np.floor(exact).astype(np.int64)
     short = denom - int(base.sum())
     order = np.lexsort((np.arange(w.size), -(exact - base)))
@@ -58,10 +68,32 @@ def quantize_weights(weights: Sequence[float], denom: int = _DENOM) -> tuple[int
     if (base == 0).any():
         i = int(np.flatnonzero(base == 0)[0])
         raise ValueError(
-            f"weight {weights[i]!r} (source {i}) is below 1/{denom} of the total; "
+            f"weight {shown[i]!r} (source {i}) is below 1/{denom} of the total; "
             "drop the source or raise its weight"
         )
     return tuple(int(v) for v in base)
+
+
+def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
+    """``weights`` as float64, refusing what NumPy would convert but is no number
+    (``"0.5"``, ``True``) and numbers beyond float64 (``10**400``)."""
+    if isinstance(weights, np.ndarray):
+        if weights.dtype.kind not in "iuf":
+            raise ValueError(f"weights must be numbers (got an array of {weights.dtype}).")
+    else:
+        weights = list(weights)
+        bad = [v for v in weights if isinstance(v, bool | np.bool_) or not _real(v)]
+        if bad:
+            raise ValueError(f"weights must be numbers (got {bad[0]!r} in {weights!r:.200}).")
+    try:
+        return np.asarray(weights, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"weights must be finite and > 0 (got {weights!r:.200}).") from None
+
+
+def _real(v: object) -> bool:
+    # Apart, as ``object``: typed as floats, mypy holds that no float is numbers.Real.
+    return isinstance(v, numbers.Real)
 
 
 class MixturePlan:
@@ -69,7 +101,7 @@ class MixturePlan:
 
     __slots__ = ("_tree", "batch_size", "numerators")
 
-    def __init__(self, weights: Sequence[float], batch_size: int) -> None:
+    def __init__(self, weights: Sequence[float] | NDArray[Any], batch_size: int) -> None:
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, int | np.integer)
@@ -159,6 +191,13 @@ class MixturePlan:
         if uniq.size:
             keys = np.stack([cached_keys(_TAG_MIX, seed, t) for t in uniq.tolist()])
         slot = permute_each(b, keys[inv], pos)
-        source = (ends[inv] <= slot[:, None]).sum(axis=1)  # the slot's source
+        # The slot's source is how many of its step's ends lie at or below it. Raised by
+        # b a step, all steps' ends (each row within [0, b]) are one sorted array: one
+        # search for every slot. (Comparing every slot with every end held samples x
+        # sources values: 260 MB and 0.3 s a chunk of 32 steps of 1,024 from 1,000
+        # sources.)
+        row = np.arange(uniq.size, dtype=np.int64) * b
+        found = np.searchsorted((ends + row[:, None]).ravel(), row[inv] + slot, side="right")
+        source = found - inv * self.sources
         local = base[inv, source] + slot - (ends - counts)[inv, source]
         return source.astype(np.int64), local.astype(np.int64)
