@@ -254,3 +254,46 @@ def test_the_workloads_reader_section_gives_the_endpoint(
     assert "4 written" in capsys.readouterr().out
     listed = s3.server.info.boto3_client().list_objects_v2(Bucket=BUCKET, Prefix="gen-reader/")
     assert len(listed["Contents"]) == 4
+
+
+def bench(workload: str, *extra: str) -> int:
+    return main(["bench", "-w", workload, "--no-isolate", "-q", "--trials", "1", "--steps", "1",
+                 "--warmup", "0", *extra])  # fmt: skip
+
+
+@pytest.mark.parametrize("foreign", ["more-files", "another-jpeg"])
+def test_bench_refuses_a_prefix_holding_files_not_its_datasets(
+    foreign: str,
+    tmp_path: Path,
+    s3: S3Fixture,
+    up: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gen writes 4 JPEGs; a bench run of 2 files pointed at that folder would upload its 2
+    # (kept: the same bytes) and list the prefix: its readers would read all 4, on a plan of 2.
+    wl = toml(tmp_path, "jpeg")
+    url = f"s3://{BUCKET}/mixed-{foreign}"
+    stage = str(tmp_path / "stage")
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    folder = Path(make_kind(load_workload(wl), stage).folder).name  # type: ignore[attr-defined]
+    files = "4"
+    if foreign == "another-jpeg":
+        client = s3.server.info.boto3_client()
+        client.put_object(Bucket=BUCKET, Key=f"mixed-{foreign}/{folder}/x/cat.JPG", Body=b"x")
+        client.put_object(Bucket=BUCKET, Key=f"mixed-{foreign}/{folder}/README.txt", Body=b"y")
+    else:
+        files = "2"
+    capsys.readouterr()
+    target = f"{url}/{folder}"
+    rc = bench(wl, "--files", files, "--storage-url", target, "--endpoint", up["endpoint"],
+               "--root", stage)  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    extra = "0000002.jpg" if foreign == "more-files" else "x/cat.JPG"
+    assert target in err and extra in err and "README.txt" not in err
+    read = int(files) + (2 if foreign == "more-files" else 1)
+    assert f"({files} files)" in err and f"read {read} files on a plan of {files}" in err
+    if foreign == "more-files":  # nothing was written there: refused before the upload
+        client = s3.server.info.boto3_client()
+        listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"mixed-{foreign}/")
+        assert len(listed["Contents"]) == 4

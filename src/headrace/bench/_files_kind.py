@@ -216,6 +216,9 @@ class FilesKind(Kind):
     def files(self) -> list[str]:
         return [self.path(i) for i in range(self.num_files)]
 
+    def listed_extensions(self) -> tuple[str, ...]:
+        return file_format(self.format).extensions  # what FileSource takes from a listing
+
     @cached_property
     def sizes(self) -> NDArray[np.int64]:
         """Stored bytes of each file (after :meth:`generate`)."""

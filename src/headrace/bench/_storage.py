@@ -137,6 +137,8 @@ class Storage:
             latency_ms=latency,
             max_concurrent=self.max_concurrent,
             digests=DigestCache.under(kind.root),
+            listed=kind.listed_extensions(),
+            what=f"the dataset of workload {self._name!r}",
         ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
