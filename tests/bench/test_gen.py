@@ -346,3 +346,29 @@ def test_a_rerun_rewrites_a_local_file_cut_short_and_keeps_the_others(
     if name not in ("padded", "megatron"):  # these write their two files as one
         assert {p: os.stat(p).st_mtime_ns for p in files if p != victim} == before
     assert digest(make_kind(load_workload(wl), str(root)), WORKLOADS[name][1]) == want
+
+
+def test_gen_takes_the_benchs_size_flags_and_writes_the_dataset_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace bench -w jpeg --files 3` reads jpeg-jpeg-3x1-...; gen must be able to write
+    # exactly that one (a read-only --root tells the user to run gen first).
+    root = str(tmp_path / "r")
+    assert main(["gen", "jpeg", "--files", "3", "--root", root, "-q"]) == 0
+    assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
+    capsys.readouterr()
+    for name, flag, value in (("jpeg", "files", 3), ("tokens", "token_file_gib", 0.0005)):
+        wl = load_workload(name)
+        kind = make_kind(wl.replace(dataset={flag: value}), root)
+        assert all(os.path.getsize(p) > 0 for p in kind.files())
+        if name == "jpeg":
+            assert sorted(os.listdir(os.path.dirname(kind.files()[0]))) == [
+                "0000000.jpg",
+                "0000001.jpg",
+                "0000002.jpg",
+            ]
+    # A flag the workload does not take, or out of range, is refused as bench refuses it.
+    assert main(["gen", "padded", "--files", "3", "--root", root, "-q"]) == 2
+    assert "--files sizes the jpeg, npz, hdf5, parquet workloads" in capsys.readouterr().err
+    assert main(["gen", "jpeg", "--files", "0", "--root", root, "-q"]) == 2
+    assert "--files 0: expected a whole number >= 1" in capsys.readouterr().err

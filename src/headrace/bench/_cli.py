@@ -28,12 +28,15 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = [
     "check",
     "check_output_path",
+    "check_ranges",
     "configure",
     "default_root",
     "parse_accelerators",
     "parse_sweep",
     "prepare_root",
+    "refuse_unused_sizes",
     "run",
+    "size_changes",
     "url_scheme",
 ]
 
@@ -121,13 +124,7 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     changes: dict[str, Any] = {}
     if train:
         changes["train"] = train
-    dataset: dict[str, Any] = {}
-    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
-    # --token-file-gib 1 sizes the token file only); _workloads refuses one nobody takes.
-    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
-        dataset["token_file_gib"] = args.token_file_gib
-    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
-        dataset["files"] = args.files
+    dataset = size_changes(wl, args)
     if dataset:
         changes["dataset"] = dataset
     reader = _storage_options(args)
@@ -174,7 +171,7 @@ _RANGES: tuple[tuple[str, str, float, bool, str], ...] = (
 )
 
 
-def _check_ranges(args: argparse.Namespace) -> None:
+def check_ranges(args: argparse.Namespace) -> None:
     for flag, attr, least, inclusive, example in _RANGES:
         v = getattr(args, attr, None)
         if v is None:
@@ -253,9 +250,10 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     return root
 
 
-def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> None:
+def _generate(kind: Any, root: str, progress: Callable[[int, int], None], sizes: str = "") -> None:
     """Write the kind's dataset under ``root`` unless it is there and complete; a
-    read-only ``root`` whose dataset is not says what to do."""
+    read-only ``root`` whose dataset is not says what to do (``sizes``: the run's
+    ``--files`` / ``--token-file-gib``, which the gen command must repeat)."""
     try:
         kind.write(progress)
     except OSError as exc:
@@ -265,8 +263,8 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> Non
         raise ConfigError(
             f"--root {root!r} is read-only and workload {name!r}'s dataset is missing or "
             f"incomplete there ({exc.strerror}: {exc.filename}): write it where the folder is "
-            f"writable first (headrace gen {name} --root DIR), then point --root at DIR or a "
-            "read-only view of it, such as a network mount"
+            f"writable first (headrace gen {name}{sizes} --root DIR), then point --root at DIR "
+            "or a read-only view of it, such as a network mount"
         ) from None
 
 
@@ -383,9 +381,31 @@ _TOKEN_KINDS = ("tokens", "megatron")
 _FILE_KINDS = ("files", "parquet")
 
 
-def _workloads(args: argparse.Namespace) -> list[Workload]:
-    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
-    workloads = _named_workloads(args)
+def size_changes(wl: Workload, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[dataset]`` changes of ``--files`` and ``--token-file-gib`` for ``wl``."""
+    dataset: dict[str, Any] = {}
+    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
+    # --token-file-gib 1 sizes the token file only); refuse_unused_sizes refuses one
+    # nobody takes.
+    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
+        dataset["token_file_gib"] = args.token_file_gib
+    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
+        dataset["files"] = args.files
+    return dataset
+
+
+def _size_flags(wl: Workload, args: argparse.Namespace) -> str:
+    """`` --files N`` / `` --token-file-gib X`` as given, where ``wl`` takes them."""
+    changes = size_changes(wl, args)
+    return "".join(
+        f" {flag} {getattr(args, attr)}"
+        for flag, attr in (("--files", "files"), ("--token-file-gib", "token_file_gib"))
+        if attr in changes
+    )
+
+
+def refuse_unused_sizes(workloads: list[Workload], args: argparse.Namespace) -> None:
+    """Refuse ``--files`` / ``--token-file-gib`` where no workload has that setting."""
     for flag, attr, kinds, names in (
         ("--token-file-gib", "token_file_gib", _TOKEN_KINDS, "tokens, megatron"),
         ("--files", "files", _FILE_KINDS, "jpeg, npz, hdf5, parquet"),
@@ -396,6 +416,12 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
                 f"{', '.join(repr(w.name) for w in workloads)} "
                 f"{'takes' if len(workloads) == 1 else 'take'} none: drop it"
             )
+
+
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
+    workloads = _named_workloads(args)
+    refuse_unused_sizes(workloads, args)
     return workloads
 
 
@@ -475,7 +501,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
         )
     root = args.root or default_root()
     # Refused with --list too: it lists the workloads a run with these options would run.
-    _check_ranges(args)
+    check_ranges(args)
     if not args.dlio:
         given = [
             f
@@ -566,7 +592,7 @@ def run(args: argparse.Namespace) -> int:
                     progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
 
             try:
-                _generate(kind, root, gen_progress)
+                _generate(kind, root, gen_progress, _size_flags(kind.workload, args))
                 summary, results = run_workload(
                     kind,
                     options=RunOptions(

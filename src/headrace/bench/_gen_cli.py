@@ -18,7 +18,15 @@ from contextlib import ExitStack
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
+from headrace.bench._cli import (
+    _progress,
+    check_ranges,
+    default_root,
+    prepare_root,
+    refuse_unused_sizes,
+    size_changes,
+    url_scheme,
+)
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
 from headrace.bench._workload import Workload, load_workload
@@ -52,6 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --root s3://...: an S3-compatible endpoint (MinIO, moto ...); credentials "
         "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
     )
+    # As headrace bench takes them, so that gen writes the dataset such a run reads.
+    parser.add_argument(
+        "--token-file-gib", type=float, help="tokens, megatron: token file size in GiB"
+    )
+    parser.add_argument("--files", type=int, help="jpeg, npz, hdf5, parquet: how many files")
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
@@ -116,7 +129,12 @@ def check(args: argparse.Namespace) -> Workload:
     name, or a TOML file, read), and flags that do not go with ``--root``."""
     root = args.root or default_root()
     scheme = url_scheme(root)
+    check_ranges(args)
     wl = load_workload(args.workload)
+    refuse_unused_sizes([wl], args)
+    sizes = size_changes(wl, args)
+    if sizes:
+        wl = wl.replace(dataset=sizes)
     if scheme is None and (args.staging or args.endpoint):
         raise ConfigError(
             "--staging and --endpoint go with --root URL (an object store, e.g. "
