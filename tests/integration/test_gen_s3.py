@@ -297,3 +297,18 @@ def test_bench_refuses_a_prefix_holding_files_not_its_datasets(
         client = s3.server.info.boto3_client()
         listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"mixed-{foreign}/")
         assert len(listed["Contents"]) == 4
+
+
+def test_bench_against_an_endpoint_that_is_down_names_it_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bucket check before the upload went through boto3, unmapped: a traceback after
+    # 14 s of botocore's retries.
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    wl = toml(tmp_path, "jpeg")
+    rc = bench(wl, "--storage-url", f"s3://{BUCKET}/down", "--endpoint", endpoint,
+               "--root", str(tmp_path / "stage"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    assert f"s3://{BUCKET} at {endpoint}: cannot reach the endpoint" in err

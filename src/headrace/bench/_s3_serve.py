@@ -79,11 +79,7 @@ def upload(
     """
     from headrace.io import ObjectStore
 
-    client = info.boto3_client()
-    try:
-        client.head_bucket(Bucket=bucket)
-    except Exception:  # botocore's ClientError: missing (or not ours to see): try to create
-        client.create_bucket(Bucket=bucket)
+    _ensure_bucket(info, bucket)
     url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     with ObjectStore(url, **info.store_options()) as store:
         files = [(os.path.basename(p), p) for p in paths]
@@ -91,6 +87,31 @@ def upload(
         if listed is not None:
             _refuse_foreign(url, have, {k for k, _ in files}, listed, what)
         return upload_files(store, files, digests=digests, progress=progress, have=have)
+
+
+def _ensure_bucket(info: Any, bucket: str) -> None:
+    """Create ``bucket`` when missing; a store that cannot be reached, or refuses, is named."""
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+    # Three tries, not botocore's default of five with back-off: an endpoint that is down
+    # was reported after 14 s.
+    client = info.boto3_client(retries={"mode": "standard", "total_max_attempts": 3})
+    where = f"s3://{bucket} at {info.endpoint}"
+    try:
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError:  # missing (or not ours to see): try to create it
+            client.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        raise StorageError(
+            f"{where}: the bucket is not there and could not be created ({exc}); create it, "
+            "or check --storage-url and the AWS_* credentials"
+        ) from exc
+    except BotoCoreError as exc:
+        raise StorageError(
+            f"{where}: cannot reach the endpoint ({exc}); check --endpoint and that the store "
+            "is running"
+        ) from exc
 
 
 def _refuse_foreign(
