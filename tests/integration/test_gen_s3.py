@@ -165,9 +165,9 @@ def test_truncated_or_foreign_objects_are_written_again(
     proxy.reset_stats()
     assert gen(wl, url, *args) == 0
     written = files[0].stat().st_size + files[1].stat().st_size
-    assert f"2 written ({written:,} bytes), {len(files) - 2} already there" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert f"2 written ({written:,} bytes), {len(files) - 2} already there" in out
+    assert "(2 written over objects of another size or digest)" in out
     for k, p in zip(key[:2], files[:2], strict=True):
         assert client.get_object(Bucket=BUCKET, Key=k)["Body"].read() == p.read_bytes()
 
@@ -312,3 +312,25 @@ def test_bench_against_an_endpoint_that_is_down_names_it_and_exits_2(
     assert rc == 2
     assert "Traceback" not in err
     assert f"s3://{BUCKET} at {endpoint}: cannot reach the endpoint" in err
+
+
+def test_bench_names_the_objects_it_replaces_at_a_storage_url(
+    tmp_path: Path, up: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # gen's JPEGs benched with another image size: the run serves its own dataset, so it
+    # writes its files over gen's objects of the same names. That is said, not done silently.
+    wl = toml(tmp_path, "jpeg")
+    url = f"s3://{BUCKET}/replaced"
+    stage = str(tmp_path / "stage")
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    target = f"{url}/{Path(make_kind(load_workload(wl), stage).folder).name}"  # type: ignore[attr-defined]
+    other = tmp_path / "other.toml"
+    other.write_text(JPEG.replace("[24, 32]", "[32, 24]"))
+    capsys.readouterr()
+    args = ("--storage-url", target, "--endpoint", up["endpoint"], "--root", stage)
+    assert bench(str(other), *args) == 0
+    err = capsys.readouterr().err
+    assert f"{target}: 4 objects written" in err
+    assert "4 written over objects of another size or digest" in err
+    assert bench(str(other), *args) == 0  # and a rerun finds them there
+    assert f"{target}: 0 objects written (0 bytes), 4 already there" in capsys.readouterr().err

@@ -210,6 +210,12 @@ def run(args: argparse.Namespace) -> int:
         f"{kind.workload.name}: {uploaded.written + uploaded.skipped} objects, "
         f"{uploaded.bytes_written + uploaded.bytes_skipped:,} bytes under {root}: "
         f"{uploaded.written} written ({uploaded.bytes_written:,} bytes), "
-        f"{uploaded.skipped} already there; local copy under {kind.root}"
+        f"{uploaded.skipped} already there"
+        + (
+            f" ({uploaded.replaced} written over objects of another size or digest)"
+            if uploaded.replaced
+            else ""
+        )
+        + f"; local copy under {kind.root}"
     )
     return 0

@@ -19,7 +19,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -184,10 +184,11 @@ def bench_s3(
     digests: DigestCache | None = None,
     listed: tuple[str, ...] | None = None,
     what: str = "the dataset",
+    uploaded: Callable[[Uploaded], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them.
 
-    ``listed``, ``what``: as for :func:`upload`."""
+    ``listed``, ``what``: as for :func:`upload`; ``uploaded`` is told what the upload did."""
     bucket, prefix = split_s3_url(url)
     with ExitStack() as stack:
         if endpoint is None:
@@ -197,7 +198,9 @@ def bench_s3(
         elif not endpoint.startswith(("http://", "https://")):
             raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
         info = endpoint_info(endpoint)
-        upload(info, bucket, prefix, paths, digests=digests, listed=listed, what=what)
+        done = upload(info, bucket, prefix, paths, digests=digests, listed=listed, what=what)
+        if uploaded is not None:
+            uploaded(done)
         options = info.store_options()
         if latency_ms or max_concurrent:
             if not endpoint.startswith("http://"):
