@@ -362,6 +362,10 @@ def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
     assert f"--root '{m2.mnt}' is read-only and workload 'tokens'" in err
     # The command writes the dataset this run reads: the sizes it was given go with it.
     assert "headrace gen tokens --token-file-gib 0.004 --root DIR" in err
+    dlio = str(Path(__file__).parent.parent / "data" / "dlio" / "resnet50_v100.yaml")
+    sizes = ["--scale", "0.0001", "--record-scale", "0.01"]
+    assert main(["bench", "--dlio", dlio, *sizes, "--root", str(m2.mnt), "-q"]) == 2
+    assert f"headrace gen --dlio {dlio} {' '.join(sizes)} --root DIR" in capsys.readouterr().err
 
 
 def test_a_read_only_root_written_before_sizes_were_recorded_still_runs(

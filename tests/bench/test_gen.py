@@ -372,3 +372,31 @@ def test_gen_takes_the_benchs_size_flags_and_writes_the_dataset_it_reads(
     assert "--files sizes the jpeg, npz, hdf5, parquet workloads" in capsys.readouterr().err
     assert main(["gen", "jpeg", "--files", "0", "--root", root, "-q"]) == 2
     assert "--files 0: expected a whole number >= 1" in capsys.readouterr().err
+
+
+DLIO = str(Path(__file__).parent.parent / "data" / "dlio" / "resnet50_v100.yaml")
+
+
+def test_gen_writes_a_dlio_workloads_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A DLIO run on a read-only root is told to write its dataset first; gen took only
+    # workload names and TOML files, so there was no gen command that could.
+    from headrace.bench._dlio import dlio_workload
+
+    root = str(tmp_path / "r")
+    sizes = ["--scale", "0.00005", "--record-scale", "0.01"]
+    assert main(["gen", "--dlio", DLIO, *sizes, "--root", root, "-q"]) == 0
+    wl = dlio_workload(DLIO, scale=0.00005, record_scale=0.01)
+    kind = make_kind(wl, root)
+    assert kind.files() and all(os.path.getsize(p) > 0 for p in kind.files())
+    assert f"{len(kind.files())} files" in capsys.readouterr().out
+    for args, message in (
+        (["jpeg", "--dlio", DLIO], "a workload or --dlio YAML, not both"),
+        ([], "name a workload or --dlio YAML"),
+        (["jpeg", "--scale", "0.5"], "--scale scales a --dlio workload"),
+        (["--dlio", str(tmp_path / "no.yaml")], "no such file"),
+    ):
+        assert main(["gen", *args, "--root", root, "-q"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err

@@ -31,9 +31,11 @@ __all__ = [
     "check_ranges",
     "configure",
     "default_root",
+    "dlio_from_args",
     "parse_accelerators",
     "parse_sweep",
     "prepare_root",
+    "refuse_scales_without_dlio",
     "refuse_unused_sizes",
     "run",
     "size_changes",
@@ -250,10 +252,10 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     return root
 
 
-def _generate(kind: Any, root: str, progress: Callable[[int, int], None], sizes: str = "") -> None:
+def _generate(kind: Any, root: str, progress: Callable[[int, int], None], gen: str) -> None:
     """Write the kind's dataset under ``root`` unless it is there and complete; a
-    read-only ``root`` whose dataset is not says what to do (``sizes``: the run's
-    ``--files`` / ``--token-file-gib``, which the gen command must repeat)."""
+    read-only ``root`` whose dataset is not says what to do (``gen``: the command that
+    writes it, with the run's sizes)."""
     try:
         kind.write(progress)
     except OSError as exc:
@@ -263,7 +265,7 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None], sizes:
         raise ConfigError(
             f"--root {root!r} is read-only and workload {name!r}'s dataset is missing or "
             f"incomplete there ({exc.strerror}: {exc.filename}): write it where the folder is "
-            f"writable first (headrace gen {name}{sizes} --root DIR), then point --root at DIR "
+            f"writable first ({gen} --root DIR), then point --root at DIR "
             "or a read-only view of it, such as a network mount"
         ) from None
 
@@ -394,10 +396,18 @@ def size_changes(wl: Workload, args: argparse.Namespace) -> dict[str, Any]:
     return dataset
 
 
-def _size_flags(wl: Workload, args: argparse.Namespace) -> str:
-    """`` --files N`` / `` --token-file-gib X`` as given, where ``wl`` takes them."""
+def _gen_command(wl: Workload, args: argparse.Namespace) -> str:
+    """The ``headrace gen`` command (less ``--root``) that writes the dataset ``wl`` reads."""
+    if args.dlio:
+        return f"headrace gen --dlio {args.dlio}" + "".join(
+            f" {flag} {getattr(args, attr)}"
+            for flag, attr in (("--scale", "scale"), ("--record-scale", "record_scale"))
+            if getattr(args, attr, None) is not None
+        )
     changes = size_changes(wl, args)
-    return "".join(
+    # A TOML file by its path; a built-in (source 'tokens.toml') by its name.
+    named = wl.source if os.path.isfile(wl.source) else wl.name
+    return f"headrace gen {named}" + "".join(
         f" {flag} {getattr(args, attr)}"
         for flag, attr in (("--files", "files"), ("--token-file-gib", "token_file_gib"))
         if attr in changes
@@ -427,20 +437,41 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
 
 def _named_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.dlio:
-        from headrace.bench._dlio import dlio_workload
-
-        if not os.path.isfile(args.dlio):
-            raise ConfigError(
-                f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
-                "e.g. --dlio tests/data/unet3d_h100.yaml"
-            )
-        wl = dlio_workload(
-            args.dlio,
-            scale=1.0 if args.scale is None else args.scale,
-            record_scale=1.0 if args.record_scale is None else args.record_scale,
-        )
-        return [_override(wl, args)]
+        return [_override(dlio_from_args(args), args)]
     return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+
+
+def dlio_from_args(args: argparse.Namespace) -> Workload:
+    """The workload of ``--dlio YAML`` at ``--scale`` and ``--record-scale``."""
+    from headrace.bench._dlio import dlio_workload
+
+    if not os.path.isfile(args.dlio):
+        raise ConfigError(
+            f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
+            "e.g. --dlio tests/data/unet3d_h100.yaml"
+        )
+    return dlio_workload(
+        args.dlio,
+        scale=1.0 if args.scale is None else args.scale,
+        record_scale=1.0 if args.record_scale is None else args.record_scale,
+    )
+
+
+def refuse_scales_without_dlio(args: argparse.Namespace) -> None:
+    """``--scale`` / ``--record-scale`` size a ``--dlio`` workload only."""
+    if args.dlio:
+        return
+    given = [
+        f
+        for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
+        if getattr(args, a, None) is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
+            "workload and nothing else: drop it, or size a built-in workload with "
+            "--files, --token-file-gib or --steps"
+        )
 
 
 def _list_one(name: str, wl: Workload, demand: str) -> None:
@@ -502,18 +533,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     root = args.root or default_root()
     # Refused with --list too: it lists the workloads a run with these options would run.
     check_ranges(args)
-    if not args.dlio:
-        given = [
-            f
-            for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
-            if getattr(args, a, None) is not None
-        ]
-        if given:
-            raise ConfigError(
-                f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
-                "workload and nothing else: drop it, or size a built-in workload with "
-                "--files, --token-file-gib or --steps"
-            )
+    refuse_scales_without_dlio(args)
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
@@ -592,7 +612,7 @@ def run(args: argparse.Namespace) -> int:
                     progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
 
             try:
-                _generate(kind, root, gen_progress, _size_flags(kind.workload, args))
+                _generate(kind, root, gen_progress, _gen_command(kind.workload, args))
                 summary, results = run_workload(
                     kind,
                     options=RunOptions(

@@ -22,7 +22,9 @@ from headrace.bench._cli import (
     _progress,
     check_ranges,
     default_root,
+    dlio_from_args,
     prepare_root,
+    refuse_scales_without_dlio,
     refuse_unused_sizes,
     size_changes,
     url_scheme,
@@ -40,7 +42,14 @@ WRITABLE_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "h
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="built-in workload name or TOML path")
+    parser.add_argument(
+        "workload", nargs="?", help="built-in workload name or TOML path (or --dlio YAML)"
+    )
+    parser.add_argument("--dlio", metavar="YAML", help="a DLIO workload YAML's dataset")
+    parser.add_argument("--scale", type=float, help="DLIO: multiply file count (default 1)")
+    parser.add_argument(
+        "--record-scale", type=float, help="DLIO: multiply record sizes (default 1)"
+    )
     parser.add_argument(
         "--root",
         default=None,
@@ -130,7 +139,18 @@ def check(args: argparse.Namespace) -> Workload:
     root = args.root or default_root()
     scheme = url_scheme(root)
     check_ranges(args)
-    wl = load_workload(args.workload)
+    refuse_scales_without_dlio(args)
+    if args.dlio and args.workload:
+        raise ConfigError(
+            f"got {args.workload!r} and --dlio {args.dlio!r}: name a workload or --dlio YAML, "
+            "not both"
+        )
+    if not args.dlio and not args.workload:
+        raise ConfigError(
+            "name a workload or --dlio YAML, e.g. headrace gen jpeg, or headrace gen --dlio "
+            "unet3d_h100.yaml --scale 0.01 (headrace bench --list shows the workloads)"
+        )
+    wl = dlio_from_args(args) if args.dlio else load_workload(args.workload)
     refuse_unused_sizes([wl], args)
     sizes = size_changes(wl, args)
     if sizes:
