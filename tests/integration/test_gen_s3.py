@@ -115,6 +115,7 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     kind = make_kind(load_workload(wl), stage)
     n = len(kind.files())
     assert f"{n} written" in out and "0 already there" in out
+    assert f": {n} object{'' if n == 1 else 's'}, " in out
 
     assert gen(wl, str(tmp_path / "local")) == 0
     local = make_kind(load_workload(wl), str(tmp_path / "local"))

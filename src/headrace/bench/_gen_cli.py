@@ -226,8 +226,9 @@ def run(args: argparse.Namespace) -> int:
             f"under {kind.root}"
         )
         return 0
+    n = uploaded.written + uploaded.skipped
     print(
-        f"{kind.workload.name}: {uploaded.written + uploaded.skipped} objects, "
+        f"{kind.workload.name}: {n} object{'' if n == 1 else 's'}, "
         f"{uploaded.bytes_written + uploaded.bytes_skipped:,} bytes under {root}: "
         f"{uploaded.written} written ({uploaded.bytes_written:,} bytes), "
         f"{uploaded.skipped} already there"

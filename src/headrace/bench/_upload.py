@@ -60,7 +60,8 @@ class Uploaded:
     def summary(self) -> str:
         """``W objects written (B bytes), K already there[; R of them replaced ...]``."""
         text = (
-            f"{self.written} objects written ({self.bytes_written:,} bytes), "
+            f"{self.written} object{'' if self.written == 1 else 's'} written "
+            f"({self.bytes_written:,} bytes), "
             f"{self.skipped} already there"
         )
         if self.replaced:
