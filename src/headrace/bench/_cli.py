@@ -542,7 +542,10 @@ def check(args: argparse.Namespace) -> list[Kind]:
         return (
             [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
         )
-    return [make_kind(wl, root) for wl in _workloads(args)]
+    kinds = [make_kind(wl, root) for wl in _workloads(args)]
+    for kind in kinds:
+        kind.check_run()
+    return kinds
 
 
 def run(args: argparse.Namespace) -> int:
