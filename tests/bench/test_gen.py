@@ -400,3 +400,12 @@ def test_gen_writes_a_dlio_workloads_dataset(
         assert main(["gen", *args, "--root", root, "-q"]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_the_progress_bar_keeps_off_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stdout is the result (`headrace gen ... > out.txt`); the bar wrote a blank line there.
+    assert main(["gen", "jpeg", "--files", "1", "--root", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("jpeg: 1 file, ") and out.count("\n") == 1

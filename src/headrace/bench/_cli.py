@@ -486,6 +486,7 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         yield None
         return
     try:
+        from rich.console import Console
         from rich.progress import BarColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
     except ImportError:
@@ -502,6 +503,9 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         "{task.completed}/{task.total}",
         TimeElapsedColumn(),
         transient=True,
+        # stderr, as the plain bar: stdout is the result (the tables, gen's summary), and
+        # rich wrote a blank line there when it was not a terminal.
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task("starting", total=1)
 
