@@ -319,7 +319,7 @@ def _line(text: str, *, inline: bool = False) -> Command:
         ("headrace bench -w padded --jsn r.json", "unrecognized arguments: --jsn"),
         ("headrace bench --storage s4", "invalid choice: 's4'"),
         ("headrace bench --steps many", "invalid int value: 'many'"),
-        ("headrace gen --root /tmp/x", "required: workload"),
+        ("headrace gen --root /tmp/x", "name a workload or --dlio YAML"),
         ("headrace probe", "required: path"),
         ("headrace emulate slowfs /a", "required: MNT"),
         ("headrace benchmark", "no command"),

@@ -346,3 +346,66 @@ def test_a_rerun_rewrites_a_local_file_cut_short_and_keeps_the_others(
     if name not in ("padded", "megatron"):  # these write their two files as one
         assert {p: os.stat(p).st_mtime_ns for p in files if p != victim} == before
     assert digest(make_kind(load_workload(wl), str(root)), WORKLOADS[name][1]) == want
+
+
+def test_gen_takes_the_benchs_size_flags_and_writes_the_dataset_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace bench -w jpeg --files 3` reads jpeg-jpeg-3x1-...; gen must be able to write
+    # exactly that one (a read-only --root tells the user to run gen first).
+    root = str(tmp_path / "r")
+    assert main(["gen", "jpeg", "--files", "3", "--root", root, "-q"]) == 0
+    assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
+    capsys.readouterr()
+    for name, flag, value in (("jpeg", "files", 3), ("tokens", "token_file_gib", 0.0005)):
+        wl = load_workload(name)
+        kind = make_kind(wl.replace(dataset={flag: value}), root)
+        assert all(os.path.getsize(p) > 0 for p in kind.files())
+        if name == "jpeg":
+            assert sorted(os.listdir(os.path.dirname(kind.files()[0]))) == [
+                "0000000.jpg",
+                "0000001.jpg",
+                "0000002.jpg",
+            ]
+    # A flag the workload does not take, or out of range, is refused as bench refuses it.
+    assert main(["gen", "padded", "--files", "3", "--root", root, "-q"]) == 2
+    assert "--files sizes the jpeg, npz, hdf5, parquet workloads" in capsys.readouterr().err
+    assert main(["gen", "jpeg", "--files", "0", "--root", root, "-q"]) == 2
+    assert "--files 0: expected a whole number >= 1" in capsys.readouterr().err
+
+
+DLIO = str(Path(__file__).parent.parent / "data" / "dlio" / "resnet50_v100.yaml")
+
+
+def test_gen_writes_a_dlio_workloads_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A DLIO run on a read-only root is told to write its dataset first; gen took only
+    # workload names and TOML files, so there was no gen command that could.
+    from headrace.bench._dlio import dlio_workload
+
+    root = str(tmp_path / "r")
+    sizes = ["--scale", "0.00005", "--record-scale", "0.01"]
+    assert main(["gen", "--dlio", DLIO, *sizes, "--root", root, "-q"]) == 0
+    wl = dlio_workload(DLIO, scale=0.00005, record_scale=0.01)
+    kind = make_kind(wl, root)
+    assert kind.files() and all(os.path.getsize(p) > 0 for p in kind.files())
+    assert f"{len(kind.files())} files" in capsys.readouterr().out
+    for args, message in (
+        (["jpeg", "--dlio", DLIO], "a workload or --dlio YAML, not both"),
+        ([], "name a workload or --dlio YAML"),
+        (["jpeg", "--scale", "0.5"], "--scale scales a --dlio workload"),
+        (["--dlio", str(tmp_path / "no.yaml")], "no such file"),
+    ):
+        assert main(["gen", *args, "--root", root, "-q"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+
+
+def test_the_progress_bar_keeps_off_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stdout is the result (`headrace gen ... > out.txt`); the bar wrote a blank line there.
+    assert main(["gen", "jpeg", "--files", "1", "--root", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("jpeg: 1 file, ") and out.count("\n") == 1

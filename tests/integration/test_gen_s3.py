@@ -115,6 +115,7 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     kind = make_kind(load_workload(wl), stage)
     n = len(kind.files())
     assert f"{n} written" in out and "0 already there" in out
+    assert f": {n} object{'' if n == 1 else 's'}, " in out
 
     assert gen(wl, str(tmp_path / "local")) == 0
     local = make_kind(load_workload(wl), str(tmp_path / "local"))
@@ -165,9 +166,9 @@ def test_truncated_or_foreign_objects_are_written_again(
     proxy.reset_stats()
     assert gen(wl, url, *args) == 0
     written = files[0].stat().st_size + files[1].stat().st_size
-    assert f"2 written ({written:,} bytes), {len(files) - 2} already there" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert f"2 written ({written:,} bytes), {len(files) - 2} already there" in out
+    assert "(2 written over objects of another size or digest)" in out
     for k, p in zip(key[:2], files[:2], strict=True):
         assert client.get_object(Bucket=BUCKET, Key=k)["Body"].read() == p.read_bytes()
 
@@ -254,3 +255,83 @@ def test_the_workloads_reader_section_gives_the_endpoint(
     assert "4 written" in capsys.readouterr().out
     listed = s3.server.info.boto3_client().list_objects_v2(Bucket=BUCKET, Prefix="gen-reader/")
     assert len(listed["Contents"]) == 4
+
+
+def bench(workload: str, *extra: str) -> int:
+    return main(["bench", "-w", workload, "--no-isolate", "-q", "--trials", "1", "--steps", "1",
+                 "--warmup", "0", *extra])  # fmt: skip
+
+
+@pytest.mark.parametrize("foreign", ["more-files", "another-jpeg"])
+def test_bench_refuses_a_prefix_holding_files_not_its_datasets(
+    foreign: str,
+    tmp_path: Path,
+    s3: S3Fixture,
+    up: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gen writes 4 JPEGs; a bench run of 2 files pointed at that folder would upload its 2
+    # (kept: the same bytes) and list the prefix: its readers would read all 4, on a plan of 2.
+    wl = toml(tmp_path, "jpeg")
+    url = f"s3://{BUCKET}/mixed-{foreign}"
+    stage = str(tmp_path / "stage")
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    folder = Path(make_kind(load_workload(wl), stage).folder).name  # type: ignore[attr-defined]
+    files = "4"
+    if foreign == "another-jpeg":
+        client = s3.server.info.boto3_client()
+        client.put_object(Bucket=BUCKET, Key=f"mixed-{foreign}/{folder}/x/cat.JPG", Body=b"x")
+        client.put_object(Bucket=BUCKET, Key=f"mixed-{foreign}/{folder}/README.txt", Body=b"y")
+    else:
+        files = "2"
+    capsys.readouterr()
+    target = f"{url}/{folder}"
+    rc = bench(wl, "--files", files, "--storage-url", target, "--endpoint", up["endpoint"],
+               "--root", stage)  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    extra = "0000002.jpg" if foreign == "more-files" else "x/cat.JPG"
+    assert target in err and extra in err and "README.txt" not in err
+    read = int(files) + (2 if foreign == "more-files" else 1)
+    assert f"({files} files)" in err and f"read {read} files on a plan of {files}" in err
+    if foreign == "more-files":  # nothing was written there: refused before the upload
+        client = s3.server.info.boto3_client()
+        listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"mixed-{foreign}/")
+        assert len(listed["Contents"]) == 4
+
+
+def test_bench_against_an_endpoint_that_is_down_names_it_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bucket check before the upload went through boto3, unmapped: a traceback after
+    # 14 s of botocore's retries.
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    wl = toml(tmp_path, "jpeg")
+    rc = bench(wl, "--storage-url", f"s3://{BUCKET}/down", "--endpoint", endpoint,
+               "--root", str(tmp_path / "stage"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    assert f"s3://{BUCKET} at {endpoint}: cannot reach the endpoint" in err
+
+
+def test_bench_names_the_objects_it_replaces_at_a_storage_url(
+    tmp_path: Path, up: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # gen's JPEGs benched with another image size: the run serves its own dataset, so it
+    # writes its files over gen's objects of the same names. That is said, not done silently.
+    wl = toml(tmp_path, "jpeg")
+    url = f"s3://{BUCKET}/replaced"
+    stage = str(tmp_path / "stage")
+    assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
+    target = f"{url}/{Path(make_kind(load_workload(wl), stage).folder).name}"  # type: ignore[attr-defined]
+    other = tmp_path / "other.toml"
+    other.write_text(JPEG.replace("[24, 32]", "[32, 24]"))
+    capsys.readouterr()
+    args = ("--storage-url", target, "--endpoint", up["endpoint"], "--root", stage)
+    assert bench(str(other), *args) == 0
+    err = capsys.readouterr().err
+    assert f"{target}: 4 objects written" in err
+    assert "4 written over objects of another size or digest" in err
+    assert bench(str(other), *args) == 0  # and a rerun finds them there
+    assert f"{target}: 0 objects written (0 bytes), 4 already there" in capsys.readouterr().err

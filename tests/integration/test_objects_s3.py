@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from s3util import (
@@ -25,6 +26,7 @@ from headrace.errors import (
     ObjectNotFoundError,
     PermissionDeniedError,
     ReadEOFError,
+    StorageError,
     TransientStorageError,
 )
 from headrace.io import ObjectStore, RetryPolicy
@@ -154,6 +156,19 @@ def test_get_first_retries_a_cut_body(open_store: StoreFactory, proxy: LatencyPr
     data, info = store.get_first("big.bin", 100_000)
     assert bytes(data) == expected("big.bin")[:100_000] and info.size == OBJECTS["big.bin"]
     assert proxy.stats.faults == 1 and store.stats.retries == 1
+
+
+@pytest.mark.parametrize("kind", ["short", "truncate", "status"])
+def test_get_first_failures_name_the_range(
+    kind: Literal["short", "truncate", "status"], open_store: StoreFactory, proxy: LatencyProxy
+) -> None:
+    # Its GET is ranged, as get_range's: a token file's header probe that gave up said
+    # only the object, where every other ranged read says "bytes [a, b)".
+    proxy.set_faults([FaultRule(kind=kind, status=500, match="big.bin")])
+    store = open_store(proxy.endpoint)
+    with pytest.raises(StorageError) as err:
+        store.get_first("big.bin", 128)
+    assert f"{URL}/big.bin, bytes [0, 128): " in str(err.value)
 
 
 def test_get_ranges_in_caller_order(open_store: StoreFactory) -> None:
@@ -339,7 +354,7 @@ def test_consistently_short_body_is_detected(open_store: StoreFactory, proxy: La
         store.get_many([(SMALL[0], 0, 10), ("big.bin", 8, 100)])
     with pytest.raises(
         TransientStorageError,
-        match=rf"big\.bin: .*cut short \(500 of 1000 bytes; object has {size}",
+        match=rf"big\.bin, bytes \[0, 1000\): .*cut short \(500 of 1000 bytes; object has {size}",
     ):
         store.get_first("big.bin", 1000)  # one ranged GET: Content-Range has the size
     proxy.set_faults([FaultRule(kind="short", match="big.bin", limit=1)])

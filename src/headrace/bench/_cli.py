@@ -28,12 +28,17 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = [
     "check",
     "check_output_path",
+    "check_ranges",
     "configure",
     "default_root",
+    "dlio_from_args",
     "parse_accelerators",
     "parse_sweep",
     "prepare_root",
+    "refuse_scales_without_dlio",
+    "refuse_unused_sizes",
     "run",
+    "size_changes",
     "url_scheme",
 ]
 
@@ -121,13 +126,7 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     changes: dict[str, Any] = {}
     if train:
         changes["train"] = train
-    dataset: dict[str, Any] = {}
-    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
-    # --token-file-gib 1 sizes the token file only); _workloads refuses one nobody takes.
-    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
-        dataset["token_file_gib"] = args.token_file_gib
-    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
-        dataset["files"] = args.files
+    dataset = size_changes(wl, args)
     if dataset:
         changes["dataset"] = dataset
     reader = _storage_options(args)
@@ -174,7 +173,7 @@ _RANGES: tuple[tuple[str, str, float, bool, str], ...] = (
 )
 
 
-def _check_ranges(args: argparse.Namespace) -> None:
+def check_ranges(args: argparse.Namespace) -> None:
     for flag, attr, least, inclusive, example in _RANGES:
         v = getattr(args, attr, None)
         if v is None:
@@ -253,9 +252,10 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     return root
 
 
-def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> None:
+def _generate(kind: Any, root: str, progress: Callable[[int, int], None], gen: str) -> None:
     """Write the kind's dataset under ``root`` unless it is there and complete; a
-    read-only ``root`` whose dataset is not says what to do."""
+    read-only ``root`` whose dataset is not says what to do (``gen``: the command that
+    writes it, with the run's sizes)."""
     try:
         kind.write(progress)
     except OSError as exc:
@@ -265,8 +265,8 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None]) -> Non
         raise ConfigError(
             f"--root {root!r} is read-only and workload {name!r}'s dataset is missing or "
             f"incomplete there ({exc.strerror}: {exc.filename}): write it where the folder is "
-            f"writable first (headrace gen {name} --root DIR), then point --root at DIR or a "
-            "read-only view of it, such as a network mount"
+            f"writable first ({gen} --root DIR), then point --root at DIR "
+            "or a read-only view of it, such as a network mount"
         ) from None
 
 
@@ -383,9 +383,39 @@ _TOKEN_KINDS = ("tokens", "megatron")
 _FILE_KINDS = ("files", "parquet")
 
 
-def _workloads(args: argparse.Namespace) -> list[Workload]:
-    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
-    workloads = _named_workloads(args)
+def size_changes(wl: Workload, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[dataset]`` changes of ``--files`` and ``--token-file-gib`` for ``wl``."""
+    dataset: dict[str, Any] = {}
+    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
+    # --token-file-gib 1 sizes the token file only); refuse_unused_sizes refuses one
+    # nobody takes.
+    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
+        dataset["token_file_gib"] = args.token_file_gib
+    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
+        dataset["files"] = args.files
+    return dataset
+
+
+def _gen_command(wl: Workload, args: argparse.Namespace) -> str:
+    """The ``headrace gen`` command (less ``--root``) that writes the dataset ``wl`` reads."""
+    if args.dlio:
+        return f"headrace gen --dlio {args.dlio}" + "".join(
+            f" {flag} {getattr(args, attr)}"
+            for flag, attr in (("--scale", "scale"), ("--record-scale", "record_scale"))
+            if getattr(args, attr, None) is not None
+        )
+    changes = size_changes(wl, args)
+    # A TOML file by its path; a built-in (source 'tokens.toml') by its name.
+    named = wl.source if os.path.isfile(wl.source) else wl.name
+    return f"headrace gen {named}" + "".join(
+        f" {flag} {getattr(args, attr)}"
+        for flag, attr in (("--files", "files"), ("--token-file-gib", "token_file_gib"))
+        if attr in changes
+    )
+
+
+def refuse_unused_sizes(workloads: list[Workload], args: argparse.Namespace) -> None:
+    """Refuse ``--files`` / ``--token-file-gib`` where no workload has that setting."""
     for flag, attr, kinds, names in (
         ("--token-file-gib", "token_file_gib", _TOKEN_KINDS, "tokens, megatron"),
         ("--files", "files", _FILE_KINDS, "jpeg, npz, hdf5, parquet"),
@@ -396,25 +426,52 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
                 f"{', '.join(repr(w.name) for w in workloads)} "
                 f"{'takes' if len(workloads) == 1 else 'take'} none: drop it"
             )
+
+
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
+    workloads = _named_workloads(args)
+    refuse_unused_sizes(workloads, args)
     return workloads
 
 
 def _named_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.dlio:
-        from headrace.bench._dlio import dlio_workload
-
-        if not os.path.isfile(args.dlio):
-            raise ConfigError(
-                f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
-                "e.g. --dlio tests/data/unet3d_h100.yaml"
-            )
-        wl = dlio_workload(
-            args.dlio,
-            scale=1.0 if args.scale is None else args.scale,
-            record_scale=1.0 if args.record_scale is None else args.record_scale,
-        )
-        return [_override(wl, args)]
+        return [_override(dlio_from_args(args), args)]
     return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+
+
+def dlio_from_args(args: argparse.Namespace) -> Workload:
+    """The workload of ``--dlio YAML`` at ``--scale`` and ``--record-scale``."""
+    from headrace.bench._dlio import dlio_workload
+
+    if not os.path.isfile(args.dlio):
+        raise ConfigError(
+            f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
+            "e.g. --dlio tests/data/unet3d_h100.yaml"
+        )
+    return dlio_workload(
+        args.dlio,
+        scale=1.0 if args.scale is None else args.scale,
+        record_scale=1.0 if args.record_scale is None else args.record_scale,
+    )
+
+
+def refuse_scales_without_dlio(args: argparse.Namespace) -> None:
+    """``--scale`` / ``--record-scale`` size a ``--dlio`` workload only."""
+    if args.dlio:
+        return
+    given = [
+        f
+        for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
+        if getattr(args, a, None) is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
+            "workload and nothing else: drop it, or size a built-in workload with "
+            "--files, --token-file-gib or --steps"
+        )
 
 
 def _list_one(name: str, wl: Workload, demand: str) -> None:
@@ -429,6 +486,7 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         yield None
         return
     try:
+        from rich.console import Console
         from rich.progress import BarColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
     except ImportError:
@@ -445,6 +503,9 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         "{task.completed}/{task.total}",
         TimeElapsedColumn(),
         transient=True,
+        # stderr, as the plain bar: stdout is the result (the tables, gen's summary), and
+        # rich wrote a blank line there when it was not a terminal.
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task("starting", total=1)
 
@@ -475,19 +536,8 @@ def check(args: argparse.Namespace) -> list[Kind]:
         )
     root = args.root or default_root()
     # Refused with --list too: it lists the workloads a run with these options would run.
-    _check_ranges(args)
-    if not args.dlio:
-        given = [
-            f
-            for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
-            if getattr(args, a, None) is not None
-        ]
-        if given:
-            raise ConfigError(
-                f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
-                "workload and nothing else: drop it, or size a built-in workload with "
-                "--files, --token-file-gib or --steps"
-            )
+    check_ranges(args)
+    refuse_scales_without_dlio(args)
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
@@ -496,7 +546,10 @@ def check(args: argparse.Namespace) -> list[Kind]:
         return (
             [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
         )
-    return [make_kind(wl, root) for wl in _workloads(args)]
+    kinds = [make_kind(wl, root) for wl in _workloads(args)]
+    for kind in kinds:
+        kind.check_run()
+    return kinds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -566,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
                     progress(f"{name}: dataset (MB)", done // 10**6, total // 10**6)
 
             try:
-                _generate(kind, root, gen_progress)
+                _generate(kind, root, gen_progress, _gen_command(kind.workload, args))
                 summary, results = run_workload(
                     kind,
                     options=RunOptions(

@@ -216,6 +216,21 @@ class FilesKind(Kind):
     def files(self) -> list[str]:
         return [self.path(i) for i in range(self.num_files)]
 
+    def check_run(self) -> None:
+        t = self.workload.train
+        n = self.num_files * self.per_file
+        iterable = any(v.partition("?")[0] == "iterable" for v in self.workload.variants)
+        if iterable and t.world_size == 1 and n < t.batch_size:
+            raise ConfigError(
+                f"workload {self.workload.name!r}: variant 'iterable' drops each epoch's last "
+                f"partial batch, and an epoch of {n} samples gives no whole batch of "
+                f"{t.batch_size}: use --files {-(-t.batch_size // self.per_file)} or more, "
+                f"--batch-size {n} or less, or leave the variant out (--variants)"
+            )
+
+    def listed_extensions(self) -> tuple[str, ...]:
+        return file_format(self.format).extensions  # what FileSource takes from a listing
+
     @cached_property
     def sizes(self) -> NDArray[np.int64]:
         """Stored bytes of each file (after :meth:`generate`)."""

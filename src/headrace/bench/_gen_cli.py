@@ -18,7 +18,17 @@ from contextlib import ExitStack
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
+from headrace.bench._cli import (
+    _progress,
+    check_ranges,
+    default_root,
+    dlio_from_args,
+    prepare_root,
+    refuse_scales_without_dlio,
+    refuse_unused_sizes,
+    size_changes,
+    url_scheme,
+)
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
 from headrace.bench._workload import Workload, load_workload
@@ -32,7 +42,14 @@ WRITABLE_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "h
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="built-in workload name or TOML path")
+    parser.add_argument(
+        "workload", nargs="?", help="built-in workload name or TOML path (or --dlio YAML)"
+    )
+    parser.add_argument("--dlio", metavar="YAML", help="a DLIO workload YAML's dataset")
+    parser.add_argument("--scale", type=float, help="DLIO: multiply file count (default 1)")
+    parser.add_argument(
+        "--record-scale", type=float, help="DLIO: multiply record sizes (default 1)"
+    )
     parser.add_argument(
         "--root",
         default=None,
@@ -52,6 +69,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --root s3://...: an S3-compatible endpoint (MinIO, moto ...); credentials "
         "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
     )
+    # As headrace bench takes them, so that gen writes the dataset such a run reads.
+    parser.add_argument(
+        "--token-file-gib", type=float, help="tokens, megatron: token file size in GiB"
+    )
+    parser.add_argument("--files", type=int, help="jpeg, npz, hdf5, parquet: how many files")
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
@@ -116,7 +138,23 @@ def check(args: argparse.Namespace) -> Workload:
     name, or a TOML file, read), and flags that do not go with ``--root``."""
     root = args.root or default_root()
     scheme = url_scheme(root)
-    wl = load_workload(args.workload)
+    check_ranges(args)
+    refuse_scales_without_dlio(args)
+    if args.dlio and args.workload:
+        raise ConfigError(
+            f"got {args.workload!r} and --dlio {args.dlio!r}: name a workload or --dlio YAML, "
+            "not both"
+        )
+    if not args.dlio and not args.workload:
+        raise ConfigError(
+            "name a workload or --dlio YAML, e.g. headrace gen jpeg, or headrace gen --dlio "
+            "unet3d_h100.yaml --scale 0.01 (headrace bench --list shows the workloads)"
+        )
+    wl = dlio_from_args(args) if args.dlio else load_workload(args.workload)
+    refuse_unused_sizes([wl], args)
+    sizes = size_changes(wl, args)
+    if sizes:
+        wl = wl.replace(dataset=sizes)
     if scheme is None and (args.staging or args.endpoint):
         raise ConfigError(
             "--staging and --endpoint go with --root URL (an object store, e.g. "
@@ -188,10 +226,17 @@ def run(args: argparse.Namespace) -> int:
             f"under {kind.root}"
         )
         return 0
+    n = uploaded.written + uploaded.skipped
     print(
-        f"{kind.workload.name}: {uploaded.written + uploaded.skipped} objects, "
+        f"{kind.workload.name}: {n} object{'' if n == 1 else 's'}, "
         f"{uploaded.bytes_written + uploaded.bytes_skipped:,} bytes under {root}: "
         f"{uploaded.written} written ({uploaded.bytes_written:,} bytes), "
-        f"{uploaded.skipped} already there; local copy under {kind.root}"
+        f"{uploaded.skipped} already there"
+        + (
+            f" ({uploaded.replaced} written over objects of another size or digest)"
+            if uploaded.replaced
+            else ""
+        )
+        + f"; local copy under {kind.root}"
     )
     return 0

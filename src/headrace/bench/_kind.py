@@ -296,6 +296,15 @@ class Kind:
         """Every local file a copy of the dataset needs: :meth:`files` and any manifest."""
         return self.files()
 
+    def check_run(self) -> None:
+        """Refuse, before any dataset is written, settings the run's variants cannot run
+        (``headrace bench``; ``headrace gen`` writes the dataset whatever the variants)."""
+
+    def listed_extensions(self) -> tuple[str, ...] | None:
+        """Where the variants list the served prefix and read what they find: the object
+        name endings they take (``()``: every object); None where they read named objects."""
+        return None
+
     def dataset_bytes(self) -> int:
         return sum(os.path.getsize(p) for p in self.files())
 

@@ -84,6 +84,10 @@ class ParquetKind(Kind):
     def files(self) -> list[str]:
         return [os.path.join(self.folder, f"train-{i:05d}.parquet") for i in range(self.num_files)]
 
+    def listed_extensions(self) -> tuple[str, ...]:
+        # TableSource over the prefix takes every Parquet or Arrow object under it.
+        return (".parquet", ".arrow", ".feather", ".ipc", ".arrows")
+
     def _file_rows(self) -> list[int]:
         return [
             (i + 1) * self.rows // self.num_files - i * self.rows // self.num_files

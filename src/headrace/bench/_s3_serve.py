@@ -19,14 +19,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import headrace
-from headrace.bench._upload import DigestCache, Uploaded, UploadProgress, upload_files
-from headrace.errors import ConfigError, StorageError
+from headrace.bench._upload import (
+    DigestCache,
+    Uploaded,
+    UploadProgress,
+    list_destination,
+    upload_files,
+)
+from headrace.errors import ConfigError, DataError, StorageError
 
 __all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
 
@@ -60,23 +66,69 @@ def upload(
     *,
     digests: DigestCache | None = None,
     progress: UploadProgress | None = None,
+    listed: tuple[str, ...] | None = None,
+    what: str = "the dataset",
 ) -> Uploaded:
     """Put each file at ``prefix/<name>`` unless an object of that size and digest is there.
 
     The bucket is created when missing (a bench endpoint is the run's own); the
     files go up through :func:`~headrace.bench._upload.upload_files`, as ``gen``'s do.
+    ``listed``: the run's readers list the prefix and take every object ending in one
+    of these (``()``: every object), so any such object that is not one of ``paths``
+    (another dataset's, or more files of this one) is refused before anything is written.
     """
     from headrace.io import ObjectStore
 
-    client = info.boto3_client()
-    try:
-        client.head_bucket(Bucket=bucket)
-    except Exception:  # botocore's ClientError: missing (or not ours to see): try to create
-        client.create_bucket(Bucket=bucket)
+    _ensure_bucket(info, bucket)
     url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     with ObjectStore(url, **info.store_options()) as store:
         files = [(os.path.basename(p), p) for p in paths]
-        return upload_files(store, files, digests=digests, progress=progress)
+        have = list_destination(store, [k for k, _ in files])
+        if listed is not None:
+            _refuse_foreign(url, have, {k for k, _ in files}, listed, what)
+        return upload_files(store, files, digests=digests, progress=progress, have=have)
+
+
+def _ensure_bucket(info: Any, bucket: str) -> None:
+    """Create ``bucket`` when missing; a store that cannot be reached, or refuses, is named."""
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+    # Three tries, not botocore's default of five with back-off: an endpoint that is down
+    # was reported after 14 s.
+    client = info.boto3_client(retries={"mode": "standard", "total_max_attempts": 3})
+    where = f"s3://{bucket} at {info.endpoint}"
+    try:
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError:  # missing (or not ours to see): try to create it
+            client.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        raise StorageError(
+            f"{where}: the bucket is not there and could not be created ({exc}); create it, "
+            "or check --storage-url and the AWS_* credentials"
+        ) from exc
+    except BotoCoreError as exc:
+        raise StorageError(
+            f"{where}: cannot reach the endpoint ({exc}); check --endpoint and that the store "
+            "is running"
+        ) from exc
+
+
+def _refuse_foreign(
+    url: str, have: dict[str, int], keys: set[str], listed: tuple[str, ...], what: str
+) -> None:
+    foreign = sorted(k for k in have if k not in keys and k.lower().endswith(listed or ("",)))
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:3]) + (f" ... ({len(foreign)} in all)" if len(foreign) > 3 else "")
+    ending = f" ending in {list(listed)}" if listed else ""
+    raise DataError(
+        f"{url}: {len(foreign)} object{'s' if len(foreign) != 1 else ''}{ending} there "
+        f"{'are' if len(foreign) != 1 else 'is'} not part of {what} ({len(keys)} files): "
+        f"{shown}; the readers list the prefix and would read {len(keys) + len(foreign)} "
+        f"files on a plan of {len(keys)}. Give the run a prefix of its own (--storage-url), or "
+        "remove those objects"
+    )
 
 
 @contextmanager
@@ -130,8 +182,13 @@ def bench_s3(
     latency_ms: float | None = None,
     max_concurrent: int | None = None,
     digests: DigestCache | None = None,
+    listed: tuple[str, ...] | None = None,
+    what: str = "the dataset",
+    uploaded: Callable[[Uploaded], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them."""
+    """Serve ``paths`` at ``url`` for a run; yields the ObjectStore options to read them.
+
+    ``listed``, ``what``: as for :func:`upload`; ``uploaded`` is told what the upload did."""
     bucket, prefix = split_s3_url(url)
     with ExitStack() as stack:
         if endpoint is None:
@@ -141,7 +198,9 @@ def bench_s3(
         elif not endpoint.startswith(("http://", "https://")):
             raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
         info = endpoint_info(endpoint)
-        upload(info, bucket, prefix, paths, digests=digests)
+        done = upload(info, bucket, prefix, paths, digests=digests, listed=listed, what=what)
+        if uploaded is not None:
+            uploaded(done)
         options = info.store_options()
         if latency_ms or max_concurrent:
             if not endpoint.startswith("http://"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -137,6 +138,9 @@ class Storage:
             latency_ms=latency,
             max_concurrent=self.max_concurrent,
             digests=DigestCache.under(kind.root),
+            listed=kind.listed_extensions(),
+            what=f"the dataset of workload {self._name!r}",
+            uploaded=self._said if self.endpoint else None,
         ) as o:
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
@@ -158,6 +162,10 @@ class Storage:
                 self.options = self.cache_dir = None
                 if cache is not None:
                     shutil.rmtree(cache, ignore_errors=True)
+
+    def _said(self, done: Any) -> None:
+        # An existing endpoint's prefix may hold objects the run writes over: say so.
+        print(f"{self._name} on S3: {self.url}: {done.summary()}", file=sys.stderr)
 
     def result_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {"storage": self.kind}

@@ -54,6 +54,19 @@ class Uploaded:
     skipped: int = 0
     bytes_written: int = 0
     bytes_skipped: int = 0
+    #: of ``written``, objects that were there under the key (another size or digest)
+    replaced: int = 0
+
+    def summary(self) -> str:
+        """``W objects written (B bytes), K already there[; R of them replaced ...]``."""
+        text = (
+            f"{self.written} object{'' if self.written == 1 else 's'} written "
+            f"({self.bytes_written:,} bytes), "
+            f"{self.skipped} already there"
+        )
+        if self.replaced:
+            text += f"; {self.replaced} written over objects of another size or digest"
+        return text
 
 
 #: ``progress(state, done, total)``: bytes sent of the bytes to write, and the counts so far.
@@ -223,6 +236,7 @@ def upload_files(
     kept = {i for i, ok in zip(same, good, strict=True) if ok}
     todo = [i for i in range(len(files)) if i not in kept]
     state.skipped = len(kept)
+    state.replaced = sum(keys[i] in have for i in todo)
     state.bytes_skipped = sum(sizes[i] for i in kept)
     total = sum(sizes[i] for i in todo)
     sent = [0]

@@ -29,6 +29,7 @@ import obstore as obs
 from headrace._closing import Closing
 from headrace.errors import (
     ConfigError,
+    ObjectNotFoundError,
     ReadEOFError,
     StorageError,
     TransientStorageError,
@@ -503,6 +504,7 @@ class ObjectStore(Closing):
             raise ConfigError(f"{self.where(key)}: get_first needs a length >= 1 (got 0).")
         store = self._live()
         where = self.where(key)
+        ranged_where = self.where(key, 0, length)  # its GET is ranged: say which bytes
 
         def once(ranged: bool) -> tuple[memoryview, ObjectInfo]:
             if ranged:
@@ -513,14 +515,17 @@ class ObjectStore(Closing):
             data = memoryview(result.bytes())
             start, end = result.range
             if len(data) != end - start:
-                raise _short_read(where, len(data), end - start, info.size, end)
+                at = ranged_where if ranged else where
+                raise _short_read(at, len(data), end - start, info.size, end)
             return data, info
 
         def nbytes(r: tuple[memoryview, ObjectInfo]) -> int:
             return len(r[0])
 
         try:
-            return self._retrying(where, lambda: once(True), nbytes)
+            return self._retrying(ranged_where, lambda: once(True), nbytes)
+        except ObjectNotFoundError as exc:  # no object at all: a range says nothing more
+            raise ObjectNotFoundError(str(exc).replace(ranged_where, where, 1)) from exc
         except ReadEOFError:  # no byte 0: the object is empty
             data, info = self._retrying(where, lambda: once(False), nbytes)
             return data[:length], info
