@@ -124,7 +124,10 @@ def configure_s3(parser: argparse.ArgumentParser) -> None:
         help="put the proxy in front of this http:// endpoint instead of starting moto",
     )
     parser.add_argument(
-        "--latency-ms", type=float, default=0.0, help="delay per request (one way), ms"
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="delay each request waits once, before it is forwarded, ms",
     )
     parser.add_argument(
         "--mbps", type=float, default=None, help="response bandwidth cap, megabytes/s"
