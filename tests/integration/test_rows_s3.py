@@ -222,7 +222,7 @@ def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root:
 
 
 def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
-    s3: S3Fixture, root: Path, proxy: LatencyProxy
+    s3: S3Fixture, root: Path, proxy: LatencyProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     win = {"shuffle": "window", "window_rows": 600}
     want = batch_digest(Loader(padded(root, **win), batch_size=32, steps=30))
@@ -234,9 +234,15 @@ def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(
         src = padded(URL, quick, **win)  # opened first: the faults hit row reads
         proxy.set_faults([fault])
         proxy.reset_stats()
-        assert batch_digest(Loader(src, batch_size=32, steps=30)) == want, fault.kind
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="headrace"):
+            assert batch_digest(Loader(src, batch_size=32, steps=30)) == want, fault.kind
         assert proxy.stats.faults == fault.limit
         assert src.object_stats is not None and src.object_stats.retries >= 1
+        # each retry said as it happens, naming the object and its bytes
+        said = [r.getMessage() for r in caplog.records if "trying again in" in r.getMessage()]
+        assert len(said) == src.object_stats.retries, said
+        assert all("/rows/" in m and "bytes [" in m and "try 1 of" in m for m in said[:1]), said
         src.close()
 
 

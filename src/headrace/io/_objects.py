@@ -13,6 +13,7 @@ asked for is never returned as data.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -38,6 +39,8 @@ from headrace.io._loop import LoopThread
 from headrace.io._object_open import open_store
 from headrace.io._retry import RetryPolicy, classify, is_throttle
 from headrace.io._throttle import InFlightLimit
+
+log = logging.getLogger("headrace")
 
 __all__ = [
     "DEFAULT_COALESCE",
@@ -339,6 +342,17 @@ class ObjectStore(Closing):
         self._end(t0, None, retry=again)
         if again:
             delay = self.retry.delay_s(attempt + throttles, self._rng)
+            if not throttled:
+                # Said as it happens: a stalled GET takes a timeout per try, and five
+                # of them (151 s with the default policy) passed without a word.
+                log.warning(
+                    "headrace: %s; try %d of %d failed after %.1f s, trying again in %.1f s",
+                    err,
+                    attempt,
+                    self.retry.attempts,
+                    time.perf_counter() - t0,
+                    delay,
+                )
             return delay, ((attempt, throttles + 1) if free else (attempt + 1, throttles))
         if transient:
             also = f", {throttles} throttled tries" if throttles else ""
