@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
 import os
 import re
 import sys
@@ -18,6 +17,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from headrace._messages import byte_size
+from headrace.bench._args import (
+    check_ranges,
+    parse_accelerators,
+    parse_sweep,
+    refuse_scales_without_dlio,
+    refuse_unused_sizes,
+    size_changes,
+)
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
@@ -28,17 +35,11 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = [
     "check",
     "check_output_path",
-    "check_ranges",
     "configure",
     "default_root",
     "dlio_from_args",
-    "parse_accelerators",
-    "parse_sweep",
     "prepare_root",
-    "refuse_scales_without_dlio",
-    "refuse_unused_sizes",
     "run",
-    "size_changes",
     "url_scheme",
 ]
 
@@ -155,65 +156,6 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
                 specs.append(f"{v}{sep}{key}={value}")
         wl = wl.replace(variants=tuple(specs))
     return wl
-
-
-# (flag, attribute, least value, whether the least is allowed, example): the options whose
-# range a run (and --list) refuses before it reads a workload.
-_RANGES: tuple[tuple[str, str, float, bool, str], ...] = (
-    ("--steps", "steps", 1, True, "100"),
-    ("--trials", "trials", 1, True, "3"),
-    ("--warmup", "warmup", 0, True, "10"),
-    ("--batch-size", "batch_size", 1, True, "32"),
-    ("--files", "files", 1, True, "64"),
-    ("--max-concurrent", "max_concurrent", 1, True, "16"),
-    ("--scale", "scale", 0, False, "0.1"),
-    ("--record-scale", "record_scale", 0, False, "0.01"),
-    ("--token-file-gib", "token_file_gib", 0, False, "0.25"),
-    ("--latency-ms", "latency_ms", 0, True, "20"),
-)
-
-
-def check_ranges(args: argparse.Namespace) -> None:
-    for flag, attr, least, inclusive, example in _RANGES:
-        v = getattr(args, attr, None)
-        if v is None:
-            continue
-        # Written "not (v >= least)" so that NaN is refused too.
-        if not (v >= least if inclusive else v > least) or v == math.inf:
-            what = "a whole number" if isinstance(v, int) else "a number"
-            shown = f"{v:g}" if isinstance(v, float) else str(v)
-            raise ConfigError(
-                f"{flag} {shown}: expected {what} {'>=' if inclusive else '>'} {least}, "
-                f"e.g. {flag} {example}"
-            )
-
-
-def parse_sweep(text: str) -> tuple[str, list[str]]:
-    """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
-    key, eq, values = text.partition("=")
-    vals = [v for v in values.split(",") if v]
-    if not eq or not key or not vals or any(c in key for c in "?&,"):
-        raise ConfigError(
-            f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
-            "e.g. --sweep in_flight=1,8,32"
-        )
-    return key, vals
-
-
-def parse_accelerators(text: str) -> int | None:
-    """``--accelerators``: a count >= 1, or ``auto`` (returned as None)."""
-    if text == "auto":
-        return None
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(
-            f"--accelerators {text!r}: expected a whole number >= 1 or 'auto', "
-            "e.g. --accelerators 8"
-        )
-    return n
 
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -379,23 +321,6 @@ def list_workloads(root: str, kinds: list[Kind]) -> int:
     return 0
 
 
-_TOKEN_KINDS = ("tokens", "megatron")
-_FILE_KINDS = ("files", "parquet")
-
-
-def size_changes(wl: Workload, args: argparse.Namespace) -> dict[str, Any]:
-    """The ``[dataset]`` changes of ``--files`` and ``--token-file-gib`` for ``wl``."""
-    dataset: dict[str, Any] = {}
-    # Each dataset flag goes to the kinds that have the setting (-w tokens -w padded
-    # --token-file-gib 1 sizes the token file only); refuse_unused_sizes refuses one
-    # nobody takes.
-    if getattr(args, "token_file_gib", None) is not None and wl.kind in _TOKEN_KINDS:
-        dataset["token_file_gib"] = args.token_file_gib
-    if getattr(args, "files", None) is not None and wl.kind in _FILE_KINDS:
-        dataset["files"] = args.files
-    return dataset
-
-
 def _gen_command(wl: Workload, args: argparse.Namespace) -> str:
     """The ``headrace gen`` command (less ``--root``) that writes the dataset ``wl`` reads."""
     if args.dlio:
@@ -412,20 +337,6 @@ def _gen_command(wl: Workload, args: argparse.Namespace) -> str:
         for flag, attr in (("--files", "files"), ("--token-file-gib", "token_file_gib"))
         if attr in changes
     )
-
-
-def refuse_unused_sizes(workloads: list[Workload], args: argparse.Namespace) -> None:
-    """Refuse ``--files`` / ``--token-file-gib`` where no workload has that setting."""
-    for flag, attr, kinds, names in (
-        ("--token-file-gib", "token_file_gib", _TOKEN_KINDS, "tokens, megatron"),
-        ("--files", "files", _FILE_KINDS, "jpeg, npz, hdf5, parquet"),
-    ):
-        if getattr(args, attr, None) is not None and not any(w.kind in kinds for w in workloads):
-            raise ConfigError(
-                f"{flag} sizes the {names} workloads; "
-                f"{', '.join(repr(w.name) for w in workloads)} "
-                f"{'takes' if len(workloads) == 1 else 'take'} none: drop it"
-            )
 
 
 def _workloads(args: argparse.Namespace) -> list[Workload]:
@@ -455,23 +366,6 @@ def dlio_from_args(args: argparse.Namespace) -> Workload:
         scale=1.0 if args.scale is None else args.scale,
         record_scale=1.0 if args.record_scale is None else args.record_scale,
     )
-
-
-def refuse_scales_without_dlio(args: argparse.Namespace) -> None:
-    """``--scale`` / ``--record-scale`` size a ``--dlio`` workload only."""
-    if args.dlio:
-        return
-    given = [
-        f
-        for f, a in (("--scale", "scale"), ("--record-scale", "record_scale"))
-        if getattr(args, a, None) is not None
-    ]
-    if given:
-        raise ConfigError(
-            f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
-            "workload and nothing else: drop it, or size a built-in workload with "
-            "--files, --token-file-gib or --steps"
-        )
 
 
 def _list_one(name: str, wl: Workload, demand: str) -> None:

@@ -18,17 +18,13 @@ from contextlib import ExitStack
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from headrace.bench._cli import (
-    _progress,
+from headrace.bench._args import (
     check_ranges,
-    default_root,
-    dlio_from_args,
-    prepare_root,
     refuse_scales_without_dlio,
     refuse_unused_sizes,
     size_changes,
-    url_scheme,
 )
+from headrace.bench._cli import _progress, default_root, dlio_from_args, prepare_root, url_scheme
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
 from headrace.bench._workload import Workload, load_workload
