@@ -403,6 +403,14 @@ def test_dlio_images_are_the_size_of_a_record(
         ("metric: {au: 90}", "metric.au must be a fraction in (0, 1] (got 90)"),
         # was read as 2 threads without a word
         ("reader: {read_threads: 2.5}", "reader.read_threads must be a whole number >= 0"),
+        (
+            "dataset: {format: npy, record_dims: [4, 0]}",
+            "dataset.record_dims must be a list of whole numbers > 0 (got [4, 0])",
+        ),
+        (
+            "dataset: {format: npy, record_dims: [4], record_element_type: halfword}",
+            "dataset.record_element_type 'halfword' is not a NumPy type",
+        ),
         ("reader: {prefetch_size: 1.5}", "reader.prefetch_size must be a whole number >= 0"),
         # was "[dataset]: image_hw = [285, 285] cannot be used: ... jpeg files hold one sample"
         (

@@ -1003,3 +1003,9 @@ def test_decodes_that_end_between_count_and_wait_do_not_stop_the_read(tmp_path: 
     assert set(got) == set(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_datasets_as_one_string_is_refused(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "h", "npz", 2)
+    with pytest.raises(ConfigError, match=r"datasets=\('x',\), not a string"):
+        FileSource(root, format="npz", datasets="x")

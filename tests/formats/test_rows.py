@@ -684,3 +684,12 @@ def test_context_may_be_a_numpy_integer(tiny: tuple[Path, Path]) -> None:
             PaddedRows(*tiny, context=bad)  # type: ignore[arg-type]
     src.close()
     plain.close()
+
+
+def test_a_token_the_output_dtype_cannot_hold_names_the_file_row_and_token(
+    tmp_path: Path,
+) -> None:
+    write_row_file(tmp_path / "big.npy", np.array([[1, 2, 3], [4, 40_000, 6]], np.uint16))
+    src = PaddedRows(tmp_path / "big.npy", context=2, shuffle=False, dtype=np.int16)
+    with pytest.raises(DataError, match=r"big\.npy: row 1 holds token 40000, which int16"):
+        src.read(0, np.arange(2))

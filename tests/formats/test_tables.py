@@ -800,3 +800,9 @@ def test_corrupt_column_data_names_the_file_column_and_rows(tmp_path: Path) -> N
             r"\(rows \[0, 64\) of the table\) \(Index 99 out of bounds\)",
         ):
             tb.read_rows([0, 5])
+
+
+def test_columns_as_one_string_is_refused(tmp_path: Path) -> None:
+    pq.write_table(_table(10), tmp_path / "t.parquet")
+    with pytest.raises(ConfigError, match=r"columns=\['label'\], not a string"):
+        Table.open(tmp_path / "t.parquet", columns="label")

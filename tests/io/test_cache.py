@@ -562,3 +562,15 @@ def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: P
         os.close(fd)
     writer.join(5.0)
     assert not writer.is_alive() and c.stats.written == 2
+
+
+def test_the_cli_names_a_cache_dir_that_is_a_file_or_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from headrace.cli import main
+
+    (tmp_path / "f").write_bytes(b"x")
+    assert main(["cache", str(tmp_path / "f")]) == 2
+    assert f"{tmp_path / 'f'}: not a directory; give the cache_dir" in capsys.readouterr().err
+    assert main(["cache", str(tmp_path / "none")]) == 2
+    assert f"{tmp_path / 'none'}: no such directory (nothing cached" in capsys.readouterr().err
