@@ -393,10 +393,21 @@ class Loader(Closing):
         """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
         return self._transformed(steps, *self._read_raw(steps))
 
-    def _read_raw(self, steps: list[int]) -> tuple[Batch, NDArray[np.int64]]:
-        """What the source read for the chunk, before any transform, and its samples."""
-        stats, t0 = self.stats, time.perf_counter()
+    def _planned(self, steps: list[int]) -> NDArray[np.int64]:
+        """This host's samples of ``steps`` (:meth:`_host_samples`), timed as planning."""
+        t0 = time.perf_counter()
         samples = self._host_samples(steps)
+        self.stats.plan_s += time.perf_counter() - t0
+        return samples
+
+    def _read_raw(
+        self, steps: list[int], samples: NDArray[np.int64] | None = None
+    ) -> tuple[Batch, NDArray[np.int64]]:
+        """What the source read for the chunk (its ``samples``, planned here if not
+        given), before any transform, and its samples."""
+        stats = self.stats
+        if samples is None:
+            samples = self._planned(steps)
         t1 = time.perf_counter()
         # Sources keep caches (windows, plans) that are not thread-safe; batch_at may
         # run while the producer thread reads, and another Loader over the same source
@@ -405,7 +416,6 @@ class Loader(Closing):
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
         arrays = checked_rows(f"{type(self.source).__name__}.read", arrays, samples.size)
-        stats.plan_s += t1 - t0
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
         stats.steps += len(steps)
@@ -511,42 +521,42 @@ class Loader(Closing):
         told this host's share (with the first chunk's samples), so that it
         reads only its share from the first window on.
         """
-        chunks = self._chunks(start)
+        # Each chunk's samples are planned once, for the read-ahead calls and the read.
+        chunks = ((steps, self._planned(steps)) for steps in self._chunks(start))
         current = next(chunks, None)
         if current is not None and self._share:
             # Told its share before its first read, a source reads only that from the start.
-            self._prefetch(current)
+            self._prefetch(current[1])
         first = True
         while current is not None:
             following = next(chunks, None)
-            self._followed_by(following or [])
-            raw, samples = self._read_raw(current)
+            self._followed_by(None if following is None else following[1])
+            steps = current[0]
+            raw, samples = self._read_raw(*current)
             if first:
-                yield current, self._transformed(current, raw, samples)
+                yield steps, self._transformed(steps, raw, samples)
             if following is not None:
-                self._prefetch(following)
+                self._prefetch(following[1])
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
-                yield current, self._transformed(current, raw, samples)
+                yield steps, self._transformed(steps, raw, samples)
             first = False
             current = following
 
-    def _followed_by(self, steps: list[int]) -> None:
-        """Tell the source (if it asks) which samples follow the read about to be made."""
+    def _followed_by(self, samples: NDArray[np.int64] | None) -> None:
+        """Tell the source (if it asks) which samples follow the read about to be made
+        (``None``: none, the read is the last)."""
         followed_by = getattr(self.source, "followed_by", None)
         if followed_by is not None:
-            samples = self._host_samples(steps)
             with self._read_lock:
-                followed_by(self.seed, samples)
+                followed_by(self.seed, np.empty(0, np.int64) if samples is None else samples)
 
-    def _prefetch(self, steps: list[int]) -> None:
+    def _prefetch(self, ahead: NDArray[np.int64]) -> None:
         """Tell the source (if it reads ahead) which samples come next."""
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is None:
             return
-        t0 = time.perf_counter()
-        ahead = self._host_samples(steps)
         t1 = time.perf_counter()
         with self._read_lock:
             if self._share:
@@ -554,7 +564,6 @@ class Loader(Closing):
                 prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
             else:
                 prefetch(self.seed, ahead)
-        self.stats.plan_s += t1 - t0
         self.stats.prefetch_s += time.perf_counter() - t1
 
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:

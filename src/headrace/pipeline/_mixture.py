@@ -331,6 +331,8 @@ class Mixture:
     def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
         """Tell each source that asks which of its samples the next read asks for
         (none: a source this next chunk does not draw from is told so)."""
+        if not any(hasattr(src, "followed_by") for src in self.sources):
+            return  # none asks (token windows, rows, tables): no second locate per chunk
         samples = np.asarray(samples, dtype=np.int64)
         source, local = self._locate(seed, samples)
         for s, src in enumerate(self.sources):
