@@ -117,3 +117,19 @@ def loaders_closing_between(
             got += [b for _, b in zip(range(per_loader), loader, strict=False)]
             state = loader.state_dict()
     return got
+
+
+def upload_token_file(s3: S3Fixture, folder: Path, prefix: str, tokens: int, seed: int) -> Path:
+    """A uint32 token file of ``tokens`` random tokens and its sidecar, written in ``folder``
+    and put under ``prefix/`` of the bucket; the local path."""
+    import numpy as np
+
+    from headrace.formats import write_token_sidecar
+
+    path = folder / "tok.bin"
+    np.random.default_rng(seed).integers(0, 50_000, tokens).astype(np.uint32).tofile(path)
+    write_token_sidecar(path, "uint32", tokens=tokens)
+    client = s3.server.info.boto3_client()
+    for p in (path, path.with_name("tok.bin.json")):
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{p.name}", Body=p.read_bytes())
+    return path

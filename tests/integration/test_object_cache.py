@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, FAST_RETRY, S3Fixture, upload_token_file
 
 from headrace.emulate import LatencyProxy
 from headrace.errors import ConfigError, StorageError
@@ -195,15 +195,9 @@ TOKEN_KW: dict[str, Any] = {"context": 32, "window_bytes": 32 << 10, "block_byte
 
 @pytest.fixture(scope="module")
 def token_file(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from headrace.formats import write_token_sidecar
-
-    path = tmp_path_factory.mktemp("cached-tokens") / "tok.bin"
-    np.random.default_rng(7).integers(0, 50_000, TOKENS).astype(np.uint32).tofile(path)
-    write_token_sidecar(path, "uint32", tokens=TOKENS)
-    client = s3.server.info.boto3_client()
-    for p in (path, path.with_name("tok.bin.json")):
-        client.put_object(Bucket=BUCKET, Key=f"cached-tokens/{p.name}", Body=p.read_bytes())
-    return path
+    return upload_token_file(
+        s3, tmp_path_factory.mktemp("cached-tokens"), "cached-tokens", TOKENS, 7
+    )
 
 
 def tokens(s3: S3Fixture, endpoint: str, **kw: Any) -> Any:

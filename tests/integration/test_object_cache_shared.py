@@ -9,9 +9,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture
+from s3util import BUCKET, FAST_RETRY, S3Fixture, upload_token_file
 
 from headrace.io import ObjectCache
 from headrace.pipeline import Loader
@@ -26,15 +25,9 @@ KEY = "shared-cache/tok.bin"
 
 @pytest.fixture(scope="module")
 def token_file(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from headrace.formats import write_token_sidecar
-
-    path = tmp_path_factory.mktemp("shared-cache") / "tok.bin"
-    np.random.default_rng(11).integers(0, 50_000, TOKENS).astype(np.uint32).tofile(path)
-    write_token_sidecar(path, "uint32", tokens=TOKENS)
-    client = s3.server.info.boto3_client()
-    for p in (path, path.with_name("tok.bin.json")):
-        client.put_object(Bucket=BUCKET, Key=f"shared-cache/{p.name}", Body=p.read_bytes())
-    return path
+    return upload_token_file(
+        s3, tmp_path_factory.mktemp("shared-cache"), "shared-cache", TOKENS, 11
+    )
 
 
 def _digest(src: Any, seed: int) -> str:
