@@ -10,7 +10,7 @@ from typing import Any
 
 from headrace.errors import StorageError
 from headrace.formats._table_part import _Part
-from headrace.formats._table_remote import Fetch, RemoteParquet
+from headrace.formats._table_remote import Fetched, RemoteParquet
 from headrace.formats._table_spans import Spans
 from headrace.io._batch import results
 
@@ -23,13 +23,13 @@ def fetch_spans(
     cache: Mapping[int, Mapping[str, Any]],
     todo: list[int],
     columns: Sequence[str],
-) -> dict[int, Fetch]:
+) -> dict[int, Fetched]:
     """Start the GETs of the remote spans ``todo`` not decoded (with ``columns``) yet
     (``cache``: those decoded), by the first span of their row group: a sub-window's are
-    its whole group's, fetched once, unless the group's stream is there already (it
-    holds them)."""
+    the first pieces of its group's stream, unless the stream is there already (its
+    GETs run ahead of it)."""
     names = frozenset(columns)
-    out = {}
+    out: dict[int, Fetched] = {}
     for s in todo:
         part = parts[int(spans.part[s])]
         cached = cache.get(s)
@@ -40,8 +40,9 @@ def fetch_spans(
             continue
         if spans.cut[s]:
             assert isinstance(part, RemoteParquet)
-            if part.streams.usable(group, int(spans.first[s]), list(columns)):
-                continue
+            if not part.streams.usable(group, int(spans.first[s]), list(columns)):
+                out[head] = part.stream_fetch(group, names)
+            continue
         out[head] = part.fetch(group, names)
     return out
 

@@ -9,8 +9,12 @@ footer), merged where less than ``GAP`` apart and cut into pieces of at most
 request queue (at most ``in_flight`` at once). pyarrow then decodes the row group from those bytes
 through :class:`_Spans`, a read-only file whose other bytes are fetched on
 demand: a writer whose chunk sizes were off costs one more GET, never a
-wrong value. Every read is checked against the size and ETag seen when the
-file was opened, so an object replaced under a running job is an error.
+wrong value. A row group read in sub-windows (larger than ``window_rows``) is
+not fetched whole: its stream reads through a
+:class:`~headrace.formats._table_ahead.ChunkStream`, whose GETs run a few MiB
+ahead of the decoder in each column chunk. Every read is checked against the
+size and ETag seen when the file was opened, so an object replaced under a
+running job is an error.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, FormatError, HeadraceError
 from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
@@ -34,6 +38,7 @@ from headrace.formats._object_files import (
     split_object_url,
     wait_all,
 )
+from headrace.formats._table_ahead import AHEAD_DEPTH, AHEAD_PIECE, ChunkStream, HeldBytes
 from headrace.formats._table_layout import (
     IPC_SUFFIXES,
     folder_files,
@@ -48,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GAP",
     "Fetch",
+    "Fetched",
     "RemoteParquet",
     "RemotePart",
     "fetched_spans",
@@ -136,6 +142,14 @@ class Fetch:
         wait_all(self.futures)
         return self.spans
 
+    def discard(self) -> None:
+        """Nothing to release: the buffers go with the last reference."""
+
+
+# What a read-ahead started for a row group: its chunks' GETs (a group decoded whole), or
+# a stream's first pieces (a group read in sub-windows).
+Fetched = Fetch | ChunkStream
+
 
 def fetched_spans(
     fetch: Callable[[int, frozenset[str]], Fetch],
@@ -206,11 +220,14 @@ class RemoteParquet(RemotePart):
         footer: bytes,
         pa: Any,
         reopen: Callable[[], RemoteFile],
+        held: HeldBytes | None = None,
     ) -> None:
         import pyarrow.parquet as pq
 
         super().__init__(url, file, size, reopen)
         self._pa = pa
+        #: fetched bytes the streams of this file (and the table's others) hold
+        self.held = HeldBytes() if held is None else held
         tail = size - len(footer)
         try:
             footer_bytes = np.frombuffer(footer, np.uint8)
@@ -245,6 +262,7 @@ class RemoteParquet(RemotePart):
         ]
         wait_all(futures)
         parts = []
+        held = HeldBytes()  # one count for the table
         for (url, info), h, tail in zip(objects, handles, tails, strict=True):
             raw = tail.tobytes()
             if raw[-4:] != _MAGIC:
@@ -262,11 +280,11 @@ class RemoteParquet(RemotePart):
                 head = np.empty(need - len(raw), np.uint8)
                 h.read_into(head, info.size - need).result()
                 raw = head.tobytes() + raw
-            parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info)))
+            parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info), held))
         return parts
 
-    def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
-        """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
+    def _chunks(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
+        """``[start, end)`` of each column chunk of ``names`` in ``group``."""
         rg = self._md.row_group(group)
         chunks = []
         for name in names:
@@ -276,7 +294,11 @@ class RemoteParquet(RemotePart):
                 if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
                     start = c.dictionary_page_offset
                 chunks.append((start, min(self.size, start + c.total_compressed_size)))
-        return [(a, b - a) for a, b in merge_ranges(chunks)]
+        return chunks
+
+    def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
+        """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
+        return [(a, b - a) for a, b in merge_ranges(self._chunks(group, names))]
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of row group ``group``'s chunks of ``names``; nothing waits."""
@@ -287,6 +309,21 @@ class RemoteParquet(RemotePart):
             spans.append((offset, buf))
             futures += self._file.read_pieces(buf, offset)
         return Fetch(names, spans, futures)
+
+    def stream_fetch(self, group: int, names: frozenset[str]) -> ChunkStream:
+        """Start the first GETs of each chunk of ``names`` in row group ``group``, for a
+        stream (:meth:`piece`); the rest are issued as the stream reads."""
+        return ChunkStream(
+            self.path,
+            self.size,
+            names,
+            self._chunks(group, names),
+            lambda: self._file,
+            self._miss,
+            self.held,
+            piece=AHEAD_PIECE,
+            depth=AHEAD_DEPTH,
+        )
 
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
         """Row group ``i`` of ``names``, decoded from ``fetched`` (fetched now if ``None``)."""
@@ -304,33 +341,46 @@ class RemoteParquet(RemotePart):
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
 
     def piece(
-        self, i: int, first: int, n: int, names: list[str], fetched: Fetch | None = None
+        self, i: int, first: int, n: int, names: list[str], fetched: Fetched | None = None
     ) -> tuple[Any, int]:
-        """Rows ``[first, first + n)`` of row group ``i`` (a sub-window), streamed from
-        its bytes (``fetched``, or fetched now, unless a stream is there already), and the
-        rows decoded and dropped to reach them. The stream keeps the group's fetched
-        bytes (compressed) until its last sub-window; decoded, it holds one sub-window."""
+        """Rows ``[first, first + n)`` of row group ``i`` (a sub-window), streamed, and the
+        rows decoded and dropped to reach them. A new stream reads through ``fetched``
+        (a read-ahead's :class:`ChunkStream`) or one started now: its GETs run a few
+        MiB ahead of the decoder in each column chunk, never the group whole. Decoded,
+        the stream holds one sub-window."""
         import pyarrow.parquet as pq
 
         pa = self._pa
+        want = frozenset(names)
         stream = self.streams.take(i, first, names)
-        if stream is None:
-            spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
+        ahead = fetched if isinstance(fetched, ChunkStream) else None
+        if ahead is not None and (
+            stream is not None or not want <= ahead.names or not ahead.claim()
+        ):
+            # Not for a new stream here (or a stream took it: a read's other sub-window of
+            # the group): dropped unless a stream reads through it.
+            ahead.discard()
+            ahead = None
+        what = f"row group {i}: rows [{first}, {first + n})"
         try:
             if stream is None:
-                source = _Spans(self.path, self.size, spans, self._miss)
+                if ahead is None:
+                    ahead = self.stream_fetch(i, want)
+                    ahead.claim()
                 pf = pq.ParquetFile(
-                    source, metadata=self._md, pre_buffer=False, buffer_size=STREAM_BUFFER
+                    ahead, metadata=self._md, pre_buffer=False, buffer_size=STREAM_BUFFER
                 )
-                stream = GroupStream(pf, pa, i, names, self.rows[i], n)
+                stream = GroupStream(pf, pa, i, names, self.rows[i], n, source=ahead)
             skipped = stream.skipped
             batch = stream.take(first, n)
+        except HeadraceError as exc:  # a GET failed (after its retries), named by the store
+            _close(stream, ahead)
+            exc.add_note(f"{self.path}: {what}: streaming its bytes")
+            raise
         except (pa.ArrowException, OSError, EOFError) as exc:
-            if stream is not None:
-                stream.close()
+            _close(stream, ahead)
             raise FormatError(
-                f"{self.path}: row group {i}: rows [{first}, {first + n}): truncated or "
-                f"corrupt Parquet data ({exc})"
+                f"{self.path}: {what}: truncated or corrupt Parquet data ({exc})"
             ) from exc
         self.streams.give_back(stream)
         return batch, stream.skipped - skipped
@@ -352,6 +402,14 @@ class RemoteParquet(RemotePart):
         buf = np.empty(length, np.uint8)
         self._file.read_into(buf, offset).result()
         return buf
+
+
+def _close(stream: GroupStream | None, ahead: ChunkStream | None) -> None:
+    """Close a failed stream (and the bytes it reads), or the bytes it was to read."""
+    if stream is not None:
+        stream.close()
+    elif ahead is not None:
+        ahead.close()
 
 
 def opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], RemoteFile]:

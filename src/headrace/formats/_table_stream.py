@@ -56,10 +56,21 @@ class GroupStream:
     """
 
     def __init__(
-        self, pf: Any, pa: Any, group: int, names: Sequence[str], rows: int, most: int
+        self,
+        pf: Any,
+        pa: Any,
+        group: int,
+        names: Sequence[str],
+        rows: int,
+        most: int,
+        *,
+        source: Any = None,
     ) -> None:
-        """``rows``: the group's; ``most``: rows per decoded batch at most (a sub-window)."""
+        """``rows``: the group's; ``most``: rows per decoded batch at most (a sub-window);
+        ``source``: the file ``pf`` reads, closed with it (pyarrow leaves a file it was
+        given open)."""
         self._pf = pf
+        self._source = source
         self._pa = pa
         self.group = group
         self.names = tuple(names)
@@ -115,12 +126,14 @@ class GroupStream:
         self._it = iter(())
         self._carry = None
         self._pf.close()
+        if self._source is not None:
+            self._source.close()
 
 
 class Streams:
     """A file's streams of row groups read in sub-windows, each at its place: at most
     two (a read may cross from one such group into the next), each holding a reader
-    (a descriptor, or a group's fetched bytes)."""
+    (a descriptor, or the GETs running ahead of it on object storage)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -54,6 +54,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import check_window_rows
+from headrace.formats._table_ahead import ChunkStream
 from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
@@ -67,7 +68,7 @@ from headrace.formats._table_paths import (
     saved_fingerprint,
     table_fingerprint,
 )
-from headrace.formats._table_remote import Fetch, RemoteParquet, resolve_urls
+from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import TableColumn, classify_column, columns_read
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, ObjectCache, open_cache
@@ -152,7 +153,7 @@ class Table(Closing):
         self._parts: list[_Part | RemoteParquet | RemoteArrow] = []
         self._objects = objects
         # Row groups on object storage fetched ahead of their decode (see prefetch).
-        self._pending: OrderedDict[int, Fetch] = OrderedDict()
+        self._pending: OrderedDict[int, Fetched] = OrderedDict()
         # Mapped spans whose pages were asked for ahead, and those fills.
         self._ahead: OrderedDict[int, bool] = OrderedDict()
         self._read_ahead = ReadAhead()
@@ -314,7 +315,7 @@ class Table(Closing):
         # Spans change their numbers: nothing decoded or fetched under the old ones is kept.
         self._cache = OrderedDict()
         self._held_rows = 0
-        self._pending = OrderedDict()
+        self._discard_pending()
         self._ahead = OrderedDict()
 
     @property
@@ -363,6 +364,17 @@ class Table(Closing):
         """Reads pyarrow made outside the fetched column chunks (one GET each; 0 expected)."""
         return sum(p.misses for p in self._parts if isinstance(p, RemoteParquet))
 
+    @property
+    def peak_stream_bytes(self) -> int:
+        """Most fetched bytes the streams of row groups read in sub-windows held at once
+        (on object storage: GETs in flight and bytes the decoder has not read yet)."""
+        return max((p.held.peak for p in self._parts if isinstance(p, RemoteParquet)), default=0)
+
+    def _discard_pending(self) -> None:
+        pending, self._pending = self._pending, OrderedDict()
+        for fetch in pending.values():
+            fetch.discard()
+
     def spans_of(self, rows: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row group / record batch of each row, in table order."""
         return self._spans.of(rows)
@@ -391,7 +403,7 @@ class Table(Closing):
             fetch.ahead = True
             self._pending[s] = fetch
             while len(self._pending) > limit:
-                self._pending.popitem(last=False)
+                self._pending.popitem(last=False)[1].discard()
 
     def _decode_local(self, spans: list[int], names: list[str]) -> dict[int, Any]:
         """Local Parquet row groups ``spans``, read and decoded on threads at once.
@@ -418,7 +430,7 @@ class Table(Closing):
         self,
         span: int,
         names: list[str],
-        fetched: Fetch | None = None,
+        fetched: Fetched | None = None,
         decoded: Any = None,
     ) -> dict[str, tuple[Any, ...]]:
         """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached);
@@ -469,7 +481,7 @@ class Table(Closing):
         if not mapped(self._parts[int(self._spans.part[span])]):
             self._held_rows -= self._spans.rows(span)
 
-    def _decode(self, span: int, names: list[str], fetched: Fetch | None = None) -> Any:
+    def _decode(self, span: int, names: list[str], fetched: Fetched | None = None) -> Any:
         """Span ``span``, read and decoded: a row group or record batch (on object
         storage from ``fetched``, fetched now if ``None``), or a sub-window of a row
         group that :meth:`split_groups` cut, from its stream."""
@@ -478,6 +490,7 @@ class Table(Closing):
         if not self._spans.cut[span]:
             if isinstance(part, _Part):
                 return part.span(group, names)
+            assert not isinstance(fetched, ChunkStream)  # a stream's only for a cut group
             return part.span(group, names, fetched)
         first, n = int(self._spans.first[span]), self._spans.rows(span)
         if isinstance(part, _Part):
@@ -528,6 +541,8 @@ class Table(Closing):
         ]
         decoded = self._decode_local(missing, names)
         views = {s: self._views(s, names, fetched.get(heads[s]), decoded.get(s)) for s in spans}
+        for fetch in fetched.values():  # a stream's, read ahead for a sub-window cached since
+            fetch.discard()
         if self._held_rows or not self._maps:
             gathered = sum(
                 self._spans.rows(s)
@@ -568,7 +583,7 @@ class Table(Closing):
         self._ahead = OrderedDict()
         self._cache = OrderedDict()
         self._held_rows = 0
-        self._pending = OrderedDict()
+        self._discard_pending()
         pool, self._decoders = getattr(self, "_decoders", None), None
         if pool is not None:
             pool.shutdown(wait=True)
