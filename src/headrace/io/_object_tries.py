@@ -131,6 +131,11 @@ class Tries:
             err = TransientStorageError(f"{err} ({why}{also})")
         raise err from exc
 
+    def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
+        """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
+        self._limit.release(ticket)
+        self._end(t0, nbytes, retry=False)
+
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         tries = (1, 0)
         while True:
@@ -143,11 +148,9 @@ class Tries:
                 time.sleep(delay)
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
-                self._limit.release(ticket)
-                self._end(t0, None, retry=False)
+                self._settle(ticket, t0, None)
                 raise
-            self._limit.release(ticket)
-            self._end(t0, size_of(result), retry=False)
+            self._settle(ticket, t0, size_of(result))
             return result
 
     async def arun(
@@ -164,9 +167,7 @@ class Tries:
                 await asyncio.sleep(delay)
                 continue
             except BaseException:  # cancelled or interrupted: still count it out
-                self._limit.release(ticket)
-                self._end(t0, None, retry=False)
+                self._settle(ticket, t0, None)
                 raise
-            self._limit.release(ticket)
-            self._end(t0, size_of(result), retry=False)
+            self._settle(ticket, t0, size_of(result))
             return result

@@ -271,12 +271,6 @@ class Loader(Closing):
         return self._pid
 
     @property
-    def legacy_fingerprint(self) -> str | None:
-        """The digest that states saved before the later parts of this loader's
-        description have (:func:`~headrace.plan.legacy_digest`); ``None`` if none."""
-        return self._legacy[-1] if self._legacy else None
-
-    @property
     def legacy_fingerprints(self) -> tuple[str, ...]:
         """The digests that states saved before each later part of this loader's
         description have, newest first (:func:`~headrace.plan.legacy_digests`)."""
