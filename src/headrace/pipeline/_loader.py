@@ -35,7 +35,7 @@ from headrace.pipeline._layout import lay_out as lay_out
 from headrace.pipeline._layout import ragged_keys as ragged_keys
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
-from headrace.pipeline._steps import chunked, own_steps
+from headrace.pipeline._steps import chunked
 from headrace.pipeline._steps import remaining_steps as remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
@@ -296,9 +296,17 @@ class Loader(Closing):
         return True  # not len(): an endless or finished loader is still a loader
 
     # -- planning ------------------------------------------------------------------
+    def _own_steps(self, start: int) -> Iterator[int]:
+        # self.steps is read at each step, not once: lowered while iterating, it ends
+        # the chunks not planned yet.
+        k, w = self.step_stride, self.step_offset
+        t = start + (w - start) % k
+        while self.steps is None or t < self.steps:
+            yield t
+            t += k
+
     def _chunks(self, start: int) -> Iterator[list[int]]:
-        own = own_steps(start, self.steps, self.step_stride, self.step_offset)
-        return chunked(own, lambda: self.max_chunk_steps)
+        return chunked(self._own_steps(start), lambda: self.max_chunk_steps)
 
     def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
         """This host's sample numbers of ``steps``, step after step.

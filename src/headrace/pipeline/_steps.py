@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-__all__ = ["chunked", "own_steps", "remaining_steps"]
-
-
-def own_steps(start: int, steps: int | None, stride: int = 1, offset: int = 0) -> Iterator[int]:
-    """The steps ``t >= start`` before ``steps`` (``None``: no end), ``t % stride == offset``."""
-    t = start + (offset - start) % stride
-    while steps is None or t < steps:
-        yield t
-        t += stride
+__all__ = ["chunked", "remaining_steps"]
 
 
 def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]:
