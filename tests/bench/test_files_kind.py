@@ -338,6 +338,21 @@ def test_raw_variants_need_one_sample_per_file(tmp_path: Path) -> None:
         ({"max_concurrent": 8}, r"need storage = 's3'"),
         ({"storage": "s3", "max_concurrent": "8"}, "max_concurrent must be an integer >= 1"),
         ({"storage": "s3", "latency_ms": -5}, r"latency_ms must be >= 0 \(got -5\)"),
+        ({"request_timeout_s": 5}, r"\['request_timeout_s'\] need storage = 's3'"),
+        ({"request_attempts": 2}, r"\['request_attempts'\] need storage = 's3'"),
+        (
+            {"storage": "s3", "request_timeout_s": 0},
+            r"'jpeg': \[reader\] request_timeout_s must be a number of seconds > 0 \(got 0\)",
+        ),
+        ({"storage": "s3", "request_timeout_s": "5"}, r"request_timeout_s .* \(got '5'\)"),
+        ({"storage": "s3", "request_timeout_s": float("inf")}, r"request_timeout_s .* \(got inf\)"),
+        ({"storage": "s3", "request_timeout_s": True}, r"request_timeout_s .* \(got True\)"),
+        (
+            {"storage": "s3", "request_attempts": 0},
+            r"'jpeg': \[reader\] request_attempts must be an integer >= 1 \(got 0\)",
+        ),
+        ({"storage": "s3", "request_attempts": 2.0}, r"request_attempts .* \(got 2\.0\)"),
+        ({"storage": "s3", "request_attempts": True}, r"request_attempts .* \(got True\)"),
         ({"preprocess_time": -0.1}, "preprocess_time and preprocess_time_stdev must be >= 0"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import struct
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from headrace.errors import ConfigError, StorageError
 from headrace.io import LocalFile, ObjectCache
 from headrace.io import _cache as cache_mod
+from headrace.io import _cache_files as cache_files
+from headrace.io import _cache_space as cache_space
 
 URL = "|s3://bucket/data/a.jpg"
 
@@ -26,7 +29,7 @@ def blob(n: int, seed: int = 0) -> bytes:
 
 def entries(root: Path) -> list[Path]:
     """Every file the cache keeps (its shared byte count aside)."""
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != cache_mod._LEDGER)
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != cache_files.LEDGER)
 
 
 TRAILER = ObjectCache.TRAILER_BYTES  # every entry's checksum trailer
@@ -169,12 +172,12 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path, max_bytes=cap)
     sub = tmp_path / "ab"
     sub.mkdir()
-    old = sub / f"{'cd' * 19}{cache_mod._TMP}123-dead0000"
+    old = sub / f"{'cd' * 19}{cache_files.TMP}123-dead0000"
     old.write_bytes(b"x" * 5000)
-    past = time.time() - 2 * cache_mod._STALE_TMP_S
+    past = time.time() - 2 * cache_files.STALE_TMP_S
     os.utime(old, (past, past))
     # A live writer's: left alone, not counted.
-    fresh = sub / f"{'ef' * 19}{cache_mod._TMP}456-11ae0000"
+    fresh = sub / f"{'ef' * 19}{cache_files.TMP}456-11ae0000"
     fresh.write_bytes(b"y" * 5000)
     assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
@@ -186,9 +189,9 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     os.utime(old, (past, past))
     assert ObjectCache(tmp_path, max_bytes=cap).write("|b", 10, "e", blob(10))
     assert old.exists()  # the count is fresh: not sized
-    ledger = tmp_path / cache_mod._LEDGER
+    ledger = tmp_path / cache_files.LEDGER
     raw = bytearray(ledger.read_bytes())
-    raw[12:20] = cache_mod.struct.pack("<d", past)  # measured two hours ago
+    raw[12:20] = struct.pack("<d", past)  # measured two hours ago
     ledger.write_bytes(raw)
     assert ObjectCache(tmp_path, max_bytes=cap).write("|c", 10, "e", blob(10))
     assert not old.exists()
@@ -198,17 +201,17 @@ def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     c = ObjectCache(tmp_path)
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
-    monkeypatch.setattr(cache_mod, "RESERVE_BYTES", free)  # any write would dip below it
+    monkeypatch.setattr(cache_space, "RESERVE_BYTES", free)  # any write would dip below it
     assert not c.write(URL, 3, "e", b"abc")
-    monkeypatch.setattr(cache_mod, "RESERVE_BYTES", 0)
-    monkeypatch.setattr(cache_mod, "RESERVE_FRACTION", 1.0)  # keep the whole disk free
+    monkeypatch.setattr(cache_space, "RESERVE_BYTES", 0)
+    monkeypatch.setattr(cache_space, "RESERVE_FRACTION", 1.0)  # keep the whole disk free
     assert not c.write(URL, 3, "e", b"abc")
     assert c.stats.full == 2 and entries(tmp_path) == []
-    monkeypatch.setattr(cache_mod, "RESERVE_FRACTION", 0.0)
+    monkeypatch.setattr(cache_space, "RESERVE_FRACTION", 0.0)
     assert c.write(URL, 3, "e", b"abc")
     monkeypatch.undo()
-    assert cache_mod.reserve_bytes(10**12) == 5 * 10**10
-    assert cache_mod.reserve_bytes(10**9) == 1 << 30
+    assert cache_space.reserve_bytes(10**12) == 5 * 10**10
+    assert cache_space.reserve_bytes(10**9) == 1 << 30
 
 
 def test_writers_of_the_same_entry_race_safely(tmp_path: Path) -> None:
@@ -310,7 +313,7 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert c.write("|again", 6000, "e", blob(6000))
     os.unlink(c.path("|again", 6000, "e"))  # removed by hand: still counted ...
     assert not c.write("|more", 6000, "e", blob(6000))
-    monkeypatch.setattr(cache_mod, "_RECOUNT_S", -1.0)  # ... until counted again (a minute)
+    monkeypatch.setattr(cache_space, "_RECOUNT_S", -1.0)  # ... until counted again (a minute)
     assert c.write("|more", 6000, "e", blob(6000))
     monkeypatch.undo()
     (tmp_path / "r.j").unlink()
@@ -355,7 +358,7 @@ def test_the_budget_bounds_the_disk_space_small_entries_take(
     # 500-byte entries take a whole block each (4 KiB on ext4): counting their sizes let
     # a 64 KiB budget hold 127 of them, 508 KiB on disk.
     if not shared:  # a directory without a ledger (one that cannot be locked)
-        monkeypatch.setattr(ObjectCache, "_count_shared", lambda self, size: None)
+        monkeypatch.setattr(cache_space.CacheSpace, "_count_shared", lambda self, size: None)
     budget = 64 << 10
     c = ObjectCache(tmp_path, max_bytes=budget)
     written = sum(c.write(f"|k{i}", 500, "e", blob(500, i)) for i in range(200))
@@ -545,7 +548,7 @@ def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: P
     data = blob(1000)
     assert c.write(URL, 1000, "e", data)
     # Another process measuring a large directory holds the ledger's lock for seconds.
-    fd = os.open(tmp_path / cache_mod._LEDGER, os.O_RDWR)
+    fd = os.open(tmp_path / cache_files.LEDGER, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         writer = threading.Thread(target=c.write, args=("|w", 10, "e", blob(10)))

@@ -341,7 +341,7 @@ def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     it = iter(ld)
     next(it)
     deadline = time.monotonic() + 10  # the producer fills the queue and blocks on it
-    while not (ld._queue is not None and ld._queue.full()):
+    while not (ld._producer is not None and ld._producer.queue.full()):
         assert time.monotonic() < deadline, "the read-ahead never filled its queue"
         time.sleep(0.005)
     t0 = time.monotonic()

@@ -464,6 +464,8 @@ _RUN = frozenset(
         "endpoint",
         "latency_ms",
         "max_concurrent",
+        "request_attempts",
+        "request_timeout_s",
         "store_options",
         "served_store_options",
         "cache_dir",

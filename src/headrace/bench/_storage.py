@@ -5,7 +5,9 @@ run serves the generated files at ``storage_url`` (default
 ``s3://headrace-bench/<name>``): a moto server started for the run on
 127.0.0.1, or an existing ``endpoint``; ``latency_ms`` puts a latency proxy in
 front, and ``max_concurrent`` makes that proxy answer 503 SlowDown past so many
-requests at once (:func:`~headrace.bench._s3_serve.bench_s3`).
+requests at once (:func:`~headrace.bench._s3_serve.bench_s3`). ``request_timeout_s``
+and ``request_attempts`` set the readers' :class:`~headrace.io.RetryPolicy` (how
+long one request may take; tries per request, the first included).
 
 A kind's variants that read through a local object cache (``headrace-cached``)
 get one made for the run: a fresh directory under ``cache_dir`` (default: the
@@ -17,6 +19,7 @@ figures are those of every later epoch.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import sys
 import tempfile
@@ -38,7 +41,8 @@ class Storage:
     """A kind's storage settings and the S3 endpoint that serves its files for a run.
 
     Reads its ``[reader]`` keys (``storage``, ``storage_url``, ``endpoint``,
-    ``latency_ms``, ``max_concurrent``, ``cache_dir`` for kinds with cached variants
+    ``latency_ms``, ``max_concurrent``, ``request_timeout_s``, ``request_attempts``,
+    ``cache_dir`` for kinds with cached variants
     (``caches``), and what a served run carries to its measurement processes) when the
     kind is built.
     """
@@ -51,7 +55,14 @@ class Storage:
             raise ConfigError(
                 f"workload {workload.name!r}: storage must be one of {STORAGES} (got {self.kind!r})"
             )
-        keys = ["storage_url", "endpoint", "latency_ms", "max_concurrent"]
+        keys = [
+            "storage_url",
+            "endpoint",
+            "latency_ms",
+            "max_concurrent",
+            "request_timeout_s",
+            "request_attempts",
+        ]
         if caches:
             keys.append("cache_dir")
         remote_keys = [k for k in keys if rd.get(k)]
@@ -75,6 +86,9 @@ class Storage:
                 f"(got {limit!r})"
             )
         self.max_concurrent: int | None = limit
+        self.request_timeout_s, self.request_attempts = _request_settings(
+            workload.name, rd.get("request_timeout_s"), rd.get("request_attempts")
+        )
         # The ObjectStore options of the served dataset: set by serve() for the run,
         # and carried in the workload to the processes that measure it.
         options = rd.get("served_store_options") if self.remote else None
@@ -103,7 +117,17 @@ class Storage:
                 f"workload {self._name!r}: the S3 dataset is not served; open variants "
                 "inside kind.serve()"
             )
-        return dict(self.options)
+        out = dict(self.options)
+        if self.request_timeout_s is not None or self.request_attempts is not None:
+            from headrace.io import RetryPolicy
+
+            policy: dict[str, Any] = {}
+            if self.request_timeout_s is not None:
+                policy["timeout_s"] = self.request_timeout_s
+            if self.request_attempts is not None:
+                policy["attempts"] = self.request_attempts
+            out["retry"] = RetryPolicy(**policy)
+        return out
 
     def run_cache_dir(self, variant: str) -> str:
         """The run's object cache, for ``variant`` (one that reads through it)."""
@@ -173,4 +197,32 @@ class Storage:
             extras["latency_ms"] = self.latency_ms
             if self.max_concurrent is not None:
                 extras["max_concurrent"] = self.max_concurrent
+            if self.request_timeout_s is not None:
+                extras["request_timeout_s"] = self.request_timeout_s
+            if self.request_attempts is not None:
+                extras["request_attempts"] = self.request_attempts
         return extras
+
+
+def _request_settings(name: str, timeout_s: Any, attempts: Any) -> tuple[float | None, int | None]:
+    """``[reader] request_timeout_s`` and ``request_attempts``, checked (``None``: unset,
+    the :class:`~headrace.io.RetryPolicy` default)."""
+    if timeout_s is not None and (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not math.isfinite(timeout_s)
+        or timeout_s <= 0
+    ):
+        raise ConfigError(
+            f"workload {name!r}: [reader] request_timeout_s must be a number of seconds > 0 "
+            f"(got {timeout_s!r}): how long one request to the object store may take"
+        )
+    if attempts is not None and (
+        isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+    ):
+        raise ConfigError(
+            f"workload {name!r}: [reader] request_attempts must be an integer >= 1 "
+            f"(got {attempts!r}): tries per request to the object store, the first "
+            "included (1: no retry)"
+        )
+    return (None if timeout_s is None else float(timeout_s)), attempts

@@ -9,7 +9,8 @@ Fault injection follows :class:`FaultRule` s: a rule matches requests whose
 request line contains ``match``, fires on every ``every``-th matching request
 (or on a seeded random ``fraction`` of them), at most ``limit`` times, and then
 answers with an error status, drops the connection, truncates the body or
-stalls. Counters are in :class:`ProxyStats`.
+stalls (``headrace.emulate._proxy_faults``). Counters are in :class:`ProxyStats`.
+The HTTP/1.1 framing it needs is in ``headrace.emulate._proxy_http``.
 
 The proxy runs its own event loop on a daemon thread; :meth:`LatencyProxy.close`
 stops the server, cancels open connections and joins the thread.
@@ -19,69 +20,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import random
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Self
+from typing import Self
 from urllib.parse import urlsplit
 
 from headrace._closing import Closing
+from headrace.emulate._proxy_faults import SLOW_DOWN, FaultRule, RuleState, error_body
+from headrace.emulate._proxy_http import (
+    MAX_HEAD,
+    HeadTooLarge,
+    Message,
+    answer,
+    answer_error,
+    discard_head,
+    problem,
+    read_body,
+    read_head,
+    with_length,
+)
 from headrace.errors import ConfigError, HeadraceError, StorageError
 
 __all__ = ["FaultRule", "LatencyProxy", "ProxyStats", "main"]
 
-FaultKind = Literal["status", "drop", "truncate", "short", "stall"]
 _CHUNK = 64 * 1024
-_MAX_HEAD = 64 * 1024
-_REASONS = {
-    403: ("Forbidden", "AccessDenied", "Access Denied"),
-    404: ("Not Found", "NoSuchKey", "The specified key does not exist."),
-    429: ("Too Many Requests", "SlowDown", "Please reduce your request rate."),
-    500: ("Internal Server Error", "InternalError", "We encountered an internal error."),
-    503: ("Service Unavailable", "SlowDown", "Please reduce your request rate."),
-}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FaultRule:
-    """Which requests fail, and how.
-
-    ``kind``: ``"status"`` answers ``status`` with an S3-style XML error body;
-    ``"drop"`` closes the connection without an answer; ``"truncate"`` sends
-    the upstream headers (full ``Content-Length``) but only half the body,
-    then closes; ``"short"`` sends half the body with a ``Content-Length`` that
-    matches it (a server that lies consistently); ``"stall"`` sends nothing
-    for ``stall_s`` seconds, then closes.
-    """
-
-    kind: FaultKind = "status"
-    status: int = 503
-    match: str = ""
-    every: int = 1
-    fraction: float | None = None
-    limit: int | None = None
-    stall_s: float = 30.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("status", "drop", "truncate", "short", "stall"):
-            raise ConfigError(
-                f"Fault kind must be status, drop, truncate, short or stall (got {self.kind!r})."
-            )
-        if self.every < 1:
-            raise ConfigError(f"Fault 'every' must be >= 1 (got {self.every}).")
-        if self.fraction is not None and not 0.0 <= self.fraction <= 1.0:
-            raise ConfigError(f"Fault fraction must be in [0, 1] (got {self.fraction}).")
-        if self.limit is not None and self.limit < 0:
-            raise ConfigError(f"Fault limit must be >= 0 (got {self.limit}).")
-        if not 100 <= self.status <= 599:
-            raise ConfigError(f"Fault status must be an HTTP status (got {self.status}).")
 
 
 @dataclass(slots=True)
@@ -99,34 +65,6 @@ class ProxyStats:
     faults_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-_SLOW_DOWN = FaultRule(kind="status", status=503)
-
-
-class _RuleState:
-    __slots__ = ("fired", "rng", "rule", "seen")
-
-    def __init__(self, rule: FaultRule) -> None:
-        self.rule = rule
-        self.seen = 0
-        self.fired = 0
-        self.rng = random.Random(rule.seed)
-
-    def fires(self, request_line: str) -> bool:
-        rule = self.rule
-        if rule.match not in request_line:
-            return False
-        self.seen += 1
-        if rule.limit is not None and self.fired >= rule.limit:
-            return False
-        if rule.fraction is not None:
-            hit = self.rng.random() < rule.fraction
-        else:
-            hit = self.seen % rule.every == 0
-        if hit:
-            self.fired += 1
-        return hit
-
-
 class _Link:
     """One shared link: each chunk reserves ``n / rate`` seconds of its time."""
 
@@ -141,109 +79,6 @@ class _Link:
         start = max(now, self.free_at)
         self.free_at = start + n / self.rate
         await asyncio.sleep(self.free_at - now)
-
-
-class _Message:
-    """An HTTP/1.1 message head plus how its body is framed."""
-
-    __slots__ = ("chunked", "close", "head", "length", "start_line")
-
-    def __init__(self, head: bytes) -> None:
-        self.head = head
-        lines = head.decode("latin-1").split("\r\n")
-        self.start_line = lines[0]
-        self.length: int | None = None
-        self.chunked = False
-        self.close = False
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            value = value.strip().lower()
-            if name == "content-length":
-                self.length = int(value)
-            elif name == "transfer-encoding" and "chunked" in value:
-                self.chunked = True
-            elif name == "connection" and value == "close":
-                self.close = True
-
-
-async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
-    try:
-        return await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise
-        return None
-    except asyncio.LimitOverrunError:
-        raise _HeadTooLarge(f"HTTP head over {_MAX_HEAD // 1024} KiB") from None
-
-
-class _HeadTooLarge(ConnectionError):
-    """A message head past ``_MAX_HEAD`` (a ConnectionError: from upstream, a 502)."""
-
-
-async def _discard_head(reader: asyncio.StreamReader) -> None:
-    """Read the rest of an oversized head (at most 1 MiB more, 1 s), so that closing
-    after the answer does not reset the connection with the answer unread."""
-    seen = b""
-    with contextlib.suppress(TimeoutError, ConnectionError):
-        async with asyncio.timeout(1.0):
-            for _ in range(16):
-                chunk = await reader.read(_MAX_HEAD)
-                if not chunk or b"\r\n\r\n" in seen[-3:] + chunk:
-                    return
-                seen = chunk
-
-
-async def _read_body(reader: asyncio.StreamReader, msg: _Message, *, until_eof: bool) -> bytes:
-    """The raw body bytes exactly as framed (chunk markers kept)."""
-    if msg.chunked:
-        parts = []
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            parts.append(size_line)
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                # Trailers, then the final empty line.
-                while True:
-                    line = await reader.readuntil(b"\r\n")
-                    parts.append(line)
-                    if line == b"\r\n":
-                        return b"".join(parts)
-            parts.append(await reader.readexactly(size + 2))
-    if msg.length is not None:
-        return await reader.readexactly(msg.length)
-    return await reader.read() if until_eof else b""
-
-
-def _problem(exc: BaseException) -> str:
-    """What went wrong, in words: "Connection refused" rather than asyncio's wording."""
-    if isinstance(exc, OSError):
-        if exc.errno is not None and exc.errno > 0:
-            return os.strerror(exc.errno)
-        if exc.strerror:  # getaddrinfo's errors have negative numbers of their own
-            return exc.strerror
-    return str(exc)
-
-
-async def _answer_error(writer: asyncio.StreamWriter, status: str, text: str) -> bool:
-    """Answer ``status`` with ``text`` as the body and close: False, for ``_one_request``."""
-    payload = text.encode()
-    writer.write(
-        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n"
-        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
-        + payload
-    )
-    await writer.drain()
-    return False
-
-
-def _with_length(head: bytes, length: int) -> bytes:
-    lines = head.split(b"\r\n")
-    for i, line in enumerate(lines):
-        if line.lower().startswith(b"content-length:"):
-            lines[i] = b"Content-Length: " + str(length).encode()
-    return b"\r\n".join(lines)
 
 
 class LatencyProxy(Closing):
@@ -295,7 +130,7 @@ class LatencyProxy(Closing):
         self._up_port = parts.port or 80
         self.latency_ms = latency_ms
         self._link = _Link(mbps)
-        self._rules = [_RuleState(r) for r in faults]
+        self._rules = [RuleState(r) for r in faults]
         self._stats = ProxyStats()
         self._lock = threading.Lock()
         self._port = port
@@ -347,7 +182,7 @@ class LatencyProxy(Closing):
     def set_faults(self, faults: Sequence[FaultRule]) -> None:
         """Replace the fault rules (their counters start from zero)."""
         with self._lock:
-            self._rules = [_RuleState(r) for r in faults]
+            self._rules = [RuleState(r) for r in faults]
 
     @property
     def stats(self) -> ProxyStats:
@@ -377,11 +212,11 @@ class LatencyProxy(Closing):
         self._loop = loop
         try:
             self._server = loop.run_until_complete(
-                asyncio.start_server(self._serve, "127.0.0.1", self._port, limit=_MAX_HEAD)
+                asyncio.start_server(self._serve, "127.0.0.1", self._port, limit=MAX_HEAD)
             )
         except OSError as exc:  # reported to start(): a port in use, most likely
             self._error = StorageError(
-                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {_problem(exc)}"
+                exc.errno, f"LatencyProxy: cannot listen on 127.0.0.1:{self._port}: {problem(exc)}"
             )
             self._error.__cause__ = exc
             loop.close()
@@ -453,18 +288,18 @@ class LatencyProxy(Closing):
     ) -> bool:
         """Relay one request; False when the client connection should close."""
         try:
-            head = await _read_head(reader)
-        except _HeadTooLarge as exc:
+            head = await read_head(reader)
+        except HeadTooLarge as exc:
             # Answered as a server would (431), so a client sees why, not a bare close.
-            await _discard_head(reader)
-            return await _answer_error(writer, "431 Request Header Fields Too Large", str(exc))
+            await discard_head(reader)
+            return await answer_error(writer, "431 Request Header Fields Too Large", str(exc))
         if head is None:
             return False
         try:
-            request = _Message(head)
+            request = Message(head)
         except ValueError as exc:
-            return await _answer_error(writer, "400 Bad Request", f"malformed request: {exc}")
-        body = await _read_body(reader, request, until_eof=False)
+            return await answer_error(writer, "400 Bad Request", f"malformed request: {exc}")
+        body = await read_body(reader, request, until_eof=False)
         with self._lock:
             s = self._stats
             s.bytes_up += len(head) + len(body)
@@ -478,7 +313,7 @@ class LatencyProxy(Closing):
         if busy:
             if self.latency_ms:
                 await asyncio.sleep(self.latency_ms / 1000.0)
-            return await self._inject(_SLOW_DOWN, writer)
+            return await self._inject(SLOW_DOWN, writer)
         try:
             if self.latency_ms:
                 await asyncio.sleep(self.latency_ms / 1000.0)
@@ -497,35 +332,25 @@ class LatencyProxy(Closing):
         if fault.kind == "stall":
             await asyncio.sleep(fault.stall_s)
             return False
-        reason, code, message = _REASONS.get(fault.status, ("Error", "InternalError", "Error"))
-        payload = (
-            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-            f"<Message>{message}</Message></Error>"
-        ).encode()
-        writer.write(
-            f"HTTP/1.1 {fault.status} {reason}\r\nContent-Type: application/xml\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
-            + payload
-        )
-        await writer.drain()
-        return False
+        reason, payload = error_body(fault.status)
+        return await answer(writer, f"{fault.status} {reason}", payload, "application/xml")
 
     async def _forward(
-        self, request: _Message, raw: bytes, writer: asyncio.StreamWriter, *, cut: str | None
+        self, request: Message, raw: bytes, writer: asyncio.StreamWriter, *, cut: str | None
     ) -> bool:
         up_writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self.upstream_timeout_s):
                 up_reader, up_writer = await asyncio.open_connection(
-                    self._up_host, self._up_port, limit=_MAX_HEAD
+                    self._up_host, self._up_port, limit=MAX_HEAD
                 )
                 up_writer.write(raw)
                 await up_writer.drain()
-                head = await _read_head(up_reader)
+                head = await read_head(up_reader)
         except TimeoutError:
             if up_writer is not None:
                 up_writer.close()
-            return await _answer_error(
+            return await answer_error(
                 writer,
                 "504 Gateway Timeout",
                 f"upstream {self.upstream} sent no response within {self.upstream_timeout_s:g} s",
@@ -536,8 +361,8 @@ class LatencyProxy(Closing):
             if up_writer is not None:
                 up_writer.close()
             what = "could not be reached" if up_writer is None else "failed before its response"
-            return await _answer_error(
-                writer, "502 Bad Gateway", f"upstream {self.upstream} {what}: {_problem(exc)}"
+            return await answer_error(
+                writer, "502 Bad Gateway", f"upstream {self.upstream} {what}: {problem(exc)}"
             )
         except BaseException:  # the proxy stopping: close the upstream too
             if up_writer is not None:
@@ -545,15 +370,15 @@ class LatencyProxy(Closing):
             raise
         try:
             if head is None:
-                return await _answer_error(
+                return await answer_error(
                     writer,
                     "502 Bad Gateway",
                     f"upstream {self.upstream} closed the connection without a response",
                 )
             try:
-                response = _Message(head)
+                response = Message(head)
             except ValueError as exc:
-                return await _answer_error(
+                return await answer_error(
                     writer,
                     "502 Bad Gateway",
                     f"upstream {self.upstream} sent a malformed response head: {exc}",
@@ -566,10 +391,10 @@ class LatencyProxy(Closing):
             else:
                 try:
                     async with asyncio.timeout(self.upstream_timeout_s):
-                        body = await _read_body(up_reader, response, until_eof=True)
+                        body = await read_body(up_reader, response, until_eof=True)
                 except TimeoutError:
                     # Not a hang either; nothing has been relayed yet, so say why.
-                    return await _answer_error(
+                    return await answer_error(
                         writer,
                         "504 Gateway Timeout",
                         f"upstream {self.upstream} sent only part of its response body "
@@ -578,15 +403,15 @@ class LatencyProxy(Closing):
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     # The body is relayed only once complete, so the client has seen
                     # nothing yet either.
-                    return await _answer_error(
+                    return await answer_error(
                         writer,
                         "502 Bad Gateway",
                         f"upstream {self.upstream} failed in the middle of its response body: "
-                        f"{_problem(exc)}",
+                        f"{problem(exc)}",
                     )
             if cut == "short" and body and response.length is not None:
                 body = body[: len(body) // 2]
-                head = _with_length(head, len(body))
+                head = with_length(head, len(body))
             elif cut == "truncate" and body:
                 # Full headers, half the body, then a closed connection: what a reset
                 # mid-transfer looks like to the client.

@@ -15,13 +15,12 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
@@ -33,8 +32,9 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
+from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_window import TokenStats, TokenWindow
-from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
+from headrace.formats._tokens import TokenFile, TokenFormat
 from headrace.io import (
     PAGE,
     CacheStats,
@@ -148,14 +148,14 @@ class TokenSource:
             raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
         self._stores: ObjectFiles | None = None
         try:
-            self.files: list[TokenFile] = self._describe(files, dtype, format)
-            self._check_files(context)
+            self.files: list[TokenFile] = describe_files(files, dtype, format, self._remote)
+            self.dtype: np.dtype[Any] = check_files(self.files, context)
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise
         self.positions = positions
         self.eos_id = eos_id
-        self._check_positions()
+        check_positions(positions, eos_id, self.dtype, self.files)
         self._bounds: dict[int, NDArray[np.int64]] = {}  # file -> document starts
         self.context = context
         self.block_bytes = block_bytes
@@ -188,86 +188,6 @@ class TokenSource:
         self._window_nbytes = (
             int(self.layout.window_count.max()) * context + 1
         ) * self.dtype.itemsize
-
-    def _check_positions(self) -> None:
-        if self.positions == "eos":
-            assert self.eos_id is not None
-            info = np.iinfo(self.dtype)
-            if isinstance(self.eos_id, bool) or not (
-                isinstance(self.eos_id, int | np.integer) and info.min <= self.eos_id <= info.max
-            ):
-                raise ConfigError(
-                    f"eos_id {self.eos_id!r} is not a {self.dtype} token "
-                    f"(range [{info.min}, {info.max}])."
-                )
-        if self.positions == "documents":
-            plain = [f.path for f in self.files if not f.has_documents]
-            if plain:
-                raise ConfigError(
-                    f"positions='documents' needs a Megatron .idx (or an Arrow column of "
-                    f"token lists) for every file; {', '.join(plain)} has none (for "
-                    "EOS-separated documents use positions='eos', eos_id=...)."
-                )
-
-    def _check_files(self, context: int) -> None:
-        dtypes = {f.dtype for f in self.files}
-        if len(dtypes) > 1:
-            raise ConfigError(
-                "token files must share one dtype; got "
-                + ", ".join(f"{f.path}: {f.dtype}" for f in self.files)
-            )
-        self.dtype: np.dtype[Any] = self.files[0].dtype
-        seen: dict[object, str] = {}
-        for f in self.files:
-            if f.segments is None:
-                # One stat a file (a few syscalls were spent opening it already): the same
-                # file under another path, a symbolic or hard link, is the same inode.
-                same: object = f.path if f.remote else _inode(f.path)
-                if same in seen:
-                    raise ConfigError(
-                        f"{f.path}: listed twice (as {seen[same]} and {f.path}); each token "
-                        "file is read once an epoch, so a second listing would read it twice "
-                        "as often, silently. To weight a file up, give it its own "
-                        "TokenSource in a Mixture"
-                    )
-                seen[same] = f.path
-            if f.segments is not None and (
-                not f.members or (f.remote and len(f.member_infos) != len(f.members))
-            ):
-                raise ConfigError(
-                    f"{f.path}: byte ranges of files (TokenFile.segments) are read from the "
-                    "files named by TokenFile.members (on object storage, with their sizes "
-                    "and ETags in TokenFile.member_infos: see table_token_files)"
-                )
-            if f.num_tokens < context + 1:
-                raise DataError(
-                    f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
-                    f"context {context} (needs {context + 1})"
-                )
-
-    def _describe(
-        self,
-        files: list[str | os.PathLike[str] | TokenFile],
-        dtype: DTypeLike | None,
-        format: TokenFormat,
-    ) -> list[TokenFile]:
-        """Open (check) each file; object URLs in parallel: each costs a few round trips."""
-
-        urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
-        stores = self._remote() if urls else None  # made here, not raced for by the threads
-
-        def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
-            if isinstance(f, TokenFile):
-                return f
-            if is_object_url(f):
-                assert stores is not None
-                return describe_token_file(str(f), dtype, format, stores)
-            return open_token_file(f, dtype, format=format)
-
-        if urls < 2:
-            return [one(f) for f in files]
-        with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
-            return list(pool.map(one, files))
 
     def _remote(self) -> ObjectFiles:
         if self._stores is None:
@@ -609,8 +529,3 @@ class TokenSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-
-
-def _inode(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino

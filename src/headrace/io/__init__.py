@@ -45,7 +45,9 @@ from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
 
 if typing.TYPE_CHECKING:
-    from headrace.io._objects import ObjectInfo, ObjectStats, ObjectStore, Request
+    from headrace.io._object_info import ObjectInfo, Request
+    from headrace.io._object_stats import ObjectStats
+    from headrace.io._objects import ObjectStore
     from headrace.io._retry import RetryPolicy
 
 __all__ = [
@@ -93,10 +95,10 @@ __all__ = [
 
 # Object stores need the optional ``obstore`` extra; import it only when asked for.
 _LAZY = {
-    "ObjectInfo": "headrace.io._objects",
-    "ObjectStats": "headrace.io._objects",
+    "ObjectInfo": "headrace.io._object_info",
+    "ObjectStats": "headrace.io._object_stats",
     "ObjectStore": "headrace.io._objects",
-    "Request": "headrace.io._objects",
+    "Request": "headrace.io._object_info",
     "RetryPolicy": "headrace.io._retry",
 }
 

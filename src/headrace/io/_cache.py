@@ -28,6 +28,8 @@ a fresh random order, so keeping whatever was cached first hits as often as
 any eviction policy could (a fraction ``cache / dataset`` of reads) and
 writes nothing more. :meth:`ObjectCache.prune` (``headrace cache DIR
 --prune-days N`` or ``--clear``) removes entries not used for a while, or all.
+The directory's files are ``headrace.io._cache_files``; the byte count,
+``headrace.io._cache_space``.
 
 The cache is a copy: when it cannot be written (disk full, permissions) or a
 local read fails, the object is read from the store, a warning says why
@@ -37,19 +39,12 @@ once, and the run goes on with the same bytes.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
-import re
 import secrets
-import stat
-import struct
 import threading
-import time
 import warnings
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,52 +52,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, StorageError
+from headrace.io._cache_files import (
+    MAGIC,
+    TMP,
+    TRAILER,
+    disk_bytes,
+    remove_unused,
+    scan,
+    unlink,
+)
+from headrace.io._cache_space import CacheSpace, reserve_bytes
 from headrace.io._file import LocalFile
 
-__all__ = [
-    "RESERVE_BYTES",
-    "RESERVE_FRACTION",
-    "CacheStats",
-    "ObjectCache",
-    "open_cache",
-    "reserve_bytes",
-]
+__all__ = ["CacheStats", "ObjectCache", "open_cache"]
 
-#: Writes stop while the cache's filesystem would have less than this free.
-RESERVE_BYTES = 1 << 30
-#: ... and at least this fraction of the filesystem's size.
-RESERVE_FRACTION = 0.05
-
-
-def reserve_bytes(total: int) -> int:
-    """Bytes a cache leaves free on a filesystem of ``total`` bytes."""
-    return max(RESERVE_BYTES, int(total * RESERVE_FRACTION))
-
-
-_TMP = ".tmp-"
-# The bytes every process has written, under flock (see ``_count_shared``).
-_LEDGER = ".headrace-bytes"
-_LEDGER_FORMAT = struct.Struct("<4sqd")  # magic, bytes, when they were measured (time.time)
-_LEDGER_MAGIC = b"HRB1"
-# What the cache names (``path``, ``write``); nothing else in the directory is its
-# to count or remove: a cache_dir given by mistake (a project, a dataset, a git object
-# store, which has the same 2/38 hex layout: hence the trailer check in ``prune``).
-_SUBDIR = re.compile(r"[0-9a-f]{2}")
-_ENTRY = re.compile(r"[0-9a-f]{38}")
-_TEMP = re.compile(r"[0-9a-f]{38}\.tmp-[0-9]+-[0-9a-f]{8}")
-# Every entry ends with this: a magic, the CRC-32 of its bytes, and their length. A read
-# checks all three (zlib's CRC runs at ~3.7 GB/s here, without the GIL: ~80 us for a
-# 300 KB JPEG), so a disk that lost or changed a write is never served as the object.
-_TRAILER = struct.Struct("<4sIQ")
-_MAGIC = b"HRC1"
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 )
-# A temporary file this old is a writer's that died: removed when the cache is sized.
-_STALE_TMP_S = 3600.0
-# A cache full by this process's count is counted again after this long.
-_RECOUNT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -148,15 +115,12 @@ class ObjectCache:
         self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._lock = threading.Lock()  # stats and warnings
-        self._count_lock = threading.Lock()  # the byte count (may wait on other processes)
-        self._used: int | None = None  # bytes in the directory, counted on first write
-        self._measured = 0.0  # when they were last counted (time.monotonic)
+        self._space = CacheSpace(self.directory, max_bytes)
         self._stopped: str | None = None  # why this process stopped writing
-        self._block: int | None = None  # the filesystem's allocation unit, once known
         self._warned: set[str] = set()
 
     #: Bytes each entry adds to the data it keeps (its checksum trailer).
-    TRAILER_BYTES = _TRAILER.size
+    TRAILER_BYTES = TRAILER.size
 
     def __repr__(self) -> str:
         return f"ObjectCache({self.directory!r}, max_bytes={self.max_bytes})"
@@ -216,11 +180,11 @@ class ObjectCache:
             self._miss()
             return False
         with f:
-            if f.size != want + _TRAILER.size:
-                self._remove_bad(path, f"{f.size - _TRAILER.size} bytes, not {want}", f.size)
+            if f.size != want + TRAILER.size:
+                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.size)
                 self._miss()
                 return False
-            trailer = np.empty(_TRAILER.size, np.uint8)
+            trailer = np.empty(TRAILER.size, np.uint8)
             try:
                 f.pread_into(out, 0)
                 f.pread_into(trailer, want)
@@ -228,8 +192,8 @@ class ObjectCache:
                 self._failed("read", path, exc)
                 self._miss()
                 return False
-        magic, crc, length = _TRAILER.unpack(trailer.tobytes())
-        if magic != _MAGIC or length != want or crc != zlib.crc32(out.data):
+        magic, crc, length = TRAILER.unpack(trailer.tobytes())
+        if magic != MAGIC or length != want or crc != zlib.crc32(out.data):
             self._remove_bad(path, "bytes that are not what was written (checksum)", f.size)
             self._miss()
             return False
@@ -250,8 +214,8 @@ class ObjectCache:
             f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
             "are read from the store (further such entries are counted in stats.bad_entries)",
         )
-        if _unlink(path):
-            self._unreserve(self._on_disk(size))
+        if unlink(path):
+            self._space.unreserve(self._space.on_disk(size))
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -264,11 +228,11 @@ class ObjectCache:
             # Another process read the same object meanwhile (ranks reading one token
             # file) and kept it: writing it again would count its bytes twice.
             return False
-        need = self._on_disk(n + _TRAILER.size)
+        need = self._space.on_disk(n + TRAILER.size)
         if not self._reserve(need):
             return False
-        trailer = _TRAILER.pack(_MAGIC, zlib.crc32(view), n)
-        tmp = f"{path}{_TMP}{os.getpid()}-{secrets.token_hex(4)}"
+        trailer = TRAILER.pack(MAGIC, zlib.crc32(view), n)
+        tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -281,7 +245,7 @@ class ObjectCache:
                 os.close(fd)
             os.replace(tmp, path)  # whole or not at all, for every reader
         except OSError as exc:
-            self._unreserve(need)
+            self._space.unreserve(need)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -298,178 +262,15 @@ class ObjectCache:
             self.stats.written_bytes += n
         return True
 
-    def _on_disk(self, size: int) -> int:
-        """The disk space a file of ``size`` bytes takes: whole blocks of the
-        filesystem, as :func:`_disk_bytes` measures them."""
-        if self._block is None:
-            # Not made yet (nothing is made for an entry that cannot fit): it will be
-            # on the filesystem of the nearest folder that is.
-            where = self.directory
-            while not os.path.isdir(where) and os.path.dirname(where) != where:
-                where = os.path.dirname(where)
-            try:
-                self._block = os.statvfs(where).f_frsize or 1
-            except OSError:
-                return size  # the write will fail and say why
-        return -(-size // self._block) * self._block
-
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
         with self._lock:
             stopped = self._stopped is not None
-        fits = not stopped and (self.max_bytes is None or size <= self.max_bytes)
-        if fits:  # (cache_bytes=0: read what is there, add nothing)
-            try:
-                st = os.statvfs(self.directory)
-                free = st.f_bavail * st.f_frsize - size
-                fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
-            except OSError:
-                pass  # not made yet: the write will say what is wrong
-        if fits:
-            # Not under self._lock: the ledger may wait for another process measuring
-            # the directory, and this process's cache hits must not wait with it.
-            with self._count_lock:
-                shared = self._count_shared(size) if self.max_bytes is not None else None
-                fits = self._count_here(size) if shared is None else shared
+        fits = not stopped and self._space.reserve(size)
         if not fits:
             with self._lock:
                 self.stats.full += 1
         return fits
-
-    def _count_here(self, size: int) -> bool:
-        """This process's count of the directory: measured at its first write, then
-        its own writes added (no ledger: ``max_bytes`` is None, or it cannot be
-        written). Under ``self._count_lock``."""
-        now = time.monotonic()
-        if self._used is None or (
-            # Full by our count: entries may have been pruned since (headrace cache
-            # --prune-days, another process): count again, at most once a minute.
-            self.max_bytes is not None
-            and self._used + size > self.max_bytes
-            and now - self._measured > _RECOUNT_S
-        ):
-            self._used, self._measured = self._measure(), now
-        if self.max_bytes is not None and self._used + size > self.max_bytes:
-            return False
-        self._used += size
-        return True
-
-    def _count_shared(self, size: int) -> bool | None:
-        """Add ``size`` to the directory's ledger if it stays within ``max_bytes``
-        (whether it did); ``None`` where there is no ledger to share.
-
-        Every process on the machine (8 ranks x 2 workers) writes to the same
-        directory; counting it once each and then only one's own writes let each fill
-        ``max_bytes`` on its own. The ledger, a count of the entries' bytes under an
-        exclusive ``flock``, is what all of them add to. It never counts less than is
-        there (a write that failed takes its bytes back; a racing writer of the same
-        entry or a writer that died counts more), and it is measured again, at most
-        once a minute between all processes, when it says full. Under
-        ``self._count_lock``."""
-        assert self.max_bytes is not None
-        with self._ledger(create=True) as fd:
-            if fd is None:
-                return None
-            used, measured = _read_ledger(fd)
-            now = time.time()
-            if (
-                used is None
-                or (used + size > self.max_bytes and now - measured > _RECOUNT_S)
-                # Hourly in any case: a writer killed since (a preempted job) left a
-                # temporary that measuring removes, and drift is put right.
-                or now - measured > _STALE_TMP_S
-            ):
-                used, measured = self._measure(), now
-            fits = used + size <= self.max_bytes
-            if not _write_ledger(fd, used + size if fits else used, measured):
-                return None
-            return fits
-
-    def _unreserve(self, size: int) -> None:
-        """Give back ``size`` bytes counted for a write that did not happen (or an
-        entry removed)."""
-        with self._count_lock:
-            if self.max_bytes is not None:
-                with self._ledger(create=False) as fd:
-                    if fd is not None:
-                        used, measured = _read_ledger(fd)
-                        if used is not None:
-                            _write_ledger(fd, max(0, used - size), measured)
-            if self._used is not None:
-                self._used = max(0, self._used - size)
-
-    @contextmanager
-    def _ledger(self, create: bool) -> Iterator[int | None]:
-        """The ledger's descriptor, locked (``None`` where it cannot be had: a
-        read-only directory, a filesystem without locks)."""
-        path = os.path.join(self.directory, _LEDGER)
-        try:
-            if create:
-                os.makedirs(self.directory, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
-        except OSError:
-            yield None
-            return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                yield None
-                return
-            yield fd
-        finally:
-            os.close(fd)  # releases the lock
-
-    def _files(self) -> Iterator[tuple[str, os.stat_result | None, str]]:
-        """``(path, stat, kind)`` of every file in the directory, as it is now: kind
-        ``"entry"``, ``"tmp"`` (a writer's temporary), or ``"other"`` (not the cache's:
-        not descended into, no stat)."""
-        try:
-            top = list(os.scandir(self.directory))
-        except OSError:  # none yet, or unreadable (writing will fail and say so)
-            return
-        for sub in top:
-            if sub.name == _LEDGER:
-                continue
-            try:
-                ours = _SUBDIR.fullmatch(sub.name) and sub.is_dir(follow_symlinks=False)
-            except OSError:
-                ours = False
-            if not ours:
-                yield sub.path, None, "other"
-                continue
-            try:
-                files = list(os.scandir(sub.path))
-            except OSError:
-                continue
-            for e in files:
-                name = e.name
-                kind = "entry" if _ENTRY.fullmatch(name) else "tmp" if _TEMP.fullmatch(name) else ""
-                if not kind:
-                    yield e.path, None, "other"
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue  # removed meanwhile
-                if not stat.S_ISREG(st.st_mode):
-                    yield e.path, None, "other"
-                    continue
-                yield e.path, st, kind
-
-    def _measure(self) -> int:
-        """Bytes of the entries in the directory now (other processes' too); a dead
-        writer's temporary files are removed."""
-        total = 0
-        now = time.time()
-        for path, st, kind in self._files():
-            if st is None:
-                continue
-            if kind == "entry":
-                total += _disk_bytes(st)
-            elif now - st.st_mtime > _STALE_TMP_S:
-                _unlink(path)
-        return total
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
@@ -479,7 +280,7 @@ class ObjectCache:
         entries = size = tmps = others = 0
         oldest: float | None = None
         newest: float | None = None
-        for _, st, kind in self._files():
+        for _, st, kind in scan(self.directory):
             if st is None:
                 others += 1
                 continue
@@ -487,7 +288,7 @@ class ObjectCache:
                 tmps += 1
                 continue
             entries += 1
-            size += _disk_bytes(st)
+            size += disk_bytes(st)
             used = max(st.st_atime, st.st_mtime)
             oldest = used if oldest is None else min(oldest, used)
             newest = used if newest is None else max(newest, used)
@@ -518,33 +319,8 @@ class ObjectCache:
         entry reads it to the end; one that had not yet finds none and reads the
         store. :class:`StorageError` if an entry could not be removed (a read-only
         mount, another user's entries), once the others are."""
-        now = time.time()
-        removed = freed = failed = 0
-        first: tuple[str, OSError] | None = None
-        for path, st, kind in self._files():
-            if st is None:
-                continue
-            if kind == "tmp":
-                if now - st.st_mtime > _STALE_TMP_S:
-                    _unlink(path)
-                continue
-            if now - max(st.st_atime, st.st_mtime) < unused_s or not _is_entry(path, st.st_size):
-                continue
-            try:
-                os.unlink(path)
-            except FileNotFoundError:  # another prune, or a reader that found it bad
-                continue
-            except OSError as exc:  # read-only, another user's: the caller must hear
-                failed += 1
-                first = first or (path, exc)
-                continue
-            removed += 1
-            freed += _disk_bytes(st)
-        with self._count_lock:
-            self._used = None  # counted again before the next write
-            with self._ledger(create=False) as fd:
-                if fd is not None:  # every process sees the room at once
-                    _write_ledger(fd, self._measure(), time.time())
+        removed, freed, failed, first = remove_unused(self.directory, unused_s)
+        self._space.recount()
         if first is not None:
             where, err = first
             raise StorageError(
@@ -592,62 +368,3 @@ def open_cache(
             )
         return None
     return ObjectCache(cache_dir, cache_bytes)
-
-
-def _read_ledger(fd: int) -> tuple[int | None, float]:
-    """``(bytes, when measured)`` of a locked ledger; ``None`` bytes: new or unreadable."""
-    try:
-        raw = os.pread(fd, _LEDGER_FORMAT.size, 0)
-    except OSError:
-        return None, 0.0
-    if len(raw) != _LEDGER_FORMAT.size:
-        return None, 0.0
-    magic, used, measured = _LEDGER_FORMAT.unpack(raw)
-    if magic != _LEDGER_MAGIC or used < 0:
-        return None, 0.0
-    return int(used), float(measured)
-
-
-def _write_ledger(fd: int, used: int, measured: float) -> bool:
-    try:
-        return os.pwrite(fd, _LEDGER_FORMAT.pack(_LEDGER_MAGIC, used, measured), 0) == (
-            _LEDGER_FORMAT.size
-        )
-    except OSError:  # disk full, EIO: the caller counts on its own
-        return False
-
-
-def _disk_bytes(st: os.stat_result) -> int:
-    """The disk space a file takes, as ``max_bytes`` counts it: its allocated blocks,
-    or its size where that is more (a compressing filesystem, or one that reports no
-    blocks, such as some FUSE mounts, is then not taken for free space)."""
-    return max(st.st_blocks * 512, st.st_size)
-
-
-def _is_entry(path: str, size: int) -> bool:
-    """Whether the file ends in an entry's trailer for its size (read before a file
-    named like an entry is removed: a git object store has the same names)."""
-    if size < _TRAILER.size:
-        return size == 0  # a crash's empty entry (written, never flushed): ours too
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        tail = os.pread(fd, _TRAILER.size, size - _TRAILER.size)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    if len(tail) != _TRAILER.size:
-        return False
-    magic, _, length = _TRAILER.unpack(tail)
-    return bool(magic == _MAGIC and length == size - _TRAILER.size)
-
-
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-    except OSError:
-        return False
-    return True

@@ -20,9 +20,10 @@ import obstore as obs
 from obstore.store import AzureStore, GCSStore, MemoryStore, S3Store
 
 from headrace.errors import ConfigError, StorageError
+from headrace.io._object_info import ObjectInfo
 
 if TYPE_CHECKING:
-    from headrace.io._objects import ObjectInfo, ObjectStore
+    from headrace.io._objects import ObjectStore
 
 __all__ = ["PART_BYTES", "PART_CONCURRENCY", "get_attributes", "put_file", "takes_metadata"]
 
@@ -51,8 +52,6 @@ def put_file(
     ``on_bytes(n)`` is told of every ``n`` bytes handed to the upload (negative:
     an attempt that failed and is retried from the start).
     """
-    from headrace.io._objects import ObjectInfo
-
     live = store._live()
     where = store.where(key)
     attrs: Any = dict(metadata or {})
@@ -111,7 +110,7 @@ def put_file(
             raise
         return ObjectInfo(size, result.get("e_tag"))
 
-    return store._retrying(where, once, lambda info: info.size)
+    return store._tries.run(where, once, lambda info: info.size)
 
 
 def get_attributes(store: ObjectStore, key: str) -> dict[str, str]:
@@ -121,4 +120,4 @@ def get_attributes(store: ObjectStore, key: str) -> dict[str, str]:
     def once() -> dict[str, str]:
         return dict(obs.get(live, key, options={"head": True}).attributes)
 
-    return store._retrying(store.where(key), once, lambda _: 0)
+    return store._tries.run(store.where(key), once, lambda _: 0)

@@ -15,8 +15,6 @@ import atexit
 import enum
 import inspect
 import os
-import queue
-import threading
 import time
 import warnings
 import weakref
@@ -29,7 +27,16 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
+from headrace.pipeline._layout import Batch, split_chunk
+
+# lay_out, ragged_keys and remaining_steps: headrace.torch and headrace._shm_ring
+# import them from here (owned elsewhere for now).
+from headrace.pipeline._layout import lay_out as lay_out
+from headrace.pipeline._layout import ragged_keys as ragged_keys
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
+from headrace.pipeline._steps import chunked
+from headrace.pipeline._steps import remaining_steps as remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -55,8 +62,6 @@ __all__ = [
 CHUNK_BYTES = 64 << 20
 # Most steps one chunk may hold: one vectorised plan-and-gather call per 32 batches.
 DEFAULT_CHUNK_STEPS = 32
-
-Batch = dict[str, NDArray[Any]]
 
 
 class Source(Protocol):
@@ -104,49 +109,8 @@ class LoaderStatus(enum.Enum):
     CLOSED = "closed"
 
 
-class _Failure:
-    __slots__ = ("exc", "step")
-
-    def __init__(self, exc: BaseException, step: int) -> None:
-        self.exc = exc
-        self.step = step
-
-
 # How long stopping waits for the producer thread to leave a read in progress.
 _STOP_TIMEOUT_S = 10.0
-
-_END = object()
-_STALE = object()  # put after a producer is stopped: its consumer must not wait on
-
-
-def ragged_keys(arrays: Batch) -> list[str]:
-    """The keys held as per-sample ``object`` arrays beside a ``<key>_shape`` array (what
-    :class:`~headrace.formats.FileSource` gives where samples differ in shape or dtype)."""
-    return [k for k, v in arrays.items() if v.dtype == object and f"{k}_shape" in arrays]
-
-
-def lay_out(batch: Batch, ragged: list[str]) -> Batch:
-    """One step's batch as its own samples decide, not its chunk's: each ``ragged``
-    key whose samples all agree in shape and dtype in this batch is stacked, and its
-    ``<key>_shape`` dropped; otherwise ``<key>_shape`` keeps as many columns as this
-    batch's samples have dimensions. A chunk is read whole, so a batch of equal images read in
-    a chunk with another size of image would otherwise stay ragged, and the same step
-    would come out differently with another chunk size or worker count."""
-    for k in ragged:
-        v = batch[k]
-        if not len(v):
-            continue
-        first = v[0]
-        if all(
-            isinstance(e, np.ndarray) and e.shape == first.shape and e.dtype == first.dtype
-            for e in v
-        ):
-            batch[k] = np.stack(list(v))
-            del batch[f"{k}_shape"]
-        else:  # as wide as this batch's samples have dimensions, not the chunk's
-            ndim = max(np.ndim(e) for e in v)
-            batch[f"{k}_shape"] = batch[f"{k}_shape"][:, :ndim]
-    return batch
 
 
 def _integer(name: str, value: object) -> int:
@@ -154,14 +118,6 @@ def _integer(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ConfigError(f"{name} must be an integer (got {value!r}).")
     return int(value)
-
-
-def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int = 0) -> int:
-    """How many steps ``t`` in ``[step, steps)`` have ``t % stride == offset``."""
-    if steps is None:
-        raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
-    first = step + (offset - step) % stride
-    return max(0, -(-(steps - first) // stride))
 
 
 class Loader(Closing):
@@ -277,9 +233,7 @@ class Loader(Closing):
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
         _OPEN.add(self)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._queue: queue.Queue[object] | None = None
+        self._producer: Prefetcher | None = None
         # Bumped by iter(), load_state_dict() and close(): an iterator of an older
         # generation raises instead of yielding steps that no longer follow the state.
         self._generation = 0
@@ -317,12 +271,6 @@ class Loader(Closing):
         return self._pid
 
     @property
-    def legacy_fingerprint(self) -> str | None:
-        """The digest that states saved before the later parts of this loader's
-        description have (:func:`~headrace.plan.legacy_digest`); ``None`` if none."""
-        return self._legacy[-1] if self._legacy else None
-
-    @property
     def legacy_fingerprints(self) -> tuple[str, ...]:
         """The digests that states saved before each later part of this loader's
         description have, newest first (:func:`~headrace.plan.legacy_digests`)."""
@@ -349,6 +297,8 @@ class Loader(Closing):
 
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:
+        # self.steps is read at each step, not once: lowered while iterating, it ends
+        # the chunks not planned yet.
         k, w = self.step_stride, self.step_offset
         t = start + (w - start) % k
         while self.steps is None or t < self.steps:
@@ -356,16 +306,7 @@ class Loader(Closing):
             t += k
 
     def _chunks(self, start: int) -> Iterator[list[int]]:
-        size = 1
-        chunk: list[int] = []
-        for t in self._own_steps(start):
-            chunk.append(t)
-            if len(chunk) == size:
-                yield chunk
-                chunk = []
-                size = min(2 * size, self.max_chunk_steps)
-        if chunk:
-            yield chunk
+        return chunked(self._own_steps(start), lambda: self.max_chunk_steps)
 
     def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
         """This host's sample numbers of ``steps``, step after step.
@@ -448,12 +389,7 @@ class Loader(Closing):
         return min(self.chunk_steps, self._chunk_cap)
 
     def _split(self, steps: list[int], arrays: Batch) -> list[tuple[int, Batch]]:
-        b = self._hi - self._lo
-        ragged = ragged_keys(arrays)
-        out = [
-            (t, {k: v[i * b : (i + 1) * b] for k, v in arrays.items()}) for i, t in enumerate(steps)
-        ]
-        return [(t, lay_out(batch, ragged)) for t, batch in out] if ragged else out
+        return split_chunk(steps, arrays, self._hi - self._lo)
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
@@ -465,7 +401,7 @@ class Loader(Closing):
         and read lock stayed there; take this process's lock (which renews the source)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._thread, self._queue = None, None
+            self._producer = None
             self._read_lock = source_lock(self.source)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -576,32 +512,27 @@ class Loader(Closing):
     def _iter_async(self, start: int, generation: int) -> Iterator[Batch]:
         # The queue holds whole chunks, so its cost is paid once per chunk, not per
         # batch: at least ``prefetch`` batches wait ready (one chunk, or more).
-        q: queue.Queue[object] = queue.Queue(maxsize=max(1, self.prefetch // self.chunk_steps))
-        stop = threading.Event()
-        self._queue, self._stop = q, stop
-        thread = threading.Thread(
-            target=self._produce, args=(start, q, stop), name="headrace-prefetch", daemon=True
+        producer = Prefetcher(
+            ((steps, self._split(steps, arrays)) for steps, arrays in self._read_ahead(start)),
+            start,
+            depth=max(1, self.prefetch // self.chunk_steps),
         )
-        self._thread = thread
+        self._producer = producer
         stats = self.stats
         try:
             # Started inside the try: a Ctrl-C while start() waits for the thread must
             # still stop it (the thread holds the loader, so nothing else would).
-            thread.start()
+            producer.start()
             while True:
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
-                    t0 = time.perf_counter()
-                    item = _wait_for(q, thread)
-                    stats.queue_wait_s += time.perf_counter() - t0
-                if item is _END:
+                item, waited_s = producer.get()
+                stats.queue_wait_s += waited_s
+                if item is END:
                     return
-                if item is _STALE:
+                if item is STALE:
                     # Only a stopped producer's queue gets it (by iter(), load_state_dict()
                     # or close()), which may wake us before the generation is bumped.
                     raise _stale(closed=self.status is LoaderStatus.CLOSED)
-                if isinstance(item, _Failure):
+                if isinstance(item, Failure):
                     item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
                     raise item.exc
                 for t, batch in item:  # type: ignore[attr-defined]
@@ -609,60 +540,22 @@ class Loader(Closing):
                     self.step = t + 1
                     yield batch
         finally:
-            if self._thread is thread:
+            if self._producer is producer:
                 self._stop_producer()
-
-    def _produce(self, start: int, q: queue.Queue[object], stop: threading.Event) -> None:
-        def put(item: object) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.05)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        if stop.is_set():  # stopped before it ran (see _stop_producer): read nothing
-            return
-        step = start
-        try:
-            for steps, arrays in self._read_ahead(start):
-                if not put(self._split(steps, arrays)):
-                    return
-                step = steps[-1] + 1
-            put(_END)
-        except BaseException as exc:  # handed to the consumer, who re-raises it
-            put(_Failure(exc, step))
 
     def _stop_producer(self, timeout: float | None = None) -> bool:
         """Stop the producer thread; ``False`` if it is still inside a read after the wait.
 
-        Such a thread is left to finish that read in the background: it then sees
-        the stop and drops its chunk. It holds the source's read lock meanwhile, so
-        a new iteration (of this loader, or of a new one over the same source)
-        waits for it rather than reading beside it.
+        Such a thread finishes that read in the background (:meth:`Prefetcher.stop`).
+        It holds the source's read lock meanwhile, so a new iteration (of this loader,
+        or of a new one over the same source) waits for it rather than reading beside it.
         """
-        thread, q = self._thread, self._queue
-        if thread is None:
+        producer = self._producer
+        if producer is None:
             return True
-        self._stop.set()
-        if q is not None:  # unblock a producer waiting on a full queue
-            _drain(q)
-        try:
-            thread.join(timeout=_STOP_TIMEOUT_S if timeout is None else timeout)
-        except RuntimeError:
-            # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
-            # was set first, so if it runs at all it returns before reading.
-            pass
-        if q is not None:  # wake a consumer still waiting on this queue, so it can raise
-            _drain(q)
-            try:
-                q.put_nowait(_STALE)
-            except queue.Full:  # a producer that outlived the join filled it: wakes it too
-                pass
-        self._thread = None
-        self._queue = None
-        return not thread.is_alive()
+        stopped = producer.stop(_STOP_TIMEOUT_S if timeout is None else timeout)
+        self._producer = None
+        return stopped
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -724,34 +617,3 @@ def _stale(*, closed: bool) -> StateError:
         f"loader came after it began, so its next step would not follow the loader's "
         f"state; {again}"
     )
-
-
-def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
-    """The next item of ``q``, or an error if its producer is gone without ending it.
-
-    A producer always ends with ``_END`` or a failure; one that is not alive with the
-    queue empty did not run in this process: it was forked after the iteration began.
-    """
-    while True:
-        try:
-            return q.get(timeout=0.5)
-        except queue.Empty:
-            if not producer.is_alive():
-                try:
-                    # Its last item, put as it ended; or the _STALE a new iteration puts
-                    # once it has stopped it (a moment after: give it that moment).
-                    return q.get(timeout=1.0)
-                except queue.Empty:
-                    raise StateError(
-                        "this iterator's read-ahead thread is not in this process (it "
-                        "forked after the iteration began): call iter(loader) again here, "
-                        "which reads on from the loader's step"
-                    ) from None
-
-
-def _drain(q: queue.Queue[object]) -> None:
-    try:
-        while True:
-            q.get_nowait()
-    except queue.Empty:
-        pass

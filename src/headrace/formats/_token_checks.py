@@ -1,0 +1,120 @@
+"""What a :class:`~headrace.formats.TokenSource` checks of its files before it reads any.
+
+Its token files are opened (described) once, object URLs in parallel since each
+costs a few round trips; then they must share one dtype, none may be listed
+twice (a second listing, or a link to the same file, would silently read it
+twice as often), byte ranges of files need their members, and every file must
+hold one sample. ``positions=`` is checked against the dtype and the files'
+document indexes. Each failure is a :class:`~headrace.errors.ConfigError` or
+:class:`~headrace.errors.DataError` naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from headrace.errors import ConfigError, DataError
+from headrace.formats._file_list import is_object_url
+from headrace.formats._object_files import ObjectFiles
+from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
+
+__all__ = ["check_files", "check_positions", "describe_files"]
+
+
+def describe_files(
+    files: list[str | os.PathLike[str] | TokenFile],
+    dtype: DTypeLike | None,
+    format: TokenFormat,
+    remote: Callable[[], ObjectFiles],
+) -> list[TokenFile]:
+    """Open (check) each file; object URLs in parallel: each costs a few round trips.
+    ``remote()`` gives the stores that open object URLs."""
+
+    urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
+    stores = remote() if urls else None  # made here, not raced for by the threads
+
+    def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
+        if isinstance(f, TokenFile):
+            return f
+        if is_object_url(f):
+            assert stores is not None
+            return describe_token_file(str(f), dtype, format, stores)
+        return open_token_file(f, dtype, format=format)
+
+    if urls < 2:
+        return [one(f) for f in files]
+    with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
+        return list(pool.map(one, files))
+
+
+def check_files(files: list[TokenFile], context: int) -> np.dtype[Any]:
+    """The files' one dtype, once they are checked to make samples of ``context`` tokens."""
+    dtypes = {f.dtype for f in files}
+    if len(dtypes) > 1:
+        raise ConfigError(
+            "token files must share one dtype; got "
+            + ", ".join(f"{f.path}: {f.dtype}" for f in files)
+        )
+    seen: dict[object, str] = {}
+    for f in files:
+        if f.segments is None:
+            # One stat a file (a few syscalls were spent opening it already): the same
+            # file under another path, a symbolic or hard link, is the same inode.
+            same: object = f.path if f.remote else _inode(f.path)
+            if same in seen:
+                raise ConfigError(
+                    f"{f.path}: listed twice (as {seen[same]} and {f.path}); each token "
+                    "file is read once an epoch, so a second listing would read it twice "
+                    "as often, silently. To weight a file up, give it its own "
+                    "TokenSource in a Mixture"
+                )
+            seen[same] = f.path
+        if f.segments is not None and (
+            not f.members or (f.remote and len(f.member_infos) != len(f.members))
+        ):
+            raise ConfigError(
+                f"{f.path}: byte ranges of files (TokenFile.segments) are read from the "
+                "files named by TokenFile.members (on object storage, with their sizes "
+                "and ETags in TokenFile.member_infos: see table_token_files)"
+            )
+        if f.num_tokens < context + 1:
+            raise DataError(
+                f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
+                f"context {context} (needs {context + 1})"
+            )
+    return files[0].dtype
+
+
+def check_positions(
+    positions: str | None, eos_id: int | None, dtype: np.dtype[Any], files: list[TokenFile]
+) -> None:
+    """``positions="eos"`` needs an ``eos_id`` of ``dtype``; ``"documents"``, every file's
+    document bounds."""
+    if positions == "eos":
+        assert eos_id is not None
+        info = np.iinfo(dtype)
+        if isinstance(eos_id, bool) or not (
+            isinstance(eos_id, int | np.integer) and info.min <= eos_id <= info.max
+        ):
+            raise ConfigError(
+                f"eos_id {eos_id!r} is not a {dtype} token (range [{info.min}, {info.max}])."
+            )
+    if positions == "documents":
+        plain = [f.path for f in files if not f.has_documents]
+        if plain:
+            raise ConfigError(
+                f"positions='documents' needs a Megatron .idx (or an Arrow column of "
+                f"token lists) for every file; {', '.join(plain)} has none (for "
+                "EOS-separated documents use positions='eos', eos_id=...)."
+            )
+
+
+def _inode(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -1,0 +1,201 @@
+"""How many more bytes a cache directory may take, counted for every process sharing it.
+
+A cache fills until it holds ``max_bytes`` of disk space (whole filesystem
+blocks: a 500-byte entry takes 4 KiB on ext4) or until its filesystem would have
+less than :func:`reserve_bytes` free (5% of it, at least 1 GiB, so checkpoints
+and logs on the same disk still fit). Every process on the machine writes to the
+same directory, so the bytes are counted in one ledger file under an exclusive
+``flock`` that all of them add to (:meth:`CacheSpace.reserve`), measured again
+when it says full (at most once a minute) and hourly in any case. Where there is
+no ledger (no ``max_bytes``, or one cannot be written) a process counts on its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from headrace.io._cache_files import LEDGER, STALE_TMP_S, measure
+
+__all__ = ["RESERVE_BYTES", "RESERVE_FRACTION", "CacheSpace", "reserve_bytes"]
+
+#: Writes stop while the cache's filesystem would have less than this free.
+RESERVE_BYTES = 1 << 30
+#: ... and at least this fraction of the filesystem's size.
+RESERVE_FRACTION = 0.05
+
+_LEDGER_FORMAT = struct.Struct("<4sqd")  # magic, bytes, when they were measured (time.time)
+_LEDGER_MAGIC = b"HRB1"
+# A cache full by this process's count is counted again after this long.
+_RECOUNT_S = 60.0
+
+
+def reserve_bytes(total: int) -> int:
+    """Bytes a cache leaves free on a filesystem of ``total`` bytes."""
+    return max(RESERVE_BYTES, int(total * RESERVE_FRACTION))
+
+
+class CacheSpace:
+    """The byte count of the cache in ``directory``, up to ``max_bytes`` (``None``: up to
+    the filesystem's free space less :func:`reserve_bytes`). Thread-safe."""
+
+    def __init__(self, directory: str, max_bytes: int | None) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()  # the byte count (may wait on other processes)
+        self._used: int | None = None  # bytes in the directory, counted on first write
+        self._measured = 0.0  # when they were last counted (time.monotonic)
+        self._block: int | None = None  # the filesystem's allocation unit, once known
+
+    def on_disk(self, size: int) -> int:
+        """The disk space a file of ``size`` bytes takes: whole blocks of the
+        filesystem, as :func:`~headrace.io._cache_files.disk_bytes` measures them."""
+        if self._block is None:
+            # Not made yet (nothing is made for an entry that cannot fit): it will be
+            # on the filesystem of the nearest folder that is.
+            where = self.directory
+            while not os.path.isdir(where) and os.path.dirname(where) != where:
+                where = os.path.dirname(where)
+            try:
+                self._block = os.statvfs(where).f_frsize or 1
+            except OSError:
+                return size  # the write will fail and say why
+        return -(-size // self._block) * self._block
+
+    def reserve(self, size: int) -> bool:
+        """Count ``size`` bytes as used if they fit; ``False`` if not."""
+        fits = self.max_bytes is None or size <= self.max_bytes
+        if fits:  # (cache_bytes=0: read what is there, add nothing)
+            try:
+                st = os.statvfs(self.directory)
+                free = st.f_bavail * st.f_frsize - size
+                fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
+            except OSError:
+                pass  # not made yet: the write will say what is wrong
+        if fits:
+            # Not under the cache's stats lock: the ledger may wait for another process
+            # measuring the directory, and this process's cache hits must not wait with it.
+            with self._lock:
+                shared = self._count_shared(size) if self.max_bytes is not None else None
+                fits = self._count_here(size) if shared is None else shared
+        return fits
+
+    def _count_here(self, size: int) -> bool:
+        """This process's count of the directory: measured at its first write, then
+        its own writes added (no ledger: ``max_bytes`` is None, or it cannot be
+        written). Under ``self._lock``."""
+        now = time.monotonic()
+        if self._used is None or (
+            # Full by our count: entries may have been pruned since (headrace cache
+            # --prune-days, another process): count again, at most once a minute.
+            self.max_bytes is not None
+            and self._used + size > self.max_bytes
+            and now - self._measured > _RECOUNT_S
+        ):
+            self._used, self._measured = measure(self.directory), now
+        if self.max_bytes is not None and self._used + size > self.max_bytes:
+            return False
+        self._used += size
+        return True
+
+    def _count_shared(self, size: int) -> bool | None:
+        """Add ``size`` to the directory's ledger if it stays within ``max_bytes``
+        (whether it did); ``None`` where there is no ledger to share.
+
+        Every process on the machine (8 ranks x 2 workers) writes to the same
+        directory; counting it once each and then only one's own writes let each fill
+        ``max_bytes`` on its own. The ledger, a count of the entries' bytes under an
+        exclusive ``flock``, is what all of them add to. It never counts less than is
+        there (a write that failed takes its bytes back; a racing writer of the same
+        entry or a writer that died counts more), and it is measured again, at most
+        once a minute between all processes, when it says full. Under
+        ``self._lock``."""
+        assert self.max_bytes is not None
+        with self._ledger(create=True) as fd:
+            if fd is None:
+                return None
+            used, measured = _read_ledger(fd)
+            now = time.time()
+            if (
+                used is None
+                or (used + size > self.max_bytes and now - measured > _RECOUNT_S)
+                # Hourly in any case: a writer killed since (a preempted job) left a
+                # temporary that measuring removes, and drift is put right.
+                or now - measured > STALE_TMP_S
+            ):
+                used, measured = measure(self.directory), now
+            fits = used + size <= self.max_bytes
+            if not _write_ledger(fd, used + size if fits else used, measured):
+                return None
+            return fits
+
+    def unreserve(self, size: int) -> None:
+        """Give back ``size`` bytes counted for a write that did not happen (or an
+        entry removed)."""
+        with self._lock:
+            if self.max_bytes is not None:
+                with self._ledger(create=False) as fd:
+                    if fd is not None:
+                        used, measured = _read_ledger(fd)
+                        if used is not None:
+                            _write_ledger(fd, max(0, used - size), measured)
+            if self._used is not None:
+                self._used = max(0, self._used - size)
+
+    def recount(self) -> None:
+        """Count the directory again (after a prune): every process sees the room at once."""
+        with self._lock:
+            self._used = None  # counted again before the next write
+            with self._ledger(create=False) as fd:
+                if fd is not None:
+                    _write_ledger(fd, measure(self.directory), time.time())
+
+    @contextmanager
+    def _ledger(self, create: bool) -> Iterator[int | None]:
+        """The ledger's descriptor, locked (``None`` where it cannot be had: a
+        read-only directory, a filesystem without locks)."""
+        path = os.path.join(self.directory, LEDGER)
+        try:
+            if create:
+                os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield None
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                yield None
+                return
+            yield fd
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _read_ledger(fd: int) -> tuple[int | None, float]:
+    """``(bytes, when measured)`` of a locked ledger; ``None`` bytes: new or unreadable."""
+    try:
+        raw = os.pread(fd, _LEDGER_FORMAT.size, 0)
+    except OSError:
+        return None, 0.0
+    if len(raw) != _LEDGER_FORMAT.size:
+        return None, 0.0
+    magic, used, measured = _LEDGER_FORMAT.unpack(raw)
+    if magic != _LEDGER_MAGIC or used < 0:
+        return None, 0.0
+    return int(used), float(measured)
+
+
+def _write_ledger(fd: int, used: int, measured: float) -> bool:
+    try:
+        return os.pwrite(fd, _LEDGER_FORMAT.pack(_LEDGER_MAGIC, used, measured), 0) == (
+            _LEDGER_FORMAT.size
+        )
+    except OSError:  # disk full, EIO: the caller counts on its own
+        return False

@@ -1,0 +1,89 @@
+"""What a request to an object store names, and what its answer must match.
+
+A :data:`Request` is a key or ``(key, offset, length)``; :class:`ObjectInfo` is
+an object's size and entity tag as a HEAD, a GET or a listing reports them. The
+checks here turn a bad range into a :class:`~headrace.errors.ConfigError` before
+anything is sent, and a body of the wrong length into the error it means: a
+read past the end (:class:`~headrace.errors.ReadEOFError`, permanent) or a body
+cut short in transit (:class:`~headrace.errors.TransientStorageError`, retried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from headrace.errors import ConfigError, ReadEOFError, StorageError, TransientStorageError
+
+__all__ = [
+    "ObjectInfo",
+    "Request",
+    "check_range",
+    "eof_with_size",
+    "info_of",
+    "normalize",
+    "short_read",
+]
+
+Request = str | tuple[str, int, int]
+"""A whole object by key, or ``(key, offset, length)``."""
+
+
+class ObjectInfo(NamedTuple):
+    """An object's size and entity tag (``None`` where the store gives none).
+
+    The tag is without the quotes HTTP puts around it: Azure and GCS list an
+    object's tag bare but send it quoted in a response's ``ETag`` header, and a
+    tag from a listing must compare equal to the one a later GET sees.
+    """
+
+    size: int
+    etag: str | None
+
+
+def info_of(meta: Mapping[str, Any]) -> ObjectInfo:
+    """``ObjectInfo`` of obstore's metadata (from a HEAD, a GET or a listing)."""
+    etag = meta.get("e_tag")
+    if etag is not None and len(etag) >= 2 and etag[0] == etag[-1] == '"':
+        etag = etag[1:-1]
+    return ObjectInfo(int(meta["size"]), etag)
+
+
+def check_range(offset: int, length: int) -> None:
+    if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+        raise ConfigError(
+            f"A byte range needs integer offset >= 0 and length >= 0 "
+            f"(got offset={offset!r}, length={length!r})."
+        )
+
+
+def normalize(request: Request) -> tuple[str, int, int] | str:
+    if isinstance(request, str):
+        return request
+    if isinstance(request, tuple) and len(request) == 3 and isinstance(request[0], str):
+        check_range(request[1], request[2])
+        return request
+    raise ConfigError(f"A request is a key or a (key, offset, length) tuple (got {request!r}).")
+
+
+def short_read(where: str, got: int, want: int, size: int | None, end: int) -> StorageError:
+    """A read returned ``got`` of ``want`` bytes: past the end, or a body cut short."""
+    if size is not None and end > size:
+        return ReadEOFError(
+            f"{where}: read past the end of the object (object has {size} bytes, "
+            f"range ends at {end}; {got} of {want} bytes available)"
+        )
+    return TransientStorageError(
+        f"{where}: response body was cut short ({got} of {want} bytes"
+        + ("" if size is None else f"; object has {size} bytes")
+        + ")"
+    )
+
+
+def eof_with_size(exc: ReadEOFError, where: str, size: int | None, end: int) -> ReadEOFError:
+    """The same EOF error, saying how big the object is when the server did not."""
+    if size is None or "object has" in str(exc):
+        return exc
+    return ReadEOFError(
+        f"{where}: read past the end of the object (object has {size} bytes, range ends at {end})"
+    )

@@ -1,0 +1,77 @@
+"""What an object store did: requests, tries, retries, bytes, latencies and throttling.
+
+:class:`ObjectStats` is the snapshot :attr:`ObjectStore.stats` returns and the
+bench adds up across stores; it holds counters only, so importing it needs no
+``obstore``. The tries that fill it are counted in ``headrace.io._object_tries``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["ObjectStats"]
+
+_LATENCY_SAMPLES = 1 << 16
+
+
+@dataclass(slots=True)
+class ObjectStats:
+    """What an :class:`ObjectStore` did since it opened (or :meth:`ObjectStore.reset_stats`).
+
+    ``requests`` counts calls that succeeded (a ``get_ranges`` call is one,
+    however many HTTP requests obstore made for it); ``attempts`` counts tries,
+    so ``retries = attempts - requests - failures``. ``latencies_s`` holds the
+    latest 65,536 successful request latencies. ``throttled`` counts tries the
+    store answered "slow down" (429, 503); ``in_flight_limit`` is the limit on
+    tries in flight that those answers set (``None``: never throttled), and
+    ``lowest_in_flight_limit`` its lowest value.
+    """
+
+    requests: int = 0
+    attempts: int = 0
+    retries: int = 0
+    failures: int = 0
+    bytes: int = 0
+    in_flight: int = 0
+    max_in_flight_observed: int = 0
+    throttled: int = 0
+    in_flight_limit: float | None = None
+    lowest_in_flight_limit: float | None = None
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
+
+    def copy(self) -> ObjectStats:
+        out = ObjectStats(
+            requests=self.requests,
+            attempts=self.attempts,
+            retries=self.retries,
+            failures=self.failures,
+            bytes=self.bytes,
+            in_flight=self.in_flight,
+            max_in_flight_observed=self.max_in_flight_observed,
+            throttled=self.throttled,
+            in_flight_limit=self.in_flight_limit,
+            lowest_in_flight_limit=self.lowest_in_flight_limit,
+        )
+        out.latencies_s.extend(self.latencies_s)
+        return out
+
+    def add(self, other: ObjectStats) -> None:
+        """Count ``other``'s requests in these (``max_in_flight_observed``: the larger)."""
+        self.requests += other.requests
+        self.attempts += other.attempts
+        self.retries += other.retries
+        self.failures += other.failures
+        self.bytes += other.bytes
+        self.in_flight += other.in_flight
+        self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)
+        self.throttled += other.throttled
+        self.in_flight_limit = _lower(self.in_flight_limit, other.in_flight_limit)
+        self.lowest_in_flight_limit = _lower(
+            self.lowest_in_flight_limit, other.lowest_in_flight_limit
+        )
+        self.latencies_s.extend(other.latencies_s)
+
+
+def _lower(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)

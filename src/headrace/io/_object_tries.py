@@ -1,0 +1,173 @@
+"""The tries of an object store's requests: the retry loop, the in-flight limit, the counters.
+
+Every request an :class:`~headrace.io._objects.ObjectStore` makes runs through
+:meth:`Tries.run` (blocking) or :meth:`Tries.arun` (on an event loop): each try
+waits for a place under the store's in-flight limit (``headrace.io._throttle``),
+is counted in :class:`~headrace.io._object_stats.ObjectStats`, and on failure is
+mapped by :func:`~headrace.io._retry.classify` and retried after the policy's
+backoff, or raised as one of ``headrace.errors``. Both loops share the failure
+handling, so a blocking and an async read give up in the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from headrace.errors import TransientStorageError
+from headrace.io._object_stats import ObjectStats
+from headrace.io._retry import RetryPolicy, classify, is_throttle
+from headrace.io._throttle import InFlightLimit
+
+log = logging.getLogger("headrace")
+
+__all__ = ["Tries"]
+
+T = TypeVar("T")
+
+
+class Tries:
+    """Runs requests with ``policy``'s retries and counts their tries.
+
+    The store sets ``closed`` when its owner closes it: a closed store starts no
+    retry. A flag, not a callback into the store: that would make a cycle, and a
+    store dropped without ``close()`` would keep its loop thread until the next
+    garbage collection instead of stopping it at once.
+    """
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.closed = False
+        self._lock = threading.Lock()
+        self._stats = ObjectStats()
+        self._limit = InFlightLimit(adapt=policy.adapt_in_flight)
+        self._throttled_before = 0
+        self._rng = random.Random()
+
+    # -- stats ------------------------------------------------------------------------------
+
+    def stats(self) -> ObjectStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            out = self._stats.copy()
+        limit = self._limit.stats()
+        out.throttled = limit.throttled - self._throttled_before
+        out.in_flight_limit, out.lowest_in_flight_limit = limit.limit, limit.lowest
+        return out
+
+    def reset_stats(self) -> None:
+        """Zero the counters (the in-flight limit, which is the store's state, stays)."""
+        with self._lock:
+            self._stats = ObjectStats()
+            self._throttled_before = self._limit.stats().throttled
+
+    def _begin(self) -> float:
+        with self._lock:
+            s = self._stats
+            s.attempts += 1
+            s.in_flight += 1
+            s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
+        return time.perf_counter()
+
+    def _end(self, t0: float, nbytes: int | None, *, retry: bool) -> None:
+        dt = time.perf_counter() - t0
+        with self._lock:
+            s = self._stats
+            s.in_flight -= 1
+            if nbytes is not None:
+                s.requests += 1
+                s.bytes += nbytes
+                s.latencies_s.append(dt)
+            elif retry:
+                s.retries += 1
+            else:
+                s.failures += 1
+
+    # -- retry loops (sync and async share _failed, classify() and the policy) -------------
+
+    def _failed(
+        self, exc: Exception, where: str, t0: float, ticket: int, tries: tuple[int, int]
+    ) -> tuple[float, tuple[int, int]]:
+        """Count a failed try; raise the final error, or return the delay before the next.
+
+        ``tries`` is ``(attempt, throttles)``, returned updated for the next try.
+        With ``adapt_in_flight``, a throttle is the store's flow control, not a
+        failure: it does not use an attempt (the limit on tries in flight probes
+        the store's capacity by now and then exceeding it), up to
+        ``4 * attempts`` throttles per request. Every retry backs off
+        exponentially in all the tries made so far.
+        """
+        attempt, throttles = tries
+        throttled = is_throttle(exc)
+        self._limit.release(ticket, throttled=throttled)
+        err, transient = classify(exc, where)
+        free = throttled and self.policy.adapt_in_flight and throttles < 4 * self.policy.attempts
+        # A closed store tries no more: a read its owner gave up on (close() under a
+        # stalled GET) ends with this try instead of waiting out the retries.
+        again = transient and not self.closed and (free or attempt < self.policy.attempts)
+        self._end(t0, None, retry=again)
+        if again:
+            delay = self.policy.delay_s(attempt + throttles, self._rng)
+            if not throttled:
+                # Said as it happens: a stalled GET takes a timeout per try, and five
+                # of them (151 s with the default policy) passed without a word.
+                log.warning(
+                    "headrace: %s; try %d of %d failed after %.1f s, trying again in %.1f s",
+                    err,
+                    attempt,
+                    self.policy.attempts,
+                    time.perf_counter() - t0,
+                    delay,
+                )
+            return delay, ((attempt, throttles + 1) if free else (attempt + 1, throttles))
+        if transient:
+            also = f", {throttles} throttled tries" if throttles else ""
+            why = "the store was closed" if self.closed else f"gave up after {attempt} attempts"
+            err = TransientStorageError(f"{err} ({why}{also})")
+        raise err from exc
+
+    def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
+        """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
+        self._limit.release(ticket)
+        self._end(t0, nbytes, retry=False)
+
+    def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
+        tries = (1, 0)
+        while True:
+            ticket = self._limit.acquire_blocking()
+            t0 = self._begin()
+            try:
+                result = once()
+            except Exception as exc:
+                delay, tries = self._failed(exc, where, t0, ticket, tries)
+                time.sleep(delay)
+                continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._settle(ticket, t0, None)
+                raise
+            self._settle(ticket, t0, size_of(result))
+            return result
+
+    async def arun(
+        self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
+    ) -> T:
+        tries = (1, 0)
+        while True:
+            ticket = await self._limit.acquire()
+            t0 = self._begin()
+            try:
+                result = await once()
+            except Exception as exc:
+                delay, tries = self._failed(exc, where, t0, ticket, tries)
+                await asyncio.sleep(delay)
+                continue
+            except BaseException:  # cancelled or interrupted: still count it out
+                self._settle(ticket, t0, None)
+                raise
+            self._settle(ticket, t0, size_of(result))
+            return result

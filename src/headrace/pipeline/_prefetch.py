@@ -1,0 +1,141 @@
+"""The loader's read-ahead thread and the bounded queue between it and the consumer.
+
+A :class:`Prefetcher` runs an iterator of chunks on a daemon thread and puts
+each chunk on a queue of at most ``depth`` chunks; the consumer takes them with
+:meth:`Prefetcher.get`. The producer always ends the queue with :data:`END` or
+a :class:`Failure` (its error, handed over to be raised in the consumer's
+thread); :meth:`Prefetcher.stop` ends it early and leaves :data:`STALE` for a
+consumer still waiting, so that it raises instead of waiting for ever. Only
+*when* chunks are read changes here, never what they hold.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from headrace.errors import StateError
+
+__all__ = ["END", "STALE", "Failure", "Prefetcher"]
+
+END = object()
+STALE = object()  # put after a producer is stopped: its consumer must not wait on
+
+
+class Failure:
+    """The error that ended the producer, and the first step it did not hand over."""
+
+    __slots__ = ("exc", "step")
+
+    def __init__(self, exc: BaseException, step: int) -> None:
+        self.exc = exc
+        self.step = step
+
+
+class Prefetcher:
+    """Puts what ``chunks`` yields, ``(steps, item)`` pairs, on a queue of ``depth`` items.
+
+    ``start`` is the first step, named by a :class:`Failure` before any chunk.
+    Nothing runs until :meth:`start`.
+    """
+
+    def __init__(self, chunks: Iterator[tuple[list[int], Any]], start: int, depth: int) -> None:
+        self.queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self._produce, args=(chunks, start), name="headrace-prefetch", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def get(self) -> tuple[object, float]:
+        """The next item (a chunk's item, :data:`END`, :data:`STALE` or a :class:`Failure`),
+        and how long the consumer waited for it (seconds)."""
+        try:
+            return self.queue.get_nowait(), 0.0
+        except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
+            t0 = time.perf_counter()
+            item = _wait_for(self.queue, self.thread)
+            return item, time.perf_counter() - t0
+
+    def _produce(self, chunks: Iterator[tuple[list[int], Any]], start: int) -> None:
+        stop, q = self._stop, self.queue
+
+        def put(item: object) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        if stop.is_set():  # stopped before it ran (see stop()): read nothing
+            return
+        step = start
+        try:
+            for steps, item in chunks:
+                if not put(item):
+                    return
+                step = steps[-1] + 1
+            put(END)
+        except BaseException as exc:  # handed to the consumer, who re-raises it
+            put(Failure(exc, step))
+
+    def stop(self, timeout: float) -> bool:
+        """Stop the producer thread; ``False`` if it is still inside a read after ``timeout``.
+
+        Such a thread is left to finish that read in the background: it then sees
+        the stop and drops its chunk.
+        """
+        self._stop.set()
+        q = self.queue
+        _drain(q)  # unblock a producer waiting on a full queue
+        try:
+            self.thread.join(timeout=timeout)
+        except RuntimeError:
+            # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
+            # was set first, so if it runs at all it returns before reading.
+            pass
+        # Wake a consumer still waiting on this queue, so it can raise.
+        _drain(q)
+        try:
+            q.put_nowait(STALE)
+        except queue.Full:  # a producer that outlived the join filled it: wakes it too
+            pass
+        return not self.thread.is_alive()
+
+
+def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
+    """The next item of ``q``, or an error if its producer is gone without ending it.
+
+    A producer always ends with ``END`` or a failure; one that is not alive with the
+    queue empty did not run in this process: it was forked after the iteration began.
+    """
+    while True:
+        try:
+            return q.get(timeout=0.5)
+        except queue.Empty:
+            if not producer.is_alive():
+                try:
+                    # Its last item, put as it ended; or the STALE a new iteration puts
+                    # once it has stopped it (a moment after: give it that moment).
+                    return q.get(timeout=1.0)
+                except queue.Empty:
+                    raise StateError(
+                        "this iterator's read-ahead thread is not in this process (it "
+                        "forked after the iteration began): call iter(loader) again here, "
+                        "which reads on from the loader's step"
+                    ) from None
+
+
+def _drain(q: queue.Queue[object]) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass

@@ -1,0 +1,36 @@
+"""Which steps a loader owns, and how they are grouped into chunks.
+
+A loader owns the steps ``t`` in ``[start, steps)`` with ``t % stride == offset``
+(every step by default; a data-loader worker owns a share). They are read in
+chunks that start at one step, for a quick first batch, and double up to a cap
+the loader may lower as it learns how many bytes a step holds. Pure functions:
+no I/O, no threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+__all__ = ["chunked", "remaining_steps"]
+
+
+def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]:
+    """``steps`` in chunks of 1, 2, 4, ... steps, up to ``cap()`` (asked after each chunk)."""
+    size = 1
+    chunk: list[int] = []
+    for t in steps:
+        chunk.append(t)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+            size = min(2 * size, cap())
+    if chunk:
+        yield chunk
+
+
+def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int = 0) -> int:
+    """How many steps ``t`` in ``[step, steps)`` have ``t % stride == offset``."""
+    if steps is None:
+        raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
+    first = step + (offset - step) % stride
+    return max(0, -(-(steps - first) // stride))
