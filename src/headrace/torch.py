@@ -500,10 +500,14 @@ class HeadraceDataLoader(Closing):
         self._generation += 1
         generation = self._generation
         if not self.num_workers:
-            for batch in ds.iter_arrays():
-                self.step += 1
-                yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
-                self._check_current(generation)
+            try:
+                for batch in ds.iter_arrays():
+                    self.step += 1
+                    yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+                    self._check_current(generation)
+            except Exception as exc:
+                self._check_current(generation, exc)
+                raise
             return
         cfg = RingConfig(
             source=ds.source,
@@ -538,6 +542,9 @@ class HeadraceDataLoader(Closing):
                 del batch
                 yield out.pop()
                 self._check_current(generation)
+        except Exception as exc:
+            self._check_current(generation, exc)
+            raise
         finally:
             workers.close()
 
@@ -547,15 +554,18 @@ class HeadraceDataLoader(Closing):
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}
 
-    def _check_current(self, generation: int) -> None:
+    def _check_current(self, generation: int, failed: Exception | None = None) -> None:
         # Checked when the consumer asks for the next batch: a stale iterator would
-        # otherwise go on counting its own steps into the restored ``step``.
+        # otherwise go on counting its own steps into the restored ``step``. Also when
+        # the wait for a batch failed: a close() from another thread (a watchdog) ends
+        # the workers or loader the waiting thread reads from, whose own error (a worker
+        # "exited", a closed process object, a closed Loader) would mislead.
         if generation != self._generation:
             raise StateError(
                 "this iterator is stale: close(), load_state_dict() or a newer iter() on "
                 "its HeadraceDataLoader came after it began; iterate the loader again "
                 "(it continues at the consumer's step)"
-            )
+            ) from failed
 
     def close(self) -> None:
         """Stop the last iteration: its workers, or without workers its read-ahead

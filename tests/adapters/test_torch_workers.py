@@ -487,3 +487,34 @@ def test_a_ctrl_c_inside_close_still_stops_and_forgets_the_workers(root: Path) -
     with pytest.raises(KeyboardInterrupt):
         wb.close()
     gone(wb, pids)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_from_another_thread_while_the_consumer_waits_is_a_stale_error(
+    root: Path, workers: int
+) -> None:
+    # A watchdog closed the loader while the training thread waited for a worker stuck
+    # in storage: the waiting thread got "ValueError: process object is closed", or
+    # "worker 0 exited with code 0 ... it crashed" (its worker's pipe reached EOF as
+    # close() ended it); without workers, the Loader's advice to make a new loader.
+    # (Without workers a read that hangs would hold close() for 10 s: slow reads.)
+    how = "hang" if workers else "sleep"
+    dl = ht.HeadraceDataLoader(
+        dataset(root, Faulty(root, at=2, how=how), chunk_steps=1), num_workers=workers
+    )
+    it = iter(dl)
+    next(it)
+    next(it)  # step 2 is slow to come, or never comes: its reads are stuck
+    wb = dl._workers
+    pids = [] if wb is None else [p.pid for p in wb._procs if p.pid is not None]
+    closing = threading.Timer(0.2, dl.close)
+    closing.start()
+    try:
+        with pytest.raises(StateError, match=r"stale: close\(\), load_state_dict\(\) or a newer"):
+            while True:
+                next(it)
+    finally:
+        closing.join()
+    if wb is not None:
+        gone(wb, pids)
+    assert dl.state_dict()["step"] >= 2
