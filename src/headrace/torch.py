@@ -197,6 +197,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
     ) -> None:
         super().__init__()
         self.rank, self.world_size = dist_rank_world(rank, world_size)
+        self._rank_given = rank is not None
         if pin_memory and not torch.accelerator.is_available():
             raise ConfigError(
                 "pin_memory=True needs an accelerator (torch.accelerator.is_available() is "
@@ -315,6 +316,21 @@ class TorchDataset(IterableDataset[TensorBatch]):
         return True
 
     # -- iteration -----------------------------------------------------------------
+    def _check_ranks(self) -> None:
+        """Refuse to read with the ``(0, 1)`` taken before ``torch.distributed`` was
+        initialised: every rank would read the whole global batch, silently. (A spawned
+        DataLoader worker has no process group: it goes by the dataset's ranks.)"""
+        if self._rank_given or not (dist.is_available() and dist.is_initialized()):
+            return
+        now = dist_rank_world()
+        if now != (self.rank, self.world_size):
+            raise ConfigError(
+                f"this TorchDataset was made as rank {self.rank} of {self.world_size}, but "
+                f"torch.distributed is now initialised as rank {now[0]} of {now[1]}: every "
+                f"rank would read the same batches. Make the dataset after "
+                f"init_process_group, or pass rank= and world_size= explicitly."
+            )
+
     def __iter__(self) -> Iterator[TensorBatch]:
         if self.pin_memory and get_worker_info() is not None:
             raise ConfigError(
@@ -336,6 +352,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._check_ranks()
         self._read_on(in_worker=info is not None)
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
@@ -494,6 +511,7 @@ class HeadraceDataLoader(Closing):
 
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset
+        ds._check_ranks()
         ds.load_state_dict(ds.state_at(self.step))
         if self.num_workers:
             self.close()  # the last iteration's workers (before the generation is taken)

@@ -300,6 +300,36 @@ def test_dist_rank_world_defaults() -> None:
     assert ht.dist_rank_world(3, 4) == (3, 4)
 
 
+def test_a_dataset_made_before_init_process_group_is_refused(
+    root: Path, reference: list[str]
+) -> None:
+    # It took rank 0 of 1 and gave every rank the whole global batch: each sample
+    # trained on once per rank, with no error anywhere.
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    ds = dataset(root)
+    assert (ds.rank, ds.world_size) == (0, 1)
+    # Rank 1 of 2 in this process: torch's own fake process group, no peer to wait for.
+    dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=2)
+    try:
+        message = r"made as rank 0 of 1, .* now initialised as rank 1 of 2"
+        for iterate in (
+            lambda: next(iter(ds)),
+            lambda: next(iter(DataLoader(ds, batch_size=None))),
+            lambda: next(iter(ht.HeadraceDataLoader(ds))),
+            lambda: next(iter(ht.HeadraceDataLoader(ds, num_workers=2))),
+        ):
+            with pytest.raises(ConfigError, match=message):
+                iterate()
+        # Made after it, or told its rank, it reads its slice.
+        assert (dataset(root).rank, dataset(root).world_size) == (1, 2)
+        mine = dataset(root, rank=0, world_size=1)
+        assert digests(iter(mine), 2) == reference[:2]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_read_only_arrays_are_copied_not_shared() -> None:
     a = np.arange(6, dtype=np.int64).reshape(2, 3)
     a.flags.writeable = False
