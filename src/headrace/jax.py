@@ -12,6 +12,7 @@ Nothing coordinates the processes: every plan is a pure function of
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 import jax
@@ -86,9 +87,50 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
 
 
 def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
-    """This process's rows of each array, assembled into global ``jax.Array`` s."""
+    """This process's rows of each array, assembled into global ``jax.Array`` s.
+
+    A field of fewer dimensions than ``sharding``'s ``PartitionSpec`` names (a
+    mixture's 1-D ``source`` beside ``(B, L)`` tokens under ``P("data", None)``) is
+    laid out by the spec's leading entries: its batch axis as the others'.
+    """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
-    return {name: make(sharding, a, (batch_size, *np.shape(a)[1:])) for name, a in batch.items()}
+    out = {}
+    for name, a in batch.items():
+        shape = (batch_size, *np.shape(a)[1:])
+        field_sharding = _for_ndim(sharding, len(shape))
+        try:
+            out[name] = make(field_sharding, a, shape)
+        except Exception as exc:
+            raise _not_laid_out(name, a, field_sharding, batch_size, exc) from exc
+    return out
+
+
+@lru_cache(maxsize=64)
+def _for_ndim(sharding: Any, ndim: int) -> Any:
+    """``sharding`` with its ``PartitionSpec`` cut to ``ndim`` entries, where longer
+    (a ``NamedSharding``: the others are the caller's to fit)."""
+    spec = getattr(sharding, "spec", None)
+    if isinstance(sharding, jax.sharding.NamedSharding) and spec is not None and len(spec) > ndim:
+        cut: Any = jax.sharding.PartitionSpec  # untyped in some jax releases
+        return sharding.update(spec=cut(*spec[:ndim]))
+    return sharding
+
+
+def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Exception) -> ConfigError:
+    """Why a field did not become a global array, naming it (jax's errors do not)."""
+    rank, world = host_rows(sharding, batch_size)
+    lo, hi = rank * batch_size // world, (rank + 1) * batch_size // world
+    rows = np.shape(a)[0] if np.ndim(a) else 0
+    if rows != hi - lo:
+        return ConfigError(
+            f"field {name!r} has {rows} rows here; this process holds rows [{lo}, {hi}) of "
+            f"the global batch of {batch_size} under sharding {sharding!r}: expected "
+            f"{hi - lo} (each process passes its own rows, as numpy_loader gives them)."
+        )
+    return ConfigError(
+        f"field {name!r} of local shape {np.shape(a)} (global {(batch_size, *np.shape(a)[1:])}) "
+        f"cannot be laid out by sharding {sharding!r}: {type(exc).__name__}: {exc}"
+    )
 
 
 def numpy_loader(

@@ -13,7 +13,7 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 
-from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -173,3 +173,41 @@ def test_rank_and_world_size_are_the_shardings_to_say(root: Path) -> None:
     for kw in ({"rank": 1}, {"world_size": 2}):
         with pytest.raises(ConfigError, match=r"JaxLoader reads rank and world_size off"):
             JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding(), **kw)
+
+
+@pytest.mark.parametrize("spec", [P("data", None), P("data", "model")])
+def test_a_spec_for_2d_fields_lays_out_the_1d_ones_by_its_batch_axis(root: Path, spec: Any) -> None:
+    # A mixture's batch has a 1-D field (``source``) beside the (B, L) ones: the natural
+    # spec for these, P("data", None), failed at the first batch with jax's "One of
+    # device_put args is incompatible with its sharding annotation", and
+    # P("data", "model") with a bare "AssertionError: (1, P('data', 'model'))".
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    sharding = NamedSharding(mesh, spec)
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=3) as ld:
+        want = [batch_digest([b]) for b in ld]
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": sharding, "seed": 5, "steps": 3}
+    got = []
+    with JaxLoader(padded_mixture(root), **kw) as ld:
+        for b in ld:
+            assert b["source"].shape == (BATCH,) and b["x"].shape == (BATCH, 16)
+            assert b["x"].sharding == sharding
+            assert b["source"].sharding.spec == P("data")
+            got.append(batch_digest([{k: np.asarray(v) for k, v in b.items()}]))
+    assert got == want
+
+
+def test_a_local_batch_of_the_wrong_rows_names_the_field(root: Path) -> None:
+    # jax's error named no field: "global_shape should be None or equal to
+    # local_data.shape. Got global_shape=(8, 16) and local_data.shape=(6, 16)".
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        local = ld.batch_at(0)
+    local["y"] = local["y"][:6]
+    with pytest.raises(ConfigError) as exc:
+        make_global_batch(local, batch_sharding(), BATCH)
+    msg = str(exc.value)
+    assert msg.startswith("field 'y' has 6 rows here; this process holds rows [0, 8) of")
+    assert "global batch of 8 under sharding NamedSharding(" in msg
+    # The rows fit, the other axis does not: jax's reason, with the field named.
+    model = NamedSharding(jax.make_mesh((2, 2), ("data", "model")), P("data", "model"))
+    with pytest.raises(ConfigError, match=r"field 'z' of local shape \(8, 3\) \(global \(8, 3"):
+        make_global_batch({"z": np.zeros((8, 3), np.float32)}, model, BATCH)
