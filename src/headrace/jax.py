@@ -15,8 +15,16 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-import jax
 import numpy as np
+
+from headrace._messages import framework_missing
+
+try:
+    import jax
+except ModuleNotFoundError as exc:
+    if exc.name != "jax":  # one of an installed jax's own dependencies: its error says which
+        raise
+    raise framework_missing("headrace.jax", "jax") from exc
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError

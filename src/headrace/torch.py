@@ -38,7 +38,15 @@ from multiprocessing.context import BaseContext
 from typing import Any, Literal
 
 import numpy as np
-import torch
+
+from headrace._messages import framework_missing
+
+try:
+    import torch
+except ModuleNotFoundError as exc:
+    if exc.name != "torch":  # one of an installed torch's own dependencies: its error says which
+        raise
+    raise framework_missing("headrace.torch", "torch") from exc
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
