@@ -244,6 +244,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
+        # The process this copy serves: another one is a DataLoader worker's copy (forked
+        # or unpickled), which notes where the main process's dataset stood (_arrive).
+        self._pid = os.getpid()
+        self._origin = (self._start, self._phase, self.seed)
+        self._loaded = False  # a state loaded here since the last iteration began
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -286,7 +291,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
         phase = int(phase)
+        if get_worker_info() is not None:
+            self._arrive()
         self._start, self._phase, self.seed = st.step, phase, st.seed
+        self._loaded = True
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
@@ -301,6 +309,21 @@ class TorchDataset(IterableDataset[TensorBatch]):
         loader = self._loader
         if loader is not None and (not in_worker or loader.made_in != os.getpid()):
             self._start = self._phase = loader.step
+
+    def _arrive(self) -> None:
+        """In a DataLoader worker, once per process: note where the main process's
+        dataset stood when this copy came (forked or unpickled). Every iteration here
+        starts there unless the DataLoader loads a state into it first (torchdata's
+        resume), as each iteration of a fresh worker does: a persistent worker must not
+        go on from its own last iteration, which the consumer did not follow (after a
+        resume, its next iteration began at that worker's own next step: steps 6, 5,
+        8, 7, ... from two workers)."""
+        pid = os.getpid()
+        if self._pid != pid:
+            self._read_on(in_worker=True)
+            self._pid = pid
+            self._origin = (self._start, self._phase, self.seed)
+            self._loaded = False
 
     def _consumed(self, step: int) -> None:
         """The consumer of this process's iteration, whose batches workers read, has
@@ -361,6 +384,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         self._check_ranks()
+        if info is not None:
+            self._arrive()
+            if not self._loaded:
+                self._start, self._phase, self.seed = self._origin
+        self._loaded = False
         self._read_on(in_worker=info is not None)
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(

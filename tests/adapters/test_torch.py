@@ -186,6 +186,25 @@ def test_torchdata_stateful_dataloader_protocol(root: Path, reference: list[str]
     assert reference[:9] + digests(dl3) == reference
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize("persistent", [False, True])
+def test_stateful_dataloader_iterated_again_after_a_resume_is_in_step_order(
+    root: Path, reference: list[str], persistent: bool
+) -> None:
+    # Persistent workers kept the steps they were resumed at (each its own): the next
+    # plain iteration gave steps 6, 5, 8, 7, ... (worker 0 first, as torchdata reads).
+    # Now every iteration without a state loaded starts, as a fresh worker's does,
+    # where the main process's dataset stands.
+    sdl = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata not installed")
+    dl = sdl.StatefulDataLoader(
+        dataset(root), batch_size=None, num_workers=2, persistent_workers=persistent
+    )
+    assert digests(dl, 5) == reference[:5]
+    dl.load_state_dict(dl.state_dict())  # the documented way to go on after a break
+    assert digests(dl, 5) == reference[5:10]
+    assert digests(dl, 6) == reference[:6]
+
+
 def test_numpy_integer_options_give_a_json_state(root: Path, reference: list[str]) -> None:
     # The Loader takes NumPy integers (a seed drawn with NumPy, a batch size from a
     # config array); the dataset kept them as given, so its state held np.int64 and
