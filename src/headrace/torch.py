@@ -497,6 +497,12 @@ class HeadraceDataLoader(Closing):
         copy: bool = False,
         **unsupported: Any,
     ) -> None:
+        if not isinstance(dataset, TorchDataset):
+            raise ConfigError(
+                f"HeadraceDataLoader takes a TorchDataset (got {type(dataset).__name__}); "
+                "make one of the source: HeadraceDataLoader(TorchDataset(source, "
+                "batch_size=...), num_workers=...)."
+            )
         for bad in _NOT_ALLOWED:
             if unsupported.get(bad):
                 raise ConfigError(

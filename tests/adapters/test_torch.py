@@ -245,6 +245,20 @@ def test_config_errors(root: Path) -> None:
             ht.HeadraceDataLoader(dataset(root), **bad)
 
 
+def test_a_loader_or_source_in_the_wrong_place_is_named(root: Path) -> None:
+    # Each was an AttributeError from inside headrace: "'Loader' object has no attribute
+    # 'fingerprint'", "'TokenSource' object has no attribute 'pin_memory'".
+    loader = Loader(token_source(root), batch_size=BATCH)
+    with pytest.raises(ConfigError, match=r"a Loader is not a source: pass the source it reads"):
+        ht.TorchDataset(loader, batch_size=BATCH)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"source must have read\(seed, samples\) and fingerpr"):
+        ht.TorchDataset(object(), batch_size=BATCH)  # type: ignore[arg-type]
+    for wrong in (token_source(root), loader):
+        with pytest.raises(ConfigError, match=r"HeadraceDataLoader takes a TorchDataset \(got "):
+            ht.HeadraceDataLoader(wrong)  # type: ignore[arg-type]
+    loader.close()
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_ragged_field_is_named_not_a_torch_type_error(tmp_path: Path, workers: int) -> None:
     from headrace.formats import FileSource
