@@ -27,7 +27,7 @@ except ModuleNotFoundError as exc:
     raise framework_missing("headrace.jax", "jax") from exc
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch, Loader, Source
 
 __all__ = ["JaxLoader", "host_rows", "make_global_batch", "numpy_loader"]
@@ -103,7 +103,8 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
     out = {}
-    for name, a in batch.items():
+    for name, value in batch.items():
+        a = _jaxable(name, value)
         shape = (batch_size, *np.shape(a)[1:])
         field_sharding = _for_ndim(sharding, len(shape))
         try:
@@ -111,6 +112,34 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
         except Exception as exc:
             raise _not_laid_out(name, a, field_sharding, batch_size, exc) from exc
     return out
+
+
+def _jaxable(name: str, a: Any) -> Any:
+    """``a`` as jax can take it without changing a value: another byte order made this
+    machine's (jax refuses ``>u2`` and ``>f4``); a type jax has no array for refused by
+    name; 64-bit integers that jax would keep as 32-bit ones (``jax_enable_x64`` off)
+    refused where a value does not fit, since jax wraps them silently."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if a.dtype.kind not in "biufc":
+        raise DataError(
+            f"field {name!r} has dtype {a.dtype}, which jax has no array type for (objects, "
+            "strings, structured and datetime arrays): turn it into numbers with a "
+            "transform or leave it out of the batch"
+        )
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    kept = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
+    if a.dtype.kind in "iu" and kept.itemsize < a.dtype.itemsize and a.size:
+        lo, hi, fits = a.min(), a.max(), np.iinfo(kept)
+        if lo < fits.min or hi > fits.max:
+            raise DataError(
+                f"field {name!r} holds {a.dtype} values in [{lo}, {hi}], beyond {kept}, which "
+                "jax keeps them as without 64-bit types: they would wrap; enable them with "
+                "jax.config.update('jax_enable_x64', True), or narrow the field with a "
+                "transform"
+            )
+    return a
 
 
 @lru_cache(maxsize=64)

@@ -17,7 +17,7 @@ from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # n
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from headrace.errors import ConfigError  # noqa: E402
+from headrace.errors import ConfigError, DataError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -211,3 +211,49 @@ def test_a_local_batch_of_the_wrong_rows_names_the_field(root: Path) -> None:
     model = NamedSharding(jax.make_mesh((2, 2), ("data", "model")), P("data", "model"))
     with pytest.raises(ConfigError, match=r"field 'z' of local shape \(8, 3\) \(global \(8, 3"):
         make_global_batch({"z": np.zeros((8, 3), np.float32)}, model, BATCH)
+
+
+def npy_loader(tmp_path: Path, arrays: list[Any]) -> JaxLoader:
+    from headrace.formats import FileSource
+
+    for i, a in enumerate(arrays):
+        np.save(tmp_path / f"f{i:02d}.npy", a)
+    source = FileSource(tmp_path, format="npy", shuffle="none")
+    return JaxLoader(source, batch_size=4, sharding=batch_sharding(), steps=1)
+
+
+def test_big_endian_fields_become_native_arrays() -> None:
+    # Arrays read as stored (a user's own reader of big-endian files): jax refused ">u2"
+    # and ">f4" ("Dtype >f4 is not a valid JAX array type").
+    batch = {k: (np.arange(8) * 3).astype(k) for k in (">u2", ">f4", ">i4")}
+    out = make_global_batch(batch, batch_sharding(), 8)
+    for k, a in batch.items():
+        assert out[k].dtype == np.dtype(k[1:]) and np.array_equal(np.asarray(out[k]), a)
+
+
+def test_int64_values_beyond_32_bits_are_refused_not_wrapped(tmp_path: Path) -> None:
+    # Without jax_enable_x64 jax keeps int64 as int32: an id of 2**40 arrived as 0.
+    assert not jax.config.read("jax_enable_x64")
+    small = [np.array([i, -i, 2**31 - 1], dtype=np.int64) for i in range(4)]
+    (tmp_path / "small").mkdir()
+    with npy_loader(tmp_path / "small", small) as ld:
+        (got,) = list(ld)
+    assert np.array_equal(np.asarray(got["data"]), np.stack(small))  # fits: as before
+    big = [np.array([i, 2**40 + i], dtype=np.int64) for i in range(4)]
+    (tmp_path / "big").mkdir()
+    with npy_loader(tmp_path / "big", big) as ld, pytest.raises(DataError) as exc:
+        next(iter(ld))
+    assert str(exc.value) == (
+        "field 'data' holds int64 values in [0, 1099511627779], beyond int32, which jax "
+        "keeps them as without 64-bit types: they would wrap; enable them with "
+        "jax.config.update('jax_enable_x64', True), or narrow the field with a transform"
+    )
+
+
+def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
+    with (
+        npy_loader(tmp_path, [np.array([b"ab", b"cd"])] * 4) as ld,
+        pytest.raises(DataError) as exc,
+    ):
+        next(iter(ld))
+    assert str(exc.value).startswith("field 'data' has dtype |S2, which jax has no array type")
