@@ -235,6 +235,14 @@ class JaxLoader(Closing):
         for batch in self.loader:
             yield make_global_batch(batch, self.sharding, self.batch_size)
 
+    def __len__(self) -> int:
+        """Batches the next iteration yields (the loader's; ``TypeError`` with
+        ``steps=None``)."""
+        return len(self.loader)
+
+    def __bool__(self) -> bool:
+        return True  # not len(): an endless or finished loader is still a loader
+
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
 

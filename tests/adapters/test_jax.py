@@ -75,6 +75,20 @@ def test_state_resumes_and_lives_in_a_dict_checkpoint(root: Path, reference: lis
     assert got == reference[2:]
 
 
+def test_len_is_the_batches_the_next_iteration_yields(root: Path) -> None:
+    # As for Loader, TorchDataset and HeadraceDataLoader (tqdm's total); it was a
+    # TypeError ("object of type 'JaxLoader' has no len()").
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        assert len(ld) == STEPS
+        next(iter(ld))
+        assert len(ld) == STEPS - 1 and len(list(ld)) == STEPS - 1
+    with JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding()) as endless:
+        with pytest.raises(TypeError):
+            len(endless)
+        assert endless  # truthy all the same
+
+
 def test_numpy_loader_defaults_to_the_jax_process(root: Path, reference: list[str]) -> None:
     with numpy_loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
         assert (ld.rank, ld.world_size) == (jax.process_index(), jax.process_count())
