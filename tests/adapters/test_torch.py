@@ -70,6 +70,23 @@ def test_tensors_are_views_unless_contiguous(root: Path, reference: list[str]) -
     assert digests([b]) == digests([c]) == reference[:1]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_editing_x_in_place_changes_y_but_no_later_batch(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # What docs/frameworks.md says of x and y sharing memory: a token mask written into
+    # x shows in y, and nothing behind them (the window cache, a slot) keeps the edit.
+    got = []
+    with ht.HeadraceDataLoader(dataset(root), num_workers=workers) as dl:
+        for b in dl:
+            got += digests([b])
+            y = b["y"].clone()
+            b["x"][:, 1:] = 0
+            assert torch.equal(b["y"][:, :-1], torch.zeros_like(y[:, :-1]))
+            assert torch.equal(b["y"][:, -1], y[:, -1])
+    assert got == reference
+
+
 def test_shared_tensors_are_views_of_one_storage(root: Path) -> None:
     with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
         batch = ld.batch_at(0)
