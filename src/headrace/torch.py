@@ -325,6 +325,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
             self._origin = (self._start, self._phase, self.seed)
             self._loaded = False
 
+    def _position(self) -> int:
+        """The step ``state_dict()`` names, cheaply: read at every batch through
+        :attr:`HeadraceDataLoader.step`."""
+        return self._start if self._loader is None else self._loader.step
+
     def _consumed(self, step: int) -> None:
         """The consumer of this process's iteration, whose batches workers read, has
         reached ``step``: what ``state_dict()`` says and the next iteration starts at."""
@@ -540,7 +545,14 @@ class HeadraceDataLoader(Closing):
             _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
-        self.step: int = dataset.state_dict()["step"]
+
+    @property
+    def step(self) -> int:
+        """The next global step the consumer has not received: the dataset's, so a
+        dataset moved by anything else (``ds.load_state_dict`` of a checkpoint, its own
+        iteration, another loader over it) moves this loader with it (it went on from
+        its own count, replaying what the dataset had been moved past)."""
+        return self.dataset._position()
 
     def __len__(self) -> int:
         """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
@@ -561,8 +573,7 @@ class HeadraceDataLoader(Closing):
         generation = self._generation
         if not self.num_workers:
             try:
-                for batch in ds.iter_arrays():
-                    self.step += 1
+                for batch in ds.iter_arrays():  # the dataset's loader counts the steps
                     yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
                     self._check_current(generation)
             except Exception as exc:
@@ -592,10 +603,11 @@ class HeadraceDataLoader(Closing):
             contiguous=ds.contiguous,
         )
         self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
+        step = cfg.start
         try:
             for batch in workers:  # writeable arrays, plain strides: torch may share them
-                self.step += 1
-                ds._consumed(self.step)  # a new loader over ds goes on from here
+                step += 1
+                ds._consumed(step)  # what self.step, and a new loader over ds, go on from
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
                 # iterator must not hold a slot, and so its ring's mapping, once closed.
                 out = [self._from_slot(batch)]
@@ -650,4 +662,3 @@ class HeadraceDataLoader(Closing):
         self.dataset.load_state_dict(state)
         self.close()  # the workers of a running iteration would go on filling their rings
         self._generation += 1
-        self.step = self.dataset.state_dict()["step"]

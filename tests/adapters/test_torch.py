@@ -562,3 +562,23 @@ def test_a_new_headrace_dataloader_over_the_dataset_continues(
     assert ds.state_dict()["step"] == 10
     got += digests(ds, 1)
     assert got == reference[:11]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_headrace_dataloader_follows_its_dataset_moved_by_others(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # A checkpoint restored into the dataset after the loader was built
+    # (ds.load_state_dict, as the table says for a dataset iterated directly) was
+    # ignored: the loader began at its own step, 0, and replayed the run's data; and
+    # after the dataset was iterated directly, the loader replayed those steps.
+    ds = dataset(root)
+    dl = ht.HeadraceDataLoader(ds, num_workers=workers)
+    ds.load_state_dict(ds.state_at(5))
+    assert len(dl) == STEPS - 5 and dl.state_dict()["step"] == 5
+    got = digests(dl, 3)
+    got += digests(iter(ds), 2)
+    assert dl.state_dict()["step"] == 10
+    got += digests(dl, 2)
+    assert got == reference[5:12]
+    dl.close()
