@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import mmap
 import multiprocessing as mp
 import os
@@ -73,6 +74,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import byte_size
 from headrace._pack import pack
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch, Loader, Source
@@ -203,9 +205,10 @@ class _Named:
         self.lock = threading.Lock()
         self.shm: SharedMemory | None = None
 
-    def create(self, name: str, size: int) -> SharedMemory:
+    def create(self, name: str, size: int, slots: int) -> SharedMemory:
         with self.lock:
-            self.shm = SharedMemory(name=name, create=True, size=size)
+            self.shm = SharedMemory(name=name, create=True, size=size * slots)
+            _reserve(self.shm, size, slots)
             return self.shm
 
     def unlink(self) -> None:
@@ -216,6 +219,28 @@ class _Named:
         if self.shm is not None:
             shm, self.shm = self.shm, None
             shm.unlink()
+
+
+def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
+    """Take the ring's pages now. A tmpfs gives a page at its first write, and one past
+    its size (a container's /dev/shm is 64 MB unless told otherwise) is a SIGBUS that
+    kills the worker in the middle of a copy, saying nothing of why."""
+    fd = getattr(shm, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return  # not Linux: pages are taken as they are written
+    try:
+        os.posix_fallocate(fd, 0, size * slots)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            return  # a file system that does not preallocate: as without
+        st = os.statvfs("/dev/shm")
+        raise HeadraceError(
+            f"a ring of {slots} slots of {byte_size(size)} does not fit in /dev/shm "
+            f"({byte_size(st.f_bavail * st.f_frsize)} free): give the container more "
+            "shared memory (docker run --shm-size=1g; Kubernetes: an emptyDir of medium "
+            "Memory mounted on /dev/shm), or use fewer workers, a smaller "
+            "prefetch_factor or chunk_steps, or num_workers=0"
+        ) from exc
 
 
 def _watch_lifeline(alive: Connection, named: _Named) -> None:
@@ -264,7 +289,7 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
                     size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
                     size += _ALIGN * len(regions)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-                    shm = named.create(name, size * cfg.slots)
+                    shm = named.create(name, size, cfg.slots)
                     assert shm.buf is not None  # set by create=True
                     whole = np.frombuffer(shm.buf, np.uint8)
                     out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import threading
 from itertools import islice
 from multiprocessing import forkserver
@@ -518,3 +520,31 @@ def test_close_from_another_thread_while_the_consumer_waits_is_a_stale_error(
     if wb is not None:
         gone(wb, pids)
     assert dl.state_dict()["step"] >= 2
+
+
+def test_rings_that_do_not_fit_in_dev_shm_are_told_not_a_sigbus(tmp_path: Path) -> None:
+    # A container's /dev/shm is 64 MB unless told otherwise. The rings' pages were
+    # taken as the workers first wrote them: past the size, the kernel sent SIGBUS,
+    # and the error said only "killed by signal 7 (SIGBUS)".
+    shell = (
+        "mount -t tmpfs -o size=256k tmpfs /dev/shm && "
+        f"exec {sys.executable} {Path(__file__).parent / 'small_shm.py'} {tmp_path}"
+    )
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
+    if probe.returncode:
+        pytest.skip("needs unshare -m and mount (root) for a small /dev/shm of its own")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", shell], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "SIGBUS" not in out.stdout
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("HeadraceError: a ring of 4 slots of ") and " kB " in first
+    assert " does not fit in /dev/shm (" in first
+    assert first.endswith(
+        "free): give the container more shared memory (docker run --shm-size=1g; "
+        "Kubernetes: an emptyDir of medium Memory mounted on /dev/shm), or use fewer "
+        "workers, a smaller prefetch_factor or chunk_steps, or num_workers=0"
+    )
+    assert "in headrace worker" in out.stdout
