@@ -398,6 +398,7 @@ class WorkerBatches:
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
         self.pickled_chunks = 0  # chunks that came through the pipe, not a slot
+        self._closing = threading.RLock()
         _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -577,31 +578,36 @@ class WorkerBatches:
 
         Leased batches stay valid: their mapping lives until the last view dies.
         """
-        for ready in self._ready:  # batches not handed out: their slots may go
-            ready.clear()
-        if self._alive is None and not self._procs:
-            return  # closed already (perhaps at exit, before this iterator's finaliser)
-        if self._alive is not None:  # first: a worker in a long read leaves after a grace
-            self._alive.close()
-            self._alive = None
-        for c in (*self._out, *self._back):
-            c.close()
-        deadline = _monotonic() + _STOP_S
-        try:
-            for p in self._procs:
-                p.join(timeout=max(0.0, deadline - _monotonic()))
-        finally:
-            # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
-            # just as it came): no worker outlives close(), none is left listed.
-            for p in self._procs:
-                if p.exitcode is None:
-                    p.terminate()
-                    p.join(timeout=1)
-                if p.exitcode is None:
-                    p.kill()
-                    p.join()
-                p.close()
-            self._procs, self._out, self._back, self._rings = [], [], [], []
+        # One at a time: a watchdog thread's close() and the iterator's own (its finally)
+        # may come together; the second waits for the workers to be stopped, then finds
+        # nothing left (reentrant: a finaliser may run inside close() in this thread).
+        with self._closing:
+            for ready in self._ready:  # batches not handed out: their slots may go
+                ready.clear()
+            alive, procs, conns = self._alive, self._procs, (*self._out, *self._back)
+            if alive is None and not procs:
+                return  # closed already (perhaps at exit, before this iterator's finaliser)
+            # Unlisted first: a close() reentering from a finaliser has nothing to do.
+            self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+            if alive is not None:  # first: a worker in a long read leaves after a grace
+                alive.close()
+            for c in conns:
+                c.close()
+            deadline = _monotonic() + _STOP_S
+            try:
+                for p in procs:
+                    p.join(timeout=max(0.0, deadline - _monotonic()))
+            finally:
+                # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
+                # just as it came): no worker outlives close().
+                for p in procs:
+                    if p.exitcode is None:
+                        p.terminate()
+                        p.join(timeout=1)
+                    if p.exitcode is None:
+                        p.kill()
+                        p.join()
+                    p.close()
 
 
 # Bound here: an iterator still held when the interpreter ends is finalised after the

@@ -548,3 +548,33 @@ def test_rings_that_do_not_fit_in_dev_shm_are_told_not_a_sigbus(tmp_path: Path) 
         "workers, a smaller prefetch_factor or chunk_steps, or num_workers=0"
     )
     assert "in headrace worker" in out.stdout
+
+
+def test_two_threads_closing_at_once_both_return_with_the_workers_stopped(root: Path) -> None:
+    # A watchdog's close() and the iterator's own (its finally) at the same moment: the
+    # second found the first's process objects closed under it, "ValueError: process
+    # object is closed", raised in whichever thread waited longer.
+    wb = ring(Faulty(root, at=2, how="hang"))
+    it = iter(wb)
+    next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            wb.close()
+        except BaseException as exc:
+            errors.append(exc)
+        # Each returns only once no worker is left, whichever did the stopping.
+        assert wb._procs == []
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+
+    closers = [threading.Thread(target=close) for _ in range(3)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    assert errors == []
+    gone(wb, pids)
