@@ -428,6 +428,11 @@ class TorchDataset(IterableDataset[TensorBatch]):
         return state
 
 
+def _is_integer(value: object) -> bool:
+    """A Python or NumPy integer, not a bool (``num_workers=True`` is no count)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def _start_fork_server(ctx: BaseContext) -> None:
     """Start the fork server now, importing torch and headrace once for all workers.
 
@@ -521,12 +526,15 @@ class HeadraceDataLoader(Closing):
                 f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
                 "prefetch_factor, multiprocessing_context, pin_memory and copy."
             )
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        if not _is_integer(num_workers) or num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")
-        if prefetch_factor is not None and (num_workers == 0 or prefetch_factor < 1):
+        num_workers = int(num_workers)  # a NumPy integer too, as the Loader takes them
+        if prefetch_factor is not None and (
+            num_workers == 0 or not _is_integer(prefetch_factor) or prefetch_factor < 1
+        ):
             raise ConfigError(
-                f"prefetch_factor must be >= 1, and only with num_workers > 0 (got "
-                f"{prefetch_factor=}, {num_workers=})."
+                f"prefetch_factor must be an integer >= 1, and only with num_workers > 0 "
+                f"(got {prefetch_factor=}, {num_workers=})."
             )
         self.pin_memory = pin_memory or dataset.pin_memory
         if self.pin_memory and not torch.accelerator.is_available():
@@ -537,7 +545,7 @@ class HeadraceDataLoader(Closing):
         self.dataset = dataset
         self.num_workers = num_workers
         # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.
-        self.slots = (prefetch_factor or 3) + 1
+        self.slots = int(prefetch_factor or 3) + 1
         self.copy = copy
         # Checked now, not at the first batch.
         self.context = mp_context(multiprocessing_context) if num_workers else None

@@ -400,6 +400,22 @@ def test_config_errors(root: Path) -> None:
         ht.HeadraceDataLoader(dataset(root), num_workers=-1)
     with pytest.raises(ConfigError, match="num_workers must be"):
         ht.HeadraceDataLoader(dataset(root), num_workers=True)  # not one worker
+    # A float prefetch_factor failed at iter() in multiprocessing, "'float' object cannot
+    # be interpreted as an integer"; a bool one was taken as 1.
+    for bad in (2.5, True):
+        with pytest.raises(
+            ConfigError, match=rf"must be an integer >= 1.*got prefetch_factor={bad}"
+        ):
+            ht.HeadraceDataLoader(dataset(root), num_workers=2, prefetch_factor=bad)
+
+
+def test_numpy_integer_worker_counts_are_taken(root: Path, reference: list[str]) -> None:
+    # num_workers=np.int64(2) (a count worked out with NumPy) was refused as "must be an
+    # integer >= 0 (got np.int64(2))"; the Loader takes NumPy integers everywhere.
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=np.int64(2), prefetch_factor=np.int32(1))
+    assert dl.num_workers == 2 and type(dl.num_workers) is int and dl.slots == 2
+    assert [digest(b) for b in islice(dl, 3)] == reference[:3]
+    dl.close()
     with pytest.raises(ConfigError, match="slots >= 2"):
         RingConfig(source=token_source(root), slots=1)
 
