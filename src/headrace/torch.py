@@ -421,6 +421,8 @@ class TorchDataset(IterableDataset[TensorBatch]):
             loader.close()
 
     def __getstate__(self) -> dict[str, Any]:
+        # Checked here too: a spawned worker has no process group to check against.
+        self._check_ranks()
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)

@@ -369,6 +369,13 @@ def test_a_dataset_made_before_init_process_group_is_refused(
             lambda: next(iter(DataLoader(ds, batch_size=None))),
             lambda: next(iter(ht.HeadraceDataLoader(ds))),
             lambda: next(iter(ht.HeadraceDataLoader(ds, num_workers=2))),
+            # Refused as the dataset is sent, before a worker starts (spawned workers
+            # have no process group to check against).
+            lambda: next(
+                iter(
+                    DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+                )
+            ),
         ):
             with pytest.raises(ConfigError, match=message):
                 iterate()
