@@ -142,15 +142,18 @@ def _jaxable(name: str, a: Any) -> Any:
     return a
 
 
-@lru_cache(maxsize=64)
 def _for_ndim(sharding: Any, ndim: int) -> Any:
     """``sharding`` with its ``PartitionSpec`` cut to ``ndim`` entries, where longer
     (a ``NamedSharding``: the others are the caller's to fit)."""
-    spec = getattr(sharding, "spec", None)
-    if isinstance(sharding, jax.sharding.NamedSharding) and spec is not None and len(spec) > ndim:
-        cut: Any = jax.sharding.PartitionSpec  # untyped in some jax releases
-        return sharding.update(spec=cut(*spec[:ndim]))
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > ndim:
+        return _cut(sharding, ndim)
     return sharding
+
+
+@lru_cache(maxsize=64)  # every batch of a run asks for the same few (hashable) shardings
+def _cut(sharding: Any, ndim: int) -> Any:
+    cut: Any = jax.sharding.PartitionSpec  # untyped in some jax releases
+    return sharding.update(spec=cut(*sharding.spec[:ndim]))
 
 
 def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Exception) -> ConfigError:
