@@ -75,6 +75,12 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
     process reads the whole batch.
     """
     rows = sorted(set(_row_slices(sharding, batch_size)))
+    if not rows:
+        raise ConfigError(
+            f"this process's devices hold no rows of the global batch under sharding "
+            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
+            "whose devices the sharding's mesh includes."
+        )
     lo, hi = rows[0][0], rows[0][1]
     for a, b in rows[1:]:
         if a > hi:

@@ -127,6 +127,9 @@ def test_host_rows_errors() -> None:
         host_rows(FakeSharding([(0, 2), (4, 6)]), 8)
     with pytest.raises(ConfigError, match="not an equal share"):
         host_rows(FakeSharding([(0, 3)]), 8)
+    # A mesh without this process's devices (it was "IndexError: list index out of range").
+    with pytest.raises(ConfigError, match=r"this process's devices hold no rows of the global"):
+        host_rows(FakeSharding([]), 8)
 
     class Broken:
         def addressable_devices_indices_map(self, shape: tuple[int, ...]) -> None:
