@@ -291,8 +291,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
         phase = int(phase)
-        if get_worker_info() is not None:
-            self._arrive()
+        self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
         self._start, self._phase, self.seed = st.step, phase, st.seed
         self._loaded = True
         # The last iteration's loader would otherwise go on answering state_dict()
@@ -319,7 +318,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         resume, its next iteration began at that worker's own next step: steps 6, 5,
         8, 7, ... from two workers)."""
         pid = os.getpid()
-        if self._pid != pid:
+        if self._pid != pid:  # (in the main process, never)
             self._read_on(in_worker=True)
             self._pid = pid
             self._origin = (self._start, self._phase, self.seed)
