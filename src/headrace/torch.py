@@ -249,6 +249,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self._pid = os.getpid()
         self._origin = (self._start, self._phase, self.seed)
         self._loaded = False  # a state loaded here since the last iteration began
+        self._loads = 0  # states loaded in all: an iteration over it began before one is stale
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -294,6 +295,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
         self._start, self._phase, self.seed = st.step, phase, st.seed
         self._loaded = True
+        self._loads += 1
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
@@ -579,7 +581,7 @@ class HeadraceDataLoader(Closing):
         if self.num_workers:
             self.close()  # the last iteration's workers (before the generation is taken)
         self._generation += 1
-        generation = self._generation
+        generation = (self._generation, ds._loads)
         if not self.num_workers:
             try:
                 for batch in ds.iter_arrays():  # the dataset's loader counts the steps
@@ -635,17 +637,17 @@ class HeadraceDataLoader(Closing):
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}
 
-    def _check_current(self, generation: int, failed: Exception | None = None) -> None:
+    def _check_current(self, generation: tuple[int, int], failed: Exception | None = None) -> None:
         # Checked when the consumer asks for the next batch: a stale iterator would
         # otherwise go on counting its own steps into the restored ``step``. Also when
         # the wait for a batch failed: a close() from another thread (a watchdog) ends
         # the workers or loader the waiting thread reads from, whose own error (a worker
         # "exited", a closed process object, a closed Loader) would mislead.
-        if generation != self._generation:
+        if generation != (self._generation, self.dataset._loads):
             raise StateError(
                 "this iterator is stale: close(), load_state_dict() or a newer iter() on "
-                "its HeadraceDataLoader came after it began; iterate the loader again "
-                "(it continues at the consumer's step)"
+                "its HeadraceDataLoader, or load_state_dict() on its dataset, came after it "
+                "began; iterate the loader again (it continues at the consumer's step)"
             ) from failed
 
     def close(self) -> None:

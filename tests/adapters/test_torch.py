@@ -589,3 +589,21 @@ def test_a_headrace_dataloader_follows_its_dataset_moved_by_others(
     got += digests(dl, 2)
     assert got == reference[5:12]
     dl.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_loaded_into_the_dataset_mid_iteration_makes_the_iterator_stale(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # With workers the running iteration went on from its own step and wrote it back
+    # over the loaded one at its next batch (the load was lost, silently); without, the
+    # Loader's own error said to make a new loader.
+    ds = dataset(root)
+    dl = ht.HeadraceDataLoader(ds, num_workers=workers)
+    it = iter(dl)
+    assert digests(it, 3) == reference[:3]
+    ds.load_state_dict(ds.state_at(1))
+    with pytest.raises(StateError, match=r"stale: .* load_state_dict\(\) on its dataset"):
+        next(it)
+    assert dl.step == 1 and digests(dl, 2) == reference[1:3]
+    dl.close()
