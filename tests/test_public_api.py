@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 import types
 
 import pytest
@@ -49,3 +50,22 @@ def test_a_missing_name_of_a_lazy_module_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match=r"module 'headrace.io' has no attribute 'Nope'"):
         _ = headrace.io.Nope  # type: ignore[attr-defined]
     assert not hasattr(headrace.io, "Nope")  # hasattr and getattr(..., default) work
+
+
+@pytest.mark.parametrize(
+    ("module", "package"), [("headrace.torch", "torch"), ("headrace.jax", "jax")]
+)
+def test_the_adapter_of_a_framework_not_installed_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, module: str, package: str
+) -> None:
+    # Fault injection: the framework made unimportable, as where it is not installed.
+    # The error was Python's own, "No module named 'jax'", with no hint of the extra.
+    monkeypatch.setitem(sys.modules, package, None)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ModuleNotFoundError) as exc:
+        importlib.import_module(module)
+    assert str(exc.value) == (
+        f"{module} needs {package}, which is not installed: pip install 'headrace[{package}]' "
+        f"(or {package} built for your accelerator, from {package}'s install guide)"
+    )
+    assert exc.value.name == package  # what code that catches ImportError looks at

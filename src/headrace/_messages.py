@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["byte_size", "unknown_keys"]
+__all__ = ["byte_size", "framework_missing", "unknown_keys"]
 
 
 def byte_size(n: float) -> str:
@@ -14,6 +14,17 @@ def byte_size(n: float) -> str:
         if n >= scale:
             return f"{n / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{n:,.0f} B"
+
+
+def framework_missing(module: str, package: str) -> ModuleNotFoundError:
+    """The error for an adapter whose framework is not installed: still a
+    ``ModuleNotFoundError`` named after the package (what ``except ImportError`` and
+    ``pytest.importorskip`` look at), saying which extra installs it."""
+    return ModuleNotFoundError(
+        f"{module} needs {package}, which is not installed: pip install 'headrace[{package}]' "
+        f"(or {package} built for your accelerator, from {package}'s install guide)",
+        name=package,
+    )
 
 
 def unknown_keys(

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import mmap
 import multiprocessing as mp
 import os
@@ -73,6 +74,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import byte_size
 from headrace._pack import pack
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch, Loader, Source
@@ -203,9 +205,10 @@ class _Named:
         self.lock = threading.Lock()
         self.shm: SharedMemory | None = None
 
-    def create(self, name: str, size: int) -> SharedMemory:
+    def create(self, name: str, size: int, slots: int) -> SharedMemory:
         with self.lock:
-            self.shm = SharedMemory(name=name, create=True, size=size)
+            self.shm = SharedMemory(name=name, create=True, size=size * slots)
+            _reserve(self.shm, size, slots)
             return self.shm
 
     def unlink(self) -> None:
@@ -216,6 +219,28 @@ class _Named:
         if self.shm is not None:
             shm, self.shm = self.shm, None
             shm.unlink()
+
+
+def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
+    """Take the ring's pages now. A tmpfs gives a page at its first write, and one past
+    its size (a container's /dev/shm is 64 MB unless told otherwise) is a SIGBUS that
+    kills the worker in the middle of a copy, saying nothing of why."""
+    fd = getattr(shm, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return  # not Linux: pages are taken as they are written
+    try:
+        os.posix_fallocate(fd, 0, size * slots)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            return  # a file system that does not preallocate: as without
+        st = os.statvfs("/dev/shm")
+        raise HeadraceError(
+            f"a ring of {slots} slots of {byte_size(size)} does not fit in /dev/shm "
+            f"({byte_size(st.f_bavail * st.f_frsize)} free): give the container more "
+            "shared memory (docker run --shm-size=1g; Kubernetes: an emptyDir of medium "
+            "Memory mounted on /dev/shm), or use fewer workers, a smaller "
+            "prefetch_factor or chunk_steps, or num_workers=0"
+        ) from exc
 
 
 def _watch_lifeline(alive: Connection, named: _Named) -> None:
@@ -264,7 +289,7 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
                     size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
                     size += _ALIGN * len(regions)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-                    shm = named.create(name, size * cfg.slots)
+                    shm = named.create(name, size, cfg.slots)
                     assert shm.buf is not None  # set by create=True
                     whole = np.frombuffer(shm.buf, np.uint8)
                     out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
@@ -373,6 +398,7 @@ class WorkerBatches:
         self._pending: collections.deque[tuple[int, int]] = collections.deque()
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
         self.pickled_chunks = 0  # chunks that came through the pipe, not a slot
+        self._closing = threading.RLock()
         _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -552,31 +578,36 @@ class WorkerBatches:
 
         Leased batches stay valid: their mapping lives until the last view dies.
         """
-        for ready in self._ready:  # batches not handed out: their slots may go
-            ready.clear()
-        if self._alive is None and not self._procs:
-            return  # closed already (perhaps at exit, before this iterator's finaliser)
-        if self._alive is not None:  # first: a worker in a long read leaves after a grace
-            self._alive.close()
-            self._alive = None
-        for c in (*self._out, *self._back):
-            c.close()
-        deadline = _monotonic() + _STOP_S
-        try:
-            for p in self._procs:
-                p.join(timeout=max(0.0, deadline - _monotonic()))
-        finally:
-            # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
-            # just as it came): no worker outlives close(), none is left listed.
-            for p in self._procs:
-                if p.exitcode is None:
-                    p.terminate()
-                    p.join(timeout=1)
-                if p.exitcode is None:
-                    p.kill()
-                    p.join()
-                p.close()
-            self._procs, self._out, self._back, self._rings = [], [], [], []
+        # One at a time: a watchdog thread's close() and the iterator's own (its finally)
+        # may come together; the second waits for the workers to be stopped, then finds
+        # nothing left (reentrant: a finaliser may run inside close() in this thread).
+        with self._closing:
+            for ready in self._ready:  # batches not handed out: their slots may go
+                ready.clear()
+            alive, procs, conns = self._alive, self._procs, (*self._out, *self._back)
+            if alive is None and not procs:
+                return  # closed already (perhaps at exit, before this iterator's finaliser)
+            # Unlisted first: a close() reentering from a finaliser has nothing to do.
+            self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+            if alive is not None:  # first: a worker in a long read leaves after a grace
+                alive.close()
+            for c in conns:
+                c.close()
+            deadline = _monotonic() + _STOP_S
+            try:
+                for p in procs:
+                    p.join(timeout=max(0.0, deadline - _monotonic()))
+            finally:
+                # Also when a Ctrl-C cuts the wait short (the iteration ended and closed
+                # just as it came): no worker outlives close().
+                for p in procs:
+                    if p.exitcode is None:
+                        p.terminate()
+                        p.join(timeout=1)
+                    if p.exitcode is None:
+                        p.kill()
+                        p.join()
+                    p.close()
 
 
 # Bound here: an iterator still held when the interpreter ends is finalised after the

@@ -12,13 +12,22 @@ Nothing coordinates the processes: every plan is a pure function of
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
-import jax
 import numpy as np
 
+from headrace._messages import framework_missing
+
+try:
+    import jax
+except ModuleNotFoundError as exc:
+    if exc.name != "jax":  # one of an installed jax's own dependencies: its error says which
+        raise
+    raise framework_missing("headrace.jax", "jax") from exc
+
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch, Loader, Source
 
 __all__ = ["JaxLoader", "host_rows", "make_global_batch", "numpy_loader"]
@@ -66,6 +75,12 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
     process reads the whole batch.
     """
     rows = sorted(set(_row_slices(sharding, batch_size)))
+    if not rows:
+        raise ConfigError(
+            f"this process's devices hold no rows of the global batch under sharding "
+            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
+            "whose devices the sharding's mesh includes."
+        )
     lo, hi = rows[0][0], rows[0][1]
     for a, b in rows[1:]:
         if a > hi:
@@ -86,9 +101,82 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
 
 
 def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
-    """This process's rows of each array, assembled into global ``jax.Array`` s."""
+    """This process's rows of each array, assembled into global ``jax.Array`` s.
+
+    A field of fewer dimensions than ``sharding``'s ``PartitionSpec`` names (a
+    mixture's 1-D ``source`` beside ``(B, L)`` tokens under ``P("data", None)``) is
+    laid out by the spec's leading entries: its batch axis as the others'.
+    """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
-    return {name: make(sharding, a, (batch_size, *np.shape(a)[1:])) for name, a in batch.items()}
+    out = {}
+    for name, value in batch.items():
+        a = _jaxable(name, value)
+        shape = (batch_size, *np.shape(a)[1:])
+        field_sharding = _for_ndim(sharding, len(shape))
+        try:
+            out[name] = make(field_sharding, a, shape)
+        except Exception as exc:
+            raise _not_laid_out(name, a, field_sharding, batch_size, exc) from exc
+    return out
+
+
+def _jaxable(name: str, a: Any) -> Any:
+    """``a`` as jax can take it without changing a value: another byte order made this
+    machine's (jax refuses ``>u2`` and ``>f4``); a type jax has no array for refused by
+    name; 64-bit integers that jax would keep as 32-bit ones (``jax_enable_x64`` off)
+    refused where a value does not fit, since jax wraps them silently."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if a.dtype.kind not in "biufc":
+        raise DataError(
+            f"field {name!r} has dtype {a.dtype}, which jax has no array type for (objects, "
+            "strings, structured and datetime arrays): turn it into numbers with a "
+            "transform or leave it out of the batch"
+        )
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    kept = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
+    if a.dtype.kind in "iu" and kept.itemsize < a.dtype.itemsize and a.size:
+        lo, hi, fits = a.min(), a.max(), np.iinfo(kept)
+        if lo < fits.min or hi > fits.max:
+            raise DataError(
+                f"field {name!r} holds {a.dtype} values in [{lo}, {hi}], beyond {kept}, which "
+                "jax keeps them as without 64-bit types: they would wrap; enable them with "
+                "jax.config.update('jax_enable_x64', True), or narrow the field with a "
+                "transform"
+            )
+    return a
+
+
+def _for_ndim(sharding: Any, ndim: int) -> Any:
+    """``sharding`` with its ``PartitionSpec`` cut to ``ndim`` entries, where longer
+    (a ``NamedSharding``: the others are the caller's to fit)."""
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > ndim:
+        return _cut(sharding, ndim)
+    return sharding
+
+
+@lru_cache(maxsize=64)  # every batch of a run asks for the same few (hashable) shardings
+def _cut(sharding: Any, ndim: int) -> Any:
+    cut: Any = jax.sharding.PartitionSpec  # untyped in some jax releases
+    return sharding.update(spec=cut(*sharding.spec[:ndim]))
+
+
+def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Exception) -> ConfigError:
+    """Why a field did not become a global array, naming it (jax's errors do not)."""
+    rank, world = host_rows(sharding, batch_size)
+    lo, hi = rank * batch_size // world, (rank + 1) * batch_size // world
+    rows = np.shape(a)[0] if np.ndim(a) else 0
+    if rows != hi - lo:
+        return ConfigError(
+            f"field {name!r} has {rows} rows here; this process holds rows [{lo}, {hi}) of "
+            f"the global batch of {batch_size} under sharding {sharding!r}: expected "
+            f"{hi - lo} (each process passes its own rows, as numpy_loader gives them)."
+        )
+    return ConfigError(
+        f"field {name!r} of local shape {np.shape(a)} (global {(batch_size, *np.shape(a)[1:])}) "
+        f"cannot be laid out by sharding {sharding!r}: {type(exc).__name__}: {exc}"
+    )
 
 
 def numpy_loader(
@@ -155,6 +243,14 @@ class JaxLoader(Closing):
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
         for batch in self.loader:
             yield make_global_batch(batch, self.sharding, self.batch_size)
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields (the loader's; ``TypeError`` with
+        ``steps=None``)."""
+        return len(self.loader)
+
+    def __bool__(self) -> bool:
+        return True  # not len(): an endless or finished loader is still a loader
 
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()

@@ -38,7 +38,15 @@ from multiprocessing.context import BaseContext
 from typing import Any, Literal
 
 import numpy as np
-import torch
+
+from headrace._messages import framework_missing
+
+try:
+    import torch
+except ModuleNotFoundError as exc:
+    if exc.name != "torch":  # one of an installed torch's own dependencies: its error says which
+        raise
+    raise framework_missing("headrace.torch", "torch") from exc
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -197,6 +205,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
     ) -> None:
         super().__init__()
         self.rank, self.world_size = dist_rank_world(rank, world_size)
+        self._rank_given = rank is not None
         if pin_memory and not torch.accelerator.is_available():
             raise ConfigError(
                 "pin_memory=True needs an accelerator (torch.accelerator.is_available() is "
@@ -235,6 +244,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
         self._loader: Loader | None = None  # this process's live worker loader
+        # The process this copy serves: another one is a DataLoader worker's copy (forked
+        # or unpickled), which notes where the main process's dataset stood (_arrive).
+        self._pid = os.getpid()
+        self._origin = (self._start, self._phase, self.seed)
+        self._loaded = False  # a state loaded here since the last iteration began
+        self._loads = 0  # states loaded in all: an iteration over it began before one is stale
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -277,7 +292,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
         phase = int(phase)
+        self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
         self._start, self._phase, self.seed = st.step, phase, st.seed
+        self._loaded = True
+        self._loads += 1
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
@@ -292,6 +310,26 @@ class TorchDataset(IterableDataset[TensorBatch]):
         loader = self._loader
         if loader is not None and (not in_worker or loader.made_in != os.getpid()):
             self._start = self._phase = loader.step
+
+    def _arrive(self) -> None:
+        """In a DataLoader worker, once per process: note where the main process's
+        dataset stood when this copy came (forked or unpickled). Every iteration here
+        starts there unless the DataLoader loads a state into it first (torchdata's
+        resume), as each iteration of a fresh worker does: a persistent worker must not
+        go on from its own last iteration, which the consumer did not follow (after a
+        resume, its next iteration began at that worker's own next step: steps 6, 5,
+        8, 7, ... from two workers)."""
+        pid = os.getpid()
+        if self._pid != pid:  # (in the main process, never)
+            self._read_on(in_worker=True)
+            self._pid = pid
+            self._origin = (self._start, self._phase, self.seed)
+            self._loaded = False
+
+    def _position(self) -> int:
+        """The step ``state_dict()`` names, cheaply: read at every batch through
+        :attr:`HeadraceDataLoader.step`."""
+        return self._start if self._loader is None else self._loader.step
 
     def _consumed(self, step: int) -> None:
         """The consumer of this process's iteration, whose batches workers read, has
@@ -315,6 +353,21 @@ class TorchDataset(IterableDataset[TensorBatch]):
         return True
 
     # -- iteration -----------------------------------------------------------------
+    def _check_ranks(self) -> None:
+        """Refuse to read with the ``(0, 1)`` taken before ``torch.distributed`` was
+        initialised: every rank would read the whole global batch, silently. (A spawned
+        DataLoader worker has no process group: it goes by the dataset's ranks.)"""
+        if self._rank_given or not (dist.is_available() and dist.is_initialized()):
+            return
+        now = dist_rank_world()
+        if now != (self.rank, self.world_size):
+            raise ConfigError(
+                f"this TorchDataset was made as rank {self.rank} of {self.world_size}, but "
+                f"torch.distributed is now initialised as rank {now[0]} of {now[1]}: every "
+                f"rank would read the same batches. Make the dataset after "
+                f"init_process_group, or pass rank= and world_size= explicitly."
+            )
+
     def __iter__(self) -> Iterator[TensorBatch]:
         if self.pin_memory and get_worker_info() is not None:
             raise ConfigError(
@@ -336,6 +389,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._check_ranks()
+        if info is not None:
+            self._arrive()
+            if not self._loaded:
+                self._start, self._phase, self.seed = self._origin
+        self._loaded = False
         self._read_on(in_worker=info is not None)
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
@@ -363,11 +422,18 @@ class TorchDataset(IterableDataset[TensorBatch]):
             loader.close()
 
     def __getstate__(self) -> dict[str, Any]:
+        # Checked here too: a spawned worker has no process group to check against.
+        self._check_ranks()
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
         state["_loader"] = None
         return state
+
+
+def _is_integer(value: object) -> bool:
+    """A Python or NumPy integer, not a bool (``num_workers=True`` is no count)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _start_fork_server(ctx: BaseContext) -> None:
@@ -444,6 +510,12 @@ class HeadraceDataLoader(Closing):
         copy: bool = False,
         **unsupported: Any,
     ) -> None:
+        if not isinstance(dataset, TorchDataset):
+            raise ConfigError(
+                f"HeadraceDataLoader takes a TorchDataset (got {type(dataset).__name__}); "
+                "make one of the source: HeadraceDataLoader(TorchDataset(source, "
+                "batch_size=...), num_workers=...)."
+            )
         for bad in _NOT_ALLOWED:
             if unsupported.get(bad):
                 raise ConfigError(
@@ -457,12 +529,15 @@ class HeadraceDataLoader(Closing):
                 f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
                 "prefetch_factor, multiprocessing_context, pin_memory and copy."
             )
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        if not _is_integer(num_workers) or num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")
-        if prefetch_factor is not None and (num_workers == 0 or prefetch_factor < 1):
+        num_workers = int(num_workers)  # a NumPy integer too, as the Loader takes them
+        if prefetch_factor is not None and (
+            num_workers == 0 or not _is_integer(prefetch_factor) or prefetch_factor < 1
+        ):
             raise ConfigError(
-                f"prefetch_factor must be >= 1, and only with num_workers > 0 (got "
-                f"{prefetch_factor=}, {num_workers=})."
+                f"prefetch_factor must be an integer >= 1, and only with num_workers > 0 "
+                f"(got {prefetch_factor=}, {num_workers=})."
             )
         self.pin_memory = pin_memory or dataset.pin_memory
         if self.pin_memory and not torch.accelerator.is_available():
@@ -473,7 +548,7 @@ class HeadraceDataLoader(Closing):
         self.dataset = dataset
         self.num_workers = num_workers
         # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.
-        self.slots = (prefetch_factor or 3) + 1
+        self.slots = int(prefetch_factor or 3) + 1
         self.copy = copy
         # Checked now, not at the first batch.
         self.context = mp_context(multiprocessing_context) if num_workers else None
@@ -481,7 +556,14 @@ class HeadraceDataLoader(Closing):
             _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
-        self.step: int = dataset.state_dict()["step"]
+
+    @property
+    def step(self) -> int:
+        """The next global step the consumer has not received: the dataset's, so a
+        dataset moved by anything else (``ds.load_state_dict`` of a checkpoint, its own
+        iteration, another loader over it) moves this loader with it (it went on from
+        its own count, replaying what the dataset had been moved past)."""
+        return self.dataset._position()
 
     def __len__(self) -> int:
         """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
@@ -494,16 +576,20 @@ class HeadraceDataLoader(Closing):
 
     def __iter__(self) -> Iterator[TensorBatch]:
         ds = self.dataset
+        ds._check_ranks()
         ds.load_state_dict(ds.state_at(self.step))
         if self.num_workers:
             self.close()  # the last iteration's workers (before the generation is taken)
         self._generation += 1
-        generation = self._generation
+        generation = (self._generation, ds._loads)
         if not self.num_workers:
-            for batch in ds.iter_arrays():
-                self.step += 1
-                yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
-                self._check_current(generation)
+            try:
+                for batch in ds.iter_arrays():  # the dataset's loader counts the steps
+                    yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+                    self._check_current(generation)
+            except Exception as exc:
+                self._check_current(generation, exc)
+                raise
             return
         cfg = RingConfig(
             source=ds.source,
@@ -528,16 +614,20 @@ class HeadraceDataLoader(Closing):
             contiguous=ds.contiguous,
         )
         self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
+        step = cfg.start
         try:
             for batch in workers:  # writeable arrays, plain strides: torch may share them
-                self.step += 1
-                ds._consumed(self.step)  # a new loader over ds goes on from here
+                step += 1
+                ds._consumed(step)  # what self.step, and a new loader over ds, go on from
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
                 # iterator must not hold a slot, and so its ring's mapping, once closed.
                 out = [self._from_slot(batch)]
                 del batch
                 yield out.pop()
                 self._check_current(generation)
+        except Exception as exc:
+            self._check_current(generation, exc)
+            raise
         finally:
             workers.close()
 
@@ -547,15 +637,18 @@ class HeadraceDataLoader(Closing):
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}
 
-    def _check_current(self, generation: int) -> None:
+    def _check_current(self, generation: tuple[int, int], failed: Exception | None = None) -> None:
         # Checked when the consumer asks for the next batch: a stale iterator would
-        # otherwise go on counting its own steps into the restored ``step``.
-        if generation != self._generation:
+        # otherwise go on counting its own steps into the restored ``step``. Also when
+        # the wait for a batch failed: a close() from another thread (a watchdog) ends
+        # the workers or loader the waiting thread reads from, whose own error (a worker
+        # "exited", a closed process object, a closed Loader) would mislead.
+        if generation != (self._generation, self.dataset._loads):
             raise StateError(
                 "this iterator is stale: close(), load_state_dict() or a newer iter() on "
-                "its HeadraceDataLoader came after it began; iterate the loader again "
-                "(it continues at the consumer's step)"
-            )
+                "its HeadraceDataLoader, or load_state_dict() on its dataset, came after it "
+                "began; iterate the loader again (it continues at the consumer's step)"
+            ) from failed
 
     def close(self) -> None:
         """Stop the last iteration: its workers, or without workers its read-ahead
@@ -580,4 +673,3 @@ class HeadraceDataLoader(Closing):
         self.dataset.load_state_dict(state)
         self.close()  # the workers of a running iteration would go on filling their rings
         self._generation += 1
-        self.step = self.dataset.state_dict()["step"]

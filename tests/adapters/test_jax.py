@@ -13,11 +13,11 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 
-from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from headrace.errors import ConfigError  # noqa: E402
+from headrace.errors import ConfigError, DataError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -75,6 +75,20 @@ def test_state_resumes_and_lives_in_a_dict_checkpoint(root: Path, reference: lis
     assert got == reference[2:]
 
 
+def test_len_is_the_batches_the_next_iteration_yields(root: Path) -> None:
+    # As for Loader, TorchDataset and HeadraceDataLoader (tqdm's total); it was a
+    # TypeError ("object of type 'JaxLoader' has no len()").
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        assert len(ld) == STEPS
+        next(iter(ld))
+        assert len(ld) == STEPS - 1 and len(list(ld)) == STEPS - 1
+    with JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding()) as endless:
+        with pytest.raises(TypeError):
+            len(endless)
+        assert endless  # truthy all the same
+
+
 def test_numpy_loader_defaults_to_the_jax_process(root: Path, reference: list[str]) -> None:
     with numpy_loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
         assert (ld.rank, ld.world_size) == (jax.process_index(), jax.process_count())
@@ -113,6 +127,9 @@ def test_host_rows_errors() -> None:
         host_rows(FakeSharding([(0, 2), (4, 6)]), 8)
     with pytest.raises(ConfigError, match="not an equal share"):
         host_rows(FakeSharding([(0, 3)]), 8)
+    # A mesh without this process's devices (it was "IndexError: list index out of range").
+    with pytest.raises(ConfigError, match=r"this process's devices hold no rows of the global"):
+        host_rows(FakeSharding([]), 8)
 
     class Broken:
         def addressable_devices_indices_map(self, shape: tuple[int, ...]) -> None:
@@ -173,3 +190,87 @@ def test_rank_and_world_size_are_the_shardings_to_say(root: Path) -> None:
     for kw in ({"rank": 1}, {"world_size": 2}):
         with pytest.raises(ConfigError, match=r"JaxLoader reads rank and world_size off"):
             JaxLoader(token_source(root), batch_size=BATCH, sharding=batch_sharding(), **kw)
+
+
+@pytest.mark.parametrize("spec", [P("data", None), P("data", "model")])
+def test_a_spec_for_2d_fields_lays_out_the_1d_ones_by_its_batch_axis(root: Path, spec: Any) -> None:
+    # A mixture's batch has a 1-D field (``source``) beside the (B, L) ones: the natural
+    # spec for these, P("data", None), failed at the first batch with jax's "One of
+    # device_put args is incompatible with its sharding annotation", and
+    # P("data", "model") with a bare "AssertionError: (1, P('data', 'model'))".
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    sharding = NamedSharding(mesh, spec)
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=3) as ld:
+        want = [batch_digest([b]) for b in ld]
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": sharding, "seed": 5, "steps": 3}
+    got = []
+    with JaxLoader(padded_mixture(root), **kw) as ld:
+        for b in ld:
+            assert b["source"].shape == (BATCH,) and b["x"].shape == (BATCH, 16)
+            assert b["x"].sharding == sharding
+            assert b["source"].sharding.spec == P("data")
+            got.append(batch_digest([{k: np.asarray(v) for k, v in b.items()}]))
+    assert got == want
+
+
+def test_a_local_batch_of_the_wrong_rows_names_the_field(root: Path) -> None:
+    # jax's error named no field: "global_shape should be None or equal to
+    # local_data.shape. Got global_shape=(8, 16) and local_data.shape=(6, 16)".
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        local = ld.batch_at(0)
+    local["y"] = local["y"][:6]
+    with pytest.raises(ConfigError) as exc:
+        make_global_batch(local, batch_sharding(), BATCH)
+    msg = str(exc.value)
+    assert msg.startswith("field 'y' has 6 rows here; this process holds rows [0, 8) of")
+    assert "global batch of 8 under sharding NamedSharding(" in msg
+    # The rows fit, the other axis does not: jax's reason, with the field named.
+    model = NamedSharding(jax.make_mesh((2, 2), ("data", "model")), P("data", "model"))
+    with pytest.raises(ConfigError, match=r"field 'z' of local shape \(8, 3\) \(global \(8, 3"):
+        make_global_batch({"z": np.zeros((8, 3), np.float32)}, model, BATCH)
+
+
+def npy_loader(tmp_path: Path, arrays: list[Any]) -> JaxLoader:
+    from headrace.formats import FileSource
+
+    for i, a in enumerate(arrays):
+        np.save(tmp_path / f"f{i:02d}.npy", a)
+    source = FileSource(tmp_path, format="npy", shuffle="none")
+    return JaxLoader(source, batch_size=4, sharding=batch_sharding(), steps=1)
+
+
+def test_big_endian_fields_become_native_arrays() -> None:
+    # Arrays read as stored (a user's own reader of big-endian files): jax refused ">u2"
+    # and ">f4" ("Dtype >f4 is not a valid JAX array type").
+    batch = {k: (np.arange(8) * 3).astype(k) for k in (">u2", ">f4", ">i4")}
+    out = make_global_batch(batch, batch_sharding(), 8)
+    for k, a in batch.items():
+        assert out[k].dtype == np.dtype(k[1:]) and np.array_equal(np.asarray(out[k]), a)
+
+
+def test_int64_values_beyond_32_bits_are_refused_not_wrapped(tmp_path: Path) -> None:
+    # Without jax_enable_x64 jax keeps int64 as int32: an id of 2**40 arrived as 0.
+    assert not jax.config.read("jax_enable_x64")
+    small = [np.array([i, -i, 2**31 - 1], dtype=np.int64) for i in range(4)]
+    (tmp_path / "small").mkdir()
+    with npy_loader(tmp_path / "small", small) as ld:
+        (got,) = list(ld)
+    assert np.array_equal(np.asarray(got["data"]), np.stack(small))  # fits: as before
+    big = [np.array([i, 2**40 + i], dtype=np.int64) for i in range(4)]
+    (tmp_path / "big").mkdir()
+    with npy_loader(tmp_path / "big", big) as ld, pytest.raises(DataError) as exc:
+        next(iter(ld))
+    assert str(exc.value) == (
+        "field 'data' holds int64 values in [0, 1099511627779], beyond int32, which jax "
+        "keeps them as without 64-bit types: they would wrap; enable them with "
+        "jax.config.update('jax_enable_x64', True), or narrow the field with a transform"
+    )
+
+
+def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
+    with (
+        npy_loader(tmp_path, [np.array([b"ab", b"cd"])] * 4) as ld,
+        pytest.raises(DataError) as exc,
+    ):
+        next(iter(ld))
+    assert str(exc.value).startswith("field 'data' has dtype |S2, which jax has no array type")

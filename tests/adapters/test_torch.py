@@ -70,6 +70,23 @@ def test_tensors_are_views_unless_contiguous(root: Path, reference: list[str]) -
     assert digests([b]) == digests([c]) == reference[:1]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_editing_x_in_place_changes_y_but_no_later_batch(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # What docs/frameworks.md says of x and y sharing memory: a token mask written into
+    # x shows in y, and nothing behind them (the window cache, a slot) keeps the edit.
+    got = []
+    with ht.HeadraceDataLoader(dataset(root), num_workers=workers) as dl:
+        for b in dl:
+            got += digests([b])
+            y = b["y"].clone()
+            b["x"][:, 1:] = 0
+            assert torch.equal(b["y"][:, :-1], torch.zeros_like(y[:, :-1]))
+            assert torch.equal(b["y"][:, -1], y[:, -1])
+    assert got == reference
+
+
 def test_shared_tensors_are_views_of_one_storage(root: Path) -> None:
     with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
         batch = ld.batch_at(0)
@@ -186,6 +203,25 @@ def test_torchdata_stateful_dataloader_protocol(root: Path, reference: list[str]
     assert reference[:9] + digests(dl3) == reference
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+@pytest.mark.parametrize("persistent", [False, True])
+def test_stateful_dataloader_iterated_again_after_a_resume_is_in_step_order(
+    root: Path, reference: list[str], persistent: bool
+) -> None:
+    # Persistent workers kept the steps they were resumed at (each its own): the next
+    # plain iteration gave steps 6, 5, 8, 7, ... (worker 0 first, as torchdata reads).
+    # Now every iteration without a state loaded starts, as a fresh worker's does,
+    # where the main process's dataset stands.
+    sdl = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata not installed")
+    dl = sdl.StatefulDataLoader(
+        dataset(root), batch_size=None, num_workers=2, persistent_workers=persistent
+    )
+    assert digests(dl, 5) == reference[:5]
+    dl.load_state_dict(dl.state_dict())  # the documented way to go on after a break
+    assert digests(dl, 5) == reference[5:10]
+    assert digests(dl, 6) == reference[:6]
+
+
 def test_numpy_integer_options_give_a_json_state(root: Path, reference: list[str]) -> None:
     # The Loader takes NumPy integers (a seed drawn with NumPy, a batch size from a
     # config array); the dataset kept them as given, so its state held np.int64 and
@@ -224,6 +260,20 @@ def test_config_errors(root: Path) -> None:
     for bad in ({"batch_size": 4}, {"persistent_workers": True, "num_workers": 1}):
         with pytest.raises(ConfigError, match="not allowed"):
             ht.HeadraceDataLoader(dataset(root), **bad)
+
+
+def test_a_loader_or_source_in_the_wrong_place_is_named(root: Path) -> None:
+    # Each was an AttributeError from inside headrace: "'Loader' object has no attribute
+    # 'fingerprint'", "'TokenSource' object has no attribute 'pin_memory'".
+    loader = Loader(token_source(root), batch_size=BATCH)
+    with pytest.raises(ConfigError, match=r"a Loader is not a source: pass the source it reads"):
+        ht.TorchDataset(loader, batch_size=BATCH)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"source must have read\(seed, samples\) and fingerpr"):
+        ht.TorchDataset(object(), batch_size=BATCH)  # type: ignore[arg-type]
+    for wrong in (token_source(root), loader):
+        with pytest.raises(ConfigError, match=r"HeadraceDataLoader takes a TorchDataset \(got "):
+            ht.HeadraceDataLoader(wrong)  # type: ignore[arg-type]
+    loader.close()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -298,6 +348,43 @@ def test_pin_memory_in_a_worker_is_refused(root: Path, monkeypatch: pytest.Monke
 def test_dist_rank_world_defaults() -> None:
     assert ht.dist_rank_world() == (0, 1)
     assert ht.dist_rank_world(3, 4) == (3, 4)
+
+
+def test_a_dataset_made_before_init_process_group_is_refused(
+    root: Path, reference: list[str]
+) -> None:
+    # It took rank 0 of 1 and gave every rank the whole global batch: each sample
+    # trained on once per rank, with no error anywhere.
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    ds = dataset(root)
+    assert (ds.rank, ds.world_size) == (0, 1)
+    # Rank 1 of 2 in this process: torch's own fake process group, no peer to wait for.
+    dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=2)
+    try:
+        message = r"made as rank 0 of 1, .* now initialised as rank 1 of 2"
+        for iterate in (
+            lambda: next(iter(ds)),
+            lambda: next(iter(DataLoader(ds, batch_size=None))),
+            lambda: next(iter(ht.HeadraceDataLoader(ds))),
+            lambda: next(iter(ht.HeadraceDataLoader(ds, num_workers=2))),
+            # Refused as the dataset is sent, before a worker starts (spawned workers
+            # have no process group to check against).
+            lambda: next(
+                iter(
+                    DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+                )
+            ),
+        ):
+            with pytest.raises(ConfigError, match=message):
+                iterate()
+        # Made after it, or told its rank, it reads its slice.
+        assert (dataset(root).rank, dataset(root).world_size) == (1, 2)
+        mine = dataset(root, rank=0, world_size=1)
+        assert digests(iter(mine), 2) == reference[:2]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_read_only_arrays_are_copied_not_shared() -> None:
@@ -482,3 +569,41 @@ def test_a_new_headrace_dataloader_over_the_dataset_continues(
     assert ds.state_dict()["step"] == 10
     got += digests(ds, 1)
     assert got == reference[:11]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_headrace_dataloader_follows_its_dataset_moved_by_others(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # A checkpoint restored into the dataset after the loader was built
+    # (ds.load_state_dict, as the table says for a dataset iterated directly) was
+    # ignored: the loader began at its own step, 0, and replayed the run's data; and
+    # after the dataset was iterated directly, the loader replayed those steps.
+    ds = dataset(root)
+    dl = ht.HeadraceDataLoader(ds, num_workers=workers)
+    ds.load_state_dict(ds.state_at(5))
+    assert len(dl) == STEPS - 5 and dl.state_dict()["step"] == 5
+    got = digests(dl, 3)
+    got += digests(iter(ds), 2)
+    assert dl.state_dict()["step"] == 10
+    got += digests(dl, 2)
+    assert got == reference[5:12]
+    dl.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_loaded_into_the_dataset_mid_iteration_makes_the_iterator_stale(
+    root: Path, reference: list[str], workers: int
+) -> None:
+    # With workers the running iteration went on from its own step and wrote it back
+    # over the loaded one at its next batch (the load was lost, silently); without, the
+    # Loader's own error said to make a new loader.
+    ds = dataset(root)
+    dl = ht.HeadraceDataLoader(ds, num_workers=workers)
+    it = iter(dl)
+    assert digests(it, 3) == reference[:3]
+    ds.load_state_dict(ds.state_at(1))
+    with pytest.raises(StateError, match=r"stale: .* load_state_dict\(\) on its dataset"):
+        next(it)
+    assert dl.step == 1 and digests(dl, 2) == reference[1:3]
+    dl.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import threading
 from itertools import islice
 from multiprocessing import forkserver
@@ -398,6 +400,22 @@ def test_config_errors(root: Path) -> None:
         ht.HeadraceDataLoader(dataset(root), num_workers=-1)
     with pytest.raises(ConfigError, match="num_workers must be"):
         ht.HeadraceDataLoader(dataset(root), num_workers=True)  # not one worker
+    # A float prefetch_factor failed at iter() in multiprocessing, "'float' object cannot
+    # be interpreted as an integer"; a bool one was taken as 1.
+    for bad in (2.5, True):
+        with pytest.raises(
+            ConfigError, match=rf"must be an integer >= 1.*got prefetch_factor={bad}"
+        ):
+            ht.HeadraceDataLoader(dataset(root), num_workers=2, prefetch_factor=bad)
+
+
+def test_numpy_integer_worker_counts_are_taken(root: Path, reference: list[str]) -> None:
+    # num_workers=np.int64(2) (a count worked out with NumPy) was refused as "must be an
+    # integer >= 0 (got np.int64(2))"; the Loader takes NumPy integers everywhere.
+    dl = ht.HeadraceDataLoader(dataset(root), num_workers=np.int64(2), prefetch_factor=np.int32(1))
+    assert dl.num_workers == 2 and type(dl.num_workers) is int and dl.slots == 2
+    assert [digest(b) for b in islice(dl, 3)] == reference[:3]
+    dl.close()
     with pytest.raises(ConfigError, match="slots >= 2"):
         RingConfig(source=token_source(root), slots=1)
 
@@ -486,4 +504,93 @@ def test_a_ctrl_c_inside_close_still_stops_and_forgets_the_workers(root: Path) -
     first.join = interrupted  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         wb.close()
+    gone(wb, pids)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_from_another_thread_while_the_consumer_waits_is_a_stale_error(
+    root: Path, workers: int
+) -> None:
+    # A watchdog closed the loader while the training thread waited for a worker stuck
+    # in storage: the waiting thread got "ValueError: process object is closed", or
+    # "worker 0 exited with code 0 ... it crashed" (its worker's pipe reached EOF as
+    # close() ended it); without workers, the Loader's advice to make a new loader.
+    # (Without workers a read that hangs would hold close() for 10 s: slow reads.)
+    how = "hang" if workers else "sleep"
+    dl = ht.HeadraceDataLoader(
+        dataset(root, Faulty(root, at=2, how=how), chunk_steps=1), num_workers=workers
+    )
+    it = iter(dl)
+    next(it)
+    next(it)  # step 2 is slow to come, or never comes: its reads are stuck
+    wb = dl._workers
+    pids = [] if wb is None else [p.pid for p in wb._procs if p.pid is not None]
+    closing = threading.Timer(0.2, dl.close)
+    closing.start()
+    try:
+        with pytest.raises(StateError, match=r"stale: close\(\), load_state_dict\(\) or a newer"):
+            while True:
+                next(it)
+    finally:
+        closing.join()
+    if wb is not None:
+        gone(wb, pids)
+    assert dl.state_dict()["step"] >= 2
+
+
+def test_rings_that_do_not_fit_in_dev_shm_are_told_not_a_sigbus(tmp_path: Path) -> None:
+    # A container's /dev/shm is 64 MB unless told otherwise. The rings' pages were
+    # taken as the workers first wrote them: past the size, the kernel sent SIGBUS,
+    # and the error said only "killed by signal 7 (SIGBUS)".
+    shell = (
+        "mount -t tmpfs -o size=256k tmpfs /dev/shm && "
+        f"exec {sys.executable} {Path(__file__).parent / 'small_shm.py'} {tmp_path}"
+    )
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"])
+    if probe.returncode:
+        pytest.skip("needs unshare -m and mount (root) for a small /dev/shm of its own")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", shell], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "SIGBUS" not in out.stdout
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("HeadraceError: a ring of 4 slots of ") and " kB " in first
+    assert " does not fit in /dev/shm (" in first
+    assert first.endswith(
+        "free): give the container more shared memory (docker run --shm-size=1g; "
+        "Kubernetes: an emptyDir of medium Memory mounted on /dev/shm), or use fewer "
+        "workers, a smaller prefetch_factor or chunk_steps, or num_workers=0"
+    )
+    assert "in headrace worker" in out.stdout
+
+
+def test_two_threads_closing_at_once_both_return_with_the_workers_stopped(root: Path) -> None:
+    # A watchdog's close() and the iterator's own (its finally) at the same moment: the
+    # second found the first's process objects closed under it, "ValueError: process
+    # object is closed", raised in whichever thread waited longer.
+    wb = ring(Faulty(root, at=2, how="hang"))
+    it = iter(wb)
+    next(it)
+    pids = [p.pid for p in wb._procs if p.pid is not None]
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            wb.close()
+        except BaseException as exc:
+            errors.append(exc)
+        # Each returns only once no worker is left, whichever did the stopping.
+        assert wb._procs == []
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+
+    closers = [threading.Thread(target=close) for _ in range(3)]
+    for t in closers:
+        t.start()
+    for t in closers:
+        t.join()
+    assert errors == []
     gone(wb, pids)

@@ -151,6 +151,17 @@ class Loader(Closing):
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
     ) -> None:
+        if isinstance(source, Loader):  # TorchDataset(loader, ...), JaxLoader(loader, ...)
+            raise ConfigError(
+                "a Loader is not a source: pass the source it reads (loader.source), with "
+                "the batch size and options given here."
+            )
+        if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
+            raise ConfigError(
+                f"source must have read(seed, samples) and fingerprint() (the Source "
+                f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
+                f"{type(source).__name__}."
+            )
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
         seed = _integer("seed", seed)
