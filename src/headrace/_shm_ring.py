@@ -78,7 +78,7 @@ from headrace._messages import byte_size
 from headrace._pack import pack
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch, Loader, Source
-from headrace.pipeline._loader import lay_out, ragged_keys
+from headrace.pipeline._layout import lay_out, ragged_keys
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 

@@ -55,7 +55,7 @@ from headrace._pack import Packed, pack, unpack
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, DataError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
-from headrace.pipeline._loader import remaining_steps
+from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
 
 __all__ = [

@@ -28,15 +28,10 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline._layout import Batch, split_chunk
-
-# lay_out, ragged_keys and remaining_steps: headrace.torch and headrace._shm_ring
-# import them from here (owned elsewhere for now).
-from headrace.pipeline._layout import lay_out as lay_out
-from headrace.pipeline._layout import ragged_keys as ragged_keys
+from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
-from headrace.pipeline._steps import chunked
-from headrace.pipeline._steps import remaining_steps as remaining_steps
+from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -113,13 +108,6 @@ class LoaderStatus(enum.Enum):
 _STOP_TIMEOUT_S = 10.0
 
 
-def _integer(name: str, value: object) -> int:
-    """``value`` as an int (Python or NumPy integers; not bool, float or str)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{name} must be an integer (got {value!r}).")
-    return int(value)
-
-
 class Loader(Closing):
     """Iterate this host's slice of each global batch, from ``state.step`` on.
 
@@ -156,48 +144,20 @@ class Loader(Closing):
                 "a Loader is not a source: pass the source it reads (loader.source), with "
                 "the batch size and options given here."
             )
-        if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
-            raise ConfigError(
-                f"source must have read(seed, samples) and fingerprint() (the Source "
-                f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
-                f"{type(source).__name__}."
-            )
-        if transform is not None and not callable(transform):
-            raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
-        seed = _integer("seed", seed)
-        if not 0 <= seed < 2**63:
-            raise ConfigError(f"seed must be an integer in [0, 2**63) (got {seed=}).")
-        batch_size, rank, world_size = (
-            _integer("batch_size", batch_size),
-            _integer("rank", rank),
-            _integer("world_size", world_size),
+        check_source(source, transform)
+        seed, batch_size, rank, world_size = (
+            checked_seed(seed),
+            integer("batch_size", batch_size),
+            integer("rank", rank),
+            integer("world_size", world_size),
         )
-        prefetch, chunk_steps, chunk_bytes = (
-            _integer("prefetch", prefetch),
-            _integer("chunk_steps", chunk_steps),
-            _integer("chunk_bytes", chunk_bytes),
+        prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset = checked_steps(
+            prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset
         )
-        steps = None if steps is None else _integer("steps", steps)
-        step_stride = _integer("step_stride", step_stride)
-        step_offset = _integer("step_offset", step_offset)
         try:
             self._lo, self._hi = host_slice(batch_size, rank, world_size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        if prefetch < 0 or chunk_steps < 1 or chunk_bytes < 1:
-            raise ConfigError(
-                "prefetch must be >= 0, chunk_steps >= 1 and chunk_bytes >= 1 (got "
-                f"{prefetch=}, {chunk_steps=}, {chunk_bytes=})."
-            )
-        if steps is not None and steps < 0:
-            raise ConfigError(
-                f"steps must be None (never ends) or >= 0 (got {steps}): it is the global "
-                "step at which iteration ends, not a count."
-            )
-        if step_stride < 1 or not 0 <= step_offset < step_stride:
-            raise ConfigError(
-                f"step_offset must be in [0, step_stride) (got {step_offset=}, {step_stride=})."
-            )
         check = getattr(source, "check_batch_size", None)
         if check is not None:  # a mixture apportions its own global batch: they must agree
             check(batch_size)

@@ -1,0 +1,78 @@
+"""A :class:`~headrace.pipeline.Loader`'s arguments, checked before it holds anything.
+
+Each bad value is a :class:`~headrace.errors.ConfigError` naming the argument and
+what it got: a NumPy integer is taken as Python's (sizes often come from arrays),
+a bool, float or string is not (``batch_size=32.0`` is a typo more often than a
+wish).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from headrace.errors import ConfigError
+
+__all__ = ["check_source", "checked_seed", "checked_steps", "integer"]
+
+
+def integer(name: str, value: object) -> int:
+    """``value`` as an int (Python or NumPy integers; not bool, float or str)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name} must be an integer (got {value!r}).")
+    return int(value)
+
+
+def checked_seed(seed: object) -> int:
+    """A seed as the plan takes it: an integer in ``[0, 2**63)``."""
+    value = integer("seed", seed)
+    if not 0 <= value < 2**63:
+        raise ConfigError(f"seed must be an integer in [0, 2**63) (got seed={value}).")
+    return value
+
+
+def check_source(source: Any, transform: Any) -> None:
+    """The source has the Source protocol's methods; a transform is callable."""
+    if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
+        raise ConfigError(
+            f"source must have read(seed, samples) and fingerprint() (the Source "
+            f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
+            f"{type(source).__name__}."
+        )
+    if transform is not None and not callable(transform):
+        raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
+
+
+def checked_steps(
+    prefetch: object,
+    chunk_steps: object,
+    chunk_bytes: object,
+    steps: object,
+    step_stride: object,
+    step_offset: object,
+) -> tuple[int, int, int, int | None, int, int]:
+    """The read-ahead and step arguments as ints, in range."""
+    prefetch, chunk_steps, chunk_bytes = (
+        integer("prefetch", prefetch),
+        integer("chunk_steps", chunk_steps),
+        integer("chunk_bytes", chunk_bytes),
+    )
+    end = None if steps is None else integer("steps", steps)
+    stride, offset = integer("step_stride", step_stride), integer("step_offset", step_offset)
+    if prefetch < 0 or chunk_steps < 1 or chunk_bytes < 1:
+        raise ConfigError(
+            "prefetch must be >= 0, chunk_steps >= 1 and chunk_bytes >= 1 (got "
+            f"{prefetch=}, {chunk_steps=}, {chunk_bytes=})."
+        )
+    if end is not None and end < 0:
+        raise ConfigError(
+            f"steps must be None (never ends) or >= 0 (got {end}): it is the global "
+            "step at which iteration ends, not a count."
+        )
+    if stride < 1 or not 0 <= offset < stride:
+        raise ConfigError(
+            f"step_offset must be in [0, step_stride) (got step_offset={offset}, "
+            f"step_stride={stride})."
+        )
+    return prefetch, chunk_steps, chunk_bytes, end, stride, offset
