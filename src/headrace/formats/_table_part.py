@@ -122,7 +122,8 @@ class _Part:
         self._pa = pa
         self._md: Any = None  # a Parquet file's footer, parsed once
         # (st_dev, st_ino, st_size, st_mtime_ns) when opened: a Parquet file reopened
-        # for a decode must be the one whose footer was parsed.
+        # for a decode must be the one whose footer was parsed, and any file reopened
+        # after close() the one the table read before.
         self._stamp: tuple[int, int, int, int] = (0, 0, 0, 0)
         # Parquet readers not in use: at most one (the other decode threads' readers
         # are closed after their decode), none once _IDLE closed it.
@@ -148,6 +149,7 @@ class _Part:
         try:
             st = os.stat(path)
             self.size = st.st_size
+            self._stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             with open(path, "rb") as f:
                 # A stream walked elsewhere: its schema message too (the same READ).
                 first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
@@ -167,7 +169,6 @@ class _Part:
                 # the process without a word; a read's is an error naming the file.
                 # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
                 pf = pq.ParquetFile(path, memory_map=False)
-                self._stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                 self._idle = [pf]
                 md = self._md = pf.metadata
                 self.schema = pf.schema_arrow
@@ -202,6 +203,7 @@ class _Part:
         reads on, as over every other source (``TorchDataset`` closes its last loader,
         and so the source, at each new iteration). Refused if the file changed."""
         was = (self.size, self.parquet, self.rows, self.schema)
+        stamp = self._stamp
         self._open()
         self.closed = False
         now = (self.size, self.parquet, self.rows, self.schema)
@@ -212,6 +214,18 @@ class _Part:
                 f"{len(was[2])} row groups of {sum(was[2])} rows then, {now[0]} bytes in "
                 f"{len(now[2])} of {sum(now[2])} rows now); open the table again to read "
                 "the new version"
+            )
+        # Only the layout was compared: a file renamed over or rewritten with the same
+        # size and row groups (fixed-width columns, uncompressed) was read as its new
+        # version by the next loader over the source, in the same run and epoch.
+        if self._stamp != stamp:
+            new = self._stamp
+            self.close()
+            raise FormatError(
+                f"{self.path}: changed since it was opened ({stamp[2]} bytes, inode "
+                f"{stamp[1]}, mtime {stamp[3]} ns then; {new[2]} bytes, inode {new[1]}, "
+                f"mtime {new[3]} ns now: replaced or written to); open the table again to "
+                "read the new version"
             )
 
     def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
