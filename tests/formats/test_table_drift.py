@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +62,34 @@ def test_a_file_rewritten_between_loaders_is_refused_not_read(
     for _ in range(2):
         with Loader(src2, batch_size=8, seed=0, prefetch=0) as loader:
             assert loader.batch_at(1)["x"].tolist() == list(range(8, 16))
+
+
+def _stream(path: Path, first: int) -> None:
+    table = pa.table({"x": pa.array(np.arange(64, dtype=np.int64) + first)})
+    with pa.ipc.new_stream(path.with_name("tmp"), table.schema) as w:
+        w.write_table(table, max_chunksize=16)
+    os.replace(path.with_name("tmp"), path)
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow file", "arrow stream"])
+def test_a_worker_copy_refuses_a_file_replaced_since_its_parent_opened_it(
+    tmp_path: Path, kind: str
+) -> None:
+    # A pickled table (a worker's) opened its files anew: one renamed over since the
+    # parent opened it (a stream's walk, remembered by size and mtime, walked again)
+    # was read as its new version beside the parent's batches of the old one.
+    path = tmp_path / ("t.parquet" if kind == "parquet" else "t.arrow")
+    write = _stream if kind == "arrow stream" else lambda p, v: _write(p, v, "rename")
+    write(path, 0)
+    size = path.stat().st_size
+    src = TableSource(path, columns=["x"], shuffle=False)
+    with Loader(src, batch_size=8, seed=0, prefetch=0) as loader:
+        assert loader.batch_at(0)["x"].tolist() == list(range(8))
+    same = pickle.loads(pickle.dumps(src))  # untouched: reads as the parent does
+    with Loader(same, batch_size=8, seed=0, prefetch=0) as loader:
+        assert loader.batch_at(1)["x"].tolist() == list(range(8, 16))
+    blob = pickle.dumps(src)
+    write(path, 1000)
+    assert path.stat().st_size == size
+    with pytest.raises(FormatError, match=r"changed since it was opened.*inode"):
+        pickle.loads(blob)

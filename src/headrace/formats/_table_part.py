@@ -115,7 +115,15 @@ _IDLE = _IdleParquet()
 class _Part:
     """One file: its record batches (Arrow) or row groups (Parquet)."""
 
-    def __init__(self, path: str, pa: Any, walked: WalkedStream | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        pa: Any,
+        walked: WalkedStream | None = None,
+        stamp: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        """``stamp``: the file's :attr:`stamp` in the table this one is a copy of (a
+        worker's): another file under the path now is refused."""
         self.path = path
         #: what walking this stream learned (None: not a stream, or pyarrow's reader read it)
         self.walked = walked
@@ -140,6 +148,11 @@ class _Part:
         self.network = False
         self.closed = False
         self._open()
+        if stamp is not None and self._stamp != stamp:
+            # A worker's copy opened the path anew: a file renamed over or rewritten
+            # since its parent opened it was read there as the new version.
+            self.close()
+            raise self._changed(stamp)
         if self.parquet:
             _IDLE.touch(self)  # never under a part's lock: it may take another part's
 
@@ -219,14 +232,21 @@ class _Part:
         # size and row groups (fixed-width columns, uncompressed) was read as its new
         # version by the next loader over the source, in the same run and epoch.
         if self._stamp != stamp:
-            new = self._stamp
             self.close()
-            raise FormatError(
-                f"{self.path}: changed since it was opened ({stamp[2]} bytes, inode "
-                f"{stamp[1]}, mtime {stamp[3]} ns then; {new[2]} bytes, inode {new[1]}, "
-                f"mtime {new[3]} ns now: replaced or written to); open the table again to "
-                "read the new version"
-            )
+            raise self._changed(stamp)
+
+    @property
+    def stamp(self) -> tuple[int, int, int, int]:
+        """(device, inode, size, mtime in ns) of the file when opened."""
+        return self._stamp
+
+    def _changed(self, was: tuple[int, int, int, int]) -> FormatError:
+        new = self._stamp
+        return FormatError(
+            f"{self.path}: changed since it was opened ({was[2]} bytes, inode {was[1]}, "
+            f"mtime {was[3]} ns then; {new[2]} bytes, inode {new[1]}, mtime {new[3]} ns "
+            "now: replaced or written to); open the table again to read the new version"
+        )
 
     def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
         """Map the file and index its record batches: an IPC file by its footer, a
@@ -481,10 +501,14 @@ def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]
 
 
 def _open_local(
-    files: list[str], pa: Any, walked: Mapping[str, WalkedStream] | None = None
+    files: list[str],
+    pa: Any,
+    walked: Mapping[str, WalkedStream] | None = None,
+    stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
 ) -> list[_Part]:
     """Each file as a part, in order, opened side by side on the deep I/O pool;
-    ``walked``: what walks of these streams learned (a pickled table's).
+    ``walked``: what walks of these streams learned, ``stamps``: each file's
+    :attr:`_Part.stamp` (a pickled table's).
 
     Opening is a chain of round trips per file (open, head, footer or every
     record batch header of a stream): 8 shards of a save_to_disk folder took
@@ -493,10 +517,10 @@ def _open_local(
     open finishes before the first error (by file order) is raised; the parts
     opened are closed then.
     """
-    walked = walked or {}
+    walked, stamps = walked or {}, stamps or {}
     if len(files) < 2:
-        return [_Part(f, pa, walked.get(f)) for f in files]
-    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f)) for f in files]
+        return [_Part(f, pa, walked.get(f), stamps.get(f)) for f in files]
+    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f), stamps.get(f)) for f in files]
     wait(futures)
     errors = [exc for fut in futures if (exc := fut.exception()) is not None]
     for fut in futures if errors else ():
