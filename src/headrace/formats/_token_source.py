@@ -391,7 +391,7 @@ class TokenSource:
             elif tf.remote:
                 f = self._remote().open(tf.path, tf.nbytes, tf.etag)
             elif tf.segments is not None:
-                f = SegmentedFile(tf.path, tf.members, tf.segments)
+                f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:
                 f = self._same_file(i, LocalFile(tf.path))
             if not isinstance(f, (RemoteFile, RemoteSegments)):

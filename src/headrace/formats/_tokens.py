@@ -59,6 +59,9 @@ class TokenFile:
     bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
     # Object storage: each member's size and ETag as listed (a replaced object is refused).
     member_infos: tuple[tuple[int, str | None], ...] = field(default=(), compare=False, repr=False)
+    # Local shards: each member's size and device:inode:mtime_ns where its ranges were
+    # found (another file or version under its path is refused).
+    member_stamps: tuple[tuple[int, str], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
