@@ -87,3 +87,24 @@ def test_packed_shards_saved_again_are_refused_not_read_at_the_old_ranges(
     fresh = TokenSource(table_token_files(root), context=16)
     with Loader(fresh, batch_size=4, seed=0, prefetch=0) as loader:
         assert set(np.unique(loader.batch_at(0)["x"]).tolist()) <= {1000, 1001}
+
+
+@pytest.mark.parametrize("reads", ["populate", "pread"])
+def test_a_token_file_is_pinned_when_opened_not_at_its_first_read(
+    tmp_path: Path, reads: str
+) -> None:
+    # The size, sidecar and index are read when the source opens the file, but the
+    # file was pinned at its first read: one renamed over in between was read as the
+    # new file, and each worker's copy (a torch DataLoader's, of a source the parent
+    # never read) pinned whichever file it found first.
+    path = tmp_path / "tok.bin"
+    _tokens(path, 1)
+    src = TokenSource(path, context=32, dtype="uint16", reads=reads)
+    blob = pickle.dumps(src)
+    _tokens(path, 2)
+    for s in (src, pickle.loads(blob)):
+        with (
+            pytest.raises(StorageError, match=r"tok\.bin: the file was replaced since"),
+            Loader(s, batch_size=4, seed=0, prefetch=0) as loader,
+        ):
+            loader.batch_at(0)

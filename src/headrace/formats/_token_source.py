@@ -401,7 +401,7 @@ class TokenSource:
 
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
-        was = self._identity.setdefault(i, f.identity)
+        was = self._identity.setdefault(i, self.files[i].identity or f.identity)
         check_same_file(f, was, f"at most {self._max_idle()} idle files", "token source")
         return f
 
