@@ -66,7 +66,9 @@ class FileList:
     remote: bool
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
-    etags: list[str | None]  # as listed (object stores; None for local files)
+    #: each file's version as listed: an object's ETag (``None`` when the store gave
+    #: none); a local file's device, inode and mtime (:func:`_local_version`)
+    etags: list[str | None]
     store: Any = None  # the ObjectStore, for object-store datasets
     cache: ObjectCache | None = None
 
@@ -102,7 +104,37 @@ class FileList:
         self._close()
 
 
-def _local_reader(read: LocalRead, paths: list[str]) -> Callable[[int], Any]:
+def _local_version(st: os.stat_result) -> str:
+    """A local file's version tag: device, inode and mtime (ns). A file renamed over
+    (another inode) or written since (another mtime) has another tag."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+
+
+def _check_version(path: str, fd: int, listed: str | None, size: int) -> None:
+    """Refuse bytes just read from ``fd`` unless the file is the version listed.
+
+    Stat after the read: a rewrite in place that began before or during it has
+    moved the mtime by now, and a rename over the path leaves ``fd`` on the old
+    inode, which the tag names. Only the size was compared before, so a file
+    replaced by one of the same size was read as the new version, mixing two
+    versions of one file in an epoch (``shuffle="samples"`` reads a file once per
+    sample) where an object's new ETag was refused.
+    """
+    st = os.fstat(fd)
+    now = _local_version(st)
+    # Another size: FileList.fetch refuses it, naming both sizes.
+    if listed is not None and now != listed and st.st_size == size:
+        raise StorageError(
+            errno.ESTALE,
+            f"{path}: the file changed since it was listed (device:inode:mtime_ns "
+            f"{listed}; now {now}, {st.st_size} bytes): replaced or written to; a run reads "
+            "the versions it listed: open the source again to read the new one",
+        )
+
+
+def _local_reader(
+    read: LocalRead, paths: list[str], sizes: list[int], versions: list[str | None]
+) -> Callable[[int], Any]:
     if read == "odirect":
         # One aligned O_DIRECT read per file, in the calling thread: the depth comes
         # from how many fetches run at once (1 for map-style, ``in_flight`` else).
@@ -115,6 +147,7 @@ def _local_reader(read: LocalRead, paths: list[str]) -> Callable[[int], Any]:
                 size = reader.size(path)
                 out = np.empty(size, dtype=np.uint8)
                 reader.read_into(path, [(0, size)], [out])
+                _check_version(path, reader.file(path).fd, versions[i], sizes[i])
             return out
 
         return fetch_direct
@@ -124,6 +157,7 @@ def _local_reader(read: LocalRead, paths: list[str]) -> Callable[[int], Any]:
             size = os.fstat(f.fd).st_size
             out = np.empty(size, dtype=np.uint8)
             f.pread_into(out, 0)
+            _check_version(paths[i], f.fd, versions[i], sizes[i])
         return out
 
     return fetch_pread
@@ -278,20 +312,26 @@ def list_files(
         if not keys:
             raise ConfigError("the list of files is empty.")
         url, paths = "", keys
-    sizes = []
+    sizes: list[int] = []
+    versions: list[str | None] = []
     for p in paths:
         try:
-            sizes.append(os.stat(p).st_size)
+            st = os.stat(p)
         except OSError as exc:
             raise open_error(p, exc) from exc
+        sizes.append(st.st_size)
+        versions.append(_local_version(st))
+    if listing is not None:
+        # A worker's copy reads the versions its parent listed, as it reads its sizes.
+        sizes, versions = list(listing[1]), list(listing[2])
     return FileList(
         url=url,
         keys=keys,
         sizes=sizes,
         remote=False,
-        _fetch=_local_reader(local_read, paths),
+        _fetch=_local_reader(local_read, paths, sizes, versions),
         _close=lambda: None,
-        etags=[None] * len(keys),
+        etags=versions,
     )
 
 

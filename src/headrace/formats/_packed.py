@@ -110,7 +110,8 @@ def table_token_files(
     dtypes: set[np.dtype[Any]] = set()
     segments, bounds = [], []
     tokens = 0
-    for m, (f, (dtype, seg, starts, n)) in enumerate(
+    versions: list[tuple[int, str]] = []
+    for m, (f, (dtype, seg, starts, n, stamp)) in enumerate(
         zip(files, _column_streams(pa, files, column), strict=True)
     ):
         if dtypes and dtype not in dtypes:
@@ -122,6 +123,7 @@ def table_token_files(
         segments.append(np.column_stack([np.full(len(seg), m), seg]))
         bounds.append(tokens + starts)
         tokens += n
+        versions.append((stamp[2], _local_version(stamp)))
     if tokens == 0:
         raise DataError(f"{root}: column {column!r} holds no tokens in {len(files)} file(s)")
     # An empty row starts where the next one does: a document of no tokens, harmless.
@@ -135,13 +137,21 @@ def table_token_files(
             segments=np.concatenate(segments).astype(np.int64).reshape(-1, 3),
             bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
             dataset=saved_fingerprint(root),
+            # The byte ranges are of these versions of the shards: read from no other.
+            member_stamps=tuple(versions),
         )
     ]
 
 
-def _column_streams(
-    pa: Any, files: list[str], column: str
-) -> list[tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]]:
+def _local_version(stamp: tuple[int, int, int, int]) -> str:
+    """A local shard's version tag, from its (device, inode, size, mtime) stamp."""
+    return f"{stamp[0]}:{stamp[1]}:{stamp[3]}"
+
+
+_Stream = tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int, tuple[int, int, int, int]]
+
+
+def _column_streams(pa: Any, files: list[str], column: str) -> list[_Stream]:
     """:func:`_column_stream` of every file, side by side on the deep I/O pool: each
     is a walk of round trips (the file's record batch headers, then its offsets),
     which one file after another added up on a network mount. Every file is done
@@ -152,10 +162,9 @@ def _column_streams(
     return results(futures, "other file(s) failed too")
 
 
-def _column_stream(
-    pa: Any, path: str, column: str
-) -> tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int]:
-    """(dtype, byte ranges (offset, length), row starts in tokens, tokens) of one file."""
+def _column_stream(pa: Any, path: str, column: str) -> _Stream:
+    """(dtype, byte ranges (offset, length), row starts in tokens, tokens, the file's
+    (device, inode, size, mtime) stamp) of one file."""
     from headrace.formats._table_part import _Part
     from headrace.formats._table_schema import refuse_indices_mapping
 
@@ -172,7 +181,7 @@ def _column_stream(
         segments, starts, n = _segments(part, column, dtype, large)
     finally:
         part.close()
-    return dtype, segments, starts, n
+    return dtype, segments, starts, n, part.stamp
 
 
 def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtype[Any], bool]:
@@ -460,11 +469,20 @@ class SegmentedFile(_Segments):
     ``segments`` rows are (member, offset, length): ``members[member]``'s bytes
     ``[offset, offset + length)``. A member is opened at its first read (and its size
     checked against its ranges), so a dataset of many shards holds open only those read.
+    ``versions``: each member's (size, version tag) where its ranges were found
+    (:func:`table_token_files`); a member opened as another version is refused.
     """
 
-    def __init__(self, path: str, members: Sequence[str], segments: NDArray[np.int64]) -> None:
+    def __init__(
+        self,
+        path: str,
+        members: Sequence[str],
+        segments: NDArray[np.int64],
+        versions: Sequence[tuple[int, str]] = (),
+    ) -> None:
         super().__init__(path, segments)
         self._members = list(members)
+        self._versions = list(versions)
         self._open: dict[int, LocalFile] = {}
         self._need = np.zeros(len(self._members), dtype=np.int64)
         np.maximum.at(self._need, self._member, segments[:, 1] + segments[:, 2])
@@ -481,8 +499,32 @@ class SegmentedFile(_Segments):
                     f"{self._members[m]}: the token lists end at byte {need} but the file "
                     f"has {size} bytes (it changed since it was listed)"
                 )
+            if self._versions:
+                self._check_version(m, f)
             self._open[m] = f
         return f
+
+    def _check_version(self, m: int, f: LocalFile) -> None:
+        """Refuse member ``m`` opened as another file or version than its ranges are of.
+
+        The ranges are where the record batches put the token lists when they were
+        found: a shard renamed over or written since (a dataset saved again under
+        the same names) was read at them, the new file's tokens or its headers and
+        offsets taken for tokens, at the first open and at any open after
+        :meth:`close` (each epoch of a ``TorchDataset``, a worker's copy).
+        """
+        size, listed = self._versions[m]
+        st = os.fstat(f.fd)
+        now = f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+        if (st.st_size, now) != (size, listed):
+            f.close()
+            raise StorageError(
+                errno.ESTALE,
+                f"{self._members[m]}: the file changed since its token lists were found "
+                f"({size} bytes, device:inode:mtime_ns {listed} then; {st.st_size} bytes, "
+                f"{now} now): replaced or written to; call table_token_files again to read "
+                "the new version",
+            )
 
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:
         """Fill ``buf`` with bytes ``[offset, offset + len(buf))`` of the concatenation."""

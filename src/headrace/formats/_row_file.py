@@ -15,6 +15,7 @@ source, each checked against the size and ETag seen at open.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import itertools
 import json
 import os
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._npy import npy_header, refuse_npy_as_raw
 from headrace.formats._object_files import (
@@ -73,6 +74,8 @@ class RowFile:
     offset: int
     format: str  # "npy" | "raw"
     etag: str | None = None  # an object's entity tag when opened (object URLs)
+    #: a local file's (device, inode) when opened: its reads must come from that file
+    identity: tuple[int, int] | None = None
 
     @property
     def stride(self) -> int:
@@ -247,7 +250,8 @@ def open_row_file(
         check_store_options(store_options, remote=False, where=p)
         with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path
             opened = _Opened(p, f.size, _local_head(f), lambda: _local_sidecar(p))
-            return _nonempty(_open_any(opened, dtype, width))
+            rf = _open_any(opened, dtype, width)
+            return _nonempty(dataclasses.replace(rf, identity=f.identity))
     files = ObjectFiles(check_store_options(store_options, remote=True), name="headrace-rows")
     try:
         return _open_remote(p, dtype, width, files)
@@ -406,6 +410,7 @@ class RowReader:
             out = np.empty((n, cols), dtype=f.dtype)
         raw = out.view(np.uint8).reshape(n, cols * isz)
         if not is_object_url(f.path):
+            self._check_same(f)
             self.reader.read_rows(f.path, rows, cols * isz, base=f.offset, stride=f.stride, out=raw)
             return out
         if n == 0:
@@ -433,6 +438,7 @@ class RowReader:
         waited on, all finished before the first error is raised.
         """
         if not is_object_url(f.path):
+            self._check_same(f)
             self.reader.read_into(f.path, list(ranges), list(bufs))
             return
         remote = self._remote_file(f)
@@ -440,6 +446,28 @@ class RowReader:
         for (offset, length), buf in zip(ranges, bufs, strict=True):
             futures += remote.read_pieces(buf[:length], offset)
         wait_all(futures)
+
+    def _check_same(self, f: RowFile) -> None:
+        """Refuse to read ``f`` from a file other than the one opened (and described).
+
+        A held descriptor reads on in the file it opened, but this reader's files
+        are opened anew after :meth:`close` (each epoch of a ``TorchDataset``, a
+        new loader over the source) and in a worker's copy: a file renamed over
+        the path was read there as the new version, in the same run and epoch.
+        The reader checks its own reopens against its first open, which this
+        checks against the source's. Size and mtime are not compared, as the
+        reader does not (see :class:`~headrace.io._open_files.OpenFiles`).
+        """
+        if f.identity is None:
+            return
+        now = self.reader.file(f.path).identity
+        if now != f.identity:
+            raise StorageError(
+                errno.ESTALE,
+                f"{f.path}: the file was replaced since the source opened it (device "
+                f"{f.identity[0]}, inode {f.identity[1]} then; device {now[0]}, inode "
+                f"{now[1]} now); open a new source to read the new file",
+            )
 
     def _remote_file(self, f: RowFile) -> RemoteFile:
         remote = self._remote.get(f.path)

@@ -115,14 +115,23 @@ _IDLE = _IdleParquet()
 class _Part:
     """One file: its record batches (Arrow) or row groups (Parquet)."""
 
-    def __init__(self, path: str, pa: Any, walked: WalkedStream | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        pa: Any,
+        walked: WalkedStream | None = None,
+        stamp: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        """``stamp``: the file's :attr:`stamp` in the table this one is a copy of (a
+        worker's): another file under the path now is refused."""
         self.path = path
         #: what walking this stream learned (None: not a stream, or pyarrow's reader read it)
         self.walked = walked
         self._pa = pa
         self._md: Any = None  # a Parquet file's footer, parsed once
         # (st_dev, st_ino, st_size, st_mtime_ns) when opened: a Parquet file reopened
-        # for a decode must be the one whose footer was parsed.
+        # for a decode must be the one whose footer was parsed, and any file reopened
+        # after close() the one the table read before.
         self._stamp: tuple[int, int, int, int] = (0, 0, 0, 0)
         # Parquet readers not in use: at most one (the other decode threads' readers
         # are closed after their decode), none once _IDLE closed it.
@@ -139,6 +148,11 @@ class _Part:
         self.network = False
         self.closed = False
         self._open()
+        if stamp is not None and self._stamp != stamp:
+            # A worker's copy opened the path anew: a file renamed over or rewritten
+            # since its parent opened it was read there as the new version.
+            self.close()
+            raise self._changed(stamp)
         if self.parquet:
             _IDLE.touch(self)  # never under a part's lock: it may take another part's
 
@@ -148,6 +162,7 @@ class _Part:
         try:
             st = os.stat(path)
             self.size = st.st_size
+            self._stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             with open(path, "rb") as f:
                 # A stream walked elsewhere: its schema message too (the same READ).
                 first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
@@ -167,7 +182,6 @@ class _Part:
                 # the process without a word; a read's is an error naming the file.
                 # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
                 pf = pq.ParquetFile(path, memory_map=False)
-                self._stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                 self._idle = [pf]
                 md = self._md = pf.metadata
                 self.schema = pf.schema_arrow
@@ -202,6 +216,7 @@ class _Part:
         reads on, as over every other source (``TorchDataset`` closes its last loader,
         and so the source, at each new iteration). Refused if the file changed."""
         was = (self.size, self.parquet, self.rows, self.schema)
+        stamp = self._stamp
         self._open()
         self.closed = False
         now = (self.size, self.parquet, self.rows, self.schema)
@@ -213,6 +228,25 @@ class _Part:
                 f"{len(now[2])} of {sum(now[2])} rows now); open the table again to read "
                 "the new version"
             )
+        # Only the layout was compared: a file renamed over or rewritten with the same
+        # size and row groups (fixed-width columns, uncompressed) was read as its new
+        # version by the next loader over the source, in the same run and epoch.
+        if self._stamp != stamp:
+            self.close()
+            raise self._changed(stamp)
+
+    @property
+    def stamp(self) -> tuple[int, int, int, int]:
+        """(device, inode, size, mtime in ns) of the file when opened."""
+        return self._stamp
+
+    def _changed(self, was: tuple[int, int, int, int]) -> FormatError:
+        new = self._stamp
+        return FormatError(
+            f"{self.path}: changed since it was opened ({was[2]} bytes, inode {was[1]}, "
+            f"mtime {was[3]} ns then; {new[2]} bytes, inode {new[1]}, mtime {new[3]} ns "
+            "now: replaced or written to); open the table again to read the new version"
+        )
 
     def _open_arrow(self, head: bytes, stamp: tuple[int, int], known: WalkedStream | None) -> None:
         """Map the file and index its record batches: an IPC file by its footer, a
@@ -467,10 +501,14 @@ def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]
 
 
 def _open_local(
-    files: list[str], pa: Any, walked: Mapping[str, WalkedStream] | None = None
+    files: list[str],
+    pa: Any,
+    walked: Mapping[str, WalkedStream] | None = None,
+    stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
 ) -> list[_Part]:
     """Each file as a part, in order, opened side by side on the deep I/O pool;
-    ``walked``: what walks of these streams learned (a pickled table's).
+    ``walked``: what walks of these streams learned, ``stamps``: each file's
+    :attr:`_Part.stamp` (a pickled table's).
 
     Opening is a chain of round trips per file (open, head, footer or every
     record batch header of a stream): 8 shards of a save_to_disk folder took
@@ -479,10 +517,10 @@ def _open_local(
     open finishes before the first error (by file order) is raised; the parts
     opened are closed then.
     """
-    walked = walked or {}
+    walked, stamps = walked or {}, stamps or {}
     if len(files) < 2:
-        return [_Part(f, pa, walked.get(f)) for f in files]
-    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f)) for f in files]
+        return [_Part(f, pa, walked.get(f), stamps.get(f)) for f in files]
+    futures = [deep_io_pool().submit(_Part, f, pa, walked.get(f), stamps.get(f)) for f in files]
     wait(futures)
     errors = [exc for fut in futures if (exc := fut.exception()) is not None]
     for fut in futures if errors else ():

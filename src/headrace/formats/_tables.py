@@ -133,11 +133,13 @@ class Table(Closing):
         objects: ObjectFiles | None = None,
         walked: Mapping[str, WalkedStream] | None = None,
         split: int | None = None,
+        stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
     ) -> None:
         """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
         handed over (this table closes them); a pickled copy opens its own.
         ``walked``: what walking local streams learned (a pickled table's).
-        ``split``: :meth:`split_groups` (a pickled table's)."""
+        ``split``: :meth:`split_groups` (a pickled table's). ``stamps``: each local
+        file's device, inode, size and mtime where the pickled table opened it."""
         pa = _pa()
         self._pa = pa
         self._root = root
@@ -159,7 +161,7 @@ class Table(Closing):
         self._read_ahead = ReadAhead()
         try:
             if remote is None:
-                self._parts.extend(_open_local(files, pa, walked))
+                self._parts.extend(_open_local(files, pa, walked, stamps))
             else:
                 if self._objects is None:
                     self._objects = ObjectFiles(
@@ -595,7 +597,9 @@ class Table(Closing):
     def __reduce__(self) -> tuple[Any, ...]:
         # A pickled copy (a worker) reopens local streams without walking them again.
         walked = {p.path: p.walked for p in self._parts if isinstance(p, _Part) and p.walked}
-        return (Table, (*self._spec, None, walked or None, self._split_rows))
+        # And reads the files this one read: another under a path is refused.
+        stamps = {p.path: p.stamp for p in self._parts if isinstance(p, _Part)}
+        return (Table, (*self._spec, None, walked or None, self._split_rows, stamps or None))
 
     def __repr__(self) -> str:
         return (

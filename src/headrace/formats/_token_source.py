@@ -391,7 +391,7 @@ class TokenSource:
             elif tf.remote:
                 f = self._remote().open(tf.path, tf.nbytes, tf.etag)
             elif tf.segments is not None:
-                f = SegmentedFile(tf.path, tf.members, tf.segments)
+                f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:
                 f = self._same_file(i, LocalFile(tf.path))
             if not isinstance(f, (RemoteFile, RemoteSegments)):
@@ -401,7 +401,7 @@ class TokenSource:
 
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
-        was = self._identity.setdefault(i, f.identity)
+        was = self._identity.setdefault(i, self.files[i].identity or f.identity)
         check_same_file(f, was, f"at most {self._max_idle()} idle files", "token source")
         return f
 

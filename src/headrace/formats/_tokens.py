@@ -4,6 +4,7 @@ nanoGPT's uint16 ``train.bin``/``val.bin``, and Megatron-LM ``.bin``/``.idx`` pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -59,6 +60,12 @@ class TokenFile:
     bounds: NDArray[np.int64] | None = field(default=None, compare=False, repr=False)
     # Object storage: each member's size and ETag as listed (a replaced object is refused).
     member_infos: tuple[tuple[int, str | None], ...] = field(default=(), compare=False, repr=False)
+    # Local shards: each member's size and device:inode:mtime_ns where its ranges were
+    # found (another file or version under its path is refused).
+    member_stamps: tuple[tuple[int, str], ...] = field(default=(), compare=False, repr=False)
+    # A local file's (device, inode) when described: its size, index and sidecar are of
+    # that file, so its reads must be too (None: a TokenFile made by hand, or an old one).
+    identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -111,8 +118,12 @@ class TokenFiles(Protocol):
 
 
 class _LocalFiles:
+    def __init__(self) -> None:
+        self.identity: tuple[int, int] | None = None  # of the file whose head was read
+
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         with LocalFile(path) as f:  # raises ObjectNotFoundError naming the path
+            self.identity = f.identity
             return memoryview(f.pread(0, min(length, f.size)).tobytes()), f.size, None
 
     def read(self, path: str) -> bytes | None:
@@ -194,7 +205,12 @@ def open_token_file(
     remote = is_object_url(p)
     options = check_store_options(store_options, remote=remote, where=p)
     if not remote:
-        return describe_token_file(p, dtype, format, _LocalFiles())
+        # Pinned here, not at the first read: a file renamed over in between (or before a
+        # worker's copy first read it) was read as the new file with the old one's size
+        # and index, and two workers could each pin another version.
+        local = _LocalFiles()
+        described = describe_token_file(p, dtype, format, local)
+        return dataclasses.replace(described, identity=local.identity)
     stores = ObjectFiles(options)
     try:
         return describe_token_file(p, dtype, format, stores)

@@ -97,8 +97,9 @@ def idle_share(budget: int | None = None, most: int | None = None) -> int:
 
 
 def check_same_file(f: LocalFile, was: tuple[int, int], bound: str, owner: str) -> None:
-    """Refuse ``f``, opened again after being closed to keep ``bound`` open, unless it is
-    the file (``was``: device, inode) first opened under its path; closes it if not."""
+    """Refuse ``f``, opened again after being closed (to keep ``bound`` open, by a close,
+    or in a pickled copy), unless it is the file (``was``: device, inode) first opened
+    under its path; closes it if not."""
     if f.identity == was:
         return
     now = f.identity
@@ -106,9 +107,10 @@ def check_same_file(f: LocalFile, was: tuple[int, int], bound: str, owner: str) 
     raise StorageError(
         errno.ESTALE,
         f"{f.path}: the file was replaced since it was first opened (device {was[0]}, "
-        f"inode {was[1]} then; device {now[0]}, inode {now[1]} now); the {owner} had "
-        f"closed it to keep {bound} open and cannot reopen the one it read. Open a new "
-        f"{owner} to read the new file",
+        f"inode {was[1]} then; device {now[0]}, inode {now[1]} now); the {owner} reads "
+        f"the file it first opened, and had closed it since (to keep {bound} open, at "
+        f"close(), or in a worker's copy), so it cannot read it again. Open a new {owner} "
+        "to read the new file",
     )
 
 
