@@ -1,0 +1,70 @@
+"""Invariant 3 as counts: what opening a dataset holds and does per file stays what the
+listing needs (benchmarks/scale_probe.py measures the same at 1,000 and 10,000 files)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headrace.formats import FileSource
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+
+def _tree(root: Path, n: int) -> None:
+    for i in range(n):
+        folder = root / f"c{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(folder / f"s-{i:06d}.npy", np.full(2, i % 251, np.uint8))
+
+
+def test_a_folder_is_listed_with_one_stat_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk stat'ed each file (is it a regular file?) and the listing stat'ed it
+    # again for its size: two system calls (two round trips on a network mount) a file.
+    _tree(tmp_path / "d", 300)
+    calls: list[str] = []
+    real = os.stat
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        calls.append(os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting)
+    src = FileSource(tmp_path / "d", format="npy", shuffle="none")
+    monkeypatch.undo()
+    listed = [c for c in calls if c.endswith(".npy")]
+    assert len(listed) == 300 == len(set(listed))
+    assert src.files.sizes == [(tmp_path / "d" / k).stat().st_size for k in src.files.keys]
+    with Loader(src, batch_size=30, seed=0, steps=10) as loader:
+        assert len(list(loader)) == 10
+
+
+def test_a_listing_holds_a_key_and_a_size_a_file_not_a_path_too(tmp_path: Path) -> None:
+    # Each file's full path was held beside its key (a second string a file, ~100 bytes
+    # and more the deeper the folder): 128 MB for ImageNet's 1,281,167 files.
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    _tree(deep, 2000)
+    gc.collect()
+    tracemalloc.start()
+    src = FileSource(deep, format="npy", shuffle="none")
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    # Per file: the key "cK/s-NNNNNN.npy" (64 B) and its list slot, the size (32 B
+    # and a slot), the ETag slot (None): ~120 B. A path of this folder is 220 B more.
+    assert held / 2000 < 200, f"{held / 2000:.0f} bytes a file"
+    assert src.files.keys[0] == "c0/s-000000.npy"
+    # The paths joined when fetched are the files listed: a digest over every sample.
+    with Loader(src, batch_size=50, seed=3, steps=40) as loader:
+        first = batch_digest(loader)
+    with Loader(FileSource(sorted(deep.glob("c*/*.npy")), format="npy", shuffle="none"),
+                batch_size=50, seed=3, steps=40) as loader:  # fmt: skip
+        assert batch_digest(loader) == first
