@@ -238,6 +238,39 @@ def run_side(kind: str, d: Path, steps: int, endpoint: str | None) -> dict[str, 
     }
 
 
+def run_epochs(kind: str, d: Path, epochs: int, endpoint: str | None) -> dict[str, Any]:
+    """``epochs`` epochs through one loader: RSS, descriptors, threads and the objects the
+    garbage collector tracks at each epoch's end (after a collection)."""
+    import threading
+
+    from headrace.pipeline import Loader
+    from headrace.testing import update_digest
+
+    heavy_imports(kind)
+    src = open_source(kind, d, endpoint)
+    per = max(1, src.samples_per_epoch // B)
+    h = hashlib.sha256()
+    marks: list[tuple[float, int, int, int]] = []
+    with Loader(src, batch_size=B, seed=0, steps=per * epochs) as ld:
+        for step, batch in enumerate(ld, 1):
+            update_digest(h, batch)
+            if step % per == 0:
+                gc.collect()
+                fds = len(os.listdir("/proc/self/fd"))
+                marks.append((rss_mb(), fds, threading.active_count(), len(gc.get_objects())))
+    warm = marks[min(4, len(marks) - 1)]
+    last = marks[-1]
+    return {
+        "steps_per_epoch": per,
+        "rss_epoch5_mb": warm[0],
+        "rss_growth_mb": last[0] - warm[0],
+        "fds": [warm[1], last[1]],
+        "threads": [warm[2], last[2]],
+        "objects_growth": last[3] - warm[3],
+        "sha256": h.hexdigest()[:12],
+    }
+
+
 FIELDS = ("open_s", "first_s", "rss_open_mb", "rss_steps_mb", "heap_open_kb", "objects_open")
 
 
@@ -252,10 +285,14 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--side", nargs=2, metavar=("KIND", "DIR"))
     ap.add_argument("--endpoint")
+    ap.add_argument("--epochs", type=int, default=0, help="a long run of this many epochs")
     args = ap.parse_args()
     if args.side:
         kind, d = args.side
-        print(json.dumps(run_side(kind, Path(d), args.steps, args.endpoint)))
+        if args.epochs:
+            print(json.dumps(run_epochs(kind, Path(d), args.epochs, args.endpoint)))
+        else:
+            print(json.dumps(run_side(kind, Path(d), args.steps, args.endpoint)))
         return
     from contextlib import ExitStack
 
@@ -275,7 +312,7 @@ def main() -> None:
                 for _ in range(args.trials):
                     for s in srcs:
                         cmd = [sys.executable, __file__, "--side", kind, str(d)]
-                        cmd += ["--steps", str(args.steps)]
+                        cmd += ["--steps", str(args.steps), "--epochs", str(args.epochs)]
                         if endpoint:
                             cmd += ["--endpoint", endpoint]
                         env = dict(os.environ, PYTHONPATH=s)
@@ -284,6 +321,12 @@ def main() -> None:
                             print(kind, n, s, "FAILED", got.stderr[-2000:], flush=True)
                             continue
                         runs[s].append(json.loads(got.stdout.splitlines()[-1]))
+            if args.epochs:
+                for s, rs in runs.items():
+                    for r in rs:
+                        print(kind, n, Path(s).parent.name, json.dumps(r), flush=True)
+                        rows.append({"kind": kind, "n": n, "src": s, **r})
+                continue
             for s, rs in runs.items():
                 if not rs:
                     continue

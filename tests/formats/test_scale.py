@@ -68,3 +68,29 @@ def test_a_listing_holds_a_key_and_a_size_a_file_not_a_path_too(tmp_path: Path) 
     with Loader(FileSource(sorted(deep.glob("c*/*.npy")), format="npy", shuffle="none"),
                 batch_size=50, seed=3, steps=40) as loader:  # fmt: skip
         assert batch_digest(loader) == first
+
+
+def test_a_table_holds_arrays_a_row_group_not_python_tuples(tmp_path: Path) -> None:
+    # Each row group was a tuple of three ints in a list (148 bytes a group): a table of
+    # a million row groups held 148 MB in every process before it read a row.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from headrace.formats import TableSource
+
+    groups = 4000
+    ids = pa.array([[i % 300, i % 7] for i in range(groups * 2)], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"input_ids": ids}), tmp_path / "g.parquet", row_group_size=2)
+    TableSource(tmp_path / "g.parquet", columns=["input_ids"], width=2).close()  # imports
+    gc.collect()
+    tracemalloc.start()
+    src = TableSource(tmp_path / "g.parquet", columns=["input_ids"], width=2, shuffle=False)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    # Per group: its file, place and rows (24 B), its span (41 B), a slot of the
+    # file's row counts (8 B): ~75 B.
+    assert held / groups < 110, f"{held / groups:.0f} bytes a row group"
+    assert src.table.group_rows.tolist() == [2] * groups
+    with Loader(src, batch_size=groups * 2, seed=0, steps=1) as loader:
+        (batch,) = list(loader)
+    assert batch["input_ids"][:, 0].tolist() == [i % 300 for i in range(groups * 2)]
