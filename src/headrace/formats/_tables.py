@@ -187,8 +187,8 @@ class Table(Closing):
             c: classify_column(pa, c, first.schema.field(c).type, first.path) for c in names
         }
         self.schema = pa.schema([first.schema.field(c) for c in names])
-        # Three arrays a row group, not a tuple of three ints: 148 -> 24 bytes a group
-        # held (a million row groups: 148 MB in each process, its workers' too).
+        # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
+        # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)
         self._group_part = np.repeat(np.arange(len(self._parts), dtype=np.int64), per_part)
         self._group_local = np.arange(int(per_part.sum()), dtype=np.int64) - np.repeat(
