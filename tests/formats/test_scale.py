@@ -94,3 +94,25 @@ def test_a_table_holds_arrays_a_row_group_not_python_tuples(tmp_path: Path) -> N
     with Loader(src, batch_size=groups * 2, seed=0, steps=1) as loader:
         (batch,) = list(loader)
     assert batch["input_ids"][:, 0].tolist() == [i % 300 for i in range(groups * 2)]
+
+
+def test_parquet_files_hold_no_stream_state_until_a_group_is_streamed(tmp_path: Path) -> None:
+    # Every file carried an empty Streams (a lock and an ordered dict, ~300 B a file) for
+    # row groups larger than a window, which a table of many small files never has.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from headrace.formats import TableSource
+
+    for f in range(40):
+        ids = pa.array([[f, r] for r in range(8)], pa.list_(pa.int32()))
+        pq.write_table(pa.table({"input_ids": ids}), tmp_path / f"p{f:02d}.parquet")
+    ids = pa.array([[99, r] for r in range(64)], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"input_ids": ids}), tmp_path / "p99-big.parquet")
+    src = TableSource(tmp_path, columns=["input_ids"], width=2, shuffle="window", window_rows=16)
+    with Loader(src, batch_size=8, seed=0, steps=(40 * 8 + 64) // 8) as loader:
+        rows = sorted(tuple(r) for b in loader for r in b["input_ids"].tolist())
+    assert rows == sorted(
+        [(f, r) for f in range(40) for r in range(8)] + [(99, r) for r in range(64)]
+    )
+    parts = src.table._parts  # type: ignore[union-attr]
+    assert [p.path.endswith("big.parquet") for p in parts if p._streams is not None] == [True]

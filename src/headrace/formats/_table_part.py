@@ -128,8 +128,9 @@ class _Part:
         # are closed after their decode), none once _IDLE closed it.
         self._idle: list[Any] = []
         # Row groups read in sub-windows (larger than a window): their streams, at
-        # their place, most recently used last (each holds a descriptor).
-        self._streams = Streams()
+        # their place, most recently used last (each holds a descriptor). Made at the
+        # first such read: a table of many small files has none (~300 B a file).
+        self._streams: Streams | None = None
         # Reentrant: a reopen under it that finds the file changed closes the part.
         self._lock = threading.RLock()
         self.batches: list[Any] = []
@@ -345,7 +346,11 @@ class _Part:
                 if self.closed:
                     self._reopen()
             _IDLE.touch(self)
-        stream = self._streams.take(i, first, names)
+        with self._lock:
+            if self._streams is None:
+                self._streams = Streams()
+            streams = self._streams
+        stream = streams.take(i, first, names)
         try:
             if stream is None:
                 reader = self._stream_reader()
@@ -366,7 +371,7 @@ class _Part:
             raise FormatError(
                 f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc})"
             ) from exc
-        self._streams.give_back(stream, keep=not self.closed)
+        streams.give_back(stream, keep=not self.closed)
         return batch, stream.skipped - skipped
 
     def _stream_reader(self) -> Any:
@@ -450,7 +455,8 @@ class _Part:
         _IDLE.forget(self)
         for pf in idle:
             pf.close()
-        self._streams.close()
+        if self._streams is not None:
+            self._streams.close()
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:
