@@ -116,3 +116,25 @@ def test_parquet_files_hold_no_stream_state_until_a_group_is_streamed(tmp_path: 
     )
     parts = src.table._parts  # type: ignore[union-attr]
     assert [p.path.endswith("big.parquet") for p in parts if p._streams is not None] == [True]
+
+
+def test_a_plans_epoch_tables_go_with_the_plan() -> None:
+    # Each epoch's file order and cumulative counts (O(files)) sat in a cache of the
+    # module that held the plan too: gone sources' plans stayed alive, 4 epochs each.
+    import pickle
+    import weakref
+
+    from headrace.formats._file_plan import _EPOCHS, FilePlan
+
+    counts = np.arange(1, 2001, dtype=np.int64) % 7
+    plan = FilePlan(num_files=2000, counts=counts)
+    n = plan.samples_per_epoch
+    first = plan.locate(5, np.arange(0, 10 * n, 97, dtype=np.int64))
+    assert len(_EPOCHS[plan]) == 4  # ten epochs met: the last four kept
+    again = pickle.loads(pickle.dumps(plan)).locate(5, np.arange(0, 10 * n, 97, dtype=np.int64))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    gone = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert gone() is None
+    assert len(_EPOCHS) <= 1  # the unpickled copy's, if still alive
