@@ -26,8 +26,15 @@ Kinds (``N`` is the size):
 - ``npy-files``, ``jpeg-files``: N files of one sample; ``hdf5-files``: N HDF5
   files of 8 samples (``samples_per_file=8``);
 - ``mixture``: a ``Mixture`` of N token sources of one file each;
-- ``*-s3`` (``npy-files-s3``, ``tokens-shards-s3``, ``parquet-files-s3``): the
-  same files read as S3 objects (``_files_s3``: ListObjectsV2, HEAD, ranged GET).
+- ``*-s3`` (``npy-files-s3``, ``tokens-shards-s3``, ``parquet-files-s3``,
+  ``arrow-shards-s3``): the same files read as S3 objects (``_files_s3``:
+  ListObjectsV2, HEAD, ranged GET).
+
+``--epochs E``: instead, a long run of ``E`` epochs through one loader, with RSS,
+descriptors, threads and tracked objects at each epoch's end (growth from epoch
+5 to the last). ``--requests``: instead, each ``-s3`` kind opened in this process
+behind a ``LatencyProxy`` (no latency), counting the requests and bytes the open
+took per file (a listing done twice, or a request a file more, shows there).
 """
 
 from __future__ import annotations
@@ -271,6 +278,29 @@ def run_epochs(kind: str, d: Path, epochs: int, endpoint: str | None) -> dict[st
     }
 
 
+def count_requests(kinds: list[str], sizes: list[int], root: str) -> None:
+    sys.path.insert(0, str(HERE))
+    from _files_s3 import files_s3
+
+    from headrace.emulate import LatencyProxy
+
+    for kind in kinds:
+        heavy_imports(kind)
+    with files_s3(root) as endpoint, LatencyProxy(endpoint) as proxy:
+        for kind in kinds:
+            for n in sizes:
+                d = build(kind, n, Path(root))
+                proxy.reset_stats()
+                src = open_source(kind, d, proxy.endpoint)
+                st = proxy.stats
+                src.close()
+                print(
+                    f"{kind:18s} {n:6d} open: {st.requests} requests, {st.requests / n:.2f} "
+                    f"a file, {st.bytes_down / n:.0f} B down a file",
+                    flush=True,
+                )
+
+
 FIELDS = ("open_s", "first_s", "rss_open_mb", "rss_steps_mb", "heap_open_kb", "objects_open")
 
 
@@ -286,7 +316,11 @@ def main() -> None:
     ap.add_argument("--side", nargs=2, metavar=("KIND", "DIR"))
     ap.add_argument("--endpoint")
     ap.add_argument("--epochs", type=int, default=0, help="a long run of this many epochs")
+    ap.add_argument("--requests", action="store_true", help="requests an open takes (-s3)")
     args = ap.parse_args()
+    if args.requests:
+        count_requests(args.kinds.split(","), [int(v) for v in args.sizes.split(",")], args.root)
+        return
     if args.side:
         kind, d = args.side
         if args.epochs:
