@@ -71,29 +71,37 @@ class Spans:
 
 
 def layout_spans(
-    groups: list[tuple[int, int, int]], parts: Sequence[Any], window_rows: int | None
+    part: NDArray[np.int64],
+    local: NDArray[np.int64],
+    rows: NDArray[np.int64],
+    parts: Sequence[Any],
+    window_rows: int | None,
 ) -> Spans:
-    """The spans of ``groups`` (file, group in it, rows), Parquet row groups of more
-    than ``window_rows`` rows cut in sub-windows."""
+    """The spans of the row groups (file ``part``, group ``local`` in it, ``rows``
+    rows), Parquet row groups of more than ``window_rows`` rows cut in sub-windows."""
     wr = window_rows
-    part, local, first, cut, sizes = [], [], [], [], []
-    for pi, si, n in groups:
-        p = parts[pi]
-        pieces = [n]
-        if wr is not None and n > wr and p.parquet and not isinstance(p, RemoteArrow):
-            pieces = split_rows([n], wr).tolist()
-        for k, size in enumerate(pieces):
-            part.append(pi)
-            local.append(si)
-            first.append(k * (wr or 0))
-            cut.append(len(pieces) > 1)
-            sizes.append(size)
+    pieces = np.ones(len(rows), dtype=np.int64)
+    big = np.zeros(len(rows), dtype=bool)
+    if wr is not None:
+        splittable = np.array(
+            [bool(p.parquet) and not isinstance(p, RemoteArrow) for p in parts], dtype=bool
+        )
+        big = splittable[part] & (rows > wr)
+        pieces[big] = -(-rows[big] // wr)
+    of = np.repeat(np.arange(len(rows), dtype=np.int64), pieces)
+    # Each span's place in its group's sub-windows: 0 for a group read whole.
+    k = np.arange(len(of), dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    first = k * (wr or 0)  # its first row in the group
+    cut = big[of]
+    sizes = rows[of]
+    if wr is not None:
+        sizes[cut] = split_rows(rows[big], wr)
     return Spans(
         starts=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        part=np.array(part, dtype=np.int64),
-        local=np.array(local, dtype=np.int64),
-        first=np.array(first, dtype=np.int64),  # its first row in the group
-        cut=np.array(cut, dtype=bool),
+        part=part[of],
+        local=local[of],
+        first=first,
+        cut=cut,
         split_rows=wr,
     )
 

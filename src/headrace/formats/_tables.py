@@ -189,9 +189,16 @@ class Table(Closing):
             c: classify_column(pa, c, first.schema.field(c).type, first.path) for c in names
         }
         self.schema = pa.schema([first.schema.field(c) for c in names])
-        counts = [(pi, si, n) for pi, p in enumerate(self._parts) for si, n in enumerate(p.rows)]
-        self._groups = counts
-        self._group_rows = np.array([n for _, _, n in counts], dtype=np.int64)
+        # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
+        # group, not 148 (a million row groups held 148 MB in each process and worker).
+        per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)
+        self._group_part = np.repeat(np.arange(len(self._parts), dtype=np.int64), per_part)
+        self._group_local = np.arange(int(per_part.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(per_part) - per_part, per_part
+        )
+        self._group_rows = np.fromiter(
+            (n for p in self._parts for n in p.rows), dtype=np.int64, count=int(per_part.sum())
+        )
         self._split_rows: int | None = None
         self._set_spans()
         self.num_rows = int(self._spans.starts[-1])
@@ -313,7 +320,9 @@ class Table(Closing):
     def _set_spans(self) -> None:
         """What is decoded and cached as one (a span): a row group, a record batch, or a
         sub-window of a Parquet row group larger than ``_split_rows``."""
-        self._spans = layout_spans(self._groups, self._parts, self._split_rows)
+        self._spans = layout_spans(
+            self._group_part, self._group_local, self._group_rows, self._parts, self._split_rows
+        )
         # Spans change their numbers: nothing decoded or fetched under the old ones is kept.
         self._cache = OrderedDict()
         self._held_rows = 0
