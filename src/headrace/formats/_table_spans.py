@@ -1,6 +1,7 @@
 """Where a :class:`~headrace.formats._tables.Table`'s rows lie: its spans, each what is
 decoded and cached as one (a row group, a record batch, or a sub-window of a Parquet
-row group larger than ``window_rows``), numbered in table order."""
+row group or of an Arrow record batch on object storage larger than ``window_rows``),
+numbered in table order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._arrow_remote import RemoteArrow
+from headrace.formats._arrow_slice import sliceable
 from headrace.formats._row_plan import split_rows
 
 __all__ = ["Groups", "Spans", "Views", "layout_spans", "row_indices"]
@@ -26,22 +28,26 @@ Views = Mapping[int, Mapping[str, tuple[Any, ...]]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Spans:
     """Each span's first row in the table (and the end: ``starts[-1]`` rows), file,
-    row group / record batch in that file, first row in that group, and whether its
-    group is cut in sub-windows of ``split_rows``."""
+    row group / record batch in that file, first row in that group, whether its
+    group is cut in sub-windows of ``split_rows``, and whether such a sub-window is
+    fetched on its own (``alone``: an Arrow record batch on object storage, read by
+    its rows' ranges) rather than from its group's stream (Parquet)."""
 
     starts: NDArray[np.int64]
     part: NDArray[np.int64]
     local: NDArray[np.int64]
     first: NDArray[np.int64]
     cut: NDArray[np.bool_]
+    alone: NDArray[np.bool_]
     split_rows: int | None
 
     def rows(self, span: int) -> int:
         return int(self.starts[span + 1] - self.starts[span])
 
     def head(self, span: int) -> int:
-        """The first span of ``span``'s row group (itself unless the group is cut)."""
-        if not self.cut[span]:
+        """The first span of ``span``'s row group (itself unless the group is cut and
+        streamed): what its bytes are fetched under."""
+        if not self.cut[span] or self.alone[span]:
             return span
         assert self.split_rows is not None
         return span - int(self.first[span]) // self.split_rows
@@ -73,20 +79,24 @@ class Spans:
 def layout_spans(
     groups: list[tuple[int, int, int]], parts: Sequence[Any], window_rows: int | None
 ) -> Spans:
-    """The spans of ``groups`` (file, group in it, rows), Parquet row groups of more
-    than ``window_rows`` rows cut in sub-windows."""
+    """The spans of ``groups`` (file, group in it, rows), Parquet row groups and
+    uncompressed Arrow record batches on object storage (:func:`sliceable`) of more
+    than ``window_rows`` rows cut in sub-windows. A local Arrow file is mapped: its
+    record batches are not cut."""
     wr = window_rows
-    part, local, first, cut, sizes = [], [], [], [], []
+    part, local, first, cut, alone, sizes = [], [], [], [], [], []
     for pi, si, n in groups:
         p = parts[pi]
         pieces = [n]
-        if wr is not None and n > wr and p.parquet and not isinstance(p, RemoteArrow):
+        ranged = isinstance(p, RemoteArrow) and sliceable(p._pa, p.schema, p.index.buffers[si])
+        if wr is not None and n > wr and (p.parquet or ranged):
             pieces = split_rows([n], wr).tolist()
         for k, size in enumerate(pieces):
             part.append(pi)
             local.append(si)
             first.append(k * (wr or 0))
             cut.append(len(pieces) > 1)
+            alone.append(len(pieces) > 1 and ranged)
             sizes.append(size)
     return Spans(
         starts=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
@@ -94,6 +104,7 @@ def layout_spans(
         local=np.array(local, dtype=np.int64),
         first=np.array(first, dtype=np.int64),  # its first row in the group
         cut=np.array(cut, dtype=bool),
+        alone=np.array(alone, dtype=bool),
         split_rows=wr,
     )
 
