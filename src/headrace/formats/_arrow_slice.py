@@ -30,15 +30,15 @@ its decoded rows, which the table counts) or the fetch is dropped.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError, HeadraceError
-from headrace.formats._object_files import wait_all
 
 if TYPE_CHECKING:
     from headrace.formats._arrow_remote import RemoteArrow
@@ -128,16 +128,14 @@ class SubFetch:
             node += _node_counts(pa, f.type)
             buf += _buffer_counts(pa, f.type) or 0
         self._arrays: dict[str, Any] = {}
-        # Each builder's ranges in flight: (buffers, GETs).
-        self._flight: dict[str, tuple[list[NDArray[np.uint8]], list[Future[None]]]] = {}
+        self._errors: list[BaseException] = []
+        self._futures: list[Future[None]] = []  # every GET started
+        self._cond = threading.Condition()
+        self._left = len(self._gens)  # builders not done
         self._held = 0
         self._done = False
-        try:
-            for name in self._order:
-                self._step(name, None)
-        except BaseException:
-            self.discard()
-            raise
+        for name in self._order:
+            self._advance(name, None)
 
     # -- building ------------------------------------------------------------------------
     def _range(self, buf: int, lo: int, hi: int, rows: tuple[int, int]) -> tuple[int, int]:
@@ -219,8 +217,10 @@ class SubFetch:
         arr = pa.Array.from_buffers(typ, n, bufs, null_count=-1, children=children or None)
         return arr if ext is None else pa.ExtensionArray.from_storage(ext, arr)
 
-    def _step(self, name: str, got: list[NDArray[np.uint8]] | None) -> None:
-        """Send ``got`` to ``name``'s builder; start the GETs it asks for next."""
+    def _advance(self, name: str, got: list[NDArray[np.uint8]] | None) -> None:
+        """Send ``got`` to ``name``'s builder and start the GETs it asks for next. Called
+        again from the last GET's callback, so a read-ahead fetches every round in the
+        background, not only the first (the values' round trip then waits on no batch)."""
         gen = self._gens[name]
         try:
             while True:
@@ -229,30 +229,77 @@ class SubFetch:
                     break
                 got = []
         except StopIteration as stop:
-            self._arrays[name] = stop.value
+            self._finish(name, stop.value, None)
             return
         except _Corrupt as exc:
-            raise FormatError(f"{self.where}: corrupt Arrow IPC data ({exc})") from None
+            error = FormatError(f"{self.where}: corrupt Arrow IPC data ({exc})")
+            self._finish(name, None, error)
+            return
+        except Exception as exc:  # pyarrow refusing the buffers: named in batch()
+            self._finish(name, None, exc)
+            return
+        self._issue(name, want)
+
+    def _issue(self, name: str, want: _Ranges) -> None:
+        with self._cond:
+            if self._done:
+                return
+            out = [np.empty(length, np.uint8) for _, length in want]
+            total = sum(length for _, length in want)
+            self._held += total
+            self._part.held.add(total)
         file = self._part._file
-        out, futures = [], []
-        for offset, length in want:
-            buf = np.empty(length, np.uint8)
-            self._held += length
-            self._part.held.add(length)
-            out.append(buf)
-            futures += file.read_pieces(buf, offset)
-        self._flight[name] = (out, futures)
+        futures = [f for (o, _), b in zip(want, out, strict=True) for f in file.read_pieces(b, o)]
+        with self._cond:
+            self._futures += futures
+        if not futures:
+            self._advance(name, out)
+            return
+        left = [len(futures)]
+
+        def done(_: Future[None]) -> None:
+            with self._cond:
+                left[0] -= 1
+                if left[0]:
+                    return
+            for f in futures:
+                if f.cancelled():
+                    self._finish(name, None, CancelledError(f"{self.where}: dropped"))
+                    return
+                if (exc := f.exception()) is not None:
+                    self._finish(name, None, exc)
+                    return
+            self._advance(name, out)
+
+        for f in futures:
+            f.add_done_callback(done)
+
+    def _finish(self, name: str, array: Any, error: BaseException | None) -> None:
+        with self._cond:
+            if error is not None:
+                self._errors.append(error)
+            else:
+                self._arrays[name] = array
+            self._left -= 1
+            self._cond.notify_all()
 
     def batch(self) -> Any:
-        """The rows as a record batch of ``names`` (in the schema's order): every round
-        waited for, the next started as the last ends."""
+        """The rows as a record batch of ``names`` (in the schema's order), once every
+        round of every column's GETs is done."""
         pa = self._pa
         try:
-            while self._flight:
-                flight, self._flight = self._flight, {}
-                wait_all([f for _, fs in flight.values() for f in fs])
-                for name, (out, _) in flight.items():
-                    self._step(name, out)
+            with self._cond:
+                self._cond.wait_for(lambda: self._left == 0)
+                errors = list(self._errors)
+            if errors:
+                exc = errors[0]
+                if isinstance(exc, HeadraceError) and not isinstance(exc, FormatError):
+                    exc.add_note(f"{self.where}: fetching its ranges")  # the store named them
+                if isinstance(exc, pa.ArrowException):
+                    raise FormatError(
+                        f"{self.where}: truncated or corrupt Arrow IPC data ({exc})"
+                    ) from exc
+                raise exc
             arrays = [self._arrays[c] for c in self._order]
             for c, arr in zip(self._order, arrays, strict=True):  # bytes from the network
                 try:
@@ -263,22 +310,20 @@ class SubFetch:
                     ) from exc
             fields = [self._part.schema.field(c) for c in self._order]
             return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
-        except HeadraceError as exc:
-            if not isinstance(exc, FormatError):  # a GET's error: the store named its range
-                exc.add_note(f"{self.where}: fetching its ranges")
-            raise
         finally:
             self.discard()
 
     def discard(self) -> None:
-        """Stop counting this fetch's bytes (built, failed, or not needed)."""
-        if not self._done:
+        """Stop counting this fetch's bytes (built, failed, or not needed); GETs not
+        started yet are cancelled, no further round starts."""
+        with self._cond:
+            if self._done:
+                return
             self._done = True
             self._part.held.drop(self._held)
-            for _, fs in self._flight.values():
-                for f in fs:
-                    f.cancel()
-            self._flight = {}
+            futures, self._futures = self._futures, []
+        for f in futures:
+            f.cancel()
 
 
 def piece(
