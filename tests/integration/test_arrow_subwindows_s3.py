@@ -5,6 +5,7 @@ mid-batch is named, with nothing lost after it."""
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -232,5 +233,70 @@ def test_a_failed_get_mid_batch_is_named_and_loses_nothing(
     assert isinstance(part, RemoteArrow)
     assert part.held.now == 0  # the failed sub-window's bytes dropped
     proxy.set_faults([])
+    _same(table.read_rows(rows, cols), local.read_rows(rows, cols))
+    table.close()
+
+
+def test_a_failed_read_ahead_is_fetched_again_when_needed(
+    s3: S3Fixture, files: dict[str, tuple[Path, str]], proxy: LatencyProxy
+) -> None:
+    path, url = files["one.arrow"]
+    whole = pa.ipc.open_file(path).read_all().combine_chunks().to_batches()[0]
+    table = TableSource(url, store_options=options(s3, proxy.endpoint), **KW).table
+    part = table._parts[0]
+    assert isinstance(part, RemoteArrow)
+    names = ["tok", "text"]
+    proxy.set_faults([FaultRule(kind="status", match="GET /headrace-test/arrowsub/")])
+    ahead = SubFetch(part, 0, 2_000, 1_000, frozenset(names))
+    ahead.ahead = True
+    failed = SubFetch(part, 0, 2_000, 1_000, frozenset(names))  # a batch's own: not retried
+    with pytest.raises(TransientStorageError, match=r"HTTP 503"):
+        piece(part, 0, 2_000, 1_000, names, failed)
+    with ahead._cond:  # the read-ahead's GETs failed (after the store's retries)
+        assert ahead._cond.wait_for(lambda: ahead._left == 0, timeout=30)
+    assert ahead._errors
+    proxy.set_faults([])
+    got = piece(part, 0, 2_000, 1_000, names, ahead)
+    assert got.equals(whole.slice(2_000, 1_000).select(names))
+    assert part.held.now == 0
+    table.close()
+
+
+def test_offsets_past_their_values_in_the_object_are_named(
+    s3: S3Fixture, files: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    """Real bytes whose string offsets run backwards in a sub-window: a FormatError naming
+    the object, the record batch and the rows."""
+    path, url = files["one.arrow"]
+    table = TableSource(url, store_options=options(s3), **KW).table
+    part = table._parts[0]
+    assert isinstance(part, RemoteArrow)
+    offset, _ = part.index.spans[0]
+    bufs = part.index.buffers[0]
+    assert bufs is not None
+    at = offset + part.index.heads[0] + int(bufs[9, 0]) + 4 * 4_500  # text's offsets, row 4500
+    raw = bytearray(path.read_bytes())
+    raw[at : at + 4] = (2**31 - 1).to_bytes(4, "little")
+    bad = tmp_path / "bad.arrow"
+    bad.write_bytes(bytes(raw))
+    bad_url = _put(s3, "bad.arrow", bad)
+    table.close()
+    table = TableSource(bad_url, store_options=options(s3), **KW).table
+    rows = np.arange(200)
+    assert np.array_equal(table.read_rows(rows, ["label"])["label"], rows + 1_000)
+    with pytest.raises(FormatError, match=r"bad\.arrow: record batch 0: rows \[4000, 5000\)"):
+        table.read_rows(np.arange(4_000, 4_010), ["text"])
+    table.close()
+
+
+def test_a_pickled_copy_reads_sub_windows(
+    s3: S3Fixture, files: dict[str, tuple[Path, str]]
+) -> None:
+    path, url = files["sliced.arrows"]
+    local = TableSource(path, **KW).table
+    table = pickle.loads(pickle.dumps(TableSource(url, store_options=options(s3), **KW).table))
+    assert table._spans.alone.sum() == ROWS // 1_000
+    rows = np.arange(6_500, 7_700)  # two sub-windows
+    cols = KW["columns"]
     _same(table.read_rows(rows, cols), local.read_rows(rows, cols))
     table.close()

@@ -242,14 +242,25 @@ class SubFetch:
 
     def _issue(self, name: str, want: _Ranges) -> None:
         with self._cond:
-            if self._done:
-                return
-            out = [np.empty(length, np.uint8) for _, length in want]
-            total = sum(length for _, length in want)
-            self._held += total
-            self._part.held.add(total)
-        file = self._part._file
-        futures = [f for (o, _), b in zip(want, out, strict=True) for f in file.read_pieces(b, o)]
+            dropped = self._done
+            if not dropped:
+                out = [np.empty(length, np.uint8) for _, length in want]
+                total = sum(length for _, length in want)
+                self._held += total
+                self._part.held.add(total)
+        if dropped:
+            self._finish(name, None, CancelledError(f"{self.where}: dropped"))
+            return
+        futures: list[Future[None]] = []
+        try:
+            file = self._part._file
+            for (offset, _), buf in zip(want, out, strict=True):
+                futures += file.read_pieces(buf, offset)
+        except Exception as exc:  # the store closed under a read-ahead: raised by batch()
+            for f in futures:
+                f.cancel()
+            self._finish(name, None, exc)
+            return
         with self._cond:
             self._futures += futures
         if not futures:
