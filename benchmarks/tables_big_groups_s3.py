@@ -1,8 +1,12 @@
-"""Parquet row groups larger than ``window_rows`` on S3 behind a latency proxy: memory, speed.
+"""Parquet row groups (or an Arrow record batch) larger than ``window_rows`` on S3 behind
+a latency proxy: memory, speed.
 
     PYTHONPATH=src python benchmarks/tables_big_groups_s3.py --src <before>/src --src src
         [--root DIR --groups 2 --group-rows 262144 --window-rows 16384 --steps 6000
-         --latency-ms 50 --trials 2]
+         --latency-ms 50 --trials 2 --arrow]
+
+``--arrow``: the same rows as an Arrow IPC file of ONE record batch (what
+``pa.ipc`` writers write for a table made from pandas), read with ``shuffle="window"``.
 
 Writes (once) the file of ``tables_big_groups.py`` (``--groups`` row groups of
 ``--group-rows`` rows of 64-256 int32 tokens, ``input_ids`` only) and serves its
@@ -69,6 +73,7 @@ def run_side(url: str, endpoint: str, steps: int, window_rows: int) -> dict[str,
         width=WIDTH,
         truncate=True,
         window_rows=window_rows,
+        shuffle="window",
     )
     ld = Loader(src, batch_size=B, seed=0, steps=steps)
     h = hashlib.sha256()
@@ -94,6 +99,21 @@ def run_side(url: str, endpoint: str, steps: int, window_rows: int) -> dict[str,
     }
 
 
+def ensure_arrow(parquet: Path) -> Path:
+    """The rows of ``parquet`` as an Arrow IPC file of one record batch, beside it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = parquet.with_suffix(".arrow")
+    if not path.exists():
+        table = pq.read_table(parquet).combine_chunks()
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=len(table))
+        tmp.rename(path)
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default="/tmp/headrace-big-groups-s3")
@@ -107,6 +127,7 @@ def main() -> int:
     ap.add_argument("--side", action="store_true", help="run one side here (the driver's)")
     ap.add_argument("--url")
     ap.add_argument("--endpoint")
+    ap.add_argument("--arrow", action="store_true", help="one Arrow IPC record batch")
     args = ap.parse_args()
     if args.side:
         print(json.dumps(run_side(args.url, args.endpoint, args.steps, args.window_rows)))
@@ -114,6 +135,8 @@ def main() -> int:
     from headrace.bench._s3_serve import _proxy
 
     path = ensure_file(Path(args.root), args.groups, args.group_rows)
+    if args.arrow:
+        path = ensure_arrow(path)
     url = f"s3://bench/{path.name}"
     srcs = args.src or [str(Path(__file__).resolve().parents[1] / "src")]
     print(

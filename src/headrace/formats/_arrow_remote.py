@@ -26,7 +26,8 @@ lie in (the header lists every buffer's place; stretches less than ``GAP``
 apart are one GET, cut into pieces in flight together), into one buffer the
 message's size, which pyarrow decodes without a copy (the columns left out
 are never read). A compressed body, or a column layout not listed in
-:func:`_buffer_counts`, is fetched whole.
+:func:`_buffer_counts`, is fetched whole; a record batch larger than a window
+is read a sub-window at a time (:mod:`~headrace.formats._arrow_slice`).
 Every read is checked against the size and ETag seen at open, so an object
 replaced under a running job is an error. Dictionary-encoded columns (which
 ``datasets`` does not write) are refused by name.
@@ -45,6 +46,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
+from headrace.formats._table_ahead import HeldBytes
 from headrace.formats._table_remote import (
     Fetch,
     RemotePart,
@@ -517,8 +519,11 @@ class RemoteArrow(RemotePart):
         index: ArrowIndex,
         pa: Any,
         reopen: Callable[[], RemoteFile],
+        held: HeldBytes | None = None,
     ) -> None:
         super().__init__(url, file, size, reopen)
+        #: fetched bytes of sub-windows not built yet (this table's objects together)
+        self.held = HeldBytes() if held is None else held
         self.index = index
         self.rows = index.rows
         self._pa = pa
@@ -551,8 +556,9 @@ class RemoteArrow(RemotePart):
                 wait_all(futures)
             walked = dict(zip(todo, (f.result() for f in futures), strict=True))
         indexes = [walked[i] if i in walked else walk(i) for i in range(len(objects))]
+        held = HeldBytes()
         return [
-            cls(url, h, info.size, ix, pa, opener(files, url, info))
+            cls(url, h, info.size, ix, pa, opener(files, url, info), held)
             for (url, info), h, ix in zip(objects, handles, indexes, strict=True)
         ]
 

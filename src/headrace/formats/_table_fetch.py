@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from headrace.errors import StorageError
+from headrace.formats._arrow_remote import RemoteArrow
+from headrace.formats._arrow_slice import SubFetch
 from headrace.formats._table_part import _Part
 from headrace.formats._table_remote import Fetched, RemoteParquet
 from headrace.formats._table_spans import Spans
@@ -27,7 +29,8 @@ def fetch_spans(
     """Start the GETs of the remote spans ``todo`` not decoded (with ``columns``) yet
     (``cache``: those decoded), by the first span of their row group: a sub-window's are
     the first pieces of its group's stream, unless the stream is there already (its
-    GETs run ahead of it)."""
+    GETs run ahead of it); an Arrow record batch's sub-window's are its own (the first
+    round of its rows' ranges)."""
     names = frozenset(columns)
     out: dict[int, Fetched] = {}
     for s in todo:
@@ -37,6 +40,11 @@ def fetch_spans(
             continue
         group, head = int(spans.local[s]), spans.head(s)
         if head in out:
+            continue
+        if spans.alone[s]:
+            assert isinstance(part, RemoteArrow)
+            first, n = int(spans.first[s]), spans.rows(s)
+            out[head] = SubFetch(part, group, first, n, names)
             continue
         if spans.cut[s]:
             assert isinstance(part, RemoteParquet)

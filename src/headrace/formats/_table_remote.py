@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError, HeadraceError
+from headrace.formats._arrow_slice import SubFetch
 from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
@@ -146,9 +147,10 @@ class Fetch:
         """Nothing to release: the buffers go with the last reference."""
 
 
-# What a read-ahead started for a row group: its chunks' GETs (a group decoded whole), or
-# a stream's first pieces (a group read in sub-windows).
-Fetched = Fetch | ChunkStream
+# What a read-ahead started for a row group: its chunks' GETs (a group decoded whole),
+# a stream's first pieces (a Parquet group read in sub-windows), or a sub-window's
+# first ranges (an Arrow record batch read in sub-windows).
+Fetched = Fetch | ChunkStream | SubFetch
 
 
 def fetched_spans(

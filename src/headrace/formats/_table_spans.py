@@ -1,6 +1,7 @@
 """Where a :class:`~headrace.formats._tables.Table`'s rows lie: its spans, each what is
 decoded and cached as one (a row group, a record batch, or a sub-window of a Parquet
-row group larger than ``window_rows``), numbered in table order."""
+row group or of an Arrow record batch on object storage larger than ``window_rows``),
+numbered in table order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._arrow_remote import RemoteArrow
+from headrace.formats._arrow_slice import sliceable
 from headrace.formats._row_plan import split_rows
 
 __all__ = ["Groups", "Spans", "Views", "layout_spans", "row_indices"]
@@ -26,22 +28,26 @@ Views = Mapping[int, Mapping[str, tuple[Any, ...]]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Spans:
     """Each span's first row in the table (and the end: ``starts[-1]`` rows), file,
-    row group / record batch in that file, first row in that group, and whether its
-    group is cut in sub-windows of ``split_rows``."""
+    row group / record batch in that file, first row in that group, whether its
+    group is cut in sub-windows of ``split_rows``, and whether such a sub-window is
+    fetched on its own (``alone``: an Arrow record batch on object storage, read by
+    its rows' ranges) rather than from its group's stream (Parquet)."""
 
     starts: NDArray[np.int64]
     part: NDArray[np.int64]
     local: NDArray[np.int64]
     first: NDArray[np.int64]
     cut: NDArray[np.bool_]
+    alone: NDArray[np.bool_]
     split_rows: int | None
 
     def rows(self, span: int) -> int:
         return int(self.starts[span + 1] - self.starts[span])
 
     def head(self, span: int) -> int:
-        """The first span of ``span``'s row group (itself unless the group is cut)."""
-        if not self.cut[span]:
+        """The first span of ``span``'s row group (itself unless the group is cut and
+        streamed): what its bytes are fetched under."""
+        if not self.cut[span] or self.alone[span]:
             return span
         assert self.split_rows is not None
         return span - int(self.first[span]) // self.split_rows
@@ -78,15 +84,22 @@ def layout_spans(
     window_rows: int | None,
 ) -> Spans:
     """The spans of the row groups (file ``part``, group ``local`` in it, ``rows``
-    rows), Parquet row groups of more than ``window_rows`` rows cut in sub-windows."""
+    rows), Parquet row groups and uncompressed Arrow record batches on object storage
+    (:func:`sliceable`) of more than ``window_rows`` rows cut in sub-windows. A local
+    Arrow file is mapped: its record batches are not cut."""
     wr = window_rows
     pieces = np.ones(len(rows), dtype=np.int64)
     big = np.zeros(len(rows), dtype=bool)
+    ranged = np.zeros(len(rows), dtype=bool)  # fetched a sub-window at a time
     if wr is not None:
-        splittable = np.array(
-            [bool(p.parquet) and not isinstance(p, RemoteArrow) for p in parts], dtype=bool
-        )
-        big = splittable[part] & (rows > wr)
+        parquet = np.array([bool(p.parquet) for p in parts], dtype=bool)[part]
+        big = rows > wr
+        for g in np.flatnonzero(big & ~parquet):  # a look at each big Arrow batch's buffers
+            p = parts[part[g]]
+            ranged[g] = isinstance(p, RemoteArrow) and sliceable(
+                p._pa, p.schema, p.index.buffers[local[g]]
+            )
+        big &= parquet | ranged
         pieces[big] = -(-rows[big] // wr)
     of = np.repeat(np.arange(len(rows), dtype=np.int64), pieces)
     # Each span's place in its group's sub-windows: 0 for a group read whole.
@@ -102,6 +115,7 @@ def layout_spans(
         local=local[of],
         first=first,
         cut=cut,
+        alone=cut & ranged[of],
         split_rows=wr,
     )
 

@@ -43,6 +43,7 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
+from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead
 from headrace.formats._map_guard import eager_buffers, populate_buffers
@@ -54,7 +55,6 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import check_window_rows
-from headrace.formats._table_ahead import ChunkStream
 from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
@@ -68,7 +68,7 @@ from headrace.formats._table_paths import (
     saved_fingerprint,
     table_fingerprint,
 )
-from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
+from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import TableColumn, classify_column, columns_read
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, ObjectCache, open_cache
@@ -379,7 +379,10 @@ class Table(Closing):
     def peak_stream_bytes(self) -> int:
         """Most fetched bytes the streams of row groups read in sub-windows held at once
         (on object storage: GETs in flight and bytes the decoder has not read yet)."""
-        return max((p.held.peak for p in self._parts if isinstance(p, RemoteParquet)), default=0)
+        return max(
+            (p.held.peak for p in self._parts if isinstance(p, RemoteParquet | RemoteArrow)),
+            default=0,
+        )
 
     def _discard_pending(self) -> None:
         pending, self._pending = self._pending, OrderedDict()
@@ -501,9 +504,11 @@ class Table(Closing):
         if not self._spans.cut[span]:
             if isinstance(part, _Part):
                 return part.span(group, names)
-            assert not isinstance(fetched, ChunkStream)  # a stream's only for a cut group
+            assert isinstance(fetched, Fetch | None)  # a stream's only for a cut group
             return part.span(group, names, fetched)
         first, n = int(self._spans.first[span]), self._spans.rows(span)
+        if isinstance(part, RemoteArrow):
+            return arrow_piece(part, group, first, n, names, fetched)
         if isinstance(part, _Part):
             data, skipped = part.piece(group, first, n, names)
         else:

@@ -1,0 +1,364 @@
+"""Sub-windows of an Arrow record batch on object storage: only their rows' bytes fetched.
+
+``pa.ipc`` writers given a table made from pandas write one record batch of all
+its rows, so under the windowed shuffle a record batch larger than
+``window_rows`` is read in sub-windows (as a Parquet row group is). Fetching the
+whole batch for each was the batch's size held (a 10 GB file: 10 GB). An
+uncompressed body is a list of buffers at places its header gives
+(:class:`~headrace.formats._arrow_remote.ArrowIndex`: field nodes and buffers,
+in column order), so rows ``[a, b)`` of a column are:
+
+- its validity bits ``[a, b)`` (none fetched when the node counts no nulls),
+- fixed-width values ``[a, b)`` (bits for bool),
+- for strings, binaries and lists, offsets ``[a, b]``, then the values (or the
+  child's rows) those offsets name: one more round of GETs per level of nesting,
+- for fixed-size lists the child's rows ``[a * k, b * k)``, for structs each
+  child's ``[a, b)``.
+
+:class:`SubFetch` drives one generator per column in rounds: every column's
+ranges of a round are GETs in flight at once (a column of numbers is one round,
+a string or ``list<int32>`` column two). The arrays are built on the fetched
+bytes without a copy (``pa.Array.from_buffers``; offsets rebased to 0, a copy
+of ``rows + 1`` integers; validity bits not on a byte boundary shifted). A
+compressed body (lz4/zstd buffers) cannot be cut this way and is fetched whole,
+as is a batch with a column of another layout (:func:`sliceable`).
+
+Fetched bytes are counted (:class:`~headrace.formats._table_ahead.HeldBytes`)
+from their GET's start until the sub-window's arrays are built (then they are
+its decoded rows, which the table counts) or the fetch is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from concurrent.futures import CancelledError, Future
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import FormatError, HeadraceError
+
+if TYPE_CHECKING:
+    from headrace.formats._arrow_remote import RemoteArrow
+
+__all__ = ["SubFetch", "piece", "sliceable"]
+
+# A column's builder: yields the (offset, length) ranges it needs next, is sent their bytes.
+_Ranges = list[tuple[int, int]]
+_Builder = Generator[_Ranges, list[NDArray[np.uint8]], Any]
+
+
+class _Corrupt(Exception):
+    """A header or offsets that do not fit the body (named by :class:`SubFetch`)."""
+
+
+def _supported(pa: Any, typ: Any) -> bool:
+    """Whether a column of ``typ`` is built from its rows' bytes here."""
+    t = pa.types
+    if isinstance(typ, pa.ExtensionType):
+        typ = typ.storage_type
+    if (
+        t.is_null(typ)
+        or t.is_boolean(typ)
+        or t.is_string(typ)
+        or t.is_binary(typ)
+        or t.is_large_string(typ)
+        or t.is_large_binary(typ)
+    ):
+        return True
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ) or t.is_struct(typ):
+        return all(_supported(pa, typ.field(i).type) for i in range(typ.num_fields))
+    return bool(typ.num_fields == 0) and (
+        t.is_integer(typ)
+        or t.is_floating(typ)
+        or t.is_temporal(typ)
+        or t.is_decimal(typ)
+        or t.is_fixed_size_binary(typ)
+    )
+
+
+def sliceable(pa: Any, schema: Any, buffers: NDArray[np.int64] | None) -> bool:
+    """Whether a record batch of ``schema`` whose buffer list is ``buffers`` (``None``:
+    compressed, or a layout not known) can be read in sub-windows by ranges."""
+    return buffers is not None and all(_supported(pa, f.type) for f in schema)
+
+
+def _bits(raw: NDArray[np.uint8], shift: int, n: int) -> Any:
+    """``n`` bits from bit ``shift`` of ``raw`` (Arrow's order: least significant first),
+    from bit 0 of a buffer."""
+    if not shift:
+        return raw
+    bits = np.unpackbits(raw, bitorder="little")[shift : shift + n]
+    return np.packbits(bits, bitorder="little")
+
+
+class SubFetch:
+    """Rows ``[first, first + n)`` of columns ``names`` of record batch ``group`` of
+    ``part``: their ranges' GETs, started in rounds (the first round at once), and the
+    arrays built on them (:meth:`batch`)."""
+
+    def __init__(
+        self, part: RemoteArrow, group: int, first: int, n: int, names: frozenset[str]
+    ) -> None:
+        from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+
+        self.names = names
+        self.first = first
+        self.n = n
+        self.ahead = False  # started by read-ahead: a failure gets one more try
+        self._part = part
+        self._pa = pa = part._pa
+        index = part.index
+        self._nodes = index.nodes[group]
+        bufs = index.buffers[group]
+        assert bufs is not None
+        self._bufs = bufs
+        offset, _ = index.spans[group]
+        self._body = offset + index.heads[group]
+        self.where = f"{part.path}: record batch {group}: rows [{first}, {first + n})"
+        schema = part.schema
+        self._order = [f.name for f in schema if f.name in names]
+        self._gens: dict[str, _Builder] = {}
+        node = buf = 0
+        for f in schema:
+            if f.name in names:
+                self._gens[f.name] = self._array(f.type, node, buf, first, first + n)
+            node += _node_counts(pa, f.type)
+            buf += _buffer_counts(pa, f.type) or 0
+        self._arrays: dict[str, Any] = {}
+        self._errors: list[BaseException] = []
+        self._futures: list[Future[None]] = []  # every GET started
+        self._cond = threading.Condition()
+        self._left = len(self._gens)  # builders not done
+        self._held = 0
+        self._done = False
+        for name in self._order:
+            self._advance(name, None)
+
+    # -- building ------------------------------------------------------------------------
+    def _range(self, buf: int, lo: int, hi: int, rows: tuple[int, int]) -> tuple[int, int]:
+        """Body buffer ``buf``'s bytes ``[lo, hi)`` as an object range, checked."""
+        off, size = (int(x) for x in self._bufs[buf])
+        if not 0 <= lo <= hi <= size:
+            raise _Corrupt(
+                f"rows {list(rows)} need bytes [{lo}, {hi}) of buffer {buf}, which holds {size}"
+            )
+        return self._body + off + lo, hi - lo
+
+    def _array(self, typ: Any, node: int, buf: int, a: int, b: int) -> _Builder:
+        """Rows ``[a, b)`` of the column (or child) of ``typ`` at field node ``node``
+        and body buffer ``buf``, as an array of its own (offset 0)."""
+        from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+
+        pa = self._pa
+        t = pa.types
+        ext = typ if isinstance(typ, pa.ExtensionType) else None
+        if ext is not None:
+            typ = ext.storage_type
+        if node >= len(self._nodes):
+            raise _Corrupt(f"{len(self._nodes)} field nodes; a column needs node {node}")
+        length, nulls = (int(x) for x in self._nodes[node])
+        if not 0 <= a <= b <= length:
+            raise _Corrupt(f"field node {node} holds {length} rows; rows [{a}, {b}) are asked")
+        n = b - a
+        if t.is_null(typ):
+            arr = pa.nulls(n)
+            return arr if ext is None else pa.ExtensionArray.from_storage(ext, arr)
+        rows = (a, b)
+        want: _Ranges = []
+        if nulls and self._bufs[buf][1]:
+            want.append(self._range(buf, a // 8, -(-b // 8), rows))
+        wide = t.is_large_string(typ) or t.is_large_binary(typ) or t.is_large_list(typ)
+        offsets = t.is_string(typ) or t.is_binary(typ) or t.is_list(typ) or wide
+        children: list[Any] = []
+        if offsets:
+            w = 8 if wide else 4
+            want.append(self._range(buf + 1, a * w, (b + 1) * w, rows))
+        elif t.is_boolean(typ):
+            want.append(self._range(buf + 1, a // 8, -(-b // 8), rows))
+        elif not (t.is_struct(typ) or t.is_fixed_size_list(typ)):
+            w = typ.bit_width // 8
+            want.append(self._range(buf + 1, a * w, b * w, rows))
+        got = (yield want) if want else []
+        valid = None
+        if nulls and self._bufs[buf][1]:
+            valid = pa.py_buffer(_bits(got.pop(0), a % 8, n))
+        if offsets:
+            offs = np.frombuffer(got.pop(0), "<i8" if wide else "<i4")
+            lo, hi = int(offs[0]), int(offs[-1])
+            if not 0 <= lo <= hi or (np.diff(offs) < 0).any():
+                raise _Corrupt(f"offsets of rows [{a}, {b}) of node {node} run [{lo}, {hi})")
+            own = [valid, pa.py_buffer(offs - offs.dtype.type(lo))]
+            if t.is_list(typ) or t.is_large_list(typ):
+                child = yield from self._array(typ.value_type, node + 1, buf + 2, lo, hi)
+                children = [child]
+                bufs = own
+            else:
+                (data,) = (yield [self._range(buf + 2, lo, hi, rows)]) if hi > lo else [b""]
+                bufs = [*own, pa.py_buffer(data)]
+        elif t.is_boolean(typ):
+            bufs = [valid, pa.py_buffer(_bits(got.pop(0), a % 8, n))]
+        elif t.is_fixed_size_list(typ):
+            k = typ.list_size
+            child = yield from self._array(typ.value_type, node + 1, buf + 1, a * k, b * k)
+            children, bufs = [child], [valid]
+        elif t.is_struct(typ):
+            cn, cb = node + 1, buf + 1
+            for i in range(typ.num_fields):
+                ft = typ.field(i).type
+                children.append((yield from self._array(ft, cn, cb, a, b)))
+                cn += _node_counts(pa, ft)
+                cb += _buffer_counts(pa, ft) or 0
+            bufs = [valid]
+        else:
+            bufs = [valid, pa.py_buffer(got.pop(0))]
+        arr = pa.Array.from_buffers(typ, n, bufs, null_count=-1, children=children or None)
+        return arr if ext is None else pa.ExtensionArray.from_storage(ext, arr)
+
+    def _advance(self, name: str, got: list[NDArray[np.uint8]] | None) -> None:
+        """Send ``got`` to ``name``'s builder and start the GETs it asks for next. Called
+        again from the last GET's callback, so a read-ahead fetches every round in the
+        background, not only the first (the values' round trip then waits on no batch)."""
+        gen = self._gens[name]
+        try:
+            while True:
+                want = gen.send(got) if got is not None else next(gen)
+                if want:
+                    break
+                got = []
+        except StopIteration as stop:
+            self._finish(name, stop.value, None)
+            return
+        except _Corrupt as exc:
+            error = FormatError(f"{self.where}: corrupt Arrow IPC data ({exc})")
+            self._finish(name, None, error)
+            return
+        except Exception as exc:  # pyarrow refusing the buffers: named in batch()
+            self._finish(name, None, exc)
+            return
+        self._issue(name, want)
+
+    def _issue(self, name: str, want: _Ranges) -> None:
+        with self._cond:
+            dropped = self._done
+            if not dropped:
+                out = [np.empty(length, np.uint8) for _, length in want]
+                total = sum(length for _, length in want)
+                self._held += total
+                self._part.held.add(total)
+        if dropped:
+            self._finish(name, None, CancelledError(f"{self.where}: dropped"))
+            return
+        futures: list[Future[None]] = []
+        try:
+            file = self._part._file
+            for (offset, _), buf in zip(want, out, strict=True):
+                futures += file.read_pieces(buf, offset)
+        except Exception as exc:  # the store closed under a read-ahead: raised by batch()
+            for f in futures:
+                f.cancel()
+            self._finish(name, None, exc)
+            return
+        with self._cond:
+            self._futures += futures
+        if not futures:
+            self._advance(name, out)
+            return
+        left = [len(futures)]
+
+        def done(_: Future[None]) -> None:
+            with self._cond:
+                left[0] -= 1
+                if left[0]:
+                    return
+            for f in futures:
+                if f.cancelled():
+                    self._finish(name, None, CancelledError(f"{self.where}: dropped"))
+                    return
+                if (exc := f.exception()) is not None:
+                    self._finish(name, None, exc)
+                    return
+            self._advance(name, out)
+
+        for f in futures:
+            f.add_done_callback(done)
+
+    def _finish(self, name: str, array: Any, error: BaseException | None) -> None:
+        with self._cond:
+            if error is not None:
+                self._errors.append(error)
+            else:
+                self._arrays[name] = array
+            self._left -= 1
+            self._cond.notify_all()
+
+    def batch(self) -> Any:
+        """The rows as a record batch of ``names`` (in the schema's order), once every
+        round of every column's GETs is done."""
+        pa = self._pa
+        try:
+            with self._cond:
+                self._cond.wait_for(lambda: self._left == 0)
+                errors = list(self._errors)
+            if errors:
+                exc = errors[0]
+                if isinstance(exc, HeadraceError) and not isinstance(exc, FormatError):
+                    exc.add_note(f"{self.where}: fetching its ranges")  # the store named them
+                if isinstance(exc, pa.ArrowException):
+                    raise FormatError(
+                        f"{self.where}: truncated or corrupt Arrow IPC data ({exc})"
+                    ) from exc
+                raise exc
+            arrays = [self._arrays[c] for c in self._order]
+            for c, arr in zip(self._order, arrays, strict=True):  # bytes from the network
+                try:
+                    arr.validate(full=True)
+                except (pa.ArrowException, OSError) as exc:
+                    raise FormatError(
+                        f"{self.where}: column {c!r}: truncated or corrupt Arrow IPC data ({exc})"
+                    ) from exc
+            fields = [self._part.schema.field(c) for c in self._order]
+            return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Stop counting this fetch's bytes (built, failed, or not needed); GETs not
+        started yet are cancelled, no further round starts."""
+        with self._cond:
+            if self._done:
+                return
+            self._done = True
+            self._part.held.drop(self._held)
+            futures, self._futures = self._futures, []
+        for f in futures:
+            f.cancel()
+
+
+def piece(
+    part: RemoteArrow, group: int, first: int, n: int, names: list[str], fetched: Any = None
+) -> Any:
+    """Rows ``[first, first + n)`` of record batch ``group``'s columns ``names``: from
+    ``fetched`` (a read-ahead's :class:`SubFetch` of them) or fetched now; a failed
+    read-ahead is fetched once more, now."""
+    want = frozenset(names)
+    ok = (
+        isinstance(fetched, SubFetch)
+        and want <= fetched.names
+        and (fetched.first, fetched.n) == (first, n)
+    )
+    if not ok:
+        if fetched is not None:
+            fetched.discard()
+        fetched = SubFetch(part, group, first, n, want)
+    try:
+        batch = fetched.batch()
+    except FormatError:
+        raise
+    except Exception:
+        if not fetched.ahead:
+            raise
+        batch = SubFetch(part, group, first, n, want).batch()
+    return batch
