@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from headrace.formats._object_files import RemoteFile
 
-__all__ = ["AHEAD_DEPTH", "AHEAD_PIECE", "ChunkStream", "HeldBytes"]
+__all__ = ["AHEAD_DEPTH", "AHEAD_PIECE", "ChunkStream", "HeldBytes", "ReadOnlyFile"]
 
 # One GET of a streamed column chunk. Two of pyarrow's 1 MiB reads a GET: half the
 # requests of 1 MiB pieces, and a read spans at most two pieces.
@@ -86,7 +86,32 @@ class _Chunk:
         self.pieces: deque[_Piece] = deque()
 
 
-class ChunkStream:
+class ReadOnlyFile:
+    """A read-only, seekable file of ``_size`` bytes at ``_pos``, as ``pa.PythonFile``
+    reads one (seek, then read); subclasses give ``read``."""
+
+    _pos: int
+    _size: int
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._size)[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+
+class ChunkStream(ReadOnlyFile):
     """A read-only, seekable file of ``size`` bytes for one stream of a row group:
     the column chunks ``chunks`` (``(start, end)``) fetched ahead of the reads, the
     other bytes by ``miss`` (see the module doc). pyarrow reads it through
@@ -179,23 +204,6 @@ class ChunkStream:
             p.future.result()
 
     # -- the file pyarrow reads -------------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._pos, self._size)[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
     def read(self, n: int | None = -1) -> bytes | memoryview:
         end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
         pos, self._pos = self._pos, max(self._pos, end)

@@ -39,7 +39,13 @@ from headrace.formats._object_files import (
     split_object_url,
     wait_all,
 )
-from headrace.formats._table_ahead import AHEAD_DEPTH, AHEAD_PIECE, ChunkStream, HeldBytes
+from headrace.formats._table_ahead import (
+    AHEAD_DEPTH,
+    AHEAD_PIECE,
+    ChunkStream,
+    HeldBytes,
+    ReadOnlyFile,
+)
 from headrace.formats._table_layout import (
     IPC_SUFFIXES,
     folder_files,
@@ -419,7 +425,7 @@ def opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], Remot
     return lambda: files.open(url, info.size, info.etag)
 
 
-class _Spans:
+class _Spans(ReadOnlyFile):
     """A read-only, seekable file of ``size`` bytes: ``spans`` in memory, the rest by ``miss``.
 
     ``spans`` are ``(offset, bytes)``, sorted and disjoint. pyarrow reads it
@@ -441,23 +447,6 @@ class _Spans:
         self._starts = [o for o, _ in self._spans]
         self._miss = miss
         self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._pos, self._size)[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
 
     def read(self, n: int | None = -1) -> bytes | memoryview:
         end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
