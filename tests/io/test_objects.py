@@ -524,3 +524,28 @@ def test_a_store_dropped_without_close_stops_its_loop_thread(root: Path) -> None
     while loops() > before:
         assert time.monotonic() < deadline, "loop threads outlived their stores"
         time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (
+            ("a.bin", -1, 5),
+            r"A byte range needs integer offset >= 0 and length >= 0 \(got offset=-1, length=5\)",
+        ),
+        (("a.bin", 0, 2.5), r"A byte range needs integer offset >= 0 .*length=2\.5"),
+        (
+            ("a.bin", 0),
+            r"A request is a key or a \(key, offset, length\) tuple \(got \('a\.bin', 0\)\)",
+        ),
+        (b"a.bin", r"A request is a key or a \(key, offset, length\) tuple \(got b'a\.bin'\)"),
+    ],
+    ids=["negative-offset", "float-length", "two-tuple", "bytes-key"],
+)
+def test_a_malformed_request_is_refused_before_any_get(
+    root: Path, request_: object, message: str
+) -> None:
+    with ObjectStore(root) as store:
+        with pytest.raises(ConfigError, match=message):
+            store.get_many(["a.bin", request_])  # type: ignore[list-item]
+        assert store.stats.requests == 0
