@@ -19,6 +19,7 @@ from headrace import torch as ht  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
+from headrace.torch import _dataset  # noqa: E402
 
 STEPS = 24
 
@@ -340,7 +341,7 @@ def test_pin_memory_in_a_worker_is_refused(root: Path, monkeypatch: pytest.Monke
     class Info:
         num_workers, id = 2, 0
 
-    monkeypatch.setattr(ht, "get_worker_info", lambda: Info())
+    monkeypatch.setattr(_dataset, "get_worker_info", lambda: Info())
     with pytest.raises(ConfigError, match="DataLoader\\(pin_memory=True\\)"):
         iter(ds)
 
