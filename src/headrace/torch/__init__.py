@@ -35,11 +35,23 @@ from headrace._messages import framework_missing
 # Here, before any submodule: they import torch unguarded, and the first import of
 # headrace.torch (whichever name is asked for) runs this package first.
 try:
-    import torch  # noqa: F401
+    import torch
 except ModuleNotFoundError as exc:
     if exc.name != "torch":  # one of an installed torch's own dependencies: its error says which
         raise
     raise framework_missing("headrace.torch", "torch") from exc
+
+# The oldest torch this works with is 2.6: torch.accelerator (which pin_memory=True asks)
+# came in 2.6, tensors of NumPy's uint16/uint32 (token dtypes) in 2.3. An older one
+# failed only at its first pinned or uint16 batch, with torch's own error; asked by the
+# feature, not the version string, so that a 2.6 pre-release or local build passes.
+if not hasattr(torch, "accelerator"):
+    raise ImportError(
+        f"headrace.torch needs torch >= 2.6 (found torch {torch.__version__}): "
+        "pip install 'headrace[torch]' (or torch >= 2.6 built for your accelerator, from "
+        "torch's install guide)",
+        name="torch",
+    )
 
 from headrace._pack import Packed, pack, unpack
 from headrace.torch._dataloader import WORKER_CHUNK_BYTES as WORKER_CHUNK_BYTES

@@ -97,7 +97,9 @@ class HeadraceDataLoader(Closing):
     and the source must pickle. An error in a worker is
     raised here with the step and worker named; closing the iterator (or
     :meth:`close`, or leaving a ``with`` block) stops the workers.
-    ``pin_memory=True`` pins here, in the main process.
+    ``pin_memory=True`` pins here, in the main process, a pinned copy per
+    stretch of memory the fields view (``x`` and ``y`` one), with workers as
+    without them; with ``contiguous=True``, a copy per field.
     """
 
     def __init__(
@@ -230,8 +232,15 @@ class HeadraceDataLoader(Closing):
             workers.close()
 
     def _from_slot(self, batch: Batch) -> TensorBatch:
+        if self.pin_memory and not self.dataset.contiguous:
+            # Pinned as without workers, a base at a time: x and y of a token batch view
+            # one stretch of the slot, which pinned field by field became two copies.
+            return to_tensors(batch, pin_memory=True)
         batch = tensorable(batch)
         if self.pin_memory:
+            # Field by field: contiguous fields lie apart in the slot, and pinned as one
+            # base they would take the other batches' rows between them along (pack
+            # shares up to twice the fields' bytes).
             return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
         return {k: torch.from_numpy(a) for k, a in batch.items()}
 
