@@ -39,6 +39,7 @@ def child(side: str, setup_s: float) -> None:
 
     from headrace import torch as ht
     from headrace.formats import TokenSource
+    from headrace.torch import _dataloader
 
     if side == "at-iter":
         # The code before: preload torch in a server that the first iter() starts.
@@ -46,7 +47,7 @@ def child(side: str, setup_s: float) -> None:
             if ctx.get_start_method() == "forkserver":
                 ctx.set_forkserver_preload(["__main__", "torch"])
 
-        ht._start_fork_server = preload_only
+        _dataloader._start_fork_server = preload_only
     ds = ht.TorchDataset(
         TokenSource(FILE, dtype="uint16", context=1024), batch_size=32, seed=1, steps=64
     )

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import importlib
 import io
 import json
+import sys
 import threading
 from itertools import islice
 from pathlib import Path
@@ -19,6 +21,7 @@ from headrace import torch as ht  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
+from headrace.torch import _dataset  # noqa: E402
 
 STEPS = 24
 
@@ -332,6 +335,29 @@ def test_pin_memory_needs_an_accelerator(root: Path) -> None:
         dataset(root, pin_memory=True)
 
 
+def test_a_pinning_dataset_pins_each_batch_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: an accelerator pretended, and a pin that copies (as a real one
+    # does), counted: x and y, views of one stretch, become views of one pinned copy.
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    pinned: list[torch.Tensor] = []
+
+    def pin(self: torch.Tensor) -> torch.Tensor:
+        pinned.append(self.clone())
+        return pinned[-1]
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    got = list(islice(dataset(root, pin_memory=True), 4))
+    assert len(pinned) == 4
+    for b, p in zip(got, pinned, strict=True):
+        assert b["x"].untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+        assert b["y"].untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+    with Loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        want = [batch_digest([b]) for b in islice(ld, 4)]
+    assert [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in got] == want
+
+
 def test_pin_memory_in_a_worker_is_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Fault injection: pretend there is an accelerator and that we are worker 0 of 2.
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
@@ -340,9 +366,19 @@ def test_pin_memory_in_a_worker_is_refused(root: Path, monkeypatch: pytest.Monke
     class Info:
         num_workers, id = 2, 0
 
-    monkeypatch.setattr(ht, "get_worker_info", lambda: Info())
+    monkeypatch.setattr(_dataset, "get_worker_info", lambda: Info())
     with pytest.raises(ConfigError, match="DataLoader\\(pin_memory=True\\)"):
         iter(ds)
+
+
+def test_a_torch_older_than_the_floor_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fault injection: torch as before 2.6, without torch.accelerator. It failed at the
+    # first pinned batch (AttributeError), or for torch < 2.3 at the first uint16 batch.
+    monkeypatch.delattr(torch, "accelerator")
+    monkeypatch.setattr(torch, "__version__", "2.5.1")
+    monkeypatch.delitem(sys.modules, "headrace.torch")
+    with pytest.raises(ImportError, match=r"needs torch >= 2\.6 \(found torch 2\.5\.1\)"):
+        importlib.import_module("headrace.torch")
 
 
 def test_dist_rank_world_defaults() -> None:

@@ -139,6 +139,45 @@ def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference:
     assert [digest(b) for b in got] == reference[:6]
 
 
+@pytest.mark.parametrize("contiguous", [False, True])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory_pins_one_storage_per_base(
+    root: Path,
+    reference: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
+    contiguous: bool,
+) -> None:
+    # Fault injection: no GPU here, so an accelerator is pretended and pinning is a copy
+    # (as a real pin is), counted. x and y of a token batch are views of one stretch:
+    # one pin and one pinned storage for both, with workers as without (with workers
+    # they were pinned a field at a time: two copies, y's all but one row x's again).
+    # contiguous=True: each field contiguous and pinned apart, its own storage (with
+    # workers, not as one base with the other batches' rows that lie between the two).
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    pinned: list[torch.Tensor] = []
+
+    def pin(self: torch.Tensor) -> torch.Tensor:
+        pinned.append(self.clone())
+        return pinned[-1]
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    ds = dataset(root, contiguous=contiguous)
+    got, pins = [], []
+    with ht.HeadraceDataLoader(ds, num_workers=workers, pin_memory=True) as dl:
+        for b in islice(dl, 6):
+            got.append(b)
+            pins.append(len(pinned) - sum(pins))
+    assert pins == [2 if contiguous else 1] * 6
+    ours = {p.untyped_storage().data_ptr() for p in pinned}
+    for b in got:
+        x, y = (b[k].untyped_storage().data_ptr() for k in "xy")
+        assert {x, y} <= ours  # views of pinned copies, none of the window or the slot
+        assert (x == y) is not contiguous
+        assert b["x"].is_contiguous() is b["y"].is_contiguous() is contiguous
+    assert [digest(b) for b in got] == reference[:6]
+
+
 def test_host_order_address_through_workers_on_two_ranks(root: Path) -> None:
     with Loader(token_source(root), batch_size=BATCH, seed=5, steps=8, host_order="address") as ld:
         want = [b["x"] for b in ld]

@@ -1,0 +1,282 @@
+"""``HeadraceDataLoader``: a dataset's tensors, counting the consumer's steps.
+
+:class:`HeadraceDataLoader` ``(num_workers=k)`` runs worker processes of its
+own instead of a DataLoader's: each writes whole chunks of batches into a
+ring of shared-memory slots and sends only ``(first step, steps, slot)``; the
+tensors are views of the slot, lent until the last of them is freed (see
+``headrace._shm_ring``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from multiprocessing import forkserver
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import numpy as np
+import torch
+
+from headrace._closing import Closing
+from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
+from headrace.errors import ConfigError, StateError
+from headrace.pipeline import Batch
+from headrace.pipeline._steps import remaining_steps
+from headrace.torch._dataset import TorchDataset
+from headrace.torch._tensors import TensorBatch, check_pinnable, tensorable, to_tensors
+
+__all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
+
+# Most bytes of a chunk in a worker process: a chunk is a ring slot, and each worker has
+# prefetch_factor + 1 of them (large batches make chunks of fewer steps).
+WORKER_CHUNK_BYTES = 16 << 20
+
+
+def _is_integer(value: object) -> bool:
+    """A Python or NumPy integer, not a bool (``num_workers=True`` is no count)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _start_fork_server(ctx: BaseContext) -> None:
+    """Start the fork server now, importing torch and headrace once for all workers.
+
+    Each worker imports the main script again (as ``spawn`` does), and a script
+    that uses this module imports torch: 1 s a worker, every iteration, measured.
+    Python 3.11's forkserver means to preload ``__main__`` but does not (it looks
+    for a ``main_path`` that ``spawn`` no longer sends); with torch already
+    imported in the server, the script's import of it is free, and with
+    headrace's readers imported there, so is unpickling the source (0.1-0.3 s a
+    worker here). Started when the loader is made, not at its first batch, so
+    that those imports overlap whatever the script does in between (building
+    the model): with 2 s between the two, the first batch came 2.17 s after
+    ``iter()`` with the server started by it and 0.09 s with the server started
+    at construction (``benchmarks/torch_first_batch.py``, 4 alternations,
+    medians, load average 7, same digest); with nothing in between, 1.34 vs
+    1.33 s. A later loader, with the server running, 0.093 s from building it
+    to its first batch against 0.707 s when workers imported the readers
+    themselves. A server already running (an earlier loader's) is used as it is.
+    """
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(["__main__", "torch", "headrace._shm_ring", "headrace.formats"])
+        forkserver.ensure_running()
+
+
+_NOT_ALLOWED = (
+    "batch_size",
+    "batch_sampler",
+    "collate_fn",
+    "persistent_workers",
+    "sampler",
+    "shuffle",
+)
+
+
+class HeadraceDataLoader(Closing):
+    """Tensors of a :class:`TorchDataset`, counting the consumer's steps; workers optional.
+
+    ``state_dict()`` is the global step the consumer reached (not any
+    worker's read-ahead position), so it restores with any number of
+    workers: every worker starts at that step. Iterating again continues
+    where the consumer stopped.
+
+    ``num_workers=0`` (the default): the dataset's loader reads ahead on
+    threads and its batches become tensors here (``torch.from_numpy``).
+    ``num_workers=k``: ``k`` processes of headrace's own (not a DataLoader)
+    each write whole chunks of ``chunk_steps`` batches (32 by default) into a
+    ring of ``prefetch_factor + 1`` (default 4) shared-memory slots, and only
+    ``(first step, steps, slot)`` crosses a pipe, once per chunk; the tensors
+    here are views of the slot (no copy), laid out as without workers (``x``
+    and ``y`` views of one storage; each field contiguous with the dataset's
+    ``contiguous=True``). A slot is lent to the consumer until the last
+    tensor viewing any batch of its chunk is freed, so tensors stay valid as
+    long as they are held; once half a worker's slots are lent, its further
+    chunks arrive as copies. ``copy=True`` copies every chunk out of its slot.
+    Workers start with ``multiprocessing_context`` ``"forkserver"`` (the
+    default) or ``"spawn"``; ``"fork"`` is refused. As with any such
+    workers, a script must start them under ``if __name__ == "__main__":``
+    and the source must pickle. An error in a worker is
+    raised here with the step and worker named; closing the iterator (or
+    :meth:`close`, or leaving a ``with`` block) stops the workers.
+    ``pin_memory=True`` pins here, in the main process, a pinned copy per
+    stretch of memory the fields view (``x`` and ``y`` one), with workers as
+    without them; with ``contiguous=True``, a copy per field.
+    """
+
+    def __init__(
+        self,
+        dataset: TorchDataset,
+        *,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: str | BaseContext | None = None,
+        pin_memory: bool = False,
+        copy: bool = False,
+        **unsupported: Any,
+    ) -> None:
+        if not isinstance(dataset, TorchDataset):
+            raise ConfigError(
+                f"HeadraceDataLoader takes a TorchDataset (got {type(dataset).__name__}); "
+                "make one of the source: HeadraceDataLoader(TorchDataset(source, "
+                "batch_size=...), num_workers=...)."
+            )
+        for bad in _NOT_ALLOWED:
+            if unsupported.get(bad):
+                raise ConfigError(
+                    f"HeadraceDataLoader got {bad}={unsupported[bad]!r}: the dataset makes "
+                    f"whole batches in plan order, and workers restart at the consumer's step "
+                    f"on every iteration, so {bad} is not allowed."
+                )
+            unsupported.pop(bad, None)
+        if unsupported:
+            raise ConfigError(
+                f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
+                "prefetch_factor, multiprocessing_context, pin_memory and copy."
+            )
+        if not _is_integer(num_workers) or num_workers < 0:
+            raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")
+        num_workers = int(num_workers)  # a NumPy integer too, as the Loader takes them
+        if prefetch_factor is not None and (
+            num_workers == 0 or not _is_integer(prefetch_factor) or prefetch_factor < 1
+        ):
+            raise ConfigError(
+                f"prefetch_factor must be an integer >= 1, and only with num_workers > 0 "
+                f"(got {prefetch_factor=}, {num_workers=})."
+            )
+        self.pin_memory = pin_memory or dataset.pin_memory
+        if self.pin_memory:
+            check_pinnable()
+        self.dataset = dataset
+        self.num_workers = num_workers
+        # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.
+        self.slots = int(prefetch_factor or 3) + 1
+        self.copy = copy
+        # Checked now, not at the first batch.
+        self.context = mp_context(multiprocessing_context) if num_workers else None
+        if multiprocessing_context is None and self.context is not None:
+            _start_fork_server(self.context)
+        self._workers: WorkerBatches | None = None
+        self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
+
+    @property
+    def step(self) -> int:
+        """The next global step the consumer has not received: the dataset's, so a
+        dataset moved by anything else (``ds.load_state_dict`` of a checkpoint, its own
+        iteration, another loader over it) moves this loader with it (it went on from
+        its own count, replaying what the dataset had been moved past)."""
+        return self.dataset._position()
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
+        (``TypeError`` when that is None). For a scheduler's total (``OneCycleLR``'s
+        ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
+        return remaining_steps(self.step, self.dataset.steps)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        ds = self.dataset
+        ds._check_ranks()
+        ds.load_state_dict(ds.state_at(self.step))
+        if self.num_workers:
+            self.close()  # the last iteration's workers (before the generation is taken)
+        self._generation += 1
+        generation = (self._generation, ds._loads)
+        if not self.num_workers:
+            try:
+                for batch in ds.iter_arrays():  # the dataset's loader counts the steps
+                    yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+                    self._check_current(generation)
+            except Exception as exc:
+                self._check_current(generation, exc)
+                raise
+            return
+        cfg = RingConfig(
+            source=ds.source,
+            loader={
+                "batch_size": ds.batch_size,
+                "seed": ds.seed,
+                "rank": ds.rank,
+                "world_size": ds.world_size,
+                # The ring's slots are the worker's read-ahead: a prefetch thread in the
+                # worker as well measured slower (GIL hand-offs in the worker, 49-57 %
+                # against 69 % of the bare loader's rate).
+                "prefetch": 0,
+                "chunk_steps": ds.chunk_steps,
+                "chunk_bytes": WORKER_CHUNK_BYTES,
+                "steps": ds.steps,
+                "host_order": ds.host_order,
+                "transform": ds.transform,
+            },
+            start=self.step,
+            workers=self.num_workers,
+            slots=self.slots,
+            contiguous=ds.contiguous,
+        )
+        self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
+        step = cfg.start
+        try:
+            for batch in workers:  # writeable arrays, plain strides: torch may share them
+                step += 1
+                ds._consumed(step)  # what self.step, and a new loader over ds, go on from
+                # Handed over, not kept in this frame: a suspended (perhaps abandoned)
+                # iterator must not hold a slot, and so its ring's mapping, once closed.
+                out = [self._from_slot(batch)]
+                del batch
+                yield out.pop()
+                self._check_current(generation)
+        except Exception as exc:
+            self._check_current(generation, exc)
+            raise
+        finally:
+            workers.close()
+
+    def _from_slot(self, batch: Batch) -> TensorBatch:
+        if self.pin_memory and not self.dataset.contiguous:
+            # Pinned as without workers, a base at a time: x and y of a token batch view
+            # one stretch of the slot, which pinned field by field became two copies.
+            return to_tensors(batch, pin_memory=True)
+        batch = tensorable(batch)
+        if self.pin_memory:
+            # Field by field: contiguous fields lie apart in the slot, and pinned as one
+            # base they would take the other batches' rows between them along (pack
+            # shares up to twice the fields' bytes).
+            return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
+        return {k: torch.from_numpy(a) for k, a in batch.items()}
+
+    def _check_current(self, generation: tuple[int, int], failed: Exception | None = None) -> None:
+        # Checked when the consumer asks for the next batch: a stale iterator would
+        # otherwise go on counting its own steps into the restored ``step``. Also when
+        # the wait for a batch failed: a close() from another thread (a watchdog) ends
+        # the workers or loader the waiting thread reads from, whose own error (a worker
+        # "exited", a closed process object, a closed Loader) would mislead.
+        if generation != (self._generation, self.dataset._loads):
+            raise StateError(
+                "this iterator is stale: close(), load_state_dict() or a newer iter() on "
+                "its HeadraceDataLoader, or load_state_dict() on its dataset, came after it "
+                "began; iterate the loader again (it continues at the consumer's step)"
+            ) from failed
+
+    def close(self) -> None:
+        """Stop the last iteration: its workers, or without workers its read-ahead
+        thread and open files (tensors handed out stay valid). Iterating again
+        continues at the consumer's step; the stopped iterator raises StateError."""
+        # First: the stopped iterator must not go on into its closed workers' rings.
+        self._generation += 1
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+        # Where the dataset's iteration stopped (unless another loader's has begun since)
+        # stays what it says: a new loader over it continued from where this one began.
+        self.dataset._read_on(in_worker=False)
+        self.dataset._close_loader()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"step": next global step the consumer has not received, seed, ...}``."""
+        return self.dataset.state_at(self.step)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from the saved step; an iterator already running raises StateError."""
+        self.dataset.load_state_dict(state)
+        self.close()  # the workers of a running iteration would go on filling their rings
+        self._generation += 1

@@ -1,0 +1,299 @@
+"""``TorchDataset``: an ``IterableDataset`` whose DataLoader workers each produce whole batches.
+
+``DataLoader(TorchDataset(...), batch_size=None, num_workers=k)`` yields the
+global step order for any ``k``: worker ``w`` of ``k`` owns the steps ``t``
+with ``(t - phase) % k == w`` (``phase`` is the step the iteration started
+at), and the DataLoader collects from its workers round-robin, in order. A
+worker is an ordinary :class:`~headrace.pipeline.Loader` with
+``step_stride=k``: it plans, reads ahead and slices this host's share on its
+own, with no coordination, because the plan is a pure function of the step.
+
+Progress: with ``num_workers == 0`` the dataset itself knows the consumer's
+step (``state_dict()``). With workers, each worker reads ahead of the
+consumer, so the step the *consumer* reached is counted by
+:class:`~headrace.torch.HeadraceDataLoader` (any worker count on resume) or by
+torchdata's ``StatefulDataLoader``, which calls the dataset's ``state_dict``
+inside each worker (resume with the same worker count, as StatefulDataLoader
+requires).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from headrace.errors import ConfigError, StateError
+from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
+from headrace.pipeline._steps import remaining_steps
+from headrace.plan import LoaderState
+from headrace.torch._dist import dist_rank_world
+from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
+
+__all__ = ["TorchDataset"]
+
+
+class TorchDataset(IterableDataset[TensorBatch]):
+    """This host's slice of every global batch, as tensors, split over DataLoader workers.
+
+    Use with ``DataLoader(ds, batch_size=None, num_workers=k)``: batching is
+    done here, a whole batch per step. ``rank``/``world_size`` default to
+    ``torch.distributed``'s when it is initialised (create the dataset after
+    ``init_process_group``), else ``0``/``1``. ``prefetch`` and
+    ``chunk_steps`` are each worker's :class:`~headrace.pipeline.Loader`
+    read-ahead (32 steps a chunk by default, with or without workers: with
+    :class:`HeadraceDataLoader` workers, chunks of 32 took 0.75x the CPU
+    per batch of chunks of 8, since a chunk is one copy and one message each
+    way). ``host_order`` is the :class:`~headrace.pipeline.Loader`'s (``"address"``:
+    each host reads its stretch of every window). ``pin_memory`` pins in the
+    process that iterates, so it is only for
+    ``num_workers=0``: pinned pages do not survive a worker queue (pass
+    ``pin_memory=True`` to the DataLoader instead). ``transform`` is the
+    :class:`~headrace.pipeline.Loader`'s, run where the reading happens (in
+    the workers, with workers), so it must pickle (a module-level function or
+    an instance of a module-level class).
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        steps: int | None = None,
+        pin_memory: bool = False,
+        contiguous: bool = False,
+        prefetch: int = 8,
+        chunk_steps: int = DEFAULT_CHUNK_STEPS,
+        host_order: Literal["plan", "address"] = "plan",
+        transform: Transform | None = None,
+    ) -> None:
+        super().__init__()
+        self.rank, self.world_size = dist_rank_world(rank, world_size)
+        self._rank_given = rank is not None
+        if pin_memory:
+            check_pinnable()
+        # A throwaway loader checks the config now, in the main process, not in a worker.
+        check = Loader(
+            source,
+            batch_size=batch_size,
+            seed=seed,
+            rank=self.rank,
+            world_size=self.world_size,
+            prefetch=prefetch,
+            chunk_steps=chunk_steps,
+            steps=steps,
+            host_order=host_order,
+            transform=transform,
+        )
+        self.source = source
+        # As the loader checked them: Python ints (it takes NumPy integers too), so
+        # the state stays JSON-able.
+        self.batch_size = check.batch_size
+        self.seed = check.seed
+        self.steps = check.steps
+        self.pin_memory = pin_memory
+        self.contiguous = contiguous
+        self.prefetch = prefetch
+        self.chunk_steps = chunk_steps
+        self.host_order = host_order
+        self.transform = transform
+        # The loader's own: it covers the host order as well as the data.
+        described = check.state_dict()
+        self.fingerprint, self._parts = described["fingerprint"], described["parts"]
+        self._legacy = check.legacy_fingerprints
+        self._mixture = source.fingerprint().get("kind") == "mixture"  # as the loader tells
+        self._start = 0  # the step the next iteration starts at
+        self._phase = 0  # worker w owns steps t with (t - phase) % k == w
+        self._loader: Loader | None = None  # this process's live worker loader
+        # The process this copy serves: another one is a DataLoader worker's copy (forked
+        # or unpickled), which notes where the main process's dataset stood (_arrive).
+        self._pid = os.getpid()
+        self._origin = (self._start, self._phase, self.seed)
+        self._loaded = False  # a state loaded here since the last iteration began
+        self._loads = 0  # states loaded in all: an iteration over it began before one is stale
+
+    # -- state -------------------------------------------------------------------
+    def state_at(self, step: int) -> dict[str, Any]:
+        """The state that resumes every worker at global ``step`` (for stock DataLoaders)."""
+        state = LoaderState(
+            seed=self.seed,
+            step=step,
+            batch_size=self.batch_size,
+            fingerprint=self.fingerprint,
+            parts=self._parts,
+        ).to_dict()
+        # Checked as a loaded state is, now: a NumPy step kept as it was made a state that
+        # json.dumps refuses and torch.load(weights_only=True) fails to restore.
+        return LoaderState.from_dict(state).to_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of the iteration running in this process (torchdata's ``Stateful``).
+
+        In a DataLoader worker that is the worker's own position (what
+        ``StatefulDataLoader`` saves per worker); with ``num_workers=0`` it is
+        the consumer's step. In a main process whose workers do the reading it
+        is only the start step: count the consumer's steps with
+        :class:`HeadraceDataLoader` instead.
+        """
+        if self._loader is None:
+            return {**self.state_at(self._start), "phase": self._phase}
+        return {**self._loader.state_dict(), "phase": self._phase}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Start the next iteration (every worker of it) at the saved step."""
+        st = LoaderState.from_dict(state)
+        st.check(
+            fingerprint=self.fingerprint,
+            batch_size=self.batch_size,
+            parts=self._parts,
+            legacy=self._legacy,
+            mixture=self._mixture,
+        )
+        phase = state.get("phase", st.step)
+        if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
+            raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
+        phase = int(phase)
+        self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
+        self._start, self._phase, self.seed = st.step, phase, st.seed
+        self._loaded = True
+        self._loads += 1
+        # The last iteration's loader would otherwise go on answering state_dict()
+        # with its own step; closing it also makes its iterator stale (StateError).
+        self._close_loader()
+
+    def _read_on(self, *, in_worker: bool) -> None:
+        """Start the next iteration at the step the last one in the main process
+        reached (what state_dict() says), so a loop broken off and begun again (or
+        handed to DataLoader workers) does not replay its first steps. A worker's own
+        last iteration does not count: its copy cannot tell the main process where it
+        stopped, so every worker starts where the main process's dataset does (a
+        forked worker finds the main process's loader, made in another process)."""
+        loader = self._loader
+        if loader is not None and (not in_worker or loader.made_in != os.getpid()):
+            self._start = self._phase = loader.step
+
+    def _arrive(self) -> None:
+        """In a DataLoader worker, once per process: note where the main process's
+        dataset stood when this copy came (forked or unpickled). Every iteration here
+        starts there unless the DataLoader loads a state into it first (torchdata's
+        resume), as each iteration of a fresh worker does: a persistent worker must not
+        go on from its own last iteration, which the consumer did not follow (after a
+        resume, its next iteration began at that worker's own next step: steps 6, 5,
+        8, 7, ... from two workers)."""
+        pid = os.getpid()
+        if self._pid != pid:  # (in the main process, never)
+            self._read_on(in_worker=True)
+            self._pid = pid
+            self._origin = (self._start, self._phase, self.seed)
+            self._loaded = False
+
+    def _position(self) -> int:
+        """The step ``state_dict()`` names, cheaply: read at every batch through
+        :attr:`HeadraceDataLoader.step`."""
+        return self._start if self._loader is None else self._loader.step
+
+    def _consumed(self, step: int) -> None:
+        """The consumer of this process's iteration, whose batches workers read, has
+        reached ``step``: what ``state_dict()`` says and the next iteration starts at."""
+        if self._loader is None:
+            self._start = self._phase = step
+
+    def _close_loader(self) -> None:
+        """End this process's iteration: its read-ahead thread stops, its files close."""
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields: from the step ``state_dict()`` names to
+        ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
+        its ``len()`` from here."""
+        return remaining_steps(self.state_dict()["step"], self.steps)
+
+    def __bool__(self) -> bool:
+        return True
+
+    # -- iteration -----------------------------------------------------------------
+    def _check_ranks(self) -> None:
+        """Refuse to read with the ``(0, 1)`` taken before ``torch.distributed`` was
+        initialised: every rank would read the whole global batch, silently. (A spawned
+        DataLoader worker has no process group: it goes by the dataset's ranks.)"""
+        if self._rank_given or not (dist.is_available() and dist.is_initialized()):
+            return
+        now = dist_rank_world()
+        if now != (self.rank, self.world_size):
+            raise ConfigError(
+                f"this TorchDataset was made as rank {self.rank} of {self.world_size}, but "
+                f"torch.distributed is now initialised as rank {now[0]} of {now[1]}: every "
+                f"rank would read the same batches. Make the dataset after "
+                f"init_process_group, or pass rank= and world_size= explicitly."
+            )
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        if self.pin_memory and get_worker_info() is not None:
+            raise ConfigError(
+                "TorchDataset(pin_memory=True) pins in the iterating process, and pinned "
+                "pages do not survive a DataLoader worker queue; use "
+                "DataLoader(pin_memory=True) with num_workers > 0."
+            )
+        return self._tensors(self.iter_arrays())
+
+    def _tensors(self, arrays: Iterator[Batch]) -> Iterator[TensorBatch]:
+        # In a worker, x and y of one storage go into shared memory once, not twice.
+        share = get_worker_info() is not None
+        for batch in arrays:
+            yield to_tensors(
+                batch, contiguous=self.contiguous, pin_memory=self.pin_memory, share=share
+            )
+
+    def iter_arrays(self) -> Iterator[Batch]:
+        """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""
+        info = get_worker_info()
+        workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._check_ranks()
+        if info is not None:
+            self._arrive()
+            if not self._loaded:
+                self._start, self._phase, self.seed = self._origin
+        self._loaded = False
+        self._read_on(in_worker=info is not None)
+        self._close_loader()  # a new iteration supersedes the last one
+        loader = Loader(
+            self.source,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            rank=self.rank,
+            world_size=self.world_size,
+            prefetch=self.prefetch,
+            chunk_steps=self.chunk_steps,
+            steps=self.steps,
+            host_order=self.host_order,
+            transform=self.transform,
+            step_stride=workers,
+            step_offset=(self._phase + worker) % workers,
+        )
+        loader.step = self._start
+        self._loader = loader
+        return self._generate(loader)
+
+    def _generate(self, loader: Loader) -> Iterator[Batch]:
+        try:
+            yield from loader
+        finally:
+            loader.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Checked here too: a spawned worker has no process group to check against.
+        self._check_ranks()
+        # A worker gets the config and start step, never a running loader.
+        self._read_on(in_worker=get_worker_info() is not None)
+        state = dict(self.__dict__)
+        state["_loader"] = None
+        return state
