@@ -54,8 +54,7 @@ if not hasattr(torch, "accelerator"):
     )
 
 from headrace._pack import Packed, pack, unpack
-from headrace.torch._dataloader import WORKER_CHUNK_BYTES as WORKER_CHUNK_BYTES
-from headrace.torch._dataloader import HeadraceDataLoader
+from headrace.torch._dataloader import WORKER_CHUNK_BYTES, HeadraceDataLoader
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._tensors import TensorBatch as TensorBatch
@@ -65,6 +64,7 @@ __all__ = [
     "HeadraceDataLoader",
     "Packed",
     "TorchDataset",
+    "WORKER_CHUNK_BYTES",
     "dist_rank_world",
     "pack",
     "tensors_of",
