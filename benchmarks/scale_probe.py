@@ -31,10 +31,11 @@ Kinds (``N`` is the size):
   ListObjectsV2, HEAD, ranged GET).
 
 ``--epochs E``: instead, a long run of ``E`` epochs through one loader, with RSS,
-descriptors, threads and tracked objects at each epoch's end (growth from epoch
-5 to the last). ``--requests``: instead, each ``-s3`` kind opened in this process
-behind a ``LatencyProxy`` (no latency), counting the requests and bytes the open
-took per file (a listing done twice, or a request a file more, shows there).
+descriptors, threads, tracked objects and the C heap's bytes in use and free (glibc)
+at each epoch's end (growth from epoch 5 to the last). ``--requests``: instead, each
+``-s3`` kind opened in this process behind a ``LatencyProxy`` (no latency), counting
+the requests and bytes the open took per file (a listing done twice, or a request a
+file more, shows there).
 """
 
 from __future__ import annotations
@@ -63,6 +64,27 @@ S3_OPTIONS = {
     "secret_access_key": "bench",
     "allow_http": True,
 }
+
+
+def malloc_mb() -> tuple[float, float]:
+    """The C heap's bytes handed out and its free bytes kept in its arenas (glibc's
+    ``mallinfo2``; NaN elsewhere): RSS that grows while the first stays flat is the
+    allocator keeping freed memory, not live data."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [
+            (n, ctypes.c_size_t)
+            for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks".split()
+        ]
+
+    try:
+        f = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return float("nan"), float("nan")
+    f.restype = Info
+    got = f()
+    return got.uordblks / 2**20, got.fordblks / 2**20
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -257,14 +279,15 @@ def run_epochs(kind: str, d: Path, epochs: int, endpoint: str | None) -> dict[st
     src = open_source(kind, d, endpoint)
     per = max(1, getattr(src, "samples_per_epoch", 800 * B) // B)
     h = hashlib.sha256()
-    marks: list[tuple[float, int, int, int]] = []
+    marks: list[tuple[float, int, int, int, float, float]] = []
     with Loader(src, batch_size=B, seed=0, steps=per * epochs) as ld:
         for step, batch in enumerate(ld, 1):
             update_digest(h, batch)
             if step % per == 0:
                 gc.collect()
                 fds = len(os.listdir("/proc/self/fd"))
-                marks.append((rss_mb(), fds, threading.active_count(), len(gc.get_objects())))
+                objs = len(gc.get_objects())
+                marks.append((rss_mb(), fds, threading.active_count(), objs, *malloc_mb()))
     warm = marks[min(4, len(marks) - 1)]
     last = marks[-1]
     return {
@@ -274,6 +297,8 @@ def run_epochs(kind: str, d: Path, epochs: int, endpoint: str | None) -> dict[st
         "fds": [warm[1], last[1]],
         "threads": [warm[2], last[2]],
         "objects_growth": last[3] - warm[3],
+        "malloc_used_growth_mb": last[4] - warm[4],
+        "malloc_free_growth_mb": last[5] - warm[5],
         "sha256": h.hexdigest()[:12],
     }
 

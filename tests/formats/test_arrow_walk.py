@@ -96,7 +96,7 @@ def test_damaged_headers_are_format_errors_never_another_exception(file: bool) -
 
 def _messages(data: bytes) -> list[bytes]:
     """A stream's messages (continuation, length, header, body), up to its end marker."""
-    from headrace.formats._arrow_remote import _Flat
+    from headrace.formats._arrow_format import _Flat
 
     out, at = [], 0
     while True:

@@ -39,13 +39,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_remote import (
-    GUESS_SPREAD,
-    ArrowIndex,
-    MessageSizes,
-    _Corrupt,
-    _Flat,
-)
+from headrace.formats._arrow_format import _Corrupt, _Flat
+from headrace.formats._arrow_remote import GUESS_SPREAD, ArrowIndex, MessageSizes
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.formats._map_guard import populate_message
 from headrace.io import PAGE

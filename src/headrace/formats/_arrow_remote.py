@@ -26,8 +26,9 @@ lie in (the header lists every buffer's place; stretches less than ``GAP``
 apart are one GET, cut into pieces in flight together), into one buffer the
 message's size, which pyarrow decodes without a copy (the columns left out
 are never read). A compressed body, or a column layout not listed in
-:func:`_buffer_counts`, is fetched whole; a record batch larger than a window
-is read a sub-window at a time (:mod:`~headrace.formats._arrow_slice`).
+:func:`~headrace.formats._arrow_format._buffer_counts`, is fetched whole; a record
+batch larger than a window is read a sub-window at a time
+(:mod:`~headrace.formats._arrow_slice`).
 Every read is checked against the size and ETag seen at open, so an object
 replaced under a running job is an error. Dictionary-encoded columns (which
 ``datasets`` does not write) are refused by name.
@@ -45,6 +46,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
+from headrace.formats._arrow_format import (
+    _DICTIONARY,
+    _MAGIC,
+    _RECORD_BATCH,
+    _SCHEMA,
+    _buffer_counts,
+    _Corrupt,
+    _Flat,
+    _has_dictionary,
+    _node_counts,
+)
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
 from headrace.formats._table_remote import (
@@ -70,112 +82,6 @@ GUESS_SPREAD = 128 << 10
 GUESS_AFTER = 2
 #: Guessing on (off only to measure against: benchmarks/arrow_walk_s3.py).
 GUESS = True
-_MAGIC = b"ARROW1"
-# Message header types (Arrow's Message.fbs).
-_SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
-
-
-class _Corrupt(Exception):
-    """A header that is not what the Arrow format says (caught and named by the walk)."""
-
-
-class _Flat:
-    """Just enough of the flatbuffer format to read a message header, bounds-checked."""
-
-    __slots__ = ("buf",)
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-
-    def _get(self, fmt: str, pos: int) -> int:
-        if pos < 0 or pos + struct.calcsize(fmt) > len(self.buf):
-            raise _Corrupt(f"a field at byte {pos} lies outside the {len(self.buf)}-byte header")
-        value: int = struct.unpack_from(fmt, self.buf, pos)[0]
-        return value
-
-    def int64(self, pos: int) -> int:
-        return self._get("<q", pos)
-
-    def root(self) -> int:
-        return self._get("<I", 0)
-
-    def field(self, table: int, slot: int) -> int | None:
-        """Where field ``slot`` of the table at ``table`` is, ``None`` when absent."""
-        vtable = table - self._get("<i", table)
-        size = self._get("<H", vtable)
-        at = 4 + 2 * slot
-        if at + 2 > size:
-            return None
-        off = self._get("<H", vtable + at)
-        return table + off if off else None
-
-    def scalar(self, table: int, slot: int, fmt: str, default: int = 0) -> int:
-        pos = self.field(table, slot)
-        return default if pos is None else self._get(fmt, pos)
-
-    def table(self, table: int, slot: int) -> int | None:
-        pos = self.field(table, slot)
-        return None if pos is None else pos + self._get("<I", pos)
-
-    def structs(self, table: int, slot: int) -> NDArray[np.int64]:
-        """A vector field of 16-byte structs of two int64 (field nodes, buffers) as an
-        ``(n, 2)`` array (empty when absent)."""
-        first, count = self.vector(table, slot)
-        if count and (first < 0 or first + 16 * count > len(self.buf)):
-            raise _Corrupt(
-                f"{count} entries at byte {first} overrun the {len(self.buf)}-byte header"
-            )
-        return np.frombuffer(self.buf, "<i8", 2 * count, first if count else 0).reshape(count, 2)
-
-    def vector(self, table: int, slot: int) -> tuple[int, int]:
-        """``(first element's position, length)`` of a vector field (``(0, 0)`` when absent)."""
-        pos = self.field(table, slot)
-        if pos is None:
-            return 0, 0
-        vec = pos + self._get("<I", pos)
-        return vec + 4, self._get("<I", vec)
-
-
-def _has_dictionary(pa: Any, typ: Any) -> bool:
-    """Whether ``typ`` or a type nested in it is dictionary-encoded."""
-    if pa.types.is_dictionary(typ):
-        return True
-    return any(_has_dictionary(pa, typ.field(i).type) for i in range(typ.num_fields))
-
-
-def _node_counts(pa: Any, typ: Any) -> int:
-    """Field nodes a column of ``typ`` has in a record batch (itself, then its children's)."""
-    if isinstance(typ, pa.ExtensionType):
-        typ = typ.storage_type
-    return 1 + sum(_node_counts(pa, typ.field(i).type) for i in range(typ.num_fields))
-
-
-def _buffer_counts(pa: Any, typ: Any) -> int | None:
-    """Buffers a column of ``typ`` has in a record batch body (its own, then its
-    children's), as Arrow's columnar format lists them; ``None`` for layouts not
-    listed here (unions, views, run-end encoded), whose columns are then not fetched
-    apart from the others."""
-    t = pa.types
-    if isinstance(typ, pa.ExtensionType):
-        typ = typ.storage_type
-    if t.is_null(typ):
-        return 0
-    if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
-        return 3  # validity, offsets, data
-    if t.is_list(typ) or t.is_large_list(typ) or t.is_map(typ):
-        own = 2  # validity, offsets
-    elif t.is_fixed_size_list(typ) or t.is_struct(typ):
-        own = 1  # validity
-    elif typ.num_fields == 0 and (
-        t.is_primitive(typ) or t.is_decimal(typ) or t.is_fixed_size_binary(typ)
-    ):
-        return 2  # validity, values (bits for bool)
-    else:
-        return None
-    children = [_buffer_counts(pa, typ.field(i).type) for i in range(typ.num_fields)]
-    if any(c is None for c in children):
-        return None
-    return own + sum(c for c in children if c is not None)
 
 
 class ArrowIndex:

@@ -102,7 +102,7 @@ class SubFetch:
     def __init__(
         self, part: RemoteArrow, group: int, first: int, n: int, names: frozenset[str]
     ) -> None:
-        from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+        from headrace.formats._arrow_format import _buffer_counts, _node_counts
 
         self.names = names
         self.first = first
@@ -150,7 +150,7 @@ class SubFetch:
     def _array(self, typ: Any, node: int, buf: int, a: int, b: int) -> _Builder:
         """Rows ``[a, b)`` of the column (or child) of ``typ`` at field node ``node``
         and body buffer ``buf``, as an array of its own (offset 0)."""
-        from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+        from headrace.formats._arrow_format import _buffer_counts, _node_counts
 
         pa = self._pa
         t = pa.types

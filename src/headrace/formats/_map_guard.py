@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterable
 from typing import Any
 
-from headrace.formats._arrow_remote import _Corrupt, _Flat
+from headrace.formats._arrow_format import _Corrupt, _Flat
 from headrace.formats._map_fill import MappedFile
 from headrace.io import PAGE
 from headrace.io._buffers import populate_file

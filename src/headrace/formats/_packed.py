@@ -283,7 +283,7 @@ def _offset_reads(
 ) -> tuple[Any, list[tuple[int, int, NDArray[Any], Future[None]]]]:
     """Per record batch of ``part``: (where its values of ``column`` start in the object,
     how many bytes they may take, its row offsets (being fetched), the GET's future)."""
-    from headrace.formats._arrow_remote import _buffer_counts, _node_counts
+    from headrace.formats._arrow_format import _buffer_counts, _node_counts
 
     schema, index = part.schema, part.index
     c = schema.get_field_index(column)

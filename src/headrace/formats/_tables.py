@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_local import WalkedStream
-from headrace.formats._arrow_remote import ArrowIndex, RemoteArrow
+from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead
@@ -58,8 +58,8 @@ from headrace.formats._row_plan import check_window_rows
 from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
-from headrace.formats._table_layout import IPC_SUFFIXES
 from headrace.formats._table_nulls import refuse_parquet_nulls, refuse_stored_nulls
+from headrace.formats._table_objects import _open_remote, _Remote
 from headrace.formats._table_part import _open_local, _pa, _Part
 from headrace.formats._table_paths import (
     _path_list,
@@ -71,10 +71,10 @@ from headrace.formats._table_paths import (
 from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import TableColumn, classify_column, columns_read
 from headrace.formats._table_spans import layout_spans, row_indices
-from headrace.io import CacheStats, ObjectCache, open_cache
+from headrace.io import CacheStats, open_cache
 
 if TYPE_CHECKING:
-    from headrace.io import ObjectInfo, ObjectStats
+    from headrace.io import ObjectStats
 
 __all__ = ["Table", "TableColumn"]
 
@@ -87,33 +87,6 @@ _POPULATE = True
 # Local Arrow files: prefetch() faults in whole spans ahead (a windowed shuffle's next
 # window); off only to measure against (benchmarks/arrow_slowfs.py --read-ahead N).
 _READ_AHEAD = True
-
-
-class _Remote(NamedTuple):
-    """How a table on object storage reopens: its objects as listed, the store options,
-    and what opening learned (a ``save_to_disk`` fingerprint, IPC record batch places)."""
-
-    objects: list[tuple[str, ObjectInfo]]
-    store_options: dict[str, Any]
-    in_flight: int
-    cache: ObjectCache | None = None
-    saved_fingerprint: str | None = None
-    arrow_index: dict[str, ArrowIndex] | None = None
-
-
-def _open_remote(remote: _Remote, files: ObjectFiles, pa: Any) -> list[RemoteParquet | RemoteArrow]:
-    """Each object as a part, in order: ``.arrow`` (``.feather``, ``.ipc``, ``.arrows``)
-    ones as Arrow IPC, the rest as Parquet."""
-    arrow = [o for o in remote.objects if o[0].endswith(IPC_SUFFIXES)]
-    parquet = [o for o in remote.objects if not o[0].endswith(IPC_SUFFIXES)]
-    opened: dict[str, RemoteParquet | RemoteArrow] = {}
-    if arrow:
-        opened.update(
-            (p.path, p) for p in RemoteArrow.open_all(arrow, files, pa, remote.arrow_index)
-        )
-    if parquet:
-        opened.update((p.path, p) for p in RemoteParquet.open_all(parquet, files, pa))
-    return [opened[url] for url, _ in remote.objects]
 
 
 class Table(Closing):
