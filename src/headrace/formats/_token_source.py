@@ -13,6 +13,7 @@ view of the window, so ``x`` and ``y`` are two views of a single copy.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
+from headrace.formats._token_budget import token_files
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, TokenFormat
@@ -46,9 +48,7 @@ from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.io._open_files import (  # files kept open without a window
     MAX_IDLE_FILES,
     check_same_file,
-    hold_files,
     idle_share,
-    release_files,
 )
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
@@ -175,6 +175,10 @@ class TokenSource:
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
         self._open: dict[int, LocalFile | RemoteFile | SegmentedFile | RemoteSegments] = {}
+        self._held: set[int] = set()  # the local ones, counted in token_files()
+        # Held by a read, prefetch or close, and by another source shedding one of this
+        # one's files for the process's bound (see _token_budget).
+        self._lock = threading.RLock()
         # (device, inode) of each local file at its first open: a reopen after _close_idle
         # (or in a worker) must find the same file, not one renamed over it.
         self._identity: dict[int, tuple[int, int]] = {}
@@ -239,7 +243,11 @@ class TokenSource:
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         """Gather the samples into one ``(n, L + 1)`` array; ``x``/``y`` view it."""
-        out = self.gather(seed, samples)
+        with self._lock:
+            return self._read(seed, samples)
+
+    def _read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        out = self._gather(seed, samples)
         batch = {"x": out[:, :-1], "y": out[:, 1:]}
         if self.positions == "eos":
             assert self.eos_id is not None
@@ -275,6 +283,10 @@ class TokenSource:
         return plan
 
     def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
+        with self._lock:
+            return self._gather(seed, samples)
+
+    def _gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
         plan = self._plan(seed, samples)
         L = self.context
         groups = group_by_window(plan.epoch, plan.window)
@@ -316,6 +328,10 @@ class TokenSource:
         reader's samples come from (a host of a ``Loader(host_order="address")``);
         the next window is read ahead over that stretch (and a margin), not whole.
         """
+        with self._lock:
+            self._prefetch(seed, samples, share)
+
+    def _prefetch(self, seed: int, samples: NDArray[np.int64], share: tuple[float, float]) -> None:
         plan = self._plan(seed, samples)
         upcoming = set()
         for (_, w), idx in group_by_window(plan.epoch, plan.window):
@@ -394,13 +410,17 @@ class TokenSource:
                 f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:
                 f = self._same_file(i, LocalFile(tf.path))
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                hold_files(self)
             self._open[i] = f
+            if not isinstance(f, (RemoteFile, RemoteSegments)):
+                self._held.add(i)
+                token_files().touch(self, i)
+                token_files().make_room(self)
         return f
 
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
+        if i in self._identity:
+            self.stats.files_reopened += 1
         was = self._identity.setdefault(i, self.files[i].identity or f.identity)
         check_same_file(f, was, f"at most {self._max_idle()} idle files", "token source")
         return f
@@ -421,9 +441,45 @@ class TokenSource:
         busy.add(keep)
         idle = [i for i in self._open if i not in busy]
         for i in idle[: max(0, len(idle) - self._max_idle())]:
-            f = self._open.pop(i)
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                f.close()
+            self._close_file(i)
+
+    def _close_file(self, i: int) -> None:
+        f = self._open.pop(i)
+        if not isinstance(f, (RemoteFile, RemoteSegments)):
+            f.close()
+        if i in self._held:
+            self._held.discard(i)
+            token_files().forget(self, i)
+
+    def shed(self, file: int) -> bool:
+        """Close local file ``file`` and drop its windows, for the process's bound on the
+        files of all token sources (asked by another source opening one); False, and
+        nothing done, while this source is being read (see :mod:`._token_budget`).
+
+        A window shed is opened again when a batch needs it: the same bytes, read or
+        mapped again. Its reads in flight finish first, and nothing views its map (a
+        batch is a copy), so its file can close.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if file not in self._held:  # closed meanwhile
+                token_files().forget(self, file)
+                return True
+            for w in [w for w in self._windows if int(self.layout.window_file[w]) == file]:
+                win = self._windows.pop(w)
+                win.drain(self.stats)
+                win.release()  # a buffered window's memory goes too: S sources, S buffers
+                # Its views of the map go now: a map still viewed stays open (and its
+                # descriptor with it) when the file closes, until they are freed.
+                del win
+                if w == self._ahead:
+                    self._ahead = None
+            self._close_file(file)
+            self.stats.files_shed += 1
+            return True
+        finally:
+            self._lock.release()
 
     def _victim(self) -> int:
         """The window to evict: the least recently used, but not one still wanted.
@@ -446,6 +502,9 @@ class TokenSource:
         win = self._windows.get(w)
         if win is not None:
             self._windows.move_to_end(w)
+            fi = int(self.layout.window_file[w])
+            if fi in self._held:
+                token_files().touch(self, fi)
             return win
         while len(self._windows) >= self.max_windows:
             # Recycle the evicted window's memory: its pages are already faulted in.
@@ -493,6 +552,10 @@ class TokenSource:
         return self._populate_ok
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         # The stores first: closing them cancels GETs in flight, so the drain below (which
         # must wait until nothing writes into a window) does not wait out a stalled store's
         # retries (149 s with the default policy, measured).
@@ -502,11 +565,8 @@ class TokenSource:
             win.release()
         self._windows.clear()
         self._free.clear()
-        for f in self._open.values():
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                f.close()
-        self._open.clear()
-        release_files(self)
+        for i in list(self._open):
+            self._close_file(i)
         self._close_stores()
 
     def _close_stores(self) -> None:
@@ -517,6 +577,8 @@ class TokenSource:
         # Worker copies own their windows and file handles: never share them.
         state = {k: getattr(self, k) for k in self.__dict__}
         state["_open"] = {}
+        state["_held"] = set()
+        del state["_lock"]
         state["_stores"] = None  # a worker opens its own stores and request queue
         state["_windows"] = OrderedDict()
         state["_free"] = []
@@ -529,3 +591,4 @@ class TokenSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lock = threading.RLock()
