@@ -79,6 +79,9 @@ def side(d: Path, chunks: int) -> dict[str, Any]:
         "step_ms": statistics.median(step_ms),
         "locate_ms": statistics.median(locate_ms),
         "sha256": h.hexdigest()[:16],
+        # files opened again after being closed for the bound, and those closed by others
+        "reopened": sum(getattr(s.stats, "files_reopened", 0) for s in srcs),
+        "shed": sum(getattr(s.stats, "files_shed", 0) for s in srcs),
     }
 
 

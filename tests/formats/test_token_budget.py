@@ -114,3 +114,101 @@ def test_a_mixture_of_many_token_sources_runs_under_a_low_descriptor_limit(
     # Past the bound: the files of sources being read at the moment (not shed while busy).
     assert low["most"] <= per_file * (bound + 16), (low["most"], bound)
     assert low["after"] == 0 and low["held"] == 0
+
+
+def _sources(folder: Path, n: int) -> list[Any]:
+    from headrace.formats import TokenSource
+
+    return [
+        TokenSource(folder / f"s{i:04d}.bin", context=CONTEXT, dtype="uint16") for i in range(n)
+    ]
+
+
+def _x(src: Any) -> bytes:
+    return bytes(src.read(1, np.arange(PER_EPOCH, dtype=np.int64))["x"].tobytes())
+
+
+def test_a_source_being_read_is_not_shed_until_it_is_idle(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from headrace.formats import _token_budget
+
+    monkeypatch.setattr(_token_budget, "idle_share", lambda: 1)
+    a, b, c = _sources(folder, 3)
+    try:
+        first = _x(a)
+        busy, done = threading.Event(), threading.Event()
+
+        def hold() -> None:  # as a read of ``a`` on another thread would
+            with a._lock:
+                busy.set()
+                done.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        busy.wait(10)
+        try:
+            _x(b)  # past the bound: a's file is the oldest, but a is busy
+        finally:
+            done.set()
+            t.join()
+        assert a.stats.files_shed == 0 and 0 in a._open and a._windows
+        _x(c)  # a is idle now: shed, with its window; b too
+        assert a.stats.files_shed == 1 and not a._open and not a._windows
+        assert _x(a) == first  # mapped again: the same bytes
+        assert a.stats.files_reopened == 1
+    finally:
+        for s in (a, b, c):
+            s.close()
+    assert len(_token_budget.token_files()) == 0
+
+
+def test_a_file_shed_and_replaced_is_not_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headrace.errors import StorageError
+    from headrace.formats import TokenSource, _token_budget
+
+    monkeypatch.setattr(_token_budget, "idle_share", lambda: 1)
+    rng = np.random.default_rng(3)
+    for name in ("a.bin", "b.bin", "new.bin"):
+        rng.integers(0, 60_000, PER_EPOCH * CONTEXT + 1, dtype=np.uint16).tofile(tmp_path / name)
+    a, b = (TokenSource(tmp_path / n, context=CONTEXT, dtype="uint16") for n in ("a.bin", "b.bin"))
+    try:
+        _x(a)
+        _x(b)  # sheds a's file
+        assert a.stats.files_shed == 1
+        os.replace(tmp_path / "new.bin", tmp_path / "a.bin")  # same size, other bytes
+        with pytest.raises(StorageError, match=r"a\.bin: the file was replaced"):
+            _x(a)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_read_ahead_does_not_close_another_sources_file(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk that meets more sources than the bound prefetched each (opening its file,
+    # closing another's) and then read each: the later prefetches closed the earlier
+    # sources' files before their reads, so every file was opened twice a chunk.
+    from headrace.formats import _token_budget
+
+    monkeypatch.setattr(_token_budget, "idle_share", lambda: 2)
+    a, b, c = _sources(folder, 3)
+    samples = np.arange(PER_EPOCH, dtype=np.int64)
+    try:
+        _x(a)
+        _x(b)
+        c.prefetch(1, samples)
+        assert not c._open and not c._windows  # waits for the read: others fill the bound
+        assert a.stats.files_shed == b.stats.files_shed == 0
+        _x(c)
+        assert a.stats.files_shed == 1 and b.stats.files_shed == 0
+        c.prefetch(1, samples)  # its own file is open: read ahead as ever
+        assert c._windows
+    finally:
+        for s in (a, b, c):
+            s.close()

@@ -336,7 +336,9 @@ class TokenSource:
         upcoming = set()
         for (_, w), idx in group_by_window(plan.epoch, plan.window):
             upcoming.add(w)
-            if w not in self._windows and len(self._windows) >= self.max_windows:
+            if w not in self._windows and (
+                len(self._windows) >= self.max_windows or self._crowded(w)
+            ):
                 continue
             win = self._window(w)
             win.request(win.blocks(plan.start[idx], self.context + 1))
@@ -362,7 +364,7 @@ class TokenSource:
             return
         self._ahead_checked = key
         w = int(self.layout.locate(seed, np.array([ahead], dtype=np.int64)).window[0])
-        if w in self._windows:
+        if w in self._windows or self._crowded(w):
             return
         if len(self._windows) >= self.max_windows and self._victim() in keep:
             return
@@ -480,6 +482,18 @@ class TokenSource:
             return True
         finally:
             self._lock.release()
+
+    def _crowded(self, w: int) -> bool:
+        """Whether opening window ``w``'s file would close another source's: the files of
+        other token sources fill the process's bound. A read ahead then waits for the
+        read, or a mixture whose chunk meets more sources than the bound opened each
+        file twice a chunk: the prefetches of the chunk's later sources closed the
+        earlier ones' before their reads."""
+        fi = int(self.layout.window_file[w])
+        if fi in self._open or self.files[fi].remote:
+            return False
+        budget = token_files()
+        return len(budget) - len(self._held) >= budget.bound
 
     def _victim(self) -> int:
         """The window to evict: the least recently used, but not one still wanted.

@@ -191,8 +191,11 @@ class MixturePlan:
         uniq, inv = np.unique(step, return_inverse=True)
         if uniq.size:
             self._check_steps(int(uniq[0]), int(uniq[-1]))
-        base = self.cumulative(uniq * b)  # (U, S): each source's samples before the step
-        counts = self.cumulative((uniq + 1) * b) - base  # and in it
+        # (U, S): each source's samples before the step, and in it (one call for both:
+        # each costs a few array operations a tree level, whatever the rows).
+        both = self.cumulative(np.concatenate([uniq * b, (uniq + 1) * b]))
+        base = both[: uniq.size]
+        counts = both[uniq.size :] - base
         ends = np.cumsum(counts, axis=1)  # the step's slots [ends - counts, ends) are source s's
         # Each step deals its positions with its own permutation: all steps' at once.
         keys = np.zeros((0, 1), dtype=np.uint64)
