@@ -71,7 +71,11 @@ class TokenSource:
     each chunk's blocks while the previous chunk is consumed, and (with
     ``read_ahead``, the default) the whole next window from half a window
     before the plan reaches it, so a window switch on cold storage does not
-    stall a step. At most ``max_windows`` windows are held.
+    stall a step. At most ``max_windows`` windows are held, and the local files
+    of all token sources in the process (with a window or not) are bounded
+    together: past a share of ``ulimit -n``, the least recently used source not
+    being read closes its file and drops that file's windows, which are mapped
+    (or read) again when needed (see :mod:`headrace.formats._token_budget`).
 
     Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
     ``file://``; ``store_options`` go to :class:`headrace.io.ObjectStore`):
