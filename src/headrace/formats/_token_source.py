@@ -574,14 +574,15 @@ class TokenSource:
         return self._populate_ok
 
     def close(self) -> None:
+        # The stores first, before the lock that a read under way holds: closing them
+        # cancels GETs in flight, so neither that read nor the drain below (which must
+        # wait until nothing writes into a window) waits out a stalled store's retries
+        # (149 s with the default policy, measured).
+        self._close_stores()
         with self._lock:
             self._close()
 
     def _close(self) -> None:
-        # The stores first: closing them cancels GETs in flight, so the drain below (which
-        # must wait until nothing writes into a window) does not wait out a stalled store's
-        # retries (149 s with the default policy, measured).
-        self._close_stores()
         for win in self._windows.values():
             win.drain(self.stats)
             win.release()
