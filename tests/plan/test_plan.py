@@ -272,3 +272,38 @@ def test_a_state_missing_keys_names_them() -> None:
         LoaderState.from_dict(json.dumps(st_))  # type: ignore[arg-type]
     with pytest.raises(StateError, match=r"a NoneType"):
         LoaderState.from_dict(None)  # type: ignore[arg-type]
+
+
+def _cumulative_by_node(numerators: tuple[int, ...], n: np.ndarray) -> np.ndarray:
+    """``C_s(n)`` a tree node at a time, as the module's docstring states it."""
+    prefix = [0, *np.cumsum(numerators).tolist()]
+    out = np.zeros((*n.shape, len(numerators)), dtype=np.int64)
+
+    def split(lo: int, hi: int, here: np.ndarray) -> None:
+        if hi - lo == 1:
+            out[..., lo] = here
+            return
+        mid = (lo + hi) // 2
+        wl, w = prefix[mid] - prefix[lo], prefix[hi] - prefix[lo]
+        q, r = np.divmod(here, w)
+        left = q * wl + (2 * r * wl + w) // (2 * w)
+        split(lo, mid, left)
+        split(mid, hi, here - left)
+
+    split(0, len(numerators), n)
+    return out
+
+
+@pytest.mark.parametrize("sources", [1, 2, 3, 5, 6, 7, 13, 100, 257])
+def test_mixture_cumulative_a_level_at_a_time_is_the_tree_node_by_node(sources: int) -> None:
+    # cumulative() splits every node of a tree level at once (a Python loop over the
+    # S - 1 nodes cost 11 ms a call at 1,000 sources): the counts must be the tree's.
+    rng = np.random.default_rng(sources)
+    plan = MixturePlan(rng.random(sources) + 0.05, 8)
+    n = np.concatenate([np.arange(300), rng.integers(0, 2**62, 200), [2**63 - 1]])
+    n = n.astype(np.int64).reshape(-1, 1)[:, [0, 0]]  # 2-D, as locate's rows
+    got = plan.cumulative(n)
+    assert got.shape == (*n.shape, sources)
+    assert np.array_equal(got, _cumulative_by_node(plan.numerators, n))
+    assert plan.cumulative(np.int64(77)).shape == (sources,)
+    assert plan.cumulative(np.zeros(0, dtype=np.int64)).shape == (0, sources)

@@ -13,6 +13,7 @@ view of the window, so ``x`` and ``y`` are two views of a single copy.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
+from headrace.formats._token_budget import token_files
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, TokenFormat
@@ -46,9 +48,7 @@ from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.io._open_files import (  # files kept open without a window
     MAX_IDLE_FILES,
     check_same_file,
-    hold_files,
     idle_share,
-    release_files,
 )
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
@@ -71,7 +71,11 @@ class TokenSource:
     each chunk's blocks while the previous chunk is consumed, and (with
     ``read_ahead``, the default) the whole next window from half a window
     before the plan reaches it, so a window switch on cold storage does not
-    stall a step. At most ``max_windows`` windows are held.
+    stall a step. At most ``max_windows`` windows are held, and the local files
+    of all token sources in the process (with a window or not) are bounded
+    together: past a share of ``ulimit -n``, the least recently used source not
+    being read closes its file and drops that file's windows, which are mapped
+    (or read) again when needed (see :mod:`headrace.formats._token_budget`).
 
     Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
     ``file://``; ``store_options`` go to :class:`headrace.io.ObjectStore`):
@@ -175,6 +179,11 @@ class TokenSource:
         self._populate_ok: bool | None = None
         self.stats = TokenStats()
         self._open: dict[int, LocalFile | RemoteFile | SegmentedFile | RemoteSegments] = {}
+        # Held by a read, prefetch or close, and by another source shedding one of this
+        # one's files for the process's bound (see _token_budget). (Mind the attributes:
+        # CPython shares an instance dict's keys up to 29 of them; a 30th made each
+        # source 1.3 KB larger, 1.6 MB for a mixture of 1,000.)
+        self._lock = threading.RLock()
         # (device, inode) of each local file at its first open: a reopen after _close_idle
         # (or in a worker) must find the same file, not one renamed over it.
         self._identity: dict[int, tuple[int, int]] = {}
@@ -239,7 +248,11 @@ class TokenSource:
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         """Gather the samples into one ``(n, L + 1)`` array; ``x``/``y`` view it."""
-        out = self.gather(seed, samples)
+        with self._lock:
+            return self._read(seed, samples)
+
+    def _read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        out = self._gather(seed, samples)
         batch = {"x": out[:, :-1], "y": out[:, 1:]}
         if self.positions == "eos":
             assert self.eos_id is not None
@@ -275,6 +288,10 @@ class TokenSource:
         return plan
 
     def gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
+        with self._lock:
+            return self._gather(seed, samples)
+
+    def _gather(self, seed: int, samples: NDArray[np.int64]) -> NDArray[Any]:
         plan = self._plan(seed, samples)
         L = self.context
         groups = group_by_window(plan.epoch, plan.window)
@@ -316,11 +333,17 @@ class TokenSource:
         reader's samples come from (a host of a ``Loader(host_order="address")``);
         the next window is read ahead over that stretch (and a margin), not whole.
         """
+        with self._lock:
+            self._prefetch(seed, samples, share)
+
+    def _prefetch(self, seed: int, samples: NDArray[np.int64], share: tuple[float, float]) -> None:
         plan = self._plan(seed, samples)
         upcoming = set()
         for (_, w), idx in group_by_window(plan.epoch, plan.window):
             upcoming.add(w)
-            if w not in self._windows and len(self._windows) >= self.max_windows:
+            if w not in self._windows and (
+                len(self._windows) >= self.max_windows or self._crowded(w)
+            ):
                 continue
             win = self._window(w)
             win.request(win.blocks(plan.start[idx], self.context + 1))
@@ -346,7 +369,7 @@ class TokenSource:
             return
         self._ahead_checked = key
         w = int(self.layout.locate(seed, np.array([ahead], dtype=np.int64)).window[0])
-        if w in self._windows:
+        if w in self._windows or self._crowded(w):
             return
         if len(self._windows) >= self.max_windows and self._victim() in keep:
             return
@@ -394,13 +417,16 @@ class TokenSource:
                 f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:
                 f = self._same_file(i, LocalFile(tf.path))
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                hold_files(self)
             self._open[i] = f
+            if not isinstance(f, (RemoteFile, RemoteSegments)):
+                token_files().touch(self, i)
+                token_files().make_room(self)
         return f
 
     def _same_file(self, i: int, f: LocalFile) -> LocalFile:
         """``f``, opened again, if it is the file first opened as file ``i``."""
+        if i in self._identity:
+            self.stats.files_reopened += 1
         was = self._identity.setdefault(i, self.files[i].identity or f.identity)
         check_same_file(f, was, f"at most {self._max_idle()} idle files", "token source")
         return f
@@ -421,9 +447,61 @@ class TokenSource:
         busy.add(keep)
         idle = [i for i in self._open if i not in busy]
         for i in idle[: max(0, len(idle) - self._max_idle())]:
-            f = self._open.pop(i)
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                f.close()
+            self._close_file(i)
+
+    def _close_file(self, i: int) -> None:
+        f = self._open.pop(i)
+        if not isinstance(f, (RemoteFile, RemoteSegments)):
+            f.close()
+            token_files().forget(self, i)
+
+    def _held(self, i: int) -> bool:
+        """Whether local file ``i`` is open (counted in :func:`token_files`)."""
+        f = self._open.get(i)
+        return f is not None and not isinstance(f, (RemoteFile, RemoteSegments))
+
+    def shed(self, file: int) -> bool:
+        """Close local file ``file`` and drop its windows, for the process's bound on the
+        files of all token sources (asked by another source opening one); False, and
+        nothing done, while this source is being read (see :mod:`._token_budget`).
+
+        A window shed is opened again when a batch needs it: the same bytes, read or
+        mapped again. Its reads in flight finish first, and nothing views its map (a
+        batch is a copy), so its file can close.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._held(file):  # closed meanwhile
+                token_files().forget(self, file)
+                return True
+            for w in [w for w in self._windows if int(self.layout.window_file[w]) == file]:
+                win = self._windows.pop(w)
+                win.drain(self.stats)
+                win.release()  # a buffered window's memory goes too: S sources, S buffers
+                # Its views of the map go now: a map still viewed stays open (and its
+                # descriptor with it) when the file closes, until they are freed.
+                del win
+                if w == self._ahead:
+                    self._ahead = None
+            self._close_file(file)
+            self.stats.files_shed += 1
+            return True
+        finally:
+            self._lock.release()
+
+    def _crowded(self, w: int) -> bool:
+        """Whether opening window ``w``'s file would close another source's: the files of
+        other token sources fill the process's bound. A read ahead then waits for the
+        read, or a mixture whose chunk meets more sources than the bound opened each
+        file twice a chunk: the prefetches of the chunk's later sources closed the
+        earlier ones' before their reads."""
+        fi = int(self.layout.window_file[w])
+        if fi in self._open or self.files[fi].remote:
+            return False
+        budget = token_files()
+        mine = sum(map(self._held, self._open))
+        return len(budget) - mine >= budget.bound
 
     def _victim(self) -> int:
         """The window to evict: the least recently used, but not one still wanted.
@@ -446,6 +524,9 @@ class TokenSource:
         win = self._windows.get(w)
         if win is not None:
             self._windows.move_to_end(w)
+            fi = int(self.layout.window_file[w])
+            if self._held(fi):
+                token_files().touch(self, fi)
             return win
         while len(self._windows) >= self.max_windows:
             # Recycle the evicted window's memory: its pages are already faulted in.
@@ -493,20 +574,22 @@ class TokenSource:
         return self._populate_ok
 
     def close(self) -> None:
-        # The stores first: closing them cancels GETs in flight, so the drain below (which
-        # must wait until nothing writes into a window) does not wait out a stalled store's
-        # retries (149 s with the default policy, measured).
+        # The stores first, before the lock that a read under way holds: closing them
+        # cancels GETs in flight, so neither that read nor the drain below (which must
+        # wait until nothing writes into a window) waits out a stalled store's retries
+        # (149 s with the default policy, measured).
         self._close_stores()
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         for win in self._windows.values():
             win.drain(self.stats)
             win.release()
         self._windows.clear()
         self._free.clear()
-        for f in self._open.values():
-            if not isinstance(f, (RemoteFile, RemoteSegments)):
-                f.close()
-        self._open.clear()
-        release_files(self)
+        for i in list(self._open):
+            self._close_file(i)
         self._close_stores()
 
     def _close_stores(self) -> None:
@@ -517,6 +600,7 @@ class TokenSource:
         # Worker copies own their windows and file handles: never share them.
         state = {k: getattr(self, k) for k in self.__dict__}
         state["_open"] = {}
+        del state["_lock"]
         state["_stores"] = None  # a worker opens its own stores and request queue
         state["_windows"] = OrderedDict()
         state["_free"] = []
@@ -529,3 +613,4 @@ class TokenSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lock = threading.RLock()

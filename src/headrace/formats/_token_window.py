@@ -37,12 +37,17 @@ class TokenStats:
     those blocks, so a block that fills counts its length once in all; its own
     read is counted when a later batch, or ``close``, finds it done).
     ``blocks_read``: blocks filled.
+    ``files_reopened``: local files opened again after being closed (for the bounds
+    on open files); ``files_shed``: of those closed, the ones another token source
+    closed, with their windows, to keep the files of all within the process's bound.
     """
 
     bytes_read: int = 0
     blocks_read: int = 0
     windows_opened: int = 0
     samples: int = 0
+    files_reopened: int = 0
+    files_shed: int = 0
 
 
 # A mapped window's batch waits for its samples' pages, not their whole blocks (see

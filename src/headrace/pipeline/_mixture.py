@@ -192,7 +192,7 @@ class Mixture:
         source, local = self._locate(seed, samples)
         out: Batch = {}
         n = samples.size
-        groups = [(s, np.flatnonzero(source == s)) for s in np.unique(source).tolist()]
+        groups = _by_source(source)
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
             part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
             self._check_layout(s, part)
@@ -318,15 +318,15 @@ class Mixture:
         samples = np.asarray(samples, dtype=np.int64)
         source, local = self._locate(seed, samples)
         parts = self._shares(samples, share) if share is not None and samples.size else {}
-        for s in np.unique(source).tolist():
+        for s, idx in _by_source(source):
             fn = getattr(self.sources[s], "prefetch", None)
             if fn is None:
                 continue
             with source_lock(self.sources[s]):
                 if s in parts and "share" in inspect.signature(fn).parameters:
-                    fn(source_seed(seed, s), local[source == s], share=parts[s])
+                    fn(source_seed(seed, s), local[idx], share=parts[s])
                 else:
-                    fn(source_seed(seed, s), local[source == s])
+                    fn(source_seed(seed, s), local[idx])
 
     def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
         """Tell each source that asks which of its samples the next read asks for
@@ -374,6 +374,18 @@ class Mixture:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+def _by_source(source: NDArray[np.int64]) -> list[tuple[int, NDArray[np.intp]]]:
+    """Each source met and its positions, ascending: one stable sort, where comparing
+    every sample with each source met was O(sources met x samples) a chunk."""
+    if not source.size:
+        return []
+    order = np.argsort(source, kind="stable")
+    ids = source[order]
+    cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    firsts = np.concatenate(([0], cuts))
+    return list(zip(ids[firsts].tolist(), np.split(order, cuts), strict=True))
 
 
 def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:
