@@ -1,121 +1,57 @@
-"""Worker processes that write whole chunks of batches into shared-memory slots.
+"""Batches from worker processes through shared-memory slots: the main process's side.
 
-Worker ``w`` of ``k`` runs an ordinary :class:`~headrace.pipeline.Loader`
-over the steps ``t`` with ``(t - start) % k == w``, a chunk of steps at a
-time (32 by default), and copies each chunk, once, into the next free slot of
-a ring it created once, in shared memory. Only ``(first step, steps, slot)``
-crosses the pipe, one message per chunk each way (the chunk's layout too,
-pickled, when it differs from the last one's). The main process reads
-worker ``(t - start) % k`` for step ``t``, so batches come out in global
-step order for any ``k``, and makes the fields NumPy views of the slot: no
-pickling, no new segment and no file-descriptor hand-over per batch, which
-is what makes a stock DataLoader worker queue cost more than a whole token
-batch. Fields that view one stretch of memory (``x`` and ``y`` of a token
-batch, two views of one ``(B, L + 1)`` array) cross as that one stretch and
-arrive as views of it, as they leave the loader without workers
-(:func:`~headrace._pack.pack`); with ``contiguous=True`` each field is
-copied apart, contiguous. A chunk whose fields hold Python objects, or that
-does not fit a slot, is pickled through the pipe instead.
-
-A slot is *leased* to the consumer: it goes back to its worker when the
-last array or tensor viewing any batch of its chunk is freed (a weak
-reference on the memoryview that every view keeps alive), so a batch's
-tensors stay valid for as long as anything holds them. A consumer that
-hoards batches would starve its workers of slots; once half a worker's
-slots are out on lease, further chunks from it are handed out as copies and
-their slot is returned at once. ``copy=True`` copies every chunk.
-
-Segments: a worker creates its ring (``SharedMemory``, name
-``headrace_<pid>_<hex>``), the main process maps it and acknowledges, and
-the worker unlinks the name at once, so nothing is left in ``/dev/shm``
-whoever dies later; the mapping lives while either side uses it.
-
-Lifeline: each worker also holds the read end of a pipe that only the main
-process can write to, and never does; a daemon thread in the worker waits
-on it. When the main process closes the pipe, or dies in any way (SIGKILL
-included: the kernel closes its end), the read returns EOF; a worker that
-has not left by itself within ``_ORPHAN_GRACE_S`` (it notices at its next
-pipe operation, but may be in the middle of a long read) unlinks a ring
-still named and exits there and then. The pipe, not ``PR_SET_PDEATHSIG``:
-under ``forkserver`` a worker's parent is the fork server, and the signal is
-Linux-only.
-
-Workers start with ``forkserver`` (default) or ``spawn``; ``fork`` is
-refused, since the parent may run I/O pool threads. They ignore SIGINT: a
-Ctrl-C reaches the main process, whose iterator stops them.
-
-Nothing here imports torch: workers never load it.
+The main process starts ``k`` workers (:mod:`headrace._ring_worker`; with
+``forkserver``, the default, or ``spawn``: ``fork`` is refused, since the
+parent may run I/O pool threads), reads worker ``(t - start) % k`` for step
+``t``, so batches come out in global step order for any ``k``, and makes the
+fields NumPy views of the slot (:mod:`headrace._ring_layout`): no pickling, no
+new segment and no file-descriptor hand-over per batch, which is what makes a
+stock DataLoader worker queue cost more than a whole token batch. A slot is
+*leased* to the consumer until the last view of any batch of its chunk is
+freed (:meth:`WorkerBatches._lease`). Nothing here imports torch: workers
+never load it.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import errno
 import mmap
 import multiprocessing as mp
 import os
 import pickle
-import secrets
 import signal
-import struct
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from headrace._messages import byte_size
-from headrace._pack import pack
+from headrace._ring_layout import (
+    _CHUNK,
+    _CHUNK_MSG,
+    _END,
+    _INLINE,
+    _LAYOUT,
+    _SLOT_MSG,
+    Layout,
+    RingConfig,
+    _nbytes,
+)
+from headrace._ring_worker import _worker
 from headrace.errors import ConfigError, HeadraceError
-from headrace.pipeline import Batch, Loader, Source
+from headrace.pipeline import Batch
 from headrace.pipeline._layout import lay_out, ragged_keys
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
-_LAYOUT, _CHUNK, _INLINE, _END, _ERROR = range(5)
-_CHUNK_MSG = struct.Struct("<Bqii")  # kind, first step, steps, slot (+ a pickled layout)
-_SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
-_ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
 _STOP_S = 2.0  # how long close() waits for workers to exit on their own
-# How long a worker whose lifeline broke may take to leave by itself (less than _STOP_S,
-# so close() rarely has to terminate one).
-_ORPHAN_GRACE_S = 1.0
-
-# Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
-# contiguous copy of one array; and per field, (name, region, element offset,
-# shape, element strides) into one of them.
-Region = tuple[int, str, tuple[int, ...]]
-FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
-Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...]]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RingConfig:
-    """What each worker needs (picklable, torch-free): the source and its loader options."""
-
-    source: Source
-    loader: dict[str, Any] = field(default_factory=dict)  # Loader keyword arguments
-    start: int = 0  # the first global step; worker w owns (t - start) % workers == w
-    workers: int = 1
-    slots: int = 4  # ring slots per worker, each a whole chunk of batches
-    contiguous: bool = False  # copy each field apart, C-contiguous
-
-    def __post_init__(self) -> None:
-        if self.workers < 1 or self.slots < 2 or self.start < 0:
-            raise ConfigError(
-                f"need workers >= 1, slots >= 2 and start >= 0 (got workers={self.workers}, "
-                f"slots={self.slots}, start={self.start})."
-            )
 
 
 def mp_context(context: str | BaseContext | None) -> BaseContext:
@@ -142,191 +78,6 @@ def mp_context(context: str | BaseContext | None) -> BaseContext:
     return ctx
 
 
-def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
-    return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of this shape."""
-    out, n = [], 1
-    for dim in reversed(shape):
-        out.append(n)
-        n *= dim
-    return tuple(reversed(out))
-
-
-def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout] | None:
-    """The arrays to copy into a slot and where each field then lies (``None``: objects).
-
-    Shared (the default): :func:`~headrace._pack.pack`'s bases, so ``x`` and
-    ``y`` cross as their one ``(B, L + 1)`` stretch. ``contiguous``: each
-    field is copied apart, C-contiguous.
-    """
-    if any(a.dtype.hasobject for a in arrays.values()):
-        return None
-    fields: tuple[FieldAt, ...]
-    if contiguous:
-        srcs = list(arrays.values())
-        fields = tuple(
-            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(arrays.items())
-        )
-    else:
-        srcs, packed = pack(arrays)
-        fields = tuple((name, *packed[name]) for name in arrays)
-    regions, pos = [], 0
-    for a in srcs:
-        regions.append((pos, a.dtype.str, a.shape))
-        pos += _aligned(a.nbytes)
-    return srcs, (tuple(regions), fields)
-
-
-def _size(regions: tuple[Region, ...]) -> int:
-    """Bytes a chunk of this layout takes in a slot."""
-    return sum(_aligned(_nbytes(d, sh)) for _, d, sh in regions)
-
-
-# -- the worker ------------------------------------------------------------------------
-
-
-class _Named:
-    """The worker's ring while its name is still in ``/dev/shm``.
-
-    Unlinked by whichever thread comes first: the worker's own (once the main
-    process has mapped the ring, or on its way out) or the lifeline's.
-    """
-
-    __slots__ = ("lock", "shm")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.shm: SharedMemory | None = None
-
-    def create(self, name: str, size: int, slots: int) -> SharedMemory:
-        with self.lock:
-            self.shm = SharedMemory(name=name, create=True, size=size * slots)
-            _reserve(self.shm, size, slots)
-            return self.shm
-
-    def unlink(self) -> None:
-        with self.lock:
-            self.unlink_held()
-
-    def unlink_held(self) -> None:
-        if self.shm is not None:
-            shm, self.shm = self.shm, None
-            shm.unlink()
-
-
-def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
-    """Take the ring's pages now. A tmpfs gives a page at its first write, and one past
-    its size (a container's /dev/shm is 64 MB unless told otherwise) is a SIGBUS that
-    kills the worker in the middle of a copy, saying nothing of why."""
-    fd = getattr(shm, "_fd", -1)
-    if fd < 0 or not hasattr(os, "posix_fallocate"):
-        return  # not Linux: pages are taken as they are written
-    try:
-        os.posix_fallocate(fd, 0, size * slots)
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            return  # a file system that does not preallocate: as without
-        st = os.statvfs("/dev/shm")
-        raise HeadraceError(
-            f"a ring of {slots} slots of {byte_size(size)} does not fit in /dev/shm "
-            f"({byte_size(st.f_bavail * st.f_frsize)} free): give the container more "
-            "shared memory (docker run --shm-size=1g; Kubernetes: an emptyDir of medium "
-            "Memory mounted on /dev/shm), or use fewer workers, a smaller "
-            "prefetch_factor or chunk_steps, or num_workers=0"
-        ) from exc
-
-
-def _watch_lifeline(alive: Connection, named: _Named) -> None:
-    """From a daemon thread: leave once the main process has closed ``alive`` or died."""
-
-    def watch() -> None:
-        try:
-            alive.recv_bytes()  # nothing is ever sent: this returns by EOF only
-        except (EOFError, OSError):
-            pass
-        time.sleep(_ORPHAN_GRACE_S)  # the worker's next send or receive ends it cleanly
-        # Held to the end, so no ring is created (and left named) between here and exit.
-        named.lock.acquire()
-        try:
-            named.unlink_held()
-        finally:
-            os._exit(0)
-
-    threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
-
-
-def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Connection) -> None:
-    """Produce this worker's steps into its ring until done, told to stop, or failed."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
-    named = _Named()
-    _watch_lifeline(alive, named)
-    step = -1  # the next step this worker owes, once its config is read
-    shm: SharedMemory | None = None
-    whole: NDArray[np.uint8] | None = None
-    try:
-        cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
-        k = cfg.workers
-        offset = (cfg.start + w) % k
-        step = cfg.start + (offset - cfg.start) % k
-        loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
-        loader.step = cfg.start
-        with loader:
-            size = 0  # bytes per slot
-            free: collections.deque[int] = collections.deque()
-            sent: Layout | None = None
-            for steps, arrays in loader.chunks():
-                laid = _layout(arrays, cfg.contiguous)
-                if whole is None and laid is not None:
-                    # Sized for the largest chunk the loader will read, from this first one.
-                    regions = laid[1][0]
-                    size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
-                    size += _ALIGN * len(regions)
-                    name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-                    shm = named.create(name, size, cfg.slots)
-                    assert shm.buf is not None  # set by create=True
-                    whole = np.frombuffer(shm.buf, np.uint8)
-                    out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
-                    back.recv_bytes()  # mapped by the main process: the name can go now
-                    named.unlink()
-                    free.extend(range(cfg.slots))
-                if whole is None or laid is None or _size(laid[1][0]) > size:
-                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
-                else:
-                    while not free:  # every slot is queued or leased: wait for one back
-                        free.append(_SLOT_MSG.unpack(back.recv_bytes())[0])
-                    slot = free.popleft()
-                    srcs, layout = laid
-                    _fill(whole[slot * size : (slot + 1) * size], srcs, layout[0])
-                    head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
-                    out.send_bytes(head if layout == sent else head + pickle.dumps(layout))
-                    sent = layout
-                step = steps[-1] + k
-            out.send_bytes(bytes([_END]))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        return  # the main process closed our pipes: it wants no more
-    except BaseException as exc:
-        _send_error(out, step, exc)
-    finally:
-        whole = None  # the segment's last export here, so it can close
-        named.unlink()
-        if shm is not None:
-            shm.close()
-
-
-def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Region, ...]) -> None:
-    # A function of its own, so no loop variable outlives it holding an export of
-    # the segment (which would make ``SharedMemory.close`` fail).
-    for a, (at, dtype, shape) in zip(srcs, regions, strict=True):
-        np.copyto(slot[at : at + a.nbytes].view(dtype).reshape(shape), a, casting="no")
-
-
 def _unpicklable(cfg: RingConfig) -> str:
     """What part of a worker's config does not pickle: the source, or a loader option
     (a transform, most often a lambda)."""
@@ -336,27 +87,6 @@ def _unpicklable(cfg: RingConfig) -> str:
         except Exception:
             return f"the loader's {key} {value!r}"
     return f"the source {cfg.source!r}"
-
-
-def _send_error(out: Connection, step: int, exc: BaseException) -> None:
-    where = "worker traceback:\n" + "".join(traceback.format_exception(exc)).rstrip()
-    exc.add_note(where)
-    try:
-        payload = pickle.dumps((step, exc))
-        # An exception whose __init__ takes other arguments than its message pickles,
-        # but fails to unpickle (a TypeError about __init__ would reach the consumer).
-        pickle.loads(payload)
-    except Exception:  # an exception that does not pickle: its type, message, traceback
-        text = HeadraceError(f"{type(exc).__name__}: {exc}")
-        text.add_note(where)  # once (formatting exc again would repeat its notes)
-        payload = pickle.dumps((step, text))
-    try:
-        out.send_bytes(bytes([_ERROR]) + payload)
-    except OSError:
-        pass  # the main process is gone
-
-
-# -- the main process -------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -534,7 +264,13 @@ class WorkerBatches:
         )
 
     def _lease(self, w: int, ring: _Ring, s: int) -> Batch:
-        """The chunk in slot ``s``: views of it (leased), or copies (the slot returns now)."""
+        """The chunk in slot ``s``: views of it (leased), or copies (the slot returns now).
+
+        The slot goes back to its worker when the last array or tensor viewing any
+        batch of its chunk is freed (a weak reference on the memoryview that every view
+        keeps alive). A consumer that hoards batches would starve its workers of slots:
+        once half a worker's slots are out on lease, its chunks are handed out as copies.
+        """
         assert ring.layout is not None  # sent with the first chunk
         regions, fields = ring.layout
         lo = s * ring.size

@@ -1,0 +1,102 @@
+"""What crosses between a ring's worker processes and the main process.
+
+The config each worker unpickles (:class:`RingConfig`), the pipe's message
+kinds, and the slot layout: a chunk lies in its slot as regions (byte offset,
+dtype, shape), each a contiguous copy of one array on a 64-byte boundary, and
+each field is a strided view into one region, so ``x`` and ``y`` of a token
+batch cross as their one ``(B, L + 1)`` stretch
+(:func:`~headrace._pack.pack`), or, with ``contiguous=True``, apart.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace._pack import pack
+from headrace.errors import ConfigError
+from headrace.pipeline import Batch, Source
+
+__all__ = ["RingConfig"]
+
+_LAYOUT, _CHUNK, _INLINE, _END, _ERROR = range(5)
+_CHUNK_MSG = struct.Struct("<Bqii")  # kind, first step, steps, slot (+ a pickled layout)
+_SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
+_ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
+
+# Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
+# contiguous copy of one array; and per field, (name, region, element offset,
+# shape, element strides) into one of them.
+Region = tuple[int, str, tuple[int, ...]]
+FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
+Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RingConfig:
+    """What each worker needs (picklable, torch-free): the source and its loader options."""
+
+    source: Source
+    loader: dict[str, Any] = field(default_factory=dict)  # Loader keyword arguments
+    start: int = 0  # the first global step; worker w owns (t - start) % workers == w
+    workers: int = 1
+    slots: int = 4  # ring slots per worker, each a whole chunk of batches
+    contiguous: bool = False  # copy each field apart, C-contiguous
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.slots < 2 or self.start < 0:
+            raise ConfigError(
+                f"need workers >= 1, slots >= 2 and start >= 0 (got workers={self.workers}, "
+                f"slots={self.slots}, start={self.start})."
+            )
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of this shape."""
+    out, n = [], 1
+    for dim in reversed(shape):
+        out.append(n)
+        n *= dim
+    return tuple(reversed(out))
+
+
+def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout] | None:
+    """The arrays to copy into a slot and where each field then lies (``None``: objects).
+
+    Shared (the default): :func:`~headrace._pack.pack`'s bases, so ``x`` and
+    ``y`` cross as their one ``(B, L + 1)`` stretch. ``contiguous``: each
+    field is copied apart, C-contiguous.
+    """
+    if any(a.dtype.hasobject for a in arrays.values()):
+        return None
+    fields: tuple[FieldAt, ...]
+    if contiguous:
+        srcs = list(arrays.values())
+        fields = tuple(
+            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(arrays.items())
+        )
+    else:
+        srcs, packed = pack(arrays)
+        fields = tuple((name, *packed[name]) for name in arrays)
+    regions, pos = [], 0
+    for a in srcs:
+        regions.append((pos, a.dtype.str, a.shape))
+        pos += _aligned(a.nbytes)
+    return srcs, (tuple(regions), fields)
+
+
+def _size(regions: tuple[Region, ...]) -> int:
+    """Bytes a chunk of this layout takes in a slot."""
+    return sum(_aligned(_nbytes(d, sh)) for _, d, sh in regions)

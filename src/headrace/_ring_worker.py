@@ -1,0 +1,218 @@
+"""A ring's worker process: it writes whole chunks of batches into its shared-memory slots.
+
+Worker ``w`` of ``k`` runs an ordinary :class:`~headrace.pipeline.Loader`
+over the steps ``t`` with ``(t - start) % k == w``, a chunk of steps at a
+time, and copies each chunk, once, into the next free slot of a ring it
+created once (``SharedMemory``, name ``headrace_<pid>_<hex>``), unlinked as
+soon as the main process has mapped it, so nothing is left in ``/dev/shm``
+whoever dies later. Only ``(first step, steps, slot)`` crosses the pipe (the
+layout too when it changes); a chunk of Python objects, or one that does not
+fit a slot, is pickled through it instead. It ignores SIGINT (a Ctrl-C
+reaches the main process, whose iterator stops it), and leaves by itself
+when the main process closes or loses its lifeline (:func:`_watch_lifeline`).
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import pickle
+import secrets
+import signal
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace._messages import byte_size
+from headrace._ring_layout import (
+    _ALIGN,
+    _CHUNK,
+    _CHUNK_MSG,
+    _END,
+    _ERROR,
+    _INLINE,
+    _LAYOUT,
+    _SLOT_MSG,
+    Layout,
+    Region,
+    RingConfig,
+    _layout,
+    _size,
+)
+from headrace.errors import HeadraceError
+from headrace.pipeline import Loader
+
+__all__: list[str] = []
+
+# How long a worker whose lifeline broke may take to leave by itself (less than _STOP_S,
+# so close() rarely has to terminate one).
+_ORPHAN_GRACE_S = 1.0
+
+
+class _Named:
+    """The worker's ring while its name is still in ``/dev/shm``.
+
+    Unlinked by whichever thread comes first: the worker's own (once the main
+    process has mapped the ring, or on its way out) or the lifeline's.
+    """
+
+    __slots__ = ("lock", "shm")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.shm: SharedMemory | None = None
+
+    def create(self, name: str, size: int, slots: int) -> SharedMemory:
+        with self.lock:
+            self.shm = SharedMemory(name=name, create=True, size=size * slots)
+            _reserve(self.shm, size, slots)
+            return self.shm
+
+    def unlink(self) -> None:
+        with self.lock:
+            self.unlink_held()
+
+    def unlink_held(self) -> None:
+        if self.shm is not None:
+            shm, self.shm = self.shm, None
+            shm.unlink()
+
+
+def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
+    """Take the ring's pages now. A tmpfs gives a page at its first write, and one past
+    its size (a container's /dev/shm is 64 MB unless told otherwise) is a SIGBUS that
+    kills the worker in the middle of a copy, saying nothing of why."""
+    fd = getattr(shm, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return  # not Linux: pages are taken as they are written
+    try:
+        os.posix_fallocate(fd, 0, size * slots)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            return  # a file system that does not preallocate: as without
+        st = os.statvfs("/dev/shm")
+        raise HeadraceError(
+            f"a ring of {slots} slots of {byte_size(size)} does not fit in /dev/shm "
+            f"({byte_size(st.f_bavail * st.f_frsize)} free): give the container more "
+            "shared memory (docker run --shm-size=1g; Kubernetes: an emptyDir of medium "
+            "Memory mounted on /dev/shm), or use fewer workers, a smaller "
+            "prefetch_factor or chunk_steps, or num_workers=0"
+        ) from exc
+
+
+def _watch_lifeline(alive: Connection, named: _Named) -> None:
+    """From a daemon thread: leave once the main process has closed ``alive`` or died.
+
+    Only the main process can write to ``alive``, and never does: when it closes the
+    pipe, or dies in any way (SIGKILL included: the kernel closes its end), the read
+    returns EOF, and a worker that has not left by itself within ``_ORPHAN_GRACE_S``
+    (it notices at its next pipe operation, but may be in the middle of a long read)
+    unlinks a ring still named and exits there and then. The pipe, not
+    ``PR_SET_PDEATHSIG``: under ``forkserver`` a worker's parent is the fork server,
+    and the signal is Linux-only.
+    """
+
+    def watch() -> None:
+        try:
+            alive.recv_bytes()  # nothing is ever sent: this returns by EOF only
+        except (EOFError, OSError):
+            pass
+        time.sleep(_ORPHAN_GRACE_S)  # the worker's next send or receive ends it cleanly
+        # Held to the end, so no ring is created (and left named) between here and exit.
+        named.lock.acquire()
+        try:
+            named.unlink_held()
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
+
+
+def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Connection) -> None:
+    """Produce this worker's steps into its ring until done, told to stop, or failed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    named = _Named()
+    _watch_lifeline(alive, named)
+    step = -1  # the next step this worker owes, once its config is read
+    shm: SharedMemory | None = None
+    whole: NDArray[np.uint8] | None = None
+    try:
+        cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
+        k = cfg.workers
+        offset = (cfg.start + w) % k
+        step = cfg.start + (offset - cfg.start) % k
+        loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
+        loader.step = cfg.start
+        with loader:
+            size = 0  # bytes per slot
+            free: collections.deque[int] = collections.deque()
+            sent: Layout | None = None
+            for steps, arrays in loader.chunks():
+                laid = _layout(arrays, cfg.contiguous)
+                if whole is None and laid is not None:
+                    # Sized for the largest chunk the loader will read, from this first one.
+                    regions = laid[1][0]
+                    size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
+                    size += _ALIGN * len(regions)
+                    name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
+                    shm = named.create(name, size, cfg.slots)
+                    assert shm.buf is not None  # set by create=True
+                    whole = np.frombuffer(shm.buf, np.uint8)
+                    out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
+                    back.recv_bytes()  # mapped by the main process: the name can go now
+                    named.unlink()
+                    free.extend(range(cfg.slots))
+                if whole is None or laid is None or _size(laid[1][0]) > size:
+                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
+                else:
+                    while not free:  # every slot is queued or leased: wait for one back
+                        free.append(_SLOT_MSG.unpack(back.recv_bytes())[0])
+                    slot = free.popleft()
+                    srcs, layout = laid
+                    _fill(whole[slot * size : (slot + 1) * size], srcs, layout[0])
+                    head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
+                    out.send_bytes(head if layout == sent else head + pickle.dumps(layout))
+                    sent = layout
+                step = steps[-1] + k
+            out.send_bytes(bytes([_END]))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the main process closed our pipes: it wants no more
+    except BaseException as exc:
+        _send_error(out, step, exc)
+    finally:
+        whole = None  # the segment's last export here, so it can close
+        named.unlink()
+        if shm is not None:
+            shm.close()
+
+
+def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Region, ...]) -> None:
+    # A function of its own, so no loop variable outlives it holding an export of
+    # the segment (which would make ``SharedMemory.close`` fail).
+    for a, (at, dtype, shape) in zip(srcs, regions, strict=True):
+        np.copyto(slot[at : at + a.nbytes].view(dtype).reshape(shape), a, casting="no")
+
+
+def _send_error(out: Connection, step: int, exc: BaseException) -> None:
+    where = "worker traceback:\n" + "".join(traceback.format_exception(exc)).rstrip()
+    exc.add_note(where)
+    try:
+        payload = pickle.dumps((step, exc))
+        # An exception whose __init__ takes other arguments than its message pickles,
+        # but fails to unpickle (a TypeError about __init__ would reach the consumer).
+        pickle.loads(payload)
+    except Exception:  # an exception that does not pickle: its type, message, traceback
+        text = HeadraceError(f"{type(exc).__name__}: {exc}")
+        text.add_note(where)  # once (formatting exc again would repeat its notes)
+        payload = pickle.dumps((step, text))
+    try:
+        out.send_bytes(bytes([_ERROR]) + payload)
+    except OSError:
+        pass  # the main process is gone
