@@ -2,8 +2,8 @@
 
 A window buffer is allocated, not read: a batch fills just the 4 MiB blocks its
 samples (and their shifted labels) touch, and filled blocks stay while the
-window is cached (see :mod:`headrace.formats._token_source`, which chooses,
-caches and gathers from windows).
+window is cached (see :mod:`headrace.formats._window_cache`, which chooses and
+caches windows, and :mod:`headrace.formats._token_source`, which gathers from them).
 """
 
 from __future__ import annotations
