@@ -1,12 +1,5 @@
-"""``TorchDataset``: an ``IterableDataset`` whose DataLoader workers each produce whole batches.
-
-``DataLoader(TorchDataset(...), batch_size=None, num_workers=k)`` yields the
-global step order for any ``k``: worker ``w`` of ``k`` owns the steps ``t``
-with ``(t - phase) % k == w`` (``phase`` is the step the iteration started
-at), and the DataLoader collects from its workers round-robin, in order. A
-worker is an ordinary :class:`~headrace.pipeline.Loader` with
-``step_stride=k``: it plans, reads ahead and slices this host's share on its
-own, with no coordination, because the plan is a pure function of the step.
+"""``TorchDataset``: an ``IterableDataset`` whose DataLoader workers each produce whole batches
+(how the steps are shared out: :mod:`headrace.torch`).
 
 Progress: with ``num_workers == 0`` the dataset itself knows the consumer's
 step (``state_dict()``). With workers, each worker reads ahead of the
