@@ -144,24 +144,16 @@ def test_fields_keep_the_loaders_layout_unless_contiguous(root: Path, reference:
 def test_pin_memory_pins_one_storage_per_base(
     root: Path,
     reference: list[str],
-    monkeypatch: pytest.MonkeyPatch,
+    fake_pin: list[Any],
     workers: int,
     contiguous: bool,
 ) -> None:
-    # Fault injection: no GPU here, so an accelerator is pretended and pinning is a copy
-    # (as a real pin is), counted. x and y of a token batch are views of one stretch:
-    # one pin and one pinned storage for both, with workers as without (with workers
+    # Pins counted (fake_pin: a copy, no GPU here). x and y of a token batch are views
+    # of one stretch: one pin and one pinned storage for both, with workers as without (with workers
     # they were pinned a field at a time: two copies, y's all but one row x's again).
     # contiguous=True: each field contiguous and pinned apart, its own storage (with
     # workers, not as one base with the other batches' rows that lie between the two).
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    pinned: list[torch.Tensor] = []
-
-    def pin(self: torch.Tensor) -> torch.Tensor:
-        pinned.append(self.clone())
-        return pinned[-1]
-
-    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    pinned = fake_pin
     ds = dataset(root, contiguous=contiguous)
     got, pins = [], []
     with ht.HeadraceDataLoader(ds, num_workers=workers, pin_memory=True) as dl:
