@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+TESTS = str(Path(__file__).resolve().parents[1])  # the children import _fds
+PATHS = os.pathsep.join([SRC, TESTS])
 SOURCES = 200
 CONTEXT = 16
 PER_EPOCH = 6  # samples an epoch of each source
@@ -39,14 +41,10 @@ CHILD = textwrap.dedent(
     from headrace.pipeline import Loader, Mixture
     from headrace.testing import update_digest
 
+    from _fds import fds_in  # tests/_fds.py: descriptors on files in a folder
+
     def fds():
-        n = 0
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                n += os.readlink(f"/proc/self/fd/{fd}").startswith(folder + os.sep)
-            except OSError:
-                pass
-        return n
+        return fds_in(folder)
 
     names = sorted(os.listdir(folder))
     srcs = [TokenSource(os.path.join(folder, n), context=16, dtype="uint16", reads=reads)
@@ -86,7 +84,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _child(folder: Path, nofile: int | None, reads: str) -> dict[str, Any]:
     steps = EPOCHS * SOURCES * PER_EPOCH // B
     arg = json.dumps([str(folder), nofile, reads, steps])
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": PATHS + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
         [sys.executable, "-c", CHILD, arg], capture_output=True, text=True, env=env, timeout=120
     )

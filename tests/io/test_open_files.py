@@ -22,6 +22,8 @@ from headrace.io import LocalFile, RangeReader, ReaderConfig
 from headrace.io._open_files import _HOLDERS, MAX_IDLE_FILES, default_max_idle, idle_share
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+TESTS = str(Path(__file__).resolve().parents[1])  # the children import _fds
+PATHS = os.pathsep.join([SRC, TESTS])
 ROW = 512
 ROWS = 40  # 20 KiB a file: O_DIRECT reads whole aligned blocks of it
 # One bound of the test process's descriptors: a reader that keeps every file open
@@ -77,14 +79,10 @@ CHILD = textwrap.dedent(
     folder, strategy, idle, nofile, row, plan = json.loads(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     cfg = ReaderConfig(strategy=strategy, max_idle_files=idle)  # None: from the limit
+    from _fds import fds_in  # tests/_fds.py: descriptors on files in a folder
+
     def fds():
-        n = 0
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                n += os.readlink(f"/proc/self/fd/{fd}").startswith(folder + os.sep)
-            except OSError:
-                pass
-        return n
+        return fds_in(folder)
 
     most, h, err = 0, hashlib.sha256(), ""
     reader = RangeReader(cfg)
@@ -105,7 +103,7 @@ CHILD = textwrap.dedent(
 
 def _child(folder: Path, strategy: str, idle: int | None) -> dict[str, object]:
     arg = json.dumps([str(folder), strategy, idle, NOFILE, ROW, _plan(NFILES)])
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": PATHS + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
         [sys.executable, "-c", CHILD, arg], capture_output=True, text=True, env=env, timeout=120
     )
@@ -353,7 +351,7 @@ def test_a_mixture_of_many_sharded_token_datasets_fits_a_low_descriptor_limit(
         (tmp_path / f"d{d}").mkdir()
         for i in range(40):
             rng.integers(0, 60_000, 20_000, dtype=np.uint16).tofile(tmp_path / f"d{d}/s{i:03d}.bin")
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": PATHS + os.pathsep + os.environ.get("PYTHONPATH", "")}
     digests = []
     for nofile in (0, 128):
         out = subprocess.run(
