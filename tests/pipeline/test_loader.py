@@ -774,3 +774,19 @@ def test_the_iterator_of_a_closed_loader_says_it_is_closed(token_path: Path, pre
     ld.close()
     with pytest.raises(StateError, match=r"stale: .* the loader is closed: make a new one"):
         next(it)
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_looping_again_over_a_finished_loader_warns(token_path: Path, prefetch: int) -> None:
+    # `for epoch in range(3): for batch in loader:` with steps = one epoch trained
+    # epochs 2 and 3 on nothing, without a word.
+    ld = loader(token_path, steps=3, prefetch=prefetch)
+    assert len(list(ld)) == 3
+    with pytest.warns(RuntimeWarning, match=r"yields nothing: step 3 is the run's end \(steps=3\)"):
+        assert list(ld) == []
+    ld.close()
+    # A run resumed at its end, or one with steps=0, is not a loop gone round again.
+    resumed = loader(token_path, steps=3, prefetch=prefetch)
+    resumed.load_state_dict(ld.state_dict())
+    assert list(resumed) == []
+    resumed.close()

@@ -380,6 +380,18 @@ class Loader(Closing):
             raise ConfigError("this loader is closed; make a new one to iterate again.")
         self._own_process()
         self._stop_producer()
+        again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
+        if again and self.step_stride == 1 and self.steps is not None and not len(self):
+            # The PyTorch habit `for epoch in ...: for batch in loader:` met an end step,
+            # not a per-epoch count: every later epoch would train on nothing, silently.
+            warnings.warn(
+                f"Loader: this iteration yields nothing: step {self.step} is the run's end "
+                f"(steps={self.steps}). `steps` is the global step at which iteration "
+                "ends, not a count per epoch, and each loop goes on from loader.step; for "
+                "several epochs give steps=epochs * steps_per_epoch (or None) and loop once.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._generation += 1
         self.status = LoaderStatus.RUNNING
         start = self.step
