@@ -2,13 +2,13 @@
 
 Each variant gets a read-only slowfs mount of its own, in a private temporary
 folder made for the run, and the storage ceiling one more. One mount for all
-would let a variant ride its neighbour's pages: FUSE keeps a file's pages in
-the mount's page cache for as long as any open of it lasts (slowfs drops them
-only at an open), and the timed trials hold every variant's stream open at
-once and alternate them, so the second variant's trial would read what the
-first one's had just fetched. Separate mounts are separate inodes, with page
-caches of their own. Pages a variant fetched itself stay cached for its later
-steps while its files are open, as on a network mount with a client cache.
+would let a variant ride its neighbour's pages: slowfs drops a file's cached
+pages when the file is opened, never while it is open, and the timed trials
+open every variant's stream first and then alternate them, so the second
+variant's trial would read what the first one's had just fetched. Separate
+mounts are separate inodes, with page caches of their own. Pages a variant
+fetched itself stay cached for its later steps while its files are open, as
+on a network mount with a client cache.
 
 Every mount is taken down when the workload's run ends, also on an error or
 Ctrl-C (the servers run in sessions of their own, so Ctrl-C reaches the bench
