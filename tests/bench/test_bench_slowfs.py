@@ -9,7 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +209,51 @@ def test_mounts_are_removed_after_ctrl_c(
     rc, _ = _run(tmp_path, "slowfs", *TOKENS, "--storage", "slowfs", "--latency-ms", "0")
     assert rc == 130
     assert _left_behind(private_tmp) == ([], [])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_or_killed_bench_leaves_no_mount(
+    tmp_path: Path, private_tmp: Path, sig: signal.Signals
+) -> None:
+    # SIGTERM unwinds the run as Ctrl-C does (mounts and folder gone, exit 143); after
+    # SIGKILL each server's lifeline unmounts it, and only folders are left.
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": src}
+    argv = ["--root", str(tmp_path / "data"), *TOKENS, "--storage", "slowfs"]
+    data = ["--root", str(tmp_path / "data"), "--token-file-gib", "0.004"]
+    assert main(["gen", "tokens", *data]) == 0  # the dataset first: not timed here
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headrace", "bench", *argv, "--latency-ms", "5"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _left_behind(private_tmp)[0]:
+            assert proc.poll() is None and time.monotonic() < deadline, "no mount appeared"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        rc = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    if sig == signal.SIGTERM:
+        assert rc == 143
+        assert _left_behind(private_tmp) == ([], [])
+        return
+    assert rc == -signal.SIGKILL
+    deadline = time.monotonic() + 20
+    while _left_behind(private_tmp)[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    mounts, folders = _left_behind(private_tmp)
+    assert mounts == []
+    # The run's folder of mount points, and each server's of its log and counters.
+    assert folders and all(
+        f.startswith(("headrace-bench-slowfs-", "headrace-slowfs-")) for f in folders
+    )
 
 
 @pytest.mark.parametrize(
