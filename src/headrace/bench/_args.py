@@ -40,8 +40,9 @@ _RANGES: tuple[tuple[str, str, float, bool, str], ...] = (
     ("--open-latency-ms", "open_latency_ms", 0, True, "10"),
 )
 
-#: ``--storage slowfs`` without ``--latency-ms``: a round trip of a network mount whose
-#: server answers from its own memory, or a FUSE driver in front of an object store's cache.
+#: ``--storage slowfs`` without ``--latency-ms``: without a delay slowfs is FUSE's own cost
+#: only; 10 ms is the emulator's documented example (a NFS server in the same rack answers
+#: in under 1 ms, a FUSE driver over object storage in tens).
 SLOWFS_LATENCY_MS = 10.0
 
 
