@@ -24,11 +24,13 @@ from headrace.bench._args import (
     refuse_scales_without_dlio,
     refuse_unused_sizes,
     size_changes,
+    slowfs_config,
 )
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
+from headrace.bench._slowfs_run import fuse_check, unwind_on_sigterm
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
 
@@ -87,16 +89,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--storage",
-        choices=("local", "s3"),
-        help="files, token and Parquet workloads: read from local disk or S3 (moto started "
-        "on 127.0.0.1 unless --endpoint)",
+        choices=("local", "s3", "slowfs"),
+        help="local disk; S3 (files, token and Parquet workloads: moto started on 127.0.0.1 "
+        "unless --endpoint); or slowfs: --root read through a FUSE mount with a delay per "
+        "READ and open, one mount per variant (needs fuse3)",
     )
     parser.add_argument(
         "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
     )
     parser.add_argument("--endpoint", metavar="URL", help="an existing S3 endpoint to use")
     parser.add_argument(
-        "--latency-ms", type=float, help="put a latency proxy (per request) in front of S3"
+        "--latency-ms",
+        type=float,
+        help="S3: a latency proxy's delay per request; slowfs: the delay of every FUSE READ "
+        "(default 10)",
+    )
+    parser.add_argument(
+        "--open-latency-ms",
+        type=float,
+        help="slowfs: the delay of every open (default: --latency-ms)",
     )
     parser.add_argument(
         "--max-concurrent",
@@ -131,6 +142,13 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     if dataset:
         changes["dataset"] = dataset
     reader = _storage_options(args)
+    if getattr(args, "storage", None) == "slowfs" and wl.reader.get("storage", "local") != "local":
+        raise ConfigError(
+            f"workload {wl.name!r} reads its dataset from {wl.reader['storage']} "
+            f"([reader] storage = {wl.reader['storage']!r}); --storage slowfs reads a local "
+            "dataset under --root through a FUSE mount: run it with --storage s3, or give a "
+            "workload whose dataset is local"
+        )
     if reader:
         if wl.kind not in ("files", "tokens", "megatron", "parquet"):
             raise ConfigError(
@@ -227,6 +245,10 @@ def check_output_path(flag: str, path: str) -> None:
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[reader]`` keys of the S3 flags (``{}`` for ``--storage slowfs``: the run's
+    mounts are no workload's setting, and every kind reads them as local files)."""
+    if slowfs_config(args) is not None:
+        return {}
     reader: dict[str, Any] = {}
     if getattr(args, "storage", None):
         reader["storage"] = args.storage
@@ -486,6 +508,9 @@ def run(args: argparse.Namespace) -> int:
                 )
         # Served from S3, a run keeps upload digests and object caches under the root.
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
+        slowfs = slowfs_config(args)
+        if slowfs is not None:
+            fuse_check()
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
@@ -503,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
     }
     t0 = time.perf_counter()
     errors: list[str] = []  # workloads that could not be measured: the others still are
-    with _progress(args.quiet) as progress:
+    with _progress(args.quiet) as progress, unwind_on_sigterm(slowfs is not None):
         for kind in kinds:
             if progress:
                 progress(f"{kind.workload.name}: dataset", 0, 1)
@@ -517,7 +542,10 @@ def run(args: argparse.Namespace) -> int:
                 summary, results = run_workload(
                     kind,
                     options=RunOptions(
-                        isolate=not args.no_isolate, accelerators=n_acc, accelerators_auto=auto
+                        isolate=not args.no_isolate,
+                        accelerators=n_acc,
+                        accelerators_auto=auto,
+                        slowfs=slowfs,
                     ),
                     progress=progress,
                 )

@@ -298,6 +298,16 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
         # Under --sweep each swept value has its own baseline (the one with its value).
         which = "" if len(names) == 1 else " (each over the one at its swept value)"
         print(f"x base: {workload} variants over {', '.join(names)}{which}", file=out)
+    for w in report.get("workloads", []):
+        if w.get("storage") == "slowfs":
+            fs = w["slowfs"]
+            print(
+                f"storage: {w['name']}: slowfs, {fs['read_latency_ms']:g} ms per READ, "
+                f"{fs['open_latency_ms']:g} ms per open, {fs['mount']}",
+                file=out,
+            )
+        elif w.get("storage") not in (None, "local"):
+            print(f"storage: {w['name']}: {w['storage']}", file=out)
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

@@ -15,6 +15,7 @@ batches that were timed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +32,8 @@ from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
+from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
+from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import io_threads
 from headrace.io._mounts import mount_of, network_type
@@ -52,6 +55,8 @@ class RunOptions:
     accelerators: int = 1
     #: also find the most accelerators each variant keeps at the AU threshold
     accelerators_auto: bool = False
+    #: read the dataset through slowfs mounts of the root, one per variant (--storage slowfs)
+    slowfs: SlowFSConfig | None = None
 
 
 def _warm(paths: list[str]) -> None:
@@ -112,17 +117,41 @@ def run_workload(
     """Measure every variant of ``kind``'s workload: (workload summary, results).
 
     The dataset is served for the run (``kind.serve()``: a local S3 endpoint,
-    say) and stopped after.
+    say) and stopped after; with ``options.slowfs`` each variant reads it through a
+    slowfs mount of its own, unmounted after (:class:`VariantMounts`).
     """
+    opts = options or RunOptions()
     public = kind.workload  # before serving adds endpoints and credentials
-    with kind.serve():
-        summary, results = _run(kind, options or RunOptions(), progress)
+    mounts = None if opts.slowfs is None else VariantMounts(kind.root, opts.slowfs)
+    with kind.serve(), mounts if mounts is not None else contextlib.nullcontext():
+        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts))
     summary["workload"] = public.to_dict()
+    if mounts is not None:
+        for res in results:
+            res["slowfs"] = slowfs_figures(mounts.final_stats.get(res["variant"]))
     return summary, results
 
 
+# The key of the storage ceiling's own mount (a variant's spec has no spaces).
+_CEILING = "storage ceiling"
+
+
+def _variant_kinds(kind: Kind, mounts: VariantMounts | None) -> Callable[[str], Kind]:
+    """Each variant's kind: ``kind`` itself, or over the variant's own slowfs mount."""
+    if mounts is None:
+        return lambda _spec: kind
+    made: dict[str, Kind] = {}
+
+    def of(spec: str) -> Kind:
+        if spec not in made:
+            made[spec] = type(kind).make(kind.workload, mounts.root_for(spec))
+        return made[spec]
+
+    return of
+
+
 def _run(
-    kind: Kind, opts: RunOptions, progress: Progress | None
+    kind: Kind, opts: RunOptions, progress: Progress | None, of: Callable[[str], Kind]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wl, t = kind.workload, kind.workload.train
     warmup = max(1, t.warmup_steps)
@@ -156,9 +185,9 @@ def _run(
             progress(f"{wl.name}: digest {spec}", i, len(specs))
         try:
             if opts.isolate:
-                measured[spec] = _measure_isolated(kind, spec, digest_steps)
+                measured[spec] = _measure_isolated(of(spec), spec, digest_steps)
             else:
-                measured[spec] = measure_pass(kind, spec, digest_steps)
+                measured[spec] = measure_pass(of(spec), spec, digest_steps)
                 measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
                 measured[spec]["rss_baseline_bytes"] = None
         except HeadraceError as exc:
@@ -178,7 +207,7 @@ def _run(
         for spec in specs:
             try:
                 t0 = time.perf_counter()
-                streams[spec] = kind.open(spec, total)
+                streams[spec] = of(spec).open(spec, total)
                 its[spec] = iter(streams[spec])
                 next(its[spec])
                 first_s[spec] = time.perf_counter() - t0
@@ -215,7 +244,7 @@ def _run(
         if spec in failed:
             continue
         try:
-            stream = kind.open(spec, 1 + compute_steps * n_acc)
+            stream = of(spec).open(spec, 1 + compute_steps * n_acc)
             try:
                 it = iter(stream)
                 next(it)
@@ -237,7 +266,7 @@ def _run(
     for spec in specs if opts.accelerators_auto and has_compute else ():
         if kind.digested(spec) and spec not in failed:
             try:
-                max_acc[spec] = max_accelerators(kind, spec)
+                max_acc[spec] = max_accelerators(of(spec), spec)
             except HeadraceError as exc:
                 fail(spec, exc)
     specs = [s for s in specs if s not in failed]
@@ -303,12 +332,14 @@ def _run(
                 "trials": t.trials,
                 "steps_per_trial": t.steps,
                 **_pass_figures(kind, m),
-                **kind.result_extras(spec),
+                **of(spec).result_extras(spec),
+                **_slowfs_extras(opts.slowfs),
             }
         )
     _ratios(results)
     ceiling = (
-        storage_ceiling(kind)
+        # Through a mount of its own: bare reads that leave no pages for any variant.
+        storage_ceiling(of(_CEILING) if opts.slowfs else kind)
         if kind.storage == "local"
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
@@ -326,9 +357,14 @@ def _run(
                 said += f" of payload ({need:.2f} GB/s stored)"
             if need > ceiling["gb_per_s"]:
                 res["above_storage_ceiling"] = True
+                how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
+                where = (
+                    f"slowfs mount's ({how})"
+                    if opts.slowfs
+                    else ("device (O_DIRECT)" if ceiling["o_direct"] else "buffered")
+                )
                 notes.append(
-                    f"{wl.name}/{res['variant']}: {said} is above the "
-                    f"{'device (O_DIRECT)' if ceiling['o_direct'] else 'buffered'} read ceiling "
+                    f"{wl.name}/{res['variant']}: {said} is above the {where} read ceiling "
                     f"of {ceiling['gb_per_s']:.2f} GB/s: served from the page cache"
                 )
     if (opts.accelerators > 1 or opts.accelerators_auto) and not has_compute:
@@ -370,7 +406,9 @@ def _run(
             f"{mount.mount}): every read that misses the page cache is a round trip, and "
             "headrace's readers keep more of them in flight there (docs/emulate-slowfs.md)"
         )
-    if kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
+    if opts.slowfs is not None:
+        notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, mem_before))
+    elif kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
             f"{wl.name}: the dataset ({ds_bytes / 1e6:,.1f} MB) fits in free memory "
             f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
@@ -381,7 +419,8 @@ def _run(
         "kind": wl.kind,
         "description": wl.description,
         "workload": wl.to_dict(),
-        "storage": kind.storage,
+        "storage": "slowfs" if opts.slowfs else kind.storage,
+        **({"slowfs": _slowfs_settings(opts.slowfs)} if opts.slowfs else {}),
         "payload_bytes_per_batch": payload_per_batch,
         "accelerators": n_acc,
         "au_threshold": t.au_threshold,
@@ -402,6 +441,45 @@ def _run(
         "failed": [{"variant": spec, "error": text} for spec, text in failed.items()],
     }
     return summary, results
+
+
+def _slowfs_settings(config: SlowFSConfig) -> dict[str, Any]:
+    """The mounts' settings, as the report states them."""
+    return {
+        "read_latency_ms": config.read_latency_ms,
+        "open_latency_ms": config.open_latency_ms,
+        "max_background": config.max_background,
+        "max_threads": config.max_threads,
+        "mount": "one per variant",
+    }
+
+
+def _slowfs_extras(config: SlowFSConfig | None) -> dict[str, Any]:
+    """A result's storage fields under ``--storage slowfs`` (``{}`` otherwise)."""
+    if config is None:
+        return {}
+    return {
+        "storage": "slowfs",
+        "latency_ms": config.read_latency_ms,
+        "open_latency_ms": config.open_latency_ms,
+    }
+
+
+def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, int]) -> str:
+    """What the figures of a run through slowfs are: cold per variant, then its own cache."""
+    fits = ds_bytes < mem.get("MemAvailable", 0)
+    return (
+        f"{name}: read through slowfs, {config.read_latency_ms:g} ms per READ and "
+        f"{config.open_latency_ms:g} ms per open, each variant on a mount of its own: none "
+        "reads pages another variant fetched, and each open starts its file cold; pages a "
+        "variant fetched stay cached while it keeps its file open, as on a network mount"
+        + (
+            f" (the dataset, {ds_bytes / 1e6:,.1f} MB, fits in free memory: the more of it "
+            "a variant has read, the more its later steps are page-cache reads)"
+            if fits
+            else ""
+        )
+    )
 
 
 # Trials shorter than this may be served mostly by a queue filled before them (a loader
