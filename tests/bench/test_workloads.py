@@ -502,3 +502,20 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
         assert any(
             n.startswith(f"parquet/{r['variant']}: {want} is above") for n in summary["notes"]
         )
+
+
+def test_a_variant_process_that_fails_shows_its_own_error_only() -> None:
+    # Run as `python -m headrace.bench._measure`, the child first printed runpy's
+    # warning (the package had imported the module), which a dead variant's error
+    # then showed above, or instead of, what killed it.
+    import subprocess
+    import sys
+
+    from headrace.bench._measure import CHILD
+
+    done = subprocess.run(
+        [sys.executable, *CHILD], input="{}", capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert "Warning" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "KeyError: 'workload'"

@@ -1,6 +1,6 @@
 """One variant's full pass, for its digest, bytes read and peak RSS.
 
-Run as ``python -m headrace.bench._measure`` (a JSON request on stdin, a JSON
+Run in a process of its own (:data:`CHILD`: a JSON request on stdin, a JSON
 answer on the last line of stdout) so that ``ru_maxrss`` — the peak resident
 set of the whole process — belongs to this variant alone. The figure includes
 the interpreter and NumPy (reported as ``rss_baseline_bytes``, the peak before
@@ -22,7 +22,7 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CONFIG_EXIT", "ERROR_EXIT", "measure_pass"]
+__all__ = ["CHILD", "CONFIG_EXIT", "ERROR_EXIT", "measure_pass"]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
@@ -138,6 +138,11 @@ def _loader_stages(kind: Kind) -> dict[str, float] | None:
     return out
 
 
+# Not ``python -m headrace.bench._measure``: the package imports this module first,
+# so runpy ran it twice and warned on stderr, the text a dying variant's error shows.
+CHILD = ("-c", "import sys; from headrace.bench._measure import _main; sys.exit(_main())")
+
+
 def _main() -> int:
     req = json.loads(sys.stdin.read())
     try:
@@ -151,7 +156,3 @@ def _main() -> int:
         print(f"{type(exc).__name__}: {exc}{notes}".replace("\n", " "), file=sys.stderr)
         return ERROR_EXIT
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -31,7 +31,7 @@ from headrace._messages import byte_size
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
-from headrace.bench._measure import CONFIG_EXIT, ERROR_EXIT, measure_pass
+from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, measure_pass
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
@@ -84,7 +84,7 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     req = {"workload": kind.workload.to_dict(), "root": kind.root, "variant": spec, "steps": steps}
     proc = subprocess.run(
-        [sys.executable, "-m", "headrace.bench._measure"],
+        [sys.executable, *CHILD],
         input=json.dumps(req),
         capture_output=True,
         text=True,
