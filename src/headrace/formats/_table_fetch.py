@@ -25,18 +25,21 @@ def fetch_spans(
     cache: Mapping[int, Mapping[str, Any]],
     todo: list[int],
     columns: Sequence[str],
+    reads: Sequence[str],
 ) -> dict[int, Fetched]:
     """Start the GETs of the remote spans ``todo`` not decoded (with ``columns``) yet
     (``cache``: those decoded), by the first span of their row group: a sub-window's are
     the first pieces of its group's stream, unless the stream is there already (its
     GETs run ahead of it); an Arrow record batch's sub-window's are its own (the first
-    round of its rows' ranges)."""
-    names = frozenset(columns)
+    round of its rows' ranges). ``reads``: the files' top-level columns that ``columns``
+    lie in (a struct's field is read with its struct)."""
+    wanted = frozenset(columns)
+    names = frozenset(reads)
     out: dict[int, Fetched] = {}
     for s in todo:
         part = parts[int(spans.part[s])]
         cached = cache.get(s)
-        if isinstance(part, _Part) or (cached is not None and names <= cached.keys()):
+        if isinstance(part, _Part) or (cached is not None and wanted <= cached.keys()):
             continue
         group, head = int(spans.local[s]), spans.head(s)
         if head in out:
@@ -48,7 +51,7 @@ def fetch_spans(
             continue
         if spans.cut[s]:
             assert isinstance(part, RemoteParquet)
-            if not part.streams.usable(group, int(spans.first[s]), list(columns)):
+            if not part.streams.usable(group, int(spans.first[s]), list(reads)):
                 out[head] = part.stream_fetch(group, names)
             continue
         out[head] = part.fetch(group, names)

@@ -34,6 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +47,7 @@ from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead
-from headrace.formats._map_guard import eager_buffers, populate_buffers
+from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -58,7 +59,11 @@ from headrace.formats._row_plan import check_window_rows
 from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
-from headrace.formats._table_nulls import refuse_parquet_nulls, refuse_stored_nulls
+from headrace.formats._table_nulls import (
+    refuse_parquet_nulls,
+    refuse_path_only,
+    refuse_stored_nulls,
+)
 from headrace.formats._table_objects import _open_remote, _Remote
 from headrace.formats._table_part import _open_local, _pa, _Part
 from headrace.formats._table_paths import (
@@ -69,7 +74,14 @@ from headrace.formats._table_paths import (
     table_fingerprint,
 )
 from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet, resolve_urls
-from headrace.formats._table_schema import TableColumn, classify_column, columns_read
+from headrace.formats._table_schema import (
+    TableColumn,
+    classify_column,
+    columns_read,
+    field_of,
+    image_features,
+    struct_child,
+)
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, open_cache
 
@@ -158,10 +170,16 @@ class Table(Closing):
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
         first = self._parts[0]
-        self._columns = {
-            c: classify_column(pa, c, first.schema.field(c).type, first.path) for c in names
-        }
-        self.schema = pa.schema([first.schema.field(c) for c in names])
+        self._columns = {}
+        fields = []
+        for c in names:
+            top, path, typ = field_of(pa, first.schema, c, self._where)
+            col = classify_column(pa, c, typ, first.path)
+            self._columns[c] = replace(col, source=top, field=(*path, *col.field))
+            fields.append(first.schema.field(c) if not path else pa.field(c, typ))
+        self.schema = pa.schema(fields)
+        #: the columns read that ``datasets`` stored as an ``Image()`` feature
+        self.image_columns = [c for c in image_features(first.schema) if c in self._columns]
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
         # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)
@@ -362,6 +380,11 @@ class Table(Closing):
         for fetch in pending.values():
             fetch.discard()
 
+    def files_of(self, rows: NDArray[np.int64]) -> list[str]:
+        """The file each row lies in (what a message about that row names)."""
+        part = self._spans.part[self._spans.of(rows)]
+        return [self._parts[i].path for i in part.tolist()]
+
     def spans_of(self, rows: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row group / record batch of each row, in table order."""
         return self._spans.of(rows)
@@ -385,7 +408,8 @@ class Table(Closing):
         limit = 2 * self._cache_limit
         head = self._spans.head
         todo = [s for s in dict.fromkeys(int(x) for x in spans) if head(s) not in self._pending]
-        fetches = fetch_spans(self._parts, self._spans, self._cache, todo[:limit], columns)
+        reads = self._reads(columns)
+        fetches = fetch_spans(self._parts, self._spans, self._cache, todo[:limit], columns, reads)
         for s, fetch in fetches.items():
             fetch.ahead = True
             self._pending[s] = fetch
@@ -446,10 +470,13 @@ class Table(Closing):
         )
         for c in names:
             if c not in views:
-                col = data.column(c)
+                tc = self._columns[c]
+                top = data.column(tc.read)
                 if isinstance(part, _Part) and part.network and not part.parquet:
-                    populate_buffers(part, eager_buffers(self._pa, col))
-                views[c] = column_view(self._pa, self._columns[c], part.path, where, first, col)
+                    populate_buffers(part, struct_buffers(self._pa, top, tc.field))
+                refuse_path_only(self._pa, tc, top, part.path, first)
+                col = struct_child(self._pa, top, tc.field)
+                views[c] = column_view(self._pa, tc, part.path, where, first, col)
         if cached is None and not mapped(part):
             self._held_rows += rows
         self._cache[span] = views
@@ -463,6 +490,10 @@ class Table(Closing):
             self._uncache(next(iter(self._cache)))
         return views
 
+    def _reads(self, names: Sequence[str]) -> list[str]:
+        """The top-level columns that the columns ``names`` are read from, in order."""
+        return list(dict.fromkeys(self._columns[c].read for c in names))
+
     def _uncache(self, span: int) -> None:
         del self._cache[span]
         if not mapped(self._parts[int(self._spans.part[span])]):
@@ -474,6 +505,7 @@ class Table(Closing):
         group that :meth:`split_groups` cut, from its stream."""
         part = self._parts[int(self._spans.part[span])]
         group = int(self._spans.local[span])
+        names = self._reads(names)
         if not self._spans.cut[span]:
             if isinstance(part, _Part):
                 return part.span(group, names)
@@ -520,7 +552,9 @@ class Table(Closing):
         fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
         if self._objects is not None:
             todo = [s for s in spans if heads[s] not in fetched]
-            fetched.update(fetch_spans(self._parts, self._spans, self._cache, todo, names))
+            fetched.update(
+                fetch_spans(self._parts, self._spans, self._cache, todo, names, self._reads(names))
+            )
         for i in {int(self._spans.part[s]) for s in spans}:  # cached views map the file too
             part = self._parts[i]
             if isinstance(part, _Part):
@@ -562,7 +596,7 @@ class Table(Closing):
         rows are read (their statistics count empty lists as nulls).
         """
         refuse_parquet_nulls(self._parts, self._spans, self._columns, names, self.read_rows)
-        refuse_stored_nulls(self._pa, self._parts, self._spans, names)
+        refuse_stored_nulls(self._pa, self._parts, self._spans, self._columns, names)
 
     def close(self) -> None:
         ahead = getattr(self, "_read_ahead", None)
