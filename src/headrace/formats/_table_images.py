@@ -50,7 +50,7 @@ class TableImages:
         """Column ``key``'s rows ``values`` decoded into a batch's arrays: ``key`` (and
         ``<key>_shape`` when sizes differ); ``names[i]``: what an error for row ``i``
         names. Every decode ends before the first error (in row order) is raised."""
-        buf = memoryview(np.ascontiguousarray(values.values, np.uint8))
+        buf = np.ascontiguousarray(values.values, np.uint8).data
         offs = values.offsets.tolist()
         jobs = [(buf[offs[i] : offs[i + 1]], names[i]) for i in range(len(names))]
         if self.threads == 0 or len(jobs) < 2:
