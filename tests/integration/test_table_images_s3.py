@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 from PIL import Image
 from s3util import BUCKET, S3Fixture
@@ -18,6 +20,7 @@ from s3util import store_options as options
 
 from headrace.errors import FormatError
 from headrace.formats import TableSource
+from headrace.formats._arrow_remote import RemoteArrow
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -113,3 +116,34 @@ def test_a_corrupt_image_on_s3_names_object_row_and_column(s3: S3Fixture, root: 
     ):
         src.read(0, np.arange(40, 50, dtype=np.int64))
     src.close()
+
+
+def test_null_checks_at_open_read_headers_only_and_name_a_path(
+    s3: S3Fixture, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched: list[int] = []
+    span = RemoteArrow.span
+
+    def counted(self: RemoteArrow, i: int, *a: Any, **kw: Any) -> Any:
+        fetched.append(i)
+        return span(self, i, *a, **kw)
+
+    monkeypatch.setattr(RemoteArrow, "span", counted)
+    TableSource(f"{URL}/hf/", store_options=options(s3)).close()
+    assert fetched == []  # no null in the image struct nor its bytes: no body fetched
+    blobs: list[bytes | None] = list(_blobs())
+    blobs[33] = None
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = [{"bytes": b, "path": None if b else "pics/33.png"} for b in blobs]
+    table = pa.table({"image": pa.array(rows, image), "label": np.arange(N)})
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=20)
+    _put(s3, "pathonly/data.arrow", sink.getvalue().to_pybytes())
+    with pytest.raises(
+        FormatError,
+        match=rf"{URL}/pathonly/data\.arrow: column 'image': row 33 holds no bytes, only a "
+        r"path \('pics/33.png'\)",
+    ):
+        TableSource(f"{URL}/pathonly/data.arrow", store_options=options(s3), images=["image"])
+    assert fetched == [1]  # the record batch whose header counts a null, alone

@@ -11,12 +11,13 @@ from typing import Any
 from headrace.errors import StorageError
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._arrow_slice import SubFetch
+from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._table_part import _Part
-from headrace.formats._table_remote import Fetched, RemoteParquet
+from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet
 from headrace.formats._table_spans import Spans
 from headrace.io._batch import results
 
-__all__ = ["decode_at_once", "fetch_spans", "needs_decode"]
+__all__ = ["decode_at_once", "decode_span", "fetch_spans", "needs_decode"]
 
 
 def fetch_spans(
@@ -56,6 +57,31 @@ def fetch_spans(
             continue
         out[head] = part.fetch(group, names)
     return out
+
+
+def decode_span(
+    parts: Sequence[Any], spans: Spans, span: int, reads: list[str], fetched: Fetched | None
+) -> tuple[Any, int]:
+    """Span ``span`` of the files' columns ``reads``, read and decoded: a row group or
+    record batch (on object storage from ``fetched``, fetched now if ``None``), or a
+    sub-window of a row group that ``Table.split_groups`` cut, from its stream; and the
+    rows of that stream skipped to reach it."""
+    part = parts[int(spans.part[span])]
+    group = int(spans.local[span])
+    if not spans.cut[span]:
+        if isinstance(part, _Part):
+            return part.span(group, reads), 0
+        assert isinstance(fetched, Fetch | None)  # a stream's only for a cut group
+        return part.span(group, reads, fetched), 0
+    first, n = int(spans.first[span]), spans.rows(span)
+    if isinstance(part, RemoteArrow):
+        return arrow_piece(part, group, first, n, reads, fetched), 0
+    if isinstance(part, _Part):
+        data, skipped = part.piece(group, first, n, reads)
+    else:
+        assert isinstance(part, RemoteParquet)
+        data, skipped = part.piece(group, first, n, reads, fetched)
+    return data, skipped
 
 
 def needs_decode(

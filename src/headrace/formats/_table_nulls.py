@@ -78,13 +78,17 @@ def refuse_stored_nulls(
     its columns' null counts, so only a batch with nulls is read (or whose column is a
     struct: nulls of its fields are counted in their own nodes, not in the header's)."""
     reads = list(dict.fromkeys(columns[n].read for n in names))
-    nested = any(columns[n].field for n in names)
+    nodes: dict[int, list[int]] = {}  # a remote file's field nodes of the columns read
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
         part = parts[int(pi)]
         if isinstance(part, RemoteArrow):
-            # The null counts were read with the headers: fetch only a batch with nulls.
-            fields = [part.schema.get_field_index(n) for n in reads]
-            if not nested and not part.index.nulls[int(si), fields].any():
+            # The null counts were read with the headers (a struct field's with its
+            # struct's): fetch only a batch with nulls.
+            if int(pi) not in nodes:
+                nodes[int(pi)] = sorted(
+                    {k for n in names for k in part.field_nodes(columns[n].read, columns[n].field)}
+                )
+            if not part.index.nodes[int(si)][nodes[int(pi)], 1].any():
                 continue
             batch = part.span(int(si), reads)
         elif not isinstance(part, _Part) or part.parquet or part.closed:

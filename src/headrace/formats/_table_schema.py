@@ -22,6 +22,7 @@ __all__ = [
     "refuse_indices_mapping",
     "schema_difference",
     "struct_child",
+    "table_columns",
 ]
 
 
@@ -102,6 +103,22 @@ def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
         "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
         f"string/binary. Leave it out with columns=[...].{hint}"
     )
+
+
+def table_columns(
+    pa: Any, schema: Any, names: Sequence[str], path: str, where: str
+) -> tuple[dict[str, TableColumn], Any]:
+    """Each of ``names`` (checked by :func:`columns_read`) of the first file's ``schema``
+    (its ``path``) classified, and the schema of the columns read (a field under its
+    ``column.field`` name)."""
+    columns = {}
+    fields = []
+    for c in names:
+        top, down, typ = field_of(pa, schema, c, where)
+        col = classify_column(pa, c, typ, path)
+        columns[c] = replace(col, source=top, field=(*down, *col.field))
+        fields.append(schema.field(c) if not down else pa.field(c, typ))
+    return columns, pa.schema(fields)
 
 
 def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[str, ...], Any]:

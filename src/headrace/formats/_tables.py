@@ -17,6 +17,7 @@ integer, floating, bool                         ``(B,)`` array of that dtype
 ``fixed_size_list<number>[k]``                  ``(B, k)`` array
 ``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
 ``string`` / ``binary`` (and ``large_``)        :class:`Ragged` of ``uint8`` bytes
+a struct's field, named ``column.field``        as that field's type (``_table_schema``)
 ==============================================  ===================================
 
 A ``save_to_disk`` directory (written by ``datasets``, which headrace does not
@@ -34,7 +35,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,7 +44,6 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import RemoteArrow
-from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead
 from headrace.formats._map_guard import populate_buffers, struct_buffers
@@ -56,7 +55,7 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import check_window_rows
-from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
+from headrace.formats._table_fetch import decode_at_once, decode_span, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
 from headrace.formats._table_nulls import (
@@ -73,14 +72,13 @@ from headrace.formats._table_paths import (
     saved_fingerprint,
     table_fingerprint,
 )
-from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet, resolve_urls
+from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import (
     TableColumn,
-    classify_column,
     columns_read,
-    field_of,
     image_features,
     struct_child,
+    table_columns,
 )
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, open_cache
@@ -170,14 +168,7 @@ class Table(Closing):
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
         first = self._parts[0]
-        self._columns = {}
-        fields = []
-        for c in names:
-            top, path, typ = field_of(pa, first.schema, c, self._where)
-            col = classify_column(pa, c, typ, first.path)
-            self._columns[c] = replace(col, source=top, field=(*path, *col.field))
-            fields.append(first.schema.field(c) if not path else pa.field(c, typ))
-        self.schema = pa.schema(fields)
+        self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         self.image_columns = [c for c in image_features(first.schema) if c in self._columns]
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
@@ -500,28 +491,12 @@ class Table(Closing):
             self._held_rows -= self._spans.rows(span)
 
     def _decode(self, span: int, names: list[str], fetched: Fetched | None = None) -> Any:
-        """Span ``span``, read and decoded: a row group or record batch (on object
-        storage from ``fetched``, fetched now if ``None``), or a sub-window of a row
-        group that :meth:`split_groups` cut, from its stream."""
-        part = self._parts[int(self._spans.part[span])]
-        group = int(self._spans.local[span])
-        names = self._reads(names)
-        if not self._spans.cut[span]:
-            if isinstance(part, _Part):
-                return part.span(group, names)
-            assert isinstance(fetched, Fetch | None)  # a stream's only for a cut group
-            return part.span(group, names, fetched)
-        first, n = int(self._spans.first[span]), self._spans.rows(span)
-        if isinstance(part, RemoteArrow):
-            return arrow_piece(part, group, first, n, names, fetched)
-        if isinstance(part, _Part):
-            data, skipped = part.piece(group, first, n, names)
-        else:
-            assert isinstance(part, RemoteParquet)
-            data, skipped = part.piece(group, first, n, names, fetched)
-        with self._count_lock:
-            self.skipped_rows += skipped
-            self.decoded_rows += skipped
+        """Span ``span`` of ``names``, read and decoded (:func:`decode_span`)."""
+        data, skipped = decode_span(self._parts, self._spans, span, self._reads(names), fetched)
+        if skipped:
+            with self._count_lock:
+                self.skipped_rows += skipped
+                self.decoded_rows += skipped
         return data
 
     def read_rows(
