@@ -209,6 +209,8 @@ def test_bad_image_options_are_refused(tmp_path: Path) -> None:
     path = write(struct_table(list(images())), tmp_path / "t.parquet")
     with pytest.raises(ConfigError, match=r"images names column 'label' of type int64"):
         TableSource(path, images=["label"])
+    with pytest.raises(ConfigError, match=r"images names column 'image.path' of type string"):
+        TableSource(path, columns=["image.path"], images=["image.path"])
     with pytest.raises(ConfigError, match=r"images names column\(s\) \['pic'\] that are not read"):
         TableSource(path, images=["pic"])
     with pytest.raises(ConfigError, match=r"images must be a list of column names"):

@@ -71,6 +71,15 @@ class TableSource:
     (record batches) before their batches need them.
     ``cache_dir``: keep what is read on local disk for the next epoch
     (see :meth:`Table.open`).
+
+    Image columns (:mod:`~headrace.formats._table_images`): ``images`` names the
+    columns of encoded JPEG/PNG bytes to decode (a binary column, or a struct with a
+    binary ``bytes`` field); ``None`` (default): the columns ``datasets`` stored as
+    ``Image()``. Each comes out as FileSource's images do: ``(B, H, W, C)`` when
+    the batch's shapes agree, else an ``object`` array and ``<name>_shape``;
+    ``image_mode`` and ``exif_transpose`` as FileSource's, ``decode_threads``
+    (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
+    A struct's other fields read as columns named ``column.field`` (docs/formats.md).
     """
 
     def __init__(
@@ -120,8 +129,8 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
-        self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
         self.images = self._image_columns(images, image_mode, exif_transpose, decode_threads)
+        self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
         self._decoder = TableImages(
             mode=image_mode,
             exif_transpose=exif_transpose,
@@ -230,7 +239,8 @@ class TableSource:
                     f"{self._where()}: images names column(s) {gone} that are not read; "
                     f"reading {self.names}"
                 )
-            wrong = [c for c in names if cols[c].kind != "bytes"]
+            text = ("string", "large_string")
+            wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].arrow_type in text]
             if wrong:
                 c = wrong[0]
                 raise ConfigError(
