@@ -285,3 +285,22 @@ def test_random_crop_takes_ragged_table_images(hf_path: Path) -> None:
     with Loader(TableSource(hf_path, shuffle=False), batch_size=6, steps=2, transform=crop) as ld:
         batches = list(ld)
     assert all(b["image"].shape == (6, 10, 12, 3) and "image_shape" not in b for b in batches)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torch_dataloader_workers_give_the_loaders_cropped_batches(
+    tmp_path: Path, workers: int
+) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    from headrace import torch as ht
+
+    hf_dataset(images()).to_parquet(str(tmp_path / "t.parquet"))
+    crop = RandomCrop((10, 12), key="image")
+    opts: dict[str, Any] = {"batch_size": 5, "seed": 3, "steps": 10, "transform": crop}
+    with Loader(TableSource(tmp_path / "t.parquet", window_rows=10), **opts) as ld:
+        want = [batch_digest([b]) for b in ld]
+    dataset = ht.TorchDataset(TableSource(tmp_path / "t.parquet", window_rows=10), **opts)
+    with ht.HeadraceDataLoader(dataset, num_workers=workers) as dl:
+        got = list(dl)
+    assert all(isinstance(b["image"], torch.Tensor) for b in got)
+    assert [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in got] == want
