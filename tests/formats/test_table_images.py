@@ -175,6 +175,17 @@ def test_datasets_image_feature_is_decoded_as_pillow_decodes_it(hf_path: Path) -
     raw.close()
 
 
+def test_image_decode_false_and_odd_metadata_leave_the_bytes(tmp_path: Path) -> None:
+    ds = hf_dataset(images(4)).cast_column("image", datasets.Image(decode=False))
+    ds.to_parquet(str(tmp_path / "raw.parquet"))
+    src = TableSource(tmp_path / "raw.parquet", width=4096)
+    assert src.images == [] and src.read(0, np.arange(2))["image"].shape == (2, 4096)
+    for meta in (b"not json", b'{"info": {"features": []}}', b"{}"):
+        t = struct_table(list(images(4))).replace_schema_metadata({"huggingface": meta})
+        pq.write_table(t, tmp_path / "odd.parquet")
+        assert Table.open(tmp_path / "odd.parquet").image_columns == []
+
+
 def test_image_mode_converts_grey_and_rgba_as_pillow_does(tmp_path: Path) -> None:
     blobs = images(12, sizes=1, kinds=("jpeg", "grey", "rgba"))
     path = write(struct_table(list(blobs)), tmp_path / "m.parquet")

@@ -163,8 +163,9 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
 
 
 def image_features(schema: Any) -> list[str]:
-    """The top-level columns that ``datasets`` stored as an ``Image()`` feature, by the
-    ``huggingface`` schema metadata it writes (Parquet and Arrow alike)."""
+    """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
+    ``Image(decode=False)``), by the ``huggingface`` schema metadata it writes (Parquet
+    and Arrow alike)."""
     raw = (schema.metadata or {}).get(b"huggingface")
     try:
         features = json.loads(raw)["info"]["features"] if raw else {}
@@ -172,10 +173,14 @@ def image_features(schema: Any) -> list[str]:
         return []
     if not isinstance(features, dict):
         return []
+    # Image(decode=False): its user asked datasets for the bytes, so headrace gives them.
     return [
         n
         for n, f in features.items()
-        if isinstance(f, dict) and f.get("_type") == "Image" and n in schema.names
+        if isinstance(f, dict)
+        and f.get("_type") == "Image"
+        and f.get("decode", True) is not False
+        and n in schema.names
     ]
 
 
