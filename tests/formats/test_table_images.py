@@ -315,3 +315,22 @@ def test_torch_dataloader_workers_give_the_loaders_cropped_batches(
         got = list(dl)
     assert all(isinstance(b["image"], torch.Tensor) for b in got)
     assert [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in got] == want
+
+
+def test_exif_transpose_turns_table_jpegs_upright(tmp_path: Path) -> None:
+    from PIL import ImageOps
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90: height and width swap
+    buf = io.BytesIO()
+    pixels = np.random.default_rng(2).integers(0, 256, (16, 24, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(buf, "JPEG", exif=exif.tobytes())
+    path = write(struct_table([buf.getvalue()] * 2), tmp_path / "e.parquet")
+    upright = TableSource(path, images=["image"], exif_transpose=True, shuffle=False)
+    got = upright.read(0, np.arange(2))["image"]
+    want = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buf.getvalue()))))
+    assert got.shape == (2, 24, 16, 3)
+    np.testing.assert_array_equal(got[0], want)
+    assert upright.fingerprint()["exif_transpose"] is True
+    stored = TableSource(path, images=["image"], shuffle=False).read(0, np.arange(1))
+    assert stored["image"].shape == (1, 16, 24, 3)
