@@ -181,6 +181,28 @@ def _jpegs(root: Path, sizes: list[tuple[int, int]]) -> None:
         write_sample_file("jpeg", root / f"{i:03d}.jpg", image)
 
 
+def _image_table(path: Path, image: str, label: str, sizes: list[tuple[int, int]]) -> None:
+    """A Parquet file as the Hub holds a vision dataset: ``image`` a datasets
+    ``Image()`` column (``struct<bytes, path>`` and the ``huggingface`` metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    blobs = [
+        encode("jpeg", synthetic_arrays("jpeg", seed=i, shape=(h, w, 3)))
+        for i, (h, w) in enumerate(sizes)
+    ]
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    features = {image: {"_type": "Image"}, label: {"dtype": "int64", "_type": "Value"}}
+    table = pa.table(
+        {
+            image: pa.array([{"bytes": b, "path": None} for b in blobs], struct),
+            label: np.arange(len(blobs), dtype=np.int64) % 3,
+        }
+    ).replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path, row_group_size=64)
+
+
 def _row_file(path: Path, rows: Any) -> None:
     rows.tofile(path)
     Path(f"{path}.json").write_text(json.dumps({"dtype": str(rows.dtype), "width": rows.shape[1]}))
@@ -219,6 +241,14 @@ def _write_datasets(root: Path) -> None:
     _save_to_disk(table, root / "path" / "to" / "save_to_disk_dir")
     pq.write_table(table, root / "ds_dir_or.parquet", row_group_size=100)
     _jpegs(root / "jpegs", [(48 + 8 * i, 64 - 4 * i) for i in range(8)])
+    # README.md and docs/rows.md "Image columns": Hub vision datasets' Parquet shards.
+    sizes = [(40 + 8 * (i % 3), 48 - 4 * (i % 3)) for i in range(200)]
+    _image_table(
+        root / "beans" / "train" / "train-00000-of-00001.parquet", "image", "labels", sizes
+    )
+    _image_table(
+        root / "cifar10_parquet" / "train-00000-of-00001.parquet", "img", "label", [(32, 32)] * 200
+    )
     # docs/files.md "Image modes": a crawl's PNGs, grey, grey + alpha, RGB and RGBA.
     (root / "crawl").mkdir()
     for i in range(8):

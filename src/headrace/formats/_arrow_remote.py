@@ -508,5 +508,21 @@ class RemoteArrow(RemotePart):
             )
         return batch
 
+    def field_nodes(self, column: str, field: tuple[str, ...]) -> list[int]:
+        """The field nodes (indices into each ``index.nodes``) of top-level ``column``
+        and of each struct field on the way down ``field``: their null counts together
+        are a field's null rows, read from the headers without fetching a body."""
+        pa = self._pa
+        i = self.schema.get_field_index(column)
+        node = sum(_node_counts(pa, self.schema.field(j).type) for j in range(i))
+        out = [node]
+        typ = self.schema.field(i).type
+        for name in field:
+            k = typ.get_field_index(name)
+            node += 1 + sum(_node_counts(pa, typ.field(j).type) for j in range(k))
+            out.append(node)
+            typ = typ.field(k).type
+        return out
+
     def stored_bytes(self, i: int) -> int:
         return self.index.spans[i][1]

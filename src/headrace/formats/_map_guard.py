@@ -35,6 +35,7 @@ __all__ = [
     "populate_headers",
     "populate_message",
     "read_ends",
+    "struct_buffers",
 ]
 
 _MAGIC = b"ARROW1"
@@ -140,6 +141,17 @@ def eager_buffers(pa: Any, arr: Any) -> list[Any]:
     if values is not None and values.null_count:
         out.append(values.buffers()[0])
     return [b for b in out if b is not None]
+
+
+def struct_buffers(pa: Any, arr: Any, field: tuple[str, ...]) -> list[Any]:
+    """:func:`eager_buffers` of ``arr`` and of each struct field on the way down
+    ``field`` (their validity bitmaps are all read to find a field's null rows)."""
+    out = []
+    for name in field:
+        out.extend(eager_buffers(pa, arr))
+        arr = arr.field(arr.type.get_field_index(name))
+    out.extend(eager_buffers(pa, arr))
+    return out
 
 
 def populate_buffers(f: MappedFile, buffers: Iterable[Any]) -> None:

@@ -11,12 +11,13 @@ from typing import Any
 from headrace.errors import StorageError
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._arrow_slice import SubFetch
+from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._table_part import _Part
-from headrace.formats._table_remote import Fetched, RemoteParquet
+from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet
 from headrace.formats._table_spans import Spans
 from headrace.io._batch import results
 
-__all__ = ["decode_at_once", "fetch_spans", "needs_decode"]
+__all__ = ["decode_at_once", "decode_span", "fetch_spans", "needs_decode"]
 
 
 def fetch_spans(
@@ -25,18 +26,21 @@ def fetch_spans(
     cache: Mapping[int, Mapping[str, Any]],
     todo: list[int],
     columns: Sequence[str],
+    reads: Sequence[str],
 ) -> dict[int, Fetched]:
     """Start the GETs of the remote spans ``todo`` not decoded (with ``columns``) yet
     (``cache``: those decoded), by the first span of their row group: a sub-window's are
     the first pieces of its group's stream, unless the stream is there already (its
     GETs run ahead of it); an Arrow record batch's sub-window's are its own (the first
-    round of its rows' ranges)."""
-    names = frozenset(columns)
+    round of its rows' ranges). ``reads``: the files' top-level columns that ``columns``
+    lie in (a struct's field is read with its struct)."""
+    wanted = frozenset(columns)
+    names = frozenset(reads)
     out: dict[int, Fetched] = {}
     for s in todo:
         part = parts[int(spans.part[s])]
         cached = cache.get(s)
-        if isinstance(part, _Part) or (cached is not None and names <= cached.keys()):
+        if isinstance(part, _Part) or (cached is not None and wanted <= cached.keys()):
             continue
         group, head = int(spans.local[s]), spans.head(s)
         if head in out:
@@ -48,11 +52,36 @@ def fetch_spans(
             continue
         if spans.cut[s]:
             assert isinstance(part, RemoteParquet)
-            if not part.streams.usable(group, int(spans.first[s]), list(columns)):
+            if not part.streams.usable(group, int(spans.first[s]), list(reads)):
                 out[head] = part.stream_fetch(group, names)
             continue
         out[head] = part.fetch(group, names)
     return out
+
+
+def decode_span(
+    parts: Sequence[Any], spans: Spans, span: int, reads: list[str], fetched: Fetched | None
+) -> tuple[Any, int]:
+    """Span ``span`` of the files' columns ``reads``, read and decoded: a row group or
+    record batch (on object storage from ``fetched``, fetched now if ``None``), or a
+    sub-window of a row group that ``Table.split_groups`` cut, from its stream; and the
+    rows of that stream skipped to reach it."""
+    part = parts[int(spans.part[span])]
+    group = int(spans.local[span])
+    if not spans.cut[span]:
+        if isinstance(part, _Part):
+            return part.span(group, reads), 0
+        assert isinstance(fetched, Fetch | None)  # a stream's only for a cut group
+        return part.span(group, reads, fetched), 0
+    first, n = int(spans.first[span]), spans.rows(span)
+    if isinstance(part, RemoteArrow):
+        return arrow_piece(part, group, first, n, reads, fetched), 0
+    if isinstance(part, _Part):
+        data, skipped = part.piece(group, first, n, reads)
+    else:
+        assert isinstance(part, RemoteParquet)
+        data, skipped = part.piece(group, first, n, reads, fetched)
+    return data, skipped
 
 
 def needs_decode(

@@ -1,8 +1,10 @@
-"""What a table's columns are: each Arrow type's kind and NumPy dtype, schema differences
-between shards in words, and a ``datasets`` indices mapping told apart from rows."""
+"""What a table's columns are: each Arrow type's kind and NumPy dtype, struct fields named
+``column.field``, schema differences between shards in words, and a ``datasets`` indices
+mapping told apart from rows."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,8 +17,12 @@ __all__ = [
     "TableColumn",
     "classify_column",
     "columns_read",
+    "field_of",
+    "image_features",
     "refuse_indices_mapping",
     "schema_difference",
+    "struct_child",
+    "table_columns",
 ]
 
 
@@ -29,9 +35,29 @@ class TableColumn:
     kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
     dtype: np.dtype[Any]
     width: int = 0  # for "fixed"
+    #: the top-level column the values lie in (``name``, but for a struct's field)
+    source: str = ""
+    #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
+    field: tuple[str, ...] = ()
+
+    @property
+    def read(self) -> str:
+        """What is asked of the files: the top-level column (a struct is read whole)."""
+        return self.source or self.name
+
+
+def _bytes_field(pa: Any, typ: Any) -> Any:
+    """The type of struct ``typ``'s ``bytes`` field if it is binary, else ``None``."""
+    i = typ.get_field_index("bytes")
+    if i < 0:
+        return None
+    sub = typ.field(i).type
+    return sub if pa.types.is_binary(sub) or pa.types.is_large_binary(sub) else None
 
 
 def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
+    """What column ``name`` (of Arrow type ``typ``, in file ``path``) reads as. A struct
+    with a binary ``bytes`` field (an Image or Audio feature) reads as those bytes."""
     t = pa.types
 
     def numeric(x: Any) -> bool:
@@ -41,6 +67,13 @@ def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
         dt: np.dtype[Any] = np.dtype(x.to_pandas_dtype())
         return dt
 
+    if t.is_struct(typ):
+        # A struct with a binary ``bytes`` field: the Hugging Face Image and Audio
+        # features' storage, whose ``path`` is null once the bytes are embedded.
+        sub = _bytes_field(pa, typ)
+        if sub is not None:
+            inner = classify_column(pa, name, sub, path)
+            return replace(inner, arrow_type=str(typ), source=name, field=("bytes",))
     if t.is_dictionary(typ):
         # A pandas category, or a column written dictionary-encoded: read as its values
         # (decoded per record batch or row group, when read).
@@ -63,12 +96,92 @@ def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
         return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
     hint = ""
     if t.is_struct(typ):
-        hint = " Store the fields as columns of their own (table.flatten())."
+        fields = ", ".join(repr(f"{name}.{f.name}") for f in typ)
+        hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
         f"string/binary. Leave it out with columns=[...].{hint}"
     )
+
+
+def table_columns(
+    pa: Any, schema: Any, names: Sequence[str], path: str, where: str
+) -> tuple[dict[str, TableColumn], Any]:
+    """Each of ``names`` (checked by :func:`columns_read`) of the first file's ``schema``
+    (its ``path``) classified, and the schema of the columns read (a field under its
+    ``column.field`` name)."""
+    columns = {}
+    fields = []
+    for c in names:
+        top, down, typ = field_of(pa, schema, c, where)
+        col = classify_column(pa, c, typ, path)
+        columns[c] = replace(col, source=top, field=(*down, *col.field))
+        fields.append(schema.field(c) if not down else pa.field(c, typ))
+    return columns, pa.schema(fields)
+
+
+def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[str, ...], Any]:
+    """Column ``name`` of ``schema``: a top-level column, or a struct's field named
+    ``column.field`` (``column.field.sub`` deeper): ``(top-level column, fields down
+    from it, Arrow type)``. A name that is neither is a ``ConfigError`` (``where``:
+    what it names) listing the struct's fields when the column is there."""
+    if name in schema.names:
+        return name, (), schema.field(name).type
+    top = next((n for n in schema.names if name.startswith(n + ".")), None)
+    if top is None:
+        raise ConfigError(f"{where}: no column(s) {[name]}; available: {list(schema.names)}")
+    typ = schema.field(top).type
+    path: list[str] = []
+    for part in name[len(top) + 1 :].split("."):
+        at = ".".join([top, *path])
+        if not pa.types.is_struct(typ):
+            raise ConfigError(
+                f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field {part!r}"
+            )
+        i = typ.get_field_index(part)
+        if i < 0:
+            present = [f"{at}.{f.name}" for f in typ]
+            raise ConfigError(
+                f"{where}: column {name!r}: struct {at!r} has no field {part!r}; its "
+                f"fields: {present}"
+            )
+        path.append(part)
+        typ = typ.field(i).type
+    return top, tuple(path), typ
+
+
+def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
+    """The values of ``arr``'s struct field ``field`` (``()``: ``arr``), a row null where
+    the struct (or a struct on the way down) is."""
+    for name in field:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        # flatten() applies the struct's offset and its nulls; .field() does neither.
+        arr = arr.flatten()[arr.type.get_field_index(name)]
+    return arr
+
+
+def image_features(schema: Any) -> list[str]:
+    """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
+    ``Image(decode=False)``), by the ``huggingface`` schema metadata it writes (Parquet
+    and Arrow alike)."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    try:
+        features = json.loads(raw)["info"]["features"] if raw else {}
+    except (ValueError, KeyError, TypeError):
+        return []
+    if not isinstance(features, dict):
+        return []
+    # Image(decode=False): its user asked datasets for the bytes, so headrace gives them.
+    return [
+        n
+        for n, f in features.items()
+        if isinstance(f, dict)
+        and f.get("_type") == "Image"
+        and f.get("decode", True) is not False
+        and n in schema.names
+    ]
 
 
 def schema_difference(schema: Any, first: Any) -> str:
@@ -120,9 +233,10 @@ def columns_read(
     first = parts[0]
     available = list(first.schema.names)
     names = available if columns is None else list(columns)
-    unknown = [c for c in names if c not in available]
+    unknown = [c for c in names if c not in available and "." not in c]
     if unknown:
         raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
+    tops = [field_of(pa, first.schema, c, where)[0] for c in names]
     if not names:
         what = "has no columns" if columns is None else "columns=[] names no column to read"
         raise ConfigError(f"{where}: {what}; available: {available}")
@@ -132,7 +246,7 @@ def columns_read(
         of nulls only is typed null in the shards that have nothing else in it)."""
         if columns is None:
             return schema
-        return pa.schema([schema.field(c) for c in names if c in schema.names])
+        return pa.schema([schema.field(c) for c in dict.fromkeys(tops) if c in schema.names])
 
     for p in parts[1:]:
         if not read(p.schema).equals(read(first.schema)):

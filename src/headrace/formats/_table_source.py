@@ -20,6 +20,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._file_source import default_decode_threads
+from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged
@@ -31,6 +33,7 @@ from headrace.formats._row_plan import (
     sample_rows,
     shuffle_fingerprint,
 )
+from headrace.formats._table_images import TableImages
 from headrace.formats._tables import Table
 
 if TYPE_CHECKING:
@@ -68,6 +71,15 @@ class TableSource:
     (record batches) before their batches need them.
     ``cache_dir``: keep what is read on local disk for the next epoch
     (see :meth:`Table.open`).
+
+    Image columns (:mod:`~headrace.formats._table_images`): ``images`` names the
+    columns of encoded JPEG/PNG bytes to decode (a binary column, or a struct with a
+    binary ``bytes`` field); ``None`` (default): the columns ``datasets`` stored as
+    ``Image()``. Each comes out as FileSource's images do: ``(B, H, W, C)`` when
+    the batch's shapes agree, else an ``object`` array and ``<name>_shape``;
+    ``image_mode`` and ``exif_transpose`` as FileSource's, ``decode_threads``
+    (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
+    A struct's other fields read as columns named ``column.field`` (docs/formats.md).
     """
 
     def __init__(
@@ -86,6 +98,10 @@ class TableSource:
         in_flight: int = DEFAULT_IN_FLIGHT,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        images: Sequence[str] | None = None,
+        image_mode: ImageMode | None = None,
+        exif_transpose: bool = False,
+        decode_threads: int | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
@@ -113,7 +129,13 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
+        self.images = self._image_columns(images, image_mode, exif_transpose, decode_threads)
         self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
+        self._decoder = TableImages(
+            mode=image_mode,
+            exif_transpose=exif_transpose,
+            threads=default_decode_threads() if decode_threads is None else decode_threads,
+        )
         widths = dict(widths or {})
         pads = dict(pad_values or {})
         extra = sorted((set(widths) | set(pads)) - set(self.names))
@@ -121,6 +143,12 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: widths/pad_values name column(s) {extra} that are not read; "
                 f"reading {self.names}"
+            )
+        decoded = sorted((set(widths) | set(pads)) & set(self.images))
+        if decoded:
+            raise ConfigError(
+                f"{self._where()}: widths/pad_values name image column(s) {decoded}, which "
+                "are decoded, not padded (leave them out, or read the bytes with images=[])"
             )
         fixed = [
             c for c in sorted(set(widths) | set(pads)) if cols[c].kind not in ("ragged", "bytes")
@@ -133,7 +161,7 @@ class TableSource:
             )
         self.widths: dict[str, int] = {}
         for c in self.names:
-            if cols[c].kind not in ("ragged", "bytes"):
+            if cols[c].kind not in ("ragged", "bytes") or c in self.images:
                 continue
             w = widths.get(c, width)
             if w is None:
@@ -145,14 +173,16 @@ class TableSource:
             if isinstance(w, bool) or not isinstance(w, int) or w < 1:
                 raise ConfigError(f"{self._where()}: width of {c!r} must be >= 1 (got {w!r})")
             self.widths[c] = w
-        clash = [c for c in self.widths if f"{c}_mask" in self.names]
-        if clash:
-            c = clash[0]
-            raise ConfigError(
-                f"{self._where()}: columns [{c!r}, '{c}_mask'] would both come out as "
-                f"'{c}_mask' (the padding mask of {c!r} is named so); leave one out with "
-                "columns=[...], or rename the table's column"
-            )
+        clash = [(c, f"{c}_mask", "the padding mask") for c in self.widths] + [
+            (c, f"{c}_shape", "the image shapes") for c in self.images
+        ]
+        for c, key, what in clash:
+            if key in self.names:
+                raise ConfigError(
+                    f"{self._where()}: columns [{c!r}, {key!r}] would both come out as "
+                    f"{key!r} ({what} of {c!r} is named so); leave one out with "
+                    "columns=[...], or rename the table's column"
+                )
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
@@ -185,6 +215,54 @@ class TableSource:
                     stacklevel=2,
                 )
 
+    def _image_columns(
+        self,
+        images: Sequence[str] | None,
+        mode: ImageMode | None,
+        exif_transpose: bool,
+        threads: int | None,
+    ) -> list[str]:
+        """The columns decoded as images: ``images``, checked, or (``None``) those read
+        that ``datasets`` stored as an ``Image()`` feature."""
+        if isinstance(images, str):
+            raise ConfigError(
+                f"images must be a list of column names, e.g. images=[{images!r}], not a string"
+            )
+        cols = self.table.columns
+        if images is None:
+            names = [c for c in self.table.image_columns if c in self.names]
+        else:
+            names = list(images)
+            gone = [c for c in names if c not in self.names]
+            if gone:
+                raise ConfigError(
+                    f"{self._where()}: images names column(s) {gone} that are not read; "
+                    f"reading {self.names}"
+                )
+            text = ("string", "large_string")
+            wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].arrow_type in text]
+            if wrong:
+                c = wrong[0]
+                raise ConfigError(
+                    f"{self._where()}: images names column {c!r} of type "
+                    f"{cols[c].arrow_type}; an image column holds encoded JPEG/PNG bytes: "
+                    "binary, or a struct with a binary 'bytes' field (datasets' Image())"
+                )
+        check_image_mode(mode, "image_mode")
+        if not isinstance(exif_transpose, bool):
+            raise ConfigError(f"exif_transpose must be True or False (got {exif_transpose!r}).")
+        if not names and (mode is not None or exif_transpose):
+            raise ConfigError(
+                f"{self._where()}: image_mode / exif_transpose convert decoded images, and "
+                "no column is decoded as one (images=[...] names them; by default the "
+                "columns datasets stored as Image())"
+            )
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 0
+        ):
+            raise ConfigError(f"decode_threads must be an integer >= 0 (got {threads!r}).")
+        return names
+
     def _where(self) -> str:
         files = self.table.files
         return files[0][0] if len(files) == 1 else os.path.dirname(files[0][0])
@@ -199,6 +277,13 @@ class TableSource:
             "pad_values": self.pad_values,
             "pad_side": self.pad_side,
             "truncate": self.truncate,
+            # Only with images decoded, so states saved before they were stay valid.
+            **(
+                {"images": self.images, "image_mode": self._decoder.mode}
+                | ({"exif_transpose": True} if self._decoder.exif_transpose else {})
+                if self.images
+                else {}
+            ),
             # True / False as before windows existed, so saved states still load.
             **shuffle_fingerprint(
                 self.shuffle, self.window_rows, self.windows is not None and self.windows.split
@@ -291,8 +376,19 @@ class TableSource:
         rows = self._rows(seed, samples)
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}
+        files: list[str] | None = None
         for c in self.names:
             v = data[c]
+            if c in self.images:
+                assert isinstance(v, Ragged)
+                if files is None:
+                    files = self.table.files_of(rows)
+                names = [
+                    f"{f}: column {c!r}, row {r} (sample {s})"
+                    for f, r, s in zip(files, rows.tolist(), samples.tolist(), strict=True)
+                ]
+                out.update(self._decoder.decode(c, v, names))
+                continue
             if isinstance(v, Ragged):
                 try:
                     values, mask = v.pad(
@@ -319,6 +415,7 @@ class TableSource:
         return out
 
     def close(self) -> None:
+        self._decoder.close()
         self.table.close()
 
     def __repr__(self) -> str:

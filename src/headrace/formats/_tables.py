@@ -17,6 +17,7 @@ integer, floating, bool                         ``(B,)`` array of that dtype
 ``fixed_size_list<number>[k]``                  ``(B, k)`` array
 ``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
 ``string`` / ``binary`` (and ``large_``)        :class:`Ragged` of ``uint8`` bytes
+a struct's field, named ``column.field``        as that field's type (``_table_schema``)
 ==============================================  ===================================
 
 A ``save_to_disk`` directory (written by ``datasets``, which headrace does not
@@ -43,10 +44,9 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import RemoteArrow
-from headrace.formats._arrow_slice import piece as arrow_piece
 from headrace.formats._file_list import is_object_url
 from headrace.formats._map_fill import FillPolicy, ReadAhead
-from headrace.formats._map_guard import eager_buffers, populate_buffers
+from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
     ObjectFiles,
@@ -55,10 +55,14 @@ from headrace.formats._object_files import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.formats._row_plan import check_window_rows
-from headrace.formats._table_fetch import decode_at_once, fetch_spans, needs_decode
+from headrace.formats._table_fetch import decode_at_once, decode_span, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
-from headrace.formats._table_nulls import refuse_parquet_nulls, refuse_stored_nulls
+from headrace.formats._table_nulls import (
+    refuse_parquet_nulls,
+    refuse_path_only,
+    refuse_stored_nulls,
+)
 from headrace.formats._table_objects import _open_remote, _Remote
 from headrace.formats._table_part import _open_local, _pa, _Part
 from headrace.formats._table_paths import (
@@ -68,8 +72,14 @@ from headrace.formats._table_paths import (
     saved_fingerprint,
     table_fingerprint,
 )
-from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet, resolve_urls
-from headrace.formats._table_schema import TableColumn, classify_column, columns_read
+from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
+from headrace.formats._table_schema import (
+    TableColumn,
+    columns_read,
+    image_features,
+    struct_child,
+    table_columns,
+)
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, open_cache
 
@@ -158,10 +168,9 @@ class Table(Closing):
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
         first = self._parts[0]
-        self._columns = {
-            c: classify_column(pa, c, first.schema.field(c).type, first.path) for c in names
-        }
-        self.schema = pa.schema([first.schema.field(c) for c in names])
+        self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
+        #: the columns read that ``datasets`` stored as an ``Image()`` feature
+        self.image_columns = [c for c in image_features(first.schema) if c in self._columns]
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
         # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)
@@ -362,6 +371,11 @@ class Table(Closing):
         for fetch in pending.values():
             fetch.discard()
 
+    def files_of(self, rows: NDArray[np.int64]) -> list[str]:
+        """The file each row lies in (what a message about that row names)."""
+        part = self._spans.part[self._spans.of(rows)]
+        return [self._parts[i].path for i in part.tolist()]
+
     def spans_of(self, rows: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row group / record batch of each row, in table order."""
         return self._spans.of(rows)
@@ -385,7 +399,8 @@ class Table(Closing):
         limit = 2 * self._cache_limit
         head = self._spans.head
         todo = [s for s in dict.fromkeys(int(x) for x in spans) if head(s) not in self._pending]
-        fetches = fetch_spans(self._parts, self._spans, self._cache, todo[:limit], columns)
+        reads = self._reads(columns)
+        fetches = fetch_spans(self._parts, self._spans, self._cache, todo[:limit], columns, reads)
         for s, fetch in fetches.items():
             fetch.ahead = True
             self._pending[s] = fetch
@@ -446,10 +461,13 @@ class Table(Closing):
         )
         for c in names:
             if c not in views:
-                col = data.column(c)
+                tc = self._columns[c]
+                top = data.column(tc.read)
                 if isinstance(part, _Part) and part.network and not part.parquet:
-                    populate_buffers(part, eager_buffers(self._pa, col))
-                views[c] = column_view(self._pa, self._columns[c], part.path, where, first, col)
+                    populate_buffers(part, struct_buffers(self._pa, top, tc.field))
+                refuse_path_only(self._pa, tc, top, part.path, first)
+                col = struct_child(self._pa, top, tc.field)
+                views[c] = column_view(self._pa, tc, part.path, where, first, col)
         if cached is None and not mapped(part):
             self._held_rows += rows
         self._cache[span] = views
@@ -463,33 +481,22 @@ class Table(Closing):
             self._uncache(next(iter(self._cache)))
         return views
 
+    def _reads(self, names: Sequence[str]) -> list[str]:
+        """The top-level columns that the columns ``names`` are read from, in order."""
+        return list(dict.fromkeys(self._columns[c].read for c in names))
+
     def _uncache(self, span: int) -> None:
         del self._cache[span]
         if not mapped(self._parts[int(self._spans.part[span])]):
             self._held_rows -= self._spans.rows(span)
 
     def _decode(self, span: int, names: list[str], fetched: Fetched | None = None) -> Any:
-        """Span ``span``, read and decoded: a row group or record batch (on object
-        storage from ``fetched``, fetched now if ``None``), or a sub-window of a row
-        group that :meth:`split_groups` cut, from its stream."""
-        part = self._parts[int(self._spans.part[span])]
-        group = int(self._spans.local[span])
-        if not self._spans.cut[span]:
-            if isinstance(part, _Part):
-                return part.span(group, names)
-            assert isinstance(fetched, Fetch | None)  # a stream's only for a cut group
-            return part.span(group, names, fetched)
-        first, n = int(self._spans.first[span]), self._spans.rows(span)
-        if isinstance(part, RemoteArrow):
-            return arrow_piece(part, group, first, n, names, fetched)
-        if isinstance(part, _Part):
-            data, skipped = part.piece(group, first, n, names)
-        else:
-            assert isinstance(part, RemoteParquet)
-            data, skipped = part.piece(group, first, n, names, fetched)
-        with self._count_lock:
-            self.skipped_rows += skipped
-            self.decoded_rows += skipped
+        """Span ``span`` of ``names``, read and decoded (:func:`decode_span`)."""
+        data, skipped = decode_span(self._parts, self._spans, span, self._reads(names), fetched)
+        if skipped:
+            with self._count_lock:
+                self.skipped_rows += skipped
+                self.decoded_rows += skipped
         return data
 
     def read_rows(
@@ -520,7 +527,9 @@ class Table(Closing):
         fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
         if self._objects is not None:
             todo = [s for s in spans if heads[s] not in fetched]
-            fetched.update(fetch_spans(self._parts, self._spans, self._cache, todo, names))
+            fetched.update(
+                fetch_spans(self._parts, self._spans, self._cache, todo, names, self._reads(names))
+            )
         for i in {int(self._spans.part[s]) for s in spans}:  # cached views map the file too
             part = self._parts[i]
             if isinstance(part, _Part):
@@ -562,7 +571,7 @@ class Table(Closing):
         rows are read (their statistics count empty lists as nulls).
         """
         refuse_parquet_nulls(self._parts, self._spans, self._columns, names, self.read_rows)
-        refuse_stored_nulls(self._pa, self._parts, self._spans, names)
+        refuse_stored_nulls(self._pa, self._parts, self._spans, self._columns, names)
 
     def close(self) -> None:
         ahead = getattr(self, "_read_ahead", None)

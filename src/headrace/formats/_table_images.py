@@ -1,0 +1,85 @@
+"""Image columns of a table, decoded at batch time as :class:`~headrace.formats.FileSource`
+decodes JPEG and PNG files.
+
+A Hugging Face ``Image()`` column is a ``struct<bytes: binary, path: string>``
+(:class:`~headrace.formats.Table` reads it as its bytes); a plain binary column may
+hold encoded images too. Each row's bytes are decoded by their signature: a PNG
+(``89 50 4e 47 ...``) as :func:`~headrace.formats._images.decode_png` (as stored,
+or ``image_mode``), anything else as a JPEG (RGB, or ``image_mode``; what is not
+one is refused, naming the file, row and column). A batch's images stack to
+``(B, H, W, C)`` when their shapes and dtypes agree; otherwise the key holds a
+1-D ``object`` array of per-row arrays beside ``<key>_shape`` ``(B, ndim)``, the
+layout FileSource gives and ``RandomCrop`` and the adapters take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.formats._file_samples import stack_samples
+from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._ragged import Ragged
+
+__all__ = ["TableImages"]
+
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+class TableImages:
+    """Decodes the image columns of a table's rows on ``threads`` threads (0: on the
+    calling thread); the pool starts on first use and is not pickled."""
+
+    def __init__(self, *, mode: ImageMode | None, exif_transpose: bool, threads: int) -> None:
+        self.mode = mode
+        self.exif_transpose = exif_transpose
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def decode_one(self, data: memoryview, name: str) -> NDArray[Any]:
+        """One image's bytes as an ``(H, W, C)`` array (``name``: what errors name)."""
+        if bytes(data[:8]) == _PNG_SIG:
+            return decode_png(data, name=name, mode=self.mode)
+        return decode_jpeg(data, name=name, mode=self.mode, exif_transpose=self.exif_transpose)
+
+    def decode(self, key: str, values: Ragged, names: Sequence[str]) -> dict[str, NDArray[Any]]:
+        """Column ``key``'s rows ``values`` decoded into a batch's arrays: ``key`` (and
+        ``<key>_shape`` when sizes differ); ``names[i]``: what an error for row ``i``
+        names. Every decode ends before the first error (in row order) is raised."""
+        buf = np.ascontiguousarray(values.values, np.uint8).data
+        offs = values.offsets.tolist()
+        jobs = [(buf[offs[i] : offs[i + 1]], names[i]) for i in range(len(names))]
+        if self.threads == 0 or len(jobs) < 2:
+            images = [self.decode_one(d, n) for d, n in jobs]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="headrace-image")
+            futures = [self._pool.submit(self.decode_one, d, n) for d, n in jobs]
+            # Results in row order: the error raised is the first row's, however the
+            # threads ran (and no decode is left running on a buffer the batch frees).
+            errors = [f.exception() for f in futures]
+            first = next((e for e in errors if e is not None), None)
+            if first is not None:
+                raise first
+            images = [f.result() for f in futures]
+        batch = stack_samples([{key: a} for a in images], np.empty(0, np.int64))
+        del batch["index"]
+        return batch
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"mode": self.mode, "exif_transpose": self.exif_transpose, "threads": self.threads}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.mode = state["mode"]
+        self.exif_transpose = state["exif_transpose"]
+        self.threads = state["threads"]
+        self._pool = None
