@@ -59,9 +59,8 @@ from headrace.io._cache_files import (
     disk_bytes,
     remove_unused,
     scan,
-    unlink,
 )
-from headrace.io._cache_space import CacheSpace, reserve_bytes
+from headrace.io._cache_space import CacheSpace, Reservation, reserve_bytes
 from headrace.io._file import LocalFile
 
 __all__ = ["CacheStats", "ObjectCache", "open_cache"]
@@ -181,7 +180,7 @@ class ObjectCache:
             return False
         with f:
             if f.size != want + TRAILER.size:
-                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.size)
+                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}")
                 self._miss()
                 return False
             trailer = np.empty(TRAILER.size, np.uint8)
@@ -194,7 +193,7 @@ class ObjectCache:
                 return False
         magic, crc, length = TRAILER.unpack(trailer.tobytes())
         if magic != MAGIC or length != want or crc != zlib.crc32(out.data):
-            self._remove_bad(path, "bytes that are not what was written (checksum)", f.size)
+            self._remove_bad(path, "bytes that are not what was written (checksum)")
             self._miss()
             return False
         with self._lock:
@@ -206,7 +205,7 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, what: str, size: int) -> None:
+    def _remove_bad(self, path: str, what: str) -> None:
         with self._lock:
             self.stats.bad_entries += 1
         self._warn_once(
@@ -214,8 +213,7 @@ class ObjectCache:
             f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
             "are read from the store (further such entries are counted in stats.bad_entries)",
         )
-        if unlink(path):
-            self._space.unreserve(self._space.on_disk(size))
+        self._space.remove(path)
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -229,7 +227,8 @@ class ObjectCache:
             # file) and kept it: writing it again would count its bytes twice.
             return False
         need = self._space.on_disk(n + TRAILER.size)
-        if not self._reserve(need):
+        reserved = self._reserve(need)
+        if reserved is None:
             return False
         trailer = TRAILER.pack(MAGIC, zlib.crc32(view), n)
         tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
@@ -243,9 +242,11 @@ class ObjectCache:
                         done += os.write(fd, part[done:])
             finally:
                 os.close(fd)
-            os.replace(tmp, path)  # whole or not at all, for every reader
+            # Renamed under the byte count's lock, so a measure of the directory (a
+            # clear, another process) sees the entry or knows to count it: see CacheSpace.
+            placed = self._space.keep(reserved, lambda: _place(tmp, path))
         except OSError as exc:
-            self._space.unreserve(need)
+            self._space.give_back(reserved)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -257,20 +258,22 @@ class ObjectCache:
             else:
                 self._failed("write", path, exc)
             return False
+        if not placed:
+            return False
         with self._lock:
             self.stats.written += 1
             self.stats.written_bytes += n
         return True
 
-    def _reserve(self, size: int) -> bool:
-        """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
+    def _reserve(self, size: int) -> Reservation | None:
+        """Count ``size`` bytes as used if they fit; ``None`` (counted as full) if not."""
         with self._lock:
             stopped = self._stopped is not None
-        fits = not stopped and self._space.reserve(size)
-        if not fits:
+        reserved = None if stopped else self._space.reserve(size)
+        if reserved is None:
             with self._lock:
                 self.stats.full += 1
-        return fits
+        return reserved
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
@@ -355,6 +358,16 @@ class ObjectCache:
                 return
             self._warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _place(tmp: str, path: str) -> bool:
+    """Rename a written temporary file to its entry (whole or not at all, for every
+    reader), unless another writer's copy is there already (then it is removed)."""
+    if os.path.exists(path):
+        os.unlink(tmp)
+        return False
+    os.replace(tmp, path)
+    return True
 
 
 def open_cache(
