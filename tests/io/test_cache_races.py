@@ -124,6 +124,27 @@ def test_a_clear_while_an_entry_is_written_keeps_it_counted(
     assert disk_bytes(tmp_path) == cap == ledger_bytes(tmp_path)
 
 
+def test_an_entry_whose_room_others_filled_after_a_clear_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The clear's count did not hold the entry being written, so other ranks took its
+    # room: putting it in place as well went past cache_bytes, however exactly counted.
+    cap = 2 * on_disk(tmp_path, N)
+    c = ObjectCache(tmp_path, max_bytes=cap)
+    clearer = ObjectCache(tmp_path)
+    other = ObjectCache(tmp_path, max_bytes=cap)
+
+    def clear_and_fill() -> None:
+        clearer.prune(0)
+        assert fill(other, "other") == 2
+
+    with at_entry_write(monkeypatch, clear_and_fill):
+        assert not c.write("|late", N, "e", blob(N))
+    assert c.stats.full == 1 and c.read("|late", N, "e") is None
+    assert disk_bytes(tmp_path) == cap == ledger_bytes(tmp_path)
+    assert not list(tmp_path.rglob(f"*{cache_files.TMP}*"))  # dropped, not left
+
+
 def test_a_count_measured_while_an_entry_is_written_keeps_it_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -244,7 +244,7 @@ class ObjectCache:
                 os.close(fd)
             # Renamed under the byte count's lock, so a measure of the directory (a
             # clear, another process) sees the entry or knows to count it: see CacheSpace.
-            placed = self._space.keep(reserved, lambda: _place(tmp, path))
+            placed = self._space.keep(reserved, lambda: _place(tmp, path), lambda: os.unlink(tmp))
         except OSError as exc:
             self._space.give_back(reserved)
             try:
@@ -259,6 +259,9 @@ class ObjectCache:
                 self._failed("write", path, exc)
             return False
         if not placed:
+            if placed is None:  # filled by others after a clear, while this was written
+                with self._lock:
+                    self.stats.full += 1
             return False
         with self._lock:
             self.stats.written += 1

@@ -115,20 +115,34 @@ class CacheSpace:
                 return None
             return Reservation(size=size, shared=False, generation=self._generation)
 
-    def keep(self, r: Reservation, move: Callable[[], bool]) -> bool:
+    def keep(
+        self, r: Reservation, move: Callable[[], bool], drop: Callable[[], None]
+    ) -> bool | None:
         """Put a written entry in place with ``move`` (``False``: another writer's copy
-        is there, ours was not put) under the count's lock, and count it exactly:
-        ``move``'s answer. An ``OSError`` from ``move`` goes to the caller, who gives
-        the bytes back."""
-        with self._lock, self._counted(r) as adjust:
+        is there, ours was not put) under the count's lock, counting it exactly:
+        ``move``'s answer, or ``None`` where a measure since the reservation let other
+        writers fill the room it held (then ``drop`` removes it unseen). An
+        ``OSError`` from either goes to the caller, who gives the bytes back."""
+        with self._lock, self._count_of(r) as (changed, used, set_used):
+            if changed and used is not None and not self._fits(used + r.size):
+                drop()
+                return None
             placed = move()
-            adjust(r.size if placed else -r.size)
+            # In place and missed by a measure: count it again. Not in place, and
+            # still counted (no measure since): take it off.
+            if used is not None and placed == changed:
+                set_used(max(0, used + (r.size if placed else -r.size)))
             return placed
 
     def give_back(self, r: Reservation) -> None:
-        """Take the bytes of a write that did not happen off the count."""
-        with self._lock, self._counted(r) as adjust:
-            adjust(-r.size)
+        """Take the bytes of a write that did not happen off the count (unless a
+        measure since has)."""
+        with self._lock, self._count_of(r) as (changed, used, set_used):
+            if used is not None and not changed:
+                set_used(max(0, used - r.size))
+
+    def _fits(self, used: int) -> bool:
+        return self.max_bytes is None or used <= self.max_bytes
 
     def remove(self, path: str) -> bool:
         """Remove an entry (a damaged one) and take its disk space off the count; whether
@@ -151,30 +165,28 @@ class CacheSpace:
                 return True
 
     @contextmanager
-    def _counted(self, r: Reservation) -> Iterator[Callable[[int], None]]:
-        """``adjust(delta)``, under the lock of the count ``r`` was made in, where
-        ``delta`` is what the entry changes from what was reserved: ``+size`` once it is
-        in place (counted again only if a measure missed it), ``-size`` once it will
-        never be (taken off only if no measure did). Under ``self._lock``."""
+    def _count_of(self, r: Reservation) -> Iterator[tuple[bool, int | None, Callable[[int], None]]]:
+        """``(measured since, bytes, set the bytes)`` of the count ``r`` was made in,
+        under its lock; ``None`` bytes: none to change (the ledger removed with the
+        cache, by `rm -r`; this process's count to be measured at its next write).
+        Under ``self._lock``."""
         if not r.shared:
-            changed = self._generation != r.generation
 
-            def here(delta: int) -> None:
-                if self._used is not None and (delta > 0) == changed:
-                    self._used = max(0, self._used + delta)
+            def here(used: int) -> None:
+                self._used = used
 
-            yield here
+            yield self._generation != r.generation, self._used, here
             return
         with self._ledger(create=False) as fd:
+            if fd is None:
+                yield True, None, lambda _: None
+                return
+            used, measured, generation = _read_ledger(fd)
 
-            def shared(delta: int) -> None:
-                if fd is None:  # removed (`rm -r` of the cache): measured when made again
-                    return
-                used, measured, generation = _read_ledger(fd)
-                if used is not None and (delta > 0) == (generation != r.generation):
-                    _write_ledger(fd, max(0, used + delta), measured, generation)
+            def shared(used: int) -> None:
+                _write_ledger(fd, used, measured, generation)
 
-            yield shared
+            yield generation != r.generation, used, shared
 
     def _count_here(self, size: int) -> bool:
         """This process's count of the directory: measured at its first write, then
