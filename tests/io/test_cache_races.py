@@ -237,10 +237,10 @@ def test_writers_of_the_same_entry_count_it_once(
     assert got is not None and got.tobytes() == data
 
 
-def _write_for(directory: str, cap: int, start: float, seconds: float, rank: int) -> int:
+def _write_for(directory: str, cap: int, barrier: Any, seconds: float, rank: int) -> int:
     c = ObjectCache(directory, max_bytes=cap)
     data = blob(N, rank)
-    time.sleep(max(0.0, start - time.time()))
+    barrier.wait()
     until = time.monotonic() + seconds
     i = 0
     while time.monotonic() < until:
@@ -249,9 +249,9 @@ def _write_for(directory: str, cap: int, start: float, seconds: float, rank: int
     return c.stats.written
 
 
-def _clear_for(directory: str, start: float, seconds: float) -> int:
+def _clear_for(directory: str, barrier: Any, seconds: float) -> int:
     c = ObjectCache(directory)
-    time.sleep(max(0.0, start - time.time()))
+    barrier.wait()
     until = time.monotonic() + seconds
     cleared = 0
     while time.monotonic() < until:
@@ -269,10 +269,11 @@ def test_writers_beside_a_clear_in_a_tight_loop_keep_within_the_cap(tmp_path: Pa
 
     cap = 8 * (N + TRAILER)
     d = str(tmp_path)
-    with ProcessPoolExecutor(5, mp_context=mp.get_context("spawn")) as pool:
-        start = time.time() + 3.0  # once every process has started: they overlap
-        writers = [pool.submit(_write_for, d, cap, start, 1.0, r) for r in range(4)]
-        clear = pool.submit(_clear_for, d, start, 1.0)
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager, ProcessPoolExecutor(5, mp_context=ctx) as pool:
+        barrier = manager.Barrier(5)  # once every process has started: they overlap
+        writers = [pool.submit(_write_for, d, cap, barrier, 1.0, r) for r in range(4)]
+        clear = pool.submit(_clear_for, d, barrier, 1.0)
         assert sum(w.result() for w in writers) > 0 and clear.result() > 0
     assert disk_bytes(tmp_path) == ledger_bytes(tmp_path) <= cap
     fill(ObjectCache(d, max_bytes=cap), "after")

@@ -54,9 +54,11 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, StorageError
 from headrace.io._cache_files import (
     MAGIC,
+    MAGIC_V1,
     TMP,
     TRAILER,
     disk_bytes,
+    name_seed,
     remove_unused,
     scan,
 )
@@ -192,7 +194,13 @@ class ObjectCache:
                 self._miss()
                 return False
         magic, crc, length = TRAILER.unpack(trailer.tobytes())
-        if magic != MAGIC or length != want or crc != zlib.crc32(out.data):
+        if magic == MAGIC_V1:
+            self._remove_bad(
+                path, "the format of an earlier headrace (its checksum is not bound to its name)"
+            )
+            self._miss()
+            return False
+        if magic != MAGIC or length != want or crc != zlib.crc32(out.data, name_seed(path)):
             self._remove_bad(path, "bytes that are not what was written (checksum)")
             self._miss()
             return False
@@ -208,12 +216,19 @@ class ObjectCache:
     def _remove_bad(self, path: str, what: str) -> None:
         with self._lock:
             self.stats.bad_entries += 1
+        failed = self._space.remove(path)
+        if failed is None:
+            done = "removed, its bytes are read from the store"
+        else:  # a read-only mount, another user's entry: every read of it goes to the store
+            done = (
+                f"it could not be removed ({failed.strerror or failed}): its bytes are read "
+                "from the store each time"
+            )
         self._warn_once(
             "bad",
-            f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
-            "are read from the store (further such entries are counted in stats.bad_entries)",
+            f"headrace cache {self.directory}: entry {path} has {what}; {done} (further such "
+            "entries are counted in stats.bad_entries)",
         )
-        self._space.remove(path)
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -230,7 +245,7 @@ class ObjectCache:
         reserved = self._reserve(need)
         if reserved is None:
             return False
-        trailer = TRAILER.pack(MAGIC, zlib.crc32(view), n)
+        trailer = TRAILER.pack(MAGIC, zlib.crc32(view, name_seed(path)), n)
         tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)

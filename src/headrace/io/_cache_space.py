@@ -144,17 +144,19 @@ class CacheSpace:
     def _fits(self, used: int) -> bool:
         return self.max_bytes is None or used <= self.max_bytes
 
-    def remove(self, path: str) -> bool:
-        """Remove an entry (a damaged one) and take its disk space off the count; whether
-        it was removed."""
+    def remove(self, path: str) -> OSError | None:
+        """Remove an entry (a damaged one) and take its disk space off the count; why it
+        could not be (``None``: removed, or gone already)."""
         with self._lock:
             shared = self.max_bytes is not None
             with self._ledger(create=False) if shared else _no_ledger() as fd:
                 try:
                     st = os.lstat(path)
                     os.unlink(path)
-                except OSError:
-                    return False
+                except FileNotFoundError:  # another reader found it bad, or a clear
+                    return None
+                except OSError as exc:
+                    return exc
                 size = disk_bytes(st)
                 if fd is not None:
                     used, measured, generation = _read_ledger(fd)
@@ -162,7 +164,7 @@ class CacheSpace:
                         _write_ledger(fd, max(0, used - size), measured, generation)
                 if self._used is not None:
                     self._used = max(0, self._used - size)
-                return True
+                return None
 
     @contextmanager
     def _count_of(self, r: Reservation) -> Iterator[tuple[bool, int | None, Callable[[int], None]]]:
