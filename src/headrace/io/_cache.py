@@ -15,8 +15,9 @@ may keep for other bytes of equivalent meaning, or build from a modification
 time in whole seconds), are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
 reader (any process) sees a whole entry or none; each ends with the CRC-32 of
-its bytes, and an entry whose size or checksum is not right (a disk that lost
-or changed a write) is removed and its bytes read from the store again.
+its bytes, started from its name, and an entry whose size or checksum is not
+right (a disk that lost or changed a write, or put it under another entry's
+name) is removed and its bytes read from the store again.
 
 The cache never evicts: it fills until it holds ``max_bytes`` of disk space
 (whole filesystem blocks: a 500-byte entry takes 4 KiB on ext4; counted for
