@@ -168,6 +168,25 @@ def test_a_count_measured_while_an_entry_is_written_keeps_it_counted(
     assert disk_bytes(tmp_path) == cap == ledger_bytes(tmp_path)
 
 
+def test_a_count_made_anew_while_an_entry_is_written_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `rm -r` of the cache took its count with it; the next writer measured a new one,
+    # whose number of measures started again where the first's had been.
+    cap = 3 * on_disk(tmp_path, N)
+    c = ObjectCache(tmp_path, max_bytes=cap)
+    other = ObjectCache(tmp_path, max_bytes=cap)
+
+    def count_anew() -> None:
+        (tmp_path / cache_files.LEDGER).unlink()
+        assert other.write("|other", N, "e", blob(N, 1))
+
+    with at_entry_write(monkeypatch, count_anew):
+        assert c.write("|mine", N, "e", blob(N))
+    assert fill(c, "k") == 1
+    assert disk_bytes(tmp_path) == cap == ledger_bytes(tmp_path)
+
+
 def test_a_write_that_fails_after_a_clear_counted_the_directory_gives_back_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,10 +30,10 @@ RESERVE_BYTES = 1 << 30
 #: ... and at least this fraction of the filesystem's size.
 RESERVE_FRACTION = 0.05
 
-# magic, bytes, when they were measured (time.time), how many times they have been
-# (an entry written across a measure is counted again: see CacheSpace)
+# magic, bytes, when they were measured (time.time), and that measure's number (an
+# entry written across a measure is counted again: see CacheSpace)
 _LEDGER_FORMAT = struct.Struct("<4sqdq")
-_LEDGER_MAGIC = b"HRB2"  # HRB1 had no count of measures: measured again when met
+_LEDGER_MAGIC = b"HRB2"  # HRB1 had no measure numbers: measured again when met
 # A cache full by this process's count is counted again after this long.
 _RECOUNT_S = 60.0
 
@@ -46,7 +46,7 @@ def reserve_bytes(total: int) -> int:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Reservation:
     """Bytes counted for one entry being written: ``size``, in the ledger (``shared``) or
-    this process's count, when that count had been measured ``generation`` times."""
+    this process's count, whose last measure was number ``generation``."""
 
     size: int
     shared: bool
@@ -234,7 +234,8 @@ class CacheSpace:
                 # temporary that measuring removes, and drift is put right.
                 or now - measured > STALE_TMP_S
             ):
-                used, measured, generation = measure(self.directory), now, generation + 1
+                used, measured = measure(self.directory), now
+                generation = _next_generation(generation)
             fits = used + size <= self.max_bytes
             if not _write_ledger(fd, used + size if fits else used, measured, generation):
                 return None
@@ -248,7 +249,8 @@ class CacheSpace:
             with self._ledger(create=False) as fd:
                 if fd is not None:
                     _, _, generation = _read_ledger(fd)
-                    _write_ledger(fd, measure(self.directory), time.time(), generation + 1)
+                    used = measure(self.directory)
+                    _write_ledger(fd, used, time.time(), _next_generation(generation))
 
     @contextmanager
     def _ledger(self, create: bool) -> Iterator[int | None]:
@@ -278,9 +280,16 @@ def _no_ledger() -> Iterator[None]:
     yield None
 
 
+def _next_generation(generation: int) -> int:
+    """The number of the next measure: the clock's nanoseconds, so that a ledger made
+    again (the cache removed by `rm -r`) never repeats an earlier one's numbers, which
+    a write under way across it still holds."""
+    return max(generation + 1, time.time_ns())
+
+
 def _read_ledger(fd: int) -> tuple[int | None, float, int]:
-    """``(bytes, when measured, times measured)`` of a locked ledger; ``None`` bytes: new
-    or unreadable."""
+    """``(bytes, when measured, the measure's number)`` of a locked ledger; ``None``
+    bytes: new or unreadable."""
     try:
         raw = os.pread(fd, _LEDGER_FORMAT.size, 0)
     except OSError:
