@@ -298,3 +298,39 @@ def test_writers_beside_a_clear_in_a_tight_loop_keep_within_the_cap(tmp_path: Pa
     fill(ObjectCache(d, max_bytes=cap), "after")
     assert disk_bytes(tmp_path) == ledger_bytes(tmp_path) <= cap
     assert disk_bytes(tmp_path) > cap - on_disk(tmp_path, N)  # filled: no room left unused
+
+
+def test_a_reader_removes_the_damaged_entry_it_read_not_the_good_one_written_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two ranks read the same damaged block: the first to finish removes it and writes
+    # the store's bytes; the second then removed that good entry by its name.
+    from headrace.io import LocalFile
+
+    c = ObjectCache(tmp_path, max_bytes=1 << 20)
+    other = ObjectCache(tmp_path, max_bytes=1 << 20)
+    data = blob(N, 2)
+    assert c.write("|b", N, "e", data)
+    path = Path(c.path("|b", N, "e"))
+    raw = bytearray(path.read_bytes())
+    raw[10] ^= 1
+    path.write_bytes(bytes(raw))
+    real = LocalFile.pread_into
+    fired = [False]
+
+    def pread_into(self: LocalFile, out: Any, offset: int) -> None:
+        real(self, out, offset)
+        if not fired[0] and offset == N:  # the trailer: the entry is read, not yet judged
+            fired[0] = True
+            with pytest.warns(RuntimeWarning, match="removed, its bytes"):
+                assert other.read("|b", N, "e") is None
+            assert other.write("|b", N, "e", data)
+
+    monkeypatch.setattr(LocalFile, "pread_into", pread_into)
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        assert c.read("|b", N, "e") is None
+    monkeypatch.undo()
+    assert fired[0] and c.stats.bad_entries == 1
+    got = ObjectCache(tmp_path).read("|b", N, "e")
+    assert got is not None and got.tobytes() == data  # the good one stays
+    assert disk_bytes(tmp_path) == ledger_bytes(tmp_path) == on_disk(tmp_path, N)

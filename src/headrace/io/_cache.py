@@ -183,7 +183,7 @@ class ObjectCache:
             return False
         with f:
             if f.size != want + TRAILER.size:
-                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}")
+                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.identity)
                 self._miss()
                 return False
             trailer = np.empty(TRAILER.size, np.uint8)
@@ -197,12 +197,14 @@ class ObjectCache:
         magic, crc, length = TRAILER.unpack(trailer.tobytes())
         if magic == MAGIC_V1:
             self._remove_bad(
-                path, "the format of an earlier headrace (its checksum is not bound to its name)"
+                path,
+                "the format of an earlier headrace (its checksum is not bound to its name)",
+                f.identity,
             )
             self._miss()
             return False
         if magic != MAGIC or length != want or crc != zlib.crc32(out.data, name_seed(path)):
-            self._remove_bad(path, "bytes that are not what was written (checksum)")
+            self._remove_bad(path, "bytes that are not what was written (checksum)", f.identity)
             self._miss()
             return False
         with self._lock:
@@ -214,10 +216,10 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, what: str) -> None:
+    def _remove_bad(self, path: str, what: str, identity: tuple[int, int]) -> None:
         with self._lock:
             self.stats.bad_entries += 1
-        failed = self._space.remove(path)
+        failed = self._space.remove(path, identity)
         if failed is None:
             done = "removed, its bytes are read from the store"
         else:  # a read-only mount, another user's entry: every read of it goes to the store

@@ -144,14 +144,18 @@ class CacheSpace:
     def _fits(self, used: int) -> bool:
         return self.max_bytes is None or used <= self.max_bytes
 
-    def remove(self, path: str) -> OSError | None:
-        """Remove an entry (a damaged one) and take its disk space off the count; why it
-        could not be (``None``: removed, or gone already)."""
+    def remove(self, path: str, identity: tuple[int, int]) -> OSError | None:
+        """Remove an entry (a damaged one, ``(st_dev, st_ino)`` as it was read) and take
+        its disk space off the count; why it could not be (``None``: removed, or gone
+        already: another reader may have removed it and written the good bytes since,
+        which stay)."""
         with self._lock:
             shared = self.max_bytes is not None
             with self._ledger(create=False) if shared else _no_ledger() as fd:
                 try:
                     st = os.lstat(path)
+                    if (st.st_dev, st.st_ino) != identity:
+                        return None
                     os.unlink(path)
                 except FileNotFoundError:  # another reader found it bad, or a clear
                     return None
