@@ -8,6 +8,7 @@ import pickle
 import struct
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -577,3 +578,19 @@ def test_the_cli_names_a_cache_dir_that_is_a_file_or_missing(
     assert f"{tmp_path / 'f'}: not a directory; give the cache_dir" in capsys.readouterr().err
     assert main(["cache", str(tmp_path / "none")]) == 2
     assert f"{tmp_path / 'none'}: no such directory (nothing cached" in capsys.readouterr().err
+
+
+def test_an_entry_of_an_earlier_format_is_read_again_and_pruned_as_ours(tmp_path: Path) -> None:
+    # HRC1 entries' checksums did not cover their names (an intact entry under another's
+    # name passed): each is read from the store again once, and `--clear` still knows it.
+    c = ObjectCache(tmp_path)
+    data = blob(3000)
+    path = Path(c.path(URL, 3000, "e"))
+    path.parent.mkdir(parents=True)
+    trailer = cache_files.TRAILER.pack(cache_files.MAGIC_V1, zlib.crc32(data), 3000)
+    path.write_bytes(data + trailer)
+    with pytest.warns(RuntimeWarning, match="has the format of an earlier headrace"):
+        assert c.read(URL, 3000, "e") is None
+    assert not path.exists() and c.stats.bad_entries == 1
+    path.write_bytes(data + trailer)
+    assert c.prune(0) == (1, on_disk(tmp_path, 3000))

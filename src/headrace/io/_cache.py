@@ -15,8 +15,9 @@ may keep for other bytes of equivalent meaning, or build from a modification
 time in whole seconds), are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
 reader (any process) sees a whole entry or none; each ends with the CRC-32 of
-its bytes, and an entry whose size or checksum is not right (a disk that lost
-or changed a write) is removed and its bytes read from the store again.
+its bytes, started from its name, and an entry whose size or checksum is not
+right (a disk that lost or changed a write, or put it under another entry's
+name) is removed and its bytes read from the store again.
 
 The cache never evicts: it fills until it holds ``max_bytes`` of disk space
 (whole filesystem blocks: a 500-byte entry takes 4 KiB on ext4; counted for
@@ -54,14 +55,15 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, StorageError
 from headrace.io._cache_files import (
     MAGIC,
+    MAGIC_V1,
     TMP,
     TRAILER,
     disk_bytes,
+    name_seed,
     remove_unused,
     scan,
-    unlink,
 )
-from headrace.io._cache_space import CacheSpace, reserve_bytes
+from headrace.io._cache_space import CacheSpace, Reservation, reserve_bytes
 from headrace.io._file import LocalFile
 
 __all__ = ["CacheStats", "ObjectCache", "open_cache"]
@@ -181,7 +183,7 @@ class ObjectCache:
             return False
         with f:
             if f.size != want + TRAILER.size:
-                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.size)
+                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.identity)
                 self._miss()
                 return False
             trailer = np.empty(TRAILER.size, np.uint8)
@@ -193,8 +195,16 @@ class ObjectCache:
                 self._miss()
                 return False
         magic, crc, length = TRAILER.unpack(trailer.tobytes())
-        if magic != MAGIC or length != want or crc != zlib.crc32(out.data):
-            self._remove_bad(path, "bytes that are not what was written (checksum)", f.size)
+        if magic == MAGIC_V1:
+            self._remove_bad(
+                path,
+                "the format of an earlier headrace (its checksum is not bound to its name)",
+                f.identity,
+            )
+            self._miss()
+            return False
+        if magic != MAGIC or length != want or crc != zlib.crc32(out.data, name_seed(path)):
+            self._remove_bad(path, "bytes that are not what was written (checksum)", f.identity)
             self._miss()
             return False
         with self._lock:
@@ -206,16 +216,22 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
-    def _remove_bad(self, path: str, what: str, size: int) -> None:
+    def _remove_bad(self, path: str, what: str, identity: tuple[int, int]) -> None:
         with self._lock:
             self.stats.bad_entries += 1
+        failed = self._space.remove(path, identity)
+        if failed is None:
+            done = "removed, its bytes are read from the store"
+        else:  # a read-only mount, another user's entry: every read of it goes to the store
+            done = (
+                f"it could not be removed ({failed.strerror or failed}): its bytes are read "
+                "from the store each time"
+            )
         self._warn_once(
             "bad",
-            f"headrace cache {self.directory}: entry {path} has {what}; removed, its bytes "
-            "are read from the store (further such entries are counted in stats.bad_entries)",
+            f"headrace cache {self.directory}: entry {path} has {what}; {done} (further such "
+            "entries are counted in stats.bad_entries)",
         )
-        if unlink(path):
-            self._space.unreserve(self._space.on_disk(size))
 
     # -- writing -------------------------------------------------------------------
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
@@ -229,9 +245,10 @@ class ObjectCache:
             # file) and kept it: writing it again would count its bytes twice.
             return False
         need = self._space.on_disk(n + TRAILER.size)
-        if not self._reserve(need):
+        reserved = self._reserve(need)
+        if reserved is None:
             return False
-        trailer = TRAILER.pack(MAGIC, zlib.crc32(view), n)
+        trailer = TRAILER.pack(MAGIC, zlib.crc32(view, name_seed(path)), n)
         tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -243,9 +260,11 @@ class ObjectCache:
                         done += os.write(fd, part[done:])
             finally:
                 os.close(fd)
-            os.replace(tmp, path)  # whole or not at all, for every reader
+            # Renamed under the byte count's lock, so a measure of the directory (a
+            # clear, another process) sees the entry or knows to count it: see CacheSpace.
+            placed = self._space.keep(reserved, lambda: _place(tmp, path), lambda: os.unlink(tmp))
         except OSError as exc:
-            self._space.unreserve(need)
+            self._space.give_back(reserved)
             try:
                 os.unlink(tmp)
             except OSError:
@@ -257,20 +276,25 @@ class ObjectCache:
             else:
                 self._failed("write", path, exc)
             return False
+        if not placed:
+            if placed is None:  # filled by others after a clear, while this was written
+                with self._lock:
+                    self.stats.full += 1
+            return False
         with self._lock:
             self.stats.written += 1
             self.stats.written_bytes += n
         return True
 
-    def _reserve(self, size: int) -> bool:
-        """Count ``size`` bytes as used if they fit; ``False`` (counted as full) if not."""
+    def _reserve(self, size: int) -> Reservation | None:
+        """Count ``size`` bytes as used if they fit; ``None`` (counted as full) if not."""
         with self._lock:
             stopped = self._stopped is not None
-        fits = not stopped and self._space.reserve(size)
-        if not fits:
+        reserved = None if stopped else self._space.reserve(size)
+        if reserved is None:
             with self._lock:
                 self.stats.full += 1
-        return fits
+        return reserved
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
@@ -355,6 +379,16 @@ class ObjectCache:
                 return
             self._warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _place(tmp: str, path: str) -> bool:
+    """Rename a written temporary file to its entry (whole or not at all, for every
+    reader), unless another writer's copy is there already (then it is removed)."""
+    if os.path.exists(path):
+        os.unlink(tmp)
+        return False
+    os.replace(tmp, path)
+    return True
 
 
 def open_cache(
