@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,11 +47,15 @@ __all__ = ["ParquetKind"]
 class ParquetKind(Kind):
     """``files`` Parquet files of token lists (see the module doc)."""
 
+    #: whether rows hold a list padded to ``width`` (its ``[dataset] width``)
+    padded: ClassVar[bool] = True
+
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
         self.rows = int(ds.get("rows", 16_384))
-        self.width = int(ds.get("width", 1025))
+        # 0: rows of no padded list (the table-images kind's), and no width key to read
+        self.width = int(ds.get("width", 1025)) if self.padded else 0
         self.num_files = int(ds.get("files", 4))
         self.group_rows = int(ds.get("group_rows", 512))
         self.window_rows = int(rd.get("window_rows", 2048))
@@ -63,7 +67,9 @@ class ParquetKind(Kind):
             "Parquet is read through pyarrow (local files) or ranged GETs (S3), not O_DIRECT; "
             "the files kind has odirect = true",
         )
-        if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or self.width < 1:
+        if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or (
+            self.padded and self.width < 1
+        ):
             raise ConfigError(
                 f"workload {workload.name!r}: rows, width, files, group_rows and window_rows "
                 "must be >= 1"

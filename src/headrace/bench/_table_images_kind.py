@@ -65,6 +65,8 @@ _HF_FEATURES = {
 class TableImagesKind(ParquetKind):
     """``files`` Parquet files of JPEGs in an ``Image()`` column (see the module doc)."""
 
+    padded = False
+
     def __init__(self, workload: Any, root: str) -> None:
         ds, rd = workload.dataset, workload.reader
         refuse(ds, "width", "rows hold one image each, of image_hw")
