@@ -112,3 +112,23 @@ def test_on_moto_every_variant_gives_the_local_digests(tmp_path: Path) -> None:
         assert r["bytes_read"] > 0
         if r["variant"] != "naive":  # pyarrow's S3 filesystem counts no requests
             assert r["requests"] > 0
+
+
+@pytest.mark.integration
+def test_the_cli_runs_it_on_s3(tmp_path: Path) -> None:
+    # --storage s3 was refused for this kind ("apply to files, token and Parquet workloads")
+    from headrace.cli import main
+
+    path = tmp_path / "hub.toml"
+    path.write_text(
+        'name = "hub"\nkind = "table-images"\nvariants = ["naive", "headrace"]\n'
+        "[dataset]\nrows = 12\nfiles = 2\ngroup_rows = 3\nimage_hw = [8, 8]\n"
+        "[reader]\nwindow_rows = 6\n[train]\nbatch_size = 2\nsteps = 2\ntrials = 1\n"
+        "warmup_steps = 1\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "--storage", "s3"]
+    assert main([*args, "-q", "--no-isolate", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["storage"] for r in report["results"]} == {"s3"}
+    assert len({r["digest"] for r in report["results"]}) == 1
