@@ -419,6 +419,8 @@ EVERY_KIND = {
     "tables": '"naive", "headrace"]\n[dataset]\nrows = 24\nwidth = 17\n',
     "parquet": '"naive", "headrace"]\n[dataset]\nrows = 40\nwidth = 9\nfiles = 2\n'
     "group_rows = 8\n[reader]\nwindow_rows = 16\n",
+    "table-images": '"naive", "headrace", "headrace-raw"]\n[dataset]\nrows = 20\nfiles = 2\n'
+    "group_rows = 5\nimage_hw = [8, 12]\n[reader]\nwindow_rows = 10\n",
     "packed": '"naive", "headrace-sync", "group-texts"]\n[dataset]\nrows = 200\nmax_len = 50\n'
     "batch_rows = 64\ncontext = 32\n",
 }

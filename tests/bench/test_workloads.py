@@ -27,6 +27,11 @@ TINY = {
         "dataset": {"rows": 600, "width": 40, "files": 2, "group_rows": 100},
         "reader": {"window_rows": 200},
     },
+    "hub-images": {
+        "dataset": {"rows": 60, "files": 2, "group_rows": 10, "image_hw": [24, 40]},
+        "reader": {"window_rows": 20},
+        "train": {"batch_size": 4},
+    },
     "packed": {
         "dataset": {"rows": 300, "max_len": 60, "batch_rows": 40, "context": 32},
         "train": {"batch_size": 4},

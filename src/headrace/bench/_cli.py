@@ -150,11 +150,11 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
             "workload whose dataset is local"
         )
     if reader:
-        if wl.kind not in ("files", "tokens", "megatron", "parquet"):
+        if wl.kind not in ("files", "tokens", "megatron", "parquet", "table-images"):
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
                 "--endpoint, --latency-ms and --max-concurrent apply to files, token and Parquet "
-                "workloads (jpeg, npz, hdf5, tokens, megatron, parquet)"
+                "workloads (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images)"
             )
         changes["reader"] = reader
         if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":

@@ -502,6 +502,7 @@ KINDS: dict[str, str] = {
     "rows": "headrace.bench._rows_kind:PaddedKind",
     "tables": "headrace.bench._rows_kind:TableKind",
     "parquet": "headrace.bench._parquet_kind:ParquetKind",
+    "table-images": "headrace.bench._table_images_kind:TableImagesKind",
     "packed": "headrace.bench._packed_kind:PackedKind",
 }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,11 +47,15 @@ __all__ = ["ParquetKind"]
 class ParquetKind(Kind):
     """``files`` Parquet files of token lists (see the module doc)."""
 
+    #: whether rows hold a list padded to ``width`` (its ``[dataset] width``)
+    padded: ClassVar[bool] = True
+
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
         self.rows = int(ds.get("rows", 16_384))
-        self.width = int(ds.get("width", 1025))
+        # 0: rows of no padded list (the table-images kind's), and no width key to read
+        self.width = int(ds.get("width", 1025)) if self.padded else 0
         self.num_files = int(ds.get("files", 4))
         self.group_rows = int(ds.get("group_rows", 512))
         self.window_rows = int(rd.get("window_rows", 2048))
@@ -63,7 +67,9 @@ class ParquetKind(Kind):
             "Parquet is read through pyarrow (local files) or ranged GETs (S3), not O_DIRECT; "
             "the files kind has odirect = true",
         )
-        if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or self.width < 1:
+        if min(self.rows, self.num_files, self.group_rows, self.window_rows) < 1 or (
+            self.padded and self.width < 1
+        ):
             raise ConfigError(
                 f"workload {workload.name!r}: rows, width, files, group_rows and window_rows "
                 "must be >= 1"
@@ -162,11 +168,38 @@ class ParquetKind(Kind):
                 yield rows[i * b : (i + 1) * b], groups[i * b : (i + 1) * b]
 
     # -- storage ----------------------------------------------------------------
+    def open_parquet(self) -> tuple[list[Any], list[Any]]:
+        """``pq.ParquetFile`` of every file as a script without headrace opens them (through
+        ``pyarrow.fs.S3FileSystem`` on S3), and the input files to close after them."""
+        import pyarrow.parquet as pq
+
+        if not self.store.remote:
+            return [pq.ParquetFile(p) for p in self.files()], []
+        from pyarrow import fs
+
+        opts = self.store.store_options() or {}
+        endpoint = str(opts.get("endpoint", ""))
+        s3 = fs.S3FileSystem(
+            access_key=opts.get("access_key_id"),
+            secret_key=opts.get("secret_access_key"),
+            region=opts.get("region", "us-east-1"),
+            endpoint_override=endpoint.split("://", 1)[-1] or None,
+            scheme=endpoint.split("://", 1)[0] if "://" in endpoint else "https",
+        )
+        prefix = self.store.url.removeprefix("s3://")
+        handles = [s3.open_input_file(f"{prefix}/{os.path.basename(p)}") for p in self.files()]
+        return [pq.ParquetFile(h) for h in handles], handles
+
     def result_extras(self, spec: str) -> dict[str, Any]:
         return {**super().result_extras(spec), "rows": self.rows}
 
     def source(self) -> TableSource:
-        kw: dict[str, Any] = {"width": self.width, "window_rows": self.window_rows}
+        return self.open_source(width=self.width)
+
+    def open_source(self, **kw: Any) -> TableSource:
+        """A :class:`TableSource` over the dataset where it is served, windows of
+        ``window_rows``; ``kw``: its other options."""
+        kw["window_rows"] = self.window_rows
         if self.store.remote:
             return TableSource(
                 self.store.url + "/",
@@ -179,26 +212,7 @@ class ParquetKind(Kind):
 
 @variant(ParquetKind, "naive")
 def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
-    import pyarrow.parquet as pq
-
-    handles: list[Any] = []
-    if k.store.remote:
-        from pyarrow import fs
-
-        opts = k.store.store_options() or {}
-        endpoint = str(opts.get("endpoint", ""))
-        s3 = fs.S3FileSystem(
-            access_key=opts.get("access_key_id"),
-            secret_key=opts.get("secret_access_key"),
-            region=opts.get("region", "us-east-1"),
-            endpoint_override=endpoint.split("://", 1)[-1] or None,
-            scheme=endpoint.split("://", 1)[0] if "://" in endpoint else "https",
-        )
-        prefix = k.store.url.removeprefix("s3://")
-        handles += [s3.open_input_file(f"{prefix}/{os.path.basename(p)}") for p in k.files()]
-        files = [pq.ParquetFile(h) for h in handles]
-    else:
-        files = [pq.ParquetFile(p) for p in k.files()]
+    files, handles = k.open_parquet()
     groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
     sizes = k.group_bytes()
     starts = np.concatenate([[0], np.cumsum(k.group_rows_all())])

@@ -274,6 +274,13 @@ class FileSource(Closing):
             cache=f.cache,
         )
 
+    @property
+    def ragged_keys(self) -> tuple[str, ...]:
+        """The batch keys whose samples may differ in shape: decoded images (a Mixture
+        gives them per sample where its sources' sizes differ)."""
+        decoded = self.config.decode and self.format.name in ("jpeg", "png")
+        return ("image",) if decoded else ()
+
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         self.reopen()
         samples = np.asarray(samples, dtype=np.int64)

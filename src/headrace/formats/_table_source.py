@@ -371,8 +371,17 @@ class TableSource:
         ends = self.table.spans_of(np.array([lo, hi - 1], dtype=np.int64))
         return range(int(ends[0]), int(ends[1]) + 1)
 
+    @property
+    def ragged_keys(self) -> tuple[str, ...]:
+        """The batch keys whose samples may differ in shape: the decoded image columns."""
+        return tuple(self.images)
+
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
+        if not samples.size and self.images:
+            # An image's shape is known once decoded: an empty read says nothing, as
+            # FileSource's (a Mixture then checks the layout at the first real read).
+            return {}
         rows = self._rows(seed, samples)
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}

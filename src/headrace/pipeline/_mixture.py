@@ -22,8 +22,10 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
+from headrace.pipeline._layout import ragged_keys
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._mixture_ragged import merge_parts
 from headrace.pipeline._transform import checked_rows
 from headrace.plan import MixturePlan, derive_keys
 
@@ -87,6 +89,11 @@ class Mixture:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
+        # Keys whose samples may differ in shape (images of several sizes): what a
+        # source declares (``ragged_keys``) and what any read gave as object arrays.
+        self._ragged: set[str] = {
+            k for src in self.sources for k in getattr(src, "ragged_keys", ())
+        }
         self._last: tuple[int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = (
             None
         )
@@ -190,17 +197,15 @@ class Mixture:
         if not self._layout:
             self._check_layouts(seed)
         source, local = self._locate(seed, samples)
-        out: Batch = {}
         n = samples.size
         groups = _by_source(source)
+        parts = []
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
             part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
+            self._ragged.update(ragged_keys(part))
             self._check_layout(s, part)
-            for k, v in part.items():
-                dst = out.get(k)
-                if dst is None:
-                    dst = out[k] = np.empty((n, *v.shape[1:]), dtype=v.dtype)
-                dst[idx] = v
+            parts.append((idx, part))
+        out = merge_parts(n, parts, self._ragged)
         if n == 0:  # the same keys and per-sample shapes as any batch, with no samples
             with source_lock(self.sources[0]):
                 part = self.sources[0].read(source_seed(seed, 0), samples)
@@ -264,21 +269,50 @@ class Mixture:
                     f"source {self.names[s]!r} returns a 'source' array, which the mixture adds"
                 )
             return
-        got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
-        want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
+        raw_got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
+        raw_want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
+        got, want = self._comparable(raw_got, part), self._comparable(raw_want, None)
         if got != want:
             first = next(iter(self._layout.values()))[2]
+            detail = ""
             if set(got) != set(want):
                 what = "keys"
+                only = [
+                    f"only in {who!r}: {keys}"
+                    for who, keys in (
+                        (self.names[s], sorted(set(got) - set(want))),
+                        (first, sorted(set(want) - set(got))),
+                    )
+                    if keys
+                ]
+                detail = f" ({'; '.join(only)})"
             elif any(got[k][0] != want[k][0] for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
             else:
                 what = "per-sample shape"
             raise DataError(
                 f"mixture sources differ in {what}: {self.names[s]!r} gives "
-                f"{_describe(got)} but {first!r} gives {_describe(want)}; mixed sources must "
-                "return the same keys, dtypes and per-sample shapes"
+                f"{_describe(raw_got)} but {first!r} gives {_describe(raw_want)}{detail}; mixed "
+                "sources must return the same keys, dtypes and per-sample shapes"
             )
+
+    def _comparable(
+        self, layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]], part: Batch | None
+    ) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """``layout`` as sources must agree on it: a ragged key by its samples' number of
+        dimensions only (sizes and dtypes may differ, as within one source's batch), its
+        ``<key>_shape`` left out (a batch of equal images has none)."""
+        out = {}
+        for k, (d, sh) in layout.items():
+            base = k.removesuffix("_shape")
+            if k != base and base in self._ragged:
+                continue
+            if k in self._ragged:
+                ndim = _sample_ndim(k, d, sh, part, self._layout)
+                out[k] = (np.dtype(object), (-1,) * ndim)
+            else:
+                out[k] = (d, sh)
+        return out
 
     def starts(
         self, seed: int, samples: NDArray[np.int64]
@@ -390,3 +424,20 @@ def _by_source(source: NDArray[np.int64]) -> list[tuple[int, NDArray[np.intp]]]:
 
 def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:
     return "{" + ", ".join(f"{k}: {d} {sh}" for k, (d, sh) in sorted(layout.items())) + "}"
+
+
+def _sample_ndim(
+    key: str,
+    dtype: np.dtype[Any],
+    trailing: tuple[int, ...],
+    part: Batch | None,
+    first: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]],
+) -> int:
+    """Dimensions of ``key``'s samples: of a stacked array, its trailing shape's; of a
+    ragged one, its ``<key>_shape``'s width (from ``part``, else the first layout seen)."""
+    if dtype.kind != "O":
+        return len(trailing)
+    if part is not None and f"{key}_shape" in part:
+        return int(part[f"{key}_shape"].shape[1])
+    shape = first.get(f"{key}_shape")
+    return int(shape[1][0]) if shape is not None else 0

@@ -1,0 +1,227 @@
+"""Image table workload (``table-images`` kind): JPEGs in a Hugging Face ``Image()`` column.
+
+The dataset is ``files`` Parquet files of ``rows`` rows in all, as ``datasets``
+writes an image dataset (``to_parquet``, ``push_to_hub``): ``image`` a
+``struct<bytes: binary, path: string>`` of JPEGs of ``image_hw`` (quality
+``quality``, noise ``noise``: ~300 KB at 640x640, see
+:func:`~headrace.bench._files_kind.photo`), ``label`` ``int64``, the
+``huggingface`` schema metadata naming the column ``Image``, row groups of
+``group_rows`` (``datasets`` writes 100 for image datasets). Every variant
+follows :class:`~headrace.formats.TableSource`'s windowed plan (windows of
+``window_rows`` rows, as the ``parquet`` kind's):
+
+``naive``         what a training script does today: ``pq.ParquetFile`` per file
+                  (``pyarrow.fs.S3FileSystem`` on S3), row groups read as a batch
+                  first needs them into a cache of one window's groups, each row
+                  taken as Python objects (``datasets``' ``dataset[i]``), its bytes
+                  opened with PIL and converted to RGB, one sample at a time.
+``headrace``      ``TableSource`` through the ``Loader``: the image column decoded
+                  on ``decode_threads`` threads, read ahead (on S3, a batch's
+                  column chunks fetched together).
+``headrace-raw``  the same with ``images=[]``: each image's stored bytes, padded to
+                  the longest (``image`` ``(B, longest)`` uint8 with ``image_mask``).
+
+``naive`` and ``headrace`` deliver ``image`` ``(B, H, W, 3)`` uint8 and ``label``:
+their digests must agree. A sample's payload is its decoded image and label
+(``H * W * 3 + 8`` bytes, the raw variant's too); bytes read are the row groups'
+stored bytes as each variant fetched or decoded them. Local, or S3 with
+``--storage s3``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from headrace.bench._files_kind import photo
+from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, store_figures, variant
+from headrace.bench._parquet_kind import ParquetKind
+from headrace.bench._workload import refuse
+from headrace.errors import ConfigError
+from headrace.formats import TableSource, encode_jpeg
+from headrace.formats._file_source import default_decode_threads
+from headrace.formats._row_plan import RowWindows
+
+__all__ = ["TableImagesKind"]
+
+#: The schema metadata ``datasets`` writes for these features (what makes ``image``
+#: an ``Image()`` column to it, and to TableSource's default ``images``).
+_HF_FEATURES = {
+    "info": {
+        "features": {
+            "image": {"_type": "Image"},
+            "label": {"dtype": "int64", "_type": "Value"},
+        }
+    }
+}
+
+
+class TableImagesKind(ParquetKind):
+    """``files`` Parquet files of JPEGs in an ``Image()`` column (see the module doc)."""
+
+    padded = False
+
+    def __init__(self, workload: Any, root: str) -> None:
+        ds, rd = workload.dataset, workload.reader
+        refuse(ds, "width", "rows hold one image each, of image_hw")
+        # Before the parquet kind's settings: the dataset's folder (its Storage) names them.
+        hw = ds.get("image_hw", [640, 640])
+        self.image_hw = (int(hw[0]), int(hw[1]))
+        self.noise = int(ds.get("noise", 80))
+        self.quality = int(ds.get("quality", 90))
+        self.decode_threads = int(rd.get("decode_threads", default_decode_threads()))
+        if min(self.image_hw) < 1 or not 1 <= self.quality <= 100 or self.decode_threads < 0:
+            raise ConfigError(
+                f"workload {workload.name!r}: image_hw must be >= 1, quality in 1..100 and "
+                f"decode_threads >= 0 (got {list(self.image_hw)}, {self.quality}, "
+                f"{self.decode_threads})"
+            )
+        super().__init__(workload, root)
+
+    # -- dataset ----------------------------------------------------------------
+    @property
+    def folder(self) -> str:
+        seed = self.workload.train.seed
+        h, w = self.image_hw
+        shape = (
+            f"{self.rows}x{h}x{w}-q{self.quality}-n{self.noise}-f{self.num_files}"
+            f"-g{self.group_rows}-s{seed}"
+        )
+        return os.path.join(self.root, f"table-images-{shape}")
+
+    def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        os.makedirs(self.folder, exist_ok=True)
+        seed = self.workload.train.seed
+        struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        first = 0
+        for i, (path, n) in enumerate(zip(self.files(), self._file_rows(), strict=True)):
+            if not os.path.exists(path):  # written under a temporary name, then renamed
+                images = [
+                    {
+                        "bytes": encode_jpeg(
+                            photo(self._image_seed(seed, r), (*self.image_hw, 3), self.noise),
+                            quality=self.quality,
+                        ),
+                        # as an imagefolder pushed to the Hub keeps its file names
+                        "path": f"{r:08d}.jpg",
+                    }
+                    for r in range(first, first + n)
+                ]
+                table = pa.table(
+                    {
+                        "image": pa.array(images, struct),
+                        "label": np.arange(first, first + n, dtype=np.int64),
+                    }
+                ).replace_schema_metadata({"huggingface": json.dumps(_HF_FEATURES)})
+                pq.write_table(table, path + ".part", row_group_size=self.group_rows)
+                os.replace(path + ".part", path)
+            first += n
+            if progress:
+                progress(i + 1, self.num_files)
+
+    @staticmethod
+    def _image_seed(seed: int, row: int) -> int:
+        return int(np.random.SeedSequence([seed, row]).generate_state(1)[0])
+
+    def record_bytes(self) -> float:
+        # The decoded RGB image and the int64 label.
+        h, w = self.image_hw
+        return float(h * w * 3 + 8)
+
+    def batch_payload_bytes(self, batch: Batch) -> int | None:
+        # The raw variant's padded bytes do not show the decoded payload a sample counts.
+        if batch["image"].ndim != 4:
+            return None
+        return sum(a.nbytes for k, a in batch.items() if k != "index")
+
+    @cached_property
+    def longest(self) -> int:
+        """Bytes of the longest stored image: the raw variant's padded width."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        most = 0
+        for path in self.files():
+            col = pq.read_table(path, columns=["image"]).column("image")
+            most = max(most, int(pc.max(pc.binary_length(pc.struct_field(col, "bytes"))).as_py()))
+        return most
+
+    # -- storage ----------------------------------------------------------------
+    def source(self) -> TableSource:
+        return self.open_source(columns=["image", "label"], decode_threads=self.decode_threads)
+
+
+@variant(TableImagesKind, "naive")
+def _naive(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
+    import io
+
+    from PIL import Image
+
+    files, handles = k.open_parquet()
+    groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
+    sizes = k.group_bytes()
+    starts = np.concatenate([[0], np.cumsum(k.group_rows_all())])
+    limit = RowWindows(k.group_rows_all(), k.window_rows).max_groups
+    cache: OrderedDict[int, Any] = OrderedDict()
+    read = [0]
+
+    def batches() -> Iterator[Batch]:
+        for rows, spans in k.plan(k.seed_of(spec), steps):
+            images, labels = [], []
+            for r, s in zip(rows.tolist(), spans.tolist(), strict=True):
+                if s not in cache:
+                    f, g = groups[s]
+                    cache[s] = f.read_row_group(g, columns=["image", "label"])
+                    read[0] += int(sizes[s])
+                    while len(cache) > limit:
+                        cache.popitem(last=False)
+                cache.move_to_end(s)
+                # dataset[i]: the row as Python objects, then Image().decode_example's PIL.
+                row = cache[s].slice(r - int(starts[s]), 1).to_pylist()[0]
+                with Image.open(io.BytesIO(row["image"]["bytes"])) as img:
+                    images.append(np.asarray(img.convert("RGB")))
+                labels.append(row["label"])
+            yield {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
+
+    def close() -> None:
+        cache.clear()
+        for f in files:
+            f.close()
+        for h in handles:
+            h.close()
+
+    return GenStream(batches(), lambda: read[0], close)
+
+
+def _loader_stream(k: TableImagesKind, spec: VariantSpec, steps: int, src: TableSource) -> Stream:
+    loader = k.loader(src, spec, steps, prefetch=spec.int("prefetch", k.prefetch))
+
+    def read() -> int:
+        stats = src.object_stats  # on S3: what the GETs fetched (footers included)
+        return stats.bytes if stats is not None else src.table.decoded_bytes
+
+    def close() -> None:
+        loader.close()
+        src.close()
+
+    return GenStream(iter(loader), read, close, lambda: store_figures(src.object_stats))
+
+
+@variant(TableImagesKind, "headrace")
+def _headrace(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
+    return _loader_stream(k, spec, steps, k.source())
+
+
+@variant(TableImagesKind, "headrace-raw", group="raw")
+def _headrace_raw(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
+    src = k.open_source(columns=["image", "label"], images=[], width=k.longest)
+    return _loader_stream(k, spec, steps, src)
