@@ -1,0 +1,41 @@
+"""Vision datasets as ``datasets`` users write them (save_to_disk, to_parquet, a Hub
+repo's layout; lists of images, other image formats, images by path): each reads, or
+is refused naming the file, column and row, and what to do instead."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import TableSource
+
+datasets = pytest.importorskip("datasets", reason="datasets is a test extra")
+
+
+def _png(seed: int = 0) -> bytes:
+    a = np.random.default_rng(seed).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_images_by_path_written_by_to_parquet_name_what_embeds_them(tmp_path: Path) -> None:
+    # datasets embeds a local file's bytes in save_to_disk (and push_to_hub), but
+    # to_parquet writes the path alone: the message must not send users to to_parquet.
+    (tmp_path / "a.png").write_bytes(_png())
+    ds = datasets.Dataset.from_dict({"image": [str(tmp_path / "a.png")]})
+    ds = ds.cast_column("image", datasets.Image())
+    ds.to_parquet(str(tmp_path / "paths.parquet"))
+    with pytest.raises(FormatError) as info:
+        TableSource(tmp_path / "paths.parquet")
+    msg = str(info.value)
+    assert "paths.parquet: column 'image': row 0 holds no bytes, only a path" in msg
+    assert "to_parquet writes the paths" in msg and "save_to_disk" in msg
+    ds.save_to_disk(str(tmp_path / "saved"))  # which does embed them: they decode
+    got = TableSource(tmp_path / "saved", shuffle=False).read(0, np.arange(1))
+    np.testing.assert_array_equal(got["image"][0], np.asarray(Image.open(io.BytesIO(_png()))))
