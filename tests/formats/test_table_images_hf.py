@@ -39,3 +39,23 @@ def test_images_by_path_written_by_to_parquet_name_what_embeds_them(tmp_path: Pa
     ds.save_to_disk(str(tmp_path / "saved"))  # which does embed them: they decode
     got = TableSource(tmp_path / "saved", shuffle=False).read(0, np.arange(1))
     np.testing.assert_array_equal(got["image"][0], np.asarray(Image.open(io.BytesIO(_png()))))
+
+
+@pytest.mark.parametrize("how", ["saved", "parquet"])
+def test_a_list_of_images_per_row_is_refused_as_such(tmp_path: Path, how: str) -> None:
+    feature = datasets.Sequence(datasets.Image())
+    features = datasets.Features({"images": feature, "label": datasets.Value("int64")})
+    rows = {"images": [[_png(0), _png(1)], [], [_png(2)]], "label": [0, 1, 2]}
+    ds = datasets.Dataset.from_dict(rows, features=features)
+    path = tmp_path / ("saved" if how == "saved" else "t.parquet")
+    ds.save_to_disk(str(path)) if how == "saved" else ds.to_parquet(str(path))
+    with pytest.raises(
+        FormatError,
+        match=r"column 'images' holds a list of images per row \(datasets' "
+        r"Sequence\(Image\(\)\) or List\(Image\(\)\), type list<.*>\); headrace decodes one "
+        r"image per row.*"
+        r"columns=\['label'\]",
+    ):
+        TableSource(path)
+    got = TableSource(path, columns=["label"], shuffle=False).read(0, np.arange(3))
+    assert got["label"].tolist() == [0, 1, 2]
