@@ -59,3 +59,26 @@ def test_a_list_of_images_per_row_is_refused_as_such(tmp_path: Path, how: str) -
         TableSource(path)
     got = TableSource(path, columns=["label"], shuffle=False).read(0, np.arange(3))
     assert got["label"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "named"), [("GIF", "GIF"), ("WEBP", "WebP"), ("BMP", "BMP"), ("TIFF", "TIFF")]
+)
+def test_an_image_format_other_than_jpeg_or_png_is_named(
+    tmp_path: Path, fmt: str, named: str
+) -> None:
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(_png(3))).save(buf, fmt)
+    blobs = [_png(0), _png(1), buf.getvalue(), _png(2)]
+    features = datasets.Features({"image": datasets.Image()})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in blobs]})
+    ds.cast(features).to_parquet(str(tmp_path / "t.parquet"))
+    src = TableSource(tmp_path / "t.parquet", shuffle=False)
+    assert src.read(0, np.array([0, 1, 3]))["image"].shape == (3, 6, 8, 3)
+    with pytest.raises(
+        FormatError,
+        match=rf"t\.parquet: column 'image', row 2 \(sample 2\): not a JPEG \(nor a PNG\): "
+        rf"starts with .*; it is a {named} image, and headrace decodes JPEG and PNG only: "
+        r"re-encode it",
+    ):
+        src.read(0, np.arange(4))
