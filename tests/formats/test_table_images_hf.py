@@ -82,3 +82,82 @@ def test_an_image_format_other_than_jpeg_or_png_is_named(
         r"re-encode it",
     ):
         src.read(0, np.arange(4))
+
+
+def _modes() -> dict[str, bytes]:
+    """One small image of each mode Pillow writes that datasets users meet."""
+    rng = np.random.default_rng(5)
+    rgb = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    made = {
+        "CMYK": Image.fromarray(rng.integers(0, 256, (6, 8, 4), dtype=np.uint8), "CMYK"),
+        "I;16": Image.fromarray(rng.integers(0, 65536, (6, 8), dtype=np.uint16)),
+        "P": Image.fromarray(rgb).convert("P"),
+        "LA": Image.fromarray(rng.integers(0, 256, (6, 8, 2), dtype=np.uint8), "LA"),
+        "1": Image.fromarray(rgb[:, :, 0]).convert("1"),
+        "1x1": Image.fromarray(rgb[:1, :1]),
+    }
+    out = {}
+    for mode, img in made.items():
+        buf = io.BytesIO()
+        fmt = "JPEG" if mode == "CMYK" else "PNG"
+        img.save(buf, fmt, **({"transparency": 0} if mode == "P" else {}))
+        out[mode] = buf.getvalue()
+    return out
+
+
+def test_pillows_modes_decode_as_pillow_converts_them(tmp_path: Path) -> None:
+    blobs = _modes()
+    features = datasets.Features({"image": datasets.Image(), "mode": datasets.Value("string")})
+    rows = {"image": [{"bytes": b, "path": None} for b in blobs.values()], "mode": list(blobs)}
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "m"))
+    n = len(blobs)
+    # As stored: CMYK JPEG as RGB, 16-bit grey as uint16, a palette with transparency
+    # as RGBA, 1-bit as L (0/255); each is Pillow's own convert() of that image.
+    stored = {"CMYK": "RGB", "I;16": None, "P": "RGBA", "LA": None, "1": "L", "1x1": None}
+    for mode in (None, "RGB", "L", "LA", "RGBA"):
+        src = TableSource(tmp_path / "m", columns=["image"], image_mode=mode, shuffle=False)  # type: ignore[arg-type]
+        got = src.read(0, np.arange(n))["image"]
+        for i, (name, data) in enumerate(blobs.items()):
+            img = Image.open(io.BytesIO(data))
+            want_mode = mode or stored[name]
+            want = np.asarray(img if want_mode is None else img.convert(want_mode))
+            want = want[:, :, None] if want.ndim == 2 else want
+            np.testing.assert_array_equal(got[i], want, err_msg=f"{name} as {mode}")
+        src.close()
+
+
+def test_datasets_dict_splits_labels_two_images_and_saved_transforms(tmp_path: Path) -> None:
+    a, b = (np.asarray(Image.open(io.BytesIO(_png(s)))) for s in (0, 1))
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "thumb": datasets.Image(),
+            "text": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["cat", "dog"]),
+        }
+    )
+    rows = {
+        "image": [{"bytes": _png(i % 2), "path": None} for i in range(6)],
+        "thumb": [{"bytes": _png(1 - i % 2), "path": None} for i in range(6)],
+        "text": [f"t{i}" for i in range(6)],
+        "label": [i % 2 for i in range(6)],
+    }
+    ds = datasets.Dataset.from_dict(rows, features=features)
+    datasets.DatasetDict({"train": ds, "test": ds.select([1])}).save_to_disk(str(tmp_path / "d"))
+    with pytest.raises(ConfigError, match=r"d is a DatasetDict; open one split: \[.*d/test'"):
+        TableSource(tmp_path / "d")
+    ds.shuffle(seed=3).select([4, 1, 0]).with_format("numpy").save_to_disk(str(tmp_path / "s"))
+    picked = [int(t[1:]) for t in ds.shuffle(seed=3).select([4, 1, 0])["text"]]
+    assert picked != sorted(picked)  # the saved rows are in the mapping's order
+    for path, rows_of in ((tmp_path / "d" / "train", list(range(6))), (tmp_path / "s", picked)):
+        labels = [i % 2 for i in rows_of]
+        src = TableSource(path, width=4, shuffle=False)
+        assert src.images == ["image", "thumb"]
+        got = src.read(0, np.arange(len(labels)))
+        assert got["label"].tolist() == list(labels)  # ClassLabel: its int64 ids
+        for i, label in enumerate(labels):  # an indices mapping saved as its rows
+            np.testing.assert_array_equal(got["image"][i], (a, b)[label])
+            np.testing.assert_array_equal(got["thumb"][i], (b, a)[label])
+        texts = [bytes(t[m]).decode() for t, m in zip(got["text"], got["text_mask"], strict=True)]
+        assert texts == [f"t{i}" for i in rows_of]
+        src.close()
