@@ -161,3 +161,43 @@ def test_datasets_dict_splits_labels_two_images_and_saved_transforms(tmp_path: P
         texts = [bytes(t[m]).decode() for t, m in zip(got["text"], got["text_mask"], strict=True)]
         assert texts == [f"t{i}" for i in rows_of]
         src.close()
+
+
+def test_an_image_features_mode_is_the_default_image_mode(tmp_path: Path) -> None:
+    # Image(mode="L") decodes as Pillow's convert("L") in datasets: the same here,
+    # unless image_mode= says otherwise.
+    blobs = [_png(i) for i in range(3)]
+    rows = {"image": [{"bytes": b, "path": None} for b in blobs], "thumb": _image_rows(blobs)}
+    for mode in ("L", "RGBA"):
+        image = datasets.Image(mode=mode)
+        features = datasets.Features({"image": image, "thumb": image})
+        datasets.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / mode))
+        src = TableSource(tmp_path / mode, shuffle=False)
+        got = src.read(0, np.arange(3))
+        for key in ("image", "thumb"):
+            want = [np.asarray(Image.open(io.BytesIO(b)).convert(mode)) for b in blobs]
+            want = [w[:, :, None] if w.ndim == 2 else w for w in want]
+            np.testing.assert_array_equal(got[key], np.stack(want))
+        assert src.fingerprint()["image_mode"] == mode
+        rgb = TableSource(tmp_path / mode, image_mode="RGB", shuffle=False)
+        assert rgb.read(0, np.arange(3))["image"].shape == (3, 6, 8, 3)
+    mixed = datasets.Features({"image": datasets.Image(mode="L"), "thumb": datasets.Image()})
+    datasets.Dataset.from_dict(rows, features=mixed).save_to_disk(str(tmp_path / "mixed"))
+    with pytest.raises(
+        ConfigError,
+        match=r"mixed.*: the Image\(\) features give columns different modes "
+        r"\{'image': 'L', 'thumb': None\}; headrace converts every image column to one "
+        r"mode: pass image_mode=",
+    ):
+        TableSource(tmp_path / "mixed")
+    assert TableSource(tmp_path / "mixed", image_mode="L").images == ["image", "thumb"]
+    assert TableSource(tmp_path / "mixed", columns=["thumb"]).fingerprint()["image_mode"] is None
+    odd = datasets.Features({"image": datasets.Image(mode="CMYK"), "thumb": datasets.Image()})
+    datasets.Dataset.from_dict(rows, features=odd).save_to_disk(str(tmp_path / "cmyk"))
+    with pytest.raises(ConfigError, match=r"cmyk.*the Image\(\) features' mode must be one"):
+        TableSource(tmp_path / "cmyk", columns=["image"])
+    assert TableSource(tmp_path / "cmyk", columns=["image"], image_mode="RGB").images == ["image"]
+
+
+def _image_rows(blobs: list[bytes]) -> list[dict[str, bytes | None]]:
+    return [{"bytes": b, "path": None} for b in blobs]

@@ -183,26 +183,26 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
     return arr
 
 
-def image_features(schema: Any) -> list[str]:
+def image_features(schema: Any) -> dict[str, str | None]:
     """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
     ``Image(decode=False)``), by the ``huggingface`` schema metadata it writes (Parquet
-    and Arrow alike)."""
+    and Arrow alike), and each one's ``mode`` (``Image(mode="L")``; ``None``: none)."""
     raw = (schema.metadata or {}).get(b"huggingface")
     try:
         features = json.loads(raw)["info"]["features"] if raw else {}
     except (ValueError, KeyError, TypeError):
-        return []
+        return {}
     if not isinstance(features, dict):
-        return []
+        return {}
     # Image(decode=False): its user asked datasets for the bytes, so headrace gives them.
-    return [
-        n
+    return {
+        n: f.get("mode") if isinstance(f.get("mode"), str) else None
         for n, f in features.items()
         if isinstance(f, dict)
         and f.get("_type") == "Image"
         and f.get("decode", True) is not False
         and n in schema.names
-    ]
+    }
 
 
 def schema_difference(schema: Any, first: Any) -> str:
