@@ -94,3 +94,24 @@ def test_split_subfolders_are_refused_with_one_split_to_open(tmp_path: Path) -> 
     ):
         Table.open(tmp_path / "default")
     assert Table.open(tmp_path / "default" / "train").num_rows == 2
+
+
+def test_a_hub_repos_data_folder_of_several_splits_is_refused_with_a_split_glob(
+    tmp_path: Path,
+) -> None:
+    # push_to_hub's layout: data/<split>-0000k-of-0000n.parquet. The glob over every
+    # subfolder (what a partitioned folder is told to use) would mix the splits.
+    names = ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
+    _write(tmp_path / "repo" / "data", [*names, "test-00000-of-00001.parquet"])
+    (tmp_path / "repo" / "README.md").write_text("---\nconfigs: []\n---\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"repo has table files in subfolders \(data\), which opening the folder would "
+        r"skip: .*data holds Parquet files of several splits \['test', 'train'\].*e\.g\. "
+        r"'.*repo/data/test-\*\.parquet'",
+    ):
+        Table.open(tmp_path / "repo")
+    assert Table.open(tmp_path / "repo" / "data" / "train-*.parquet").num_rows == 4
+    _write(tmp_path / "one" / "data", names)  # one split: the glob is still the way
+    with pytest.raises(ConfigError, match=r"one has table files in subfolders \(data\).*\*\*"):
+        Table.open(tmp_path / "one")

@@ -275,6 +275,34 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
     ):
         s3_source(s3, f"{URL}/splits")
     assert len(s3_source(s3, f"{URL}/splits/test-*.parquet")) == 2000
+    # push_to_hub's layout: the shards under data/, beside the README. The prefix itself
+    # holds no table: the message names the folder that does, and one split's glob.
+    _put(s3, "repo/README.md", b"---\nconfigs: []\n---\n")
+    for split in ("train", "test"):
+        _put(s3, f"repo/data/{split}-00000-of-00001.parquet", (root / FILES[0]).read_bytes())
+    with pytest.raises(
+        ConfigError,
+        match=r"tables/repo has no table files right under it, but its subfolder data does: "
+        r".*repo/data holds Parquet files of several splits \['test', 'train'\].*"
+        r"repo/data/test-\*\.parquet",
+    ):
+        s3_source(s3, f"{URL}/repo")
+    _put(s3, "repo1/data/train-00000-of-00001.parquet", (root / FILES[0]).read_bytes())
+    with pytest.raises(
+        ConfigError,
+        match=r"tables/repo1 has no table files right under it, but its subfolder data does: "
+        r"open .*repo1/data",
+    ):
+        s3_source(s3, f"{URL}/repo1")
+    assert len(s3_source(s3, f"{URL}/repo/data/train-*.parquet")) == 2000
+    body = (root / FILES[0]).read_bytes()
+    _put(s3, "deep/default/train/0000.parquet", body)  # the Hub's parquet conversion
+    with pytest.raises(ConfigError, match=r"tables/deep has no .* subfolder default does: open"):
+        s3_source(s3, f"{URL}/deep")
+    for name in ("a", "b"):
+        _put(s3, f"parts/{name}/x.parquet", body)
+    with pytest.raises(ConfigError, match=r"tables/parts .* subfolders a, b do: open one, e\.g\."):
+        s3_source(s3, f"{URL}/parts")
     # A null label: refused when the source is made (statistics, then that row group).
     labels = pa.array([None if i == 777 else i for i in range(1000)], pa.int64())
     sink = pa.BufferOutputStream()

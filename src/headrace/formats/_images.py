@@ -117,12 +117,33 @@ def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
         raise _bomb_error(name, kind, f"{width} x {height} = {height * width:,}", limit)
 
 
+def _other_format(view: memoryview) -> str | None:
+    """The image format ``view``'s signature names, of those ``datasets``' ``Image()``
+    stores besides JPEG and PNG (``None``: none of them)."""
+    head = bytes(view[:12])
+    if head.startswith(b"GIF8"):
+        return "GIF"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "WebP"
+    if head.startswith(b"BM"):
+        return "BMP"
+    if head.startswith((b"II*\x00", b"MM\x00*")):
+        return "TIFF"
+    return None
+
+
 def _check_jpeg(view: memoryview, name: str) -> None:
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
-        raise FormatError(
-            f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}, expected SOI "
-            "marker ff d8"
+        other = _other_format(view)
+        # Pillow would decode these, but a GIF or WebP may be animated: its first frame
+        # alone would be a silent truncation, so they are named and refused instead.
+        what = (
+            f"; it is a {other} image, and headrace decodes JPEG and PNG only: re-encode it "
+            "as either"
+            if other
+            else ", expected SOI marker ff d8"
         )
+        raise FormatError(f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}{what}")
     # Writers may pad with NULs after EOI; any other tail means a cut-off file.
     end = len(view)
     while end > 2 and view[end - 1] == 0:

@@ -62,8 +62,8 @@ def refuse_path_only(pa: Any, col: TableColumn, top: Any, path: str, first_row: 
             f"{path}: column {col.name!r}: row {first_row + i} holds no bytes, only a path "
             f"({paths[i].as_py()!r}); headrace reads images stored in the table and does "
             "not fetch the files paths name: store the bytes in the table (datasets "
-            "embeds them in ds.to_parquet, save_to_disk and push_to_hub when the files "
-            "are there) or read the files with FileSource"
+            "embeds local files in ds.save_to_disk and push_to_hub; ds.to_parquet writes "
+            "the paths as they are) or read the files with FileSource"
         )
 
 

@@ -231,9 +231,22 @@ def _resolve(
             f"table would mix the splits: open one, e.g. {os.path.join(root, splits[0])!r}"
         )
     if nested:
-        raise ConfigError(
+        skipped = (
             f"{root} has table files in subfolders ({', '.join(nested[:3])}"
-            f"{', ...' if len(nested) > 3 else ''}), which opening the folder would skip; "
+            f"{', ...' if len(nested) > 3 else ''}), which opening the folder would skip"
+        )
+        if len(nested) == 1:
+            # A Hub repo's layout (data/train-00000-of-00002.parquet, data/test-...):
+            # the glob below would mix its splits, so its own refusal comes first.
+            sub = os.path.join(root, nested[0])
+            try:
+                folder_files(sub, os.listdir(sub), os.sep)
+            except ConfigError as exc:
+                raise ConfigError(f"{skipped}: {exc}") from None
+            except FormatError:
+                pass  # no tables right in it (they lie deeper): the glob below
+        raise ConfigError(
+            f"{skipped}; "
             f"pass a glob such as {os.path.join(root, '**', '*.parquet')!r} (values in "
             "partition folder names are not read as columns) or a list of files"
         )

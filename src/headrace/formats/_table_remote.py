@@ -123,8 +123,35 @@ def resolve_urls(
         if missing:
             raise FormatError(f"{where} lists data files that do not exist: {missing}")
         return root, [here[n] for n in names], state_fingerprint(text)
+    if not any(key.endswith((".arrow", ".parquet")) for key in here):
+        _refuse_tables_below(root, [key for key, _, _ in entries])
     chosen = folder_files(root, list(here), "/")
     return root, [here[u[len(root) + 1 :]] for u in chosen], None
+
+
+def _refuse_tables_below(root: str, keys: list[str]) -> None:
+    """Refuse a prefix whose tables all lie in "subfolders" (push_to_hub's ``data/``),
+    naming them; one subfolder's own layout is checked (several splits: one's glob)."""
+    tables = [k for k in keys if "/" in k and k.endswith((".arrow", ".parquet"))]
+    subs = sorted({k.split("/", 1)[0] for k in tables})
+    if not subs:
+        return
+    lead = (
+        f"{root} has no table files right under it, but its subfolder {subs[0]} does"
+        if len(subs) == 1
+        else f"{root} has no table files right under it, but its subfolders {', '.join(subs)} do"
+    )
+    if len(subs) > 1:
+        raise ConfigError(f"{lead}: open one, e.g. {root}/{subs[0]}, or pass a list of files")
+    sub = subs[0]
+    direct = [k[len(sub) + 1 :] for k in keys if k.startswith(sub + "/")]
+    try:
+        folder_files(f"{root}/{sub}", [k for k in direct if "/" not in k], "/")
+    except ConfigError as exc:
+        raise ConfigError(f"{lead}: {exc}") from None
+    except FormatError:
+        pass  # its tables lie deeper still
+    raise ConfigError(f"{lead}: open {root}/{sub}")
 
 
 def stored_bytes(metadata: Any, group: int) -> int:

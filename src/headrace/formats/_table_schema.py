@@ -115,10 +115,31 @@ def table_columns(
     fields = []
     for c in names:
         top, down, typ = field_of(pa, schema, c, where)
+        _refuse_image_lists(pa, c, typ, path, [n for n in schema.names if n != top])
         col = classify_column(pa, c, typ, path)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
     return columns, pa.schema(fields)
+
+
+def _refuse_image_lists(pa: Any, name: str, typ: Any, path: str, others: list[str]) -> None:
+    """Refuse column ``name`` if it is a list of ``Image()``-like structs, naming the
+    ``others`` columns a read can keep."""
+    t = pa.types
+    if not (t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ)):
+        return
+    item = typ.value_type
+    if not (t.is_struct(item) and _bytes_field(pa, item) is not None):
+        return
+    # Each row's images would be a ragged list of ragged arrays, which no batch layout
+    # here (stacked, or one array per row beside its shape) holds.
+    raise FormatError(
+        f"{path}: column {name!r} holds a list of images per row (datasets' "
+        f"Sequence(Image()) or List(Image()), type {typ}); headrace decodes one image per "
+        "row: leave it out with columns=[...] (e.g. "
+        f"columns={others!r}), or write one image per row (ds.map(..., batched=True) "
+        "that flattens the lists) and save that"
+    )
 
 
 def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[str, ...], Any]:
@@ -162,26 +183,26 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
     return arr
 
 
-def image_features(schema: Any) -> list[str]:
+def image_features(schema: Any) -> dict[str, str | None]:
     """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
     ``Image(decode=False)``), by the ``huggingface`` schema metadata it writes (Parquet
-    and Arrow alike)."""
+    and Arrow alike), and each one's ``mode`` (``Image(mode="L")``; ``None``: none)."""
     raw = (schema.metadata or {}).get(b"huggingface")
     try:
         features = json.loads(raw)["info"]["features"] if raw else {}
     except (ValueError, KeyError, TypeError):
-        return []
+        return {}
     if not isinstance(features, dict):
-        return []
+        return {}
     # Image(decode=False): its user asked datasets for the bytes, so headrace gives them.
-    return [
-        n
+    return {
+        n: f.get("mode") if isinstance(f.get("mode"), str) else None
         for n, f in features.items()
         if isinstance(f, dict)
         and f.get("_type") == "Image"
         and f.get("decode", True) is not False
         and n in schema.names
-    ]
+    }
 
 
 def schema_difference(schema: Any, first: Any) -> str:

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._file_source import default_decode_threads
-from headrace.formats._images import ImageMode, check_image_mode
+from headrace.formats._images import IMAGE_MODES, ImageMode, check_image_mode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged
@@ -132,7 +132,7 @@ class TableSource:
         self.images = self._image_columns(images, image_mode, exif_transpose, decode_threads)
         self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
         self._decoder = TableImages(
-            mode=image_mode,
+            mode=image_mode if image_mode is not None else self._feature_mode(),
             exif_transpose=exif_transpose,
             threads=default_decode_threads() if decode_threads is None else decode_threads,
         )
@@ -262,6 +262,22 @@ class TableSource:
         ):
             raise ConfigError(f"decode_threads must be an integer >= 0 (got {threads!r}).")
         return names
+
+    def _feature_mode(self) -> ImageMode | None:
+        """The mode the decoded columns' ``Image(mode=...)`` features name, which
+        ``datasets`` converts them to on decoding (``None``: none names one)."""
+        modes = {c: self.table.image_modes.get(c) for c in self.images}
+        found = set(modes.values())
+        if found == {None} or not found:
+            return None
+        if len(found) > 1:
+            raise ConfigError(
+                f"{self._where()}: the Image() features give columns different modes "
+                f"{modes}; headrace converts every image column to one mode: pass "
+                f"image_mode=... (one of {list(IMAGE_MODES)}), or images=[...] to decode "
+                "fewer columns"
+            )
+        return check_image_mode(found.pop(), f"{self._where()}: the Image() features' mode")
 
     def _where(self) -> str:
         files = self.table.files

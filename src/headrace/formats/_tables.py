@@ -170,7 +170,10 @@ class Table(Closing):
         first = self._parts[0]
         self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
-        self.image_columns = [c for c in image_features(first.schema) if c in self._columns]
+        features = image_features(first.schema)
+        self.image_columns = [c for c in features if c in self._columns]
+        #: each of ``image_columns``' ``Image(mode=...)`` (``None``: none given)
+        self.image_modes = {c: features[c] for c in self.image_columns}
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
         # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)
