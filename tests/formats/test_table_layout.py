@@ -115,3 +115,24 @@ def test_a_hub_repos_data_folder_of_several_splits_is_refused_with_a_split_glob(
     _write(tmp_path / "one" / "data", names)  # one split: the glob is still the way
     with pytest.raises(ConfigError, match=r"one has table files in subfolders \(data\).*\*\*"):
         Table.open(tmp_path / "one")
+
+
+def test_config_subfolders_are_not_told_to_be_read_as_one_table(tmp_path: Path) -> None:
+    # A Hub repo of several configs (en/, fr/ each with its train files): the folder
+    # was told to pass root/**/*.parquet, which reads every config as one table.
+    for config in ("en", "fr"):
+        _write(tmp_path / "repo" / config, ["train-00000-of-00001.parquet"])
+    with pytest.raises(ConfigError) as err:
+        Table.open(tmp_path / "repo")
+    text = str(err.value)
+    assert "repo has table files in subfolders (en, fr)" in text
+    assert "separate datasets (configs, languages): open one, e.g. " in text
+    assert repr(str(tmp_path / "repo" / "en")) in text
+    assert "parts of one table" in text  # the glob stays, for what it is right for
+    # Hive partitions (year=2024/) are parts of one table: the glob, as before.
+    for part in ("year=2023", "year=2024"):
+        _write(tmp_path / "hive" / part, ["part-0.parquet"])
+    with pytest.raises(ConfigError) as err:
+        Table.open(tmp_path / "hive")
+    assert "separate datasets" not in str(err.value)
+    assert "'**'" not in str(err.value) and "**" in str(err.value)

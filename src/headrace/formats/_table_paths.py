@@ -245,10 +245,18 @@ def _resolve(
                 raise ConfigError(f"{skipped}: {exc}") from None
             except FormatError:
                 pass  # no tables right in it (they lie deeper): the glob below
+        every = os.path.join(root, "**", "*.parquet")
+        if len(nested) > 1 and not all("=" in n for n in nested):
+            # Not hive partitions (year=2024/): maybe a repo's configs, which the glob
+            # would read as one table without a word.
+            raise ConfigError(
+                f"{skipped}; if they are separate datasets (configs, languages): open one, "
+                f"e.g. {os.path.join(root, nested[0])!r}; if they are parts of one table, "
+                f"pass a glob such as {every!r} or a list of files"
+            )
         raise ConfigError(
-            f"{skipped}; "
-            f"pass a glob such as {os.path.join(root, '**', '*.parquet')!r} (values in "
-            "partition folder names are not read as columns) or a list of files"
+            f"{skipped}; pass a glob such as {every!r} (values in partition folder names "
+            "are not read as columns) or a list of files"
         )
     return root, folder_files(root, os.listdir(root), os.sep)
 
