@@ -201,3 +201,30 @@ def test_an_image_features_mode_is_the_default_image_mode(tmp_path: Path) -> Non
 
 def _image_rows(blobs: list[bytes]) -> list[dict[str, bytes | None]]:
     return [{"bytes": b, "path": None} for b in blobs]
+
+
+@pytest.mark.parametrize(
+    ("head", "named"),
+    [
+        (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00", "AVIF"),
+        (b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00", "HEIF"),
+        (b"\x00\x00\x00\x18ftypmif1\x00\x00\x00\x00", "HEIF"),
+        (b"\xff\x0a\xfa\x7f\x01\x90\x08\x06", "JPEG XL"),
+        (b"\x00\x00\x00\x0cJXL \r\n\x87\n\x00\x00", "JPEG XL"),
+        (b"\x00\x00\x00\x0cjP  \r\n\x87\n\x00\x00", "JPEG 2000"),
+        (b"\xff\x4f\xff\x51\x00\x2f\x00\x00", "JPEG 2000"),
+    ],
+)
+def test_newer_image_formats_are_named_too(head: bytes, named: str) -> None:
+    # A phone's HEIC or a web AVIF said only "expected SOI marker ff d8".
+    from headrace.formats._images import decode_jpeg
+
+    with pytest.raises(FormatError, match=rf"x: not a JPEG .*; it is a {named} image"):
+        decode_jpeg(head + bytes(64), name="x")
+
+
+def test_an_unknown_signature_still_says_what_a_jpeg_starts_with() -> None:
+    from headrace.formats._images import decode_jpeg
+
+    with pytest.raises(FormatError, match=r"x: not a JPEG .*expected SOI marker ff d8"):
+        decode_jpeg(b"\x00\x00\x00\x18ftypmp42" + bytes(64), name="x")

@@ -119,7 +119,8 @@ def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
 
 def _other_format(view: memoryview) -> str | None:
     """The image format ``view``'s signature names, of those ``datasets``' ``Image()``
-    stores besides JPEG and PNG (``None``: none of them)."""
+    stores besides JPEG and PNG and those phones and the web now write (``None``: none
+    of them)."""
     head = bytes(view[:12])
     if head.startswith(b"GIF8"):
         return "GIF"
@@ -129,6 +130,16 @@ def _other_format(view: memoryview) -> str | None:
         return "BMP"
     if head.startswith((b"II*\x00", b"MM\x00*")):
         return "TIFF"
+    if head[4:8] == b"ftyp":  # ISO media files: the brand says which
+        brand = head[8:12]
+        if brand in (b"avif", b"avis"):
+            return "AVIF"
+        if brand in (b"heic", b"heix", b"hevc", b"mif1", b"msf1"):
+            return "HEIF"
+    if head.startswith(b"\xff\x0a") or head == b"\x00\x00\x00\x0cJXL \r\n\x87\n":
+        return "JPEG XL"
+    if head.startswith(b"\xff\x4f\xff\x51") or head == b"\x00\x00\x00\x0cjP  \r\n\x87\n":
+        return "JPEG 2000"
     return None
 
 
