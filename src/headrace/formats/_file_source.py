@@ -276,10 +276,18 @@ class FileSource(Closing):
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
-        """The batch keys whose samples may differ in shape: decoded images (a Mixture
-        gives them per sample where its sources' sizes differ)."""
-        decoded = self.config.decode and self.format.name in ("jpeg", "png")
-        return ("image",) if decoded else ()
+        """The batch keys whose samples may differ in shape (a Mixture gives them per
+        sample where its sources' sizes differ): every array a file gives, since files
+        may differ (images, NPZ members, HDF5 datasets); an NPZ's members without
+        ``datasets=`` are known once a file is decoded, before the Mixture compares."""
+        if self._keys is not None:
+            return tuple(self._keys[1])
+        c = self.config
+        if not c.decode:
+            return ("bytes",)
+        if self.format.name in ("jpeg", "png"):
+            return ("image",)
+        return tuple(c.datasets) if c.datasets else ("data",)
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         self.reopen()

@@ -202,7 +202,8 @@ class Mixture:
         parts = []
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
             part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
-            self._ragged.update(ragged_keys(part))
+            # Asked after each read: a source may know its keys only once it has read.
+            self._ragged.update(ragged_keys(part), getattr(self.sources[s], "ragged_keys", ()))
             self._check_layout(s, part)
             parts.append((idx, part))
         out = merge_parts(n, parts, self._ragged)
