@@ -26,9 +26,10 @@ import signal
 import tempfile
 import threading
 from collections.abc import Iterator
-from types import FrameType, TracebackType
-from typing import Any, Self
+from types import FrameType
+from typing import Any
 
+from headrace._closing import Closing
 from headrace.emulate import SlowFSConfig, SlowMount, check_fuse, is_mounted
 from headrace.errors import ConfigError
 
@@ -48,7 +49,7 @@ def fuse_check() -> None:
         raise ConfigError(f"--storage slowfs needs FUSE, and {why}: {FUSE_HELP}")
 
 
-class VariantMounts:
+class VariantMounts(Closing):
     """A slowfs mount of ``root`` per key (a variant's spec), made on first use.
 
     Mount points are numbered folders of a private temporary folder (mode 0700);
@@ -102,17 +103,6 @@ class VariantMounts:
         self._mounts.clear()
         if errors:
             raise errors[0]
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def slowfs_figures(stats: dict[str, Any] | None) -> dict[str, Any] | None:
