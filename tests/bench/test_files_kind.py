@@ -44,7 +44,9 @@ def _by(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any]]) -> None:
     assert summary["mismatches"] == []
     by = _by(results)
-    assert list(by) == ["map-style", "iterable", "headrace", "headrace-raw", "ceiling"]
+    # A variant that failed is left out of the results, its error in the notes.
+    want = ["map-style", "iterable", "headrace", "headrace-raw", "ceiling"]
+    assert list(by) == want, summary["notes"]
     # whole epochs: 1 warm-up + 2 steps of 4 samples, rounded up to 8 files / 4 = 2 steps
     steps = by["headrace"]["steps"]
     assert steps % 2 == 0 and steps >= 3
