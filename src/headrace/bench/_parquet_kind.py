@@ -41,7 +41,7 @@ from headrace.formats._row_plan import RowWindows
 from headrace.formats._table_remote import stored_bytes
 from headrace.plan import host_slice, step_samples
 
-__all__ = ["ParquetKind"]
+__all__ = ["ParquetKind", "loader_stream", "naive_stream"]
 
 
 class ParquetKind(Kind):
@@ -210,8 +210,16 @@ class ParquetKind(Kind):
         return TableSource(self.folder, **kw)
 
 
-@variant(ParquetKind, "naive")
-def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
+def naive_stream(
+    k: ParquetKind,
+    spec: VariantSpec,
+    steps: int,
+    columns: list[str],
+    batch_of: Callable[[list[Any]], Batch],
+) -> Stream:
+    """What a user writes with pyarrow alone: each row's row group read (kept in an
+    LRU of a window's groups), the row sliced out; ``batch_of`` turns a step's rows
+    (one-row tables, in plan order) into its batch."""
     files, handles = k.open_parquet()
     groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
     sizes = k.group_bytes()
@@ -219,27 +227,20 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
     limit = RowWindows(k.group_rows_all(), k.window_rows).max_groups
     cache: OrderedDict[int, Any] = OrderedDict()
     read = [0]
-    W = k.width
 
     def batches() -> Iterator[Batch]:
         for rows, spans in k.plan(k.seed_of(spec), steps):
-            ids = np.zeros((len(rows), W), np.int32)
-            mask = np.zeros((len(rows), W), np.bool_)
-            label = np.empty(len(rows), np.int64)
-            for i, (r, s) in enumerate(zip(rows.tolist(), spans.tolist(), strict=True)):
+            got = []
+            for r, s in zip(rows.tolist(), spans.tolist(), strict=True):
                 if s not in cache:
                     f, g = groups[s]
-                    cache[s] = f.read_row_group(g, columns=["input_ids", "label"])
+                    cache[s] = f.read_row_group(g, columns=columns)
                     read[0] += int(sizes[s])
                     while len(cache) > limit:
                         cache.popitem(last=False)
                 cache.move_to_end(s)
-                row = cache[s].slice(r - int(starts[s]), 1)
-                toks = row.column("input_ids").combine_chunks().values.to_numpy()
-                ids[i, : toks.size] = toks
-                mask[i, : toks.size] = True
-                label[i] = row.column("label")[0].as_py()
-            yield {"input_ids": ids, "input_ids_mask": mask, "label": label}
+                got.append(cache[s].slice(r - int(starts[s]), 1))
+            yield batch_of(got)
 
     def close() -> None:
         cache.clear()
@@ -251,13 +252,13 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
     return GenStream(batches(), lambda: read[0], close)
 
 
-@variant(ParquetKind, "headrace")
-def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
-    src = k.source()
+def loader_stream(k: ParquetKind, spec: VariantSpec, steps: int, src: TableSource) -> Stream:
+    """``src`` through the kind's Loader; bytes read: what the GETs fetched on S3
+    (footers included), else what the table decoded."""
     loader = k.loader(src, spec, steps, prefetch=spec.int("prefetch", k.prefetch))
 
     def read() -> int:
-        stats = src.object_stats  # on S3: what the GETs fetched (footers included)
+        stats = src.object_stats
         return stats.bytes if stats is not None else src.table.decoded_bytes
 
     def close() -> None:
@@ -265,3 +266,26 @@ def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
         src.close()
 
     return GenStream(iter(loader), read, close, lambda: store_figures(src.object_stats))
+
+
+@variant(ParquetKind, "naive")
+def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
+    W = k.width
+
+    def batch_of(rows: list[Any]) -> Batch:
+        ids = np.zeros((len(rows), W), np.int32)
+        mask = np.zeros((len(rows), W), np.bool_)
+        label = np.empty(len(rows), np.int64)
+        for i, row in enumerate(rows):
+            toks = row.column("input_ids").combine_chunks().values.to_numpy()
+            ids[i, : toks.size] = toks
+            mask[i, : toks.size] = True
+            label[i] = row.column("label")[0].as_py()
+        return {"input_ids": ids, "input_ids_mask": mask, "label": label}
+
+    return naive_stream(k, spec, steps, ["input_ids", "label"], batch_of)
+
+
+@variant(ParquetKind, "headrace")
+def _headrace(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
+    return loader_stream(k, spec, steps, k.source())

@@ -32,21 +32,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from headrace.bench._files_kind import photo
-from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, store_figures, variant
-from headrace.bench._parquet_kind import ParquetKind
+from headrace.bench._kind import Batch, Stream, VariantSpec, variant
+from headrace.bench._parquet_kind import ParquetKind, loader_stream, naive_stream
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TableSource, encode_jpeg
 from headrace.formats._file_source import default_decode_threads
-from headrace.formats._row_plan import RowWindows
 
 __all__ = ["TableImagesKind"]
 
@@ -166,62 +164,25 @@ def _naive(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
 
     from PIL import Image
 
-    files, handles = k.open_parquet()
-    groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
-    sizes = k.group_bytes()
-    starts = np.concatenate([[0], np.cumsum(k.group_rows_all())])
-    limit = RowWindows(k.group_rows_all(), k.window_rows).max_groups
-    cache: OrderedDict[int, Any] = OrderedDict()
-    read = [0]
+    def batch_of(rows: list[Any]) -> Batch:
+        images, labels = [], []
+        for one in rows:
+            # dataset[i]: the row as Python objects, then Image().decode_example's PIL.
+            row = one.to_pylist()[0]
+            with Image.open(io.BytesIO(row["image"]["bytes"])) as img:
+                images.append(np.asarray(img.convert("RGB")))
+            labels.append(row["label"])
+        return {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
 
-    def batches() -> Iterator[Batch]:
-        for rows, spans in k.plan(k.seed_of(spec), steps):
-            images, labels = [], []
-            for r, s in zip(rows.tolist(), spans.tolist(), strict=True):
-                if s not in cache:
-                    f, g = groups[s]
-                    cache[s] = f.read_row_group(g, columns=["image", "label"])
-                    read[0] += int(sizes[s])
-                    while len(cache) > limit:
-                        cache.popitem(last=False)
-                cache.move_to_end(s)
-                # dataset[i]: the row as Python objects, then Image().decode_example's PIL.
-                row = cache[s].slice(r - int(starts[s]), 1).to_pylist()[0]
-                with Image.open(io.BytesIO(row["image"]["bytes"])) as img:
-                    images.append(np.asarray(img.convert("RGB")))
-                labels.append(row["label"])
-            yield {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
-
-    def close() -> None:
-        cache.clear()
-        for f in files:
-            f.close()
-        for h in handles:
-            h.close()
-
-    return GenStream(batches(), lambda: read[0], close)
-
-
-def _loader_stream(k: TableImagesKind, spec: VariantSpec, steps: int, src: TableSource) -> Stream:
-    loader = k.loader(src, spec, steps, prefetch=spec.int("prefetch", k.prefetch))
-
-    def read() -> int:
-        stats = src.object_stats  # on S3: what the GETs fetched (footers included)
-        return stats.bytes if stats is not None else src.table.decoded_bytes
-
-    def close() -> None:
-        loader.close()
-        src.close()
-
-    return GenStream(iter(loader), read, close, lambda: store_figures(src.object_stats))
+    return naive_stream(k, spec, steps, ["image", "label"], batch_of)
 
 
 @variant(TableImagesKind, "headrace")
 def _headrace(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
-    return _loader_stream(k, spec, steps, k.source())
+    return loader_stream(k, spec, steps, k.source())
 
 
 @variant(TableImagesKind, "headrace-raw", group="raw")
 def _headrace_raw(k: TableImagesKind, spec: VariantSpec, steps: int) -> Stream:
     src = k.open_source(columns=["image", "label"], images=[], width=k.longest)
-    return _loader_stream(k, spec, steps, src)
+    return loader_stream(k, spec, steps, src)
