@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["byte_size", "framework_missing", "unknown_keys"]
+__all__ = ["byte_size", "framework_missing", "object_field", "unknown_keys"]
 
 
 def byte_size(n: float) -> str:
@@ -25,6 +25,21 @@ def framework_missing(module: str, package: str) -> ModuleNotFoundError:
         f"(or {package} built for your accelerator, from {package}'s install guide)",
         name=package,
     )
+
+
+def object_field(name: str, values: Iterable[object]) -> str:
+    """What a batch's ``object`` field holds, for the adapters' refusals: samples of
+    several shapes (arrays), or Python objects that are no array at all (an HDF5
+    variable-length string is a ``bytes``), the first of them shown."""
+    for i, v in enumerate(values):
+        if not hasattr(v, "shape"):
+            text = repr(v)
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            return (
+                f"field {name!r} holds Python objects, not arrays of numbers (sample {i} is "
+                f"a {type(v).__name__}: {shown}; HDF5 variable-length strings come so)"
+            )
+    return f"field {name!r} holds samples of different shapes (an object array)"
 
 
 def unknown_keys(

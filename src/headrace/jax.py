@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from headrace._messages import framework_missing
+from headrace._messages import framework_missing, object_field
 
 try:
     import jax
@@ -127,6 +127,14 @@ def _jaxable(name: str, a: Any) -> Any:
     refused where a value does not fit, since jax wraps them silently."""
     if not isinstance(a, np.ndarray):
         return a
+    if a.dtype == object:
+        raise DataError(
+            f"{object_field(name, a.flat)}, which make no jax array (jax has no ragged "
+            "arrays): give them one shape with a transform (headrace.transforms.RandomCrop, "
+            "RandomResizedCrop, or your own padding); images of several channel counts "
+            "take one with FileSource(..., image_mode='RGB'); strings: turn them into "
+            "numbers with a transform, or leave them out of the batch"
+        )
     if a.dtype.kind not in "biufc":
         raise DataError(
             f"field {name!r} has dtype {a.dtype}, which jax has no array type for (objects, "

@@ -57,6 +57,7 @@ from headrace._pack import Packed, pack, unpack
 from headrace.torch._dataloader import WORKER_CHUNK_BYTES, HeadraceDataLoader
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._dist import dist_rank_world
+from headrace.torch._ragged import RaggedTensorBatch as RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch as TensorBatch
 from headrace.torch._tensors import tensors_of, to_tensors
 

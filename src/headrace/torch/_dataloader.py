@@ -23,6 +23,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline import Batch
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
+from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, check_pinnable, tensorable, to_tensors
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
@@ -174,7 +175,7 @@ class HeadraceDataLoader(Closing):
     def __bool__(self) -> bool:
         return True
 
-    def __iter__(self) -> Iterator[TensorBatch]:
+    def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
         ds.load_state_dict(ds.state_at(self.step))
@@ -185,7 +186,7 @@ class HeadraceDataLoader(Closing):
         if not self.num_workers:
             try:
                 for batch in ds.iter_arrays():  # the dataset's loader counts the steps
-                    yield to_tensors(batch, contiguous=ds.contiguous, pin_memory=self.pin_memory)
+                    yield ds._as_tensors(batch, pin_memory=self.pin_memory)
                     self._check_current(generation)
             except Exception as exc:
                 self._check_current(generation, exc)
@@ -231,7 +232,9 @@ class HeadraceDataLoader(Closing):
         finally:
             workers.close()
 
-    def _from_slot(self, batch: Batch) -> TensorBatch:
+    def _from_slot(self, batch: Batch) -> TensorBatch | RaggedTensorBatch:
+        if self.dataset.ragged:  # each sample a tensor, pinned one by one
+            return self.dataset._as_tensors(batch, pin_memory=self.pin_memory)
         if self.pin_memory and not self.dataset.contiguous:
             # Pinned as without workers, a base at a time: x and y of a token batch view
             # one stretch of the slot, which pinned field by field became two copies.

@@ -13,7 +13,7 @@ requires).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -25,12 +25,13 @@ from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transf
 from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
 from headrace.torch._dist import dist_rank_world
+from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
 
 __all__ = ["TorchDataset"]
 
 
-class TorchDataset(IterableDataset[TensorBatch]):
+class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     """This host's slice of every global batch, as tensors, split over DataLoader workers.
 
     Use with ``DataLoader(ds, batch_size=None, num_workers=k)``: batching is
@@ -49,6 +50,12 @@ class TorchDataset(IterableDataset[TensorBatch]):
     :class:`~headrace.pipeline.Loader`'s, run where the reading happens (in
     the workers, with workers), so it must pickle (a module-level function or
     an instance of a module-level class).
+
+    ``ragged`` names fields to give as ``list[torch.Tensor]``, one tensor per
+    sample (``torch.from_numpy`` of each, no copy), in every batch: images of
+    several sizes, a variable number of boxes per image. ``<key>_shape`` comes
+    beside each as an ``int64`` tensor ``(B, ndim)``, in every batch too. A field
+    of samples of several shapes not named there is refused, naming it.
     """
 
     def __init__(
@@ -66,8 +73,10 @@ class TorchDataset(IterableDataset[TensorBatch]):
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
+        ragged: Collection[str] = (),
     ) -> None:
         super().__init__()
+        self.ragged = check_ragged(ragged)
         self.rank, self.world_size = dist_rank_world(rank, world_size)
         self._rank_given = rank is not None
         if pin_memory:
@@ -229,7 +238,7 @@ class TorchDataset(IterableDataset[TensorBatch]):
                 f"init_process_group, or pass rank= and world_size= explicitly."
             )
 
-    def __iter__(self) -> Iterator[TensorBatch]:
+    def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         if self.pin_memory and get_worker_info() is not None:
             raise ConfigError(
                 "TorchDataset(pin_memory=True) pins in the iterating process, and pinned "
@@ -238,13 +247,21 @@ class TorchDataset(IterableDataset[TensorBatch]):
             )
         return self._tensors(self.iter_arrays())
 
-    def _tensors(self, arrays: Iterator[Batch]) -> Iterator[TensorBatch]:
+    def _tensors(self, arrays: Iterator[Batch]) -> Iterator[TensorBatch | RaggedTensorBatch]:
         # In a worker, x and y of one storage go into shared memory once, not twice.
         share = get_worker_info() is not None
         for batch in arrays:
-            yield to_tensors(
-                batch, contiguous=self.contiguous, pin_memory=self.pin_memory, share=share
+            yield self._as_tensors(batch, pin_memory=self.pin_memory, share=share)
+
+    def _as_tensors(
+        self, batch: Batch, *, pin_memory: bool = False, share: bool = False
+    ) -> TensorBatch | RaggedTensorBatch:
+        """One NumPy batch as this dataset gives it: tensors, ``ragged`` fields as lists."""
+        if self.ragged:
+            return ragged_tensors(
+                batch, self.ragged, contiguous=self.contiguous, pin_memory=pin_memory, share=share
             )
+        return to_tensors(batch, contiguous=self.contiguous, pin_memory=pin_memory, share=share)
 
     def iter_arrays(self) -> Iterator[Batch]:
         """This process's share of the steps as NumPy batches (what ``__iter__`` converts)."""

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from headrace._messages import object_field
 from headrace._pack import Packed, pack
 from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch
@@ -80,12 +81,13 @@ def tensorable(batch: Batch) -> Batch:
     for k, a in batch.items():
         if a.dtype == object:
             raise DataError(
-                f"field {k!r} holds samples of different shapes (an object array), which "
-                "make no tensor: give them one shape with a transform (headrace.transforms."
-                "RandomCrop, RandomResizedCrop, or your own) or collate them yourself; "
-                "images of several channel counts (PNGs mixing grey, RGB and RGBA) take one "
-                "with FileSource(..., image_mode='RGB'); HDF5 variable-length strings and "
-                "arrays come as object arrays too"
+                f"{object_field(k, a.flat)}, which make no tensor: take each sample's "
+                f"array as a tensor in a list with TorchDataset(..., ragged=({k!r},)) (as a "
+                "detection collate_fn gives images and boxes), or give them one shape with "
+                "a transform (headrace.transforms.RandomCrop, RandomResizedCrop, or your "
+                "own); images of several channel counts (PNGs mixing grey, RGB and RGBA) "
+                "take one with FileSource(..., image_mode='RGB'); strings: turn them into "
+                "numbers with a transform, or leave them out of the batch"
             )
         if a.dtype.kind not in "biufc":
             raise DataError(
