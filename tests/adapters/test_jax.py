@@ -274,3 +274,15 @@ def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
     ):
         next(iter(ld))
     assert str(exc.value).startswith("field 'data' has dtype |S2, which jax has no array type")
+
+
+def test_samples_of_several_shapes_are_named_and_no_ragged_array_is_made(tmp_path: Path) -> None:
+    # An object array (images of several sizes) was refused as "dtype object", which
+    # said nothing of shapes; there is no ragged jax array to give (as torch's lists).
+    sizes = [np.zeros((2, 3 + i % 2), dtype=np.float32) for i in range(4)]
+    with npy_loader(tmp_path, sizes) as ld, pytest.raises(DataError) as exc:
+        next(iter(ld))
+    assert str(exc.value).startswith(
+        "field 'data' holds samples of different shapes (an object array), which make no "
+        "jax array (jax has no ragged arrays): give them one shape with a transform"
+    )
