@@ -264,6 +264,16 @@ def _write_datasets(root: Path) -> None:
         image = synthetic_arrays("jpeg", seed=i, shape=(32, 32, 3))
         Image.fromarray(image).save(root / "photos" / f"{i:03d}.jpg", exif=exif.tobytes())
     (root / "retinanet").mkdir()  # docs/objects.md: a local directory opened as a store
+    # docs/frameworks.md "Samples of several shapes": a detection set, one .npz a sample.
+    (root / "coco_npz").mkdir()
+    for i in range(16):
+        n = i % 4
+        np.savez(
+            root / "coco_npz" / f"{i:03d}.npz",
+            image=synthetic_arrays("jpeg", seed=i, shape=(24 + 4 * (i % 3), 32 - 4 * (i % 2), 3)),
+            boxes=rng.random((n, 4), dtype=np.float32) * 20,
+            labels=rng.integers(1, 80, n).astype(np.int64),
+        )
 
 
 @pytest.fixture(scope="module")

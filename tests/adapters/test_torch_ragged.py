@@ -320,3 +320,15 @@ def test_bad_ragged_options_are_refused(detection: Path) -> None:
     ds = det_dataset(detection, ragged=(*KEYS, "imgae"))
     with pytest.raises(DataError, match=r"ragged names \['imgae'\], which the batch does not"):
         next(iter(ds))
+
+
+def test_a_stock_pinning_dataloader_pins_each_sample(
+    detection: Path, reference: list[str], fake_pin: list[Any]
+) -> None:
+    # Without workers only: a stock DataLoader with workers asks the (pretended)
+    # accelerator for its device index, which needs a real one.
+    dl = DataLoader(det_dataset(detection), batch_size=None, pin_memory=True)
+    batches = list(dl)
+    assert digest(batches) == reference
+    pinned = {t.untyped_storage().data_ptr() for t in fake_pin}
+    assert all(t.untyped_storage().data_ptr() in pinned for b in batches for t in b["boxes"])
