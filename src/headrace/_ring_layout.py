@@ -5,7 +5,10 @@ kinds, and the slot layout: a chunk lies in its slot as regions (byte offset,
 dtype, shape), each a contiguous copy of one array on a 64-byte boundary, and
 each field is a strided view into one region, so ``x`` and ``y`` of a token
 batch cross as their one ``(B, L + 1)`` stretch
-(:func:`~headrace._pack.pack`), or, with ``contiguous=True``, apart.
+(:func:`~headrace._pack.pack`), or, with ``contiguous=True``, apart. A field of
+samples of several shapes (a 1-D ``object`` array of arrays, images of several
+sizes) crosses as one region per sample, and is rebuilt as an ``object`` array
+of views of them: raw bytes and shapes, not pickles.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
 _ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
 
 # Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
-# contiguous copy of one array; and per field, (name, region, element offset,
-# shape, element strides) into one of them.
+# contiguous copy of one array; per field, (name, region, element offset, shape,
+# element strides) into one of them; per field of samples of several shapes,
+# (name, first region, samples): one region a sample, in order.
 Region = tuple[int, str, tuple[int, ...]]
 FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
-Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...]]
+RaggedAt = tuple[str, int, int]
+Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,28 +78,42 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout] | None:
-    """The arrays to copy into a slot and where each field then lies (``None``: objects).
+    """The arrays to copy into a slot and where each field then lies (``None``: Python
+    objects, which only pickling carries).
 
     Shared (the default): :func:`~headrace._pack.pack`'s bases, so ``x`` and
     ``y`` cross as their one ``(B, L + 1)`` stretch. ``contiguous``: each
-    field is copied apart, C-contiguous.
+    field is copied apart, C-contiguous. A field of samples of several shapes:
+    each sample apart.
     """
-    if any(a.dtype.hasobject for a in arrays.values()):
+    ragged = {k: a for k, a in arrays.items() if a.dtype.hasobject}
+    if not all(_arrays_only(a) for a in ragged.values()):
         return None
+    dense = {k: a for k, a in arrays.items() if k not in ragged}
     fields: tuple[FieldAt, ...]
     if contiguous:
-        srcs = list(arrays.values())
+        srcs = list(dense.values())
         fields = tuple(
-            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(arrays.items())
+            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(dense.items())
         )
     else:
-        srcs, packed = pack(arrays)
-        fields = tuple((name, *packed[name]) for name in arrays)
+        srcs, packed = pack(dense)
+        fields = tuple((name, *packed[name]) for name in dense)
+    samples = []
+    for name, a in ragged.items():
+        samples.append((name, len(srcs), len(a)))
+        srcs.extend(a)
     regions, pos = [], 0
     for a in srcs:
         regions.append((pos, a.dtype.str, a.shape))
         pos += _aligned(a.nbytes)
-    return srcs, (tuple(regions), fields)
+    return srcs, (tuple(regions), fields, tuple(samples))
+
+
+def _arrays_only(a: NDArray[Any]) -> bool:
+    """Whether an ``object`` field is samples of several shapes that a slot can carry:
+    1-D, each item an array of numbers (not strings or other Python objects)."""
+    return a.ndim == 1 and all(isinstance(e, np.ndarray) and not e.dtype.hasobject for e in a)
 
 
 def _size(regions: tuple[Region, ...]) -> int:

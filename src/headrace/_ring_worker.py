@@ -6,8 +6,9 @@ time, and copies each chunk, once, into the next free slot of a ring it
 created once (``SharedMemory``, name ``headrace_<pid>_<hex>``), unlinked as
 soon as the main process has mapped it, so nothing is left in ``/dev/shm``
 whoever dies later. Only ``(first step, steps, slot)`` crosses the pipe (the
-layout too when it changes); a chunk of Python objects, or one that does not
-fit a slot, is pickled through it instead. It ignores SIGINT (a Ctrl-C
+layout too when it changes, as it does every chunk of samples of several
+shapes); a chunk of Python objects (strings), or one that does not fit a slot,
+is pickled through it instead. It ignores SIGINT (a Ctrl-C
 reaches the main process, whose iterator stops it), and leaves by itself
 when the main process closes or loses its lifeline (:func:`_watch_lifeline`).
 """
@@ -160,6 +161,8 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
                     # Sized for the largest chunk the loader will read, from this first one.
                     regions = laid[1][0]
                     size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
+                    if laid[1][2]:  # samples of several sizes: later chunks' may be larger
+                        size += size // 2
                     size += _ALIGN * len(regions)
                     name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
                     shm = named.create(name, size, cfg.slots)

@@ -4,7 +4,8 @@ The main process starts ``k`` workers (:mod:`headrace._ring_worker`; with
 ``forkserver``, the default, or ``spawn``: ``fork`` is refused, since the
 parent may run I/O pool threads), reads worker ``(t - start) % k`` for step
 ``t``, so batches come out in global step order for any ``k``, and makes the
-fields NumPy views of the slot (:mod:`headrace._ring_layout`): no pickling, no
+fields NumPy views of the slot (:mod:`headrace._ring_layout`; samples of several
+shapes an ``object`` array of views, one a sample): no pickling, no
 new segment and no file-descriptor hand-over per batch, which is what makes a
 stock DataLoader worker queue cost more than a whole token batch. A slot is
 *leased* to the consumer until the last view of any batch of its chunk is
@@ -272,7 +273,7 @@ class WorkerBatches:
         once half a worker's slots are out on lease, its chunks are handed out as copies.
         """
         assert ring.layout is not None  # sent with the first chunk
-        regions, fields = ring.layout
+        regions, fields, ragged = ring.layout
         lo = s * ring.size
         whole = np.frombuffer(ring.mem[lo : lo + ring.size], np.uint8)
         copy = self.copy or 2 * ring.lent >= self.cfg.slots
@@ -287,6 +288,10 @@ class WorkerBatches:
             out[name] = np.ndarray(
                 shape, b.dtype, buffer=b, offset=off * isz, strides=tuple(x * isz for x in strides)
             )
+        for name, first, n in ragged:  # per sample, as the source gave them
+            samples = out[name] = np.empty(n, dtype=object)
+            for j in range(n):
+                samples[j] = bases[first + j].reshape(regions[first + j][2])
         if copy:
             self._pending.append((w, s))  # returned at the next step: the copies are made
         else:

@@ -234,7 +234,8 @@ def test_batches_of_changing_shape_go_through_the_pipe() -> None:
 
 def test_a_ragged_file_batch_is_laid_out_as_without_workers(tmp_path: Path) -> None:
     # .npy files of three shapes in turn, one sample a step: each worker's chunk mixes
-    # shapes (ragged, pickled), yet every step is one dense array as without workers.
+    # shapes (ragged, one region a sample), yet every step is one dense array as without
+    # workers.
     from headrace.formats import FileSource
 
     for i in range(12):
@@ -250,6 +251,53 @@ def test_a_ragged_file_batch_is_laid_out_as_without_workers(tmp_path: Path) -> N
     got = list(wb)
     assert [b["data"].shape for b in got] == [(1, 2, 3 + t % 3) for t in range(12)]
     assert [batch_digest([b]) for b in got] == want
+    assert wb.pickled_chunks == 0 and len(wb.shm_names) == 2
+    src.close()
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_samples_of_several_shapes_cross_in_slots_not_pickled(tmp_path: Path, copy: bool) -> None:
+    # Two shapes in every batch of 2: the batches stay ragged (object arrays of per-sample
+    # arrays), and now cross as raw bytes in the ring's slots, one region a sample.
+    from headrace.formats import FileSource
+
+    for i in range(16):
+        np.save(tmp_path / f"f{i:02d}.npy", np.full((2, 3 + i % 2), i, dtype=">f4"))
+    src = FileSource(tmp_path, format="npy", shuffle="none")
+    with Loader(src, batch_size=2, seed=4, steps=16, prefetch=0) as ld:
+        want = list(ld)
+    loader = {"batch_size": 2, "seed": 4, "steps": 16, "prefetch": 0}
+    wb = WorkerBatches(RingConfig(source=src, loader=loader, workers=2, slots=4), copy=copy)
+    got = list(wb)
+    assert wb.pickled_chunks == 0 and len(wb.shm_names) == 2
+    assert batch_digest(got) == batch_digest(want)
+    for b in got:
+        assert b["data"].dtype == object and b["data"][0].dtype == np.dtype(">f4")
+        assert all(e.flags.writeable for e in b["data"])
+        assert b["data_shape"].tolist() == [list(e.shape) for e in b["data"]]
+    # A sample outlives its iteration (the workers gone, the ring's name unlinked): the
+    # mapping stays while a view of it does.
+    held = got[3]["data"][1]
+    expect = held.copy()
+    del got
+    wb.close()
+    assert np.array_equal(held, expect)
+    src.close()
+
+
+def test_strings_still_cross_pickled(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py", reason="h5py is an optional extra")
+    from headrace.formats import FileSource
+
+    for i in range(2):
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f.create_dataset("s", data=["ab", f"c{i}"], dtype=h5py.string_dtype())
+    src = FileSource(tmp_path, format="hdf5", datasets=("s",), samples_per_file=2, shuffle="none")
+    loader = {"batch_size": 2, "steps": 2, "prefetch": 0}
+    wb = WorkerBatches(RingConfig(source=src, loader=loader, workers=1, slots=2))
+    got = list(wb)
+    assert [b["s"].tolist() for b in got] == [[b"ab", b"c0"], [b"ab", b"c1"]]
+    assert wb.pickled_chunks == 2 and wb.shm_names == []
     src.close()
 
 

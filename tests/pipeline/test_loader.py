@@ -790,3 +790,18 @@ def test_looping_again_over_a_finished_loader_warns(token_path: Path, prefetch: 
     resumed.load_state_dict(ld.state_dict())
     assert list(resumed) == []
     resumed.close()
+
+
+def test_chunks_of_images_of_several_sizes_are_capped_by_their_bytes(tmp_path: Path) -> None:
+    # An object array's nbytes is its pointers (8 bytes an image): chunks of 30 kB
+    # images grew to chunk_steps whatever chunk_bytes said.
+    from headrace.formats import FileSource
+
+    for i in range(32):
+        np.save(tmp_path / f"{i:02d}.npy", np.zeros((50, 50 + i % 2, 3), dtype=np.float32))
+    src = FileSource(tmp_path, format="npy", shuffle="none")
+    step_bytes = 2 * 50 * 51 * 3 * 4  # two images a step, about
+    with Loader(src, batch_size=2, prefetch=0, chunk_steps=8, chunk_bytes=3 * step_bytes) as ld:
+        chunks = list(islice(ld.chunks(), 4))
+    assert all(a["data"].dtype == object for _, a in chunks)
+    assert [len(s) for s, _ in chunks] == [1, 2, 3, 3]  # before: [1, 2, 4, 8]

@@ -15,9 +15,20 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Batch", "lay_out", "ragged_keys", "split_chunk"]
+__all__ = ["Batch", "lay_out", "nbytes", "ragged_keys", "split_chunk"]
 
 Batch = dict[str, NDArray[Any]]
+
+
+def nbytes(arrays: Batch) -> int:
+    """Bytes a batch holds, its samples of several shapes included (an ``object``
+    array's own ``nbytes`` counts only its pointers: 8 bytes an image)."""
+    total = 0
+    for v in arrays.values():
+        if v.dtype.hasobject:
+            total += sum(e.nbytes for e in v.flat if isinstance(e, np.ndarray))
+        total += v.nbytes
+    return total
 
 
 def ragged_keys(arrays: Batch) -> list[str]:

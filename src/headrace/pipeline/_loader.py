@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
-from headrace.pipeline._layout import Batch, split_chunk
+from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
@@ -349,7 +349,8 @@ class Loader(Closing):
         transform, by what the source read as well as what the transform returned
         (``also``: the cap the read set). Capped by the output only, a crop of
         640 x 640 images to 224 x 224 let a chunk decode 8x ``chunk_bytes``."""
-        per_step = max(1, sum(v.nbytes for v in arrays.values()) // len(steps))
+        # The samples' own bytes: images of several sizes are an object array of pointers.
+        per_step = max(1, nbytes(arrays) // len(steps))
         cap = max(1, self.chunk_bytes // per_step)
         self._chunk_cap = cap if also is None else min(cap, also)
 
