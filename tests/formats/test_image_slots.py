@@ -93,7 +93,8 @@ def pillow(data: bytes, mode: str | None, *, kind: str, turn: bool = False) -> n
         mode = "RGB"
     if mode is not None:
         if img.mode != mode:
-            img.info.pop("transparency", None) if mode in ("L", "RGB") else None
+            if mode in ("L", "RGB"):  # tRNS changes no pixel of these (and Pillow warns)
+                img.info.pop("transparency", None)
             img = img.convert(mode)
     elif img.mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
