@@ -316,3 +316,16 @@ def test_slots_assemble_only_what_fits() -> None:
     assert batch["image_shape"].tolist() == [[2, 3, 1], [1, 1, 1]]
     assert not np.shares_memory(batch["image"][0], ragged.out)
     assert batch["image"][0].sum() == 30
+
+
+def test_without_simplejpeg_nothing_is_predicted_and_the_batch_is_pillows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blobs = [KINDS["rgb jpeg"][1]() for _ in range(3)]
+    _files(tmp_path / "r", blobs, "jpg")
+    monkeypatch.setattr(images, "_simplejpeg", None)
+    assert jpeg_layout(blobs[0]) is None
+    src = FileSource(tmp_path / "r", format="jpeg", shuffle="none", decode_threads=2)
+    got = src.read(0, np.arange(3))["image"]
+    np.testing.assert_array_equal(got, np.stack([pillow(b, None, kind="jpeg") for b in blobs]))
+    src.close()
