@@ -199,9 +199,9 @@ def decode_jpeg(
 
     ``out`` (C-contiguous, writable): where the pixels go when the image is its
     shape and dtype, and then ``out`` itself is returned; simplejpeg decodes into it,
-    other paths copy into it once. An image of another shape is returned in a new
-    array, ``out``'s bytes unspecified (a batch built on a header that lied goes
-    ragged: see :mod:`headrace.formats._image_slots`).
+    other paths copy into it once. An image of another shape or dtype (its headers
+    predicted wrong) is returned in a new array, never a view of ``out``, whose bytes
+    are then unspecified (see :mod:`headrace.formats._image_slots`).
     """
     want: ImageMode = check_image_mode(mode) or "RGB"
     _check_out(out)
