@@ -619,9 +619,9 @@ def test_slow_decodes_do_not_hold_more_than_in_flight(
     src = FileSource(root, format="raw", in_flight=2, decode_threads=2, speculate=False)
     decode = src._decode
 
-    def slow(f: int, data: Any) -> Any:
+    def slow(f: int, data: Any, *into: Any) -> Any:
         time.sleep(0.005)
-        return decode(f, data)
+        return decode(f, data, *into)
 
     monkeypatch.setattr(src, "_decode", slow)
     b = src.read(0, np.arange(10))

@@ -506,3 +506,34 @@ def test_a_mixed_png_set_converts_the_same_from_s3(s3: S3Fixture, tmp_path: Path
         assert np.array_equal(got["image"][np.argsort(got["index"])], np.stack(want))
         remote.close()
         local.close()
+
+
+def test_s3_images_decode_into_the_batch_as_pillow_decodes_them(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # One size, three kinds (RGB, grey, CMYK: in place, in place, copied once): one
+    # (B, H, W, 3) batch, Pillow's RGB pixels, the local files' batch.
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    client = s3.server.info.boto3_client()
+    blobs = []
+    for i, mode in enumerate(["RGB", "L", "CMYK", "RGB", "L"]):
+        a = rng.integers(0, 256, (12, 20, len(mode)), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(a[:, :, 0] if mode == "L" else a, mode).save(buf, "JPEG")
+        blobs.append(buf.getvalue())
+        client.put_object(Bucket=BUCKET, Key=f"slots/i{i}.jpg", Body=blobs[-1])
+        (tmp_path / f"i{i}.jpg").write_bytes(blobs[-1])
+    src = FileSource(
+        f"s3://{BUCKET}/slots", store_options=s3.options(), format="jpeg", shuffle="none"
+    )
+    got = src.read(0, np.arange(5))
+    want = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in blobs])
+    np.testing.assert_array_equal(got["image"], want)
+    local = FileSource(tmp_path, format="jpeg", shuffle="none")
+    assert batch_digest([got]) == batch_digest([local.read(0, np.arange(5))])
+    src.close()
+    local.close()

@@ -79,11 +79,15 @@ def _ifd0_orientation(tiff: bytes) -> int:
     return 1
 
 
-def apply_orientation(arr: NDArray[Any], orientation: int) -> NDArray[Any]:
+def apply_orientation(
+    arr: NDArray[Any], orientation: int, out: NDArray[Any] | None = None
+) -> NDArray[Any]:
     """``(H, W, C)`` pixels as stored, turned upright as EXIF ``orientation`` says
     (Pillow's ``exif_transpose``: 2 mirror, 3 rotate 180, 4 flip, 5 transpose,
     6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise); a new
-    C-contiguous array, except for 1 (``arr`` itself)."""
+    C-contiguous array, except for 1 (``arr`` itself). ``out`` (C-contiguous, the
+    turned shape and ``arr``'s dtype): the turned pixels are written there instead,
+    and ``out`` is returned."""
     if orientation == 1:
         return arr
     arr = np.ascontiguousarray(arr)
@@ -92,12 +96,15 @@ def apply_orientation(arr: NDArray[Any], orientation: int) -> NDArray[Any]:
     # faster than C separate bytes for RGB (640 x 640 rotated: 0.65 vs 1.66 ms).
     px = arr.view(f"V{c * arr.itemsize}")[:, :, 0]
     if orientation == 2:
-        out = px[:, ::-1]
+        turned = px[:, ::-1]
     elif orientation == 3:
-        out = px[::-1, ::-1]
+        turned = px[::-1, ::-1]
     elif orientation == 4:
-        out = px[::-1]
+        turned = px[::-1]
     else:
         t = px.T
-        out = {5: t, 6: t[:, ::-1], 7: t[::-1, ::-1], 8: t[::-1]}[orientation]
-    return np.ascontiguousarray(out).view(arr.dtype).reshape(*out.shape, c)
+        turned = {5: t, 6: t[:, ::-1], 7: t[::-1, ::-1], 8: t[::-1]}[orientation]
+    if out is not None:
+        np.copyto(out.view(px.dtype)[:, :, 0], turned)
+        return out
+    return np.ascontiguousarray(turned).view(arr.dtype).reshape(*turned.shape, c)

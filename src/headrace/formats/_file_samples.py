@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
+from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import ImageMode
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
@@ -51,9 +52,11 @@ def decode_file(
     datasets: Sequence[str] | None,
     image_mode: ImageMode | None = None,
     exif_transpose: bool = False,
+    out: NDArray[Any] | None = None,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
-    ``exif_transpose``: JPEG only)."""
+    ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
+    fits, see :func:`~headrace.formats._images.decode_jpeg`)."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
@@ -64,11 +67,13 @@ def decode_file(
     options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}
     if exif_transpose:
         options["exif_transpose"] = True
-    out = fmt.decoder(data, name=name, **options)
-    if isinstance(out, Mapping):
-        return dict(out)
+    if out is not None:
+        options["out"] = out
+    got = fmt.decoder(data, name=name, **options)
+    if isinstance(got, Mapping):
+        return dict(got)
     key = "image" if fmt.name in ("jpeg", "png") else "data"
-    return {key: out}
+    return {key: got}
 
 
 def pick_item(
@@ -99,8 +104,13 @@ def pick_item(
     return out
 
 
-def stack_samples(samples: Sequence[Sample], index: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
-    """One batch: arrays stacked per key, or object arrays plus shapes when they differ."""
+def stack_samples(
+    samples: Sequence[Sample],
+    index: NDArray[np.int64],
+    slots: Mapping[str, ImageSlots] | None = None,
+) -> dict[str, NDArray[Any]]:
+    """One batch: arrays stacked per key, or object arrays plus shapes when they differ;
+    ``slots[key]``: where that key's samples were decoded in place (the same arrays)."""
     batch: dict[str, NDArray[Any]] = {"index": index}
     if not samples:
         return batch
@@ -109,6 +119,13 @@ def stack_samples(samples: Sequence[Sample], index: NDArray[np.int64]) -> dict[s
     assert all(list(s) == keys for s in samples[1:]), "samples with different keys"
     for k in keys:
         parts = [s[k] for s in samples]
+        into = slots.get(k) if slots else None
+        if into is not None:
+            done = into.assemble(parts)
+            if done is not None:
+                batch[k] = done
+                continue
+            parts = into.detach(parts)
         first = parts[0]
         if all(p.shape == first.shape and p.dtype == first.dtype for p in parts):
             batch[k] = np.stack(parts)

@@ -36,6 +36,7 @@ from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
+from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
 from headrace.io._mounts import any_on_network_fs
@@ -48,6 +49,9 @@ DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
 #: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
 DEFAULT_HELD_BYTES = 4 << 30
+
+# A batch's image slots, and the slot of each file (the position of its first sample).
+_Into = tuple[ImageSlots, dict[int, int]]
 
 
 def default_decode_threads() -> int:
@@ -295,6 +299,7 @@ class FileSource(Closing):
         files, items = self.plan.locate(seed, samples)
         index = self.plan.index(files, items)
         pairs = zip(files.tolist(), items.tolist(), strict=True)
+        slots = None
         if self.config.mode == "map-style":
             picked = [
                 self._pick(self._decode_checked(f, self._take_one(f)), f, i, own=True)
@@ -314,12 +319,19 @@ class FileSource(Closing):
             if not ahead:
                 ahead = self._next_files(seed, samples, need)
             self.window.plan(order + ahead)
-            decoded = self._fetch_and_decode(order)
+            if self.config.decode and self.format.name in ("jpeg", "png") and not self._rows:
+                # One image per file: each file's image goes to the slot of its first sample.
+                slots = ImageSlots(len(samples))
+                at = {f: k for k, f in reversed(list(enumerate(files.tolist())))}
+                decoded = self._fetch_and_decode(order, (slots, at))
+            else:
+                decoded = self._fetch_and_decode(order)
             picked = [self._pick(decoded[f], f, i) for f, i in pairs]
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
         if bad:
             self._replace(seed, samples, index, picked, bad)
-        return stack_samples(cast(list[Sample], picked), index)  # no error is left in it
+        into = {"image": slots} if slots is not None else None
+        return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
 
     def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
         """The next read will be followed by one of ``samples`` (none: by nothing)."""
@@ -358,9 +370,16 @@ class FileSource(Closing):
         self.window.plan(order)
 
     # -- reading -------------------------------------------------------------------
-    def _decode(self, f: int, data: Any) -> Sample:
+    def _decode(self, f: int, data: Any, into: _Into | None = None) -> Sample:
         c = self.config
         name = self.files.name(f)
+        out = None
+        if into is not None:
+            mode, turn = c.image_mode, c.exif_transpose
+            layout = image_layout(
+                data, fmt=self.format.name, mode=mode, exif_transpose=turn, name=name
+            )
+            out = into[0].slot(into[1][f], layout)
         sample = decode_file(
             self.format,
             data,
@@ -369,6 +388,7 @@ class FileSource(Closing):
             datasets=c.datasets,
             image_mode=c.image_mode,
             exif_transpose=c.exif_transpose,
+            out=out,
         )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
@@ -384,10 +404,10 @@ class FileSource(Closing):
             )
         return sample
 
-    def _decode_checked(self, f: int, data: Any) -> Sample | DataError:
+    def _decode_checked(self, f: int, data: Any, into: _Into | None = None) -> Sample | DataError:
         """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""
         try:
-            return self._decode(f, data)
+            return self._decode(f, data, into)
         except DataError as exc:
             if self.config.on_corrupt == "raise":
                 raise
@@ -495,8 +515,11 @@ class FileSource(Closing):
                 f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
             )
 
-    def _fetch_and_decode(self, order: list[int]) -> dict[int, Sample | DataError]:
-        """Decode each file as its bytes arrive, releasing its window slot when done."""
+    def _fetch_and_decode(
+        self, order: list[int], into: _Into | None = None
+    ) -> dict[int, Sample | DataError]:
+        """Decode each file as its bytes arrive, releasing its window slot when done
+        (``into``: the batch's image slots, and each file's slot)."""
         threads = self.decode_threads
         last = order[-1] if order else None
         if self._kept is not None and self._kept not in order:
@@ -522,7 +545,7 @@ class FileSource(Closing):
             out = {}
             for f in order:
                 try:
-                    out[f] = self._decode_checked(f, self.window.take(f))
+                    out[f] = self._decode_checked(f, self.window.take(f), into)
                 finally:
                     done(f)
             return out
@@ -532,7 +555,7 @@ class FileSource(Closing):
 
         def job(f: int, data: Any) -> Sample | DataError:
             try:
-                return self._decode_checked(f, data)
+                return self._decode_checked(f, data, into)
             finally:
                 done(f)
 

@@ -49,11 +49,15 @@ __all__ = [
     "decode_png",
     "encode_jpeg",
     "encode_png",
+    "jpeg_layout",
+    "png_layout",
 ]
 
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
 IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
+#: What an image decodes to: its shape and dtype.
+Layout: TypeAlias = tuple[tuple[int, ...], np.dtype[Any]]
 
 _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
@@ -66,6 +70,10 @@ _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before
 # width, height and bit depth): 4 is grey + alpha.
 _PNG_COLOR_TYPE = 25
 _PNG_GREY_ALPHA = 4
+# Channels as decoded with no mode, by IHDR colour type (3, a palette, is RGB or RGBA
+# as a tRNS chunk says: not predicted). 16-bit colour is reduced to 8 bits.
+_PNG_CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
+_U8 = np.dtype(np.uint8)
 
 try:
     import simplejpeg as _simplejpeg
@@ -181,22 +189,98 @@ def decode_jpeg(
     use_simplejpeg: bool | None = None,
     mode: ImageMode | None = None,
     exif_transpose: bool = False,
+    out: NDArray[np.uint8] | None = None,
 ) -> NDArray[np.uint8]:
     """Decode a JPEG to ``(H, W, 3)`` RGB ``uint8``, or to ``mode`` (see the module);
     ``exif_transpose``: turned upright as its EXIF orientation says.
 
     Uses simplejpeg (libjpeg-turbo, strict mode) when installed, else Pillow;
     ``use_simplejpeg`` forces one (``None``: the fastest available).
+
+    ``out`` (C-contiguous, writable): where the pixels go when the image is its
+    shape and dtype, and then ``out`` itself is returned; simplejpeg decodes into it,
+    other paths copy into it once. An image of another shape or dtype (its headers
+    predicted wrong) is returned in a new array, never a view of ``out``, whose bytes
+    are then unspecified (see :mod:`headrace.formats._image_slots`).
     """
     want: ImageMode = check_image_mode(mode) or "RGB"
+    _check_out(out)
     view = as_bytes_view(data, name)
-    out = _decode_jpeg(view, name, use_simplejpeg, want)
     # A PNG named .jpg has no JPEG segments: 1, as stored.
-    return apply_orientation(out, jpeg_orientation(view)) if exif_transpose else out
+    turn = jpeg_orientation(view) if exif_transpose else 1
+    arr = _decode_jpeg(view, name, use_simplejpeg, want, out if turn == 1 else None)
+    if turn == 1:
+        return _fit(arr, out)
+    h, w, c = arr.shape
+    turned = (w, h, c) if turn >= 5 else (h, w, c)  # 5-8 swap height and width
+    fits = out is not None and out.shape == turned and out.dtype == arr.dtype
+    return apply_orientation(arr, turn, out if fits else None)
+
+
+def jpeg_layout(
+    data: Buffer, *, mode: ImageMode | None = None, exif_transpose: bool = False
+) -> Layout | None:
+    """What :func:`decode_jpeg` will give for ``data``, read from its headers alone
+    (microseconds), or ``None`` where they do not say (not a JPEG, damaged, no
+    simplejpeg). A prediction, not a check: the decode is what counts."""
+    view = as_bytes_view(data, "image")
+    want: ImageMode = mode or "RGB"
+    if bytes(view[:8]) == _PNG_SIG:
+        return png_layout(view, mode=want)  # a PNG named .jpg: decoded to ``want``
+    if _simplejpeg is None or bytes(view[:2]) != _JPEG_SOI:
+        return None
+    try:
+        height, width, _, _ = _simplejpeg.decode_jpeg_header(view)
+    except ValueError:
+        return None
+    if exif_transpose and jpeg_orientation(view) >= 5:
+        height, width = width, height
+    return (height, width, len(want)), _U8
+
+
+def png_layout(data: Buffer, *, mode: ImageMode | None = None) -> Layout | None:
+    """What :func:`decode_png` will give for ``data``, from its IHDR chunk, or
+    ``None`` (a palette without ``mode``, bit depths Pillow may read otherwise,
+    no IHDR); a prediction, as :func:`jpeg_layout`'s."""
+    view = as_bytes_view(data, "image")
+    if len(view) < 33 or bytes(view[:8]) != _PNG_SIG or bytes(view[12:16]) != b"IHDR":
+        return None
+    width, height, depth, colour = struct.unpack_from(">IIBB", view, 16)
+    if mode is not None:
+        return (height, width, len(mode)), _U8
+    channels = _PNG_CHANNELS.get(colour)
+    if channels is None or depth not in ((1, 2, 4, 8, 16) if colour == 0 else (8, 16)):
+        return None
+    grey16 = colour == 0 and depth == 16
+    return (height, width, channels), np.dtype(np.uint16) if grey16 else _U8
+
+
+def _check_out(out: NDArray[Any] | None) -> None:
+    if out is not None and not (out.flags.c_contiguous and out.flags.writeable):
+        raise ConfigError(
+            f"out must be a C-contiguous, writable array (got one with "
+            f"c_contiguous={out.flags.c_contiguous}, writeable={out.flags.writeable})"
+        )
+
+
+def _fit(arr: NDArray[Any], out: NDArray[Any] | None) -> NDArray[Any]:
+    """``out`` holding ``arr`` (copied unless it is there already) when they agree in
+    shape and dtype, else ``arr`` (as its own array, never a view into ``out``)."""
+    if out is None or arr is out:
+        return arr
+    if arr.shape == out.shape and arr.dtype == out.dtype:
+        if not (arr.base is out or np.shares_memory(arr, out)):
+            np.copyto(out, arr)
+        return out
+    return arr.copy() if np.shares_memory(arr, out) else arr
 
 
 def _decode_jpeg(
-    view: memoryview, name: str, use_simplejpeg: bool | None, want: ImageMode
+    view: memoryview,
+    name: str,
+    use_simplejpeg: bool | None,
+    want: ImageMode,
+    out: NDArray[np.uint8] | None = None,
 ) -> NDArray[np.uint8]:
     if bytes(view[:8]) == _PNG_SIG:
         # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
@@ -217,31 +301,42 @@ def _decode_jpeg(
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
             return _pil_decode(view, name, "JPEG", want)
+        # Only into a buffer of exactly the header's size: simplejpeg fills a larger
+        # one's first bytes, and refuses a smaller one as a ValueError, a "corrupt JPEG".
+        size = (height, width, len(want))
+        into = out if out is not None and out.shape == size and out.dtype == np.uint8 else None
         if want in ("RGB", "RGBA"):
             # libjpeg-turbo writes RGBA's alpha as 255, as Pillow's RGB -> RGBA does.
-            return _simplejpeg_decode(view, name, want)
+            return _simplejpeg_decode(view, name, want, into)
         if colorspace == "Gray":
             # Grey as stored, as Pillow decodes it: no round trip through RGB.
-            grey = _simplejpeg_decode(view, name, "GRAY")
-            return grey if want == "L" else _convert_array(grey, want)
+            if want == "L":
+                return _simplejpeg_decode(view, name, "GRAY", into)
+            return _convert_array(_simplejpeg_decode(view, name, "GRAY"), want)
         # A colour file's grey is Pillow's luma of its RGB pixels, not libjpeg's Y
         # channel (they differ by rounding): decoded as RGB, converted as Pillow does.
         return _convert_array(_simplejpeg_decode(view, name, "RGB"), want)
     return _pil_decode(view, name, "JPEG", want)
 
 
-def _simplejpeg_decode(view: memoryview, name: str, colorspace: str) -> NDArray[np.uint8]:
+def _simplejpeg_decode(
+    view: memoryview, name: str, colorspace: str, out: NDArray[np.uint8] | None = None
+) -> NDArray[np.uint8]:
     assert _simplejpeg is not None
     try:
-        out: NDArray[np.uint8] = _simplejpeg.decode_jpeg(view, colorspace=colorspace, strict=True)
+        got: NDArray[np.uint8] = _simplejpeg.decode_jpeg(
+            view, colorspace=colorspace, strict=True, buffer=out
+        )
     except ValueError as exc:
         if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
             raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
         # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
         # decoded, and any damage before them would have raised first (in order).
         # Pillow ignores the warning; so must this path, or the decoder decides.
-        out = _simplejpeg.decode_jpeg(view, colorspace=colorspace, strict=False)
-    return out
+        got = _simplejpeg.decode_jpeg(view, colorspace=colorspace, strict=False, buffer=out)
+    if out is not None and got.shape == out.shape:
+        return out  # simplejpeg's array is a view of it
+    return got
 
 
 def _convert_array(arr: NDArray[np.uint8], mode: ImageMode) -> NDArray[np.uint8]:
@@ -327,9 +422,19 @@ def _check_png(view: memoryview, name: str) -> None:
         )
 
 
-def decode_png(data: Buffer, *, name: str, mode: ImageMode | None = None) -> NDArray[np.generic]:
-    """Decode a PNG to ``(H, W, C)`` as stored, or to ``mode`` (see the module)."""
+def decode_png(
+    data: Buffer,
+    *,
+    name: str,
+    mode: ImageMode | None = None,
+    out: NDArray[Any] | None = None,
+) -> NDArray[np.generic]:
+    """Decode a PNG to ``(H, W, C)`` as stored, or to ``mode`` (see the module).
+
+    ``out``: where the pixels are copied (once, from Pillow's image) when the image
+    is its shape and dtype, and then ``out`` is returned (see :func:`decode_jpeg`)."""
     mode = check_image_mode(mode)
+    _check_out(out)
     view = as_bytes_view(data, name)
     if bytes(view[:8]) != _PNG_SIG:
         raise FormatError(
@@ -337,7 +442,7 @@ def decode_png(data: Buffer, *, name: str, mode: ImageMode | None = None) -> NDA
         )
     _check_png(view, name)
     if mode is not None:
-        return _pil_decode(view, name, "PNG", mode)
+        return _fit(_pil_decode(view, name, "PNG", mode), out)
     arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", None)
     if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
         # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the
@@ -348,7 +453,7 @@ def decode_png(data: Buffer, *, name: str, mode: ImageMode | None = None) -> NDA
         arr = arr.astype(np.uint16)
     elif arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return arr
+    return _fit(arr, out)
 
 
 def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:

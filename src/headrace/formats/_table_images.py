@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.formats._file_samples import stack_samples
+from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._images import ImageMode, decode_jpeg, decode_png
 from headrace.formats._ragged import Ragged
 
@@ -40,11 +41,16 @@ class TableImages:
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def decode_one(self, data: memoryview, name: str) -> NDArray[Any]:
-        """One image's bytes as an ``(H, W, C)`` array (``name``: what errors name)."""
+    def decode_one(
+        self, data: memoryview, name: str, out: NDArray[Any] | None = None
+    ) -> NDArray[Any]:
+        """One image's bytes as an ``(H, W, C)`` array (``name``: what errors name;
+        ``out``: where it goes if it fits, see :func:`decode_jpeg`)."""
         if bytes(data[:8]) == _PNG_SIG:
-            return decode_png(data, name=name, mode=self.mode)
-        return decode_jpeg(data, name=name, mode=self.mode, exif_transpose=self.exif_transpose)
+            return decode_png(data, name=name, mode=self.mode, out=out)
+        return decode_jpeg(
+            data, name=name, mode=self.mode, exif_transpose=self.exif_transpose, out=out
+        )
 
     def decode(self, key: str, values: Ragged, names: Sequence[str]) -> dict[str, NDArray[Any]]:
         """Column ``key``'s rows ``values`` decoded into a batch's arrays: ``key`` (and
@@ -52,13 +58,16 @@ class TableImages:
         names. Every decode ends before the first error (in row order) is raised."""
         buf = np.ascontiguousarray(values.values, np.uint8).data
         offs = values.offsets.tolist()
-        jobs = [(buf[offs[i] : offs[i + 1]], names[i]) for i in range(len(names))]
+        views = [buf[offs[i] : offs[i + 1]] for i in range(len(names))]
+        slots = self._slots(views, names)
+        outs = slots.slots() if slots else [None] * len(views)
+        jobs = list(zip(views, names, outs, strict=True))
         if self.threads == 0 or len(jobs) < 2:
-            images = [self.decode_one(d, n) for d, n in jobs]
+            images = [self.decode_one(*job) for job in jobs]
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="headrace-image")
-            futures = [self._pool.submit(self.decode_one, d, n) for d, n in jobs]
+            futures = [self._pool.submit(self.decode_one, *job) for job in jobs]
             # Results in row order: the error raised is the first row's, however the
             # threads ran (and no decode is left running on a buffer the batch frees).
             errors = [f.exception() for f in futures]
@@ -66,9 +75,22 @@ class TableImages:
             if first is not None:
                 raise first
             images = [f.result() for f in futures]
-        batch = stack_samples([{key: a} for a in images], np.empty(0, np.int64))
+        into = {key: slots} if slots else None
+        batch = stack_samples([{key: a} for a in images], np.empty(0, np.int64), into)
         del batch["index"]
         return batch
+
+    def _slots(self, views: Sequence[memoryview], names: Sequence[str]) -> ImageSlots | None:
+        """The batch's image slots when every row's headers predict one layout (else
+        ``None``: decoded and stacked, or kept ragged, as they come)."""
+        if len(views) < 2:
+            return None
+        layouts = {
+            image_layout(v, fmt="auto", mode=self.mode, exif_transpose=self.exif_transpose, name=n)
+            for v, n in zip(views, names, strict=True)
+        }
+        (layout,) = layouts if len(layouts) == 1 else (None,)
+        return None if layout is None else ImageSlots(len(views), layout)
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
