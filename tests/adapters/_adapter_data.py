@@ -157,3 +157,13 @@ class Growing:
         if self.objects:
             out["tag"] = np.array([f"s{n}" for n in s.tolist()], dtype=object)
         return out
+
+
+def box_centres(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Each image's box centres ``(n, 2)``, as an ``object`` array of per-sample arrays
+    and no ``centre_shape`` (what a user's transform builds with a list of arrays)."""
+    boxes = arrays["boxes"]
+    centres = np.empty(len(samples), dtype=object)
+    for i, b in enumerate(boxes):
+        centres[i] = (b[:, :2] + b[:, 2:]) / 2
+    return {**arrays, "centre": centres}

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
+from _adapter_data import box_centres  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -204,6 +205,24 @@ def test_a_pinning_dataset_pins_each_sample(
     assert digest(batches) == reference
     pinned = {t.untyped_storage().data_ptr() for t in fake_pin}
     assert all(t.untyped_storage().data_ptr() in pinned for b in batches for t in b["image"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transforms_object_field_without_its_shape_gets_the_samples_shapes(
+    detection: Path, workers: int
+) -> None:
+    # A transform that gives per-image arrays as an object array without <key>_shape:
+    # the list holds them, and <key>_shape is made of their shapes, (0, 2) included.
+    ds = det_dataset(detection, shuffle="none", transform=box_centres, ragged=(*KEYS, "centre"))
+    seen = set()
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        for b in dl:
+            assert b["centre_shape"].dtype == torch.int64
+            assert b["centre_shape"].tolist() == [list(t.shape) for t in b["centre"]]
+            for c, boxes in zip(b["centre"], b["boxes"], strict=True):
+                assert torch.equal(c, (boxes[:, :2] + boxes[:, 2:]) / 2)
+                seen.add(len(c))
+    assert seen == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
