@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import box_centres  # noqa: E402
+from _adapter_data import box_centres, polygons  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -319,6 +319,24 @@ def test_hdf5_strings_are_named_as_objects_not_shapes(hdf5: Path) -> None:
             DataError, match=r"field 's' holds Python objects.*sample 0 is a bytes: b'ab'"
         ):
             next(iter(ds))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transforms_python_lists_are_named_with_the_fix(detection: Path, workers: int) -> None:
+    # COCO polygons kept as lists of floats: the error says what to make of them (not
+    # that HDF5 strings come so), whether the field is named in ragged= or not.
+    for ragged in [KEYS, (*KEYS, "poly")]:
+        ds = det_dataset(detection, transform=polygons, ragged=ragged)
+        with (
+            ht.HeadraceDataLoader(ds, num_workers=workers) as dl,
+            pytest.raises(
+                DataError,
+                match=r"field 'poly' holds Python objects.*sample 0 is a list: \[\d.*"
+                r"np\.asarray\(sample, dtype=\.\.\.\)",
+            ) as err,
+        ):
+            next(iter(dl))
+        assert "HDF5" not in str(err.value)
 
 
 def test_an_object_field_not_named_is_refused_naming_the_option(detection: Path) -> None:
