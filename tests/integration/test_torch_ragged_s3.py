@@ -29,7 +29,8 @@ KEYS = ("image", "boxes", "labels")
 @pytest.fixture(scope="module")
 def coco(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Per image: an NPZ of 0-3 boxes (some (0, 4)) and an RGB array of one of three sizes,
-    and a JPEG (some grey, some CMYK); local under ``root`` and objects under ``coco/``."""
+    and a JPEG (some grey, some CMYK, some tagged to turn upright); local under ``root``
+    and objects under ``coco/``."""
     root = tmp_path_factory.mktemp("coco")
     (root / "npz").mkdir()
     (root / "jpg").mkdir()
@@ -44,7 +45,10 @@ def coco(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
         im = Image.fromarray(a)
         im = im.convert("L") if i % 4 == 1 else im.convert("CMYK") if i % 4 == 2 else im
         jpg = root / "jpg" / f"{i:02d}.jpg"
-        im.save(jpg, "JPEG")
+        exif = Image.Exif()
+        if i % 4 == 3:
+            exif[0x0112] = 6  # "rotate 90": upright, (H, W) become (W, H)
+        im.save(jpg, "JPEG", exif=exif)
         for path in (npz, jpg):
             key = f"coco/{path.parent.name}/{path.name}"
             client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
@@ -52,7 +56,7 @@ def coco(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def dataset(where: str, fmt: str, options: dict[str, Any] | None = None) -> ht.TorchDataset:
-    kw: dict[str, Any] = {"datasets": KEYS} if fmt == "npz" else {}
+    kw: dict[str, Any] = {"datasets": KEYS} if fmt == "npz" else {"exif_transpose": True}
     src = FileSource(where, format=fmt, store_options=options, shuffle="files", **kw)
     ragged = KEYS if fmt == "npz" else ("image",)
     return ht.TorchDataset(src, batch_size=3, seed=2, steps=8, ragged=ragged)
@@ -82,6 +86,10 @@ def test_s3_gives_the_local_lists_through_workers_and_a_resume(
         with ht.HeadraceDataLoader(dataset(url, fmt, options)) as dl:
             shapes = {tuple(t.shape) for b in dl for t in b["boxes"]}
         assert shapes == {(0, 4), (1, 4), (3, 4)}
+    else:  # RGB whatever the file's mode; 3 sizes, and (30, 20) from a turned (20, 30)
+        with ht.HeadraceDataLoader(dataset(url, fmt, options)) as dl:
+            shapes = {tuple(t.shape) for b in dl for t in b["image"]}
+        assert shapes == {(20, 30, 3), (31, 17, 3), (8, 9, 3), (30, 20, 3), (17, 31, 3), (9, 8, 3)}
     with ht.HeadraceDataLoader(dataset(url, fmt, options), num_workers=2) as dl:
         assert digest(dl) == local
     dl = ht.HeadraceDataLoader(dataset(url, fmt, options), num_workers=3)
