@@ -176,3 +176,13 @@ def polygons(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
     for i, n in enumerate(samples.numbers.tolist()):
         poly[i] = [float(n), 0.0, float(n), 1.0, 0.0, 1.0]
     return {**arrays, "poly": poly}
+
+
+def halve_some(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Every other image (by sample number) at half its height and width, a per-sample
+    scale jitter that passes the source's ``image_shape`` on unchanged (now stale)."""
+    images = np.empty(len(samples), dtype=object)
+    for i, n in enumerate(samples.numbers.tolist()):
+        img = arrays["image"][i]
+        images[i] = img[::2, ::2] if n % 2 else img
+    return {**arrays, "image": images}

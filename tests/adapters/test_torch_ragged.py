@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import box_centres, polygons  # noqa: E402
+from _adapter_data import box_centres, halve_some, polygons  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -223,6 +223,24 @@ def test_a_transforms_object_field_without_its_shape_gets_the_samples_shapes(
                 assert torch.equal(c, (boxes[:, :2] + boxes[:, 2:]) / 2)
                 seen.add(len(c))
     assert seen == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shapes_are_the_samples_even_where_a_transform_left_them_stale(
+    detection: Path, workers: int
+) -> None:
+    # A scale jitter that resizes images but passes the source's image_shape on: the
+    # lists' <key>_shape is each tensor's shape, never the stale one.
+    ds = det_dataset(detection, shuffle="none", steps=N // BATCH, transform=halve_some)
+    halved = 0
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        for b in dl:
+            assert b["image_shape"].tolist() == [list(t.shape) for t in b["image"]]
+            for t, i in zip(b["image"], b["index"].tolist(), strict=True):
+                h, w = _size(i)
+                assert t.shape == ((h + 1) // 2, (w + 1) // 2, 3) if i % 2 else (h, w, 3)
+                halved += i % 2
+    assert halved == N // 2
 
 
 @pytest.mark.parametrize("workers", [0, 2])
