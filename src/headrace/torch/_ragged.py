@@ -77,17 +77,15 @@ def ragged_tensors(
             out[k] = dense[k]
         elif k in keys:
             samples = out[k] = _samples(k, a, contiguous=contiguous, pin_memory=pin_memory)
-            shape = batch.get(f"{k}_shape")
-            if shape is None:
-                shape = _shapes(a, samples)
-            out[f"{k}_shape"] = torch.from_numpy(np.array(shape, np.int64))
+            out[f"{k}_shape"] = torch.from_numpy(_shapes(a, samples))
     return out
 
 
 def _shapes(a: NDArray[Any], samples: list[torch.Tensor]) -> NDArray[np.int64]:
-    """``<key>_shape`` where the batch has none: a stacked field's trailing shape on
-    every row, or, for an ``object`` field a transform gave without one, its samples'
-    shapes (zeros past a sample's own dimensions, as a source pads them)."""
+    """``<key>_shape``: a stacked field's trailing shape on every row, or an ``object``
+    field's samples' shapes (zeros past a sample's own dimensions, as a source pads
+    them). Made from the samples, never taken from the batch: a transform may give
+    per-sample arrays without one, or resize them and pass the source's on unchanged."""
     if a.dtype != object:
         return np.tile(np.array(a.shape[1:], np.int64), (len(a), 1))
     shapes = np.zeros((len(samples), max((t.ndim for t in samples), default=0)), np.int64)
