@@ -367,6 +367,25 @@ def test_an_object_field_not_named_is_refused_naming_the_option(detection: Path)
         next(it)
 
 
+def test_samples_of_one_shape_but_two_dtypes_are_named_as_such(tmp_path: Path) -> None:
+    # image_id written as int32 by one script and int64 by another: an object array of
+    # 0-d samples that agree in shape, which the error must not call shapes.
+    for i in range(4):
+        np.savez(tmp_path / f"{i}.npz", image_id=np.array(i, np.int32 if i % 2 else np.int64))
+    ds = ht.TorchDataset(FileSource(tmp_path, format="npz", shuffle="none"), batch_size=2)
+    with pytest.raises(
+        DataError,
+        match=r"field 'image_id' holds samples of one shape \(\) but different dtypes "
+        r"\(int32, int64\)",
+    ):
+        next(iter(ds))
+    listed = ht.TorchDataset(
+        FileSource(tmp_path, format="npz", shuffle="none"), batch_size=2, ragged=("image_id",)
+    )
+    b = next(iter(listed))
+    assert [(t.item(), t.dtype) for t in b["image_id"]] == [(0, torch.int64), (1, torch.int32)]
+
+
 def test_bad_ragged_options_are_refused(detection: Path) -> None:
     with pytest.raises(ConfigError, match="pass a tuple"):
         det_dataset(detection, ragged="image")
