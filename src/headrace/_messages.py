@@ -30,15 +30,31 @@ def framework_missing(module: str, package: str) -> ModuleNotFoundError:
 def object_field(name: str, values: Iterable[object]) -> str:
     """What a batch's ``object`` field holds, for the adapters' refusals: samples of
     several shapes (arrays), or Python objects that are no array at all (an HDF5
-    variable-length string is a ``bytes``), the first of them shown."""
+    variable-length string is a ``bytes``; a transform's list of numbers, such as
+    COCO's polygons, a ``list``), the first of them shown, with where it comes from;
+    or samples of one shape but several dtypes (files written by different code)."""
+    values = list(values)  # a.flat: iterated twice here
     for i, v in enumerate(values):
         if not hasattr(v, "shape"):
             text = repr(v)
             shown = text if len(text) <= 40 else text[:37] + "..."
+            if isinstance(v, str | bytes):
+                why = "; HDF5 variable-length strings come so"
+            elif isinstance(v, list | tuple):
+                why = "; make each sample an array in the transform: np.asarray(sample, dtype=...)"
+            else:
+                why = ""
             return (
                 f"field {name!r} holds Python objects, not arrays of numbers (sample {i} is "
-                f"a {type(v).__name__}: {shown}; HDF5 variable-length strings come so)"
+                f"a {type(v).__name__}: {shown}{why})"
             )
+    shapes = {getattr(v, "shape", None) for v in values}
+    if len(shapes) == 1:  # files that wrote one field with different dtypes
+        dtypes = ", ".join(sorted({str(getattr(v, "dtype", "?")) for v in values}))
+        return (
+            f"field {name!r} holds samples of one shape {next(iter(shapes))} but different "
+            f"dtypes ({dtypes}) (an object array; one dtype with a transform: a.astype(...))"
+        )
     return f"field {name!r} holds samples of different shapes (an object array)"
 
 

@@ -157,3 +157,32 @@ class Growing:
         if self.objects:
             out["tag"] = np.array([f"s{n}" for n in s.tolist()], dtype=object)
         return out
+
+
+def box_centres(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Each image's box centres ``(n, 2)``, as an ``object`` array of per-sample arrays
+    and no ``centre_shape`` (what a user's transform builds with a list of arrays)."""
+    boxes = arrays["boxes"]
+    centres = np.empty(len(samples), dtype=object)
+    for i, b in enumerate(boxes):
+        centres[i] = (b[:, :2] + b[:, 2:]) / 2
+    return {**arrays, "centre": centres}
+
+
+def polygons(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Each image's outline as a Python list of floats (COCO's segmentation polygons),
+    in an ``object`` array: no array, so no tensor."""
+    poly = np.empty(len(samples), dtype=object)
+    for i, n in enumerate(samples.numbers.tolist()):
+        poly[i] = [float(n), 0.0, float(n), 1.0, 0.0, 1.0]
+    return {**arrays, "poly": poly}
+
+
+def halve_some(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Every other image (by sample number) at half its height and width, a per-sample
+    scale jitter that passes the source's ``image_shape`` on unchanged (now stale)."""
+    images = np.empty(len(samples), dtype=object)
+    for i, n in enumerate(samples.numbers.tolist()):
+        img = arrays["image"][i]
+        images[i] = img[::2, ::2] if n % 2 else img
+    return {**arrays, "image": images}

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
+from _adapter_data import box_centres, halve_some, polygons  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -207,6 +208,42 @@ def test_a_pinning_dataset_pins_each_sample(
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_a_transforms_object_field_without_its_shape_gets_the_samples_shapes(
+    detection: Path, workers: int
+) -> None:
+    # A transform that gives per-image arrays as an object array without <key>_shape:
+    # the list holds them, and <key>_shape is made of their shapes, (0, 2) included.
+    ds = det_dataset(detection, shuffle="none", transform=box_centres, ragged=(*KEYS, "centre"))
+    seen = set()
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        for b in dl:
+            assert b["centre_shape"].dtype == torch.int64
+            assert b["centre_shape"].tolist() == [list(t.shape) for t in b["centre"]]
+            for c, boxes in zip(b["centre"], b["boxes"], strict=True):
+                assert torch.equal(c, (boxes[:, :2] + boxes[:, 2:]) / 2)
+                seen.add(len(c))
+    assert seen == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shapes_are_the_samples_even_where_a_transform_left_them_stale(
+    detection: Path, workers: int
+) -> None:
+    # A scale jitter that resizes images but passes the source's image_shape on: the
+    # lists' <key>_shape is each tensor's shape, never the stale one.
+    ds = det_dataset(detection, shuffle="none", steps=N // BATCH, transform=halve_some)
+    halved = 0
+    with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
+        for b in dl:
+            assert b["image_shape"].tolist() == [list(t.shape) for t in b["image"]]
+            for t, i in zip(b["image"], b["index"].tolist(), strict=True):
+                h, w = _size(i)
+                assert t.shape == ((h + 1) // 2, (w + 1) // 2, 3) if i % 2 else (h, w, 3)
+                halved += i % 2
+    assert halved == N // 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_jpegs_of_several_sizes_decode_as_pillow_does(jpegs: Path, workers: int) -> None:
     src = FileSource(jpegs, format="jpeg", shuffle="files")
     ds = ht.TorchDataset(src, batch_size=BATCH, seed=1, steps=6, ragged=("image",))
@@ -302,6 +339,24 @@ def test_hdf5_strings_are_named_as_objects_not_shapes(hdf5: Path) -> None:
             next(iter(ds))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transforms_python_lists_are_named_with_the_fix(detection: Path, workers: int) -> None:
+    # COCO polygons kept as lists of floats: the error says what to make of them (not
+    # that HDF5 strings come so), whether the field is named in ragged= or not.
+    for ragged in [KEYS, (*KEYS, "poly")]:
+        ds = det_dataset(detection, transform=polygons, ragged=ragged)
+        with (
+            ht.HeadraceDataLoader(ds, num_workers=workers) as dl,
+            pytest.raises(
+                DataError,
+                match=r"field 'poly' holds Python objects.*sample 0 is a list: \[\d.*"
+                r"np\.asarray\(sample, dtype=\.\.\.\)",
+            ) as err,
+        ):
+            next(iter(dl))
+        assert "HDF5" not in str(err.value)
+
+
 def test_an_object_field_not_named_is_refused_naming_the_option(detection: Path) -> None:
     ds = det_dataset(detection, ragged=("image",), shuffle="none")
     it = iter(ds)
@@ -310,6 +365,25 @@ def test_an_object_field_not_named_is_refused_naming_the_option(detection: Path)
         match=r"field 'boxes' holds samples of different shapes.*ragged=\('boxes',\)",
     ):
         next(it)
+
+
+def test_samples_of_one_shape_but_two_dtypes_are_named_as_such(tmp_path: Path) -> None:
+    # image_id written as int32 by one script and int64 by another: an object array of
+    # 0-d samples that agree in shape, which the error must not call shapes.
+    for i in range(4):
+        np.savez(tmp_path / f"{i}.npz", image_id=np.array(i, np.int32 if i % 2 else np.int64))
+    ds = ht.TorchDataset(FileSource(tmp_path, format="npz", shuffle="none"), batch_size=2)
+    with pytest.raises(
+        DataError,
+        match=r"field 'image_id' holds samples of one shape \(\) but different dtypes "
+        r"\(int32, int64\)",
+    ):
+        next(iter(ds))
+    listed = ht.TorchDataset(
+        FileSource(tmp_path, format="npz", shuffle="none"), batch_size=2, ragged=("image_id",)
+    )
+    b = next(iter(listed))
+    assert [(t.item(), t.dtype) for t in b["image_id"]] == [(0, torch.int64), (1, torch.int32)]
 
 
 def test_bad_ragged_options_are_refused(detection: Path) -> None:

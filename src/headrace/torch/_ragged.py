@@ -76,12 +76,22 @@ def ragged_tensors(
         if k in dense:
             out[k] = dense[k]
         elif k in keys:
-            out[k] = _samples(k, a, contiguous=contiguous, pin_memory=pin_memory)
-            shape = batch.get(f"{k}_shape")
-            if shape is None:  # stacked: every sample has the batch's trailing shape
-                shape = np.tile(np.array(a.shape[1:], np.int64), (len(a), 1))
-            out[f"{k}_shape"] = torch.from_numpy(np.array(shape, np.int64))
+            samples = out[k] = _samples(k, a, contiguous=contiguous, pin_memory=pin_memory)
+            out[f"{k}_shape"] = torch.from_numpy(_shapes(a, samples))
     return out
+
+
+def _shapes(a: NDArray[Any], samples: list[torch.Tensor]) -> NDArray[np.int64]:
+    """``<key>_shape``: a stacked field's trailing shape on every row, or an ``object``
+    field's samples' shapes (zeros past a sample's own dimensions, as a source pads
+    them). Made from the samples, never taken from the batch: a transform may give
+    per-sample arrays without one, or resize them and pass the source's on unchanged."""
+    if a.dtype != object:
+        return np.tile(np.array(a.shape[1:], np.int64), (len(a), 1))
+    shapes = np.zeros((len(samples), max((t.ndim for t in samples), default=0)), np.int64)
+    for i, t in enumerate(samples):
+        shapes[i, : t.ndim] = t.shape
+    return shapes
 
 
 def _samples(
