@@ -256,8 +256,20 @@ def test_gen_is_resumable(tmp_path: Path) -> None:
 
 
 def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
+    # The built-in hdf5 workload at 2 files of 8 records of 10 KB, 10 ms of compute: its
+    # 128 MB and 50 ms steps took 30 s under load and checked nothing the size decides.
+    wl = tmp_path / "hdf5.toml"
+    builtin = (resources.files("headrace.bench") / "workloads" / "hdf5.toml").read_text()
+    for was, now in (
+        ("files = 16\n", "files = 2\n"),
+        ("record_bytes = 1_000_000", "record_bytes = 10_000"),
+        ("computation_time = 0.05", "computation_time = 0.01"),
+    ):
+        assert was in builtin, was
+        builtin = builtin.replace(was, now)
+    wl.write_text(builtin)
     out = tmp_path / "r.json"
-    args = ["bench", "-w", "hdf5", "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
     args += ["--steps", "2", "--trials", "1", "--accelerators", "auto"]
     args += ["--sweep", "in_flight=1,4", "--json", str(out), "--plot", str(tmp_path / "p.png")]
     assert main(args) == 0

@@ -8,6 +8,7 @@ bounded by its timeout, where the defaults (5 tries of 30 s) would go on for min
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -18,9 +19,10 @@ from s3util import BUCKET
 
 from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import make_kind
+from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import ConfigError, TransientStorageError
+from headrace.errors import ConfigError, HeadraceError, TransientStorageError
 from headrace.io import RetryPolicy
 from headrace.testing import batch_digest
 
@@ -96,3 +98,23 @@ def test_a_variant_option_cannot_change_them(tmp_path: Path, proxy: LatencyProxy
     kind = _kind(tmp_path, proxy, request_attempts=2)
     with kind.serve(), pytest.raises(ConfigError, match=r"unknown option 'request_attempts'"):
         kind.open("headrace?request_attempts=3", 1)
+
+
+def test_a_variant_failing_in_its_process_says_what_each_try_met(
+    tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    # The measurement process's error line counts the tries; the retries it logged before
+    # (what each met, after how long) come with it, or a failure under load says not why.
+    kind = _kind(tmp_path, proxy, request_attempts=2)
+    kind.workload = kind.workload.replace(variants=("headrace",))
+    proxy.set_faults([FaultRule(match=f"GET /{_first_object(kind)}", status=500)])
+    with pytest.raises(HeadraceError) as info:
+        run_workload(kind, options=RunOptions(isolate=True))
+    text = str(info.value)
+    assert text.startswith("variant 'headrace' of workload 'npz': TransientStorageError: "), text
+    assert "HTTP 500" in text and "gave up after 2 attempts" in text
+    assert re.search(
+        r" \(before it: headrace: s3://\S+: HTTP 500 .*; try 1 of 2 failed after \d+\.\d s, "
+        r"trying again in \d+\.\d s\)$",
+        text,
+    ), text

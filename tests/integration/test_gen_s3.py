@@ -21,6 +21,7 @@ from headrace.bench._upload import DIGEST_KEY
 from headrace.bench._workload import load_workload
 from headrace.cli import main
 from headrace.emulate import FaultRule, LatencyProxy
+from headrace.io import RetryPolicy
 from headrace.testing import batch_digest
 
 pytestmark = pytest.mark.integration
@@ -198,7 +199,14 @@ def test_failures_name_the_url_and_exit_2(
     proxy: LatencyProxy,
     up: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The default policy's tries, at a hundredth of its back-off: a 503 is a throttle,
+    # retried 20 times beside the 5 attempts, and waited out 30 s of the suite's time.
+    real_delay = RetryPolicy.delay_s
+    monkeypatch.setattr(
+        RetryPolicy, "delay_s", lambda self, retry, rng: real_delay(self, retry, rng) / 100
+    )
     wl = toml(tmp_path, "jpeg")
     stage = ["--staging", str(tmp_path / "stage")]
     url = f"s3://{BUCKET}/gen-fail"
@@ -220,7 +228,8 @@ def test_failures_name_the_url_and_exit_2(
     proxy.set_faults([FaultRule(match="PUT ", status=503)])
     assert gen(wl, url, "--endpoint", up["endpoint"], *stage) == 2
     err = capsys.readouterr().err
-    assert "HTTP 503" in err and "gave up after 5 attempts" in err and f"{url}/" in err
+    assert "HTTP 503" in err and f"{url}/" in err
+    assert "gave up after 5 attempts, 20 throttled tries" in err
 
 
 def test_put_file_starts_over_after_a_failed_part(

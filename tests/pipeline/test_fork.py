@@ -15,7 +15,7 @@ import numpy as np
 
 SCRIPT = textwrap.dedent(
     """
-    import os, signal, sys, threading, time
+    import itertools, os, signal, sys, threading
     from headrace.errors import StateError
     from headrace.formats import TokenSource
     from headrace.pipeline import Loader
@@ -30,10 +30,15 @@ SCRIPT = textwrap.dedent(
         want = [batch_digest([b]) for b in ref]
     real = TokenSource.read
     entered = threading.Semaphore(0)
+    forked = threading.Event()
+    calls = itertools.count()
 
-    def slow(self, seed, samples):  # fault injection: slow storage, so a fork lands in a read
+    def slow(self, seed, samples):  # fault injection: storage that answers only after the fork
         entered.release()
-        time.sleep(1.0)
+        # Every read but the first waits for the fork: the fork lands inside one for sure,
+        # and the reads after it do not wait (a sleep of 1 s each took 5 s of the test).
+        if next(calls):
+            forked.wait(30)
         return real(self, seed, samples)
 
     TokenSource.read = slow
@@ -59,6 +64,7 @@ SCRIPT = textwrap.dedent(
         assert [batch_digest([b]) for b in ld] == want[1:]  # the old loader reads on
         print("CHILD OK", flush=True)
         os._exit(0)
+    forked.set()
     _, status = os.waitpid(pid, 0)
     got += [batch_digest([b]) for b in it]
     assert got == want, "the parent's batches changed"

@@ -77,6 +77,10 @@ def _warm(paths: list[str]) -> None:
                 pass
 
 
+#: The child's last warnings kept in a failed variant's error.
+_SAID = 5
+
+
 def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     # The child must import this same headrace, whatever sys.path made us find it.
     src = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
@@ -94,9 +98,14 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     if proc.returncode == CONFIG_EXIT:
         raise ConfigError(proc.stderr.strip().splitlines()[-1])
     if proc.returncode == ERROR_EXIT:
+        lines = proc.stderr.strip().splitlines()
+        # With what the child logged before it (each retried try: what it met, after how
+        # long): the error alone counts the tries, and a store that stalled (timeouts) or
+        # refused (at once) under load read the same.
+        said = [line for line in lines[:-1] if line.startswith("headrace: ")][-_SAID:]
+        before = f" (before it: {' | '.join(said)})" if said else ""
         raise HeadraceError(
-            f"variant {spec!r} of workload {kind.workload.name!r}: "
-            f"{proc.stderr.strip().splitlines()[-1]}"
+            f"variant {spec!r} of workload {kind.workload.name!r}: {lines[-1]}{before}"
         )
     if proc.returncode != 0:
         raise HeadraceError(
