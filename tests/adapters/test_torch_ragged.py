@@ -406,3 +406,38 @@ def test_a_stock_pinning_dataloader_pins_each_sample(
     assert digest(batches) == reference
     pinned = {t.untyped_storage().data_ptr() for t in fake_pin}
     assert all(t.untyped_storage().data_ptr() in pinned for b in batches for t in b["boxes"])
+
+
+def test_fields_ragged_cannot_list_are_refused_by_name(detection: Path) -> None:
+    def grid(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+        # A transform's (B, 2) object array: two arrays a sample, no one list to give.
+        cells = np.empty((len(samples), 2), dtype=object)
+        for i in range(len(samples)):
+            cells[i, 0], cells[i, 1] = np.zeros(i + 1), np.zeros(2)
+        return {**arrays, "cells": cells}
+
+    ds = det_dataset(detection, ragged=(*KEYS, "cells"), transform=grid)
+    with pytest.raises(DataError, match=r"field 'cells' is an object array of shape \(2, 2\)"):
+        next(iter(ds))
+
+    def names(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+        # Per-sample arrays of strings: arrays, but of nothing torch has a tensor for.
+        out = np.empty(len(samples), dtype=object)
+        for i in range(len(samples)):
+            out[i] = np.array(["person"] * (i + 1))
+        return {**arrays, "names": out}
+
+    ds = det_dataset(detection, ragged=(*KEYS, "names"), transform=names)
+    with pytest.raises(DataError, match=r"field 'names': sample 0 of the batch has dtype <U6"):
+        next(iter(ds))
+
+
+def test_a_single_value_is_not_a_list_of_samples() -> None:
+    from headrace.torch._ragged import ragged_tensors
+
+    batch = {"x": np.zeros((2, 3), np.float32), "n": np.array(5)}
+    with pytest.raises(DataError, match=r"field 'n' is a single value of shape \(\)"):
+        ragged_tensors(batch, ("n",))
+    got = ragged_tensors(batch, ("x",))
+    assert [t.tolist() for t in got["x"]] == [[0.0] * 3] * 2
+    assert got["x_shape"].tolist() == [[3], [3]]
