@@ -241,8 +241,12 @@ class Mixture:
 
         def one(s: int, idx: NDArray[np.intp]) -> Batch:
             sub = self.sources[s]
-            with source_lock(sub):
-                return sub.read(source_seed(seed, s), local[idx])
+            try:
+                with source_lock(sub):
+                    return sub.read(source_seed(seed, s), local[idx])
+            except Exception as exc:  # a Mapped source's fn names itself, not its place here
+                exc.add_note(f"while reading {self._who(s)}")
+                raise
 
         if len(groups) < 2 or not _SIDE_BY_SIDE:
             return [one(s, idx) for s, idx in groups]
@@ -256,8 +260,12 @@ class Mixture:
         known only once decoded) are checked at their first real read."""
         empty = np.empty(0, dtype=np.int64)
         for s, sub in enumerate(self.sources):
-            with source_lock(sub):
-                part = sub.read(source_seed(seed, s), empty)
+            try:
+                with source_lock(sub):
+                    part = sub.read(source_seed(seed, s), empty)
+            except Exception as exc:
+                exc.add_note(f"while reading {self._who(s)} (an empty read, for its layout)")
+                raise
             if set(part) - {"index"}:
                 self._check_layout(s, part)
 
