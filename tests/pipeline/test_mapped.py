@@ -294,3 +294,24 @@ def test_what_cannot_be_mapped_is_refused(data: dict[str, Any]) -> None:
     assert Mapped(table, table_to_layout).ragged_keys == table.ragged_keys
     assert len(Mapped(table, table_to_layout)) == len(table) == ROWS
     assert Mapped(table, table_to_layout, ragged_keys=[]).ragged_keys == ()
+
+
+def corner(arrays: Arrays, samples: Samples) -> Arrays:
+    return {"image": np.stack([im[:4, :4] for im in arrays["image"]])}
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_chunks_are_capped_by_what_the_inner_source_read(tmp_path: Path, mixed: bool) -> None:
+    """A crop to 4x4 of 64x64 JPEGs returns 1/256 of what was decoded: capped by the
+    output only, a chunk would decode 256x ``chunk_bytes`` (here: all 32 steps)."""
+    rng = np.random.default_rng(1)
+    for i in range(8):
+        (tmp_path / f"{i}.jpg").write_bytes(jpeg(rng, 64, 64))
+    src: Any = Mapped(FileSource(tmp_path, format="jpeg"), corner)
+    if mixed:
+        src = Mixture({"a": src}, [1], batch_size=2)
+    # 2 images of 12,288 bytes a step: 4 steps in 100,000 bytes
+    with Loader(src, batch_size=2, seed=0, steps=12, chunk_bytes=100_000) as loader:
+        batches = list(loader)
+        assert loader.max_chunk_steps == 4
+    assert batches[0]["image"].shape == (2, 4, 4, 3)
