@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.pipeline._layout import Batch
+from headrace.pipeline._layout import Batch, nbytes
 from headrace.pipeline._loader import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture import Mixture
@@ -42,7 +42,8 @@ class Mapped:
     ``ragged_keys``: the keys of ``fn``'s output whose samples may differ in shape
     (a mixture then compares them by dimensions only); by default the inner source's.
     The fingerprint is the inner source's: as for ``Loader(transform=)``, a state
-    resumes whatever ``fn`` is.
+    resumes whatever ``fn`` is. ``held_bytes`` is what the last read held before
+    ``fn`` (a loader caps its chunks by it, beside what ``fn`` returned).
     """
 
     def __init__(
@@ -74,6 +75,7 @@ class Mapped:
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
         # Stacked Mapped sources draw from streams of their own (1 the innermost).
         self._stream: int = source._stream + 1 if isinstance(source, Mapped) else 1
+        self.held_bytes = 0
 
     def __repr__(self) -> str:
         return f"Mapped({self.source!r}, {transform_name(self.fn)})"
@@ -105,6 +107,9 @@ class Mapped:
         with source_lock(inner):
             arrays = inner.read(seed, samples)
         arrays = checked_rows(f"{type(inner).__name__}.read", arrays, samples.size)
+        # A crop returns a fraction of what was decoded: chunks sized by fn's output
+        # alone would decode that many times chunk_bytes.
+        self.held_bytes = max(nbytes(arrays), getattr(inner, "held_bytes", 0))
         if samples.size == 0 and not set(arrays) - {"index"}:
             # An empty read that says nothing of the arrays (files are known once
             # decoded): nothing to map; a mixture checks this source at its first read.
