@@ -7,6 +7,7 @@ The mixture here is of a folder of JPEGs of several sizes (FileSource: "image",
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import pickle
@@ -171,6 +172,9 @@ def test_a_pickled_copy_reads_the_same(data: dict[str, Any]) -> None:
     a, b = mapped.read(7, samples), copy.read(7, samples)
     assert batch_digest([a]) == batch_digest([b])
     assert copy.fn is files_to_layout
+    # a FileSource says nothing of where samples lie, and is told what follows a read
+    assert hasattr(copy, "followed_by") and not hasattr(copy, "starts")
+    assert mapped.stats is mapped.source.stats
     mapped.close()
     copy.close()
 
@@ -276,6 +280,10 @@ def test_what_the_loader_asks_of_a_source_is_the_inner_sources(tmp_path: Path) -
     inner = tokens()
     m = Mapped(inner, same)
     assert hasattr(m, "starts") and not hasattr(m, "no_such")
+    # read-ahead hooks exist where the inner source's do, with their signature
+    share = "share" in inspect.signature(inner.prefetch).parameters
+    assert share and "share" in inspect.signature(m.prefetch).parameters
+    assert hasattr(m, "followed_by") == hasattr(inner, "followed_by")
     with pytest.raises(TypeError, match="TokenSource"):  # as len(inner): it has none
         len(m)
     assert repr(m) == f"Mapped({inner!r}, {same.__qualname__})"

@@ -12,7 +12,7 @@ count and after a resume. Everything else a loader or mixture asks of a source
 
 from __future__ import annotations
 
-import inspect
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +30,8 @@ __all__ = ["Mapped"]
 
 # Asked of the inner source as they are: none depends on what ``fn`` does to the arrays.
 _PASSED = frozenset({"cache_stats", "samples_per_epoch", "starts", "stats"})
+# Passed on under the inner source's lock: they touch its windows and pending reads.
+_LOCKED = frozenset({"followed_by", "prefetch"})
 
 
 class Mapped:
@@ -83,8 +85,19 @@ class Mapped:
     def __getattr__(self, name: str) -> Any:
         # From __dict__, not self.source: unpickling asks for attributes before it is set.
         inner = self.__dict__.get("source")
-        if name in _PASSED and inner is not None:
+        if inner is not None and name in _PASSED:
             return getattr(inner, name)
+        if inner is not None and name in _LOCKED and hasattr(inner, name):
+            # Only where the inner source has them: a loader or mixture asks whether a
+            # source reads ahead (and by share: the wrapper keeps the inner signature).
+            method = getattr(inner, name)
+
+            @functools.wraps(method)
+            def locked(*args: Any, **kwargs: Any) -> Any:
+                with source_lock(inner):
+                    return method(*args, **kwargs)
+
+            return locked
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self) -> int:
@@ -126,24 +139,6 @@ class Mapped:
         return checked_rows(
             f"{self!r}: fn", out, samples.size, "(in order, as the inner source read them)"
         )
-
-    def prefetch(
-        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
-    ) -> None:
-        fn = getattr(self.source, "prefetch", None)
-        if fn is None:
-            return
-        with source_lock(self.source):
-            if share is not None and "share" in inspect.signature(fn).parameters:
-                fn(seed, samples, share=share)
-            else:
-                fn(seed, samples)
-
-    def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
-        fn = getattr(self.source, "followed_by", None)
-        if fn is not None:
-            with source_lock(self.source):
-                fn(seed, samples)
 
     def close(self) -> None:
         close = getattr(self.source, "close", None)
