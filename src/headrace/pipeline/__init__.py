@@ -8,6 +8,7 @@ from headrace.pipeline._loader import (
     LoaderStatus,
     Source,
 )
+from headrace.pipeline._mapped import Mapped
 from headrace.pipeline._mixture import Mixture
 from headrace.pipeline._transform import Samples, Transform
 
@@ -17,6 +18,7 @@ __all__ = [
     "Loader",
     "LoaderStats",
     "LoaderStatus",
+    "Mapped",
     "Mixture",
     "Samples",
     "Source",

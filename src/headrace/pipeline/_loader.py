@@ -331,7 +331,8 @@ class Loader(Closing):
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
         stats.steps += len(steps)
-        self._cap_chunks(steps, arrays)
+        # A Mapped source (or a mixture of them) read more than it returned.
+        self._cap_chunks(steps, arrays, held=getattr(self.source, "held_bytes", 0))
         return arrays, samples
 
     def _transformed(self, steps: list[int], arrays: Batch, samples: NDArray[np.int64]) -> Batch:
@@ -343,14 +344,17 @@ class Loader(Closing):
         self._cap_chunks(steps, out, also=self._chunk_cap)
         return out
 
-    def _cap_chunks(self, steps: list[int], arrays: Batch, also: int | None = None) -> None:
+    def _cap_chunks(
+        self, steps: list[int], arrays: Batch, also: int | None = None, held: int = 0
+    ) -> None:
         """Cap chunks by bytes as well as steps, so large batches never make a chunk
         (held by the queue and the consumer) grow past ``chunk_bytes``; with a
         transform, by what the source read as well as what the transform returned
         (``also``: the cap the read set). Capped by the output only, a crop of
-        640 x 640 images to 224 x 224 let a chunk decode 8x ``chunk_bytes``."""
+        640 x 640 images to 224 x 224 let a chunk decode 8x ``chunk_bytes``. ``held``:
+        what the source held before its own transform (a Mapped source's crop)."""
         # The samples' own bytes: images of several sizes are an object array of pointers.
-        per_step = max(1, nbytes(arrays) // len(steps))
+        per_step = max(1, max(nbytes(arrays), held) // len(steps))
         cap = max(1, self.chunk_bytes // per_step)
         self._chunk_cap = cap if also is None else min(cap, also)
 

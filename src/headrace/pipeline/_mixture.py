@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
-from headrace.pipeline._layout import ragged_keys
+from headrace.pipeline._layout import nbytes, ragged_keys
 from headrace.pipeline._loader import Batch, Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture_ragged import merge_parts
@@ -97,6 +97,8 @@ class Mixture:
         self._last: tuple[int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]] | None = (
             None
         )
+        # Bytes the last read's parts held as their sources read them (see Mapped).
+        self.held_bytes = 0
 
     def _weights_in_order(
         self,
@@ -200,8 +202,11 @@ class Mixture:
         n = samples.size
         groups = _by_source(source)
         parts = []
+        held = 0
         for (s, idx), part in zip(groups, self._read_sources(seed, local, groups), strict=True):
             part = checked_rows(self._who(s), part, idx.size)  # as a Loader checks a source
+            # What a Mapped source decoded before its fn (a crop) returned less.
+            held += max(nbytes(part), getattr(self.sources[s], "held_bytes", 0))
             # Asked after each read: a source may know its keys only once it has read.
             self._ragged.update(ragged_keys(part), getattr(self.sources[s], "ragged_keys", ()))
             self._check_layout(s, part)
@@ -212,6 +217,7 @@ class Mixture:
                 part = self.sources[0].read(source_seed(seed, 0), samples)
             out = {k: v[:0] for k, v in part.items()}
         out["source"] = source.astype(np.int32)
+        self.held_bytes = held
         return out
 
     def _who(self, s: int) -> str:
@@ -241,8 +247,12 @@ class Mixture:
 
         def one(s: int, idx: NDArray[np.intp]) -> Batch:
             sub = self.sources[s]
-            with source_lock(sub):
-                return sub.read(source_seed(seed, s), local[idx])
+            try:
+                with source_lock(sub):
+                    return sub.read(source_seed(seed, s), local[idx])
+            except Exception as exc:  # a Mapped source's fn names itself, not its place here
+                exc.add_note(f"while reading {self._who(s)}")
+                raise
 
         if len(groups) < 2 or not _SIDE_BY_SIDE:
             return [one(s, idx) for s, idx in groups]
@@ -256,8 +266,12 @@ class Mixture:
         known only once decoded) are checked at their first real read."""
         empty = np.empty(0, dtype=np.int64)
         for s, sub in enumerate(self.sources):
-            with source_lock(sub):
-                part = sub.read(source_seed(seed, s), empty)
+            try:
+                with source_lock(sub):
+                    part = sub.read(source_seed(seed, s), empty)
+            except Exception as exc:
+                exc.add_note(f"while reading {self._who(s)} (an empty read, for its layout)")
+                raise
             if set(part) - {"index"}:
                 self._check_layout(s, part)
 

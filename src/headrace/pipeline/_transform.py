@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 
-__all__ = ["Samples", "Transform", "apply_transform"]
+__all__ = ["Samples", "Transform", "apply_transform", "checked_rows", "transform_name"]
 
 # Mixed into every generator's seed, so a transform's random stream is not the
 # stream of any other use of (seed, sample) a user's code might make.
@@ -29,25 +29,33 @@ _TAG = 0x7472616E73666F72  # "transfor"
 
 
 class Samples:
-    """The rows a transform gets: their global sample numbers and random generators."""
+    """The rows a transform gets: their global sample numbers and random generators.
 
-    __slots__ = ("numbers", "seed")
+    ``stream`` tells apart transforms stacked on one sample (a
+    :class:`~headrace.pipeline.Mapped` source's, 1 and up, under the loader's, 0), so
+    that a crop's offsets and a flip's coin are not drawn from the same bits.
+    """
 
-    def __init__(self, seed: int, numbers: NDArray[np.int64]) -> None:
+    __slots__ = ("_key", "numbers", "seed")
+
+    def __init__(self, seed: int, numbers: NDArray[np.int64], stream: int = 0) -> None:
         self.seed = seed
         self.numbers = numbers
+        # Stream 0 keeps the key the loader's transform always had (its golden digests).
+        self._key = (_TAG,) if stream == 0 else (_TAG, stream)
 
     def __len__(self) -> int:
         return len(self.numbers)
 
     def rng(self, i: int) -> np.random.Generator:
         """Row ``i``'s generator: PCG64 seeded by ``(seed, sample number)``, fresh each call."""
-        return np.random.default_rng([self.seed, int(self.numbers[i]), _TAG])
+        return np.random.default_rng([self.seed, int(self.numbers[i]), *self._key])
 
     def rngs(self) -> Iterator[np.random.Generator]:
         """Every row's generator, in row order (~11 us each)."""
+        key = self._key
         for n in self.numbers.tolist():
-            yield np.random.default_rng([self.seed, n, _TAG])
+            yield np.random.default_rng([self.seed, n, *key])
 
     def __repr__(self) -> str:
         return f"Samples(seed={self.seed}, numbers={self.numbers!r})"
@@ -62,7 +70,7 @@ def apply_transform(
     """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays."""
     out = transform(arrays, Samples(seed, numbers))
     return checked_rows(
-        f"transform {_name(transform)}",
+        f"transform {transform_name(transform)}",
         out,
         len(numbers),
         "(the loader may pass several steps' rows at once)",
@@ -90,5 +98,5 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
     return checked
 
 
-def _name(fn: object) -> str:
+def transform_name(fn: object) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
