@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -151,7 +151,7 @@ def cache_name(options: Mapping[str, Any], url: str) -> str:
 class RemoteFile:
     """Range reads of one object, checked against its size and ETag when opened."""
 
-    __slots__ = ("_cache", "_expect", "_key", "_name", "_queue", "_store", "path")
+    __slots__ = ("_cache", "_expect", "_first", "_key", "_name", "_queue", "_store", "path")
 
     def __init__(
         self,
@@ -161,8 +161,10 @@ class RemoteFile:
         expect: ObjectInfo,
         queue: RequestQueue,
         cache: tuple[ObjectCache, str] | None = None,
+        first: Callable[[memoryview], None] | None = None,
     ) -> None:
         self.path = url
+        self._first = first
         self._store = store
         self._key = key
         self._expect = expect
@@ -172,10 +174,16 @@ class RemoteFile:
 
     def read_into(self, out: NDArray[Any], offset: int) -> Future[None]:
         """Start filling ``out`` (any C-contiguous array) with the bytes at ``offset``;
-        the future says when it is done."""
+        the future says when it is done (with ``first``, a read of the object's start
+        fails with the error ``first`` raises on those bytes)."""
         if not out.flags.c_contiguous:  # reshape would copy: the bytes would go nowhere
             raise ConfigError(f"read_into needs a C-contiguous buffer (got strides {out.strides})")
         out = out.reshape(-1).view(np.uint8)  # a view: sizes below are in bytes
+        if offset == 0 and self._first is not None and out.size:
+            return _checked(self._read(out, offset), self._first, out)
+        return self._read(out, offset)
+
+    def _read(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         cache, etag = self._cache, self._expect.etag
         if cache is None or not cache.cacheable(etag):
             return self._from_store(out, offset)
@@ -267,6 +275,12 @@ class ObjectFiles:
         base = url.rstrip("/")
         return [(f"{base}/{key}", info) for key, info in self._store_at(base).list_info()]
 
+    def listing_upto(self, url: str, limit: int) -> list[tuple[str, ObjectInfo]] | None:
+        """:meth:`listing`, or ``None`` (having stopped) once it passes ``limit`` objects."""
+        base = url.rstrip("/")
+        listed = self._store_at(base).list_info_upto("", limit)
+        return None if listed is None else [(f"{base}/{key}", info) for key, info in listed]
+
     # -- TokenFiles: what open_token_file needs --------------------------------------
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         first, info = self.read_start(path, length)
@@ -316,12 +330,22 @@ class ObjectFiles:
         return store.get_first(key, length)
 
     # -- block reads -------------------------------------------------------------------
-    def open(self, url: str, size: int, etag: str | None) -> RemoteFile:
+    def open(
+        self,
+        url: str,
+        size: int,
+        etag: str | None,
+        first: Callable[[memoryview], None] | None = None,
+    ) -> RemoteFile:
+        """Range reads of ``url`` as it was (``size``, ``etag``); ``first`` checks the
+        object's first bytes when a read starts there (see :meth:`RemoteFile.read_into`)."""
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
         cache = None if self.cache is None else (self.cache, cache_name(self._options, url))
-        return RemoteFile(store, key, url, ObjectInfo(size, etag), self._request_queue(), cache)
+        return RemoteFile(
+            store, key, url, ObjectInfo(size, etag), self._request_queue(), cache, first
+        )
 
     def _request_queue(self) -> RequestQueue:
         with self._lock:
@@ -349,6 +373,26 @@ class ObjectFiles:
             store.close()
         with self._lock:  # counted once closed: requests the close cancelled are settled
             self._before = _merge([s.stats for s in stores], queue, self._before)
+
+
+def _checked(
+    read: Future[None], first: Callable[[memoryview], None], out: NDArray[np.uint8]
+) -> Future[None]:
+    """``read``, failing with what ``first`` raises on the bytes it read into ``out``."""
+    done: Future[None] = Future()
+    done.set_running_or_notify_cancel()
+
+    def check(f: Future[None]) -> None:
+        try:
+            f.result()
+            first(out.data)
+        except BaseException as exc:  # the reader waits on ``done``: it must settle
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    read.add_done_callback(check)
+    return done
 
 
 def _merge(
