@@ -11,7 +11,8 @@ and only sidecars that exist are read. The NPY check moves to the shard's first
 read of its first bytes (:meth:`~headrace.formats._object_files.RemoteFile.read_into`).
 
 The rule for when not to list: a single shard (one GET, as before); a listing
-refused (403: a policy may grant GET but not LIST); and a directory far larger
+that fails (403: a policy may grant GET but not LIST; 405: plain HTTP servers
+list nothing; any other storage error) and a directory far larger
 than what was asked for. The listing stops, and the shards are opened one by
 one, once it passes three keys a shard (the shard and two sidecars) plus 1,000
 (a page of slack), so a directory holding other data costs at most that many
@@ -25,13 +26,16 @@ sidecar deleted after the listing is one at its read, naming it.
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Sequence
 
-from headrace.errors import ConfigError, ObjectNotFoundError, PermissionDeniedError
+from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._object_files import ObjectFiles, common_url_root
 from headrace.io import ObjectInfo
 
 __all__ = ["LIST_MIN_SHARDS", "ListedFiles", "list_shards"]
+
+log = logging.getLogger("headrace")
 
 # Fewer shards than this in a bucket are opened one by one (a listing saves nothing).
 LIST_MIN_SHARDS = 2
@@ -104,8 +108,11 @@ def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:
             continue  # not one bucket after all (file:// paths): open them one by one
         try:
             listed = files.listing_upto(root, KEYS_PER_SHARD * len(shards) + LIST_SLACK)
-        except PermissionDeniedError:
-            continue  # GET may be allowed where LIST is not
+        except StorageError as exc:
+            # A policy may grant GET but not LIST (403), plain HTTP lists nothing (405):
+            # the shards open one by one, as they did, and their own errors name them.
+            log.debug("headrace: listing %s/ failed (%s): opening its shards one by one", root, exc)
+            continue
         if listed is not None:
             roots[root] = dict(listed)
     return ListedFiles(files, roots)
