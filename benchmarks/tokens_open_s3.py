@@ -1,11 +1,12 @@
 """Opening a TokenSource over many small shards on S3: per-object requests vs one listing.
 
     PYTHONPATH=src python benchmarks/tokens_open_s3.py [--shards 300] [--latency-ms 30]
-        [--rounds 3] [--steps 20]
+        [--rounds 3] [--steps 20] [--bare]
 
 ``--shards`` raw uint16 shards (each with a ``.json`` sidecar, every fifth a Megatron
-``.bin``/``.idx`` pair instead) are uploaded to a moto server started for the run and
-reached through a :class:`~headrace.emulate.LatencyProxy` (``--latency-ms`` per request).
+``.bin``/``.idx`` pair instead; with ``--bare``, neither: the dtype is passed) are
+uploaded to a moto server started for the run and reached through a
+:class:`~headrace.emulate.LatencyProxy` (``--latency-ms`` per request).
 Two sides alternate (per-object, listing, per-object, listing, ...): ``per-object`` opens
 with the listing turned off (``_token_listing.LIST_MIN_SHARDS`` set past the shard count:
 a GET of each shard's head and one of each sidecar probe), ``listing`` as the source does
@@ -36,7 +37,7 @@ from headrace.testing import update_digest
 BUCKET = "headrace-bench"
 
 
-def _upload(s3: LocalS3, shards: int, root: Path) -> list[str]:
+def _upload(s3: LocalS3, shards: int, root: Path, bare: bool) -> list[str]:
     s3.create_bucket(BUCKET)
     client = s3.info.boto3_client()
     urls = []
@@ -47,7 +48,9 @@ def _upload(s3: LocalS3, shards: int, root: Path) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         tokens.tofile(path)
         keys = [name]
-        if i % 5 == 4:
+        if bare:
+            pass
+        elif i % 5 == 4:
             idx = path.with_suffix(".idx")
             write_megatron_index(idx, np.uint16, np.array([tokens.size]))
             keys.append(name[:-4] + ".idx")
@@ -63,7 +66,9 @@ def _upload(s3: LocalS3, shards: int, root: Path) -> list[str]:
 def _trial(urls: list[str], options: dict[str, Any], proxy: LatencyProxy, steps: int) -> dict:
     proxy.reset_stats()
     t0 = time.perf_counter()
-    src = TokenSource(urls, context=256, store_options=options, window_bytes=64 << 10)
+    src = TokenSource(
+        urls, dtype="uint16", context=256, store_options=options, window_bytes=64 << 10
+    )
     open_s = time.perf_counter() - t0
     seen = proxy.stats.requests
     counted = src.object_stats.requests if src.object_stats is not None else 0
@@ -80,10 +85,11 @@ def main() -> int:
     ap.add_argument("--latency-ms", type=float, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--bare", action="store_true", help="no sidecars or indexes")
     args = ap.parse_args()
     default_min = listing_mod.LIST_MIN_SHARDS
     with tempfile.TemporaryDirectory() as tmp, LocalS3() as s3:
-        urls = _upload(s3, args.shards, Path(tmp))
+        urls = _upload(s3, args.shards, Path(tmp), args.bare)
         with LatencyProxy(s3.endpoint, latency_ms=args.latency_ms) as proxy:
             options = {**s3.info.store_options(), "endpoint": proxy.endpoint}
             runs: dict[str, list[dict]] = {"per-object": [], "listing": []}
