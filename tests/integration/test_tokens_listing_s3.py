@@ -10,6 +10,7 @@ sidecars missing or deleted after the listing are named.
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import FormatError, ObjectNotFoundError
 from headrace.formats import TokenSource, write_megatron_index, write_token_sidecar
 from headrace.formats._object_files import ObjectFiles
+from headrace.formats._tokens import refuse_npy_tokens
 from headrace.pipeline import Loader
 from headrace.testing import update_digest
 
@@ -235,3 +237,37 @@ def test_an_npy_shard_opened_from_a_listing_is_refused_at_its_first_read(
     with pytest.raises(FormatError, match=rf"{urls[-1]}: an NPY file \(shape \(5000,\)"):
         _digest(src, 60)
     src.close()
+
+
+def test_a_listed_shard_gives_no_bytes_before_its_first_bytes_pass(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    # A read of a later block, with the first bytes not read yet, GETs them alongside:
+    # an NPY file fails every read (not only the one of its first block), a raw one
+    # costs that one GET of 128 bytes, once.
+    np.save(tmp_path / "arr.npy", np.arange(20_000, dtype=np.uint16))
+    raw = np.arange(20_000, dtype=np.uint16).tobytes()
+    client = s3.server.info.boto3_client()
+    client.put_object(
+        Bucket=BUCKET, Key="listing/first/arr.bin", Body=(tmp_path / "arr.npy").read_bytes()
+    )
+    client.put_object(Bucket=BUCKET, Key="listing/first/raw.bin", Body=raw)
+    base = f"s3://{BUCKET}/listing/first"
+    files = ObjectFiles(options(s3, proxy.endpoint))
+    try:
+        infos = dict(files.listing_upto(base, 10) or [])
+        npy, good = (
+            files.open(u, infos[u].size, infos[u].etag, partial(refuse_npy_tokens, u))
+            for u in (f"{base}/arr.bin", f"{base}/raw.bin")
+        )
+        out = np.empty(4096, np.uint8)
+        for offset in (8192, 0, 12288):
+            with pytest.raises(FormatError, match=rf"{base}/arr\.bin: an NPY file"):
+                npy.read_into(out, offset).result()
+        proxy.reset_stats()
+        for offset in (8192, 16384, 0):
+            good.read_into(out, offset).result()
+            assert bytes(out) == raw[offset : offset + 4096]
+        assert proxy.stats.requests == 3 + 1
+    finally:
+        files.close()

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
 
@@ -151,7 +152,17 @@ def cache_name(options: Mapping[str, Any], url: str) -> str:
 class RemoteFile:
     """Range reads of one object, checked against its size and ETag when opened."""
 
-    __slots__ = ("_cache", "_expect", "_first", "_key", "_name", "_queue", "_store", "path")
+    __slots__ = (
+        "_cache",
+        "_expect",
+        "_first",
+        "_head",
+        "_key",
+        "_name",
+        "_queue",
+        "_store",
+        "path",
+    )
 
     def __init__(
         self,
@@ -165,6 +176,7 @@ class RemoteFile:
     ) -> None:
         self.path = url
         self._first = first
+        self._head: Future[None] | None = None  # the check of ``first``, once started
         self._store = store
         self._key = key
         self._expect = expect
@@ -174,14 +186,48 @@ class RemoteFile:
 
     def read_into(self, out: NDArray[Any], offset: int) -> Future[None]:
         """Start filling ``out`` (any C-contiguous array) with the bytes at ``offset``;
-        the future says when it is done (with ``first``, a read of the object's start
-        fails with the error ``first`` raises on those bytes)."""
+        the future says when it is done. With ``first``, no read is done before the
+        object's first ``NPY_HEAD`` bytes pass it: the first read checks them (from its own
+        bytes when it starts there, else by a GET of them alongside), and every read
+        fails with the error ``first`` raised."""
         if not out.flags.c_contiguous:  # reshape would copy: the bytes would go nowhere
             raise ConfigError(f"read_into needs a C-contiguous buffer (got strides {out.strides})")
         out = out.reshape(-1).view(np.uint8)  # a view: sizes below are in bytes
-        if offset == 0 and self._first is not None and out.size:
-            return _checked(self._read(out, offset), self._first, out)
-        return self._read(out, offset)
+        read = self._read(out, offset)
+        if self._first is None:
+            return read
+        head = self._head
+        if head is None:
+            want = min(NPY_HEAD, self._expect.size)
+            if offset == 0 and out.size >= want:
+                head = self._head = self._check_head(read, out[:want])
+                return head
+            buf = np.empty(want, np.uint8)
+            head = self._head = self._check_head(self._read(buf, 0), buf)
+        return _after(read, head, self.path)
+
+    def _check_head(self, read: Future[None], head: NDArray[np.uint8]) -> Future[None]:
+        assert self._first is not None
+        first = self._first
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()
+
+        def check(f: Future[None]) -> None:
+            try:
+                f.result()
+            except BaseException as exc:
+                self._head = None  # the read failed, not the check: the next read tries again
+                done.set_exception(exc)
+                return
+            try:
+                first(head.data)
+            except BaseException as exc:  # kept: every later read fails with it
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        read.add_done_callback(check)
+        return done
 
     def _read(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         cache, etag = self._cache, self._expect.etag
@@ -375,23 +421,33 @@ class ObjectFiles:
             self._before = _merge([s.stats for s in stores], queue, self._before)
 
 
-def _checked(
-    read: Future[None], first: Callable[[memoryview], None], out: NDArray[np.uint8]
-) -> Future[None]:
-    """``read``, failing with what ``first`` raises on the bytes it read into ``out``."""
+def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
+    """``read``, done once ``head`` is too, failing with its error if it failed."""
+    if head.done() and head.exception() is None:
+        return read
     done: Future[None] = Future()
     done.set_running_or_notify_cancel()
+    left = [2]
+    lock = threading.Lock()
 
-    def check(f: Future[None]) -> None:
-        try:
-            f.result()
-            first(out.data)
-        except BaseException as exc:  # the reader waits on ``done``: it must settle
+    def settle(_: Future[None]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        # Both finished (the reader may reuse ``out`` now): the head's error comes first.
+        exc = head.exception()
+        if exc is None and read.cancelled():
+            exc = StorageError(errno.ECANCELED, f"{path}: the read was cancelled")
+        elif exc is None:
+            exc = read.exception()
+        if exc is not None:
             done.set_exception(exc)
         else:
             done.set_result(None)
 
-    read.add_done_callback(check)
+    read.add_done_callback(settle)
+    head.add_done_callback(settle)
     return done
 
 

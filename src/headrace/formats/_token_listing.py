@@ -8,7 +8,8 @@ and ETags, so when a source names at least ``LIST_MIN_SHARDS`` object URLs in
 one bucket, the shards' deepest common directory is listed once: a shard's size
 and ETag come from the listing, a sidecar the listing lacks costs no request,
 and only sidecars that exist are read. The NPY check moves to the shard's first
-read of its first bytes (:meth:`~headrace.formats._object_files.RemoteFile.read_into`).
+read, which gives out no bytes before the first ones pass it (one GET of them
+alongside, at first use: :meth:`~headrace.formats._object_files.RemoteFile.read_into`).
 
 The rule for when not to list: a single shard (one GET, as before); a listing
 that fails (403: a policy may grant GET but not LIST; 405: plain HTTP servers

@@ -67,8 +67,8 @@ class TokenFile:
     # A local file's (device, inode) when described: its size, index and sidecar are of
     # that file, so its reads must be too (None: a TokenFile made by hand, or an old one).
     identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
-    # Opened from a listing (no GET of its first bytes): a raw or nanoGPT file's first
-    # read checks that it is not an NPY file (see refuse_npy_tokens).
+    # Opened from a listing (no GET of its first bytes): a raw or nanoGPT file's reads
+    # give out no bytes before its first ones show it is not an NPY file (refuse_npy_tokens).
     check_head: bool = field(default=False, compare=False, repr=False)
 
     @property
