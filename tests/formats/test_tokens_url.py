@@ -183,6 +183,11 @@ def test_local_paths_and_urls_mix(tmp_path: Path) -> None:
     assert [f.remote for f in mixed.files] == [False, True]
     assert run(mixed) == want
     both = TokenSource([url(tmp_path / "a.bin"), url(tmp_path / "b.bin")], **kw)  # type: ignore[arg-type]
+    # Two URLs open from a listing of their directory: sizes and ETags from it, first
+    # bytes checked at the first read, in the source and in a worker's pickled copy.
+    assert [f.check_head for f in both.files] == [True, True]
+    assert both.files[1].etag == mixed.files[1].etag
+    assert run(pickle.loads(pickle.dumps(both))) == want
     assert run(both) == want
 
 

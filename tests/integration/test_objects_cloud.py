@@ -176,6 +176,18 @@ def test_token_source_gives_the_local_batches(cloud: Cloud, tmp_path: Path) -> N
     remote.close()
     with pytest.raises(ObjectNotFoundError, match=rf"{url[:-7]}nope\.bin: no such object"):
         TokenSource(url[:-7] + "nope.bin", store_options=opts, dtype="uint16", **kw)
+    # Two shards open from one listing: its sizes and ETags must be what reads see.
+    second = tmp_path / "two.bin"
+    second.write_bytes(path.read_bytes()[: 40_000 * 4])
+    cloud.put("tokens/raw/two.bin", second.read_bytes())
+    pair = TokenSource([url, url[:-7] + "two.bin"], store_options=opts, dtype="uint32", **kw)
+    assert all(f.check_head for f in pair.files)  # from the listing
+    assert [f.etag for f in pair.files[:1]] == [remote.files[0].etag]
+    assert batch_digest(Loader(pair, batch_size=16, seed=3, steps=steps)) == batch_digest(
+        Loader(
+            TokenSource([path, second], dtype="uint32", **kw), batch_size=16, seed=3, steps=steps
+        )
+    )
 
 
 def test_table_source_over_a_directory_gives_the_local_batches(
@@ -238,6 +250,15 @@ def test_http_store_reads_from_a_plain_http_server(fake_gcs: Any, tmp_path: Path
     remote = TokenSource(token_url, **kw)  # an http:// URL needs no allow_http
     assert remote.files[0].format == "nanogpt"
     assert digest(remote) == digest(TokenSource(path, **kw))
+    # Two shards would be opened from a listing, which plain HTTP refuses (405): they
+    # open one by one instead.
+    other = tmp_path / "val.bin"
+    np.random.default_rng(6).integers(0, 60_000, 40_001).astype(np.uint16).tofile(other)
+    fake_gcs.put("http/val.bin", other.read_bytes())
+    two = TokenSource([token_url, token_url[: -len("train.bin")] + "val.bin"], **kw)
+    assert [f.format for f in two.files] == ["nanogpt", "nanogpt"]
+    assert not any(f.check_head for f in two.files)  # their first bytes were read
+    assert digest(two) == digest(TokenSource([path, other], **kw))
 
 
 def test_https_with_a_self_signed_certificate(fake_gcs_tls: Any, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
 
@@ -151,7 +152,17 @@ def cache_name(options: Mapping[str, Any], url: str) -> str:
 class RemoteFile:
     """Range reads of one object, checked against its size and ETag when opened."""
 
-    __slots__ = ("_cache", "_expect", "_key", "_name", "_queue", "_store", "path")
+    __slots__ = (
+        "_cache",
+        "_expect",
+        "_first",
+        "_head",
+        "_key",
+        "_name",
+        "_queue",
+        "_store",
+        "path",
+    )
 
     def __init__(
         self,
@@ -161,8 +172,11 @@ class RemoteFile:
         expect: ObjectInfo,
         queue: RequestQueue,
         cache: tuple[ObjectCache, str] | None = None,
+        first: Callable[[memoryview], None] | None = None,
     ) -> None:
         self.path = url
+        self._first = first
+        self._head: Future[None] | None = None  # the check of ``first``, once started
         self._store = store
         self._key = key
         self._expect = expect
@@ -172,10 +186,50 @@ class RemoteFile:
 
     def read_into(self, out: NDArray[Any], offset: int) -> Future[None]:
         """Start filling ``out`` (any C-contiguous array) with the bytes at ``offset``;
-        the future says when it is done."""
+        the future says when it is done. With ``first``, no read is done before the
+        object's first ``NPY_HEAD`` bytes pass it: the first read checks them (from its own
+        bytes when it starts there, else by a GET of them alongside), and every read
+        fails with the error ``first`` raised."""
         if not out.flags.c_contiguous:  # reshape would copy: the bytes would go nowhere
             raise ConfigError(f"read_into needs a C-contiguous buffer (got strides {out.strides})")
         out = out.reshape(-1).view(np.uint8)  # a view: sizes below are in bytes
+        read = self._read(out, offset)
+        if self._first is None:
+            return read
+        head = self._head
+        if head is None:
+            want = min(NPY_HEAD, self._expect.size)
+            if offset == 0 and out.size >= want:
+                head = self._head = self._check_head(read, out[:want])
+                return head
+            buf = np.empty(want, np.uint8)
+            head = self._head = self._check_head(self._read(buf, 0), buf)
+        return _after(read, head, self.path)
+
+    def _check_head(self, read: Future[None], head: NDArray[np.uint8]) -> Future[None]:
+        assert self._first is not None
+        first = self._first
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()
+
+        def check(f: Future[None]) -> None:
+            try:
+                f.result()
+            except BaseException as exc:
+                self._head = None  # the read failed, not the check: the next read tries again
+                done.set_exception(exc)
+                return
+            try:
+                first(head.data)
+            except BaseException as exc:  # kept: every later read fails with it
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        read.add_done_callback(check)
+        return done
+
+    def _read(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         cache, etag = self._cache, self._expect.etag
         if cache is None or not cache.cacheable(etag):
             return self._from_store(out, offset)
@@ -267,6 +321,12 @@ class ObjectFiles:
         base = url.rstrip("/")
         return [(f"{base}/{key}", info) for key, info in self._store_at(base).list_info()]
 
+    def listing_upto(self, url: str, limit: int) -> list[tuple[str, ObjectInfo]] | None:
+        """:meth:`listing`, or ``None`` (having stopped) once it passes ``limit`` objects."""
+        base = url.rstrip("/")
+        listed = self._store_at(base).list_info_upto("", limit)
+        return None if listed is None else [(f"{base}/{key}", info) for key, info in listed]
+
     # -- TokenFiles: what open_token_file needs --------------------------------------
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         first, info = self.read_start(path, length)
@@ -316,12 +376,22 @@ class ObjectFiles:
         return store.get_first(key, length)
 
     # -- block reads -------------------------------------------------------------------
-    def open(self, url: str, size: int, etag: str | None) -> RemoteFile:
+    def open(
+        self,
+        url: str,
+        size: int,
+        etag: str | None,
+        first: Callable[[memoryview], None] | None = None,
+    ) -> RemoteFile:
+        """Range reads of ``url`` as it was (``size``, ``etag``); ``first`` checks the
+        object's first bytes when a read starts there (see :meth:`RemoteFile.read_into`)."""
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
         cache = None if self.cache is None else (self.cache, cache_name(self._options, url))
-        return RemoteFile(store, key, url, ObjectInfo(size, etag), self._request_queue(), cache)
+        return RemoteFile(
+            store, key, url, ObjectInfo(size, etag), self._request_queue(), cache, first
+        )
 
     def _request_queue(self) -> RequestQueue:
         with self._lock:
@@ -349,6 +419,36 @@ class ObjectFiles:
             store.close()
         with self._lock:  # counted once closed: requests the close cancelled are settled
             self._before = _merge([s.stats for s in stores], queue, self._before)
+
+
+def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
+    """``read``, done once ``head`` is too, failing with its error if it failed."""
+    if head.done() and head.exception() is None:
+        return read
+    done: Future[None] = Future()
+    done.set_running_or_notify_cancel()
+    left = [2]
+    lock = threading.Lock()
+
+    def settle(_: Future[None]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        # Both finished (the reader may reuse ``out`` now): the head's error comes first.
+        exc = head.exception()
+        if exc is None and read.cancelled():
+            exc = StorageError(errno.ECANCELED, f"{path}: the read was cancelled")
+        elif exc is None:
+            exc = read.exception()
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    read.add_done_callback(settle)
+    head.add_done_callback(settle)
+    return done
 
 
 def _merge(

@@ -22,7 +22,13 @@ from numpy.typing import DTypeLike
 from headrace.errors import ConfigError, DataError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import ObjectFiles
-from headrace.formats._tokens import TokenFile, TokenFormat, describe_token_file, open_token_file
+from headrace.formats._token_listing import list_shards
+from headrace.formats._tokens import (
+    TokenFile,
+    TokenFormat,
+    describe_token_file,
+    open_token_file,
+)
 
 __all__ = ["check_files", "check_positions", "describe_files"]
 
@@ -36,8 +42,10 @@ def describe_files(
     """Open (check) each file; object URLs in parallel: each costs a few round trips.
     ``remote()`` gives the stores that open object URLs."""
 
-    urls = sum(is_object_url(f) for f in files if not isinstance(f, TokenFile))
-    stores = remote() if urls else None  # made here, not raced for by the threads
+    named = [str(f) for f in files if not isinstance(f, TokenFile) and is_object_url(f)]
+    urls = len(named)
+    # Made here, not raced for by the threads; shards sharing a bucket are listed first.
+    stores = list_shards(remote(), named) if urls else None
 
     def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
         if isinstance(f, TokenFile):

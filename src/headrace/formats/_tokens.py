@@ -27,6 +27,7 @@ __all__ = [
     "TokenFiles",
     "describe_token_file",
     "open_token_file",
+    "refuse_npy_tokens",
     "write_token_sidecar",
 ]
 
@@ -66,6 +67,9 @@ class TokenFile:
     # A local file's (device, inode) when described: its size, index and sidecar are of
     # that file, so its reads must be too (None: a TokenFile made by hand, or an old one).
     identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    # Opened from a listing (no GET of its first bytes): a raw or nanoGPT file's reads
+    # give out no bytes before its first ones show it is not an NPY file (refuse_npy_tokens).
+    check_head: bool = field(default=False, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -107,9 +111,11 @@ class TokenFile:
 class TokenFiles(Protocol):
     """How :func:`open_token_file` reaches a token file and its sidecar or index."""
 
-    def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
+    def head(self, path: str, length: int) -> tuple[memoryview | None, int, str | None]:
         """The first ``length`` bytes (fewer when shorter), the size and the entity tag:
-        one read (one GET on object storage, where a HEAD was); raises if it is missing."""
+        one read (one GET on object storage, where a HEAD was); raises if it is missing.
+        ``None`` for the bytes: the size and tag came from a listing and the bytes were not
+        read (they are checked at the file's first read instead)."""
         ...
 
     def read(self, path: str) -> bytes | None:
@@ -262,22 +268,8 @@ def describe_token_file(
             raise ConfigError(f"{p}: dtype {dt} given but the sidecar says {side_dt}")
     else:
         raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
-    if format != "megatron":
-
-        def at(offset: int, length: int) -> memoryview:
-            return (
-                head[offset : offset + length]
-                if offset + length <= len(head)
-                else files.head(p, offset + length)[0][offset:]
-            )
-
-        refuse_npy_as_raw(
-            at,
-            p,
-            "tokens",
-            "Write the tokens raw (np.asarray(tokens, dtype=np.uint16).tofile(path)), or "
-            "copy them out: np.load(path, mmap_mode='r').tofile(path_of_raw_file)",
-        )
+    if format != "megatron" and head is not None:
+        refuse_npy_tokens(p, head, files)
     if tokens is not None and size != tokens * dt.itemsize:
         raise DataError(
             f"{p}: {'truncated: ' if size < tokens * dt.itemsize else ''}the sidecar {side} "
@@ -288,4 +280,32 @@ def describe_token_file(
             f"{p}: file size {size} is not a multiple of the {dt} item size {dt.itemsize}: "
             f"wrong dtype or a truncated file"
         )
-    return TokenFile(p, dt, size // dt.itemsize, format, index, etag)
+    return TokenFile(
+        p,
+        dt,
+        size // dt.itemsize,
+        format,
+        index,
+        etag,
+        check_head=head is None and format != "megatron",
+    )
+
+
+def refuse_npy_tokens(p: str, head: memoryview, files: TokenFiles | None = None) -> None:
+    """Refuse an NPY file ``p`` opened as raw tokens, from its first bytes ``head``; a longer
+    header than ``head`` holds is read through ``files`` (without them, it passes)."""
+
+    def at(offset: int, length: int) -> memoryview:
+        if offset + length <= len(head) or files is None:
+            return head[offset : offset + length]
+        more = files.head(p, offset + length)[0]
+        assert more is not None  # asked of the file itself, not of a listing
+        return more[offset:]
+
+    refuse_npy_as_raw(
+        at,
+        p,
+        "tokens",
+        "Write the tokens raw (np.asarray(tokens, dtype=np.uint16).tofile(path)), or "
+        "copy them out: np.load(path, mmap_mode='r').tofile(path_of_raw_file)",
+    )

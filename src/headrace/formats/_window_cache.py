@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from headrace.formats._object_files import ObjectFiles, RemoteFile
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._token_budget import token_files
 from headrace.formats._token_window import TokenStats, TokenWindow
-from headrace.formats._tokens import TokenFile
+from headrace.formats._tokens import TokenFile, refuse_npy_tokens
 from headrace.io import PAGE, LocalFile, page_aligned_empty
 from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.io._open_files import check_same_file
@@ -126,7 +127,8 @@ class WindowCache:
                 ]
                 f = RemoteSegments(tf.path, handles, tf.segments)
             elif tf.remote:
-                f = self._remote().open(tf.path, tf.nbytes, tf.etag)
+                first = partial(refuse_npy_tokens, tf.path) if tf.check_head else None
+                f = self._remote().open(tf.path, tf.nbytes, tf.etag, first)
             elif tf.segments is not None:
                 f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:

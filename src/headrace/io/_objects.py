@@ -507,6 +507,23 @@ class ObjectStore(Closing):
 
         return self._tries.run(self.where(prefix), once, lambda _: 0)
 
+    def list_info_upto(self, prefix: str, limit: int) -> list[tuple[str, ObjectInfo]] | None:
+        """:meth:`list_info`, or ``None`` once the listing passes ``limit`` keys: it stops
+        there, so a prefix far larger than the caller wants costs about ``limit / 1000``
+        pages (requests of 1,000 keys each), not all of them."""
+        store = self._live()
+
+        def once() -> list[tuple[str, ObjectInfo]] | None:
+            out: list[tuple[str, ObjectInfo]] = []
+            # Pages are fetched as the stream is iterated: leaving it stops the listing.
+            for chunk in obs.list(store, prefix or None, chunk_size=1000):
+                out.extend((m["path"], info_of(m)) for m in chunk)
+                if len(out) > limit:
+                    return None
+            return sorted(out)
+
+        return self._tries.run(self.where(prefix), once, lambda _: 0)
+
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
         return [(key, info.size) for key, info in self.list_info(prefix)]

@@ -1,0 +1,119 @@
+"""Opening many token shards on object storage from one listing, not three requests each.
+
+Opened one by one, a shard costs a GET of its first bytes (size, ETag, and the
+check that it is not an NPY file) and a GET probing each sidecar it may have
+(``.idx``, then ``.json``): 1,000 shards at 50 ms a request, 16 at a time, are
+~10 s before the first batch. A LIST returns 1,000 keys a page with their sizes
+and ETags, so when a source names at least ``LIST_MIN_SHARDS`` object URLs in
+one bucket, the shards' deepest common directory is listed once: a shard's size
+and ETag come from the listing, a sidecar the listing lacks costs no request,
+and only sidecars that exist are read. The NPY check moves to the shard's first
+read, which gives out no bytes before the first ones pass it (one GET of them
+alongside, at first use: :meth:`~headrace.formats._object_files.RemoteFile.read_into`).
+
+The rule for when not to list: a single shard (one GET, as before); a listing
+that fails (403: a policy may grant GET but not LIST; 405: plain HTTP servers
+list nothing; any other storage error) and a directory far larger
+than what was asked for. The listing stops, and the shards are opened one by
+one, once it passes three keys a shard (the shard and two sidecars) plus 1,000
+(a page of slack), so a directory holding other data costs at most that many
+keys' worth of pages (about ``3 N / 1000 + 1``) before the fallback. Keys
+listed under the directory are taken as complete (S3, GCS and Azure lists are
+strongly consistent): a shard that is not in it is an
+:class:`~headrace.errors.ObjectNotFoundError` with no request, and a shard or
+sidecar deleted after the listing is one at its read, naming it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Sequence
+
+from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.formats._object_files import ObjectFiles, common_url_root
+from headrace.io import ObjectInfo
+
+__all__ = ["LIST_MIN_SHARDS", "ListedFiles", "list_shards"]
+
+log = logging.getLogger("headrace")
+
+# Fewer shards than this in a bucket are opened one by one (a listing saves nothing).
+LIST_MIN_SHARDS = 2
+# Keys a shard may bring to its directory's listing: itself, an .idx and a .json.
+KEYS_PER_SHARD = 3
+# Keys past those the listing may see before it gives up: one page of slack.
+LIST_SLACK = 1000
+
+
+class ListedFiles:
+    """:class:`~headrace.formats._tokens.TokenFiles` answered from listings where a shard's
+    directory was listed, else by ``files`` (a GET each)."""
+
+    def __init__(self, files: ObjectFiles, roots: dict[str, dict[str, ObjectInfo]]) -> None:
+        self._files = files
+        self._roots = roots  # listed directory -> {url: info} of every object under it
+
+    def _listed(self, path: str) -> tuple[str, dict[str, ObjectInfo]] | None:
+        for root, infos in self._roots.items():
+            if path.startswith(root + "/"):
+                return root, infos
+        return None
+
+    def head(self, path: str, length: int) -> tuple[memoryview | None, int, str | None]:
+        listed = self._listed(path)
+        if listed is None:
+            return self._files.head(path, length)
+        root, infos = listed
+        info = infos.get(path)
+        if info is None:
+            raise ObjectNotFoundError(
+                errno.ENOENT,
+                f"{path}: no such object (not among the {len(infos)} listed under {root}/)",
+            )
+        return None, info.size, info.etag
+
+    def read(self, path: str) -> bytes | None:
+        listed = self._listed(path)
+        if listed is None:
+            return self._files.read(path)
+        root, infos = listed
+        if path not in infos:
+            return None  # the listing says there is none: no request
+        raw = self._files.read(path)
+        if raw is None:
+            raise ObjectNotFoundError(
+                errno.ENOENT,
+                f"{path}: listed under {root}/ but gone when read (deleted since?); "
+                "reopen the source once the dataset is complete",
+            )
+        return raw
+
+
+def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:
+    """:class:`ListedFiles` for opening the object ``urls``: each bucket's shards (when at
+    least ``LIST_MIN_SHARDS``) from one listing of their common directory (see the module
+    doc for when it is not listed)."""
+    buckets: dict[str, list[str]] = {}
+    for url in urls:
+        scheme, _, rest = url.partition("://")
+        buckets.setdefault(f"{scheme}://{rest.split('/', 1)[0]}", []).append(url)
+    roots: dict[str, dict[str, ObjectInfo]] = {}
+    for group in buckets.values():
+        shards = sorted(set(group))
+        if len(shards) < LIST_MIN_SHARDS:
+            continue
+        try:
+            root = common_url_root(shards, "token files")
+        except ConfigError:
+            continue  # not one bucket after all (file:// paths): open them one by one
+        try:
+            listed = files.listing_upto(root, KEYS_PER_SHARD * len(shards) + LIST_SLACK)
+        except StorageError as exc:
+            # A policy may grant GET but not LIST (403), plain HTTP lists nothing (405):
+            # the shards open one by one, as they did, and their own errors name them.
+            log.debug("headrace: listing %s/ failed (%s): opening its shards one by one", root, exc)
+            continue
+        if listed is not None:
+            roots[root] = dict(listed)
+    return ListedFiles(files, roots)
