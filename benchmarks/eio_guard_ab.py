@@ -24,18 +24,15 @@ warm-up; the Arrow figure includes opening the table (B walks its headers with
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _trees_ab import tree_parser, tree_runs
 
 ROWS, WIDTH, BATCH = 16_384, 1025, 32
 
@@ -109,15 +106,10 @@ def _child(root: Path, reads: int, warm: int) -> dict[str, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--a", required=True, help="source tree A (the folder holding headrace/)")
-    ap.add_argument("--b", required=True, help="source tree B")
-    ap.add_argument("--rounds", type=int, default=6)
+    ap = tree_parser(__doc__)
     ap.add_argument("--reads", type=int, default=600)
-    ap.add_argument("--root", default=None, help="data folder (default: a temporary one)")
     ap.add_argument("--latency-ms", type=float, default=0.0, help="read through slowfs")
     ap.add_argument("--verbose", action="store_true", help="print every run")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(Path(args.child), args.reads, args.latency_ms)))
@@ -126,17 +118,11 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     make_data(root)
     runs: dict[str, list[dict[str, dict[str, object]]]] = {"A": [], "B": []}
-    for i in range(args.rounds):
-        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            tree = os.path.abspath(args.a if side == "A" else args.b)
-            env = dict(os.environ, PYTHONPATH=tree)
-            cmd = [sys.executable, __file__, "--a", args.a, "--b", args.b, "--child", str(root)]
-            cmd += ["--reads", str(args.reads), "--latency-ms", str(args.latency_ms)]
-            res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[side].append(json.loads(res.stdout.strip().splitlines()[-1]))
-            if args.verbose:
-                got = runs[side][-1]
-                print(side, " ".join(f"{float(v['us_per_batch']):8.1f}" for v in got.values()))
+    child_args = [str(root), "--reads", str(args.reads), "--latency-ms", str(args.latency_ms)]
+    for side, got in tree_runs(__file__, args, child_args):
+        runs[side].append(got)
+        if args.verbose:
+            print(side, " ".join(f"{float(v['us_per_batch']):8.1f}" for v in got.values()))
     where = f"slowfs {args.latency_ms:g} ms" if args.latency_ms > 0 else "page-cached local"
     print(
         f"{args.rounds} rounds x {args.reads} batches of {BATCH} rows ({where}), "

@@ -19,18 +19,15 @@ shape and bytes (which must agree).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _trees_ab import tree_parser, tree_runs
 
 N, BATCH = 256, 16
 STEPS = {"jpeg": 48, "npy": 96}
@@ -87,12 +84,7 @@ def child(root: Path) -> dict[str, dict[str, object]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--a", required=True, help="source tree A (the folder holding headrace/)")
-    ap.add_argument("--b", required=True, help="source tree B")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--root", default=None, help="data folder (default: a temporary one)")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap = tree_parser(__doc__)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(Path(args.child))))
@@ -101,15 +93,9 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     make_data(root)
     runs: dict[str, list[dict[str, dict[str, object]]]] = {"A": [], "B": []}
-    for i in range(args.rounds):
-        for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            tree = os.path.abspath(args.a if side == "A" else args.b)
-            env = dict(os.environ, PYTHONPATH=tree)
-            cmd = [sys.executable, __file__, "--a", args.a, "--b", args.b, "--child", str(root)]
-            res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[side].append(json.loads(res.stdout.strip().splitlines()[-1]))
-            got = runs[side][-1]
-            print(side, " ".join(f"{k} {float(v['batches_s']):6.1f}/s" for k, v in got.items()))
+    for side, got in tree_runs(__file__, args, [str(root)]):
+        runs[side].append(got)
+        print(side, " ".join(f"{k} {float(v['batches_s']):6.1f}/s" for k, v in got.items()))
     for kind in STEPS:
         med = {
             side: {
