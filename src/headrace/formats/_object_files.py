@@ -423,7 +423,7 @@ class ObjectFiles:
 
 def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
     """``read``, done once ``head`` is too, failing with its error if it failed."""
-    if head.done() and head.exception() is None:
+    if head.done() and _failure(head, path) is None:
         return read
     done: Future[None] = Future()
     done.set_running_or_notify_cancel()
@@ -436,11 +436,7 @@ def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
             if left[0]:
                 return
         # Both finished (the reader may reuse ``out`` now): the head's error comes first.
-        exc = head.exception()
-        if exc is None and read.cancelled():
-            exc = StorageError(errno.ECANCELED, f"{path}: the read was cancelled")
-        elif exc is None:
-            exc = read.exception()
+        exc = _failure(head, path) or _failure(read, path)
         if exc is not None:
             done.set_exception(exc)
         else:
@@ -449,6 +445,15 @@ def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
     read.add_done_callback(settle)
     head.add_done_callback(settle)
     return done
+
+
+def _failure(f: Future[None], path: str) -> BaseException | None:
+    """A finished request's error; a cancelled one's too (asking a cancelled future
+    for its exception raises, which in a done-callback would leave ``_after``'s
+    future unsettled, and its reader waiting for ever)."""
+    if f.cancelled():
+        return StorageError(errno.ECANCELED, f"{path}: the read was cancelled")
+    return f.exception()
 
 
 def _merge(
