@@ -159,6 +159,23 @@ class Growing:
         return out
 
 
+class ForeignOrder:
+    """Big-endian rows that widen fast (later chunks outgrow the ring's slots and are
+    pickled) beside a little-endian field and samples of several shapes, big-endian."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"kind": "foreign-order-test"}
+
+    def read(self, seed: int, samples: Any) -> dict[str, Any]:
+        s = np.asarray(samples, dtype=np.int64)
+        width = 1 + 8 * (int(s.max(initial=0)) // BATCH)
+        v = np.repeat(s[:, None] * 10 + seed, width, axis=1).astype(">i4")
+        r = np.empty(len(s), dtype=object)
+        for i, n in enumerate(s.tolist()):
+            r[i] = np.full(1 + n % 3 + width, n / 4, dtype=">f8")
+        return {"v": v, "w": v.astype("<u2"), "r": r}
+
+
 def box_centres(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
     """Each image's box centres ``(n, 2)``, as an ``object`` array of per-sample arrays
     and no ``centre_shape`` (what a user's transform builds with a list of arrays)."""

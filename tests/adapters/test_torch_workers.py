@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from _adapter_data import (  # noqa: E402
     BATCH,
     Faulty,
+    ForeignOrder,
     Growing,
     Ragged,
     Unreopenable,
@@ -319,6 +320,26 @@ def test_chunks_that_outgrow_the_slot_or_hold_objects_are_pickled(objects: bool)
         assert len(wb.shm_names) == 1  # slots sized from the first chunk (1 column) ...
         assert 1 <= wb.pickled_chunks < 5  # ... which the wider later ones outgrow
     assert all(b["v"].flags.writeable for b in got)
+
+
+def test_byte_order_is_kept_alike_in_slots_and_pickled_chunks() -> None:
+    # Checked 2026-12-02 (NumPy 2.4): a big-endian chunk that outgrows its slot and is
+    # pickled keeps its dtype, as one in a slot does: every batch's dtypes are the bare
+    # loader's, whichever way its chunk crossed.
+    def dtypes(b: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: sorted({e.dtype.str for e in v}) if v.dtype == object else v.dtype.str
+            for k, v in b.items()
+        }
+
+    with Loader(ForeignOrder(), batch_size=BATCH, seed=5, steps=STEPS, prefetch=0) as ld:
+        want = list(ld)
+    wb = ring(ForeignOrder(), workers=1)
+    got = list(wb)
+    assert 1 <= wb.pickled_chunks < 5 and len(wb.shm_names) == 1  # both paths taken
+    assert [dtypes(b) for b in got] == [dtypes(b) for b in want]
+    assert dtypes(got[-1]) == {"v": ">i4", "w": "<u2", "r": [">f8"]}
+    assert batch_digest(got) == batch_digest(want)
 
 
 def test_held_batches_stay_valid_and_slots_come_back(root: Path, reference: list[str]) -> None:

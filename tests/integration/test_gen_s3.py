@@ -9,6 +9,7 @@ truncated object is written again, and failures name the URL and exit 2.
 from __future__ import annotations
 
 import hashlib
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,10 @@ def test_failures_name_the_url_and_exit_2(
     monkeypatch.setattr(
         RetryPolicy, "delay_s", lambda self, retry, rng: real_delay(self, retry, rng) / 100
     )
+    # And half a second of retrying refused connections, not the default 10 s.
+    defaults = RetryPolicy.__init__.__kwdefaults__
+    assert defaults is not None and defaults["connect_retry_s"] == 10.0
+    monkeypatch.setitem(defaults, "connect_retry_s", 0.5)
     wl = toml(tmp_path, "jpeg")
     stage = ["--staging", str(tmp_path / "stage")]
     url = f"s3://{BUCKET}/gen-fail"
@@ -214,7 +219,12 @@ def test_failures_name_the_url_and_exit_2(
     assert gen(wl, url, "--endpoint", f"http://127.0.0.1:{closed_port()}", *stage) == 2
     err = capsys.readouterr().err
     assert f"headrace gen: {url}/" in err and "connection failed" in err
-    assert "gave up after 5 attempts" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    assert re.search(
+        r"gave up after \d+ attempts in 0\.[3-5] s: connection failures are retried for up to "
+        r"connect_retry_s=0\.5 s\)",
+        err,
+    ), err
 
     assert gen(wl, "s3://no-such-bucket-here/x", "--endpoint", up["endpoint"], *stage) == 2
     err = capsys.readouterr().err

@@ -331,12 +331,20 @@ def test_read_past_end(open_store: StoreFactory) -> None:
 
 
 def test_unreachable_endpoint_gives_up(s3: S3Fixture, open_store: StoreFactory) -> None:
-    # A port nobody listens on: connection refused, retried, then reported.
+    # A port nobody listens on: connection refused, retried for connect_retry_s, then reported.
     with LatencyProxy(s3.server.endpoint) as gone:
         endpoint = gone.endpoint
-    store = open_store(endpoint, retry=RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=1.0))
-    with pytest.raises(TransientStorageError, match=rf"{URL}/big\.bin.*2 attempts"):
+    policy = RetryPolicy(
+        attempts=2, base_delay_s=0.01, max_delay_s=0.1, timeout_s=1.0, connect_retry_s=0.5
+    )
+    store = open_store(endpoint, retry=policy)
+    with pytest.raises(
+        TransientStorageError,
+        match=rf"{URL}/big\.bin: connection failed .*gave up after \d+ attempts in 0\.[3-5] s: "
+        r"connection failures are retried for up to connect_retry_s=0\.5 s\)$",
+    ):
         store.get("big.bin")
+    assert store.stats.attempts > 2
 
 
 def test_consistently_short_body_is_detected(open_store: StoreFactory, proxy: LatencyProxy) -> None:

@@ -263,7 +263,7 @@ def test_azure_use_emulator_dials_the_endpoint_given() -> None:
         "az://box/pre",
         endpoint=f"http://127.0.0.1:{port}",
         config={"use_emulator": True},
-        retry=RetryPolicy(attempts=1, timeout_s=5),
+        retry=RetryPolicy(attempts=1, timeout_s=5, connect_retry_s=0),
     )
     with store, pytest.raises(TransientStorageError) as info:
         store.get("k")

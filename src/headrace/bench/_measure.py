@@ -9,11 +9,14 @@ the variant opened) and file pages the variant maps and touches.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import os
 import sys
 import time
-from typing import Any
+import traceback
+from typing import Any, NoReturn
 
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import cpu_seconds, peak_rss_bytes
@@ -140,7 +143,29 @@ def _loader_stages(kind: Kind) -> dict[str, float] | None:
 
 # Not ``python -m headrace.bench._measure``: the package imports this module first,
 # so runpy ran it twice and warned on stderr, the text a dying variant's error shows.
-CHILD = ("-c", "import sys; from headrace.bench._measure import _main; sys.exit(_main())")
+CHILD = ("-c", "from headrace.bench._measure import _child; _child()")
+
+
+def _child() -> NoReturn:
+    """Run :func:`_main` and leave without finalizing the interpreter.
+
+    Python before 3.14 ends a thread that asks for the GIL during finalization
+    with ``pthread_exit()``, which aborts the process on a Rust thread: an
+    obstore (tokio) thread completing a request's future as the interpreter
+    finalized took a variant down with SIGABRT (exit -6) after it had printed its
+    result (caught in a core dump, 1 run in 8 on a loaded machine). So the exit
+    handlers run here, while every thread may still take the GIL, and the process
+    ends with ``os._exit``: what finalization would free, the kernel frees.
+    """
+    try:
+        code = _main()
+    except BaseException:  # a bug: its traceback, as an uncaught exception would print
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _main() -> int:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from headrace.errors import TransientStorageError
 from headrace.io._object_stats import ObjectStats
-from headrace.io._retry import RetryPolicy, classify, is_throttle
+from headrace.io._retry import RetryPolicy, classify, is_connection_failure, is_throttle
 from headrace.io._throttle import InFlightLimit
 
 log = logging.getLogger("headrace")
@@ -91,44 +91,79 @@ class Tries:
     # -- retry loops (sync and async share _failed, classify() and the policy) -------------
 
     def _failed(
-        self, exc: Exception, where: str, t0: float, ticket: int, tries: tuple[int, int]
-    ) -> tuple[float, tuple[int, int]]:
+        self, exc: Exception, where: str, t0: float, ticket: int, tries: tuple[int, int, float]
+    ) -> tuple[float, tuple[int, int, float]]:
         """Count a failed try; raise the final error, or return the delay before the next.
 
-        ``tries`` is ``(attempt, throttles)``, returned updated for the next try.
+        ``tries`` is ``(attempt, throttles, started)``, returned updated for the
+        next try; ``started`` is the ``perf_counter()`` of the request's first try.
         With ``adapt_in_flight``, a throttle is the store's flow control, not a
         failure: it does not use an attempt (the limit on tries in flight probes
         the store's capacity by now and then exceeding it), up to
-        ``4 * attempts`` throttles per request. Every retry backs off
-        exponentially in all the tries made so far.
+        ``4 * attempts`` throttles per request. A refused or reset connection
+        is retried past ``attempts`` while the next try would start within
+        ``connect_retry_s`` of the first. Every retry backs off exponentially
+        in all the tries made so far.
         """
-        attempt, throttles = tries
+        attempt, throttles, started = tries
+        policy = self.policy
         throttled = is_throttle(exc)
         self._limit.release(ticket, throttled=throttled)
         err, transient = classify(exc, where)
-        free = throttled and self.policy.adapt_in_flight and throttles < 4 * self.policy.attempts
+        free = throttled and policy.adapt_in_flight and throttles < 4 * policy.attempts
+        delay = policy.delay_s(attempt + throttles, self._rng)
+        now = time.perf_counter()
+        spent = now - started
+        by_time = (
+            transient
+            and not throttled
+            and attempt >= policy.attempts
+            and policy.connect_retry_s > 0
+            and is_connection_failure(exc)
+        )
         # A closed store tries no more: a read its owner gave up on (close() under a
         # stalled GET) ends with this try instead of waiting out the retries.
-        again = transient and not self.closed and (free or attempt < self.policy.attempts)
+        again = (
+            transient
+            and not self.closed
+            and (
+                free
+                or attempt < policy.attempts
+                or (by_time and spent + delay <= policy.connect_retry_s)
+            )
+        )
         self._end(t0, None, retry=again)
         if again:
-            delay = self.policy.delay_s(attempt + throttles, self._rng)
             if not throttled:
                 # Said as it happens: a stalled GET takes a timeout per try, and five
                 # of them (151 s with the default policy) passed without a word.
+                of = (
+                    f"{attempt} ({spent:.1f} s of connect_retry_s={policy.connect_retry_s:g} s)"
+                    if by_time
+                    else f"{attempt} of {policy.attempts}"
+                )
                 log.warning(
-                    "headrace: %s; try %d of %d failed after %.1f s, trying again in %.1f s",
+                    "headrace: %s; try %s failed after %.1f s, trying again in %.1f s",
                     err,
-                    attempt,
-                    self.policy.attempts,
-                    time.perf_counter() - t0,
+                    of,
+                    now - t0,
                     delay,
                 )
-            return delay, ((attempt, throttles + 1) if free else (attempt + 1, throttles))
+            return delay, (
+                (attempt, throttles + 1, started) if free else (attempt + 1, throttles, started)
+            )
         if transient:
             also = f", {throttles} throttled tries" if throttles else ""
-            why = "the store was closed" if self.closed else f"gave up after {attempt} attempts"
-            err = TransientStorageError(f"{err} ({why}{also})")
+            if self.closed:
+                why = f"the store was closed{also}"
+            else:
+                why = f"gave up after {attempt} attempts{also} in {spent:.1f} s"
+                if by_time:
+                    why += (
+                        ": connection failures are retried for up to "
+                        f"connect_retry_s={policy.connect_retry_s:g} s"
+                    )
+            err = TransientStorageError(f"{err} ({why})")
         raise err from exc
 
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
@@ -137,7 +172,7 @@ class Tries:
         self._end(t0, nbytes, retry=False)
 
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        tries = (1, 0)
+        tries = (1, 0, time.perf_counter())
         while True:
             ticket = self._limit.acquire_blocking()
             t0 = self._begin()
@@ -156,7 +191,7 @@ class Tries:
     async def arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
-        tries = (1, 0)
+        tries = (1, 0, time.perf_counter())
         while True:
             ticket = await self._limit.acquire()
             t0 = self._begin()

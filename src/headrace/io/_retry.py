@@ -23,7 +23,7 @@ from headrace.errors import (
     TransientStorageError,
 )
 
-__all__ = ["RetryPolicy", "classify", "is_throttle", "summarize"]
+__all__ = ["RetryPolicy", "classify", "is_connection_failure", "is_throttle", "summarize"]
 
 _STATUS = re.compile(r"non-2xx status code: (\d{3})|status: (\d{3})")
 # What hyper/reqwest say when the connection broke or the clock ran out; all worth a retry.
@@ -55,6 +55,14 @@ class RetryPolicy:
     using an attempt (up to ``4 * attempts`` throttles per request); off, every
     caller keeps its own ``in_flight`` whatever the store says, and a throttle
     is a failed attempt like a 500.
+
+    ``connect_retry_s``: a connection that is refused, reset or closed before
+    any response fails in a millisecond, so ``attempts`` tries of it span only
+    their backoff (under a second by default), shorter than a server's restart
+    or a stall under load. Such failures are retried, with the same backoff,
+    past ``attempts`` until this many seconds have passed since the request's
+    first try (a request gives up once the next wait would end past it). 0
+    counts them as attempts like any other failure.
     """
 
     attempts: int = 5
@@ -62,6 +70,7 @@ class RetryPolicy:
     max_delay_s: float = 2.0
     timeout_s: float = 30.0
     adapt_in_flight: bool = True
+    connect_retry_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.attempts, int) or self.attempts < 1:
@@ -73,6 +82,11 @@ class RetryPolicy:
             )
         if self.timeout_s <= 0:
             raise ConfigError(f"Request timeout must be > 0 seconds (got {self.timeout_s}).")
+        if not self.connect_retry_s >= 0:  # NaN too
+            raise ConfigError(
+                f"connect_retry_s must be >= 0 seconds (got {self.connect_retry_s}); "
+                "0 counts connection failures as attempts like any other failure."
+            )
 
     def delay_s(self, retry: int, rng: random.Random) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
@@ -107,6 +121,25 @@ def is_throttle(exc: BaseException) -> bool:
         return True
     low = text.lower()
     return any(word in low for word in _THROTTLE_WORDS)
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection refused, reset or closed before any response.
+
+    Not a timeout (that took its ``timeout_s``), an HTTP status or a body cut
+    short: the cases that fail at once and so are retried by time, not count.
+    """
+    if isinstance(exc, TimeoutError | StorageError):  # ours are classified where raised
+        return False
+    if isinstance(exc, ConnectionError):
+        return True
+    text = str(exc)
+    if _status(text) is not None:
+        return False
+    low = text.lower()
+    if any(word in low for word in _TIMEOUT_WORDS + _BODY_WORDS + _EOF_WORDS):
+        return False
+    return any(word in low for word in _CONNECTION_WORDS)
 
 
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
