@@ -1,0 +1,79 @@
+"""A process that ends with object-store requests in flight exits 0.
+
+Python before 3.14 ends a thread that asks for the GIL during interpreter
+finalization with ``pthread_exit()``; on one of obstore's Tokio threads that
+aborts the process (SIGABRT, exit -6, a core dump). A script that returns while
+read-ahead is in flight, without closing anything, must still exit 0: the exit
+handler lets the requests in flight settle (bounded) before finalization.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from s3util import SMALL, S3Fixture
+
+from headrace.emulate import LatencyProxy
+
+pytestmark = pytest.mark.integration
+
+RUNS = int(os.environ.get("HEADRACE_EXIT_RUNS", "24"))  # see the module docstring: the rate before the fix
+
+# Starts many GETs (a thread in get_many, a RequestQueue of ranged reads) through a slow
+# proxy and returns as soon as the first have answered, closing nothing.
+SCRIPT = r"""
+import json, sys, threading, time
+import numpy as np
+from headrace.io import ObjectStore, RequestQueue
+
+args = json.loads(sys.argv[1])
+store = ObjectStore(args["url"], **args["options"])
+keys = args["keys"]
+threading.Thread(target=lambda: store.get_many(keys * 40, max_in_flight=32), daemon=True).start()
+queue = RequestQueue(32)
+bufs = [np.empty(16, np.uint8) for _ in range(len(keys) * 40)]
+futures = [
+    queue.submit(lambda k=k, b=b: store.aread_into(k, 0, b))
+    for k, b in zip(keys * 40, bufs)
+]
+futures[0].result()
+time.sleep(args["sleep"])
+print("returned", flush=True)
+"""
+
+
+@pytest.fixture
+def slow(s3: S3Fixture) -> Iterator[LatencyProxy]:
+    with LatencyProxy(s3.server.endpoint, latency_ms=15) as proxy:
+        yield proxy
+
+
+def _run(s3: S3Fixture, endpoint: str, sleep: float) -> subprocess.CompletedProcess[str]:
+    options = {**s3.options(), "endpoint": endpoint}
+    arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL, "sleep": sleep})
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, arg],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_script_that_returns_with_requests_in_flight_exits_0(
+    s3: S3Fixture, slow: LatencyProxy
+) -> None:
+    # Two at once: each one's finalization meets the other's load, as on a busy machine.
+    sleeps = [0.01 * (i % 5) for i in range(RUNS)]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda s: _run(s3, slow.endpoint, s), sleeps))
+    bad = [(p.returncode, p.stderr[-2000:]) for p in runs if p.returncode != 0]
+    assert not bad, f"{len(bad)} of {RUNS} runs failed: {bad[:2]}"
+    assert all("returned" in p.stdout for p in runs)
