@@ -44,6 +44,10 @@ from headrace.io._requests import QueueStats, RequestQueue
 from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
 
+# Imported now (headrace.io._exit registers its exit handler on import): before the
+# Loader's handler, so that one runs first, and whatever store comes later is covered.
+from headrace.io import _exit  # noqa: F401
+
 if typing.TYPE_CHECKING:
     from headrace.io._object_info import ObjectInfo, Request
     from headrace.io._object_stats import ObjectStats

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from headrace.errors import TransientStorageError
+from headrace.io import _exit
 from headrace.io._object_stats import ObjectStats
 from headrace.io._retry import RetryPolicy, classify, is_connection_failure, is_throttle
 from headrace.io._throttle import InFlightLimit
@@ -72,10 +73,14 @@ class Tries:
             s.attempts += 1
             s.in_flight += 1
             s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
+        _exit.begin()
         return time.perf_counter()
 
-    def _end(self, t0: float, nbytes: int | None, *, retry: bool) -> None:
+    def _end(
+        self, t0: float, nbytes: int | None, *, retry: bool, cancelled: bool = False
+    ) -> None:
         dt = time.perf_counter() - t0
+        _exit.end(cancelled=cancelled)
         with self._lock:
             s = self._stats
             s.in_flight -= 1
@@ -169,11 +174,12 @@ class Tries:
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
         """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
         self._limit.release(ticket)
-        self._end(t0, nbytes, retry=False)
+        self._end(t0, nbytes, retry=False, cancelled=nbytes is None)
 
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
+            _exit.refuse_if_exiting(where)
             ticket = self._limit.acquire_blocking()
             t0 = self._begin()
             try:
@@ -193,6 +199,7 @@ class Tries:
     ) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
+            _exit.refuse_if_exiting(where)
             ticket = await self._limit.acquire()
             t0 = self._begin()
             try:

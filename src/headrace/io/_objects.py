@@ -25,6 +25,7 @@ import obstore as obs
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, ObjectNotFoundError, ReadEOFError, StorageError
+from headrace.io import _exit
 from headrace.io._loop import LoopThread
 from headrace.io._object_info import (
     ObjectInfo,
@@ -215,20 +216,30 @@ class ObjectStore(Closing):
 
     def _size_or_none(self, key: str) -> int | None:
         for _ in range(2):
+            _exit.begin()  # a request outside the store's tries: counted all the same
             try:
                 return int(obs.head(self._live(), key)["size"])
             except Exception as exc:
                 if not classify(exc, "")[1]:
                     break
+            finally:
+                _exit.end()
         return None
 
     async def _asize_or_none(self, key: str) -> int | None:
         for _ in range(2):
+            _exit.begin()
+            cancelled = True
             try:
-                return int((await obs.head_async(self._live(), key))["size"])
+                size = int((await obs.head_async(self._live(), key))["size"])
+                cancelled = False
+                return size
             except Exception as exc:
+                cancelled = False
                 if not classify(exc, "")[1]:
                     break
+            finally:
+                _exit.end(cancelled=cancelled)
         return None
 
     def get(self, key: str) -> memoryview:
