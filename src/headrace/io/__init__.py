@@ -15,6 +15,9 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+# Imported now (headrace.io._exit registers its exit handler on import): before the
+# Loader's handler, so that one runs first, and whatever store comes later is covered.
+from headrace.io import _exit  # noqa: F401
 from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, madvise, page_aligned_empty
 from headrace.io._cache import CacheStats, ObjectCache, open_cache
@@ -43,10 +46,6 @@ from headrace.io._reader import (
 from headrace.io._requests import QueueStats, RequestQueue
 from headrace.io._stats import ReadStats
 from headrace.io._store import RangeStore
-
-# Imported now (headrace.io._exit registers its exit handler on import): before the
-# Loader's handler, so that one runs first, and whatever store comes later is covered.
-from headrace.io import _exit  # noqa: F401
 
 if typing.TYPE_CHECKING:
     from headrace.io._object_info import ObjectInfo, Request

@@ -65,8 +65,9 @@ def end(*, cancelled: bool = False) -> None:
             _cond.notify_all()
 
 
-def _settle(wait_s: float = EXIT_WAIT_S) -> None:
+def _settle() -> None:
     global _exiting
+    wait_s = EXIT_WAIT_S
     with _cond:
         _exiting = True
         _cond.wait_for(lambda: _in_flight == 0, timeout=wait_s)

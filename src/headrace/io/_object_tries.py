@@ -76,9 +76,7 @@ class Tries:
         _exit.begin()
         return time.perf_counter()
 
-    def _end(
-        self, t0: float, nbytes: int | None, *, retry: bool, cancelled: bool = False
-    ) -> None:
+    def _end(self, t0: float, nbytes: int | None, *, retry: bool, cancelled: bool = False) -> None:
         dt = time.perf_counter() - t0
         _exit.end(cancelled=cancelled)
         with self._lock:

@@ -1,0 +1,71 @@
+"""The exit handler that lets object-store tries in flight settle never holds the exit
+past its bound, and says what it abandoned (``headrace.io._exit``). The abort it
+prevents is reproduced on a real store in tests/integration/test_objects_exit.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+# A try that never ends (counted in, never out), then the script returns.
+STUCK = """
+from headrace.io import _exit
+_exit.EXIT_WAIT_S = 0.3
+_exit.begin()
+print("returned", flush=True)
+"""
+
+# A try that ends 0.2 s into the exit: the exit waits for it, quietly.
+SETTLES = """
+import threading, time
+from headrace.io import _exit
+_exit.begin()
+threading.Timer(0.2, _exit.end).start()
+"""
+
+# Once the exit has begun, a new try is refused, naming what it was for.
+REFUSED = """
+from headrace.io import _exit
+from headrace.errors import StorageError
+_exit._settle()
+try:
+    _exit.refuse_if_exiting("s3://b/k, bytes [0, 16)")
+except StorageError as exc:
+    print(exc)
+"""
+
+
+def _run(script: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=60,
+        check=False,
+    )
+    return p, time.monotonic() - t0
+
+
+def test_a_try_still_in_flight_past_the_bound_is_abandoned_with_a_warning() -> None:
+    p, _ = _run(STUCK)
+    assert p.returncode == 0, p.stderr
+    assert "returned" in p.stdout
+    assert "exiting with 1 object-store request(s) still in flight" in p.stderr
+    assert "after waiting 0.3 s; abandoned" in p.stderr
+
+
+def test_a_try_that_ends_during_the_exit_is_waited_for_without_a_word() -> None:
+    p, took = _run(SETTLES)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    assert took >= 0.2  # it waited for the try (an upper bound would be a speed claim)
+
+
+def test_a_try_started_during_the_exit_is_refused() -> None:
+    p, _ = _run(REFUSED)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "s3://b/k, bytes [0, 16): not requested: the interpreter is exiting"
