@@ -69,3 +69,26 @@ def test_a_try_started_during_the_exit_is_refused() -> None:
     p, _ = _run(REFUSED)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "s3://b/k, bytes [0, 16): not requested: the interpreter is exiting"
+
+
+# A try in flight in the parent when it forks is not the child's: the child exits at once.
+FORKED = """
+import os, sys
+from headrace.io import _exit
+_exit.EXIT_WAIT_S = 30.0
+_exit.begin()
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # runs the exit handlers, as a script that returns does
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+_exit.end()
+"""
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_tries() -> None:
+    p, took = _run(FORKED)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "0"
+    assert "still in flight" not in p.stderr
+    assert took < 30.0  # the child would have waited its 30 s bound for the parent's try

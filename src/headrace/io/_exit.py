@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 
@@ -84,6 +85,16 @@ def _settle() -> None:
     if since_cancel < _CANCEL_GRACE_S:
         time.sleep(_CANCEL_GRACE_S - since_cancel)
 
+
+def _forked() -> None:
+    # The parent's tries in flight are its threads' and Tokio's, none of which exist in a
+    # forked child: counted there, they would hold the child's exit for EXIT_WAIT_S.
+    global _cond, _in_flight, _exiting, _last_cancel
+    _cond = threading.Condition()  # a parent's thread may have held the old one's lock
+    _in_flight, _exiting, _last_cancel = 0, False, float("-inf")
+
+
+os.register_at_fork(after_in_child=_forked)
 
 # Registered on import, not with the first store: exit handlers run last-registered
 # first, and headrace.io is imported before the Loader registers its handler, so
