@@ -338,3 +338,42 @@ def test_an_npy_file_is_not_read_as_raw_tokens(tmp_path: Path, where: str, name:
     raw.tofile(tmp_path / name)
     src = TokenSource(path, dtype="uint16", context=8)
     assert src.files[0].num_tokens == raw.size
+
+
+@pytest.mark.parametrize("where", ["head", "block"])
+def test_a_failed_check_of_a_listed_shards_first_bytes_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # A listed shard's first bytes are checked at its first read: by a GET of them
+    # alongside (head) or from the read itself when it starts there (block). When
+    # that GET fails, the read fails naming the object; the next read checks again.
+    for i, name in enumerate(["a.bin", "b.bin"]):
+        write_tokens(tmp_path / name, 20_000, "uint16", i)
+    kw = {**KW, "dtype": "uint16"}
+    local = TokenSource([tmp_path / "a.bin", tmp_path / "b.bin"], **kw)  # type: ignore[arg-type]
+    src = TokenSource([url(tmp_path / "a.bin"), url(tmp_path / "b.bin")], **kw)  # type: ignore[arg-type]
+    assert [f.check_head for f in src.files] == [True, True]
+    real = RemoteFile._from_store
+    failed: list[tuple[str, int, int]] = []
+
+    def from_store(self: RemoteFile, out: np.ndarray, offset: int) -> Future[None]:
+        if offset == 0 and not failed:
+            failed.append((self.path, offset, out.size))
+            fut: Future[None] = Future()
+            fut.set_exception(StorageError(f"{self.path}, bytes [0, {out.size}): injected 503"))
+            return fut
+        return real(self, out, offset)
+
+    monkeypatch.setattr(RemoteFile, "_from_store", from_store)
+    # Under seed 5, the first 8 samples need no block of b.bin at 0 (its first bytes
+    # come by a GET of their own); the last 8 of the window need its block at 0.
+    per = src.layout.per_window
+    samples = np.arange(8) if where == "head" else np.arange(per - 8, per)
+    with pytest.raises(StorageError, match=r"file://.*\.bin, bytes \[0, \d+\): injected 503"):
+        src.read(5, samples)
+    path, _, size = failed[0]
+    assert path.endswith("/b.bin")
+    assert size == (128 if where == "head" else KW["block_bytes"])
+    assert np.array_equal(src.read(5, samples)["x"], local.read(5, samples)["x"])
+    src.close()
+    local.close()

@@ -200,23 +200,28 @@ class RemoteFile:
         if head is None:
             want = min(NPY_HEAD, self._expect.size)
             if offset == 0 and out.size >= want:
-                head = self._head = self._check_head(read, out[:want])
-                return head
+                return self._check_head(read, out[:want])
             buf = np.empty(want, np.uint8)
-            head = self._head = self._check_head(self._read(buf, 0), buf)
+            head = self._check_head(self._read(buf, 0), buf)
         return _after(read, head, self.path)
 
     def _check_head(self, read: Future[None], head: NDArray[np.uint8]) -> Future[None]:
+        """The check of ``head`` once ``read`` has filled it, kept as ``_head`` (before
+        the callback is attached: a read that has already failed runs it at once, and
+        its reset must not be overwritten by the failed check)."""
         assert self._first is not None
         first = self._first
         done: Future[None] = Future()
         done.set_running_or_notify_cancel()
+        self._head = done
 
         def check(f: Future[None]) -> None:
             try:
                 f.result()
             except BaseException as exc:
-                self._head = None  # the read failed, not the check: the next read tries again
+                # The read failed, not the check: the next read tries again.
+                if self._head is done:
+                    self._head = None
                 done.set_exception(exc)
                 return
             try:
