@@ -17,7 +17,8 @@ decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
 
 With ``samples_per_file > 1`` each array's leading axis is the sample axis
-and item ``i`` is ``array[i]``. Samples whose shapes or dtypes differ within
+and item ``i`` is ``array[i]``. Samples of one dtype in both byte orders stack
+into a native array (``np.stack``'s). Samples whose shapes or dtypes differ within
 a batch (photos of several sizes, files of several lengths) cannot stack:
 that key becomes a 1-D ``object`` array of per-sample arrays, plus
 ``<key>_shape``, an ``(B, ndim)`` ``int64`` array of their shapes.
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._stacking import stackable
 from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
@@ -126,8 +128,7 @@ def stack_samples(
                 batch[k] = done
                 continue
             parts = into.detach(parts)
-        first = parts[0]
-        if all(p.shape == first.shape and p.dtype == first.dtype for p in parts):
+        if stackable(parts):
             batch[k] = np.stack(parts)
             continue
         ragged = np.empty(len(parts), dtype=object)
