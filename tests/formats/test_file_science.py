@@ -13,6 +13,7 @@ import pytest
 from headrace.errors import FormatError
 from headrace.formats import FileSource, decode_hdf5
 from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
 
 
 @pytest.mark.parametrize("fmt", ["hdf5", "npy"])
@@ -120,3 +121,54 @@ def test_a_truncated_hdf5_file_says_how_long_it_should_be(tmp_path: Path) -> Non
         rf"{len(data)}",
     ):
         decode_hdf5(data[: len(data) // 2], name="t.h5", dataset="/volumes/raw")
+
+
+def _scans(root: Path) -> None:
+    """Scans of 0 to 5 slices, of three sizes, in both byte orders, gzip + fletcher32."""
+    for i, n in enumerate([3, 0, 5, 2, 4, 1]):
+        side = 4 + i % 3
+        x = (1000 * i + np.arange(n * side * side)).reshape(n, side, side)
+        with h5py.File(root / f"scan{i:02d}.h5", "w") as f:
+            f.create_dataset(
+                "/volumes/raw",
+                data=x.astype(">f4" if i % 2 else "<f4"),
+                chunks=(1, side, side) if n else None,
+                compression="gzip" if n else None,
+                fletcher32=bool(n),
+            )
+            f.create_dataset("/volumes/label", data=np.arange(n, dtype=np.uint8))
+
+
+def _scan_source(root: Path) -> FileSource:
+    return FileSource(
+        root, format="hdf5", datasets=("/volumes/raw", "/volumes/label"), samples_per_file="header"
+    )
+
+
+def test_scans_of_any_length_resume_exactly_and_agree_across_torch_workers(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch", reason="torch is an optional extra")
+    from headrace import torch as ht
+
+    _scans(tmp_path)
+    assert _scan_source(tmp_path).counts.tolist() == [3, 0, 5, 2, 4, 1]
+    assert_resume_exact(
+        lambda: Loader(_scan_source(tmp_path), batch_size=3, seed=7, steps=12),
+        steps=12,
+        resume_at=[1, 5, 11],
+    )
+
+    def run(workers: int) -> str:
+        ds = ht.TorchDataset(
+            _scan_source(tmp_path), batch_size=3, seed=7, steps=12, ragged=("/volumes/raw",)
+        )
+        out = []
+        for b in ht.HeadraceDataLoader(ds, num_workers=workers):
+            raw = np.empty(len(b["/volumes/raw"]), dtype=object)
+            raw[:] = [t.numpy() for t in b["/volumes/raw"]]
+            out.append({"raw": raw, **{k: v.numpy() for k, v in b.items() if k != "/volumes/raw"}})
+        assert len(out) == 12
+        return batch_digest(out)
+
+    assert run(0) == run(1) == run(2)
