@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import FormatError
-from headrace.formats import FileSource, decode_hdf5
+from headrace.formats import FileSource, decode_hdf5, decode_npz
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -172,3 +172,54 @@ def test_scans_of_any_length_resume_exactly_and_agree_across_torch_workers(
         return batch_digest(out)
 
     assert run(0) == run(1) == run(2)
+
+
+def _npz_swapped_names(path: Path) -> bytes:
+    """An NPZ whose directory names member 'img' where the local header says 'ids':
+    a damaged directory (the two names swapped, same length)."""
+    np.savez(path, img=np.full((2, 3), 7, np.float32), ids=np.arange(2))
+    data = bytearray(path.read_bytes())
+    at = data.find(b"img.npy", data.find(b"PK\x03\x04"))
+    data[at : at + 7] = b"ids.npy"
+    return bytes(data)
+
+
+def test_an_npz_whose_directory_names_another_member_is_refused(tmp_path: Path) -> None:
+    # zipfile refuses it ("File name in directory 'img.npy' and header b'ids.npy'
+    # differ"); headrace read the bytes at the directory's offset as 'img', unchecked.
+    data = _npz_swapped_names(tmp_path / "s.npz")
+    want = (
+        r"s\.npz: member 'img\.npy': corrupt: the zip directory places it at byte 0, "
+        r"where the local header names 'ids\.npy'"
+    )
+    with pytest.raises(FormatError, match=want):
+        decode_npz(data, name="s.npz")
+    (tmp_path / "s.npz").write_bytes(data)
+    with pytest.raises(FormatError, match=want.replace(r"s\.npz", r"s\.npz")):
+        FileSource(tmp_path, format="npz", samples_per_file="header", datasets=("img",))
+
+
+@pytest.mark.parametrize("where", ["decode", "header"])
+def test_an_object_member_says_pickles_stay_off_and_how_to_leave_it_out(
+    tmp_path: Path, where: str
+) -> None:
+    # A ragged list saved by np.savez becomes a pickled object array: np.load needs
+    # allow_pickle=True for it; headrace never unpickles, and says what to do instead.
+    np.savez(
+        tmp_path / "o.npz",
+        boxes=np.array([np.zeros(4), np.zeros(3)], dtype=object),
+        img=np.zeros((2, 3), np.uint8),
+    )
+    want = (
+        r"o\.npz: member 'boxes\.npy': NPY holds Python objects \(dtype object\); refusing "
+        r"to unpickle \(allow_pickle stays off: loading a pickle runs code\).* datasets=\('img',\)"
+    )
+    with pytest.raises(FormatError, match=want):
+        if where == "decode":
+            FileSource(tmp_path, format="npz", samples_per_file=2).read(0, np.arange(2))
+        else:
+            FileSource(tmp_path, format="npz", samples_per_file="header", datasets=("boxes",))
+    batch = FileSource(tmp_path, format="npz", samples_per_file=2, datasets=("img",)).read(
+        0, np.arange(2)
+    )
+    assert sorted(batch) == ["img", "index"]
