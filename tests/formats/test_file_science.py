@@ -223,3 +223,51 @@ def test_an_object_member_says_pickles_stay_off_and_how_to_leave_it_out(
         0, np.arange(2)
     )
     assert sorted(batch) == ["img", "index"]
+
+
+# -- HDF5: only the samples asked are decoded -------------------------------------------
+
+
+def _big_volumes(root: Path, files: int = 3, n: int = 40) -> None:
+    rng = np.random.default_rng(1)
+    for i in range(files):
+        with h5py.File(root / f"v{i}.h5", "w") as f:
+            x = rng.integers(0, 9, (n, 16, 16)).astype(np.float32) + 100 * i
+            f.create_dataset("/volumes/raw", data=x, chunks=(1, 16, 16), compression="gzip")
+            f.create_dataset("/volumes/id", data=np.arange(n) + 100 * i)
+
+
+@pytest.mark.parametrize("shuffle", ["files", "samples"])
+def test_hdf5_batches_are_the_same_decoding_only_the_samples_asked(
+    tmp_path: Path, shuffle: Any
+) -> None:
+    # on_corrupt="raise" decodes the rows a read asks of each file; "replace" (which
+    # judges a file whole) and map-style decode whole files: the batches must agree.
+    _big_volumes(tmp_path)
+    digests = set()
+    for opts in [{}, {"on_corrupt": "replace"}, {"mode": "map-style"}]:
+        src = FileSource(
+            tmp_path,
+            format="hdf5",
+            datasets=("/volumes/raw", "/volumes/id"),
+            samples_per_file="header",
+            shuffle=shuffle,
+            **opts,
+        )
+        with Loader(src, batch_size=7, seed=3, steps=40) as loader:
+            digests.add(batch_digest(loader))
+    assert len(digests) == 1
+
+
+def test_a_damaged_chunk_fails_only_the_reads_of_its_samples(tmp_path: Path) -> None:
+    # A read decoded every sample of the file, so one damaged chunk (samples 4 and 5)
+    # failed reads of any sample of it: a whole 40-slice volume decoded for one slice.
+    at, size = _volumes(tmp_path / "c.h5", fletcher32=True)
+    (tmp_path / "c.h5").write_bytes(_flip(tmp_path / "c.h5", at + size // 2))
+    src = FileSource(
+        tmp_path, format="hdf5", datasets=("/volumes/raw",), samples_per_file=10, shuffle="none"
+    )
+    got = src.read(0, np.array([0, 3, 6, 9]))["/volumes/raw"]
+    np.testing.assert_array_equal(got[:, 0, 0], [0, 1200, 2400, 3600])
+    with pytest.raises(FormatError, match=r"c\.h5: .*the chunk of samples \[4, 6\)"):
+        src.read(0, np.array([3, 5]))

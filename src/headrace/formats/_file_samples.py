@@ -55,15 +55,21 @@ def decode_file(
     image_mode: ImageMode | None = None,
     exif_transpose: bool = False,
     out: NDArray[Any] | None = None,
+    rows: NDArray[np.int64] | None = None,
+    count: tuple[int, str] | None = None,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
-    fits, see :func:`~headrace.formats._images.decode_jpeg`)."""
+    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5 only: ``rows``,
+    the samples to read (increasing), each array then ``(len(rows), ...)``;
+    ``count``, the samples its leading axis must hold and what says so."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
         assert datasets, "FileSource's config refuses hdf5 without datasets"
-        return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
+        return {
+            ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
+        }
     if fmt.name == "npz" and datasets:
         return dict(fmt.decoder(data, name=name, keys=datasets))
     options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}

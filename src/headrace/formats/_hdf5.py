@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
 __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
@@ -62,12 +62,16 @@ def decode_hdf5(
     name: str,
     dataset: str,
     index: int | Sequence[int] | NDArray[np.integer] | None = None,
+    count: tuple[int, str] | None = None,
 ) -> NDArray[np.generic]:
     """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``.
 
     HDF5 copies out of its chunks, so this is one copy per sample, never
-    zero-copy. Errors name the file and dataset: a wrong magic, a truncated
-    file, a missing dataset (listing those present), an index out of range.
+    zero-copy; only the chunks holding the samples asked are read. Errors name
+    the file and dataset: a wrong magic, a truncated file, a missing dataset
+    (listing those present), an index out of range. ``count``: the samples the
+    dataset's leading axis must hold, and what says so (a :class:`DataError`
+    otherwise, checked before any sample is read).
     """
     view = as_bytes_view(data, name)
     if not any(bytes(view[o : o + 8]) == _HDF5_MAGIC for o in _SUPERBLOCK_OFFSETS):
@@ -82,6 +86,11 @@ def decode_hdf5(
         raise _unopened(name, exc) from exc
     with f:
         obj = _dataset(f, dataset, name, h5py)
+        if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
+            raise DataError(
+                f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples on "
+                f"its leading axis ({count[1]})"
+            )
         try:
             return _select(obj, index, name, dataset)
         except OSError as exc:
