@@ -380,7 +380,7 @@ def test_hdf5_errors() -> None:
         decode_hdf5(data, name="f.h5", dataset="x", index=[0, -51])
     with pytest.raises(ConfigError, match=r"scalar"):
         decode_hdf5(data, name="f.h5", dataset="s", index=0)
-    with pytest.raises(FormatError, match=r"f.h5: truncated or corrupt HDF5"):
+    with pytest.raises(FormatError, match=r"f.h5: truncated HDF5 file: \d+ bytes, its superblock"):
         decode_hdf5(data[: len(data) // 2], name="f.h5", dataset="x")
     with pytest.raises(FormatError, match=r"f.h5: not an HDF5 file"):
         decode_hdf5(b"PK\x03\x04" * 100, name="f.h5", dataset="x")

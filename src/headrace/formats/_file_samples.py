@@ -17,7 +17,8 @@ decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
 
 With ``samples_per_file > 1`` each array's leading axis is the sample axis
-and item ``i`` is ``array[i]``. Samples whose shapes or dtypes differ within
+and item ``i`` is ``array[i]``. Samples of one dtype in both byte orders stack
+into a native array (``np.stack``'s). Samples whose shapes or dtypes differ within
 a batch (photos of several sizes, files of several lengths) cannot stack:
 that key becomes a 1-D ``object`` array of per-sample arrays, plus
 ``<key>_shape``, an ``(B, ndim)`` ``int64`` array of their shapes.
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._stacking import stackable
 from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
@@ -53,15 +55,21 @@ def decode_file(
     image_mode: ImageMode | None = None,
     exif_transpose: bool = False,
     out: NDArray[Any] | None = None,
+    rows: NDArray[np.int64] | None = None,
+    count: tuple[int, str] | None = None,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
-    fits, see :func:`~headrace.formats._images.decode_jpeg`)."""
+    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5 only: ``rows``,
+    the samples to read (increasing), each array then ``(len(rows), ...)``;
+    ``count``, the samples its leading axis must hold and what says so."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
         assert datasets, "FileSource's config refuses hdf5 without datasets"
-        return {ds: decode_hdf5(data, name=name, dataset=ds) for ds in datasets}
+        return {
+            ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
+        }
     if fmt.name == "npz" and datasets:
         return dict(fmt.decoder(data, name=name, keys=datasets))
     options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}
@@ -126,8 +134,7 @@ def stack_samples(
                 batch[k] = done
                 continue
             parts = into.detach(parts)
-        first = parts[0]
-        if all(p.shape == first.shape and p.dtype == first.dtype for p in parts):
+        if stackable(parts):
             batch[k] = np.stack(parts)
             continue
         ragged = np.empty(len(parts), dtype=object)

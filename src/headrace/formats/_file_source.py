@@ -324,9 +324,14 @@ class FileSource(Closing):
                 slots = ImageSlots(len(samples))
                 at = {f: k for k, f in reversed(list(enumerate(files.tolist())))}
                 decoded = self._fetch_and_decode(order, (slots, at))
+                picked = [self._pick(decoded[f], f, i) for f, i in pairs]
             else:
-                decoded = self._fetch_and_decode(order)
-            picked = [self._pick(decoded[f], f, i) for f, i in pairs]
+                want = self._rows_wanted(files, items)
+                decoded = self._fetch_and_decode(order, rows=want)
+                picked = [
+                    self._pick(decoded[f], f, i, rows=None if want is None else want[f])
+                    for f, i in pairs
+                ]
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
         if bad:
             self._replace(seed, samples, index, picked, bad)
@@ -369,8 +374,38 @@ class FileSource(Closing):
         self._prefetched = set(order)
         self.window.plan(order)
 
+    def _rows_wanted(
+        self, files: NDArray[np.int64], items: NDArray[np.int64]
+    ) -> dict[int, NDArray[np.int64]] | None:
+        """The samples a read asks of each file (increasing), where only those are
+        decoded: HDF5 files of several samples, under ``on_corrupt="raise"``.
+
+        A 2,000-slice volume was decoded whole for each read that wanted a few of its
+        slices (``shuffle="samples"``: a whole file per sample). Under ``"replace"``
+        a file is judged whole, its damage found wherever it lies, so that every read
+        order, chunk size and worker replaces the same samples: it stays whole there.
+        """
+        c = self.config
+        if not (self.format.name == "hdf5" and c.decode and self._rows):
+            return None
+        if c.on_corrupt != "raise":
+            return None
+        order = np.lexsort((items, files))
+        fs, its = files[order], items[order]
+        cuts = np.flatnonzero(np.diff(fs)) + 1
+        return {
+            int(group_f[0]): np.unique(group_i)
+            for group_f, group_i in zip(np.split(fs, cuts), np.split(its, cuts), strict=True)
+        }
+
     # -- reading -------------------------------------------------------------------
-    def _decode(self, f: int, data: Any, into: _Into | None = None) -> Sample:
+    def _decode(
+        self,
+        f: int,
+        data: Any,
+        into: _Into | None = None,
+        rows: NDArray[np.int64] | None = None,
+    ) -> Sample:
         c = self.config
         name = self.files.name(f)
         out = None
@@ -389,6 +424,8 @@ class FileSource(Closing):
             image_mode=c.image_mode,
             exif_transpose=c.exif_transpose,
             out=out,
+            rows=rows,
+            count=None if rows is None else (self.plan.count(f), self._count_says()),
         )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
@@ -404,25 +441,46 @@ class FileSource(Closing):
             )
         return sample
 
-    def _decode_checked(self, f: int, data: Any, into: _Into | None = None) -> Sample | DataError:
+    def _count_says(self) -> str:
+        """What gives each file's count, as errors about it say."""
+        return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
+
+    def _decode_checked(
+        self,
+        f: int,
+        data: Any,
+        into: _Into | None = None,
+        rows: NDArray[np.int64] | None = None,
+    ) -> Sample | DataError:
         """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""
         try:
-            return self._decode(f, data, into)
+            return self._decode(f, data, into, rows)
         except DataError as exc:
             if self.config.on_corrupt == "raise":
                 raise
             return exc
 
     def _pick(
-        self, arrays: Sample | DataError, f: int, item: int, *, own: bool = False
+        self,
+        arrays: Sample | DataError,
+        f: int,
+        item: int,
+        *,
+        own: bool = False,
+        rows: NDArray[np.int64] | None = None,
     ) -> Sample | DataError:
         """Item ``item`` of file ``f``'s arrays. ``own``: copied out of the decoded file,
         so the file can be freed (map-style decodes a whole file per sample: as views,
-        a batch of 400 samples of 143 MB files held 57 GB until it was stacked)."""
+        a batch of 400 samples of 143 MB files held 57 GB until it was stacked).
+        ``rows``: the file's samples decoded (all where ``None``)."""
         if isinstance(arrays, DataError):
             return arrays
         try:
-            got = self.pick(arrays, f, item)
+            if rows is not None:
+                at = int(np.searchsorted(rows, item))
+                got = pick_item(arrays, at, len(rows), self.files.name(f), counted=True)
+            else:
+                got = self.pick(arrays, f, item)
             if own and self._rows:
                 got = {k: v.copy() for k, v in got.items()}
             return got
@@ -516,10 +574,14 @@ class FileSource(Closing):
             )
 
     def _fetch_and_decode(
-        self, order: list[int], into: _Into | None = None
+        self,
+        order: list[int],
+        into: _Into | None = None,
+        rows: dict[int, NDArray[np.int64]] | None = None,
     ) -> dict[int, Sample | DataError]:
         """Decode each file as its bytes arrive, releasing its window slot when done
-        (``into``: the batch's image slots, and each file's slot)."""
+        (``into``: the batch's image slots, and each file's slot; ``rows``: the samples
+        to decode of each file, all where ``None``)."""
         threads = self.decode_threads
         last = order[-1] if order else None
         if self._kept is not None and self._kept not in order:
@@ -545,7 +607,8 @@ class FileSource(Closing):
             out = {}
             for f in order:
                 try:
-                    out[f] = self._decode_checked(f, self.window.take(f), into)
+                    data = self.window.take(f)
+                    out[f] = self._decode_checked(f, data, into, None if rows is None else rows[f])
                 finally:
                     done(f)
             return out
@@ -555,7 +618,7 @@ class FileSource(Closing):
 
         def job(f: int, data: Any) -> Sample | DataError:
             try:
-                return self._decode_checked(f, data, into)
+                return self._decode_checked(f, data, into, None if rows is None else rows[f])
             finally:
                 done(f)
 

@@ -13,13 +13,14 @@ the dataset's.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
 __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
@@ -27,6 +28,18 @@ __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 # HDF5 looks for its superblock at 0, 512, 1024, 2048, ... (a user block may come first).
 _SUPERBLOCK_OFFSETS = (0, 512, 1024, 2048, 4096, 8192)
+# HDF5's own words for a file shorter than its superblock says (H5Fsuper.c).
+_TRUNCATED = re.compile(r"truncated file: eof = (\d+), sblock->base_addr = \d+, stored_eof = (\d+)")
+# The filters HDF5 and h5py build in, by their registered ids.
+_FILTER_NAMES = {
+    1: "deflate (gzip)",
+    2: "shuffle",
+    3: "fletcher32",
+    4: "szip",
+    5: "nbit",
+    6: "scaleoffset",
+    32000: "lzf",
+}
 
 
 def _h5py() -> Any:
@@ -49,12 +62,16 @@ def decode_hdf5(
     name: str,
     dataset: str,
     index: int | Sequence[int] | NDArray[np.integer] | None = None,
+    count: tuple[int, str] | None = None,
 ) -> NDArray[np.generic]:
     """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``.
 
     HDF5 copies out of its chunks, so this is one copy per sample, never
-    zero-copy. Errors name the file and dataset: a wrong magic, a truncated
-    file, a missing dataset (listing those present), an index out of range.
+    zero-copy; only the chunks holding the samples asked are read. Errors name
+    the file and dataset: a wrong magic, a truncated file, a missing dataset
+    (listing those present), an index out of range. ``count``: the samples the
+    dataset's leading axis must hold, and what says so (a :class:`DataError`
+    otherwise, checked before any sample is read).
     """
     view = as_bytes_view(data, name)
     if not any(bytes(view[o : o + 8]) == _HDF5_MAGIC for o in _SUPERBLOCK_OFFSETS):
@@ -66,15 +83,72 @@ def decode_hdf5(
     try:
         f = h5py.File(BufferReader(view), "r")
     except OSError as exc:
-        raise FormatError(f"{name}: truncated or corrupt HDF5 ({exc})") from exc
+        raise _unopened(name, exc) from exc
     with f:
         obj = _dataset(f, dataset, name, h5py)
+        if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
+            raise DataError(
+                f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples on "
+                f"its leading axis ({count[1]})"
+            )
         try:
             return _select(obj, index, name, dataset)
         except OSError as exc:
-            raise FormatError(
-                f"{name}: dataset {dataset!r}: truncated or corrupt data ({exc})"
-            ) from exc
+            raise _damaged(obj, index, name, dataset, exc) from exc
+
+
+def _unopened(name: str, exc: OSError) -> FormatError:
+    cut = _TRUNCATED.search(str(exc))
+    if cut is None:
+        return FormatError(f"{name}: truncated or corrupt HDF5 ({exc})")
+    return FormatError(
+        f"{name}: truncated HDF5 file: {int(cut[1])} bytes, its superblock says "
+        f"{int(cut[2])} (a partial copy or download?): copy it again"
+    )
+
+
+def _damaged(ds: Any, index: Any, name: str, dataset: str, exc: OSError) -> FormatError:
+    """The error for a read that failed: which chunk (by its samples) and which filters.
+
+    HDF5 says only "filter returned failure during read". Each chunk the read
+    covered is read again alone (an error path: at most the failed read's work) to
+    name the first one that fails: the samples it holds and where its bytes lie.
+    """
+    where = f"{name}: dataset {dataset!r}"
+    plist = ds.id.get_create_plist()
+    codes = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    filters = ", ".join(_FILTER_NAMES.get(c, f"filter {c}") for c in codes)
+    bad = _first_bad_chunk(ds, index) if ds.chunks and ds.ndim else None
+    if bad is None:
+        return FormatError(f"{where}: truncated or corrupt data ({exc})")
+    start, stop, at = bad
+    why = "a Fletcher-32 checksum mismatch or " if 3 in codes else ""
+    return FormatError(
+        f"{where}: the chunk of samples [{start}, {stop}){at} does not pass its filters "
+        f"({filters or 'none'}): its bytes are not those written ({why}a corrupt compressed "
+        f"stream); the file is damaged: copy or write it again (HDF5 said: {exc})"
+    )
+
+
+def _first_bad_chunk(ds: Any, index: Any) -> tuple[int, int, str] | None:
+    """The first chunk that fails to read among those holding the samples ``index``
+    picks (all for ``None``): its rows on axis 0, and where its bytes lie."""
+    n = int(ds.shape[0])
+    rows = None if index is None else {int(i) % max(n, 1) for i in np.ravel(index)}
+    for sel in ds.iter_chunks():
+        first = sel[0]
+        if rows is not None and not any(first.start <= r < first.stop for r in rows):
+            continue
+        try:
+            ds[sel]
+        except OSError:
+            try:
+                info = ds.id.get_chunk_info_by_coord(tuple(s.start for s in sel))
+                at = f" (bytes [{info.byte_offset}, {info.byte_offset + info.size}))"
+            except (OSError, ValueError, AttributeError):  # an HDF5 older than 1.10.5
+                at = ""
+            return first.start, first.stop, at
+    return None
 
 
 def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
@@ -94,7 +168,7 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
     try:
         f = h5py.File(file, "r")
     except OSError as exc:
-        raise FormatError(f"{name}: truncated or corrupt HDF5 ({exc})") from exc
+        raise _unopened(name, exc) from exc
     rows: dict[str, int] = {}
     with f:
         for ds in datasets:

@@ -80,9 +80,10 @@ def _literal(text: str, major: int) -> object:
 
 
 def _parse_npy_header(
-    view: memoryview, where: str
+    view: memoryview, where: str, leave_out: str = ""
 ) -> tuple[np.dtype[np.generic], tuple[int, ...], bool, int]:
-    """Validate an NPY header; return dtype, shape, Fortran order and payload offset."""
+    """Validate an NPY header; return dtype, shape, Fortran order and payload offset
+    (``leave_out``: how to leave an object array out, said where one is refused)."""
     head = bytes(view[:6])
     if head != _NPY_MAGIC and not (len(view) < 6 and _NPY_MAGIC.startswith(head)):
         # Checked before the length: a short member that is not NPY at all (an NPZ's
@@ -136,13 +137,16 @@ def _parse_npy_header(
     if dtype.hasobject:
         # Object arrays are pickles: arbitrary code on load, and never zero-copy.
         raise FormatError(
-            f"{where}: NPY holds Python objects (dtype {dtype}); refusing to unpickle"
+            f"{where}: NPY holds Python objects (dtype {dtype}); refusing to unpickle "
+            "(allow_pickle stays off: loading a pickle runs code). Save it with a numeric "
+            "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"
+            + (f", or {leave_out}" if leave_out else "")
         )
     return dtype, shape, header["fortran_order"], end
 
 
-def _npy_from_view(view: memoryview, where: str) -> NDArray[np.generic]:
-    dtype, shape, fortran, offset = _parse_npy_header(view, where)
+def _npy_from_view(view: memoryview, where: str, leave_out: str = "") -> NDArray[np.generic]:
+    dtype, shape, fortran, offset = _parse_npy_header(view, where, leave_out)
     count = 1
     for d in shape:
         count *= d
@@ -202,6 +206,7 @@ def _member_bytes(
             f"{where}: corrupt: no local file header at byte {off} (file has {len(view)} bytes)"
         )
     name_len, extra_len = struct.unpack_from("<HH", view, off + 26)
+    _check_local_name(bytes(view[off + 30 : off + 30 + name_len]), info, where)
     start = off + 30 + name_len + extra_len
     end = start + info.compress_size
     if end > len(view):
@@ -273,8 +278,31 @@ def decode_npz(
         info = infos[key]
         payload = _member_bytes(view, info, name, check_crc)
         _check_npy_member(payload, name, info.filename, infos)
-        out[key] = _npy_from_view(payload, f"{name}: member {info.filename!r}")
+        where = f"{name}: member {info.filename!r}"
+        out[key] = _npy_from_view(payload, where, _leave_out(key, infos))
     return out
+
+
+def _leave_out(key: str, infos: Mapping[str, object]) -> str:
+    """How to read an NPZ without member ``key``: name the others."""
+    rest = tuple(k for k in infos if k != key)
+    return (
+        f"leave it out: FileSource(..., datasets={rest!r}) (decode_npz: keys={list(rest)!r})"
+        if rest
+        else "leave the file out"
+    )
+
+
+def _check_local_name(found: bytes, info: zipfile.ZipInfo, where: str) -> None:
+    """The local header at the directory's offset must name the member the directory
+    does (zipfile checks it too): else the directory is damaged, and its offset,
+    sizes and CRC may all describe another member."""
+    text = found.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
+    if text != info.orig_filename:
+        raise FormatError(
+            f"{where}: corrupt: the zip directory places it at byte {info.header_offset}, "
+            f"where the local header names {text!r}: the directory is damaged"
+        )
 
 
 def _check_npy_member(
@@ -356,6 +384,7 @@ def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: in
     if len(local) < 30 or local[:4] != _ZIP_LOCAL:
         raise FormatError(f"{where}: corrupt: no local file header at byte {info.header_offset}")
     name_len, extra_len = struct.unpack_from("<HH", local, 26)
+    _check_local_name(file.read(name_len) or b"", info, where)
     file.seek(info.header_offset + 30 + name_len + extra_len)
     if info.compress_type == zipfile.ZIP_STORED:
         return file.read(min(want, info.compress_size)) or b""
@@ -420,7 +449,7 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
     end = _header_end(memoryview(payload))
     if end is not None and end > len(payload):
         payload = _member_head(file, info, where, end)
-    _, shape, _, _ = _parse_npy_header(memoryview(payload), where)
+    _, shape, _, _ = _parse_npy_header(memoryview(payload), where, _leave_out(key, infos))
     return _rows(shape, where)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._stacking import stackable
+
 __all__ = ["Batch", "lay_out", "nbytes", "ragged_keys", "split_chunk"]
 
 Batch = dict[str, NDArray[Any]]
@@ -48,11 +50,7 @@ def lay_out(batch: Batch, ragged: list[str]) -> Batch:
         v = batch[k]
         if not len(v):
             continue
-        first = v[0]
-        if all(
-            isinstance(e, np.ndarray) and e.shape == first.shape and e.dtype == first.dtype
-            for e in v
-        ):
+        if stackable(list(v)):
             batch[k] = np.stack(list(v))
             del batch[f"{k}_shape"]
         else:  # as wide as this batch's samples have dimensions, not the chunk's
