@@ -257,3 +257,45 @@ def test_dtype_gives_tokens_an_embedding_layer_takes(tmp_path: Path, shuffle: ob
     PairRows({"anchor": members["anchor"]}, dtype=np.int16, pad_id=40000).close()
     for s in (plain, wide, narrow, fits):
         s.close()
+
+
+def test_a_mixture_of_other_negative_counts_or_dtypes_is_refused_saying_how_to_mix(
+    tmp_path: Path,
+) -> None:
+    # A retrieval run mixing a dataset of 1 hard negative with one of 7 (or of uint16
+    # anchors with int32 ones) is refused before the first batch, with the way out.
+    from headrace.pipeline import Mixture
+
+    files = make(tmp_path)
+    for i in range(7):
+        write_row_file(tmp_path / f"neg{i}.bin", np.full((N, 65), i + 1, np.uint32))
+    one = PairRows({**files, "negative0": files["negative"]})
+    seven = PairRows({**files, **{f"negative{i}": tmp_path / f"neg{i}.bin" for i in range(7)}})
+    with pytest.raises(
+        DataError,
+        match=r"differ in keys: .*only in 'seven': \['negative1_mask', .*'negative6_x'\]"
+        r".*Mapped\(source, fn\)",
+    ):
+        Mixture({"one": one, "seven": seven}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    narrow = {**files, "anchor": tmp_path / "neg0.bin"}
+    write_row_file(tmp_path / "a16.bin", np.ones((N, 33), np.uint16))
+    u16 = PairRows({**files, "anchor": tmp_path / "a16.bin"})
+    with pytest.raises(DataError, match=r"differ in dtype: .*anchor_x: uint16.*same dtype="):
+        Mixture({"u32": PairRows(files), "u16": u16}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    with pytest.raises(DataError, match=r"differ in per-sample shape: .*Mapped\(source, fn\)"):
+        Mixture({"a": PairRows(files), "n": PairRows(narrow)}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    same = Mixture(
+        {
+            "u32": PairRows(files, dtype=np.int64),
+            "u16": PairRows({**files, "anchor": tmp_path / "a16.bin"}, dtype=np.int64),
+        },
+        [0.5, 0.5],
+        batch_size=8,
+    )
+    assert same.read(0, np.arange(8, dtype=np.int64))["anchor_x"].dtype == np.int64
