@@ -464,3 +464,19 @@ def test_inferred_dtype_never_rounds_integers_past_int64() -> None:
     assert pad_batch([[1e19, 0.5], [2**53]])[0].tolist() == [[1e19, 0.5], [2**53, 0]]
     exact = [np.array([2**53], np.int64), np.array([1], np.uint64)]
     assert pad_batch(exact)[0].tolist() == [[2**53], [1]]
+
+
+def test_torch_rows_of_a_dtype_numpy_lacks() -> None:
+    # bfloat16 (teacher scores, embeddings) has no NumPy dtype: torch's own TypeError
+    # ("Got unsupported ScalarType BFloat16") came out of .numpy().
+    torch = pytest.importorskip("torch")
+    rows = [torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16), torch.tensor([0.25]).bfloat16()]
+    with pytest.raises(ConfigError, match=r"row 0 is a torch.bfloat16 tensor.*dtype=torch.float32"):
+        pad_batch(rows)
+    values, mask = pad_batch(rows, dtype=torch.float32, side="left", pad_value=-1)
+    assert values.dtype == torch.float32
+    assert values.tolist() == [[1.5, -2.0, 3.0], [-1.0, -1.0, 0.25]]
+    assert mask.tolist() == [[True, True, True], [False, False, True]]
+    with pytest.raises(DataError, match=r"row 0 holds 1.5, which does not fit dtype int64"):
+        pad_batch(rows, dtype=torch.int64)  # converted exactly, then checked as any float row
+    assert pad_batch(rows[1:], dtype=np.float16, return_mask=False).tolist() == [[0.25]]

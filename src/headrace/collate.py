@@ -77,7 +77,8 @@ def pad_batch(
     naming the row, the value and the dtype; a float into a narrower float
     rounds to the nearest. An empty batch gives ``(0, width or 0)`` values and
     mask: torch tensors if ``dtype`` is a torch dtype (no rows say which), else
-    NumPy arrays.
+    NumPy arrays. Tensor rows of a float dtype NumPy lacks (``torch.bfloat16``)
+    need ``dtype``; they are widened to float32 (exact) and then cast as above.
     """
     _ragged.check_side_and_width(side, width)
     asked_torch = _is_torch_dtype(dtype)
@@ -337,8 +338,7 @@ def _flatten(
                 f"row {i} is a {type(rows[i]).__name__} but other rows are torch tensors; "
                 "pass all rows as tensors or none"
             )
-        # CPU tensors share memory with these arrays; device tensors are copied to host.
-        rows = [r.detach().cpu().numpy() for r in rows]
+        rows = [_tensor_array(i, r, dtype) for i, r in enumerate(rows)]
     lists = False
     for i, r in enumerate(rows):
         if isinstance(r, np.ndarray):
@@ -374,6 +374,24 @@ def _flatten(
             f"rows must be flat sequences of numbers (got items of shape {values.shape[1:]})"
         )
     return values, offsets, None, False
+
+
+def _tensor_array(i: int, row: Any, dtype: DTypeLike | None) -> NDArray[Any]:
+    """A tensor row as a NumPy array (sharing a CPU tensor's memory; a device
+    tensor is copied to host). A floating dtype NumPy lacks (bfloat16, float8)
+    is widened to float32, which holds each of its values exactly, when
+    ``dtype`` says what to pad in; without one there is no NumPy dtype to keep."""
+    t = row.detach().cpu()
+    try:
+        return cast("NDArray[Any]", t.numpy())
+    except TypeError as exc:  # "Got unsupported ScalarType BFloat16"
+        if dtype is not None and t.is_floating_point():
+            return cast("NDArray[Any]", t.float().numpy())
+        raise errors.ConfigError(
+            f"row {i} is a {t.dtype} tensor, which NumPy has no dtype for; pass "
+            "dtype=torch.float32 (it holds every bfloat16 or float8 value exactly), or "
+            "convert the rows"
+        ) from exc
 
 
 def _inferred(flat: list[Any], offsets: NDArray[np.int64]) -> NDArray[Any]:

@@ -257,3 +257,117 @@ def test_dtype_gives_tokens_an_embedding_layer_takes(tmp_path: Path, shuffle: ob
     PairRows({"anchor": members["anchor"]}, dtype=np.int16, pad_id=40000).close()
     for s in (plain, wide, narrow, fits):
         s.close()
+
+
+def test_a_mixture_of_other_negative_counts_or_dtypes_is_refused_saying_how_to_mix(
+    tmp_path: Path,
+) -> None:
+    # A retrieval run mixing a dataset of 1 hard negative with one of 7 (or of uint16
+    # anchors with int32 ones) is refused before the first batch, with the way out.
+    from headrace.pipeline import Mixture
+
+    files = make(tmp_path)
+    for i in range(7):
+        write_row_file(tmp_path / f"neg{i}.bin", np.full((N, 65), i + 1, np.uint32))
+    one = PairRows({**files, "negative0": files["negative"]})
+    seven = PairRows({**files, **{f"negative{i}": tmp_path / f"neg{i}.bin" for i in range(7)}})
+    with pytest.raises(
+        DataError,
+        match=r"differ in keys: .*only in 'seven': \['negative1_mask', .*'negative6_x'\]"
+        r".*Mapped\(source, fn\)",
+    ):
+        Mixture({"one": one, "seven": seven}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    narrow = {**files, "anchor": tmp_path / "neg0.bin"}
+    write_row_file(tmp_path / "a16.bin", np.ones((N, 33), np.uint16))
+    u16 = PairRows({**files, "anchor": tmp_path / "a16.bin"})
+    with pytest.raises(DataError, match=r"differ in dtype: .*anchor_x: uint16.*same dtype="):
+        Mixture({"u32": PairRows(files), "u16": u16}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    with pytest.raises(DataError, match=r"differ in per-sample shape: .*Mapped\(source, fn\)"):
+        Mixture({"a": PairRows(files), "n": PairRows(narrow)}, [0.5, 0.5], batch_size=8).read(
+            0, np.arange(8, dtype=np.int64)
+        )
+    same = Mixture(
+        {
+            "u32": PairRows(files, dtype=np.int64),
+            "u16": PairRows({**files, "anchor": tmp_path / "a16.bin"}, dtype=np.int64),
+        },
+        [0.5, 0.5],
+        batch_size=8,
+    )
+    assert same.read(0, np.arange(8, dtype=np.int64))["anchor_x"].dtype == np.int64
+
+
+def odirect_works(path: Path) -> bool:
+    from headrace.io import RangeReader
+
+    try:
+        with RangeReader("odirect") as r:
+            r.read(str(path), [(0, 8)])
+    except ConfigError:
+        return False  # O_DIRECT unsupported on this filesystem
+    return True
+
+
+def retrieval_groups(root: Path) -> dict:
+    """Anchors of 65 uint16 tokens, documents of 513 (int32 positives, 7 int64
+    negatives); some groups have an empty anchor, positive or negative."""
+    rng = np.random.default_rng(9)
+    members: dict = {}
+    specs = [("anchor", 65, np.uint16), ("positive", 513, np.int32)]
+    specs += [(f"negative{i}", 513, np.int64) for i in range(7)]
+    for j, (name, w, dt) in enumerate(specs):
+        tok = rng.integers(1, 60_000, (N, w)).astype(dt)
+        lengths = rng.integers(1, w + 1, N)
+        lengths[j :: 11 + j] = 0  # each member empty in its own groups
+        tok[np.arange(w)[None, :] >= lengths[:, None]] = 0
+        write_row_file(root / f"{name}.tok.bin", tok)
+        write_row_file(root / f"{name}.mask.npy", (tok != 0).astype(np.uint8))
+        members[name] = (root / f"{name}.tok.bin", root / f"{name}.mask.npy")
+    return members
+
+
+@pytest.mark.parametrize("shuffle", [True, "window"])
+def test_seven_negatives_same_groups_on_every_strategy_host_count_and_resume(
+    tmp_path: Path, shuffle: object
+) -> None:
+    members = retrieval_groups(tmp_path)
+    kw: dict = {"shuffle": shuffle, "window_rows": 48 if shuffle == "window" else None}
+    steps = 20
+
+    def run(world: int, strategy: str = "adaptive", state: dict | None = None) -> list[dict]:
+        loaders = []
+        for r in range(world):
+            src = PairRows(members, dtype=np.int64, reader=strategy, **kw)  # type: ignore[arg-type]
+            ld = Loader(src, batch_size=16, seed=5, rank=r, world_size=world, steps=steps)
+            if state is not None:
+                ld.load_state_dict(state)
+            loaders.append(ld)
+        out = []
+        for parts in zip(*loaders, strict=True):
+            out.append({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+        for ld in loaders:
+            ld.close()
+        return out
+
+    want = run(1)
+    assert len(want) == steps and want[0]["negative6_x"].shape == (16, 513)
+    assert want[0]["anchor_x"].shape == (16, 65) and want[0]["anchor_x"].dtype == np.int64
+    for b in want:  # every group has a real token in every member: empty ones were replaced
+        assert all(b[f"{m}_mask"].any(axis=1).all() for m in members)
+    digest = batch_digest(want)
+    for strategy in ("mmap", "pread", "odirect"):
+        if strategy == "odirect" and not odirect_works(tmp_path / "anchor.mask.npy"):
+            continue
+        assert batch_digest(run(1, strategy)) == digest, strategy
+    for world in (2, 4):
+        assert batch_digest(run(world)) == digest, world
+    src = PairRows(members, dtype=np.int64, **kw)
+    with Loader(src, batch_size=16, seed=5, rank=1, world_size=4, steps=steps) as ld:
+        for _, _ in zip(range(7), ld, strict=False):
+            pass
+        state = ld.state_dict()
+    assert batch_digest(run(2, state=state)) == batch_digest(want[7:])

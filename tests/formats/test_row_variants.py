@@ -97,3 +97,27 @@ def test_an_npy_file_under_another_name_is_not_read_as_raw_rows(how: str, tmp_pa
         PaddedRows(tmp_path / "raw.bin", context=63, shuffle=False).read(0, np.arange(6))["x"],
         raw[:, :63],
     )
+
+
+@pytest.mark.parametrize("name", ["be.npy", "be.bin"])
+def test_big_endian_pair_rows_come_out_in_native_byte_order(name: str, tmp_path: Path) -> None:
+    # Read straight into the stored dtype, they came out as '>u2': torch.from_numpy
+    # refuses that ("byte order different from the native"), and a mixture with a
+    # native file of the same rows was refused as differing in dtype.
+    from headrace.formats import PairRows
+    from headrace.pipeline import Loader, Mixture
+    from headrace.testing import batch_digest
+
+    write_row_file(tmp_path / name, _TOK.astype(">u2"))
+    write_row_file(tmp_path / "mask.npy", (_TOK != 0).astype(">i4"))
+    write_row_file(tmp_path / "le.npy", _TOK)
+    big = PairRows({"a": (tmp_path / name, tmp_path / "mask.npy")}, shuffle=False)
+    got = big.read(0, np.arange(16))
+    assert got["a_x"].dtype == np.dtype(np.uint16) and got["a_x"].dtype.isnative
+    assert np.array_equal(got["a_x"], _TOK)
+    assert np.array_equal(got["a_mask"], _TOK != 0)
+    little = PairRows({"a": (tmp_path / "le.npy", tmp_path / "mask.npy")}, shuffle=False)
+    assert batch_digest([got]) == batch_digest([little.read(0, np.arange(16))])
+    mix = Mixture({"big": big, "little": little}, [0.5, 0.5], batch_size=4)
+    with Loader(mix, batch_size=4, seed=1, steps=3) as ld:
+        assert all(b["a_x"].dtype.isnative for b in ld)

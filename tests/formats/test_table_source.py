@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -166,11 +167,10 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
         TableSource(p, columns=["input_ids"], width=4, pad_side="middle")  # type: ignore[arg-type]
     small = pa.table({"ids": pa.array([[1, 2], [3]], pa.list_(pa.int8()))})
     pq.write_table(small, tmp_path / "i8.parquet")
-    src = TableSource(tmp_path / "i8.parquet", width=4, pad_values={"ids": 300}, shuffle=False)
-    with pytest.raises(
+    with pytest.raises(  # at open, as PaddedRows' pad_id: not at the first batch
         ConfigError, match=r"i8\.parquet: column 'ids': pad_value 300 does not fit dtype int8"
     ):
-        src.read(0, np.arange(2))
+        TableSource(tmp_path / "i8.parquet", width=4, pad_values={"ids": 300}, shuffle=False)
     words = pa.table({"words": pa.array([["a", "b"], ["c"]], type=pa.list_(pa.string()))})
     pq.write_table(words, tmp_path / "w.parquet")
     with pytest.raises(FormatError, match=r"w\.parquet: column 'words' has type list<element: str"):
@@ -246,3 +246,35 @@ def test_a_column_named_like_another_columns_mask_is_refused(tmp_path: Path) -> 
         TableSource(tmp_path / "t.parquet", width=2)
     src = TableSource(tmp_path / "t.parquet", columns=["ids"], width=2, shuffle=False)
     assert src.read(0, np.arange(2))["ids_mask"].tolist() == [[True, False], [True, True]]
+
+
+def test_a_pad_value_that_does_not_fit_is_named_as_such_with_truncate(tmp_path: Path) -> None:
+    # An HF SFT dataset: attention_mask as int8 lists, rows longer than the width. The
+    # bad pad value was reported as a row "more than width=...; pass truncate=True",
+    # truncate=True given, and only at the first batch.
+    datasets = pytest.importorskip("datasets")
+    ids = [list(range(1, n + 1)) for n in (3, 9, 5)]
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": ids, "attention_mask": [[1] * len(r) for r in ids]}
+    )
+    ds = ds.cast_column("attention_mask", datasets.Sequence(datasets.Value("int8")))
+    ds.save_to_disk(str(tmp_path / "sft"))
+    kw: dict[str, Any] = {"width": 4, "truncate": True, "shuffle": False}
+    for pads, col, dtype in (
+        ({"attention_mask": -200}, "attention_mask", "int8"),
+        ({"input_ids": 0.5}, "input_ids", "int(32|64)"),
+        ({"input_ids": 2**70}, "input_ids", "int(32|64)"),
+    ):
+        with pytest.raises(
+            ConfigError,
+            match=rf"data-00000-of-00001\.arrow: column '{col}': pad_value \S+ does not fit "
+            rf"dtype {dtype}",
+        ):
+            TableSource(
+                tmp_path / "sft", columns=["input_ids", "attention_mask"], pad_values=pads, **kw
+            )
+    src = TableSource(
+        tmp_path / "sft", columns=["attention_mask"], pad_values={"attention_mask": -1}, **kw
+    )
+    got = src.read(0, np.arange(3))
+    assert got["attention_mask"].tolist() == [[1, 1, 1, -1], [1, 1, 1, 1], [1, 1, 1, 1]]

@@ -20,6 +20,7 @@ from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
     ConfigError,
     DataError,
+    EmptyRowsError,
     FormatError,
     ObjectNotFoundError,
     PermissionDeniedError,
@@ -293,3 +294,30 @@ def test_cached_window_reads_never_wait_on_the_io_pool_they_run_on(
         assert got == [want]
     finally:
         set_io_threads(before)
+
+
+def test_mismatched_masks_sidecars_and_empty_datasets_on_s3(s3: S3Fixture, root: Path) -> None:
+    # What a local file gets refused for, an object is too, naming the object's URL.
+    tok = np.load(root / "tok.npy")
+    body = (root / "mask.bin").read_bytes()
+    _put(s3, "mm/short.mask.bin", body[: -WIDTH * 3])  # three rows fewer than the tokens
+    _put(s3, "mm/short.mask.bin.json", b'{"dtype": "uint8", "width": 65}')
+    with pytest.raises(DataError, match=r"mm/short\.mask\.bin: mask shape \(2397, 65\) disagrees"):
+        PaddedRows(f"{URL}/tok.npy", f"{URL}/mm/short.mask.bin", store_options=options(s3), **KW)
+    _put(s3, "mm/wide.bin", tok.tobytes())  # uint16 rows described as 130 wide
+    _put(s3, "mm/wide.bin.json", b'{"dtype": "uint16", "width": 130, "rows": 2400}')
+    with pytest.raises(DataError, match=r"mm/wide\.bin: .*says 2400 rows, but \d+ bytes hold 1200"):
+        PaddedRows(f"{URL}/mm/wide.bin", store_options=options(s3), **KW)
+    _put(s3, "mm/i32.bin", tok.astype(np.int32).tobytes())  # int32 ids, a uint16 sidecar
+    _put(s3, "mm/i32.bin.json", b'{"dtype": "uint16", "width": 65, "rows": 2400}')
+    with pytest.raises(DataError, match=r"mm/i32\.bin: .*says 2400 rows, but \d+ bytes hold 4800"):
+        PaddedRows(f"{URL}/mm/i32.bin", store_options=options(s3), **KW)
+    _put(s3, "mm/empty.npy", (root / "tok.npy").read_bytes()[:128] + bytes(tok.nbytes))
+    src = PaddedRows(
+        f"{URL}/mm/empty.npy", store_options=options(s3), shuffle="window", max_retries=2, **KW
+    )
+    with pytest.raises(
+        EmptyRowsError, match=r"s3://.*mm/empty\.npy: 4 row\(s\) still empty .* after 2 .*sample 0"
+    ):
+        src.read(0, np.arange(4, dtype=np.int64))
+    src.close()

@@ -5,7 +5,7 @@ matrix of its own stored width ``W_m``; row ``i`` of every member belongs to
 group ``i``. Sample ``k`` reads group ``perm_(seed, epoch)(k % n)`` (with
 ``shuffle="window"``: its group of the windowed shuffle, every member's files
 read from whole windows) and yields
-``{m}_x`` (``(B, W_m)``, the stored token dtype) and ``{m}_mask`` (``(B, W_m)``
+``{m}_x`` (``(B, W_m)``, the stored token dtype in native byte order) and ``{m}_mask`` (``(B, W_m)``
 bool) for every member.
 
 Tokens are read straight into their output arrays. A 1-byte 0/1 mask file is
@@ -192,7 +192,9 @@ class PairRows(RowSource):
         widen: list[tuple[_Member, NDArray[Any]]] = []  # stored tokens for another dtype
         for mb in self.members:
             t, m = mb.tokens, mb.mask
-            dt = t.dtype if self.dtype is None else self.dtype
+            # A big-endian file's tokens come out native: torch.from_numpy refuses
+            # another byte order, and a mixture would refuse it beside a native file.
+            dt = t.dtype.newbyteorder("=") if self.dtype is None else self.dtype
             x = out[f"{mb.name}_x"] = np.empty((b, t.width), dtype=dt)
             mask = out[f"{mb.name}_mask"] = np.empty((b, t.width), dtype=np.bool_)
             if dt == t.dtype:
@@ -214,10 +216,10 @@ class PairRows(RowSource):
         else:
             self._io.read_many(jobs)
         for mb, stored in widen:
-            assert self.dtype is not None
-            if not np.can_cast(stored.dtype, self.dtype, "safe"):
-                check_token_values(stored, mb.tokens, rows, self.dtype)
-            np.copyto(out[f"{mb.name}_x"], stored, casting="unsafe")
+            x = out[f"{mb.name}_x"]
+            if not np.can_cast(stored.dtype, x.dtype, "safe"):
+                check_token_values(stored, mb.tokens, rows, x.dtype)
+            np.copyto(x, stored, casting="unsafe")
         raws = {id(mb): raw for mb, raw in convert}
         for mb in self.members:
             mask = out[f"{mb.name}_mask"]

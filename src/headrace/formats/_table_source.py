@@ -24,7 +24,7 @@ from headrace.formats._file_source import default_decode_threads
 from headrace.formats._images import IMAGE_MODES, ImageMode, check_image_mode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._ragged import Ragged
+from headrace.formats._ragged import Ragged, check_pad_value
 from headrace.formats._row_plan import (
     RowWindows,
     ShuffleMode,
@@ -186,6 +186,11 @@ class TableSource:
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
         self.pad_values = {c: pads.get(c, 0) for c in self.widths}
+        for c, v in self.pad_values.items():
+            try:  # at open, as PaddedRows' pad_id: not at the first batch
+                check_pad_value(v, cols[c].dtype)
+            except ConfigError as exc:
+                raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
         # Spans that are fetched or decoded (Parquet, anything on object storage) are
@@ -425,7 +430,7 @@ class TableSource:
                 except ConfigError as exc:
                     lengths = np.diff(v.offsets)
                     over = np.flatnonzero(lengths > self.widths[c])
-                    if over.size:  # name the table's row, not the batch's
+                    if over.size and not self.truncate:  # name the table's row, not the batch's
                         i = int(over[0])
                         raise ConfigError(
                             f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "

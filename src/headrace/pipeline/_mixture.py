@@ -290,6 +290,7 @@ class Mixture:
         if got != want:
             first = next(iter(self._layout.values()))[2]
             detail = ""
+            fix = "map one source's arrays to the other's layout with Mapped(source, fn)"
             if set(got) != set(want):
                 what = "keys"
                 only = [
@@ -303,12 +304,13 @@ class Mixture:
                 detail = f" ({'; '.join(only)})"
             elif any(got[k][0] != want[k][0] for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
+                fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
             else:
                 what = "per-sample shape"
             raise DataError(
                 f"mixture sources differ in {what}: {self.names[s]!r} gives "
                 f"{_describe(raw_got)} but {first!r} gives {_describe(raw_want)}{detail}; mixed "
-                "sources must return the same keys, dtypes and per-sample shapes"
+                f"sources must return the same keys, dtypes and per-sample shapes: {fix}"
             )
 
     def _comparable(
