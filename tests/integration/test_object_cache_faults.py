@@ -329,7 +329,12 @@ def test_a_rank_killed_while_filling_leaves_nothing_a_later_run_serves(
 def swap(entries: list[Path]) -> None:
     """Two entries of the same size exchange their files (each intact, under the other's
     name: a misdirected write, a restore gone wrong)."""
-    a, b = entries[0], next(e for e in entries[1:] if e.stat().st_size == entries[0].stat().st_size)
+    # Any two of one size: which entries a run leaves (a tail block, a piece read on its
+    # own) depends on timing, so the first one listed may have no twin.
+    by_size: dict[int, list[Path]] = {}
+    for e in entries:
+        by_size.setdefault(e.stat().st_size, []).append(e)
+    a, b = next(same[:2] for same in by_size.values() if len(same) >= 2)
     ra, rb = a.read_bytes(), b.read_bytes()
     assert ra != rb
     a.write_bytes(rb)
