@@ -16,6 +16,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from headrace.io import _exit
+
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -65,11 +67,7 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result (or exception)."""
-        try:
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
-            coro.close()
-            raise
+        future = self.submit(coro)
         try:
             return future.result()
         except BaseException:
@@ -78,10 +76,15 @@ class LoopThread:
             raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        """Schedule ``coro`` on the loop; its result as a future (not waited for)."""
+        """Schedule ``coro`` on the loop; its result as a future (not waited for).
+
+        Run as a request of the calling thread's (``_exit.on_behalf``): one an exit
+        handler makes is not held by the exit."""
+        wrapped = _exit.on_behalf(coro)
         try:
-            return asyncio.run_coroutine_threadsafe(coro, self._loop)
-        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
+            return asyncio.run_coroutine_threadsafe(wrapped, self._loop)
+        except RuntimeError:  # the loop closed meanwhile: nobody will await either
+            wrapped.close()
             coro.close()
             raise
 
@@ -99,7 +102,11 @@ class LoopThread:
         """Stop the loop once ``owner`` is garbage collected (an owner dropped without
         ``close()``): the thread refers to the loop, not to its owner, so nothing else
         would ever end it."""
-        weakref.finalize(owner, self.stop_soon)
+        # Not at exit (atexit=False): weakref's own exit handler ran before headrace's
+        # settled the requests in flight, and the loop it stopped cancelled them under
+        # their callers (a daemon thread in get_many printed a CancelledError). A loop
+        # left running is a daemon thread blocked in select, stopped at finalization.
+        weakref.finalize(owner, self.stop_soon).atexit = False
 
     def close(self) -> None:
         if self._pid != os.getpid():
