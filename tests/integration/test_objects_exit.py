@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from s3util import SMALL, S3Fixture
+from s3util import BUCKET, SMALL, S3Fixture, upload_token_file
 
 from headrace.emulate import LatencyProxy
 
@@ -191,3 +191,52 @@ def test_an_exit_handler_registered_before_or_after_import_can_write_and_read(
     assert p.stdout.split() == ["final", "checkpoint", order] * 2, p.stderr
     assert "Traceback" not in p.stderr
     assert _lines(p.stderr) <= 1, p.stderr
+
+
+# A Loader's read-ahead mid-read through the slow proxy when the script returns, its
+# iterator still held: the exit closes the loader and settles its requests.
+LOADER = r"""
+import json, sys
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+
+args = json.loads(sys.argv[1])
+src = TokenSource(
+    args["url"], store_options=args["options"], context=64, window_bytes=64 << 10,
+    block_bytes=4 << 10,
+)
+it = iter(Loader(src, batch_size=16, seed=1, prefetch=8))
+for _ in range(3):
+    next(it)
+print("returned", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def token_url(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> str:
+    upload_token_file(s3, tmp_path_factory.mktemp("exit-tokens"), "exit-tokens", 200_000, 3)
+    return f"s3://{BUCKET}/exit-tokens/tok.bin"
+
+
+def test_a_script_that_returns_during_a_loaders_read_ahead_exits_quietly(
+    s3: S3Fixture, slow: LatencyProxy, token_url: str
+) -> None:
+    arg = json.dumps({"url": token_url, "options": {**s3.options(), "endpoint": slow.endpoint}})
+
+    def run(_: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", LOADER, arg],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            timeout=60,
+            check=False,
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, range(8)))
+    bad = [(p.returncode, p.stderr[-2000:]) for p in runs if p.returncode != 0]
+    assert not bad, f"{len(bad)} of 8 runs failed: {bad[:2]}"
+    assert all(p.stdout.strip() == "returned" for p in runs)
+    noisy = [p.stderr[-2000:] for p in runs if _lines(p.stderr) > 1 or "Traceback" in p.stderr]
+    assert not noisy, f"{len(noisy)} of 8 runs were not quiet: {noisy[:2]}"
