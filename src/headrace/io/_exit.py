@@ -11,7 +11,7 @@ when it returns into Rust frames mid-finalization.
 
 So every try of every :class:`~headrace.io.ObjectStore` is counted here
 (``headrace.io._object_tries``), and an exit handler, while the interpreter is
-still whole, refuses new tries and waits, for at most :data:`EXIT_WAIT_S`, until
+still whole, holds new tries and waits, for at most :data:`EXIT_WAIT_S`, until
 none is in flight; past that it warns of what it abandoned and lets the exit go
 on (it never hangs the exit).
 
@@ -32,15 +32,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Coroutine
-from contextvars import ContextVar
-from typing import Any, NoReturn, TypeVar
+from contextvars import Context, ContextVar, copy_context
+from typing import NoReturn
 
 from headrace.errors import StorageError
 
-__all__ = ["EXIT_WAIT_S", "HOLD_S", "ahold", "begin", "begins", "end", "hold", "on_behalf"]
-
-T = TypeVar("T")
+__all__ = ["EXIT_WAIT_S", "HOLD_S", "ahold", "begin", "begins", "caller_context", "end", "hold"]
 
 log = logging.getLogger("headrace")
 
@@ -74,16 +71,13 @@ def _exempt() -> bool:
     return _for_exit.get() or threading.current_thread() is _exit_thread
 
 
-def on_behalf(coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
-    """``coro``, to run on a loop thread as a request of the calling thread's: one made by
-    an exit handler is not held. The caller closes ``coro`` if the result is never run."""
-    exempt = _exiting and _exempt()
-
-    async def run() -> T:
-        _for_exit.set(exempt)
-        return await coro
-
-    return run()
+def caller_context() -> Context:
+    """A copy of the calling thread's context, marked as an exit handler's when it is
+    one: a store loop's task started in it (``asyncio`` takes the context of the call
+    that schedules it) and the tasks that one starts are not held at exit."""
+    ctx = copy_context()
+    ctx.run(_for_exit.set, _exiting and _exempt())
+    return ctx
 
 
 def begins() -> bool:

@@ -78,13 +78,11 @@ class LoopThread:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; its result as a future (not waited for).
 
-        Run as a request of the calling thread's (``_exit.on_behalf``): one an exit
-        handler makes is not held by the exit."""
-        wrapped = _exit.on_behalf(coro)
+        Started in the calling thread's context (``_exit.caller_context``): a request
+        an exit handler makes is not held by the exit."""
         try:
-            return asyncio.run_coroutine_threadsafe(wrapped, self._loop)
-        except RuntimeError:  # the loop closed meanwhile: nobody will await either
-            wrapped.close()
+            return _exit.caller_context().run(asyncio.run_coroutine_threadsafe, coro, self._loop)
+        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
             coro.close()
             raise
 
