@@ -90,6 +90,50 @@ def test_a_try_of_another_thread_during_the_exit_is_held_then_refused() -> None:
     ]
 
 
+# On a store's loop, a try counts as its caller's: the exit thread's begins, another's is
+# held, and so is one a task scheduled before the exit began starts after it.
+ON_LOOP = """
+import asyncio
+import threading
+from headrace.io import _exit
+from headrace.io._loop import LoopThread
+
+loop = LoopThread()
+gate = threading.Event()
+
+
+async def try_once(wait=False):
+    if wait:
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait)
+    ok = _exit.begins()
+    if ok:
+        _exit.end()
+    return ok
+
+
+early = loop.submit(try_once(wait=True))  # scheduled by the main thread before the exit
+_exit._settle()
+gate.set()
+print("exit thread", loop.run(try_once()))
+print("scheduled before the exit", early.result())
+other = []
+t = threading.Thread(target=lambda: other.append(loop.run(try_once())))
+t.start()
+t.join()
+print("other thread", other[0])
+"""
+
+
+def test_a_try_on_a_loop_counts_as_its_callers() -> None:
+    p, _ = _run(ON_LOOP)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "exit thread True",
+        "scheduled before the exit False",
+        "other thread False",
+    ]
+
+
 # A try in flight in the parent when it forks is not the child's: the child exits at once.
 FORKED = """
 import os, sys
