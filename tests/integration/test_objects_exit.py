@@ -179,18 +179,29 @@ def test_an_exit_handler_registered_before_or_after_import_can_write_and_read(
 ) -> None:
     options = {**s3.options(), "endpoint": slow.endpoint}
     arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL, "order": order})
-    p = subprocess.run(
-        [sys.executable, "-c", FLUSH_AT_EXIT, arg],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        timeout=60,
-        check=False,
-    )
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["final", "checkpoint", order] * 2, p.stderr
-    assert "Traceback" not in p.stderr
-    assert _lines(p.stderr) <= 1, p.stderr
+
+    def run(_: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", FLUSH_AT_EXIT, arg],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            timeout=60,
+            check=False,
+        )
+
+    # Several, two at once: the handler's last request is answered on a Tokio thread just
+    # before finalization (without a grace after it, 2 of 13 runs aborted).
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, range(HANDLER_RUNS)))
+    for p in runs:
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == ["final", "checkpoint", order] * 2, p.stderr
+        assert "Traceback" not in p.stderr
+        assert _lines(p.stderr) <= 1, p.stderr
+
+
+HANDLER_RUNS = int(os.environ.get("HEADRACE_EXIT_HANDLER_RUNS", "10"))
 
 
 # A Loader's read-ahead mid-read through the slow proxy when the script returns, its

@@ -37,7 +37,17 @@ from typing import NoReturn
 
 from headrace.errors import StorageError
 
-__all__ = ["EXIT_WAIT_S", "HOLD_S", "ahold", "begin", "begins", "caller_context", "end", "hold"]
+__all__ = [
+    "EXIT_WAIT_S",
+    "HOLD_S",
+    "agrace",
+    "ahold",
+    "begin",
+    "begins",
+    "caller_context",
+    "end",
+    "hold",
+]
 
 log = logging.getLogger("headrace")
 
@@ -102,6 +112,14 @@ async def ahold(where: str) -> NoReturn:
     """:func:`hold` on an event loop: the task waits, not the loop."""
     await asyncio.sleep(HOLD_S)
     raise StorageError(f"{where}: not requested: the interpreter is exiting")
+
+
+async def agrace() -> None:
+    """For an exit handler's request on a store's loop, wait out :data:`_GRACE_S` before
+    its caller hears of the outcome: the handler may be the last, and finalization
+    follows its return with nothing to wait for the Tokio thread that answered."""
+    if _exiting and _exempt():
+        await asyncio.sleep(_GRACE_S)
 
 
 def begin() -> None:

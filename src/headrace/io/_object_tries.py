@@ -198,6 +198,14 @@ class Tries:
     async def arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
+        try:
+            return await self._arun(where, once, size_of)
+        finally:
+            await _exit.agrace()
+
+    async def _arun(
+        self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
+    ) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
             ticket = await self._limit.acquire()
