@@ -154,9 +154,9 @@ def flush():
     path = os.path.join(tempfile.mkdtemp(), "final.ckpt")
     with open(path, "wb") as f:
         f.write(b"final checkpoint " + args["order"].encode())
-    key = f"exit-flush/{args['order']}.ckpt"
-    store.put_file(key, path)
-    print(bytes(store.get(key)).decode(), bytes(store.get_many([key])[0]).decode(), flush=True)
+    key = f"{args['order']}.ckpt"
+    out.put_file(key, path)
+    print(bytes(out.get(key)).decode(), bytes(out.get_many([key])[0]).decode(), flush=True)
 
 
 if args["order"] == "before":
@@ -166,6 +166,7 @@ if args["order"] == "after":
     atexit.register(flush)
 
 store = ObjectStore(args["url"], **args["options"])
+out = ObjectStore(args["out"], **args["options"])  # not under the shared objects' prefix
 threading.Thread(
     target=lambda: store.get_many(args["keys"] * 200, max_in_flight=16), daemon=True
 ).start()
@@ -178,7 +179,8 @@ def test_an_exit_handler_registered_before_or_after_import_can_write_and_read(
     s3: S3Fixture, slow: LatencyProxy, order: str
 ) -> None:
     options = {**s3.options(), "endpoint": slow.endpoint}
-    arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL, "order": order})
+    out = f"s3://{BUCKET}/exit-flush"
+    arg = json.dumps({"url": s3.url, "out": out, "options": options, "keys": SMALL, "order": order})
 
     def run(_: int) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
