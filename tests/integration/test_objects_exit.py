@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from s3util import SMALL, S3Fixture
+from s3util import BUCKET, SMALL, S3Fixture, upload_token_file
 
 from headrace.emulate import LatencyProxy
 
@@ -88,3 +88,168 @@ def test_a_script_that_returns_with_requests_in_flight_exits_0(
     bad = [(p.returncode, p.stderr[-2000:]) for p in runs if p.returncode != 0]
     assert not bad, f"{len(bad)} of {RUNS} runs failed: {bad[:2]}"
     assert all("returned" in p.stdout for p in runs)
+    # The threads still reading are stopped as daemon threads are, without a word: the
+    # store's loop was stopped at exit under them and each printed a CancelledError.
+    noisy = [p.stderr[-2000:] for p in runs if _lines(p.stderr) > 1 or "Traceback" in p.stderr]
+    assert not noisy, f"{len(noisy)} of {RUNS} runs were not quiet: {noisy[:2]}"
+
+
+def _lines(stderr: str) -> int:
+    return len([line for line in stderr.splitlines() if line.strip()])
+
+
+# A daemon thread in get_many when the script returns: the loop under it must not be stopped
+# (its future cancelled) before the exit has settled its requests.
+IN_GET_MANY = r"""
+import json, sys, threading, time
+from headrace.io import ObjectStore
+
+args = json.loads(sys.argv[1])
+store = ObjectStore(args["url"], **args["options"])
+started = threading.Event()
+
+
+def read():
+    started.set()
+    store.get_many(args["keys"] * 200, max_in_flight=16)
+
+
+threading.Thread(target=read, daemon=True).start()
+started.wait()
+time.sleep(0.2)
+print("returned", flush=True)
+"""
+
+
+def test_a_daemon_thread_in_get_many_at_exit_is_stopped_quietly(
+    s3: S3Fixture, slow: LatencyProxy
+) -> None:
+    options = {**s3.options(), "endpoint": slow.endpoint}
+    arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL})
+    p = subprocess.run(
+        [sys.executable, "-c", IN_GET_MANY, arg],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        timeout=60,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "returned"
+    assert "Traceback" not in p.stderr
+    assert "CancelledError" not in p.stderr
+    assert _lines(p.stderr) <= 1, p.stderr
+
+
+# A user's exit handler flushes a final checkpoint to the store and reads it back, with a
+# daemon thread still in get_many. Handlers run last-registered first: one registered
+# before headrace was imported runs after headrace's own exit handler.
+FLUSH_AT_EXIT = r"""
+import atexit, json, os, sys, tempfile, threading, time
+
+args = json.loads(sys.argv[1])
+
+
+def flush():
+    path = os.path.join(tempfile.mkdtemp(), "final.ckpt")
+    with open(path, "wb") as f:
+        f.write(b"final checkpoint " + args["order"].encode())
+    key = f"{args['order']}.ckpt"
+    out.put_file(key, path)
+    print(bytes(out.get(key)).decode(), bytes(out.get_many([key])[0]).decode(), flush=True)
+
+
+if args["order"] == "before":
+    atexit.register(flush)
+from headrace.io import ObjectStore
+if args["order"] == "after":
+    atexit.register(flush)
+
+store = ObjectStore(args["url"], **args["options"])
+out = ObjectStore(args["out"], **args["options"])  # not under the shared objects' prefix
+threading.Thread(
+    target=lambda: store.get_many(args["keys"] * 200, max_in_flight=16), daemon=True
+).start()
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_an_exit_handler_registered_before_or_after_import_can_write_and_read(
+    s3: S3Fixture, slow: LatencyProxy, order: str
+) -> None:
+    options = {**s3.options(), "endpoint": slow.endpoint}
+    out = f"s3://{BUCKET}/exit-flush"
+    arg = json.dumps({"url": s3.url, "out": out, "options": options, "keys": SMALL, "order": order})
+
+    def run(_: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", FLUSH_AT_EXIT, arg],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            timeout=60,
+            check=False,
+        )
+
+    # Several, two at once: the handler's last request is answered on a Tokio thread just
+    # before finalization (without a grace after it, 2 of 13 runs aborted).
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, range(HANDLER_RUNS)))
+    for p in runs:
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == ["final", "checkpoint", order] * 2, p.stderr
+        assert "Traceback" not in p.stderr
+        assert _lines(p.stderr) <= 1, p.stderr
+
+
+HANDLER_RUNS = int(os.environ.get("HEADRACE_EXIT_HANDLER_RUNS", "10"))
+
+
+# A Loader's read-ahead mid-read through the slow proxy when the script returns, its
+# iterator still held: the exit closes the loader and settles its requests.
+LOADER = r"""
+import json, sys
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+
+args = json.loads(sys.argv[1])
+src = TokenSource(
+    args["url"], store_options=args["options"], context=64, window_bytes=64 << 10,
+    block_bytes=4 << 10,
+)
+it = iter(Loader(src, batch_size=16, seed=1, prefetch=8))
+for _ in range(3):
+    next(it)
+print("returned", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def token_url(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> str:
+    upload_token_file(s3, tmp_path_factory.mktemp("exit-tokens"), "exit-tokens", 200_000, 3)
+    return f"s3://{BUCKET}/exit-tokens/tok.bin"
+
+
+def test_a_script_that_returns_during_a_loaders_read_ahead_exits_quietly(
+    s3: S3Fixture, slow: LatencyProxy, token_url: str
+) -> None:
+    arg = json.dumps({"url": token_url, "options": {**s3.options(), "endpoint": slow.endpoint}})
+
+    def run(_: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", LOADER, arg],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            timeout=60,
+            check=False,
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, range(8)))
+    bad = [(p.returncode, p.stderr[-2000:]) for p in runs if p.returncode != 0]
+    assert not bad, f"{len(bad)} of 8 runs failed: {bad[:2]}"
+    assert all(p.stdout.strip() == "returned" for p in runs)
+    noisy = [p.stderr[-2000:] for p in runs if _lines(p.stderr) > 1 or "Traceback" in p.stderr]
+    assert not noisy, f"{len(noisy)} of 8 runs were not quiet: {noisy[:2]}"

@@ -25,15 +25,30 @@ _exit.begin()
 threading.Timer(0.2, _exit.end).start()
 """
 
-# Once the exit has begun, a new try is refused, naming what it was for.
-REFUSED = """
+# Once the exit has begun, a try of another thread's is held (briefly here), then refused
+# naming what it was for; the thread running the exit handlers still begins its tries.
+HELD = """
+import threading, time
 from headrace.io import _exit
 from headrace.errors import StorageError
+_exit.HOLD_S = 0.3
 _exit._settle()
-try:
-    _exit.refuse_if_exiting("s3://b/k, bytes [0, 16)")
-except StorageError as exc:
-    print(exc)
+print("exit thread begins", _exit.begins())
+_exit.end()
+
+
+def other():
+    print("other begins", _exit.begins())
+    t0 = time.monotonic()
+    try:
+        _exit.hold("s3://b/k, bytes [0, 16)")
+    except StorageError as exc:
+        print(exc, time.monotonic() - t0 >= 0.3)
+
+
+t = threading.Thread(target=other)
+t.start()
+t.join()
 """
 
 
@@ -65,10 +80,58 @@ def test_a_try_that_ends_during_the_exit_is_waited_for_without_a_word() -> None:
     assert took >= 0.2  # it waited for the try (an upper bound would be a speed claim)
 
 
-def test_a_try_started_during_the_exit_is_refused() -> None:
-    p, _ = _run(REFUSED)
+def test_a_try_of_another_thread_during_the_exit_is_held_then_refused() -> None:
+    p, _ = _run(HELD)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "s3://b/k, bytes [0, 16): not requested: the interpreter is exiting"
+    assert p.stdout.splitlines() == [
+        "exit thread begins True",
+        "other begins False",
+        "s3://b/k, bytes [0, 16): not requested: the interpreter is exiting True",
+    ]
+
+
+# On a store's loop, a try counts as its caller's: the exit thread's begins, another's is
+# held, and so is one a task scheduled before the exit began starts after it.
+ON_LOOP = """
+import asyncio
+import threading
+from headrace.io import _exit
+from headrace.io._loop import LoopThread
+
+loop = LoopThread()
+gate = threading.Event()
+
+
+async def try_once(wait=False):
+    if wait:
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait)
+    ok = _exit.begins()
+    if ok:
+        _exit.end()
+    return ok
+
+
+early = loop.submit(try_once(wait=True))  # scheduled by the main thread before the exit
+_exit._settle()
+gate.set()
+print("exit thread", loop.run(try_once()))
+print("scheduled before the exit", early.result())
+other = []
+t = threading.Thread(target=lambda: other.append(loop.run(try_once())))
+t.start()
+t.join()
+print("other thread", other[0])
+"""
+
+
+def test_a_try_on_a_loop_counts_as_its_callers() -> None:
+    p, _ = _run(ON_LOOP)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [
+        "exit thread True",
+        "scheduled before the exit False",
+        "other thread False",
+    ]
 
 
 # A try in flight in the parent when it forks is not the child's: the child exits at once.

@@ -16,6 +16,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from headrace.io import _exit
+
 __all__ = ["LoopThread"]
 
 T = TypeVar("T")
@@ -65,11 +67,7 @@ class LoopThread:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result (or exception)."""
-        try:
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        except RuntimeError:  # the loop closed meanwhile: nobody will await coro
-            coro.close()
-            raise
+        future = self.submit(coro)
         try:
             return future.result()
         except BaseException:
@@ -78,9 +76,12 @@ class LoopThread:
             raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        """Schedule ``coro`` on the loop; its result as a future (not waited for)."""
+        """Schedule ``coro`` on the loop; its result as a future (not waited for).
+
+        Started in the calling thread's context (``_exit.caller_context``): a request
+        an exit handler makes is not held by the exit."""
         try:
-            return asyncio.run_coroutine_threadsafe(coro, self._loop)
+            return _exit.caller_context().run(asyncio.run_coroutine_threadsafe, coro, self._loop)
         except RuntimeError:  # the loop closed meanwhile: nobody will await coro
             coro.close()
             raise
@@ -99,7 +100,11 @@ class LoopThread:
         """Stop the loop once ``owner`` is garbage collected (an owner dropped without
         ``close()``): the thread refers to the loop, not to its owner, so nothing else
         would ever end it."""
-        weakref.finalize(owner, self.stop_soon)
+        # Not at exit (atexit=False): weakref's own exit handler ran before headrace's
+        # settled the requests in flight, and the loop it stopped cancelled them under
+        # their callers (a daemon thread in get_many printed a CancelledError). A loop
+        # left running is a daemon thread blocked in select, stopped at finalization.
+        weakref.finalize(owner, self.stop_soon).atexit = False
 
     def close(self) -> None:
         if self._pid != os.getpid():

@@ -73,12 +73,11 @@ class Tries:
             s.attempts += 1
             s.in_flight += 1
             s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
-        _exit.begin()
         return time.perf_counter()
 
-    def _end(self, t0: float, nbytes: int | None, *, retry: bool, cancelled: bool = False) -> None:
+    def _end(self, t0: float, nbytes: int | None, *, retry: bool) -> None:
         dt = time.perf_counter() - t0
-        _exit.end(cancelled=cancelled)
+        _exit.end()
         with self._lock:
             s = self._stats
             s.in_flight -= 1
@@ -172,13 +171,17 @@ class Tries:
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
         """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
         self._limit.release(ticket)
-        self._end(t0, nbytes, retry=False, cancelled=nbytes is None)
+        self._end(t0, nbytes, retry=False)
 
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
-            _exit.refuse_if_exiting(where)
             ticket = self._limit.acquire_blocking()
+            if not _exit.begins():
+                # Held at exit: its slot goes back first, or an exit handler's request to
+                # this store could wait for it.
+                self._limit.release(ticket)
+                _exit.hold(where)
             t0 = self._begin()
             try:
                 result = once()
@@ -195,10 +198,20 @@ class Tries:
     async def arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
+        try:
+            return await self._arun(where, once, size_of)
+        finally:
+            await _exit.agrace()
+
+    async def _arun(
+        self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
+    ) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
-            _exit.refuse_if_exiting(where)
             ticket = await self._limit.acquire()
+            if not _exit.begins():
+                self._limit.release(ticket)
+                await _exit.ahold(where)
             t0 = self._begin()
             try:
                 result = await once()

@@ -216,7 +216,10 @@ class ObjectStore(Closing):
 
     def _size_or_none(self, key: str) -> int | None:
         for _ in range(2):
-            _exit.begin()  # a request outside the store's tries: counted all the same
+            # A request outside the store's tries, counted all the same; at exit (when the
+            # tries would be held) the message goes without the size.
+            if not _exit.begins():
+                return None
             try:
                 return int(obs.head(self._live(), key)["size"])
             except Exception as exc:
@@ -228,18 +231,15 @@ class ObjectStore(Closing):
 
     async def _asize_or_none(self, key: str) -> int | None:
         for _ in range(2):
-            _exit.begin()
-            cancelled = True
+            if not _exit.begins():
+                return None
             try:
-                size = int((await obs.head_async(self._live(), key))["size"])
-                cancelled = False
-                return size
+                return int((await obs.head_async(self._live(), key))["size"])
             except Exception as exc:
-                cancelled = False
                 if not classify(exc, "")[1]:
                     break
             finally:
-                _exit.end(cancelled=cancelled)
+                _exit.end()
         return None
 
     def get(self, key: str) -> memoryview:

@@ -24,6 +24,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
+from headrace.torch._batching import refuse_auto_collation
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
@@ -239,6 +240,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             )
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        refuse_auto_collation(self)
         if self.pin_memory and get_worker_info() is not None:
             raise ConfigError(
                 "TorchDataset(pin_memory=True) pins in the iterating process, and pinned "
