@@ -592,3 +592,18 @@ def test_a_mixed_source_returning_the_wrong_rows_is_named(tmp_path: Path) -> Non
     ):
         mix.read(0, np.arange(8, dtype=np.int64))
     mix.close()
+
+
+def test_a_weight_of_zero_or_below_is_refused_naming_its_source(
+    sources: dict[str, PaddedRows],
+) -> None:
+    # A config that switches a source off with weight 0 (a curriculum's first phase, say)
+    # must learn which source and what to do, not just that some weight is not > 0.
+    for bad, shown in ((0.0, "0.0"), (-0.1, "-0.1"), (float("nan"), "nan")):
+        with pytest.raises(ConfigError, match=rf"source 'mid' has weight {shown}") as info:
+            Mixture(sources, {"big": 0.6, "mid": bad, "tiny": 0.1}, batch_size=8)
+        assert "leave 'mid' out of the sources" in str(info.value)
+    with pytest.raises(ConfigError, match=r"source '1' has weight 0: "):
+        Mixture(list(sources.values()), [1, 0, 2], batch_size=8)
+    with pytest.raises(ConfigError, match=r"source 'tiny' has weight 1e-09, below 1/65536"):
+        Mixture(sources, [1.0, 1.0, 1e-9], batch_size=8)

@@ -84,7 +84,7 @@ class Mixture:
                 "weight per source."
             )
         try:
-            self.plan = MixturePlan(weights, batch_size)
+            self.plan = MixturePlan(weights, batch_size, names=self.names)
         except ValueError as exc:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size

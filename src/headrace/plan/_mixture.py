@@ -46,15 +46,27 @@ _TAG_MIX = 0x4D495854
 
 
 def quantize_weights(
-    weights: Sequence[float] | NDArray[Any], denom: int = _DENOM
+    weights: Sequence[float] | NDArray[Any],
+    denom: int = _DENOM,
+    *,
+    names: Sequence[str] | None = None,
 ) -> tuple[int, ...]:
-    """Positive weights as integers summing to ``denom`` (largest remainder, ties by index)."""
+    """Positive weights as integers summing to ``denom`` (largest remainder, ties by index).
+    ``names``: the sources', for errors (else they are named by index)."""
     shown = weights.tolist() if isinstance(weights, np.ndarray) else list(weights)
     w = _as_floats(weights if isinstance(weights, np.ndarray) else shown)
     if w.ndim != 1 or w.size == 0:
         raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r}).")
-    if not np.isfinite(w).all() or (w <= 0).any():
-        raise ValueError(f"weights must be finite and > 0 (got {shown}).")
+    bad = ~np.isfinite(w) | (w <= 0)
+    if bad.any():
+        if names is None:
+            raise ValueError(f"weights must be finite and > 0 (got {shown}).")
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"source {names[i]!r} has weight {shown[i]!r}: weights must be finite and > 0. "
+            f"A mixture draws from every source it holds; to read none of a source, leave "
+            f"{names[i]!r} out of the sources and the weights"
+        )
     with np.errstate(over="ignore"):
         total = w.sum()
     if not np.isfinite(total):  # each finite, the sum not: scale first (only then, so
@@ -68,8 +80,8 @@ def quantize_weights(
     if (base == 0).any():
         i = int(np.flatnonzero(base == 0)[0])
         raise ValueError(
-            f"weight {shown[i]!r} (source {i}) is below 1/{denom} of the total; "
-            "drop the source or raise its weight"
+            f"source {i if names is None else repr(names[i])} has weight {shown[i]!r}, "
+            f"below 1/{denom} of the total; drop the source or raise its weight"
         )
     return tuple(int(v) for v in base)
 
@@ -127,14 +139,20 @@ class MixturePlan:
 
     __slots__ = ("_levels", "batch_size", "numerators")
 
-    def __init__(self, weights: Sequence[float] | NDArray[Any], batch_size: int) -> None:
+    def __init__(
+        self,
+        weights: Sequence[float] | NDArray[Any],
+        batch_size: int,
+        *,
+        names: Sequence[str] | None = None,
+    ) -> None:
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, int | np.integer)
             or batch_size < 1
         ):
             raise ValueError(f"batch_size must be a positive integer (got {batch_size!r}).")
-        self.numerators = quantize_weights(weights)
+        self.numerators = quantize_weights(weights, names=names)
         self.batch_size = int(batch_size)  # NumPy integers too, as the Loader takes them
         self._levels = _split_levels(self.numerators)
 
