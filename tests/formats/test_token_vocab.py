@@ -73,6 +73,16 @@ def test_an_id_outside_the_vocabulary_is_refused_naming_file_offset_and_value(
     plain.close()
 
 
+def test_a_negative_id_is_refused_under_a_vocab_past_the_signed_range(tmp_path: Path) -> None:
+    # Read as unsigned, -3 is 2**32 - 3: below a vocab_size of 2**33 it must still be seen.
+    tokens = ids(1_000)
+    tokens[5] = -3
+    src = TokenSource(megatron(tmp_path / "w.bin", tokens), context=L, vocab_size=2**33)
+    with pytest.raises(DataError, match="token id -3 at token offset 5 "):
+        src.read(0, np.arange(src.samples_per_epoch))
+    src.close()
+
+
 def test_in_a_mixture_the_error_names_the_source_and_its_file(tmp_path: Path) -> None:
     web = megatron(tmp_path / "web.bin", ids(20_000))
     bad = ids(2_000, seed=1)

@@ -90,7 +90,7 @@ class TokenSource(WindowCache):
     ``[0, vocab_size)``; a batch holding one outside is refused (``DataError``
     naming the file, the token offset and the id). Without it no id is checked:
     an int32 Megatron file may hold negative ids, any file ids of another
-    tokenizer. It costs a pass over each batch (two for signed dtypes), and is no
+    tokenizer. It costs a pass over each batch, and is no
     part of the fingerprint (it refuses batches, never changes them).
 
     ``cache_dir`` (object URLs): each block read from the store is also kept
@@ -287,11 +287,14 @@ class TokenSource(WindowCache):
         self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
     ) -> None:
         """Refuse a batch holding an id outside ``[0, vocab)``, naming the first one's file
-        and token offset. One pass over the batch (two for signed dtypes) when all is well."""
+        and token offset. One pass over the batch when all is well: read as unsigned, a
+        negative id is at least 2**(bits - 1), past any vocabulary the dtype can index."""
         if not out.size:
             return
-        low = int(out.min()) if self.dtype.kind == "i" else 0
-        if low >= 0 and int(out.max()) < vocab:
+        bound = vocab
+        if out.dtype.kind == "i":  # ids past the signed range cannot occur: cap, so the
+            bound = min(vocab, 1 << (8 * out.dtype.itemsize - 1))  # negatives stay past it
+        if int(out.view(out.dtype.str.replace("i", "u")).max()) < bound:
             return
         bad = (out < 0) | (out >= vocab)
         row, col = divmod(int(np.argmax(bad)), out.shape[1])
