@@ -20,6 +20,15 @@ sample of the step is its local sample ``C_s(tB) + j``: each source's samples
 are numbered 0, 1, 2, ... across the whole run, so each advances through its
 own epochs at its own pace.
 
+A ``schedule`` (a curriculum) changes the weights at given steps. Each phase
+``p``, from sample ``n_p = k_p * B`` on, counts with its own tree from where the
+phases before left each source: ``C_s(n) = C_s(n_p) + C^p_s(n) - C^p_s(n_p)``.
+The phases start at step boundaries, so every property above holds within a
+step; each source's local samples run on without a gap or a repeat across a
+switch; and the steps before ``k_p`` are the same whatever comes after, which is
+what lets a run saved before a switch go on into it. O(P x S) to set up, and a
+phase lookup a call.
+
 Weights are quantised to integers summing to ``2**16`` (largest remainder).
 Each split divides ``n = q * w + r`` by parts, ``q * w_L`` plus the rounded
 share of ``r < 2**16``, so the arithmetic is exact in int64 for every sample
@@ -29,7 +38,7 @@ number int64 holds (``n * w_L`` itself wraps from ``n = 2**46`` on).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -112,6 +121,42 @@ def _split_levels(
     return levels
 
 
+def _tree(levels: Levels, total: NDArray[np.int64], sources: int) -> NDArray[np.int64]:
+    """``C_s(n)`` of one split tree for each ``n``: shape ``total.shape + (S,)``."""
+    # The counts of a level's nodes, side by side in source order; the root owns all.
+    here = total.reshape(-1, 1)
+    for wl, w, keep in levels:
+        # round(here * wl / w), half up (nondecreasing in n), by parts: here * wl
+        # wraps int64 from 2**47 / (wl / 2**16) on; q * wl <= here never does.
+        q, r = np.divmod(here, w)
+        left = q * wl + (2 * r * wl + w) // (2 * w)
+        pairs = np.stack([left, here - left], axis=-1)
+        here = pairs.reshape(len(here), 2 * here.shape[1])[:, keep]
+    return here.reshape(*total.shape, sources)
+
+
+def _checked_schedule(
+    schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None,
+) -> list[tuple[int, Sequence[float] | NDArray[Any]]]:
+    """``schedule``'s phases by step, refusing what is no ``{step > 0: weights}`` dict."""
+    if schedule is None:
+        return []
+    if not isinstance(schedule, Mapping):
+        raise ValueError(
+            f"schedule must be a dict of {{step: weights}} (got {type(schedule).__name__} "
+            f"{schedule!r:.200})."
+        )
+    bad = [
+        k for k in schedule if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1
+    ]
+    if bad:
+        raise ValueError(
+            f"schedule steps must be integers > 0, the steps the weights change at (got "
+            f"{bad[0]!r}); the weights before the first are the mixture's weights."
+        )
+    return sorted(((int(k), v) for k, v in schedule.items()), key=lambda kv: kv[0])
+
+
 def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
     """``weights`` as float64, refusing what NumPy would convert but is no number
     (``"0.5"``, ``True``) and numbers beyond float64 (``10**400``)."""
@@ -134,10 +179,17 @@ def _real(v: object) -> bool:
     return isinstance(v, numbers.Real)
 
 
-class MixturePlan:
-    """Which source and which local sample each global sample of a mixture reads."""
+Levels = list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.intp]]]
 
-    __slots__ = ("_levels", "batch_size", "numerators")
+
+class MixturePlan:
+    """Which source and which local sample each global sample of a mixture reads.
+
+    ``schedule``: ``{step: weights}``, the weights from that step on (steps > 0);
+    ``weights`` hold before the first.
+    """
+
+    __slots__ = ("_levels", "_phases", "batch_size", "numerators", "schedule")
 
     def __init__(
         self,
@@ -145,6 +197,7 @@ class MixturePlan:
         batch_size: int,
         *,
         names: Sequence[str] | None = None,
+        schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None = None,
     ) -> None:
         if (
             isinstance(batch_size, bool)
@@ -155,6 +208,27 @@ class MixturePlan:
         self.numerators = quantize_weights(weights, names=names)
         self.batch_size = int(batch_size)  # NumPy integers too, as the Loader takes them
         self._levels = _split_levels(self.numerators)
+        # schedule: (step, numerators) of each switch; _phases, for the lookup: (first
+        # sample, split tree, counts the phases before reached there, the tree's there).
+        self.schedule: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        self._phases: list[tuple[int, Levels, NDArray[np.int64], NDArray[np.int64]]] = []
+        for step, w in _checked_schedule(schedule):
+            try:
+                nums = quantize_weights(w, names=names)
+            except ValueError as exc:
+                raise ValueError(f"schedule step {step}: {exc}") from None
+            if len(nums) != len(self.numerators):
+                raise ValueError(
+                    f"schedule step {step}: {len(nums)} weights for {len(self.numerators)} "
+                    "sources; give one weight per source"
+                )
+            self._check_steps(step, step)
+            start = step * self.batch_size
+            reached = self.cumulative(start)  # by the phases set so far
+            levels = _split_levels(nums)
+            there = _tree(levels, np.asarray(start), self.sources)
+            self._phases.append((start, levels, reached, there))
+            self.schedule += ((step, nums),)
 
     @property
     def sources(self) -> int:
@@ -170,16 +244,20 @@ class MixturePlan:
         total = np.asarray(n, dtype=np.int64)
         if total.size and int(total.min()) < 0:
             raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
-        # The counts of a level's nodes, side by side in source order; the root owns all.
-        here = total.reshape(-1, 1)
-        for wl, w, keep in self._levels:
-            # round(here * wl / w), half up (nondecreasing in n), by parts: here * wl
-            # wraps int64 from 2**47 / (wl / 2**16) on; q * wl <= here never does.
-            q, r = np.divmod(here, w)
-            left = q * wl + (2 * r * wl + w) // (2 * w)
-            pairs = np.stack([left, here - left], axis=-1)
-            here = pairs.reshape(len(here), 2 * here.shape[1])[:, keep]
-        return here.reshape(*total.shape, self.sources)
+        if not self._phases:
+            return _tree(self._levels, total, self.sources)
+        flat = total.reshape(-1)
+        starts = np.array([p[0] for p in self._phases], dtype=np.int64)
+        phase = np.searchsorted(starts, flat, side="right")  # 0: before the first switch
+        out = np.empty((flat.size, self.sources), dtype=np.int64)
+        for p in np.unique(phase).tolist():
+            sel = phase == p
+            if p == 0:
+                out[sel] = _tree(self._levels, flat[sel], self.sources)
+            else:
+                _, levels, reached, there = self._phases[p - 1]
+                out[sel] = reached + _tree(levels, flat[sel], self.sources) - there
+        return out.reshape(*total.shape, self.sources)
 
     def step_counts(self, steps: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""
