@@ -131,7 +131,7 @@ def test_far_steps_of_a_schedule_cost_nothing(files: dict[str, Path]) -> None:
         ({2.5: W2}, r"schedule steps must be integers > 0"),
         ({True: W2}, r"schedule steps must be integers > 0"),
         ({4: {"web": 1.0}}, r"step 4: .*missing: \['books', 'code', 'math'\]"),
-        ({4: {**W2, "code": 0.0}}, r"step 4: source 'code' has weight 0.0"),
+        ({4: {**W2, "code": -1.0}}, r"step 4: source 'code' has weight -1.0"),
         ([(4, W2)], r"schedule must be a dict"),
     ],
 )
@@ -140,6 +140,20 @@ def test_bad_schedules_are_refused_naming_the_step(
 ) -> None:
     with pytest.raises(ConfigError, match=match):
         mixture(files, W1, schedule=schedule)
+
+
+def test_a_source_can_enter_and_leave_with_weight_0(files: dict[str, Path]) -> None:
+    # Code only from step K; books left out from step K + 5: ids and seeds stay put.
+    start = {**W1, "code": 0.0}
+    mix = mixture(files, start, schedule={K: W2, K + 5: {**W2, "books": 0}})
+    counts = mix.plan.step_counts(np.arange(K + 20))
+    assert (counts[:K, 1] == 0).all() and (counts[K:, 1] > 0).any()
+    assert (counts[K + 5 :, 3] == 0).all() and (counts[K : K + 5, 3] > 0).any()
+    seen = local_samples(mix, 1, range(K + 20))
+    assert seen[1] == list(range(len(seen[1])))  # code starts at its sample 0
+    with Loader(mix, batch_size=B, seed=1, steps=K + 20) as ld:
+        got = np.concatenate([b["source"] for b in ld]).reshape(K + 20, B)
+    assert not (got[:K] == 1).any() and not (got[K + 5 :] == 3).any()
 
 
 def test_a_worker_copy_reads_the_schedule_s_batches(files: dict[str, Path]) -> None:

@@ -12,7 +12,8 @@ nondecreasing too (it grows by at most 1 when ``n`` does), so:
   sum to ``B`` (plain largest-remainder apportionment of ``floor(t*B*w_s)``
   can take a sample back from one step to the next: the Alabama paradox);
 * ``|C_s(n) - n * w_s| <= ceil(log2 S) / 2`` (half a sample per level);
-* ``C_s(n)`` costs O(S), whatever ``n``: resuming at step 10**7 is free.
+* ``C_s(n)`` costs O(S), whatever ``n``: resuming at step 10**7 is free;
+* a source of weight 0 is given no sample (in a schedule: during that phase).
 
 Within step ``t`` the ``B`` positions are dealt to sources by a permutation
 keyed by ``(seed, t)``, so every host slice is mixed. Source ``s``'s ``j``-th
@@ -60,22 +61,24 @@ def quantize_weights(
     *,
     names: Sequence[str] | None = None,
 ) -> tuple[int, ...]:
-    """Positive weights as integers summing to ``denom`` (largest remainder, ties by index).
+    """Weights as integers summing to ``denom`` (largest remainder, ties by index); a
+    weight of 0 stays 0 (its source is not drawn from), and at least one must be > 0.
     ``names``: the sources', for errors (else they are named by index)."""
     shown = weights.tolist() if isinstance(weights, np.ndarray) else list(weights)
     w = _as_floats(weights if isinstance(weights, np.ndarray) else shown)
     if w.ndim != 1 or w.size == 0:
         raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r}).")
-    bad = ~np.isfinite(w) | (w <= 0)
+    bad = ~np.isfinite(w) | (w < 0)
     if bad.any():
         if names is None:
-            raise ValueError(f"weights must be finite and > 0 (got {shown}).")
+            raise ValueError(f"weights must be finite and >= 0 (got {shown}).")
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"source {names[i]!r} has weight {shown[i]!r}: weights must be finite and > 0. "
-            f"A mixture draws from every source it holds; to read none of a source, leave "
-            f"{names[i]!r} out of the sources and the weights"
+            f"source {names[i]!r} has weight {shown[i]!r}: weights must be finite and >= 0 "
+            f"(0: the source is not drawn from)"
         )
+    if not (w > 0).any():
+        raise ValueError(f"at least one weight must be > 0 (got {shown}).")
     with np.errstate(over="ignore"):
         total = w.sum()
     if not np.isfinite(total):  # each finite, the sum not: scale first (only then, so
@@ -86,8 +89,9 @@ def quantize_weights(
     short = denom - int(base.sum())
     order = np.lexsort((np.arange(w.size), -(exact - base)))
     base[order[:short]] += 1
-    if (base == 0).any():
-        i = int(np.flatnonzero(base == 0)[0])
+    lost = (base == 0) & (w > 0)  # a 0 stays 0: its remainder, 0, comes last
+    if lost.any():
+        i = int(np.flatnonzero(lost)[0])
         raise ValueError(
             f"source {i if names is None else repr(names[i])} has weight {shown[i]!r}, "
             f"below 1/{denom} of the total; drop the source or raise its weight"
@@ -114,6 +118,9 @@ def _split_levels(
         mids = [(lo + hi) // 2 if hi - lo > 1 else hi for lo, hi in nodes]
         wl = np.array([prefix[m] - prefix[lo] for (lo, _), m in zip(nodes, mids, strict=True)])
         w = np.array([prefix[hi] - prefix[lo] for lo, hi in nodes])
+        # A node of weight 0 (sources of weight 0 only) is given no samples by its parent;
+        # as 1 it divides without a fault and still gives its left child round(0 / 2): 0.
+        w = np.where(w == 0, 1, w)
         children = [c for (lo, hi), m in zip(nodes, mids, strict=True) for c in ((lo, m), (m, hi))]
         keep = np.flatnonzero([hi > lo for lo, hi in children])
         levels.append((wl.astype(np.int64), w.astype(np.int64), keep))
