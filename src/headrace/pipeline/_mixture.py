@@ -52,6 +52,9 @@ class Mixture:
     sources (ids in its order; ``names`` keeps them). ``batch_size`` must be
     the loader's global batch size: the mixture decodes sample numbers with
     it, and ``read`` refuses sample numbers that cannot come from it.
+    ``schedule`` (a curriculum): ``{step: weights}``, the weights from that step
+    on, each source going on from the sample it had reached; a weight of 0 keeps
+    a source out (see :class:`headrace.plan.MixturePlan`).
     """
 
     def __init__(
