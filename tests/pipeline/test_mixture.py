@@ -19,7 +19,8 @@ from headrace.testing import assert_resume_exact, batch_digest
 
 
 @pytest.mark.parametrize(
-    "weights", [[0.5, 0.3, 0.2], [1, 1, 1], [0.05, 0.9, 0.03, 0.02, 1e-3], [7.0]]
+    "weights",
+    [[0.5, 0.3, 0.2], [1, 1, 1], [0.05, 0.9, 0.03, 0.02, 1e-3], [7.0], [0, 0.5, 0, 0, 0.5, 0]],
 )
 def test_proportions_and_exact_per_step_counts(weights: list[float]) -> None:
     b, steps = 32, 10_000
@@ -66,7 +67,9 @@ def _cumulative_exact(plan: MixturePlan, n: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("weights", [[0.6, 0.3, 0.1], [0.05, 0.9, 0.03, 0.02, 1e-3]])
+@pytest.mark.parametrize(
+    "weights", [[0.6, 0.3, 0.1], [0.05, 0.9, 0.03, 0.02, 1e-3], [0.6, 0, 0, 0.4, 0]]
+)
 def test_cumulative_is_exact_up_to_the_last_int64_sample(weights: list[float]) -> None:
     # Step 2**40 of a batch of 1,024 is sample 2**50: the apportionment worked in int64
     # on n * weight and refused anything from 2**46 on (resume at step 2**40 of a
@@ -122,8 +125,9 @@ def test_locate_numbers_each_source_locally_in_order() -> None:
 
 
 def test_weight_errors() -> None:
-    with pytest.raises(ValueError, match="finite and > 0"):
+    with pytest.raises(ValueError, match="finite and >= 0"):
         quantize_weights([1.0, -1.0])
+    assert quantize_weights([0.5, 0, 0.5, 0.0]) == (1 << 15, 0, 1 << 15, 0)
     with pytest.raises(ValueError, match="non-empty"):
         quantize_weights([])
     with pytest.raises(ValueError, match="below 1/65536"):
@@ -302,8 +306,8 @@ def test_a_numpy_integer_batch_size_is_taken_like_the_loaders(
 def test_config_and_shape_errors(tmp_path: Path, sources: dict[str, PaddedRows]) -> None:
     with pytest.raises(ConfigError, match="3 sources but 2 weights"):
         Mixture(sources, [1, 2], batch_size=8)
-    with pytest.raises(ConfigError, match="finite and > 0"):
-        Mixture(sources, [1, 0, 2], batch_size=8)
+    with pytest.raises(ConfigError, match="finite and >= 0"):
+        Mixture(sources, [1, -2, 2], batch_size=8)
     with pytest.raises(ConfigError, match="at least one source"):
         Mixture([], [], batch_size=8)
     np.arange(5000, dtype=np.uint16).tofile(tmp_path / "t.bin")
@@ -592,3 +596,29 @@ def test_a_mixed_source_returning_the_wrong_rows_is_named(tmp_path: Path) -> Non
     ):
         mix.read(0, np.arange(8, dtype=np.int64))
     mix.close()
+
+
+def test_a_weight_below_zero_is_refused_naming_its_source(
+    sources: dict[str, PaddedRows],
+) -> None:
+    for bad, shown in ((-0.1, "-0.1"), (float("nan"), "nan"), (float("inf"), "inf")):
+        with pytest.raises(ConfigError, match=rf"source 'mid' has weight {shown}: .*>= 0"):
+            Mixture(sources, {"big": 0.6, "mid": bad, "tiny": 0.1}, batch_size=8)
+    with pytest.raises(ConfigError, match=r"source '1' has weight -1: "):
+        Mixture(list(sources.values()), [1, -1, 2], batch_size=8)
+    with pytest.raises(ConfigError, match=r"source 'tiny' has weight 1e-09, below 1/65536"):
+        Mixture(sources, [1.0, 1.0, 1e-9], batch_size=8)
+    with pytest.raises(ConfigError, match=r"at least one weight must be > 0"):
+        Mixture(sources, [0, 0.0, 0], batch_size=8)
+
+
+def test_a_source_of_weight_zero_is_never_read(sources: dict[str, PaddedRows]) -> None:
+    # A config that switches a source off with weight 0 keeps the others' ids and seeds.
+    mix = Mixture(sources, {"big": 0.7, "mid": 0.0, "tiny": 0.3}, batch_size=16)
+    assert mix.plan.numerators[1] == 0
+    counts = mix.plan.step_counts(np.arange(10**6, 10**6 + 50))
+    assert (counts[:, 1] == 0).all() and (counts.sum(axis=1) == 16).all()
+    with Loader(mix, batch_size=16, seed=3, steps=20) as ld:
+        seen = np.concatenate([b["source"] for b in ld])
+    assert set(seen.tolist()) == {0, 2}
+    assert abs(np.mean(seen == 2) - 0.3) < 0.05

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
@@ -86,11 +86,22 @@ class TokenSource(WindowCache):
     end-of-text); ``"documents"``: the Megatron index's document bounds
     (every file must have an ``.idx``; 8 bytes per document, kept per file).
 
+    ``vocab_size``: every token of a batch (``x`` and ``y``) must be an id in
+    ``[0, vocab_size)``; a batch holding one outside is refused (``DataError``
+    naming the file, the token offset and the id). Without it no id is checked:
+    an int32 Megatron file may hold negative ids, any file ids of another
+    tokenizer. It costs a pass over each batch, and is no
+    part of the fingerprint (it refuses batches, never changes them).
+
     ``cache_dir`` (object URLs): each block read from the store is also kept
     on local disk there, up to ``cache_bytes``, and read from there the next
     time (the next epoch, a restart, another process on the machine); see
     :class:`headrace.io.ObjectCache`.
     """
+
+    # Ids every batch must lie in, [0, vocab_size): a class default, so that the instance
+    # dict of a source without it keeps CPython's 29 shared keys (see _lock below).
+    vocab_size: int | None = None
 
     def __init__(
         self,
@@ -111,7 +122,20 @@ class TokenSource(WindowCache):
         eos_id: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        vocab_size: int | None = None,
     ) -> None:
+        if vocab_size is not None:
+            if (
+                isinstance(vocab_size, bool)
+                or not isinstance(vocab_size, int | np.integer)
+                or vocab_size < 1
+            ):
+                raise ConfigError(
+                    f"vocab_size must be a positive integer, the tokenizer's number of ids "
+                    f"(got {vocab_size!r}); leave it out (None) to check no ids."
+                )
+            # Set only when given: the class's None serves the rest (see vocab_size above).
+            self.vocab_size = int(vocab_size)
         if positions not in (None, "eos", "documents"):
             raise ConfigError(f"positions must be None, 'eos' or 'documents' (got {positions!r}).")
         if (positions == "eos") != (eos_id is not None):
@@ -249,6 +273,8 @@ class TokenSource(WindowCache):
 
     def _read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         out = self._gather(seed, samples)
+        if self.vocab_size is not None:
+            self._check_ids(seed, samples, out, self.vocab_size)
         batch = {"x": out[:, :-1], "y": out[:, 1:]}
         if self.positions == "eos":
             assert self.eos_id is not None
@@ -256,6 +282,32 @@ class TokenSource(WindowCache):
         elif self.positions == "documents":
             batch["position_ids"] = self._document_positions(seed, samples)
         return batch
+
+    def _check_ids(
+        self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
+    ) -> None:
+        """Refuse a batch holding an id outside ``[0, vocab)``, naming the first one's file
+        and token offset. One pass over the batch when all is well: read as unsigned, a
+        negative id is at least 2**(bits - 1), past any vocabulary the dtype can index."""
+        if not out.size:
+            return
+        bound = vocab
+        if out.dtype.kind == "i":  # ids past the signed range cannot occur: cap, so the
+            bound = min(vocab, 1 << (8 * out.dtype.itemsize - 1))  # negatives stay past it
+        if int(out.view(out.dtype.str.replace("i", "u")).max()) < bound:
+            return
+        bad = (out < 0) | (out >= vocab)
+        row, col = divmod(int(np.argmax(bad)), out.shape[1])
+        files, offsets = self._file_offsets(self._plan(seed, samples))
+        f = self.files[int(files[row])]
+        at = int(offsets[row]) + col
+        raise DataError(
+            f"{f.path}: token id {int(out[row, col])} at token offset {at} (byte "
+            f"{at * self.dtype.itemsize}) is outside the vocabulary [0, {vocab}) "
+            f"(vocab_size={vocab}); {int(np.count_nonzero(bad))} of this batch's "
+            f"{out.size} tokens are. The file holds another tokenizer's ids or is damaged: "
+            "tokenize it again, or leave it out"
+        )
 
     def _document_positions(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int32]:
         files, offsets = self._file_offsets(self._plan(seed, samples))  # the gather's plan

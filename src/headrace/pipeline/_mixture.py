@@ -52,6 +52,9 @@ class Mixture:
     sources (ids in its order; ``names`` keeps them). ``batch_size`` must be
     the loader's global batch size: the mixture decodes sample numbers with
     it, and ``read`` refuses sample numbers that cannot come from it.
+    ``schedule`` (a curriculum): ``{step: weights}``, the weights from that step
+    on, each source going on from the sample it had reached; a weight of 0 keeps
+    a source out (see :class:`headrace.plan.MixturePlan`).
     """
 
     def __init__(
@@ -60,6 +63,8 @@ class Mixture:
         weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
         *,
         batch_size: int,
+        schedule: Mapping[int, Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
+        | None = None,
     ) -> None:
         if isinstance(sources, Mapping):
             self.names = [str(k) for k in sources]
@@ -83,8 +88,9 @@ class Mixture:
                 f"Mixture got {len(self.sources)} sources but {len(weights)} weights; give one "
                 "weight per source."
             )
+        phases = self._schedule_in_order(sources, schedule)
         try:
-            self.plan = MixturePlan(weights, batch_size)
+            self.plan = MixturePlan(weights, batch_size, names=self.names, schedule=phases)
         except ValueError as exc:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
@@ -141,6 +147,25 @@ class Mixture:
         by_name = {str(k): v for k, v in weights.items()}
         return [by_name[n] for n in self.names]
 
+    def _schedule_in_order(
+        self,
+        sources: Sequence[Source] | Mapping[str, Source],
+        schedule: Mapping[int, Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
+        | None,
+    ) -> dict[int, Sequence[float] | NDArray[np.floating[Any]]] | None:
+        """``schedule`` with each step's weights as a list in the sources' order."""
+        if schedule is None or not isinstance(schedule, Mapping):
+            return schedule  # the plan refuses what is no dict, by name
+        out = {}
+        for step, w in schedule.items():
+            try:
+                out[step] = self._weights_in_order(sources, w)
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"Mixture: schedule step {step}: {str(exc).removeprefix('Mixture: ')}"
+                ) from None
+        return out
+
     def __repr__(self) -> str:
         total = sum(self.plan.numerators)
         parts = ", ".join(
@@ -150,7 +175,7 @@ class Mixture:
         return f"Mixture({{{parts}}}, batch_size={self.batch_size})"
 
     def fingerprint(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": "mixture",
             "batch_size": self.batch_size,
             "weights": list(self.plan.numerators),
@@ -160,6 +185,9 @@ class Mixture:
             # dict built from a directory listing) resumed as if they were the stream saved.
             "order": list(self.names),
         }
+        if self.plan.schedule:  # only then: states saved without one stay valid
+            out["schedule"] = [[k, list(nums)] for k, nums in self.plan.schedule]
+        return out
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raise unless ``batch_size`` (a loader's global batch) is the mixture's."""

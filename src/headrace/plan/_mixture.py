@@ -12,13 +12,23 @@ nondecreasing too (it grows by at most 1 when ``n`` does), so:
   sum to ``B`` (plain largest-remainder apportionment of ``floor(t*B*w_s)``
   can take a sample back from one step to the next: the Alabama paradox);
 * ``|C_s(n) - n * w_s| <= ceil(log2 S) / 2`` (half a sample per level);
-* ``C_s(n)`` costs O(S), whatever ``n``: resuming at step 10**7 is free.
+* ``C_s(n)`` costs O(S), whatever ``n``: resuming at step 10**7 is free;
+* a source of weight 0 is given no sample (in a schedule: during that phase).
 
 Within step ``t`` the ``B`` positions are dealt to sources by a permutation
 keyed by ``(seed, t)``, so every host slice is mixed. Source ``s``'s ``j``-th
 sample of the step is its local sample ``C_s(tB) + j``: each source's samples
 are numbered 0, 1, 2, ... across the whole run, so each advances through its
 own epochs at its own pace.
+
+A ``schedule`` (a curriculum) changes the weights at given steps. Each phase
+``p``, from sample ``n_p = k_p * B`` on, counts with its own tree from where the
+phases before left each source: ``C_s(n) = C_s(n_p) + C^p_s(n) - C^p_s(n_p)``.
+The phases start at step boundaries, so every property above holds within a
+step; each source's local samples run on without a gap or a repeat across a
+switch; and the steps before ``k_p`` are the same whatever comes after, which is
+what lets a run saved before a switch go on into it. O(P x S) to set up, and a
+phase lookup a call.
 
 Weights are quantised to integers summing to ``2**16`` (largest remainder).
 Each split divides ``n = q * w + r`` by parts, ``q * w_L`` plus the rounded
@@ -29,7 +39,7 @@ number int64 holds (``n * w_L`` itself wraps from ``n = 2**46`` on).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,15 +56,29 @@ _TAG_MIX = 0x4D495854
 
 
 def quantize_weights(
-    weights: Sequence[float] | NDArray[Any], denom: int = _DENOM
+    weights: Sequence[float] | NDArray[Any],
+    denom: int = _DENOM,
+    *,
+    names: Sequence[str] | None = None,
 ) -> tuple[int, ...]:
-    """Positive weights as integers summing to ``denom`` (largest remainder, ties by index)."""
+    """Weights as integers summing to ``denom`` (largest remainder, ties by index); a
+    weight of 0 stays 0 (its source is not drawn from), and at least one must be > 0.
+    ``names``: the sources', for errors (else they are named by index)."""
     shown = weights.tolist() if isinstance(weights, np.ndarray) else list(weights)
     w = _as_floats(weights if isinstance(weights, np.ndarray) else shown)
     if w.ndim != 1 or w.size == 0:
         raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r}).")
-    if not np.isfinite(w).all() or (w <= 0).any():
-        raise ValueError(f"weights must be finite and > 0 (got {shown}).")
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        if names is None:
+            raise ValueError(f"weights must be finite and >= 0 (got {shown}).")
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"source {names[i]!r} has weight {shown[i]!r}: weights must be finite and >= 0 "
+            f"(0: the source is not drawn from)"
+        )
+    if not (w > 0).any():
+        raise ValueError(f"at least one weight must be > 0 (got {shown}).")
     with np.errstate(over="ignore"):
         total = w.sum()
     if not np.isfinite(total):  # each finite, the sum not: scale first (only then, so
@@ -65,11 +89,12 @@ def quantize_weights(
     short = denom - int(base.sum())
     order = np.lexsort((np.arange(w.size), -(exact - base)))
     base[order[:short]] += 1
-    if (base == 0).any():
-        i = int(np.flatnonzero(base == 0)[0])
+    lost = (base == 0) & (w > 0)  # a 0 stays 0: its remainder, 0, comes last
+    if lost.any():
+        i = int(np.flatnonzero(lost)[0])
         raise ValueError(
-            f"weight {shown[i]!r} (source {i}) is below 1/{denom} of the total; "
-            "drop the source or raise its weight"
+            f"source {i if names is None else repr(names[i])} has weight {shown[i]!r}, "
+            f"below 1/{denom} of the total; drop the source or raise its weight"
         )
     return tuple(int(v) for v in base)
 
@@ -93,11 +118,50 @@ def _split_levels(
         mids = [(lo + hi) // 2 if hi - lo > 1 else hi for lo, hi in nodes]
         wl = np.array([prefix[m] - prefix[lo] for (lo, _), m in zip(nodes, mids, strict=True)])
         w = np.array([prefix[hi] - prefix[lo] for lo, hi in nodes])
+        # A node of weight 0 (sources of weight 0 only) is given no samples by its parent;
+        # as 1 it divides without a fault and still gives its left child round(0 / 2): 0.
+        w = np.where(w == 0, 1, w)
         children = [c for (lo, hi), m in zip(nodes, mids, strict=True) for c in ((lo, m), (m, hi))]
         keep = np.flatnonzero([hi > lo for lo, hi in children])
         levels.append((wl.astype(np.int64), w.astype(np.int64), keep))
         nodes = [children[i] for i in keep.tolist()]
     return levels
+
+
+def _tree(levels: Levels, total: NDArray[np.int64], sources: int) -> NDArray[np.int64]:
+    """``C_s(n)`` of one split tree for each ``n``: shape ``total.shape + (S,)``."""
+    # The counts of a level's nodes, side by side in source order; the root owns all.
+    here = total.reshape(-1, 1)
+    for wl, w, keep in levels:
+        # round(here * wl / w), half up (nondecreasing in n), by parts: here * wl
+        # wraps int64 from 2**47 / (wl / 2**16) on; q * wl <= here never does.
+        q, r = np.divmod(here, w)
+        left = q * wl + (2 * r * wl + w) // (2 * w)
+        pairs = np.stack([left, here - left], axis=-1)
+        here = pairs.reshape(len(here), 2 * here.shape[1])[:, keep]
+    return here.reshape(*total.shape, sources)
+
+
+def _checked_schedule(
+    schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None,
+) -> list[tuple[int, Sequence[float] | NDArray[Any]]]:
+    """``schedule``'s phases by step, refusing what is no ``{step > 0: weights}`` dict."""
+    if schedule is None:
+        return []
+    if not isinstance(schedule, Mapping):
+        raise ValueError(
+            f"schedule must be a dict of {{step: weights}} (got {type(schedule).__name__} "
+            f"{schedule!r:.200})."
+        )
+    bad = [
+        k for k in schedule if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1
+    ]
+    if bad:
+        raise ValueError(
+            f"schedule steps must be integers > 0, the steps the weights change at (got "
+            f"{bad[0]!r}); the weights before the first are the mixture's weights."
+        )
+    return sorted(((int(k), v) for k, v in schedule.items()), key=lambda kv: kv[0])
 
 
 def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
@@ -122,21 +186,56 @@ def _real(v: object) -> bool:
     return isinstance(v, numbers.Real)
 
 
+Levels = list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.intp]]]
+
+
 class MixturePlan:
-    """Which source and which local sample each global sample of a mixture reads."""
+    """Which source and which local sample each global sample of a mixture reads.
 
-    __slots__ = ("_levels", "batch_size", "numerators")
+    ``schedule``: ``{step: weights}``, the weights from that step on (steps > 0);
+    ``weights`` hold before the first.
+    """
 
-    def __init__(self, weights: Sequence[float] | NDArray[Any], batch_size: int) -> None:
+    __slots__ = ("_levels", "_phases", "batch_size", "numerators", "schedule")
+
+    def __init__(
+        self,
+        weights: Sequence[float] | NDArray[Any],
+        batch_size: int,
+        *,
+        names: Sequence[str] | None = None,
+        schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None = None,
+    ) -> None:
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, int | np.integer)
             or batch_size < 1
         ):
             raise ValueError(f"batch_size must be a positive integer (got {batch_size!r}).")
-        self.numerators = quantize_weights(weights)
+        self.numerators = quantize_weights(weights, names=names)
         self.batch_size = int(batch_size)  # NumPy integers too, as the Loader takes them
         self._levels = _split_levels(self.numerators)
+        # schedule: (step, numerators) of each switch; _phases, for the lookup: (first
+        # sample, split tree, counts the phases before reached there, the tree's there).
+        self.schedule: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        self._phases: list[tuple[int, Levels, NDArray[np.int64], NDArray[np.int64]]] = []
+        for step, w in _checked_schedule(schedule):
+            try:
+                nums = quantize_weights(w, names=names)
+            except ValueError as exc:
+                raise ValueError(f"schedule step {step}: {exc}") from None
+            if len(nums) != len(self.numerators):
+                raise ValueError(
+                    f"schedule step {step}: {len(nums)} weights for {len(self.numerators)} "
+                    "sources; give one weight per source"
+                )
+            self._check_steps(step, step)
+            start = step * self.batch_size
+            reached = self.cumulative(start)  # by the phases set so far
+            levels = _split_levels(nums)
+            there = _tree(levels, np.asarray(start), self.sources)
+            self._phases.append((start, levels, reached, there))
+            self.schedule += ((step, nums),)
 
     @property
     def sources(self) -> int:
@@ -152,16 +251,20 @@ class MixturePlan:
         total = np.asarray(n, dtype=np.int64)
         if total.size and int(total.min()) < 0:
             raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
-        # The counts of a level's nodes, side by side in source order; the root owns all.
-        here = total.reshape(-1, 1)
-        for wl, w, keep in self._levels:
-            # round(here * wl / w), half up (nondecreasing in n), by parts: here * wl
-            # wraps int64 from 2**47 / (wl / 2**16) on; q * wl <= here never does.
-            q, r = np.divmod(here, w)
-            left = q * wl + (2 * r * wl + w) // (2 * w)
-            pairs = np.stack([left, here - left], axis=-1)
-            here = pairs.reshape(len(here), 2 * here.shape[1])[:, keep]
-        return here.reshape(*total.shape, self.sources)
+        if not self._phases:
+            return _tree(self._levels, total, self.sources)
+        flat = total.reshape(-1)
+        starts = np.array([p[0] for p in self._phases], dtype=np.int64)
+        phase = np.searchsorted(starts, flat, side="right")  # 0: before the first switch
+        out = np.empty((flat.size, self.sources), dtype=np.int64)
+        for p in np.unique(phase).tolist():
+            sel = phase == p
+            if p == 0:
+                out[sel] = _tree(self._levels, flat[sel], self.sources)
+            else:
+                _, levels, reached, there = self._phases[p - 1]
+                out[sel] = reached + _tree(levels, flat[sel], self.sources) - there
+        return out.reshape(*total.shape, self.sources)
 
     def step_counts(self, steps: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""

@@ -1,0 +1,167 @@
+"""A curriculum: ``Mixture(..., schedule={k: weights})`` changes the weights at step ``k``
+and every source goes on from the sample it had reached, none skipped or read twice.
+
+Before it, the only way to switch was to start a loader with the new weights at the
+saved step (docs/long-runs.md), whose counts are those of a run that had used the new
+weights from step 0: a source given more weight skipped ahead, one given less repeated.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, StateError
+from headrace.formats import TokenSource, write_megatron_index
+from headrace.pipeline import Loader, Mixture
+from headrace.plan import MixturePlan
+from headrace.testing import assert_resume_exact, batch_digest
+
+L = 16
+B = 16
+K = 7  # the step the weights change at
+W1 = {"web": 0.6, "code": 0.2, "math": 0.1, "books": 0.1}
+W2 = {"web": 0.3, "code": 0.3, "math": 0.3, "books": 0.1}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    """Megatron int32 files whose every token is its own offset plus a source's base:
+    a sample's first token says which source and where."""
+    out = {}
+    for i, (name, n) in enumerate(
+        {"web": 40_000, "code": 9_000, "math": 3_000, "books": 600}.items()
+    ):
+        path = tmp_path / f"{name}.bin"
+        (np.arange(n, dtype=np.int32) + i * 1_000_000).tofile(path)
+        write_megatron_index(path.with_suffix(".idx"), np.int32, np.array([n]))
+        out[name] = path
+    return out
+
+
+def mixture(files: dict[str, Path], weights: dict[str, float], **kw: object) -> Mixture:
+    srcs = {k: TokenSource(p, context=L, window_bytes=4096) for k, p in files.items()}
+    return Mixture(srcs, weights, batch_size=B, **kw)  # type: ignore[arg-type]
+
+
+def local_samples(mix: Mixture, seed: int, steps: range) -> dict[int, list[int]]:
+    """Each source's local sample numbers over ``steps``, in order."""
+    samples = np.arange(steps.start * B, steps.stop * B, dtype=np.int64)
+    source, local = mix.plan.locate(seed, samples)
+    return {s: sorted(local[source == s].tolist()) for s in range(mix.plan.sources)}
+
+
+def test_each_source_goes_on_from_where_it_was(files: dict[str, Path]) -> None:
+    before = mixture(files, W1)
+    after = mixture(files, W1, schedule={K: W2})
+    first = local_samples(before, 5, range(K))
+    assert local_samples(after, 5, range(K)) == first  # the past is the run's
+    then = local_samples(after, 5, range(K, K + 20))
+    for s in range(4):
+        got = first[s] + then[s]
+        assert got == list(range(len(got))), f"source {s} skipped or repeated samples"
+    # The new weights hold from K on: per-step counts as a plan of W2 alone deals them.
+    counts = after.plan.step_counts(np.arange(K, K + 20))
+    assert (counts.sum(axis=1) == B).all() and (counts >= 0).all()
+    assert np.array_equal(
+        after.plan.step_counts(np.arange(K)), before.plan.step_counts(np.arange(K))
+    )
+    plain = MixturePlan(list(W2.values()), B).step_counts(np.arange(K, K + 20))
+    assert np.abs(counts.sum(axis=0) - plain.sum(axis=0)).max() <= 2
+    before.close()
+    after.close()
+
+
+def test_switching_a_saved_run_goes_on_with_the_same_past(files: dict[str, Path]) -> None:
+    # A run of W1 saved at K, resumed with the schedule: the steps before K it saw are the
+    # schedule's (so a state of the schedule loaded at K continues it), and from K on the
+    # batches are the schedule's straight run.
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as ld:
+        past = batch_digest(ld)
+    with Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5, steps=K) as ld:
+        assert batch_digest(ld) == past
+    with Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5, steps=K + 12) as ld:
+        straight = [b["x"][:, 0].copy() for b in ld]
+    resumed = Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5, steps=K + 12)
+    state = resumed.state_dict()
+    state["step"] = K
+    resumed.load_state_dict(state)
+    with resumed:
+        got = [b["x"][:, 0].copy() for b in resumed]
+    assert all(np.array_equal(a, b) for a, b in zip(got, straight[K:], strict=True))
+
+
+def test_a_schedule_resumes_exactly_across_its_switches(files: dict[str, Path]) -> None:
+    def make() -> Loader:
+        mix = mixture(files, W1, schedule={3: W2, 9: W1})
+        return Loader(mix, batch_size=B, seed=2, steps=16, world_size=2, rank=1, prefetch=0)
+
+    assert_resume_exact(make, steps=16, resume_at=[0, 2, 3, 4, 8, 9, 10, 15])
+
+
+def test_a_state_of_the_weights_alone_is_refused_by_a_schedule(files: dict[str, Path]) -> None:
+    with Loader(mixture(files, W1), batch_size=B, seed=5) as ld:
+        saved = ld.state_dict()
+    with Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5) as ld:
+        assert "schedule" in ld.source.fingerprint()
+        with pytest.raises(StateError, match="what differs: schedule"):
+            ld.load_state_dict(saved)
+    # Without a schedule the description is what it always was: old states load.
+    assert "schedule" not in mixture(files, W1).fingerprint()
+
+
+def test_far_steps_of_a_schedule_cost_nothing(files: dict[str, Path]) -> None:
+    plan = MixturePlan([0.6, 0.4], B, schedule={10**6: [0.1, 0.9], 10**7: [0.5, 0.5]})
+    n = np.array([0, 10**6 * B, 10**7 * B, 2**40 * B], dtype=np.int64)
+    c = plan.cumulative(n)
+    assert (c.sum(axis=1) == n).all()
+    a = MixturePlan([0.6, 0.4], B).cumulative(10**6 * B)
+    b = MixturePlan([0.1, 0.9], B).cumulative(np.array([10**6 * B, 10**7 * B]))
+    assert np.array_equal(c[2], a + b[1] - b[0])
+
+
+@pytest.mark.parametrize(
+    ("schedule", "match"),
+    [
+        ({0: W2}, r"schedule steps must be integers > 0"),
+        ({-3: W2}, r"schedule steps must be integers > 0"),
+        ({2.5: W2}, r"schedule steps must be integers > 0"),
+        ({True: W2}, r"schedule steps must be integers > 0"),
+        ({4: {"web": 1.0}}, r"step 4: .*missing: \['books', 'code', 'math'\]"),
+        ({4: {**W2, "code": -1.0}}, r"step 4: source 'code' has weight -1.0"),
+        ([(4, W2)], r"schedule must be a dict"),
+    ],
+)
+def test_bad_schedules_are_refused_naming_the_step(
+    files: dict[str, Path], schedule: object, match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match):
+        mixture(files, W1, schedule=schedule)
+
+
+def test_a_source_can_enter_and_leave_with_weight_0(files: dict[str, Path]) -> None:
+    # Code only from step K; books left out from step K + 5: ids and seeds stay put.
+    start = {**W1, "code": 0.0}
+    mix = mixture(files, start, schedule={K: W2, K + 5: {**W2, "books": 0}})
+    counts = mix.plan.step_counts(np.arange(K + 20))
+    assert (counts[:K, 1] == 0).all() and (counts[K:, 1] > 0).any()
+    assert (counts[K + 5 :, 3] == 0).all() and (counts[K : K + 5, 3] > 0).any()
+    seen = local_samples(mix, 1, range(K + 20))
+    assert seen[1] == list(range(len(seen[1])))  # code starts at its sample 0
+    with Loader(mix, batch_size=B, seed=1, steps=K + 20) as ld:
+        got = np.concatenate([b["source"] for b in ld]).reshape(K + 20, B)
+    assert not (got[:K] == 1).any() and not (got[K + 5 :] == 3).any()
+
+
+def test_a_worker_copy_reads_the_schedule_s_batches(files: dict[str, Path]) -> None:
+    # Data-loader workers read pickled copies of the mixture: the phases travel with it.
+    mix = mixture(files, W1, schedule={K: W2})
+    copy = pickle.loads(pickle.dumps(mix))
+    samples = np.arange((K - 1) * B, (K + 2) * B, dtype=np.int64)
+    assert copy.plan.schedule == mix.plan.schedule
+    assert np.array_equal(copy.read(4, samples)["x"], mix.read(4, samples)["x"])
+    mix.close()
+    copy.close()
