@@ -165,3 +165,11 @@ def test_a_worker_copy_reads_the_schedule_s_batches(files: dict[str, Path]) -> N
     assert np.array_equal(copy.read(4, samples)["x"], mix.read(4, samples)["x"])
     mix.close()
     copy.close()
+
+
+def test_a_schedule_is_shown_in_the_mixture_s_repr(files: dict[str, Path]) -> None:
+    w = {"web": 3, "code": 1, "math": 0, "books": 0}
+    shown = repr(mixture(files, w, schedule={100: [1, 1, 2, 0]}))
+    assert "batch_size=16, schedule={100: [0.25, 0.25, 0.5, 0]})" in shown
+    assert "'web': " in shown and " x 0.75" in shown
+    assert repr(mixture(files, w)).endswith(" x 0, batch_size=16)")

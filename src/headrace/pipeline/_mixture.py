@@ -45,6 +45,10 @@ def source_seed(seed: int, source: int) -> int:
     return int(derive_keys(_TAG_SOURCE, seed, source, n=1)[0]) >> 1
 
 
+# Sources whose dtype= sets the dtype of what they give (a TokenSource's names its files').
+_OUT_DTYPE = frozenset({"PaddedRows", "PairRows"})
+
+
 class Mixture:
     """Sources of one shape family (same keys, dtypes and trailing shapes), mixed by weight.
 
@@ -172,7 +176,12 @@ class Mixture:
             f"{n!r}: {s!r} x {w / total:.3g}"
             for n, s, w in zip(self.names, self.sources, self.plan.numerators, strict=True)
         )
-        return f"Mixture({{{parts}}}, batch_size={self.batch_size})"
+        phases = ", ".join(
+            f"{step}: [{', '.join(f'{w / total:.3g}' for w in nums)}]"
+            for step, nums in self.plan.schedule
+        )
+        schedule = f", schedule={{{phases}}}" if phases else ""
+        return f"Mixture({{{parts}}}, batch_size={self.batch_size}{schedule})"
 
     def fingerprint(self) -> dict[str, Any]:
         out = {
@@ -332,7 +341,9 @@ class Mixture:
                 detail = f" ({'; '.join(only)})"
             elif any(got[k][0] != want[k][0] for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
-                fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
+                both = (self.sources[s], self.sources[self.names.index(first)])
+                if all(type(src).__name__ in _OUT_DTYPE for src in both):
+                    fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
             else:
                 what = "per-sample shape"
             raise DataError(
