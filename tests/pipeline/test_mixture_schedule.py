@@ -172,4 +172,4 @@ def test_a_schedule_is_shown_in_the_mixture_s_repr(files: dict[str, Path]) -> No
     shown = repr(mixture(files, w, schedule={100: [1, 1, 2, 0]}))
     assert "batch_size=16, schedule={100: [0.25, 0.25, 0.5, 0]})" in shown
     assert "'web': " in shown and " x 0.75" in shown
-    assert repr(mixture(files, w)).endswith(" x 0, batch_size=16)")
+    assert repr(mixture(files, w)).endswith(" x 0}, batch_size=16)")
