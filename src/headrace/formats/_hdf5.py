@@ -57,14 +57,15 @@ def _datasets(group: Any, h5py: Any) -> list[str]:
 
 
 def decode_hdf5(
-    data: Buffer,
+    data: Buffer | io.RawIOBase,
     *,
     name: str,
     dataset: str,
     index: int | Sequence[int] | NDArray[np.integer] | None = None,
     count: tuple[int, str] | None = None,
 ) -> NDArray[np.generic]:
-    """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``.
+    """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``
+    (its bytes, or a file-like :class:`~headrace.formats._hdf5_ranges.SparseImage`).
 
     HDF5 copies out of its chunks, so this is one copy per sample, never
     zero-copy; only the chunks holding the samples asked are read. Errors name
@@ -73,15 +74,14 @@ def decode_hdf5(
     dataset's leading axis must hold, and what says so (a :class:`DataError`
     otherwise, checked before any sample is read).
     """
-    view = as_bytes_view(data, name)
-    if not any(bytes(view[o : o + 8]) == _HDF5_MAGIC for o in _SUPERBLOCK_OFFSETS):
-        raise FormatError(
-            f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with "
-            f"{bytes(view[:8])!r})"
-        )
+    if isinstance(data, io.RawIOBase):
+        file: io.RawIOBase = data  # a SparseImage: what a read needs, fetched by ranges
+    else:
+        file = BufferReader(as_bytes_view(data, name))
+    _check_magic(file, name)
     h5py = _h5py()
     try:
-        f = h5py.File(BufferReader(view), "r")
+        f = h5py.File(file, "r")
     except OSError as exc:
         raise _unopened(name, exc) from exc
     with f:
@@ -151,10 +151,8 @@ def _first_bad_chunk(ds: Any, index: Any) -> tuple[int, int, str] | None:
     return None
 
 
-def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
-    """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
-    must agree, read from the object headers alone (``file``: a file-like object,
-    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+def _check_magic(file: Any, name: str) -> None:
+    """Refuse a file without HDF5's signature where HDF5 looks for its superblock."""
     head = []
     for o in _SUPERBLOCK_OFFSETS:
         file.seek(o)
@@ -164,6 +162,13 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
         raise FormatError(
             f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {head[0]!r})"
         )
+
+
+def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
+    """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
+    must agree, read from the object headers alone (``file``: a file-like object,
+    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+    _check_magic(file, name)
     h5py = _h5py()
     try:
         f = h5py.File(file, "r")
