@@ -15,6 +15,7 @@ from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource
 from headrace.formats._hdf5_ranges import SparseImage
+from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -153,13 +154,13 @@ def test_held_bytes_are_what_reads_need_not_objects(s3: S3Fixture, h5sets: Path)
     src.close()
 
 
-def test_an_object_replaced_mid_run_names_the_url_and_range(
-    s3: S3Fixture, tmp_path: Path
-) -> None:
+def test_an_object_replaced_mid_run_names_the_url_and_range(s3: S3Fixture, tmp_path: Path) -> None:
     client = s3.server.info.boto3_client()
     for i in range(2):
         _write(tmp_path / f"{i}.h5", "gzip", i)
-        client.put_object(Bucket=BUCKET, Key=f"h5swap/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes())
+        client.put_object(
+            Bucket=BUCKET, Key=f"h5swap/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
+        )
     options = {**s3.options(), "retry": FAST_RETRY}
     src = FileSource(f"s3://{BUCKET}/h5swap", store_options=options, format="hdf5",
                      datasets=("a/x",), samples_per_file=ROWS, hdf5_ranges_above=0,
@@ -217,3 +218,18 @@ def test_replace_and_map_style_keep_whole_objects(s3: S3Fixture, h5sets: Path) -
     assert big._ranged is not None and not big._ranged.applies(0)  # below the size
     with pytest.raises(ConfigError, match=r"hdf5_ranges_above must be a size in bytes"):
         source(s3, "gzip", hdf5_ranges_above=-1)
+
+
+def test_a_stalled_range_times_out_naming_the_url_and_range(
+    s3: S3Fixture, h5sets: Path, proxy: LatencyProxy
+) -> None:
+    options = {**s3.options(), "endpoint": proxy.endpoint}
+    options["retry"] = RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=0.5)
+    src = FileSource(f"s3://{BUCKET}/h5ranges/gzip", store_options=options, format="hdf5",
+                     datasets=("a/x",), samples_per_file=ROWS, hdf5_ranges_above=0,
+                     shuffle="none", in_flight=1)  # fmt: skip
+    proxy.set_faults([FaultRule(kind="stall", stall_s=5, match="GET /headrace-test/h5ranges/")])
+    with pytest.raises(StorageError, match=r"gzip/v0\.h5, bytes \[0, 16384\): timed out"):
+        src.read(0, np.array([1]))
+    proxy.set_faults([])
+    src.close()

@@ -128,7 +128,9 @@ class FileSourceConfig:
         ):
             raise ConfigError(f"max_retries must be an integer >= 1 (got {self.max_retries!r}).")
         above = self.hdf5_ranges_above
-        if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above < 0):
+        if above is not None and (
+            isinstance(above, bool) or not isinstance(above, int) or above < 0
+        ):
             raise ConfigError(
                 f"hdf5_ranges_above must be a size in bytes >= 0 or None (got {above!r})."
             )

@@ -286,7 +286,11 @@ class FileSource(Closing):
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
         if self._ranged is not None:
-            self._wanted.update(self._rows_wanted(files, items) or {})
+            for f, rows in (self._rows_wanted(files, items) or {}).items():
+                # Both reads' rows where a file is in this one and the next: the first
+                # fetch serves both, rather than the decode fetching what it missed.
+                old = self._wanted.get(f)
+                self._wanted[f] = rows if old is None else np.union1d(old, rows)
 
     def reopen(self) -> None:
         """Open the object store again if :meth:`close` closed it (a no-op otherwise).

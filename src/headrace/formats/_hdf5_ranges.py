@@ -26,7 +26,9 @@ import bisect
 import io
 import mmap
 import os
+import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,8 +50,14 @@ BLOCK = 4096
 FIRST = 16 << 10
 #: Neighbouring ranges closer than this are one GET (a gap costs less than a round trip).
 MAX_GAP = 64 << 10
+#: The metadata bytes a source keeps, of the files it read last: a file among them is
+#: opened again with no GET for its metadata (about 50 KB a file of 400 chunks).
+META_BYTES = 64 << 20
 
 Span = tuple[int, int]  # [start, end)
+
+# Python's mmap module names MAP_NORESERVE from 3.13 on; Linux's value before that.
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 def merge_ranges(spans: list[Span], gap: int = 0) -> list[Span]:
@@ -138,9 +146,12 @@ class SparseImage(io.RawIOBase):
         self.size = size
         self.name = name
         self._fetch = fetch
-        # MAP_PRIVATE | MAP_ANONYMOUS: untouched pages are the shared zero page, so a
-        # 2 GB object costs the pages of the ranges written, not 2 GB.
-        self._map = mmap.mmap(-1, max(size, 1))
+        # Anonymous and private: untouched pages are the shared zero page, so a 2 GB
+        # object costs the pages of the ranges written, not 2 GB. MAP_NORESERVE: the
+        # kernel's overcommit heuristic refused a mapping larger than RAM + swap (a
+        # 50 GB file on a 23 GB machine) though only its written pages are ever used.
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
+        self._map = mmap.mmap(-1, max(size, 1), flags=flags)
         self._buf = np.frombuffer(self._map, np.uint8)[:size]
         self._starts: list[int] = []  # held spans, sorted and disjoint
         self._ends: list[int] = []
@@ -150,6 +161,7 @@ class SparseImage(io.RawIOBase):
         self.gets = 0
         self.on_demand: list[Span] = []
         self.layout: FileLayout | None = None
+        self.log: list[Span] | None = None  # every read h5py makes, while set
 
     # -- what is held ------------------------------------------------------------
     def missing(self, a: int, b: int) -> list[Span]:
@@ -194,6 +206,17 @@ class SparseImage(io.RawIOBase):
                 self.nbytes += b - a
             self.gets += len(want)
 
+    def put(self, spans: list[tuple[int, bytes]]) -> None:
+        """Hold bytes fetched before (``(offset, bytes)``: this object's, same ETag)."""
+        with self._lock:
+            for a, data in spans:
+                self._buf[a : a + len(data)] = np.frombuffer(data, np.uint8)
+                self._add(a, a + len(data))
+
+    def take(self, spans: list[Span]) -> list[tuple[int, bytes]]:
+        """Copies of the held bytes of ``spans`` (each held whole)."""
+        return [(a, self._buf[a:b].tobytes()) for a, b in spans if not self.missing(a, b)]
+
     def want(self, rows: NDArray[np.int64]) -> None:
         """Fetch what reading samples ``rows`` needs (as learned), if not held."""
         if self.layout is not None:
@@ -224,20 +247,64 @@ class SparseImage(io.RawIOBase):
         b = min(a + len(out), self.size)
         if b <= a:
             return 0
+        if self.log is not None:
+            self.log.append((a, b))
         gaps = self.missing(a, b)
         if gaps:
             extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
             with self._lock:
                 self.on_demand.extend(extended)
             self.fill(extended, gap=0)
-        out[: b - a] = self._buf[a:b]
+        if self.log is not None and b - a >= 24:
+            # An inner node of a chunk B-tree (learning a layout walks them all): its
+            # children, which HDF5 reads next one by one, fetched at once.
+            children = tree_children(self._buf[a:b], self.size)
+            if children:
+                self.fill(children, gap=0)
+        out[: b - a] = self._buf[a:b].data
         self._pos = b
         return b - a
+
+
+def tree_children(node: NDArray[np.uint8], size: int) -> list[Span]:
+    """The children of ``node`` where it is an inner node of a version-1 B-tree of
+    chunks (HDF5's default chunk index), read whole; else ``[]``.
+
+    The node: ``TREE``, type 1, level, entries used (u16), two sibling addresses,
+    then keys and child addresses alternating; a key is a chunk size (u32), a filter
+    mask (u32) and ``d`` offsets (u64), ``d`` the dataset's rank + 1. HDF5 reads a
+    node whole, so the read's length fixes ``d`` (the node holds ``2K + 1`` keys and
+    ``2K`` children); children of an inner node are nodes of that length. Only a
+    guess that parses cleanly (every child inside the object) is used: a wrong one
+    would fetch bytes HDF5 never reads, not change any.
+    """
+    n = len(node)
+    if n < 24 or bytes(node[:5]) != b"TREE\x01" or node[5] == 0:
+        return []
+    used = int(node[6]) | int(node[7]) << 8
+    if used == 0:
+        return []
+    raw = node.tobytes()
+    for d in range(2, 34):
+        key = 8 + 8 * d
+        slots, rest = divmod(n - 24 - key, key + 8)
+        if rest or slots % 2 or slots < used:  # 2K children, K >= 1
+            continue
+        at = [24 + key + i * (key + 8) for i in range(used)]
+        kids = [int.from_bytes(raw[i : i + 8], "little") for i in at]
+        if all(0 < k and k + n <= size for k in kids):
+            return [(k, k + n) for k in kids]
+    return []
 
 
 def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> FileLayout:
     """Open the file in ``image`` (fetching its metadata on demand) and note where each
     of ``datasets`` keeps its samples and which ranges the metadata took.
+
+    Reads on demand are round trips made inside h5py, which holds one lock for
+    every call: each one stalls every other thread's HDF5 work too. Walking a
+    version-1 chunk B-tree was one per node (14 for 660 chunks); the image fetches
+    the children of an inner node together when it is read (:func:`tree_children`).
 
     Every chunk's location is read here (``chunk_iter`` walks the whole chunk index),
     so the index nodes a later read passes through are among the recorded ranges.
@@ -249,18 +316,24 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
     h5py = _h5py()
     image.fill([(0, FIRST)], gap=0)
     data: dict[str, _Data | None] = {}
+    image.log = []
     try:
-        f = h5py.File(image, "r")
-    except OSError:
-        return FileLayout(metadata=[(0, min(FIRST, image.size))])
-    with f:
-        for ds in datasets:
-            try:
-                data[ds] = _place(f.get(ds), h5py)
-            except (OSError, ValueError, TypeError, KeyError):
-                data[ds] = None
+        try:
+            f = h5py.File(image, "r")
+        except OSError:
+            return FileLayout(metadata=[(0, min(FIRST, image.size))])
+        with f:
+            for ds in datasets:
+                try:
+                    data[ds] = _place(f.get(ds), h5py)
+                except (OSError, ValueError, TypeError, KeyError):
+                    data[ds] = None
+        reads = image.log
+    finally:
+        image.log = None
     layout = FileLayout(metadata=[], data=data)
-    spans = [(0, min(FIRST, image.size)), *image.on_demand]
+    # What HDF5 read, not what was fetched: the hint's misses are left out.
+    spans = [(0, min(FIRST, image.size)), *reads]
     layout.metadata = merge_ranges([s for s in spans if not layout.known(*s)])
     return layout
 
@@ -305,7 +378,9 @@ class RangedHdf5:
 
     ``files()``: the source's current listing (a reopened source has a new store).
     Each file's layout is learned at its first fetch and kept: a few ranges and
-    three integers a chunk, so that later fetches need no round trip before the data.
+    three integers a chunk, so that later fetches need no round trip before the data;
+    its metadata bytes too, for the files read last (``META_BYTES`` in all): a file
+    among them costs only the GETs of its chunks.
     """
 
     def __init__(
@@ -320,6 +395,9 @@ class RangedHdf5:
         self._in_flight = in_flight
         self.above = above
         self._layouts: dict[int, FileLayout] = {}
+        # Metadata bytes by file, least recently used first, within META_BYTES.
+        self._meta: OrderedDict[int, list[tuple[int, bytes]]] = OrderedDict()
+        self._meta_bytes = 0
         self._lock = threading.Lock()
         self._queue: RequestQueue | None = None
 
@@ -360,20 +438,34 @@ class RangedHdf5:
         image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)
+            meta = self._meta.get(f)
+            if meta is not None:
+                self._meta.move_to_end(f)
         if layout is None:
             layout = learn_layout(image, self._datasets)
             with self._lock:
                 self._layouts[f] = layout
-            image.layout = layout
-            if rows is not None:
-                image.want(rows)
-            return image
+        elif meta is not None:
+            image.put(meta)
         image.layout = layout
         if rows is None:
             image.fill(layout.metadata)
         else:
             image.want(rows)
+        if meta is None:
+            self._keep(f, image.take(layout.metadata))
         return image
+
+    def _keep(self, f: int, meta: list[tuple[int, bytes]]) -> None:
+        n = sum(len(b) for _, b in meta)
+        with self._lock:
+            if f in self._meta or n > META_BYTES:
+                return
+            self._meta[f] = meta
+            self._meta_bytes += n
+            while self._meta_bytes > META_BYTES:
+                _, old = self._meta.popitem(last=False)
+                self._meta_bytes -= sum(len(b) for _, b in old)
 
     def _request_queue(self) -> RequestQueue:
         from headrace.io import RequestQueue
