@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.errors import FormatError
+from headrace.errors import FormatError, StorageError
 from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._hdf5_ranges import (
     BLOCK,
@@ -88,7 +88,12 @@ def _files(tmp_path: Path) -> dict[str, bytes]:
     x = rng.integers(0, 99, (30, 128, 128)).astype(np.float32)
     y = rng.integers(0, 9, (30, 3)).astype(np.int16)
     kinds = {
-        "gzip": {"chunks": (2, 128, 128), "compression": "gzip", "shuffle": True, "fletcher32": True},
+        "gzip": {
+            "chunks": (2, 128, 128),
+            "compression": "gzip",
+            "shuffle": True,
+            "fletcher32": True,
+        },
         "lzf-split": {"chunks": (3, 64, 128), "compression": "lzf"},
         "contiguous": {},
     }
@@ -146,3 +151,43 @@ def test_not_hdf5_is_refused_by_name() -> None:
     assert layout.data == {}
     with pytest.raises(FormatError, match=r"f\.h5: not an HDF5 file: no signature"):
         decode_hdf5(img, name="f.h5", dataset="x", index=np.array([0]))
+
+
+def test_an_image_larger_than_memory_costs_what_it_holds() -> None:
+    # 64 GiB mapped (more than RAM + swap here; refused without MAP_NORESERVE).
+    size = 64 << 30
+    img = SparseImage(size, lambda spans, buf: buf.__setitem__(slice(size - 8, size), 7), "big")
+    img.fill([(size - 8, size)], gap=0)
+    img.seek(size - 8)
+    assert img.read(8) == bytes([7]) * 8
+    assert img.nbytes == 8 and img.missing(0, size) == [(0, size - 8)]
+
+
+def test_a_fetch_failing_inside_h5py_is_raised_as_itself(tmp_path: Path) -> None:
+    # HDF5 turns an error in a file object's read into "can't open file" or "read
+    # failed": the fetch's own error (naming the URL and range) is raised instead.
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:  # 200 chunks: index nodes past the first block
+        x = np.random.default_rng(1).integers(0, 99, (200, 64, 64)).astype(np.float32)
+        f.create_dataset("g/x", data=x, chunks=(1, 64, 64), compression="gzip")
+    data = buf.getvalue()
+    calls = []
+
+    def flaky(spans: list[tuple[int, int]], buf: np.ndarray) -> None:
+        calls.append(spans)
+        if len(calls) > 1:
+            a, b = spans[0]
+            raise StorageError(f"s3://b/f.h5, bytes [{a}, {b}): HTTP 503 (gave up)")
+        Counted(data)(spans, buf)
+
+    img = SparseImage(len(data), flaky, "s3://b/f.h5")
+    with pytest.raises(StorageError, match=r"s3://b/f\.h5, bytes \[\d+, \d+\): HTTP 503"):
+        learn_layout(img, ["g/x"])
+    # Decoding an image whose chunks could not be fetched: the same.
+    good, _ = image(data)
+    layout = learn_layout(good, ["g/x"])
+    img = SparseImage(len(data), flaky, "s3://b/f.h5")
+    calls.clear()
+    img.fill(layout.metadata)  # the first call succeeds; every read of a chunk fails
+    with pytest.raises(StorageError, match=r"HTTP 503"):
+        decode_hdf5(img, name="s3://b/f.h5", dataset="g/x", index=np.array([7]))

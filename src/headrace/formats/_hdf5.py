@@ -76,25 +76,35 @@ def decode_hdf5(
     """
     if isinstance(data, io.RawIOBase):
         file: io.RawIOBase = data  # a SparseImage: what a read needs, fetched by ranges
+        if hasattr(file, "error"):
+            file.error = None  # one from an earlier decode is not this one's
     else:
         file = BufferReader(as_bytes_view(data, name))
     _check_magic(file, name)
     h5py = _h5py()
     try:
-        f = h5py.File(file, "r")
-    except OSError as exc:
-        raise _unopened(name, exc) from exc
-    with f:
-        obj = _dataset(f, dataset, name, h5py)
-        if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
-            raise DataError(
-                f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples on "
-                f"its leading axis ({count[1]})"
-            )
         try:
-            return _select(obj, index, name, dataset)
+            f = h5py.File(file, "r")
         except OSError as exc:
-            raise _damaged(obj, index, name, dataset, exc) from exc
+            raise _unopened(name, exc) from exc
+        with f:
+            obj = _dataset(f, dataset, name, h5py)
+            if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
+                raise DataError(
+                    f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples "
+                    f"on its leading axis ({count[1]})"
+                )
+            try:
+                return _select(obj, index, name, dataset)
+            except OSError as exc:
+                raise _damaged(obj, index, name, dataset, exc) from exc
+    except (OSError, KeyError, FormatError) as exc:
+        # A fetch that failed inside h5py (bytes read by ranges): HDF5 reported it as
+        # a file it could not read; the fetch's error names the URL and range.
+        fetch = getattr(file, "error", None)
+        if fetch is not None:
+            raise fetch from exc
+        raise
 
 
 def _unopened(name: str, exc: OSError) -> FormatError:

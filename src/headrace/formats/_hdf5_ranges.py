@@ -162,6 +162,9 @@ class SparseImage(io.RawIOBase):
         self.on_demand: list[Span] = []
         self.layout: FileLayout | None = None
         self.log: list[Span] | None = None  # every read h5py makes, while set
+        #: The error of a fetch made inside h5py, which reports it only as its own
+        #: OSError ("can't open file", "read failed"): raised in its place.
+        self.error: BaseException | None = None
 
     # -- what is held ------------------------------------------------------------
     def missing(self, a: int, b: int) -> list[Span]:
@@ -254,13 +257,21 @@ class SparseImage(io.RawIOBase):
             extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
             with self._lock:
                 self.on_demand.extend(extended)
-            self.fill(extended, gap=0)
+            try:
+                self.fill(extended, gap=0)
+            except BaseException as exc:
+                self.error = exc
+                raise
         if self.log is not None and b - a >= 24:
             # An inner node of a chunk B-tree (learning a layout walks them all): its
             # children, which HDF5 reads next one by one, fetched at once.
             children = tree_children(self._buf[a:b], self.size)
             if children:
-                self.fill(children, gap=0)
+                try:
+                    self.fill(children, gap=0)
+                except BaseException as exc:
+                    self.error = exc
+                    raise
         out[: b - a] = self._buf[a:b].data
         self._pos = b
         return b - a
@@ -320,13 +331,18 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
     try:
         try:
             f = h5py.File(image, "r")
-        except OSError:
+        except OSError as exc:
+            if image.error is not None:
+                raise image.error from exc
+            # Not HDF5, or damaged: decoding it says so, naming the file.
             return FileLayout(metadata=[(0, min(FIRST, image.size))])
         with f:
             for ds in datasets:
                 try:
                     data[ds] = _place(f.get(ds), h5py)
-                except (OSError, ValueError, TypeError, KeyError):
+                except (OSError, ValueError, TypeError, KeyError) as exc:
+                    if image.error is not None:
+                        raise image.error from exc
                     data[ds] = None
         reads = image.log
     finally:
