@@ -15,7 +15,10 @@ from headrace.formats._files import file_format
 from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
 
-__all__ = ["FileSourceConfig", "OnCorrupt", "SourceMode"]
+__all__ = ["DEFAULT_HDF5_RANGES_ABOVE", "FileSourceConfig", "OnCorrupt", "SourceMode"]
+
+#: Remote HDF5 files from this size up are read by ranges (see ``hdf5_ranges_above``).
+DEFAULT_HDF5_RANGES_ABOVE = 8 << 20
 
 SourceMode = Literal["headrace", "map-style"]
 OnCorrupt = Literal["raise", "replace"]
@@ -61,6 +64,10 @@ class FileSourceConfig:
     ``cache_dir``: keep each object read from an object store on local disk
     there, up to ``cache_bytes`` (``None``: leaving 5% of the disk free),
     and read it from there the next time (see :class:`headrace.io.ObjectCache`).
+    ``hdf5_ranges_above``: an HDF5 file on object storage of at least this many
+    bytes is read by ranges (its metadata, then only the chunks holding the samples
+    a read asks), not fetched whole; files of several samples, ``on_corrupt="raise"``,
+    ``mode="headrace"`` only (``None``: always whole).
     """
 
     format: str = "raw"
@@ -80,6 +87,7 @@ class FileSourceConfig:
     cache_bytes: int | None = None
     image_mode: ImageMode | None = None
     exif_transpose: bool = False
+    hdf5_ranges_above: int | None = DEFAULT_HDF5_RANGES_ABOVE
 
     def __post_init__(self) -> None:
         fmt = file_format(self.format)
@@ -119,6 +127,13 @@ class FileSourceConfig:
             isinstance(self.max_retries, int) and self.max_retries >= 1
         ):
             raise ConfigError(f"max_retries must be an integer >= 1 (got {self.max_retries!r}).")
+        above = self.hdf5_ranges_above
+        if above is not None and (
+            isinstance(above, bool) or not isinstance(above, int) or above < 0
+        ):
+            raise ConfigError(
+                f"hdf5_ranges_above must be a size in bytes >= 0 or None (got {above!r})."
+            )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
         if self.in_flight is not None:

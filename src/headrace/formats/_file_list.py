@@ -71,6 +71,8 @@ class FileList:
     etags: list[str | None]
     store: Any = None  # the ObjectStore, for object-store datasets
     cache: ObjectCache | None = None
+    #: how the cache names object ``i`` (object-store datasets with a cache)
+    cache_key: Callable[[int], str] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -397,6 +399,7 @@ def _remote_list(
         store=store,
         etags=etags,
         cache=cache,
+        cache_key=lambda i: cache_name(options, f"{store.url}/{keys[i]}"),
     )
 
 

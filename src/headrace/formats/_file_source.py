@@ -36,6 +36,7 @@ from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
+from headrace.formats._hdf5_ranges import RangedHdf5, SparseImage
 from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, open_cache, usable_cpus
@@ -144,6 +145,14 @@ class FileSource(Closing):
         # Items are rows of the files' leading axis (else each file is one sample).
         self._rows = self.counted or self.plan.samples_per_file > 1
         self.in_flight = config.in_flight or self._default_in_flight()
+        above = self._ranges_above()
+        self._ranged = (
+            None
+            if above is None
+            else RangedHdf5(lambda: self.files, config.datasets or (), self.in_flight, above)
+        )
+        # The samples asked of each file planned (HDF5 by ranges: what its fetch reads).
+        self._wanted: dict[int, NDArray[np.int64]] = {}
         depth = 1 if config.mode == "map-style" else self.in_flight
         # Through the source, not bound to this listing's store: close() closes that
         # store, and the next read opens another (see _reopened).
@@ -251,12 +260,37 @@ class FileSource(Closing):
         64 HDF5 shards of 1 GiB are 64 GiB before a sample is read."""
         f = self.files
         depth = self._default_depth()
-        largest = max(f.sizes, default=0)
+        # A file read by ranges is held as what its reads need, not whole.
+        above = self._ranges_above()
+        largest = max((s for s in f.sizes if above is None or s < above), default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
+    def _ranges_above(self) -> int | None:
+        """The size from which files are read by ranges, ``None`` where none is: remote
+        HDF5 files of several samples whose reads decode only the samples asked
+        (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files)."""
+        c = self.config
+        if not (self.files.remote and self.format.name == "hdf5" and c.decode):
+            return None
+        if not self._rows or c.on_corrupt != "raise" or c.mode != "headrace":
+            return None
+        return c.hdf5_ranges_above
+
     def _fetch_file(self, f: int) -> Any:
-        """File ``f``'s bytes, checked against the listed size (see :class:`FileList`)."""
+        """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
+        or, read by ranges, a sparse image holding what the reads planned need."""
+        if self._ranged is not None and self._ranged.applies(f):
+            return self._ranged.image(f, self._wanted.get(f))
         return self.files.fetch(f)
+
+    def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
+        """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
+        if self._ranged is not None:
+            for f, rows in (self._rows_wanted(files, items) or {}).items():
+                # Both reads' rows where a file is in this one and the next: the first
+                # fetch serves both, rather than the decode fetching what it missed.
+                old = self._wanted.get(f)
+                self._wanted[f] = rows if old is None else np.union1d(old, rows)
 
     def reopen(self) -> None:
         """Open the object store again if :meth:`close` closed it (a no-op otherwise).
@@ -315,6 +349,10 @@ class FileSource(Closing):
             upcoming = self.window.queued if need <= self._prefetched else []
             self._prefetched = set()
             self.window.retain(need | set(upcoming))
+            if self._ranged is not None:
+                old = self._wanted
+                self._wanted = {f: old[f] for f in upcoming if f in old}
+                self._note_rows(files, items)
             ahead = [f for f in upcoming if f not in need]
             if not ahead:
                 ahead = self._next_files(seed, samples, need)
@@ -361,7 +399,8 @@ class FileSource(Closing):
             nxt = samples + n
         if len(nxt) == 0:
             return []
-        files, _ = self.plan.locate(seed, nxt)
+        files, items = self.plan.locate(seed, nxt)
+        self._note_rows(files, items)
         return [f for f in dict.fromkeys(files.tolist()) if f not in need]
 
     def prefetch(self, seed: int, samples: NDArray[np.int64]) -> None:
@@ -369,7 +408,8 @@ class FileSource(Closing):
         if self.config.mode == "map-style":
             return  # the baseline fetches one file at a time, when asked
         self.reopen()
-        files, _ = self.plan.locate(seed, np.asarray(samples, dtype=np.int64))
+        files, items = self.plan.locate(seed, np.asarray(samples, dtype=np.int64))
+        self._note_rows(files, items)
         order = dict.fromkeys(files.tolist())
         self._prefetched = set(order)
         self.window.plan(order)
@@ -415,6 +455,8 @@ class FileSource(Closing):
                 data, fmt=self.format.name, mode=mode, exif_transpose=turn, name=name
             )
             out = into[0].slot(into[1][f], layout)
+        if isinstance(data, SparseImage) and rows is not None:
+            data.want(rows)  # fetched for other samples (kept from the last read, say)
         sample = decode_file(
             self.format,
             data,
@@ -650,6 +692,8 @@ class FileSource(Closing):
         # out through their retries; then the window waits for its (now failing) fetches.
         self.files.close()
         self.window.close()
+        if self._ranged is not None:
+            self._ranged.close()
         if self._decoders is not None:
             self._decoders.shutdown(wait=True)
             self._decoders = None

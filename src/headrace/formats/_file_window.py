@@ -110,7 +110,9 @@ class FetchWindow:
                 s.in_flight -= 1
             e.future.set_exception(exc)
             return
-        n = memoryview(data).nbytes
+        # A sparse image (HDF5 by ranges) is the object's size, but holds what it fetched.
+        held = getattr(data, "nbytes", None)
+        n = held if isinstance(held, int) else memoryview(data).nbytes
         with self._lock:
             s.in_flight -= 1
             s.fetches += 1

@@ -57,14 +57,15 @@ def _datasets(group: Any, h5py: Any) -> list[str]:
 
 
 def decode_hdf5(
-    data: Buffer,
+    data: Buffer | io.RawIOBase,
     *,
     name: str,
     dataset: str,
     index: int | Sequence[int] | NDArray[np.integer] | None = None,
     count: tuple[int, str] | None = None,
 ) -> NDArray[np.generic]:
-    """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``.
+    """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``
+    (its bytes, or a file-like :class:`~headrace.formats._hdf5_ranges.SparseImage`).
 
     HDF5 copies out of its chunks, so this is one copy per sample, never
     zero-copy; only the chunks holding the samples asked are read. Errors name
@@ -73,28 +74,37 @@ def decode_hdf5(
     dataset's leading axis must hold, and what says so (a :class:`DataError`
     otherwise, checked before any sample is read).
     """
-    view = as_bytes_view(data, name)
-    if not any(bytes(view[o : o + 8]) == _HDF5_MAGIC for o in _SUPERBLOCK_OFFSETS):
-        raise FormatError(
-            f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with "
-            f"{bytes(view[:8])!r})"
-        )
+    if isinstance(data, io.RawIOBase):
+        file: io.RawIOBase = data  # a SparseImage: what a read needs, fetched by ranges
+        if hasattr(file, "error"):
+            file.error = None  # one from an earlier decode is not this one's
+    else:
+        file = BufferReader(as_bytes_view(data, name))
+    _check_magic(file, name)
     h5py = _h5py()
     try:
-        f = h5py.File(BufferReader(view), "r")
-    except OSError as exc:
-        raise _unopened(name, exc) from exc
-    with f:
-        obj = _dataset(f, dataset, name, h5py)
-        if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
-            raise DataError(
-                f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples on "
-                f"its leading axis ({count[1]})"
-            )
         try:
-            return _select(obj, index, name, dataset)
+            f = h5py.File(file, "r")
         except OSError as exc:
-            raise _damaged(obj, index, name, dataset, exc) from exc
+            raise _unopened(name, exc) from exc
+        with f:
+            obj = _dataset(f, dataset, name, h5py)
+            if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
+                raise DataError(
+                    f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples "
+                    f"on its leading axis ({count[1]})"
+                )
+            try:
+                return _select(obj, index, name, dataset)
+            except OSError as exc:
+                raise _damaged(obj, index, name, dataset, exc) from exc
+    except (OSError, KeyError, FormatError) as exc:
+        # A fetch that failed inside h5py (bytes read by ranges): HDF5 reported it as
+        # a file it could not read; the fetch's error names the URL and range.
+        fetch = getattr(file, "error", None)
+        if fetch is not None:
+            raise fetch from exc
+        raise
 
 
 def _unopened(name: str, exc: OSError) -> FormatError:
@@ -151,10 +161,8 @@ def _first_bad_chunk(ds: Any, index: Any) -> tuple[int, int, str] | None:
     return None
 
 
-def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
-    """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
-    must agree, read from the object headers alone (``file``: a file-like object,
-    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+def _check_magic(file: Any, name: str) -> None:
+    """Refuse a file without HDF5's signature where HDF5 looks for its superblock."""
     head = []
     for o in _SUPERBLOCK_OFFSETS:
         file.seek(o)
@@ -164,6 +172,13 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
         raise FormatError(
             f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {head[0]!r})"
         )
+
+
+def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
+    """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
+    must agree, read from the object headers alone (``file``: a file-like object,
+    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+    _check_magic(file, name)
     h5py = _h5py()
     try:
         f = h5py.File(file, "r")

@@ -1,0 +1,499 @@
+"""HDF5 on object storage: fetch a file's metadata and the chunks a read needs, not all of it.
+
+A remote HDF5 file is held as a :class:`SparseImage`: an anonymous mapping of
+the object's size (only the pages written cost memory) that h5py reads through
+as a file. HDF5 decodes what it finds there, so every filter it can decode
+works (gzip, lzf, shuffle, fletcher32, plugins) and the bytes are those of the
+whole-object path. What is fetched:
+
+* the file's metadata (superblock, object headers, chunk index): the first
+  time a file is opened, on demand as h5py asks for it, and recorded; every
+  later open fetches the recorded ranges up front, alongside the data, so a
+  read of a file whose metadata is known is one batch of GETs in flight at once;
+* the chunks holding the samples asked (from ``Dataset.id.chunk_iter``), or
+  their rows of a contiguous dataset; a compact dataset lives in its header.
+
+The GETs go through :class:`~headrace.formats._object_files.RemoteFile`: on
+the source's request queue (at most ``in_flight``), through its object cache,
+each checked against the listed size and ETag. A read h5py makes of bytes not
+fetched (a variable-length string's heap, a virtual dataset's source) is
+fetched then, on demand: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import mmap
+import os
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from headrace.formats._file_list import FileList
+    from headrace.io import RequestQueue
+
+__all__ = ["FileLayout", "RangedHdf5", "SparseImage", "learn_layout", "merge_ranges"]
+
+#: The least a read on demand fetches: HDF5 reads metadata in pieces of 8 to 600
+#: bytes, most of them near each other.
+BLOCK = 4096
+#: The first read of a file not seen before: h5py writes the superblock and the
+#: object headers first (one GET held every header of the files measured).
+FIRST = 16 << 10
+#: Neighbouring ranges closer than this are one GET (a gap costs less than a round trip).
+MAX_GAP = 64 << 10
+#: The metadata bytes a source keeps, of the files it read last: a file among them is
+#: opened again with no GET for its metadata (about 50 KB a file of 400 chunks).
+META_BYTES = 64 << 20
+
+Span = tuple[int, int]  # [start, end)
+
+# Python's mmap module names MAP_NORESERVE from 3.13 on; Linux's value before that.
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+
+
+def merge_ranges(spans: list[Span], gap: int = 0) -> list[Span]:
+    """Sorted, non-empty spans, those at most ``gap`` bytes apart joined."""
+    out: list[Span] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and a <= out[-1][1] + gap:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+@dataclass(slots=True)
+class _Data:
+    """Where one dataset's samples lie: chunks (by their first row), or rows of
+    a contiguous block; ``None`` everywhere: compact (in the metadata) or unallocated."""
+
+    rows_per_chunk: int = 0
+    chunk_rows: NDArray[np.int64] | None = None  # each chunk's first row on axis 0
+    chunk_at: NDArray[np.int64] | None = None
+    chunk_size: NDArray[np.int64] | None = None
+    offset: int | None = None  # contiguous: the block's offset, and bytes per row
+    row_bytes: int = 0
+    total: int = 0
+
+    def spans(self, rows: NDArray[np.int64]) -> list[Span]:
+        if self.chunk_rows is not None:
+            assert self.chunk_at is not None and self.chunk_size is not None
+            firsts = np.unique(rows // self.rows_per_chunk * self.rows_per_chunk)
+            hit = np.isin(self.chunk_rows, firsts)
+            at, size = self.chunk_at[hit], self.chunk_size[hit]
+            return list(zip(at.tolist(), (at + size).tolist(), strict=True))
+        if self.offset is None:
+            return []
+        if not self.row_bytes:  # a scalar, or no rows: the whole block
+            return [(self.offset, self.offset + self.total)]
+        starts = self.offset + np.unique(rows) * self.row_bytes
+        return list(zip(starts.tolist(), (starts + self.row_bytes).tolist(), strict=True))
+
+
+@dataclass(slots=True)
+class FileLayout:
+    """What one file's first open learned: the metadata ranges it read, and where
+    each dataset's samples lie (``None``: not known; its reads are made on demand)."""
+
+    metadata: list[Span]
+    data: dict[str, _Data | None] = field(default_factory=dict)
+
+    def spans(self, rows: NDArray[np.int64]) -> list[Span]:
+        """The byte ranges holding samples ``rows`` of every dataset."""
+        out: list[Span] = []
+        for d in self.data.values():
+            if d is not None:
+                out.extend(d.spans(rows))
+        return out
+
+    def known(self, a: int, b: int) -> bool:
+        """Whether ``[a, b)`` lies in a dataset's data (a read there is not metadata)."""
+        for d in self.data.values():
+            if d is None:
+                continue
+            if d.offset is not None and d.offset <= a and b <= d.offset + d.total:
+                return True
+            if d.chunk_at is not None and d.chunk_size is not None and len(d.chunk_at):
+                i = int(np.searchsorted(d.chunk_at, a, side="right")) - 1
+                if i >= 0 and a < int(d.chunk_at[i] + d.chunk_size[i]):
+                    return True
+        return False
+
+
+class SparseImage(io.RawIOBase):
+    """A read-only file of ``size`` bytes, of which only the ranges fetched are held.
+
+    ``fetch(spans, buf)`` fills ``buf[a:b]`` for each span (all in flight at once,
+    returning when every one is written, raising the first error). A read of bytes
+    not held fetches them (at least ``BLOCK``) and records the range in
+    ``on_demand``. ``layout``: what the file's first open learned, once it has.
+    """
+
+    def __init__(
+        self, size: int, fetch: Callable[[list[Span], NDArray[np.uint8]], None], name: str
+    ) -> None:
+        super().__init__()
+        self.size = size
+        self.name = name
+        self._fetch = fetch
+        # Anonymous and private: untouched pages are the shared zero page, so a 2 GB
+        # object costs the pages of the ranges written, not 2 GB. MAP_NORESERVE: the
+        # kernel's overcommit heuristic refused a mapping larger than RAM + swap (a
+        # 50 GB file on a 23 GB machine) though only its written pages are ever used.
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
+        self._map = mmap.mmap(-1, max(size, 1), flags=flags)
+        self._buf = np.frombuffer(self._map, np.uint8)[:size]
+        self._starts: list[int] = []  # held spans, sorted and disjoint
+        self._ends: list[int] = []
+        self._pos = 0
+        self._lock = threading.Lock()
+        self.nbytes = 0  # bytes fetched into it
+        self.gets = 0
+        self.on_demand: list[Span] = []
+        self.layout: FileLayout | None = None
+        self.log: list[Span] | None = None  # every read h5py makes, while set
+        #: The error of a fetch made inside h5py, which reports it only as its own
+        #: OSError ("can't open file", "read failed"): raised in its place.
+        self.error: BaseException | None = None
+
+    # -- what is held ------------------------------------------------------------
+    def missing(self, a: int, b: int) -> list[Span]:
+        """The parts of ``[a, b)`` not held."""
+        out: list[Span] = []
+        i = bisect.bisect_right(self._ends, a)
+        pos = a
+        while pos < b and i < len(self._starts):
+            s, e = self._starts[i], self._ends[i]
+            if s >= b:
+                break
+            if s > pos:
+                out.append((pos, s))
+            pos = max(pos, e)
+            i += 1
+        if pos < b:
+            out.append((pos, b))
+        return out
+
+    def _add(self, a: int, b: int) -> None:
+        i = bisect.bisect_left(self._ends, a)
+        j = bisect.bisect_right(self._starts, b)
+        if i < j:
+            a, b = min(a, self._starts[i]), max(b, self._ends[j - 1])
+        self._starts[i:j] = [a]
+        self._ends[i:j] = [b]
+
+    def fill(self, spans: list[Span], gap: int = MAX_GAP) -> None:
+        """Fetch the parts of ``spans`` not held, neighbours joined, in one batch."""
+        with self._lock:
+            want: list[Span] = []
+            for a, b in merge_ranges(spans):
+                want.extend(self.missing(max(a, 0), min(b, self.size)))
+            # A gap joined into a GET is fetched, but may be held already: cheaper than
+            # a second round trip, and the same bytes (checked against the same ETag).
+            want = merge_ranges(want, gap)
+            if not want:
+                return
+            self._fetch(want, self._buf)
+            for a, b in want:
+                self._add(a, b)
+                self.nbytes += b - a
+            self.gets += len(want)
+
+    def put(self, spans: list[tuple[int, bytes]]) -> None:
+        """Hold bytes fetched before (``(offset, bytes)``: this object's, same ETag)."""
+        with self._lock:
+            for a, data in spans:
+                self._buf[a : a + len(data)] = np.frombuffer(data, np.uint8)
+                self._add(a, a + len(data))
+
+    def take(self, spans: list[Span]) -> list[tuple[int, bytes]]:
+        """Copies of the held bytes of ``spans`` (each held whole)."""
+        return [(a, self._buf[a:b].tobytes()) for a, b in spans if not self.missing(a, b)]
+
+    def want(self, rows: NDArray[np.int64]) -> None:
+        """Fetch what reading samples ``rows`` needs (as learned), if not held."""
+        if self.layout is not None:
+            self.fill(self.layout.metadata + self.layout.spans(rows))
+
+    # -- a file for h5py ------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence}")
+        if base + offset < 0:
+            raise OSError(22, f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        a = self._pos
+        b = min(a + len(out), self.size)
+        if b <= a:
+            return 0
+        if self.log is not None:
+            self.log.append((a, b))
+        gaps = self.missing(a, b)
+        if gaps:
+            extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
+            with self._lock:
+                self.on_demand.extend(extended)
+            try:
+                self.fill(extended, gap=0)
+            except BaseException as exc:
+                self.error = exc
+                raise
+        if self.log is not None and b - a >= 24:
+            # An inner node of a chunk B-tree (learning a layout walks them all): its
+            # children, which HDF5 reads next one by one, fetched at once.
+            children = tree_children(self._buf[a:b], self.size)
+            if children:
+                try:
+                    self.fill(children, gap=0)
+                except BaseException as exc:
+                    self.error = exc
+                    raise
+        out[: b - a] = self._buf[a:b].data
+        self._pos = b
+        return b - a
+
+
+def tree_children(node: NDArray[np.uint8], size: int) -> list[Span]:
+    """The children of ``node`` where it is an inner node of a version-1 B-tree of
+    chunks (HDF5's default chunk index), read whole; else ``[]``.
+
+    The node: ``TREE``, type 1, level, entries used (u16), two sibling addresses,
+    then keys and child addresses alternating; a key is a chunk size (u32), a filter
+    mask (u32) and ``d`` offsets (u64), ``d`` the dataset's rank + 1. HDF5 reads a
+    node whole, so the read's length fixes ``d`` (the node holds ``2K + 1`` keys and
+    ``2K`` children); children of an inner node are nodes of that length. Only a
+    guess that parses cleanly (every child inside the object) is used: a wrong one
+    would fetch bytes HDF5 never reads, not change any.
+    """
+    n = len(node)
+    if n < 24 or bytes(node[:5]) != b"TREE\x01" or node[5] == 0:
+        return []
+    used = int(node[6]) | int(node[7]) << 8
+    if used == 0:
+        return []
+    raw = node.tobytes()
+    for d in range(2, 34):
+        key = 8 + 8 * d
+        slots, rest = divmod(n - 24 - key, key + 8)
+        if rest or slots % 2 or slots < used:  # 2K children, K >= 1
+            continue
+        at = [24 + key + i * (key + 8) for i in range(used)]
+        kids = [int.from_bytes(raw[i : i + 8], "little") for i in at]
+        if all(0 < k and k + n <= size for k in kids):
+            return [(k, k + n) for k in kids]
+    return []
+
+
+def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> FileLayout:
+    """Open the file in ``image`` (fetching its metadata on demand) and note where each
+    of ``datasets`` keeps its samples and which ranges the metadata took.
+
+    Reads on demand are round trips made inside h5py, which holds one lock for
+    every call: each one stalls every other thread's HDF5 work too. Walking a
+    version-1 chunk B-tree was one per node (14 for 660 chunks); the image fetches
+    the children of an inner node together when it is read (:func:`tree_children`).
+
+    Every chunk's location is read here (``chunk_iter`` walks the whole chunk index),
+    so the index nodes a later read passes through are among the recorded ranges.
+    A dataset that cannot be placed (missing, virtual, an error) is ``None``: its
+    reads are made on demand, and decoding names what is wrong with it.
+    """
+    from headrace.formats._hdf5 import _h5py
+
+    h5py = _h5py()
+    image.fill([(0, FIRST)], gap=0)
+    data: dict[str, _Data | None] = {}
+    image.log = []
+    try:
+        try:
+            f = h5py.File(image, "r")
+        except OSError as exc:
+            if image.error is not None:
+                raise image.error from exc
+            # Not HDF5, or damaged: decoding it says so, naming the file.
+            return FileLayout(metadata=[(0, min(FIRST, image.size))])
+        with f:
+            for ds in datasets:
+                try:
+                    data[ds] = _place(f.get(ds), h5py)
+                except (OSError, ValueError, TypeError, KeyError) as exc:
+                    if image.error is not None:
+                        raise image.error from exc
+                    data[ds] = None
+        reads = image.log
+    finally:
+        image.log = None
+    layout = FileLayout(metadata=[], data=data)
+    # What HDF5 read, not what was fetched: the hint's misses are left out.
+    spans = [(0, min(FIRST, image.size)), *reads]
+    layout.metadata = merge_ranges([s for s in spans if not layout.known(*s)])
+    return layout
+
+
+def _place(obj: Any, h5py: Any) -> _Data | None:
+    if not isinstance(obj, h5py.Dataset) or obj.shape is None:
+        return None
+    layout = obj.id.get_create_plist().get_layout()
+    if layout == h5py.h5d.COMPACT:
+        return _Data()
+    if layout == h5py.h5d.CONTIGUOUS:
+        offset = obj.id.get_offset()
+        total = int(obj.id.get_storage_size())
+        n = int(obj.shape[0]) if obj.ndim else 0
+        if offset is None or not total:
+            return _Data()
+        row = total // n if n and total % n == 0 else 0
+        return _Data(offset=int(offset), row_bytes=row, total=total)
+    if layout == h5py.h5d.CHUNKED and obj.chunks and obj.ndim:
+        first: list[int] = []
+        at: list[int] = []
+        size: list[int] = []
+
+        def note(info: Any) -> None:
+            first.append(info.chunk_offset[0])
+            at.append(info.byte_offset)
+            size.append(info.size)
+
+        obj.id.chunk_iter(note)
+        order = np.argsort(np.asarray(at, dtype=np.int64), kind="stable")
+        return _Data(
+            rows_per_chunk=int(obj.chunks[0]),
+            chunk_rows=np.asarray(first, dtype=np.int64)[order],
+            chunk_at=np.asarray(at, dtype=np.int64)[order],
+            chunk_size=np.asarray(size, dtype=np.int64)[order],
+        )
+    return None
+
+
+class RangedHdf5:
+    """Sparse images of one source's remote HDF5 files, fetched by ranges.
+
+    ``files()``: the source's current listing (a reopened source has a new store).
+    Each file's layout is learned at its first fetch and kept: a few ranges and
+    three integers a chunk, so that later fetches need no round trip before the data;
+    its metadata bytes too, for the files read last (``META_BYTES`` in all): a file
+    among them costs only the GETs of its chunks.
+    """
+
+    def __init__(
+        self,
+        files: Callable[[], FileList],
+        datasets: tuple[str, ...],
+        in_flight: int,
+        above: int,
+    ) -> None:
+        self._files = files
+        self._datasets = datasets
+        self._in_flight = in_flight
+        self.above = above
+        self._layouts: dict[int, FileLayout] = {}
+        # Metadata bytes by file, least recently used first, within META_BYTES.
+        self._meta: OrderedDict[int, list[tuple[int, bytes]]] = OrderedDict()
+        self._meta_bytes = 0
+        self._lock = threading.Lock()
+        self._queue: RequestQueue | None = None
+
+    def applies(self, f: int) -> bool:
+        """Whether file ``f`` is read by ranges: large enough, and not in the object
+        cache whole (a copy on local disk is read whole, as before)."""
+        files = self._files()
+        size = files.sizes[f]
+        if size < self.above:
+            return False
+        cache, etag = files.cache, files.etags[f]
+        if cache is None or etag is None or files.cache_key is None:
+            return True
+        return not os.path.exists(cache.path(files.cache_key(f), size, etag))
+
+    def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
+        """File ``f``'s metadata and the chunks of samples ``rows`` (``None``: metadata
+        only; :meth:`SparseImage.want` fetches the rest)."""
+        from headrace.formats._object_files import RemoteFile, wait_all
+        from headrace.io import ObjectInfo
+
+        files = self._files()
+        cache = None
+        if files.cache is not None and files.cache_key is not None:
+            cache = (files.cache, files.cache_key(f))
+        remote = RemoteFile(
+            files.store,
+            files.keys[f],
+            files.name(f),
+            ObjectInfo(files.sizes[f], files.etags[f]),
+            self._request_queue(),
+            cache,
+        )
+
+        def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
+            wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
+
+        image = SparseImage(files.sizes[f], fetch, files.name(f))
+        with self._lock:
+            layout = self._layouts.get(f)
+            meta = self._meta.get(f)
+            if meta is not None:
+                self._meta.move_to_end(f)
+        if layout is None:
+            layout = learn_layout(image, self._datasets)
+            with self._lock:
+                self._layouts[f] = layout
+        elif meta is not None:
+            image.put(meta)
+        image.layout = layout
+        if rows is None:
+            image.fill(layout.metadata)
+        else:
+            image.want(rows)
+        if meta is None:
+            self._keep(f, image.take(layout.metadata))
+        return image
+
+    def _keep(self, f: int, meta: list[tuple[int, bytes]]) -> None:
+        n = sum(len(b) for _, b in meta)
+        with self._lock:
+            if f in self._meta or n > META_BYTES:
+                return
+            self._meta[f] = meta
+            self._meta_bytes += n
+            while self._meta_bytes > META_BYTES:
+                _, old = self._meta.popitem(last=False)
+                self._meta_bytes -= sum(len(b) for _, b in old)
+
+    def _request_queue(self) -> RequestQueue:
+        from headrace.io import RequestQueue
+
+        with self._lock:
+            if self._queue is None:
+                self._queue = RequestQueue(self._in_flight, name="headrace-hdf5-ranges")
+            return self._queue
+
+    def close(self) -> None:
+        """Close the request queue (the layouts are kept: the files are the ones listed)."""
+        with self._lock:
+            queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.close()

@@ -1,0 +1,235 @@
+"""HDF5 files on S3 (moto on 127.0.0.1) read by ranges: metadata and the chunks a read needs."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import ConfigError, StorageError
+from headrace.formats import FileSource
+from headrace.formats._hdf5_ranges import SparseImage
+from headrace.io import RetryPolicy
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+ROWS = 40
+FILES = 3
+
+
+def _write(path: Path, layout: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 50, (ROWS, 64, 64)).astype(np.float32)
+    y = rng.integers(0, 9, (ROWS, 5)).astype(np.int16)
+    with h5py.File(path, "w") as f:
+        if layout == "gzip":  # shuffle + fletcher32 too: every filter HDF5 itself decodes
+            f.create_dataset(
+                "a/x", data=x, chunks=(2, 64, 64), compression="gzip", shuffle=True,
+                fletcher32=True,
+            )  # fmt: skip
+            f.create_dataset("a/y", data=y, chunks=(7, 5), compression="lzf")
+        elif layout == "lzf":
+            f.create_dataset("a/x", data=x, chunks=(1, 32, 64), compression="lzf")
+            f.create_dataset("a/y", data=y)  # contiguous beside a chunked one
+        elif layout == "contiguous":
+            f.create_dataset("a/x", data=x)
+            f.create_dataset("a/y", data=y)
+        else:  # compact: the values in the object header
+            group = f.require_group("a")
+            _compact(group, "x", np.ascontiguousarray(x[:, :2, :2]))
+            _compact(group, "y", y)
+
+
+def _compact(group: Any, name: str, arr: np.ndarray) -> None:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    tid = h5py.h5t.py_create(arr.dtype)
+    space = h5py.h5s.create_simple(arr.shape)
+    h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl).write(
+        h5py.h5s.ALL, h5py.h5s.ALL, arr
+    )
+
+
+LAYOUTS = ("gzip", "lzf", "contiguous", "compact")
+
+
+@pytest.fixture(scope="module")
+def h5sets(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("h5ranges")
+    client = s3.server.info.boto3_client()
+    for layout in LAYOUTS:
+        (root / layout).mkdir()
+        for i in range(FILES):
+            path = root / layout / f"v{i}.h5"
+            _write(path, layout, 10 * i + LAYOUTS.index(layout))
+            client.put_object(
+                Bucket=BUCKET, Key=f"h5ranges/{layout}/{path.name}", Body=path.read_bytes()
+            )
+    return root
+
+
+def source(s3: S3Fixture, layout: str, endpoint: str | None = None, **kw: Any) -> FileSource:
+    options = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        options["endpoint"] = endpoint
+    kw.setdefault("samples_per_file", "header")
+    kw.setdefault("hdf5_ranges_above", 0)
+    return FileSource(
+        f"s3://{BUCKET}/h5ranges/{layout}",
+        store_options=options,
+        format="hdf5",
+        datasets=("a/x", "a/y"),
+        **kw,
+    )
+
+
+def run(src: FileSource, steps: int = 8, batch: int = 5) -> str:
+    with Loader(src, batch_size=batch, seed=3, steps=steps) as loader:
+        return batch_digest(loader)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shuffle", ["samples", "files"])
+def test_ranges_give_the_whole_object_paths_batches(
+    s3: S3Fixture, h5sets: Path, layout: str, shuffle: str
+) -> None:
+    local = run(FileSource(h5sets / layout, format="hdf5", datasets=("a/x", "a/y"),
+                           samples_per_file="header", shuffle=shuffle))  # fmt: skip
+    whole = source(s3, layout, shuffle=shuffle, hdf5_ranges_above=None)
+    ranged = source(s3, layout, shuffle=shuffle)
+    assert ranged._ranged is not None and whole._ranged is None
+    assert run(whole) == local
+    assert run(ranged) == local
+    if layout != "compact" and shuffle == "samples":
+        # 40 of the 120 samples, spread over the 3 files: not the whole objects.
+        assert ranged.files.store.stats.bytes < 0.8 * whole.files.store.stats.bytes
+    whole.close()
+    ranged.close()
+
+
+def test_a_fixed_samples_per_file_and_worker_copies(s3: S3Fixture, h5sets: Path) -> None:
+    clean = run(
+        source(s3, "gzip", samples_per_file=ROWS, shuffle="samples", hdf5_ranges_above=None)
+    )
+    src = source(s3, "gzip", samples_per_file=ROWS, shuffle="samples")
+    assert run(src) == clean
+    copy = pickle.loads(pickle.dumps(src))  # a worker's copy: layouts learned again
+    assert copy._ranged is not None and run(copy) == clean
+    src.close()
+    copy.close()
+
+
+def test_a_file_seen_before_is_one_batch_of_gets(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "gzip", shuffle="none", in_flight=1)
+    stats = src.files.store.stats
+    src.read(0, np.array([3]))  # learns file 0's layout: metadata on demand
+    first = stats.requests
+    src.close()
+    # A new window: file 0 fetched again for one other sample, the layout known.
+    got = src.read(0, np.array([11]))
+    assert stats.requests - first <= 2  # the metadata span(s) and the chunk, at once
+    with h5py.File(h5sets / "gzip" / "v0.h5") as f:
+        np.testing.assert_array_equal(got["a/x"][0], f["a/x"][11])
+        np.testing.assert_array_equal(got["a/y"][0], f["a/y"][11])
+    src.close()
+
+
+def test_held_bytes_are_what_reads_need_not_objects(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "contiguous", shuffle="samples", in_flight=2)
+    run(src, steps=4, batch=3)
+    size = max(src.files.sizes)
+    assert 0 < src.stats.peak_held_bytes < 2 * size
+    # The sparse image maps the object's size; what it fetched is what counts.
+    src.reopen()
+    img = src._ranged.image(0, np.array([5]))  # type: ignore[union-attr]
+    assert isinstance(img, SparseImage) and img.nbytes < size
+    src.close()
+
+
+def test_an_object_replaced_mid_run_names_the_url_and_range(s3: S3Fixture, tmp_path: Path) -> None:
+    client = s3.server.info.boto3_client()
+    for i in range(2):
+        _write(tmp_path / f"{i}.h5", "gzip", i)
+        client.put_object(
+            Bucket=BUCKET, Key=f"h5swap/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
+        )
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(f"s3://{BUCKET}/h5swap", store_options=options, format="hdf5",
+                     datasets=("a/x",), samples_per_file=ROWS, hdf5_ranges_above=0,
+                     shuffle="none", in_flight=1)  # fmt: skip
+    src.read(0, np.array([0]))
+    _write(tmp_path / "new.h5", "gzip", 99)  # other bytes (another size: also refused)
+    client.put_object(Bucket=BUCKET, Key="h5swap/0.h5", Body=(tmp_path / "new.h5").read_bytes())
+    with pytest.raises(
+        StorageError, match=r"h5swap/0\.h5, bytes \[\d+, \d+\): the object changed while open"
+    ):
+        src.read(0, np.array([30]))
+    src.close()
+
+
+def test_5xx_are_retried_and_the_digest_holds(
+    s3: S3Fixture, h5sets: Path, proxy: LatencyProxy
+) -> None:
+    clean = run(source(s3, "gzip", shuffle="samples", hdf5_ranges_above=None))
+    proxy.set_faults([FaultRule(kind="status", status=503, match="GET /headrace-test/h5ranges/",
+                                every=3)])  # fmt: skip
+    src = source(s3, "gzip", proxy.endpoint, shuffle="samples")
+    assert run(src) == clean
+    assert proxy.stats.faults >= 2 and src.files.store.stats.retries >= 2
+    src.close()
+
+
+def test_a_short_body_names_the_url_and_range(
+    s3: S3Fixture, h5sets: Path, proxy: LatencyProxy
+) -> None:
+    src = source(s3, "gzip", proxy.endpoint, shuffle="none", in_flight=1)
+    proxy.set_faults([FaultRule(kind="short", match="GET /headrace-test/h5ranges/gzip/v0")])
+    with pytest.raises(StorageError, match=r"h5ranges/gzip/v0\.h5, bytes \[\d+, \d+\)"):
+        src.read(0, np.array([1]))
+    src.close()
+
+
+def test_the_object_cache_serves_ranges_the_next_time(
+    s3: S3Fixture, h5sets: Path, tmp_path: Path
+) -> None:
+    clean = run(source(s3, "lzf", shuffle="samples", hdf5_ranges_above=None))
+    first = source(s3, "lzf", shuffle="samples", cache_dir=tmp_path / "c")
+    assert run(first) == clean
+    again = source(s3, "lzf", shuffle="samples", cache_dir=tmp_path / "c")
+    assert run(again) == clean
+    assert again.cache_stats is not None and again.cache_stats.hits > 0
+    assert again.files.store.stats.bytes < first.files.store.stats.bytes
+    first.close()
+    again.close()
+
+
+def test_replace_and_map_style_keep_whole_objects(s3: S3Fixture, h5sets: Path) -> None:
+    assert source(s3, "gzip", on_corrupt="replace")._ranged is None
+    assert source(s3, "gzip", mode="map-style")._ranged is None
+    big = source(s3, "gzip", hdf5_ranges_above=1 << 30)
+    assert big._ranged is not None and not big._ranged.applies(0)  # below the size
+    with pytest.raises(ConfigError, match=r"hdf5_ranges_above must be a size in bytes"):
+        source(s3, "gzip", hdf5_ranges_above=-1)
+
+
+def test_a_stalled_range_times_out_naming_the_url_and_range(
+    s3: S3Fixture, h5sets: Path, proxy: LatencyProxy
+) -> None:
+    options = {**s3.options(), "endpoint": proxy.endpoint}
+    options["retry"] = RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=0.5)
+    src = FileSource(f"s3://{BUCKET}/h5ranges/gzip", store_options=options, format="hdf5",
+                     datasets=("a/x",), samples_per_file=ROWS, hdf5_ranges_above=0,
+                     shuffle="none", in_flight=1)  # fmt: skip
+    proxy.set_faults([FaultRule(kind="stall", stall_s=5, match="GET /headrace-test/h5ranges/")])
+    with pytest.raises(StorageError, match=r"gzip/v0\.h5, bytes \[0, 16384\): timed out"):
+        src.read(0, np.array([1]))
+    proxy.set_faults([])
+    src.close()
