@@ -119,6 +119,30 @@ def test_a_group_is_read_whole_whatever_the_batch(tmp_path: Path) -> None:
     src.close()
 
 
+def test_each_replacement_round_reads_every_members_files_once(tmp_path: Path) -> None:
+    from headrace.io import RangeReader
+
+    members, _, bad = retrieval(tmp_path)
+    files = sum(2 if isinstance(spec, tuple) else 1 for spec in members.values())
+    samples = np.arange(96, dtype=np.int64)
+    with RangeReader("pread") as reader:
+        src = PairRows(members, optional=OPTIONAL, reader=reader)
+        before = reader.stats.reads
+        src.read(0, samples)
+        reads = reader.stats.reads - before
+        src.close()
+    # Rounds: the most replacements any one sample needed (a row is bad or not).
+    rows = sample_rows(0, samples, N, True)
+    rounds = 0
+    for i in np.flatnonzero(bad[rows]).tolist():
+        a = 1
+        while bad[retry_rows(0, samples[[i]], a, N)[0]]:
+            a += 1
+        rounds = max(rounds, a)
+    assert rounds >= 1
+    assert reads == files * (1 + rounds)  # 15 files: the first read and one per round
+
+
 def odirect_works(path: Path) -> bool:
     from headrace.io import RangeReader
 
