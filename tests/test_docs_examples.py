@@ -235,6 +235,13 @@ def _write_datasets(root: Path) -> None:
         _row_file(root / f"{name}.tok.bin", rows)
         if name != "n":
             np.save(root / f"{name}.mask.npy", mask)
+    # docs/rows.md "A varying number of hard negatives": query i has 2 + i % 6 of 7.
+    count = 2 + np.arange(128) % 6
+    neg_rng = np.random.default_rng(7)  # its own: the datasets after it stay as they were
+    for i in range(7):
+        rows, _ = _padded(neg_rng, 128, 256, "uint32")
+        rows[count <= i] = 0
+        _row_file(root / f"neg{i}.tok.bin", rows)
 
     table = _token_table(300, seed=1)
     _save_to_disk(table, root / "hf_dataset_dir")

@@ -99,6 +99,30 @@ def test_pairs_on_s3_give_the_local_batches(s3: S3Fixture, root: Path) -> None:
     assert stats is not None and stats.requests >= 3
 
 
+def test_pairs_with_an_optional_member_on_s3_give_the_local_batches(
+    s3: S3Fixture, root: Path
+) -> None:
+    # tok.npy's all-padding rows, as an optional negative, are read (mask all False),
+    # not replaced: the same groups from S3 as from the local files, on 1 and 2 hosts.
+    def pairs(base: str, store: dict[str, Any] | None) -> PairRows:
+        members = {"anchor": f"{base}/pos.npy", "negative": (f"{base}/tok.npy", f"{base}/mask.bin")}
+        return PairRows(
+            members, store_options=store, shuffle="window", window_rows=800, optional=["negative"]
+        )
+
+    for world in (1, 2):
+        for r in range(world):
+            run = {"batch_size": 16, "seed": 2, "steps": 40, "rank": r, "world_size": world}
+            local = list(Loader(pairs(str(root), None), **run))
+            assert batch_digest(Loader(pairs(URL, options(s3)), **run)) == batch_digest(local)
+    present = np.concatenate([b["negative_mask"].any(axis=1) for b in local])
+    assert 0 < (~present).sum() < len(present) / 2  # some groups lack their negative
+    remote = pairs(URL, options(s3))
+    assert remote.fingerprint() == pairs(str(root), None).fingerprint()
+    assert remote.fingerprint()["optional"] == ["negative"]
+    remote.close()
+
+
 def test_opening_is_one_get_per_npy_and_two_per_raw_file(
     s3: S3Fixture, root: Path, proxy: LatencyProxy
 ) -> None:

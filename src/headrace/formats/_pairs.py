@@ -13,14 +13,15 @@ read straight into the bool output's bytes (after a range check on those
 bytes), so masks cost no copy at all; wider mask dtypes take one conversion,
 and a member without a mask file gets ``x != pad_id`` computed in place.
 All members' files share one reader and the I/O pool, their reads in flight
-together. A group where any member has no real token is replaced, as in
-:class:`~headrace.formats.PaddedRows`.
+together. A group where any required member has no real token is replaced, as
+in :class:`~headrace.formats.PaddedRows`; members named ``optional`` (hard
+negatives of which a group has 0 to K) may be empty, their mask row all False.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -83,6 +84,14 @@ class PairRows(RowSource):
     an embedding layer, which takes no uint16 or uint32 indices; tokens that it
     cannot hold raise :class:`~headrace.errors.DataError`. ``None`` (default)
     keeps each member's stored dtype, read with no copy.
+
+    ``optional`` names members that a group may lack, e.g. ``("negative1",
+    ..., "negative6")`` when queries have 1 to 7 hard negatives and the
+    missing ones are stored as all-padding rows. Such a member's row is
+    yielded as stored (its ``{name}_mask`` row all False when it has no real
+    token, so a loss drops it); only a group whose required members (the
+    others) include one without a real token is replaced. It changes which
+    groups are read, so it is part of the fingerprint.
     """
 
     def __init__(
@@ -99,9 +108,11 @@ class PairRows(RowSource):
         in_flight: int = DEFAULT_IN_FLIGHT,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        optional: Iterable[str] = (),
     ) -> None:
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
+        self.optional = _optional_members(list(members), optional)
         with self._opening(reader, store_options, in_flight, cache_dir, cache_bytes) as io:
             self.members = [_Member(name, spec, io) for name, spec in members.items()]
             first = self.members[0].tokens
@@ -131,6 +142,8 @@ class PairRows(RowSource):
                         f"pad_id={pad_id} does not fit the output dtype {self.dtype}."
                     )
             self.max_retries = max_retries
+            # The members whose emptiness replaces a group.
+            self._required = [mb for mb in self.members if mb.name not in self.optional]
             files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
             self._open_rows(files, shuffle, window_rows)
 
@@ -147,6 +160,8 @@ class PairRows(RowSource):
             "pad_id": self.pad_id,
             # Only when given: states saved before dtype= existed still load.
             **({} if self.dtype is None else {"dtype": self.dtype.str}),
+            # Only when given, as dtype: states saved before optional= existed still load.
+            **({"optional": list(self.optional)} if self.optional else {}),
             **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
         }
@@ -236,14 +251,14 @@ class PairRows(RowSource):
 
     def _empty(self, out: dict[str, NDArray[Any]]) -> NDArray[np.bool_]:
         empty = np.zeros(len(next(iter(out.values()))), dtype=np.bool_)
-        for mb in self.members:
+        for mb in self._required:
             empty |= ~out[f"{mb.name}_mask"].any(axis=1)
         return empty
 
     def _explain_empty(self, out: dict[str, NDArray[Any]], pos: NDArray[np.intp]) -> str:
-        """Which members are empty at ``pos`` (the last rows tried there)."""
+        """Which required members are empty at ``pos`` (the last rows tried there)."""
         parts = []
-        for mb in self.members:
+        for mb in self._required:
             n = int((~out[f"{mb.name}_mask"][pos].any(axis=1)).sum())
             if n:
                 parts.append(f"member {mb.name!r} ({mb.tokens.path}) empty in {n}")
@@ -251,4 +266,29 @@ class PairRows(RowSource):
 
     def __repr__(self) -> str:
         widths = {mb.name: mb.tokens.width for mb in self.members}
-        return f"PairRows(groups={len(self)}, widths={widths})"
+        more = f", optional={list(self.optional)}" if self.optional else ""
+        return f"PairRows(groups={len(self)}, widths={widths}{more})"
+
+
+def _optional_members(names: list[str], optional: Iterable[str]) -> tuple[str, ...]:
+    """The members named in ``optional``, in member order (so the fingerprint does not
+    depend on how they were listed)."""
+    if isinstance(optional, str | bytes) or not isinstance(optional, Iterable):
+        fix = (
+            f"; write optional=({optional!r},) for one member" if isinstance(optional, str) else ""
+        )
+        raise ConfigError(f"optional must be a collection of member names (got {optional!r}){fix}.")
+    given = list(optional)
+    unknown = [o for o in given if o not in names]
+    if unknown:
+        raise ConfigError(
+            f"optional names {unknown!r}, which are not members; the members are {names!r}."
+        )
+    chosen = tuple(n for n in names if n in given)
+    if len(chosen) == len(names):
+        raise ConfigError(
+            f"optional names every member ({list(chosen)!r}): a group with no real token in "
+            "any member would never be replaced; leave at least one member required "
+            "(the anchor, say)."
+        )
+    return chosen
