@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ def default_decode_threads() -> int:
     return min(8, usable_cpus())
 
 
+@dataclass(eq=False, kw_only=True)
 class FileDecoder:
     """Decode a source's files into samples, and pick samples out of them.
 
@@ -52,31 +54,19 @@ class FileDecoder:
     decode on the reading thread).
     """
 
-    def __init__(
-        self,
-        config: FileSourceConfig,
-        fmt: FileFormat,
-        plan: FilePlan,
-        window: FetchWindow,
-        name: Callable[[int], str],
-        *,
-        counted: bool,
-        rows: bool,
-        threads: int,
-    ) -> None:
-        self.config = config
-        self.format = fmt
-        self.plan = plan
-        self.window = window
-        self.name = name
-        self.counted = counted
-        self.rows = rows
-        self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._kept: int | None = None
-        # The keys of the first file decoded (name, keys): every file must hold the same.
-        self._keys: tuple[str, list[str]] | None = None
-        self._keys_lock = threading.Lock()
+    config: FileSourceConfig
+    format: FileFormat
+    plan: FilePlan
+    window: FetchWindow
+    name: Callable[[int], str]
+    counted: bool
+    rows: bool
+    threads: int
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False)
+    _kept: int | None = field(default=None, init=False)
+    # The keys of the first file decoded (name, keys): every file must hold the same.
+    _keys: tuple[str, list[str]] | None = field(default=None, init=False)
+    _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     @property
     def keys(self) -> list[str] | None:
@@ -133,15 +123,10 @@ class FileDecoder:
         """What gives each file's count, as errors about it say."""
         return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
 
-    def decode_checked(
-        self,
-        f: int,
-        data: Any,
-        into: Into | None = None,
-        rows: NDArray[np.int64] | None = None,
-    ) -> Sample | DataError:
-        """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""
-        return self._checked(lambda: self.decode(f, data, into, rows))
+    def decode_one(self, f: int, data: Any, item: int) -> Sample | DataError:
+        """Item ``item`` of file ``f`` decoded whole, copied out of it (map-style and
+        replacements read a file per sample), or its error (as :meth:`pick_checked`)."""
+        return self.pick_checked(self._checked(lambda: self.decode(f, data)), f, item, own=True)
 
     def pick(self, arrays: Sample, f: int, item: int) -> Sample:
         """Item ``item`` of file ``f``'s decoded arrays (a :class:`DataError` naming the
@@ -157,8 +142,8 @@ class FileDecoder:
         own: bool = False,
         rows: NDArray[np.int64] | None = None,
     ) -> Sample | DataError:
-        """Item ``item`` of file ``f``'s arrays, or the error of its decode or pick (as
-        :meth:`decode_checked`). ``own``: copied out of the decoded file, so the file
+        """Item ``item`` of file ``f``'s arrays; with ``on_corrupt="replace"``, the error
+        of its decode or pick is returned. ``own``: copied out of the decoded file, so the file
         can be freed (map-style decodes a whole file per sample: as views, a batch of
         400 samples of 143 MB files held 57 GB until it was stacked). ``rows``: the
         file's samples decoded (all where ``None``)."""
@@ -176,6 +161,7 @@ class FileDecoder:
         return self._checked(pick)
 
     def _checked(self, fn: Callable[[], Sample]) -> Sample | DataError:
+        """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned."""
         try:
             return fn()
         except DataError as exc:
@@ -214,7 +200,8 @@ class FileDecoder:
                 self.window.release(f)
 
         def decode(f: int, data: Any) -> Sample | DataError:
-            return self.decode_checked(f, data, into, None if rows is None else rows[f])
+            want = None if rows is None else rows[f]
+            return self._checked(lambda: self.decode(f, data, into, want))
 
         if threads == 0 or len(order) == 1:
             out = {}

@@ -149,11 +149,11 @@ class FileSource(Closing):
         threads = config.decode_threads
         self.decode_threads = default_decode_threads() if threads is None else threads
         self.decoder = FileDecoder(
-            config,
-            self.format,
-            self.plan,
-            self.window,
-            lambda f: self.files.name(f),
+            config=config,
+            format=self.format,
+            plan=self.plan,
+            window=self.window,
+            name=lambda f: self.files.name(f),
             counted=self.counted,
             rows=self._rows,
             threads=self.decode_threads,
@@ -332,10 +332,7 @@ class FileSource(Closing):
         slots = None
         d = self.decoder
         if self.config.mode == "map-style":
-            picked = [
-                d.pick_checked(d.decode_checked(f, self._take_one(f)), f, i, own=True)
-                for f, i in pairs
-            ]
+            picked = [d.decode_one(f, self._take_one(f), i) for f, i in pairs]
         elif len(samples) == 0:  # a mixture's layout check: the read-ahead is left as it is
             picked = []
         else:
@@ -473,8 +470,7 @@ class FileSource(Closing):
                 if name in self.corrupt_files:
                     got = DataError(self.corrupt_files[name])
                 else:
-                    data = self.decoder.decode_checked(f, self.files.fetch(f))
-                    got = self.decoder.pick_checked(data, f, item, own=True)
+                    got = self.decoder.decode_one(f, self.files.fetch(f), item)
                 if isinstance(got, DataError):
                     self._note_corrupt(f, got)
                     tried[k].append(name)
