@@ -44,8 +44,8 @@ from headrace.formats import (
     encode_jpeg,
     synthetic_arrays,
 )
+from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._file_samples import sample_digests
-from headrace.formats._file_source import default_decode_threads
 from headrace.pipeline import Loader
 from headrace.testing import update_digest
 

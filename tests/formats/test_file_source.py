@@ -122,7 +122,7 @@ def test_formats_decode_match_the_files(
             if spf > 1:
                 ref = ref[i]
             if fmt == "jpeg":  # lossy: compare with a decode of the same bytes
-                ref = src._decode(f, encode("jpeg", ref))["image"]
+                ref = src.decoder.decode(f, encode("jpeg", ref))["image"]
             np.testing.assert_array_equal(b[key][k], ref)
 
 
@@ -617,13 +617,13 @@ def test_slow_decodes_do_not_hold_more_than_in_flight(
     for i in range(12):
         (root / f"{i:02d}.bin").write_bytes(bytes([i]) * size)
     src = FileSource(root, format="raw", in_flight=2, decode_threads=2, speculate=False)
-    decode = src._decode
+    decode = src.decoder.decode
 
     def slow(f: int, data: Any, *into: Any) -> Any:
         time.sleep(0.005)
         return decode(f, data, *into)
 
-    monkeypatch.setattr(src, "_decode", slow)
+    monkeypatch.setattr(src.decoder, "decode", slow)
     b = src.read(0, np.arange(10))
     assert len(set(b["index"].tolist())) == 10
     assert src.stats.peak_held_bytes <= 2 * size
@@ -888,7 +888,7 @@ def test_map_style_does_not_hold_a_decoded_file_per_sample(tmp_path: Path) -> No
 def test_decode_threads_default_to_the_cpus_at_most_8(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import headrace.formats._file_source as fs
+    import headrace.formats._file_decode as fs
 
     make_dataset(tmp_path, "npy", 4)
     for cpus, want in ((1, 1), (2, 2), (16, 8)):
@@ -997,9 +997,9 @@ def test_decodes_that_end_between_count_and_wait_do_not_stop_the_read(tmp_path: 
     root = make_dataset(tmp_path / "npy", "npy", 6)
     src = FileSource(root, format="npy", decode_threads=1, in_flight=8, shuffle="none")
     want = src.read(0, np.arange(4))
-    src._decoders = _InlineDecodes()  # type: ignore[assignment]
+    src.decoder._pool = _InlineDecodes()  # type: ignore[assignment]
     got = src.read(0, np.arange(4))
-    assert len(src._decoders.group) == 4  # type: ignore[attr-defined]
+    assert len(src.decoder._pool.group) == 4  # type: ignore[attr-defined]
     assert set(got) == set(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])

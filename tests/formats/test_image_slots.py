@@ -262,7 +262,7 @@ def test_a_header_that_lies_gives_the_decoded_batch(
     def lying(data: Any, **kw: Any) -> Any:
         return wrong if kw["name"].endswith("00.jpg") else real(data, **kw)
 
-    monkeypatch.setattr("headrace.formats._file_source.image_layout", lying)
+    monkeypatch.setattr("headrace.formats._file_decode.image_layout", lying)
     src = FileSource(tmp_path / "r", format="jpeg", shuffle="none", decode_threads=0)
     got = src.read(0, np.arange(4))
     want = np.stack([pillow(b, None, kind="jpeg") for b in blobs])

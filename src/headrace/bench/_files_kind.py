@@ -39,7 +39,7 @@ from headrace.formats import (
     file_format,
     synthetic_arrays,
 )
-from headrace.formats._file_source import default_decode_threads
+from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import ImageMode, check_image_mode
 from headrace.plan import host_slice, step_samples
 

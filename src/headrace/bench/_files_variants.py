@@ -129,7 +129,7 @@ class StageProbe:
         """Wrap ``src``'s fetch (used by its window and by IterableFiles) and decode."""
         # FileList.fetch calls its ``_fetch`` field; the windows hold FileList.fetch.
         src.files._fetch = self.fetch(src.files._fetch)
-        src._decode = self.decode(src._decode)  # type: ignore[method-assign]
+        src.decoder.decode = self.decode(src.decoder.decode)  # type: ignore[method-assign]
         if self.preprocess is not None:
             src.read = self.preprocessed(src.read)  # type: ignore[method-assign]
         return src

@@ -44,7 +44,7 @@ from headrace.bench._parquet_kind import ParquetKind, loader_stream, naive_strea
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TableSource, encode_jpeg
-from headrace.formats._file_source import default_decode_threads
+from headrace.formats._file_decode import default_decode_threads
 
 __all__ = ["TableImagesKind"]
 

@@ -71,12 +71,12 @@ class IterableFiles:
         try:
             for f in shard:
                 try:
-                    arrays = self.source._decode(f, self.window.take(f))
+                    arrays = self.source.decoder.decode(f, self.window.take(f))
                 finally:
                     self.window.release(f)
                 start = plan.start(f)
                 for i in plan.items(seed, epoch, f).tolist():
-                    samples.append(self.source.pick(arrays, f, i))
+                    samples.append(self.source.decoder.pick(arrays, f, i))
                     index.append(start + i)
                     if len(samples) == self.batch_size:
                         yield stack_samples(samples, np.asarray(index, dtype=np.int64))

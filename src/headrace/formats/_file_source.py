@@ -18,9 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, cast
 
 import numpy as np
@@ -28,21 +26,22 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace._messages import unknown_keys
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
+from headrace.formats._file_decode import FileDecoder, default_decode_threads
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
-from headrace.formats._file_samples import Sample, decode_file, pick_item, stack_samples
+from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
-from headrace.formats._hdf5_ranges import RangedHdf5, SparseImage
-from headrace.formats._image_slots import ImageSlots, image_layout
+from headrace.formats._hdf5_ranges import RangedHdf5
+from headrace.formats._image_slots import ImageSlots
 from headrace.formats._row_plan import retry_rows
-from headrace.io import CacheStats, open_cache, usable_cpus
+from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
 
-__all__ = ["FileSource", "default_decode_threads"]
+__all__ = ["FileSource"]
 
 log = logging.getLogger("headrace")
 
@@ -50,16 +49,6 @@ DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
 #: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
 DEFAULT_HELD_BYTES = 4 << 30
-
-# A batch's image slots, and the slot of each file (the position of its first sample).
-_Into = tuple[ImageSlots, dict[int, int]]
-
-
-def default_decode_threads() -> int:
-    """Decode threads when none are asked for: the CPUs this process may use, at
-    most 8. On 16 cores 8 threads decoded JPEGs 1.87x faster than 2, and 16 no
-    faster than 8 (``benchmarks/decode_threads.py``); a 2-CPU machine keeps 2."""
-    return min(8, usable_cpus())
 
 
 class FileSource(Closing):
@@ -114,14 +103,7 @@ class FileSource(Closing):
         self._args = (files, config, dict(store_options or {}))
         self.config = config
         self.format: FileFormat = file_format(config.format)
-        self.files: FileList = list_files(
-            files,
-            extensions=self.format.extensions,
-            local_read=config.local_read,
-            store_options=store_options,
-            listing=listing,
-            cache=open_cache(config.cache_dir, config.cache_bytes),
-        )
+        self.files: FileList = self._list(listing, open_cache(config.cache_dir, config.cache_bytes))
         self._depth: int | None = None
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
@@ -144,6 +126,13 @@ class FileSource(Closing):
         )
         # Items are rows of the files' leading axis (else each file is one sample).
         self._rows = self.counted or self.plan.samples_per_file > 1
+        # Reads decode only the samples they ask of each file (see _rows_wanted).
+        self._rows_only = bool(
+            self._rows
+            and self.format.name == "hdf5"
+            and config.decode
+            and config.on_corrupt == "raise"
+        )
         self.in_flight = config.in_flight or self._default_in_flight()
         above = self._ranges_above()
         self._ranged = (
@@ -155,20 +144,25 @@ class FileSource(Closing):
         self._wanted: dict[int, NDArray[np.int64]] = {}
         depth = 1 if config.mode == "map-style" else self.in_flight
         # Through the source, not bound to this listing's store: close() closes that
-        # store, and the next read opens another (see _reopened).
+        # store, and the next read opens another (see reopen).
         self.window = FetchWindow(self._fetch_file, depth)
         threads = config.decode_threads
         self.decode_threads = default_decode_threads() if threads is None else threads
-        self._decoders: ThreadPoolExecutor | None = None
-        self._kept: int | None = None
+        self.decoder = FileDecoder(
+            config=config,
+            format=self.format,
+            plan=self.plan,
+            window=self.window,
+            name=lambda f: self.files.name(f),
+            counted=self.counted,
+            rows=self._rows,
+            threads=self.decode_threads,
+        )
         self._prefetched: set[int] = set()
         # The samples the loader said follow the next read (None: not told).
         self._following: tuple[int, NDArray[np.int64]] | None = None
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
         self.replaced_samples = 0
-        # The keys of the first file decoded (name, keys): every file must hold the same.
-        self._keys: tuple[str, list[str]] | None = None
-        self._keys_lock = threading.Lock()
 
     def __repr__(self) -> str:
         c = self.config
@@ -270,9 +264,7 @@ class FileSource(Closing):
         HDF5 files of several samples whose reads decode only the samples asked
         (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files)."""
         c = self.config
-        if not (self.files.remote and self.format.name == "hdf5" and c.decode):
-            return None
-        if not self._rows or c.on_corrupt != "raise" or c.mode != "headrace":
+        if not (self._rows_only and self.files.remote and c.mode == "headrace"):
             return None
         return c.hdf5_ranges_above
 
@@ -302,14 +294,18 @@ class FileSource(Closing):
         f = self.files
         if not (f.remote and f.store is not None and f.store.closed):
             return
+        self.files = self._list((f.keys, f.sizes, f.etags), f.cache)
+
+    def _list(self, listing: Listing | None, cache: ObjectCache | None) -> FileList:
+        """The files as given (``listing``: as listed already, not listed again)."""
         files, config, store_options = self._args
-        self.files = list_files(
+        return list_files(
             files,
             extensions=self.format.extensions,
             local_read=config.local_read,
             store_options=store_options,
-            listing=(f.keys, f.sizes, f.etags),
-            cache=f.cache,
+            listing=listing,
+            cache=cache,
         )
 
     @property
@@ -318,8 +314,8 @@ class FileSource(Closing):
         sample where its sources' sizes differ): every array a file gives, since files
         may differ (images, NPZ members, HDF5 datasets); an NPZ's members without
         ``datasets=`` are known once a file is decoded, before the Mixture compares."""
-        if self._keys is not None:
-            return tuple(self._keys[1])
+        if self.decoder.keys is not None:
+            return tuple(self.decoder.keys)
         c = self.config
         if not c.decode:
             return ("bytes",)
@@ -334,11 +330,9 @@ class FileSource(Closing):
         index = self.plan.index(files, items)
         pairs = zip(files.tolist(), items.tolist(), strict=True)
         slots = None
+        d = self.decoder
         if self.config.mode == "map-style":
-            picked = [
-                self._pick(self._decode_checked(f, self._take_one(f)), f, i, own=True)
-                for f, i in pairs
-            ]
+            picked = [d.decode_one(f, self._take_one(f), i) for f, i in pairs]
         elif len(samples) == 0:  # a mixture's layout check: the read-ahead is left as it is
             picked = []
         else:
@@ -361,13 +355,13 @@ class FileSource(Closing):
                 # One image per file: each file's image goes to the slot of its first sample.
                 slots = ImageSlots(len(samples))
                 at = {f: k for k, f in reversed(list(enumerate(files.tolist())))}
-                decoded = self._fetch_and_decode(order, (slots, at))
-                picked = [self._pick(decoded[f], f, i) for f, i in pairs]
+                decoded = d.fetch_and_decode(order, (slots, at))
+                picked = [d.pick_checked(decoded[f], f, i) for f, i in pairs]
             else:
                 want = self._rows_wanted(files, items)
-                decoded = self._fetch_and_decode(order, rows=want)
+                decoded = d.fetch_and_decode(order, rows=want)
                 picked = [
-                    self._pick(decoded[f], f, i, rows=None if want is None else want[f])
+                    d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
                 ]
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
@@ -425,10 +419,7 @@ class FileSource(Closing):
         a file is judged whole, its damage found wherever it lies, so that every read
         order, chunk size and worker replaces the same samples: it stays whole there.
         """
-        c = self.config
-        if not (self.format.name == "hdf5" and c.decode and self._rows):
-            return None
-        if c.on_corrupt != "raise":
+        if not self._rows_only:
             return None
         order = np.lexsort((items, files))
         fs, its = files[order], items[order]
@@ -439,104 +430,6 @@ class FileSource(Closing):
         }
 
     # -- reading -------------------------------------------------------------------
-    def _decode(
-        self,
-        f: int,
-        data: Any,
-        into: _Into | None = None,
-        rows: NDArray[np.int64] | None = None,
-    ) -> Sample:
-        c = self.config
-        name = self.files.name(f)
-        out = None
-        if into is not None:
-            mode, turn = c.image_mode, c.exif_transpose
-            layout = image_layout(
-                data, fmt=self.format.name, mode=mode, exif_transpose=turn, name=name
-            )
-            out = into[0].slot(into[1][f], layout)
-        if isinstance(data, SparseImage) and rows is not None:
-            data.want(rows)  # fetched for other samples (kept from the last read, say)
-        sample = decode_file(
-            self.format,
-            data,
-            name=name,
-            decode=c.decode,
-            datasets=c.datasets,
-            image_mode=c.image_mode,
-            exif_transpose=c.exif_transpose,
-            out=out,
-            rows=rows,
-            count=None if rows is None else (self.plan.count(f), self._count_says()),
-        )
-        keys = sorted(sample)
-        with self._keys_lock:  # decode threads: only one may be the first
-            if self._keys is None:
-                self._keys = (name, keys)
-            first = self._keys
-        if keys != first[1]:
-            # Caught here, not where a batch is stacked: there it named no file, and a
-            # batch of this file alone went through with other keys than the rest.
-            raise FormatError(
-                f"{name}: holds {keys}, but {first[0]} holds {first[1]}; every "
-                "file of a dataset must hold the same keys"
-            )
-        return sample
-
-    def _count_says(self) -> str:
-        """What gives each file's count, as errors about it say."""
-        return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
-
-    def _decode_checked(
-        self,
-        f: int,
-        data: Any,
-        into: _Into | None = None,
-        rows: NDArray[np.int64] | None = None,
-    ) -> Sample | DataError:
-        """The file's arrays; with ``on_corrupt="replace"``, a decode error is returned."""
-        try:
-            return self._decode(f, data, into, rows)
-        except DataError as exc:
-            if self.config.on_corrupt == "raise":
-                raise
-            return exc
-
-    def _pick(
-        self,
-        arrays: Sample | DataError,
-        f: int,
-        item: int,
-        *,
-        own: bool = False,
-        rows: NDArray[np.int64] | None = None,
-    ) -> Sample | DataError:
-        """Item ``item`` of file ``f``'s arrays. ``own``: copied out of the decoded file,
-        so the file can be freed (map-style decodes a whole file per sample: as views,
-        a batch of 400 samples of 143 MB files held 57 GB until it was stacked).
-        ``rows``: the file's samples decoded (all where ``None``)."""
-        if isinstance(arrays, DataError):
-            return arrays
-        try:
-            if rows is not None:
-                at = int(np.searchsorted(rows, item))
-                got = pick_item(arrays, at, len(rows), self.files.name(f), counted=True)
-            else:
-                got = self.pick(arrays, f, item)
-            if own and self._rows:
-                got = {k: v.copy() for k, v in got.items()}
-            return got
-        except DataError as exc:
-            if self.config.on_corrupt == "raise":
-                raise
-            return exc
-
-    def pick(self, arrays: Sample, f: int, item: int) -> Sample:
-        """Item ``item`` of file ``f``'s decoded arrays (a :class:`DataError` naming the
-        file where its leading axis is not its count)."""
-        count = self.plan.count(f)
-        return pick_item(arrays, item, count, self.files.name(f), counted=self.counted)
-
     def _take_one(self, f: int) -> Any:
         """One file's bytes through the window, its slot freed at once (map-style)."""
         try:
@@ -577,8 +470,7 @@ class FileSource(Closing):
                 if name in self.corrupt_files:
                     got = DataError(self.corrupt_files[name])
                 else:
-                    data = self._decode_checked(f, self.files.fetch(f))
-                    got = self._pick(data, f, item, own=True)
+                    got = self.decoder.decode_one(f, self.files.fetch(f), item)
                 if isinstance(got, DataError):
                     self._note_corrupt(f, got)
                     tried[k].append(name)
@@ -615,77 +507,6 @@ class FileSource(Closing):
                 f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
             )
 
-    def _fetch_and_decode(
-        self,
-        order: list[int],
-        into: _Into | None = None,
-        rows: dict[int, NDArray[np.int64]] | None = None,
-    ) -> dict[int, Sample | DataError]:
-        """Decode each file as its bytes arrive, releasing its window slot when done
-        (``into``: the batch's image slots, and each file's slot; ``rows``: the samples
-        to decode of each file, all where ``None``)."""
-        threads = self.decode_threads
-        last = order[-1] if order else None
-        if self._kept is not None and self._kept not in order:
-            self.window.release(self._kept)
-        # Files held already (kept from the last read, fetched ahead) are taken first:
-        # taking a file not started while they wait their turn held more files than
-        # in_flight (2 with in_flight=1, where a chunk ends an epoch on a file the next
-        # epoch visits again, or speculation fetched a file of the next chunk but one).
-        # The order of decodes changes no batch.
-        held = self.window.held()
-        order = [f for f in order if f in held] + [f for f in order if f not in held]
-        # With several samples per file, the chunk's last file usually goes on into the
-        # next chunk: keep its bytes until the next read says otherwise; only if it is
-        # taken last (kept while others are taken, it would be one file too many).
-        keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
-        self._kept = keep
-
-        def done(f: int) -> None:
-            if f != keep:
-                self.window.release(f)
-
-        if threads == 0 or len(order) == 1:
-            out = {}
-            for f in order:
-                try:
-                    data = self.window.take(f)
-                    out[f] = self._decode_checked(f, data, into, None if rows is None else rows[f])
-                finally:
-                    done(f)
-            return out
-        if self._decoders is None:
-            self._decoders = ThreadPoolExecutor(threads, thread_name_prefix="headrace-decode")
-        pending: dict[int, Future[Sample | DataError]] = {}
-
-        def job(f: int, data: Any) -> Sample | DataError:
-            try:
-                return self._decode_checked(f, data, into, None if rows is None else rows[f])
-            finally:
-                done(f)
-
-        try:
-            for f in order:
-                # Taking a file the window has not started would fetch past its
-                # bound while decodes still hold every slot: wait for one to free.
-                while self.window.full_without(f) and _wait_for_one(pending):
-                    pass
-                data = self.window.take(f)
-                pending[f] = self._decoders.submit(job, f, data)
-                # Bound the bytes parked in the decode queue: a slot is only freed
-                # once its file is decoded, so the window bound holds anyway; this
-                # keeps one slow decode from idling the fetches behind it.
-                while sum(not p.done() for p in pending.values()) > 2 * threads:
-                    _wait_for_one(pending)
-            return {f: p.result() for f, p in pending.items()}
-        except BaseException:
-            for p in pending.values():
-                p.cancel()
-            for f in order:
-                if f not in pending or pending[f].cancelled():
-                    done(f)
-            raise
-
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None:
         # The store first, so fetches stalled in a GET are cancelled rather than waited
@@ -694,10 +515,7 @@ class FileSource(Closing):
         self.window.close()
         if self._ranged is not None:
             self._ranged.close()
-        if self._decoders is not None:
-            self._decoders.shutdown(wait=True)
-            self._decoders = None
-        self._kept = None
+        self.decoder.close()
         self.files.close()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -710,21 +528,3 @@ class FileSource(Closing):
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         self._open(files, config, store_options, state["listing"], state["counts"])
-
-
-def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
-    """Wait until one of the decodes still running ends (raising its error); ``False``
-    if none was running.
-
-    The running ones are listed once and waited on together: a decode may end between
-    a look at ``done()`` and the next (on the pool's thread), and picking "the first
-    one not done" after counting them raised ``StopIteration`` when none was left,
-    which the loader's generator turned into a ``RuntimeError`` mid-epoch.
-    """
-    running = [p for p in pending.values() if not p.done()]
-    if not running:
-        return False
-    finished, _ = wait(running, return_when=FIRST_COMPLETED)
-    for p in finished:
-        p.result()
-    return True

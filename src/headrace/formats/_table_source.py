@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.formats._file_source import default_decode_threads
+from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import IMAGE_MODES, ImageMode, check_image_mode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT

@@ -1,0 +1,268 @@
+"""What a read's files decode to: each file decoded as its bytes arrive, on a pool of threads.
+
+:class:`~headrace.formats.FileSource` decides which files a read needs and
+keeps them coming through its :class:`FetchWindow`; this turns the bytes the
+window holds into samples. It is apart from the source because it has its own
+state and its own races: the decode threads (started on the first read that
+needs them), the keys every file must share (the first file decoded, on any
+thread, sets them), and the file whose bytes stay held for the next read.
+Which file decodes first changes no batch: decodes are collected by file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import DataError, FormatError
+from headrace.formats._file_config import FileSourceConfig
+from headrace.formats._file_plan import FilePlan
+from headrace.formats._file_samples import Sample, decode_file, pick_item
+from headrace.formats._file_window import FetchWindow
+from headrace.formats._files import FileFormat
+from headrace.formats._hdf5_ranges import SparseImage
+from headrace.formats._image_slots import ImageSlots, image_layout
+from headrace.io import usable_cpus
+
+__all__ = ["FileDecoder", "Into", "default_decode_threads"]
+
+# A batch's image slots, and the slot of each file (the position of its first sample).
+Into = tuple[ImageSlots, dict[int, int]]
+
+
+def default_decode_threads() -> int:
+    """Decode threads when none are asked for: the CPUs this process may use, at
+    most 8. On 16 cores 8 threads decoded JPEGs 1.87x faster than 2, and 16 no
+    faster than 8 (``benchmarks/decode_threads.py``); a 2-CPU machine keeps 2."""
+    return min(8, usable_cpus())
+
+
+@dataclass(eq=False, kw_only=True)
+class FileDecoder:
+    """Decode a source's files into samples, and pick samples out of them.
+
+    ``name`` gives file ``f``'s name as errors say it (through the source: a
+    closed source reopens its listing). ``counted``: each file's count is read or
+    given (else ``samples_per_file`` is); ``rows``: samples are rows of a file's
+    leading axis (else each file is one sample). ``threads``: decode threads (0:
+    decode on the reading thread).
+    """
+
+    config: FileSourceConfig
+    format: FileFormat
+    plan: FilePlan
+    window: FetchWindow
+    name: Callable[[int], str]
+    counted: bool
+    rows: bool
+    threads: int
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False)
+    _kept: int | None = field(default=None, init=False)
+    # The keys of the first file decoded (name, keys): every file must hold the same.
+    _keys: tuple[str, list[str]] | None = field(default=None, init=False)
+    _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    @property
+    def keys(self) -> list[str] | None:
+        """The keys every file holds, once one is decoded (``None`` before)."""
+        return None if self._keys is None else self._keys[1]
+
+    def decode(
+        self,
+        f: int,
+        data: Any,
+        into: Into | None = None,
+        rows: NDArray[np.int64] | None = None,
+    ) -> Sample:
+        """File ``f``'s arrays (``into``: the batch's image slots; ``rows``: the samples
+        to decode, all where ``None``)."""
+        c = self.config
+        name = self.name(f)
+        out = None
+        if into is not None:
+            mode, turn = c.image_mode, c.exif_transpose
+            layout = image_layout(
+                data, fmt=self.format.name, mode=mode, exif_transpose=turn, name=name
+            )
+            out = into[0].slot(into[1][f], layout)
+        if isinstance(data, SparseImage) and rows is not None:
+            data.want(rows)  # fetched for other samples (kept from the last read, say)
+        sample = decode_file(
+            self.format,
+            data,
+            name=name,
+            decode=c.decode,
+            datasets=c.datasets,
+            image_mode=c.image_mode,
+            exif_transpose=c.exif_transpose,
+            out=out,
+            rows=rows,
+            count=None if rows is None else (self.plan.count(f), self._count_says()),
+        )
+        keys = sorted(sample)
+        with self._keys_lock:  # decode threads: only one may be the first
+            if self._keys is None:
+                self._keys = (name, keys)
+            first = self._keys
+        if keys != first[1]:
+            # Caught here, not where a batch is stacked: there it named no file, and a
+            # batch of this file alone went through with other keys than the rest.
+            raise FormatError(
+                f"{name}: holds {keys}, but {first[0]} holds {first[1]}; every "
+                "file of a dataset must hold the same keys"
+            )
+        return sample
+
+    def _count_says(self) -> str:
+        """What gives each file's count, as errors about it say."""
+        return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
+
+    def decode_one(self, f: int, data: Any, item: int) -> Sample | DataError:
+        """Item ``item`` of file ``f`` decoded whole, copied out of it (map-style and
+        replacements read a file per sample), or its error (as :meth:`pick_checked`)."""
+        return self.pick_checked(self._checked(lambda: self.decode(f, data)), f, item, own=True)
+
+    def pick(self, arrays: Sample, f: int, item: int) -> Sample:
+        """Item ``item`` of file ``f``'s decoded arrays (a :class:`DataError` naming the
+        file where its leading axis is not its count)."""
+        return pick_item(arrays, item, self.plan.count(f), self.name(f), counted=self.counted)
+
+    def pick_checked(
+        self,
+        arrays: Sample | DataError,
+        f: int,
+        item: int,
+        *,
+        own: bool = False,
+        rows: NDArray[np.int64] | None = None,
+    ) -> Sample | DataError:
+        """Item ``item`` of file ``f``'s arrays; with ``on_corrupt="replace"``, the error
+        of its decode or pick is returned. ``own``: copied out of the decoded file, so the file
+        can be freed (map-style decodes a whole file per sample: as views, a batch of
+        400 samples of 143 MB files held 57 GB until it was stacked). ``rows``: the
+        file's samples decoded (all where ``None``)."""
+        if isinstance(arrays, DataError):
+            return arrays
+
+        def pick() -> Sample:
+            if rows is not None:
+                at = int(np.searchsorted(rows, item))
+                got = pick_item(arrays, at, len(rows), self.name(f), counted=True)
+            else:
+                got = self.pick(arrays, f, item)
+            return {k: v.copy() for k, v in got.items()} if own and self.rows else got
+
+        return self._checked(pick)
+
+    def _checked(self, fn: Callable[[], Sample]) -> Sample | DataError:
+        """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned."""
+        try:
+            return fn()
+        except DataError as exc:
+            if self.config.on_corrupt == "raise":
+                raise
+            return exc
+
+    def fetch_and_decode(
+        self,
+        order: list[int],
+        into: Into | None = None,
+        rows: dict[int, NDArray[np.int64]] | None = None,
+    ) -> dict[int, Sample | DataError]:
+        """Decode each file of ``order`` as the window gives its bytes, releasing its
+        slot when done (``into``: the batch's image slots, and each file's slot;
+        ``rows``: the samples to decode of each file, all where ``None``)."""
+        threads = self.threads
+        last = order[-1] if order else None
+        if self._kept is not None and self._kept not in order:
+            self.window.release(self._kept)
+        # Files held already (kept from the last read, fetched ahead) are taken first:
+        # taking a file not started while they wait their turn held more files than
+        # in_flight (2 with in_flight=1, where a chunk ends an epoch on a file the next
+        # epoch visits again, or speculation fetched a file of the next chunk but one).
+        # The order of decodes changes no batch.
+        held = self.window.held()
+        order = [f for f in order if f in held] + [f for f in order if f not in held]
+        # With several samples per file, the chunk's last file usually goes on into the
+        # next chunk: keep its bytes until the next read says otherwise; only if it is
+        # taken last (kept while others are taken, it would be one file too many).
+        keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
+        self._kept = keep
+
+        def done(f: int) -> None:
+            if f != keep:
+                self.window.release(f)
+
+        def decode(f: int, data: Any) -> Sample | DataError:
+            want = None if rows is None else rows[f]
+            return self._checked(lambda: self.decode(f, data, into, want))
+
+        if threads == 0 or len(order) == 1:
+            out = {}
+            for f in order:
+                try:
+                    out[f] = decode(f, self.window.take(f))
+                finally:
+                    done(f)
+            return out
+
+        def job(f: int, data: Any) -> Sample | DataError:
+            try:
+                return decode(f, data)
+            finally:
+                done(f)
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="headrace-decode")
+        pending: dict[int, Future[Sample | DataError]] = {}
+        try:
+            for f in order:
+                # Taking a file the window has not started would fetch past its
+                # bound while decodes still hold every slot: wait for one to free.
+                while self.window.full_without(f) and _wait_for_one(pending):
+                    pass
+                data = self.window.take(f)
+                pending[f] = self._pool.submit(job, f, data)
+                # Bound the bytes parked in the decode queue: a slot is only freed
+                # once its file is decoded, so the window bound holds anyway; this
+                # keeps one slow decode from idling the fetches behind it.
+                while sum(not p.done() for p in pending.values()) > 2 * threads:
+                    _wait_for_one(pending)
+            return {f: p.result() for f, p in pending.items()}
+        except BaseException:
+            for p in pending.values():
+                p.cancel()
+            for f in order:
+                if f not in pending or pending[f].cancelled():
+                    done(f)
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._kept = None
+
+
+def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
+    """Wait until one of the decodes still running ends (raising its error); ``False``
+    if none was running.
+
+    The running ones are listed once and waited on together: a decode may end between
+    a look at ``done()`` and the next (on the pool's thread), and picking "the first
+    one not done" after counting them raised ``StopIteration`` when none was left,
+    which the loader's generator turned into a ``RuntimeError`` mid-epoch.
+    """
+    running = [p for p in pending.values() if not p.done()]
+    if not running:
+        return False
+    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+    for p in finished:
+        p.result()
+    return True
