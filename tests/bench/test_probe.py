@@ -29,11 +29,12 @@ KEYS = {
 
 def test_probe_directory_makes_and_removes_a_scratch_file(tmp_path: Path, capsys) -> None:
     out = tmp_path / "probe.json"
-    rc = main(["probe", str(tmp_path), "--size", "8M", "--ops", "64", "--json", str(out)])
+    # 32M: each sequential measurement needs whole 1 MiB requests of its own.
+    rc = main(["probe", str(tmp_path), "--size", "32M", "--ops", "64", "--json", str(out)])
     assert rc == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json"]  # scratch removed
     report = json.loads(out.read_text())
-    assert report["file_bytes"] == 8 << 20 and report["scratch"] is True
+    assert report["file_bytes"] == 32 << 20 and report["scratch"] is True
     assert {"fstype", "device", "mount"} <= set(report["filesystem"])
     assert report["mb"] == "10^6 bytes"
     results = report["results"]
@@ -204,3 +205,22 @@ def test_probe_with_rows_of_one_block_measures_each_mode_once(tmp_path: Path) ->
             for r in results]  # fmt: skip
     assert len(keys) == len(set(keys))
     assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096}
+
+
+def test_probe_figures_agree_with_the_request_size_they_name(tmp_path: Path) -> None:
+    # On an 8 MiB file the sequential rows said "request 1048576" but read ~341 KiB
+    # per request: MB/s was a third of ops/s x request size. Each sequential stripe
+    # now holds whole 1 MiB requests (32 MiB: one per round), or it is skipped.
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(32 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "32", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    seq = [r for r in report["results"] if r["pattern"] == "sequential"]
+    assert seq
+    for r in report["results"]:
+        implied = r["ops_per_s"] * r["request_bytes"] / 1e6
+        assert implied == pytest.approx(r["mb_per_s"], rel=0.01, abs=0.02), r
+        assert r["mb_per_s"] == pytest.approx(
+            r["ops"] * r["request_bytes"] / r["seconds"] / 1e6, rel=0.01
+        ), r
