@@ -506,3 +506,16 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
     target[key] = value  # type: ignore[index]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema())
+
+
+@pytest.mark.parametrize("output", ["--json", "--plot"])
+def test_list_refuses_an_output_it_would_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    # --list --json r.json listed the workloads, wrote no r.json and exited 0: a script
+    # that reads r.json next found nothing (or last run's figures).
+    out = tmp_path / ("r.json" if output == "--json" else "r.png")
+    assert main(["bench", "--root", str(tmp_path / "data"), "--list", output, str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{output} writes a run's report; --list runs nothing" in err
+    assert not out.exists()

@@ -459,6 +459,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
         parse_sweep(args.sweep)
     _storage_options(args)
     if args.list:
+        for flag, value in (("--json", args.json), ("--plot", args.plot)):
+            if value:  # listed and exited 0 without it: a script read a stale report
+                raise ConfigError(
+                    f"{flag} writes a run's report; --list runs nothing, so {value} would "
+                    f"not be written: drop --list to run, or drop {flag} to list"
+                )
         return (
             [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
         )
