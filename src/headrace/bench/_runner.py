@@ -348,7 +348,10 @@ def _run(
     _ratios(results)
     ceiling = (
         # Through a mount of its own: bare reads that leave no pages for any variant.
-        storage_ceiling(of(_CEILING) if opts.slowfs else kind)
+        storage_ceiling(
+            of(_CEILING) if opts.slowfs else kind,
+            depth=max([0, *(int(r.get("in_flight") or 0) for r in results)]),
+        )
         if kind.storage == "local"
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
@@ -553,15 +556,18 @@ def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
     return cpu / (delivered / 1e9) if cpu is not None and delivered else None
 
 
-def storage_ceiling(kind: Kind, *, budget: int = 256 << 20) -> dict[str, Any]:
+def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> dict[str, Any]:
     """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes).
 
     Tries O_DIRECT first (the device, not the page cache); falls back to
     buffered reads where the filesystem refuses it, and says which it got.
+    Reads at least ``depth`` blocks at once (the deepest variant's in-flight
+    requests): on a high-latency mount a shallower ceiling is no ceiling, and
+    a variant above it would be called a cache hit when it only read deeper.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    threads = io_threads()  # the shared pool's size (HEADRACE_IO_THREADS)
+    threads = max(io_threads(), depth)  # the shared pool's size (HEADRACE_IO_THREADS)
     block = 4 << 20
     jobs = []
     for p in kind.files():
