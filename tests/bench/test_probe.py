@@ -224,3 +224,44 @@ def test_probe_figures_agree_with_the_request_size_they_name(tmp_path: Path) -> 
         assert r["mb_per_s"] == pytest.approx(
             r["ops"] * r["request_bytes"] / r["seconds"] / 1e6, rel=0.01
         ), r
+
+
+def _tmpfs_dir() -> Path:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or filesystem_of(str(shm))["fstype"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    return shm
+
+
+@pytest.mark.parametrize("where", ["tmpfs", "keep-cache"])
+def test_probe_flags_figures_that_are_memory_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # On tmpfs (or with --keep-cache) every figure is a memory read, yet the table and
+    # the JSON read as a device's: nothing said the dropped cache could not be dropped.
+    folder = _tmpfs_dir() if where == "tmpfs" else tmp_path
+    f = folder / f".headrace-test-{os.getpid()}.bin"
+    try:
+        f.write_bytes(os.urandom(8 << 20))
+        out = tmp_path / "p.json"
+        extra = ["--keep-cache"] if where == "keep-cache" else []
+        assert main(["probe", str(f), "--ops", "16", *extra, "--json", str(out)]) == 0
+    finally:
+        f.unlink(missing_ok=True)
+    report = json.loads(out.read_text())
+    table = capsys.readouterr().out
+    if where == "tmpfs":
+        assert report["cache"] == "memory"
+        assert "tmpfs keeps files in memory: every figure is a memory read" in table
+    else:
+        assert report["cache"] == "kept"
+        assert "--keep-cache: buffered figures may be page-cache reads" in table
+
+
+def test_probe_reports_a_dropped_cache(tmp_path: Path) -> None:
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
+    fs = json.loads(out.read_text())
+    assert fs["cache"] == ("memory" if fs["filesystem"]["fstype"] == "tmpfs" else "dropped")

@@ -344,9 +344,13 @@ def probe(
                 verified=ok[i],
             )
         )
+    fs = filesystem_of(path)
+    # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
+    memory = fs["fstype"] in _MEMORY_FS
     return {
         "path": path,
-        "filesystem": filesystem_of(path),
+        "filesystem": fs,
+        "cache": "memory" if memory else ("dropped" if drop_cache else "kept"),
         "file_bytes": file_bytes,
         "mb": "10^6 bytes",
         "rounds": rounds,
@@ -354,6 +358,8 @@ def probe(
         "skipped": skipped,
     }
 
+
+_MEMORY_FS = frozenset({"tmpfs", "ramfs"})
 
 # Fewer random requests than this in one measurement: its rate is rough (noted).
 _FEW_OPS = 256
@@ -401,6 +407,16 @@ def _table(report: dict[str, Any]) -> str:
         if deep["threads"] and deep["uring"]:
             ratio = deep["uring"] / deep["threads"]
             lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
+    if report.get("cache") == "memory":
+        lines.append(
+            f"note: {fs['fstype']} keeps files in memory: every figure is a memory read, "
+            "not a device's; probe a file on the storage you mean to train from"
+        )
+    elif report.get("cache") == "kept":
+        lines.append(
+            "note: --keep-cache: buffered figures may be page-cache reads (the file's "
+            "cached pages were not dropped); O_DIRECT rows read the device"
+        )
     few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
     if few:
         least = min(x["ops"] for x in few)
