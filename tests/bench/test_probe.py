@@ -265,3 +265,23 @@ def test_probe_reports_a_dropped_cache(tmp_path: Path) -> None:
     assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
     fs = json.loads(out.read_text())
     assert fs["cache"] == ("memory" if fs["filesystem"]["fstype"] == "tmpfs" else "dropped")
+
+
+def test_probe_says_when_a_round_was_too_short_to_reach_its_depth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --ops 16 gives 8 requests a round: the "64 in flight" rows never had more than 8
+    # at once, yet read as 64-deep figures (a knee at 8 looked like one at 64).
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for r in report["results"]:
+        # The shortest round holds at most an even share of the requests.
+        assert 1 <= r["in_flight_reached"] <= min(r["in_flight"], r["ops"] // report["rounds"])
+    short = [r for r in report["results"] if r["in_flight_reached"] < r["in_flight"]]
+    assert any(r["in_flight"] == 64 for r in short)
+    table = capsys.readouterr().out
+    assert f"note: {len(short)} measurement(s) marked * never had their depth in flight" in table
+    assert "      64* " in table

@@ -73,6 +73,9 @@ class Result:
     pattern: str
     request_bytes: int
     in_flight: int
+    #: the most requests a round could have in flight: below ``in_flight`` when a
+    #: round had fewer requests than the depth (--ops, or a small file's stripes)
+    in_flight_reached: int
     engine: str
     ops: int
     seconds: float
@@ -328,12 +331,14 @@ def probe(
             )
             continue
         nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
+        shortest = min(len(plan[i, r]) for r in range(rounds) if plan[i, r])
         results.append(
             Result(
                 mode=m.mode,
                 pattern=m.pattern,
                 request_bytes=m.request_bytes,
                 in_flight=m.in_flight,
+                in_flight_reached=min(m.in_flight, shortest),
                 # What ran ("" for mmap); always the engine asked for, since
                 # an explicit engine never falls back.
                 engine=",".join(sorted(ran[i])),
@@ -365,6 +370,24 @@ _MEMORY_FS = frozenset({"tmpfs", "ramfs"})
 _FEW_OPS = 256
 
 
+def in_flight_cell(x: dict[str, Any]) -> str:
+    """The depth asked, marked ``*`` where no round had that many requests."""
+    star = "*" if x["in_flight_reached"] < x["in_flight"] else " "
+    return f"{x['in_flight']:>8}{star}"
+
+
+def shallow_note(results: list[dict[str, Any]]) -> list[str]:
+    short = [x for x in results if x["in_flight_reached"] < x["in_flight"]]
+    if not short:
+        return []
+    least = min(x["in_flight_reached"] for x in short)
+    return [
+        f"note: {len(short)} measurement(s) marked * never had their depth in flight (a "
+        f"round had fewer requests than that; as few as {least} at once: in_flight_reached "
+        "in the JSON); raise --ops, or probe a larger file"
+    ]
+
+
 def _table(report: dict[str, Any]) -> str:
     fs = report["filesystem"]
     lines = [
@@ -381,7 +404,7 @@ def _table(report: dict[str, Any]) -> str:
     ]
     lines.extend(
         f"{x['mode']:8} {x['engine'] or '-':7} {x['pattern']:10} {x['request_bytes']:>8} "
-        f"{x['in_flight']:>9} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
+        f"{in_flight_cell(x)} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
         f"{x['mb_per_s']:>9.1f}  {'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
     )
@@ -417,6 +440,7 @@ def _table(report: dict[str, Any]) -> str:
             "note: --keep-cache: buffered figures may be page-cache reads (the file's "
             "cached pages were not dropped); O_DIRECT rows read the device"
         )
+    lines.extend(shallow_note(report["results"]))
     few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
     if few:
         least = min(x["ops"] for x in few)
