@@ -242,6 +242,13 @@ def check_output_path(flag: str, path: str) -> None:
         raise ConfigError(
             f"{flag} {path!r}: folder {folder!r} is not writable; choose a writable path"
         )
+    # The report is opened for writing in place: a read-only (or immutable) file in a
+    # writable folder failed only after the run.
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ConfigError(
+            f"{flag} {path!r} is not writable (an existing read-only or immutable file); "
+            "remove it or choose another path"
+        )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
