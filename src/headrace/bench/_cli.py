@@ -322,10 +322,12 @@ def _plan(wl: Workload) -> str:
     def n(count: int, what: str) -> str:
         return f"{count:,} {what}{'' if count == 1 else 's'}"
 
-    out = (
-        f"plan: {n(t.warmup_steps, 'warm-up step')}, then {n(t.trials, 'trial')} x "
-        f"{n(t.steps, 'step')} per variant"
-    )
+    # The runner always takes the first batch untimed (time to first batch): a
+    # warm-up of 0 still warms one step, and the plan says so.
+    warm = n(max(1, t.warmup_steps), "warm-up step")
+    if t.warmup_steps < 1:
+        warm += " (the first batch, timed apart as time to first batch; --warmup 0 takes it too)"
+    out = f"plan: {warm}, then {n(t.trials, 'trial')} x {n(t.steps, 'step')} per variant"
     if t.computation_time > 0:
         out += f", and {n(t.trials * t.steps, 'step')} with compute"
     if wl.description.startswith("DLIO "):
