@@ -3,6 +3,9 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
+import subprocess
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -506,3 +509,50 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
     target[key] = value  # type: ignore[index]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema())
+
+
+@pytest.mark.parametrize("output", ["--json", "--plot"])
+def test_list_refuses_an_output_it_would_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    # --list --json r.json listed the workloads, wrote no r.json and exited 0: a script
+    # that reads r.json next found nothing (or last run's figures).
+    out = tmp_path / ("r.json" if output == "--json" else "r.png")
+    assert main(["bench", "--root", str(tmp_path / "data"), "--list", output, str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{output} writes a run's report; --list runs nothing" in err
+    assert not out.exists()
+
+
+@pytest.fixture
+def unwritable_file(tmp_path: Path) -> Iterator[Path]:
+    """A file in a writable folder that cannot be written (immutable for root)."""
+    f = tmp_path / "old.json"
+    f.write_text("{}\n")
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(f)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available here (root writes any file)")
+        try:
+            yield f
+        finally:
+            subprocess.run(["chattr", "-i", str(f)], check=True)
+    else:
+        f.chmod(0o444)
+        yield f
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_an_unwritable_json_file_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], unwritable_file: Path, command: str
+) -> None:
+    # The folder was checked, the file not: the run went its whole length, printed its
+    # figures and then failed to write the report.
+    if command == "bench":
+        args = ["bench", "--root", str(tmp_path / "data"), *TINY, "--no-isolate"]
+    else:
+        args = ["probe", str(tmp_path), "--size", "4M", "--ops", "8"]
+    assert main([*args, "--json", str(unwritable_file)]) == 2
+    captured = capsys.readouterr()
+    assert f"--json '{unwritable_file}' is not writable" in captured.err
+    assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
+    assert not (tmp_path / "data").exists()

@@ -116,6 +116,27 @@ def test_a_files_workload_through_slowfs_agrees_with_local(
 
 
 @pytest.mark.integration
+def test_the_storage_ceiling_reads_as_deep_as_the_variants_it_bounds(
+    tmp_path: Path, private_tmp: Path
+) -> None:
+    # The ceiling read with the I/O pool's 8 threads while the variants kept 64 files in
+    # flight: through slowfs (5 ms per READ) the "ceiling" was 0.19 GB/s and the ceiling
+    # variant's bare reads 0.94, so every variant was flagged "served from the page
+    # cache" on a mount that had dropped its pages. A bound must read at least as deep.
+    path = tmp_path / "npz.toml"
+    path.write_text(f'name = "npz"\nkind = "files"\nvariants = [{EVERY_KIND["files"]}{_TRAIN}')
+    args = ["-w", str(path), "--files", "16", "-q", "--no-isolate"]
+    rc, slow = _run(tmp_path, "slowfs", *args, "--storage", "slowfs", "--latency-ms", "1")
+    assert rc == 0
+    jsonschema.validate(slow, schema())
+    (w,) = slow["workloads"]
+    deepest = max(r["in_flight"] for r in slow["results"] if r.get("in_flight"))
+    assert deepest > 8
+    assert w["storage_ceiling"]["threads"] >= deepest
+    assert _left_behind(private_tmp) == ([], [])
+
+
+@pytest.mark.integration
 @pytest.mark.slow
 def test_every_kind_through_slowfs_agrees_with_local(tmp_path: Path, private_tmp: Path) -> None:
     args = ["-q", "--no-isolate"]

@@ -14,7 +14,7 @@ from headrace._messages import byte_size
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
-from headrace.bench._runner import RunOptions, mismatches, run_workload
+from headrace.bench._runner import RunOptions, distinct_figures, mismatches, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import main
 from headrace.errors import ConfigError, HeadraceError
@@ -91,11 +91,12 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
         above = ceiling is not None and r["mb_per_s"] / 1e3 > ceiling
         assert r.get("above_storage_ceiling", False) == above
         warned = [n for n in summary["notes"] if n.startswith(f"{summary['name']}/{r['variant']}:")]
+        shown, bound = distinct_figures(r["mb_per_s"] / 1e3, ceiling) if above else ("", "")
         assert [n for n in warned if "read ceiling" in n] == (
             [
-                f"{summary['name']}/{r['variant']}: {r['mb_per_s'] / 1e3:.2f} GB/s is above the "
+                f"{summary['name']}/{r['variant']}: {shown} GB/s is above the "
                 f"{'device (O_DIRECT)' if summary['storage_ceiling']['o_direct'] else 'buffered'} "
-                f"read ceiling of {ceiling:.2f} GB/s: served from the page cache"
+                f"read ceiling of {bound} GB/s: served from the page cache"
             ]
             if above
             else []

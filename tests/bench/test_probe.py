@@ -29,11 +29,12 @@ KEYS = {
 
 def test_probe_directory_makes_and_removes_a_scratch_file(tmp_path: Path, capsys) -> None:
     out = tmp_path / "probe.json"
-    rc = main(["probe", str(tmp_path), "--size", "8M", "--ops", "64", "--json", str(out)])
+    # 32M: each sequential measurement needs whole 1 MiB requests of its own.
+    rc = main(["probe", str(tmp_path), "--size", "32M", "--ops", "64", "--json", str(out)])
     assert rc == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json"]  # scratch removed
     report = json.loads(out.read_text())
-    assert report["file_bytes"] == 8 << 20 and report["scratch"] is True
+    assert report["file_bytes"] == 32 << 20 and report["scratch"] is True
     assert {"fstype", "device", "mount"} <= set(report["filesystem"])
     assert report["mb"] == "10^6 bytes"
     results = report["results"]
@@ -204,3 +205,83 @@ def test_probe_with_rows_of_one_block_measures_each_mode_once(tmp_path: Path) ->
             for r in results]  # fmt: skip
     assert len(keys) == len(set(keys))
     assert {r["request_bytes"] for r in results if r["pattern"] == "random"} == {4096}
+
+
+def test_probe_figures_agree_with_the_request_size_they_name(tmp_path: Path) -> None:
+    # On an 8 MiB file the sequential rows said "request 1048576" but read ~341 KiB
+    # per request: MB/s was a third of ops/s x request size. Each sequential stripe
+    # now holds whole 1 MiB requests (32 MiB: one per round), or it is skipped.
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(32 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "32", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    seq = [r for r in report["results"] if r["pattern"] == "sequential"]
+    assert seq
+    for r in report["results"]:
+        implied = r["ops_per_s"] * r["request_bytes"] / 1e6
+        assert implied == pytest.approx(r["mb_per_s"], rel=0.01, abs=0.02), r
+        assert r["mb_per_s"] == pytest.approx(
+            r["ops"] * r["request_bytes"] / r["seconds"] / 1e6, rel=0.01
+        ), r
+
+
+def _tmpfs_dir() -> Path:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or filesystem_of(str(shm))["fstype"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    return shm
+
+
+@pytest.mark.parametrize("where", ["tmpfs", "keep-cache"])
+def test_probe_flags_figures_that_are_memory_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # On tmpfs (or with --keep-cache) every figure is a memory read, yet the table and
+    # the JSON read as a device's: nothing said the dropped cache could not be dropped.
+    folder = _tmpfs_dir() if where == "tmpfs" else tmp_path
+    f = folder / f".headrace-test-{os.getpid()}.bin"
+    try:
+        f.write_bytes(os.urandom(8 << 20))
+        out = tmp_path / "p.json"
+        extra = ["--keep-cache"] if where == "keep-cache" else []
+        assert main(["probe", str(f), "--ops", "16", *extra, "--json", str(out)]) == 0
+    finally:
+        f.unlink(missing_ok=True)
+    report = json.loads(out.read_text())
+    table = capsys.readouterr().out
+    if where == "tmpfs":
+        assert report["cache"] == "memory"
+        assert "tmpfs keeps files in memory: every figure is a memory read" in table
+    else:
+        assert report["cache"] == "kept"
+        assert "--keep-cache: buffered figures may be page-cache reads" in table
+
+
+def test_probe_reports_a_dropped_cache(tmp_path: Path) -> None:
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
+    fs = json.loads(out.read_text())
+    assert fs["cache"] == ("memory" if fs["filesystem"]["fstype"] == "tmpfs" else "dropped")
+
+
+def test_probe_says_when_a_round_was_too_short_to_reach_its_depth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --ops 16 gives 8 requests a round: the "64 in flight" rows never had more than 8
+    # at once, yet read as 64-deep figures (a knee at 8 looked like one at 64).
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for r in report["results"]:
+        # The shortest round holds at most an even share of the requests.
+        assert 1 <= r["in_flight_reached"] <= min(r["in_flight"], r["ops"] // report["rounds"])
+    short = [r for r in report["results"] if r["in_flight_reached"] < r["in_flight"]]
+    assert any(r["in_flight"] == 64 for r in short)
+    table = capsys.readouterr().out
+    assert f"note: {len(short)} measurement(s) marked * never had their depth in flight" in table
+    assert "      64* " in table

@@ -414,3 +414,14 @@ def test_a_train_seed_out_of_range_is_refused_when_the_file_is_read(
     path = _write(tmp_path, JPEG.replace("batch_size = 2", f"batch_size = 2\nseed = {seed}"))
     with pytest.raises(ConfigError, match=rf"train: seed must be in \[0, 2\*\*63\) \(got {seed}\)"):
         load_workload(path)
+
+
+def test_plan_counts_the_warm_up_step_every_run_takes() -> None:
+    # --warmup 0 printed "0 warm-up steps", yet the runner always takes the first batch
+    # untimed (it is the time to first batch): the plan named one step fewer than ran.
+    wl = builtin_workloads()["tokens"]
+    cold = dataclasses.replace(wl, train=dataclasses.replace(wl.train, warmup_steps=0))
+    assert _plan(cold).startswith(
+        "plan: 1 warm-up step (the first batch, timed apart as time to first batch; "
+        "--warmup 0 takes it too), then 5 trials x 1,000 steps per variant"
+    )

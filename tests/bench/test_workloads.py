@@ -111,7 +111,7 @@ def test_short_trials_are_said_to_overstate_a_loader(
     from headrace.bench import _runner
 
     low = {"gb_per_s": 1e-9, "bytes": 1, "o_direct": False, "threads": 1}
-    monkeypatch.setattr(_runner, "storage_ceiling", lambda kind: low)
+    monkeypatch.setattr(_runner, "storage_ceiling", lambda kind, **_: low)
     wl = builtin_workloads()["tokens"].replace(
         dataset=TINY["tokens"]["dataset"], train={"steps": 20, "trials": 1, "warmup_steps": 1}
     )
@@ -512,7 +512,7 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
     ratio = kind.stored_per_payload()
     assert 0 < ratio < 1  # Parquet vs int32 ids padded to the width, a mask, a label
     tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
-    monkeypatch.setattr(_runner, "storage_ceiling", lambda k: tiny)
+    monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
     for r in results:
         want = f"{r['gb_per_s']:.2f} GB/s of payload ({r['gb_per_s'] * ratio:.2f} GB/s stored)"

@@ -401,3 +401,26 @@ def test_probe_an_object(
     assert "nope.bin" in capsys.readouterr().err
     assert main([*args[:1], f"{s3.url}/empty.bin", *args[2:]]) == 2
     assert "empty.bin: 0 bytes is too small to probe" in capsys.readouterr().err
+
+
+def test_probe_an_object_fills_every_depth_it_names(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The byte budget cut 8 MiB requests to 16 a round, so their "32" and "64 in flight"
+    rows had 16 at most; the budget now never cuts a round below its depth."""
+    from headrace.bench import _probe_objects
+    from headrace.cli import main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(_probe_objects, "SIZES", (4096, 1 << 20))
+    monkeypatch.setattr(_probe_objects, "_BUDGET", 4 << 20)  # 4 requests of 1 MiB
+    out = tmp_path / "probe.json"
+    url = f"{s3.url}/big.bin"
+    args = ["probe", url, "--endpoint", s3.server.endpoint, "--region", "us-east-1"]
+    assert main([*args, "--row-bytes", "4096", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["request_bytes"] for r in report["results"]} == {4096, 1 << 20}
+    for r in report["results"]:
+        assert r["ops"] // report["rounds"] >= r["in_flight"], r
+        assert r["in_flight_reached"] == r["in_flight"] and r["verified"], r

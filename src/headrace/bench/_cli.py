@@ -242,6 +242,13 @@ def check_output_path(flag: str, path: str) -> None:
         raise ConfigError(
             f"{flag} {path!r}: folder {folder!r} is not writable; choose a writable path"
         )
+    # The report is opened for writing in place: a read-only (or immutable) file in a
+    # writable folder failed only after the run.
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ConfigError(
+            f"{flag} {path!r} is not writable (an existing read-only or immutable file); "
+            "remove it or choose another path"
+        )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -315,10 +322,12 @@ def _plan(wl: Workload) -> str:
     def n(count: int, what: str) -> str:
         return f"{count:,} {what}{'' if count == 1 else 's'}"
 
-    out = (
-        f"plan: {n(t.warmup_steps, 'warm-up step')}, then {n(t.trials, 'trial')} x "
-        f"{n(t.steps, 'step')} per variant"
-    )
+    # The runner always takes the first batch untimed (time to first batch): a
+    # warm-up of 0 still warms one step, and the plan says so.
+    warm = n(max(1, t.warmup_steps), "warm-up step")
+    if t.warmup_steps < 1:
+        warm += " (the first batch, timed apart as time to first batch; --warmup 0 takes it too)"
+    out = f"plan: {warm}, then {n(t.trials, 'trial')} x {n(t.steps, 'step')} per variant"
     if t.computation_time > 0:
         out += f", and {n(t.trials * t.steps, 'step')} with compute"
     if wl.description.startswith("DLIO "):
@@ -459,6 +468,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
         parse_sweep(args.sweep)
     _storage_options(args)
     if args.list:
+        for flag, value in (("--json", args.json), ("--plot", args.plot)):
+            if value:  # listed and exited 0 without it: a script read a stale report
+                raise ConfigError(
+                    f"{flag} writes a run's report; --list runs nothing, so {value} would "
+                    f"not be written: drop --list to run, or drop {flag} to list"
+                )
         return (
             [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
         )

@@ -73,6 +73,9 @@ class Result:
     pattern: str
     request_bytes: int
     in_flight: int
+    #: the most requests a round could have in flight: below ``in_flight`` when a
+    #: round had fewer requests than the depth (--ops, or a small file's stripes)
+    in_flight_reached: int
     engine: str
     ops: int
     seconds: float
@@ -169,13 +172,13 @@ def _plan(
     rnd = [i for i, m in enumerate(meas) if m.pattern == "random"]
     seq_bytes = file_bytes // 4 if seq else 0
     plan: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    region = seq_bytes // max(1, len(seq) * rounds)
+    # Whole requests only: a region of 341 KiB read as one "1 MiB" request made
+    # MB/s disagree with ops/s x the request size shown. A region too small for
+    # one request leaves the measurement unmade (reported as skipped).
+    region = seq_bytes // max(1, len(seq) * rounds) // SEQ_REQUEST * SEQ_REQUEST
     for k, (i, r) in enumerate((i, r) for r in range(rounds) for i in seq):
         start = k * region
-        plan[i, r] = [
-            (o, min(SEQ_REQUEST, start + region - o))
-            for o in range(start, start + region, SEQ_REQUEST)
-        ]
+        plan[i, r] = [(o, SEQ_REQUEST) for o in range(start, start + region, SEQ_REQUEST)]
     # Mapped reads fault in a whole read-around window (read_ahead_kb, often
     # several MiB) per miss, which would warm every stripe near it; so mapped
     # measurements get their own region, a guard gap away from the rest.
@@ -328,12 +331,14 @@ def probe(
             )
             continue
         nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
+        shortest = min(len(plan[i, r]) for r in range(rounds) if plan[i, r])
         results.append(
             Result(
                 mode=m.mode,
                 pattern=m.pattern,
                 request_bytes=m.request_bytes,
                 in_flight=m.in_flight,
+                in_flight_reached=min(m.in_flight, shortest),
                 # What ran ("" for mmap); always the engine asked for, since
                 # an explicit engine never falls back.
                 engine=",".join(sorted(ran[i])),
@@ -344,9 +349,13 @@ def probe(
                 verified=ok[i],
             )
         )
+    fs = filesystem_of(path)
+    # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
+    memory = fs["fstype"] in _MEMORY_FS
     return {
         "path": path,
-        "filesystem": filesystem_of(path),
+        "filesystem": fs,
+        "cache": "memory" if memory else ("dropped" if drop_cache else "kept"),
         "file_bytes": file_bytes,
         "mb": "10^6 bytes",
         "rounds": rounds,
@@ -355,8 +364,28 @@ def probe(
     }
 
 
+_MEMORY_FS = frozenset({"tmpfs", "ramfs"})
+
 # Fewer random requests than this in one measurement: its rate is rough (noted).
 _FEW_OPS = 256
+
+
+def in_flight_cell(x: dict[str, Any]) -> str:
+    """The depth asked, marked ``*`` where no round had that many requests."""
+    star = "*" if x["in_flight_reached"] < x["in_flight"] else " "
+    return f"{x['in_flight']:>8}{star}"
+
+
+def shallow_note(results: list[dict[str, Any]]) -> list[str]:
+    short = [x for x in results if x["in_flight_reached"] < x["in_flight"]]
+    if not short:
+        return []
+    least = min(x["in_flight_reached"] for x in short)
+    return [
+        f"note: {len(short)} measurement(s) marked * never had their depth in flight (a "
+        f"round had fewer requests than that; as few as {least} at once: in_flight_reached "
+        "in the JSON); raise --ops, or probe a larger file"
+    ]
 
 
 def _table(report: dict[str, Any]) -> str:
@@ -375,7 +404,7 @@ def _table(report: dict[str, Any]) -> str:
     ]
     lines.extend(
         f"{x['mode']:8} {x['engine'] or '-':7} {x['pattern']:10} {x['request_bytes']:>8} "
-        f"{x['in_flight']:>9} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
+        f"{in_flight_cell(x)} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
         f"{x['mb_per_s']:>9.1f}  {'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
     )
@@ -401,6 +430,17 @@ def _table(report: dict[str, Any]) -> str:
         if deep["threads"] and deep["uring"]:
             ratio = deep["uring"] / deep["threads"]
             lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
+    if report.get("cache") == "memory":
+        lines.append(
+            f"note: {fs['fstype']} keeps files in memory: every figure is a memory read, "
+            "not a device's; probe a file on the storage you mean to train from"
+        )
+    elif report.get("cache") == "kept":
+        lines.append(
+            "note: --keep-cache: buffered figures may be page-cache reads (the file's "
+            "cached pages were not dropped); O_DIRECT rows read the device"
+        )
+    lines.extend(shallow_note(report["results"]))
     few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
     if few:
         least = min(x["ops"] for x in few)

@@ -4,13 +4,14 @@ Ranged GETs of one object through :class:`headrace.io.ObjectStore` (the
 client every object-store reader uses), for request sizes from 4 KiB to
 8 MiB and 1 to 64 requests in flight: what a GET costs (latency), how many
 in flight it takes to fill the pipe, and the MB/s each request size reaches.
-Each measurement reads its own random ranges (no two measurements the same
-bytes, so a server-side cache cannot favour the later one), in two rounds
-of alternating order, and is checked against ``get_ranges`` of the same
-ranges made outside the timed interval. A measurement makes 4 requests per
-request in flight (16 at least), fewer if ``--ops`` or 256 MiB of data says
-so, split over the rounds: enough to fill the pipe at that depth, short
-enough to probe a 50 ms endpoint in seconds. MB is 10^6 bytes.
+Each measurement draws its own random ranges (independently: on a small
+object they can overlap), in two rounds of alternating order, and is
+checked against ``get_ranges`` of the same ranges made outside the timed
+interval. A measurement makes 4 requests per request in flight (16 at
+least), fewer if ``--ops`` or 256 MiB of data says so (the budget never
+cuts a round below its depth), split over the rounds: enough to fill the
+pipe at that depth, short enough to probe a 50 ms endpoint in seconds.
+MB is 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result
+from headrace.bench._probe import Result, in_flight_cell, shallow_note
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
@@ -67,7 +68,10 @@ def probe_object(
         rng = np.random.default_rng(seed)
         plan: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for i, (req, depth) in enumerate(meas):
+            # The byte budget never cuts a round below its depth (8 MiB requests got 16
+            # a round, so their "64 in flight" rows had 16 at most); only --ops does.
             n = max(1, min(ops, max(4 * depth, 16), _BUDGET // req) // rounds)
+            n = max(n, min(depth, ops // rounds))
             for r in range(rounds):
                 plan[i, r] = [(int(o), req) for o in rng.integers(0, size - req + 1, n)]
         acc = {i: [0, 0.0] for i in range(len(meas))}
@@ -94,6 +98,7 @@ def probe_object(
                 pattern="random",
                 request_bytes=req,
                 in_flight=depth,
+                in_flight_reached=min(depth, min(len(plan[i, r]) for r in range(rounds))),
                 engine="obstore",
                 ops=n,
                 seconds=round(s, 6),
@@ -137,7 +142,7 @@ def table(report: dict[str, Any]) -> str:
         f"{'GET p50 ms':>10}  verified",
     ]
     lines.extend(
-        f"{x['request_bytes']:>8} {x['in_flight']:>9} {x['ops']:>5} {x['seconds']:>8.3f} "
+        f"{x['request_bytes']:>8} {in_flight_cell(x)} {x['ops']:>5} {x['seconds']:>8.3f} "
         f"{x['ops_per_s']:>9,.1f} {x['mb_per_s']:>9.1f} {x['latency_p50_ms']:>10.1f}  "
         f"{'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
@@ -153,9 +158,11 @@ def table(report: dict[str, Any]) -> str:
         )
         if one and one["ops_per_s"] > 0:
             lines.append(
-                f"{req:>8} B requests: best {deep['mb_per_s']:.1f} MB/s at {deep['in_flight']} "
-                f"in flight = {deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
+                f"{req:>8} B requests: best {deep['mb_per_s']:.1f} MB/s at "
+                f"{deep['in_flight_reached']} in flight = "
+                f"{deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
             )
+    lines.extend(shallow_note(report["results"]))
     lines.extend(
         f"skipped {x['request_bytes']}-byte requests: {x['reason']}"
         for x in report.get("skipped", [])
