@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 
-__all__ = ["Buffer", "BufferReader", "as_bytes_view"]
+__all__ = ["Buffer", "BufferReader", "SeekableFile", "as_bytes_view"]
 
 #: What the decoders accept: anything holding the whole file's bytes contiguously.
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap | NDArray[np.uint8]
@@ -32,17 +32,13 @@ def as_bytes_view(data: Buffer, name: str) -> memoryview:
     return view.cast("B") if (view.format != "B" or view.ndim != 1) else view
 
 
-class BufferReader(io.RawIOBase):
-    """A seekable read-only file over a memoryview.
+class SeekableFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes with a position: what zipfile and h5py need
+    besides ``readinto`` (which a subclass gives)."""
 
-    ``io.BytesIO`` copies anything that is not ``bytes``; zipfile and h5py
-    only need ``read``/``readinto``/``seek``/``tell``, so this serves them
-    from the caller's buffer and copies only what they ask for.
-    """
-
-    def __init__(self, view: memoryview) -> None:
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self._view = view
+        self.size = size
         self._pos = 0
 
     def readable(self) -> bool:
@@ -52,23 +48,31 @@ class BufferReader(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = len(self._view) + offset
-        else:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
+        if base is None:
             raise ValueError(f"invalid whence {whence}")
-        if pos < 0:
+        if base + offset < 0:
             # OSError, as a real file gives (EINVAL): zipfile probes for a zip64 record
             # before the start of a small archive and expects exactly that.
-            raise OSError(errno.EINVAL, f"negative seek position {pos}")
-        self._pos = pos
-        return pos
+            raise OSError(errno.EINVAL, f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
 
     def tell(self) -> int:
         return self._pos
+
+
+class BufferReader(SeekableFile):
+    """A seekable read-only file over a memoryview.
+
+    ``io.BytesIO`` copies anything that is not ``bytes``; zipfile and h5py
+    only need ``read``/``readinto``/``seek``/``tell``, so this serves them
+    from the caller's buffer and copies only what they ask for.
+    """
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__(len(view))
+        self._view = view
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         out = memoryview(buffer).cast("B")

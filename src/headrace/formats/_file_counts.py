@@ -14,7 +14,6 @@ object storage that many ranged GETs are in flight.
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
 import threading
@@ -28,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._buffer import SeekableFile
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
@@ -70,7 +70,7 @@ class CountStats:
     depth: int = 0
 
 
-class SparseFile(io.RawIOBase):
+class SparseFile(SeekableFile):
     """A seekable read-only file of ``size`` bytes whose ranges are fetched on demand.
 
     ``fetch(offset, length)`` returns those bytes (``offset + length <= size``). A
@@ -80,31 +80,11 @@ class SparseFile(io.RawIOBase):
     """
 
     def __init__(self, fetch: Callable[[int, int], Any], size: int) -> None:
-        super().__init__()
+        super().__init__(size)
         self._fetch = fetch
-        self.size = size
-        self._pos = 0
         self._have: list[tuple[int, memoryview]] = []
         self.reads = 0
         self.nbytes = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence}")
-        if base + offset < 0:
-            raise OSError(22, f"negative seek position {base + offset}")  # as a file: EINVAL
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def fetch(self, offset: int, length: int) -> None:
         """Fetch ``[offset, offset + length)`` (clipped to the file) now."""

@@ -23,7 +23,6 @@ fetched then, on demand: slower, never wrong.
 from __future__ import annotations
 
 import bisect
-import io
 import mmap
 import os
 import sys
@@ -35,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from headrace.formats._buffer import SeekableFile
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -130,7 +131,7 @@ class FileLayout:
         return False
 
 
-class SparseImage(io.RawIOBase):
+class SparseImage(SeekableFile):
     """A read-only file of ``size`` bytes, of which only the ranges fetched are held.
 
     ``fetch(spans, buf)`` fills ``buf[a:b]`` for each span (all in flight at once,
@@ -142,8 +143,7 @@ class SparseImage(io.RawIOBase):
     def __init__(
         self, size: int, fetch: Callable[[list[Span], NDArray[np.uint8]], None], name: str
     ) -> None:
-        super().__init__()
-        self.size = size
+        super().__init__(size)
         self.name = name
         self._fetch = fetch
         # Anonymous and private: untouched pages are the shared zero page, so a 2 GB
@@ -155,7 +155,6 @@ class SparseImage(io.RawIOBase):
         self._buf = np.frombuffer(self._map, np.uint8)[:size]
         self._starts: list[int] = []  # held spans, sorted and disjoint
         self._ends: list[int] = []
-        self._pos = 0
         self._lock = threading.Lock()
         self.nbytes = 0  # bytes fetched into it
         self.gets = 0
@@ -225,25 +224,7 @@ class SparseImage(io.RawIOBase):
         if self.layout is not None:
             self.fill(self.layout.metadata + self.layout.spans(rows))
 
-    # -- a file for h5py ------------------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence {whence}")
-        if base + offset < 0:
-            raise OSError(22, f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
+    # -- a file for h5py (readinto; SeekableFile seeks) -------------------------------
     def readinto(self, buffer: Any) -> int:
         out = memoryview(buffer).cast("B")
         a = self._pos
