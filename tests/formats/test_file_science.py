@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from headrace.errors import FormatError
+from headrace.errors import DataError, FormatError
 from headrace.formats import FileSource, decode_hdf5, decode_npz
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -271,3 +271,51 @@ def test_a_damaged_chunk_fails_only_the_reads_of_its_samples(tmp_path: Path) -> 
     np.testing.assert_array_equal(got[:, 0, 0], [0, 1200, 2400, 3600])
     with pytest.raises(FormatError, match=r"c\.h5: .*the chunk of samples \[4, 6\)"):
         src.read(0, np.array([3, 5]))
+
+
+@pytest.mark.parametrize("spf", ["header", 40])
+def test_an_hdf5_dataset_shorter_than_the_files_count_is_named(tmp_path: Path, spf: Any) -> None:
+    # A dataset of 39 rows in a file of 40 samples: counting headers compares the
+    # datasets; with a count given, decoding only the rows asked refuses it before any
+    # row is read. Either names the file, the datasets and what they hold.
+    _big_volumes(tmp_path)
+    with h5py.File(tmp_path / "v1.h5", "a") as f:
+        del f["/volumes/id"]
+        f.create_dataset("/volumes/id", data=np.arange(39))
+    if spf == "header":
+        err: type[Exception] = FormatError
+        match = r"v1\.h5: the datasets hold different numbers .*'/volumes/id': 39"
+    else:
+        err = DataError
+        match = (
+            r"v1\.h5: '/volumes/id' has shape \(39,\); expected 40 samples on its "
+            r"leading axis \(samples_per_file=40\)"
+        )
+    with pytest.raises(err, match=match):  # counting headers: when the source is made
+        src = FileSource(
+            tmp_path,
+            format="hdf5",
+            datasets=("/volumes/raw", "/volumes/id"),
+            samples_per_file=spf,
+            shuffle="none",
+        )
+        with Loader(src, batch_size=8, steps=12) as loader:
+            batch_digest(loader)
+
+
+def test_an_npz_file_holding_other_members_is_named(tmp_path: Path) -> None:
+    for i in range(4):
+        members = {"x": np.full((2, 3), i), "y": np.arange(2)}
+        if i == 2:
+            del members["y"]
+        np.savez(tmp_path / f"s{i}.npz", **members)  # type: ignore[arg-type]
+    src = FileSource(tmp_path, format="npz", samples_per_file=2, shuffle="none")
+    with (
+        pytest.raises(
+            FormatError,
+            match=r"s2\.npz: holds \['x'\], but .*s[013]\.npz holds \['x', 'y'\]; every file "
+            r"of a dataset must hold the same keys",
+        ),
+        Loader(src, batch_size=2, steps=4, prefetch=0) as loader,
+    ):
+        batch_digest(loader)

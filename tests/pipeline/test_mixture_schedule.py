@@ -133,6 +133,7 @@ def test_far_steps_of_a_schedule_cost_nothing(files: dict[str, Path]) -> None:
         ({4: {"web": 1.0}}, r"step 4: .*missing: \['books', 'code', 'math'\]"),
         ({4: {**W2, "code": -1.0}}, r"step 4: source 'code' has weight -1.0"),
         ([(4, W2)], r"schedule must be a dict"),
+        ({4: [1.0, 2.0]}, r"step 4: .*2 weights for 4 sources; give one weight per source"),
     ],
 )
 def test_bad_schedules_are_refused_naming_the_step(
