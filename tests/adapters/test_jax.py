@@ -17,7 +17,7 @@ from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # n
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from headrace.errors import ConfigError, DataError  # noqa: E402
+from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -286,3 +286,36 @@ def test_samples_of_several_shapes_are_named_and_no_ragged_array_is_made(tmp_pat
         "field 'data' holds samples of different shapes (an object array), which make no "
         "jax array (jax has no ragged arrays): give them one shape with a transform"
     )
+
+
+@pytest.mark.parametrize("as_array", [np.asarray, jax.numpy.asarray])
+def test_a_state_whose_ints_came_back_as_0d_arrays_resumes(
+    root: Path, reference: list[str], as_array: Any
+) -> None:
+    # A pytree checkpoint (orbax, flax, a tree_map to arrays before saving) gives the
+    # state's ints back as 0-d arrays; they were refused: "loader state has version
+    # array(2); expected an integer".
+    kw: dict[str, Any] = {
+        "batch_size": BATCH,
+        "sharding": batch_sharding(),
+        "seed": 5,
+        "steps": STEPS,
+    }
+    with JaxLoader(token_source(root), **kw) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        saved = ld.state_dict()
+    leaves, tree = jax.tree_util.tree_flatten(saved)
+    assert all(isinstance(v, int | str) for v in leaves)  # a pytree of ints and strings
+    restored = jax.tree_util.tree_unflatten(
+        tree, [v if isinstance(v, str) else as_array(v) for v in leaves]
+    )
+    with JaxLoader(token_source(root), **kw) as again:
+        again.load_state_dict(restored)
+        assert again.state_dict() == saved
+        got = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in again]
+    assert got == reference[2:]
+    # Still refused: a float, a bool, or an array of more than one value, as a step.
+    for bad in (np.asarray(2.0), np.asarray(True), np.asarray([2, 3])):
+        with pytest.raises(StateError, match=r"loader state has step .*; expected an integer"):
+            again.load_state_dict({**saved, "step": bad})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -216,8 +217,13 @@ def _parts(value: Any) -> dict[str, str] | None:
 
 
 def _whole(value: Any, name: str) -> int:
-    """An integer field of a state (Python or NumPy integers; a float or string is refused,
-    so a step of 3.9 is not silently read as 3)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    """An integer field of a state (Python or NumPy integers, or a 0-d integer array; a
+    float or string is refused, so a step of 3.9 is not silently read as 3)."""
+    if isinstance(value, bool | np.bool_):
         raise StateError(f"loader state has {name} {value!r}; expected an integer")
-    return int(value)
+    try:
+        # Pytree checkpoints (orbax, flax, a tree_map to arrays) give the ints back as
+        # 0-d NumPy or jax arrays; __index__ takes those and no float, bool or longer array.
+        return operator.index(value)
+    except TypeError:
+        raise StateError(f"loader state has {name} {value!r}; expected an integer") from None
