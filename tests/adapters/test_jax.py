@@ -319,3 +319,43 @@ def test_a_state_whose_ints_came_back_as_0d_arrays_resumes(
     for bad in (np.asarray(2.0), np.asarray(True), np.asarray([2, 3])):
         with pytest.raises(StateError, match=r"loader state has step .*; expected an integer"):
             again.load_state_dict({**saved, "step": bad})
+
+
+@pytest.mark.integration
+def test_two_jax_processes_read_a_mixture_and_one_resumes_their_state(
+    root: Path, tmp_path: Path
+) -> None:
+    # The 2-process run above covers a token source under P("data"); this one: a Mixture
+    # of padded rows (1-D source, bool masks) with the batch axis over processes, a
+    # sequence axis over processes (context parallel: each reads every row), and the
+    # state saved by 2 processes resumed by 1 (4 devices).
+    port, out = free_port(), tmp_path / "mixture.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    script = str(HERE / "jax_multiprocess_mixture.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(root), str(out), str(port), "2", str(pid)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for pid in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs
+    got = json.loads(out.read_text())
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=6) as ld:
+        want = [batch_digest([b]) for b in ld]
+    assert got["data"] == want and got["context"] == want
+    assert got["state"]["step"] == 3
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "seed": 5}
+    with JaxLoader(padded_mixture(root), steps=6, **kw) as one:
+        one.load_state_dict(got["state"])
+        resumed = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in one]
+    assert resumed == want[3:]
