@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 
-from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, mask_tokens, padded_mixture, token_source, write_tokens  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -359,3 +360,42 @@ def test_two_jax_processes_read_a_mixture_and_one_resumes_their_state(
         one.load_state_dict(got["state"])
         resumed = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in one]
     assert resumed == want[3:]
+
+
+def test_a_jitted_loop_breaks_early_traces_once_and_resumes(
+    root: Path, reference: list[str]
+) -> None:
+    # A training loop as JAX users write it: a jitted step (traced again for any new
+    # shape or dtype: the mixture's rows, 1-D source and bool masks keep theirs on every
+    # step, with no partial last batch), left early with `break`.
+    traces: list[Any] = []
+
+    @jax.jit
+    def step(b: dict[str, Any]) -> Any:
+        traces.append({k: (v.shape, v.dtype) for k, v in b.items()})
+        return (b["x"] * b["loss_mask"]).sum() + b["source"].sum()
+
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "seed": 5}
+    with JaxLoader(padded_mixture(root), steps=9, **kw) as ld:
+        for i, b in enumerate(ld):
+            step(b)
+            if i == 3:
+                break
+        # The generator is dropped: its read-ahead thread stops then, not at close().
+        assert "headrace-prefetch" not in {t.name for t in threading.enumerate()}
+        assert ld.state_dict()["step"] == 4
+        rest = list(ld)
+        for b in rest:
+            step(b)
+    assert len(rest) == 5 and len(traces) == 1
+    # A transform runs before the arrays are laid out (a per-sample masking, in the
+    # read-ahead thread).
+    with JaxLoader(token_source(root), transform=mask_tokens, steps=STEPS, **kw) as masked:
+        got = [{k: np.asarray(v) for k, v in b.items()} for b in masked]
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        plain = list(ld)
+    assert [batch_digest([b]) for b in plain] == reference
+    for m, p in zip(got, plain, strict=True):
+        assert np.array_equal(m["y"], p["y"])
+        zeroed = m["x"] != p["x"]
+        assert zeroed.any() and (m["x"][zeroed] == 0).all()
