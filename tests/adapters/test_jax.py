@@ -399,3 +399,56 @@ def test_a_jitted_loop_breaks_early_traces_once_and_resumes(
         assert np.array_equal(m["y"], p["y"])
         zeroed = m["x"] != p["x"]
         assert zeroed.any() and (m["x"][zeroed] == 0).all()
+
+
+def test_a_dict_of_shardings_lays_out_each_field_by_its_own(root: Path) -> None:
+    # A sharding per field, as jax.device_put takes a pytree of them: tokens split over
+    # both axes, the mask over the batch only, the source ids replicated. It was
+    # "AttributeError: 'dict' object has no attribute 'addressable_devices_indices_map'".
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    specs = {
+        "x": P("data", "model"),
+        "y": P("data", "model"),
+        "loss_mask": P("data"),
+        "source": P(),
+    }
+    shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=3) as ld:
+        want = [batch_digest([b]) for b in ld]
+    kw: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": 3}
+    with JaxLoader(padded_mixture(root), sharding=shardings, **kw) as ld:
+        got = []
+        for b in ld:
+            assert {k: v.sharding.spec for k, v in b.items()} == specs
+            assert b["source"].sharding.is_fully_replicated
+            got.append(batch_digest([{k: np.asarray(v) for k, v in b.items()}]))
+    assert got == want
+    # The fields must be the batch's, no more and no fewer (a typo would lay out nothing).
+    typo = {("los_mask" if k == "loss_mask" else k): v for k, v in shardings.items()}
+    with (
+        JaxLoader(padded_mixture(root), sharding=typo, **kw) as ld,
+        pytest.raises(ConfigError) as exc,
+    ):
+        next(iter(ld))
+    assert str(exc.value) == (
+        "the batch has fields ['loss_mask', 'source', 'x', 'y'] and the sharding dict names "
+        "['los_mask', 'source', 'x', 'y']: no sharding for 'loss_mask'; no field 'los_mask'; "
+        "give one sharding per field (or one sharding for all)."
+    )
+    with pytest.raises(ConfigError, match=r"sharding is an empty dict"):
+        JaxLoader(padded_mixture(root), sharding={}, **kw)
+
+
+def test_fields_whose_shardings_give_this_process_other_rows_are_refused(root: Path) -> None:
+    # Across processes, a replicated field needs every row on every process, beside
+    # fields of which each process reads its own rows: one read cannot give both.
+    split, whole = FakeSharding([(4, 6), (6, 8)]), FakeSharding([(0, 8)])
+    assert host_rows(split, 8) == (1, 2) and host_rows(whole, 8) == (0, 1)
+    with pytest.raises(ConfigError) as exc:
+        JaxLoader(token_source(root), batch_size=8, sharding={"x": split, "y": whole})
+    assert str(exc.value) == (
+        "the fields' shardings give this process different rows of the global batch of 8: "
+        "rows [4, 8) for 'x', rows [0, 8) for 'y'; each process reads one slice of a step, "
+        "so lay out every field's batch axis alike (replicate a field inside the jitted "
+        "step, e.g. with jax.lax.with_sharding_constraint, if it must be whole)."
+    )
