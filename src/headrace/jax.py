@@ -230,17 +230,29 @@ def numpy_loader(
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    sharding: Any = None,
     **loader_kwargs: Any,
 ) -> Loader:
     """A plain NumPy :class:`~headrace.pipeline.Loader` of this process's slice.
 
-    ``rank``/``world_size`` default to ``jax.process_index()`` and
-    ``jax.process_count()``.
+    With ``sharding`` (one, or a dict per field), the slice is the rows this process's
+    devices hold under it, as :class:`JaxLoader` reads them: what
+    :func:`make_global_batch` with that sharding expects. Otherwise ``rank``/
+    ``world_size`` default to ``jax.process_index()`` and ``jax.process_count()``.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
             f"give both rank and world_size, or neither (got {rank=}, {world_size=})."
         )
+    if sharding is not None:
+        if rank is not None:
+            raise ConfigError(
+                f"give rank and world_size, or a sharding, not both (got {rank=}, "
+                f"{world_size=} and a sharding, whose rows say them)."
+            )
+        # Not process_index(): a mesh need not place processes along its batch axis in
+        # that order, and rows of another place would be laid out without a word.
+        rank, world_size = _fields_rows(sharding, batch_size)
     if rank is None or world_size is None:
         rank, world_size = jax.process_index(), jax.process_count()
     return Loader(

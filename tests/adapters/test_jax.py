@@ -452,3 +452,18 @@ def test_fields_whose_shardings_give_this_process_other_rows_are_refused(root: P
         "so lay out every field's batch axis alike (replicate a field inside the jitted "
         "step, e.g. with jax.lax.with_sharding_constraint, if it must be whole)."
     )
+
+
+def test_numpy_loader_takes_its_rows_from_a_sharding(root: Path, reference: list[str]) -> None:
+    # jax.process_index() need not be this process's place along the mesh's batch axis;
+    # rows of another place went into make_global_batch without a word (right count,
+    # wrong rows). Given the sharding, the loader reads the rows its devices hold.
+    kw: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": STEPS}
+    with numpy_loader(token_source(root), sharding=FakeSharding([(4, 6), (6, 8)]), **kw) as ld:
+        assert (ld.rank, ld.world_size) == (1, 2)
+        assert [b["x"].shape[0] for b in ld] == [4] * STEPS
+    with numpy_loader(token_source(root), sharding=batch_sharding(), **kw) as ld:
+        got = [make_global_batch(b, batch_sharding(), BATCH) for b in ld]
+    assert [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in got] == reference
+    with pytest.raises(ConfigError, match=r"give rank and world_size, or a sharding, not both"):
+        numpy_loader(token_source(root), sharding=batch_sharding(), rank=0, world_size=1, **kw)
