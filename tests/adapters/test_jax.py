@@ -317,7 +317,7 @@ def test_a_state_whose_ints_came_back_as_0d_arrays_resumes(
         got = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in again]
     assert got == reference[2:]
     # Still refused: a float, a bool, or an array of more than one value, as a step.
-    for bad in (np.asarray(2.0), np.asarray(True), np.asarray([2, 3])):
+    for bad in (np.asarray(2.0), np.asarray(True), np.asarray([2, 3]), jax.numpy.asarray([2])):
         with pytest.raises(StateError, match=r"loader state has step .*; expected an integer"):
             again.load_state_dict({**saved, "step": bad})
 

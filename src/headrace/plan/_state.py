@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from headrace.errors import StateError
 
 __all__ = [
@@ -219,11 +217,13 @@ def _parts(value: Any) -> dict[str, str] | None:
 def _whole(value: Any, name: str) -> int:
     """An integer field of a state (Python or NumPy integers, or a 0-d integer array; a
     float or string is refused, so a step of 3.9 is not silently read as 3)."""
-    if isinstance(value, bool | np.bool_):
+    # Pytree checkpoints (orbax, flax, a tree_map to arrays) give the ints back as 0-d
+    # NumPy or jax arrays, whose __index__ takes them and refuses floats; torch's also
+    # takes a bool or one-element tensor, so those are refused by their dtype and ndim.
+    dtype = str(getattr(value, "dtype", ""))
+    if isinstance(value, bool) or "bool" in dtype or getattr(value, "ndim", 0) != 0:
         raise StateError(f"loader state has {name} {value!r}; expected an integer")
     try:
-        # Pytree checkpoints (orbax, flax, a tree_map to arrays) give the ints back as
-        # 0-d NumPy or jax arrays; __index__ takes those and no float, bool or longer array.
         return operator.index(value)
     except TypeError:
         raise StateError(f"loader state has {name} {value!r}; expected an integer") from None
