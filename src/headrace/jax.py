@@ -11,7 +11,7 @@ Nothing coordinates the processes: every plan is a pure function of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -100,19 +100,55 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
     return lo // n, batch_size // n
 
 
+def _fields_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
+    """:func:`host_rows` of one sharding, or of a dict of them (one per field), which
+    must all give this process the same rows."""
+    if not isinstance(sharding, Mapping):
+        return host_rows(sharding, batch_size)
+    if not sharding:
+        raise ConfigError(
+            "sharding is an empty dict: give one sharding per field of the batch (or one "
+            "sharding for all)."
+        )
+    found = {name: host_rows(s, batch_size) for name, s in sharding.items()}
+    if len(set(found.values())) > 1:
+        rows = ", ".join(
+            f"rows [{r * batch_size // w}, {(r + 1) * batch_size // w}) for {name!r}"
+            for name, (r, w) in found.items()
+        )
+        raise ConfigError(
+            f"the fields' shardings give this process different rows of the global batch of "
+            f"{batch_size}: {rows}; each process reads one slice of a step, so lay out every "
+            "field's batch axis alike (replicate a field inside the jitted step, e.g. with "
+            "jax.lax.with_sharding_constraint, if it must be whole)."
+        )
+    return next(iter(found.values()))
+
+
 def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
     """This process's rows of each array, assembled into global ``jax.Array`` s.
 
-    A field of fewer dimensions than ``sharding``'s ``PartitionSpec`` names (a
-    mixture's 1-D ``source`` beside ``(B, L)`` tokens under ``P("data", None)``) is
-    laid out by the spec's leading entries: its batch axis as the others'.
+    ``sharding`` lays out every field, or is a dict of one sharding per field (the
+    batch's fields exactly). A field of fewer dimensions than its ``PartitionSpec``
+    names (a mixture's 1-D ``source`` beside ``(B, L)`` tokens under
+    ``P("data", None)``) is laid out by the spec's leading entries: its batch axis as
+    the others'.
     """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
+    per_field = isinstance(sharding, Mapping)
+    if per_field and batch.keys() != sharding.keys():
+        unsharded = [f"no sharding for {k!r}" for k in sorted(batch.keys() - sharding.keys())]
+        unknown = [f"no field {k!r}" for k in sorted(sharding.keys() - batch.keys())]
+        raise ConfigError(
+            f"the batch has fields {sorted(batch)} and the sharding dict names "
+            f"{sorted(sharding)}: {'; '.join(unsharded + unknown)}; give one sharding per "
+            "field (or one sharding for all)."
+        )
     out = {}
     for name, value in batch.items():
         a = _jaxable(name, value)
         shape = (batch_size, *np.shape(a)[1:])
-        field_sharding = _for_ndim(sharding, len(shape))
+        field_sharding = _for_ndim(sharding[name] if per_field else sharding, len(shape))
         try:
             out[name] = make(field_sharding, a, shape)
         except Exception as exc:
@@ -194,17 +230,29 @@ def numpy_loader(
     seed: int = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    sharding: Any = None,
     **loader_kwargs: Any,
 ) -> Loader:
     """A plain NumPy :class:`~headrace.pipeline.Loader` of this process's slice.
 
-    ``rank``/``world_size`` default to ``jax.process_index()`` and
-    ``jax.process_count()``.
+    With ``sharding`` (one, or a dict per field), the slice is the rows this process's
+    devices hold under it, as :class:`JaxLoader` reads them: what
+    :func:`make_global_batch` with that sharding expects. Otherwise ``rank``/
+    ``world_size`` default to ``jax.process_index()`` and ``jax.process_count()``.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
             f"give both rank and world_size, or neither (got {rank=}, {world_size=})."
         )
+    if sharding is not None:
+        if rank is not None:
+            raise ConfigError(
+                f"give rank and world_size, or a sharding, not both (got {rank=}, "
+                f"{world_size=} and a sharding, whose rows say them)."
+            )
+        # Not process_index(): a mesh need not place processes along its batch axis in
+        # that order, and rows of another place would be laid out without a word.
+        rank, world_size = _fields_rows(sharding, batch_size)
     if rank is None or world_size is None:
         rank, world_size = jax.process_index(), jax.process_count()
     return Loader(
@@ -213,7 +261,8 @@ def numpy_loader(
 
 
 class JaxLoader(Closing):
-    """Global batches as ``jax.Array`` s laid out by ``sharding``; each process reads its rows.
+    """Global batches as ``jax.Array`` s laid out by ``sharding`` (one for every field, or
+    a dict of one per field); each process reads its rows.
 
     State (``state_dict``/``load_state_dict``) is the loader's: a small dict
     of ints and strings, saved beside the model (e.g. an orbax JSON item) and
@@ -236,7 +285,7 @@ class JaxLoader(Closing):
                 f"of the batch); leave out {', '.join(given)}, or use numpy_loader(...) and "
                 "make_global_batch(...) to choose them yourself."
             )
-        rank, world_size = host_rows(sharding, batch_size)
+        rank, world_size = _fields_rows(sharding, batch_size)
         self.sharding = sharding
         self.batch_size = batch_size
         self.loader = Loader(

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,11 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 
-from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, mask_tokens, padded_mixture, token_source, write_tokens  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from headrace.errors import ConfigError, DataError  # noqa: E402
+from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -286,3 +287,183 @@ def test_samples_of_several_shapes_are_named_and_no_ragged_array_is_made(tmp_pat
         "field 'data' holds samples of different shapes (an object array), which make no "
         "jax array (jax has no ragged arrays): give them one shape with a transform"
     )
+
+
+@pytest.mark.parametrize("as_array", [np.asarray, jax.numpy.asarray])
+def test_a_state_whose_ints_came_back_as_0d_arrays_resumes(
+    root: Path, reference: list[str], as_array: Any
+) -> None:
+    # A pytree checkpoint (orbax, flax, a tree_map to arrays before saving) gives the
+    # state's ints back as 0-d arrays; they were refused: "loader state has version
+    # array(2); expected an integer".
+    kw: dict[str, Any] = {
+        "batch_size": BATCH,
+        "sharding": batch_sharding(),
+        "seed": 5,
+        "steps": STEPS,
+    }
+    with JaxLoader(token_source(root), **kw) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        saved = ld.state_dict()
+    leaves, tree = jax.tree_util.tree_flatten(saved)
+    assert all(isinstance(v, int | str) for v in leaves)  # a pytree of ints and strings
+    restored = jax.tree_util.tree_unflatten(
+        tree, [v if isinstance(v, str) else as_array(v) for v in leaves]
+    )
+    with JaxLoader(token_source(root), **kw) as again:
+        again.load_state_dict(restored)
+        assert again.state_dict() == saved
+        got = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in again]
+    assert got == reference[2:]
+    # Still refused: a float, a bool, or an array of more than one value, as a step.
+    for bad in (np.asarray(2.0), np.asarray(True), np.asarray([2, 3]), jax.numpy.asarray([2])):
+        with pytest.raises(StateError, match=r"loader state has step .*; expected an integer"):
+            again.load_state_dict({**saved, "step": bad})
+
+
+@pytest.mark.integration
+def test_two_jax_processes_read_a_mixture_and_one_resumes_their_state(
+    root: Path, tmp_path: Path
+) -> None:
+    # The 2-process run above covers a token source under P("data"); this one: a Mixture
+    # of padded rows (1-D source, bool masks) with the batch axis over processes, a
+    # sequence axis over processes (context parallel: each reads every row), and the
+    # state saved by 2 processes resumed by 1 (4 devices).
+    port, out = free_port(), tmp_path / "mixture.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    script = str(HERE / "jax_multiprocess_mixture.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(root), str(out), str(port), "2", str(pid)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for pid in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=90)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs
+    got = json.loads(out.read_text())
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=6) as ld:
+        want = [batch_digest([b]) for b in ld]
+    assert got["data"] == want and got["context"] == want
+    assert got["state"]["step"] == 3
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "seed": 5}
+    with JaxLoader(padded_mixture(root), steps=6, **kw) as one:
+        one.load_state_dict(got["state"])
+        resumed = [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in one]
+    assert resumed == want[3:]
+
+
+def test_a_jitted_loop_breaks_early_traces_once_and_resumes(
+    root: Path, reference: list[str]
+) -> None:
+    # A training loop as JAX users write it: a jitted step (traced again for any new
+    # shape or dtype: the mixture's rows, 1-D source and bool masks keep theirs on every
+    # step, with no partial last batch), left early with `break`.
+    traces: list[Any] = []
+
+    @jax.jit
+    def step(b: dict[str, Any]) -> Any:
+        traces.append({k: (v.shape, v.dtype) for k, v in b.items()})
+        return (b["x"] * b["loss_mask"]).sum() + b["source"].sum()
+
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "seed": 5}
+    with JaxLoader(padded_mixture(root), steps=9, **kw) as ld:
+        for i, b in enumerate(ld):
+            step(b)
+            if i == 3:
+                break
+        # The generator is dropped: its read-ahead thread stops then, not at close().
+        assert "headrace-prefetch" not in {t.name for t in threading.enumerate()}
+        assert ld.state_dict()["step"] == 4
+        rest = list(ld)
+        for b in rest:
+            step(b)
+    assert len(rest) == 5 and len(traces) == 1
+    # A transform runs before the arrays are laid out (a per-sample masking, in the
+    # read-ahead thread).
+    with JaxLoader(token_source(root), transform=mask_tokens, steps=STEPS, **kw) as masked:
+        got = [{k: np.asarray(v) for k, v in b.items()} for b in masked]
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        plain = list(ld)
+    assert [batch_digest([b]) for b in plain] == reference
+    for m, p in zip(got, plain, strict=True):
+        assert np.array_equal(m["y"], p["y"])
+        zeroed = m["x"] != p["x"]
+        assert zeroed.any() and (m["x"][zeroed] == 0).all()
+
+
+def test_a_dict_of_shardings_lays_out_each_field_by_its_own(root: Path) -> None:
+    # A sharding per field, as jax.device_put takes a pytree of them: tokens split over
+    # both axes, the mask over the batch only, the source ids replicated. It was
+    # "AttributeError: 'dict' object has no attribute 'addressable_devices_indices_map'".
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    specs = {
+        "x": P("data", "model"),
+        "y": P("data", "model"),
+        "loss_mask": P("data"),
+        "source": P(),
+    }
+    shardings = {k: NamedSharding(mesh, s) for k, s in specs.items()}
+    with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=3) as ld:
+        want = [batch_digest([b]) for b in ld]
+    kw: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": 3}
+    with JaxLoader(padded_mixture(root), sharding=shardings, **kw) as ld:
+        got = []
+        for b in ld:
+            assert {k: v.sharding.spec for k, v in b.items()} == specs
+            assert b["source"].sharding.is_fully_replicated
+            got.append(batch_digest([{k: np.asarray(v) for k, v in b.items()}]))
+    assert got == want
+    # The fields must be the batch's, no more and no fewer (a typo would lay out nothing).
+    typo = {("los_mask" if k == "loss_mask" else k): v for k, v in shardings.items()}
+    with (
+        JaxLoader(padded_mixture(root), sharding=typo, **kw) as ld,
+        pytest.raises(ConfigError) as exc,
+    ):
+        next(iter(ld))
+    assert str(exc.value) == (
+        "the batch has fields ['loss_mask', 'source', 'x', 'y'] and the sharding dict names "
+        "['los_mask', 'source', 'x', 'y']: no sharding for 'loss_mask'; no field 'los_mask'; "
+        "give one sharding per field (or one sharding for all)."
+    )
+    with pytest.raises(ConfigError, match=r"sharding is an empty dict"):
+        JaxLoader(padded_mixture(root), sharding={}, **kw)
+
+
+def test_fields_whose_shardings_give_this_process_other_rows_are_refused(root: Path) -> None:
+    # Across processes, a replicated field needs every row on every process, beside
+    # fields of which each process reads its own rows: one read cannot give both.
+    split, whole = FakeSharding([(4, 6), (6, 8)]), FakeSharding([(0, 8)])
+    assert host_rows(split, 8) == (1, 2) and host_rows(whole, 8) == (0, 1)
+    with pytest.raises(ConfigError) as exc:
+        JaxLoader(token_source(root), batch_size=8, sharding={"x": split, "y": whole})
+    assert str(exc.value) == (
+        "the fields' shardings give this process different rows of the global batch of 8: "
+        "rows [4, 8) for 'x', rows [0, 8) for 'y'; each process reads one slice of a step, "
+        "so lay out every field's batch axis alike (replicate a field inside the jitted "
+        "step, e.g. with jax.lax.with_sharding_constraint, if it must be whole)."
+    )
+
+
+def test_numpy_loader_takes_its_rows_from_a_sharding(root: Path, reference: list[str]) -> None:
+    # jax.process_index() need not be this process's place along the mesh's batch axis;
+    # rows of another place went into make_global_batch without a word (right count,
+    # wrong rows). Given the sharding, the loader reads the rows its devices hold.
+    kw: dict[str, Any] = {"batch_size": BATCH, "seed": 5, "steps": STEPS}
+    with numpy_loader(token_source(root), sharding=FakeSharding([(4, 6), (6, 8)]), **kw) as ld:
+        assert (ld.rank, ld.world_size) == (1, 2)
+        assert [b["x"].shape[0] for b in ld] == [4] * STEPS
+    with numpy_loader(token_source(root), sharding=batch_sharding(), **kw) as ld:
+        got = [make_global_batch(b, batch_sharding(), BATCH) for b in ld]
+    assert [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in got] == reference
+    with pytest.raises(ConfigError, match=r"give rank and world_size, or a sharding, not both"):
+        numpy_loader(token_source(root), sharding=batch_sharding(), rank=0, world_size=1, **kw)

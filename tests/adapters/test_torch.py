@@ -521,7 +521,11 @@ def test_state_at_a_numpy_step_saves_as_plain_ints(root: Path, reference: list[s
     assert json.loads(json.dumps(loaded)) == state
     ds.load_state_dict(loaded)
     assert digests(iter(ds), 2) == reference[3:5]
-    for bad in (3.5, -1, torch.tensor(3)):
+    # A 0-d integer tensor is an integer, as a 0-d NumPy or jax array is in a loaded
+    # state (a pytree checkpoint's restore), and becomes a plain int like np.int64.
+    assert ds.state_at(torch.tensor(3)) == state  # type: ignore[arg-type]
+    assert type(ds.state_at(torch.tensor(3))["step"]) is int  # type: ignore[arg-type]
+    for bad in (3.5, -1, torch.tensor(3.0), torch.tensor([3]), torch.tensor(True)):
         with pytest.raises(StateError, match="loader state"):
             ds.state_at(bad)  # type: ignore[arg-type]
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
-
-import numpy as np
 
 from headrace.errors import StateError
 
@@ -216,8 +215,15 @@ def _parts(value: Any) -> dict[str, str] | None:
 
 
 def _whole(value: Any, name: str) -> int:
-    """An integer field of a state (Python or NumPy integers; a float or string is refused,
-    so a step of 3.9 is not silently read as 3)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    """An integer field of a state (Python or NumPy integers, or a 0-d integer array; a
+    float or string is refused, so a step of 3.9 is not silently read as 3)."""
+    # Pytree checkpoints (orbax, flax, a tree_map to arrays) give the ints back as 0-d
+    # NumPy or jax arrays, whose __index__ takes them and refuses floats; torch's also
+    # takes a bool or one-element tensor, so those are refused by their dtype and ndim.
+    dtype = str(getattr(value, "dtype", ""))
+    if isinstance(value, bool) or "bool" in dtype or getattr(value, "ndim", 0) != 0:
         raise StateError(f"loader state has {name} {value!r}; expected an integer")
-    return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise StateError(f"loader state has {name} {value!r}; expected an integer") from None
