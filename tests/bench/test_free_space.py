@@ -129,6 +129,14 @@ def test_bench_refuses_before_generating_any_workload(
     assert _written(root) == 0
 
 
+def test_a_root_not_made_yet_is_checked_on_the_folder_it_goes_in(tmp_path: Path) -> None:
+    root = tmp_path / "not" / "yet"
+    check_room(str(root), 1)
+    with pytest.raises(ConfigError, match="still to be written"):
+        check_room(str(root), 2 * os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize)
+    assert not root.parent.exists()
+
+
 def test_check_room_keeps_a_margin_and_skips_nothing_to_write(tmp_path: Path) -> None:
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize

@@ -330,10 +330,7 @@ def _plan(wl: Workload) -> str:
         warm += " (the first batch, timed apart as time to first batch; --warmup 0 takes it too)"
     out = f"plan: {warm}, then {n(t.trials, 'trial')} x {n(t.steps, 'step')} per variant"
     if t.computation_time > 0:
-        out += (
-            f", and {n(t.trials * t.steps, 'step')} with compute (AU leaves out each trial's "
-            "first step, as DLIO each epoch's)"
-        )
+        out += f", and {n(t.trials * t.steps, 'step')} with compute"
     if wl.description.startswith("DLIO "):
         out += f" ({wl.description})"
     return out

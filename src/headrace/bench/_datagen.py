@@ -113,8 +113,12 @@ def check_room(root: str, needed: int, *, flag: str = "--root") -> None:
     """
     if needed <= 0:
         return
-    st = os.statvfs(root)
-    if st.f_flag & os.ST_RDONLY or not os.access(root, os.W_OK):
+    # The generators create the root: until then its filesystem is its nearest folder's.
+    there = os.path.abspath(root)
+    while not os.path.exists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    st = os.statvfs(there)
+    if st.f_flag & os.ST_RDONLY or not os.access(there, os.W_OK):
         return  # nothing fits, but the write's own error says what to do (write it elsewhere)
     free = st.f_bavail * st.f_frsize
     margin = _margin(st.f_blocks * st.f_frsize)
