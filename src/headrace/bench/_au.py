@@ -1,14 +1,19 @@
 """Accelerator utilisation: simulated compute beside the loader, as DLIO defines AU.
 
-AU = compute time / wall time over the steps (the first left out), with the
-accelerator simulated by ``time.sleep`` so that, like a real device, it leaves
-the CPU and the GIL to the loader while it computes.
+AU follows DLIO (argonne-lcf/dlio_benchmark, dlio_benchmark/utils/statscounter.py):
+each epoch (here a trial) is measured on its own, its first step left out
+(``StatsCounter.compute_metrics_train`` with ``metric_exclude_start_steps=1``,
+the default in ``utils/config.py``), and the run's AU is the plain mean of the
+epochs' AUs (``StatsCounter.end_run``: ``np.mean(train_au)``). The accelerator
+is simulated by ``time.sleep`` so that, like a real device, it leaves the CPU
+and the GIL to the loader while it computes.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +21,18 @@ from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, Kind
 
-__all__ = ["au_trial", "compute_times", "demand_bytes_per_s", "max_accelerators"]
+__all__ = [
+    "EXCLUDE_START_STEPS",
+    "au_trial",
+    "compute_times",
+    "demand_bytes_per_s",
+    "epoch_au",
+    "max_accelerators",
+    "run_au",
+]
+
+#: DLIO's ``metric_exclude_start_steps`` default: the first step of every epoch is left out.
+EXCLUDE_START_STEPS = 1
 
 
 def compute_times(t: Any, steps: int) -> NDArray[np.float64]:
@@ -28,26 +44,54 @@ def compute_times(t: Any, steps: int) -> NDArray[np.float64]:
     return np.maximum(draw, 0.0)
 
 
+def epoch_au(wall: float, proc: Sequence[float], compute: Sequence[float]) -> float:
+    """One epoch's AU as DLIO computes it, a fraction (DLIO prints it x100).
+
+    ``proc[i]`` is step i's load plus compute, ``compute[i]`` its compute, ``wall``
+    the epoch's seconds from start to end. As in DLIO's
+    ``StatsCounter.compute_metrics_train``: the compute of the steps after the
+    first over the wall time less the first step's load and compute; no compute
+    left (an epoch of one step) is AU 0.
+    """
+    s = EXCLUDE_START_STEPS
+    counted = float(sum(compute[s:]))
+    if counted == 0:
+        return 0.0
+    return counted / (wall - float(sum(proc[:s])))
+
+
+def run_au(epochs: Sequence[float]) -> float:
+    """The run's AU: the plain mean of its epochs' (``StatsCounter.end_run`` in DLIO), not
+    the run's compute over its wall time, which weighs long epochs more."""
+    return statistics.fmean(epochs)
+
+
 def au_trial(
     it: Iterator[Batch], steps: int, compute: NDArray[np.float64], accelerators: int
-) -> tuple[float, float, float]:
-    """(wall, compute, loader) seconds for ``steps`` steps of ``accelerators`` batches each.
+) -> tuple[float, float]:
+    """(AU, loader seconds per counted step) of one epoch: ``steps`` steps of
+    ``accelerators`` batches each, the first left out as :func:`epoch_au` does.
 
     The accelerator is simulated with ``time.sleep``: like a real device it
     leaves the CPU (and the GIL) to the loader's threads while it computes.
-    AU = compute / wall, as DLIO and MLPerf Storage define it.
     """
-    comp = load = 0.0
+    proc = np.zeros(steps)
+    comp = np.zeros(steps)
+    load = np.zeros(steps)
     t0 = time.perf_counter()
     for i in range(steps):
         a = time.perf_counter()
         for _ in range(accelerators):
             next(it)
         b = time.perf_counter()
-        load += b - a
         time.sleep(float(compute[i]))
-        comp += time.perf_counter() - b
-    return time.perf_counter() - t0, comp, load
+        c = time.perf_counter()
+        load[i], comp[i], proc[i] = b - a, c - b, c - a
+    wall = time.perf_counter() - t0
+    counted = load[EXCLUDE_START_STEPS:]
+    return epoch_au(wall, proc.tolist(), comp.tolist()), float(
+        counted.mean()
+    ) if counted.size else 0.0
 
 
 def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
@@ -62,21 +106,19 @@ def max_accelerators(kind: Kind, spec: str, *, probe_steps: int | None = None) -
     """The most simulated accelerators ``spec`` keeps at the AU threshold.
 
     N accelerators need N batches per compute time. Doubling finds a bracket,
-    bisection the edge; each probe is a fresh stream (first step excluded).
+    bisection the edge; each probe is a fresh stream, one epoch (its first step excluded).
     """
     t = kind.workload.train
-    steps = probe_steps or max(4, min(t.steps, 16))
+    steps = probe_steps or 1 + max(4, min(t.steps, 16))  # the first step is not counted
     comp = compute_times(t, steps)
 
     def ok(n: int) -> bool:
-        stream = kind.open(spec, 1 + steps * n)
+        stream = kind.open(spec, steps * n)
         try:
-            it = iter(stream)
-            next(it)
-            wall, c, _ = au_trial(it, steps, comp, n)
+            au, _ = au_trial(iter(stream), steps, comp, n)
         finally:
             stream.close()
-        return c / wall >= t.au_threshold
+        return au >= t.au_threshold
 
     if not ok(1):
         return 0

@@ -26,6 +26,7 @@ from headrace.bench._args import (
     size_changes,
     slowfs_config,
 )
+from headrace.bench._datagen import check_room
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
@@ -523,6 +524,9 @@ def run(args: argparse.Namespace) -> int:
                 )
         # Served from S3, a run keeps upload digests and object caches under the root.
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
+        # Every workload's missing bytes at once, before the first is written: a run whose
+        # third dataset does not fit should not fill the disk with the first two first.
+        check_room(root, sum(k.bytes_to_write() for k in kinds))
         slowfs = slowfs_config(args)
         if slowfs is not None:
             fuse_check()

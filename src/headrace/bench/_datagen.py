@@ -15,12 +15,17 @@ from typing import Any
 
 import numpy as np
 
+from headrace._messages import byte_size
+from headrace.errors import ConfigError
+
 __all__ = [
     "Progress",
+    "check_room",
     "drop_damaged",
     "is_complete",
     "mark_complete",
     "record_sizes",
+    "token_bytes_to_write",
     "write_token_file",
 ]
 
@@ -94,6 +99,50 @@ def record_sizes(root: str, paths: list[str]) -> None:
         # A read-only root (a network mount of a dataset written elsewhere, before sizes
         # were recorded): the dataset is whole, only the check of a later run is lost.
         pass
+
+
+def _margin(total: int) -> int:
+    # Kept free: a filesystem filled to the last block fails other writers on it (logs,
+    # the page cache's writeback, the run's own report); 5% of it, at most 1 GiB.
+    return min(total // 20, 1 << 30)
+
+
+def check_room(root: str, needed: int, *, flag: str = "--root") -> None:
+    """Refuse to write ``needed`` more bytes under ``root`` when they do not fit in its
+    filesystem's free space less a margin; nothing is checked when nothing is to be written.
+    """
+    if needed <= 0:
+        return
+    # The generators create the root: until then its filesystem is its nearest folder's.
+    there = os.path.abspath(root)
+    while not os.path.exists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    st = os.statvfs(there)
+    if st.f_flag & os.ST_RDONLY or not os.access(there, os.W_OK):
+        return  # nothing fits, but the write's own error says what to do (write it elsewhere)
+    free = st.f_bavail * st.f_frsize
+    margin = _margin(st.f_blocks * st.f_frsize)
+    if needed <= free - margin:
+        return
+    raise ConfigError(
+        f"{flag} {root!r}: the dataset needs {byte_size(needed)} ({needed:,} bytes) still to "
+        f"be written, and its filesystem has {byte_size(free)} free ({free:,} bytes; "
+        f"{byte_size(margin)} of it kept free): make the dataset smaller (--scale or "
+        "--record-scale for a --dlio workload; --token-file-gib or --files for a built-in "
+        f"one) or choose a {flag} on a filesystem with room"
+    )
+
+
+def token_bytes_to_write(path: str, num_tokens: int, *, dtype: str, seed: int) -> int:
+    """The bytes :func:`write_token_file` would still write for these arguments."""
+    dt = np.dtype(dtype)
+    params = {"kind": "tokens", "tokens": num_tokens, "dtype": dt.name, "seed": seed}
+    total = num_tokens * dt.itemsize
+    if is_complete(path, params):
+        return 0
+    if os.path.exists(_marker(path)) or not os.path.exists(path):
+        return total  # written with other parameters (started over), or not begun
+    return total - min(total, os.path.getsize(path) // CHUNK_BYTES * CHUNK_BYTES)
 
 
 def write_token_file(

@@ -125,7 +125,8 @@ _READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader secti
 _OPTIONS = frozenset({"endpoint_url", "endpoint"})
 # Sections that say how DLIO itself runs, not what is read or computed.
 _RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
-# output.metric as headrace measures AU (the first step left out, as warm-up).
+# output.metric as headrace measures AU: each epoch's first step left out, as DLIO's own
+# defaults do (_au.py).
 _METRIC_DEFAULTS = {"exclude_start_steps": 1, "exclude_end_steps": 0}
 # workflow keys about how DLIO runs; any other that is on (checkpoint, evaluation) is named.
 _WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})

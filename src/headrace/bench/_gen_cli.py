@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
                     if progress:
                         progress(f"gen {kind.workload.name}", done, total)
 
-                kind.write(step)
+                kind.write(step, flag="--root" if store is None else "--staging")
                 if store is not None:
 
                     def sent(state: Uploaded, done: int, total: int) -> None:

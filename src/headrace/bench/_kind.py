@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
-from headrace.bench._datagen import drop_damaged, record_sizes
+from headrace.bench._datagen import check_room, drop_damaged, record_sizes
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, refuse
 from headrace.errors import ConfigError
@@ -280,11 +280,21 @@ class Kind:
         """Write the dataset under ``root`` unless a valid copy is there (resumable)."""
         raise NotImplementedError
 
-    def write(self, progress: Callable[[int, int], None] | None = None) -> None:
+    def bytes_to_write(self) -> int:
+        """The bytes :meth:`generate` would write now: what is missing, not what is there
+        and valid (the generators keep it); an estimate where encoding decides the size."""
+        raise NotImplementedError
+
+    def write(
+        self, progress: Callable[[int, int], None] | None = None, *, flag: str = "--root"
+    ) -> None:
         """:meth:`generate`, after removing any file of the dataset whose size differs from
-        the one it had when last written whole; then remember the sizes."""
+        the one it had when last written whole, and refusing (before writing anything) a
+        dataset whose missing bytes the filesystem has no room for (``flag`` names the
+        folder in that error); then remember the sizes."""
         files = self.dataset_files()
         drop_damaged(self.root, files)
+        check_room(self.root, self.bytes_to_write(), flag=flag)
         self.generate(progress)
         record_sizes(self.root, self.dataset_files())
 

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, variant
-from headrace.bench._rows_kind import make_table_dataset, open_arrow
+from headrace.bench._rows_kind import make_table_dataset, open_arrow, table_dataset_bytes
 from headrace.bench._tokens_kind import TokenPayload
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
@@ -169,6 +169,9 @@ class PackedKind(TokenPayload):
 
     def files(self) -> list[str]:
         return [os.path.join(self.path, "data-00000-of-00001.arrow")]
+
+    def bytes_to_write(self) -> int:
+        return table_dataset_bytes(self.path, self.rows, self.max_len)
 
     def dataset_files(self) -> list[str]:
         return [*self.files(), os.path.join(self.path, "state.json")]

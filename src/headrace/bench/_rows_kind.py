@@ -38,9 +38,16 @@ from headrace.io import DEFAULT_MAX_GAP, RangeReader, ReaderConfig
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
-__all__ = ["PaddedKind", "TableKind", "make_padded_dataset", "make_table_dataset"]
+__all__ = [
+    "PaddedKind",
+    "TableKind",
+    "make_padded_dataset",
+    "make_table_dataset",
+    "table_dataset_bytes",
+]
 
 PAGE = 4096
+TABLE_FILE = "data-00000-of-00001.arrow"
 
 
 def make_padded_dataset(
@@ -90,7 +97,7 @@ def make_table_dataset(
 
     batches = "" if batch_rows == 8192 else f"-b{batch_rows}"  # names made before stay valid
     path = Path(root) / f"table-{rows}x{max_len}{batches}-s{seed}"
-    name = "data-00000-of-00001.arrow"
+    name = TABLE_FILE
     if (path / "state.json").exists() and (path / name).exists():
         return path
     path.mkdir(parents=True, exist_ok=True)
@@ -108,6 +115,14 @@ def make_table_dataset(
     tmp.write_text(json.dumps({"_data_files": [{"filename": name}]}))
     os.replace(tmp, path / "state.json")
     return path
+
+
+def table_dataset_bytes(path: str, rows: int, max_len: int) -> int:
+    """The bytes :func:`make_table_dataset` would write into ``path`` now."""
+    if all(os.path.exists(os.path.join(path, n)) for n in ("state.json", TABLE_FILE)):
+        return 0
+    # input_ids average (max_len + 1) / 2 int32s, an int32 offset and an int64 label a row
+    return round(rows * ((max_len + 1) / 2 * 4 + 4 + 8)) + 65536
 
 
 class _RowsBase(Kind):
@@ -184,6 +199,11 @@ class PaddedKind(_RowsBase):
 
     def files(self) -> list[str]:
         return [os.path.join(self.folder, "tokens.npy"), os.path.join(self.folder, "mask.npy")]
+
+    def bytes_to_write(self) -> int:
+        if all(os.path.exists(p) for p in self.files()):
+            return 0
+        return self.rows * self.width * (2 + 1) + 2 * PAGE  # uint16 tokens, uint8 mask
 
     def record_bytes(self) -> float:
         # x and y as int32, loss_mask as bool: L items each.
@@ -301,7 +321,10 @@ class TableKind(_RowsBase):
             progress(1, 1)
 
     def files(self) -> list[str]:
-        return [os.path.join(self.path, "data-00000-of-00001.arrow")]
+        return [os.path.join(self.path, TABLE_FILE)]
+
+    def bytes_to_write(self) -> int:
+        return table_dataset_bytes(self.path, self.rows, self.width)
 
     def dataset_files(self) -> list[str]:
         # state.json names the data files: without it the directory is no dataset.

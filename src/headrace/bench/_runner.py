@@ -28,6 +28,7 @@ from typing import Any
 
 import headrace
 from headrace._messages import byte_size
+from headrace.bench import _au
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
@@ -211,7 +212,8 @@ def _run(
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
     done, work = 0, t.trials * len(specs) * (2 if has_compute else 1)
-    au: dict[str, list[float]] = {s: [0.0, 0.0, 0.0] for s in specs}
+    # Per variant, each epoch's (AU, loader seconds per counted step).
+    au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
     try:
         for spec in specs:
             try:
@@ -245,7 +247,8 @@ def _run(
         for s in streams.values():
             s.close()
     # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
-    # fresh stream (its first step excluded, as DLIO does) and runs its trials back to back:
+    # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
+    # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
     # the trial streams above sat idle while the other variants ran, so their read-ahead
     # queues were full, and an AU measured on them credited the loader with that idle time.
     comp_t = compute_times(t, t.trials * t.steps)
@@ -253,16 +256,12 @@ def _run(
         if spec in failed:
             continue
         try:
-            stream = of(spec).open(spec, 1 + compute_steps * n_acc)
+            stream = of(spec).open(spec, compute_steps * n_acc)
             try:
                 it = iter(stream)
-                next(it)
                 for r in range(t.trials):
                     part = comp_t[r * t.steps : (r + 1) * t.steps]
-                    wall, c, ld = au_trial(it, t.steps, part, n_acc)
-                    au[spec][0] += wall
-                    au[spec][1] += c
-                    au[spec][2] += ld
+                    au[spec].append(au_trial(it, t.steps, part, n_acc))
                     done += 1
                     if progress:
                         progress(f"{wl.name}: trials with compute", done, work)
@@ -292,6 +291,7 @@ def _run(
     for spec in specs:
         m = measured[spec]
         med = statistics.median(rates[spec])
+        run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute else None
         if m["steps"] not in yardsticks:
             n = m["steps"]
             yardsticks[n] = (kind.payload_bytes(0, n), kind.unique_payload_bytes(n))
@@ -331,10 +331,10 @@ def _run(
                 "bytes_delivered": delivered if counted is None else counted,
                 "unique_bytes_delivered": unique,
                 "amplification": m["bytes_read"] / unique if unique else None,
-                "au": au[spec][1] / au[spec][0] if has_compute else None,
-                "au_pass": au[spec][1] / au[spec][0] >= t.au_threshold if has_compute else None,
+                "au": run_au,
+                "au_pass": run_au >= t.au_threshold if run_au is not None else None,
                 "loader_s_per_step_with_compute": (
-                    au[spec][2] / (t.trials * t.steps) if has_compute else None
+                    statistics.fmean(ld for _, ld in au[spec]) if has_compute else None
                 ),
                 "max_accelerators": max_acc.get(spec),
                 "steps": m["steps"],

@@ -126,6 +126,20 @@ class TableImagesKind(ParquetKind):
             if progress:
                 progress(i + 1, self.num_files)
 
+    def bytes_to_write(self) -> int:
+        rows = [
+            n for p, n in zip(self.files(), self._file_rows(), strict=True) if not os.path.exists(p)
+        ]
+        if not rows:
+            return 0
+        # Every image has the same shape and noise: one encoded is the others' size.
+        seed = self.workload.train.seed
+        jpeg = encode_jpeg(
+            photo(self._image_seed(seed, 0), (*self.image_hw, 3), self.noise), quality=self.quality
+        )
+        # each row: the JPEG, its 12-byte path, offsets and the int64 label; then footers
+        return sum(n * (len(jpeg) + 12 + 8 + 8) + 65536 for n in rows)
+
     @staticmethod
     def _image_seed(seed: int, row: int) -> int:
         return int(np.random.SeedSequence([seed, row]).generate_state(1)[0])

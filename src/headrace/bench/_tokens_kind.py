@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._datagen import write_token_file
+from headrace.bench._datagen import token_bytes_to_write, write_token_file
 from headrace.bench._kind import (
     Batch,
     GenStream,
@@ -169,6 +169,11 @@ class TokenKind(TokenPayload):
 
     def files(self) -> list[str]:
         return [self.path]
+
+    def bytes_to_write(self) -> int:
+        return token_bytes_to_write(
+            self.path, self.num_tokens, dtype=self.dtype.name, seed=self.workload.train.seed
+        )
 
     def result_extras(self, spec: str) -> dict[str, Any]:
         extras = super().result_extras(spec)
@@ -367,6 +372,14 @@ class MegatronKind(TokenKind):
 
     def files(self) -> list[str]:
         return [self.path, self.path[:-4] + ".idx"]
+
+    def bytes_to_write(self) -> int:
+        tokens = super().bytes_to_write()
+        if not tokens and os.path.exists(self.path[:-4] + ".idx"):
+            return 0
+        docs = -(-self.num_tokens // self.document_tokens)
+        # header (magic, version, dtype, counts), then lengths, pointers and document indices
+        return tokens + 34 + docs * (4 + 8) + (docs + 1) * 8
 
     def dataset_bytes(self) -> int:
         return int(self.num_tokens * self.dtype.itemsize)
