@@ -146,14 +146,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.integration
-def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Path) -> None:
-    port, out = free_port(), tmp_path / "digests.json"
+def run_two_processes(script: str, root: Path, out: Path) -> None:
+    """Run ``script`` (beside this file) as jax.distributed processes 0 and 1 of 2,
+    each given the data folder, the output file and the coordinator's port."""
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    script = str(HERE / "jax_multiprocess.py")
     procs = [
         subprocess.Popen(
-            [sys.executable, script, str(root), str(out), str(port), "2", str(pid)],
+            [sys.executable, str(HERE / script), str(root), str(out), str(port), "2", str(pid)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -168,6 +168,12 @@ def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Pa
             if p.poll() is None:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], logs
+
+
+@pytest.mark.integration
+def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "digests.json"
+    run_two_processes("jax_multiprocess.py", root, out)
     assert json.loads(out.read_text()) == reference
 
 
@@ -330,26 +336,8 @@ def test_two_jax_processes_read_a_mixture_and_one_resumes_their_state(
     # of padded rows (1-D source, bool masks) with the batch axis over processes, a
     # sequence axis over processes (context parallel: each reads every row), and the
     # state saved by 2 processes resumed by 1 (4 devices).
-    port, out = free_port(), tmp_path / "mixture.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    script = str(HERE / "jax_multiprocess_mixture.py")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, str(root), str(out), str(port), "2", str(pid)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for pid in range(2)
-    ]
-    try:
-        logs = [p.communicate(timeout=90)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [p.returncode for p in procs] == [0, 0], logs
+    out = tmp_path / "mixture.json"
+    run_two_processes("jax_multiprocess_mixture.py", root, out)
     got = json.loads(out.read_text())
     with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=6) as ld:
         want = [batch_digest([b]) for b in ld]
