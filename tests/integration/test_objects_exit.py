@@ -65,17 +65,21 @@ def slow(s3: S3Fixture) -> Iterator[LatencyProxy]:
         yield proxy
 
 
-def _run(s3: S3Fixture, endpoint: str, sleep: float) -> subprocess.CompletedProcess[str]:
-    options = {**s3.options(), "endpoint": endpoint}
-    arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL, "sleep": sleep})
+def script(code: str, args: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with ``args`` as JSON in argv[1], in a fresh interpreter."""
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, arg],
+        [sys.executable, "-c", code, json.dumps(args)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         timeout=60,
         check=False,
     )
+
+
+def _run(s3: S3Fixture, endpoint: str, sleep: float) -> subprocess.CompletedProcess[str]:
+    options = {**s3.options(), "endpoint": endpoint}
+    return script(SCRIPT, {"url": s3.url, "options": options, "keys": SMALL, "sleep": sleep})
 
 
 def test_a_script_that_returns_with_requests_in_flight_exits_0(
@@ -125,15 +129,7 @@ def test_a_daemon_thread_in_get_many_at_exit_is_stopped_quietly(
     s3: S3Fixture, slow: LatencyProxy
 ) -> None:
     options = {**s3.options(), "endpoint": slow.endpoint}
-    arg = json.dumps({"url": s3.url, "options": options, "keys": SMALL})
-    p = subprocess.run(
-        [sys.executable, "-c", IN_GET_MANY, arg],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        timeout=60,
-        check=False,
-    )
+    p = script(IN_GET_MANY, {"url": s3.url, "options": options, "keys": SMALL})
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "returned"
     assert "Traceback" not in p.stderr
@@ -180,17 +176,10 @@ def test_an_exit_handler_registered_before_or_after_import_can_write_and_read(
 ) -> None:
     options = {**s3.options(), "endpoint": slow.endpoint}
     out = f"s3://{BUCKET}/exit-flush"
-    arg = json.dumps({"url": s3.url, "out": out, "options": options, "keys": SMALL, "order": order})
+    args = {"url": s3.url, "out": out, "options": options, "keys": SMALL, "order": order}
 
     def run(_: int) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", FLUSH_AT_EXIT, arg],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-            timeout=60,
-            check=False,
-        )
+        return script(FLUSH_AT_EXIT, args)
 
     # Several, two at once: the handler's last request is answered on a Tokio thread just
     # before finalization (without a grace after it, 2 of 13 runs aborted).
@@ -234,17 +223,10 @@ def token_url(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_a_script_that_returns_during_a_loaders_read_ahead_exits_quietly(
     s3: S3Fixture, slow: LatencyProxy, token_url: str
 ) -> None:
-    arg = json.dumps({"url": token_url, "options": {**s3.options(), "endpoint": slow.endpoint}})
+    args = {"url": token_url, "options": {**s3.options(), "endpoint": slow.endpoint}}
 
     def run(_: int) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", LOADER, arg],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-            timeout=60,
-            check=False,
-        )
+        return script(LOADER, args)
 
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(run, range(8)))
