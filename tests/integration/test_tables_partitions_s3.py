@@ -1,0 +1,149 @@
+"""Parquet as Spark and other partitioning writers lay it out on S3 (moto on 127.0.0.1):
+hive partition folders (``year=2024/part-0.parquet``), a ``_SUCCESS`` marker and ``.crc``
+files beside the parts. Read by a glob across the folders, the objects must give the
+local files' rows, batches and fingerprint (a local state resumes on S3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import Table, TableSource
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+URL = f"s3://{BUCKET}/spark-hive"
+# Partition folders, sorted as a listing and a local glob sort them.
+PARTS = [f"year={y}/month={m:02d}" for y in (2023, 2024) for m in (1, 11)]
+KW: dict[str, Any] = {"columns": ["id", "tok"], "width": 6}
+
+
+def _part(i: int) -> pa.Table:
+    rows = 30 + 7 * i
+    ids = np.arange(rows, dtype=np.int64) + 1000 * i
+    return pa.table(
+        {
+            "id": ids,
+            "tok": pa.array([list(range(int(r) % 6)) for r in ids], pa.list_(pa.int32())),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same dataset as local files under ``root`` and as objects under ``URL``."""
+    root = tmp_path_factory.mktemp("spark-hive")
+    client = s3.server.info.boto3_client()
+    files: dict[str, bytes] = {"_SUCCESS": b""}
+    for i, part in enumerate(PARTS):
+        for j in range(2):
+            name = f"{part}/part-{j:05d}-c000.snappy.parquet"
+            (root / part).mkdir(parents=True, exist_ok=True)
+            pq.write_table(_part(2 * i + j), root / name, row_group_size=16)
+            files[name] = (root / name).read_bytes()
+            files[f"{part}/.part-{j:05d}-c000.snappy.parquet.crc"] = b"\x00crc"
+    for name, body in files.items():
+        (root / name).write_bytes(body)
+        client.put_object(Bucket=BUCKET, Key=f"spark-hive/{name}", Body=body)
+    return root
+
+
+def _names(tb: Table, base: str) -> list[str]:
+    return [u.removeprefix(base + "/") for u, _ in tb.files]
+
+
+@pytest.mark.parametrize("pattern", ["*/*/*.parquet", "**/*.parquet", "year=*/month=1?/*.parquet"])
+def test_a_glob_across_partition_folders_reads_what_the_local_glob_reads(
+    s3: S3Fixture, root: Path, pattern: str
+) -> None:
+    local = Table.open(str(root / pattern), columns=["id"])
+    remote = Table.open(f"{URL}/{pattern}", columns=["id"], store_options=options(s3))
+    want = [f"{p}/part-{j:05d}-c000.snappy.parquet" for p in PARTS for j in range(2)]
+    if "month=1?" in pattern:
+        want = [w for w in want if "month=11" in w]
+    assert _names(local, str(root)) == want
+    assert _names(remote, URL) == want
+    rows = list(range(len(remote)))[::-1]
+    assert remote.read_rows(rows)["id"].tolist() == local.read_rows(rows)["id"].tolist()
+    assert remote.fingerprint == local.fingerprint
+    local.close()
+    remote.close()
+
+
+def test_batches_and_resume_match_the_local_files_on_another_host_count(
+    s3: S3Fixture, root: Path
+) -> None:
+    def digests(make: Any, world: int) -> list[str]:
+        return [
+            batch_digest(Loader(make(), batch_size=8, seed=3, steps=12, rank=r, world_size=world))
+            for r in range(world)
+        ]
+
+    local = lambda: TableSource(str(root / "**" / "*.parquet"), **KW)  # noqa: E731
+    remote = lambda: TableSource(  # noqa: E731
+        f"{URL}/**/*.parquet", store_options=options(s3), **KW
+    )
+    assert digests(remote, 2) == digests(local, 2)
+    # A state saved on 2 local hosts resumes on 1 S3 host.
+    with Loader(local(), batch_size=8, seed=3, rank=0, world_size=2) as saved:
+        it = iter(saved)
+        for _ in range(5):
+            next(it)
+        state = saved.state_dict()
+    with Loader(local(), batch_size=8, seed=3) as whole:
+        it = iter(whole)
+        want = [next(it) for _ in range(8)][5:]
+    with Loader(remote(), batch_size=8, seed=3) as resumed:
+        resumed.load_state_dict(state)
+        it = iter(resumed)
+        for w in want:
+            got = next(it)
+            assert got["id"].tolist() == w["id"].tolist()
+
+
+def test_a_partitioned_prefix_is_refused_with_a_glob_that_reads_it(s3: S3Fixture) -> None:
+    with pytest.raises(ConfigError, match=r"year=2023.*year=2024") as err:
+        Table.open(f"{URL}/", store_options=options(s3))
+    glob = f"{URL}/**/*.parquet"
+    assert glob in str(err.value)
+    with Table.open(glob, store_options=options(s3)) as tb:
+        assert len(tb.files) == 2 * len(PARTS)
+
+
+def test_a_partition_key_asked_as_a_column_is_refused_saying_where_it_lives(
+    s3: S3Fixture, root: Path
+) -> None:
+    for where, store in ((str(root), None), (URL, options(s3))):
+        with pytest.raises(ConfigError, match=r"'year'.*partition folder names") as err:
+            Table.open(f"{where}/**/*.parquet", columns=["id", "year"], store_options=store)
+        assert "available: ['id', 'tok']" in str(err.value)
+
+
+def test_a_glob_matching_no_objects_names_it(s3: S3Fixture) -> None:
+    with pytest.raises(FormatError, match=r"spark-hive/\*/\*\.parquet: no objects match"):
+        Table.open(f"{URL}/*/*.parquet", store_options=options(s3))  # parts are 2 deep
+
+
+def test_a_spark_output_prefix_skips_the_success_marker_and_crc_files(
+    s3: S3Fixture, root: Path
+) -> None:
+    part = PARTS[0]
+    local = Table.open(root / part, columns=["id"])
+    remote = Table.open(f"{URL}/{part}", columns=["id"], store_options=options(s3))
+    assert _names(remote, f"{URL}/{part}") == [
+        "part-00000-c000.snappy.parquet",
+        "part-00001-c000.snappy.parquet",
+    ]
+    assert remote.read_rows([0, 66])["id"].tolist() == local.read_rows([0, 66])["id"].tolist()
+    local.close()
+    remote.close()
