@@ -301,8 +301,14 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/deep")
     for name in ("a", "b"):
         _put(s3, f"parts/{name}/x.parquet", body)
-    with pytest.raises(ConfigError, match=r"tables/parts .* subfolders a, b do: open one, e\.g\."):
+    with pytest.raises(
+        ConfigError,
+        match=r"tables/parts .* subfolders a, b do: if they are separate datasets .* open one, "
+        r"e\.g\. .*parts/a; if they are parts of one table, pass a glob such as "
+        r"'.*parts/\*\*/\*\.parquet'",
+    ):
         s3_source(s3, f"{URL}/parts")
+    assert len(s3_source(s3, f"{URL}/parts/**/*.parquet")) == 4000
     # A null label: refused when the source is made (statistics, then that row group).
     labels = pa.array([None if i == 777 else i for i in range(1000)], pa.int64())
     sink = pa.BufferOutputStream()

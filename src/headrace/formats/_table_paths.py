@@ -22,6 +22,7 @@ from headrace.formats._table_layout import (
     state_fingerprint,
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
+from headrace.formats._url_glob import glob_root, has_magic
 
 __all__ = [
     "_path_list",
@@ -197,11 +198,14 @@ def _resolve(
             raise ConfigError("Table.open got an empty list of files")
         return os.path.commonpath([os.path.abspath(f) for f in files]), files
     root = os.fspath(path)
-    if any(c in root for c in "*?["):
+    if has_magic(root):
         files = sorted(f for f in glob.glob(root, recursive=True) if os.path.isfile(f))
         if not files:
             raise FormatError(f"{root}: no files match")
-        return os.path.dirname(root), files
+        # The folder above the first wildcard, as on object storage (_url_glob): the
+        # files' names in the fingerprint are relative to it, so a state saved on
+        # local files resumes on their copy in a bucket.
+        return glob_root(root, os.sep), files
     if os.path.isfile(root):
         return os.path.dirname(root), [root]
     if not os.path.isdir(root):
