@@ -147,3 +147,26 @@ def test_a_spark_output_prefix_skips_the_success_marker_and_crc_files(
     assert remote.read_rows([0, 66])["id"].tolist() == local.read_rows([0, 66])["id"].tolist()
     local.close()
     remote.close()
+
+
+def test_escaped_partition_values_and_an_empty_partition_file(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Spark escapes ':' in a timestamp partition's folder name (%3A) and keeps the
+    # space; an empty partition is still written, as a file of no rows.
+    client = s3.server.info.boto3_client()
+    folders = [f"ts=2024-01-0{d} 00%3A00%3A00" for d in (1, 2, 3)]
+    for folder, rows in zip(folders, (3, 0, 4), strict=True):
+        (tmp_path / folder).mkdir()
+        name = f"{folder}/part-00000.parquet"
+        pq.write_table(_part(rows).slice(0, rows), tmp_path / name)
+        client.put_object(Bucket=BUCKET, Key=f"escaped/{name}", Body=(tmp_path / name).read_bytes())
+    local = Table.open(str(tmp_path / "ts=*" / "*.parquet"), columns=["id"])
+    remote = Table.open(
+        f"s3://{BUCKET}/escaped/ts=*/*.parquet", columns=["id"], store_options=options(s3)
+    )
+    assert len(remote.files) == 3 and len(remote) == len(local) == 7
+    assert remote.read_rows(range(7))["id"].tolist() == local.read_rows(range(7))["id"].tolist()
+    assert remote.fingerprint == local.fingerprint
+    local.close()
+    remote.close()
