@@ -170,3 +170,24 @@ def test_escaped_partition_values_and_an_empty_partition_file(
     assert remote.fingerprint == local.fingerprint
     local.close()
     remote.close()
+
+
+@pytest.mark.parametrize("pattern", ["", "*.parquet", "**/*.parquet"])
+def test_a_delta_table_on_s3_is_refused_not_read_with_its_removed_files(
+    s3: S3Fixture, pattern: str
+) -> None:
+    # After an overwrite part-0 is removed from the table by the log, but stays in the
+    # bucket until VACUUM: read, its rows would be trained on twice.
+    client = s3.server.info.boto3_client()
+    sink = pa.BufferOutputStream()
+    pq.write_table(_part(0), sink)
+    objects = {
+        "part-0.parquet": sink.getvalue().to_pybytes(),
+        "part-1.parquet": sink.getvalue().to_pybytes(),
+        "_delta_log/00000000000000000000.json": b'{"add":{"path":"part-0.parquet"}}\n',
+        "_delta_log/00000000000000000001.json": b'{"remove":{"path":"part-0.parquet"}}\n',
+    }
+    for key, data in objects.items():
+        client.put_object(Bucket=BUCKET, Key=f"delta/events/{key}", Body=data)
+    with pytest.raises(ConfigError, match=r"delta/events is a Delta Lake table \(_delta_log"):
+        Table.open(f"s3://{BUCKET}/delta/events/{pattern}", store_options=options(s3))
