@@ -46,8 +46,10 @@ from headrace.formats._table_ahead import (
     ReadOnlyFile,
 )
 from headrace.formats._table_layout import (
+    DELTA_LOG,
     IPC_SUFFIXES,
     folder_files,
+    refuse_delta,
     state_files,
     state_fingerprint,
 )
@@ -97,9 +99,9 @@ def resolve_urls(
     if has_magic(path):
         base = glob_root(path.rstrip("/"))
         pattern = path.rstrip("/")[len(base) + 1 :]
-        listed = [
-            (u, i) for u, i in files.listing(base) if key_matches(u[len(base) + 1 :], pattern)
-        ]
+        every = files.listing(base)
+        listed = [(u, i) for u, i in every if key_matches(u[len(base) + 1 :], pattern)]
+        _refuse_delta_above(base, [u for u, _ in every], [u for u, _ in listed])
         if not listed:
             raise FormatError(f"{path}: no objects match")
         return base, listed, None
@@ -123,10 +125,23 @@ def resolve_urls(
         if missing:
             raise FormatError(f"{where} lists data files that do not exist: {missing}")
         return root, [here[n] for n in names], state_fingerprint(text)
+    if any(key.startswith(DELTA_LOG + "/") for key, _, _ in entries):
+        refuse_delta(root)
     if not any(key.endswith((".arrow", ".parquet")) for key in here):
         _refuse_tables_below(root, [key for key, _, _ in entries])
     chosen = folder_files(root, list(here), "/")
     return root, [here[u[len(root) + 1 :]] for u in chosen], None
+
+
+def _refuse_delta_above(base: str, listed: list[str], chosen: list[str]) -> None:
+    """Refuse objects a glob matched in a Delta Lake table under ``base`` (the
+    ``listed`` prefix): in a folder with a ``_delta_log``, or below one."""
+    marker = f"/{DELTA_LOG}/"
+    tables = {u[: u.index(marker)] for u in listed if marker in u[len(base) :]}
+    for url in chosen:
+        for table in tables:
+            if url.startswith(table + "/"):
+                refuse_delta(table)
 
 
 def _refuse_tables_below(root: str, keys: list[str]) -> None:
