@@ -136,3 +136,33 @@ def test_config_subfolders_are_not_told_to_be_read_as_one_table(tmp_path: Path) 
         Table.open(tmp_path / "hive")
     assert "separate datasets" not in str(err.value)
     assert "'**'" not in str(err.value) and "**" in str(err.value)
+
+
+def _delta_table(root: Path) -> None:
+    """A Delta Lake table after an overwrite: part-0 was removed from the table by the
+    second commit but is still on disk (until VACUUM), beside its replacement part-1."""
+    _write(root, ["part-0.parquet", "part-1.parquet"])
+    log = root / "_delta_log"
+    log.mkdir()
+    (log / "00000000000000000000.json").write_text(
+        '{"add":{"path":"part-0.parquet","dataChange":true}}\n'
+    )
+    (log / "00000000000000000001.json").write_text(
+        '{"remove":{"path":"part-0.parquet"}}\n{"add":{"path":"part-1.parquet"}}\n'
+    )
+
+
+@pytest.mark.parametrize("how", ["folder", "glob", "deep glob"])
+def test_a_delta_table_is_refused_not_read_with_its_removed_files(tmp_path: Path, how: str) -> None:
+    _delta_table(tmp_path / "events")
+    path = {
+        "folder": tmp_path / "events",
+        "glob": tmp_path / "events" / "*.parquet",
+        "deep glob": tmp_path / "**" / "*.parquet",
+    }[how]
+    with pytest.raises(ConfigError, match=r"events is a Delta Lake table \(_delta_log") as err:
+        Table.open(path)
+    assert "file_uris()" in str(err.value)
+    # Its current files, listed, read.
+    with Table.open([tmp_path / "events" / "part-1.parquet"]) as tb:
+        assert tb.read_rows([0, 1])["y"].tolist() == [1, 1]

@@ -12,7 +12,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import FormatError
+from headrace.errors import ConfigError, FormatError
 from headrace.formats import Table, TableSource
 from headrace.formats._ragged import Ragged
 
@@ -215,6 +215,24 @@ def test_shards_that_differ_only_in_columns_not_read_read_as_one(tmp_path: Path)
         Table.open([a, b])
     with pytest.raises(FormatError, match=r"b\.parquet: schema differs .*column 'h' is null"):
         Table.open([a, b], columns=["id", "h"])
+
+
+def test_a_column_added_in_later_files_is_read_around_or_refused_naming_them(
+    tmp_path: Path,
+) -> None:
+    # Schema evolution (Spark's mergeSchema): files written after a column was added.
+    a = _parquet(tmp_path / "a.parquet", TABLE.slice(0, 20))
+    later = TABLE.slice(20).append_column("added", pa.array(np.zeros(N - 20)))
+    b = _parquet(tmp_path / "b.parquet", later)
+    c = _parquet(tmp_path / "c.parquet", later.slice(0, 3))
+    _check(Table.open([a, b], columns=["id", "tok"]), TABLE.select(["id", "tok"]))
+    with pytest.raises(
+        FormatError,
+        match=r"b\.parquet: has column 'added', which .*a\.parquet does not \(2 of 3 files",
+    ):
+        Table.open([a, b, c], columns=["id", "added"])
+    with pytest.raises(ConfigError, match=r"no column\(s\) \['nope'\]; available: \['id'"):
+        Table.open([a, b], columns=["nope"])
 
 
 def test_a_table_source_refuses_null_numbers_and_strings_of_parquet_at_open(

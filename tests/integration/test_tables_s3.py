@@ -301,8 +301,14 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/deep")
     for name in ("a", "b"):
         _put(s3, f"parts/{name}/x.parquet", body)
-    with pytest.raises(ConfigError, match=r"tables/parts .* subfolders a, b do: open one, e\.g\."):
+    with pytest.raises(
+        ConfigError,
+        match=r"tables/parts .* subfolders a, b do: if they are separate datasets .* open one, "
+        r"e\.g\. .*parts/a; if they are parts of one table, pass a glob such as "
+        r"'.*parts/\*\*/\*\.parquet'",
+    ):
         s3_source(s3, f"{URL}/parts")
+    assert len(s3_source(s3, f"{URL}/parts/**/*.parquet")) == 4000
     # A null label: refused when the source is made (statistics, then that row group).
     labels = pa.array([None if i == 777 else i for i in range(1000)], pa.int64())
     sink = pa.BufferOutputStream()
@@ -437,3 +443,41 @@ def test_a_table_closed_by_its_loader_reads_on_under_the_next(s3: S3Fixture, roo
     got = loaders_closing_between(src, batch_size=32, seed=5, steps=8)
     assert batch_digest(got) == want
     src.close()
+
+
+def test_only_the_columns_read_are_fetched(s3: S3Fixture, tmp_path: Path) -> None:
+    # A wide table as a feature store writes it: the columns read sit either side of a
+    # 2 MiB-per-row-group text column (incompressible), which must stay unfetched.
+    rng = np.random.default_rng(7)
+    rows, group = 4000, 1000
+    table = pa.table(
+        {
+            "label": np.arange(rows, dtype=np.int64),
+            "text": pa.array([rng.bytes(2100) for _ in range(rows)], pa.binary()),
+            "input_ids": pa.array(
+                [rng.integers(0, 9, int(n)).astype(np.int32) for n in rng.integers(0, 40, rows)],
+                pa.list_(pa.int32()),
+            ),
+        }
+    )
+    path = tmp_path / "wide.parquet"
+    pq.write_table(table, path, row_group_size=group, compression="zstd")
+    _put(s3, "wide/wide.parquet", path.read_bytes())
+    meta = pq.ParquetFile(path).metadata
+    asked = sum(
+        meta.row_group(g).column(c).total_compressed_size
+        for g in range(meta.num_row_groups)
+        for c in (0, 2)
+    )
+    size = path.stat().st_size
+    with Table.open(
+        f"{URL}/wide/", columns=["label", "input_ids"], store_options=options(s3)
+    ) as tb:
+        got = tb.read_rows(list(range(rows - 1, -1, -3)))
+        assert got["label"].tolist() == list(range(rows - 1, -1, -3))
+        stats = tb.object_stats
+        assert stats is not None and tb.misses == 0
+        footer = min(size, 64 << 10)
+        # The LIST, the footer, then each row group's two chunks: never the text between.
+        assert stats.bytes <= footer + asked, (stats.bytes, footer, asked, size)
+        assert stats.bytes < size / 20

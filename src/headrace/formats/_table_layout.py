@@ -17,10 +17,12 @@ from typing import Any
 from headrace.errors import ConfigError, FormatError
 
 __all__ = [
+    "DELTA_LOG",
     "HF_METADATA",
     "IPC_SUFFIXES",
     "folder_files",
     "is_split_name",
+    "refuse_delta",
     "state_files",
     "state_fingerprint",
 ]
@@ -28,6 +30,8 @@ __all__ = [
 #: Names of Arrow IPC files (file or stream format); any other table file is Parquet.
 IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 
+#: The folder beside a Delta Lake table's files that says which of them hold its rows.
+DELTA_LOG = "_delta_log"
 # The JSON files beside a save_to_disk dataset's shards.
 HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
 # What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
@@ -168,3 +172,19 @@ def _split_glob(split: str, names: list[str], splits: dict[str, str]) -> str:
         if sorted(fnmatch.filter(names, glob)) == mine:
             return glob
     return mine[0]
+
+
+def refuse_delta(root: str) -> None:
+    """Refuse the Delta Lake table at ``root`` (a folder or prefix with a ``_delta_log``).
+
+    Its log, not its folder, says which Parquet files hold its rows: an overwrite,
+    delete or compaction removes files from the table long before ``VACUUM`` deletes
+    them (7 days by default), so the folder's files read together give removed rows
+    beside their replacements.
+    """
+    raise ConfigError(
+        f"{root} is a Delta Lake table ({DELTA_LOG}/ beside its files): its log says "
+        "which of the Parquet files hold its rows now, and files an overwrite, delete or "
+        "compaction removed stay until VACUUM; headrace does not read the log: pass the "
+        f"table's current files as a list, e.g. deltalake's DeltaTable({root!r}).file_uris()"
+    )

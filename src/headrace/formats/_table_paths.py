@@ -16,12 +16,15 @@ from headrace.errors import (
     ObjectNotFoundError,
 )
 from headrace.formats._table_layout import (
+    DELTA_LOG,
     folder_files,
     is_split_name,
+    refuse_delta,
     state_files,
     state_fingerprint,
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
+from headrace.formats._url_glob import glob_root, has_magic
 
 __all__ = [
     "_path_list",
@@ -197,11 +200,15 @@ def _resolve(
             raise ConfigError("Table.open got an empty list of files")
         return os.path.commonpath([os.path.abspath(f) for f in files]), files
     root = os.fspath(path)
-    if any(c in root for c in "*?["):
+    if has_magic(root):
         files = sorted(f for f in glob.glob(root, recursive=True) if os.path.isfile(f))
         if not files:
             raise FormatError(f"{root}: no files match")
-        return os.path.dirname(root), files
+        _refuse_delta_above(files)
+        # The folder above the first wildcard, as on object storage (_url_glob): the
+        # files' names in the fingerprint are relative to it, so a state saved on
+        # local files resumes on their copy in a bucket.
+        return glob_root(root, os.sep), files
     if os.path.isfile(root):
         return os.path.dirname(root), [root]
     if not os.path.isdir(root):
@@ -223,6 +230,8 @@ def _resolve(
         if missing:
             raise FormatError(f"{state} lists data files that do not exist: {missing}")
         return root, files
+    if os.path.isdir(os.path.join(root, DELTA_LOG)):
+        refuse_delta(root)
     nested = _nested_tables(root)
     splits = [n for n in nested if is_split_name(n)]
     if len(splits) > 1:
@@ -259,6 +268,24 @@ def _resolve(
             "are not read as columns) or a list of files"
         )
     return root, folder_files(root, os.listdir(root), os.sep)
+
+
+def _refuse_delta_above(files: Sequence[str]) -> None:
+    """Refuse files a glob matched in a Delta Lake table: in its folder, or below it (its
+    partition folders, its log's checkpoints). A stat per folder above them."""
+    seen: set[str] = set()
+    for f in files:
+        folder = os.path.dirname(os.path.abspath(f))
+        while folder not in seen:
+            seen.add(folder)
+            if os.path.basename(folder) == DELTA_LOG or os.path.isdir(
+                os.path.join(folder, DELTA_LOG)
+            ):
+                refuse_delta(folder.removesuffix(os.sep + DELTA_LOG))
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
 
 
 def _nested_tables(root: str) -> list[str]:

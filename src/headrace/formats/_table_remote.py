@@ -20,7 +20,6 @@ running job is an error.
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import struct
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -47,12 +46,15 @@ from headrace.formats._table_ahead import (
     ReadOnlyFile,
 )
 from headrace.formats._table_layout import (
+    DELTA_LOG,
     IPC_SUFFIXES,
     folder_files,
+    refuse_delta,
     state_files,
     state_fingerprint,
 )
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
+from headrace.formats._url_glob import glob_root, has_magic, key_matches
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -84,7 +86,8 @@ def resolve_urls(
     the ``datasets`` fingerprint of a ``save_to_disk`` prefix (``None`` otherwise).
 
     ``path``: one object (``.../train.parquet``, ``.../data-00000-of-00002.arrow``),
-    a glob in the last part (``.../train-*.parquet``), a prefix, or a list of object
+    a glob (``.../train-*.parquet``, ``.../year=*/*.parquet``, ``.../**/*.parquet``: as
+    ``glob.glob`` reads files, :mod:`headrace.formats._url_glob`), a prefix, or a list of object
     URLs. A prefix is read as a local folder is: a ``save_to_disk`` dataset's
     ``state.json`` names its shards; otherwise the ``.arrow`` or ``.parquet``
     objects right under it (see :mod:`headrace.formats._table_layout`).
@@ -93,13 +96,12 @@ def resolve_urls(
         urls = list(path)
         root = common_url_root(urls, "a table's files")
         return root, list(zip(urls, files.infos(urls), strict=True)), None
-    base, _, last = path.rstrip("/").rpartition("/")
-    if any(c in last for c in "*?["):
-        listed = [
-            (u, i)
-            for u, i in files.listing(base)
-            if "/" not in (key := u[len(base) + 1 :]) and fnmatch.fnmatchcase(key, last)
-        ]
+    if has_magic(path):
+        base = glob_root(path.rstrip("/"))
+        pattern = path.rstrip("/")[len(base) + 1 :]
+        every = files.listing(base)
+        listed = [(u, i) for u, i in every if key_matches(u[len(base) + 1 :], pattern)]
+        _refuse_delta_above(base, [u for u, _ in every], [u for u, _ in listed])
         if not listed:
             raise FormatError(f"{path}: no objects match")
         return base, listed, None
@@ -123,10 +125,23 @@ def resolve_urls(
         if missing:
             raise FormatError(f"{where} lists data files that do not exist: {missing}")
         return root, [here[n] for n in names], state_fingerprint(text)
+    if any(key.startswith(DELTA_LOG + "/") for key, _, _ in entries):
+        refuse_delta(root)
     if not any(key.endswith((".arrow", ".parquet")) for key in here):
         _refuse_tables_below(root, [key for key, _, _ in entries])
     chosen = folder_files(root, list(here), "/")
     return root, [here[u[len(root) + 1 :]] for u in chosen], None
+
+
+def _refuse_delta_above(base: str, listed: list[str], chosen: list[str]) -> None:
+    """Refuse objects a glob matched in a Delta Lake table under ``base`` (the
+    ``listed`` prefix): in a folder with a ``_delta_log``, or below one."""
+    marker = f"/{DELTA_LOG}/"
+    tables = {u[: u.index(marker)] for u in listed if marker in u[len(base) :]}
+    for url in chosen:
+        for table in tables:
+            if url.startswith(table + "/"):
+                refuse_delta(table)
 
 
 def _refuse_tables_below(root: str, keys: list[str]) -> None:
@@ -142,7 +157,19 @@ def _refuse_tables_below(root: str, keys: list[str]) -> None:
         else f"{root} has no table files right under it, but its subfolders {', '.join(subs)} do"
     )
     if len(subs) > 1:
-        raise ConfigError(f"{lead}: open one, e.g. {root}/{subs[0]}, or pass a list of files")
+        every = f"{root}/**/*.parquet"
+        if all("=" in s for s in subs):
+            raise ConfigError(
+                f"{lead}: pass a glob such as {every!r} (values in partition folder names "
+                "are not read as columns) or a list of files"
+            )
+        # Not hive partitions (year=2024/): maybe a repo's configs, which the glob would
+        # read as one table without a word.
+        raise ConfigError(
+            f"{lead}: if they are separate datasets (configs, languages): open one, e.g. "
+            f"{root}/{subs[0]}; if they are parts of one table, pass a glob such as "
+            f"{every!r} or a list of files"
+        )
     sub = subs[0]
     direct = [k[len(sub) + 1 :] for k in keys if k.startswith(sub + "/")]
     try:

@@ -243,6 +243,35 @@ def refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
         )
 
 
+def _refuse_unknown(parts: Sequence[Any], unknown: list[str], where: str) -> None:
+    """Refuse the columns ``unknown`` that the first of ``parts`` lacks, saying where else
+    a name lives: in other files (the first decides a table's columns), or in partition
+    folder names (``year=2024/``: Spark and pyarrow's hive layout), which are not read."""
+    available = list(parts[0].schema.names)
+    for name in unknown:
+        having = [p.path for p in parts if name in p.schema.names]
+        if having:
+            raise FormatError(
+                f"{having[0]}: has column {name!r}, which {parts[0].path} does not "
+                f"({len(having)} of {len(parts)} files have it); every file of a table "
+                "must have the columns read: leave it out, or write it into every file"
+            )
+        folders = {
+            part.partition("=")[2]
+            for p in parts
+            for part in p.path.replace("\\", "/").split("/")[:-1]
+            if part.partition("=")[0] == name
+        }
+        if folders:
+            raise ConfigError(
+                f"{where}: no column {name!r} in the files; it is a key of their partition "
+                f"folder names ({name}={sorted(folders)[0]}/...), whose values headrace does "
+                "not read as columns: write it into the files, or open each partition as a "
+                f"source of its own; available: {available}"
+            )
+    raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
+
+
 def columns_read(
     pa: Any, parts: Sequence[Any], columns: Sequence[str] | None, where: str
 ) -> list[str]:
@@ -256,7 +285,7 @@ def columns_read(
     names = available if columns is None else list(columns)
     unknown = [c for c in names if c not in available and "." not in c]
     if unknown:
-        raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
+        _refuse_unknown(parts, unknown, where)
     tops = [field_of(pa, first.schema, c, where)[0] for c in names]
     if not names:
         what = "has no columns" if columns is None else "columns=[] names no column to read"

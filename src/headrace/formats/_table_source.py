@@ -312,8 +312,14 @@ class TableSource:
             # datasets' own, of a save_to_disk folder: only then, so other states load.
             **({"dataset": fp} if (fp := self.table.saved_fingerprint) else {}),
             # Only where two files share a base name: other states stay valid (see _names).
-            **({"paths": ps} if (ps := ambiguous_names([p for p, _ in self.table.files])) else {}),
+            # An object's URL as its path (bucket first): Spark writes part-00000 into
+            # every partition folder, and a copy of those files in a bucket must give
+            # the local files' fingerprint (Table.fingerprint names them so too).
+            **({"paths": ps} if (ps := ambiguous_names(self._file_paths())) else {}),
         }
+
+    def _file_paths(self) -> list[str]:
+        return [p.partition("://")[2] or p for p, _ in self.table.files]
 
     def __len__(self) -> int:
         return len(self.table)
