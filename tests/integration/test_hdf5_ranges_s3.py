@@ -13,7 +13,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
-from headrace.formats import FileSource
+from headrace.formats import FileSource, _hdf5_ranges
 from headrace.formats._hdf5_ranges import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
@@ -232,4 +232,29 @@ def test_a_stalled_range_times_out_naming_the_url_and_range(
     with pytest.raises(StorageError, match=r"gzip/v0\.h5, bytes \[0, 16384\): timed out"):
         src.read(0, np.array([1]))
     proxy.set_faults([])
+    src.close()
+
+
+def test_layouts_kept_are_bounded_and_an_evicted_one_is_learned_again(
+    s3: S3Fixture, h5sets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kept all, layouts grew with the dataset (24 bytes a chunk). Bounded to about one
+    # file's here: every file read after another is learned again, same batches.
+    clean = run(source(s3, "gzip", shuffle="samples", hdf5_ranges_above=None))
+    src = source(s3, "gzip", shuffle="samples")
+    one = src._ranged
+    assert one is not None
+    src.read(0, np.array([0]))
+    monkeypatch.setattr(_hdf5_ranges, "LAYOUT_BYTES", one._layout_bytes + 1)
+    learned: list[int] = []
+    learn = _hdf5_ranges.learn_layout
+
+    def counted(image: SparseImage, datasets: Any) -> Any:
+        learned.append(1)
+        return learn(image, datasets)
+
+    monkeypatch.setattr(_hdf5_ranges, "learn_layout", counted)
+    assert run(src) == clean
+    assert len(one._layouts) < FILES and one._layout_bytes <= _hdf5_ranges.LAYOUT_BYTES
+    assert len(learned) > FILES  # files read again after others learned again
     src.close()

@@ -54,6 +54,10 @@ MAX_GAP = 64 << 10
 #: The metadata bytes a source keeps, of the files it read last: a file among them is
 #: opened again with no GET for its metadata (about 50 KB a file of 400 chunks).
 META_BYTES = 64 << 20
+#: The layouts a source keeps (24 bytes a chunk, 16 a range), of the files read last: a
+#: file past them learns its layout again (1-3 round trips). Kept all, a dataset of 10
+#: million one-row chunks held 240 MB of them, growing with the dataset.
+LAYOUT_BYTES = 64 << 20
 
 Span = tuple[int, int]  # [start, end)
 
@@ -116,6 +120,16 @@ class FileLayout:
             if d is not None:
                 out.extend(d.spans(rows))
         return out
+
+    @property
+    def nbytes(self) -> int:
+        """About what this layout holds in memory (its arrays and ranges)."""
+        n = 16 * len(self.metadata)
+        for d in self.data.values():
+            if d is not None:
+                arrays = (d.chunk_rows, d.chunk_at, d.chunk_size)
+                n += sum(a.nbytes for a in arrays if a is not None)
+        return n
 
     def known(self, a: int, b: int) -> bool:
         """Whether ``[a, b)`` lies in a dataset's data (a read there is not metadata)."""
@@ -374,10 +388,11 @@ class RangedHdf5:
     """Sparse images of one source's remote HDF5 files, fetched by ranges.
 
     ``files()``: the source's current listing (a reopened source has a new store).
-    Each file's layout is learned at its first fetch and kept: a few ranges and
-    three integers a chunk, so that later fetches need no round trip before the data;
-    its metadata bytes too, for the files read last (``META_BYTES`` in all): a file
-    among them costs only the GETs of its chunks.
+    Each file's layout is learned at its first fetch and kept (a few ranges and
+    three integers a chunk, ``LAYOUT_BYTES`` in all, of the files read last), so that
+    later fetches need no round trip before the data; its metadata bytes too, for
+    the files read last (``META_BYTES`` in all): a file among them costs only the
+    GETs of its chunks.
     """
 
     def __init__(
@@ -391,7 +406,9 @@ class RangedHdf5:
         self._datasets = datasets
         self._in_flight = in_flight
         self.above = above
-        self._layouts: dict[int, FileLayout] = {}
+        # Layouts by file, least recently used first, within LAYOUT_BYTES.
+        self._layouts: OrderedDict[int, FileLayout] = OrderedDict()
+        self._layout_bytes = 0
         # Metadata bytes by file, least recently used first, within META_BYTES.
         self._meta: OrderedDict[int, list[tuple[int, bytes]]] = OrderedDict()
         self._meta_bytes = 0
@@ -435,13 +452,14 @@ class RangedHdf5:
         image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)
+            if layout is not None:
+                self._layouts.move_to_end(f)
             meta = self._meta.get(f)
             if meta is not None:
                 self._meta.move_to_end(f)
         if layout is None:
             layout = learn_layout(image, self._datasets)
-            with self._lock:
-                self._layouts[f] = layout
+            self._keep_layout(f, layout)
         elif meta is not None:
             image.put(meta)
         image.layout = layout
@@ -452,6 +470,16 @@ class RangedHdf5:
         if meta is None:
             self._keep(f, image.take(layout.metadata))
         return image
+
+    def _keep_layout(self, f: int, layout: FileLayout) -> None:
+        with self._lock:
+            if f in self._layouts:  # learned by another thread meanwhile
+                return
+            self._layouts[f] = layout
+            self._layout_bytes += layout.nbytes
+            while self._layout_bytes > LAYOUT_BYTES and len(self._layouts) > 1:
+                _, old = self._layouts.popitem(last=False)
+                self._layout_bytes -= old.nbytes
 
     def _keep(self, f: int, meta: list[tuple[int, bytes]]) -> None:
         n = sum(len(b) for _, b in meta)
