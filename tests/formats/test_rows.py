@@ -4,12 +4,13 @@ import json
 import pickle
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError, EmptyRowsError, FormatError
-from headrace.formats import PaddedRows, open_row_file, write_row_file
+from headrace.formats import PaddedRows, _row_file, open_row_file, write_row_file
 from headrace.formats._row_plan import retry_rows, sample_rows
 from headrace.io import RangeReader, ReaderConfig
 from headrace.pipeline import Loader
@@ -693,3 +694,31 @@ def test_a_token_the_output_dtype_cannot_hold_names_the_file_row_and_token(
     src = PaddedRows(tmp_path / "big.npy", context=2, shuffle=False, dtype=np.int16)
     with pytest.raises(DataError, match=r"big\.npy: row 1 holds token 40000, which int16"):
         src.read(0, np.arange(2))
+
+
+@pytest.mark.parametrize("name", ["r.npy", "r.bin"])
+def test_a_failed_rewrite_keeps_the_old_rows_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # write_row_file writes beside the file and renames: a write that fails midway (a
+    # full disk) leaves the old rows and sidecar as they were, and no temporary file.
+    old = np.arange(8 * 9, dtype=np.uint16).reshape(8, 9)
+    write_row_file(tmp_path / name, old)
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    real_open = open
+
+    def full(path: str, mode: str = "r", *args: Any, **kw: Any) -> Any:
+        # The temporary files land on /dev/full: every write fails with ENOSPC.
+        return real_open("/dev/full", mode) if path.endswith(".tmp") else real_open(path, mode)
+
+    monkeypatch.setattr(_row_file, "open", full, raising=False)
+    with pytest.raises(OSError, match="No space left"):
+        write_row_file(tmp_path / name, np.ones((16, 9), dtype=np.uint16))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    got = open_row_file(tmp_path / name)
+    assert (got.rows, got.width) == (8, 9)
+    assert np.array_equal(
+        PaddedRows(tmp_path / name, context=8, shuffle=False).read(0, np.arange(8))["x"], old[:, :8]
+    )

@@ -14,6 +14,7 @@ source, each checked against the size and ETag seen at open.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -301,14 +302,34 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
     if a.ndim != 2:
         raise ConfigError(f"{p}: rows must be a 2-D array (got shape {a.shape})")
     if p.endswith(".npy"):
-        np.save(p, a)
+        _replace([(p, lambda fh: np.save(fh, a))])
     else:
-        a.tofile(p)
-        with open(_sidecar(p), "w", encoding="utf-8") as fh:
-            # A non-native byte order is kept ('>u2'); "uint16" would mean native.
-            name = a.dtype.name if a.dtype.isnative else a.dtype.str
-            json.dump({"dtype": name, "width": int(a.shape[1]), "rows": int(a.shape[0])}, fh)
+        name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>u2' kept: not native
+        meta = {"dtype": name, "width": int(a.shape[1]), "rows": int(a.shape[0])}
+        # The sidecar renamed first: a reader between the two renames sees the new row
+        # count beside the old rows, a size it refuses, never a half-written file.
+        _replace([(_sidecar(p), lambda fh: fh.write(json.dumps(meta).encode())), (p, a.tofile)])
     return open_row_file(p)
+
+
+def _replace(files: list[tuple[str, Callable[[Any], object]]]) -> None:
+    """Write each ``(path, write)`` whole or not at all: all into temporary files beside
+    them, then each renamed over its path. A reader opening them meanwhile sees the old
+    files; a write that fails (a full disk) leaves them as they were."""
+    done: list[tuple[str, str]] = []
+    try:
+        for path, write in files:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            done.append((tmp, path))
+            with open(tmp, "wb") as fh:
+                write(fh)
+        for tmp, path in done:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in done:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        raise
 
 
 ReaderSpec = RangeReader | ReaderConfig | Strategy
