@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _row_files import odirect_works, stored_groups
 from headrace.errors import ConfigError, DataError, EmptyRowsError
 from headrace.formats import PairRows, write_row_file
 from headrace.formats._row_plan import sample_rows
@@ -36,12 +37,7 @@ def make(root: Path, *, empty_every: int = 0, mask_dtype: str = "uint8") -> dict
 
 
 def expected(root: Path, rows: np.ndarray) -> dict:
-    out = {}
-    for name, w in WIDTHS.items():
-        tok = np.fromfile(root / f"{name}.tok.bin", dtype=np.uint32).reshape(N, w)[rows]
-        out[f"{name}_x"] = tok
-        out[f"{name}_mask"] = tok != 0
-    return out
+    return stored_groups(root, rows, WIDTHS, N)
 
 
 @pytest.mark.parametrize("mask_dtype", ["uint8", "bool", "int32"])
@@ -299,17 +295,6 @@ def test_a_mixture_of_other_negative_counts_or_dtypes_is_refused_saying_how_to_m
         batch_size=8,
     )
     assert same.read(0, np.arange(8, dtype=np.int64))["anchor_x"].dtype == np.int64
-
-
-def odirect_works(path: Path) -> bool:
-    from headrace.io import RangeReader
-
-    try:
-        with RangeReader("odirect") as r:
-            r.read(str(path), [(0, 8)])
-    except ConfigError:
-        return False  # O_DIRECT unsupported on this filesystem
-    return True
 
 
 def retrieval_groups(root: Path) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _row_files import odirect_works, stored_groups
 from headrace.errors import ConfigError, EmptyRowsError, StateError
 from headrace.formats import PairRows, write_row_file
 from headrace.formats._row_plan import retry_rows, sample_rows
@@ -58,12 +59,7 @@ def retrieval(root: Path, *, seven: bool = False) -> tuple[dict, np.ndarray, np.
 
 
 def stored(root: Path, rows: np.ndarray) -> dict:
-    out = {}
-    for name, w in WIDTHS.items():
-        tok = np.fromfile(root / f"{name}.tok.bin", dtype=np.uint32).reshape(N, w)[rows]
-        out[f"{name}_x"] = tok
-        out[f"{name}_mask"] = tok != 0
-    return out
+    return stored_groups(root, rows, WIDTHS, N)
 
 
 def expected_rows(seed: int, samples: np.ndarray, bad: np.ndarray, shuffle: bool) -> np.ndarray:
@@ -141,17 +137,6 @@ def test_each_replacement_round_reads_every_members_files_once(tmp_path: Path) -
         rounds = max(rounds, a)
     assert rounds >= 1
     assert reads == files * (1 + rounds)  # 15 files: the first read and one per round
-
-
-def odirect_works(path: Path) -> bool:
-    from headrace.io import RangeReader
-
-    try:
-        with RangeReader("odirect") as r:
-            r.read(str(path), [(0, 8)])
-    except ConfigError:
-        return False  # O_DIRECT unsupported on this filesystem
-    return True
 
 
 @pytest.mark.parametrize("shuffle", [True, "window"])
