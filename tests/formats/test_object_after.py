@@ -47,7 +47,7 @@ def test_a_cancelled_request_settles_the_read_with_an_error_naming_the_object(
     for f in (read, head):
         if not f.cancel():  # running: it finishes instead
             f.set_result(None)
-    with pytest.raises(StorageError, match=f"{URL}: the read was cancelled") as caught:
+    with pytest.raises(StorageError, match=f"{URL}: a read was cancelled") as caught:
         done.result(timeout=1)  # hung here when the check was cancelled
     assert caught.value.errno == errno.ECANCELED
 
@@ -58,5 +58,5 @@ def test_a_check_cancelled_before_the_read_is_asked_for_is_an_error() -> None:
     read = running()
     done = _after(read, head, URL)
     read.set_result(None)
-    with pytest.raises(StorageError, match="the read was cancelled"):
+    with pytest.raises(StorageError, match="a read was cancelled"):
         done.result(timeout=1)

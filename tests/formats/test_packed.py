@@ -315,13 +315,13 @@ def test_a_block_over_several_ranges_fails_with_its_first_failed_read() -> None:
     from concurrent.futures import Future
 
     from headrace.errors import StorageError
-    from headrace.formats._packed import _joined
+    from headrace.formats._object_files import joined
 
     def made(n: int) -> list[Future[None]]:
         return [Future() for _ in range(n)]
 
     parts = made(3)
-    block = _joined(parts, "s3://b/ds: bytes [0, 16)")
+    block = joined(parts, "s3://b/ds: bytes [0, 16)")
     parts[2].set_result(None)
     parts[0].set_exception(StorageError(5, "s3://b/a.arrow: bytes [0, 8): EIO"))
     assert not block.done()  # every read ends before the block does (its memory is in use)
@@ -329,16 +329,16 @@ def test_a_block_over_several_ranges_fails_with_its_first_failed_read() -> None:
     with pytest.raises(StorageError, match=r"a\.arrow: bytes \[0, 8\)"):
         block.result()
     parts = made(2)
-    block = _joined(parts, "s3://b/ds: bytes [0, 16)")
+    block = joined(parts, "s3://b/ds: bytes [0, 16)")
     parts[0].cancel()
     parts[1].set_result(None)
     with pytest.raises(StorageError, match=r"ds: bytes \[0, 16\): a read was cancelled"):
         block.result()
     parts = made(2)
-    block = _joined(parts, "")
+    block = joined(parts, "")
     for p in parts:
         p.set_result(None)
-    assert block.result() is None and _joined([], "").result() is None
+    assert block.result() is None and joined([], "").result() is None
 
 
 def test_shards_are_read_side_by_side_and_the_first_bad_one_is_named(

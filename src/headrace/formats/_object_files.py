@@ -44,6 +44,7 @@ __all__ = [
     "check_in_flight",
     "check_store_options",
     "common_url_root",
+    "joined",
     "split_object_url",
     "wait_all",
 ]
@@ -427,38 +428,44 @@ class ObjectFiles:
 
 
 def _after(read: Future[None], head: Future[None], path: str) -> Future[None]:
-    """``read``, done once ``head`` is too, failing with its error if it failed."""
-    if head.done() and _failure(head, path) is None:
+    """``read``, done once ``head`` is too (the reader may reuse ``out`` then), failing
+    with the head's error first."""
+    if head.done() and not head.cancelled() and head.exception() is None:
         return read
-    done: Future[None] = Future()
-    done.set_running_or_notify_cancel()
-    left = [2]
+    return joined([head, read], path)
+
+
+def joined(futures: list[Future[None]], what: str) -> Future[None]:
+    """One future done when all of ``futures`` are, with the first one's failure in
+    their order. A cancelled one is a StorageError saying which bytes (``what``):
+    asking a cancelled future for its exception raises, which in a done-callback
+    would leave this future unsettled, and its reader waiting for ever."""
+    if len(futures) == 1:
+        return futures[0]
+    out: Future[None] = Future()
+    out.set_running_or_notify_cancel()
+    left = [len(futures)]
     lock = threading.Lock()
 
-    def settle(_: Future[None]) -> None:
+    def done(_: Future[None]) -> None:
         with lock:
             left[0] -= 1
             if left[0]:
                 return
-        # Both finished (the reader may reuse ``out`` now): the head's error comes first.
-        exc = _failure(head, path) or _failure(read, path)
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(None)
+        for f in futures:
+            if f.cancelled():
+                out.set_exception(StorageError(errno.ECANCELED, f"{what}: a read was cancelled"))
+                return
+            if (exc := f.exception()) is not None:
+                out.set_exception(exc)
+                return
+        out.set_result(None)
 
-    read.add_done_callback(settle)
-    head.add_done_callback(settle)
-    return done
-
-
-def _failure(f: Future[None], path: str) -> BaseException | None:
-    """A finished request's error; a cancelled one's too (asking a cancelled future
-    for its exception raises, which in a done-callback would leave ``_after``'s
-    future unsettled, and its reader waiting for ever)."""
-    if f.cancelled():
-        return StorageError(errno.ECANCELED, f"{path}: the read was cancelled")
-    return f.exception()
+    if not futures:
+        out.set_result(None)
+    for f in futures:
+        f.add_done_callback(done)
+    return out
 
 
 def _merge(

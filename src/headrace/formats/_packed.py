@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -40,6 +39,7 @@ from headrace.formats._object_files import (
     RemoteFile,
     check_in_flight,
     check_store_options,
+    joined,
     wait_all,
 )
 from headrace.formats._tokens import TokenFile
@@ -423,44 +423,13 @@ class RemoteSegments(_Segments):
 
     def read_into(self, out: NDArray[np.uint8], offset: int) -> Future[None]:
         """Start filling ``out`` with bytes ``[offset, offset + len(out))``; one future."""
-        return _joined(
+        return joined(
             [
                 self._handles[m].read_into(out[a:b], at)
                 for m, at, a, b in self.pieces(offset, len(out))
             ],
             f"{self.path}: bytes [{offset}, {offset + len(out)}) of its token lists",
         )
-
-
-def _joined(futures: list[Future[None]], what: str) -> Future[None]:
-    """One future done when all of ``futures`` are, with the first one's failure (a
-    cancelled read: a StorageError saying which bytes, ``what``)."""
-    if len(futures) == 1:
-        return futures[0]
-    out: Future[None] = Future()
-    out.set_running_or_notify_cancel()
-    left = [len(futures)]
-    lock = threading.Lock()
-
-    def done(_: Future[None]) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        for f in futures:
-            if f.cancelled():
-                out.set_exception(StorageError(errno.ECANCELED, f"{what}: a read was cancelled"))
-                return
-            if (exc := f.exception()) is not None:
-                out.set_exception(exc)
-                return
-        out.set_result(None)
-
-    if not futures:
-        out.set_result(None)
-    for f in futures:
-        f.add_done_callback(done)
-    return out
 
 
 class SegmentedFile(_Segments):
