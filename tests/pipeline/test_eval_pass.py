@@ -322,7 +322,7 @@ def test_epochs_two_marks_both_passes(val_bin: Path) -> None:
 
 def test_epochs_and_steps_together_are_refused(val_bin: Path) -> None:
     src = TokenSource(val_bin, context=L, shuffle=False)
-    with pytest.raises(ConfigError, match="epochs=1 .*steps=5"):
+    with pytest.raises(ConfigError, match="epochs=1, steps=5"):
         Loader(src, batch_size=8, epochs=1, steps=5)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="epochs must be"):

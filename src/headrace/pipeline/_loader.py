@@ -30,6 +30,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
+from headrace.pipeline._passes import MARKS, checked_epochs, mark, pass_end
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
 from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
@@ -119,7 +120,10 @@ class Loader(Closing):
     read-ahead thread (or worker), with a random generator per sample keyed by
     ``(seed, sample number)`` (see :mod:`headrace.pipeline._transform`): it
     must treat rows independently and return one row per sample. It is not
-    part of the state's fingerprint.
+    part of the state's fingerprint. ``epochs=k`` (instead of ``steps``) is an
+    exact pass, for evaluation: the loader ends at the step that completes
+    ``k`` epochs, and every batch carries ``sample`` and ``valid``, False for
+    the rows past the pass that fill the last step (:mod:`headrace.pipeline._passes`).
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class Loader(Closing):
         step_offset: int = 0,
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
+        epochs: int | None = None,
     ) -> None:
         if isinstance(source, Loader):  # TorchDataset(loader, ...), JaxLoader(loader, ...)
             raise ConfigError(
@@ -161,6 +166,9 @@ class Loader(Closing):
         check = getattr(source, "check_batch_size", None)
         if check is not None:  # a mixture apportions its own global batch: they must agree
             check(batch_size)
+        self.epochs = checked_epochs(epochs, steps)
+        if self.epochs is not None:
+            steps = pass_end(source, batch_size, self.epochs)
         self.source = source
         self.batch_size = batch_size
         self.seed = seed
@@ -213,7 +221,7 @@ class Loader(Closing):
     def __repr__(self) -> str:
         return (
             f"Loader({self.source!r}, batch_size={self.batch_size}, seed={self.seed}, "
-            f"step={self.step}, steps={self.steps}, rank={self.rank}/{self.world_size}, "
+            f"step={self.step}, steps={self.steps}, epochs={self.epochs}, rank={self.rank}/{self.world_size}, "
             f"prefetch={self.prefetch}, {self.status.value})"
         )
 
@@ -336,13 +344,24 @@ class Loader(Closing):
         return arrays, samples
 
     def _transformed(self, steps: list[int], arrays: Batch, samples: NDArray[np.int64]) -> Batch:
-        if self.transform is None:
-            return arrays
-        t0 = time.perf_counter()
-        out = apply_transform(self.transform, arrays, self.seed, samples)
-        self.stats.transform_s += time.perf_counter() - t0
-        self._cap_chunks(steps, out, also=self._chunk_cap)
-        return out
+        if self.transform is not None:
+            t0 = time.perf_counter()
+            arrays = apply_transform(self.transform, arrays, self.seed, samples)
+            self.stats.transform_s += time.perf_counter() - t0
+            self._cap_chunks(steps, arrays, also=self._chunk_cap)
+        return arrays if self.epochs is None else self._marked(arrays, samples)
+
+    def _marked(self, arrays: Batch, samples: NDArray[np.int64]) -> Batch:
+        """``arrays`` with an exact pass's ``sample`` and ``valid`` beside them."""
+        taken = [k for k in MARKS if k in arrays]
+        if taken:
+            made = f"{type(self.source).__name__}" + (" with its transform" * bool(self.transform))
+            raise ConfigError(
+                f"epochs={self.epochs} adds the keys {MARKS} to every batch, but "
+                f"{made} already gives {taken[0]!r}; rename that field (a transform or "
+                "Mapped(source, fn)), or iterate with steps= and no marks."
+            )
+        return {**arrays, **mark(self.source, self.seed, samples, self.epochs or 1)}
 
     def _cap_chunks(
         self, steps: list[int], arrays: Batch, also: int | None = None, held: int = 0

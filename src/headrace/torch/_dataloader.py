@@ -205,7 +205,7 @@ class HeadraceDataLoader(Closing):
                 "prefetch": 0,
                 "chunk_steps": ds.chunk_steps,
                 "chunk_bytes": WORKER_CHUNK_BYTES,
-                "steps": ds.steps,
+                **ds.end(),
                 "host_order": ds.host_order,
                 "transform": ds.transform,
             },

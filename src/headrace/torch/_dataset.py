@@ -57,6 +57,11 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     several sizes, a variable number of boxes per image. ``<key>_shape`` comes
     beside each as an ``int64`` tensor ``(B, ndim)``, in every batch too. A field
     of samples of several shapes not named there is refused, naming it.
+
+    ``epochs=k`` (instead of ``steps``) is the loader's exact pass, for
+    evaluation: every batch carries ``valid`` (bool) and ``sample`` (int64)
+    tensors, and the rows past the pass that fill the last step are marked
+    ``valid == False``.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
         ragged: Collection[str] = (),
+        epochs: int | None = None,
     ) -> None:
         super().__init__()
         self.ragged = check_ragged(ragged)
@@ -94,13 +100,15 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             steps=steps,
             host_order=host_order,
             transform=transform,
+            epochs=epochs,
         )
         self.source = source
         # As the loader checked them: Python ints (it takes NumPy integers too), so
         # the state stays JSON-able.
         self.batch_size = check.batch_size
         self.seed = check.seed
-        self.steps = check.steps
+        self.steps = check.steps  # an exact pass's end, with epochs
+        self.epochs = check.epochs
         self.pin_memory = pin_memory
         self.contiguous = contiguous
         self.prefetch = prefetch
@@ -285,7 +293,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             world_size=self.world_size,
             prefetch=self.prefetch,
             chunk_steps=self.chunk_steps,
-            steps=self.steps,
+            **self.end(),
             host_order=self.host_order,
             transform=self.transform,
             step_stride=workers,
@@ -294,6 +302,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         loader.step = self._start
         self._loader = loader
         return self._generate(loader)
+
+    def end(self) -> dict[str, int | None]:
+        """Where each worker's loader ends: ``epochs`` (an exact pass, its batches
+        marked) or ``steps``."""
+        if self.epochs is not None:
+            return {"epochs": self.epochs}
+        return {"steps": self.steps}
 
     def _generate(self, loader: Loader) -> Iterator[Batch]:
         try:

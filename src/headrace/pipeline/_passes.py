@@ -1,0 +1,114 @@
+"""Exact passes: where ``epochs`` whole epochs end, and which rows belong to them.
+
+Evaluation must see every held-out sample once, on any number of hosts, with
+batches of one shape. ``Loader(..., epochs=k)`` ends at the first step by which
+``k`` epochs were planned, and marks every row: ``sample`` (the global sample
+number; a mixture's: the sample number within its own source) and ``valid``
+(``sample < k * n``). The rows past the pass that fill the last step (the next
+epoch's first samples, as without ``epochs``) are real data marked ``False``, so
+a metric summed over ``valid`` rows and divided by their count, each reduced over
+hosts, is the metric of exactly the pass.
+
+Pure functions of the plan: no I/O, no threads. A mixture's sources advance at
+their own pace, so its pass ends at the first step by which every source gave
+``k`` epochs of its own; the sources that got there sooner wrap, marked invalid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.pipeline._layout import Batch
+from headrace.pipeline._loader_args import integer
+
+__all__ = ["MARKS", "checked_epochs", "mark", "pass_end"]
+
+#: The keys an exact pass adds to every batch.
+MARKS = ("sample", "valid")
+
+_MAX_SAMPLE = (1 << 63) - 1
+
+
+def checked_epochs(epochs: object, steps: int | None) -> int | None:
+    """``epochs`` as an int >= 1 (or None); refused beside ``steps``, which it sets."""
+    if epochs is None:
+        return None
+    if isinstance(epochs, bool) or not isinstance(epochs, int | np.integer) or epochs < 1:
+        raise ConfigError(f"epochs must be None or an integer >= 1 (got epochs={epochs!r}).")
+    if steps is not None:
+        raise ConfigError(
+            f"give epochs or steps, not both (got epochs={epochs}, steps={steps}): "
+            "epochs=k ends the loader after the step that completes k epochs."
+        )
+    return integer("epochs", epochs)
+
+
+def _epoch_size(source: Any, who: str) -> int:
+    n = getattr(source, "samples_per_epoch", None)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ConfigError(
+            f"epochs= needs a source that says how many samples an epoch holds, as "
+            f"every headrace source does; {who} has no samples_per_epoch >= 1 (got "
+            f"{n!r}). Give it one, or use steps= instead."
+        )
+    return int(n)
+
+
+def _sizes(source: Any) -> NDArray[np.int64]:
+    """Each mixed source's epoch (a mixture), or the source's own, as a 1-element array."""
+    subs = getattr(source, "sources", None) if hasattr(source, "plan") else None
+    if subs is None:
+        return np.array([_epoch_size(source, type(source).__name__)], dtype=np.int64)
+    names = getattr(source, "names", [str(i) for i in range(len(subs))])
+    return np.array(
+        [
+            _epoch_size(s, f"source {name!r} ({type(s).__name__}) of the mixture")
+            for name, s in zip(names, subs, strict=True)
+        ],
+        dtype=np.int64,
+    )
+
+
+def pass_end(source: Any, batch_size: int, epochs: int) -> int:
+    """The step at which ``epochs`` epochs of ``source`` (every source of a mixture)
+    have all been planned: the loader's ``steps``."""
+    want = _sizes(source) * epochs
+    plan = getattr(source, "plan", None)
+    if plan is None or not hasattr(source, "sources"):
+        return -(-int(want[0]) // batch_size)
+    last = _MAX_SAMPLE // batch_size
+
+    def reached(t: int) -> bool:
+        return bool(np.all(plan.cumulative(t * batch_size) >= want))
+
+    if not reached(last):
+        short = np.flatnonzero(plan.cumulative(last * batch_size) < want)
+        name = source.names[int(short[0])]
+        raise ConfigError(
+            f"epochs={epochs}: source {name!r} of the mixture never completes its epochs "
+            f"(weight 0 in the last phase of the schedule); an exact pass reads every "
+            "source, so give it a weight > 0, or leave it out of the mixture."
+        )
+    # The counts never fall as steps grow: the first step that reaches them, by halving.
+    lo, hi = 0, 1
+    while not reached(hi):
+        lo, hi = hi, min(2 * hi, last)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    return hi
+
+
+def mark(source: Any, seed: int, samples: NDArray[np.int64], epochs: int) -> Batch:
+    """``sample`` and ``valid`` of each of ``samples`` (global sample numbers)."""
+    sizes = _sizes(source) * epochs
+    plan = getattr(source, "plan", None)
+    if plan is None or not hasattr(source, "sources"):
+        number = samples.astype(np.int64, copy=True)
+        return {"sample": number, "valid": number < sizes[0]}
+    which, local = plan.locate(seed, samples)
+    return {"sample": local, "valid": local < sizes[which]}

@@ -1,0 +1,89 @@
+"""An exact evaluation pass (``epochs=1``) through the torch adapter: DataLoader workers,
+HeadraceDataLoader workers, and a real 2-process gloo run whose reduced metric equals
+the single-process one."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import token_source, write_tokens
+from torch.utils.data import DataLoader
+
+from headrace.pipeline import Loader
+from headrace.torch import HeadraceDataLoader, TorchDataset
+
+HERE = Path(__file__).parent
+B = 12
+
+
+def metric(root: Path) -> tuple[float, int, int]:
+    """Sum of per-sample losses, count, and n, from a plain single-process pass."""
+    src = token_source(root, shuffle=False)
+    n = src.samples_per_epoch
+    y = src.read(0, np.arange(n, dtype=np.int64))["y"].astype(np.float64)
+    return float(y.mean(axis=1).sum()), n, n
+
+
+def valid_samples(batches: list[dict]) -> list[int]:
+    return [s for b in batches for s in b["sample"][b["valid"]].tolist()]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_dataloader_with_two_workers_sees_each_sample_once(tmp_path: Path, world: int) -> None:
+    root = write_tokens(tmp_path)
+    n = token_source(root, shuffle=False).samples_per_epoch
+    seen: list[int] = []
+    for rank in range(world):
+        ds = TorchDataset(
+            token_source(root, shuffle=False), batch_size=B, epochs=1, rank=rank, world_size=world
+        )
+        assert len(ds) == math.ceil(n / B)
+        batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+        assert len(batches) == math.ceil(n / B)
+        assert all(b["valid"].dtype == torch.bool and len(b["valid"]) == B // world for b in batches)
+        seen += valid_samples(batches)
+    assert sorted(seen) == list(range(n))
+
+
+def test_headrace_dataloader_workers_equal_the_plain_loader(tmp_path: Path) -> None:
+    root = write_tokens(tmp_path)
+    with Loader(token_source(root), batch_size=B, epochs=1) as lo:
+        want = [{k: v.copy() for k, v in b.items()} for b in lo]
+    for workers in (0, 2):
+        ds = TorchDataset(token_source(root), batch_size=B, epochs=1)
+        with HeadraceDataLoader(ds, num_workers=workers) as dl:
+            got = [{k: v.numpy().copy() for k, v in b.items()} for b in dl]
+        assert len(got) == len(want)
+        for a, b in zip(want, got, strict=True):
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.integration
+def test_gloo_two_ranks_reduce_to_the_single_process_metric(tmp_path: Path) -> None:
+    root = write_tokens(tmp_path)
+    want_sum, want_count, n = metric(root)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd += [str(HERE / "eval_gloo.py"), str(root), str(tmp_path), str(B)]
+    done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = json.loads((tmp_path / "eval.json").read_text())
+    assert got["count"] == want_count
+    assert got["sum"] == pytest.approx(want_sum, rel=1e-12)
+    per_rank = got["samples"]
+    assert sorted(per_rank[0] + per_rank[1]) == list(range(n))
+    assert not set(per_rank[0]) & set(per_rank[1])
