@@ -16,11 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import token_source, write_tokens
-from torch.utils.data import DataLoader
+from _adapter_data import token_source, write_tokens  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
-from headrace.pipeline import Loader
-from headrace.torch import HeadraceDataLoader, TorchDataset
+from headrace.pipeline import Loader  # noqa: E402
+from headrace.torch import HeadraceDataLoader, TorchDataset  # noqa: E402
 
 HERE = Path(__file__).parent
 B = 12
@@ -50,7 +50,8 @@ def test_dataloader_with_two_workers_sees_each_sample_once(tmp_path: Path, world
         assert len(ds) == math.ceil(n / B)
         batches = list(DataLoader(ds, batch_size=None, num_workers=2))
         assert len(batches) == math.ceil(n / B)
-        assert all(b["valid"].dtype == torch.bool and len(b["valid"]) == B // world for b in batches)
+        for b in batches:
+            assert b["valid"].dtype == torch.bool and len(b["valid"]) == B // world
         seen += valid_samples(batches)
     assert sorted(seen) == list(range(n))
 

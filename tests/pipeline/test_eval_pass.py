@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _fds import fds_in
 
+from _fds import fds_in
 from headrace.errors import ConfigError
 from headrace.formats import FileSource, PaddedRows, PairRows, TableSource, TokenSource
 from headrace.pipeline import Loader, Mapped, Mixture
@@ -130,15 +130,20 @@ def rows(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_padded_rows_pass_is_exact(rows: tuple[Path, Path]) -> None:
-    check_exact(lambda: PaddedRows(*rows, context=L, shuffle=False), 12)
-    check_exact(lambda: PaddedRows(*rows, context=L), 12, worlds=(2,))  # shuffled
+    check_exact(lambda: PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep"), 12)
+    check_exact(
+        lambda: PaddedRows(*rows, context=L, empty_rows="keep"), 12, worlds=(2,)
+    )  # shuffled
 
 
 def test_padded_rows_fewer_than_the_batch(tmp_path: Path) -> None:
     tok = np.arange(1, 5 * (L + 1) + 1, dtype=np.uint16).reshape(5, L + 1)
     np.save(tmp_path / "t.npy", tok)
     np.save(tmp_path / "m.npy", np.ones_like(tok, dtype=np.uint8))
-    check_exact(lambda: PaddedRows(tmp_path / "t.npy", tmp_path / "m.npy", context=L), 12)
+    check_exact(
+        lambda: PaddedRows(tmp_path / "t.npy", tmp_path / "m.npy", context=L, empty_rows="keep"),
+        12,
+    )
 
 
 def test_pairs_pass_is_exact(tmp_path: Path) -> None:
@@ -149,7 +154,7 @@ def test_pairs_pass_is_exact(tmp_path: Path) -> None:
         path = tmp_path / f"{name}.npy"
         np.save(path, tok)
         members[name] = path
-    check_exact(lambda: PairRows(members, shuffle=False), 12)
+    check_exact(lambda: PairRows(members, shuffle=False, empty_rows="keep"), 12)
 
 
 def _table_rows(n: int) -> list[list[int]]:
@@ -204,18 +209,22 @@ def test_mapped_source_pass_is_exact(rows: tuple[Path, Path]) -> None:
         del samples
         return {"tokens": arrays["x"], "labels": arrays["y"]}
 
-    check_exact(lambda: Mapped(PaddedRows(*rows, context=L), rename), 12, worlds=(1, 3))
+    check_exact(
+        lambda: Mapped(PaddedRows(*rows, context=L, empty_rows="keep"), rename), 12, worlds=(1, 3)
+    )
 
 
 # -- a mixture of two validation sets, reported separately -------------------------------
 
 
 def _two_val_sets(rows: tuple[Path, Path], b: int) -> Mixture:
-    a = PaddedRows(*rows, context=L, shuffle=False)  # 37 samples
+    a = PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep")  # 37 samples
     t = np.load(rows[0])[:20, ::-1].copy()  # a second set: 20 of the rows, reversed
     np.save(rows[0].with_name("rev.npy"), t)
     np.save(rows[1].with_name("revm.npy"), (t != 0).astype(np.uint8))
-    d = PaddedRows(rows[0].with_name("rev.npy"), rows[1].with_name("revm.npy"), context=L)
+    d = PaddedRows(
+        rows[0].with_name("rev.npy"), rows[1].with_name("revm.npy"), context=L, empty_rows="keep"
+    )
     return Mixture({"fwd": a, "rev": d}, [0.5, 0.5], batch_size=b)
 
 
@@ -241,9 +250,7 @@ def test_mixture_pass_sees_every_sample_of_each_set_once(
                 for s in (0, 1):
                     ok = batch["valid"] & (batch["source"] == s)
                     per_source[s] += batch["sample"][ok].tolist()
-                    digests[s].update(
-                        d for d, v in zip(row_digests(batch), ok, strict=True) if v
-                    )
+                    digests[s].update(d for d, v in zip(row_digests(batch), ok, strict=True) if v)
         for s in (0, 1):
             assert sorted(per_source[s]) == list(range(sizes[s])), (weights, world, s)
             assert digests[s] == refs[s]
@@ -256,7 +263,7 @@ def test_mixture_pass_sees_every_sample_of_each_set_once(
 
 
 def test_a_fresh_eval_loader_gives_the_same_batches(rows: tuple[Path, Path]) -> None:
-    src = PaddedRows(*rows, context=L, shuffle=False)
+    src = PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep")
     runs = []
     for prefetch in (0, 8, 8):
         with Loader(src, batch_size=12, epochs=1, prefetch=prefetch) as lo:
@@ -338,7 +345,7 @@ def test_a_source_without_epochs_is_refused() -> None:
             del seed
             return {"x": samples.copy()}
 
-    with pytest.raises(ConfigError, match="Endless.*samples_per_epoch"):
+    with pytest.raises(ConfigError, match=r"Endless.*samples_per_epoch"):
         Loader(Endless(), batch_size=8, epochs=1)
 
 
@@ -348,21 +355,21 @@ def test_a_source_with_its_own_valid_key_is_refused(tmp_path: Path) -> None:
     src = FileSource(sorted(tmp_path.glob("*.npz")), format="npz")
     with (
         Loader(src, batch_size=2, epochs=1, prefetch=0) as lo,
-        pytest.raises(ConfigError, match="'valid'.*FileSource"),
+        pytest.raises(ConfigError, match=r"'valid'.*FileSource"),
     ):
         next(iter(lo))
 
 
 def test_a_mixture_with_a_source_weighted_zero_is_refused(rows: tuple[Path, Path]) -> None:
-    a = PaddedRows(*rows, context=L)
-    b = PaddedRows(*rows, context=L, shuffle=False)
+    a = PaddedRows(*rows, context=L, empty_rows="keep")
+    b = PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep")
     mix = Mixture({"a": a, "b": b}, [1.0, 0.0], batch_size=8)
-    with pytest.raises(ConfigError, match="'b'.*weight 0"):
+    with pytest.raises(ConfigError, match=r"'b'.*weight 0"):
         Loader(mix, batch_size=8, epochs=1)
 
 
 def test_resume_in_the_middle_of_an_eval_pass(rows: tuple[Path, Path]) -> None:
-    src = PaddedRows(*rows, context=L, shuffle=False)
+    src = PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep")
     with Loader(src, batch_size=4, epochs=1) as lo:
         whole = [b["sample"].copy() for b in lo]
     with Loader(src, batch_size=4, epochs=1) as lo:
@@ -373,3 +380,77 @@ def test_resume_in_the_middle_of_an_eval_pass(rows: tuple[Path, Path]) -> None:
         lo.load_state_dict(state)
         tail = [b["sample"].copy() for b in lo]
     assert all(np.array_equal(a, b) for a, b in zip(whole, head + tail, strict=True))
+
+
+# -- samples a source would give in another's place -------------------------------------------
+
+
+@pytest.mark.parametrize("pad_side", ["right", "left"])
+def test_an_empty_row_is_kept_not_replaced_in_a_pass(tmp_path: Path, pad_side: str) -> None:
+    """A row with no target replaced by another row would count that row twice and
+    this one never; kept, it comes as it is (no target), and every row comes once."""
+    tok = np.arange(1, 6 * (L + 1) + 1, dtype=np.uint16).reshape(6, L + 1)
+    tok[2] = 0  # all padding
+    mask = (tok != 0).astype(np.uint8)
+    mask[4] = 0  # a prompt with no target
+    np.save(tmp_path / "t.npy", tok)
+    np.save(tmp_path / "m.npy", mask)
+    files = (tmp_path / "t.npy", tmp_path / "m.npy")
+    with pytest.raises(ConfigError, match=r"t\.npy replaces a row .*empty_rows='keep'"):
+        Loader(PaddedRows(*files, context=L), batch_size=4, epochs=1)
+    src = PaddedRows(*files, context=L, shuffle=False, empty_rows="keep", pad_side=pad_side)
+    with Loader(src, batch_size=4, epochs=1) as lo:
+        batches = list(lo)
+    valid = np.concatenate([b["valid"] for b in batches])
+    x = np.concatenate([b["x"] for b in batches])[valid]
+    loss = np.concatenate([b["loss_mask"] for b in batches])[valid]
+    assert len(x) == 6 and np.array_equal(loss.any(axis=1), [1, 1, 0, 1, 0, 1])
+    content = [set(r.tolist()) - {0} for r in x]
+    assert content[2] == set() and content[4] == set(tok[4, :L].tolist())
+    assert content[0] == set(tok[0, :L].tolist())  # not replaced by, nor replacing, another
+    # A training source keeps replacing them, as before.
+    train = PaddedRows(*files, context=L, shuffle=False)
+    assert train.read(0, np.arange(6, dtype=np.int64))["loss_mask"].any(axis=1).all()
+
+
+def test_an_empty_pair_group_is_kept_in_a_pass(tmp_path: Path) -> None:
+    a = np.arange(1, 5 * 6 + 1, dtype=np.uint32).reshape(5, 6)
+    p = a + 100
+    p[3] = 0  # an empty required member: its group would be replaced
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "p.npy", p)
+    members = {"anchor": tmp_path / "a.npy", "positive": tmp_path / "p.npy"}
+    with pytest.raises(ConfigError, match=r"PairRows .*a\.npy replaces"):
+        Loader(PairRows(members), batch_size=4, epochs=1)
+    src = PairRows(members, shuffle=False, empty_rows="keep")
+    with Loader(src, batch_size=4, epochs=1) as lo:
+        batches = list(lo)
+    valid = np.concatenate([b["valid"] for b in batches])
+    anchors = np.concatenate([b["anchor_x"] for b in batches])[valid]
+    assert np.array_equal(anchors, a)
+    assert not np.concatenate([b["positive_mask"] for b in batches])[valid][3].any()
+
+
+def test_files_replaced_when_corrupt_are_refused_in_a_pass(tmp_path: Path) -> None:
+    for i in range(3):
+        np.save(tmp_path / f"{i}.npy", np.zeros(2))
+    npys = sorted(tmp_path.glob("*.npy"))
+    src = FileSource(npys, format="npy", on_corrupt="replace")
+    with pytest.raises(ConfigError, match="on_corrupt='raise'"):
+        Loader(src, batch_size=2, epochs=1)
+    mix = Mixture({"ok": FileSource(npys, format="npy"), "bad": src}, [0.5, 0.5], batch_size=2)
+    with pytest.raises(ConfigError, match=r"on_corrupt='raise'.*'bad'"):
+        Loader(mix, batch_size=2, epochs=1)
+    with Loader(Mapped(src, lambda a, s: a), batch_size=2, steps=1) as lo:  # training: fine
+        assert len(list(lo)) == 1
+    with pytest.raises(ConfigError, match="on_corrupt='raise'"):
+        Loader(Mapped(src, lambda a, s: a), batch_size=2, epochs=1)
+
+
+def test_empty_rows_is_checked(rows: tuple[Path, Path]) -> None:
+    with pytest.raises(ConfigError, match=r"empty_rows must be 'replace'.*'drop'"):
+        PaddedRows(*rows, context=L, empty_rows="drop")  # type: ignore[arg-type]
+    a = PaddedRows(*rows, context=L)
+    b = PaddedRows(*rows, context=L, empty_rows="keep")
+    assert "empty_rows" not in a.fingerprint()  # states saved before it still load
+    assert b.fingerprint()["empty_rows"] == "keep"

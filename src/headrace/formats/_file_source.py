@@ -227,6 +227,17 @@ class FileSource(Closing):
         return [int(c) for c in counts]
 
     @property
+    def replaces(self) -> str | None:
+        """Why an exact pass (``Loader(epochs=)``) would see a sample twice (None: it would not)."""
+        if self.config.on_corrupt != "replace":
+            return None
+        return (
+            "FileSource replaces the samples of a file that does not decode by others "
+            "(on_corrupt='replace'), which an exact pass would then count twice; make it "
+            "with on_corrupt='raise' (the default)"
+        )
+
+    @property
     def samples_per_epoch(self) -> int:
         return self.plan.samples_per_epoch
 

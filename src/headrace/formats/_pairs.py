@@ -30,7 +30,13 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
-from headrace.formats._row_plan import replace_empty, shuffle_fingerprint
+from headrace.formats._row_plan import (
+    EmptyRows,
+    check_empty_rows,
+    replace_empty,
+    replaced_rows,
+    shuffle_fingerprint,
+)
 from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id, check_token_values
 
@@ -103,6 +109,7 @@ class PairRows(RowSource):
         shuffle: bool | Literal["full", "window"] = True,
         window_rows: int | None = None,
         max_retries: int = 8,
+        empty_rows: EmptyRows = "replace",
         reader: ReaderSpec = "adaptive",
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
@@ -142,6 +149,7 @@ class PairRows(RowSource):
                         f"pad_id={pad_id} does not fit the output dtype {self.dtype}."
                     )
             self.max_retries = max_retries
+            self.empty_rows = check_empty_rows(empty_rows)
             # The members whose emptiness replaces a group.
             self._required = [mb for mb in self.members if mb.name not in self.optional]
             files = [f for mb in self.members for f in (mb.tokens, mb.mask) if f is not None]
@@ -164,7 +172,14 @@ class PairRows(RowSource):
             **({"optional": list(self.optional)} if self.optional else {}),
             **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
+            # Only when given: states saved before empty_rows= existed still load.
+            **({} if self.empty_rows == "replace" else {"empty_rows": self.empty_rows}),
         }
+
+    @property
+    def replaces(self) -> str | None:
+        """Why an exact pass (``Loader(epochs=)``) would see a group twice (None: it would not)."""
+        return replaced_rows(self.empty_rows, f"PairRows {self.members[0].tokens.path}")
 
     def __len__(self) -> int:
         return self.members[0].tokens.rows
@@ -175,7 +190,7 @@ class PairRows(RowSource):
         rows = self.rows_of(seed, samples)
         out = self._read_into(rows, windowed=True)
         empty = self._empty(out)
-        if empty.any():
+        if self.empty_rows == "replace" and empty.any():
 
             def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
                 part = self._read_into(new)

@@ -25,9 +25,12 @@ from headrace.plan import WindowLayout, cached_permutation, derive_keys
 __all__ = [
     "RowWindows",
     "ShuffleMode",
+    "EmptyRows",
+    "check_empty_rows",
     "check_window_rows",
     "parse_shuffle",
     "replace_empty",
+    "replaced_rows",
     "retry_rows",
     "sample_rows",
     "shuffle_fingerprint",
@@ -35,6 +38,29 @@ __all__ = [
 ]
 
 ShuffleMode = Literal["none", "full", "window"]
+EmptyRows = Literal["replace", "keep"]
+
+
+def check_empty_rows(empty_rows: object) -> EmptyRows:
+    """``empty_rows`` as given, if it is ``"replace"`` or ``"keep"``."""
+    if empty_rows not in ("replace", "keep"):
+        raise ConfigError(
+            f"empty_rows must be 'replace' (another row instead, for training) or 'keep' "
+            f"(the row as it is, no loss target: for evaluation) (got {empty_rows!r})."
+        )
+    return empty_rows
+
+
+def replaced_rows(empty_rows: EmptyRows, who: str) -> str | None:
+    """What an exact pass must be told about a row source's replacements (None: none)."""
+    if empty_rows == "keep":
+        return None
+    return (
+        f"{who} replaces a row without a loss target by another row (empty_rows='replace'), "
+        "which an exact pass would then count twice; make it with empty_rows='keep' (such "
+        "a row comes as it is, with no target in its mask)"
+    )
+
 
 # Domain tags keep the row order and the retry stream apart from other key uses.
 _TAG_ROWS = 0x524F5753

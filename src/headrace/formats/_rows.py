@@ -18,7 +18,9 @@ A row with no loss target (all padding) is replaced: its ``a``-th
 replacement is a hash of ``(seed, sample, a)`` (see
 :func:`~headrace.formats._row_plan.retry_rows`), read with all other rows of
 the same round in one coalesced read, up to ``max_retries`` times; after that
-:class:`~headrace.errors.EmptyRowsError` names the file and the rows.
+:class:`~headrace.errors.EmptyRowsError` names the file and the rows. With
+``empty_rows="keep"`` (evaluation, where a replacement is a row counted twice)
+it comes as it is, with no target.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._row_file import ReaderSpec, RowFile
-from headrace.formats._row_plan import replace_empty, shuffle_fingerprint
+from headrace.formats._row_plan import (
+    EmptyRows,
+    check_empty_rows,
+    replace_empty,
+    replaced_rows,
+    shuffle_fingerprint,
+)
 from headrace.formats._row_window import RowSource
 
 __all__ = ["PaddedRows"]
@@ -128,6 +136,7 @@ class PaddedRows(RowSource):
         shuffle: bool | Literal["full", "window"] = True,
         window_rows: int | None = None,
         max_retries: int = 8,
+        empty_rows: EmptyRows = "replace",
         reader: ReaderSpec = "adaptive",
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
@@ -199,6 +208,7 @@ class PaddedRows(RowSource):
             self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
             self.ignore_index = ignore_index
             self.max_retries = max_retries
+            self.empty_rows = check_empty_rows(empty_rows)
             files = [t] if self.mask is None else [t, self.mask]
             self._open_rows(files, shuffle, window_rows)
 
@@ -215,7 +225,14 @@ class PaddedRows(RowSource):
             "dtype": self.dtype.str,
             **shuffle_fingerprint(self.shuffle, self.window_rows),
             "max_retries": self.max_retries,
+            # Only when given: states saved before empty_rows= existed still load.
+            **({} if self.empty_rows == "replace" else {"empty_rows": self.empty_rows}),
         }
+
+    @property
+    def replaces(self) -> str | None:
+        """Why an exact pass (``Loader(epochs=)``) would see a row twice (None: it would not)."""
+        return replaced_rows(self.empty_rows, f"PaddedRows {self.tokens.path}")
 
     def __len__(self) -> int:
         return self.tokens.rows
@@ -225,7 +242,7 @@ class PaddedRows(RowSource):
         rows = self.rows_of(seed, samples)
         tok, mask = self._read_raw(rows, windowed=True)
         empty = self._empty(tok, mask)
-        if empty.any():
+        if self.empty_rows == "replace" and empty.any():
 
             def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
                 t2, m2 = self._read_raw(new)
@@ -252,6 +269,8 @@ class PaddedRows(RowSource):
         """The row each sample finally reads, after replacements (reads the rows)."""
         samples = np.asarray(samples, dtype=np.int64)
         rows = self.rows_of(seed, samples)
+        if self.empty_rows == "keep":
+            return rows
         tok, mask = self._read_raw(rows)
 
         def refill(_pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
@@ -344,8 +363,8 @@ class PaddedRows(RowSource):
         if mask is not None:
             real |= mask != 0
         width = tok.shape[1]
-        # argmax on the reversed view finds the last real position; rows are
-        # never all padding here (empty rows were replaced).
+        # argmax on the reversed view finds the last real position; a row that is all
+        # padding (kept, empty_rows="keep") has none and moves the whole width.
         trailing = np.argmax(real[:, ::-1], axis=1).astype(np.int64)
         trailing[~real.any(axis=1)] = width
         shift: NDArray[np.int64] = np.minimum(trailing, width - 1)

@@ -221,8 +221,8 @@ class Loader(Closing):
     def __repr__(self) -> str:
         return (
             f"Loader({self.source!r}, batch_size={self.batch_size}, seed={self.seed}, "
-            f"step={self.step}, steps={self.steps}, epochs={self.epochs}, rank={self.rank}/{self.world_size}, "
-            f"prefetch={self.prefetch}, {self.status.value})"
+            f"step={self.step}, steps={self.steps}, rank={self.rank}/{self.world_size}, "
+            f"prefetch={self.prefetch}, epochs={self.epochs}, {self.status.value})"
         )
 
     def state_dict(self) -> dict[str, Any]:

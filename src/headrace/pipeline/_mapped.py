@@ -29,7 +29,7 @@ from headrace.pipeline._transform import Samples, Transform, checked_rows, trans
 __all__ = ["Mapped"]
 
 # Asked of the inner source as they are: none depends on what ``fn`` does to the arrays.
-_PASSED = frozenset({"cache_stats", "samples_per_epoch", "starts", "stats"})
+_PASSED = frozenset({"cache_stats", "replaces", "samples_per_epoch", "starts", "stats"})
 # Passed on under the inner source's lock: they touch its windows and pending reads.
 _LOCKED = frozenset({"followed_by", "prefetch"})
 

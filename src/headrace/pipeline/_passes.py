@@ -25,7 +25,7 @@ from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch
 from headrace.pipeline._loader_args import integer
 
-__all__ = ["MARKS", "checked_epochs", "mark", "pass_end"]
+__all__ = ["MARKS", "check_exact", "checked_epochs", "mark", "pass_end"]
 
 #: The keys an exact pass adds to every batch.
 MARKS = ("sample", "valid")
@@ -58,24 +58,38 @@ def _epoch_size(source: Any, who: str) -> int:
     return int(n)
 
 
-def _sizes(source: Any) -> NDArray[np.int64]:
-    """Each mixed source's epoch (a mixture), or the source's own, as a 1-element array."""
+def _parts(source: Any) -> list[tuple[Any, str]]:
+    """The sources whose epochs a pass counts, each with how an error names it."""
     subs = getattr(source, "sources", None) if hasattr(source, "plan") else None
     if subs is None:
-        return np.array([_epoch_size(source, type(source).__name__)], dtype=np.int64)
+        return [(source, type(source).__name__)]
     names = getattr(source, "names", [str(i) for i in range(len(subs))])
-    return np.array(
-        [
-            _epoch_size(s, f"source {name!r} ({type(s).__name__}) of the mixture")
-            for name, s in zip(names, subs, strict=True)
-        ],
-        dtype=np.int64,
-    )
+    return [
+        (s, f"source {name!r} ({type(s).__name__}) of the mixture")
+        for name, s in zip(names, subs, strict=True)
+    ]
+
+
+def _sizes(source: Any) -> NDArray[np.int64]:
+    """Each mixed source's epoch (a mixture), or the source's own, as a 1-element array."""
+    return np.array([_epoch_size(s, who) for s, who in _parts(source)], dtype=np.int64)
+
+
+def check_exact(source: Any, epochs: int) -> None:
+    """Refuse a source that would give some sample of the pass in another's place (rows
+    without a target replaced, files that do not decode replaced): it would be counted
+    twice, and the sample it replaced never."""
+    for s, who in _parts(source):
+        reason = getattr(s, "replaces", None)
+        if reason is not None:
+            where = "" if s is source else f" ({who})"
+            raise ConfigError(f"epochs={epochs}: {reason}{where}.")
 
 
 def pass_end(source: Any, batch_size: int, epochs: int) -> int:
     """The step at which ``epochs`` epochs of ``source`` (every source of a mixture)
     have all been planned: the loader's ``steps``."""
+    check_exact(source, epochs)
     want = _sizes(source) * epochs
     plan = getattr(source, "plan", None)
     if plan is None or not hasattr(source, "sources"):

@@ -303,7 +303,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._loader = loader
         return self._generate(loader)
 
-    def end(self) -> dict[str, int | None]:
+    def end(self) -> dict[str, Any]:
         """Where each worker's loader ends: ``epochs`` (an exact pass, its batches
         marked) or ``steps``."""
         if self.epochs is not None:
