@@ -455,3 +455,29 @@ def test_numpy_loader_takes_its_rows_from_a_sharding(root: Path, reference: list
     assert [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in got] == reference
     with pytest.raises(ConfigError, match=r"give rank and world_size, or a sharding, not both"):
         numpy_loader(token_source(root), sharding=batch_sharding(), rank=0, world_size=1, **kw)
+
+
+def test_an_exact_pass_masks_the_padding_in_a_jitted_metric(root: Path) -> None:
+    """epochs=1: global valid and sample arrays, sharded like the rest; a jitted masked
+    mean over the pass equals the one computed straight from the source."""
+    src = token_source(root, shuffle=False)
+    n = src.samples_per_epoch
+    y = src.read(0, np.arange(n, dtype=np.int64))["y"].astype(np.float64)
+    want = y.mean(axis=1).sum() / n
+
+    @jax.jit
+    def sums(y: Any, valid: Any) -> Any:
+        loss = y.astype(jax.numpy.float32).mean(axis=1)
+        return jax.numpy.stack([jax.numpy.where(valid, loss, 0).sum(), valid.sum()])
+
+    total = np.zeros(2)
+    seen = []
+    sharding = batch_sharding()
+    with JaxLoader(src, batch_size=BATCH, sharding=sharding, epochs=1) as loader:
+        assert len(loader) == -(-n // BATCH)
+        for b in loader:
+            assert b["valid"].sharding == sharding and b["valid"].shape == (BATCH,)
+            total += np.asarray(sums(b["y"], b["valid"]), dtype=np.float64)
+            seen += np.asarray(b["sample"])[np.asarray(b["valid"])].tolist()
+    assert sorted(seen) == list(range(n)) and total[1] == n
+    assert total[0] / total[1] == pytest.approx(want, rel=1e-5)

@@ -1,0 +1,69 @@
+"""An exact evaluation pass (``Loader(epochs=1)``) over file datasets on S3 (moto): on 1-4
+hosts the valid rows are each sample once, with the bytes of the same files read locally."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from _exact_pass import check_exact, reference
+from headrace.formats import FileSource, synthetic_arrays
+from headrace.formats import write_sample_file as write
+
+pytestmark = pytest.mark.integration
+
+# name: (format, samples per file, files): 7 NPY files of 2 samples (n = 14), 11 JPEGs and
+# 9 NPZ files: no n divides the batch of 12, and 9 < 12.
+SETS = {"npy": ("npy", 2, 7), "jpeg": ("jpeg", 1, 11), "npz": ("npz", 1, 9)}
+EXT = {"jpeg": "jpg"}
+
+
+@pytest.fixture(scope="module")
+def val_sets(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("eval-sets")
+    client = s3.server.info.boto3_client()
+    for name, (fmt, spf, files) in SETS.items():
+        (root / name).mkdir()
+        for i in range(files):
+            arrays = synthetic_arrays(fmt, seed=100 + i, shape=(8, 6, 3), samples_per_file=spf)
+            path = root / name / f"v{i:02d}.{EXT.get(fmt, fmt)}"
+            write(fmt, path, arrays)
+            client.put_object(Bucket=BUCKET, Key=f"eval/{name}/{path.name}", Body=path.read_bytes())
+    return root
+
+
+def source(name: str, where: str | Path, **kw: Any) -> FileSource:
+    fmt, spf, _ = SETS[name]
+    return FileSource(where, format=fmt, samples_per_file=spf, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_a_pass_over_s3_files_is_exact_and_equals_local(
+    s3: S3Fixture, val_sets: Path, name: str
+) -> None:
+    options = {**s3.options(), "retry": FAST_RETRY}
+
+    def remote() -> FileSource:
+        return source(name, f"s3://{BUCKET}/eval/{name}", store_options=options)
+
+    local = source(name, sorted((val_sets / name).iterdir()))
+    n = local.samples_per_epoch
+    assert n == SETS[name][1] * SETS[name][2]
+    want = reference(local, n)
+    assert reference(remote(), n) == want  # the same samples, local or on S3
+    assert len(want) == n  # distinct samples: a duplicate would show
+    check_exact(remote, 12)
+
+
+def test_digests_of_one_pass_are_per_sample(val_sets: Path) -> None:
+    """The check itself fails on a duplicate: a pass that read sample 0 twice is caught."""
+    local = source("npy", sorted((val_sets / "npy").iterdir()))
+    n = local.samples_per_epoch
+    twice = local.read(0, np.array([0, *range(n - 1)], dtype=np.int64))
+    got = Counter(reference(type("S", (), {"read": lambda self, s, x: twice})(), n))
+    assert got != reference(local, n)
