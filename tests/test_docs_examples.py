@@ -217,6 +217,7 @@ def _write_datasets(root: Path) -> None:
     tokens.tofile(root / "train.bin")  # nanoGPT: uint16, no sidecar
     tokens[:600_000].tofile(root / "train-00.bin")
     tokens[400_000:].tofile(root / "train-01.bin")
+    tokens[-200_000:].tofile(root / "val.bin")  # README.md "Evaluation", docs/frameworks.md
     (root / "data").mkdir()
     tokens[:200_000].tofile(root / "data" / "tokens.bin")
 
@@ -397,6 +398,9 @@ IMPLIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "chat_rows": lambda ns: PaddedRows("chat_tokens.npy", "chat_mask.npy", context=1024),
     "code_rows": lambda ns: PaddedRows("sft_tokens.npy", "sft_mask.npy", context=1024),
     "math_rows": lambda ns: PaddedRows("tokens.npy", "mask.npy", context=1024),
+    # README.md "Evaluation", docs/frameworks.md: the model's loss of each row (NumPy,
+    # torch and jax arrays alike: a float per row).
+    "per_sample_loss": lambda ns: lambda x, y: (x != y).sum(-1) * 1.0,
 }
 
 

@@ -88,3 +88,19 @@ def test_gloo_two_ranks_reduce_to_the_single_process_metric(tmp_path: Path) -> N
     per_rank = got["samples"]
     assert sorted(per_rank[0] + per_rank[1]) == list(range(n))
     assert not set(per_rank[0]) & set(per_rank[1])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_evaluation_over_one_dataset_is_the_whole_pass(tmp_path: Path, workers: int) -> None:
+    """The PyTorch habit: one val loader, iterated at every evaluation."""
+    root = write_tokens(tmp_path)
+    n = token_source(root).samples_per_epoch
+    ds = TorchDataset(token_source(root, shuffle=False), batch_size=B, epochs=1)
+    with HeadraceDataLoader(ds, num_workers=workers) as dl:
+        for _ in range(2):
+            assert len(dl) == math.ceil(n / B)
+            assert sorted(valid_samples([dict(b) for b in dl])) == list(range(n))
+    stock = TorchDataset(token_source(root, shuffle=False), batch_size=B, epochs=1)
+    for _ in range(2):
+        batches = list(DataLoader(stock, batch_size=None, num_workers=workers))
+        assert sorted(valid_samples(batches)) == list(range(n))

@@ -404,3 +404,22 @@ def test_empty_rows_is_checked(rows: tuple[Path, Path]) -> None:
     b = PaddedRows(*rows, context=L, empty_rows="keep")
     assert "empty_rows" not in a.fingerprint()  # states saved before it still load
     assert b.fingerprint()["empty_rows"] == "keep"
+
+
+def test_iterating_a_finished_pass_again_is_the_whole_pass(rows: tuple[Path, Path]) -> None:
+    """``for batch in val_loader`` at every evaluation: each is the whole pass (it was
+    nothing, with a warning); a pass broken off goes on from its step, as any run."""
+    src = PaddedRows(*rows, context=L, shuffle=False, empty_rows="keep")
+    with Loader(src, batch_size=8, epochs=1) as lo:
+        first = [b["sample"].copy() for b in lo]
+        assert len(first) == 5 and lo.step == 5
+        again = [b["sample"].copy() for b in lo]
+        assert len(again) == 5 and all(
+            np.array_equal(a, b) for a, b in zip(first, again, strict=True)
+        )
+        it = iter(lo)
+        next(it)
+        next(it)
+        rest = [b["sample"].copy() for b in lo]  # a new iteration goes on at step 2
+        assert len(rest) == 3 and np.array_equal(rest[0], first[2])
+        assert sum(len(c) for _, c in [(s, a["sample"]) for s, a in lo.chunks()]) == 40

@@ -30,7 +30,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
-from headrace.pipeline._passes import MARKS, checked_epochs, mark, pass_end
+from headrace.pipeline._passes import MARKS, checked_epochs, mark, pass_end, starts_at
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
 from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
@@ -269,7 +269,8 @@ class Loader(Closing):
         """Batches the next iteration yields (this loader's steps from ``step`` to
         ``steps``); ``TypeError`` when ``steps`` is None, as for any unsized iterable.
         For a scheduler's total, use ``steps``: after a resume this is what remains."""
-        return remaining_steps(self.step, self.steps, self.step_stride, self.step_offset)
+        start = starts_at(self.step, self.steps, self.epochs)
+        return remaining_steps(start, self.steps, self.step_stride, self.step_offset)
 
     def __bool__(self) -> bool:
         return True  # not len(): an endless or finished loader is still a loader
@@ -404,6 +405,7 @@ class Loader(Closing):
             raise ConfigError("this loader is closed; make a new one to iterate again.")
         self._own_process()
         self._stop_producer()
+        self._pass_over()
         again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
             # The PyTorch habit `for epoch in ...: for batch in loader:` met an end step,
@@ -422,6 +424,10 @@ class Loader(Closing):
         if self.prefetch == 0:
             return self._iter_sync(start, self._generation)
         return self._iter_async(start, self._generation)
+
+    def _pass_over(self) -> None:
+        """An exact pass that is over starts again at step 0 (:func:`starts_at`)."""
+        self.step = starts_at(self.step, self.steps, self.epochs)
 
     def _check_current(self, generation: int) -> None:
         if generation != self._generation:
@@ -442,6 +448,7 @@ class Loader(Closing):
             raise ConfigError("this loader is closed; make a new one to iterate again.")
         self._own_process()
         self._stop_producer()
+        self._pass_over()
         self._generation += 1
         generation = self._generation
         self.status = LoaderStatus.RUNNING

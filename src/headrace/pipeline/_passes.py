@@ -25,7 +25,7 @@ from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch
 from headrace.pipeline._loader_args import integer
 
-__all__ = ["MARKS", "check_exact", "checked_epochs", "mark", "pass_end"]
+__all__ = ["MARKS", "check_exact", "checked_epochs", "mark", "pass_end", "starts_at"]
 
 #: The keys an exact pass adds to every batch.
 MARKS = ("sample", "valid")
@@ -115,6 +115,15 @@ def pass_end(source: Any, batch_size: int, epochs: int) -> int:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if reached(mid) else (mid, hi)
     return hi
+
+
+def starts_at(step: int, steps: int | None, epochs: int | None) -> int:
+    """Where the next iteration starts: ``step``, or 0 for an exact pass that is over
+    (each evaluation of ``for batch in val_loader`` is the whole pass, as a DataLoader's
+    is, not nothing; a pass broken off goes on from its step, as any run does)."""
+    if epochs is not None and steps is not None and step >= steps:
+        return 0
+    return step
 
 
 def mark(source: Any, seed: int, samples: NDArray[np.int64], epochs: int) -> Batch:

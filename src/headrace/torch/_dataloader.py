@@ -21,6 +21,7 @@ from headrace._closing import Closing
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import Batch
+from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._ragged import RaggedTensorBatch
@@ -170,7 +171,8 @@ class HeadraceDataLoader(Closing):
         """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
         (``TypeError`` when that is None). For a scheduler's total (``OneCycleLR``'s
         ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
-        return remaining_steps(self.step, self.dataset.steps)
+        ds = self.dataset
+        return remaining_steps(starts_at(self.step, ds.steps, ds.epochs), ds.steps)
 
     def __bool__(self) -> bool:
         return True
@@ -178,7 +180,8 @@ class HeadraceDataLoader(Closing):
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
-        ds.load_state_dict(ds.state_at(self.step))
+        # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
+        ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs)))
         if self.num_workers:
             self.close()  # the last iteration's workers (before the generation is taken)
         self._generation += 1

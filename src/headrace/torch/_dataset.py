@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
+from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation
@@ -226,7 +227,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """Batches the next iteration yields: from the step ``state_dict()`` names to
         ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
         its ``len()`` from here."""
-        return remaining_steps(self.state_dict()["step"], self.steps)
+        start = starts_at(self.state_dict()["step"], self.steps, self.epochs)
+        return remaining_steps(start, self.steps)
 
     def __bool__(self) -> bool:
         return True
@@ -284,6 +286,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 self._start, self._phase, self.seed = self._origin
         self._loaded = False
         self._read_on(in_worker=info is not None)
+        if starts_at(self._start, self.steps, self.epochs) != self._start:
+            self._start = self._phase = 0  # a finished exact pass starts over
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
             self.source,
