@@ -30,7 +30,14 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
-from headrace.pipeline._passes import MARKS, checked_epochs, mark, pass_end, starts_at
+from headrace.pipeline._passes import (
+    MARKS,
+    checked_epochs,
+    mark,
+    pass_end,
+    pass_sizes,
+    starts_at,
+)
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
 from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
@@ -167,8 +174,10 @@ class Loader(Closing):
         if check is not None:  # a mixture apportions its own global batch: they must agree
             check(batch_size)
         self.epochs = checked_epochs(epochs, steps)
+        self._pass = np.zeros(0, dtype=np.int64)  # samples of an exact pass, each source's
         if self.epochs is not None:
-            steps = pass_end(source, batch_size, self.epochs)
+            self._pass = pass_sizes(source, self.epochs)
+            steps = pass_end(source, batch_size, self._pass)
         self.source = source
         self.batch_size = batch_size
         self.seed = seed
@@ -323,9 +332,10 @@ class Loader(Closing):
 
     def _read_raw(
         self, steps: list[int], samples: NDArray[np.int64] | None = None
-    ) -> tuple[Batch, NDArray[np.int64]]:
+    ) -> tuple[Batch, NDArray[np.int64], Batch]:
         """What the source read for the chunk (its ``samples``, planned here if not
-        given), before any transform, and its samples."""
+        given), before any transform, its samples, and an exact pass's marks of them
+        (none without ``epochs``)."""
         stats = self.stats
         if samples is None:
             samples = self._planned(steps)
@@ -334,25 +344,32 @@ class Loader(Closing):
         # run while the producer thread reads, and another Loader over the same source
         # (a re-iteration) while this one's producer finishes a slow read: the lock is
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
+        marks: Batch = {}
         with self._read_lock:
             arrays = self.source.read(self.seed, samples)
+            if self.epochs is not None:
+                # Marked now: a mixture answers from the samples it has just read (the
+                # next chunk's read-ahead replaces them; planned again they cost +50% a batch).
+                marks = mark(self.source, self.seed, samples, self._pass)
         arrays = checked_rows(f"{type(self.source).__name__}.read", arrays, samples.size)
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
         stats.steps += len(steps)
         # A Mapped source (or a mixture of them) read more than it returned.
         self._cap_chunks(steps, arrays, held=getattr(self.source, "held_bytes", 0))
-        return arrays, samples
+        return arrays, samples, marks
 
-    def _transformed(self, steps: list[int], arrays: Batch, samples: NDArray[np.int64]) -> Batch:
+    def _transformed(
+        self, steps: list[int], arrays: Batch, samples: NDArray[np.int64], marks: Batch
+    ) -> Batch:
         if self.transform is not None:
             t0 = time.perf_counter()
             arrays = apply_transform(self.transform, arrays, self.seed, samples)
             self.stats.transform_s += time.perf_counter() - t0
             self._cap_chunks(steps, arrays, also=self._chunk_cap)
-        return arrays if self.epochs is None else self._marked(arrays, samples)
+        return self._marked(arrays, marks) if marks else arrays
 
-    def _marked(self, arrays: Batch, samples: NDArray[np.int64]) -> Batch:
+    def _marked(self, arrays: Batch, marks: Batch) -> Batch:
         """``arrays`` with an exact pass's ``sample`` and ``valid`` beside them."""
         taken = [k for k in MARKS if k in arrays]
         if taken:
@@ -362,7 +379,7 @@ class Loader(Closing):
                 f"{made} already gives {taken[0]!r}; rename that field (a transform or "
                 "Mapped(source, fn)), or iterate with steps= and no marks."
             )
-        return {**arrays, **mark(self.source, self.seed, samples, self.epochs or 1)}
+        return {**arrays, **marks}
 
     def _cap_chunks(
         self, steps: list[int], arrays: Batch, also: int | None = None, held: int = 0
@@ -482,15 +499,15 @@ class Loader(Closing):
             following = next(chunks, None)
             self._followed_by(None if following is None else following[1])
             steps = current[0]
-            raw, samples = self._read_raw(*current)
+            raw, samples, marks = self._read_raw(*current)
             if first:
-                yield steps, self._transformed(steps, raw, samples)
+                yield steps, self._transformed(steps, raw, samples, marks)
             if following is not None:
                 self._prefetch(following[1])
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
-                yield steps, self._transformed(steps, raw, samples)
+                yield steps, self._transformed(steps, raw, samples, marks)
             first = False
             current = following
 

@@ -260,6 +260,15 @@ class Mixture:
     def _who(self, s: int) -> str:
         return f"source {self.names[s]!r} ({type(self.sources[s]).__name__}) of the mixture"
 
+    def locate(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(source id, sample number within that source)`` of each global sample (what
+        an exact pass marks). The last answer is kept, so asking about the samples just
+        read costs a comparison; the kept tuple is replaced whole, so a caller in
+        another thread at worst plans them again."""
+        return self._locate(seed, np.asarray(samples, dtype=np.int64))
+
     def _locate(
         self, seed: int, samples: NDArray[np.int64]
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
