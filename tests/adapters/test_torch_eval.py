@@ -24,6 +24,9 @@ from headrace.torch import HeadraceDataLoader, TorchDataset  # noqa: E402
 
 HERE = Path(__file__).parent
 B = 12
+# Not fork: a test before this one may have started jax's threads in this process, and
+# forking beside them warns (an error here). The fork server starts once for the module.
+CONTEXT = "forkserver"
 
 
 def metric(root: Path) -> tuple[float, int, int]:
@@ -48,7 +51,9 @@ def test_dataloader_with_two_workers_sees_each_sample_once(tmp_path: Path, world
             token_source(root, shuffle=False), batch_size=B, epochs=1, rank=rank, world_size=world
         )
         assert len(ds) == math.ceil(n / B)
-        batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+        batches = list(
+            DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=CONTEXT)
+        )
         assert len(batches) == math.ceil(n / B)
         for b in batches:
             assert b["valid"].dtype == torch.bool and len(b["valid"]) == B // world
@@ -102,5 +107,12 @@ def test_each_evaluation_over_one_dataset_is_the_whole_pass(tmp_path: Path, work
             assert sorted(valid_samples([dict(b) for b in dl])) == list(range(n))
     stock = TorchDataset(token_source(root, shuffle=False), batch_size=B, epochs=1)
     for _ in range(2):
-        batches = list(DataLoader(stock, batch_size=None, num_workers=workers))
+        batches = list(
+            DataLoader(
+                stock,
+                batch_size=None,
+                num_workers=workers,
+                multiprocessing_context=CONTEXT if workers else None,
+            )
+        )
         assert sorted(valid_samples(batches)) == list(range(n))
