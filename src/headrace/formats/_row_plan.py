@@ -23,9 +23,9 @@ from headrace.errors import ConfigError, EmptyRowsError
 from headrace.plan import WindowLayout, cached_permutation, derive_keys
 
 __all__ = [
+    "EmptyRows",
     "RowWindows",
     "ShuffleMode",
-    "EmptyRows",
     "check_empty_rows",
     "check_window_rows",
     "parse_shuffle",
