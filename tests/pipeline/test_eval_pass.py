@@ -275,6 +275,10 @@ def test_epochs_two_marks_both_passes(val_bin: Path) -> None:
     sample = np.concatenate([b["sample"] for b in batches])
     valid = np.concatenate([b["valid"] for b in batches])
     assert np.array_equal(sample[valid], np.arange(124)) and not valid[124:].any()
+    with Loader(src, batch_size=8, epochs=2) as lo:  # random access marks too
+        last = lo.batch_at(15)
+    assert np.array_equal(last["sample"], np.arange(120, 128))
+    assert np.array_equal(last["valid"], np.arange(120, 128) < 124)
 
 
 def test_epochs_and_steps_together_are_refused(val_bin: Path) -> None:
