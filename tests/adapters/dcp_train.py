@@ -5,10 +5,10 @@
         dcp_train.py ROOT OUT save|resume SOURCE HOW STEPS SAVE_AT
 
 ``save`` trains to STEPS and saves at step SAVE_AT to OUT/ckpt; ``resume`` loads it
-and trains on to STEPS. ``HOW`` keys the loader's state: ``loader`` passes the
-``HeadraceDataLoader`` itself (a DCP ``Stateful``: one key, the same on every
-rank); ``per-rank`` wraps it as torchtitan's dataloader does (a key of each rank's
-own, its state pickled). Rank 0 writes the digest of each gathered global batch
+and trains on to STEPS. ``HOW`` keys the loader's state: ``adapter`` passes
+``DCPStateful(dl)`` (one JSON leaf, the same on every rank); ``per-rank`` wraps the
+loader as torchtitan's dataloader does (a key of each rank's own, its state pickled).
+Rank 0 writes the digest of each gathered global batch
 and the final weights to OUT/{mode}-{world}.json / .pt.
 """
 
@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.nn.parallel import DistributedDataParallel
 
 from headrace.testing import batch_digest
-from headrace.torch import HeadraceDataLoader, TorchDataset
+from headrace.torch import DCPStateful, HeadraceDataLoader, TorchDataset
 
 
 class PerRank(Stateful):
@@ -74,7 +74,8 @@ def main(root: Path, out: Path, mode: str, source: str, how: str, steps: int, at
     optim = torch.optim.Adam(model.parameters(), lr=1e-2)
     ds = TorchDataset(SOURCES[source](root), batch_size=BATCH, seed=5, steps=steps)  # type: ignore[arg-type]
     dl = HeadraceDataLoader(ds)
-    states = {"train": Trainer(model, optim), "dataloader": dl if how == "loader" else PerRank(dl, rank)}
+    loader = DCPStateful(dl) if how == "adapter" else PerRank(dl, rank)
+    states = {"train": Trainer(model, optim), "dataloader": loader}
     if mode == "resume":
         dcp.load(states, checkpoint_id=str(out / "ckpt"))
         assert dl.step == at, (dl.step, at)
