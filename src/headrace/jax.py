@@ -29,8 +29,9 @@ except ModuleNotFoundError as exc:
 from headrace._closing import Closing
 from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch, Loader, Source
+from headrace.plan import array_state
 
-__all__ = ["JaxLoader", "host_rows", "make_global_batch", "numpy_loader"]
+__all__ = ["JaxLoader", "array_state", "host_rows", "make_global_batch", "numpy_loader"]
 
 
 def _row_slices(sharding: Any, batch_size: int) -> list[tuple[int, int]]:

@@ -69,12 +69,9 @@ def test_resume_function_matches_in_process(tmp_path: Path) -> None:
 
 
 def test_orbax_style_dict_checkpoint(tmp_path: Path) -> None:
-    """A nested dict of arrays and ints, as orbax saves a PyTree, with the loader state beside.
-
-    Orbax would save ``params`` with a standard (array) handler and ``data``
-    with a JSON handler; here the same split is done with ``np.savez`` and
-    ``json`` so the test does not need orbax.
-    """
+    """A nested dict of arrays and ints with the loader state beside, split as orbax
+    splits it (arrays by ``np.savez``, the state as JSON), for users of neither orbax
+    nor torch.save; orbax itself: ``test_orbax.py``."""
     root = write_tokens(tmp_path)
     ld = Loader(token_source(root), batch_size=BATCH, seed=2, steps=10)
     params = {"w": np.zeros(4)}

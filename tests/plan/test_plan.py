@@ -16,6 +16,7 @@ from headrace.plan import (
     MixturePlan,
     Permutation,
     WindowLayout,
+    array_state,
     derive_keys,
     fingerprint_parts,
     host_slice,
@@ -255,12 +256,37 @@ def test_a_state_is_tiny_and_survives_json_and_pickle() -> None:
         ({"fingerprint": 5}, r"has fingerprint 5; expected a string"),
         ({"fingerprint": None}, r"has fingerprint None; expected a string"),
         ({"parts": ["a"]}, r"has parts \['a'\]; expected a dict of str to str"),
+        ({"parts": {"kind": 5}}, r"has parts\['kind'\] 5; expected a string"),
+        # array_state's form, but not text: bytes that are not ASCII, or another dtype
+        ({"fingerprint": np.array([0xFF, 0x41], np.uint8)}, r"(?s)fingerprint array.*uint8 array"),
+        ({"fingerprint": np.array([65, 66], np.int32)}, r"(?s)fingerprint array.*a string"),
+        ({"fingerprint": np.zeros((2, 2), np.uint8)}, r"(?s)fingerprint array.*expected a string"),
     ],
 )
 def test_a_state_field_of_the_wrong_type_is_named(change: dict[str, Any], message: str) -> None:
     st_ = LoaderState(seed=1, step=5, batch_size=8, fingerprint="abc").to_dict()
     with pytest.raises(StateError, match=message):
         LoaderState.from_dict({**st_, **change})
+
+
+def test_array_state_keeps_no_strings_and_loads_as_it_is() -> None:
+    parts = {"kind": "983b1ab2e843", "files": "b32260816469"}
+    st_ = LoaderState(seed=2**62 + 3, step=7, batch_size=8, fingerprint="ab" * 16, parts=parts)
+    arrays = array_state(st_.to_dict())
+    leaves = [*arrays.values(), *arrays["parts"].values()]
+    assert not any(isinstance(v, str) for v in leaves)
+    assert arrays["fingerprint"].dtype == np.uint8 and arrays["fingerprint"].shape == (32,)
+    assert LoaderState.from_dict(arrays) == st_
+    # as an array checkpointer restores it: ints as 0-d arrays, text as (read-only) arrays
+    restored = {k: np.asarray(v) for k, v in arrays.items() if k != "parts"}
+    restored["fingerprint"].flags.writeable = False
+    assert LoaderState.from_dict({**restored, "parts": arrays["parts"]}) == st_
+    # a state without parts (saved before they existed) has no None leaf in its arrays
+    old = dataclasses.replace(st_, parts=None)
+    assert "parts" not in array_state(old.to_dict())
+    assert LoaderState.from_dict(array_state(old.to_dict())) == old
+    with pytest.raises(StateError, match="not a headrace loader state"):
+        array_state({"seed": 1})
 
 
 def test_a_state_missing_keys_names_them() -> None:

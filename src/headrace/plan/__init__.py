@@ -6,6 +6,7 @@ from headrace.plan._slicing import host_slice, step_samples
 from headrace.plan._state import (
     PLAN_VERSION,
     LoaderState,
+    array_state,
     fingerprint_digest,
     fingerprint_parts,
     legacy_digest,
@@ -20,6 +21,7 @@ __all__ = [
     "Permutation",
     "WindowLayout",
     "WindowPlan",
+    "array_state",
     "cached_permutation",
     "derive_keys",
     "fingerprint_digest",

@@ -9,11 +9,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from headrace.errors import StateError
 
 __all__ = [
     "PLAN_VERSION",
     "LoaderState",
+    "array_state",
     "fingerprint_digest",
     "fingerprint_parts",
     "legacy_digest",
@@ -111,10 +114,6 @@ class LoaderState:
                 f"not a headrace loader state: it has no {', '.join(map(repr, missing))} "
                 f"(keys: {sorted(map(str, d))})"
             )
-        if not isinstance(d["fingerprint"], str):
-            raise StateError(
-                f"loader state has fingerprint {d['fingerprint']!r}; expected a string"
-            )
         try:
             version = _whole(d["version"], "version")
             if version not in (1, PLAN_VERSION):
@@ -126,7 +125,7 @@ class LoaderState:
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
                 batch_size=_whole(d["batch_size"], "batch_size"),
-                fingerprint=d["fingerprint"],
+                fingerprint=_text(d["fingerprint"], "fingerprint"),
                 # As saved: a version-1 state replays under version 2 only where no
                 # counter reached 2**32, which check() can tell for mixtures (see there).
                 version=version,
@@ -204,14 +203,47 @@ class LoaderState:
             )
 
 
+def array_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` (a ``state_dict()``) with its strings as 1-D ``uint8`` arrays of their
+    ASCII bytes, for checkpointers that keep only arrays and numbers in a pytree: orbax's
+    ``StandardSave`` refuses ``str`` leaves. Every ``load_state_dict`` takes the result,
+    or what such a checkpointer restores of it (NumPy or jax arrays), as it is."""
+    st = LoaderState.from_dict(state)
+    out = st.to_dict()
+    out["fingerprint"] = _ascii(st.fingerprint)
+    if st.parts is None:
+        del out["parts"]  # an array tree has no None leaf to keep
+    else:
+        out["parts"] = {k: _ascii(v) for k, v in st.parts.items()}
+    return out
+
+
+def _ascii(text: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.frombuffer(text.encode("ascii"), dtype=np.uint8).copy()
+
+
+def _text(value: Any, name: str) -> str:
+    """A string field of a state: a ``str``, or the ``uint8`` array :func:`array_state`
+    made of one (restored by an array checkpointer as a NumPy or jax array)."""
+    if isinstance(value, str):
+        return value
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and str(dtype) == "uint8" and getattr(value, "ndim", 0) == 1:
+        raw = np.asarray(value).tobytes()
+        if raw.isascii() and raw.decode("ascii").isprintable():
+            return raw.decode("ascii")
+    raise StateError(
+        f"loader state has {name} {value!r:.200}; expected a string, or the 1-D uint8 "
+        "array of its ASCII bytes that array_state() makes of one"
+    )
+
+
 def _parts(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise StateError(f"loader state has parts {value!r}; expected a dict of str to str")
-    return dict(value)
+    return {k: _text(v, f"parts[{k!r}]") for k, v in value.items()}
 
 
 def _whole(value: Any, name: str) -> int:

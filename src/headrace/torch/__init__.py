@@ -56,12 +56,14 @@ if not hasattr(torch, "accelerator"):
 from headrace._pack import Packed, pack, unpack
 from headrace.torch._dataloader import WORKER_CHUNK_BYTES, HeadraceDataLoader
 from headrace.torch._dataset import TorchDataset
+from headrace.torch._dcp import DCPStateful
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch as RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch as TensorBatch
 from headrace.torch._tensors import tensors_of, to_tensors
 
 __all__ = [
+    "DCPStateful",
     "HeadraceDataLoader",
     "Packed",
     "TorchDataset",

@@ -1,0 +1,159 @@
+"""torch.distributed.checkpoint (DCP): model, optimizer and loader in one checkpoint,
+saved by 2 ranks (gloo, CPU, DDP), resumed by 2 ranks and by 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from _adapter_data import BATCH, padded_mixture, token_source, write_tokens  # noqa: E402
+
+from headrace.errors import StateError  # noqa: E402
+from headrace.plan import legacy_digest  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+from headrace.torch import DCPStateful  # noqa: E402
+
+HERE = Path(__file__).parent
+STEPS, SAVE_AT = 10, 4
+
+
+def torchrun(nproc: int, *args: object) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc_per_node={nproc}", str(HERE / "dcp_train.py"), *map(str, args)]
+    done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module", params=["padded-mixture/adapter", "tokens/per-rank"])
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Two ranks train to STEPS and save with DCP at SAVE_AT: ``adapter`` keeps the
+    state through ``DCPStateful``, ``per-rank`` as torchtitan does (pickled, a key a rank)."""
+    source, how = request.param.split("/")
+    out = tmp_path_factory.mktemp("dcp")
+    root = write_tokens(tmp_path_factory.mktemp("data"))
+    torchrun(2, root, out, "save", source, how, STEPS, SAVE_AT)
+    assert (out / "ckpt" / ".metadata").exists()
+    return [str(root), str(out), source, how]
+
+
+@pytest.mark.integration
+def test_2_ranks_resume_a_dcp_checkpoint_with_identical_batches_and_weights(
+    saved: list[str],
+) -> None:
+    root, out, source, how = saved
+    torchrun(2, root, out, "resume", source, how, STEPS, SAVE_AT)
+    straight = json.loads((Path(out) / "save-2.json").read_text())
+    assert len(straight) == STEPS
+    assert json.loads((Path(out) / "resume-2.json").read_text()) == straight[SAVE_AT:]
+    a, b = torch.load(Path(out) / "save-2.pt"), torch.load(Path(out) / "resume-2.pt")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.integration
+def test_1_rank_resumes_a_dcp_checkpoint_of_2_with_identical_global_batches(
+    saved: list[str],
+) -> None:
+    # The global batch of a step does not depend on the number of ranks; the weights do
+    # (DDP's mean of 2 ranks' mean losses is not 1 rank's mean when masks leave the
+    # slices different numbers of targets), so only the batches are compared.
+    root, out, source, how = saved
+    torchrun(1, root, out, "resume", source, how, STEPS, SAVE_AT)
+    straight = json.loads((Path(out) / "save-2.json").read_text())
+    assert json.loads((Path(out) / "resume-1.json").read_text()) == straight[SAVE_AT:]
+
+
+# -- in this process (DCP saves and loads without a process group): the adapter's edges --
+one_process = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def _loader(root: Path, source: Any) -> Any:
+    from headrace.torch import HeadraceDataLoader, TorchDataset
+
+    return HeadraceDataLoader(TorchDataset(source, batch_size=BATCH, seed=1, steps=STEPS))
+
+
+@one_process
+def test_the_adapter_resumes_in_one_process_and_refuses_other_data_by_name(
+    tmp_path: Path,
+) -> None:
+    root = write_tokens(tmp_path)
+    with _loader(root, padded_mixture(root)) as dl:
+        it = iter(dl)
+        next(it), next(it)
+        dcp.save({"dataloader": DCPStateful(dl)}, checkpoint_id=str(tmp_path / "c"), no_dist=True)
+        rest = batch_digest(it)
+    with _loader(root, padded_mixture(root)) as again:
+        dcp.load(
+            {"dataloader": DCPStateful(again)}, checkpoint_id=str(tmp_path / "c"), no_dist=True
+        )
+        assert again.step == 2
+        assert batch_digest(again) == rest
+    # Other data: headrace's own refusal, naming what differs (the loader itself, keyed
+    # leaf by leaf, failed inside DCP: "Missing key in checkpoint state_dict:
+    # dataloader.parts.files").
+    with _loader(root, token_source(root)) as other:
+        with pytest.raises(StateError, match=r"saved on different data.*what differs: "):
+            dcp.load(
+                {"dataloader": DCPStateful(other)}, checkpoint_id=str(tmp_path / "c"), no_dist=True
+            )
+
+
+@one_process
+def test_the_adapter_loads_a_state_with_fewer_parts_as_headrace_does(tmp_path: Path) -> None:
+    # A state saved before a part was added to a mixture's description ("order") still
+    # loads in headrace; kept as one leaf, DCP does not ask for the missing key.
+    root = write_tokens(tmp_path)
+    with _loader(root, padded_mixture(root)) as dl:
+        it = iter(dl)
+        next(it)
+        state = dl.state_dict()
+        rest = batch_digest(it)
+    old = {**state, "parts": {k: v for k, v in state["parts"].items() if k != "order"}}
+    old["fingerprint"] = legacy_digest(padded_mixture(root).fingerprint())
+    assert old["fingerprint"] is not None and old["fingerprint"] != state["fingerprint"]
+    dcp.save(
+        {"dataloader": {"headrace": json.dumps(old)}},
+        checkpoint_id=str(tmp_path / "c"),
+        no_dist=True,
+    )
+    with _loader(root, padded_mixture(root)) as again:
+        dcp.load(
+            {"dataloader": DCPStateful(again)}, checkpoint_id=str(tmp_path / "c"), no_dist=True
+        )
+        assert again.step == 1
+        assert batch_digest(again) == rest
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"step": 3}, r"not a DCPStateful state: \{'step': 3\}"),
+        ({"headrace": 5}, r"not a DCPStateful state"),
+        ({"headrace": "{oops"}, r"DCPStateful state '\{oops' is not JSON"),
+        ({"headrace": '{"step": 3}'}, r"not a headrace loader state: it has no 'seed'"),
+    ],
+)
+def test_the_adapter_refuses_a_state_that_is_not_its_own(
+    tmp_path: Path, state: dict[str, Any], message: str
+) -> None:
+    root = write_tokens(tmp_path)
+    with _loader(root, token_source(root)) as dl:
+        with pytest.raises(StateError, match=message):
+            DCPStateful(dl).load_state_dict(state)
+        assert dl.step == 0
