@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import re
 import struct
 import threading
@@ -55,6 +56,10 @@ _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
 
 _EVAL_LOCK = threading.Lock()
+
+
+#: The most bytes an array may claim: what a file's size (an off_t) can hold.
+_MAX_BYTES = 2**63 - 1
 
 
 @lru_cache(maxsize=256)
@@ -141,6 +146,13 @@ def _parse_npy_header(
             "(allow_pickle stays off: loading a pickle runs code). Save it with a numeric "
             "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"
             + (f", or {leave_out}" if leave_out else "")
+        )
+    if any(d > _MAX_BYTES for d in shape) or math.prod(shape) * dtype.itemsize > _MAX_BYTES:
+        # A forged length: NumPy cannot size such an array (OverflowError downstream,
+        # where the counts are summed), and no file holds it.
+        raise FormatError(
+            f"{where}: corrupt NPY header: shape {shape!r} of {dtype} is more than 2**63 - 1 "
+            "bytes, more than any file holds"
         )
     return dtype, shape, header["fortran_order"], end
 
