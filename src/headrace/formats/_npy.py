@@ -61,6 +61,18 @@ _EVAL_LOCK = threading.Lock()
 #: The most bytes an array may claim: what a file's size (an off_t) can hold.
 _MAX_BYTES = 2**63 - 1
 
+#: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
+#: whose "version needed to extract" byte is past 6.3 (one flipped bit) is refused as
+#: a zip feature it lacks.
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    ValueError,
+    EOFError,
+    OSError,
+    NotImplementedError,
+)
+
 
 @lru_cache(maxsize=256)
 def _literal(text: str, major: int) -> object:
@@ -199,7 +211,7 @@ def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
     try:
         with zipfile.ZipFile(BufferReader(view)) as zf:
             return zf.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+    except _ZIP_ERRORS as exc:
         raise FormatError(
             f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
             f"the file ({exc})"
@@ -423,7 +435,7 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
     """
     try:
         zf = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+    except _ZIP_ERRORS as exc:
         # Its first bytes, read only now: the member counted is seldom the first one.
         file.seek(0)
         head = file.read(4)
