@@ -51,7 +51,8 @@ def run_cases(target: str, cases: list[Case], root: Path, *, timeout_s: float = 
     cases = [pristine, *cases]
     _lay_out(target, cases, root)
     outcomes: dict[int, dict[str, Any]] = {}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     first = 0
     while first < len(cases):
         proc = subprocess.Popen(
@@ -134,7 +135,6 @@ def check(target: str, cases: list[Case], root: Path) -> Counter[str]:
     """Run ``cases`` and fail, listing every violation, unless all held the invariant."""
     results = run_cases(target, cases, root)
     bad = violations(target, results)
-    assert not bad, f"{target}: {len(bad)} of {len(cases)} cases broke the invariant:\n" + "\n".join(
-        bad
-    )
+    head = f"{target}: {len(bad)} of {len(cases)} cases broke the invariant:"
+    assert not bad, "\n".join([head, *bad])
     return summary(results)

@@ -32,9 +32,7 @@ def truncations(data: bytes, marks: Iterable[int] = ()) -> list[Case]:
     cuts = {0, 1, n // 2, n - 1}
     for m in marks:
         cuts.update((m - 1, m, m + 1))
-    return [
-        Case(label=f"cut@{c}", data=data[:c], strict=True) for c in sorted(cuts) if 0 <= c < n
-    ]
+    return [Case(label=f"cut@{c}", data=data[:c], strict=True) for c in sorted(cuts) if 0 <= c < n]
 
 
 def flips(

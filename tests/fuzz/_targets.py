@@ -242,9 +242,7 @@ TARGETS: dict[str, Target] = {
     "rows_npy": _target(_write_rows_npy, "r.npy", [], _read_rows("r.npy")),
     "rows_sidecar": _target(_write_rows_raw, "r.bin.json", ["r.bin"], _read_rows("r.bin")),
     "megatron_idx": _target(_write_megatron, "x.idx", ["x.bin"], _read_tokens("x.bin")),
-    "token_sidecar": _target(
-        _write_token_sidecar, "t.bin.json", ["t.bin"], _read_tokens("t.bin")
-    ),
+    "token_sidecar": _target(_write_token_sidecar, "t.bin.json", ["t.bin"], _read_tokens("t.bin")),
     "files_npy": _files("npy", "npy", {}, samples_per_file=3),
     "files_npy_header": _files("npy", "npy", {}, samples_per_file="header"),
     "files_npz_stored": _files("npz", "npz", {}, samples_per_file=3),
