@@ -248,6 +248,10 @@ TARGETS: dict[str, Target] = {
     "files_npz_stored": _files("npz", "npz", {}, samples_per_file=3),
     "files_npz_deflated": _files("npz", "npz", {"compress": True}, samples_per_file=3),
     "files_hdf5": _files("hdf5", "h5", {}, samples_per_file=3, datasets=["x"]),
+    "files_hdf5_header": _files("hdf5", "h5", {}, samples_per_file="header", datasets=["x"]),
+    "files_hdf5_gzip": _files(
+        "hdf5", "h5", {"chunks": True, "compression": "gzip"}, samples_per_file=3, datasets=["x"]
+    ),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
     "parquet": _target(_write_parquet, "t.parquet", [], _read_table("t.parquet")),
