@@ -10,11 +10,10 @@ milliseconds: the cost of a case is the loader's start-up, not its data.
 from __future__ import annotations
 
 import io
-import json
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -188,23 +187,32 @@ def _files(fmt: str, ext: str, write_options: dict[str, Any], **options: Any) ->
 # --- tables ----------------------------------------------------------------------------
 
 
-def _table() -> Any:
+#: Rows of the tables, written in record batches (row groups) of ``TABLE_BATCH``.
+TABLE_ROWS, TABLE_BATCH = 40, 16
+
+
+def table_ids(rows: range) -> list[list[int]]:
+    return [list(range(i % 7 + 1)) for i in rows]
+
+
+def _table(lists_only: bool = False) -> Any:
     import pyarrow as pa
 
-    n = 40
-    ids = [list(range(i % 7 + 1)) for i in range(n)]
-    return pa.table(
-        {
-            "input_ids": pa.array(ids, type=pa.list_(pa.int32())),
-            "label": pa.array(np.arange(n, dtype=np.int64)),
-        }
-    )
+    n = TABLE_ROWS
+    columns = {
+        "input_ids": pa.array(table_ids(range(n)), type=pa.list_(pa.int32())),
+        "label": pa.array(np.arange(n, dtype=np.int64)),
+    }
+    if not lists_only:
+        columns["emb"] = pa.array([[i, -i] for i in range(n)], type=pa.list_(pa.float32(), 2))
+        columns["text"] = pa.array([f"row {i}" * (i % 3) for i in range(n)])
+    return pa.table(columns)
 
 
 def _write_parquet(d: Path) -> None:
     import pyarrow.parquet as pq
 
-    pq.write_table(_table(), d / "t.parquet", row_group_size=16)
+    pq.write_table(_table(), d / "t.parquet", row_group_size=TABLE_BATCH)
 
 
 def _write_arrow_file(d: Path) -> None:
@@ -212,15 +220,15 @@ def _write_arrow_file(d: Path) -> None:
 
     t = _table()
     with pa.OSFile(str(d / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
-        w.write_table(t, max_chunksize=16)
+        w.write_table(t, max_chunksize=TABLE_BATCH)
 
 
-def _write_arrow_stream(d: Path) -> None:
+def _write_arrow_stream(d: Path, lists_only: bool = False) -> None:
     import pyarrow as pa
 
-    t = _table()
+    t = _table(lists_only)
     with pa.OSFile(str(d / "t.arrow"), "wb") as sink, pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t, max_chunksize=16)
+        w.write_table(t, max_chunksize=TABLE_BATCH)
 
 
 def _write_saved(d: Path) -> None:
@@ -233,7 +241,7 @@ def _read_table(name: str) -> Callable[[Path], bytes]:
     def read(d: Path) -> bytes:
         from headrace.formats import TableSource
 
-        return _batches(TableSource(d / name, width=8))
+        return _batches(TableSource(d / name, width=16))
 
     return read
 
@@ -257,8 +265,7 @@ TARGETS: dict[str, Target] = {
     "parquet": _target(_write_parquet, "t.parquet", [], _read_table("t.parquet")),
     "arrow_file": _target(_write_arrow_file, "t.arrow", [], _read_table("t.arrow")),
     "arrow_stream": _target(_write_arrow_stream, "t.arrow", [], _read_table("t.arrow")),
+    "arrow_stream_lists": _target(
+        partial(_write_arrow_stream, lists_only=True), "t.arrow", [], _read_table("t.arrow")
+    ),
 }
-
-
-def json_bytes(value: Any) -> bytes:
-    return json.dumps(value).encode()
