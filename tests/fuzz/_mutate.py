@@ -6,10 +6,12 @@ case list is the same on every run and a failure names a case that can be rebuil
 
 from __future__ import annotations
 
+import json
 import random
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,3 +188,71 @@ def _rewrite(data: bytes, at: int, old: bytes, new: bytes) -> Case:
         head = head[: max(len(head) - spare, end - 1)]
     head = head.ljust(end - 1) + b"\n"
     return Case(label=f"npy {old!r}->{new!r}", data=head + data[end:], strict=False)
+
+
+#: JSON values that are not what a field holds: wrong types, negative, huge, odd text.
+BAD_JSON_VALUES: list[object] = [
+    None,
+    True,
+    -1,
+    0,
+    2**63,
+    10**400,
+    1.5,
+    "9",
+    "",
+    "../../etc/passwd",
+    [9],
+    [],
+    {"a": 1},
+    {},
+]
+
+
+def _paths(value: object, at: tuple[object, ...] = ()) -> Iterable[tuple[object, ...]]:
+    yield at
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*at, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*at, i))
+
+
+def _set(value: Any, path: tuple[Any, ...], new: object, *, delete: bool = False) -> Any:
+    out = json.loads(json.dumps(value))
+    parent = out
+    for p in path[:-1]:
+        parent = parent[p]
+    if delete:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = new
+    return out
+
+
+def json_cases(pristine: bytes, values: Sequence[object] = BAD_JSON_VALUES) -> list[Case]:
+    """Every value of a JSON document replaced by each of ``values``, every key and
+    item deleted, a key added; bytes that are not UTF-8, not JSON, nested too deep."""
+    doc = json.loads(pristine)
+    cases = [
+        Case(label="not utf-8", data=pristine.replace(b'"', b"\xff", 1), strict=True),
+        Case(label="empty", data=b"", strict=True),
+        Case(label="null", data=b"null", strict=True),
+        Case(label="list", data=b"[]", strict=True),
+        Case(label="nested", data=b"[" * 100_000, strict=True),
+        Case(label="NaN", data=b'{"a": NaN}', strict=True),
+    ]
+    if isinstance(doc, dict):
+        extra = json.dumps({**doc, "zz_extra": 1}).encode()
+        cases.append(Case(label="extra key", data=extra, strict=False))
+    for path in _paths(doc):
+        if not path:
+            continue
+        cases.append(
+            Case(label=f"del {path}", data=json.dumps(_set(doc, path, None, delete=True)).encode(), strict=False)
+        )
+        for v in values:
+            data = json.dumps(_set(doc, path, v)).encode()
+            cases.append(Case(label=f"{path}={v!r}"[:80], data=data, strict=False))
+    return cases

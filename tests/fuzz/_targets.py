@@ -265,6 +265,18 @@ TARGETS: dict[str, Target] = {
     "parquet": _target(_write_parquet, "t.parquet", [], _read_table("t.parquet")),
     "arrow_file": _target(_write_arrow_file, "t.arrow", [], _read_table("t.arrow")),
     "arrow_stream": _target(_write_arrow_stream, "t.arrow", [], _read_table("t.arrow")),
+    "hf_state": _target(
+        _write_saved,
+        "saved/state.json",
+        ["saved/dataset_info.json", *(f"saved/data-0000{k}-of-00002.arrow" for k in (0, 1))],
+        _read_table("saved"),
+    ),
+    "hf_info": _target(
+        _write_saved,
+        "saved/dataset_info.json",
+        ["saved/state.json", *(f"saved/data-0000{k}-of-00002.arrow" for k in (0, 1))],
+        _read_table("saved"),
+    ),
     "arrow_stream_lists": _target(
         partial(_write_arrow_stream, lists_only=True), "t.arrow", [], _read_table("t.arrow")
     ),
