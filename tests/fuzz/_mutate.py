@@ -249,9 +249,8 @@ def json_cases(pristine: bytes, values: Sequence[object] = BAD_JSON_VALUES) -> l
     for path in _paths(doc):
         if not path:
             continue
-        cases.append(
-            Case(label=f"del {path}", data=json.dumps(_set(doc, path, None, delete=True)).encode(), strict=False)
-        )
+        gone = json.dumps(_set(doc, path, None, delete=True)).encode()
+        cases.append(Case(label=f"del {path}", data=gone, strict=False))
         for v in values:
             data = json.dumps(_set(doc, path, v)).encode()
             cases.append(Case(label=f"{path}={v!r}"[:80], data=data, strict=False))

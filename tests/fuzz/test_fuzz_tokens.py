@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import Case, Field, flips, forge, forge_fields, truncations
+from _mutate import (
+    BAD_JSON_VALUES,
+    Case,
+    Field,
+    flips,
+    forge,
+    forge_fields,
+    json_cases,
+    truncations,
+)
 from _targets import TARGETS
 
 
@@ -26,48 +34,13 @@ def test_megatron_index(tmp_path: Path) -> None:
     assert seen["error:FormatError"] > len(cases) // 2
 
 
-#: JSON values that are not what a sidecar field holds: wrong types, negative, huge.
-_BAD_VALUES: list[object] = [
-    None,
-    True,
-    -1,
-    0,
-    2**63,
-    10**400,
-    1.5,
-    "9",
-    [9],
-    {"a": 1},
-    "uint16\x00",
-    "S0",
-    "O",
-    "V2",
-    "(2,)u2",
-    "2u2",
-    "<U3",
-    "float128",
-    "M8[s]",
-]
+#: Texts that are not a dtype a sidecar may give, beside the shared bad JSON values.
+_DTYPE_TEXTS = ["uint16\x00", "S0", "O", "V2", "(2,)u2", "2u2", "<U3", "float128", "M8[s]"]
 
 
 def _sidecars(pristine: bytes) -> list[Case]:
-    meta = json.loads(pristine)
-    cases = [
-        Case(label="not utf-8", data=pristine.replace(b'"', b"\xff", 1), strict=True),
-        Case(label="latin-1 key", data=pristine.replace(b"dtype", b"dtyp\xe9"), strict=True),
-        Case(label="empty", data=b"", strict=True),
-        Case(label="list", data=b"[]", strict=True),
-        Case(label="nested", data=b"[" * 100_000, strict=True),
-        Case(label="bom", data=b"\xef\xbb\xbf" + pristine, strict=False),
-    ]
-    for key in meta:
-        rest = {k: v for k, v in meta.items() if k != key}
-        cases.append(Case(label=f"no {key}", data=json.dumps(rest).encode(), strict=False))
-        for v in _BAD_VALUES:
-            text = json.dumps({**meta, key: v}) if not isinstance(v, int) else None
-            data = text.encode() if text else json.dumps({**meta, key: v}).encode()
-            cases.append(Case(label=f"{key}={v!r}"[:60], data=data, strict=False))
-    cases.append(Case(label="extra key", data=json.dumps({**meta, "zz": 1}).encode(), strict=False))
+    cases = json_cases(pristine, [*BAD_JSON_VALUES, *_DTYPE_TEXTS])
+    cases.append(Case(label="bom", data=b"\xef\xbb\xbf" + pristine, strict=False))
     return cases + truncations(pristine) + flips(pristine, seed=4, count=100)
 
 
