@@ -255,3 +255,65 @@ def json_cases(pristine: bytes, values: Sequence[object] = BAD_JSON_VALUES) -> l
             data = json.dumps(_set(doc, path, v)).encode()
             cases.append(Case(label=f"{path}={v!r}"[:80], data=data, strict=False))
     return cases
+
+
+#: TOML values that are not what a workload field holds (TOML has no null).
+BAD_TOML_VALUES: list[object] = [
+    True,
+    -1,
+    0,
+    2**63 - 1,
+    1e308,
+    float("nan"),
+    float("inf"),
+    -1.5,
+    "9",
+    "",
+    [9],
+    [],
+    {"a": 1},
+]
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if v != v else ("inf" if v == float("inf") else repr(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def toml_text(doc: dict[str, Any]) -> bytes:
+    """A workload TOML: top-level keys, then one ``[table]`` of scalars a table."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{k}]", *(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())]
+    return "\n".join(lines).encode() + b"\n"
+
+
+def structured_cases(
+    doc: Any, dump: Any, values: Sequence[object], *, extra: dict[str, object]
+) -> list[Case]:
+    """Each value of a parsed config replaced by each of ``values``, each key deleted,
+    keys in ``extra`` added (``dump``: the document back to bytes)."""
+    cases = [
+        Case(label=f"extra {k}", data=dump({**doc, k: v}), strict=False) for k, v in extra.items()
+    ]
+    for path in _paths(doc):
+        if not path:
+            continue
+        cases.append(
+            Case(label=f"del {path}", data=dump(_set(doc, path, None, delete=True)), strict=False)
+        )
+        for v in values:
+            cases.append(
+                Case(label=f"{path}={v!r}"[:80], data=dump(_set(doc, path, v)), strict=False)
+            )
+    return cases

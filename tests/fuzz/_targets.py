@@ -28,6 +28,8 @@ class Target:
     pristine: Callable[[], bytes]
     companions: Callable[[Path], None]
     read: Callable[[Path], bytes]
+    #: whether its errors must name ``file`` (a loader state is not read from a file)
+    names_file: bool = True
 
 
 def _batches(source: Any, *, batch_size: int = 4, steps: int = 3) -> bytes:
@@ -246,6 +248,79 @@ def _read_table(name: str) -> Callable[[Path], bytes]:
     return read
 
 
+# --- bench configs: a workload TOML (-w) and a DLIO YAML (--dlio) -------------------
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _copy_of(source: Path, name: str) -> Callable[[Path], None]:
+    def write(d: Path) -> None:
+        (d / name).write_bytes(source.read_bytes())
+
+    return write
+
+
+def _read_bench(flag: str, name: str) -> Callable[[Path], bytes]:
+    """``headrace bench --list`` on the file, as the CLI runs it, then the checks a run
+    makes before it starts; a refusal must be one line on stderr, exit status 2."""
+
+    def read(d: Path) -> bytes:
+        from contextlib import redirect_stderr, redirect_stdout
+
+        from headrace.cli import check, command_parser, main
+        from headrace.errors import ConfigError
+
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = main(["bench", "--list", flag, str(d / name)])
+        lines = err.getvalue().strip().splitlines()
+        if rc != 0:
+            if rc == 2 and len(lines) == 1 and lines[0].startswith("headrace bench: "):
+                raise ConfigError(lines[0])  # the CLI's one line, as the harness checks it
+            raise AssertionError(f"exit status {rc}, stderr not one line: {err.getvalue()}")
+        args = command_parser("bench").parse_args([flag, str(d / name), "--root", str(d)])
+        check("bench", args)
+        return out.getvalue().encode()
+
+    return read
+
+
+# --- a loader's saved state, tampered with --------------------------------------------
+
+
+def _state_loader(d: Path) -> Any:
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+
+    source = TokenSource(d / "t.bin", context=8, dtype="uint16")
+    return Loader(source, batch_size=4, seed=SEED, prefetch=0)
+
+
+def _write_state(d: Path) -> None:
+    import json
+
+    _tokens().tofile(d / "t.bin")
+    with _state_loader(d) as loader:
+        batches = iter(loader)
+        next(batches)
+        next(batches)
+        (d / "state.json").write_text(json.dumps(loader.state_dict()))
+
+
+def _read_state(d: Path) -> bytes:
+    """The next two batches after loading the state, as a resumed run reads them."""
+    import json
+
+    out = io.BytesIO()
+    with _state_loader(d) as loader:
+        loader.load_state_dict(json.loads((d / "state.json").read_bytes()))
+        for step, batch in enumerate(loader):
+            out.write(b"".join(np.ascontiguousarray(batch[k]).tobytes() for k in sorted(batch)))
+            if step == 1:
+                break
+    return out.getvalue()
+
+
 TARGETS: dict[str, Target] = {
     "rows_npy": _target(_write_rows_npy, "r.npy", [], _read_rows("r.npy")),
     "rows_sidecar": _target(_write_rows_raw, "r.bin.json", ["r.bin"], _read_rows("r.bin")),
@@ -276,6 +351,25 @@ TARGETS: dict[str, Target] = {
         "saved/dataset_info.json",
         ["saved/state.json", *(f"saved/data-0000{k}-of-00002.arrow" for k in (0, 1))],
         _read_table("saved"),
+    ),
+    "bench_toml": _target(
+        _copy_of(_REPO / "src/headrace/bench/workloads/npz.toml", "w.toml"),
+        "w.toml",
+        [],
+        _read_bench("-w", "w.toml"),
+    ),
+    "dlio_yaml": _target(
+        _copy_of(_REPO / "tests/data/unet3d_h100.yaml", "d.yaml"),
+        "d.yaml",
+        [],
+        _read_bench("--dlio", "d.yaml"),
+    ),
+    "state": Target(
+        file="state.json",
+        pristine=_made(_write_state, "state.json"),
+        companions=_copies(_write_state, ["t.bin"]),
+        read=_read_state,
+        names_file=False,
     ),
     "arrow_stream_lists": _target(
         partial(_write_arrow_stream, lists_only=True), "t.arrow", [], _read_table("t.arrow")
