@@ -24,6 +24,9 @@ def test_npz(target: str, tmp_path: Path) -> None:
     cases += forge_fields(data, fields)
     seen = check(target, cases, tmp_path)
     assert seen["error:FormatError"] > len(cases) // 2
+    # Every member's bytes are under its CRC-32, which headrace checks: a flip anywhere
+    # reads the same (it hit bytes nothing reads) or fails, never as other data.
+    assert "other" not in seen, seen
 
 
 def test_zip_version_past_what_zipfile_reads() -> None:
