@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
     "cache": ("headrace._cache_cli", "show or prune a local object cache (cache_dir)"),
 }
+
+
+#: A line break and the indentation around it, in a message printed as one line.
+_LINE_BREAKS = re.compile(r"\s*\n\s*")
 
 
 def command_parser(
@@ -84,8 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a killed writer
     except errors.HeadraceError as exc:
         # A sub-command's own refusal (bad option, missing file): the message says what
-        # was given and the fix; a traceback would bury it.
-        print(f"headrace {name}: {exc}", file=sys.stderr)
+        # was given and the fix; a traceback would bury it. One line: a message quoting
+        # a parser's (PyYAML's spans lines) is joined, so scripts read it as one.
+        print(f"headrace {name}: {_LINE_BREAKS.sub(' ', str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -518,8 +518,11 @@ def test_bad_sidecar_values_and_zero_width(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"a\.bin\.json: 'nonsense' is not a dtype"):
         open_row_file(tmp_path / "a.bin", dtype="uint16")
     side.write_text(json.dumps({"dtype": "O", "width": 5}))
-    with pytest.raises(FormatError, match=r"a\.bin: dtype object holds Python objects"):
+    with pytest.raises(FormatError, match=r"a\.bin\.json: dtype 'O' \(object\) is not a dtype of"):
         open_row_file(tmp_path / "a.bin")
+    side.unlink()
+    with pytest.raises(FormatError, match=r"a\.bin: dtype object holds Python objects"):
+        open_row_file(tmp_path / "a.bin", dtype="O", width=5)
     np.save(tmp_path / "w0.npy", np.zeros((4, 0), np.uint32))
     with pytest.raises(DataError, match=r"w0\.npy: empty: rows have no columns \(shape \(4, 0\)\)"):
         open_row_file(tmp_path / "w0.npy")

@@ -32,7 +32,7 @@ from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
 from headrace.bench._slowfs_run import fuse_check, unwind_on_sigterm
-from headrace.bench._workload import Workload, load_workload
+from headrace.bench._workload import Workload, load_workload, naming
 from headrace.errors import ConfigError, HeadraceError
 
 __all__ = [
@@ -480,7 +480,8 @@ def check(args: argparse.Namespace) -> list[Kind]:
         )
     kinds = [make_kind(wl, root) for wl in _workloads(args)]
     for kind in kinds:
-        kind.check_run()
+        with naming(kind.workload):
+            kind.check_run()
     return kinds
 
 

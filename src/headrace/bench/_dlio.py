@@ -199,10 +199,17 @@ def _n(count: int, what: str) -> str:
     return f"{count:,} {what}{'' if count == 1 else 's'}"
 
 
+#: The largest count or size a DLIO config may give: counts and sizes are multiplied
+#: and summed as floats (exact to 2**53), and numbers past it are typos or damage.
+_MAX_NUMBER = 2**53
+
+
 def _positive(section: Mapping[str, Any], key: str, default: int, where: str) -> int:
     value = section.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}.{key} must be a whole number >= 1 (got {value!r})")
+    if value > _MAX_NUMBER:
+        raise ConfigError(f"{where}.{key} must be at most 2**53 (got {value!r})")
     return value
 
 
@@ -223,6 +230,8 @@ def _number(
     if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
         what = "a whole number" if whole else "a number"
         raise ConfigError(f"{where}.{key} must be {what} >= 0 (got {value!r})")
+    if not value <= _MAX_NUMBER:  # NaN too: no comparison holds
+        raise ConfigError(f"{where}.{key} must be a finite number, at most 2**53 (got {value!r})")
     return float(value)
 
 
@@ -290,10 +299,12 @@ def dlio_workload(
     except ImportError as exc:  # pragma: no cover - pyyaml is in the test extra
         raise ConfigError("--dlio needs PyYAML: pip install pyyaml") from exc
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        # PyYAML's messages span lines (the mark, then the problem): one line here.
+        why = " ".join(str(exc).split()) if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML ({why})") from None
     if isinstance(doc, dict) and "dataset" not in doc and isinstance(doc.get("workload"), dict):
         doc = doc["workload"]  # a DLIO run's own record of its config (.hydra/config.yaml)
     if not isinstance(doc, dict) or "dataset" not in doc:

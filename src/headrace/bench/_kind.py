@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from headrace._messages import unknown_keys
 from headrace.bench._datagen import check_room, drop_damaged, record_sizes
 from headrace.bench._storage import Storage
-from headrace.bench._workload import Section, Workload, refuse
+from headrace.bench._workload import Section, Workload, naming, refuse
 from headrace.errors import ConfigError
 from headrace.io import CacheStats, ObjectStats
 from headrace.pipeline import Loader
@@ -531,4 +531,5 @@ def kind_class(name: str) -> type[Kind]:
 
 def make_kind(workload: Workload, root: str) -> Kind:
     """The kind of ``workload`` over ``root``, its settings checked (:meth:`Kind.make`)."""
-    return kind_class(workload.kind).make(workload, root)
+    with naming(workload):
+        return kind_class(workload.kind).make(workload, root)

@@ -16,9 +16,11 @@ are therefore where the kind reads them: there is no second list to keep.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -27,11 +29,13 @@ from headrace._messages import unknown_keys
 from headrace.errors import ConfigError
 
 __all__ = [
+    "MAX_NUMBER",
     "Section",
     "TrainConfig",
     "Workload",
     "builtin_workloads",
     "load_workload",
+    "naming",
     "refuse",
 ]
 
@@ -50,6 +54,22 @@ def refuse(section: Mapping[str, Any], key: str, instead: str) -> None:
         where = getattr(section, "where", "workload")
         owner = getattr(section, "owner", "this kind")
         raise ConfigError(f"{where}: {owner} does not take {key!r}: {instead}")
+
+
+#: The largest magnitude a ``[dataset]`` or ``[reader]`` number may have.
+MAX_NUMBER = 2**53
+
+
+@contextmanager
+def naming(workload: Workload) -> Iterator[None]:
+    """Errors raised inside name the workload's file where it came from one (a kind's
+    checks name the workload by its name, which a file given by path may not match)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if not workload.source or workload.source in str(exc):
+            raise
+        raise ConfigError(f"{workload.source}: {exc}") from exc
 
 
 class Section(dict[str, Any]):
@@ -85,13 +105,41 @@ class Section(dict[str, Any]):
         if not super().__contains__(key):
             self.defaults.setdefault(key, default)
             return default
-        value = super().__getitem__(key)
-        self.trail.append((self.where, key, value))
-        return value
+        return self._like(key, self._checked(key, super().__getitem__(key)), default)
 
     def __getitem__(self, key: str) -> Any:
         self.read.add(key)
-        value = super().__getitem__(key)
+        value = self._checked(key, super().__getitem__(key))
+        if isinstance(value, float) and math.isinf(value):  # a key read without a default:
+            # a count (in_flight), which int() of infinity fails on with OverflowError
+            raise ConfigError(f"{self.where}: {key} must be a finite number; got {value!r}")
+        return value
+
+    def _like(self, key: str, value: Any, default: Any) -> Any:
+        """``value``, refused where its default is a number and it is not one: kinds take
+        int() or float() of their settings, which read ``"9"`` as 9 and ``true`` as 1,
+        and int() of infinity raised OverflowError. Ranges are each kind's to check."""
+        if isinstance(default, bool) or not isinstance(default, int | float):
+            return value
+        infinite = isinstance(value, float) and isinstance(default, int) and math.isinf(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or infinite:
+            raise ConfigError(
+                f"{self.where}: {key} must be a {'finite ' if infinite else ''}number (its "
+                f"default is {default!r}); got {value!r}"
+            )
+        return value
+
+    def _checked(self, key: str, value: Any) -> Any:
+        # No setting of a kind is a number past 2**53, or NaN: kinds take int() of them
+        # (NaN's ValueError), or size arrays by them (a file count of 2**63 ran for ever).
+        # Infinity is a setting (request_timeout_s = inf: none); a kind that takes int()
+        # of one is refused in _like.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not (math.isinf(value) or -MAX_NUMBER <= value <= MAX_NUMBER):
+                raise ConfigError(
+                    f"{self.where}: {key} = {value!r}: expected a number, at most 2**53 "
+                    "either side of 0"
+                )
         self.trail.append((self.where, key, value))
         return value
 
@@ -257,7 +305,7 @@ def load_workload(name_or_path: str) -> Workload:
         try:
             with open(name_or_path, "rb") as f:
                 data = tomllib.load(f)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8
             raise ConfigError(f"{name_or_path}: not valid TOML: {exc}") from exc
         return Workload.from_dict(data, where=name_or_path)
     known = builtin_workloads()

@@ -66,6 +66,7 @@ from headrace.formats._table_remote import (
     merge_ranges,
     opener,
 )
+from headrace.formats._table_schema import check_names
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -434,6 +435,7 @@ class RemoteArrow(RemotePart):
         self.rows = index.rows
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
+        check_names(pa, self.schema, url)
 
     @classmethod
     def open_all(

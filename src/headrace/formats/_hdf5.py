@@ -98,13 +98,24 @@ def decode_hdf5(
                 return _select(obj, index, name, dataset)
             except OSError as exc:
                 raise _damaged(obj, index, name, dataset, exc) from exc
-    except (OSError, KeyError, FormatError) as exc:
+    except (OSError, KeyError, FormatError, RuntimeError) as exc:
         # A fetch that failed inside h5py (bytes read by ranges): HDF5 reported it as
         # a file it could not read; the fetch's error names the URL and range.
         fetch = getattr(file, "error", None)
         if fetch is not None:
             raise fetch from exc
+        if isinstance(exc, RuntimeError):
+            raise _corrupt(name, exc) from exc
         raise
+
+
+def _corrupt(name: str, exc: RuntimeError) -> FormatError:
+    # h5py raises RuntimeError, not OSError, for metadata that fails its checksum or
+    # does not parse once the file is open ("Object visitation failed", "Unable to
+    # synchronously check link existence").
+    return FormatError(
+        f"{name}: corrupt HDF5 metadata: {exc}; the file is damaged: copy or write it again"
+    )
 
 
 def _unopened(name: str, exc: OSError) -> FormatError:
@@ -187,7 +198,10 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
     rows: dict[str, int] = {}
     with f:
         for ds in datasets:
-            obj = _dataset(f, ds, name, h5py)
+            try:
+                obj = _dataset(f, ds, name, h5py)
+            except RuntimeError as exc:
+                raise _corrupt(name, exc) from exc
             if obj.ndim == 0:
                 raise FormatError(
                     f"{name}: dataset {ds!r} is a scalar (shape ()): it has no leading axis "

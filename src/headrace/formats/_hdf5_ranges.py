@@ -335,7 +335,7 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
             for ds in datasets:
                 try:
                     data[ds] = _place(f.get(ds), h5py)
-                except (OSError, ValueError, TypeError, KeyError) as exc:
+                except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
                     if image.error is not None:
                         raise image.error from exc
                     data[ds] = None

@@ -125,6 +125,19 @@ def _check_pixels(height: int, width: int, name: str, kind: str) -> None:
         raise _bomb_error(name, kind, f"{width} x {height} = {height * width:,}", limit)
 
 
+def _within_limit(height: int, width: int) -> bool:
+    """Whether a header's size may be allocated for before the image decodes: a batch's
+    slots are allocated from the first image's layout, so a forged IHDR width of 2**31
+    asked NumPy for 432 GiB (a MemoryError naming nothing). Over the limit, no
+    layout is predicted and the decode refuses the image, naming it."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - without Pillow there is no limit to share
+        return True
+    limit = Image.MAX_IMAGE_PIXELS
+    return limit is None or height * width <= 2 * limit
+
+
 def _other_format(view: memoryview) -> str | None:
     """The image format ``view``'s signature names, of those ``datasets``' ``Image()``
     stores besides JPEG and PNG and those phones and the web now write (``None``: none
@@ -235,6 +248,8 @@ def jpeg_layout(
         return None
     if exif_transpose and jpeg_orientation(view) >= 5:
         height, width = width, height
+    if not _within_limit(height, width):
+        return None
     return (height, width, len(want)), _U8
 
 
@@ -246,6 +261,8 @@ def png_layout(data: Buffer, *, mode: ImageMode | None = None) -> Layout | None:
     if len(view) < 33 or bytes(view[:8]) != _PNG_SIG or bytes(view[12:16]) != b"IHDR":
         return None
     width, height, depth, colour = struct.unpack_from(">IIBB", view, 16)
+    if not _within_limit(height, width):
+        return None
     if mode is not None:
         return (height, width, len(mode)), _U8
     channels = _PNG_CHANNELS.get(colour)

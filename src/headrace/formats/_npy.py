@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import re
 import struct
 import threading
@@ -55,6 +56,22 @@ _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
 
 _EVAL_LOCK = threading.Lock()
+
+
+#: The most bytes an array may claim: what a file's size (an off_t) can hold.
+_MAX_BYTES = 2**63 - 1
+
+#: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
+#: whose "version needed to extract" byte is past 6.3 (one flipped bit) is refused as
+#: a zip feature it lacks.
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    ValueError,
+    EOFError,
+    OSError,
+    NotImplementedError,
+)
 
 
 @lru_cache(maxsize=256)
@@ -142,6 +159,13 @@ def _parse_npy_header(
             "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"
             + (f", or {leave_out}" if leave_out else "")
         )
+    if any(d > _MAX_BYTES for d in shape) or math.prod(shape) * dtype.itemsize > _MAX_BYTES:
+        # A forged length: NumPy cannot size such an array (OverflowError downstream,
+        # where the counts are summed), and no file holds it.
+        raise FormatError(
+            f"{where}: corrupt NPY header: shape {shape!r} of {dtype} is more than 2**63 - 1 "
+            "bytes, more than any file holds"
+        )
     return dtype, shape, header["fortran_order"], end
 
 
@@ -187,7 +211,7 @@ def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
     try:
         with zipfile.ZipFile(BufferReader(view)) as zf:
             return zf.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+    except _ZIP_ERRORS as exc:
         raise FormatError(
             f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
             f"the file ({exc})"
@@ -411,7 +435,7 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
     """
     try:
         zf = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
+    except _ZIP_ERRORS as exc:
         # Its first bytes, read only now: the member counted is seldom the first one.
         file.seek(0)
         head = file.read(4)

@@ -93,6 +93,10 @@ class RowFile:
         }
 
 
+#: dtype kinds a sidecar may give rows: integers, bool and floats (NumPy's kind letters).
+_ROW_KINDS = "biuf"
+
+
 def _sidecar(path: str) -> str:
     return path + ".json"
 
@@ -150,7 +154,7 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
             meta = json.loads(text)
             if not isinstance(meta, dict):
                 raise TypeError(f"found a {type(meta).__name__}")
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
             raise FormatError(
                 f'{side}: unreadable row sidecar (expected JSON like {{"dtype": "uint16", '
                 f'"width": 1025}}): {exc}'
@@ -159,6 +163,11 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
     # arguments, so a bad sidecar is named as such whatever was passed.
     if "dtype" in meta:
         side_dtype = _dtype_or_raise(meta["dtype"], side, FormatError)
+        if side_dtype.kind not in _ROW_KINDS:
+            raise FormatError(
+                f"{side}: dtype {meta['dtype']!r} ({side_dtype}) is not a dtype of rows "
+                '(expected an integer, bool or float type, e.g. "uint16")'
+            )
     if "width" in meta:
         _width_or_raise(meta["width"], side)
     side_rows = meta.get("rows")
@@ -185,10 +194,13 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
         raise ConfigError(f"{f.path}: width {width} given but {side} says {meta['width']}")
     _width_or_raise(got_width, side)
     row_bytes = got_width * dt.itemsize
+    said = [k for k, arg in (("width", width), ("dtype", dtype)) if arg is None and k in meta]
+    # A width or dtype the sidecar gave may be the sidecar's fault: name it too.
+    source = f", {' and '.join(said)} from {side}" if said else ""
     if f.size % row_bytes:
         raise DataError(
             f"{f.path}: file size {f.size} is not a multiple of the row size {row_bytes} "
-            f"({got_width} x {dt}): wrong width or dtype, or a truncated file"
+            f"({got_width} x {dt}{source}): wrong width or dtype, or a truncated file"
         )
     rows = f.size // row_bytes
     if side_rows is not None and side_rows != rows:
@@ -205,6 +217,13 @@ def _dtype_or_raise(value: Any, where: str, error: type[Exception]) -> np.dtype[
         dt: np.dtype[Any] = np.dtype(value)
     except (TypeError, ValueError) as exc:
         raise error(f"{where}: {value!r} is not a dtype") from exc
+    if dt.itemsize == 0 or dt.subdtype is not None:
+        # "S0" sized rows of 0 bytes (a ZeroDivisionError); "(2,)u2" or "5i2" a row of
+        # arrays, whose width is not the width given.
+        raise error(
+            f"{where}: dtype {value!r} ({dt}) is not a dtype of rows: "
+            + ("its items have 0 bytes" if dt.itemsize == 0 else "each item is an array")
+        )
     return dt
 
 

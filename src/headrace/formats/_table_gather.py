@@ -38,6 +38,15 @@ def column_view(
             arr = arr.combine_chunks()
         if pa.types.is_dictionary(arr.type):
             arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
+        # A local Arrow file is mapped and read without a copy: its lengths are the
+        # file's own, and a damaged one (a list's values of negative length) made
+        # NumPy read outside a buffer: a segfault. validate() checks lengths against
+        # buffer sizes, with no pass over the data. A list's offsets are left to the
+        # checks where rows are cut (gather), which name the row.
+        if col.kind == "ragged":
+            arr.values.validate()
+        else:
+            arr.validate()
         valid = None
         if arr.null_count:
             valid = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -87,7 +96,7 @@ def column_view(
             np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
         )
         return (data, offsets, valid)
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, ValueError) as exc:  # NumPy: a buffer cut mid-item
         raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
 
 

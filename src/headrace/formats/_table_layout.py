@@ -36,6 +36,8 @@ DELTA_LOG = "_delta_log"
 HF_METADATA = ("state.json", "dataset_info.json", "dataset_dict.json")
 # What map/filter/shuffle/select name their results in a datasets cache (a fingerprint).
 _HF_CACHE = re.compile(r"cache-[0-9a-f]{16}(?:_\d{5}_of_\d{5})?\.arrow$")
+#: The shards save_to_disk writes, numbered of a count.
+_SAVED_SHARD = re.compile(r"data-(\d{5})-of-(\d{5})\.arrow")
 _HF_SPLIT = re.compile(r"-(?P<split>[A-Za-z0-9_.]+?)(?:-\d{5}-of-\d{5})?\.arrow$")
 # A shard of a split as the Hub and datasets name them, Parquet or Arrow:
 # [<builder>-]<split>-00000-of-00002[-<hash>].parquet
@@ -65,7 +67,7 @@ def _parse_state(where: str, text: str) -> dict[str, Any]:
         saved = json.loads(text)
         if not isinstance(saved, dict):
             raise TypeError(f"a JSON {type(saved).__name__}, not an object")
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise FormatError(
             f"{where}: not a save_to_disk state file: expected "
             f'{{"_data_files": [{{"filename": ...}}, ...]}} ({exc!r})'
@@ -97,6 +99,24 @@ def state_files(root: str, where: str, text: str) -> list[str]:
         )
     if not files:
         raise FormatError(f"{root}: empty dataset: {where} lists no data files (0 rows)")
+    for name in files:
+        if name in ("", ".", "..") or "/" in name or "\\" in name:
+            # save_to_disk lists bare names in the folder; a path would read elsewhere.
+            raise FormatError(
+                f"{where} lists data file {name!r}, not a file name in the folder: "
+                "save_to_disk writes names like data-00000-of-00001.arrow"
+            )
+    shards = [_SAVED_SHARD.fullmatch(n) for n in files]
+    if all(shards):
+        said = {int(m[2]) for m in shards if m}
+        have = sorted(int(m[1]) for m in shards if m)
+        if len(said) == 1 and have != list(range(next(iter(said)))):
+            # A list cut or edited: the rows of the shards left out were never read.
+            raise FormatError(
+                f"{where} lists shards {have} of data-NNNNN-of-{next(iter(said)):05d}.arrow; "
+                f"expected each of 0 to {next(iter(said)) - 1} once: a damaged state file, "
+                "or one written for other shards"
+            )
     return files
 
 

@@ -40,6 +40,7 @@ from headrace.formats._table_layout import (
     HF_METADATA,
 )
 from headrace.formats._table_remote import stored_bytes
+from headrace.formats._table_schema import check_names
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
@@ -199,7 +200,7 @@ class _Part:
                 self._open_arrow(head, stamp, known if same else None)
         except StorageError:  # a header's pages the storage failed to read: said so
             raise
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
                     "; pass the folder that holds it"
@@ -213,6 +214,7 @@ class _Part:
                 ) from exc
             kind = "Parquet" if self.parquet else "Arrow IPC"
             raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
+        check_names(pa, self.schema, path)
 
     def _reopen(self) -> None:
         """Open the file again after :meth:`close`: a new loader over the same source

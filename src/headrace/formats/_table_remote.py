@@ -53,6 +53,7 @@ from headrace.formats._table_layout import (
     state_files,
     state_fingerprint,
 )
+from headrace.formats._table_schema import check_names
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.formats._url_glob import glob_root, has_magic, key_matches
 
@@ -296,8 +297,9 @@ class RemoteParquet(RemotePart):
             pf = pq.ParquetFile(_Spans(url, size, [(tail, footer_bytes)], self._miss))
             self._md = pf.metadata
             self.schema = pf.schema_arrow
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise FormatError(f"{url}: truncated or corrupt Parquet footer ({exc})") from exc
+        check_names(pa, self.schema, url)
         self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
         #: row groups read in sub-windows, streamed from their fetched bytes
         self.streams = Streams()

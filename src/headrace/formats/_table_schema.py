@@ -15,6 +15,7 @@ from headrace.errors import ConfigError, FormatError
 
 __all__ = [
     "TableColumn",
+    "check_names",
     "classify_column",
     "columns_read",
     "field_of",
@@ -24,6 +25,36 @@ __all__ = [
     "struct_child",
     "table_columns",
 ]
+
+
+def check_names(pa: Any, schema: Any, path: str) -> None:
+    """Refuse a schema whose column or field names are not UTF-8, naming the file.
+
+    pyarrow decodes names only when Python asks for them, so a damaged footer or
+    schema message opens and fails later, anywhere a name is read, with a
+    ``UnicodeDecodeError``; every name is read here, once, when the file opens.
+    """
+
+    def walk(field: Any) -> None:
+        field.name  # noqa: B018 (decodes it)
+        t = field.type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(t.field(i))
+        elif pa.types.is_map(t):
+            walk(t.key_field)
+            walk(t.item_field)
+        elif hasattr(t, "value_field"):  # lists of every kind
+            walk(t.value_field)
+
+    try:
+        for f in schema:
+            walk(f)
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            f"{path}: corrupt schema: a column or field name is not UTF-8 ({exc}); the file "
+            "is damaged: copy or write it again"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,6 +179,13 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
     from it, Arrow type)``. A name that is neither is a ``ConfigError`` (``where``:
     what it names) listing the struct's fields when the column is there."""
     if name in schema.names:
+        twice = schema.names.count(name)
+        if twice > 1:  # pyarrow's schema.field(name) raised KeyError "does not exist"
+            raise FormatError(
+                f"{where}: column {name!r} is named {twice} times in the schema; columns are "
+                "read by name: write the file with one column of each name, or leave it out "
+                "with columns=[...]"
+            )
         return name, (), schema.field(name).type
     top = next((n for n in schema.names if name.startswith(n + ".")), None)
     if top is None:

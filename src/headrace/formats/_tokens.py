@@ -185,7 +185,7 @@ def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | N
         ):
             raise TypeError(f"tokens must be a count >= 0 (got {tokens!r})")
         return dt, tokens
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise FormatError(
             f'{side}: unreadable token sidecar (expected JSON like {{"dtype": "uint32"}}): {exc}'
         ) from exc

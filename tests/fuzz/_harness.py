@@ -1,0 +1,145 @@
+"""Run mutated cases of one target in child processes and check the bad-input invariant.
+
+The invariant (DESIGN.md, invariant 2): a mutated file reads as the exact same bytes as
+the pristine one, or fails with a :class:`headrace.errors.HeadraceError` whose message
+names the file; never another exception type, a crash, a hang or a huge allocation.
+Strict cases (truncations) may not read as other data either; the rest may, where no
+checksum covers the bytes that changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _mutate import Case
+from _targets import TARGETS
+
+CHILD = Path(__file__).with_name("_child.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@dataclass(frozen=True)
+class Result:
+    case: Case
+    outcome: dict[str, Any]
+
+
+def _lay_out(target: str, cases: list[Case], root: Path) -> list[Path]:
+    t = TARGETS[target]
+    dirs = []
+    for i, case in enumerate(cases):
+        d = root / f"{i:04d}"
+        d.mkdir(parents=True)
+        t.companions(d)
+        (d / t.file).write_bytes(case.data)
+        dirs.append(d)
+    return dirs
+
+
+def run_cases(target: str, cases: list[Case], root: Path, *, timeout_s: float = 30) -> list[Result]:
+    """Read every case in a child process; a case that crashes or hangs is one outcome."""
+    pristine = Case(label="pristine", data=TARGETS[target].pristine(), strict=True)
+    cases = [pristine, *cases]
+    _lay_out(target, cases, root)
+    outcomes: dict[int, dict[str, Any]] = {}
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    first = 0
+    while first < len(cases):
+        proc = subprocess.Popen(
+            [sys.executable, str(CHILD), target, str(root), str(first)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stdout is not None
+        current = first
+        deadline = time.monotonic() + timeout_s + 10  # the first case pays for imports
+        buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, left))
+            if not ready:
+                proc.kill()
+                proc.wait()
+                outcomes[current] = {"kind": "timeout", "after_s": timeout_s}
+                first = current + 1
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                rc = proc.wait()
+                _, err = proc.communicate()
+                if current not in outcomes:
+                    tail = err.decode(errors="replace")[-1500:]
+                    outcomes[current] = {"kind": "crash", "returncode": rc, "stderr": tail}
+                first = current + 1
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                msg = json.loads(line)
+                if "start" in msg:
+                    current = msg["start"]
+                    deadline = time.monotonic() + timeout_s
+                else:
+                    outcomes[msg.pop("case")] = msg
+        if len(outcomes) == len(cases):
+            break
+    return [Result(c, outcomes[i]) for i, c in enumerate(cases)]
+
+
+def violations(target: str, results: list[Result]) -> list[str]:
+    """What broke the invariant, one line a case; empty when every case held it."""
+    name = TARGETS[target].file
+    pristine = results[0].outcome
+    assert pristine["kind"] == "ok", f"{target}: the pristine file does not read: {pristine}"
+    bad = []
+    for r in results[1:]:
+        o = r.outcome
+        if o["kind"] == "ok":
+            if r.case.strict and o["digest"] != pristine["digest"]:
+                bad.append(f"{r.case.label}: read as other data without an error")
+        elif o["kind"] == "error":
+            if TARGETS[target].names_file and Path(name).name not in o["message"]:
+                bad.append(f"{r.case.label}: {o['type']} does not name {name}: {o['message']}")
+        else:
+            bad.append(f"{r.case.label}: {json.dumps(o)}")
+    return bad
+
+
+def summary(results: list[Result]) -> Counter[str]:
+    """Outcome counts: ``same``, ``other`` (other valid data), ``error:Type``, ..."""
+    pristine = results[0].outcome.get("digest")
+    out: Counter[str] = Counter()
+    for r in results[1:]:
+        o = r.outcome
+        if o["kind"] == "ok":
+            out["same" if o["digest"] == pristine else "other"] += 1
+        elif o["kind"] == "error":
+            out[f"error:{o['type']}"] += 1
+        else:
+            out[o["kind"]] += 1
+    return out
+
+
+def check(target: str, cases: list[Case], root: Path) -> Counter[str]:
+    """Run ``cases`` and fail, listing every violation, unless all held the invariant."""
+    results = run_cases(target, cases, root)
+    bad = violations(target, results)
+    head = f"{target}: {len(bad)} of {len(cases)} cases broke the invariant:"
+    assert not bad, "\n".join([head, *bad])
+    seen = summary(results)
+    log = os.environ.get("HEADRACE_FUZZ_LOG")
+    if log:  # what each run saw, for a report: outcomes by kind, per target
+        with open(log, "a") as f:
+            f.write(json.dumps({"target": target, "cases": len(cases), **seen}) + "\n")
+    return seen
