@@ -61,8 +61,9 @@ def describe_files(
         return list(pool.map(one, files))
 
 
-def check_files(files: list[TokenFile], context: int) -> np.dtype[Any]:
-    """The files' one dtype, once they are checked to make samples of ``context`` tokens."""
+def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> np.dtype[Any]:
+    """The files' one dtype, once they are checked to make samples of ``context`` tokens
+    (with ``tail``: to give at least one target, padded)."""
     dtypes = {f.dtype for f in files}
     if len(dtypes) > 1:
         raise ConfigError(
@@ -91,10 +92,16 @@ def check_files(files: list[TokenFile], context: int) -> np.dtype[Any]:
                 "files named by TokenFile.members (on object storage, with their sizes "
                 "and ETags in TokenFile.member_infos: see table_token_files)"
             )
-        if f.num_tokens < context + 1:
+        if tail and f.num_tokens < 2:
+            raise DataError(
+                f"{f.path}: {f.num_tokens} token(s) holds no target to predict (tail=True "
+                "needs 2 tokens a file, a context and a target)"
+            )
+        if not tail and f.num_tokens < context + 1:
             raise DataError(
                 f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
-                f"context {context} (needs {context + 1})"
+                f"context {context} (needs {context + 1}; tail=True pads shorter files "
+                "for a validation pass)"
             )
     return files[0].dtype
 

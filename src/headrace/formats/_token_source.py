@@ -93,6 +93,16 @@ class TokenSource(WindowCache):
     tokenizer. It costs a pass over each batch, and is no
     part of the fingerprint (it refuses batches, never changes them).
 
+    ``tail`` (with ``shuffle=False``, for a validation pass): each file whose
+    ``n - 1`` targets ``L`` does not divide gives one more, final sample holding its
+    last ``(n - 1) % L + 1`` tokens, padded to ``L + 1`` with ``pad_id`` (0 by
+    default), and every batch gets ``loss_mask``, ``(n, L)`` bool: ``False`` at the
+    padded targets of such a sample, ``True`` elsewhere. Summed over ``loss_mask``
+    for one epoch, a per-token loss then counts every token from the second to the
+    last of each file exactly once, as lm-eval's perplexity does. A file then needs
+    2 tokens, not ``L + 1``. (The tail tokens are predicted with the context
+    before them within the tail only, as each sample's first tokens are.)
+
     ``cache_dir`` (object URLs): each block read from the store is also kept
     on local disk there, up to ``cache_bytes``, and read from there the next
     time (the next epoch, a restart, another process on the machine); see
@@ -102,6 +112,9 @@ class TokenSource(WindowCache):
     # Ids every batch must lie in, [0, vocab_size): a class default, so that the instance
     # dict of a source without it keeps CPython's 29 shared keys (see _lock below).
     vocab_size: int | None = None
+    # Class defaults, set on the instance only when given (the same 29 keys).
+    tail: bool = False
+    pad_id: int = 0
 
     def __init__(
         self,
@@ -123,6 +136,8 @@ class TokenSource(WindowCache):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         vocab_size: int | None = None,
+        tail: bool = False,
+        pad_id: int | None = None,
     ) -> None:
         if vocab_size is not None:
             if (
@@ -164,6 +179,7 @@ class TokenSource(WindowCache):
         context = int(context)  # a NumPy integer too, as the Loader takes them
         if not isinstance(shuffle, bool):  # "False" is a true string
             raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
+        _check_tail(tail, pad_id, shuffle, vocab_size)
         if block_bytes < 4096 or block_bytes % 4096:
             raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
         if max_windows < 1:
@@ -173,7 +189,12 @@ class TokenSource(WindowCache):
         self._stores: ObjectFiles | None = None
         try:
             self.files: list[TokenFile] = describe_files(files, dtype, format, self._remote)
-            self.dtype: np.dtype[Any] = check_files(self.files, context)
+            self.dtype: np.dtype[Any] = check_files(self.files, context, tail=tail)
+            if pad_id is not None and not _fits(pad_id, self.dtype):
+                raise ConfigError(
+                    f"pad_id={pad_id} does not fit the token dtype {self.dtype} of "
+                    f"{self.files[0].path}; give an id the tokens can hold (0 by default)"
+                )
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise
@@ -190,9 +211,14 @@ class TokenSource(WindowCache):
                 context=context,
                 window_tokens=window_bytes // self.dtype.itemsize,
                 shuffle=shuffle,
+                tail=tail,
             )
         except ValueError as exc:
             raise ConfigError(f"window_bytes={window_bytes}: {exc}") from None
+        if tail:
+            self.tail = True
+            if pad_id is not None:
+                self.pad_id = int(pad_id)
         self.max_windows = max_windows
         self.reads = reads
         self.read_ahead = read_ahead
@@ -257,6 +283,9 @@ class TokenSource(WindowCache):
             out["positions"] = self.positions
             if self.eos_id is not None:
                 out["eos_id"] = int(self.eos_id)
+        if self.tail:  # only when set, as positions: the padded tail changes the samples
+            out["tail"] = True
+            out["pad_id"] = self.pad_id
         paths = ambiguous_names([f.path for f in self.files])
         if paths is not None:  # only then: other states stay valid (see _names)
             out["paths"] = paths
@@ -281,7 +310,17 @@ class TokenSource(WindowCache):
             batch["position_ids"] = eos_positions(batch["x"], self.eos_id)
         elif self.positions == "documents":
             batch["position_ids"] = self._document_positions(seed, samples)
+        if self.tail:
+            batch["loss_mask"] = self._loss_mask(seed, samples)
         return batch
+
+    def _loss_mask(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """``True`` where ``y`` is a token of the file (not the padding of a tail)."""
+        files, offsets = self._file_offsets(self._plan(seed, samples))
+        sizes = np.asarray(self.layout.file_tokens, dtype=np.int64)[files]
+        targets = sizes - offsets - 1  # at most L for every sample but a tail
+        mask: NDArray[np.bool_] = np.arange(self.context) < targets[:, None]
+        return mask
 
     def _check_ids(
         self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
@@ -355,9 +394,12 @@ class TokenSource(WindowCache):
             win.ensure(starts, L + 1, self.stats)
             if win.mapped:
                 win.check_size()
-            # Fancy indexing walks the strided view row by row: one copy. (np.take
-            # would first copy the whole overlapping view to make it contiguous.)
-            rows = win.rows(L)[starts // L].view(self.dtype).reshape(len(starts), L + 1)
+            if self.tail and starts.size and int(starts.max()) + L + 1 > win.buf.size:
+                rows = self._with_tail(win, starts)
+            else:
+                # Fancy indexing walks the strided view row by row: one copy. (np.take
+                # would first copy the whole overlapping view to make it contiguous.)
+                rows = win.rows(L)[starts // L].view(self.dtype).reshape(len(starts), L + 1)
             if len(groups) == 1:
                 out = rows
             else:
@@ -369,6 +411,18 @@ class TokenSource(WindowCache):
             out = np.empty((0, L + 1), dtype=self.dtype)
         self.stats.samples += len(samples)
         return out
+
+    def _with_tail(self, win: TokenWindow, starts: NDArray[np.int64]) -> NDArray[Any]:
+        """Rows of a file's last window whose last start is the file's short tail: that
+        row holds the tokens left (fewer than ``L + 1``) and ``pad_id`` after them."""
+        L = self.context
+        cut = (win.buf.size - 1) // L * L  # the tail's start: no whole row from here
+        tail = starts >= cut
+        rows = np.full((len(starts), L + 1), self.pad_id, dtype=self.dtype)
+        head = starts[~tail] // L
+        rows[~tail] = win.rows(L)[head].view(self.dtype).reshape(len(head), L + 1)
+        rows[tail, : win.buf.size - cut] = win.buf[cut:]
+        return rows
 
     def prefetch(
         self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] = (0.0, 1.0)
@@ -441,3 +495,33 @@ class TokenSource(WindowCache):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+
+def _check_tail(tail: object, pad_id: object, shuffle: bool, vocab_size: int | None) -> None:
+    if not isinstance(tail, bool):
+        raise ConfigError(f"tail must be True or False (got {tail!r}).")
+    if tail and shuffle:
+        raise ConfigError(
+            "tail=True pads each file's last, short sample for an exact pass over a "
+            "validation file in order; it needs shuffle=False (got shuffle=True). A "
+            "shuffled training source leaves the tail out, as it leaves nothing else in."
+        )
+    if pad_id is None:
+        return
+    if not tail:
+        raise ConfigError(
+            f"pad_id pads the short tail sample of tail=True, and is only for it "
+            f"(got pad_id={pad_id!r}, tail=False)."
+        )
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer):
+        raise ConfigError(f"pad_id must be an integer (got {pad_id!r}).")
+    if vocab_size is not None and not 0 <= pad_id < vocab_size:
+        raise ConfigError(
+            f"pad_id={pad_id} is outside the vocabulary [0, {vocab_size}) "
+            f"(vocab_size={vocab_size}): every batch's ids are checked, padding included."
+        )
+
+
+def _fits(value: int, dtype: np.dtype[Any]) -> bool:
+    info = np.iinfo(dtype)
+    return info.min <= value <= info.max

@@ -127,6 +127,8 @@ class TokenWindow:
         isz = self.buf.itemsize
         first = starts * isz // self.block_bytes
         last = ((starts + length) * isz - 1) // self.block_bytes
+        # A file's tail sample (TokenSource(tail=True)) is short: its row ends the window.
+        np.minimum(last, self.filled.size - 1, out=last)
         if (first == last).all():
             need = np.zeros(self.filled.size, dtype=bool)
             need[first] = True
@@ -208,13 +210,15 @@ class TokenWindow:
         isz = self.buf.itemsize
         first = starts * isz // self.block_bytes
         last = ((starts + length) * isz - 1) // self.block_bytes
+        np.minimum(last, self.filled.size - 1, out=last)  # a short tail sample (see blocks)
         unfilled = np.zeros(self.filled.size + 1, dtype=np.int64)
         np.cumsum(~self.filled, out=unfilled[1:])
         need = np.sort(starts[unfilled[last + 1] > unfilled[first]])
         if not need.size:
             return []
         lo = (self.offset + need * isz) // PAGE * PAGE
-        hi = self.offset + (need + length) * isz
+        # Past a short tail sample's end lies the end of the file: populate stops there.
+        hi = np.minimum(self.offset + (need + length) * isz, self.offset + self._bytes.size)
         # Merge ranges that overlap or share a page: one populate, not several. (All
         # have one length, so ``hi`` is sorted too.)
         run = np.flatnonzero(lo[1:] > -(-hi[:-1] // PAGE) * PAGE) + 1

@@ -9,6 +9,11 @@ permuted by ``(seed, epoch)``, and every start of a window once, in an order
 permuted by ``(seed, epoch, window)``. Windows are therefore weighted by size,
 and every token is seen once per epoch.
 
+With ``tail`` (unshuffled only) a file of ``n`` tokens offers ``ceil((n - 1) / L)``
+starts: when ``L`` does not divide ``n - 1``, one more, final start holds the
+file's last ``(n - 1) % L + 1`` tokens, short of a whole sample (the reader pads
+it), so every token from the second to the last is a target once an epoch.
+
 Sample ``n`` maps to ``(epoch, window, start)`` in O(files) without replaying
 anything: only the partial windows break the regular ``S``-per-window pattern,
 and their positions in the epoch's order come from the inverse permutation.
@@ -50,6 +55,7 @@ class WindowLayout:
     context: int
     window_tokens: int
     shuffle: bool = True
+    tail: bool = False
     _cache: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -67,6 +73,8 @@ class WindowLayout:
             )
         if not self.file_tokens:
             raise ValueError("a window layout needs at least one file.")
+        if self.tail and self.shuffle:
+            raise ValueError("tail=True is for an unshuffled pass (shuffle=False).")
 
     @cached_property
     def per_window(self) -> int:
@@ -75,7 +83,10 @@ class WindowLayout:
 
     @cached_property
     def file_starts(self) -> NDArray[np.int64]:
-        return (np.asarray(self.file_tokens, dtype=np.int64) - 1) // self.context
+        targets = np.asarray(self.file_tokens, dtype=np.int64) - 1
+        if self.tail:
+            return -(-targets // self.context)
+        return targets // self.context
 
     @cached_property
     def _file_windows(self) -> NDArray[np.int64]:
@@ -104,8 +115,13 @@ class WindowLayout:
         return count
 
     def window_tokens_of(self, window: int) -> int:
-        """Tokens a window's buffer holds: its starts times ``L``, plus the shift token."""
-        return int(self.window_count[window]) * self.context + 1
+        """Tokens a window's buffer holds: its starts times ``L``, plus the shift token
+        (with ``tail``, up to the end of its file: the tail start is short)."""
+        n = int(self.window_count[window]) * self.context + 1
+        if self.tail:
+            f = int(self.window_file[window])
+            n = min(n, self.file_tokens[f] - int(self.window_base[window]))
+        return n
 
     @cached_property
     def num_windows(self) -> int:
