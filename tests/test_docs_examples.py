@@ -401,6 +401,8 @@ IMPLIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     # README.md "Evaluation", docs/frameworks.md: the model's loss of each row (NumPy,
     # torch and jax arrays alike: a float per row).
     "per_sample_loss": lambda ns: lambda x, y: (x != y).sum(-1) * 1.0,
+    # README.md "Evaluation", tail=True: the model's loss of each target (rows, L).
+    "per_token_loss": lambda ns: lambda x, y: (x != y) * 1.0,
 }
 
 
