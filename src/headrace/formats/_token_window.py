@@ -76,6 +76,7 @@ class TokenWindow:
         "_rows",
         "block_bytes",
         "buf",
+        "clip",
         "complete",
         "file",
         "filled",
@@ -114,6 +115,10 @@ class TokenWindow:
         self.block_bytes = block_bytes
         self.filled = np.zeros(-(-self._bytes.size // block_bytes), dtype=bool)
         self.complete = False  # every block filled: nothing left to compute or request
+        # A file's tail sample (TokenSource(tail=True)) is short: its row runs past the
+        # window's end, which is the file's. Only then are sample ends clipped (a check,
+        # not a pass over the starts, on the default path).
+        self.clip = False
         self._rows: NDArray[Any] | None = None
         self.pending: dict[int, Future[None]] = {}
         # Bytes of each block counted when samples' pages were read ahead of it: its own
@@ -127,8 +132,8 @@ class TokenWindow:
         isz = self.buf.itemsize
         first = starts * isz // self.block_bytes
         last = ((starts + length) * isz - 1) // self.block_bytes
-        # A file's tail sample (TokenSource(tail=True)) is short: its row ends the window.
-        np.minimum(last, self.filled.size - 1, out=last)
+        if self.clip:
+            np.minimum(last, self.filled.size - 1, out=last)
         if (first == last).all():
             need = np.zeros(self.filled.size, dtype=bool)
             need[first] = True
@@ -210,15 +215,17 @@ class TokenWindow:
         isz = self.buf.itemsize
         first = starts * isz // self.block_bytes
         last = ((starts + length) * isz - 1) // self.block_bytes
-        np.minimum(last, self.filled.size - 1, out=last)  # a short tail sample (see blocks)
+        if self.clip:  # a short tail sample (see __init__)
+            np.minimum(last, self.filled.size - 1, out=last)
         unfilled = np.zeros(self.filled.size + 1, dtype=np.int64)
         np.cumsum(~self.filled, out=unfilled[1:])
         need = np.sort(starts[unfilled[last + 1] > unfilled[first]])
         if not need.size:
             return []
         lo = (self.offset + need * isz) // PAGE * PAGE
-        # Past a short tail sample's end lies the end of the file: populate stops there.
-        hi = np.minimum(self.offset + (need + length) * isz, self.offset + self._bytes.size)
+        hi = self.offset + (need + length) * isz
+        if self.clip:  # past a short tail sample lies the end of the file
+            np.minimum(hi, self.offset + self._bytes.size, out=hi)
         # Merge ranges that overlap or share a page: one populate, not several. (All
         # have one length, so ``hi`` is sorted too.)
         run = np.flatnonzero(lo[1:] > -(-hi[:-1] // PAGE) * PAGE) + 1

@@ -260,6 +260,7 @@ class WindowCache:
             self.block_bytes,
             self._window_memory(fi),
         )
+        win.clip = self.layout.tail
         self._windows[w] = win
         self.stats.windows_opened += 1
         return win
