@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headrace.errors import ConfigError
 from headrace.plan import WindowLayout
@@ -63,3 +65,50 @@ def test_layouts_that_hold_no_sample_are_refused() -> None:
         WindowLayout(file_tokens=(100,), context=0, window_tokens=64)
     with pytest.raises(ValueError, match="a window layout needs at least one file"):
         WindowLayout(file_tokens=(), context=8, window_tokens=64)
+
+
+@given(
+    sizes=st.lists(st.integers(2, 400), min_size=1, max_size=5),
+    context=st.integers(1, 12),
+    per_window=st.integers(1, 6),
+)
+@settings(max_examples=60, deadline=None)
+def test_tail_gives_each_file_every_target_once(
+    sizes: list[int], context: int, per_window: int
+) -> None:
+    """With tail, a file of t tokens starts at 0, L, ... up to its last target, in order,
+    windows end at their file's end at the latest, and the plan is the same for a
+    sample alone or in a later epoch (nothing is replayed)."""
+    layout = WindowLayout(
+        file_tokens=tuple(sizes),
+        context=context,
+        window_tokens=per_window * context + 1,
+        shuffle=False,
+        tail=True,
+    )
+    t = layout.samples_per_epoch
+    assert t == sum(-(-(n - 1) // context) for n in sizes)
+    plan = layout.locate(0, np.arange(t, dtype=np.int64))
+    files = layout.window_file[plan.window]
+    offsets = layout.window_base[plan.window] + plan.start
+    want = [(f, s) for f, n in enumerate(sizes) for s in range(0, n - 1, context)]
+    assert list(zip(files.tolist(), offsets.tolist(), strict=True)) == want
+    for w in range(layout.num_windows):
+        end = int(layout.window_base[w]) + layout.window_tokens_of(w)
+        assert end <= sizes[int(layout.window_file[w])]
+        assert layout.window_tokens_of(w) <= layout.window_tokens
+    later = layout.locate(0, np.arange(3 * t, 4 * t, dtype=np.int64))
+    assert later.window.tolist() == plan.window.tolist()
+    assert later.start.tolist() == plan.start.tolist()
+    alone = layout.locate(0, np.array([t - 1], dtype=np.int64))
+    assert int(alone.start[0]) == int(plan.start[-1])
+
+
+def test_tail_layout_is_unshuffled_only() -> None:
+    with pytest.raises(ValueError, match="shuffle=False"):
+        WindowLayout(file_tokens=(100,), context=8, window_tokens=64, tail=True)
+    plain = WindowLayout(file_tokens=(100, 33), context=8, window_tokens=64, shuffle=False)
+    tail = WindowLayout(
+        file_tokens=(100, 33), context=8, window_tokens=64, shuffle=False, tail=True
+    )
+    assert (plain.samples_per_epoch, tail.samples_per_epoch) == (12 + 4, 13 + 4)
