@@ -221,3 +221,31 @@ def test_short_file_without_tail_says_how(tmp_path: Path) -> None:
     paths = write(tmp_path, (5,))
     with pytest.raises(DataError, match="tail=True pads shorter files"):
         TokenSource(paths, shuffle=False, dtype=np.uint16, **KW)
+
+
+def test_address_order_and_worker_processes_predict_every_token_once(tmp_path: Path) -> None:
+    """Hosts that each read one stretch of a window (host_order="address"), and a
+    torch DataLoader's worker processes (the source pickled, tail and pad_id with it)."""
+    paths = write(tmp_path, SIZES)
+    want = every_target(SIZES)
+    for world in (2, 4):
+        got: list[dict[str, np.ndarray]] = []
+        for rank in range(world):
+            with Loader(
+                source(paths),
+                batch_size=12,
+                rank=rank,
+                world_size=world,
+                epochs=1,
+                host_order="address",
+            ) as loader:
+                got.extend({k: v.copy() for k, v in batch.items()} for batch in loader)
+        assert predicted(got) == want, world
+    pytest.importorskip("torch")
+    from headrace.torch import HeadraceDataLoader, TorchDataset
+
+    with HeadraceDataLoader(
+        TorchDataset(source(paths), batch_size=12, epochs=1), num_workers=2
+    ) as dl:
+        batches = [{k: v.numpy().copy() for k, v in b.items()} for b in dl]
+    assert predicted(batches) == want
