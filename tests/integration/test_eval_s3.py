@@ -12,8 +12,9 @@ import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from _exact_pass import check_exact, reference
-from headrace.formats import FileSource, synthetic_arrays
+from headrace.formats import FileSource, TokenSource, synthetic_arrays
 from headrace.formats import write_sample_file as write
+from headrace.pipeline import Loader
 
 pytestmark = pytest.mark.integration
 
@@ -67,3 +68,37 @@ def test_digests_of_one_pass_are_per_sample(val_sets: Path) -> None:
     twice = local.read(0, np.array([0, *range(n - 1)], dtype=np.int64))
     got = Counter(reference(type("S", (), {"read": lambda self, s, x: twice})(), n))
     assert got != reference(local, n)
+
+
+def test_token_tails_on_s3_predict_every_token_once(s3: S3Fixture, tmp_path: Path) -> None:
+    """TokenSource(tail=True) over S3 token files (ranged GETs into buffered windows): on
+    1-4 hosts, every token but each file's first is a target where ``loss_mask``, once."""
+    L = 16
+    sizes = (3000, 2 * 255 * L + 2, L + 1, 5, 2)  # tails of 7 and 1, none, a short file
+    client = s3.server.info.boto3_client()
+    for f, t in enumerate(sizes):
+        body = (f * 10_000 + np.arange(t)).astype(np.uint16).tobytes()
+        client.put_object(Bucket=BUCKET, Key=f"eval/tail/f{f}.bin", Body=body)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    urls = [f"s3://{BUCKET}/eval/tail/f{f}.bin" for f in range(len(sizes))]
+    want = Counter(f * 10_000 + p for f, t in enumerate(sizes) for p in range(1, t))
+    for world in (1, 2, 3, 4):
+        got: Counter[int] = Counter()
+        for rank in range(world):
+            src = TokenSource(
+                urls,
+                context=L,
+                dtype=np.uint16,
+                shuffle=False,
+                tail=True,
+                pad_id=65_535,
+                window_bytes=8192,
+                block_bytes=4096,
+                store_options=options,
+            )
+            with Loader(src, batch_size=12, rank=rank, world_size=world, epochs=1) as lo:
+                for b in lo:
+                    ok = b["valid"][:, None] & b["loss_mask"]
+                    got.update(b["y"][ok].tolist())
+                    assert (b["y"][b["valid"][:, None] & ~b["loss_mask"]] == 65_535).all()
+        assert got == want, world
