@@ -4,6 +4,7 @@ hosts the valid rows are each sample once, with the bytes of the same files read
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,10 @@ def test_token_tails_on_s3_predict_every_token_once(s3: S3Fixture, tmp_path: Pat
     """TokenSource(tail=True) over S3 token files (ranged GETs into buffered windows): on
     1-4 hosts, every token but each file's first is a target where ``loss_mask``, once."""
     L = 16
-    sizes = (3000, 2 * 255 * L + 2, L + 1, 5, 2)  # tails of 7 and 1, none, a short file
+    # Tails of 7 and 1, none, short files; 2040: the tail's whole row (from token 2032)
+    # would end in a second block of 2,048 tokens that the window, ending with the file,
+    # has not got.
+    sizes = (3000, 2 * 255 * L + 2, L + 1, 5, 2, 2040)
     client = s3.server.info.boto3_client()
     for f, t in enumerate(sizes):
         body = (f * 10_000 + np.arange(t)).astype(np.uint16).tobytes()
@@ -82,21 +86,27 @@ def test_token_tails_on_s3_predict_every_token_once(s3: S3Fixture, tmp_path: Pat
     options = {**s3.options(), "retry": FAST_RETRY}
     urls = [f"s3://{BUCKET}/eval/tail/f{f}.bin" for f in range(len(sizes))]
     want = Counter(f * 10_000 + p for f, t in enumerate(sizes) for p in range(1, t))
+
+    def make() -> TokenSource:
+        return TokenSource(
+            urls,
+            context=L,
+            dtype=np.uint16,
+            shuffle=False,
+            tail=True,
+            pad_id=65_535,
+            window_bytes=8192,
+            block_bytes=4096,
+            store_options=options,
+        )
+
+    with closing(make()) as src:  # the last tail first, its window not yet read
+        last = src.read(0, np.array([src.samples_per_epoch - 1]))
+        assert last["y"][0].tolist() == [50_000 + p for p in range(2033, 2040)] + [65_535] * 9
     for world in (1, 2, 3, 4):
         got: Counter[int] = Counter()
         for rank in range(world):
-            src = TokenSource(
-                urls,
-                context=L,
-                dtype=np.uint16,
-                shuffle=False,
-                tail=True,
-                pad_id=65_535,
-                window_bytes=8192,
-                block_bytes=4096,
-                store_options=options,
-            )
-            with Loader(src, batch_size=12, rank=rank, world_size=world, epochs=1) as lo:
+            with Loader(make(), batch_size=12, rank=rank, world_size=world, epochs=1) as lo:
                 for b in lo:
                     ok = b["valid"][:, None] & b["loss_mask"]
                     got.update(b["y"][ok].tolist())
