@@ -7,6 +7,8 @@ processes started with ``forkserver`` or ``spawn`` must import them by name.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -203,3 +205,18 @@ def halve_some(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
         img = arrays["image"][i]
         images[i] = img[::2, ::2] if n % 2 else img
     return {**arrays, "image": images}
+
+
+def torchrun(nproc: int, script: str, *args: object) -> None:
+    """``python -m torch.distributed.run --standalone`` of ``script`` (beside this file)
+    on ``nproc`` CPU processes; fails the test with the tail of their output."""
+    here = Path(__file__).parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here), *sys.path]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += [f"--nproc_per_node={nproc}", str(here / script), *map(str, args)]
+    done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

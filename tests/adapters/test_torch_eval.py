@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import token_source, write_tokens  # noqa: E402
+from _adapter_data import token_source, torchrun, write_tokens  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace.pipeline import Loader  # noqa: E402
@@ -78,15 +75,7 @@ def test_headrace_dataloader_workers_equal_the_plain_loader(tmp_path: Path) -> N
 def test_gloo_two_ranks_reduce_to_the_single_process_metric(tmp_path: Path) -> None:
     root = write_tokens(tmp_path)
     want_sum, want_count, n = metric(root)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
-        "OMP_NUM_THREADS": "1",
-    }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    cmd += [str(HERE / "eval_gloo.py"), str(root), str(tmp_path), str(B)]
-    done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    torchrun(2, "eval_gloo.py", root, tmp_path, B)
     got = json.loads((tmp_path / "eval.json").read_text())
     assert got["count"] == want_count
     assert got["sum"] == pytest.approx(want_sum, rel=1e-12)
