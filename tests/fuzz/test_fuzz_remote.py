@@ -1,0 +1,166 @@
+"""The fuzz targets on object storage: each mutated file is an object of one moto server.
+
+Remote readers are code of their own: Parquet footers and ranged column reads, Arrow
+IPC indexed by ranged GETs, NPY/NPZ/HDF5 header counts read by ranges, HDF5 decoded from
+a sparse image of the ranges it asked for, whole-object sample files, Megatron indexes and
+token sidecars fetched by GET. Each target takes a bounded subset of its local cases
+(``test_fuzz_*.py``): cuts at the structures' boundaries, forged lengths and offsets, a
+few flips; the whole module stays under a minute.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _harness import Bucket, check
+from _mutate import (
+    Case,
+    Field,
+    flips,
+    forge,
+    forge_fields,
+    npy_forgeries,
+    npy_header_end,
+    truncations,
+    zip_fields,
+)
+from _targets import TARGETS
+
+from headrace.emulate import LocalS3
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "headrace-fuzz"
+
+
+@pytest.fixture(scope="module")
+def bucket() -> Iterator[Bucket]:
+    pytest.importorskip("moto")
+    with LocalS3() as server:
+        server.create_bucket(BUCKET)
+        yield Bucket(BUCKET, server.info.boto3_client(), server.info.store_options())
+
+
+def _some(cases: list[Case], n: int, seed: int) -> list[Case]:
+    """At most ``n`` of ``cases``, the same ones on every run."""
+    if len(cases) <= n:
+        return cases
+    return random.Random(seed).sample(cases, n)
+
+
+def _footer_length(data: bytes, magic: bytes) -> Field:
+    at = len(data) - len(magic) - 4
+    return Field("footer_len", at, "<i", struct.unpack_from("<i", data, at)[0])
+
+
+@pytest.mark.parametrize(
+    ("target", "magic"),
+    [("s3_parquet", b"PAR1"), ("s3_arrow_file", b"ARROW1"), ("s3_arrow_stream", None)],
+)
+def test_tables(target: str, magic: bytes | None, bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS[target].pristine()
+    tail = len(data) - 400
+    cases = truncations(data, [*range(0, 64, 8), *range(tail, len(data), 16)])
+    cases += flips(data, seed=7, count=30, regions=[(tail, len(data))])
+    cases += flips(data, seed=8, count=20)
+    if magic is not None:
+        cases += forge_fields(data, [_footer_length(data, magic)])
+    seen = check(target, cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 3
+
+
+@pytest.mark.parametrize("target", ["s3_npy_header"])
+def test_npy_headers(target: str, bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS[target].pristine()
+    end = npy_header_end(data)
+    cases = truncations(data, [*range(0, end + 1, 8), end, len(data) - 2])
+    cases += flips(data, seed=1, count=40, regions=[(0, end)])
+    cases += npy_forgeries(data)
+    seen = check(target, cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 2
+
+
+@pytest.mark.parametrize("target", ["s3_npz_header", "s3_npz_deflated"])
+def test_npz(target: str, bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS[target].pristine()
+    fields = zip_fields(data)
+    cases = truncations(data, [f.at for f in fields])
+    cases += flips(data, seed=2, count=40)
+    # All of the end record's forgeries (where a remote count starts reading), a sample
+    # of the members' headers'.
+    end = [f for f in fields if f.name.startswith("end.")]
+    cases += forge_fields(data, end)
+    cases += _some(forge_fields(data, [f for f in fields if f not in end]), 80, seed=2)
+    seen = check(target, cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 2
+    assert "other" not in seen, seen
+
+
+@pytest.mark.parametrize("target", ["s3_hdf5", "s3_hdf5_header", "s3_hdf5_gzip"])
+def test_hdf5(target: str, bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS[target].pristine()
+    cases = truncations(data, range(0, len(data), 128))
+    cases += flips(data, seed=5, count=30, regions=[(0, 96)])
+    cases += flips(data, seed=6, count=40)
+    addresses = [Field(f"superblock@{at}", at, "<Q", 0) for at in range(24, 96, 8)]
+    cases += forge_fields(data, addresses)
+    seen = check(target, cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 2
+
+
+def _jpeg_segments(data: bytes) -> list[Field]:
+    out, at = [], 2
+    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] != 0xDA:
+        (n,) = struct.unpack_from(">H", data, at + 2)
+        out.append(Field(f"segment@{at}", at + 2, ">H", n))
+        at += 2 + n
+    return out
+
+
+def _png_chunks(data: bytes) -> list[Field]:
+    out, at = [Field("width", 16, ">I", 0), Field("height", 20, ">I", 0)], 8
+    while at + 8 <= len(data):
+        (n,) = struct.unpack_from(">I", data, at)
+        out.append(Field(f"chunk@{at}", at, ">I", n))
+        at += 12 + n
+    return out
+
+
+@pytest.mark.parametrize("target", ["s3_jpeg", "s3_png"])
+def test_images(target: str, bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS[target].pristine()
+    fields = _jpeg_segments(data) if target == "s3_jpeg" else _png_chunks(data)
+    cases = truncations(data, [f.at for f in fields])
+    cases += flips(data, seed=9, count=40)
+    cases += forge_fields(data, fields)
+    seen = check(target, cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 3
+
+
+def test_megatron_index(bucket: Bucket, tmp_path: Path) -> None:
+    data = TARGETS["s3_megatron_idx"].pristine()
+    header = [
+        Field("version", 9, "<Q", 1),
+        Field("sequences", 18, "<Q", 4),
+        Field("documents", 26, "<Q", 5),
+    ]
+    cases = truncations(data, range(0, len(data), 4))
+    cases += _some(forge(data, 17, "B", range(256), name="dtype_code"), 24, seed=17)
+    cases += forge_fields(data, header)
+    cases += flips(data, seed=3, count=40)
+    seen = check("s3_megatron_idx", cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 2
+
+
+def test_token_sidecar(bucket: Bucket, tmp_path: Path) -> None:
+    from _mutate import json_cases
+
+    pristine = TARGETS["s3_token_sidecar"].pristine()
+    cases = _some(json_cases(pristine), 60, seed=4)
+    cases += truncations(pristine) + flips(pristine, seed=4, count=30)
+    seen = check("s3_token_sidecar", cases, tmp_path, bucket=bucket)
+    assert seen["error:FormatError"] > len(cases) // 2
