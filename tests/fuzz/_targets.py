@@ -444,6 +444,8 @@ TARGETS: dict[str, Target] = {
     ),
 }
 
+_H5_RANGES: dict[str, Any] = {"datasets": ["x"], "hdf5_ranges_above": 0}
+
 TARGETS |= {
     "s3_parquet": _remote(TARGETS["parquet"], _read_table_s3("t.parquet")),
     "s3_arrow_file": _remote(TARGETS["arrow_file"], _read_table_s3("t.arrow")),
@@ -453,11 +455,13 @@ TARGETS |= {
         TARGETS["files_npz_stored"], _read_files_s3("npz", samples_per_file="header")
     ),
     "s3_npz_deflated": _remote_files("files_npz_deflated", "npz", samples_per_file=3),
-    "s3_hdf5": _remote_files("files_hdf5", "hdf5", samples_per_file=3, datasets=["x"]),
+    # HDF5 read by ranges (learn_layout, tree_children, SparseImage), as files of 8 MiB
+    # and more are by default: these are a few KiB.
+    "s3_hdf5": _remote_files("files_hdf5", "hdf5", samples_per_file=3, **_H5_RANGES),
     "s3_hdf5_header": _remote_files(
-        "files_hdf5_header", "hdf5", samples_per_file="header", datasets=["x"]
+        "files_hdf5_header", "hdf5", samples_per_file="header", **_H5_RANGES
     ),
-    "s3_hdf5_gzip": _remote_files("files_hdf5_gzip", "hdf5", samples_per_file=3, datasets=["x"]),
+    "s3_hdf5_gzip": _remote_files("files_hdf5_gzip", "hdf5", samples_per_file=3, **_H5_RANGES),
     "s3_jpeg": _remote_files("files_jpeg", "jpeg"),
     "s3_png": _remote_files("files_png", "png"),
     "s3_megatron_idx": _remote(TARGETS["megatron_idx"], _read_tokens_s3("x.bin")),
