@@ -57,6 +57,71 @@ def _footer_length(data: bytes, magic: bytes) -> Field:
     return Field("footer_len", at, "<i", struct.unpack_from("<i", data, at)[0])
 
 
+def _varint(z: int, n: int) -> bytes:
+    """``z`` as a ULEB128 varint of exactly ``n`` bytes (padded: readers take it)."""
+    return bytes(((z >> (7 * i)) & 0x7F) | (0x80 if i < n - 1 else 0) for i in range(n))
+
+
+def _parquet_chunks(data: bytes) -> list[Case]:
+    """Each column chunk's page offsets and compressed size, forged in the Thrift footer
+    (zigzag varints, rewritten in the same number of bytes): where ranged reads go."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    (footer_len,) = struct.unpack_from("<i", data, len(data) - 8)
+    at, end = len(data) - 8 - footer_len, len(data) - 8
+    cases = []
+    for g in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            col = meta.row_group(g).column(c)
+            # In the order of their Thrift field ids (ColumnMetaData 7, 9, 11)
+            for name in ("total_compressed_size", "data_page_offset", "dictionary_page_offset"):
+                v = getattr(col, name)
+                if not v:
+                    continue
+                z = v << 1  # zigzag of a non-negative value
+                n = (z.bit_length() + 6) // 7
+                found = data.find(_varint(z, n), at, end)
+                if found < 0:
+                    continue
+                at = found + n  # chunks are written in order: search on from here
+                for new in (0, v - 1, v + 1, -1, 2 ** (7 * n - 2)):
+                    zz = (new << 1) ^ (new >> 63)
+                    if zz < 1 << (7 * n):
+                        forged = data[:found] + _varint(zz, n) + data[found + n :]
+                        cases.append(
+                            Case(label=f"rg{g}.col{c}.{name}={new}", data=forged, strict=False)
+                        )
+    return cases
+
+
+def _arrow_messages(data: bytes) -> tuple[list[int], list[Field]]:
+    """Where each IPC message starts, and its metadata and body lengths as fields."""
+    import pyarrow as pa
+
+    at = 8 if data[:6] == b"ARROW1" else 0
+    starts, fields = [], []
+    while at + 8 <= len(data):
+        starts.append(at)
+        cont = data[at : at + 4] == b"\xff\xff\xff\xff"
+        len_at = at + 4 if cont else at
+        (meta_len,) = struct.unpack_from("<i", data, len_at)
+        if meta_len <= 0:
+            break
+        fields.append(Field(f"msg@{at}.meta_len", len_at, "<i", meta_len))
+        message = pa.ipc.read_message(pa.py_buffer(data[at:]))
+        body = message.body.size if message.body is not None else 0
+        meta = (len_at + 4, len_at + 4 + meta_len)
+        if body:
+            found = data.find(struct.pack("<q", body), *meta)
+            if found >= 0:
+                fields.append(Field(f"msg@{at}.body_len", found, "<q", body))
+        at = meta[1] + body
+    return starts, fields
+
+
 @pytest.mark.parametrize(
     ("target", "magic"),
     [("s3_parquet", b"PAR1"), ("s3_arrow_file", b"ARROW1"), ("s3_arrow_stream", None)],
@@ -64,7 +129,14 @@ def _footer_length(data: bytes, magic: bytes) -> Field:
 def test_tables(target: str, magic: bytes | None, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     tail = len(data) - 400
-    cases = truncations(data, [*range(0, 64, 8), *range(tail, len(data), 16)])
+    marks = [*range(0, 64, 8), *range(tail, len(data), 16)]
+    if target == "s3_parquet":
+        forged = _some(_parquet_chunks(data), 120, seed=7)
+    else:
+        starts, fields = _arrow_messages(data)
+        marks += starts
+        forged = forge_fields(data, fields)
+    cases = truncations(data, marks) + forged
     cases += flips(data, seed=7, count=30, regions=[(tail, len(data))])
     cases += flips(data, seed=8, count=20)
     if magic is not None:
@@ -164,3 +236,24 @@ def test_token_sidecar(bucket: Bucket, tmp_path: Path) -> None:
     cases += truncations(pristine) + flips(pristine, seed=4, count=30)
     seen = check("s3_token_sidecar", cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
+
+
+def test_parquet_chunk_offset_before_the_file(bucket: Bucket) -> None:
+    # A column chunk's data_page_offset forged to -1 in the footer: the remote reader
+    # asked the store for bytes [-1, ...) and the store refused the range as a bad
+    # argument (ConfigError "A byte range needs integer offset >= 0"), naming no file.
+    from headrace.errors import FormatError
+    from headrace.formats import Table
+
+    data = TARGETS["parquet"].pristine()
+    case = next(c for c in _parquet_chunks(data) if c.label == "rg0.col0.data_page_offset=-1")
+    key = "regressions/offset.parquet"
+    bucket.client.put_object(Bucket=bucket.name, Key=key, Body=case.data)
+    url = f"s3://{bucket.name}/{key}"
+    message = (
+        rf"{url}: corrupt Parquet footer: row group 0, column 'input_ids.list.element': its "
+        r"chunk starts at byte -1 and is \d+ bytes; expected a start in \[0, \d+\)"
+    )
+    with Table.open(url, store_options=bucket.options) as table:
+        with pytest.raises(FormatError, match=message):
+            table.read_rows([0, 1], ["input_ids"])
