@@ -118,8 +118,34 @@ def _arrow_messages(data: bytes) -> tuple[list[int], list[Field]]:
             found = data.find(struct.pack("<q", body), *meta)
             if found >= 0:
                 fields.append(Field(f"msg@{at}.body_len", found, "<q", body))
+            fields += _arrow_buffers(data, meta, body, f"msg@{at}")
         at = meta[1] + body
     return starts, fields
+
+
+def _arrow_buffers(data: bytes, meta: tuple[int, int], body: int, name: str) -> list[Field]:
+    """A record batch's buffers, ``(offset, length)`` int64 pairs in its metadata: the
+    longest 8-aligned run of pairs that tile the body in order (what the remote reader
+    fetches by range)."""
+    best: list[int] = []
+    for first in range(meta[0] + (-meta[0] % 8), meta[1] - 15, 8):
+        run, end = [], 0
+        for at in range(first, meta[1] - 15, 16):
+            o, n = struct.unpack_from("<qq", data, at)
+            if not (o >= end and o % 8 == 0 and n >= 0 and o + n <= body):
+                break
+            run.append(at)
+            end = o + n
+        if len(run) > len(best):
+            best = run
+    out = []
+    for k, at in enumerate(best if len(best) >= 3 else []):
+        o, n = struct.unpack_from("<qq", data, at)
+        out += [
+            Field(f"{name}.buf{k}.offset", at, "<q", o),
+            Field(f"{name}.buf{k}.len", at + 8, "<q", n),
+        ]
+    return out
 
 
 @pytest.mark.parametrize(
@@ -135,7 +161,9 @@ def test_tables(target: str, magic: bytes | None, bucket: Bucket, tmp_path: Path
     else:
         starts, fields = _arrow_messages(data)
         marks += starts
-        forged = forge_fields(data, fields)
+        heads = [f for f in fields if ".buf" not in f.name]
+        buffers = [f for f in fields if ".buf" in f.name]
+        forged = forge_fields(data, heads) + _some(forge_fields(data, buffers), 80, seed=9)
     cases = truncations(data, marks) + forged
     cases += flips(data, seed=7, count=30, regions=[(tail, len(data))])
     cases += flips(data, seed=8, count=20)
