@@ -200,6 +200,32 @@ def test_npz(target: str, bucket: Bucket, tmp_path: Path) -> None:
     assert "other" not in seen, seen
 
 
+def _hdf5_data_fields(data: bytes) -> list[Field]:
+    """Where dataset ``x``'s values are: its contiguous address and size (the layout
+    message), or each chunk's address and size (in the chunk B-tree): what a read by
+    ranges fetches."""
+    import io
+
+    import h5py
+
+    with h5py.File(io.BytesIO(data), "r") as f:
+        x = f["x"].id
+        if x.get_offset() is not None:
+            spans = [(x.get_offset(), "<Q", x.get_storage_size(), "<Q")]
+        else:
+            spans = [
+                (c.byte_offset, "<Q", c.size, "<I")
+                for c in (x.get_chunk_info(i) for i in range(x.get_num_chunks()))
+            ]
+    out = []
+    for k, (address, afmt, size, sfmt) in enumerate(spans):
+        for name, value, fmt in [("address", address, afmt), ("size", size, sfmt)]:
+            at = data.find(struct.pack(fmt, value))
+            if at >= 0:
+                out.append(Field(f"x.{k}.{name}", at, fmt, value))
+    return out
+
+
 @pytest.mark.parametrize("target", ["s3_hdf5", "s3_hdf5_header", "s3_hdf5_gzip"])
 def test_hdf5(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
@@ -207,7 +233,7 @@ def test_hdf5(target: str, bucket: Bucket, tmp_path: Path) -> None:
     cases += flips(data, seed=5, count=30, regions=[(0, 96)])
     cases += flips(data, seed=6, count=40)
     addresses = [Field(f"superblock@{at}", at, "<Q", 0) for at in range(24, 96, 8)]
-    cases += forge_fields(data, addresses)
+    cases += forge_fields(data, addresses + _hdf5_data_fields(data))
     seen = check(target, cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
 
