@@ -86,7 +86,7 @@ def test_variants_agree_and_the_raw_bytes_are_the_stored_jpegs(tmp_path: Path) -
         ({"width": 64}, {}, r"does not take 'width': rows hold one image each"),
         ({"quality": 0}, {}, r"quality in 1..100"),
         ({"image_hw": [0, 8]}, {}, r"image_hw must be >= 1"),
-        ({}, {"decode_threads": -1}, r"decode_threads >= 0"),
+        ({}, {"decode_threads": -1}, r"\[reader\]: decode_threads must be a whole number >= 0"),
         ({}, {"odirect": True}, r"does not take 'odirect'"),
         ({"noise_level": 3}, {}, r"noise_level"),
     ],

@@ -388,7 +388,9 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_key(
             continue  # other strings are names (formats, layouts), each checked by its kind
         wrong = wl.replace(**{section: {**getattr(wl, section), key: bad}})
         where = rf"{name}\.toml \[{section}\]"
-        with pytest.raises(ConfigError, match=rf"^{where}: {key} = '{bad}' cannot be used: "):
+        # A number's own check (Section) says so once; a conversion's error is wrapped.
+        said = rf"( = '{bad}' cannot be used: | must be a (whole )?number.*got '{bad}'$)"
+        with pytest.raises(ConfigError, match=rf"^{where}: {key}{said}"):
             make_kind(wrong, str(tmp_path))
 
 
@@ -425,3 +427,41 @@ def test_plan_counts_the_warm_up_step_every_run_takes() -> None:
         "plan: 1 warm-up step (the first batch, timed apart as time to first batch; "
         "--warmup 0 takes it too), then 5 trials x 1,000 steps per variant"
     )
+
+
+@pytest.mark.parametrize(
+    ("workload", "key", "value", "least"),
+    [
+        ("npz", "in_flight", "-1", 1),
+        ("npz", "in_flight", "0", 1),
+        ("npz", "in_flight", "1.5", 1),  # int() read it as 1
+        ("npz", "decode_threads", "-1", 0),
+        ("npz", "prefetch", "-1", 0),
+        ("npz", "chunk_steps", "0", 1),
+        ("parquet", "in_flight", "-1", 1),
+        ("table", "prefetch", "-1", 0),
+        ("tokens", "prefetch", "-1", 0),
+        ("packed", "prefetch", "-1", 0),
+        ("padded", "prefetch", "-1", 0),
+        ("hub-images", "decode_threads", "-1", 0),
+    ],
+)
+def test_reader_counts_out_of_range_are_refused_before_any_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workload: str, key: str, value: str,
+    least: int,
+) -> None:  # fmt: skip
+    # `in_flight = -1` in a workload file passed `bench --list`; a run generated the
+    # whole dataset and then refused it in the reader, naming neither file nor key.
+    text = (resources.files("headrace.bench") / "workloads" / f"{workload}.toml").read_text()
+    text = re.sub(rf"(?m)^{key} = .*\n", "", text).replace(
+        "[reader]\n", f"[reader]\n{key} = {value}\n"
+    )
+    path = tmp_path / "w.toml"
+    path.write_text(text)
+    line = f"headrace bench: {path} [reader]: {key} must be a whole number >= {least}; got {value}"
+    root = tmp_path / "root"
+    for argv in (["--list"], ["--root", str(root), "--quiet", "--no-isolate"]):
+        capsys.readouterr()
+        assert main(["bench", *argv, "-w", str(path)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not root.exists() or not any(root.iterdir())  # nothing generated

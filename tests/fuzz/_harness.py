@@ -9,6 +9,7 @@ checksum covers the bytes that changed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from _mutate import Case
-from _targets import TARGETS
+from _targets import S3_ENV, TARGETS
 
 CHILD = Path(__file__).with_name("_child.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -31,6 +32,37 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 class Result:
     case: Case
     outcome: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Where remote targets' cases go: a bucket of an S3 endpoint (moto), a boto3 client
+    that writes to it, and the :class:`headrace.io.ObjectStore` options that read it."""
+
+    name: str
+    client: Any
+    options: dict[str, Any]
+
+
+_uploads = itertools.count()
+
+
+def _upload(bucket: Bucket, target: str, dirs: list[Path]) -> str:
+    """Put every file of every case folder under ``fuzz/<target>-<n>/NNNN/``; the base URL."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefix = f"fuzz/{target}-{next(_uploads)}"
+
+    root = dirs[0].parent  # every case folder is root/NNNN
+
+    def put(f: Path) -> None:
+        key = f"{prefix}/{f.relative_to(root).as_posix()}"
+        bucket.client.put_object(Bucket=bucket.name, Key=key, Body=f.read_bytes())
+
+    files = [p for d in dirs for p in sorted(d.rglob("*")) if p.is_file()]
+    with ThreadPoolExecutor(8) as pool:  # one PUT at a time took a third of a target's run
+        list(pool.map(put, files))
+    return f"s3://{bucket.name}/{prefix}"
 
 
 def _lay_out(target: str, cases: list[Case], root: Path) -> list[Path]:
@@ -45,14 +77,28 @@ def _lay_out(target: str, cases: list[Case], root: Path) -> list[Path]:
     return dirs
 
 
-def run_cases(target: str, cases: list[Case], root: Path, *, timeout_s: float = 30) -> list[Result]:
-    """Read every case in a child process; a case that crashes or hangs is one outcome."""
+def run_cases(
+    target: str,
+    cases: list[Case],
+    root: Path,
+    *,
+    timeout_s: float = 30,
+    bucket: Bucket | None = None,
+) -> list[Result]:
+    """Read every case in a child process; a case that crashes or hangs is one outcome.
+
+    A remote target's cases are uploaded to ``bucket`` first; the child reads them from
+    there, told where by ``HEADRACE_FUZZ_S3``."""
     pristine = Case(label="pristine", data=TARGETS[target].pristine(), strict=True)
     cases = [pristine, *cases]
-    _lay_out(target, cases, root)
+    dirs = _lay_out(target, cases, root)
     outcomes: dict[int, dict[str, Any]] = {}
     path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
+    if TARGETS[target].remote:
+        assert bucket is not None, f"{target} reads from object storage: pass a bucket"
+        base = _upload(bucket, target, dirs)
+        env[S3_ENV] = json.dumps({"base": base, "options": bucket.options})
     first = 0
     while first < len(cases):
         proc = subprocess.Popen(
@@ -99,17 +145,20 @@ def run_cases(target: str, cases: list[Case], root: Path, *, timeout_s: float = 
 
 def violations(target: str, results: list[Result]) -> list[str]:
     """What broke the invariant, one line a case; empty when every case held it."""
-    name = TARGETS[target].file
+    t = TARGETS[target]
     pristine = results[0].outcome
     assert pristine["kind"] == "ok", f"{target}: the pristine file does not read: {pristine}"
     bad = []
-    for r in results[1:]:
+    for i, r in enumerate(results[1:], start=1):
         o = r.outcome
+        # A remote case's error names its object's URL, which ends in the case's folder.
+        name = f"/{i:04d}/{t.file}" if t.remote else Path(t.file).name
         if o["kind"] == "ok":
             if r.case.strict and o["digest"] != pristine["digest"]:
                 bad.append(f"{r.case.label}: read as other data without an error")
         elif o["kind"] == "error":
-            if TARGETS[target].names_file and Path(name).name not in o["message"]:
+            named = name in o["message"] and (not t.remote or "s3://" in o["message"])
+            if t.names_file and not named:
                 bad.append(f"{r.case.label}: {o['type']} does not name {name}: {o['message']}")
         else:
             bad.append(f"{r.case.label}: {json.dumps(o)}")
@@ -131,9 +180,11 @@ def summary(results: list[Result]) -> Counter[str]:
     return out
 
 
-def check(target: str, cases: list[Case], root: Path) -> Counter[str]:
+def check(
+    target: str, cases: list[Case], root: Path, *, bucket: Bucket | None = None
+) -> Counter[str]:
     """Run ``cases`` and fail, listing every violation, unless all held the invariant."""
-    results = run_cases(target, cases, root)
+    results = run_cases(target, cases, root, bucket=bucket)
     bad = violations(target, results)
     head = f"{target}: {len(bad)} of {len(cases)} cases broke the invariant:"
     assert not bad, "\n".join([head, *bad])

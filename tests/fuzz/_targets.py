@@ -30,6 +30,9 @@ class Target:
     read: Callable[[Path], bytes]
     #: whether its errors must name ``file`` (a loader state is not read from a file)
     names_file: bool = True
+    #: read from object storage: each case's folder is uploaded, and ``read`` gets the
+    #: folder whose name is the case's key under ``HEADRACE_FUZZ_S3``'s base URL
+    remote: bool = False
 
 
 def _batches(source: Any, *, batch_size: int = 4, steps: int = 3) -> bytes:
@@ -321,6 +324,71 @@ def _read_state(d: Path) -> bytes:
     return out.getvalue()
 
 
+# --- the same files on object storage (the harness uploads each case's folder) -----
+
+#: Where the harness put the cases: a JSON object with ``base`` (``s3://bucket/prefix``;
+#: case ``NNNN``'s files are under ``base/NNNN/``) and ``options`` (the store's, no retry).
+S3_ENV = "HEADRACE_FUZZ_S3"
+
+
+def case_url(d: Path, name: str = "") -> tuple[str, dict[str, Any]]:
+    """The URL of case folder ``d`` (or of ``name`` in it) and the store options."""
+    import json
+    import os
+
+    from headrace.io import RetryPolicy
+
+    where = json.loads(os.environ[S3_ENV])
+    # Few, quick retries: moto answers every request; a retry only re-reads bad bytes.
+    options = {**where["options"], "retry": RetryPolicy(attempts=2, base_delay_s=0.01)}
+    return f"{where['base']}/{d.name}" + (f"/{name}" if name else ""), options
+
+
+def _read_table_s3(name: str) -> Callable[[Path], bytes]:
+    def read(d: Path) -> bytes:
+        from headrace.formats import TableSource
+
+        url, options = case_url(d, name)
+        return _batches(TableSource(url, width=16, store_options=options))
+
+    return read
+
+
+def _read_files_s3(fmt: str, **options: Any) -> Callable[[Path], bytes]:
+    def read(d: Path) -> bytes:
+        from headrace.formats import FileSource
+
+        url, store = case_url(d)
+        source = FileSource(url + "/", format=fmt, store_options=store, **options)
+        return _batches(source, batch_size=3, steps=2)
+
+    return read
+
+
+def _read_tokens_s3(name: str, **options: Any) -> Callable[[Path], bytes]:
+    def read(d: Path) -> bytes:
+        from headrace.formats import TokenSource
+
+        url, store = case_url(d, name)
+        return _batches(TokenSource(url, context=8, store_options=store, **options))
+
+    return read
+
+
+def _remote(local: Target, read: Callable[[Path], bytes]) -> Target:
+    return Target(
+        file=local.file,
+        pristine=local.pristine,
+        companions=local.companions,
+        read=read,
+        remote=True,
+    )
+
+
+def _remote_files(local: str, fmt: str, **options: Any) -> Target:
+    return _remote(TARGETS[local], _read_files_s3(fmt, **options))
+
+
 TARGETS: dict[str, Target] = {
     "rows_npy": _target(_write_rows_npy, "r.npy", [], _read_rows("r.npy")),
     "rows_sidecar": _target(_write_rows_raw, "r.bin.json", ["r.bin"], _read_rows("r.bin")),
@@ -374,4 +442,28 @@ TARGETS: dict[str, Target] = {
     "arrow_stream_lists": _target(
         partial(_write_arrow_stream, lists_only=True), "t.arrow", [], _read_table("t.arrow")
     ),
+}
+
+_H5_RANGES: dict[str, Any] = {"datasets": ["x"], "hdf5_ranges_above": 0}
+
+TARGETS |= {
+    "s3_parquet": _remote(TARGETS["parquet"], _read_table_s3("t.parquet")),
+    "s3_arrow_file": _remote(TARGETS["arrow_file"], _read_table_s3("t.arrow")),
+    "s3_arrow_stream": _remote(TARGETS["arrow_stream"], _read_table_s3("t.arrow")),
+    "s3_npy_header": _remote_files("files_npy_header", "npy", samples_per_file="header"),
+    "s3_npz_header": _remote(
+        TARGETS["files_npz_stored"], _read_files_s3("npz", samples_per_file="header")
+    ),
+    "s3_npz_deflated": _remote_files("files_npz_deflated", "npz", samples_per_file=3),
+    # HDF5 read by ranges (learn_layout, tree_children, SparseImage), as files of 8 MiB
+    # and more are by default: these are a few KiB.
+    "s3_hdf5": _remote_files("files_hdf5", "hdf5", samples_per_file=3, **_H5_RANGES),
+    "s3_hdf5_header": _remote_files(
+        "files_hdf5_header", "hdf5", samples_per_file="header", **_H5_RANGES
+    ),
+    "s3_hdf5_gzip": _remote_files("files_hdf5_gzip", "hdf5", samples_per_file=3, **_H5_RANGES),
+    "s3_jpeg": _remote_files("files_jpeg", "jpeg"),
+    "s3_png": _remote_files("files_png", "png"),
+    "s3_megatron_idx": _remote(TARGETS["megatron_idx"], _read_tokens_s3("x.bin")),
+    "s3_token_sidecar": _remote(TARGETS["token_sidecar"], _read_tokens_s3("t.bin")),
 }

@@ -119,7 +119,7 @@ def test_cli_regressions(tmp_path: Path) -> None:
         (
             "k.toml",
             toml.replace(b"in_flight = 4", b"in_flight = inf"),
-            "in_flight must be a finite",
+            "in_flight must be a whole number >= 1; got inf",
         ),
     ]:
         (tmp_path / name).write_bytes(data)

@@ -43,3 +43,23 @@ def test_zip_version_past_what_zipfile_reads() -> None:
 
     with pytest.raises(FormatError, match=r"s\.npz: truncated or corrupt NPZ.*zip file version"):
         npz_rows(io.BytesIO(bytes(data)), name="s.npz", key=None)  # type: ignore[arg-type]
+
+
+def test_directory_offset_past_the_directory(tmp_path: Path) -> None:
+    # The end record's directory offset forged one byte on (found on S3, by the remote
+    # header counts; local counts read the same way): zipfile took the byte before the
+    # directory as data prepended to the archive and put the member at byte -1, and
+    # counting samples from headers raised OSError "negative seek position -1".
+    import numpy as np
+
+    from headrace.formats import FileSource
+
+    for n in "ab":
+        (tmp_path / f"{n}.npz").write_bytes(encode_npz({"x": np.zeros((3, 2), np.float32)}))
+    data = bytearray((tmp_path / "a.npz").read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<I", data, end + 16, struct.unpack_from("<I", data, end + 16)[0] + 1)
+    (tmp_path / "a.npz").write_bytes(bytes(data))
+    message = r"a\.npz: member 'x\.npy': corrupt zip directory: .* at byte -1, before the start"
+    with pytest.raises(FormatError, match=message):
+        FileSource(tmp_path, format="npz", samples_per_file="header")

@@ -119,11 +119,11 @@ class FilesKind(Kind):
                 f"workload {workload.name!r}: {self.format} files hold one sample each (got "
                 f"samples_per_file={self.per_file}); use npy, npz or hdf5 for several"
             )
-        self.in_flight = int(rd["in_flight"]) if "in_flight" in rd else None
+        self.in_flight = rd.count("in_flight", None, least=1)
         # FileSource's own default unless the workload says (DLIO: its read_threads).
-        self.decode_threads = int(rd.get("decode_threads", default_decode_threads()))
-        self.prefetch = int(rd.get("prefetch", 8))
-        self.chunk_steps = int(rd.get("chunk_steps", 8))
+        self.decode_threads = rd.count("decode_threads", default_decode_threads(), least=0)
+        self.prefetch = rd.count("prefetch", 8, least=0)
+        self.chunk_steps = rd.count("chunk_steps", 8, least=1)
         # DLIO's reader.preprocess_time: simulated work per decoded sample (seconds).
         self.preprocess = (
             float(rd.get("preprocess_time", 0.0)),

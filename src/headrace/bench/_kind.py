@@ -261,6 +261,8 @@ class Kind:
         )
         try:
             kind = cls(dataclasses.replace(workload, dataset=ds, reader=rd), root)
+        except ConfigError:
+            raise  # a ValueError too, but already says which setting and why
         except (TypeError, ValueError) as exc:
             # A value of the wrong type (dtype = "float77", files = "x"), met by the kind's
             # int()/float()/np.dtype() as it reads its settings: name the setting, not the

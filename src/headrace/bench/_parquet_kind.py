@@ -59,8 +59,8 @@ class ParquetKind(Kind):
         self.num_files = int(ds.get("files", 4))
         self.group_rows = int(ds.get("group_rows", 512))
         self.window_rows = int(rd.get("window_rows", 2048))
-        self.prefetch = int(rd.get("prefetch", 8))
-        self.in_flight = int(rd.get("in_flight", 64))
+        self.prefetch = rd.count("prefetch", 8, least=0)
+        self.in_flight = rd.count("in_flight", 64, least=1)
         refuse(
             rd,
             "odirect",

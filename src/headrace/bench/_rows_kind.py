@@ -138,7 +138,7 @@ class _RowsBase(Kind):
                 f"workload {workload.name!r}: dataset needs rows >= 1 and width >= 2 "
                 f"(got rows={self.rows}, width={self.width})"
             )
-        self.prefetch = int(workload.reader.get("prefetch", 0))
+        self.prefetch = workload.reader.count("prefetch", 0, least=0)
         self.lo, self.hi = host_slice(
             workload.train.batch_size, workload.train.rank, workload.train.world_size
         )

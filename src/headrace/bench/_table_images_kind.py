@@ -73,12 +73,11 @@ class TableImagesKind(ParquetKind):
         self.image_hw = (int(hw[0]), int(hw[1]))
         self.noise = int(ds.get("noise", 80))
         self.quality = int(ds.get("quality", 90))
-        self.decode_threads = int(rd.get("decode_threads", default_decode_threads()))
-        if min(self.image_hw) < 1 or not 1 <= self.quality <= 100 or self.decode_threads < 0:
+        self.decode_threads = rd.count("decode_threads", default_decode_threads(), least=0)
+        if min(self.image_hw) < 1 or not 1 <= self.quality <= 100:
             raise ConfigError(
-                f"workload {workload.name!r}: image_hw must be >= 1, quality in 1..100 and "
-                f"decode_threads >= 0 (got {list(self.image_hw)}, {self.quality}, "
-                f"{self.decode_threads})"
+                f"workload {workload.name!r}: image_hw must be >= 1 and quality in 1..100 "
+                f"(got {list(self.image_hw)}, {self.quality})"
             )
         super().__init__(workload, root)
 

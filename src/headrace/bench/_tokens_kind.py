@@ -74,7 +74,7 @@ class TokenPayload(Kind):
         rd, t = workload.reader, workload.train
         self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
         self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
-        self.prefetch = int(rd.get("prefetch", 8))
+        self.prefetch = rd.count("prefetch", 8, least=0)
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
 
     def plan_chunks(self, seed: int, steps: int) -> Iterator[NDArray[np.int64]]:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, overload
 
 from headrace._messages import unknown_keys
 from headrace.errors import ConfigError
@@ -106,6 +106,27 @@ class Section(dict[str, Any]):
             self.defaults.setdefault(key, default)
             return default
         return self._like(key, self._checked(key, super().__getitem__(key)), default)
+
+    @overload
+    def count(self, key: str, default: int, *, least: int) -> int: ...
+    @overload
+    def count(self, key: str, default: None, *, least: int) -> int | None: ...
+    def count(self, key: str, default: int | None, *, least: int) -> int | None:
+        """Setting ``key``: a whole number ``>= least`` (``default`` where it is not set).
+
+        Checked where the file is read, so that ``bench --list``'s checks and a run refuse
+        it before any dataset is generated, naming the file and key: a reader's own
+        check (``in_flight = -1``) came after generating the dataset and named neither,
+        and int() read 1.5 as 1."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or value < least:
+            raise ConfigError(
+                f"{self.where}: {key} must be a whole number >= {least}; got {value!r}"
+            )
+        return int(value)
 
     def __getitem__(self, key: str) -> Any:
         self.read.add(key)

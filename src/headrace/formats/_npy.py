@@ -403,6 +403,15 @@ def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: in
     """The first ``want`` bytes of a member (fewer if it is shorter), inflated if deflated:
     read from its local header on, in small steps (not zipfile's 4 KiB read-ahead,
     which crossed into a second ranged GET for a 12-byte read)."""
+    if info.header_offset < 0:
+        # zipfile shifts every member's offset by the gap between where the directory
+        # says it starts and where it ends (bytes prepended to the archive), so a forged
+        # directory offset in the end record shows here as a member before byte 0.
+        raise FormatError(
+            f"{where}: corrupt zip directory: it puts the member's local header at byte "
+            f"{info.header_offset}, before the start of the file (expected 0 or more; the end "
+            "record's directory offset or size is wrong)"
+        )
     file.seek(info.header_offset)
     local = file.read(30) or b""
     if len(local) < 30 or local[:4] != _ZIP_LOCAL:

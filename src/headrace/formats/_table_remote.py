@@ -357,7 +357,17 @@ class RemoteParquet(RemotePart):
                 start = c.data_page_offset
                 if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
                     start = c.dictionary_page_offset
-                chunks.append((start, min(self.size, start + c.total_compressed_size)))
+                size = c.total_compressed_size
+                if not (0 <= start < self.size and size >= 0):
+                    # Checked here, not by pyarrow: these bytes are fetched by ranged GETs
+                    # before pyarrow sees them, and a negative offset was refused by the
+                    # store as a bad argument (ConfigError) naming no file.
+                    raise FormatError(
+                        f"{self.path}: corrupt Parquet footer: row group {group}, column "
+                        f"{c.path_in_schema!r}: its chunk starts at byte {start} and is {size} "
+                        f"bytes; expected a start in [0, {self.size}) and a size >= 0"
+                    )
+                chunks.append((start, min(self.size, start + size)))
         return chunks
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
