@@ -149,6 +149,19 @@ class SlowMount:
                     f"{self.mount_timeout_s:g} s: {self.server_log()}",
                 )
             time.sleep(_POLL_S)
+        # The mount shows in /proc/mounts before the server has answered the kernel's
+        # INIT; a stop signalled in between ended its loop before it counted as
+        # mounted, and it exited 1 ("mounting failed"; seen under load). A stat of the
+        # root is a request the kernel holds until INIT is answered: after it the
+        # server is serving.
+        try:
+            os.stat(self.mnt)
+        except OSError as exc:
+            raise StorageError(
+                exc.errno or errno.EIO,
+                f"SlowMount: {self.mnt} appeared but does not answer ({exc.strerror}): "
+                f"{self.server_log()}",
+            ) from exc
 
     def server_log(self, limit: int = 2000) -> str:
         """The tail of the server's stdout and stderr, for error messages."""
