@@ -149,6 +149,38 @@ def zip_fields(data: bytes) -> list[Field]:
     return out
 
 
+def jpeg_segments(data: bytes) -> list[Field]:
+    """Each marker segment's length field (big-endian, after its FFxx marker)."""
+    out, at = [], 2
+    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] != 0xDA:
+        (n,) = struct.unpack_from(">H", data, at + 2)
+        out.append(Field(f"segment@{at}", at + 2, ">H", n))
+        at += 2 + n
+    return out
+
+
+def png_chunks(data: bytes) -> list[Field]:
+    """Each chunk's length field (big-endian), and IHDR's width and height."""
+    out, at = [Field("width", 16, ">I", 0), Field("height", 20, ">I", 0)], 8
+    while at + 8 <= len(data):
+        (n,) = struct.unpack_from(">I", data, at)
+        out.append(Field(f"chunk@{at}", at, ">I", n))
+        at += 12 + n
+    return out
+
+
+#: The Megatron .idx header's version and counts (the layout tests/_megatron writes).
+MEGATRON_HEADER = [
+    Field("version", 9, "<Q", 1),
+    Field("sequences", 18, "<Q", 4),
+    Field("documents", 26, "<Q", 5),
+]
+
+#: Superblock version 0's addresses (base, free space, end of file, root object
+#: header): 8-byte fields from byte 24.
+HDF5_SUPERBLOCK = [Field(f"superblock@{at}", at, "<Q", 0) for at in range(24, 96, 8)]
+
+
 def npy_header_end(data: bytes) -> int:
     """Where an NPY file's array starts (its header's end)."""
     major = data[6]

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import Field, flips, forge_fields, truncations
+from _mutate import (
+    HDF5_SUPERBLOCK,
+    flips,
+    forge_fields,
+    truncations,
+)
 from _targets import TARGETS
 
 
@@ -16,10 +21,7 @@ def test_hdf5(target: str, tmp_path: Path) -> None:
     cases = truncations(data, range(0, len(data), 16))
     cases += flips(data, seed=5, count=150, regions=[(0, 96)])  # the superblock
     cases += flips(data, seed=6, count=150)
-    # Superblock version 0 holds its addresses (base, free space, end of file, root
-    # object header) as 8-byte fields from byte 24.
-    addresses = [Field(f"superblock@{at}", at, "<Q", 0) for at in range(24, 96, 8)]
-    cases += forge_fields(data, addresses)
+    cases += forge_fields(data, HDF5_SUPERBLOCK)
     seen = check(target, cases, tmp_path)
     assert seen["error:FormatError"] > len(cases) // 2
 

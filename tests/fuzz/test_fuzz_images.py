@@ -8,34 +8,20 @@ from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import Field, flips, forge_fields, truncations
+from _mutate import (
+    flips,
+    forge_fields,
+    jpeg_segments,
+    png_chunks,
+    truncations,
+)
 from _targets import TARGETS
-
-
-def _jpeg_segments(data: bytes) -> list[Field]:
-    """Each marker segment's length field (big-endian, after its FFxx marker)."""
-    out, at = [], 2
-    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] != 0xDA:
-        (n,) = struct.unpack_from(">H", data, at + 2)
-        out.append(Field(f"segment@{at}", at + 2, ">H", n))
-        at += 2 + n
-    return out
-
-
-def _png_chunks(data: bytes) -> list[Field]:
-    """Each chunk's length field (big-endian), and IHDR's width and height."""
-    out, at = [Field("width", 16, ">I", 0), Field("height", 20, ">I", 0)], 8
-    while at + 8 <= len(data):
-        (n,) = struct.unpack_from(">I", data, at)
-        out.append(Field(f"chunk@{at}", at, ">I", n))
-        at += 12 + n
-    return out
 
 
 @pytest.mark.parametrize("target", ["files_jpeg", "files_png"])
 def test_images(target: str, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
-    fields = _jpeg_segments(data) if target == "files_jpeg" else _png_chunks(data)
+    fields = jpeg_segments(data) if target == "files_jpeg" else png_chunks(data)
     cases = truncations(data, [f.at for f in fields])
     cases += flips(data, seed=9, count=250)
     cases += forge_fields(data, fields)

@@ -18,13 +18,17 @@ from pathlib import Path
 import pytest
 from _harness import Bucket, check
 from _mutate import (
+    HDF5_SUPERBLOCK,
+    MEGATRON_HEADER,
     Case,
     Field,
     flips,
     forge,
     forge_fields,
+    jpeg_segments,
     npy_forgeries,
     npy_header_end,
+    png_chunks,
     truncations,
     zip_fields,
 )
@@ -232,34 +236,15 @@ def test_hdf5(target: str, bucket: Bucket, tmp_path: Path) -> None:
     cases = truncations(data, range(0, len(data), 128))
     cases += flips(data, seed=5, count=30, regions=[(0, 96)])
     cases += flips(data, seed=6, count=40)
-    addresses = [Field(f"superblock@{at}", at, "<Q", 0) for at in range(24, 96, 8)]
-    cases += forge_fields(data, addresses + _hdf5_data_fields(data))
+    cases += forge_fields(data, HDF5_SUPERBLOCK + _hdf5_data_fields(data))
     seen = check(target, cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
-
-
-def _jpeg_segments(data: bytes) -> list[Field]:
-    out, at = [], 2
-    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] != 0xDA:
-        (n,) = struct.unpack_from(">H", data, at + 2)
-        out.append(Field(f"segment@{at}", at + 2, ">H", n))
-        at += 2 + n
-    return out
-
-
-def _png_chunks(data: bytes) -> list[Field]:
-    out, at = [Field("width", 16, ">I", 0), Field("height", 20, ">I", 0)], 8
-    while at + 8 <= len(data):
-        (n,) = struct.unpack_from(">I", data, at)
-        out.append(Field(f"chunk@{at}", at, ">I", n))
-        at += 12 + n
-    return out
 
 
 @pytest.mark.parametrize("target", ["s3_jpeg", "s3_png"])
 def test_images(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
-    fields = _jpeg_segments(data) if target == "s3_jpeg" else _png_chunks(data)
+    fields = jpeg_segments(data) if target == "s3_jpeg" else png_chunks(data)
     cases = truncations(data, [f.at for f in fields])
     cases += flips(data, seed=9, count=40)
     cases += forge_fields(data, fields)
@@ -269,14 +254,9 @@ def test_images(target: str, bucket: Bucket, tmp_path: Path) -> None:
 
 def test_megatron_index(bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS["s3_megatron_idx"].pristine()
-    header = [
-        Field("version", 9, "<Q", 1),
-        Field("sequences", 18, "<Q", 4),
-        Field("documents", 26, "<Q", 5),
-    ]
     cases = truncations(data, range(0, len(data), 4))
     cases += _some(forge(data, 17, "B", range(256), name="dtype_code"), 24, seed=17)
-    cases += forge_fields(data, header)
+    cases += forge_fields(data, MEGATRON_HEADER)
     cases += flips(data, seed=3, count=40)
     seen = check("s3_megatron_idx", cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2

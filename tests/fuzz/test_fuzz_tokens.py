@@ -8,8 +8,8 @@ import pytest
 from _harness import check
 from _mutate import (
     BAD_JSON_VALUES,
+    MEGATRON_HEADER,
     Case,
-    Field,
     flips,
     forge,
     forge_fields,
@@ -21,14 +21,9 @@ from _targets import TARGETS
 
 def test_megatron_index(tmp_path: Path) -> None:
     data = TARGETS["megatron_idx"].pristine()
-    header = [
-        Field("version", 9, "<Q", 1),
-        Field("sequences", 18, "<Q", 4),
-        Field("documents", 26, "<Q", 5),
-    ]
     cases = truncations(data, range(0, len(data), 2))
     cases += forge(data, 17, "B", range(256), name="dtype_code")
-    cases += forge_fields(data, header)
+    cases += forge_fields(data, MEGATRON_HEADER)
     cases += flips(data, seed=3, count=150)
     seen = check("megatron_idx", cases, tmp_path)
     assert seen["error:FormatError"] > len(cases) // 2
