@@ -231,3 +231,32 @@ def test_stats_that_stop_arriving_time_out_naming_the_file(
         with pytest.raises(StorageError, match=rf"no fresh stats in {stats} within 0\.2 s"):
             m.stats(timeout_s=0.2)
     assert m.returncode == 0 and m.final_stats is None
+
+
+def test_a_mount_that_appears_but_does_not_answer_is_named_and_stopped(
+    tmp_path: Path,
+    src: Path,
+    slow_mount: Callable[..., SlowMount],
+    monkeypatch: pytest.MonkeyPatch,
+    pid_exited: Callable[[int], bool],
+) -> None:
+    slow_mount(src)  # skips where FUSE cannot mount
+    mnt = tmp_path / "mnt"
+    real_stat = os.stat
+
+    def stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        # Fault injection: the first request to the new mount fails, as a server that
+        # died between mounting and answering INIT makes it ("not connected").
+        if Path(str(path)) == mnt:
+            raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", stat)
+    m = SlowMount(src, mnt)
+    with pytest.raises(
+        StorageError, match=rf"SlowMount: {mnt} appeared but does not answer \(Transport"
+    ) as info:
+        m.start()
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOTCONN
+    assert m.pid is not None and pid_exited(m.pid) and not is_mounted(mnt)
