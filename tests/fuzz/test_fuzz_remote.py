@@ -169,8 +169,7 @@ def test_tables(target: str, magic: bytes | None, bucket: Bucket, tmp_path: Path
         buffers = [f for f in fields if ".buf" in f.name]
         forged = forge_fields(data, heads) + _some(forge_fields(data, buffers), 80, seed=9)
     cases = truncations(data, marks) + forged
-    cases += flips(data, seed=7, count=30, regions=[(tail, len(data))])
-    cases += flips(data, seed=8, count=20)
+    cases += flips(data, seed=7, count=20, regions=[(tail, len(data))])
     if magic is not None:
         cases += forge_fields(data, [_footer_length(data, magic)])
     seen = check(target, cases, tmp_path, bucket=bucket)
@@ -182,7 +181,7 @@ def test_npy_headers(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     end = npy_header_end(data)
     cases = truncations(data, [*range(0, end + 1, 8), end, len(data) - 2])
-    cases += flips(data, seed=1, count=40, regions=[(0, end)])
+    cases += flips(data, seed=1, count=20, regions=[(0, end)])
     cases += npy_forgeries(data)
     seen = check(target, cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
@@ -193,7 +192,6 @@ def test_npz(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     fields = zip_fields(data)
     cases = truncations(data, [f.at for f in fields])
-    cases += flips(data, seed=2, count=30)
     # All of the end record's forgeries (where a remote count starts reading), a sample
     # of the members' headers'.
     end = [f for f in fields if f.name.startswith("end.")]
@@ -233,9 +231,8 @@ def _hdf5_data_fields(data: bytes) -> list[Field]:
 @pytest.mark.parametrize("target", ["s3_hdf5", "s3_hdf5_header", "s3_hdf5_gzip"])
 def test_hdf5(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
-    cases = truncations(data, range(0, len(data), 128))
-    cases += flips(data, seed=5, count=30, regions=[(0, 96)])
-    cases += flips(data, seed=6, count=40)
+    cases = truncations(data, range(0, len(data), 256))
+    cases += flips(data, seed=5, count=20, regions=[(0, 96)])
     cases += forge_fields(data, HDF5_SUPERBLOCK + _hdf5_data_fields(data))
     seen = check(target, cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
@@ -246,7 +243,6 @@ def test_images(target: str, bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     fields = jpeg_segments(data) if target == "s3_jpeg" else png_chunks(data)
     cases = truncations(data, [f.at for f in fields])
-    cases += flips(data, seed=9, count=40)
     cases += forge_fields(data, fields)
     seen = check(target, cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 3
@@ -254,10 +250,9 @@ def test_images(target: str, bucket: Bucket, tmp_path: Path) -> None:
 
 def test_megatron_index(bucket: Bucket, tmp_path: Path) -> None:
     data = TARGETS["s3_megatron_idx"].pristine()
-    cases = truncations(data, range(0, len(data), 4))
+    cases = truncations(data, range(0, len(data), 8))
     cases += _some(forge(data, 17, "B", range(256), name="dtype_code"), 24, seed=17)
     cases += forge_fields(data, MEGATRON_HEADER)
-    cases += flips(data, seed=3, count=40)
     seen = check("s3_megatron_idx", cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
 
@@ -267,7 +262,7 @@ def test_token_sidecar(bucket: Bucket, tmp_path: Path) -> None:
 
     pristine = TARGETS["s3_token_sidecar"].pristine()
     cases = _some(json_cases(pristine), 60, seed=4)
-    cases += truncations(pristine) + flips(pristine, seed=4, count=30)
+    cases += truncations(pristine)
     seen = check("s3_token_sidecar", cases, tmp_path, bucket=bucket)
     assert seen["error:FormatError"] > len(cases) // 2
 
