@@ -296,3 +296,15 @@ def test_stride_is_refused_where_it_cannot_count_each_target_once(tmp_path: Path
             make()
     with closing(TokenSource(paths, shuffle=False, stride=np.int64(4), **K)) as src:
         assert src.stride == 4 and type(src.stride) is int
+
+
+def test_document_positions_follow_the_slid_back_tail(tmp_path: Path) -> None:
+    """positions="documents" counts from each row's first token or the document start in
+    it, the tail's slid-back row and the overlapping rows alike (documents of 300)."""
+    paths = write(tmp_path, (1000, L + 2), np.uint16, megatron=True)
+    with closing(TokenSource(paths, shuffle=False, stride=5, positions="documents", **KW)) as src:
+        got = src.read(0, np.arange(src.samples_per_epoch))
+        for x, pos in zip(got["x"].astype(np.int64), got["position_ids"], strict=True):
+            p = x % 10_000  # each token's place in its file
+            want = p - np.maximum(p[0], p // 300 * 300)
+            np.testing.assert_array_equal(pos, want)

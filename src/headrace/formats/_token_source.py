@@ -108,10 +108,11 @@ class TokenSource(WindowCache):
     ``loss_mask`` marks the last ``stride`` targets of each but the first (which marks
     all ``L``); if targets are left after the last whole sample, one more sample is slid
     back to end at the file's last token and marks just those. Every target is then
-    counted once over an epoch, each seeing at least ``L - stride + 1`` tokens of input
-    (in a file of ``L + 1`` tokens or more), and the tail its full ``L``; a file shorter
-    than ``L + 1`` tokens is one sample, padded as with ``tail``. ``stride=context``
-    gives ``tail``'s samples but for the tail, slid back rather than padded.
+    counted once over an epoch: a file's first ``L`` with 1 to ``L`` tokens of input
+    before them, every later one with at least ``L - stride + 1``, the tail's with ``L``
+    (as Hugging Face's sliding-window perplexity, its last window slid back). A file
+    shorter than ``L + 1`` tokens is one sample, padded as with ``tail``.
+    ``stride=context`` gives ``tail``'s samples but for the tail, slid back, not padded.
 
     ``cache_dir`` (object URLs): each block read from the store is also kept
     on local disk there, up to ``cache_bytes``, and read from there the next
