@@ -8,6 +8,12 @@ tokens, then reads one pass of each source (the token file, unshuffled, L=1024; 
 alternating order after one warm-up each. Reports the median microseconds per batch,
 the ratio, and the SHA-256 of each side's ``x`` (first row of every batch), which
 must be equal: the marks are added beside the source's arrays, never in them.
+
+Then a sliding-window pass over the token file, ``stride=L/2`` against ``stride=L``
+(alternating, one warm-up each): the median milliseconds per pass and per 1,000
+samples, the ratio per pass, each side's digest (first row of ``x`` and the
+``loss_mask`` count of every batch), which must be one per side over the trials,
+and the targets each side counted, which must both be every token but the first.
 """
 
 from __future__ import annotations
@@ -88,6 +94,46 @@ def main() -> None:
             f"({marked / plain:.3f}x); digests {sorted(digests[False])} vs "
             f"{sorted(digests[True])} ({'equal' if same else 'DIFFER'})"
         )
+    compare_strides(root, b, args.trials)
+
+
+def strided(root: Path, batch: int, stride: int) -> tuple[float, str, int, int]:
+    """One ``epochs=1`` pass at ``stride``: seconds, digest, samples, targets counted."""
+    src = TokenSource(root / "val.bin", context=1024, shuffle=False, stride=stride)
+    n = src.samples_per_epoch
+    h = hashlib.sha256()
+    counted = 0
+    t0 = time.perf_counter()
+    with Loader(src, batch_size=batch, prefetch=0, epochs=1) as loader:
+        for b in loader:
+            ok = b["valid"][:, None] & b["loss_mask"]
+            k = int(ok.sum())
+            h.update(b["x"][:1].tobytes())
+            h.update(k.to_bytes(8, "little"))
+            counted += k
+    return time.perf_counter() - t0, h.hexdigest()[:12], n, counted
+
+
+def compare_strides(root: Path, batch: int, trials: int) -> None:
+    sides = (1024, 512)  # A: windows that do not overlap; B: half a window apart
+    times: dict[int, list[float]] = {s: [] for s in sides}
+    digests: dict[int, set[str]] = {s: set() for s in sides}
+    info: dict[int, tuple[int, int]] = {}
+    for trial in range(trials + 1):
+        for stride in sides:
+            sec, digest, n, counted = strided(root, batch, stride)
+            digests[stride].add(digest)
+            info[stride] = (n, counted)
+            if trial:  # the first is warm-up
+                times[stride].append(sec)
+    a, b = (statistics.median(times[s]) for s in sides)
+    for s, med in zip(sides, (a, b), strict=True):
+        n, counted = info[s]
+        print(
+            f"stride={s}: {med * 1e3:.1f} ms/pass, {med / n * 1e6:.1f} ms/1k samples, "
+            f"{n} samples, {counted} targets counted, digests {sorted(digests[s])}"
+        )
+    print(f"stride=512 / stride=1024: {b / a:.2f}x per pass")
 
 
 if __name__ == "__main__":

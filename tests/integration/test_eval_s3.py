@@ -112,3 +112,50 @@ def test_token_tails_on_s3_predict_every_token_once(s3: S3Fixture, tmp_path: Pat
                     got.update(b["y"][ok].tolist())
                     assert (b["y"][b["valid"][:, None] & ~b["loss_mask"]] == 65_535).all()
         assert got == want, world
+
+
+def test_token_strides_on_s3_count_every_target_once(s3: S3Fixture) -> None:
+    """TokenSource(stride=5) over S3 token files (buffered windows, ranged GETs): on 1-4
+    hosts each target is counted once where ``loss_mask``, its context the tokens before
+    it; a window holding just a file's slid-back tail, read first, is the file's last
+    17 tokens."""
+    L, stride = 16, 5
+    # 4,096 uint16 tokens a window: 816 starts. 8,174: the tail slides back out of the
+    # grid's window 2 (a window of its own); 3,000: a tail of 3; short files.
+    sizes = ((2 * 816 - 1) * stride + L + 1 + 2, 3000, L + 1, 5, 2)
+    client = s3.server.info.boto3_client()
+    for f, t in enumerate(sizes):
+        body = (f * 10_000 + np.arange(t)).astype(np.uint16).tobytes()
+        client.put_object(Bucket=BUCKET, Key=f"eval/stride/f{f}.bin", Body=body)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    urls = [f"s3://{BUCKET}/eval/stride/f{f}.bin" for f in range(len(sizes))]
+
+    def make() -> TokenSource:
+        return TokenSource(
+            urls,
+            context=L,
+            dtype=np.uint16,
+            shuffle=False,
+            stride=stride,
+            window_bytes=8192,
+            block_bytes=4096,
+            store_options=options,
+        )
+
+    with closing(make()) as src:
+        assert src.layout.window_count[2] == 1  # file 0's third window: the tail alone
+        tail = int(np.flatnonzero(src.layout.locate(0, np.arange(4000)).window == 2)[0])
+        row = src.read(0, np.array([tail]))
+        assert row["x"][0].tolist() == list(range(sizes[0] - 1 - L, sizes[0] - 1))
+        assert row["loss_mask"][0].tolist() == [False] * (L - 2) + [True] * 2
+    for world in (1, 2, 3, 4):
+        got: Counter[int] = Counter()
+        for rank in range(world):
+            with Loader(make(), batch_size=12, rank=rank, world_size=world, epochs=1) as lo:
+                for b in lo:
+                    ok = b["loss_mask"] & b["valid"][:, None]
+                    for x, y, m in zip(b["x"].tolist(), b["y"].tolist(), ok, strict=True):
+                        for c in np.flatnonzero(m).tolist():
+                            assert x[: c + 1] == list(range(y[c] - c - 1, y[c]))
+                            got[y[c]] += 1
+        assert got == Counter(f * 10_000 + p for f, t in enumerate(sizes) for p in range(1, t))

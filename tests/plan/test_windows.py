@@ -112,3 +112,70 @@ def test_tail_layout_is_unshuffled_only() -> None:
         file_tokens=(100, 33), context=8, window_tokens=64, shuffle=False, tail=True
     )
     assert (plain.samples_per_epoch, tail.samples_per_epoch) == (12 + 4, 13 + 4)
+
+
+def _hf_starts(n: int, context: int, stride: int) -> list[int]:
+    """Where Hugging Face's sliding-window loop begins each window of a file of ``n``
+    tokens (``max_length = L + 1``), its last one slid back to end at the file's end."""
+    out, begin = [], 0
+    while True:
+        end = min(begin + context + 1, n)
+        out.append(max(0, end - (context + 1)))
+        if end == n:
+            return out
+        begin += stride
+
+
+@given(
+    sizes=st.lists(st.integers(2, 400), min_size=1, max_size=5),
+    context=st.integers(1, 12),
+    data=st.data(),
+    per_window=st.integers(1, 6),
+)
+@settings(max_examples=80, deadline=None)
+def test_stride_starts_where_the_sliding_window_loop_does(
+    sizes: list[int], context: int, data: st.DataObject, per_window: int
+) -> None:
+    """With a stride, each file's starts are HF's loop's, in order; every sample lies in
+    its window, windows in their files (a window of just the slid-back start begins
+    where it does), and the plan is the same alone or epochs later."""
+    stride = data.draw(st.integers(1, context))
+    layout = WindowLayout(
+        file_tokens=tuple(sizes),
+        context=context,
+        window_tokens=(per_window - 1) * stride + context + 1,
+        shuffle=False,
+        tail=True,
+        stride=stride,
+    )
+    assert layout.per_window == per_window
+    t = layout.samples_per_epoch
+    plan = layout.locate(0, np.arange(t, dtype=np.int64))
+    files = layout.window_file[plan.window]
+    offsets = layout.window_base[plan.window] + plan.start
+    want = [(f, s) for f, n in enumerate(sizes) for s in _hf_starts(n, context, stride)]
+    assert list(zip(files.tolist(), offsets.tolist(), strict=True)) == want
+    for w, s in zip(plan.window.tolist(), plan.start.tolist(), strict=True):
+        n = sizes[int(layout.window_file[w])]
+        assert 0 <= s and s + min(context + 1, n) <= layout.window_tokens_of(w)
+    for w in range(layout.num_windows):
+        assert layout.window_base[w] >= 0
+        assert layout.window_base[w] + layout.window_tokens_of(w) <= sizes[layout.window_file[w]]
+        assert layout.window_tokens_of(w) <= layout.max_window_tokens <= layout.window_tokens
+    later = layout.locate(0, np.arange(3 * t, 4 * t, dtype=np.int64))
+    assert later.start.tolist() == plan.start.tolist()
+    alone = layout.locate(0, np.array([t - 1], dtype=np.int64))
+    assert int(alone.start[0]) == int(plan.start[-1])
+
+
+def test_stride_layout_needs_tail_and_a_stride_within_the_context() -> None:
+    kw = {"file_tokens": (100,), "context": 8, "window_tokens": 64, "shuffle": False}
+    with pytest.raises(ValueError, match="needs tail=True"):
+        WindowLayout(**kw, stride=4)
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match=rf"stride must be in \[1, context=8\] \(got {bad}\)"):
+            WindowLayout(**kw, tail=True, stride=bad)
+    same = WindowLayout(**kw, tail=True, stride=8)
+    tail = WindowLayout(**kw, tail=True)
+    assert same.samples_per_epoch == tail.samples_per_epoch == 13
+    assert same.per_window == tail.per_window == 7

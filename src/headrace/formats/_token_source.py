@@ -103,6 +103,17 @@ class TokenSource(WindowCache):
     2 tokens, not ``L + 1``. (The tail tokens are predicted with the context
     before them within the tail only, as each sample's first tokens are.)
 
+    ``stride`` (``1 <= stride <= context``, with ``shuffle=False``; implies ``tail``): a
+    sliding-window evaluation. Samples start every ``stride`` tokens of a file, and
+    ``loss_mask`` marks the last ``stride`` targets of each but the first (which marks
+    all ``L``); if targets are left after the last whole sample, one more sample is slid
+    back to end at the file's last token and marks just those. Every target is then
+    counted once over an epoch: a file's first ``L`` with 1 to ``L`` tokens of input
+    before them, every later one with at least ``L - stride + 1``, the tail's with ``L``
+    (as Hugging Face's sliding-window perplexity, its last window slid back). A file
+    shorter than ``L + 1`` tokens is one sample, padded as with ``tail``.
+    ``stride=context`` gives ``tail``'s samples but for the tail, slid back, not padded.
+
     ``cache_dir`` (object URLs): each block read from the store is also kept
     on local disk there, up to ``cache_bytes``, and read from there the next
     time (the next epoch, a restart, another process on the machine); see
@@ -115,6 +126,7 @@ class TokenSource(WindowCache):
     # Class defaults, set on the instance only when given (the same 29 keys).
     tail: bool = False
     pad_id: int = 0
+    stride: int | None = None
 
     def __init__(
         self,
@@ -138,6 +150,7 @@ class TokenSource(WindowCache):
         vocab_size: int | None = None,
         tail: bool = False,
         pad_id: int | None = None,
+        stride: int | None = None,
     ) -> None:
         if vocab_size is not None:
             if (
@@ -179,6 +192,9 @@ class TokenSource(WindowCache):
         context = int(context)  # a NumPy integer too, as the Loader takes them
         if not isinstance(shuffle, bool):  # "False" is a true string
             raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
+        if stride is not None:
+            _check_stride(stride, context, shuffle)
+            tail = True  # a stride counts every target: the tail is part of it
         _check_tail(tail, pad_id, shuffle, vocab_size)
         if block_bytes < 4096 or block_bytes % 4096:
             raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
@@ -212,6 +228,7 @@ class TokenSource(WindowCache):
                 window_tokens=window_bytes // self.dtype.itemsize,
                 shuffle=shuffle,
                 tail=tail,
+                stride=None if stride is None else int(stride),
             )
         except ValueError as exc:
             raise ConfigError(f"window_bytes={window_bytes}: {exc}") from None
@@ -219,6 +236,8 @@ class TokenSource(WindowCache):
             self.tail = True
             if pad_id is not None:
                 self.pad_id = int(pad_id)
+        if stride is not None:
+            self.stride = int(stride)
         self.max_windows = max_windows
         self.reads = reads
         self.read_ahead = read_ahead
@@ -240,9 +259,7 @@ class TokenSource(WindowCache):
         self._ahead_checked: tuple[int, int] | None = None
         self._ahead: int | None = None  # the window read ahead, until a batch uses it
         self._todo: set[int] = set()  # windows the gather under way has yet to read
-        self._window_nbytes = (
-            int(self.layout.window_count.max()) * context + 1
-        ) * self.dtype.itemsize
+        self._window_nbytes = self.layout.max_window_tokens * self.dtype.itemsize
 
     def _remote(self) -> ObjectFiles:
         if self._stores is None:
@@ -286,6 +303,8 @@ class TokenSource(WindowCache):
         if self.tail:  # only when set, as positions: the padded tail changes the samples
             out["tail"] = True
             out["pad_id"] = self.pad_id
+        if self.stride is not None:  # only when set, as tail
+            out["stride"] = self.stride
         paths = ambiguous_names([f.path for f in self.files])
         if paths is not None:  # only then: other states stay valid (see _names)
             out["paths"] = paths
@@ -315,11 +334,17 @@ class TokenSource(WindowCache):
         return batch
 
     def _loss_mask(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
-        """``True`` where ``y`` is a token of the file (not the padding of a tail)."""
+        """``True`` where ``y`` is a target of the file no earlier sample counted: not the
+        padding of a tail, nor (with a stride) a target of the sample before."""
         files, offsets = self._file_offsets(self._plan(seed, samples))
         sizes = np.asarray(self.layout.file_tokens, dtype=np.int64)[files]
-        targets = sizes - offsets - 1  # at most L for every sample but a tail
-        mask: NDArray[np.bool_] = np.arange(self.context) < targets[:, None]
+        L, step = self.context, self.layout.step
+        # Sample k > 0 of a file (start k * step, or the tail slid back from there) counts
+        # the targets after the last one of sample k - 1, ``(k - 1) * step + L``.
+        k = -(-offsets // step)
+        first = np.where(offsets > 0, (k - 1) * step + L + 1, 1) - offsets - 1
+        col = np.arange(L)
+        mask: NDArray[np.bool_] = (col >= first[:, None]) & (col < (sizes - offsets - 1)[:, None])
         return mask
 
     def _check_ids(
@@ -394,12 +419,14 @@ class TokenSource(WindowCache):
             win.ensure(starts, L + 1, self.stats)
             if win.mapped:
                 win.check_size()
-            if self.tail and starts.size and int(starts.max()) + L + 1 > win.buf.size:
-                rows = self._with_tail(win, starts)
+            step = self.layout.step
+            if self.tail and starts.size and self._has_tail(win, starts, step):
+                rows = self._with_tail(win, starts, step)
             else:
                 # Fancy indexing walks the strided view row by row: one copy. (np.take
                 # would first copy the whole overlapping view to make it contiguous.)
-                rows = win.rows(L)[starts // L].view(self.dtype).reshape(len(starts), L + 1)
+                rows = win.rows(L, step)[starts // step].view(self.dtype)
+                rows = rows.reshape(len(starts), L + 1)
             if len(groups) == 1:
                 out = rows
             else:
@@ -412,16 +439,25 @@ class TokenSource(WindowCache):
         self.stats.samples += len(samples)
         return out
 
-    def _with_tail(self, win: TokenWindow, starts: NDArray[np.int64]) -> NDArray[Any]:
-        """Rows of a file's last window whose last start is the file's short tail: that
-        row holds the tokens left (fewer than ``L + 1``) and ``pad_id`` after them."""
+    def _has_tail(self, win: TokenWindow, starts: NDArray[np.int64], step: int) -> bool:
+        """Whether a start is a file's tail: short of a whole row, or (with a stride) slid
+        back off the window's row grid. A check of the last start when unstrided."""
+        short = int(starts.max()) + self.context + 1 > win.buf.size
+        return short or (self.stride is not None and bool((starts % step).any()))
+
+    def _with_tail(self, win: TokenWindow, starts: NDArray[np.int64], step: int) -> NDArray[Any]:
+        """Rows of a file's last window, one of whose starts is the file's tail: a short one
+        holds the tokens left (fewer than ``L + 1``) and ``pad_id`` after them; one slid
+        back (``stride``) lies off the row grid, and is copied on its own."""
         L = self.context
-        cut = (win.buf.size - 1) // L * L  # the tail's start: no whole row from here
-        tail = starts >= cut
+        tail = (starts % step != 0) | (starts + L + 1 > win.buf.size)
         rows = np.full((len(starts), L + 1), self.pad_id, dtype=self.dtype)
-        head = starts[~tail] // L
-        rows[~tail] = win.rows(L)[head].view(self.dtype).reshape(len(head), L + 1)
-        rows[tail, : win.buf.size - cut] = win.buf[cut:]
+        head = starts[~tail] // step
+        rows[~tail] = win.rows(L, step)[head].view(self.dtype).reshape(len(head), L + 1)
+        for i in np.flatnonzero(tail).tolist():  # one tail a file: a few rows at most
+            s = int(starts[i])
+            piece = win.buf[s : s + L + 1]
+            rows[i, : piece.size] = piece
         return rows
 
     def prefetch(
@@ -519,6 +555,23 @@ def _check_tail(tail: object, pad_id: object, shuffle: bool, vocab_size: int | N
         raise ConfigError(
             f"pad_id={pad_id} is outside the vocabulary [0, {vocab_size}) "
             f"(vocab_size={vocab_size}): every batch's ids are checked, padding included."
+        )
+
+
+def _check_stride(stride: object, context: int, shuffle: bool) -> None:
+    if isinstance(stride, bool) or not isinstance(stride, int | np.integer):
+        raise ConfigError(f"stride must be an integer in [1, context={context}] (got {stride!r}).")
+    if not 1 <= stride <= context:
+        raise ConfigError(
+            f"stride={stride} is outside [1, context={context}]: samples start every "
+            "stride tokens and each counts its last stride targets, so a longer stride "
+            f"would skip targets. Give 1 <= stride <= {context} (stride={context}: windows "
+            "that do not overlap)."
+        )
+    if shuffle:
+        raise ConfigError(
+            f"stride={stride} slides a window over each file in order, counting every "
+            "target once, for an evaluation pass; it needs shuffle=False (got shuffle=True)."
         )
 
 

@@ -115,7 +115,7 @@ class TokenWindow:
         self.block_bytes = block_bytes
         self.filled = np.zeros(-(-self._bytes.size // block_bytes), dtype=bool)
         self.complete = False  # every block filled: nothing left to compute or request
-        # A file's tail sample (TokenSource(tail=True)) is short: its row runs past the
+        # A file's tail sample (TokenSource(tail=True)) may be short: its row runs past the
         # window's end, which is the file's. Only then are sample ends clipped (a check,
         # not a pass over the starts, on the default path).
         self.clip = False
@@ -326,8 +326,9 @@ class TokenWindow:
             # The window's view keeps the map open, so this cannot fail on a closed map.
             madvise(self.memory, start, self.offset + self._bytes.size - start, mmap.MADV_DONTNEED)
 
-    def rows(self, context: int) -> NDArray[np.void]:
-        """A cached view of ``S`` overlapping rows, row ``i`` = tokens ``[i*L, i*L + L + 1)``.
+    def rows(self, context: int, step: int) -> NDArray[np.void]:
+        """A cached view of ``S`` overlapping rows, row ``i`` = tokens ``[i*D, i*D + L + 1)``
+        (``D``, the ``step`` between starts: ``L``, or a stride).
 
         Each row is one opaque item (a void dtype of ``(L + 1) * itemsize``
         bytes), so indexing copies a row with one ``memcpy`` instead of an
@@ -337,12 +338,12 @@ class TokenWindow:
         """
         if self._rows is None:
             isz = self.buf.itemsize
-            n = (self.buf.size - 1) // context
+            n = max(0, (self.buf.size - 1 - context) // step + 1)
             self._rows = np.ndarray(
                 shape=(n,),
                 dtype=np.dtype((np.void, (context + 1) * isz)),
                 buffer=self._bytes,
-                strides=(context * isz,),
+                strides=(step * isz,),
             )
             self._rows.flags.writeable = False
         return self._rows

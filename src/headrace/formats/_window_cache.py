@@ -109,7 +109,7 @@ class WindowCache:
         n = int(self.layout.window_count[w])
         first = int(max(0.0, share[0] - 0.05) * n)
         last_start = min(n, int(np.ceil(min(1.0, share[1] + 0.05) * n)))
-        starts = np.arange(first, last_start, dtype=np.int64) * self.context
+        starts = np.arange(first, last_start, dtype=np.int64) * self.layout.step
         win.request(win.blocks(starts, self.context + 1))
 
     def _file(self, i: int) -> LocalFile | RemoteFile | SegmentedFile | RemoteSegments:

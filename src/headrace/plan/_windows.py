@@ -14,6 +14,15 @@ starts: when ``L`` does not divide ``n - 1``, one more, final start holds the
 file's last ``(n - 1) % L + 1`` tokens, short of a whole sample (the reader pads
 it), so every token from the second to the last is a target once an epoch.
 
+With a ``stride`` ``D`` (``1 <= D <= L``, with ``tail``: a sliding-window evaluation)
+starts are spaced by ``D``, not ``L``: ``0, D, 2D, ...`` while a whole sample fits,
+then, if targets are left, one more start slid back to ``n - 1 - L``, so the last
+sample ends at the file's last token with a full context (a file shorter than
+``L + 1`` tokens: one start at 0, short, as with ``tail``). That is
+``1 + ceil(max(0, n - 1 - L) / D)`` starts; a window holds ``S`` of them in
+``(S - 1) * D + L + 1`` tokens, and a file's last window whose only start is the
+slid one begins where that start does.
+
 Sample ``n`` maps to ``(epoch, window, start)`` in O(files) without replaying
 anything: only the partial windows break the regular ``S``-per-window pattern,
 and their positions in the epoch's order come from the inverse permutation.
@@ -56,6 +65,7 @@ class WindowLayout:
     window_tokens: int
     shuffle: bool = True
     tail: bool = False
+    stride: int | None = None
     _cache: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -75,17 +85,31 @@ class WindowLayout:
             raise ValueError("a window layout needs at least one file.")
         if self.tail and self.shuffle:
             raise ValueError("tail=True is for an unshuffled pass (shuffle=False).")
+        if self.stride is not None:
+            if not 1 <= self.stride <= self.context:
+                raise ValueError(
+                    f"stride must be in [1, context={self.context}] (got {self.stride})."
+                )
+            if not self.tail:
+                raise ValueError("a stride slides each file's last sample back: needs tail=True.")
+
+    @cached_property
+    def step(self) -> int:
+        """Tokens between a window's consecutive starts: the stride, or ``L``."""
+        return self.context if self.stride is None else self.stride
 
     @cached_property
     def per_window(self) -> int:
-        """Starts in a full window (``S``)."""
-        return (self.window_tokens - 1) // self.context
+        """Starts in a full window (``S``): ``(S - 1) * step + L + 1`` tokens."""
+        return (self.window_tokens - 1 - self.context) // self.step + 1
 
     @cached_property
     def file_starts(self) -> NDArray[np.int64]:
         targets = np.asarray(self.file_tokens, dtype=np.int64) - 1
-        if self.tail:
-            return -(-targets // self.context)
+        if self.tail:  # the whole samples, then one for the targets left (if any)
+            more = -(-np.maximum(targets - self.context, 0) // self.step)
+            out: NDArray[np.int64] = np.where(targets > 0, 1 + more, 0)
+            return out
         return targets // self.context
 
     @cached_property
@@ -98,11 +122,27 @@ class WindowLayout:
         return np.repeat(np.arange(len(self.file_tokens)), self._file_windows)
 
     @cached_property
-    def window_base(self) -> NDArray[np.int64]:
-        """The first token of each window, within its file."""
+    def _grid_base(self) -> NDArray[np.int64]:
+        """Where each window's first start would be if none were slid back."""
         first = np.concatenate(([0], np.cumsum(self._file_windows)[:-1]))
         local = np.arange(self.num_windows) - np.repeat(first, self._file_windows)
-        base: NDArray[np.int64] = local * self.per_window * self.context
+        base: NDArray[np.int64] = local * self.per_window * self.step
+        return base
+
+    @cached_property
+    def _last_start(self) -> NDArray[np.int64]:
+        """With a stride: each window's file's last start, slid back to end at its last token."""
+        last = np.asarray(self.file_tokens, dtype=np.int64) - 1 - self.context
+        out: NDArray[np.int64] = np.maximum(last, 0)[self.window_file]
+        return out
+
+    @cached_property
+    def window_base(self) -> NDArray[np.int64]:
+        """The first token of each window, within its file."""
+        if self.stride is None:
+            return self._grid_base
+        # Only a window holding just the slid start moves: back to where that start is.
+        base: NDArray[np.int64] = np.minimum(self._grid_base, self._last_start)
         return base
 
     @cached_property
@@ -115,13 +155,18 @@ class WindowLayout:
         return count
 
     def window_tokens_of(self, window: int) -> int:
-        """Tokens a window's buffer holds: its starts times ``L``, plus the shift token
-        (with ``tail``, up to the end of its file: the tail start is short)."""
-        n = int(self.window_count[window]) * self.context + 1
+        """Tokens a window's buffer holds: its starts' samples, each ``step`` after the last
+        (with ``tail``, up to the end of its file: the tail start is short or slid back)."""
+        grid = int(self._grid_base[window])
+        end = grid + (int(self.window_count[window]) - 1) * self.step + self.context + 1
         if self.tail:
-            f = int(self.window_file[window])
-            n = min(n, self.file_tokens[f] - int(self.window_base[window]))
-        return n
+            end = min(end, self.file_tokens[int(self.window_file[window])])
+        return end - int(self.window_base[window])
+
+    @cached_property
+    def max_window_tokens(self) -> int:
+        """The most tokens a window's buffer holds (what one window's memory must take)."""
+        return (int(self.window_count.max()) - 1) * self.step + self.context + 1
 
     @cached_property
     def num_windows(self) -> int:
@@ -214,8 +259,13 @@ class WindowLayout:
     def locate(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Map global sample numbers to (epoch, window, token offset in window)."""
         plan = self.positions(seed, samples)
-        start = self.starts_of(seed, plan.epoch, plan.window, plan.start)
-        return WindowPlan(epoch=plan.epoch, window=plan.window, start=start * self.context)
+        start = self.starts_of(seed, plan.epoch, plan.window, plan.start) * self.step
+        if self.stride is not None:  # a file's last start slides back to end at its end
+            w = plan.window
+            start = (
+                np.minimum(start + self._grid_base[w], self._last_start[w]) - self.window_base[w]
+            )
+        return WindowPlan(epoch=plan.epoch, window=plan.window, start=start)
 
     def positions(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
         """Each sample's (epoch, window, place in the window's visit order): :meth:`locate`
@@ -245,7 +295,7 @@ class WindowLayout:
         window: NDArray[np.int64],
         within: NDArray[np.int64],
     ) -> NDArray[np.int64]:
-        """The start (in units of ``context``) that place ``within`` of each sample's
+        """The start (in units of ``step``) that place ``within`` of each sample's
         window visits: the window's starts permuted by ``(seed, epoch, window)``."""
         if not self.shuffle:
             return within
