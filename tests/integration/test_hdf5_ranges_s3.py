@@ -258,3 +258,34 @@ def test_layouts_kept_are_bounded_and_an_evicted_one_is_learned_again(
     assert len(one._layouts) < FILES and one._layout_bytes <= _hdf5_ranges.LAYOUT_BYTES
     assert len(learned) > FILES  # files read again after others learned again
     src.close()
+
+
+def test_files_either_side_of_the_threshold_share_one_bound_on_gets(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    # Files of 40 and 80 rows (0.66 and 1.3 MB) with the threshold between them: the
+    # small ones are fetched whole, the large ones by ranges, at once.
+    client = s3.server.info.boto3_client()
+    for i in range(6):
+        rows = 40 if i % 2 else 80
+        x = np.random.default_rng(i).integers(0, 50, (rows, 64, 64)).astype(np.float32)
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f.create_dataset("a/x", data=x)
+        client.put_object(
+            Bucket=BUCKET, Key=f"h5straddle/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
+        )
+    proxy.latency_ms = 20  # GETs long enough to overlap
+    try:
+        options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+        src = FileSource(f"s3://{BUCKET}/h5straddle", store_options=options, format="hdf5",
+                         datasets=("a/x",), samples_per_file="header", shuffle="samples",
+                         in_flight=3, hdf5_ranges_above=1 << 20)  # fmt: skip
+        sizes = src.files.sizes
+        assert min(sizes) < 1 << 20 <= max(sizes)
+        run(src, steps=6, batch=6)
+        # Before, whole fetches (one per window slot) and ranged GETs (a queue of
+        # in_flight) were bounded apart: 5 GETs at once for in_flight=3.
+        assert src.files.store.stats.max_in_flight_observed <= 3
+        src.close()
+    finally:
+        proxy.latency_ms = 0

@@ -282,9 +282,14 @@ class FileSource(Closing):
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
-        if self._ranged is not None and self._ranged.applies(f):
+        if self._ranged is None:
+            return self.files.fetch(f)
+        if self._ranged.applies(f):
             return self._ranged.image(f, self._wanted.get(f))
-        return self.files.fetch(f)
+        # A place on the ranges' queue: fetches of whole files beside GETs of ranges
+        # were up to twice in_flight GETs at once where files straddle the threshold.
+        with self._ranged.slot():
+            return self.files.fetch(f)
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""

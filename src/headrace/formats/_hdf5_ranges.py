@@ -29,6 +29,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -491,6 +492,10 @@ class RangedHdf5:
             while self._meta_bytes > META_BYTES:
                 _, old = self._meta.popitem(last=False)
                 self._meta_bytes -= sum(len(b) for _, b in old)
+
+    def slot(self) -> AbstractContextManager[None]:
+        """A place among the ranges' GETs in flight, for a file fetched whole."""
+        return self._request_queue().slot()
 
     def _request_queue(self) -> RequestQueue:
         from headrace.io import RequestQueue
