@@ -289,3 +289,17 @@ def test_files_either_side_of_the_threshold_share_one_bound_on_gets(
         src.close()
     finally:
         proxy.latency_ms = 0
+
+
+def test_held_bytes_count_what_a_kept_file_fetches_later(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "gzip", shuffle="none", in_flight=1)
+    src.read(0, np.arange(0, 4))
+    first = src.stats.held_bytes
+    src.read(0, np.arange(4, 20))  # file 0 again, kept: its image fetches 8 more chunks
+    (entry,) = src.window._entries.values()
+    image = entry.future.result()
+    assert isinstance(image, SparseImage)
+    held = sum(e - s for s, e in zip(image._starts, image._ends, strict=True))
+    # Before, the count stayed at what the first read's fetch held.
+    assert first < held == image.nbytes == src.stats.held_bytes == src.stats.peak_held_bytes
+    src.close()

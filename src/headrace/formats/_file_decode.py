@@ -93,6 +93,7 @@ class FileDecoder:
             out = into[0].slot(into[1][f], layout)
         if isinstance(data, SparseImage) and rows is not None:
             data.want(rows)  # fetched for other samples (kept from the last read, say)
+            self.window.recount(f)
         sample = decode_file(
             self.format,
             data,

@@ -22,6 +22,13 @@ from headrace.errors import StateError
 __all__ = ["FetchWindow", "WindowStats"]
 
 
+def _held(data: Any) -> int:
+    """The bytes ``data`` holds: a sparse image (HDF5 by ranges) is the object's size,
+    but holds only what it fetched (its ``nbytes``)."""
+    held = getattr(data, "nbytes", None)
+    return held if isinstance(held, int) else memoryview(data).nbytes
+
+
 @dataclass(slots=True)
 class WindowStats:
     """What a window did: fetches, bytes, and the most held and in flight at once."""
@@ -110,18 +117,29 @@ class FetchWindow:
                 s.in_flight -= 1
             e.future.set_exception(exc)
             return
-        # A sparse image (HDF5 by ranges) is the object's size, but holds what it fetched.
-        held = getattr(data, "nbytes", None)
-        n = held if isinstance(held, int) else memoryview(data).nbytes
+        n = _held(data)
         with self._lock:
             s.in_flight -= 1
             s.fetches += 1
             s.bytes += n
             if not e.dropped:
-                e.nbytes = n
-                s.held_bytes += n
-                s.peak_held_bytes = max(s.peak_held_bytes, s.held_bytes)
+                self._count_locked(e, n)
         e.future.set_result(data)
+
+    def _count_locked(self, e: _Entry, n: int) -> None:
+        s = self.stats
+        s.held_bytes += n - e.nbytes
+        e.nbytes = n
+        s.peak_held_bytes = max(s.peak_held_bytes, s.held_bytes)
+
+    def recount(self, f: int) -> None:
+        """Count file ``f``'s bytes again: a sparse image (HDF5 by ranges) grows when a
+        later read of a held file fetches the chunks it lacks."""
+        with self._lock:
+            e = self._entries.get(f)
+            if e is None or not e.future.done() or e.future.exception() is not None:
+                return
+            self._count_locked(e, _held(e.future.result()))
 
     def _pump(self) -> None:
         with self._lock:

@@ -171,7 +171,7 @@ class SparseImage(SeekableFile):
         self._starts: list[int] = []  # held spans, sorted and disjoint
         self._ends: list[int] = []
         self._lock = threading.Lock()
-        self.nbytes = 0  # bytes fetched into it
+        self.nbytes = 0  # bytes held: written into it, each once
         self.gets = 0
         self.on_demand: list[Span] = []
         self.layout: FileLayout | None = None
@@ -203,6 +203,10 @@ class SparseImage(SeekableFile):
         j = bisect.bisect_right(self._starts, b)
         if i < j:
             a, b = min(a, self._starts[i]), max(b, self._ends[j - 1])
+        # What is held, not what was fetched: a GET may refetch a gap held already.
+        self.nbytes += (b - a) - sum(
+            e - s for s, e in zip(self._starts[i:j], self._ends[i:j], strict=True)
+        )
         self._starts[i:j] = [a]
         self._ends[i:j] = [b]
 
@@ -220,7 +224,6 @@ class SparseImage(SeekableFile):
             self._fetch(want, self._buf)
             for a, b in want:
                 self._add(a, b)
-                self.nbytes += b - a
             self.gets += len(want)
 
     def put(self, spans: list[tuple[int, bytes]]) -> None:
