@@ -29,8 +29,9 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import FormatError
+from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+from headrace.formats._inflate import inflate
 
 __all__ = [
     "NPY_HEAD",
@@ -218,9 +219,8 @@ def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
         ) from exc
 
 
-def _member_bytes(
-    view: memoryview, info: zipfile.ZipInfo, name: str, check_crc: bool
-) -> memoryview:
+def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryview:
+    """A member's bytes as stored (deflated or not), its local header checked."""
     where = f"{name}: member {info.filename!r}"
     if info.flag_bits & 0x1:
         raise FormatError(f"{where} is encrypted")
@@ -238,39 +238,41 @@ def _member_bytes(
             f"{where} truncated: directory says {info.compress_size} bytes at [{start}, {end}), "
             f"found {max(0, len(view) - start)}"
         )
-    raw = view[start:end]
-    if info.compress_type == zipfile.ZIP_STORED:
-        payload: memoryview = raw
-    elif info.compress_type == zipfile.ZIP_DEFLATED:
-        try:
-            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = inflater.decompress(raw, info.file_size + 1)
-        except zlib.error as exc:
-            raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
-        if not inflater.eof:
-            raise FormatError(
-                f"{where}: truncated or corrupt deflate stream: inflated {len(out)} bytes "
-                f"without reaching its end (directory says {info.file_size})"
-            )
-        payload = memoryview(out)
-        check_crc = True  # inflating already costs more than the checksum
-    else:
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         raise FormatError(
             f"{where}: unsupported zip compression method {info.compress_type} "
             "(expected 0 stored or 8 deflated)"
         )
-    if len(payload) != info.file_size:
+    return view[start:end]
+
+
+def _member_bytes(
+    view: memoryview, info: zipfile.ZipInfo, name: str, check_crc: bool
+) -> memoryview:
+    where = f"{name}: member {info.filename!r}"
+    raw = _member_raw(view, info, name)
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        # Into the array's own buffer, piece by piece (checked as it goes).
+        out = np.empty(info.file_size, np.uint8)
+
+        def put(at: int, piece: bytes) -> None:
+            out[at : at + len(piece)] = np.frombuffer(piece, np.uint8)
+
+        inflate(raw, info.file_size, info.CRC, where, put)
+        out.setflags(write=False)  # as the bytes it was inflated into before
+        return out.data
+    if len(raw) != info.file_size:
         raise FormatError(
             f"{where}: corrupt: directory says {info.file_size} bytes uncompressed, "
-            f"found {len(payload)}"
+            f"found {len(raw)}"
         )
     if check_crc:
-        crc = zlib.crc32(payload)
+        crc = zlib.crc32(raw)
         if crc != info.CRC:
             raise FormatError(
                 f"{where}: corrupt: CRC-32 is {crc:08x}, directory says {info.CRC:08x}"
             )
-    return payload
+    return raw
 
 
 def decode_npz(
@@ -279,6 +281,8 @@ def decode_npz(
     name: str,
     keys: Sequence[str] | None = None,
     check_crc: bool = True,
+    rows: NDArray[np.int64] | None = None,
+    count: tuple[int, str] | None = None,
 ) -> dict[str, NDArray[np.generic]]:
     """Decode an ``.npz`` file (stored or deflated members) into ``{key: array}``.
 
@@ -286,6 +290,9 @@ def decode_npz(
     ``None``); a missing key raises :class:`FormatError` listing those present.
     Stored members are views of ``data``. ``check_crc`` verifies each stored
     member's CRC-32 (about 0.4 ms per MiB); deflated members are always checked.
+    ``rows`` (increasing): only those samples of each array's leading axis, which
+    must hold ``count[0]`` (a :class:`DataError` saying ``count[1]`` gives it);
+    a deflated member is inflated whole (checked as always) but only they are kept.
     """
     view = as_bytes_view(data, name)
     infos = {
@@ -300,10 +307,89 @@ def decode_npz(
     out: dict[str, NDArray[np.generic]] = {}
     for key in wanted:
         info = infos[key]
+        where = f"{name}: member {info.filename!r}"
+        if rows is not None and info.compress_type == zipfile.ZIP_DEFLATED:
+            out[key] = _deflated_rows(view, info, name, key, infos, rows, count)
+            continue
         payload = _member_bytes(view, info, name, check_crc)
         _check_npy_member(payload, name, info.filename, infos)
-        where = f"{name}: member {info.filename!r}"
-        out[key] = _npy_from_view(payload, where, _leave_out(key, infos))
+        arr = _npy_from_view(payload, where, _leave_out(key, infos))
+        if rows is not None:
+            _check_count(arr.shape, count, name, key)
+            r0, r1 = int(rows[0]), int(rows[-1]) + 1
+            # A run of rows is a view of the file (stored: no copy); else those rows.
+            arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
+        out[key] = arr
+    return out
+
+
+def _check_count(
+    shape: tuple[int, ...], count: tuple[int, str] | None, name: str, key: str
+) -> None:
+    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says)."""
+    if count is not None and (not shape or shape[0] != count[0]):
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
+            f"axis ({count[1]})"
+        )
+
+
+def _deflated_rows(
+    view: memoryview,
+    info: zipfile.ZipInfo,
+    name: str,
+    key: str,
+    infos: Mapping[str, object],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+) -> NDArray[np.generic]:
+    """Rows ``rows`` of a deflated member's array: the member is inflated whole, its
+    length and CRC checked (a file fails or passes in every read order), but only
+    those rows are kept. A read of 2 rows of a 64-row member held all 64 until its
+    batch was stacked (as views of it), and twice that while it was inflated."""
+    where = f"{name}: member {info.filename!r}"
+    leave_out = _leave_out(key, infos)
+    raw = _member_raw(view, info, name)
+    reader = BufferReader(view)
+    head = _member_head(reader, info, where, NPY_HEAD)
+    _check_npy_member(memoryview(head), name, info.filename, infos)
+    end = _header_end(memoryview(head))
+    if end is not None and end > len(head):
+        head = _member_head(reader, info, where, end)
+    dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
+    _check_count(shape, count, name, key)
+    row = dtype.itemsize * math.prod(shape[1:])
+    if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
+        payload = _member_bytes(view, info, name, True)
+        return _npy_from_view(payload, where, leave_out)[rows]
+    out = np.empty((len(rows), *shape[1:]), dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    # Runs of consecutive rows, each one copy: (member offset, offset in out, bytes).
+    cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts = np.concatenate(([0], cuts)).astype(np.int64)
+    lasts = np.concatenate((cuts, [len(rows)])).astype(np.int64)
+    src = offset + rows[firsts] * row
+    dst = firsts * row
+    src_end = src + (lasts - firsts) * row
+
+    def keep(at: int, piece: bytes) -> None:
+        stop = at + len(piece)
+        got = np.frombuffer(piece, np.uint8)
+        first = int(np.searchsorted(src_end, at, side="right"))
+        for k in range(first, int(np.searchsorted(src, stop, side="left"))):
+            a, b = max(at, int(src[k])), min(stop, int(src_end[k]))
+            d = int(dst[k]) + a - int(src[k])
+            flat[d : d + b - a] = got[a - at : b - at]
+
+    inflate(raw, info.file_size, info.CRC, where, keep)
+    want, found = shape[0] * row, info.file_size - offset
+    if found != want:
+        what = "truncated" if found < want else "corrupt"
+        raise FormatError(
+            f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
+            f"found {found}"
+        )
+    out.setflags(write=False)  # as a whole decode's arrays
     return out
 
 
