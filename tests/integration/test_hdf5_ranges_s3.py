@@ -14,7 +14,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, _hdf5_ranges
-from headrace.formats._hdf5_ranges import SparseImage
+from headrace.formats._sparse import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest

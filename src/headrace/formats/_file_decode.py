@@ -26,8 +26,8 @@ from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item
 from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
-from headrace.formats._hdf5_ranges import SparseImage
 from headrace.formats._image_slots import ImageSlots, image_layout
+from headrace.formats._sparse import SparseImage
 from headrace.io import usable_cpus
 
 __all__ = ["FileDecoder", "Into", "default_decode_threads"]
