@@ -13,7 +13,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
-from headrace.formats import FileSource, _hdf5_ranges
+from headrace.formats import FileSource, IterableFiles, _hdf5_ranges
 from headrace.formats._sparse import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
@@ -302,4 +302,14 @@ def test_held_bytes_count_what_a_kept_file_fetches_later(s3: S3Fixture, h5sets: 
     held = sum(e - s for s, e in zip(image._starts, image._ends, strict=True))
     # Before, the count stayed at what the first read's fetch held.
     assert first < held == image.nbytes == src.stats.held_bytes == src.stats.peak_held_bytes
+    src.close()
+
+
+def test_an_iterable_read_counts_what_decoding_fetched(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "gzip", shuffle="files", in_flight=1)
+    it = IterableFiles(src, batch_size=5)
+    assert sum(1 for _ in it.epoch(0, 0)) == FILES * ROWS // 5
+    # The window fetched each file's metadata; decoding it whole fetched the rest on
+    # demand. Before, only the metadata was counted (19,656 bytes of files of 182 KB).
+    assert min(src.files.sizes) // 2 < it.stats.peak_held_bytes <= max(src.files.sizes)
     src.close()

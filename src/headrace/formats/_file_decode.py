@@ -93,7 +93,6 @@ class FileDecoder:
             out = into[0].slot(into[1][f], layout)
         if isinstance(data, SparseImage) and rows is not None:
             data.want(rows)  # fetched for other samples (kept from the last read, say)
-            self.window.recount(f)
         sample = decode_file(
             self.format,
             data,
@@ -106,6 +105,8 @@ class FileDecoder:
             rows=rows,
             count=None if rows is None else (self.plan.count(f), self._count_says()),
         )
+        if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
+            self.window.recount(f)
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:
