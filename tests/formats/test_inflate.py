@@ -132,3 +132,19 @@ def test_a_source_of_deflated_files_reads_the_same_samples(tmp_path: Path) -> No
             assert src.stats.peak_held_bytes <= src.in_flight * max(src.files.sizes)
             src.close()
         assert digests[shuffle, "headrace"] == digests[shuffle, "map-style"]
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_rows_past_the_leading_axis_name_the_file_and_shape(compress: bool) -> None:
+    buf = io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, x=np.zeros((6, 2)))
+    with pytest.raises(
+        DataError,
+        match=r"f\.npz: 'x' has shape \(6, 2\); rows 2 to 6 asked, expected rows in \[0, 6\)",
+    ):
+        decode_npz(buf.getvalue(), name="f.npz", rows=np.array([2, 6]))
+
+
+def test_rows_of_a_0d_member_are_refused_by_name() -> None:
+    with pytest.raises(DataError, match=r"f\.npz: 'c' is a 0-d array \(shape \(\)\)"):
+        decode_npz(_savez(c=np.array(3.0)), name="f.npz", rows=np.array([0]))

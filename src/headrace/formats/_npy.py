@@ -315,22 +315,34 @@ def decode_npz(
         _check_npy_member(payload, name, info.filename, infos)
         arr = _npy_from_view(payload, where, _leave_out(key, infos))
         if rows is not None:
-            _check_count(arr.shape, count, name, key)
-            r0, r1 = int(rows[0]), int(rows[-1]) + 1
+            _check_rows(arr.shape, rows, count, name, key)
+            r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
             # A run of rows is a view of the file (stored: no copy); else those rows.
             arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
         out[key] = arr
     return out
 
 
-def _check_count(
-    shape: tuple[int, ...], count: tuple[int, str] | None, name: str, key: str
+def _check_rows(
+    shape: tuple[int, ...],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+    name: str,
+    key: str,
 ) -> None:
-    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says)."""
+    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
+    ``rows`` must lie on it."""
     if count is not None and (not shape or shape[0] != count[0]):
         raise DataError(
             f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
             f"axis ({count[1]})"
+        )
+    if not shape:
+        raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
+    if len(rows) and not 0 <= int(rows[0]) <= int(rows[-1]) < shape[0]:
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; rows {int(rows[0])} to {int(rows[-1])} "
+            f"asked, expected rows in [0, {shape[0]})"
         )
 
 
@@ -357,7 +369,7 @@ def _deflated_rows(
     if end is not None and end > len(head):
         head = _member_head(reader, info, where, end)
     dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
-    _check_count(shape, count, name, key)
+    _check_rows(shape, rows, count, name, key)
     row = dtype.itemsize * math.prod(shape[1:])
     if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
         payload = _member_bytes(view, info, name, True)
