@@ -30,7 +30,8 @@ from headrace.errors import ConfigError
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
-from headrace.formats._npy import NPY_HEAD, npy_rows, npz_rows
+from headrace.formats._npy import NPY_HEAD, npy_rows
+from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io import LocalFile, RequestQueue, file_url_path
 
