@@ -13,12 +13,8 @@ from hypothesis import strategies as st
 
 from headrace.errors import FormatError, StorageError
 from headrace.formats._hdf5 import decode_hdf5
-from headrace.formats._hdf5_ranges import (
-    BLOCK,
-    SparseImage,
-    learn_layout,
-    merge_ranges,
-)
+from headrace.formats._hdf5_ranges import learn_layout
+from headrace.formats._sparse import BLOCK, SparseImage, merge_ranges
 
 
 class Counted:

@@ -56,7 +56,8 @@ def test_corrupt_metadata_read_by_ranges() -> None:
 
     from headrace.errors import FormatError
     from headrace.formats._hdf5 import decode_hdf5
-    from headrace.formats._hdf5_ranges import SparseImage, learn_layout
+    from headrace.formats._hdf5_ranges import learn_layout
+    from headrace.formats._sparse import SparseImage
 
     data = bytearray(TARGETS["files_hdf5"].pristine())
     data[96] ^= 0x7D

@@ -39,7 +39,7 @@ def test_zip_version_past_what_zipfile_reads() -> None:
     struct.pack_into("<H", data, central + 6, 73)
     with pytest.raises(FormatError, match=r"s\.npz: truncated or corrupt NPZ.*zip file version"):
         decode_npz(bytes(data), name="s.npz")
-    from headrace.formats._npy import npz_rows
+    from headrace.formats._npz import npz_rows
 
     with pytest.raises(FormatError, match=r"s\.npz: truncated or corrupt NPZ.*zip file version"):
         npz_rows(io.BytesIO(bytes(data)), name="s.npz", key=None)  # type: ignore[arg-type]

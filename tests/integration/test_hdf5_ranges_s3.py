@@ -13,8 +13,8 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
-from headrace.formats import FileSource, _hdf5_ranges
-from headrace.formats._hdf5_ranges import SparseImage
+from headrace.formats import FileSource, IterableFiles, _hdf5_ranges
+from headrace.formats._sparse import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -257,4 +257,59 @@ def test_layouts_kept_are_bounded_and_an_evicted_one_is_learned_again(
     assert run(src) == clean
     assert len(one._layouts) < FILES and one._layout_bytes <= _hdf5_ranges.LAYOUT_BYTES
     assert len(learned) > FILES  # files read again after others learned again
+    src.close()
+
+
+def test_files_either_side_of_the_threshold_share_one_bound_on_gets(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    # Files of 40 and 80 rows (0.66 and 1.3 MB) with the threshold between them: the
+    # small ones are fetched whole, the large ones by ranges, at once.
+    client = s3.server.info.boto3_client()
+    for i in range(6):
+        rows = 40 if i % 2 else 80
+        x = np.random.default_rng(i).integers(0, 50, (rows, 64, 64)).astype(np.float32)
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f.create_dataset("a/x", data=x)
+        client.put_object(
+            Bucket=BUCKET, Key=f"h5straddle/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
+        )
+    proxy.latency_ms = 20  # GETs long enough to overlap
+    try:
+        options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+        src = FileSource(f"s3://{BUCKET}/h5straddle", store_options=options, format="hdf5",
+                         datasets=("a/x",), samples_per_file="header", shuffle="samples",
+                         in_flight=3, hdf5_ranges_above=1 << 20)  # fmt: skip
+        sizes = src.files.sizes
+        assert min(sizes) < 1 << 20 <= max(sizes)
+        run(src, steps=6, batch=6)
+        # Before, whole fetches (one per window slot) and ranged GETs (a queue of
+        # in_flight) were bounded apart: 5 GETs at once for in_flight=3.
+        assert src.files.store.stats.max_in_flight_observed <= 3
+        src.close()
+    finally:
+        proxy.latency_ms = 0
+
+
+def test_held_bytes_count_what_a_kept_file_fetches_later(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "gzip", shuffle="none", in_flight=1)
+    src.read(0, np.arange(0, 4))
+    first = src.stats.held_bytes
+    src.read(0, np.arange(4, 20))  # file 0 again, kept: its image fetches 8 more chunks
+    (entry,) = src.window._entries.values()
+    image = entry.future.result()
+    assert isinstance(image, SparseImage)
+    held = sum(e - s for s, e in zip(image._starts, image._ends, strict=True))
+    # Before, the count stayed at what the first read's fetch held.
+    assert first < held == image.nbytes == src.stats.held_bytes == src.stats.peak_held_bytes
+    src.close()
+
+
+def test_an_iterable_read_counts_what_decoding_fetched(s3: S3Fixture, h5sets: Path) -> None:
+    src = source(s3, "gzip", shuffle="files", in_flight=1)
+    it = IterableFiles(src, batch_size=5)
+    assert sum(1 for _ in it.epoch(0, 0)) == FILES * ROWS // 5
+    # The window fetched each file's metadata; decoding it whole fetched the rest on
+    # demand. Before, only the metadata was counted (19,656 bytes of files of 182 KB).
+    assert min(src.files.sizes) // 2 < it.stats.peak_held_bytes <= max(src.files.sizes)
     src.close()

@@ -122,3 +122,70 @@ def test_a_ctrl_c_while_the_loop_thread_starts_stops_that_thread(
     while _loop_threads("headrace-interrupted"):
         assert time.monotonic() < deadline, "the loop thread outlived its interrupted start"
         time.sleep(0.01)
+
+
+def test_a_slot_held_by_a_thread_counts_against_the_bound() -> None:
+    q = RequestQueue(2)
+    running = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def enter() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+
+    def leave() -> None:
+        nonlocal running
+        with lock:
+            running -= 1
+
+    async def job() -> None:
+        enter()
+        await asyncio.sleep(0.005)
+        leave()
+
+    def blocking() -> None:  # a GET made on the caller's thread, as a whole-file fetch is
+        with q.slot():
+            enter()
+            threading.Event().wait(0.005)
+            leave()
+
+    threads = [threading.Thread(target=blocking) for _ in range(4)]
+    for t in threads:
+        t.start()
+    futures = [q.submit(job) for _ in range(8)]
+    for t in threads:
+        t.join(timeout=10)
+    wait(futures, timeout=10)
+    assert peak <= 2 and q.stats.max_in_flight_observed == 2
+    assert q.stats.submitted == q.stats.finished == 12
+    q.close()
+
+
+def test_a_slot_waited_for_when_the_queue_closes_is_a_storage_error() -> None:
+    q = RequestQueue(1)
+    gate = asyncio.Event()
+
+    async def blocked() -> None:
+        await gate.wait()
+
+    q.submit(blocked)
+    got: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            with q.slot():
+                pass
+        except StorageError as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    while q.stats.submitted < 2:
+        threading.Event().wait(0.001)
+    q.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(got) == 1 and "closed while waiting" in str(got[0])

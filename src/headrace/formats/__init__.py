@@ -34,7 +34,8 @@ from headrace.formats._megatron import (
     read_megatron_index,
     write_megatron_index,
 )
-from headrace.formats._npy import decode_npy, decode_npz, encode_npy, encode_npz
+from headrace.formats._npy import decode_npy, encode_npy
+from headrace.formats._npz import decode_npz, encode_npz
 from headrace.formats._packed import table_token_files
 from headrace.formats._pairs import PairRows
 from headrace.formats._positions import cu_seqlens

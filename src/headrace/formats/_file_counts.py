@@ -5,9 +5,10 @@ it can plan: the length of the leading axis of its array. That is in the
 first bytes of an NPY file, in the central directory (at the end) and the
 member's own header of an NPZ, and in the object headers of an HDF5 file
 (near its start when h5py wrote it). Each file is read through a
-:class:`SparseFile`: only the byte ranges a parser asks for, fetched on
-demand in blocks of at least ``BLOCK`` bytes (a ranged GET each on object
-storage, a ``pread`` locally), with a first read where the header usually is.
+:class:`~headrace.formats._sparse.SparseImage`: only the byte ranges a parser
+asks for, fetched on demand in blocks of at least ``BLOCK`` bytes (a ranged GET
+each on object storage, a ``pread`` locally), with a first read where the header
+usually is.
 Files are counted ``depth`` at a time (the source's ``in_flight``), so on
 object storage that many ranged GETs are in flight.
 """
@@ -21,33 +22,29 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.formats._buffer import SeekableFile
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
-from headrace.formats._npy import NPY_HEAD, npy_rows, npz_rows
+from headrace.formats._npy import NPY_HEAD, npy_rows
+from headrace.formats._npz import npz_rows
+from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io import LocalFile, RequestQueue, file_url_path
 
 SamplesPerFile = int | tuple[int, ...] | str
 
 __all__ = [
-    "BLOCK",
     "CountStats",
-    "SparseFile",
     "check_samples_per_file",
     "header_counts",
     "resolve_counts",
     "short_counts",
 ]
 
-#: The least a read on demand fetches: a parser's small reads nearby are served by it.
-BLOCK = 4096
 # The first read of each format, where its header usually is: an NPY header is 128
 # bytes as NumPy writes most (a longer one is read on); an NPZ's directory is at the
 # end; h5py writes the superblock and object headers first (16 KiB: one read for
@@ -70,75 +67,21 @@ class CountStats:
     depth: int = 0
 
 
-class SparseFile(SeekableFile):
-    """A seekable read-only file of ``size`` bytes whose ranges are fetched on demand.
-
-    ``fetch(offset, length)`` returns those bytes (``offset + length <= size``). A
-    read not within a range fetched before fetches at least ``BLOCK`` bytes from
-    its start (clipped to the file). zipfile and h5py only need ``readinto``,
-    ``seek`` and ``tell``.
-    """
-
-    def __init__(self, fetch: Callable[[int, int], Any], size: int) -> None:
-        super().__init__(size)
-        self._fetch = fetch
-        self._have: list[tuple[int, memoryview]] = []
-        self.reads = 0
-        self.nbytes = 0
-
-    def fetch(self, offset: int, length: int) -> None:
-        """Fetch ``[offset, offset + length)`` (clipped to the file) now."""
-        length = min(length, self.size - offset)
-        if length <= 0:
-            return
-        data = memoryview(self._fetch(offset, length)).cast("B")
-        self.reads += 1
-        self.nbytes += len(data)
-        self._have.append((offset, data))
-
-    def at(self, offset: int, length: int) -> memoryview:
-        """``length`` bytes at ``offset`` (fewer at the end of the file): from the ranges
-        fetched before where they hold them, the rest fetched now."""
-        end = min(offset + length, self.size)
-        pieces: list[memoryview] = []
-        pos = offset
-        while pos < end:
-            for start, data in self._have:
-                if start <= pos < start + len(data):
-                    break
-            else:
-                self.fetch(pos, max(end - pos, BLOCK))
-                start, data = self._have[-1]
-            piece = data[pos - start : min(end, start + len(data)) - start]
-            pieces.append(piece)
-            pos += len(piece)
-        if len(pieces) == 1:
-            return pieces[0]
-        return memoryview(b"".join(pieces))
-
-    def readinto(self, buffer: Any) -> int:
-        out = memoryview(buffer).cast("B")
-        got = self.at(self._pos, len(out))
-        out[: len(got)] = got
-        self._pos += len(got)
-        return len(got)
+Fetch = Callable[[list[Span], NDArray[np.uint8]], None]
 
 
-def _local(path: str) -> tuple[Callable[[int, int], Any], Callable[[], None]]:
+def _local(path: str) -> tuple[Fetch, Callable[[], None]]:
     f = LocalFile(path)
 
-    def fetch(offset: int, length: int) -> NDArray[np.uint8]:
-        out = np.empty(length, dtype=np.uint8)
-        f.pread_into(out, offset)
-        return out
+    def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
+        for a, b in spans:
+            f.pread_into(buf[a:b], a)
 
     return fetch, f.close
 
 
-def _remote(
-    files: FileList, i: int, queue: RequestQueue
-) -> tuple[Callable[[int, int], Any], Callable[[], None]]:
-    from headrace.formats._object_files import RemoteFile
+def _remote(files: FileList, i: int, queue: RequestQueue) -> tuple[Fetch, Callable[[], None]]:
+    from headrace.formats._object_files import RemoteFile, wait_all
     from headrace.io import ObjectInfo
 
     # Checked against the listed size and ETag: a count read from another version
@@ -151,10 +94,8 @@ def _remote(
         queue,
     )
 
-    def fetch(offset: int, length: int) -> NDArray[np.uint8]:
-        out = np.empty(length, dtype=np.uint8)
-        remote.read_into(out, offset).result()
-        return out
+    def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
+        wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
 
     return fetch, lambda: None
 
@@ -170,9 +111,10 @@ def _count_one(
     name, size = files.name(i), files.sizes[i]
     fetch, close = _local(name) if queue is None else _remote(files, i, queue)
     try:
-        f = SparseFile(fetch, size)
+        f = SparseImage(size, fetch, name)
         first, from_end = _FIRST[fmt.name]
-        f.fetch(max(0, size - first) if from_end else 0, first)
+        start = max(0, size - first) if from_end else 0
+        f.fill([(start, start + first)], gap=0)
         if fmt.name == "npy":
             n = npy_rows(f.at, name=name)
         elif fmt.name == "npz":
@@ -180,7 +122,7 @@ def _count_one(
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
-        return n, f.reads, f.nbytes
+        return n, f.gets, f.nbytes
     finally:
         close()
 

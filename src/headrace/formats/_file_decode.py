@@ -26,8 +26,8 @@ from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item
 from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
-from headrace.formats._hdf5_ranges import SparseImage
 from headrace.formats._image_slots import ImageSlots, image_layout
+from headrace.formats._sparse import SparseImage
 from headrace.io import usable_cpus
 
 __all__ = ["FileDecoder", "Into", "default_decode_threads"]
@@ -105,6 +105,8 @@ class FileDecoder:
             rows=rows,
             count=None if rows is None else (self.plan.count(f), self._count_says()),
         )
+        if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
+            self.window.recount(f)
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:

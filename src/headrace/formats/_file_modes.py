@@ -72,6 +72,8 @@ class IterableFiles:
             for f in shard:
                 try:
                     arrays = self.source.decoder.decode(f, self.window.take(f))
+                    # An HDF5 file read by ranges is fetched as decoding reads it.
+                    self.window.recount(f)
                 finally:
                     self.window.release(f)
                 start = plan.start(f)

@@ -60,8 +60,8 @@ def decode_file(
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
-    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5 only: ``rows``,
-    the samples to read (increasing), each array then ``(len(rows), ...)``;
+    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5 and NPZ only:
+    ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
@@ -70,8 +70,8 @@ def decode_file(
         return {
             ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
         }
-    if fmt.name == "npz" and datasets:
-        return dict(fmt.decoder(data, name=name, keys=datasets))
+    if fmt.name == "npz":
+        return dict(fmt.decoder(data, name=name, keys=datasets or None, rows=rows, count=count))
     options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}
     if exif_transpose:
         options["exif_transpose"] = True

@@ -127,11 +127,11 @@ class FileSource(Closing):
         # Items are rows of the files' leading axis (else each file is one sample).
         self._rows = self.counted or self.plan.samples_per_file > 1
         # Reads decode only the samples they ask of each file (see _rows_wanted).
+        fmt = self.format.name
         self._rows_only = bool(
             self._rows
-            and self.format.name == "hdf5"
             and config.decode
-            and config.on_corrupt == "raise"
+            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz")
         )
         self.in_flight = config.in_flight or self._default_in_flight()
         above = self._ranges_above()
@@ -275,16 +275,22 @@ class FileSource(Closing):
         HDF5 files of several samples whose reads decode only the samples asked
         (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files)."""
         c = self.config
-        if not (self._rows_only and self.files.remote and c.mode == "headrace"):
+        hdf5 = self.format.name == "hdf5"
+        if not (hdf5 and self._rows_only and self.files.remote and c.mode == "headrace"):
             return None
         return c.hdf5_ranges_above
 
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
-        if self._ranged is not None and self._ranged.applies(f):
+        if self._ranged is None:
+            return self.files.fetch(f)
+        if self._ranged.applies(f):
             return self._ranged.image(f, self._wanted.get(f))
-        return self.files.fetch(f)
+        # A place on the ranges' queue: fetches of whole files beside GETs of ranges
+        # were up to twice in_flight GETs at once where files straddle the threshold.
+        with self._ranged.slot():
+            return self.files.fetch(f)
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
@@ -423,7 +429,9 @@ class FileSource(Closing):
         self, files: NDArray[np.int64], items: NDArray[np.int64]
     ) -> dict[int, NDArray[np.int64]] | None:
         """The samples a read asks of each file (increasing), where only those are
-        decoded: HDF5 files of several samples, under ``on_corrupt="raise"``.
+        decoded: HDF5 files of several samples under ``on_corrupt="raise"``, and NPZ
+        files of several samples (a deflated member is inflated whole and checked, so
+        a file is judged whole there under any ``on_corrupt``; only those rows are kept).
 
         A 2,000-slice volume was decoded whole for each read that wanted a few of its
         slices (``shuffle="samples"``: a whole file per sample). Under ``"replace"``

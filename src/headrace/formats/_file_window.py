@@ -22,6 +22,13 @@ from headrace.errors import StateError
 __all__ = ["FetchWindow", "WindowStats"]
 
 
+def _held(data: Any) -> int:
+    """The bytes ``data`` holds: a sparse image (HDF5 by ranges) is the object's size,
+    but holds only what it fetched (its ``nbytes``)."""
+    held = getattr(data, "nbytes", None)
+    return held if isinstance(held, int) else memoryview(data).nbytes
+
+
 @dataclass(slots=True)
 class WindowStats:
     """What a window did: fetches, bytes, and the most held and in flight at once."""
@@ -35,11 +42,12 @@ class WindowStats:
 
 
 class _Entry:
-    __slots__ = ("dropped", "future", "nbytes")
+    __slots__ = ("dropped", "fetching", "future", "nbytes")
 
     def __init__(self) -> None:
         self.future: Future[Any] = Future()
         self.dropped = False
+        self.fetching = True  # until its fetch ends (set under the window's lock)
         self.nbytes = 0
 
 
@@ -53,6 +61,9 @@ class FetchWindow:
         self._lock = threading.Lock()
         self._entries: dict[int, _Entry] = {}
         self._queue: deque[int] = deque()
+        # Fetches dropped while in flight: each keeps its slot until it ends, else a
+        # plan that changed (a jump, a resume) started depth more beside them.
+        self._orphans = 0
         self._pool: ThreadPoolExecutor | None = None
         self.stats = WindowStats()
 
@@ -84,6 +95,8 @@ class FetchWindow:
     def _drop_locked(self, f: int) -> _Entry:
         e = self._entries.pop(f)
         e.dropped = True
+        if e.fetching:
+            self._orphans += 1
         # nbytes is set (under the lock) only once counted as held, which may
         # precede the future's result: subtract it whether or not that is out.
         self.stats.held_bytes -= e.nbytes
@@ -108,24 +121,47 @@ class FetchWindow:
         except BaseException as exc:
             with self._lock:
                 s.in_flight -= 1
+                orphan = self._ended_locked(e)
             e.future.set_exception(exc)
-            return
-        # A sparse image (HDF5 by ranges) is the object's size, but holds what it fetched.
-        held = getattr(data, "nbytes", None)
-        n = held if isinstance(held, int) else memoryview(data).nbytes
+        else:
+            n = _held(data)
+            with self._lock:
+                s.in_flight -= 1
+                s.fetches += 1
+                s.bytes += n
+                orphan = self._ended_locked(e)
+                if not e.dropped:
+                    self._count_locked(e, n)
+            e.future.set_result(data)
+        if orphan:
+            self._pump()
+
+    def _ended_locked(self, e: _Entry) -> bool:
+        """Note that ``e``'s fetch ended; whether it freed a dropped entry's slot."""
+        e.fetching = False
+        if e.dropped:
+            self._orphans -= 1
+            return True
+        return False
+
+    def _count_locked(self, e: _Entry, n: int) -> None:
+        s = self.stats
+        s.held_bytes += n - e.nbytes
+        e.nbytes = n
+        s.peak_held_bytes = max(s.peak_held_bytes, s.held_bytes)
+
+    def recount(self, f: int) -> None:
+        """Count file ``f``'s bytes again: a sparse image (HDF5 by ranges) grows when a
+        later read of a held file fetches the chunks it lacks."""
         with self._lock:
-            s.in_flight -= 1
-            s.fetches += 1
-            s.bytes += n
-            if not e.dropped:
-                e.nbytes = n
-                s.held_bytes += n
-                s.peak_held_bytes = max(s.peak_held_bytes, s.held_bytes)
-        e.future.set_result(data)
+            e = self._entries.get(f)
+            if e is None or not e.future.done() or e.future.exception() is not None:
+                return
+            self._count_locked(e, _held(e.future.result()))
 
     def _pump(self) -> None:
         with self._lock:
-            while self._queue and len(self._entries) < self.depth:
+            while self._queue and len(self._entries) + self._orphans < self.depth:
                 f = self._queue.popleft()
                 if f not in self._entries:
                     self._start_locked(f)
@@ -138,7 +174,7 @@ class FetchWindow:
     def full_without(self, f: int) -> bool:
         """Whether taking ``f`` now would hold more than ``depth`` files."""
         with self._lock:
-            return f not in self._entries and len(self._entries) >= self.depth
+            return f not in self._entries and len(self._entries) + self._orphans >= self.depth
 
     def take(self, f: int) -> Any:
         """File ``f``'s bytes (waiting for its fetch; starting it if not started).
@@ -176,6 +212,8 @@ class FetchWindow:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._orphans = 0  # those cancelled before they ran never end
         # A cancelled fetch never resolves its future; a take() waiting on it
         # (from another thread) would wait forever.
         for f, e in dropped.items():

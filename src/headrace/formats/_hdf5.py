@@ -65,7 +65,7 @@ def decode_hdf5(
     count: tuple[int, str] | None = None,
 ) -> NDArray[np.generic]:
     """Read ``dataset`` (or the samples ``index`` picks) from an HDF5 file held in ``data``
-    (its bytes, or a file-like :class:`~headrace.formats._hdf5_ranges.SparseImage`).
+    (its bytes, or a file-like :class:`~headrace.formats._sparse.SparseImage`).
 
     HDF5 copies out of its chunks, so this is one copy per sample, never
     zero-copy; only the chunks holding the samples asked are read. Errors name
@@ -188,7 +188,7 @@ def _check_magic(file: Any, name: str) -> None:
 def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
     """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
     must agree, read from the object headers alone (``file``: a file-like object,
-    e.g. a :class:`~headrace.formats._file_counts.SparseFile` fetching on demand)."""
+    e.g. a :class:`~headrace.formats._sparse.SparseImage` fetching on demand)."""
     _check_magic(file, name)
     h5py = _h5py()
     try:

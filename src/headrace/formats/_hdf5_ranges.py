@@ -22,35 +22,28 @@ fetched then, on demand: slower, never wrong.
 
 from __future__ import annotations
 
-import bisect
-import mmap
 import os
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.formats._buffer import SeekableFile
+from headrace.formats._sparse import Span, SparseImage, merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
     from headrace.io import RequestQueue
 
-__all__ = ["FileLayout", "RangedHdf5", "SparseImage", "learn_layout", "merge_ranges"]
+__all__ = ["FileLayout", "RangedHdf5", "learn_layout", "tree_children"]
 
-#: The least a read on demand fetches: HDF5 reads metadata in pieces of 8 to 600
-#: bytes, most of them near each other.
-BLOCK = 4096
 #: The first read of a file not seen before: h5py writes the superblock and the
 #: object headers first (one GET held every header of the files measured).
 FIRST = 16 << 10
-#: Neighbouring ranges closer than this are one GET (a gap costs less than a round trip).
-MAX_GAP = 64 << 10
 #: The metadata bytes a source keeps, of the files it read last: a file among them is
 #: opened again with no GET for its metadata (about 50 KB a file of 400 chunks).
 META_BYTES = 64 << 20
@@ -58,23 +51,6 @@ META_BYTES = 64 << 20
 #: file past them learns its layout again (1-3 round trips). Kept all, a dataset of 10
 #: million one-row chunks held 240 MB of them, growing with the dataset.
 LAYOUT_BYTES = 64 << 20
-
-Span = tuple[int, int]  # [start, end)
-
-# Python's mmap module names MAP_NORESERVE from 3.13 on; Linux's value before that.
-_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
-
-
-def merge_ranges(spans: list[Span], gap: int = 0) -> list[Span]:
-    """Sorted, non-empty spans, those at most ``gap`` bytes apart joined."""
-    out: list[Span] = []
-    for a, b in sorted(s for s in spans if s[1] > s[0]):
-        if out and a <= out[-1][1] + gap:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
 
 
 @dataclass(slots=True)
@@ -145,133 +121,6 @@ class FileLayout:
         return False
 
 
-class SparseImage(SeekableFile):
-    """A read-only file of ``size`` bytes, of which only the ranges fetched are held.
-
-    ``fetch(spans, buf)`` fills ``buf[a:b]`` for each span (all in flight at once,
-    returning when every one is written, raising the first error). A read of bytes
-    not held fetches them (at least ``BLOCK``) and records the range in
-    ``on_demand``. ``layout``: what the file's first open learned, once it has.
-    """
-
-    def __init__(
-        self, size: int, fetch: Callable[[list[Span], NDArray[np.uint8]], None], name: str
-    ) -> None:
-        super().__init__(size)
-        self.name = name
-        self._fetch = fetch
-        # Anonymous and private: untouched pages are the shared zero page, so a 2 GB
-        # object costs the pages of the ranges written, not 2 GB. MAP_NORESERVE: the
-        # kernel's overcommit heuristic refused a mapping larger than RAM + swap (a
-        # 50 GB file on a 23 GB machine) though only its written pages are ever used.
-        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
-        self._map = mmap.mmap(-1, max(size, 1), flags=flags)
-        self._buf = np.frombuffer(self._map, np.uint8)[:size]
-        self._starts: list[int] = []  # held spans, sorted and disjoint
-        self._ends: list[int] = []
-        self._lock = threading.Lock()
-        self.nbytes = 0  # bytes fetched into it
-        self.gets = 0
-        self.on_demand: list[Span] = []
-        self.layout: FileLayout | None = None
-        self.log: list[Span] | None = None  # every read h5py makes, while set
-        #: The error of a fetch made inside h5py, which reports it only as its own
-        #: OSError ("can't open file", "read failed"): raised in its place.
-        self.error: BaseException | None = None
-
-    # -- what is held ------------------------------------------------------------
-    def missing(self, a: int, b: int) -> list[Span]:
-        """The parts of ``[a, b)`` not held."""
-        out: list[Span] = []
-        i = bisect.bisect_right(self._ends, a)
-        pos = a
-        while pos < b and i < len(self._starts):
-            s, e = self._starts[i], self._ends[i]
-            if s >= b:
-                break
-            if s > pos:
-                out.append((pos, s))
-            pos = max(pos, e)
-            i += 1
-        if pos < b:
-            out.append((pos, b))
-        return out
-
-    def _add(self, a: int, b: int) -> None:
-        i = bisect.bisect_left(self._ends, a)
-        j = bisect.bisect_right(self._starts, b)
-        if i < j:
-            a, b = min(a, self._starts[i]), max(b, self._ends[j - 1])
-        self._starts[i:j] = [a]
-        self._ends[i:j] = [b]
-
-    def fill(self, spans: list[Span], gap: int = MAX_GAP) -> None:
-        """Fetch the parts of ``spans`` not held, neighbours joined, in one batch."""
-        with self._lock:
-            want: list[Span] = []
-            for a, b in merge_ranges(spans):
-                want.extend(self.missing(max(a, 0), min(b, self.size)))
-            # A gap joined into a GET is fetched, but may be held already: cheaper than
-            # a second round trip, and the same bytes (checked against the same ETag).
-            want = merge_ranges(want, gap)
-            if not want:
-                return
-            self._fetch(want, self._buf)
-            for a, b in want:
-                self._add(a, b)
-                self.nbytes += b - a
-            self.gets += len(want)
-
-    def put(self, spans: list[tuple[int, bytes]]) -> None:
-        """Hold bytes fetched before (``(offset, bytes)``: this object's, same ETag)."""
-        with self._lock:
-            for a, data in spans:
-                self._buf[a : a + len(data)] = np.frombuffer(data, np.uint8)
-                self._add(a, a + len(data))
-
-    def take(self, spans: list[Span]) -> list[tuple[int, bytes]]:
-        """Copies of the held bytes of ``spans`` (each held whole)."""
-        return [(a, self._buf[a:b].tobytes()) for a, b in spans if not self.missing(a, b)]
-
-    def want(self, rows: NDArray[np.int64]) -> None:
-        """Fetch what reading samples ``rows`` needs (as learned), if not held."""
-        if self.layout is not None:
-            self.fill(self.layout.metadata + self.layout.spans(rows))
-
-    # -- a file for h5py (readinto; SeekableFile seeks) -------------------------------
-    def readinto(self, buffer: Any) -> int:
-        out = memoryview(buffer).cast("B")
-        a = self._pos
-        b = min(a + len(out), self.size)
-        if b <= a:
-            return 0
-        if self.log is not None:
-            self.log.append((a, b))
-        gaps = self.missing(a, b)
-        if gaps:
-            extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
-            with self._lock:
-                self.on_demand.extend(extended)
-            try:
-                self.fill(extended, gap=0)
-            except BaseException as exc:
-                self.error = exc
-                raise
-        if self.log is not None and b - a >= 24:
-            # An inner node of a chunk B-tree (learning a layout walks them all): its
-            # children, which HDF5 reads next one by one, fetched at once.
-            children = tree_children(self._buf[a:b], self.size)
-            if children:
-                try:
-                    self.fill(children, gap=0)
-                except BaseException as exc:
-                    self.error = exc
-                    raise
-        out[: b - a] = self._buf[a:b].data
-        self._pos = b
-        return b - a
-
-
 def tree_children(node: NDArray[np.uint8], size: int) -> list[Span]:
     """The children of ``node`` where it is an inner node of a version-1 B-tree of
     chunks (HDF5's default chunk index), read whole; else ``[]``.
@@ -323,6 +172,7 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
     image.fill([(0, FIRST)], gap=0)
     data: dict[str, _Data | None] = {}
     image.log = []
+    image.ahead = tree_children
     try:
         try:
             f = h5py.File(image, "r")
@@ -342,6 +192,7 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
         reads = image.log
     finally:
         image.log = None
+        image.ahead = None
     layout = FileLayout(metadata=[], data=data)
     # What HDF5 read, not what was fetched: the hint's misses are left out.
     spans = [(0, min(FIRST, image.size)), *reads]
@@ -491,6 +342,10 @@ class RangedHdf5:
             while self._meta_bytes > META_BYTES:
                 _, old = self._meta.popitem(last=False)
                 self._meta_bytes -= sum(len(b) for _, b in old)
+
+    def slot(self) -> AbstractContextManager[None]:
+        """A place among the ranges' GETs in flight, for a file fetched whole."""
+        return self._request_queue().slot()
 
     def _request_queue(self) -> RequestQueue:
         from headrace.io import RequestQueue

@@ -1,16 +1,13 @@
-"""NPY and NPZ: zero-copy decoding with a validated header, and deterministic writing.
+"""NPY: zero-copy decoding with a validated header, and deterministic writing.
 
 Sample schema
 -------------
 * ``.npy``: one array with the header's dtype and shape (Fortran order kept).
   A file holding ``samples_per_file > 1`` samples stores them on a leading
   axis: shape ``(samples_per_file, *sample_shape)``.
-* ``.npz``: a ``dict`` from member name (without ``.npy``) to array, each
-  as for ``.npy``; several samples per file again use a leading axis.
 
-``decode_npy`` and the stored (uncompressed) members of ``decode_npz`` return
-views of the caller's buffer: no byte is copied. Deflated members are
-inflated once, into the buffer the array then views.
+``decode_npy`` returns a view of the caller's buffer: no byte is copied. NPZ
+archives of NPY members: :mod:`headrace.formats._npz`.
 """
 
 from __future__ import annotations
@@ -21,36 +18,31 @@ import math
 import re
 import struct
 import threading
-import zipfile
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
-from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+from headrace.formats._buffer import Buffer, as_bytes_view
 
 __all__ = [
     "NPY_HEAD",
     "decode_npy",
-    "decode_npz",
     "encode_npy",
-    "encode_npz",
+    "npy_header",
     "npy_rows",
-    "npz_rows",
+    "refuse_npy_as_raw",
 ]
 
 _NPY_MAGIC = b"\x93NUMPY"
-_ZIP_LOCAL = b"PK\x03\x04"
-_ZIP_EMPTY = b"PK\x05\x06"
-# zip files carry timestamps; a fixed one makes the writer deterministic.
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
 #: The bytes of an NPY header as NumPy writes it for most arrays (a multiple of 64).
 NPY_HEAD = 128
-# Compressed bytes read at a time to inflate a member's NPY header (~100 bytes deflated).
-_INFLATE_STEP = 512
+
+
 # A Python 2 long in a header's shape: ``(3L, 4L)``.
 _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
@@ -60,18 +52,6 @@ _EVAL_LOCK = threading.Lock()
 
 #: The most bytes an array may claim: what a file's size (an off_t) can hold.
 _MAX_BYTES = 2**63 - 1
-
-#: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
-#: whose "version needed to extract" byte is past 6.3 (one flipped bit) is refused as
-#: a zip feature it lacks.
-_ZIP_ERRORS = (
-    zipfile.BadZipFile,
-    zipfile.LargeZipFile,
-    ValueError,
-    EOFError,
-    OSError,
-    NotImplementedError,
-)
 
 
 @lru_cache(maxsize=256)
@@ -202,146 +182,6 @@ def decode_npy(data: Buffer, *, name: str) -> NDArray[np.generic]:
     return _npy_from_view(as_bytes_view(data, name), name)
 
 
-def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
-    head = bytes(view[:4])
-    if head not in (_ZIP_LOCAL, _ZIP_EMPTY):
-        raise FormatError(
-            f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
-        )
-    try:
-        with zipfile.ZipFile(BufferReader(view)) as zf:
-            return zf.infolist()
-    except _ZIP_ERRORS as exc:
-        raise FormatError(
-            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
-            f"the file ({exc})"
-        ) from exc
-
-
-def _member_bytes(
-    view: memoryview, info: zipfile.ZipInfo, name: str, check_crc: bool
-) -> memoryview:
-    where = f"{name}: member {info.filename!r}"
-    if info.flag_bits & 0x1:
-        raise FormatError(f"{where} is encrypted")
-    off = info.header_offset
-    if off + 30 > len(view) or bytes(view[off : off + 4]) != _ZIP_LOCAL:
-        raise FormatError(
-            f"{where}: corrupt: no local file header at byte {off} (file has {len(view)} bytes)"
-        )
-    name_len, extra_len = struct.unpack_from("<HH", view, off + 26)
-    _check_local_name(bytes(view[off + 30 : off + 30 + name_len]), info, where)
-    start = off + 30 + name_len + extra_len
-    end = start + info.compress_size
-    if end > len(view):
-        raise FormatError(
-            f"{where} truncated: directory says {info.compress_size} bytes at [{start}, {end}), "
-            f"found {max(0, len(view) - start)}"
-        )
-    raw = view[start:end]
-    if info.compress_type == zipfile.ZIP_STORED:
-        payload: memoryview = raw
-    elif info.compress_type == zipfile.ZIP_DEFLATED:
-        try:
-            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = inflater.decompress(raw, info.file_size + 1)
-        except zlib.error as exc:
-            raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
-        if not inflater.eof:
-            raise FormatError(
-                f"{where}: truncated or corrupt deflate stream: inflated {len(out)} bytes "
-                f"without reaching its end (directory says {info.file_size})"
-            )
-        payload = memoryview(out)
-        check_crc = True  # inflating already costs more than the checksum
-    else:
-        raise FormatError(
-            f"{where}: unsupported zip compression method {info.compress_type} "
-            "(expected 0 stored or 8 deflated)"
-        )
-    if len(payload) != info.file_size:
-        raise FormatError(
-            f"{where}: corrupt: directory says {info.file_size} bytes uncompressed, "
-            f"found {len(payload)}"
-        )
-    if check_crc:
-        crc = zlib.crc32(payload)
-        if crc != info.CRC:
-            raise FormatError(
-                f"{where}: corrupt: CRC-32 is {crc:08x}, directory says {info.CRC:08x}"
-            )
-    return payload
-
-
-def decode_npz(
-    data: Buffer,
-    *,
-    name: str,
-    keys: Sequence[str] | None = None,
-    check_crc: bool = True,
-) -> dict[str, NDArray[np.generic]]:
-    """Decode an ``.npz`` file (stored or deflated members) into ``{key: array}``.
-
-    ``keys`` picks members by name without the ``.npy`` suffix (all when
-    ``None``); a missing key raises :class:`FormatError` listing those present.
-    Stored members are views of ``data``. ``check_crc`` verifies each stored
-    member's CRC-32 (about 0.4 ms per MiB); deflated members are always checked.
-    """
-    view = as_bytes_view(data, name)
-    infos = {
-        (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
-        for i in _zip_infos(view, name)
-        if not i.is_dir()
-    }
-    wanted = list(infos) if keys is None else list(keys)
-    missing = [k for k in wanted if k not in infos]
-    if missing:
-        raise FormatError(f"{name}: no member(s) {missing} in NPZ; it holds {sorted(infos)}")
-    out: dict[str, NDArray[np.generic]] = {}
-    for key in wanted:
-        info = infos[key]
-        payload = _member_bytes(view, info, name, check_crc)
-        _check_npy_member(payload, name, info.filename, infos)
-        where = f"{name}: member {info.filename!r}"
-        out[key] = _npy_from_view(payload, where, _leave_out(key, infos))
-    return out
-
-
-def _leave_out(key: str, infos: Mapping[str, object]) -> str:
-    """How to read an NPZ without member ``key``: name the others."""
-    rest = tuple(k for k in infos if k != key)
-    return (
-        f"leave it out: FileSource(..., datasets={rest!r}) (decode_npz: keys={list(rest)!r})"
-        if rest
-        else "leave the file out"
-    )
-
-
-def _check_local_name(found: bytes, info: zipfile.ZipInfo, where: str) -> None:
-    """The local header at the directory's offset must name the member the directory
-    does (zipfile checks it too): else the directory is damaged, and its offset,
-    sizes and CRC may all describe another member."""
-    text = found.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
-    if text != info.orig_filename:
-        raise FormatError(
-            f"{where}: corrupt: the zip directory places it at byte {info.header_offset}, "
-            f"where the local header names {text!r}: the directory is damaged"
-        )
-
-
-def _check_npy_member(
-    payload: memoryview, name: str, member: str, infos: Mapping[str, object]
-) -> None:
-    if len(payload) >= 6 and bytes(payload[:6]) != _NPY_MAGIC:
-        # np.load hands such a member back as bytes; a batch needs arrays.
-        raise FormatError(
-            f"{name}: member {member!r} is not an array: it does not start with "
-            f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
-            f"pick the arrays with keys=[...] (FileSource: datasets=(...)) (it holds "
-            f"{sorted(infos)}), or leave other files out of the NPZ"
-        )
-
-
 def _header_end(head: memoryview) -> int | None:
     """Where an NPY header ends, by its length field (``None``: too short to say)."""
     if len(head) >= 10 and head[6] == 1:
@@ -399,112 +239,8 @@ def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
     return _rows(shape, name)
 
 
-def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: int) -> bytes:
-    """The first ``want`` bytes of a member (fewer if it is shorter), inflated if deflated:
-    read from its local header on, in small steps (not zipfile's 4 KiB read-ahead,
-    which crossed into a second ranged GET for a 12-byte read)."""
-    if info.header_offset < 0:
-        # zipfile shifts every member's offset by the gap between where the directory
-        # says it starts and where it ends (bytes prepended to the archive), so a forged
-        # directory offset in the end record shows here as a member before byte 0.
-        raise FormatError(
-            f"{where}: corrupt zip directory: it puts the member's local header at byte "
-            f"{info.header_offset}, before the start of the file (expected 0 or more; the end "
-            "record's directory offset or size is wrong)"
-        )
-    file.seek(info.header_offset)
-    local = file.read(30) or b""
-    if len(local) < 30 or local[:4] != _ZIP_LOCAL:
-        raise FormatError(f"{where}: corrupt: no local file header at byte {info.header_offset}")
-    name_len, extra_len = struct.unpack_from("<HH", local, 26)
-    _check_local_name(file.read(name_len) or b"", info, where)
-    file.seek(info.header_offset + 30 + name_len + extra_len)
-    if info.compress_type == zipfile.ZIP_STORED:
-        return file.read(min(want, info.compress_size)) or b""
-    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-    out, left = b"", info.compress_size
-    try:
-        while len(out) < want and not inflater.eof:
-            data = inflater.unconsumed_tail
-            if not data:
-                data = file.read(min(left, _INFLATE_STEP)) or b""
-                left -= len(data)
-                if not data:
-                    break
-            out += inflater.decompress(data, want - len(out))
-    except zlib.error as exc:
-        raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
-    return out
-
-
-def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
-    """The leading axis of member ``key`` (``None``: the first) of an NPZ, from the
-    zip's directory and that member's NPY header alone (a deflated member's first
-    bytes are inflated: the header comes first). ``file``: seekable, read on demand.
-    """
-    try:
-        zf = zipfile.ZipFile(file)
-    except _ZIP_ERRORS as exc:
-        # Its first bytes, read only now: the member counted is seldom the first one.
-        file.seek(0)
-        head = file.read(4)
-        if head not in (_ZIP_LOCAL, _ZIP_EMPTY):
-            raise FormatError(
-                f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
-            ) from exc
-        raise FormatError(
-            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
-            f"the file ({exc})"
-        ) from exc
-    with zf:
-        infos = {
-            (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
-            for i in zf.infolist()
-            if not i.is_dir()
-        }
-        if key is None:
-            if not infos:
-                raise FormatError(f"{name}: an NPZ with no arrays: no samples to count")
-            key = next(iter(infos))
-        if key not in infos:
-            raise FormatError(f"{name}: no member(s) {[key]} in NPZ; it holds {sorted(infos)}")
-        info = infos[key]
-        where = f"{name}: member {info.filename!r}"
-        if info.flag_bits & 0x1:
-            raise FormatError(f"{where} is encrypted")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise FormatError(
-                f"{where}: unsupported zip compression method {info.compress_type} "
-                "(expected 0 stored or 8 deflated)"
-            )
-    payload = _member_head(file, info, where, 12)
-    _check_npy_member(memoryview(payload), name, info.filename, infos)
-    end = _header_end(memoryview(payload))
-    if end is not None and end > len(payload):
-        payload = _member_head(file, info, where, end)
-    _, shape, _, _ = _parse_npy_header(memoryview(payload), where, _leave_out(key, infos))
-    return _rows(shape, where)
-
-
 def encode_npy(array: NDArray[np.generic]) -> bytes:
     """The bytes of ``np.save(array)`` (format 1.0 when it fits), deterministic."""
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.asanyarray(array), allow_pickle=False)
-    return buf.getvalue()
-
-
-def encode_npz(arrays: Mapping[str, NDArray[np.generic]], *, compress: bool = False) -> bytes:
-    """An ``.npz`` as ``np.savez`` / ``np.savez_compressed`` write it, with fixed timestamps.
-
-    numpy stamps members with the current time; a fixed stamp makes the
-    same arrays give the same bytes, which the data generator's digests need.
-    """
-    buf = io.BytesIO()
-    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-    with zipfile.ZipFile(buf, "w", compression=method) as zf:
-        for key, arr in arrays.items():
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
-            info.compress_type = method
-            info.external_attr = 0o600 << 16
-            zf.writestr(info, encode_npy(arr))
     return buf.getvalue()

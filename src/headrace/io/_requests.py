@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -93,6 +94,40 @@ class RequestQueue:
         finally:
             with self._lock:
                 self.stats.finished += 1
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the ``max_in_flight`` places while the ``with`` block runs: a
+        request the calling thread makes another way (a blocking GET) counts against
+        the same bound as the coroutines, waiting its turn among them.
+
+        A source that fetched some files whole (on its threads) and others by ranges
+        (on this queue) had both in flight at once: up to twice ``in_flight``.
+        """
+        admitted: Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = Future()
+
+        async def hold() -> None:
+            leave = asyncio.Event()
+            admitted.set_result((asyncio.get_running_loop(), leave))
+            await leave.wait()
+
+        held = self.submit(hold)
+
+        def refused(_: Future[None]) -> None:  # closed (cancelled) before it was admitted
+            if not admitted.done():
+                admitted.set_exception(
+                    StorageError(f"{self._name}: the request queue closed while waiting")
+                )
+
+        held.add_done_callback(refused)
+        loop, leave = admitted.result()
+        try:
+            yield
+        finally:
+            try:
+                loop.call_soon_threadsafe(leave.set)
+            except RuntimeError:  # the loop closed meanwhile: the place went with it
+                pass
 
     def close(self) -> None:
         """Stop the loop thread (cancelling what is left). Idempotent."""

@@ -1,0 +1,405 @@
+"""NPZ: zip archives of NPY members, stored or deflated, decoded and written.
+
+Sample schema
+-------------
+* ``.npz``: a ``dict`` from member name (without ``.npy``) to array, each as
+  for ``.npy``; several samples per file use a leading axis.
+
+Stored (uncompressed) members of ``decode_npz`` are views of the caller's
+buffer: no byte is copied. Deflated members are inflated piece by piece into
+the buffer the array then views (or, for a read of some rows, into those rows).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import DataError, FormatError
+from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
+from headrace.formats._inflate import inflate
+from headrace.formats._npy import (
+    _NPY_MAGIC,
+    NPY_HEAD,
+    _header_end,
+    _npy_from_view,
+    _parse_npy_header,
+    _rows,
+    encode_npy,
+)
+
+__all__ = ["decode_npz", "encode_npz", "npz_rows"]
+
+_ZIP_LOCAL = b"PK\x03\x04"
+
+
+_ZIP_EMPTY = b"PK\x05\x06"
+
+
+# zip files carry timestamps; a fixed one makes the writer deterministic.
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+# Compressed bytes read at a time to inflate a member's NPY header (~100 bytes deflated).
+_INFLATE_STEP = 512
+
+
+#: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
+#: whose "version needed to extract" byte is past 6.3 (one flipped bit) is refused as
+#: a zip feature it lacks.
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    ValueError,
+    EOFError,
+    OSError,
+    NotImplementedError,
+)
+
+
+def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
+    head = bytes(view[:4])
+    if head not in (_ZIP_LOCAL, _ZIP_EMPTY):
+        raise FormatError(
+            f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
+        )
+    try:
+        with zipfile.ZipFile(BufferReader(view)) as zf:
+            return zf.infolist()
+    except _ZIP_ERRORS as exc:
+        raise FormatError(
+            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
+            f"the file ({exc})"
+        ) from exc
+
+
+def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryview:
+    """A member's bytes as stored (deflated or not), its local header checked."""
+    where = f"{name}: member {info.filename!r}"
+    if info.flag_bits & 0x1:
+        raise FormatError(f"{where} is encrypted")
+    off = info.header_offset
+    if off + 30 > len(view) or bytes(view[off : off + 4]) != _ZIP_LOCAL:
+        raise FormatError(
+            f"{where}: corrupt: no local file header at byte {off} (file has {len(view)} bytes)"
+        )
+    name_len, extra_len = struct.unpack_from("<HH", view, off + 26)
+    _check_local_name(bytes(view[off + 30 : off + 30 + name_len]), info, where)
+    start = off + 30 + name_len + extra_len
+    end = start + info.compress_size
+    if end > len(view):
+        raise FormatError(
+            f"{where} truncated: directory says {info.compress_size} bytes at [{start}, {end}), "
+            f"found {max(0, len(view) - start)}"
+        )
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise FormatError(
+            f"{where}: unsupported zip compression method {info.compress_type} "
+            "(expected 0 stored or 8 deflated)"
+        )
+    return view[start:end]
+
+
+def _member_bytes(
+    view: memoryview, info: zipfile.ZipInfo, name: str, check_crc: bool
+) -> memoryview:
+    where = f"{name}: member {info.filename!r}"
+    raw = _member_raw(view, info, name)
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        # Into the array's own buffer, piece by piece (checked as it goes).
+        out = np.empty(info.file_size, np.uint8)
+
+        def put(at: int, piece: bytes) -> None:
+            out[at : at + len(piece)] = np.frombuffer(piece, np.uint8)
+
+        inflate(raw, info.file_size, info.CRC, where, put)
+        out.setflags(write=False)  # as the bytes it was inflated into before
+        return out.data
+    if len(raw) != info.file_size:
+        raise FormatError(
+            f"{where}: corrupt: directory says {info.file_size} bytes uncompressed, "
+            f"found {len(raw)}"
+        )
+    if check_crc:
+        crc = zlib.crc32(raw)
+        if crc != info.CRC:
+            raise FormatError(
+                f"{where}: corrupt: CRC-32 is {crc:08x}, directory says {info.CRC:08x}"
+            )
+    return raw
+
+
+def decode_npz(
+    data: Buffer,
+    *,
+    name: str,
+    keys: Sequence[str] | None = None,
+    check_crc: bool = True,
+    rows: NDArray[np.int64] | None = None,
+    count: tuple[int, str] | None = None,
+) -> dict[str, NDArray[np.generic]]:
+    """Decode an ``.npz`` file (stored or deflated members) into ``{key: array}``.
+
+    ``keys`` picks members by name without the ``.npy`` suffix (all when
+    ``None``); a missing key raises :class:`FormatError` listing those present.
+    Stored members are views of ``data``. ``check_crc`` verifies each stored
+    member's CRC-32 (about 0.4 ms per MiB); deflated members are always checked.
+    ``rows`` (increasing): only those samples of each array's leading axis, which
+    must hold ``count[0]`` (a :class:`DataError` saying ``count[1]`` gives it);
+    a deflated member is inflated whole (checked as always) but only they are kept.
+    """
+    view = as_bytes_view(data, name)
+    infos = {
+        (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
+        for i in _zip_infos(view, name)
+        if not i.is_dir()
+    }
+    wanted = list(infos) if keys is None else list(keys)
+    missing = [k for k in wanted if k not in infos]
+    if missing:
+        raise FormatError(f"{name}: no member(s) {missing} in NPZ; it holds {sorted(infos)}")
+    out: dict[str, NDArray[np.generic]] = {}
+    for key in wanted:
+        info = infos[key]
+        where = f"{name}: member {info.filename!r}"
+        if rows is not None and info.compress_type == zipfile.ZIP_DEFLATED:
+            out[key] = _deflated_rows(view, info, name, key, infos, rows, count)
+            continue
+        payload = _member_bytes(view, info, name, check_crc)
+        _check_npy_member(payload, name, info.filename, infos)
+        arr = _npy_from_view(payload, where, _leave_out(key, infos))
+        if rows is not None:
+            _check_rows(arr.shape, rows, count, name, key)
+            r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
+            # A run of rows is a view of the file (stored: no copy); else those rows.
+            arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
+        out[key] = arr
+    return out
+
+
+def _check_rows(
+    shape: tuple[int, ...],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+    name: str,
+    key: str,
+) -> None:
+    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
+    ``rows`` must lie on it."""
+    if count is not None and (not shape or shape[0] != count[0]):
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
+            f"axis ({count[1]})"
+        )
+    if not shape:
+        raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
+    if len(rows) and not 0 <= int(rows[0]) <= int(rows[-1]) < shape[0]:
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; rows {int(rows[0])} to {int(rows[-1])} "
+            f"asked, expected rows in [0, {shape[0]})"
+        )
+
+
+def _deflated_rows(
+    view: memoryview,
+    info: zipfile.ZipInfo,
+    name: str,
+    key: str,
+    infos: Mapping[str, object],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+) -> NDArray[np.generic]:
+    """Rows ``rows`` of a deflated member's array: the member is inflated whole, its
+    length and CRC checked (a file fails or passes in every read order), but only
+    those rows are kept. A read of 2 rows of a 64-row member held all 64 until its
+    batch was stacked (as views of it), and twice that while it was inflated."""
+    where = f"{name}: member {info.filename!r}"
+    leave_out = _leave_out(key, infos)
+    raw = _member_raw(view, info, name)
+    reader = BufferReader(view)
+    head = _member_head(reader, info, where, NPY_HEAD)
+    _check_npy_member(memoryview(head), name, info.filename, infos)
+    end = _header_end(memoryview(head))
+    if end is not None and end > len(head):
+        head = _member_head(reader, info, where, end)
+    dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
+    _check_rows(shape, rows, count, name, key)
+    row = dtype.itemsize * math.prod(shape[1:])
+    if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
+        payload = _member_bytes(view, info, name, True)
+        return _npy_from_view(payload, where, leave_out)[rows]
+    out = np.empty((len(rows), *shape[1:]), dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    # Runs of consecutive rows, each one copy: (member offset, offset in out, bytes).
+    cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts = np.concatenate(([0], cuts)).astype(np.int64)
+    lasts = np.concatenate((cuts, [len(rows)])).astype(np.int64)
+    src = offset + rows[firsts] * row
+    dst = firsts * row
+    src_end = src + (lasts - firsts) * row
+
+    def keep(at: int, piece: bytes) -> None:
+        stop = at + len(piece)
+        got = np.frombuffer(piece, np.uint8)
+        first = int(np.searchsorted(src_end, at, side="right"))
+        for k in range(first, int(np.searchsorted(src, stop, side="left"))):
+            a, b = max(at, int(src[k])), min(stop, int(src_end[k]))
+            d = int(dst[k]) + a - int(src[k])
+            flat[d : d + b - a] = got[a - at : b - at]
+
+    inflate(raw, info.file_size, info.CRC, where, keep)
+    want, found = shape[0] * row, info.file_size - offset
+    if found != want:
+        what = "truncated" if found < want else "corrupt"
+        raise FormatError(
+            f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
+            f"found {found}"
+        )
+    out.setflags(write=False)  # as a whole decode's arrays
+    return out
+
+
+def _leave_out(key: str, infos: Mapping[str, object]) -> str:
+    """How to read an NPZ without member ``key``: name the others."""
+    rest = tuple(k for k in infos if k != key)
+    return (
+        f"leave it out: FileSource(..., datasets={rest!r}) (decode_npz: keys={list(rest)!r})"
+        if rest
+        else "leave the file out"
+    )
+
+
+def _check_local_name(found: bytes, info: zipfile.ZipInfo, where: str) -> None:
+    """The local header at the directory's offset must name the member the directory
+    does (zipfile checks it too): else the directory is damaged, and its offset,
+    sizes and CRC may all describe another member."""
+    text = found.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
+    if text != info.orig_filename:
+        raise FormatError(
+            f"{where}: corrupt: the zip directory places it at byte {info.header_offset}, "
+            f"where the local header names {text!r}: the directory is damaged"
+        )
+
+
+def _check_npy_member(
+    payload: memoryview, name: str, member: str, infos: Mapping[str, object]
+) -> None:
+    if len(payload) >= 6 and bytes(payload[:6]) != _NPY_MAGIC:
+        # np.load hands such a member back as bytes; a batch needs arrays.
+        raise FormatError(
+            f"{name}: member {member!r} is not an array: it does not start with "
+            f"the NPY magic ({bytes(payload[:8])!r}); headrace reads NPY members only: "
+            f"pick the arrays with keys=[...] (FileSource: datasets=(...)) (it holds "
+            f"{sorted(infos)}), or leave other files out of the NPZ"
+        )
+
+
+def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: int) -> bytes:
+    """The first ``want`` bytes of a member (fewer if it is shorter), inflated if deflated:
+    read from its local header on, in small steps (not zipfile's 4 KiB read-ahead,
+    which crossed into a second ranged GET for a 12-byte read)."""
+    if info.header_offset < 0:
+        # zipfile shifts every member's offset by the gap between where the directory
+        # says it starts and where it ends (bytes prepended to the archive), so a forged
+        # directory offset in the end record shows here as a member before byte 0.
+        raise FormatError(
+            f"{where}: corrupt zip directory: it puts the member's local header at byte "
+            f"{info.header_offset}, before the start of the file (expected 0 or more; the end "
+            "record's directory offset or size is wrong)"
+        )
+    file.seek(info.header_offset)
+    local = file.read(30) or b""
+    if len(local) < 30 or local[:4] != _ZIP_LOCAL:
+        raise FormatError(f"{where}: corrupt: no local file header at byte {info.header_offset}")
+    name_len, extra_len = struct.unpack_from("<HH", local, 26)
+    _check_local_name(file.read(name_len) or b"", info, where)
+    file.seek(info.header_offset + 30 + name_len + extra_len)
+    if info.compress_type == zipfile.ZIP_STORED:
+        return file.read(min(want, info.compress_size)) or b""
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    out, left = b"", info.compress_size
+    try:
+        while len(out) < want and not inflater.eof:
+            data = inflater.unconsumed_tail
+            if not data:
+                data = file.read(min(left, _INFLATE_STEP)) or b""
+                left -= len(data)
+                if not data:
+                    break
+            out += inflater.decompress(data, want - len(out))
+    except zlib.error as exc:
+        raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
+    return out
+
+
+def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
+    """The leading axis of member ``key`` (``None``: the first) of an NPZ, from the
+    zip's directory and that member's NPY header alone (a deflated member's first
+    bytes are inflated: the header comes first). ``file``: seekable, read on demand.
+    """
+    try:
+        zf = zipfile.ZipFile(file)
+    except _ZIP_ERRORS as exc:
+        # Its first bytes, read only now: the member counted is seldom the first one.
+        file.seek(0)
+        head = file.read(4)
+        if head not in (_ZIP_LOCAL, _ZIP_EMPTY):
+            raise FormatError(
+                f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
+            ) from exc
+        raise FormatError(
+            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
+            f"the file ({exc})"
+        ) from exc
+    with zf:
+        infos = {
+            (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
+            for i in zf.infolist()
+            if not i.is_dir()
+        }
+        if key is None:
+            if not infos:
+                raise FormatError(f"{name}: an NPZ with no arrays: no samples to count")
+            key = next(iter(infos))
+        if key not in infos:
+            raise FormatError(f"{name}: no member(s) {[key]} in NPZ; it holds {sorted(infos)}")
+        info = infos[key]
+        where = f"{name}: member {info.filename!r}"
+        if info.flag_bits & 0x1:
+            raise FormatError(f"{where} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise FormatError(
+                f"{where}: unsupported zip compression method {info.compress_type} "
+                "(expected 0 stored or 8 deflated)"
+            )
+    payload = _member_head(file, info, where, 12)
+    _check_npy_member(memoryview(payload), name, info.filename, infos)
+    end = _header_end(memoryview(payload))
+    if end is not None and end > len(payload):
+        payload = _member_head(file, info, where, end)
+    _, shape, _, _ = _parse_npy_header(memoryview(payload), where, _leave_out(key, infos))
+    return _rows(shape, where)
+
+
+def encode_npz(arrays: Mapping[str, NDArray[np.generic]], *, compress: bool = False) -> bytes:
+    """An ``.npz`` as ``np.savez`` / ``np.savez_compressed`` write it, with fixed timestamps.
+
+    numpy stamps members with the current time; a fixed stamp makes the
+    same arrays give the same bytes, which the data generator's digests need.
+    """
+    buf = io.BytesIO()
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(buf, "w", compression=method) as zf:
+        for key, arr in arrays.items():
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
+            info.compress_type = method
+            info.external_attr = 0o600 << 16
+            zf.writestr(info, encode_npy(arr))
+    return buf.getvalue()
