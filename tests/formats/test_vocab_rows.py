@@ -201,3 +201,26 @@ def test_a_mixture_checks_each_source_against_its_own_vocabulary(tmp_path: Path)
     ):
         list(ld)
     assert "source 'big'" in "\n".join(getattr(info.value, "__notes__", []))
+
+
+def test_the_refusal_is_the_same_on_any_host_count(tmp_path: Path) -> None:
+    # The host whose slice holds the batch's first bad row refuses as one host does; the
+    # message counts the row's ids outside, not the (host's) batch's.
+    path, tok = rows_of(tmp_path / "tok.npy")
+    tok[tok != 0] += V // 2  # about half of each row's ids are past V
+    write_row_file(path, tok)
+
+    def refusals(world: int) -> set[str]:
+        out = set()
+        for rank in range(world):
+            src = PaddedRows(path, context=L, vocab_size=V, reader="pread")
+            with (
+                Loader(src, batch_size=16, seed=4, rank=rank, world_size=world, steps=2) as ld,
+                pytest.raises(FormatError) as info,
+            ):
+                list(ld)
+            out.add(str(info.value))
+        return out
+
+    (one,) = refusals(1)
+    assert one in refusals(2) and one in refusals(4)

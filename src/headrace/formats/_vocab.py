@@ -80,13 +80,14 @@ def first_outside(ids: NDArray[Any], vocab: int) -> tuple[int, int] | None:
 
 def outside_error(where: str, ids: NDArray[Any], at: tuple[int, int], vocab: int) -> FormatError:
     """The refusal of ``ids[at]``: ``where`` names the file, row, column and position;
-    the message adds the id, the row's largest (and a negative's smallest) id, the
-    batch's count, and the fix."""
+    the message adds the id, the row's largest (and a negative's smallest) id, how many
+    of the row's ids are outside, and the fix."""
     row, col = at
     found = int(ids[row, col])
     line = ids[row]
     hi, lo = int(line.max()), int(line.min())
-    count = int(np.count_nonzero((ids < 0) | (ids >= vocab)))
+    # Counted in the row, not the batch: the message is then the same on any host count.
+    count = int(np.count_nonzero((line < 0) | (line >= vocab)))
     low = f", the smallest {lo}" if lo < 0 else ""
     if found < 0:
         cause = (
@@ -102,7 +103,7 @@ def outside_error(where: str, ids: NDArray[Any], at: tuple[int, int], vocab: int
     return FormatError(
         f"{where}: token id {found} is outside the vocabulary [0, {vocab}) "
         f"(vocab_size={vocab}); the largest id in this row is {hi}{low}, and {count} of "
-        f"this batch's {ids.size} ids are outside. {cause}"
+        f"its {line.size} ids are outside. {cause}"
     )
 
 
