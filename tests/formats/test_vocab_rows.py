@@ -6,6 +6,7 @@ files with their sidecar; the check's twin for token files is test_token_vocab.p
 from __future__ import annotations
 
 import pickle
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,11 @@ def test_the_first_bad_row_in_plan_order_whatever_the_reader(tmp_path: Path) -> 
     }
     (msg,) = msgs
     assert "row 250 (sample 250)" in msg and "token id -5 " in msg
-    # A windowed shuffle reads the same rows from whole windows: the same refusal.
+    # A windowed shuffle reads its rows from whole windows: the first bad one of its plan.
     win = PaddedRows(path, context=L, shuffle="window", window_rows=64, vocab_size=V)
-    first = int(np.flatnonzero(np.isin(win.rows_of(0, np.arange(ROWS)), [40, 250]))[0])
-    assert "row " in refused(win, np.arange(first + 1))
+    plan = win.rows_of(0, np.arange(ROWS))
+    first = int(np.flatnonzero(np.isin(plan, [40, 250]))[0])
+    assert f"row {plan[first]} (sample {first})" in refused(win, np.arange(first + 8))
 
 
 def test_stored_padding_is_checked_as_ids_and_pad_id_must_be_one(tmp_path: Path) -> None:
@@ -121,6 +123,17 @@ def test_vocab_size_is_no_part_of_the_fingerprint_and_travels_to_workers(tmp_pat
         == PaddedRows(path, context=L, vocab_size=V).fingerprint()
     )
     assert PairRows({"a": path}).fingerprint() == PairRows({"a": path}, vocab_size=V).fingerprint()
+    # A state saved without the check loads into a loader with it, and back.
+    with Loader(PaddedRows(path, context=L), batch_size=8, seed=1, steps=6) as ld:
+        list(islice(ld, 3))
+        state = ld.state_dict()
+        rest = batch_digest(ld)
+    with Loader(PaddedRows(path, context=L, vocab_size=V), batch_size=8, seed=1, steps=6) as ld:
+        ld.load_state_dict(state)
+        assert batch_digest(ld) == rest
+        back = ld.state_dict()
+    with Loader(PaddedRows(path, context=L), batch_size=8, seed=1, steps=6) as ld:
+        ld.load_state_dict(back)
     tok[0, 0] = V
     write_row_file(path, tok)
     copy = pickle.loads(pickle.dumps(PaddedRows(path, context=L, shuffle=False, vocab_size=V)))

@@ -94,7 +94,7 @@ class TokenSource(WindowCache):
     (every file must have an ``.idx``; 8 bytes per document, kept per file).
 
     ``vocab_size``: every token of a batch (``x`` and ``y``) must be an id in
-    ``[0, vocab_size)``; a batch holding one outside is refused (``DataError``
+    ``[0, vocab_size)``; a batch holding one outside is refused (``FormatError``
     naming the file, the token offset and the id; for a table's column, its
     shard, row and position: see :mod:`~headrace.formats._vocab`). Without it no id is checked:
     an int32 Megatron file may hold negative ids, any file ids of another
