@@ -39,6 +39,12 @@ from headrace.formats._row_plan import (
 )
 from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id, check_token_values
+from headrace.formats._vocab import (
+    check_pad_in_vocab,
+    check_vocab_size,
+    first_outside,
+    outside_error,
+)
 
 __all__ = ["PairRows"]
 
@@ -98,6 +104,11 @@ class PairRows(RowSource):
     token, so a loss drops it); only a group whose required members (the
     others) include one without a real token is replaced. It changes which
     groups are read, so it is part of the fingerprint.
+
+    ``vocab_size``: every member's stored tokens (the whole ``{name}_x`` row,
+    padding included) must be ids in ``[0, vocab_size)``, as for
+    :class:`~headrace.formats.PaddedRows`; the first group holding one outside
+    is refused naming the member's file, row, sample, position and id.
     """
 
     def __init__(
@@ -116,7 +127,9 @@ class PairRows(RowSource):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         optional: Iterable[str] = (),
+        vocab_size: int | None = None,
     ) -> None:
+        self.vocab_size = check_vocab_size(vocab_size)
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
         self.optional = _optional_members(list(members), optional)
@@ -138,6 +151,8 @@ class PairRows(RowSource):
                 if mb.mask is None:
                     check_pad_id(pad_id, mb.tokens)
             self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
+            if any(mb.mask is None for mb in self.members):  # only then is it padding
+                check_pad_in_vocab("pad_id", self.pad_id, self.vocab_size)
             self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
             if self.dtype is not None:
                 if not np.issubdtype(self.dtype, np.integer):
@@ -209,7 +224,32 @@ class PairRows(RowSource):
                 dataset=", ".join(mb.tokens.path for mb in self.members),
                 explain=lambda pos: self._explain_empty(out, pos),
             )
+        if self.vocab_size is not None:
+            self._check_vocab(out, rows, samples, self.vocab_size)
         return out
+
+    def _check_vocab(
+        self,
+        out: dict[str, NDArray[Any]],
+        rows: NDArray[np.int64],
+        samples: NDArray[np.int64],
+        vocab: int,
+    ) -> None:
+        """Refuse the earliest group (in plan order) holding an id outside ``[0, vocab)``,
+        naming its first such member: one reduction a member when all is well."""
+        found = []
+        for k, mb in enumerate(self.members):
+            at = first_outside(out[f"{mb.name}_x"], vocab)
+            if at is not None:
+                found.append((at[0], k, at[1]))
+        if found:
+            i, k, j = min(found)
+            mb = self.members[k]
+            where = (
+                f"{mb.tokens.path}: row {int(rows[i])} (sample {int(samples[i])}), "
+                f"member {mb.name!r}, position {j}"
+            )
+            raise outside_error(where, out[f"{mb.name}_x"], (i, j), vocab)
 
     def _read_into(
         self, rows: NDArray[np.int64], *, windowed: bool = False

@@ -43,6 +43,12 @@ from headrace.formats._row_plan import (
     shuffle_fingerprint,
 )
 from headrace.formats._row_window import RowSource
+from headrace.formats._vocab import (
+    check_pad_in_vocab,
+    check_vocab_size,
+    first_outside,
+    outside_error,
+)
 
 __all__ = ["PaddedRows"]
 
@@ -99,6 +105,23 @@ def check_token_values(
     )
 
 
+def check_vocab(
+    tok: NDArray[Any],
+    vocab: int,
+    f: RowFile,
+    rows: NDArray[np.int64],
+    samples: NDArray[np.int64],
+    field: str,
+) -> None:
+    """Every stored id read (padding included) lies in ``[0, vocab)``: one reduction when
+    all do; else the first one outside in plan order is refused, naming its row."""
+    at = first_outside(tok, vocab)
+    if at is not None:
+        i, j = at
+        where = f"{f.path}: row {int(rows[i])} (sample {int(samples[i])}), {field}, position {j}"
+        raise outside_error(where, tok, at, vocab)
+
+
 class PaddedRows(RowSource):
     """A :class:`~headrace.pipeline.Source` of padded token rows and loss masks.
 
@@ -121,6 +144,14 @@ class PaddedRows(RowSource):
     ``cache_dir`` keeps each range read from the store on local disk (up to
     ``cache_bytes``) for the next time it is read: the windowed shuffle reads
     the same window ranges every epoch (:class:`headrace.io.ObjectCache`).
+
+    ``vocab_size``: every stored token a batch reads (the ``context + 1`` of
+    each row that ``x`` and ``y`` come from, stored padding included) must be
+    an id in ``[0, vocab_size)``, and so must ``pad_id``; a row holding one
+    outside is refused (:class:`~headrace.errors.FormatError` naming the file,
+    row, sample, position and id). ``ignore_index`` is no id and is not
+    checked. Without it (``None``) nothing is checked; it is no part of the
+    fingerprint (it refuses batches, never changes them).
     """
 
     def __init__(
@@ -142,7 +173,9 @@ class PaddedRows(RowSource):
         in_flight: int = DEFAULT_IN_FLIGHT,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        vocab_size: int | None = None,
     ) -> None:
+        self.vocab_size = check_vocab_size(vocab_size)
         with self._opening(reader, store_options, in_flight, cache_dir, cache_bytes) as io:
             self.tokens = io.open(tokens)
             self.mask = None if mask is None else io.open(mask)
@@ -187,6 +220,7 @@ class PaddedRows(RowSource):
             if not np.issubdtype(self.dtype, np.signedinteger):
                 raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
             check_pad_id(pad_id, t)
+            check_pad_in_vocab("pad_id", int(pad_id), self.vocab_size)
             # True would pass the range check and fill ignored targets with token 1; a
             # float would pass it and fail at the first read.
             if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
@@ -263,6 +297,8 @@ class PaddedRows(RowSource):
             )
         if self._check_tokens:
             check_token_values(tok, self.tokens, rows, self.dtype)
+        if self.vocab_size is not None:
+            check_vocab(tok, self.vocab_size, self.tokens, rows, samples, "tokens")
         return self._assemble(tok, mask)
 
     def final_rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:

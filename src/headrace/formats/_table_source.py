@@ -35,6 +35,12 @@ from headrace.formats._row_plan import (
 )
 from headrace.formats._table_images import TableImages
 from headrace.formats._tables import Table
+from headrace.formats._vocab import (
+    check_pad_in_vocab,
+    check_vocab_size,
+    first_outside,
+    outside_error,
+)
 
 if TYPE_CHECKING:
     from headrace.io import CacheStats, ObjectStats
@@ -80,6 +86,13 @@ class TableSource:
     ``image_mode`` and ``exif_transpose`` as FileSource's, ``decode_threads``
     (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
     A struct's other fields read as columns named ``column.field`` (docs/formats.md).
+
+    ``vocab_size``: the ids of token-list columns must lie in ``[0, vocab_size)``:
+    an int checks every padded column of integer lists, a mapping
+    (``{"input_ids": 32000}``) the columns it names (a ``labels`` column holding
+    ``-100`` is no token column). Their ``pad_values`` must be ids too. A row
+    holding one outside is refused (:class:`~headrace.errors.FormatError` naming
+    the file, row, sample, column, position among the row's items, and id).
     """
 
     def __init__(
@@ -102,6 +115,7 @@ class TableSource:
         image_mode: ImageMode | None = None,
         exif_transpose: bool = False,
         decode_threads: int | None = None,
+        vocab_size: int | Mapping[str, int] | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
@@ -193,6 +207,7 @@ class TableSource:
                 raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
+        self.vocab = self._vocab_columns(vocab_size)
         # Spans that are fetched or decoded (Parquet, anything on object storage) are
         # visited a window at a time; a local Arrow file's mapped record batches are free.
         spans_cost = self.table.parquet or self.table.remote
@@ -219,6 +234,41 @@ class TableSource:
                     "group once per epoch",
                     stacklevel=2,
                 )
+
+    def _vocab_columns(self, vocab_size: int | Mapping[str, int] | None) -> dict[str, int]:
+        """The token columns checked, each with its vocabulary size: ``vocab_size``'s
+        columns, or (an int) every padded column of integer lists."""
+        if vocab_size is None:
+            return {}
+        cols = self.table.columns
+        ints = [c for c in self.widths if cols[c].kind == "ragged" and cols[c].dtype.kind in "iu"]
+        if isinstance(vocab_size, Mapping):
+            vocab = {c: check_vocab_size(v) for c, v in vocab_size.items()}
+            wrong = [c for c in vocab if c not in ints]
+            if wrong:
+                raise ConfigError(
+                    f"{self._where()}: vocab_size names column(s) {wrong}, which are not "
+                    f"padded columns of integer lists read here; those are {ints}"
+                )
+        else:
+            v = check_vocab_size(vocab_size)
+            if not ints:
+                raise ConfigError(
+                    f"{self._where()}: vocab_size={vocab_size!r} checks token ids, and no "
+                    f"column read holds integer lists (reading {self.names})"
+                )
+            vocab = dict.fromkeys(ints, v)
+        out: dict[str, int] = {}
+        for c, v in vocab.items():
+            assert v is not None
+            check_pad_in_vocab(
+                f"pad_values[{c!r}]",
+                int(self.pad_values[c]),
+                v,
+                f"{self._where()}: column {c!r}: ",
+            )
+            out[c] = v
+        return out
 
     def _image_columns(
         self,
@@ -448,7 +498,32 @@ class TableSource:
                 out[c], out[f"{c}_mask"] = values, mask
             else:
                 out[c] = v
+        if self.vocab:
+            self._check_vocab(out, rows, samples)
         return out
+
+    def _check_vocab(
+        self, out: dict[str, NDArray[Any]], rows: NDArray[np.int64], samples: NDArray[np.int64]
+    ) -> None:
+        """Refuse the earliest row (in plan order) holding an id outside its column's
+        vocabulary, naming its file, row, column and position among the row's items."""
+        found = []
+        for k, (c, vocab) in enumerate(self.vocab.items()):
+            at = first_outside(out[c], vocab)
+            if at is not None:
+                found.append((at[0], k, at[1]))
+        if not found:
+            return
+        i, k, j = min(found)
+        c, vocab = list(self.vocab.items())[k]
+        item = j  # the position among the row's items: left padding ends them at the last
+        if self.pad_side == "left":
+            item -= self.widths[c] - int(np.count_nonzero(out[f"{c}_mask"][i]))
+        where = (
+            f"{self.table.files_of(rows[i : i + 1])[0]}: column {c!r}, row {int(rows[i])} "
+            f"(sample {int(samples[i])}), position {item}"
+        )
+        raise outside_error(where, out[c], (i, j), vocab)
 
     def close(self) -> None:
         self._decoder.close()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
@@ -36,6 +36,13 @@ from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, TokenFormat
+from headrace.formats._vocab import (
+    check_pad_in_vocab,
+    check_vocab_size,
+    first_outside,
+    outside_error,
+    token_place,
+)
 from headrace.formats._window_cache import WindowCache
 from headrace.io import (
     CacheStats,
@@ -87,8 +94,9 @@ class TokenSource(WindowCache):
     (every file must have an ``.idx``; 8 bytes per document, kept per file).
 
     ``vocab_size``: every token of a batch (``x`` and ``y``) must be an id in
-    ``[0, vocab_size)``; a batch holding one outside is refused (``DataError``
-    naming the file, the token offset and the id). Without it no id is checked:
+    ``[0, vocab_size)``; a batch holding one outside is refused (``FormatError``
+    naming the file, the token offset and the id; for a table's column, its
+    shard, row and position: see :mod:`~headrace.formats._vocab`). Without it no id is checked:
     an int32 Megatron file may hold negative ids, any file ids of another
     tokenizer. It costs a pass over each batch, and is no
     part of the fingerprint (it refuses batches, never changes them).
@@ -152,18 +160,10 @@ class TokenSource(WindowCache):
         pad_id: int | None = None,
         stride: int | None = None,
     ) -> None:
+        vocab_size = check_vocab_size(vocab_size)
         if vocab_size is not None:
-            if (
-                isinstance(vocab_size, bool)
-                or not isinstance(vocab_size, int | np.integer)
-                or vocab_size < 1
-            ):
-                raise ConfigError(
-                    f"vocab_size must be a positive integer, the tokenizer's number of ids "
-                    f"(got {vocab_size!r}); leave it out (None) to check no ids."
-                )
             # Set only when given: the class's None serves the rest (see vocab_size above).
-            self.vocab_size = int(vocab_size)
+            self.vocab_size = vocab_size
         if positions not in (None, "eos", "documents"):
             raise ConfigError(f"positions must be None, 'eos' or 'documents' (got {positions!r}).")
         if (positions == "eos") != (eos_id is not None):
@@ -351,27 +351,15 @@ class TokenSource(WindowCache):
         self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
     ) -> None:
         """Refuse a batch holding an id outside ``[0, vocab)``, naming the first one's file
-        and token offset. One pass over the batch when all is well: read as unsigned, a
-        negative id is at least 2**(bits - 1), past any vocabulary the dtype can index."""
-        if not out.size:
+        and token offset (of a table's column: its shard, row and position)."""
+        at = first_outside(out, vocab)
+        if at is None:
             return
-        bound = vocab
-        if out.dtype.kind == "i":  # ids past the signed range cannot occur: cap, so the
-            bound = min(vocab, 1 << (8 * out.dtype.itemsize - 1))  # negatives stay past it
-        if int(out.view(out.dtype.str.replace("i", "u")).max()) < bound:
-            return
-        bad = (out < 0) | (out >= vocab)
-        row, col = divmod(int(np.argmax(bad)), out.shape[1])
+        row, col = at
         files, offsets = self._file_offsets(self._plan(seed, samples))
         f = self.files[int(files[row])]
-        at = int(offsets[row]) + col
-        raise DataError(
-            f"{f.path}: token id {int(out[row, col])} at token offset {at} (byte "
-            f"{at * self.dtype.itemsize}) is outside the vocabulary [0, {vocab}) "
-            f"(vocab_size={vocab}); {int(np.count_nonzero(bad))} of this batch's "
-            f"{out.size} tokens are. The file holds another tokenizer's ids or is damaged: "
-            "tokenize it again, or leave it out"
-        )
+        where = token_place(f, int(offsets[row]) + col)
+        raise outside_error(f"{where} (sample {int(samples[row])})", out, at, vocab)
 
     def _document_positions(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int32]:
         files, offsets = self._file_offsets(self._plan(seed, samples))  # the gather's plan
@@ -551,11 +539,7 @@ def _check_tail(tail: object, pad_id: object, shuffle: bool, vocab_size: int | N
         )
     if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer):
         raise ConfigError(f"pad_id must be an integer (got {pad_id!r}).")
-    if vocab_size is not None and not 0 <= pad_id < vocab_size:
-        raise ConfigError(
-            f"pad_id={pad_id} is outside the vocabulary [0, {vocab_size}) "
-            f"(vocab_size={vocab_size}): every batch's ids are checked, padding included."
-        )
+    check_pad_in_vocab("pad_id", int(pad_id), vocab_size)
 
 
 def _check_stride(stride: object, context: int, shuffle: bool) -> None:

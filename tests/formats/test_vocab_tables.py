@@ -1,0 +1,128 @@
+"""``vocab_size=`` on tables: TableSource's token-list columns (Parquet, a ``save_to_disk``
+folder written with ``datasets``) and packed sequences of a table's column
+(``table_token_files`` under a TokenSource). The ids the data holds are checked, not the
+``pad_values`` headrace pads with; a refusal names the file, row, column and position."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import TableSource, TokenSource, table_token_files
+from headrace.testing import batch_digest
+
+V = 32_000
+ROWS, WIDTH = 400, 64
+
+
+def token_lists(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, V, rng.integers(1, WIDTH)).astype(np.int32) for _ in range(ROWS)]
+
+
+def table(ids: list[np.ndarray]) -> pa.Table:
+    labels = [np.where(np.arange(len(r)) < 2, -100, r) for r in ids]  # not token ids
+    return pa.table(
+        {
+            "input_ids": pa.array(ids, pa.list_(pa.int32())),
+            "labels": pa.array(labels, pa.list_(pa.int32())),
+            "score": np.arange(len(ids), dtype=np.float32),
+        }
+    )
+
+
+def parquet(path: Path, ids: list[np.ndarray]) -> Path:
+    pq.write_table(table(ids), path, row_group_size=100)
+    return path
+
+
+def saved(path: Path, ids: list[np.ndarray]) -> Path:
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"input_ids": [r.tolist() for r in ids]})
+    ds.save_to_disk(str(path), num_shards=2)
+    return path
+
+
+KW = {"columns": ["input_ids", "labels"], "width": WIDTH, "shuffle": False}
+
+
+def test_ok_data_reads_as_without_the_check(tmp_path: Path) -> None:
+    path = parquet(tmp_path / "t.parquet", token_lists())
+    s = np.arange(128, dtype=np.int64)
+    plain = TableSource(path, **KW).read(0, s)
+    # labels holds -100: an int checks every integer list column, so name the token ones.
+    checked = TableSource(path, **KW, vocab_size={"input_ids": V}).read(0, s)
+    assert batch_digest([plain]) == batch_digest([checked])
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("value", [V, -1])
+def test_parquet_refuses_an_id_outside_naming_file_row_column_position(
+    tmp_path: Path, side: str, value: int
+) -> None:
+    ids = token_lists()
+    ids[150] = np.arange(10, dtype=np.int32)
+    ids[150][6] = value
+    path = parquet(tmp_path / "t.parquet", ids)
+    src = TableSource(path, **KW, pad_side=side, vocab_size={"input_ids": V})  # type: ignore[arg-type]
+    src.read(0, np.arange(150))
+    with pytest.raises(FormatError) as info:
+        src.read(0, np.arange(140, 200))
+    msg = str(info.value)
+    assert f"{path}: column 'input_ids', row 150 (sample 150), position 6: token id {value} " in msg
+    assert f"outside the vocabulary [0, {V})" in msg
+
+
+def test_an_int_checks_every_integer_list_column_so_pads_and_labels_must_be_ids(
+    tmp_path: Path,
+) -> None:
+    path = parquet(tmp_path / "t.parquet", token_lists())
+    src = TableSource(path, **KW, vocab_size=V)
+    with pytest.raises(FormatError, match=r"column 'labels', row 0 \(sample 0\), position 0: "):
+        src.read(0, np.arange(8))
+    with pytest.raises(ConfigError, match=r"column 'input_ids': pad_values\['input_ids'\]=-1 "):
+        TableSource(path, **KW, pad_values={"input_ids": -1}, vocab_size={"input_ids": V})
+    with pytest.raises(ConfigError, match=r"vocab_size names column\(s\) \['score'\]"):
+        TableSource(path, columns=["input_ids", "score"], width=WIDTH, vocab_size={"score": V})
+    with pytest.raises(ConfigError, match="no column read holds integer lists"):
+        TableSource(path, columns=["score"], vocab_size=V)
+    with pytest.raises(ConfigError, match="vocab_size must be a positive integer"):
+        TableSource(path, **KW, vocab_size={"input_ids": 0})
+
+
+def test_save_to_disk_names_the_shard_and_the_fingerprint_is_unchanged(tmp_path: Path) -> None:
+    ids = token_lists()
+    ids[300][0] = V + 4  # in the second shard
+    root = saved(tmp_path / "ds", ids)
+    kw = {"columns": ["input_ids"], "width": WIDTH, "shuffle": False}
+    src = TableSource(root, **kw, vocab_size=V)
+    assert src.fingerprint() == TableSource(root, **kw).fingerprint()
+    with pytest.raises(FormatError) as info:
+        src.read(0, np.arange(250, 350))
+    msg = str(info.value)
+    assert "data-00001-of-00002.arrow: column 'input_ids', row 300 (sample 300), position 0" in msg
+    assert f"token id {V + 4} " in msg
+
+
+def test_packed_sequences_name_the_shard_row_and_position(tmp_path: Path) -> None:
+    ids = token_lists()
+    root = saved(tmp_path / "ds", ids)
+    ok = TokenSource(table_token_files(root), context=32, shuffle=False, vocab_size=V)
+    n = ok.samples_per_epoch
+    assert ok.read(0, np.arange(n))["x"].max() < V
+    ids[260][3] = -2
+    bad = saved(tmp_path / "bad", ids)
+    src = TokenSource(table_token_files(bad), context=32, shuffle=False, vocab_size=V)
+    with pytest.raises(FormatError) as info:
+        src.read(0, np.arange(n))
+    msg = str(info.value)
+    assert "data-00001-of-00002.arrow: column 'input_ids', row 260, position 3" in msg
+    assert "token id -2 is outside" in msg
+    offset = sum(len(r) for r in ids[:260]) + 3
+    assert f"token offset {offset} of the packed stream" in msg
