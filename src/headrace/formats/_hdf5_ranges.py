@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.formats._sparse import Span, SparseImage, merge_ranges
+from headrace.formats._sparse import Span, SparseImage
+from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
