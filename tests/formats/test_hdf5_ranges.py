@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from headrace.errors import FormatError, StorageError
 from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._hdf5_ranges import learn_layout
-from headrace.formats._sparse import BLOCK, SparseImage, merge_ranges
+from headrace.formats._sparse import BLOCK, SparseImage
 
 
 class Counted:
@@ -56,12 +56,6 @@ def test_held_ranges_are_the_union_of_those_filled(spans: list[tuple[int, int]])
             for s, e in gaps:
                 want[s:e] = True
             assert (want[a:b] == ~held[a:b]).all()
-
-
-def test_merge_ranges_joins_gaps_up_to_the_limit() -> None:
-    assert merge_ranges([(10, 20), (0, 5), (25, 30), (7, 7)]) == [(0, 5), (10, 20), (25, 30)]
-    assert merge_ranges([(10, 20), (0, 5), (25, 30)], gap=5) == [(0, 30)]
-    assert merge_ranges([(0, 10), (2, 4)]) == [(0, 10)]
 
 
 def test_a_read_of_bytes_not_held_fetches_a_block_and_records_it() -> None:

@@ -13,7 +13,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import ConfigError, StorageError
-from headrace.formats import FileSource, IterableFiles, _hdf5_ranges
+from headrace.formats import FileSource, IterableFiles, _file_source, _hdf5_ranges
 from headrace.formats._sparse import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
@@ -208,6 +208,29 @@ def test_the_object_cache_serves_ranges_the_next_time(
     assert again.cache_stats is not None and again.cache_stats.hits > 0
     assert again.files.store.stats.bytes < first.files.store.stats.bytes
     first.close()
+    again.close()
+
+
+def test_files_the_cache_holds_whole_keep_the_default_bound(
+    s3: S3Fixture, h5sets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default in_flight leaves files read by ranges out of its cap; one the cache
+    # holds whole (kept by a source that read it whole) is read by the same ranges.
+    whole = source(s3, "contiguous", shuffle="samples", hdf5_ranges_above=None,
+                   cache_dir=tmp_path / "c")  # fmt: skip
+    run(whole)
+    assert whole.cache_stats is not None and whole.cache_stats.written == FILES
+    clean = run(whole, steps=2, batch=3)
+    size = max(whole.files.sizes)
+    monkeypatch.setattr(_file_source, "DEFAULT_HELD_BYTES", size)  # 2 files read whole
+    again = source(s3, "contiguous", shuffle="samples", hdf5_ranges_above=min(whole.files.sizes),
+                   cache_dir=tmp_path / "c", samples_per_file=ROWS)  # fmt: skip
+    assert again.in_flight == 64  # every file above the threshold: none counted
+    assert run(again, steps=2, batch=3) == clean  # 6 samples of the 3 files
+    assert 0 < again.stats.peak_held_bytes < size  # before: 3 files whole, 1,980,720 bytes
+    assert again.files.store.stats.bytes == 0  # every range from the cached files (counts given)
+    assert again.cache_stats is not None and again.cache_stats.hits >= FILES
+    whole.close()
     again.close()
 
 

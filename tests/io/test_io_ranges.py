@@ -1,6 +1,9 @@
-"""coalesce: a pure function; coalesce-then-scatter returns every request's bytes."""
+"""coalesce: a pure function; coalesce-then-scatter returns every request's bytes.
+merge_ranges: the union of the spans, in pieces at least the gap apart."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import ConfigError
 from headrace.io import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, coalesce
-from headrace.io._ranges import as_ranges, chunk_spans
+from headrace.io._ranges import as_ranges, chunk_spans, merge_ranges
 
 DATA = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
 
@@ -96,3 +99,38 @@ def test_chunk_spans_splits_long_spans() -> None:
     assert pe.tolist() == [10, 20, 25, 110]
     assert pp.tolist() == [0, 10, 20, 25]
     assert owner.tolist() == [0, 0, 0, 1]
+
+
+def test_merge_ranges_joins_gaps_up_to_the_limit() -> None:
+    assert merge_ranges([(10, 20), (0, 5), (25, 30), (7, 7)]) == [(0, 5), (10, 20), (25, 30)]
+    assert merge_ranges([(10, 20), (0, 5), (25, 30)], gap=5) == [(0, 30)]
+    assert merge_ranges([(0, 10), (2, 4)]) == [(0, 10)]
+    assert merge_ranges([(3, 3), (9, 9)], gap=100) == []  # empty spans hold nothing
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)), max_size=20),
+    st.integers(0, 30),
+)
+def test_merged_spans_cover_exactly_the_union_no_two_within_the_gap(
+    pairs: list[tuple[int, int]], gap: int
+) -> None:
+    spans = [(a, a + n) for a, n in pairs]
+    out = merge_ranges(spans, gap)
+    covered = np.zeros(300, bool)
+    for a, b in spans:
+        covered[a:b] = True
+    merged = np.zeros(300, bool)
+    for a, b in out:
+        assert a < b
+        assert not merged[a:b].any()  # disjoint
+        merged[a:b] = True
+    assert (merged >= covered).all()  # every input's bytes
+    for a, b in out:
+        assert covered[a] and covered[b - 1]  # starts and ends on an input's bytes
+        # Inside a span, bytes of no input are holes between inputs of at most ``gap``.
+        holes = np.flatnonzero(np.diff(np.r_[0, (~covered[a:b]).astype(np.int8), 0]))
+        assert all(e - s <= gap for s, e in zip(holes[::2], holes[1::2], strict=True))
+    for (_, b), (c, _) in itertools.pairwise(out):
+        assert c - b > gap  # sorted, and no two at most ``gap`` apart

@@ -59,14 +59,9 @@ from headrace.formats._arrow_format import (
 )
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
-from headrace.formats._table_remote import (
-    Fetch,
-    RemotePart,
-    fetched_spans,
-    merge_ranges,
-    opener,
-)
+from headrace.formats._table_remote import GAP, Fetch, RemotePart, fetched_spans, opener
 from headrace.formats._table_schema import check_names
+from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -486,7 +481,9 @@ class RemoteArrow(RemotePart):
                 wanted.append((head + lo, head + hi))
         buf = np.empty(length, np.uint8)
         futures = [
-            f for a, b in merge_ranges(wanted) for f in self._file.read_pieces(buf[a:b], offset + a)
+            f
+            for a, b in merge_ranges(wanted, GAP)
+            for f in self._file.read_pieces(buf[a:b], offset + a)
         ]
         return Fetch(names, [(offset, buf)], futures)
 

@@ -17,7 +17,8 @@ The GETs go through :class:`~headrace.formats._object_files.RemoteFile`: on
 the source's request queue (at most ``in_flight``), through its object cache,
 each checked against the listed size and ETag. A read h5py makes of bytes not
 fetched (a variable-length string's heap, a virtual dataset's source) is
-fetched then, on demand: slower, never wrong.
+fetched then, on demand: slower, never wrong. A file the object cache holds whole
+(kept by a source that read it whole) is read by the same ranges, from that entry.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.formats._sparse import Span, SparseImage, merge_ranges
+from headrace.formats._sparse import Span, SparseImage
+from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -267,16 +269,8 @@ class RangedHdf5:
         self._queue: RequestQueue | None = None
 
     def applies(self, f: int) -> bool:
-        """Whether file ``f`` is read by ranges: large enough, and not in the object
-        cache whole (a copy on local disk is read whole, as before)."""
-        files = self._files()
-        size = files.sizes[f]
-        if size < self.above:
-            return False
-        cache, etag = files.cache, files.etags[f]
-        if cache is None or etag is None or files.cache_key is None:
-            return True
-        return not os.path.exists(cache.path(files.cache_key(f), size, etag))
+        """Whether file ``f`` is read by ranges: large enough."""
+        return self._files().sizes[f] >= self.above
 
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s metadata and the chunks of samples ``rows`` (``None``: metadata
@@ -285,6 +279,7 @@ class RangedHdf5:
         from headrace.io import ObjectInfo
 
         files = self._files()
+        size, etag = files.sizes[f], files.etags[f]
         cache = None
         if files.cache is not None and files.cache_key is not None:
             cache = (files.cache, files.cache_key(f))
@@ -292,12 +287,25 @@ class RangedHdf5:
             files.store,
             files.keys[f],
             files.name(f),
-            ObjectInfo(files.sizes[f], files.etags[f]),
+            ObjectInfo(size, etag),
             self._request_queue(),
             cache,
         )
+        # A file the cache holds whole (kept by a source that read it whole) is read by
+        # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
+        # past the default in_flight's cap, which leaves files read by ranges out.
+        whole = None
+        if cache is not None and etag is not None:
+            if os.path.exists(cache[0].path(cache[1], size, etag)):
+                whole = cache
 
         def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
+            nonlocal whole
+            if whole is not None:
+                assert etag is not None
+                if whole[0].read_ranges(whole[1], size, etag, spans, buf):
+                    return
+                whole = None  # not a good entry (removed): the store's bytes from now on
             wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
 
         image = SparseImage(files.sizes[f], fetch, files.name(f))

@@ -20,11 +20,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.formats._buffer import SeekableFile
+from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._hdf5_ranges import FileLayout
 
-__all__ = ["BLOCK", "MAX_GAP", "SparseImage", "Span", "merge_ranges"]
+__all__ = ["BLOCK", "MAX_GAP", "SparseImage", "Span"]
 
 #: The least a read on demand fetches: parsers read headers in pieces of 8 to 600
 #: bytes (HDF5 metadata, a zip directory), most of them near each other.
@@ -39,18 +40,6 @@ Span = tuple[int, int]  # [start, end)
 
 # Python's mmap module names MAP_NORESERVE from 3.13 on; Linux's value before that.
 _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
-
-
-def merge_ranges(spans: list[Span], gap: int = 0) -> list[Span]:
-    """Sorted, non-empty spans, those at most ``gap`` bytes apart joined."""
-    out: list[Span] = []
-    for a, b in sorted(s for s in spans if s[1] > s[0]):
-        if out and a <= out[-1][1] + gap:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
 
 
 class SparseImage(SeekableFile):

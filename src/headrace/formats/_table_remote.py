@@ -56,6 +56,7 @@ from headrace.formats._table_layout import (
 from headrace.formats._table_schema import check_names
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.formats._url_glob import glob_root, has_magic, key_matches
+from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -67,7 +68,6 @@ __all__ = [
     "RemoteParquet",
     "RemotePart",
     "fetched_spans",
-    "merge_ranges",
     "opener",
     "resolve_urls",
     "stored_bytes",
@@ -232,17 +232,6 @@ def fetched_spans(
         return fetch(group, want).result()
 
 
-def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``[start, end)`` ranges sorted, those less than ``GAP`` apart merged (one GET each)."""
-    merged: list[list[int]] = []
-    for a, b in sorted(ranges):
-        if merged and a - merged[-1][1] <= GAP:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
-
-
 class RemotePart:
     """What a table's object on object storage keeps: its URL, size and a handle.
 
@@ -372,7 +361,7 @@ class RemoteParquet(RemotePart):
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
-        return [(a, b - a) for a, b in merge_ranges(self._chunks(group, names))]
+        return [(a, b - a) for a, b in merge_ranges(self._chunks(group, names), GAP)]
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of row group ``group``'s chunks of ``names``; nothing waits."""

@@ -46,6 +46,7 @@ import secrets
 import threading
 import warnings
 import zlib
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,6 +68,11 @@ from headrace.io._cache_space import CacheSpace, Reservation, reserve_bytes
 from headrace.io._file import LocalFile
 
 __all__ = ["CacheStats", "ObjectCache", "open_cache"]
+
+#: A whole entry read by ranges is checked against its checksum this much at a time.
+CHECK_PIECE = 1 << 20
+#: The whole entries a process remembers as checked (one past them is checked again).
+CHECKED = 4096
 
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
@@ -120,6 +126,8 @@ class ObjectCache:
         self._space = CacheSpace(self.directory, max_bytes)
         self._stopped: str | None = None  # why this process stopped writing
         self._warned: set[str] = set()
+        # Whole entries read by ranges whose checksum this process checked (see read_ranges).
+        self._checked: OrderedDict[tuple[str, tuple[int, int]], None] = OrderedDict()
 
     #: Bytes each entry adds to the data it keeps (its checksum trailer).
     TRAILER_BYTES = TRAILER.size
@@ -174,18 +182,10 @@ class ObjectCache:
         out = out.reshape(-1).view(np.uint8)  # any C-contiguous array, counted in bytes
         want = out.size
         path = self.path(url, size, etag, offset, want)
-        try:
-            f = LocalFile(path)
-        except StorageError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # else: no such entry
-                self._failed("read", path, exc)
-            self._miss()
+        f = self._open(path, want)
+        if f is None:
             return False
         with f:
-            if f.size != want + TRAILER.size:
-                self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.identity)
-                self._miss()
-                return False
             trailer = np.empty(TRAILER.size, np.uint8)
             try:
                 f.pread_into(out, 0)
@@ -194,23 +194,99 @@ class ObjectCache:
                 self._failed("read", path, exc)
                 self._miss()
                 return False
-        magic, crc, length = TRAILER.unpack(trailer.tobytes())
+            if not self._good(path, f, trailer, want, zlib.crc32(out.data, name_seed(path))):
+                return False
+        self._hit(want)
+        return True
+
+    def read_ranges(
+        self, url: str, size: int, etag: str, spans: list[tuple[int, int]], out: NDArray[np.uint8]
+    ) -> bool:
+        """Fill ``out[a:b]`` with the object's bytes ``[a, b)`` for each of ``spans``, from
+        its whole entry; ``False`` if there is no (good) entry (then read them from the
+        store). The entry's checksum covers all its bytes: it is read through once a
+        process, ``CHECK_PIECE`` at a time (nothing held), then only the spans are read."""
+        path = self.path(url, size, etag)
+        f = self._open(path, size)
+        if f is None:
+            return False
+        with f:
+            try:
+                if not self._checked_whole(path, f, size):
+                    return False
+                for a, b in spans:
+                    f.pread_into(out[a:b], a)
+            except StorageError as exc:
+                self._failed("read", path, exc)
+                self._miss()
+                return False
+        self._hit(sum(b - a for a, b in spans))
+        return True
+
+    def _checked_whole(self, path: str, f: LocalFile, size: int) -> bool:
+        """Whether entry ``f`` (of ``size`` bytes) holds what was written: checked once
+        (its file's identity remembered, ``CHECKED`` entries at most), else removed."""
+        key = (path, f.identity)
+        with self._lock:
+            if key in self._checked:
+                self._checked.move_to_end(key)
+                return True
+        trailer = np.empty(TRAILER.size, np.uint8)
+        f.pread_into(trailer, size)
+        piece = np.empty(min(size, CHECK_PIECE), np.uint8)
+        crc = name_seed(path)
+        for at in range(0, size, CHECK_PIECE):
+            view = piece[: min(CHECK_PIECE, size - at)]
+            f.pread_into(view, at)
+            crc = zlib.crc32(view.data, crc)
+        if not self._good(path, f, trailer, size, crc):
+            return False
+        with self._lock:
+            self._checked[key] = None
+            while len(self._checked) > CHECKED:
+                self._checked.popitem(last=False)
+        return True
+
+    def _open(self, path: str, want: int) -> LocalFile | None:
+        """Entry ``path``, open, if it is there and holds ``want`` bytes (else ``None``,
+        a miss counted; one of another size removed)."""
+        try:
+            f = LocalFile(path)
+        except StorageError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # else: no such entry
+                self._failed("read", path, exc)
+            self._miss()
+            return None
+        if f.size != want + TRAILER.size:
+            f.close()
+            self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.identity)
+            self._miss()
+            return None
+        return f
+
+    def _good(
+        self, path: str, f: LocalFile, trailer: NDArray[np.uint8], want: int, crc: int
+    ) -> bool:
+        """Whether ``trailer`` says the entry's ``want`` bytes, of CRC ``crc``, are what
+        was written; if not, the entry is removed and a miss counted."""
+        magic, kept, length = TRAILER.unpack(trailer.tobytes())
         if magic == MAGIC_V1:
             self._remove_bad(
                 path,
                 "the format of an earlier headrace (its checksum is not bound to its name)",
                 f.identity,
             )
-            self._miss()
-            return False
-        if magic != MAGIC or length != want or crc != zlib.crc32(out.data, name_seed(path)):
+        elif magic != MAGIC or length != want or crc != kept:
             self._remove_bad(path, "bytes that are not what was written (checksum)", f.identity)
-            self._miss()
-            return False
+        else:
+            return True
+        self._miss()
+        return False
+
+    def _hit(self, n: int) -> None:
         with self._lock:
             self.stats.hits += 1
-            self.stats.hit_bytes += want
-        return True
+            self.stats.hit_bytes += n
 
     def _miss(self) -> None:
         with self._lock:

@@ -3,12 +3,14 @@
 Pure NumPy: no I/O, no threads, no clocks. Readers sort requests, merge
 neighbours whose gap is at most ``max_gap`` into spans of at most ``max_span``
 bytes, read the spans, and slice every request back out in caller order, so
-reads may be reordered while results never are.
+reads may be reordered while results never are. :func:`merge_ranges` is the
+same joining for a few ``[start, end)`` spans as tuples (a sparse file's
+fetches, a table's column chunks): no span limit, no map back to the requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -24,6 +26,7 @@ __all__ = [
     "Ranges",
     "as_ranges",
     "coalesce",
+    "merge_ranges",
 ]
 
 DEFAULT_MAX_GAP = 64 * 1024
@@ -102,6 +105,19 @@ class Coalesced:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+
+def merge_ranges(spans: Iterable[tuple[int, int]], gap: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` spans sorted, empty ones dropped, and those at most ``gap``
+    bytes apart joined (overlapping and touching ones always): one read each."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if out and a <= out[-1][1] + gap:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
 
 
 def coalesce(

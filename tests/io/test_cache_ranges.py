@@ -1,0 +1,75 @@
+"""A whole entry read by ranges (ObjectCache.read_ranges): checked once, then only the spans."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.io import ObjectCache
+from headrace.io import _cache as cache_mod
+from headrace.io import _cache_files as cache_files
+
+URL = "|s3://bucket/data/a.h5"
+N = 50_000
+SPANS = [(100, 200), (30_000, 30_010)]
+
+
+def entry(root: Path) -> Path:
+    (path,) = (p for p in root.rglob("*") if p.is_file() and p.name != cache_files.LEDGER)
+    return path
+
+
+def filled(c: ObjectCache, data: bytes) -> tuple[bool, np.ndarray]:
+    out = np.zeros(len(data), np.uint8)
+    return c.read_ranges(URL, len(data), "e", SPANS, out), out
+
+
+def test_spans_of_a_whole_entry_are_read_and_the_rest_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_mod, "CHECK_PIECE", 4096)  # checked in 13 pieces
+    data = np.random.default_rng(0).integers(1, 256, N, dtype=np.uint8).tobytes()
+    c = ObjectCache(tmp_path)
+    assert not filled(c, data)[0] and c.stats.misses == 1  # no entry yet
+    assert c.write(URL, N, "e", data)
+    ok, out = filled(c, data)
+    assert ok and c.stats.hits == 1 and c.stats.hit_bytes == 110
+    want = np.zeros(N, np.uint8)
+    for a, b in SPANS:
+        want[a:b] = np.frombuffer(data, np.uint8)[a:b]
+    np.testing.assert_array_equal(out, want)  # only the spans written
+
+
+def test_an_entry_that_fails_its_checksum_is_removed_and_a_new_one_checked_again(
+    tmp_path: Path,
+) -> None:
+    data = np.random.default_rng(1).integers(0, 256, N, dtype=np.uint8).tobytes()
+    c = ObjectCache(tmp_path)
+    c.write(URL, N, "e", data)
+    path = entry(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[40_000] ^= 1  # outside the spans read: only the check over all its bytes sees it
+    path.write_bytes(bytes(raw))
+    with pytest.warns(RuntimeWarning, match=r"bytes that are not what was written \(checksum\)"):
+        assert not filled(c, data)[0]
+    assert not path.exists() and c.stats.bad_entries == 1
+    c.write(URL, N, "e", data)
+    assert filled(c, data)[0]  # checked: good
+    # Replaced by another file (another inode) of bad bytes: checked again, refused.
+    tmp = tmp_path / "swap"
+    tmp.write_bytes(bytes(raw))
+    os.replace(tmp, path)
+    assert not filled(c, data)[0] and c.stats.bad_entries == 2
+
+
+def test_an_entry_of_another_size_is_refused(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    c.write(URL, N, "e", bytes(N))
+    path = entry(tmp_path)
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.warns(RuntimeWarning, match=rf"{N - 1} bytes, not {N}"):
+        assert not filled(c, bytes(N))[0]
+    assert not path.exists() and c.stats.bad_entries == 1
