@@ -58,7 +58,7 @@ def in_new_process(*args: object) -> None:
 # Every source once and each way of saving twice: a process start costs ~2 s.
 @pytest.mark.parametrize(
     ("source", "how"),
-    zip(sorted(SOURCES), itertools.cycle(["composite", "tree"])),
+    list(zip(sorted(SOURCES), itertools.cycle(["composite", "tree"]))),
 )
 def test_a_state_saved_with_orbax_resumes_in_a_new_process(
     root: Path, tmp_path: Path, source: str, how: str

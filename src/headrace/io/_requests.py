@@ -74,7 +74,12 @@ class RequestQueue:
         loop = self._loop_thread()
         with self._lock:
             self.stats.submitted += 1
-        return loop.submit(self._run(loop, job))
+        try:
+            return loop.submit(self._run(loop, job))
+        except RuntimeError as exc:  # close() stopped the loop since _loop_thread() returned
+            if not self._closed:
+                raise
+            raise StorageError(f"{self._name}: the request queue is closed") from exc
 
     async def _run(self, loop: LoopThread, job: Callable[[], Awaitable[T]]) -> T:
         gate = self._gate
@@ -122,6 +127,10 @@ class RequestQueue:
         held.add_done_callback(refused)
         loop, leave = admitted.result()
         try:
+            if self._closed:
+                # Admitted by close() itself: cancelling the request that held the place
+                # freed it for this one a moment before this one's turn to be cancelled.
+                raise StorageError(f"{self._name}: the request queue closed while waiting")
             yield
         finally:
             try:
