@@ -140,3 +140,53 @@ def test_an_object_replaced_since_it_was_listed_is_refused(
             header_counts(files, file_format("npy"), None, 4)
     finally:
         files.close()
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz", "hdf5"])
+def test_a_warm_cache_serves_the_headers_with_no_get(
+    s3: S3Fixture, local: Path, proxy: LatencyProxy, tmp_path: Path, kind: str
+) -> None:
+    # A restart over a warm cache_dir: every file is there whole, so counting its header
+    # is a read of that entry, not a ranged GET (10,000 files were 10,000 GETs before the
+    # first batch).
+    cold = on_s3(s3, kind, proxy.endpoint, cache_dir=tmp_path / "c")
+    for i in range(len(cold.files)):  # a run that read every file (the empty one too)
+        cold.files.fetch(i)
+    want = digest(cold)
+    assert cold.cache_stats is not None and cold.cache_stats.written == len(COUNTS)
+    proxy.reset_stats()
+    warm = on_s3(s3, kind, proxy.endpoint, cache_dir=tmp_path / "c")
+    assert proxy.stats.requests == 1  # the LIST: before, 1 + a GET or two per file
+    assert warm.counts.tolist() == COUNTS
+    assert digest(warm) == want
+    assert proxy.stats.requests == 1
+    assert warm.files.store.stats.bytes == 0
+    cold.close()
+    warm.close()
+
+
+def test_a_damaged_cache_entry_is_counted_from_the_store(
+    s3: S3Fixture, local: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    cold = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c")
+    want = digest(cold)
+    files = cold.files
+    assert files.cache is not None and files.cache_key is not None
+    i = files.keys.index("r005.npz")
+    etag = files.etags[i]
+    assert etag is not None
+    entry = Path(files.cache.path(files.cache_key(i), files.sizes[i], etag))
+    data = bytearray(entry.read_bytes())
+    data[files.sizes[i] - 100] ^= 0xFF  # in the zip's directory, which the count reads
+    entry.write_bytes(bytes(data))
+    proxy.reset_stats()
+    with pytest.warns(RuntimeWarning, match=r"not what was written \(checksum\); removed"):
+        warm = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c")
+    assert warm.counts.tolist() == COUNTS
+    assert warm.count_stats is not None
+    assert 1 < proxy.stats.requests <= 4  # the LIST and r005's header reads, from the store
+    assert warm.cache_stats is not None and warm.cache_stats.bad_entries == 1
+    assert not entry.exists()  # removed: the batches read r005 from the store
+    assert digest(warm) == want
+    cold.close()
+    warm.close()

@@ -9,6 +9,8 @@ member's own header of an NPZ, and in the object headers of an HDF5 file
 asks for, fetched on demand in blocks of at least ``BLOCK`` bytes (a ranged GET
 each on object storage, a ``pread`` locally), with a first read where the header
 usually is.
+A file the object cache (``cache_dir``) holds whole is read from that entry, not by
+GETs (:meth:`~headrace.formats._file_list.FileList.fetch_ranges`).
 Files are counted ``depth`` at a time (the source's ``in_flight``), so on
 object storage that many ranged GETs are in flight.
 """
@@ -80,26 +82,6 @@ def _local(path: str) -> tuple[Fetch, Callable[[], None]]:
     return fetch, f.close
 
 
-def _remote(files: FileList, i: int, queue: RequestQueue) -> tuple[Fetch, Callable[[], None]]:
-    from headrace.formats._object_files import RemoteFile, wait_all
-    from headrace.io import ObjectInfo
-
-    # Checked against the listed size and ETag: a count read from another version
-    # of the object than the one the run will read is refused, by name.
-    remote = RemoteFile(
-        files.store,
-        files.keys[i],
-        files.name(i),
-        ObjectInfo(files.sizes[i], files.etags[i]),
-        queue,
-    )
-
-    def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
-        wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
-
-    return fetch, lambda: None
-
-
 def _count_one(
     fmt: FileFormat,
     datasets: Sequence[str] | None,
@@ -109,7 +91,12 @@ def _count_one(
 ) -> tuple[int, int, int]:
     """File ``i``'s count, and the reads and bytes it took."""
     name, size = files.name(i), files.sizes[i]
-    fetch, close = _local(name) if queue is None else _remote(files, i, queue)
+    if queue is None:
+        fetch, close = _local(name)
+    else:
+        # From the cache's whole entry when it holds one (a restart with a warm cache:
+        # no GET); the header's ranges are not kept as entries of their own.
+        fetch, close = files.fetch_ranges(i, queue, cache_ranges=False), lambda: None
     try:
         f = SparseImage(size, fetch, name)
         first, from_end = _FIRST[fmt.name]

@@ -36,6 +36,7 @@ from headrace.io import (
     ObjectCache,
     RangeReader,
     ReaderConfig,
+    RequestQueue,
     file_url_path,
     open_error,
 )
@@ -101,6 +102,45 @@ class FileList:
                 f"said {want}; refusing to decode it"
             )
         return data
+
+    def fetch_ranges(
+        self, i: int, queue: RequestQueue, *, cache_ranges: bool = True
+    ) -> Callable[[list[tuple[int, int]], NDArray[np.uint8]], None]:
+        """``fetch(spans, buf)`` of object ``i``: fills ``buf[a:b]`` with its bytes
+        ``[a, b)`` for each span, from the cache's whole entry of it when there is one,
+        else by ranged GETs on ``queue`` (all in flight at once), each checked against the
+        listed size and ETag (``cache_ranges``: through the cache's range entries).
+        An entry that proves bad is removed, and the store serves the file from then on."""
+        from headrace.formats._object_files import RemoteFile, wait_all
+        from headrace.io import ObjectInfo
+
+        size, etag = self.sizes[i], self.etags[i]
+        cache = None
+        if self.cache is not None and self.cache_key is not None:
+            cache = (self.cache, self.cache_key(i))
+        remote = RemoteFile(
+            self.store,
+            self.keys[i],
+            self.name(i),
+            ObjectInfo(size, etag),
+            queue,
+            cache if cache_ranges else None,
+        )
+        whole = None  # one stat: no entry, no checksum pass
+        if cache is not None and etag is not None:
+            if os.path.exists(cache[0].path(cache[1], size, etag)):
+                whole = cache
+
+        def fetch(spans: list[tuple[int, int]], buf: NDArray[np.uint8]) -> None:
+            nonlocal whole
+            if whole is not None:
+                assert etag is not None
+                if whole[0].read_ranges(whole[1], size, etag, spans, buf):
+                    return
+                whole = None  # not a good entry (removed): the store's bytes from now on
+            wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
+
+        return fetch
 
     def close(self) -> None:
         self._close()

@@ -23,7 +23,6 @@ fetched then, on demand: slower, never wrong. A file the object cache holds whol
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -275,39 +274,11 @@ class RangedHdf5:
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s metadata and the chunks of samples ``rows`` (``None``: metadata
         only; :meth:`SparseImage.want` fetches the rest)."""
-        from headrace.formats._object_files import RemoteFile, wait_all
-        from headrace.io import ObjectInfo
-
         files = self._files()
-        size, etag = files.sizes[f], files.etags[f]
-        cache = None
-        if files.cache is not None and files.cache_key is not None:
-            cache = (files.cache, files.cache_key(f))
-        remote = RemoteFile(
-            files.store,
-            files.keys[f],
-            files.name(f),
-            ObjectInfo(size, etag),
-            self._request_queue(),
-            cache,
-        )
         # A file the cache holds whole (kept by a source that read it whole) is read by
         # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
         # past the default in_flight's cap, which leaves files read by ranges out.
-        whole = None
-        if cache is not None and etag is not None:
-            if os.path.exists(cache[0].path(cache[1], size, etag)):
-                whole = cache
-
-        def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
-            nonlocal whole
-            if whole is not None:
-                assert etag is not None
-                if whole[0].read_ranges(whole[1], size, etag, spans, buf):
-                    return
-                whole = None  # not a good entry (removed): the store's bytes from now on
-            wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
-
+        fetch = files.fetch_ranges(f, self._request_queue())
         image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)
