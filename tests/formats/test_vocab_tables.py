@@ -126,3 +126,82 @@ def test_packed_sequences_name_the_shard_row_and_position(tmp_path: Path) -> Non
     assert "token id -2 is outside" in msg
     offset = sum(len(r) for r in ids[:260]) + 3
     assert f"token offset {offset} of the packed stream" in msg
+
+
+def fixed_table(path: Path, ids: np.ndarray, labels: np.ndarray) -> Path:
+    """Pre-padded ids (a fixed-size list column), a plain integer class id, a float."""
+    n, w = ids.shape
+    flat = pa.array(ids.reshape(-1))
+    pq.write_table(
+        pa.table(
+            {
+                "input_ids": pa.FixedSizeListArray.from_arrays(flat, w),
+                "label": labels,
+                "score": np.arange(n, dtype=np.float32),
+                "name": [f"r{i}" for i in range(n)],
+            }
+        ),
+        path,
+        row_group_size=100,
+    )
+    return path
+
+
+def fixed_ids(value: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, V, (ROWS, 16)).astype(np.int32)
+    labels = rng.integers(0, 10, ROWS).astype(np.int64)
+    if value is not None:
+        ids[230, 11] = value
+    return ids, labels
+
+
+@pytest.mark.parametrize("value", [V, -3])
+@pytest.mark.parametrize("how", ["int", "mapping"])
+def test_a_fixed_size_list_column_is_checked_naming_file_row_column_position(
+    tmp_path: Path, value: int, how: str
+) -> None:
+    path = fixed_table(tmp_path / "f.parquet", *fixed_ids(value))
+    vocab = V if how == "int" else {"input_ids": V}  # an int: every integer-list column
+    src = TableSource(path, columns=["input_ids", "label"], shuffle=False, vocab_size=vocab)
+    assert src.vocab == {"input_ids": V}  # the plain integer label: only when named
+    src.read(0, np.arange(230))
+    with pytest.raises(FormatError) as info:
+        src.read(0, np.arange(200, 260))
+    msg = str(info.value)
+    assert (
+        f"{path}: column 'input_ids', row 230 (sample 230), position 11: token id {value} " in msg
+    )
+    assert f"outside the vocabulary [0, {V})" in msg
+
+
+def test_a_plain_integer_column_named_is_checked(tmp_path: Path) -> None:
+    ids, labels = fixed_ids()
+    ok = fixed_table(tmp_path / "ok.parquet", ids, labels)
+    s = np.arange(ROWS, dtype=np.int64)
+    kw = {"columns": ["input_ids", "label"], "shuffle": False}
+    plain = TableSource(ok, **kw).read(0, s)
+    checked = TableSource(ok, **kw, vocab_size={"input_ids": V, "label": 10}).read(0, s)
+    assert batch_digest([plain]) == batch_digest([checked])
+    labels[321] = 10
+    bad = fixed_table(tmp_path / "bad.parquet", ids, labels)
+    src = TableSource(bad, **kw, vocab_size={"label": 10})
+    with pytest.raises(FormatError) as info:
+        src.read(0, s)
+    msg = str(info.value)
+    assert f"{bad}: column 'label', row 321 (sample 321): token id 10 is outside the " in msg
+    assert "position" not in msg.partition("token id")[0]
+
+
+def test_a_mapping_naming_no_integer_column_is_refused(tmp_path: Path) -> None:
+    path = fixed_table(tmp_path / "f.parquet", *fixed_ids())
+    kw = {"columns": ["input_ids", "score", "name"], "widths": {"name": 8}, "shuffle": False}
+    for c, typ in [("score", "float"), ("name", "string"), ("missing", "not read")]:
+        with pytest.raises(ConfigError) as info:
+            TableSource(path, **kw, vocab_size={c: V})
+        msg = str(info.value)
+        assert f"vocab_size names column(s) ['{c}'], which are not integer or integer-list " in msg
+        assert f"'{c}': {typ}" in msg
+        assert "those are ['input_ids']" in msg
+    with pytest.raises(ConfigError, match=r"name a column of plain integer ids in a mapping"):
+        TableSource(path, columns=["label", "score"], shuffle=False, vocab_size=V)

@@ -87,12 +87,14 @@ class TableSource:
     (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
     A struct's other fields read as columns named ``column.field`` (docs/formats.md).
 
-    ``vocab_size``: the ids of token-list columns must lie in ``[0, vocab_size)``:
-    an int checks every padded column of integer lists, a mapping
-    (``{"input_ids": 32000}``) the columns it names (a ``labels`` column holding
-    ``-100`` is no token column). Their ``pad_values`` must be ids too. A row
-    holding one outside is refused (:class:`~headrace.errors.FormatError` naming
-    the file, row, sample, column, position among the row's items, and id).
+    ``vocab_size``: the ids of token columns must lie in ``[0, vocab_size)``:
+    an int checks every column of integer lists (padded or fixed-size), a mapping
+    (``{"input_ids": 32000}``) the columns it names, which may also be plain integer
+    columns (a ``labels`` column holding ``-100`` is no token column; naming a column
+    of another type is a :class:`~headrace.errors.ConfigError`). Their ``pad_values``
+    must be ids too. A row holding one outside is refused
+    (:class:`~headrace.errors.FormatError` naming the file, row, sample, column,
+    position among the row's items, and id).
     """
 
     def __init__(
@@ -237,36 +239,45 @@ class TableSource:
 
     def _vocab_columns(self, vocab_size: int | Mapping[str, int] | None) -> dict[str, int]:
         """The token columns checked, each with its vocabulary size: ``vocab_size``'s
-        columns, or (an int) every padded column of integer lists."""
+        columns (integer lists, padded or fixed-size, or plain integers), or (an int)
+        every integer-list column read."""
         if vocab_size is None:
             return {}
         cols = self.table.columns
-        ints = [c for c in self.widths if cols[c].kind == "ragged" and cols[c].dtype.kind in "iu"]
+        ints = [c for c in self.names if cols[c].kind != "bytes" and cols[c].dtype.kind in "iu"]
+        lists = [c for c in ints if cols[c].kind in ("ragged", "fixed")]
         if isinstance(vocab_size, Mapping):
             vocab = {c: check_vocab_size(v) for c, v in vocab_size.items()}
             wrong = [c for c in vocab if c not in ints]
             if wrong:
+                found = ", ".join(
+                    f"{c!r}: {cols[c].arrow_type}" if c in cols else f"{c!r}: not read"
+                    for c in wrong
+                )
                 raise ConfigError(
                     f"{self._where()}: vocab_size names column(s) {wrong}, which are not "
-                    f"padded columns of integer lists read here; those are {ints}"
+                    f"integer or integer-list columns read here ({found}); those are "
+                    f"{ints}: name only columns of token ids"
                 )
         else:
             v = check_vocab_size(vocab_size)
-            if not ints:
+            if not lists:
                 raise ConfigError(
                     f"{self._where()}: vocab_size={vocab_size!r} checks token ids, and no "
-                    f"column read holds integer lists (reading {self.names})"
+                    f"column read holds integer lists (reading {self.names}); name a column "
+                    "of plain integer ids in a mapping ({column: vocab_size})"
                 )
-            vocab = dict.fromkeys(ints, v)
+            vocab = dict.fromkeys(lists, v)
         out: dict[str, int] = {}
         for c, v in vocab.items():
             assert v is not None
-            check_pad_in_vocab(
-                f"pad_values[{c!r}]",
-                int(self.pad_values[c]),
-                v,
-                f"{self._where()}: column {c!r}: ",
-            )
+            if c in self.pad_values:  # padded: the pads reach the embedding too
+                check_pad_in_vocab(
+                    f"pad_values[{c!r}]",
+                    int(self.pad_values[c]),
+                    v,
+                    f"{self._where()}: column {c!r}: ",
+                )
             out[c] = v
         return out
 
@@ -509,21 +520,23 @@ class TableSource:
         vocabulary, naming its file, row, column and position among the row's items."""
         found = []
         for k, (c, vocab) in enumerate(self.vocab.items()):
-            at = first_outside(out[c], vocab)
+            at = first_outside(out[c].reshape(len(rows), -1), vocab)  # a plain column: (B, 1)
             if at is not None:
                 found.append((at[0], k, at[1]))
         if not found:
             return
         i, k, j = min(found)
         c, vocab = list(self.vocab.items())[k]
-        item = j  # the position among the row's items: left padding ends them at the last
-        if self.pad_side == "left":
-            item -= self.widths[c] - int(np.count_nonzero(out[f"{c}_mask"][i]))
         where = (
             f"{self.table.files_of(rows[i : i + 1])[0]}: column {c!r}, row {int(rows[i])} "
-            f"(sample {int(samples[i])}), position {item}"
+            f"(sample {int(samples[i])})"
         )
-        raise outside_error(where, out[c], (i, j), vocab)
+        if out[c].ndim > 1:
+            item = j  # the position among the row's items: left padding ends them at the last
+            if self.pad_side == "left" and c in self.pad_values:
+                item -= self.widths[c] - int(np.count_nonzero(out[f"{c}_mask"][i]))
+            where += f", position {item}"
+        raise outside_error(where, out[c].reshape(len(rows), -1), (i, j), vocab)
 
     def close(self) -> None:
         self._decoder.close()
