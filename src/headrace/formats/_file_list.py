@@ -104,13 +104,20 @@ class FileList:
         return data
 
     def fetch_ranges(
-        self, i: int, queue: RequestQueue, *, cache_ranges: bool = True
+        self,
+        i: int,
+        queue: RequestQueue,
+        *,
+        cache_ranges: bool = True,
+        whole_up_to: int | None = None,
     ) -> Callable[[list[tuple[int, int]], NDArray[np.uint8]], None]:
         """``fetch(spans, buf)`` of object ``i``: fills ``buf[a:b]`` with its bytes
-        ``[a, b)`` for each span, from the cache's whole entry of it when there is one,
-        else by ranged GETs on ``queue`` (all in flight at once), each checked against the
-        listed size and ETag (``cache_ranges``: through the cache's range entries).
-        An entry that proves bad is removed, and the store serves the file from then on."""
+        ``[a, b)`` for each span, from the cache's whole entry of it when there is one
+        (and the object has at most ``whole_up_to`` bytes: checking an entry reads all
+        of it), else by ranged GETs on ``queue`` (all in flight at once), each checked
+        against the listed size and ETag (``cache_ranges``: through the cache's range
+        entries). An entry that proves bad is removed, and the store serves the file
+        from then on."""
         from headrace.formats._object_files import RemoteFile, wait_all
         from headrace.io import ObjectInfo
 
@@ -127,7 +134,8 @@ class FileList:
             cache if cache_ranges else None,
         )
         whole = None  # one stat: no entry, no checksum pass
-        if cache is not None and etag is not None:
+        small = whole_up_to is None or size <= whole_up_to
+        if cache is not None and etag is not None and small:
             if os.path.exists(cache[0].path(cache[1], size, etag)):
                 whole = cache
 
