@@ -68,7 +68,7 @@ def test_an_id_outside_is_refused_naming_row_sample_position_and_id(
     msg = refused(src, np.arange(10, 30))
     assert f"{path}: row 17 (sample 17), tokens, position {col}: token id {value} " in msg
     assert f"outside the vocabulary [0, {V}) (vocab_size={V})" in msg
-    assert f"the largest id in this row is {tok[17, : L + 1].max()}" in msg
+    assert f"the largest id in this sample is {tok[17, : L + 1].max()}" in msg
     assert ("the smallest" in msg) == (value < 0)
     # Without vocab_size the id comes through as it is stored (y: the label shift's last).
     plain = PaddedRows(path, context=L, shuffle=False).read(0, np.array([17]))
