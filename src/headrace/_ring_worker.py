@@ -214,29 +214,31 @@ def _step_of_error(
     before the other workers' earlier steps, and name what was wrong at this
     worker's step, not at the first step of the plan that holds it (``vocab_size=``'s
     refusal named sample 80 with two workers, 72 without). So the chunk's steps are
-    read again one at a time: those that read are sent, and the first that fails is
-    the error's step. An error that does not recur within a chunk's steps (a read
-    that failed once) is reported as it was, at the chunk's first step.
+    read again one at a time: those before the first that fails are sent, and that one
+    is the error's step. An error that does not recur within the chunk's steps (a read
+    that failed once, a full ``/dev/shm``) is reported as it was, at the chunk's first
+    step, and nothing read again is sent.
     """
     k = cfg.workers
-    offset = (cfg.start + w) % k
     again = Loader(
         cfg.source,
         **{**cfg.loader, "chunk_steps": 1},
         step_stride=k,
-        step_offset=offset,
+        step_offset=(cfg.start + w) % k,
     )
     again.step = step
+    good: list[tuple[list[int], Any]] = []
     try:
         with again:
-            for n, (steps, arrays) in enumerate(again.chunks()):
-                if n >= chunk:  # past the failed chunk: its error did not recur
+            for steps, arrays in again.chunks():
+                if len(good) >= chunk:  # past the failed chunk: its error did not recur
                     break
-                out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
-                step = steps[-1] + k
+                good.append((steps, arrays))
     except Exception as found:
+        for steps, arrays in good:
+            out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
         found.__suppress_context__ = True  # the chunk's error: the same, told once
-        return step, found
+        return step + len(good) * k, found
     return step, exc
 
 

@@ -432,6 +432,21 @@ def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[
     assert dl._workers is None or dl._workers._procs == []
 
 
+def test_a_worker_error_that_does_not_recur_is_raised_at_its_chunks_first_step(
+    root: Path, reference: list[str]
+) -> None:
+    # Each worker's chunk fails once and reads whole the second time: read again a step
+    # at a time, none fails, so what was read again is not sent and the error is
+    # raised at the failed chunk's first step (worker 0's, step 6), as before.
+    dl = ht.HeadraceDataLoader(dataset(root, Faulty(root, at=9, how="once")), num_workers=2)
+    got: list[str] = []
+    with pytest.raises(DataError, match="injected fault at step 9") as info:
+        got.extend(digest(b) for b in dl)
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
+    assert got == reference[:6] and dl.step == 6
+
+
 def test_a_vocab_refusal_names_the_same_sample_with_workers_or_without(tmp_path: Path) -> None:
     # Ids are token offsets: sample s holds ids [16s, 16s + 16], so with V = 1153 the
     # first id outside is sample 72's second (step 9 of batches of 8); every later
