@@ -144,11 +144,8 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
     step = -1  # the next step this worker owes, once its config is read
     shm: SharedMemory | None = None
     whole: NDArray[np.uint8] | None = None
-    cfg: RingConfig | None = None
-    loader: Loader | None = None
     try:
-        cfg = pickle.loads(config)  # the source reopens its files here
-        assert cfg is not None
+        cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
         k = cfg.workers
         offset = (cfg.start + w) % k
         step = cfg.start + (offset - cfg.start) % k
@@ -190,10 +187,6 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
             out.send_bytes(bytes([_END]))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the main process closed our pipes: it wants no more
-    except Exception as exc:
-        if cfg is not None and loader is not None:
-            step, exc = _step_of_error(cfg, w, step, loader.max_chunk_steps, exc, out)
-        _send_error(out, step, exc)
     except BaseException as exc:
         _send_error(out, step, exc)
     finally:
@@ -201,45 +194,6 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
         named.unlink()
         if shm is not None:
             shm.close()
-
-
-def _step_of_error(
-    cfg: RingConfig, w: int, step: int, chunk: int, exc: Exception, out: Connection
-) -> tuple[int, Exception]:
-    """The step of a failed chunk that holds the error, and its error, having sent the
-    steps before it one by one (pickled).
-
-    Worker ``w`` reads its steps (every ``k``-th) a chunk at a time, and a chunk fails
-    as a whole; raised at the chunk's first step, the error would reach the consumer
-    before the other workers' earlier steps, and name what was wrong at this
-    worker's step, not at the first step of the plan that holds it (``vocab_size=``'s
-    refusal named sample 80 with two workers, 72 without). So the chunk's steps are
-    read again one at a time: those before the first that fails are sent, and that one
-    is the error's step. An error that does not recur within the chunk's steps (a read
-    that failed once, a full ``/dev/shm``) is reported as it was, at the chunk's first
-    step, and nothing read again is sent.
-    """
-    k = cfg.workers
-    again = Loader(
-        cfg.source,
-        **{**cfg.loader, "chunk_steps": 1},
-        step_stride=k,
-        step_offset=(cfg.start + w) % k,
-    )
-    again.step = step
-    good: list[tuple[list[int], Any]] = []
-    try:
-        with again:
-            for steps, arrays in again.chunks():
-                if len(good) >= chunk:  # past the failed chunk: its error did not recur
-                    break
-                good.append((steps, arrays))
-    except Exception as found:
-        for steps, arrays in good:
-            out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
-        found.__suppress_context__ = True  # the chunk's error: the same, told once
-        return step + len(good) * k, found
-    return step, exc
 
 
 def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Region, ...]) -> None:

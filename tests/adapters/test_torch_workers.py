@@ -451,22 +451,28 @@ def test_a_vocab_refusal_names_the_same_sample_with_workers_or_without(tmp_path:
     # Ids are token offsets: sample s holds ids [16s, 16s + 16], so with V = 1153 the
     # first id outside is sample 72's second (step 9 of batches of 8); every later
     # sample holds some too. Two workers read steps 6, 8, 10 and 7, 9, 11 in one chunk
-    # each; worker 0's failed at step 10 and used to be refused first, naming sample 80.
+    # each; worker 0's failed at step 10 and used to be refused first, naming sample 80
+    # (with torch's own DataLoader workers too).
     path = tmp_path / "ids.bin"
     np.arange(2000, dtype=np.uint16).tofile(path)
     messages = []
-    for workers in (0, 2):
+    for kind, workers in (("headrace", 0), ("headrace", 2), ("torch", 2)):
         src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
-        dl = ht.HeadraceDataLoader(
-            ht.TorchDataset(src, batch_size=8, epochs=1), num_workers=workers
+        ds = ht.TorchDataset(src, batch_size=8, epochs=1)
+        dl: Any = (
+            ht.HeadraceDataLoader(ds, num_workers=workers)
+            if kind == "headrace"
+            else torch.utils.data.DataLoader(
+                ds, batch_size=None, num_workers=workers, multiprocessing_context="forkserver"
+            )
         )
         got = []
         with pytest.raises(FormatError) as info:
             got.extend(b["sample"][0].item() for b in dl)
         messages.append(str(info.value))
+        assert got == list(range(0, 72, 8))  # every step before the refused one
     assert f"{path}: token offset 1153 (byte 2306) (sample 72): token id 1153 " in messages[0]
-    assert messages[1] == messages[0]
-    assert len(got) == 9 and dl.step == 9  # with workers: every step before the refused one
+    assert messages[1] == messages[0] and messages[0] in messages[2]  # torch adds its traceback
 
 
 def test_a_worker_error_that_does_not_unpickle_keeps_its_message(root: Path) -> None:
