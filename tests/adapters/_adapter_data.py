@@ -93,20 +93,26 @@ class Faulty:
     ``how``: ``"raise"`` (a DataError), ``"raise-shard"`` (a :class:`ShardError`, which
     does not unpickle), ``"exit"`` (the process dies),
     ``"sleep"`` (every read takes 0.1 s from then on: for interrupting), or
-    ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess).
+    ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess),
+    ``"once"`` (a DataError the first time a process reads it, then none: a read that
+    failed once).
     """
 
     def __init__(self, root: Path, at: int, how: str) -> None:
         self.inner = token_source(root)
         self.at, self.how = at, how
+        self.failed = False
 
     def fingerprint(self) -> dict[str, Any]:
         return self.inner.fingerprint()
 
     def read(self, seed: int, samples: Any) -> dict[str, Any]:
         if bool((np.asarray(samples) // BATCH >= self.at).any()):
-            if self.how == "raise":
+            if self.how == "raise" or (self.how == "once" and not self.failed):
+                self.failed = True
                 raise DataError(f"injected fault at step {self.at}")
+            if self.how == "once":
+                return self.inner.read(seed, samples)
             if self.how == "raise-shard":
                 raise ShardError("/data/shard-7.bin", 42)
             if self.how == "exit":

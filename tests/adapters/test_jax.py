@@ -481,3 +481,20 @@ def test_an_exact_pass_masks_the_padding_in_a_jitted_metric(root: Path) -> None:
             seen += np.asarray(b["sample"])[np.asarray(b["valid"])].tolist()
     assert sorted(seen) == list(range(n)) and total[1] == n
     assert total[0] / total[1] == pytest.approx(want, rel=1e-5)
+
+
+def test_a_sliding_window_pass_scores_every_target_once(root: Path) -> None:
+    """stride= under epochs=1: the targets the masks mark are the plain loader's, and
+    every token but each file's first is one of them."""
+    src = token_source(root, shuffle=False, stride=5)
+    with Loader(token_source(root, shuffle=False, stride=5), batch_size=BATCH, epochs=1) as lo:
+        want = [b["y"][b["valid"][:, None] & b["loss_mask"]] for b in lo]
+    got = []
+    with JaxLoader(src, batch_size=BATCH, sharding=batch_sharding(), epochs=1) as loader:
+        for b in loader:
+            ok = np.asarray(b["valid"])[:, None] & np.asarray(b["loss_mask"])
+            got.append(np.asarray(b["y"])[ok])
+    assert len(got) == len(want)
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, w)
+    assert sum(len(a) for a in got) == sum(f.num_tokens - 1 for f in src.files)

@@ -58,12 +58,17 @@ def test_dataloader_with_two_workers_sees_each_sample_once(tmp_path: Path, world
     assert sorted(seen) == list(range(n))
 
 
-def test_headrace_dataloader_workers_equal_the_plain_loader(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "opts", [{}, {"shuffle": False, "stride": 5}], ids=["windows", "sliding-stride-5"]
+)
+def test_headrace_dataloader_workers_equal_the_plain_loader(
+    tmp_path: Path, opts: dict[str, object]
+) -> None:
     root = write_tokens(tmp_path)
-    with Loader(token_source(root), batch_size=B, epochs=1) as lo:
+    with Loader(token_source(root, **opts), batch_size=B, epochs=1) as lo:
         want = [{k: v.copy() for k, v in b.items()} for b in lo]
     for workers in (0, 2):
-        ds = TorchDataset(token_source(root), batch_size=B, epochs=1)
+        ds = TorchDataset(token_source(root, **opts), batch_size=B, epochs=1)
         with HeadraceDataLoader(ds, num_workers=workers) as dl:
             got = [{k: v.numpy().copy() for k, v in b.items()} for b in dl]
         assert len(got) == len(want)

@@ -33,7 +33,14 @@ from _adapter_data import (  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
 from headrace._shm_ring import RingConfig, WorkerBatches  # noqa: E402
-from headrace.errors import ConfigError, DataError, HeadraceError, StateError  # noqa: E402
+from headrace.errors import (  # noqa: E402
+    ConfigError,
+    DataError,
+    FormatError,
+    HeadraceError,
+    StateError,
+)
+from headrace.formats import TokenSource  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
@@ -414,13 +421,58 @@ def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[
     got: list[str] = []
     with pytest.raises(DataError, match="injected fault at step 9") as info:
         got.extend(digest(b) for b in dl)
-    # Worker 0 reads its steps in chunks [0], [2, 4], [6, 8, 10, 12]: the last one
-    # fails (step 10 is faulty), and the step named is the first it could not deliver.
+    # Worker 0 reads its steps in chunks [0], [2, 4], [6, 8, 10, 12], worker 1 in
+    # [1], [3, 5], [7, 9, 11]: both last ones fail (steps 9 on are faulty). Each
+    # worker reads its failed chunk again a step at a time, sends the steps before the
+    # fault, and names the first that fails: every step before 9 arrives, then 9's error.
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 1 of 2" in notes and "at step 9" in notes
+    assert "worker traceback" in notes
+    assert got == reference[:9] and dl.step == 9
+    assert dl._workers is None or dl._workers._procs == []
+
+
+def test_a_worker_error_that_does_not_recur_is_raised_at_its_chunks_first_step(
+    root: Path, reference: list[str]
+) -> None:
+    # Each worker's chunk fails once and reads whole the second time: read again a step
+    # at a time, none fails, so what was read again is not sent and the error is
+    # raised at the failed chunk's first step (worker 0's, step 6), as before.
+    dl = ht.HeadraceDataLoader(dataset(root, Faulty(root, at=9, how="once")), num_workers=2)
+    got: list[str] = []
+    with pytest.raises(DataError, match="injected fault at step 9") as info:
+        got.extend(digest(b) for b in dl)
     notes = "\n".join(info.value.__notes__)
     assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
-    assert "worker traceback" in notes
     assert got == reference[:6] and dl.step == 6
-    assert dl._workers is None or dl._workers._procs == []
+
+
+def test_a_vocab_refusal_names_the_same_sample_with_workers_or_without(tmp_path: Path) -> None:
+    # Ids are token offsets: sample s holds ids [16s, 16s + 16], so with V = 1153 the
+    # first id outside is sample 72's second (step 9 of batches of 8); every later
+    # sample holds some too. Two workers read steps 6, 8, 10 and 7, 9, 11 in one chunk
+    # each; worker 0's failed at step 10 and used to be refused first, naming sample 80
+    # (with torch's own DataLoader workers too).
+    path = tmp_path / "ids.bin"
+    np.arange(2000, dtype=np.uint16).tofile(path)
+    messages = []
+    for kind, workers in (("headrace", 0), ("headrace", 2), ("torch", 2)):
+        src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
+        ds = ht.TorchDataset(src, batch_size=8, epochs=1)
+        dl: Any = (
+            ht.HeadraceDataLoader(ds, num_workers=workers)
+            if kind == "headrace"
+            else torch.utils.data.DataLoader(
+                ds, batch_size=None, num_workers=workers, multiprocessing_context="forkserver"
+            )
+        )
+        got = []
+        with pytest.raises(FormatError) as info:
+            got.extend(b["sample"][0].item() for b in dl)
+        messages.append(str(info.value))
+        assert got == list(range(0, 72, 8))  # every step before the refused one
+    assert f"{path}: token offset 1153 (byte 2306) (sample 72): token id 1153 " in messages[0]
+    assert messages[1] == messages[0] and messages[0] in messages[2]  # torch adds its traceback
 
 
 def test_a_worker_error_that_does_not_unpickle_keeps_its_message(root: Path) -> None:
@@ -434,7 +486,7 @@ def test_a_worker_error_that_does_not_unpickle_keeps_its_message(root: Path) -> 
         for _ in dl:
             pass
     notes = "\n".join(info.value.__notes__)
-    assert "in headrace worker 0 of 2" in notes and "at step 6" in notes
+    assert "in headrace worker 1 of 2" in notes and "at step 9" in notes
     assert "in read" in notes  # the worker's traceback: where it was raised, once
     assert notes.count("Traceback (most recent call last)") == 1
     assert dl._workers is None or dl._workers._procs == []

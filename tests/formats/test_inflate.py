@@ -148,3 +148,74 @@ def test_rows_past_the_leading_axis_name_the_file_and_shape(compress: bool) -> N
 def test_rows_of_a_0d_member_are_refused_by_name() -> None:
     with pytest.raises(DataError, match=r"f\.npz: 'c' is a 0-d array \(shape \(\)\)"):
         decode_npz(_savez(c=np.array(3.0)), name="f.npz", rows=np.array([0]))
+
+
+def _forge_deflated_size(data: bytes, size: int) -> bytes:
+    """The first member's compressed size, in its local header and the directory."""
+    out = bytearray(data)
+    struct.pack_into("<I", out, out.index(b"PK\x03\x04") + 18, size)
+    struct.pack_into("<I", out, out.index(b"PK\x01\x02") + 20, size)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("rows", [None, [3, 5]], ids=["whole", "rows"])
+def test_a_deflated_member_of_0_stored_bytes_is_refused_alike_whole_or_by_rows(
+    rows: list[int] | None,
+) -> None:
+    # Whole, it failed as an unended deflate stream; by rows, as "truncated: 0 bytes,
+    # shorter than an NPY header": neither said the directory's sizes disagree.
+    data = _forge_deflated_size(_savez(x=np.arange(640, dtype=np.int32).reshape(64, 10)), 0)
+    with pytest.raises(
+        FormatError,
+        match=r"f\.npz: member 'x\.npy': corrupt: directory says 0 deflated bytes for "
+        r"\d+ bytes uncompressed \(a deflate stream takes at least 2\)",
+    ):
+        decode_npz(data, name="f.npz", rows=None if rows is None else np.array(rows))
+
+
+@pytest.mark.parametrize("rows", [None, [1, 4]], ids=["whole", "rows"])
+def test_members_of_0_bytes_and_of_objects_when_deflated(rows: list[int] | None) -> None:
+    at = None if rows is None else np.array(rows)
+    got = decode_npz(_savez(x=np.zeros((6, 0), np.float32), y=np.arange(6)), name="f.npz", rows=at)
+    assert got["x"].shape == (6 if rows is None else 2, 0)
+    assert got["y"].tolist() == (list(range(6)) if rows is None else rows)
+    objects = _savez(o=np.array([{"a": 1}, None, 3, 4, 5, 6], dtype=object))
+    with pytest.raises(FormatError, match=r"f\.npz: member 'o\.npy': NPY holds Python objects"):
+        decode_npz(objects, name="f.npz", rows=at)
+
+
+def test_replace_stands_in_for_a_damaged_deflated_member_in_any_read_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "z"
+    root.mkdir()
+    for i in range(6):
+        x = np.arange(16 * 50, dtype=np.int32).reshape(16, 50) + 1000 * i
+        (root / f"{i}.npz").write_bytes(_savez(x=x, y=np.arange(16) + 16 * i))
+    data = bytearray((root / "2.npz").read_bytes())
+    at = data.index(b"PK\x03\x04")
+    name_len, extra_len = struct.unpack_from("<HH", data, at + 26)
+    body = at + 30 + name_len + extra_len
+    data[body + 40 : body + 80] = bytes(b ^ 0x5A for b in data[body + 40 : body + 80])
+    (root / "2.npz").write_bytes(bytes(data))
+    for shuffle in ("samples", "files"):  # rows of a member, or whole members
+        for mode in ("headrace", "map-style"):
+            src = FileSource(root, format="npz", samples_per_file=16, shuffle=shuffle, mode=mode)
+            with pytest.raises(FormatError, match=r"2\.npz: member 'x\.npy': corrupt deflate"):
+                list(Loader(src, batch_size=8, steps=12))
+            src = FileSource(
+                root,
+                format="npz",
+                samples_per_file=16,
+                shuffle=shuffle,
+                mode=mode,
+                on_corrupt="replace",
+                max_corrupt=0.5,
+            )
+            caplog.clear()
+            with Loader(src, batch_size=8, steps=12) as loader:
+                batches = list(loader)
+            assert "2.npz: member 'x.npy': corrupt deflate stream" in caplog.text
+            for b in batches:  # each sample whole and its own, none of file 2
+                assert (b["x"][:, 0] == b["y"] % 16 * 50 + 1000 * (b["y"] // 16)).all()
+            assert 2 not in {int(y) // 16 for b in batches for y in b["y"]}

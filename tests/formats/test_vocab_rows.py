@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, FormatError
-from headrace.formats import PaddedRows, PairRows, write_row_file
-from headrace.pipeline import Loader, Mixture
+from headrace.formats import PaddedRows, PairRows, TokenSource, write_row_file
+from headrace.pipeline import Loader, Mapped, Mixture
 from headrace.testing import batch_digest
 
 V = 32_000
@@ -68,7 +68,7 @@ def test_an_id_outside_is_refused_naming_row_sample_position_and_id(
     msg = refused(src, np.arange(10, 30))
     assert f"{path}: row 17 (sample 17), tokens, position {col}: token id {value} " in msg
     assert f"outside the vocabulary [0, {V}) (vocab_size={V})" in msg
-    assert f"the largest id in this row is {tok[17, : L + 1].max()}" in msg
+    assert f"the largest id in this sample is {tok[17, : L + 1].max()}" in msg
     assert ("the smallest" in msg) == (value < 0)
     # Without vocab_size the id comes through as it is stored (y: the label shift's last).
     plain = PaddedRows(path, context=L, shuffle=False).read(0, np.array([17]))
@@ -237,3 +237,48 @@ def test_the_refusal_is_the_same_on_any_host_count(tmp_path: Path) -> None:
 
     (one,) = refusals(1)
     assert one in refusals(2) and one in refusals(4)
+
+
+def test_a_replaced_empty_row_is_refused_by_the_row_that_stood_in(tmp_path: Path) -> None:
+    tok = np.random.default_rng(0).integers(1, V, (50, W)).astype(np.int32)
+    tok[:, 5] = V + np.arange(50)  # every row holds an id outside that names its row
+    mask = np.ones((50, W), np.uint8)
+    mask[3] = 0  # row 3 has no target: replaced for training, kept for evaluation
+    np.save(tmp_path / "tok.npy", tok)
+    np.save(tmp_path / "mask.npy", mask)
+    for empty, row in (("replace", None), ("keep", 3)):
+        src = PaddedRows(tmp_path / "tok.npy", tmp_path / "mask.npy", context=L, shuffle=False,
+                         vocab_size=V, empty_rows=empty)  # fmt: skip
+        if row is None:
+            (row,) = src.final_rows(0, np.array([3])).tolist()
+            assert row != 3
+        with pytest.raises(FormatError, match=rf"row {row} \(sample 3\), tokens, position 5: "):
+            src.read(0, np.array([3]))
+
+
+def test_a_mixture_of_a_token_file_and_padded_rows_checks_both(tmp_path: Path) -> None:
+    ids = np.random.default_rng(3).integers(0, V, 5000).astype(np.uint16)
+    ids.tofile(tmp_path / "val.bin")
+    path, tok = rows_of(tmp_path / "sft.npy")
+    tok[33, 4] = V
+    write_row_file(path, tok)
+    as_tokens = lambda a, s: {k: a[k].astype(np.uint16) for k in ("x", "y")}  # noqa: E731
+    mix = Mixture(
+        [
+            TokenSource(
+                tmp_path / "val.bin", dtype="uint16", context=L, shuffle=False, vocab_size=V
+            ),
+            Mapped(
+                PaddedRows(path, context=L, shuffle=False, vocab_size=V, empty_rows="keep"),
+                as_tokens,
+            ),
+        ],
+        [0.5, 0.5],
+        batch_size=8,
+    )
+    with (
+        Loader(mix, batch_size=8, epochs=1) as ld,
+        pytest.raises(FormatError, match=r"sft\.npy: row 33 \(sample 33\), tokens, position 4"),
+    ):
+        for b in ld:
+            assert b["x"].max() < V

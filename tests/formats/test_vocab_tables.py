@@ -205,3 +205,42 @@ def test_a_mapping_naming_no_integer_column_is_refused(tmp_path: Path) -> None:
         assert "those are ['input_ids']" in msg
     with pytest.raises(ConfigError, match=r"name a column of plain integer ids in a mapping"):
         TableSource(path, columns=["label", "score"], shuffle=False, vocab_size=V)
+
+
+@pytest.mark.parametrize("kind", ["uint16", "uint32", "int64"])
+def test_packed_ids_of_any_width_count_the_samples_ids_not_the_rows(
+    tmp_path: Path, kind: str
+) -> None:
+    import datasets
+
+    rng = np.random.default_rng(1)
+    ids = [rng.integers(0, 1000, rng.integers(1, 20)).tolist() for _ in range(100)]
+    ids[40][2], ids[10][0] = 1000, 999  # V and V - 1, in rows longer than 2
+    ids[40][:2] = [1, 1]
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value(kind))})
+    datasets.Dataset.from_dict({"input_ids": ids}, features=features).save_to_disk(
+        str(tmp_path / "ds")
+    )
+    src = TokenSource(table_token_files(tmp_path / "ds"), context=8, shuffle=False, vocab_size=1000)
+    with pytest.raises(FormatError) as info:
+        src.read(0, np.arange(src.samples_per_epoch))
+    msg = str(info.value)
+    assert "column 'input_ids', row 40, position 2 (token offset" in msg
+    # "This row" read as dataset row 40 (of its own length): the ids counted are the
+    # sample's L + 1, which is what the refusal names last.
+    assert "the largest id in this sample is 1000, and 1 of its 9 ids are outside" in msg
+    assert "(1001 would hold this sample)" in msg
+
+
+@pytest.mark.parametrize("kind", [pa.int16(), pa.uint16(), pa.uint32(), pa.int64()])
+def test_token_columns_of_any_integer_type_refuse_v_and_pass_v_minus_1(
+    tmp_path: Path, kind: pa.DataType
+) -> None:
+    ids = [r % 1000 for r in token_lists()]
+    ids[10][0], ids[40][-1] = 999, 1000
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(kind))}), path)
+    kw = {"columns": ["input_ids"], "width": WIDTH, "shuffle": False}
+    assert TableSource(path, **kw, vocab_size=1000).read(0, np.arange(40))["input_ids"].max() == 999
+    with pytest.raises(FormatError, match=rf"row 40 \(sample 40\), position {len(ids[40]) - 1}: "):
+        TableSource(path, **kw, vocab_size=1000).read(0, np.arange(30, 60))

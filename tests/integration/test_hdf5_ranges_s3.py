@@ -17,7 +17,7 @@ from headrace.formats import FileSource, IterableFiles, _file_source, _hdf5_rang
 from headrace.formats._sparse import SparseImage
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
-from headrace.testing import batch_digest
+from headrace.testing import assert_resume_exact, batch_digest
 
 pytestmark = pytest.mark.integration
 
@@ -336,3 +336,48 @@ def test_an_iterable_read_counts_what_decoding_fetched(s3: S3Fixture, h5sets: Pa
     # demand. Before, only the metadata was counted (19,656 bytes of files of 182 KB).
     assert min(src.files.sizes) // 2 < it.stats.peak_held_bytes <= max(src.files.sizes)
     src.close()
+
+
+@pytest.mark.parametrize("shuffle", ["samples", "files"])
+def test_files_either_side_of_the_threshold_resume_mid_pass_with_one_in_flight(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path, shuffle: str
+) -> None:
+    # Files of 12 and 24 rows (70 and 130 KB gzipped) either side of a 100 KB threshold, read
+    # with one file in flight: a resume at a step inside a file read by ranges (and
+    # one inside a file read whole) continues as a straight run, which gives the local
+    # files' batches, with never more than one GET at once.
+    client = s3.server.info.boto3_client()
+    for i in range(4):
+        rows = 12 if i % 2 else 24
+        x = np.random.default_rng(i).integers(0, 50, (rows, 64, 64)).astype(np.float32)
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f.create_dataset("a/x", data=x, chunks=(2, 64, 64), compression="gzip")
+            f.create_dataset("a/y", data=np.arange(rows) + 100 * i)
+        client.put_object(
+            Bucket=BUCKET, Key=f"h5resume/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
+        )
+    kw: dict[str, Any] = {"format": "hdf5", "datasets": ("a/x", "a/y")}
+    kw.update(samples_per_file="header", shuffle=shuffle)
+    local = run(FileSource(tmp_path, **kw), steps=12, batch=6)
+    proxy.latency_ms = 5  # GETs long enough to overlap, were any let through at once
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+    sources: list[FileSource] = []
+
+    def make() -> Loader:
+        src = FileSource(f"s3://{BUCKET}/h5resume", store_options=options, in_flight=1,
+                         hdf5_ranges_above=100_000, **kw)  # fmt: skip
+        sources.append(src)
+        return Loader(src, batch_size=6, seed=3, steps=12)
+
+    try:
+        first = make()
+        sizes = first.source.files.sizes  # type: ignore[attr-defined]
+        assert min(sizes) < 100_000 <= max(sizes) and first.source._ranged is not None  # type: ignore[attr-defined]
+        assert batch_digest(first) == local
+        assert_resume_exact(make, steps=12, resume_at=[3, 7])
+    finally:
+        proxy.latency_ms = 0
+    for src in sources:
+        assert src.files.store.stats.max_in_flight_observed <= 1
+        assert src.stats.peak_held_bytes <= max(src.files.sizes)
+        src.close()

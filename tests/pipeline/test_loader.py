@@ -5,13 +5,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from headrace.errors import ConfigError, StateError, StorageError
+from headrace.errors import ConfigError, FormatError, StateError, StorageError
 from headrace.formats import TokenSource
 from headrace.io import LocalFile
 from headrace.pipeline import Loader, LoaderStatus, _loader
@@ -440,6 +441,29 @@ def test_read_error_surfaces_with_the_step(
         list(islice(iter(ld), 200))
     if prefetch:
         assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_failed_chunk_hands_over_the_steps_before_its_first_bad_one(
+    tmp_path: Path, prefetch: int
+) -> None:
+    # Ids are token offsets: sample s holds [16s, 16s + 16], so with vocab_size=1153
+    # sample 72 (step 9 of batches of 8) is the first refused, and every later one
+    # would be too. The chunk of steps 8 to 11 fails as a whole; read again a step at
+    # a time, step 8 arrives and step 9's refusal is raised, naming step 9.
+    path = tmp_path / "ids.bin"
+    np.arange(2000, dtype=np.uint16).tofile(path)
+    src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
+    got: list[int] = []
+    with (
+        Loader(src, batch_size=8, epochs=1, chunk_steps=4, prefetch=prefetch) as ld,
+        pytest.raises(FormatError, match=r"ids\.bin: token offset 1153 .*\(sample 72\)") as info,
+    ):
+        got.extend(int(b["sample"][0]) for b in ld)
+    assert got == list(range(0, 72, 8)) and ld.step == 9
+    if prefetch:
+        assert "while reading step 9 (rank 0)" in info.value.__notes__
+    assert "During handling" not in "".join(traceback.format_exception(info.value))
 
 
 def test_bad_config(token_path: Path) -> None:

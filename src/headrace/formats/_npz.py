@@ -94,6 +94,14 @@ def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryvie
     _check_local_name(bytes(view[off + 30 : off + 30 + name_len]), info, where)
     start = off + 30 + name_len + extra_len
     end = start + info.compress_size
+    if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size and info.compress_size < 2:
+        # Else the whole member's read and a read of its rows fail differently (an
+        # unended stream, a header too short), neither naming the directory's sizes.
+        raise FormatError(
+            f"{where}: corrupt: directory says {info.compress_size} deflated bytes for "
+            f"{info.file_size} bytes uncompressed (a deflate stream takes at least 2); "
+            "the directory is damaged: write the file again, or leave it out"
+        )
     if end > len(view):
         raise FormatError(
             f"{where} truncated: directory says {info.compress_size} bytes at [{start}, {end}), "

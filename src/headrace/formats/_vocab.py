@@ -81,12 +81,12 @@ def first_outside(ids: NDArray[Any], vocab: int) -> tuple[int, int] | None:
 def outside_error(where: str, ids: NDArray[Any], at: tuple[int, int], vocab: int) -> FormatError:
     """The refusal of ``ids[at]``: ``where`` names the file, row, column and position;
     the message adds the id, the row's largest (and a negative's smallest) id, how many
-    of the row's ids are outside, and the fix."""
+    of the sample's ids are outside, and the fix."""
     row, col = at
     found = int(ids[row, col])
     line = ids[row]
     hi, lo = int(line.max()), int(line.min())
-    # Counted in the row, not the batch: the message is then the same on any host count.
+    # Counted in the sample, not the batch: the message is then the same on any host count.
     count = int(np.count_nonzero((line < 0) | (line >= vocab)))
     low = f", the smallest {lo}" if lo < 0 else ""
     if found < 0:
@@ -98,11 +98,11 @@ def outside_error(where: str, ids: NDArray[Any], at: tuple[int, int], vocab: int
         cause = (
             "The data holds another tokenizer's ids or is damaged: tokenize it again with "
             "the model's tokenizer, or leave it out; if the model's vocabulary is larger, "
-            f"give vocab_size= its size ({hi + 1} would hold this row)"
+            f"give vocab_size= its size ({hi + 1} would hold this sample)"
         )
     return FormatError(
         f"{where}: token id {found} is outside the vocabulary [0, {vocab}) "
-        f"(vocab_size={vocab}); the largest id in this row is {hi}{low}, and {count} of "
+        f"(vocab_size={vocab}); the largest id in this sample is {hi}{low}, and {count} of "
         f"its {line.size} ids are outside. {cause}"
     )
 

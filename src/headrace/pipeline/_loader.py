@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, StateError
+from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._locks import source_lock
@@ -499,7 +500,14 @@ class Loader(Closing):
             following = next(chunks, None)
             self._followed_by(None if following is None else following[1])
             steps = current[0]
-            raw, samples, marks = self._read_raw(*current)
+            try:
+                raw, samples, marks = self._read_raw(*current)
+            except Exception as exc:
+                if len(steps) == 1:
+                    raise
+                for one, again in step_by_step(steps, self._read_raw, exc):
+                    yield one, self._transformed(one, *again)
+                raise  # step_by_step raises: not reached
             if first:
                 yield steps, self._transformed(steps, raw, samples, marks)
             if following is not None:
