@@ -466,6 +466,23 @@ def test_a_failed_chunk_hands_over_the_steps_before_its_first_bad_one(
     assert "During handling" not in "".join(traceback.format_exception(info.value))
 
 
+def test_a_failure_under_a_step_stride_names_the_loaders_own_step(tmp_path: Path) -> None:
+    # A worker's share: steps 1, 3, 5, ... Sample 72 (step 9) is the first refused; the
+    # steps before it arrive and the note names step 9, not the step after the last one
+    # handed over (8, no step of this loader's).
+    path = tmp_path / "ids.bin"
+    np.arange(2000, dtype=np.uint16).tofile(path)
+    src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
+    got: list[int] = []
+    with (
+        Loader(src, batch_size=8, epochs=1, chunk_steps=4, step_stride=2, step_offset=1) as ld,
+        pytest.raises(FormatError, match=r"\(sample 72\)") as info,
+    ):
+        got.extend(int(b["sample"][0]) // 8 for b in ld)
+    assert got == [1, 3, 5, 7]
+    assert "while reading step 9 (rank 0)" in info.value.__notes__
+
+
 def test_bad_config(token_path: Path) -> None:
     with pytest.raises(ConfigError, match="seed"):
         loader(token_path, seed=-1)

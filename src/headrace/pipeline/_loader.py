@@ -572,7 +572,11 @@ class Loader(Closing):
                     # or close()), which may wake us before the generation is bumped.
                     raise _stale(closed=self.status is LoaderStatus.CLOSED)
                 if isinstance(item, Failure):
-                    item.exc.add_note(f"while reading step {item.step} (rank {self.rank})")
+                    # The producer names the step after the last it handed over; this
+                    # loader's own steps may be every k-th (a worker's share): its next.
+                    k, w = self.step_stride, self.step_offset
+                    step = item.step + (w - item.step) % k
+                    item.exc.add_note(f"while reading step {step} (rank {self.rank})")
                     raise item.exc
                 for t, batch in item:  # type: ignore[attr-defined]
                     self._check_current(generation)
