@@ -1,13 +1,8 @@
 """When: the loader, its prefetch queue and its state."""
 
-from headrace.pipeline._loader import (
-    DEFAULT_CHUNK_STEPS,
-    Batch,
-    Loader,
-    LoaderStats,
-    LoaderStatus,
-    Source,
-)
+from headrace.pipeline._layout import Batch
+from headrace.pipeline._loader import DEFAULT_CHUNK_STEPS, Loader
+from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
 from headrace.pipeline._mapped import Mapped
 from headrace.pipeline._mixture import Mixture
 from headrace.pipeline._transform import Samples, Transform

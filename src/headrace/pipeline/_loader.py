@@ -12,15 +12,13 @@ work. Both give identical batches: the plan is a pure function of
 from __future__ import annotations
 
 import atexit
-import enum
 import inspect
 import os
 import time
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +28,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
+from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._passes import (
     MARKS,
@@ -51,66 +50,13 @@ from headrace.plan import (
     step_samples,
 )
 
-__all__ = [
-    "CHUNK_BYTES",
-    "DEFAULT_CHUNK_STEPS",
-    "Batch",
-    "Loader",
-    "LoaderStats",
-    "LoaderStatus",
-    "Source",
-]
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_STEPS", "Loader"]
 
 # Most bytes one chunk of steps may hold (measured: chunks of 32 token batches
 # of 131 KB ran 20-45% faster than chunks of 8, from fewer per-call overheads).
 CHUNK_BYTES = 64 << 20
 # Most steps one chunk may hold: one vectorised plan-and-gather call per 32 batches.
 DEFAULT_CHUNK_STEPS = 32
-
-
-class Source(Protocol):
-    """Anything that can read samples by global sample number."""
-
-    def fingerprint(self) -> dict[str, Any]:
-        """JSON-able description of the data and sampling config (paths, sizes, dtypes)."""
-        ...
-
-    def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
-        """Arrays whose first axis follows ``samples`` (a pure function of its inputs)."""
-        ...
-
-
-@dataclass(slots=True)
-class LoaderStats:
-    """Where a loader's time went, summed over its iterations (seconds, wall clock).
-
-    ``plan_s``: sample numbers of each chunk (and of the next, to read ahead);
-    ``source_s``: inside ``source.read`` (reading, decoding, gathering and
-    collating: whatever the source does; its own stats may split it further),
-    waits for the source's lock included; ``prefetch_s``: inside
-    ``source.prefetch`` (starting the next chunk's reads); ``queue_wait_s``:
-    the consumer waiting for the read-ahead thread (0 with ``prefetch=0``,
-    where the consumer's own thread reads); ``transform_s``: inside the
-    loader's ``transform``. Counted per chunk, not per batch: a few
-    ``perf_counter`` calls per 32 steps.
-    """
-
-    chunks: int = 0
-    steps: int = 0
-    plan_s: float = 0.0
-    source_s: float = 0.0
-    prefetch_s: float = 0.0
-    queue_wait_s: float = 0.0
-    transform_s: float = 0.0
-
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
-
-
-class LoaderStatus(enum.Enum):
-    IDLE = "idle"
-    RUNNING = "running"
-    CLOSED = "closed"
 
 
 # How long stopping waits for the producer thread to leave a read in progress.

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch, nbytes
-from headrace.pipeline._loader import Source
+from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture import Mixture
 from headrace.pipeline._transform import Samples, Transform, checked_rows, transform_name

@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
-from headrace.pipeline._layout import nbytes, ragged_keys
-from headrace.pipeline._loader import Batch, Source
+from headrace.pipeline._layout import Batch, nbytes, ragged_keys
+from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture_ragged import merge_parts
 from headrace.pipeline._transform import checked_rows
