@@ -278,6 +278,10 @@ def test_stride_is_refused_where_it_cannot_count_each_target_once(tmp_path: Path
             lambda: TokenSource(paths, shuffle=False, stride=L + 1, **K),
             r"stride=17 is outside \[1, context=16\]",
         ),
+        (  # accepted silently before: the stride counted the tail anyway
+            lambda: TokenSource(paths, shuffle=False, stride=4, tail=False, **K),
+            r"stride=4 counts every target .* implies tail=True \(got tail=False\)",
+        ),
         (
             lambda: TokenSource(paths, shuffle=False, stride=True, **K),
             r"stride must be an integer in \[1, context=16\] \(got True\)",

@@ -111,7 +111,8 @@ class TokenSource(WindowCache):
     2 tokens, not ``L + 1``. (The tail tokens are predicted with the context
     before them within the tail only, as each sample's first tokens are.)
 
-    ``stride`` (``1 <= stride <= context``, with ``shuffle=False``; implies ``tail``): a
+    ``stride`` (``1 <= stride <= context``, with ``shuffle=False``; implies ``tail``, and
+    ``tail=False`` beside it is refused): a
     sliding-window evaluation. Samples start every ``stride`` tokens of a file, and
     ``loss_mask`` marks the last ``stride`` targets of each but the first (which marks
     all ``L``); if targets are left after the last whole sample, one more sample is slid
@@ -156,7 +157,7 @@ class TokenSource(WindowCache):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         vocab_size: int | None = None,
-        tail: bool = False,
+        tail: bool | None = None,
         pad_id: int | None = None,
         stride: int | None = None,
     ) -> None:
@@ -194,7 +195,14 @@ class TokenSource(WindowCache):
             raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
         if stride is not None:
             _check_stride(stride, context, shuffle)
+            if tail is False:
+                raise ConfigError(
+                    f"stride={stride} counts every target of a file, its last ones too: it "
+                    "implies tail=True (got tail=False); leave tail out."
+                )
             tail = True  # a stride counts every target: the tail is part of it
+        elif tail is None:  # None: not given (a stride implies it; else False)
+            tail = False
         _check_tail(tail, pad_id, shuffle, vocab_size)
         if block_bytes < 4096 or block_bytes % 4096:
             raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
