@@ -91,6 +91,25 @@ def source(s3: S3Fixture, layout: str, endpoint: str | None = None, **kw: Any) -
     )
 
 
+def put_alternating(
+    s3: S3Fixture, where: Path, prefix: str, rows: list[int], *, chunks: Any = None, y: bool = False
+) -> None:
+    """HDF5 files ``where/i.h5`` of ``rows[i]`` float32 64x64 samples in ``a/x`` (gzipped
+    chunks if ``chunks``; ``a/y`` = the row numbers + 100 i if ``y``), put under ``prefix/``."""
+    client = s3.server.info.boto3_client()
+    for i, n in enumerate(rows):
+        x = np.random.default_rng(i).integers(0, 50, (n, 64, 64)).astype(np.float32)
+        with h5py.File(where / f"{i}.h5", "w") as f:
+            if chunks is None:
+                f.create_dataset("a/x", data=x)
+            else:
+                f.create_dataset("a/x", data=x, chunks=chunks, compression="gzip")
+            if y:
+                f.create_dataset("a/y", data=np.arange(n) + 100 * i)
+        body = (where / f"{i}.h5").read_bytes()
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{i}.h5", Body=body)
+
+
 def run(src: FileSource, steps: int = 8, batch: int = 5) -> str:
     with Loader(src, batch_size=batch, seed=3, steps=steps) as loader:
         return batch_digest(loader)
@@ -290,15 +309,7 @@ def test_files_either_side_of_the_threshold_share_one_bound_on_gets(
 ) -> None:
     # Files of 40 and 80 rows (0.66 and 1.3 MB) with the threshold between them: the
     # small ones are fetched whole, the large ones by ranges, at once.
-    client = s3.server.info.boto3_client()
-    for i in range(6):
-        rows = 40 if i % 2 else 80
-        x = np.random.default_rng(i).integers(0, 50, (rows, 64, 64)).astype(np.float32)
-        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
-            f.create_dataset("a/x", data=x)
-        client.put_object(
-            Bucket=BUCKET, Key=f"h5straddle/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
-        )
+    put_alternating(s3, tmp_path, "h5straddle", [80, 40] * 3)
     proxy.latency_ms = 20  # GETs long enough to overlap
     try:
         options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
@@ -348,16 +359,7 @@ def test_files_either_side_of_the_threshold_resume_mid_pass_with_one_in_flight(
     # with one file in flight: a resume at a step inside a file read by ranges (and
     # one inside a file read whole) continues as a straight run, which gives the local
     # files' batches, with never more than one GET at once.
-    client = s3.server.info.boto3_client()
-    for i in range(4):
-        rows = 12 if i % 2 else 24
-        x = np.random.default_rng(i).integers(0, 50, (rows, 64, 64)).astype(np.float32)
-        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
-            f.create_dataset("a/x", data=x, chunks=(2, 64, 64), compression="gzip")
-            f.create_dataset("a/y", data=np.arange(rows) + 100 * i)
-        client.put_object(
-            Bucket=BUCKET, Key=f"h5resume/{i}.h5", Body=(tmp_path / f"{i}.h5").read_bytes()
-        )
+    put_alternating(s3, tmp_path, "h5resume", [24, 12] * 2, chunks=(2, 64, 64), y=True)
     kw: dict[str, Any] = {"format": "hdf5", "datasets": ("a/x", "a/y")}
     kw.update(samples_per_file="header", shuffle=shuffle)
     local = run(FileSource(tmp_path, **kw), steps=12, batch=6)
