@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import ConfigError, FormatError, StateError, StorageError
+from headrace.errors import (
+    ConfigError,
+    FormatError,
+    StateError,
+    StorageError,
+    TransientStorageError,
+)
 from headrace.formats import TokenSource
 from headrace.io import LocalFile
 from headrace.pipeline import Loader, LoaderStatus, _loader
@@ -481,6 +487,39 @@ def test_a_failure_under_a_step_stride_names_the_loaders_own_step(tmp_path: Path
         got.extend(int(b["sample"][0]) // 8 for b in ld)
     assert got == [1, 3, 5, 7]
     assert "while reading step 9 (rank 0)" in info.value.__notes__
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_chunk_that_outlived_its_retries_is_not_read_again_a_step_at_a_time(
+    token_path: Path, prefetch: int
+) -> None:
+    # A store's timeout after its retries took minutes: read again step by step, each of
+    # the chunk's steps would wait it out again. The second chunk (steps 1 and 2: chunks
+    # grow 1, 2, 4) fails; its error is raised at its first step, the source asked once.
+    class Flaky:
+        def __init__(self) -> None:
+            self.inner = source(token_path)
+            self.reads = 0
+
+        def fingerprint(self) -> dict[str, object]:
+            return self.inner.fingerprint()
+
+        def read(self, seed: int, samples: np.ndarray) -> object:
+            self.reads += 1
+            if self.reads == 2:
+                raise TransientStorageError("s3://b/k: timed out (after 4 tries)")
+            return self.inner.read(seed, samples)
+
+    src = Flaky()
+    got = 0
+    with (
+        Loader(src, batch_size=4, steps=12, chunk_steps=4, prefetch=prefetch) as ld,
+        pytest.raises(TransientStorageError, match="timed out"),
+    ):
+        for _ in ld:
+            got += 1
+    assert (got, src.reads, ld.step) == (1, 2, 1)
+    src.inner.close()
 
 
 def test_bad_config(token_path: Path) -> None:

@@ -8,7 +8,9 @@ what was wrong in a later step than the first of the plan that holds it (a
 chunk is read again a step at a time: the steps before the first that fails are handed
 over, then its error raised. An error that does not recur within the chunk (a read that
 failed once) is raised as it was, at the chunk's first step, and nothing read again is
-handed over.
+handed over. A store's error that outlived its retries (``TransientStorageError``: 5xx,
+throttling, timeouts) is raised at once, not read again: each step would wait out the
+retries again, and such an error names a range, not a step's data.
 """
 
 from __future__ import annotations

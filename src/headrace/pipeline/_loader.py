@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, StateError
+from headrace.errors import ConfigError, StateError, TransientStorageError
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
@@ -449,7 +449,9 @@ class Loader(Closing):
             try:
                 raw, samples, marks = self._read_raw(*current)
             except Exception as exc:
-                if len(steps) == 1:
+                if len(steps) == 1 or isinstance(exc, TransientStorageError):
+                    # A store that outlived its retries would only make each step's
+                    # read wait them out again (a timeout: minutes a step).
                     raise
                 for one, again in step_by_step(steps, self._read_raw, exc):
                     yield one, self._transformed(one, *again)
