@@ -21,7 +21,7 @@ from headrace.errors import (
 )
 from headrace.formats import FileSource, IterableFiles, sample_digests, synthetic_arrays
 from headrace.formats import write_sample_file as write
-from headrace.pipeline import Loader
+from headrace.pipeline import Loader, check
 from headrace.testing import assert_resume_exact, batch_digest
 
 pytestmark = pytest.mark.integration
@@ -314,6 +314,38 @@ def test_corrupt_objects_name_the_object(s3: S3Fixture, datasets: Path) -> None:
         with pytest.raises(FormatError, match=rf"s3://{BUCKET}/files/bad-{name}/x\."):
             bad.read(0, np.arange(1))
         bad.close()
+
+
+def test_check_lists_every_corrupt_object_and_a_missing_one(s3: S3Fixture, datasets: Path) -> None:
+    # The npz set copied with s01 and s04 corrupted: check() reads it all over HTTP and
+    # names both; then s02 deleted after the listing is a storage problem, not a stop.
+    client = s3.server.info.boto3_client()
+    for path in sorted((datasets / "npz").iterdir()):
+        body = path.read_bytes()
+        if path.name in ("s01.npz", "s04.npz"):
+            body = body[:16] + b"\xff\x00junk" * 40
+        client.put_object(Bucket=BUCKET, Key=f"check/{path.name}", Body=body)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(
+        f"s3://{BUCKET}/check",
+        store_options=options,
+        format="npz",
+        samples_per_file=2,
+        shuffle="none",
+    )
+    client.delete_object(Bucket=BUCKET, Key="check/s02.npz")
+    report = check(src, batch_size=4)
+    got = [(p.sample, p.error, p.message.split(":")[1].rsplit("/", 1)[-1]) for p in report.problems]
+    assert got == [
+        (2, "FormatError", "s01.npz"),
+        (3, "FormatError", "s01.npz"),
+        (4, "ObjectNotFoundError", "s02.npz"),
+        (5, "ObjectNotFoundError", "s02.npz"),
+        (8, "FormatError", "s04.npz"),
+        (9, "FormatError", "s04.npz"),
+    ]
+    assert report.samples == 2 * FILES and report.complete
+    src.close()
 
 
 def test_corrupt_objects_are_replaced_as_in_a_local_copy(

@@ -1,5 +1,6 @@
 """When: the loader, its prefetch queue and its state."""
 
+from headrace.pipeline._check import CheckReport, Problem, check
 from headrace.pipeline._layout import Batch
 from headrace.pipeline._loader import DEFAULT_CHUNK_STEPS, Loader
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
@@ -9,13 +10,16 @@ from headrace.pipeline._transform import Samples, Transform
 
 __all__ = [
     "Batch",
+    "CheckReport",
     "DEFAULT_CHUNK_STEPS",
     "Loader",
     "LoaderStats",
     "LoaderStatus",
     "Mapped",
     "Mixture",
+    "Problem",
     "Samples",
     "Source",
     "Transform",
+    "check",
 ]

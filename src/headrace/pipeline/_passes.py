@@ -25,7 +25,16 @@ from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch
 from headrace.pipeline._loader_args import integer
 
-__all__ = ["MARKS", "checked_epochs", "mark", "pass_end", "pass_sizes", "starts_at"]
+__all__ = [
+    "MARKS",
+    "check_exact",
+    "checked_epochs",
+    "epoch_parts",
+    "mark",
+    "pass_end",
+    "pass_sizes",
+    "starts_at",
+]
 
 #: The keys an exact pass adds to every batch.
 MARKS = ("sample", "valid")
@@ -47,13 +56,14 @@ def checked_epochs(epochs: object, steps: int | None) -> int | None:
     return integer("epochs", epochs)
 
 
-def _epoch_size(source: Any, who: str) -> int:
+def _epoch_size(source: Any, who: str, what: str) -> int:
     n = getattr(source, "samples_per_epoch", None)
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        instead = " Give it one, or use steps= instead." if what == "epochs=" else ""
         raise ConfigError(
-            f"epochs= needs a source that says how many samples an epoch holds, as "
+            f"{what} needs a source that says how many samples an epoch holds, as "
             f"every headrace source does; {who} has no samples_per_epoch >= 1 (got "
-            f"{n!r}). Give it one, or use steps= instead."
+            f"{n!r}).{instead}"
         )
     return int(n)
 
@@ -70,27 +80,28 @@ def _parts(source: Any) -> list[tuple[Any, str]]:
     ]
 
 
-def _sizes(source: Any) -> NDArray[np.int64]:
-    """Each mixed source's epoch (a mixture), or the source's own, as a 1-element array."""
-    return np.array([_epoch_size(s, who) for s, who in _parts(source)], dtype=np.int64)
+def epoch_parts(source: Any, what: str = "epochs=") -> list[tuple[Any, str, int]]:
+    """Each source whose epoch a pass reads (a mixture's, or ``source``), how an error
+    names it, and its samples an epoch (``what``: what needs them, for the refusal)."""
+    return [(s, who, _epoch_size(s, who, what)) for s, who in _parts(source)]
 
 
 def pass_sizes(source: Any, epochs: int) -> NDArray[np.int64]:
     """Samples of the pass: ``epochs`` epochs of the source (of each source of a mixture,
     in its order), once the source is known to give each of them as itself."""
-    _check_exact(source, epochs)
-    return _sizes(source) * epochs
+    check_exact(source, f"epochs={epochs}")
+    return np.array([n for _, _, n in epoch_parts(source)], dtype=np.int64) * epochs
 
 
-def _check_exact(source: Any, epochs: int) -> None:
+def check_exact(source: Any, what: str) -> None:
     """Refuse a source that would give some sample of the pass in another's place (rows
     without a target replaced, files that do not decode replaced): it would be counted
-    twice, and the sample it replaced never."""
+    twice, and the sample it replaced never. ``what`` starts the refusal."""
     for s, who in _parts(source):
         reason = getattr(s, "replaces", None)
         if reason is not None:
             where = "" if s is source else f" ({who})"
-            raise ConfigError(f"epochs={epochs}: {reason}{where}.")
+            raise ConfigError(f"{what}: {reason}{where}.")
 
 
 def pass_end(source: Any, batch_size: int, want: NDArray[np.int64]) -> int:

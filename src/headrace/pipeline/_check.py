@@ -1,0 +1,150 @@
+"""Read every sample of a dataset once, before a run, and list every one that fails.
+
+A run that meets a corrupt file or a token id past the vocabulary stops there, at
+hour 30, naming that one sample. :func:`check` reads the whole epoch ahead of time
+through a :class:`~headrace.pipeline.Loader` (deep read-ahead, the source's own
+I/O), and where a step fails it finds the failing samples by halving the step's
+samples and reading the halves again (about ``2 log2(batch)`` small reads a bad
+sample), records each with its error, and goes on from the next step: one pass
+lists them all. The bytes and the errors are those a training run would meet: the
+same source reads them.
+
+A source that puts other samples in place of bad ones (``on_corrupt="replace"``,
+``empty_rows="replace"``) is refused, as an exact pass refuses it: the check would
+not see what it replaced. A mixture is checked source by source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, HeadraceError
+from headrace.pipeline._loader import Loader
+from headrace.pipeline._loader_args import integer
+from headrace.pipeline._passes import check_exact, epoch_parts
+
+__all__ = ["CheckReport", "Problem", "check"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One sample that could not be read: which source (its name in a mixture, else its
+    type), its sample number, the error's type and its message."""
+
+    source: str
+    sample: int
+    error: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source} sample {self.sample}: {self.error}: {self.message}"
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """What :func:`check` read and what failed.
+
+    ``samples``: samples read (each source's epoch, summed); ``problems``: one per
+    failing sample, in sample order per source; ``complete``: ``False`` when the check
+    stopped at ``most`` problems (samples after the last listed were not read);
+    ``seconds``: its wall time.
+    """
+
+    samples: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    complete: bool = True
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every sample was read, and none failed."""
+        return self.complete and not self.problems
+
+    def __str__(self) -> str:
+        head = f"{self.samples:,} samples read in {self.seconds:.1f} s: "
+        if self.ok:
+            return head + "no problems"
+        n = len(self.problems)
+        head += f"{n} failed" + ("" if self.complete else f" (stopped at {n}: most={n})")
+        return "\n".join([head, *(f"  {p}" for p in self.problems)])
+
+
+def check(
+    source: Any,
+    *,
+    batch_size: int = 64,
+    seed: int = 0,
+    most: int = 100,
+    prefetch: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> CheckReport:
+    """Read each sample of one epoch of ``source`` (of each source of a mixture) once
+    and list every sample whose read fails, with its error.
+
+    ``batch_size``: samples a read (the Loader's step); ``seed``: any seed reads every
+    sample once (the order differs); ``most``: stop after this many problems (a
+    dataset where everything fails is found out at once); ``progress(done, total)``:
+    called after each step. Errors that are not about the data or the storage (a
+    ``ConfigError``, a bug) are raised, not listed.
+    """
+    batch_size = integer("batch_size", batch_size)
+    most = integer("most", most)
+    if batch_size < 1 or most < 1:
+        raise ConfigError(f"check needs batch_size >= 1 and most >= 1 (got {batch_size}, {most}).")
+    check_exact(source, "check")
+    parts = epoch_parts(source, "check")
+    report = CheckReport()
+    total = sum(n for _, _, n in parts)
+    t0 = time.perf_counter()
+    done = 0
+    for part, name, n in parts:
+        steps = -(-n // batch_size)
+        with Loader(part, batch_size=batch_size, seed=seed, steps=steps, prefetch=prefetch) as ld:
+            while ld.step < steps:
+                try:
+                    for _ in ld:
+                        done = min(total, done + batch_size)
+                        if progress is not None:
+                            progress(done, total)
+                except HeadraceError as exc:
+                    if isinstance(exc, ConfigError):
+                        raise
+                    t = ld.step  # the failing step: the steps before it arrived
+                    samples = np.arange(t * batch_size, min(n, (t + 1) * batch_size))
+                    _bisect(part, name, seed, samples, report.problems)
+                    if len(report.problems) >= most:
+                        del report.problems[most:]
+                        report.complete = False
+                        break
+                    ld.load_state_dict({**ld.state_dict(), "step": t + 1})
+                    done = min(total, done + batch_size)
+        report.samples += n
+        if not report.complete:
+            break
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _bisect(
+    source: Any, name: str, seed: int, samples: NDArray[np.int64], out: list[Problem]
+) -> None:
+    """Append a :class:`Problem` for each of ``samples`` whose read fails: the halves of
+    a failing read are read again, down to single samples."""
+    try:
+        source.read(seed, samples)
+        return
+    except HeadraceError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        if len(samples) == 1:
+            out.append(Problem(name, int(samples[0]), type(exc).__name__, str(exc)))
+            return
+    half = len(samples) // 2
+    _bisect(source, name, seed, samples[:half], out)
+    _bisect(source, name, seed, samples[half:], out)
