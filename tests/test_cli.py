@@ -40,8 +40,9 @@ def test_unknown_command_lists_the_commands(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as exc:
         main(["frob"])
     assert exc.value.code == 2
-    assert "invalid choice: 'frob' (choose from 'bench', 'gen', 'probe', 'emulate', 'cache')" in (
-        capsys.readouterr().err
+    assert (
+        "invalid choice: 'frob' (choose from 'bench', 'gen', 'probe', 'emulate', 'cache', 'check')"
+        in (capsys.readouterr().err)
     )
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("headrace.bench._probe", "measure a path's storage before training"),
     "emulate": ("headrace.emulate._cli", "run slow-storage emulators (slowfs, s3)"),
     "cache": ("headrace._cache_cli", "show or prune a local object cache (cache_dir)"),
+    "check": ("headrace._check_cli", "read a dataset once and list every sample that fails"),
 }
 
 
@@ -91,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A sub-command's own refusal (bad option, missing file): the message says what
         # was given and the fix; a traceback would bury it. One line: a message quoting
         # a parser's (PyYAML's spans lines) is joined, so scripts read it as one.
-        print(f"headrace {name}: {_LINE_BREAKS.sub(' ', str(exc))}", file=sys.stderr)
+        # Notes (the other files that failed, the step being read) follow, "; " apart.
+        text = "; ".join([str(exc), *getattr(exc, "__notes__", [])])
+        print(f"headrace {name}: {_LINE_BREAKS.sub(' ', text)}", file=sys.stderr)
         return 2
 
 

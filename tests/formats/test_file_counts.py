@@ -382,3 +382,29 @@ def test_torch_workers_read_the_counts_they_were_given(tmp_path: Path) -> None:
         for b in ht.HeadraceDataLoader(ds, num_workers=2)
     ]
     assert batch_digest(batches) == ref
+
+
+def test_every_header_that_fails_is_named_up_to_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first file's error is raised; the others that failed are named in a note, so
+    # one run lists them all, and past MOST_FAILED the count stops (later files unread).
+    from headrace.formats import _file_counts
+
+    for i in range(6):
+        np.save(tmp_path / f"f{i}.npy", np.zeros((3, 2), np.float32))
+    for i in (1, 2, 4):
+        (tmp_path / f"f{i}.npy").write_bytes(b"not an npy file at all")
+    with pytest.raises(FormatError, match=r"f1\.npy") as info:
+        FileSource(tmp_path, format="npy", samples_per_file="header")
+    assert info.value.__notes__ == [
+        "the headers of 2 other files failed too: "
+        + ", ".join(str(tmp_path / f"f{i}.npy") for i in (2, 4))
+    ]
+    monkeypatch.setattr(_file_counts, "MOST_FAILED", 2)
+    with pytest.raises(FormatError, match=r"f1\.npy") as info:
+        FileSource(tmp_path, format="npy", samples_per_file="header")
+    assert info.value.__notes__ == [
+        "the headers of 1 other file failed too (stopped at 2 failures: later files not "
+        f"read): {tmp_path / 'f2.npy'}"
+    ]

@@ -67,6 +67,7 @@ def test_most_stops_the_check(tmp_path: Path) -> None:
     report = check(src, batch_size=8, most=2)
     assert [p.sample for p in report.problems] == [0, 3]
     assert not report.complete and not report.ok and "stopped at 2" in str(report)
+    assert report.samples == 8  # up to the step of the second problem (samples 0..7)
     src.close()
 
 

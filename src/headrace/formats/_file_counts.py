@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
@@ -157,13 +157,22 @@ def header_counts(
             stats.reads += reads
             stats.bytes += nbytes
 
+    failed: list[tuple[int, HeadraceError]] = []
     try:
         with ThreadPoolExecutor(min(depth, n), thread_name_prefix="headrace-counts") as pool:
             futures = [pool.submit(job, i) for i in range(n)]
             try:
-                # In file order: the first error raised is the first file's, every run.
-                for fut in futures:
-                    fut.result()
+                # In file order: the first error raised is the first file's, every run;
+                # the others are counted on (up to MOST_FAILED), so one run names them all.
+                for i, fut in enumerate(futures):
+                    try:
+                        fut.result()
+                    except HeadraceError as exc:
+                        failed.append((i, exc))
+                        if len(failed) >= MOST_FAILED:
+                            raise _first_of(files, failed, stopped=True) from None
+                if failed:
+                    raise _first_of(files, failed, stopped=False) from None
             except BaseException:
                 for fut in futures:
                     fut.cancel()
@@ -173,6 +182,25 @@ def header_counts(
             queue.close()
     stats.seconds = time.perf_counter() - t0
     return counts, stats
+
+
+#: Header failures counted before the count stops (the first is raised, the rest named).
+MOST_FAILED = 100
+
+
+def _first_of(
+    files: FileList, failed: list[tuple[int, HeadraceError]], stopped: bool
+) -> HeadraceError:
+    """The first failed file's error, with a note naming the others (``stopped``: the
+    count stopped at :data:`MOST_FAILED`, later files were not read)."""
+    first = failed[0][1]
+    others = [files.name(i) for i, _ in failed[1:]]
+    if others:
+        shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+        more = f" (stopped at {MOST_FAILED} failures: later files not read)" if stopped else ""
+        files_ = "file" if len(others) == 1 else "files"
+        first.add_note(f"the headers of {len(others)} other {files_} failed too{more}: {shown}")
+    return first
 
 
 def check_samples_per_file(spf: object) -> SamplesPerFile:

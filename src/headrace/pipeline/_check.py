@@ -50,9 +50,10 @@ class Problem:
 class CheckReport:
     """What :func:`check` read and what failed.
 
-    ``samples``: samples read (each source's epoch, summed); ``problems``: one per
-    failing sample, in sample order per source; ``complete``: ``False`` when the check
-    stopped at ``most`` problems (samples after the last listed were not read);
+    ``samples``: samples read (each source's epoch, summed; up to the step of the last
+    problem listed when stopped); ``problems``: one per failing sample, in sample order
+    per source; ``complete``: ``False`` when the check stopped at ``most`` problems
+    (samples after that step were not read);
     ``seconds``: its wall time.
     """
 
@@ -102,16 +103,15 @@ def check(
     report = CheckReport()
     total = sum(n for _, _, n in parts)
     t0 = time.perf_counter()
-    done = 0
     for part, name, n in parts:
         steps = -(-n // batch_size)
+        base = report.samples
         with Loader(part, batch_size=batch_size, seed=seed, steps=steps, prefetch=prefetch) as ld:
             while ld.step < steps:
                 try:
                     for _ in ld:
-                        done = min(total, done + batch_size)
                         if progress is not None:
-                            progress(done, total)
+                            progress(base + min(n, ld.step * batch_size), total)
                 except HeadraceError as exc:
                     if isinstance(exc, ConfigError):
                         raise
@@ -121,12 +121,14 @@ def check(
                     if len(report.problems) >= most:
                         del report.problems[most:]
                         report.complete = False
+                        report.samples = base + int(samples[-1]) + 1
                         break
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
-                    done = min(total, done + batch_size)
-        report.samples += n
+                    if progress is not None:
+                        progress(base + min(n, ld.step * batch_size), total)
         if not report.complete:
             break
+        report.samples = base + n
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -1,0 +1,91 @@
+"""``headrace check``: a dataset read once from the command line, every bad sample listed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.cli import main
+from headrace.formats import synthetic_arrays, write_sample_file
+
+
+def npz_files(root: Path, n: int, bad: tuple[int, ...] = ()) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        path = root / f"s{i:02d}.npz"
+        arrays = synthetic_arrays("npz", seed=i, shape=(4, 3), samples_per_file=2)
+        write_sample_file("npz", path, arrays)
+        if i in bad:
+            path.write_bytes(path.read_bytes()[:16] + b"\xff\x00junk" * 40)
+    return root
+
+
+def test_bad_files_are_listed_with_exit_1_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = npz_files(tmp_path / "d", 6, bad=(1, 4))
+    out = tmp_path / "r.json"
+    rc = main(
+        ["check", str(root), "--format", "npz", "--samples-per-file", "2",
+         "--batch-size", "4", "--json", str(out)]
+    )  # fmt: skip
+    printed = capsys.readouterr()
+    assert rc == 1
+    assert "4 failed" in printed.out and "s01.npz" in printed.out and "s04.npz" in printed.out
+    assert "checked 12 of 12 samples (100%)" in printed.err
+    report = json.loads(out.read_text())
+    # Files are shuffled (the default): which samples they hold depends on the seed, not
+    # which files are named and how many samples fail (two each).
+    names = {p["message"].split(":")[0].rsplit("/", 1)[-1] for p in report["problems"]}
+    assert names == {"s01.npz", "s04.npz"} and len(report["problems"]) == 4
+    assert report["samples"] == 12 and report["complete"] is True
+    assert {p["error"] for p in report["problems"]} == {"FormatError"}
+
+
+def test_a_clean_token_file_exits_0_and_ids_past_the_vocabulary_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "val.bin"
+    tokens = np.full(4000, 5, dtype=np.uint16)
+    tokens.tofile(path)
+    args = ["check", str(path), "--format", "tokens", "--dtype", "uint16", "--context", "64"]
+    assert main([*args, "--vocab-size", "6"]) == 0
+    out = capsys.readouterr().out  # (4000 - 1) // 64 windows, all ids < 6
+    assert "62 samples read" in out and "no problems" in out
+    tokens[1000] = 6
+    tokens.tofile(path)
+    assert main([*args, "--vocab-size", "6"]) == 1
+    assert "1 failed" in capsys.readouterr().out
+
+
+def test_headers_that_fail_are_all_named_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # samples_per_file="header" reads every count before planning: a corrupt file fails
+    # there, and the error names it and every other file whose header failed.
+    root = npz_files(tmp_path / "d", 6, bad=(1, 3, 4))
+    assert main(["check", str(root), "--format", "npz", "--samples-per-file", "header"]) == 2
+    err = capsys.readouterr().err
+    assert "s01.npz: truncated or corrupt NPZ" in err
+    assert "; the headers of 2 other files failed too: " in err
+    assert "s03.npz" in err and "s04.npz" in err and "\n" not in err.rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--format", "jpeg", "--vocab-size", "5"], "--vocab-size is for --format tokens"),
+        (["--format", "npz", "--samples-per-file", "many"], "must be an integer or 'header'"),
+        (["--format", "npz", "--store-option", "endpoint"], "give it as KEY=VALUE"),
+    ],
+)
+def test_argument_errors_are_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], expected: str
+) -> None:
+    root = npz_files(tmp_path / "d", 1)
+    assert main(["check", str(root), *extra]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
