@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def test_a_warm_cache_serves_the_headers_with_no_get(
     # A restart over a warm cache_dir: every file is there whole, so counting its header
     # is a read of that entry, not a ranged GET (10,000 files were 10,000 GETs before the
     # first batch).
-    cold = on_s3(s3, kind, proxy.endpoint, cache_dir=tmp_path / "c")
+    cold = on_s3(s3, kind, proxy.endpoint, cache_dir=tmp_path / "c", samples_per_file=COUNTS)
     for i in range(len(cold.files)):  # a run that read every file (the empty one too)
         cold.files.fetch(i)
     want = digest(cold)
@@ -168,7 +169,9 @@ def test_a_warm_cache_serves_the_headers_with_no_get(
 def test_a_damaged_cache_entry_is_counted_from_the_store(
     s3: S3Fixture, local: Path, proxy: LatencyProxy, tmp_path: Path
 ) -> None:
-    cold = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c")
+    # The first run knew its counts: no count entry (that would serve the restart), so
+    # the restart counts from each file's entry.
+    cold = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c", samples_per_file=COUNTS)
     want = digest(cold)
     files = cold.files
     assert files.cache is not None and files.cache_key is not None
@@ -204,7 +207,7 @@ def test_a_cached_file_past_the_bound_is_counted_by_gets(
     # (168 cached 140 MB NPZ files were 23 GB read before planning).
     from headrace.formats import _file_counts
 
-    cold = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c")
+    cold = on_s3(s3, "npz", proxy.endpoint, cache_dir=tmp_path / "c", samples_per_file=COUNTS)
     for i in range(len(cold.files)):
         cold.files.fetch(i)
     want = digest(cold)
@@ -217,3 +220,41 @@ def test_a_cached_file_past_the_bound_is_counted_by_gets(
     assert digest(warm) == want  # the batches still read the cached entries
     cold.close()
     warm.close()
+
+
+def test_a_restart_reads_the_counts_kept_in_the_cache_and_counts_again_after_a_change(
+    s3: S3Fixture, local: Path, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    # Counting reads each header (a ranged GET or two a file); the counts are kept as one
+    # cache entry named by the whole listing, so a restart reads them with no GET, even
+    # with no file read yet; an object replaced since (a new ETag) counts them again.
+    client = s3.server.info.boto3_client()
+    for path in sorted((local / "npy").iterdir()):
+        client.put_object(Bucket=BUCKET, Key=f"kept/{path.name}", Body=path.read_bytes())
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+
+    def source() -> FileSource:
+        return FileSource(
+            f"s3://{BUCKET}/kept", store_options=options, format="npy",
+            samples_per_file="header", cache_dir=tmp_path / "c",
+        )  # fmt: skip
+
+    cold = source()
+    assert cold.count_stats is not None and not cold.count_stats.from_cache
+    assert cold.count_stats.reads >= len(COUNTS) - 1  # every file's header but the empty one
+    proxy.reset_stats()
+    warm = source()
+    assert proxy.stats.requests == 1  # the LIST
+    assert warm.count_stats is not None and warm.count_stats.from_cache
+    assert warm.count_stats.reads == 0 and warm.counts.tolist() == COUNTS
+    assert digest(warm) == digest(cold)
+    # Object 3 replaced by one of 7 samples (another ETag): counted again, 7 read.
+    name = sorted((local / "npy").iterdir())[3].name
+    body = io.BytesIO()
+    np.save(body, np.zeros((7, 64, 64), np.float32))
+    client.put_object(Bucket=BUCKET, Key=f"kept/{name}", Body=body.getvalue())
+    again = source()
+    assert again.count_stats is not None and not again.count_stats.from_cache
+    assert again.counts.tolist() == [*COUNTS[:3], 7, *COUNTS[4:]]
+    for src in (cold, warm, again):
+        src.close()

@@ -17,6 +17,7 @@ object storage that many ranged GETs are in flight.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import threading
@@ -35,7 +36,7 @@ from headrace.formats._hdf5 import hdf5_rows
 from headrace.formats._npy import NPY_HEAD, npy_rows
 from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
-from headrace.io import LocalFile, RequestQueue, file_url_path
+from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
 
 SamplesPerFile = int | tuple[int, ...] | str
 
@@ -67,6 +68,8 @@ class CountStats:
     bytes: int = 0
     seconds: float = 0.0
     depth: int = 0
+    #: the counts came from the object cache (``cache_dir``): no header was read
+    from_cache: bool = False
 
 
 Fetch = Callable[[list[Span], NDArray[np.uint8]], None]
@@ -145,8 +148,15 @@ def header_counts(
         )
     t0 = time.perf_counter()
     n = len(files)
-    counts = np.zeros(n, dtype=np.int64)
     stats = CountStats(files=n, depth=depth)
+    kept = _kept_counts(files, fmt, datasets)
+    if kept is not None:
+        cached = kept[0].read(*kept[1:])
+        if cached is not None:
+            stats.from_cache = True
+            stats.seconds = time.perf_counter() - t0
+            return cached.view(np.int64).copy(), stats
+    counts = np.zeros(n, dtype=np.int64)
     lock = threading.Lock()
     queue = RequestQueue(depth, name="headrace-counts") if files.remote else None
 
@@ -180,8 +190,29 @@ def header_counts(
     finally:
         if queue is not None:
             queue.close()
+    if kept is not None:
+        kept[0].write(*kept[1:], counts)
     stats.seconds = time.perf_counter() - t0
     return counts, stats
+
+
+def _kept_counts(
+    files: FileList, fmt: FileFormat, datasets: Sequence[str] | None
+) -> tuple[ObjectCache, str, int, str] | None:
+    """Where the object cache keeps this listing's counts (cache, name, size, tag), or
+    ``None`` (no cache; an object without a strong ETag, whose count could change
+    unseen). One entry for the whole listing, named by every object's cache name, size
+    and ETag, the format and the datasets: a restart counts with one local read, not
+    a ranged GET a file, and any object replaced since (a new ETag) counts them again."""
+    cache, key = files.cache, files.cache_key
+    if cache is None or key is None or not files.remote:
+        return None
+    h = hashlib.sha256(f"{fmt.name}\0{list(datasets or [])}".encode())
+    for i, (size, etag) in enumerate(zip(files.sizes, files.etags, strict=True)):
+        if etag is None or etag.startswith("W/"):
+            return None
+        h.update(f"\0{key(i)}\0{size}\0{etag}".encode())
+    return cache, f"headrace-header-counts:{h.hexdigest()}", 8 * len(files), "v1"
 
 
 #: Header failures counted before the count stops (the first is raised, the rest named).
