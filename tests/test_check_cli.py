@@ -28,10 +28,8 @@ def test_bad_files_are_listed_with_exit_1_and_json(
 ) -> None:
     root = npz_files(tmp_path / "d", 6, bad=(1, 4))
     out = tmp_path / "r.json"
-    rc = main(
-        ["check", str(root), "--format", "npz", "--samples-per-file", "2",
-         "--batch-size", "4", "--json", str(out)]
-    )  # fmt: skip
+    args = ["check", str(root), "--format", "npz", "--samples-per-file", "2", "--batch-size", "4"]
+    rc = main([*args, "--json", str(out)])
     printed = capsys.readouterr()
     assert rc == 1
     assert "4 failed" in printed.out and "s01.npz" in printed.out and "s04.npz" in printed.out
@@ -41,7 +39,16 @@ def test_bad_files_are_listed_with_exit_1_and_json(
     # which files are named and how many samples fail (two each).
     names = {p["message"].split(":")[0].rsplit("/", 1)[-1] for p in report["problems"]}
     assert names == {"s01.npz", "s04.npz"} and len(report["problems"]) == 4
-    assert report["samples"] == 12 and report["complete"] is True
+    assert report["samples"] == 12 and report["complete"] is True and report["shard"] == "0/1"
+    # Two machines, each its share: together the same four problems, 12 samples.
+    got = []
+    for i in range(2):
+        assert main([*args, "--shard", f"{i}/2", "--json", str(out)]) == 1
+        got.append(json.loads(out.read_text()))
+    assert sum(r["samples"] for r in got) == 12
+    assert sorted(p["sample"] for r in got for p in r["problems"]) == sorted(
+        p["sample"] for p in report["problems"]
+    )
     assert {p["error"] for p in report["problems"]} == {"FormatError"}
 
 
@@ -80,6 +87,8 @@ def test_headers_that_fail_are_all_named_with_exit_2(
         (["--format", "jpeg", "--vocab-size", "5"], "--vocab-size is for --format tokens"),
         (["--format", "npz", "--samples-per-file", "many"], "must be an integer or 'header'"),
         (["--format", "npz", "--store-option", "endpoint"], "give it as KEY=VALUE"),
+        (["--format", "npz", "--shard", "1"], "--shard '1': give it as I/K"),
+        (["--format", "npz", "--shard", "4/4"], "shard must be (i, k) with 0 <= i < k"),
     ],
 )
 def test_argument_errors_are_one_line_with_exit_2(

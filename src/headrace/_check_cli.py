@@ -4,6 +4,7 @@
     headrace check 's3://bucket/train/*.npz' --format npz --samples-per-file header \\
         --store-option endpoint=http://127.0.0.1:9000
     headrace check val.bin --format tokens --dtype uint16 --context 1024 --vocab-size 50257
+    headrace check 's3://bucket/train/' --format jpeg --shard 3/8    # machine 3 of 8
 
 A file dataset is read as :class:`~headrace.formats.FileSource` reads it, a token
 file as :class:`~headrace.formats.TokenSource` does, through
@@ -53,6 +54,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch-size", type=int, default=64, help="samples a read (default 64)")
     p.add_argument("--most", type=int, default=100, help="stop after this many problems")
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/K",
+        help="check steps I, I+K, ... only: K machines check together (default 0/1: all)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
 
 
@@ -98,9 +105,18 @@ def _source(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from headrace.pipeline import check
 
+    i, slash, k = args.shard.partition("/")
+    if not (slash and i.isdigit() and k.isdigit()):
+        raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
     source = _source(args)
     try:
-        report = check(source, batch_size=args.batch_size, most=args.most, progress=_progress())
+        report = check(
+            source,
+            batch_size=args.batch_size,
+            most=args.most,
+            shard=(int(i), int(k)),
+            progress=_progress(),
+        )
     finally:
         source.close()
         sys.stderr.write("\n")
@@ -108,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = {
             "data": args.data,
+            "shard": args.shard,
             "samples": report.samples,
             "complete": report.complete,
             "seconds": report.seconds,

@@ -71,6 +71,36 @@ def test_most_stops_the_check(tmp_path: Path) -> None:
     src.close()
 
 
+@pytest.mark.parametrize("shards", [2, 3, 7])
+def test_shards_together_are_the_whole_check(tmp_path: Path, shards: int) -> None:
+    # k machines check steps i, i + k, ...: their problems and samples add up to one check.
+    bad = (3, 17, 18, 40, 44)
+    src = FileSource(jpegs(tmp_path / "j", 45, bad), format="jpeg", shuffle="none")
+    whole = check(src, batch_size=4)
+    parts = [check(src, batch_size=4, shard=(i, shards)) for i in range(shards)]
+    assert sum(p.samples for p in parts) == whole.samples == 45
+    got = sorted(q.sample for p in parts for q in p.problems)
+    assert got == [q.sample for q in whole.problems] == list(bad)
+    # Shard i holds the bad samples of its own steps only.
+    for i, p in enumerate(parts):
+        assert all((q.sample // 4) % shards == i for q in p.problems)
+    with pytest.raises(ConfigError, match=r"shard must be \(i, k\) with 0 <= i < k \(got \(2, 2\)"):
+        check(src, shard=(2, 2))
+    src.close()
+
+
+def test_shard_sample_counts_match_a_count_step_by_step() -> None:
+    from headrace.pipeline._check import _shard_samples
+
+    for n in (1, 5, 63, 64, 65, 1000):
+        for b in (1, 7, 64):
+            steps = -(-n // b)
+            for k in (1, 2, 5, 9):
+                for i in range(k):
+                    want = sum(min(b, n - t * b) for t in range(i, steps, k))
+                    assert _shard_samples(n, b, i, k) == want, (n, b, i, k)
+
+
 def test_token_ids_past_the_vocabulary_are_listed_by_window(tmp_path: Path) -> None:
     # Window s holds tokens [16s, 16s + 16]: id 1000 at token 200 is in window 12 only,
     # id 1001 at token 1001 in window 62 only.

@@ -50,11 +50,11 @@ class Problem:
 class CheckReport:
     """What :func:`check` read and what failed.
 
-    ``samples``: samples read (each source's epoch, summed; up to the step of the last
-    problem listed when stopped); ``problems``: one per failing sample, in sample order
-    per source; ``complete``: ``False`` when the check stopped at ``most`` problems
-    (samples after that step were not read);
-    ``seconds``: its wall time.
+    ``samples``: samples read (each source's epoch, or its shard's, summed; up to the
+    step of the last problem listed when stopped); ``problems``: one per failing
+    sample, in sample order per source; ``complete``: ``False`` when the check stopped
+    at ``most`` problems (samples after that step were not read); ``seconds``: its
+    wall time.
     """
 
     samples: int = 0
@@ -83,6 +83,7 @@ def check(
     seed: int = 0,
     most: int = 100,
     prefetch: int = 8,
+    shard: tuple[int, int] = (0, 1),
     progress: Callable[[int, int], None] | None = None,
 ) -> CheckReport:
     """Read each sample of one epoch of ``source`` (of each source of a mixture) once
@@ -90,47 +91,80 @@ def check(
 
     ``batch_size``: samples a read (the Loader's step); ``seed``: any seed reads every
     sample once (the order differs); ``most``: stop after this many problems (a
-    dataset where everything fails is found out at once); ``progress(done, total)``:
-    called after each step. Errors that are not about the data or the storage (a
-    ``ConfigError``, a bug) are raised, not listed.
+    dataset where everything fails is found out at once); ``shard=(i, k)``: check
+    only steps ``i, i + k, ...``, so ``k`` machines (or processes) check a large
+    dataset together, each its own share (their problems together are the whole
+    check's); ``progress(done, total)``: called after each step, in samples of this
+    shard. Errors that are not about the data or the storage (a ``ConfigError``, a
+    bug) are raised, not listed.
     """
     batch_size = integer("batch_size", batch_size)
     most = integer("most", most)
     if batch_size < 1 or most < 1:
         raise ConfigError(f"check needs batch_size >= 1 and most >= 1 (got {batch_size}, {most}).")
+    i, k = _shard(shard)
     check_exact(source, "check")
     parts = epoch_parts(source, "check")
     report = CheckReport()
-    total = sum(n for _, _, n in parts)
+    total = sum(_shard_samples(n, batch_size, i, k) for _, _, n in parts)
     t0 = time.perf_counter()
+
+    def step_done(t: int, n: int) -> None:
+        report.samples += min(batch_size, n - t * batch_size)
+        if progress is not None:
+            progress(report.samples, total)
+
     for part, name, n in parts:
         steps = -(-n // batch_size)
-        base = report.samples
-        with Loader(part, batch_size=batch_size, seed=seed, steps=steps, prefetch=prefetch) as ld:
-            while ld.step < steps:
+        with Loader(
+            part,
+            batch_size=batch_size,
+            seed=seed,
+            steps=steps,
+            prefetch=prefetch,
+            step_stride=k,
+            step_offset=i,
+        ) as ld:
+            while ld.step + (i - ld.step) % k < steps:
                 try:
                     for _ in ld:
-                        if progress is not None:
-                            progress(base + min(n, ld.step * batch_size), total)
+                        step_done(ld.step - 1, n)
                 except HeadraceError as exc:
                     if isinstance(exc, ConfigError):
                         raise
-                    t = ld.step  # the failing step: the steps before it arrived
+                    # The failing step: this shard's next after those that arrived.
+                    t = ld.step + (i - ld.step) % k
                     samples = np.arange(t * batch_size, min(n, (t + 1) * batch_size))
                     _bisect(part, name, seed, samples, report.problems)
+                    step_done(t, n)
                     if len(report.problems) >= most:
                         del report.problems[most:]
                         report.complete = False
-                        report.samples = base + int(samples[-1]) + 1
                         break
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
-                    if progress is not None:
-                        progress(base + min(n, ld.step * batch_size), total)
         if not report.complete:
             break
-        report.samples = base + n
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _shard(shard: object) -> tuple[int, int]:
+    """``shard`` as ``(i, k)`` with ``0 <= i < k``, or refused."""
+    if isinstance(shard, tuple) and len(shard) == 2:
+        i, k = shard
+        whole = all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in shard)
+        if whole and 0 <= i < k:
+            return int(i), int(k)
+    raise ConfigError(f"check's shard must be (i, k) with 0 <= i < k (got {shard!r}).")
+
+
+def _shard_samples(n: int, batch_size: int, i: int, k: int) -> int:
+    """Samples of steps ``i, i + k, ...`` of an epoch of ``n`` in steps of ``batch_size``
+    (every step is whole but the last)."""
+    steps = -(-n // batch_size)
+    own = max(0, -(-(steps - i) // k))
+    short = steps * batch_size - n if own and (steps - 1 - i) % k == 0 else 0
+    return own * batch_size - short
 
 
 def _bisect(
