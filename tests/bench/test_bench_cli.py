@@ -328,6 +328,44 @@ def test_compare_order_free_variants_by_their_canonical_digest(
         assert line.endswith(said), line
 
 
+def test_compare_says_when_the_reports_ran_other_data_or_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 0.25 GiB token file against a 0.0625 GiB one, or batches of 32 against 16, read
+    # "DIFFERS" (as if a loader had broken) and batch 16 "1.69x" faster (batches/s of
+    # half the batch). Their samples differ by design: said, and B/A is of samples/s.
+    def report(path: Path, rate: float, digest: str, gib: float, batch: int) -> str:
+        row = {"workload": "tokens", "variant": "naive", "batches_per_s": rate}
+        row |= {"digest": digest, "steps": 500}
+        wl = {"kind": "tokens", "dataset": {"token_file_gib": gib}, "reader": {"prefetch": 8}}
+        wl["train"] = {"batch_size": batch, "seed": 0, "world_size": 1, "rank": 0}
+        path.write_text(
+            json.dumps({"workloads": [{"name": "tokens", "workload": wl}], "results": [row]})
+        )
+        return str(path)
+
+    a = report(tmp_path / "a.json", 100.0, "d1", 0.25, 32)
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.0625, 32)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "DIFFERS" not in out and "1.50x  not compared (other data or plan" in out
+    assert (
+        "note: tokens: the reports ran other data or another plan (dataset.token_file_gib"
+        " 0.25 vs 0.0625)" in out
+    )
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.25, 16)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "0.75x" in out and "(train.batch_size 32 vs 16)" in out and "DIFFERS" not in out
+    # Other reader settings are what a comparison is for: the digests must still agree.
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.25, 32)
+    text = Path(b).read_text().replace('"prefetch": 8', '"prefetch": 0')
+    Path(b).write_text(text)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "1.50x  DIFFERS" in out and "note:" not in out
+
+
 @pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
 def test_option_that_changes_nothing_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
