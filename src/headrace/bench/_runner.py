@@ -273,8 +273,10 @@ def _run(
     max_acc: dict[str, int] = {}
     for spec in specs if opts.accelerators_auto and has_compute else ():
         if kind.digested(spec) and spec not in failed:
+            # Searched from the verdict the AU column shows, which it must not contradict.
+            passed = _au.run_au([a for a, _ in au[spec]]) >= t.au_threshold
             try:
-                max_acc[spec] = max_accelerators(of(spec), spec)
+                max_acc[spec] = max_accelerators(of(spec), spec, known=(n_acc, passed))
             except HeadraceError as exc:
                 fail(spec, exc)
     specs = [s for s in specs if s not in failed]
