@@ -212,7 +212,9 @@ def test_a_dlio_config_maps_to_its_figures(name: str) -> None:
     assert tr.computation_time_stdev == pytest.approx(compute_stdev)
     assert tr.au_threshold == 0.90
     assert f"; {want['shown']};" in wl.description
-    text, _, unknown = wl.description.partition("; not DLIO keys, so DLIO's defaults stand: ")
+    text, _, unknown = wl.description.partition(
+        "; keys DLIO does not read (ignored, as DLIO ignores them): "
+    )
     ignored = text.partition("not modelled: ")[2].split(", ")
     for key in UNKNOWN.get(name, []):
         assert key in unknown.split(", ") and key not in ignored, (key, wl.description)
@@ -461,7 +463,9 @@ def test_a_key_dlio_does_not_read_is_named_with_the_closest_one(tmp_path: Path) 
     text = "dataset: {num_fils_train: 40, format: npz}\ntrain: {computation_tme: 0.05}\n"
     text += "reader: {batch_size: 4, data_loader: pytorch}\n"
     wl = dlio_workload(_yaml(tmp_path, text))
-    said = wl.description.partition("; not DLIO keys, so DLIO's defaults stand: ")[2]
+    said = wl.description.partition("; keys DLIO does not read (ignored, as DLIO ignores them): ")[
+        2
+    ]
     assert said == (
         "dataset.num_fils_train (did you mean num_files_train?), "
         "train.computation_tme (did you mean computation_time?)"

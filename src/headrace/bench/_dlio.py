@@ -511,7 +511,7 @@ def dlio_workload(
             f"files x{scale:g}, records x{record_scale:g}{image_note}{threads_note}{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
             + (
-                f"; not DLIO keys, so DLIO's defaults stand: {', '.join(unknown)}"
+                f"; keys DLIO does not read (ignored, as DLIO ignores them): {', '.join(unknown)}"
                 if unknown
                 else ""
             )
