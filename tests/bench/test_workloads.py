@@ -394,9 +394,20 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["bench", *common, *tiny, "--no-isolate", "--json", str(local)]) == 0
     args = ["bench", *common, *tiny, "--storage", "s3", "--latency-ms", "2", "--json", str(out)]
     assert main(args) == 0
-    err = capsys.readouterr().err
-    assert "left out naive, memcpy (they read the local file)" in err
+    said = capsys.readouterr()
+    assert "left out naive, memcpy (they read the local file)" in said.err
+    # Where it read and what stood between: the line said "s3" alone, latency or none.
+    assert (
+        "storage: tokens: s3, s3://headrace-bench/tokens (a local moto "
+        "server started for the run), 2 ms added to each request (a latency proxy)\n"
+    ) in said.out
     report = json.loads(out.read_text())
+    assert report["workloads"][0]["s3"] == {
+        "url": "s3://headrace-bench/tokens",
+        "endpoint": None,
+        "latency_ms": 2.0,
+        "max_concurrent": None,
+    }
     schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     got = {r["variant"]: r for r in report["results"]}

@@ -438,6 +438,7 @@ def _run(
         "workload": wl.to_dict(),
         "storage": "slowfs" if opts.slowfs else kind.storage,
         **({"slowfs": _slowfs_settings(opts.slowfs)} if opts.slowfs else {}),
+        **({"s3": kind.store.summary()} if kind.store is not None and kind.store.remote else {}),
         "payload_bytes_per_batch": payload_per_batch,
         "accelerators": n_acc,
         "au_threshold": t.au_threshold,
