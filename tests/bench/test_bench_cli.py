@@ -483,6 +483,10 @@ def test_every_kind_validates_against_the_strict_schema(tmp_path: Path) -> None:
     jsonschema.validate(report, schema())
     assert {w["kind"] for w in report["workloads"]} == set(EVERY_KIND)
     assert all(r["max_accelerators"] is not None for r in report["results"] if r["digest"])
+    # Sizes in the unit that reads: 8 NPZ files of 300 B records were "the dataset (0.0 MB)".
+    sizes = [n.partition("the dataset (")[2].partition(")")[0] for n in report["notes"]]
+    assert "files: the dataset (" in " ".join(report["notes"])
+    assert all(s and not s.startswith("0.0 ") for s in sizes if s)
 
 
 @pytest.mark.parametrize(

@@ -427,7 +427,7 @@ def _run(
         notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, mem_before))
     elif kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
-            f"{wl.name}: the dataset ({ds_bytes / 1e6:,.1f} MB) fits in free memory "
+            f"{wl.name}: the dataset ({byte_size(ds_bytes)}) fits in free memory "
             f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
             "page-cache reads unless the storage ceiling says otherwise"
         )
@@ -492,7 +492,7 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, 
         "reads pages another variant fetched, and each open starts its file cold; pages a "
         "variant fetched stay cached while it keeps its file open, as on a network mount"
         + (
-            f" (the dataset, {ds_bytes / 1e6:,.1f} MB, fits in free memory: the more of it "
+            f" (the dataset, {byte_size(ds_bytes)}, fits in free memory: the more of it "
             "a variant has read, the more its later steps are page-cache reads)"
             if fits
             else ""
