@@ -598,3 +598,19 @@ def test_an_unwritable_json_file_is_refused_before_the_run(
     assert f"--json '{unwritable_file}' is not writable" in captured.err
     assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
     assert not (tmp_path / "data").exists()
+
+
+def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
+    # --accelerators 4 printed one accelerator's demand only (the JSON had 4x), and a
+    # small one as "0.0 MB/s per accelerator" (DLIO llama_7b at --record-scale 0.01).
+    from headrace.bench._cli import _demand
+    from headrace.bench._kind import make_kind
+    from headrace.bench._workload import builtin_workloads
+
+    kind = make_kind(builtin_workloads()["hdf5"], str(tmp_path))
+    assert _demand(kind) == (
+        "batch 8 x 1.0 MB/record / 0.05 s compute = 160.0 MB/s per accelerator (AU >= 0.90)"
+    )
+    assert "160.0 MB/s per accelerator, x 4 = 640.0 MB/s (AU" in _demand(kind, 4)
+    wl = builtin_workloads()["hdf5"].replace(dataset={"record_bytes": 20}, train={"batch_size": 2})
+    assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))

@@ -303,16 +303,19 @@ def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]
     return changes
 
 
-def _demand(kind: Any) -> str:
+def _demand(kind: Any, accelerators: int = 1) -> str:
     t = kind.workload.train
     rec = kind.record_bytes()
     b = kind.host_batch
     if t.computation_time <= 0:
         return f"batch {b} x {byte_size(rec)}/record; no compute (the loader alone)"
     d = b * rec / t.computation_time
+    # With N accelerators the host must feed N times that (the JSON's demand_bytes_per_s):
+    # the line gave the one accelerator's figure only, and tiny ones as "0.0 MB/s".
+    total = f", x {accelerators} = {byte_size(accelerators * d)}/s" if accelerators > 1 else ""
     return (
         f"batch {b} x {byte_size(rec)}/record / {t.computation_time:g} s compute = "
-        f"{d / 1e6:,.1f} MB/s per accelerator (AU >= {t.au_threshold:.2f})"
+        f"{byte_size(d)}/s per accelerator{total} (AU >= {t.au_threshold:.2f})"
     )
 
 
@@ -535,7 +538,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
     for kind in kinds:
-        print(f"{kind.workload.name}: {_demand(kind)}", file=sys.stderr)
+        print(f"{kind.workload.name}: {_demand(kind, n_acc)}", file=sys.stderr)
         print(f"{kind.workload.name}: {_plan(kind.workload)}", file=sys.stderr)
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
