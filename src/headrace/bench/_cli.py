@@ -91,9 +91,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage",
         choices=("local", "s3", "slowfs"),
-        help="local disk; S3 (files, token and Parquet workloads: moto started on 127.0.0.1 "
-        "unless --endpoint); or slowfs: --root read through a FUSE mount with a delay per "
-        "READ and open, one mount per variant (needs fuse3)",
+        help="local disk; S3 (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and "
+        "--dlio: moto started on 127.0.0.1 unless --endpoint); or slowfs: --root read "
+        "through a FUSE mount with a delay per READ and open, one mount per variant (needs "
+        "fuse3)",
     )
     parser.add_argument(
         "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
@@ -154,8 +155,8 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         if wl.kind not in ("files", "tokens", "megatron", "parquet", "table-images"):
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
-                "--endpoint, --latency-ms and --max-concurrent apply to files, token and Parquet "
-                "workloads (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images)"
+                "--endpoint, --latency-ms and --max-concurrent apply to the workloads that read "
+                "S3: jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and --dlio"
             )
         changes["reader"] = reader
         if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
