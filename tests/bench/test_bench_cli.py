@@ -614,3 +614,17 @@ def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     assert "160.0 MB/s per accelerator, x 4 = 640.0 MB/s (AU" in _demand(kind, 4)
     wl = builtin_workloads()["hdf5"].replace(dataset={"record_bytes": 20}, train={"batch_size": 2})
     assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))
+
+
+def test_au_of_one_step_trials_is_said_to_be_no_measurement(tmp_path: Path) -> None:
+    # --steps 1 with compute printed "0.00 FAIL" for every variant and said nothing: DLIO
+    # leaves each epoch's first step out, so a trial of one step has none to count.
+    path = tmp_path / "w.toml"
+    files = EVERY_KIND["files"].replace('"map-style", "iterable", ', "")
+    path.write_text(f'name = "w"\nkind = "files"\nvariants = [{files}{_TRAIN}')
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--steps", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["results"][0]["au"] == 0
+    assert any("trials of 1 step leave no step to count" in n for n in report["notes"])

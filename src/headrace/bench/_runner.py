@@ -390,6 +390,13 @@ def _run(
             "computation_time is 0: the loader alone); give the workload a computation_time "
             "to measure accelerator utilisation"
         )
+    if has_compute and t.steps < 2:
+        # DLIO's AU leaves each epoch's first step out: a trial of one step counts none.
+        notes.append(
+            f"{wl.name}: trials of 1 step leave no step to count (AU leaves each trial's first "
+            "out, as DLIO does): AU is 0 by definition, not a measurement; use --steps 2 or "
+            "more to measure it"
+        )
     if t.steps < _SHORT_TRIAL_STEPS and any(r.get("mb_per_s") is None for r in results):
         # Whatever the storage: a loader that read ahead while the other variants ran
         # starts its trial with batches in hand (millions of batches/s from 20 ms S3).
