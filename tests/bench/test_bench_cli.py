@@ -397,6 +397,9 @@ def test_unusable_root_is_refused_without_traceback(
     err = capsys.readouterr().err
     assert f"--root '{a_file / 'sub'}': cannot create the dataset folder" in err
     assert "choose a writable folder" in err
+    # The file itself: "cannot create the dataset folder (File exists)", as if it were one.
+    assert main([*args, "--root", str(a_file)]) == 2
+    assert f"--root '{a_file}' is a file, not a folder" in capsys.readouterr().err
 
 
 def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(

@@ -199,6 +199,11 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
             "S3 use --storage s3 --storage-url s3://BUCKET/PREFIX; to write one to an object "
             "store use 'headrace gen WORKLOAD --root URL'"
         )
+    if os.path.exists(root) and not os.path.isdir(root):  # makedirs said "File exists"
+        raise ConfigError(
+            f"{flag} {root!r} is a file, not a folder: give the folder that holds (or is to "
+            f"hold) the datasets, e.g. {flag} /tmp/headrace-bench"
+        )
     try:
         os.makedirs(root, exist_ok=True)
     except OSError as exc:
