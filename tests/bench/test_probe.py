@@ -92,7 +92,8 @@ def test_probe_existing_file(tmp_path: Path) -> None:
 
 def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path / "missing")]) == 2
-    assert "no such file or directory" in capsys.readouterr().err
+    # what to give instead, too (it said "no such file or directory" alone)
+    assert "no such file or directory; give a file to probe, a folder" in capsys.readouterr().err
     assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
     with pytest.raises(SystemExit):
         main(["probe", str(tmp_path), "--size", "lots"])
@@ -101,7 +102,7 @@ def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path / "empty")]) == 2
     assert "0 bytes is too small to probe" in capsys.readouterr().err
     assert main(["probe", "/dev/null"]) == 2  # said "no such file or directory"
-    assert "not a regular file or a folder" in capsys.readouterr().err
+    assert "not a regular file or a folder (a device?); give a file" in capsys.readouterr().err
     assert main(["probe", "ftp://host/x"]) == 2  # said "ftp:/host/x: no such file"
     assert "ftp://host/x: not a URL headrace probes" in capsys.readouterr().err
 

@@ -596,10 +596,18 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     elif target.exists():
-        print(f"{target}: not a regular file or a folder (a device?)", file=sys.stderr)
+        print(
+            f"{target}: not a regular file or a folder (a device?); give a file on the "
+            "storage to probe, or a folder there to write a scratch file in",
+            file=sys.stderr,
+        )
         return 2
     else:
-        print(f"{target}: no such file or directory", file=sys.stderr)
+        print(
+            f"{target}: no such file or directory; give a file to probe, a folder to write "
+            "a scratch file in (--size), or an object URL (s3://bucket/key)",
+            file=sys.stderr,
+        )
         return 2
     try:
         report = probe(
