@@ -631,3 +631,26 @@ def test_au_of_one_step_trials_is_said_to_be_no_measurement(tmp_path: Path) -> N
     report = json.loads(out.read_text())
     assert report["results"][0]["au"] == 0
     assert any("trials of 1 step leave no step to count" in n for n in report["notes"])
+
+
+def test_a_root_on_tmpfs_is_said_to_be_memory_not_a_device(tmp_path: Path) -> None:
+    # tmpfs takes O_DIRECT (Linux 6.6+), and its reads are memory: the run measured a
+    # "device (O_DIRECT) read ceiling" of 1.40 GB/s there and called every variant above
+    # it "served from the page cache", on a filesystem that has no device.
+    from headrace.bench._probe import filesystem_of
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or filesystem_of(str(shm))["fstype"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    root = shm / f"headrace-test-{os.getpid()}"
+    out = tmp_path / "r.json"
+    try:
+        args = ["bench", "--root", str(root), *TINY, "--no-isolate", "--json", str(out)]
+        assert main(args) == 0
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+    report = json.loads(out.read_text())
+    assert report["workloads"][0]["storage_ceiling"]["gb_per_s"] is None
+    notes = " ".join(report["notes"])
+    assert "read ceiling" not in notes.replace("no device to measure a read ceiling", "")
+    assert "tokens: the dataset is on tmpfs (/dev/shm), which keeps files in memory" in notes

@@ -43,7 +43,7 @@ import numpy as np
 
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
-from headrace.io._mounts import mount_of, network_type
+from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 from headrace.io._resident import resident_ranges
 from headrace.io._uring import ring_pool
 
@@ -388,7 +388,7 @@ def probe(
         )
     fs = filesystem_of(path)
     # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
-    memory = fs["fstype"] in _MEMORY_FS
+    memory = fs["fstype"] in MEMORY_FS
     return {
         "path": path,
         "filesystem": fs,
@@ -400,8 +400,6 @@ def probe(
         "skipped": skipped,
     }
 
-
-_MEMORY_FS = frozenset({"tmpfs", "ramfs"})
 
 # Fewer random requests than this in one measurement: its rate is rough (noted).
 _FEW_OPS = 256

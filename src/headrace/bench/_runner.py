@@ -37,7 +37,7 @@ from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import io_threads
-from headrace.io._mounts import mount_of, network_type
+from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 
 __all__ = ["RunOptions", "run_workload"]
 
@@ -348,13 +348,17 @@ def _run(
             }
         )
     _ratios(results)
+    mount = mount_of(kind.root) if kind.storage == "local" else None
+    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
+    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
+    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
     ceiling = (
         # Through a mount of its own: bare reads that leave no pages for any variant.
         storage_ceiling(
             of(_CEILING) if opts.slowfs else kind,
             depth=max([0, *(int(r.get("in_flight") or 0) for r in results)]),
         )
-        if kind.storage == "local"
+        if kind.storage == "local" and not in_memory
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
     if ceiling["gb_per_s"]:
@@ -423,7 +427,6 @@ def _run(
         if res.get("throttled")
     )
     ds_bytes = kind.dataset_bytes()
-    mount = mount_of(kind.root) if kind.storage == "local" else None
     if mount is not None and network_type(mount.fstype):
         notes.append(
             f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
@@ -432,6 +435,12 @@ def _run(
         )
     if opts.slowfs is not None:
         notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, mem_before))
+    elif in_memory and mount is not None:
+        notes.append(
+            f"{wl.name}: the dataset is on {mount.fstype} ({mount.mount}), which keeps files "
+            "in memory: every figure is a memory read, and there is no device to measure a "
+            "read ceiling of; give --root on the storage you mean to train from"
+        )
     elif kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
             f"{wl.name}: the dataset ({byte_size(ds_bytes)}) fits in free memory "
