@@ -654,3 +654,20 @@ def test_a_root_on_tmpfs_is_said_to_be_memory_not_a_device(tmp_path: Path) -> No
     notes = " ".join(report["notes"])
     assert "read ceiling" not in notes.replace("no device to measure a read ceiling", "")
     assert "tokens: the dataset is on tmpfs (/dev/shm), which keeps files in memory" in notes
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_files_with_dlio_is_refused_for_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # A DLIO workload is of the files kind, so --files was taken and replaced its file
+    # count, under a plan ("2 epochs of 2 steps, one epoch per trial") worked out from
+    # the YAML's: the trials then covered 2 epochs each.
+    yaml = tmp_path / "d.yaml"
+    yaml.write_text("dataset: {format: npz, num_files_train: 8, record_length_bytes: 100}\n")
+    args = [command, "--dlio", str(yaml), "--files", "4", "--root", str(tmp_path / "d"), "-q"]
+    assert main(args) == 2
+    assert "--files 4: a --dlio workload has the YAML's num_files_train, scaled by --scale" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "d").exists()
