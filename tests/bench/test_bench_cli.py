@@ -671,3 +671,20 @@ def test_files_with_dlio_is_refused_for_scale(
         capsys.readouterr().err
     )
     assert not (tmp_path / "d").exists()
+
+
+def test_batch_size_with_dlio_makes_the_epoch_of_that_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --batch-size replaced the batch but kept the YAML's steps per epoch: 8 files at
+    # batch 4 are 2 steps, and "one epoch per trial" at batch 8 covered two epochs.
+    yaml = tmp_path / "d.yaml"
+    text = "dataset: {format: npz, num_files_train: 8, record_length_bytes: 100}\n"
+    yaml.write_text(text + "reader: {batch_size: 4}\ntrain: {epochs: 2}\n")
+    args = ["bench", "--dlio", str(yaml), "--root", str(tmp_path / "d"), "--list"]
+    assert main(args) == 0
+    assert "2 epochs of 2 steps, one epoch per trial" in capsys.readouterr().out
+    assert main([*args, "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs of 1 step, one epoch per trial" in out
+    assert "batch 8 (--batch-size; the YAML's 4)" in out

@@ -406,6 +406,7 @@ def dlio_from_args(args: argparse.Namespace) -> Workload:
         args.dlio,
         scale=1.0 if args.scale is None else args.scale,
         record_scale=1.0 if args.record_scale is None else args.record_scale,
+        batch_size=getattr(args, "batch_size", None),
     )
 
 

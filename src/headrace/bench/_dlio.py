@@ -358,11 +358,17 @@ def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
 
 
 def dlio_workload(
-    path: str, *, scale: float = 1.0, record_scale: float = 1.0, steps: int | None = None
+    path: str,
+    *,
+    scale: float = 1.0,
+    record_scale: float = 1.0,
+    steps: int | None = None,
+    batch_size: int | None = None,
 ) -> Workload:
     """The headrace workload equivalent to DLIO's YAML at ``path``, scaled.
 
-    ``steps`` replaces the steps of a trial (one DLIO epoch by default).
+    ``steps`` replaces the steps of a trial (one DLIO epoch by default); ``batch_size``
+    the YAML's ``reader.batch_size``, before the epoch's steps are worked out from it.
     """
     try:
         import yaml
@@ -404,6 +410,12 @@ def dlio_workload(
     stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
     stdev = _number(ds, stdev_keys, 0, where)
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
+    # --batch-size: an epoch is then floor(samples / that) steps (it kept the YAML's
+    # count, and a trial of "one epoch" covered two at twice the batch).
+    batch_note = ""
+    if batch_size is not None and batch_size != batch:
+        batch_note = f"; batch {batch_size} (--batch-size; the YAML's {batch})"
+        batch = batch_size
     # DLIO's default is 8 files (its ConfigArguments); 1 here made a YAML without the key
     # (or with it misspelt) another dataset.
     dlio_files = _positive(ds, "num_files_train", 8, where)
@@ -508,7 +520,8 @@ def dlio_workload(
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}{image_note}{threads_note}{storage_note}"
+            f"files x{scale:g}, records x{record_scale:g}{batch_note}{image_note}{threads_note}"
+            f"{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
             + (
                 f"; keys DLIO does not read (ignored, as DLIO ignores them): {', '.join(unknown)}"
