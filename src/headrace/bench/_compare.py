@@ -88,7 +88,7 @@ def compare(a_path: str, b_path: str) -> int:
     defs_a, defs_b = _definitions(a), _definitions(b)
     other = {
         name: said
-        for name in defs_a.keys() & defs_b.keys()
+        for name in sorted(defs_a.keys() & defs_b.keys())
         if (said := _differences(defs_a[name], defs_b[name]))
     }
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
