@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result, in_flight_cell, shallow_note
+from headrace.bench._probe import Result
+from headrace.bench._probe_table import in_flight_cell, shallow_note
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
