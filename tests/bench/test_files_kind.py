@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from headrace._messages import byte_size
+from headrace.bench._ceiling import distinct_figures
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
-from headrace.bench._runner import RunOptions, distinct_figures, mismatches, run_workload
+from headrace.bench._runner import RunOptions, mismatches, run_workload
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import command_parser, main
 from headrace.errors import ConfigError, HeadraceError

@@ -184,7 +184,7 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
 
 def test_a_figure_above_a_ceiling_is_printed_above_it() -> None:
     # "0.06 GB/s is above the ... read ceiling of 0.06 GB/s": two decimals hid the gap.
-    from headrace.bench._runner import distinct_figures
+    from headrace.bench._ceiling import distinct_figures
 
     assert distinct_figures(0.0617, 0.0594) == ("0.062", "0.059")
     assert distinct_figures(2.45, 0.77) == ("2.45", "0.77")
