@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from headrace.bench._au import au_trial, epoch_au, run_au
+from headrace.bench._au import au_trial, epoch_au, max_accelerators, run_au
+from headrace.bench._kind import make_kind
+from headrace.bench._workload import builtin_workloads
 
 
 def test_two_epochs_by_hand() -> None:
@@ -45,3 +48,20 @@ def test_each_trials_first_step_is_left_out() -> None:
         au, load = au_trial(_slow_first(3, 0.4), 3, compute, 1)
         assert au > 0.5
         assert load < 0.2  # the slow first load is not in the loader's time per step either
+
+
+def test_max_accelerators_agrees_with_the_runs_own_verdict(tmp_path: Path) -> None:
+    # --accelerators auto printed "max acc. 0" beside "AU 1.00 ok": the search probed one
+    # accelerator again, on one short epoch, and a busy machine failed it. The run's
+    # verdict (its trials with compute) is where the search starts now. Here every probe
+    # fails (20 ms of preprocessing a sample against 1 ms of compute a step).
+    wl = builtin_workloads()["npz"].replace(
+        dataset={"files": 4, "record_bytes": 1_000},
+        reader={"preprocess_time": 0.02},
+        train={"steps": 3, "trials": 1, "warmup_steps": 1, "batch_size": 2},
+    )
+    kind = make_kind(wl.replace(train={"computation_time": 0.001}), str(tmp_path))
+    kind.generate()
+    assert max_accelerators(kind, "headrace", probe_steps=2) == 0
+    assert max_accelerators(kind, "headrace", probe_steps=2, known=(1, True)) == 1
+    assert max_accelerators(kind, "headrace", probe_steps=2, known=(1, False)) == 0

@@ -328,6 +328,44 @@ def test_compare_order_free_variants_by_their_canonical_digest(
         assert line.endswith(said), line
 
 
+def test_compare_says_when_the_reports_ran_other_data_or_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 0.25 GiB token file against a 0.0625 GiB one, or batches of 32 against 16, read
+    # "DIFFERS" (as if a loader had broken) and batch 16 "1.69x" faster (batches/s of
+    # half the batch). Their samples differ by design: said, and B/A is of samples/s.
+    def report(path: Path, rate: float, digest: str, gib: float, batch: int) -> str:
+        row = {"workload": "tokens", "variant": "naive", "batches_per_s": rate}
+        row |= {"digest": digest, "steps": 500}
+        wl = {"kind": "tokens", "dataset": {"token_file_gib": gib}, "reader": {"prefetch": 8}}
+        wl["train"] = {"batch_size": batch, "seed": 0, "world_size": 1, "rank": 0}
+        path.write_text(
+            json.dumps({"workloads": [{"name": "tokens", "workload": wl}], "results": [row]})
+        )
+        return str(path)
+
+    a = report(tmp_path / "a.json", 100.0, "d1", 0.25, 32)
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.0625, 32)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "DIFFERS" not in out and "1.50x  not compared (other data or plan" in out
+    assert (
+        "note: tokens: the reports ran other data or another plan (dataset.token_file_gib"
+        " 0.25 vs 0.0625)" in out
+    )
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.25, 16)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "0.75x" in out and "(train.batch_size 32 vs 16)" in out and "DIFFERS" not in out
+    # Other reader settings are what a comparison is for: the digests must still agree.
+    b = report(tmp_path / "b.json", 150.0, "d2", 0.25, 32)
+    text = Path(b).read_text().replace('"prefetch": 8', '"prefetch": 0')
+    Path(b).write_text(text)
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "1.50x  DIFFERS" in out and "note:" not in out
+
+
 @pytest.mark.parametrize("isolate", [[], ["--no-isolate"]])
 def test_option_that_changes_nothing_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], isolate: list[str]
@@ -359,6 +397,9 @@ def test_unusable_root_is_refused_without_traceback(
     err = capsys.readouterr().err
     assert f"--root '{a_file / 'sub'}': cannot create the dataset folder" in err
     assert "choose a writable folder" in err
+    # The file itself: "cannot create the dataset folder (File exists)", as if it were one.
+    assert main([*args, "--root", str(a_file)]) == 2
+    assert f"--root '{a_file}' is a file, not a folder" in capsys.readouterr().err
 
 
 def test_a_read_only_root_with_its_dataset_runs_and_one_without_says_what_to_do(
@@ -445,6 +486,10 @@ def test_every_kind_validates_against_the_strict_schema(tmp_path: Path) -> None:
     jsonschema.validate(report, schema())
     assert {w["kind"] for w in report["workloads"]} == set(EVERY_KIND)
     assert all(r["max_accelerators"] is not None for r in report["results"] if r["digest"])
+    # Sizes in the unit that reads: 8 NPZ files of 300 B records were "the dataset (0.0 MB)".
+    sizes = [n.partition("the dataset (")[2].partition(")")[0] for n in report["notes"]]
+    assert "files: the dataset (" in " ".join(report["notes"])
+    assert all(s and not s.startswith("0.0 ") for s in sizes if s)
 
 
 @pytest.mark.parametrize(
@@ -556,3 +601,90 @@ def test_an_unwritable_json_file_is_refused_before_the_run(
     assert f"--json '{unwritable_file}' is not writable" in captured.err
     assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
     assert not (tmp_path / "data").exists()
+
+
+def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
+    # --accelerators 4 printed one accelerator's demand only (the JSON had 4x), and a
+    # small one as "0.0 MB/s per accelerator" (DLIO llama_7b at --record-scale 0.01).
+    from headrace.bench._cli import _demand
+    from headrace.bench._kind import make_kind
+    from headrace.bench._workload import builtin_workloads
+
+    kind = make_kind(builtin_workloads()["hdf5"], str(tmp_path))
+    assert _demand(kind) == (
+        "batch 8 x 1.0 MB/record / 0.05 s compute = 160.0 MB/s per accelerator (AU >= 0.90)"
+    )
+    assert "160.0 MB/s per accelerator, x 4 = 640.0 MB/s (AU" in _demand(kind, 4)
+    wl = builtin_workloads()["hdf5"].replace(dataset={"record_bytes": 20}, train={"batch_size": 2})
+    assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))
+
+
+def test_au_of_one_step_trials_is_said_to_be_no_measurement(tmp_path: Path) -> None:
+    # --steps 1 with compute printed "0.00 FAIL" for every variant and said nothing: DLIO
+    # leaves each epoch's first step out, so a trial of one step has none to count.
+    path = tmp_path / "w.toml"
+    files = EVERY_KIND["files"].replace('"map-style", "iterable", ', "")
+    path.write_text(f'name = "w"\nkind = "files"\nvariants = [{files}{_TRAIN}')
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--steps", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["results"][0]["au"] == 0
+    assert any("trials of 1 step leave no step to count" in n for n in report["notes"])
+
+
+def test_a_root_on_tmpfs_is_said_to_be_memory_not_a_device(tmp_path: Path) -> None:
+    # tmpfs takes O_DIRECT (Linux 6.6+), and its reads are memory: the run measured a
+    # "device (O_DIRECT) read ceiling" of 1.40 GB/s there and called every variant above
+    # it "served from the page cache", on a filesystem that has no device.
+    from headrace.bench._probe import filesystem_of
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or filesystem_of(str(shm))["fstype"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    root = shm / f"headrace-test-{os.getpid()}"
+    out = tmp_path / "r.json"
+    try:
+        args = ["bench", "--root", str(root), *TINY, "--no-isolate", "--json", str(out)]
+        assert main(args) == 0
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+    report = json.loads(out.read_text())
+    assert report["workloads"][0]["storage_ceiling"]["gb_per_s"] is None
+    notes = " ".join(report["notes"])
+    assert "read ceiling" not in notes.replace("no device to measure a read ceiling", "")
+    assert "tokens: the dataset is on tmpfs (/dev/shm), which keeps files in memory" in notes
+
+
+@pytest.mark.parametrize("command", ["bench", "gen"])
+def test_files_with_dlio_is_refused_for_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # A DLIO workload is of the files kind, so --files was taken and replaced its file
+    # count, under a plan ("2 epochs of 2 steps, one epoch per trial") worked out from
+    # the YAML's: the trials then covered 2 epochs each.
+    yaml = tmp_path / "d.yaml"
+    yaml.write_text("dataset: {format: npz, num_files_train: 8, record_length_bytes: 100}\n")
+    args = [command, "--dlio", str(yaml), "--files", "4", "--root", str(tmp_path / "d"), "-q"]
+    assert main(args) == 2
+    assert "--files 4: a --dlio workload has the YAML's num_files_train, scaled by --scale" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "d").exists()
+
+
+def test_batch_size_with_dlio_makes_the_epoch_of_that_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --batch-size replaced the batch but kept the YAML's steps per epoch: 8 files at
+    # batch 4 are 2 steps, and "one epoch per trial" at batch 8 covered two epochs.
+    yaml = tmp_path / "d.yaml"
+    text = "dataset: {format: npz, num_files_train: 8, record_length_bytes: 100}\n"
+    yaml.write_text(text + "reader: {batch_size: 4}\ntrain: {epochs: 2}\n")
+    args = ["bench", "--dlio", str(yaml), "--root", str(tmp_path / "d"), "--list"]
+    assert main(args) == 0
+    assert "2 epochs of 2 steps, one epoch per trial" in capsys.readouterr().out
+    assert main([*args, "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs of 1 step, one epoch per trial" in out
+    assert "batch 8 (--batch-size; the YAML's 4)" in out

@@ -171,13 +171,15 @@ NAMED = {
         "storage.storage_options.s3_force_path_style",
         "storage.storage_options.s3_max_attempts",
     ],
-    "resnet50_h100_dlio": ["train.epoch", "dataset.record_length_resize"],
+    "resnet50_h100_dlio": ["dataset.record_length_resize"],
     "bert_v100": ["checkpoint", "reader.transfer_size", "train.seed_change_epoch"],
     "dlrm": ["evaluation", "workflow.do_eval", "dataset.num_files_eval", "train.total_eval_steps"],
     "dlrm_s3dlio_file": [],
     "default": ["evaluation", "workflow.evaluation", "dataset.num_subfolders_train"],
     "llama_7b": ["checkpoint", "transformer", "model.tensor_parallelism"],
 }
+# Keys DLIO does not read either (it ignores them), named apart with the closest key.
+UNKNOWN = {"resnet50_h100_dlio": ["train.epoch (did you mean epochs?)"]}
 # Keys that are modelled (or inert here), never named as not modelled.
 NOT_NAMED = {
     # workflow.checkpoint: false, so DLIO does not checkpoint: the section is inert
@@ -210,7 +212,12 @@ def test_a_dlio_config_maps_to_its_figures(name: str) -> None:
     assert tr.computation_time_stdev == pytest.approx(compute_stdev)
     assert tr.au_threshold == 0.90
     assert f"; {want['shown']};" in wl.description
-    ignored = wl.description.partition("not modelled: ")[2].split(", ")
+    text, _, unknown = wl.description.partition(
+        "; keys DLIO does not read (ignored, as DLIO ignores them): "
+    )
+    ignored = text.partition("not modelled: ")[2].split(", ")
+    for key in UNKNOWN.get(name, []):
+        assert key in unknown.split(", ") and key not in ignored, (key, wl.description)
     for key in NAMED.get(name, []):
         assert key in ignored, (key, wl.description)
     for key in NOT_NAMED.get(name, []):
@@ -447,3 +454,21 @@ def test_dlio_metric_exclusions_other_than_its_default_are_named(tmp_path: Path)
     text = base + "output: {metric: {exclude_start_steps: 3}}\n"
     wl = dlio_workload(_yaml(tmp_path, text))
     assert "not modelled: output.metric.exclude_start_steps" in wl.description
+
+
+def test_a_key_dlio_does_not_read_is_named_with_the_closest_one(tmp_path: Path) -> None:
+    # A misspelt key was named with the keys DLIO reads and headrace does not model
+    # ("not modelled: train.computation_tme"), and the run went on without compute; a
+    # misspelt num_files_train gave 1 file where DLIO's default is 8.
+    text = "dataset: {num_fils_train: 40, format: npz}\ntrain: {computation_tme: 0.05}\n"
+    text += "reader: {batch_size: 4, data_loader: pytorch}\n"
+    wl = dlio_workload(_yaml(tmp_path, text))
+    said = wl.description.partition("; keys DLIO does not read (ignored, as DLIO ignores them): ")[
+        2
+    ]
+    assert said == (
+        "dataset.num_fils_train (did you mean num_files_train?), "
+        "train.computation_tme (did you mean computation_time?)"
+    )
+    assert "not modelled: reader.data_loader;" in wl.description
+    assert wl.dataset["files"] == 8 and wl.train.computation_time == 0

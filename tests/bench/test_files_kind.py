@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from headrace._messages import byte_size
+from headrace.bench._ceiling import distinct_figures
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
-from headrace.bench._runner import RunOptions, distinct_figures, mismatches, run_workload
+from headrace.bench._runner import RunOptions, mismatches, run_workload
 from headrace.bench._workload import builtin_workloads
-from headrace.cli import main
+from headrace.cli import command_parser, main
 from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import encode
 
@@ -385,7 +386,10 @@ def test_cli_storage_flags_only_for_files_and_tokens(
 ) -> None:
     args = ["bench", "-w", "padded", "--root", str(tmp_path), "--latency-ms", "5", "-q"]
     assert main(args) == 2
-    assert "apply to files, token and Parquet workloads" in capsys.readouterr().err
+    assert "apply to the workloads that read S3: jpeg, npz, hdf5" in capsys.readouterr().err
+    # --help named "files, token and Parquet workloads", not hub-images or --dlio
+    help_text = " ".join(command_parser("bench").format_help().split())
+    assert "S3 (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and --dlio" in help_text
     args = ["bench", "-w", "jpeg", "--root", str(tmp_path), "--storage", "local"]
     assert main([*args, "--endpoint", "http://x", "-q"]) == 2
     assert "need --storage s3" in capsys.readouterr().err

@@ -409,3 +409,31 @@ def test_the_progress_bar_keeps_off_stdout(
     assert main(["gen", "jpeg", "--files", "1", "--root", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("jpeg: 1 file, ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["npz", "parquet"])
+def test_ctrl_c_mid_file_leaves_no_temporary_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # A file is written under NAME.part and renamed: Ctrl-C in between left the .part
+    # beside the dataset (seen after `headrace gen jpeg --files 2000` and Ctrl-C).
+    import pyarrow.parquet as pq
+
+    from headrace.bench._files_kind import FilesKind
+
+    def interrupted(*_: object, **__: object) -> bytes:
+        raise KeyboardInterrupt
+
+    if name == "npz":
+        monkeypatch.setattr(FilesKind, "_file_bytes", interrupted)
+    else:
+
+        def write_half(table: object, where: str, **_: object) -> None:
+            Path(where).write_bytes(b"PAR1")  # a part written, then Ctrl-C
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pq, "write_table", write_half)
+    root = tmp_path / "data"
+    assert main(["gen", toml(tmp_path, name), "--root", str(root), "-q"]) == 130
+    left = [p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert left == []

@@ -24,6 +24,7 @@ KEYS = {
     "ops_per_s",
     "mb_per_s",
     "verified",
+    "cached_before",
 }
 
 
@@ -91,7 +92,8 @@ def test_probe_existing_file(tmp_path: Path) -> None:
 
 def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path / "missing")]) == 2
-    assert "no such file or directory" in capsys.readouterr().err
+    # what to give instead, too (it said "no such file or directory" alone)
+    assert "no such file or directory; give a file to probe, a folder" in capsys.readouterr().err
     assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
     with pytest.raises(SystemExit):
         main(["probe", str(tmp_path), "--size", "lots"])
@@ -100,7 +102,7 @@ def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path / "empty")]) == 2
     assert "0 bytes is too small to probe" in capsys.readouterr().err
     assert main(["probe", "/dev/null"]) == 2  # said "no such file or directory"
-    assert "not a regular file or a folder" in capsys.readouterr().err
+    assert "not a regular file or a folder (a device?); give a file" in capsys.readouterr().err
     assert main(["probe", "ftp://host/x"]) == 2  # said "ftp:/host/x: no such file"
     assert "ftp://host/x: not a URL headrace probes" in capsys.readouterr().err
 
@@ -285,3 +287,28 @@ def test_probe_says_when_a_round_was_too_short_to_reach_its_depth(
     table = capsys.readouterr().out
     assert f"note: {len(short)} measurement(s) marked * never had their depth in flight" in table
     assert "      64* " in table
+
+
+def test_probe_starts_every_measurement_with_its_pages_out_of_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The cache was dropped once, before all measurements: a mapped read faults in a whole
+    # read-around window (8 MiB on this machine's disk), past any guard between stripes,
+    # so the second mapped measurement read the first one's pages (mmap random 4100 at
+    # 710 MB/s beside 62 for 4096) and nothing said so. Now each one starts cold, and what
+    # was in memory as it started is measured and reported.
+    if filesystem_of(str(tmp_path))["fstype"] in ("tmpfs", "ramfs"):
+        pytest.skip("tmpfs pages are the file: there is no cache to drop")
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(64 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "512", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    warm = [r for r in report["results"] if r["mode"] != "odirect" and r["cached_before"] > 0]
+    assert warm == []
+    assert "began with some of their requests' pages in memory" not in capsys.readouterr().out
+    # Kept pages are measured and said: the run above read every stripe.
+    assert main(["probe", str(f), "--ops", "512", "--keep-cache", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert max(r["cached_before"] for r in report["results"]) > 0
+    assert "began with some of their requests' pages in memory" in capsys.readouterr().out

@@ -184,8 +184,18 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
 
 def test_a_figure_above_a_ceiling_is_printed_above_it() -> None:
     # "0.06 GB/s is above the ... read ceiling of 0.06 GB/s": two decimals hid the gap.
-    from headrace.bench._runner import distinct_figures
+    from headrace.bench._ceiling import distinct_figures
 
     assert distinct_figures(0.0617, 0.0594) == ("0.062", "0.059")
     assert distinct_figures(2.45, 0.77) == ("2.45", "0.77")
     assert distinct_figures(0.30001, 0.3) == ("0.30001", "0.30000")
+
+
+def test_the_s3_storage_line_names_the_endpoint_and_the_throttle() -> None:
+    from headrace.bench._report import _s3_line
+
+    s3 = {"url": "s3://b/ds", "endpoint": "http://minio:9000", "latency_ms": 0.0}
+    assert _s3_line({**s3, "max_concurrent": 16}) == (
+        "s3, s3://b/ds (at http://minio:9000), no latency added, "
+        "503 SlowDown beyond 16 requests at once"
+    )

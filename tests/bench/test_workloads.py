@@ -394,9 +394,20 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["bench", *common, *tiny, "--no-isolate", "--json", str(local)]) == 0
     args = ["bench", *common, *tiny, "--storage", "s3", "--latency-ms", "2", "--json", str(out)]
     assert main(args) == 0
-    err = capsys.readouterr().err
-    assert "left out naive, memcpy (they read the local file)" in err
+    said = capsys.readouterr()
+    assert "left out naive, memcpy (they read the local file)" in said.err
+    # Where it read and what stood between: the line said "s3" alone, latency or none.
+    assert (
+        "storage: tokens: s3, s3://headrace-bench/tokens (a local moto "
+        "server started for the run), 2 ms added to each request (a latency proxy)\n"
+    ) in said.out
     report = json.loads(out.read_text())
+    assert report["workloads"][0]["s3"] == {
+        "url": "s3://headrace-bench/tokens",
+        "endpoint": None,
+        "latency_ms": 2.0,
+        "max_concurrent": None,
+    }
     schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     got = {r["variant"]: r for r in report["results"]}
@@ -503,6 +514,7 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
     # A table's batches are decoded and padded (int32 ids, a mask): their GB/s is not what
     # the storage gave. The page-cache note judges the stored share against the ceiling.
     from headrace.bench import _runner
+    from headrace.bench._ceiling import distinct_figures
 
     over = TINY["parquet"]
     wl = builtin_workloads()["parquet"].replace(
@@ -518,7 +530,7 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
     for r in results:
         # The stored figure gets as many decimals as set it apart from the ceiling's
         # 0.00: on a loaded machine it is under 0.005 GB/s and prints 0.004, not 0.00.
-        stored = _runner.distinct_figures(r["gb_per_s"] * ratio, tiny["gb_per_s"])[0]
+        stored = distinct_figures(r["gb_per_s"] * ratio, tiny["gb_per_s"])[0]
         want = f"{r['gb_per_s']:.2f} GB/s of payload ({stored} GB/s stored)"
         assert any(
             n.startswith(f"parquet/{r['variant']}: {want} is above") for n in summary["notes"]

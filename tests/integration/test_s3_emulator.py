@@ -211,8 +211,10 @@ def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
     )
     try:
         assert proc.stdout is not None
-        endpoint, printed, environment = "", "", ""
+        endpoint, printed, environment, proxy = "", "", "", ""
         for line in proc.stdout:
+            if line.startswith("proxy at "):
+                proxy = line.partition(": ")[2].strip()
             if line.startswith("endpoint:"):
                 endpoint = line.split()[1]
             if line.startswith("store_options:"):
@@ -222,6 +224,10 @@ def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
             if "Ctrl-C" in line:
                 break
         assert endpoint.startswith("http://127.0.0.1:")
+        # In words (it read "cap none MB/s, at most any number of requests at once").
+        assert proxy == (
+            "1 ms added to each request, no bandwidth cap, no limit on requests at once"
+        )
         # The printed store_options are enough to read, pasted as they are.
         options = ast.literal_eval(printed)
         assert options["endpoint"] == endpoint

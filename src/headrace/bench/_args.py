@@ -108,6 +108,13 @@ def size_changes(wl: Workload, args: argparse.Namespace) -> dict[str, Any]:
 
 def refuse_unused_sizes(workloads: list[Workload], args: argparse.Namespace) -> None:
     """Refuse ``--files`` / ``--token-file-gib`` where no workload has that setting."""
+    if getattr(args, "dlio", None) and getattr(args, "files", None) is not None:
+        # A DLIO workload is of the files kind, so --files was taken: it replaced the
+        # file count under a plan ("one epoch per trial") worked out from the YAML's.
+        raise ConfigError(
+            f"--files {args.files}: a --dlio workload has the YAML's num_files_train, "
+            "scaled by --scale (with its epochs and steps): use --scale, and drop --files"
+        )
     for flag, attr, kinds, names in (
         ("--token-file-gib", "token_file_gib", _TOKEN_KINDS, "tokens, megatron"),
         ("--files", "files", _FILE_KINDS, "jpeg, npz, hdf5, parquet"),

@@ -91,9 +91,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage",
         choices=("local", "s3", "slowfs"),
-        help="local disk; S3 (files, token and Parquet workloads: moto started on 127.0.0.1 "
-        "unless --endpoint); or slowfs: --root read through a FUSE mount with a delay per "
-        "READ and open, one mount per variant (needs fuse3)",
+        help="local disk; S3 (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and "
+        "--dlio: moto started on 127.0.0.1 unless --endpoint); or slowfs: --root read "
+        "through a FUSE mount with a delay per READ and open, one mount per variant (needs "
+        "fuse3)",
     )
     parser.add_argument(
         "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
@@ -154,8 +155,8 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
         if wl.kind not in ("files", "tokens", "megatron", "parquet", "table-images"):
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
-                "--endpoint, --latency-ms and --max-concurrent apply to files, token and Parquet "
-                "workloads (jpeg, npz, hdf5, tokens, megatron, parquet, hub-images)"
+                "--endpoint, --latency-ms and --max-concurrent apply to the workloads that read "
+                "S3: jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and --dlio"
             )
         changes["reader"] = reader
         if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
@@ -197,6 +198,11 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
             f"{flag} {root!r} is a URL; here it is a local folder. To read a dataset from "
             "S3 use --storage s3 --storage-url s3://BUCKET/PREFIX; to write one to an object "
             "store use 'headrace gen WORKLOAD --root URL'"
+        )
+    if os.path.exists(root) and not os.path.isdir(root):  # makedirs said "File exists"
+        raise ConfigError(
+            f"{flag} {root!r} is a file, not a folder: give the folder that holds (or is to "
+            f"hold) the datasets, e.g. {flag} /tmp/headrace-bench"
         )
     try:
         os.makedirs(root, exist_ok=True)
@@ -303,16 +309,19 @@ def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]
     return changes
 
 
-def _demand(kind: Any) -> str:
+def _demand(kind: Any, accelerators: int = 1) -> str:
     t = kind.workload.train
     rec = kind.record_bytes()
     b = kind.host_batch
     if t.computation_time <= 0:
         return f"batch {b} x {byte_size(rec)}/record; no compute (the loader alone)"
     d = b * rec / t.computation_time
+    # With N accelerators the host must feed N times that (the JSON's demand_bytes_per_s):
+    # the line gave the one accelerator's figure only, and tiny ones as "0.0 MB/s".
+    total = f", x {accelerators} = {byte_size(accelerators * d)}/s" if accelerators > 1 else ""
     return (
         f"batch {b} x {byte_size(rec)}/record / {t.computation_time:g} s compute = "
-        f"{d / 1e6:,.1f} MB/s per accelerator (AU >= {t.au_threshold:.2f})"
+        f"{byte_size(d)}/s per accelerator{total} (AU >= {t.au_threshold:.2f})"
     )
 
 
@@ -397,6 +406,7 @@ def dlio_from_args(args: argparse.Namespace) -> Workload:
         args.dlio,
         scale=1.0 if args.scale is None else args.scale,
         record_scale=1.0 if args.record_scale is None else args.record_scale,
+        batch_size=getattr(args, "batch_size", None),
     )
 
 
@@ -535,7 +545,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
     for kind in kinds:
-        print(f"{kind.workload.name}: {_demand(kind)}", file=sys.stderr)
+        print(f"{kind.workload.name}: {_demand(kind, n_acc)}", file=sys.stderr)
         print(f"{kind.workload.name}: {_plan(kind.workload)}", file=sys.stderr)
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,

@@ -46,9 +46,51 @@ def _rate(r: dict[str, Any]) -> float:
     return float(r["batches_per_s"])
 
 
+# What makes two runs of a workload read the same samples: its data and its plan. The
+# reader's settings and the storage may differ (comparing them is what runs are for).
+_TRAIN_KEYS = ("batch_size", "seed", "world_size", "rank")
+
+
+def _definitions(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each workload's definition as the report records it (hand-made reports: none)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in report.get("workloads") or []:
+        if isinstance(w, dict) and isinstance(w.get("workload"), dict):
+            out[str(w.get("name"))] = w["workload"]
+    return out
+
+
+def _differences(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    """``key A vs B`` for each setting of the data or the plan that two runs do not share."""
+    if old is None or new is None:
+        return []
+    said = []
+    if old.get("kind") != new.get("kind"):
+        said.append(f"kind {old.get('kind')} vs {new.get('kind')}")
+    a, b = old.get("dataset") or {}, new.get("dataset") or {}
+    said += [
+        f"dataset.{k} {a.get(k)} vs {b.get(k)}" for k in sorted({*a, *b}) if a.get(k) != b.get(k)
+    ]
+    a, b = old.get("train") or {}, new.get("train") or {}
+    said += [f"train.{k} {a.get(k)} vs {b.get(k)}" for k in _TRAIN_KEYS if a.get(k) != b.get(k)]
+    return said
+
+
+def _batch(definition: dict[str, Any] | None) -> int:
+    train = (definition or {}).get("train") or {}
+    size = train.get("batch_size")
+    return size if isinstance(size, int) and size > 0 else 1
+
+
 def compare(a_path: str, b_path: str) -> int:
     a = load_report(a_path)
     b = load_report(b_path)
+    defs_a, defs_b = _definitions(a), _definitions(b)
+    other = {
+        name: said
+        for name in sorted(defs_a.keys() & defs_b.keys())
+        if (said := _differences(defs_a[name], defs_b[name]))
+    }
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
     print(f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}  digest")
     for r in b["results"]:
@@ -56,13 +98,21 @@ def compare(a_path: str, b_path: str) -> int:
         if old is None:
             print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_rate(r):12,.0f}  only in B")
             continue
-        same = _same(old, r)
+        name = r["workload"]
+        # Batches of another size: the ratio is of samples per second (the same ratio
+        # where the batches agree).
+        ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
+        same = "not compared (other data or plan: see below)" if name in other else _same(old, r)
         print(
-            f"{r['workload']:10s} {r['variant']:28s} {_rate(old):12,.0f} "
-            f"{_rate(r):12,.0f} {_ratio(_rate(r), _rate(old))}  {same}"
+            f"{name:10s} {r['variant']:28s} {_rate(old):12,.0f} {_rate(r):12,.0f} {ratio}  {same}"
         )
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_rate(old):12,.0f} {'-':>12s}  only in A")
+    for name, said in other.items():
+        print(
+            f"note: {name}: the reports ran other data or another plan ({'; '.join(said)}): "
+            "their samples differ, so digests are not compared; B/A is of samples/s"
+        )
     return 0
 
 

@@ -8,9 +8,10 @@ interrupted write resumes at the last whole chunk instead of starting over.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "record_sizes",
     "token_bytes_to_write",
     "write_token_file",
+    "written_whole",
 ]
 
 Progress = Callable[[int, int], None]
@@ -51,6 +53,21 @@ def is_complete(path: str, params: dict[str, Any]) -> bool:
 def mark_complete(path: str, params: dict[str, Any]) -> None:
     with open(_marker(path), "w") as f:
         json.dump({**params, "bytes": os.path.getsize(path)}, f)
+
+
+@contextlib.contextmanager
+def written_whole(path: str) -> Iterator[str]:
+    """A temporary name to write ``path`` under, renamed to ``path`` once written, so a
+    file of the dataset is whole or absent; removed when the write fails or is
+    interrupted (Ctrl-C left ``NAME.part`` beside the dataset)."""
+    tmp = path + ".part"
+    try:
+        yield tmp
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.replace(tmp, path)
 
 
 SIZES = ".headrace-sizes.json"

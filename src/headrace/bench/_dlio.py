@@ -30,6 +30,7 @@ or, with no endpoint, from a local S3 emulator started for the run (as
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -121,6 +122,57 @@ _READ: dict[str, frozenset[str]] = {
     "model": frozenset({"name"}),
 }
 _READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader section
+# The keys DLIO itself reads in the sections this mapping reads (its utils/config.py
+# LoadConfig, 2025; older names its shipped configs still use): a key of these sections
+# that is neither read here nor DLIO's is a typo, or another tool's, that DLIO ignores
+# too. It is named apart from the keys not modelled, with the closest known key
+# ("train.computation_tme": a run without compute, said only as "not modelled" before).
+_DLIO_KEYS: dict[str, frozenset[str]] = {
+    "dataset": frozenset(
+        {
+            "chunk_size",
+            "compression",
+            "compression_level",
+            "daos_cont",
+            "daos_pool",
+            "enable_chunking",
+            "eval_num_samples_per_file",
+            "file_prefix",
+            "generation_buffer_size",
+            "hdf5",
+            "keep_files",
+            "num_files_eval",
+            "num_subfolders_eval",
+            "num_subfolders_train",
+            "record_element_bytes",
+            "record_length_bytes_resize",
+            "record_length_resize",
+        }
+    ),
+    "reader": frozenset(
+        {
+            "batch_size_eval",
+            "computation_threads",
+            "data_loader",
+            "data_loader_classname",
+            "data_loader_sampler",
+            "dont_use_mmap",
+            "file_access",
+            "file_shuffle",
+            "multiprocessing_context",
+            "pin_memory",
+            "read_type",
+            "reader_classname",
+            "sample_shuffle",
+            "shuffle_size",
+            "transfer_size",
+            "transformed_record_dims",
+            "transformed_record_element_type",
+        }
+    ),
+    "train": frozenset({"seed_change_epoch", "total_eval_steps"}),
+}
+_DLIO_KEYS["data_reader"] = _DLIO_KEYS["reader"]
 # storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
 _OPTIONS = frozenset({"endpoint_url", "endpoint"})
 # Sections that say how DLIO itself runs, not what is read or computed.
@@ -134,8 +186,26 @@ _WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
 _SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
 
 
+def unknown_keys(doc: Mapping[str, Any]) -> list[str]:
+    """``section.key (did you mean K?)`` for each key of the sections read here that
+    neither this mapping nor DLIO reads (DLIO ignores it: its default stands)."""
+    out: list[str] = []
+    for section, dlio in _DLIO_KEYS.items():
+        value = doc.get(section)
+        if not isinstance(value, Mapping):
+            continue
+        known = _READ[section] | dlio
+        for key in value:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                out.append(f"{section}.{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+    return sorted(out)
+
+
 def not_modelled(doc: Mapping[str, Any]) -> list[str]:
-    """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores."""
+    """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores,
+    keys DLIO does not read left out (:func:`unknown_keys` names them)."""
+    unknown = {k.partition(" ")[0] for k in unknown_keys(doc)}
     out: list[str] = []
     workflow = doc.get("workflow")
     workflow = workflow if isinstance(workflow, Mapping) else {}
@@ -161,7 +231,7 @@ def not_modelled(doc: Mapping[str, Any]) -> list[str]:
             if section == "storage" and isinstance(value.get("storage_options"), Mapping):
                 options = value["storage_options"]
                 out += [f"storage.storage_options.{k}" for k in options if k not in _OPTIONS]
-    return sorted(out)
+    return sorted(k for k in out if k not in unknown)
 
 
 def _time(
@@ -288,11 +358,17 @@ def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
 
 
 def dlio_workload(
-    path: str, *, scale: float = 1.0, record_scale: float = 1.0, steps: int | None = None
+    path: str,
+    *,
+    scale: float = 1.0,
+    record_scale: float = 1.0,
+    steps: int | None = None,
+    batch_size: int | None = None,
 ) -> Workload:
     """The headrace workload equivalent to DLIO's YAML at ``path``, scaled.
 
-    ``steps`` replaces the steps of a trial (one DLIO epoch by default).
+    ``steps`` replaces the steps of a trial (one DLIO epoch by default); ``batch_size``
+    the YAML's ``reader.batch_size``, before the epoch's steps are worked out from it.
     """
     try:
         import yaml
@@ -334,7 +410,15 @@ def dlio_workload(
     stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
     stdev = _number(ds, stdev_keys, 0, where)
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
-    dlio_files = _positive(ds, "num_files_train", 1, where)
+    # --batch-size: an epoch is then floor(samples / that) steps (it kept the YAML's
+    # count, and a trial of "one epoch" covered two at twice the batch).
+    batch_note = ""
+    if batch_size is not None and batch_size != batch:
+        batch_note = f"; batch {batch_size} (--batch-size; the YAML's {batch})"
+        batch = batch_size
+    # DLIO's default is 8 files (its ConfigArguments); 1 here made a YAML without the key
+    # (or with it misspelt) another dataset.
+    dlio_files = _positive(ds, "num_files_train", 8, where)
     dlio_per_file = per_file = _positive(ds, "num_samples_per_file", 1, where)
     if fmt in ("jpeg", "png") and per_file > 1:
         raise ConfigError(
@@ -430,13 +514,20 @@ def dlio_workload(
         reader["preprocess_time_stdev"] = prep_stdev * record_scale
     shown = given if out_fmt == given else f"{given} as {out_fmt}"
     ignored = not_modelled(doc)
+    unknown = unknown_keys(doc)
     return Workload(
         name=name,
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}{image_note}{threads_note}{storage_note}"
+            f"files x{scale:g}, records x{record_scale:g}{batch_note}{image_note}{threads_note}"
+            f"{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
+            + (
+                f"; keys DLIO does not read (ignored, as DLIO ignores them): {', '.join(unknown)}"
+                if unknown
+                else ""
+            )
         ),
         source=path,
         dataset=dataset,

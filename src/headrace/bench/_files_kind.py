@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.bench._datagen import written_whole
 from headrace.bench._kind import Batch, Kind, filled
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
@@ -201,14 +202,12 @@ class FilesKind(Kind):
         os.makedirs(self.folder, exist_ok=True)
         for i in range(self.num_files):
             p = self.path(i)
-            if not os.path.exists(p):  # written under a temporary name, then renamed
-                tmp = p + ".part"
-                with open(tmp, "wb") as f:
+            if not os.path.exists(p):
+                with written_whole(p) as tmp, open(tmp, "wb") as f:
                     f.write(self._file_bytes(i))
                     f.flush()
                     # Renamed before its blocks are on disk, a crash can leave it empty.
                     os.fsync(f.fileno())
-                os.replace(tmp, p)
             if progress:
                 progress(i + 1, self.num_files)
         self.__dict__.pop("sizes", None)

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.bench._datagen import written_whole
 from headrace.bench._kind import Batch, GenStream, Kind, Stream, VariantSpec, store_figures, variant
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
@@ -125,8 +126,8 @@ class ParquetKind(Kind):
                 ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
                 label = np.arange(first, first + n, dtype=np.int64)
                 table = pa.table({"input_ids": ids, "label": label})
-                pq.write_table(table, path + ".part", row_group_size=self.group_rows)
-                os.replace(path + ".part", path)
+                with written_whole(path) as tmp:
+                    pq.write_table(table, tmp, row_group_size=self.group_rows)
             first += n
             if progress:
                 progress(i + 1, self.num_files)

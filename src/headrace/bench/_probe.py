@@ -12,8 +12,13 @@ Fairness rules, because caches lie:
   cannot reach a neighbour's stripe), so no mode rides another's cache;
 * measurements run in two rounds, the second in reverse order (A B C, C B A),
   so slow drift (other tenants, thermal, a cache warming) hits all modes alike;
-* the file's cached pages are dropped first (``POSIX_FADV_DONTNEED``) so
-  buffered reads come from the device, as O_DIRECT always does;
+* the file's cached pages are dropped before every measurement
+  (``POSIX_FADV_DONTNEED``) so buffered reads come from the device, as O_DIRECT
+  always does: a mapped read faults in a whole read-around window (8 MiB here), far
+  past any guard between stripes, and dropped only once, the second mapped
+  measurement read the first one's window (857 MB/s of "random" 4100-byte reads
+  against 55 for 4096); what was in memory as each one started is measured
+  (``mincore``) and reported as ``cached_before``;
 * every result is checked against a plain ``pread`` of the same ranges made
   outside the timed interval.
 
@@ -23,8 +28,10 @@ MB in the output is 10^6 bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import mmap
 import os
 import sys
 import time
@@ -34,15 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from headrace.bench._probe_table import BLOCK, table
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
-from headrace.io._mounts import mount_of, network_type
+from headrace.io._mounts import MEMORY_FS, mount_of, network_type
+from headrace.io._resident import resident_ranges
 from headrace.io._uring import ring_pool
 
 __all__ = ["configure", "run"]
 
 MiB = 1024 * 1024
-BLOCK = 4096
 CHUNK = MiB
 SEQ_REQUEST = MiB
 
@@ -82,6 +90,9 @@ class Result:
     ops_per_s: float
     mb_per_s: float
     verified: bool
+    #: the share of its requests whose pages were all in memory as it started (the
+    #: rounds' mean): 0 where the drop worked; figures above 0 are partly memory reads
+    cached_before: float
 
 
 def _size(text: str) -> int:
@@ -158,9 +169,32 @@ def _write_scratch(directory: Path, size: int, seed: int) -> Path:
 def _drop_cache(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
+        # DONTNEED drops clean pages only: a file written moments ago (a dataset just
+        # generated) kept half its pages in memory, read back as the device's.
+        with contextlib.suppress(OSError):
+            os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def _cached_share(fd: int, size: int, ranges: list[tuple[int, int]]) -> float:
+    """The share of ``ranges`` whose pages all lie in the page cache now (``mincore``
+    on a map of the file, made and dropped here; 0 where the file cannot be mapped)."""
+    if not ranges:
+        return 0.0
+    try:
+        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    except (OSError, ValueError):  # a FUSE mount with direct_io refuses maps
+        return 0.0
+    try:
+        view = np.frombuffer(m, dtype=np.uint8)
+        where = np.array(ranges, dtype=np.int64)
+        resident = resident_ranges(view.ctypes.data, where[:, 0], where[:, 1])
+        del view  # the map cannot close while a view of it is alive
+    finally:
+        m.close()
+    return float(resident.mean())
 
 
 def _plan(
@@ -282,9 +316,8 @@ def probe(
         skipped.append({"mode": "pread, odirect", "engine": "uring", "reason": ring_pool().reason})
     meas = measurements(row_bytes, odirect, engines, mapped=mapped)
     plan = _plan(meas, rounds, file_bytes, ops, seed)
-    if drop_cache:
-        _drop_cache(path)
     acc: dict[int, list[float]] = {i: [0, 0.0] for i in range(len(meas))}
+    cached: dict[int, list[float]] = {i: [] for i in range(len(meas))}
     ok = dict.fromkeys(range(len(meas)), True)
     ran: dict[int, set[str]] = {i: set() for i in range(len(meas))}
     ref_fd = os.open(path, os.O_RDONLY)
@@ -295,6 +328,9 @@ def probe(
                 ranges = plan[i, r]
                 if not ranges:
                     continue
+                if drop_cache:  # before each one: no measurement reads another's pages
+                    _drop_cache(path)
+                cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
                 with RangeReader(meas[i].config()) as reader:
                     f = reader.file(path)
                     # Map or open before the clock starts: probes time reads only.
@@ -347,11 +383,12 @@ def probe(
                 ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
                 mb_per_s=round(nbytes / s / 1e6, 2) if s > 0 else float("inf"),
                 verified=ok[i],
+                cached_before=round(float(np.mean(cached[i])), 4),
             )
         )
     fs = filesystem_of(path)
     # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
-    memory = fs["fstype"] in _MEMORY_FS
+    memory = fs["fstype"] in MEMORY_FS
     return {
         "path": path,
         "filesystem": fs,
@@ -362,111 +399,6 @@ def probe(
         "results": [asdict(x) for x in results],
         "skipped": skipped,
     }
-
-
-_MEMORY_FS = frozenset({"tmpfs", "ramfs"})
-
-# Fewer random requests than this in one measurement: its rate is rough (noted).
-_FEW_OPS = 256
-
-
-def in_flight_cell(x: dict[str, Any]) -> str:
-    """The depth asked, marked ``*`` where no round had that many requests."""
-    star = "*" if x["in_flight_reached"] < x["in_flight"] else " "
-    return f"{x['in_flight']:>8}{star}"
-
-
-def shallow_note(results: list[dict[str, Any]]) -> list[str]:
-    short = [x for x in results if x["in_flight_reached"] < x["in_flight"]]
-    if not short:
-        return []
-    least = min(x["in_flight_reached"] for x in short)
-    return [
-        f"note: {len(short)} measurement(s) marked * never had their depth in flight (a "
-        f"round had fewer requests than that; as few as {least} at once: in_flight_reached "
-        "in the JSON); raise --ops, or probe a larger file"
-    ]
-
-
-def _table(report: dict[str, Any]) -> str:
-    fs = report["filesystem"]
-    lines = [
-        f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']}"
-        + (
-            "; a network or FUSE file system: headrace keeps 64 files in flight here)"
-            if fs.get("network")
-            else ")"
-        ),
-        f"file {report['file_bytes']:,} bytes; MB = 10^6 bytes; {report['rounds']} rounds on "
-        "disjoint stripes, alternating order; every result verified against pread",
-        f"{'mode':8} {'engine':7} {'pattern':10} {'request':>8} {'in flight':>9} {'ops':>6} "
-        f"{'seconds':>8} {'ops/s':>10} {'MB/s':>9}  verified",
-    ]
-    lines.extend(
-        f"{x['mode']:8} {x['engine'] or '-':7} {x['pattern']:10} {x['request_bytes']:>8} "
-        f"{in_flight_cell(x)} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
-        f"{x['mb_per_s']:>9.1f}  {'yes' if x['verified'] else 'NO'}"
-        for x in report["results"]
-    )
-    rate = {
-        (x["mode"], x["engine"], x["pattern"], x["request_bytes"], x["in_flight"]): x["ops_per_s"]
-        for x in report["results"]
-    }
-    for mode in ("odirect", "pread"):
-        one = {e: rate.get((mode, e, "random", BLOCK, 1)) for e in ("threads", "uring")}
-        deep = {e: rate.get((mode, e, "random", BLOCK, 32)) for e in ("threads", "uring")}
-        gains = [
-            f"{name} {d / o:.1f}x"
-            for name, o, d in (
-                ("threads", one["threads"], deep["threads"]),
-                ("uring", one["uring"], deep["uring"]),
-                # What engine "auto" gives: threads one at a time, uring deeper.
-                ("auto", one["threads"], deep["uring"]),
-            )
-            if o and d
-        ]
-        if gains:
-            lines.append(f"{mode} random 4 KiB, 32 in flight / one at a time: {', '.join(gains)}")
-        if deep["threads"] and deep["uring"]:
-            ratio = deep["uring"] / deep["threads"]
-            lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
-    if report.get("cache") == "memory":
-        lines.append(
-            f"note: {fs['fstype']} keeps files in memory: every figure is a memory read, "
-            "not a device's; probe a file on the storage you mean to train from"
-        )
-    elif report.get("cache") == "kept":
-        lines.append(
-            "note: --keep-cache: buffered figures may be page-cache reads (the file's "
-            "cached pages were not dropped); O_DIRECT rows read the device"
-        )
-    lines.extend(shallow_note(report["results"]))
-    few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
-    if few:
-        least = min(x["ops"] for x in few)
-        lines.append(
-            f"note: {len(few)} random measurement(s) ran as few as {least} requests (the "
-            f"file's stripes hold no more): rates are rough; probe a larger file (--size)"
-        )
-    lines.extend(
-        f"skipped {s['mode']}{' (engine ' + s['engine'] + ')' if 'engine' in s else ''}: "
-        f"{s['reason']}"
-        for s in report["skipped"]
-        if "pattern" not in s
-    )
-    unmade = [
-        f"{s['mode']} {s.get('engine', '')} {s['pattern']} {s['request_bytes']} "
-        f"x{s['in_flight']}".replace("  ", " ")
-        for s in report["skipped"]
-        if "pattern" in s
-    ]
-    if unmade:
-        lines.append(
-            f"skipped {len(unmade)} measurement(s) that the file has no room for (each needs a "
-            f"stripe of its own): {', '.join(unmade)}; probe a larger file, or a folder to "
-            "write a scratch file in (--size, default 1G)"
-        )
-    return "\n".join(lines)
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -487,7 +419,8 @@ def _store_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_object(args: argparse.Namespace) -> int:
-    from headrace.bench._probe_objects import probe_object, table
+    from headrace.bench._probe_objects import probe_object
+    from headrace.bench._probe_objects import table as object_table
 
     report = probe_object(
         args.path,
@@ -496,7 +429,7 @@ def _run_object(args: argparse.Namespace) -> int:
         seed=args.seed,
         store_options=_store_options(args),
     )
-    print(table(report))
+    print(object_table(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if all(x["verified"] for x in report["results"]) else 1
@@ -548,10 +481,18 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     elif target.exists():
-        print(f"{target}: not a regular file or a folder (a device?)", file=sys.stderr)
+        print(
+            f"{target}: not a regular file or a folder (a device?); give a file on the "
+            "storage to probe, or a folder there to write a scratch file in",
+            file=sys.stderr,
+        )
         return 2
     else:
-        print(f"{target}: no such file or directory", file=sys.stderr)
+        print(
+            f"{target}: no such file or directory; give a file to probe, a folder to write "
+            "a scratch file in (--size), or an object URL (s3://bucket/key)",
+            file=sys.stderr,
+        )
         return 2
     try:
         report = probe(
@@ -565,7 +506,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if scratch is not None:
             scratch.unlink(missing_ok=True)
-    print(_table(report))
+    print(table(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if all(x["verified"] for x in report["results"]) else 1

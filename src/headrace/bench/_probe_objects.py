@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result, in_flight_cell, shallow_note
+from headrace.bench._probe import Result
+from headrace.bench._probe_table import in_flight_cell, shallow_note
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
@@ -106,6 +107,7 @@ def probe_object(
                 mb_per_s=round(n * req / s / 1e6, 2) if s > 0 else float("inf"),
                 latency_p50_ms=round(1e3 * float(np.median(lat[i])), 2) if lat[i] else 0.0,
                 verified=ok[i],
+                cached_before=0.0,  # no local cache: every GET is the store's
             )
         )
     endpoint = str(store_options.get("endpoint") or "")

@@ -306,10 +306,29 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
                 f"{fs['open_latency_ms']:g} ms per open, {fs['mount']}",
                 file=out,
             )
+        elif w.get("s3"):
+            print(f"storage: {w['name']}: {_s3_line(w['s3'])}", file=out)
         elif w.get("storage") not in (None, "local"):
             print(f"storage: {w['name']}: {w['storage']}", file=out)
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
+
+
+def _s3_line(s3: dict[str, Any]) -> str:
+    """Where an S3 run read and what stood in between: it said "s3" alone, so a run
+    behind a 50 ms proxy read as one at the endpoint's own latency."""
+    where = (
+        f"at {s3['endpoint']}" if s3.get("endpoint") else "a local moto server started for the run"
+    )
+    said = [f"s3, {s3['url']} ({where})"]
+    said.append(
+        f"{s3['latency_ms']:g} ms added to each request (a latency proxy)"
+        if s3.get("latency_ms")
+        else "no latency added"
+    )
+    if s3.get("max_concurrent"):
+        said.append(f"503 SlowDown beyond {s3['max_concurrent']} requests at once")
+    return ", ".join(said)
 
 
 def write_json(report: dict[str, Any], path: str) -> None:

@@ -30,14 +30,14 @@ import headrace
 from headrace._messages import byte_size
 from headrace.bench import _au
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
+from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, measure_pass
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
-from headrace.io import io_threads
-from headrace.io._mounts import mount_of, network_type
+from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 
 __all__ = ["RunOptions", "run_workload"]
 
@@ -273,8 +273,10 @@ def _run(
     max_acc: dict[str, int] = {}
     for spec in specs if opts.accelerators_auto and has_compute else ():
         if kind.digested(spec) and spec not in failed:
+            # Searched from the verdict the AU column shows, which it must not contradict.
+            passed = _au.run_au([a for a, _ in au[spec]]) >= t.au_threshold
             try:
-                max_acc[spec] = max_accelerators(of(spec), spec)
+                max_acc[spec] = max_accelerators(of(spec), spec, known=(n_acc, passed))
             except HeadraceError as exc:
                 fail(spec, exc)
     specs = [s for s in specs if s not in failed]
@@ -346,47 +348,34 @@ def _run(
             }
         )
     _ratios(results)
+    mount = mount_of(kind.root) if kind.storage == "local" else None
+    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
+    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
+    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
     ceiling = (
         # Through a mount of its own: bare reads that leave no pages for any variant.
         storage_ceiling(
             of(_CEILING) if opts.slowfs else kind,
             depth=max([0, *(int(r.get("in_flight") or 0) for r in results)]),
         )
-        if kind.storage == "local"
+        if kind.storage == "local" and not in_memory
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
-    if ceiling["gb_per_s"]:
-        for res in results:
-            # Files kinds report the measurement pass (mb_per_s): their timed trials start
-            # from a read-ahead queue filled while other variants ran, so their GB/s is not
-            # a storage figure and must not be the one compared with the ceiling.
-            rate = res["mb_per_s"] / 1e3 if res.get("mb_per_s") is not None else res["gb_per_s"]
-            # Other kinds count payload as delivered: decoded rows are ~3x their stored
-            # bytes, so the storage had to give at least the stored share of it.
-            need, said = rate, ""
-            if res.get("mb_per_s") is None and kind.stored_per_payload() != 1.0:
-                need = rate * kind.stored_per_payload()
-            if need > ceiling["gb_per_s"]:
-                shown, bound = distinct_figures(need, ceiling["gb_per_s"])
-                said = f"{shown} GB/s"
-                if need != rate:
-                    said = f"{rate:.2f} GB/s of payload ({shown} GB/s stored)"
-                res["above_storage_ceiling"] = True
-                how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
-                where = (
-                    f"slowfs mount's ({how})"
-                    if opts.slowfs
-                    else ("device (O_DIRECT)" if ceiling["o_direct"] else "buffered")
-                )
-                notes.append(
-                    f"{wl.name}/{res['variant']}: {said} is above the {where} read ceiling "
-                    f"of {bound} GB/s: served from the page cache"
-                )
+    notes += ceiling_notes(
+        wl.name, results, ceiling, kind.stored_per_payload(), opts.slowfs is not None
+    )
     if (opts.accelerators > 1 or opts.accelerators_auto) and not has_compute:
         notes.append(
             f"{wl.name}: --accelerators has no effect without simulated compute (its "
             "computation_time is 0: the loader alone); give the workload a computation_time "
             "to measure accelerator utilisation"
+        )
+    if has_compute and t.steps < 2:
+        # DLIO's AU leaves each epoch's first step out: a trial of one step counts none.
+        notes.append(
+            f"{wl.name}: trials of 1 step leave no step to count (AU leaves each trial's first "
+            "out, as DLIO does): AU is 0 by definition, not a measurement; use --steps 2 or "
+            "more to measure it"
         )
     if t.steps < _SHORT_TRIAL_STEPS and any(r.get("mb_per_s") is None for r in results):
         # Whatever the storage: a loader that read ahead while the other variants ran
@@ -414,7 +403,6 @@ def _run(
         if res.get("throttled")
     )
     ds_bytes = kind.dataset_bytes()
-    mount = mount_of(kind.root) if kind.storage == "local" else None
     if mount is not None and network_type(mount.fstype):
         notes.append(
             f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
@@ -423,9 +411,15 @@ def _run(
         )
     if opts.slowfs is not None:
         notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, mem_before))
+    elif in_memory and mount is not None:
+        notes.append(
+            f"{wl.name}: the dataset is on {mount.fstype} ({mount.mount}), which keeps files "
+            "in memory: every figure is a memory read, and there is no device to measure a "
+            "read ceiling of; give --root on the storage you mean to train from"
+        )
     elif kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
         notes.append(
-            f"{wl.name}: the dataset ({ds_bytes / 1e6:,.1f} MB) fits in free memory "
+            f"{wl.name}: the dataset ({byte_size(ds_bytes)}) fits in free memory "
             f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
             "page-cache reads unless the storage ceiling says otherwise"
         )
@@ -436,6 +430,7 @@ def _run(
         "workload": wl.to_dict(),
         "storage": "slowfs" if opts.slowfs else kind.storage,
         **({"slowfs": _slowfs_settings(opts.slowfs)} if opts.slowfs else {}),
+        **({"s3": kind.store.summary()} if kind.store is not None and kind.store.remote else {}),
         "payload_bytes_per_batch": payload_per_batch,
         "accelerators": n_acc,
         "au_threshold": t.au_threshold,
@@ -489,7 +484,7 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, 
         "reads pages another variant fetched, and each open starts its file cold; pages a "
         "variant fetched stay cached while it keeps its file open, as on a network mount"
         + (
-            f" (the dataset, {ds_bytes / 1e6:,.1f} MB, fits in free memory: the more of it "
+            f" (the dataset, {byte_size(ds_bytes)}, fits in free memory: the more of it "
             "a variant has read, the more its later steps are page-cache reads)"
             if fits
             else ""
@@ -548,16 +543,6 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def distinct_figures(above: float, below: float) -> tuple[str, str]:
-    """Both numbers with two decimals, or as many more (up to 5) as it takes to print
-    them apart: "0.06 GB/s is above the read ceiling of 0.06 GB/s" read as a mistake."""
-    for d in range(2, 6):
-        a, b = f"{above:.{d}f}", f"{below:.{d}f}"
-        if a != b:
-            return a, b
-    return f"{above:.5f}", f"{below:.5f}"
-
-
 def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
     """The measurement pass's loader CPU seconds per GB it delivered.
 
@@ -567,59 +552,6 @@ def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
     """
     cpu = m.get("cpu_s")
     return cpu / (delivered / 1e9) if cpu is not None and delivered else None
-
-
-def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> dict[str, Any]:
-    """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes).
-
-    Tries O_DIRECT first (the device, not the page cache); falls back to
-    buffered reads where the filesystem refuses it, and says which it got.
-    Reads at least ``depth`` blocks at once (the deepest variant's in-flight
-    requests): on a high-latency mount a shallower ceiling is no ceiling, and
-    a variant above it would be called a cache hit when it only read deeper.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    threads = max(io_threads(), depth)  # the shared pool's size (HEADRACE_IO_THREADS)
-    block = 4 << 20
-    jobs = []
-    for p in kind.files():
-        size = os.path.getsize(p)
-        jobs += [(p, off, min(block, size - off)) for off in range(0, size, block)]
-    jobs = jobs[: max(1, budget // block)]
-    flags = getattr(os, "O_DIRECT", 0)
-
-    def read(job: tuple[str, int, int], direct: bool) -> int:
-        path, off, n = job
-        fd = os.open(path, os.O_RDONLY | (flags if direct else 0))
-        try:
-            if direct:
-                import mmap
-
-                buf = mmap.mmap(-1, -(-n // 4096) * 4096)
-                try:
-                    return os.preadv(fd, [buf], off)
-                finally:
-                    buf.close()
-            return len(os.pread(fd, n, off))
-        finally:
-            os.close(fd)
-
-    for direct in [True, False] if flags else [False]:
-        try:
-            with ThreadPoolExecutor(threads) as pool:
-                t0 = time.perf_counter()
-                got = sum(pool.map(lambda j, d=direct: read(j, d), jobs))
-                dt = time.perf_counter() - t0
-            return {
-                "gb_per_s": got / dt / 1e9,
-                "bytes": got,
-                "o_direct": direct,
-                "threads": threads,
-            }
-        except OSError:
-            continue
-    return {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": threads}
 
 
 def _ratios(results: list[dict[str, Any]]) -> None:

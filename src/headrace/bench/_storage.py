@@ -191,6 +191,15 @@ class Storage:
         # An existing endpoint's prefix may hold objects the run writes over: say so.
         print(f"{self._name} on S3: {self.url}: {done.summary()}", file=sys.stderr)
 
+    def summary(self) -> dict[str, Any]:
+        """Where and how an S3 run's dataset is served, for the report (its ``s3``)."""
+        return {
+            "url": self.url,
+            "endpoint": self.endpoint,
+            "latency_ms": self.latency_ms,
+            "max_concurrent": self.max_concurrent,
+        }
+
     def result_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {"storage": self.kind}
         if self.remote:

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace.bench._datagen import written_whole
 from headrace.bench._files_kind import photo
 from headrace.bench._kind import Batch, Stream, VariantSpec, variant
 from headrace.bench._parquet_kind import ParquetKind, loader_stream, naive_stream
@@ -119,8 +120,8 @@ class TableImagesKind(ParquetKind):
                         "label": np.arange(first, first + n, dtype=np.int64),
                     }
                 ).replace_schema_metadata({"huggingface": json.dumps(_HF_FEATURES)})
-                pq.write_table(table, path + ".part", row_group_size=self.group_rows)
-                os.replace(path + ".part", path)
+                with written_whole(path) as tmp:
+                    pq.write_table(table, tmp, row_group_size=self.group_rows)
             first += n
             if progress:
                 progress(i + 1, self.num_files)

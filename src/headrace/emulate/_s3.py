@@ -116,6 +116,20 @@ class LocalS3(Closing):
             pass
 
 
+def proxy_settings(args: argparse.Namespace) -> str:
+    """What the proxy adds, in words ("cap none MB/s, at most any number of requests at
+    once" before)."""
+    return ", ".join(
+        [
+            f"{args.latency_ms:g} ms added to each request",
+            f"responses capped at {args.mbps:g} MB/s" if args.mbps else "no bandwidth cap",
+            f"503 SlowDown beyond {args.max_concurrent} requests at once"
+            if args.max_concurrent
+            else "no limit on requests at once",
+        ]
+    )
+
+
 def configure_s3(parser: argparse.ArgumentParser) -> None:
     """Options of ``headrace emulate s3``."""
     parser.add_argument(
@@ -193,11 +207,7 @@ def run_s3(args: argparse.Namespace) -> int:
                 )
             )
             endpoint = proxy.endpoint
-            print(
-                f"proxy at {endpoint}: latency {args.latency_ms} ms, "
-                f"cap {args.mbps or 'none'} MB/s, "
-                f"at most {args.max_concurrent or 'any number of'} requests at once"
-            )
+            print(f"proxy at {endpoint}: {proxy_settings(args)}")
         print(f"endpoint:          {endpoint}")
         print(f"access key id:     {ACCESS_KEY}")
         print(f"secret access key: {SECRET_KEY}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 __all__ = [
+    "MEMORY_FS",
     "Mount",
     "any_on_network_fs",
     "is_network_fs",
@@ -22,6 +23,10 @@ __all__ = [
     "network_type",
     "on_network_fs",
 ]
+
+#: File systems whose files are pages in memory: no device under them, and O_DIRECT
+#: (taken by tmpfs since Linux 6.6) reads memory too.
+MEMORY_FS = frozenset({"tmpfs", "ramfs"})
 
 # Kernel file systems whose reads cross a network. FUSE ones are matched by
 # prefix ("fuse", "fuse.s3fs", "fuse.juicefs", "fuse.gcsfuse"...), except fuseblk:

@@ -1,0 +1,116 @@
+"""The storage ceiling of a local run: bare concurrent reads of the dataset, and the
+notes that call a variant above it a page-cache read."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from headrace.bench._kind import Kind
+from headrace.io import io_threads
+
+__all__ = ["ceiling_notes", "distinct_figures", "storage_ceiling"]
+
+
+def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> dict[str, Any]:
+    """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes).
+
+    Tries O_DIRECT first (the device, not the page cache); falls back to
+    buffered reads where the filesystem refuses it, and says which it got.
+    Reads at least ``depth`` blocks at once (the deepest variant's in-flight
+    requests): on a high-latency mount a shallower ceiling is no ceiling, and
+    a variant above it would be called a cache hit when it only read deeper.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = max(io_threads(), depth)  # the shared pool's size (HEADRACE_IO_THREADS)
+    block = 4 << 20
+    jobs = []
+    for p in kind.files():
+        size = os.path.getsize(p)
+        jobs += [(p, off, min(block, size - off)) for off in range(0, size, block)]
+    jobs = jobs[: max(1, budget // block)]
+    flags = getattr(os, "O_DIRECT", 0)
+
+    def read(job: tuple[str, int, int], direct: bool) -> int:
+        path, off, n = job
+        fd = os.open(path, os.O_RDONLY | (flags if direct else 0))
+        try:
+            if direct:
+                import mmap
+
+                buf = mmap.mmap(-1, -(-n // 4096) * 4096)
+                try:
+                    return os.preadv(fd, [buf], off)
+                finally:
+                    buf.close()
+            return len(os.pread(fd, n, off))
+        finally:
+            os.close(fd)
+
+    for direct in [True, False] if flags else [False]:
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                t0 = time.perf_counter()
+                got = sum(pool.map(lambda j, d=direct: read(j, d), jobs))
+                dt = time.perf_counter() - t0
+            return {
+                "gb_per_s": got / dt / 1e9,
+                "bytes": got,
+                "o_direct": direct,
+                "threads": threads,
+            }
+        except OSError:
+            continue
+    return {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": threads}
+
+
+def distinct_figures(above: float, below: float) -> tuple[str, str]:
+    """Both numbers with two decimals, or as many more (up to 5) as it takes to print
+    them apart: "0.06 GB/s is above the read ceiling of 0.06 GB/s" read as a mistake."""
+    for d in range(2, 6):
+        a, b = f"{above:.{d}f}", f"{below:.{d}f}"
+        if a != b:
+            return a, b
+    return f"{above:.5f}", f"{below:.5f}"
+
+
+def ceiling_notes(
+    name: str,
+    results: list[dict[str, Any]],
+    ceiling: dict[str, Any],
+    stored_per_payload: float,
+    slowfs: bool,
+) -> list[str]:
+    """A note for each result above the ``ceiling`` (marking it ``above_storage_ceiling``):
+    served from the page cache. ``slowfs``: the ceiling is a slowfs mount's."""
+    notes: list[str] = []
+    if ceiling["gb_per_s"]:
+        for res in results:
+            # Files kinds report the measurement pass (mb_per_s): their timed trials start
+            # from a read-ahead queue filled while other variants ran, so their GB/s is not
+            # a storage figure and must not be the one compared with the ceiling.
+            rate = res["mb_per_s"] / 1e3 if res.get("mb_per_s") is not None else res["gb_per_s"]
+            # Other kinds count payload as delivered: decoded rows are ~3x their stored
+            # bytes, so the storage had to give at least the stored share of it.
+            need, said = rate, ""
+            if res.get("mb_per_s") is None and stored_per_payload != 1.0:
+                need = rate * stored_per_payload
+            if need > ceiling["gb_per_s"]:
+                shown, bound = distinct_figures(need, ceiling["gb_per_s"])
+                said = f"{shown} GB/s"
+                if need != rate:
+                    said = f"{rate:.2f} GB/s of payload ({shown} GB/s stored)"
+                res["above_storage_ceiling"] = True
+                how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
+                where = (
+                    f"slowfs mount's ({how})"
+                    if slowfs
+                    else ("device (O_DIRECT)" if ceiling["o_direct"] else "buffered")
+                )
+                notes.append(
+                    f"{name}/{res['variant']}: {said} is above the {where} read ceiling "
+                    f"of {bound} GB/s: served from the page cache"
+                )
+    return notes
