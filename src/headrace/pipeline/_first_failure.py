@@ -8,7 +8,7 @@ what was wrong in a later step than the first of the plan that holds it (a
 chunk is read again a step at a time: the steps before the first that fails are handed
 over, then its error raised. An error that does not recur within the chunk (a read that
 failed once) is raised as it was, at the chunk's first step, and nothing read again is
-handed over.
+handed over. A transform's failure (on a row it refuses) fails its chunk as a read's does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ def step_by_step(
     steps: list[int], read: Callable[[list[int]], T], exc: Exception
 ) -> Iterator[tuple[list[int], T]]:
     """``read`` each of ``steps`` alone; yield those before the first that fails, then
-    raise its error (or ``exc``, the chunk's, when none fails)."""
+    raise its error (or ``exc``, the chunk's, when none fails). A chunk of one step is
+    not read again: ``exc`` is its error."""
+    if len(steps) == 1:
+        raise exc
     good: list[tuple[list[int], T]] = []
     try:
         for t in steps:

@@ -447,23 +447,32 @@ class Loader(Closing):
             self._followed_by(None if following is None else following[1])
             steps = current[0]
             try:
-                raw, samples, marks = self._read_raw(*current)
+                raw = self._read_raw(*current)
             except Exception as exc:
-                if len(steps) == 1:
-                    raise
-                for one, again in step_by_step(steps, self._read_raw, exc):
-                    yield one, self._transformed(one, *again)
+                yield from step_by_step(steps, self._read_arrays, exc)
                 raise  # step_by_step raises: not reached
             if first:
-                yield steps, self._transformed(steps, raw, samples, marks)
+                yield from self._transform_chunk(steps, raw)
             if following is not None:
                 self._prefetch(following[1])
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
-                yield steps, self._transformed(steps, raw, samples, marks)
+                yield from self._transform_chunk(steps, raw)
             first = False
             current = following
+
+    def _transform_chunk(
+        self, steps: list[int], raw: tuple[Batch, NDArray[np.int64], Batch]
+    ) -> Iterator[tuple[list[int], Batch]]:
+        """The chunk, transformed; a transform that fails (on a row it refuses) fails the
+        chunk, which is read again a step at a time, as a failed read is."""
+        try:
+            arrays = self._transformed(steps, *raw)
+        except Exception as exc:
+            yield from step_by_step(steps, self._read_arrays, exc)
+            raise  # step_by_step raises: not reached
+        yield steps, arrays
 
     def _followed_by(self, samples: NDArray[np.int64] | None) -> None:
         """Tell the source (if it asks) which samples follow the read about to be made
