@@ -42,6 +42,9 @@ def test_token_paths(tokens: Path, tmp_path: Path) -> None:
     assert TokenSource(bytes(tokens), context=8, dtype="uint16").samples_per_epoch == 624
     with pytest.raises(ConfigError, match=r"window_bytes=0: window of 0 tokens"):
         TokenSource(tokens, context=8, dtype="uint16", window_bytes=0)  # was a ValueError
+    # A window too small for one sample of a long context names the least that serves.
+    with pytest.raises(ConfigError, match=r"needs 9\)\. Give window_bytes >= 18 \(256 MiB"):
+        TokenSource(tokens, context=8, dtype="uint16", window_bytes=17)
     with pytest.raises(ConfigError, match="context must be a positive integer"):
         TokenSource(tokens, context=True, dtype="uint16")
     with pytest.raises(ConfigError, match=r"shuffle must be True or False \(got 'False'\)"):

@@ -239,7 +239,9 @@ class TokenSource(WindowCache):
                 stride=None if stride is None else int(stride),
             )
         except ValueError as exc:
-            raise ConfigError(f"window_bytes={window_bytes}: {exc}") from None
+            least = (context + 1) * self.dtype.itemsize
+            fix = f" Give window_bytes >= {least} (256 MiB by default)." * (window_bytes < least)
+            raise ConfigError(f"window_bytes={window_bytes}: {exc}{fix}") from None
         if tail:
             self.tail = True
             if pad_id is not None:
