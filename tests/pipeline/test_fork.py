@@ -53,6 +53,9 @@ SCRIPT = textwrap.dedent(
     if pid == 0:
         signal.alarm(30)  # a hang fails the test instead of stalling it
         TokenSource.read = real
+        # Random access first: batch_at takes this process's lock too (it waited for
+        # ever on the parent's, held by the parent's read-ahead thread at the fork).
+        assert batch_digest([ld.batch_at(3)]) == want[3]
         try:
             next(it)
             print("CHILD old iterator did not refuse", flush=True)

@@ -353,6 +353,7 @@ class Loader(Closing):
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
+        self._own_process()  # in a forked child: not the parent's lock, perhaps held
         return self._read_arrays([step])
 
     # -- iteration -------------------------------------------------------------------
