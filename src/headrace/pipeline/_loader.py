@@ -562,6 +562,7 @@ class Loader(Closing):
         self._close(_STOP_TIMEOUT_S, warn=True)
 
     def _close(self, timeout: float, *, warn: bool) -> None:
+        self._own_process()  # in a forked child: not the parent's thread and lock, perhaps held
         stopped = self._stop_producer(timeout)
         if not stopped and warn:
             warnings.warn(
