@@ -218,7 +218,12 @@ class PaddedRows(RowSource):
                 dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
             self.dtype: np.dtype[Any] = np.dtype(dtype)
             if not np.issubdtype(self.dtype, np.signedinteger):
-                raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
+                raise ConfigError(
+                    f"{t.path}: dtype={self.dtype} is refused: dtype is what x and y are given "
+                    "as, and y holds ignore_index (-100 by default) at ignored targets, so it "
+                    f"must be a signed integer type; leave it out (int32 for {t.dtype} "
+                    "tokens) or give 'int32' or 'int64'."
+                )
             check_pad_id(pad_id, t)
             check_pad_in_vocab("pad_id", int(pad_id), self.vocab_size)
             # True would pass the range check and fill ignored targets with token 1; a
