@@ -34,8 +34,15 @@ def tokens(tmp_path: Path) -> Path:
 
 
 def test_token_paths(tokens: Path, tmp_path: Path) -> None:
-    with pytest.raises(StorageError, match="is a directory, not a file"):
+    with pytest.raises(StorageError, match="is a directory, not a file") as info:
         TokenSource(tmp_path, context=8, dtype="uint16")  # opened as a 2,048-token file
+    # A folder or a pattern (FileSource takes both) is given the list to make instead.
+    listed = f"sorted(glob.glob({str(tmp_path / '*.bin')!r}))"
+    assert listed in info.value.__notes__[0]
+    with pytest.raises(ObjectNotFoundError, match="no such file") as info:
+        TokenSource(tmp_path / "*.bin", context=8, dtype="uint16")
+    assert "not patterns or directories" in info.value.__notes__[0]
+    assert listed in info.value.__notes__[0]
     with pytest.raises(ObjectNotFoundError, match="ftp:// is not a URL scheme headrace reads"):
         TokenSource("ftp://host/x.bin", context=8, dtype="uint16")
     # A path given as bytes is a path, not a list of byte values.
