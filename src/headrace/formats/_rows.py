@@ -45,6 +45,7 @@ from headrace.formats._row_plan import (
 from headrace.formats._row_window import RowSource
 from headrace.formats._vocab import (
     check_pad_in_vocab,
+    check_vocab_fits,
     check_vocab_size,
     first_outside,
     outside_error,
@@ -226,6 +227,7 @@ class PaddedRows(RowSource):
                 )
             check_pad_id(pad_id, t)
             check_pad_in_vocab("pad_id", int(pad_id), self.vocab_size)
+            check_vocab_fits(self.vocab_size, t.dtype, t.path)
             # True would pass the range check and fill ignored targets with token 1; a
             # float would pass it and fail at the first read.
             if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
