@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError
-from headrace.formats import PaddedRows, TokenSource, write_megatron_index
+from headrace.formats import PaddedRows, PairRows, TokenSource, write_megatron_index
 from headrace.pipeline import Loader, Mixture
 from headrace.testing import batch_digest
 
@@ -143,6 +143,8 @@ def test_a_vocab_past_what_uint16_holds_is_refused_for_uint16_files(tmp_path: Pa
     np.save(rows, wrapped[: 50 * (L + 1)].reshape(50, L + 1))
     with pytest.raises(ConfigError, match=r"rows\.npy: vocab_size=100277, .* Write the tokens"):
         PaddedRows(rows, context=L, vocab_size=100_277)
+    with pytest.raises(ConfigError, match=r"rows\.npy: vocab_size=100277, .* Write the tokens"):
+        PairRows({"anchor": rows}, vocab_size=100_277)
     # Up to 65,536 ids fit; 32-bit files hold any tokenizer's.
     assert TokenSource(tmp_path / "train.bin", context=L, vocab_size=65_536).vocab_size == 65_536
     assert TokenSource(megatron(tmp_path / "w.bin", ids(1_000)), context=L, vocab_size=2**40)
