@@ -31,12 +31,12 @@ from headrace.pipeline._loader_args import check_source, checked_seed, checked_s
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._passes import (
-    MARKS,
     checked_epochs,
     mark,
     pass_end,
     pass_sizes,
     starts_at,
+    with_marks,
 )
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
 from headrace.pipeline._steps import chunked, remaining_steps
@@ -314,19 +314,10 @@ class Loader(Closing):
             arrays = apply_transform(self.transform, arrays, self.seed, samples)
             self.stats.transform_s += time.perf_counter() - t0
             self._cap_chunks(steps, arrays, also=self._chunk_cap)
-        return self._marked(arrays, marks) if marks else arrays
-
-    def _marked(self, arrays: Batch, marks: Batch) -> Batch:
-        """``arrays`` with an exact pass's ``sample`` and ``valid`` beside them."""
-        taken = [k for k in MARKS if k in arrays]
-        if taken:
-            made = f"{type(self.source).__name__}" + (" with its transform" * bool(self.transform))
-            raise ConfigError(
-                f"epochs={self.epochs} adds the keys {MARKS} to every batch, but "
-                f"{made} already gives {taken[0]!r}; rename that field (a transform or "
-                "Mapped(source, fn)), or iterate with steps= and no marks."
-            )
-        return {**arrays, **marks}
+        if not marks:
+            return arrays
+        made = f"{type(self.source).__name__}" + (" with its transform" * bool(self.transform))
+        return with_marks(arrays, marks, self.epochs, made)
 
     def _cap_chunks(
         self, steps: list[int], arrays: Batch, also: int | None = None, held: int = 0
