@@ -34,14 +34,24 @@ def tokens(tmp_path: Path) -> Path:
 
 
 def test_token_paths(tokens: Path, tmp_path: Path) -> None:
-    with pytest.raises(StorageError, match="is a directory, not a file"):
+    with pytest.raises(StorageError, match="is a directory, not a file") as info:
         TokenSource(tmp_path, context=8, dtype="uint16")  # opened as a 2,048-token file
+    # A folder or a pattern (FileSource takes both) is given the list to make instead.
+    listed = f"sorted(glob.glob({str(tmp_path / '*.bin')!r}))"
+    assert listed in info.value.__notes__[0]
+    with pytest.raises(ObjectNotFoundError, match="no such file") as info:
+        TokenSource(tmp_path / "*.bin", context=8, dtype="uint16")
+    assert "not patterns or directories" in info.value.__notes__[0]
+    assert listed in info.value.__notes__[0]
     with pytest.raises(ObjectNotFoundError, match="ftp:// is not a URL scheme headrace reads"):
         TokenSource("ftp://host/x.bin", context=8, dtype="uint16")
     # A path given as bytes is a path, not a list of byte values.
     assert TokenSource(bytes(tokens), context=8, dtype="uint16").samples_per_epoch == 624
     with pytest.raises(ConfigError, match=r"window_bytes=0: window of 0 tokens"):
         TokenSource(tokens, context=8, dtype="uint16", window_bytes=0)  # was a ValueError
+    # A window too small for one sample of a long context names the least that serves.
+    with pytest.raises(ConfigError, match=r"needs 9\)\. Give window_bytes >= 18 \(256 MiB"):
+        TokenSource(tokens, context=8, dtype="uint16", window_bytes=17)
     with pytest.raises(ConfigError, match="context must be a positive integer"):
         TokenSource(tokens, context=True, dtype="uint16")
     with pytest.raises(ConfigError, match=r"shuffle must be True or False \(got 'False'\)"):

@@ -480,6 +480,18 @@ def test_ignore_index_must_be_an_integer(tiny: tuple[Path, Path], bad: object) -
         PaddedRows(tiny[0], context=5, ignore_index=bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "float32"])
+def test_an_unsigned_output_dtype_is_refused_naming_the_file_and_why(
+    tiny: tuple[Path, Path], dtype: str
+) -> None:
+    # It said only "dtype must be a signed integer type (got uint16)": the dtype of
+    # the stored tokens, a user's first guess, with no file named and no reason.
+    with pytest.raises(
+        ConfigError, match=rf"{tiny[0].name}: dtype={dtype} is refused: .* ignore_index"
+    ):
+        PaddedRows(tiny[0], context=5, dtype=dtype)
+
+
 def test_numpy_integer_pad_id_and_ignore_index_are_integers(tiny: tuple[Path, Path]) -> None:
     # A NumPy integer (a tokenizer's ids read from an array) is accepted, and must not
     # reach the fingerprint as one: the Loader's state is JSON (it raised TypeError).

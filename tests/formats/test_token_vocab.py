@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError
-from headrace.formats import TokenSource, write_megatron_index
+from headrace.formats import PaddedRows, PairRows, TokenSource, write_megatron_index
 from headrace.pipeline import Loader, Mixture
 from headrace.testing import batch_digest
 
@@ -128,3 +128,23 @@ def test_vocab_size_is_no_part_of_the_fingerprint(tmp_path: Path) -> None:
     path = megatron(tmp_path / "web.bin", ids(1_000))
     a = TokenSource(path, context=L).fingerprint()
     assert a == TokenSource(path, context=L, vocab_size=VOCAB).fingerprint()
+
+
+def test_a_vocab_past_what_uint16_holds_is_refused_for_uint16_files(tmp_path: Path) -> None:
+    # nanoGPT's prepare scripts cast ids to uint16: with Llama 3's 128,256 ids, every id
+    # past 65,535 was stored wrapped around, as another id that passes any range check.
+    wrapped = (ids(5_000) % 128_256).astype(np.uint16)
+    wrapped.tofile(tmp_path / "train.bin")
+    with pytest.raises(
+        ConfigError, match=r"train\.bin: vocab_size=128256, but the tokens are stored as uint16"
+    ):
+        TokenSource(tmp_path / "train.bin", context=L, vocab_size=128_256)
+    rows = tmp_path / "rows.npy"
+    np.save(rows, wrapped[: 50 * (L + 1)].reshape(50, L + 1))
+    with pytest.raises(ConfigError, match=r"rows\.npy: vocab_size=100277, .* Write the tokens"):
+        PaddedRows(rows, context=L, vocab_size=100_277)
+    with pytest.raises(ConfigError, match=r"rows\.npy: vocab_size=100277, .* Write the tokens"):
+        PairRows({"anchor": rows}, vocab_size=100_277)
+    # Up to 65,536 ids fit; 32-bit files hold any tokenizer's.
+    assert TokenSource(tmp_path / "train.bin", context=L, vocab_size=65_536).vocab_size == 65_536
+    assert TokenSource(megatron(tmp_path / "w.bin", ids(1_000)), context=L, vocab_size=2**40)

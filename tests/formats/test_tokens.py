@@ -262,6 +262,26 @@ def test_nanogpt_and_sidecar(tmp_path: Path) -> None:
         open_token_file(tmp_path / "raw.bin", "uint16")
 
 
+def test_a_uint32_train_bin_is_not_read_as_nanogpt_uint16(tmp_path: Path) -> None:
+    # A prepare script for a tokenizer of over 65,536 ids (Llama 3's 128,256) writes
+    # uint32; taken as nanoGPT's uint16 by its name, every token became two (its low
+    # half, then 0 or 1), silently.
+    tokens = write_tokens(tmp_path / "train.bin", 5000, "uint32") % 128_256
+    tokens.tofile(tmp_path / "train.bin")
+    with pytest.raises(
+        DataError,
+        match=r"train\.bin: taken as nanoGPT's uint16 .* like 32 uint32 tokens .* dtype='uint32'",
+    ):
+        TokenSource(tmp_path / "train.bin", context=16)
+    src = TokenSource(tmp_path / "train.bin", context=16, dtype="uint32", shuffle=False)
+    assert np.array_equal(src.read(0, np.arange(2))["x"][1], tokens[16:32])
+    # Given as uint16, or uint16 after all (ids 0 and 1 at every other place are not
+    # text; a file of zeros reads the same either way), it is read as such.
+    assert TokenSource(tmp_path / "train.bin", context=16, dtype="uint16").dtype == np.uint16
+    np.zeros(5000, np.uint16).tofile(tmp_path / "val.bin")
+    assert TokenSource(tmp_path / "val.bin", context=16).dtype == np.uint16
+
+
 def test_bad_input_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ObjectNotFoundError, match=r"nope.bin: no such file"):
         TokenSource(tmp_path / "nope.bin", dtype="uint16", context=8)

@@ -21,7 +21,7 @@ from s3util import store_options as options
 
 import headrace.formats._token_listing as listing
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError, ObjectNotFoundError
+from headrace.errors import DataError, FormatError, ObjectNotFoundError
 from headrace.formats import TokenSource, write_megatron_index, write_token_sidecar
 from headrace.formats._object_files import ObjectFiles
 from headrace.formats._tokens import refuse_npy_tokens
@@ -236,6 +236,30 @@ def test_an_npy_shard_opened_from_a_listing_is_refused_at_its_first_read(
     assert src.files[-1].check_head
     with pytest.raises(FormatError, match=rf"{urls[-1]}: an NPY file \(shape \(5000,\)"):
         _digest(src, 60)
+    src.close()
+
+
+def test_uint32_nanogpt_files_are_refused_opened_alone_or_from_a_listing(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Two languages' train.bin in one bucket open from a listing, without a GET of their
+    # first bytes: the check that they are not uint32 is made at the first read.
+    keys = []
+    for lang in ("de", "en"):
+        (tmp_path / lang).mkdir()
+        np.random.default_rng(len(lang)).integers(0, 128_256, 3000).astype(np.uint32).tofile(
+            tmp_path / lang / "train.bin"
+        )
+        keys.append(f"{lang}/train.bin")
+    _upload(s3, tmp_path, "listing/wide", keys)
+    urls = [f"s3://{BUCKET}/listing/wide/{k}" for k in keys]
+    wide = r"train\.bin: taken as nanoGPT's uint16 .* look like 32 uint32 tokens"
+    with pytest.raises(DataError, match=wide):
+        TokenSource(urls[0], context=32, store_options=options(s3))
+    src = TokenSource(urls, context=32, store_options=options(s3))
+    assert src.files[0].check_head
+    with pytest.raises(DataError, match=wide):
+        _digest(src, 4)
     src.close()
 
 

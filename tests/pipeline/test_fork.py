@@ -53,6 +53,9 @@ SCRIPT = textwrap.dedent(
     if pid == 0:
         signal.alarm(30)  # a hang fails the test instead of stalling it
         TokenSource.read = real
+        # Random access first: batch_at takes this process's lock too (it waited for
+        # ever on the parent's, held by the parent's read-ahead thread at the fork).
+        assert batch_digest([ld.batch_at(3)]) == want[3]
         try:
             next(it)
             print("CHILD old iterator did not refuse", flush=True)
@@ -86,3 +89,60 @@ def test_a_fork_during_read_ahead_leaves_the_child_a_working_source(tmp_path: Pa
     )
     assert "CHILD OK" in out.stdout, out.stdout + out.stderr
     assert "PARENT OK 0" in out.stdout, out.stdout + out.stderr
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import itertools, os, signal, sys, threading
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+
+    real = TokenSource.read
+    entered, forked = threading.Event(), threading.Event()
+    calls = itertools.count()
+
+    def held(self, seed, samples):  # fault injection: reads after the first last past the fork
+        if next(calls):
+            entered.set()
+            forked.wait(30)
+        return real(self, seed, samples)
+
+    TokenSource.read = held
+    ld = Loader(TokenSource(sys.argv[1], dtype="uint32", context=64), batch_size=8)
+    it = iter(ld)
+    next(it)  # the read-ahead thread goes on into the next read, holding the lock
+    assert entered.wait(30), "no second read"
+    for how in ("close", "exit"):
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)  # a hang fails the test instead of stalling it
+            if how == "close":
+                ld.close()
+                os._exit(0)
+            sys.exit(0)  # the exit handler closes the loader
+        _, status = os.waitpid(pid, 0)
+        print(how, os.waitstatus_to_exitcode(status), flush=True)
+    forked.set()
+    assert next(it)["x"].shape == (8, 64)
+    ld.close()
+    print("PARENT OK", flush=True)
+    """
+)
+
+
+def test_a_child_forked_during_a_read_closes_and_exits_without_the_parents_lock(
+    tmp_path: Path,
+) -> None:
+    # close(), and the exit handler that calls it, waited for ever in the child on the
+    # source's lock, held at the fork by the parent's read-ahead thread: a child of
+    # os.fork() that ended normally never exited.
+    path = tmp_path / "t.bin"
+    np.arange(20_000, dtype=np.uint32).tofile(path)
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "close 0\nexit 0\nPARENT OK" in out.stdout, out.stdout + out.stderr

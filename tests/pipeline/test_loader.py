@@ -21,7 +21,7 @@ from headrace.errors import (
 )
 from headrace.formats import TokenSource
 from headrace.io import LocalFile
-from headrace.pipeline import Loader, LoaderStatus, _loader
+from headrace.pipeline import Loader, LoaderStatus, Samples, _loader
 from headrace.testing import assert_resume_exact, batch_digest
 
 L = 32
@@ -520,6 +520,36 @@ def test_a_chunk_that_outlived_its_retries_is_not_read_again_a_step_at_a_time(
             got += 1
     assert (got, src.reads, ld.step) == (1, 2, 1)
     src.inner.close()
+
+
+def _refuses_sample_77(arrays: dict[str, np.ndarray], samples: Samples) -> dict[str, np.ndarray]:
+    if (samples.numbers == 77).any():
+        raise ValueError("sample 77: no document boundary where one was expected")
+    return arrays
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_chunk_whose_transform_fails_hands_over_the_steps_before_its_bad_one(
+    tmp_path: Path, prefetch: int
+) -> None:
+    # Sample 77 is step 6 of batches of 12; chunks of steps [0], [1, 2], [3, 4, 5, 6].
+    # A transform refusing it failed the whole last chunk: 3 steps arrived, where a
+    # read failing there hands over 6 (and workers reading every other step gave 6).
+    path = tmp_path / "ids.bin"
+    np.arange(2000, dtype=np.uint16).tofile(path)
+    src = TokenSource(path, dtype="uint16", context=16, shuffle=False)
+    got: list[int] = []
+    with (
+        Loader(
+            src, batch_size=12, chunk_steps=4, prefetch=prefetch, transform=_refuses_sample_77
+        ) as ld,
+        pytest.raises(ValueError, match="sample 77") as info,
+    ):
+        got.extend(int(b["x"][0, 0]) // 16 for b in ld)
+    assert got == list(range(0, 72, 12)) and ld.step == 6
+    if prefetch:
+        assert "while reading step 6 (rank 0)" in info.value.__notes__
+    assert "During handling" not in "".join(traceback.format_exception(info.value))
 
 
 def test_bad_config(token_path: Path) -> None:

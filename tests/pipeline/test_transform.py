@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
 from headrace.formats import FileSource, TokenSource, synthetic_arrays, write_sample_file
-from headrace.pipeline import Loader, Samples
+from headrace.pipeline import Loader, Mapped, Samples
 from headrace.testing import assert_resume_exact, batch_digest
 from headrace.transforms import (
     RandomCrop,
@@ -92,6 +93,30 @@ def test_a_transform_that_breaks_the_rows_is_refused(tokens: Path) -> None:
         run(tokens, transform=lambda arrays, samples: [1])
     with pytest.raises(ConfigError, match="transform must be callable"):
         Loader(source(tokens), batch_size=8, transform=3)  # type: ignore[arg-type]
+
+
+class _OneSample:  # torchvision's habit: a transform of one sample, called as t(x)
+    def __call__(self, x: NDArray[Any]) -> NDArray[Any]:
+        return x
+
+
+def test_a_transform_that_cannot_take_arrays_and_samples_is_refused_when_made(
+    tokens: Path,
+) -> None:
+    # It failed at the first batch, in the read-ahead thread: "onearg() takes 1
+    # positional argument but 2 were given".
+    with pytest.raises(ConfigError, match=r"transform _OneSample\(x\) cannot be called as"):
+        Loader(source(tokens), batch_size=8, transform=_OneSample())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Mapped: fn .*<lambda>\(arrays\) cannot be called"):
+        Mapped(source(tokens), lambda arrays: arrays)  # type: ignore[arg-type,misc]
+    # Anything that takes two arguments passes: defaults, *args, partials, builtins.
+    for ok in (
+        lambda arrays, samples, extra=1: arrays,
+        lambda *a: a[0],
+        functools.partial(lambda k, arrays, samples: arrays, 1),
+    ):
+        assert len(run(tokens, steps=4, transform=ok)) == 4
+    Loader(source(tokens), batch_size=8, transform=max)  # type: ignore[arg-type]
 
 
 # -- RandomCrop on real JPEGs of several sizes ----------------------------------------

@@ -41,6 +41,7 @@ from headrace.formats._row_window import RowSource
 from headrace.formats._rows import check_mask_values, check_pad_id, check_token_values
 from headrace.formats._vocab import (
     check_pad_in_vocab,
+    check_vocab_fits,
     check_vocab_size,
     first_outside,
     outside_error,
@@ -153,6 +154,8 @@ class PairRows(RowSource):
             self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
             if any(mb.mask is None for mb in self.members):  # only then is it padding
                 check_pad_in_vocab("pad_id", self.pad_id, self.vocab_size)
+            for mb in self.members:
+                check_vocab_fits(self.vocab_size, mb.tokens.dtype, mb.tokens.path)
             self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
             if self.dtype is not None:
                 if not np.issubdtype(self.dtype, np.integer):

@@ -45,6 +45,7 @@ from headrace.formats._row_plan import (
 from headrace.formats._row_window import RowSource
 from headrace.formats._vocab import (
     check_pad_in_vocab,
+    check_vocab_fits,
     check_vocab_size,
     first_outside,
     outside_error,
@@ -218,9 +219,15 @@ class PaddedRows(RowSource):
                 dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
             self.dtype: np.dtype[Any] = np.dtype(dtype)
             if not np.issubdtype(self.dtype, np.signedinteger):
-                raise ConfigError(f"dtype must be a signed integer type (got {self.dtype}).")
+                raise ConfigError(
+                    f"{t.path}: dtype={self.dtype} is refused: dtype is what x and y are given "
+                    "as, and y holds ignore_index (-100 by default) at ignored targets, so it "
+                    f"must be a signed integer type; leave it out (int32 for {t.dtype} "
+                    "tokens) or give 'int32' or 'int64'."
+                )
             check_pad_id(pad_id, t)
             check_pad_in_vocab("pad_id", int(pad_id), self.vocab_size)
+            check_vocab_fits(self.vocab_size, t.dtype, t.path)
             # True would pass the range check and fill ignored targets with token 1; a
             # float would pass it and fail at the first read.
             if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):

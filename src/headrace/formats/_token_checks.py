@@ -11,6 +11,7 @@ document indexes. Each failure is a :class:`~headrace.errors.ConfigError` or
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from headrace.errors import ConfigError, DataError
+from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import ObjectFiles
 from headrace.formats._token_listing import list_shards
@@ -50,15 +51,31 @@ def describe_files(
     def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
         if isinstance(f, TokenFile):
             return f
-        if is_object_url(f):
-            assert stores is not None
-            return describe_token_file(str(f), dtype, format, stores)
-        return open_token_file(f, dtype, format=format)
+        try:
+            if is_object_url(f):
+                assert stores is not None
+                return describe_token_file(str(f), dtype, format, stores)
+            return open_token_file(f, dtype, format=format)
+        except StorageError as exc:
+            _note_not_a_file(str(f), exc)
+            raise
 
     if urls < 2:
         return [one(f) for f in files]
     with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
         return list(pool.map(one, files))
+
+
+def _note_not_a_file(path: str, exc: StorageError) -> None:
+    """A pattern or a directory where a token file was expected: say how to list one."""
+    glob = any(c in path.rstrip("/").rsplit("/", 1)[-1] for c in "*?[")
+    if exc.errno == errno.EISDIR or (glob and isinstance(exc, ObjectNotFoundError)):
+        pattern = path if glob else os.path.join(path, "*.bin")
+        exc.add_note(
+            f"TokenSource takes token files, not patterns or directories: list them, e.g. "
+            f"sorted(glob.glob({pattern!r})) (FileSource takes patterns and "
+            "folders)"
+        )
 
 
 def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> np.dtype[Any]:

@@ -38,6 +38,7 @@ from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, TokenFormat
 from headrace.formats._vocab import (
     check_pad_in_vocab,
+    check_vocab_fits,
     check_vocab_size,
     first_outside,
     outside_error,
@@ -214,6 +215,7 @@ class TokenSource(WindowCache):
         try:
             self.files: list[TokenFile] = describe_files(files, dtype, format, self._remote)
             self.dtype: np.dtype[Any] = check_files(self.files, context, tail=tail)
+            check_vocab_fits(vocab_size, self.dtype, self.files[0].path)
             if pad_id is not None and not _fits(pad_id, self.dtype):
                 raise ConfigError(
                     f"pad_id={pad_id} does not fit the token dtype {self.dtype} of "
@@ -239,7 +241,9 @@ class TokenSource(WindowCache):
                 stride=None if stride is None else int(stride),
             )
         except ValueError as exc:
-            raise ConfigError(f"window_bytes={window_bytes}: {exc}") from None
+            least = (context + 1) * self.dtype.itemsize
+            fix = f" Give window_bytes >= {least} (256 MiB by default)." * (window_bytes < least)
+            raise ConfigError(f"window_bytes={window_bytes}: {exc}{fix}") from None
         if tail:
             self.tail = True
             if pad_id is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "TOKEN_DTYPES",
     "TokenFile",
     "TokenFiles",
+    "check_token_head",
     "describe_token_file",
     "open_token_file",
     "refuse_npy_tokens",
@@ -68,7 +69,7 @@ class TokenFile:
     # that file, so its reads must be too (None: a TokenFile made by hand, or an old one).
     identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
     # Opened from a listing (no GET of its first bytes): a raw or nanoGPT file's reads
-    # give out no bytes before its first ones show it is not an NPY file (refuse_npy_tokens).
+    # give out no bytes before its first ones pass check_token_head (not an NPY file, ...).
     check_head: bool = field(default=False, compare=False, repr=False)
 
     @property
@@ -269,7 +270,7 @@ def describe_token_file(
     else:
         raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
     if format != "megatron" and head is not None:
-        refuse_npy_tokens(p, head, files)
+        check_token_head(p, format, size, head, files)
     if tokens is not None and size != tokens * dt.itemsize:
         raise DataError(
             f"{p}: {'truncated: ' if size < tokens * dt.itemsize else ''}the sidecar {side} "
@@ -289,6 +290,42 @@ def describe_token_file(
         etag,
         check_head=head is None and format != "megatron",
     )
+
+
+# Pairs of uint16 values a nanoGPT file's head must hold before it is judged: 32 tokens
+# of text never put an id of 0 or 1 at every other place.
+_WIDE_PAIRS = 16
+
+
+def check_token_head(
+    p: str, format: str, size: int, head: memoryview, files: TokenFiles | None = None
+) -> None:
+    """Refuse a raw or nanoGPT token file whose first bytes show it is not one: an NPY
+    file, or (nanoGPT) uint32 tokens. At open, or (a file opened from a listing) before
+    its first read gives out any bytes."""
+    refuse_npy_tokens(p, head, files)
+    if format == "nanogpt":
+        _refuse_wide_nanogpt(p, head, size)
+
+
+def _refuse_wide_nanogpt(p: str, head: memoryview, size: int) -> None:
+    """Refuse a ``train.bin``/``val.bin`` taken as nanoGPT's uint16 by its name whose first
+    bytes are uint32 tokens (a tokenizer of more than 65,536 ids, such as Llama 3's, or a
+    prepare script that wrote uint32): every second uint16 is then the high half of an id,
+    0 or 1 below 131,072 ids, and read as uint16 each token would be two, silently."""
+    u16 = np.frombuffer(head[: len(head) // 4 * 4], dtype="<u2")
+    if size % 4 or u16.size < 2 * _WIDE_PAIRS:
+        return
+    low, high = u16[0::2], u16[1::2]
+    if high.max() <= 1 and np.unique(low).size > 2:
+        raise DataError(
+            f"{p}: taken as nanoGPT's uint16 tokens by its name, but its first "
+            f"{u16.size} uint16 values look like {u16.size // 2} uint32 tokens (every "
+            f"second one is 0 or 1, the high half of an id: {u16[:8].tolist()}...), which "
+            "read as uint16 would each become two; pass dtype='uint32' (or dtype='uint16' "
+            f"if it holds uint16 tokens after all), or write {_sidecar_path(p)} with "
+            '{"dtype": "uint32"}'
+        )
 
 
 def refuse_npy_tokens(p: str, head: memoryview, files: TokenFiles | None = None) -> None:

@@ -25,6 +25,7 @@ from headrace.formats._tokens import TokenFile
 
 __all__ = [
     "check_pad_in_vocab",
+    "check_vocab_fits",
     "check_vocab_size",
     "first_outside",
     "outside_error",
@@ -47,6 +48,23 @@ def check_vocab_size(vocab_size: object) -> int | None:
             f"(got {vocab_size!r}); leave it out (None) to check no ids."
         )
     return int(vocab_size)
+
+
+def check_vocab_fits(vocab: int | None, dtype: np.dtype[Any], path: str) -> None:
+    """Refuse a vocabulary of more ids than the stored dtype holds: its higher ids cannot
+    have been stored, so a file written from them (nanoGPT's ``astype(np.uint16)`` with
+    Llama 3's 128,256 ids) holds them wrapped around, as other, valid-looking ids."""
+    if vocab is None or not np.issubdtype(dtype, np.integer) or dtype.itemsize >= 4:
+        return  # 32 bits hold any tokenizer's ids: a larger vocab_size only widens the check
+    top = int(np.iinfo(dtype).max)
+    if vocab > top + 1:
+        raise ConfigError(
+            f"{path}: vocab_size={vocab}, but the tokens are stored as {dtype}, whose "
+            f"largest id is {top}: ids {top + 1} to {vocab - 1} cannot have been stored, so "
+            f"a file written from this tokenizer's ids (a cast to {dtype}, as nanoGPT's "
+            f"prepare scripts make) holds them wrapped around, as other ids. Write the "
+            "tokens as uint32 (or give the vocab_size they were made with)."
+        )
 
 
 def check_pad_in_vocab(name: str, pad: int, vocab: int | None, where: str = "") -> None:

@@ -23,7 +23,7 @@ from headrace.formats._object_files import ObjectFiles, RemoteFile
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._token_budget import token_files
 from headrace.formats._token_window import TokenStats, TokenWindow
-from headrace.formats._tokens import TokenFile, refuse_npy_tokens
+from headrace.formats._tokens import TokenFile, check_token_head
 from headrace.io import PAGE, LocalFile, page_aligned_empty
 from headrace.io._buffers import MADV_POPULATE_READ
 from headrace.io._open_files import check_same_file
@@ -127,7 +127,11 @@ class WindowCache:
                 ]
                 f = RemoteSegments(tf.path, handles, tf.segments)
             elif tf.remote:
-                first = partial(refuse_npy_tokens, tf.path) if tf.check_head else None
+                first = (
+                    partial(check_token_head, tf.path, tf.format, tf.nbytes)
+                    if tf.check_head
+                    else None
+                )
                 f = self._remote().open(tf.path, tf.nbytes, tf.etag, first)
             elif tf.segments is not None:
                 f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)

@@ -40,6 +40,7 @@ from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
 from headrace.io._retry import RetryPolicy, classify
+from headrace.io._runtime_fork import check_runtime
 
 __all__ = [
     "DEFAULT_COALESCE",
@@ -127,6 +128,7 @@ class ObjectStore(Closing):
     def _live(self) -> Any:
         if self._closed:
             raise StorageError(f"{self.url}: store is closed")
+        check_runtime(self.url)
         return self._store
 
     def _loop_thread(self) -> LoopThread:

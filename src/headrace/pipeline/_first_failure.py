@@ -8,15 +8,18 @@ what was wrong in a later step than the first of the plan that holds it (a
 chunk is read again a step at a time: the steps before the first that fails are handed
 over, then its error raised. An error that does not recur within the chunk (a read that
 failed once) is raised as it was, at the chunk's first step, and nothing read again is
-handed over. A store's error that outlived its retries (``TransientStorageError``: 5xx,
-throttling, timeouts) is raised at once, not read again: each step would wait out the
-retries again, and such an error names a range, not a step's data.
+handed over. A transform's failure (on a row it refuses) fails its chunk as a read's does.
+A store's error that outlived its retries (``TransientStorageError``: 5xx, throttling,
+timeouts) is raised at once, not read again: each step would wait out the retries
+again, and such an error names a range, not a step's data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import TypeVar
+
+from headrace.errors import TransientStorageError
 
 __all__ = ["step_by_step"]
 
@@ -27,7 +30,10 @@ def step_by_step(
     steps: list[int], read: Callable[[list[int]], T], exc: Exception
 ) -> Iterator[tuple[list[int], T]]:
     """``read`` each of ``steps`` alone; yield those before the first that fails, then
-    raise its error (or ``exc``, the chunk's, when none fails)."""
+    raise its error (or ``exc``, the chunk's, when none fails). A chunk of one step, or
+    one whose store outlived its retries, is not read again: ``exc`` is its error."""
+    if len(steps) == 1 or isinstance(exc, TransientStorageError):
+        raise exc
     good: list[tuple[list[int], T]] = []
     try:
         for t in steps:

@@ -24,19 +24,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, StateError, TransientStorageError
+from headrace.errors import ConfigError, StateError
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._passes import (
-    MARKS,
     checked_epochs,
     mark,
     pass_end,
     pass_sizes,
     starts_at,
+    with_marks,
 )
 from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
 from headrace.pipeline._steps import chunked, remaining_steps
@@ -314,19 +314,10 @@ class Loader(Closing):
             arrays = apply_transform(self.transform, arrays, self.seed, samples)
             self.stats.transform_s += time.perf_counter() - t0
             self._cap_chunks(steps, arrays, also=self._chunk_cap)
-        return self._marked(arrays, marks) if marks else arrays
-
-    def _marked(self, arrays: Batch, marks: Batch) -> Batch:
-        """``arrays`` with an exact pass's ``sample`` and ``valid`` beside them."""
-        taken = [k for k in MARKS if k in arrays]
-        if taken:
-            made = f"{type(self.source).__name__}" + (" with its transform" * bool(self.transform))
-            raise ConfigError(
-                f"epochs={self.epochs} adds the keys {MARKS} to every batch, but "
-                f"{made} already gives {taken[0]!r}; rename that field (a transform or "
-                "Mapped(source, fn)), or iterate with steps= and no marks."
-            )
-        return {**arrays, **marks}
+        if not marks:
+            return arrays
+        made = f"{type(self.source).__name__}" + (" with its transform" * bool(self.transform))
+        return with_marks(arrays, marks, self.epochs, made)
 
     def _cap_chunks(
         self, steps: list[int], arrays: Batch, also: int | None = None, held: int = 0
@@ -353,6 +344,7 @@ class Loader(Closing):
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
+        self._own_process()  # in a forked child: not the parent's lock, perhaps held
         return self._read_arrays([step])
 
     # -- iteration -------------------------------------------------------------------
@@ -447,25 +439,32 @@ class Loader(Closing):
             self._followed_by(None if following is None else following[1])
             steps = current[0]
             try:
-                raw, samples, marks = self._read_raw(*current)
+                raw = self._read_raw(*current)
             except Exception as exc:
-                if len(steps) == 1 or isinstance(exc, TransientStorageError):
-                    # A store that outlived its retries would only make each step's
-                    # read wait them out again (a timeout: minutes a step).
-                    raise
-                for one, again in step_by_step(steps, self._read_raw, exc):
-                    yield one, self._transformed(one, *again)
+                yield from step_by_step(steps, self._read_arrays, exc)
                 raise  # step_by_step raises: not reached
             if first:
-                yield steps, self._transformed(steps, raw, samples, marks)
+                yield from self._transform_chunk(steps, raw)
             if following is not None:
                 self._prefetch(following[1])
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
-                yield steps, self._transformed(steps, raw, samples, marks)
+                yield from self._transform_chunk(steps, raw)
             first = False
             current = following
+
+    def _transform_chunk(
+        self, steps: list[int], raw: tuple[Batch, NDArray[np.int64], Batch]
+    ) -> Iterator[tuple[list[int], Batch]]:
+        """The chunk, transformed; a transform that fails (on a row it refuses) fails the
+        chunk, which is read again a step at a time, as a failed read is."""
+        try:
+            arrays = self._transformed(steps, *raw)
+        except Exception as exc:
+            yield from step_by_step(steps, self._read_arrays, exc)
+            raise  # step_by_step raises: not reached
+        yield steps, arrays
 
     def _followed_by(self, samples: NDArray[np.int64] | None) -> None:
         """Tell the source (if it asks) which samples follow the read about to be made
@@ -554,6 +553,7 @@ class Loader(Closing):
         self._close(_STOP_TIMEOUT_S, warn=True)
 
     def _close(self, timeout: float, *, warn: bool) -> None:
+        self._own_process()  # in a forked child: not the parent's thread and lock, perhaps held
         stopped = self._stop_producer(timeout)
         if not stopped and warn:
             warnings.warn(

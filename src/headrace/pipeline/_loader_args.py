@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import ConfigError
+from headrace.pipeline._transform import check_transform
 
 __all__ = ["check_source", "checked_seed", "checked_steps", "integer"]
 
@@ -33,15 +34,15 @@ def checked_seed(seed: object) -> int:
 
 
 def check_source(source: Any, transform: Any) -> None:
-    """The source has the Source protocol's methods; a transform is callable."""
+    """The source has the Source protocol's methods; a transform takes ``(arrays, samples)``."""
     if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
         raise ConfigError(
             f"source must have read(seed, samples) and fingerprint() (the Source "
             f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
             f"{type(source).__name__}."
         )
-    if transform is not None and not callable(transform):
-        raise ConfigError(f"transform must be callable (got {type(transform).__name__}).")
+    if transform is not None:
+        check_transform("transform", transform)
 
 
 def checked_steps(

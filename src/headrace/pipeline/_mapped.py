@@ -24,7 +24,13 @@ from headrace.pipeline._layout import Batch, nbytes
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture import Mixture
-from headrace.pipeline._transform import Samples, Transform, checked_rows, transform_name
+from headrace.pipeline._transform import (
+    Samples,
+    Transform,
+    check_transform,
+    checked_rows,
+    transform_name,
+)
 
 __all__ = ["Mapped"]
 
@@ -64,8 +70,7 @@ class Mapped:
                 "Mapped: the source is a Mixture; map each of its sources instead "
                 "(Mixture({name: Mapped(src, fn), ...})), or give the loader transform=fn."
             )
-        if not callable(fn):
-            raise ConfigError(f"Mapped: fn must be callable (got {type(fn).__name__}).")
+        check_transform("Mapped: fn", fn)
         if ragged_keys is not None and (
             isinstance(ragged_keys, str) or not all(isinstance(k, str) for k in ragged_keys)
         ):

@@ -34,6 +34,7 @@ __all__ = [
     "pass_end",
     "pass_sizes",
     "starts_at",
+    "with_marks",
 ]
 
 #: The keys an exact pass adds to every batch.
@@ -152,3 +153,16 @@ def mark(source: Any, seed: int, samples: NDArray[np.int64], want: NDArray[np.in
     # a chunk of 1,024 samples, where planning them again took 372 us, +25% a batch).
     which, local = source.locate(seed, samples)
     return {"sample": local, "valid": local < want[which]}
+
+
+def with_marks(arrays: Batch, marks: Batch, epochs: int | None, made: str) -> Batch:
+    """``arrays`` with an exact pass's ``sample`` and ``valid`` beside them; refused where
+    ``made`` (the source, and its transform) already gives one of those keys."""
+    taken = [k for k in MARKS if k in arrays]
+    if taken:
+        raise ConfigError(
+            f"epochs={epochs} adds the keys {MARKS} to every batch, but "
+            f"{made} already gives {taken[0]!r}; rename that field (a transform or "
+            "Mapped(source, fn)), or iterate with steps= and no marks."
+        )
+    return {**arrays, **marks}

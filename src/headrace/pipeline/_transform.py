@@ -13,6 +13,7 @@ per sample, in the same order.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -21,7 +22,14 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 
-__all__ = ["Samples", "Transform", "apply_transform", "checked_rows", "transform_name"]
+__all__ = [
+    "Samples",
+    "Transform",
+    "apply_transform",
+    "check_transform",
+    "checked_rows",
+    "transform_name",
+]
 
 # Mixed into every generator's seed, so a transform's random stream is not the
 # stream of any other use of (seed, sample) a user's code might make.
@@ -96,6 +104,28 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
             )
         checked[str(key)] = value
     return checked
+
+
+def check_transform(who: str, fn: object) -> None:
+    """Refuse ``fn`` (``who``: ``"transform"``, ``"Mapped: fn"``) unless it is callable
+    as ``fn(arrays, samples)``: a one-argument transform (torchvision's habit) failed
+    only at the first batch, in the read-ahead thread, with Python's own TypeError."""
+    if not callable(fn):
+        raise ConfigError(f"{who} must be callable (got {type(fn).__name__}).")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: called as it is
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise ConfigError(
+            f"{who} {transform_name(fn)}({', '.join(signature.parameters)}) cannot be called "
+            "as fn(arrays, samples): "
+            "it gets a dict of arrays of one row per sample and their Samples (sample "
+            "numbers and random generators) and returns a dict of arrays; give it both "
+            "parameters (def fn(arrays, samples): ...)."
+        ) from None
 
 
 def transform_name(fn: object) -> str:
