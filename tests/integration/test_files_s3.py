@@ -128,6 +128,8 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
         source([urls[0], "s3://elsewhere/x.npz"])
     with pytest.raises(ConfigError, match="dataset's files are all local paths or all object"):
         source([urls[0], str(datasets / "npz" / "s00.npz")])
+    with pytest.raises(ConfigError, match=r"s01\.npz: listed twice .* its samples twice"):
+        source([*urls, urls[-2]])  # read twice an epoch, silently, before
 
 
 def test_a_range_read_of_a_listed_object(s3: S3Fixture, datasets: Path) -> None:

@@ -15,6 +15,7 @@ from headrace.errors import (
     FormatError,
     ObjectNotFoundError,
 )
+from headrace.formats._file_list import refuse_repeats
 from headrace.formats._table_layout import (
     DELTA_LOG,
     folder_files,
@@ -83,6 +84,7 @@ def _path_list(
                 f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
             )
         out.append(p)
+    refuse_repeats([os.fspath(p) for p in out], "rows")
     return out
 
 
