@@ -549,3 +549,14 @@ def test_a_malformed_request_is_refused_before_any_get(
         with pytest.raises(ConfigError, match=message):
             store.get_many(["a.bin", request_])  # type: ignore[list-item]
         assert store.stats.requests == 0
+
+
+def test_folder_markers_are_dropped_from_a_listing_empty_objects_kept() -> None:
+    from headrace.io._object_info import ObjectInfo, drop_folder_markers
+
+    empty, full = ObjectInfo(0, "e"), ObjectInfo(5, "f")
+    listed = [("", empty), ("a", empty), ("a/b", empty), ("a/b/c.bin", full), ("d.bin", empty)]
+    # "", "a" and "a/b" are folders of a/b/c.bin: markers; d.bin is an empty object.
+    assert drop_folder_markers(listed) == [("a/b/c.bin", full), ("d.bin", empty)]
+    assert drop_folder_markers([("p", empty), ("p/x", full)], "p/") == [("p/x", full)]
+    assert drop_folder_markers([("a", full), ("a/x", full)]) == [("a", full), ("a/x", full)]
