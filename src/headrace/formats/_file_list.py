@@ -40,6 +40,7 @@ from headrace.io import (
     file_url_path,
     open_error,
 )
+from headrace.io._file import scheme_hint
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
 
@@ -374,10 +375,10 @@ def list_files(
             )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
-        if not root.exists():
+        if not root.exists():  # (Path("S3://b/x") is S3:/b/x: the name as given)
             raise ObjectNotFoundError(
-                f"{root}: no such directory (FileSource takes a directory, a glob pattern, an "
-                "object-store URL or a list of files)"
+                f"{os.fspath(files)}: no such directory (FileSource takes a directory, a glob "
+                f"pattern, an object-store URL or a list of files){scheme_hint(str(files))}"
             )
         if not root.is_dir():
             raise ConfigError(

@@ -26,6 +26,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import glob_root, has_magic
+from headrace.io._file import scheme_hint
 
 __all__ = [
     "_path_list",
@@ -214,7 +215,7 @@ def _resolve(
     if os.path.isfile(root):
         return os.path.dirname(root), [root]
     if not os.path.isdir(root):
-        raise ObjectNotFoundError(f"{root}: no such file or directory")
+        raise ObjectNotFoundError(f"{root}: no such file or directory{scheme_hint(root)}")
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
         raise ConfigError(
