@@ -1,8 +1,10 @@
-"""The object cache over http://: what an ETag promises decides what is kept.
+"""The object cache over http://: what an ETag promises decides what is kept; and a
+server that ignores Range.
 
 A plain HTTP server (in a thread, on 127.0.0.1) serves a folder's files with GET,
-Range and HEAD, and an ETag that is strong, weak (``W/"..."``) or absent, built as
-nginx builds its tags: from the file's modification time (whole seconds) and size.
+Range (unless told not to, as Python's http.server) and HEAD, and an ETag that is
+strong, weak (``W/"..."``) or absent, built as nginx builds its tags: from the file's
+modification time (whole seconds) and size.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from headrace.errors import StorageError
 from headrace.formats import FileSource, TokenSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -31,6 +34,7 @@ class _Files(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     root = Path()
     etag = "strong"  # "strong", "weak" or "none"
+    ranges = True  # False: a Range header is ignored (200, the whole file)
     gets: list[str]
 
     def _answer(self, body: bool) -> None:
@@ -43,6 +47,7 @@ class _Files(BaseHTTPRequestHandler):
         data, st = path.read_bytes(), path.stat()
         status, first, last = 200, 0, len(data) - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        m = m if self.ranges else None
         if m:
             status, first = 206, int(m.group(1))
             last = min(int(m.group(2) or last), last)
@@ -68,9 +73,10 @@ class _Files(BaseHTTPRequestHandler):
         pass
 
 
-def _serve(root: Path, etag: str) -> Iterator[tuple[str, list[str]]]:
+def _serve(root: Path, etag: str, ranges: bool = True) -> Iterator[tuple[str, list[str]]]:
     gets: list[str] = []
-    handler = type("Handler", (_Files,), {"root": root, "etag": etag, "gets": gets})
+    attrs = {"root": root, "etag": etag, "ranges": ranges, "gets": gets}
+    handler = type("Handler", (_Files,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -155,3 +161,21 @@ def test_token_ranges_are_cached_on_a_strong_etag_only(
         assert stats.written > 0 and stats.uncacheable == 0
     else:
         assert stats.written == 0 and stats.uncacheable > 0
+
+
+def test_a_server_that_ignores_range_is_named_with_what_works(tmp_path: Path) -> None:
+    # Python's http.server answers a Range request with the whole file: the error was
+    # obstore's "NotSupportedError: Operation not supported: Range request not supported".
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", np.full((3, 2), i, np.int32))
+    for url, _ in _serve(tmp_path, "strong", ranges=False):
+        urls = [f"{url}/{i}.npy" for i in range(2)]
+        whole = FileSource(urls, format="npy", samples_per_file=3)
+        assert sorted(whole.read(0, np.arange(6))["data"][:, 0].tolist()) == [0, 0, 0, 1, 1, 1]
+        whole.close()
+        with pytest.raises(
+            StorageError,
+            match=r"/0\.npy, bytes \[0, 128\): the server does not serve byte ranges .*"
+            r"samples_per_file given as counts",
+        ):
+            FileSource(urls, format="npy", samples_per_file="header")

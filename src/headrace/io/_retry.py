@@ -186,6 +186,16 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return _not_found(where, text, brief), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
         return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+    if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
+        # An HTTP server that ignores Range (answers 200 with the whole object, as
+        # Python's http.server does): every try would get the same answer.
+        return StorageError(
+            f"{where}: the server does not serve byte ranges (it answered a Range request "
+            "with the whole object); whole-object reads work (a FileSource's files with "
+            "hdf5_ranges_above=None and samples_per_file given as counts, not 'header'); "
+            "ranged reads need a server that answers Range with 206 Partial Content "
+            f"(nginx, any object store), or a local copy ({brief})"
+        ), False
     if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
         return ConfigError(f"{where}: {brief}"), False
     if isinstance(exc, ValueError):
