@@ -211,6 +211,15 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return PermissionDeniedError(f"{where}: access denied ({brief})"), False
         if status == 404:
             return _not_found(where, text, brief), False
+        if status in (405, 501) and "PROPFIND" in text:
+            # A plain HTTP server (nginx, Python's http.server): obstore lists by WebDAV.
+            return StorageError(
+                f"{where}: HTTP {status} to a listing: this HTTP server cannot list its files "
+                "(obstore lists http(s):// by WebDAV PROPFIND); name the objects instead, as "
+                f"a list of their URLs ({brief})"
+            ), False
+        if status == 501:  # Not Implemented: the same answer every time
+            return StorageError(f"{where}: HTTP {status} ({brief})"), False
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status} ({brief})"), False
