@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pytest
 
-from headrace.errors import StorageError
+from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, TokenSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -38,7 +39,7 @@ class _Files(BaseHTTPRequestHandler):
     gets: list[str]
 
     def _answer(self, body: bool) -> None:
-        path = self.root / self.path.lstrip("/")
+        path = self.root / unquote(self.path.lstrip("/"))  # as a server decodes %20
         if not path.is_file():
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -179,3 +180,26 @@ def test_a_server_that_ignores_range_is_named_with_what_works(tmp_path: Path) ->
             r"samples_per_file given as counts",
         ):
             FileSource(urls, format="npy", samples_per_file="header")
+
+
+def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
+    tmp_path: Path,
+) -> None:
+    # "a%20b.npy", as browsers and urllib.parse.quote write it, was asked for as
+    # "a%2520b.npy" (obstore encodes a key once more): a 404 for a file that is there.
+    (tmp_path / "my set").mkdir()
+    for i, name in enumerate(["a b.npy", "c+d.npy", "é.npy"]):
+        np.save(tmp_path / "my set" / name, np.full(3, i, np.int32))
+    local = FileSource(tmp_path / "my set", format="npy")
+    for url, _ in _serve(tmp_path, "strong"):
+        urls = [f"{url}/{quote(f'my set/{n}')}" for n in ["a b.npy", "c+d.npy", "é.npy"]]
+        src = FileSource(urls, format="npy")
+        assert src.files.keys == local.files.keys == ["a b.npy", "c+d.npy", "é.npy"]
+        assert src.fingerprint() == local.fingerprint()
+        assert (
+            src.read(0, np.arange(3))["data"].tolist()
+            == local.read(0, np.arange(3))["data"].tolist()
+        )
+        src.close()
+        with pytest.raises(ConfigError, match=r"a\.npy\?sig=x: an http\(s\) URL with a query"):
+            FileSource([f"{url}/a.npy?sig=x"], format="npy")

@@ -37,7 +37,6 @@ from headrace.io import (
     RangeReader,
     ReaderConfig,
     RequestQueue,
-    file_url_path,
     open_error,
 )
 from headrace.io._file import scheme_hint
@@ -545,12 +544,13 @@ def _url_list(
     """A list of object URLs under one bucket (container): keys relative to the
     deepest prefix they share, sizes and ETags by HEADs all in flight at once
     (``listing``: a worker copy's, no HEAD)."""
-    from headrace.formats._object_files import ObjectFiles, common_url_root
+    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url
     from headrace.io import ObjectStore
 
-    # file:// URLs as Path.as_uri() writes them (percent-encoded) name the same files as
-    # those written plainly: the keys are the names, not their encoding.
-    urls = sorted(f"file://{file_url_path(u)}" if u.startswith("file://") else u for u in urls)
+    # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
+    # name the same files as those written plainly: the keys are the names, not their
+    # encoding.
+    urls = sorted(named_url(u) for u in urls)
     if listing is None:
         refuse_repeats(urls, "samples")
     root = common_url_root(urls, "a dataset's files")
