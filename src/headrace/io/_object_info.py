@@ -55,13 +55,12 @@ def drop_folder_markers(
 ) -> list[tuple[str, ObjectInfo]]:
     """``listed`` (sorted keys under ``prefix``) less the folder markers in it.
 
-    An S3 or GCS console's "Create folder" (and Hadoop's writers) store an empty object
+    An S3 or GCS console's "Create folder" (and Hadoop's S3A) store an empty object
     named ``folder/``; obstore lists it without its slash, as the prefix itself (``""``
     at the store's root) or as ``folder`` beside ``folder/a.jpg``. Such a key names no
     object (a GET of it is a 404) and no file of any local copy (a name cannot be a
     file and a folder at once): a raw-file dataset held every marker as a sample of 0
-    bytes, and a token prefix with its own marker was taken for one object and not
-    found. An empty object whose name is no folder of another key is kept (an empty
+    bytes. An empty object whose name is no folder of another key is kept (an empty
     folder's marker cannot be told from it)."""
     folders = {prefix.rstrip("/")}
     for key, _ in listed:
