@@ -45,6 +45,16 @@ def test_token_paths(tokens: Path, tmp_path: Path) -> None:
     assert listed in info.value.__notes__[0]
     with pytest.raises(ObjectNotFoundError, match="ftp:// is not a URL scheme headrace reads"):
         TokenSource("ftp://host/x.bin", context=8, dtype="uint16")
+    # A directory or table of a scheme no store reads said "S3:/bucket/train: no such
+    # directory" (the path's // collapsed), with no word of the scheme.
+    for where in ("S3://bucket/train", "ftp://host/train"):
+        scheme = where.partition(":")[0]
+        with pytest.raises(
+            ObjectNotFoundError, match=rf"^{where}: no such directory .* {scheme}:// is not a URL"
+        ):
+            FileSource(where, format="npy")
+        with pytest.raises(ObjectNotFoundError, match=rf"{scheme}:// is not a URL scheme"):
+            Table.open(f"{where}/x.parquet")
     # A path given as bytes is a path, not a list of byte values.
     assert TokenSource(bytes(tokens), context=8, dtype="uint16").samples_per_epoch == 624
     with pytest.raises(ConfigError, match=r"window_bytes=0: window of 0 tokens"):

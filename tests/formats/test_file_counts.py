@@ -214,8 +214,8 @@ def test_a_list_of_counts_follows_the_list_of_files(tmp_path: Path) -> None:
     assert digest(FileSource(paths[::-1], format="npy", samples_per_file=COUNTS[::-1])) == ref
     with pytest.raises(ConfigError, match="has 7 counts for the 8 files listed"):
         FileSource(paths, format="npy", samples_per_file=COUNTS[1:])
-    with pytest.raises(ConfigError, match=r"listed twice, with counts 5 and 6"):
-        FileSource([paths[0], paths[0]], format="npy", samples_per_file=[5, 6])
+    with pytest.raises(ConfigError, match=r"r000\.npy: listed twice"):  # whatever the counts
+        FileSource([paths[0], paths[0]], format="npy", samples_per_file=[5, 5])
     with pytest.raises(ConfigError, match=r"has 9 counts for the 8 files under .*r000\.npy"):
         source(root, "npy", [*COUNTS, 1])
 

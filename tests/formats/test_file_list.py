@@ -161,3 +161,15 @@ def test_file_uris_as_path_as_uri_writes_them(tmp_path: Path) -> None:
     odd = tmp_path / "100%41"
     _npy(odd / "0.npy", 5)
     assert _values(FileSource("file://" + str(odd), format="npy")) == [5]
+
+
+def test_a_file_listed_twice_is_refused_naming_both_spellings(tmp_path: Path) -> None:
+    # A list joined from overlapping globs read the repeated file twice an epoch, silently
+    # (TokenSource refused it; FileSource and Table did not).
+    for i in range(2):
+        _npy(tmp_path / f"{i}.npy", i)
+    a, b = str(tmp_path / "0.npy"), str(tmp_path / "1.npy")
+    for twice in (a, f"{tmp_path}/./0.npy", f"{tmp_path}/../{tmp_path.name}/0.npy"):
+        with pytest.raises(ConfigError, match=r"0\.npy: listed twice \(as .*0\.npy and .*Mixture"):
+            FileSource([a, b, twice], format="npy")
+    assert _values(FileSource([b, a], format="npy", shuffle="none")) == [0, 1]

@@ -806,3 +806,12 @@ def test_columns_as_one_string_is_refused(tmp_path: Path) -> None:
     pq.write_table(_table(10), tmp_path / "t.parquet")
     with pytest.raises(ConfigError, match=r"columns=\['label'\], not a string"):
         Table.open(tmp_path / "t.parquet", columns="label")
+
+
+def test_a_file_listed_twice_is_refused(tmp_path: Path) -> None:
+    # Its rows were read twice an epoch, silently (200 rows of a 100-row file).
+    pq.write_table(pa.table({"x": np.arange(100)}), tmp_path / "a.parquet")
+    path = str(tmp_path / "a.parquet")
+    with pytest.raises(ConfigError, match=r"a\.parquet: listed twice .* its rows twice"):
+        Table.open([path, path])
+    assert Table.open([path]).num_rows == 100

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture, loaders_closing_between
+from s3util import BUCKET, FAST_RETRY, S3Fixture, StoreFactory, loaders_closing_between
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -128,6 +128,8 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
         source([urls[0], "s3://elsewhere/x.npz"])
     with pytest.raises(ConfigError, match="dataset's files are all local paths or all object"):
         source([urls[0], str(datasets / "npz" / "s00.npz")])
+    with pytest.raises(ConfigError, match=r"s01\.npz: listed twice .* its samples twice"):
+        source([*urls, urls[-2]])  # read twice an epoch, silently, before
 
 
 def test_a_range_read_of_a_listed_object(s3: S3Fixture, datasets: Path) -> None:
@@ -237,6 +239,27 @@ def test_a_prefix_without_the_format_or_that_cannot_be_listed(
     ):
         s3_source(s3, "npz", proxy.endpoint)
     assert proxy.stats.faults >= FAST_RETRY.attempts  # retried before it gave up
+
+
+def test_folder_markers_are_not_files(
+    s3: S3Fixture, tmp_path: Path, open_store: StoreFactory
+) -> None:
+    # A console's "Create folder" stores an empty object "raw/" ("raw/sub/" below it),
+    # listed by obstore without its slash: a raw dataset read each as a sample of 0 bytes
+    # named "" and "sub" (a GET of either is a 404), beside its files.
+    client = s3.server.info.boto3_client()
+    (tmp_path / "sub").mkdir()
+    for key in ("raw/", "raw/sub/", "raw/sub/a.bin", "raw/sub/b.bin", "raw/c.bin"):
+        if not key.endswith("/"):
+            (tmp_path / key[4:]).write_bytes(key.encode().ljust(16, b"."))
+        body = b"" if key.endswith("/") else (tmp_path / key[4:]).read_bytes()
+        client.put_object(Bucket=BUCKET, Key=f"markers/{key}", Body=body)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(f"s3://{BUCKET}/markers/raw", store_options=options, format="raw")
+    assert src.files.keys == ["c.bin", "sub/a.bin", "sub/b.bin"]
+    assert run(src, steps=3, batch=2) == run(FileSource(tmp_path, format="raw"), steps=3, batch=2)
+    store = open_store(url=f"s3://{BUCKET}/markers/raw")
+    assert [k for k, _ in store.list_info("sub")] == ["sub/a.bin", "sub/b.bin"]
 
 
 def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(

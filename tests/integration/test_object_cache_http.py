@@ -1,8 +1,10 @@
-"""The object cache over http://: what an ETag promises decides what is kept.
+"""The object cache over http://: what an ETag promises decides what is kept; and a
+server that ignores Range.
 
 A plain HTTP server (in a thread, on 127.0.0.1) serves a folder's files with GET,
-Range and HEAD, and an ETag that is strong, weak (``W/"..."``) or absent, built as
-nginx builds its tags: from the file's modification time (whole seconds) and size.
+Range (unless told not to, as Python's http.server) and HEAD, and an ETag that is
+strong, weak (``W/"..."``) or absent, built as nginx builds its tags: from the file's
+modification time (whole seconds) and size.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pytest
 
+from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, TokenSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -31,10 +35,11 @@ class _Files(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     root = Path()
     etag = "strong"  # "strong", "weak" or "none"
+    ranges = True  # False: a Range header is ignored (200, the whole file)
     gets: list[str]
 
     def _answer(self, body: bool) -> None:
-        path = self.root / self.path.lstrip("/")
+        path = self.root / unquote(self.path.lstrip("/"))  # as a server decodes %20
         if not path.is_file():
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -43,6 +48,7 @@ class _Files(BaseHTTPRequestHandler):
         data, st = path.read_bytes(), path.stat()
         status, first, last = 200, 0, len(data) - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        m = m if self.ranges else None
         if m:
             status, first = 206, int(m.group(1))
             last = min(int(m.group(2) or last), last)
@@ -68,9 +74,10 @@ class _Files(BaseHTTPRequestHandler):
         pass
 
 
-def _serve(root: Path, etag: str) -> Iterator[tuple[str, list[str]]]:
+def _serve(root: Path, etag: str, ranges: bool = True) -> Iterator[tuple[str, list[str]]]:
     gets: list[str] = []
-    handler = type("Handler", (_Files,), {"root": root, "etag": etag, "gets": gets})
+    attrs = {"root": root, "etag": etag, "ranges": ranges, "gets": gets}
+    handler = type("Handler", (_Files,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -155,3 +162,44 @@ def test_token_ranges_are_cached_on_a_strong_etag_only(
         assert stats.written > 0 and stats.uncacheable == 0
     else:
         assert stats.written == 0 and stats.uncacheable > 0
+
+
+def test_a_server_that_ignores_range_is_named_with_what_works(tmp_path: Path) -> None:
+    # Python's http.server answers a Range request with the whole file: the error was
+    # obstore's "NotSupportedError: Operation not supported: Range request not supported".
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", np.full((3, 2), i, np.int32))
+    for url, _ in _serve(tmp_path, "strong", ranges=False):
+        urls = [f"{url}/{i}.npy" for i in range(2)]
+        whole = FileSource(urls, format="npy", samples_per_file=3)
+        assert sorted(whole.read(0, np.arange(6))["data"][:, 0].tolist()) == [0, 0, 0, 1, 1, 1]
+        whole.close()
+        with pytest.raises(
+            StorageError,
+            match=r"/0\.npy, bytes \[0, 128\): the server does not serve byte ranges .*"
+            r"samples_per_file given as counts",
+        ):
+            FileSource(urls, format="npy", samples_per_file="header")
+
+
+def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
+    tmp_path: Path,
+) -> None:
+    # "a%20b.npy", as browsers and urllib.parse.quote write it, was asked for as
+    # "a%2520b.npy" (obstore encodes a key once more): a 404 for a file that is there.
+    (tmp_path / "my set").mkdir()
+    for i, name in enumerate(["a b.npy", "c+d.npy", "é.npy"]):
+        np.save(tmp_path / "my set" / name, np.full(3, i, np.int32))
+    local = FileSource(tmp_path / "my set", format="npy")
+    for url, _ in _serve(tmp_path, "strong"):
+        urls = [f"{url}/{quote(f'my set/{n}')}" for n in ["a b.npy", "c+d.npy", "é.npy"]]
+        src = FileSource(urls, format="npy")
+        assert src.files.keys == local.files.keys == ["a b.npy", "c+d.npy", "é.npy"]
+        assert src.fingerprint() == local.fingerprint()
+        assert (
+            src.read(0, np.arange(3))["data"].tolist()
+            == local.read(0, np.arange(3))["data"].tolist()
+        )
+        src.close()
+        with pytest.raises(ConfigError, match=r"a\.npy\?sig=x: an http\(s\) URL with a query"):
+            FileSource([f"{url}/a.npy?sig=x"], format="npy")

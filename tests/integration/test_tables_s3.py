@@ -114,6 +114,8 @@ def test_one_object_a_glob_and_a_list_of_urls(s3: S3Fixture, root: Path) -> None
     assert listed.read_rows([0, 2000], ["label"])["label"].tolist() == [4000, 0]  # list order
     for t in (glob, listed):
         t.close()
+    with pytest.raises(ConfigError, match=r"train-2\.parquet: listed twice .* its rows twice"):
+        Table.open([f"{URL}/{FILES[2]}", f"{URL}/{FILES[2]}"], store_options=options(s3))
 
 
 def test_a_list_of_urls_is_stat_with_its_heads_in_flight_together(

@@ -346,6 +346,8 @@ _BODY_404 = "Server returned non-2xx status code: 404 Not Found: <Error/>\n\nDeb
         (obx.GenericError("non-2xx status code: 429 Too Many"), TransientStorageError, True),
         (obx.GenericError("non-2xx status code: 416 Range"), ReadEOFError, False),
         (obx.GenericError("non-2xx status code: 400 Bad"), StorageError, False),
+        (obx.GenericError("non-2xx status code: 501 Not Implemented"), StorageError, False),
+        (obx.GenericError("PROPFIND / - non-2xx status code: 501 Not"), StorageError, False),
         (obx.GenericError("error sending request ... TimedOut"), TransientStorageError, True),
         (obx.GenericError("body error ... IncompleteBody"), TransientStorageError, True),
         (obx.GenericError("error sending request"), TransientStorageError, True),
@@ -391,6 +393,16 @@ def test_no_credentials_is_said_so_not_access_denied() -> None:
         assert type(err) is PermissionDeniedError and not retry
         assert str(err).startswith("s3://b/train/: no credentials found")
         assert "AWS_ACCESS_KEY_ID" in str(err)
+
+
+def test_a_listing_a_plain_http_server_refuses_says_to_name_the_objects() -> None:
+    # Python's http.server answers PROPFIND 501, which was retried as a 5xx (5 tries,
+    # seconds of back-off) and said only "HTTP 501"; nginx answers 405.
+    for status in ("501 Not Implemented", "405 Method Not Allowed"):
+        text = f"Error performing PROPFIND http://h/ - non-2xx status code: {status}: <html>"
+        err, retry = classify(obx.GenericError(text), "http://h/")
+        assert type(err) is StorageError and not retry
+        assert "cannot list its files" in str(err) and "a list of their URLs" in str(err)
 
 
 def test_summarize_trims_debug_dump() -> None:
@@ -549,3 +561,14 @@ def test_a_malformed_request_is_refused_before_any_get(
         with pytest.raises(ConfigError, match=message):
             store.get_many(["a.bin", request_])  # type: ignore[list-item]
         assert store.stats.requests == 0
+
+
+def test_folder_markers_are_dropped_from_a_listing_empty_objects_kept() -> None:
+    from headrace.io._object_info import ObjectInfo, drop_folder_markers
+
+    empty, full = ObjectInfo(0, "e"), ObjectInfo(5, "f")
+    listed = [("", empty), ("a", empty), ("a/b", empty), ("a/b/c.bin", full), ("d.bin", empty)]
+    # "", "a" and "a/b" are folders of a/b/c.bin: markers; d.bin is an empty object.
+    assert drop_folder_markers(listed) == [("a/b/c.bin", full), ("d.bin", empty)]
+    assert drop_folder_markers([("p", empty), ("p/x", full)], "p/") == [("p/x", full)]
+    assert drop_folder_markers([("a", full), ("a/x", full)]) == [("a", full), ("a/x", full)]

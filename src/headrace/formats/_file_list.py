@@ -37,11 +37,11 @@ from headrace.io import (
     RangeReader,
     ReaderConfig,
     RequestQueue,
-    file_url_path,
     open_error,
 )
+from headrace.io._file import scheme_hint
 
-__all__ = ["FileList", "LocalRead", "is_object_url", "list_files"]
+__all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
 
 LocalRead = Literal["pread", "odirect"]
 _REMOTE = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://", "http://",
@@ -219,6 +219,25 @@ def _local_reader(
     return fetch_pread
 
 
+def refuse_repeats(paths: Sequence[str], what: str) -> None:
+    """Refuse a list of files (or object URLs) that names one twice, naming both
+    spellings: a local path by its absolute, normalised form (``d/./a.npy`` is
+    ``d/a.npy``), a URL as written. Each listed file is read once an epoch, so a
+    repeat would read its ``what`` twice as often, silently (a file reached by two
+    symbolic links is two names, as a copy would be: kept)."""
+    seen: dict[str, str] = {}
+    for p in paths:
+        same = p if is_object_url(p) else os.path.normpath(os.path.abspath(p))
+        if same in seen:
+            raise ConfigError(
+                f"{p}: listed twice (as {seen[same]} and {p}); each listed file is read "
+                f"once an epoch, so a second listing would read its {what} twice as often, "
+                "silently. Remove the repeat (a list joined from overlapping globs?); to "
+                "weight a file up, give it its own source in a Mixture"
+            )
+        seen[same] = p
+
+
 def _keep(key: str, extensions: tuple[str, ...]) -> bool:
     return not extensions or key.lower().endswith(extensions)
 
@@ -355,10 +374,10 @@ def list_files(
             )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
-        if not root.exists():
+        if not root.exists():  # (Path("S3://b/x") is S3:/b/x: the name as given)
             raise ObjectNotFoundError(
-                f"{root}: no such directory (FileSource takes a directory, a glob pattern, an "
-                "object-store URL or a list of files)"
+                f"{os.fspath(files)}: no such directory (FileSource takes a directory, a glob "
+                f"pattern, an object-store URL or a list of files){scheme_hint(str(files))}"
             )
         if not root.is_dir():
             raise ConfigError(
@@ -374,6 +393,8 @@ def list_files(
         keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
         if not keys:
             raise ConfigError("the list of files is empty.")
+        if listing is None:
+            refuse_repeats(keys, "samples")
         url, walked = "", None
     if listing is not None:
         # A worker's copy reads the sizes and versions its parent listed.
@@ -523,12 +544,15 @@ def _url_list(
     """A list of object URLs under one bucket (container): keys relative to the
     deepest prefix they share, sizes and ETags by HEADs all in flight at once
     (``listing``: a worker copy's, no HEAD)."""
-    from headrace.formats._object_files import ObjectFiles, common_url_root
+    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url
     from headrace.io import ObjectStore
 
-    # file:// URLs as Path.as_uri() writes them (percent-encoded) name the same files as
-    # those written plainly: the keys are the names, not their encoding.
-    urls = sorted(f"file://{file_url_path(u)}" if u.startswith("file://") else u for u in urls)
+    # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
+    # name the same files as those written plainly: the keys are the names, not their
+    # encoding.
+    urls = sorted(named_url(u) for u in urls)
+    if listing is None:
+        refuse_repeats(urls, "samples")
     root = common_url_root(urls, "a dataset's files")
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +46,7 @@ __all__ = [
     "check_store_options",
     "common_url_root",
     "joined",
+    "named_url",
     "split_object_url",
     "wait_all",
 ]
@@ -95,14 +97,36 @@ def check_store_options(
     return dict(options)
 
 
-def split_object_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key.
+def named_url(url: str) -> str:
+    """``url`` with its path as the names it holds, as a store's keys are.
 
-    A ``file://`` URL is split as the path it names (percent-decoded as
-    ``Path.as_uri()`` encodes it; see :func:`headrace.io.file_url_path`).
+    A ``file://`` URL's path is percent-decoded as ``Path.as_uri()`` encodes it (see
+    :func:`headrace.io.file_url_path`); an ``http(s)://`` URL's too: ``a%20b.npy``, as
+    a browser or ``urllib.parse.quote`` writes it, names ``a b.npy`` (obstore encodes a
+    key once more: it asked for ``a%2520b.npy``, a 404). A query string (a presigned
+    URL's signature) is refused: obstore sends a key as a path, ``?`` and all.
+    Other schemes' keys are taken as written (``%`` is a character of an S3 key).
     """
     if url.startswith("file://"):
-        url = f"file://{file_url_path(url)}"
+        return f"file://{file_url_path(url)}"
+    scheme, sep, rest = url.partition("://")
+    if scheme.lower() not in ("http", "https"):
+        return url
+    host, slash, path = rest.partition("/")
+    if "?" in path:
+        raise ConfigError(
+            f"{url}: an http(s) URL with a query string (a presigned URL?) cannot be read: "
+            "obstore sends the name as a path, '?' and all. Read the bucket through its "
+            "own scheme (s3://, gs://, az://) with credentials in store_options, or serve "
+            "the files at plain URLs"
+        )
+    return f"{scheme}{sep}{host}{slash}{unquote(path)}"
+
+
+def split_object_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key
+    (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded)."""
+    url = named_url(url)
     scheme, sep, rest = url.partition("://")
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):

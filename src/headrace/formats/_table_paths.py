@@ -15,6 +15,7 @@ from headrace.errors import (
     FormatError,
     ObjectNotFoundError,
 )
+from headrace.formats._file_list import refuse_repeats
 from headrace.formats._table_layout import (
     DELTA_LOG,
     folder_files,
@@ -25,6 +26,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import glob_root, has_magic
+from headrace.io._file import scheme_hint
 
 __all__ = [
     "_path_list",
@@ -83,6 +85,7 @@ def _path_list(
                 f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
             )
         out.append(p)
+    refuse_repeats([os.fspath(p) for p in out], "rows")
     return out
 
 
@@ -212,7 +215,7 @@ def _resolve(
     if os.path.isfile(root):
         return os.path.dirname(root), [root]
     if not os.path.isdir(root):
-        raise ObjectNotFoundError(f"{root}: no such file or directory")
+        raise ObjectNotFoundError(f"{root}: no such file or directory{scheme_hint(root)}")
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
         raise ConfigError(

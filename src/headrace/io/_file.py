@@ -46,17 +46,23 @@ def file_url_path(url: str) -> str:
     return rest
 
 
+def scheme_hint(path: str) -> str:
+    """``"; X:// is not a URL scheme headrace reads (...)"`` where ``path``, not found as a
+    local path, is a URL of a scheme no store reads (``S3://``: schemes are matched in
+    lower case), else ``""``."""
+    scheme, sep, _ = path.partition("://")
+    if sep and scheme.isalnum():  # a URL of a scheme nobody maps to a store
+        return (
+            f"; {scheme}:// is not a URL scheme headrace reads "
+            "(s3://, gs://, az://, http(s)://, file://)"
+        )
+    return ""
+
+
 def open_error(path: str, exc: OSError) -> StorageError:
     """Map an ``OSError`` from opening ``path`` to headrace's tree."""
     if isinstance(exc, FileNotFoundError):
-        scheme, sep, _ = path.partition("://")
-        if sep and scheme.isalnum():  # a URL of a scheme nobody maps to a store
-            return ObjectNotFoundError(
-                errno.ENOENT,
-                f"{path}: no such file; {scheme}:// is not a URL scheme headrace reads "
-                "(s3://, gs://, az://, http(s)://, file://)",
-            )
-        return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file")
+        return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{scheme_hint(path)}")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
     return StorageError(exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc})")

@@ -19,6 +19,7 @@ __all__ = [
     "ObjectInfo",
     "Request",
     "check_range",
+    "drop_folder_markers",
     "eof_with_size",
     "info_of",
     "normalize",
@@ -47,6 +48,27 @@ def info_of(meta: Mapping[str, Any]) -> ObjectInfo:
     if etag is not None and len(etag) >= 2 and etag[0] == etag[-1] == '"':
         etag = etag[1:-1]
     return ObjectInfo(int(meta["size"]), etag)
+
+
+def drop_folder_markers(
+    listed: list[tuple[str, ObjectInfo]], prefix: str = ""
+) -> list[tuple[str, ObjectInfo]]:
+    """``listed`` (sorted keys under ``prefix``) less the folder markers in it.
+
+    An S3 or GCS console's "Create folder" (and Hadoop's S3A) store an empty object
+    named ``folder/``; obstore lists it without its slash, as the prefix itself (``""``
+    at the store's root) or as ``folder`` beside ``folder/a.jpg``. Such a key names no
+    object (a GET of it is a 404) and no file of any local copy (a name cannot be a
+    file and a folder at once): a raw-file dataset held every marker as a sample of 0
+    bytes. An empty object whose name is no folder of another key is kept (an empty
+    folder's marker cannot be told from it)."""
+    folders = {prefix.rstrip("/")}
+    for key, _ in listed:
+        at = key.find("/")
+        while at > 0:
+            folders.add(key[:at])
+            at = key.find("/", at + 1)
+    return [(k, i) for k, i in listed if i.size or k not in folders]
 
 
 def check_range(offset: int, length: int) -> None:

@@ -31,6 +31,7 @@ from headrace.io._object_info import (
     ObjectInfo,
     Request,
     check_range,
+    drop_folder_markers,
     eof_with_size,
     info_of,
     normalize,
@@ -516,7 +517,8 @@ class ObjectStore(Closing):
 
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
-            return sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
+            listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
+            return drop_folder_markers(listed, prefix)
 
         return self._tries.run(self.where(prefix), once, lambda _: 0)
 
@@ -533,7 +535,7 @@ class ObjectStore(Closing):
                 out.extend((m["path"], info_of(m)) for m in chunk)
                 if len(out) > limit:
                     return None
-            return sorted(out)
+            return drop_folder_markers(sorted(out), prefix)
 
         return self._tries.run(self.where(prefix), once, lambda _: 0)
 

@@ -186,6 +186,16 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return _not_found(where, text, brief), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
         return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+    if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
+        # An HTTP server that ignores Range (answers 200 with the whole object, as
+        # Python's http.server does): every try would get the same answer.
+        return StorageError(
+            f"{where}: the server does not serve byte ranges (it answered a Range request "
+            "with the whole object); whole-object reads work (a FileSource's files with "
+            "hdf5_ranges_above=None and samples_per_file given as counts, not 'header'); "
+            "ranged reads need a server that answers Range with 206 Partial Content "
+            f"(nginx, any object store), or a local copy ({brief})"
+        ), False
     if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
         return ConfigError(f"{where}: {brief}"), False
     if isinstance(exc, ValueError):
@@ -201,6 +211,15 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return PermissionDeniedError(f"{where}: access denied ({brief})"), False
         if status == 404:
             return _not_found(where, text, brief), False
+        if status in (405, 501) and "PROPFIND" in text:
+            # A plain HTTP server (nginx, Python's http.server): obstore lists by WebDAV.
+            return StorageError(
+                f"{where}: HTTP {status} to a listing: this HTTP server cannot list its files "
+                "(obstore lists http(s):// by WebDAV PROPFIND); name the objects instead, as "
+                f"a list of their URLs ({brief})"
+            ), False
+        if status == 501:  # Not Implemented: the same answer every time
+            return StorageError(f"{where}: HTTP {status} ({brief})"), False
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status} ({brief})"), False
