@@ -78,6 +78,12 @@ class Loader(Closing):
     exact pass, for evaluation: the loader ends at the step that completes
     ``k`` epochs, and every batch carries ``sample`` and ``valid``, False for
     the rows past the pass that fill the last step (:mod:`headrace.pipeline._passes`).
+
+    ``load_state_dict`` of a state saved with another global batch size goes on at
+    the first sample that run had not read, at its step: step ``t`` then reads
+    samples ``S + (t - k) * batch_size + [lo, hi)`` for the state's step ``k`` and
+    ``S`` samples read (``origin`` is ``(k, S)``; ``None`` when the batch size never
+    changed). A mixture or an exact pass refuses it.
     """
 
     def __init__(
@@ -165,6 +171,9 @@ class Loader(Closing):
         self._legacy = legacy_digests(described)
         self._mixture = described.get("kind") == "mixture"
         self.step = 0
+        # (step, samples read before it) where this batch size took over: set by a
+        # resume with another batch size (LoaderState.origin_for); None: from the start.
+        self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
         _OPEN.add(self)
@@ -189,16 +198,19 @@ class Loader(Closing):
             batch_size=self.batch_size,
             fingerprint=self._fingerprint,
             parts=self._parts,
+            origin=self.origin,
         ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at the saved step; works on any world size with the same global batch."""
+        """Resume at the saved step, on any world size; with another global batch size,
+        at the first sample the saved run had not read (see the class)."""
         st = LoaderState.from_dict(state)
         self.check_state(st)
         self._stop_producer()
         self._generation += 1
         self.seed = st.seed
         self.step = st.step
+        self.origin = st.origin_for(self.batch_size)
 
     @property
     def made_in(self) -> int:
@@ -212,13 +224,15 @@ class Loader(Closing):
         return self._legacy
 
     def check_state(self, state: LoaderState) -> None:
-        """Refuse a state saved on other data or with another global batch size."""
+        """Refuse a state saved on other data, or with another global batch size by a
+        loader that cannot change it (a mixture, an exact pass)."""
         state.check(
             fingerprint=self._fingerprint,
             batch_size=self.batch_size,
             parts=self._parts,
             legacy=self._legacy,
             mixture=self._mixture,
+            epochs=self.epochs,
         )
 
     def __len__(self) -> int:
@@ -257,9 +271,9 @@ class Loader(Closing):
         """
         t = np.asarray(steps, dtype=np.int64)
         if self.host_order == "plan":
-            return step_samples(t, self.batch_size, self._lo, self._hi)
+            return step_samples(t, self.batch_size, self._lo, self._hi, self.origin)
         b = self.batch_size
-        every = step_samples(t, b, 0, b).reshape(len(steps), b)
+        every = step_samples(t, b, 0, b, self.origin).reshape(len(steps), b)
         with self._read_lock:  # the source's plan cache is not thread-safe
             files, offsets = self.source.starts(self.seed, every.reshape(-1))  # type: ignore[attr-defined]
         order = np.lexsort((offsets.reshape(len(steps), b), files.reshape(len(steps), b)), axis=1)
