@@ -201,6 +201,10 @@ class LoaderState:
         (refused); nor can an exact pass (``epochs``). Any other loader resumes with
         another batch size at the first sample the run had not read
         (:meth:`origin_for`)."""
+        if mixture and batch_size != self.batch_size:
+            # First: a mixture's description holds its batch size, whose change would
+            # otherwise be told as other data.
+            self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
             which = ""
