@@ -240,6 +240,13 @@ def test_a_bad_origin_is_named(origin: object, message: str) -> None:
         LoaderState.from_dict({**state, "origin": origin})
 
 
+def test_a_state_past_the_sample_numbers_cannot_change_batch_size() -> None:
+    st = LoaderState(seed=1, step=2**53 - 1, batch_size=4096, fingerprint="f")
+    assert st.origin_for(4096) is None  # loads as before with its own batch size
+    with pytest.raises(StateError, match=r"counts \d+ samples read, past the int64"):
+        st.origin_for(8192)
+
+
 def test_an_origin_of_nothing_read_is_no_origin() -> None:
     st = LoaderState(seed=1, step=0, batch_size=8, fingerprint="f")
     assert st.origin_for(16) is None  # a change before any step: batch 16 from the start

@@ -79,11 +79,9 @@ class Loader(Closing):
     ``k`` epochs, and every batch carries ``sample`` and ``valid``, False for
     the rows past the pass that fill the last step (:mod:`headrace.pipeline._passes`).
 
-    ``load_state_dict`` of a state saved with another global batch size goes on at
-    the first sample that run had not read, at its step: step ``t`` then reads
-    samples ``S + (t - k) * batch_size + [lo, hi)`` for the state's step ``k`` and
-    ``S`` samples read (``origin`` is ``(k, S)``; ``None`` when the batch size never
-    changed). A mixture or an exact pass refuses it.
+    A state of another global batch size, saved at step ``k`` after ``S`` samples,
+    goes on by sample: step ``t`` reads ``S + (t - k) * batch_size + [lo, hi)``
+    (``origin`` is ``(k, S)``, else ``None``); a mixture or an exact pass refuses it.
     """
 
     def __init__(
@@ -171,8 +169,7 @@ class Loader(Closing):
         self._legacy = legacy_digests(described)
         self._mixture = described.get("kind") == "mixture"
         self.step = 0
-        # (step, samples read before it) where this batch size took over: set by a
-        # resume with another batch size (LoaderState.origin_for); None: from the start.
+        # Where this batch size took over (LoaderState.origin_for); None: at the start.
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE

@@ -123,6 +123,12 @@ class LoaderState:
         first step reads on from the first sample this run had not read."""
         if batch_size == self.batch_size:
             return self.origin
+        if self.consumed >= 2**63:
+            raise StateError(
+                f"loader state at step {self.step} with global batch size {self.batch_size} "
+                f"counts {self.consumed} samples read, past the int64 sample numbers "
+                f"(below 2**63) a run can read; it cannot go on with batch size {batch_size}"
+            )
         return _origin(self.step, self.consumed)
 
     @classmethod
