@@ -48,6 +48,7 @@ class RingConfig:
     source: Source
     loader: dict[str, Any] = field(default_factory=dict)  # Loader keyword arguments
     start: int = 0  # the first global step; worker w owns (t - start) % workers == w
+    origin: tuple[int, int] | None = None  # the Loader's, after a change of batch size
     workers: int = 1
     slots: int = 4  # ring slots per worker, each a whole chunk of batches
     contiguous: bool = False  # copy each field apart, C-contiguous

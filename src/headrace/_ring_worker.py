@@ -150,7 +150,7 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
         offset = (cfg.start + w) % k
         step = cfg.start + (offset - cfg.start) % k
         loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
-        loader.step = cfg.start
+        loader.step, loader.origin = cfg.start, cfg.origin
         with loader:
             size = 0  # bytes per slot
             free: collections.deque[int] = collections.deque()

@@ -267,7 +267,9 @@ class JaxLoader(Closing):
 
     State (``state_dict``/``load_state_dict``) is the loader's: a small dict
     of ints and strings, saved beside the model (e.g. an orbax JSON item) and
-    valid on any process count with the same global batch.
+    valid on any process count, and with another global batch size (the
+    :class:`~headrace.pipeline.Loader`'s rule: it goes on at the first sample
+    not read).
     """
 
     def __init__(

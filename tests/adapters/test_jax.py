@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
+from headrace.plan import array_state  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -498,3 +500,47 @@ def test_a_sliding_window_pass_scores_every_target_once(root: Path) -> None:
     for a, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, w)
     assert sum(len(a) for a in got) == sum(f.num_tokens - 1 for f in src.files)
+
+
+def test_another_batch_size_resumes_and_its_state_round_trips_through_orbax(
+    root: Path, tmp_path: Path
+) -> None:
+    # Batch 8 for 3 steps, then 16: steps 3.. read samples 24, 25, ... in batches of 16.
+    ocp = pytest.importorskip("orbax.checkpoint", reason="orbax is a test dependency")
+    sharding = batch_sharding()
+
+    def jax_loader(batch_size: int, steps: int) -> JaxLoader:
+        return JaxLoader(
+            token_source(root), batch_size=batch_size, sharding=sharding, seed=5, steps=steps
+        )
+
+    def digests(ld: Any) -> list[str]:
+        return [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in ld]
+
+    with jax_loader(8, 3) as ld:
+        list(ld)
+        saved = ld.state_dict()
+    src = token_source(root)
+    whole = src.read(5, np.arange(24, 24 + 16 * 4, dtype=np.int64))
+    src.close()
+    want = [
+        batch_digest([{k: a[i * 16 : (i + 1) * 16] for k, a in whole.items()}]) for i in range(4)
+    ]
+    with jax_loader(16, 7) as ld:
+        ld.load_state_dict(saved)
+        it = iter(ld)
+        first = digests(islice(it, 2))
+        after = ld.state_dict()  # saved after the change: it carries the origin
+        del it
+    assert after["origin"] == {"step": 3, "sample": 24}
+    ckpt = ocp.StandardCheckpointer()
+    ckpt.save(tmp_path / "c", {"data": array_state(after)})
+    ckpt.wait_until_finished()
+    # Restored bare, and onto a target made of the saved state (a fresh loader's own
+    # state has no origin, so its tree would not match the checkpoint's).
+    for target in (None, {"data": array_state(after)}):
+        restored = ckpt.restore(tmp_path / "c", target)["data"]
+        with jax_loader(16, 7) as again:
+            again.load_state_dict(restored)
+            assert first + digests(again) == want
+    ckpt.close()

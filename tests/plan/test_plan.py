@@ -139,8 +139,14 @@ def test_state_round_trip_and_refusals() -> None:
     assert LoaderState.from_dict(st_.to_dict()) == st_
     with pytest.raises(StateError, match="different data"):
         st_.check(fingerprint="xyz", batch_size=8)
-    with pytest.raises(StateError, match="global batch size 8"):
-        st_.check(fingerprint="abc", batch_size=16)
+    # Another global batch size resumes at the first sample not read ...
+    st_.check(fingerprint="abc", batch_size=16)
+    assert (st_.consumed, st_.origin_for(16), st_.origin_for(8)) == (40, (5, 40), None)
+    # ... but not for a mixture or an exact pass, which plan by step.
+    with pytest.raises(StateError, match=r"global batch size 8, this loader has 16.*Mixture"):
+        st_.check(fingerprint="abc", batch_size=16, mixture=True)
+    with pytest.raises(StateError, match=r"16; this loader cannot.*exact pass \(epochs=2\)"):
+        st_.check(fingerprint="abc", batch_size=16, epochs=2)
     with pytest.raises(StateError, match="plan version"):
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     # Version 1 planned seeds below 2**32 as version 2 does: those states load.

@@ -78,6 +78,10 @@ class Loader(Closing):
     exact pass, for evaluation: the loader ends at the step that completes
     ``k`` epochs, and every batch carries ``sample`` and ``valid``, False for
     the rows past the pass that fill the last step (:mod:`headrace.pipeline._passes`).
+
+    A state of another global batch size, saved at step ``k`` after ``S`` samples,
+    goes on by sample: step ``t`` reads ``S + (t - k) * batch_size + [lo, hi)``
+    (``origin`` is ``(k, S)``, else ``None``); a mixture or an exact pass refuses it.
     """
 
     def __init__(
@@ -165,6 +169,8 @@ class Loader(Closing):
         self._legacy = legacy_digests(described)
         self._mixture = described.get("kind") == "mixture"
         self.step = 0
+        # Where this batch size took over (LoaderState.origin_for); None: at the start.
+        self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
         _OPEN.add(self)
@@ -189,16 +195,19 @@ class Loader(Closing):
             batch_size=self.batch_size,
             fingerprint=self._fingerprint,
             parts=self._parts,
+            origin=self.origin,
         ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at the saved step; works on any world size with the same global batch."""
+        """Resume at the saved step, on any world size; with another global batch size,
+        at the first sample the saved run had not read (see the class)."""
         st = LoaderState.from_dict(state)
         self.check_state(st)
         self._stop_producer()
         self._generation += 1
         self.seed = st.seed
         self.step = st.step
+        self.origin = st.origin_for(self.batch_size)
 
     @property
     def made_in(self) -> int:
@@ -212,13 +221,15 @@ class Loader(Closing):
         return self._legacy
 
     def check_state(self, state: LoaderState) -> None:
-        """Refuse a state saved on other data or with another global batch size."""
+        """Refuse a state saved on other data, or with another global batch size by a
+        loader that cannot change it (a mixture, an exact pass)."""
         state.check(
             fingerprint=self._fingerprint,
             batch_size=self.batch_size,
             parts=self._parts,
             legacy=self._legacy,
             mixture=self._mixture,
+            epochs=self.epochs,
         )
 
     def __len__(self) -> int:
@@ -257,9 +268,9 @@ class Loader(Closing):
         """
         t = np.asarray(steps, dtype=np.int64)
         if self.host_order == "plan":
-            return step_samples(t, self.batch_size, self._lo, self._hi)
+            return step_samples(t, self.batch_size, self._lo, self._hi, self.origin)
         b = self.batch_size
-        every = step_samples(t, b, 0, b).reshape(len(steps), b)
+        every = step_samples(t, b, 0, b, self.origin).reshape(len(steps), b)
         with self._read_lock:  # the source's plan cache is not thread-safe
             files, offsets = self.source.starts(self.seed, every.reshape(-1))  # type: ignore[attr-defined]
         order = np.lexsort((offsets.reshape(len(steps), b), files.reshape(len(steps), b)), axis=1)

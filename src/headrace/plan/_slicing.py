@@ -38,19 +38,37 @@ def host_slice(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
 
 
 def step_samples(
-    steps: NDArray[np.int64] | range, batch_size: int, lo: int, hi: int
+    steps: NDArray[np.int64] | range,
+    batch_size: int,
+    lo: int,
+    hi: int,
+    origin: tuple[int, int] | None = None,
 ) -> NDArray[np.int64]:
-    """Global sample numbers ``t * B + p`` for each step and position in ``[lo, hi)``."""
+    """Global sample numbers ``t * B + p`` for each step and position in ``[lo, hi)``.
+
+    ``origin`` ``(step0, sample0)``: the step at which the global batch became ``B``
+    and the samples read before it (a resume with another batch size); step ``t``
+    then reads ``sample0 + (t - step0) * B + p``. ``None`` is ``(0, 0)``.
+    """
+    step0, sample0 = origin or (0, 0)
     t = np.asarray(steps, dtype=np.int64)[:, None]
     if t.size:
         # int64 arithmetic wraps silently: a step past the range would read the
         # samples of some other, small step. Checked in Python ints.
         first, last = int(t.min()), int(t.max())
-        if first < 0 or (last + 1) * batch_size > _MAX_SAMPLE:
+        if origin is not None and first < step0:
+            raise ConfigError(
+                f"step {first} comes before step {step0}, where this loader's global batch "
+                f"of {batch_size} took over (after {sample0} samples, read with another "
+                f"batch size); read steps before {step0} with a loader of that batch size"
+            )
+        if first < 0 or sample0 + (last + 1 - step0) * batch_size > _MAX_SAMPLE:
             raise ConfigError(
                 f"steps [{first}, {last}] with a global batch of {batch_size} are out of range: "
                 f"steps must be >= 0 and step * batch_size below 2**63 (sample numbers are "
                 f"int64); the largest step this batch size allows is "
-                f"{_MAX_SAMPLE // batch_size - 1}"
+                f"{step0 + (_MAX_SAMPLE - sample0) // batch_size - 1}"
             )
-    return (t * batch_size + np.arange(lo, hi, dtype=np.int64)[None, :]).reshape(-1)
+    t = t - step0 if step0 else t
+    first_sample = sample0 + np.arange(lo, hi, dtype=np.int64)[None, :]
+    return (t * batch_size + first_sample).reshape(-1)

@@ -87,6 +87,11 @@ class LoaderState:
     ``parts`` (:func:`fingerprint_parts`; absent from states saved before it
     existed) names what differs when a state is refused. ``version``: the plan
     version the state was saved with (1 or :data:`PLAN_VERSION`).
+
+    ``origin`` ``(step0, sample0)``: the step from which ``batch_size`` holds and
+    the samples the run had read before it, set by a resume with another global
+    batch size (``None``: ``(0, 0)``, a run of one batch size; absent from its
+    dict). Step ``t`` reads samples ``sample0 + (t - step0) * batch_size + [0, B)``.
     """
 
     seed: int
@@ -95,9 +100,36 @@ class LoaderState:
     fingerprint: str
     version: int = PLAN_VERSION
     parts: dict[str, str] | None = None
+    origin: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.origin is None:
+            del out["origin"]  # as states were before origins: same dict, same digests
+        else:
+            out["origin"] = {"step": self.origin[0], "sample": self.origin[1]}
+        return out
+
+    @property
+    def consumed(self) -> int:
+        """Samples of the global stream the run had read before ``step`` (Megatron's
+        ``consumed_samples``)."""
+        step0, sample0 = self.origin or (0, 0)
+        return sample0 + (self.step - step0) * self.batch_size
+
+    def origin_for(self, batch_size: int) -> tuple[int, int] | None:
+        """The origin a loader of global batch ``batch_size`` resumes this state with:
+        the state's own for the same batch size, else ``(step, consumed)``, so its
+        first step reads on from the first sample this run had not read."""
+        if batch_size == self.batch_size:
+            return self.origin
+        if self.consumed >= 2**63:
+            raise StateError(
+                f"loader state at step {self.step} with global batch size {self.batch_size} "
+                f"counts {self.consumed} samples read, past the int64 sample numbers "
+                f"(below 2**63) a run can read; it cannot go on with batch size {batch_size}"
+            )
+        return _origin(self.step, self.consumed)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LoaderState:
@@ -130,6 +162,7 @@ class LoaderState:
                 # counter reached 2**32, which check() can tell for mixtures (see there).
                 version=version,
                 parts=_parts(d.get("parts")),
+                origin=_origin_of(d.get("origin")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
@@ -138,6 +171,14 @@ class LoaderState:
                 f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
                 f"{st.step} (expected [0, 2**53)), batch size {st.batch_size} (expected >= 1)"
             )
+        if st.origin is not None:
+            step0, sample0 = st.origin
+            if not 0 <= step0 <= st.step or not 0 <= sample0 or st.consumed >= 2**63:
+                raise StateError(
+                    f"loader state out of range: origin step {step0}, sample {sample0} "
+                    f"(expected step in [0, step {st.step}], sample >= 0, and sample + "
+                    f"(step - origin step) * batch size {st.batch_size} below 2**63)"
+                )
         if version == 1 and st.seed >= 2**32:
             raise StateError(
                 f"loader state has plan version 1 and seed {st.seed}: version 1 shuffled a "
@@ -155,13 +196,21 @@ class LoaderState:
         parts: dict[str, str] | None = None,
         legacy: str | tuple[str, ...] | None = None,
         mixture: bool = False,
+        epochs: int | None = None,
     ) -> None:
-        """Refuse a state saved on other data or with another global batch size; with
-        both sides' ``parts``, name the parts of the sources' description that differ.
-        ``legacy``: the digest(s) the same data had before parts were added to its
-        description (:func:`legacy_digests`); a state saved then still loads.
-        ``mixture``: the sources are a :class:`~headrace.pipeline.Mixture`, whose
-        version-1 states cannot be replayed (refused)."""
+        """Refuse a state saved on other data; with both sides' ``parts``, name the
+        parts of the sources' description that differ. ``legacy``: the digest(s) the
+        same data had before parts were added to its description
+        (:func:`legacy_digests`); a state saved then still loads. ``mixture``: the
+        sources are a :class:`~headrace.pipeline.Mixture`, whose version-1 states
+        cannot be replayed, and which cannot go on with another global batch size
+        (refused); nor can an exact pass (``epochs``). Any other loader resumes with
+        another batch size at the first sample the run had not read
+        (:meth:`origin_for`)."""
+        if mixture and batch_size != self.batch_size:
+            # First: a mixture's description holds its batch size, whose change would
+            # otherwise be told as other data.
+            self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
             which = ""
@@ -180,12 +229,8 @@ class LoaderState:
                 f"this loader's sources have {fingerprint}{which}): same files, sizes, dtypes, "
                 f"sampling config and host order are required to resume"
             )
-        if batch_size != self.batch_size:
-            raise StateError(
-                f"loader state was saved with global batch size {self.batch_size}, this "
-                f"loader has {batch_size}; the global batch must not change on resume "
-                f"(the host count may)"
-            )
+        if mixture or epochs is not None:
+            self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         if mixture and self.version == 1:
             # Each mixed source reads with a seed derived from (seed, source), of 63 bits:
             # version 1 keyed counters of 2**32 or more in the encoding version 2 replaced,
@@ -202,12 +247,46 @@ class LoaderState:
                 "anew: some of its samples repeat, some are skipped)"
             )
 
+    def _check_fixed_batch(self, batch_size: int, *, mixture: bool, epochs: int | None) -> None:
+        """Refuse another global batch size (or a state made by a change of it) for a
+        loader that plans by step, not by sample: a mixture, an exact pass."""
+        if batch_size == self.batch_size and self.origin is None:
+            return
+        if mixture:
+            why = (
+                "its sources are a Mixture, which deals out each step of its own "
+                "batch_size among its sources (per-step counts and order, and a schedule "
+                "by step), so its sample stream depends on the batch size"
+            )
+        else:
+            why = (
+                f"it is an exact pass (epochs={epochs}), which ends at the step that "
+                "completes its epochs and marks its rows by step and batch size"
+            )
+        if batch_size != self.batch_size:
+            found = (
+                f"loader state was saved with global batch size {self.batch_size}, this "
+                f"loader has {batch_size}"
+            )
+            fix = f"resume it with batch_size={self.batch_size} (the host count may change)"
+        else:
+            assert self.origin is not None  # (returned above otherwise)
+            found = (
+                f"loader state comes from a change of global batch size at step "
+                f"{self.origin[0]} (after {self.origin[1]} samples)"
+            )
+            fix = "resume it with a loader of plain sources and steps=, or start anew"
+        raise StateError(f"{found}; this loader cannot change it: {why}. To go on, {fix}")
+
 
 def array_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """``state`` (a ``state_dict()``) with its strings as 1-D ``uint8`` arrays of their
     ASCII bytes, for checkpointers that keep only arrays and numbers in a pytree: orbax's
     ``StandardSave`` refuses ``str`` leaves. Every ``load_state_dict`` takes the result,
-    or what such a checkpointer restores of it (NumPy or jax arrays), as it is."""
+    or what such a checkpointer restores of it (NumPy or jax arrays), as it is.
+    A state made by a change of batch size keeps its ``origin`` (two ints): restored
+    onto a target tree, the target must have it too (restore without a target, or
+    make the target of the saved state, not of a fresh loader's)."""
     st = LoaderState.from_dict(state)
     out = st.to_dict()
     out["fingerprint"] = _ascii(st.fingerprint)
@@ -244,6 +323,24 @@ def _parts(value: Any) -> dict[str, str] | None:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise StateError(f"loader state has parts {value!r}; expected a dict of str to str")
     return {k: _text(v, f"parts[{k!r}]") for k, v in value.items()}
+
+
+def _origin(step: int, sample: int) -> tuple[int, int] | None:
+    """``(step, sample)``, or ``None`` for ``(0, 0)``: a batch size from the start."""
+    return None if step == sample == 0 else (step, sample)
+
+
+def _origin_of(value: Any) -> tuple[int, int] | None:
+    """A state's ``origin``: absent, or ``{"step": int, "sample": int}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != {"step", "sample"}:
+        raise StateError(
+            f"loader state has origin {value!r:.200}; expected a dict of 'step' and "
+            "'sample' (the step at which the global batch size changed and the samples "
+            "read before it), or none"
+        )
+    return _origin(_whole(value["step"], "origin step"), _whole(value["sample"], "origin sample"))
 
 
 def _whole(value: Any, name: str) -> int:

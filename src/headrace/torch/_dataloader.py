@@ -213,6 +213,7 @@ class HeadraceDataLoader(Closing):
                 "transform": ds.transform,
             },
             start=self.step,
+            origin=ds.origin,
             workers=self.num_workers,
             slots=self.slots,
             contiguous=ds.contiguous,

@@ -123,11 +123,18 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._mixture = source.fingerprint().get("kind") == "mixture"  # as the loader tells
         self._start = 0  # the step the next iteration starts at
         self._phase = 0  # worker w owns steps t with (t - phase) % k == w
+        # Where this batch size took over after a resume with another (Loader.origin).
+        self.origin: tuple[int, int] | None = None
         self._loader: Loader | None = None  # this process's live worker loader
         # The process this copy serves: another one is a DataLoader worker's copy (forked
         # or unpickled), which notes where the main process's dataset stood (_arrive).
         self._pid = os.getpid()
-        self._origin = (self._start, self._phase, self.seed)
+        self._came: tuple[int, int, int, tuple[int, int] | None] = (
+            self._start,
+            self._phase,
+            self.seed,
+            self.origin,
+        )
         self._loaded = False  # a state loaded here since the last iteration began
         self._loads = 0  # states loaded in all: an iteration over it began before one is stale
 
@@ -140,6 +147,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             batch_size=self.batch_size,
             fingerprint=self.fingerprint,
             parts=self._parts,
+            origin=self.origin,
         ).to_dict()
         # Checked as a loaded state is, now: a NumPy step kept as it was made a state that
         # json.dumps refuses and torch.load(weights_only=True) fails to restore.
@@ -159,7 +167,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         return {**self._loader.state_dict(), "phase": self._phase}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Start the next iteration (every worker of it) at the saved step."""
+        """Start the next iteration (every worker of it) at the saved step (saved with
+        another global batch size: at the first sample not read, as a Loader does)."""
         st = LoaderState.from_dict(state)
         st.check(
             fingerprint=self.fingerprint,
@@ -167,6 +176,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             parts=self._parts,
             legacy=self._legacy,
             mixture=self._mixture,
+            epochs=self.epochs,
         )
         phase = state.get("phase", st.step)
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
@@ -174,6 +184,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         phase = int(phase)
         self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
         self._start, self._phase, self.seed = st.step, phase, st.seed
+        self.origin = st.origin_for(self.batch_size)
         self._loaded = True
         self._loads += 1
         # The last iteration's loader would otherwise go on answering state_dict()
@@ -203,7 +214,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         if self._pid != pid:  # (in the main process, never)
             self._read_on(in_worker=True)
             self._pid = pid
-            self._origin = (self._start, self._phase, self.seed)
+            self._came = (self._start, self._phase, self.seed, self.origin)
             self._loaded = False
 
     def _position(self) -> int:
@@ -283,7 +294,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         if info is not None:
             self._arrive()
             if not self._loaded:
-                self._start, self._phase, self.seed = self._origin
+                self._start, self._phase, self.seed, self.origin = self._came
         self._loaded = False
         self._read_on(in_worker=info is not None)
         if starts_at(self._start, self.steps, self.epochs) != self._start:
@@ -303,7 +314,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
         )
-        loader.step = self._start
+        loader.step, loader.origin = self._start, self.origin
         self._loader = loader
         return self._generate(loader)
 
