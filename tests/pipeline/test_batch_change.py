@@ -21,7 +21,8 @@ from headrace.formats import (
     write_sample_file,
 )
 from headrace.pipeline import Loader, Mixture
-from headrace.plan import LoaderState, array_state
+from headrace.plan import PLAN_VERSION, LoaderState, array_state
+from headrace.plan._state import ORIGIN_VERSION
 
 SEED = 5
 Make = Callable[[], Any]
@@ -237,7 +238,7 @@ def test_an_exact_pass_refuses_another_batch_size_or_a_changed_state(root: Path)
 def test_a_bad_origin_is_named(origin: object, message: str) -> None:
     state = {**LoaderState(seed=1, step=5, batch_size=8, fingerprint="f").to_dict()}
     with pytest.raises(StateError, match=message):
-        LoaderState.from_dict({**state, "origin": origin})
+        LoaderState.from_dict({**state, "origin": origin, "version": ORIGIN_VERSION})
 
 
 def test_a_state_past_the_sample_numbers_cannot_change_batch_size() -> None:
@@ -250,5 +251,20 @@ def test_a_state_past_the_sample_numbers_cannot_change_batch_size() -> None:
 def test_an_origin_of_nothing_read_is_no_origin() -> None:
     st = LoaderState(seed=1, step=0, batch_size=8, fingerprint="f")
     assert st.origin_for(16) is None  # a change before any step: batch 16 from the start
-    d = {**st.to_dict(), "origin": {"step": 0, "sample": 0}}
+    d = {**st.to_dict(), "origin": {"step": 0, "sample": 0}, "version": ORIGIN_VERSION}
     assert LoaderState.from_dict(d) == st
+
+
+def test_a_state_with_an_origin_is_version_3_which_older_headrace_refuses() -> None:
+    # A headrace from before origins ignores the key and would read on at step * batch,
+    # other samples, silently; it refuses a plan version it does not know. Version 3 is
+    # a state with an origin, and only that.
+    st = LoaderState(seed=1, step=5, batch_size=16, fingerprint="f", origin=(3, 24))
+    d = st.to_dict()
+    assert d["version"] == ORIGIN_VERSION == PLAN_VERSION + 1
+    assert LoaderState.from_dict(d) == st and LoaderState.from_dict(d).to_dict() == d
+    assert LoaderState(seed=1, step=5, batch_size=16, fingerprint="f").to_dict()["version"] == 2
+    with pytest.raises(StateError, match=r"plan version 3 and no origin"):
+        LoaderState.from_dict({k: v for k, v in d.items() if k != "origin"})
+    with pytest.raises(StateError, match=r"plan version 2 and an origin"):
+        LoaderState.from_dict({**d, "version": PLAN_VERSION})

@@ -26,6 +26,11 @@ __all__ = [
 #: 2: keys of counters of 2**32 or more no longer alias smaller ones (``derive_keys``);
 #: a version-1 state with a seed below 2**32 plans the same batches and still loads.
 PLAN_VERSION = 2
+#: The version a state with an ``origin`` (a resume with another global batch size) is
+#: saved as: the same plan, but a headrace from before origins ignores the key and would
+#: read on at ``step * batch_size``, other samples, silently; it refuses a version it
+#: does not know. A state without an origin stays :data:`PLAN_VERSION`.
+ORIGIN_VERSION = 3
 
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
@@ -108,6 +113,7 @@ class LoaderState:
             del out["origin"]  # as states were before origins: same dict, same digests
         else:
             out["origin"] = {"step": self.origin[0], "sample": self.origin[1]}
+            out["version"] = ORIGIN_VERSION
         return out
 
     @property
@@ -148,11 +154,20 @@ class LoaderState:
             )
         try:
             version = _whole(d["version"], "version")
-            if version not in (1, PLAN_VERSION):
+            if version not in (1, PLAN_VERSION, ORIGIN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
                     f"version {PLAN_VERSION} and cannot replay it"
                 )
+            if (version == ORIGIN_VERSION) != (d.get("origin") is not None):
+                raise StateError(
+                    f"loader state has plan version {version} and "
+                    f"{'no' if d.get('origin') is None else 'an'} origin: version "
+                    f"{ORIGIN_VERSION} is a state with one (a resume with another batch size), "
+                    "and only it"
+                )
+            if version == ORIGIN_VERSION:
+                version = PLAN_VERSION  # the same plan: the origin says the rest
             st = cls(
                 seed=_whole(d["seed"], "seed"),
                 step=_whole(d["step"], "step"),
