@@ -328,3 +328,44 @@ def test_server_unmounts_and_exits_when_its_parent_is_killed(tmp_path, src, slow
             os.kill(pid, signal.SIGKILL)
         if is_mounted(mnt):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+
+
+def test_detach_before_the_lifelines_sigterm_leaves_no_mount(tmp_path, src, slow_mount):
+    # Once its parent is gone, the server detaches its own mount before the SIGTERM: a
+    # SIGTERM between the mount and libfuse's handler killed a server with the mount
+    # left behind (a dead mount point, seen once under load in a bench killed by SIGKILL).
+    from headrace.emulate._slowfs import _detach
+
+    m = slow_mount(src)
+    _detach(str(m.mnt), wait_s=0.0)
+    assert not is_mounted(m.mnt)
+    deadline = time.monotonic() + 15  # the loop ends with its connection: a bound only
+    while m.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not m.running
+
+
+def test_the_lifeline_runs_what_was_registered_before_its_sigterm(tmp_path):
+    from headrace.emulate._lifeline import argv_for
+
+    (tmp_path / "serves.py").write_text(
+        "import sys, time\n"
+        "from headrace.emulate._lifeline import on_parent_exit\n"
+        "on_parent_exit(lambda: open(sys.argv[1], 'w').write('detached'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    marker = tmp_path / "marker"
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2] / "src")]),
+    )
+    proc = subprocess.Popen(
+        argv_for("serves", str(marker)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == b"ready\n"
+    proc.stdin.close()  # the parent's end gone: what a parent's death does
+    assert proc.wait(30) == -signal.SIGTERM
+    proc.stdout.close()
+    assert marker.read_text() == "detached"

@@ -37,8 +37,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
+from headrace.emulate._lifeline import on_parent_exit
 from headrace.emulate._mounts import is_mounted
 from headrace.emulate._slowfs_config import SlowFSConfig
 from headrace.emulate._slowfs_faults import ReadFault, errno_code, errno_name
@@ -291,6 +293,7 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             "give a path in an existing, writable directory",
         ) from exc
     ops = SlowPassthrough(src, config, stats)
+    on_parent_exit(partial(_detach, mnt))
     try:
         mfusepy.FUSE(
             ops,
@@ -322,6 +325,18 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             if fusermount is not None:
                 subprocess.run([fusermount, "-u", "-z", mnt], check=False)
     return 0
+
+
+def _detach(mnt: str, wait_s: float = 5.0) -> None:
+    """Under the lifeline, once the parent is gone: detach the mount (lazily) before the
+    SIGTERM, which would leave it behind if it came between the mount and libfuse's
+    handler; a server still starting is given ``wait_s`` to mount first."""
+    deadline = time.monotonic() + wait_s
+    while not is_mounted(mnt) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    fusermount = shutil.which("fusermount3")
+    if fusermount is not None and is_mounted(mnt):
+        subprocess.run([fusermount, "-u", "-z", mnt], check=False, capture_output=True)
 
 
 # command line -----------------------------------------------------------------
