@@ -16,12 +16,11 @@ given by mistake keeps its files, which the report counts as not the cache's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
 
-from headrace._messages import byte_size
+from headrace._messages import byte_size, write_json
 from headrace.errors import ConfigError
 from headrace.io import ObjectCache
 
@@ -58,12 +57,7 @@ def run(args: argparse.Namespace) -> int:
     report.update(cache.summary())
     _print(report)
     if args.json:
-        try:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2)
-                fh.write("\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write it ({exc.strerror})") from None
+        write_json(args.json, report)
     return 0
 
 

@@ -16,10 +16,10 @@ bad argument, a listing that failed).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from headrace._messages import write_json
 from headrace.errors import ConfigError
 
 __all__ = ["configure", "run"]
@@ -133,12 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 for p in report.problems
             ],
         }
-        try:
-            with open(args.json, "w") as fh:
-                json.dump(data, fh, indent=2)
-                fh.write("\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write it ({exc.strerror})") from None
+        write_json(args.json, data)
     return 0 if report.ok else 1
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["byte_size", "framework_missing", "object_field", "unknown_keys"]
+from headrace.errors import ConfigError
+
+__all__ = ["byte_size", "framework_missing", "object_field", "unknown_keys", "write_json"]
 
 
 def byte_size(n: float) -> str:
@@ -74,3 +78,14 @@ def unknown_keys(
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     noun = what if len(parts) == 1 else f"{what}s"
     return f"{where}: unknown {noun} {', '.join(parts)}; {who}: {', '.join(names) or 'nothing'}"
+
+
+def write_json(path: str, data: Any) -> None:
+    """A command's ``--json PATH`` report, indented; a path that cannot be written is a
+    ``ConfigError`` naming it."""
+    try:
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+    except OSError as exc:
+        raise ConfigError(f"--json {path}: cannot write it ({exc.strerror})") from None
