@@ -114,6 +114,10 @@ def test_random_access_matches_iteration(token_path: Path) -> None:
     ld = loader(token_path)
     it = digests(ld, 40)
     assert [batch_digest([ld.batch_at(t)]) for t in (0, 17, 39)] == [it[0], it[17], it[39]]
+    ld.close()
+    # As iteration: a closed loader refuses (it reopened the source's files, silently).
+    with pytest.raises(ConfigError, match="this loader is closed; make a new one"):
+        ld.batch_at(3)
 
 
 @pytest.mark.parametrize("prefetch", [0, 8])

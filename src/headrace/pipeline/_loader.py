@@ -355,6 +355,8 @@ class Loader(Closing):
 
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
+        if self.status is LoaderStatus.CLOSED:  # it reopened the source's files, silently
+            raise ConfigError("this loader is closed; make a new one to read from it again.")
         self._own_process()  # in a forked child: not the parent's lock, perhaps held
         return self._read_arrays([step])
 
