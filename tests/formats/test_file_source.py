@@ -527,6 +527,40 @@ def test_stale_read_ahead_is_dropped(tmp_path: Path) -> None:
     src.close()
 
 
+def test_a_stale_fetch_ending_mid_jump_starts_no_file_of_the_old_plan(tmp_path: Path) -> None:
+    # Files 4, 5, 6 in flight and 7 queued for a read-ahead; a read of 0 and 1 drops them.
+    # A dropped fetch that ended before the read gave its plan started the next queued
+    # file, 7, which stayed held until the window closed (1 test run in 3 above).
+    import threading
+
+    root = make_dataset(tmp_path / "n", "npy", 8)
+    src = FileSource(root, format="npy", in_flight=3, shuffle="none", speculate=False)
+    window = src.window
+    fetch, gate = window._fetch, threading.Event()
+
+    def held_back(f: int) -> Any:
+        if f >= 4:
+            gate.wait(10)
+        return fetch(f)
+
+    window._fetch = held_back
+    plan = window.plan
+
+    def plan_after_the_stale_fetches_end(files: Any) -> None:
+        gate.set()  # the dropped fetches end now, between the drop and the new plan
+        deadline = time.monotonic() + 10
+        while window.stats.in_flight and time.monotonic() < deadline:
+            time.sleep(0.005)
+        plan(files)
+
+    src.prefetch(0, np.arange(4, 8))
+    window.plan = plan_after_the_stale_fetches_end  # type: ignore[method-assign]
+    assert src.read(0, np.arange(2))["index"].tolist() == [0, 1]
+    time.sleep(0.05)  # anything started meanwhile has ended
+    assert window.held() == set() and src.stats.held_bytes == 0
+    src.close()
+
+
 @pytest.mark.parametrize("steps", [3, 7, 10])
 def test_a_run_fetches_no_file_past_its_last_step(tmp_path: Path, steps: int) -> None:
     # Guessing the run after each read kept the window busy; after the last step's

@@ -87,10 +87,14 @@ class FetchWindow:
             return list(self._queue)
 
     def retain(self, keep: set[int]) -> None:
-        """Drop held files not in ``keep`` (a plan that changed, e.g. after a resume)."""
+        """Drop held and queued files not in ``keep`` (a plan that changed, e.g. after a
+        resume). Queued ones too: a dropped fetch that ends before the new plan is given
+        starts the next queued file, which was the old plan's, held until the window
+        closed (1 test run in 3 here)."""
         with self._lock:
             for f in [f for f in self._entries if f not in keep]:
                 self._drop_locked(f)
+            self._queue = deque(f for f in self._queue if f in keep)
 
     def _drop_locked(self, f: int) -> _Entry:
         e = self._entries.pop(f)
