@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from _out import out
+from _timed import seconds_per_step
 
 from headrace.formats import PaddedRows, write_row_file
-from headrace.pipeline import Loader
-from headrace.testing import batch_digest
 
 VOCAB = 50_304  # the bench's datagen vocabulary
 ROWS, WIDTH = 16_384, 1025
@@ -33,10 +31,7 @@ ROWS, WIDTH = 16_384, 1025
 
 def trial(root: Path, steps: int, vocab: int | None) -> tuple[float, str]:
     src = PaddedRows(root / "tok.npy", root / "mask.npy", context=WIDTH - 1, vocab_size=vocab)
-    with Loader(src, batch_size=32, seed=3, steps=steps, prefetch=0) as ld:
-        t = time.perf_counter()
-        digest = batch_digest(ld)
-        return (time.perf_counter() - t) / steps, digest
+    return seconds_per_step(src, steps)
 
 
 def main() -> None:

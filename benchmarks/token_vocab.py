@@ -11,25 +11,19 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 from _out import out
+from _timed import seconds_per_step
 
 from headrace.formats import TokenSource, write_megatron_index
-from headrace.pipeline import Loader
-from headrace.testing import batch_digest
 
 VOCAB = 128_000
 
 
 def trial(path: Path, context: int, steps: int, vocab: int | None) -> tuple[float, str]:
-    src = TokenSource(path, context=context, vocab_size=vocab)
-    with Loader(src, batch_size=32, seed=3, steps=steps, prefetch=0) as ld:
-        t = time.perf_counter()
-        digest = batch_digest(ld)
-        return (time.perf_counter() - t) / steps, digest
+    return seconds_per_step(TokenSource(path, context=context, vocab_size=vocab), steps)
 
 
 def main() -> None:
