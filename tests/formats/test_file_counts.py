@@ -408,3 +408,30 @@ def test_every_header_that_fails_is_named_up_to_a_bound(
         "the headers of 1 other file failed too (stopped at 2 failures: later files not "
         f"read): {tmp_path / 'f2.npy'}"
     ]
+
+
+def test_counts_are_not_kept_for_a_listing_with_a_weak_or_no_etag(tmp_path: Path) -> None:
+    # A weak ETag (W/"...") or none cannot tell a replaced object from the one counted:
+    # such a listing is counted from its headers every time, never from a kept entry.
+    from types import SimpleNamespace
+
+    from headrace.formats._file_counts import _kept_counts
+    from headrace.formats._files import file_format
+    from headrace.io import ObjectCache
+
+    def listing(etags: list[str | None]) -> Any:
+        return SimpleNamespace(
+            cache=ObjectCache(tmp_path / "c"),
+            cache_key=lambda i: f"|s3://b/f{i}.npy",
+            remote=True,
+            sizes=[100] * len(etags),
+            etags=etags,
+        )
+
+    npy = file_format("npy")
+    kept = _kept_counts(listing(['"a"', '"b"']), npy, None)
+    assert kept is not None and kept[2:] == (16, "v1")
+    assert _kept_counts(listing(['"a"', 'W/"b"']), npy, None) is None
+    assert _kept_counts(listing(['"a"', None]), npy, None) is None
+    # Another format or datasets names another entry: the counts differ by them.
+    assert _kept_counts(listing(['"a"', '"b"']), file_format("npz"), None)[1] != kept[1]

@@ -143,3 +143,19 @@ def test_sources_that_replace_bad_samples_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"batch_size >= 1 and most >= 1"):
         check(FileSource(tmp_path / "j", format="jpeg"), most=0)
     src.close()
+
+
+def test_an_error_that_is_not_about_the_data_is_raised_not_listed(tmp_path: Path) -> None:
+    # A ConfigError (a bug, a wrong argument) would fail every sample alike: the check
+    # stops and raises it, rather than listing most=100 copies of it.
+    class Misconfigured:
+        samples_per_epoch = 10
+
+        def fingerprint(self) -> dict[str, object]:
+            return {"kind": "test"}
+
+        def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+            raise ConfigError("decode_threads must be >= 0 (got -1)")
+
+    with pytest.raises(ConfigError, match="decode_threads must be >= 0"):
+        check(Misconfigured(), batch_size=4)

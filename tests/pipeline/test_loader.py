@@ -452,6 +452,14 @@ def test_read_error_surfaces_with_the_step(
         assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))
 
 
+def ids_file(tmp_path: Path) -> Path:
+    """``ids.bin``: uint16 tokens whose ids are their offsets, so with ``context=16``
+    sample ``s`` (tokens ``[16s, 16s + 16]``) holds ids up to ``16s + 16``."""
+    path = tmp_path / "ids.bin"
+    np.arange(2000, dtype=np.uint16).tofile(path)
+    return path
+
+
 @pytest.mark.parametrize("prefetch", [0, 4])
 def test_a_failed_chunk_hands_over_the_steps_before_its_first_bad_one(
     tmp_path: Path, prefetch: int
@@ -460,8 +468,7 @@ def test_a_failed_chunk_hands_over_the_steps_before_its_first_bad_one(
     # sample 72 (step 9 of batches of 8) is the first refused, and every later one
     # would be too. The chunk of steps 8 to 11 fails as a whole; read again a step at
     # a time, step 8 arrives and step 9's refusal is raised, naming step 9.
-    path = tmp_path / "ids.bin"
-    np.arange(2000, dtype=np.uint16).tofile(path)
+    path = ids_file(tmp_path)
     src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
     got: list[int] = []
     with (
@@ -479,8 +486,7 @@ def test_a_failure_under_a_step_stride_names_the_loaders_own_step(tmp_path: Path
     # A worker's share: steps 1, 3, 5, ... Sample 72 (step 9) is the first refused; the
     # steps before it arrive and the note names step 9, not the step after the last one
     # handed over (8, no step of this loader's).
-    path = tmp_path / "ids.bin"
-    np.arange(2000, dtype=np.uint16).tofile(path)
+    path = ids_file(tmp_path)
     src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
     got: list[int] = []
     with (
@@ -538,8 +544,7 @@ def test_a_chunk_whose_transform_fails_hands_over_the_steps_before_its_bad_one(
     # Sample 77 is step 6 of batches of 12; chunks of steps [0], [1, 2], [3, 4, 5, 6].
     # A transform refusing it failed the whole last chunk: 3 steps arrived, where a
     # read failing there hands over 6 (and workers reading every other step gave 6).
-    path = tmp_path / "ids.bin"
-    np.arange(2000, dtype=np.uint16).tofile(path)
+    path = ids_file(tmp_path)
     src = TokenSource(path, dtype="uint16", context=16, shuffle=False)
     got: list[int] = []
     with (

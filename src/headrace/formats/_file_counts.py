@@ -211,7 +211,7 @@ def _kept_counts(
         if etag is None or etag.startswith("W/"):
             return None
         h.update(f"\0{key(i)}\0{size}\0{etag}".encode())
-    return cache, f"headrace-header-counts:{h.hexdigest()}", 8 * len(files), "v1"
+    return cache, f"headrace-header-counts:{h.hexdigest()}", 8 * len(files.sizes), "v1"
 
 
 #: Header failures counted before the count stops (the first is raised, the rest named).
