@@ -46,6 +46,29 @@ def test_other_results_show_trial_median_and_spread() -> None:
     assert "50,000 (600-900,000)" in table
 
 
+def test_short_trials_are_marked_where_their_figures_are_printed() -> None:
+    # Trials of 20 steps drain a queue filled while other variants ran (15,902x its
+    # baseline once): a note said so, the table's figures did not.
+    from io import StringIO
+
+    from headrace.bench._report import print_report
+
+    short = {**_result("headrace", files=False), "steps_per_trial": 20, "ratio_to_baseline": 9.0}
+    out = StringIO()
+    print_report({"results": [short], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "50,000* (600-900,000)" in text and "9.00x*" in text
+    assert "* trials of 20 steps, short beside a read-ahead queue" in text
+    # Long enough trials, and files kinds (shown by their fresh pass): not marked.
+    for r in (
+        {**short, "steps_per_trial": 1000},
+        {**_result("h", files=True), "steps_per_trial": 20},
+    ):
+        out = StringIO()
+        print_report({"results": [r], "notes": []}, file=out)
+        assert "*" not in out.getvalue().replace("**", "")
+
+
 @pytest.mark.parametrize("sweep", ["strategy=mmap,pread", "max_gap=0,4096", "in_flight=1,8"])
 def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
     pytest.importorskip("matplotlib")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from headrace.bench._report import fresh_pass_rate
 from headrace.errors import ConfigError
 
 __all__ = ["compare", "load_report"]
@@ -40,10 +41,8 @@ def load_report(path: str) -> dict[str, Any]:
 def _rate(r: dict[str, Any]) -> float:
     """The batches/s the report's table shows: a files workload's fresh pass (its trials
     start from a queue filled while other variants ran), else the trials' median."""
-    stages = r.get("stages") or {}
-    if r.get("mb_per_s") is not None and stages.get("wall_s") and r.get("steps"):
-        return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
-    return float(r["batches_per_s"])
+    rate = fresh_pass_rate(r)
+    return float(r["batches_per_s"]) if rate is None else rate
 
 
 # What makes two runs of a workload read the same samples: its data and its plan. The

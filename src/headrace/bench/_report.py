@@ -15,6 +15,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "format_stage_table",
     "format_table",
+    "SHORT_TRIAL_STEPS",
+    "fresh_pass_rate",
     "headline_rate",
     "print_report",
     "write_json",
@@ -32,6 +34,27 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+#: Trials shorter than this start with batches a loader read ahead while other variants
+#: ran: their batches/s overstate it (a note says so; the table marks them ``*``).
+SHORT_TRIAL_STEPS = 256
+
+
+def short_trials(r: dict[str, Any]) -> bool:
+    """Whether a result's trials are short beside a read-ahead queue (see above)."""
+    steps = r.get("steps_per_trial")
+    return steps is not None and steps < SHORT_TRIAL_STEPS
+
+
+def fresh_pass_rate(r: dict[str, Any]) -> float | None:
+    """A files workload's batches/s in its fresh pass (see :func:`headline_rate`);
+    ``None`` for other kinds, and for hand-made reports without the pass."""
+    stages = r.get("stages") or {}
+    if r.get("mb_per_s") is None or not stages.get("wall_s") or not r.get("steps"):
+        return None
+    # the undigested fresh pass (reports before it had the digested pass's wall time)
+    return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
+
+
 def headline_rate(r: dict[str, Any]) -> tuple[float, float, float, float, bool]:
     """(batches/s, min, max, GB/s) to show for a result, and whether it is one fresh pass.
 
@@ -39,9 +62,8 @@ def headline_rate(r: dict[str, Any]) -> tuple[float, float, float, float, bool]:
     read-ahead queue filled while other variants ran (hundreds of GB/s from a disk that
     gives 0.5), so those trial figures are kept in the JSON but never shown as throughput.
     """
-    if r.get("mb_per_s") is not None and r["stages"].get("wall_s"):
-        # the undigested fresh pass (reports before it had the digested pass's wall time)
-        rate = r["steps"] / (r.get("fresh_pass_s") or r["stages"]["wall_s"])
+    rate = fresh_pass_rate(r)
+    if rate is not None:
         return rate, rate, rate, r["mb_per_s"] / 1e3, True
     sp = r["batches_per_s_spread"]
     return r["batches_per_s"], sp["min"], sp["max"], r["gb_per_s"], False
@@ -65,14 +87,17 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for r in report["results"]:
         rate, lo, hi, gbs, one_pass = headline_rate(r)
         au = r.get("au")
+        mark = "*" * (not one_pass and short_trials(r))
         rows.append(
             [
                 r["workload"],
                 r["variant"],
-                f"{rate:,.0f} (1 fresh pass)" if one_pass else f"{rate:,.0f} ({lo:,.0f}-{hi:,.0f})",
-                f"{gbs:.2f}",
-                _x(r["ratio_to_baseline"]),
-                _x(r["ratio_to_memcpy"]),
+                f"{rate:,.0f} (1 fresh pass)"
+                if one_pass
+                else f"{rate:,.0f}{mark} ({lo:,.0f}-{hi:,.0f})",
+                f"{gbs:.2f}{mark}",
+                _x(r["ratio_to_baseline"]) + mark,
+                _x(r["ratio_to_memcpy"]) + mark,
                 "-" if au is None else f"{au:.2f}" + (" ok" if r.get("au_pass") else " FAIL"),
                 _mib(r["bytes_before_first_batch"]),
                 _mib(r["peak_rss_bytes"]),
@@ -274,6 +299,13 @@ def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> N
 def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     out = file or sys.stdout
     _print("headrace bench (GB = 10^9 B of payload; MiB = 2^20 B)", *_rows(report), out)
+    short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
+    if short:
+        print(
+            f"* trials of {short[0]['steps_per_trial']} steps, short beside a read-ahead "
+            "queue: batches/s and ratios overstate a loader (see the notes)",
+            file=out,
+        )
     head, rows = _stage_rows(report)
     if rows:
         _print(

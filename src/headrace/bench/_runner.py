@@ -34,6 +34,7 @@ from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, measure_pass
+from headrace.bench._report import SHORT_TRIAL_STEPS
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
@@ -377,13 +378,13 @@ def _run(
             "out, as DLIO does): AU is 0 by definition, not a measurement; use --steps 2 or "
             "more to measure it"
         )
-    if t.steps < _SHORT_TRIAL_STEPS and any(r.get("mb_per_s") is None for r in results):
+    if t.steps < SHORT_TRIAL_STEPS and any(r.get("mb_per_s") is None for r in results):
         # Whatever the storage: a loader that read ahead while the other variants ran
         # starts its trial with batches in hand (millions of batches/s from 20 ms S3).
         notes.append(
             f"{wl.name}: trials of {t.steps} steps are short beside a read-ahead queue: "
             "each starts with batches read while the other variants ran, so batches/s and "
-            f"the ratios overstate a loader; use --steps {_SHORT_TRIAL_STEPS} or more, or "
+            f"the ratios overstate a loader; use --steps {SHORT_TRIAL_STEPS} or more, or "
             "read its fresh pass (where the time went)"
         )
     notes.extend(
@@ -491,10 +492,6 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, 
         )
     )
 
-
-# Trials shorter than this may be served mostly by a queue filled before them (a loader
-# reads ahead up to a chunk of 32 steps and a queue of more while the others run).
-_SHORT_TRIAL_STEPS = 256
 
 _LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
 
