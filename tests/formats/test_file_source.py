@@ -77,6 +77,22 @@ def test_file_shuffle_keeps_a_files_items_together() -> None:
     assert np.array_equal(plan.file_order(1, 0), f[::4])
 
 
+def test_shuffle_takes_true_and_false_as_rows_tables_and_tokens_do(tmp_path: Path) -> None:
+    # FileSource(shuffle=False) was refused ("must be one of ('files', 'samples', 'none')")
+    # where every other source takes a bool; now False is "none", True the default.
+    root = make_dataset(tmp_path / "d", "npy", 6)
+    for flag, name in ((False, "none"), (True, "files")):
+        a, b = (
+            FileSource(root, format="npy", shuffle=flag),
+            FileSource(root, format="npy", shuffle=name),
+        )  # type: ignore[arg-type]
+        assert a.fingerprint() == b.fingerprint()  # a state saved under one loads under the other
+        assert digest_of(a, steps=6, batch=2) == digest_of(b, steps=6, batch=2)
+    assert FilePlan(num_files=3, shuffle=False).shuffle == "none"
+    with pytest.raises(ConfigError, match=r"True \(files\) or False \(none\) \(got 1\)"):
+        FileSource(root, format="npy", shuffle=1)  # type: ignore[arg-type]
+
+
 def test_plan_rejects_bad_config() -> None:
     with pytest.raises(ConfigError, match="at least one file"):
         FilePlan(num_files=0)

@@ -169,6 +169,13 @@ def test_shuffle_is_a_permutation_per_epoch(tmp_path: Path) -> None:
     assert sorted(e0.tolist()) == list(range(N_ROWS)) == sorted(e1.tolist())
     assert not np.array_equal(e0, e1)
     assert not np.array_equal(e0, src.rows_of(4, np.arange(N_ROWS)))
+    # "none", as file sources name it, is shuffle=False (it was refused).
+    flat = PaddedRows(*make_rows(tmp_path), context=8, shuffle="none")
+    assert (
+        flat.fingerprint()
+        == PaddedRows(*make_rows(tmp_path), context=8, shuffle=False).fingerprint()
+    )
+    assert flat.rows_of(3, np.arange(N_ROWS)).tolist() == list(range(N_ROWS))
 
 
 # -- empty rows ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Literal
 from headrace.errors import ConfigError
 from headrace.formats._file_counts import check_samples_per_file, short_counts
 from headrace.formats._file_list import LocalRead
-from headrace.formats._file_plan import Shuffle
+from headrace.formats._file_plan import Shuffle, file_shuffle
 from headrace.formats._files import file_format
 from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
@@ -73,7 +73,7 @@ class FileSourceConfig:
     format: str = "raw"
     samples_per_file: int | Sequence[int] | Literal["header"] = 1
     decode: bool = True
-    shuffle: Shuffle = "files"
+    shuffle: Shuffle | bool = "files"  # True: "files", False: "none"
     mode: SourceMode = "headrace"
     in_flight: int | None = None
     decode_threads: int | None = None
@@ -90,6 +90,7 @@ class FileSourceConfig:
     hdf5_ranges_above: int | None = DEFAULT_HDF5_RANGES_ABOVE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))  # one fingerprint
         fmt = file_format(self.format)
         check_image_mode(self.image_mode, "image_mode")
         if not isinstance(self.exif_transpose, bool):

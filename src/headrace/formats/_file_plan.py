@@ -41,10 +41,22 @@ from numpy.typing import ArrayLike, NDArray
 from headrace.errors import ConfigError
 from headrace.plan import cached_permutation
 
-__all__ = ["FilePlan", "Shuffle"]
+__all__ = ["FilePlan", "Shuffle", "file_shuffle"]
 
 Shuffle = Literal["files", "samples", "none"]
 _SHUFFLES = ("files", "samples", "none")
+
+
+def file_shuffle(shuffle: object) -> Shuffle:
+    """The file shuffle ``shuffle`` names: one of ``_SHUFFLES``, or ``True`` (the default,
+    ``"files"``) and ``False`` (``"none"``), as rows, tables and tokens take them."""
+    if shuffle is True or shuffle is False:
+        return "files" if shuffle else "none"
+    if shuffle == "files" or shuffle == "samples" or shuffle == "none":
+        return shuffle
+    raise ConfigError(
+        f"shuffle must be one of {_SHUFFLES}, True (files) or False (none) (got {shuffle!r})."
+    )
 # Stream ids in the permutation keys, so the file order, the item orders and the
 # sample order of an epoch never share a key.
 _FILES, _ITEMS, _SAMPLES = 0, 1, 2
@@ -60,7 +72,7 @@ class FilePlan:
 
     num_files: int
     samples_per_file: int = 1
-    shuffle: Shuffle = "files"
+    shuffle: Shuffle | bool = "files"  # True: "files", False: "none"
     counts: Sequence[int] | NDArray[np.integer] | None = None
     # Cumulative counts: file f holds dataset positions [_starts[f], _starts[f + 1]).
     _starts: NDArray[np.int64] | None = field(default=None, init=False, repr=False)
@@ -70,8 +82,7 @@ class FilePlan:
             raise ConfigError(f"a file dataset needs at least one file (got {self.num_files}).")
         if self.samples_per_file < 1:
             raise ConfigError(f"samples_per_file must be >= 1 (got {self.samples_per_file}).")
-        if self.shuffle not in _SHUFFLES:
-            raise ConfigError(f"shuffle must be one of {_SHUFFLES} (got {self.shuffle!r}).")
+        object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))
         if self.counts is None:
             return
         counts = np.array(self.counts, dtype=np.int64).reshape(-1)

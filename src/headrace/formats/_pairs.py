@@ -118,7 +118,7 @@ class PairRows(RowSource):
         *,
         pad_id: int = 0,
         dtype: DTypeLike | None = None,
-        shuffle: bool | Literal["full", "window"] = True,
+        shuffle: bool | Literal["none", "full", "window"] = True,
         window_rows: int | None = None,
         max_retries: int = 8,
         empty_rows: EmptyRows = "replace",

@@ -92,11 +92,13 @@ def parse_shuffle(shuffle: object) -> ShuffleMode | None:
     """The shuffle mode ``shuffle`` names; ``None`` for ``True`` (the source's default)."""
     if shuffle is True:
         return None
-    if shuffle is False:
+    if shuffle is False or shuffle == "none":  # "none", as files take it
         return "none"
     if isinstance(shuffle, str) and shuffle in ("full", "window"):
         return "full" if shuffle == "full" else "window"
-    raise ConfigError(f"shuffle must be True, False, 'full' or 'window' (got {shuffle!r}).")
+    raise ConfigError(
+        f"shuffle must be True, False ('none'), 'full' or 'window' (got {shuffle!r})."
+    )
 
 
 def check_window_rows(window_rows: object, default: str) -> None:

@@ -165,7 +165,7 @@ class PaddedRows(RowSource):
         pad_id: int = 0,
         ignore_index: int = -1,
         dtype: DTypeLike | None = None,
-        shuffle: bool | Literal["full", "window"] = True,
+        shuffle: bool | Literal["none", "full", "window"] = True,
         window_rows: int | None = None,
         max_retries: int = 8,
         empty_rows: EmptyRows = "replace",

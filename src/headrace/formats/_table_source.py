@@ -107,7 +107,7 @@ class TableSource:
         pad_values: Mapping[str, int] | None = None,
         pad_side: Literal["right", "left"] = "right",
         truncate: bool = False,
-        shuffle: bool | Literal["full", "window"] = True,
+        shuffle: bool | Literal["none", "full", "window"] = True,
         window_rows: int = 65_536,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
