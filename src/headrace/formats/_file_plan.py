@@ -57,6 +57,8 @@ def file_shuffle(shuffle: object) -> Shuffle:
     raise ConfigError(
         f"shuffle must be one of {_SHUFFLES}, True (files) or False (none) (got {shuffle!r})."
     )
+
+
 # Stream ids in the permutation keys, so the file order, the item orders and the
 # sample order of an epoch never share a key.
 _FILES, _ITEMS, _SAMPLES = 0, 1, 2
