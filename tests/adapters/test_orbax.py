@@ -124,3 +124,29 @@ def test_optimizer_replay_through_orbax_gives_identical_params(
         assert np.array_equal(np.asarray(value), resumed[name]), name
     # the run learned something: the replay compares trained weights, not the start
     assert not np.array_equal(np.asarray(straight["emb"]), np.asarray(params_like()["emb"]))
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        ("tokens", r"b\.bin: 31,108 bytes when the state was saved, 100,000 bytes now"),
+        ("files", r"saved on 37 files of 6,956 bytes, these sources have 38 of 7,144"),
+    ],
+)
+def test_a_tree_restored_onto_data_that_changed_is_refused_naming_the_file(
+    tmp_path: Path, source: str, named: str
+) -> None:
+    # The fresh loader's array_state is the restore target: its keys must be the saved
+    # ones whatever files changed (orbax refuses other keys before headrace could say
+    # what changed: one part names every file), and that part, whose length changed,
+    # restores at its saved length.
+    (tmp_path / "data").mkdir()
+    root = write_tokens(tmp_path / "data")
+    write_files(root)
+    with jax_loader(root, source, N) as ld:
+        save("tree", tmp_path / "ckpt", 0, params_like(), ld.state_dict())
+    (np.arange(25_000, dtype=np.uint32) % 1000).tofile(root / "b.bin")  # 31,108 -> 100,000 B
+    np.save(root / "npy" / "037.npy", np.zeros((3, 5), dtype=np.float32))  # a 38th file
+    with jax_loader(root, source, N) as other:
+        with pytest.raises(StateError, match=named):
+            restore("tree", tmp_path / "ckpt", params_like(), other)

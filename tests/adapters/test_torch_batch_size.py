@@ -1,7 +1,8 @@
 """A stock DataLoader left at its default ``batch_size=1`` collates a list of one of the
 dataset's batches: every tensor silently gained a leading dimension of 1. It is refused
 with the fix named, with and without workers; ``batch_size=None``, HeadraceDataLoader and
-StatefulDataLoader given ``batch_size=None`` read as before."""
+StatefulDataLoader given ``batch_size=None`` read as before. A DataLoader of several workers
+with ``in_order=False`` (which reordered the steps by the workers' timing) is refused too."""
 
 from __future__ import annotations
 
@@ -98,3 +99,35 @@ def test_stateful_dataloader_with_batch_size_none_reads_and_without_is_refused(
 
 def test_iterating_the_dataset_directly_is_not_refused(root: Path) -> None:
     assert len(list(iter(dataset(root)))) == STEPS
+
+
+# in_order=False hands out whichever worker's batch is ready first: with one worker slower
+# than the other the steps came out 1, 3, 5, ..., 0, 2, 4 (another order each run).
+@pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
+def test_a_dataloader_out_of_order_is_refused(root: Path, context: str) -> None:
+    # fork: refused in the worker (the parent's frames are there); forkserver and spawn:
+    # refused in the main process, as the dataset is pickled for the first worker.
+    dl = DataLoader(
+        dataset(root),
+        batch_size=None,
+        num_workers=2,
+        in_order=False,
+        multiprocessing_context=context,
+    )
+    message = refusal(dl)
+    assert "in_order=False" in message and "HeadraceDataLoader" in message
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+def test_a_stateful_dataloader_out_of_order_is_refused(root: Path) -> None:
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    dl = sdl.StatefulDataLoader(dataset(root), batch_size=None, num_workers=2, in_order=False)
+    assert "in_order=False" in refusal(dl)
+
+
+def test_out_of_order_with_one_worker_reads_in_order(root: Path) -> None:
+    want = [
+        batch_digest([b]) for b in Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
+    ]
+    dl = DataLoader(dataset(root), batch_size=None, num_workers=1, in_order=False)
+    assert digests(dl) == want

@@ -211,7 +211,7 @@ def test_state_from_other_data_is_refused(token_path: Path, tmp_path: Path) -> N
         with_positions.load_state_dict(ld.state_dict())
     # ... unless the state is older than its parts: then only that the data differ.
     old = {k: v for k, v in ld.state_dict().items() if k != "parts"}
-    with pytest.raises(StateError, match=r"this loader's sources have \w+\): same files"):
+    with pytest.raises(StateError, match=r"this loader's sources have \w+\)\. Same files"):
         shorter.load_state_dict(old)
     loader(token_path).load_state_dict(old)  # and an old state of the same data loads
     bigger = loader(token_path, batch_size=32)  # another batch size goes on (test_batch_change)

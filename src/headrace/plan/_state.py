@@ -6,12 +6,13 @@ import hashlib
 import json
 import operator
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from headrace.errors import StateError
+from headrace.plan._changes import FILE_PART, file_changes, file_parts
 
 __all__ = [
     "PLAN_VERSION",
@@ -74,8 +75,10 @@ def legacy_digest(fingerprint: dict[str, Any]) -> str | None:
 
 def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     """A 12-hex digest of each part of a fingerprint (each top-level key, and each key of
-    a top-level mapping, as ``sources.chat``), so a refused state can say what changed."""
-    out: dict[str, str] = {}
+    a top-level mapping, as ``sources.chat``), so a refused state can say what changed;
+    and its files, named (:func:`~headrace.plan._changes.file_parts`), so it can say
+    which file changed and how."""
+    out: dict[str, str] = file_parts(fingerprint)
     for key, value in fingerprint.items():
         if isinstance(value, dict) and value:
             for sub, v in value.items():
@@ -108,7 +111,17 @@ class LoaderState:
     origin: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        # Not dataclasses.asdict, which deep-copies every leaf: 10 us a part, and a state
+        # names up to 32 files (StatefulDataLoader asks each worker for it every batch).
+        out: dict[str, Any] = {
+            "seed": self.seed,
+            "step": self.step,
+            "batch_size": self.batch_size,
+            "fingerprint": self.fingerprint,
+            "version": self.version,
+            "parts": None if self.parts is None else dict(self.parts),
+            "origin": self.origin,
+        }
         if self.origin is None:
             del out["origin"]  # as states were before origins: same dict, same digests
         else:
@@ -228,7 +241,7 @@ class LoaderState:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
-            which = ""
+            which = files = ""
             if parts is not None and self.parts is not None:
                 saved = self.parts
                 keys = sorted(
@@ -237,12 +250,19 @@ class LoaderState:
                     if parts.get(k) != saved.get(k)
                     # a part the state was saved without, when it did not exist yet
                     and not (k in _LATER_PARTS and k not in saved)
+                    and k != FILE_PART  # (told below, by name)
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
+                files = file_changes(saved, parts)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
-                f"this loader's sources have {fingerprint}{which}): same files, sizes, dtypes, "
-                f"sampling config and host order are required to resume"
+                f"this loader's sources have {fingerprint}{which}){': ' if files else ''}"
+                f"{files}. Same files, sizes, dtypes, sampling config and host order are "
+                "required to resume: give the run the data it was saved with; or, to go on "
+                f"with this data at step {self.step} (in this data's order: the epoch in "
+                "progress is shuffled anew, so some samples repeat and some are skipped), "
+                "load this loader's own state_dict() with 'step' set to "
+                f'{self.step} (docs/long-runs.md, "Restarts with changes")'
             )
         if mixture or epochs is not None:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)

@@ -1,4 +1,5 @@
-"""Refuse a DataLoader that batches a :class:`~headrace.torch.TorchDataset`'s batches.
+"""Refuse a DataLoader that batches a :class:`~headrace.torch.TorchDataset`'s batches,
+or hands them out of order.
 
 A stock ``DataLoader`` batches by default (``batch_size=1``): its fetcher takes
 ``batch_size`` items of the dataset and collates them, and an item here is a whole
@@ -14,6 +15,14 @@ that does not batch. The alternative, a batch type of our own registered in torc
 ``default_collate_fn_map``, changes what every user gets: a ``dict`` subclass is a
 leaf to ``torch.utils._pytree``, so a ``tree_map`` moving a batch to the device
 would stop at the batch; and a ``collate_fn`` of the user's would bypass it.
+
+``in_order=False`` (torch 2.6's DataLoader, torchdata's ``StatefulDataLoader``) hands
+out whichever worker's batch is ready first: the global steps came out in the order
+the workers' timing gave (two workers, one slower: steps 1, 3, 5, ..., 0, 2, 4),
+another order each run, silently. Its workers are not told of it; the loader is
+found up the stack instead: in a forked worker, the parent's frames that started it
+are still there (``DataLoader.__iter__`` down to the worker loop); with ``spawn`` or
+``forkserver`` the dataset is pickled in the main process, inside that same call.
 """
 
 from __future__ import annotations
@@ -22,7 +31,11 @@ import sys
 
 from headrace.errors import ConfigError
 
-__all__ = ["refuse_auto_collation"]
+__all__ = ["refuse_auto_collation", "refuse_out_of_order"]
+
+#: How many callers up the loader's iterator may be (torch 2.13, torchdata 0.11: the 9th
+#: from the fetcher in a forked worker, the 7th from ``__getstate__`` with ``spawn``).
+_LOADER_DEPTH = 24
 
 #: How many callers up the fetcher may be: ``iter(dataset)`` is a builtin (no frame),
 #: so torch's fetcher is the caller of ``__iter__``; a little slack for a wrapper.
@@ -46,6 +59,35 @@ def refuse_auto_collation(dataset: object) -> None:
                 "dimension. Use DataLoader(dataset, batch_size=None, ...), or "
                 "headrace.torch.HeadraceDataLoader(dataset, ...)."
             )
+        if frame.f_back is None:
+            return
+        frame = frame.f_back
+
+
+def refuse_out_of_order(dataset: object) -> None:
+    """Raise if a DataLoader up the stack of the caller (``dataset.__iter__`` in a forked
+    worker, ``dataset.__getstate__`` when a worker is started) hands ``dataset``'s
+    batches out of order: ``in_order=False`` with more than one worker."""
+    frame = sys._getframe(2)
+    for _ in range(_LOADER_DEPTH):
+        loader = frame.f_locals.get("self")
+        # A DataLoader (dataset, in_order, num_workers) or its iterator (_dataset, ...).
+        for prefix in ("", "_"):
+            if (
+                getattr(loader, f"{prefix}dataset", None) is dataset
+                and getattr(loader, f"{prefix}in_order", True) is False
+                and getattr(loader, f"{prefix}num_workers", 0) > 1
+            ):
+                raise ConfigError(
+                    f"{type(dataset).__name__} gives the global steps in order only to a "
+                    "DataLoader that keeps its workers' order, and this one has "
+                    "in_order=False: its batches would come in the order its workers "
+                    "finish them, another order each run, and a saved state would not "
+                    "say which steps were read. Leave in_order at True (headrace reads "
+                    "ahead in every worker, so a slow batch does not hold up the others "
+                    "for long), or use headrace.torch.HeadraceDataLoader(dataset, "
+                    "num_workers=...)."
+                )
         if frame.f_back is None:
             return
         frame = frame.f_back

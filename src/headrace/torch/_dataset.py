@@ -25,7 +25,7 @@ from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transf
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
-from headrace.torch._batching import refuse_auto_collation
+from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
@@ -262,6 +262,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         refuse_auto_collation(self)
+        if get_worker_info() is not None:
+            refuse_out_of_order(self)  # (a forked worker: spawned ones were checked below)
         if self.pin_memory and get_worker_info() is not None:
             raise ConfigError(
                 "TorchDataset(pin_memory=True) pins in the iterating process, and pinned "
@@ -334,6 +336,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     def __getstate__(self) -> dict[str, Any]:
         # Checked here too: a spawned worker has no process group to check against.
         self._check_ranks()
+        refuse_out_of_order(self)  # pickled for a spawned worker, by the loader starting it
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)

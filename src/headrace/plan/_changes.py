@@ -1,0 +1,186 @@
+"""Which files a refused state was saved with: named, with what changed.
+
+A state's ``parts`` (:func:`~headrace.plan.fingerprint_parts`) digest each part of the
+sources' description, so a refusal could say ``what differs: files``, but not which of
+them: a digest names nothing. Beside them, one more part (:data:`FILE_PART`) holds, as
+JSON text, the count and bytes of the files the description holds and, for at most
+:data:`MAX_NAMED_FILES` of them, each one's name and what the description says of it,
+so a refusal names the file that was resized, removed or added, with what it was and
+what it is. Files are what the description holds: a token file's name, bytes, dtype
+and format; a table's or a folder's file names and sizes; a row file's rows and width;
+every mixed source's, by source. One part, not one a file: a checkpointer that restores
+onto a target tree (orbax, ``array_state``) needs the same keys on both sides, and a
+file added would have changed them (the value's length may differ: it restores the
+saved one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FILE_PART", "MAX_NAMED_FILES", "file_changes", "file_parts"]
+
+#: Files a state names one by one (about 60-150 bytes of JSON each); past it, a count.
+MAX_NAMED_FILES = 32
+#: The part naming the files (not a part of the description: the digests of the parts
+#: that hold the files cover them).
+FILE_PART = "files:named"
+#: Differences a refusal lists before "and N more".
+_MOST = 5
+
+
+def file_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
+    """``{FILE_PART: JSON}`` naming the files of ``fingerprint`` (``{}`` for a
+    description of no files): their count and total bytes, and each file's name and
+    description when there are at most :data:`MAX_NAMED_FILES`. ASCII text, as
+    :func:`~headrace.plan.array_state` needs: names are JSON-escaped."""
+    files = list(_files(fingerprint, ()))
+    if not files:
+        return {}
+    told: dict[str, Any] = {
+        "count": len(files),
+        "bytes": sum(_int(said.get("bytes")) for _, said in files),
+    }
+    if len(files) <= MAX_NAMED_FILES:
+        told["files"] = [[name, said] for name, said in files]
+    return {FILE_PART: json.dumps(told, separators=(",", ":"))}
+
+
+def file_changes(saved: dict[str, str], now: dict[str, str]) -> str:
+    """What changed among the files, from the parts of a saved state and of the loader
+    refusing it: each file resized (or of another dtype...), gone or new, or the same
+    files in another order; with too many files to name, their counts. ``""`` where
+    either side says nothing of its files (a state saved before files were named)."""
+    told, telling = _told(saved), _told(now)
+    if told is None or telling is None:
+        return ""
+    was, is_ = _named(told), _named(telling)
+    if was is None or is_ is None:
+        return _counts(told, telling)
+    found = [
+        f"{name}: {_differ(said, is_[name])}"
+        for name, said in was.items()
+        if name in is_ and is_[name] != said
+    ]
+    found += [f"{name} ({_what(said)}) is gone" for name, said in was.items() if name not in is_]
+    found += [f"{name} ({_what(said)}) is new" for name, said in is_.items() if name not in was]
+    if not found and list(was) != list(is_):
+        return (
+            f"the same files in another order (saved: {', '.join(was)}; now: "
+            f"{', '.join(is_)}): a list made by a glob or a directory listing follows "
+            "the directory's order; sort it"
+        )
+    more = f"; and {len(found) - _MOST} more" if len(found) > _MOST else ""
+    return "; ".join(found[:_MOST]) + more
+
+
+def _differ(was: dict[str, Any], is_: dict[str, Any]) -> str:
+    """``80,000 bytes when the state was saved, 76,000 bytes now``: what differs."""
+    keys = [k for k in {**was, **is_} if was.get(k) != is_.get(k)]
+    before, after = _what({k: was.get(k) for k in keys}), _what({k: is_.get(k) for k in keys})
+    return f"{before} when the state was saved, {after} now"
+
+
+def _told(parts: dict[str, str]) -> dict[str, Any] | None:
+    """A side's :data:`FILE_PART`, read (``None``: none, or not in this form)."""
+    try:
+        told = json.loads(parts[FILE_PART])
+    except (KeyError, ValueError, TypeError):
+        return None
+    return told if isinstance(told, dict) else None
+
+
+def _named(told: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """``{name: description}`` of the files a side names, in order (``None``: too many
+    to name, or not in this form)."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in told.get("files") or ():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)):
+            return None
+        out[str(entry[0])] = entry[1]
+    return out or None
+
+
+def _counts(told: dict[str, Any], telling: dict[str, Any]) -> str:
+    """The files' count and bytes on each side, where they differ."""
+    (n0, b0), (n1, b1) = [(_int(t.get("count")), _int(t.get("bytes"))) for t in (told, telling)]
+    if (n0, b0) == (n1, b1):
+        return ""
+    return (
+        f"the state was saved on {n0:,} files of {b0:,} bytes, these sources have "
+        f"{n1:,} of {b1:,} (too many to name each: a state names up to "
+        f"{MAX_NAMED_FILES})"
+    )
+
+
+def _files(value: Any, within: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(name, what the description says of it)`` of every file a description holds,
+    in its order; ``within``: the mixed sources it lies in."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _files(item, within)
+        return
+    if not isinstance(value, dict):
+        return
+    path = value.get("path")
+    if isinstance(path, str):  # a token or row file
+        yield _name(path, within), {k: v for k, v in value.items() if k != "path"}
+        return
+    kind = value.get("kind")
+    files, paths = value.get("files"), value.get("paths")
+    if isinstance(files, list) and isinstance(paths, list) and len(files) == len(paths):
+        # Files of one base name in several folders: their paths below the common one.
+        for path, entry in zip(paths, files, strict=True):
+            for _, said in _files(entry if isinstance(entry, dict) else [entry], within):
+                yield _name(str(path), within), said
+        return
+    if kind == "files":  # a FileSource: its keys and their sizes
+        for key, size in zip(value.get("keys") or (), value.get("sizes") or (), strict=False):
+            yield _name(str(key), within), {"bytes": size}
+        return
+    if kind == "table":  # a TableSource: [name, size] a file
+        for entry in value.get("files") or ():
+            if isinstance(entry, list) and len(entry) == 2:
+                yield _name(str(entry[0]), within), {"bytes": entry[1]}
+        return
+    for key, item in value.items():
+        if kind == "mixture" and key == "sources" and isinstance(item, dict):
+            for name, source in item.items():
+                yield from _files(source, (*within, str(name)))
+        else:
+            yield from _files(item, within)
+
+
+def _name(path: str, within: tuple[str, ...]) -> str:
+    return path if not within else f"{path} of source {'/'.join(within)!r}"
+
+
+def _what(described: dict[str, Any]) -> str:
+    """``1,048,576 bytes, uint16, format raw``: a file's description, for a person."""
+    out = []
+    for key, value in described.items():
+        if value is None:
+            out.append(f"no {key}")
+        elif key in ("bytes", "rows") and isinstance(value, int):
+            out.append(f"{value:,} {key}")
+        elif key == "dtype" and isinstance(value, str):
+            out.append(_dtype(value))
+        else:
+            out.append(f"{key} {value}")
+    return ", ".join(out)
+
+
+def _dtype(text: str) -> str:
+    try:
+        dtype = np.dtype(text)
+    except TypeError:
+        return f"dtype {text}"
+    return dtype.name if dtype.isnative or dtype.byteorder == "|" else f"dtype {text}"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
