@@ -173,3 +173,44 @@ def test_a_file_listed_twice_is_refused_naming_both_spellings(tmp_path: Path) ->
         with pytest.raises(ConfigError, match=r"0\.npy: listed twice \(as .*0\.npy and .*Mixture"):
             FileSource([a, b, twice], format="npy")
     assert _values(FileSource([b, a], format="npy", shuffle="none")) == [0, 1]
+
+
+def _appledouble(path: Path) -> None:
+    """What macOS writes beside a file copied to a disk or share without its metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + bytes(4000))
+
+
+def test_hidden_files_and_folders_are_left_out_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A folder copied from a Mac holds ._x.npy beside each x.npy (AppleDouble, not NPY):
+    # listed as samples, the first batch to reach one failed ("not an NPY file") or, with
+    # format="raw", trained on Finder metadata (fails before: 7 keys).
+    root = tmp_path / "train"
+    for i in range(3):
+        _npy(root / "cat" / f"{i}.npy", i)
+        _appledouble(root / "cat" / f"._{i}.npy")
+    _npy(root / ".ipynb_checkpoints" / "0-checkpoint.npy", 99)
+    (root / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")  # not .npy: not counted
+    with caplog.at_level("WARNING", logger="headrace"):
+        src = FileSource(root, format="npy", shuffle="none")
+    assert src.files.keys == ["cat/0.npy", "cat/1.npy", "cat/2.npy"]
+    assert _values(src) == [0, 1, 2]
+    assert (src.files.hidden, src.files.hidden_example) == (4, ".ipynb_checkpoints/")
+    assert "skipped 4 hidden file(s) or folder(s)" in repr(src)
+    assert "skipped 4 hidden" in repr(src.files) and "skipped 4 hidden" in caplog.text
+    # raw reads any name: the same rule.
+    assert FileSource(root, format="raw").files.keys == src.files.keys
+    # Asked for by name, a hidden file is read (a list of paths is read as given).
+    listed = FileSource([root / "cat" / "0.npy", root / "cat" / "._0.npy"], format="raw")
+    assert listed.files.hidden == 0 and len(listed.files) == 2
+
+
+def test_a_folder_of_hidden_files_only_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "train"
+    _appledouble(root / "._0.npy")
+    with pytest.raises(
+        DataError, match=r"no files ending in \['\.npy'\] under it; 1 hidden .*'\._0\.npy'"
+    ):
+        FileSource(root, format="npy")
