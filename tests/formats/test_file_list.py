@@ -107,10 +107,37 @@ def test_a_glob_pattern_lists_what_it_matches_as_a_list_would(tmp_path: Path) ->
     assert FileSource(odd, format="npy").files.url == str(odd)
 
 
-def test_an_empty_folder_says_what_it_looked_for(tmp_path: Path) -> None:
+def test_an_empty_folder_says_what_it_looked_for_and_what_it_holds(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("not a sample")
-    with pytest.raises(DataError, match=r"no files ending in \['\.npy'\] under it"):
+    with pytest.raises(
+        DataError, match=r"no files ending in \['\.npy'\] under it; it holds 1 \.txt$"
+    ):
         FileSource(tmp_path, format="npy")
+    # A microscope's or a scanner's TIFFs: said, with what to do (fails before: only "no
+    # files ending in ['.png'] under it").
+    for i in range(3):
+        (tmp_path / f"s{i}.TIF").write_bytes(b"II*\x00" + bytes(8))
+    with pytest.raises(DataError, match=r"it holds 3 \.tif, 1 \.txt; TIFF is not decoded .*PNG"):
+        FileSource(tmp_path, format="png")
+
+
+def test_every_case_and_spelling_of_an_extension_is_listed(tmp_path: Path) -> None:
+    # .jpe and .jfif (Windows' and some cameras' names for JPEG files) were left out of a
+    # folder's listing, silently (fails before: 3 of the 6 JPEGs listed).
+    from headrace.formats import write_sample_file
+
+    img = np.full((4, 5, 3), 7, np.uint8)
+    names = ["a.JPG", "b.jpe", "c.jfif", "d.JPEG", "e.Jpg", "f.JFIF"]
+    for n in names:
+        write_sample_file("jpeg", tmp_path / n, img)
+    write_sample_file("png", tmp_path / "g.PNG", img)
+    np.save(tmp_path / "h.npy", img)
+    (tmp_path / "h.npy").rename(tmp_path / "H.NPY")
+    src = FileSource(tmp_path, format="jpeg")
+    assert src.files.keys == names
+    assert src.read(0, np.arange(6))["image"].shape == (6, 4, 5, 3)
+    assert FileSource(tmp_path, format="png").files.keys == ["g.PNG"]
+    assert FileSource(tmp_path, format="npy").files.keys == ["H.NPY"]
 
 
 def test_links_that_circle_through_two_folders_are_refused(tmp_path: Path) -> None:

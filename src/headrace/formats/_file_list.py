@@ -29,7 +29,15 @@ from headrace.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from headrace.formats._file_walk import drop_hidden, hidden_note, keep, local_version, walk
+from headrace.formats._file_walk import (
+    drop_hidden,
+    is_hidden,
+    keep,
+    local_version,
+    none_found,
+    suffixes,
+    walk,
+)
 from headrace.formats._object_files import cache_name, check_store_options
 from headrace.io import (
     LocalFile,
@@ -286,21 +294,22 @@ def list_files(
         options = check_store_options(store_options, remote=True)
         store = ObjectStore(str(files), **options)
         try:
-            hidden, example = 0, None
+            hidden, example, every = 0, None, []
             if listing is not None:
                 listed = list(zip(*listing, strict=True))
             else:
-                infos = [(k, i.size, i.etag) for k, i in store.list_info() if keep(k, extensions)]
+                every = [(k, i.size, i.etag) for k, i in store.list_info()]
+                infos = [x for x in every if keep(x[0], extensions)]
                 listed, hidden, example = drop_hidden(infos, lambda x: x[0])
         except BaseException:
             store.close()
             raise
         if not listed:
             store.close()
+            others = suffixes(k for k, _, _ in every if not is_hidden(k))
             raise DataError(
-                f"{store.url}: {_none_found('objects', extensions)}"
+                f"{store.url}: {none_found('objects', extensions, others, hidden, example)}"
                 + _why_empty(str(files), options)
-                + hidden_note(hidden, example)
             )
         out = _remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
@@ -336,8 +345,10 @@ def list_files(
         walked = walk(root, extensions) if listing is None else None
         keys = walked.keys if walked is not None else list(listing[0]) if listing else []
         if not keys:
-            note = hidden_note(walked.hidden, walked.hidden_example) if walked else ""
-            raise DataError(f"{root}: {_none_found('files', extensions)}{note}")
+            w = walked or walk(root, extensions)  # (a worker's empty listing: none)
+            raise DataError(
+                f"{root}: {none_found('files', extensions, w.others, w.hidden, w.hidden_example)}"
+            )
     else:
         # A worker's copy reads the files its parent listed (a pattern matched then).
         keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
@@ -517,10 +528,3 @@ def _url_list(
         finally:
             heads.close()
     return _remote_list(ObjectStore(root, **options), listed, options, cache)
-
-
-def _none_found(what: str, extensions: Sequence[str]) -> str:
-    """What a listing that found nothing says (raw files have any name: no extensions)."""
-    if not extensions:
-        return f"no {what} under it"
-    return f"no {what} ending in {list(extensions)} under it"

@@ -11,14 +11,24 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.io import open_error
 
-__all__ = ["Walked", "drop_hidden", "hidden_note", "is_hidden", "keep", "local_version", "walk"]
+__all__ = [
+    "Walked",
+    "drop_hidden",
+    "is_hidden",
+    "keep",
+    "local_version",
+    "none_found",
+    "suffixes",
+    "walk",
+]
 
 
 def local_version(st: os.stat_result) -> str:
@@ -56,6 +66,7 @@ class Walked(NamedTuple):
     versions: list[str | None]
     hidden: int  # hidden files with the extension, and hidden folders, left out
     hidden_example: str | None
+    others: Counter[str]  # the other files' extensions (for a listing that found none)
 
 
 def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
@@ -71,6 +82,7 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
     """
     found: list[tuple[str, int, str]] = []
     hidden: list[str] = []
+    others: Counter[str] = Counter()
     top = os.fspath(root)
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
@@ -105,6 +117,8 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
                     )
         for n in names:
             if not keep(n, extensions) or n.startswith("."):
+                if not n.startswith("."):
+                    others[os.path.splitext(n)[1].lower()] += 1
                 continue
             path = os.path.join(folder, n)
             try:
@@ -128,14 +142,36 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
         [f[2] for f in found],
         len(hidden),
         min(hidden) if hidden else None,
+        others,
     )
 
 
-def hidden_note(hidden: int, example: str | None) -> str:
-    """What an empty listing says of the hidden files it left out (``""``: none)."""
-    if not hidden:
-        return ""
-    return (
-        f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "
-        f"{example!r}) were left out: pass a list of paths to read such files"
-    )
+def suffixes(names: Iterable[str]) -> Counter[str]:
+    """How many of ``names`` end in each extension (lower case; ``""``: none)."""
+    return Counter(os.path.splitext(n)[1].lower() for n in names)
+
+
+def none_found(
+    what: str, extensions: Sequence[str], others: Counter[str], hidden: int, example: str | None
+) -> str:
+    """What a listing that found nothing says: the files it holds instead (``others``:
+    their extensions) and the hidden ones it left out."""
+    if not extensions:
+        text = f"no {what} under it"
+    else:
+        text = f"no {what} ending in {list(extensions)} under it"
+    if others:
+        held = ", ".join(f"{n:,} {e or '(no extension)'}" for e, n in others.most_common(3))
+        text += f"; it holds {held}{', ...' if len(others) > 3 else ''}"
+        if others.keys() & {".tif", ".tiff"}:
+            text += (
+                "; TIFF is not decoded (Pillow reads a multi-page stack's first page only, "
+                "and 16-bit colour as 8 bits: a silent loss): convert such files to PNG "
+                "(16-bit kept), NPY or HDF5"
+            )
+    if hidden:
+        text += (
+            f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "
+            f"{example!r}) were left out: pass a list of paths to read such files"
+        )
+    return text

@@ -129,7 +129,7 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
         ),
         FileFormat(
             name="jpeg",
-            extensions=(".jpeg", ".jpg"),
+            extensions=(".jpeg", ".jpg", ".jpe", ".jfif"),
             decoder=decode_jpeg,
             encoder=_encode_jpeg,
             zero_copy=False,

@@ -470,8 +470,14 @@ def decode_png(
     _check_out(out)
     view = as_bytes_view(data, name)
     if bytes(view[:8]) != _PNG_SIG:
+        other = "JPEG" if bytes(view[:2]) == _JPEG_SOI else _other_format(view)
+        what = ""
+        if other == "JPEG":
+            what = "; it is a JPEG image: read the set with format='jpeg' (which reads PNGs too)"
+        elif other:
+            what = f"; it is a {other} image, and headrace decodes JPEG and PNG only: re-encode it"
         raise FormatError(
-            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
+            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}{what}"
         )
     _check_png(view, name)
     if mode is not None:
