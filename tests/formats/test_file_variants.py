@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +365,51 @@ def test_png_16_bit_colour_refused_where_pillow_opens_it_otherwise(
         r"image_mode='RGB'",
     ):
         decode_png(data, name="rgb16.png")
+
+
+def _resealed_png(a: np.ndarray[Any, Any], colour: int, cut: int) -> bytes:
+    """``a``'s PNG with its zlib stream cut by ``cut`` bytes, every chunk well formed."""
+    data = png_bytes(a, colour)
+    at = data.index(b"IDAT") - 4
+    (length,) = struct.unpack_from(">I", data, at)
+    idat = data[at + 8 : at + 8 + length - cut]
+    body = b"IDAT" + idat
+    chunk = struct.pack(">I", len(idat)) + body + struct.pack(">I", zlib.crc32(body))
+    return data[:at] + chunk + data[at + 12 + length :]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_a_cut_png_stream_is_refused_where_pillow_accepts_truncation(
+    dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ImageFile.LOAD_TRUNCATED_IMAGES = True (in many training scripts) made Pillow fill a
+    # PNG whose image data stops early with zeros: read as a good image, no on_corrupt
+    # saw it (fails before: decoded, 150 pixels zeroed).
+    from PIL import ImageFile
+
+    a = _RNG.integers(0, 256 if dtype == np.uint8 else 65536, (40, 30, 3)).astype(dtype)
+    cut = _resealed_png(a, 2, 400)
+    with pytest.raises(FormatError, match=r"cut\.png: corrupt or truncated PNG"):
+        decode_png(cut, name="cut.png")
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    with pytest.raises(FormatError, match=r"cut\.png: truncated PNG image data: its zlib"):
+        decode_png(cut, name="cut.png")
+    with pytest.raises(FormatError, match=r"cut\.png: truncated PNG image data"):
+        decode_jpeg(cut, name="cut.png")  # a PNG named .jpg: the same check
+    # A whole stream of too few scanlines (forged): refused too; good files still read.
+    short = png_bytes(a[:39], 2)
+    at = short.index(b"IHDR")
+    forged = short[:at] + b"IHDR" + struct.pack(">II", 30, 40) + short[at + 12 :]
+    forged = (
+        forged[: at + 17] + struct.pack(">I", zlib.crc32(forged[at : at + 17])) + forged[at + 21 :]
+    )
+    with pytest.raises(
+        FormatError, match=r"f\.png: corrupt PNG image data: \d+ bytes of scanlines, its IHDR says"
+    ):
+        decode_png(forged, name="f.png")
+    for interlace in (False, True):
+        good = png_bytes(a, 2, interlace=interlace, filtered=True)
+        _same(decode_png(good, name="ok.png"), a)
 
 
 def test_png_with_data_after_iend_is_named_as_such() -> None:

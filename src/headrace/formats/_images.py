@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import apply_orientation, jpeg_orientation
+from headrace.formats._png_stream import check_png_stream
 
 __all__ = [
     "IMAGE_MODES",
@@ -441,7 +442,18 @@ def _png_mode(img: Any) -> Any:
 
 
 def _check_png(view: memoryview, name: str) -> None:
-    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on."""
+    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on. Where
+    Pillow is told to accept truncated images, its image data is checked whole first."""
+    _check_png_end(view, name)
+    try:
+        from PIL import ImageFile
+    except ImportError:  # pragma: no cover - the decode says what to install
+        return
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        check_png_stream(view, name)
+
+
+def _check_png_end(view: memoryview, name: str) -> None:
     if bytes(view[-12:]) != _PNG_IEND:
         at = bytes(view).rfind(_PNG_IEND)  # error path only
         if at > 0:
