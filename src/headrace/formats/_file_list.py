@@ -31,6 +31,7 @@ from headrace.errors import (
 )
 from headrace.formats._file_walk import (
     drop_hidden,
+    folder_suffixes,
     is_hidden,
     keep,
     local_version,
@@ -345,10 +346,9 @@ def list_files(
         walked = walk(root, extensions) if listing is None else None
         keys = walked.keys if walked is not None else list(listing[0]) if listing else []
         if not keys:
-            w = walked or walk(root, extensions)  # (a worker's empty listing: none)
-            raise DataError(
-                f"{root}: {none_found('files', extensions, w.others, w.hidden, w.hidden_example)}"
-            )
+            hidden, example = (walked.hidden, walked.hidden_example) if walked else (0, None)
+            others = folder_suffixes(root)
+            raise DataError(f"{root}: {none_found('files', extensions, others, hidden, example)}")
     else:
         # A worker's copy reads the files its parent listed (a pattern matched then).
         keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)

@@ -22,6 +22,7 @@ from headrace.io import open_error
 __all__ = [
     "Walked",
     "drop_hidden",
+    "folder_suffixes",
     "is_hidden",
     "keep",
     "local_version",
@@ -66,7 +67,6 @@ class Walked(NamedTuple):
     versions: list[str | None]
     hidden: int  # hidden files with the extension, and hidden folders, left out
     hidden_example: str | None
-    others: Counter[str]  # the other files' extensions (for a listing that found none)
 
 
 def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
@@ -82,7 +82,6 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
     """
     found: list[tuple[str, int, str]] = []
     hidden: list[str] = []
-    others: Counter[str] = Counter()
     top = os.fspath(root)
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
@@ -93,9 +92,9 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
         # (pathlib's relative_to and as_posix took ~45 us a file, most of the listing.)
         below = folder[len(top) :].lstrip(os.sep)
         prefix = below.replace(os.sep, "/") + "/" if below else ""
-        hidden += [prefix + d + "/" for d in dirs if d.startswith(".")]
-        hidden += [prefix + n for n in names if n.startswith(".") and keep(n, extensions)]
-        dirs[:] = [d for d in dirs if not d.startswith(".")]  # not walked
+        if any(d.startswith(".") for d in dirs):  # not walked
+            hidden += [prefix + d + "/" for d in dirs if d.startswith(".")]
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
         links = [os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
         if links:
             # Every folder the walk went through to get here, and every folder above each:
@@ -116,9 +115,10 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
                         "the link or list the files"
                     )
         for n in names:
-            if not keep(n, extensions) or n.startswith("."):
-                if not n.startswith("."):
-                    others[os.path.splitext(n)[1].lower()] += 1
+            if not keep(n, extensions):
+                continue
+            if n.startswith("."):
+                hidden.append(prefix + n)
                 continue
             path = os.path.join(folder, n)
             try:
@@ -142,13 +142,22 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
         [f[2] for f in found],
         len(hidden),
         min(hidden) if hidden else None,
-        others,
     )
 
 
 def suffixes(names: Iterable[str]) -> Counter[str]:
     """How many of ``names`` end in each extension (lower case; ``""``: none)."""
     return Counter(os.path.splitext(n)[1].lower() for n in names)
+
+
+def folder_suffixes(root: Path) -> Counter[str]:
+    """:func:`suffixes` of the files below ``root``, hidden ones left out (the error
+    path of a listing that found none: walked again, not counted on every listing)."""
+    found: Counter[str] = Counter()
+    for _, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += suffixes(n for n in names if not n.startswith("."))
+    return found
 
 
 def none_found(
