@@ -52,6 +52,22 @@ def test_bad_files_are_listed_with_exit_1_and_json(
     assert {p["error"] for p in report["problems"]} == {"FormatError"}
 
 
+def test_hidden_files_left_out_are_counted_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checked, a folder copied from a Mac failed on every ._x.npz (not a zip) and named
+    # each as damaged: the data was fine (fails before: exit 1, 3 failed).
+    root = npz_files(tmp_path / "d", 3)
+    for f in list(root.iterdir()):
+        (root / f"._{f.name}").write_bytes(b"\x00\x05\x16\x07" + bytes(200))
+    out = tmp_path / "r.json"
+    assert main(["check", str(root), "--format", "npz", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no problems" in printed
+    assert "skipped 3 hidden file(s) or folder(s)" in printed and "'._s00.npz'" in printed
+    assert json.loads(out.read_text())["hidden_skipped"] == 3
+
+
 def test_a_clean_token_file_exits_0_and_ids_past_the_vocabulary_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -121,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
         source.close()
         sys.stderr.write("\n")
     print(f"{args.data}: {report}")
+    skipped = source.files.skipped() if args.format != "tokens" else ""
+    if skipped:
+        print(f"{args.data}: {skipped}")
     if args.json:
         data = {
             "data": args.data,
@@ -128,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             "samples": report.samples,
             "complete": report.complete,
             "seconds": report.seconds,
+            "hidden_skipped": source.files.hidden if args.format != "tokens" else 0,
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems

@@ -107,10 +107,37 @@ def test_a_glob_pattern_lists_what_it_matches_as_a_list_would(tmp_path: Path) ->
     assert FileSource(odd, format="npy").files.url == str(odd)
 
 
-def test_an_empty_folder_says_what_it_looked_for(tmp_path: Path) -> None:
+def test_an_empty_folder_says_what_it_looked_for_and_what_it_holds(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("not a sample")
-    with pytest.raises(DataError, match=r"no files ending in \['\.npy'\] under it"):
+    with pytest.raises(
+        DataError, match=r"no files ending in \['\.npy'\] under it; it holds 1 \.txt$"
+    ):
         FileSource(tmp_path, format="npy")
+    # A microscope's or a scanner's TIFFs: said, with what to do (fails before: only "no
+    # files ending in ['.png'] under it").
+    for i in range(3):
+        (tmp_path / f"s{i}.TIF").write_bytes(b"II*\x00" + bytes(8))
+    with pytest.raises(DataError, match=r"it holds 3 \.tif, 1 \.txt; TIFF is not decoded .*PNG"):
+        FileSource(tmp_path, format="png")
+
+
+def test_every_case_and_spelling_of_an_extension_is_listed(tmp_path: Path) -> None:
+    # .jpe and .jfif (Windows' and some cameras' names for JPEG files) were left out of a
+    # folder's listing, silently (fails before: 3 of the 6 JPEGs listed).
+    from headrace.formats import write_sample_file
+
+    img = np.full((4, 5, 3), 7, np.uint8)
+    names = ["a.JPG", "b.jpe", "c.jfif", "d.JPEG", "e.Jpg", "f.JFIF"]
+    for n in names:
+        write_sample_file("jpeg", tmp_path / n, img)
+    write_sample_file("png", tmp_path / "g.PNG", img)
+    np.save(tmp_path / "h.npy", img)
+    (tmp_path / "h.npy").rename(tmp_path / "H.NPY")
+    src = FileSource(tmp_path, format="jpeg")
+    assert src.files.keys == names
+    assert src.read(0, np.arange(6))["image"].shape == (6, 4, 5, 3)
+    assert FileSource(tmp_path, format="png").files.keys == ["g.PNG"]
+    assert FileSource(tmp_path, format="npy").files.keys == ["H.NPY"]
 
 
 def test_links_that_circle_through_two_folders_are_refused(tmp_path: Path) -> None:
@@ -173,3 +200,44 @@ def test_a_file_listed_twice_is_refused_naming_both_spellings(tmp_path: Path) ->
         with pytest.raises(ConfigError, match=r"0\.npy: listed twice \(as .*0\.npy and .*Mixture"):
             FileSource([a, b, twice], format="npy")
     assert _values(FileSource([b, a], format="npy", shuffle="none")) == [0, 1]
+
+
+def _appledouble(path: Path) -> None:
+    """What macOS writes beside a file copied to a disk or share without its metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + bytes(4000))
+
+
+def test_hidden_files_and_folders_are_left_out_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A folder copied from a Mac holds ._x.npy beside each x.npy (AppleDouble, not NPY):
+    # listed as samples, the first batch to reach one failed ("not an NPY file") or, with
+    # format="raw", trained on Finder metadata (fails before: 7 keys).
+    root = tmp_path / "train"
+    for i in range(3):
+        _npy(root / "cat" / f"{i}.npy", i)
+        _appledouble(root / "cat" / f"._{i}.npy")
+    _npy(root / ".ipynb_checkpoints" / "0-checkpoint.npy", 99)
+    (root / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")  # not .npy: not counted
+    with caplog.at_level("WARNING", logger="headrace"):
+        src = FileSource(root, format="npy", shuffle="none")
+    assert src.files.keys == ["cat/0.npy", "cat/1.npy", "cat/2.npy"]
+    assert _values(src) == [0, 1, 2]
+    assert (src.files.hidden, src.files.hidden_example) == (4, ".ipynb_checkpoints/")
+    assert "skipped 4 hidden file(s) or folder(s)" in repr(src)
+    assert "skipped 4 hidden" in repr(src.files) and "skipped 4 hidden" in caplog.text
+    # raw reads any name: the same rule.
+    assert FileSource(root, format="raw").files.keys == src.files.keys
+    # Asked for by name, a hidden file is read (a list of paths is read as given).
+    listed = FileSource([root / "cat" / "0.npy", root / "cat" / "._0.npy"], format="raw")
+    assert listed.files.hidden == 0 and len(listed.files) == 2
+
+
+def test_a_folder_of_hidden_files_only_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "train"
+    _appledouble(root / "._0.npy")
+    with pytest.raises(
+        DataError, match=r"no files ending in \['\.npy'\] under it; 1 hidden .*'\._0\.npy'"
+    ):
+        FileSource(root, format="npy")

@@ -15,8 +15,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _png_files import png_bytes
 from headrace.errors import FormatError
-from headrace.formats import decode_hdf5, decode_jpeg, decode_npy, decode_npz, decode_png
+from headrace.formats import (
+    decode_hdf5,
+    decode_jpeg,
+    decode_npy,
+    decode_npz,
+    decode_png,
+    encode,
+)
 
 # ---------------------------------------------------------------- NPY
 
@@ -271,45 +279,6 @@ def test_npz_other_zip_compression_is_refused(method: int) -> None:
 # ---------------------------------------------------------------- PNG
 
 
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-_ADAM7 = [
-    (0, 0, 8, 8),
-    (4, 0, 8, 8),
-    (0, 4, 4, 8),
-    (2, 0, 4, 4),
-    (0, 2, 2, 4),
-    (1, 0, 2, 2),
-    (0, 1, 1, 2),
-]
-
-
-def _png(a: np.ndarray[Any, Any], color_type: int, *, interlace: bool = False) -> bytes:
-    """A PNG written by hand: bit depths and interlacing that Pillow cannot write."""
-    h, w = a.shape[:2]
-    depth = 16 if a.dtype == np.uint16 else 8
-    rows = a.astype(">u2") if depth == 16 else a
-
-    def scan(sub: np.ndarray[Any, Any]) -> bytes:
-        return b"".join(b"\x00" + sub[y].tobytes() for y in range(sub.shape[0]))
-
-    if interlace:
-        raw = b"".join(
-            scan(rows[y::dy, x::dx]) for x, y, dx, dy in _ADAM7 if rows[y::dy, x::dx].size
-        )
-    else:
-        raw = scan(rows)
-    ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, int(interlace))
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", ihdr)
-        + _chunk(b"IDAT", zlib.compress(raw))
-        + _chunk(b"IEND", b"")
-    )
-
-
 def _pil_png(img: Image.Image, **options: Any) -> bytes:
     buf = io.BytesIO()
     img.save(buf, "PNG", **options)
@@ -341,25 +310,106 @@ def _pillow(data: bytes, mode: str | None = None) -> np.ndarray[Any, Any]:
         ("16-bit grey", _pil_png(Image.fromarray(_GREY16)), None),
         ("1-bit", _pil_png(Image.fromarray(_GREY > 127)), "L"),
         ("2-bit grey", _pil_png(Image.fromarray(_GREY // 64 * 85), bits=2), None),
-        ("RGB Adam7", _png(_RGB, 2, interlace=True), None),
-        ("16-bit grey Adam7", _png(_GREY16, 0, interlace=True), None),
-        (
-            "16-bit RGB (Pillow keeps the high bytes)",
-            _png(_GREY16[:, :, None].repeat(3, 2), 2),
-            None,
-        ),
+        ("RGB Adam7", png_bytes(_RGB, 2, interlace=True), None),
+        ("RGB, filters 0-4", png_bytes(_RGB, 2, filtered=True), None),
+        ("16-bit grey Adam7", png_bytes(_GREY16, 0, interlace=True), None),
     ],
 )
 def test_png_variants_read_as_pillow(kind: str, data: bytes, mode: str | None) -> None:
     _same(decode_png(data, name=f"{kind}.png"), _pillow(data, mode))
 
 
-def test_png_16_bit_grey_alpha_keeps_two_channels() -> None:
-    la16 = _RNG.integers(0, 65536, (5, 7, 2), dtype=np.uint16)
-    got = decode_png(_png(la16, 4), name="la16.png")
-    # Pillow opens it as RGBA; an 8-bit grey + alpha PNG gives two channels, so does this.
-    _same(got, (la16 >> 8).astype(np.uint8))
-    assert _pillow(_png(la16, 4)).shape[2] == 4
+@pytest.mark.parametrize("interlace", [False, True], ids=["progressive", "Adam7"])
+@pytest.mark.parametrize("filtered", [False, True], ids=["filter 0", "filters 0-4"])
+@pytest.mark.parametrize(("colour", "channels"), [(0, 1), (4, 2), (2, 3), (6, 4)])
+def test_png_16_bit_keeps_every_bit(
+    colour: int, channels: int, filtered: bool, interlace: bool
+) -> None:
+    # Pillow reads 16-bit grey + alpha, RGB and RGBA as their high bytes (uint8): a
+    # depth map, an HDR photo or a microscope's colour channels lost 8 bits silently
+    # (fails before: uint8, the high bytes).
+    a = _RNG.integers(0, 65536, (9, 11, channels), dtype=np.uint16)
+    data = png_bytes(
+        a[:, :, 0] if channels == 1 else a, colour, filtered=filtered, interlace=interlace
+    )
+    _same(decode_png(data, name="x16.png"), a)
+    # Converted to a mode, as Pillow converts it (torchvision's loader): 8 bits.
+    assert decode_png(data, name="x16.png", mode="RGB").dtype == np.uint8
+
+
+@pytest.mark.parametrize("channels", [2, 3, 4])
+def test_png_16_bit_colour_is_written_and_read_back(channels: int) -> None:
+    # encode_png refused uint16 with channels (Pillow cannot write it).
+    a = _RNG.integers(0, 65536, (6, 5, channels), dtype=np.uint16)
+    data = encode("png", a)
+    _same(decode_png(data, name="w16.png"), a)
+    # Another decoder reads it: Pillow, the high bytes (RGBA for grey + alpha).
+    high = _pillow(data)
+    _same(high[:, :, [0, 3]] if channels == 2 else high, (a >> 8).astype(np.uint8))
+
+
+def test_png_16_bit_colour_refused_where_pillow_opens_it_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Pillow whose PNG plugin opens 16-bit RGB otherwise (a fault injected here): the
+    # low bytes cannot be read, and the high bytes alone would be a silent loss.
+    from PIL import PngImagePlugin
+
+    modes = dict(PngImagePlugin._MODES)
+    modes[(16, 2)] = ("RGBA", "RGB;16B")
+    monkeypatch.setattr(PngImagePlugin, "_MODES", modes)
+    data = png_bytes(_RNG.integers(0, 65536, (3, 4, 3), dtype=np.uint16), 2)
+    with pytest.raises(
+        FormatError,
+        match=r"rgb16\.png: a 16-bit PNG \(colour type 2\).*"
+        r"image_mode='RGB'",
+    ):
+        decode_png(data, name="rgb16.png")
+
+
+def _resealed_png(a: np.ndarray[Any, Any], colour: int, cut: int) -> bytes:
+    """``a``'s PNG with its zlib stream cut by ``cut`` bytes, every chunk well formed."""
+    data = png_bytes(a, colour)
+    at = data.index(b"IDAT") - 4
+    (length,) = struct.unpack_from(">I", data, at)
+    idat = data[at + 8 : at + 8 + length - cut]
+    body = b"IDAT" + idat
+    chunk = struct.pack(">I", len(idat)) + body + struct.pack(">I", zlib.crc32(body))
+    return data[:at] + chunk + data[at + 12 + length :]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_a_cut_png_stream_is_refused_where_pillow_accepts_truncation(
+    dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ImageFile.LOAD_TRUNCATED_IMAGES = True (in many training scripts) made Pillow fill a
+    # PNG whose image data stops early with zeros: read as a good image, no on_corrupt
+    # saw it (fails before: decoded, 150 pixels zeroed).
+    from PIL import ImageFile
+
+    a = _RNG.integers(0, 256 if dtype == np.uint8 else 65536, (40, 30, 3)).astype(dtype)
+    cut = _resealed_png(a, 2, 400)
+    with pytest.raises(FormatError, match=r"cut\.png: corrupt or truncated PNG"):
+        decode_png(cut, name="cut.png")
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    with pytest.raises(FormatError, match=r"cut\.png: truncated PNG image data: its zlib"):
+        decode_png(cut, name="cut.png")
+    with pytest.raises(FormatError, match=r"cut\.png: truncated PNG image data"):
+        decode_jpeg(cut, name="cut.png")  # a PNG named .jpg: the same check
+    # A whole stream of too few scanlines (forged): refused too; good files still read.
+    short = png_bytes(a[:39], 2)
+    at = short.index(b"IHDR")
+    forged = short[:at] + b"IHDR" + struct.pack(">II", 30, 40) + short[at + 12 :]
+    forged = (
+        forged[: at + 17] + struct.pack(">I", zlib.crc32(forged[at : at + 17])) + forged[at + 21 :]
+    )
+    with pytest.raises(
+        FormatError, match=r"f\.png: corrupt PNG image data: \d+ bytes of scanlines, its IHDR says"
+    ):
+        decode_png(forged, name="f.png")
+    for interlace in (False, True):
+        good = png_bytes(a, 2, interlace=interlace, filtered=True)
+        _same(decode_png(good, name="ok.png"), a)
 
 
 def test_png_with_data_after_iend_is_named_as_such() -> None:

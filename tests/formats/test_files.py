@@ -82,6 +82,8 @@ def test_registry_names_aliases_extensions() -> None:
     assert file_format("H5") is FILE_FORMATS["hdf5"]
     assert file_format("dir/x.npz") is FILE_FORMATS["npz"]
     assert file_format(".jpeg") is FILE_FORMATS["jpeg"]
+    for name in ("x.jpe", "x.JFIF", "X.JPG"):
+        assert file_format(name) is FILE_FORMATS["jpeg"]
     assert file_format(FILE_FORMATS["png"]) is FILE_FORMATS["png"]
     with pytest.raises(ConfigError, match=r"unknown file format 'tiff'"):
         file_format("tiff")
@@ -325,6 +327,12 @@ def test_png_errors() -> None:
         decode_png(data[:-20], name="p.png")
     with pytest.raises(FormatError, match=r"p.png: not a PNG"):
         decode_png(b"\xff\xd8" + data[2:], name="p.png")
+    # Named by what they are, with what to do (fails before: "not a PNG" only).
+    jpeg = encode("jpeg", synthetic_arrays("jpeg", seed=0, shape=(8, 8, 3)))
+    with pytest.raises(FormatError, match=r"p.png: not a PNG.*a JPEG image: .*format='jpeg'"):
+        decode_png(jpeg, name="p.png")
+    with pytest.raises(FormatError, match=r"p.png: not a PNG.*a TIFF image, .*re-encode"):
+        decode_png(b"II*\x00" + bytes(60), name="p.png")
     idat = data.index(b"IDAT") + 10
     corrupt = data[:idat] + b"\x11" * 30 + data[idat + 30 :]
     with pytest.raises(FormatError, match=r"p.png: corrupt or truncated PNG"):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _png_files import png_bytes
 from headrace.errors import ConfigError, DataError, FormatError, StateError
 from headrace.formats import IMAGE_MODES, FileSource, decode, decode_jpeg, decode_png
 from headrace.formats import _images as images
@@ -40,25 +41,6 @@ _SMOOTH = np.clip(
 ).astype(np.uint8)
 # Several alphas in tRNS: Pillow advises converting such a palette image to RGBA.
 _ALPHAS = bytes(range(0, 256, 16))
-
-
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def _png(a: np.ndarray[Any, Any], color_type: int) -> bytes:
-    """A PNG written by hand, for the 16-bit types Pillow cannot write."""
-    h, w = a.shape[:2]
-    depth = 16 if a.dtype == np.uint16 else 8
-    rows = a.astype(">u2") if depth == 16 else a
-    raw = b"".join(b"\x00" + rows[y].tobytes() for y in range(h))
-    ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", ihdr)
-        + _chunk(b"IDAT", zlib.compress(raw))
-        + _chunk(b"IEND", b"")
-    )
 
 
 def _save(img: Image.Image, fmt: str, **options: Any) -> bytes:
@@ -84,9 +66,11 @@ PNGS: dict[str, bytes] = {
     "2-bit grey": _save(Image.fromarray(_GREY // 64 * 85), "PNG", bits=2),
     "16-bit grey": _save(Image.fromarray(_GREY16), "PNG"),
     "16-bit grey, low values": _save(Image.fromarray(_LOW16), "PNG"),
-    "16-bit grey + alpha": _png(np.stack([_GREY16, _GREY16[::-1]], axis=2), 4),
-    "16-bit RGB": _png(np.stack([_GREY16, _GREY16.T[:_H, :_H].repeat(2, 1)[:, :_W], _LOW16], 2), 2),
-    "16-bit RGBA": _png(np.stack([_GREY16, _LOW16, _GREY16[::-1], _LOW16[::-1]], axis=2), 6),
+    "16-bit grey + alpha": png_bytes(np.stack([_GREY16, _GREY16[::-1]], axis=2), 4),
+    "16-bit RGB": png_bytes(
+        np.stack([_GREY16, _GREY16.T[:_H, :_H].repeat(2, 1)[:, :_W], _LOW16], 2), 2
+    ),
+    "16-bit RGBA": png_bytes(np.stack([_GREY16, _LOW16, _GREY16[::-1], _LOW16[::-1]], axis=2), 6),
     "grey + tRNS": _save(Image.fromarray(_GREY), "PNG", transparency=int(_GREY[0, 0])),
     "RGB + tRNS": _save(Image.fromarray(_RGB), "PNG", transparency=tuple(_RGB[0, 0].tolist())),
     "APNG (first frame)": _apng(),

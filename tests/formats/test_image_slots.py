@@ -7,8 +7,6 @@ lies never gives a wrong batch."""
 from __future__ import annotations
 
 import io
-import struct
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 import simplejpeg
 from PIL import Image, ImageOps
 
+from _png_files import png_bytes
 from headrace.errors import FormatError
 from headrace.formats import FileSource, TableSource, decode_jpeg, decode_png
 from headrace.formats import _image_slots as image_slots
@@ -42,21 +41,19 @@ def _save(img: Image.Image, fmt: str, **options: Any) -> bytes:
     return buf.getvalue()
 
 
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+#: 16-bit PNGs written here and their arrays: Pillow reads the colour types' high
+#: bytes only, so the reference for them (``mode=None``) is the array written.
+_WRITTEN16: dict[bytes, np.ndarray[Any, Any]] = {}
 
 
-def _grey16_png(h: int = _H, w: int = _W) -> bytes:
-    """A 16-bit grey PNG written by hand (Pillow cannot write one from an array)."""
-    a = _RNG.integers(0, 65536, (h, w), dtype=np.uint16).astype(">u2")
-    raw = b"".join(b"\x00" + a[y].tobytes() for y in range(h))
-    ihdr = struct.pack(">IIBBBBB", w, h, 16, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", ihdr)
-        + _chunk(b"IDAT", zlib.compress(raw))
-        + _chunk(b"IEND", b"")
-    )
+def _png16(colour: int, channels: int) -> Callable[[], bytes]:
+    def make() -> bytes:
+        a = _RNG.integers(0, 65536, (_H, _W, channels), dtype=np.uint16)
+        data = png_bytes(a[:, :, 0] if channels == 1 else a, colour, filtered=True)
+        _WRITTEN16[data] = a
+        return data
+
+    return make
 
 
 def _exif_jpeg(orientation: int, h: int = _H, w: int = _W) -> bytes:
@@ -72,7 +69,10 @@ KINDS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "cmyk jpeg": ("jpg", lambda: _save(Image.fromarray(_pixels(4), "CMYK"), "JPEG")),
     "png named jpg": ("jpg", lambda: _save(Image.fromarray(_pixels(3)), "PNG")),
     "grey png": ("png", lambda: _save(Image.fromarray(_pixels(1)[:, :, 0]), "PNG")),
-    "grey16 png": ("png", _grey16_png),
+    "grey16 png": ("png", _png16(0, 1)),
+    "la16 png": ("png", _png16(4, 2)),
+    "rgb16 png": ("png", _png16(2, 3)),
+    "rgba16 png": ("png", _png16(6, 4)),
     "la png": ("png", lambda: _save(Image.fromarray(_pixels(2), "LA"), "PNG")),
     "rgb png": ("png", lambda: _save(Image.fromarray(_pixels(3)), "PNG")),
     "rgba png": ("png", lambda: _save(Image.fromarray(_pixels(4)), "PNG")),
@@ -85,7 +85,10 @@ KINDS: dict[str, tuple[str, Callable[[], bytes]]] = {
 
 
 def pillow(data: bytes, mode: str | None, *, kind: str, turn: bool = False) -> np.ndarray[Any, Any]:
-    """What Pillow gives, under the module's rules for ``mode=None``."""
+    """What Pillow gives, under the module's rules for ``mode=None`` (16-bit PNGs: the
+    array written, every bit)."""
+    if mode is None and data in _WRITTEN16:
+        return _WRITTEN16[data]
     img = Image.open(io.BytesIO(data))
     if turn:
         img = ImageOps.exif_transpose(img)

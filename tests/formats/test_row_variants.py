@@ -22,6 +22,16 @@ def _x(tokens: Path, mask: Path | None = None) -> np.ndarray:
     return x
 
 
+def test_an_upper_case_npy_name_is_an_npy_file(tmp_path: Path) -> None:
+    # ROWS.NPY was opened as raw rows, then refused as "an NPY file ... Rename it to end
+    # in .npy" (fails before: FormatError); written by that name, it was raw bytes.
+    np.save(tmp_path / "t.npy", _TOK)
+    (tmp_path / "t.npy").rename(tmp_path / "T.NPY")
+    assert np.array_equal(_x(tmp_path / "T.NPY"), _TOK[:, :8].astype(np.int32))
+    assert write_row_file(tmp_path / "W.NPY", _TOK).format == "npy"
+    assert np.array_equal(np.load(tmp_path / "W.NPY"), _TOK)
+
+
 @pytest.mark.parametrize("version", [(1, 0), (3, 0)])
 def test_big_endian_npy_rows_read_as_their_values(version: tuple[int, int], tmp_path: Path) -> None:
     path = tmp_path / "be.npy"

@@ -483,6 +483,27 @@ def test_a_folder_with_tables_in_subfolders_is_refused_and_a_glob_reaches_them(
     tb.close()
 
 
+def test_hidden_table_files_and_folders_are_left_out_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A folder copied from a Mac: ._a.parquet (AppleDouble) beside a.parquet was opened as
+    # a table file and refused, "not a Parquet file"; a notebook's .ipynb_checkpoints/
+    # copy made the folder one "with tables in subfolders" (fails before: FormatError).
+    table = pa.table({"ids": list(range(10))})
+    pq.write_table(table, tmp_path / "a.parquet")
+    (tmp_path / "._a.parquet").write_bytes(b"\x00\x05\x16\x07" + bytes(100))
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    pq.write_table(table, tmp_path / ".ipynb_checkpoints" / "a-checkpoint.parquet")
+    with caplog.at_level("WARNING", logger="headrace"):
+        tb = Table.open(tmp_path)
+    assert tb.num_rows == 10 and [os.path.basename(p.path) for p in tb._parts] == ["a.parquet"]
+    assert "skipped 1 hidden table file(s)" in caplog.text and "'._a.parquet'" in caplog.text
+    tb.close()
+    remote = Table.open(f"file://{tmp_path}")  # listed as an object store lists it
+    assert remote.num_rows == 10
+    remote.close()
+
+
 def _hf_indices(path: Path, rows: list[int]) -> None:
     """An indices mapping as ``datasets`` writes it: one uint64 column, its schema metadata."""
     meta = {"huggingface": json.dumps({"info": {"features": {"indices": {"dtype": "uint64"}}}})}

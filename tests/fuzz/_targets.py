@@ -175,6 +175,15 @@ def _write_files(fmt: str, ext: str, **options: Any) -> Callable[[Path], None]:
     return write
 
 
+def _write_png16(d: Path) -> None:
+    """16-bit RGB PNGs (written unfiltered by ``encode``), decoded by two Pillow passes."""
+    from headrace.formats import synthetic_arrays, write_sample_file
+
+    for k, name in enumerate("abc"):
+        a = synthetic_arrays("png", seed=k, shape=_FILE_SHAPES["png"])
+        write_sample_file("png", d / f"{name}.png", np.asarray(a).astype(np.uint16) * 257 + k)
+
+
 def _read_files(fmt: str, **options: Any) -> Callable[[Path], bytes]:
     def read(d: Path) -> bytes:
         from headrace.formats import FileSource
@@ -405,6 +414,7 @@ TARGETS: dict[str, Target] = {
     ),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
+    "files_png16": _target(_write_png16, "a.png", ["b.png", "c.png"], _read_files("png")),
     "parquet": _target(_write_parquet, "t.parquet", [], _read_table("t.parquet")),
     "arrow_file": _target(_write_arrow_file, "t.arrow", [], _read_table("t.arrow")),
     "arrow_stream": _target(_write_arrow_stream, "t.arrow", [], _read_table("t.arrow")),

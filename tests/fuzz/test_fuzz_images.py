@@ -18,7 +18,7 @@ from _mutate import (
 from _targets import TARGETS
 
 
-@pytest.mark.parametrize("target", ["files_jpeg", "files_png"])
+@pytest.mark.parametrize("target", ["files_jpeg", "files_png", "files_png16"])
 def test_images(target: str, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     fields = jpeg_segments(data) if target == "files_jpeg" else png_chunks(data)

@@ -262,6 +262,24 @@ def test_folder_markers_are_not_files(
     assert [k for k, _ in store.list_info("sub")] == ["sub/a.bin", "sub/b.bin"]
 
 
+def test_hidden_objects_are_left_out_and_counted(s3: S3Fixture, tmp_path: Path) -> None:
+    # A folder synced from a Mac (aws s3 sync, rclone) brings its ._x.bin AppleDouble files
+    # and .ipynb_checkpoints/ along: each was a sample (fails before: 5 keys).
+    client = s3.server.info.boto3_client()
+    for key in ("a.bin", "._a.bin", "sub/b.bin", "sub/._b.bin", ".ipynb_checkpoints/a.bin"):
+        body = key.encode().ljust(16, b".")
+        client.put_object(Bucket=BUCKET, Key=f"hidden/{key}", Body=body)
+        if "/." not in f"/{key}":  # not hidden: the local copy has it
+            (tmp_path / key).parent.mkdir(exist_ok=True)
+            (tmp_path / key).write_bytes(body)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(f"s3://{BUCKET}/hidden", store_options=options, format="raw")
+    assert src.files.keys == ["a.bin", "sub/b.bin"]
+    assert (src.files.hidden, src.files.hidden_example) == (3, "._a.bin")
+    assert "skipped 3 hidden" in repr(src)
+    assert run(src, steps=2, batch=1) == run(FileSource(tmp_path, format="raw"), steps=2, batch=1)
+
+
 def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(
     s3: S3Fixture, datasets: Path
 ) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,16 @@ from headrace.errors import (
     HeadraceError,
     ObjectNotFoundError,
     StorageError,
+)
+from headrace.formats._file_walk import (
+    drop_hidden,
+    folder_suffixes,
+    is_hidden,
+    keep,
+    local_version,
+    none_found,
+    suffixes,
+    walk,
 )
 from headrace.formats._object_files import cache_name, check_store_options
 from headrace.io import (
@@ -68,9 +77,14 @@ class FileList:
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
     #: each file's version as listed: an object's ETag (``None`` when the store gave
-    #: none); a local file's device, inode and mtime (:func:`_local_version`)
+    #: none); a local file's device, inode and mtime (``_file_walk.local_version``)
     etags: list[str | None]
     store: Any = None  # the ObjectStore, for object-store datasets
+    #: what a folder's or prefix's listing left out as hidden (``_file_walk.is_hidden``):
+    #: files with the format's extension (``._x.jpg``) and folders not walked
+    #: (``.ipynb_checkpoints/``; on object storage, the files in them); and one of them
+    hidden: int = 0
+    hidden_example: str | None = None
     cache: ObjectCache | None = None
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
@@ -84,7 +98,19 @@ class FileList:
         keys = self.keys if len(self.keys) <= 4 else [*self.keys[:2], "...", self.keys[-1]]
         return (
             f"FileList(url={self.url!r}, {len(self.keys):,} files, {sum(self.sizes):,} bytes, "
-            f"keys={keys!r}, remote={self.remote}, cache={self.cache!r})"
+            f"keys={keys!r}, remote={self.remote}, cache={self.cache!r}"
+            + (f", {self.skipped()}" if self.hidden else "")
+            + ")"
+        )
+
+    def skipped(self) -> str:
+        """What the listing left out, in words (``""``: nothing)."""
+        if not self.hidden:
+            return ""
+        return (
+            f"skipped {self.hidden:,} hidden file(s) or folder(s) (a name starting with "
+            f"'.', e.g. {self.hidden_example!r}: macOS's ._ files, editor and notebook "
+            "copies); pass a list of paths to read such files"
         )
 
     def name(self, i: int) -> str:
@@ -154,12 +180,6 @@ class FileList:
         self._close()
 
 
-def _local_version(st: os.stat_result) -> str:
-    """A local file's version tag: device, inode and mtime (ns). A file renamed over
-    (another inode) or written since (another mtime) has another tag."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
-
-
 def _check_version(path: str, fd: int, listed: str | None, size: int) -> None:
     """Refuse bytes just read from ``fd`` unless the file is the version listed.
 
@@ -171,7 +191,7 @@ def _check_version(path: str, fd: int, listed: str | None, size: int) -> None:
     sample) where an object's new ETag was refused.
     """
     st = os.fstat(fd)
-    now = _local_version(st)
+    now = local_version(st)
     # Another size: FileList.fetch refuses it, naming both sizes.
     if listed is not None and now != listed and st.st_size == size:
         raise StorageError(
@@ -238,72 +258,6 @@ def refuse_repeats(paths: Sequence[str], what: str) -> None:
         seen[same] = p
 
 
-def _keep(key: str, extensions: tuple[str, ...]) -> bool:
-    return not extensions or key.lower().endswith(extensions)
-
-
-def _walk(root: Path, extensions: tuple[str, ...]) -> tuple[list[str], list[int], list[str | None]]:
-    """Sorted keys (``/``-separated, below ``root``) of the files ending in ``extensions``,
-    their sizes and versions (from the stat that found each a regular file: one a file).
-
-    Symbolic links are followed, to files and to folders: a class folder kept on
-    another disk and linked in is part of the dataset (``rglob`` walked past
-    linked folders, leaving their files out without a word). A dangling link
-    with the extension is refused by name, as is a link to a folder above it
-    (followed, it would list the same files without end).
-    """
-    found: list[tuple[str, int, str]] = []
-    top = os.fspath(root)
-
-    def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
-        raise open_error(str(exc.filename or root), exc) from exc
-
-    for folder, dirs, names in os.walk(root, onerror=fail, followlinks=True):
-        links = [os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
-        if links:
-            # Every folder the walk went through to get here, and every folder above each:
-            # a link to one of them walks in a circle (through other links, maybe).
-            above: set[str] = set()
-            path = str(root)
-            for part in ("", *Path(folder).relative_to(root).parts):
-                path = os.path.join(path, part) if part else path
-                up = os.path.realpath(path)
-                while up not in above:
-                    above.add(up)
-                    up = os.path.dirname(up)
-            for link in links:
-                if os.path.realpath(link) in above:
-                    raise ConfigError(
-                        f"{link}: a symbolic link to {os.path.realpath(link)}, a folder above "
-                        f"it in {root}: the dataset would hold its files over and over; remove "
-                        "the link or list the files"
-                    )
-        # os.walk joins each folder onto ``top`` as given: the rest is the folder's key.
-        # (pathlib's relative_to and as_posix took ~45 us a file, most of the listing.)
-        below = folder[len(top) :].lstrip(os.sep)
-        prefix = below.replace(os.sep, "/") + "/" if below else ""
-        for n in names:
-            if not _keep(n, extensions):
-                continue
-            path = os.path.join(folder, n)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError as exc:
-                if not os.path.islink(path):  # deleted while listed
-                    raise open_error(path, exc) from exc
-                raise ObjectNotFoundError(
-                    errno.ENOENT,
-                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
-                    "(a dataset's file must be readable: remove the link or restore its target)",
-                ) from exc
-            except OSError as exc:
-                raise open_error(path, exc) from exc
-            if stat.S_ISREG(st.st_mode):  # not a FIFO or socket named like a sample
-                found.append((prefix + n, st.st_size, _local_version(st)))
-    found.sort()
-    return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
-
-
 def _is_pattern(path: str | os.PathLike[str]) -> bool:
     """A glob pattern, not a folder (a folder named ``odd[1]`` is a folder)."""
     text = os.fspath(path)
@@ -341,21 +295,26 @@ def list_files(
         options = check_store_options(store_options, remote=True)
         store = ObjectStore(str(files), **options)
         try:
-            listed = (
-                list(zip(*listing, strict=True))
-                if listing is not None
-                else [(k, i.size, i.etag) for k, i in store.list_info() if _keep(k, extensions)]
-            )
+            hidden, example, every = 0, None, []
+            if listing is not None:
+                listed = list(zip(*listing, strict=True))
+            else:
+                every = [(k, i.size, i.etag) for k, i in store.list_info()]
+                infos = [x for x in every if keep(x[0], extensions)]
+                listed, hidden, example = drop_hidden(infos, lambda x: x[0])
         except BaseException:
             store.close()
             raise
         if not listed:
             store.close()
+            others = suffixes(k for k, _, _ in every if not is_hidden(k))
             raise DataError(
-                f"{store.url}: {_none_found('objects', extensions)}"
+                f"{store.url}: {none_found('objects', extensions, others, hidden, example)}"
                 + _why_empty(str(files), options)
             )
-        return _remote_list(store, listed, options, cache)
+        out = _remote_list(store, listed, options, cache)
+        out.hidden, out.hidden_example = hidden, example
+        return out
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         return _url_list([str(p) for p in files], store_options, listing, cache)
     check_store_options(store_options, remote=False)
@@ -384,10 +343,12 @@ def list_files(
                 f"{root}: expected a directory, an object-store URL or a list of files."
             )
         url = str(root)
-        walked = _walk(root, extensions) if listing is None else None
-        keys = walked[0] if walked is not None else list(listing[0]) if listing else []
+        walked = walk(root, extensions) if listing is None else None
+        keys = walked.keys if walked is not None else list(listing[0]) if listing else []
         if not keys:
-            raise DataError(f"{root}: {_none_found('files', extensions)}")
+            hidden, example = (walked.hidden, walked.hidden_example) if walked else (0, None)
+            others = folder_suffixes(root)
+            raise DataError(f"{root}: {none_found('files', extensions, others, hidden, example)}")
     else:
         # A worker's copy reads the files its parent listed (a pattern matched then).
         keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
@@ -400,7 +361,7 @@ def list_files(
         # A worker's copy reads the sizes and versions its parent listed.
         sizes, versions = list(listing[1]), list(listing[2])
     elif walked is not None:
-        sizes, versions = walked[1], walked[2]  # the walk's stat: one a file
+        sizes, versions = walked.sizes, walked.versions  # the walk's stat: one a file
     else:
         sizes, versions = [], []
         for k in keys:
@@ -410,7 +371,7 @@ def list_files(
             except OSError as exc:
                 raise open_error(p, exc) from exc
             sizes.append(st.st_size)
-            versions.append(_local_version(st))
+            versions.append(local_version(st))
     return FileList(
         url=url,
         keys=keys,
@@ -419,6 +380,8 @@ def list_files(
         _fetch=_local_reader(local_read, url, keys, sizes, versions),
         _close=lambda: None,
         etags=versions,
+        hidden=walked.hidden if walked else 0,
+        hidden_example=walked.hidden_example if walked else None,
     )
 
 
@@ -565,10 +528,3 @@ def _url_list(
         finally:
             heads.close()
     return _remote_list(ObjectStore(root, **options), listed, options, cache)
-
-
-def _none_found(what: str, extensions: Sequence[str]) -> str:
-    """What a listing that found nothing says (raw files have any name: no extensions)."""
-    if not extensions:
-        return f"no {what} under it"
-    return f"no {what} ending in {list(extensions)} under it"

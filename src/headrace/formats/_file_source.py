@@ -104,6 +104,8 @@ class FileSource(Closing):
         self.config = config
         self.format: FileFormat = file_format(config.format)
         self.files: FileList = self._list(listing, open_cache(config.cache_dir, config.cache_bytes))
+        if self.files.hidden:  # said where it is seen, not only in a repr
+            log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
@@ -166,10 +168,11 @@ class FileSource(Closing):
 
     def __repr__(self) -> str:
         c = self.config
+        skipped = self.files.skipped()
         return (
             f"FileSource({self.files.url or 'a list of paths'!r}, {len(self.files):,} "
             f"{self.format.name} file(s), {self.samples_per_epoch:,} samples an epoch, "
-            f"shuffle={c.shuffle!r})"
+            f"shuffle={c.shuffle!r}{'; ' + skipped if skipped else ''})"
         )
 
     @property

@@ -13,7 +13,7 @@ raw        ``(nbytes,)`` ``uint8`` view of the bytes, no decoding
 npy        one array, header dtype and shape; leading sample axis if several
 npz        ``{member: array}``; leading sample axis per member if several
 jpeg       ``(H, W, 3)`` ``uint8`` RGB (``mode=``: as Pillow's ``convert(mode)``)
-png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit grey stays ``uint16``)
+png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``)
            (``mode=``: as Pillow's ``convert(mode)``)
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 =========  ======================================================================
@@ -129,7 +129,7 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
         ),
         FileFormat(
             name="jpeg",
-            extensions=(".jpeg", ".jpg"),
+            extensions=(".jpeg", ".jpg", ".jpe", ".jfif"),
             decoder=decode_jpeg,
             encoder=_encode_jpeg,
             zero_copy=False,

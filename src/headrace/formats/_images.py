@@ -6,9 +6,10 @@ Sample schema
   and so is a PNG named as a JPEG (read by its bytes, as Pillow reads it).
 * PNG: ``(H, W, C)``, ``C`` = 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA);
   grey keeps its single channel as ``(H, W, 1)``. Palette images expand to
-  RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit greyscale,
-  which stays ``uint16`` (Pillow reduces 16-bit colour, and 16-bit grey +
-  alpha, to 8 bits: their high bytes).
+  RGB or RGBA, 1-bit images to grey. ``uint8``, except 16-bit files (every
+  colour type), which stay ``uint16``: Pillow reduces 16-bit colour, and 16-bit
+  grey + alpha, to their high bytes, so those are decoded with Pillow's own
+  inflate and unfilter under raw modes that keep every byte (:func:`_png16`).
 * ``mode`` (``"L"``, ``"LA"``, ``"RGB"``, ``"RGBA"``; ``None``: the above) converts
   as Pillow's ``Image.open(f).convert(mode)`` does, pixel for pixel, on both JPEG
   paths: ``(H, W, 1)``, ``(H, W, 2)``, ``(H, W, 3)`` or ``(H, W, 4)`` ``uint8``
@@ -32,6 +33,9 @@ from __future__ import annotations
 import io
 import re
 import struct
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, TypeAlias, get_args
 
 import numpy as np
@@ -40,6 +44,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import apply_orientation, jpeg_orientation
+from headrace.formats._png_stream import check_png_stream
 
 __all__ = [
     "IMAGE_MODES",
@@ -66,13 +71,20 @@ _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 _FOUR_CHANNEL = ("CMYK", "YCCK")
 # libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
 _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
-# IHDR's colour type byte (after the signature, the chunk's length and type,
-# width, height and bit depth): 4 is grey + alpha.
+# IHDR's bit depth and colour type bytes (after the signature, the chunk's length and
+# type, width and height).
+_PNG_DEPTH = 24
 _PNG_COLOR_TYPE = 25
-_PNG_GREY_ALPHA = 4
 # Channels as decoded with no mode, by IHDR colour type (3, a palette, is RGB or RGBA
-# as a tRNS chunk says: not predicted). 16-bit colour is reduced to 8 bits.
+# as a tRNS chunk says: not predicted).
 _PNG_CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
+# 16-bit colour types: Pillow's mode for each and the raw modes that give the high and
+# the low bytes of every sample (grey + alpha: four bytes a pixel, taken as they are).
+_PNG16_RAW = {
+    2: ("RGB", ("RGB;16B", "RGB;16L")),
+    4: ("RGBA", ("RGBA",)),
+    6: ("RGBA", ("RGBA;16B", "RGBA;16L")),
+}
 _U8 = np.dtype(np.uint8)
 
 try:
@@ -268,8 +280,7 @@ def png_layout(data: Buffer, *, mode: ImageMode | None = None) -> Layout | None:
     channels = _PNG_CHANNELS.get(colour)
     if channels is None or depth not in ((1, 2, 4, 8, 16) if colour == 0 else (8, 16)):
         return None
-    grey16 = colour == 0 and depth == 16
-    return (height, width, channels), np.dtype(np.uint16) if grey16 else _U8
+    return (height, width, channels), np.dtype(np.uint16) if depth == 16 else _U8
 
 
 def _check_out(out: NDArray[Any] | None) -> None:
@@ -370,26 +381,32 @@ def _pil_decode(
     """Decode with Pillow, then ``convert(mode)`` unless the image is in ``mode``
     already (``None``: a PNG's own mode, see :func:`_png_mode`)."""
     image_mod = _pil()
+    with _pil_errors(image_mod, name, kind), _pil_open(image_mod, view, kind) as img:
+        _check_pixels(img.size[1], img.size[0], name, kind)
+        img.load()
+        if mode in ("L", "RGB"):
+            # tRNS changes no pixel of an "L" or "RGB" result, only its info; for a
+            # palette's several alphas Pillow warns (advice, made an error here).
+            img.info.pop("transparency", None)
+        if mode is None:
+            img = _png_mode(img)
+        elif img.mode != mode:  # convert() copies even when the mode is the same
+            img = img.convert(mode)
+        arr = np.asarray(img)
+    if arr.ndim == 2:
+        arr = arr[:, :, np.newaxis]
+    return arr
+
+
+@contextmanager
+def _pil_errors(image_mod: Any, name: str, kind: str) -> Iterator[None]:
+    """Pillow's errors and warnings-made-errors as a ``FormatError`` naming the file."""
     try:
-        with _pil_open(image_mod, view, kind) as img:
-            _check_pixels(img.size[1], img.size[0], name, kind)
-            img.load()
-            if mode in ("L", "RGB"):
-                # tRNS changes no pixel of an "L" or "RGB" result, only its info; for a
-                # palette's several alphas Pillow warns (advice, made an error here).
-                img.info.pop("transparency", None)
-            if mode is None:
-                img = _png_mode(img)
-            elif img.mode != mode:  # convert() copies even when the mode is the same
-                img = img.convert(mode)
-            arr = np.asarray(img)
+        yield
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
         # Pillow's "cannot identify image file" names our reader object, not the file.
         why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
         raise FormatError(f"{name}: corrupt or truncated {kind} ({why})") from exc
-    if arr.ndim == 2:
-        arr = arr[:, :, np.newaxis]
-    return arr
 
 
 def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:
@@ -425,7 +442,18 @@ def _png_mode(img: Any) -> Any:
 
 
 def _check_png(view: memoryview, name: str) -> None:
-    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on."""
+    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on. Where
+    Pillow is told to accept truncated images, its image data is checked whole first."""
+    _check_png_end(view, name)
+    try:
+        from PIL import ImageFile
+    except ImportError:  # pragma: no cover - the decode says what to install
+        return
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        check_png_stream(view, name)
+
+
+def _check_png_end(view: memoryview, name: str) -> None:
     if bytes(view[-12:]) != _PNG_IEND:
         at = bytes(view).rfind(_PNG_IEND)  # error path only
         if at > 0:
@@ -454,23 +482,69 @@ def decode_png(
     _check_out(out)
     view = as_bytes_view(data, name)
     if bytes(view[:8]) != _PNG_SIG:
+        other = "JPEG" if bytes(view[:2]) == _JPEG_SOI else _other_format(view)
+        what = ""
+        if other == "JPEG":
+            what = "; it is a JPEG image: read the set with format='jpeg' (which reads PNGs too)"
+        elif other:
+            what = f"; it is a {other} image, and headrace decodes JPEG and PNG only: re-encode it"
         raise FormatError(
-            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}"
+            f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}{what}"
         )
     _check_png(view, name)
     if mode is not None:
         return _fit(_pil_decode(view, name, "PNG", mode), out)
+    if (
+        len(view) > _PNG_COLOR_TYPE
+        and view[_PNG_DEPTH] == 16
+        and view[_PNG_COLOR_TYPE] in _PNG16_RAW
+    ):
+        return _fit(_png16(view, name, view[_PNG_COLOR_TYPE]), out)
     arr: NDArray[np.generic] = _pil_decode(view, name, "PNG", None)
-    if arr.ndim == 3 and arr.shape[2] == 4 and view[_PNG_COLOR_TYPE] == _PNG_GREY_ALPHA:
-        # Pillow opens 16-bit grey + alpha as RGBA (R = G = B, 8 bits): back to the
-        # two channels an 8-bit grey + alpha PNG gives.
-        arr = arr[:, :, [0, 3]]
     if arr.dtype == np.int32:
         # Pillow's "I" mode for 16-bit grey: values fit uint16 by construction.
         arr = arr.astype(np.uint16)
     elif arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return _fit(arr, out)
+
+
+def _png16(view: memoryview, name: str, colour: int) -> NDArray[np.uint16]:
+    """A 16-bit colour (2), grey + alpha (4) or RGBA (6) PNG as ``uint16``, every bit.
+
+    Pillow has no 16-bit colour mode: it unpacks these to their high bytes. Its PNG
+    tile names the raw mode that unpacks the unfiltered scanlines, and raw modes of
+    the same pixel size read the other bytes: ``RGB;16L`` takes the second byte of
+    each sample, the low one of a PNG's big-endian samples; ``RGBA`` takes grey +
+    alpha's four bytes a pixel as they are. Inflating and unfiltering stay
+    Pillow's (C, and exactly the PNG filters, Adam7 included); colour costs two
+    decodes, one for each byte. A Pillow whose tile is not the one expected is
+    refused by name: never the high bytes alone, silently."""
+    image_mod = _pil()
+    pil_mode, rawmodes = _PNG16_RAW[colour]
+    parts = []
+    for rawmode in rawmodes:
+        with _pil_errors(image_mod, name, "PNG"), _pil_open(image_mod, view, "PNG") as img:
+            _check_pixels(img.size[1], img.size[0], name, "PNG")
+            tile = img.tile[0] if len(img.tile) == 1 else None
+            if img.mode != pil_mode or tile is None or tile.codec_name != "zip":
+                raise FormatError(
+                    f"{name}: a 16-bit PNG (colour type {colour}) that this Pillow "
+                    f"({getattr(image_mod, '__version__', '?')}) opens as mode "
+                    f"{img.mode!r} with tiles {img.tile!r}, not one {pil_mode!r} zip "
+                    "tile: headrace cannot read its low bytes; pass image_mode='RGB' "
+                    "(or 'RGBA') for 8 bits, or report it with the Pillow version"
+                )
+            img.tile = [tile._replace(args=rawmode)]
+            img.load()
+            parts.append(np.asarray(img))
+    if len(parts) == 1:  # grey + alpha: each pixel's four bytes, big-endian samples
+        h, w = parts[0].shape[:2]
+        return parts[0].view(">u2").reshape(h, w, 2).astype(np.uint16)
+    out = parts[0].astype(np.uint16)
+    out <<= 8
+    out |= parts[1]
+    return out
 
 
 def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
@@ -497,18 +571,39 @@ def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
 
 
 def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
-    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image (uint8, or uint16 grey)."""
+    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16:
+    8 or 16 bits; C = 2 is grey + alpha)."""
     img = np.ascontiguousarray(image)
     if img.ndim == 3 and img.shape[2] == 1:
         img = img[:, :, 0]
-    if img.dtype == np.uint16 and img.ndim == 2:
-        pil = _pil().fromarray(img.astype("<u2"))
-    elif img.dtype == np.uint8 and (img.ndim == 2 or img.shape[2] in (2, 3, 4)):
-        pil = _pil().fromarray(img)
-    else:
+    if img.dtype not in (np.uint8, np.uint16) or not (img.ndim == 2 or img.shape[2] in (2, 3, 4)):
         raise ConfigError(
-            f"PNG needs uint8 HxW/HxWxC (C in 1..4) or uint16 HxW (got {img.dtype} {img.shape})"
+            f"PNG needs a uint8 or uint16 HxW or HxWxC image, C in 1..4 (got {img.dtype} "
+            f"{img.shape})"
         )
+    if img.dtype == np.uint16 and img.ndim == 3:
+        return _encode_png16(img, compress_level)
+    pil = _pil().fromarray(img.astype("<u2") if img.dtype == np.uint16 else img)
     buf = io.BytesIO()
     pil.save(buf, "PNG", compress_level=compress_level)
     return buf.getvalue()
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    crc = zlib.crc32(kind + body)
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+
+def _encode_png16(img: NDArray[np.uint16], compress_level: int) -> bytes:
+    """A 16-bit grey + alpha, RGB or RGBA PNG, which Pillow cannot write: every
+    scanline unfiltered (filter byte 0), big-endian samples, one IDAT chunk."""
+    h, w, c = img.shape
+    rows = np.zeros((h, 1 + w * c * 2), np.uint8)
+    rows[:, 1:] = img.astype(">u2").view(np.uint8).reshape(h, -1)
+    colour = {2: 4, 3: 2, 4: 6}[c]
+    return (
+        _PNG_SIG
+        + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, colour, 0, 0, 0))
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), compress_level))
+        + _png_chunk(b"IEND", b"")
+    )

@@ -307,7 +307,7 @@ def _nonempty(rf: RowFile) -> RowFile:
 
 
 def _open_any(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
-    if f.path.endswith(".npy"):
+    if f.path.lower().endswith(".npy"):  # ROWS.NPY too: Windows tools, old scripts
         if dtype is not None or width is not None:
             raise ConfigError(f"{f.path}: an .npy file carries its own dtype and width")
         return _open_npy(f)
@@ -320,7 +320,7 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
     a = np.ascontiguousarray(rows)
     if a.ndim != 2:
         raise ConfigError(f"{p}: rows must be a 2-D array (got shape {a.shape})")
-    if p.endswith(".npy"):
+    if p.lower().endswith(".npy"):
         _replace([(p, lambda fh: np.save(fh, a))])
     else:
         name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>u2' kept: not native

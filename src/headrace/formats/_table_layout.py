@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import re
 from typing import Any
 
@@ -26,6 +27,9 @@ __all__ = [
     "state_files",
     "state_fingerprint",
 ]
+
+log = logging.getLogger("headrace")
+_TABLE_SUFFIXES = (".arrow", ".parquet")
 
 #: Names of Arrow IPC files (file or stream format); any other table file is Parquet.
 IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
@@ -136,8 +140,19 @@ def state_fingerprint(text: str) -> str | None:
 
 def folder_files(root: str, names: list[str], join: str) -> list[str]:
     """The table files among ``names`` (a folder's entries, no ``state.json``), as
-    ``root + join + name``; refused where picking would read other rows than meant."""
-    names = sorted(names)
+    ``root + join + name``; refused where picking would read other rows than meant.
+    Hidden names (macOS's ``._x.parquet`` beside each ``x.parquet``, not Parquet) are
+    left out, as pyarrow's datasets leave them, with a warning that counts them."""
+    hidden = sorted(n for n in names if n.startswith(".") and n.endswith(_TABLE_SUFFIXES))
+    if hidden:
+        log.warning(
+            "%s: skipped %d hidden table file(s) (a name starting with '.', e.g. %r: "
+            "macOS's ._ files); pass a list of paths to read such files",
+            root,
+            len(hidden),
+            hidden[0],
+        )
+    names = sorted(n for n in names if not n.startswith("."))
     arrow = [n for n in names if n.endswith(".arrow")]
     parquet = [n for n in names if n.endswith(".parquet")]
     cached = [n for n in arrow if _HF_CACHE.match(n)]

@@ -295,7 +295,7 @@ def _nested_tables(root: str) -> list[str]:
     """Subfolders of ``root`` with .arrow or .parquet files somewhere under them."""
     found = []
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir():
+        if not entry.is_dir() or entry.name.startswith("."):  # .ipynb_checkpoints, .git
             continue
         for _, _, files in os.walk(entry.path):
             if any(f.endswith((".arrow", ".parquet")) for f in files):

@@ -148,7 +148,9 @@ def _refuse_delta_above(base: str, listed: list[str], chosen: list[str]) -> None
 def _refuse_tables_below(root: str, keys: list[str]) -> None:
     """Refuse a prefix whose tables all lie in "subfolders" (push_to_hub's ``data/``),
     naming them; one subfolder's own layout is checked (several splits: one's glob)."""
-    tables = [k for k in keys if "/" in k and k.endswith((".arrow", ".parquet"))]
+    tables = [
+        k for k in keys if "/" in k and k.endswith((".arrow", ".parquet")) and not k.startswith(".")
+    ]
     subs = sorted({k.split("/", 1)[0] for k in tables})
     if not subs:
         return

@@ -1,0 +1,186 @@
+"""A local folder's files as a dataset lists them: through symbolic links, less hidden files.
+
+Listing is the only work a file dataset does up front; this is its local half (the
+object-store half lists a prefix in one request, :mod:`headrace.formats._file_list`).
+Hidden names (:func:`is_hidden`) are left out of a folder's or a prefix's listing alike,
+and counted, so the listing can say what it skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from headrace.errors import ConfigError, ObjectNotFoundError
+from headrace.io import open_error
+
+__all__ = [
+    "Walked",
+    "drop_hidden",
+    "folder_suffixes",
+    "is_hidden",
+    "keep",
+    "local_version",
+    "none_found",
+    "suffixes",
+    "walk",
+]
+
+
+def local_version(st: os.stat_result) -> str:
+    """A local file's version tag: device, inode and mtime (ns). A file renamed over
+    (another inode) or written since (another mtime) has another tag."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+
+
+def keep(key: str, extensions: tuple[str, ...]) -> bool:
+    return not extensions or key.lower().endswith(extensions)
+
+
+def is_hidden(key: str) -> bool:
+    """Whether ``key`` (``/``-separated, below a dataset's folder or prefix) is hidden: a
+    part of it starts with ``.``. macOS writes ``._x.jpg`` (AppleDouble: resource forks
+    and Finder metadata, not a JPEG) beside every file it copies to a disk or share
+    that lacks them, and ``.DS_Store``; Jupyter keeps ``.ipynb_checkpoints/``, editors
+    ``.x.swp``, rsync ``.x.jpg.AbC123`` while it writes. ``glob`` leaves such names out
+    unless a pattern asks for them; so does a folder's or prefix's listing (counted:
+    :attr:`FileList.hidden`). A list of paths is read as given."""
+    return key.startswith(".") or "/." in key
+
+
+def drop_hidden(keys: list[Any], key: Callable[[Any], str]) -> tuple[list[Any], int, str | None]:
+    """``keys`` less the hidden ones, how many those were, and the first of them."""
+    kept = [k for k in keys if not is_hidden(key(k))]
+    hidden = len(keys) - len(kept)
+    first = next((key(k) for k in keys if is_hidden(key(k))), None) if hidden else None
+    return kept, hidden, first
+
+
+class Walked(NamedTuple):
+    keys: list[str]
+    sizes: list[int]
+    versions: list[str | None]
+    hidden: int  # hidden files with the extension, and hidden folders, left out
+    hidden_example: str | None
+
+
+def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
+    """Sorted keys (``/``-separated, below ``root``) of the files ending in ``extensions``,
+    their sizes and versions (from the stat that found each a regular file: one a file),
+    less the hidden ones (:func:`is_hidden`: counted, and hidden folders not walked).
+
+    Symbolic links are followed, to files and to folders: a class folder kept on
+    another disk and linked in is part of the dataset (``rglob`` walked past
+    linked folders, leaving their files out without a word). A dangling link
+    with the extension is refused by name, as is a link to a folder above it
+    (followed, it would list the same files without end).
+    """
+    found: list[tuple[str, int, str]] = []
+    hidden: list[str] = []
+    top = os.fspath(root)
+
+    def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
+        raise open_error(str(exc.filename or root), exc) from exc
+
+    for folder, dirs, names in os.walk(root, onerror=fail, followlinks=True):
+        # os.walk joins each folder onto ``top`` as given: the rest is the folder's key.
+        # (pathlib's relative_to and as_posix took ~45 us a file, most of the listing.)
+        below = folder[len(top) :].lstrip(os.sep)
+        prefix = below.replace(os.sep, "/") + "/" if below else ""
+        if any(d.startswith(".") for d in dirs):  # not walked
+            hidden += [prefix + d + "/" for d in dirs if d.startswith(".")]
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+        links = [os.path.join(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+        if links:
+            # Every folder the walk went through to get here, and every folder above each:
+            # a link to one of them walks in a circle (through other links, maybe).
+            above: set[str] = set()
+            path = str(root)
+            for part in ("", *Path(folder).relative_to(root).parts):
+                path = os.path.join(path, part) if part else path
+                up = os.path.realpath(path)
+                while up not in above:
+                    above.add(up)
+                    up = os.path.dirname(up)
+            for link in links:
+                if os.path.realpath(link) in above:
+                    raise ConfigError(
+                        f"{link}: a symbolic link to {os.path.realpath(link)}, a folder above "
+                        f"it in {root}: the dataset would hold its files over and over; remove "
+                        "the link or list the files"
+                    )
+        for n in names:
+            if not keep(n, extensions):
+                continue
+            if n.startswith("."):
+                hidden.append(prefix + n)
+                continue
+            path = os.path.join(folder, n)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError as exc:
+                if not os.path.islink(path):  # deleted while listed
+                    raise open_error(path, exc) from exc
+                raise ObjectNotFoundError(
+                    errno.ENOENT,
+                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+                    "(a dataset's file must be readable: remove the link or restore its target)",
+                ) from exc
+            except OSError as exc:
+                raise open_error(path, exc) from exc
+            if stat.S_ISREG(st.st_mode):  # not a FIFO or socket named like a sample
+                found.append((prefix + n, st.st_size, local_version(st)))
+    found.sort()
+    return Walked(
+        [f[0] for f in found],
+        [f[1] for f in found],
+        [f[2] for f in found],
+        len(hidden),
+        min(hidden) if hidden else None,
+    )
+
+
+def suffixes(names: Iterable[str]) -> Counter[str]:
+    """How many of ``names`` end in each extension (lower case; ``""``: none)."""
+    return Counter(os.path.splitext(n)[1].lower() for n in names)
+
+
+def folder_suffixes(root: Path) -> Counter[str]:
+    """:func:`suffixes` of the files below ``root``, hidden ones left out (the error
+    path of a listing that found none: walked again, not counted on every listing)."""
+    found: Counter[str] = Counter()
+    for _, dirs, names in os.walk(root, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += suffixes(n for n in names if not n.startswith("."))
+    return found
+
+
+def none_found(
+    what: str, extensions: Sequence[str], others: Counter[str], hidden: int, example: str | None
+) -> str:
+    """What a listing that found nothing says: the files it holds instead (``others``:
+    their extensions) and the hidden ones it left out."""
+    if not extensions:
+        text = f"no {what} under it"
+    else:
+        text = f"no {what} ending in {list(extensions)} under it"
+    if others:
+        held = ", ".join(f"{n:,} {e or '(no extension)'}" for e, n in others.most_common(3))
+        text += f"; it holds {held}{', ...' if len(others) > 3 else ''}"
+        if others.keys() & {".tif", ".tiff"}:
+            text += (
+                "; TIFF is not decoded (Pillow reads a multi-page stack's first page only, "
+                "and 16-bit colour as 8 bits: a silent loss): convert such files to PNG "
+                "(16-bit kept), NPY or HDF5"
+            )
+    if hidden:
+        text += (
+            f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "
+            f"{example!r}) were left out: pass a list of paths to read such files"
+        )
+    return text

@@ -1,0 +1,75 @@
+"""A PNG's image data checked whole by zlib, where Pillow is told to accept truncation.
+
+``PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True``, a line many training scripts carry to
+get past broken files, makes Pillow fill the rest of a PNG whose compressed data stops
+early with zeros, and return it: a damaged image read as a good one, which no
+``on_corrupt`` setting sees. The flag is process-wide and read at every decode, so
+headrace cannot unset it for its own (its decode threads run beside the caller's code).
+Where it is set, the image data is inflated here first: its zlib stream must end (its
+Adler-32 checked) and hold exactly the scanlines its IHDR says. A second inflate, paid
+only under the flag; without it Pillow raises on such files itself.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from headrace.errors import FormatError
+
+__all__ = ["check_png_stream"]
+
+# Channels by IHDR colour type (3: palette indices).
+_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+# Adam7's passes: (x start, y start, x step, y step).
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))  # fmt: skip
+_PIECE = 1 << 20
+
+
+def _scanline_bytes(width: int, height: int, depth: int, colour: int, interlace: int) -> int:
+    """The inflated size of a PNG's image data: each pass's rows, a filter byte each."""
+    bits = depth * _CHANNELS.get(colour, 0)
+
+    def size(w: int, h: int) -> int:
+        return h * (1 + (w * bits + 7) // 8) if w and h else 0
+
+    if not interlace:
+        return size(width, height)
+    return sum(
+        size(-(-(width - x) // dx), -(-(height - y) // dy))
+        for x, y, dx, dy in _ADAM7
+        if width > x and height > y
+    )
+
+
+def check_png_stream(view: memoryview, name: str) -> None:
+    """Refuse ``view`` (a PNG, its signature and IEND checked) unless its IDAT chunks
+    inflate to a whole zlib stream of exactly the scanlines IHDR promises."""
+    inflater = zlib.decompressobj()
+    pos, got, want = 8, 0, None
+    try:
+        while pos + 8 <= len(view):
+            length, kind = struct.unpack_from(">I4s", view, pos)
+            body = view[pos + 8 : pos + 8 + length]
+            pos += 12 + length
+            if kind == b"IHDR" and len(body) >= 13:
+                want = _scanline_bytes(*struct.unpack_from(">IIBBxxB", body))
+            elif kind == b"IDAT":
+                data: bytes | memoryview = body
+                while data and not inflater.eof:
+                    got += len(inflater.decompress(data, _PIECE))
+                    data = inflater.unconsumed_tail
+            elif kind == b"IEND":
+                break
+    except zlib.error as exc:
+        raise FormatError(f"{name}: corrupt PNG image data ({exc})") from exc
+    if not inflater.eof:
+        raise FormatError(
+            f"{name}: truncated PNG image data: its zlib stream stops after {got} bytes of "
+            f"scanlines, without its end{'' if want is None else f' ({want} expected)'}"
+        )
+    if want is not None and got != want:
+        raise FormatError(
+            f"{name}: corrupt PNG image data: {got} bytes of scanlines, its IHDR says {want}"
+        )
