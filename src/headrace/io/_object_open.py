@@ -18,6 +18,7 @@ from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
+from headrace.io._object_info import empty_segment_error
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
@@ -110,6 +111,9 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 f"{url}: a local store needs an existing directory ({path} is not one)."
             )
         return path.as_uri(), LocalStore(path)
+    if "//" in parts.path:
+        # An S3 prefix lost its empty segments without a word (s3://b/d//x.bin read d/x.bin).
+        raise empty_segment_error(url, parts.path[1:])
     try:
         if scheme in _S3_SCHEMES:
             bucket = parts.netloc
