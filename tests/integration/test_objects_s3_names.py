@@ -35,6 +35,10 @@ def names(s3: S3Fixture) -> Iterator[dict[str, object]]:
     client.put_object(Bucket=BUCKET, Key="d/x.bin", Body=SINGLE)
     client.put_object(Bucket=BUCKET, Key="e/x.bin", Body=SINGLE)
     client.put_object(Bucket=BUCKET, Key="e/sub/z.bin", Body=SINGLE)
+    for key, body in (("f/x.bin", SINGLE), ("f/x.bin/", DOUBLE)):
+        client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    for key, body in (("g/m", SINGLE), ("g/m/", b""), ("g/m/a.bin", DOUBLE)):
+        client.put_object(Bucket=BUCKET, Key=key, Body=body)
     yield s3.options()
 
 
@@ -100,3 +104,18 @@ def test_a_listing_that_meets_such_a_key_names_it_and_the_way_out(
             FileSource(url, format="raw", store_options=names)
     source = FileSource(f"s3://{BUCKET}/e", format="raw", store_options=names)
     assert [bytes(source.files.fetch(i)) for i in range(2)] == [SINGLE, SINGLE]
+
+
+def test_two_objects_listed_under_one_name_are_refused_by_name(names: dict[str, object]) -> None:
+    # obstore lists "f/x.bin/" (not empty: no folder marker) as "x.bin", beside the real
+    # one. Before: both were listed as "x.bin", and the second read as the first.
+    with ObjectStore(f"s3://{BUCKET}/f", **names) as store:  # type: ignore[arg-type]
+        with pytest.raises(StorageError, match=r"two objects under the name 'x\.bin'") as info:
+            store.list()
+        assert "('/x.bin' or 'x.bin/')" in str(info.value)
+        assert str(info.value).startswith(f"s3://{BUCKET}/f/:")
+        with pytest.raises(StorageError, match=r"two objects under the name 'x\.bin'"):
+            store.list_info_upto("", 100)
+    with ObjectStore(f"s3://{BUCKET}/g", **names) as store:  # type: ignore[arg-type]
+        # An empty "m/" beside an object "m" is a folder marker, as a console makes it.
+        assert store.list() == [("m", len(SINGLE)), ("m/a.bin", len(DOUBLE))]

@@ -530,7 +530,7 @@ class ObjectStore(Closing):
                 listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
             except obx.InvalidPathError as exc:
                 raise _unlistable(where, exc) from exc
-            return drop_folder_markers(listed, prefix)
+            return drop_folder_markers(_named_once(where, listed), prefix)
 
         return self._tries.run(where, once, lambda _: 0)
 
@@ -552,7 +552,7 @@ class ObjectStore(Closing):
                         return None
             except obx.InvalidPathError as exc:
                 raise _unlistable(where, exc) from exc
-            return drop_folder_markers(sorted(out), prefix)
+            return drop_folder_markers(_named_once(where, sorted(out)), prefix)
 
         return self._tries.run(where, once, lambda _: 0)
 
@@ -576,3 +576,33 @@ def _unlistable(where: str, exc: Exception) -> StorageError:
         "segment (e.g. aws s3 mv 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or list "
         f"a prefix that does not hold it ({summarize(exc)})"
     )
+
+
+def _named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
+    """``listed`` (sorted), refused if two objects with bytes came back under one name.
+
+    obstore drops a '/' at the start or end of a listed key: ``/d/x.bin`` and
+    ``d/x.bin/`` are listed as ``d/x.bin``. Beside a real ``d/x.bin`` that is one
+    name for two objects (one of them read in place of the other, then refused as
+    "changed since it was listed"). An empty one beside it is a folder marker
+    (``d/`` beside an object ``d``) and goes, as :func:`drop_folder_markers` drops
+    markers.
+    """
+    out: list[tuple[str, ObjectInfo]] = []
+    for key, info in listed:
+        if not out or out[-1][0] != key:
+            out.append((key, info))
+            continue
+        other = out[-1][1]
+        if info.size and other.size:
+            raise StorageError(
+                f"{where}: the listing holds two objects under the name {key!r} "
+                f"({other.size} and {info.size} bytes): one of them is named with a '/' "
+                f"at its start or end ('/{key}' or '{key}/'), which obstore drops, so it "
+                "cannot be told from the other nor read. Move it to a name without that '/' "
+                "(e.g. aws s3 mv 's3://bucket//d/x.bin' 's3://bucket/d/y.bin'), or list a "
+                "prefix that does not hold it"
+            )
+        if info.size:
+            out[-1] = (key, info)
+    return out
