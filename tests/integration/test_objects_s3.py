@@ -66,6 +66,35 @@ def test_an_http_endpoint_needs_no_allow_http(s3: S3Fixture) -> None:
             store.get(SMALL[0])
 
 
+def test_virtual_hosted_requests_to_an_endpoint_that_names_no_bucket_are_refused(
+    s3: S3Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # obstore sends virtual-hosted requests to the endpoint as given (boto3 puts the bucket
+    # in its host): s3://headrace-test/data/k asked moto for /data/k, read as bucket "data".
+    # Before: that other bucket's object was served.
+    client = s3.server.info.boto3_client()
+    s3.server.create_bucket(PREFIX)
+    client.put_object(Bucket=PREFIX, Key=SMALL[0], Body=b"another bucket's object")
+    try:
+        opts = {**s3.options(), "path_style": False}
+        refused = r"^s3://headrace-test/data: path_style=False .*name the bucket \(headrace-test\."
+        with pytest.raises(ConfigError, match=refused):
+            ObjectStore(URL, **opts)  # type: ignore[arg-type]
+        monkeypatch.setenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "true")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3.server.info.endpoint)
+        with pytest.raises(ConfigError, match=refused):
+            ObjectStore(URL, access_key_id="testing", secret_access_key="testing")
+        monkeypatch.delenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")
+        with ObjectStore(URL, **s3.options()) as store:  # type: ignore[arg-type]
+            assert bytes(store.get(SMALL[0])) == expected(SMALL[0])
+        # An endpoint whose host names the bucket is what virtual-hosted requests need.
+        named = s3.server.info.endpoint.replace("127.0.0.1", f"{BUCKET}.localhost")
+        ObjectStore(URL, **{**opts, "endpoint": named}).close()  # type: ignore[arg-type]
+    finally:
+        client.delete_object(Bucket=PREFIX, Key=SMALL[0])
+        client.delete_bucket(Bucket=PREFIX)
+
+
 @pytest.mark.parametrize("allow", [None, "true", "false"])
 def test_an_http_endpoint_from_the_environment_works_as_obstore_documents_it(
     s3: S3Fixture, monkeypatch: pytest.MonkeyPatch, allow: str | None

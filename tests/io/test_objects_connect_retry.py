@@ -188,3 +188,33 @@ def test_is_connection_failure(exc: BaseException, connection: bool) -> None:
 def test_connect_retry_s_must_be_a_number_of_seconds(bad: float) -> None:
     with pytest.raises(ConfigError, match=r"connect_retry_s must be >= 0 seconds \(got"):
         RetryPolicy(connect_retry_s=bad)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("REFUSING", "connection failed (tcp connect error: Connection refused; "),
+        (
+            "http://no-such-host.invalid:9000",
+            "connection failed (the host name could not be resolved (dns error: ",
+        ),
+    ],
+)
+def test_a_failed_connection_says_why(late: LateServer, endpoint: str, said: str) -> None:
+    # obstore's one line says "error sending request" for both; the why was in the debug
+    # dump that messages leave out, so a typo in a host name read as a server that is down.
+    endpoint = late.url.rstrip("/") if endpoint == "REFUSING" else endpoint
+    with (
+        ObjectStore(
+            "s3://bucket/p",
+            endpoint=endpoint,
+            access_key_id="a",
+            secret_access_key="b",
+            region="us-east-1",
+            retry=RetryPolicy(attempts=1, connect_retry_s=0),
+        ) as store,
+        pytest.raises(TransientStorageError) as info,
+    ):
+        store.get("x.bin")
+    assert str(info.value).startswith(f"s3://bucket/p/x.bin: {said}"), str(info.value)
+    assert "error sending request" in str(info.value)

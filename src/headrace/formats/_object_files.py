@@ -32,6 +32,7 @@ from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
+from headrace.io._object_info import empty_segment, empty_segment_error
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
@@ -128,6 +129,10 @@ def split_object_url(url: str) -> tuple[str, str]:
     (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded)."""
     url = named_url(url)
     scheme, sep, rest = url.partition("://")
+    path = rest.partition("/")[2]  # after the bucket (container, host)
+    if scheme != "file" and empty_segment(path.removesuffix("/")):
+        # Split at its last "/", "d//x.bin" was key "x.bin" of the store "d/": d/x.bin.
+        raise empty_segment_error(url, path)
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):
         raise ConfigError(

@@ -18,6 +18,7 @@ from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
+from headrace.io._object_info import empty_segment_error
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
@@ -110,11 +111,15 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 f"{url}: a local store needs an existing directory ({path} is not one)."
             )
         return path.as_uri(), LocalStore(path)
+    if "//" in parts.path:
+        # An S3 prefix lost its empty segments without a word (s3://b/d//x.bin read d/x.bin).
+        raise empty_segment_error(url, parts.path[1:])
     try:
         if scheme in _S3_SCHEMES:
             bucket = parts.netloc
             if not bucket:
                 raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
+            _check_virtual_hosted(url, bucket, cfg)
             prefix = parts.path.strip("/") or None
             s3 = S3Store(
                 bucket, prefix=prefix, config=opts, client_options=http, retry_config=no_retry
@@ -149,6 +154,46 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
     raise ConfigError(
         f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
         "file:// or a local path."
+    )
+
+
+def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:
+    """Refuse virtual-hosted-style requests (``path_style=False``) to an endpoint whose
+    host does not name the bucket.
+
+    obstore sends them to the endpoint as given (boto3 puts the bucket in front of
+    its host): ``s3://bkt/data/x.bin`` at ``http://127.0.0.1:9000`` asked for
+    ``/data/x.bin``, which a path-style server reads as object ``x.bin`` of another
+    bucket, ``data``, and served (moto did) without a word.
+    """
+    env = os.environ
+    virtual = next(
+        (
+            cfg[k]
+            for k in ("virtual_hosted_style_request", "aws_virtual_hosted_style_request")
+            if k in cfg
+        ),
+        env.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", ""),
+    )
+    endpoint = next(
+        (
+            cfg[k]
+            for k in ("endpoint", "aws_endpoint", "aws_endpoint_url", "endpoint_url")
+            if cfg.get(k)
+        ),
+        env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT"),
+    )
+    if endpoint is None or str(virtual).lower() not in _TRUE:
+        return
+    host = urlsplit(str(endpoint)).hostname or ""
+    if host.startswith(f"{bucket}."):
+        return
+    raise ConfigError(
+        f"{url}: path_style=False (virtual-hosted-style requests) sends every request to "
+        f"the endpoint as given, whose host must then name the bucket ({bucket}.HOST); "
+        f"{endpoint} does not, so a key's first folder would be read as a bucket (another "
+        f"bucket's object, or none). Pass path_style=True, or the endpoint with the bucket "
+        f"in its host (e.g. http://{bucket}.minio.local:9000)"
     )
 
 

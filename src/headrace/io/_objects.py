@@ -14,6 +14,7 @@ range. A body shorter than asked for is never returned as data
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import obstore as obs
+import obstore.exceptions as obx
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, ObjectNotFoundError, ReadEOFError, StorageError
@@ -30,6 +32,7 @@ from headrace.io._loop import LoopThread
 from headrace.io._object_info import (
     ObjectInfo,
     Request,
+    check_key,
     check_range,
     drop_folder_markers,
     eof_with_size,
@@ -40,7 +43,7 @@ from headrace.io._object_info import (
 from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
-from headrace.io._retry import RetryPolicy, classify
+from headrace.io._retry import RetryPolicy, classify, summarize
 from headrace.io._runtime_fork import check_runtime
 
 __all__ = [
@@ -126,10 +129,14 @@ class ObjectStore(Closing):
     def closed(self) -> bool:
         return self._closed
 
-    def _live(self) -> Any:
+    def _live(self, key: str | None = None) -> Any:
+        """obstore's store, for a request of ``key`` (checked: obstore would read a key
+        with an empty path segment as another object's)."""
         if self._closed:
             raise StorageError(f"{self.url}: store is closed")
         check_runtime(self.url)
+        if key is not None:
+            check_key(self.url, key)
         return self._store
 
     def _loop_thread(self) -> LoopThread:
@@ -201,13 +208,13 @@ class ObjectStore(Closing):
 
     def stat(self, key: str) -> ObjectInfo:
         """The object's size and entity tag (one HEAD)."""
-        store = self._live()
+        store = self._live(key)
         meta = self._tries.run(self.where(key), lambda: obs.head(store, key), lambda _: 0)
         return info_of(meta)
 
     async def astat(self, key: str) -> ObjectInfo:
         """:meth:`stat` on the event loop, so many HEADs can be in flight at once."""
-        store = self._live()
+        store = self._live(key)
         meta = await self._tries.arun(
             self.where(key), lambda: obs.head_async(store, key), lambda _: 0
         )
@@ -256,7 +263,7 @@ class ObjectStore(Closing):
         caller's thread: :meth:`close` then cancels a GET stalled in flight at once,
         where a blocking one held its thread for its timeout and every retry.
         """
-        self._live()
+        self._live(key)
         try:
             return self._loop_thread().run(self._aget_whole(key))
         except CancelledError:
@@ -267,7 +274,7 @@ class ObjectStore(Closing):
             raise
 
     async def _aget_whole(self, key: str) -> tuple[memoryview, ObjectInfo]:
-        store = self._live()
+        store = self._live(key)
         where = self.where(key)
 
         async def once() -> tuple[memoryview, ObjectInfo]:
@@ -291,7 +298,7 @@ class ObjectStore(Closing):
         check_range(0, length)
         if length == 0:
             raise ConfigError(f"{self.where(key)}: get_first needs a length >= 1 (got 0).")
-        store = self._live()
+        store = self._live(key)
         where = self.where(key)
         ranged_where = self.where(key, 0, length)  # its GET is ranged: say which bytes
 
@@ -322,7 +329,7 @@ class ObjectStore(Closing):
     def get_range(self, key: str, offset: int, length: int) -> memoryview:
         """``length`` bytes at ``offset``; :class:`ReadEOFError` if the object ends first."""
         check_range(offset, length)
-        store = self._live()
+        store = self._live(key)
         if length == 0:
             return memoryview(b"")
         where = self.where(key, offset, length)
@@ -352,7 +359,7 @@ class ObjectStore(Closing):
         """
         for offset, length in ranges:
             check_range(offset, length)
-        store = self._live()
+        store = self._live(key)
         wanted = [(o, n) for o, n in ranges if n > 0]
         if not wanted:
             return [memoryview(b"") for _ in ranges]
@@ -398,7 +405,7 @@ class ObjectStore(Closing):
             return
         if dest.flags.writeable is False:
             raise ConfigError(f"{self.where(key, offset, length)}: the output buffer is read-only")
-        store = self._live()
+        store = self._live(key)
         where = self.where(key, offset, length)
 
         async def once() -> int:
@@ -437,8 +444,8 @@ class ObjectStore(Closing):
     async def _aget_one(self, request: tuple[str, int, int] | str) -> memoryview:
         if isinstance(request, str):
             return (await self._aget_whole(request))[0]
-        store = self._live()
         key, offset, length = request
+        store = self._live(key)
         if length == 0:
             return memoryview(b"")
         where = self.where(key, offset, length)
@@ -513,32 +520,89 @@ class ObjectStore(Closing):
 
     def list_info(self, prefix: str = "") -> list[tuple[str, ObjectInfo]]:
         """``(key, size and ETag)`` of every object under ``prefix``, sorted by key."""
-        store = self._live()
+        store = self._live(prefix.removesuffix("/") or None)
+
+        where = self.where(prefix)
 
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
-            listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
-            return drop_folder_markers(listed, prefix)
+            try:
+                listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
+            except obx.InvalidPathError as exc:
+                raise _unlistable(where, exc) from exc
+            return drop_folder_markers(_named_once(where, listed), prefix)
 
-        return self._tries.run(self.where(prefix), once, lambda _: 0)
+        return self._tries.run(where, once, lambda _: 0)
 
     def list_info_upto(self, prefix: str, limit: int) -> list[tuple[str, ObjectInfo]] | None:
         """:meth:`list_info`, or ``None`` once the listing passes ``limit`` keys: it stops
         there, so a prefix far larger than the caller wants costs about ``limit / 1000``
         pages (requests of 1,000 keys each), not all of them."""
-        store = self._live()
+        store = self._live(prefix.removesuffix("/") or None)
+
+        where = self.where(prefix)
 
         def once() -> list[tuple[str, ObjectInfo]] | None:
             out: list[tuple[str, ObjectInfo]] = []
-            # Pages are fetched as the stream is iterated: leaving it stops the listing.
-            for chunk in obs.list(store, prefix or None, chunk_size=1000):
-                out.extend((m["path"], info_of(m)) for m in chunk)
-                if len(out) > limit:
-                    return None
-            return drop_folder_markers(sorted(out), prefix)
+            try:
+                # Pages are fetched as the stream is iterated: leaving it stops the listing.
+                for chunk in obs.list(store, prefix or None, chunk_size=1000):
+                    out.extend((m["path"], info_of(m)) for m in chunk)
+                    if len(out) > limit:
+                        return None
+            except obx.InvalidPathError as exc:
+                raise _unlistable(where, exc) from exc
+            return drop_folder_markers(_named_once(where, sorted(out)), prefix)
 
-        return self._tries.run(self.where(prefix), once, lambda _: 0)
+        return self._tries.run(where, once, lambda _: 0)
 
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
         return [(key, info.size) for key, info in self.list_info(prefix)]
+
+
+def _unlistable(where: str, exc: Exception) -> StorageError:
+    """A listing that met a key obstore cannot name (``d//x.bin``: an empty path segment).
+
+    obstore ends the whole listing there, so no prefix above such a key lists at
+    all; the message names the key and how to get past it.
+    """
+    found = re.search(r'Path "(.*?)" contained', str(exc))
+    key = repr(found.group(1)) if found else "a key"
+    return StorageError(
+        f"{where}: the listing holds {key}, a name with an empty path segment ('//', or "
+        "a '/' at its start or end), which obstore can neither list past nor read: no "
+        "prefix above it can be listed. Move that object to a name without the empty "
+        "segment (e.g. aws s3 mv 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or list "
+        f"a prefix that does not hold it ({summarize(exc)})"
+    )
+
+
+def _named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
+    """``listed`` (sorted), refused if two objects with bytes came back under one name.
+
+    obstore drops a '/' at the start or end of a listed key: ``/d/x.bin`` and
+    ``d/x.bin/`` are listed as ``d/x.bin``. Beside a real ``d/x.bin`` that is one
+    name for two objects (one of them read in place of the other, then refused as
+    "changed since it was listed"). An empty one beside it is a folder marker
+    (``d/`` beside an object ``d``) and goes, as :func:`drop_folder_markers` drops
+    markers.
+    """
+    out: list[tuple[str, ObjectInfo]] = []
+    for key, info in listed:
+        if not out or out[-1][0] != key:
+            out.append((key, info))
+            continue
+        other = out[-1][1]
+        if info.size and other.size:
+            raise StorageError(
+                f"{where}: the listing holds two objects under the name {key!r} "
+                f"({other.size} and {info.size} bytes): one of them is named with a '/' "
+                f"at its start or end ('/{key}' or '{key}/'), which obstore drops, so it "
+                "cannot be told from the other nor read. Move it to a name without that '/' "
+                "(e.g. aws s3 mv 's3://bucket//d/x.bin' 's3://bucket/d/y.bin'), or list a "
+                "prefix that does not hold it"
+            )
+        if info.size:
+            out[-1] = (key, info)
+    return out

@@ -52,7 +52,7 @@ def put_file(
     ``on_bytes(n)`` is told of every ``n`` bytes handed to the upload (negative:
     an attempt that failed and is retried from the start).
     """
-    live = store._live()
+    live = store._live(key)
     where = store.where(key)
     attrs: Any = dict(metadata or {})
     if attrs and not takes_metadata(live):
@@ -115,7 +115,7 @@ def put_file(
 
 def get_attributes(store: ObjectStore, key: str) -> dict[str, str]:
     """The object's attributes and user metadata (one request, no body)."""
-    live = store._live()
+    live = store._live(key)
 
     def once() -> dict[str, str]:
         return dict(obs.get(live, key, options={"head": True}).attributes)

@@ -142,6 +142,25 @@ def is_connection_failure(exc: BaseException) -> bool:
     return any(word in low for word in _CONNECTION_WORDS)
 
 
+_CONNECT_ERROR = re.compile(r'ConnectError\(\s*"([^"]+)"')
+_OS_DETAIL = re.compile(r'(?:message|error): "([^"]+)"')
+
+
+def connect_cause(text: str) -> str:
+    """Why a connection could not be made, from obstore's debug dump, where its one-line
+    message says only "error sending request": ``"the host name could not be resolved
+    (dns error: ...); "`` or ``"tcp connect error: Connection refused; "`` (``""``
+    if the dump does not say)."""
+    kind = _CONNECT_ERROR.search(text)
+    if kind is None:
+        return ""
+    details = _OS_DETAIL.findall(text[kind.end() :])
+    said = f"{kind.group(1)}: {details[-1]}" if details else kind.group(1)
+    if kind.group(1) == "dns error":
+        return f"the host name could not be resolved ({said}); "
+    return f"{said}; "
+
+
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     """A 404: of the object, or of the bucket or container it was looked for in.
 
@@ -241,7 +260,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     if any(word in low for word in _BODY_WORDS):
         return TransientStorageError(f"{where}: response body was cut short ({brief})"), True
     if any(word in low for word in _CONNECTION_WORDS):
-        return TransientStorageError(f"{where}: connection failed ({brief})"), True
+        cause = connect_cause(text)
+        return TransientStorageError(f"{where}: connection failed ({cause}{brief})"), True
     if isinstance(exc, ConnectionError):
         return TransientStorageError(f"{where}: {brief}"), True
     return StorageError(f"{where}: {type(exc).__name__}: {brief}"), False
