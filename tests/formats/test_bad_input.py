@@ -64,8 +64,16 @@ def test_token_paths(tokens: Path, tmp_path: Path) -> None:
         TokenSource(tokens, context=8, dtype="uint16", window_bytes=17)
     with pytest.raises(ConfigError, match="context must be a positive integer"):
         TokenSource(tokens, context=True, dtype="uint16")
-    with pytest.raises(ConfigError, match=r"shuffle must be True or False \(got 'False'\)"):
+    with pytest.raises(
+        ConfigError, match=r"shuffle must be True or False \('none'\) \(got 'False'\)"
+    ):
         TokenSource(tokens, context=8, dtype="uint16", shuffle="False")  # type: ignore[arg-type]
+    # "none", as file sources name it, is False: one fingerprint (it was refused).
+    flat = TokenSource(tokens, context=8, dtype="uint16", shuffle="none")
+    assert (
+        flat.fingerprint()
+        == TokenSource(tokens, context=8, dtype="uint16", shuffle=False).fingerprint()
+    )
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ from headrace.plan import cached_permutation
 __all__ = ["FilePlan", "Shuffle", "file_shuffle"]
 
 Shuffle = Literal["files", "samples", "none"]
-_SHUFFLES = ("files", "samples", "none")
+_SHUFFLES: tuple[Shuffle, ...] = ("files", "samples", "none")
 
 
 def file_shuffle(shuffle: object) -> Shuffle:
@@ -52,8 +52,9 @@ def file_shuffle(shuffle: object) -> Shuffle:
     ``"files"``) and ``False`` (``"none"``), as rows, tables and tokens take them."""
     if shuffle is True or shuffle is False:
         return "files" if shuffle else "none"
-    if shuffle == "files" or shuffle == "samples" or shuffle == "none":
-        return shuffle
+    for name in _SHUFFLES:
+        if isinstance(shuffle, str) and shuffle == name:
+            return name
     raise ConfigError(
         f"shuffle must be one of {_SHUFFLES}, True (files) or False (none) (got {shuffle!r})."
     )

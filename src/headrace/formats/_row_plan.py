@@ -92,7 +92,7 @@ def parse_shuffle(shuffle: object) -> ShuffleMode | None:
     """The shuffle mode ``shuffle`` names; ``None`` for ``True`` (the source's default)."""
     if shuffle is True:
         return None
-    if shuffle is False or shuffle == "none":  # "none", as files take it
+    if shuffle is False or (isinstance(shuffle, str) and shuffle == "none"):  # as files say it
         return "none"
     if isinstance(shuffle, str) and shuffle in ("full", "window"):
         return "full" if shuffle == "full" else "window"

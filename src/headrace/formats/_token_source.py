@@ -147,7 +147,7 @@ class TokenSource(WindowCache):
         format: TokenFormat = "auto",
         window_bytes: int = 256 * MiB,
         block_bytes: int = 4 * MiB,
-        shuffle: bool = True,
+        shuffle: bool | Literal["none"] = True,
         max_windows: int = 2,
         reads: Literal["populate", "pread"] = "populate",
         read_ahead: bool = True,
@@ -192,8 +192,10 @@ class TokenSource(WindowCache):
         if isinstance(context, bool) or not isinstance(context, int | np.integer) or context < 1:
             raise ConfigError(f"context must be a positive integer (got {context!r}).")
         context = int(context)  # a NumPy integer too, as the Loader takes them
+        if isinstance(shuffle, str) and shuffle == "none":  # as file sources name it
+            shuffle = False
         if not isinstance(shuffle, bool):  # "False" is a true string
-            raise ConfigError(f"shuffle must be True or False (got {shuffle!r}).")
+            raise ConfigError(f"shuffle must be True or False ('none') (got {shuffle!r}).")
         if stride is not None:
             _check_stride(stride, context, shuffle)
             if tail is False:
