@@ -127,7 +127,7 @@ def test_a_state_saved_as_arrays_names_them_too(tmp_path: Path) -> None:
 def test_a_state_saved_before_files_were_named_is_refused_as_before(tmp_path: Path) -> None:
     files = _write(tmp_path, {"a.bin": 20_000})
     state = _saved(_tokens(files))
-    state["parts"] = {k: v for k, v in state["parts"].items() if not k.startswith("file:")}
+    state["parts"] = {k: v for k, v in state["parts"].items() if k != "files:named"}
     _write(tmp_path, {"a.bin": 19_000})
     message = _refusal(_tokens(files), state)
     assert "what differs: files). Same files" in message

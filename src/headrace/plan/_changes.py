@@ -2,13 +2,16 @@
 
 A state's ``parts`` (:func:`~headrace.plan.fingerprint_parts`) digest each part of the
 sources' description, so a refusal could say ``what differs: files``, but not which of
-them: a digest names nothing. Beside them, for sources of at most
-:data:`MAX_NAMED_FILES` files, a state holds one entry a file (``file:0``, ``file:1``,
-...: its name and what the description says of it, as JSON text), and for any number
-their count and bytes (``file:count``), so a refusal names the file that was resized,
-removed or added, with what it was and what it is. Files are what the description
-holds: a token file's name, bytes, dtype and format; a table's or a folder's file
-names and sizes; a row file's rows and width; every mixed source's, by source.
+them: a digest names nothing. Beside them, one more part (:data:`FILE_PART`) holds, as
+JSON text, the count and bytes of the files the description holds and, for at most
+:data:`MAX_NAMED_FILES` of them, each one's name and what the description says of it,
+so a refusal names the file that was resized, removed or added, with what it was and
+what it is. Files are what the description holds: a token file's name, bytes, dtype
+and format; a table's or a folder's file names and sizes; a row file's rows and width;
+every mixed source's, by source. One part, not one a file: a checkpointer that restores
+onto a target tree (orbax, ``array_state``) needs the same keys on both sides, and a
+file added would have changed them (the value's length may differ: it restores the
+saved one).
 """
 
 from __future__ import annotations
@@ -23,28 +26,28 @@ __all__ = ["FILE_PART", "MAX_NAMED_FILES", "file_changes", "file_parts"]
 
 #: Files a state names one by one (about 60-150 bytes of JSON each); past it, a count.
 MAX_NAMED_FILES = 32
-#: The prefix of the parts that name files (not parts of the description: the digests
-#: of the parts that hold the files cover them).
-FILE_PART = "file:"
-_COUNT = f"{FILE_PART}count"
+#: The part naming the files (not a part of the description: the digests of the parts
+#: that hold the files cover them).
+FILE_PART = "files:named"
 #: Differences a refusal lists before "and N more".
 _MOST = 5
 
 
 def file_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
-    """The parts naming the files of ``fingerprint``: ``{}`` for a description of no
-    files, else their count and total bytes, and each file's entry when there are at
-    most :data:`MAX_NAMED_FILES`. ASCII text, as :func:`~headrace.plan.array_state`
-    needs: names are JSON-escaped."""
+    """``{FILE_PART: JSON}`` naming the files of ``fingerprint`` (``{}`` for a
+    description of no files): their count and total bytes, and each file's name and
+    description when there are at most :data:`MAX_NAMED_FILES`. ASCII text, as
+    :func:`~headrace.plan.array_state` needs: names are JSON-escaped."""
     files = list(_files(fingerprint, ()))
     if not files:
         return {}
-    size = sum(_int(said.get("bytes")) for _, said in files)
-    out = {_COUNT: _json([len(files), size])}
+    told: dict[str, Any] = {
+        "count": len(files),
+        "bytes": sum(_int(said.get("bytes")) for _, said in files),
+    }
     if len(files) <= MAX_NAMED_FILES:
-        for i, (name, said) in enumerate(files):
-            out[f"{FILE_PART}{i}"] = _json([name, said])
-    return out
+        told["files"] = [[name, said] for name, said in files]
+    return {FILE_PART: json.dumps(told, separators=(",", ":"))}
 
 
 def file_changes(saved: dict[str, str], now: dict[str, str]) -> str:
@@ -52,9 +55,12 @@ def file_changes(saved: dict[str, str], now: dict[str, str]) -> str:
     refusing it: each file resized (or of another dtype...), gone or new, or the same
     files in another order; with too many files to name, their counts. ``""`` where
     either side says nothing of its files (a state saved before files were named)."""
-    was, is_ = _named(saved), _named(now)
+    told, telling = _told(saved), _told(now)
+    if told is None or telling is None:
+        return ""
+    was, is_ = _named(told), _named(telling)
     if was is None or is_ is None:
-        return _counts(saved, now)
+        return _counts(told, telling)
     found = [
         f"{name}: {_differ(said, is_[name])}"
         for name, said in was.items()
@@ -79,34 +85,29 @@ def _differ(was: dict[str, Any], is_: dict[str, Any]) -> str:
     return f"{before} when the state was saved, {after} now"
 
 
-def _named(parts: dict[str, str]) -> dict[str, dict[str, Any]] | None:
-    """``{name: description}`` of the files a side's parts name, in order (``None``:
-    none, or not in this headrace's form)."""
-    entries = []
-    for key, value in parts.items():
-        index = key[len(FILE_PART) :]
-        if key.startswith(FILE_PART) and index.isdigit():
-            entries.append((int(index), value))
-    if not entries:
-        return None
-    out: dict[str, dict[str, Any]] = {}
-    for _, value in sorted(entries):
-        try:
-            name, said = json.loads(value)
-        except (ValueError, TypeError):
-            return None
-        if not isinstance(said, dict):
-            return None
-        out[str(name)] = said
-    return out
-
-
-def _counts(saved: dict[str, str], now: dict[str, str]) -> str:
-    """The files' count and bytes on each side, where they differ."""
+def _told(parts: dict[str, str]) -> dict[str, Any] | None:
+    """A side's :data:`FILE_PART`, read (``None``: none, or not in this form)."""
     try:
-        (n0, b0), (n1, b1) = json.loads(saved[_COUNT]), json.loads(now[_COUNT])
+        told = json.loads(parts[FILE_PART])
     except (KeyError, ValueError, TypeError):
-        return ""
+        return None
+    return told if isinstance(told, dict) else None
+
+
+def _named(told: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """``{name: description}`` of the files a side names, in order (``None``: too many
+    to name, or not in this form)."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in told.get("files") or ():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)):
+            return None
+        out[str(entry[0])] = entry[1]
+    return out or None
+
+
+def _counts(told: dict[str, Any], telling: dict[str, Any]) -> str:
+    """The files' count and bytes on each side, where they differ."""
+    (n0, b0), (n1, b1) = [(_int(t.get("count")), _int(t.get("bytes"))) for t in (told, telling)]
     if (n0, b0) == (n1, b1):
         return ""
     return (
@@ -179,10 +180,6 @@ def _dtype(text: str) -> str:
     except TypeError:
         return f"dtype {text}"
     return dtype.name if dtype.isnative or dtype.byteorder == "|" else f"dtype {text}"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _int(value: Any) -> int:

@@ -250,7 +250,7 @@ class LoaderState:
                     if parts.get(k) != saved.get(k)
                     # a part the state was saved without, when it did not exist yet
                     and not (k in _LATER_PARTS and k not in saved)
-                    and not k.startswith(FILE_PART)  # (told below, by name)
+                    and k != FILE_PART  # (told below, by name)
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
                 files = file_changes(saved, parts)
