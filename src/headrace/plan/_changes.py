@@ -76,10 +76,13 @@ def changes(saved: dict[str, str], now: dict[str, str]) -> str:
 def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> list[str]:
     if was is None or is_ is None:
         return []
+    keys = list({**was, **is_})
+    if max(len(was), len(is_)) >= _MOST_SETTINGS:  # cut: a key one side lacks may be past it
+        keys = [k for k in keys if k in was and k in is_]
     return [
         f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
         f"{_value(is_.get(key, _UNSET))} now"
-        for key in {**was, **is_}
+        for key in keys
         if was.get(key, _UNSET) != is_.get(key, _UNSET)
     ]
 
