@@ -165,18 +165,19 @@ def test_a_changed_setting_is_named_with_its_value_then_and_now(tmp_path: Path) 
 def test_past_the_named_settings_only_those_named_on_both_sides_are_compared(
     tmp_path: Path,
 ) -> None:
-    # A mixture of many sources names the settings of its first ones only: one source more
-    # moves the cut, and a setting past it on one side is not "not set" there.
+    # A mixture of many sources names the settings of its first ones only: a source put
+    # first moves the cut, and a setting past it on one side is not "not set" there.
     files = _write(tmp_path, {f"s{i:02}.bin": 2000 for i in range(24)})
 
-    def mix(n: int, context: int = 16) -> Mixture:
-        sources = {f"m{i:02}": _tokens([files[i]]) for i in range(n)}
+    def mix(first: bool, context: int = 16) -> Mixture:
+        sources = {"first": _tokens([files[23]])} if first else {}
         sources["m00"] = TokenSource([files[0]], dtype="uint32", context=context)
-        return Mixture(sources, [1] * n, batch_size=24)
+        sources.update({f"m{i:02}": _tokens([files[i]]) for i in range(1, 23)})
+        return Mixture(sources, [1] * len(sources), batch_size=24)
 
-    with Loader(mix(23), batch_size=24) as loader:
+    with Loader(mix(False), batch_size=24) as loader:
         state = loader.state_dict()
-    with Loader(mix(24, context=8), batch_size=24) as loader:
+    with Loader(mix(True, context=8), batch_size=24) as loader:
         with pytest.raises(StateError) as info:
             loader.load_state_dict(state)
     message = str(info.value)
