@@ -546,6 +546,11 @@ def test_config_errors(root: Path) -> None:
         ht.HeadraceDataLoader(dataset(root), num_workers=2, multiprocessing_context="bogus")
     with pytest.raises(ConfigError, match="does not take \\['timeout'\\]"):
         ht.HeadraceDataLoader(dataset(root), num_workers=2, timeout=3)
+    # ... and says what to do instead, for a stock DataLoader's arguments that have a way
+    with pytest.raises(ConfigError, match=r"worker_init_fn: nothing needs seeding"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=2, worker_init_fn=print)
+    with pytest.raises(ConfigError, match=r"timeout: to stop waiting .* call close\(\)"):
+        ht.HeadraceDataLoader(dataset(root), num_workers=2, timeout=3)
     with pytest.raises(ConfigError, match="prefetch_factor"):
         ht.HeadraceDataLoader(dataset(root), prefetch_factor=2)
     with pytest.raises(ConfigError, match="num_workers must be"):

@@ -56,8 +56,10 @@ def test_shards_of_one_name_listed_in_another_order_are_refused(tmp_path: Path) 
     # glob("*/train.bin") lists in the directory's order, which another mount need not
     # keep: the fingerprint held only base names and sizes, equal here, and the state
     # resumed on the swapped list with other batches.
-    with pytest.raises(StateError, match=r"what differs: paths"):
+    with pytest.raises(StateError, match=r"what differs: paths") as info:
         _run(_tokens([en, de]), state)
+    # named by their paths below the common folder, as the description holds them
+    assert "(saved: de/train.bin, en/train.bin; now: en/train.bin, de/train.bin)" in str(info.value)
 
 
 def test_shards_of_one_name_moved_to_another_folder_resume_exactly(tmp_path: Path) -> None:

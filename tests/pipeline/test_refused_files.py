@@ -1,7 +1,8 @@
-"""A state refused because files changed names them: which file, what it was when the
-state was saved, what it is now, and the way on (the loader's own state at the saved
-step). Before, a refusal said only ``what differs: files`` (a digest names nothing),
-which on a run of hundreds of shards left the user to find the file by hand."""
+"""A state refused because files or settings changed names them: which file or setting,
+what it was when the state was saved, what it is now, and the way on (the loader's own
+state at the saved step). Before, a refusal said only ``what differs: files`` (a digest
+names nothing), which on a run of hundreds of shards left the user to find the file by
+hand, and ``what differs: context`` without either value."""
 
 from __future__ import annotations
 
@@ -136,3 +137,49 @@ def test_a_state_saved_before_files_were_named_is_refused_as_before(tmp_path: Pa
     with Loader(_tokens(files), batch_size=8, seed=3) as loader:
         loader.load_state_dict(state)
         assert loader.step == 3
+
+
+def test_a_changed_setting_is_named_with_its_value_then_and_now(tmp_path: Path) -> None:
+    web, code = _write(tmp_path, {"web.bin": 20_000, "code.bin": 9_000})
+    state = _saved(_tokens([web]))
+    shorter = TokenSource([web], dtype="uint32", context=8)
+    assert "context: 16 when the state was saved, 8 now" in _refusal(shorter, state)
+    with_eos = TokenSource([web], dtype="uint32", context=16, positions="eos", eos_id=0)
+    message = _refusal(with_eos, state)
+    assert 'positions: not set (the default) when the state was saved, "eos" now' in message
+    with Loader(_tokens([web]), batch_size=8, host_order="address") as by_address:
+        with pytest.raises(
+            StateError,
+            match=r'host_order: not set \(the default\) when the state was saved, "address"',
+        ):
+            by_address.load_state_dict(state)
+
+    def mix(context: int) -> Mixture:
+        chat = TokenSource([code], dtype="uint32", context=context)
+        return Mixture({"web": _tokens([web]), "chat": chat}, [3, 1], batch_size=8)
+
+    message = _refusal(mix(8), _saved(mix(16)))
+    assert "sources.chat.context: 16 when the state was saved, 8 now" in message
+
+
+def test_past_the_named_settings_only_those_named_on_both_sides_are_compared(
+    tmp_path: Path,
+) -> None:
+    # A mixture of many sources names the settings of its first ones only: a source put
+    # first moves the cut, and a setting past it on one side is not "not set" there.
+    files = _write(tmp_path, {f"s{i:02}.bin": 2000 for i in range(24)})
+
+    def mix(first: bool, context: int = 16) -> Mixture:
+        sources = {"first": _tokens([files[23]])} if first else {}
+        sources["m00"] = TokenSource([files[0]], dtype="uint32", context=context)
+        sources.update({f"m{i:02}": _tokens([files[i]]) for i in range(1, 23)})
+        return Mixture(sources, [1] * len(sources), batch_size=24)
+
+    with Loader(mix(False), batch_size=24) as loader:
+        state = loader.state_dict()
+    with Loader(mix(True, context=8), batch_size=24) as loader:
+        with pytest.raises(StateError) as info:
+            loader.load_state_dict(state)
+    message = str(info.value)
+    assert "sources.m00.context: 16 when the state was saved, 8 now" in message
+    assert "not set (the default)" not in message

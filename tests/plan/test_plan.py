@@ -188,9 +188,13 @@ def test_a_refused_state_names_the_parts_that_differ() -> None:
         seed=1, step=5, batch_size=8, fingerprint="a", parts=fingerprint_parts(described(4))
     )
     assert LoaderState.from_dict(saved.to_dict()) == saved
-    assert set(saved.parts or ()) == {"kind", "weights", "sources.code", "sources.chat"}
-    with pytest.raises(StateError, match=r"what differs: sources\.chat\)"):
+    assert set(saved.parts or ()) == {
+        *("kind", "weights", "sources.code", "sources.chat"),
+        "settings:named",  # the values, named: kind, sources.code.rows, sources.chat.rows
+    }
+    with pytest.raises(StateError, match=r"what differs: sources\.chat\)") as info:
         saved.check(fingerprint="b", batch_size=8, parts=fingerprint_parts(described(5)))
+    assert "sources.chat.rows: 4 when the state was saved, 5 now" in str(info.value)
     with pytest.raises(StateError, match="expected a dict of str to str"):
         LoaderState.from_dict({**saved.to_dict(), "parts": ["kind"]})
 

@@ -1,66 +1,99 @@
-"""Which files a refused state was saved with: named, with what changed.
+"""What a refused state was saved with: its files and settings, named, with what changed.
 
 A state's ``parts`` (:func:`~headrace.plan.fingerprint_parts`) digest each part of the
-sources' description, so a refusal could say ``what differs: files``, but not which of
-them: a digest names nothing. Beside them, one more part (:data:`FILE_PART`) holds, as
-JSON text, the count and bytes of the files the description holds and, for at most
-:data:`MAX_NAMED_FILES` of them, each one's name and what the description says of it,
-so a refusal names the file that was resized, removed or added, with what it was and
-what it is. Files are what the description holds: a token file's name, bytes, dtype
-and format; a table's or a folder's file names and sizes; a row file's rows and width;
-every mixed source's, by source. One part, not one a file: a checkpointer that restores
-onto a target tree (orbax, ``array_state``) needs the same keys on both sides, and a
-file added would have changed them (the value's length may differ: it restores the
-saved one).
+sources' description, so a refusal could say ``what differs: files, context``, but not
+which file, nor what the context was: a digest names nothing. Beside them, two more
+parts hold, as JSON text, the settings (:data:`SETTING_PART`: the description's
+numbers, strings and flags, as ``context`` or ``sources.chat.context``) and the files
+(:data:`FILE_PART`: their count and bytes and, for at most :data:`MAX_NAMED_FILES` of
+them, each one's name and what the description says of it), so a refusal names the
+setting or file that changed, with what it was and what it is. Files are what the
+description holds: a token file's name, bytes, dtype and format; a table's or a
+folder's file names and sizes; a row file's rows and width; every mixed source's, by
+source. One part each, not one a file: a checkpointer that restores onto a target tree
+(orbax, ``array_state``) needs the same keys on both sides, and a file added would
+have changed them (the value's length may differ: it restores the saved one).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FILE_PART", "MAX_NAMED_FILES", "file_changes", "file_parts"]
+__all__ = ["FILE_PART", "MAX_NAMED_FILES", "NAMED_PARTS", "SETTING_PART", "changes", "named_parts"]
 
 #: Files a state names one by one (about 60-150 bytes of JSON each); past it, a count.
 MAX_NAMED_FILES = 32
 #: The part naming the files (not a part of the description: the digests of the parts
 #: that hold the files cover them).
 FILE_PART = "files:named"
+#: The part naming the settings (as :data:`FILE_PART`, not a part of the description).
+SETTING_PART = "settings:named"
+NAMED_PARTS = (FILE_PART, SETTING_PART)
+#: Settings a state names (the description's scalars down to a mixed source's), and
+#: the characters of a string setting it keeps.
+_MOST_SETTINGS, _SETTING_CHARS = 64, 80
 #: Differences a refusal lists before "and N more".
 _MOST = 5
 
 
-def file_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
-    """``{FILE_PART: JSON}`` naming the files of ``fingerprint`` (``{}`` for a
-    description of no files): their count and total bytes, and each file's name and
-    description when there are at most :data:`MAX_NAMED_FILES`. ASCII text, as
+def named_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
+    """The parts naming the settings and files of ``fingerprint`` (none for what it does
+    not hold): the settings' values; the files' count and total bytes, and each file's
+    name and description when there are at most :data:`MAX_NAMED_FILES`. ASCII text, as
     :func:`~headrace.plan.array_state` needs: names are JSON-escaped."""
+    out: dict[str, str] = {}
+    settings = dict(islice(_settings(fingerprint, ""), _MOST_SETTINGS))
+    if settings:
+        out[SETTING_PART] = _json(settings)
     files = list(_files(fingerprint, ()))
-    if not files:
-        return {}
-    told: dict[str, Any] = {
-        "count": len(files),
-        "bytes": sum(_int(said.get("bytes")) for _, said in files),
-    }
-    if len(files) <= MAX_NAMED_FILES:
-        told["files"] = [[name, said] for name, said in files]
-    return {FILE_PART: json.dumps(told, separators=(",", ":"))}
+    if files:
+        told: dict[str, Any] = {
+            "count": len(files),
+            "bytes": sum(_int(said.get("bytes")) for _, said in files),
+        }
+        if len(files) <= MAX_NAMED_FILES:
+            told["files"] = [[name, said] for name, said in files]
+        out[FILE_PART] = _json(told)
+    return out
 
 
-def file_changes(saved: dict[str, str], now: dict[str, str]) -> str:
-    """What changed among the files, from the parts of a saved state and of the loader
-    refusing it: each file resized (or of another dtype...), gone or new, or the same
-    files in another order; with too many files to name, their counts. ``""`` where
-    either side says nothing of its files (a state saved before files were named)."""
-    told, telling = _told(saved), _told(now)
+def changes(saved: dict[str, str], now: dict[str, str]) -> str:
+    """What changed, from the parts of a saved state and of the loader refusing it: each
+    setting, with its value then and now; each file resized (or of another dtype...),
+    gone or new, or the same files in another order; with too many files to name, their
+    counts. ``""`` where either side names nothing (a state saved before they were)."""
+    found = _setting_changes(_told(saved, SETTING_PART), _told(now, SETTING_PART))
+    found += _file_changes(_told(saved, FILE_PART), _told(now, FILE_PART))
+    more = f"; and {len(found) - _MOST} more" if len(found) > _MOST else ""
+    return "; ".join(found[:_MOST]) + more
+
+
+def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> list[str]:
+    if was is None or is_ is None:
+        return []
+    keys = list({**was, **is_})
+    if max(len(was), len(is_)) >= _MOST_SETTINGS:  # cut: a key one side lacks may be past it
+        keys = [k for k in keys if k in was and k in is_]
+    return [
+        f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
+        f"{_value(is_.get(key, _UNSET))} now"
+        for key in keys
+        if was.get(key, _UNSET) != is_.get(key, _UNSET)
+    ]
+
+
+def _file_changes(told: dict[str, Any] | None, telling: dict[str, Any] | None) -> list[str]:
     if told is None or telling is None:
-        return ""
+        return []
     was, is_ = _named(told), _named(telling)
     if was is None or is_ is None:
-        return _counts(told, telling)
+        counted = _counts(told, telling)
+        return [counted] if counted else []
     found = [
         f"{name}: {_differ(said, is_[name])}"
         for name, said in was.items()
@@ -69,13 +102,12 @@ def file_changes(saved: dict[str, str], now: dict[str, str]) -> str:
     found += [f"{name} ({_what(said)}) is gone" for name, said in was.items() if name not in is_]
     found += [f"{name} ({_what(said)}) is new" for name, said in is_.items() if name not in was]
     if not found and list(was) != list(is_):
-        return (
+        found.append(
             f"the same files in another order (saved: {', '.join(was)}; now: "
             f"{', '.join(is_)}): a list made by a glob or a directory listing follows "
             "the directory's order; sort it"
         )
-    more = f"; and {len(found) - _MOST} more" if len(found) > _MOST else ""
-    return "; ".join(found[:_MOST]) + more
+    return found
 
 
 def _differ(was: dict[str, Any], is_: dict[str, Any]) -> str:
@@ -85,10 +117,10 @@ def _differ(was: dict[str, Any], is_: dict[str, Any]) -> str:
     return f"{before} when the state was saved, {after} now"
 
 
-def _told(parts: dict[str, str]) -> dict[str, Any] | None:
-    """A side's :data:`FILE_PART`, read (``None``: none, or not in this form)."""
+def _told(parts: dict[str, str], key: str) -> dict[str, Any] | None:
+    """A side's named part ``key``, read (``None``: none, or not in this form)."""
     try:
-        told = json.loads(parts[FILE_PART])
+        told = json.loads(parts[key])
     except (KeyError, ValueError, TypeError):
         return None
     return told if isinstance(told, dict) else None
@@ -115,6 +147,28 @@ def _counts(told: dict[str, Any], telling: dict[str, Any]) -> str:
         f"{n1:,} of {b1:,} (too many to name each: a state names up to "
         f"{MAX_NAMED_FILES})"
     )
+
+
+#: A setting one side does not have (added to the description only where set).
+_UNSET = object()
+
+
+def _value(value: Any) -> str:
+    return "not set (the default)" if value is _UNSET else json.dumps(value, ensure_ascii=False)
+
+
+def _settings(value: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` of the description's numbers, strings, flags and ``None`` s, at
+    its top and in its mappings (``sources.chat.context``), never inside a file's or a
+    list's: those are the files' (and a mixture's weights are digested, not told)."""
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if item is None or isinstance(item, bool | int | float):
+            yield name, item
+        elif isinstance(item, str):
+            yield name, item[:_SETTING_CHARS]
+        elif isinstance(item, dict) and not isinstance(item.get("path"), str):
+            yield from _settings(item, f"{name}.")
 
 
 def _files(value: Any, within: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -180,6 +234,10 @@ def _dtype(text: str) -> str:
     except TypeError:
         return f"dtype {text}"
     return dtype.name if dtype.isnative or dtype.byteorder == "|" else f"dtype {text}"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _int(value: Any) -> int:

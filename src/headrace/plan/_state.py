@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import StateError
-from headrace.plan._changes import FILE_PART, file_changes, file_parts
+from headrace.plan._changes import NAMED_PARTS, changes, named_parts
 
 __all__ = [
     "PLAN_VERSION",
@@ -76,9 +76,9 @@ def legacy_digest(fingerprint: dict[str, Any]) -> str | None:
 def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     """A 12-hex digest of each part of a fingerprint (each top-level key, and each key of
     a top-level mapping, as ``sources.chat``), so a refused state can say what changed;
-    and its files, named (:func:`~headrace.plan._changes.file_parts`), so it can say
-    which file changed and how."""
-    out: dict[str, str] = file_parts(fingerprint)
+    and its settings and files, named (:func:`~headrace.plan._changes.named_parts`), so
+    it can say which changed and how."""
+    out: dict[str, str] = named_parts(fingerprint)
     for key, value in fingerprint.items():
         if isinstance(value, dict) and value:
             for sub, v in value.items():
@@ -250,10 +250,10 @@ class LoaderState:
                     if parts.get(k) != saved.get(k)
                     # a part the state was saved without, when it did not exist yet
                     and not (k in _LATER_PARTS and k not in saved)
-                    and k != FILE_PART  # (told below, by name)
+                    and k not in NAMED_PARTS  # (told below, by name)
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
-                files = file_changes(saved, parts)
+                files = changes(saved, parts)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
                 f"this loader's sources have {fingerprint}{which}){': ' if files else ''}"

@@ -25,7 +25,8 @@ step (``state_dict()``). With workers, each worker reads ahead of the
 consumer, so the step the *consumer* reached is counted by
 :class:`HeadraceDataLoader` (any worker count on resume) or by torchdata's
 ``StatefulDataLoader``, which calls the dataset's ``state_dict`` inside each
-worker (resume with the same worker count, as StatefulDataLoader requires).
+worker (resume with the same worker count, as StatefulDataLoader requires; with
+another, through :func:`from_stateful_dataloader`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from headrace.torch._dataset import TorchDataset
 from headrace.torch._dcp import DCPStateful
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch as RaggedTensorBatch
+from headrace.torch._stateful import from_stateful_dataloader
 from headrace.torch._tensors import TensorBatch as TensorBatch
 from headrace.torch._tensors import tensors_of, to_tensors
 
@@ -69,6 +71,7 @@ __all__ = [
     "TorchDataset",
     "WORKER_CHUNK_BYTES",
     "dist_rank_world",
+    "from_stateful_dataloader",
     "pack",
     "tensors_of",
     "to_tensors",

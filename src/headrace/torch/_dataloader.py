@@ -73,6 +73,22 @@ _NOT_ALLOWED = (
 )
 
 
+#: What a stock DataLoader's other arguments are for, done here (said when one is given).
+_INSTEAD = {
+    "drop_last": "drop_last: every batch is whole (steps run over epochs); for one exact "
+    "pass whose last batch is masked, TorchDataset(..., epochs=1).",
+    "generator": "generator: the order is a function of TorchDataset(seed=...) alone.",
+    "in_order": "in_order: batches always come in global step order.",
+    "pin_memory_device": "pin_memory_device: pin_memory=True pins for torch.accelerator's "
+    "current device.",
+    "timeout": "timeout: to stop waiting on stuck storage, call close() from another "
+    "thread (a watchdog); the waiting iteration then raises StateError.",
+    "worker_init_fn": "worker_init_fn: nothing needs seeding (every random choice is keyed "
+    "by the seed and step; a transform gets each sample's generator, samples.rngs()); "
+    "set up per-process state in the transform, at its first call.",
+}
+
+
 class HeadraceDataLoader(Closing):
     """Tensors of a :class:`TorchDataset`, counting the consumer's steps; workers optional.
 
@@ -130,9 +146,11 @@ class HeadraceDataLoader(Closing):
                 )
             unsupported.pop(bad, None)
         if unsupported:
+            ways = [_INSTEAD[k] for k in sorted(unsupported) if k in _INSTEAD]
             raise ConfigError(
                 f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
                 "prefetch_factor, multiprocessing_context, pin_memory and copy."
+                + "".join(f" {way}" for way in ways)
             )
         if not _is_integer(num_workers) or num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")

@@ -1,0 +1,90 @@
+"""A torchdata StatefulDataLoader's state resumes with another worker count through
+``from_stateful_dataloader``: torchdata refuses its own state there (a bare
+AssertionError from 2 workers to 3), and a run that saved only that state could not
+change its worker count at all."""
+
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+sdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+
+from headrace import torch as ht  # noqa: E402
+from headrace.errors import StateError  # noqa: E402
+from headrace.pipeline import Loader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+STEPS, SAVE_AT = 14, 7
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tokens(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture(scope="module")
+def reference(root: Path) -> list[str]:
+    with Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
+        return [batch_digest([b]) for b in ld]
+
+
+def dataset(root: Path) -> ht.TorchDataset:
+    return ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
+
+
+def digests(batches: Any) -> list[str]:
+    return [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in batches]
+
+
+@pytest.mark.parametrize(("saved", "every"), [(2, 1), (3, 4), (0, 1)])
+def test_a_stateful_dataloader_state_resumes_with_another_worker_count(
+    root: Path, reference: list[str], saved: int, every: int
+) -> None:
+    dl: Any = sdl.StatefulDataLoader(
+        dataset(root), batch_size=None, num_workers=saved, snapshot_every_n_steps=every
+    )
+    it = iter(dl)
+    assert digests(islice(it, SAVE_AT)) == reference[:SAVE_AT]
+    state = dl.state_dict()
+    del it
+    for workers in {0, 3} - {saved}:
+        ds = dataset(root)
+        ds.load_state_dict(ht.from_stateful_dataloader(state))
+        resumed: Any = sdl.StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+        assert digests(resumed) == reference[SAVE_AT:], workers
+    ds = dataset(root)
+    ds.load_state_dict(ht.from_stateful_dataloader(state))
+    assert digests(ht.HeadraceDataLoader(ds)) == reference[SAVE_AT:]
+
+
+def test_what_is_not_a_stateful_dataloader_state_is_refused(root: Path) -> None:
+    plain = dataset(root).state_dict()
+    with pytest.raises(StateError, match=r"not a StatefulDataLoader state \(keys: \['batch_size'"):
+        ht.from_stateful_dataloader(plain)
+    with pytest.raises(StateError, match="holds no dataset state: was its dataset a headrace"):
+        ht.from_stateful_dataloader({"dataset_state": None})
+    with pytest.raises(StateError, match="expected a dict with '_worker_snapshots'"):
+        ht.from_stateful_dataloader({"_snapshot": 3})
+
+    one = dataset(root).state_dict()
+    two = {**one, "seed": 6}
+    workers = {f"worker_{i}": {"dataset_state": s} for i, s in enumerate((one, two))}
+    with pytest.raises(StateError, match="workers hold states of different runs"):
+        ht.from_stateful_dataloader({"_snapshot": {"_worker_snapshots": workers}})
+    with pytest.raises(StateError, match="_steps_since_snapshot -1; expected an integer >= 0"):
+        ht.from_stateful_dataloader(
+            {"_snapshot": {"_worker_snapshots": workers}, "_steps_since_snapshot": -1}
+        )
