@@ -328,6 +328,9 @@ def _decode_jpeg(
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
+            # Pillow's libjpeg fills damaged scan data with grey and warns no one: a
+            # strict decode first refuses such a file, as for every other JPEG here.
+            _simplejpeg_decode(view, name, "CMYK")
             return _pil_decode(view, name, "JPEG", want)
         # Only into a buffer of exactly the header's size: simplejpeg fills a larger
         # one's first bytes, and refuses a smaller one as a ValueError, a "corrupt JPEG".
