@@ -473,6 +473,21 @@ def test_jpeg_truncated_or_with_a_trailer(simplejpeg: bool) -> None:
         decode_jpeg(data + b"ftypmp42", name="t.jpg", use_simplejpeg=simplejpeg)
 
 
+def test_a_cmyk_jpeg_with_damaged_scan_data_is_refused_on_the_strict_path() -> None:
+    # CMYK and YCCK JPEGs go to Pillow (for its pixels), whose libjpeg fills a scan cut
+    # short with grey and says nothing: with simplejpeg installed every other JPEG is
+    # refused for that (fails before: decoded, 64 x 48 of partly grey pixels).
+    data = JPEG_VARIANTS["CMYK"]
+    cut = data[: len(data) * 2 // 3] + b"\xff\xd9"
+    with pytest.raises(FormatError, match=r"c\.jpg: corrupt JPEG \(.*premature end"):
+        decode_jpeg(cut, name="c.jpg", use_simplejpeg=True)
+    for mode in ("L", "RGBA"):  # converted: the same check
+        with pytest.raises(FormatError, match=r"c\.jpg: corrupt JPEG"):
+            decode_jpeg(cut, name="c.jpg", use_simplejpeg=True, mode=mode)
+    # Pillow's path alone cannot tell (libjpeg only warns): documented, not refused.
+    assert decode_jpeg(cut, name="c.jpg", use_simplejpeg=False).shape == (64, 48, 3)
+
+
 @pytest.mark.parametrize("simplejpeg", [True, False], ids=["simplejpeg", "pillow"])
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P"])
 def test_a_png_named_jpeg_reads_as_pillow_reads_it(simplejpeg: bool, mode: str) -> None:

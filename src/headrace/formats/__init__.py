@@ -20,14 +20,8 @@ from headrace.formats._files import (
     write_sample_file,
 )
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
-from headrace.formats._images import (
-    IMAGE_MODES,
-    ImageMode,
-    decode_jpeg,
-    decode_png,
-    encode_jpeg,
-    encode_png,
-)
+from headrace.formats._image_encode import encode_jpeg, encode_png
+from headrace.formats._images import IMAGE_MODES, ImageMode, decode_jpeg, decode_png
 from headrace.formats._megatron import (
     MEGATRON_MAGIC,
     MegatronIndex,

@@ -32,7 +32,8 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
-from headrace.formats._images import decode_jpeg, decode_png, encode_jpeg, encode_png
+from headrace.formats._image_encode import encode_jpeg, encode_png
+from headrace.formats._images import decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
 

@@ -21,7 +21,10 @@ Sample schema
 
 Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
-SOI at the start and EOI at the end; PNG: signature and a final IEND chunk).
+SOI at the start and EOI at the end; PNG: signature and a final IEND chunk),
+scan data by simplejpeg's strict mode (CMYK files too, before Pillow decodes
+them), and a PNG's zlib stream whole where ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``
+would have Pillow accept one cut short (:mod:`headrace.formats._png_stream`).
 Warning filters are left alone (they are process-wide, and decode threads run
 beside the training loop): a warning Pillow issues while decoding goes through
 the process's filters like any other, and is a ``FormatError`` where they make
@@ -30,10 +33,8 @@ it an error.
 
 from __future__ import annotations
 
-import io
 import re
 import struct
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeAlias, get_args
@@ -52,8 +53,6 @@ __all__ = [
     "check_image_mode",
     "decode_jpeg",
     "decode_png",
-    "encode_jpeg",
-    "encode_png",
     "jpeg_layout",
     "png_layout",
 ]
@@ -328,6 +327,9 @@ def _decode_jpeg(
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
             # in places): both paths must give the same array, so these go to Pillow.
+            # Pillow's libjpeg fills damaged scan data with grey and warns no one: a
+            # strict decode first refuses such a file, as for every other JPEG here.
+            _simplejpeg_decode(view, name, "CMYK")
             return _pil_decode(view, name, "JPEG", want)
         # Only into a buffer of exactly the header's size: simplejpeg fills a larger
         # one's first bytes, and refuses a smaller one as a ValueError, a "corrupt JPEG".
@@ -545,65 +547,3 @@ def _png16(view: memoryview, name: str, colour: int) -> NDArray[np.uint16]:
     out <<= 8
     out |= parts[1]
     return out
-
-
-def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
-    """JPEG bytes of an ``(H, W, 3)`` or ``(H, W)`` / ``(H, W, 1)`` uint8 image."""
-    if not 1 <= quality <= 100:
-        raise ConfigError(f"JPEG quality must be in 1..100 (got {quality=})")
-    img = np.ascontiguousarray(image)
-    if img.dtype != np.uint8 or img.ndim not in (2, 3):
-        raise ConfigError(f"JPEG needs a uint8 HxW or HxWxC image (got {img.dtype} {img.shape})")
-    if img.ndim == 2:
-        img = img[:, :, np.newaxis]
-    if img.shape[2] not in (1, 3):
-        raise ConfigError(f"JPEG needs 1 or 3 channels (got {img.shape[2]})")
-    if _simplejpeg is not None:
-        cs = "GRAY" if img.shape[2] == 1 else "RGB"
-        sub = "Gray" if cs == "GRAY" else "420"
-        out: bytes = _simplejpeg.encode_jpeg(
-            img, quality=quality, colorspace=cs, colorsubsampling=sub
-        )
-        return out
-    buf = io.BytesIO()  # pragma: no cover
-    _pil().fromarray(img[:, :, 0] if img.shape[2] == 1 else img).save(buf, "JPEG", quality=quality)
-    return buf.getvalue()
-
-
-def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
-    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16:
-    8 or 16 bits; C = 2 is grey + alpha)."""
-    img = np.ascontiguousarray(image)
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[:, :, 0]
-    if img.dtype not in (np.uint8, np.uint16) or not (img.ndim == 2 or img.shape[2] in (2, 3, 4)):
-        raise ConfigError(
-            f"PNG needs a uint8 or uint16 HxW or HxWxC image, C in 1..4 (got {img.dtype} "
-            f"{img.shape})"
-        )
-    if img.dtype == np.uint16 and img.ndim == 3:
-        return _encode_png16(img, compress_level)
-    pil = _pil().fromarray(img.astype("<u2") if img.dtype == np.uint16 else img)
-    buf = io.BytesIO()
-    pil.save(buf, "PNG", compress_level=compress_level)
-    return buf.getvalue()
-
-
-def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    crc = zlib.crc32(kind + body)
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
-
-
-def _encode_png16(img: NDArray[np.uint16], compress_level: int) -> bytes:
-    """A 16-bit grey + alpha, RGB or RGBA PNG, which Pillow cannot write: every
-    scanline unfiltered (filter byte 0), big-endian samples, one IDAT chunk."""
-    h, w, c = img.shape
-    rows = np.zeros((h, 1 + w * c * 2), np.uint8)
-    rows[:, 1:] = img.astype(">u2").view(np.uint8).reshape(h, -1)
-    colour = {2: 4, 3: 2, 4: 6}[c]
-    return (
-        _PNG_SIG
-        + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, colour, 0, 0, 0))
-        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), compress_level))
-        + _png_chunk(b"IEND", b"")
-    )

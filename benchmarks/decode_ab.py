@@ -1,13 +1,16 @@
-"""PNG decode time, this tree's ``decode_png`` beside a base commit's (A/B, alternated).
+"""Image decode time, this tree's ``decode_png``/``decode_jpeg`` beside a base commit's
+(A/B, alternated).
 
-Run: PYTHONPATH=src python benchmarks/png16.py [--base REV] [--rounds 8] [--reps 20]
+Run: PYTHONPATH=src python benchmarks/decode_ab.py [--base REV] [--rounds 8] [--reps 20]
 
 The base's ``formats/_images.py`` (``git show REV:...``, default ``HEAD~1``) is loaded
 as a module of its own, so both sides run in one process on the same bytes. 640 x 640
 photo-like PNGs: 8-bit grey, RGB and RGBA (must not regress: prediction, no difference,
 the 8-bit path only gained a look at the IHDR's bit depth) and 16-bit RGB (the base
 gives Pillow's high bytes, uint8; this tree every bit, uint16, by two decodes:
-prediction ~2x the base). Sides alternate per decode (A B, then B A); the median
+prediction ~2x the base); JPEGs of 300 KB: RGB (must not regress) and CMYK (this tree
+checks the scan data with a strict decode before Pillow's: prediction ~1.7x).
+Sides alternate per decode (A B, then B A); the median
 milliseconds an image, the median of the paired ratios to the base, and each side's
 digest are printed (8-bit: the same digest both sides).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import statistics
 import subprocess
 import sys
@@ -28,7 +32,7 @@ import numpy as np
 from _out import out
 
 from headrace.bench._files_kind import photo
-from headrace.formats import decode_png, encode
+from headrace.formats import decode_jpeg, decode_png, encode
 
 _SRC = "src/headrace/formats/_images.py"
 
@@ -37,7 +41,7 @@ def _digest(a: np.ndarray) -> str:
     return hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()[:12]
 
 
-def _base(rev: str) -> Callable[..., np.ndarray]:
+def _base(rev: str) -> types.ModuleType:
     root = Path(__file__).resolve().parent.parent
     text = subprocess.run(
         ["git", "show", f"{rev}:{_SRC}"], cwd=root, check=True, capture_output=True, text=True
@@ -45,7 +49,15 @@ def _base(rev: str) -> Callable[..., np.ndarray]:
     mod = types.ModuleType("headrace.formats._images_base")
     sys.modules[mod.__name__] = mod
     exec(compile(text, f"{rev}:{_SRC}", "exec"), mod.__dict__)
-    return mod.decode_png  # type: ignore[no-any-return]
+    return mod
+
+
+def _cmyk(rgb: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(rgb).convert("CMYK").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
 
 
 def main() -> None:
@@ -63,12 +75,17 @@ def main() -> None:
         "8-bit RGB": encode("png", rgb),
         "8-bit RGBA": encode("png", rgba),
         "16-bit RGB": encode("png", rgb16),
+        "JPEG RGB": encode("jpeg", rgb, quality=90),
+        "JPEG CMYK": _cmyk(rgb),
     }
     out(f"{args.rounds * args.reps} decodes a side; base {args.base}")
     for name, data in files.items():
+        fn = "decode_jpeg" if name.startswith("JPEG") else "decode_png"
+        this: Callable[..., np.ndarray] = decode_jpeg if fn == "decode_jpeg" else decode_png
+        then: Callable[..., np.ndarray] = getattr(base, fn)
         sides = {
-            "base": lambda d=data: base(d, name="a.png"),
-            "this": lambda d=data: decode_png(d, name="a.png"),
+            "base": lambda d=data, f=then: f(d, name="a"),
+            "this": lambda d=data, f=this: f(d, name="a"),
         }
         times: dict[str, list[float]] = {s: [] for s in sides}
         order = list(sides)

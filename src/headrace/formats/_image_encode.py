@@ -1,0 +1,89 @@
+"""JPEG and PNG encoding: deterministic bytes for a dataset's files and the tests.
+
+The same array gives the same bytes (simplejpeg, or Pillow, at a fixed quality; Pillow's
+PNG at a fixed compression level); 16-bit colour PNGs, which Pillow cannot write, are
+written here, unfiltered.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats import _images  # its Pillow import and PNG signature
+
+__all__ = ["encode_jpeg", "encode_png"]
+
+try:
+    import simplejpeg as _simplejpeg
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _simplejpeg = None
+
+
+def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
+    """JPEG bytes of an ``(H, W, 3)`` or ``(H, W)`` / ``(H, W, 1)`` uint8 image."""
+    if not 1 <= quality <= 100:
+        raise ConfigError(f"JPEG quality must be in 1..100 (got {quality=})")
+    img = np.ascontiguousarray(image)
+    if img.dtype != np.uint8 or img.ndim not in (2, 3):
+        raise ConfigError(f"JPEG needs a uint8 HxW or HxWxC image (got {img.dtype} {img.shape})")
+    if img.ndim == 2:
+        img = img[:, :, np.newaxis]
+    if img.shape[2] not in (1, 3):
+        raise ConfigError(f"JPEG needs 1 or 3 channels (got {img.shape[2]})")
+    if _simplejpeg is not None:
+        cs = "GRAY" if img.shape[2] == 1 else "RGB"
+        sub = "Gray" if cs == "GRAY" else "420"
+        out: bytes = _simplejpeg.encode_jpeg(
+            img, quality=quality, colorspace=cs, colorsubsampling=sub
+        )
+        return out
+    buf = io.BytesIO()  # pragma: no cover
+    _images._pil().fromarray(img[:, :, 0] if img.shape[2] == 1 else img).save(
+        buf, "JPEG", quality=quality
+    )
+    return buf.getvalue()
+
+
+def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
+    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16:
+    8 or 16 bits; C = 2 is grey + alpha)."""
+    img = np.ascontiguousarray(image)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.dtype not in (np.uint8, np.uint16) or not (img.ndim == 2 or img.shape[2] in (2, 3, 4)):
+        raise ConfigError(
+            f"PNG needs a uint8 or uint16 HxW or HxWxC image, C in 1..4 (got {img.dtype} "
+            f"{img.shape})"
+        )
+    if img.dtype == np.uint16 and img.ndim == 3:
+        return _encode_png16(img, compress_level)
+    pil = _images._pil().fromarray(img.astype("<u2") if img.dtype == np.uint16 else img)
+    buf = io.BytesIO()
+    pil.save(buf, "PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    crc = zlib.crc32(kind + body)
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+
+def _encode_png16(img: NDArray[np.uint16], compress_level: int) -> bytes:
+    """A 16-bit grey + alpha, RGB or RGBA PNG, which Pillow cannot write: every
+    scanline unfiltered (filter byte 0), big-endian samples, one IDAT chunk."""
+    h, w, c = img.shape
+    rows = np.zeros((h, 1 + w * c * 2), np.uint8)
+    rows[:, 1:] = img.astype(">u2").view(np.uint8).reshape(h, -1)
+    colour = {2: 4, 3: 2, 4: 6}[c]
+    return (
+        _images._PNG_SIG
+        + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, colour, 0, 0, 0))
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), compress_level))
+        + _png_chunk(b"IEND", b"")
+    )
