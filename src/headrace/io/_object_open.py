@@ -121,8 +121,14 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
             _check_virtual_hosted(url, bucket, cfg)
             prefix = parts.path.strip("/") or None
+            opts, keys = _own_keys(cfg)
             s3 = S3Store(
-                bucket, prefix=prefix, config=opts, client_options=http, retry_config=no_retry
+                bucket,
+                prefix=prefix,
+                config=opts,
+                client_options=http,
+                retry_config=no_retry,
+                credential_provider=keys,
             )
             base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
             return base, s3
@@ -155,6 +161,46 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
         f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
         "file:// or a local path."
     )
+
+
+_KEY_ID = ("access_key_id", "aws_access_key_id")
+_SECRET = ("secret_access_key", "aws_secret_access_key")
+_TOKEN = ("token", "session_token", "aws_session_token", "aws_token")
+
+
+class _StaticKeys:
+    """The access key given to a store, with no session token: obstore's ``S3Store``
+    fills what its config lacks from the environment, so a key and secret given
+    beside an exported ``AWS_SESSION_TOKEN`` (another account's temporary
+    credentials) were signed with that token, and the store answered 403 to the
+    right key. A credential provider is taken whole, as boto3 takes keys given."""
+
+    def __init__(self, key_id: str, secret: str) -> None:
+        self.key_id, self.secret = key_id, secret
+
+    def __call__(self) -> dict[str, Any]:
+        # expires_at None: obstore asks once.
+        return {
+            "access_key_id": self.key_id,
+            "secret_access_key": self.secret,
+            "token": None,
+            "expires_at": None,
+        }
+
+
+def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``cfg`` and no provider, or, where an access key and secret are given without a
+    token while the environment holds one, ``cfg`` less them and their provider."""
+    given = [k for k in (*_KEY_ID, *_SECRET, *_TOKEN) if cfg.get(k)]
+    env_token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")
+    if not env_token or any(k in _TOKEN for k in given):
+        return cfg, None
+    key_id = next((cfg[k] for k in _KEY_ID if cfg.get(k)), None)
+    secret = next((cfg[k] for k in _SECRET if cfg.get(k)), None)
+    if key_id is None or secret is None:
+        return cfg, None  # the environment's credentials (or none): obstore's to find
+    rest = {k: v for k, v in cfg.items() if k not in (*_KEY_ID, *_SECRET, *_TOKEN)}
+    return rest, _StaticKeys(str(key_id), str(secret))
 
 
 def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:
