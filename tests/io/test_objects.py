@@ -381,6 +381,39 @@ def test_classify_says_whether_the_container_or_the_object_is_missing(code: str,
         assert str(err).startswith(f"az://c/p/k: no such {what} (")
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "message", "cls"),
+    [
+        (400, "ExpiredToken", "The provided token has expired.", PermissionDeniedError),
+        (400, "InvalidAccessKeyId", "The key does not exist.", PermissionDeniedError),
+        (
+            400,
+            "AuthorizationHeaderMalformed",
+            "the region &apos;us-east-1&apos; is wrong; expecting &apos;eu-west-3&apos;",
+            StorageError,
+        ),
+        (403, "RequestTimeTooSkewed", "The difference is too large.", PermissionDeniedError),
+    ],
+)
+def test_classify_gives_the_stores_code_and_words(
+    status: int, code: str, message: str, cls: type
+) -> None:
+    # Past the 300 characters a message keeps, as behind a long URL. Before: a 400
+    # ExpiredToken was "HTTP 400 (...)", a StorageError, its code cut off.
+    body = (
+        f"non-2xx status code: {status} Bad: <?xml {'x' * 300}?><Error><Code>{code}</Code>"
+        f"<Message>{message}</Message></Error>"
+    )
+    for exc in (obx.GenericError(f"x: {body}"),) + (
+        (obx.PermissionDeniedError(f"denied: {body}"),) if status == 403 else ()
+    ):
+        err, retry = classify(exc, "s3://b/k")
+        assert type(err) is cls and not retry
+        words = message.replace("&apos;", "'")
+        what = "access denied" if cls is PermissionDeniedError else f"HTTP {status}"
+        assert str(err).startswith(f"s3://b/k: {what}: {code}: {words} ("), str(err)
+
+
 def test_no_credentials_is_said_so_not_access_denied() -> None:
     # What obstore raises when neither the arguments nor the environment hold credentials
     # and the instance metadata service refuses (measured against moto on a dev machine).

@@ -8,6 +8,7 @@ request goes through :func:`classify` and :meth:`RetryPolicy.delay_s` here.
 
 from __future__ import annotations
 
+import html
 import random
 import re
 from dataclasses import dataclass
@@ -161,6 +162,27 @@ def connect_cause(text: str) -> str:
     return f"{said}; "
 
 
+# S3's codes (in a 400's body) for credentials that the store no longer or never took.
+_CREDENTIAL_CODES = frozenset(
+    {"ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidAccessKeyId"}
+)
+_ERROR_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
+_ERROR_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
+
+
+def _store_said(text: str) -> tuple[str | None, str]:
+    """The code of an S3-style XML error body in ``text``, and ``": Code: Message"`` (or
+    ``None, ""``): the store's own words (``ExpiredToken``, the region that
+    ``AuthorizationHeaderMalformed`` expects), which a message's first 300 characters
+    may cut off."""
+    code = _ERROR_CODE.search(text)
+    if code is None:
+        return None, ""
+    message = _ERROR_MESSAGE.search(text, code.end())
+    said = f": {code.group(1)}" + (f": {html.unescape(message.group(1))}" if message else "")
+    return code.group(1), said
+
+
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     """A 404: of the object, or of the bucket or container it was looked for in.
 
@@ -204,7 +226,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     ):
         return _not_found(where, text, brief), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
-        return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+        said = _store_said(text)[1]
+        return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
     if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
         # An HTTP server that ignores Range (answers 200 with the whole object, as
         # Python's http.server does): every try would get the same answer.
@@ -226,8 +249,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         if status == 416:
             eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
             return eof, False
-        if status in (403, 401):
-            return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+        code, said = _store_said(text)
+        if status in (403, 401) or (status == 400 and code in _CREDENTIAL_CODES):
+            return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
         if status == 404:
             return _not_found(where, text, brief), False
         if status in (405, 501) and "PROPFIND" in text:
@@ -241,7 +265,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return StorageError(f"{where}: HTTP {status} ({brief})"), False
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
-        return StorageError(f"{where}: HTTP {status} ({brief})"), False
+        return StorageError(f"{where}: HTTP {status}{said} ({brief})"), False
     low = text.lower()
     if "invalidcertificate" in low:
         # A TLS handshake that will fail the same way every time: say so, do not retry.
