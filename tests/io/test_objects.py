@@ -230,6 +230,9 @@ def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
         (("az:///prefix",), {}, r"a az:// URL needs a container \(az://container/prefix\)"),
         (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style applies to s3:// URLs only"),
         (("az://c/p",), {"region": "r", "access_key_id": "k"}, "region, access_key_id apply"),
+        # "false" is truthy: path_style="false" meant path-style requests, the opposite.
+        (("s3://b",), {"path_style": "false"}, r"^s3://b: path_style must be True, False or"),
+        (("s3://b",), {"allow_http": "no"}, r"^s3://b: allow_http must be True, False or None"),
         # obstore took these and panicked at the first request (RelativeUrlWithoutBase)
         (("s3://b",), {"endpoint": ""}, r"^s3://b: endpoint '' is not an http:// or https://"),
         (("s3://b",), {"endpoint": "127.0.0.1:9000"}, "endpoint '127.0.0.1:9000' is not an"),

@@ -57,6 +57,11 @@ def open_store(
         "secret_access_key": secret_access_key,
         "path_style": path_style,
     }
+    for name, flag in (("path_style", path_style), ("allow_http", allow_http)):
+        if flag is not None and not isinstance(flag, bool):
+            # A string from a command line or a config file: "false" is truthy, and
+            # path_style="false" asked for path-style requests, the opposite.
+            raise ConfigError(f"{url}: {name} must be True, False or None (got {flag!r}).")
     scheme = urlsplit(str(url)).scheme.lower()
     given = [k for k, v in s3_only.items() if v is not None]
     if given and scheme in _URL_SCHEMES:
