@@ -431,6 +431,29 @@ def test_no_credentials_is_said_so_not_access_denied() -> None:
         assert "AWS_ACCESS_KEY_ID" in str(err)
 
 
+def test_no_credentials_says_an_aws_profile_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the message listed AWS_PROFILE among the ways to give credentials, to a user
+    # whose AWS_PROFILE was set: obstore reads no ~/.aws files.
+    text = "Error performing PUT http://169.254.169.254/latest/api/token - 403 Forbidden"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    plain = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "profile" not in plain and "AWS_PROFILE" not in plain
+    monkeypatch.setenv("AWS_PROFILE", "research")
+    said = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "the AWS profile 'research' (AWS_PROFILE) is not read" in said
+    assert "aws configure export-credentials --profile research --format env" in said
+    monkeypatch.delenv("AWS_PROFILE")
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text("[default]\n")
+    said = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "the AWS profile 'default' (in ~/.aws) is not read" in said
+
+
 def test_a_listing_a_plain_http_server_refuses_says_to_name_the_objects() -> None:
     # Python's http.server answers PROPFIND 501, which was retried as a 5xx (5 tries,
     # seconds of back-off) and said only "HTTP 501"; nginx answers 405.

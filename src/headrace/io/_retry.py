@@ -9,6 +9,7 @@ request goes through :func:`classify` and :meth:`RetryPolicy.delay_s` here.
 from __future__ import annotations
 
 import html
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -115,6 +116,25 @@ _METADATA_HOST = "169.254.169.254"
 _THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
 
 
+def _profile_note() -> str:
+    """What to say of an AWS profile: obstore reads no ``~/.aws`` files, so a profile
+    (``AWS_PROFILE``, SSO) that boto3 and the aws CLI use is not seen."""
+    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+    files = [
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    ]
+    if profile is None and not any(os.path.exists(os.path.expanduser(f)) for f in files):
+        return ""
+    name = profile or "default"
+    return (
+        f"; the AWS profile {name!r} ({'AWS_PROFILE' if profile else 'in ~/.aws'}) is not "
+        "read (obstore reads no ~/.aws files, as boto3 and the aws CLI do): export its keys, "
+        f'e.g. eval "$(aws configure export-credentials --profile {name} --format env)", '
+        "or pass them in store_options"
+    )
+
+
 def is_throttle(exc: BaseException) -> bool:
     """Whether the store asked us to slow down (429, 503, or an error code that says so)."""
     text = str(exc)
@@ -212,8 +232,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return PermissionDeniedError(
             f"{where}: no credentials found: none were given (store_options "
             "access_key_id/secret_access_key, or config=) or set in the environment "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE ...), and the instance "
-            f"metadata service at {_METADATA_HOST} gave none ({brief})"
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and the instance metadata "
+            f"service at {_METADATA_HOST} gave none{_profile_note()} ({brief})"
         ), False
     if "builder error" in text and "http://" in text:
         return ConfigError(
