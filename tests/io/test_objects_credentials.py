@@ -79,3 +79,42 @@ def test_keys_given_are_signed_without_the_environments_session_token(
     assert _sent(endpoint, seen, **with_token) == {"key": "minio-ke", "token": "my-token"}
     config_keys = {"config": {"aws_access_key_id": "cfg-key-id", "aws_secret_access_key": "s"}}
     assert _sent(endpoint, seen, **config_keys) == {"key": "cfg-key-", "token": ""}
+
+
+def test_an_azure_account_key_given_is_signed_with_not_the_environments_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # obstore tries a bearer token before an account key, and fills it from the
+    # environment: a key given beside AZURE_STORAGE_TOKEN went out as "Bearer <token>".
+    seen: list[str] = []
+
+    class _Azure(_Recorder):
+        def do_GET(self) -> None:
+            seen.append((self.headers.get("Authorization") or "").split(" ")[0])
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes 0-{len(BODY) - 1}/{len(BODY)}")
+            self.send_header("Content-Length", str(len(BODY)))
+            self.send_header("Last-Modified", "Wed, 02 Dec 2026 12:00:00 GMT")
+            self.send_header("ETag", '"e"')
+            self.end_headers()
+            self.wfile.write(BODY)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Azure)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    key = "a2V5" * 11  # base64, as an account key is
+    endpoint = f"http://127.0.0.1:{httpd.server_address[1]}/acct"
+    monkeypatch.setenv("AZURE_STORAGE_TOKEN", "env-token")
+    try:
+        for config in (
+            {"account_name": "acct", "account_key": key},
+            {"account_name": "acct", "azure_storage_account_key": key},
+            {"account_name": "acct"},  # none given: the environment's token
+        ):
+            with ObjectStore("az://box/p", endpoint=endpoint, config=config) as store:
+                assert bytes(store.get_range("x.bin", 0, len(BODY))) == BODY
+        assert seen == ["SharedKey", "SharedKey", "Bearer"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()

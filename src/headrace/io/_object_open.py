@@ -144,16 +144,25 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                     f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
                 )
             if scheme in _AZURE_SCHEMES:
+                own: Any
+                own, key = _own_account_key(opts)
                 az = AzureStore.from_url(
-                    url, config=opts or None, client_options=http, retry_config=no_retry
+                    url,
+                    config=own or None,
+                    client_options=http,
+                    retry_config=no_retry,
+                    credential_provider=_account_key(key),
                 )
-                emulator: Any = _azure_emulator_at(az.config, http)
+                seen = {**az.config, **({"account_key": key} if key else {})}
+                emulator: Any = _azure_emulator_at(seen, http)
                 if emulator is not None:
+                    own, key = _own_account_key(emulator[0])
                     az = AzureStore.from_url(
                         url,
-                        config=emulator[0],
+                        config=own,
                         client_options=emulator[1],
                         retry_config=no_retry,
+                        credential_provider=_account_key(key),
                     )
                 return url.rstrip("/"), az
             other = from_url(url, config=opts or None, client_options=http, retry_config=no_retry)
@@ -206,6 +215,41 @@ def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         return cfg, None  # the environment's credentials (or none): obstore's to find
     rest = {k: v for k, v in cfg.items() if k not in (*_KEY_ID, *_SECRET, *_TOKEN)}
     return rest, _StaticKeys(str(key_id), str(secret))
+
+
+# obstore's names for an Azure storage account's key.
+_ACCOUNT_KEY = (
+    "account_key",
+    "access_key",
+    "master_key",
+    "azure_storage_account_key",
+    "azure_storage_access_key",
+    "azure_storage_master_key",
+)
+
+
+def _own_account_key(cfg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``cfg`` less an Azure account key it gives, and that key (``None``: none given).
+
+    Given to obstore as a credential provider (:func:`_account_key`), not in its config:
+    obstore signs with a bearer token from the environment (``AZURE_STORAGE_TOKEN``)
+    before an account key in its config, as bearer tokens come first in the order it
+    tries credentials, and the store refused the right key."""
+    given = next((cfg[k] for k in _ACCOUNT_KEY if cfg.get(k)), None)
+    if given is None:
+        return cfg, None
+    return {k: v for k, v in cfg.items() if k not in _ACCOUNT_KEY}, str(given)
+
+
+def _account_key(key: str | None) -> Any:
+    """A provider of ``key`` (an account key) for obstore, or ``None``."""
+    if key is None:
+        return None
+
+    def provide() -> dict[str, Any]:
+        return {"access_key": key, "expires_at": None}  # never expires: asked once
+
+    return provide
 
 
 def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:
