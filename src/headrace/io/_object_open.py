@@ -18,7 +18,7 @@ from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
-from headrace.io._object_info import empty_segment_error
+from headrace.io._object_names import empty_segment_error
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
