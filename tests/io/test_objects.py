@@ -417,6 +417,19 @@ def test_classify_gives_the_stores_code_and_words(
         assert str(err).startswith(f"s3://b/k: {what}: {code}: {words} ("), str(err)
 
 
+def test_an_archived_object_is_said_to_need_a_restore_not_a_permission() -> None:
+    # A GET of an object in S3 Glacier (not restored) is a 403 InvalidObjectState.
+    body = (
+        "non-2xx status code: 403 Forbidden: <?xml?><Error><Code>InvalidObjectState</Code>"
+        "<Message>The operation is not valid for the object's storage class</Message></Error>"
+    )
+    for exc in (obx.PermissionDeniedError(f"denied: {body}"), obx.GenericError(f"x: {body}")):
+        err, retry = classify(exc, "s3://b/k")
+        assert type(err) is StorageError and not retry
+        assert str(err).startswith("s3://b/k: the object is archived (an S3 Glacier"), str(err)
+        assert "restore-object" in str(err) and ": InvalidObjectState: The operation" in str(err)
+
+
 def test_no_credentials_is_said_so_not_access_denied() -> None:
     # What obstore raises when neither the arguments nor the environment hold credentials
     # and the instance metadata service refuses (measured against moto on a dev machine).

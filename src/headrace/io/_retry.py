@@ -245,8 +245,16 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
     ):
         return _not_found(where, text, brief), False
+    code, said = _store_said(text)
+    if code == "InvalidObjectState":
+        # S3 answers a GET of an object in Glacier Flexible Retrieval or Deep Archive
+        # (not restored) with 403 InvalidObjectState: not a matter of permissions.
+        return StorageError(
+            f"{where}: the object is archived (an S3 Glacier or Deep Archive storage class) "
+            "and cannot be read until it is restored: aws s3api restore-object, then wait "
+            f"for the restore (hours){said} ({brief})"
+        ), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
-        said = _store_said(text)[1]
         return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
     if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
         # An HTTP server that ignores Range (answers 200 with the whole object, as
@@ -269,7 +277,6 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         if status == 416:
             eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
             return eof, False
-        code, said = _store_said(text)
         if status in (403, 401) or (status == 400 and code in _CREDENTIAL_CODES):
             return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
         if status == 404:
