@@ -79,6 +79,9 @@ def test_keys_given_are_signed_without_the_environments_session_token(
     assert _sent(endpoint, seen, **with_token) == {"key": "minio-ke", "token": "my-token"}
     config_keys = {"config": {"aws_access_key_id": "cfg-key-id", "aws_secret_access_key": "s"}}
     assert _sent(endpoint, seen, **config_keys) == {"key": "cfg-key-", "token": ""}
+    # The environment's own key given again (copied from os.environ): its token goes too.
+    again = {"access_key_id": "env-key-id", "secret_access_key": "env-secret"}
+    assert _sent(endpoint, seen, **again) == {"key": "env-key-", "token": "env-token"}
 
 
 def test_an_azure_account_key_given_is_signed_with_not_the_environments_token(

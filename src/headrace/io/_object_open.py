@@ -204,15 +204,18 @@ class _StaticKeys:
 
 def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """``cfg`` and no provider, or, where an access key and secret are given without a
-    token while the environment holds one, ``cfg`` less them and their provider."""
+    token while the environment holds one for another key, ``cfg`` less them and their
+    provider."""
     given = [k for k in (*_KEY_ID, *_SECRET, *_TOKEN) if cfg.get(k)]
     env_token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")
     if not env_token or any(k in _TOKEN for k in given):
         return cfg, None
     key_id = next((cfg[k] for k in _KEY_ID if cfg.get(k)), None)
     secret = next((cfg[k] for k in _SECRET if cfg.get(k)), None)
-    if key_id is None or secret is None:
-        return cfg, None  # the environment's credentials (or none): obstore's to find
+    if key_id is None or secret is None or key_id == os.environ.get("AWS_ACCESS_KEY_ID"):
+        # The environment's credentials (or none), or its key given again: its token
+        # belongs to that key, and obstore adds it.
+        return cfg, None
     rest = {k: v for k, v in cfg.items() if k not in (*_KEY_ID, *_SECRET, *_TOKEN)}
     return rest, _StaticKeys(str(key_id), str(secret))
 
