@@ -51,19 +51,27 @@ def check_key(url: str, key: str) -> None:
 
 
 def unlistable(where: str, exc: Exception) -> StorageError:
-    """A listing that met a key obstore cannot name (``d//x.bin``: an empty path segment).
+    """A listing that met a key obstore cannot name: an empty path segment (``d//x.bin``),
+    a ``.`` or ``..`` segment, or a control character.
 
     obstore ends the whole listing there, so no prefix above such a key lists at
-    all; the message names the key and how to get past it.
+    all; the message names the key, what is wrong with it and how to get past it.
     """
-    found = re.search(r'Path "(.*?)" contained', str(exc))
+    text = str(exc)
+    found = re.search(r'Path "(.*?)"', text)
     key = repr(found.group(1)) if found else "a key"
+    sequence = re.search(r'illegal character sequence "(.*?)"', text)
+    if "empty path segment" in text:
+        why = "an empty path segment: '//', or a '/' at its start or end"
+    elif sequence is not None and sequence.group(1) in (".", ".."):
+        why = f"a path segment {sequence.group(1)!r}"
+    else:
+        why = "a character obstore refuses in a path (a control character)"
     return StorageError(
-        f"{where}: the listing holds {key}, a name with an empty path segment ('//', or "
-        "a '/' at its start or end), which obstore can neither list past nor read: no "
-        "prefix above it can be listed. Move that object to a name without the empty "
-        "segment (e.g. aws s3 mv 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or list "
-        f"a prefix that does not hold it ({summarize(exc)})"
+        f"{where}: the listing holds {key}, a name obstore cannot hold ({why}), so it can "
+        "neither list past it nor read it: no prefix above it can be listed. Move that "
+        "object to a name without it (e.g. aws s3 mv 's3://bucket/d//x.bin' "
+        f"'s3://bucket/d/x.bin'), or list a prefix that does not hold it ({summarize(exc)})"
     )
 
 
