@@ -103,6 +103,7 @@ def test_headers_that_fail_are_all_named_with_exit_2(
         (["--format", "jpeg", "--vocab-size", "5"], "--vocab-size is for --format tokens"),
         (["--format", "npz", "--samples-per-file", "many"], "must be an integer or 'header'"),
         (["--format", "npz", "--store-option", "endpoint"], "give it as KEY=VALUE"),
+        (["--format", "npz", "--store-option", "path_style=maybe"], "give true or false"),
         (["--format", "npz", "--shard", "1"], "--shard '1': give it as I/K"),
         (["--format", "npz", "--shard", "4/4"], "shard must be (i, k) with 0 <= i < k"),
     ],

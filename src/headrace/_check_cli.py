@@ -66,12 +66,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _source(args: argparse.Namespace) -> Any:
     from headrace.formats import FileSource, TokenSource
 
-    options: dict[str, str] = {}
+    options: dict[str, Any] = {}
     for item in args.store_option:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise ConfigError(f"--store-option {item!r}: give it as KEY=VALUE")
-        options[key] = value
+        options[key] = _flag(item, value) if key in ("path_style", "allow_http") else value
     if args.format == "tokens":
         extra: dict[str, Any] = {"dtype": args.dtype} if args.dtype else {}
         if args.vocab_size is not None:
@@ -152,3 +152,13 @@ def _progress() -> Any:
             sys.stderr.flush()
 
     return show
+
+
+def _flag(item: str, value: str) -> bool:
+    """A yes/no store option from the command line (``path_style=false``)."""
+    word = value.strip().lower()
+    if word in ("true", "1", "yes", "on"):
+        return True
+    if word in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"--store-option {item!r}: give true or false")

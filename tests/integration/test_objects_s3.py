@@ -95,6 +95,24 @@ def test_virtual_hosted_requests_to_an_endpoint_that_names_no_bucket_are_refused
         client.delete_bucket(Bucket=PREFIX)
 
 
+def test_check_takes_yes_no_store_options_from_the_command_line(
+    s3: S3Fixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: path_style=false reached ObjectStore as the string "false", read as True-ish
+    # and turned into path-style requests; now a flag, and false is virtual-hosted here.
+    from headrace.cli import main
+
+    info = s3.server.info
+    args = ["check", f"{URL}/small/", "--format", "raw", "--batch-size", "16"]
+    opts = [f"endpoint={info.endpoint}", f"region={info.region}"]
+    opts += [f"access_key_id={info.access_key_id}", f"secret_access_key={info.secret_access_key}"]
+    flags = [x for o in opts for x in ("--store-option", o)]
+    assert main([*args, *flags, "--store-option", "path_style=true"]) == 0
+    assert "48 samples read" in capsys.readouterr().out
+    assert main([*args, *flags, "--store-option", "path_style=false"]) == 2
+    assert "path_style=False (virtual-hosted-style requests)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("allow", [None, "true", "false"])
 def test_an_http_endpoint_from_the_environment_works_as_obstore_documents_it(
     s3: S3Fixture, monkeypatch: pytest.MonkeyPatch, allow: str | None

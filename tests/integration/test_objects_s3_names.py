@@ -39,6 +39,8 @@ def names(s3: S3Fixture) -> Iterator[dict[str, object]]:
         client.put_object(Bucket=BUCKET, Key=key, Body=body)
     for key, body in (("g/m", SINGLE), ("g/m/", b""), ("g/m/a.bin", DOUBLE)):
         client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    client.put_object(Bucket=BUCKET, Key="h/../y.bin", Body=SINGLE)
+    client.put_object(Bucket=BUCKET, Key="i/bell\a.bin", Body=SINGLE)
     yield s3.options()
 
 
@@ -102,6 +104,14 @@ def test_a_listing_that_meets_such_a_key_names_it_and_the_way_out(
             assert "aws s3 mv" in str(info.value) and str(info.value).startswith(url)
         with pytest.raises(StorageError, match=r"the listing holds 'd//x\.bin'"):
             FileSource(url, format="raw", store_options=names)
+    for url, said in (
+        (f"s3://{BUCKET}/h", "'h/../y.bin', a name obstore cannot hold (a path segment '..')"),
+        (f"s3://{BUCKET}/i", "'i/bell\\x07.bin', a name obstore cannot hold (a character"),
+    ):
+        with ObjectStore(url, **names) as store:  # type: ignore[arg-type]
+            with pytest.raises(StorageError) as info:
+                store.list()
+            assert said in str(info.value), str(info.value)
     source = FileSource(f"s3://{BUCKET}/e", format="raw", store_options=names)
     assert [bytes(source.files.fetch(i)) for i in range(2)] == [SINGLE, SINGLE]
 

@@ -201,6 +201,33 @@ def test_permanent_errors_name_the_key(
         s3_source(s3, key, proxy.endpoint)
 
 
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (403, "access denied: AccessDenied: Access Denied"),
+        (400, "access denied: ExpiredToken: The provided token has expired."),
+    ],
+)
+def test_credentials_that_run_out_mid_run_stop_it_at_once_by_name(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy, status: int, said: str
+) -> None:
+    # AWS answers a session's expired temporary credentials with 400 ExpiredToken (403
+    # for keys revoked). Before: the 400 was a plain StorageError "HTTP 400 (...)", its
+    # code past the message's first 300 characters for a long enough URL.
+    src = s3_source(s3, "raw/tok.bin", proxy.endpoint)
+    with Loader(src, batch_size=16, steps=60) as loader:
+        batches = iter(loader)
+        next(batches)
+        proxy.set_faults([FaultRule(kind="status", status=status, match="GET /headrace-test")])
+        with pytest.raises(PermissionDeniedError) as info:
+            for _ in batches:
+                pass
+    text = str(info.value)
+    assert text.startswith(f"s3://{BUCKET}/tokens/raw/tok.bin, bytes ["), text
+    assert f"): {said} (" in text, text
+    assert src.object_stats is not None and src.object_stats.retries == 0
+
+
 def test_missing_objects_are_named(s3: S3Fixture, root: Path) -> None:
     with pytest.raises(ObjectNotFoundError, match=rf"s3://{BUCKET}/tokens/raw/nope\.bin"):
         s3_source(s3, "raw/nope.bin", dtype="uint32")

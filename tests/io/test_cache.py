@@ -203,10 +203,22 @@ def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
     monkeypatch.setattr(cache_space, "RESERVE_BYTES", free)  # any write would dip below it
-    assert not c.write(URL, 3, "e", b"abc")
+    # Said once (before: nothing was ever cached on a nearly full disk, without a word).
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"cache .*: not writing: its filesystem has [0-9.]+ GiB free, under the [0-9.]+ GiB",
+    ) as said:
+        assert not c.write(URL, 3, "e", b"abc")
+    assert len(said) == 1 and str(tmp_path) in str(said[0].message)
+    # A cache_dir not made yet is on its parent's filesystem: its first write passed the
+    # reserve (statvfs of a missing folder failed) and went on a nearly full disk.
+    later = ObjectCache(tmp_path / "not-made")
+    with pytest.warns(RuntimeWarning, match="not writing"):
+        assert not later.write(URL, 3, "e", b"abc")
+    assert not (tmp_path / "not-made").exists()
     monkeypatch.setattr(cache_space, "RESERVE_BYTES", 0)
     monkeypatch.setattr(cache_space, "RESERVE_FRACTION", 1.0)  # keep the whole disk free
-    assert not c.write(URL, 3, "e", b"abc")
+    assert not c.write(URL, 3, "e", b"abc")  # not said again
     assert c.stats.full == 2 and entries(tmp_path) == []
     monkeypatch.setattr(cache_space, "RESERVE_FRACTION", 0.0)
     assert c.write(URL, 3, "e", b"abc")

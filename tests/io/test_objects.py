@@ -230,6 +230,9 @@ def test_get_many_raises_earliest_failure_and_notes_others(root: Path) -> None:
         (("az:///prefix",), {}, r"a az:// URL needs a container \(az://container/prefix\)"),
         (("gs://b/p",), {"path_style": True}, r"^gs://b/p: path_style applies to s3:// URLs only"),
         (("az://c/p",), {"region": "r", "access_key_id": "k"}, "region, access_key_id apply"),
+        # "false" is truthy: path_style="false" meant path-style requests, the opposite.
+        (("s3://b",), {"path_style": "false"}, r"^s3://b: path_style must be True, False or"),
+        (("s3://b",), {"allow_http": "no"}, r"^s3://b: allow_http must be True, False or None"),
         # obstore took these and panicked at the first request (RelativeUrlWithoutBase)
         (("s3://b",), {"endpoint": ""}, r"^s3://b: endpoint '' is not an http:// or https://"),
         (("s3://b",), {"endpoint": "127.0.0.1:9000"}, "endpoint '127.0.0.1:9000' is not an"),
@@ -381,6 +384,52 @@ def test_classify_says_whether_the_container_or_the_object_is_missing(code: str,
         assert str(err).startswith(f"az://c/p/k: no such {what} (")
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "message", "cls"),
+    [
+        (400, "ExpiredToken", "The provided token has expired.", PermissionDeniedError),
+        (400, "InvalidAccessKeyId", "The key does not exist.", PermissionDeniedError),
+        (
+            400,
+            "AuthorizationHeaderMalformed",
+            "the region &apos;us-east-1&apos; is wrong; expecting &apos;eu-west-3&apos;",
+            StorageError,
+        ),
+        (403, "RequestTimeTooSkewed", "The difference is too large.", PermissionDeniedError),
+    ],
+)
+def test_classify_gives_the_stores_code_and_words(
+    status: int, code: str, message: str, cls: type
+) -> None:
+    # Past the 300 characters a message keeps, as behind a long URL. Before: a 400
+    # ExpiredToken was "HTTP 400 (...)", a StorageError, its code cut off.
+    body = (
+        f"non-2xx status code: {status} Bad: <?xml {'x' * 300}?><Error><Code>{code}</Code>"
+        f"<Message>{message}</Message></Error>"
+    )
+    for exc in (obx.GenericError(f"x: {body}"),) + (
+        (obx.PermissionDeniedError(f"denied: {body}"),) if status == 403 else ()
+    ):
+        err, retry = classify(exc, "s3://b/k")
+        assert type(err) is cls and not retry
+        words = message.replace("&apos;", "'")
+        what = "access denied" if cls is PermissionDeniedError else f"HTTP {status}"
+        assert str(err).startswith(f"s3://b/k: {what}: {code}: {words} ("), str(err)
+
+
+def test_an_archived_object_is_said_to_need_a_restore_not_a_permission() -> None:
+    # A GET of an object in S3 Glacier (not restored) is a 403 InvalidObjectState.
+    body = (
+        "non-2xx status code: 403 Forbidden: <?xml?><Error><Code>InvalidObjectState</Code>"
+        "<Message>The operation is not valid for the object's storage class</Message></Error>"
+    )
+    for exc in (obx.PermissionDeniedError(f"denied: {body}"), obx.GenericError(f"x: {body}")):
+        err, retry = classify(exc, "s3://b/k")
+        assert type(err) is StorageError and not retry
+        assert str(err).startswith("s3://b/k: the object is archived (an S3 Glacier"), str(err)
+        assert "restore-object" in str(err) and ": InvalidObjectState: The operation" in str(err)
+
+
 def test_no_credentials_is_said_so_not_access_denied() -> None:
     # What obstore raises when neither the arguments nor the environment hold credentials
     # and the instance metadata service refuses (measured against moto on a dev machine).
@@ -393,6 +442,29 @@ def test_no_credentials_is_said_so_not_access_denied() -> None:
         assert type(err) is PermissionDeniedError and not retry
         assert str(err).startswith("s3://b/train/: no credentials found")
         assert "AWS_ACCESS_KEY_ID" in str(err)
+
+
+def test_no_credentials_says_an_aws_profile_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the message listed AWS_PROFILE among the ways to give credentials, to a user
+    # whose AWS_PROFILE was set: obstore reads no ~/.aws files.
+    text = "Error performing PUT http://169.254.169.254/latest/api/token - 403 Forbidden"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    plain = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "profile" not in plain and "AWS_PROFILE" not in plain
+    monkeypatch.setenv("AWS_PROFILE", "research")
+    said = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "the AWS profile 'research' (AWS_PROFILE) is not read" in said
+    assert "aws configure export-credentials --profile research --format env" in said
+    monkeypatch.delenv("AWS_PROFILE")
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text("[default]\n")
+    said = str(classify(obx.GenericError(text), "s3://b/k")[0])
+    assert "the AWS profile 'default' (in ~/.aws) is not read" in said
 
 
 def test_a_listing_a_plain_http_server_refuses_says_to_name_the_objects() -> None:

@@ -20,6 +20,8 @@ __all__ = ["SLOW_DOWN", "FaultKind", "FaultRule", "RuleState", "error_body"]
 FaultKind = Literal["status", "drop", "truncate", "short", "stall"]
 
 _REASONS = {
+    # The 400 a GET meets mid-run: the session's temporary credentials ran out.
+    400: ("Bad Request", "ExpiredToken", "The provided token has expired."),
     403: ("Forbidden", "AccessDenied", "Access Denied"),
     404: ("Not Found", "NoSuchKey", "The specified key does not exist."),
     429: ("Too Many Requests", "SlowDown", "Please reduce your request rate."),

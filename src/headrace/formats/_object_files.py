@@ -32,7 +32,7 @@ from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
-from headrace.io._object_info import empty_segment, empty_segment_error
+from headrace.io._object_names import empty_segment, empty_segment_error
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore

@@ -370,6 +370,18 @@ class ObjectCache:
         if reserved is None:
             with self._lock:
                 self.stats.full += 1
+            short = self._space.short
+            if short is not None:
+                # Else a cache_dir on a nearly full disk kept nothing, and said nothing.
+                free, keep = short
+                self._warn_once(
+                    "reserve",
+                    f"headrace cache {self.directory}: not writing: its filesystem has "
+                    f"{free / 2**30:.2f} GiB free, under the {keep / 2**30:.2f} GiB the cache "
+                    "leaves free for checkpoints and logs (5% of it, at least 1 GiB); objects "
+                    "not yet cached are read from the store (free some space, or give a "
+                    "cache_dir on a disk with room; counted in stats.full)",
+                )
         return reserved
 
     def summary(self) -> dict[str, Any]:

@@ -38,6 +38,14 @@ _LEDGER_MAGIC = b"HRB2"  # HRB1 had no measure numbers: measured again when met
 _RECOUNT_S = 60.0
 
 
+def _made(directory: str) -> str:
+    """``directory``, or where it will be made: the nearest folder above it that exists
+    (nothing is made for an entry that cannot fit), whose filesystem it will be on."""
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    return directory
+
+
 def reserve_bytes(total: int) -> int:
     """Bytes a cache leaves free on a filesystem of ``total`` bytes."""
     return max(RESERVE_BYTES, int(total * RESERVE_FRACTION))
@@ -75,18 +83,15 @@ class CacheSpace:
         self._measured = 0.0  # when they were last counted (time.monotonic)
         self._generation = 0  # times _used was measured (or dropped to be measured)
         self._block: int | None = None  # the filesystem's allocation unit, once known
+        # (free bytes, the reserve) when the filesystem's reserve last refused a write.
+        self.short: tuple[int, int] | None = None
 
     def on_disk(self, size: int) -> int:
         """The disk space a file of ``size`` bytes takes: whole blocks of the
         filesystem, as :func:`~headrace.io._cache_files.disk_bytes` measures them."""
         if self._block is None:
-            # Not made yet (nothing is made for an entry that cannot fit): it will be
-            # on the filesystem of the nearest folder that is.
-            where = self.directory
-            while not os.path.isdir(where) and os.path.dirname(where) != where:
-                where = os.path.dirname(where)
             try:
-                self._block = os.statvfs(where).f_frsize or 1
+                self._block = os.statvfs(_made(self.directory)).f_frsize or 1
             except OSError:
                 return size  # the write will fail and say why
         return -(-size // self._block) * self._block
@@ -97,11 +102,14 @@ class CacheSpace:
         fits = self.max_bytes is None or size <= self.max_bytes
         if fits:  # (cache_bytes=0: read what is there, add nothing)
             try:
-                st = os.statvfs(self.directory)
+                st = os.statvfs(_made(self.directory))
                 free = st.f_bavail * st.f_frsize - size
-                fits = free >= reserve_bytes(st.f_blocks * st.f_frsize)
+                keep = reserve_bytes(st.f_blocks * st.f_frsize)
+                fits = free >= keep
+                if not fits:
+                    self.short = (free + size, keep)
             except OSError:
-                pass  # not made yet: the write will say what is wrong
+                pass  # unreadable: the write will say what is wrong
         if not fits:
             return None
         # Not under the cache's stats lock: the ledger may wait for another process

@@ -18,11 +18,8 @@ from headrace.errors import ConfigError, ReadEOFError, StorageError, TransientSt
 __all__ = [
     "ObjectInfo",
     "Request",
-    "check_key",
     "check_range",
     "drop_folder_markers",
-    "empty_segment",
-    "empty_segment_error",
     "eof_with_size",
     "info_of",
     "normalize",
@@ -72,36 +69,6 @@ def drop_folder_markers(
             folders.add(key[:at])
             at = key.find("/", at + 1)
     return [(k, i) for k, i in listed if i.size or k not in folders]
-
-
-def empty_segment(path: str) -> bool:
-    """Whether ``path`` (a key, or a URL's path after its bucket) has an empty segment:
-    ``//`` inside it, or a ``/`` at its start (a URL's own first slash aside) or end."""
-    return "//" in path or path.startswith("/") or path.endswith("/")
-
-
-def empty_segment_error(url: str, path: str) -> ConfigError:
-    """What a read of an object whose name has an empty segment is told, and why.
-
-    obstore (object_store's ``Path``) cannot name such an object: it drops a
-    leading or trailing ``/`` from a key, and ``//`` from a URL's prefix, and so
-    would read another object (``d//x.bin`` read ``d/x.bin``'s bytes, without a
-    word); a key with ``//`` inside it is refused by obstore with a parse error.
-    """
-    meant = "/".join(part for part in path.split("/") if part)
-    return ConfigError(
-        f"{url}: {path!r} has an empty path segment ('//', or a '/' at the start or end "
-        f"of a key); obstore cannot name such an object and would read {meant!r} "
-        "instead, another object. Copy the object to a name without one (e.g. "
-        "aws s3 cp 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or name it without "
-        "the repeated '/' if that is the object meant"
-    )
-
-
-def check_key(url: str, key: str) -> None:
-    """Refuse a key that obstore would read as another object's (:func:`empty_segment`)."""
-    if empty_segment(key):
-        raise empty_segment_error(f"{url}/{key}", key)
 
 
 def check_range(offset: int, length: int) -> None:

@@ -18,7 +18,7 @@ from obstore.store import AzureStore, LocalStore, S3Store, from_url
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
-from headrace.io._object_info import empty_segment_error
+from headrace.io._object_names import empty_segment_error
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
@@ -57,6 +57,11 @@ def open_store(
         "secret_access_key": secret_access_key,
         "path_style": path_style,
     }
+    for name, flag in (("path_style", path_style), ("allow_http", allow_http)):
+        if flag is not None and not isinstance(flag, bool):
+            # A string from a command line or a config file: "false" is truthy, and
+            # path_style="false" asked for path-style requests, the opposite.
+            raise ConfigError(f"{url}: {name} must be True, False or None (got {flag!r}).")
     scheme = urlsplit(str(url)).scheme.lower()
     given = [k for k, v in s3_only.items() if v is not None]
     if given and scheme in _URL_SCHEMES:
@@ -121,8 +126,14 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
             _check_virtual_hosted(url, bucket, cfg)
             prefix = parts.path.strip("/") or None
+            opts, keys = _own_keys(cfg)
             s3 = S3Store(
-                bucket, prefix=prefix, config=opts, client_options=http, retry_config=no_retry
+                bucket,
+                prefix=prefix,
+                config=opts,
+                client_options=http,
+                retry_config=no_retry,
+                credential_provider=keys,
             )
             base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
             return base, s3
@@ -133,16 +144,25 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                     f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
                 )
             if scheme in _AZURE_SCHEMES:
+                own: Any
+                own, key = _own_account_key(opts)
                 az = AzureStore.from_url(
-                    url, config=opts or None, client_options=http, retry_config=no_retry
+                    url,
+                    config=own or None,
+                    client_options=http,
+                    retry_config=no_retry,
+                    credential_provider=_account_key(key),
                 )
-                emulator: Any = _azure_emulator_at(az.config, http)
+                seen = {**az.config, **({"account_key": key} if key else {})}
+                emulator: Any = _azure_emulator_at(seen, http)
                 if emulator is not None:
+                    own, key = _own_account_key(emulator[0])
                     az = AzureStore.from_url(
                         url,
-                        config=emulator[0],
+                        config=own,
                         client_options=emulator[1],
                         retry_config=no_retry,
+                        credential_provider=_account_key(key),
                     )
                 return url.rstrip("/"), az
             other = from_url(url, config=opts or None, client_options=http, retry_config=no_retry)
@@ -155,6 +175,84 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
         f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
         "file:// or a local path."
     )
+
+
+_KEY_ID = ("access_key_id", "aws_access_key_id")
+_SECRET = ("secret_access_key", "aws_secret_access_key")
+_TOKEN = ("token", "session_token", "aws_session_token", "aws_token")
+
+
+class _StaticKeys:
+    """The access key given to a store, with no session token: obstore's ``S3Store``
+    fills what its config lacks from the environment, so a key and secret given
+    beside an exported ``AWS_SESSION_TOKEN`` (another account's temporary
+    credentials) were signed with that token, and the store answered 403 to the
+    right key. A credential provider is taken whole, as boto3 takes keys given."""
+
+    def __init__(self, key_id: str, secret: str) -> None:
+        self.key_id, self.secret = key_id, secret
+
+    def __call__(self) -> dict[str, Any]:
+        # expires_at None: obstore asks once.
+        return {
+            "access_key_id": self.key_id,
+            "secret_access_key": self.secret,
+            "token": None,
+            "expires_at": None,
+        }
+
+
+def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``cfg`` and no provider, or, where an access key and secret are given without a
+    token while the environment holds one for another key, ``cfg`` less them and their
+    provider."""
+    given = [k for k in (*_KEY_ID, *_SECRET, *_TOKEN) if cfg.get(k)]
+    env_token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")
+    if not env_token or any(k in _TOKEN for k in given):
+        return cfg, None
+    key_id = next((cfg[k] for k in _KEY_ID if cfg.get(k)), None)
+    secret = next((cfg[k] for k in _SECRET if cfg.get(k)), None)
+    if key_id is None or secret is None or key_id == os.environ.get("AWS_ACCESS_KEY_ID"):
+        # The environment's credentials (or none), or its key given again: its token
+        # belongs to that key, and obstore adds it.
+        return cfg, None
+    rest = {k: v for k, v in cfg.items() if k not in (*_KEY_ID, *_SECRET, *_TOKEN)}
+    return rest, _StaticKeys(str(key_id), str(secret))
+
+
+# obstore's names for an Azure storage account's key.
+_ACCOUNT_KEY = (
+    "account_key",
+    "access_key",
+    "master_key",
+    "azure_storage_account_key",
+    "azure_storage_access_key",
+    "azure_storage_master_key",
+)
+
+
+def _own_account_key(cfg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``cfg`` less an Azure account key it gives, and that key (``None``: none given).
+
+    Given to obstore as a credential provider (:func:`_account_key`), not in its config:
+    obstore signs with a bearer token from the environment (``AZURE_STORAGE_TOKEN``)
+    before an account key in its config, as bearer tokens come first in the order it
+    tries credentials, and the store refused the right key."""
+    given = next((cfg[k] for k in _ACCOUNT_KEY if cfg.get(k)), None)
+    if given is None:
+        return cfg, None
+    return {k: v for k, v in cfg.items() if k not in _ACCOUNT_KEY}, str(given)
+
+
+def _account_key(key: str | None) -> Any:
+    """A provider of ``key`` (an account key) for obstore, or ``None``."""
+    if key is None:
+        return None
+
+    def provide() -> dict[str, Any]:
+        return {"access_key": key, "expires_at": None}  # never expires: asked once
+
+    return provide
 
 
 def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:

@@ -14,7 +14,6 @@ range. A body shorter than asked for is never returned as data
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import CancelledError
@@ -32,7 +31,6 @@ from headrace.io._loop import LoopThread
 from headrace.io._object_info import (
     ObjectInfo,
     Request,
-    check_key,
     check_range,
     drop_folder_markers,
     eof_with_size,
@@ -40,10 +38,11 @@ from headrace.io._object_info import (
     normalize,
     short_read,
 )
+from headrace.io._object_names import check_key, named_once, unlistable
 from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
-from headrace.io._retry import RetryPolicy, classify, summarize
+from headrace.io._retry import RetryPolicy, classify
 from headrace.io._runtime_fork import check_runtime
 
 __all__ = [
@@ -529,8 +528,8 @@ class ObjectStore(Closing):
             try:
                 listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
             except obx.InvalidPathError as exc:
-                raise _unlistable(where, exc) from exc
-            return drop_folder_markers(_named_once(where, listed), prefix)
+                raise unlistable(where, exc) from exc
+            return drop_folder_markers(named_once(where, listed), prefix)
 
         return self._tries.run(where, once, lambda _: 0)
 
@@ -551,58 +550,11 @@ class ObjectStore(Closing):
                     if len(out) > limit:
                         return None
             except obx.InvalidPathError as exc:
-                raise _unlistable(where, exc) from exc
-            return drop_folder_markers(_named_once(where, sorted(out)), prefix)
+                raise unlistable(where, exc) from exc
+            return drop_folder_markers(named_once(where, sorted(out)), prefix)
 
         return self._tries.run(where, once, lambda _: 0)
 
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
         return [(key, info.size) for key, info in self.list_info(prefix)]
-
-
-def _unlistable(where: str, exc: Exception) -> StorageError:
-    """A listing that met a key obstore cannot name (``d//x.bin``: an empty path segment).
-
-    obstore ends the whole listing there, so no prefix above such a key lists at
-    all; the message names the key and how to get past it.
-    """
-    found = re.search(r'Path "(.*?)" contained', str(exc))
-    key = repr(found.group(1)) if found else "a key"
-    return StorageError(
-        f"{where}: the listing holds {key}, a name with an empty path segment ('//', or "
-        "a '/' at its start or end), which obstore can neither list past nor read: no "
-        "prefix above it can be listed. Move that object to a name without the empty "
-        "segment (e.g. aws s3 mv 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or list "
-        f"a prefix that does not hold it ({summarize(exc)})"
-    )
-
-
-def _named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
-    """``listed`` (sorted), refused if two objects with bytes came back under one name.
-
-    obstore drops a '/' at the start or end of a listed key: ``/d/x.bin`` and
-    ``d/x.bin/`` are listed as ``d/x.bin``. Beside a real ``d/x.bin`` that is one
-    name for two objects (one of them read in place of the other, then refused as
-    "changed since it was listed"). An empty one beside it is a folder marker
-    (``d/`` beside an object ``d``) and goes, as :func:`drop_folder_markers` drops
-    markers.
-    """
-    out: list[tuple[str, ObjectInfo]] = []
-    for key, info in listed:
-        if not out or out[-1][0] != key:
-            out.append((key, info))
-            continue
-        other = out[-1][1]
-        if info.size and other.size:
-            raise StorageError(
-                f"{where}: the listing holds two objects under the name {key!r} "
-                f"({other.size} and {info.size} bytes): one of them is named with a '/' "
-                f"at its start or end ('/{key}' or '{key}/'), which obstore drops, so it "
-                "cannot be told from the other nor read. Move it to a name without that '/' "
-                "(e.g. aws s3 mv 's3://bucket//d/x.bin' 's3://bucket/d/y.bin'), or list a "
-                "prefix that does not hold it"
-            )
-        if info.size:
-            out[-1] = (key, info)
-    return out

@@ -8,6 +8,8 @@ request goes through :func:`classify` and :meth:`RetryPolicy.delay_s` here.
 
 from __future__ import annotations
 
+import html
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -114,6 +116,25 @@ _METADATA_HOST = "169.254.169.254"
 _THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
 
 
+def _profile_note() -> str:
+    """What to say of an AWS profile: obstore reads no ``~/.aws`` files, so a profile
+    (``AWS_PROFILE``, SSO) that boto3 and the aws CLI use is not seen."""
+    profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+    files = [
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    ]
+    if profile is None and not any(os.path.exists(os.path.expanduser(f)) for f in files):
+        return ""
+    name = profile or "default"
+    return (
+        f"; the AWS profile {name!r} ({'AWS_PROFILE' if profile else 'in ~/.aws'}) is not "
+        "read (obstore reads no ~/.aws files, as boto3 and the aws CLI do): export its keys, "
+        f'e.g. eval "$(aws configure export-credentials --profile {name} --format env)", '
+        "or pass them in store_options"
+    )
+
+
 def is_throttle(exc: BaseException) -> bool:
     """Whether the store asked us to slow down (429, 503, or an error code that says so)."""
     text = str(exc)
@@ -161,6 +182,27 @@ def connect_cause(text: str) -> str:
     return f"{said}; "
 
 
+# S3's codes (in a 400's body) for credentials that the store no longer or never took.
+_CREDENTIAL_CODES = frozenset(
+    {"ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidAccessKeyId"}
+)
+_ERROR_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
+_ERROR_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
+
+
+def _store_said(text: str) -> tuple[str | None, str]:
+    """The code of an S3-style XML error body in ``text``, and ``": Code: Message"`` (or
+    ``None, ""``): the store's own words (``ExpiredToken``, the region that
+    ``AuthorizationHeaderMalformed`` expects), which a message's first 300 characters
+    may cut off."""
+    code = _ERROR_CODE.search(text)
+    if code is None:
+        return None, ""
+    message = _ERROR_MESSAGE.search(text, code.end())
+    said = f": {code.group(1)}" + (f": {html.unescape(message.group(1))}" if message else "")
+    return code.group(1), said
+
+
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     """A 404: of the object, or of the bucket or container it was looked for in.
 
@@ -190,8 +232,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return PermissionDeniedError(
             f"{where}: no credentials found: none were given (store_options "
             "access_key_id/secret_access_key, or config=) or set in the environment "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE ...), and the instance "
-            f"metadata service at {_METADATA_HOST} gave none ({brief})"
+            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and the instance metadata "
+            f"service at {_METADATA_HOST} gave none{_profile_note()} ({brief})"
         ), False
     if "builder error" in text and "http://" in text:
         return ConfigError(
@@ -203,8 +245,17 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         isinstance(exc, FileNotFoundError) and not isinstance(exc, obx.BaseError)
     ):
         return _not_found(where, text, brief), False
+    code, said = _store_said(text)
+    if code == "InvalidObjectState":
+        # S3 answers a GET of an object in Glacier Flexible Retrieval or Deep Archive
+        # (not restored) with 403 InvalidObjectState: not a matter of permissions.
+        return StorageError(
+            f"{where}: the object is archived (an S3 Glacier or Deep Archive storage class) "
+            "and cannot be read until it is restored: aws s3api restore-object, then wait "
+            f"for the restore (hours){said} ({brief})"
+        ), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
-        return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+        return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
     if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
         # An HTTP server that ignores Range (answers 200 with the whole object, as
         # Python's http.server does): every try would get the same answer.
@@ -226,8 +277,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         if status == 416:
             eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
             return eof, False
-        if status in (403, 401):
-            return PermissionDeniedError(f"{where}: access denied ({brief})"), False
+        if status in (403, 401) or (status == 400 and code in _CREDENTIAL_CODES):
+            return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
         if status == 404:
             return _not_found(where, text, brief), False
         if status in (405, 501) and "PROPFIND" in text:
@@ -241,7 +292,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             return StorageError(f"{where}: HTTP {status} ({brief})"), False
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
-        return StorageError(f"{where}: HTTP {status} ({brief})"), False
+        return StorageError(f"{where}: HTTP {status}{said} ({brief})"), False
     low = text.lower()
     if "invalidcertificate" in low:
         # A TLS handshake that will fail the same way every time: say so, do not retry.
