@@ -249,8 +249,25 @@ def test_ragged_pad_checks_its_arguments() -> None:
         r.pad(3, pad_value=300)
     with pytest.raises(ConfigError, match=r"pad_value 0.5 does not fit dtype uint8"):
         r.pad(3, pad_value=0.5)
-    with pytest.raises(ConfigError, match=r"width must be None or an int >= 0 \(got -1\)"):
+    with pytest.raises(ConfigError, match=r"width must be None or an integer >= 0 \(got -1\)"):
         r.pad(-1)
+    with pytest.raises(ConfigError, match=r"pad_value True is a bool, for values of dtype uint8"):
+        r.pad(3, pad_value=True)
+
+
+def test_a_numpy_integer_width_is_an_integer() -> None:
+    # A width from the data (lengths.max(), np.percentile(...).astype(int)) is a NumPy
+    # integer; it was refused as "width must be None or an int >= 0 (got np.int64(3))".
+    rows = [np.array([1, 2], np.int32), np.array([3], np.int32)]
+    lengths = np.array([len(r) for r in rows])
+    for width in (lengths.max() + 1, np.int32(3), np.uint8(3)):
+        values, mask = pad_batch(rows, width=width)
+        assert values.tolist() == [[1, 2, 0], [3, 0, 0]] and mask.sum() == 3
+    r = Ragged(values=np.array([1, 2, 3], np.uint8), offsets=np.array([0, 1, 3]))
+    assert r.pad(np.int64(3))[0].tolist() == [[1, 0, 0], [2, 3, 0]]
+    for bad in (3.0, True, np.float64(3)):
+        with pytest.raises(ConfigError, match=r"width must be None or an integer >= 0 \(got "):
+            pad_batch(rows, width=bad)
 
 
 # -- casts that would change a value -------------------------------------------------------

@@ -80,7 +80,7 @@ def pad_batch(
     NumPy arrays. Tensor rows of a float dtype NumPy lacks (``torch.bfloat16``)
     need ``dtype``; they are widened to float32 (exact) and then cast as above.
     """
-    _ragged.check_side_and_width(side, width)
+    width = _ragged.check_side_and_width(side, width)
     asked_torch = _is_torch_dtype(dtype)
     dtype = _numpy_dtype(dtype)
     torch_out = False

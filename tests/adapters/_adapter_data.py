@@ -64,8 +64,14 @@ IGNORE = -100  # the padded rows' ignored target, as torch's cross_entropy expec
 
 
 def padded_mixture(root: Path) -> Mixture:
-    rows = [
-        PaddedRows(root / f"rows{i}.npy", root / f"mask{i}.npy", context=L, ignore_index=IGNORE)
+    rows = [  # rows of up to ROW_WIDTH tokens, cut to L + 1 by choice (truncate=True)
+        PaddedRows(
+            root / f"rows{i}.npy",
+            root / f"mask{i}.npy",
+            context=L,
+            ignore_index=IGNORE,
+            truncate=True,
+        )
         for i in range(2)
     ]
     return Mixture(rows, [0.75, 0.25], batch_size=BATCH)

@@ -47,6 +47,7 @@ def make_rows(root: Path, *, ext: str = ".npy", empty_every: int = 0) -> tuple[P
 
 def windowed(tp: Path, mp: Path | None, **kw: object) -> PaddedRows:
     kw.setdefault("context", W - 1)
+    kw.setdefault("truncate", True)  # rows of up to W tokens, read at shorter contexts
     kw.setdefault("window_rows", WR)
     return PaddedRows(tp, mp, shuffle="window", **kw)  # type: ignore[arg-type]
 
@@ -401,14 +402,17 @@ def test_bad_config_names_the_parameter(tmp_path: Path) -> None:
 
 def test_fingerprint_records_the_mode_and_refuses_other_states(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path)
-    full = PaddedRows(tp, mp, context=8).fingerprint()
+    full = PaddedRows(tp, mp, context=8, truncate=True).fingerprint()
     assert full["shuffle"] is True and "window_rows" not in full  # as before windows
-    assert PaddedRows(tp, mp, context=8, shuffle=False).fingerprint()["shuffle"] is False
+    assert (
+        PaddedRows(tp, mp, context=8, truncate=True, shuffle=False).fingerprint()["shuffle"]
+        is False
+    )
     fp = windowed(tp, mp, context=8).fingerprint()
     assert (fp["shuffle"], fp["window_rows"]) == ("window", WR)
 
     def loader(**kw: object) -> Loader:
-        return Loader(PaddedRows(tp, mp, context=8, **kw), batch_size=4)  # type: ignore[arg-type]
+        return Loader(PaddedRows(tp, mp, context=8, truncate=True, **kw), batch_size=4)  # type: ignore[arg-type]
 
     with loader(shuffle="window", window_rows=WR) as a:
         next(iter(a))

@@ -80,10 +80,43 @@ def test_no_mask_file_targets_every_non_pad_token(tiny: tuple[Path, Path]) -> No
 
 
 def test_stored_width_wider_than_context_reads_prefix(tiny: tuple[Path, Path]) -> None:
-    src = PaddedRows(*tiny, context=3, shuffle=False)
+    src = PaddedRows(*tiny, context=3, shuffle=False, truncate=True)
     got = src.read(0, np.array([1]))
     np.testing.assert_array_equal(got["x"], [[9, 10, 11]])
     np.testing.assert_array_equal(got["y"], [[10, 11, 12]])
+
+
+@pytest.mark.parametrize("shuffle", [False, "window"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_content_past_context_is_refused_unless_truncate(
+    tiny: tuple[Path, Path], shuffle: Any, side: str
+) -> None:
+    # Rows stored 6 wide, context 3: row 1 holds content (tokens, targets) past the 4
+    # columns read. It was cut silently: its targets 13 and 14 never seen, and left
+    # padding (which moves the content's end to the last column) kept its start.
+    for mask in (tiny[1], None):
+        kw: dict[str, Any] = {"context": 3, "shuffle": shuffle, "pad_side": side}
+        src = PaddedRows(tiny[0], mask, **kw)
+        with pytest.raises(
+            ConfigError,
+            match=r"tok\.npy: row 1 \(sample \d+\) has content up to column 5 of its 6 "
+            r"stored columns, past the first context \+ 1 = 4 that context=3 reads .*its last 2 "
+            r"stored tokens would be cut\. Pass truncate=True .* or context=5 or more \(up to 5\)",
+        ):
+            src.read(0, np.arange(3))
+        cut = PaddedRows(tiny[0], mask, truncate=True, **kw)
+        assert cut.fingerprint() == src.fingerprint()  # refuses batches, never changes them
+        assert cut.read(0, np.arange(3))["x"].shape == (3, 3)
+        # Rows 0 and 2 fit: read whole, then cut to 4 columns, the same as truncate=True.
+        kw["shuffle"] = False
+        fits = PaddedRows(tiny[0], mask, **kw).read(0, np.array([0, 2]))
+        want = PaddedRows(tiny[0], mask, truncate=True, **kw).read(0, np.array([0, 2]))
+        for k in ("x", "y", "loss_mask"):
+            np.testing.assert_array_equal(fits[k], want[k])
+    whole = PaddedRows(*tiny, context=5, shuffle=False)  # width == context + 1: nothing to cut
+    assert whole.read(0, np.arange(3))["x"].shape == (3, 5)
+    with pytest.raises(ConfigError, match=r"truncate must be True or False \(got 'yes'\)"):
+        PaddedRows(*tiny, context=3, truncate="yes")  # type: ignore[arg-type]
 
 
 # -- real-sized files: blocks, duplicates, tail, strategies ----------------------------
@@ -144,8 +177,8 @@ def test_samples_per_epoch_is_the_row_count(tmp_path: Path) -> None:
 
 
 def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
-    a = PaddedRows(*make_rows(tmp_path), context=512)
-    b = PaddedRows(*make_rows(tmp_path, ext=".bin"), context=512)
+    a = PaddedRows(*make_rows(tmp_path), context=512, truncate=True)
+    b = PaddedRows(*make_rows(tmp_path, ext=".bin"), context=512, truncate=True)
     side = json.loads((tmp_path / "tok.bin.json").read_text())
     assert side == {"dtype": "uint16", "width": W, "rows": a.tokens.rows}
     s = np.arange(64, dtype=np.int64) * 37
@@ -153,7 +186,7 @@ def test_raw_bin_with_sidecar_matches_npy(tmp_path: Path) -> None:
 
 
 def test_pickled_copy_reads_the_same(tmp_path: Path) -> None:
-    src = PaddedRows(*make_rows(tmp_path), context=100, reader="pread")
+    src = PaddedRows(*make_rows(tmp_path), context=100, truncate=True, reader="pread")
     s = np.arange(40, dtype=np.int64)
     first = src.read(2, s)
     copy = pickle.loads(pickle.dumps(src))
@@ -251,11 +284,15 @@ def test_each_replacement_round_is_one_read_per_file(tmp_path: Path) -> None:
 
 def test_replacement_limit_raises_naming_dataset_and_rows(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path, empty_every=1)  # every row empty
-    src = PaddedRows(tp, mp, context=16, max_retries=3)
+    src = PaddedRows(tp, mp, context=16, truncate=True, max_retries=3)
     with pytest.raises(EmptyRowsError, match=r"tok\.npy.*after 3 replacement.*sample 5 \(row"):
         src.read(0, np.array([5, 6]))
     zero = PaddedRows(
-        *make_rows(tmp_path, empty_every=2), context=W - 1, shuffle=False, max_retries=0
+        *make_rows(tmp_path, empty_every=2),
+        context=W - 1,
+        truncate=True,
+        shuffle=False,
+        max_retries=0,
     )
     with pytest.raises(EmptyRowsError, match="sample 0 "):
         zero.read(0, np.array([0, 1]))
@@ -270,7 +307,7 @@ def test_resume_exact(tmp_path: Path) -> None:
 
     def make() -> Loader:
         return Loader(
-            PaddedRows(tp, mp, context=32, pad_side="left"),
+            PaddedRows(tp, mp, context=32, truncate=True, pad_side="left"),
             batch_size=8,
             seed=1,
             prefetch=2,
@@ -290,36 +327,36 @@ def test_bad_input_errors_name_file(tmp_path: Path) -> None:
     tp, mp = make_rows(tmp_path)
     write_row_file(tmp_path / "short.npy", np.zeros((N_ROWS, W - 1), np.uint8))
     with pytest.raises(DataError, match=r"short\.npy: mask shape \(300, 1024\) disagrees.*tok"):
-        PaddedRows(tp, tmp_path / "short.npy", context=8)
+        PaddedRows(tp, tmp_path / "short.npy", context=8, truncate=True)
     with pytest.raises(ConfigError, match=r"tok\.npy: stored width 1025 is smaller than context"):
-        PaddedRows(tp, mp, context=W)
+        PaddedRows(tp, mp, context=W, truncate=True)
     bad = np.load(mp)
     bad[7, 3] = 2
     write_row_file(tmp_path / "bad.npy", bad)
-    src = PaddedRows(tp, tmp_path / "bad.npy", context=8, shuffle=False)
+    src = PaddedRows(tp, tmp_path / "bad.npy", context=8, truncate=True, shuffle=False)
     with pytest.raises(DataError, match=r"bad\.npy: mask values must be 0 or 1; row 7 holds \[2\]"):
         src.read(0, np.arange(10))
     src.read(0, np.arange(7))  # rows without the bad value are fine
     write_row_file(tmp_path / "neg.npy", -np.ones((N_ROWS, W), np.int8))
     with pytest.raises(DataError, match=r"neg\.npy: mask values.*\[-1\]"):
-        PaddedRows(tp, tmp_path / "neg.npy", context=8).read(0, np.arange(2))
+        PaddedRows(tp, tmp_path / "neg.npy", context=8, truncate=True).read(0, np.arange(2))
     with pytest.raises(ConfigError, match="pad_side"):
-        PaddedRows(tp, mp, context=8, pad_side="middle")  # type: ignore[arg-type]
+        PaddedRows(tp, mp, context=8, truncate=True, pad_side="middle")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="pad_id=300 does not fit"):
-        PaddedRows(tp, mp, context=8, dtype=np.int8, pad_id=300)
+        PaddedRows(tp, mp, context=8, truncate=True, dtype=np.int8, pad_id=300)
     with pytest.raises(ConfigError, match="ignore_index=-1000 does not fit"):
-        PaddedRows(tp, mp, context=8, dtype=np.int8, ignore_index=-1000)
+        PaddedRows(tp, mp, context=8, truncate=True, dtype=np.int8, ignore_index=-1000)
     with pytest.raises(ConfigError, match="signed"):
-        PaddedRows(tp, mp, context=8, dtype=np.uint32)
+        PaddedRows(tp, mp, context=8, truncate=True, dtype=np.uint32)
     with pytest.raises(ConfigError, match="context must be a positive"):
-        PaddedRows(tp, mp, context=0)
+        PaddedRows(tp, mp, context=0, truncate=True)
     write_row_file(tmp_path / "float.npy", np.zeros((N_ROWS, W), np.float32))
     with pytest.raises(
         ConfigError, match=r"float\.npy: mask dtype must be integer or bool \(found"
     ):
-        PaddedRows(tp, tmp_path / "float.npy", context=8)
+        PaddedRows(tp, tmp_path / "float.npy", context=8, truncate=True)
     with pytest.raises(ConfigError, match=r"max_retries must be an integer >= 0 \(got -1\)"):
-        PaddedRows(tp, mp, context=8, max_retries=-1)
+        PaddedRows(tp, mp, context=8, truncate=True, max_retries=-1)
 
 
 def test_bad_row_files(tmp_path: Path) -> None:
@@ -412,6 +449,7 @@ def test_padding_boundaries_against_definition(
         tmp_path / "t.bin",
         tmp_path / "m.npy" if with_mask else None,
         context=L,
+        truncate=True,
         pad_side=side,  # type: ignore[arg-type]
         pad_id=pad,
         ignore_index=-100,
@@ -572,11 +610,11 @@ def test_replacement_independent_of_chunking_and_chained_retries(tmp_path: Path)
     mask = np.load(mp)
     digests = set()
     for chunk in (1, 3, 8):
-        src = PaddedRows(tp, mp, context=64)
+        src = PaddedRows(tp, mp, context=64, truncate=True)
         with Loader(src, batch_size=8, seed=2, prefetch=1, chunk_steps=chunk, steps=12) as ld:
             digests.add(batch_digest(list(ld)))
     assert len(digests) == 1
-    src = PaddedRows(tp, mp, context=64)
+    src = PaddedRows(tp, mp, context=64, truncate=True)
     samples = np.arange(96, dtype=np.int64)
     final = src.final_rows(2, samples)
     first = src.rows_of(2, samples)

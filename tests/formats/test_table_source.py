@@ -161,8 +161,14 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
         ConfigError, match=r"t\.parquet: column .input_ids.: row \d+ \(sample \d+\) has \d+ items"
     ):
         TableSource(p, columns=["input_ids"], width=4).read(0, np.arange(64))
-    with pytest.raises(ConfigError, match="width of 'input_ids' must be >= 1"):
+    with pytest.raises(
+        ConfigError, match=r"width of 'input_ids' must be an integer >= 1 \(got 0\)"
+    ):
         TableSource(p, columns=["input_ids"], width=0)
+    with pytest.raises(
+        ConfigError, match=r"'input_ids' must be an integer >= 1 \(got 8.0, a float"
+    ):
+        TableSource(p, columns=["input_ids"], width=8.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"pad_side must be 'right' or 'left' \(got 'middle'\)"):
         TableSource(p, columns=["input_ids"], width=4, pad_side="middle")  # type: ignore[arg-type]
     small = pa.table({"ids": pa.array([[1, 2], [3]], pa.list_(pa.int8()))})
@@ -278,3 +284,32 @@ def test_a_pad_value_that_does_not_fit_is_named_as_such_with_truncate(tmp_path: 
     )
     got = src.read(0, np.arange(3))
     assert got["attention_mask"].tolist() == [[1, 1, 1, -1], [1, 1, 1, 1], [1, 1, 1, 1]]
+
+
+def test_numpy_widths_and_pad_values_are_taken_as_python_numbers(tmp_path: Path) -> None:
+    # A width from the data (lengths.max()) and a pad value from a tokenizer's config
+    # loaded by NumPy: the width was refused ("must be >= 1 (got np.int64(24))"), the pad
+    # value accepted and then broke the Loader's state with "Object of type int64 is not
+    # JSON serializable".
+    table, ids = make_table()
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=64)
+    lengths = np.array([len(r) for r in ids])
+    width = lengths.max()
+    assert isinstance(width, np.integer)
+    kw: dict[str, Any] = {"columns": ["input_ids"], "shuffle": False}
+    plain = TableSource(
+        tmp_path / "t.parquet", width=int(width), pad_values={"input_ids": -1}, **kw
+    )
+    for pads in ({"input_ids": np.int64(-1)}, {"input_ids": np.int16(-1)}):
+        src = TableSource(
+            tmp_path / "t.parquet", widths={"input_ids": width}, pad_values=pads, **kw
+        )
+        assert src.fingerprint() == plain.fingerprint()
+        with Loader(src, batch_size=8, steps=2) as loader:
+            got = list(loader)
+            state = loader.state_dict()
+        json.dumps(state)
+        assert got[0]["input_ids"].shape == (8, int(width))
+        assert got[0]["input_ids"][0, len(ids[0]) :].tolist() == [-1] * (int(width) - len(ids[0]))
+    with pytest.raises(ConfigError, match=r"'input_ids': pad_value True is a bool, for values of"):
+        TableSource(tmp_path / "t.parquet", width=4, pad_values={"input_ids": True}, **kw)

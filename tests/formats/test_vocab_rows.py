@@ -44,7 +44,7 @@ def test_ids_in_range_read_as_without_the_check(tmp_path: Path, ext: str) -> Non
     write_row_file(path, tok)
     digests = []
     for vocab in (None, V):
-        src = PaddedRows(path, context=L, vocab_size=vocab)
+        src = PaddedRows(path, context=L, truncate=True, vocab_size=vocab)
         with Loader(src, batch_size=16, steps=40) as ld:
             digests.append(batch_digest(ld))
     assert digests[0] == digests[1]
@@ -63,7 +63,7 @@ def test_an_id_outside_is_refused_naming_row_sample_position_and_id(
     tok[17, :W] = np.arange(1, W + 1)  # a full row: col L is y's last target, not padding
     tok[17, col] = value
     write_row_file(path, tok)
-    src = PaddedRows(path, context=L, shuffle=False, vocab_size=V)
+    src = PaddedRows(path, context=L, truncate=True, shuffle=False, vocab_size=V)
     src.read(0, np.arange(0, 17))  # the rows before pass
     msg = refused(src, np.arange(10, 30))
     assert f"{path}: row 17 (sample 17), tokens, position {col}: token id {value} " in msg
@@ -71,7 +71,7 @@ def test_an_id_outside_is_refused_naming_row_sample_position_and_id(
     assert f"the largest id in this sample is {tok[17, : L + 1].max()}" in msg
     assert ("the smallest" in msg) == (value < 0)
     # Without vocab_size the id comes through as it is stored (y: the label shift's last).
-    plain = PaddedRows(path, context=L, shuffle=False).read(0, np.array([17]))
+    plain = PaddedRows(path, context=L, truncate=True, shuffle=False).read(0, np.array([17]))
     assert plain[key][0, col - (key == "y")] == value
 
 
@@ -81,13 +81,16 @@ def test_the_first_bad_row_in_plan_order_whatever_the_reader(tmp_path: Path) -> 
     write_row_file(path, tok)
     samples = np.array([7, 250, 3, 40], dtype=np.int64)  # 250 comes first in the batch
     msgs = {
-        refused(PaddedRows(path, context=L, shuffle=False, vocab_size=V, reader=r), samples)
+        refused(
+            PaddedRows(path, context=L, truncate=True, shuffle=False, vocab_size=V, reader=r),
+            samples,
+        )
         for r in ("mmap", "pread", "adaptive")
     }
     (msg,) = msgs
     assert "row 250 (sample 250)" in msg and "token id -5 " in msg
     # A windowed shuffle reads its rows from whole windows: the first bad one of its plan.
-    win = PaddedRows(path, context=L, shuffle="window", window_rows=64, vocab_size=V)
+    win = PaddedRows(path, context=L, truncate=True, shuffle="window", window_rows=64, vocab_size=V)
     plan = win.rows_of(0, np.arange(ROWS))
     first = int(np.flatnonzero(np.isin(plan, [40, 250]))[0])
     assert f"row {plan[first]} (sample {first})" in refused(win, np.arange(first + 8))
@@ -97,12 +100,12 @@ def test_stored_padding_is_checked_as_ids_and_pad_id_must_be_one(tmp_path: Path)
     path, tok = rows_of(tmp_path / "tok.npy")
     tok[tok == 0] = 2  # padding stored as pad id 2
     write_row_file(path, tok)
-    got = PaddedRows(path, context=L, pad_id=2, pad_side="left", vocab_size=V)
+    got = PaddedRows(path, context=L, truncate=True, pad_id=2, pad_side="left", vocab_size=V)
     assert got.read(0, np.arange(64))["x"].max() < V
     with pytest.raises(ConfigError, match=rf"pad_id=-100 is outside the vocabulary \[0, {V}\)"):
-        PaddedRows(path, context=L, pad_id=-100, vocab_size=V)
+        PaddedRows(path, context=L, truncate=True, pad_id=-100, vocab_size=V)
     # ignore_index is no id: -100 in y is headrace's, not the data's.
-    got = PaddedRows(path, context=L, pad_id=2, ignore_index=-100, vocab_size=V)
+    got = PaddedRows(path, context=L, truncate=True, pad_id=2, ignore_index=-100, vocab_size=V)
     assert (got.read(0, np.arange(64))["y"] == -100).any()
 
 
@@ -119,24 +122,28 @@ def test_vocab_size_is_no_part_of_the_fingerprint_and_travels_to_workers(tmp_pat
     # It refuses batches, never changes them: a run saved before it was set resumes.
     path, tok = rows_of(tmp_path / "tok.npy")
     assert (
-        PaddedRows(path, context=L).fingerprint()
-        == PaddedRows(path, context=L, vocab_size=V).fingerprint()
+        PaddedRows(path, context=L, truncate=True).fingerprint()
+        == PaddedRows(path, context=L, truncate=True, vocab_size=V).fingerprint()
     )
     assert PairRows({"a": path}).fingerprint() == PairRows({"a": path}, vocab_size=V).fingerprint()
     # A state saved without the check loads into a loader with it, and back.
-    with Loader(PaddedRows(path, context=L), batch_size=8, seed=1, steps=6) as ld:
+    with Loader(PaddedRows(path, context=L, truncate=True), batch_size=8, seed=1, steps=6) as ld:
         list(islice(ld, 3))
         state = ld.state_dict()
         rest = batch_digest(ld)
-    with Loader(PaddedRows(path, context=L, vocab_size=V), batch_size=8, seed=1, steps=6) as ld:
+    with Loader(
+        PaddedRows(path, context=L, truncate=True, vocab_size=V), batch_size=8, seed=1, steps=6
+    ) as ld:
         ld.load_state_dict(state)
         assert batch_digest(ld) == rest
         back = ld.state_dict()
-    with Loader(PaddedRows(path, context=L), batch_size=8, seed=1, steps=6) as ld:
+    with Loader(PaddedRows(path, context=L, truncate=True), batch_size=8, seed=1, steps=6) as ld:
         ld.load_state_dict(back)
     tok[0, 0] = V
     write_row_file(path, tok)
-    copy = pickle.loads(pickle.dumps(PaddedRows(path, context=L, shuffle=False, vocab_size=V)))
+    copy = pickle.loads(
+        pickle.dumps(PaddedRows(path, context=L, truncate=True, shuffle=False, vocab_size=V))
+    )
     assert "row 0 (sample 0)" in refused(copy, np.arange(4))
 
 
@@ -199,8 +206,8 @@ def test_a_mixture_checks_each_source_against_its_own_vocabulary(tmp_path: Path)
     def mix(big_vocab: int) -> Mixture:
         return Mixture(
             {
-                "small": PaddedRows(small, context=L, vocab_size=V),
-                "big": PaddedRows(big, context=L, vocab_size=big_vocab),
+                "small": PaddedRows(small, context=L, truncate=True, vocab_size=V),
+                "big": PaddedRows(big, context=L, truncate=True, vocab_size=big_vocab),
             },
             [0.5, 0.5],
             batch_size=16,
@@ -226,7 +233,7 @@ def test_the_refusal_is_the_same_on_any_host_count(tmp_path: Path) -> None:
     def refusals(world: int) -> set[str]:
         out = set()
         for rank in range(world):
-            src = PaddedRows(path, context=L, vocab_size=V, reader="pread")
+            src = PaddedRows(path, context=L, truncate=True, vocab_size=V, reader="pread")
             with (
                 Loader(src, batch_size=16, seed=4, rank=rank, world_size=world, steps=2) as ld,
                 pytest.raises(FormatError) as info,
@@ -248,7 +255,7 @@ def test_a_replaced_empty_row_is_refused_by_the_row_that_stood_in(tmp_path: Path
     np.save(tmp_path / "mask.npy", mask)
     for empty, row in (("replace", None), ("keep", 3)):
         src = PaddedRows(tmp_path / "tok.npy", tmp_path / "mask.npy", context=L, shuffle=False,
-                         vocab_size=V, empty_rows=empty)  # fmt: skip
+                         vocab_size=V, empty_rows=empty, truncate=True)  # fmt: skip
         if row is None:
             (row,) = src.final_rows(0, np.array([3])).tolist()
             assert row != 3
@@ -269,7 +276,9 @@ def test_a_mixture_of_a_token_file_and_padded_rows_checks_both(tmp_path: Path) -
                 tmp_path / "val.bin", dtype="uint16", context=L, shuffle=False, vocab_size=V
             ),
             Mapped(
-                PaddedRows(path, context=L, shuffle=False, vocab_size=V, empty_rows="keep"),
+                PaddedRows(
+                    path, context=L, truncate=True, shuffle=False, vocab_size=V, empty_rows="keep"
+                ),
                 as_tokens,
             ),
         ],

@@ -54,7 +54,7 @@ def makers(root: Path) -> dict[str, Make]:
             window_bytes=16 * 1024,
             block_bytes=4096,
         ),
-        "rows": lambda: PaddedRows(root / "rows.npy", root / "mask.npy", context=8),
+        "rows": lambda: PaddedRows(root / "rows.npy", root / "mask.npy", context=8, truncate=True),
         "files": lambda: FileSource(root / "files", format="npy"),
     }
 

@@ -15,6 +15,13 @@ __all__ = ["Ragged"]
 
 def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
     """Raise :class:`ConfigError` unless ``pad_value`` survives a cast to ``dtype``."""
+    if isinstance(pad_value, bool | np.bool_) and dtype.kind != "b":
+        # True passes the cast as 1, as PaddedRows' pad_id=True would: padding that is a
+        # token id nobody asked for.
+        raise ConfigError(
+            f"pad_value {pad_value!r} is a bool, for values of dtype {dtype}; give a number "
+            f"(e.g. {int(pad_value)})"
+        )
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             cast = np.array(pad_value).astype(dtype)
@@ -33,11 +40,26 @@ def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None
         raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})")
 
 
-def check_side_and_width(side: str, width: int | None) -> None:
+def check_width(width: object, least: int = 0) -> int:
+    """``width`` as an int: a Python or NumPy integer of at least ``least`` (a width taken
+    from ``lengths.max()`` is a NumPy one); a bool, a float or less raises ``ValueError``."""
+    if isinstance(width, bool | np.bool_) or not isinstance(width, int | np.integer):
+        raise ValueError(f"must be an integer >= {least} (got {width!r}, a {type(width).__name__})")
+    if width < least:
+        raise ValueError(f"must be an integer >= {least} (got {width!r})")
+    return int(width)
+
+
+def check_side_and_width(side: str, width: object) -> int | None:
+    """``width`` as an int (or None) once ``side`` and ``width`` are checked."""
     if side not in ("right", "left"):
         raise ConfigError(f"side must be 'right' or 'left' (got {side!r})")
-    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0):
-        raise ConfigError(f"width must be None or an int >= 0 (got {width!r})")
+    if width is None:
+        return None
+    try:
+        return check_width(width)
+    except ValueError as exc:
+        raise ConfigError(f"width must be None or {str(exc).removeprefix('must be ')}") from exc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +111,7 @@ class Ragged:
     ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
         """A ``(rows, width)`` array and its mask: one allocation each, no per-row loop."""
         check_side_and_width(side, width)
+        width = int(width)  # a NumPy integer too
         check_pad_value(pad_value, self.values.dtype)
         out = np.full((len(self), width), pad_value, dtype=self.values.dtype)
         mask = np.empty((len(self), width), dtype=np.bool_)

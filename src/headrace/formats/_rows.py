@@ -1,10 +1,13 @@
 """Padded rows: fixed-width token rows and their loss masks, shuffled per epoch.
 
 Each stored row holds ``W >= context + 1`` tokens, content first and padding
-after (right-padded storage); the mask file holds 0/1 per token, 1 where the
-token is a loss target. Sample ``k`` reads row ``perm_(seed, epoch)(k % n)``
-(with ``shuffle="window"``: its row of the windowed shuffle, read from whole
-windows, see :mod:`~headrace.formats._row_window`) and yields ``x = t[:L]``,
+after (right-padded storage). Where ``W > context + 1`` rows are read whole and
+one whose content goes on past column ``context`` is refused unless
+``truncate=True`` (which reads the first ``context + 1`` only). The mask file
+holds 0/1 per token, 1 where the token is a loss target. Sample ``k`` reads
+row ``perm_(seed, epoch)(k % n)`` (with ``shuffle="window"``: its row of the
+windowed shuffle, read from whole windows, see
+:mod:`~headrace.formats._row_window`) and yields ``x = t[:L]``,
 ``y = t[1:L+1]`` and ``loss_mask = m[1:L+1]``, with ``y`` set to
 ``ignore_index`` wherever the loss mask is 0.
 
@@ -134,6 +137,12 @@ class PaddedRows(RowSource):
     :class:`~headrace.io.RangeReader`, a :class:`~headrace.io.ReaderConfig`
     or a strategy name; all give the same batches.
 
+    ``truncate``: a stored width wider than ``context + 1`` is read whole, and a
+    row with content (a token other than ``pad_id``, or a mask of 1) past its
+    first ``context + 1`` tokens raises :class:`~headrace.errors.ConfigError`
+    naming it; ``True`` keeps (and reads) only those first ``context + 1``. No
+    part of the fingerprint: it refuses batches, never changes them.
+
     ``shuffle``: ``True`` or ``"full"`` (default) permutes all rows per
     epoch; ``"window"`` visits windows of ``window_rows`` consecutive rows
     (default: about 16 MiB of rows) in a permuted order, reading each whole,
@@ -164,6 +173,7 @@ class PaddedRows(RowSource):
         pad_side: PadSide = "right",
         pad_id: int = 0,
         ignore_index: int = -1,
+        truncate: bool = False,
         dtype: DTypeLike | None = None,
         shuffle: bool | Literal["none", "full", "window"] = True,
         window_rows: int | None = None,
@@ -221,7 +231,7 @@ class PaddedRows(RowSource):
             if not np.issubdtype(self.dtype, np.signedinteger):
                 raise ConfigError(
                     f"{t.path}: dtype={self.dtype} is refused: dtype is what x and y are given "
-                    "as, and y holds ignore_index (-100 by default) at ignored targets, so it "
+                    "as, and y holds ignore_index (-1 by default) at ignored targets, so it "
                     f"must be a signed integer type; leave it out (int32 for {t.dtype} "
                     "tokens) or give 'int32' or 'int64'."
                 )
@@ -242,6 +252,12 @@ class PaddedRows(RowSource):
             # cannot hold every value of the stored one (a narrower dtype= or
             # uint64 tokens); the default outputs always can.
             self._check_tokens = not np.can_cast(t.dtype, self.dtype, "safe")
+            if not isinstance(truncate, bool | np.bool_):
+                raise ConfigError(f"truncate must be True or False (got {truncate!r}).")
+            truncate = bool(truncate)
+            # Wider rows are read whole, so that content past context + 1 is seen.
+            self._cols = context + 1 if truncate else t.width
+            self.truncate = truncate
             if not isinstance(max_retries, int) or max_retries < 0:
                 raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
             self.context = context
@@ -281,12 +297,12 @@ class PaddedRows(RowSource):
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         samples = np.asarray(samples, dtype=np.int64)
         rows = self.rows_of(seed, samples)
-        tok, mask = self._read_raw(rows, windowed=True)
+        tok, mask = self._read_raw(rows, samples, windowed=True)
         empty = self._empty(tok, mask)
         if self.empty_rows == "replace" and empty.any():
 
             def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
-                t2, m2 = self._read_raw(new)
+                t2, m2 = self._read_raw(new, samples[pos])
                 tok[pos] = t2
                 if mask is not None and m2 is not None:
                     mask[pos] = m2
@@ -314,10 +330,10 @@ class PaddedRows(RowSource):
         rows = self.rows_of(seed, samples)
         if self.empty_rows == "keep":
             return rows
-        tok, mask = self._read_raw(rows)
+        tok, mask = self._read_raw(rows, samples)
 
-        def refill(_pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
-            return self._empty(*self._read_raw(new))
+        def refill(pos: NDArray[np.intp], new: NDArray[np.int64]) -> NDArray[np.bool_]:
+            return self._empty(*self._read_raw(new, samples[pos]))
 
         replace_empty(
             seed=seed,
@@ -333,23 +349,59 @@ class PaddedRows(RowSource):
 
     # -- reading -------------------------------------------------------------
     def _read_raw(
-        self, rows: NDArray[np.int64], *, windowed: bool = False
+        self, rows: NDArray[np.int64], samples: NDArray[np.int64], *, windowed: bool = False
     ) -> tuple[NDArray[Any], NDArray[Any] | None]:
         """The rows' first ``L + 1`` tokens (and mask values), token and mask reads overlapping.
 
         ``windowed`` reads from whole windows (the plan's own rows); replacement
-        rows may lie anywhere, so they take row reads.
+        rows may lie anywhere, so they take row reads. ``samples`` (one a row) name
+        a row refused for content past ``L + 1`` tokens.
         """
-        cols = self.context + 1
+        cols = self._cols
         files = [self.tokens] if self.mask is None else [self.tokens, self.mask]
         if windowed and self._windows is not None:
             got = self._windows.read(rows, [(f, cols, None) for f in files])
         else:
             got = self._io.read_many([(f, rows, cols, None) for f in files])
-        if self.mask is None:
-            return got[0], None
-        check_mask_values(got[1], self.mask, rows)
-        return got[0], got[1]
+        mask = None if self.mask is None else got[1]
+        if self.mask is not None:
+            check_mask_values(got[1], self.mask, rows)
+        if cols > self.context + 1:
+            return self._cut(got[0], mask, rows, samples)
+        return got[0], mask
+
+    def _cut(
+        self,
+        tok: NDArray[Any],
+        mask: NDArray[Any] | None,
+        rows: NDArray[np.int64],
+        samples: NDArray[np.int64],
+    ) -> tuple[NDArray[Any], NDArray[Any] | None]:
+        """Whole rows' first ``L + 1`` columns (views), once no row has content past them."""
+        k = self.context + 1
+        tail = tok[:, k:]
+        past: NDArray[np.bool_] = (tail.min(axis=1) != self.pad_id) | (
+            tail.max(axis=1) != self.pad_id
+        )
+        if mask is not None:
+            past |= mask[:, k:].any(axis=1)
+        if past.any():
+            i = int(np.flatnonzero(past)[0])
+            real = tok[i] != self.pad_id
+            if mask is not None:
+                real |= mask[i] != 0
+            last = int(np.flatnonzero(real)[-1])
+            raise ConfigError(
+                f"{self.tokens.path}: row {int(rows[i])} (sample {int(samples[i])}) has content "
+                f"up to column {last} of its {tok.shape[1]} stored columns, past the first "
+                f"context + 1 = {k} that context={self.context} reads (a token other than "
+                f"pad_id={self.pad_id}"
+                + ("" if mask is None else ", or a mask of 1")
+                + f"): its last {last + 1 - k} stored tokens would be cut. Pass truncate=True "
+                f"to keep the first {k} tokens of such rows, or context={last} or more (up to "
+                f"{tok.shape[1] - 1}) to read them whole"
+            )
+        return tok[:, :k], None if mask is None else mask[:, :k]
 
     def _empty(self, tok: NDArray[Any], mask: NDArray[Any] | None) -> NDArray[np.bool_]:
         """Rows with no loss target, found by reductions only (no token-sized temporaries)."""

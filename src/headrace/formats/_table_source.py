@@ -24,7 +24,7 @@ from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import IMAGE_MODES, ImageMode, check_image_mode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._ragged import Ragged, check_pad_value
+from headrace.formats._ragged import Ragged, check_pad_value, check_width
 from headrace.formats._row_plan import (
     RowWindows,
     ShuffleMode,
@@ -186,9 +186,10 @@ class TableSource:
                     f"({cols[c].arrow_type}); give it a fixed width (width=... or "
                     "widths={...}) so every batch has the same shape on every host"
                 )
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-                raise ConfigError(f"{self._where()}: width of {c!r} must be >= 1 (got {w!r})")
-            self.widths[c] = w
+            try:
+                self.widths[c] = check_width(w, 1)
+            except ValueError as exc:
+                raise ConfigError(f"{self._where()}: width of {c!r} {exc}") from exc
         clash = [(c, f"{c}_mask", "the padding mask") for c in self.widths] + [
             (c, f"{c}_shape", "the image shapes") for c in self.images
         ]
@@ -201,7 +202,11 @@ class TableSource:
                 )
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
-        self.pad_values = {c: pads.get(c, 0) for c in self.widths}
+        # A NumPy scalar as its Python number: the fingerprint (and the state) is JSON.
+        self.pad_values = {
+            c: v.item() if isinstance(v, np.generic) else v
+            for c, v in ((c, pads.get(c, 0)) for c in self.widths)
+        }
         for c, v in self.pad_values.items():
             try:  # at open, as PaddedRows' pad_id: not at the first batch
                 check_pad_value(v, cols[c].dtype)
