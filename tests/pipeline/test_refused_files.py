@@ -93,10 +93,10 @@ def test_a_mixed_source_file_is_named_with_its_source(tmp_path: Path) -> None:
 def test_a_row_file_and_a_folder_of_files_name_theirs(tmp_path: Path) -> None:
     rows = tmp_path / "rows.npy"
     np.save(rows, np.ones((50, 24), dtype=np.uint16))
-    state = _saved(PaddedRows(rows, context=16))
+    state = _saved(PaddedRows(rows, context=23))
     np.save(rows, np.ones((60, 24), dtype=np.uint16))
     assert "rows.npy: 50 rows when the state was saved, 60 rows now" in _refusal(
-        PaddedRows(rows, context=16), state
+        PaddedRows(rows, context=23), state
     )
     folder = tmp_path / "npy"
     folder.mkdir()
