@@ -68,6 +68,21 @@ def test_hidden_files_left_out_are_counted_in_the_report(
     assert json.loads(out.read_text())["hidden_skipped"] == 3
 
 
+def test_format_aliases_are_taken_as_filesource_takes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --format jpg was "invalid choice" though FileSource(format="jpg") reads JPEGs
+    # (fails before: SystemExit 2).
+    from headrace.formats import write_sample_file
+
+    root = tmp_path / "photos"
+    root.mkdir()
+    for n in ("a.JPG", "b.jfif"):
+        write_sample_file("jpeg", root / n, np.full((4, 5, 3), 7, np.uint8))
+    assert main(["check", str(root), "--format", "jpg"]) == 0
+    assert "2 samples read" in capsys.readouterr().out
+
+
 def test_a_clean_token_file_exits_0_and_ids_past_the_vocabulary_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

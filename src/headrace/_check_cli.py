@@ -24,7 +24,8 @@ from headrace.errors import ConfigError
 
 __all__ = ["configure", "run"]
 
-_FILE_FORMATS = ("jpeg", "png", "npy", "npz", "hdf5", "raw")
+# FileSource's names and its aliases (jpg, h5): what users type.
+_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "raw")
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -111,10 +111,10 @@ class RandomResizedCrop:
     (width / height, log-uniform) at a random place, ten tries as torchvision
     draws them, else a centre crop; resized to ``size`` = (height, width)
     with bilinear interpolation (Pillow, the ``images`` extra); mirrored
-    left-right with probability 1/2 when ``flip``. uint8 images, grey
-    ``(H, W)`` or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])``
-    array and loses ``<key>_shape``. Every draw is from the sample's own
-    generator.
+    left-right with probability 1/2 when ``flip``. uint8 or uint16 images (16-bit
+    PNGs: each channel resized as Pillow's 16-bit grey ``I;16``), grey ``(H, W)``
+    or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])`` array of their
+    dtype and loses ``<key>_shape``. Every draw is from the sample's own generator.
     """
 
     size: tuple[int, int]
@@ -167,17 +167,19 @@ class RandomResizedCrop:
         out: NDArray[Any] | None = None
         jobs = []
         for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
-            if img.dtype != np.uint8 or img.ndim not in (2, 3):
+            if img.dtype not in (np.uint8, np.uint16) or img.ndim not in (2, 3):
                 raise errors.DataError(
                     f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
-                    f"{img.dtype} {img.shape}; it resizes uint8 (H, W) or (H, W, C) images"
+                    f"{img.dtype} {img.shape}; it resizes uint8 or uint16 (H, W) or (H, W, C) "
+                    "images"
                 )
             if out is None:
-                out = np.empty((len(images), height, width, *img.shape[2:]), np.uint8)
-            elif img.shape[2:] != out.shape[3:]:
+                out = np.empty((len(images), height, width, *img.shape[2:]), img.dtype)
+            elif img.shape[2:] != out.shape[3:] or img.dtype != out.dtype:
                 raise errors.DataError(
-                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} has "
-                    f"shape {img.shape}, the first had channels {out.shape[3:]}{_MODE_HINT}"
+                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
+                    f"{img.dtype} {img.shape}, the first was {out.dtype} with channels "
+                    f"{out.shape[3:]}{_MODE_HINT}"
                 )
             # Every draw here, in row order; the resizing (no draws) may run anywhere.
             region = self.region(img.shape[0], img.shape[1], rng)
@@ -186,9 +188,14 @@ class RandomResizedCrop:
         def resize(job: tuple[int, tuple[int, ...], bool]) -> None:
             assert out is not None
             i, (top, left, h, w), mirror = job
-            crop = np.ascontiguousarray(images[i][top : top + h, left : left + w])
-            pil = Image.fromarray(crop[..., 0] if crop.ndim == 3 and crop.shape[2] == 1 else crop)
-            resized = np.asarray(pil.resize((width, height), Image.Resampling.BILINEAR))
+            crop = images[i][top : top + h, left : left + w]
+            if crop.dtype == np.uint16 and crop.ndim == 3:
+                # Pillow has no 16-bit colour mode: each channel as 16-bit grey.
+                resized = np.stack([_resized(Image, crop[..., c], width, height)
+                                    for c in range(crop.shape[2])], axis=-1)  # fmt: skip
+            else:
+                one = crop[..., 0] if crop.ndim == 3 and crop.shape[2] == 1 else crop
+                resized = _resized(Image, one, width, height)
             resized = resized.reshape(out.shape[1:])
             if mirror:
                 _copy_mirrored(out[i], resized)
@@ -202,6 +209,12 @@ class RandomResizedCrop:
             for job in jobs:
                 resize(job)
         return _replaced(arrays, self.key, out, self.size)
+
+
+def _resized(image_mod: Any, a: NDArray[Any], width: int, height: int) -> NDArray[Any]:
+    """``a`` (uint8 grey or colour, or uint16 grey: Pillow's ``I;16``) resized bilinearly."""
+    pil = image_mod.fromarray(np.ascontiguousarray(a))
+    return np.asarray(pil.resize((width, height), image_mod.Resampling.BILINEAR))
 
 
 def _check_size(t: RandomCrop | RandomResizedCrop) -> None:

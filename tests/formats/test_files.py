@@ -333,6 +333,11 @@ def test_png_errors() -> None:
         decode_png(jpeg, name="p.png")
     with pytest.raises(FormatError, match=r"p.png: not a PNG.*a TIFF image, .*re-encode"):
         decode_png(b"II*\x00" + bytes(60), name="p.png")
+    # A file of 0 bytes (an interrupted copy) said so (fails before: "starts with b''").
+    with pytest.raises(FormatError, match=r"p.png: an empty file \(0 bytes\), not a PNG"):
+        decode_png(b"", name="p.png")
+    with pytest.raises(FormatError, match=r"p.jpg: an empty file \(0 bytes\), not a JPEG"):
+        decode_jpeg(b"", name="p.jpg")
     idat = data.index(b"IDAT") + 10
     corrupt = data[:idat] + b"\x11" * 30 + data[idat + 30 :]
     with pytest.raises(FormatError, match=r"p.png: corrupt or truncated PNG"):

@@ -316,6 +316,48 @@ def test_random_resized_crop_of_the_whole_image_at_its_size_is_the_image() -> No
     assert np.array_equal(got, grey)
 
 
+@pytest.mark.parametrize("channels", [0, 1, 3, 4])
+def test_random_resized_crop_resizes_16_bit_images_channel_by_channel(
+    channels: int, tmp_path: Path
+) -> None:
+    # 16-bit PNGs decode to uint16; the ImageNet augmentation refused them, "it resizes
+    # uint8" (fails before: DataError). Each channel is resized as Pillow resizes 16-bit
+    # grey (I;16), the same region and flip as a uint8 image of the same sample.
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    shape = (3, 20, 24) if channels == 0 else (3, 20, 24, channels)
+    imgs = rng.integers(0, 65536, shape, dtype=np.uint16)
+    rrc = RandomResizedCrop((8, 10), scale=(0.3, 0.9))
+    samples = Samples(0, np.arange(3, dtype=np.int64))
+    got = rrc({"image": imgs}, samples)["image"]
+    assert got.dtype == np.uint16 and got.shape == (3, 8, 10, *shape[3:])
+    for i, sample_rng in enumerate(samples.rngs()):
+        top, left, h, w = rrc.region(20, 24, sample_rng)
+        mirror = sample_rng.random() < 0.5
+        crop = imgs[i, top : top + h, left : left + w]
+        planes = crop[..., None] if channels == 0 else crop
+        want = np.stack(
+            [
+                np.asarray(
+                    Image.fromarray(np.ascontiguousarray(planes[..., c])).resize(
+                        (10, 8), Image.Resampling.BILINEAR
+                    )
+                )
+                for c in range(planes.shape[2])
+            ],
+            axis=-1,
+        ).reshape(got.shape[1:])
+        assert np.array_equal(got[i], want[:, ::-1] if mirror else want)
+    # Through a FileSource of 16-bit PNGs, as training reads them.
+    if channels in (3, 4):
+        for i in range(3):
+            write_sample_file("png", tmp_path / f"{i}.png", imgs[i])
+        with Loader(FileSource(tmp_path, format="png"), batch_size=3, steps=1, transform=rrc) as ld:
+            batch = next(iter(ld))
+        assert batch["image"].dtype == np.uint16 and batch["image"].shape == (3, 8, 10, channels)
+
+
 def test_random_resized_crop_regions_stay_inside_and_within_scale() -> None:
     rrc = RandomResizedCrop((8, 8), scale=(0.25, 0.5))
     for s in range(200):
@@ -333,12 +375,15 @@ def test_random_resized_crop_refuses_what_it_cannot_resize() -> None:
         RandomResizedCrop((4, 4), scale=(0.0, 1.0))
     with pytest.raises(ConfigError, match="ratio must satisfy"):
         RandomResizedCrop((4, 4), ratio=(2.0, 1.0))
-    deep = np.zeros((1, 8, 8), np.uint16)
-    with pytest.raises(DataError, match="resizes uint8"):
+    deep = np.zeros((1, 8, 8), np.float32)
+    with pytest.raises(DataError, match="resizes uint8 or uint16"):
         RandomResizedCrop((4, 4))({"image": deep}, Samples(0, np.arange(1, dtype=np.int64)))
     mixed = np.empty(2, dtype=object)
     mixed[0], mixed[1] = np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), np.uint8)
-    with pytest.raises(DataError, match=r"sample 1's 'image' has shape \(8, 8\), the first had"):
+    with pytest.raises(DataError, match=r"sample 1's 'image' is uint8 \(8, 8\), the first was"):
+        RandomResizedCrop((4, 4))({"image": mixed}, Samples(0, np.arange(2, dtype=np.int64)))
+    mixed[1] = np.zeros((8, 8, 3), np.uint16)  # 8 and 16 bits in one batch
+    with pytest.raises(DataError, match=r"is uint16 \(8, 8, 3\), the first was uint8"):
         RandomResizedCrop((4, 4))({"image": mixed}, Samples(0, np.arange(2, dtype=np.int64)))
     with pytest.raises(ConfigError, match="RandomResizedCrop: the batch has no 'image'"):
         RandomResizedCrop((4, 4))({"x": deep}, Samples(0, np.arange(1, dtype=np.int64)))

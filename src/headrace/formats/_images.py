@@ -175,7 +175,16 @@ def _other_format(view: memoryview) -> str | None:
     return None
 
 
+def _empty_error(name: str, kind: str) -> FormatError:
+    return FormatError(
+        f"{name}: an empty file (0 bytes), not a {kind}: an interrupted copy, upload or "
+        "download? Copy it again, or remove it"
+    )
+
+
 def _check_jpeg(view: memoryview, name: str) -> None:
+    if not len(view):
+        raise _empty_error(name, "JPEG")
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
         other = _other_format(view)
         # Pillow would decode these, but a GIF or WebP may be animated: its first frame
@@ -483,6 +492,8 @@ def decode_png(
     mode = check_image_mode(mode)
     _check_out(out)
     view = as_bytes_view(data, name)
+    if not len(view):
+        raise _empty_error(name, "PNG")
     if bytes(view[:8]) != _PNG_SIG:
         other = "JPEG" if bytes(view[:2]) == _JPEG_SOI else _other_format(view)
         what = ""
