@@ -241,7 +241,7 @@ class LoaderState:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
-            which = files = ""
+            which = told = ""  # what differs; what changed, named
             if parts is not None and self.parts is not None:
                 saved = self.parts
                 keys = sorted(
@@ -253,11 +253,11 @@ class LoaderState:
                     and k not in NAMED_PARTS  # (told below, by name)
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
-                files = changes(saved, parts)
+                told = changes(saved, parts)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
-                f"this loader's sources have {fingerprint}{which}){': ' if files else ''}"
-                f"{files}. Same files, sizes, dtypes, sampling config and host order are "
+                f"this loader's sources have {fingerprint}{which}){': ' if told else ''}"
+                f"{told}. Same files, sizes, dtypes, sampling config and host order are "
                 "required to resume: give the run the data it was saved with; or, to go on "
                 f"with this data at step {self.step} (in this data's order: the epoch in "
                 "progress is shuffled anew, so some samples repeat and some are skipped), "
