@@ -133,7 +133,7 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 config=opts,
                 client_options=http,
                 retry_config=no_retry,
-                credential_provider=keys,
+                credential_provider=_given(keys),
             )
             base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
             return base, s3
@@ -151,9 +151,9 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                     config=own or None,
                     client_options=http,
                     retry_config=no_retry,
-                    credential_provider=_account_key(key),
+                    credential_provider=_given(key),
                 )
-                seen = {**az.config, **({"account_key": key} if key else {})}
+                seen = {**az.config, **({"account_key": key["access_key"]} if key else {})}
                 emulator: Any = _azure_emulator_at(seen, http)
                 if emulator is not None:
                     own, key = _own_account_key(emulator[0])
@@ -162,7 +162,7 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                         config=own,
                         client_options=emulator[1],
                         retry_config=no_retry,
-                        credential_provider=_account_key(key),
+                        credential_provider=_given(key),
                     )
                 return url.rstrip("/"), az
             other = from_url(url, config=opts or None, client_options=http, retry_config=no_retry)
@@ -182,30 +182,26 @@ _SECRET = ("secret_access_key", "aws_secret_access_key")
 _TOKEN = ("token", "session_token", "aws_session_token", "aws_token")
 
 
-class _StaticKeys:
-    """The access key given to a store, with no session token: obstore's ``S3Store``
-    fills what its config lacks from the environment, so a key and secret given
-    beside an exported ``AWS_SESSION_TOKEN`` (another account's temporary
-    credentials) were signed with that token, and the store answered 403 to the
-    right key. A credential provider is taken whole, as boto3 takes keys given."""
+def _given(credential: dict[str, Any] | None) -> Any:
+    """A credential provider for obstore that gives ``credential`` (``None``: none).
 
-    def __init__(self, key_id: str, secret: str) -> None:
-        self.key_id, self.secret = key_id, secret
-
-    def __call__(self) -> dict[str, Any]:
-        # expires_at None: obstore asks once.
-        return {
-            "access_key_id": self.key_id,
-            "secret_access_key": self.secret,
-            "token": None,
-            "expires_at": None,
-        }
+    Credentials given are passed this way, not in the store's config, where obstore
+    fills what the config lacks from the environment and prefers some of what it finds
+    there: a session token or a bearer token of the environment's went out with the
+    key given (:func:`_own_keys`, :func:`_own_account_key`). A provider's credential is
+    taken whole, as boto3 takes keys given; one that never expires is asked for once.
+    """
+    if credential is None:
+        return None
+    fixed = {**credential, "expires_at": None}
+    return lambda: fixed
 
 
-def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    """``cfg`` and no provider, or, where an access key and secret are given without a
-    token while the environment holds one for another key, ``cfg`` less them and their
-    provider."""
+def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``cfg`` and ``None``, or, where an S3 access key and secret are given without a
+    token while the environment holds one for another key (``AWS_SESSION_TOKEN``:
+    another account's temporary credentials, which the store answered with a 403),
+    ``cfg`` less them and them, for :func:`_given`."""
     given = [k for k in (*_KEY_ID, *_SECRET, *_TOKEN) if cfg.get(k)]
     env_token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")
     if not env_token or any(k in _TOKEN for k in given):
@@ -217,7 +213,7 @@ def _own_keys(cfg: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         # belongs to that key, and obstore adds it.
         return cfg, None
     rest = {k: v for k, v in cfg.items() if k not in (*_KEY_ID, *_SECRET, *_TOKEN)}
-    return rest, _StaticKeys(str(key_id), str(secret))
+    return rest, {"access_key_id": str(key_id), "secret_access_key": str(secret), "token": None}
 
 
 # obstore's names for an Azure storage account's key.
@@ -231,28 +227,14 @@ _ACCOUNT_KEY = (
 )
 
 
-def _own_account_key(cfg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """``cfg`` less an Azure account key it gives, and that key (``None``: none given).
-
-    Given to obstore as a credential provider (:func:`_account_key`), not in its config:
-    obstore signs with a bearer token from the environment (``AZURE_STORAGE_TOKEN``)
-    before an account key in its config, as bearer tokens come first in the order it
-    tries credentials, and the store refused the right key."""
+def _own_account_key(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``cfg`` and ``None``, or, where it gives an Azure account key, ``cfg`` less the key
+    and the key, for :func:`_given`: obstore signs with a bearer token of the environment
+    (``AZURE_STORAGE_TOKEN``) before an account key in its config."""
     given = next((cfg[k] for k in _ACCOUNT_KEY if cfg.get(k)), None)
     if given is None:
         return cfg, None
-    return {k: v for k, v in cfg.items() if k not in _ACCOUNT_KEY}, str(given)
-
-
-def _account_key(key: str | None) -> Any:
-    """A provider of ``key`` (an account key) for obstore, or ``None``."""
-    if key is None:
-        return None
-
-    def provide() -> dict[str, Any]:
-        return {"access_key": key, "expires_at": None}  # never expires: asked once
-
-    return provide
+    return {k: v for k, v in cfg.items() if k not in _ACCOUNT_KEY}, {"access_key": str(given)}
 
 
 def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:
