@@ -356,6 +356,32 @@ def test_a_source_with_its_own_source_array_is_refused() -> None:
         mix.read(0, np.arange(4, dtype=np.int64))
 
 
+def _keep_origin(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    return {"input_ids": arrays["input_ids"], "origin": arrays["source"]}
+
+
+def test_a_table_column_named_source_is_refused_with_the_ways_out(tmp_path: Path) -> None:
+    # SFT mixtures from the Hub often carry a "source" column (the dataset a row came from).
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from headrace.formats import TableSource
+    from headrace.pipeline import Mapped
+
+    for name in ("a", "b"):
+        ids = pa.array([[1, 2, 3]] * 16, pa.list_(pa.int32()))
+        pq.write_table(pa.table({"input_ids": ids, "source": [7] * 16}), tmp_path / f"{name}.pq")
+    tables = {n: TableSource(tmp_path / f"{n}.pq", width=4) for n in ("a", "b")}
+    with pytest.raises(
+        DataError,
+        match=r"source 'a' returns a 'source' array, which the mixture adds \(each sample's "
+        r"source id\); leave that column out \(TableSource\(columns=\[\.\.\.\]\)\) or rename",
+    ):
+        Mixture(tables, [1, 1], batch_size=4).read(0, np.arange(4, dtype=np.int64))
+    renamed = {n: Mapped(t, _keep_origin) for n, t in tables.items()}
+    got = Mixture(renamed, [1, 1], batch_size=4).read(0, np.arange(4, dtype=np.int64))
+    assert got["origin"].tolist() == [7] * 4 and sorted(set(got["source"].tolist())) == [0, 1]
+
+
 def test_close_closes_every_source_then_raises_the_first_failure() -> None:
     srcs = [_Counting("a", close_fails=True), _Counting("b"), _Counting("c", close_fails=True)]
     mix = Mixture(srcs, [1, 1, 1], batch_size=3)

@@ -327,7 +327,9 @@ class Mixture:
             self._layout = {k: (v.dtype, v.shape[1:], self.names[s]) for k, v in part.items()}
             if "source" in part:
                 raise DataError(
-                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds"
+                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds "
+                    "(each sample's source id); leave that column out (TableSource(columns=[...]))"
+                    " or rename it with Mapped(source, fn)"
                 )
             return
         raw_got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
