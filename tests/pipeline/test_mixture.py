@@ -10,7 +10,7 @@ import pytest
 
 from headrace.errors import ConfigError, DataError, StateError
 from headrace.formats import PaddedRows, TokenSource, write_row_file
-from headrace.pipeline import Loader, Mixture, _mixture
+from headrace.pipeline import Loader, Mapped, Mixture, _mixture
 from headrace.pipeline._mixture import source_seed
 from headrace.plan import MixturePlan, fingerprint_digest, fingerprint_parts, quantize_weights
 from headrace.testing import assert_resume_exact, batch_digest
@@ -356,6 +356,35 @@ def test_a_source_with_its_own_source_array_is_refused() -> None:
         mix.read(0, np.arange(4, dtype=np.int64))
 
 
+def test_row_sources_that_mark_ignored_targets_differently_are_refused(tmp_path: Path) -> None:
+    # One source given ignore_index=-100 for a Hugging Face loss, another left at the
+    # default -1: batches held both in y, and cross_entropy(ignore_index=-100) took -1
+    # as a class ("Target -1 is out of bounds", a device-side assert on a GPU).
+    rows_dataset(tmp_path, "a", 40, 0)
+    rows_dataset(tmp_path, "b", 40, 5000)
+
+    def rows(name: str, **kw: Any) -> PaddedRows:
+        return PaddedRows(tmp_path / f"{name}.npy", context=16, **kw)
+
+    with pytest.raises(
+        ConfigError,
+        match=r"Mixture: sources mark ignored targets in y with different values "
+        r"\(ignore_index: -100 in 'sft', -1 in 'chat'\); .*the same ignore_index",
+    ):
+        Mixture({"sft": rows("a", ignore_index=-100), "chat": rows("b")}, [1, 1], batch_size=8)
+    same = {"sft": rows("a", ignore_index=np.int64(-100)), "chat": rows("b", ignore_index=-100)}
+    got = Mixture(same, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
+    assert got["y"].min() >= -100
+    # A Mapped source's fn may rewrite y: it is not taken for the source's ignore_index.
+    mapped = {"sft": rows("a", ignore_index=-100), "chat": Mapped(rows("b"), _as_minus_100)}
+    got = Mixture(mapped, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
+    assert set(got["y"][got["y"] < 0].tolist()) <= {-100}
+
+
+def _as_minus_100(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    return {**arrays, "y": np.where(arrays["loss_mask"], arrays["y"], -100).astype(np.int32)}
+
+
 def _keep_origin(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
     return {"input_ids": arrays["input_ids"], "origin": arrays["source"]}
 
@@ -365,7 +394,6 @@ def test_a_table_column_named_source_is_refused_with_the_ways_out(tmp_path: Path
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     from headrace.formats import TableSource
-    from headrace.pipeline import Mapped
 
     for name in ("a", "b"):
         ids = pa.array([[1, 2, 3]] * 16, pa.list_(pa.int32()))
