@@ -127,6 +127,17 @@ def test_bad_arguments() -> None:
         pad_batch(ROWS, width=-1)
     with pytest.raises(ConfigError, match=r"pad_value -1 does not fit dtype uint16"):
         pad_batch([np.array([1], np.uint16)], pad_value=-1)
+    # Labels padded with -100 beside uint16 ids: the way out is named (it was not).
+    with pytest.raises(
+        ConfigError,
+        match=r"pad_value -100 does not fit dtype uint16 \(becomes 65436\), the rows' dtype; "
+        r"pass dtype= one that holds it \(e\.g\. dtype=np\.int64\)",
+    ):
+        pad_batch([np.array([1, 2], np.uint16), np.array([3], np.uint16)], pad_value=-100)
+    values, _ = pad_batch([np.array([1, 2], np.uint16)], width=3, pad_value=-100, dtype=np.int64)
+    assert values.tolist() == [[1, 2, -100]]
+    with pytest.raises(ConfigError, match=r"pad_value -100 does not fit dtype uint16 \(becomes"):
+        pad_batch([[1]], pad_value=-100, dtype=np.uint16)  # dtype= given: nothing to add
     with pytest.raises(ConfigError, match=r"pad_value 0.5 does not fit"):
         pad_batch(ROWS, pad_value=0.5)
     with pytest.raises(ConfigError, match=r"pad_value 1180591620717411303424 does not fit dtype"):

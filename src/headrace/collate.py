@@ -97,7 +97,16 @@ def pad_batch(
             f"pad_batch: the values make an array of {out_dtype} (not numbers NumPy can hold: "
             "a None, a string, an integer past 64 bits?); pass numbers, or dtype="
         )
-    _ragged.check_pad_value(pad_value, out_dtype)
+    try:
+        _ragged.check_pad_value(pad_value, out_dtype)
+    except errors.ConfigError as exc:
+        if dtype is not None:
+            raise
+        # The rows chose the dtype (uint16 token ids padded with -100 labels): say how
+        # to choose another.
+        raise errors.ConfigError(
+            f"{exc}, the rows' dtype; pass dtype= one that holds it (e.g. dtype=np.int64)"
+        ) from exc
     n = offsets.size - 1
     lengths = np.diff(offsets)
     w = int(lengths.max(initial=0)) if width is None else width

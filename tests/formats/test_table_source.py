@@ -150,6 +150,10 @@ def test_bad_input_names_file_and_column(tmp_path: Path) -> None:
     tb = Table.open(p)
     with pytest.raises(ConfigError, match=r"t\.parquet: unknown column\(s\) \['nope'\]"):
         TableSource(tb, columns=["nope"])
+    with pytest.raises(  # was read as one column: the one meant in its place was missing
+        ConfigError, match=r"t\.parquet: columns name \['label'\] more than once \(\['label', "
+    ):
+        TableSource(p, columns=["label", "input_ids", "label"], width=4)
     with pytest.raises(ConfigError, match=r"t\.parquet: column 'input_ids' holds variable-length"):
         TableSource(p, columns=["input_ids"])
     with pytest.raises(ConfigError, match=r"widths/pad_values name column\(s\) \['label'\]"):

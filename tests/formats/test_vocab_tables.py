@@ -77,6 +77,8 @@ def test_parquet_refuses_an_id_outside_naming_file_row_column_position(
     msg = str(info.value)
     assert f"{path}: column 'input_ids', row 150 (sample 150), position 6: token id {value} " in msg
     assert f"outside the vocabulary [0, {V})" in msg
+    # Counted among the row's 10 ids, not its 64 padded columns (it said "of its 64 ids").
+    assert "and 1 of its 10 ids are outside" in msg
 
 
 def test_an_int_checks_every_integer_list_column_so_pads_and_labels_must_be_ids(

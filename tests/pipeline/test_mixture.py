@@ -10,7 +10,7 @@ import pytest
 
 from headrace.errors import ConfigError, DataError, StateError
 from headrace.formats import PaddedRows, TokenSource, write_row_file
-from headrace.pipeline import Loader, Mixture, _mixture
+from headrace.pipeline import Loader, Mapped, Mixture, _mixture
 from headrace.pipeline._mixture import source_seed
 from headrace.plan import MixturePlan, fingerprint_digest, fingerprint_parts, quantize_weights
 from headrace.testing import assert_resume_exact, batch_digest
@@ -354,6 +354,60 @@ def test_a_source_with_its_own_source_array_is_refused() -> None:
     mix = Mixture({"a": _Counting("a", own_source=True), "b": _Counting("b")}, [1, 1], batch_size=4)
     with pytest.raises(DataError, match=r"source 'a' returns a 'source' array, which the mix"):
         mix.read(0, np.arange(4, dtype=np.int64))
+
+
+def test_row_sources_that_mark_ignored_targets_differently_are_refused(tmp_path: Path) -> None:
+    # One source given ignore_index=-100 for a Hugging Face loss, another left at the
+    # default -1: batches held both in y, and cross_entropy(ignore_index=-100) took -1
+    # as a class ("Target -1 is out of bounds", a device-side assert on a GPU).
+    rows_dataset(tmp_path, "a", 40, 0)
+    rows_dataset(tmp_path, "b", 40, 5000)
+
+    def rows(name: str, **kw: Any) -> PaddedRows:
+        return PaddedRows(tmp_path / f"{name}.npy", context=16, **kw)
+
+    with pytest.raises(
+        ConfigError,
+        match=r"Mixture: sources mark ignored targets in y with different values "
+        r"\(ignore_index: -100 in 'sft', -1 in 'chat'\); .*the same ignore_index",
+    ):
+        Mixture({"sft": rows("a", ignore_index=-100), "chat": rows("b")}, [1, 1], batch_size=8)
+    same = {"sft": rows("a", ignore_index=np.int64(-100)), "chat": rows("b", ignore_index=-100)}
+    got = Mixture(same, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
+    assert got["y"].min() >= -100
+    # A Mapped source's fn may rewrite y: it is not taken for the source's ignore_index.
+    mapped = {"sft": rows("a", ignore_index=-100), "chat": Mapped(rows("b"), _as_minus_100)}
+    got = Mixture(mapped, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
+    assert set(got["y"][got["y"] < 0].tolist()) <= {-100}
+
+
+def _as_minus_100(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    return {**arrays, "y": np.where(arrays["loss_mask"], arrays["y"], -100).astype(np.int32)}
+
+
+def _keep_origin(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    return {"input_ids": arrays["input_ids"], "origin": arrays["source"]}
+
+
+def test_a_table_column_named_source_is_refused_with_the_ways_out(tmp_path: Path) -> None:
+    # SFT mixtures from the Hub often carry a "source" column (the dataset a row came from).
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from headrace.formats import TableSource
+
+    for name in ("a", "b"):
+        ids = pa.array([[1, 2, 3]] * 16, pa.list_(pa.int32()))
+        pq.write_table(pa.table({"input_ids": ids, "source": [7] * 16}), tmp_path / f"{name}.pq")
+    tables = {n: TableSource(tmp_path / f"{n}.pq", width=4) for n in ("a", "b")}
+    with pytest.raises(
+        DataError,
+        match=r"source 'a' returns a 'source' array, which the mixture adds \(each sample's "
+        r"source id\); leave that column out \(TableSource\(columns=\[\.\.\.\]\)\) or rename",
+    ):
+        Mixture(tables, [1, 1], batch_size=4).read(0, np.arange(4, dtype=np.int64))
+    renamed = {n: Mapped(t, _keep_origin) for n, t in tables.items()}
+    got = Mixture(renamed, [1, 1], batch_size=4).read(0, np.arange(4, dtype=np.int64))
+    assert got["origin"].tolist() == [7] * 4 and sorted(set(got["source"].tolist())) == [0, 1]
 
 
 def test_close_closes_every_source_then_raises_the_first_failure() -> None:

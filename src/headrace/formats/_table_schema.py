@@ -321,6 +321,13 @@ def columns_read(
     first = parts[0]
     available = list(first.schema.names)
     names = available if columns is None else list(columns)
+    twice = [] if columns is None else sorted({c for c in names if names.count(c) > 1})
+    if twice:  # a file's own schema naming one twice is refused below, as the file's fault
+        # Read once and named once in a batch: the column meant in its place (a typo
+        # for "attention_mask") would be missing without a word.
+        raise ConfigError(
+            f"{where}: columns name {twice} more than once ({names}); name each column once"
+        )
     unknown = [c for c in names if c not in available and "." not in c]
     if unknown:
         _refuse_unknown(parts, unknown, where)

@@ -536,12 +536,17 @@ class TableSource:
             f"{self.table.files_of(rows[i : i + 1])[0]}: column {c!r}, row {int(rows[i])} "
             f"(sample {int(samples[i])})"
         )
+        ids = out[c].reshape(len(rows), -1)
         if out[c].ndim > 1:
             item = j  # the position among the row's items: left padding ends them at the last
-            if self.pad_side == "left" and c in self.pad_values:
-                item -= self.widths[c] - int(np.count_nonzero(out[f"{c}_mask"][i]))
+            if c in self.pad_values:
+                # Its items only: the padding headrace wrote is no id of the sample's.
+                items = out[c][i][out[f"{c}_mask"][i]]
+                if self.pad_side == "left":
+                    item -= self.widths[c] - items.size
+                ids, i, j = items[None, :], 0, item
             where += f", position {item}"
-        raise outside_error(where, out[c].reshape(len(rows), -1), (i, j), vocab)
+        raise outside_error(where, ids, (i, j), vocab)
 
     def close(self) -> None:
         self._decoder.close()

@@ -98,6 +98,7 @@ class Mixture:
         except ValueError as exc:
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
+        self._check_ignore_index()
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
         # Keys whose samples may differ in shape (images of several sizes): what a
         # source declares (``ragged_keys``) and what any read gave as object arrays.
@@ -109,6 +110,23 @@ class Mixture:
         )
         # Bytes the last read's parts held as their sources read them (see Mapped).
         self.held_bytes = 0
+
+    def _check_ignore_index(self) -> None:
+        """Row sources that mark ignored targets in ``y`` mark them alike: a loss ignores
+        one value, and a batch holding two would feed the other to it as a class."""
+        marks = {
+            n: int(v)
+            for n, src in zip(self.names, self.sources, strict=True)
+            if isinstance(v := getattr(src, "ignore_index", None), int | np.integer)
+        }
+        if len(set(marks.values())) > 1:
+            found = ", ".join(f"{v} in {n!r}" for n, v in marks.items())
+            raise ConfigError(
+                f"Mixture: sources mark ignored targets in y with different values "
+                f"(ignore_index: {found}); a loss ignores one value and would take the "
+                "others as token ids: give every source the same ignore_index (-100 for "
+                "PyTorch's cross_entropy and Hugging Face models)."
+            )
 
     def _weights_in_order(
         self,
@@ -327,7 +345,9 @@ class Mixture:
             self._layout = {k: (v.dtype, v.shape[1:], self.names[s]) for k, v in part.items()}
             if "source" in part:
                 raise DataError(
-                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds"
+                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds "
+                    "(each sample's source id); leave that column out (TableSource(columns=[...]))"
+                    " or rename it with Mapped(source, fn)"
                 )
             return
         raw_got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
