@@ -8,11 +8,15 @@ provides ``configure(parser)`` and ``run(args) -> int``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from headrace import errors
 
@@ -61,6 +65,37 @@ def check(name: str, args: argparse.Namespace) -> None:
         validate(args)
 
 
+class _Terminated(SystemExit):
+    """SIGTERM, raised in the main thread (exit status 143, as a shell reports it)."""
+
+
+@contextlib.contextmanager
+def _unwind_on_sigterm(name: str) -> Iterator[None]:
+    """While a command runs, SIGTERM (a scheduler's stop, ``kill``) raises
+    :class:`_Terminated` in the main thread, so that it unwinds as on Ctrl-C: ``gen``
+    removes the file it was writing (``NAME.part`` was left beside the dataset), ``bench``
+    stops its measurement process (which went on reading for the rest of its trial), its
+    S3 server and its slowfs mounts. Its default action ends the process on the spot.
+
+    Not for ``emulate``: its servers stop on SIGTERM themselves, and libfuse installs its
+    own handler (which unmounts) only where SIGTERM's is still the default one.
+    """
+    if name == "emulate" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        # Once: a second SIGTERM while unwinding must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -77,10 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     args = command_parser(name).parse_args(args_list[1:])
     try:
-        return int(module.run(args))
+        with _unwind_on_sigterm(name):
+            return int(module.run(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _Terminated as exc:
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return int(exc.code or 143)
     except BrokenPipeError:
         # The reader went away (`headrace bench --list | head`): stop quietly, as `cat`
         # does. stdout goes to /dev/null so the interpreter's final flush cannot fail too.

@@ -301,8 +301,22 @@ class JaxLoader(Closing):
         )
 
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
-        for batch in self.loader:
-            yield make_global_batch(batch, self.sharding, self.batch_size)
+        loader = self.loader
+        batches = iter(loader)
+        while True:
+            at = loader.step  # the step of the next batch
+            batch = next(batches, None)
+            if batch is None:
+                return
+            try:
+                out = make_global_batch(batch, self.sharding, self.batch_size)
+            except BaseException:
+                # The loader counts a step read once it hands the batch over; this one
+                # never reached the caller (Ctrl-C, a device out of memory), so a state
+                # saved now must resume at it, not after it.
+                loader.step = at
+                raise
+            yield out
 
     def __len__(self) -> int:
         """Batches the next iteration yields (the loader's; ``TypeError`` with

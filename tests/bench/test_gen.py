@@ -6,9 +6,11 @@ The S3 path (moto, multipart, faults) is in tests/integration/test_gen_s3.py.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -437,3 +439,42 @@ def test_ctrl_c_mid_file_leaves_no_temporary_behind(
     assert main(["gen", toml(tmp_path, name), "--root", str(root), "-q"]) == 130
     left = [p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert left == []
+
+
+def test_sigterm_mid_file_leaves_no_temporary_and_a_rerun_completes(tmp_path: Path) -> None:
+    # A scheduler's SIGTERM ended gen on the spot (its default action): the file being
+    # written stayed behind as NAME.part, beside the dataset, until a rerun overwrote it.
+    # It now unwinds as Ctrl-C does, with exit status 143.
+    wl = tmp_path / "w.toml"
+    wl.write_text(
+        'name = "gterm"\nkind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "npz"\n'
+        "files = 100\nsamples_per_file = 1\nrecord_bytes = 200000\n" + TRAIN
+    )
+    root = tmp_path / "d"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    argv = [sys.executable, "-m", "headrace", "gen", str(wl), "--root", str(root), "-q"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        # Some files written whole, and one being written.
+        while not (list(root.rglob("*.npz")) and list(root.rglob("*.part"))):
+            assert proc.poll() is None, "gen ended before it was stopped"
+            assert time.monotonic() < deadline, "no file was being written"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    assert err.decode().strip().endswith("terminated (SIGTERM)")
+    written = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert written and not [p for p in written if not p.name.endswith(".npz")]
+    assert len(written) < 100  # stopped mid-way: the rerun writes the others
+    kind = make_kind(load_workload(str(wl)), str(root))
+    kept = {str(p): p.stat().st_mtime_ns for p in written}
+    assert main(["gen", str(wl), "--root", str(root), "-q"]) == 0
+    assert len(kind.files()) == 100
+    assert {p: os.stat(p).st_mtime_ns for p in kept} == kept
+    assert not list(root.rglob("*.part"))

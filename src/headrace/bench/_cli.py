@@ -31,7 +31,7 @@ from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
-from headrace.bench._slowfs_run import fuse_check, unwind_on_sigterm
+from headrace.bench._slowfs_run import fuse_check
 from headrace.bench._workload import Workload, load_workload, naming
 from headrace.errors import ConfigError, HeadraceError
 
@@ -558,7 +558,7 @@ def run(args: argparse.Namespace) -> int:
     }
     t0 = time.perf_counter()
     errors: list[str] = []  # workloads that could not be measured: the others still are
-    with _progress(args.quiet) as progress, unwind_on_sigterm(slowfs is not None):
+    with _progress(args.quiet) as progress:
         for kind in kinds:
             if progress:
                 progress(f"{kind.workload.name}: dataset", 0, 1)

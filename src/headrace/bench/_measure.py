@@ -13,7 +13,9 @@ import atexit
 import hashlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any, NoReturn
@@ -25,12 +27,15 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CHILD", "CONFIG_EXIT", "ERROR_EXIT", "measure_pass"]
+__all__ = ["CHILD", "CONFIG_EXIT", "ERROR_EXIT", "LIFELINE_FD", "measure_pass"]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
 #: a HeadraceError (storage, data): one line on stderr, its type and message
 ERROR_EXIT = 4
+#: The environment variable naming the measurement process's lifeline: the read end of
+#: a pipe whose write end only the bench holds (see :func:`_leave_with_parent`).
+LIFELINE_FD = "HEADRACE_MEASURE_LIFELINE_FD"
 
 
 def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
@@ -168,7 +173,29 @@ def _child() -> NoReturn:
     os._exit(code)
 
 
+def _leave_with_parent(fd: int) -> None:
+    """Exit once ``fd`` reads EOF: the bench that holds its pipe's write end is gone.
+
+    The request comes on stdin, which is closed after it, so nothing else ties this
+    process to the bench: one SIGKILLed (the OOM killer) left it reading the dataset to
+    the end of its trial, minutes on, for no one. Nothing here outlives the process: a
+    loader's workers have lifelines of their own to it.
+    """
+    while True:
+        try:
+            if not os.read(fd, 1):
+                break
+        except OSError:
+            break
+    os._exit(128 + signal.SIGTERM)
+
+
 def _main() -> int:
+    lifeline = os.environ.pop(LIFELINE_FD, None)
+    if lifeline is not None:
+        threading.Thread(
+            target=_leave_with_parent, args=(int(lifeline),), name="lifeline", daemon=True
+        ).start()
     req = json.loads(sys.stdin.read())
     try:
         kind = make_kind(Workload.from_dict(req["workload"]), req["root"])

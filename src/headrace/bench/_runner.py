@@ -33,7 +33,7 @@ from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_
 from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
-from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, measure_pass
+from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
 from headrace.bench._report import SHORT_TRIAL_STEPS
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
@@ -89,14 +89,24 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     req = {"workload": kind.workload.to_dict(), "root": kind.root, "variant": spec, "steps": steps}
-    proc = subprocess.run(
-        [sys.executable, *CHILD],
-        input=json.dumps(req),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    # The child's lifeline: it exits when the write end, held here alone (not inheritable),
+    # closes, however this process ends (SIGKILL too). Ctrl-C and SIGTERM (see
+    # headrace.cli.main) raise here, and subprocess.run kills the child itself.
+    alive_r, alive_w = os.pipe()
+    env[LIFELINE_FD] = str(alive_r)
+    try:
+        proc = subprocess.run(
+            [sys.executable, *CHILD],
+            input=json.dumps(req),
+            capture_output=True,
+            text=True,
+            env=env,
+            pass_fds=(alive_r,),
+            check=False,
+        )
+    finally:
+        os.close(alive_r)
+        os.close(alive_w)
     if proc.returncode == CONFIG_EXIT:
         raise ConfigError(proc.stderr.strip().splitlines()[-1])
     if proc.returncode == ERROR_EXIT:

@@ -12,8 +12,8 @@ on a network mount with a client cache.
 
 Every mount is taken down when the workload's run ends, also on an error,
 Ctrl-C (the servers run in sessions of their own, so Ctrl-C reaches the bench
-only, which then unmounts) or SIGTERM (:func:`unwind_on_sigterm`); if the
-bench is killed outright, each server's lifeline unmounts it, and only the
+only, which then unmounts) or SIGTERM (which :func:`headrace.cli.main` unwinds as
+Ctrl-C); if the bench is killed outright, each server's lifeline unmounts it, and only the
 empty folder is left.
 """
 
@@ -22,18 +22,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
-import threading
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 from headrace._closing import Closing
 from headrace.emulate import SlowFSConfig, SlowMount, check_fuse, is_mounted
 from headrace.errors import ConfigError
 
-__all__ = ["FUSE_HELP", "VariantMounts", "fuse_check", "slowfs_figures", "unwind_on_sigterm"]
+__all__ = ["FUSE_HELP", "VariantMounts", "fuse_check", "slowfs_figures"]
 
 FUSE_HELP = (
     "install fuse3 (Debian/Ubuntu: apt-get install fuse3, which gives fusermount3) and "
@@ -110,22 +106,3 @@ def slowfs_figures(stats: dict[str, Any] | None) -> dict[str, Any] | None:
     if not stats:
         return None
     return {k: stats[k] for k in ("opens", "reads", "bytes_read", "max_in_flight") if k in stats}
-
-
-@contextlib.contextmanager
-def unwind_on_sigterm(active: bool = True) -> Iterator[None]:
-    """While ``active``, SIGTERM (a scheduler's stop, ``kill``) raises ``SystemExit(143)``
-    in the main thread, so the ``with`` blocks holding mounts unmount them and remove
-    their folder, as on Ctrl-C; its default action would end the process on the spot."""
-    if not active or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
