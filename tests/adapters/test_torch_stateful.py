@@ -88,3 +88,69 @@ def test_what_is_not_a_stateful_dataloader_state_is_refused(root: Path) -> None:
         ht.from_stateful_dataloader(
             {"_snapshot": {"_worker_snapshots": workers}, "_steps_since_snapshot": -1}
         )
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, MemoryError])
+def test_a_batch_lost_on_its_way_to_tensors_is_not_counted_as_read(
+    root: Path, reference: list[str], monkeypatch: pytest.MonkeyPatch, exc: type[BaseException]
+) -> None:
+    # Ctrl-C (or out of memory) while step 2's tensors were made (pinned, say): the loader
+    # had already counted step 2, so a state saved then resumed at step 3 and the run
+    # never trained on step 2's batch (JaxLoader had the same defect: found with real SIGINTs).
+    real = ht.TorchDataset._as_tensors
+    calls = []
+
+    def fails_third(self: Any, *args: Any, **kw: Any) -> Any:  # fault injection
+        calls.append(1)
+        if len(calls) == 3:
+            raise exc
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(ht.TorchDataset, "_as_tensors", fails_third)
+    ds = dataset(root)
+    got = []
+    with pytest.raises(exc):
+        for b in ds:
+            got.append(batch_digest([{k: v.numpy() for k, v in b.items()}]))
+    assert len(got) == 2
+    state = ds.state_dict()
+    assert state["step"] == 2
+    monkeypatch.setattr(ht.TorchDataset, "_as_tensors", real)
+    again = dataset(root)
+    again.load_state_dict(state)
+    got += [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in again]
+    assert got == reference
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_headrace_dataloader_batch_lost_on_its_way_is_not_counted(
+    root: Path, reference: list[str], monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    # The same through HeadraceDataLoader: without workers its dataset's loader counted
+    # the step before the tensors were made; with workers the consumer counted it before
+    # the slot became tensors (pinned, say).
+    cls, name = (
+        (ht.TorchDataset, "_as_tensors") if not workers else (ht.HeadraceDataLoader, "_from_slot")
+    )
+    real = getattr(cls, name)
+    calls = []
+
+    def fails_third(self: Any, *args: Any, **kw: Any) -> Any:  # fault injection
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(cls, name, fails_third)
+    got = []
+    with ht.HeadraceDataLoader(dataset(root), num_workers=workers) as dl:
+        with pytest.raises(KeyboardInterrupt):
+            for b in dl:
+                got.append(batch_digest([{k: v.numpy() for k, v in b.items()}]))
+        state = dl.state_dict()
+    assert len(got) == 2 and state["step"] == 2
+    monkeypatch.setattr(cls, name, real)
+    with ht.HeadraceDataLoader(dataset(root), num_workers=workers) as dl:
+        dl.load_state_dict(state)
+        got += [batch_digest([{k: v.numpy() for k, v in b.items()}]) for b in dl]
+    assert got == reference

@@ -206,8 +206,10 @@ class HeadraceDataLoader(Closing):
         generation = (self._generation, ds._loads)
         if not self.num_workers:
             try:
-                for batch in ds.iter_arrays():  # the dataset's loader counts the steps
-                    yield ds._as_tensors(batch, pin_memory=self.pin_memory)
+                # The dataset's loader counts the steps (a batch lost on its way to
+                # tensors not among them).
+                for tensors in ds._tensors(ds.iter_arrays(), pin_memory=self.pin_memory):
+                    yield tensors
                     self._check_current(generation)
             except Exception as exc:
                 self._check_current(generation, exc)
@@ -240,12 +242,14 @@ class HeadraceDataLoader(Closing):
         step = cfg.start
         try:
             for batch in workers:  # writeable arrays, plain strides: torch may share them
-                step += 1
-                ds._consumed(step)  # what self.step, and a new loader over ds, go on from
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
                 # iterator must not hold a slot, and so its ring's mapping, once closed.
                 out = [self._from_slot(batch)]
                 del batch
+                # Counted once its tensors are made (pinning may be interrupted): what
+                # self.step, and a new loader over ds, go on from.
+                step += 1
+                ds._consumed(step)
                 yield out.pop()
                 self._check_current(generation)
         except Exception as exc:

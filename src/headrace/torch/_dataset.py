@@ -272,11 +272,30 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             )
         return self._tensors(self.iter_arrays())
 
-    def _tensors(self, arrays: Iterator[Batch]) -> Iterator[TensorBatch | RaggedTensorBatch]:
+    def _tensors(
+        self, arrays: Iterator[Batch], pin_memory: bool | None = None
+    ) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        """``arrays`` (:meth:`iter_arrays`) as tensors, pinned if ``pin_memory`` (``None``:
+        the dataset's own setting)."""
+        pin = self.pin_memory if pin_memory is None else pin_memory
         # In a worker, x and y of one storage go into shared memory once, not twice.
         share = get_worker_info() is not None
-        for batch in arrays:
-            yield self._as_tensors(batch, pin_memory=self.pin_memory, share=share)
+        loader = self._loader  # made by iter_arrays(), before this generator runs
+        while True:
+            at = None if loader is None else loader.step  # the step of the next batch
+            batch = next(arrays, None)
+            if batch is None:
+                return
+            try:
+                out = self._as_tensors(batch, pin_memory=pin, share=share)
+            except BaseException:
+                # The loader counts a step read once it hands the batch over; this one
+                # never reached the caller (Ctrl-C while pinning, out of memory), so a
+                # state saved now must resume at it, not after it (as JaxLoader does).
+                if loader is not None and at is not None:
+                    loader.step = at
+                raise
+            yield out
 
     def _as_tensors(
         self, batch: Batch, *, pin_memory: bool = False, share: bool = False
