@@ -118,10 +118,22 @@ def run(args: argparse.Namespace) -> int:
             shard=(int(i), int(k)),
             progress=_progress(),
         )
+    except (KeyboardInterrupt, SystemExit) as exc:
+        found = getattr(exc, "report", None)
+        if found is not None:  # what was found before Ctrl-C or SIGTERM, then its exit
+            sys.stderr.write("\n")
+            _tell(args, source, found)
+        raise
     finally:
         source.close()
         sys.stderr.write("\n")
-    print(f"{args.data}: {report}")
+    _tell(args, source, report)
+    return 0 if report.ok else 1
+
+
+def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
+    """Print the report (and write its JSON with ``--json``)."""
+    print(f"{args.data}: {report}", flush=True)
     skipped = source.files.skipped() if args.format != "tokens" else ""
     if skipped:
         print(f"{args.data}: {skipped}")
@@ -131,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             "shard": args.shard,
             "samples": report.samples,
             "complete": report.complete,
+            "interrupted": report.interrupted,
             "seconds": report.seconds,
             "hidden_skipped": source.files.hidden if args.format != "tokens" else 0,
             "problems": [
@@ -139,7 +152,6 @@ def run(args: argparse.Namespace) -> int:
             ],
         }
         write_json(args.json, data)
-    return 0 if report.ok else 1
 
 
 def _progress() -> Any:

@@ -53,7 +53,8 @@ class CheckReport:
     ``samples``: samples read (each source's epoch, or its shard's, summed; up to the
     step of the last problem listed when stopped); ``problems``: one per failing
     sample, in sample order per source; ``complete``: ``False`` when the check stopped
-    at ``most`` problems (samples after that step were not read); ``seconds``: its
+    at ``most`` problems (samples after that step were not read), or was interrupted;
+    ``interrupted``: it was (Ctrl-C, SIGTERM: see :func:`check`); ``seconds``: its
     wall time.
     """
 
@@ -61,6 +62,7 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     complete: bool = True
     seconds: float = 0.0
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -72,7 +74,10 @@ class CheckReport:
         if self.ok:
             return head + "no problems"
         n = len(self.problems)
-        head += f"{n} failed" + ("" if self.complete else f" (stopped at {n}: most={n})")
+        if self.interrupted:
+            head += f"{n} failed before it was interrupted"
+        else:
+            head += f"{n} failed" + ("" if self.complete else f" (stopped at {n}: most={n})")
         return "\n".join([head, *(f"  {p}" for p in self.problems)])
 
 
@@ -96,7 +101,10 @@ def check(
     dataset together, each its own share (their problems together are the whole
     check's); ``progress(done, total)``: called after each step, in samples of this
     shard. Errors that are not about the data or the storage (a ``ConfigError``, a
-    bug) are raised, not listed.
+    bug) are raised, not listed. Interrupted (``KeyboardInterrupt``, or the
+    ``SystemExit`` a SIGTERM handler raises), it raises that with what it found so
+    far as the exception's ``report`` (``interrupted=True``): an hour's findings are
+    not lost to a Ctrl-C.
     """
     batch_size = integer("batch_size", batch_size)
     most = integer("most", most)
@@ -108,6 +116,30 @@ def check(
     report = CheckReport()
     total = sum(_shard_samples(n, batch_size, i, k) for _, _, n in parts)
     t0 = time.perf_counter()
+    try:
+        _check_parts(parts, report, total, batch_size, seed, most, prefetch, i, k, progress)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        report.complete, report.interrupted = False, True
+        report.seconds = time.perf_counter() - t0
+        setattr(exc, "report", report)  # noqa: B010 (an attribute exceptions do not declare)
+        raise
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_parts(
+    parts: list[tuple[Any, str, int]],
+    report: CheckReport,
+    total: int,
+    batch_size: int,
+    seed: int,
+    most: int,
+    prefetch: int,
+    i: int,
+    k: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """:func:`check`'s reads, into ``report``."""
 
     def step_done(t: int, n: int) -> None:
         report.samples += min(batch_size, n - t * batch_size)
@@ -144,8 +176,6 @@ def check(
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
         if not report.complete:
             break
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def _shard(shard: object) -> tuple[int, int]:
