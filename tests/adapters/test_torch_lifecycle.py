@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 
 from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
 
+from _fds import open_targets  # noqa: E402
 from headrace import torch as ht  # noqa: E402
 from headrace._shm_ring import _ended  # noqa: E402
 from headrace.errors import HeadraceError, StateError  # noqa: E402
@@ -145,7 +146,7 @@ def test_twenty_abandoned_iterations_leave_one_set_of_workers(
 ) -> None:
     dl = loader(root, steps=None)
     forkserver.ensure_running()  # the server (and resource tracker) stay: not ours to count
-    procs, rings, fds = descendants(), mapped_rings(), len(os.listdir("/proc/self/fd"))
+    procs, rings, fds = descendants(), mapped_rings(), open_targets()
     pids: list[int] = []
     abandoned = []
     try:
@@ -167,7 +168,7 @@ def test_twenty_abandoned_iterations_leave_one_set_of_workers(
         assert segments_of(pids) == []
         assert mapped_rings() == rings
         del it, abandoned
-        assert len(os.listdir("/proc/self/fd")) == fds
+        assert not open_targets() - fds  # none new (by target: tests/_fds.py)
     finally:
         kill_left(pids, pid_exited)
 

@@ -31,6 +31,7 @@ from _adapter_data import (  # noqa: E402
     write_tokens,
 )
 
+from _fds import open_targets  # noqa: E402
 from headrace import torch as ht  # noqa: E402
 from headrace._shm_ring import RingConfig, WorkerBatches  # noqa: E402
 from headrace.errors import (  # noqa: E402
@@ -587,11 +588,11 @@ def test_a_source_that_does_not_pickle_is_named_and_leaves_nothing(root: Path) -
     src = token_source(root)
     src.lock = threading.Lock()  # type: ignore[attr-defined]
     dl = ht.HeadraceDataLoader(dataset(root, source=src), num_workers=2)
-    fds = len(os.listdir("/proc/self/fd"))
+    fds = open_targets()
     with pytest.raises(ConfigError, match=r"TokenSource.*does not pickle"):
         next(iter(dl))
     dl.close()
-    assert len(os.listdir("/proc/self/fd")) == fds
+    assert not open_targets() - fds  # none new (by target: tests/_fds.py)
     # A lambda transform is named as the culprit, not the (picklable) source.
     dl = ht.HeadraceDataLoader(dataset(root, transform=lambda a, s: a), num_workers=2)
     with pytest.raises(ConfigError, match=r"the loader's transform <function .*<lambda>"):
@@ -616,11 +617,11 @@ def test_a_worker_that_fails_to_start_leaves_nothing(
     monkeypatch.setattr(cls, "start", start)
     forkserver.ensure_running()  # its own fds are not ours to count
     gc.collect()  # earlier tests' garbage (a batch's ring mapping holds an fd) goes first
-    fds = len(os.listdir("/proc/self/fd"))
+    fds = open_targets()
     with pytest.raises(OSError, match="no more processes"):
         iter(wb)
     gone(wb, pids)
-    assert len(os.listdir("/proc/self/fd")) == fds
+    assert not open_targets() - fds  # none new (by target: tests/_fds.py)
 
 
 def test_chunk_steps_zero_is_refused_not_replaced(root: Path) -> None:
