@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from headrace.formats import write_row_file
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -18,3 +22,15 @@ def seconds_per_step(
         t = time.perf_counter()
         digest = batch_digest(ld)
         return (time.perf_counter() - t) / steps, digest
+
+
+def write_padded_rows(root: Path, rows: int, width: int, vocab: int, longest: int) -> None:
+    """``tok.npy`` (ids in ``[1, vocab)``, right-padded with 0) and ``mask.npy`` of
+    ``rows`` rows stored ``width`` wide, each row's content 64 to ``longest`` tokens."""
+    rng = np.random.default_rng(0)
+    tok = rng.integers(1, vocab, (rows, width), dtype=np.uint16)
+    lengths = rng.integers(64, longest + 1, rows)
+    pad = np.arange(width)[None, :] >= lengths[:, None]
+    tok[pad] = 0
+    write_row_file(root / "tok.npy", tok)
+    write_row_file(root / "mask.npy", (~pad).astype(np.uint8))

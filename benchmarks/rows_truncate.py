@@ -19,11 +19,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from _out import out
-from _timed import seconds_per_step
+from _timed import seconds_per_step, write_padded_rows
 
-from headrace.formats import PaddedRows, write_row_file
+from headrace.formats import PaddedRows
 
 ROWS, WIDTH, L = 8_192, 2_049, 1_024
 
@@ -42,13 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        rng = np.random.default_rng(0)
-        tok = rng.integers(1, 50_000, (ROWS, WIDTH), dtype=np.uint16)
-        lengths = rng.integers(64, L + 2, ROWS)
-        pad = np.arange(WIDTH)[None, :] >= lengths[:, None]
-        tok[pad] = 0
-        write_row_file(root / "tok.npy", tok)
-        write_row_file(root / "mask.npy", (~pad).astype(np.uint8))
+        write_padded_rows(root, ROWS, WIDTH, 50_000, L + 1)
         out("shuffle  side            median us/batch   per trial (us)              digest")
         for shuffle in ("full", "window"):
             trial(root, 40, shuffle, False)  # warm the page cache

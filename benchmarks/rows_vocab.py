@@ -19,11 +19,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from _out import out
-from _timed import seconds_per_step
+from _timed import seconds_per_step, write_padded_rows
 
-from headrace.formats import PaddedRows, write_row_file
+from headrace.formats import PaddedRows
 
 VOCAB = 50_304  # the bench's datagen vocabulary
 ROWS, WIDTH = 16_384, 1025
@@ -41,13 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        rng = np.random.default_rng(0)
-        tok = rng.integers(1, VOCAB, (ROWS, WIDTH), dtype=np.uint16)
-        lengths = rng.integers(64, WIDTH + 1, ROWS)
-        pad = np.arange(WIDTH)[None, :] >= lengths[:, None]
-        tok[pad] = 0
-        write_row_file(root / "tok.npy", tok)
-        write_row_file(root / "mask.npy", (~pad).astype(np.uint8))
+        write_padded_rows(root, ROWS, WIDTH, VOCAB, WIDTH)
         trial(root, 40, None)  # warm the page cache
         times: dict[int | None, list[float]] = {None: [], VOCAB: []}
         digests: dict[int | None, set[str]] = {None: set(), VOCAB: set()}
