@@ -1,10 +1,12 @@
-"""Fixtures shared by the torch adapter tests."""
+"""Fixtures shared by the adapter tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from _adapter_data import write_tokens
 
 
 @pytest.fixture
@@ -21,3 +23,9 @@ def fake_pin(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
     return pinned
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The token files and padded-row sets of ``_adapter_data.write_tokens``, one set a module."""
+    return write_tokens(tmp_path_factory.mktemp("tokens"))

@@ -15,7 +15,7 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 
-from _adapter_data import BATCH, mask_tokens, padded_mixture, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, mask_tokens, padded_mixture, token_source  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -32,11 +32,6 @@ try:  # several CPU devices, so a batch really is split (only before jax's backe
     jax.config.update("jax_num_cpu_devices", 4)
 except RuntimeError:
     pass
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 @pytest.fixture(scope="module")

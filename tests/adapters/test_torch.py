@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
@@ -32,11 +32,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
     pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
 ]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 def dataset(root: Path, **kw: Any) -> ht.TorchDataset:

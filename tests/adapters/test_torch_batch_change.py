@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import token_source, write_tokens  # noqa: E402
+from _adapter_data import token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
@@ -27,11 +27,6 @@ pytestmark = [
 ]
 
 B1, K, B2, END = 8, 5, 16, 10  # batch 8 for steps 0..4, then 16 for steps 5..9
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 @pytest.fixture(scope="module")

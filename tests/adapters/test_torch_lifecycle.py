@@ -26,7 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, token_source  # noqa: E402
 
 from _fds import open_targets  # noqa: E402
 from headrace import torch as ht  # noqa: E402
@@ -35,11 +35,6 @@ from headrace.errors import HeadraceError, StateError  # noqa: E402
 
 HERE = Path(__file__).parent
 STEPS = 24
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 def loader(root: Path, steps: int | None = STEPS, **kw: Any) -> ht.HeadraceDataLoader:

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 sdl = pytest.importorskip("torchdata.stateful_dataloader")
 
-from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
+from _adapter_data import BATCH, token_source  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
 from headrace.errors import StateError  # noqa: E402
@@ -28,11 +28,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
     pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
 ]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ from _adapter_data import (  # noqa: E402
     mask_tokens,
     padded_mixture,
     token_source,
-    write_tokens,
 )
 
 from _fds import open_targets  # noqa: E402
@@ -46,11 +45,6 @@ from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
 STEPS = 24
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tokens(tmp_path_factory.mktemp("tokens"))
 
 
 @pytest.fixture(scope="module")
