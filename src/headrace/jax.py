@@ -161,7 +161,8 @@ def _jaxable(name: str, a: Any) -> Any:
     """``a`` as jax can take it without changing a value: another byte order made this
     machine's (jax refuses ``>u2`` and ``>f4``); a type jax has no array for refused by
     name; 64-bit integers that jax would keep as 32-bit ones (``jax_enable_x64`` off)
-    refused where a value does not fit, since jax wraps them silently."""
+    refused where a value does not fit, since jax wraps them silently, and 64-bit floats
+    where a finite value would become ``inf`` in 32 bits."""
     if not isinstance(a, np.ndarray):
         return a
     if a.dtype == object:
@@ -181,6 +182,8 @@ def _jaxable(name: str, a: Any) -> Any:
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     kept = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
+    if a.dtype.kind in "fc" and kept.itemsize < a.dtype.itemsize:
+        return _narrowed_floats(name, a, kept)
     if a.dtype.kind in "iu" and kept.itemsize < a.dtype.itemsize and a.size:
         lo, hi, fits = a.min(), a.max(), np.iinfo(kept)
         if lo < fits.min or hi > fits.max:
@@ -191,6 +194,34 @@ def _jaxable(name: str, a: Any) -> Any:
                 "transform"
             )
     return a
+
+
+def _narrowed_floats(name: str, a: np.ndarray[Any, Any], kept: np.dtype[Any]) -> Any:
+    """``a`` (float64 or complex128) as ``kept`` (float32, complex64), as jax would cast it
+    without 64-bit types (values rounded), refusing a finite value that would become
+    ``inf``: beyond float32's range (3.4e38) jax's cast makes it ``inf`` without a word.
+    Cast here, once, so jax has nothing left to cast."""
+    with np.errstate(over="ignore"):  # the overflow is found below, by value
+        narrow = a.astype(kept)
+    parts = [(narrow, a)] if a.dtype.kind == "f" else [(narrow.real, a.real), (narrow.imag, a.imag)]
+    for got, was in parts:
+        grew = np.isinf(got)
+        if not grew.any():  # the usual case: one pass over the narrowed field
+            continue
+        grew &= ~np.isinf(was)  # an inf already in the data stays one
+        if grew.any():
+            at = tuple(int(i) for i in np.argwhere(grew)[0])
+            count = int(grew.sum())
+            value, largest = a[at].item(), float(np.finfo(kept).max)
+            raise DataError(
+                f"field {name!r} holds {a.dtype} value {value!r} at index {list(at)} of "
+                f"this process's rows ({count} value{'s' if count > 1 else ''} in all), "
+                f"beyond {kept}'s range (largest {largest:.8g}), which jax keeps {a.dtype} "
+                "as without 64-bit types: it would become inf; enable them with "
+                "jax.config.update('jax_enable_x64', True), or scale or clip the field with "
+                "a transform"
+            )
+    return narrow
 
 
 def _for_ndim(sharding: Any, ndim: int) -> Any:

@@ -276,6 +276,43 @@ def test_int64_values_beyond_32_bits_are_refused_not_wrapped(tmp_path: Path) -> 
     )
 
 
+def test_float64_values_beyond_float32_are_refused_not_made_inf(tmp_path: Path) -> None:
+    # Without jax_enable_x64 jax keeps float64 as float32: 1e39 arrived as inf, with no
+    # error (only NumPy's RuntimeWarning from inside jax, once a process).
+    assert not jax.config.read("jax_enable_x64")
+    fits = [
+        np.array([1.5 * i, -1e-50, 3.4e38, np.inf, -np.inf], dtype=np.float64) for i in range(4)
+    ]
+    (tmp_path / "fits").mkdir()
+    with npy_loader(tmp_path / "fits", fits) as ld:
+        (got,) = list(ld)
+    assert got["data"].dtype == np.float32  # jax's own rule, rounded as it rounds
+    assert np.array_equal(np.asarray(got["data"]), np.stack(fits).astype(np.float32))
+    big = [np.array([1.0, 1e39 * (i == 2), -1e300 * (i == 3)], dtype=np.float64) for i in range(4)]
+    (tmp_path / "big").mkdir()
+    with npy_loader(tmp_path / "big", big) as ld, pytest.raises(DataError) as exc:
+        next(iter(ld))
+    assert str(exc.value) == (
+        "field 'data' holds float64 value 1e+39 at index [2, 1] of this process's rows "
+        "(2 values in all), beyond float32's range (largest 3.4028235e+38), which jax keeps "
+        "float64 as without 64-bit types: it would become inf; enable them with "
+        "jax.config.update('jax_enable_x64', True), or scale or clip the field with a "
+        "transform"
+    )
+
+
+def test_complex128_parts_beyond_float32_are_refused() -> None:
+    ok = np.array([[1 + 2j, np.inf + 0j]] * 4, dtype=np.complex128)
+    out = make_global_batch({"z": ok}, batch_sharding(), 4)
+    assert np.array_equal(np.asarray(out["z"]), ok.astype(np.complex64))
+    bad = ok.copy()
+    bad[3, 0] = 1 + 1e200j  # the imaginary part only
+    with pytest.raises(
+        DataError, match=r"field 'z' holds complex128 value \(1\+1e\+200j\) at index \[3, 0\]"
+    ):
+        make_global_batch({"z": bad}, batch_sharding(), 4)
+
+
 def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
     with (
         npy_loader(tmp_path, [np.array([b"ab", b"cd"])] * 4) as ld,
