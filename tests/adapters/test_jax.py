@@ -179,6 +179,26 @@ def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Pa
     assert json.loads(out.read_text()) == reference
 
 
+@pytest.mark.integration
+def test_unequal_process_shares_are_refused_by_every_process(root: Path, tmp_path: Path) -> None:
+    # Process 0 (3 devices) holds rows [0, 6) of 8, process 1 (1 device) rows [6, 8).
+    # Process 0 refused its share; process 1 went on and waited in its first collective
+    # for process 0 until gloo gave up (30 s, "GetKeyValue() timed out").
+    out = tmp_path / "made"
+    run_two_processes("jax_uneven.py", root, out)
+    share = (
+        "devices hold rows [0, 6) of the global batch of 8: not an equal share of it "
+        "(expected a multiple of 6 rows starting at a multiple of 6); headrace reads each "
+        "process's rows as an equal share of the global batch: give every process the same "
+        "number of the mesh's devices along its batch axis."
+    )
+    assert Path(f"{out}.0").read_text() == f"this process's {share}"
+    assert Path(f"{out}.1").read_text() == (
+        f"process 0's {share} Every process refuses this layout (this is process 1 of 2), "
+        "so that none waits in a collective for the others."
+    )
+
+
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:
     # The error was jax's for the last shape tried: "... dimension size is 6 (full shape:
     # (6, 5040, 5040, 5040, 5040, 5040, 5040, 5040) ...", placeholders and all.
