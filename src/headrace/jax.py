@@ -217,7 +217,9 @@ def _jaxable(name: str, a: Any) -> Any:
             "take one with FileSource(..., image_mode='RGB'); strings: turn them into "
             "numbers with a transform, or leave them out of the batch"
         )
-    if a.dtype.kind not in "biufc":
+    # ml_dtypes' numbers (bfloat16, float8_*, int4) are "V" to NumPy, and jax's own.
+    extended = a.dtype.kind == "V" and bool(jax.numpy.issubdtype(a.dtype, jax.numpy.number))
+    if a.dtype.kind not in "biufc" and not extended:
         raise DataError(
             f"field {name!r} has dtype {a.dtype}, which jax has no array type for (objects, "
             "strings, structured and datetime arrays): turn it into numbers with a "

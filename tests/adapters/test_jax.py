@@ -333,6 +333,20 @@ def test_complex128_parts_beyond_float32_are_refused() -> None:
         make_global_batch({"z": bad}, batch_sharding(), 4)
 
 
+def test_ml_dtypes_fields_go_through_as_they_are() -> None:
+    # A transform's bfloat16 images (half the bytes to the device) were refused as "dtype
+    # bfloat16, which jax has no array type for": NumPy calls ml_dtypes' types "V".
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # a dependency of jax
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.int4):
+        a = (np.arange(16).reshape(8, 2) % 7).astype(dtype)
+        out = make_global_batch({"image": a}, batch_sharding(), 8)
+        assert out["image"].dtype == np.dtype(dtype)
+        assert np.array_equal(np.asarray(out["image"]).view(np.uint8), a.view(np.uint8))
+    for dtype in ("V2", "m8[s]"):  # raw bytes and time spans are still no numbers to jax
+        with pytest.raises(DataError, match="which jax has no array type for"):
+            make_global_batch({"image": np.zeros((8, 2), dtype)}, batch_sharding(), 8)
+
+
 def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
     with (
         npy_loader(tmp_path, [np.array([b"ab", b"cd"])] * 4) as ld,
