@@ -11,6 +11,8 @@ Nothing coordinates the processes: every plan is a pure function of
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -338,6 +340,79 @@ def numpy_loader(
     )
 
 
+# What every process's loader must agree on, packed as 8-byte ints, then a digest of the
+# rest (the data's fingerprint, where a changed batch size took over, the step pattern).
+_AGREED = ("seed", "step", "batch_size", "steps", "epochs")
+
+
+def _spans_processes(sharding: Any) -> bool:
+    """Whether ``sharding`` (or a dict of them) lays a batch over every process: only
+    then does every process make the loader, and can they all be asked together."""
+    shardings = sharding.values() if isinstance(sharding, Mapping) else [sharding]
+    held: set[int] = set()
+    for s in shardings:
+        held |= {int(d.process_index) for d in getattr(s, "device_set", ())}
+    return bool(jax.process_count() > 1 and len(held) == jax.process_count())
+
+
+def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    st = loader.state_dict()
+    ints = [st["seed"], loader.step, loader.batch_size, loader.steps, loader.epochs]
+    rest = json.dumps(
+        [
+            st["fingerprint"],
+            st.get("origin"),
+            loader.step_stride,
+            loader.step_offset,
+            loader.host_order,
+        ],
+        sort_keys=True,
+    )
+    packed = np.array([-1 if v is None else v for v in ints], dtype="<i8").view(np.uint8)
+    digest = np.frombuffer(hashlib.blake2b(rest.encode(), digest_size=16).digest(), np.uint8)
+    return np.concatenate([packed, digest])
+
+
+def _check_agreement(loader: Loader) -> None:
+    """Refuse, on every process alike, loaders that would read rows of different global
+    batches: another seed (``seed + process_index``), another step (a state loaded on
+    one process only), other data or weights. Each process reads only its own rows, so
+    nothing else would tell; one small all-gather a start of iteration tells."""
+    from jax.experimental import multihost_utils
+
+    mine = _agreement(loader)
+    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
+    if (every == every[0]).all():
+        return
+    differ = []
+    for i, name in enumerate(_AGREED):
+        values = every[:, 8 * i : 8 * i + 8].copy().view("<i8").reshape(-1).tolist()
+        if len(set(values)) > 1:
+            shown = [None if v == -1 and name in ("steps", "epochs") else v for v in values]
+            differ.append(f"{name} {_by_value(shown)}")
+    if len({row[40:].tobytes() for row in every}) > 1:
+        groups = _by_value([row[40:].tobytes().hex()[:12] for row in every])
+        differ.append(f"data or sampling config (fingerprint, host_order, origin) {groups}")
+    raise ConfigError(
+        f"the {len(every)} processes' JaxLoaders disagree ({'; '.join(differ)}; this is "
+        f"process {jax.process_index()}): each reads only its own rows, so they would be "
+        "rows of different global batches. Build the loader alike on every process: the "
+        "same seed (not seed + process_index), data, weights and steps, and load the same "
+        "state on every process (not on process 0 alone). Refused on every process, "
+        "before any read."
+    )
+
+
+def _by_value(values: list[Any]) -> str:
+    """``values`` (one a process) as ``5 on processes [0, 2], 6 on [1]``."""
+    where: dict[Any, list[int]] = {}
+    for p, v in enumerate(values):
+        where.setdefault(v, []).append(p)
+    return ", ".join(
+        f"{v} on {'processes ' if i == 0 else ''}{ps}" for i, (v, ps) in enumerate(where.items())
+    )
+
+
 class JaxLoader(Closing):
     """Global batches as ``jax.Array`` s laid out by ``sharding`` (one for every field, or
     a dict of one per field); each process reads its rows.
@@ -368,6 +443,7 @@ class JaxLoader(Closing):
         rank, world_size = _fields_rows(sharding, batch_size)
         self.sharding = sharding
         self.batch_size = batch_size
+        self._ask_processes = _spans_processes(sharding)
         self.loader = Loader(
             source,
             batch_size=batch_size,
@@ -379,6 +455,8 @@ class JaxLoader(Closing):
 
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
         loader = self.loader
+        if self._ask_processes:
+            _check_agreement(loader)
         batches = iter(loader)
         while True:
             at = loader.step  # the step of the next batch

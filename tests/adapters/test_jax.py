@@ -199,6 +199,35 @@ def test_unequal_process_shares_are_refused_by_every_process(root: Path, tmp_pat
     )
 
 
+@pytest.mark.integration
+def test_processes_whose_loaders_disagree_are_refused_by_every_process(
+    root: Path, reference: list[str], tmp_path: Path
+) -> None:
+    # Each process reads only its rows, so loaders of another seed (seed + process_index)
+    # or at another step (a state loaded on process 0 alone) gave a global batch of rows
+    # of different global batches, without a word.
+    out = tmp_path / "got"
+    run_two_processes("jax_disagree.py", root, out)
+    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    rest = (
+        "each reads only its own rows, so they would be rows of different global batches. "
+        "Build the loader alike on every process: the same seed (not seed + process_index), "
+        "data, weights and steps, and load the same state on every process (not on process "
+        "0 alone). Refused on every process, before any read."
+    )
+    for pid in range(2):
+        seed, state, alike = got[pid]
+        assert seed == (
+            f"the 2 processes' JaxLoaders disagree (seed 5 on processes [0], 6 on [1]; this "
+            f"is process {pid}): {rest}"
+        )
+        assert state == (
+            f"the 2 processes' JaxLoaders disagree (step 2 on processes [0], 0 on [1]; this "
+            f"is process {pid}): {rest}"
+        )
+        assert alike == reference[0]
+
+
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:
     # The error was jax's for the last shape tried: "... dimension size is 6 (full shape:
     # (6, 5040, 5040, 5040, 5040, 5040, 5040, 5040) ...", placeholders and all.
