@@ -254,15 +254,28 @@ class LoaderState:
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
                 told = changes(saved, parts)
+                weights_only = keys == ["weights"]
+            else:
+                weights_only = False
+            way = (
+                "to go on with these weights from this step, each source from the sample it "
+                "had reached (none skipped or read twice), make the Mixture with the saved "
+                f"weights and schedule={{{self.step}: new_weights}}, and load that loader's "
+                f"own state_dict() with 'step' set to {self.step} (docs/long-runs.md, \"A "
+                'curriculum"); loaded into this loader at that step instead, each source '
+                "would go on where these weights would have brought it, skipping or "
+                "repeating samples"
+                if weights_only
+                else f"to go on with this data at step {self.step} (in this data's order: "
+                "the epoch in progress is shuffled anew, so some samples repeat and some are "
+                "skipped), load this loader's own state_dict() with 'step' set to "
+                f'{self.step} (docs/long-runs.md, "Restarts with changes")'
+            )
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
                 f"this loader's sources have {fingerprint}{which}){': ' if told else ''}"
                 f"{told}. Same files, sizes, dtypes, sampling config and host order are "
-                "required to resume: give the run the data it was saved with; or, to go on "
-                f"with this data at step {self.step} (in this data's order: the epoch in "
-                "progress is shuffled anew, so some samples repeat and some are skipped), "
-                "load this loader's own state_dict() with 'step' set to "
-                f'{self.step} (docs/long-runs.md, "Restarts with changes")'
+                f"required to resume: give the run the data it was saved with; or, {way}"
             )
         if mixture or epochs is not None:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
