@@ -161,9 +161,17 @@ class LoaderState:
             k for k in ("seed", "step", "batch_size", "fingerprint", "version") if k not in d
         ]
         if missing:
+            keys: set[object] = set(d)  # (typed as str; msgpack gives bytes)
+            as_bytes = [k for k in missing if k.encode() in keys]
+            hint = (
+                f"; its keys are bytes ({as_bytes[0].encode()!r}), as msgpack.unpackb(raw=True) "
+                "gives them: unpack with raw=False (msgpack's default since 1.0)"
+                if as_bytes
+                else ""
+            )
             raise StateError(
                 f"not a headrace loader state: it has no {', '.join(map(repr, missing))} "
-                f"(keys: {sorted(map(str, d))})"
+                f"(keys: {sorted(map(str, d))}){hint}"
             )
         try:
             version = _whole(d["version"], "version")
