@@ -12,6 +12,7 @@ Nothing coordinates the processes: every plan is a pure function of
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
@@ -343,6 +344,20 @@ def numpy_loader(
 # What every process's loader must agree on, packed as 8-byte ints, then a digest of the
 # rest (the data's fingerprint, where a changed batch size took over, the step pattern).
 _AGREED = ("seed", "step", "batch_size", "steps", "epochs")
+# The iteration starts checked in this process, numbered (the same on every process).
+_CHECKS = itertools.count()
+# How long a process waits for the others to start iterating (then refuses, naming them).
+_WAIT_MS = 10 * 60_000
+
+
+def _coordination_client() -> Any:
+    """jax.distributed's client of its coordination service (as orbax reaches it: jax
+    has no public name for it), or None."""
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return getattr(distributed.global_state, "client", None)
 
 
 def _spans_processes(sharding: Any) -> bool:
@@ -377,11 +392,33 @@ def _check_agreement(loader: Loader) -> None:
     """Refuse, on every process alike, loaders that would read rows of different global
     batches: another seed (``seed + process_index``), another step (a state loaded on
     one process only), other data or weights. Each process reads only its own rows, so
-    nothing else would tell; one small all-gather a start of iteration tells."""
-    from jax.experimental import multihost_utils
-
+    nothing else would tell; each iteration's start tells, through jax.distributed's
+    key-value store (no device collective: a loader iterated in a thread of its own
+    cannot interleave with the training step's collectives differently on each
+    process)."""
+    client = _coordination_client()
+    if client is None:  # processes jax.distributed did not start: nothing to ask
+        return
     mine = _agreement(loader)
-    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, mine.size)
+    me, count = jax.process_index(), jax.process_count()
+    number = next(_CHECKS)  # iterations start in the same order on every process
+    client.key_value_set(f"headrace/jax/agree/{number}/{me}", mine.tobytes().hex())
+    rows = []
+    for p in range(count):
+        if p == me:
+            rows.append(mine)
+            continue
+        try:
+            got = client.blocking_key_value_get(f"headrace/jax/agree/{number}/{p}", _WAIT_MS)
+        except Exception as exc:  # jax's own error type for a deadline passed
+            raise ConfigError(
+                f"process {p} of {count} did not start iterating its JaxLoader within "
+                f"{_WAIT_MS / 1000:g} s of this one (process {me}, iteration start "
+                f"{number} of this run's JaxLoaders): every process iterates the same "
+                f"loaders in the same order ({type(exc).__name__}: {exc})"
+            ) from exc
+        rows.append(np.frombuffer(bytes.fromhex(got), dtype=np.uint8))
+    every = np.stack(rows)
     if (every == every[0]).all():
         return
     differ = []

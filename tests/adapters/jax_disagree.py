@@ -2,11 +2,12 @@
 
     python jax_disagree.py ROOT OUT PORT NUM_PROCESSES PROCESS_ID
 
-Three loaders in turn, over a mesh of both processes' devices: process 1 with
+Four loaders in turn, over a mesh of both processes' devices: process 1 with
 ``seed + process_index`` (a habit from per-process PRNG keys); a state loaded on
-process 0 alone; then both alike. Each process writes to ``OUT.<pid>`` (JSON)
-what iterating each gave: the ``ConfigError``'s message, or the digest of the
-first global batch gathered back.
+process 0 alone; both alike; then one that process 0 alone iterates (its wait for
+the other cut to 2 s). Each process writes to ``OUT.<pid>`` (JSON) what iterating
+each gave: the ``ConfigError``'s message, the digest of the first global batch
+gathered back, or ``"not iterated"``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
+import headrace.jax  # noqa: E402
 from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -35,9 +37,14 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
     sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
     got = []
-    for case in ("seed", "state", "alike"):
+    for case in ("seed", "state", "alike", "alone"):
         seed = 5 + pid if case == "seed" else 5
         with JaxLoader(token_source(root), batch_size=BATCH, sharding=sharding, seed=seed) as ld:
+            if case == "alone":
+                if pid == 1:
+                    got.append("not iterated")
+                    continue
+                headrace.jax._WAIT_MS = 2000  # (10 minutes)
             if case == "state" and pid == 0:
                 saved = ld.state_dict()
                 ld.load_state_dict({**saved, "step": 2})

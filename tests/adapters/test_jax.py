@@ -215,8 +215,15 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
         "data, weights and steps, and load the same state on every process (not on process "
         "0 alone). Refused on every process, before any read."
     )
+    # A loader process 1 never iterates: process 0 waits (here 2 s), then says so.
+    assert got[0][3].startswith(
+        "process 1 of 2 did not start iterating its JaxLoader within 2 s of this one "
+        "(process 0, iteration start 3 of this run's JaxLoaders): every process iterates "
+        "the same loaders in the same order (JaxRuntimeError: DEADLINE_EXCEEDED"
+    )
+    assert got[1][3] == "not iterated"
     for pid in range(2):
-        seed, state, alike = got[pid]
+        seed, state, alike, _ = got[pid]
         assert seed == (
             f"the 2 processes' JaxLoaders disagree (seed 5 on processes [0], 6 on [1]; this "
             f"is process {pid}): {rest}"
