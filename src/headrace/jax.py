@@ -31,7 +31,7 @@ except ModuleNotFoundError as exc:
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, DataError
-from headrace.pipeline import Batch, Loader, Source
+from headrace.pipeline import Batch, Loader, LoaderStats, Source
 from headrace.plan import array_state
 
 __all__ = ["JaxLoader", "array_state", "host_rows", "make_global_batch", "numpy_loader"]
@@ -509,6 +509,18 @@ class JaxLoader(Closing):
                 loader.step = at
                 raise
             yield out
+
+    @property
+    def step(self) -> int:
+        """The next global step the consumer has not received (a batch whose global
+        arrays failed is not received), as ``HeadraceDataLoader.step``: for a step count
+        in logs and checkpoint names."""
+        return self.loader.step
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Where the loader's time went (:class:`~headrace.pipeline.LoaderStats`)."""
+        return self.loader.stats
 
     def __len__(self) -> int:
         """Batches the next iteration yields (the loader's; ``TypeError`` with

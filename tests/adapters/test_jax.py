@@ -92,6 +92,18 @@ def test_len_is_the_batches_the_next_iteration_yields(root: Path) -> None:
         assert endless  # truthy all the same
 
 
+def test_step_and_stats_are_the_loaders(root: Path) -> None:
+    # As HeadraceDataLoader.step, for logs and checkpoint names; it was an AttributeError.
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        assert ld.step == 0
+        it = iter(ld)
+        next(it), next(it)
+        assert ld.step == 2 and ld.stats.steps >= 2
+        ld.load_state_dict({**ld.state_dict(), "step": 5})
+        assert ld.step == 5
+
+
 def test_numpy_loader_defaults_to_the_jax_process(root: Path, reference: list[str]) -> None:
     with numpy_loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
         assert (ld.rank, ld.world_size) == (jax.process_index(), jax.process_count())
