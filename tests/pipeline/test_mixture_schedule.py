@@ -216,3 +216,33 @@ def test_a_state_refused_for_other_weights_names_them_and_the_schedule_way_on(
     with Loader(mixture(files, W2), batch_size=B) as other, pytest.raises(StateError) as exc:
         other.load_state_dict({**saved, "parts": parts})
     assert "what differs: weights). Same files" in str(exc.value)
+
+
+def test_a_state_refused_for_a_schedule_added_later_names_the_exact_way_on(
+    files: dict[str, Path],
+) -> None:
+    # It said "in this data's order: the epoch in progress is shuffled anew, so some
+    # samples repeat and some are skipped", which a schedule switching later never does.
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
+        for _ in run:
+            pass
+        saved = run.state_dict()
+    later = mixture(files, W1, schedule={K + 2: W2})
+    with Loader(later, batch_size=B) as other, pytest.raises(StateError) as exc:
+        other.load_state_dict(saved)
+    assert str(exc.value).endswith(
+        f"what differs: schedule). Same files, sizes, dtypes, sampling config and host order "
+        f"are required to resume: give the run the data it was saved with; or, to go on with "
+        f"this schedule, if its switches come at step {K} or later, load this loader's own "
+        f"state_dict() with 'step' set to {K}: the steps before its first switch are the "
+        f'saved run\'s, so it goes on exactly (docs/long-runs.md, "A curriculum"); after a '
+        f"switch before step {K}, the sources would go on where it would have brought them, "
+        "skipping or repeating samples"
+    )
+    with Loader(mixture(files, W1, schedule={K + 2: W2}), batch_size=B, seed=5) as on:
+        on.load_state_dict({**on.state_dict(), "step": K})
+        got = [batch_digest([b]) for _, b in zip(range(4), on, strict=False)]
+    with Loader(mixture(files, W1, schedule={K + 2: W2}), batch_size=B, seed=5, steps=K + 4) as ref:
+        assert got == [batch_digest([b]) for b in ref][K:]
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K + 2) as plain:
+        assert got[:2] == [batch_digest([b]) for b in plain][K:]  # the saved run's, to K + 2

@@ -88,6 +88,34 @@ def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _way_on(differ: list[str], step: int) -> str:
+    """How to go on from ``step`` when the parts ``differ`` (a refusal's last words)."""
+    if differ == ["weights"]:
+        return (
+            "to go on with these weights from this step, each source from the sample it had "
+            "reached (none skipped or read twice), make the Mixture with the saved weights "
+            f"and schedule={{{step}: new_weights}}, and load that loader's own state_dict() "
+            f"with 'step' set to {step} (docs/long-runs.md, \"A curriculum\"); loaded into "
+            "this loader at that step instead, each source would go on where these weights "
+            "would have brought it, skipping or repeating samples"
+        )
+    if differ == ["schedule"]:
+        return (
+            f"to go on with this schedule, if its switches come at step {step} or later, "
+            f"load this loader's own state_dict() with 'step' set to {step}: the steps "
+            "before its first switch are the saved run's, so it goes on exactly "
+            f'(docs/long-runs.md, "A curriculum"); after a switch before step {step}, the '
+            "sources would go on where it would have brought them, skipping or repeating "
+            "samples"
+        )
+    return (
+        f"to go on with this data at step {step} (in this data's order: the epoch in "
+        "progress is shuffled anew, so some samples repeat and some are skipped), load this "
+        f"loader's own state_dict() with 'step' set to {step} (docs/long-runs.md, "
+        '"Restarts with changes")'
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoaderState:
     """Everything needed to resume: O(1) in the run's length.
@@ -262,23 +290,9 @@ class LoaderState:
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
                 told = changes(saved, parts)
-                weights_only = keys == ["weights"]
             else:
-                weights_only = False
-            way = (
-                "to go on with these weights from this step, each source from the sample it "
-                "had reached (none skipped or read twice), make the Mixture with the saved "
-                f"weights and schedule={{{self.step}: new_weights}}, and load that loader's "
-                f"own state_dict() with 'step' set to {self.step} (docs/long-runs.md, \"A "
-                'curriculum"); loaded into this loader at that step instead, each source '
-                "would go on where these weights would have brought it, skipping or "
-                "repeating samples"
-                if weights_only
-                else f"to go on with this data at step {self.step} (in this data's order: "
-                "the epoch in progress is shuffled anew, so some samples repeat and some are "
-                "skipped), load this loader's own state_dict() with 'step' set to "
-                f'{self.step} (docs/long-runs.md, "Restarts with changes")'
-            )
+                keys = []
+            way = _way_on(keys, self.step)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
                 f"this loader's sources have {fingerprint}{which}){': ' if told else ''}"
