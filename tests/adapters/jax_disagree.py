@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-import headrace.jax  # noqa: E402
+import headrace.jax._agree  # noqa: E402
 from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -44,7 +44,7 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
                 if pid == 1:
                     got.append("not iterated")
                     continue
-                headrace.jax._WAIT_MS = 2000  # (10 minutes)
+                headrace.jax._agree._WAIT_MS = 2000  # (10 minutes)
             if case == "state" and pid == 0:
                 saved = ld.state_dict()
                 ld.load_state_dict({**saved, "step": 2})
