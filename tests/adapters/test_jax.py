@@ -137,6 +137,20 @@ def test_host_rows_reads_the_layout() -> None:
     assert host_rows(batch_sharding(), BATCH) == (0, 1)
 
 
+def test_a_batch_axis_whose_process_axis_is_minor_says_which_comes_first() -> None:
+    # On one process every layout is one block; across processes P(("model", "data")),
+    # with "data" over processes, interleaves them (seen with 2 processes: refused by
+    # both). The refusal said "jax.make_mesh does" to a mesh jax.make_mesh had built.
+    with pytest.raises(ConfigError) as exc:
+        host_rows(FakeSharding([(0, 2), (4, 6), (8, 10), (12, 14)]), 16)
+    assert str(exc.value).endswith(
+        "not one contiguous block; order the mesh's batch axis by process: a mesh "
+        "jax.make_mesh built, and the mesh axis that runs over processes first where the "
+        "batch axis takes several (P(('data', 'model')), not P(('model', 'data')), when "
+        "'data' runs over processes)."
+    )
+
+
 def test_host_rows_errors() -> None:
     with pytest.raises(ConfigError, match="not one contiguous block"):
         host_rows(FakeSharding([(0, 2), (4, 6)]), 8)

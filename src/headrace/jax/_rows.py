@@ -67,8 +67,10 @@ def _share(rows: list[tuple[int, int]], batch_size: int, whose: str) -> tuple[in
         if a > hi:
             raise ConfigError(
                 f"{whose} devices hold rows {rows} of the global batch of {batch_size}: "
-                f"not one contiguous block; order the mesh's batch axis by process "
-                f"(jax.make_mesh does)."
+                "not one contiguous block; order the mesh's batch axis by process: a mesh "
+                "jax.make_mesh built, and the mesh axis that runs over processes first where "
+                "the batch axis takes several (P(('data', 'model')), not P(('model', "
+                "'data')), when 'data' runs over processes)."
             )
         hi = max(hi, b)
     n = hi - lo
