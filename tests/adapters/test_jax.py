@@ -407,6 +407,13 @@ def test_ml_dtypes_fields_go_through_as_they_are() -> None:
     for dtype in ("V2", "m8[s]"):  # raw bytes and time spans are still no numbers to jax
         with pytest.raises(DataError, match="which jax has no array type for"):
             make_global_batch({"image": np.zeros((8, 2), dtype)}, batch_sharding(), 8)
+    # NumPy's long double was "cannot be laid out by sharding ...: TypeError: Dtype
+    # float128 is not a valid JAX array type", as if the layout were wrong.
+    for dtype in (np.longdouble, np.clongdouble):
+        if np.dtype(dtype).itemsize == (8 if np.dtype(dtype).kind == "f" else 16):
+            continue  # where long double is a double (Windows, some ARM): a float64
+        with pytest.raises(DataError, match=r"\(NumPy's long double\), which jax has no"):
+            make_global_batch({"z": np.zeros((8, 2), dtype)}, batch_sharding(), 8)
 
 
 def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:

@@ -73,6 +73,11 @@ def _jaxable(name: str, a: Any) -> Any:
             "strings, structured and datetime arrays): turn it into numbers with a "
             "transform or leave it out of the batch"
         )
+    if a.dtype.kind in "fc" and a.dtype.itemsize > (8 if a.dtype.kind == "f" else 16):
+        raise DataError(
+            f"field {name!r} has dtype {a.dtype} (NumPy's long double), which jax has no "
+            "array type for: cast it to float64 or float32 with a transform"
+        )
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     kept = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
