@@ -58,6 +58,15 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
                 for k, v in batch.items()
             }
             got.append(batch_digest([full]))
+            # The store keeps this start's key, and the one before it is gone.
+            client = headrace.jax._agree._coordination_client()
+            assert client.key_value_try_get(f"headrace/jax/agree/2/{pid}")
+            try:
+                client.key_value_try_get(f"headrace/jax/agree/1/{pid}")
+            except Exception:
+                pass
+            else:
+                raise AssertionError("the key of iteration start 1 is left in the store")
     Path(f"{out}.{pid}").write_text(json.dumps(got))
     jax.distributed.shutdown()
 
