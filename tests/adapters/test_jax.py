@@ -87,6 +87,18 @@ def test_len_is_the_batches_the_next_iteration_yields(root: Path) -> None:
         assert endless  # truthy all the same
 
 
+def test_step_and_stats_are_the_loaders(root: Path) -> None:
+    # As HeadraceDataLoader.step, for logs and checkpoint names; it was an AttributeError.
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": STEPS}
+    with JaxLoader(token_source(root), **kw) as ld:
+        assert ld.step == 0
+        it = iter(ld)
+        next(it), next(it)
+        assert ld.step == 2 and ld.stats.steps >= 2
+        ld.load_state_dict({**ld.state_dict(), "step": 5})
+        assert ld.step == 5
+
+
 def test_numpy_loader_defaults_to_the_jax_process(root: Path, reference: list[str]) -> None:
     with numpy_loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS) as ld:
         assert (ld.rank, ld.world_size) == (jax.process_index(), jax.process_count())
@@ -118,6 +130,20 @@ def test_host_rows_reads_the_layout() -> None:
     assert host_rows(FakeSharding([(4, 6), (6, 8)]), 8) == (1, 2)
     assert host_rows(FakeSharding([(None, None)]), 8) == (0, 1)  # type: ignore[list-item]
     assert host_rows(batch_sharding(), BATCH) == (0, 1)
+
+
+def test_a_batch_axis_whose_process_axis_is_minor_says_which_comes_first() -> None:
+    # On one process every layout is one block; across processes P(("model", "data")),
+    # with "data" over processes, interleaves them (seen with 2 processes: refused by
+    # both). The refusal said "jax.make_mesh does" to a mesh jax.make_mesh had built.
+    with pytest.raises(ConfigError) as exc:
+        host_rows(FakeSharding([(0, 2), (4, 6), (8, 10), (12, 14)]), 16)
+    assert str(exc.value).endswith(
+        "not one contiguous block; order the mesh's batch axis by process: a mesh "
+        "jax.make_mesh built, and the mesh axis that runs over processes first where the "
+        "batch axis takes several (P(('data', 'model')), not P(('model', 'data')), when "
+        "'data' runs over processes)."
+    )
 
 
 def test_host_rows_errors() -> None:
@@ -172,6 +198,62 @@ def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Pa
     out = tmp_path / "digests.json"
     run_two_processes("jax_multiprocess.py", root, out)
     assert json.loads(out.read_text()) == reference
+
+
+@pytest.mark.integration
+def test_unequal_process_shares_are_refused_by_every_process(root: Path, tmp_path: Path) -> None:
+    # Process 0 (3 devices) holds rows [0, 6) of 8, process 1 (1 device) rows [6, 8).
+    # Process 0 refused its share; process 1 went on and waited in its first collective
+    # for process 0 until gloo gave up (30 s, "GetKeyValue() timed out").
+    out = tmp_path / "made"
+    run_two_processes("jax_uneven.py", root, out)
+    share = (
+        "devices hold rows [0, 6) of the global batch of 8: not an equal share of it "
+        "(expected a multiple of 6 rows starting at a multiple of 6); headrace reads each "
+        "process's rows as an equal share of the global batch: give every process the same "
+        "number of the mesh's devices along its batch axis."
+    )
+    assert Path(f"{out}.0").read_text() == f"this process's {share}"
+    assert Path(f"{out}.1").read_text() == (
+        f"process 0's {share} Every process refuses this layout (this is process 1 of 2), "
+        "so that none waits in a collective for the others."
+    )
+
+
+@pytest.mark.integration
+def test_processes_whose_loaders_disagree_are_refused_by_every_process(
+    root: Path, reference: list[str], tmp_path: Path
+) -> None:
+    # Each process reads only its rows, so loaders of another seed (seed + process_index)
+    # or at another step (a state loaded on process 0 alone) gave a global batch of rows
+    # of different global batches, without a word.
+    out = tmp_path / "got"
+    run_two_processes("jax_disagree.py", root, out)
+    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    rest = (
+        "each reads only its own rows, so they would be rows of different global batches. "
+        "Build the loader alike on every process: the same seed (not seed + process_index), "
+        "data, weights and steps, and load the same state on every process (not on process "
+        "0 alone). Refused on every process, before any read."
+    )
+    # A loader process 1 never iterates: process 0 waits (here 2 s), then says so.
+    assert got[0][3].startswith(
+        "process 1 of 2 did not start iterating its JaxLoader within 2 s of this one "
+        "(process 0, iteration start 3 of this run's JaxLoaders): every process iterates "
+        "the same loaders in the same order (JaxRuntimeError: DEADLINE_EXCEEDED"
+    )
+    assert got[1][3] == "not iterated"
+    for pid in range(2):
+        seed, state, alike, _ = got[pid]
+        assert seed == (
+            f"the 2 processes' JaxLoaders disagree (seed 5 on processes [0], 6 on [1]; this "
+            f"is process {pid}): {rest}"
+        )
+        assert state == (
+            f"the 2 processes' JaxLoaders disagree (step 2 on processes [0], 0 on [1]; this "
+            f"is process {pid}): {rest}"
+        )
+        assert alike == reference[0]
 
 
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:
@@ -269,6 +351,64 @@ def test_int64_values_beyond_32_bits_are_refused_not_wrapped(tmp_path: Path) -> 
         "keeps them as without 64-bit types: they would wrap; enable them with "
         "jax.config.update('jax_enable_x64', True), or narrow the field with a transform"
     )
+
+
+def test_float64_values_beyond_float32_are_refused_not_made_inf(tmp_path: Path) -> None:
+    # Without jax_enable_x64 jax keeps float64 as float32: 1e39 arrived as inf, with no
+    # error (only NumPy's RuntimeWarning from inside jax, once a process).
+    assert not jax.config.read("jax_enable_x64")
+    fits = [
+        np.array([1.5 * i, -1e-50, 3.4e38, np.inf, -np.inf], dtype=np.float64) for i in range(4)
+    ]
+    (tmp_path / "fits").mkdir()
+    with npy_loader(tmp_path / "fits", fits) as ld:
+        (got,) = list(ld)
+    assert got["data"].dtype == np.float32  # jax's own rule, rounded as it rounds
+    assert np.array_equal(np.asarray(got["data"]), np.stack(fits).astype(np.float32))
+    big = [np.array([1.0, 1e39 * (i == 2), -1e300 * (i == 3)], dtype=np.float64) for i in range(4)]
+    (tmp_path / "big").mkdir()
+    with npy_loader(tmp_path / "big", big) as ld, pytest.raises(DataError) as exc:
+        next(iter(ld))
+    assert str(exc.value) == (
+        "field 'data' holds float64 value 1e+39 at index [2, 1] of this process's rows "
+        "(2 values in all), beyond float32's range (largest 3.4028235e+38), which jax keeps "
+        "float64 as without 64-bit types: it would become inf; enable them with "
+        "jax.config.update('jax_enable_x64', True), or scale or clip the field with a "
+        "transform"
+    )
+
+
+def test_complex128_parts_beyond_float32_are_refused() -> None:
+    ok = np.array([[1 + 2j, np.inf + 0j]] * 4, dtype=np.complex128)
+    out = make_global_batch({"z": ok}, batch_sharding(), 4)
+    assert np.array_equal(np.asarray(out["z"]), ok.astype(np.complex64))
+    bad = ok.copy()
+    bad[3, 0] = 1 + 1e200j  # the imaginary part only
+    with pytest.raises(
+        DataError, match=r"field 'z' holds complex128 value \(1\+1e\+200j\) at index \[3, 0\]"
+    ):
+        make_global_batch({"z": bad}, batch_sharding(), 4)
+
+
+def test_ml_dtypes_fields_go_through_as_they_are() -> None:
+    # A transform's bfloat16 images (half the bytes to the device) were refused as "dtype
+    # bfloat16, which jax has no array type for": NumPy calls ml_dtypes' types "V".
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # a dependency of jax
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.int4):
+        a = (np.arange(16).reshape(8, 2) % 7).astype(dtype)
+        out = make_global_batch({"image": a}, batch_sharding(), 8)
+        assert out["image"].dtype == np.dtype(dtype)
+        assert np.array_equal(np.asarray(out["image"]).view(np.uint8), a.view(np.uint8))
+    for dtype in ("V2", "m8[s]"):  # raw bytes and time spans are still no numbers to jax
+        with pytest.raises(DataError, match="which jax has no array type for"):
+            make_global_batch({"image": np.zeros((8, 2), dtype)}, batch_sharding(), 8)
+    # NumPy's long double was "cannot be laid out by sharding ...: TypeError: Dtype
+    # float128 is not a valid JAX array type", as if the layout were wrong.
+    for dtype in (np.longdouble, np.clongdouble):
+        if np.dtype(dtype).itemsize == (8 if np.dtype(dtype).kind == "f" else 16):
+            continue  # where long double is a double (Windows, some ARM): a float64
+        with pytest.raises(DataError, match=r"\(NumPy's long double\), which jax has no"):
+            make_global_batch({"z": np.zeros((8, 2), dtype)}, batch_sharding(), 8)
 
 
 def test_a_field_jax_has_no_type_for_is_named(tmp_path: Path) -> None:
@@ -549,7 +689,7 @@ def test_a_batch_lost_on_its_way_to_the_devices_is_not_counted_as_read(
     # loader had already counted step 2, so the state saved then resumed at step 3 and
     # the run never trained on step 2's batch (found with real SIGINTs at random times:
     # about 1 in 550 landed there).
-    import headrace.jax as hj
+    import headrace.jax._loader as hj  # where JaxLoader looks it up
 
     real = hj.make_global_batch
     calls = []

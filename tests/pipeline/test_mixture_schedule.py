@@ -8,6 +8,7 @@ weights from step 0: a source given more weight skipped ahead, one given less re
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -174,3 +175,74 @@ def test_a_schedule_is_shown_in_the_mixture_s_repr(files: dict[str, Path]) -> No
     assert "batch_size=16, schedule={100: [0.25, 0.25, 0.5, 0]})" in shown
     assert "'web': " in shown and " x 0.75" in shown
     assert repr(mixture(files, w)).endswith(" x 0}, batch_size=16)")
+
+
+def test_a_state_refused_for_other_weights_names_them_and_the_schedule_way_on(
+    files: dict[str, Path],
+) -> None:
+    # It said only "what differs: weights", and offered the way on that skips or repeats
+    # samples (this loader's own state at the saved step), not the schedule that does not.
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
+        for _ in run:
+            pass
+        saved = run.state_dict()
+    with Loader(mixture(files, W2), batch_size=B) as other, pytest.raises(StateError) as exc:
+        other.load_state_dict(saved)
+    msg = str(exc.value)
+    assert "; what differs: weights): weights.web: 0.6 when the state was saved, 0.3 now; " in msg
+    assert "weights.math: 0.1 when the state was saved, 0.3 now. Same files" in msg
+    assert "books" not in msg  # 0.1 both ways
+    assert msg.endswith(
+        "or, to go on with these weights from this step, each source from the sample it had "
+        "reached (none skipped or read twice), make the Mixture with the saved weights and "
+        f"schedule={{{K}: new_weights}}, and load that loader's own state_dict() with 'step' "
+        f'set to {K} (docs/long-runs.md, "A curriculum"); loaded into this loader at that '
+        "step instead, each source would go on where these weights would have brought it, "
+        "skipping or repeating samples"
+    )
+    # The way it names goes on as the run planned with the switch from the start does.
+    with Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5) as on:
+        state = on.state_dict()
+        on.load_state_dict({**state, "step": saved["step"]})
+        got = [batch_digest([b]) for _, b in zip(range(4), on, strict=False)]
+    with Loader(mixture(files, W1, schedule={K: W2}), batch_size=B, seed=5, steps=K + 4) as ref:
+        assert got == [batch_digest([b]) for b in ref][K:]
+    # A state saved before weights were named: no weights told, none "not set".
+    parts = dict(saved["parts"])
+    named = {
+        k: v for k, v in json.loads(parts["settings:named"]).items() if not k.startswith("weights.")
+    }
+    parts["settings:named"] = json.dumps(named)
+    with Loader(mixture(files, W2), batch_size=B) as other, pytest.raises(StateError) as exc:
+        other.load_state_dict({**saved, "parts": parts})
+    assert "what differs: weights). Same files" in str(exc.value)
+
+
+def test_a_state_refused_for_a_schedule_added_later_names_the_exact_way_on(
+    files: dict[str, Path],
+) -> None:
+    # It said "in this data's order: the epoch in progress is shuffled anew, so some
+    # samples repeat and some are skipped", which a schedule switching later never does.
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
+        for _ in run:
+            pass
+        saved = run.state_dict()
+    later = mixture(files, W1, schedule={K + 2: W2})
+    with Loader(later, batch_size=B) as other, pytest.raises(StateError) as exc:
+        other.load_state_dict(saved)
+    assert str(exc.value).endswith(
+        f"what differs: schedule). Same files, sizes, dtypes, sampling config and host order "
+        f"are required to resume: give the run the data it was saved with; or, to go on with "
+        f"this schedule, if its switches come at step {K} or later, load this loader's own "
+        f"state_dict() with 'step' set to {K}: the steps before its first switch are the "
+        f'saved run\'s, so it goes on exactly (docs/long-runs.md, "A curriculum"); after a '
+        f"switch before step {K}, the sources would go on where it would have brought them, "
+        "skipping or repeating samples"
+    )
+    with Loader(mixture(files, W1, schedule={K + 2: W2}), batch_size=B, seed=5) as on:
+        on.load_state_dict({**on.state_dict(), "step": K})
+        got = [batch_digest([b]) for _, b in zip(range(4), on, strict=False)]
+    with Loader(mixture(files, W1, schedule={K + 2: W2}), batch_size=B, seed=5, steps=K + 4) as ref:
+        assert got == [batch_digest([b]) for b in ref][K:]
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K + 2) as plain:
+        assert got[:2] == [batch_digest([b]) for b in plain][K:]  # the saved run's, to K + 2

@@ -343,3 +343,16 @@ def test_mixture_cumulative_a_level_at_a_time_is_the_tree_node_by_node(sources: 
     assert np.array_equal(got, _cumulative_by_node(plan.numerators, n))
     assert plan.cumulative(np.int64(77)).shape == (sources,)
     assert plan.cumulative(np.zeros(0, dtype=np.int64)).shape == (0, sources)
+
+
+def test_a_state_through_msgpack_loads_and_raw_bytes_keys_are_named() -> None:
+    msgpack = pytest.importorskip("msgpack")  # orbax's own dependency
+    state = LoaderState(seed=2**62 + 5, step=7, batch_size=8, fingerprint="a" * 32).to_dict()
+    assert LoaderState.from_dict(msgpack.unpackb(msgpack.packb(state))).to_dict() == state
+    # msgpack before 1.0 (and raw=True) gives bytes keys: it said only "it has no 'seed'".
+    with pytest.raises(StateError) as exc:
+        LoaderState.from_dict(msgpack.unpackb(msgpack.packb(state), raw=True))
+    assert str(exc.value).endswith(
+        "; its keys are bytes (b'seed'), as msgpack.unpackb(raw=True) gives them: unpack "
+        "with raw=False (msgpack's default since 1.0)"
+    )

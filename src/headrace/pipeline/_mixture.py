@@ -26,12 +26,14 @@ from headrace.pipeline._layout import Batch, nbytes, ragged_keys
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture_ragged import merge_parts
+from headrace.pipeline._passes import epoch_parts
 from headrace.pipeline._transform import checked_rows
 from headrace.plan import MixturePlan, derive_keys
 
 __all__ = ["Mixture"]
 
 _TAG_SOURCE = 0x53524345
+_MAX_SAMPLE = (1 << 63) - 1
 
 
 # Sources of a read are read side by side (see Mixture._read_sources); False: one
@@ -215,6 +217,49 @@ class Mixture:
         if self.plan.schedule:  # only then: states saved without one stay valid
             out["schedule"] = [[k, list(nums)] for k, nums in self.plan.schedule]
         return out
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Not one number: each source has its own epoch (see :meth:`epoch_steps`)."""
+        # AttributeError, so getattr(source, "samples_per_epoch", None) still says "none".
+        raise AttributeError(
+            "a Mixture has no samples_per_epoch: each source walks its own epochs at the "
+            f"pace its weight sets ({', '.join(self.names)}). mix.epoch_steps() gives the "
+            "steps each source takes to read one epoch, mix.epochs_at(step) the epochs each "
+            "has read by a step, and Loader(mix, ..., epochs=1) ends when every source has "
+            "read one (len() of it is that step count)."
+        )
+
+    def epoch_steps(self, epochs: int = 1) -> dict[str, int | None]:
+        """For each source, by name: the steps from step 0 after which it has read
+        ``epochs`` epochs of its own samples (its ``samples_per_epoch`` times ``epochs``)
+        under the weights and schedule; ``None`` where it never does (weight 0 from some
+        phase on). Closed form (the plan's counts, :meth:`MixturePlan.first_steps`): no
+        I/O, the same on every host."""
+        if isinstance(epochs, bool) or not isinstance(epochs, int | np.integer) or epochs < 1:
+            raise ConfigError(f"epochs must be an integer >= 1 (got {epochs!r}).")
+        sizes = np.array([n for _, _, n in epoch_parts(self, "epoch_steps()")], dtype=np.int64)
+        if int(epochs) > _MAX_SAMPLE // int(sizes.max()):
+            raise ConfigError(
+                f"epochs={epochs} of the largest source ({int(sizes.max())} samples) passes "
+                "2**63 - 1 samples, the most a plan numbers"
+            )
+        first = self.plan.first_steps(sizes * int(epochs))
+        return {n: (int(t) if t >= 0 else None) for n, t in zip(self.names, first, strict=True)}
+
+    def epochs_at(self, step: int) -> dict[str, float]:
+        """For each source, by name: the epochs of its own samples read by the steps
+        before ``step`` (its samples read, over its ``samples_per_epoch``). Closed form."""
+        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
+            raise ConfigError(f"step must be an integer >= 0 (got {step!r}).")
+        if int(step) > _MAX_SAMPLE // self.batch_size:
+            raise ConfigError(
+                f"step {step} of {self.batch_size} samples passes 2**63 - 1 samples, the "
+                "most a plan numbers"
+            )
+        sizes = [n for _, _, n in epoch_parts(self, "epochs_at()")]
+        read = self.plan.cumulative(int(step) * self.batch_size).tolist()
+        return {n: r / size for n, r, size in zip(self.names, read, sizes, strict=True)}
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raise unless ``batch_size`` (a loader's global batch) is the mixture's."""

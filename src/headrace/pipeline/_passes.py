@@ -40,8 +40,6 @@ __all__ = [
 #: The keys an exact pass adds to every batch.
 MARKS = ("sample", "valid")
 
-_MAX_SAMPLE = (1 << 63) - 1
-
 
 def checked_epochs(epochs: object, steps: int | None) -> int | None:
     """``epochs`` as an int >= 1 (or None); refused beside ``steps``, which it sets."""
@@ -111,27 +109,15 @@ def pass_end(source: Any, batch_size: int, want: NDArray[np.int64]) -> int:
     plan = getattr(source, "plan", None)
     if plan is None or not hasattr(source, "sources"):
         return -(-int(want[0]) // batch_size)
-    last = _MAX_SAMPLE // batch_size
-
-    def reached(t: int) -> bool:
-        return bool(np.all(plan.cumulative(t * batch_size) >= want))
-
-    if not reached(last):
-        short = np.flatnonzero(plan.cumulative(last * batch_size) < want)
-        name = source.names[int(short[0])]
+    first = plan.first_steps(want)
+    if (first < 0).any():
+        name = source.names[int(np.flatnonzero(first < 0)[0])]
         raise ConfigError(
             f"epochs=: source {name!r} of the mixture never completes its epochs "
             f"(weight 0 in the last phase of the schedule); an exact pass reads every "
             "source, so give it a weight > 0, or leave it out of the mixture."
         )
-    # The counts never fall as steps grow: the first step that reaches them, by halving.
-    lo, hi = 0, 1
-    while not reached(hi):
-        lo, hi = hi, min(2 * hi, last)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
-    return hi
+    return int(first.max())
 
 
 def starts_at(step: int, steps: int | None, epochs: int | None) -> int:

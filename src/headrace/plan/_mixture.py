@@ -142,6 +142,44 @@ def _tree(levels: Levels, total: NDArray[np.int64], sources: int) -> NDArray[np.
     return here.reshape(*total.shape, sources)
 
 
+def _paths(sources: int) -> list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]]:
+    """The split tree's shape, a level at a time, as :func:`_split_levels` walks it (it
+    depends on the number of sources only): each node's split point, and the index in the
+    next level of its left and right child (-1: dropped, empty)."""
+    nodes = [(0, sources)]
+    out = []
+    while any(hi - lo > 1 for lo, hi in nodes):
+        mids = [(lo + hi) // 2 if hi - lo > 1 else hi for lo, hi in nodes]
+        children = [c for (lo, hi), m in zip(nodes, mids, strict=True) for c in ((lo, m), (m, hi))]
+        kept = [i for i, (lo, hi) in enumerate(children) if hi > lo]
+        where = np.full(len(children), -1, dtype=np.int64)
+        where[kept] = np.arange(len(kept))
+        out.append((np.array(mids, dtype=np.int64), where[0::2], where[1::2]))
+        nodes = [children[i] for i in kept]
+    return out
+
+
+def _leaf(
+    levels: Levels,
+    paths: list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]],
+    total: NDArray[np.int64],
+    leaf: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """``C_leaf(total)`` of one split tree, element by element (``total`` and ``leaf`` of
+    one shape): :func:`_tree`'s arithmetic down one path, O(log S) where the whole tree
+    is O(S)."""
+    node = np.zeros(total.shape, dtype=np.int64)
+    here = total.astype(np.int64, copy=True)
+    for (wl_all, w_all, _), (mids, left_child, right_child) in zip(levels, paths, strict=True):
+        wl, w = wl_all[node], w_all[node]
+        q, r = np.divmod(here, w)
+        left = q * wl + (2 * r * wl + w) // (2 * w)
+        go_left = leaf < mids[node]
+        here = np.where(go_left, left, here - left)
+        node = np.where(go_left, left_child[node], right_child[node])
+    return here
+
+
 def _checked_schedule(
     schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None,
 ) -> list[tuple[int, Sequence[float] | NDArray[Any]]]:
@@ -196,7 +234,7 @@ class MixturePlan:
     ``weights`` hold before the first.
     """
 
-    __slots__ = ("_levels", "_phases", "batch_size", "numerators", "schedule")
+    __slots__ = ("_levels", "_paths", "_phases", "batch_size", "numerators", "schedule")
 
     def __init__(
         self,
@@ -215,6 +253,7 @@ class MixturePlan:
         self.numerators = quantize_weights(weights, names=names)
         self.batch_size = int(batch_size)  # NumPy integers too, as the Loader takes them
         self._levels = _split_levels(self.numerators)
+        self._paths = _paths(len(self.numerators))
         # schedule: (step, numerators) of each switch; _phases, for the lookup: (first
         # sample, split tree, counts the phases before reached there, the tree's there).
         self.schedule: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -265,6 +304,62 @@ class MixturePlan:
                 _, levels, reached, there = self._phases[p - 1]
                 out[sel] = reached + _tree(levels, flat[sel], self.sources) - there
         return out.reshape(*total.shape, self.sources)
+
+    def first_steps(self, want: NDArray[np.int64] | Sequence[int]) -> NDArray[np.int64]:
+        """For each source ``s``, the fewest steps ``t`` after which it has given
+        ``want[s]`` samples (``C_s(t * B) >= want[s]``), schedule included; ``-1`` where
+        it never does (weight 0 from some phase on). Closed form, no I/O: ``C_s`` never
+        falls as ``t`` grows, so each is found by doubling, then halving (about
+        ``2 * log2(t)`` calls of :meth:`cumulative_of`, all sources at once)."""
+        need = np.asarray(want, dtype=np.int64).reshape(-1)
+        if need.size != self.sources:
+            raise ValueError(f"want: one count per source ({self.sources}), got {need.size}.")
+        b, every = self.batch_size, np.arange(self.sources)
+        last = _MAX_SAMPLE // b
+
+        def reached(t: NDArray[np.int64]) -> NDArray[np.bool_]:
+            return self.cumulative_of(every, t * b) >= need
+
+        found = reached(np.full(self.sources, last, dtype=np.int64))
+        lo = np.full(self.sources, -1, dtype=np.int64)  # not reached (or before step 0)
+        hi = np.zeros(self.sources, dtype=np.int64)  # reached, once the doubling is done
+        short = found & ~reached(hi)
+        while short.any():
+            lo = np.where(short, hi, lo)
+            hi = np.where(short, np.minimum(2 * hi + 1, last), hi)
+            short = found & ~reached(hi)
+        while (gap := found & (hi - lo > 1)).any():
+            mid = np.where(gap, (lo + hi) // 2, hi)
+            up = gap & reached(mid)
+            hi = np.where(up, mid, hi)
+            lo = np.where(gap & ~up, mid, lo)
+        return np.where(found, hi, -1)
+
+    def cumulative_of(
+        self, source: NDArray[np.int64] | int, n: NDArray[np.int64] | int
+    ) -> NDArray[np.int64]:
+        """``C_source(n)`` element by element (``source`` and ``n`` broadcast): what
+        :meth:`cumulative` gives in column ``source``, down one path of the split tree
+        (O(log S) an element, where a row of :meth:`cumulative` is O(S))."""
+        total, leaf = np.broadcast_arrays(
+            np.asarray(n, dtype=np.int64), np.asarray(source, dtype=np.int64)
+        )
+        if total.size and int(total.min()) < 0:
+            raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
+        if not self._phases:
+            return _leaf(self._levels, self._paths, total, leaf)
+        starts = np.array([p[0] for p in self._phases], dtype=np.int64)
+        phase = np.searchsorted(starts, total, side="right")  # 0: before the first switch
+        out = np.empty(total.shape, dtype=np.int64)
+        for p in np.unique(phase).tolist():
+            sel = phase == p
+            if p == 0:
+                out[sel] = _leaf(self._levels, self._paths, total[sel], leaf[sel])
+            else:
+                _, levels, reached, there = self._phases[p - 1]
+                got = _leaf(levels, self._paths, total[sel], leaf[sel])
+                out[sel] = reached[leaf[sel]] + got - there[leaf[sel]]
+        return out
 
     def step_counts(self, steps: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""

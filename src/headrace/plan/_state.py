@@ -88,6 +88,34 @@ def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _way_on(differ: list[str], step: int) -> str:
+    """How to go on from ``step`` when the parts ``differ`` (a refusal's last words)."""
+    if differ == ["weights"]:
+        return (
+            "to go on with these weights from this step, each source from the sample it had "
+            "reached (none skipped or read twice), make the Mixture with the saved weights "
+            f"and schedule={{{step}: new_weights}}, and load that loader's own state_dict() "
+            f"with 'step' set to {step} (docs/long-runs.md, \"A curriculum\"); loaded into "
+            "this loader at that step instead, each source would go on where these weights "
+            "would have brought it, skipping or repeating samples"
+        )
+    if differ == ["schedule"]:
+        return (
+            f"to go on with this schedule, if its switches come at step {step} or later, "
+            f"load this loader's own state_dict() with 'step' set to {step}: the steps "
+            "before its first switch are the saved run's, so it goes on exactly "
+            f'(docs/long-runs.md, "A curriculum"); after a switch before step {step}, the '
+            "sources would go on where it would have brought them, skipping or repeating "
+            "samples"
+        )
+    return (
+        f"to go on with this data at step {step} (in this data's order: the epoch in "
+        "progress is shuffled anew, so some samples repeat and some are skipped), load this "
+        f"loader's own state_dict() with 'step' set to {step} (docs/long-runs.md, "
+        '"Restarts with changes")'
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoaderState:
     """Everything needed to resume: O(1) in the run's length.
@@ -161,9 +189,17 @@ class LoaderState:
             k for k in ("seed", "step", "batch_size", "fingerprint", "version") if k not in d
         ]
         if missing:
+            keys: set[object] = set(d)  # (typed as str; msgpack gives bytes)
+            as_bytes = [k for k in missing if k.encode() in keys]
+            hint = (
+                f"; its keys are bytes ({as_bytes[0].encode()!r}), as msgpack.unpackb(raw=True) "
+                "gives them: unpack with raw=False (msgpack's default since 1.0)"
+                if as_bytes
+                else ""
+            )
             raise StateError(
                 f"not a headrace loader state: it has no {', '.join(map(repr, missing))} "
-                f"(keys: {sorted(map(str, d))})"
+                f"(keys: {sorted(map(str, d))}){hint}"
             )
         try:
             version = _whole(d["version"], "version")
@@ -254,15 +290,14 @@ class LoaderState:
                 )
                 which = f"; what differs: {', '.join(keys)}" if keys else ""
                 told = changes(saved, parts)
+            else:
+                keys = []
+            way = _way_on(keys, self.step)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
                 f"this loader's sources have {fingerprint}{which}){': ' if told else ''}"
                 f"{told}. Same files, sizes, dtypes, sampling config and host order are "
-                "required to resume: give the run the data it was saved with; or, to go on "
-                f"with this data at step {self.step} (in this data's order: the epoch in "
-                "progress is shuffled anew, so some samples repeat and some are skipped), "
-                "load this loader's own state_dict() with 'step' set to "
-                f'{self.step} (docs/long-runs.md, "Restarts with changes")'
+                f"required to resume: give the run the data it was saved with; or, {way}"
             )
         if mixture or epochs is not None:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)

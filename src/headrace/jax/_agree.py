@@ -1,0 +1,133 @@
+"""Processes' loaders compared at the start of each iteration, through jax.distributed's
+key-value store: loaders that would read rows of different global batches are refused
+on every process alike."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from headrace.errors import ConfigError
+from headrace.pipeline import Loader
+
+__all__ = ["check_agreement", "spans_processes"]
+
+
+# rest (the data's fingerprint, where a changed batch size took over, the step pattern).
+_AGREED = ("seed", "step", "batch_size", "steps", "epochs")
+# The iteration starts checked in this process, numbered (the same on every process).
+_CHECKS = itertools.count()
+# How long a process waits for the others to start iterating (then refuses, naming them).
+_WAIT_MS = 10 * 60_000
+
+
+def _coordination_client() -> Any:
+    """jax.distributed's client of its coordination service (as orbax reaches it: jax
+    has no public name for it), or None."""
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return getattr(distributed.global_state, "client", None)
+
+
+def spans_processes(sharding: Any) -> bool:
+    """Whether ``sharding`` (or a dict of them) lays a batch over every process: only
+    then does every process make the loader, and can they all be asked together."""
+    shardings = sharding.values() if isinstance(sharding, Mapping) else [sharding]
+    held: set[int] = set()
+    for s in shardings:
+        held |= {int(d.process_index) for d in getattr(s, "device_set", ())}
+    return bool(jax.process_count() > 1 and len(held) == jax.process_count())
+
+
+def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    st = loader.state_dict()
+    ints = [st["seed"], loader.step, loader.batch_size, loader.steps, loader.epochs]
+    rest = json.dumps(
+        [
+            st["fingerprint"],
+            st.get("origin"),
+            loader.step_stride,
+            loader.step_offset,
+            loader.host_order,
+        ],
+        sort_keys=True,
+    )
+    packed = np.array([-1 if v is None else v for v in ints], dtype="<i8").view(np.uint8)
+    digest = np.frombuffer(hashlib.blake2b(rest.encode(), digest_size=16).digest(), np.uint8)
+    return np.concatenate([packed, digest])
+
+
+def check_agreement(loader: Loader) -> None:
+    """Refuse, on every process alike, loaders that would read rows of different global
+    batches: another seed (``seed + process_index``), another step (a state loaded on
+    one process only), other data or weights. Each process reads only its own rows, so
+    nothing else would tell; each iteration's start tells, through jax.distributed's
+    key-value store (no device collective: a loader iterated in a thread of its own
+    cannot interleave with the training step's collectives differently on each
+    process)."""
+    client = _coordination_client()
+    if client is None:  # processes jax.distributed did not start: nothing to ask
+        return
+    mine = _agreement(loader)
+    me, count = jax.process_index(), jax.process_count()
+    number = next(_CHECKS)  # iterations start in the same order on every process
+    client.key_value_set(f"headrace/jax/agree/{number}/{me}", mine.tobytes().hex())
+    rows = []
+    for p in range(count):
+        if p == me:
+            rows.append(mine)
+            continue
+        try:
+            got = client.blocking_key_value_get(f"headrace/jax/agree/{number}/{p}", _WAIT_MS)
+        except Exception as exc:  # jax's own error type for a deadline passed
+            raise ConfigError(
+                f"process {p} of {count} did not start iterating its JaxLoader within "
+                f"{_WAIT_MS / 1000:g} s of this one (process {me}, iteration start "
+                f"{number} of this run's JaxLoaders): every process iterates the same "
+                f"loaders in the same order ({type(exc).__name__}: {exc})"
+            ) from exc
+        rows.append(np.frombuffer(bytes.fromhex(got), dtype=np.uint8))
+    if number:
+        # Every process has posted this start, so every one has read the last: the
+        # store keeps two keys a process, not one an iteration of the whole run.
+        with contextlib.suppress(Exception):
+            client.key_value_delete(f"headrace/jax/agree/{number - 1}/{me}")
+    every = np.stack(rows)
+    if (every == every[0]).all():
+        return
+    differ = []
+    for i, name in enumerate(_AGREED):
+        values = every[:, 8 * i : 8 * i + 8].copy().view("<i8").reshape(-1).tolist()
+        if len(set(values)) > 1:
+            shown = [None if v == -1 and name in ("steps", "epochs") else v for v in values]
+            differ.append(f"{name} {_by_value(shown)}")
+    if len({row[40:].tobytes() for row in every}) > 1:
+        groups = _by_value([row[40:].tobytes().hex()[:12] for row in every])
+        differ.append(f"data or sampling config (fingerprint, host_order, origin) {groups}")
+    raise ConfigError(
+        f"the {len(every)} processes' JaxLoaders disagree ({'; '.join(differ)}; this is "
+        f"process {jax.process_index()}): each reads only its own rows, so they would be "
+        "rows of different global batches. Build the loader alike on every process: the "
+        "same seed (not seed + process_index), data, weights and steps, and load the same "
+        "state on every process (not on process 0 alone). Refused on every process, "
+        "before any read."
+    )
+
+
+def _by_value(values: list[Any]) -> str:
+    """``values`` (one a process) as ``5 on processes [0, 2], 6 on [1]``."""
+    where: dict[Any, list[int]] = {}
+    for p, v in enumerate(values):
+        where.setdefault(v, []).append(p)
+    return ", ".join(
+        f"{v} on {'processes ' if i == 0 else ''}{ps}" for i, (v, ps) in enumerate(where.items())
+    )

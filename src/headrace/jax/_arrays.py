@@ -1,0 +1,154 @@
+"""A process's rows of each field, assembled into global ``jax.Array`` s: each field made
+an array type jax keeps without changing a value, or refused by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import jax
+import numpy as np
+
+from headrace._messages import object_field
+from headrace.errors import ConfigError, DataError
+from headrace.jax._rows import host_rows
+from headrace.pipeline import Batch
+
+__all__ = ["make_global_batch"]
+
+
+def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str, jax.Array]:
+    """This process's rows of each array, assembled into global ``jax.Array`` s.
+
+    ``sharding`` lays out every field, or is a dict of one sharding per field (the
+    batch's fields exactly). A field of fewer dimensions than its ``PartitionSpec``
+    names (a mixture's 1-D ``source`` beside ``(B, L)`` tokens under
+    ``P("data", None)``) is laid out by the spec's leading entries: its batch axis as
+    the others'.
+    """
+    make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
+    per_field = isinstance(sharding, Mapping)
+    if per_field and batch.keys() != sharding.keys():
+        unsharded = [f"no sharding for {k!r}" for k in sorted(batch.keys() - sharding.keys())]
+        unknown = [f"no field {k!r}" for k in sorted(sharding.keys() - batch.keys())]
+        raise ConfigError(
+            f"the batch has fields {sorted(batch)} and the sharding dict names "
+            f"{sorted(sharding)}: {'; '.join(unsharded + unknown)}; give one sharding per "
+            "field (or one sharding for all)."
+        )
+    out = {}
+    for name, value in batch.items():
+        a = _jaxable(name, value)
+        shape = (batch_size, *np.shape(a)[1:])
+        field_sharding = _for_ndim(sharding[name] if per_field else sharding, len(shape))
+        try:
+            out[name] = make(field_sharding, a, shape)
+        except Exception as exc:
+            raise _not_laid_out(name, a, field_sharding, batch_size, exc) from exc
+    return out
+
+
+def _jaxable(name: str, a: Any) -> Any:
+    """``a`` as jax can take it without changing a value: another byte order made this
+    machine's (jax refuses ``>u2`` and ``>f4``); a type jax has no array for refused by
+    name; 64-bit integers that jax would keep as 32-bit ones (``jax_enable_x64`` off)
+    refused where a value does not fit, since jax wraps them silently, and 64-bit floats
+    where a finite value would become ``inf`` in 32 bits."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if a.dtype == object:
+        raise DataError(
+            f"{object_field(name, a.flat)}, which make no jax array (jax has no ragged "
+            "arrays): give them one shape with a transform (headrace.transforms.RandomCrop, "
+            "RandomResizedCrop, or your own padding); images of several channel counts "
+            "take one with FileSource(..., image_mode='RGB'); strings: turn them into "
+            "numbers with a transform, or leave them out of the batch"
+        )
+    # ml_dtypes' numbers (bfloat16, float8_*, int4) are "V" to NumPy, and jax's own.
+    extended = a.dtype.kind == "V" and bool(jax.numpy.issubdtype(a.dtype, jax.numpy.number))
+    if a.dtype.kind not in "biufc" and not extended:
+        raise DataError(
+            f"field {name!r} has dtype {a.dtype}, which jax has no array type for (objects, "
+            "strings, structured and datetime arrays): turn it into numbers with a "
+            "transform or leave it out of the batch"
+        )
+    if a.dtype.kind in "fc" and a.dtype.itemsize > (8 if a.dtype.kind == "f" else 16):
+        raise DataError(
+            f"field {name!r} has dtype {a.dtype} (NumPy's long double), which jax has no "
+            "array type for: cast it to float64 or float32 with a transform"
+        )
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    kept = np.dtype(jax.dtypes.canonicalize_dtype(a.dtype))
+    if a.dtype.kind in "fc" and kept.itemsize < a.dtype.itemsize:
+        return _narrowed_floats(name, a, kept)
+    if a.dtype.kind in "iu" and kept.itemsize < a.dtype.itemsize and a.size:
+        lo, hi, fits = a.min(), a.max(), np.iinfo(kept)
+        if lo < fits.min or hi > fits.max:
+            raise DataError(
+                f"field {name!r} holds {a.dtype} values in [{lo}, {hi}], beyond {kept}, which "
+                "jax keeps them as without 64-bit types: they would wrap; enable them with "
+                "jax.config.update('jax_enable_x64', True), or narrow the field with a "
+                "transform"
+            )
+    return a
+
+
+def _narrowed_floats(name: str, a: np.ndarray[Any, Any], kept: np.dtype[Any]) -> Any:
+    """``a`` (float64 or complex128) as ``kept`` (float32, complex64), as jax would cast it
+    without 64-bit types (values rounded), refusing a finite value that would become
+    ``inf``: beyond float32's range (3.4e38) jax's cast makes it ``inf`` without a word.
+    Cast here, once, so jax has nothing left to cast."""
+    with np.errstate(over="ignore"):  # the overflow is found below, by value
+        narrow = a.astype(kept)
+    parts = [(narrow, a)] if a.dtype.kind == "f" else [(narrow.real, a.real), (narrow.imag, a.imag)]
+    for got, was in parts:
+        grew = np.isinf(got)
+        if not grew.any():  # the usual case: one pass over the narrowed field
+            continue
+        grew &= ~np.isinf(was)  # an inf already in the data stays one
+        if grew.any():
+            at = tuple(int(i) for i in np.argwhere(grew)[0])
+            count = int(grew.sum())
+            value, largest = a[at].item(), float(np.finfo(kept).max)
+            raise DataError(
+                f"field {name!r} holds {a.dtype} value {value!r} at index {list(at)} of "
+                f"this process's rows ({count} value{'s' if count > 1 else ''} in all), "
+                f"beyond {kept}'s range (largest {largest:.8g}), which jax keeps {a.dtype} "
+                "as without 64-bit types: it would become inf; enable them with "
+                "jax.config.update('jax_enable_x64', True), or scale or clip the field with "
+                "a transform"
+            )
+    return narrow
+
+
+def _for_ndim(sharding: Any, ndim: int) -> Any:
+    """``sharding`` with its ``PartitionSpec`` cut to ``ndim`` entries, where longer
+    (a ``NamedSharding``: the others are the caller's to fit)."""
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > ndim:
+        return _cut(sharding, ndim)
+    return sharding
+
+
+@lru_cache(maxsize=64)  # every batch of a run asks for the same few (hashable) shardings
+def _cut(sharding: Any, ndim: int) -> Any:
+    cut: Any = jax.sharding.PartitionSpec  # untyped in some jax releases
+    return sharding.update(spec=cut(*sharding.spec[:ndim]))
+
+
+def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Exception) -> ConfigError:
+    """Why a field did not become a global array, naming it (jax's errors do not)."""
+    rank, world = host_rows(sharding, batch_size)
+    lo, hi = rank * batch_size // world, (rank + 1) * batch_size // world
+    rows = np.shape(a)[0] if np.ndim(a) else 0
+    if rows != hi - lo:
+        return ConfigError(
+            f"field {name!r} has {rows} rows here; this process holds rows [{lo}, {hi}) of "
+            f"the global batch of {batch_size} under sharding {sharding!r}: expected "
+            f"{hi - lo} (each process passes its own rows, as numpy_loader gives them)."
+        )
+    return ConfigError(
+        f"field {name!r} of local shape {np.shape(a)} (global {(batch_size, *np.shape(a)[1:])}) "
+        f"cannot be laid out by sharding {sharding!r}: {type(exc).__name__}: {exc}"
+    )

@@ -1,0 +1,148 @@
+"""``JaxLoader`` (global batches as ``jax.Array`` s, each process reading its rows) and
+``numpy_loader`` (this process's slice as NumPy, for ``make_global_batch``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+
+from headrace._closing import Closing
+from headrace.errors import ConfigError
+from headrace.jax._agree import check_agreement, spans_processes
+from headrace.jax._arrays import make_global_batch
+from headrace.jax._rows import fields_rows
+from headrace.pipeline import Loader, LoaderStats, Source
+
+__all__ = ["JaxLoader", "numpy_loader"]
+
+
+def numpy_loader(
+    source: Source,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    sharding: Any = None,
+    **loader_kwargs: Any,
+) -> Loader:
+    """A plain NumPy :class:`~headrace.pipeline.Loader` of this process's slice.
+
+    With ``sharding`` (one, or a dict per field), the slice is the rows this process's
+    devices hold under it, as :class:`JaxLoader` reads them: what
+    :func:`make_global_batch` with that sharding expects. Otherwise ``rank``/
+    ``world_size`` default to ``jax.process_index()`` and ``jax.process_count()``.
+    """
+    if (rank is None) != (world_size is None):
+        raise ConfigError(
+            f"give both rank and world_size, or neither (got {rank=}, {world_size=})."
+        )
+    if sharding is not None:
+        if rank is not None:
+            raise ConfigError(
+                f"give rank and world_size, or a sharding, not both (got {rank=}, "
+                f"{world_size=} and a sharding, whose rows say them)."
+            )
+        # Not process_index(): a mesh need not place processes along its batch axis in
+        # that order, and rows of another place would be laid out without a word.
+        rank, world_size = fields_rows(sharding, batch_size)
+    if rank is None or world_size is None:
+        rank, world_size = jax.process_index(), jax.process_count()
+    return Loader(
+        source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
+    )
+
+
+# What every process's loader must agree on, packed as 8-byte ints, then a digest of the
+
+
+class JaxLoader(Closing):
+    """Global batches as ``jax.Array`` s laid out by ``sharding`` (one for every field, or
+    a dict of one per field); each process reads its rows.
+
+    State (``state_dict``/``load_state_dict``) is the loader's: a small dict
+    of ints and strings, saved beside the model (e.g. an orbax JSON item) and
+    valid on any process count, and with another global batch size (the
+    :class:`~headrace.pipeline.Loader`'s rule: it goes on at the first sample
+    not read).
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        batch_size: int,
+        sharding: Any,
+        seed: int = 0,
+        **loader_kwargs: Any,
+    ) -> None:
+        given = sorted({"rank", "world_size"} & loader_kwargs.keys())
+        if given:
+            raise ConfigError(
+                f"JaxLoader reads rank and world_size off the sharding (this process's rows "
+                f"of the batch); leave out {', '.join(given)}, or use numpy_loader(...) and "
+                "make_global_batch(...) to choose them yourself."
+            )
+        rank, world_size = fields_rows(sharding, batch_size)
+        self.sharding = sharding
+        self.batch_size = batch_size
+        self._ask_processes = spans_processes(sharding)
+        self.loader = Loader(
+            source,
+            batch_size=batch_size,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            **loader_kwargs,
+        )
+
+    def __iter__(self) -> Iterator[dict[str, jax.Array]]:
+        loader = self.loader
+        if self._ask_processes:
+            check_agreement(loader)
+        batches = iter(loader)
+        while True:
+            at = loader.step  # the step of the next batch
+            batch = next(batches, None)
+            if batch is None:
+                return
+            try:
+                out = make_global_batch(batch, self.sharding, self.batch_size)
+            except BaseException:
+                # The loader counts a step read once it hands the batch over; this one
+                # never reached the caller (Ctrl-C, a device out of memory), so a state
+                # saved now must resume at it, not after it.
+                loader.step = at
+                raise
+            yield out
+
+    @property
+    def step(self) -> int:
+        """The next global step the consumer has not received (a batch whose global
+        arrays failed is not received), as ``HeadraceDataLoader.step``: for a step count
+        in logs and checkpoint names."""
+        return self.loader.step
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Where the loader's time went (:class:`~headrace.pipeline.LoaderStats`)."""
+        return self.loader.stats
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields (the loader's; ``TypeError`` with
+        ``steps=None``)."""
+        return len(self.loader)
+
+    def __bool__(self) -> bool:
+        return True  # not len(): an endless or finished loader is still a loader
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        self.loader.close()

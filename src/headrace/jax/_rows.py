@@ -1,0 +1,155 @@
+"""Which rows of a global batch each process's devices hold under a sharding.
+
+Read off the sharding itself (``addressable_devices_indices_map`` for this process,
+``devices_indices_map`` for every process), so the headrace host slice and the array
+layout cannot disagree; a layout refused for one process is refused by all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from headrace.errors import ConfigError
+
+__all__ = ["fields_rows", "host_rows"]
+
+
+def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict[Any, Any]:
+    """The sharding's index of each of this process's devices (``everywhere``: of every
+    process's devices) for a global batch of ``batch_size`` rows."""
+    # The sharding's rank is unknown before the first batch is read: try the
+    # ranks a batch can have, with a placeholder length on the other axes
+    # (5040 divides evenly over any likely mesh axis).
+    method = "devices_indices_map" if everywhere else "addressable_devices_indices_map"
+    last: Exception | None = None
+    indivisible: Exception | None = None
+    for ndim in range(1, 9):
+        try:
+            shape = (batch_size,) + (5040,) * (ndim - 1)
+            return dict(getattr(sharding, method)(shape))
+        except (ValueError, TypeError, IndexError) as exc:
+            last = exc
+            # A rank the sharding does not fit is IndexError/TypeError; a ValueError
+            # (jax's IndivisibleError) at the smallest rank that fits says why the
+            # batch itself does not: report that one, not the placeholders of the last.
+            if indivisible is None and type(exc).__name__ == "IndivisibleError":
+                indivisible = exc
+            continue
+    if indivisible is not None:
+        raise ConfigError(
+            f"a global batch of {batch_size} rows cannot be laid out by sharding "
+            f"{sharding!r}: {indivisible}; give a batch size that the sharding's batch "
+            "axis divides."
+        ) from indivisible
+    raise ConfigError(f"cannot read the batch rows of sharding {sharding!r}: {last}")
+
+
+def _rows(indices: Any, batch_size: int) -> list[tuple[int, int]]:
+    rows = []
+    for index in indices:
+        s = index[0] if index else slice(None)
+        rows.append((s.start or 0, batch_size if s.stop is None else s.stop))
+    return rows
+
+
+def _row_slices(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
+    return _rows(_index_map(sharding, batch_size).values(), batch_size)
+
+
+def _share(rows: list[tuple[int, int]], batch_size: int, whose: str) -> tuple[int, int]:
+    """``(rank, world_size)`` of ``rows`` (``whose``: the process, for errors)."""
+    rows = sorted(set(rows))
+    lo, hi = rows[0][0], rows[0][1]
+    for a, b in rows[1:]:
+        if a > hi:
+            raise ConfigError(
+                f"{whose} devices hold rows {rows} of the global batch of {batch_size}: "
+                "not one contiguous block; order the mesh's batch axis by process: a mesh "
+                "jax.make_mesh built, and the mesh axis that runs over processes first where "
+                "the batch axis takes several (P(('data', 'model')), not P(('model', "
+                "'data')), when 'data' runs over processes)."
+            )
+        hi = max(hi, b)
+    n = hi - lo
+    if batch_size % n or lo % n:
+        raise ConfigError(
+            f"{whose} devices hold rows [{lo}, {hi}) of the global batch of "
+            f"{batch_size}: not an equal share of it (expected a multiple of {n} rows "
+            f"starting at a multiple of {n}); headrace reads each process's rows as an equal "
+            "share of the global batch: give every process the same number of the mesh's "
+            "devices along its batch axis."
+        )
+    return lo // n, batch_size // n
+
+
+def _check_other_processes(sharding: Any, batch_size: int) -> None:
+    """Refuse here too a layout another process refuses: else this process goes on to
+    its first collective and waits there for one that has stopped (gloo gave up after
+    30 s; a TPU slice may wait far longer)."""
+    if jax.process_count() == 1 or not hasattr(sharding, "devices_indices_map"):
+        return
+    by_process: dict[int, list[Any]] = {}
+    for device, index in _index_map(sharding, batch_size, everywhere=True).items():
+        by_process.setdefault(device.process_index, []).append(index)
+    me = jax.process_index()
+    for p, indices in sorted(by_process.items()):
+        if p == me:
+            continue
+        try:
+            _share(_rows(indices, batch_size), batch_size, f"process {p}'s")
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc} Every process refuses this layout (this is process {me} of "
+                f"{jax.process_count()}), so that none waits in a collective for the others."
+            ) from None
+
+
+def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process's rows of a global batch under ``sharding``.
+
+    The rows this process's devices hold must be one contiguous block of
+    ``batch_size // world_size`` rows starting at ``rank * batch_size //
+    world_size`` (a mesh whose batch axis runs over processes in order, as
+    ``jax.make_mesh`` builds it). Replicated batches give ``(0, 1)``: every
+    process reads the whole batch. A layout refused for another process (read off
+    the sharding's global device map) is refused here too, so that no process goes
+    on without it.
+    """
+    rows = _row_slices(sharding, batch_size)
+    if not rows:
+        raise ConfigError(
+            f"this process's devices hold no rows of the global batch under sharding "
+            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
+            "whose devices the sharding's mesh includes."
+        )
+    share = _share(rows, batch_size, "this process's")
+    _check_other_processes(sharding, batch_size)
+    return share
+
+
+def fields_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
+    """:func:`host_rows` of one sharding, or of a dict of them (one per field), which
+    must all give this process the same rows."""
+    if not isinstance(sharding, Mapping):
+        return host_rows(sharding, batch_size)
+    if not sharding:
+        raise ConfigError(
+            "sharding is an empty dict: give one sharding per field of the batch (or one "
+            "sharding for all)."
+        )
+    found = {name: host_rows(s, batch_size) for name, s in sharding.items()}
+    if len(set(found.values())) > 1:
+        rows = ", ".join(
+            f"rows [{r * batch_size // w}, {(r + 1) * batch_size // w}) for {name!r}"
+            for name, (r, w) in found.items()
+        )
+        raise ConfigError(
+            f"the fields' shardings give this process different rows of the global batch of "
+            f"{batch_size}: {rows}; each process reads one slice of a step, so lay out every "
+            "field's batch axis alike (replicate a field inside the jitted step, e.g. with "
+            "jax.lax.with_sharding_constraint, if it must be whole)."
+        )
+    return next(iter(found.values()))

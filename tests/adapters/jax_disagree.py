@@ -1,0 +1,76 @@
+"""One of 2 JAX processes whose loaders disagree, then agree.
+
+    python jax_disagree.py ROOT OUT PORT NUM_PROCESSES PROCESS_ID
+
+Four loaders in turn, over a mesh of both processes' devices: process 1 with
+``seed + process_index`` (a habit from per-process PRNG keys); a state loaded on
+process 0 alone; both alike; then one that process 0 alone iterates (its wait for
+the other cut to 2 s). Each process writes to ``OUT.<pid>`` (JSON) what iterating
+each gave: the ``ConfigError``'s message, the digest of the first global batch
+gathered back, or ``"not iterated"``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+from _adapter_data import BATCH, token_source  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import headrace.jax._agree  # noqa: E402
+from headrace.errors import ConfigError  # noqa: E402
+from headrace.jax import JaxLoader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+
+def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
+    sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
+    got = []
+    for case in ("seed", "state", "alike", "alone"):
+        seed = 5 + pid if case == "seed" else 5
+        with JaxLoader(token_source(root), batch_size=BATCH, sharding=sharding, seed=seed) as ld:
+            if case == "alone":
+                if pid == 1:
+                    got.append("not iterated")
+                    continue
+                headrace.jax._agree._WAIT_MS = 2000  # (10 minutes)
+            if case == "state" and pid == 0:
+                saved = ld.state_dict()
+                ld.load_state_dict({**saved, "step": 2})
+            try:
+                batch = next(iter(ld))
+            except ConfigError as exc:
+                got.append(str(exc))
+                continue
+            full = {
+                k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
+                for k, v in batch.items()
+            }
+            got.append(batch_digest([full]))
+            # The store keeps this start's key, and the one before it is gone.
+            client = headrace.jax._agree._coordination_client()
+            assert client.key_value_try_get(f"headrace/jax/agree/2/{pid}")
+            try:
+                client.key_value_try_get(f"headrace/jax/agree/1/{pid}")
+            except Exception:
+                pass
+            else:
+                raise AssertionError("the key of iteration start 1 is left in the store")
+    Path(f"{out}.{pid}").write_text(json.dumps(got))
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    r, o, port, n, pid = sys.argv[1:]
+    main(Path(r), Path(o), int(port), int(n), int(pid))
