@@ -59,6 +59,8 @@ from headrace.formats._table_fetch import decode_at_once, decode_span, fetch_spa
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
 from headrace.formats._table_nulls import (
+    NullRows,
+    null_error,
     refuse_parquet_nulls,
     refuse_path_only,
     refuse_stored_nulls,
@@ -568,13 +570,18 @@ class Table(Closing):
         """Refuse null rows of ``names`` now, not when a batch reaches them.
 
         An Arrow record batch states each column's null count in its header, so this
-        reads no values (but the first null's batch). Parquet files: numbers and
+        reads no values (but the batches that have nulls). Parquet files: numbers and
         strings by their statistics
         (:func:`~headrace.formats._table_nulls.refuse_parquet_nulls`); lists as their
         rows are read (their statistics count empty lists as nulls).
         """
-        refuse_parquet_nulls(self._parts, self._spans, self._columns, names, self.read_rows)
-        refuse_stored_nulls(self._pa, self._parts, self._spans, self._columns, names)
+        found = {n: NullRows(n) for n in dict.fromkeys(names)}
+        refuse_parquet_nulls(
+            self._parts, self._spans, self._columns, found, lambda s, n: self._views(s, [n])[n][-1]
+        )
+        refuse_stored_nulls(self._pa, self._parts, self._spans, self._columns, found)
+        if any(f.count for f in found.values()):
+            raise null_error(list(found.values()))
 
     def close(self) -> None:
         ahead = getattr(self, "_read_ahead", None)
