@@ -260,6 +260,33 @@ def schema_difference(schema: Any, first: Any) -> str:
     return "field metadata"
 
 
+def _loose(pa: Any, schema: Any) -> Any:
+    """``schema`` as far as reading it is concerned: every file is read by its own
+    types into the same arrays, so whether a field may hold nulls (they are refused by
+    row anyway), 32- or 64-bit offsets (``string`` / ``large_string``, ``list`` /
+    ``large_list``: polars writes the large ones, pyarrow and pandas the others) and
+    dictionary encoding (a pandas ``category``, whose index width follows its count of
+    categories; decoded per span) do not matter; value types do. Until 2026-12-03 such
+    shards side by side were refused."""
+
+    def loose(typ: Any) -> Any:
+        if pa.types.is_dictionary(typ):
+            return loose(typ.value_type)
+        if pa.types.is_large_string(typ):
+            return pa.string()
+        if pa.types.is_large_binary(typ):
+            return pa.binary()
+        if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+            return pa.list_(loose(typ.value_type))
+        if pa.types.is_fixed_size_list(typ):
+            return pa.list_(loose(typ.value_type), typ.list_size)
+        if pa.types.is_struct(typ):
+            return pa.struct([pa.field(f.name, loose(f.type)) for f in typ])
+        return typ
+
+    return pa.schema([pa.field(f.name, loose(f.type)) for f in schema])
+
+
 def refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
     """Refuse a ``datasets`` indices mapping: row numbers into another file, not rows.
 
@@ -343,12 +370,13 @@ def columns_read(
             return schema
         return pa.schema([schema.field(c) for c in dict.fromkeys(tops) if c in schema.names])
 
+    expected = _loose(pa, read(first.schema))
     for p in parts[1:]:
-        if not read(p.schema).equals(read(first.schema)):
+        if not (found := _loose(pa, read(p.schema))).equals(expected):
             hint = "" if columns is not None else " (columns=[...] leaves the others out)"
             raise FormatError(
                 f"{p.path}: schema differs from {first.path} "
-                f"({schema_difference(read(p.schema), read(first.schema))}); every file "
+                f"({schema_difference(found, expected)}); every file "
                 f"of a table must have the same schema for the columns read{hint}:"
                 f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
             )
