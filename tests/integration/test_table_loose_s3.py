@@ -65,3 +65,30 @@ def test_loose_shards_read_alike_locally_and_on_s3(
     assert texts == sorted(f"row {i}" for i in range(600))
     local.close()
     remote.close()
+
+
+def test_array_features_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
+    # A datasets Array3D column, as datasets writes it (one record batch of all rows:
+    # read in sub-windows on S3).
+    datasets = pytest.importorskip("datasets")
+    rng = np.random.default_rng(2)
+    px = rng.integers(0, 255, (500, 3, 4, 2)).astype(np.uint8)
+    feats = datasets.Features(
+        {"px": datasets.Array3D((3, 4, 2), "uint8"), "i": datasets.Value("int64")}
+    )
+    ds = datasets.Dataset.from_dict({"px": list(px), "i": list(range(500))}, features=feats)
+    ds.save_to_disk(str(tmp_path / "ds"))
+    ds.to_parquet(str(tmp_path / "d.parquet"), batch_size=100)
+    client = s3.server.info.boto3_client()
+    shard = "data-00000-of-00001.arrow"
+    for local, key in ((tmp_path / "ds" / shard, shard), (tmp_path / "d.parquet", "d.parquet")):
+        client.put_object(Bucket=BUCKET, Key=f"arrays/{key}", Body=local.read_bytes())
+    for local, key in ((tmp_path / "ds" / shard, shard), (tmp_path / "d.parquet", "d.parquet")):
+        kw = {"shuffle": "window", "window_rows": 128}
+        a = TableSource(str(local), **kw)  # type: ignore[arg-type]
+        b = TableSource(f"s3://{BUCKET}/arrays/{key}", store_options=options(s3), **kw)  # type: ignore[arg-type]
+        got = b.read(0, np.arange(500))
+        assert batch_digest([a.read(0, np.arange(500))]) == batch_digest([got])
+        assert np.array_equal(got["px"], px[got["i"]])
+        a.close()
+        b.close()

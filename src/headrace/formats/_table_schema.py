@@ -5,7 +5,8 @@ mapping told apart from rows."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from headrace.errors import ConfigError, FormatError
 
 __all__ = [
     "TableColumn",
+    "array_feature",
     "check_names",
     "classify_column",
     "columns_read",
@@ -66,6 +68,9 @@ class TableColumn:
     kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
     dtype: np.dtype[Any]
     width: int = 0  # for "fixed"
+    #: each row's shape, for a "fixed" column of nested lists (a ``datasets`` ArrayND
+    #: feature); ``()``: ``(width,)``
+    shape: tuple[int, ...] = ()
     #: the top-level column the values lie in (``name``, but for a struct's field)
     source: str = ""
     #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
@@ -86,10 +91,68 @@ def _bytes_field(pa: Any, typ: Any) -> Any:
     return sub if pa.types.is_binary(sub) or pa.types.is_large_binary(sub) else None
 
 
-def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
-    """What column ``name`` (of Arrow type ``typ``, in file ``path``) reads as. A struct
-    with a binary ``bytes`` field (an Image or Audio feature) reads as those bytes."""
+#: ``datasets``' fixed-shape array features, stored as nested lists of numbers
+_ARRAY_ND = re.compile(r"datasets\.features\.features\.Array([2-5])DExtensionType")
+
+
+def array_feature(typ: Any, metadata: Mapping[bytes, bytes] | None) -> tuple[Any, str] | None:
+    """``(shape, dtype)`` of a ``datasets`` ``Array2D`` ... ``Array5D`` column: its
+    extension type (registered where ``datasets`` is imported) or, where it is not, the
+    field metadata pyarrow keeps of it (``[[2, 3], "float32"]``). ``None``: not one."""
+    name = getattr(typ, "extension_name", None)
+    if isinstance(name, str) and _ARRAY_ND.fullmatch(name):
+        return tuple(getattr(typ, "shape", ())), str(getattr(typ, "value_type", ""))
+    told = (metadata or {}).get(b"ARROW:extension:name", b"")
+    if not _ARRAY_ND.fullmatch(told.decode("utf-8", "replace")):
+        return None
+    try:
+        shape, dtype = json.loads((metadata or {})[b"ARROW:extension:metadata"])
+        return tuple(shape), str(dtype)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _array_column(pa: Any, name: str, typ: Any, path: str, feature: tuple[Any, str]) -> TableColumn:
+    """A ``datasets`` ArrayND column: ``(B, *shape)`` of its numbers, read from its
+    nested lists (each row's lengths checked against the shape when read)."""
+    shape, _ = feature
+    storage = getattr(typ, "storage_type", typ)
+    inner = storage
+    for _ in shape:
+        if not (pa.types.is_list(inner) or pa.types.is_large_list(inner)):
+            inner = None
+            break
+        inner = inner.value_type
+    if inner is None or not (pa.types.is_integer(inner) or pa.types.is_floating(inner)):
+        raise FormatError(
+            f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
+            f"{shape} stored as {storage}, not {len(shape)} levels of lists of numbers; "
+            "headrace cannot read it. Leave it out with columns=[...]"
+        )
+    if not all(isinstance(d, int) and d > 0 for d in shape):
+        raise FormatError(
+            f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
+            f"{list(shape)}, whose first dimension varies by row (None); headrace reads "
+            "fixed shapes only: give the feature a fixed shape (pad or crop each row, e.g. "
+            "in ds.map, and cast_column to it) or leave it out with columns=[...]"
+        )
+    dtype: np.dtype[Any] = np.dtype(inner.to_pandas_dtype())
+    width = int(np.prod(shape))
+    return TableColumn(
+        name=name, arrow_type=str(typ), kind="fixed", dtype=dtype, width=width, shape=shape
+    )
+
+
+def classify_column(
+    pa: Any, name: str, typ: Any, path: str, metadata: Mapping[bytes, bytes] | None = None
+) -> TableColumn:
+    """What column ``name`` (of Arrow type ``typ``, in file ``path``; ``metadata``: its
+    field's) reads as. A struct with a binary ``bytes`` field (an Image or Audio
+    feature) reads as those bytes; a ``datasets`` ArrayND feature as ``(B, *shape)``."""
     t = pa.types
+    feature = array_feature(typ, metadata)
+    if feature is not None:
+        return _array_column(pa, name, typ, path, feature)
 
     def numeric(x: Any) -> bool:
         return bool(t.is_integer(x) or t.is_floating(x))
@@ -147,9 +210,17 @@ def table_columns(
     for c in names:
         top, down, typ = field_of(pa, schema, c, where)
         _refuse_image_lists(pa, c, typ, path, [n for n in schema.names if n != top])
-        col = classify_column(pa, c, typ, path)
+        col = classify_column(pa, c, typ, path, None if down else schema.field(c).metadata)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
+        if isinstance(typ, pa.BaseExtensionType) and col.shape:
+            # As a process without datasets imported sees it (its storage, the extension
+            # named in metadata): the fingerprint must not depend on what was imported.
+            meta = {  # in the order pyarrow writes them
+                b"ARROW:extension:metadata": typ.__arrow_ext_serialize__(),
+                b"ARROW:extension:name": typ.extension_name.encode(),
+            }
+            fields[-1] = pa.field(c, typ.storage_type, metadata=meta)
     return columns, pa.schema(fields)
 
 
