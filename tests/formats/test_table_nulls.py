@@ -101,7 +101,7 @@ def test_a_parquet_list_column_counts_the_nulls_of_the_row_group_read(tmp_path: 
     with pytest.raises(FormatError) as err:
         tb.read_rows([2500, 2050])  # 2050 = 21 * 97 + 13
     msg = str(err.value)
-    assert f"column 'ids': {len(want)} rows are null in row group 1 (rows [2000, 4000)" in msg
+    assert f"column 'ids': {len(want)} rows are null in row group 1, rows [2000, 4000)" in msg
     assert _rows(msg, "ids") == want[:MAX_NAMED_NULLS]
     assert "other row groups are checked as they are read" in msg
     # The row read is named even past the first few of its group.
@@ -110,3 +110,12 @@ def test_a_parquet_list_column_counts_the_nulls_of_the_row_group_read(tmp_path: 
         tb.read_rows([later[0]])
     assert _rows(str(err.value), "ids")[-1] == later[0]
     assert np.array_equal(tb.read_rows([2500])["ids"].values, [1])
+    # One null row in its group: said to be the only one there, not in the table.
+    ids = pa.array([None if i == 1500 else [1] for i in range(3000)], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"ids": ids}), tmp_path / "one.parquet", row_group_size=1000)
+    with pytest.raises(
+        FormatError,
+        match=r"row 1500 is null, the only one in row group 1, rows \[1000, 2000\) of the "
+        r"table; other row groups are checked as they are read; headrace does not",
+    ):
+        Table.open(tmp_path / "one.parquet").read_rows([1500])

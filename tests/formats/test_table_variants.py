@@ -165,7 +165,7 @@ def test_null_list_items_name_the_row(tmp_path: Path) -> None:
 def test_null_rows_are_refused_by_row(tmp_path: Path) -> None:
     t = pa.table({"x": pa.array([None if i == 5 else i for i in range(N)], pa.int64())})
     tb = Table.open(_parquet(tmp_path / "n.parquet", t))
-    with pytest.raises(FormatError, match=r"n\.parquet: column 'x': row 5 is null; .*fill or drop"):
+    with pytest.raises(FormatError, match=r"n\.parquet: column 'x': row 5 is null, .*fill or drop"):
         tb.read_rows([5])
 
 

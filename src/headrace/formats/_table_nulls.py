@@ -84,7 +84,7 @@ def null_error(found: Sequence[NullRows], scope: str = "", note: str = "") -> Fo
         path, (_, start) = next(iter(f.files.items()))
         head = f"{path}: column {f.name!r}: " if k == 0 else f"column {f.name!r}: "
         if f.count == 1 and f.rows:
-            text = f"row {f.rows[0]} is null"
+            text = f"row {f.rows[0]} is null" + (f", the only one{scope}" if scope else "")
         else:
             more = ", ..." if f.count > len(f.rows) else ""
             text = f"{'at least ' if not f.exact else ''}{f.count:,} rows are null{scope}"
@@ -99,7 +99,7 @@ def null_error(found: Sequence[NullRows], scope: str = "", note: str = "") -> Fo
             rest = len(counts) - _MAX_NAMED_FILES
             text += f"; {len(f.files)} files hold them ({', '.join(counts[:_MAX_NAMED_FILES])}"
             text += f", and {rest} more)" if rest > 0 else ")"
-        said.append(head + text + (note if f.count > 1 else ""))
+        said.append(head + text + note)
     names = [f.name for f in found]
     test = " and ".join(f"r[{n!r}] is not None" for n in names)
     return FormatError(
@@ -129,8 +129,8 @@ def null_check(
     end = first + spans.rows(span)
     raise null_error(
         [found],
-        f" in {what} {int(spans.local[span])} (rows [{first}, {end}) of the table)",
-        f"; other {what}s are checked as they are read",
+        f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
+        f"; other {what}{'es' if what.endswith('h') else 's'} are checked as they are read",
     )
 
 
