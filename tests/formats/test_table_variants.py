@@ -233,6 +233,49 @@ def test_shards_that_differ_in_nullability_offsets_or_dictionaries_read_as_one(
     assert src.read(0, np.arange(N))["tok"].shape == (N, 8)
 
 
+@pytest.mark.parametrize("stream", [None, True], ids=["parquet", "stream"])
+def test_a_shard_of_no_rows_may_type_its_columns_otherwise(
+    stream: bool | None, tmp_path: Path
+) -> None:
+    # pandas writes an empty partition's object column as type null; a shard of no rows
+    # has nothing to read by its types. Fails before: "schema differs" (first or later).
+    def write(path: Path, table: pa.Table) -> Path:
+        if stream is None:
+            return _parquet(path.with_suffix(".parquet"), table)
+        return _arrow(path.with_suffix(".arrow"), table, stream=True)
+
+    nothing = pa.table(
+        {
+            c: pa.array([], pa.null() if c in ("s", "tok") else TABLE[c].type)
+            for c in TABLE.column_names
+        }
+    )
+    short = pa.table({"id": pa.array([], pa.int64())})  # and one without most columns
+    e0, e1 = write(tmp_path / "e0", nothing), write(tmp_path / "e1", short)
+    a = write(tmp_path / "a", TABLE.slice(0, 20))
+    b = write(tmp_path / "b", TABLE.slice(20))
+    for files in ([e0, a, e1, b], [a, e0, b, e1]):
+        tb = Table.open(files)
+        assert tb.schema.field("s").type == pa.string()
+        _check(tb, TABLE)
+        src = TableSource(files, width=8, shuffle=False)
+        assert src.read(0, np.arange(N))["id"].tolist() == list(range(N))
+        src.close()
+    # A shard with rows still must agree.
+    c = write(tmp_path / "c", nothing)
+    with pytest.raises(FormatError, match=r"schema differs"):
+        Table.open(
+            [
+                a,
+                write(
+                    tmp_path / "d",
+                    TABLE.slice(20).cast(TABLE.schema.set(5, pa.field("s", pa.binary()))),
+                ),
+            ]
+        )
+    assert Table.open([c, a]).num_rows == 20
+
+
 def test_shards_that_differ_only_in_metadata_read_as_one(tmp_path: Path) -> None:
     a = _parquet(tmp_path / "a.parquet", TABLE.slice(0, 20))
     b = _parquet(tmp_path / "b.parquet", TABLE.slice(20).replace_schema_metadata({"k": "v"}))

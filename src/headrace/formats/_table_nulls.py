@@ -31,6 +31,7 @@ __all__ = [
     "NullRows",
     "null_check",
     "null_error",
+    "refuse_nulls",
     "refuse_parquet_nulls",
     "refuse_path_only",
     "refuse_stored_nulls",
@@ -181,6 +182,8 @@ def refuse_stored_nulls(
     nodes: dict[tuple[int, str], list[int]] = {}  # a remote file's field nodes of a column
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
         part = parts[int(pi)]
+        if not spans.rows(span):  # (a file of no rows may lack the column, or type it null)
+            continue
         start = _file_start(spans, span)
         if isinstance(part, RemoteArrow):
             # The null counts were read with the headers (a struct field's with its
@@ -260,3 +263,20 @@ def refuse_parquet_nulls(
                     null = np.flatnonzero(~np.asarray(valid, dtype=bool))[:MAX_NAMED_NULLS]
                     rows = (null + int(spans.starts[span])).tolist()
             found[name].add(part.path, _file_start(spans, span), int(stats.null_count), rows)
+
+
+def refuse_nulls(
+    pa: Any,
+    parts: Sequence[Any],
+    spans: Spans,
+    columns: Mapping[str, TableColumn],
+    names: Sequence[str],
+    valid_of: Callable[[int, str], Any],
+) -> None:
+    """Refuse the null rows of ``names`` in the whole table, counted and named per
+    column (:func:`refuse_parquet_nulls`, :func:`refuse_stored_nulls`)."""
+    found = {n: NullRows(n) for n in dict.fromkeys(names)}
+    refuse_parquet_nulls(parts, spans, columns, found, valid_of)
+    refuse_stored_nulls(pa, parts, spans, columns, found)
+    if any(f.count for f in found.values()):
+        raise null_error(list(found.values()))

@@ -22,6 +22,7 @@ __all__ = [
     "columns_read",
     "field_of",
     "image_features",
+    "reference_part",
     "refuse_indices_mapping",
     "schema_difference",
     "struct_child",
@@ -408,6 +409,17 @@ def _refuse_unknown(parts: Sequence[Any], unknown: list[str], where: str) -> Non
     raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
 
 
+def reference_part(pa: Any, parts: Sequence[Any]) -> Any:
+    """The file whose schema is the table's: the first, unless it holds no rows and
+    its schema differs from the first file that holds some (an empty partition pandas
+    wrote types an object column ``null``; it holds nothing to read by that type)."""
+    first = parts[0]
+    full = next((p for p in parts if sum(p.rows)), None)
+    if sum(first.rows) or full is None:
+        return first
+    return first if _loose(pa, first.schema).equals(_loose(pa, full.schema)) else full
+
+
 def columns_read(
     pa: Any, parts: Sequence[Any], columns: Sequence[str] | None, where: str
 ) -> list[str]:
@@ -416,7 +428,7 @@ def columns_read(
     the same schema for them; ``where``: what a message names for the table."""
     for p in parts:
         refuse_indices_mapping(pa, p.path, p.schema)
-    first = parts[0]
+    first = reference_part(pa, parts)
     available = list(first.schema.names)
     names = available if columns is None else list(columns)
     twice = [] if columns is None else sorted({c for c in names if names.count(c) > 1})
@@ -442,7 +454,9 @@ def columns_read(
         return pa.schema([schema.field(c) for c in dict.fromkeys(tops) if c in schema.names])
 
     expected = _loose(pa, read(first.schema))
-    for p in parts[1:]:
+    for p in parts:
+        if p is first or not sum(p.rows):  # a file of no rows has nothing read by its types
+            continue
         if not (found := _loose(pa, read(p.schema))).equals(expected):
             hint = "" if columns is not None else " (columns=[...] leaves the others out)"
             raise FormatError(
