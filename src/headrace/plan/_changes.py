@@ -89,6 +89,14 @@ def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> 
 
 def _hint(key: str, was: Any, is_: Any) -> str:
     """How to get back what a default that changed gave, where one did."""
+    if key.endswith("shuffle") and {was, is_} == {True, "window"}:
+        # TableSource's default resolves by where the files are (and what they are).
+        return (
+            " (a TableSource's default, shuffle=True, shuffles local Arrow files (a "
+            "save_to_disk folder) in full and Parquet or anything on object storage by "
+            f"windows: pass shuffle={'full' if was is True else 'window'!r} to resume this "
+            "state, and the same shuffle= wherever the run goes on)"
+        )
     if key.endswith("pad_values.labels") and was == 0 and is_ == -100:
         # TableSource pads a `labels` column with ignore_index since 2026-12-03.
         return (
