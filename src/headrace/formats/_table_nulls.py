@@ -123,6 +123,7 @@ def null_check(
     rows = np.flatnonzero(~valid)[:MAX_NAMED_NULLS]
     if hit[0] not in rows:  # the row read is named, whatever comes before it
         rows[-1] = hit[0]
+        rows.sort()
     part = parts[int(spans.part[span])]
     found = NullRows(name)
     found.add(part.path, _file_start(spans, span), int((~valid).sum()), (rows + first).tolist())
