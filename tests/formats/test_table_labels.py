@@ -107,6 +107,14 @@ def test_label_columns_and_ignore_index_are_checked(tmp_path: Path) -> None:
     assert TableSource(upath, width=W, label_columns=[]).pad_values["labels"] == 0
     # Without a padded labels column there is no ignore index to mix.
     assert TableSource(path, columns=["input_ids"], width=W).ignore_index is None
+    # A string column named labels (a summary, a target text) is text: padded with 0.
+    text = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"labels": ["a summary", "another"]}), text)
+    src = TableSource(text, width=W, shuffle=False)
+    assert src.label_columns == [] and src.pad_values == {"labels": 0}
+    assert bytes(src.read(0, np.arange(1))["labels"][0]) == b"a summary" + bytes(W - 9)
+    with pytest.raises(ConfigError, match=r"not padded lists of numbers here; those are \[\]"):
+        TableSource(text, width=W, label_columns=["labels"])
 
 
 def test_a_mixture_refuses_sources_that_mark_ignored_targets_differently(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ class TableSource:
     ``label_columns``: the padded columns that hold targets, padded with
     ``ignore_index`` (default -100, which PyTorch's ``cross_entropy`` and Hugging
     Face models skip) instead of 0, so padding is never a target; ``None``
-    (default): a padded ``labels`` column, unless ``pad_values`` names it
+    (default): a padded ``labels`` list of integers, unless ``pad_values`` names it
     (``pad_values={"labels": 0}`` or ``label_columns=[]``: pad with 0, as before
     2026-12-03). ``vocab_size`` checks a label column's ids, not its
     ``ignore_index``.
@@ -291,19 +291,28 @@ class TableSource:
         does not pad otherwise."""
         if isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer):
             raise ConfigError(f"ignore_index must be an integer (got {ignore_index!r}), e.g. -100.")
-        if names is None:
-            return [c for c in ("labels",) if c in self.widths and c not in pads]
+        cols = self.table.columns
+        if names is None:  # a list of ids: a string column named so is text, no targets
+            return [
+                c
+                for c in ("labels",)
+                if c in self.widths
+                and c not in pads
+                and cols[c].kind == "ragged"
+                and cols[c].dtype.kind in "iu"
+            ]
         if isinstance(names, str):
             raise ConfigError(
                 f"label_columns must be a list of column names, e.g. label_columns=[{names!r}], "
                 "not a string"
             )
         names = list(names)
-        wrong = [c for c in names if c not in self.widths]
+        lists = [c for c in self.widths if cols[c].kind == "ragged"]
+        wrong = [c for c in names if c not in lists]
         if wrong:
             raise ConfigError(
                 f"{self._where()}: label_columns names column(s) {wrong} that are not padded "
-                f"here; the padded columns (lists and strings read) are {list(self.widths)}"
+                f"lists of numbers here; those are {lists}"
             )
         both = [c for c in names if c in pads and pads[c] != ignore_index]
         if both:
