@@ -1,6 +1,6 @@
-"""Shards that differ only in nullability or offsets' width (polars' large_string and
-large_list beside pyarrow's string and list) read as one on S3 (moto on 127.0.0.1) too,
-with the local files' batches."""
+"""Shards that differ only in nullability, offsets' width (polars' large_string and
+large_list beside pyarrow's string and list) or the columns' order read as one on S3
+(moto on 127.0.0.1) too, with the local files' batches; and datasets' ArrayND columns."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ def _tables() -> tuple[pa.Table, pa.Table]:
     ids = [rng.integers(0, 1000, rng.integers(1, 9)).tolist() for _ in range(600)]
     text = [f"row {i}" for i in range(600)]
     a = pa.table({"ids": pa.array(ids[:300], pa.list_(pa.int32())), "text": text[:300]})
-    b = pa.table(
-        {"ids": pa.array(ids[300:], pa.large_list(pa.int32())), "text": text[300:]},
+    b = pa.table(  # and its columns in another order
+        {"text": text[300:], "ids": pa.array(ids[300:], pa.large_list(pa.int32()))},
         schema=pa.schema(
             [
-                pa.field("ids", pa.large_list(pa.int32()), nullable=False),
                 pa.field("text", pa.large_string(), nullable=False),
+                pa.field("ids", pa.large_list(pa.int32()), nullable=False),
             ]
         ),
     )

@@ -316,19 +316,14 @@ def image_features(schema: Any) -> dict[str, str | None]:
 
 
 def schema_difference(schema: Any, first: Any) -> str:
-    """The first difference between two schemas, in words."""
+    """The first difference between two schemas as read (:func:`_loose`), in words."""
     if schema.names != first.names:
-        if sorted(schema.names) == sorted(first.names):
-            return f"columns in another order: {schema.names} vs {first.names}"
         extra = [n for n in schema.names if n not in first.names]
         gone = [n for n in first.names if n not in schema.names]
         return f"columns {extra} not in the first file, {gone} missing"
     for a, b in zip(schema, first, strict=True):
         if not a.type.equals(b.type):
             return f"column {a.name!r} is {a.type} here, {b.type} there"
-        if a.nullable != b.nullable:
-            here, there = ("nullable" if f.nullable else "not nullable" for f in (a, b))
-            return f"column {a.name!r} is {here} here, {there} there"
     return "field metadata"
 
 
@@ -338,8 +333,8 @@ def _loose(pa: Any, schema: Any) -> Any:
     row anyway), 32- or 64-bit offsets (``string`` / ``large_string``, ``list`` /
     ``large_list``: polars writes the large ones, pyarrow and pandas the others) and
     dictionary encoding (a pandas ``category``, whose index width follows its count of
-    categories; decoded per span) do not matter; value types do. Until 2026-12-03 such
-    shards side by side were refused."""
+    categories; decoded per span) do not matter, nor does the columns' order; value
+    types do. Until 2026-12-03 such shards side by side were refused."""
 
     def loose(typ: Any) -> Any:
         if pa.types.is_dictionary(typ):
@@ -356,7 +351,12 @@ def _loose(pa: Any, schema: Any) -> Any:
             return pa.struct([pa.field(f.name, loose(f.type)) for f in typ])
         return typ
 
-    return pa.schema([pa.field(f.name, loose(f.type)) for f in schema])
+    # Columns are read by name, so their order does not matter either.
+    return pa.schema(sorted((pa.field(f.name, loose(f.type)) for f in schema), key=_name))
+
+
+def _name(field: Any) -> str:
+    return str(field.name)
 
 
 def refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
