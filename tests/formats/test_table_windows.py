@@ -250,3 +250,26 @@ def test_bad_shuffle_and_cache(parquet: list[Path]) -> None:
     for bad in (0, -1, 2.0, False):
         with pytest.raises(ConfigError, match=r"row_group_cache must be an integer >= 1"):
             tb.row_group_cache = bad  # type: ignore[assignment]
+
+
+def test_a_state_refused_for_the_default_shuffle_says_which_to_pass(tmp_path: Path) -> None:
+    # shuffle=True resolves by where the files are: a save_to_disk folder copied to S3
+    # is shuffled by windows there, in full here. The refusal said only "shuffle: true
+    # when the state was saved, "window" now", though both sides passed the default.
+    t = pa.table({"x": np.arange(400)})
+    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+        w.write_table(t, max_chunksize=50)
+
+    def state(**kw: object) -> dict[str, object]:
+        with Loader(TableSource(tmp_path / "t.arrow", **kw), batch_size=8, seed=2) as ld:  # type: ignore[arg-type]
+            next(iter(ld))
+            return ld.state_dict()
+
+    full, window = state(), state(shuffle="window")
+    for saved, other, fix in ((full, "window", "full"), (window, "full", "window")):
+        ld = Loader(TableSource(tmp_path / "t.arrow", shuffle=other), batch_size=8, seed=2)  # type: ignore[arg-type]
+        with pytest.raises(StateError, match=rf"default, shuffle=True, .*pass shuffle='{fix}'"):
+            ld.load_state_dict(saved)
+        ld.close()
+        with Loader(TableSource(tmp_path / "t.arrow", shuffle=fix), batch_size=8, seed=2) as ld:  # type: ignore[arg-type]
+            ld.load_state_dict(saved)

@@ -306,7 +306,7 @@ def test_nulls_are_reported_not_skipped(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"n.arrow: column 'ids': row 1 is null"):
         tb.read_rows([0, 1], columns=["ids"])
     with pytest.raises(
-        FormatError, match=r"n.arrow: column 'x': row 1 is null; .*fill or drop such rows"
+        FormatError, match=r"n.arrow: column 'x': row 1 is null, .*fill or drop such rows"
     ):
         tb.read_rows([1], columns=["x"])
     t = pa.table({"ids": pa.array([[1, None]], pa.list_(pa.int64()))})

@@ -84,9 +84,21 @@ def test_parquet_refuses_an_id_outside_naming_file_row_column_position(
 def test_an_int_checks_every_integer_list_column_so_pads_and_labels_must_be_ids(
     tmp_path: Path,
 ) -> None:
-    path = parquet(tmp_path / "t.parquet", token_lists())
+    ids = token_lists()
+    path = parquet(tmp_path / "t.parquet", ids)
+    # 'labels' is a label column: its -100 (ignored targets, and its padding) is no id.
     src = TableSource(path, **KW, vocab_size=V)
+    assert src.label_columns == ["labels"]
+    src.read(0, np.arange(ROWS))
+    # As any other list column without: its -100 are ids outside the vocabulary.
+    src = TableSource(path, **KW, vocab_size=V, label_columns=[])
     with pytest.raises(FormatError, match=r"column 'labels', row 0 \(sample 0\), position 0: "):
+        src.read(0, np.arange(8))
+    # Its other ids are checked.
+    ids[5] = np.array([1, 2, V + 7, 3], np.int32)
+    path = parquet(tmp_path / "u.parquet", ids)
+    src = TableSource(path, columns=["labels"], width=WIDTH, shuffle=False, vocab_size=V)
+    with pytest.raises(FormatError, match=r"column 'labels', row 5 \(sample 5\), position 2: "):
         src.read(0, np.arange(8))
     with pytest.raises(ConfigError, match=r"column 'input_ids': pad_values\['input_ids'\]=-1 "):
         TableSource(path, **KW, pad_values={"input_ids": -1}, vocab_size={"input_ids": V})

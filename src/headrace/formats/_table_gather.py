@@ -43,6 +43,8 @@ def column_view(
         # NumPy read outside a buffer: a segfault. validate() checks lengths against
         # buffer sizes, with no pass over the data. A list's offsets are left to the
         # checks where rows are cut (gather), which name the row.
+        if col.shape:
+            return _array_view(pa, col, path, first_row, arr)
         if col.kind == "ragged":
             arr.values.validate()
         else:
@@ -100,6 +102,57 @@ def column_view(
         raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
 
 
+def _array_view(
+    pa: Any, col: TableColumn, path: str, first_row: int, arr: Any
+) -> tuple[NDArray[Any], Any]:
+    """``(values (rows, width), valid)`` of a ``datasets`` ArrayND column's span: its
+    nested lists, each row's lengths checked against ``col.shape`` at every level (a
+    row of another shape would shift every row after it); a view of the file's values
+    unless the span has null rows (refused when read: zeros hold their place)."""
+    if isinstance(arr.type, pa.BaseExtensionType):
+        arr = arr.storage
+    arr.validate()
+    valid = None
+    rows = np.arange(len(arr))
+    if arr.null_count:
+        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+        rows = np.flatnonzero(valid)
+        arr = arr.filter(pa.array(valid))
+    level, per = arr, 1  # per: items of this level a row holds
+    for dim in col.shape:
+        if level.null_count:
+            at = int(np.flatnonzero(~level.is_valid().to_numpy(zero_copy_only=False))[0])
+            raise FormatError(
+                f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
+                f"list items; expected shape {list(col.shape)}"
+            )
+        offsets = level.offsets.to_numpy()
+        lengths = np.diff(offsets)
+        bad = np.flatnonzero(lengths != dim)
+        if bad.size:
+            i = int(bad[0])
+            raise FormatError(
+                f"{path}: column {col.name!r}: row {first_row + int(rows[i // per])} does not "
+                f"have the feature's shape {list(col.shape)}: a list of {int(lengths[i])} "
+                f"where {dim} belong ({bad.size} such lists in rows [{first_row}, "
+                f"{first_row + len(rows)}))"
+            )
+        level = level.flatten()
+        per *= dim
+    if level.null_count:
+        at = int(np.flatnonzero(~level.is_valid().to_numpy(zero_copy_only=False))[0])
+        raise FormatError(
+            f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
+            f"items; expected {col.width} numbers of shape {list(col.shape)}"
+        )
+    values = level.to_numpy(zero_copy_only=False).reshape(len(rows), col.width)
+    if valid is None:
+        return values, None
+    dense = np.zeros((valid.size, col.width), dtype=values.dtype)
+    dense[rows] = values
+    return dense, valid
+
+
 def gather(
     parts: Sequence[Any],
     spans: Spans,
@@ -120,7 +173,7 @@ def gather(
             arr, valid = views[s][name]
             null_check(parts, spans, name, s, valid, loc)
             dense[pos] = arr[loc]
-        return dense
+        return dense.reshape(n, *col.shape) if col.shape else dense
     starts = np.empty(n, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
     limits = np.empty(n, dtype=np.int64)

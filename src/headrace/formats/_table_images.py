@@ -16,17 +16,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import ConfigError
 from headrace.formats._file_samples import stack_samples
 from headrace.formats._image_slots import ImageSlots, image_layout
-from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._images import (
+    IMAGE_MODES,
+    ImageMode,
+    check_image_mode,
+    decode_jpeg,
+    decode_png,
+)
 from headrace.formats._ragged import Ragged
 
-__all__ = ["TableImages"]
+if TYPE_CHECKING:
+    from headrace.formats._tables import Table
+
+__all__ = ["TableImages", "feature_mode", "image_columns"]
 
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 
@@ -105,3 +115,71 @@ class TableImages:
         self.exif_transpose = state["exif_transpose"]
         self.threads = state["threads"]
         self._pool = None
+
+
+def image_columns(
+    table: Table,
+    read: Sequence[str],
+    where: str,
+    images: Sequence[str] | None,
+    mode: ImageMode | None,
+    exif_transpose: bool,
+    threads: int | None,
+) -> list[str]:
+    """The columns of ``table`` decoded as images: ``images``, checked, or (``None``)
+    those ``read`` that ``datasets`` stored as an ``Image()`` feature (``where``: the
+    table, for messages)."""
+    if isinstance(images, str):
+        raise ConfigError(
+            f"images must be a list of column names, e.g. images=[{images!r}], not a string"
+        )
+    cols = table.columns
+    if images is None:
+        names = [c for c in table.image_columns if c in list(read)]
+    else:
+        names = list(images)
+        gone = [c for c in names if c not in list(read)]
+        if gone:
+            raise ConfigError(
+                f"{where}: images names column(s) {gone} that are not read; reading {list(read)}"
+            )
+        text = ("string", "large_string")
+        wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].arrow_type in text]
+        if wrong:
+            c = wrong[0]
+            raise ConfigError(
+                f"{where}: images names column {c!r} of type "
+                f"{cols[c].arrow_type}; an image column holds encoded JPEG/PNG bytes: "
+                "binary, or a struct with a binary 'bytes' field (datasets' Image())"
+            )
+    check_image_mode(mode, "image_mode")
+    if not isinstance(exif_transpose, bool):
+        raise ConfigError(f"exif_transpose must be True or False (got {exif_transpose!r}).")
+    if not names and (mode is not None or exif_transpose):
+        raise ConfigError(
+            f"{where}: image_mode / exif_transpose convert decoded images, and "
+            "no column is decoded as one (images=[...] names them; by default the "
+            "columns datasets stored as Image())"
+        )
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 0
+    ):
+        raise ConfigError(f"decode_threads must be an integer >= 0 (got {threads!r}).")
+    return names
+
+
+def feature_mode(table: Table, images: Sequence[str], where: str) -> ImageMode | None:
+    """The mode the ``Image(mode=...)`` features of the decoded columns ``images``
+    name, which ``datasets`` converts them to on decoding (``None``: none names one)."""
+    modes = {c: table.image_modes.get(c) for c in images}
+    found = set(modes.values())
+    if found == {None} or not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError(
+            f"{where}: the Image() features give columns different modes "
+            f"{modes}; headrace converts every image column to one mode: pass "
+            f"image_mode=... (one of {list(IMAGE_MODES)}), or images=[...] to decode "
+            "fewer columns"
+        )
+    return check_image_mode(found.pop(), f"{where}: the Image() features' mode")

@@ -1,11 +1,18 @@
 """Null rows of a :class:`~headrace.formats._tables.Table`, refused: headrace does not
 make up a value. A read refuses the null rows it meets (:func:`null_check`);
 :meth:`~headrace.formats._tables.Table.refuse_nulls` refuses them all up front,
-from Arrow record batch headers and Parquet row group statistics."""
+from Arrow record batch headers and Parquet row group statistics.
+
+Either way the error counts the null rows and names the first few, with the files
+that hold them, for every column that has some: a user cleaning the data fixes them
+all at once, not one rerun per row (until 2026-12-03 it named the first row only).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,22 +26,114 @@ from headrace.formats._table_remote import RemoteParquet
 from headrace.formats._table_schema import TableColumn, struct_child
 from headrace.formats._table_spans import Spans
 
-__all__ = ["null_check", "refuse_parquet_nulls", "refuse_path_only", "refuse_stored_nulls"]
+__all__ = [
+    "MAX_NAMED_NULLS",
+    "NullRows",
+    "null_check",
+    "null_error",
+    "refuse_nulls",
+    "refuse_parquet_nulls",
+    "refuse_path_only",
+    "refuse_stored_nulls",
+]
+
+#: Null rows a refusal names one by one, per column (the rest are counted).
+MAX_NAMED_NULLS = 10
+#: Files a refusal names with their counts, per column (the rest are counted).
+_MAX_NAMED_FILES = 5
+
+
+@dataclass(slots=True)
+class NullRows:
+    """A column's null rows found so far: how many (``exact``: not a lower bound),
+    the first :data:`MAX_NAMED_NULLS` (rows of the table, ascending), and how many
+    each file holds, with the table row its first row is."""
+
+    name: str
+    count: int = 0
+    exact: bool = True
+    rows: list[int] = field(default_factory=list)
+    files: dict[str, list[int]] = field(default_factory=dict)  # path: [count, first row]
+
+    def add(self, path: str, file_start: int, count: int, rows: Sequence[int] = ()) -> None:
+        if count <= 0:
+            return
+        self.count += count
+        self.rows.extend(rows[: MAX_NAMED_NULLS - len(self.rows)])
+        self.files.setdefault(path, [0, file_start])[0] += count
+
+    @property
+    def full(self) -> bool:
+        """Whether as many rows are named as a refusal shows."""
+        return len(self.rows) >= MAX_NAMED_NULLS
+
+
+def _file_start(spans: Spans, span: int) -> int:
+    """The table row of the first row of span ``span``'s file."""
+    pi = int(spans.part[span])
+    return int(spans.starts[int(np.searchsorted(spans.part, pi, side="left"))])
+
+
+def null_error(found: Sequence[NullRows], scope: str = "", note: str = "") -> FormatError:
+    """The refusal of the null rows ``found`` (columns without any are left out).
+    ``scope``: where they were looked for, when not the whole table, and ``note``
+    what that means for the rest."""
+    found = [f for f in found if f.count]
+    assert found
+    said = []
+    for k, f in enumerate(found):
+        path, (_, start) = next(iter(f.files.items()))
+        head = f"{path}: column {f.name!r}: " if k == 0 else f"column {f.name!r}: "
+        if f.count == 1 and f.rows:
+            text = f"row {f.rows[0]} is null" + (f", the only one{scope}" if scope else "")
+        else:
+            more = ", ..." if f.count > len(f.rows) else ""
+            text = f"{'at least ' if not f.exact else ''}{f.count:,} rows are null{scope}"
+            text += f": rows {', '.join(map(str, f.rows))}{more}" if f.rows else ""
+        if f.rows and (len(f.files) > 1 or start):
+            # Rows of the table (datasets' ds[i]); where the first lies in its file.
+            text += (
+                f" (table rows; the first is row {f.rows[0] - start} of {os.path.basename(path)})"
+            )
+        if len(f.files) > 1:
+            counts = [f"{os.path.basename(p)}: {c:,}" for p, (c, _) in f.files.items()]
+            rest = len(counts) - _MAX_NAMED_FILES
+            text += f"; {len(f.files)} files hold them ({', '.join(counts[:_MAX_NAMED_FILES])}"
+            text += f", and {rest} more)" if rest > 0 else ")"
+        said.append(head + text + note)
+    names = [f.name for f in found]
+    test = " and ".join(f"r[{n!r}] is not None" for n in names)
+    return FormatError(
+        f"{'; '.join(said)}; headrace does not make up a value: fill or drop such rows "
+        f"before reading (e.g. datasets' ds.filter(lambda r: {test})) or leave the "
+        f"column{'s' if len(names) > 1 else ''} out"
+    )
 
 
 def null_check(
     parts: Sequence[Any], spans: Spans, name: str, span: int, valid: Any, loc: NDArray[np.int64]
 ) -> None:
     """Raise if a row ``loc`` of span ``span`` is null in column ``name`` (``valid``:
-    its validity, ``None`` when it has no nulls)."""
-    if valid is not None and not bool(valid[loc].all()):
-        row = int(spans.starts[span] + loc[~valid[loc]][0])
-        part = parts[int(spans.part[span])]
-        raise FormatError(
-            f"{part.path}: column {name!r}: row {row} is null; headrace does not make "
-            "up a value: fill or drop such rows before reading (e.g. datasets' "
-            f"ds.filter(lambda r: r[{name!r}] is not None)) or leave the column out"
-        )
+    its validity, ``None`` when it has no nulls), counting and naming the span's null
+    rows (those read first): its other rows are at hand, the rest of the table is not."""
+    if valid is None or bool(valid[loc].all()):
+        return
+    first = int(spans.starts[span])
+    hit = loc[~valid[loc]]
+    rows = np.flatnonzero(~valid)[:MAX_NAMED_NULLS]
+    if hit[0] not in rows:  # the row read is named, whatever comes before it
+        rows[-1] = hit[0]
+        rows.sort()
+    part = parts[int(spans.part[span])]
+    found = NullRows(name)
+    found.add(part.path, _file_start(spans, span), int((~valid).sum()), (rows + first).tolist())
+    what = "row group" if getattr(part, "parquet", False) else "record batch"
+    end = first + spans.rows(span)
+    raise null_error(
+        [found],
+        f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
+        f"; other {what}{'es' if what.endswith('h') else 's'} are checked as they are read",
+    )
 
 
 def refuse_path_only(pa: Any, col: TableColumn, top: Any, path: str, first_row: int) -> None:
@@ -72,23 +171,38 @@ def refuse_stored_nulls(
     parts: Sequence[Any],
     spans: Spans,
     columns: Mapping[str, TableColumn],
-    names: Sequence[str],
+    found: Mapping[str, NullRows],
 ) -> None:
-    """Refuse null rows of ``names`` in Arrow files: each record batch's header states
-    its columns' null counts, so only a batch with nulls is read (or whose column is a
-    struct: nulls of its fields are counted in their own nodes, not in the header's)."""
+    """Count the null rows of ``found``'s columns in Arrow files into it: each record
+    batch's header states its columns' null counts, so only a batch with nulls is read
+    (or whose column is a struct: nulls of its fields are counted in their own nodes,
+    not in the header's). On object storage a batch is fetched only while rows are
+    still to be named, or for a struct's field (whose null rows are its nodes' union)."""
+    names = list(found)
     reads = list(dict.fromkeys(columns[n].read for n in names))
-    nodes: dict[int, list[int]] = {}  # a remote file's field nodes of the columns read
+    nodes: dict[tuple[int, str], list[int]] = {}  # a remote file's field nodes of a column
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
         part = parts[int(pi)]
+        if not spans.rows(span):  # (a file of no rows may lack the column, or type it null)
+            continue
+        start = _file_start(spans, span)
         if isinstance(part, RemoteArrow):
             # The null counts were read with the headers (a struct field's with its
-            # struct's): fetch only a batch with nulls.
-            if int(pi) not in nodes:
-                nodes[int(pi)] = sorted(
-                    {k for n in names for k in part.field_nodes(columns[n].read, columns[n].field)}
-                )
-            if not part.index.nodes[int(si)][nodes[int(pi)], 1].any():
+            # struct's): fetch only a batch with nulls, and only where they are needed.
+            counts = {}
+            for n in names:
+                if (int(pi), n) not in nodes:
+                    nodes[int(pi), n] = part.field_nodes(columns[n].read, columns[n].field)
+                counts[n] = part.index.nodes[int(si)][nodes[int(pi), n], 1]
+            todo = [n for n in names if counts[n].any()]
+            if not todo:
+                continue
+            if all(found[n].full for n in todo):
+                for n in todo:
+                    # A top-level column's header count is its null rows; a struct
+                    # field's are the union of its nodes': at least the largest count.
+                    found[n].add(part.path, start, int(counts[n].max()))
+                    found[n].exact &= counts[n].size == 1 or int((counts[n] > 0).sum()) == 1
                 continue
             batch = part.span(int(si), reads)
         elif not isinstance(part, _Part) or part.parquet or part.closed:
@@ -103,33 +217,37 @@ def refuse_stored_nulls(
             refuse_path_only(pa, tc, top, part.path, int(spans.starts[span]))
             col = struct_child(pa, top, tc.field)
             if col.null_count:
-                valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
-                null_check(parts, spans, name, span, valid, np.arange(len(col)))
+                null = np.flatnonzero(~np.asarray(col.is_valid().to_numpy(zero_copy_only=False)))
+                rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
+                found[name].add(part.path, start, null.size, rows.tolist())
 
 
 def refuse_parquet_nulls(
     parts: Sequence[Any],
     spans: Spans,
     columns: Mapping[str, TableColumn],
-    names: Sequence[str],
-    read_rows: Callable[[Any, list[str]], object],
+    found: Mapping[str, NullRows],
+    valid_of: Callable[[int, str], Any],
 ) -> None:
-    """Refuse null rows of flat columns (numbers, strings) of Parquet files now.
+    """Count the null rows of ``found``'s flat columns (numbers, strings) in Parquet
+    files into it.
 
     A row group's statistics count a flat column's nulls, so only a row group
-    that has some is decoded (that column, by ``read_rows``), to name the row. A
-    list's values are counted with its empty lists, so lists are checked as their
-    rows are read.
+    that has some is decoded (that column, by ``valid_of(span, name)``: its
+    validity), while rows are still to be named. A list's values are counted with
+    its empty lists, so lists are checked as their rows are read.
     """
-    flat = [n for n in names if columns[n].kind in ("scalar", "bytes")]
+    flat = [n for n in found if columns[n].kind in ("scalar", "bytes")]
     leaves: dict[int, dict[str, int]] = {}
+    seen: set[tuple[int, int]] = set()  # a row group's sub-windows share its statistics
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
         part = parts[int(pi)]
         if not flat or not isinstance(part, (_Part, RemoteParquet)):
             continue
         md = part.metadata
-        if md is None:  # an Arrow file, or closed
+        if md is None or (int(pi), int(si)) in seen:  # an Arrow file, or closed
             continue
+        seen.add((int(pi), int(si)))
         if int(pi) not in leaves:
             paths = (md.schema.column(j).path for j in range(md.num_columns))
             leaves[int(pi)] = {path: j for j, path in enumerate(paths)}
@@ -137,6 +255,29 @@ def refuse_parquet_nulls(
         for name in flat:
             j = leaves[int(pi)].get(".".join((columns[name].read, *columns[name].field)))
             stats = None if j is None else group.column(j).statistics
-            if stats is not None and stats.has_null_count and stats.null_count:
-                rows = np.arange(spans.starts[span], spans.starts[span + 1])
-                read_rows(rows, [name])  # raises, naming the first null row
+            if stats is None or not stats.has_null_count or not stats.null_count:
+                continue
+            rows: list[int] = []
+            if not found[name].full and not spans.cut[span]:
+                valid = valid_of(span, name)
+                if valid is not None:
+                    null = np.flatnonzero(~np.asarray(valid, dtype=bool))[:MAX_NAMED_NULLS]
+                    rows = (null + int(spans.starts[span])).tolist()
+            found[name].add(part.path, _file_start(spans, span), int(stats.null_count), rows)
+
+
+def refuse_nulls(
+    pa: Any,
+    parts: Sequence[Any],
+    spans: Spans,
+    columns: Mapping[str, TableColumn],
+    names: Sequence[str],
+    valid_of: Callable[[int, str], Any],
+) -> None:
+    """Refuse the null rows of ``names`` in the whole table, counted and named per
+    column (:func:`refuse_parquet_nulls`, :func:`refuse_stored_nulls`)."""
+    found = {n: NullRows(n) for n in dict.fromkeys(names)}
+    refuse_parquet_nulls(parts, spans, columns, found, valid_of)
+    refuse_stored_nulls(pa, parts, spans, columns, found)
+    if any(f.count for f in found.values()):
+        raise null_error(list(found.values()))

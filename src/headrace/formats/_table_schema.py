@@ -5,7 +5,8 @@ mapping told apart from rows."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,11 +16,13 @@ from headrace.errors import ConfigError, FormatError
 
 __all__ = [
     "TableColumn",
+    "array_feature",
     "check_names",
     "classify_column",
     "columns_read",
     "field_of",
     "image_features",
+    "reference_part",
     "refuse_indices_mapping",
     "schema_difference",
     "struct_child",
@@ -66,6 +69,9 @@ class TableColumn:
     kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
     dtype: np.dtype[Any]
     width: int = 0  # for "fixed"
+    #: each row's shape, for a "fixed" column of nested lists (a ``datasets`` ArrayND
+    #: feature); ``()``: ``(width,)``
+    shape: tuple[int, ...] = ()
     #: the top-level column the values lie in (``name``, but for a struct's field)
     source: str = ""
     #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
@@ -86,10 +92,68 @@ def _bytes_field(pa: Any, typ: Any) -> Any:
     return sub if pa.types.is_binary(sub) or pa.types.is_large_binary(sub) else None
 
 
-def classify_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
-    """What column ``name`` (of Arrow type ``typ``, in file ``path``) reads as. A struct
-    with a binary ``bytes`` field (an Image or Audio feature) reads as those bytes."""
+#: ``datasets``' fixed-shape array features, stored as nested lists of numbers
+_ARRAY_ND = re.compile(r"datasets\.features\.features\.Array([2-5])DExtensionType")
+
+
+def array_feature(typ: Any, metadata: Mapping[bytes, bytes] | None) -> tuple[Any, str] | None:
+    """``(shape, dtype)`` of a ``datasets`` ``Array2D`` ... ``Array5D`` column: its
+    extension type (registered where ``datasets`` is imported) or, where it is not, the
+    field metadata pyarrow keeps of it (``[[2, 3], "float32"]``). ``None``: not one."""
+    name = getattr(typ, "extension_name", None)
+    if isinstance(name, str) and _ARRAY_ND.fullmatch(name):
+        return tuple(getattr(typ, "shape", ())), str(getattr(typ, "value_type", ""))
+    told = (metadata or {}).get(b"ARROW:extension:name", b"")
+    if not _ARRAY_ND.fullmatch(told.decode("utf-8", "replace")):
+        return None
+    try:
+        shape, dtype = json.loads((metadata or {})[b"ARROW:extension:metadata"])
+        return tuple(shape), str(dtype)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _array_column(pa: Any, name: str, typ: Any, path: str, feature: tuple[Any, str]) -> TableColumn:
+    """A ``datasets`` ArrayND column: ``(B, *shape)`` of its numbers, read from its
+    nested lists (each row's lengths checked against the shape when read)."""
+    shape, _ = feature
+    storage = getattr(typ, "storage_type", typ)
+    inner = storage
+    for _ in shape:
+        if not (pa.types.is_list(inner) or pa.types.is_large_list(inner)):
+            inner = None
+            break
+        inner = inner.value_type
+    if inner is None or not (pa.types.is_integer(inner) or pa.types.is_floating(inner)):
+        raise FormatError(
+            f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
+            f"{shape} stored as {storage}, not {len(shape)} levels of lists of numbers; "
+            "headrace cannot read it. Leave it out with columns=[...]"
+        )
+    if not all(isinstance(d, int) and d > 0 for d in shape):
+        raise FormatError(
+            f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
+            f"{list(shape)}, whose first dimension varies by row (None); headrace reads "
+            "fixed shapes only: give the feature a fixed shape (pad or crop each row, e.g. "
+            "in ds.map, and cast_column to it) or leave it out with columns=[...]"
+        )
+    dtype: np.dtype[Any] = np.dtype(inner.to_pandas_dtype())
+    width = int(np.prod(shape))
+    return TableColumn(
+        name=name, arrow_type=str(typ), kind="fixed", dtype=dtype, width=width, shape=shape
+    )
+
+
+def classify_column(
+    pa: Any, name: str, typ: Any, path: str, metadata: Mapping[bytes, bytes] | None = None
+) -> TableColumn:
+    """What column ``name`` (of Arrow type ``typ``, in file ``path``; ``metadata``: its
+    field's) reads as. A struct with a binary ``bytes`` field (an Image or Audio
+    feature) reads as those bytes; a ``datasets`` ArrayND feature as ``(B, *shape)``."""
     t = pa.types
+    feature = array_feature(typ, metadata)
+    if feature is not None:
+        return _array_column(pa, name, typ, path, feature)
 
     def numeric(x: Any) -> bool:
         return bool(t.is_integer(x) or t.is_floating(x))
@@ -147,9 +211,17 @@ def table_columns(
     for c in names:
         top, down, typ = field_of(pa, schema, c, where)
         _refuse_image_lists(pa, c, typ, path, [n for n in schema.names if n != top])
-        col = classify_column(pa, c, typ, path)
+        col = classify_column(pa, c, typ, path, None if down else schema.field(c).metadata)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
+        if isinstance(typ, pa.BaseExtensionType) and col.shape:
+            # As a process without datasets imported sees it (its storage, the extension
+            # named in metadata): the fingerprint must not depend on what was imported.
+            meta = {  # in the order pyarrow writes them
+                b"ARROW:extension:metadata": typ.__arrow_ext_serialize__(),
+                b"ARROW:extension:name": typ.extension_name.encode(),
+            }
+            fields[-1] = pa.field(c, typ.storage_type, metadata=meta)
     return columns, pa.schema(fields)
 
 
@@ -244,20 +316,47 @@ def image_features(schema: Any) -> dict[str, str | None]:
 
 
 def schema_difference(schema: Any, first: Any) -> str:
-    """The first difference between two schemas, in words."""
+    """The first difference between two schemas as read (:func:`_loose`), in words."""
     if schema.names != first.names:
-        if sorted(schema.names) == sorted(first.names):
-            return f"columns in another order: {schema.names} vs {first.names}"
         extra = [n for n in schema.names if n not in first.names]
         gone = [n for n in first.names if n not in schema.names]
         return f"columns {extra} not in the first file, {gone} missing"
     for a, b in zip(schema, first, strict=True):
         if not a.type.equals(b.type):
             return f"column {a.name!r} is {a.type} here, {b.type} there"
-        if a.nullable != b.nullable:
-            here, there = ("nullable" if f.nullable else "not nullable" for f in (a, b))
-            return f"column {a.name!r} is {here} here, {there} there"
     return "field metadata"
+
+
+def _loose(pa: Any, schema: Any) -> Any:
+    """``schema`` as far as reading it is concerned: every file is read by its own
+    types into the same arrays, so whether a field may hold nulls (they are refused by
+    row anyway), 32- or 64-bit offsets (``string`` / ``large_string``, ``list`` /
+    ``large_list``: polars writes the large ones, pyarrow and pandas the others) and
+    dictionary encoding (a pandas ``category``, whose index width follows its count of
+    categories; decoded per span) do not matter, nor does the columns' order; value
+    types do. Until 2026-12-03 such shards side by side were refused."""
+
+    def loose(typ: Any) -> Any:
+        if pa.types.is_dictionary(typ):
+            return loose(typ.value_type)
+        if pa.types.is_large_string(typ):
+            return pa.string()
+        if pa.types.is_large_binary(typ):
+            return pa.binary()
+        if pa.types.is_large_list(typ) or pa.types.is_list(typ):
+            return pa.list_(loose(typ.value_type))
+        if pa.types.is_fixed_size_list(typ):
+            return pa.list_(loose(typ.value_type), typ.list_size)
+        if pa.types.is_struct(typ):
+            return pa.struct([pa.field(f.name, loose(f.type)) for f in typ])
+        return typ
+
+    # Columns are read by name, so their order does not matter either.
+    return pa.schema(sorted((pa.field(f.name, loose(f.type)) for f in schema), key=_name))
+
+
+def _name(field: Any) -> str:
+    return str(field.name)
 
 
 def refuse_indices_mapping(pa: Any, path: str, schema: Any) -> None:
@@ -310,6 +409,17 @@ def _refuse_unknown(parts: Sequence[Any], unknown: list[str], where: str) -> Non
     raise ConfigError(f"{where}: no column(s) {unknown}; available: {available}")
 
 
+def reference_part(pa: Any, parts: Sequence[Any]) -> Any:
+    """The file whose schema is the table's: the first, unless it holds no rows and
+    its schema differs from the first file that holds some (an empty partition pandas
+    wrote types an object column ``null``; it holds nothing to read by that type)."""
+    first = parts[0]
+    full = next((p for p in parts if sum(p.rows)), None)
+    if sum(first.rows) or full is None:
+        return first
+    return first if _loose(pa, first.schema).equals(_loose(pa, full.schema)) else full
+
+
 def columns_read(
     pa: Any, parts: Sequence[Any], columns: Sequence[str] | None, where: str
 ) -> list[str]:
@@ -318,7 +428,7 @@ def columns_read(
     the same schema for them; ``where``: what a message names for the table."""
     for p in parts:
         refuse_indices_mapping(pa, p.path, p.schema)
-    first = parts[0]
+    first = reference_part(pa, parts)
     available = list(first.schema.names)
     names = available if columns is None else list(columns)
     twice = [] if columns is None else sorted({c for c in names if names.count(c) > 1})
@@ -343,12 +453,15 @@ def columns_read(
             return schema
         return pa.schema([schema.field(c) for c in dict.fromkeys(tops) if c in schema.names])
 
-    for p in parts[1:]:
-        if not read(p.schema).equals(read(first.schema)):
+    expected = _loose(pa, read(first.schema))
+    for p in parts:
+        if p is first or not sum(p.rows):  # a file of no rows has nothing read by its types
+            continue
+        if not (found := _loose(pa, read(p.schema))).equals(expected):
             hint = "" if columns is not None else " (columns=[...] leaves the others out)"
             raise FormatError(
                 f"{p.path}: schema differs from {first.path} "
-                f"({schema_difference(read(p.schema), read(first.schema))}); every file "
+                f"({schema_difference(found, expected)}); every file "
                 f"of a table must have the same schema for the columns read{hint}:"
                 f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
             )

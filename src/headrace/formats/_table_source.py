@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._file_decode import default_decode_threads
-from headrace.formats._images import IMAGE_MODES, ImageMode, check_image_mode
+from headrace.formats._images import ImageMode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged, check_pad_value, check_width
@@ -33,7 +33,7 @@ from headrace.formats._row_plan import (
     sample_rows,
     shuffle_fingerprint,
 )
-from headrace.formats._table_images import TableImages
+from headrace.formats._table_images import TableImages, feature_mode, image_columns
 from headrace.formats._tables import Table
 from headrace.formats._vocab import (
     check_pad_in_vocab,
@@ -57,6 +57,14 @@ class TableSource:
     (default 0) on ``pad_side``, plus ``name_mask`` (bool, True on real
     items). Longer rows raise unless ``truncate=True``. Number columns come
     out as ``(B,)``, fixed-size lists as ``(B, k)``.
+
+    ``label_columns``: the padded columns that hold targets, padded with
+    ``ignore_index`` (default -100, which PyTorch's ``cross_entropy`` and Hugging
+    Face models skip) instead of 0, so padding is never a target; ``None``
+    (default): a padded ``labels`` list of integers, unless ``pad_values`` names it
+    (``pad_values={"labels": 0}`` or ``label_columns=[]``: pad with 0, as before
+    2026-12-03). ``vocab_size`` checks a label column's ids, not its
+    ``ignore_index``.
 
     ``shuffle``: ``"full"`` permutes all rows per epoch; ``"window"`` visits
     windows of consecutive row groups (at most ``window_rows`` rows, or one
@@ -90,9 +98,10 @@ class TableSource:
     ``vocab_size``: the ids of token columns must lie in ``[0, vocab_size)``:
     an int checks every column of integer lists (padded or fixed-size), a mapping
     (``{"input_ids": 32000}``) the columns it names, which may also be plain integer
-    columns (a ``labels`` column holding ``-100`` is no token column; naming a column
-    of another type is a :class:`~headrace.errors.ConfigError`). Their ``pad_values``
-    must be ids too. A row holding one outside is refused
+    columns (naming a column of another type is a
+    :class:`~headrace.errors.ConfigError`). Their ``pad_values`` must be ids too
+    (a label column's ``ignore_index``, in its pads and its data, is not checked). A
+    row holding one outside is refused
     (:class:`~headrace.errors.FormatError` naming the file, row, sample, column,
     position among the row's items, and id).
     """
@@ -105,6 +114,8 @@ class TableSource:
         width: int | None = None,
         widths: Mapping[str, int] | None = None,
         pad_values: Mapping[str, int] | None = None,
+        label_columns: Sequence[str] | None = None,
+        ignore_index: int = -100,
         pad_side: Literal["right", "left"] = "right",
         truncate: bool = False,
         shuffle: bool | Literal["none", "full", "window"] = True,
@@ -145,10 +156,20 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
-        self.images = self._image_columns(images, image_mode, exif_transpose, decode_threads)
+        self.images = image_columns(
+            self.table,
+            self.names,
+            self._where(),
+            images,
+            image_mode,
+            exif_transpose,
+            decode_threads,
+        )
         self.table.refuse_nulls(self.names)  # at open, not hours into an epoch
         self._decoder = TableImages(
-            mode=image_mode if image_mode is not None else self._feature_mode(),
+            mode=image_mode
+            if image_mode is not None
+            else feature_mode(self.table, self.images, self._where()),
             exif_transpose=exif_transpose,
             threads=default_decode_threads() if decode_threads is None else decode_threads,
         )
@@ -202,15 +223,34 @@ class TableSource:
                 )
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
+        self.label_columns = self._label_columns(label_columns, ignore_index, pads)
+        self.ignore_index: int | None = int(ignore_index) if self.label_columns else None
         # A NumPy scalar as its Python number: the fingerprint (and the state) is JSON.
+        # Only the pads written are in it, not where they came from: a state saved with
+        # pad_values={"labels": -100} loads under the default that pads labels so.
         self.pad_values = {
             c: v.item() if isinstance(v, np.generic) else v
-            for c, v in ((c, pads.get(c, 0)) for c in self.widths)
+            for c, v in (
+                (c, ignore_index if c in self.label_columns else pads.get(c, 0))
+                for c in self.widths
+            )
         }
         for c, v in self.pad_values.items():
             try:  # at open, as PaddedRows' pad_id: not at the first batch
                 check_pad_value(v, cols[c].dtype)
             except ConfigError as exc:
+                if c in self.label_columns:
+                    how = (
+                        "pass label_columns=[] to pad it as other columns (0, or "
+                        f"pad_values={{{c!r}: ...}})"
+                        if label_columns is None
+                        else "pass another ignore_index, or leave it out of label_columns"
+                    )
+                    raise ConfigError(
+                        f"{self._where()}: column {c!r} ({cols[c].arrow_type}) is padded "
+                        f"with ignore_index={ignore_index} as a label column, and {exc}; "
+                        f"{how}"
+                    ) from exc
                 raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
         self.pad_side: Literal["right", "left"] = pad_side
         self.truncate = truncate
@@ -241,6 +281,47 @@ class TableSource:
                     "group once per epoch",
                     stacklevel=2,
                 )
+
+    def _label_columns(
+        self, names: Sequence[str] | None, ignore_index: int, pads: Mapping[str, int]
+    ) -> list[str]:
+        """The padded columns that hold targets, padded with ``ignore_index`` so a loss
+        skips their padding: ``names``, checked, or (``None``) a padded ``labels``
+        column (the key Hugging Face models take targets under) that ``pad_values``
+        does not pad otherwise."""
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer):
+            raise ConfigError(f"ignore_index must be an integer (got {ignore_index!r}), e.g. -100.")
+        cols = self.table.columns
+        if names is None:  # a list of ids: a string column named so is text, no targets
+            return [
+                c
+                for c in ("labels",)
+                if c in self.widths
+                and c not in pads
+                and cols[c].kind == "ragged"
+                and cols[c].dtype.kind in "iu"
+            ]
+        if isinstance(names, str):
+            raise ConfigError(
+                f"label_columns must be a list of column names, e.g. label_columns=[{names!r}], "
+                "not a string"
+            )
+        names = list(names)
+        lists = [c for c in self.widths if cols[c].kind == "ragged"]
+        wrong = [c for c in names if c not in lists]
+        if wrong:
+            raise ConfigError(
+                f"{self._where()}: label_columns names column(s) {wrong} that are not padded "
+                f"lists of numbers here; those are {lists}"
+            )
+        both = [c for c in names if c in pads and pads[c] != ignore_index]
+        if both:
+            raise ConfigError(
+                f"{self._where()}: column(s) {both} are named in label_columns (padded with "
+                f"ignore_index={ignore_index}) and in pad_values with "
+                f"{[pads[c] for c in both]}: name each in one of them"
+            )
+        return names
 
     def _vocab_columns(self, vocab_size: int | Mapping[str, int] | None) -> dict[str, int]:
         """The token columns checked, each with its vocabulary size: ``vocab_size``'s
@@ -276,7 +357,9 @@ class TableSource:
         out: dict[str, int] = {}
         for c, v in vocab.items():
             assert v is not None
-            if c in self.pad_values:  # padded: the pads reach the embedding too
+            # Padded: the pads reach the embedding too; a label column's are ignore_index,
+            # which a loss skips, as the ignored targets it marks in the data.
+            if c in self.pad_values and c not in self.label_columns:
                 check_pad_in_vocab(
                     f"pad_values[{c!r}]",
                     int(self.pad_values[c]),
@@ -285,70 +368,6 @@ class TableSource:
                 )
             out[c] = v
         return out
-
-    def _image_columns(
-        self,
-        images: Sequence[str] | None,
-        mode: ImageMode | None,
-        exif_transpose: bool,
-        threads: int | None,
-    ) -> list[str]:
-        """The columns decoded as images: ``images``, checked, or (``None``) those read
-        that ``datasets`` stored as an ``Image()`` feature."""
-        if isinstance(images, str):
-            raise ConfigError(
-                f"images must be a list of column names, e.g. images=[{images!r}], not a string"
-            )
-        cols = self.table.columns
-        if images is None:
-            names = [c for c in self.table.image_columns if c in self.names]
-        else:
-            names = list(images)
-            gone = [c for c in names if c not in self.names]
-            if gone:
-                raise ConfigError(
-                    f"{self._where()}: images names column(s) {gone} that are not read; "
-                    f"reading {self.names}"
-                )
-            text = ("string", "large_string")
-            wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].arrow_type in text]
-            if wrong:
-                c = wrong[0]
-                raise ConfigError(
-                    f"{self._where()}: images names column {c!r} of type "
-                    f"{cols[c].arrow_type}; an image column holds encoded JPEG/PNG bytes: "
-                    "binary, or a struct with a binary 'bytes' field (datasets' Image())"
-                )
-        check_image_mode(mode, "image_mode")
-        if not isinstance(exif_transpose, bool):
-            raise ConfigError(f"exif_transpose must be True or False (got {exif_transpose!r}).")
-        if not names and (mode is not None or exif_transpose):
-            raise ConfigError(
-                f"{self._where()}: image_mode / exif_transpose convert decoded images, and "
-                "no column is decoded as one (images=[...] names them; by default the "
-                "columns datasets stored as Image())"
-            )
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 0
-        ):
-            raise ConfigError(f"decode_threads must be an integer >= 0 (got {threads!r}).")
-        return names
-
-    def _feature_mode(self) -> ImageMode | None:
-        """The mode the decoded columns' ``Image(mode=...)`` features name, which
-        ``datasets`` converts them to on decoding (``None``: none names one)."""
-        modes = {c: self.table.image_modes.get(c) for c in self.images}
-        found = set(modes.values())
-        if found == {None} or not found:
-            return None
-        if len(found) > 1:
-            raise ConfigError(
-                f"{self._where()}: the Image() features give columns different modes "
-                f"{modes}; headrace converts every image column to one mode: pass "
-                f"image_mode=... (one of {list(IMAGE_MODES)}), or images=[...] to decode "
-                "fewer columns"
-            )
-        return check_image_mode(found.pop(), f"{self._where()}: the Image() features' mode")
 
     def _where(self) -> str:
         files = self.table.files
@@ -525,7 +544,10 @@ class TableSource:
         vocabulary, naming its file, row, column and position among the row's items."""
         found = []
         for k, (c, vocab) in enumerate(self.vocab.items()):
-            at = first_outside(out[c].reshape(len(rows), -1), vocab)  # a plain column: (B, 1)
+            ids = out[c].reshape(len(rows), -1)  # a plain column: (B, 1)
+            if c in self.label_columns:  # ignored targets (and pads) are no ids
+                ids = np.where(ids == self.ignore_index, 0, ids)
+            at = first_outside(ids, vocab)
             if at is not None:
                 found.append((at[0], k, at[1]))
         if not found:

@@ -58,11 +58,7 @@ from headrace.formats._row_plan import check_window_rows
 from headrace.formats._table_fetch import decode_at_once, decode_span, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
 from headrace.formats._table_gather import column_view, gather
-from headrace.formats._table_nulls import (
-    refuse_parquet_nulls,
-    refuse_path_only,
-    refuse_stored_nulls,
-)
+from headrace.formats._table_nulls import refuse_nulls, refuse_path_only
 from headrace.formats._table_objects import _open_remote, _Remote
 from headrace.formats._table_part import _open_local, _pa, _Part
 from headrace.formats._table_paths import (
@@ -77,6 +73,7 @@ from headrace.formats._table_schema import (
     TableColumn,
     columns_read,
     image_features,
+    reference_part,
     struct_child,
     table_columns,
 )
@@ -167,7 +164,7 @@ class Table(Closing):
     def _init(self, columns: Sequence[str] | None, row_group_cache: int) -> None:
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
-        first = self._parts[0]
+        first = reference_part(pa, self._parts)
         self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         features = image_features(first.schema)
@@ -568,13 +565,13 @@ class Table(Closing):
         """Refuse null rows of ``names`` now, not when a batch reaches them.
 
         An Arrow record batch states each column's null count in its header, so this
-        reads no values (but the first null's batch). Parquet files: numbers and
+        reads no values (but the batches that have nulls). Parquet files: numbers and
         strings by their statistics
         (:func:`~headrace.formats._table_nulls.refuse_parquet_nulls`); lists as their
         rows are read (their statistics count empty lists as nulls).
         """
-        refuse_parquet_nulls(self._parts, self._spans, self._columns, names, self.read_rows)
-        refuse_stored_nulls(self._pa, self._parts, self._spans, self._columns, names)
+        valid_of = lambda s, n: self._views(s, [n])[n][-1]  # noqa: E731
+        refuse_nulls(self._pa, self._parts, self._spans, self._columns, names, valid_of)
 
     def close(self) -> None:
         ahead = getattr(self, "_read_ahead", None)

@@ -81,10 +81,29 @@ def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> 
         keys = [k for k in keys if k in was and k in is_]
     return [
         f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
-        f"{_value(is_.get(key, _UNSET))} now"
+        f"{_value(is_.get(key, _UNSET))} now{_hint(key, was.get(key), is_.get(key))}"
         for key in keys
         if was.get(key, _UNSET) != is_.get(key, _UNSET) and not _later(key, was)
     ]
+
+
+def _hint(key: str, was: Any, is_: Any) -> str:
+    """How to get back what a default that changed gave, where one did."""
+    if key.endswith("shuffle") and {was, is_} == {True, "window"}:
+        # TableSource's default resolves by where the files are (and what they are).
+        return (
+            " (a TableSource's default, shuffle=True, shuffles local Arrow files (a "
+            "save_to_disk folder) in full and Parquet or anything on object storage by "
+            f"windows: pass shuffle={'full' if was is True else 'window'!r} to resume this "
+            "state, and the same shuffle= wherever the run goes on)"
+        )
+    if key.endswith("pad_values.labels") and was == 0 and is_ == -100:
+        # TableSource pads a `labels` column with ignore_index since 2026-12-03.
+        return (
+            " (a TableSource pads a 'labels' column with ignore_index -100 since "
+            "2026-12-03; pad_values={'labels': 0} pads it as the state was saved)"
+        )
+    return ""
 
 
 def _file_changes(told: dict[str, Any] | None, telling: dict[str, Any] | None) -> list[str]:

@@ -1,0 +1,109 @@
+"""``datasets``' fixed-shape ``Array2D`` ... ``Array5D`` features (precomputed pixel
+values, embeddings, spectrograms) read as ``(B, *shape)``: stored as nested lists with
+the shape in an extension type, or, where ``datasets`` is not imported, in the field's
+metadata. Until 2026-12-03 such a column was refused ("cannot turn into arrays")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from headrace.errors import FormatError
+from headrace.formats import Table, TableSource
+from headrace.pipeline import Loader
+
+datasets = pytest.importorskip("datasets")
+
+N = 60
+
+
+def _dataset() -> tuple[object, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a3 = rng.integers(-50, 50, (N, 2, 3, 4)).astype(np.int16)
+    a2 = rng.random((N, 5, 3)).astype(np.float32)
+    features = datasets.Features(
+        {
+            "pixels": datasets.Array3D((2, 3, 4), "int16"),
+            "emb": datasets.Array2D((5, 3), "float32"),
+            "label": datasets.Value("int64"),
+        }
+    )
+    ds = datasets.Dataset.from_dict(
+        {"pixels": list(a3), "emb": list(a2), "label": list(range(N))}, features=features
+    )
+    return ds, a3, a2
+
+
+def test_array_features_read_as_their_shape_from_arrow_and_parquet(tmp_path: Path) -> None:
+    ds, a3, a2 = _dataset()
+    ds.save_to_disk(str(tmp_path / "ds"), num_shards=3)  # type: ignore[attr-defined]
+    ds.to_parquet(str(tmp_path / "d.parquet"), batch_size=16)  # type: ignore[attr-defined]
+    idx = np.array([59, 0, 21, 40, 7, 7])
+    for where in (tmp_path / "ds", tmp_path / "d.parquet"):
+        tb = Table.open(where, columns=["pixels", "emb", "label"])
+        got = tb.read_rows(idx)
+        assert got["pixels"].shape == (6, 2, 3, 4) and got["pixels"].dtype == np.int16
+        assert np.array_equal(got["pixels"], a3[idx]) and np.array_equal(got["emb"], a2[idx])
+        src = TableSource(where, columns=["pixels", "label"], shuffle="full")
+        with Loader(src, batch_size=8, seed=1) as ld:
+            for _, b in zip(range(10), ld, strict=False):
+                assert np.array_equal(b["pixels"], a3[b["label"]])
+
+
+def test_the_fingerprint_does_not_depend_on_datasets_being_imported(tmp_path: Path) -> None:
+    # With datasets imported the column's type is its extension type; without, its
+    # storage and metadata: the same data must give one fingerprint either way.
+    ds, _, _ = _dataset()
+    ds.save_to_disk(str(tmp_path / "ds"))  # type: ignore[attr-defined]
+    here = TableSource(tmp_path / "ds", columns=["pixels", "label"]).fingerprint()["schema"]
+    code = (
+        "import sys; from headrace.formats import TableSource; "
+        "s = TableSource(sys.argv[1], columns=['pixels', 'label']); "
+        "assert 'datasets' not in sys.modules; print(s.fingerprint()['schema'])"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert out.stdout.strip() == here
+
+
+def _stored(shapes: list[tuple[int, ...]], feature: str) -> pa.Table:
+    """What datasets writes for ``Array2D(feature)``, as pyarrow sees it without datasets:
+    nested lists, and the shape in the field's metadata."""
+    meta = {
+        b"ARROW:extension:metadata": feature.encode(),
+        b"ARROW:extension:name": b"datasets.features.features.Array2DExtensionType",
+    }
+    rows = [np.arange(int(np.prod(s)), dtype=np.float32).reshape(s).tolist() for s in shapes]
+    field = pa.field("x", pa.list_(pa.list_(pa.float32())), metadata=meta)
+    return pa.table({"x": pa.array(rows, field.type)}, schema=pa.schema([field]))
+
+
+def test_a_row_of_another_shape_or_a_varying_shape_is_refused(tmp_path: Path) -> None:
+    t = _stored([(2, 3)] * 10 + [(2, 2)] + [(2, 3)] * 5, '[[2, 3], "float32"]')
+    pq.write_table(t, tmp_path / "bad.parquet", row_group_size=10)
+    tb = Table.open(tmp_path / "bad.parquet")
+    assert tb.read_rows([0, 9])["x"].shape == (2, 2, 3)
+    # Its whole row group: a list of another length would shift the rows after it.
+    with pytest.raises(
+        FormatError,
+        match=r"bad\.parquet: column 'x': row 10 does not have the feature's shape "
+        r"\[2, 3\]: a list of 2 where 3 belong",
+    ):
+        tb.read_rows([15])
+    t = _stored([(1, 3), (2, 3)], '[[null, 3], "float32"]')
+    pq.write_table(t, tmp_path / "dyn.parquet")
+    with pytest.raises(FormatError, match=r"shape \[None, 3\], whose first dimension varies"):
+        Table.open(tmp_path / "dyn.parquet")

@@ -1,0 +1,94 @@
+"""Shards that differ only in nullability, offsets' width (polars' large_string and
+large_list beside pyarrow's string and list) or the columns' order read as one on S3
+(moto on 127.0.0.1) too, with the local files' batches; and datasets' ArrayND columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
+
+from headrace.formats import TableSource
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+
+def _tables() -> tuple[pa.Table, pa.Table]:
+    rng = np.random.default_rng(5)
+    ids = [rng.integers(0, 1000, rng.integers(1, 9)).tolist() for _ in range(600)]
+    text = [f"row {i}" for i in range(600)]
+    a = pa.table({"ids": pa.array(ids[:300], pa.list_(pa.int32())), "text": text[:300]})
+    b = pa.table(  # and its columns in another order
+        {"text": text[300:], "ids": pa.array(ids[300:], pa.large_list(pa.int32()))},
+        schema=pa.schema(
+            [
+                pa.field("text", pa.large_string(), nullable=False),
+                pa.field("ids", pa.large_list(pa.int32()), nullable=False),
+            ]
+        ),
+    )
+    return a, b
+
+
+@pytest.mark.parametrize("arrow", [False, True], ids=["parquet", "arrow"])
+def test_loose_shards_read_alike_locally_and_on_s3(
+    s3: S3Fixture, tmp_path: Path, arrow: bool
+) -> None:
+    client = s3.server.info.boto3_client()
+    names = []
+    for k, t in enumerate(_tables()):
+        name = f"part-{k}.{'arrow' if arrow else 'parquet'}"
+        if arrow:
+            with pa.OSFile(str(tmp_path / name), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+                w.write_table(t, max_chunksize=100)
+        else:
+            pq.write_table(t, tmp_path / name, row_group_size=100)
+        client.put_object(Bucket=BUCKET, Key=f"loose/{name}", Body=(tmp_path / name).read_bytes())
+        names.append(name)
+    kw = {"width": 8, "widths": {"text": 16}, "window_rows": 200, "shuffle": "window"}
+    local = TableSource([str(tmp_path / n) for n in names], **kw)  # type: ignore[arg-type]
+    remote = TableSource(
+        [f"s3://{BUCKET}/loose/{n}" for n in names], store_options=options(s3), **kw
+    )  # type: ignore[arg-type]
+    samples = np.arange(600)
+    want, got = local.read(3, samples), remote.read(3, samples)
+    assert batch_digest([want]) == batch_digest([got])
+    texts = sorted(
+        bytes(r[m]).decode() for r, m in zip(want["text"], want["text_mask"], strict=True)
+    )
+    assert texts == sorted(f"row {i}" for i in range(600))
+    local.close()
+    remote.close()
+
+
+def test_array_features_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
+    # A datasets Array3D column, as datasets writes it (one record batch of all rows:
+    # read in sub-windows on S3).
+    datasets = pytest.importorskip("datasets")
+    rng = np.random.default_rng(2)
+    px = rng.integers(0, 255, (500, 3, 4, 2)).astype(np.uint8)
+    feats = datasets.Features(
+        {"px": datasets.Array3D((3, 4, 2), "uint8"), "i": datasets.Value("int64")}
+    )
+    ds = datasets.Dataset.from_dict({"px": list(px), "i": list(range(500))}, features=feats)
+    ds.save_to_disk(str(tmp_path / "ds"))
+    ds.to_parquet(str(tmp_path / "d.parquet"), batch_size=100)
+    client = s3.server.info.boto3_client()
+    shard = "data-00000-of-00001.arrow"
+    for local, key in ((tmp_path / "ds" / shard, shard), (tmp_path / "d.parquet", "d.parquet")):
+        client.put_object(Bucket=BUCKET, Key=f"arrays/{key}", Body=local.read_bytes())
+    for local, key in ((tmp_path / "ds" / shard, shard), (tmp_path / "d.parquet", "d.parquet")):
+        kw = {"shuffle": "window", "window_rows": 128}
+        a = TableSource(str(local), **kw)  # type: ignore[arg-type]
+        b = TableSource(f"s3://{BUCKET}/arrays/{key}", store_options=options(s3), **kw)  # type: ignore[arg-type]
+        got = b.read(0, np.arange(500))
+        assert batch_digest([a.read(0, np.arange(500))]) == batch_digest([got])
+        assert np.array_equal(got["px"], px[got["i"]])
+        a.close()
+        b.close()
