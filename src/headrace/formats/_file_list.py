@@ -176,6 +176,30 @@ class FileList:
 
         return fetch
 
+    def local_ranges(
+        self, i: int, reader: RangeReader
+    ) -> Callable[[list[tuple[int, int]], NDArray[np.uint8]], None]:
+        """``fetch(spans, buf)`` of local file ``i``: fills ``buf[a:b]`` with its bytes
+        ``[a, b)`` for each span through ``reader`` (neighbours coalesced, read in
+        parallel), then checks the file is the version listed (its size, device, inode
+        and mtime), as :meth:`fetch` does for a whole file."""
+        path = self.name(i)
+        size, listed = self.sizes[i], self.etags[i]
+
+        def fetch(spans: list[tuple[int, int]], buf: NDArray[np.uint8]) -> None:
+            reader.read_into(path, [(a, b - a) for a, b in spans], [buf[a:b] for a, b in spans])
+            fd = reader.file(path).fd
+            now = os.fstat(fd).st_size
+            if now != size:
+                raise StorageError(
+                    errno.ESTALE,
+                    f"{path}: truncated or changed file: {now} bytes now, the listing said "
+                    f"{size}; a run reads the versions it listed: open the source again",
+                )
+            _check_version(path, fd, listed, size)
+
+        return fetch
+
     def close(self) -> None:
         self._close()
 

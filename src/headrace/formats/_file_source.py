@@ -37,6 +37,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
+from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
@@ -130,12 +131,26 @@ class FileSource(Closing):
         self._rows = self.counted or self.plan.samples_per_file > 1
         # Reads decode only the samples they ask of each file (see _rows_wanted).
         fmt = self.format.name
+        # NPY rows by ranges (see RangedNpy): where a file is visited for about one sample
+        # a read (shuffle="samples"); under "files" and "none" a file's samples come in
+        # runs that one whole fetch, kept across reads, serves.
+        npy_rows = bool(
+            fmt == "npy"
+            and self._rows
+            and config.decode
+            and config.mode == "headrace"
+            and config.shuffle == "samples"
+        )
         self._rows_only = bool(
             self._rows
             and config.decode
-            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz")
+            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz" or npy_rows)
         )
+        self._npy_rows = npy_rows
         self.in_flight = config.in_flight or self._default_in_flight()
+        self._npy = (
+            RangedNpy(lambda: self.files, self.in_flight, config.local_read) if npy_rows else None
+        )
         above = self._ranges_above()
         self._ranged = (
             None
@@ -269,7 +284,7 @@ class FileSource(Closing):
         f = self.files
         depth = self._default_depth()
         # A file read by ranges is held as what its reads need, not whole.
-        above = self._ranges_above()
+        above = 0 if self._npy_rows else self._ranges_above()
         largest = max((s for s in f.sizes if above is None or s < above), default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
@@ -286,6 +301,8 @@ class FileSource(Closing):
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
+        if self._npy is not None:
+            return self._npy.image(f, self._wanted.get(f))
         if self._ranged is None:
             return self.files.fetch(f)
         if self._ranged.applies(f):
@@ -297,7 +314,7 @@ class FileSource(Closing):
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
-        if self._ranged is not None:
+        if self._ranged is not None or self._npy is not None:
             for f, rows in (self._rows_wanted(files, items) or {}).items():
                 # Both reads' rows where a file is in this one and the next: the first
                 # fetch serves both, rather than the decode fetching what it missed.
@@ -363,7 +380,7 @@ class FileSource(Closing):
             upcoming = self.window.queued if need <= self._prefetched else []
             self._prefetched = set()
             self.window.retain(need | set(upcoming))
-            if self._ranged is not None:
+            if self._ranged is not None or self._npy is not None:
                 old = self._wanted
                 self._wanted = {f: old[f] for f in upcoming if f in old}
                 self._note_rows(files, items)
@@ -537,6 +554,8 @@ class FileSource(Closing):
         self.window.close()
         if self._ranged is not None:
             self._ranged.close()
+        if self._npy is not None:
+            self._npy.close()
         self.decoder.close()
         self.files.close()
 

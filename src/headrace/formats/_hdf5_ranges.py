@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
     from headrace.io import RequestQueue
 
-__all__ = ["FileLayout", "RangedHdf5", "learn_layout", "tree_children"]
+__all__ = ["FileLayout", "RangedHdf5", "contiguous_rows", "learn_layout", "tree_children"]
 
 #: The first read of a file not seen before: h5py writes the superblock and the
 #: object headers first (one GET held every header of the files measured).
@@ -80,6 +80,11 @@ class _Data:
             return [(self.offset, self.offset + self.total)]
         starts = self.offset + np.unique(rows) * self.row_bytes
         return list(zip(starts.tolist(), (starts + self.row_bytes).tolist(), strict=True))
+
+
+def contiguous_rows(offset: int, row_bytes: int, rows: int) -> _Data:
+    """Where rows lie in a contiguous block: ``rows`` of ``row_bytes`` from ``offset``."""
+    return _Data(offset=offset, row_bytes=row_bytes, total=row_bytes * rows)
 
 
 @dataclass(slots=True)

@@ -24,12 +24,14 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import FormatError
+from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
 
 __all__ = [
     "NPY_HEAD",
+    "check_rows",
     "decode_npy",
+    "decode_npy_rows",
     "encode_npy",
     "npy_header",
     "npy_rows",
@@ -180,6 +182,48 @@ def decode_npy(data: Buffer, *, name: str) -> NDArray[np.generic]:
     header, object dtypes, or a payload whose size disagrees with the header.
     """
     return _npy_from_view(as_bytes_view(data, name), name)
+
+
+def check_rows(
+    shape: tuple[int, ...],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+    name: str,
+    key: str,
+) -> None:
+    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
+    ``rows`` must lie on it."""
+    if count is not None and (not shape or shape[0] != count[0]):
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
+            f"axis ({count[1]})"
+        )
+    if not shape:
+        raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
+    if len(rows) and not 0 <= int(rows[0]) <= int(rows[-1]) < shape[0]:
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; rows {int(rows[0])} to {int(rows[-1])} "
+            f"asked, expected rows in [0, {shape[0]})"
+        )
+
+
+def decode_npy_rows(
+    data: Buffer,
+    *,
+    name: str,
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None = None,
+    key: str = "data",
+) -> NDArray[np.generic]:
+    """Rows ``rows`` (increasing) of the NPY file in ``data``: a view where they are a run,
+    else a copy of those rows. The header and the payload's size are checked as by
+    :func:`decode_npy`; the leading axis must hold ``count[0]`` samples (a
+    :class:`DataError` saying ``count[1]`` gives it). Only the rows asked are read, so
+    ``data`` may hold only those (a file read by rows: ``_npy_ranges``)."""
+    arr = decode_npy(data, name=name)
+    check_rows(arr.shape, rows, count, name, key)
+    r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
+    return arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
 
 
 def _header_end(head: memoryview) -> int | None:
