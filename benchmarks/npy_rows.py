@@ -1,10 +1,11 @@
 """NPY files of many samples under shuffle="samples": the rows a read asks vs each file whole.
 
     PYTHONPATH=src python benchmarks/npy_rows.py --before OLD_SRC [--files 16] [--rows 1000]
-        [--side 64] [--steps 8] [--batch 16] [--rounds 3] [--where local,s3]
+        [--side 64] [--steps 8] [--batch 16] [--rounds 3] [--where local,s3] [--latency-ms 0]
 
 ``--files`` NPY files of ``--rows`` float32 samples of ``side x side`` are written
-once (locally, and put on moto at 127.0.0.1 for ``s3``). Each run reads ``--steps``
+once (locally, and put on moto at 127.0.0.1 for ``s3``, reached through a
+``LatencyProxy`` of ``--latency-ms`` per request where that is not 0). Each run reads ``--steps``
 batches through a ``Loader`` with ``shuffle="samples"``, in its own process, with
 this tree's ``src`` and with ``--before`` (an older ``src``: ``git archive REV src |
 tar -x -C /tmp/old``), alternating. Reported per side (medians): seconds, bytes read
@@ -65,6 +66,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--where", default="local,s3")
+    p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "headrace-npy-rows"))
     a = p.parse_args()
     root = Path(a.root)
@@ -85,16 +87,20 @@ def main() -> int:
     ok = True
     for where in a.where.split(","):
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
-        s3 = None
+        s3 = proxy = None
         if where == "s3":
-            from headrace.emulate import LocalS3
+            from headrace.emulate import LatencyProxy, LocalS3
 
             s3 = LocalS3().__enter__()
             s3.create_bucket(BUCKET)
             client = s3.info.boto3_client()
             for f in sorted(root.glob("*.npy")):
                 client.put_object(Bucket=BUCKET, Key=f"npy/{f.name}", Body=f.read_bytes())
-            url, opts = f"s3://{BUCKET}/npy", json.dumps(s3.info.store_options())
+            options = s3.info.store_options()
+            if a.latency_ms:
+                proxy = LatencyProxy(s3.endpoint, latency_ms=a.latency_ms).__enter__()
+                options["endpoint"] = proxy.endpoint
+            url, opts = f"s3://{BUCKET}/npy", json.dumps(options)
         else:
             url, opts = str(root), "{}"
         try:
@@ -105,6 +111,8 @@ def main() -> int:
                     out(f"  {where} {side:6} {r['s']:.3f} s {r['bytes'] / 1e6:.1f} MB "
                         f"{r['gets']} reads {r['digest'][:12]}")  # fmt: skip
         finally:
+            if proxy is not None:
+                proxy.__exit__(None, None, None)
             if s3 is not None:
                 s3.__exit__(None, None, None)
         out(f"| {where} | side | s (median) | MB read | reads | amplification | digest |")
