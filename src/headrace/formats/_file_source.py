@@ -105,7 +105,7 @@ class FileSource(Closing):
         self.config = config
         self.format: FileFormat = file_format(config.format)
         self.files: FileList = self._list(listing, open_cache(config.cache_dir, config.cache_bytes))
-        if self.files.hidden:  # said where it is seen, not only in a repr
+        if self.files.hidden or self.files.special:  # said where seen, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
         spf = config.samples_per_file
