@@ -141,3 +141,27 @@ def test_a_file_truncated_before_listing_says_what_its_header_says(tmp_path: Pat
     with pytest.raises(FormatError, match=r"1\.npy: truncated: header says 128 data bytes"):
         src.read(0, np.arange(16))
     src.close()
+
+
+def test_stats_say_the_read_amplification(tmp_path: Path) -> None:
+    # Bytes fetched over the bytes the samples read take in their files (fails before:
+    # WindowStats had no samples, sample_bytes or amplification).
+    rng = np.random.default_rng(2)
+    for i in range(4):  # 16 rows of 16 KiB a file
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 64, 64), dtype=np.float32))
+    size = os.path.getsize(tmp_path / "0.npy")
+    baseline = FileSource(tmp_path, format="npy", samples_per_file=16, mode="map-style")
+    _digest(baseline, steps=3, batch=4)
+    st = baseline.stats
+    assert st.samples == 12 and st.sample_bytes == round(12 * size / 16)
+    assert st.amplification == pytest.approx(16.0)  # a whole file for each sample
+    ranged = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")
+    _digest(ranged, steps=3, batch=4)
+    assert ranged.stats.samples == 12 and 1.0 <= ranged.stats.amplification < 6.0
+    from headrace.formats import IterableFiles
+
+    it = IterableFiles(ranged, batch_size=8)
+    assert sum(len(b["index"]) for b in it.epoch(0, 0)) == 64
+    assert it.stats.amplification == pytest.approx(1.0)  # every file once, all its samples
+    for s in (baseline, ranged):
+        s.close()

@@ -176,6 +176,7 @@ class FileSource(Closing):
             threads=self.decode_threads,
         )
         self._prefetched: set[int] = set()
+        self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
         # The samples the loader said follow the next read (None: not told).
         self._following: tuple[int, NDArray[np.int64]] | None = None
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
@@ -401,11 +402,23 @@ class FileSource(Closing):
                     d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
                 ]
+        self.count_read(files, self.window.stats)
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
         if bad:
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
+
+    def count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
+        """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes
+        they take in their files (``stats.amplification``: each file's size over its count)."""
+        if not len(files):
+            return
+        if self._per_sample is None:
+            sizes = np.asarray(self.files.sizes, dtype=np.float64)
+            self._per_sample = sizes / np.maximum(self.counts, 1)
+        st.samples += len(files)
+        st.sample_bytes += round(float(self._per_sample[files].sum()))
 
     def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
         """The next read will be followed by one of ``samples`` (none: by nothing)."""
