@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.errors import FormatError, StorageError
+from headrace.errors import ConfigError, FormatError, StorageError
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -29,7 +29,7 @@ def _digest(src: FileSource, steps: int = 6, batch: int = 5) -> str:
 def _pair(root: Path, **kw: Any) -> tuple[FileSource, FileSource]:
     """The source read by rows, and the map-style baseline (each file whole per sample)."""
     kw.setdefault("samples_per_file", "header")
-    ranged = FileSource(root, format="npy", shuffle="samples", **kw)
+    ranged = FileSource(root, format="npy", shuffle="samples", npy_ranges_above=0, **kw)
     whole = FileSource(root, format="npy", shuffle="samples", mode="map-style", **kw)
     return ranged, whole
 
@@ -94,7 +94,7 @@ def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) 
     np.save(tmp_path / "1.npy", -np.arange(128, dtype=np.float32).reshape(8, 16))
     assert os.path.getsize(tmp_path / "0.npy") == os.path.getsize(tmp_path / "1.npy")
     src = FileSource(tmp_path, format="npy", samples_per_file="header", shuffle="samples",
-                     decode_threads=0, in_flight=1)  # fmt: skip
+                     npy_ranges_above=0, decode_threads=0, in_flight=1)  # fmt: skip
     for k in range(24):  # every sample, one a read: each file is fetched many times
         b = src.read(0, np.array([k]))
         f, i = src.file_item(b["index"])
@@ -106,7 +106,9 @@ def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) 
 def test_resume_is_exact_reading_by_rows(tmp_path: Path) -> None:
     for i in range(3):
         np.save(tmp_path / f"{i}.npy", np.arange(20 * 4, dtype=np.int32).reshape(20, 4) + i)
-    src = FileSource(tmp_path, format="npy", samples_per_file=20, shuffle="samples")
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=20, shuffle="samples", npy_ranges_above=0
+    )
     assert_resume_exact(lambda: Loader(src, batch_size=7, seed=1), steps=12, resume_at=range(13))
     src.close()
 
@@ -116,7 +118,9 @@ def test_object_arrays_are_refused_by_name_reading_by_rows(tmp_path: Path) -> No
     a = np.empty(4, dtype=object)
     a[:] = [[1], [2, 3], "x", None]
     np.save(tmp_path / "1.npy", a, allow_pickle=True)
-    src = FileSource(tmp_path, format="npy", samples_per_file=4, shuffle="samples")
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=4, shuffle="samples", npy_ranges_above=0
+    )
     with pytest.raises(FormatError, match=r"1\.npy: NPY holds Python objects"):
         src.read(0, np.arange(8))
     src.close()
@@ -125,7 +129,9 @@ def test_object_arrays_are_refused_by_name_reading_by_rows(tmp_path: Path) -> No
 def test_a_file_truncated_after_listing_is_named(tmp_path: Path) -> None:
     for i in range(2):
         np.save(tmp_path / f"{i}.npy", np.zeros((64, 1024), np.float32))
-    src = FileSource(tmp_path, format="npy", samples_per_file=64, shuffle="samples")
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=64, shuffle="samples", npy_ranges_above=0
+    )
     src.read(0, np.arange(4))
     os.truncate(tmp_path / "1.npy", 128 + 10 * 4096)
     with pytest.raises(StorageError, match=r"1\.npy"):
@@ -137,7 +143,9 @@ def test_a_file_truncated_before_listing_says_what_its_header_says(tmp_path: Pat
     np.save(tmp_path / "0.npy", np.zeros((8, 4), np.float32))
     np.save(tmp_path / "1.npy", np.zeros((8, 4), np.float32))
     os.truncate(tmp_path / "1.npy", os.path.getsize(tmp_path / "1.npy") - 20)
-    src = FileSource(tmp_path, format="npy", samples_per_file=8, shuffle="samples")
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=8, shuffle="samples", npy_ranges_above=0
+    )
     with pytest.raises(FormatError, match=r"1\.npy: truncated: header says 128 data bytes"):
         src.read(0, np.arange(16))
     src.close()
@@ -155,7 +163,9 @@ def test_stats_say_the_read_amplification(tmp_path: Path) -> None:
     st = baseline.stats
     assert st.samples == 12 and st.sample_bytes == round(12 * size / 16)
     assert st.amplification == pytest.approx(16.0)  # a whole file for each sample
-    ranged = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")
+    ranged = FileSource(
+        tmp_path, format="npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0
+    )
     _digest(ranged, steps=3, batch=4)
     assert ranged.stats.samples == 12 and 1.0 <= ranged.stats.amplification < 6.0
     from headrace.formats import IterableFiles
@@ -165,3 +175,20 @@ def test_stats_say_the_read_amplification(tmp_path: Path) -> None:
     assert it.stats.amplification == pytest.approx(1.0)  # every file once, all its samples
     for s in (baseline, ranged):
         s.close()
+
+
+def test_small_files_are_read_whole_by_default_and_the_size_is_checked(tmp_path: Path) -> None:
+    # Under 1 MiB a read by rows cost more than the bytes it saved (64 KiB files: 1.5x
+    # slower here): such files are read whole unless npy_ranges_above says otherwise.
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", np.zeros((16, 1024), np.float32))  # 64 KiB
+    assert FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")._npy is None
+    src = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples",
+                     npy_ranges_above=32 << 10)  # fmt: skip
+    assert src._npy is not None
+    for off in (None, 0):  # never by rows: "files" order, or turned off
+        assert FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=off,
+                          shuffle="files" if off == 0 else "samples")._npy is None  # fmt: skip
+    for bad in (-1, "big", True, 1.5):
+        with pytest.raises(ConfigError, match=r"npy_ranges_above must be a size in bytes >= 0"):
+            FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=bad)

@@ -15,10 +15,23 @@ from headrace.formats._files import file_format
 from headrace.formats._images import ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
 
-__all__ = ["DEFAULT_HDF5_RANGES_ABOVE", "FileSourceConfig", "OnCorrupt", "SourceMode"]
+__all__ = [
+    "DEFAULT_HDF5_RANGES_ABOVE",
+    "NPY_RANGES_ABOVE_LOCAL",
+    "NPY_RANGES_ABOVE_REMOTE",
+    "FileSourceConfig",
+    "OnCorrupt",
+    "SourceMode",
+]
 
 #: Remote HDF5 files from this size up are read by ranges (see ``hdf5_ranges_above``).
 DEFAULT_HDF5_RANGES_ABOVE = 8 << 20
+#: NPY files from these sizes up are read by rows under shuffle="samples" (see
+#: ``npy_ranges_above="auto"``): where reading by rows and whole took the same time,
+#: locally (page cache: 256 KiB files 1.2x slower by rows, 1 MiB even, 16 MB 4-10x
+#: faster) and on moto behind 20 ms (1 MiB 2.5x slower, 4 MiB 1.6x, 16 MB 1.4x faster).
+NPY_RANGES_ABOVE_LOCAL = 1 << 20
+NPY_RANGES_ABOVE_REMOTE = 8 << 20
 
 SourceMode = Literal["headrace", "map-style"]
 OnCorrupt = Literal["raise", "replace"]
@@ -68,6 +81,10 @@ class FileSourceConfig:
     bytes is read by ranges (its metadata, then only the chunks holding the samples
     a read asks), not fetched whole; files of several samples, ``on_corrupt="raise"``,
     ``mode="headrace"`` only (``None``: always whole).
+    ``npy_ranges_above``: an NPY file of several samples of at least this many bytes
+    is read by rows under ``shuffle="samples"``: its header and the rows a read asks,
+    not the whole file (``mode="headrace"`` only); ``"auto"``: 1 MiB locally, 8 MiB on
+    object storage; ``None``: always whole.
     """
 
     format: str = "raw"
@@ -88,6 +105,7 @@ class FileSourceConfig:
     image_mode: ImageMode | None = None
     exif_transpose: bool = False
     hdf5_ranges_above: int | None = DEFAULT_HDF5_RANGES_ABOVE
+    npy_ranges_above: int | Literal["auto"] | None = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))  # one fingerprint
@@ -134,6 +152,16 @@ class FileSourceConfig:
         ):
             raise ConfigError(
                 f"hdf5_ranges_above must be a size in bytes >= 0 or None (got {above!r})."
+            )
+        npy = self.npy_ranges_above
+        if (
+            npy is not None
+            and npy != "auto"
+            and (isinstance(npy, bool) or not isinstance(npy, int) or npy < 0)
+        ):
+            raise ConfigError(
+                f"npy_ranges_above must be a size in bytes >= 0, 'auto' (1 MiB locally, 8 MiB "
+                f"on object storage) or None (always whole) (got {npy!r})."
             )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")

@@ -27,7 +27,11 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._messages import unknown_keys
 from headrace.errors import ConfigError, DataError
-from headrace.formats._file_config import FileSourceConfig
+from headrace.formats._file_config import (
+    NPY_RANGES_ABOVE_LOCAL,
+    NPY_RANGES_ABOVE_REMOTE,
+    FileSourceConfig,
+)
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
 from headrace.formats._file_list import FileList, Listing, list_files
@@ -134,12 +138,18 @@ class FileSource(Closing):
         # NPY rows by ranges (see RangedNpy): where a file is visited for about one sample
         # a read (shuffle="samples"); under "files" and "none" a file's samples come in
         # runs that one whole fetch, kept across reads, serves.
+        npy_above = config.npy_ranges_above
+        if npy_above == "auto":
+            remote = self.files.remote
+            npy_above = NPY_RANGES_ABOVE_REMOTE if remote else NPY_RANGES_ABOVE_LOCAL
         npy_rows = bool(
             fmt == "npy"
             and self._rows
             and config.decode
             and config.mode == "headrace"
             and config.shuffle == "samples"
+            and npy_above is not None
+            and max(self.files.sizes) >= npy_above
         )
         self._rows_only = bool(
             self._rows
@@ -147,9 +157,12 @@ class FileSource(Closing):
             and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz" or npy_rows)
         )
         self._npy_rows = npy_rows
+        self._npy_above = None if npy_above is None else int(npy_above)
         self.in_flight = config.in_flight or self._default_in_flight()
         self._npy = (
-            RangedNpy(lambda: self.files, self.in_flight, config.local_read) if npy_rows else None
+            RangedNpy(lambda: self.files, self.in_flight, config.local_read, self._npy_above or 0)
+            if npy_rows
+            else None
         )
         above = self._ranges_above()
         self._ranged = (
@@ -285,7 +298,7 @@ class FileSource(Closing):
         f = self.files
         depth = self._default_depth()
         # A file read by ranges is held as what its reads need, not whole.
-        above = 0 if self._npy_rows else self._ranges_above()
+        above = self._npy_above if self._npy_rows else self._ranges_above()
         largest = max((s for s in f.sizes if above is None or s < above), default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
@@ -302,7 +315,7 @@ class FileSource(Closing):
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
-        if self._npy is not None:
+        if self._npy is not None and self._npy.applies(f):
             return self._npy.image(f, self._wanted.get(f))
         if self._ranged is None:
             return self.files.fetch(f)

@@ -6,11 +6,14 @@ C-order array is the ``row_bytes`` at ``header + i * row_bytes``. Under
 read, and fetching it whole for each read read 1,000 times the bytes used (on
 object storage, one whole-object GET per sample). Here a file is held as a
 :class:`~headrace.formats._sparse.SparseImage` of its size into which only its
-header and the rows asked are read: locally through the range-read engine
-(:class:`~headrace.io.RangeReader`: neighbours coalesced, read in parallel,
-each read checked against the file's listed version), on object storage by
-ranged GETs all in flight at once (each checked against the listed size and
-ETag). The bytes of a row are the file's, so batches are those of whole files.
+header and the rows asked are read: neighbours within 64 KiB joined (the I/O
+engine's gap), locally a ``pread`` each on the window's thread (``in_flight``
+files at once; O_DIRECT through :class:`~headrace.io.RangeReader`), each read
+checked against the file's listed size and version; on object storage by ranged
+GETs all in flight at once (each checked against the listed size and ETag).
+The bytes of a row are the file's, so batches are those of whole files. Files
+under ``above`` bytes (``npy_ranges_above``: 1 MiB locally, 8 MiB on object
+storage) are read whole: there a read by rows cost more than the bytes it saved.
 
 A file's header is learned at its first read and kept (a few hundred bytes a
 file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. A file not seen
@@ -71,9 +74,10 @@ class RangedNpy:
     """
 
     def __init__(
-        self, files: Callable[[], FileList], in_flight: int, local_read: LocalRead
+        self, files: Callable[[], FileList], in_flight: int, local_read: LocalRead, above: int
     ) -> None:
         self._files = files
+        self.above = above
         self._in_flight = in_flight
         self._local_read = local_read
         self._lock = threading.Lock()
@@ -84,6 +88,10 @@ class RangedNpy:
         self._queue: RequestQueue | None = None
         self._reader: RangeReader | None = None
 
+    def applies(self, f: int) -> bool:
+        """Whether file ``f`` is read by rows: at least ``above`` bytes."""
+        return self._files().sizes[f] >= self.above
+
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s header and rows ``rows`` (``None``: the header only; the
         decode's :meth:`SparseImage.want` fetches the rows it then asks)."""
@@ -92,7 +100,8 @@ class RangedNpy:
         if files.remote:
             fetch = files.fetch_ranges(f, self._request_queue())
         else:
-            fetch = files.local_ranges(f, self._range_reader())
+            reader = self._range_reader() if self._local_read == "odirect" else None
+            fetch = files.local_ranges(f, reader)
         image = SparseImage(size, fetch, name)
         want = np.empty(0, np.int64) if rows is None else rows
         with self._lock:
