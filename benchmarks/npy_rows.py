@@ -1,9 +1,12 @@
-"""NPY files of many samples under shuffle="samples": the rows a read asks vs each file whole.
+"""NPY (or HDF5) files of many samples under shuffle="samples": the rows a read asks vs
+each file whole.
 
     PYTHONPATH=src python benchmarks/npy_rows.py --before OLD_SRC [--files 16] [--rows 1000]
         [--side 64] [--steps 8] [--batch 16] [--rounds 3] [--where local,s3] [--latency-ms 0]
+        [--format npy|hdf5]
 
-``--files`` NPY files of ``--rows`` float32 samples of ``side x side`` are written
+``--files`` NPY files (``--format hdf5``: HDF5 files of one dataset ``x``, a chunk a
+sample, unfiltered) of ``--rows`` float32 samples of ``side x side`` are written
 once (locally, and put on moto at 127.0.0.1 for ``s3``, reached through a
 ``LatencyProxy`` of ``--latency-ms`` per request where that is not 0). Each run reads ``--steps``
 batches through a ``Loader`` with ``shuffle="samples"``, in its own process, with
@@ -35,10 +38,12 @@ import json, sys, time
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
-url, rows, steps, batch, opts = sys.argv[1:6]
+url, rows, steps, batch, opts, fmt = sys.argv[1:7]
 options = json.loads(opts)
 kw = {"store_options": options} if options else {}
-src = FileSource(url, format="npy", samples_per_file=int(rows), shuffle="samples", **kw)
+if fmt == "hdf5":
+    kw["datasets"] = ("x",)
+src = FileSource(url, format=fmt, samples_per_file=int(rows), shuffle="samples", **kw)
 t = time.perf_counter()
 with Loader(src, batch_size=int(batch), seed=0, steps=int(steps)) as loader:
     digest = batch_digest(loader)
@@ -67,20 +72,31 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--where", default="local,s3")
     p.add_argument("--latency-ms", type=float, default=0.0)
-    p.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "headrace-npy-rows"))
+    p.add_argument("--format", choices=("npy", "hdf5"), default="npy")
+    p.add_argument("--root", default=None)
     a = p.parse_args()
-    root = Path(a.root)
+    ext = "h5" if a.format == "hdf5" else "npy"
+    root = Path(a.root or os.path.join(tempfile.gettempdir(), f"headrace-{a.format}-rows"))
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for i in range(a.files):
-        path = root / f"f{i:03d}.npy"
-        if not path.exists():
-            np.save(path, rng.standard_normal((a.rows, a.side, a.side), dtype=np.float32))
+        path = root / f"f{i:03d}.{ext}"
+        if path.exists():
+            continue
+        x = rng.standard_normal((a.rows, a.side, a.side), dtype=np.float32)
+        if a.format == "hdf5":
+            import h5py
+
+            with h5py.File(path, "w") as f:
+                f.create_dataset("x", data=x, chunks=(1, a.side, a.side))
+        else:
+            np.save(path, x)
     used = a.steps * a.batch * a.side * a.side * 4
-    size = sum(f.stat().st_size for f in root.glob("*.npy"))
+    size = sum(f.stat().st_size for f in root.glob(f"*.{ext}"))
     out(
-        f"{a.files} files x {a.rows} samples of {a.side}x{a.side} float32 ({size / 1e6:.0f} "
-        f"MB); {a.steps} steps of {a.batch}, shuffle='samples'; {used / 1e6:.2f} MB of samples"
+        f"{a.files} {a.format} files x {a.rows} samples of {a.side}x{a.side} float32 "
+        f"({size / 1e6:.0f} MB); {a.steps} steps of {a.batch}, shuffle='samples'; "
+        f"{used / 1e6:.2f} MB of samples"
     )
     here = str(Path(__file__).resolve().parent.parent / "src")
     trees = {"before": str(Path(a.before).resolve()), "after": here}
@@ -94,7 +110,7 @@ def main() -> int:
             s3 = LocalS3().__enter__()
             s3.create_bucket(BUCKET)
             client = s3.info.boto3_client()
-            for f in sorted(root.glob("*.npy")):
+            for f in sorted(root.glob(f"*.{ext}")):
                 client.put_object(Bucket=BUCKET, Key=f"npy/{f.name}", Body=f.read_bytes())
             options = s3.info.store_options()
             if a.latency_ms:
@@ -106,7 +122,8 @@ def main() -> int:
         try:
             for _ in range(a.rounds):
                 for side, tree in trees.items():
-                    r = _run(tree, [url, str(a.rows), str(a.steps), str(a.batch), opts])
+                    args = [url, str(a.rows), str(a.steps), str(a.batch), opts, a.format]
+                    r = _run(tree, args)
                     runs[side].append(r)
                     out(f"  {where} {side:6} {r['s']:.3f} s {r['bytes'] / 1e6:.1f} MB "
                         f"{r['gets']} reads {r['digest'][:12]}")  # fmt: skip

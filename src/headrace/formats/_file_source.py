@@ -303,13 +303,17 @@ class FileSource(Closing):
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
     def _ranges_above(self) -> int | None:
-        """The size from which files are read by ranges, ``None`` where none is: remote
-        HDF5 files of several samples whose reads decode only the samples asked
-        (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files)."""
+        """The size from which files are read by ranges, ``None`` where none is: HDF5
+        files of several samples whose reads decode only the samples asked
+        (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files), on object
+        storage (``hdf5_ranges_above``) or, under ``shuffle="samples"``, local
+        (``hdf5_local_ranges_above``)."""
         c = self.config
         hdf5 = self.format.name == "hdf5"
-        if not (hdf5 and self._rows_only and self.files.remote and c.mode == "headrace"):
+        if not (hdf5 and self._rows_only and c.mode == "headrace"):
             return None
+        if not self.files.remote:  # a file's samples in runs ("files"): one pread serves them
+            return c.hdf5_local_ranges_above if c.shuffle == "samples" else None
         return c.hdf5_ranges_above
 
     def _fetch_file(self, f: int) -> Any:
@@ -321,6 +325,8 @@ class FileSource(Closing):
             return self.files.fetch(f)
         if self._ranged.applies(f):
             return self._ranged.image(f, self._wanted.get(f))
+        if not self.files.remote:
+            return self.files.fetch(f)
         # A place on the ranges' queue: fetches of whole files beside GETs of ranges
         # were up to twice in_flight GETs at once where files straddle the threshold.
         with self._ranged.slot():

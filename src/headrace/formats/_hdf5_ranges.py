@@ -1,4 +1,5 @@
-"""HDF5 on object storage: fetch a file's metadata and the chunks a read needs, not all of it.
+"""HDF5 on object storage (and, under shuffle="samples", local): fetch a file's metadata and
+the chunks a read needs, not all of it.
 
 A remote HDF5 file is held as a :class:`SparseImage`: an anonymous mapping of
 the object's size (only the pages written cost memory) that h5py reads through
@@ -283,7 +284,10 @@ class RangedHdf5:
         # A file the cache holds whole (kept by a source that read it whole) is read by
         # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
         # past the default in_flight's cap, which leaves files read by ranges out.
-        fetch = files.fetch_ranges(f, self._request_queue())
+        if files.remote:
+            fetch = files.fetch_ranges(f, self._request_queue())
+        else:  # a local file (shuffle="samples"): a pread a span, checked as listed
+            fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)
