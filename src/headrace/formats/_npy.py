@@ -78,6 +78,26 @@ def _literal(text: str, major: int) -> object:
             return ast.literal_eval(_PY2_LONG.sub(r"\1", text))
 
 
+#: What a file that is not NPY is, by its first bytes, and how to read it instead.
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "an NPZ (a zip archive, as np.savez writes): name it .npz, format='npz'"),
+    (b"PK\x05\x06", "an empty zip archive (an NPZ of no arrays)"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file: name it .h5, format='hdf5' with datasets=(...)"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image: name it .png, format='png'"),
+    (b"\xff\xd8\xff", "a JPEG image: name it .jpg, format='jpeg'"),
+    (b"\x80", "a Python pickle (pickle.dump, torch.save): headrace never unpickles; save "
+     "arrays with np.save"),
+)  # fmt: skip
+
+
+def _what_it_is(head: bytes) -> str:
+    """``"; it is ..."``: what a file that is not NPY looks like (``""``: not known)."""
+    for magic, what in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"; it is {what}"
+    return ""
+
+
 def _parse_npy_header(
     view: memoryview, where: str, leave_out: str = ""
 ) -> tuple[np.dtype[np.generic], tuple[int, ...], bool, int]:
@@ -89,6 +109,7 @@ def _parse_npy_header(
         # JSON metadata) is named as such, not as a truncated header.
         raise FormatError(
             f"{where}: not an NPY file: starts with {head!r}, expected {_NPY_MAGIC!r}"
+            + _what_it_is(bytes(view[:8]))
         )
     if len(view) < 10:
         raise FormatError(f"{where}: truncated: {len(view)} bytes, shorter than an NPY header")
