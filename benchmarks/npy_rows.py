@@ -3,10 +3,12 @@ each file whole.
 
     PYTHONPATH=src python benchmarks/npy_rows.py --before OLD_SRC [--files 16] [--rows 1000]
         [--side 64] [--steps 8] [--batch 16] [--rounds 3] [--where local,s3] [--latency-ms 0]
-        [--format npy|hdf5]
+        [--format npy|hdf5|npz]
 
 ``--files`` NPY files (``--format hdf5``: HDF5 files of one dataset ``x``, a chunk a
-sample, unfiltered) of ``--rows`` float32 samples of ``side x side`` are written
+sample, unfiltered; ``--format npz``: ``np.savez`` files, stored, whose "before" side
+is this tree with ``npz_ranges_above=None`` and "after" with ``0``) of ``--rows``
+float32 samples of ``side x side`` are written
 once (locally, and put on moto at 127.0.0.1 for ``s3``, reached through a
 ``LatencyProxy`` of ``--latency-ms`` per request where that is not 0). Each run reads ``--steps``
 batches through a ``Loader`` with ``shuffle="samples"``, in its own process, with
@@ -38,11 +40,13 @@ import json, sys, time
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
-url, rows, steps, batch, opts, fmt = sys.argv[1:7]
+url, rows, steps, batch, opts, fmt = sys.argv[1:7]  # argv[7]: the side
 options = json.loads(opts)
 kw = {"store_options": options} if options else {}
 if fmt == "hdf5":
     kw["datasets"] = ("x",)
+if fmt == "npz" and sys.argv[7] == "after":  # opt-in (a stored member's CRC goes unchecked)
+    kw["npz_ranges_above"] = 0
 src = FileSource(url, format=fmt, samples_per_file=int(rows), shuffle="samples", **kw)
 t = time.perf_counter()
 with Loader(src, batch_size=int(batch), seed=0, steps=int(steps)) as loader:
@@ -63,7 +67,7 @@ def _run(tree: str, args: list[str]) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", required=True, help="an older tree's src directory")
+    p.add_argument("--before", default="", help="an older tree's src directory (not npz)")
     p.add_argument("--files", type=int, default=16)
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--side", type=int, default=64)
@@ -72,10 +76,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--where", default="local,s3")
     p.add_argument("--latency-ms", type=float, default=0.0)
-    p.add_argument("--format", choices=("npy", "hdf5"), default="npy")
+    p.add_argument("--format", choices=("npy", "hdf5", "npz"), default="npy")
     p.add_argument("--root", default=None)
     a = p.parse_args()
-    ext = "h5" if a.format == "hdf5" else "npy"
+    ext = {"hdf5": "h5"}.get(a.format, a.format)
     root = Path(a.root or os.path.join(tempfile.gettempdir(), f"headrace-{a.format}-rows"))
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -89,6 +93,8 @@ def main() -> int:
 
             with h5py.File(path, "w") as f:
                 f.create_dataset("x", data=x, chunks=(1, a.side, a.side))
+        elif a.format == "npz":
+            np.savez(path, x=x)
         else:
             np.save(path, x)
     used = a.steps * a.batch * a.side * a.side * 4
@@ -99,7 +105,8 @@ def main() -> int:
         f"{used / 1e6:.2f} MB of samples"
     )
     here = str(Path(__file__).resolve().parent.parent / "src")
-    trees = {"before": str(Path(a.before).resolve()), "after": here}
+    before = here if a.format == "npz" else str(Path(a.before).resolve())
+    trees = {"before": before, "after": here}
     ok = True
     for where in a.where.split(","):
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
@@ -122,7 +129,7 @@ def main() -> int:
         try:
             for _ in range(a.rounds):
                 for side, tree in trees.items():
-                    args = [url, str(a.rows), str(a.steps), str(a.batch), opts, a.format]
+                    args = [url, str(a.rows), str(a.steps), str(a.batch), opts, a.format, side]
                     r = _run(tree, args)
                     runs[side].append(r)
                     out(f"  {where} {side:6} {r['s']:.3f} s {r['bytes'] / 1e6:.1f} MB "

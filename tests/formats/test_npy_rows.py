@@ -41,7 +41,7 @@ def test_samples_read_only_their_rows_with_the_whole_files_batches(tmp_path: Pat
     for i in range(6):
         np.save(tmp_path / f"{i}.npy", rng.standard_normal((64, 64, 64), dtype=np.float32))
     ranged, whole = _pair(tmp_path, samples_per_file=64)
-    assert ranged._npy is not None and whole._npy is None
+    assert ranged._by_rows is not None and whole._by_rows is None
     assert _digest(ranged, steps=2, batch=4) == _digest(whole, steps=2, batch=4)
     row = 64 * 64 * 4
     # 8 rows, each joined with at most a 64 KiB gap, and the headers.
@@ -182,13 +182,15 @@ def test_small_files_are_read_whole_by_default_and_the_size_is_checked(tmp_path:
     # slower here): such files are read whole unless npy_ranges_above says otherwise.
     for i in range(2):
         np.save(tmp_path / f"{i}.npy", np.zeros((16, 1024), np.float32))  # 64 KiB
-    assert FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")._npy is None
+    assert (
+        FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")._by_rows is None
+    )
     src = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples",
                      npy_ranges_above=32 << 10)  # fmt: skip
-    assert src._npy is not None
+    assert src._by_rows is not None
     for off in (None, 0):  # never by rows: "files" order, or turned off
         assert FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=off,
-                          shuffle="files" if off == 0 else "samples")._npy is None  # fmt: skip
+                          shuffle="files" if off == 0 else "samples")._by_rows is None  # fmt: skip
     for bad in (-1, "big", True, 1.5):
         with pytest.raises(ConfigError, match=r"npy_ranges_above must be a size in bytes >= 0"):
             FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=bad)

@@ -42,7 +42,7 @@ def test_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path: Pat
     local = _digest(FileSource(tmp_path, format="npy", samples_per_file=64, shuffle="samples"))
     whole = _source(s3, "npyrows/a", samples_per_file=64, shuffle="samples", mode="map-style")
     # 1 MiB objects are read whole by default (from 8 MiB by rows on object storage).
-    assert _source(s3, "npyrows/a", samples_per_file=64, shuffle="samples")._npy is None
+    assert _source(s3, "npyrows/a", samples_per_file=64, shuffle="samples")._by_rows is None
     ranged = _source(s3, "npyrows/a", samples_per_file=64, shuffle="samples", npy_ranges_above=0)
     assert _digest(whole) == local
     assert _digest(ranged) == local
@@ -71,3 +71,24 @@ def test_a_truncated_object_is_refused_by_name(s3: S3Fixture, tmp_path: Path) ->
     with pytest.raises(FormatError, match=r"npyrows/cut/1\.npy: truncated: header says 16384"):
         src.read(0, np.arange(32))
     src.close()
+
+
+def test_npz_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    for i in range(4):  # np.savez: stored members, 1 MiB of x a file
+        x = rng.standard_normal((64, 64, 64), dtype=np.float32)
+        np.savez(tmp_path / f"{i}.npz", x=x, y=np.arange(64) + 100 * i)
+    client = s3.server.info.boto3_client()
+    for p in sorted(tmp_path.glob("*.npz")):
+        client.put_object(Bucket=BUCKET, Key=f"npzrows/{p.name}", Body=p.read_bytes())
+    options = {**s3.options(), "retry": FAST_RETRY}
+    kw: dict[str, Any] = {"format": "npz", "samples_per_file": 64, "shuffle": "samples"}
+    local = _digest(FileSource(tmp_path, **kw))
+    whole = FileSource(f"s3://{BUCKET}/npzrows", store_options=options, **kw)
+    ranged = FileSource(f"s3://{BUCKET}/npzrows", store_options=options, npz_ranges_above=0, **kw)
+    assert whole._by_rows is None and ranged._by_rows is not None
+    assert _digest(whole) == local
+    assert _digest(ranged) == local
+    assert ranged.files.store.stats.bytes < 0.3 * whole.files.store.stats.bytes
+    whole.close()
+    ranged.close()

@@ -94,6 +94,9 @@ class FileSourceConfig:
     is read by rows under ``shuffle="samples"``: its header and the rows a read asks,
     not the whole file (``mode="headrace"`` only); ``"auto"``: 1 MiB locally, 8 MiB on
     object storage; ``None``: always whole.
+    ``npz_ranges_above``: the same for NPZ files (their stored members by rows; a
+    deflated member whole), default ``None`` (always whole): a stored member's CRC-32
+    covers all of it, so read by rows it is not checked.
     """
 
     format: str = "raw"
@@ -116,6 +119,7 @@ class FileSourceConfig:
     hdf5_ranges_above: int | None = DEFAULT_HDF5_RANGES_ABOVE
     hdf5_local_ranges_above: int | None = DEFAULT_HDF5_LOCAL_RANGES_ABOVE
     npy_ranges_above: int | Literal["auto"] | None = "auto"
+    npz_ranges_above: int | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))  # one fingerprint
@@ -162,16 +166,17 @@ class FileSourceConfig:
                 isinstance(above, bool) or not isinstance(above, int) or above < 0
             ):
                 raise ConfigError(f"{what} must be a size in bytes >= 0 or None (got {above!r}).")
-        npy = self.npy_ranges_above
-        if (
-            npy is not None
-            and npy != "auto"
-            and (isinstance(npy, bool) or not isinstance(npy, int) or npy < 0)
-        ):
-            raise ConfigError(
-                f"npy_ranges_above must be a size in bytes >= 0, 'auto' (1 MiB locally, 8 MiB "
-                f"on object storage) or None (always whole) (got {npy!r})."
-            )
+        for what in ("npy_ranges_above", "npz_ranges_above"):
+            size = getattr(self, what)
+            if (
+                size is not None
+                and size != "auto"
+                and (isinstance(size, bool) or not isinstance(size, int) or size < 0)
+            ):
+                raise ConfigError(
+                    f"{what} must be a size in bytes >= 0, 'auto' (1 MiB locally, 8 MiB on "
+                    f"object storage) or None (always whole) (got {size!r})."
+                )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
         if self.in_flight is not None:

@@ -42,6 +42,7 @@ from headrace.formats._files import FileFormat, file_format
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
 from headrace.formats._npy_ranges import RangedNpy
+from headrace.formats._npz_ranges import RangedNpz
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
@@ -135,35 +136,40 @@ class FileSource(Closing):
         self._rows = self.counted or self.plan.samples_per_file > 1
         # Reads decode only the samples they ask of each file (see _rows_wanted).
         fmt = self.format.name
-        # NPY rows by ranges (see RangedNpy): where a file is visited for about one sample
-        # a read (shuffle="samples"); under "files" and "none" a file's samples come in
-        # runs that one whole fetch, kept across reads, serves.
-        npy_above = config.npy_ranges_above
-        if npy_above == "auto":
+        # NPY and NPZ rows by ranges (RangedNpy, RangedNpz): where a file is visited for
+        # about one sample a read (shuffle="samples"); under "files" and "none" a file's
+        # samples come in runs that one whole fetch, kept across reads, serves.
+        rows_above: int | str | None = None
+        if fmt == "npy":
+            rows_above = config.npy_ranges_above
+        elif fmt == "npz":
+            rows_above = config.npz_ranges_above
+        if rows_above == "auto":
             remote = self.files.remote
-            npy_above = NPY_RANGES_ABOVE_REMOTE if remote else NPY_RANGES_ABOVE_LOCAL
-        npy_rows = bool(
-            fmt == "npy"
-            and self._rows
+            rows_above = NPY_RANGES_ABOVE_REMOTE if remote else NPY_RANGES_ABOVE_LOCAL
+        by_rows = bool(
+            self._rows
             and config.decode
             and config.mode == "headrace"
             and config.shuffle == "samples"
-            and npy_above is not None
-            and max(self.files.sizes) >= npy_above
+            and isinstance(rows_above, int)
+            and max(self.files.sizes) >= rows_above
         )
         self._rows_only = bool(
             self._rows
             and config.decode
-            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz" or npy_rows)
+            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz" or by_rows)
         )
-        self._npy_rows = npy_rows
-        self._npy_above = None if npy_above is None else int(npy_above)
+        self._rows_above = int(rows_above) if by_rows and isinstance(rows_above, int) else None
         self.in_flight = config.in_flight or self._default_in_flight()
-        self._npy = (
-            RangedNpy(lambda: self.files, self.in_flight, config.local_read, self._npy_above or 0)
-            if npy_rows
-            else None
-        )
+        self._by_rows: RangedNpy | RangedNpz | None = None
+        if self._rows_above is not None and fmt == "npy":
+            read = config.local_read
+            self._by_rows = RangedNpy(lambda: self.files, self.in_flight, read, self._rows_above)
+        elif self._rows_above is not None:
+            self._by_rows = RangedNpz(
+                lambda: self.files, config.datasets, self.in_flight, self._rows_above
+            )
         above = self._ranges_above()
         self._ranged = (
             None
@@ -298,7 +304,7 @@ class FileSource(Closing):
         f = self.files
         depth = self._default_depth()
         # A file read by ranges is held as what its reads need, not whole.
-        above = self._npy_above if self._npy_rows else self._ranges_above()
+        above = self._rows_above if self._rows_above is not None else self._ranges_above()
         largest = max((s for s in f.sizes if above is None or s < above), default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
@@ -319,8 +325,8 @@ class FileSource(Closing):
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
-        if self._npy is not None and self._npy.applies(f):
-            return self._npy.image(f, self._wanted.get(f))
+        if self._by_rows is not None and self._by_rows.applies(f):
+            return self._by_rows.image(f, self._wanted.get(f))
         if self._ranged is None:
             return self.files.fetch(f)
         if self._ranged.applies(f):
@@ -334,7 +340,7 @@ class FileSource(Closing):
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
-        if self._ranged is not None or self._npy is not None:
+        if self._ranged is not None or self._by_rows is not None:
             for f, rows in (self._rows_wanted(files, items) or {}).items():
                 # Both reads' rows where a file is in this one and the next: the first
                 # fetch serves both, rather than the decode fetching what it missed.
@@ -400,7 +406,7 @@ class FileSource(Closing):
             upcoming = self.window.queued if need <= self._prefetched else []
             self._prefetched = set()
             self.window.retain(need | set(upcoming))
-            if self._ranged is not None or self._npy is not None:
+            if self._ranged is not None or self._by_rows is not None:
                 old = self._wanted
                 self._wanted = {f: old[f] for f in upcoming if f in old}
                 self._note_rows(files, items)
@@ -586,8 +592,8 @@ class FileSource(Closing):
         self.window.close()
         if self._ranged is not None:
             self._ranged.close()
-        if self._npy is not None:
-            self._npy.close()
+        if self._by_rows is not None:
+            self._by_rows.close()
         self.decoder.close()
         self.files.close()
 

@@ -84,8 +84,10 @@ class _Data:
 
 
 def contiguous_rows(offset: int, row_bytes: int, rows: int) -> _Data:
-    """Where rows lie in a contiguous block: ``rows`` of ``row_bytes`` from ``offset``."""
-    return _Data(offset=offset, row_bytes=row_bytes, total=row_bytes * rows)
+    """Where rows lie in a contiguous block: ``rows`` of ``row_bytes`` from ``offset``;
+    ``row_bytes`` 0: a block of ``rows`` bytes, read whole for any row."""
+    total = row_bytes * rows if row_bytes else rows
+    return _Data(offset=offset, row_bytes=row_bytes, total=total)
 
 
 @dataclass(slots=True)
