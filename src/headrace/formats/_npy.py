@@ -297,11 +297,23 @@ def refuse_npy_as_raw(at: Callable[[int, int], memoryview], name: str, what: str
     )
 
 
-def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
+def npy_rows(at: Callable[[int, int], memoryview], *, name: str, size: int | None = None) -> int:
     """The leading axis of an NPY file's array from its header alone (:func:`npy_header`);
-    a 0-d array is a :class:`FormatError` naming ``name``."""
-    _, shape, _, _ = npy_header(at, name)
-    return _rows(shape, name)
+    a 0-d array is a :class:`FormatError` naming ``name``, and so is a file whose
+    ``size`` (where given) is not what its header says (truncated, as a truncated NPZ
+    or HDF5 file is refused when counted, not when a batch first reaches it)."""
+    dtype, shape, _, offset = npy_header(at, name)
+    n = _rows(shape, name)
+    if size is not None and dtype.itemsize:
+        want = math.prod(shape) * dtype.itemsize
+        found = size - offset
+        if found != want:
+            what = "truncated" if found < want else "corrupt"
+            raise FormatError(
+                f"{name}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
+                f"found {found}"
+            )
+    return n
 
 
 def encode_npy(array: NDArray[np.generic]) -> bytes:
