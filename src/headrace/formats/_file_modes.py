@@ -83,7 +83,7 @@ class IterableFiles:
                     index.append(start + i)
                     of.append(f)
                     if len(samples) == self.batch_size:
-                        self.source.count_read(np.asarray(of, dtype=np.int64), self.window.stats)
+                        self.source._count_read(np.asarray(of, dtype=np.int64), self.window.stats)
                         yield stack_samples(samples, np.asarray(index, dtype=np.int64))
                         samples, index, of = [], [], []
         finally:

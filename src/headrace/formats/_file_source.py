@@ -427,14 +427,14 @@ class FileSource(Closing):
                     d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
                 ]
-        self.count_read(files, self.window.stats)
+        self._count_read(files, self.window.stats)
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
         if bad:
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
 
-    def count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
+    def _count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
         """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes
         they take in their files (``stats.amplification``: each file's size over its count)."""
         if not len(files):
