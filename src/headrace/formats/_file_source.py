@@ -27,22 +27,17 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._messages import unknown_keys
 from headrace.errors import ConfigError, DataError
-from headrace.formats._file_config import (
-    NPY_RANGES_ABOVE_LOCAL,
-    NPY_RANGES_ABOVE_REMOTE,
-    FileSourceConfig,
-)
+from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
+from headrace.formats._file_rows import by_rows, rows_above
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
-from headrace.formats._npy_ranges import RangedNpy
-from headrace.formats._npz_ranges import RangedNpz
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
@@ -136,40 +131,19 @@ class FileSource(Closing):
         self._rows = self.counted or self.plan.samples_per_file > 1
         # Reads decode only the samples they ask of each file (see _rows_wanted).
         fmt = self.format.name
-        # NPY and NPZ rows by ranges (RangedNpy, RangedNpz): where a file is visited for
-        # about one sample a read (shuffle="samples"); under "files" and "none" a file's
-        # samples come in runs that one whole fetch, kept across reads, serves.
-        rows_above: int | str | None = None
-        if fmt == "npy":
-            rows_above = config.npy_ranges_above
-        elif fmt == "npz":
-            rows_above = config.npz_ranges_above
-        if rows_above == "auto":
-            remote = self.files.remote
-            rows_above = NPY_RANGES_ABOVE_REMOTE if remote else NPY_RANGES_ABOVE_LOCAL
-        by_rows = bool(
-            self._rows
-            and config.decode
-            and config.mode == "headrace"
-            and config.shuffle == "samples"
-            and isinstance(rows_above, int)
-            and max(self.files.sizes) >= rows_above
-        )
+        # NPY and NPZ files read by rows under shuffle="samples" (see _file_rows).
+        self._rows_above = rows_above(config, self.files, self._rows)
         self._rows_only = bool(
             self._rows
             and config.decode
-            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz" or by_rows)
-        )
-        self._rows_above = int(rows_above) if by_rows and isinstance(rows_above, int) else None
-        self.in_flight = config.in_flight or self._default_in_flight()
-        self._by_rows: RangedNpy | RangedNpz | None = None
-        if self._rows_above is not None and fmt == "npy":
-            read = config.local_read
-            self._by_rows = RangedNpy(lambda: self.files, self.in_flight, read, self._rows_above)
-        elif self._rows_above is not None:
-            self._by_rows = RangedNpz(
-                lambda: self.files, config.datasets, self.in_flight, self._rows_above
+            and (
+                (fmt == "hdf5" and config.on_corrupt == "raise")
+                or fmt == "npz"
+                or self._rows_above is not None
             )
+        )
+        self.in_flight = config.in_flight or self._default_in_flight()
+        self._by_rows = by_rows(config, lambda: self.files, self.in_flight, self._rows_above)
         above = self._ranges_above()
         self._ranged = (
             None
