@@ -275,3 +275,13 @@ def test_a_fifo_in_a_list_or_a_glob_is_refused_by_name(tmp_path: Path) -> None:
     for files in ([tmp_path / "0.npy", tmp_path / "1.npy"], str(tmp_path / "*.npy")):
         with pytest.raises(ConfigError, match=r"1\.npy: a FIFO, not a regular file.*for ever"):
             FileSource(files, format="raw")
+
+
+def test_a_dangling_link_in_a_glob_or_list_is_refused_as_in_a_folder(tmp_path: Path) -> None:
+    # A folder's walk refused a dangling link by name; a glob dropped it without a word
+    # (fails before: 1 file listed), a list said only "no such file".
+    _npy(tmp_path / "0.npy", 0)
+    os.symlink(tmp_path / "gone" / "1.npy", tmp_path / "1.npy")
+    for files in (str(tmp_path / "*.npy"), [tmp_path / "0.npy", tmp_path / "1.npy"], tmp_path):
+        with pytest.raises(ObjectNotFoundError, match=r"1\.npy: a symbolic link to .*gone"):
+            FileSource(files, format="npy")

@@ -37,6 +37,7 @@ from headrace.formats._file_walk import (
     local_version,
     none_found,
     refuse_special,
+    stat_listed,
     suffixes,
     walk,
 )
@@ -47,7 +48,6 @@ from headrace.io import (
     RangeReader,
     ReaderConfig,
     RequestQueue,
-    open_error,
 )
 from headrace.io._file import scheme_hint
 
@@ -427,10 +427,7 @@ def list_files(
         sizes, versions = [], []
         for k in keys:
             p = os.path.join(url, k) if url else k
-            try:
-                st = os.stat(p)
-            except OSError as exc:
-                raise open_error(p, exc) from exc
+            st = stat_listed(p)
             refuse_special(p, st)
             sizes.append(st.st_size)
             versions.append(local_version(st))

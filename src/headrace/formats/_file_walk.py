@@ -23,6 +23,7 @@ __all__ = [
     "Walked",
     "kind_of",
     "refuse_special",
+    "stat_listed",
     "drop_hidden",
     "folder_suffixes",
     "is_hidden",
@@ -84,6 +85,23 @@ def kind_of(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     return "not a regular file"
+
+
+def stat_listed(path: str) -> os.stat_result:
+    """``os.stat(path)`` of a file listed (walked, globbed or named): a dangling symbolic
+    link is refused as such, naming its target, any other error by :func:`open_error`."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError as exc:
+        if not os.path.islink(path):  # deleted while listed
+            raise open_error(path, exc) from exc
+        raise ObjectNotFoundError(
+            errno.ENOENT,
+            f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+            "(a dataset's file must be readable: remove the link or restore its target)",
+        ) from exc
+    except OSError as exc:
+        raise open_error(path, exc) from exc
 
 
 def refuse_special(path: str, st: os.stat_result) -> None:
@@ -153,18 +171,7 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
                 hidden.append(prefix + n)
                 continue
             path = os.path.join(folder, n)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError as exc:
-                if not os.path.islink(path):  # deleted while listed
-                    raise open_error(path, exc) from exc
-                raise ObjectNotFoundError(
-                    errno.ENOENT,
-                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
-                    "(a dataset's file must be readable: remove the link or restore its target)",
-                ) from exc
-            except OSError as exc:
-                raise open_error(path, exc) from exc
+            st = stat_listed(path)
             if stat.S_ISREG(st.st_mode):
                 found.append((prefix + n, st.st_size, local_version(st)))
             else:  # a FIFO, socket or device named like a sample: counted, as hidden files
