@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,20 @@ def test_hidden_files_left_out_are_counted_in_the_report(
     assert "no problems" in printed
     assert "skipped 3 hidden file(s) or folder(s)" in printed and "'._s00.npz'" in printed
     assert json.loads(out.read_text())["hidden_skipped"] == 3
+
+
+def test_fifos_left_out_are_counted_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A FIFO named like a sample was left out of the check without a word (fails
+    # before: no line, no "special_skipped").
+    root = npz_files(tmp_path / "d", 2)
+    os.mkfifo(root / "s99.npz")
+    out = tmp_path / "r.json"
+    assert main(["check", str(root), "--format", "npz", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped 1 file(s) that are not regular files (e.g. 's99.npz': a FIFO)" in printed
+    assert json.loads(out.read_text())["special_skipped"] == 1
 
 
 def test_format_aliases_are_taken_as_filesource_takes_them(

@@ -146,6 +146,7 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
             "interrupted": report.interrupted,
             "seconds": report.seconds,
             "hidden_skipped": source.files.hidden if args.format != "tokens" else 0,
+            "special_skipped": source.files.special if args.format != "tokens" else 0,
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems

@@ -278,6 +278,9 @@ def _npy_with_header(text: bytes) -> bytes:
         ),
         ("npy", "r001.npy", b"\x93NUMPY\x01\x00\xff\x00{'descr'", "header says 255 header bytes"),
         ("npy", "r001.npy", np.float32(3), r"a 0-d array \(shape \(\)\)"),
+        # Counted from its header, a cut NPY was planned and failed when a batch reached
+        # it, where a cut NPZ or HDF5 file is refused here (fails before: no error).
+        ("npy", "r001.npy", "cut 4", r"r001\.npy: truncated: header says \d+ data bytes"),
         ("npz", "r001.npz", b"\x93NUMPY junk", r"r001\.npz: not an NPZ \(zip\) file"),
         ("npz", "r001.npz", "cut", r"r001\.npz: truncated or corrupt NPZ"),
         ("npz", "r001.npz", "json", r"member 'x\.npy' is not an array"),
@@ -300,6 +303,8 @@ def test_a_header_that_cannot_be_counted_is_named(
         np.save(path, content)
     elif content == "cut":
         path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
+    elif content == "cut 4":  # its last 4 bytes
+        path.write_bytes(path.read_bytes()[:-4])
     elif content == "json":
         with zipfile.ZipFile(path, "w") as z:
             z.writestr("x.npy", b'{"meta": 1}')

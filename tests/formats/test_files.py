@@ -447,3 +447,31 @@ def test_npy_headers_are_never_evaluated_by_two_threads_at_once(
         shapes = list(pool.map(lambda b: decode_npy(b, name="a.npy").shape, files))
     assert shapes == [(i + 1, 7, 5) for i in range(48)]
     assert most[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "says"),
+    [
+        ("npz", r"it is an NPZ \(a zip archive, as np.savez writes\): name it .npz, format='npz'"),
+        ("hdf5", r"it is an HDF5 file: name it .h5, format='hdf5' with datasets"),
+        ("png", r"it is a PNG image: name it .png"),
+        ("jpeg", r"it is a JPEG image: name it .jpg"),
+        ("pickle", r"it is a Python pickle \(pickle.dump, torch.save\): headrace never unpickles"),
+    ],
+)
+def test_a_file_of_another_format_named_npy_says_what_it_is(fmt: str, says: str) -> None:
+    # It said only "not an NPY file: starts with b'PK\x03\x04-\x00'" (fails before).
+    import pickle
+
+    from headrace.formats._npy import npy_rows
+
+    if fmt == "pickle":
+        data = pickle.dumps(np.arange(6))
+    elif fmt in ("npz", "hdf5"):
+        data = encode(fmt, {"x": np.arange(6, dtype=np.uint8).reshape(1, 2, 3)})
+    else:
+        data = encode(fmt, np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(FormatError, match=r"x\.npy: not an NPY file: .*; " + says):
+        decode_npy(data, name="x.npy")
+    with pytest.raises(FormatError, match=r"y\.npy: not an NPY file: .*; " + says):
+        npy_rows(lambda at, n: memoryview(data)[at : at + n], name="y.npy")

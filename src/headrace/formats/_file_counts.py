@@ -118,7 +118,7 @@ def _count_one(
         start = max(0, size - first) if from_end else 0
         f.fill([(start, start + first)], gap=0)
         if fmt.name == "npy":
-            n = npy_rows(f.at, name=name)
+            n = npy_rows(f.at, name=name, size=size)
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         else:

@@ -68,6 +68,7 @@ class IterableFiles:
         self.window.plan(shard)
         samples: list[Sample] = []
         index: list[int] = []
+        of: list[int] = []  # each sample's file, for stats.amplification
         try:
             for f in shard:
                 try:
@@ -80,9 +81,11 @@ class IterableFiles:
                 for i in plan.items(seed, epoch, f).tolist():
                     samples.append(self.source.decoder.pick(arrays, f, i))
                     index.append(start + i)
+                    of.append(f)
                     if len(samples) == self.batch_size:
+                        self.source._count_read(np.asarray(of, dtype=np.int64), self.window.stats)
                         yield stack_samples(samples, np.asarray(index, dtype=np.int64))
-                        samples, index = [], []
+                        samples, index, of = [], [], []
         finally:
             self.window.close()
 

@@ -39,6 +39,8 @@ from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import ImageMode
+from headrace.formats._npy import decode_npy_rows
+from headrace.formats._sparse import SparseImage
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -60,7 +62,7 @@ def decode_file(
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
-    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5 and NPZ only:
+    fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so."""
     if not decode:
@@ -71,7 +73,25 @@ def decode_file(
             ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
         }
     if fmt.name == "npz":
-        return dict(fmt.decoder(data, name=name, keys=datasets or None, rows=rows, count=count))
+        crc = True
+        if isinstance(data, SparseImage):
+            # Read by rows (npz_ranges_above): the metadata and the rows asked, whose
+            # member's CRC-32 cannot be checked; a reader of whole files has it all read.
+            if rows is None:
+                data.fill([(0, data.size)])
+            else:
+                crc = False
+            data = data.buffer
+        keys = datasets or None
+        return dict(fmt.decoder(data, name=name, keys=keys, rows=rows, count=count, check_crc=crc))
+    if fmt.name == "npy" and isinstance(data, SparseImage):
+        # Read by rows (shuffle="samples"): a sparse image holding the header and the rows
+        # asked; a reader of whole files (IterableFiles) has the rest read first.
+        if rows is None:
+            data.fill([(0, data.size)])
+        data = data.buffer
+    if fmt.name == "npy" and rows is not None:
+        return {"data": decode_npy_rows(data, name=name, rows=rows, count=count)}
     options: dict[str, Any] = {} if image_mode is None else {"mode": image_mode}
     if exif_transpose:
         options["exif_transpose"] = True

@@ -32,6 +32,7 @@ from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
+from headrace.formats._file_rows import by_rows, rows_above
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
@@ -104,7 +105,7 @@ class FileSource(Closing):
         self.config = config
         self.format: FileFormat = file_format(config.format)
         self.files: FileList = self._list(listing, open_cache(config.cache_dir, config.cache_bytes))
-        if self.files.hidden:  # said where it is seen, not only in a repr
+        if self.files.hidden or self.files.special:  # said where seen, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
         spf = config.samples_per_file
@@ -130,12 +131,19 @@ class FileSource(Closing):
         self._rows = self.counted or self.plan.samples_per_file > 1
         # Reads decode only the samples they ask of each file (see _rows_wanted).
         fmt = self.format.name
+        # NPY and NPZ files read by rows under shuffle="samples" (see _file_rows).
+        self._rows_above = rows_above(config, self.files, self._rows)
         self._rows_only = bool(
             self._rows
             and config.decode
-            and ((fmt == "hdf5" and config.on_corrupt == "raise") or fmt == "npz")
+            and (
+                (fmt == "hdf5" and config.on_corrupt == "raise")
+                or fmt == "npz"
+                or self._rows_above is not None
+            )
         )
         self.in_flight = config.in_flight or self._default_in_flight()
+        self._by_rows = by_rows(config, lambda: self.files, self.in_flight, self._rows_above)
         above = self._ranges_above()
         self._ranged = (
             None
@@ -161,6 +169,7 @@ class FileSource(Closing):
             threads=self.decode_threads,
         )
         self._prefetched: set[int] = set()
+        self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
         # The samples the loader said follow the next read (None: not told).
         self._following: tuple[int, NDArray[np.int64]] | None = None
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
@@ -269,27 +278,35 @@ class FileSource(Closing):
         f = self.files
         depth = self._default_depth()
         # A file read by ranges is held as what its reads need, not whole.
-        above = self._ranges_above()
+        above = self._rows_above if self._rows_above is not None else self._ranges_above()
         largest = max((s for s in f.sizes if above is None or s < above), default=0)
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
 
     def _ranges_above(self) -> int | None:
-        """The size from which files are read by ranges, ``None`` where none is: remote
-        HDF5 files of several samples whose reads decode only the samples asked
-        (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files)."""
+        """The size from which files are read by ranges, ``None`` where none is: HDF5
+        files of several samples whose reads decode only the samples asked
+        (:meth:`_rows_wanted`; map-style, the baseline, fetches whole files), on object
+        storage (``hdf5_ranges_above``) or, under ``shuffle="samples"``, local
+        (``hdf5_local_ranges_above``)."""
         c = self.config
         hdf5 = self.format.name == "hdf5"
-        if not (hdf5 and self._rows_only and self.files.remote and c.mode == "headrace"):
+        if not (hdf5 and self._rows_only and c.mode == "headrace"):
             return None
+        if not self.files.remote:  # a file's samples in runs ("files"): one pread serves them
+            return c.hdf5_local_ranges_above if c.shuffle == "samples" else None
         return c.hdf5_ranges_above
 
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need."""
+        if self._by_rows is not None and self._by_rows.applies(f):
+            return self._by_rows.image(f, self._wanted.get(f))
         if self._ranged is None:
             return self.files.fetch(f)
         if self._ranged.applies(f):
             return self._ranged.image(f, self._wanted.get(f))
+        if not self.files.remote:
+            return self.files.fetch(f)
         # A place on the ranges' queue: fetches of whole files beside GETs of ranges
         # were up to twice in_flight GETs at once where files straddle the threshold.
         with self._ranged.slot():
@@ -297,7 +314,7 @@ class FileSource(Closing):
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
-        if self._ranged is not None:
+        if self._ranged is not None or self._by_rows is not None:
             for f, rows in (self._rows_wanted(files, items) or {}).items():
                 # Both reads' rows where a file is in this one and the next: the first
                 # fetch serves both, rather than the decode fetching what it missed.
@@ -363,7 +380,7 @@ class FileSource(Closing):
             upcoming = self.window.queued if need <= self._prefetched else []
             self._prefetched = set()
             self.window.retain(need | set(upcoming))
-            if self._ranged is not None:
+            if self._ranged is not None or self._by_rows is not None:
                 old = self._wanted
                 self._wanted = {f: old[f] for f in upcoming if f in old}
                 self._note_rows(files, items)
@@ -384,11 +401,23 @@ class FileSource(Closing):
                     d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
                 ]
+        self._count_read(files, self.window.stats)
         bad = [k for k, s in enumerate(picked) if isinstance(s, DataError)]
         if bad:
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
+
+    def _count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
+        """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes
+        they take in their files (``stats.amplification``: each file's size over its count)."""
+        if not len(files):
+            return
+        if self._per_sample is None:
+            sizes = np.asarray(self.files.sizes, dtype=np.float64)
+            self._per_sample = sizes / np.maximum(self.counts, 1)
+        st.samples += len(files)
+        st.sample_bytes += round(float(self._per_sample[files].sum()))
 
     def followed_by(self, seed: int, samples: NDArray[np.int64]) -> None:
         """The next read will be followed by one of ``samples`` (none: by nothing)."""
@@ -537,6 +566,8 @@ class FileSource(Closing):
         self.window.close()
         if self._ranged is not None:
             self._ranged.close()
+        if self._by_rows is not None:
+            self._by_rows.close()
         self.decoder.close()
         self.files.close()
 

@@ -21,6 +21,9 @@ from headrace.io import open_error
 
 __all__ = [
     "Walked",
+    "kind_of",
+    "refuse_special",
+    "stat_listed",
     "drop_hidden",
     "folder_suffixes",
     "is_hidden",
@@ -67,6 +70,52 @@ class Walked(NamedTuple):
     versions: list[str | None]
     hidden: int  # hidden files with the extension, and hidden folders, left out
     hidden_example: str | None
+    special: int = 0  # files with the extension that are not regular files, left out
+    special_example: str | None = None
+
+
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def stat_listed(path: str) -> os.stat_result:
+    """``os.stat(path)`` of a file listed (walked, globbed or named): a dangling symbolic
+    link is refused as such, naming its target, any other error by :func:`open_error`."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError as exc:
+        if not os.path.islink(path):  # deleted while listed
+            raise open_error(path, exc) from exc
+        raise ObjectNotFoundError(
+            errno.ENOENT,
+            f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+            "(a dataset's file must be readable: remove the link or restore its target)",
+        ) from exc
+    except OSError as exc:
+        raise open_error(path, exc) from exc
+
+
+def refuse_special(path: str, st: os.stat_result) -> None:
+    """Refuse a listed path that is not a regular file: reading a FIFO blocks until a
+    writer comes (a read of a list holding one waited for ever), a socket or device
+    has no size to check a read against."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    raise ConfigError(
+        f"{path}: {kind_of(st.st_mode)}, not a regular file: a dataset's files are read by "
+        "ranges and checked against their size, which a FIFO (named pipe), socket or device "
+        "does not have (reading a FIFO waits for a writer for ever). Write its data to a "
+        "file, or leave it out of the list"
+    )
 
 
 def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
@@ -82,6 +131,7 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
     """
     found: list[tuple[str, int, str]] = []
     hidden: list[str] = []
+    special: list[str] = []
     top = os.fspath(root)
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
@@ -121,20 +171,11 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
                 hidden.append(prefix + n)
                 continue
             path = os.path.join(folder, n)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError as exc:
-                if not os.path.islink(path):  # deleted while listed
-                    raise open_error(path, exc) from exc
-                raise ObjectNotFoundError(
-                    errno.ENOENT,
-                    f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
-                    "(a dataset's file must be readable: remove the link or restore its target)",
-                ) from exc
-            except OSError as exc:
-                raise open_error(path, exc) from exc
-            if stat.S_ISREG(st.st_mode):  # not a FIFO or socket named like a sample
+            st = stat_listed(path)
+            if stat.S_ISREG(st.st_mode):
                 found.append((prefix + n, st.st_size, local_version(st)))
+            else:  # a FIFO, socket or device named like a sample: counted, as hidden files
+                special.append(f"{prefix + n!r}: {kind_of(st.st_mode)}")
     found.sort()
     return Walked(
         [f[0] for f in found],
@@ -142,6 +183,8 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
         [f[2] for f in found],
         len(hidden),
         min(hidden) if hidden else None,
+        len(special),
+        min(special) if special else None,
     )
 
 
@@ -161,7 +204,12 @@ def folder_suffixes(root: Path) -> Counter[str]:
 
 
 def none_found(
-    what: str, extensions: Sequence[str], others: Counter[str], hidden: int, example: str | None
+    what: str,
+    extensions: Sequence[str],
+    others: Counter[str],
+    hidden: int,
+    example: str | None,
+    special: str = "",
 ) -> str:
     """What a listing that found nothing says: the files it holds instead (``others``:
     their extensions) and the hidden ones it left out."""
@@ -183,4 +231,6 @@ def none_found(
             f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "
             f"{example!r}) were left out: pass a list of paths to read such files"
         )
+    if special:
+        text += f"; {special}"
     return text

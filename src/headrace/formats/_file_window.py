@@ -31,7 +31,9 @@ def _held(data: Any) -> int:
 
 @dataclass(slots=True)
 class WindowStats:
-    """What a window did: fetches, bytes, and the most held and in flight at once."""
+    """What a window did: fetches, bytes, and the most held and in flight at once; and
+    what its source read from it: ``samples``, and ``sample_bytes``, the bytes those
+    samples take in their files (each file's size over its count)."""
 
     fetches: int = 0
     bytes: int = 0
@@ -39,6 +41,15 @@ class WindowStats:
     peak_held_bytes: int = 0
     in_flight: int = 0
     max_in_flight_observed: int = 0
+    samples: int = 0
+    sample_bytes: int = 0
+
+    @property
+    def amplification(self) -> float:
+        """Bytes fetched over the bytes the samples read take in their files: 1.0 reads
+        each stored byte once; a whole file of 1,000 samples fetched for one is 1,000.
+        Read-ahead for reads not made yet counts in ``bytes`` (0.0 before any sample)."""
+        return self.bytes / self.sample_bytes if self.sample_bytes else 0.0
 
 
 class _Entry:
@@ -161,7 +172,10 @@ class FetchWindow:
             e = self._entries.get(f)
             if e is None or not e.future.done() or e.future.exception() is not None:
                 return
-            self._count_locked(e, _held(e.future.result()))
+            n = _held(e.future.result())
+            # Fetched since it was counted: bytes too (they counted the first fetch only).
+            self.stats.bytes += max(0, n - e.nbytes)
+            self._count_locked(e, n)
 
     def _pump(self) -> None:
         with self._lock:

@@ -1,4 +1,5 @@
-"""HDF5 on object storage: fetch a file's metadata and the chunks a read needs, not all of it.
+"""HDF5 on object storage (and, under shuffle="samples", local): fetch a file's metadata and
+the chunks a read needs, not all of it.
 
 A remote HDF5 file is held as a :class:`SparseImage`: an anonymous mapping of
 the object's size (only the pages written cost memory) that h5py reads through
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
     from headrace.io import RequestQueue
 
-__all__ = ["FileLayout", "RangedHdf5", "learn_layout", "tree_children"]
+__all__ = ["FileLayout", "RangedHdf5", "contiguous_rows", "learn_layout", "tree_children"]
 
 #: The first read of a file not seen before: h5py writes the superblock and the
 #: object headers first (one GET held every header of the files measured).
@@ -80,6 +81,13 @@ class _Data:
             return [(self.offset, self.offset + self.total)]
         starts = self.offset + np.unique(rows) * self.row_bytes
         return list(zip(starts.tolist(), (starts + self.row_bytes).tolist(), strict=True))
+
+
+def contiguous_rows(offset: int, row_bytes: int, rows: int) -> _Data:
+    """Where rows lie in a contiguous block: ``rows`` of ``row_bytes`` from ``offset``;
+    ``row_bytes`` 0: a block of ``rows`` bytes, read whole for any row."""
+    total = row_bytes * rows if row_bytes else rows
+    return _Data(offset=offset, row_bytes=row_bytes, total=total)
 
 
 @dataclass(slots=True)
@@ -278,7 +286,10 @@ class RangedHdf5:
         # A file the cache holds whole (kept by a source that read it whole) is read by
         # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
         # past the default in_flight's cap, which leaves files read by ranges out.
-        fetch = files.fetch_ranges(f, self._request_queue())
+        if files.remote:
+            fetch = files.fetch_ranges(f, self._request_queue())
+        else:  # a local file (shuffle="samples"): a pread a span, checked as listed
+            fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)

@@ -24,12 +24,14 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import FormatError
+from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
 
 __all__ = [
     "NPY_HEAD",
+    "check_rows",
     "decode_npy",
+    "decode_npy_rows",
     "encode_npy",
     "npy_header",
     "npy_rows",
@@ -76,6 +78,26 @@ def _literal(text: str, major: int) -> object:
             return ast.literal_eval(_PY2_LONG.sub(r"\1", text))
 
 
+#: What a file that is not NPY is, by its first bytes, and how to read it instead.
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "an NPZ (a zip archive, as np.savez writes): name it .npz, format='npz'"),
+    (b"PK\x05\x06", "an empty zip archive (an NPZ of no arrays)"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file: name it .h5, format='hdf5' with datasets=(...)"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image: name it .png, format='png'"),
+    (b"\xff\xd8\xff", "a JPEG image: name it .jpg, format='jpeg'"),
+    (b"\x80", "a Python pickle (pickle.dump, torch.save): headrace never unpickles; save "
+     "arrays with np.save"),
+)  # fmt: skip
+
+
+def _what_it_is(head: bytes) -> str:
+    """``"; it is ..."``: what a file that is not NPY looks like (``""``: not known)."""
+    for magic, what in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"; it is {what}"
+    return ""
+
+
 def _parse_npy_header(
     view: memoryview, where: str, leave_out: str = ""
 ) -> tuple[np.dtype[np.generic], tuple[int, ...], bool, int]:
@@ -87,6 +109,7 @@ def _parse_npy_header(
         # JSON metadata) is named as such, not as a truncated header.
         raise FormatError(
             f"{where}: not an NPY file: starts with {head!r}, expected {_NPY_MAGIC!r}"
+            + _what_it_is(bytes(view[:8]))
         )
     if len(view) < 10:
         raise FormatError(f"{where}: truncated: {len(view)} bytes, shorter than an NPY header")
@@ -182,6 +205,48 @@ def decode_npy(data: Buffer, *, name: str) -> NDArray[np.generic]:
     return _npy_from_view(as_bytes_view(data, name), name)
 
 
+def check_rows(
+    shape: tuple[int, ...],
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None,
+    name: str,
+    key: str,
+) -> None:
+    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
+    ``rows`` must lie on it."""
+    if count is not None and (not shape or shape[0] != count[0]):
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
+            f"axis ({count[1]})"
+        )
+    if not shape:
+        raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
+    if len(rows) and not 0 <= int(rows[0]) <= int(rows[-1]) < shape[0]:
+        raise DataError(
+            f"{name}: {key!r} has shape {shape}; rows {int(rows[0])} to {int(rows[-1])} "
+            f"asked, expected rows in [0, {shape[0]})"
+        )
+
+
+def decode_npy_rows(
+    data: Buffer,
+    *,
+    name: str,
+    rows: NDArray[np.int64],
+    count: tuple[int, str] | None = None,
+    key: str = "data",
+) -> NDArray[np.generic]:
+    """Rows ``rows`` (increasing) of the NPY file in ``data``: a view where they are a run,
+    else a copy of those rows. The header and the payload's size are checked as by
+    :func:`decode_npy`; the leading axis must hold ``count[0]`` samples (a
+    :class:`DataError` saying ``count[1]`` gives it). Only the rows asked are read, so
+    ``data`` may hold only those (a file read by rows: ``_npy_ranges``)."""
+    arr = decode_npy(data, name=name)
+    check_rows(arr.shape, rows, count, name, key)
+    r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
+    return arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
+
+
 def _header_end(head: memoryview) -> int | None:
     """Where an NPY header ends, by its length field (``None``: too short to say)."""
     if len(head) >= 10 and head[6] == 1:
@@ -232,11 +297,23 @@ def refuse_npy_as_raw(at: Callable[[int, int], memoryview], name: str, what: str
     )
 
 
-def npy_rows(at: Callable[[int, int], memoryview], *, name: str) -> int:
+def npy_rows(at: Callable[[int, int], memoryview], *, name: str, size: int | None = None) -> int:
     """The leading axis of an NPY file's array from its header alone (:func:`npy_header`);
-    a 0-d array is a :class:`FormatError` naming ``name``."""
-    _, shape, _, _ = npy_header(at, name)
-    return _rows(shape, name)
+    a 0-d array is a :class:`FormatError` naming ``name``, and so is a file whose
+    ``size`` (where given) is not what its header says (truncated, as a truncated NPZ
+    or HDF5 file is refused when counted, not when a batch first reaches it)."""
+    dtype, shape, _, offset = npy_header(at, name)
+    n = _rows(shape, name)
+    if size is not None and dtype.itemsize:
+        want = math.prod(shape) * dtype.itemsize
+        found = size - offset
+        if found != want:
+            what = "truncated" if found < want else "corrupt"
+            raise FormatError(
+                f"{name}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
+                f"found {found}"
+            )
+    return n
 
 
 def encode_npy(array: NDArray[np.generic]) -> bytes:

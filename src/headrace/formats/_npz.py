@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import DataError, FormatError
+from headrace.errors import FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._inflate import inflate
 from headrace.formats._npy import (
@@ -32,6 +32,7 @@ from headrace.formats._npy import (
     _npy_from_view,
     _parse_npy_header,
     _rows,
+    check_rows,
     encode_npy,
 )
 
@@ -184,35 +185,12 @@ def decode_npz(
         _check_npy_member(payload, name, info.filename, infos)
         arr = _npy_from_view(payload, where, _leave_out(key, infos))
         if rows is not None:
-            _check_rows(arr.shape, rows, count, name, key)
+            check_rows(arr.shape, rows, count, name, key)
             r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
             # A run of rows is a view of the file (stored: no copy); else those rows.
             arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
         out[key] = arr
     return out
-
-
-def _check_rows(
-    shape: tuple[int, ...],
-    rows: NDArray[np.int64],
-    count: tuple[int, str] | None,
-    name: str,
-    key: str,
-) -> None:
-    """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
-    ``rows`` must lie on it."""
-    if count is not None and (not shape or shape[0] != count[0]):
-        raise DataError(
-            f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
-            f"axis ({count[1]})"
-        )
-    if not shape:
-        raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
-    if len(rows) and not 0 <= int(rows[0]) <= int(rows[-1]) < shape[0]:
-        raise DataError(
-            f"{name}: {key!r} has shape {shape}; rows {int(rows[0])} to {int(rows[-1])} "
-            f"asked, expected rows in [0, {shape[0]})"
-        )
 
 
 def _deflated_rows(
@@ -238,7 +216,7 @@ def _deflated_rows(
     if end is not None and end > len(head):
         head = _member_head(reader, info, where, end)
     dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
-    _check_rows(shape, rows, count, name, key)
+    check_rows(shape, rows, count, name, key)
     row = dtype.itemsize * math.prod(shape[1:])
     if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
         payload = _member_bytes(view, info, name, True)

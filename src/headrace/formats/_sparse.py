@@ -86,6 +86,12 @@ class SparseImage(SeekableFile):
         #: OSError ("can't open file", "read failed"): raised in its place.
         self.error: BaseException | None = None
 
+    @property
+    def buffer(self) -> NDArray[np.uint8]:
+        """The image's bytes, as the file's (zeros where not held): what an NPY read by
+        rows decodes, reading only the header and the rows it holds."""
+        return self._buf
+
     # -- what is held ------------------------------------------------------------
     def missing(self, a: int, b: int) -> list[Span]:
         """The parts of ``[a, b)`` not held."""

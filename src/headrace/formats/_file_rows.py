@@ -1,0 +1,58 @@
+"""Which NPY and NPZ files a source reads by rows (:mod:`._npy_ranges`, :mod:`._npz_ranges`).
+
+Where a file is visited for about one sample a read (``shuffle="samples"``), reading
+it whole read ``samples_per_file`` times the bytes used; under ``"files"`` and
+``"none"`` a file's samples come in runs that one whole fetch, kept across reads,
+serves. Files from a size up are read by rows (``npy_ranges_above``,
+``npz_ranges_above``), smaller ones whole: there a read by rows cost more than the
+bytes it saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from headrace.formats._file_config import (
+    NPY_RANGES_ABOVE_LOCAL,
+    NPY_RANGES_ABOVE_REMOTE,
+    FileSourceConfig,
+)
+from headrace.formats._files import file_format
+from headrace.formats._npy_ranges import RangedNpy
+from headrace.formats._npz_ranges import RangedNpz
+
+if TYPE_CHECKING:
+    from headrace.formats._file_list import FileList
+
+__all__ = ["by_rows", "rows_above"]
+
+
+def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | None:
+    """The size from which the files are read by rows, ``None`` where none is. ``rows``:
+    the files hold several samples each (on a leading axis)."""
+    fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
+    above = {"npy": config.npy_ranges_above, "npz": config.npz_ranges_above}.get(fmt)
+    if above == "auto":
+        above = NPY_RANGES_ABOVE_REMOTE if files.remote else NPY_RANGES_ABOVE_LOCAL
+    if not (
+        rows
+        and isinstance(above, int)
+        and config.decode
+        and config.mode == "headrace"
+        and config.shuffle == "samples"
+        and max(files.sizes) >= above
+    ):
+        return None
+    return above
+
+
+def by_rows(
+    config: FileSourceConfig, files: Callable[[], FileList], in_flight: int, above: int | None
+) -> RangedNpy | RangedNpz | None:
+    """What reads a source's files by rows, from ``above`` bytes (``None``: nothing)."""
+    if above is None:
+        return None
+    if file_format(config.format).name == "npy":
+        return RangedNpy(files, in_flight, config.local_read, above)
+    return RangedNpz(files, config.datasets, in_flight, above)

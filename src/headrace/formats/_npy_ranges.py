@@ -1,0 +1,182 @@
+"""NPY files of many samples read by rows: the header and the rows a read asks, not the file.
+
+An NPY file's rows lie one after another after its header: row ``i`` of a
+C-order array is the ``row_bytes`` at ``header + i * row_bytes``. Under
+``shuffle="samples"`` a file of 1,000 samples is visited by about one sample a
+read, and fetching it whole for each read read 1,000 times the bytes used (on
+object storage, one whole-object GET per sample). Here a file is held as a
+:class:`~headrace.formats._sparse.SparseImage` of its size into which only its
+header and the rows asked are read: neighbours within 64 KiB joined (the I/O
+engine's gap), locally a ``pread`` each on the window's thread (``in_flight``
+files at once; O_DIRECT through :class:`~headrace.io.RangeReader`), each read
+checked against the file's listed size and version; on object storage by ranged
+GETs all in flight at once (each checked against the listed size and ETag).
+The bytes of a row are the file's, so batches are those of whole files. Files
+under ``above`` bytes (``npy_ranges_above``: 1 MiB locally, 8 MiB on object
+storage) are read whole: there a read by rows cost more than the bytes it saved.
+
+A file's header is learned at its first read and kept (a few hundred bytes a
+file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. A file not seen
+yet is read with the layout of the last file of its size as a guess, header and
+rows in one batch of reads; a header that says otherwise costs a second batch,
+never other bytes. Fortran-order arrays (rows are not runs of bytes) and headers
+that do not parse are read whole: decoding then says what is wrong, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import FormatError
+from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
+from headrace.formats._npy import NPY_HEAD, npy_header
+from headrace.formats._sparse import SparseImage
+
+if TYPE_CHECKING:
+    from headrace.formats._file_list import FileList, LocalRead
+    from headrace.io import RangeReader, RequestQueue
+
+__all__ = ["HEAD_BYTES", "RangedNpy", "npy_layout"]
+
+#: The header bytes a source keeps, of the files read last (about 128 bytes a file).
+HEAD_BYTES = 16 << 20
+
+# (payload offset, bytes per row, rows): where a file's rows lie.
+Rows = tuple[int, int, int]
+
+
+def npy_layout(
+    dtype: np.dtype[np.generic], shape: tuple[int, ...], fortran: bool, offset: int
+) -> Rows | None:
+    """Where the rows of an NPY array lie, ``None`` where they are not runs of bytes
+    (Fortran order of 2 or more axes, a 0-d array, items of no bytes)."""
+    if not shape or dtype.itemsize == 0 or (fortran and len(shape) > 1):
+        return None
+    row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    return (offset, row, shape[0]) if row else None
+
+
+def _layout(rows: Rows) -> FileLayout:
+    offset, row, n = rows
+    return FileLayout(metadata=[(0, offset)], data={"data": contiguous_rows(offset, row, n)})
+
+
+class RangedNpy:
+    """Sparse images of one source's NPY files, read by rows (local or remote).
+
+    ``files()``: the source's current listing (a reopened source has a new store).
+    """
+
+    def __init__(
+        self, files: Callable[[], FileList], in_flight: int, local_read: LocalRead, above: int
+    ) -> None:
+        self._files = files
+        self.above = above
+        self._in_flight = in_flight
+        self._local_read = local_read
+        self._lock = threading.Lock()
+        # Header bytes and row layout by file, least recently used first (HEAD_BYTES).
+        self._heads: OrderedDict[int, tuple[bytes, Rows | None]] = OrderedDict()
+        self._head_bytes = 0
+        self._by_size: dict[int, Rows] = {}  # the last layout seen for a file size
+        self._queue: RequestQueue | None = None
+        self._reader: RangeReader | None = None
+
+    def applies(self, f: int) -> bool:
+        """Whether file ``f`` is read by rows: at least ``above`` bytes."""
+        return self._files().sizes[f] >= self.above
+
+    def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
+        """File ``f``'s header and rows ``rows`` (``None``: the header only; the
+        decode's :meth:`SparseImage.want` fetches the rows it then asks)."""
+        files = self._files()
+        size, name = files.sizes[f], files.name(f)
+        if files.remote:
+            fetch = files.fetch_ranges(f, self._request_queue())
+        else:
+            reader = self._range_reader() if self._local_read == "odirect" else None
+            fetch = files.local_ranges(f, reader)
+        image = SparseImage(size, fetch, name)
+        want = np.empty(0, np.int64) if rows is None else rows
+        with self._lock:
+            kept = self._heads.get(f)
+            if kept is not None:
+                self._heads.move_to_end(f)
+            guess = self._by_size.get(size)
+        if kept is not None:
+            head, layout = kept
+            image.put([(0, head)])
+            if layout is None:  # not rows of bytes (or a header that does not parse)
+                image.fill([(0, size)])
+            else:
+                image.layout = _layout(layout)
+                image.want(want)
+            return image
+        if guess is not None:  # the header and the rows it would place, in one batch
+            image.layout = _layout(guess)
+            image.want(want)
+        else:
+            image.fill([(0, min(NPY_HEAD, size))], gap=0)
+        try:
+            dtype, shape, fortran, offset = npy_header(image.at, name)
+        except FormatError:
+            layout = None  # decoding the whole file says what is wrong, naming it
+        else:
+            layout = npy_layout(dtype, shape, fortran, offset)
+            if layout is not None and layout[0] + layout[1] * layout[2] != size:
+                layout = None  # truncated or padded: decoding refuses it by name
+        if layout is None:
+            image.layout = None
+            image.fill([(0, size)])
+        elif layout != guess:
+            image.layout = _layout(layout)
+            image.want(want)
+        self._keep(f, image.take([(0, layout[0] if layout else min(NPY_HEAD, size))]), layout, size)
+        return image
+
+    def _keep(self, f: int, head: list[tuple[int, bytes]], layout: Rows | None, size: int) -> None:
+        if not head:
+            return
+        data = head[0][1]
+        with self._lock:
+            if layout is not None:
+                self._by_size[size] = layout
+            if f in self._heads:
+                return
+            self._heads[f] = (data, layout)
+            self._head_bytes += len(data)
+            while self._head_bytes > HEAD_BYTES and len(self._heads) > 1:
+                _, (old, _) = self._heads.popitem(last=False)
+                self._head_bytes -= len(old)
+
+    def _request_queue(self) -> RequestQueue:
+        from headrace.io import RequestQueue
+
+        with self._lock:
+            if self._queue is None:
+                self._queue = RequestQueue(self._in_flight, name="headrace-npy-rows")
+            return self._queue
+
+    def _range_reader(self) -> RangeReader:
+        from headrace.io import RangeReader, ReaderConfig
+
+        with self._lock:
+            if self._reader is None:
+                self._reader = RangeReader(ReaderConfig(strategy=self._local_read))
+            return self._reader
+
+    def close(self) -> None:
+        """Close the request queue and the local reader (the headers are kept)."""
+        with self._lock:
+            queue, self._queue = self._queue, None
+            reader, self._reader = self._reader, None
+        if queue is not None:
+            queue.close()
+        if reader is not None:
+            reader.close()

@@ -1,0 +1,196 @@
+"""NPY files of many samples under shuffle="samples": only the header and the rows a
+read asks are read (formats/_npy_ranges.py), and the batches are those of whole files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, FormatError, StorageError
+from headrace.formats import FileSource
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+
+def _save(path: Path, a: np.ndarray, version: tuple[int, int] | None = None) -> None:
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, a, version=version, allow_pickle=False)
+
+
+def _digest(src: FileSource, steps: int = 6, batch: int = 5) -> str:
+    with Loader(src, batch_size=batch, seed=3, steps=steps) as loader:
+        return batch_digest(loader)
+
+
+def _pair(root: Path, **kw: Any) -> tuple[FileSource, FileSource]:
+    """The source read by rows, and the map-style baseline (each file whole per sample)."""
+    kw.setdefault("samples_per_file", "header")
+    ranged = FileSource(root, format="npy", shuffle="samples", npy_ranges_above=0, **kw)
+    whole = FileSource(root, format="npy", shuffle="samples", mode="map-style", **kw)
+    return ranged, whole
+
+
+def test_samples_read_only_their_rows_with_the_whole_files_batches(tmp_path: Path) -> None:
+    # 6 files of 64 samples of 64x64 float32 (1 MiB a file): 8 samples read. Whole,
+    # each read fetched every file it touched: about 6 MiB for 128 KiB of samples.
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((64, 64, 64), dtype=np.float32))
+    ranged, whole = _pair(tmp_path, samples_per_file=64)
+    assert ranged._by_rows is not None and whole._by_rows is None
+    assert _digest(ranged, steps=2, batch=4) == _digest(whole, steps=2, batch=4)
+    row = 64 * 64 * 4
+    # 8 rows, each joined with at most a 64 KiB gap, and the headers.
+    assert 8 * row <= ranged.stats.bytes <= 8 * (row + (64 << 10)) + 6 * 128
+    ranged.close()
+    whole.close()
+
+
+VARIANTS: dict[str, Any] = {
+    "float32": np.arange(40 * 6, dtype="<f4").reshape(40, 2, 3),
+    "big-endian": np.arange(40 * 6, dtype=">f4").reshape(40, 2, 3),
+    "fortran": np.asfortranarray(np.arange(40 * 6, dtype="<f8").reshape(40, 6)),
+    "1-d": np.arange(40, dtype="<i8"),
+    "structured": np.array(
+        [(i, (i, -i, 2 * i)) for i in range(40)], dtype=[("a", "<i4"), ("b", "<f8", (3,))]
+    ),
+    # A header past the 128 bytes read first: its rows lie after it.
+    "long header": np.zeros(40, dtype=[(f"field_{k:02d}", "<u2") for k in range(30)]),
+    "bool": np.arange(40 * 3).reshape(40, 3) % 3 == 0,
+    "strings": np.array([f"s{i}" * (i % 4) for i in range(40)], dtype="<U8"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("version", [None, (2, 0), (3, 0)])
+def test_npy_variants_read_by_rows_give_the_whole_files_batches(
+    tmp_path: Path, name: str, version: tuple[int, int] | None
+) -> None:
+    base = VARIANTS[name]
+    for i in range(4):
+        a = base.copy(order="K") if name == "fortran" else base.copy()
+        if a.dtype.names is None and a.dtype.kind in "iuf":
+            a += 1000 * i
+        _save(tmp_path / f"{i}.npy", a[: 40 - 3 * i], version)  # files of 4 lengths
+    ranged, whole = _pair(tmp_path)
+    assert _digest(ranged) == _digest(whole)
+    # And the rows are those np.load gives.
+    batch = ranged.read(3, np.arange(30))
+    files, items = ranged.file_item(batch["index"])
+    want = [np.load(tmp_path / ranged.files.keys[f])[i] for f, i in zip(files, items, strict=True)]
+    np.testing.assert_array_equal(batch["data"], np.stack(want))
+    ranged.close()
+    whole.close()
+
+
+def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) -> None:
+    # Same size, same header length, other rows: (16, 8) and (8, 16) float32. The first
+    # file's layout is the guess for the second; its header corrects it.
+    np.save(tmp_path / "0.npy", np.arange(128, dtype=np.float32).reshape(16, 8))
+    np.save(tmp_path / "1.npy", -np.arange(128, dtype=np.float32).reshape(8, 16))
+    assert os.path.getsize(tmp_path / "0.npy") == os.path.getsize(tmp_path / "1.npy")
+    src = FileSource(tmp_path, format="npy", samples_per_file="header", shuffle="samples",
+                     npy_ranges_above=0, decode_threads=0, in_flight=1)  # fmt: skip
+    for k in range(24):  # every sample, one a read: each file is fetched many times
+        b = src.read(0, np.array([k]))
+        f, i = src.file_item(b["index"])
+        want = np.load(tmp_path / src.files.keys[int(f[0])])[int(i[0])]
+        np.testing.assert_array_equal(b["data"][0], want)
+    src.close()
+
+
+def test_resume_is_exact_reading_by_rows(tmp_path: Path) -> None:
+    for i in range(3):
+        np.save(tmp_path / f"{i}.npy", np.arange(20 * 4, dtype=np.int32).reshape(20, 4) + i)
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=20, shuffle="samples", npy_ranges_above=0
+    )
+    assert_resume_exact(lambda: Loader(src, batch_size=7, seed=1), steps=12, resume_at=range(13))
+    src.close()
+
+
+def test_object_arrays_are_refused_by_name_reading_by_rows(tmp_path: Path) -> None:
+    np.save(tmp_path / "0.npy", np.arange(8, dtype=np.float32).reshape(4, 2))
+    a = np.empty(4, dtype=object)
+    a[:] = [[1], [2, 3], "x", None]
+    np.save(tmp_path / "1.npy", a, allow_pickle=True)
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=4, shuffle="samples", npy_ranges_above=0
+    )
+    with pytest.raises(FormatError, match=r"1\.npy: NPY holds Python objects"):
+        src.read(0, np.arange(8))
+    src.close()
+
+
+def test_a_file_truncated_after_listing_is_named(tmp_path: Path) -> None:
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", np.zeros((64, 1024), np.float32))
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=64, shuffle="samples", npy_ranges_above=0
+    )
+    src.read(0, np.arange(4))
+    os.truncate(tmp_path / "1.npy", 128 + 10 * 4096)
+    with pytest.raises(StorageError, match=r"1\.npy"):
+        src.read(0, np.arange(128))
+    src.close()
+
+
+def test_a_file_truncated_before_listing_says_what_its_header_says(tmp_path: Path) -> None:
+    np.save(tmp_path / "0.npy", np.zeros((8, 4), np.float32))
+    np.save(tmp_path / "1.npy", np.zeros((8, 4), np.float32))
+    os.truncate(tmp_path / "1.npy", os.path.getsize(tmp_path / "1.npy") - 20)
+    src = FileSource(
+        tmp_path, format="npy", samples_per_file=8, shuffle="samples", npy_ranges_above=0
+    )
+    with pytest.raises(FormatError, match=r"1\.npy: truncated: header says 128 data bytes"):
+        src.read(0, np.arange(16))
+    src.close()
+
+
+def test_stats_say_the_read_amplification(tmp_path: Path) -> None:
+    # Bytes fetched over the bytes the samples read take in their files (fails before:
+    # WindowStats had no samples, sample_bytes or amplification).
+    rng = np.random.default_rng(2)
+    for i in range(4):  # 16 rows of 16 KiB a file
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 64, 64), dtype=np.float32))
+    size = os.path.getsize(tmp_path / "0.npy")
+    baseline = FileSource(tmp_path, format="npy", samples_per_file=16, mode="map-style")
+    _digest(baseline, steps=3, batch=4)
+    st = baseline.stats
+    assert st.samples == 12 and st.sample_bytes == round(12 * size / 16)
+    assert st.amplification == pytest.approx(16.0)  # a whole file for each sample
+    ranged = FileSource(
+        tmp_path, format="npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0
+    )
+    _digest(ranged, steps=3, batch=4)
+    assert ranged.stats.samples == 12 and 1.0 <= ranged.stats.amplification < 6.0
+    from headrace.formats import IterableFiles
+
+    it = IterableFiles(ranged, batch_size=8)
+    assert sum(len(b["index"]) for b in it.epoch(0, 0)) == 64
+    assert it.stats.amplification == pytest.approx(1.0)  # every file once, all its samples
+    for s in (baseline, ranged):
+        s.close()
+
+
+def test_small_files_are_read_whole_by_default_and_the_size_is_checked(tmp_path: Path) -> None:
+    # Under 1 MiB a read by rows cost more than the bytes it saved (64 KiB files: 1.5x
+    # slower here): such files are read whole unless npy_ranges_above says otherwise.
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", np.zeros((16, 1024), np.float32))  # 64 KiB
+    assert (
+        FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")._by_rows is None
+    )
+    src = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples",
+                     npy_ranges_above=32 << 10)  # fmt: skip
+    assert src._by_rows is not None
+    for off in (None, 0):  # never by rows: "files" order, or turned off
+        assert FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=off,
+                          shuffle="files" if off == 0 else "samples")._by_rows is None  # fmt: skip
+    for bad in (-1, "big", True, 1.5):
+        with pytest.raises(ConfigError, match=r"npy_ranges_above must be a size in bytes >= 0"):
+            FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=bad)
