@@ -160,3 +160,19 @@ def test_an_interrupted_check_still_tells_what_it_found(
     report = json.loads(out.read_text())
     assert report["interrupted"] is True and report["complete"] is False
     assert report["samples"] == 8 and len(report["problems"]) == 8
+
+
+@pytest.mark.parametrize("where", ["missing/r.json", "."])
+def test_an_unwritable_json_path_is_refused_before_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # The path was tried only after the whole check (hours on a large bucket): exit 2,
+    # no report, the problems found printed but not kept (fails before: 'checked 2 of 2
+    # samples' then 'cannot write it (No such file or directory)').
+    root = npz_files(tmp_path / "d", 2, bad=(1,))
+    out = tmp_path / where
+    assert main(["check", str(root), "--format", "npz", "--json", str(out)]) == 2
+    printed = capsys.readouterr()
+    assert "checked" not in printed.err and printed.out == ""
+    assert f"--json {str(out)!r}" in printed.err
+    assert ("does not exist; create it first" if where != "." else "is a folder") in printed.err

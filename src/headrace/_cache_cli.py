@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from headrace._messages import byte_size, write_json
+from headrace._output_path import check_output_path
 from headrace.errors import ConfigError
 from headrace.io import ObjectCache
 
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
     if args.prune_days is not None and args.prune_days < 0:
         raise ConfigError(f"--prune-days must be >= 0 (got {args.prune_days:g}).")
+    if args.json:
+        # Before anything is removed: a --clear went through, then the report failed.
+        check_output_path("--json", args.json)
     cache = ObjectCache(args.directory)
     report: dict[str, Any] = {}
     if args.clear or args.prune_days is not None:

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from headrace._messages import write_json
+from headrace._output_path import check_output_path
 from headrace.errors import ConfigError
 
 __all__ = ["configure", "run"]
@@ -109,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     i, slash, k = args.shard.partition("/")
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
+    if args.json:
+        # Before the check, which can take hours: it wrote nothing, and exited 2, after.
+        check_output_path("--json", args.json)
     source = _source(args)
     try:
         report = check(

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from headrace._messages import byte_size
+from headrace._output_path import check_output_path
 from headrace.bench._args import (
     check_ranges,
     parse_accelerators,
@@ -235,27 +236,6 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None], gen: s
             f"writable first ({gen} --root DIR), then point --root at DIR "
             "or a read-only view of it, such as a network mount"
         ) from None
-
-
-def check_output_path(flag: str, path: str) -> None:
-    """Refuse an unwritable output path before the run, not after minutes of it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        example = "r.png" if flag == "--plot" else "r.json"
-        raise ConfigError(f"{flag} {path!r} is a folder; give a file path, e.g. {flag} {example}")
-    if not os.path.isdir(folder):
-        raise ConfigError(f"{flag} {path!r}: folder {folder!r} does not exist; create it first")
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(
-            f"{flag} {path!r}: folder {folder!r} is not writable; choose a writable path"
-        )
-    # The report is opened for writing in place: a read-only (or immutable) file in a
-    # writable folder failed only after the run.
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise ConfigError(
-            f"{flag} {path!r} is not writable (an existing read-only or immutable file); "
-            "remove it or choose another path"
-        )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -447,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.json is not None:
-        from headrace.bench._cli import check_output_path
+        from headrace._output_path import check_output_path
 
         check_output_path("--json", str(args.json))  # before minutes of probing, not after
     if is_object_url(args.path):
