@@ -688,3 +688,17 @@ def test_batch_size_with_dlio_makes_the_epoch_of_that_batch(
     out = capsys.readouterr().out
     assert "2 epochs of 1 step, one epoch per trial" in out
     assert "batch 8 (--batch-size; the YAML's 4)" in out
+
+
+@pytest.mark.parametrize("listing", [[], ["--list"]])
+def test_dlio_and_workloads_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], listing: list[str]
+) -> None:
+    # `--dlio unet3d_h100.yaml -w tokens` ran the YAML alone: the -w workloads were left
+    # out without a word (fails before: exit 0 and a report of the DLIO workload only).
+    dlio = str(Path(__file__).parents[1] / "data" / "unet3d_h100.yaml")
+    args = ["bench", "--root", str(tmp_path / "data"), "-q", "--dlio", dlio, "-w", "tokens"]
+    assert main([*args, *listing, "--scale", "0.01", "--steps", "1", "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"got -w tokens and --dlio {dlio!r}: a run reads a --dlio YAML or -w" in err
+    assert not (tmp_path / "data").exists()

@@ -18,6 +18,7 @@ __all__ = [
     "parse_accelerators",
     "parse_sweep",
     "refuse_scales_without_dlio",
+    "refuse_workloads_with_dlio",
     "refuse_unused_sizes",
     "size_changes",
     "slowfs_config",
@@ -137,10 +138,27 @@ def refuse_scales_without_dlio(args: argparse.Namespace) -> None:
         if getattr(args, a, None) is not None
     ]
     if given:
+        # gen has no --steps: its message named a flag it refuses.
+        sizes = (
+            "--files, --token-file-gib or --steps"
+            if hasattr(args, "steps")
+            else ("--files or --token-file-gib")
+        )
         raise ConfigError(
             f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
-            "workload and nothing else: drop it, or size a built-in workload with "
-            "--files, --token-file-gib or --steps"
+            f"workload and nothing else: drop it, or size a built-in workload with {sizes}"
+        )
+
+
+def refuse_workloads_with_dlio(args: argparse.Namespace) -> None:
+    """``bench --dlio YAML -w NAME``: a run reads the one or the other. The ``-w``
+    workloads were left out without a word, and the report had the YAML's alone."""
+    if args.dlio and args.workload:
+        named = " ".join(f"-w {w}" for w in args.workload)
+        raise ConfigError(
+            f"got {named} and --dlio {args.dlio!r}: a run reads a --dlio YAML or -w "
+            "workloads, not both; drop one, or run them as two commands (each with "
+            "--json) and put them side by side with 'headrace bench compare A.json B.json'"
         )
 
 

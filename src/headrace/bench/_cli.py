@@ -24,6 +24,7 @@ from headrace.bench._args import (
     parse_sweep,
     refuse_scales_without_dlio,
     refuse_unused_sizes,
+    refuse_workloads_with_dlio,
     size_changes,
     slowfs_config,
 )
@@ -454,6 +455,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     # Refused with --list too: it lists the workloads a run with these options would run.
     check_ranges(args)
     refuse_scales_without_dlio(args)
+    refuse_workloads_with_dlio(args)
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
