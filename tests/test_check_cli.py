@@ -83,6 +83,19 @@ def test_format_aliases_are_taken_as_filesource_takes_them(
     assert "2 samples read" in capsys.readouterr().out
 
 
+def test_a_raw_token_file_without_a_dtype_is_told_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The message said "pass ... dtype='uint16'": the Python argument, not the flag
+    # (fails before: no "--dtype" in it).
+    path = tmp_path / "tokens.bin"
+    np.full(4000, 5, dtype=np.uint32).tofile(path)
+    assert main(["check", str(path), "--format", "tokens", "--context", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "raw token file needs a dtype" in err
+    assert "on the command line: give it with --dtype uint16, --dtype uint32" in err
+
+
 def test_a_clean_token_file_exits_0_and_ids_past_the_vocabulary_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,7 +133,16 @@ def test_headers_that_fail_are_all_named_with_exit_2(
         (["--format", "npz", "--store-option", "endpoint"], "give it as KEY=VALUE"),
         (["--format", "npz", "--store-option", "path_style=maybe"], "give true or false"),
         (["--format", "npz", "--shard", "1"], "--shard '1': give it as I/K"),
-        (["--format", "npz", "--shard", "4/4"], "shard must be (i, k) with 0 <= i < k"),
+        # Named by their flags: check() and the sources named their Python arguments
+        # (fails before: "check's shard must be (i, k) with 0 <= i < k (got (4, 4))",
+        # "check needs batch_size >= 1 and most >= 1 (got 0, 100)", ...).
+        (["--format", "npz", "--shard", "4/4"], "--shard 4/4: I must be below K"),
+        (["--format", "npz", "--batch-size", "0"], "--batch-size 0: expected a whole number"),
+        (["--format", "npz", "--most", "0"], "--most 0: expected a whole number >= 1"),
+        (["--format", "npz", "--samples-per-file", "0"], "--samples-per-file 0: expected"),
+        (["--format", "tokens", "--context", "0"], "--context 0: expected a whole number"),
+        (["--format", "tokens", "--vocab-size", "0"], "--vocab-size 0: expected a whole"),
+        (["--format", "hdf5"], "on the command line: name them with --datasets, e.g."),
     ],
 )
 def test_argument_errors_are_one_line_with_exit_2(
