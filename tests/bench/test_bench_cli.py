@@ -702,3 +702,52 @@ def test_dlio_and_workloads_together_are_refused(
     err = capsys.readouterr().err
     assert f"got -w tokens and --dlio {dlio!r}: a run reads a --dlio YAML or -w" in err
     assert not (tmp_path / "data").exists()
+
+
+def _files_toml(tmp_path: Path, variants: str) -> Path:
+    path = tmp_path / "w.toml"
+    path.write_text(
+        f'name = "w"\nkind = "files"\nvariants = [{variants}]\n[dataset]\nformat = "npz"\n'
+        f"files = 8\nrecord_bytes = 300\n{_TRAIN}"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("variants", "extra", "expected"),
+    [
+        ('"headrace", "headrace"', [], "w.toml: variant 'headrace' is listed more than once"),
+        ('"headrace"', ["--variants", "ceiling,ceiling"], "variant 'ceiling' is listed more"),
+        ('"headrace"', ["--sweep", "in_flight=2,2"], "value '2' is given more than once"),
+    ],
+)
+def test_a_variant_twice_is_refused_before_the_dataset(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    variants: str,
+    extra: list[str],
+    expected: str,
+) -> None:
+    # The runner keys its streams by spec: a variant listed twice generated the dataset,
+    # then ended in a StopIteration traceback (fails before: raises StopIteration).
+    path = _files_toml(tmp_path, variants)
+    root = tmp_path / "d"
+    assert main(["bench", "-w", str(path), "--root", str(root), "-q", *extra]) == 2
+    assert expected in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_an_option_over_a_reader_default_of_none_is_read_as_a_number(tmp_path: Path) -> None:
+    # The files kind's in_flight defaults to None (the kind decides): a file that leaves it
+    # out had ?in_flight=2 (and --sweep in_flight=2,4) refused as "in_flight must be a whole
+    # number >= 1; got '2'" (fails before: exit 2), though the docs sweep it.
+    path = _files_toml(tmp_path, '"headrace"')
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--sweep", "in_flight=2,4", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [(r["variant"], r["in_flight"]) for r in results] == [
+        ("headrace?in_flight=2", 2),
+        ("headrace?in_flight=4", 4),
+    ]
+    assert len({r["digest"] for r in results}) == 1

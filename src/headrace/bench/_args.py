@@ -71,6 +71,12 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
             f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
             "e.g. --sweep in_flight=1,8,32"
         )
+    repeated = sorted({v for v in vals if vals.count(v) > 1})
+    if repeated:
+        raise ConfigError(
+            f"--sweep {text!r}: value {repeated[0]!r} is given more than once; give each "
+            "value once (more runs: --trials)"
+        )
     return key, vals
 
 

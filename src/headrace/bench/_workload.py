@@ -241,6 +241,15 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.variants:
             raise ConfigError(f"{self.where}: the variants list is empty")
+        twice = sorted({v for v in self.variants if list(self.variants).count(v) > 1})
+        if twice:
+            # The runner keys its streams by spec: a second one ended the run in a
+            # StopIteration traceback after the dataset was generated.
+            raise ConfigError(
+                f"{self.where}: variant {twice[0]!r} is listed more than once; each variant "
+                "runs once (more runs: --trials; the same variant with another setting: "
+                f"{twice[0].partition('?')[0]}?KEY=VALUE)"
+            )
 
     @property
     def where(self) -> str:
