@@ -751,3 +751,17 @@ def test_an_option_over_a_reader_default_of_none_is_read_as_a_number(tmp_path: P
         ("headrace?in_flight=4", 4),
     ]
     assert len({r["digest"] for r in results}) == 1
+
+
+@pytest.mark.parametrize("name", ["../../up", "a/b", ".."])
+def test_a_workload_name_that_is_a_path_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # The name begins a files dataset's folder: name = "../../up" wrote the dataset two
+    # folders above --root (fails before: exit 0, tmp_path/../up-npz-8x1-... written).
+    path = _files_toml(tmp_path, '"headrace"')
+    path.write_text(path.read_text().replace('name = "w"', f"name = {name!r}".replace("'", '"')))
+    root = tmp_path / "a" / "b" / "root"
+    assert main(["bench", "-w", str(path), "--root", str(root), "-q", "--no-isolate"]) == 2
+    assert f"name {name!r} cannot be a path" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.toml"]

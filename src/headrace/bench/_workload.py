@@ -241,6 +241,14 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.variants:
             raise ConfigError(f"{self.where}: the variants list is empty")
+        if not self.name.strip(".") or any(c in self.name for c in "/\\\0"):
+            # It begins a files dataset's folder under the root: name = "../../x" wrote
+            # the dataset two folders above --root.
+            raise ConfigError(
+                f"{self.where}: name {self.name!r} cannot be a path: it begins the dataset's "
+                "folder name under --root; give a plain name without '/', e.g. name = "
+                '"unet3d-small"'
+            )
         twice = sorted({v for v in self.variants if list(self.variants).count(v) > 1})
         if twice:
             # The runner keys its streams by spec: a second one ended the run in a
