@@ -220,7 +220,8 @@ class TrainConfig:
             raise ConfigError(f"train: au_threshold must be in (0, 1] (got {self.au_threshold})")
         if not 0 <= self.rank < self.world_size:
             raise ConfigError(
-                f"train: rank must be in [0, world_size) (got {self.rank=}, {self.world_size=})"
+                f"train: rank must be in [0, world_size) (got rank = {self.rank}, world_size = "
+                f"{self.world_size})"
             )
 
 
