@@ -487,7 +487,8 @@ def dlio_workload(
         # DLIO writes sqrt(record) x sqrt(record) grey noise, stored at about a record;
         # left at the kind's 640 x 640, ResNet-50's 115 kB PNGs were 1.2 MB, at any
         # --record-scale.
-        side = _image_side(out_fmt, dataset["record_bytes"])
+        # An image's record is its side: its stored size is measured from one encoded.
+        side = _image_side(out_fmt, dataset.pop("record_bytes"))
         dataset["image_hw"] = [side, side]
         if stdev:  # every image here is image_hw in size
             image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"
