@@ -799,3 +799,25 @@ def test_the_demand_printed_before_the_dataset_is_the_reports(
         assert f"= {byte_size(demand)}/s per accelerator" in line
         lines.append(line)
     assert lines[0] == lines[1]
+
+
+def test_max_accelerators_of_one_step_trials_is_searched_not_taken_as_0(tmp_path: Path) -> None:
+    # Trials of one step count no step (AU 0 by definition), and the search started from
+    # that "verdict": every variant of the documented `--dlio unet3d_h100.yaml --scale 0.05
+    # --accelerators auto` (epochs of 1 step) showed max acc. 0 (fails before: 0 here, for
+    # a loader of 300 B records beside 50 ms of compute).
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\nkind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "npz"\n'
+        "files = 8\nrecord_bytes = 300\n[train]\nbatch_size = 4\ncomputation_time = 0.05\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    args += ["--steps", "1", "--trials", "1", "--accelerators", "auto", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert r["au"] == 0 and r["max_accelerators"] >= 1
+    assert any(
+        "max acc. was searched on epochs of 5 steps of its own" in n for n in report["notes"]
+    )
