@@ -821,3 +821,30 @@ def test_max_accelerators_of_one_step_trials_is_searched_not_taken_as_0(tmp_path
     assert any(
         "max acc. was searched on epochs of 5 steps of its own" in n for n in report["notes"]
     )
+
+
+def test_a_reader_that_fetched_less_than_it_delivered_is_said_to_read_its_memory(
+    tmp_path: Path,
+) -> None:
+    # 8 files in a window of 8 fetches: one fetch serves samples of several epochs, so
+    # headrace's GB/s (and AU) were partly its own memory's, beside a map-style that read
+    # every byte, and nothing said so (fails before: no such note).
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\nkind = "files"\nvariants = ["map-style", "headrace"]\n[dataset]\n'
+        'format = "npz"\nfiles = 8\nrecord_bytes = 300\n[reader]\nin_flight = 8\n'
+        "[train]\nbatch_size = 4\nsteps = 12\ntrials = 1\nwarmup_steps = 1\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    amp = {r["variant"]: r["amplification"] for r in report["results"]}
+    assert amp["headrace"] < 0.95 <= amp["map-style"]
+    said = [n for n in report["notes"] if "of the bytes it delivered" in n]
+    assert said == [
+        f"w/headrace: fetched {amp['headrace']:.2f} of the bytes it delivered: the dataset "
+        "fits in its read-ahead window, so one fetch served samples of several epochs, and "
+        "its GB/s and AU are partly its memory's, not the storage's; a dataset several times "
+        "the window (more files: --scale, --files) reads as training does"
+    ]
