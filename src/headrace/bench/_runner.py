@@ -35,6 +35,7 @@ from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
 from headrace.bench._report import SHORT_TRIAL_STEPS
+from headrace.bench._result_notes import result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
@@ -407,35 +408,7 @@ def _run(
             f"the ratios overstate a loader; use --steps {SHORT_TRIAL_STEPS} or more, or "
             "read its fresh pass (where the time went)"
         )
-    notes.extend(
-        f"{wl.name}/{res['variant']}: reads a local object cache filled before the run "
-        f"({res['cache_fill']['entries']} entries, {byte_size(res['cache_fill']['bytes'])} "
-        f"in {res['cache_fill']['seconds']:.2f} s: the first epoch's fetches), so its figures "
-        f"are a later epoch's ({res['cache']['hits']} reads from the cache, "
-        f"{res['cache']['misses']} from the store)"
-        for res in results
-        if res.get("cache_fill") and res.get("cache")
-    )
-    # A dataset within a reader's window: one fetch served samples of several epochs, so
-    # the reader fetched less than it delivered, and its figures are partly its own
-    # memory's (headrace at 2.72 GB/s on 0.40 of its bytes, beside a map-style that read
-    # them all, in the documented DLIO UNet3D run), not the storage's.
-    notes.extend(
-        f"{wl.name}/{res['variant']}: fetched {res['amplification']:.2f} of the bytes it "
-        "delivered: the dataset fits in its read-ahead window, so one fetch served samples "
-        "of several epochs, and its GB/s and AU are partly its memory's, not the storage's; "
-        "a dataset several times the window (more files: --scale, --files) reads as "
-        "training does"
-        for res in results
-        if res.get("amplification") is not None and res["amplification"] < 0.95
-    )
-    notes.extend(
-        f"{wl.name}/{res['variant']}: the store answered {res['throttled']} tries "
-        "'503 SlowDown'; they were retried (the store lowers its requests in flight "
-        "on a throttle), and the figures include those round trips"
-        for res in results
-        if res.get("throttled")
-    )
+    notes += result_notes(wl.name, results)
     ds_bytes = kind.dataset_bytes()
     if mount is not None and network_type(mount.fstype):
         notes.append(
