@@ -540,8 +540,9 @@ def run(args: argparse.Namespace) -> int:
     }
     t0 = time.perf_counter()
     errors: list[str] = []  # workloads that could not be measured: the others still are
+    stopped: BaseException | None = None  # Ctrl-C or SIGTERM after a workload was measured
     with _progress(args.quiet) as progress:
-        for kind in kinds:
+        for i, kind in enumerate(kinds):
             if progress:
                 progress(f"{kind.workload.name}: dataset", 0, 1)
 
@@ -569,6 +570,16 @@ def run(args: argparse.Namespace) -> int:
                 errors.append(f"headrace bench: {kind.workload.name}: {exc}")
                 print(errors[-1], file=sys.stderr)
                 continue
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # The workloads measured before it are reported and written, then the
+                # interrupt goes on (exit 130 or 143): they were lost with the rest.
+                if not report["results"]:
+                    raise
+                stopped = exc
+                left = ", ".join(k.workload.name for k in kinds[i:])
+                how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                report["notes"].append(f"interrupted ({how}): not measured: {left}")
+                break
             report["workloads"].append(summary)
             report["notes"].extend(summary["notes"])
             report["results"].extend(results)
@@ -588,6 +599,8 @@ def run(args: argparse.Namespace) -> int:
         # The figures are printed above; say which output was lost and why.
         print(f"headrace bench: could not write {exc.filename or 'output'}: {exc}", file=sys.stderr)
         return 2
+    if stopped is not None:
+        raise stopped
     bad = [g for w in report["workloads"] for g in w["mismatches"]]
     if bad:
         for w in report["workloads"]:
