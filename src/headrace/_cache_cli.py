@@ -84,7 +84,11 @@ def _print(s: dict[str, Any]) -> None:
     if s["temporaries"]:
         print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")
     if "filesystem_free_bytes" in s:
+        free, reserve = s["filesystem_free_bytes"], s["reserve_bytes"]
         print(
-            f"filesystem: {byte_size(s['filesystem_free_bytes'])} free; the cache stops "
-            f"writing at {byte_size(s['reserve_bytes'])} free"
+            f"filesystem: {byte_size(free)} free; the cache stops writing at "
+            f"{byte_size(reserve)} free"
+            # A 10 MB filesystem read "10.5 MB free; stops writing at 1.07 GB free", and
+            # left the user to work out that nothing would ever be cached there.
+            + (": below that already, so nothing is cached there" if free <= reserve else "")
         )

@@ -623,3 +623,31 @@ def test_cache_cli_refuses_an_unwritable_json_path_before_it_removes_anything(
     err = capsys.readouterr().err
     assert f"--json {str(bad)!r}" in err and "does not exist; create it first" in err
     assert c.summary()["entries"] == 1
+
+
+def test_cache_cli_says_when_its_filesystem_is_below_the_reserve_already(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # On a 10 MB filesystem: "10.5 MB free; the cache stops writing at 1.07 GB free", and
+    # nothing said that the cache would never write there (fails before: no such words).
+    from headrace._cache_cli import _print
+
+    summary = {
+        "directory": "/small",
+        "entries": 0,
+        "bytes": 0,
+        "max_bytes": None,
+        "oldest_use": None,
+        "newest_use": None,
+        "other_files": 0,
+        "temporaries": 0,
+        "filesystem_free_bytes": 10_500_000,
+        "reserve_bytes": 1 << 30,
+    }
+    _print(summary)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "filesystem: 10.5 MB free; the cache stops writing at 1.07 GB free: below that "
+        "already, so nothing is cached there"
+    )
+    _print({**summary, "filesystem_free_bytes": 5 << 30})
+    assert capsys.readouterr().out.splitlines()[-1].endswith("stops writing at 1.07 GB free")
