@@ -477,3 +477,19 @@ def test_a_key_dlio_does_not_read_is_named_with_the_closest_one(tmp_path: Path) 
     )
     assert "not modelled: reader.data_loader;" in wl.description
     assert wl.dataset["files"] == 8 and wl.train.computation_time == 0
+
+
+def test_misspelt_metric_and_storage_keys_are_named_as_keys_dlio_does_not_read(
+    tmp_path: Path,
+) -> None:
+    # DLIO reads metric.au and storage.storage_type/storage_root/storage_options only:
+    # "metric.auu" and "storage.storage_tpye" were listed as "not modelled", as if DLIO
+    # read them and headrace did not (fails before: no "did you mean" for either).
+    text = "dataset: {format: npz}\nmetric: {auu: 0.8}\nstorage: {storage_tpye: s3}\n"
+    wl = dlio_workload(_yaml(tmp_path, text))
+    said = wl.description.partition("; keys DLIO does not read (ignored, as DLIO ignores them): ")
+    assert said[2] == (
+        "metric.auu (did you mean au?), storage.storage_tpye (did you mean storage_type?)"
+    )
+    assert "not modelled" not in wl.description
+    assert wl.train.au_threshold == 0.90 and wl.reader.get("storage", "local") == "local"

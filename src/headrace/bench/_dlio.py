@@ -171,6 +171,11 @@ _DLIO_KEYS: dict[str, frozenset[str]] = {
         }
     ),
     "train": frozenset({"seed_change_epoch", "total_eval_steps"}),
+    # DLIO reads metric.au and storage's storage_type, storage_root and storage_options
+    # only, as this mapping does: "metric.auu" and "storage.storage_tpye" were named "not
+    # modelled", as if DLIO read them (it leaves its defaults, local_fs and 0.90, as here).
+    "metric": frozenset(),
+    "storage": frozenset(),
 }
 _DLIO_KEYS["data_reader"] = _DLIO_KEYS["reader"]
 # storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
