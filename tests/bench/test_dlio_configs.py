@@ -493,3 +493,16 @@ def test_misspelt_metric_and_storage_keys_are_named_as_keys_dlio_does_not_read(
     )
     assert "not modelled" not in wl.description
     assert wl.train.au_threshold == 0.90 and wl.reader.get("storage", "local") == "local"
+
+
+def test_files_added_so_that_an_epoch_has_a_batch_are_said(tmp_path: Path) -> None:
+    # 4 files of 3 samples hold no batch of 20: the run made it 7 files and its plan still
+    # read "files x1" (fails before: no word of the 7).
+    text = "dataset: {format: hdf5, num_files_train: 4, num_samples_per_file: 3}\n"
+    wl = dlio_workload(_yaml(tmp_path, text), batch_size=20)
+    assert wl.dataset["files"] == 7
+    assert (
+        "1 epoch of 1 step; 7 files, not 4: the scaled epoch of 12 samples holds no batch of "
+        "20 (DLIO: no step), one epoch per trial" in wl.description
+    )
+    assert "files, not" not in dlio_workload(_yaml(tmp_path, text), batch_size=12).description

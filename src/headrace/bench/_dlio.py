@@ -437,7 +437,15 @@ def dlio_workload(
         # wrote all of them).
         files = 1
         per_file = min(per_file, max(batch, round(dlio_files * per_file * scale)))
+    grown = ""
     if files * per_file < batch:
+        # An epoch of fewer samples than a batch has no step (DLIO's floor): made a batch
+        # of files, and said so (the plan read "files x0.01" over 7 files where the YAML
+        # at that scale has 2).
+        grown = (
+            f"; {_n(-(-batch // per_file), 'file')}, not {files:,}: the scaled epoch of "
+            f"{files * per_file:,} samples holds no batch of {batch} (DLIO: no step)"
+        )
         files = -(-batch // per_file)
     model = doc.get("model")
     name = model.get("name") if isinstance(model, dict) else model
@@ -459,6 +467,7 @@ def dlio_workload(
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
     if trial_steps < epoch_steps:
         plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
+    plan += grown
     if per_file < dlio_per_file:
         plan += (
             f"; 1 file of {per_file:,} samples (DLIO: {_n(dlio_files, 'file')} of "
