@@ -693,6 +693,12 @@ def test_batch_size_with_dlio_makes_the_epoch_of_that_batch(
     out = capsys.readouterr().out
     assert "2 epochs of 1 step, one epoch per trial" in out
     assert "batch 8 (--batch-size; the YAML's 4)" in out
+    # --steps: the plan said "one epoch per trial" over trials of 3 epochs (fails before)
+    assert main([*args, "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs of 2 steps, trials of 6 steps (--steps 6), not one epoch;" in out
+    assert main([*args, "--steps", "2"]) == 0  # one epoch, as the YAML's
+    assert "2 epochs of 2 steps, one epoch per trial" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("listing", [[], ["--list"]])

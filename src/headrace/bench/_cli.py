@@ -142,6 +142,15 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     changes: dict[str, Any] = {}
     if train:
         changes["train"] = train
+        if wl.description.startswith("DLIO ") and "steps" in train:
+            # The plan read "one epoch per trial" beside --steps 8 over epochs of 1 step.
+            n = train["steps"]
+            if n != wl.train.steps:
+                changes["description"] = wl.description.replace(
+                    ", one epoch per trial;",
+                    f", trials of {n} steps (--steps {n}), not one epoch;",
+                    1,
+                )
     dataset = size_changes(wl, args)
     if dataset:
         changes["dataset"] = dataset
