@@ -891,3 +891,25 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
     how = "Ctrl-C" if stop is KeyboardInterrupt else "SIGTERM"
     assert f"interrupted ({how}): not measured: w, padded" in report["notes"]
     assert "tokens" in capsys.readouterr().out  # the table of what was measured
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("", "--variants '': name at least one variant"), (",", "--variants ',': name at least")],
+)
+def test_variants_that_name_none_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, expected: str
+) -> None:
+    # --variants "" ran every variant, and "," blamed tokens.toml ("the variants list is
+    # empty") for what the command line said (fails before: exit 0; another message).
+    root = tmp_path / "d"
+    assert main(["bench", "--root", str(root), "-q", "--variants", given]) == 2
+    assert expected in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_variants_with_spaces_after_the_commas_are_read(tmp_path: Path) -> None:
+    # "naive, headrace-sync" was refused: unknown variant ' headrace-sync' (fails before).
+    rc, report = bench(tmp_path, "--variants", "naive, headrace-sync", "--no-isolate")
+    assert rc == 0
+    assert [r["variant"] for r in report["results"]] == ["naive", "headrace-sync"]

@@ -175,8 +175,16 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
             if "dataset" in s3:  # merged: --files (refused for tokens) is not dropped
                 s3["dataset"] = {**changes.get("dataset", {}), **s3["dataset"]}
             changes.update(s3)
-    if getattr(args, "variants", None):
-        changes["variants"] = tuple(v for v in args.variants.split(",") if v)
+    if getattr(args, "variants", None) is not None:
+        # "naive, headrace-sync" (a space after the comma) was "unknown variant
+        # ' headrace-sync'"; --variants "" ran every variant, and "," blamed the TOML file.
+        given = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+        if not given:
+            raise ConfigError(
+                f"--variants {args.variants!r}: name at least one variant, comma-separated, "
+                f"e.g. --variants {','.join(wl.variants[:2])} (bench --list shows them)"
+            )
+        changes["variants"] = given
     wl = wl.replace(**changes) if changes else wl
     if getattr(args, "sweep", None):
         key, values = parse_sweep(args.sweep)
