@@ -65,7 +65,8 @@ def check_ranges(args: argparse.Namespace) -> None:
 def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
     key, eq, values = text.partition("=")
-    vals = [v for v in values.split(",") if v]
+    key = key.strip()  # "in_flight=1, 8": the spaces are no part of a key or value
+    vals = [v.strip() for v in values.split(",") if v.strip()]
     if not eq or not key or not vals or any(c in key for c in "?&,"):
         raise ConfigError(
             f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
