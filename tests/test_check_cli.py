@@ -198,3 +198,17 @@ def test_an_unwritable_json_path_is_refused_before_the_check(
     assert "checked" not in printed.err and printed.out == ""
     assert f"--json {str(out)!r}" in printed.err
     assert ("does not exist; create it first" if where != "." else "is a folder") in printed.err
+
+
+def test_datasets_with_a_space_after_the_comma_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --datasets "x, y" asked for a dataset named " y" (fails before: exit 2, not found).
+    root = tmp_path / "h"
+    root.mkdir()
+    for i in range(2):
+        arrays = synthetic_arrays("hdf5", seed=i, shape=(4,), samples_per_file=3)
+        write_sample_file("hdf5", root / f"f{i}.h5", arrays)
+    args = ["check", str(root), "--format", "hdf5", "--samples-per-file", "3"]
+    assert main([*args, "--datasets", "x, y"]) == 0
+    assert "6 samples read" in capsys.readouterr().out

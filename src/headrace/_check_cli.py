@@ -98,7 +98,9 @@ def _source(args: argparse.Namespace) -> Any:
             raise ConfigError(
                 f"--samples-per-file must be an integer or 'header' (got {spf!r})"
             ) from None
-    datasets = tuple(args.datasets.split(",")) if args.datasets else None
+    # "x, y": the space is no part of a name (the dataset " y" was not found)
+    names = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
+    datasets = tuple(names) if names else None
     return FileSource(
         args.data,
         store_options=options,
