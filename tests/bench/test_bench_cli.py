@@ -914,3 +914,21 @@ def test_variants_with_spaces_after_the_commas_are_read(tmp_path: Path) -> None:
     rc, report = bench(tmp_path, "--variants", "naive, headrace-sync", "--no-isolate")
     assert rc == 0
     assert [r["variant"] for r in report["results"]] == ["naive", "headrace-sync"]
+
+
+def test_a_workload_named_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w tokens -w tokens` ran it twice, into rows (and `bench compare` keys) no one could
+    # tell apart; a file whose name = "tokens" beside the built-in likewise (fails before:
+    # exit 0).
+    root = tmp_path / "d"
+    assert main(["bench", "--root", str(root), "-q", "-w", "tokens", "-w", "tokens"]) == 2
+    assert "workload 'tokens' is named more than once (-w tokens -w tokens)" in (
+        capsys.readouterr().err
+    )
+    path = _files_toml(tmp_path, '"headrace"')
+    path.write_text(path.read_text().replace('name = "w"', 'name = "tokens"'))
+    assert main(["bench", "--root", str(root), "-q", "-w", "tokens", "-w", str(path)]) == 2
+    assert "workload 'tokens' is named more than once" in capsys.readouterr().err
+    assert not root.exists()

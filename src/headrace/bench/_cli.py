@@ -388,7 +388,18 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
 def _named_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.dlio:
         return [_override(dlio_from_args(args), args)]
-    return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+    workloads = [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+    names = [w.name for w in workloads]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # Results, notes and `bench compare` go by workload name: `-w tokens -w tokens`
+        # ran it twice, into rows no one could tell apart.
+        raise ConfigError(
+            f"workload {twice[0]!r} is named more than once (-w {' -w '.join(args.workload)}): "
+            "a report keys its results by workload name; give each once (more runs: "
+            "--trials), or give a workload file another name = ..."
+        )
+    return workloads
 
 
 def dlio_from_args(args: argparse.Namespace) -> Workload:
