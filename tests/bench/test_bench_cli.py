@@ -932,3 +932,17 @@ def test_a_workload_named_twice_is_refused(
     assert main(["bench", "--root", str(root), "-q", "-w", "tokens", "-w", str(path)]) == 2
     assert "workload 'tokens' is named more than once" in capsys.readouterr().err
     assert not root.exists()
+
+
+def test_json_and_plot_to_one_file_are_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json r.png --plot r.png`: the plot was written over the report after the run, and
+    # the JSON was lost without a word (fails before: exit 0, r.png a PNG).
+    out = tmp_path / "r.png"
+    (tmp_path / "sub").mkdir()
+    for plot in (str(out), str(tmp_path / "sub" / ".." / "r.png")):
+        args = ["bench", "--root", str(tmp_path / "d"), *TINY, "--json", str(out)]
+        assert main([*args, "--plot", plot]) == 2
+        assert "are the same file: the plot would replace the report" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "d").exists()

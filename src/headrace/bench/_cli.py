@@ -529,6 +529,12 @@ def run(args: argparse.Namespace) -> int:
             check_output_path("--json", args.json)
         if args.plot:
             check_output_path("--plot", args.plot)
+            if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
+                # The plot was written over the report, after the run: the JSON was lost.
+                raise ConfigError(
+                    f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
+                    "would replace the report; give each its own, e.g. --json r.json --plot r.png"
+                )
             try:
                 from matplotlib.figure import Figure
             except ImportError:
