@@ -212,3 +212,22 @@ def test_datasets_with_a_space_after_the_comma_are_read(
     args = ["check", str(root), "--format", "hdf5", "--samples-per-file", "3"]
     assert main([*args, "--datasets", "x, y"]) == 0
     assert "6 samples read" in capsys.readouterr().out
+
+
+def test_a_json_path_that_is_a_file_of_the_dataset_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `check photos --json photos/s01.npz` wrote the report over a file of the dataset
+    # (fails before: exit 0, s01.npz replaced by JSON); a report beside them is fine.
+    root = npz_files(tmp_path / "d", 3)
+    victim = root / "s01.npz"
+    before = victim.read_bytes()
+    for data in (root, victim):
+        assert main(["check", str(data), "--format", "npz", "--json", str(victim)]) == 2
+        err = capsys.readouterr().err
+        assert f"--json {str(victim)!r} is a file of the data read ({str(data)!r})" in err
+    assert victim.read_bytes() == before
+    report = root / "report.json"
+    for _ in range(2):  # written, then written over: it is no file the check reads
+        assert main(["check", str(root), "--format", "npz", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["samples"] == 3

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from headrace._messages import write_json
-from headrace._output_path import check_output_path
+from headrace._output_path import check_output_path, refuse_output_over_input
 from headrace.errors import ConfigError
 
 __all__ = ["configure", "run"]
@@ -120,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         # Before the check, which can take hours: it wrote nothing, and exited 2, after.
         check_output_path("--json", args.json)
+        from headrace.formats import file_format
+
+        exts = () if args.format == "tokens" else file_format(args.format).extensions
+        refuse_output_over_input("--json", args.json, args.data, exts)
     try:
         source = _source(args)
     except ConfigError as exc:

@@ -326,3 +326,16 @@ def test_probe_refuses_a_scratch_file_its_filesystem_has_no_room_for(
     assert err.startswith("headrace probe: --size ") and f"({size:,} bytes)" in err
     assert f"does not fit in {tmp_path}, whose filesystem has " in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_refuses_a_json_path_that_is_the_probed_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace probe train.bin --json train.bin` wrote the report over the file it had
+    # probed (fails before: exit 0, train.bin 10 kB of JSON).
+    f = tmp_path / "train.bin"
+    data = os.urandom(4 << 20)
+    f.write_bytes(data)
+    assert main(["probe", str(f), "--ops", "16", "--json", str(f)]) == 2
+    assert f"--json {str(f)!r} is a file of the data read" in capsys.readouterr().err
+    assert f.read_bytes() == data

@@ -471,9 +471,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.json is not None:
-        from headrace._output_path import check_output_path
+        from headrace._output_path import check_output_path, refuse_output_over_input
 
         check_output_path("--json", str(args.json))  # before minutes of probing, not after
+        refuse_output_over_input("--json", str(args.json), args.path, ())
     if is_object_url(args.path):
         return _run_object(args)
     scratch: Path | None = None
