@@ -946,3 +946,20 @@ def test_json_and_plot_to_one_file_are_refused_before_the_run(
         assert main([*args, "--plot", plot]) == 2
         assert "are the same file: the plot would replace the report" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "d").exists()
+
+
+def test_a_report_over_the_workload_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w w.toml --json w.toml` (or --dlio d.yaml --json d.yaml) wrote the report over the
+    # workload the user wrote (fails before: exit 0, w.toml a JSON report).
+    path = _files_toml(tmp_path, '"headrace"')
+    before = path.read_text()
+    yaml = tmp_path / "d.yaml"
+    yaml.write_text("dataset: {format: npz, num_files_train: 4, record_length_bytes: 100}\n")
+    root = str(tmp_path / "d")
+    for given, src in ((["-w", str(path)], path), (["--dlio", str(yaml)], yaml)):
+        assert main(["bench", *given, "--root", root, "-q", "--json", str(src)]) == 2
+        assert f"--json {str(src)!r} is a file of the data read" in capsys.readouterr().err
+    assert path.read_text() == before and yaml.read_text().startswith("dataset:")
+    assert not (tmp_path / "d").exists()

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from headrace._messages import byte_size
-from headrace._output_path import check_output_path
+from headrace._output_path import check_output_path, refuse_output_over_input
 from headrace.bench._args import (
     check_ranges,
     parse_accelerators,
@@ -525,10 +525,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
+        inputs = [p for p in [args.dlio, *(args.workload or [])] if p and os.path.isfile(p)]
         if args.json:
             check_output_path("--json", args.json)
         if args.plot:
             check_output_path("--plot", args.plot)
+        for flag, out in (("--json", args.json), ("--plot", args.plot)):
+            # `-w w.toml --json w.toml` wrote the report over the workload file.
+            for source in inputs if out else ():
+                refuse_output_over_input(flag, out, source, ())
+        if args.plot:
             if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
                 # The plot was written over the report, after the run: the JSON was lost.
                 raise ConfigError(
