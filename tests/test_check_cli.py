@@ -98,6 +98,19 @@ def test_format_aliases_are_taken_as_filesource_takes_them(
     assert "2 samples read" in capsys.readouterr().out
 
 
+def test_a_raw_token_file_without_a_dtype_is_told_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The message said "pass ... dtype='uint16'": the Python argument, not the flag
+    # (fails before: no "--dtype" in it).
+    path = tmp_path / "tokens.bin"
+    np.full(4000, 5, dtype=np.uint32).tofile(path)
+    assert main(["check", str(path), "--format", "tokens", "--context", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "raw token file needs a dtype" in err
+    assert "on the command line: give it with --dtype uint16, --dtype uint32" in err
+
+
 def test_a_clean_token_file_exits_0_and_ids_past_the_vocabulary_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,7 +148,16 @@ def test_headers_that_fail_are_all_named_with_exit_2(
         (["--format", "npz", "--store-option", "endpoint"], "give it as KEY=VALUE"),
         (["--format", "npz", "--store-option", "path_style=maybe"], "give true or false"),
         (["--format", "npz", "--shard", "1"], "--shard '1': give it as I/K"),
-        (["--format", "npz", "--shard", "4/4"], "shard must be (i, k) with 0 <= i < k"),
+        # Named by their flags: check() and the sources named their Python arguments
+        # (fails before: "check's shard must be (i, k) with 0 <= i < k (got (4, 4))",
+        # "check needs batch_size >= 1 and most >= 1 (got 0, 100)", ...).
+        (["--format", "npz", "--shard", "4/4"], "--shard 4/4: I must be below K"),
+        (["--format", "npz", "--batch-size", "0"], "--batch-size 0: expected a whole number"),
+        (["--format", "npz", "--most", "0"], "--most 0: expected a whole number >= 1"),
+        (["--format", "npz", "--samples-per-file", "0"], "--samples-per-file 0: expected"),
+        (["--format", "tokens", "--context", "0"], "--context 0: expected a whole number"),
+        (["--format", "tokens", "--vocab-size", "0"], "--vocab-size 0: expected a whole"),
+        (["--format", "hdf5"], "on the command line: name them with --datasets, e.g."),
     ],
 )
 def test_argument_errors_are_one_line_with_exit_2(
@@ -175,3 +197,52 @@ def test_an_interrupted_check_still_tells_what_it_found(
     report = json.loads(out.read_text())
     assert report["interrupted"] is True and report["complete"] is False
     assert report["samples"] == 8 and len(report["problems"]) == 8
+
+
+@pytest.mark.parametrize("where", ["missing/r.json", "."])
+def test_an_unwritable_json_path_is_refused_before_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # The path was tried only after the whole check (hours on a large bucket): exit 2,
+    # no report, the problems found printed but not kept (fails before: 'checked 2 of 2
+    # samples' then 'cannot write it (No such file or directory)').
+    root = npz_files(tmp_path / "d", 2, bad=(1,))
+    out = tmp_path / where
+    assert main(["check", str(root), "--format", "npz", "--json", str(out)]) == 2
+    printed = capsys.readouterr()
+    assert "checked" not in printed.err and printed.out == ""
+    assert f"--json {str(out)!r}" in printed.err
+    assert ("does not exist; create it first" if where != "." else "is a folder") in printed.err
+
+
+def test_datasets_with_a_space_after_the_comma_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --datasets "x, y" asked for a dataset named " y" (fails before: exit 2, not found).
+    root = tmp_path / "h"
+    root.mkdir()
+    for i in range(2):
+        arrays = synthetic_arrays("hdf5", seed=i, shape=(4,), samples_per_file=3)
+        write_sample_file("hdf5", root / f"f{i}.h5", arrays)
+    args = ["check", str(root), "--format", "hdf5", "--samples-per-file", "3"]
+    assert main([*args, "--datasets", "x, y"]) == 0
+    assert "6 samples read" in capsys.readouterr().out
+
+
+def test_a_json_path_that_is_a_file_of_the_dataset_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `check photos --json photos/s01.npz` wrote the report over a file of the dataset
+    # (fails before: exit 0, s01.npz replaced by JSON); a report beside them is fine.
+    root = npz_files(tmp_path / "d", 3)
+    victim = root / "s01.npz"
+    before = victim.read_bytes()
+    for data in (root, victim):
+        assert main(["check", str(data), "--format", "npz", "--json", str(victim)]) == 2
+        err = capsys.readouterr().err
+        assert f"--json {str(victim)!r} is a file of the data read ({str(data)!r})" in err
+    assert victim.read_bytes() == before
+    report = root / "report.json"
+    for _ in range(2):  # written, then written over: it is no file the check reads
+        assert main(["check", str(root), "--format", "npz", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["samples"] == 3

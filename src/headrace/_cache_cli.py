@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from headrace._messages import byte_size, write_json
+from headrace._output_path import check_output_path
 from headrace.errors import ConfigError
 from headrace.io import ObjectCache
 
@@ -47,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
     if args.prune_days is not None and args.prune_days < 0:
         raise ConfigError(f"--prune-days must be >= 0 (got {args.prune_days:g}).")
+    if args.json:
+        # Before anything is removed: a --clear went through, then the report failed.
+        check_output_path("--json", args.json)
     cache = ObjectCache(args.directory)
     report: dict[str, Any] = {}
     if args.clear or args.prune_days is not None:
@@ -80,7 +84,11 @@ def _print(s: dict[str, Any]) -> None:
     if s["temporaries"]:
         print(f"{s['temporaries']} temporary files (writes under way, or of a writer that died)")
     if "filesystem_free_bytes" in s:
+        free, reserve = s["filesystem_free_bytes"], s["reserve_bytes"]
         print(
-            f"filesystem: {byte_size(s['filesystem_free_bytes'])} free; the cache stops "
-            f"writing at {byte_size(s['reserve_bytes'])} free"
+            f"filesystem: {byte_size(free)} free; the cache stops writing at "
+            f"{byte_size(reserve)} free"
+            # A 10 MB filesystem read "10.5 MB free; stops writing at 1.07 GB free", and
+            # left the user to work out that nothing would ever be cached there.
+            + (": below that already, so nothing is cached there" if free <= reserve else "")
         )

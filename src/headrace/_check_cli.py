@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from headrace._messages import write_json
+from headrace._output_path import check_output_path, refuse_output_over_input
 from headrace.errors import ConfigError
 
 __all__ = ["configure", "run"]
@@ -43,7 +44,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="samples in each file (NPY, NPZ, HDF5), or 'header' to read each count",
     )
     p.add_argument("--datasets", metavar="A,B", help="HDF5 datasets or NPZ members to read")
-    p.add_argument("--dtype", help="token dtype (tokens; default: the sidecar's or uint16)")
+    p.add_argument(
+        "--dtype",
+        help="token dtype: uint16, uint32 or int32 (tokens; default: a Megatron .idx's, "
+        "the FILE.json sidecar's, or uint16 for nanoGPT's train.bin and val.bin)",
+    )
     p.add_argument("--context", type=int, default=1024, help="tokens a window (tokens)")
     p.add_argument("--vocab-size", type=int, help="refuse token ids >= this (tokens)")
     p.add_argument(
@@ -93,7 +98,9 @@ def _source(args: argparse.Namespace) -> Any:
             raise ConfigError(
                 f"--samples-per-file must be an integer or 'header' (got {spf!r})"
             ) from None
-    datasets = tuple(args.datasets.split(",")) if args.datasets else None
+    # "x, y": the space is no part of a name (the dataset " y" was not found)
+    names = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
+    datasets = tuple(names) if names else None
     return FileSource(
         args.data,
         store_options=options,
@@ -109,7 +116,19 @@ def run(args: argparse.Namespace) -> int:
     i, slash, k = args.shard.partition("/")
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
-    source = _source(args)
+    _check_ranges(args, int(i), int(k))
+    if args.json:
+        # Before the check, which can take hours: it wrote nothing, and exited 2, after.
+        check_output_path("--json", args.json)
+        from headrace.formats import file_format
+
+        exts = () if args.format == "tokens" else file_format(args.format).extensions
+        refuse_output_over_input("--json", args.json, args.data, exts)
+    try:
+        source = _source(args)
+    except ConfigError as exc:
+        _name_the_flag(exc)
+        raise
     try:
         report = check(
             source,
@@ -129,6 +148,43 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     _tell(args, source, report)
     return 0 if report.ok else 1
+
+
+def _check_ranges(args: argparse.Namespace, i: int, k: int) -> None:
+    """The counts, by their flags: check() and the sources named them by their Python
+    names (``check needs batch_size >= 1 and most >= 1 (got 0, 100)``, ``shard must be
+    (i, k)``, ``samples_per_file must be >= 1``)."""
+    if k < 1 or i >= k:
+        raise ConfigError(
+            f"--shard {args.shard}: I must be below K (machine I of K, counted from 0), "
+            "e.g. --shard 0/4 ... --shard 3/4"
+        )
+    counts = [
+        ("--batch-size", args.batch_size, "64"),
+        ("--most", args.most, "100"),
+        ("--context", args.context, "1024"),
+        ("--vocab-size", args.vocab_size, "50257"),
+    ]
+    if args.samples_per_file != "header" and args.samples_per_file.lstrip("-").isdigit():
+        counts.append(("--samples-per-file", int(args.samples_per_file), "8"))
+    for flag, value, example in counts:
+        if value is not None and value < 1:
+            raise ConfigError(
+                f"{flag} {value}: expected a whole number >= 1, e.g. {flag} {example}"
+            )
+
+
+# A source's refusal names its Python argument; the command line has a flag for it.
+_FLAGS = (
+    ("dtype=", "give it with --dtype uint16, --dtype uint32 or --dtype int32"),
+    ("datasets=", "name them with --datasets, e.g. --datasets x,y"),
+)
+
+
+def _name_the_flag(exc: ConfigError) -> None:
+    for word, fix in _FLAGS:
+        if word in str(exc):
+            exc.add_note(f"on the command line: {fix}")
 
 
 def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -614,8 +615,12 @@ def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     assert _demand(kind) == (
         "batch 8 x 1.0 MB/record / 0.05 s compute = 160.0 MB/s per accelerator (AU >= 0.90)"
     )
-    assert "160.0 MB/s per accelerator, x 4 = 640.0 MB/s (AU" in _demand(kind, 4)
-    wl = builtin_workloads()["hdf5"].replace(dataset={"record_bytes": 20}, train={"batch_size": 2})
+    # 4 x 160.0 MB/s of stored bytes, HDF5's container included (each file's, as the
+    # report counts it once generated)
+    assert "160.0 MB/s per accelerator, x 4 = 640.1 MB/s (AU" in _demand(kind, 4)
+    # raw records: no container beside them (an HDF5 file of 8 such records stores 117 B each)
+    small = {"format": "raw", "samples_per_file": 1, "record_bytes": 20}
+    wl = builtin_workloads()["hdf5"].replace(dataset=small, train={"batch_size": 2})
     assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))
 
 
@@ -688,3 +693,273 @@ def test_batch_size_with_dlio_makes_the_epoch_of_that_batch(
     out = capsys.readouterr().out
     assert "2 epochs of 1 step, one epoch per trial" in out
     assert "batch 8 (--batch-size; the YAML's 4)" in out
+    # --steps: the plan said "one epoch per trial" over trials of 3 epochs (fails before)
+    assert main([*args, "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs of 2 steps, trials of 6 steps (--steps 6), not one epoch;" in out
+    assert main([*args, "--steps", "2"]) == 0  # one epoch, as the YAML's
+    assert "2 epochs of 2 steps, one epoch per trial" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("listing", [[], ["--list"]])
+def test_dlio_and_workloads_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], listing: list[str]
+) -> None:
+    # `--dlio unet3d_h100.yaml -w tokens` ran the YAML alone: the -w workloads were left
+    # out without a word (fails before: exit 0 and a report of the DLIO workload only).
+    dlio = str(Path(__file__).parents[1] / "data" / "unet3d_h100.yaml")
+    args = ["bench", "--root", str(tmp_path / "data"), "-q", "--dlio", dlio, "-w", "tokens"]
+    assert main([*args, *listing, "--scale", "0.01", "--steps", "1", "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"got -w tokens and --dlio {dlio!r}: a run reads a --dlio YAML or -w" in err
+    assert not (tmp_path / "data").exists()
+
+
+def _files_toml(tmp_path: Path, variants: str) -> Path:
+    path = tmp_path / "w.toml"
+    path.write_text(
+        f'name = "w"\nkind = "files"\nvariants = [{variants}]\n[dataset]\nformat = "npz"\n'
+        f"files = 8\nrecord_bytes = 300\n{_TRAIN}"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("variants", "extra", "expected"),
+    [
+        ('"headrace", "headrace"', [], "w.toml: variant 'headrace' is listed more than once"),
+        ('"headrace"', ["--variants", "ceiling,ceiling"], "variant 'ceiling' is listed more"),
+        ('"headrace"', ["--sweep", "in_flight=2,2"], "value '2' is given more than once"),
+    ],
+)
+def test_a_variant_twice_is_refused_before_the_dataset(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    variants: str,
+    extra: list[str],
+    expected: str,
+) -> None:
+    # The runner keys its streams by spec: a variant listed twice generated the dataset,
+    # then ended in a StopIteration traceback (fails before: raises StopIteration).
+    path = _files_toml(tmp_path, variants)
+    root = tmp_path / "d"
+    assert main(["bench", "-w", str(path), "--root", str(root), "-q", *extra]) == 2
+    assert expected in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_an_option_over_a_reader_default_of_none_is_read_as_a_number(tmp_path: Path) -> None:
+    # The files kind's in_flight defaults to None (the kind decides): a file that leaves it
+    # out had ?in_flight=2 (and --sweep in_flight=2,4) refused as "in_flight must be a whole
+    # number >= 1; got '2'" (fails before: exit 2), though the docs sweep it.
+    path = _files_toml(tmp_path, '"headrace"')
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    # (a space after the comma is no part of a value: the spec read "in_flight= 4")
+    assert main([*args, "--sweep", "in_flight=2, 4", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [(r["variant"], r["in_flight"]) for r in results] == [
+        ("headrace?in_flight=2", 2),
+        ("headrace?in_flight=4", 4),
+    ]
+    assert len({r["digest"] for r in results}) == 1
+
+
+@pytest.mark.parametrize("name", ["../../up", "a/b", ".."])
+def test_a_workload_name_that_is_a_path_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # The name begins a files dataset's folder: name = "../../up" wrote the dataset two
+    # folders above --root (fails before: exit 0, tmp_path/../up-npz-8x1-... written).
+    path = _files_toml(tmp_path, '"headrace"')
+    path.write_text(path.read_text().replace('name = "w"', f"name = {name!r}".replace("'", '"')))
+    root = tmp_path / "a" / "b" / "root"
+    assert main(["bench", "-w", str(path), "--root", str(root), "-q", "--no-isolate"]) == 2
+    assert f"name {name!r} cannot be a path" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.toml"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "extra"),
+    [("hdf5", "samples_per_file = 3\nrecord_bytes = 100\n"), ("png", "image_hw = [64, 64]\n")],
+)
+def test_the_demand_printed_before_the_dataset_is_the_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str, extra: str
+) -> None:
+    # Before the files existed, the demand was worked out from the record size alone: an
+    # HDF5 file of 3 records of 100 B stores ~2.7 kB (labels, container), and a PNG was
+    # record_bytes' 300 kB guess. The first run printed one demand, its JSON and later runs
+    # another (fails before: 'batch 4 x 100 B/record ... = 400.0 kB/s', the JSON's 1.4 MB/s).
+    from headrace._messages import byte_size
+
+    path = tmp_path / "w.toml"
+    path.write_text(
+        f'name = "w"\nkind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "{fmt}"\n'
+        f"files = 4\n{extra}{_TRAIN}"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    lines = []
+    for _ in range(2):  # generated by the first run, read by the second
+        assert main([*args, "--json", str(out)]) == 0
+        demand = json.loads(out.read_text())["workloads"][0]["demand_bytes_per_s"]
+        line = next(x for x in capsys.readouterr().err.splitlines() if "per accelerator" in x)
+        assert f"= {byte_size(demand)}/s per accelerator" in line
+        lines.append(line)
+    assert lines[0] == lines[1]
+
+
+def test_max_accelerators_of_one_step_trials_is_searched_not_taken_as_0(tmp_path: Path) -> None:
+    # Trials of one step count no step (AU 0 by definition), and the search started from
+    # that "verdict": every variant of the documented `--dlio unet3d_h100.yaml --scale 0.05
+    # --accelerators auto` (epochs of 1 step) showed max acc. 0 (fails before: 0 here, for
+    # a loader of 300 B records beside 50 ms of compute).
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\nkind = "files"\nvariants = ["headrace"]\n[dataset]\nformat = "npz"\n'
+        "files = 8\nrecord_bytes = 300\n[train]\nbatch_size = 4\ncomputation_time = 0.05\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    args += ["--steps", "1", "--trials", "1", "--accelerators", "auto", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert r["au"] == 0 and r["max_accelerators"] >= 1
+    assert any(
+        "max acc. was searched on epochs of 5 steps of its own" in n for n in report["notes"]
+    )
+
+
+def test_a_reader_that_fetched_less_than_it_delivered_is_said_to_read_its_memory(
+    tmp_path: Path,
+) -> None:
+    # 8 files in a window of 8 fetches: one fetch serves samples of several epochs, so
+    # headrace's GB/s (and AU) were partly its own memory's, beside a map-style that read
+    # every byte, and nothing said so (fails before: no such note).
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\nkind = "files"\nvariants = ["map-style", "headrace"]\n[dataset]\n'
+        'format = "npz"\nfiles = 8\nrecord_bytes = 300\n[reader]\nin_flight = 8\n'
+        "[train]\nbatch_size = 4\nsteps = 12\ntrials = 1\nwarmup_steps = 1\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    amp = {r["variant"]: r["amplification"] for r in report["results"]}
+    assert amp["headrace"] < 0.95 <= amp["map-style"]
+    said = [n for n in report["notes"] if "of the bytes it delivered" in n]
+    assert said == [
+        f"w/headrace: fetched {amp['headrace']:.2f} of the bytes it delivered: the dataset "
+        "fits in its read-ahead window, so one fetch served samples of several epochs, and "
+        "its GB/s and AU are partly its memory's, not the storage's; a dataset several times "
+        "the window (more files: --scale, --files) reads as training does"
+    ]
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, "sigterm"])
+def test_an_interrupted_run_keeps_the_workloads_it_measured(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    stop: object,
+) -> None:
+    # Ctrl-C (or SIGTERM) in the second workload of `-w a -w b -w c --json r.json` lost the
+    # first: nothing was printed or written (fails before: no r.json, exit 130).
+    import headrace.bench._cli as bc
+    from headrace.cli import _Terminated
+
+    real = bc.run_workload
+    calls: list[str] = []
+
+    def run_workload(kind: Any, **kw: Any) -> Any:
+        calls.append(kind.workload.name)
+        if len(calls) == 2:  # fault injection: the interrupt, in the second workload
+            raise KeyboardInterrupt if stop is KeyboardInterrupt else _Terminated(143)
+        return real(kind, **kw)
+
+    monkeypatch.setattr(bc, "run_workload", run_workload)
+    path = _files_toml(tmp_path, '"headrace"')
+    out = tmp_path / "r.json"
+    args = ["bench", "--root", str(tmp_path / "d"), *TINY, "--no-isolate", "--json", str(out)]
+    rc = main([*args, "-w", "tokens", "-w", str(path), "-w", "padded"])
+    assert rc == (130 if stop is KeyboardInterrupt else 143)
+    assert calls == ["tokens", "w"]
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema())
+    assert {r["workload"] for r in report["results"]} == {"tokens"}
+    how = "Ctrl-C" if stop is KeyboardInterrupt else "SIGTERM"
+    assert f"interrupted ({how}): not measured: w, padded" in report["notes"]
+    assert "tokens" in capsys.readouterr().out  # the table of what was measured
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("", "--variants '': name at least one variant"), (",", "--variants ',': name at least")],
+)
+def test_variants_that_name_none_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str, expected: str
+) -> None:
+    # --variants "" ran every variant, and "," blamed tokens.toml ("the variants list is
+    # empty") for what the command line said (fails before: exit 0; another message).
+    root = tmp_path / "d"
+    assert main(["bench", "--root", str(root), "-q", "--variants", given]) == 2
+    assert expected in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_variants_with_spaces_after_the_commas_are_read(tmp_path: Path) -> None:
+    # "naive, headrace-sync" was refused: unknown variant ' headrace-sync' (fails before).
+    rc, report = bench(tmp_path, "--variants", "naive, headrace-sync", "--no-isolate")
+    assert rc == 0
+    assert [r["variant"] for r in report["results"]] == ["naive", "headrace-sync"]
+
+
+def test_a_workload_named_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w tokens -w tokens` ran it twice, into rows (and `bench compare` keys) no one could
+    # tell apart; a file whose name = "tokens" beside the built-in likewise (fails before:
+    # exit 0).
+    root = tmp_path / "d"
+    assert main(["bench", "--root", str(root), "-q", "-w", "tokens", "-w", "tokens"]) == 2
+    assert "workload 'tokens' is named more than once (-w tokens -w tokens)" in (
+        capsys.readouterr().err
+    )
+    path = _files_toml(tmp_path, '"headrace"')
+    path.write_text(path.read_text().replace('name = "w"', 'name = "tokens"'))
+    assert main(["bench", "--root", str(root), "-q", "-w", "tokens", "-w", str(path)]) == 2
+    assert "workload 'tokens' is named more than once" in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_json_and_plot_to_one_file_are_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json r.png --plot r.png`: the plot was written over the report after the run, and
+    # the JSON was lost without a word (fails before: exit 0, r.png a PNG).
+    out = tmp_path / "r.png"
+    (tmp_path / "sub").mkdir()
+    for plot in (str(out), str(tmp_path / "sub" / ".." / "r.png")):
+        args = ["bench", "--root", str(tmp_path / "d"), *TINY, "--json", str(out)]
+        assert main([*args, "--plot", plot]) == 2
+        assert "are the same file: the plot would replace the report" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "d").exists()
+
+
+def test_a_report_over_the_workload_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w w.toml --json w.toml` (or --dlio d.yaml --json d.yaml) wrote the report over the
+    # workload the user wrote (fails before: exit 0, w.toml a JSON report).
+    path = _files_toml(tmp_path, '"headrace"')
+    before = path.read_text()
+    yaml = tmp_path / "d.yaml"
+    yaml.write_text("dataset: {format: npz, num_files_train: 4, record_length_bytes: 100}\n")
+    root = str(tmp_path / "d")
+    for given, src in ((["-w", str(path)], path), (["--dlio", str(yaml)], yaml)):
+        assert main(["bench", *given, "--root", root, "-q", "--json", str(src)]) == 2
+        assert f"--json {str(src)!r} is a file of the data read" in capsys.readouterr().err
+    assert path.read_text() == before and yaml.read_text().startswith("dataset:")
+    assert not (tmp_path / "d").exists()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.bench._dlio import dlio_workload
+from headrace.bench._dlio import _image_side, dlio_workload
 from headrace.cli import main
 from headrace.errors import ConfigError
 
@@ -201,7 +201,11 @@ def test_a_dlio_config_maps_to_its_figures(name: str) -> None:
     fmt, files, per_file, record, stdev = want["ds"]
     ds = wl.dataset
     assert (ds["format"], ds["files"], ds["samples_per_file"]) == (fmt, files, per_file)
-    assert ds["record_bytes"] == record and ds.get("record_bytes_stdev") == stdev
+    if fmt in ("jpeg", "png"):  # the record sizes the image; its stored size is measured
+        side = _image_side(fmt, record)
+        assert "record_bytes" not in ds and ds["image_hw"] == [side, side]
+    else:
+        assert ds["record_bytes"] == record and ds.get("record_bytes_stdev") == stdev
     threads, in_flight, prefetch = want["rd"]
     rd = wl.reader
     assert (rd["decode_threads"], rd["in_flight"], rd["prefetch"]) == (threads, in_flight, prefetch)
@@ -376,7 +380,8 @@ def test_dlio_images_are_the_size_of_a_record(
     wl = dlio_workload(str(DLIO / f"{name}.yaml"), scale=scale, record_scale=record_scale)
     side = wl.dataset["image_hw"][0]
     assert wl.dataset["image_hw"] == [side, side]
-    record = wl.dataset["record_bytes"]
+    assert "record_bytes" not in wl.dataset  # an image's stored size is measured
+    record = max(1, round(MAPS[name]["ds"][3] * record_scale))  # the YAML's, scaled
     if name == "resnet50_v100":  # record_length_std: named, as images are one size here
         assert f"record stdev 136076 not modelled: images are all {side}x{side}" in wl.description
     args = ["bench", "--dlio", str(DLIO / f"{name}.yaml"), "--root", str(tmp_path)]
@@ -472,3 +477,32 @@ def test_a_key_dlio_does_not_read_is_named_with_the_closest_one(tmp_path: Path) 
     )
     assert "not modelled: reader.data_loader;" in wl.description
     assert wl.dataset["files"] == 8 and wl.train.computation_time == 0
+
+
+def test_misspelt_metric_and_storage_keys_are_named_as_keys_dlio_does_not_read(
+    tmp_path: Path,
+) -> None:
+    # DLIO reads metric.au and storage.storage_type/storage_root/storage_options only:
+    # "metric.auu" and "storage.storage_tpye" were listed as "not modelled", as if DLIO
+    # read them and headrace did not (fails before: no "did you mean" for either).
+    text = "dataset: {format: npz}\nmetric: {auu: 0.8}\nstorage: {storage_tpye: s3}\n"
+    wl = dlio_workload(_yaml(tmp_path, text))
+    said = wl.description.partition("; keys DLIO does not read (ignored, as DLIO ignores them): ")
+    assert said[2] == (
+        "metric.auu (did you mean au?), storage.storage_tpye (did you mean storage_type?)"
+    )
+    assert "not modelled" not in wl.description
+    assert wl.train.au_threshold == 0.90 and wl.reader.get("storage", "local") == "local"
+
+
+def test_files_added_so_that_an_epoch_has_a_batch_are_said(tmp_path: Path) -> None:
+    # 4 files of 3 samples hold no batch of 20: the run made it 7 files and its plan still
+    # read "files x1" (fails before: no word of the 7).
+    text = "dataset: {format: hdf5, num_files_train: 4, num_samples_per_file: 3}\n"
+    wl = dlio_workload(_yaml(tmp_path, text), batch_size=20)
+    assert wl.dataset["files"] == 7
+    assert (
+        "1 epoch of 1 step; 7 files, not 4: the scaled epoch of 12 samples holds no batch of "
+        "20 (DLIO: no step), one epoch per trial" in wl.description
+    )
+    assert "files, not" not in dlio_workload(_yaml(tmp_path, text), batch_size=12).description

@@ -396,7 +396,8 @@ def test_gen_writes_a_dlio_workloads_dataset(
     for args, message in (
         (["jpeg", "--dlio", DLIO], "a workload or --dlio YAML, not both"),
         ([], "name a workload or --dlio YAML"),
-        (["jpeg", "--scale", "0.5"], "--scale scales a --dlio workload"),
+        # gen has no --steps: the message named it as a way to size a workload
+        (["jpeg", "--scale", "0.5"], "built-in workload with --files or --token-file-gib"),
         (["--dlio", str(tmp_path / "no.yaml")], "no such file"),
     ):
         assert main(["gen", *args, "--root", root, "-q"]) == 2

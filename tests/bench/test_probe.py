@@ -312,3 +312,30 @@ def test_probe_starts_every_measurement_with_its_pages_out_of_memory(
     report = json.loads(out.read_text())
     assert max(r["cached_before"] for r in report["results"]) > 0
     assert "began with some of their requests' pages in memory" in capsys.readouterr().out
+
+
+def test_probe_refuses_a_scratch_file_its_filesystem_has_no_room_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace probe /dev/shm/x --size 30G` on a 24 GiB tmpfs wrote until the filesystem,
+    # which is memory, was full (fails before: writing, a scratch file growing in tmp_path).
+    st = os.statvfs(tmp_path)
+    size = st.f_blocks * st.f_frsize + (1 << 30)  # more than the whole filesystem
+    assert main(["probe", str(tmp_path), "--size", str(size), "--ops", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headrace probe: --size ") and f"({size:,} bytes)" in err
+    assert f"does not fit in {tmp_path}, whose filesystem has " in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_refuses_a_json_path_that_is_the_probed_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace probe train.bin --json train.bin` wrote the report over the file it had
+    # probed (fails before: exit 0, train.bin 10 kB of JSON).
+    f = tmp_path / "train.bin"
+    data = os.urandom(4 << 20)
+    f.write_bytes(data)
+    assert main(["probe", str(f), "--ops", "16", "--json", str(f)]) == 2
+    assert f"--json {str(f)!r} is a file of the data read" in capsys.readouterr().err
+    assert f.read_bytes() == data

@@ -222,3 +222,35 @@ def test_the_s3_storage_line_names_the_endpoint_and_the_throttle() -> None:
         "s3, s3://b/ds (at http://minio:9000), no latency added, "
         "503 SlowDown beyond 16 requests at once"
     )
+
+
+def test_small_rates_and_ratios_keep_three_digits() -> None:
+    # A naive token loader through slowfs at 1.4 MB/s printed "0.00" GB/s and "0.00x"
+    # memcpy: no figure at all (fails before: '| 0.00 |').
+    r = _result("naive", files=False, batches_per_s=11.0)
+    r["gb_per_s"], r["ratio_to_memcpy"], r["ratio_to_baseline"] = 0.00144, 0.000287, 0.5
+    table = format_table({"results": [r]})
+    assert "| 0.00144 |" in table and "| 0.000287x |" in table and "| 0.50x |" in table
+    assert "0.00 " not in table
+
+
+def test_rates_below_one_batch_a_second_are_not_printed_as_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A full-size UNet3D batch (7 x 147 MB) at 0.5 GB/s is 0.49 batches/s: the table and
+    # `bench compare` printed "0 (1 fresh pass)" and "0" (fails before: no 0.49 anywhere).
+    import json
+
+    from headrace.cli import main
+
+    r = _result("headrace", files=True)
+    r["steps"], r["fresh_pass_s"], r["mb_per_s"] = 10, 20.4, 503.0  # 10 steps in 20.4 s
+    assert "| 0.49 (1 fresh pass) |" in format_table({"results": [r]})
+    fast = {**r, "fresh_pass_s": 2.04}
+    paths = []
+    for name, res in (("a", r), ("b", fast)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"results": [res]}))
+    assert main(["bench", "compare", *map(str, paths)]) == 0
+    line = capsys.readouterr().out.splitlines()[1].split()
+    assert line[2:5] == ["0.49", "4.9", "10.00x"]

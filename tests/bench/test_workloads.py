@@ -313,7 +313,8 @@ def test_bad_workload_file(tmp_path: Path) -> None:
         ),
         (
             'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\nrank = 2\nworld_size = 2\n',
-            "w.toml: train: rank must be in [0, world_size) (got self.rank=2, self.world_size=2)",
+            # as the file spells them (it read "self.rank=2, self.world_size=2")
+            "w.toml: train: rank must be in [0, world_size) (got rank = 2, world_size = 2)",
         ),
         (
             'kind = "files"\nvariants = ["a"]\n[train]\nbatch_size = 4\nsteps = "ten"\n',

@@ -88,7 +88,8 @@ def test_a_missing_slowfs_source_is_a_message_and_status_2(
     # The s3 emulator's argument errors are in tests/test_cli.py.
     assert main(["emulate", "slowfs", "/no/such/src", "/tmp"]) == 2
     err = capsys.readouterr().err
-    assert "error: slowfs: source '/no/such/src' is not a directory; give an existing one" in err
+    # named as the s3 emulator's are (it began "error: ")
+    assert "headrace emulate: slowfs: source '/no/such/src' is not a directory; give an" in err
 
 
 def test_an_unknown_emulator_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,3 +120,20 @@ def test_a_server_that_ignores_sigterm_is_killed_with_its_group(
     server.stop()
     assert pid_exited(pid)
     server.stop()  # twice is harmless
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--read-latency-ms", "-1"], "--read-latency-ms must be a finite number >= 0 (got -1.0)"),
+        (["--max-threads", "0"], "--max-threads must be an integer in [1, 1024] (got 0)"),
+    ],
+)
+def test_slowfs_options_out_of_range_are_named_by_their_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    # They read "error: SlowFSConfig.read_latency_ms must be ...": the Python field.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    assert main(["emulate", "slowfs", str(tmp_path / "src"), str(tmp_path / "mnt"), *args]) == 2
+    assert f"headrace emulate: {expected}" in capsys.readouterr().err

@@ -192,4 +192,4 @@ def test_cli_refuses_a_bad_fault_before_mounting(tmp_path, src):
     ):
         out = subprocess.run(base + args, env=env, capture_output=True, timeout=30)
         assert out.returncode == 2, args
-        assert b"error: " in out.stderr and message in out.stderr, out.stderr
+        assert b"headrace emulate: " in out.stderr and message in out.stderr, out.stderr

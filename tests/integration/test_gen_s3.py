@@ -332,6 +332,9 @@ def test_bench_against_an_endpoint_that_is_down_names_it_and_exits_2(
     assert rc == 2
     assert "Traceback" not in err
     assert f"s3://{BUCKET} at {endpoint}: cannot reach the endpoint" in err
+    # where the endpoint may come from (a DLIO YAML's endpoint_url was told "check
+    # --endpoint", a flag the run had not been given)
+    assert "give the one to use with --endpoint (it replaces a workload's [reader]" in err
 
 
 def test_bench_names_the_objects_it_replaces_at_a_storage_url(

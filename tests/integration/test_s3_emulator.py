@@ -211,8 +211,11 @@ def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
     )
     try:
         assert proc.stdout is not None
-        endpoint, printed, environment, proxy = "", "", "", ""
+        endpoint, printed, environment, proxy, credentials = "", "", "", "", ""
         for line in proc.stdout:
+            assert "testing" not in line
+            if line.startswith("credentials:"):
+                credentials = line.split(":", 1)[1].strip()
             if line.startswith("proxy at "):
                 proxy = line.partition(": ")[2].strip()
             if line.startswith("endpoint:"):
@@ -228,14 +231,21 @@ def test_run_s3_in_front_of_an_endpoint(s3: S3Fixture) -> None:
         assert proxy == (
             "1 ms added to each request, no bandwidth cap, no limit on requests at once"
         )
-        # The printed store_options are enough to read, pasted as they are.
-        options = ast.literal_eval(printed)
-        assert options["endpoint"] == endpoint
-        with ObjectStore(f"s3://{BUCKET}/{PREFIX}", **options) as store:
+        # The printed store_options, with the upstream's keys added, read through it. The
+        # upstream's keys are not the emulator's: moto's 'testing' were printed, for any
+        # upstream (fails before: an 'access key id: testing' line, the export line).
+        assert printed.endswith(
+            ", with the upstream's access_key_id, secret_access_key and region added"
+        )
+        options = ast.literal_eval(printed.partition("}")[0] + "}")
+        assert options == {"endpoint": endpoint, "path_style": True, "allow_http": True}
+        upstream_keys = {k: v for k, v in s3.server.info.store_options().items() if k != "endpoint"}
+        with ObjectStore(f"s3://{BUCKET}/{PREFIX}", **{**upstream_keys, **options}) as store:
             assert bytes(store.get("small/000.bin")) == expected("small/000.bin")
         assert environment == (
-            "export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
+            f"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION as for {s3.server.endpoint}"
         )
+        assert credentials == f"{s3.server.endpoint}'s own (the proxy forwards requests as signed)"
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
         assert proc.returncode == 0

@@ -341,7 +341,7 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     assert main(["cache", str(tmp_path), "--prune-days", "-1"]) == 2
     capsys.readouterr()
     assert main(["cache", str(tmp_path), "--json", str(tmp_path / "no" / "r.json")]) == 2
-    assert "r.json: cannot write it (No such file or directory)" in capsys.readouterr().err
+    assert "r.json': folder" in capsys.readouterr().err  # refused before it reads
 
 
 def test_the_cli_shows_a_small_cache_in_bytes_and_kilobytes(
@@ -606,3 +606,48 @@ def test_an_entry_of_an_earlier_format_is_read_again_and_pruned_as_ours(tmp_path
     assert not path.exists() and c.stats.bad_entries == 1
     path.write_bytes(data + trailer)
     assert c.prune(0) == (1, on_disk(tmp_path, 3000))
+
+
+def test_cache_cli_refuses_an_unwritable_json_path_before_it_removes_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace cache DIR --clear --json /missing/r.json` cleared the cache, then failed to
+    # write the report and exited 2: what was removed was not told (fails before: the
+    # entry gone).
+    from headrace.cli import main
+
+    c = ObjectCache(tmp_path / "c")
+    assert c.write(URL, 100, "e1", blob(100))
+    bad = tmp_path / "missing" / "r.json"
+    assert main(["cache", str(tmp_path / "c"), "--clear", "--json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--json {str(bad)!r}" in err and "does not exist; create it first" in err
+    assert c.summary()["entries"] == 1
+
+
+def test_cache_cli_says_when_its_filesystem_is_below_the_reserve_already(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # On a 10 MB filesystem: "10.5 MB free; the cache stops writing at 1.07 GB free", and
+    # nothing said that the cache would never write there (fails before: no such words).
+    from headrace._cache_cli import _print
+
+    summary = {
+        "directory": "/small",
+        "entries": 0,
+        "bytes": 0,
+        "max_bytes": None,
+        "oldest_use": None,
+        "newest_use": None,
+        "other_files": 0,
+        "temporaries": 0,
+        "filesystem_free_bytes": 10_500_000,
+        "reserve_bytes": 1 << 30,
+    }
+    _print(summary)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "filesystem: 10.5 MB free; the cache stops writing at 1.07 GB free: below that "
+        "already, so nothing is cached there"
+    )
+    _print({**summary, "filesystem_free_bytes": 5 << 30})
+    assert capsys.readouterr().out.splitlines()[-1].endswith("stops writing at 1.07 GB free")

@@ -18,6 +18,7 @@ __all__ = [
     "parse_accelerators",
     "parse_sweep",
     "refuse_scales_without_dlio",
+    "refuse_workloads_with_dlio",
     "refuse_unused_sizes",
     "size_changes",
     "slowfs_config",
@@ -64,11 +65,18 @@ def check_ranges(args: argparse.Namespace) -> None:
 def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
     key, eq, values = text.partition("=")
-    vals = [v for v in values.split(",") if v]
+    key = key.strip()  # "in_flight=1, 8": the spaces are no part of a key or value
+    vals = [v.strip() for v in values.split(",") if v.strip()]
     if not eq or not key or not vals or any(c in key for c in "?&,"):
         raise ConfigError(
             f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
             "e.g. --sweep in_flight=1,8,32"
+        )
+    repeated = sorted({v for v in vals if vals.count(v) > 1})
+    if repeated:
+        raise ConfigError(
+            f"--sweep {text!r}: value {repeated[0]!r} is given more than once; give each "
+            "value once (more runs: --trials)"
         )
     return key, vals
 
@@ -137,10 +145,27 @@ def refuse_scales_without_dlio(args: argparse.Namespace) -> None:
         if getattr(args, a, None) is not None
     ]
     if given:
+        # gen has no --steps: its message named a flag it refuses.
+        sizes = (
+            "--files, --token-file-gib or --steps"
+            if hasattr(args, "steps")
+            else ("--files or --token-file-gib")
+        )
         raise ConfigError(
             f"{' and '.join(given)} scale{'s' if len(given) == 1 else ''} a --dlio "
-            "workload and nothing else: drop it, or size a built-in workload with "
-            "--files, --token-file-gib or --steps"
+            f"workload and nothing else: drop it, or size a built-in workload with {sizes}"
+        )
+
+
+def refuse_workloads_with_dlio(args: argparse.Namespace) -> None:
+    """``bench --dlio YAML -w NAME``: a run reads the one or the other. The ``-w``
+    workloads were left out without a word, and the report had the YAML's alone."""
+    if args.dlio and args.workload:
+        named = " ".join(f"-w {w}" for w in args.workload)
+        raise ConfigError(
+            f"got {named} and --dlio {args.dlio!r}: a run reads a --dlio YAML or -w "
+            "workloads, not both; drop one, or run them as two commands (each with "
+            "--json) and put them side by side with 'headrace bench compare A.json B.json'"
         )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "EXCLUDE_START_STEPS",
     "au_trial",
     "compute_times",
+    "default_probe_steps",
     "demand_bytes_per_s",
     "epoch_au",
     "max_accelerators",
@@ -102,6 +103,12 @@ def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
     return accelerators * kind.host_batch * kind.record_bytes() / t.computation_time
 
 
+def default_probe_steps(t: Any) -> int:
+    """Steps of each epoch :func:`max_accelerators` probes: the trial's, 5 to 17, its
+    first not counted."""
+    return 1 + max(4, min(int(t.steps), 16))
+
+
 def max_accelerators(
     kind: Kind,
     spec: str,
@@ -119,7 +126,7 @@ def max_accelerators(
     machine gave "max 0" beside "AU 1.00 ok").
     """
     t = kind.workload.train
-    steps = probe_steps or 1 + max(4, min(t.steps, 16))  # the first step is not counted
+    steps = probe_steps or default_probe_steps(t)
     comp = compute_times(t, steps)
 
     def ok(n: int) -> bool:

@@ -17,12 +17,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from headrace._messages import byte_size
+from headrace._output_path import check_output_path, refuse_output_over_input
 from headrace.bench._args import (
     check_ranges,
     parse_accelerators,
     parse_sweep,
     refuse_scales_without_dlio,
     refuse_unused_sizes,
+    refuse_workloads_with_dlio,
     size_changes,
     slowfs_config,
 )
@@ -140,6 +142,15 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
     changes: dict[str, Any] = {}
     if train:
         changes["train"] = train
+        if wl.description.startswith("DLIO ") and "steps" in train:
+            # The plan read "one epoch per trial" beside --steps 8 over epochs of 1 step.
+            n = train["steps"]
+            if n != wl.train.steps:
+                changes["description"] = wl.description.replace(
+                    ", one epoch per trial;",
+                    f", trials of {n} steps (--steps {n}), not one epoch;",
+                    1,
+                )
     dataset = size_changes(wl, args)
     if dataset:
         changes["dataset"] = dataset
@@ -164,8 +175,16 @@ def _override(wl: Workload, args: argparse.Namespace) -> Workload:
             if "dataset" in s3:  # merged: --files (refused for tokens) is not dropped
                 s3["dataset"] = {**changes.get("dataset", {}), **s3["dataset"]}
             changes.update(s3)
-    if getattr(args, "variants", None):
-        changes["variants"] = tuple(v for v in args.variants.split(",") if v)
+    if getattr(args, "variants", None) is not None:
+        # "naive, headrace-sync" (a space after the comma) was "unknown variant
+        # ' headrace-sync'"; --variants "" ran every variant, and "," blamed the TOML file.
+        given = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+        if not given:
+            raise ConfigError(
+                f"--variants {args.variants!r}: name at least one variant, comma-separated, "
+                f"e.g. --variants {','.join(wl.variants[:2])} (bench --list shows them)"
+            )
+        changes["variants"] = given
     wl = wl.replace(**changes) if changes else wl
     if getattr(args, "sweep", None):
         key, values = parse_sweep(args.sweep)
@@ -235,27 +254,6 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None], gen: s
             f"writable first ({gen} --root DIR), then point --root at DIR "
             "or a read-only view of it, such as a network mount"
         ) from None
-
-
-def check_output_path(flag: str, path: str) -> None:
-    """Refuse an unwritable output path before the run, not after minutes of it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        example = "r.png" if flag == "--plot" else "r.json"
-        raise ConfigError(f"{flag} {path!r} is a folder; give a file path, e.g. {flag} {example}")
-    if not os.path.isdir(folder):
-        raise ConfigError(f"{flag} {path!r}: folder {folder!r} does not exist; create it first")
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(
-            f"{flag} {path!r}: folder {folder!r} is not writable; choose a writable path"
-        )
-    # The report is opened for writing in place: a read-only (or immutable) file in a
-    # writable folder failed only after the run.
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise ConfigError(
-            f"{flag} {path!r} is not writable (an existing read-only or immutable file); "
-            "remove it or choose another path"
-        )
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -390,7 +388,18 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
 def _named_workloads(args: argparse.Namespace) -> list[Workload]:
     if args.dlio:
         return [_override(dlio_from_args(args), args)]
-    return [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+    workloads = [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
+    names = [w.name for w in workloads]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # Results, notes and `bench compare` go by workload name: `-w tokens -w tokens`
+        # ran it twice, into rows no one could tell apart.
+        raise ConfigError(
+            f"workload {twice[0]!r} is named more than once (-w {' -w '.join(args.workload)}): "
+            "a report keys its results by workload name; give each once (more runs: "
+            "--trials), or give a workload file another name = ..."
+        )
+    return workloads
 
 
 def dlio_from_args(args: argparse.Namespace) -> Workload:
@@ -474,6 +483,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     # Refused with --list too: it lists the workloads a run with these options would run.
     check_ranges(args)
     refuse_scales_without_dlio(args)
+    refuse_workloads_with_dlio(args)
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
@@ -515,10 +525,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
+        inputs = [p for p in [args.dlio, *(args.workload or [])] if p and os.path.isfile(p)]
         if args.json:
             check_output_path("--json", args.json)
         if args.plot:
             check_output_path("--plot", args.plot)
+        for flag, out in (("--json", args.json), ("--plot", args.plot)):
+            # `-w w.toml --json w.toml` wrote the report over the workload file.
+            for source in inputs if out else ():
+                refuse_output_over_input(flag, out, source, ())
+        if args.plot:
+            if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
+                # The plot was written over the report, after the run: the JSON was lost.
+                raise ConfigError(
+                    f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
+                    "would replace the report; give each its own, e.g. --json r.json --plot r.png"
+                )
             try:
                 from matplotlib.figure import Figure
             except ImportError:
@@ -558,8 +580,9 @@ def run(args: argparse.Namespace) -> int:
     }
     t0 = time.perf_counter()
     errors: list[str] = []  # workloads that could not be measured: the others still are
+    stopped: BaseException | None = None  # Ctrl-C or SIGTERM after a workload was measured
     with _progress(args.quiet) as progress:
-        for kind in kinds:
+        for i, kind in enumerate(kinds):
             if progress:
                 progress(f"{kind.workload.name}: dataset", 0, 1)
 
@@ -587,6 +610,16 @@ def run(args: argparse.Namespace) -> int:
                 errors.append(f"headrace bench: {kind.workload.name}: {exc}")
                 print(errors[-1], file=sys.stderr)
                 continue
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # The workloads measured before it are reported and written, then the
+                # interrupt goes on (exit 130 or 143): they were lost with the rest.
+                if not report["results"]:
+                    raise
+                stopped = exc
+                left = ", ".join(k.workload.name for k in kinds[i:])
+                how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                report["notes"].append(f"interrupted ({how}): not measured: {left}")
+                break
             report["workloads"].append(summary)
             report["notes"].extend(summary["notes"])
             report["results"].extend(results)
@@ -606,6 +639,8 @@ def run(args: argparse.Namespace) -> int:
         # The figures are printed above; say which output was lost and why.
         print(f"headrace bench: could not write {exc.filename or 'output'}: {exc}", file=sys.stderr)
         return 2
+    if stopped is not None:
+        raise stopped
     bad = [g for w in report["workloads"] for g in w["mismatches"]]
     if bad:
         for w in report["workloads"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from headrace.bench._report import fresh_pass_rate
+from headrace.bench._report import fresh_pass_rate, rate_text
 from headrace.errors import ConfigError
 
 __all__ = ["compare", "load_report"]
@@ -95,18 +95,16 @@ def compare(a_path: str, b_path: str) -> int:
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
-            print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_rate(r):12,.0f}  only in B")
+            print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_r(r):>12s}  only in B")
             continue
         name = r["workload"]
         # Batches of another size: the ratio is of samples per second (the same ratio
         # where the batches agree).
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
         same = "not compared (other data or plan: see below)" if name in other else _same(old, r)
-        print(
-            f"{name:10s} {r['variant']:28s} {_rate(old):12,.0f} {_rate(r):12,.0f} {ratio}  {same}"
-        )
+        print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}  {same}")
     for (workload, variant), old in before.items():
-        print(f"{workload:10s} {variant:28s} {_rate(old):12,.0f} {'-':>12s}  only in A")
+        print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
     for name, said in other.items():
         print(
             f"note: {name}: the reports ran other data or another plan ({'; '.join(said)}): "
@@ -135,5 +133,12 @@ def _same(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "DIFFERS"
 
 
+def _r(result: dict[str, Any]) -> str:
+    return rate_text(_rate(result))
+
+
 def _ratio(b: float, a: float) -> str:
-    return f"{b / a:6.2f}x" if a else f"{'-':>7s}"
+    if not a:
+        return f"{'-':>7s}"
+    v = b / a
+    return f"{v:6.2f}x" if v == 0 or v >= 0.1 else f"{v:6.3g}x"

@@ -171,6 +171,11 @@ _DLIO_KEYS: dict[str, frozenset[str]] = {
         }
     ),
     "train": frozenset({"seed_change_epoch", "total_eval_steps"}),
+    # DLIO reads metric.au and storage's storage_type, storage_root and storage_options
+    # only, as this mapping does: "metric.auu" and "storage.storage_tpye" were named "not
+    # modelled", as if DLIO read them (it leaves its defaults, local_fs and 0.90, as here).
+    "metric": frozenset(),
+    "storage": frozenset(),
 }
 _DLIO_KEYS["data_reader"] = _DLIO_KEYS["reader"]
 # storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
@@ -432,7 +437,15 @@ def dlio_workload(
         # wrote all of them).
         files = 1
         per_file = min(per_file, max(batch, round(dlio_files * per_file * scale)))
+    grown = ""
     if files * per_file < batch:
+        # An epoch of fewer samples than a batch has no step (DLIO's floor): made a batch
+        # of files, and said so (the plan read "files x0.01" over 7 files where the YAML
+        # at that scale has 2).
+        grown = (
+            f"; {_n(-(-batch // per_file), 'file')}, not {files:,}: the scaled epoch of "
+            f"{files * per_file:,} samples holds no batch of {batch} (DLIO: no step)"
+        )
         files = -(-batch // per_file)
     model = doc.get("model")
     name = model.get("name") if isinstance(model, dict) else model
@@ -454,6 +467,7 @@ def dlio_workload(
     plan = f"{_n(epochs, 'epoch')} of {_n(trial_steps, 'step')}"
     if trial_steps < epoch_steps:
         plan += f" (total_training_steps {total} x{scale:g}; an epoch has {epoch_steps:,})"
+    plan += grown
     if per_file < dlio_per_file:
         plan += (
             f"; 1 file of {per_file:,} samples (DLIO: {_n(dlio_files, 'file')} of "
@@ -487,7 +501,8 @@ def dlio_workload(
         # DLIO writes sqrt(record) x sqrt(record) grey noise, stored at about a record;
         # left at the kind's 640 x 640, ResNet-50's 115 kB PNGs were 1.2 MB, at any
         # --record-scale.
-        side = _image_side(out_fmt, dataset["record_bytes"])
+        # An image's record is its side: its stored size is measured from one encoded.
+        side = _image_side(out_fmt, dataset.pop("record_bytes"))
         dataset["image_hw"] = [side, side]
         if stdev:  # every image here is image_hw in size
             image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"

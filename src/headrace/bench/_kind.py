@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -498,6 +499,16 @@ def _like(current: Any, text: str, spec: str) -> Any:
             # an int setting may take a fraction (block_mib=0.5): keep what parses
             number = float(text)
             return int(number) if number.is_integer() and isinstance(current, int) else number
+        if current is None:
+            # A setting the file leaves at a default of None ("the kind decides": the files
+            # kind's in_flight) has no type to go by: a number is read as one. '8' stayed
+            # text, and ?in_flight=8 was refused as "must be a whole number; got '8'".
+            with contextlib.suppress(ValueError):
+                return int(text)
+            with contextlib.suppress(ValueError):
+                number = float(text)
+                if math.isfinite(number):
+                    return number
     except ValueError as exc:
         raise ConfigError(
             f"variant {spec!r}: {text!r} is not a {type(current).__name__} like the reader's "

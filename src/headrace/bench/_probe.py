@@ -96,7 +96,7 @@ class Result:
 
 
 def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     t = text.strip().lower().removesuffix("ib").removesuffix("b")
     try:
         if t and t[-1] in units:
@@ -146,6 +146,26 @@ def filesystem_of(path: str) -> dict[str, Any]:
         return {"mount": "", "fstype": "unknown", "device": "unknown", "network": False}
     network = network_type(m.fstype)
     return {"mount": m.mount, "fstype": m.fstype, "device": m.device, "network": network}
+
+
+def _no_room(directory: Path, size: int) -> str | None:
+    """Why a scratch file of ``size`` bytes does not fit in ``directory``'s filesystem
+    (its free space less the margin ``headrace gen`` keeps), or None. ``--size 30G`` on
+    a 24 GiB tmpfs wrote until the filesystem, which is memory, was full."""
+    from headrace._messages import byte_size
+    from headrace.bench._datagen import _margin
+
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    margin = _margin(st.f_blocks * st.f_frsize)
+    if size <= free - margin:
+        return None
+    return (
+        f"--size {byte_size(size)} ({size:,} bytes): a scratch file that large does not fit "
+        f"in {directory}, whose filesystem has {byte_size(free)} free ({byte_size(margin)} "
+        "of it kept free); give a smaller --size (e.g. --size 256M), a folder on a "
+        "filesystem with room, or an existing file to probe"
+    )
 
 
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:
@@ -435,63 +455,67 @@ def _run_object(args: argparse.Namespace) -> int:
     return 0 if all(x["verified"] for x in report["results"]) else 1
 
 
+def _say(message: str) -> None:
+    """A refusal, on stderr, named as the other commands name theirs."""
+    print(f"headrace probe: {message}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from headrace.formats._file_list import is_object_url
 
     target = Path(args.path)
     if args.row_bytes < 1 or args.ops < 1 or args.size < 4 * MiB:
-        print(
+        _say(
             f"--row-bytes and --ops must be positive and --size at least 4M (got --row-bytes "
-            f"{args.row_bytes}, --ops {args.ops}, --size {args.size:,} bytes); e.g. --size 256M",
-            file=sys.stderr,
+            f"{args.row_bytes}, --ops {args.ops}, --size {args.size:,} bytes); e.g. --size 256M"
         )
         return 2
     if args.json is not None:
-        from headrace.bench._cli import check_output_path
+        from headrace._output_path import check_output_path, refuse_output_over_input
 
         check_output_path("--json", str(args.json))  # before minutes of probing, not after
+        refuse_output_over_input("--json", str(args.json), args.path, ())
     if is_object_url(args.path):
         return _run_object(args)
     scratch: Path | None = None
     if target.is_dir():
+        why = _no_room(target, args.size)
+        if why is not None:
+            _say(why)
+            return 2
         try:
             scratch = _write_scratch(target, args.size, args.seed)
         except OSError as exc:
-            print(
+            _say(
                 f"{target}: cannot write a {args.size:,}-byte scratch file to probe "
                 f"({exc.strerror}); give a writable folder or an existing file",
-                file=sys.stderr,
             )
             return 2
         path = str(scratch)
     elif target.is_file():
         path = str(target)
         if target.stat().st_size < MiB:
-            print(
+            _say(
                 f"{target}: {target.stat().st_size:,} bytes is too small to probe (at least "
                 "1 MiB); give a larger file, or a folder to write a scratch file in",
-                file=sys.stderr,
             )
             return 2
     elif "://" in args.path:
-        print(
+        _say(
             f"{args.path}: not a URL headrace probes (s3://, gs://, az://, http(s)://, "
             "file://), nor a local path",
-            file=sys.stderr,
         )
         return 2
     elif target.exists():
-        print(
+        _say(
             f"{target}: not a regular file or a folder (a device?); give a file on the "
             "storage to probe, or a folder there to write a scratch file in",
-            file=sys.stderr,
         )
         return 2
     else:
-        print(
+        _say(
             f"{target}: no such file or directory; give a file to probe, a folder to write "
             "a scratch file in (--size), or an object URL (s3://bucket/key)",
-            file=sys.stderr,
         )
         return 2
     try:

@@ -13,12 +13,13 @@ from typing import Any, TextIO
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SHORT_TRIAL_STEPS",
     "format_stage_table",
     "format_table",
-    "SHORT_TRIAL_STEPS",
     "fresh_pass_rate",
     "headline_rate",
     "print_report",
+    "rate_text",
     "write_json",
 ]
 
@@ -30,8 +31,20 @@ def _mib(v: float | None) -> str:
     return "-" if v is None else f"{v / MiB:,.1f}"
 
 
+def _small(v: float) -> str:
+    """Two decimals, or three significant digits below 0.1: a loader at 1.4 MB/s, or
+    0.004x another, printed "0.00" (a slowfs naive, a DLIO run of 1 kB records)."""
+    return f"{v:.2f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
+
+
+def rate_text(v: float) -> str:
+    """A batches/s figure: whole numbers from 10 up, three significant digits below (a
+    full-size UNet3D batch of 7 x 147 MB at 0.5 GB/s is 0.49 batches/s, printed "0")."""
+    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
 def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return "-" if v is None else f"{_small(v)}x"
 
 
 #: Trials shorter than this start with batches a loader read ahead while other variants
@@ -92,10 +105,10 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             [
                 r["workload"],
                 r["variant"],
-                f"{rate:,.0f} (1 fresh pass)"
+                f"{rate_text(rate)} (1 fresh pass)"
                 if one_pass
-                else f"{rate:,.0f}{mark} ({lo:,.0f}-{hi:,.0f})",
-                f"{gbs:.2f}{mark}",
+                else f"{rate_text(rate)}{mark} ({rate_text(lo)}-{rate_text(hi)})",
+                f"{_small(gbs)}{mark}",
                 _x(r["ratio_to_baseline"]) + mark,
                 _x(r["ratio_to_memcpy"]) + mark,
                 "-" if au is None else f"{au:.2f}" + (" ok" if r.get("au_pass") else " FAIL"),

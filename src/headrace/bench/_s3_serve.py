@@ -109,8 +109,9 @@ def _ensure_bucket(info: Any, bucket: str) -> None:
         ) from exc
     except BotoCoreError as exc:
         raise StorageError(
-            f"{where}: cannot reach the endpoint ({exc}); check --endpoint and that the store "
-            "is running"
+            f"{where}: cannot reach the endpoint ({exc}); check that the store is running, or "
+            "give the one to use with --endpoint (it replaces a workload's [reader] endpoint "
+            "and a DLIO YAML's storage_options endpoint_url, where this one may come from)"
         ) from exc
 
 

@@ -220,7 +220,8 @@ class TrainConfig:
             raise ConfigError(f"train: au_threshold must be in (0, 1] (got {self.au_threshold})")
         if not 0 <= self.rank < self.world_size:
             raise ConfigError(
-                f"train: rank must be in [0, world_size) (got {self.rank=}, {self.world_size=})"
+                f"train: rank must be in [0, world_size) (got rank = {self.rank}, world_size = "
+                f"{self.world_size})"
             )
 
 
@@ -241,6 +242,23 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.variants:
             raise ConfigError(f"{self.where}: the variants list is empty")
+        if not self.name.strip(".") or any(c in self.name for c in "/\\\0"):
+            # It begins a files dataset's folder under the root: name = "../../x" wrote
+            # the dataset two folders above --root.
+            raise ConfigError(
+                f"{self.where}: name {self.name!r} cannot be a path: it begins the dataset's "
+                "folder name under --root; give a plain name without '/', e.g. name = "
+                '"unet3d-small"'
+            )
+        twice = sorted({v for v in self.variants if list(self.variants).count(v) > 1})
+        if twice:
+            # The runner keys its streams by spec: a second one ended the run in a
+            # StopIteration traceback after the dataset was generated.
+            raise ConfigError(
+                f"{self.where}: variant {twice[0]!r} is listed more than once; each variant "
+                "runs once (more runs: --trials; the same variant with another setting: "
+                f"{twice[0].partition('?')[0]}?KEY=VALUE)"
+            )
 
     @property
     def where(self) -> str:

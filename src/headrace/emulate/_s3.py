@@ -209,16 +209,37 @@ def run_s3(args: argparse.Namespace) -> int:
             endpoint = proxy.endpoint
             print(f"proxy at {endpoint}: {proxy_settings(args)}")
         print(f"endpoint:          {endpoint}")
-        print(f"access key id:     {ACCESS_KEY}")
-        print(f"secret access key: {SECRET_KEY}")
-        print(f"region:            {REGION}")
-        # Paste-ready: a source's store_options=, and the environment that the
-        # command-line tools (probe, gen, bench --endpoint) read credentials from.
-        print(f"store_options:     {S3Endpoint(endpoint=endpoint).store_options()!r}")
-        print(
-            f"environment:       export AWS_ACCESS_KEY_ID={ACCESS_KEY} "
-            f"AWS_SECRET_ACCESS_KEY={SECRET_KEY} AWS_REGION={REGION}"
-        )
+        if args.endpoint is None:
+            print(f"access key id:     {ACCESS_KEY}")
+            print(f"secret access key: {SECRET_KEY}")
+            print(f"region:            {REGION}")
+            # Paste-ready: a source's store_options=, and the environment that the
+            # command-line tools (probe, gen, bench --endpoint) read credentials from.
+            print(f"store_options:     {S3Endpoint(endpoint=endpoint).store_options()!r}")
+            print(
+                f"environment:       export AWS_ACCESS_KEY_ID={ACCESS_KEY} "
+                f"AWS_SECRET_ACCESS_KEY={SECRET_KEY} AWS_REGION={REGION}"
+            )
+        else:
+            # The proxy forwards each request as the client signed it (Host included), so
+            # the upstream's own keys sign it: moto's 'testing' keys were printed here, and
+            # a MinIO behind the proxy refused them.
+            options = {
+                k: v
+                for k, v in S3Endpoint(endpoint=endpoint).store_options().items()
+                if k in ("endpoint", "path_style", "allow_http")
+            }
+            print(
+                f"credentials:       {args.endpoint}'s own (the proxy forwards requests as signed)"
+            )
+            print(
+                f"store_options:     {options!r}, with the upstream's access_key_id, "
+                "secret_access_key and region added"
+            )
+            print(
+                "environment:       AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION "
+                f"as for {args.endpoint}"
+            )
         print("path style, plain HTTP (allow_http); Ctrl-C to stop", flush=True)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

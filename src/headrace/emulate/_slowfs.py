@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -433,7 +434,9 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         _check_dirs(os.path.abspath(args.src), os.path.abspath(args.mnt))
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # By the flags given: it read "error: SlowFSConfig.read_latency_ms must be ...".
+        text = re.sub(r"SlowFSConfig\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(exc))
+        print(f"headrace emulate: {text}", file=sys.stderr)
         return 2
     print(
         f"slowfs: mounting {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
@@ -450,7 +453,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return serve(args.src, args.mnt, config, stats_file=args.stats_file)
     except HeadraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"headrace emulate: {exc}", file=sys.stderr)
         return 1
 
 
