@@ -14,8 +14,6 @@ import random
 import re
 from dataclasses import dataclass
 
-import obstore.exceptions as obx
-
 from headrace.errors import (
     ConfigError,
     ObjectNotFoundError,
@@ -224,6 +222,10 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     """
     if isinstance(exc, StorageError):
         return exc, isinstance(exc, TransientStorageError)
+    # Imported here, not at the top: headrace.io._object_names (and so every local
+    # format) uses summarize(), and a NumPy-only install has no obstore.
+    import obstore.exceptions as obx
+
     text = str(exc)
     brief = summarize(exc)
     if _METADATA_HOST in text:

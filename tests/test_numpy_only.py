@@ -1,0 +1,82 @@
+"""headrace installed with NumPy alone (``pip install headrace``) reads local data.
+
+README says NumPy is the only required dependency. Until 2026-12-03 it was not
+true: ``headrace.io._retry`` imported obstore at its top, and every format reached
+it (through ``_object_names``), so ``from headrace.formats import TokenSource`` and
+``headrace bench`` failed with ``No module named 'obstore'`` on a plain install.
+The child process here cannot import any extra (fault injection: the extras are
+installed in the test environment, so they are blocked by an import hook).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+EXTRAS = ("obstore", "pyarrow", "h5py", "PIL", "simplejpeg", "torch", "jax", "rich", "matplotlib")
+
+_CHILD = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    BLOCKED = {blocked!r}
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+
+    import hashlib
+    import headrace.collate, headrace.io, headrace.pipeline, headrace.plan
+    import headrace.testing, headrace.transforms
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader, check
+
+    h = hashlib.sha256()
+    with Loader(TokenSource({path!r}, context=64), batch_size=8, seed=1, steps=3) as loader:
+        for batch in loader:
+            h.update(batch["x"].tobytes())
+            h.update(batch["y"].tobytes())
+    assert check(TokenSource({path!r}, context=64), batch_size=8).ok
+
+    from headrace.cli import COMMANDS, command_parser
+    for name in COMMANDS:
+        command_parser(name)  # what `headrace NAME --help` builds
+    print(h.hexdigest())
+    """
+)
+
+
+def test_local_tokens_read_with_numpy_alone(tmp_path: Path) -> None:
+    path = tmp_path / "train.bin"  # nanoGPT's name: uint16
+    np.arange(4096, dtype=np.uint16).tofile(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(blocked=EXTRAS, path=str(path))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    # The same batches as a process with every extra importable.
+    import hashlib
+
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+
+    h = hashlib.sha256()
+    with Loader(TokenSource(str(path), context=64), batch_size=8, seed=1, steps=3) as loader:
+        for batch in loader:
+            h.update(batch["x"].tobytes())
+            h.update(batch["y"].tobytes())
+    assert run.stdout.strip() == h.hexdigest()
