@@ -3,7 +3,8 @@
 README says NumPy is the only required dependency. Until 2026-12-03 it was not
 true: ``headrace.io._retry`` imported obstore at its top, and every format reached
 it (through ``_object_names``), so ``from headrace.formats import TokenSource`` and
-``headrace bench`` failed with ``No module named 'obstore'`` on a plain install.
+``headrace bench`` failed with ``No module named 'obstore'`` on a plain install; and
+an ``s3://`` URL without obstore still says which extra to install.
 The child process here cannot import any extra (fault injection: the extras are
 installed in the test environment, so they are blocked by an import hook).
 """
@@ -47,9 +48,21 @@ _CHILD = textwrap.dedent(
             h.update(batch["y"].tobytes())
     assert check(TokenSource({path!r}, context=64), batch_size=8).ok
 
-    from headrace.cli import COMMANDS, command_parser
+    from headrace.cli import COMMANDS, command_parser, main
     for name in COMMANDS:
         command_parser(name)  # what `headrace NAME --help` builds
+
+    # An object-store URL says which extra to install (it said "No module named 'obstore'").
+    try:
+        TokenSource("s3://bucket/train.bin", context=64, dtype="uint16")
+    except ModuleNotFoundError as exc:
+        assert exc.name == "obstore", exc.name
+        assert "pip install 'headrace[objects]'" in str(exc), str(exc)
+    else:
+        raise AssertionError("an s3:// URL opened without obstore")
+    code = main(["check", "s3://bucket/train.bin", "--format", "tokens", "--dtype", "uint16",
+                 "--context", "64"])
+    assert code == 2, code
     print(h.hexdigest())
     """
 )
@@ -68,6 +81,12 @@ def test_local_tokens_read_with_numpy_alone(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stderr
+    # The CLI's one line for the missing extra, no traceback.
+    assert run.stderr == (
+        "headrace check: object storage (s3://, gs://, az://, http(s)://, file:// URLs, and "
+        "headrace.io's ObjectStore) needs obstore, which is not installed: "
+        "pip install 'headrace[objects]' (local paths read without it)\n"
+    )
     # The same batches as a process with every extra importable.
     import hashlib
 

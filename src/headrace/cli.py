@@ -127,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 141  # 128 + SIGPIPE, what a shell reports for a killed writer
+    except ModuleNotFoundError as exc:
+        # An optional extra the command needs (obstore for an s3:// URL, pyarrow...): its
+        # message names the pip install; a traceback would bury it. Any other is a bug.
+        if "pip install 'headrace[" not in str(exc):
+            raise
+        print(f"headrace {name}: {exc}", file=sys.stderr)
+        return 2
     except errors.HeadraceError as exc:
         # A sub-command's own refusal (bad option, missing file): the message says what
         # was given and the fix; a traceback would bury it. One line: a message quoting

@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from obstore.store import AzureStore, LocalStore, S3Store, from_url
+from headrace.io._obstore_missing import obstore_missing
+
+try:
+    from obstore.store import AzureStore, LocalStore, S3Store, from_url
+except ModuleNotFoundError as exc:  # the optional extra: say which one
+    raise obstore_missing(exc) from exc
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path

@@ -21,8 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import obstore as obs
-import obstore.exceptions as obx
+
+from headrace.io._obstore_missing import obstore_missing
+
+try:
+    import obstore as obs
+    import obstore.exceptions as obx
+except ModuleNotFoundError as exc:  # the optional extra: say which one
+    raise obstore_missing(exc) from exc
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, ObjectNotFoundError, ReadEOFError, StorageError

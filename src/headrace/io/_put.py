@@ -16,8 +16,13 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import obstore as obs
-from obstore.store import AzureStore, GCSStore, MemoryStore, S3Store
+from headrace.io._obstore_missing import obstore_missing
+
+try:
+    import obstore as obs
+    from obstore.store import AzureStore, GCSStore, MemoryStore, S3Store
+except ModuleNotFoundError as exc:  # the optional extra: say which one
+    raise obstore_missing(exc) from exc
 
 from headrace.errors import ConfigError, StorageError
 from headrace.io._object_info import ObjectInfo
