@@ -189,8 +189,15 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource(root, format="tiff")
     with pytest.raises(ConfigError, match="not both"):
         FileSource(root, config=FileSourceConfig(format="jpeg"), decode=False)
-    with pytest.raises(ConfigError, match="expected a directory"):
-        FileSource(root / "f000.jpg", format="jpeg")
+    one = root / "f000.jpg"
+    with pytest.raises(ConfigError) as exc:
+        FileSource(one, format="jpeg")
+    assert str(exc.value) == (  # it said "expected a directory ...", not how to read the file
+        f"{one}: is a file, not a directory; FileSource takes a directory, a glob pattern, "
+        f"an object-store URL or a list of files: pass [{str(one)!r}] (a list) to read this "
+        "file alone, or the folder it is in"
+    )
+    assert FileSource([str(one)], format="jpeg").samples_per_epoch == 1  # the fix works
     with pytest.raises(ConfigError, match=r"local_read must be 'pread' or 'odirect' \(got 'mmap'"):
         FileSource(root, format="jpeg", local_read="mmap")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="the list of files is empty"):

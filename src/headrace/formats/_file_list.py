@@ -396,8 +396,11 @@ def list_files(
                 f"pattern, an object-store URL or a list of files){scheme_hint(str(files))}"
             )
         if not root.is_dir():
+            # One HDF5 or NPY file of every sample is a common layout: say how to read it.
             raise ConfigError(
-                f"{root}: expected a directory, an object-store URL or a list of files."
+                f"{root}: is a file, not a directory; FileSource takes a directory, a glob "
+                f"pattern, an object-store URL or a list of files: pass [{os.fspath(files)!r}] "
+                "(a list) to read this file alone, or the folder it is in"
             )
         url = str(root)
         walked = walk(root, extensions) if listing is None else None
