@@ -128,7 +128,7 @@ def _skip_reason(block: Block) -> str | None:
 # that never end (steps=None), as a training script does.
 STEPS = 3
 # Blocks that need more, by a line they hold.
-LONGER = {"if dl.step % 1000 == 0:": 1000}
+LONGER = {"if dl.step % 1000 == 0:": 1000, "if loader.step % 1000 == 0:": 1001}
 
 
 def _capped(iterate: Callable[[Any], Iterator[Any]], steps: int) -> Callable[[Any], Iterator[Any]]:
@@ -243,6 +243,13 @@ def _write_datasets(root: Path) -> None:
         rows, _ = _padded(neg_rng, 128, 256, "uint32")
         rows[count <= i] = 0
         _row_file(root / f"neg{i}.tok.bin", rows)
+
+    # docs/start.md "Text in JSONL": documents of 20 to 2,000 words.
+    words = "the mill race carries water to a wheel that must never run dry".split()
+    text_rng = np.random.default_rng(11)  # its own: the datasets after it stay as they were
+    with open(root / "docs.jsonl", "w") as f:
+        for i, n in enumerate(text_rng.integers(20, 2000, size=200)):
+            f.write(json.dumps({"id": i, "text": " ".join(text_rng.choice(words, n))}) + "\n")
 
     table = _token_table(300, seed=1)
     _save_to_disk(table, root / "hf_dataset_dir")
@@ -401,6 +408,8 @@ IMPLIED: dict[str, Callable[[dict[str, Any]], Any]] = {
     # README.md "Evaluation", docs/frameworks.md: the model's loss of each row (NumPy,
     # torch and jax arrays alike: a float per row).
     "per_sample_loss": lambda ns: lambda x, y: (x != y).sum(-1) * 1.0,
+    # docs/start.md: the user's tokenizer's encode, text -> list of ints (one id a word).
+    "tokenize": lambda ns: lambda text: [sum(map(ord, w)) % 50_000 for w in text.split()],
     # README.md "Evaluation", tail=True: the model's loss of each target (rows, L).
     "per_token_loss": lambda ns: lambda x, y: (x != y) * 1.0,
 }
