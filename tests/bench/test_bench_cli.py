@@ -5,6 +5,7 @@ import json
 import mmap
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -963,3 +964,42 @@ def test_a_report_over_the_workload_file_is_refused(
         assert f"--json {str(src)!r} is a file of the data read" in capsys.readouterr().err
     assert path.read_text() == before and yaml.read_text().startswith("dataset:")
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "workload", "expected"),
+    [
+        (["bench"], "table", "workload 'table' (kind 'tables') needs pyarrow, which is not"),
+        (["gen"], "packed", "workload 'packed' (kind 'packed') needs pyarrow, which is not"),
+        (["bench"], "parquet", "workload 'parquet' (kind 'parquet') needs pyarrow, which is"),
+        (["bench"], "hub-images", "needs pyarrow and PIL, which are not installed: pip install "),
+    ],
+)
+def test_a_workload_whose_extra_is_missing_names_the_pip_install(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    workload: str,
+    expected: str,
+) -> None:
+    # Fault injection: the extras made unimportable, as on a NumPy-only install. `headrace
+    # bench -w table` printed its plan, then failed in the dataset generator with a
+    # traceback ending "No module named 'pyarrow'"; --list called it runnable.
+    for module in ("pyarrow", "PIL"):
+        monkeypatch.setitem(sys.modules, module, None)
+    root = tmp_path / "data"
+    assert (
+        main(
+            [*command, workload, "--root", str(root)]
+            if command == ["gen"]
+            else [*command, "-w", workload, "--root", str(root), "-q"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert expected in err and "pip install 'headrace[arrow" in err, err
+    assert "Traceback" not in err and not root.exists()
+    assert main(["bench", "--list", "--root", str(root)]) == 0
+    listed = capsys.readouterr().out
+    assert f"not runnable yet: {workload}.toml: workload {workload!r}" in listed, listed

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -215,6 +216,9 @@ class Kind:
     store: Storage | None = None
     #: variants that read the object store through a local cache made for the run
     cached_variants: ClassVar[frozenset[str]] = frozenset()
+    #: (module, extra) a kind's dataset or variants import: checked by :meth:`make`, so a
+    #: missing one is refused before anything is written, naming the pip install
+    extras: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -249,6 +253,16 @@ class Kind:
         The kind is given sections that record each key looked up (:class:`Section`),
         so the keys a kind knows are the ones its constructor reads: no list to keep.
         """
+        # A bare "No module named 'pyarrow'" came from the dataset generator, after the
+        # plan was printed (`headrace bench -w table` on a NumPy-only install).
+        missing = [(m, e) for m, e in cls.extras if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(
+                f"workload {workload.name!r} (kind {workload.kind!r}) needs "
+                f"{' and '.join(m for m, _ in missing)}, which "
+                f"{'is' if len(missing) == 1 else 'are'} not installed: pip install "
+                f"'headrace[{','.join(dict.fromkeys(e for _, e in missing))}]'"
+            )
         owner = f"the {workload.kind} kind"
         trail: list[tuple[str, str, Any]] = []
         ds, rd = (

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -114,6 +114,8 @@ def _union_pages(first: NDArray[np.int64], last: NDArray[np.int64]) -> int:
 
 class PackedKind(TokenPayload):
     """A ``save_to_disk`` table of ``rows`` token lists, read as packed ``context`` samples."""
+
+    extras: ClassVar[tuple[tuple[str, str], ...]] = (("pyarrow", "arrow"),)
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)

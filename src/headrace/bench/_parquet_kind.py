@@ -48,6 +48,8 @@ __all__ = ["ParquetKind", "loader_stream", "naive_stream"]
 class ParquetKind(Kind):
     """``files`` Parquet files of token lists (see the module doc)."""
 
+    extras: ClassVar[tuple[tuple[str, str], ...]] = (("pyarrow", "arrow"),)
+
     #: whether rows hold a list padded to ``width`` (its ``[dataset] width``)
     padded: ClassVar[bool] = True
 

@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -295,6 +295,8 @@ class TableKind(_RowsBase):
     Batches: ``input_ids`` ``(B, width)`` int32 right-padded with 0,
     ``input_ids_mask`` (True on real items) and ``label``.
     """
+
+    extras: ClassVar[tuple[tuple[str, str], ...]] = (("pyarrow", "arrow"),)
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)

@@ -34,7 +34,7 @@ import json
 import os
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,6 +63,8 @@ _HF_FEATURES = {
 
 class TableImagesKind(ParquetKind):
     """``files`` Parquet files of JPEGs in an ``Image()`` column (see the module doc)."""
+
+    extras: ClassVar[tuple[tuple[str, str], ...]] = (("pyarrow", "arrow"), ("PIL", "images"))
 
     padded = False
 
