@@ -47,6 +47,12 @@ _CHILD = textwrap.dedent(
             h.update(batch["x"].tobytes())
             h.update(batch["y"].tobytes())
     assert check(TokenSource({path!r}, context=64), batch_size=8).ok
+    # README: row files and NPY/NPZ files read too.
+    from headrace.formats import FileSource, PaddedRows
+    for source in (PaddedRows({rows!r}, context=32), FileSource({npz!r}, format="npz")):
+        with Loader(source, batch_size=4, steps=2) as loader:
+            for batch in loader:
+                h.update(b"".join(batch[k].tobytes() for k in sorted(batch)))
 
     from headrace.cli import COMMANDS, command_parser, main
     for name in COMMANDS:
@@ -71,9 +77,14 @@ _CHILD = textwrap.dedent(
 def test_local_tokens_read_with_numpy_alone(tmp_path: Path) -> None:
     path = tmp_path / "train.bin"  # nanoGPT's name: uint16
     np.arange(4096, dtype=np.uint16).tofile(path)
+    rows, npz = str(tmp_path / "rows.npy"), str(tmp_path / "npz")
+    np.save(rows, np.arange(64 * 33, dtype=np.uint16).reshape(64, 33) + 1)
+    os.mkdir(npz)
+    for i in range(4):
+        np.savez(os.path.join(npz, f"{i}.npz"), a=np.arange(10) + i)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(blocked=EXTRAS, path=str(path))],
+        [sys.executable, "-c", _CHILD.format(blocked=EXTRAS, path=str(path), rows=rows, npz=npz)],
         capture_output=True,
         text=True,
         env=env,
@@ -98,4 +109,10 @@ def test_local_tokens_read_with_numpy_alone(tmp_path: Path) -> None:
         for batch in loader:
             h.update(batch["x"].tobytes())
             h.update(batch["y"].tobytes())
+    from headrace.formats import FileSource, PaddedRows
+
+    for source in (PaddedRows(rows, context=32), FileSource(npz, format="npz")):
+        with Loader(source, batch_size=4, steps=2) as loader:
+            for batch in loader:
+                h.update(b"".join(batch[k].tobytes() for k in sorted(batch)))
     assert run.stdout.strip() == h.hexdigest()
