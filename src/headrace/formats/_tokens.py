@@ -19,6 +19,7 @@ from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
+from headrace.formats._token_text import refuse_non_tokens
 from headrace.io import LocalFile
 
 __all__ = [
@@ -257,6 +258,8 @@ def describe_token_file(
     elif format == "raw":
         side_dt, tokens = _parse_sidecar(side, side_raw) if side_raw is not None else (None, None)
         if dtype is None and side_dt is None:
+            if head is not None:  # an NPY or text file: no dtype would help, so say that first
+                check_token_head(p, format, size, head, files)
             raise ConfigError(
                 f"{p}: raw token file needs a dtype: pass the one it was written with, "
                 f"dtype='uint16', 'uint32' or 'int32', or write {side} with "
@@ -301,9 +304,10 @@ def check_token_head(
     p: str, format: str, size: int, head: memoryview, files: TokenFiles | None = None
 ) -> None:
     """Refuse a raw or nanoGPT token file whose first bytes show it is not one: an NPY
-    file, or (nanoGPT) uint32 tokens. At open, or (a file opened from a listing) before
-    its first read gives out any bytes."""
+    file, text, Parquet or Arrow, or (nanoGPT) uint32 tokens. At open, or (a file opened
+    from a listing) before its first read gives out any bytes."""
     refuse_npy_tokens(p, head, files)
+    refuse_non_tokens(p, head)
     if format == "nanogpt":
         _refuse_wide_nanogpt(p, head, size)
 
