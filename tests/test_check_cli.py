@@ -246,3 +246,54 @@ def test_a_json_path_that_is_a_file_of_the_dataset_is_refused(
     for _ in range(2):  # written, then written over: it is no file the check reads
         assert main(["check", str(root), "--format", "npz", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["samples"] == 3
+
+
+def test_several_token_files_a_directory_or_a_glob_are_one_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace check shards/*.bin --format tokens` (the shell's expansion) failed with
+    # "unrecognized arguments", and a directory or a quoted glob was refused with advice
+    # for Python (sorted(glob.glob(...))) that the command line cannot take.
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i in range(3):
+        (np.arange(1000 + 100 * i, dtype=np.uint16) + i).tofile(shards / f"s{i}.bin")
+    (shards / "s0.bin.json").write_text('{"dtype": "uint16"}')  # a sidecar: not a token file
+    every = sorted(str(p) for p in shards.glob("*.bin"))
+    samples = sum((1000 + 100 * i - 1) // 16 for i in range(3))
+    flags = ["--format", "tokens", "--dtype", "uint16", "--context", "16"]
+    for data in (every, [str(shards)], [str(shards / "*.bin")]):
+        out = tmp_path / "r.json"
+        assert main(["check", *data, *flags, "--json", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert f"{' '.join(data)}: {samples:,} samples read" in printed
+        report = json.loads(out.read_text())
+        assert report["samples"] == samples
+        assert report["data"] == (data if len(data) > 1 else data[0])
+    assert main(["check", str(tmp_path / "nothing"), *flags]) == 2  # no such file: as before
+    (tmp_path / "empty").mkdir()
+    assert main(["check", str(tmp_path / "empty"), *flags]) == 2
+    assert "empty: a directory with no .bin token files in it" in capsys.readouterr().err
+
+
+def test_several_files_of_a_file_format_are_one_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = npz_files(tmp_path / "d", 4, bad=(2,))
+    files = [str(root / f"s{i:02d}.npz") for i in (0, 2, 3)]
+    args = ["--format", "npz", "--samples-per-file", "2", "--batch-size", "2"]
+    assert main(["check", *files, *args]) == 1
+    printed = capsys.readouterr().out
+    assert "6 samples read" in printed and "s02.npz" in printed and "s01.npz" not in printed
+
+
+def test_a_token_file_shorter_than_the_context_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The message named Python's tail=True, which the command has no flag for.
+    path = tmp_path / "small.bin"
+    np.arange(500, dtype=np.uint16).tofile(path)
+    assert main(["check", str(path), "--format", "tokens", "--dtype", "uint16"]) == 2
+    err = capsys.readouterr().err
+    assert "500 tokens is shorter than one sample of context 1024" in err
+    assert "on the command line: give a smaller --context (the default is 1024)" in err

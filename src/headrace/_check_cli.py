@@ -4,6 +4,7 @@
     headrace check 's3://bucket/train/*.npz' --format npz --samples-per-file header \\
         --store-option endpoint=http://127.0.0.1:9000
     headrace check val.bin --format tokens --dtype uint16 --context 1024 --vocab-size 50257
+    headrace check shards/*.bin --format tokens --dtype uint16   # several files: one source
     headrace check 's3://bucket/train/' --format jpeg --shard 3/8    # machine 3 of 8
 
 A file dataset is read as :class:`~headrace.formats.FileSource` reads it, a token
@@ -16,12 +17,14 @@ bad argument, a listing that failed).
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 import sys
 from typing import Any
 
 from headrace._messages import write_json
 from headrace._output_path import check_output_path, refuse_output_over_input
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["configure", "run"]
 
@@ -30,7 +33,13 @@ _FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "raw")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="a file, directory, glob or URL (s3://, gs://, az://, ...)")
+    p.add_argument(
+        "data",
+        nargs="+",
+        help="a file, directory, glob or URL (s3://, gs://, az://, ...), or several files "
+        "(a shell glob) read as one dataset; with --format tokens a directory or glob "
+        "means its .bin files",
+    )
     p.add_argument(
         "--format",
         required=True,
@@ -82,7 +91,13 @@ def _source(args: argparse.Namespace) -> Any:
         extra: dict[str, Any] = {"dtype": args.dtype} if args.dtype else {}
         if args.vocab_size is not None:
             extra["vocab_size"] = args.vocab_size
-        return TokenSource(args.data, context=args.context, store_options=options, **extra)
+        files = _token_files(args.data)
+        return TokenSource(
+            files[0] if len(files) == 1 else files,
+            context=args.context,
+            store_options=options,
+            **extra,
+        )
     given = [
         flag
         for flag, value in (("--dtype", args.dtype), ("--vocab-size", args.vocab_size))
@@ -102,7 +117,7 @@ def _source(args: argparse.Namespace) -> Any:
     names = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
     datasets = tuple(names) if names else None
     return FileSource(
-        args.data,
+        args.data[0] if len(args.data) == 1 else args.data,
         store_options=options,
         format=args.format,
         samples_per_file=spf,
@@ -123,10 +138,11 @@ def run(args: argparse.Namespace) -> int:
         from headrace.formats import file_format
 
         exts = () if args.format == "tokens" else file_format(args.format).extensions
-        refuse_output_over_input("--json", args.json, args.data, exts)
+        for data in args.data:
+            refuse_output_over_input("--json", args.json, data, exts)
     try:
         source = _source(args)
-    except ConfigError as exc:
+    except HeadraceError as exc:
         _name_the_flag(exc)
         raise
     try:
@@ -178,10 +194,35 @@ def _check_ranges(args: argparse.Namespace, i: int, k: int) -> None:
 _FLAGS = (
     ("dtype=", "give it with --dtype uint16, --dtype uint32 or --dtype int32"),
     ("datasets=", "name them with --datasets, e.g. --datasets x,y"),
+    # The message names Python's tail=True, which the command has no flag for.
+    ("shorter than one sample of context", "give a smaller --context (the default is 1024)"),
 )
 
 
-def _name_the_flag(exc: ConfigError) -> None:
+def _token_files(data: list[str]) -> list[str]:
+    """The token files ``data`` names: a local directory's ``.bin`` files and a quoted
+    local glob's matches, sorted (TokenSource takes files only; the command line cannot
+    give it a list but as a shell glob, which a directory of 1,000 shards outgrows)."""
+    files: list[str] = []
+    for item in data:
+        if "://" in item:
+            files.append(item)
+        elif os.path.isdir(item):
+            found = sorted(glob.glob(os.path.join(glob.escape(item), "*.bin")))
+            if not found:
+                raise ConfigError(f"{item}: a directory with no .bin token files in it")
+            files.extend(found)
+        elif any(c in os.path.basename(item) for c in "*?["):
+            found = sorted(f for f in glob.glob(item) if not f.endswith((".idx", ".json")))
+            if not found:
+                raise ConfigError(f"{item}: no files match this glob pattern")
+            files.extend(found)
+        else:
+            files.append(item)
+    return files
+
+
+def _name_the_flag(exc: HeadraceError) -> None:
     for word, fix in _FLAGS:
         if word in str(exc):
             exc.add_note(f"on the command line: {fix}")
@@ -189,13 +230,14 @@ def _name_the_flag(exc: ConfigError) -> None:
 
 def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
     """Print the report (and write its JSON with ``--json``)."""
-    print(f"{args.data}: {report}", flush=True)
+    label = " ".join(args.data)
+    print(f"{label}: {report}", flush=True)
     skipped = source.files.skipped() if args.format != "tokens" else ""
     if skipped:
-        print(f"{args.data}: {skipped}")
+        print(f"{label}: {skipped}")
     if args.json:
         data = {
-            "data": args.data,
+            "data": args.data[0] if len(args.data) == 1 else args.data,
             "shard": args.shard,
             "samples": report.samples,
             "complete": report.complete,
