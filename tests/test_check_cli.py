@@ -297,3 +297,42 @@ def test_a_token_file_shorter_than_the_context_names_the_flag(
     err = capsys.readouterr().err
     assert "500 tokens is shorter than one sample of context 1024" in err
     assert "on the command line: give a smaller --context (the default is 1024)" in err
+
+
+def test_a_table_is_checked_and_an_id_past_the_vocabulary_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --format table did not exist: a tokenized Hugging Face dataset (Parquet, Arrow,
+    # save_to_disk) could be checked only from Python.
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(0, 1000, int(rng.integers(5, 60))).tolist() for _ in range(300)]
+    rows[123][3] = 5000
+    table = pa.table({"input_ids": pa.array(rows, pa.list_(pa.int32())), "label": np.arange(300)})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=50)
+    out = tmp_path / "r.json"
+    args = ["check", str(path), "--format", "table", "--columns", "input_ids", "--width", "64"]
+    assert main([*args, "--vocab-size", "1000", "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "300 samples read" in printed and "1 failed" in printed
+    (problem,) = json.loads(out.read_text())["problems"]
+    assert problem["error"] == "FormatError"
+    assert "column 'input_ids', row 123" in problem["message"]
+    assert "token id 5000 is outside the vocabulary [0, 1000)" in problem["message"]
+    assert main(args) == 0  # no vocabulary given: every row reads
+    capsys.readouterr()
+    # A list column without --width names the flag; --width beside a file format is refused.
+    assert main(["check", str(path), "--format", "table"]) == 2
+    assert "on the command line: give it with --width N" in capsys.readouterr().err
+    assert main(["check", str(tmp_path), "--format", "npz", "--width", "3"]) == 2
+    assert "--width is for --format table" in capsys.readouterr().err
+    # A row longer than --width stops the check, naming --truncate, which cuts it.
+    short = ["check", str(path), "--format", "table", "--columns", "input_ids", "--width", "20"]
+    assert main(short) == 2
+    err = capsys.readouterr().err
+    assert "more than width=20; pass truncate=True" in err
+    assert "on the command line: --truncate cuts them" in err
+    assert main([*short, "--truncate"]) == 0

@@ -5,10 +5,12 @@
         --store-option endpoint=http://127.0.0.1:9000
     headrace check val.bin --format tokens --dtype uint16 --context 1024 --vocab-size 50257
     headrace check shards/*.bin --format tokens --dtype uint16   # several files: one source
+    headrace check tokenized/ --format table --columns input_ids --width 2048 --vocab-size 50257
     headrace check 's3://bucket/train/' --format jpeg --shard 3/8    # machine 3 of 8
 
 A file dataset is read as :class:`~headrace.formats.FileSource` reads it, a token
-file as :class:`~headrace.formats.TokenSource` does, through
+file as :class:`~headrace.formats.TokenSource` does, a table (Parquet, Arrow,
+``save_to_disk``) as :class:`~headrace.formats.TableSource` does, through
 :func:`~headrace.pipeline.check`. Exit status 0: every sample read; 1: problems
 (each printed: source, sample, error, message); 2: nothing could be checked (a
 bad argument, a listing that failed).
@@ -43,8 +45,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         required=True,
-        choices=(*_FILE_FORMATS, "tokens"),
-        help="a file format (FileSource), or 'tokens': raw/nanoGPT/Megatron token files",
+        choices=(*_FILE_FORMATS, "tokens", "table"),
+        help="a file format (FileSource); 'tokens': raw/nanoGPT/Megatron token files; "
+        "'table': Parquet, Arrow IPC or a datasets save_to_disk folder (TableSource)",
+    )
+    p.add_argument("--columns", metavar="A,B", help="table columns to read (table; default: all)")
+    p.add_argument(
+        "--width",
+        type=int,
+        help="pad (or, past it, refuse) every list column to this many items (table)",
+    )
+    p.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut lists longer than --width, as a run with truncate=True does (table)",
     )
     p.add_argument(
         "--samples-per-file",
@@ -59,7 +73,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "the FILE.json sidecar's, or uint16 for nanoGPT's train.bin and val.bin)",
     )
     p.add_argument("--context", type=int, default=1024, help="tokens a window (tokens)")
-    p.add_argument("--vocab-size", type=int, help="refuse token ids >= this (tokens)")
+    p.add_argument(
+        "--vocab-size", type=int, help="refuse token ids >= this (tokens; table: list columns)"
+    )
     p.add_argument(
         "--store-option",
         action="append",
@@ -87,6 +103,19 @@ def _source(args: argparse.Namespace) -> Any:
         if not eq or not key:
             raise ConfigError(f"--store-option {item!r}: give it as KEY=VALUE")
         options[key] = _flag(item, value) if key in ("path_style", "allow_http") else value
+    table_flags = [
+        flag
+        for flag, value in (
+            ("--columns", args.columns),
+            ("--width", args.width),
+            ("--truncate", args.truncate or None),
+        )
+        if value is not None
+    ]
+    if args.format == "table":
+        return _table(args, options)
+    if table_flags:
+        raise ConfigError(f"{table_flags[0]} is for --format table (a table's columns)")
     if args.format == "tokens":
         extra: dict[str, Any] = {"dtype": args.dtype} if args.dtype else {}
         if args.vocab_size is not None:
@@ -125,6 +154,29 @@ def _source(args: argparse.Namespace) -> Any:
     )
 
 
+def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    from headrace.formats import TableSource
+
+    if args.dtype is not None:
+        raise ConfigError("--dtype is for --format tokens; a table's columns carry their types")
+    for flag, value in (
+        ("--samples-per-file", args.samples_per_file != "1"),
+        ("--datasets", args.datasets),
+    ):
+        if value:
+            raise ConfigError(f"{flag} is for file formats; a table's rows are its samples")
+    columns = [c.strip() for c in (args.columns or "").split(",") if c.strip()] or None
+    data = args.data[0] if len(args.data) == 1 else args.data
+    return TableSource(
+        data,
+        columns=columns,
+        width=args.width,
+        truncate=args.truncate,
+        vocab_size=args.vocab_size,
+        store_options=options,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from headrace.pipeline import check
 
@@ -137,7 +189,13 @@ def run(args: argparse.Namespace) -> int:
         check_output_path("--json", args.json)
         from headrace.formats import file_format
 
-        exts = () if args.format == "tokens" else file_format(args.format).extensions
+        exts: tuple[str, ...] = (
+            ()
+            if args.format == "tokens"
+            else (".parquet", ".arrow")
+            if args.format == "table"
+            else file_format(args.format).extensions
+        )
         for data in args.data:
             refuse_output_over_input("--json", args.json, data, exts)
     try:
@@ -153,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
             shard=(int(i), int(k)),
             progress=_progress(),
         )
+    except HeadraceError as exc:  # one that stops the check (a setting), not a sample's
+        _name_the_flag(exc)
+        raise
     except (KeyboardInterrupt, SystemExit) as exc:
         found = getattr(exc, "report", None)
         if found is not None:  # what was found before Ctrl-C or SIGTERM, then its exit
@@ -196,6 +257,8 @@ _FLAGS = (
     ("datasets=", "name them with --datasets, e.g. --datasets x,y"),
     # The message names Python's tail=True, which the command has no flag for.
     ("shorter than one sample of context", "give a smaller --context (the default is 1024)"),
+    ("give it a fixed width", "give it with --width N (or leave the column out: --columns)"),
+    ("pass truncate=True", "--truncate cuts them, as a run with truncate=True does"),
 )
 
 
@@ -232,7 +295,8 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
     """Print the report (and write its JSON with ``--json``)."""
     label = " ".join(args.data)
     print(f"{label}: {report}", flush=True)
-    skipped = source.files.skipped() if args.format != "tokens" else ""
+    files = args.format not in ("tokens", "table")
+    skipped = source.files.skipped() if files else ""
     if skipped:
         print(f"{label}: {skipped}")
     if args.json:
@@ -243,8 +307,8 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
             "complete": report.complete,
             "interrupted": report.interrupted,
             "seconds": report.seconds,
-            "hidden_skipped": source.files.hidden if args.format != "tokens" else 0,
-            "special_skipped": source.files.special if args.format != "tokens" else 0,
+            "hidden_skipped": source.files.hidden if files else 0,
+            "special_skipped": source.files.special if files else 0,
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems
