@@ -93,3 +93,16 @@ def test_sizes_are_shown_in_the_unit_that_reads(n: float, text: str) -> None:
     from headrace._messages import byte_size
 
     assert byte_size(n) == text
+
+
+def test_version_says_which_headrace_and_python(capsys: pytest.CaptureFixture[str]) -> None:
+    # There was none: `headrace --version` was "invalid choice: '--version'", exit 2.
+    import platform
+
+    import headrace
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out == f"headrace {headrace.__version__} (Python {platform.python_version()})\n"

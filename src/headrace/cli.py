@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import platform
 import re
 import signal
 import sys
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from headrace import errors
+from headrace import __version__, errors
 
 __all__ = ["COMMANDS", "check", "command_parser", "main"]
 
@@ -100,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="headrace", description="Deterministic, storage-aware data loading."
+    )
+    parser.add_argument(  # for bug reports: which headrace, on which Python
+        "--version",
+        action="version",
+        version=f"headrace {__version__} (Python {platform.python_version()})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
