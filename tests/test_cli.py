@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from headrace.cli import main
@@ -106,3 +109,25 @@ def test_version_says_which_headrace_and_python(capsys: pytest.CaptureFixture[st
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out == f"headrace {headrace.__version__} (Python {platform.python_version()})\n"
+
+
+@pytest.mark.parametrize(
+    "args", [["emulate", "s3"], ["bench", "--storage", "s3", "--steps", "5", "--trials", "1"]]
+)
+def test_the_s3_emulator_without_moto_says_which_extra(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+) -> None:
+    # Fault injection: moto made unimportable, as without the emulate extra. The server's
+    # child died with its own traceback, which the command printed whole (exit 2).
+    monkeypatch.setitem(sys.modules, "moto", None)
+    root = ["--root", str(tmp_path / "data"), "-q"] if args[0] == "bench" else []
+    assert main([*args, *root]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "the local S3 emulator runs moto's server, and 'moto' is not installed: "
+        "pip install 'headrace[emulate]'"
+    ) in err
+    assert "Traceback" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import re
 import signal
@@ -86,6 +87,15 @@ class LocalS3(Closing):
         )
 
     def start(self) -> Self:
+        # Checked here: the server's child failed with its own traceback (No module named
+        # 'moto'), which `headrace emulate s3` and `bench --storage s3` printed whole.
+        missing = [m for m in ("moto", "flask") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(
+                f"the local S3 emulator runs moto's server, and {missing[0]!r} is not "
+                "installed: pip install 'headrace[emulate]' (or give an S3 endpoint of your "
+                "own: --endpoint URL)"
+            )
         self._server.start()
         return self
 
