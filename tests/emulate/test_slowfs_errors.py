@@ -170,7 +170,9 @@ def test_a_missing_libfuse_is_a_storage_error_with_the_fix(
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     with pytest.raises(
-        StorageError, match=r"cannot load mfusepy/libfuse3.*apt-get install fuse3"
+        StorageError,
+        # The extra, as every missing-extra message names it (it said `pip install mfusepy`).
+        match=r"cannot load mfusepy/libfuse3.*pip install 'headrace\[emulate\]'.*apt-get install",
     ) as info:
         serve(str(src), str(mnt), SlowFSConfig())
     assert info.value.errno == errno.ENOSYS

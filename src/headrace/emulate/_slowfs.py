@@ -262,7 +262,8 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
         raise StorageError(
             errno.ENOSYS,
             f"slowfs: cannot load mfusepy/libfuse3 ({exc}); "
-            "install with `pip install mfusepy` and `apt-get install fuse3`",
+            "install with `pip install 'headrace[emulate]'` (mfusepy) and "
+            "`apt-get install fuse3`",
         ) from exc
     stats = SlowFSStats(
         stats_file,
