@@ -46,6 +46,18 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
         assert r["amplification"] >= 1
         assert r["peak_rss_bytes"] > 0
     assert isinstance(report["machine"], dict) and report["machine"]["cores"] >= 1
+    for r in results:
+        # Other kinds' table shows the trials: `table` repeats the result's own figures.
+        t = r["table"]
+        assert t["from"] == "trials" and t["short_trials"] is True  # 20-step trials
+        assert t["batches_per_s"] == r["batches_per_s"] and t["gb_per_s"] == r["gb_per_s"]
+        assert t["batches_per_s_spread"] == {
+            k: r["batches_per_s_spread"][k] for k in ("min", "max")
+        }
+        assert (t["ratio_to_baseline"], t["ratio_to_memcpy"]) == (
+            r["ratio_to_baseline"],
+            r["ratio_to_memcpy"],
+        )
     # Where the time went: the Loader's split for headrace variants, none for the others.
     stages = {r["variant"]: r["stages"] for r in results}
     assert stages["naive"]["source_s"] is None and stages["memcpy"]["plan_s"] is None

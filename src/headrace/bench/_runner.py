@@ -34,7 +34,7 @@ from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
-from headrace.bench._report import SHORT_TRIAL_STEPS
+from headrace.bench._report import SHORT_TRIAL_STEPS, table_figures
 from headrace.bench._result_notes import result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
@@ -364,6 +364,8 @@ def _run(
             }
         )
     _ratios(results)
+    for res in results:
+        res["table"] = table_figures(res)
     mount = mount_of(kind.root) if kind.storage == "local" else None
     # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
     # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
