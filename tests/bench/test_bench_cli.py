@@ -144,12 +144,13 @@ def test_unknown_workload_and_variant_are_config_errors(
 def test_files_sets_how_many_files_and_only_for_files_workloads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from headrace.bench._cli import _override, configure
+    from headrace.bench._cli import configure
+    from headrace.bench._overrides import override
     from headrace.bench._workload import builtin_workloads
 
     parser = argparse.ArgumentParser()
     configure(parser)
-    wl = _override(builtin_workloads()["npz"], parser.parse_args(["--files", "3"]))
+    wl = override(builtin_workloads()["npz"], parser.parse_args(["--files", "3"]))
     assert wl.dataset["files"] == 3
     assert main(["bench", "--root", str(tmp_path), "--files", "3", "-q"]) == 2  # tokens
     assert "--files sizes the jpeg, npz, hdf5, parquet workloads; 'tokens' takes none" in (
