@@ -68,6 +68,24 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
     assert async_["source_s"] > 0 and async_["queue_wait_s"] >= 0
 
 
+def test_a_sweep_of_variants_with_options_keeps_naive_and_memcpy_as_baselines(
+    tmp_path: Path,
+) -> None:
+    # headrace-sync?prefetch=0&block_mib=1 was shown over itself (x base 1.00x, x memcpy -).
+    variants = "naive,headrace-sync?prefetch=0,memcpy"
+    rc, report = bench(tmp_path, "--variants", variants, "--sweep", "block_mib=1,4", "--no-isolate")
+    assert rc == 0
+    results = report["results"]
+    assert isinstance(results, list)
+    by = {r["variant"]: r for r in results}
+    for m in (1, 4):
+        r, naive = by[f"headrace-sync?prefetch=0&block_mib={m}"], by[f"naive?block_mib={m}"]
+        memcpy = by[f"memcpy?block_mib={m}"]
+        assert r["baseline_variant"] == f"naive?block_mib={m}"
+        assert r["ratio_to_baseline"] == r["batches_per_s"] / naive["batches_per_s"]
+        assert r["ratio_to_memcpy"] == r["batches_per_s"] / memcpy["batches_per_s"]
+
+
 def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) -> None:
     # A 64 MiB file read in one window of 256 KiB blocks: step 0's 32 samples touch at
     # most 64 of its 256 blocks, so reading the window would break the issue's bound of

@@ -167,7 +167,7 @@ def test_a_sweep_keeps_its_baselines() -> None:
         for m in (1, 4)
         for v, b in rates
     ]
-    _ratios(results)
+    _ratios(results, "block_mib")
     for r in results:
         suffix = r["variant"].partition("?")[2]
         assert r["baseline_variant"] == f"naive?{suffix}"
@@ -175,6 +175,34 @@ def test_a_sweep_keeps_its_baselines() -> None:
     by = {r["variant"]: r for r in results}
     assert by["headrace?block_mib=4"]["ratio_to_baseline"] == 10.0
     assert by["headrace?block_mib=4"]["ratio_to_memcpy"] == 0.5
+
+
+def test_a_variant_with_options_of_its_own_is_not_its_own_baseline() -> None:
+    # `--variants naive,headrace-sync?prefetch=0,memcpy --sweep block_mib=1,4` showed
+    # headrace-sync?prefetch=0&block_mib=1 at 1.00x over itself and no x memcpy; and
+    # without a sweep, `--variants map-style,headrace?in_flight=8` put headrace at 1.00x
+    # (fails before: baseline_variant was the variant itself).
+    from headrace.bench._runner import _ratios
+
+    rates = [("naive", 10), ("headrace-sync?prefetch=0", 100), ("memcpy", 200)]
+    results = [
+        {"variant": f"{v}{'&' if '?' in v else '?'}block_mib={m}", "batches_per_s": float(b * m)}
+        for m in (1, 4)
+        for v, b in rates
+    ]
+    _ratios(results, "block_mib")
+    by = {r["variant"]: r for r in results}
+    for m in (1, 4):
+        r = by[f"headrace-sync?prefetch=0&block_mib={m}"]
+        assert r["baseline_variant"] == f"naive?block_mib={m}"
+        assert (r["ratio_to_baseline"], r["ratio_to_memcpy"]) == (10.0, 0.5)
+    files = [
+        {"variant": "map-style", "batches_per_s": 9e3, "samples_per_s": 20.0},
+        {"variant": "headrace?in_flight=8", "batches_per_s": 5.0, "samples_per_s": 70.0},
+    ]
+    _ratios(files)
+    assert files[1]["baseline_variant"] == "map-style"
+    assert files[1]["ratio_to_baseline"] == 3.5
 
 
 def test_the_footer_names_every_baseline_of_a_sweep() -> None:
@@ -189,7 +217,7 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
     results = [_result(f"headrace?max_gap={g}", files=False) for g in (0, 4096)]
     for r, rate in zip(results, (100.0, 150.0), strict=True):
         r.update(workload="padded", batches_per_s=rate)
-    _ratios(results)
+    _ratios(results, "max_gap")
     out = io.StringIO()
     print_report({"results": results, "notes": []}, file=out)
     assert (

@@ -435,6 +435,7 @@ def run(args: argparse.Namespace) -> int:
                         accelerators=n_acc,
                         accelerators_auto=auto,
                         slowfs=slowfs,
+                        sweep_key=parse_sweep(args.sweep)[0] if args.sweep else None,
                     ),
                     progress=progress,
                 )
