@@ -84,6 +84,21 @@ def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
     assert out.stat().st_size > 0
 
 
+def test_sweep_plot_has_a_line_per_variant_spec() -> None:
+    # By the name alone the two headrace specs were one line, two points per value.
+    from headrace.bench._plot import sweep_lines
+
+    results = [
+        _result(f"headrace?prefetch={p}&in_flight={v}", files=False, batches_per_s=1.0)
+        for p in (0, 8)
+        for v in (1, 8)
+    ]
+    results.append(_result("naive?in_flight=1", files=False))
+    lines = sweep_lines(results, "in_flight")
+    assert sorted(lines) == ["headrace?prefetch=0", "headrace?prefetch=8", "naive"]
+    assert [v for v, _ in lines["headrace?prefetch=8"]] == ["1", "8"]
+
+
 def test_printed_tables_never_truncate_cells() -> None:
     pytest.importorskip("rich")
     import io

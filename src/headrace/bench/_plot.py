@@ -6,7 +6,7 @@ from typing import Any
 
 from headrace.bench._report import headline_rate
 
-__all__ = ["plot_report"]
+__all__ = ["plot_report", "sweep_lines"]
 
 
 def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) -> None:
@@ -22,12 +22,7 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
     labels = [f"{r['workload']}\n{r['variant']}" for r in results]
     if sweep:  # throughput against the swept value, one line per base variant
         key = sweep.partition("=")[0]
-        lines: dict[str, list[tuple[str, float]]] = {}
-        for r in results:
-            base, _, query = r["variant"].partition("?")
-            opts = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
-            if key in opts:
-                lines.setdefault(base, []).append((opts[key], headline_rate(r)[3]))
+        lines = sweep_lines(results, key)
         values = list(dict.fromkeys(v for pts in lines.values() for v, _ in pts))
         numeric = all(_is_number(v) for v in values)
         # Numbers > 0 on a log2 axis (1, 8, 32, 64); anything else (0, names such as
@@ -74,3 +69,19 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def sweep_lines(results: list[dict[str, Any]], key: str) -> dict[str, list[tuple[str, float]]]:
+    """(swept value, GB/s the table shows) per variant less its swept option: by the
+    name alone, ``headrace?prefetch=0&in_flight=8`` and ``headrace?prefetch=8&in_flight=8``
+    were one line with two points at each value."""
+    lines: dict[str, list[tuple[str, float]]] = {}
+    for r in results:
+        name, _, query = r["variant"].partition("?")
+        parts = [p for p in query.split("&") if "=" in p]
+        opts = dict(p.split("=", 1) for p in parts)
+        if key in opts:
+            rest = "&".join(p for p in parts if p.partition("=")[0] != key)
+            label = f"{name}?{rest}" if rest else name
+            lines.setdefault(label, []).append((opts[key], headline_rate(r)[3]))
+    return lines
