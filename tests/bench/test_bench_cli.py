@@ -86,6 +86,36 @@ def test_a_sweep_of_variants_with_options_keeps_naive_and_memcpy_as_baselines(
         assert r["ratio_to_memcpy"] == r["batches_per_s"] / memcpy["batches_per_s"]
 
 
+def test_plot_from_a_report_draws_what_the_run_drew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json r.json`, then the plot: it took a whole new run (`--plot` runs the bench).
+    pytest.importorskip("matplotlib")
+    ran = tmp_path / "ran.png"
+    args = ["--variants", "headrace-sync,memcpy", "--sweep", "block_mib=1,4", "--no-isolate"]
+    rc, report = bench(tmp_path, *args, "--plot", str(ran))
+    assert rc == 0 and report["sweep"] == "block_mib=1,4"
+    report_path = str(tmp_path / "r.json")
+    drawn = tmp_path / "drawn.png"
+    assert main(["bench", "plot", report_path, "--plot", str(drawn)]) == 0
+    assert drawn.read_bytes() == ran.read_bytes()  # against the swept values, as the run
+    # a report from before "sweep" was recorded: read from its command line
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**report, "sweep": None, "command": ["headrace", "bench", *args]}))
+    again = tmp_path / "again.png"
+    assert main(["bench", "plot", str(old), "--plot", str(again)]) == 0
+    assert again.read_bytes() == ran.read_bytes()
+    capsys.readouterr()
+    # refused: the image over the report, a file that is not a report, an unknown format
+    for argv, said in (
+        (["plot", report_path, "--plot", report_path], "the plot would replace the report"),
+        (["plot", str(ran), "--plot", str(drawn)], "ran.png: cannot be read"),
+        (["plot", report_path, "--plot", str(tmp_path / "p.txt")], "matplotlib writes"),
+    ):
+        assert main(["bench", *argv]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) -> None:
     # A 64 MiB file read in one window of 256 KiB blocks: step 0's 32 samples touch at
     # most 64 of its 256 blocks, so reading the window would break the issue's bound of
@@ -211,8 +241,9 @@ def test_too_few_files_for_a_batch_of_iterable_is_refused_before_generating(
         (["--plot", "p.txt"], "--plot 'p.txt': matplotlib writes"),  # crashed after the run
         # Blamed padded.toml for an unknown key token_file_gib before.
         (["-w", "padded", "--token-file-gib", "1"], "--token-file-gib sizes the tokens, megatron"),
-        (["compare", "only-one.json"], "got 'compare only-one.json'; the only action is"),
-        (["frob"], "got 'frob'; the only action is 'compare A.json B.json'"),
+        (["compare", "only-one.json"], "got 'compare only-one.json'; the only actions are"),
+        (["frob"], "got 'frob'; the only actions are 'compare A.json B.json' (two reports"),
+        (["plot", "r.json"], "plot r.json: give the image to write with --plot"),
     ],
 )
 def test_bad_arguments_say_what_and_how_to_fix(

@@ -55,7 +55,10 @@ def default_root() -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", nargs="*", help="'compare A.json B.json' prints ratios between two reports"
+        "action",
+        nargs="*",
+        help="'compare A.json B.json' prints ratios between two reports; "
+        "'plot R.json --plot R.png' draws a report's plot without running again",
     )
     parser.add_argument("--list", action="store_true", help="list the built-in workloads")
     parser.add_argument("--dlio", metavar="YAML", help="run a DLIO workload YAML")
@@ -302,6 +305,10 @@ def _is_compare(action: list[str]) -> bool:
     return len(action) == 3 and action[0] == "compare"
 
 
+def _is_plot(action: list[str]) -> bool:
+    return len(action) == 2 and action[0] == "plot"
+
+
 def check(args: argparse.Namespace) -> list[Kind]:
     """What :func:`run` refuses before it reads a dataset or writes anything (it reads
     the workload and DLIO files named); the kinds of the workloads to run or list.
@@ -312,9 +319,17 @@ def check(args: argparse.Namespace) -> list[Kind]:
     if args.action:
         if _is_compare(args.action):
             return []
+        if _is_plot(args.action):
+            if not args.plot:
+                raise ConfigError(
+                    f"plot {args.action[1]}: give the image to write with --plot, e.g. "
+                    f"headrace bench plot {args.action[1]} --plot r.png"
+                )
+            return []
         raise ConfigError(
-            f"got {' '.join(args.action)!r}; the only action is "
-            "'compare A.json B.json' (two reports written by --json); "
+            f"got {' '.join(args.action)!r}; the only actions are "
+            "'compare A.json B.json' (two reports written by --json) and "
+            "'plot R.json --plot R.png' (a report's plot, without running again); "
             "to pick a workload use -w NAME"
         )
     root = args.root or default_root()
@@ -353,6 +368,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         kinds = check(args)
+        if _is_plot(args.action):
+            from headrace.bench._plot import plot_file
+
+            plot_file(args.action[1], args.plot)
+            print(f"wrote {args.plot} from {args.action[1]}", file=sys.stderr)
+            return 0
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
@@ -377,20 +398,9 @@ def run(args: argparse.Namespace) -> int:
                     f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
                     "would replace the report; give each its own, e.g. --json r.json --plot r.png"
                 )
-            try:
-                from matplotlib.figure import Figure
-            except ImportError:
-                raise ConfigError(
-                    "--plot needs matplotlib, which is not installed: "
-                    "pip install 'headrace[plot]' (or drop --plot)"
-                ) from None
-            formats = Figure().canvas.get_supported_filetypes()
-            ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
-            if ext not in formats:  # refused now, not after the run (it crashed there)
-                raise ConfigError(
-                    f"--plot {args.plot!r}: matplotlib writes {', '.join(sorted(formats))} "
-                    "files; give the path one of those extensions, e.g. --plot r.png"
-                )
+            from headrace.bench._plot import check_plot_path
+
+            check_plot_path(args.plot)
         # Served from S3, a run keeps upload digests and object caches under the root.
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
         # Every workload's missing bytes at once, before the first is written: a run whose
@@ -410,6 +420,7 @@ def run(args: argparse.Namespace) -> int:
         "command": ["headrace", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "root": os.path.abspath(root),
+        "sweep": args.sweep,
         "workloads": [],
         "results": [],
         "notes": [],

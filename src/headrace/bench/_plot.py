@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from headrace._output_path import check_output_path
 from headrace.bench._report import headline_rate
+from headrace.errors import ConfigError
 
-__all__ = ["plot_report", "sweep_lines"]
+__all__ = ["check_plot_path", "plot_file", "plot_report", "sweep_lines"]
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse ``--plot PATH`` before anything runs: no matplotlib, or an extension it
+    does not write (it crashed after the run)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed: "
+            "pip install 'headrace[plot]' (or drop --plot)"
+        ) from None
+    formats = Figure().canvas.get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in formats:
+        raise ConfigError(
+            f"--plot {path!r}: matplotlib writes {', '.join(sorted(formats))} "
+            "files; give the path one of those extensions, e.g. --plot r.png"
+        )
+
+
+def _sweep_of(report: dict[str, Any]) -> str | None:
+    """The run's ``--sweep``: recorded since 2026-12-03, else read from its command line."""
+    if report.get("sweep"):
+        return str(report["sweep"])
+    argv = [str(a) for a in report.get("command") or []]
+    for i, arg in enumerate(argv):
+        if arg == "--sweep" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--sweep="):
+            return arg.partition("=")[2]
+    return None
+
+
+def plot_file(report_path: str, path: str) -> None:
+    """``headrace bench plot R.json --plot PATH``: the plot of a report written by
+    ``--json``, as the run's ``--plot`` would have drawn it, without running again."""
+    from headrace.bench._compare import load_report
+
+    if os.path.realpath(report_path) == os.path.realpath(path):
+        raise ConfigError(
+            f"plot {report_path!r} --plot {path!r}: the plot would replace the report; "
+            "give the image its own path, e.g. --plot r.png"
+        )
+    check_output_path("--plot", path)
+    check_plot_path(path)
+    report = load_report(report_path)
+    try:
+        plot_report(report, path, sweep=_sweep_of(report))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ConfigError(
+            f"{report_path}: a result lacks a figure the plot needs ({type(exc).__name__}: "
+            f"{exc}); plot a report written by 'headrace bench --json'"
+        ) from None
 
 
 def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) -> None:
