@@ -288,6 +288,19 @@ def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() 
     ]
 
 
+def test_a_ceiling_read_through_a_network_mount_is_the_mounts_not_a_device() -> None:
+    # `--root` on a slowfs mount by hand (docs/bench.md): "above the device (O_DIRECT)
+    # read ceiling", of a FUSE server 5 ms a READ away (fails before: no `network`).
+    from headrace.bench._ceiling import ceiling_notes
+
+    res = {"variant": "ceiling", "mb_per_s": 376.0, "amplification": 1.0}
+    ceiling = {"gb_per_s": 0.26, "o_direct": True}
+    assert ceiling_notes("jpeg", [res], ceiling, 1.0, False, network="fuse.headrace-slowfs") == [
+        "jpeg/ceiling: 0.38 GB/s is above the fuse.headrace-slowfs mount's (O_DIRECT) read "
+        "ceiling of 0.26 GB/s: served from the page cache"
+    ]
+
+
 def test_the_s3_storage_line_names_the_endpoint_and_the_throttle() -> None:
     from headrace.bench._report import _s3_line
 

@@ -82,11 +82,13 @@ def ceiling_notes(
     ceiling: dict[str, Any],
     stored_per_payload: float,
     slowfs: bool,
+    network: str | None = None,
 ) -> list[str]:
     """A note for each result above the ``ceiling`` (marking it ``above_storage_ceiling``):
     served from the page cache. Judged on the bytes the storage gave: stored bytes, and
     of a reader that fetched less than it delivered, what it fetched. ``slowfs``: the
-    ceiling is a slowfs mount's."""
+    ceiling is a slowfs mount's; ``network``: the type of the network or FUSE file system
+    ``--root`` is on, whose ceiling is that mount's, not a device's."""
     notes: list[str] = []
     if ceiling["gb_per_s"]:
         for res in results:
@@ -121,9 +123,13 @@ def ceiling_notes(
                     said = f"{rate:.2f} GB/s of payload ({shown} GB/s stored)"
                 res["above_storage_ceiling"] = True
                 how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
+                # `--root` on an NFS or FUSE mount: O_DIRECT reads go to its server, so
+                # "device" named a disk the run never measured.
                 where = (
                     f"slowfs mount's ({how})"
                     if slowfs
+                    else f"{network} mount's ({how})"
+                    if network
                     else ("device (O_DIRECT)" if ceiling["o_direct"] else "buffered")
                 )
                 notes.append(

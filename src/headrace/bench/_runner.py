@@ -382,7 +382,12 @@ def _run(
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
     notes += ceiling_notes(
-        wl.name, results, ceiling, kind.stored_per_payload(), opts.slowfs is not None
+        wl.name,
+        results,
+        ceiling,
+        kind.stored_per_payload(),
+        opts.slowfs is not None,
+        network=mount.fstype if mount is not None and network_type(mount.fstype) else None,
     )
     if (opts.accelerators > 1 or opts.accelerators_auto) and not has_compute:
         notes.append(
