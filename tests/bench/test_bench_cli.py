@@ -116,6 +116,28 @@ def test_plot_from_a_report_draws_what_the_run_drew(
         assert said in capsys.readouterr().err
 
 
+def test_a_reader_that_goes_away_does_not_lose_the_report(tmp_path: Path) -> None:
+    # `headrace bench --json r.json | head -1`: the pipe broke while the table printed,
+    # before the report was written (fails before: no r.json after the run).
+    import sys
+
+    out = tmp_path / "r.json"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    argv = ["bench", "--root", str(tmp_path / "data"), *TINY, "--no-isolate", "--json", str(out)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "headrace", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": src},
+    ) as proc:
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before the first line
+        assert proc.wait(timeout=300) == 141
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema())
+    assert len(report["results"]) == 4
+
+
 def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) -> None:
     # A 64 MiB file read in one window of 256 KiB blocks: step 0's 32 samples touch at
     # most 64 of its 256 blocks, so reading the window would break the issue's bound of

@@ -475,7 +475,9 @@ def run(args: argparse.Namespace) -> int:
         return 2  # nothing measured: each workload's error is printed above
     report["elapsed_s"] = time.perf_counter() - t0
     report["machine"] = machine_info(root)
-    print_report(report)
+    # The files first, then the tables: `headrace bench --json r.json | head` ended the
+    # run on a broken pipe while printing, before the report was written.
+    lost: OSError | None = None
     try:
         if args.json:
             write_json(report, args.json)
@@ -484,8 +486,13 @@ def run(args: argparse.Namespace) -> int:
 
             plot_report(report, args.plot, sweep=args.sweep)
     except OSError as exc:
+        lost = exc
+    print_report(report)
+    if lost is not None:
         # The figures are printed above; say which output was lost and why.
-        print(f"headrace bench: could not write {exc.filename or 'output'}: {exc}", file=sys.stderr)
+        print(
+            f"headrace bench: could not write {lost.filename or 'output'}: {lost}", file=sys.stderr
+        )
         return 2
     if stopped is not None:
         raise stopped

@@ -7,6 +7,7 @@ are not counted twice). Memory figures are MiB (2^20 bytes).
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from typing import Any, TextIO
@@ -326,7 +327,16 @@ def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> N
     # latency triples to "headrace-…" (in logs and pipes rich assumes 80 columns).
     cells = [head, *rows]
     need = sum(max(len(r[i]) for r in cells) + 3 for i in range(len(head))) + 1
-    Console(file=out, width=max(need, Console(file=out).width)).print(table)
+    width = max(need, Console(file=out).width)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 when the reader goes away (`bench | head`): `headrace bench`'s
+            # "digests differ". The CLI stops quietly on BrokenPipeError, with 141.
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the tables went away")
+
+    _Console(file=out, width=width).print(table)
 
 
 def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
