@@ -708,6 +708,17 @@ def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))
 
 
+def test_list_gives_the_demand_of_the_accelerators_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--list --accelerators 4` gave one accelerator's demand; the run said "x 4 = ...".
+    root = str(tmp_path)
+    assert main(["bench", "--list", "-w", "hdf5", "--accelerators", "4", "--root", root]) == 0
+    assert "160.0 MB/s per accelerator, x 4 = 640.1 MB/s (AU" in capsys.readouterr().out
+    assert main(["bench", "--list", "--accelerators", "4", "--root", root]) == 0
+    assert "x 4 = 640.1 MB/s" in capsys.readouterr().out  # the built-ins' hdf5 too
+
+
 def test_au_of_one_step_trials_is_said_to_be_no_measurement(tmp_path: Path) -> None:
     # --steps 1 with compute printed "0.00 FAIL" for every variant and said nothing: DLIO
     # leaves each epoch's first step out, so a trial of one step has none to count.

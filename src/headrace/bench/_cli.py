@@ -225,17 +225,19 @@ def _plan(wl: Workload) -> str:
     return out
 
 
-def list_workloads(root: str, kinds: list[Kind]) -> int:
-    """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`)."""
+def list_workloads(root: str, kinds: list[Kind], accelerators: int = 1) -> int:
+    """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`),
+    with the demand of ``accelerators`` (``--list --accelerators 8`` gave one's alone,
+    where the run says "x 8 = ...")."""
     from headrace.bench._workload import builtin_workloads
 
     if kinds:
         for kind in kinds:
-            _list_one(kind.workload.name, kind.workload, _demand(kind))
+            _list_one(kind.workload.name, kind.workload, _demand(kind, accelerators))
         return 0
     for name, wl in builtin_workloads().items():
         try:
-            demand = _demand(make_kind(wl, root))
+            demand = _demand(make_kind(wl, root), accelerators)
         except HeadraceError as exc:
             demand = f"not runnable yet: {exc}"
         _list_one(name, wl, demand)
@@ -378,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
     if args.list:
-        return list_workloads(root, kinds)
+        return list_workloads(root, kinds, parse_accelerators(args.accelerators) or 1)
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
