@@ -17,6 +17,8 @@ __all__ = ["dlio_from_args", "override", "storage_options", "workloads"]
 
 
 def override(wl: Workload, args: argparse.Namespace) -> Workload:
+    """``wl`` as the command line changes it: ``[train]`` from --steps, --trials, --warmup
+    and --batch-size, ``[dataset]`` sizes, the S3 flags, --variants, then --sweep."""
     train: dict[str, Any] = {}
     for key, attr in (
         ("steps", "steps"),
