@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from headrace._messages import byte_size
-from headrace.bench._ceiling import distinct_figures
+from headrace.bench._ceiling import _decimals, distinct_figures
 from headrace.bench._files_kind import FilesKind, photo
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
@@ -100,7 +100,8 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
         said = f"{shown} GB/s"
         if amp < 1.0:
             said = (
-                f"{r['mb_per_s'] / 1e3:.2f} GB/s delivered, of which it fetched {amp:.2f} "
+                f"{r['mb_per_s'] / 1e3:.{_decimals(r['mb_per_s'] / 1e3)}f} GB/s delivered, "
+                f"of which it fetched {amp:.2f} "
                 f"({shown} GB/s),"
             )
         assert [n for n in warned if "read ceiling" in n] == (

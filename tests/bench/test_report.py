@@ -255,6 +255,10 @@ def test_a_figure_above_a_ceiling_is_printed_above_it() -> None:
     assert distinct_figures(0.0617, 0.0594) == ("0.062", "0.059")
     assert distinct_figures(2.45, 0.77) == ("2.45", "0.77")
     assert distinct_figures(0.30001, 0.3) == ("0.30001", "0.30000")
+    # `--dlio resnet50_a100.yaml` at a tiny scale: "0.01 GB/s is above the ... read
+    # ceiling of 0.00 GB/s" (fails before: ("0.01", "0.00"))
+    assert distinct_figures(0.0068, 0.00137) == ("0.0068", "0.0014")
+    assert distinct_figures(0.0415, 0.0394) == ("0.042", "0.039")
 
 
 def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() -> None:
@@ -278,6 +282,12 @@ def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() 
     assert ceiling_notes("unet3d", [full], ceiling, 1.0, False) == [
         "unet3d/ceiling: 3.45 GB/s is above the device (O_DIRECT) read ceiling of 1.07 GB/s: "
         "served from the page cache"
+    ]
+    # a small rate keeps two significant digits ("0.00 GB/s delivered" said nothing)
+    tiny = {"variant": "headrace", "mb_per_s": 5.0, "amplification": 0.5}
+    assert ceiling_notes("r", [tiny], {"gb_per_s": 0.0014, "o_direct": True}, 1.0, False) == [
+        "r/headrace: 0.0050 GB/s delivered, of which it fetched 0.50 (0.0025 GB/s), is above "
+        "the device (O_DIRECT) read ceiling of 0.0014 GB/s: served from the page cache"
     ]
     # rows: payload converted to stored bytes first, then what was fetched of them
     rows = {"variant": "headrace", "gb_per_s": 3.0, "amplification": 0.8}

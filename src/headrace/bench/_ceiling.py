@@ -3,6 +3,7 @@ notes that call a variant above it a page-cache read."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -66,14 +67,22 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> d
     return {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": threads}
 
 
+def _decimals(v: float) -> int:
+    """Decimals that show two significant digits of ``v`` (at least two)."""
+    return 2 if v == 0 or abs(v) >= 0.1 else max(2, 1 - math.floor(math.log10(abs(v))))
+
+
 def distinct_figures(above: float, below: float) -> tuple[str, str]:
-    """Both numbers with two decimals, or as many more (up to 5) as it takes to print
-    them apart: "0.06 GB/s is above the read ceiling of 0.06 GB/s" read as a mistake."""
-    for d in range(2, 6):
+    """Both numbers with two decimals, or as many more as it takes to show two significant
+    digits of each and to print them apart (up to 3 more): "0.06 GB/s is above the read
+    ceiling of 0.06 GB/s" read as a mistake, and so did "0.01 GB/s is above the read
+    ceiling of 0.00 GB/s" (a DLIO resnet50_a100 run's 0.0014)."""
+    first = max(_decimals(above), _decimals(below))
+    for d in range(first, first + 4):
         a, b = f"{above:.{d}f}", f"{below:.{d}f}"
         if a != b:
             return a, b
-    return f"{above:.5f}", f"{below:.5f}"
+    return a, b
 
 
 def ceiling_notes(
@@ -116,11 +125,12 @@ def ceiling_notes(
                 said = f"{shown} GB/s"
                 if fetched:
                     said = (
-                        f"{rate:.2f} GB/s{' of payload' if stored else ''} delivered, of which "
+                        f"{rate:.{_decimals(rate)}f} GB/s{' of payload' if stored else ''} "
+                        "delivered, of which "
                         f"it fetched {amp:.2f} ({shown} GB/s{' stored' if stored else ''}),"
                     )
                 elif stored:
-                    said = f"{rate:.2f} GB/s of payload ({shown} GB/s stored)"
+                    said = f"{rate:.{_decimals(rate)}f} GB/s of payload ({shown} GB/s stored)"
                 res["above_storage_ceiling"] = True
                 how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
                 # `--root` on an NFS or FUSE mount: O_DIRECT reads go to its server, so
