@@ -174,7 +174,7 @@ def test_the_time_table_shows_first_batch_and_cpu_of_every_kind() -> None:
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).
-    from headrace.bench._runner import _ratios
+    from headrace.bench._ratios import ratios
 
     rates = [("naive", 10), ("headrace", 100), ("memcpy", 200)]
     results = [
@@ -182,7 +182,7 @@ def test_a_sweep_keeps_its_baselines() -> None:
         for m in (1, 4)
         for v, b in rates
     ]
-    _ratios(results, "block_mib")
+    ratios(results, "block_mib")
     for r in results:
         suffix = r["variant"].partition("?")[2]
         assert r["baseline_variant"] == f"naive?{suffix}"
@@ -197,7 +197,7 @@ def test_a_variant_with_options_of_its_own_is_not_its_own_baseline() -> None:
     # headrace-sync?prefetch=0&block_mib=1 at 1.00x over itself and no x memcpy; and
     # without a sweep, `--variants map-style,headrace?in_flight=8` put headrace at 1.00x
     # (fails before: baseline_variant was the variant itself).
-    from headrace.bench._runner import _ratios
+    from headrace.bench._ratios import ratios
 
     rates = [("naive", 10), ("headrace-sync?prefetch=0", 100), ("memcpy", 200)]
     results = [
@@ -205,7 +205,7 @@ def test_a_variant_with_options_of_its_own_is_not_its_own_baseline() -> None:
         for m in (1, 4)
         for v, b in rates
     ]
-    _ratios(results, "block_mib")
+    ratios(results, "block_mib")
     by = {r["variant"]: r for r in results}
     for m in (1, 4):
         r = by[f"headrace-sync?prefetch=0&block_mib={m}"]
@@ -215,7 +215,7 @@ def test_a_variant_with_options_of_its_own_is_not_its_own_baseline() -> None:
         {"variant": "map-style", "batches_per_s": 9e3, "samples_per_s": 20.0},
         {"variant": "headrace?in_flight=8", "batches_per_s": 5.0, "samples_per_s": 70.0},
     ]
-    _ratios(files)
+    ratios(files)
     assert files[1]["baseline_variant"] == "map-style"
     assert files[1]["ratio_to_baseline"] == 3.5
 
@@ -226,13 +226,13 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
     # variant, while each row was over its own (every "x base" 1.00x).
     import io
 
+    from headrace.bench._ratios import ratios
     from headrace.bench._report import print_report
-    from headrace.bench._runner import _ratios
 
     results = [_result(f"headrace?max_gap={g}", files=False) for g in (0, 4096)]
     for r, rate in zip(results, (100.0, 150.0), strict=True):
         r.update(workload="padded", batches_per_s=rate)
-    _ratios(results, "max_gap")
+    ratios(results, "max_gap")
     out = io.StringIO()
     print_report({"results": results, "notes": []}, file=out)
     assert (
@@ -242,7 +242,7 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
     plain = [_result(v, files=False) for v in ("naive", "headrace")]
     for r in plain:
         r["workload"] = "padded"
-    _ratios(plain)
+    ratios(plain)
     out = io.StringIO()
     print_report({"results": plain, "notes": []}, file=out)
     assert "x base: padded variants over naive\n" in out.getvalue()

@@ -68,18 +68,20 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> d
 
 
 def _decimals(v: float) -> int:
-    """Decimals that show two significant digits of ``v`` (at least two)."""
-    return 2 if v == 0 or abs(v) >= 0.1 else max(2, 1 - math.floor(math.log10(abs(v))))
+    """Decimals that show two significant digits of ``v``: at least two, at most six."""
+    if v == 0 or abs(v) >= 0.1:
+        return 2
+    return min(6, max(2, 1 - math.floor(math.log10(abs(v)))))
 
 
 def distinct_figures(above: float, below: float) -> tuple[str, str]:
-    """Both numbers with two decimals, or as many more as it takes to show two significant
-    digits of each and to print them apart (up to 3 more): "0.06 GB/s is above the read
-    ceiling of 0.06 GB/s" read as a mistake, and so did "0.01 GB/s is above the read
-    ceiling of 0.00 GB/s" (a DLIO resnet50_a100 run's 0.0014)."""
-    first = max(_decimals(above), _decimals(below))
-    for d in range(first, first + 4):
-        a, b = f"{above:.{d}f}", f"{below:.{d}f}"
+    """Each number with the decimals that show two significant digits of it, and up to 3
+    more for both as it takes to print them apart: "0.06 GB/s is above the read ceiling
+    of 0.06 GB/s" read as a mistake, and so did "0.01 GB/s is above the read ceiling of
+    0.00 GB/s" (a DLIO resnet50_a100 run's 0.0014)."""
+    da, db = _decimals(above), _decimals(below)
+    for extra in range(4):
+        a, b = f"{above:.{da + extra}f}", f"{below:.{db + extra}f}"
         if a != b:
             return a, b
     return a, b
