@@ -591,6 +591,10 @@ def test_every_kind_validates_against_the_strict_schema(tmp_path: Path) -> None:
         ("workload", "demand_bytes_per_s", "fast"),
         ("workload", "failed", [{"variant": "headrace"}]),  # no error said
         ("workload", "mismatches", ["a", "b"]),  # groups are lists
+        ("table", "from", "median"),  # fresh_pass or trials
+        ("table", "batches_per_s", "29"),
+        ("table", "batches_per_s_spread", {"min": 1.0}),
+        ("result", "table", None),  # every result has one (from 2026-12-03)
     ],
 )
 def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -> None:
@@ -611,6 +615,15 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
         "au": 0.95,
         "max_accelerators": 3,
         "stages": {"wall_s": 1.0},
+        "table": {
+            "from": "trials",
+            "batches_per_s": 10.0,
+            "batches_per_s_spread": {"min": 9.0, "max": 11.0},
+            "gb_per_s": 0.1,
+            "ratio_to_baseline": 1.0,
+            "ratio_to_memcpy": None,
+            "short_trials": False,
+        },
     }
     workload = {
         "name": "w",
@@ -635,7 +648,12 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
         "elapsed_s": 1.0,
     }
     jsonschema.validate(report, schema())  # the report as it is passes
-    target = {"result": result, "stages": result["stages"], "workload": workload}[where]
+    target = {
+        "result": result,
+        "stages": result["stages"],
+        "workload": workload,
+        "table": result["table"],
+    }[where]
     target[key] = value  # type: ignore[index]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema())
