@@ -47,6 +47,18 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
         assert r["amplification"] >= 1
         assert r["peak_rss_bytes"] > 0
     assert isinstance(report["machine"], dict) and report["machine"]["cores"] >= 1
+    for r in results:
+        # Other kinds' table shows the trials: `table` repeats the result's own figures.
+        t = r["table"]
+        assert t["from"] == "trials" and t["short_trials"] is True  # 20-step trials
+        assert t["batches_per_s"] == r["batches_per_s"] and t["gb_per_s"] == r["gb_per_s"]
+        assert t["batches_per_s_spread"] == {
+            k: r["batches_per_s_spread"][k] for k in ("min", "max")
+        }
+        assert (t["ratio_to_baseline"], t["ratio_to_memcpy"]) == (
+            r["ratio_to_baseline"],
+            r["ratio_to_memcpy"],
+        )
     # Where the time went: the Loader's split for headrace variants, none for the others.
     stages = {r["variant"]: r["stages"] for r in results}
     assert stages["naive"]["source_s"] is None and stages["memcpy"]["plan_s"] is None
@@ -55,6 +67,76 @@ def test_default_suite_tiny_validates_and_agrees(tmp_path: Path) -> None:
     # Without read-ahead the consumer's own next() plans and reads: the parts fit in it.
     assert sync["plan_s"] + sync["source_s"] + sync["prefetch_s"] <= sync["loader_s"]
     assert async_["source_s"] > 0 and async_["queue_wait_s"] >= 0
+
+
+def test_a_sweep_of_variants_with_options_keeps_naive_and_memcpy_as_baselines(
+    tmp_path: Path,
+) -> None:
+    # headrace-sync?prefetch=0&block_mib=1 was shown over itself (x base 1.00x, x memcpy -).
+    variants = "naive,headrace-sync?prefetch=0,memcpy"
+    rc, report = bench(tmp_path, "--variants", variants, "--sweep", "block_mib=1,4", "--no-isolate")
+    assert rc == 0
+    results = report["results"]
+    assert isinstance(results, list)
+    by = {r["variant"]: r for r in results}
+    for m in (1, 4):
+        r, naive = by[f"headrace-sync?prefetch=0&block_mib={m}"], by[f"naive?block_mib={m}"]
+        memcpy = by[f"memcpy?block_mib={m}"]
+        assert r["baseline_variant"] == f"naive?block_mib={m}"
+        assert r["ratio_to_baseline"] == r["batches_per_s"] / naive["batches_per_s"]
+        assert r["ratio_to_memcpy"] == r["batches_per_s"] / memcpy["batches_per_s"]
+
+
+def test_plot_from_a_report_draws_what_the_run_drew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json r.json`, then the plot: it took a whole new run (`--plot` runs the bench).
+    pytest.importorskip("matplotlib")
+    ran = tmp_path / "ran.png"
+    args = ["--variants", "headrace-sync,memcpy", "--sweep", "block_mib=1,4", "--no-isolate"]
+    rc, report = bench(tmp_path, *args, "--plot", str(ran))
+    assert rc == 0 and report["sweep"] == "block_mib=1,4"
+    report_path = str(tmp_path / "r.json")
+    drawn = tmp_path / "drawn.png"
+    assert main(["bench", "plot", report_path, "--plot", str(drawn)]) == 0
+    assert drawn.read_bytes() == ran.read_bytes()  # against the swept values, as the run
+    # a report from before "sweep" was recorded: read from its command line
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**report, "sweep": None, "command": ["headrace", "bench", *args]}))
+    again = tmp_path / "again.png"
+    assert main(["bench", "plot", str(old), "--plot", str(again)]) == 0
+    assert again.read_bytes() == ran.read_bytes()
+    capsys.readouterr()
+    # refused: the image over the report, a file that is not a report, an unknown format
+    for argv, said in (
+        (["plot", report_path, "--plot", report_path], "the plot would replace the report"),
+        (["plot", str(ran), "--plot", str(drawn)], "ran.png: cannot be read"),
+        (["plot", report_path, "--plot", str(tmp_path / "p.txt")], "matplotlib writes"),
+    ):
+        assert main(["bench", *argv]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_does_not_lose_the_report(tmp_path: Path) -> None:
+    # `headrace bench --json r.json | head -1`: the pipe broke while the table printed,
+    # before the report was written (fails before: no r.json after the run).
+    import sys
+
+    out = tmp_path / "r.json"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    argv = ["bench", "--root", str(tmp_path / "data"), *TINY, "--no-isolate", "--json", str(out)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "headrace", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": src},
+    ) as proc:
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before the first line
+        assert proc.wait(timeout=300) == 141
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema())
+    assert len(report["results"]) == 4
 
 
 def test_first_batch_reads_the_blocks_it_touches_not_the_window(tmp_path: Path) -> None:
@@ -133,12 +215,13 @@ def test_unknown_workload_and_variant_are_config_errors(
 def test_files_sets_how_many_files_and_only_for_files_workloads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from headrace.bench._cli import _override, configure
+    from headrace.bench._cli import configure
+    from headrace.bench._overrides import override
     from headrace.bench._workload import builtin_workloads
 
     parser = argparse.ArgumentParser()
     configure(parser)
-    wl = _override(builtin_workloads()["npz"], parser.parse_args(["--files", "3"]))
+    wl = override(builtin_workloads()["npz"], parser.parse_args(["--files", "3"]))
     assert wl.dataset["files"] == 3
     assert main(["bench", "--root", str(tmp_path), "--files", "3", "-q"]) == 2  # tokens
     assert "--files sizes the jpeg, npz, hdf5, parquet workloads; 'tokens' takes none" in (
@@ -181,8 +264,9 @@ def test_too_few_files_for_a_batch_of_iterable_is_refused_before_generating(
         (["--plot", "p.txt"], "--plot 'p.txt': matplotlib writes"),  # crashed after the run
         # Blamed padded.toml for an unknown key token_file_gib before.
         (["-w", "padded", "--token-file-gib", "1"], "--token-file-gib sizes the tokens, megatron"),
-        (["compare", "only-one.json"], "got 'compare only-one.json'; the only action is"),
-        (["frob"], "got 'frob'; the only action is 'compare A.json B.json'"),
+        (["compare", "only-one.json"], "got 'compare only-one.json'; the only actions are"),
+        (["frob"], "got 'frob'; the only actions are 'compare A.json B.json' (two reports"),
+        (["plot", "r.json"], "plot r.json: give the image to write with --plot"),
     ],
 )
 def test_bad_arguments_say_what_and_how_to_fix(
@@ -508,6 +592,10 @@ def test_every_kind_validates_against_the_strict_schema(tmp_path: Path) -> None:
         ("workload", "demand_bytes_per_s", "fast"),
         ("workload", "failed", [{"variant": "headrace"}]),  # no error said
         ("workload", "mismatches", ["a", "b"]),  # groups are lists
+        ("table", "from", "median"),  # fresh_pass or trials
+        ("table", "batches_per_s", "29"),
+        ("table", "batches_per_s_spread", {"min": 1.0}),
+        ("result", "table", None),  # every result has one (from 2026-12-03)
     ],
 )
 def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -> None:
@@ -528,6 +616,15 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
         "au": 0.95,
         "max_accelerators": 3,
         "stages": {"wall_s": 1.0},
+        "table": {
+            "from": "trials",
+            "batches_per_s": 10.0,
+            "batches_per_s_spread": {"min": 9.0, "max": 11.0},
+            "gb_per_s": 0.1,
+            "ratio_to_baseline": 1.0,
+            "ratio_to_memcpy": None,
+            "short_trials": False,
+        },
     }
     workload = {
         "name": "w",
@@ -552,7 +649,12 @@ def test_the_schema_refuses_a_wrong_field(where: str, key: str, value: object) -
         "elapsed_s": 1.0,
     }
     jsonschema.validate(report, schema())  # the report as it is passes
-    target = {"result": result, "stages": result["stages"], "workload": workload}[where]
+    target = {
+        "result": result,
+        "stages": result["stages"],
+        "workload": workload,
+        "table": result["table"],
+    }[where]
     target[key] = value  # type: ignore[index]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(report, schema())
@@ -623,6 +725,17 @@ def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     small = {"format": "raw", "samples_per_file": 1, "record_bytes": 20}
     wl = builtin_workloads()["hdf5"].replace(dataset=small, train={"batch_size": 2})
     assert "= 800 B/s per accelerator" in _demand(make_kind(wl, str(tmp_path)))
+
+
+def test_list_gives_the_demand_of_the_accelerators_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--list --accelerators 4` gave one accelerator's demand; the run said "x 4 = ...".
+    root = str(tmp_path)
+    assert main(["bench", "--list", "-w", "hdf5", "--accelerators", "4", "--root", root]) == 0
+    assert "160.0 MB/s per accelerator, x 4 = 640.1 MB/s (AU" in capsys.readouterr().out
+    assert main(["bench", "--list", "--accelerators", "4", "--root", root]) == 0
+    assert "x 4 = 640.1 MB/s" in capsys.readouterr().out  # the built-ins' hdf5 too
 
 
 def test_au_of_one_step_trials_is_said_to_be_no_measurement(tmp_path: Path) -> None:

@@ -84,6 +84,21 @@ def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
     assert out.stat().st_size > 0
 
 
+def test_sweep_plot_has_a_line_per_variant_spec() -> None:
+    # By the name alone the two headrace specs were one line, two points per value.
+    from headrace.bench._plot import sweep_lines
+
+    results = [
+        _result(f"headrace?prefetch={p}&in_flight={v}", files=False, batches_per_s=1.0)
+        for p in (0, 8)
+        for v in (1, 8)
+    ]
+    results.append(_result("naive?in_flight=1", files=False))
+    lines = sweep_lines(results, "in_flight")
+    assert sorted(lines) == ["headrace?prefetch=0", "headrace?prefetch=8", "naive"]
+    assert [v for v, _ in lines["headrace?prefetch=8"]] == ["1", "8"]
+
+
 def test_printed_tables_never_truncate_cells() -> None:
     pytest.importorskip("rich")
     import io
@@ -159,7 +174,7 @@ def test_the_time_table_shows_first_batch_and_cpu_of_every_kind() -> None:
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).
-    from headrace.bench._runner import _ratios
+    from headrace.bench._ratios import ratios
 
     rates = [("naive", 10), ("headrace", 100), ("memcpy", 200)]
     results = [
@@ -167,7 +182,7 @@ def test_a_sweep_keeps_its_baselines() -> None:
         for m in (1, 4)
         for v, b in rates
     ]
-    _ratios(results)
+    ratios(results, "block_mib")
     for r in results:
         suffix = r["variant"].partition("?")[2]
         assert r["baseline_variant"] == f"naive?{suffix}"
@@ -177,19 +192,47 @@ def test_a_sweep_keeps_its_baselines() -> None:
     assert by["headrace?block_mib=4"]["ratio_to_memcpy"] == 0.5
 
 
+def test_a_variant_with_options_of_its_own_is_not_its_own_baseline() -> None:
+    # `--variants naive,headrace-sync?prefetch=0,memcpy --sweep block_mib=1,4` showed
+    # headrace-sync?prefetch=0&block_mib=1 at 1.00x over itself and no x memcpy; and
+    # without a sweep, `--variants map-style,headrace?in_flight=8` put headrace at 1.00x
+    # (fails before: baseline_variant was the variant itself).
+    from headrace.bench._ratios import ratios
+
+    rates = [("naive", 10), ("headrace-sync?prefetch=0", 100), ("memcpy", 200)]
+    results = [
+        {"variant": f"{v}{'&' if '?' in v else '?'}block_mib={m}", "batches_per_s": float(b * m)}
+        for m in (1, 4)
+        for v, b in rates
+    ]
+    ratios(results, "block_mib")
+    by = {r["variant"]: r for r in results}
+    for m in (1, 4):
+        r = by[f"headrace-sync?prefetch=0&block_mib={m}"]
+        assert r["baseline_variant"] == f"naive?block_mib={m}"
+        assert (r["ratio_to_baseline"], r["ratio_to_memcpy"]) == (10.0, 0.5)
+    files = [
+        {"variant": "map-style", "batches_per_s": 9e3, "samples_per_s": 20.0},
+        {"variant": "headrace?in_flight=8", "batches_per_s": 5.0, "samples_per_s": 70.0},
+    ]
+    ratios(files)
+    assert files[1]["baseline_variant"] == "map-style"
+    assert files[1]["ratio_to_baseline"] == 3.5
+
+
 def test_the_footer_names_every_baseline_of_a_sweep() -> None:
     # It named the last result's baseline for the whole workload: under a sweep without
     # naive ("-w padded --variants headrace --sweep max_gap=0,4096") that was one swept
     # variant, while each row was over its own (every "x base" 1.00x).
     import io
 
+    from headrace.bench._ratios import ratios
     from headrace.bench._report import print_report
-    from headrace.bench._runner import _ratios
 
     results = [_result(f"headrace?max_gap={g}", files=False) for g in (0, 4096)]
     for r, rate in zip(results, (100.0, 150.0), strict=True):
         r.update(workload="padded", batches_per_s=rate)
-    _ratios(results)
+    ratios(results, "max_gap")
     out = io.StringIO()
     print_report({"results": results, "notes": []}, file=out)
     assert (
@@ -199,7 +242,7 @@ def test_the_footer_names_every_baseline_of_a_sweep() -> None:
     plain = [_result(v, files=False) for v in ("naive", "headrace")]
     for r in plain:
         r["workload"] = "padded"
-    _ratios(plain)
+    ratios(plain)
     out = io.StringIO()
     print_report({"results": plain, "notes": []}, file=out)
     assert "x base: padded variants over naive\n" in out.getvalue()
@@ -212,6 +255,60 @@ def test_a_figure_above_a_ceiling_is_printed_above_it() -> None:
     assert distinct_figures(0.0617, 0.0594) == ("0.062", "0.059")
     assert distinct_figures(2.45, 0.77) == ("2.45", "0.77")
     assert distinct_figures(0.30001, 0.3) == ("0.30001", "0.30000")
+    # `--dlio resnet50_a100.yaml` at a tiny scale: "0.01 GB/s is above the ... read
+    # ceiling of 0.00 GB/s" (fails before: ("0.01", "0.00"))
+    assert distinct_figures(0.0068, 0.00137) == ("0.0068", "0.0014")
+    assert distinct_figures(0.0415, 0.0394) == ("0.042", "0.039")
+
+
+def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() -> None:
+    # `--dlio unet3d_h100.yaml --scale 0.05 --record-scale 0.01`: headrace delivered
+    # 3.46 GB/s but fetched 0.27 of it (0.93 GB/s), under the 1.07 GB/s device ceiling;
+    # the note said "served from the page cache" (fails before: one note per result).
+    from headrace.bench._ceiling import ceiling_notes
+
+    ceiling = {"gb_per_s": 1.07, "o_direct": True}
+    own = {"variant": "headrace", "mb_per_s": 3460.0, "amplification": 0.2675}
+    assert ceiling_notes("unet3d", [own], ceiling, 1.0, False) == []
+    assert "above_storage_ceiling" not in own
+    # what it fetched above the ceiling: still noted, with the figure that is above it
+    half = {"variant": "headrace-raw", "mb_per_s": 5230.0, "amplification": 0.5}
+    assert ceiling_notes("unet3d", [half], ceiling, 1.0, False) == [
+        "unet3d/headrace-raw: 5.23 GB/s delivered, of which it fetched 0.50 (2.62 GB/s), "
+        "is above the device (O_DIRECT) read ceiling of 1.07 GB/s: served from the page cache"
+    ]
+    # a reader that fetched all it delivered, or more: judged on its rate, as before
+    full = {"variant": "ceiling", "mb_per_s": 3450.0, "amplification": 1.0}
+    assert ceiling_notes("unet3d", [full], ceiling, 1.0, False) == [
+        "unet3d/ceiling: 3.45 GB/s is above the device (O_DIRECT) read ceiling of 1.07 GB/s: "
+        "served from the page cache"
+    ]
+    # a small rate keeps two significant digits ("0.00 GB/s delivered" said nothing)
+    tiny = {"variant": "headrace", "mb_per_s": 5.0, "amplification": 0.5}
+    assert ceiling_notes("r", [tiny], {"gb_per_s": 0.0014, "o_direct": True}, 1.0, False) == [
+        "r/headrace: 0.0050 GB/s delivered, of which it fetched 0.50 (0.0025 GB/s), is above "
+        "the device (O_DIRECT) read ceiling of 0.0014 GB/s: served from the page cache"
+    ]
+    # rows: payload converted to stored bytes first, then what was fetched of them
+    rows = {"variant": "headrace", "gb_per_s": 3.0, "amplification": 0.8}
+    assert ceiling_notes("padded", [rows], ceiling, 0.5, False) == [
+        "padded/headrace: 3.00 GB/s of payload delivered, of which it fetched 0.80 "
+        "(1.20 GB/s stored), is above the device (O_DIRECT) read ceiling of 1.07 GB/s: "
+        "served from the page cache"
+    ]
+
+
+def test_a_ceiling_read_through_a_network_mount_is_the_mounts_not_a_device() -> None:
+    # `--root` on a slowfs mount by hand (docs/bench.md): "above the device (O_DIRECT)
+    # read ceiling", of a FUSE server 5 ms a READ away (fails before: no `network`).
+    from headrace.bench._ceiling import ceiling_notes
+
+    res = {"variant": "ceiling", "mb_per_s": 376.0, "amplification": 1.0}
+    ceiling = {"gb_per_s": 0.26, "o_direct": True}
+    assert ceiling_notes("jpeg", [res], ceiling, 1.0, False, network="fuse.headrace-slowfs") == [
+        "jpeg/ceiling: 0.38 GB/s is above the fuse.headrace-slowfs mount's (O_DIRECT) read "
+        "ceiling of 0.26 GB/s: served from the page cache"
+    ]
 
 
 def test_the_s3_storage_line_names_the_endpoint_and_the_throttle() -> None:

@@ -515,7 +515,7 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
     # A table's batches are decoded and padded (int32 ids, a mask): their GB/s is not what
     # the storage gave. The page-cache note judges the stored share against the ceiling.
     from headrace.bench import _runner
-    from headrace.bench._ceiling import distinct_figures
+    from headrace.bench._ceiling import _decimals, distinct_figures
 
     over = TINY["parquet"]
     wl = builtin_workloads()["parquet"].replace(
@@ -532,7 +532,8 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
         # The stored figure gets as many decimals as set it apart from the ceiling's
         # 0.00: on a loaded machine it is under 0.005 GB/s and prints 0.004, not 0.00.
         stored = distinct_figures(r["gb_per_s"] * ratio, tiny["gb_per_s"])[0]
-        want = f"{r['gb_per_s']:.2f} GB/s of payload ({stored} GB/s stored)"
+        rate = f"{r['gb_per_s']:.{_decimals(r['gb_per_s'])}f}"  # two significant digits
+        want = f"{rate} GB/s of payload ({stored} GB/s stored)"
         assert any(
             n.startswith(f"parquet/{r['variant']}: {want} is above") for n in summary["notes"]
         )

@@ -23,7 +23,6 @@ from headrace.bench._args import (
     parse_accelerators,
     parse_sweep,
     refuse_scales_without_dlio,
-    refuse_unused_sizes,
     refuse_workloads_with_dlio,
     size_changes,
     slowfs_config,
@@ -31,10 +30,11 @@ from headrace.bench._args import (
 from headrace.bench._datagen import check_room
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._machine import machine_info
+from headrace.bench._overrides import storage_options, workloads
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
 from headrace.bench._runner import Progress, RunOptions, run_workload
 from headrace.bench._slowfs_run import fuse_check
-from headrace.bench._workload import Workload, load_workload, naming
+from headrace.bench._workload import Workload, naming
 from headrace.errors import ConfigError, HeadraceError
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "check_output_path",
     "configure",
     "default_root",
-    "dlio_from_args",
     "prepare_root",
     "run",
     "url_scheme",
@@ -56,7 +55,10 @@ def default_root() -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "action", nargs="*", help="'compare A.json B.json' prints ratios between two reports"
+        "action",
+        nargs="*",
+        help="'compare A.json B.json' prints ratios between two reports; "
+        "'plot R.json --plot R.png' draws a report's plot without running again",
     )
     parser.add_argument("--list", action="store_true", help="list the built-in workloads")
     parser.add_argument("--dlio", metavar="YAML", help="run a DLIO workload YAML")
@@ -128,75 +130,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
-def _override(wl: Workload, args: argparse.Namespace) -> Workload:
-    train: dict[str, Any] = {}
-    for key, attr in (
-        ("steps", "steps"),
-        ("trials", "trials"),
-        ("warmup_steps", "warmup"),
-        ("batch_size", "batch_size"),
-    ):
-        v = getattr(args, attr, None)
-        if v is not None:
-            train[key] = v
-    changes: dict[str, Any] = {}
-    if train:
-        changes["train"] = train
-        if wl.description.startswith("DLIO ") and "steps" in train:
-            # The plan read "one epoch per trial" beside --steps 8 over epochs of 1 step.
-            n = train["steps"]
-            if n != wl.train.steps:
-                changes["description"] = wl.description.replace(
-                    ", one epoch per trial;",
-                    f", trials of {n} steps (--steps {n}), not one epoch;",
-                    1,
-                )
-    dataset = size_changes(wl, args)
-    if dataset:
-        changes["dataset"] = dataset
-    reader = _storage_options(args)
-    if getattr(args, "storage", None) == "slowfs" and wl.reader.get("storage", "local") != "local":
-        raise ConfigError(
-            f"workload {wl.name!r} reads its dataset from {wl.reader['storage']} "
-            f"([reader] storage = {wl.reader['storage']!r}); --storage slowfs reads a local "
-            "dataset under --root through a FUSE mount: run it with --storage s3, or give a "
-            "workload whose dataset is local"
-        )
-    if reader:
-        if wl.kind not in ("files", "tokens", "megatron", "parquet", "table-images"):
-            raise ConfigError(
-                f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
-                "--endpoint, --latency-ms and --max-concurrent apply to the workloads that read "
-                "S3: jpeg, npz, hdf5, tokens, megatron, parquet, hub-images and --dlio"
-            )
-        changes["reader"] = reader
-        if wl.kind in ("tokens", "megatron") and reader.get("storage") == "s3":
-            s3 = _tokens_on_s3(wl, args, reader)
-            if "dataset" in s3:  # merged: --files (refused for tokens) is not dropped
-                s3["dataset"] = {**changes.get("dataset", {}), **s3["dataset"]}
-            changes.update(s3)
-    if getattr(args, "variants", None) is not None:
-        # "naive, headrace-sync" (a space after the comma) was "unknown variant
-        # ' headrace-sync'"; --variants "" ran every variant, and "," blamed the TOML file.
-        given = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-        if not given:
-            raise ConfigError(
-                f"--variants {args.variants!r}: name at least one variant, comma-separated, "
-                f"e.g. --variants {','.join(wl.variants[:2])} (bench --list shows them)"
-            )
-        changes["variants"] = given
-    wl = wl.replace(**changes) if changes else wl
-    if getattr(args, "sweep", None):
-        key, values = parse_sweep(args.sweep)
-        specs = []
-        for v in wl.variants:
-            for value in values:
-                sep = "&" if "?" in v else "?"
-                specs.append(f"{v}{sep}{key}={value}")
-        wl = wl.replace(variants=tuple(specs))
-    return wl
-
-
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -256,57 +189,6 @@ def _generate(kind: Any, root: str, progress: Callable[[int, int], None], gen: s
         ) from None
 
 
-def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``[reader]`` keys of the S3 flags (``{}`` for ``--storage slowfs``: the run's
-    mounts are no workload's setting, and every kind reads them as local files)."""
-    if slowfs_config(args) is not None:
-        return {}
-    reader: dict[str, Any] = {}
-    if getattr(args, "storage", None):
-        reader["storage"] = args.storage
-    for key in ("storage_url", "endpoint", "latency_ms", "max_concurrent"):
-        if getattr(args, key, None) is not None:
-            reader[key] = getattr(args, key)
-    if reader and reader.get("storage", "s3") != "s3" and len(reader) > 1:
-        raise ConfigError(
-            "--storage-url, --endpoint, --latency-ms and --max-concurrent need --storage s3"
-        )
-    if len(reader) > int("storage" in reader):
-        reader["storage"] = "s3"  # an S3 option implies S3
-    return reader
-
-
-# A token file on a local S3 emulator: moto reads the whole object for every ranged
-# GET, so a 1 GiB object would cost ~0.7 s per 4 MiB block.
-_S3_TOKEN_GIB = 0.0625
-_S3_WINDOW_MIB = 16
-
-
-def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]) -> dict[str, Any]:
-    """A token workload read from S3: its headrace variants, and on moto a 64 MiB file."""
-    from headrace.bench._tokens_kind import LOCAL_ONLY
-
-    changes: dict[str, Any] = {}
-    notes = []
-    if not getattr(args, "variants", None):
-        kept = tuple(v for v in wl.variants if v.partition("?")[0] not in LOCAL_ONLY)
-        dropped = [v for v in wl.variants if v not in kept]
-        if dropped:
-            changes["variants"] = kept
-            notes.append(f"left out {', '.join(dropped)} (they read the local file)")
-    if not reader.get("endpoint") and getattr(args, "token_file_gib", None) is None:
-        changes["dataset"] = {"token_file_gib": _S3_TOKEN_GIB}
-        reader["window_mib"] = min(float(wl.reader.get("window_mib", 256)), _S3_WINDOW_MIB)
-        notes.append(
-            f"token file of {_S3_TOKEN_GIB * 1024:g} MiB in {reader['window_mib']:g} MiB windows "
-            "(the local S3 emulator reads a whole object per ranged GET; --token-file-gib "
-            "sets the size)"
-        )
-    for note in notes:
-        print(f"{wl.name} on S3: {note}", file=sys.stderr)
-    return changes
-
-
 def _demand(kind: Any, accelerators: int = 1) -> str:
     t = kind.workload.train
     rec = kind.record_bytes()
@@ -343,17 +225,19 @@ def _plan(wl: Workload) -> str:
     return out
 
 
-def list_workloads(root: str, kinds: list[Kind]) -> int:
-    """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`)."""
+def list_workloads(root: str, kinds: list[Kind], accelerators: int = 1) -> int:
+    """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`),
+    with the demand of ``accelerators`` (``--list --accelerators 8`` gave one's alone,
+    where the run says "x 8 = ...")."""
     from headrace.bench._workload import builtin_workloads
 
     if kinds:
         for kind in kinds:
-            _list_one(kind.workload.name, kind.workload, _demand(kind))
+            _list_one(kind.workload.name, kind.workload, _demand(kind, accelerators))
         return 0
     for name, wl in builtin_workloads().items():
         try:
-            demand = _demand(make_kind(wl, root))
+            demand = _demand(make_kind(wl, root), accelerators)
         except HeadraceError as exc:
             demand = f"not runnable yet: {exc}"
         _list_one(name, wl, demand)
@@ -375,47 +259,6 @@ def _gen_command(wl: Workload, args: argparse.Namespace) -> str:
         f" {flag} {getattr(args, attr)}"
         for flag, attr in (("--files", "files"), ("--token-file-gib", "token_file_gib"))
         if attr in changes
-    )
-
-
-def _workloads(args: argparse.Namespace) -> list[Workload]:
-    """The workloads ``-w`` names (default ``tokens``) or ``--dlio`` reads, with overrides."""
-    workloads = _named_workloads(args)
-    refuse_unused_sizes(workloads, args)
-    return workloads
-
-
-def _named_workloads(args: argparse.Namespace) -> list[Workload]:
-    if args.dlio:
-        return [_override(dlio_from_args(args), args)]
-    workloads = [_override(load_workload(n), args) for n in args.workload or ["tokens"]]
-    names = [w.name for w in workloads]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        # Results, notes and `bench compare` go by workload name: `-w tokens -w tokens`
-        # ran it twice, into rows no one could tell apart.
-        raise ConfigError(
-            f"workload {twice[0]!r} is named more than once (-w {' -w '.join(args.workload)}): "
-            "a report keys its results by workload name; give each once (more runs: "
-            "--trials), or give a workload file another name = ..."
-        )
-    return workloads
-
-
-def dlio_from_args(args: argparse.Namespace) -> Workload:
-    """The workload of ``--dlio YAML`` at ``--scale`` and ``--record-scale``."""
-    from headrace.bench._dlio import dlio_workload
-
-    if not os.path.isfile(args.dlio):
-        raise ConfigError(
-            f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
-            "e.g. --dlio tests/data/unet3d_h100.yaml"
-        )
-    return dlio_workload(
-        args.dlio,
-        scale=1.0 if args.scale is None else args.scale,
-        record_scale=1.0 if args.record_scale is None else args.record_scale,
-        batch_size=getattr(args, "batch_size", None),
     )
 
 
@@ -464,6 +307,10 @@ def _is_compare(action: list[str]) -> bool:
     return len(action) == 3 and action[0] == "compare"
 
 
+def _is_plot(action: list[str]) -> bool:
+    return len(action) == 2 and action[0] == "plot"
+
+
 def check(args: argparse.Namespace) -> list[Kind]:
     """What :func:`run` refuses before it reads a dataset or writes anything (it reads
     the workload and DLIO files named); the kinds of the workloads to run or list.
@@ -474,9 +321,17 @@ def check(args: argparse.Namespace) -> list[Kind]:
     if args.action:
         if _is_compare(args.action):
             return []
+        if _is_plot(args.action):
+            if not args.plot:
+                raise ConfigError(
+                    f"plot {args.action[1]}: give the image to write with --plot, e.g. "
+                    f"headrace bench plot {args.action[1]} --plot r.png"
+                )
+            return []
         raise ConfigError(
-            f"got {' '.join(args.action)!r}; the only action is "
-            "'compare A.json B.json' (two reports written by --json); "
+            f"got {' '.join(args.action)!r}; the only actions are "
+            "'compare A.json B.json' (two reports written by --json) and "
+            "'plot R.json --plot R.png' (a report's plot, without running again); "
             "to pick a workload use -w NAME"
         )
     root = args.root or default_root()
@@ -487,7 +342,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     parse_accelerators(args.accelerators)
     if args.sweep:
         parse_sweep(args.sweep)
-    _storage_options(args)
+    storage_options(args)
     if args.list:
         for flag, value in (("--json", args.json), ("--plot", args.plot)):
             if value:  # listed and exited 0 without it: a script read a stale report
@@ -495,10 +350,8 @@ def check(args: argparse.Namespace) -> list[Kind]:
                     f"{flag} writes a run's report; --list runs nothing, so {value} would "
                     f"not be written: drop --list to run, or drop {flag} to list"
                 )
-        return (
-            [make_kind(wl, root) for wl in _workloads(args)] if args.workload or args.dlio else []
-        )
-    kinds = [make_kind(wl, root) for wl in _workloads(args)]
+        return [make_kind(wl, root) for wl in workloads(args)] if args.workload or args.dlio else []
+    kinds = [make_kind(wl, root) for wl in workloads(args)]
     for kind in kinds:
         with naming(kind.workload):
             kind.check_run()
@@ -517,11 +370,17 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         kinds = check(args)
+        if _is_plot(args.action):
+            from headrace.bench._plot import plot_file
+
+            plot_file(args.action[1], args.plot)
+            print(f"wrote {args.plot} from {args.action[1]}", file=sys.stderr)
+            return 0
     except (HeadraceError, ValueError, OSError) as exc:
         print(f"headrace bench: {exc}", file=sys.stderr)
         return 2
     if args.list:
-        return list_workloads(root, kinds)
+        return list_workloads(root, kinds, parse_accelerators(args.accelerators) or 1)
     try:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
@@ -541,20 +400,9 @@ def run(args: argparse.Namespace) -> int:
                     f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
                     "would replace the report; give each its own, e.g. --json r.json --plot r.png"
                 )
-            try:
-                from matplotlib.figure import Figure
-            except ImportError:
-                raise ConfigError(
-                    "--plot needs matplotlib, which is not installed: "
-                    "pip install 'headrace[plot]' (or drop --plot)"
-                ) from None
-            formats = Figure().canvas.get_supported_filetypes()
-            ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
-            if ext not in formats:  # refused now, not after the run (it crashed there)
-                raise ConfigError(
-                    f"--plot {args.plot!r}: matplotlib writes {', '.join(sorted(formats))} "
-                    "files; give the path one of those extensions, e.g. --plot r.png"
-                )
+            from headrace.bench._plot import check_plot_path
+
+            check_plot_path(args.plot)
         # Served from S3, a run keeps upload digests and object caches under the root.
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
         # Every workload's missing bytes at once, before the first is written: a run whose
@@ -574,6 +422,7 @@ def run(args: argparse.Namespace) -> int:
         "command": ["headrace", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "root": os.path.abspath(root),
+        "sweep": args.sweep,
         "workloads": [],
         "results": [],
         "notes": [],
@@ -599,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
                         accelerators=n_acc,
                         accelerators_auto=auto,
                         slowfs=slowfs,
+                        sweep_key=parse_sweep(args.sweep)[0] if args.sweep else None,
                     ),
                     progress=progress,
                 )
@@ -627,7 +477,9 @@ def run(args: argparse.Namespace) -> int:
         return 2  # nothing measured: each workload's error is printed above
     report["elapsed_s"] = time.perf_counter() - t0
     report["machine"] = machine_info(root)
-    print_report(report)
+    # The files first, then the tables: `headrace bench --json r.json | head` ended the
+    # run on a broken pipe while printing, before the report was written.
+    lost: OSError | None = None
     try:
         if args.json:
             write_json(report, args.json)
@@ -636,8 +488,13 @@ def run(args: argparse.Namespace) -> int:
 
             plot_report(report, args.plot, sweep=args.sweep)
     except OSError as exc:
+        lost = exc
+    print_report(report)
+    if lost is not None:
         # The figures are printed above; say which output was lost and why.
-        print(f"headrace bench: could not write {exc.filename or 'output'}: {exc}", file=sys.stderr)
+        print(
+            f"headrace bench: could not write {lost.filename or 'output'}: {lost}", file=sys.stderr
+        )
         return 2
     if stopped is not None:
         raise stopped

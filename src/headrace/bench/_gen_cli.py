@@ -24,8 +24,9 @@ from headrace.bench._args import (
     refuse_unused_sizes,
     size_changes,
 )
-from headrace.bench._cli import _progress, default_root, dlio_from_args, prepare_root, url_scheme
+from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
 from headrace.bench._kind import Kind, make_kind
+from headrace.bench._overrides import dlio_from_args
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError

@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from headrace._output_path import check_output_path
 from headrace.bench._report import headline_rate
+from headrace.errors import ConfigError
 
-__all__ = ["plot_report"]
+__all__ = ["check_plot_path", "plot_file", "plot_report", "sweep_lines"]
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse ``--plot PATH`` before anything runs: no matplotlib, or an extension it
+    does not write (it crashed after the run)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed: "
+            "pip install 'headrace[plot]' (or drop --plot)"
+        ) from None
+    formats = Figure().canvas.get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in formats:
+        raise ConfigError(
+            f"--plot {path!r}: matplotlib writes {', '.join(sorted(formats))} "
+            "files; give the path one of those extensions, e.g. --plot r.png"
+        )
+
+
+def _sweep_of(report: dict[str, Any]) -> str | None:
+    """The run's ``--sweep``: recorded since 2026-12-03, else read from its command line."""
+    if report.get("sweep"):
+        return str(report["sweep"])
+    argv = [str(a) for a in report.get("command") or []]
+    for i, arg in enumerate(argv):
+        if arg == "--sweep" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--sweep="):
+            return arg.partition("=")[2]
+    return None
+
+
+def plot_file(report_path: str, path: str) -> None:
+    """``headrace bench plot R.json --plot PATH``: the plot of a report written by
+    ``--json``, as the run's ``--plot`` would have drawn it, without running again."""
+    from headrace.bench._compare import load_report
+
+    if os.path.realpath(report_path) == os.path.realpath(path):
+        raise ConfigError(
+            f"plot {report_path!r} --plot {path!r}: the plot would replace the report; "
+            "give the image its own path, e.g. --plot r.png"
+        )
+    check_output_path("--plot", path)
+    check_plot_path(path)
+    report = load_report(report_path)
+    try:
+        plot_report(report, path, sweep=_sweep_of(report))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ConfigError(
+            f"{report_path}: a result lacks a figure the plot needs ({type(exc).__name__}: "
+            f"{exc}); plot a report written by 'headrace bench --json'"
+        ) from None
 
 
 def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) -> None:
@@ -22,12 +79,7 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
     labels = [f"{r['workload']}\n{r['variant']}" for r in results]
     if sweep:  # throughput against the swept value, one line per base variant
         key = sweep.partition("=")[0]
-        lines: dict[str, list[tuple[str, float]]] = {}
-        for r in results:
-            base, _, query = r["variant"].partition("?")
-            opts = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
-            if key in opts:
-                lines.setdefault(base, []).append((opts[key], headline_rate(r)[3]))
+        lines = sweep_lines(results, key)
         values = list(dict.fromkeys(v for pts in lines.values() for v, _ in pts))
         numeric = all(_is_number(v) for v in values)
         # Numbers > 0 on a log2 axis (1, 8, 32, 64); anything else (0, names such as
@@ -50,7 +102,13 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), labels, fontsize=8)
-    ax.set_ylabel("GB/s of payload (10^9 B/s), median and min-max")
+    # The table's GB/s: the trials' median (bars: and min-max), a files workload's one
+    # fresh pass; a sweep draws no min-max, which the label claimed.
+    ax.set_ylabel(
+        "GB/s of payload (10^9 B/s), as the table"
+        if sweep
+        else "GB/s of payload (10^9 B/s), median and min-max\n(files: one fresh pass)"
+    )
     ax.set_title("throughput")
     if has_au:
         ax2 = axes[0][1]
@@ -74,3 +132,19 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def sweep_lines(results: list[dict[str, Any]], key: str) -> dict[str, list[tuple[str, float]]]:
+    """(swept value, GB/s the table shows) per variant less its swept option: by the
+    name alone, ``headrace?prefetch=0&in_flight=8`` and ``headrace?prefetch=8&in_flight=8``
+    were one line with two points at each value."""
+    lines: dict[str, list[tuple[str, float]]] = {}
+    for r in results:
+        name, _, query = r["variant"].partition("?")
+        parts = [p for p in query.split("&") if "=" in p]
+        opts = dict(p.split("=", 1) for p in parts)
+        if key in opts:
+            rest = "&".join(p for p in parts if p.partition("=")[0] != key)
+            label = f"{name}?{rest}" if rest else name
+            lines.setdefault(label, []).append((opts[key], headline_rate(r)[3]))
+    return lines

@@ -34,7 +34,8 @@ from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
-from headrace.bench._report import SHORT_TRIAL_STEPS
+from headrace.bench._ratios import ratios
+from headrace.bench._report import SHORT_TRIAL_STEPS, table_figures
 from headrace.bench._result_notes import result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
@@ -60,6 +61,8 @@ class RunOptions:
     accelerators_auto: bool = False
     #: read the dataset through slowfs mounts of the root, one per variant (--storage slowfs)
     slowfs: SlowFSConfig | None = None
+    #: the KEY of ``--sweep KEY=V1,V2``: ratios are taken among the variants at one value
+    sweep_key: str | None = None
 
 
 def _warm(paths: list[str]) -> None:
@@ -363,7 +366,9 @@ def _run(
                 **_slowfs_extras(opts.slowfs),
             }
         )
-    _ratios(results)
+    ratios(results, opts.sweep_key)
+    for res in results:
+        res["table"] = table_figures(res)
     mount = mount_of(kind.root) if kind.storage == "local" else None
     # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
     # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
@@ -378,7 +383,12 @@ def _run(
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
     notes += ceiling_notes(
-        wl.name, results, ceiling, kind.stored_per_payload(), opts.slowfs is not None
+        wl.name,
+        results,
+        ceiling,
+        kind.stored_per_payload(),
+        opts.slowfs is not None,
+        network=mount.fstype if mount is not None and network_type(mount.fstype) else None,
     )
     if (opts.accelerators > 1 or opts.accelerators_auto) and not has_compute:
         notes.append(
@@ -555,25 +565,6 @@ def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
     """
     cpu = m.get("cpu_s")
     return cpu / (delivered / 1e9) if cpu is not None and delivered else None
-
-
-def _ratios(results: list[dict[str, Any]]) -> None:
-    """Each result over its baseline (``naive``, else the first variant) and ``memcpy``:
-    under ``--sweep`` those at the same swept value (``naive?block_mib=1`` for
-    ``headrace-sync?block_mib=1``), so a sweep keeps its baselines."""
-    by = {r["variant"]: r for r in results}
-    for r in results:
-        _, sep, options = r["variant"].partition("?")
-        suffix = sep + options
-        same = [x for x in results if x["variant"].endswith(suffix)] if suffix else results
-        base = by.get("naive" + suffix) or by.get("naive") or (same or results)[0]
-        memcpy = by.get("memcpy" + suffix) or by.get("memcpy")
-        # Files kinds: the fresh pass is the figure (a trial's first batches can come
-        # from a read-ahead queue filled while other variants ran).
-        key = "samples_per_s" if base.get("samples_per_s") else "batches_per_s"
-        r["baseline_variant"] = base["variant"]
-        r["ratio_to_baseline"] = r[key] / base[key]
-        r["ratio_to_memcpy"] = r["batches_per_s"] / memcpy["batches_per_s"] if memcpy else None
 
 
 def mismatches(results: list[dict[str, Any]]) -> list[list[str]]:
