@@ -49,6 +49,7 @@ from headrace.formats._png_stream import check_png_stream
 
 __all__ = [
     "IMAGE_MODES",
+    "PNG16_PART",
     "ImageMode",
     "check_image_mode",
     "decode_jpeg",
@@ -60,6 +61,12 @@ __all__ = [
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
 IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
+#: What the description (fingerprint) of a source that decodes PNGs as stored (no
+#: ``image_mode``) holds: 16-bit colour and grey + alpha PNGs decode to uint16, every
+#: bit, since 2026-12-02, where headrace read their high bytes (uint8) before. Without
+#: it a state saved then resumed silently over other pixels of another dtype. (With an
+#: ``image_mode``, Pillow's conversion, the pixels are what they were: not added.)
+PNG16_PART: dict[str, str] = {"png16": "uint16"}
 #: What an image decodes to: its shape and dtype.
 Layout: TypeAlias = tuple[tuple[int, ...], np.dtype[Any]]
 
