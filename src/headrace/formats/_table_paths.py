@@ -239,7 +239,10 @@ def _resolve(
         files = [os.path.join(root, n) for n in state_files(root, state, text)]
         missing = [f for f in files if not os.path.lexists(f)]
         if missing:
-            raise FormatError(f"{state} lists data files that do not exist: {missing}")
+            raise FormatError(
+                f"{state} lists data files that do not exist: {missing}: the folder is "
+                "incomplete; copy it again, or save it again with ds.save_to_disk(folder)"
+            )
         return root, _regular(files)
     if os.path.isdir(os.path.join(root, DELTA_LOG)):
         refuse_delta(root)
