@@ -94,18 +94,26 @@ def test_npz_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path:
     ranged.close()
 
 
+@pytest.mark.parametrize("fmt", ["npy", "npz"])
 def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
-    s3: S3Fixture, tmp_path: Path
+    s3: S3Fixture, tmp_path: Path, fmt: str
 ) -> None:
     # Entries were the spans one read joined, which differ with the rows that share a
     # read: epoch 1 found 11-22 of 66 reads in the cache and wrote ~13 MB more for 4 MiB
     # of rows (fails before: misses in every later pass). Now entries are the 64 KiB
     # blocks the rows touch: a later pass (other epoch, other seed) reads none from S3.
     rng = np.random.default_rng(3)
-    for i in range(4):  # 4 objects of 256 rows of 4 KiB
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((256, 1024)).astype(np.float32))
-    _put(s3, tmp_path, "npyrows/cached")
-    local = FileSource(tmp_path, format="npy", samples_per_file=256, shuffle="samples")
+    client = s3.server.info.boto3_client()
+    for i in range(4):  # 4 objects of 256 rows of 4 KiB (NPZ: stored, one member)
+        x = rng.standard_normal((256, 1024)).astype(np.float32)
+        path = tmp_path / f"{i}.{fmt}"
+        if fmt == "npy":
+            np.save(path, x)
+        else:
+            np.savez(path, x=x)
+        client.put_object(Bucket=BUCKET, Key=f"cached/{fmt}/{path.name}", Body=path.read_bytes())
+    kw: dict[str, Any] = {"format": fmt, "samples_per_file": 256, "shuffle": "samples"}
+    local = FileSource(tmp_path, **kw)
 
     def passes(seed: int, start: int, src: FileSource) -> str:
         steps = 1024 // 32
@@ -117,18 +125,19 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
             return batch_digest(loader)
 
     def cached() -> FileSource:
-        return _source(
-            s3,
-            "npyrows/cached",
-            samples_per_file=256,
-            shuffle="samples",
-            npy_ranges_above=0,
+        options = {**s3.options(), "retry": FAST_RETRY}
+        return FileSource(
+            f"s3://{BUCKET}/cached/{fmt}",
+            store_options=options,
             cache_dir=tmp_path / "cache",
+            **{f"{fmt}_ranges_above": 0},
+            **kw,
         )
 
     first = cached()
+    assert first._by_rows is not None
     assert passes(5, 0, first) == passes(5, 0, local)
-    assert first.cache_stats.written_bytes <= 4 * (1 << 20) + 4 * 4096  # each block once
+    assert first.cache_stats.written_bytes <= sum(first.files.sizes)  # each block once
     first.close()
     for seed, start in ((5, 32), (6, 0)):  # the next epoch; another seed's first
         src = cached()
