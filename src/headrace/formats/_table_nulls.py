@@ -193,14 +193,17 @@ def refuse_stored_nulls(
             # The null counts were read with the headers (a struct field's with its
             # struct's): fetch only a batch with nulls, and only where they are needed.
             counts = {}
+            itemed = False  # null list items: the list's child node, next after its own
             for n in names:
                 if (int(pi), n) not in nodes:
                     nodes[int(pi), n] = part.field_nodes(columns[n].read, columns[n].field)
                 counts[n] = part.index.nodes[int(si)][nodes[int(pi), n], 1]
+                if items is not None and columns[n].kind in ("ragged", "fixed"):
+                    itemed |= bool(part.index.nodes[int(si)][nodes[int(pi), n][-1] + 1, 1])
             todo = [n for n in names if counts[n].any()]
-            if not todo:
+            if not todo and not itemed:
                 continue
-            if all(found[n].full for n in todo):
+            if not itemed and all(found[n].full for n in todo):
                 for n in todo:
                     # A top-level column's header count is its null rows; a struct
                     # field's are the union of its nodes': at least the largest count.
@@ -223,7 +226,7 @@ def refuse_stored_nulls(
                 null = np.flatnonzero(~np.asarray(col.is_valid().to_numpy(zero_copy_only=False)))
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
-            if items is not None and tc.kind in ("ragged", "fixed") and isinstance(part, _Part):
+            if items is not None and tc.kind in ("ragged", "fixed"):
                 held = null_item_rows(col, tc.width if tc.kind == "fixed" else None)
                 if held.size:
                     rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])
