@@ -9,7 +9,11 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["byte_size", "framework_missing", "object_field", "unknown_keys", "write_json"]
+__all__ = ["RECOPY", "byte_size", "framework_missing", "object_field", "unknown_keys", "write_json"]
+
+
+#: What a refusal of a damaged file says to do, after naming it and what is wrong.
+RECOPY = "copy the file again (a partial copy or download?) or leave it out"
 
 
 def byte_size(n: float) -> str:

@@ -92,3 +92,79 @@ def test_npz_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path:
     assert ranged.files.store.stats.bytes < 0.3 * whole.files.store.stats.bytes
     whole.close()
     ranged.close()
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz"])
+def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
+    s3: S3Fixture, tmp_path: Path, fmt: str
+) -> None:
+    # Entries were the spans one read joined, which differ with the rows that share a
+    # read: epoch 1 found 11-22 of 66 reads in the cache and wrote ~13 MB more for 4 MiB
+    # of rows (fails before: misses in every later pass). Now entries are the 64 KiB
+    # blocks the rows touch: a later pass (other epoch, other seed) reads none from S3.
+    rng = np.random.default_rng(3)
+    client = s3.server.info.boto3_client()
+    for i in range(4):  # 4 objects of 256 rows of 4 KiB (NPZ: stored, one member)
+        x = rng.standard_normal((256, 1024)).astype(np.float32)
+        path = tmp_path / f"{i}.{fmt}"
+        if fmt == "npy":
+            np.save(path, x)
+        else:
+            np.savez(path, x=x)
+        client.put_object(Bucket=BUCKET, Key=f"cached/{fmt}/{path.name}", Body=path.read_bytes())
+    kw: dict[str, Any] = {"format": fmt, "samples_per_file": 256, "shuffle": "samples"}
+    local = FileSource(tmp_path, **kw)
+
+    def passes(seed: int, start: int, src: FileSource) -> str:
+        steps = 1024 // 32
+        with Loader(src, batch_size=32, seed=seed, steps=start + steps) as loader:
+            if start:
+                state = loader.state_dict()
+                state["step"] = start
+                loader.load_state_dict(state)
+            return batch_digest(loader)
+
+    def cached() -> FileSource:
+        options = {**s3.options(), "retry": FAST_RETRY}
+        return FileSource(
+            f"s3://{BUCKET}/cached/{fmt}",
+            store_options=options,
+            cache_dir=tmp_path / "cache",
+            **{f"{fmt}_ranges_above": 0},
+            **kw,
+        )
+
+    first = cached()
+    assert first._by_rows is not None
+    assert passes(5, 0, first) == passes(5, 0, local)
+    assert first.cache_stats.written_bytes <= sum(first.files.sizes)  # each block once
+    first.close()
+    for seed, start in ((5, 32), (6, 0)):  # the next epoch; another seed's first
+        src = cached()
+        assert passes(seed, start, src) == passes(seed, start, local)
+        assert src.cache_stats.misses == 0 and src.files.store.stats.bytes == 0
+        assert src.cache_stats.hits > 0 and src.cache_stats.written == 0
+        src.close()
+
+
+def test_rows_through_a_full_cache_fetch_their_own_bytes_not_blocks(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # A cache that cannot write (full: it never evicts) keeps no block, so fetching one
+    # for each row would cost 16 times a 4 KiB row's bytes on every read, for nothing.
+    rng = np.random.default_rng(4)
+    for i in range(2):  # 2 objects of 1,024 rows of 4 KiB
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
+    _put(s3, tmp_path, "npyrows/full")
+    kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
+    local = _digest(FileSource(tmp_path, format="npy", **kw), steps=32, batch=16)
+    bare = _source(s3, "npyrows/full", **kw)
+    assert _digest(bare, steps=32, batch=16) == local
+    full = _source(s3, "npyrows/full", cache_dir=tmp_path / "c", cache_bytes=200_000, **kw)
+    assert _digest(full, steps=32, batch=16) == local
+    assert full.cache_stats.full > 0 and full.cache_stats.written <= 3
+    # 1.13x the bare reads' bytes here (the blocks of the first reads, in flight before
+    # it filled up); a block a row would have been ~33 MB, 3.4x.
+    assert full.files.store.stats.bytes <= 1.5 * bare.files.store.stats.bytes
+    bare.close()
+    full.close()

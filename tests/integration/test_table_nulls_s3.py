@@ -79,3 +79,25 @@ def test_nulls_of_a_save_to_disk_folder_and_parquet_on_s3(s3: S3Fixture, tmp_pat
     assert "n.parquet: column 'label': 60 rows are null: rows 1, 51, 101, 151, " in msg
     assert table.decoded == MAX_NAMED_NULLS // 2  # 2 null rows a group
     table.close()
+
+
+def test_null_list_items_of_arrow_on_s3_are_refused_at_open(s3: S3Fixture) -> None:
+    # As local Arrow files: the list's child node in each record batch header counts its
+    # null items, so only a batch that has some is fetched (fails before: opened, and
+    # refused when a read reached row 777).
+    ids = [[i, None] if i in (777, 901) else [i] for i in range(1000)]
+    t = pa.table(
+        {"ids": pa.array(ids, pa.list_(pa.int64())), "ok": pa.array([[i] for i in range(1000)])}
+    )
+    _put(s3, "items/a.arrow", _stream(t))
+    with pytest.raises(
+        FormatError,
+        match=r"a\.arrow: column 'ids': 2 row\(s\) hold null list items: rows 777, 901; .*"
+        r"None not in r\['ids'\]",
+    ):
+        TableSource(f"{URL}/items/a.arrow", columns=["ids"], width=2, store_options=options(s3))
+    ok = TableSource(
+        f"{URL}/items/a.arrow", columns=["ok"], width=1, shuffle=False, store_options=options(s3)
+    )
+    assert ok.read(0, np.arange(5))["ok"].ravel().tolist() == [0, 1, 2, 3, 4]
+    ok.close()

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from headrace.errors import ConfigError, DataError, StateError
-from headrace.formats import PaddedRows, TokenSource, write_row_file
+from headrace.formats import PaddedRows, TableSource, TokenSource, write_row_file
 from headrace.pipeline import Loader, Mapped, Mixture, _mixture
 from headrace.pipeline._mixture import source_seed
 from headrace.plan import MixturePlan, fingerprint_digest, fingerprint_parts, quantize_weights
@@ -368,17 +370,53 @@ def test_row_sources_that_mark_ignored_targets_differently_are_refused(tmp_path:
 
     with pytest.raises(
         ConfigError,
-        match=r"Mixture: sources mark ignored targets in y with different values "
+        match=r"Mixture: sources mark ignored targets \(y, labels\) with different values "
         r"\(ignore_index: -100 in 'sft', -1 in 'chat'\); .*the same ignore_index",
     ):
         Mixture({"sft": rows("a", ignore_index=-100), "chat": rows("b")}, [1, 1], batch_size=8)
     same = {"sft": rows("a", ignore_index=np.int64(-100)), "chat": rows("b", ignore_index=-100)}
     got = Mixture(same, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
     assert got["y"].min() >= -100
-    # A Mapped source's fn may rewrite y: it is not taken for the source's ignore_index.
-    mapped = {"sft": rows("a", ignore_index=-100), "chat": Mapped(rows("b"), _as_minus_100)}
+    # A Mapped source marks ignored targets as its inner source does unless it says
+    # otherwise: an fn that rewrites them gives ignore_index= (taken as said, not seen).
+    chat = Mapped(rows("b"), _as_minus_100)
+    with pytest.raises(ConfigError, match=r"-1 in 'chat'.*Mapped\(source, fn, ignore_index="):
+        Mixture({"sft": rows("a", ignore_index=-100), "chat": chat}, [1, 1], batch_size=8)
+    chat = Mapped(rows("b"), _as_minus_100, ignore_index=-100)
+    mapped = {"sft": rows("a", ignore_index=-100), "chat": chat}
     got = Mixture(mapped, [1, 1], batch_size=8).read(0, np.arange(8, dtype=np.int64))
     assert set(got["y"][got["y"] < 0].tolist()) <= {-100}
+
+
+@pytest.mark.parametrize("mapped", ["both", "one"])
+def test_mapped_table_sources_padding_labels_otherwise_are_refused(
+    tmp_path: Path, mapped: str
+) -> None:
+    # Fails before: Mapped hid its table's ignore_index, so a mixture of two mapped
+    # tables padded `labels` with -100 in one source's rows and -1 in the other's, in
+    # one batch (cross_entropy(ignore_index=-100) then took -1 as a class).
+    path = tmp_path / "sft.parquet"
+    pq.write_table(
+        pa.table({"input_ids": [[1, 2, 3], [4, 5]], "labels": [[1, 2, 3], [4, 5]]}), path
+    )
+
+    def table(ignore: int) -> TableSource:
+        return TableSource(path, width=4, ignore_index=ignore)
+
+    a = Mapped(table(-100), _same)
+    b = Mapped(table(-1), _same) if mapped == "both" else table(-1)
+    assert (a.ignore_index, b.ignore_index) == (-100, -1)
+    with pytest.raises(ConfigError, match=r"\(ignore_index: -100 in 'a', -1 in 'b'\)"):
+        Mixture({"a": a, "b": b}, [1, 1], batch_size=4)
+    mix = Mixture({"a": a, "b": Mapped(table(-100), _same)}, [1, 1], batch_size=4)
+    labels = mix.read(0, np.arange(8, dtype=np.int64))["labels"]
+    assert set(labels[labels < 0].tolist()) == {-100}
+    with pytest.raises(ConfigError, match=r"ignore_index must be an integer.*got True"):
+        Mapped(table(-100), _same, ignore_index=True)
+
+
+def _same(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    return arrays
 
 
 def _as_minus_100(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:

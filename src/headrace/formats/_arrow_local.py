@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError
 from headrace.formats._arrow_format import _Corrupt, _Flat
 from headrace.formats._arrow_remote import GUESS_SPREAD, ArrowIndex, MessageSizes
@@ -176,7 +177,7 @@ class _MapWalk:
             except (pa.ArrowException, OSError) as exc:  # "Invalid flatbuffers message"
                 raise FormatError(
                     f"{url}: truncated or corrupt Arrow IPC stream: the message at byte {at} "
-                    f"({exc})"
+                    f"({exc}): {RECOPY}"
                 ) from exc
             end = reader.tell()
             took = time.perf_counter() - t0
@@ -205,7 +206,7 @@ class _MapWalk:
             except (pa.ArrowException, OSError) as exc:
                 raise FormatError(
                     f"{url}: truncated or corrupt Arrow IPC stream: the {message.type} at "
-                    f"byte {at} ({exc})"
+                    f"byte {at} ({exc}): {RECOPY}"
                 ) from exc
             at = end
         if schema is None:
@@ -313,7 +314,7 @@ def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: An
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(
                 f"{path}: record batch {i} at byte {at}: truncated or corrupt Arrow IPC "
-                f"stream ({exc})"
+                f"stream ({exc}): {RECOPY}"
             ) from exc
         if rows is not None and batch.num_rows != rows:
             raise FormatError(

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError
 from headrace.formats._arrow_format import (
     _DICTIONARY,
@@ -266,7 +267,7 @@ class _Walk:
             if tail[4:] != _MAGIC or not 0 < footer <= size - 18:
                 raise FormatError(
                     f"{url}: truncated or corrupt Arrow IPC file: it does not end with a "
-                    f"footer and {_MAGIC!r} ({size} bytes)"
+                    f"footer and {_MAGIC!r} ({size} bytes): {RECOPY}"
                 )
             start, end = 8, size - 10 - footer
         schema_message = b""
@@ -302,7 +303,7 @@ class _Walk:
             if length < 0 or at + pre + length > end:
                 raise FormatError(
                     f"{url}: truncated or corrupt Arrow IPC stream: the message at byte {at} "
-                    f"claims a {length}-byte header; the stream ends at byte {end}"
+                    f"claims a {length}-byte header; the stream ends at byte {end}: {RECOPY}"
                 )
             meta = _Flat(self.bytes(at + pre, length))
             try:
@@ -498,7 +499,8 @@ class RemoteArrow(RemotePart):
                 batch.column(name).validate(full=True)
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(
-                f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc})"
+                f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc}): "
+                f"{RECOPY}"
             ) from exc
         if batch.num_rows != self.rows[i]:
             raise FormatError(

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError, HeadraceError
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ class SubFetch:
                     exc.add_note(f"{self.where}: fetching its ranges")  # the store named them
                 if isinstance(exc, pa.ArrowException):
                     raise FormatError(
-                        f"{self.where}: truncated or corrupt Arrow IPC data ({exc})"
+                        f"{self.where}: truncated or corrupt Arrow IPC data ({exc}): {RECOPY}"
                     ) from exc
                 raise exc
             arrays = [self._arrays[c] for c in self._order]
@@ -317,7 +318,8 @@ class SubFetch:
                     arr.validate(full=True)
                 except (pa.ArrowException, OSError) as exc:
                     raise FormatError(
-                        f"{self.where}: column {c!r}: truncated or corrupt Arrow IPC data ({exc})"
+                        f"{self.where}: column {c!r}: truncated or corrupt Arrow IPC data ({exc}): "
+                        f"{RECOPY}"
                     ) from exc
             fields = [self._part.schema.field(c) for c in self._order]
             return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))

@@ -50,6 +50,7 @@ from headrace.io import (
     RequestQueue,
 )
 from headrace.io._file import scheme_hint
+from headrace.io._ranges import merge_ranges
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
 
@@ -144,6 +145,7 @@ class FileList:
         *,
         cache_ranges: bool = True,
         whole_up_to: int | None = None,
+        cache_block: int = 0,
     ) -> Callable[[list[tuple[int, int]], NDArray[np.uint8]], None]:
         """``fetch(spans, buf)`` of object ``i``: fills ``buf[a:b]`` with its bytes
         ``[a, b)`` for each span, from the cache's whole entry of it when there is one
@@ -151,7 +153,12 @@ class FileList:
         of it), else by ranged GETs on ``queue`` (all in flight at once), each checked
         against the listed size and ETag (``cache_ranges``: through the cache's range
         entries). An entry that proves bad is removed, and the store serves the file
-        from then on."""
+        from then on.
+
+        ``cache_block``: with a cache, range entries are the ``cache_block``-aligned
+        blocks the spans touch (those not held fetched by one GET a run of touching
+        blocks), not the spans: spans join the rows one read asks, which differ every
+        epoch and read-ahead chunk, so entries named by them were rarely found again."""
         from headrace.formats._object_files import RemoteFile, wait_all
         from headrace.io import ObjectInfo
 
@@ -159,13 +166,16 @@ class FileList:
         cache = None
         if self.cache is not None and self.cache_key is not None:
             cache = (self.cache, self.cache_key(i))
+        # (A weak or missing ETag is not cached: RemoteFile counts it, once a read.)
+        strong = etag is not None and not etag.startswith("W/")
+        blocked = cache_block > 0 and cache_ranges and cache is not None and strong
         remote = RemoteFile(
             self.store,
             self.keys[i],
             self.name(i),
             ObjectInfo(size, etag),
             queue,
-            cache if cache_ranges else None,
+            cache if cache_ranges and not blocked else None,
         )
         whole = None  # one stat: no entry, no checksum pass
         small = whole_up_to is None or size <= whole_up_to
@@ -180,7 +190,16 @@ class FileList:
                 if whole[0].read_ranges(whole[1], size, etag, spans, buf):
                     return
                 whole = None  # not a good entry (removed): the store's bytes from now on
+            keep: list[tuple[int, int]] = []
+            if blocked:
+                assert cache is not None and etag is not None
+                spans, keep = _blocks(cache, size, etag, cache_block, spans, buf)
             wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
+            if keep:
+                assert cache is not None and etag is not None
+                for a, b in keep:  # each block of each run its own entry
+                    for x in range(a, b, cache_block):
+                        cache[0].write(cache[1], size, etag, buf[x : min(x + cache_block, b)], x)
 
         return fetch
 
@@ -225,6 +244,38 @@ class FileList:
 
     def close(self) -> None:
         self._close()
+
+
+def _blocks(
+    cache: tuple[ObjectCache, str],
+    size: int,
+    etag: str,
+    block: int,
+    spans: list[tuple[int, int]],
+    buf: NDArray[np.uint8],
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The ``block``-aligned blocks ``spans`` touch, those the cache holds read into
+    ``buf``: ``(fetch, keep)``, the spans to fetch and the runs of blocks to keep once
+    fetched. The blocks it lacks, touching ones joined, are fetched and kept; where the
+    cache can no longer write (full: it never evicts), only the spans' own bytes of them
+    are fetched, as without blocks, and nothing is kept (a whole block for each row
+    would cost 16 times a 4 KiB row's bytes on every read, for nothing)."""
+    found, name = cache
+    touched = sorted(
+        {k for a, b in spans if b > a for k in range(a // block, (b - 1) // block + 1)}
+    )
+    missing = []
+    for k in touched:
+        a, b = k * block, min((k + 1) * block, size)
+        if not (
+            found.has(name, size, etag, a, b - a) and found.read_into(buf[a:b], name, size, etag, a)
+        ):
+            missing.append((a, b))
+    runs = merge_ranges(missing)
+    if found.writing:
+        return runs, runs
+    bits = [(max(a, x), min(b, y)) for x, y in runs for a, b in spans if a < y and b > x]
+    return merge_ranges(bits), []
 
 
 def special_skipped(n: int, example: str | None) -> str:

@@ -38,6 +38,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
+from headrace.formats._images import PNG16_PART
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
@@ -224,6 +225,8 @@ class FileSource(Closing):
             out["image_mode"] = c.image_mode
         if c.exif_transpose:  # turned pixels: not the data a run without it read
             out["exif_transpose"] = True
+        if self.format.name == "png" and c.decode and c.image_mode is None:
+            out.update(PNG16_PART)
         return out
 
     def _counts_part(self) -> int | list[int]:

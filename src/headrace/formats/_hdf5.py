@@ -227,7 +227,9 @@ def _dataset(f: Any, dataset: str, name: str, h5py: Any) -> Any:
         raise FormatError(
             f"{name}: {dataset!r} is {what}; the file's datasets are {_datasets(f, h5py)}"
             if obj is not None
-            else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}"
+            else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}: "
+            "every file of a source must hold the datasets named (datasets=); leave this "
+            "file out, or name ones every file holds"
         )
     _check_storage(obj, name, dataset, h5py)
     return obj

@@ -42,6 +42,7 @@ from typing import Any, Literal, TypeAlias, get_args
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import apply_orientation, jpeg_orientation
@@ -49,6 +50,7 @@ from headrace.formats._png_stream import check_png_stream
 
 __all__ = [
     "IMAGE_MODES",
+    "PNG16_PART",
     "ImageMode",
     "check_image_mode",
     "decode_jpeg",
@@ -60,6 +62,12 @@ __all__ = [
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
 IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
+#: What the description (fingerprint) of a source that decodes PNGs as stored (no
+#: ``image_mode``) holds: 16-bit colour and grey + alpha PNGs decode to uint16, every
+#: bit, since 2026-12-02, where headrace read their high bytes (uint8) before. Without
+#: it a state saved then resumed silently over other pixels of another dtype. (With an
+#: ``image_mode``, Pillow's conversion, the pixels are what they were: not added.)
+PNG16_PART: dict[str, str] = {"png16": "uint16"}
 #: What an image decodes to: its shape and dtype.
 Layout: TypeAlias = tuple[tuple[int, ...], np.dtype[Any]]
 
@@ -331,7 +339,7 @@ def _decode_jpeg(
         try:
             height, width, colorspace, _ = _simplejpeg.decode_jpeg_header(view)
         except ValueError as exc:
-            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            raise FormatError(f"{name}: corrupt JPEG ({exc}): {RECOPY}") from exc
         _check_pixels(height, width, name, "JPEG")
         if colorspace in _FOUR_CHANNEL:
             # simplejpeg's own CMYK -> RGB rounds differently from Pillow's (off by one
@@ -368,7 +376,7 @@ def _simplejpeg_decode(
         )
     except ValueError as exc:
         if not _EXTRANEOUS_AT_END.fullmatch(str(exc)):
-            raise FormatError(f"{name}: corrupt JPEG ({exc})") from exc
+            raise FormatError(f"{name}: corrupt JPEG ({exc}): {RECOPY}") from exc
         # Bytes between the last scan and EOI, which libjpeg skips: every pixel was
         # decoded, and any damage before them would have raised first (in order).
         # Pillow ignores the warning; so must this path, or the decoder decides.
@@ -417,7 +425,7 @@ def _pil_errors(image_mod: Any, name: str, kind: str) -> Iterator[None]:
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
         # Pillow's "cannot identify image file" names our reader object, not the file.
         why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
-        raise FormatError(f"{name}: corrupt or truncated {kind} ({why})") from exc
+        raise FormatError(f"{name}: corrupt or truncated {kind} ({why}): {RECOPY}") from exc
 
 
 def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:

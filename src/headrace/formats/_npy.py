@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
 
@@ -183,7 +184,7 @@ def _npy_from_view(view: memoryview, where: str, leave_out: str = "") -> NDArray
         what = "truncated" if found < want else "corrupt"
         raise FormatError(
             f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-            f"found {found}"
+            f"found {found}: {RECOPY}"
         )
     if dtype.itemsize == 0:
         # np.save writes zero-size items ('V0', 'S0', 'U0') with no payload; frombuffer
@@ -311,7 +312,7 @@ def npy_rows(at: Callable[[int, int], memoryview], *, name: str, size: int | Non
             what = "truncated" if found < want else "corrupt"
             raise FormatError(
                 f"{name}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-                f"found {found}"
+                f"found {found}: {RECOPY}"
             )
     return n
 

@@ -42,10 +42,14 @@ if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
     from headrace.io import RangeReader, RequestQueue
 
-__all__ = ["HEAD_BYTES", "RangedNpy", "npy_layout"]
+__all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "npy_layout"]
 
 #: The header bytes a source keeps, of the files read last (about 128 bytes a file).
 HEAD_BYTES = 16 << 20
+#: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
+#: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
+#: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
+CACHE_BLOCK = 64 << 10
 
 # (payload offset, bytes per row, rows): where a file's rows lie.
 Rows = tuple[int, int, int]
@@ -98,7 +102,7 @@ class RangedNpy:
         files = self._files()
         size, name = files.sizes[f], files.name(f)
         if files.remote:
-            fetch = files.fetch_ranges(f, self._request_queue())
+            fetch = files.fetch_ranges(f, self._request_queue(), cache_block=CACHE_BLOCK)
         else:
             reader = self._range_reader() if self._local_read == "odirect" else None
             fetch = files.local_ranges(f, reader)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._inflate import inflate
@@ -246,7 +247,7 @@ def _deflated_rows(
         what = "truncated" if found < want else "corrupt"
         raise FormatError(
             f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-            f"found {found}"
+            f"found {found}: {RECOPY}"
         )
     out.setflags(write=False)  # as a whole decode's arrays
     return out

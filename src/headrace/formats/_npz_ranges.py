@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
 from headrace.formats._npy import npy_header
-from headrace.formats._npy_ranges import npy_layout
+from headrace.formats._npy_ranges import CACHE_BLOCK, npy_layout
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io._ranges import merge_ranges
 
@@ -142,7 +142,7 @@ class RangedNpz:
         metadata only; the decode's :meth:`SparseImage.want` fetches the rows)."""
         files = self._files()
         if files.remote:
-            fetch = files.fetch_ranges(f, self._request_queue())
+            fetch = files.fetch_ranges(f, self._request_queue(), cache_block=CACHE_BLOCK)
         else:
             fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))

@@ -21,6 +21,7 @@ __all__ = [
     "DELTA_LOG",
     "HF_METADATA",
     "IPC_SUFFIXES",
+    "RECOPY",
     "folder_files",
     "is_split_name",
     "refuse_delta",
@@ -29,6 +30,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("headrace")
+#: What a refusal of a damaged table file says to do (after naming file and place).
+RECOPY = "copy the file again (a partial copy or download?) or leave it out of the table"
 _TABLE_SUFFIXES = (".arrow", ".parquet")
 
 #: Names of Arrow IPC files (file or stream format); any other table file is Parquet.

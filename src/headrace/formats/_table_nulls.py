@@ -31,6 +31,8 @@ __all__ = [
     "NullRows",
     "null_check",
     "null_error",
+    "null_item_rows",
+    "null_items_error",
     "refuse_nulls",
     "refuse_parquet_nulls",
     "refuse_path_only",
@@ -172,6 +174,7 @@ def refuse_stored_nulls(
     spans: Spans,
     columns: Mapping[str, TableColumn],
     found: Mapping[str, NullRows],
+    items: Mapping[str, NullRows] | None = None,
 ) -> None:
     """Count the null rows of ``found``'s columns in Arrow files into it: each record
     batch's header states its columns' null counts, so only a batch with nulls is read
@@ -190,14 +193,17 @@ def refuse_stored_nulls(
             # The null counts were read with the headers (a struct field's with its
             # struct's): fetch only a batch with nulls, and only where they are needed.
             counts = {}
+            itemed = False  # null list items: the list's child node, next after its own
             for n in names:
                 if (int(pi), n) not in nodes:
                     nodes[int(pi), n] = part.field_nodes(columns[n].read, columns[n].field)
                 counts[n] = part.index.nodes[int(si)][nodes[int(pi), n], 1]
+                if items is not None and columns[n].kind in ("ragged", "fixed"):
+                    itemed |= bool(part.index.nodes[int(si)][nodes[int(pi), n][-1] + 1, 1])
             todo = [n for n in names if counts[n].any()]
-            if not todo:
+            if not todo and not itemed:
                 continue
-            if all(found[n].full for n in todo):
+            if not itemed and all(found[n].full for n in todo):
                 for n in todo:
                     # A top-level column's header count is its null rows; a struct
                     # field's are the union of its nodes': at least the largest count.
@@ -220,6 +226,51 @@ def refuse_stored_nulls(
                 null = np.flatnonzero(~np.asarray(col.is_valid().to_numpy(zero_copy_only=False)))
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
+            if items is not None and tc.kind in ("ragged", "fixed"):
+                held = null_item_rows(col, tc.width if tc.kind == "fixed" else None)
+                if held.size:
+                    rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])
+                    items[name].add(part.path, start, held.size, rows.tolist())
+
+
+def null_item_rows(col: Any, width: int | None) -> NDArray[np.int64]:
+    """The rows (of ``col``, a list array) that are not null but hold null items. The
+    child's null count is in the record batch's header (a local Arrow file's: no read),
+    so only a batch that has some reads the validity bitmaps. ``width``: a fixed-size
+    list's (its null rows hold ``width`` items too). A list of lists (a datasets
+    ArrayND) is left to its reads, which check every level."""
+    col = getattr(col, "storage", col)  # an extension type's (ArrayND): its lists
+    values = col.values
+    if not values.null_count or hasattr(values, "values"):
+        return np.empty(0, np.int64)
+    ok = np.asarray(values.is_valid().to_numpy(zero_copy_only=False))
+    if width is not None:
+        start = col.offset * width
+        bad = ~ok[start : start + len(col) * width].reshape(len(col), width).all(axis=1)
+    else:
+        offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+        nulls = np.concatenate([[0], np.cumsum(~ok, dtype=np.int64)])
+        bad = nulls[offsets[1:]] > nulls[offsets[:-1]]
+    if col.null_count:
+        bad &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+    return np.flatnonzero(bad).astype(np.int64)
+
+
+def null_items_error(found: Sequence[NullRows]) -> FormatError:
+    """The refusal of rows holding null list items (``found``: by column)."""
+    said = []
+    for k, f in enumerate(x for x in found if x.count):
+        path = next(iter(f.files))
+        head = f"{path}: column {f.name!r}: " if k == 0 else f"column {f.name!r}: "
+        more = ", ..." if f.count > len(f.rows) else ""
+        text = f"{f.count:,} row(s) hold null list items: rows {', '.join(map(str, f.rows))}"
+        text += more + (f" ({len(f.files)} files hold them)" if len(f.files) > 1 else "")
+        said.append(head + text)
+    return FormatError(
+        f"{'; '.join(said)}; headrace does not make up values: fill or drop them before "
+        f"reading (e.g. datasets' ds.filter(lambda r: None not in r[{found[0].name!r}])), "
+        "or leave the column out"
+    )
 
 
 def refuse_parquet_nulls(
@@ -277,7 +328,10 @@ def refuse_nulls(
     """Refuse the null rows of ``names`` in the whole table, counted and named per
     column (:func:`refuse_parquet_nulls`, :func:`refuse_stored_nulls`)."""
     found = {n: NullRows(n) for n in dict.fromkeys(names)}
+    items = {n: NullRows(n) for n in found}
     refuse_parquet_nulls(parts, spans, columns, found, valid_of)
-    refuse_stored_nulls(pa, parts, spans, columns, found)
+    refuse_stored_nulls(pa, parts, spans, columns, found, items)
     if any(f.count for f in found.values()):
         raise null_error(list(found.values()))
+    if any(f.count for f in items.values()):
+        raise null_items_error(list(items.values()))

@@ -38,6 +38,7 @@ from headrace.formats._map_guard import (
 )
 from headrace.formats._table_layout import (
     HF_METADATA,
+    RECOPY,
 )
 from headrace.formats._table_remote import stored_bytes
 from headrace.formats._table_schema import check_names
@@ -213,7 +214,9 @@ class _Part:
                     f"with PAR1){hint}"
                 ) from exc
             kind = "Parquet" if self.parquet else "Arrow IPC"
-            raise FormatError(f"{path}: truncated or corrupt {kind} file ({exc})") from exc
+            raise FormatError(
+                f"{path}: truncated or corrupt {kind} file ({exc}): {RECOPY}"
+            ) from exc
         check_names(pa, self.schema, path)
 
     def _reopen(self) -> None:
@@ -355,11 +358,11 @@ class _Part:
                     f"{self.path}: row group {i}: reading its bytes [{lo}, {hi}) failed: {exc}",
                 ) from exc
             raise FormatError(
-                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
         except self._pa.ArrowException as exc:
             raise FormatError(
-                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
         finally:
             with self._lock:
@@ -407,7 +410,8 @@ class _Part:
                     f"failed: {exc}",
                 ) from exc
             raise FormatError(
-                f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc})"
+                f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc}): "
+                f"{RECOPY}"
             ) from exc
         streams.give_back(stream, keep=not self.closed)
         return batch, stream.skipped - skipped

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,8 +17,10 @@ from headrace.errors import (
     FormatError,
     ObjectNotFoundError,
 )
-from headrace.formats._file_list import refuse_repeats
+from headrace.formats._file_list import refuse_repeats, special_skipped
+from headrace.formats._file_walk import kind_of, refuse_special, stat_listed
 from headrace.formats._table_layout import (
+    _TABLE_SUFFIXES,
     DELTA_LOG,
     folder_files,
     is_split_name,
@@ -27,6 +31,8 @@ from headrace.formats._table_layout import (
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import glob_root, has_magic
 from headrace.io._file import scheme_hint
+
+log = logging.getLogger("headrace.formats")
 
 __all__ = [
     "_path_list",
@@ -201,19 +207,21 @@ def _resolve(
         files = [os.fspath(p) for p in _path_list(path)]
         if not files:
             raise ConfigError("Table.open got an empty list of files")
-        return os.path.commonpath([os.path.abspath(f) for f in files]), files
+        return os.path.commonpath([os.path.abspath(f) for f in files]), _regular(files)
     root = os.fspath(path)
     if has_magic(root):
-        files = sorted(f for f in glob.glob(root, recursive=True) if os.path.isfile(f))
+        # Folders it matches are not files; a FIFO, socket or dangling link is refused
+        # below, by name, as FileSource refuses them (a FIFO was left out silently).
+        files = sorted(f for f in glob.glob(root, recursive=True) if not os.path.isdir(f))
         if not files:
             raise FormatError(f"{root}: no files match")
-        _refuse_delta_above(files)
+        _refuse_delta_above(_regular(files))
         # The folder above the first wildcard, as on object storage (_url_glob): the
         # files' names in the fingerprint are relative to it, so a state saved on
         # local files resumes on their copy in a bucket.
         return glob_root(root, os.sep), files
-    if os.path.isfile(root):
-        return os.path.dirname(root), [root]
+    if os.path.lexists(root) and not os.path.isdir(root):  # (a dangling link: named)
+        return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
         raise ObjectNotFoundError(f"{root}: no such file or directory{scheme_hint(root)}")
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
@@ -229,10 +237,13 @@ def _resolve(
         except (OSError, ValueError) as exc:  # unreadable, or not UTF-8
             raise FormatError(f"{state}: not a save_to_disk state file ({exc!r})") from exc
         files = [os.path.join(root, n) for n in state_files(root, state, text)]
-        missing = [f for f in files if not os.path.isfile(f)]
+        missing = [f for f in files if not os.path.lexists(f)]
         if missing:
-            raise FormatError(f"{state} lists data files that do not exist: {missing}")
-        return root, files
+            raise FormatError(
+                f"{state} lists data files that do not exist: {missing}: the folder is "
+                "incomplete; copy it again, or save it again with ds.save_to_disk(folder)"
+            )
+        return root, _regular(files)
     if os.path.isdir(os.path.join(root, DELTA_LOG)):
         refuse_delta(root)
     nested = _nested_tables(root)
@@ -270,7 +281,34 @@ def _resolve(
             f"{skipped}; pass a glob such as {every!r} (values in partition folder names "
             "are not read as columns) or a list of files"
         )
-    return root, folder_files(root, os.listdir(root), os.sep)
+    return root, folder_files(root, _regular_names(root), os.sep)
+
+
+def _regular(files: list[str]) -> list[str]:
+    """``files``, each checked as FileSource checks a listed file: a dangling symbolic
+    link is refused naming its target, a FIFO, socket or device by name (opening a FIFO
+    waited for a writer for ever; a glob left both out without a word)."""
+    for f in files:
+        refuse_special(f, stat_listed(f))
+    return files
+
+
+def _regular_names(root: str) -> list[str]:
+    """The names in folder ``root``, less table files that are not regular files (a FIFO,
+    socket or device named ``x.parquet``): left out, counted in a warning, as a
+    FileSource's folder leaves them out (``special_skipped``). A dangling link named
+    like a table file is refused, naming its target, as FileSource's walk refuses it."""
+    names, special = [], []
+    for n in os.listdir(root):
+        if n.endswith(_TABLE_SUFFIXES) and not n.startswith("."):
+            st = stat_listed(os.path.join(root, n))
+            if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+                special.append(f"{n!r}: {kind_of(st.st_mode)}")
+                continue
+        names.append(n)
+    if special:
+        log.warning("%s: %s", root, special_skipped(len(special), min(special)))
+    return names
 
 
 def _refuse_delta_above(files: Sequence[str]) -> None:

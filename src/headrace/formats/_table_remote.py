@@ -48,6 +48,7 @@ from headrace.formats._table_ahead import (
 from headrace.formats._table_layout import (
     DELTA_LOG,
     IPC_SUFFIXES,
+    RECOPY,
     folder_files,
     refuse_delta,
     state_files,
@@ -289,7 +290,9 @@ class RemoteParquet(RemotePart):
             self._md = pf.metadata
             self.schema = pf.schema_arrow
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-            raise FormatError(f"{url}: truncated or corrupt Parquet footer ({exc})") from exc
+            raise FormatError(
+                f"{url}: truncated or corrupt Parquet footer ({exc}): {RECOPY}"
+            ) from exc
         check_names(pa, self.schema, url)
         self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
         #: row groups read in sub-windows, streamed from their fetched bytes
@@ -401,7 +404,7 @@ class RemoteParquet(RemotePart):
             table = pq.ParquetFile(source, metadata=self._md).read_row_group(i, columns=names)
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(
-                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc})"
+                f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
         return table.combine_chunks().to_batches()[0] if table.num_rows else table
 
@@ -445,7 +448,7 @@ class RemoteParquet(RemotePart):
         except (pa.ArrowException, OSError, EOFError) as exc:
             _close(stream, ahead)
             raise FormatError(
-                f"{self.path}: {what}: truncated or corrupt Parquet data ({exc})"
+                f"{self.path}: {what}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
         self.streams.give_back(stream)
         return batch, stream.skipped - skipped

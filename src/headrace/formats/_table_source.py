@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 from headrace.formats._file_decode import default_decode_threads
-from headrace.formats._images import ImageMode
+from headrace.formats._images import PNG16_PART, ImageMode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
 from headrace.formats._ragged import Ragged, check_pad_value, check_width
@@ -387,6 +387,7 @@ class TableSource:
             **(
                 {"images": self.images, "image_mode": self._decoder.mode}
                 | ({"exif_transpose": True} if self._decoder.exif_transpose else {})
+                | (PNG16_PART if self._decoder.mode is None else {})
                 if self.images
                 else {}
             ),

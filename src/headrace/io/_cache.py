@@ -150,6 +150,13 @@ class ObjectCache:
         h = hashlib.sha256(key.encode()).hexdigest()
         return os.path.join(self.directory, h[:2], h[2:40])
 
+    @property
+    def writing(self) -> bool:
+        """Whether entries may still be written: not stopped, and not found full in this
+        process (the cache never evicts: once full, it stays so until pruned)."""
+        with self._lock:
+            return self._stopped is None and self.stats.full == 0
+
     def cacheable(self, etag: str | None) -> bool:
         """Whether an object with this ETag can be cached: a strong one. ``None`` and a
         weak tag (``W/"..."``: equivalent content, not the same bytes) are counted, not

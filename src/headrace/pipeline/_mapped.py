@@ -49,13 +49,22 @@ class Mapped:
     generators (``samples.rng(i)``) are its own stream, not the loader transform's.
     ``ragged_keys``: the keys of ``fn``'s output whose samples may differ in shape
     (a mixture then compares them by dimensions only); by default the inner source's.
+    ``ignore_index``: the value marking ignored targets in what ``fn`` returns, which a
+    :class:`Mixture` requires to be one across its sources; by default the inner
+    source's (a padded ``labels`` column's, a row source's ``y``), so give it where
+    ``fn`` marks them otherwise (``np.where(y == -1, -100, y)``).
     The fingerprint is the inner source's: as for ``Loader(transform=)``, a state
     resumes whatever ``fn`` is. ``held_bytes`` is what the last read held before
     ``fn`` (a loader caps its chunks by it, beside what ``fn`` returned).
     """
 
     def __init__(
-        self, source: Source, fn: Transform, *, ragged_keys: Sequence[str] | None = None
+        self,
+        source: Source,
+        fn: Transform,
+        *,
+        ragged_keys: Sequence[str] | None = None,
+        ignore_index: int | None = None,
     ) -> None:
         if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
             raise ConfigError(
@@ -77,8 +86,17 @@ class Mapped:
             raise ConfigError(
                 f"Mapped: ragged_keys must be a list of key names (got {ragged_keys!r})."
             )
+        if ignore_index is not None and (
+            isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer)
+        ):
+            raise ConfigError(
+                f"Mapped: ignore_index must be an integer, the value fn's output marks "
+                f"ignored targets with, e.g. -100 (got {ignore_index!r}); leave it out to "
+                "take the inner source's."
+            )
         self.source = source
         self.fn = fn
+        self._ignore = None if ignore_index is None else int(ignore_index)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
         # Stacked Mapped sources draw from streams of their own (1 the innermost).
         self._stream: int = source._stream + 1 if isinstance(source, Mapped) else 1
@@ -113,6 +131,19 @@ class Mapped:
         if self._ragged is not None:
             return self._ragged
         return tuple(getattr(self.source, "ragged_keys", ()))
+
+    @property
+    def ignore_index(self) -> int | None:
+        """What marks ignored targets in ``fn``'s output: ``ignore_index=`` where given,
+        else the inner source's (``None``: it marks none). A Mixture compares these: not
+        passed through, two mapped sources padding ``labels`` with -100 and -1 mixed
+        into one batch, the loss taking -1 as a class."""
+        if self._ignore is not None:
+            return self._ignore
+        inner = getattr(self.source, "ignore_index", None)
+        if isinstance(inner, bool) or not isinstance(inner, int | np.integer):
+            return None
+        return int(inner)
 
     def fingerprint(self) -> dict[str, Any]:
         return self.source.fingerprint()

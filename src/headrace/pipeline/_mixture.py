@@ -124,10 +124,11 @@ class Mixture:
         if len(set(marks.values())) > 1:
             found = ", ".join(f"{v} in {n!r}" for n, v in marks.items())
             raise ConfigError(
-                f"Mixture: sources mark ignored targets in y with different values "
+                f"Mixture: sources mark ignored targets (y, labels) with different values "
                 f"(ignore_index: {found}); a loss ignores one value and would take the "
                 "others as token ids: give every source the same ignore_index (-100 for "
-                "PyTorch's cross_entropy and Hugging Face models)."
+                "PyTorch's cross_entropy and Hugging Face models); a Mapped source whose fn "
+                "marks them otherwise says so with Mapped(source, fn, ignore_index=...)."
             )
 
     def _weights_in_order(

@@ -83,8 +83,17 @@ def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> 
         f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
         f"{_value(is_.get(key, _UNSET))} now{_hint(key, was.get(key), is_.get(key))}"
         for key in keys
-        if was.get(key, _UNSET) != is_.get(key, _UNSET) and not _later(key, was)
+        if was.get(key, _UNSET) != is_.get(key, _UNSET)
+        and not _later(key, was)
+        and not _follows(key, was, is_)
     ]
+
+
+def _follows(key: str, was: dict[str, Any], is_: dict[str, Any]) -> bool:
+    """A setting that differs only because another does: ``png16`` is in the description
+    of PNGs decoded as stored, so it comes and goes with ``image_mode``, named already."""
+    mode = key.removesuffix("png16") + "image_mode"
+    return key.endswith("png16") and was.get(mode, _UNSET) != is_.get(mode, _UNSET)
 
 
 def _hint(key: str, was: Any, is_: Any) -> str:
@@ -102,6 +111,12 @@ def _hint(key: str, was: Any, is_: Any) -> str:
         return (
             " (a TableSource pads a 'labels' column with ignore_index -100 since "
             "2026-12-03; pad_values={'labels': 0} pads it as the state was saved)"
+        )
+    if key.endswith("png16") and was is None and is_ == "uint16":
+        # PNG16_PART (formats); the way on is in the refusal (plan/_state.py).
+        return (
+            " (since 2026-12-02 a 16-bit RGB, RGBA or grey + alpha PNG decodes to uint16, "
+            'every bit, not its high bytes as uint8: docs/files.md, "16-bit PNGs")'
         )
     return ""
 

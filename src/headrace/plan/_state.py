@@ -108,6 +108,18 @@ def _way_on(differ: list[str], step: int) -> str:
             "sources would go on where it would have brought them, skipping or repeating "
             "samples"
         )
+    if differ == ["png16"]:
+        # PNG16_PART (formats): the pixels of some PNGs changed, not the files nor the plan.
+        return (
+            "the one difference is that this headrace decodes 16-bit RGB, RGBA and grey + "
+            "alpha PNGs to uint16, every bit (since 2026-12-02), where the state may have "
+            "been saved by one that read their high bytes as uint8; the order of samples is "
+            "the same. If no PNG here is 16-bit colour or grey + alpha, or to go on with "
+            f"the new pixels, load this loader's own state_dict() with 'step' set to {step}: "
+            "with the saved seed it resumes exactly; for the old pixels, make the source "
+            "with image_mode='RGB' (or 'RGBA', 'LA') and load that loader's own "
+            f"state_dict() with 'step' set to {step} (docs/files.md, \"16-bit PNGs\")"
+        )
     return (
         f"to go on with this data at step {step} (in this data's order: the epoch in "
         "progress is shuffled anew, so some samples repeat and some are skipped), load this "
