@@ -84,12 +84,12 @@ def left_behind(
     read-ahead thread inside a read of steps ``inside = (first, last, since)`` (not
     ``stopped``), or the source's close() (``name``: the source's type)."""
     if not stopped:
-        what = f"the read-ahead thread is still inside {name}.read"
+        what = f"still inside {name}.read"
         if inside is not None:
             lo, hi, since = inside
             what += f" of steps {lo}-{hi}, for {time.monotonic() - since:.1f} s"
         return (
-            f"Loader.close(): gave up after {took:.1f} s: {what} (stalled storage?). "
+            f"Loader.close(): gave up on the read-ahead thread, {what} (stalled storage?). "
             "Left behind on daemon threads: that read, whose batches are dropped, and "
             f"the {name}'s close(), which releases its files and memory when the read "
             "returns. Until then a new Loader over this same source object waits for "
