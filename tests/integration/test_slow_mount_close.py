@@ -13,6 +13,7 @@ import contextlib
 import gc
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -146,3 +147,63 @@ def _reading() -> bool:
 
 def _tokens(d: Path) -> TokenSource:
     return TokenSource(str(d / "t.bin"), dtype="uint32", context=256)
+
+
+_SCRIPT = """
+import signal, sys, time
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (not inherited)
+src = TokenSource(sys.argv[1], dtype="uint32", context=256)
+with Loader(src, batch_size=8, chunk_steps=4) as ld:
+    for i, batch in enumerate(ld):
+        if i == 3:
+            print("ready", flush=True)
+            sys.stdin.readline()  # the mount is stalled now
+        if i > 3:
+            time.sleep(0.05)  # the training step: behind the read-ahead until it stalls
+        if i > 3 and sys.argv[2] == "error":
+            time.sleep(1.0)  # the read-ahead is stuck by now
+            raise SystemExit(3)  # the training step fails
+"""
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "error"])
+def test_a_process_whose_mount_stalls_exits_promptly(
+    slow_mount: Callable[..., SlowMount], src_dir: Path, tmp_path: Path, how: str
+) -> None:
+    # Ctrl-C while the loop waits for its next batch, or a training step that raises:
+    # the process ends in about a second. Before: close() waited for ever, and the
+    # interpreter's exit joined the I/O pools' threads stuck in the mount: the process
+    # ended only when the storage answered (the safety resume, 30 s here).
+    m = slow_mount(src_dir, read_latency_ms=1)
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    with subprocess.Popen(
+        [sys.executable, str(script), str(m.mnt / "t.bin"), how],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as p:
+        try:
+            assert p.stdout is not None and p.stdin is not None and p.stderr is not None
+            assert p.stdout.readline() == "ready\n"
+            with stalled(m, at_most_s=30):
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                time.sleep(1.0)  # the read-ahead is stuck, the loop waits on its queue
+                t0 = time.monotonic()
+                if how == "ctrl-c":
+                    p.send_signal(signal.SIGINT)
+                rc = p.wait(timeout=60)
+                took = time.monotonic() - t0
+            err = p.stderr.read()
+        finally:
+            p.kill()
+    assert took < 10, (took, err)
+    if how == "ctrl-c":
+        assert rc == -signal.SIGINT and "KeyboardInterrupt" in err, (rc, err)
+    else:
+        assert rc == 3, (rc, err)
+    assert "gave up on the read-ahead thread, still inside TokenSource.read" in err, err
