@@ -7,7 +7,9 @@ import sys
 import threading
 import time
 from concurrent.futures import CancelledError
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from headrace.io._daemon_pool import DaemonPool
@@ -58,3 +60,31 @@ def test_a_task_that_never_returns_does_not_hold_the_exit() -> None:
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "submitted\n", "")
     assert time.monotonic() - t0 < 30
+
+
+def test_a_loader_reads_in_an_exit_handler(tmp_path: Path) -> None:
+    # The pools were ThreadPoolExecutors, which Python shuts down before exit handlers
+    # run: "RuntimeError: cannot schedule new futures after interpreter shutdown".
+    path = tmp_path / "t.bin"
+    np.arange(1 << 16, dtype=np.uint32).tofile(path)
+    script = (
+        "import atexit\n"
+        "from headrace.formats import TokenSource\n"
+        "from headrace.pipeline import Loader\n"
+        "from headrace.testing import batch_digest\n"
+        "def at_exit():\n"
+        f"    src = TokenSource({str(path)!r}, dtype='uint32', context=128)\n"
+        "    with Loader(src, batch_size=8, steps=3) as ld:\n"
+        "        print(batch_digest(list(ld)))\n"
+        "atexit.register(at_exit)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+    from headrace.testing import batch_digest
+
+    with Loader(TokenSource(path, dtype="uint32", context=128), batch_size=8, steps=3) as ld:
+        want = batch_digest(list(ld))
+    assert (done.returncode, done.stdout, done.stderr) == (0, want + "\n", "")
