@@ -68,7 +68,18 @@ def close_source(
             failed.append(exc)
 
     closer = threading.Thread(target=run, name="headrace-close", daemon=True)
-    closer.start()
+    try:
+        closer.start()
+    except RuntimeError:
+        # Python 3.12 starts no thread in an exit handler ("can't create new thread at
+        # interpreter shutdown"): close here, between reads only, within the bound.
+        if under_read or not lock.acquire(timeout=timeout):
+            return False  # the process is ending: its files go with it
+        try:
+            close()
+        finally:
+            lock.release()
+        return True
     closer.join(timeout)
     if closer.is_alive():
         return False
