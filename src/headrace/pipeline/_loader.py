@@ -570,7 +570,7 @@ class Loader(Closing):
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the producer thread and release the source's files, within about 1 s.
+        """Stop the producer thread and release the source's files, within about 1.2 s.
 
         A read that storage does not answer by then is left behind on its daemon
         thread, and the source is closed when it returns (:mod:`._shutdown`); a
