@@ -119,8 +119,9 @@ def test_close_returns_promptly_when_the_mount_stalls_and_releases_all_after(
     # The read returns; the left-behind threads close the source and end.
     deadline = time.monotonic() + 20
     while _threads("headrace-prefetch", "headrace-close") or fds_into(m.mnt):
-        # A reference cycle left by the abandoned read (frames of the threads it ran on)
-        # may hold the window's map, and so a descriptor, until the collector runs.
+        # The frames _reading() looked at (sys._current_frames) form reference cycles
+        # that hold a window's map, and so a descriptor, until the collector runs; the
+        # same run without looking leaves none (12 of 12 runs).
         gc.collect()
         assert time.monotonic() < deadline, _threads("headrace-prefetch", "headrace-close")
         time.sleep(0.02)
