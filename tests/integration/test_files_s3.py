@@ -422,7 +422,7 @@ def test_close_under_a_stalled_store_does_not_wait_out_the_retries(
     s3: S3Fixture, datasets: Path, proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     # Every GET stalls 30 s; each try times out after 10 s and 3 are allowed. close() waits
-    # the loader's stop timeout (0.5 s here, 10 s by default), then closes the source,
+    # the loader's stop timeout (0.5 s here, 1 s by default), then closes the source,
     # which now cancels the GETs in flight and tries no more: about a second, where it
     # waited out every try (30 s here; 149 s with the default policy, measured).
     import contextlib
@@ -454,7 +454,7 @@ def test_close_under_a_stalled_store_does_not_wait_out_the_retries(
             next(iter(ld), None)
 
     reader = threading.Thread(target=first_batch, daemon=True)
-    with pytest.warns(RuntimeWarning, match="still reading"):
+    with pytest.warns(RuntimeWarning, match="still inside (FileSource|TokenSource).read"):
         reader.start()
         # Closed once a GET is stalled at the proxy (the read-ahead is inside its read),
         # not after a fixed sleep, which a loaded machine can outlast before the GET.

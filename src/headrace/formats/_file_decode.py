@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._sparse import SparseImage
 from headrace.io import usable_cpus
+from headrace.io._daemon_pool import DaemonPool
 
 __all__ = ["FileDecoder", "Into", "default_decode_threads"]
 
@@ -62,7 +63,7 @@ class FileDecoder:
     counted: bool
     rows: bool
     threads: int
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False)
+    _pool: DaemonPool | None = field(default=None, init=False)
     _kept: int | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
     _keys: tuple[str, list[str]] | None = field(default=None, init=False)
@@ -221,7 +222,9 @@ class FileDecoder:
                 done(f)
 
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="headrace-decode")
+            # Daemon threads: a decode reads a mapped file's pages, and one stuck in a
+            # stalled mount must not hold the exit.
+            self._pool = DaemonPool(threads, thread_name_prefix="headrace-decode")
         pending: dict[int, Future[Sample | DataError]] = {}
         try:
             for f in order:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from headrace.errors import StateError
+from headrace.io._daemon_pool import DaemonPool
 
 __all__ = ["FetchWindow", "WindowStats"]
 
@@ -75,7 +76,7 @@ class FetchWindow:
         # Fetches dropped while in flight: each keeps its slot until it ends, else a
         # plan that changed (a jump, a resume) started depth more beside them.
         self._orphans = 0
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonPool | None = None
         self.stats = WindowStats()
 
     # -- planning ---------------------------------------------------------------
@@ -122,7 +123,8 @@ class FetchWindow:
     def _start_locked(self, f: int) -> _Entry:
         e = self._entries[f] = _Entry()
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix=f"headrace-{self._name}")
+            # Daemon threads: a fetch stuck in a stalled mount never holds the exit.
+            self._pool = DaemonPool(self.depth, thread_name_prefix=f"headrace-{self._name}")
         self._pool.submit(self._run, f, e)
         return e
 

@@ -5,7 +5,7 @@ Parquet row groups read and decoded on threads at once."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Executor, wait
 from typing import Any
 
 from headrace.errors import StorageError
@@ -100,7 +100,7 @@ def needs_decode(
 
 
 def decode_at_once(
-    pool: ThreadPoolExecutor,
+    pool: Executor,
     spans: Spans,
     todo: list[int],
     decode: Callable[[int], Any],

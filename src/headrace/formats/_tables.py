@@ -34,7 +34,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,6 +78,7 @@ from headrace.formats._table_schema import (
 )
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, open_cache
+from headrace.io._daemon_pool import DaemonPool
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -189,7 +189,7 @@ class Table(Closing):
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
-        self._decoders: ThreadPoolExecutor | None = None  # local Parquet row groups at once
+        self._decoders: DaemonPool | None = None  # local Parquet row groups at once
         #: whether local Arrow files' pages are filled before a gather, and its counters
         self.map_fill = FillPolicy()
         self._maps = any(mapped(p) for p in self._parts)
@@ -421,7 +421,8 @@ class Table(Closing):
         with self._count_lock:
             pool = self._decoders
             if pool is None:
-                pool = self._decoders = ThreadPoolExecutor(
+                # Daemon threads: a row group stuck in a stalled mount never holds the exit.
+                pool = self._decoders = DaemonPool(
                     _DECODE_THREADS, thread_name_prefix="headrace-parquet"
                 )
         return decode_at_once(

@@ -7,8 +7,9 @@ child gets a fresh pool: the parent's threads do not exist there.
 
 A second, deeper pool serves O_DIRECT and other high-queue-depth reads: NVMe
 and network storage want 32 to 128 requests in flight, more than the 8 threads
-that suit buffered reads. Its threads start only when a deep read needs them
-(``ThreadPoolExecutor`` spawns lazily), so an idle deep pool costs nothing.
+that suit buffered reads. Its threads start only when a deep read needs them,
+so an idle deep pool costs nothing. Their threads are
+daemons (:mod:`._daemon_pool`): a read stuck in stalled storage never holds the exit.
 
 A third pool reads and writes a local object cache's entries for range reads
 (:class:`~headrace.io.ObjectCache`). Those reads are started by tasks that run
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from headrace.errors import ConfigError
+from headrace.io._daemon_pool import DaemonPool
 
 __all__ = [
     "DEFAULT_DEEP_IO_THREADS",
@@ -57,7 +59,7 @@ class SharedPool:
         # variable where a pool is needed, not an import of headrace that fails.
         self._threads: int | None = None
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonPool | None = None
         _ALL.append(self)
 
     @property
@@ -67,12 +69,12 @@ class SharedPool:
             n = self._threads = threads_from_env(self._env, self._default)
         return n
 
-    def get(self) -> ThreadPoolExecutor:
+    def get(self) -> DaemonPool:
         pool = self._pool
         if pool is None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+                    self._pool = DaemonPool(self.threads, thread_name_prefix=self.name)
                 pool = self._pool
         return pool
 
@@ -154,7 +156,7 @@ def set_io_threads(n: int) -> None:
     _io.resize(n)
 
 
-def io_pool() -> ThreadPoolExecutor:
+def io_pool() -> Executor:
     """The shared pool, started on first use."""
     return _io.get()
 
@@ -169,17 +171,17 @@ def set_deep_io_threads(n: int) -> None:
     _deep.resize(n)
 
 
-def deep_io_pool() -> ThreadPoolExecutor:
+def deep_io_pool() -> Executor:
     """The shared pool for deep queues (O_DIRECT, many reads in flight)."""
     return _deep.get()
 
 
-def cache_pool() -> ThreadPoolExecutor:
+def cache_pool() -> Executor:
     """The threads that read and write a local cache's entries (never waited on from it)."""
     return _cache.get()
 
 
-def source_pool() -> ThreadPoolExecutor:
+def source_pool() -> Executor:
     """The threads on which a mixture's sources read side by side (each read then
     waits on the I/O pools, never on this one)."""
     return _sources.get()

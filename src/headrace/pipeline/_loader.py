@@ -11,12 +11,9 @@ work. Both give identical batches: the plan is a pure function of
 
 from __future__ import annotations
 
-import atexit
-import inspect
 import os
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -24,8 +21,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, StateError
+from headrace.errors import ConfigError
 from headrace.pipeline._first_failure import step_by_step
+from headrace.pipeline._host_order import by_address, check_host_order
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
 from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
@@ -38,7 +36,13 @@ from headrace.pipeline._passes import (
     starts_at,
     with_marks,
 )
-from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher
+from headrace.pipeline._prefetch import END, STALE, Failure, Prefetcher, stale_error
+from headrace.pipeline._shutdown import (
+    SOURCE_CLOSE_S,
+    close_source,
+    closed_at_exit,
+    left_behind,
+)
 from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
@@ -59,8 +63,10 @@ CHUNK_BYTES = 64 << 20
 DEFAULT_CHUNK_STEPS = 32
 
 
-# How long stopping waits for the producer thread to leave a read in progress.
-_STOP_TIMEOUT_S = 10.0
+# How long stopping (and close()) waits for the producer thread to leave a read in
+# progress; past it the read is left to finish in the background (:mod:`._shutdown`).
+# Until 2026-12-03 it was 10 s, and close() then waited for ever on a stalled mount.
+_STOP_TIMEOUT_S = 1.0
 
 
 class Loader(Closing):
@@ -143,24 +149,10 @@ class Loader(Closing):
         self.steps = steps
         self.step_stride = step_stride
         self.step_offset = step_offset
-        if host_order not in ("plan", "address"):
-            raise ConfigError(f"host_order must be 'plan' or 'address' (got {host_order!r}).")
-        if host_order == "address" and not hasattr(source, "starts"):
-            raise ConfigError(
-                f"host_order='address' needs a source that says where each sample lies "
-                f"(starts(seed, samples), as TokenSource has); {type(source).__name__} does not."
-            )
-        if host_order == "address":  # a mixture says here whether each of its sources can
-            source.starts(seed, np.empty(0, dtype=np.int64))  # type: ignore[attr-defined]
+        # Told which stretch of each window is this host's, a source reads ahead only that.
+        self._share = check_host_order(host_order, source, seed)
         self.host_order = host_order
         self.transform = transform
-        # Told which stretch of each window is this host's, a source reads ahead only that.
-        read_ahead = getattr(source, "prefetch", None)
-        self._share = (
-            host_order == "address"
-            and read_ahead is not None
-            and "share" in inspect.signature(read_ahead).parameters
-        )
         described = source.fingerprint()
         if host_order == "address":  # another split of each step: not the same stream
             described = {**described, "host_order": "address"}
@@ -173,8 +165,12 @@ class Loader(Closing):
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
         self.status = LoaderStatus.IDLE
-        _OPEN.add(self)
+        closed_at_exit(self)
         self._producer: Prefetcher | None = None
+        # A producer that a stop left inside a read, and the steps and start time of the
+        # read in progress (either thread's): what close() says it left behind.
+        self._left: Prefetcher | None = None
+        self._inside: tuple[int, int, float] | None = None
         # Bumped by iter(), load_state_dict() and close(): an iterator of an older
         # generation raises instead of yielding steps that no longer follow the state.
         self._generation = 0
@@ -256,26 +252,15 @@ class Loader(Closing):
         return chunked(self._own_steps(start), lambda: self.max_chunk_steps)
 
     def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
-        """This host's sample numbers of ``steps``, step after step.
-
-        ``plan``: positions ``[lo, hi)`` of each step's global batch. ``address``:
-        each step's ``B`` samples sorted by where they lie (file, then offset),
-        and this host takes positions ``[lo, hi)`` of that order. The sort does
-        not depend on the number of hosts, so the hosts' slices still make up
-        the same global batch on any world size; but each host now reads one
-        stretch of each window instead of samples spread over all of it, so
-        ``W`` hosts read about the bytes of one, not ``W`` times them.
-        """
+        """This host's sample numbers of ``steps``, step after step, in plan or address
+        order (:mod:`._host_order`)."""
         t = np.asarray(steps, dtype=np.int64)
         if self.host_order == "plan":
             return step_samples(t, self.batch_size, self._lo, self._hi, self.origin)
-        b = self.batch_size
-        every = step_samples(t, b, 0, b, self.origin).reshape(len(steps), b)
         with self._read_lock:  # the source's plan cache is not thread-safe
-            files, offsets = self.source.starts(self.seed, every.reshape(-1))  # type: ignore[attr-defined]
-        order = np.lexsort((offsets.reshape(len(steps), b), files.reshape(len(steps), b)), axis=1)
-        mine = order[:, self._lo : self._hi]
-        return np.take_along_axis(every, mine, axis=1).reshape(-1)
+            return by_address(
+                self.source, self.seed, t, self.batch_size, (self._lo, self._hi), self.origin
+            )
 
     def _read_arrays(self, steps: list[int]) -> Batch:
         """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
@@ -304,11 +289,15 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         marks: Batch = {}
         with self._read_lock:
-            arrays = self.source.read(self.seed, samples)
-            if self.epochs is not None:
-                # Marked now: a mixture answers from the samples it has just read (the
-                # next chunk's read-ahead replaces them; planned again they cost +50% a batch).
-                marks = mark(self.source, self.seed, samples, self._pass)
+            self._inside = (steps[0], steps[-1], time.monotonic())
+            try:
+                arrays = self.source.read(self.seed, samples)
+                if self.epochs is not None:
+                    # Marked now: a mixture answers from the samples it has just read (the
+                    # next chunk's read-ahead replaces them; planned again: +50% a batch).
+                    marks = mark(self.source, self.seed, samples, self._pass)
+            finally:
+                self._inside = None
         arrays = checked_rows(f"{type(self.source).__name__}.read", arrays, samples.size)
         stats.source_s += time.perf_counter() - t1
         stats.chunks += 1
@@ -400,7 +389,7 @@ class Loader(Closing):
 
     def _check_current(self, generation: int) -> None:
         if generation != self._generation:
-            raise _stale(closed=self.status is LoaderStatus.CLOSED)
+            raise stale_error(closed=self.status is LoaderStatus.CLOSED)
 
     def chunks(self) -> Iterator[tuple[list[int], Batch]]:
         """This host's steps from ``step`` on, a chunk at a time, read in this thread.
@@ -421,12 +410,12 @@ class Loader(Closing):
         self._generation += 1
         generation = self._generation
         self.status = LoaderStatus.RUNNING
-        for steps, arrays in self._read_ahead(self.step):
+        for steps, arrays in self._read_ahead(self.step, generation):
             self._check_current(generation)
             self.step = steps[-1] + 1
             yield steps, arrays
 
-    def _read_ahead(self, start: int) -> Iterator[tuple[list[int], Batch]]:
+    def _read_ahead(self, start: int, generation: int) -> Iterator[tuple[list[int], Batch]]:
         """Read chunk after chunk; after each, tell the source what comes next.
 
         A source with ``prefetch(seed, samples)`` starts the next chunk's reads
@@ -439,6 +428,10 @@ class Loader(Closing):
         storage with them. Under ``host_order="address"`` the source is first
         told this host's share (with the first chunk's samples), so that it
         reads only its share from the first window on.
+
+        After ``close()`` (or a newer iteration) it raises the stale iterator's error
+        instead of reading on, also when a read that a close gave up on returns: nothing
+        more is read ahead, read again or reopened then.
         """
         # Each chunk's samples are planned once, for the read-ahead calls and the read.
         chunks = ((steps, self._planned(steps)) for steps in self._chunks(start))
@@ -448,14 +441,18 @@ class Loader(Closing):
             self._prefetch(current[1])
         first = True
         while current is not None:
+            self._check_current(generation)
             following = next(chunks, None)
             self._followed_by(None if following is None else following[1])
             steps = current[0]
             try:
                 raw = self._read_raw(*current)
             except Exception as exc:
+                if generation != self._generation:  # failed under a close(): no retry
+                    raise
                 yield from step_by_step(steps, self._read_arrays, exc)
                 raise  # step_by_step raises: not reached
+            self._check_current(generation)
             if first:
                 yield from self._transform_chunk(steps, raw)
             if following is not None:
@@ -502,7 +499,7 @@ class Loader(Closing):
         self.stats.prefetch_s += time.perf_counter() - t1
 
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
-        for steps, arrays in self._read_ahead(start):
+        for steps, arrays in self._read_ahead(start, generation):
             for t, batch in self._split(steps, arrays):
                 self._check_current(generation)
                 self.step = t + 1
@@ -512,7 +509,10 @@ class Loader(Closing):
         # The queue holds whole chunks, so its cost is paid once per chunk, not per
         # batch: at least ``prefetch`` batches wait ready (one chunk, or more).
         producer = Prefetcher(
-            ((steps, self._split(steps, arrays)) for steps, arrays in self._read_ahead(start)),
+            (
+                (steps, self._split(steps, arrays))
+                for steps, arrays in self._read_ahead(start, generation)
+            ),
             start,
             depth=max(1, self.prefetch // self.chunk_steps),
         )
@@ -530,7 +530,7 @@ class Loader(Closing):
                 if item is STALE:
                     # Only a stopped producer's queue gets it (by iter(), load_state_dict()
                     # or close()), which may wake us before the generation is bumped.
-                    raise _stale(closed=self.status is LoaderStatus.CLOSED)
+                    raise stale_error(closed=self.status is LoaderStatus.CLOSED)
                 if isinstance(item, Failure):
                     # The producer names the step after the last it handed over; this
                     # loader's own steps may be every k-th (a worker's share): its next.
@@ -558,66 +558,52 @@ class Loader(Closing):
             return True
         stopped = producer.stop(_STOP_TIMEOUT_S if timeout is None else timeout)
         self._producer = None
+        if not stopped:
+            self._left = producer
         return stopped
+
+    def _left_reading(self) -> bool:
+        """Whether a producer that a stop gave up on is still inside its read."""
+        if self._left is not None and not self._left.thread.is_alive():
+            self._left = None
+        return self._left is not None
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the producer thread and release the source's files."""
+        """Stop the producer thread and release the source's files, within about 1.2 s.
+
+        A read that storage does not answer by then is left behind on its daemon
+        thread, and the source is closed when it returns (:mod:`._shutdown`); a
+        ``RuntimeWarning`` says so. Closing again does nothing.
+        """
+        if self.status is LoaderStatus.CLOSED and self._pid == os.getpid():
+            return
         self._close(_STOP_TIMEOUT_S, warn=True)
 
     def _close(self, timeout: float, *, warn: bool) -> None:
         self._own_process()  # in a forked child: not the parent's thread and lock, perhaps held
-        stopped = self._stop_producer(timeout)
-        if not stopped and warn:
+        t0 = time.monotonic()
+        inside = self._inside
+        if self._left_reading():
+            # An earlier stop (the iterator's, as Ctrl-C left it) waited for that read
+            # already: no second wait, only the source's close (1.2 s, not 2 s, measured).
+            timeout = SOURCE_CLOSE_S
+        # First: a read that returns after the stop gave up on it reads nothing more
+        # (:meth:`_read_ahead`), and the iterator it wakes says the loader is closed.
+        self._generation += 1
+        self.status = LoaderStatus.CLOSED
+        stopped = self._stop_producer(timeout) and not self._left_reading()
+        close = getattr(self.source, "close", None)
+        if close is None:
+            closed = True
+        else:
+            # Another Loader (or Mixture) over the same source may be inside a read:
+            # close between its reads, never under one (:func:`close_source`).
+            left = max(timeout - (time.monotonic() - t0), SOURCE_CLOSE_S)
+            closed = close_source(close, self._read_lock, left, under_read=not stopped)
+        if warn and not (stopped and closed):
             warnings.warn(
-                f"Loader.close(): the read-ahead thread is still reading from its "
-                f"{type(self.source).__name__} after {_STOP_TIMEOUT_S:g} s (stalled "
-                "storage?); the source is closed anyway, under that read, which may then "
-                "fail; its batches are dropped.",
+                left_behind(type(self.source).__name__, stopped, inside, time.monotonic() - t0),
                 RuntimeWarning,
                 stacklevel=3,
             )
-        self._generation += 1
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            if stopped:
-                # Another Loader (or Mixture) over the same source may be inside a
-                # read: close between its reads, never under one.
-                with self._read_lock:
-                    close()
-            else:
-                close()
-        self.status = LoaderStatus.CLOSED
-
-
-#: Loaders not closed yet, closed at exit while the interpreter is whole. An iterator
-#: still held then (a script that ends inside its loop, or keeps ``it = iter(loader)``)
-#: is finalised later, after modules are torn down, and its close() printed
-#: "Exception ignored ... ImportError: sys.meta_path is None".
-_OPEN: weakref.WeakSet[Loader] = weakref.WeakSet()
-
-
-#: How long exit waits for a read-ahead thread inside a read (stalled storage: a hung
-#: NFS mount would otherwise hold the exit for ``_STOP_TIMEOUT_S`` per loader).
-_EXIT_STOP_S = 1.0
-
-
-@atexit.register
-def _close_open() -> None:
-    for loader in list(_OPEN):
-        if loader.status is not LoaderStatus.CLOSED:
-            loader._close(_EXIT_STOP_S, warn=False)
-
-
-def _stale(*, closed: bool) -> StateError:
-    again = (
-        "the loader is closed: make a new one (load_state_dict(loader.state_dict()) "
-        "continues at its step)"
-        if closed
-        else "iterate the loader again (iter(loader))"
-    )
-    return StateError(
-        "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
-        f"loader came after it began, so its next step would not follow the loader's "
-        f"state; {again}"
-    )

@@ -19,7 +19,7 @@ from typing import Any
 
 from headrace.errors import StateError
 
-__all__ = ["END", "STALE", "Failure", "Prefetcher"]
+__all__ = ["END", "STALE", "Failure", "Prefetcher", "stale_error"]
 
 END = object()
 STALE = object()  # put after a producer is stopped: its consumer must not wait on
@@ -139,3 +139,18 @@ def _drain(q: queue.Queue[object]) -> None:
             q.get_nowait()
     except queue.Empty:
         pass
+
+
+def stale_error(*, closed: bool) -> StateError:
+    """What a stale iterator raises (``closed``: its loader was closed)."""
+    again = (
+        "the loader is closed: make a new one (load_state_dict(loader.state_dict()) "
+        "continues at its step)"
+        if closed
+        else "iterate the loader again (iter(loader))"
+    )
+    return StateError(
+        "this iterator is stale: load_state_dict(), close() or a newer iter() on its "
+        f"loader came after it began, so its next step would not follow the loader's "
+        f"state; {again}"
+    )

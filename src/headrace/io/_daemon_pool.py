@@ -1,0 +1,107 @@
+"""An executor whose threads never hold the interpreter's exit: reads stuck in storage.
+
+``ThreadPoolExecutor`` joins its threads when the interpreter exits (and lets
+each finish the work still queued). A thread inside a read of a mount whose
+server stopped answering (a hung NFS or FUSE server) stays in the kernel until
+the storage answers, so a script that had closed its loader and returned, or a
+Ctrl-C, left a process that would not end: measured, it ended only when the
+stalled mount was resumed. The process-wide I/O pools run on these daemon
+threads instead; the exit abandons their work as it does any daemon thread's.
+Work that must finish before exit is waited for by whoever submitted it
+(``close()`` drains its reads; the object stores settle theirs,
+:mod:`headrace.io._exit`).
+
+Same contract otherwise: futures, ``map``, ``shutdown(wait, cancel_futures)``;
+threads start on demand up to ``max_workers`` and are reused when idle.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = ["DaemonPool"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class DaemonPool(Executor):
+    """Up to ``max_workers`` daemon threads named ``{thread_name_prefix}_{i}``."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        self._max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._work: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._shut = False
+        # Dropped without shutdown(): its threads end (they hold the queue, not the pool).
+        weakref.finalize(self, self._work.put, None)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: Future[T] = Future()
+            self._work.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
+                t = threading.Thread(
+                    target=_work,
+                    args=(self._work, self._idle),
+                    name=f"{self._prefix}_{len(self._threads)}",
+                    daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
+            return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shut = True
+            if cancel_futures:
+                kept: list[_Item | None] = []
+                while True:
+                    try:
+                        item = self._work.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        kept.append(item)
+                    else:
+                        item[0].cancel()
+                for item in kept:
+                    self._work.put(item)
+            self._work.put(None)  # each thread passes it on to the next, and ends
+        if wait:
+            for t in self._threads:
+                t.join()
+
+
+def _work(work: queue.SimpleQueue[_Item | None], idle: threading.Semaphore) -> None:
+    while True:
+        item = work.get()
+        if item is None:
+            work.put(None)
+            return
+        future, fn, args, kwargs = item
+        del item
+        if future.set_running_or_notify_cancel():
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+                del result
+        # Nothing of the task outlives it here (a result or error held by this frame
+        # would keep buffers, files or maps alive until the next task).
+        del future, fn, args, kwargs
+        idle.release()

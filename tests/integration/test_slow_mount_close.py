@@ -1,0 +1,226 @@
+"""Closing a loader whose mount has stopped answering (slowfs, its server SIGSTOPped).
+
+A stalled FUSE or NFS server leaves a read inside the kernel until it answers:
+the read cannot be cancelled. ``close()`` must still return within its bound,
+leave nothing that outlives the stuck read (threads, descriptors), and never
+close the source under that read (its memory is a file map a page fault is
+filling); a later loader must read the same bytes as ever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.emulate import SlowMount
+from headrace.errors import StateError
+from headrace.formats import TokenSource
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def src_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "src"
+    d.mkdir()
+    np.random.default_rng(9).integers(0, 2**31, 4_000_000, dtype=np.uint32).tofile(d / "t.bin")
+    return d
+
+
+@contextlib.contextmanager
+def stalled(m: SlowMount, *, at_most_s: float) -> Iterator[Callable[[], None]]:
+    """The mount's server stopped: every READ waits until ``resume()`` (or, so that a
+    test of a close that never returns fails instead of hanging, ``at_most_s``)."""
+    os.kill(m.pid, signal.SIGSTOP)
+    safety = threading.Timer(at_most_s, os.kill, (m.pid, signal.SIGCONT))
+    safety.start()
+
+    def resume() -> None:
+        safety.cancel()
+        os.kill(m.pid, signal.SIGCONT)
+
+    try:
+        yield resume
+    finally:
+        resume()
+
+
+def fds_into(d: Path) -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(d)):
+                out.append(fd)
+    return out
+
+
+def _threads(*names: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name in names]
+
+
+def test_close_returns_promptly_when_the_mount_stalls_and_releases_all_after(
+    slow_mount: Callable[..., SlowMount], src_dir: Path
+) -> None:
+    m = slow_mount(src_dir, read_latency_ms=1)
+    want = [batch_digest([b]) for b in Loader(_tokens(src_dir), batch_size=8, steps=6)]
+    ld = Loader(_tokens(m.mnt), batch_size=8, chunk_steps=4)
+    it = iter(ld)
+    got = [batch_digest([next(it)]) for _ in range(3)]
+    assert got == want[:3]
+    ended: list[BaseException] = []
+
+    def consume() -> None:  # the training loop, waiting for its next batch
+        try:
+            for _ in range(10_000):
+                next(it)
+        except BaseException as exc:
+            ended.append(exc)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    with stalled(m, at_most_s=30) as resume:
+        consumer.start()
+        deadline = time.monotonic() + 20
+        while not _reading():  # the read-ahead is inside a read of the stalled mount
+            assert time.monotonic() < deadline, "no read reached the stalled mount"
+            time.sleep(0.01)
+        time.sleep(0.2)  # its first READs are surely with the stopped server
+        t0 = time.monotonic()
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"gave up on the read-ahead thread, still inside TokenSource\.read of steps",
+        ):
+            ld.close()
+        took = time.monotonic() - t0
+        # Before: close() waited 10 s for the read-ahead, then for ever for the source's
+        # lock (until the storage answered: the safety resume, 30 s here).
+        assert took < 5, took
+        consumer.join(5)  # woken by the close, not by the storage
+        assert not consumer.is_alive()
+        assert isinstance(ended[0], StateError), ended
+        # Its traceback holds the consumer's last batches, views of a window's file map
+        # (which holds a descriptor of the file, as any batch you keep does).
+        ended.clear()
+        assert fds_into(m.mnt)  # the stuck read keeps its file: nothing can release it yet
+        resume()
+    # The read returns; the left-behind threads close the source and end.
+    deadline = time.monotonic() + 20
+    while _threads("headrace-prefetch", "headrace-close") or fds_into(m.mnt):
+        # The frames _reading() looked at (sys._current_frames) form reference cycles
+        # that hold a window's map, and so a descriptor, until the collector runs; the
+        # same run without looking leaves none (12 of 12 runs).
+        gc.collect()
+        assert time.monotonic() < deadline, _threads("headrace-prefetch", "headrace-close")
+        time.sleep(0.02)
+    # A later loader over the same files reads the same bytes, and closes at once.
+    again = Loader(_tokens(m.mnt), batch_size=8, steps=6)
+    assert [batch_digest([b]) for b in again] == want
+    t0 = time.monotonic()
+    again.close()  # warnings are errors here
+    again.close()  # twice: nothing more
+    assert time.monotonic() - t0 < 1.0
+    assert not fds_into(m.mnt)
+
+
+def _reading() -> bool:
+    """Whether the read-ahead thread is inside ``TokenSource.read``."""
+    frames = sys._current_frames()
+    for t in _threads("headrace-prefetch"):
+        f = frames.get(t.ident or -1)
+        while f is not None:
+            if f.f_code.co_name == "read" and f.f_code.co_filename.endswith("_token_source.py"):
+                return True
+            f = f.f_back
+    return False
+
+
+def _tokens(d: Path) -> TokenSource:
+    return TokenSource(str(d / "t.bin"), dtype="uint32", context=256)
+
+
+_SCRIPT = """
+import atexit, signal, sys, time
+atexit.register(print, "exiting", flush=True)  # the last exit handler: all joins are done
+from headrace.formats import FileSource, TokenSource
+from headrace.pipeline import Loader
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (not inherited)
+if sys.argv[3] == "tokens":
+    src = TokenSource(sys.argv[1] + "/t.bin", dtype="uint32", context=256)
+else:
+    src = FileSource(sys.argv[1] + "/npy", format="npy")
+with Loader(src, batch_size=8, chunk_steps=4) as ld:
+    for i, batch in enumerate(ld):
+        if i == 3:
+            print("ready", flush=True)
+            sys.stdin.readline()  # the mount is stalled now
+        if i > 3:
+            time.sleep(0.05)  # the training step: behind the read-ahead until it stalls
+        if i > 3 and sys.argv[2] == "error":
+            time.sleep(1.0)  # the read-ahead is stuck by now
+            raise SystemExit(3)  # the training step fails
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "kind"), [("ctrl-c", "tokens"), ("error", "tokens"), ("error", "files")]
+)
+def test_a_process_whose_mount_stalls_exits_promptly(
+    slow_mount: Callable[..., SlowMount], src_dir: Path, tmp_path: Path, how: str, kind: str
+) -> None:
+    # Ctrl-C while the loop waits for its next batch, or a training step that raises:
+    # the interpreter is through its exit in about a second. Before: close() waited for
+    # ever, then the exit joined the I/O pools' threads stuck in the mount: it got there
+    # only when the storage answered (the safety resume, 30 s here).
+    (src_dir / "npy").mkdir()
+    for i in range(64):  # a FileSource's fetches run on its own pool of threads
+        np.save(src_dir / "npy" / f"{i:03d}.npy", np.full((64, 64), i, np.float32))
+    m = slow_mount(src_dir, read_latency_ms=1)
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    with subprocess.Popen(
+        [sys.executable, str(script), str(m.mnt), how, kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as p:
+        try:
+            assert p.stdout is not None and p.stdin is not None and p.stderr is not None
+            assert p.stdout.readline() == "ready\n"
+            with stalled(m, at_most_s=30):
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                time.sleep(1.0)  # the read-ahead is stuck, the loop waits on its queue
+                t0 = time.monotonic()
+                if how == "ctrl-c":
+                    p.send_signal(signal.SIGINT)
+                ready, _, _ = select.select([p.stdout], [], [], 60)
+                took = time.monotonic() - t0
+                assert ready and p.stdout.readline() == "exiting\n"
+            # A thread whose request the stopped server had already taken waits for its
+            # answer even through exit_group (Linux FUSE, as an NFS hard mount): the
+            # process itself ends once the storage answers (docs/long-runs.md).
+            rc = p.wait(timeout=60)
+            err = p.stderr.read()
+        finally:
+            p.kill()
+    assert took < 10, (took, err)
+    if how == "ctrl-c":
+        assert rc == -signal.SIGINT and "KeyboardInterrupt" in err, (rc, err)
+    else:
+        assert rc == 3, (rc, err)
+    source = "TokenSource" if kind == "tokens" else "FileSource"
+    assert f"gave up on the read-ahead thread, still inside {source}.read" in err, err

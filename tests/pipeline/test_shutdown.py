@@ -1,0 +1,61 @@
+"""Closing a source on a helper thread within a bound, and where no thread can start."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from headrace.pipeline._shutdown import close_source
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.closes = 0
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def test_a_source_closes_under_its_lock_and_errors_reach_the_caller() -> None:
+    src, lock = _Source(), threading.Lock()
+    assert close_source(src.close, lock, 1.0, under_read=False)
+    assert src.closes == 1 and not lock.locked()
+    assert close_source(src.close, lock, 1.0, under_read=True)  # once now, once under it
+    assert src.closes == 3
+
+    def fails() -> None:
+        raise OSError("close failed")
+
+    with pytest.raises(OSError, match="close failed"):
+        close_source(fails, lock, 1.0, under_read=False)
+
+
+def test_a_close_held_by_a_read_goes_on_in_the_background() -> None:
+    src, lock = _Source(), threading.Lock()
+    lock.acquire()  # a read in progress
+    assert not close_source(src.close, lock, 0.05, under_read=False)
+    assert src.closes == 0
+    lock.release()  # the read returns: the close runs then
+    for t in threading.enumerate():
+        if t.name == "headrace-close":
+            t.join(5)
+    assert src.closes == 1
+
+
+def test_where_no_thread_can_start_it_closes_between_reads_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Python 3.12 refuses new threads in exit handlers, where the loaders still open
+    # are closed (fault injected here: this interpreter may allow them).
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    src, lock = _Source(), threading.Lock()
+    assert close_source(src.close, lock, 0.05, under_read=False)
+    assert src.closes == 1
+    assert not close_source(src.close, lock, 0.05, under_read=True)  # never under a read
+    lock.acquire()
+    assert not close_source(src.close, lock, 0.05, under_read=False)  # nor waits past it
+    assert src.closes == 1
