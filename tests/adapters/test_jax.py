@@ -239,8 +239,9 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
     # A loader process 1 never iterates: process 0 waits (here 2 s), then says so.
     assert got[0][3].startswith(
         "process 1 of 2 did not start iterating its JaxLoader within 2 s of this one "
-        "(process 0, iteration start 3 of this run's JaxLoaders): every process iterates "
-        "the same loaders in the same order (JaxRuntimeError: DEADLINE_EXCEEDED"
+        "(process 0, iteration start 3 of this run's JaxLoaders and numpy_loaders): every "
+        "process iterates the same loaders in the same order (JaxRuntimeError: "
+        "DEADLINE_EXCEEDED"
     )
     assert got[1][3] == "not iterated"
     for pid in range(2):
@@ -254,6 +255,38 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
             f"is process {pid}): {rest}"
         )
         assert alike == reference[0]
+
+
+@pytest.mark.integration
+def test_numpy_loaders_that_disagree_are_refused_by_every_process(
+    root: Path, reference: list[str], tmp_path: Path
+) -> None:
+    # The other documented path (numpy_loader + make_global_batch) had no check: a
+    # seed + process_index, or a state loaded on process 0 alone, gave a global batch
+    # of rows of different global batches, without a word.
+    out = tmp_path / "got"
+    run_two_processes("jax_numpy_disagree.py", root, out)
+    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    rest = (
+        "each reads only its own rows, so they would be rows of different global batches. "
+        "Build the loader alike on every process: the same seed (not seed + process_index), "
+        "data, weights and steps, and load the same state on every process (not on process "
+        "0 alone). Refused on every process, before any read."
+    )
+    for pid in range(2):
+        seed, state, alike, jax_alike, own_rank = got[pid]
+        assert seed == (
+            f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
+            f"this is process {pid}): {rest}"
+        )
+        assert state == (
+            f"the 2 processes' numpy_loaders disagree (step 2 on processes [0], 0 on [1]; "
+            f"this is process {pid}): {rest}"
+        )
+        assert alike == jax_alike == reference[0]
+        # rank and world_size of the caller's own are not checked (documented): the
+        # halves of two seeds' batches, as before.
+        assert own_rank not in reference
 
 
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:

@@ -20,6 +20,7 @@ from headrace.pipeline import Loader
 __all__ = ["check_agreement", "spans_processes"]
 
 
+# What every process's loader must agree on, packed as 8-byte ints, then a digest of the
 # rest (the data's fingerprint, where a changed batch size took over, the step pattern).
 _AGREED = ("seed", "step", "batch_size", "steps", "epochs")
 # The iteration starts checked in this process, numbered (the same on every process).
@@ -66,14 +67,14 @@ def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.concatenate([packed, digest])
 
 
-def check_agreement(loader: Loader) -> None:
+def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
     """Refuse, on every process alike, loaders that would read rows of different global
     batches: another seed (``seed + process_index``), another step (a state loaded on
     one process only), other data or weights. Each process reads only its own rows, so
     nothing else would tell; each iteration's start tells, through jax.distributed's
     key-value store (no device collective: a loader iterated in a thread of its own
     cannot interleave with the training step's collectives differently on each
-    process)."""
+    process). ``kind`` names the loaders in the messages (``JaxLoader``, ``numpy_loader``)."""
     client = _coordination_client()
     if client is None:  # processes jax.distributed did not start: nothing to ask
         return
@@ -90,10 +91,10 @@ def check_agreement(loader: Loader) -> None:
             got = client.blocking_key_value_get(f"headrace/jax/agree/{number}/{p}", _WAIT_MS)
         except Exception as exc:  # jax's own error type for a deadline passed
             raise ConfigError(
-                f"process {p} of {count} did not start iterating its JaxLoader within "
+                f"process {p} of {count} did not start iterating its {kind} within "
                 f"{_WAIT_MS / 1000:g} s of this one (process {me}, iteration start "
-                f"{number} of this run's JaxLoaders): every process iterates the same "
-                f"loaders in the same order ({type(exc).__name__}: {exc})"
+                f"{number} of this run's JaxLoaders and numpy_loaders): every process "
+                f"iterates the same loaders in the same order ({type(exc).__name__}: {exc})"
             ) from exc
         rows.append(np.frombuffer(bytes.fromhex(got), dtype=np.uint8))
     if number:
@@ -114,7 +115,7 @@ def check_agreement(loader: Loader) -> None:
         groups = _by_value([row[40:].tobytes().hex()[:12] for row in every])
         differ.append(f"data or sampling config (fingerprint, host_order, origin) {groups}")
     raise ConfigError(
-        f"the {len(every)} processes' JaxLoaders disagree ({'; '.join(differ)}; this is "
+        f"the {len(every)} processes' {kind}s disagree ({'; '.join(differ)}; this is "
         f"process {jax.process_index()}): each reads only its own rows, so they would be "
         "rows of different global batches. Build the loader alike on every process: the "
         "same seed (not seed + process_index), data, weights and steps, and load the same "

@@ -13,7 +13,7 @@ from headrace.errors import ConfigError
 from headrace.jax._agree import check_agreement, spans_processes
 from headrace.jax._arrays import make_global_batch
 from headrace.jax._rows import fields_rows
-from headrace.pipeline import Loader, LoaderStats, Source
+from headrace.pipeline import Batch, Loader, LoaderStats, Source
 
 __all__ = ["JaxLoader", "numpy_loader"]
 
@@ -34,6 +34,12 @@ def numpy_loader(
     devices hold under it, as :class:`JaxLoader` reads them: what
     :func:`make_global_batch` with that sharding expects. Otherwise ``rank``/
     ``world_size`` default to ``jax.process_index()`` and ``jax.process_count()``.
+
+    Where its slices are every process's (a sharding over every process, or the
+    default rank and world size on several), each iteration starts, as a
+    :class:`JaxLoader`'s does, by comparing the processes' loaders, and loaders that
+    would read rows of different global batches are refused on every process. Not
+    with ``rank``/``world_size`` of your own: not every process need make one.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
@@ -48,14 +54,28 @@ def numpy_loader(
         # Not process_index(): a mesh need not place processes along its batch axis in
         # that order, and rows of another place would be laid out without a word.
         rank, world_size = fields_rows(sharding, batch_size)
-    if rank is None or world_size is None:
+        ask = spans_processes(sharding)
+    elif rank is None or world_size is None:
         rank, world_size = jax.process_index(), jax.process_count()
-    return Loader(
+        ask = world_size > 1
+    else:
+        ask = False
+    kind = _AgreedLoader if ask else Loader
+    return kind(
         source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
     )
 
 
-# What every process's loader must agree on, packed as 8-byte ints, then a digest of the
+class _AgreedLoader(Loader):
+    """A ``numpy_loader`` whose slices are every process's: each iteration starts by
+    comparing the processes' loaders (:func:`check_agreement`), as ``JaxLoader``'s do.
+    Each process reads only its own rows, so a ``seed + process_index`` or a state
+    loaded on one process alone gave ``make_global_batch`` rows of different global
+    batches, without a word."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        check_agreement(self, "numpy_loader")
+        return super().__iter__()
 
 
 class JaxLoader(Closing):

@@ -1,0 +1,73 @@
+"""One of 2 JAX processes feeding ``make_global_batch`` from ``numpy_loader``s that
+disagree, then agree.
+
+    python jax_numpy_disagree.py ROOT OUT PORT NUM_PROCESSES PROCESS_ID
+
+Five loaders in turn: process 1 with ``seed + process_index`` (the default rank and
+world size); a state loaded on process 0 alone (rows from a sharding of both
+processes' devices); both alike; a ``JaxLoader`` alike after them (the iteration starts
+of both kinds are numbered together); then ``seed + process_index`` with a rank and
+world size of the caller's own (not checked: not every process need make one). Each
+process writes to ``OUT.<pid>`` (JSON) what iterating each gave: the ``ConfigError``'s
+message, or the digest of the first global batch gathered back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+jax.config.update("jax_num_cpu_devices", 2)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+from _adapter_data import BATCH, token_source  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from headrace.errors import ConfigError  # noqa: E402
+from headrace.jax import JaxLoader, make_global_batch, numpy_loader  # noqa: E402
+from headrace.testing import batch_digest  # noqa: E402
+
+
+def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
+    sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
+    got = []
+    for case in ("seed", "state", "alike", "jax", "own rank"):
+        seed = 5 + pid if case in ("seed", "own rank") else 5
+        kw = {"batch_size": BATCH, "seed": seed}
+        if case == "jax":
+            ld = JaxLoader(token_source(root), sharding=sharding, **kw)
+        elif case == "own rank":
+            ld = numpy_loader(token_source(root), rank=pid, world_size=n, **kw)
+        elif case == "seed":
+            ld = numpy_loader(token_source(root), **kw)
+        else:
+            ld = numpy_loader(token_source(root), sharding=sharding, **kw)
+        with ld:
+            if case == "state" and pid == 0:
+                ld.load_state_dict({**ld.state_dict(), "step": 2})
+            try:
+                batch = next(iter(ld))
+            except ConfigError as exc:
+                got.append(str(exc))
+                continue
+            if case != "jax":
+                batch = make_global_batch(batch, sharding, BATCH)
+            full = {
+                k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
+                for k, v in batch.items()
+            }
+            got.append(batch_digest([full]))
+    Path(f"{out}.{pid}").write_text(json.dumps(got))
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    r, o, port, n, pid = sys.argv[1:]
+    main(Path(r), Path(o), int(port), int(n), int(pid))
