@@ -99,6 +99,57 @@ def test_sweep_plot_has_a_line_per_variant_spec() -> None:
     assert [v for v, _ in lines["headrace?prefetch=8"]] == ["1", "8"]
 
 
+def test_short_trials_are_marked_in_the_plot_as_in_the_table() -> None:
+    # The table marked short trials' figures `*` with a note; the plot drew the same
+    # overstated GB/s unmarked, bars and sweep lines alike.
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from headrace.bench._plot import draw_report
+
+    def texts(fig: Any) -> tuple[list[str], list[str], list[str]]:
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        return (
+            [t.get_text() for t in ax.get_xticklabels()],
+            [t.get_text() for t in legend.get_texts()] if legend else [],
+            [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()],
+        )
+
+    note = (
+        "* trials of 20 steps, short beside a read-ahead queue: GB/s overstate a loader "
+        "(see the notes)"
+    )
+    short = {**_result("headrace", files=False), "steps_per_trial": 20}
+    long = {**_result("naive", files=False), "steps_per_trial": 1000}
+    files = {**_result("jpeg", files=True), "steps_per_trial": 20}  # shown by its fresh pass
+    fig = draw_report({"results": [short, long, files], "workloads": []})
+    try:
+        ticks, _, notes = texts(fig)
+    finally:
+        plt.close(fig)
+    assert ticks == ["w\nheadrace*", "w\nnaive", "w\njpeg"]
+    assert notes == [note]
+    swept = [
+        {**_result(f"{name}?in_flight={v}", files=False), "steps_per_trial": steps}
+        for name, steps in (("headrace", 20), ("naive", 1000))
+        for v in (1, 8)
+    ]
+    fig = draw_report({"results": swept, "workloads": []}, sweep="in_flight=1,8")
+    try:
+        _, legend, notes = texts(fig)
+    finally:
+        plt.close(fig)
+    assert legend == ["headrace*", "naive"]
+    assert notes == [note]
+    fig = draw_report({"results": [long], "workloads": []})  # nothing short: no mark
+    try:
+        ticks, _, notes = texts(fig)
+    finally:
+        plt.close(fig)
+    assert (ticks, notes) == (["w\nnaive"], [])
+
+
 def test_printed_tables_never_truncate_cells() -> None:
     pytest.importorskip("rich")
     import io

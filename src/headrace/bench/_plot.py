@@ -6,10 +6,10 @@ import os
 from typing import Any
 
 from headrace._output_path import check_output_path
-from headrace.bench._report import headline_rate
+from headrace.bench._report import headline_rate, short_trials_note, table_figures
 from headrace.errors import ConfigError
 
-__all__ = ["check_plot_path", "plot_file", "plot_report", "sweep_lines"]
+__all__ = ["check_plot_path", "draw_report", "plot_file", "plot_report", "sweep_lines"]
 
 
 def check_plot_path(path: str) -> None:
@@ -67,6 +67,16 @@ def plot_file(report_path: str, path: str) -> None:
 
 
 def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = draw_report(report, sweep=sweep)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
+    """The plot's ``matplotlib`` figure (pyplot's: close it with ``plt.close``). Short
+    trials' figures are marked ``*``, as the printed table marks them, with its note."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,10 +86,13 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
     has_au = any(r.get("au") is not None for r in results)
     fig, axes = plt.subplots(1, 2 if has_au else 1, figsize=(11 if has_au else 7, 4), squeeze=False)
     ax = axes[0][0]
+    marked = [table_figures(r)["short_trials"] for r in results]
     labels = [f"{r['workload']}\n{r['variant']}" for r in results]
+    bar_labels = [f"{label}*" if m else label for label, m in zip(labels, marked, strict=True)]
     if sweep:  # throughput against the swept value, one line per base variant
         key = sweep.partition("=")[0]
         lines = sweep_lines(results, key)
+        short_lines = set(sweep_lines([r for r, m in zip(results, marked, strict=True) if m], key))
         values = list(dict.fromkeys(v for pts in lines.values() for v, _ in pts))
         numeric = all(_is_number(v) for v in values)
         # Numbers > 0 on a log2 axis (1, 8, 32, 64); anything else (0, names such as
@@ -88,7 +101,8 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
         xs = {v: (float(v) if log else float(i)) for i, v in enumerate(values)}
         for base, pts in lines.items():
             pts.sort(key=lambda p: xs[p[0]])
-            ax.plot([xs[p[0]] for p in pts], [p[1] for p in pts], marker="o", label=base)
+            label = f"{base}*" if base in short_lines else base
+            ax.plot([xs[p[0]] for p in pts], [p[1] for p in pts], marker="o", label=label)
         if log:
             ax.set_xscale("log", base=2)
         else:
@@ -101,7 +115,7 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
         lo = [h[3] * (1 - h[1] / h[0]) if h[0] else 0.0 for h in shown]
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
-        ax.set_xticks(range(len(gb)), labels, fontsize=8)
+        ax.set_xticks(range(len(gb)), bar_labels, fontsize=8)
     # The table's GB/s: the trials' median (bars: and min-max), a files workload's one
     # fresh pass; a sweep draws no min-max, which the label claimed.
     ax.set_ylabel(
@@ -121,9 +135,11 @@ def plot_report(report: dict[str, Any], path: str, *, sweep: str | None = None) 
         ax2.set_title("accelerator utilisation (compute / wall)")
     cpu = report.get("machine", {}).get("cpu_model", "")
     fig.suptitle(f"headrace bench — {cpu}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    short = [r for r, m in zip(results, marked, strict=True) if m]
+    if short:  # the printed table's note, under the figure
+        fig.text(0.01, 0.01, short_trials_note(short[0]["steps_per_trial"], "GB/s"), fontsize=7)
+    fig.tight_layout(rect=(0, 0.05 if short else 0, 1, 1))
+    return fig
 
 
 def _is_number(text: str) -> bool:

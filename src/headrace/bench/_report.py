@@ -21,6 +21,7 @@ __all__ = [
     "headline_rate",
     "print_report",
     "rate_text",
+    "short_trials_note",
     "table_figures",
     "write_json",
 ]
@@ -58,6 +59,14 @@ def short_trials(r: dict[str, Any]) -> bool:
     """Whether a result's trials are short beside a read-ahead queue (see above)."""
     steps = r.get("steps_per_trial")
     return steps is not None and steps < SHORT_TRIAL_STEPS
+
+
+def short_trials_note(steps: int, figures: str = "batches/s and ratios") -> str:
+    """What the ``*`` beside a short trial's ``figures`` means (the table's, the plot's)."""
+    return (
+        f"* trials of {steps} steps, short beside a read-ahead queue: {figures} overstate "
+        "a loader (see the notes)"
+    )
 
 
 def fresh_pass_rate(r: dict[str, Any]) -> float | None:
@@ -344,11 +353,7 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     _print("headrace bench (GB = 10^9 B of payload; MiB = 2^20 B)", *_rows(report), out)
     short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
     if short:
-        print(
-            f"* trials of {short[0]['steps_per_trial']} steps, short beside a read-ahead "
-            "queue: batches/s and ratios overstate a loader (see the notes)",
-            file=out,
-        )
+        print(short_trials_note(short[0]["steps_per_trial"]), file=out)
     head, rows = _stage_rows(report)
     if rows:
         _print(
