@@ -139,3 +139,28 @@ def test_a_folder_or_pattern_of_no_shards_is_refused_naming_it(tmp_path: Path) -
     pattern = str(empty / "x*")
     with pytest.raises(ObjectNotFoundError, match=r"x\*: no token files match this glob"):
         TokenSource(pattern, dtype="uint16", **KW)
+
+
+def test_a_folder_of_several_splits_is_refused_naming_a_glob_for_one(tmp_path: Path) -> None:
+    # nanoGPT's prepare.py writes train.bin and val.bin side by side; modded-nanogpt's
+    # fineweb10B folder holds fineweb_train_000001.bin ... beside fineweb_val_000000.bin.
+    # Read as one source, a run would train on its validation split without a word.
+    for folder, names in (
+        ("owt", ["train.bin", "val.bin"]),
+        ("fineweb10B", ["fineweb_train_000001.bin", "fineweb_train_000002.bin",
+                        "fineweb_val_000000.bin"]),
+    ):  # fmt: skip
+        root = tmp_path / folder
+        root.mkdir()
+        for i, name in enumerate(names):
+            np.arange(3000 + i, dtype=np.uint16).tofile(root / name)
+        with pytest.raises(ConfigError, match=r"several splits \(train: ") as info:
+            TokenSource(root, dtype="uint16", **KW)
+        msg = str(info.value)
+        assert msg.startswith(f"{root}: ") and "validation: " in msg
+        train = str(root / "*train*.bin")
+        assert repr(train) in msg
+        # The glob it names reads the training split alone; a glob is taken as given.
+        src = TokenSource(train, dtype="uint16", **KW)
+        assert [os.path.basename(f.path) for f in src.files] == [n for n in names if "train" in n]
+        assert len(TokenSource(str(root / "*.bin"), dtype="uint16", **KW).files) == len(names)

@@ -9,6 +9,11 @@ expands, sorted, in place of the item: the source is then the one the sorted lis
 gives (same fingerprint, same batches). Sidecars (``.json``) and Megatron indexes
 (``.idx``) a pattern matches are not shards and are left out: their shard finds them.
 
+A folder or prefix whose shards' names say several splits (nanoGPT's ``train.bin``
+and ``val.bin``; modded-nanogpt's ``fineweb_train_000001.bin`` beside
+``fineweb_val_000000.bin``) is refused, naming a glob for one: read as one, it would
+train on the validation split without a word. A glob names what it wants: taken as is.
+
 Matches are checked as FileSource and TableSource check theirs: a dangling symbolic
 link is refused naming its target, a FIFO, socket or device by name (opening a FIFO
 waits for a writer for ever). A folder or pattern that matches no shard is refused,
@@ -19,11 +24,12 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from headrace.errors import ObjectNotFoundError
+from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._file_walk import refuse_special, stat_listed, suffixes
 from headrace.formats._object_files import ObjectFiles
@@ -72,6 +78,42 @@ def _url_path(url: str) -> str:
     return path.partition("?")[0] if url.startswith(("http://", "https://")) else path
 
 
+# A name's word (between ``_``, ``-``, ``.``, digits) -> the split it says.
+_SPLITS = {
+    "train": "train", "training": "train",
+    "val": "validation", "valid": "validation", "validation": "validation",
+    "dev": "validation", "eval": "validation", "evaluation": "validation",
+    "test": "test", "testing": "test",
+}  # fmt: skip
+
+
+def _split_word(name: str) -> str | None:
+    """The one split word in a shard's name (``None``: none, or more than one)."""
+    words = {w for w in re.split(r"[^a-z]+", name.lower()) if w in _SPLITS}
+    return words.pop() if len(words) == 1 else None
+
+
+def _refuse_splits(folder: str, found: list[str], sep: str) -> None:
+    """Refuse a folder's or prefix's shards (``found``) whose names say two splits or more."""
+    by_split: dict[str, str] = {}  # split -> the first shard's name that says it
+    for path in found:
+        name = path.rsplit(sep, 1)[-1]
+        word = _split_word(name)
+        if word is not None:
+            by_split.setdefault(_SPLITS[word], name)
+    if len(by_split) < 2:
+        return
+    first = by_split.get("train") or next(iter(by_split.values()))
+    word = _split_word(first)
+    shown = ", ".join(f"{split}: {name}" for split, name in by_split.items())
+    base = folder.rstrip(sep)
+    raise ConfigError(
+        f"{folder}: its .bin token files are of several splits ({shown}, ...): read as "
+        f"one source, training would read the held-out split too. Pass a glob for one, "
+        f"e.g. {base + sep + '*' + str(word) + '*.bin'!r}, or a list of the files"
+    )
+
+
 def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
     found = sorted(
         f
@@ -97,6 +139,8 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
         )
     for path in found:
         refuse_special(path, stat_listed(path))
+    if folder is not None:
+        _refuse_splits(folder, found, os.sep)
     return found
 
 
@@ -123,6 +167,8 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
             f"{base}/; .json sidecars and .idx indexes are not counted); pass a pattern "
             "that matches the shards, or a list of their URLs"
         )
+    if folder is not None:
+        _refuse_splits(folder, found, "/")
     return found
 
 
