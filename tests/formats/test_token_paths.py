@@ -127,7 +127,7 @@ def test_a_folder_or_pattern_of_no_shards_is_refused_naming_it(tmp_path: Path) -
     with pytest.raises(ObjectNotFoundError, match=r"no \.bin token files right in it") as info:
         TokenSource(text, dtype="uint16", **KW)
     msg = str(info.value)
-    assert msg.startswith(f"{text}: ") and "it holds 2 .jsonl" in msg
+    assert msg.startswith(f"{text}: ") and "(it holds 2 .jsonl)" in msg  # files, not folders
     assert repr(str(text / "**" / "*.bin")) in msg  # the pattern that reads deeper/x.bin
     assert len(TokenSource(str(text / "**" / "*.bin"), dtype="uint16", **KW).files) == 1
     empty = tmp_path / "empty"

@@ -124,7 +124,9 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
     )
     if not found:
         if folder is not None:
-            held = suffixes(n for n in os.listdir(folder) if not n.startswith("."))
+            held = suffixes(
+                e.name for e in os.scandir(folder) if not e.name.startswith(".") and e.is_file()
+            )
             raise ObjectNotFoundError(
                 f"{folder}: a folder with no .bin token files right in it"
                 + (f" (it holds {_held(held)})" if held else " (it is empty)")
