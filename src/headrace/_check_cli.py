@@ -264,8 +264,8 @@ _FLAGS = (
 
 def _token_files(data: list[str]) -> list[str]:
     """The token files ``data`` names: a local directory's ``.bin`` files and a quoted
-    local glob's matches, sorted (TokenSource takes files only; the command line cannot
-    give it a list but as a shell glob, which a directory of 1,000 shards outgrows)."""
+    local glob's matches, sorted, as TokenSource reads them (expanded here to say
+    "a directory with no .bin token files" in the command's words)."""
     files: list[str] = []
     for item in data:
         if "://" in item:

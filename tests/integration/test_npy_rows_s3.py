@@ -61,6 +61,40 @@ def test_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path: Pat
     counted.close()
 
 
+def test_header_counts_hand_their_headers_to_the_reads_by_rows(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # samples_per_file="header" GETs every header to count; the reads by rows then
+    # GET each file's header again at its first read (where no file of its size was
+    # read yet, before its rows: a round trip of its own). Rows of 80 KiB, more than
+    # the 64 KiB gap a GET joins across, and objects of other sizes (no layout to
+    # guess): 3 steps of 4 samples from 4 objects.
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((24 + i, 20480), dtype=np.float32))
+    _put(s3, tmp_path, "npyrows/heads")
+    kw: dict[str, Any] = {"shuffle": "samples", "npy_ranges_above": 0}
+    local = FileSource(tmp_path, format="npy", samples_per_file="header", **kw)
+    counted = _source(s3, "npyrows/heads", samples_per_file="header", **kw)
+    given = _source(s3, "npyrows/heads", samples_per_file=(24, 25, 26, 27), **kw)
+    assert counted.count_stats is not None and counted.count_stats.reads == 4
+    opened = counted.files.store.stats.requests  # the LIST and the count's 4 header GETs
+    assert opened == 5
+    samples = np.arange(0, 102, 9)  # 12 samples, from every file
+    want = local.read(5, samples)["data"]
+    for src in (counted, given):  # read directly: no read-ahead to vary the GETs
+        np.testing.assert_array_equal(src.read(5, samples)["data"], want)
+    rows = counted.files.store.stats
+    ranged = given.files.store.stats
+    # The same row GETs, and the headers only where no count read them: 4 more GETs,
+    # 128 bytes each (the given source's 1 request before its reads: the LIST).
+    assert ranged.requests - 1 - (rows.requests - opened) == 4
+    assert ranged.bytes - (rows.bytes - 4 * 128) == 4 * 128
+    local.close()
+    counted.close()
+    given.close()
+
+
 def test_a_truncated_object_is_refused_by_name(s3: S3Fixture, tmp_path: Path) -> None:
     np.save(tmp_path / "0.npy", np.zeros((16, 256), np.float32))
     np.save(tmp_path / "1.npy", np.zeros((16, 256), np.float32))

@@ -21,7 +21,7 @@ from s3util import store_options as options
 
 import headrace.formats._token_listing as listing
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import DataError, FormatError, ObjectNotFoundError
+from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
 from headrace.formats import TokenSource, write_megatron_index, write_token_sidecar
 from headrace.formats._object_files import ObjectFiles
 from headrace.formats._tokens import refuse_npy_tokens
@@ -295,3 +295,39 @@ def test_a_listed_shard_gives_no_bytes_before_its_first_bytes_pass(
         assert proxy.stats.requests == 3 + 1
     finally:
         files.close()
+
+
+def test_a_glob_or_prefix_reads_as_the_sorted_list_of_urls(
+    s3: S3Fixture, shards: tuple[Path, list[str], int]
+) -> None:
+    root, urls, _ = shards
+    want = _source(s3, urls)
+    digest = _digest(want)
+    assert digest == _digest(_source(s3, _local(root, urls)))
+    base = f"s3://{BUCKET}/listing/many"
+    # A glob that matches the sidecars and indexes too (s000.bin.json, s002.idx): left out.
+    for given in (f"{base}/*.bin", f"{base}/", f"{base}/s*"):
+        src = TokenSource(given, dtype="uint16", store_options=options(s3), **KW)
+        assert [f.path for f in src.files] == urls, given
+        assert src.fingerprint() == want.fingerprint()
+        assert _digest(src) == digest
+        src.close()
+    with pytest.raises(ObjectNotFoundError, match=rf"{base}/\*\.tok: no objects match") as info:
+        TokenSource(f"{base}/*.tok", dtype="uint16", store_options=options(s3), **KW)
+    assert f"listed under {base}/" in str(info.value)
+    # A prefix of several splits (nanoGPT's train.bin and val.bin) is refused, as a folder.
+    client = s3.server.info.boto3_client()
+    for name in ("train.bin", "val.bin"):
+        body = np.arange(3000, dtype=np.uint16).tobytes()
+        client.put_object(Bucket=BUCKET, Key=f"listing/splits/{name}", Body=body)
+    splits = f"s3://{BUCKET}/listing/splits/"
+    with pytest.raises(ConfigError, match=r"several splits .*'s3://.*/splits/\*train\*\.bin'"):
+        TokenSource(splits, dtype="uint16", store_options=options(s3), **KW)
+    one = TokenSource(splits + "*train*", dtype="uint16", store_options=options(s3), **KW)
+    assert [f.path for f in one.files] == [splits + "train.bin"]
+    one.close()
+    # A prefix without its '/' is a key, as before: not found, with how to name a prefix.
+    with pytest.raises(ObjectNotFoundError) as info:
+        TokenSource(base, dtype="uint16", store_options=options(s3), **KW)
+    assert "end it with '/'" in info.value.__notes__[0]
+    want.close()

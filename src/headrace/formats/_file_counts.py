@@ -32,7 +32,8 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
-from headrace.formats._npy import NPY_HEAD, npy_rows
+from headrace.formats._npy import NPY_HEAD, npy_header, npy_rows
+from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
@@ -101,8 +102,8 @@ def _count_one(
     files: FileList,
     i: int,
     queue: RequestQueue | None,
-) -> tuple[int, int, int]:
-    """File ``i``'s count, and the reads and bytes it took."""
+) -> tuple[int, int, int, bytes | None]:
+    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
@@ -117,20 +118,26 @@ def _count_one(
         first, from_end = _FIRST[fmt.name]
         start = max(0, size - first) if from_end else 0
         f.fill([(start, start + first)], gap=0)
+        head = None
         if fmt.name == "npy":
             n = npy_rows(f.at, name=name, size=size)
+            head = bytes(f.at(0, npy_header(f.at, name)[3]))  # held: no read
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
-        return n, f.gets, f.nbytes
+        return n, f.gets, f.nbytes, head
     finally:
         close()
 
 
 def header_counts(
-    files: FileList, fmt: FileFormat, datasets: Sequence[str] | None, depth: int
+    files: FileList,
+    fmt: FileFormat,
+    datasets: Sequence[str] | None,
+    depth: int,
+    heads: dict[int, bytes] | None = None,
 ) -> tuple[NDArray[np.int64], CountStats]:
     """Every file's count (the leading axis of its array), ``depth`` files at a time.
 
@@ -139,6 +146,10 @@ def header_counts(
     it when the file is decoded. HDF5: each named dataset's ``shape[0]``, which
     must agree. An array with no leading axis, or a header that does not parse,
     is a :class:`FormatError` naming the file; storage errors name the object.
+
+    ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
+    up to ``HEAD_BYTES`` in all, for the reads by rows to start from
+    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`).
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
@@ -157,14 +168,19 @@ def header_counts(
             return cached.view(np.int64).copy(), stats
     counts = np.zeros(n, dtype=np.int64)
     lock = threading.Lock()
+    kept_bytes = 0
     queue = RequestQueue(depth, name="headrace-counts") if files.remote else None
 
     def job(i: int) -> None:
-        c, reads, nbytes = _count_one(fmt, datasets, files, i, queue)
+        nonlocal kept_bytes
+        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue)
         counts[i] = c
         with lock:
             stats.reads += reads
             stats.bytes += nbytes
+            if heads is not None and head is not None and kept_bytes + len(head) <= HEAD_BYTES:
+                heads[i] = head
+                kept_bytes += len(head)
 
     failed: list[tuple[int, HeadraceError]] = []
     try:
@@ -282,18 +298,20 @@ def resolve_counts(
     fmt: FileFormat,
     datasets: Sequence[str] | None,
     depth: int,
+    heads: dict[int, bytes] | None = None,
 ) -> tuple[NDArray[np.int64] | None, CountStats | None]:
     """Each listed file's count (``None`` for a fixed ``samples_per_file``), in the
     order of ``files``, and what reading headers cost (``None`` if none was read).
 
     ``given``: what the source was opened with. A list of counts follows a list of
     files as given (both are sorted together, as the listing sorts the files);
-    for a directory, pattern or prefix, the sorted keys.
+    for a directory, pattern or prefix, the sorted keys. ``heads``: see
+    :func:`header_counts`.
     """
     if isinstance(spf, int):
         return None, None
     if spf == "header":
-        return header_counts(files, fmt, datasets, depth)
+        return header_counts(files, fmt, datasets, depth, heads)
     assert isinstance(spf, tuple)
     n = len(files)
     if isinstance(given, list):

@@ -10,7 +10,7 @@ bytes it saved.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from headrace.formats._file_config import (
@@ -48,11 +48,19 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
 
 
 def by_rows(
-    config: FileSourceConfig, files: Callable[[], FileList], in_flight: int, above: int | None
+    config: FileSourceConfig,
+    files: Callable[[], FileList],
+    in_flight: int,
+    above: int | None,
+    heads: Mapping[int, bytes] | None = None,
 ) -> RangedNpy | RangedNpz | None:
-    """What reads a source's files by rows, from ``above`` bytes (``None``: nothing)."""
+    """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
+    ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`)."""
     if above is None:
         return None
     if file_format(config.format).name == "npy":
-        return RangedNpy(files, in_flight, config.local_read, above)
+        ranged = RangedNpy(files, in_flight, config.local_read, above)
+        if heads:
+            ranged.seed(heads)
+        return ranged
     return RangedNpz(files, config.datasets, in_flight, above)

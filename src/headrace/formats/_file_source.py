@@ -112,6 +112,7 @@ class FileSource(Closing):
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
         self.count_stats: CountStats | None = None
+        heads: dict[int, bytes] = {}  # NPY headers the count read, for the reads by rows
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
                 spf,
@@ -120,6 +121,7 @@ class FileSource(Closing):
                 self.format,
                 config.datasets,
                 config.in_flight or self._default_depth(),
+                heads,
             )
         self.counted = counts is not None
         self.plan = FilePlan(
@@ -144,7 +146,7 @@ class FileSource(Closing):
             )
         )
         self.in_flight = config.in_flight or self._default_in_flight()
-        self._by_rows = by_rows(config, lambda: self.files, self.in_flight, self._rows_above)
+        self._by_rows = by_rows(config, lambda: self.files, self.in_flight, self._rows_above, heads)
         above = self._ranges_above()
         self._ranged = (
             None

@@ -16,7 +16,9 @@ under ``above`` bytes (``npy_ranges_above``: 1 MiB locally, 8 MiB on object
 storage) are read whole: there a read by rows cost more than the bytes it saved.
 
 A file's header is learned at its first read and kept (a few hundred bytes a
-file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. A file not seen
+file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. With
+``samples_per_file="header"`` the count read every header already, and hands them
+over (:meth:`RangedNpy.seed`): a first read then fetches rows only. A file not seen
 yet is read with the layout of the last file of its size as a guess, header and
 rows in one batch of reads; a header that says otherwise costs a second batch,
 never other bytes. Fortran-order arrays (rows are not runs of bytes) and headers
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,6 +66,26 @@ def npy_layout(
         return None
     row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
     return (offset, row, shape[0]) if row else None
+
+
+def _rows_of(at: Callable[[int, int], memoryview], name: str, size: int) -> Rows | None:
+    """Where the rows of the NPY file of ``size`` bytes whose header ``at`` reads lie;
+    ``None`` where they are not runs of bytes or the header does not parse (decoding
+    the whole file then says what is wrong, naming it)."""
+    try:
+        dtype, shape, fortran, offset = npy_header(at, name)
+    except FormatError:
+        return None
+    layout = npy_layout(dtype, shape, fortran, offset)
+    if layout is not None and layout[0] + layout[1] * layout[2] != size:
+        return None  # truncated or padded: decoding refuses it by name
+    return layout
+
+
+def _bytes_at(data: bytes) -> Callable[[int, int], memoryview]:
+    """An ``at(offset, length)`` over ``data`` (a header read before)."""
+    view = memoryview(data)
+    return lambda a, n: view[a : a + n]
 
 
 def _layout(rows: Rows) -> FileLayout:
@@ -127,14 +149,7 @@ class RangedNpy:
             image.want(want)
         else:
             image.fill([(0, min(NPY_HEAD, size))], gap=0)
-        try:
-            dtype, shape, fortran, offset = npy_header(image.at, name)
-        except FormatError:
-            layout = None  # decoding the whole file says what is wrong, naming it
-        else:
-            layout = npy_layout(dtype, shape, fortran, offset)
-            if layout is not None and layout[0] + layout[1] * layout[2] != size:
-                layout = None  # truncated or padded: decoding refuses it by name
+        layout = _rows_of(image.at, name, size)
         if layout is None:
             image.layout = None
             image.fill([(0, size)])
@@ -143,6 +158,20 @@ class RangedNpy:
             image.want(want)
         self._keep(f, image.take([(0, layout[0] if layout else min(NPY_HEAD, size))]), layout, size)
         return image
+
+    def seed(self, heads: Mapping[int, bytes]) -> None:
+        """Keep headers read before (by ``samples_per_file="header"``'s count: file ->
+        its bytes up to the payload), so that a file's first read fetches only rows,
+        not its header a second time (a serial round trip before the rows where no
+        file of its size was read yet). Files read whole (under ``above``) are skipped."""
+        files = self._files()
+        for f, head in heads.items():
+            size = files.sizes[f]
+            if size < self.above:
+                continue
+            layout = _rows_of(_bytes_at(head), files.name(f), size)
+            if layout is not None and layout[0] == len(head):
+                self._keep(f, [(0, head)], layout, size)
 
     def _keep(self, f: int, head: list[tuple[int, bytes]], layout: Rows | None, size: int) -> None:
         if not head:

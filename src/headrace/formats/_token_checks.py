@@ -11,7 +11,6 @@ document indexes. Each failure is a :class:`~headrace.errors.ConfigError` or
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -67,14 +66,11 @@ def describe_files(
 
 
 def _note_not_a_file(path: str, exc: StorageError) -> None:
-    """A pattern or a directory where a token file was expected: say how to list one."""
-    glob = any(c in path.rstrip("/").rsplit("/", 1)[-1] for c in "*?[")
-    if exc.errno == errno.EISDIR or (glob and isinstance(exc, ObjectNotFoundError)):
-        pattern = path if glob else os.path.join(path, "*.bin")
+    """An object URL not found that may be a prefix of shards: say how to name one."""
+    if is_object_url(path) and isinstance(exc, ObjectNotFoundError):
         exc.add_note(
-            f"TokenSource takes token files, not patterns or directories: list them, e.g. "
-            f"sorted(glob.glob({pattern!r})) (FileSource takes patterns and "
-            "folders)"
+            f"if {path} is a prefix of token shards, end it with '/' (its .bin objects) or "
+            f"pass a glob pattern such as {path.rstrip('/') + '/*.bin'!r}"
         )
 
 

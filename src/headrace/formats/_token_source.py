@@ -34,6 +34,7 @@ from headrace.formats._object_files import (
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._positions import document_positions, eos_positions
 from headrace.formats._token_checks import check_files, check_positions, describe_files
+from headrace.formats._token_paths import expand_token_paths
 from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, TokenFormat
 from headrace.formats._vocab import (
@@ -80,6 +81,11 @@ class TokenSource(WindowCache):
     together: past a share of ``ulimit -n``, the least recently used source not
     being read closes its file and drops that file's windows, which are mapped
     (or read) again when needed (see :mod:`headrace.formats._token_budget`).
+
+    ``files``: token files, or a folder (its ``.bin`` files), a glob pattern (the files
+    it matches, less ``.json`` sidecars and ``.idx`` indexes), an object-store glob
+    (``s3://bucket/data/*.bin``) or prefix ending in ``/`` (its ``.bin`` objects), each
+    read as the sorted list of what it names (see :mod:`headrace.formats._token_paths`).
 
     Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
     ``file://``; ``store_options`` go to :class:`headrace.io.ObjectStore`):
@@ -215,7 +221,8 @@ class TokenSource(WindowCache):
             raise ConfigError(f"reads must be 'populate' or 'pread' (got {reads!r}).")
         self._stores: ObjectFiles | None = None
         try:
-            self.files: list[TokenFile] = describe_files(files, dtype, format, self._remote)
+            listed = expand_token_paths(files, self._remote)  # folders and patterns
+            self.files: list[TokenFile] = describe_files(listed, dtype, format, self._remote)
             self.dtype: np.dtype[Any] = check_files(self.files, context, tail=tail)
             check_vocab_fits(vocab_size, self.dtype, self.files[0].path)
             if pad_id is not None and not _fits(pad_id, self.dtype):
