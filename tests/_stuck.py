@@ -7,12 +7,15 @@ import subprocess
 import sys
 import time
 
-#: What an injected stuck read does: say so on stdout, then wait for ever.
+#: What an injected stuck read does: say so on stdout (the first one), then wait for ever.
 STUCK = (
+    "import faulthandler as _faulthandler, signal as _signal, threading as _threading\n"
+    "_faulthandler.register(_signal.SIGUSR1, all_threads=True)\n"
+    "_first = _threading.Lock()\n"
     "def stuck():\n"
-    "    import sys, threading\n"
-    "    print('stuck', flush=True)\n"
-    "    threading.Event().wait()\n"
+    "    if _first.acquire(blocking=False):\n"
+    "        print('stuck', flush=True)\n"
+    "    _threading.Event().wait()\n"
 )
 
 
@@ -30,11 +33,16 @@ def interrupt_when_stuck(script: str, limit_s: float = 20.0) -> tuple[int | None
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line == "stuck\n", (line, proc.communicate(timeout=30))
+        # Sent once the main thread waits: a SIGINT that lands just before it blocks on
+        # a lock is seen only when the lock is released (CPython), here never.
+        time.sleep(0.5)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr
+            time.sleep(1)
             proc.kill()
             _, err = proc.communicate()
             return None, err, time.monotonic() - t0
