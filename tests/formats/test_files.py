@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import re
 import zipfile
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,6 +159,43 @@ def test_npy_errors() -> None:
     bad = data.replace(b"{'descr'", b"{{'descr'")
     with pytest.raises(FormatError, match=r"corrupt NPY header"):
         decode_npy(bad, name="x.npy")
+
+
+_RECOPY = "copy the file again (a partial copy or download?) or leave it out"
+
+
+def _forged(data: bytes, old: bytes, new: bytes) -> bytes:
+    """``old`` replaced by the longer ``new`` in an NPY header, padding taken to fit."""
+    pad = b" " * (len(new) - len(old)) + b"\n"
+    assert pad in data
+    return data.replace(old, new, 1).replace(pad, b"\n", 1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "what"),
+    [
+        (lambda d: d[:8], r"truncated: 8 bytes, shorter than an NPY header"),
+        (lambda d: d[:40], r"truncated: header says \d+ header bytes, found 30"),
+        (lambda d: d.replace(b"{'descr'", b"{{'descr'"), r"corrupt NPY header \("),
+        (lambda d: d.replace(b"'descr'", b"'dxscr'"), r"corrupt NPY header: expected a dict"),
+        (lambda d: d.replace(b"(1000,)", b"(-100,)"), r"corrupt NPY header: bad shape"),
+        (lambda d: d.replace(b"'<i4'", b"'<zz'"), r"corrupt NPY header: bad descr"),
+        (lambda d: d.replace(b"False", b"1    "), r"corrupt NPY header: bad fortran_order"),
+        (lambda d: _forged(d, b"(1000,)", b"(99999999999999999999,)"), r"more than 2\*\*63"),
+    ],
+)
+def test_a_damaged_npy_header_says_what_to_do(
+    tmp_path: Path, damage: Callable[[bytes], bytes], what: str
+) -> None:
+    # The header's refusals named the file and the damage, but no fix (the data's did).
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(1000, dtype=np.int32))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(FormatError) as info:
+        decode_npy(path.read_bytes(), name=str(path))
+    message = str(info.value)
+    assert re.search(what, message), message
+    assert message.startswith(f"{path}: ") and message.endswith(f": {_RECOPY}"), message
 
 
 def test_npy_refuses_object_arrays() -> None:

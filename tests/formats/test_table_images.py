@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +336,33 @@ def test_exif_transpose_turns_table_jpegs_upright(tmp_path: Path) -> None:
     assert upright.fingerprint()["exif_transpose"] is True
     stored = TableSource(path, images=["image"], shuffle=False).read(0, np.arange(1))
     assert stored["image"].shape == (1, 16, 24, 3)
+
+
+@pytest.mark.skipif(
+    sys.version_info[:2] == (3, 12), reason="Python 3.12 starts no thread in an exit handler"
+)
+def test_images_decode_on_threads_in_an_exit_handler(tmp_path: Path) -> None:
+    # The decoders were a ThreadPoolExecutor's, which refuses work once exit begins:
+    # "RuntimeError: cannot schedule new futures after interpreter shutdown".
+    path = write(struct_table(images(kinds=("jpeg", "grey"))), tmp_path / "t.parquet")
+    read = (
+        f"    src = TableSource({str(path)!r}, images=['image'], decode_threads=2,\n"
+        "                      image_mode='RGB')\n"
+        "    with Loader(src, batch_size=6, steps=3) as ld:\n"
+        "        print(batch_digest(list(ld)))\n"
+    )
+    script = (
+        "import atexit\n"
+        "from headrace.formats import TableSource\n"
+        "from headrace.pipeline import Loader\n"
+        "from headrace.testing import batch_digest\n"
+        f"def read():\n{read}"
+        "atexit.register(read)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    src = TableSource(path, images=["image"], decode_threads=2, image_mode="RGB")
+    with Loader(src, batch_size=6, steps=3) as ld:
+        want = batch_digest(list(ld))
+    assert (done.returncode, done.stdout, done.stderr) == (0, want + "\n", "")

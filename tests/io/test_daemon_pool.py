@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.io._daemon_pool import DaemonPool
+from headrace.io._daemon_pool import DaemonPool, one_call_pool
 
 
 def test_results_errors_and_threads_as_a_thread_pool_gives_them() -> None:
@@ -39,6 +39,25 @@ def test_shutdown_can_cancel_what_has_not_started() -> None:
     for f in queued:
         with pytest.raises(CancelledError):
             f.result(5)
+    pool._threads[0].join(5)
+    assert not pool._threads[0].is_alive()
+
+
+def test_a_one_call_pool_joins_when_done_and_leaves_a_stuck_task_on_an_error() -> None:
+    with one_call_pool(2, thread_name_prefix="t-call") as pool:
+        assert list(pool.map(abs, [-1, -2, -3])) == [1, 2, 3]
+    assert pool._threads and not any(t.is_alive() for t in pool._threads)
+
+    gate = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), one_call_pool(1, thread_name_prefix="t-call") as pool:
+        running = pool.submit(gate.wait, 30)
+        queued = pool.submit(time.sleep, 0)
+        raise KeyboardInterrupt  # a Ctrl-C while the task waits for stalled storage
+    assert time.monotonic() - t0 < 5  # a ThreadPoolExecutor's with block waited 30 s
+    assert queued.cancelled() and not running.done()
+    gate.set()  # the storage answers: the thread ends, nothing more to run
+    assert running.result(5) is True
     pool._threads[0].join(5)
     assert not pool._threads[0].is_alive()
 

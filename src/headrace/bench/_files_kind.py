@@ -367,6 +367,8 @@ class FilesKind(Kind):
         (``in_flight`` at a time), so the cached variant reads a warm cache."""
         src = self.source(decode=False, cache_dir=directory)
         try:
+            # Still joined on a Ctrl-C (a fetch stuck in a stalled mount holds it): not moved
+            # to io._daemon_pool.one_call_pool yet, for want of a test (docs/long-runs.md).
             with ThreadPoolExecutor(src.in_flight, thread_name_prefix="bench-fill") as pool:
                 for _ in pool.map(src.files.fetch, range(len(src.files))):
                     pass

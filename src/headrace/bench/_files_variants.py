@@ -290,6 +290,8 @@ def _ceiling(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
     depth = spec.int("in_flight", src.in_flight)
     order = k.step_files(k.seed_of(spec), 0, steps).tolist()
     b = k.hi - k.lo
+    # close() joins it (a fetch stuck in a stalled mount holds it): not a DaemonPool yet,
+    # for want of a test (docs/long-runs.md).
     pool = ThreadPoolExecutor(depth, thread_name_prefix="bench-ceiling")
 
     def batches() -> Iterator[Batch]:

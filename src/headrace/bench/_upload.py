@@ -170,6 +170,7 @@ def _run_all(fn: Callable[[int], Any], n: int, threads: int, what: str, url: str
             stop.set()
             raise
 
+    # A ThreadPoolExecutor on purpose: a Ctrl-C waits for the uploads on their way (below).
     pool = ThreadPoolExecutor(min(threads, n))
     try:
         futures: dict[Future[Any], int] = {pool.submit(guarded, i): i for i in range(n)}

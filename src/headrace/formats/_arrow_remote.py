@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,6 +62,7 @@ from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
 from headrace.formats._table_remote import GAP, Fetch, RemotePart, fetched_spans, opener
 from headrace.formats._table_schema import check_names
+from headrace.io._daemon_pool import one_call_pool
 from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
@@ -455,7 +456,8 @@ class RemoteArrow(RemotePart):
         if len(todo) > 1:
             # The walks wait on GETs, not on the CPU: as many at once as GETs may be.
             workers = min(files.in_flight, len(todo))
-            with ThreadPoolExecutor(workers, thread_name_prefix="headrace-ipc") as ex:
+            # Left by an error (a Ctrl-C), a walk stuck in stalled storage is not waited for.
+            with one_call_pool(workers, thread_name_prefix="headrace-ipc") as ex:
                 futures = [ex.submit(walk, i) for i in todo]
                 wait_all(futures)
             walked = dict(zip(todo, (f.result() for f in futures), strict=True))

@@ -22,7 +22,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +36,7 @@ from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
+from headrace.io._daemon_pool import one_call_pool
 
 SamplesPerFile = int | tuple[int, ...] | str
 
@@ -184,7 +184,8 @@ def header_counts(
 
     failed: list[tuple[int, HeadraceError]] = []
     try:
-        with ThreadPoolExecutor(min(depth, n), thread_name_prefix="headrace-counts") as pool:
+        # Left by an error (a Ctrl-C), a count stuck in stalled storage is not waited for.
+        with one_call_pool(min(depth, n), thread_name_prefix="headrace-counts") as pool:
             futures = [pool.submit(job, i) for i in range(n)]
             try:
                 # In file order: the first error raised is the first file's, every run;

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._sparse import Span, SparseImage
 from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
-    from headrace.io import RequestQueue
 
 __all__ = ["FileLayout", "RangedHdf5", "contiguous_rows", "learn_layout", "tree_children"]
 
@@ -264,7 +264,6 @@ class RangedHdf5:
     ) -> None:
         self._files = files
         self._datasets = datasets
-        self._in_flight = in_flight
         self.above = above
         # Layouts by file, least recently used first, within LAYOUT_BYTES.
         self._layouts: OrderedDict[int, FileLayout] = OrderedDict()
@@ -273,7 +272,7 @@ class RangedHdf5:
         self._meta: OrderedDict[int, list[tuple[int, bytes]]] = OrderedDict()
         self._meta_bytes = 0
         self._lock = threading.Lock()
-        self._queue: RequestQueue | None = None
+        self._queue = LazyQueue(in_flight, "headrace-hdf5-ranges")
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by ranges: large enough."""
@@ -287,7 +286,7 @@ class RangedHdf5:
         # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
         # past the default in_flight's cap, which leaves files read by ranges out.
         if files.remote:
-            fetch = files.fetch_ranges(f, self._request_queue())
+            fetch = files.fetch_ranges(f, self._queue.get())
         else:  # a local file (shuffle="samples"): a pread a span, checked as listed
             fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))
@@ -335,19 +334,8 @@ class RangedHdf5:
 
     def slot(self) -> AbstractContextManager[None]:
         """A place among the ranges' GETs in flight, for a file fetched whole."""
-        return self._request_queue().slot()
-
-    def _request_queue(self) -> RequestQueue:
-        from headrace.io import RequestQueue
-
-        with self._lock:
-            if self._queue is None:
-                self._queue = RequestQueue(self._in_flight, name="headrace-hdf5-ranges")
-            return self._queue
+        return self._queue.get().slot()
 
     def close(self) -> None:
         """Close the request queue (the layouts are kept: the files are the ones listed)."""
-        with self._lock:
-            queue, self._queue = self._queue, None
-        if queue is not None:
-            queue.close()
+        self._queue.close()

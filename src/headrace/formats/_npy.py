@@ -113,14 +113,18 @@ def _parse_npy_header(
             + _what_it_is(bytes(view[:8]))
         )
     if len(view) < 10:
-        raise FormatError(f"{where}: truncated: {len(view)} bytes, shorter than an NPY header")
+        raise FormatError(
+            f"{where}: truncated: {len(view)} bytes, shorter than an NPY header: {RECOPY}"
+        )
     major = view[6]
     if major == 1:
         (hlen,) = struct.unpack_from("<H", view, 8)
         start = 10
     elif major in (2, 3):
         if len(view) < 12:
-            raise FormatError(f"{where}: truncated: {len(view)} bytes, shorter than an NPY header")
+            raise FormatError(
+                f"{where}: truncated: {len(view)} bytes, shorter than an NPY header: {RECOPY}"
+            )
         (hlen,) = struct.unpack_from("<I", view, 8)
         start = 12
     else:
@@ -130,31 +134,34 @@ def _parse_npy_header(
     end = start + hlen
     if end > len(view):
         raise FormatError(
-            f"{where}: truncated: header says {hlen} header bytes, found {len(view) - start}"
+            f"{where}: truncated: header says {hlen} header bytes, found {len(view) - start}: "
+            f"{RECOPY}"
         )
     try:
         text = bytes(view[start:end]).decode("utf-8" if major == 3 else "latin1")
         header = _literal(text, major)
     except (UnicodeDecodeError, ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise FormatError(f"{where}: corrupt NPY header ({exc})") from exc
+        raise FormatError(f"{where}: corrupt NPY header ({exc}): {RECOPY}") from exc
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise FormatError(
             f"{where}: corrupt NPY header: expected a dict with keys descr, fortran_order, "
-            f"shape; found {text.strip()[:120]!r}"
+            f"shape; found {text.strip()[:120]!r}: {RECOPY}"
         )
     shape = header["shape"]
     if not isinstance(shape, tuple) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
-        raise FormatError(f"{where}: corrupt NPY header: bad shape {shape!r}")
+        raise FormatError(f"{where}: corrupt NPY header: bad shape {shape!r}: {RECOPY}")
     if not isinstance(header["fortran_order"], bool):
         raise FormatError(
-            f"{where}: corrupt NPY header: bad fortran_order {header['fortran_order']!r}"
+            f"{where}: corrupt NPY header: bad fortran_order {header['fortran_order']!r}: {RECOPY}"
         )
     try:
         dtype = np.lib.format.descr_to_dtype(header["descr"])
     except (TypeError, ValueError) as exc:
-        raise FormatError(f"{where}: corrupt NPY header: bad descr {header['descr']!r}") from exc
+        raise FormatError(
+            f"{where}: corrupt NPY header: bad descr {header['descr']!r}: {RECOPY}"
+        ) from exc
     if dtype.hasobject:
         # Object arrays are pickles: arbitrary code on load, and never zero-copy.
         raise FormatError(
@@ -168,7 +175,7 @@ def _parse_npy_header(
         # where the counts are summed), and no file holds it.
         raise FormatError(
             f"{where}: corrupt NPY header: shape {shape!r} of {dtype} is more than 2**63 - 1 "
-            "bytes, more than any file holds"
+            f"bytes, more than any file holds: {RECOPY}"
         )
     return dtype, shape, header["fortran_order"], end
 

@@ -37,12 +37,13 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
+from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._npy import NPY_HEAD, npy_header
 from headrace.formats._sparse import SparseImage
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
-    from headrace.io import RangeReader, RequestQueue
+    from headrace.io import RangeReader
 
 __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "npy_layout"]
 
@@ -104,14 +105,13 @@ class RangedNpy:
     ) -> None:
         self._files = files
         self.above = above
-        self._in_flight = in_flight
         self._local_read = local_read
         self._lock = threading.Lock()
         # Header bytes and row layout by file, least recently used first (HEAD_BYTES).
         self._heads: OrderedDict[int, tuple[bytes, Rows | None]] = OrderedDict()
         self._head_bytes = 0
         self._by_size: dict[int, Rows] = {}  # the last layout seen for a file size
-        self._queue: RequestQueue | None = None
+        self._queue = LazyQueue(in_flight, "headrace-npy-rows")
         self._reader: RangeReader | None = None
 
     def applies(self, f: int) -> bool:
@@ -124,7 +124,7 @@ class RangedNpy:
         files = self._files()
         size, name = files.sizes[f], files.name(f)
         if files.remote:
-            fetch = files.fetch_ranges(f, self._request_queue(), cache_block=CACHE_BLOCK)
+            fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
             reader = self._range_reader() if self._local_read == "odirect" else None
             fetch = files.local_ranges(f, reader)
@@ -188,14 +188,6 @@ class RangedNpy:
                 _, (old, _) = self._heads.popitem(last=False)
                 self._head_bytes -= len(old)
 
-    def _request_queue(self) -> RequestQueue:
-        from headrace.io import RequestQueue
-
-        with self._lock:
-            if self._queue is None:
-                self._queue = RequestQueue(self._in_flight, name="headrace-npy-rows")
-            return self._queue
-
     def _range_reader(self) -> RangeReader:
         from headrace.io import RangeReader, ReaderConfig
 
@@ -206,10 +198,8 @@ class RangedNpy:
 
     def close(self) -> None:
         """Close the request queue and the local reader (the headers are kept)."""
+        self._queue.close()
         with self._lock:
-            queue, self._queue = self._queue, None
             reader, self._reader = self._reader, None
-        if queue is not None:
-            queue.close()
         if reader is not None:
             reader.close()

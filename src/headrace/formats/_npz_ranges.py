@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
+from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._npy import npy_header
 from headrace.formats._npy_ranges import CACHE_BLOCK, npy_layout
 from headrace.formats._sparse import BLOCK, Span, SparseImage
@@ -38,7 +39,6 @@ from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
-    from headrace.io import RequestQueue
 
 __all__ = ["RangedNpz", "learn_npz"]
 
@@ -123,7 +123,6 @@ class RangedNpz:
     ) -> None:
         self._files = files
         self._keys = keys
-        self._in_flight = in_flight
         self.above = above
         self._lock = threading.Lock()
         # Layout and metadata bytes by file, least recently used first (META_BYTES).
@@ -131,7 +130,7 @@ class RangedNpz:
             OrderedDict()
         )
         self._kept_bytes = 0
-        self._queue: RequestQueue | None = None
+        self._queue = LazyQueue(in_flight, "headrace-npz-rows")
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -142,7 +141,7 @@ class RangedNpz:
         metadata only; the decode's :meth:`SparseImage.want` fetches the rows)."""
         files = self._files()
         if files.remote:
-            fetch = files.fetch_ranges(f, self._request_queue(), cache_block=CACHE_BLOCK)
+            fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
             fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))
@@ -177,17 +176,6 @@ class RangedNpz:
                 self._kept_bytes -= sum(len(b) for _, b in old_meta)
                 self._kept_bytes -= 0 if old is None else old.nbytes
 
-    def _request_queue(self) -> RequestQueue:
-        from headrace.io import RequestQueue
-
-        with self._lock:
-            if self._queue is None:
-                self._queue = RequestQueue(self._in_flight, name="headrace-npz-rows")
-            return self._queue
-
     def close(self) -> None:
         """Close the request queue (the layouts are kept: the files are the ones listed)."""
-        with self._lock:
-            queue, self._queue = self._queue, None
-        if queue is not None:
-            queue.close()
+        self._queue.close()

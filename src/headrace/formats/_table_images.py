@@ -15,7 +15,6 @@ layout FileSource gives and ``RandomCrop`` and the adapters take.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from headrace.formats._images import (
     decode_png,
 )
 from headrace.formats._ragged import Ragged
+from headrace.io._daemon_pool import DaemonPool
 
 if TYPE_CHECKING:
     from headrace.formats._tables import Table
@@ -49,7 +49,7 @@ class TableImages:
         self.mode = mode
         self.exif_transpose = exif_transpose
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonPool | None = None
 
     def decode_one(
         self, data: memoryview, name: str, out: NDArray[Any] | None = None
@@ -76,7 +76,12 @@ class TableImages:
             images = [self.decode_one(*job) for job in jobs]
         else:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="headrace-image")
+                # Not for stalled storage: the bytes are the batch's copy in memory
+                # (gathered from the file's map or GETs by read_rows), so a decode ends.
+                # A ThreadPoolExecutor refuses work once exit begins: a loader read in an
+                # exit handler raised "cannot schedule new futures after interpreter
+                # shutdown"; the shared pools moved for the same reason.
+                self._pool = DaemonPool(self.threads, thread_name_prefix="headrace-image")
             futures = [self._pool.submit(self.decode_one, *job) for job in jobs]
             # Results in row order: the error raised is the first row's, however the
             # threads ran (and no decode is left running on a buffer the batch frees).

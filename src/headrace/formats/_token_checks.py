@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ from headrace.formats._tokens import (
     describe_token_file,
     open_token_file,
 )
+from headrace.io._daemon_pool import one_call_pool
 
 __all__ = ["check_files", "check_positions", "describe_files"]
 
@@ -61,7 +61,8 @@ def describe_files(
 
     if urls < 2:
         return [one(f) for f in files]
-    with ThreadPoolExecutor(min(16, urls), thread_name_prefix="headrace-open") as pool:
+    # Left by an error (a Ctrl-C), an open stuck in stalled storage is not waited for.
+    with one_call_pool(min(16, urls), thread_name_prefix="headrace-open") as pool:
         return list(pool.map(one, files))
 
 

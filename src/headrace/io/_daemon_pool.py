@@ -13,6 +13,11 @@ Work that must finish before exit is waited for by whoever submitted it
 
 Same contract otherwise: futures, ``map``, ``shutdown(wait, cancel_futures)``;
 threads start on demand up to ``max_workers`` and are reused when idle.
+
+:func:`one_call_pool` is one for the length of a call (counting files' samples,
+opening token files, walking Arrow headers), which a ``with ThreadPoolExecutor``
+was: its ``__exit__`` joined the threads, so a Ctrl-C while one read was stuck
+waited for the storage, and so did the exit.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["DaemonPool"]
+__all__ = ["DaemonPool", "one_call_pool"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -83,6 +89,22 @@ class DaemonPool(Executor):
         if wait:
             for t in self._threads:
                 t.join()
+
+
+@contextmanager
+def one_call_pool(max_workers: int, thread_name_prefix: str) -> Iterator[DaemonPool]:
+    """A :class:`DaemonPool` for one ``with`` block, whose caller waits for the results
+    it needs. Left normally, the threads are joined (their work is done). Left by an
+    error (a Ctrl-C, a failure elsewhere), work not started is cancelled and tasks
+    still running are not waited for: one stuck in stalled storage stays on its daemon
+    thread, holding neither the caller nor the exit; its result is dropped."""
+    pool = DaemonPool(max_workers, thread_name_prefix)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _work(work: queue.SimpleQueue[_Item | None], idle: threading.Semaphore) -> None:

@@ -1,0 +1,53 @@
+"""Run a script whose read gets stuck (a stalled mount, fault injected), then Ctrl-C it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+#: What an injected stuck read does: say so on stdout (the first one), then wait for ever.
+STUCK = (
+    "import faulthandler as _faulthandler, signal as _signal, threading as _threading\n"
+    "_faulthandler.register(_signal.SIGUSR1, all_threads=True)\n"
+    "_first = _threading.Lock()\n"
+    "def stuck():\n"
+    "    if _first.acquire(blocking=False):\n"
+    "        print('stuck', flush=True)\n"
+    "    _threading.Event().wait()\n"
+)
+
+
+def interrupt_when_stuck(script: str, limit_s: float = 20.0) -> tuple[int | None, str, float]:
+    """Run ``script`` (which calls ``stuck()`` in the read it stalls), send SIGINT once it
+    is stuck, and wait up to ``limit_s`` for the process to end: its exit status
+    (``None``: it had not ended, and was killed), stderr, and seconds after the SIGINT."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK + script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == "stuck\n", (line, proc.communicate(timeout=30))
+        # Sent once the main thread waits: a SIGINT that lands just before it blocks on
+        # a lock is seen only when the lock is released (CPython), here never.
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr
+            time.sleep(1)
+            proc.kill()
+            _, err = proc.communicate()
+            return None, err, time.monotonic() - t0
+        return proc.returncode, err, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
