@@ -118,7 +118,13 @@ def _headrace_argv(words: list[str]) -> list[str] | None:
 
 def _commands_in(text: str, document: str, line: int, *, inline: bool) -> list[Command]:
     found = []
-    for written, words in _simple_commands(_drop_comment(text)):
+    try:
+        simple = list(_simple_commands(_drop_comment(text)))
+    except ValueError:  # unbalanced quotes: prose in a code span (a quoted message), no command
+        if inline and "headrace" not in text:
+            return []
+        raise ValueError(f"{document}:{line}: cannot split {text!r} as the shell would") from None
+    for written, words in simple:
         argv = _headrace_argv(words)
         if argv is not None:
             found.append(
