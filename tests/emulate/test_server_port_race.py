@@ -94,8 +94,8 @@ def test_a_port_stolen_at_every_launch_fails_naming_the_ports(
     server = _http_server(tmp_path)
     with pytest.raises(
         StorageError,
-        match=rf"http\.server: another process answers on http://127\.0\.0\.1:{thief} \(it took "
-        rf"the port between probing and binding\); .*launched 3 times, another process "
+        match=rf"(?s)http\.server: another process answers on http://127\.0\.0\.1:{thief} "
+        rf"\(it took the port between probing and binding\); .*launched 3 times, another process "
         rf"answered first on ports \[{thief}, {thief}, {thief}\]$",
     ):
         server.start()

@@ -79,7 +79,9 @@ def test_pread_on_io_uring_keeps_more_reads_waiting_than_the_thread_pool(slow_mo
         got = r.read_rows(str(m.mnt / "rows.bin"), rows, WIDTH)
         assert r.stats.engine == "uring"
     assert np.array_equal(got, want)
-    assert m.stats()["max_in_flight"] > 2 * io_threads()
+    # More than the pool's threads could hold; not 2x that: under a loaded CI run the
+    # mount's server saw 12 at once (io-wq workers and the FUSE queue pace the rest).
+    assert m.stats()["max_in_flight"] > io_threads()
 
 
 def test_token_loader_through_a_slow_mount_matches_local(slow_mount, src_dir):
