@@ -220,6 +220,15 @@ def test_unequal_process_shares_are_refused_by_every_process(root: Path, tmp_pat
     )
 
 
+#: what follows "the 2 processes' ... disagree (...)" in every disagreement's message
+_DISAGREE_REST = (
+    "each reads only its own rows, so they would be rows of different global batches. "
+    "Build the loader alike on every process: the same seed (not seed + process_index), "
+    "data, weights and steps, and load the same state on every process (not on process "
+    "0 alone). Refused on every process, before any read."
+)
+
+
 @pytest.mark.integration
 def test_processes_whose_loaders_disagree_are_refused_by_every_process(
     root: Path, reference: list[str], tmp_path: Path
@@ -230,12 +239,6 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
     out = tmp_path / "got"
     run_two_processes("jax_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
-    rest = (
-        "each reads only its own rows, so they would be rows of different global batches. "
-        "Build the loader alike on every process: the same seed (not seed + process_index), "
-        "data, weights and steps, and load the same state on every process (not on process "
-        "0 alone). Refused on every process, before any read."
-    )
     # A loader process 1 never iterates: process 0 waits (here 2 s), then says so.
     assert got[0][3].startswith(
         "process 1 of 2 did not start iterating its JaxLoader within 2 s of this one "
@@ -248,11 +251,11 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
         seed, state, alike, _ = got[pid]
         assert seed == (
             f"the 2 processes' JaxLoaders disagree (seed 5 on processes [0], 6 on [1]; this "
-            f"is process {pid}): {rest}"
+            f"is process {pid}): {_DISAGREE_REST}"
         )
         assert state == (
             f"the 2 processes' JaxLoaders disagree (step 2 on processes [0], 0 on [1]; this "
-            f"is process {pid}): {rest}"
+            f"is process {pid}): {_DISAGREE_REST}"
         )
         assert alike == reference[0]
 
@@ -267,21 +270,15 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
     out = tmp_path / "got"
     run_two_processes("jax_numpy_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
-    rest = (
-        "each reads only its own rows, so they would be rows of different global batches. "
-        "Build the loader alike on every process: the same seed (not seed + process_index), "
-        "data, weights and steps, and load the same state on every process (not on process "
-        "0 alone). Refused on every process, before any read."
-    )
     for pid in range(2):
         seed, state, alike, jax_alike, own_rank = got[pid]
         assert seed == (
             f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
-            f"this is process {pid}): {rest}"
+            f"this is process {pid}): {_DISAGREE_REST}"
         )
         assert state == (
             f"the 2 processes' numpy_loaders disagree (step 2 on processes [0], 0 on [1]; "
-            f"this is process {pid}): {rest}"
+            f"this is process {pid}): {_DISAGREE_REST}"
         )
         assert alike == jax_alike == reference[0]
         # rank and world_size of the caller's own are not checked (documented): a global
