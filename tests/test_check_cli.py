@@ -273,7 +273,13 @@ def test_several_token_files_a_directory_or_a_glob_are_one_dataset(
     assert main(["check", str(tmp_path / "nothing"), *flags]) == 2  # no such file: as before
     (tmp_path / "empty").mkdir()
     assert main(["check", str(tmp_path / "empty"), *flags]) == 2
-    assert "empty: a directory with no .bin token files in it" in capsys.readouterr().err
+    assert "empty: a folder with no .bin token files right in it" in capsys.readouterr().err
+    # Folders are TokenSource's to expand, so the command refuses one of two splits too.
+    (tmp_path / "splits").mkdir()
+    for split in ("train", "val"):
+        np.arange(1000, dtype=np.uint16).tofile(tmp_path / "splits" / f"{split}.bin")
+    assert main(["check", str(tmp_path / "splits"), *flags]) == 2
+    assert "*train*.bin" in capsys.readouterr().err
 
 
 def test_several_files_of_a_file_format_are_one_dataset(

@@ -19,8 +19,6 @@ bad argument, a listing that failed).
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import sys
 from typing import Any
 
@@ -120,9 +118,9 @@ def _source(args: argparse.Namespace) -> Any:
         extra: dict[str, Any] = {"dtype": args.dtype} if args.dtype else {}
         if args.vocab_size is not None:
             extra["vocab_size"] = args.vocab_size
-        files = _token_files(args.data)
+        # Folders and globs (a quoted one; the shell expands the others) are TokenSource's.
         return TokenSource(
-            files[0] if len(files) == 1 else files,
+            args.data[0] if len(args.data) == 1 else args.data,
             context=args.context,
             store_options=options,
             **extra,
@@ -260,29 +258,6 @@ _FLAGS = (
     ("give it a fixed width", "give it with --width N (or leave the column out: --columns)"),
     ("pass truncate=True", "--truncate cuts them, as a run with truncate=True does"),
 )
-
-
-def _token_files(data: list[str]) -> list[str]:
-    """The token files ``data`` names: a local directory's ``.bin`` files and a quoted
-    local glob's matches, sorted, as TokenSource reads them (expanded here to say
-    "a directory with no .bin token files" in the command's words)."""
-    files: list[str] = []
-    for item in data:
-        if "://" in item:
-            files.append(item)
-        elif os.path.isdir(item):
-            found = sorted(glob.glob(os.path.join(glob.escape(item), "*.bin")))
-            if not found:
-                raise ConfigError(f"{item}: a directory with no .bin token files in it")
-            files.extend(found)
-        elif any(c in os.path.basename(item) for c in "*?["):
-            found = sorted(f for f in glob.glob(item) if not f.endswith((".idx", ".json")))
-            if not found:
-                raise ConfigError(f"{item}: no files match this glob pattern")
-            files.extend(found)
-        else:
-            files.append(item)
-    return files
 
 
 def _name_the_flag(exc: HeadraceError) -> None:
