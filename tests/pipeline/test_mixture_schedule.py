@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,15 +178,20 @@ def test_a_schedule_is_shown_in_the_mixture_s_repr(files: dict[str, Path]) -> No
     assert repr(mixture(files, w)).endswith(" x 0}, batch_size=16)")
 
 
+def _state_after_k_steps(files: dict[str, Path]) -> dict[str, Any]:
+    """The state of a run of the ``W1`` mixture (seed 5) after its first ``K`` steps."""
+    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
+        for _ in run:
+            pass
+        return run.state_dict()
+
+
 def test_a_state_refused_for_other_weights_names_them_and_the_schedule_way_on(
     files: dict[str, Path],
 ) -> None:
     # It said only "what differs: weights", and offered the way on that skips or repeats
     # samples (this loader's own state at the saved step), not the schedule that does not.
-    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
-        for _ in run:
-            pass
-        saved = run.state_dict()
+    saved = _state_after_k_steps(files)
     with Loader(mixture(files, W2), batch_size=B) as other, pytest.raises(StateError) as exc:
         other.load_state_dict(saved)
     msg = str(exc.value)
@@ -223,10 +229,7 @@ def test_a_state_refused_for_a_schedule_added_later_names_the_exact_way_on(
 ) -> None:
     # It said "in this data's order: the epoch in progress is shuffled anew, so some
     # samples repeat and some are skipped", which a schedule switching later never does.
-    with Loader(mixture(files, W1), batch_size=B, seed=5, steps=K) as run:
-        for _ in run:
-            pass
-        saved = run.state_dict()
+    saved = _state_after_k_steps(files)
     later = mixture(files, W1, schedule={K + 2: W2})
     with Loader(later, batch_size=B) as other, pytest.raises(StateError) as exc:
         other.load_state_dict(saved)
