@@ -3,11 +3,12 @@ disagree, then agree.
 
     python jax_numpy_disagree.py ROOT OUT PORT NUM_PROCESSES PROCESS_ID
 
-Five loaders in turn: process 1 with ``seed + process_index`` (the default rank and
+Seven loaders in turn: process 1 with ``seed + process_index`` (the default rank and
 world size); a state loaded on process 0 alone (rows from a sharding of both
 processes' devices); both alike; a ``JaxLoader`` alike after them (the iteration starts
-of both kinds are numbered together); then ``seed + process_index`` with a rank and
-world size of the caller's own (not checked: not every process need make one). Each
+of both kinds are numbered together); then, with a rank and world size of the caller's
+own (world size 2, the process count): ``seed + process_index``; ``rank=0`` on both
+processes; each its own rank, alike. Each
 process writes to ``OUT.<pid>`` (JSON) what iterating each gave: the ``ConfigError``'s
 message, or the digest of the first global batch gathered back.
 """
@@ -38,13 +39,16 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
     sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
     got = []
-    for case in ("seed", "state", "alike", "jax", "own rank"):
-        seed = 5 + pid if case in ("seed", "own rank") else 5
+    cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank")
+    for case in cases:
+        seed = 5 + pid if case in ("seed", "own rank seed") else 5
         kw = {"batch_size": BATCH, "seed": seed}
         if case == "jax":
             ld = JaxLoader(token_source(root), sharding=sharding, **kw)
-        elif case == "own rank":
+        elif case.startswith("own rank"):
             ld = numpy_loader(token_source(root), rank=pid, world_size=n, **kw)
+        elif case == "both rank 0":
+            ld = numpy_loader(token_source(root), rank=0, world_size=n, **kw)
         elif case == "seed":
             ld = numpy_loader(token_source(root), **kw)
         else:

@@ -271,7 +271,7 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
     run_two_processes("jax_numpy_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
     for pid in range(2):
-        seed, state, alike, jax_alike, own_rank = got[pid]
+        seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank = got[pid]
         assert seed == (
             f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
             f"this is process {pid}): {_DISAGREE_REST}"
@@ -280,10 +280,22 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
             f"the 2 processes' numpy_loaders disagree (step 2 on processes [0], 0 on [1]; "
             f"this is process {pid}): {_DISAGREE_REST}"
         )
-        assert alike == jax_alike == reference[0]
-        # rank and world_size of the caller's own are not checked (documented): a global
-        # batch of two seeds' halves, as before.
-        assert len(own_rank) == 64 and own_rank not in reference
+        assert alike == jax_alike == own_rank == reference[0]
+        # rank and world_size of the caller's own, world_size the process count: not
+        # checked until 2026-12-03: a global batch of two seeds' halves, and rank 0's
+        # rows twice (rank 1's never read), without a word.
+        assert own_seed == (
+            f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
+            f"this is process {pid}): {_DISAGREE_REST}"
+        )
+        assert both_rank_0 == (
+            "the 2 processes' numpy_loaders read rank 0 on processes [0, 1] (world_size 2 "
+            f"on processes [0, 1]; this is process {pid}): rank 1 is read by no process, so "
+            "some rows of each global batch would be read twice and others never. Leave "
+            "out rank and world_size (they default to jax.process_index() and "
+            "jax.process_count()), or give each process its own rank, 0 to world_size - 1. "
+            "Refused on every process, before any read."
+        )
 
 
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:

@@ -64,7 +64,13 @@ def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
     )
     packed = np.array([-1 if v is None else v for v in ints], dtype="<i8").view(np.uint8)
     digest = np.frombuffer(hashlib.blake2b(rest.encode(), digest_size=16).digest(), np.uint8)
-    return np.concatenate([packed, digest])
+    share = np.array([loader.rank, loader.world_size], dtype="<i8").view(np.uint8)
+    return np.concatenate([packed, digest, share])
+
+
+# Where each part lies in a process's posted row: the agreed values, then its share.
+_SAME = slice(0, 8 * len(_AGREED) + 16)
+_SHARE = slice(_SAME.stop, _SAME.stop + 16)
 
 
 def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
@@ -103,7 +109,8 @@ def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
         with contextlib.suppress(Exception):
             client.key_value_delete(f"headrace/jax/agree/{number - 1}/{me}")
     every = np.stack(rows)
-    if (every == every[0]).all():
+    if (every[:, _SAME] == every[0, _SAME]).all():
+        _check_shares(every[:, _SHARE].copy().view("<i8"), kind)
         return
     differ = []
     for i, name in enumerate(_AGREED):
@@ -111,8 +118,8 @@ def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
         if len(set(values)) > 1:
             shown = [None if v == -1 and name in ("steps", "epochs") else v for v in values]
             differ.append(f"{name} {_by_value(shown)}")
-    if len({row[40:].tobytes() for row in every}) > 1:
-        groups = _by_value([row[40:].tobytes().hex()[:12] for row in every])
+    if len({row[40 : _SAME.stop].tobytes() for row in every}) > 1:
+        groups = _by_value([row[40 : _SAME.stop].tobytes().hex()[:12] for row in every])
         differ.append(f"data or sampling config (fingerprint, host_order, origin) {groups}")
     raise ConfigError(
         f"the {len(every)} processes' {kind}s disagree ({'; '.join(differ)}; this is "
@@ -122,6 +129,31 @@ def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
         "state on every process (not on process 0 alone). Refused on every process, "
         "before any read."
     )
+
+
+def _check_shares(shares: np.ndarray[Any, np.dtype[np.int64]], kind: str) -> None:
+    """Refuse slices whose union is not the global batch: a rank no process reads (two
+    processes given ``rank=0``, or ``world_size`` other than theirs) leaves its rows
+    unread and another's read twice. A rank several processes read is kept (processes
+    of one model-parallel group read the same rows)."""
+    ranks, worlds = shares[:, 0].tolist(), shares[:, 1].tolist()
+    unread = sorted(set(range(max(worlds))) - set(ranks))
+    if len(set(worlds)) == 1 and not unread:
+        return
+    raise ConfigError(
+        f"the {len(ranks)} processes' {kind}s read rank {_by_value(ranks)} (world_size "
+        f"{_by_value(worlds)}; this is process {jax.process_index()}): "
+        + (f"{_ranks(unread)} read by no process, " if unread else "")
+        + "so some rows of each global batch would be read twice and others never. Leave "
+        "out rank and world_size (they default to jax.process_index() and "
+        "jax.process_count()), or give each process its own rank, 0 to world_size - 1. "
+        "Refused on every process, before any read."
+    )
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+    return f"rank {shown} is" if len(ranks) == 1 else f"ranks {shown} are"
 
 
 def _by_value(values: list[Any]) -> str:

@@ -38,8 +38,10 @@ def numpy_loader(
     Where its slices are every process's (a sharding over every process, or the
     default rank and world size on several), each iteration starts, as a
     :class:`JaxLoader`'s does, by comparing the processes' loaders, and loaders that
-    would read rows of different global batches are refused on every process. Not
-    with ``rank``/``world_size`` of your own: not every process need make one.
+    would read rows of different global batches are refused on every process; so
+    are slices whose union is not the global batch (ranks no process reads). With
+    ``rank``/``world_size`` of your own, only where ``world_size`` is
+    ``jax.process_count()``: with another, not every process need make one.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
@@ -59,7 +61,10 @@ def numpy_loader(
         rank, world_size = jax.process_index(), jax.process_count()
         ask = world_size > 1
     else:
-        ask = False
+        # Of your own, a world_size of jax.process_count() says every process makes one
+        # (rank 0 on every process read one slice everywhere, and left the others unread,
+        # without a word); another may be a few processes' (an evaluation on process 0).
+        ask = world_size > 1 and world_size == jax.process_count()
     kind = _AgreedLoader if ask else Loader
     return kind(
         source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
