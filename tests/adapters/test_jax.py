@@ -87,6 +87,18 @@ def test_len_is_the_batches_the_next_iteration_yields(root: Path) -> None:
         assert endless  # truthy all the same
 
 
+def test_looping_again_warns_at_the_loop_not_inside_headrace(root: Path) -> None:
+    # The warning pointed at headrace/jax/_loader.py (its stacklevel counted from a bare
+    # Loader's caller), so `-W error::RuntimeWarning:train` could not match the loop.
+    kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": 2}
+    with JaxLoader(token_source(root), **kw) as ld:
+        assert len(list(ld)) == 2
+        with pytest.warns(RuntimeWarning, match=r"yields nothing: step 2 is the run's end") as w:
+            for _ in ld:
+                pass
+    assert [x.filename for x in w] == [__file__]
+
+
 def test_step_and_stats_are_the_loaders(root: Path) -> None:
     # As HeadraceDataLoader.step, for logs and checkpoint names; it was an AttributeError.
     kw: dict[str, Any] = {"batch_size": BATCH, "sharding": batch_sharding(), "steps": STEPS}

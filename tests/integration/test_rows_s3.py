@@ -241,8 +241,11 @@ def test_bad_objects_get_clear_errors(s3: S3Fixture, root: Path) -> None:
 
 @pytest.mark.filterwarnings("error")
 def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root: Path) -> None:
-    with pytest.warns(UserWarning, match=r"tok\.npy: a full shuffle of row files .*'window'"):
+    with pytest.warns(
+        UserWarning, match=r"tok\.npy: a full shuffle of row files .*'window'"
+    ) as said:
         padded(URL, options(s3)).close()  # the default shuffle is the full one
+    assert said[0].filename == __file__  # padded()'s PaddedRows(...) line
     padded(URL, options(s3), shuffle="window").close()  # no warning
 
 

@@ -335,8 +335,11 @@ def test_one_read_fetches_all_its_row_groups_at_once(s3: S3Fixture, root: Path) 
 
 
 def test_a_full_shuffle_on_object_storage_warns_of_its_cost(s3: S3Fixture, root: Path) -> None:
-    with pytest.warns(UserWarning, match=r"full shuffle .* whole row group .* shuffle='window'"):
+    with pytest.warns(
+        UserWarning, match=r"full shuffle .* whole row group .* shuffle='window'"
+    ) as said:
         s3_source(s3, shuffle="full").close()
+    assert said[0].filename == __file__  # s3_source()'s TableSource(...) line
 
 
 def test_a_stalled_or_cut_get_is_retried_and_the_digest_holds(

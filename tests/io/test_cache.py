@@ -96,8 +96,11 @@ def test_an_entry_of_the_wrong_size_is_removed_and_missed(tmp_path: Path) -> Non
     path = Path(c.path(URL, len(data), "e"))
     with open(path, "r+b") as fh:
         fh.truncate(1000)  # a disk that lost the end of a write
-    with pytest.warns(RuntimeWarning, match=f"has {1000 - TRAILER} bytes, not 4096; removed"):
+    with pytest.warns(
+        RuntimeWarning, match=f"has {1000 - TRAILER} bytes, not 4096; removed"
+    ) as said:
         assert c.read(URL, len(data), "e") is None
+    assert said[0].filename == __file__  # the caller's line (was headrace/io/_cache.py)
     assert not path.exists()
     assert c.stats.bad_entries == 1 and c.stats.misses == 1
     assert c.write(URL, len(data), "e", data)  # written again from the store's bytes
@@ -116,8 +119,9 @@ def test_a_failed_local_read_falls_back_to_the_store(
         raise StorageError(errno.EIO, f"{self.path}: pread of bytes [0, 3000) failed: I/O error")
 
     monkeypatch.setattr(LocalFile, "pread_into", eio)
-    with pytest.warns(RuntimeWarning, match="a local read of .* failed .*I/O error"):
+    with pytest.warns(RuntimeWarning, match="a local read of .* failed .*I/O error") as said:
         assert c.read(URL, len(data), "e") is None
+    assert said[0].filename == __file__
     assert c.read(URL, len(data), "e") is None  # warned once, counted each time
     assert (c.stats.errors, c.stats.misses, c.stats.hits) == (2, 2, 0)
 
@@ -134,8 +138,11 @@ def test_disk_full_stops_writing_and_leaves_no_temporary(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cache_mod.os, "write", full)
-    with pytest.warns(RuntimeWarning, match="stopped writing in this process: No space left"):
+    with pytest.warns(
+        RuntimeWarning, match="stopped writing in this process: No space left"
+    ) as said:
         assert not c.write(URL, 100, "e", blob(100))
+    assert said[0].filename == __file__
     monkeypatch.setattr(cache_mod.os, "write", real_write)
     assert not c.write(URL, 100, "e2", blob(100))  # stopped: not even tried
     assert len(calls) == 1
@@ -210,6 +217,7 @@ def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.Monk
     ) as said:
         assert not c.write(URL, 3, "e", b"abc")
     assert len(said) == 1 and str(tmp_path) in str(said[0].message)
+    assert said[0].filename == __file__
     # A cache_dir not made yet is on its parent's filesystem: its first write passed the
     # reserve (statvfs of a missing folder failed) and went on a nearly full disk.
     later = ObjectCache(tmp_path / "not-made")

@@ -30,7 +30,6 @@ need no scratch.
 from __future__ import annotations
 
 import os
-import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
@@ -41,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
@@ -95,11 +95,10 @@ def row_windows(
     mode = parse_shuffle(shuffle) or "full"
     remote = [f.path for f in files if is_object_url(f.path)]
     if mode == "full" and remote:
-        warnings.warn(
+        warn_user(
             f"{remote[0]}: a full shuffle of row files on object storage reads every row with "
             "a GET of its own (one round trip per chunk of batches, each row a request); "
-            "shuffle='window' reads a window of rows per GET (docs/rows.md)",
-            stacklevel=4,
+            "shuffle='window' reads a window of rows per GET (docs/rows.md)"
         )
     if window_rows is None:
         if mode != "window":

@@ -12,13 +12,13 @@ read call (host count, chunking) and resume stays exact.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import PNG16_PART, ImageMode
@@ -273,13 +273,12 @@ class TableSource:
             groups = len(self.table.group_rows)
             if groups > self.table.row_group_cache:
                 mean = sum(size for _, size in self.table.files) / groups
-                warnings.warn(
+                warn_user(
                     f"{self._where()}: a full shuffle of a table on object storage fetches "
                     f"(and decodes) a whole row group (about {mean / 1e6:.1f} MB here) "
                     f"for nearly every row, since {groups} row groups do not fit the row-group "
                     f"cache ({self.table.row_group_cache}); shuffle='window' fetches each row "
                     "group once per epoch",
-                    stacklevel=2,
                 )
 
     def _label_columns(

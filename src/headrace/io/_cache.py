@@ -44,7 +44,6 @@ import hashlib
 import os
 import secrets
 import threading
-import warnings
 import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -53,6 +52,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError, StorageError
 from headrace.io._cache_files import (
     MAGIC,
@@ -473,7 +473,7 @@ class ObjectCache:
             if key in self._warned:
                 return
             self._warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        warn_user(message, RuntimeWarning)
 
 
 def _place(tmp: str, path: str) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._host_order import by_address, check_host_order
@@ -368,13 +368,12 @@ class Loader(Closing):
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
             # The PyTorch habit `for epoch in ...: for batch in loader:` met an end step,
             # not a per-epoch count: every later epoch would train on nothing, silently.
-            warnings.warn(
+            warn_user(
                 f"Loader: this iteration yields nothing: step {self.step} is the run's end "
                 f"(steps={self.steps}). `steps` is the global step at which iteration "
                 "ends, not a count per epoch, and each loop goes on from loader.step; for "
                 "several epochs give steps=epochs * steps_per_epoch (or None) and loop once.",
                 RuntimeWarning,
-                stacklevel=2,
             )
         self._generation += 1
         self.status = LoaderStatus.RUNNING
@@ -602,8 +601,7 @@ class Loader(Closing):
             left = max(timeout - (time.monotonic() - t0), SOURCE_CLOSE_S)
             closed = close_source(close, self._read_lock, left, under_read=not stopped)
         if warn and not (stopped and closed):
-            warnings.warn(
+            warn_user(
                 left_behind(type(self.source).__name__, stopped, inside, time.monotonic() - t0),
                 RuntimeWarning,
-                stacklevel=3,
             )
