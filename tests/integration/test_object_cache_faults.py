@@ -309,6 +309,12 @@ def test_a_rank_killed_while_filling_leaves_nothing_a_later_run_serves(
         while not marker.exists() and proc.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert marker.exists()
+        # A writer alive (here stopped mid-entry) keeps its temporaries, however old.
+        writing = files(cache)["tmp"]
+        assert writing
+        backdate(writing, 60)
+        assert cache_files.remove_dead(str(cache)) == 0
+        assert files(cache)["tmp"] == writing
     finally:
         os.kill(proc.pid, signal.SIGKILL)  # preempted: no handler, no clean-up
         proc.join(10)
@@ -317,13 +323,24 @@ def test_a_rank_killed_while_filling_leaves_nothing_a_later_run_serves(
     assert all(good(e, token_file) for e in left["entry"])
     assert all(p.stat().st_size < (8 << 10) + TRAILER for p in left["tmp"])
 
+    # Restarted after the preemption (the temporaries now older than DEAD_TMP_S): the
+    # later run's first write removes them. Until 2026-12-03 they stayed an hour at
+    # least, and for good once the cache was complete (no write, no measure after).
+    backdate(left["tmp"], 60)
     later = tokens(s3, cache, cache_bytes=1 << 20)
     assert run(later) == clean
     assert later.cache_stats is not None
     assert later.cache_stats.bad_entries == 0 and later.cache_stats.hits > 0
     assert later.cache_stats.written == BLOCKS - len(left["entry"])
-    assert files(cache)["tmp"] == left["tmp"]  # never read, removed an hour on
+    assert files(cache)["tmp"] == []
     assert all(good(e, token_file) for e in files(cache)["entry"])
+
+
+def backdate(paths: list[Path], seconds: float) -> None:
+    """Make files ``seconds`` older (as a restart that long after a kill finds them)."""
+    for path in paths:
+        t = path.stat().st_mtime - seconds
+        os.utime(path, (t, t))
 
 
 def swap(entries: list[Path]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import pickle
-import struct
 import threading
 import time
 import zlib
@@ -189,20 +188,26 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     fresh.write_bytes(b"y" * 5000)
     assert c.write(URL, 9000, "e", blob(9000))
     assert not old.exists() and fresh.exists()
-    # Later jobs share the byte count (measured once): a writer killed since (a
-    # preempted job) leaves a temporary that no process start sizes away; the count
-    # is measured again once it is an hour old, and the temporary goes then.
+    # A later process (a job restarted after a preemption) removes, at its first write,
+    # the temporaries whose writer is dead: their lock is free. Until 2026-12-03 such a
+    # temporary stayed until the shared count was measured again, hourly (and for good
+    # once the cache was complete: no write, no measure).
     c.prune(0)
     os.replace(fresh, old)
-    os.utime(old, (past, past))
-    assert ObjectCache(tmp_path, max_bytes=cap).write("|b", 10, "e", blob(10))
-    assert old.exists()  # the count is fresh: not sized
-    ledger = tmp_path / cache_files.LEDGER
-    raw = bytearray(ledger.read_bytes())
-    raw[12:20] = struct.pack("<d", past)  # measured two hours ago
-    ledger.write_bytes(raw)
+    ago = time.time() - 2 * cache_files.DEAD_TMP_S
+    os.utime(old, (ago, ago))
+    live = sub / f"{'12' * 19}{cache_files.TMP}789-11ae0000"
+    fd = os.open(live, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        cache_files.hold(fd)  # a writer alive, as ObjectCache.write holds its temporary
+        os.write(fd, b"z" * 5000)
+        os.utime(live, (past, past))  # however old: its writer lives
+        assert ObjectCache(tmp_path, max_bytes=cap).write("|b", 10, "e", blob(10))
+        assert not old.exists() and live.exists()
+    finally:
+        os.close(fd)  # the writer is gone: its lock with it
     assert ObjectCache(tmp_path, max_bytes=cap).write("|c", 10, "e", blob(10))
-    assert not old.exists()
+    assert not live.exists()
 
 
 def test_the_filesystem_reserve_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,7 +60,9 @@ from headrace.io._cache_files import (
     TMP,
     TRAILER,
     disk_bytes,
+    hold,
     name_seed,
+    remove_dead,
     remove_unused,
     scan,
 )
@@ -126,6 +128,7 @@ class ObjectCache:
         self._space = CacheSpace(self.directory, max_bytes)
         self._stopped: str | None = None  # why this process stopped writing
         self._warned: set[str] = set()
+        self._swept = False  # dead writers' temporaries removed, at this one's first write
         # Whole entries read by ranges whose checksum this process checked (see read_ranges).
         self._checked: OrderedDict[tuple[str, tuple[int, int]], None] = OrderedDict()
 
@@ -320,6 +323,7 @@ class ObjectCache:
     def write(self, url: str, size: int, etag: str, data: Any, offset: int = 0) -> bool:
         """Keep ``data``, the object's bytes at ``offset`` (all of them by default), if
         they fit; whether they were written."""
+        self._sweep()
         view = memoryview(data).cast("B")
         n = view.nbytes
         path = self.path(url, size, etag, offset, n)
@@ -336,6 +340,7 @@ class ObjectCache:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            hold(fd)  # until closed: a later process tells a dead writer's temporary by it
             try:
                 for part in (view, memoryview(trailer)):
                     done = 0
@@ -449,6 +454,16 @@ class ObjectCache:
                 f"{freed:,} bytes",
             )
         return removed, freed
+
+    def _sweep(self) -> None:
+        """Remove the temporaries of writers killed mid-write (a preempted run's), once a
+        cache: else a run restarted within the hour kept them, and a cache complete by
+        then (no more writes, no more measures) kept them for good."""
+        with self._lock:
+            if self._swept:
+                return
+            self._swept = True
+        remove_dead(self.directory)
 
     def _stop(self, why: str) -> None:
         with self._lock:

@@ -2,7 +2,10 @@
 
 An entry is ``<2 hex>/<38 hex>`` under the directory, written to a temporary
 name beside it (``<38 hex>.tmp-<pid>-<8 hex>``) and renamed into place, and ends
-with :data:`TRAILER` (a magic, the CRC-32 of its bytes and their length).
+with :data:`TRAILER` (a magic, the CRC-32 of its bytes and their length). Its
+writer holds an ``flock`` on the temporary (:func:`hold`) until the rename, which
+the kernel drops when the writer dies (SIGKILL, SIGTERM, preemption): a temporary
+whose lock can be taken is a dead writer's, and :func:`remove_dead` removes it.
 Nothing else in the directory is the cache's to count or remove: a cache_dir
 given by mistake (a project, a dataset, a git object store, which has the same
 2/38 hex layout: hence :func:`is_entry`'s trailer check before a removal) keeps
@@ -12,6 +15,7 @@ its entries as ``max_bytes`` counts them; :func:`remove_unused` prunes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import stat
@@ -21,6 +25,7 @@ import zlib
 from collections.abc import Iterator
 
 __all__ = [
+    "DEAD_TMP_S",
     "LEDGER",
     "MAGIC",
     "MAGIC_V1",
@@ -29,8 +34,10 @@ __all__ = [
     "TRAILER",
     "disk_bytes",
     "is_entry",
+    "hold",
     "measure",
     "name_seed",
+    "remove_dead",
     "remove_unused",
     "scan",
     "unlink",
@@ -51,8 +58,70 @@ TRAILER = struct.Struct("<4sIQ")
 MAGIC = b"HRC2"
 # Entries of headrace before the CRC covered the name: read as damaged, pruned as ours.
 MAGIC_V1 = b"HRC1"
-# A temporary file this old is a writer's that died: removed when the cache is sized.
+# A temporary file this old whose lock cannot be tried (a filesystem without flock,
+# another user's temporary) is a writer's that died: removed when the cache is sized.
 STALE_TMP_S = 3600.0
+# A temporary whose lock is free is a dead writer's once it is this old: younger, its
+# writer may be between creating it and locking it.
+DEAD_TMP_S = 10.0
+
+
+def hold(fd: int) -> None:
+    """Lock a temporary its writer has just created, for as long as the writer lives (the
+    lock goes with the descriptor: closed after the rename, or by the kernel at death).
+    A filesystem without locks leaves it unlocked: it is then removed an hour on."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass
+
+
+def _dead(path: str, st: os.stat_result, now: float) -> bool:
+    """Whether the temporary ``path`` is a writer's that died: its lock is free (held, its
+    writer lives, however long it takes); where no lock can be tried (another user's
+    file, a filesystem without locks), once it is an hour old."""
+    age = now - st.st_mtime
+    if age < DEAD_TMP_S:
+        return False
+    try:  # for writing: NFS makes flock a POSIX lock, whose exclusive kind needs it
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # renamed into place meanwhile
+        return False
+    except OSError:
+        return age > STALE_TMP_S
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: its writer lives (or a child it forked mid-write)
+        return False
+    except OSError:
+        return age > STALE_TMP_S
+    finally:
+        os.close(fd)
+    return True
+
+
+def remove_dead(directory: str) -> int:
+    """Remove the temporaries of writers that died (killed mid-write): how many. Only the
+    temporaries are looked at (no stat of an entry): one listing of the directory."""
+    removed = 0
+    now = time.time()
+    try:
+        top = [d.path for d in os.scandir(directory) if _SUBDIR.fullmatch(d.name)]
+    except OSError:
+        return 0
+    for sub in top:
+        try:
+            names = [e for e in os.scandir(sub) if _TEMP.fullmatch(e.name)]
+        except OSError:
+            continue
+        for e in names:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and _dead(e.path, st, now):
+                removed += unlink(e.path)
+    return removed
 
 
 def scan(directory: str) -> Iterator[tuple[str, os.stat_result | None, str]]:
@@ -103,7 +172,7 @@ def measure(directory: str) -> int:
             continue
         if kind == "entry":
             total += disk_bytes(st)
-        elif now - st.st_mtime > STALE_TMP_S:
+        elif _dead(path, st, now):
             unlink(path)
     return total
 
@@ -120,7 +189,7 @@ def remove_unused(
         if st is None:
             continue
         if kind == "tmp":
-            if now - st.st_mtime > STALE_TMP_S:
+            if _dead(path, st, now):
                 unlink(path)
             continue
         if now - max(st.st_atime, st.st_mtime) < unused_s or not is_entry(path, st.st_size):
