@@ -146,16 +146,32 @@ def test_host_rows_reads_the_layout() -> None:
 
 def test_a_batch_axis_whose_process_axis_is_minor_says_which_comes_first() -> None:
     # On one process every layout is one block; across processes P(("model", "data")),
-    # with "data" over processes, interleaves them (seen with 2 processes: refused by
-    # both). The refusal said "jax.make_mesh does" to a mesh jax.make_mesh had built.
+    # with "data" over processes, interleaves them. A JaxLoader reads them (a Loader for
+    # each block: test_unequal_and_interleaved_process_shares_are_read_as_the_plan);
+    # host_rows, numpy_loader's one slice, refuses them, naming both ways out.
     with pytest.raises(ConfigError) as exc:
         host_rows(FakeSharding([(0, 2), (4, 6), (8, 10), (12, 14)]), 16)
     assert str(exc.value).endswith(
         "not one contiguous block; order the mesh's batch axis by process: a mesh "
         "jax.make_mesh built, and the mesh axis that runs over processes first where the "
         "batch axis takes several (P(('data', 'model')), not P(('model', 'data')), when "
-        "'data' runs over processes)."
+        "'data' runs over processes), or use JaxLoader, which reads them (a Loader for "
+        "each block of rows, the blocks joined in row order, as "
+        "jax.make_array_from_process_local_data takes them)."
     )
+
+
+def test_host_blocks_gives_a_loader_for_each_block_of_rows() -> None:
+    from headrace.jax._rows import host_blocks
+
+    assert host_blocks(FakeSharding([(4, 6), (6, 8)]), 8) == [(1, 2)]  # one equal share
+    interleaved = FakeSharding([(0, 2), (4, 6), (8, 10), (12, 14)])
+    assert host_blocks(interleaved, 16) == [(0, 8), (2, 8), (4, 8), (6, 8)]
+    assert host_blocks(FakeSharding([(0, 2), (2, 4), (4, 6)]), 8) == [(0, 4), (1, 4), (2, 4)]
+    assert host_blocks(FakeSharding([(0, 2), (4, 8)]), 8) == [(0, 4), (1, 2)]
+    assert host_blocks(FakeSharding([(None, None)]), 8) == [(0, 1)]  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match=r"this process's devices hold no rows of the global"):
+        host_blocks(FakeSharding([]), 8)
 
 
 def test_host_rows_errors() -> None:
@@ -213,23 +229,24 @@ def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Pa
 
 
 @pytest.mark.integration
-def test_unequal_process_shares_are_refused_by_every_process(root: Path, tmp_path: Path) -> None:
-    # Process 0 (3 devices) holds rows [0, 6) of 8, process 1 (1 device) rows [6, 8).
-    # Process 0 refused its share; process 1 went on and waited in its first collective
-    # for process 0 until gloo gave up (30 s, "GetKeyValue() timed out").
+def test_unequal_and_interleaved_process_shares_are_read_as_the_plan(
+    root: Path, reference: list[str], tmp_path: Path
+) -> None:
+    # Process 0 (3 devices) holds rows [0, 6) of 8 and process 1 (1 device) rows [6, 8);
+    # then rows [0, 2) + [4, 8) and [2, 4) (the process axis minor). Both were refused
+    # (by every process, naming the rows), though jax's make_array_from_process_local_data
+    # takes them: a process's blocks joined in row order. Now a Loader for each block.
     out = tmp_path / "made"
     run_two_processes("jax_uneven.py", root, out)
-    share = (
-        "devices hold rows [0, 6) of the global batch of 8: not an equal share of it "
-        "(expected a multiple of 6 rows starting at a multiple of 6); headrace reads each "
-        "process's rows as an equal share of the global batch: give every process the same "
-        "number of the mesh's devices along its batch axis."
-    )
-    assert Path(f"{out}.0").read_text() == f"this process's {share}"
-    assert Path(f"{out}.1").read_text() == (
-        f"process 0's {share} Every process refuses this layout (this is process 1 of 2), "
-        "so that none waits in a collective for the others."
-    )
+    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    want = [*reference[:4], reference[2]]
+    for pid in range(2):
+        assert got[pid]["unequal"]["digests"] == want
+        assert got[pid]["interleaved"]["digests"] == want
+    assert got[0]["unequal"]["loaders"] == [[0, 4], [1, 4], [2, 4]]
+    assert got[1]["unequal"]["loaders"] == [[3, 4]]
+    assert got[0]["interleaved"]["loaders"] == [[0, 4], [1, 2]]
+    assert got[1]["interleaved"]["loaders"] == [[1, 4]]
 
 
 #: what follows "the 2 processes' ... disagree (...)" in every disagreement's message

@@ -49,7 +49,9 @@ def spans_processes(sharding: Any) -> bool:
     return bool(jax.process_count() > 1 and len(held) == jax.process_count())
 
 
-def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def _agreement(
+    loader: Loader, share: tuple[int, int] | None
+) -> np.ndarray[Any, np.dtype[np.uint8]]:
     st = loader.state_dict()
     ints = [st["seed"], loader.step, loader.batch_size, loader.steps, loader.epochs]
     rest = json.dumps(
@@ -64,8 +66,9 @@ def _agreement(loader: Loader) -> np.ndarray[Any, np.dtype[np.uint8]]:
     )
     packed = np.array([-1 if v is None else v for v in ints], dtype="<i8").view(np.uint8)
     digest = np.frombuffer(hashlib.blake2b(rest.encode(), digest_size=16).digest(), np.uint8)
-    share = np.array([loader.rank, loader.world_size], dtype="<i8").view(np.uint8)
-    return np.concatenate([packed, digest, share])
+    rank_world = share or (loader.rank, loader.world_size)
+    shared = np.array(rank_world, dtype="<i8").view(np.uint8)
+    return np.concatenate([packed, digest, shared])
 
 
 # Where each part lies in a process's posted row: the agreed values, then its share.
@@ -73,18 +76,22 @@ _SAME = slice(0, 8 * len(_AGREED) + 16)
 _SHARE = slice(_SAME.stop, _SAME.stop + 16)
 
 
-def check_agreement(loader: Loader, kind: str = "JaxLoader") -> None:
+def check_agreement(
+    loader: Loader, kind: str = "JaxLoader", share: tuple[int, int] | None = None
+) -> None:
     """Refuse, on every process alike, loaders that would read rows of different global
     batches: another seed (``seed + process_index``), another step (a state loaded on
     one process only), other data or weights. Each process reads only its own rows, so
     nothing else would tell; each iteration's start tells, through jax.distributed's
     key-value store (no device collective: a loader iterated in a thread of its own
     cannot interleave with the training step's collectives differently on each
-    process). ``kind`` names the loaders in the messages (``JaxLoader``, ``numpy_loader``)."""
+    process). ``kind`` names the loaders in the messages (``JaxLoader``, ``numpy_loader``);
+    ``share`` stands for the loader's ``(rank, world_size)`` in the check that the
+    processes' slices cover the batch (``(0, 1)``: a sharding's rows, which do)."""
     client = _coordination_client()
     if client is None:  # processes jax.distributed did not start: nothing to ask
         return
-    mine = _agreement(loader)
+    mine = _agreement(loader, share)
     me, count = jax.process_index(), jax.process_count()
     number = next(_CHECKS)  # iterations start in the same order on every process
     client.key_value_set(f"headrace/jax/agree/{number}/{me}", mine.tobytes().hex())

@@ -12,7 +12,7 @@ import numpy as np
 
 from headrace._messages import object_field
 from headrace.errors import ConfigError, DataError
-from headrace.jax._rows import host_rows
+from headrace.jax._rows import held_rows
 from headrace.pipeline import Batch
 
 __all__ = ["make_global_batch"]
@@ -25,7 +25,8 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     batch's fields exactly). A field of fewer dimensions than its ``PartitionSpec``
     names (a mixture's 1-D ``source`` beside ``(B, L)`` tokens under
     ``P("data", None)``) is laid out by the spec's leading entries: its batch axis as
-    the others'.
+    the others'. Where this process's rows are several blocks (rows interleaved with
+    another process's), ``batch`` holds them joined in row order.
     """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
     per_field = isinstance(sharding, Mapping)
@@ -139,14 +140,16 @@ def _cut(sharding: Any, ndim: int) -> Any:
 
 def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Exception) -> ConfigError:
     """Why a field did not become a global array, naming it (jax's errors do not)."""
-    rank, world = host_rows(sharding, batch_size)
-    lo, hi = rank * batch_size // world, (rank + 1) * batch_size // world
+    runs = held_rows(sharding, batch_size)
+    held = sum(hi - lo for lo, hi in runs)
     rows = np.shape(a)[0] if np.ndim(a) else 0
-    if rows != hi - lo:
+    if rows != held:
+        shown = ", ".join(f"[{lo}, {hi})" for lo, hi in runs)
         return ConfigError(
-            f"field {name!r} has {rows} rows here; this process holds rows [{lo}, {hi}) of "
+            f"field {name!r} has {rows} rows here; this process holds rows {shown} of "
             f"the global batch of {batch_size} under sharding {sharding!r}: expected "
-            f"{hi - lo} (each process passes its own rows, as numpy_loader gives them)."
+            f"{held} (each process passes its own rows, in row order, as numpy_loader "
+            "gives them)."
         )
     return ConfigError(
         f"field {name!r} of local shape {np.shape(a)} (global {(batch_size, *np.shape(a)[1:])}) "

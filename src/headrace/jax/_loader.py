@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.jax._agree import check_agreement, spans_processes
 from headrace.jax._arrays import make_global_batch
-from headrace.jax._rows import fields_rows
+from headrace.jax._rows import fields_blocks, fields_rows
 from headrace.pipeline import Batch, Loader, LoaderStats, Source
 
 __all__ = ["JaxLoader", "numpy_loader"]
@@ -87,6 +88,11 @@ class JaxLoader(Closing):
     """Global batches as ``jax.Array`` s laid out by ``sharding`` (one for every field, or
     a dict of one per field); each process reads its rows.
 
+    Rows of a process that are no equal share of the batch (3 of 4 devices along its
+    axis), or that interleave with another process's (``P(('model', 'data'))`` with
+    ``'data'`` over processes), are read by a :class:`~headrace.pipeline.Loader` for
+    each block of them, in step, and joined in row order.
+
     State (``state_dict``/``load_state_dict``) is the loader's: a small dict
     of ints and strings, saved beside the model (e.g. an orbax JSON item) and
     valid on any process count, and with another global batch size (the
@@ -110,24 +116,57 @@ class JaxLoader(Closing):
                 f"of the batch); leave out {', '.join(given)}, or use numpy_loader(...) and "
                 "make_global_batch(...) to choose them yourself."
             )
-        rank, world_size = fields_rows(sharding, batch_size)
+        blocks = fields_blocks(sharding, batch_size)
         self.sharding = sharding
         self.batch_size = batch_size
         self._ask_processes = spans_processes(sharding)
-        self.loader = Loader(
-            source,
-            batch_size=batch_size,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            **loader_kwargs,
-        )
+        self.loaders: list[Loader] = []
+        try:
+            for rank, world_size in blocks:
+                self.loaders.append(
+                    Loader(
+                        source,
+                        batch_size=batch_size,
+                        seed=seed,
+                        rank=rank,
+                        world_size=world_size,
+                        **loader_kwargs,
+                    )
+                )
+        except BaseException:
+            for made in self.loaders:
+                made.close()
+            raise
+        #: The loader of this process's first block of rows (its only one, as a rule):
+        #: its step, state and stats stand for every block's.
+        self.loader = self.loaders[0]
 
     def __iter__(self) -> Iterator[dict[str, jax.Array]]:
         loader = self.loader
         if self._ask_processes:
-            check_agreement(loader)
-        batches = iter(loader)
+            # (0, 1): the sharding's rows, which cover the batch by construction.
+            check_agreement(loader, share=(0, 1))
+        for other in self.loaders[1:]:
+            other.step = loader.step  # where the caller set the step: on every block
+        if len(self.loaders) == 1:
+            yield from self._one(iter(loader))
+            return
+        many = [iter(ld) for ld in self.loaders]
+        while True:
+            at = loader.step  # the step of the next batch
+            try:
+                parts = [next(it, None) for it in many]
+                if parts[0] is None:
+                    return
+                out = make_global_batch(_joined(parts), self.sharding, self.batch_size)
+            except BaseException:
+                for ld in self.loaders:  # as in _one
+                    ld.step = at
+                raise
+            yield out
+
+    def _one(self, batches: Iterator[Batch]) -> Iterator[dict[str, jax.Array]]:
+        loader = self.loader
         while True:
             at = loader.step  # the step of the next batch
             batch = next(batches, None)
@@ -167,7 +206,17 @@ class JaxLoader(Closing):
         return self.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+        for ld in self.loaders:
+            ld.load_state_dict(state)
 
     def close(self) -> None:
-        self.loader.close()
+        for ld in self.loaders:
+            ld.close()
+
+
+def _joined(parts: list[Batch | None]) -> Batch:
+    """One step's blocks of rows, each a loader's batch, joined in row order."""
+    got = [p for p in parts if p is not None]
+    if len(got) < len(parts):  # every block's loader runs the same steps
+        raise RuntimeError("the loaders of a JaxLoader's blocks of rows ended apart")
+    return {k: np.concatenate([p[k] for p in got]) for k in got[0]}

@@ -7,6 +7,7 @@ layout cannot disagree; a layout refused for one process is refused by all.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ import jax
 
 from headrace.errors import ConfigError
 
-__all__ = ["fields_rows", "host_rows"]
+__all__ = ["fields_blocks", "fields_rows", "held_rows", "host_blocks", "host_rows"]
 
 
 def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict[Any, Any]:
@@ -70,7 +71,7 @@ def _share(rows: list[tuple[int, int]], batch_size: int, whose: str) -> tuple[in
                 "not one contiguous block; order the mesh's batch axis by process: a mesh "
                 "jax.make_mesh built, and the mesh axis that runs over processes first where "
                 "the batch axis takes several (P(('data', 'model')), not P(('model', "
-                "'data')), when 'data' runs over processes)."
+                f"'data')), when 'data' runs over processes){_JAX_READS}."
             )
         hi = max(hi, b)
     n = hi - lo
@@ -78,11 +79,65 @@ def _share(rows: list[tuple[int, int]], batch_size: int, whose: str) -> tuple[in
         raise ConfigError(
             f"{whose} devices hold rows [{lo}, {hi}) of the global batch of "
             f"{batch_size}: not an equal share of it (expected a multiple of {n} rows "
-            f"starting at a multiple of {n}); headrace reads each process's rows as an equal "
+            f"starting at a multiple of {n}); a Loader reads each process's rows as an equal "
             "share of the global batch: give every process the same number of the mesh's "
-            "devices along its batch axis."
+            f"devices along its batch axis{_JAX_READS}."
         )
     return lo // n, batch_size // n
+
+
+# What the refusals of host_rows (numpy_loader's rows) add: JaxLoader reads such rows.
+_JAX_READS = (
+    ", or use JaxLoader, which reads them (a Loader for each block of rows, the blocks "
+    "joined in row order, as jax.make_array_from_process_local_data takes them)"
+)
+
+
+def held_rows(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
+    """The rows of a global batch this process's devices hold under ``sharding``, as
+    sorted ``[lo, hi)`` blocks, neighbours joined: what its local data holds, in order,
+    for ``jax.make_array_from_process_local_data``."""
+    runs: list[tuple[int, int]] = []
+    for a, b in sorted(set(_row_slices(sharding, batch_size))):
+        if runs and a <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], b))
+        else:
+            runs.append((a, b))
+    return runs
+
+
+def host_blocks(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
+    """``(rank, world_size)`` of each Loader that reads this process's rows under
+    ``sharding``, in row order: one where they are an equal share of the global batch
+    (:func:`host_rows`), else one for each block of rows (a process holding 3 of 4
+    devices along the batch axis; rows interleaved with another process's, as
+    ``P(('model', 'data'))`` with ``'data'`` over processes lays them out)."""
+    runs = held_rows(sharding, batch_size)
+    if not runs:
+        raise ConfigError(
+            f"this process's devices hold no rows of the global batch under sharding "
+            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
+            "whose devices the sharding's mesh includes."
+        )
+    # Blocks of g rows: every row boundary of the layout falls on one.
+    g = math.gcd(batch_size, *(x for run in runs for x in run))
+    blocks = []
+    for a, b in runs:
+        n = b - a
+        if batch_size % n == 0 and a % n == 0:
+            blocks.append((a // n, batch_size // n))
+        else:
+            blocks.extend((i, batch_size // g) for i in range(a // g, b // g))
+    return blocks
+
+
+def fields_blocks(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
+    """:func:`host_blocks` of one sharding, or of a dict of them (one per field), which
+    must all give this process the same rows."""
+    if not isinstance(sharding, Mapping):
+        return host_blocks(sharding, batch_size)
+    _check_fields(sharding, batch_size, held_rows)
+    return host_blocks(next(iter(sharding.values())), batch_size)
 
 
 def _check_other_processes(sharding: Any, batch_size: int) -> None:
@@ -135,16 +190,21 @@ def fields_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
     must all give this process the same rows."""
     if not isinstance(sharding, Mapping):
         return host_rows(sharding, batch_size)
+    found = _check_fields(sharding, batch_size, host_rows)
+    return next(iter(found.values()))  # type: ignore[no-any-return]
+
+
+def _check_fields(sharding: Mapping[str, Any], batch_size: int, rows_of: Any) -> dict[str, Any]:
+    """``rows_of`` each field's sharding, refused where they differ."""
     if not sharding:
         raise ConfigError(
             "sharding is an empty dict: give one sharding per field of the batch (or one "
             "sharding for all)."
         )
-    found = {name: host_rows(s, batch_size) for name, s in sharding.items()}
-    if len(set(found.values())) > 1:
+    found = {name: rows_of(s, batch_size) for name, s in sharding.items()}
+    if len({repr(v) for v in found.values()}) > 1:
         rows = ", ".join(
-            f"rows [{r * batch_size // w}, {(r + 1) * batch_size // w}) for {name!r}"
-            for name, (r, w) in found.items()
+            f"rows {_shown(held_rows(s, batch_size))} for {name!r}" for name, s in sharding.items()
         )
         raise ConfigError(
             f"the fields' shardings give this process different rows of the global batch of "
@@ -152,4 +212,8 @@ def fields_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
             "field's batch axis alike (replicate a field inside the jitted step, e.g. with "
             "jax.lax.with_sharding_constraint, if it must be whole)."
         )
-    return next(iter(found.values()))
+    return found
+
+
+def _shown(runs: list[tuple[int, int]]) -> str:
+    return ", ".join(f"[{a}, {b})" for a, b in runs)
