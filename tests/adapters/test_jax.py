@@ -169,6 +169,9 @@ def test_host_blocks_gives_a_loader_for_each_block_of_rows() -> None:
     assert host_blocks(interleaved, 16) == [(0, 8), (2, 8), (4, 8), (6, 8)]
     assert host_blocks(FakeSharding([(0, 2), (2, 4), (4, 6)]), 8) == [(0, 4), (1, 4), (2, 4)]
     assert host_blocks(FakeSharding([(0, 2), (4, 8)]), 8) == [(0, 4), (1, 2)]
+    # A batch of 6 over 3 devices, 2 on this process: 6 rows do not split over 2
+    # processes, but do over the 3 devices.
+    assert host_blocks(FakeSharding([(0, 2), (2, 4)]), 6) == [(0, 3), (1, 3)]
     assert host_blocks(FakeSharding([(None, None)]), 8) == [(0, 1)]  # type: ignore[list-item]
     with pytest.raises(ConfigError, match=r"this process's devices hold no rows of the global"):
         host_blocks(FakeSharding([]), 8)
