@@ -198,14 +198,16 @@ def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     os.utime(old, (ago, ago))
     live = sub / f"{'12' * 19}{cache_files.TMP}789-11ae0000"
     fd = os.open(live, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    held = cache_files.hold(fd)  # a writer alive, as ObjectCache.write holds its temporary
+    assert held is not None
     try:
-        cache_files.hold(fd)  # a writer alive, as ObjectCache.write holds its temporary
         os.write(fd, b"z" * 5000)
+        os.close(fd)  # as a writer closes it before the rename: its lock's copy stays
         os.utime(live, (past, past))  # however old: its writer lives
         assert ObjectCache(tmp_path, max_bytes=cap).write("|b", 10, "e", blob(10))
         assert not old.exists() and live.exists()
     finally:
-        os.close(fd)  # the writer is gone: its lock with it
+        os.close(held)  # the writer is gone: its lock with it
     assert ObjectCache(tmp_path, max_bytes=cap).write("|c", 10, "e", blob(10))
     assert not live.exists()
 

@@ -340,17 +340,25 @@ class ObjectCache:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            hold(fd)  # until closed: a later process tells a dead writer's temporary by it
+            # Locked until renamed: a later process tells a dead writer's temporary by it.
+            held = hold(fd)
             try:
-                for part in (view, memoryview(trailer)):
-                    done = 0
-                    while done < part.nbytes:
-                        done += os.write(fd, part[done:])
+                try:
+                    for part in (view, memoryview(trailer)):
+                        done = 0
+                        while done < part.nbytes:
+                            done += os.write(fd, part[done:])
+                finally:
+                    os.close(fd)
+                # Renamed under the byte count's lock, so a measure of the directory (a
+                # clear, another process) sees the entry or knows to count it: see
+                # CacheSpace.
+                placed = self._space.keep(
+                    reserved, lambda: _place(tmp, path), lambda: os.unlink(tmp)
+                )
             finally:
-                os.close(fd)
-            # Renamed under the byte count's lock, so a measure of the directory (a
-            # clear, another process) sees the entry or knows to count it: see CacheSpace.
-            placed = self._space.keep(reserved, lambda: _place(tmp, path), lambda: os.unlink(tmp))
+                if held is not None:
+                    os.close(held)
         except OSError as exc:
             self._space.give_back(reserved)
             try:

@@ -66,14 +66,17 @@ STALE_TMP_S = 3600.0
 DEAD_TMP_S = 10.0
 
 
-def hold(fd: int) -> None:
-    """Lock a temporary its writer has just created, for as long as the writer lives (the
-    lock goes with the descriptor: closed after the rename, or by the kernel at death).
-    A filesystem without locks leaves it unlocked: it is then removed an hour on."""
+def hold(fd: int) -> int | None:
+    """Lock a temporary its writer has just created, until it is renamed into place or
+    the writer dies (the kernel closes its descriptors): a descriptor of it that holds
+    the lock, to close after the rename. ``fd`` itself is closed before the rename (a
+    write error may only be told at close), which its copy's lock outlives. ``None``
+    on a filesystem without locks: the temporary is then removed an hour on."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return os.dup(fd)
     except OSError:
-        pass
+        return None
 
 
 def _dead(path: str, st: os.stat_result, now: float) -> bool:
