@@ -1,4 +1,5 @@
-"""Run a script whose read gets stuck (a stalled mount, fault injected), then Ctrl-C it."""
+"""Run a script whose read gets stuck (a stalled mount, fault injected), then Ctrl-C it
+(or send it another signal: SIGTERM, as schedulers stop jobs)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ STUCK = (
 )
 
 
-def interrupt_when_stuck(script: str, limit_s: float = 20.0) -> tuple[int | None, str, float]:
-    """Run ``script`` (which calls ``stuck()`` in the read it stalls), send SIGINT once it
+def interrupt_when_stuck(
+    script: str, limit_s: float = 20.0, sig: int = signal.SIGINT
+) -> tuple[int | None, str, float]:
+    """Run ``script`` (which calls ``stuck()`` in the read it stalls), send ``sig`` once it
     is stuck, and wait up to ``limit_s`` for the process to end: its exit status
-    (``None``: it had not ended, and was killed), stderr, and seconds after the SIGINT."""
+    (``None``: it had not ended, and was killed), stderr, and seconds after the signal."""
     proc = subprocess.Popen(
         [sys.executable, "-c", STUCK + script],
         stdout=subprocess.PIPE,
@@ -37,7 +40,7 @@ def interrupt_when_stuck(script: str, limit_s: float = 20.0) -> tuple[int | None
         # a lock is seen only when the lock is released (CPython), here never.
         time.sleep(0.5)
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         try:
             _, err = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
