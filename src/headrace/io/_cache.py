@@ -14,7 +14,8 @@ listed without an ETag, or with a weak one (``W/"..."``, which an HTTP server
 may keep for other bytes of equivalent meaning, or build from a modification
 time in whole seconds), are not cached (nothing would tell a replaced one
 apart). Entries are written to a temporary name and renamed into place, so a
-reader (any process) sees a whole entry or none; each ends with the CRC-32 of
+reader (any process) sees a whole entry or none (a writer killed mid-entry leaves its
+temporary, unlocked: the next process's first write removes it); each ends with the CRC-32 of
 its bytes, started from its name, and an entry whose size or checksum is not
 right (a disk that lost or changed a write, or put it under another entry's
 name) is removed and its bytes read from the store again.
