@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
@@ -42,6 +41,7 @@ from headrace.formats import (
 )
 from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import ImageMode, check_image_mode
+from headrace.io._daemon_pool import one_call_pool
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["FilesKind", "photo"]
@@ -367,9 +367,9 @@ class FilesKind(Kind):
         (``in_flight`` at a time), so the cached variant reads a warm cache."""
         src = self.source(decode=False, cache_dir=directory)
         try:
-            # Still joined on a Ctrl-C (a fetch stuck in a stalled mount holds it): not moved
-            # to io._daemon_pool.one_call_pool yet, for want of a test (docs/long-runs.md).
-            with ThreadPoolExecutor(src.in_flight, thread_name_prefix="bench-fill") as pool:
+            # Daemon threads: left by a Ctrl-C, a fetch stuck in a stalled mount holds
+            # neither this call nor the exit (a ThreadPoolExecutor's joined it).
+            with one_call_pool(src.in_flight, thread_name_prefix="bench-fill") as pool:
                 for _ in pool.map(src.files.fetch, range(len(src.files))):
                     pass
             return filled(src.cache_stats)
