@@ -386,6 +386,16 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
                 f"{fs['open_latency_ms']:g} ms per open, {fs['mount']}",
                 file=out,
             )
+            c = w.get("storage_ceiling") or {}
+            if c.get("gb_per_s") is not None and c.get("reads_in_flight") is not None:
+                print(
+                    f"storage: {w['name']}: read ceiling {c['gb_per_s']:.2f} GB/s, "
+                    f"{c['threads']} threads of {c['block_bytes'] / 2**20:.3g} MiB "
+                    f"{'O_DIRECT' if c['o_direct'] else 'buffered'} reads, "
+                    f"{c['reads_in_flight']} READs in flight at its mount (the variants' "
+                    f"most: {c.get('variant_reads_in_flight')})",
+                    file=out,
+                )
         elif w.get("s3"):
             print(f"storage: {w['name']}: {_s3_line(w['s3'])}", file=out)
         elif w.get("storage") not in (None, "local"):

@@ -149,7 +149,7 @@ def run_workload(
     public = kind.workload  # before serving adds endpoints and credentials
     mounts = None if opts.slowfs is None else VariantMounts(kind.root, opts.slowfs)
     with kind.serve(), mounts if mounts is not None else contextlib.nullcontext():
-        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts))
+        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts), mounts)
     summary["workload"] = public.to_dict()
     if mounts is not None:
         for res in results:
@@ -176,7 +176,11 @@ def _variant_kinds(kind: Kind, mounts: VariantMounts | None) -> Callable[[str], 
 
 
 def _run(
-    kind: Kind, opts: RunOptions, progress: Progress | None, of: Callable[[str], Kind]
+    kind: Kind,
+    opts: RunOptions,
+    progress: Progress | None,
+    of: Callable[[str], Kind],
+    mounts: VariantMounts | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wl, t = kind.workload, kind.workload.train
     warmup = max(1, t.warmup_steps)
@@ -373,15 +377,24 @@ def _run(
     # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
     # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
     in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
+    # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
+    # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
+    # variants that kept 64 READs in flight (tokens at 10 ms per READ).
+    variant_reads = [
+        n for s in specs if mounts is not None and (n := mounts.max_in_flight(s)) is not None
+    ]
     ceiling = (
         # Through a mount of its own: bare reads that leave no pages for any variant.
         storage_ceiling(
             of(_CEILING) if opts.slowfs else kind,
-            depth=max([0, *(int(r.get("in_flight") or 0) for r in results)]),
+            depth=max([0, *(int(r.get("in_flight") or 0) for r in results), *variant_reads]),
         )
         if kind.storage == "local" and not in_memory
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
+    if mounts is not None and ceiling["gb_per_s"] is not None:
+        ceiling["reads_in_flight"] = mounts.max_in_flight(_CEILING)
+        ceiling["variant_reads_in_flight"] = max(variant_reads, default=None)
     notes += ceiling_notes(
         wl.name,
         results,
