@@ -112,6 +112,9 @@ def test_a_files_workload_through_slowfs_agrees_with_local(
     assert {(r["latency_ms"], r["open_latency_ms"]) for r in slow["results"]} == {(1.0, 2.0)}
     # Every file was opened through the mounts, at least once per variant.
     assert all(r["slowfs"]["opens"] >= 16 for r in slow["results"])
+    # slowfs drops a file's pages when it is opened: each fresh pass reads the mount.
+    assert not any(r["fresh_pass_page_cache"] for r in slow["results"])
+    assert all(r["fresh_pass_page_cache"] for r in local["results"])
     assert _left_behind(private_tmp) == ([], [])
 
 

@@ -27,7 +27,14 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CHILD", "CONFIG_EXIT", "ERROR_EXIT", "LIFELINE_FD", "measure_pass"]
+__all__ = [
+    "CHILD",
+    "CONFIG_EXIT",
+    "ERROR_EXIT",
+    "LIFELINE_FD",
+    "fresh_pass_s",
+    "measure_pass",
+]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
@@ -93,9 +100,6 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     canonical = None
     if per is not None:
         canonical = hashlib.sha256("".join(sorted(per)).encode()).hexdigest()
-    # Files kinds are shown by a fresh pass's rate; this one hashed every sample twice in
-    # its wall time, so on fast storage every variant came out at the hashing rate.
-    fresh = _fresh_pass_s(kind, spec, steps) if kind.canonical_digests else None
     return {
         "variant": spec,
         "steps": n,
@@ -106,7 +110,6 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         "bytes_before_first_batch": first_bytes,
         "time_to_first_batch_s": first_s,
         "wall_s": wall,
-        "fresh_pass_s": fresh,
         "cpu_s": cpu,
         "loader_s": loader_s,
         "consumer_s": consumer_s,
@@ -117,11 +120,12 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     }
 
 
-def _fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
+def fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
     """Seconds from opening a fresh stream of ``spec`` to its last batch, the batches taken
     and dropped: a consumer that costs nothing, as the timed trials have, on a stream that
-    starts empty, as theirs do not. Run after the digested pass, so its peak RSS and first
-    figures are that pass's own."""
+    starts empty, as theirs do not. Files kinds are shown by these (the bench runs them
+    alternating between variants): the digested pass hashed every sample twice in its
+    wall time, so on fast storage every variant came out at the hashing rate."""
     kind.loaders.clear()
     t0 = time.perf_counter()
     stream = kind.open(spec, steps)

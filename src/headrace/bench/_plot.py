@@ -110,18 +110,18 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax.set_xlabel(key)
         ax.legend()
     else:
-        shown = [headline_rate(r) for r in results]  # files kinds: their fresh pass
+        shown = [headline_rate(r) for r in results]  # files kinds: their fresh passes
         gb = [h[3] for h in shown]
         lo = [h[3] * (1 - h[1] / h[0]) if h[0] else 0.0 for h in shown]
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), bar_labels, fontsize=8)
     # The table's GB/s: the trials' median (bars: and min-max), a files workload's one
-    # fresh pass; a sweep draws no min-max, which the label claimed.
+    # fresh passes'; a sweep draws no min-max, which the label claimed.
     ax.set_ylabel(
         "GB/s of payload (10^9 B/s), as the table"
         if sweep
-        else "GB/s of payload (10^9 B/s), median and min-max\n(files: one fresh pass)"
+        else "GB/s of payload (10^9 B/s), median and min-max\n(files: of fresh passes)"
     )
     ax.set_title("throughput")
     if has_au:

@@ -31,9 +31,16 @@ from headrace._messages import byte_size
 from headrace.bench import _au
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._ceiling import ceiling_notes, storage_ceiling
-from headrace.bench._kind import Batch, Kind
+from headrace.bench._kind import Batch, Kind, VariantSpec
 from headrace.bench._machine import meminfo
-from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
+from headrace.bench._measure import (
+    CHILD,
+    CONFIG_EXIT,
+    ERROR_EXIT,
+    LIFELINE_FD,
+    fresh_pass_s,
+    measure_pass,
+)
 from headrace.bench._ratios import ratios
 from headrace.bench._report import SHORT_TRIAL_STEPS, table_figures
 from headrace.bench._result_notes import result_notes
@@ -230,7 +237,7 @@ def _run(
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    done, work = 0, t.trials * len(specs) * (2 if has_compute else 1)
+    done, work = 0, (t.trials * (2 if has_compute else 1) + fresh_passes(kind)) * len(specs)
     # Per variant, each epoch's (AU, loader seconds per counted step).
     au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
     try:
@@ -265,6 +272,23 @@ def _run(
     finally:
         for s in streams.values():
             s.close()
+    # 2b. files kinds: fresh passes, alternating. Their trials start from a read-ahead
+    # queue filled while the other variants ran, so the figure shown is a fresh stream
+    # read to its end; one pass per variant showed no spread, and ran in the variant's
+    # measurement process right after the digested pass read the same files.
+    fresh: dict[str, list[float]] = {s: [] for s in specs}
+    for _ in range(fresh_passes(kind)):
+        for spec in specs:
+            if spec in failed:
+                continue
+            try:
+                fresh[spec].append(fresh_pass_s(of(spec), spec, digest_steps))
+            except HeadraceError as exc:
+                fail(spec, exc)
+                continue
+            done += 1
+            if progress:
+                progress(f"{wl.name}: fresh passes", done, work)
     # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
     # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
     # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
@@ -307,14 +331,30 @@ def _run(
         raise HeadraceError("; ".join(failed.values()))
 
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
+    mount = mount_of(kind.root) if kind.storage == "local" else None
+    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
+    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
+    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
     notes: list[str] = [
         f"{wl.name}/{spec}: failed, left out of the figures and the digest comparison: {text}"
         for spec, text in failed.items()
     ]
     results: list[dict[str, Any]] = []
     yardsticks: dict[int, tuple[int, int]] = {}  # steps -> (delivered, unique): plans cost
+    ds_bytes = kind.dataset_bytes()
+    # Files read buffered from local disk that fits in free memory: the digested pass
+    # read each file before the fresh passes, so they read the page cache.
+    cached_disk = (
+        kind.storage == "local"
+        and opts.slowfs is None
+        and (in_memory or ds_bytes < mem_before.get("MemAvailable", 0))
+    )
     for spec in specs:
         m = measured[spec]
+        if fresh[spec]:
+            m["fresh_passes_s"] = fresh[spec]
+            m["fresh_pass_s"] = statistics.median(fresh[spec])
+            m["fresh_pass_page_cache"] = cached_disk and not _odirect(kind, spec)
         med = statistics.median(rates[spec])
         run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute else None
         if m["steps"] not in yardsticks:
@@ -373,10 +413,6 @@ def _run(
     ratios(results, opts.sweep_key)
     for res in results:
         res["table"] = table_figures(res)
-    mount = mount_of(kind.root) if kind.storage == "local" else None
-    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
-    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
-    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
     # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
     # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
     # variants that kept 64 READs in flight (tokens at 10 ms per READ).
@@ -432,7 +468,6 @@ def _run(
             "read its fresh pass (where the time went)"
         )
     notes += result_notes(wl.name, results)
-    ds_bytes = kind.dataset_bytes()
     if mount is not None and network_type(mount.fstype):
         notes.append(
             f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
@@ -528,10 +563,10 @@ _LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
 def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     """Figures of the measurement pass: one fresh stream, read to its end, digests included.
 
-    ``samples_per_s``/``mb_per_s`` (stored bytes) come from a second fresh pass of the
-    same steps whose consumer does nothing (``fresh_pass_s``), opening and the first
-    fetches included, as a training run sees them; the stage figures are the digested
-    pass's.
+    ``samples_per_s``/``mb_per_s`` (stored bytes) come from the median of the fresh
+    passes of the same steps whose consumer does nothing (``fresh_pass_s``; each in
+    ``fresh_passes_s``), opening and the first fetches included, as a training run sees
+    them; the stage figures are the digested pass's.
     """
     src: dict[str, Any] = m.get("source") or {}
     wall = m.get("wall_s") or 0.0
@@ -558,6 +593,8 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     }
     if kind.canonical_digests and fresh:
         out["fresh_pass_s"] = fresh
+        out["fresh_passes_s"] = m["fresh_passes_s"]
+        out["fresh_pass_page_cache"] = m["fresh_pass_page_cache"]
         out["samples_per_s"] = samples / fresh
         out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
     if "peak_held_bytes" in src:
@@ -567,6 +604,20 @@ def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     if "cache" in src:
         out["cache"] = src["cache"]
     return out
+
+
+def fresh_passes(kind: Kind) -> int:
+    """Fresh passes per variant: files kinds' shown figure, a few for a median and spread
+    (each reads whole epochs), one per trial up to 3; other kinds none."""
+    return min(3, kind.workload.train.trials) if kind.canonical_digests else 0
+
+
+def _odirect(kind: Kind, spec: str) -> bool:
+    """Whether ``spec`` reads past the page cache (``odirect = true``, or ``?odirect=``)."""
+    asked = VariantSpec.parse(spec).options.get("odirect")
+    if asked is None:
+        return bool(getattr(kind, "odirect", False))
+    return str(asked).lower() in ("1", "true")
 
 
 def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
