@@ -21,6 +21,8 @@ __all__ = [
     "headline_rate",
     "print_report",
     "rate_text",
+    "short_au",
+    "short_au_note",
     "short_trials_note",
     "table_figures",
     "write_json",
@@ -66,6 +68,20 @@ def short_trials_note(steps: int, figures: str = "batches/s and ratios") -> str:
     return (
         f"* trials of {steps} steps, short beside a read-ahead queue: {figures} overstate "
         "a loader (see the notes)"
+    )
+
+
+def short_au(r: dict[str, Any]) -> bool:
+    """Whether a result's AU comes from short trials (any kind: AU is always the trials')."""
+    return r.get("au") is not None and short_trials(r)
+
+
+def short_au_note(steps: int) -> str:
+    """What the ``*`` beside an AU from short trials means (the table's, the plot's)."""
+    return (
+        f"AU* trials of {steps} steps with compute, {max(steps - 1, 0)} counted each (the "
+        "first left out, as DLIO does), on a fresh stream: no read-ahead queue overstates "
+        f"it, but few steps average it; use --steps {SHORT_TRIAL_STEPS} or more"
     )
 
 
@@ -166,7 +182,9 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{_small(shown['gb_per_s'])}{mark}",
                 _x(shown["ratio_to_baseline"]) + mark,
                 _x(shown["ratio_to_memcpy"]) + mark,
-                "-" if au is None else f"{au:.2f}" + (" ok" if r.get("au_pass") else " FAIL"),
+                "-"
+                if au is None
+                else f"{au:.2f}{'*' * short_au(r)}" + (" ok" if r.get("au_pass") else " FAIL"),
                 _mib(r["bytes_before_first_batch"]),
                 _mib(r["peak_rss_bytes"]),
                 "-" if r["amplification"] is None else f"{r['amplification']:.2f}",
@@ -379,6 +397,9 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
     if short:
         print(short_trials_note(short[0]["steps_per_trial"]), file=out)
+    au_short = [r for r in report["results"] if short_au(r)]
+    if au_short:
+        print(short_au_note(au_short[0]["steps_per_trial"]), file=out)
     head, rows = _stage_rows(report)
     if rows:
         _print(
