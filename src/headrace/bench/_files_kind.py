@@ -256,6 +256,12 @@ class FilesKind(Kind):
     def _generated(self) -> bool:
         return all(os.path.exists(p) for p in self.files())
 
+    def payload_counts(self) -> str:
+        return (
+            "each sample's stored bytes (its share of its file), for every variant: the "
+            "decoding ones deliver decoded arrays, the raw ones and the ceiling these bytes"
+        )
+
     def batch_payload_bytes(self, batch: Batch) -> int | None:  # noqa: ARG002
         return None  # decoded arrays do not show the stored bytes a record counts
 

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from headrace.bench._kind import DELIVERED, TOKENS_DELIVERED
+
 __all__ = [
     "SCHEMA_VERSION",
     "SHORT_TRIAL_STEPS",
@@ -446,6 +448,21 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
             print(f"storage: {w['name']}: {_s3_line(w['s3'])}", file=out)
         elif w.get("storage") not in (None, "local"):
             print(f"storage: {w['name']}: {w['storage']}", file=out)
+    for w in report.get("workloads", []):
+        counts = w.get("gb_per_s_counts")
+        if counts and counts not in (DELIVERED, TOKENS_DELIVERED):
+            # Where GB/s is not what every variant delivers (files: stored bytes; decoded
+            # images for hub-images' raw variant too), say what it counts, and what each
+            # variant read from storage (10^9 B/s at the table's rate).
+            read = ", ".join(
+                f"{r['variant']} {_small(r['read_gb_per_s'])}"
+                for r in report["results"]
+                if r["workload"] == w["name"] and r.get("read_gb_per_s") is not None
+            )
+            print(
+                f"GB/s: {w['name']}: 10^9 B/s of {counts}; read from storage, GB/s: {read}",
+                file=out,
+            )
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

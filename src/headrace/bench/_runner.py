@@ -413,6 +413,13 @@ def _run(
     ratios(results, opts.sweep_key)
     for res in results:
         res["table"] = table_figures(res)
+        # Bytes read from storage per second at the rate the table shows, every variant
+        # alike: the payload GB/s counts what the kind says (decoded images for
+        # hub-images' headrace-raw too, which reads and hands over the stored JPEGs).
+        steps = res["steps"]
+        res["read_gb_per_s"] = (
+            res["table"]["batches_per_s"] * res["bytes_read"] / steps / 1e9 if steps else None
+        )
     # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
     # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
     # variants that kept 64 READs in flight (tokens at 10 ms per READ).
@@ -501,6 +508,7 @@ def _run(
         "au_threshold": t.au_threshold,
         "computation_time_s": t.computation_time,
         "demand_bytes_per_s": demand_bytes_per_s(kind, n_acc),
+        "gb_per_s_counts": kind.payload_counts(),
         "storage_ceiling": ceiling,
         "notes": notes,
         "record_bytes": kind.record_bytes(),
