@@ -7,7 +7,8 @@
    ``warmup_steps`` excluded), then trials alternate ``A B C D A B C D ...`` so
    a noisy neighbour or a frequency change hits every variant alike. Each trial
    times ``steps`` batches; medians and spreads are reported. Digesting is kept
-   out of the timed loop (it costs as much as a fast gather).
+   out of the timed loop (it costs as much as a fast gather). Files workloads
+   then run fresh passes, alternating too (:mod:`headrace.bench._fresh`).
 
 Both passes read the same steps of the same plan, so the digests describe the
 batches that were timed.
@@ -28,18 +29,19 @@ from typing import Any
 
 import headrace
 from headrace._messages import byte_size
-from headrace.bench import _au
+from headrace.bench import _au, _fresh
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._ceiling import ceiling_notes, storage_ceiling
-from headrace.bench._kind import Batch, Kind, VariantSpec
+from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
 from headrace.bench._measure import (
     CHILD,
     CONFIG_EXIT,
     ERROR_EXIT,
     LIFELINE_FD,
-    fresh_pass_s,
+    cpu_s_per_gb,
     measure_pass,
+    pass_figures,
 )
 from headrace.bench._ratios import ratios
 from headrace.bench._report import SHORT_TRIAL_STEPS, table_figures
@@ -237,7 +239,7 @@ def _run(
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    done, work = 0, (t.trials * (2 if has_compute else 1) + fresh_passes(kind)) * len(specs)
+    done, work = 0, (t.trials * (2 if has_compute else 1) + _fresh.passes(kind)) * len(specs)
     # Per variant, each epoch's (AU, loader seconds per counted step).
     au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
     try:
@@ -272,23 +274,16 @@ def _run(
     finally:
         for s in streams.values():
             s.close()
-    # 2b. files kinds: fresh passes, alternating. Their trials start from a read-ahead
-    # queue filled while the other variants ran, so the figure shown is a fresh stream
-    # read to its end; one pass per variant showed no spread, and ran in the variant's
-    # measurement process right after the digested pass read the same files.
-    fresh: dict[str, list[float]] = {s: [] for s in specs}
-    for _ in range(fresh_passes(kind)):
-        for spec in specs:
-            if spec in failed:
-                continue
-            try:
-                fresh[spec].append(fresh_pass_s(of(spec), spec, digest_steps))
-            except HeadraceError as exc:
-                fail(spec, exc)
-                continue
-            done += 1
-            if progress:
-                progress(f"{wl.name}: fresh passes", done, work)
+    # 2b. files kinds: fresh passes, alternating (their shown figure; see _fresh.py).
+
+    def pass_done() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(f"{wl.name}: fresh passes", done, work)
+
+    live = [s for s in specs if s not in failed]
+    fresh = _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done)
     # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
     # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
     # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
@@ -351,10 +346,10 @@ def _run(
     )
     for spec in specs:
         m = measured[spec]
-        if fresh[spec]:
+        if fresh.get(spec):
             m["fresh_passes_s"] = fresh[spec]
             m["fresh_pass_s"] = statistics.median(fresh[spec])
-            m["fresh_pass_page_cache"] = cached_disk and not _odirect(kind, spec)
+            m["fresh_pass_page_cache"] = cached_disk and not _fresh.reads_past_cache(kind, spec)
         med = statistics.median(rates[spec])
         run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute else None
         if m["steps"] not in yardsticks:
@@ -390,7 +385,7 @@ def _run(
                 "time_to_first_batch_s": first_s[spec],
                 "peak_rss_bytes": m["peak_rss_bytes"],
                 "rss_baseline_bytes": m["rss_baseline_bytes"],
-                "cpu_s_per_gb": _cpu_s_per_gb(m, delivered if counted is None else counted),
+                "cpu_s_per_gb": cpu_s_per_gb(m, delivered if counted is None else counted),
                 "bytes_read": m["bytes_read"],
                 # Counted on the batches where their arrays show it, else from the plan.
                 "bytes_delivered": delivered if counted is None else counted,
@@ -405,7 +400,7 @@ def _run(
                 "steps": m["steps"],
                 "trials": t.trials,
                 "steps_per_trial": t.steps,
-                **_pass_figures(kind, m),
+                **pass_figures(kind, m),
                 **of(spec).result_extras(spec),
                 **_slowfs_extras(opts.slowfs),
             }
@@ -563,80 +558,6 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, 
             else ""
         )
     )
-
-
-_LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
-
-
-def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
-    """Figures of the measurement pass: one fresh stream, read to its end, digests included.
-
-    ``samples_per_s``/``mb_per_s`` (stored bytes) come from the median of the fresh
-    passes of the same steps whose consumer does nothing (``fresh_pass_s``; each in
-    ``fresh_passes_s``), opening and the first fetches included, as a training run sees
-    them; the stage figures are the digested pass's.
-    """
-    src: dict[str, Any] = m.get("source") or {}
-    wall = m.get("wall_s") or 0.0
-    fresh = m.get("fresh_pass_s")
-    samples = m["steps"] * kind.host_batch
-    out: dict[str, Any] = {
-        "in_flight_observed": src.get("in_flight_observed"),
-        "requests": src.get("requests"),
-        "retries": src.get("retries"),
-        "throttled": src.get("throttled"),
-        "request_latency_s": src.get("request_latency_s"),
-        "stages": {
-            "wall_s": wall,
-            "cpu_s": m.get("cpu_s"),
-            "loader_s": m.get("loader_s"),
-            "consumer_s": m.get("consumer_s"),
-            "read_s": src.get("read_s"),
-            "decode_s": src.get("decode_s"),
-            "time_to_first_batch_s": m.get("time_to_first_batch_s"),
-            # The Loader's own split (None for variants without one, e.g. naive):
-            # planning, inside source.read, starting read-ahead, waiting on its queue.
-            **{k: (m.get("loader_stages") or {}).get(k) for k in _LOADER_STAGES},
-        },
-    }
-    if kind.canonical_digests and fresh:
-        out["fresh_pass_s"] = fresh
-        out["fresh_passes_s"] = m["fresh_passes_s"]
-        out["fresh_pass_page_cache"] = m["fresh_pass_page_cache"]
-        out["samples_per_s"] = samples / fresh
-        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
-    if "peak_held_bytes" in src:
-        out["peak_held_bytes"] = src["peak_held_bytes"]
-    if "in_flight" in src:
-        out["in_flight"] = src["in_flight"]
-    if "cache" in src:
-        out["cache"] = src["cache"]
-    return out
-
-
-def fresh_passes(kind: Kind) -> int:
-    """Fresh passes per variant: files kinds' shown figure, a few for a median and spread
-    (each reads whole epochs), one per trial up to 3; other kinds none."""
-    return min(3, kind.workload.train.trials) if kind.canonical_digests else 0
-
-
-def _odirect(kind: Kind, spec: str) -> bool:
-    """Whether ``spec`` reads past the page cache (``odirect = true``, or ``?odirect=``)."""
-    asked = VariantSpec.parse(spec).options.get("odirect")
-    if asked is None:
-        return bool(getattr(kind, "odirect", False))
-    return str(asked).lower() in ("1", "true")
-
-
-def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
-    """The measurement pass's loader CPU seconds per GB it delivered.
-
-    From the pass, not the timed trials: every variant's trial stream is open at once
-    and their read-ahead threads refill while another variant is timed, so a trial's
-    process CPU is not its own.
-    """
-    cpu = m.get("cpu_s")
-    return cpu / (delivered / 1e9) if cpu is not None and delivered else None
 
 
 def mismatches(results: list[dict[str, Any]]) -> list[list[str]]:
