@@ -128,6 +128,14 @@ def test_au_from_short_trials_is_marked_in_the_plot_and_the_table() -> None:
     text = out.getvalue()
     assert "0.79* FAIL" in text and "0.95 ok" in text and "0.50* FAIL" in text
     assert au_note in text
+    one = with_au(_result("naive", files=False), 1, 0.0)  # no step counted: no AU at all
+    out = StringIO()
+    print_report({"results": [one], "workloads": [], "notes": []}, file=out)
+    assert "0.00* FAIL" in out.getvalue()
+    assert (
+        "AU* trials of 1 step with compute count none (the first left out, as DLIO does): "
+        "AU 0 by definition, not a measurement; use --steps 2 or more"
+    ) in out.getvalue()
     fig = draw_report({"results": [long], "workloads": []})  # nothing short: no mark
     try:
         assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["w\nnaive"]

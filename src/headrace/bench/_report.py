@@ -80,6 +80,11 @@ def short_au(r: dict[str, Any]) -> bool:
 
 def short_au_note(steps: int) -> str:
     """What the ``*`` beside an AU from short trials means (the table's, the plot's)."""
+    if steps < 2:
+        return (
+            "AU* trials of 1 step with compute count none (the first left out, as DLIO "
+            "does): AU 0 by definition, not a measurement; use --steps 2 or more"
+        )
     return (
         f"AU* trials of {steps} steps with compute, {max(steps - 1, 0)} counted each (the "
         "first left out, as DLIO does), on a fresh stream: no read-ahead queue overstates "
