@@ -122,12 +122,14 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), bar_labels, fontsize=8)
-    # The table's GB/s: the trials' median (bars: and min-max), a files workload's one
-    # fresh passes'; a sweep draws no min-max, which the label claimed.
+    # The table's GB/s: the trials' median (bars: and min-max), a files workload's fresh
+    # passes' (of stored bytes: its gb_per_s_counts); a sweep draws no min-max, which the
+    # label claimed.
     ax.set_ylabel(
         "GB/s of payload (10^9 B/s), as the table"
         if sweep
-        else "GB/s of payload (10^9 B/s), median and min-max\n(files: of fresh passes)"
+        else "GB/s of payload (10^9 B/s), median and min-max\n"
+        "(files: stored bytes, of fresh passes)"
     )
     ax.set_title("throughput")
     if has_au:
