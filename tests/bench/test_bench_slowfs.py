@@ -112,6 +112,9 @@ def test_a_files_workload_through_slowfs_agrees_with_local(
     assert {(r["latency_ms"], r["open_latency_ms"]) for r in slow["results"]} == {(1.0, 2.0)}
     # Every file was opened through the mounts, at least once per variant.
     assert all(r["slowfs"]["opens"] >= 16 for r in slow["results"])
+    # slowfs drops a file's pages when it is opened: each fresh pass reads the mount.
+    assert not any(r["fresh_pass_page_cache"] for r in slow["results"])
+    assert all(r["fresh_pass_page_cache"] for r in local["results"])
     assert _left_behind(private_tmp) == ([], [])
 
 
@@ -133,6 +136,33 @@ def test_the_storage_ceiling_reads_as_deep_as_the_variants_it_bounds(
     deepest = max(r["in_flight"] for r in slow["results"] if r.get("in_flight"))
     assert deepest > 8
     assert w["storage_ceiling"]["threads"] >= deepest
+    assert _left_behind(private_tmp) == ([], [])
+
+
+@pytest.mark.integration
+def test_the_storage_ceiling_of_tokens_reads_as_deep_as_their_mounts_saw(
+    tmp_path: Path, private_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Token variants name no in_flight, so the ceiling read with the pool's 8 threads
+    # while headrace kept 64 READs in flight at its mount (10 ms per READ): "fraction of
+    # the ceiling" compared unlike depths. It reads with at least as many threads as the
+    # deepest variant had READs in flight, and says how deep each read, in READs.
+    rc, slow = _run(tmp_path, "slowfs", *TOKENS, "--storage", "slowfs", "--latency-ms", "1")
+    assert rc == 0
+    jsonschema.validate(slow, schema())
+    (w,) = slow["workloads"]
+    deepest = max(r["slowfs"]["max_in_flight"] for r in slow["results"])
+    assert deepest > 8  # headrace-async, deeper than the pool's 8 threads
+    c = w["storage_ceiling"]
+    assert c["threads"] >= deepest and c["variant_reads_in_flight"] == deepest
+    assert c["reads_in_flight"] >= 1
+    out = capsys.readouterr().out
+    assert (
+        f"storage: tokens: read ceiling {c['gb_per_s']:.2f} GB/s, {c['threads']} threads of "
+        f"{c['block_bytes'] / 2**20:.3g} MiB {'O_DIRECT' if c['o_direct'] else 'buffered'} "
+        f"reads, {c['reads_in_flight']} "
+        f"READs in flight at its mount (the variants' most: {deepest})"
+    ) in out
     assert _left_behind(private_tmp) == ([], [])
 
 

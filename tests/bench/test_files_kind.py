@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 from importlib import resources
 from pathlib import Path
@@ -445,15 +446,29 @@ def test_json_table_says_what_the_printed_table_shows(
     for r in by.values():
         t = r["table"]
         assert t["from"] == "fresh_pass" and t["short_trials"] is False
+        # One fresh pass per trial (2 here), the median shown with its min-max: it was one
+        # pass per variant, no spread, while other kinds showed their trials' spread.
+        passes = r["fresh_passes_s"]
+        assert len(passes) == 2 == t["fresh_passes"]
+        assert r["fresh_pass_s"] == pytest.approx(statistics.median(passes))
         assert t["batches_per_s"] == pytest.approx(r["steps"] / r["fresh_pass_s"])
-        assert t["batches_per_s_spread"] == {"min": t["batches_per_s"], "max": t["batches_per_s"]}
+        assert t["batches_per_s_spread"] == pytest.approx(
+            {"min": r["steps"] / max(passes), "max": r["steps"] / min(passes)}
+        )
         assert t["gb_per_s"] == pytest.approx(r["mb_per_s"] / 1e3)
         assert t["ratio_to_baseline"] == r["ratio_to_baseline"]
+        # Local files read buffered, the dataset in free memory, after the digested pass
+        # read them: the passes read the page cache, and the table and JSON say so.
+        assert r["fresh_pass_page_cache"] is True and t["page_cache"] is True
         # the trials' figures are kept under their old names
         assert r["batches_per_s"] == r["batches_per_s_spread"]["median"]
         rows = [[c.strip() for c in re.split("[│|]", line)] for line in printed.splitlines()]
         row = next(c for c in rows if r["variant"] in c)  # the main table comes first
-        assert f"{rate_text(t['batches_per_s'])} (1 fresh pass)" in row, row
+        spread = t["batches_per_s_spread"]
+        assert (
+            f"{rate_text(t['batches_per_s'])} ({rate_text(spread['min'])}-"
+            f"{rate_text(spread['max'])}, 2 fresh passes, page cache)"
+        ) in row, row
     # x base is of the figures shown: each fresh pass over map-style's
     base = by["map-style"]["table"]["batches_per_s"]
     assert by["headrace"]["table"]["ratio_to_baseline"] == pytest.approx(
@@ -589,3 +604,27 @@ def test_the_stored_size_before_generating_is_the_files_and_costs_no_file(
         assert tracemalloc.get_traced_memory()[1] < 50 << 20
     finally:
         tracemalloc.stop()
+
+
+def test_fresh_passes_past_the_page_cache_are_not_called_page_cache_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # O_DIRECT reads each file past the page cache: its passes read the device (a variant
+    # option reaches it too), and only the buffered variant's are called page-cache reads.
+    wl = tmp_path / "n.toml"
+    wl.write_text(
+        'kind = "files"\nvariants = ["headrace", "headrace?odirect=true"]\n'
+        '[dataset]\nformat = "npz"\nfiles = 8\nrecord_bytes = 3000\n'
+        "[train]\nbatch_size = 2\nsteps = 2\ntrials = 3\nwarmup_steps = 1\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    by = _by(json.loads(out.read_text())["results"])
+    buffered, direct = by["headrace"], by["headrace?odirect=true"]
+    assert len(buffered["fresh_passes_s"]) == len(direct["fresh_passes_s"]) == 3
+    assert buffered["fresh_pass_page_cache"] is True
+    assert direct["fresh_pass_page_cache"] is False and direct["table"]["page_cache"] is False
+    line = next(x for x in printed.splitlines() if "headrace?odirect=true" in x)
+    assert "3 fresh passes)" in line and "page cache" not in line

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,65 @@ def test_sweep_plot_takes_any_values(tmp_path: Path, sweep: str) -> None:
     out = tmp_path / "s.png"
     plot_report({"results": results, "workloads": []}, str(out), sweep=sweep)
     assert out.stat().st_size > 0
+
+
+def test_au_from_short_trials_is_marked_in_the_plot_and_the_table() -> None:
+    # The AU panel drew every variant's AU unmarked beside a throughput panel that marked
+    # the same short trials, and the table's AU column was unmarked too. AU is measured
+    # on fresh streams, so it has a note of its own; a files workload's bars are its fresh
+    # passes (unmarked), but its AU is its trials'.
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from headrace.bench._plot import draw_report
+    from headrace.bench._report import print_report
+
+    def with_au(r: dict[str, Any], steps: int, au: float) -> dict[str, Any]:
+        return {**r, "steps_per_trial": steps, "au": au, "au_pass": au >= 0.9}
+
+    short = with_au(_result("headrace", files=False), 3, 0.79)
+    long = with_au(_result("naive", files=False), 1000, 0.95)
+    files = with_au(_result("jpeg", files=True), 3, 0.5)
+    au_note = (
+        "AU* trials of 3 steps with compute, 2 counted each (the first left out, as DLIO "
+        "does), on a fresh stream: no read-ahead queue overstates it, but few steps average "
+        "it; use --steps 256 or more"
+    )
+    report = {"results": [short, long, files], "workloads": [], "notes": []}
+    fig = draw_report(report)
+    try:
+        ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes]
+        notes = [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()]
+    finally:
+        plt.close(fig)
+    assert ticks == [
+        ["w\nheadrace*", "w\nnaive", "w\njpeg"],
+        ["w\nheadrace*", "w\nnaive", "w\njpeg*"],
+    ]
+    assert notes == [
+        "* trials of 3 steps, short beside a read-ahead queue: GB/s overstate a loader "
+        "(see the notes)",
+        au_note,
+    ]
+    out = StringIO()
+    print_report(report, file=out)
+    text = out.getvalue()
+    assert "0.79* FAIL" in text and "0.95 ok" in text and "0.50* FAIL" in text
+    assert au_note in text
+    one = with_au(_result("naive", files=False), 1, 0.0)  # no step counted: no AU at all
+    out = StringIO()
+    print_report({"results": [one], "workloads": [], "notes": []}, file=out)
+    assert "0.00* FAIL" in out.getvalue()
+    assert (
+        "AU* trials of 1 step with compute count none (the first left out, as DLIO does): "
+        "AU 0 by definition, not a measurement; use --steps 2 or more"
+    ) in out.getvalue()
+    fig = draw_report({"results": [long], "workloads": []})  # nothing short: no mark
+    try:
+        assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["w\nnaive"]
+        assert [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()] == []
+    finally:
+        plt.close(fig)
 
 
 def test_sweep_plot_has_a_line_per_variant_spec() -> None:

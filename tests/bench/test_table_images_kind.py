@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from headrace.bench._kind import make_kind
+from headrace.bench._kind import TOKENS_DELIVERED, make_kind
 from headrace.bench._measure import measure_pass
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
@@ -78,6 +78,40 @@ def test_variants_agree_and_the_raw_bytes_are_the_stored_jpegs(tmp_path: Path) -
     # a planted mismatch is caught: another seed for one decoding variant
     other = measure_pass(kind, "headrace?seed=1", by["headrace"]["steps"])
     assert other["digest"] != by["headrace"]["digest"]
+
+
+def test_every_gb_per_s_says_which_bytes_it_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # headrace-raw reads and hands over the stored JPEGs, but its GB/s counted the decoded
+    # images, unsaid: the report names what GB/s counts (the same for every variant) and
+    # gives each variant's bytes read from storage per second beside it.
+    from headrace.bench._report import print_report
+
+    kind = _kind(tmp_path)
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert summary["gb_per_s_counts"] == (
+        "each sample's decoded image and label (20x28x3 + 8 B), for every variant: "
+        "headrace-raw delivers the stored JPEG bytes (padded) and is counted so too"
+    )
+    for r in results:
+        t = r["table"]
+        assert r["gb_per_s"] == pytest.approx(t["batches_per_s"] * 4 * (20 * 28 * 3 + 8) / 1e9)
+        assert r["read_gb_per_s"] == pytest.approx(
+            t["batches_per_s"] * r["bytes_read"] / r["steps"] / 1e9
+        )
+        assert r["bytes_read"] > 0
+    print_report({"results": results, "workloads": [summary], "notes": []})
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GB/s: "))
+    assert line.startswith(
+        "GB/s: hub-images: 10^9 B/s of each sample's decoded image and label (20x28x3 + 8 B)"
+    )
+    for r in results:
+        assert f"{r['variant']} " in line.partition("read from storage, GB/s: ")[2]
+    # Token kinds count what every variant delivers: no line (the default run's output).
+    tokens = {**summary, "name": "tokens", "gb_per_s_counts": TOKENS_DELIVERED}
+    print_report({"results": results, "workloads": [tokens], "notes": []})
+    assert "GB/s: " not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ __all__ = ["ceiling_notes", "distinct_figures", "storage_ceiling"]
 
 
 def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> dict[str, Any]:
-    """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes).
+    """Bare concurrent reads of the dataset's bytes (4 MiB blocks, up to ``budget`` bytes;
+    smaller where that leaves a thread without one).
 
     Tries O_DIRECT first (the device, not the page cache); falls back to
     buffered reads where the filesystem refuses it, and says which it got.
@@ -25,10 +26,17 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> d
     a variant above it would be called a cache hit when it only read deeper.
     """
     threads = max(io_threads(), depth)  # the shared pool's size (HEADRACE_IO_THREADS)
+    sizes = [(p, os.path.getsize(p)) for p in kind.files()]
     block = 4 << 20
+    held = min(budget, sum(n for _, n in sizes))
+    if held < threads * block:
+        # Fewer blocks than threads read shallower than asked: a 54 MB token file in
+        # 4 MiB blocks was 13 reads, 24 READs in flight at a slowfs mount whose variants
+        # had 64. Smaller blocks (4 KiB-aligned, 128 KiB at least) give each thread one.
+        share = -(-held // threads)
+        block = max(128 << 10, (share + 4095) // 4096 * 4096)
     jobs = []
-    for p in kind.files():
-        size = os.path.getsize(p)
+    for p, size in sizes:
         jobs += [(p, off, min(block, size - off)) for off in range(0, size, block)]
     jobs = jobs[: max(1, budget // block)]
     flags = getattr(os, "O_DIRECT", 0)
@@ -64,8 +72,18 @@ def storage_ceiling(kind: Kind, *, budget: int = 256 << 20, depth: int = 0) -> d
             "bytes": got,
             "o_direct": direct,
             "threads": threads,
+            "block_bytes": block,
         }
     return {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": threads}
+
+
+def _depths(ceiling: dict[str, Any]) -> str:
+    """How deep the ceiling read at its mount beside the deepest variant, in READs in
+    flight: a variant that read deeper than the ceiling can be above it from depth alone."""
+    own, variants = ceiling.get("reads_in_flight"), ceiling.get("variant_reads_in_flight")
+    if own is None or variants is None:
+        return ""
+    return f", {own} READs in flight; the variants up to {variants}"
 
 
 def _decimals(v: float) -> int:
@@ -139,7 +157,7 @@ def ceiling_notes(
                 # `--root` on an NFS or FUSE mount: O_DIRECT reads go to its server, so
                 # "device" named a disk the run never measured.
                 where = (
-                    f"slowfs mount's ({how})"
+                    f"slowfs mount's ({how}{_depths(ceiling)})"
                     if slowfs
                     else f"{network} mount's ({how})"
                     if network

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
@@ -42,6 +41,7 @@ from headrace.formats import (
 )
 from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import ImageMode, check_image_mode
+from headrace.io._daemon_pool import one_call_pool
 from headrace.plan import host_slice, step_samples
 
 __all__ = ["FilesKind", "photo"]
@@ -256,6 +256,12 @@ class FilesKind(Kind):
     def _generated(self) -> bool:
         return all(os.path.exists(p) for p in self.files())
 
+    def payload_counts(self) -> str:
+        return (
+            "each sample's stored bytes (its share of its file), for every variant: the "
+            "decoding ones deliver decoded arrays, the raw ones and the ceiling these bytes"
+        )
+
     def batch_payload_bytes(self, batch: Batch) -> int | None:  # noqa: ARG002
         return None  # decoded arrays do not show the stored bytes a record counts
 
@@ -367,9 +373,9 @@ class FilesKind(Kind):
         (``in_flight`` at a time), so the cached variant reads a warm cache."""
         src = self.source(decode=False, cache_dir=directory)
         try:
-            # Still joined on a Ctrl-C (a fetch stuck in a stalled mount holds it): not moved
-            # to io._daemon_pool.one_call_pool yet, for want of a test (docs/long-runs.md).
-            with ThreadPoolExecutor(src.in_flight, thread_name_prefix="bench-fill") as pool:
+            # Daemon threads: left by a Ctrl-C, a fetch stuck in a stalled mount holds
+            # neither this call nor the exit (a ThreadPoolExecutor's joined it).
+            with one_call_pool(src.in_flight, thread_name_prefix="bench-fill") as pool:
                 for _ in pool.map(src.files.fetch, range(len(src.files))):
                     pass
             return filled(src.cache_stats)

@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 import numpy as np
@@ -49,8 +49,13 @@ from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, store_figures, variant
 from headrace.errors import ConfigError
 from headrace.formats import FileSource, IterableFiles
+from headrace.io._daemon_pool import DaemonPool
 
 __all__ = ["FilesKind", "StageProbe"]
+
+#: How long closing the ``ceiling`` waits for its fetches in flight (a healthy one ends
+#: in milliseconds; one stuck in a stalled mount is left on its daemon thread).
+_CLOSE_WAIT_S = 2.0
 
 
 class StageProbe:
@@ -290,28 +295,39 @@ def _ceiling(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
     depth = spec.int("in_flight", src.in_flight)
     order = k.step_files(k.seed_of(spec), 0, steps).tolist()
     b = k.hi - k.lo
-    # close() joins it (a fetch stuck in a stalled mount holds it): not a DaemonPool yet,
-    # for want of a test (docs/long-runs.md).
-    pool = ThreadPoolExecutor(depth, thread_name_prefix="bench-ceiling")
+    # Daemon threads: a fetch stuck in a stalled mount holds neither a Ctrl-C nor the exit
+    # (a ThreadPoolExecutor's were joined by both).
+    pool = DaemonPool(depth, thread_name_prefix="bench-ceiling")
+    running: set[Future[Any]] = set()
+    abandoned = False
 
     def batches() -> Iterator[Batch]:
+        nonlocal running, abandoned
         todo = deque(order)
-        running: set[Future[Any]] = set()
         done: list[np.ndarray[Any, Any]] = []
-        while todo or running:
-            while todo and len(running) < depth:
-                running.add(pool.submit(fetch, todo.popleft()))
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
-            done += [np.frombuffer(f.result(), dtype=np.uint8) for f in finished]
-            while len(done) >= b:
-                out = np.empty(b, dtype=object)
-                for j in range(b):
-                    out[j] = done[j]
-                del done[:b]
-                yield {"bytes": out}
+        try:
+            while todo or running:
+                while todo and len(running) < depth:
+                    running.add(pool.submit(fetch, todo.popleft()))
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                done += [np.frombuffer(f.result(), dtype=np.uint8) for f in finished]
+                while len(done) >= b:
+                    out = np.empty(b, dtype=object)
+                    for j in range(b):
+                        out[j] = done[j]
+                    del done[:b]
+                    yield {"bytes": out}
+        except (GeneratorExit, Exception):
+            raise  # closed early, or a fetch failed: close() waits for those in flight
+        except BaseException:
+            abandoned = True  # a Ctrl-C: close() waits for none (one may be stuck)
+            raise
 
     def close() -> None:
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Fetches in flight end before their source closes; waited for a while only, as
+        # a Ctrl-C in the consumer leaves one stuck in a stalled mount here too.
+        _, stuck = wait(running, timeout=0 if abandoned else _CLOSE_WAIT_S)
+        pool.shutdown(wait=not stuck, cancel_futures=True)
         src.close()
 
     def stats() -> dict[str, Any]:

@@ -32,6 +32,8 @@ from headrace.io import CacheStats, ObjectStats
 from headrace.pipeline import Loader
 
 __all__ = [
+    "DELIVERED",
+    "TOKENS_DELIVERED",
     "KINDS",
     "Batch",
     "DigestOrder",
@@ -45,6 +47,13 @@ __all__ = [
     "store_figures",
     "variant",
 ]
+
+#: What a workload's GB/s counts unless its kind says otherwise (:meth:`Kind.payload_counts`).
+DELIVERED = "the bytes of the batches' arrays, as each variant delivers them"
+#: ... for token kinds: x and y share all but one token of each sample.
+TOKENS_DELIVERED = (
+    "the tokens of the batches, B x (L + 1) x itemsize (x and y shifted: counted once)"
+)
 
 Batch = dict[str, NDArray[Any]]
 #: How a variant's digest is compared: ``plan`` (the stream, in order), ``any``
@@ -346,6 +355,11 @@ class Kind:
     def stored_per_payload(self) -> float:
         """Stored bytes per payload byte delivered (decoded rows are wider than stored)."""
         return 1.0
+
+    def payload_counts(self) -> str:
+        """What this workload's GB/s (and MB/s) count, the same for every variant: by
+        default :data:`DELIVERED`, the bytes of the batches' arrays as delivered."""
+        return DELIVERED
 
     def unique_payload_bytes(self, steps: int) -> int:
         """Stored bytes the first ``steps`` batches need at least: amplification's yardstick."""

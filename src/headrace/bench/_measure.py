@@ -27,7 +27,15 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import sample_digests
 from headrace.testing import update_digest
 
-__all__ = ["CHILD", "CONFIG_EXIT", "ERROR_EXIT", "LIFELINE_FD", "measure_pass"]
+__all__ = [
+    "CHILD",
+    "CONFIG_EXIT",
+    "ERROR_EXIT",
+    "LIFELINE_FD",
+    "cpu_s_per_gb",
+    "measure_pass",
+    "pass_figures",
+]
 
 # Exit status of a measurement process refused with a ConfigError (stderr: the message).
 CONFIG_EXIT = 3
@@ -93,9 +101,6 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     canonical = None
     if per is not None:
         canonical = hashlib.sha256("".join(sorted(per)).encode()).hexdigest()
-    # Files kinds are shown by a fresh pass's rate; this one hashed every sample twice in
-    # its wall time, so on fast storage every variant came out at the hashing rate.
-    fresh = _fresh_pass_s(kind, spec, steps) if kind.canonical_digests else None
     return {
         "variant": spec,
         "steps": n,
@@ -106,7 +111,6 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
         "bytes_before_first_batch": first_bytes,
         "time_to_first_batch_s": first_s,
         "wall_s": wall,
-        "fresh_pass_s": fresh,
         "cpu_s": cpu,
         "loader_s": loader_s,
         "consumer_s": consumer_s,
@@ -117,21 +121,64 @@ def measure_pass(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     }
 
 
-def _fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
-    """Seconds from opening a fresh stream of ``spec`` to its last batch, the batches taken
-    and dropped: a consumer that costs nothing, as the timed trials have, on a stream that
-    starts empty, as theirs do not. Run after the digested pass, so its peak RSS and first
-    figures are that pass's own."""
-    kind.loaders.clear()
-    t0 = time.perf_counter()
-    stream = kind.open(spec, steps)
-    try:
-        for _ in stream:
-            pass
-        return time.perf_counter() - t0
-    finally:
-        stream.close()
-        kind.loaders.clear()
+_LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
+
+
+def pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
+    """Figures of the measurement pass: one fresh stream, read to its end, digests included.
+
+    ``samples_per_s``/``mb_per_s`` (stored bytes) come from the median of the fresh
+    passes of the same steps whose consumer does nothing (``fresh_pass_s``; each in
+    ``fresh_passes_s``), opening and the first fetches included, as a training run sees
+    them; the stage figures are the digested pass's.
+    """
+    src: dict[str, Any] = m.get("source") or {}
+    wall = m.get("wall_s") or 0.0
+    fresh = m.get("fresh_pass_s")
+    samples = m["steps"] * kind.host_batch
+    out: dict[str, Any] = {
+        "in_flight_observed": src.get("in_flight_observed"),
+        "requests": src.get("requests"),
+        "retries": src.get("retries"),
+        "throttled": src.get("throttled"),
+        "request_latency_s": src.get("request_latency_s"),
+        "stages": {
+            "wall_s": wall,
+            "cpu_s": m.get("cpu_s"),
+            "loader_s": m.get("loader_s"),
+            "consumer_s": m.get("consumer_s"),
+            "read_s": src.get("read_s"),
+            "decode_s": src.get("decode_s"),
+            "time_to_first_batch_s": m.get("time_to_first_batch_s"),
+            # The Loader's own split (None for variants without one, e.g. naive):
+            # planning, inside source.read, starting read-ahead, waiting on its queue.
+            **{k: (m.get("loader_stages") or {}).get(k) for k in _LOADER_STAGES},
+        },
+    }
+    if kind.canonical_digests and fresh:
+        out["fresh_pass_s"] = fresh
+        out["fresh_passes_s"] = m["fresh_passes_s"]
+        out["fresh_pass_page_cache"] = m["fresh_pass_page_cache"]
+        out["samples_per_s"] = samples / fresh
+        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
+    if "peak_held_bytes" in src:
+        out["peak_held_bytes"] = src["peak_held_bytes"]
+    if "in_flight" in src:
+        out["in_flight"] = src["in_flight"]
+    if "cache" in src:
+        out["cache"] = src["cache"]
+    return out
+
+
+def cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
+    """The measurement pass's loader CPU seconds per GB it delivered.
+
+    From the pass, not the timed trials: every variant's trial stream is open at once
+    and their read-ahead threads refill while another variant is timed, so a trial's
+    process CPU is not its own.
+    """
+    cpu = m.get("cpu_s")
+    return cpu / (delivered / 1e9) if cpu is not None and delivered else None
 
 
 def _loader_stages(kind: Kind) -> dict[str, float] | None:

@@ -6,7 +6,13 @@ import os
 from typing import Any
 
 from headrace._output_path import check_output_path
-from headrace.bench._report import headline_rate, short_trials_note, table_figures
+from headrace.bench._report import (
+    headline_rate,
+    short_au,
+    short_au_note,
+    short_trials_note,
+    table_figures,
+)
 from headrace.errors import ConfigError
 
 __all__ = ["check_plot_path", "draw_report", "plot_file", "plot_report", "sweep_lines"]
@@ -110,18 +116,20 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax.set_xlabel(key)
         ax.legend()
     else:
-        shown = [headline_rate(r) for r in results]  # files kinds: their fresh pass
+        shown = [headline_rate(r) for r in results]  # files kinds: their fresh passes
         gb = [h[3] for h in shown]
         lo = [h[3] * (1 - h[1] / h[0]) if h[0] else 0.0 for h in shown]
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), bar_labels, fontsize=8)
-    # The table's GB/s: the trials' median (bars: and min-max), a files workload's one
-    # fresh pass; a sweep draws no min-max, which the label claimed.
+    # The table's GB/s: the trials' median (bars: and min-max), a files workload's fresh
+    # passes' (of stored bytes: its gb_per_s_counts); a sweep draws no min-max, which the
+    # label claimed.
     ax.set_ylabel(
         "GB/s of payload (10^9 B/s), as the table"
         if sweep
-        else "GB/s of payload (10^9 B/s), median and min-max\n(files: one fresh pass)"
+        else "GB/s of payload (10^9 B/s), median and min-max\n"
+        "(files: stored bytes, of fresh passes)"
     )
     ax.set_title("throughput")
     if has_au:
@@ -130,15 +138,21 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax2.bar(range(len(au)), au, color="#81c3d7")
         thresholds = [w.get("au_threshold", 0.9) for w in report.get("workloads", [])]
         ax2.axhline(min(thresholds or [0.9]), color="red", ls="--", label="AU threshold")
-        ax2.set_xticks(range(len(au)), labels, fontsize=8)
+        # Marked as the table's AU column is: AU from short trials, whatever the kind (a
+        # files workload's bars are its fresh passes, but its AU is its trials').
+        au_labels = [f"{x}*" if short_au(r) else x for x, r in zip(labels, results, strict=True)]
+        ax2.set_xticks(range(len(au)), au_labels, fontsize=8)
         ax2.set_ylim(0, 1)
         ax2.set_title("accelerator utilisation (compute / wall)")
     cpu = report.get("machine", {}).get("cpu_model", "")
     fig.suptitle(f"headrace bench — {cpu}", fontsize=9)
     short = [r for r, m in zip(results, marked, strict=True) if m]
-    if short:  # the printed table's note, under the figure
-        fig.text(0.01, 0.01, short_trials_note(short[0]["steps_per_trial"], "GB/s"), fontsize=7)
-    fig.tight_layout(rect=(0, 0.05 if short else 0, 1, 1))
+    au_short = [r for r in results if short_au(r)]
+    said = [short_trials_note(short[0]["steps_per_trial"], "GB/s")] if short else []
+    said += [short_au_note(au_short[0]["steps_per_trial"])] if au_short else []
+    for i, line in enumerate(said):  # the printed table's notes, under the figure
+        fig.text(0.01, 0.01 + 0.035 * (len(said) - 1 - i), line, fontsize=7)
+    fig.tight_layout(rect=(0, 0.05 * len(said), 1, 1))
     return fig
 
 

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from headrace.bench._kind import DELIVERED, TOKENS_DELIVERED
+
 __all__ = [
     "SCHEMA_VERSION",
     "SHORT_TRIAL_STEPS",
@@ -21,6 +23,8 @@ __all__ = [
     "headline_rate",
     "print_report",
     "rate_text",
+    "short_au",
+    "short_au_note",
     "short_trials_note",
     "table_figures",
     "write_json",
@@ -69,6 +73,25 @@ def short_trials_note(steps: int, figures: str = "batches/s and ratios") -> str:
     )
 
 
+def short_au(r: dict[str, Any]) -> bool:
+    """Whether a result's AU comes from short trials (any kind: AU is always the trials')."""
+    return r.get("au") is not None and short_trials(r)
+
+
+def short_au_note(steps: int) -> str:
+    """What the ``*`` beside an AU from short trials means (the table's, the plot's)."""
+    if steps < 2:
+        return (
+            "AU* trials of 1 step with compute count none (the first left out, as DLIO "
+            "does): AU 0 by definition, not a measurement; use --steps 2 or more"
+        )
+    return (
+        f"AU* trials of {steps} steps with compute, {max(steps - 1, 0)} counted each (the "
+        "first left out, as DLIO does), on a fresh stream: no read-ahead queue overstates "
+        f"it, but few steps average it; use --steps {SHORT_TRIAL_STEPS} or more"
+    )
+
+
 def fresh_pass_rate(r: dict[str, Any]) -> float | None:
     """A files workload's batches/s in its fresh pass (see :func:`headline_rate`);
     ``None`` for other kinds, and for hand-made reports without the pass."""
@@ -79,16 +102,26 @@ def fresh_pass_rate(r: dict[str, Any]) -> float | None:
     return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
 
 
-def headline_rate(r: dict[str, Any]) -> tuple[float, float, float, float, bool]:
-    """(batches/s, min, max, GB/s) to show for a result, and whether it is one fresh pass.
+def fresh_passes(r: dict[str, Any]) -> list[float]:
+    """A files result's fresh passes' seconds (reports before 2026-12-03: its one)."""
+    return [float(x) for x in r.get("fresh_passes_s") or [r["fresh_pass_s"]]]
 
-    Files kinds are shown by their measurement pass: their timed trials start from a
-    read-ahead queue filled while other variants ran (hundreds of GB/s from a disk that
-    gives 0.5), so those trial figures are kept in the JSON but never shown as throughput.
+
+def headline_rate(r: dict[str, Any]) -> tuple[float, float, float, float, bool]:
+    """(batches/s, min, max, GB/s) to show for a result, and whether it is from fresh passes.
+
+    Files kinds are shown by their fresh passes (the median, and min-max): their timed
+    trials start from a read-ahead queue filled while other variants ran (hundreds of
+    GB/s from a disk that gives 0.5), so those trial figures are kept in the JSON but
+    never shown as throughput.
     """
     rate = fresh_pass_rate(r)
     if rate is not None:
-        return rate, rate, rate, r["mb_per_s"] / 1e3, True
+        if not r.get("fresh_pass_s"):  # reports before the fresh pass: the digested one
+            return rate, rate, rate, r["mb_per_s"] / 1e3, True
+        passes = fresh_passes(r)
+        lo, hi = r["steps"] / max(passes), r["steps"] / min(passes)
+        return rate, lo, hi, r["mb_per_s"] / 1e3, True
     sp = r["batches_per_s_spread"]
     return r["batches_per_s"], sp["min"], sp["max"], r["gb_per_s"], False
 
@@ -107,7 +140,22 @@ def table_figures(r: dict[str, Any]) -> dict[str, Any]:
         "ratio_to_baseline": r["ratio_to_baseline"],
         "ratio_to_memcpy": r["ratio_to_memcpy"],
         "short_trials": not one_pass and short_trials(r),
+        "fresh_passes": len(fresh_passes(r)) if one_pass and r.get("fresh_pass_s") else None,
+        "page_cache": r.get("fresh_pass_page_cache") if one_pass else None,
     }
+
+
+def _fresh_cell(shown: dict[str, Any]) -> str:
+    """A files result's batches/s: ``1 fresh pass``, or the median of N with min-max; and
+    ``page cache`` where its files were read buffered after the digested pass read them,
+    from local disk with room for them in memory (not a storage figure)."""
+    n = shown.get("fresh_passes") or 1
+    cache = ", page cache" if shown.get("page_cache") else ""
+    rate, spread = shown["batches_per_s"], shown["batches_per_s_spread"]
+    if n == 1:
+        return f"{rate_text(rate)} (1 fresh pass{cache})"
+    lo, hi = rate_text(spread["min"]), rate_text(spread["max"])
+    return f"{rate_text(rate)} ({lo}-{hi}, {n} fresh passes{cache})"
 
 
 def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -134,14 +182,16 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             [
                 r["workload"],
                 r["variant"],
-                f"{rate_text(rate)} (1 fresh pass)"
+                _fresh_cell(shown)
                 if shown["from"] == "fresh_pass"
                 else f"{rate_text(rate)}{mark} "
                 f"({rate_text(spread['min'])}-{rate_text(spread['max'])})",
                 f"{_small(shown['gb_per_s'])}{mark}",
                 _x(shown["ratio_to_baseline"]) + mark,
                 _x(shown["ratio_to_memcpy"]) + mark,
-                "-" if au is None else f"{au:.2f}" + (" ok" if r.get("au_pass") else " FAIL"),
+                "-"
+                if au is None
+                else f"{au:.2f}{'*' * short_au(r)}" + (" ok" if r.get("au_pass") else " FAIL"),
                 _mib(r["bytes_before_first_batch"]),
                 _mib(r["peak_rss_bytes"]),
                 "-" if r["amplification"] is None else f"{r['amplification']:.2f}",
@@ -354,11 +404,14 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
     if short:
         print(short_trials_note(short[0]["steps_per_trial"]), file=out)
+    au_short = [r for r in report["results"] if short_au(r)]
+    if au_short:
+        print(short_au_note(au_short[0]["steps_per_trial"]), file=out)
     head, rows = _stage_rows(report)
     if rows:
         _print(
             "fresh passes per variant, whole epochs: samples/s and MB/s (10^6 B stored) "
-            "undigested, the rest the digested pass's",
+            "the undigested passes' median, the rest the digested pass's",
             head,
             rows,
             out,
@@ -386,10 +439,35 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
                 f"{fs['open_latency_ms']:g} ms per open, {fs['mount']}",
                 file=out,
             )
+            c = w.get("storage_ceiling") or {}
+            if c.get("gb_per_s") is not None and c.get("reads_in_flight") is not None:
+                print(
+                    f"storage: {w['name']}: read ceiling {c['gb_per_s']:.2f} GB/s, "
+                    f"{c['threads']} threads of {c['block_bytes'] / 2**20:.3g} MiB "
+                    f"{'O_DIRECT' if c['o_direct'] else 'buffered'} reads, "
+                    f"{c['reads_in_flight']} READs in flight at its mount (the variants' "
+                    f"most: {c.get('variant_reads_in_flight')})",
+                    file=out,
+                )
         elif w.get("s3"):
             print(f"storage: {w['name']}: {_s3_line(w['s3'])}", file=out)
         elif w.get("storage") not in (None, "local"):
             print(f"storage: {w['name']}: {w['storage']}", file=out)
+    for w in report.get("workloads", []):
+        counts = w.get("gb_per_s_counts")
+        if counts and counts not in (DELIVERED, TOKENS_DELIVERED):
+            # Where GB/s is not what every variant delivers (files: stored bytes; decoded
+            # images for hub-images' raw variant too), say what it counts, and what each
+            # variant read from storage (10^9 B/s at the table's rate).
+            read = ", ".join(
+                f"{r['variant']} {_small(r['read_gb_per_s'])}"
+                for r in report["results"]
+                if r["workload"] == w["name"] and r.get("read_gb_per_s") is not None
+            )
+            print(
+                f"GB/s: {w['name']}: 10^9 B/s of {counts}; read from storage, GB/s: {read}",
+                file=out,
+            )
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
 

@@ -7,7 +7,8 @@
    ``warmup_steps`` excluded), then trials alternate ``A B C D A B C D ...`` so
    a noisy neighbour or a frequency change hits every variant alike. Each trial
    times ``steps`` batches; medians and spreads are reported. Digesting is kept
-   out of the timed loop (it costs as much as a fast gather).
+   out of the timed loop (it costs as much as a fast gather). Files workloads
+   then run fresh passes, alternating too (:mod:`headrace.bench._fresh`).
 
 Both passes read the same steps of the same plan, so the digests describe the
 batches that were timed.
@@ -28,12 +29,20 @@ from typing import Any
 
 import headrace
 from headrace._messages import byte_size
-from headrace.bench import _au
+from headrace.bench import _au, _fresh
 from headrace.bench._au import au_trial, compute_times, demand_bytes_per_s, max_accelerators
 from headrace.bench._ceiling import ceiling_notes, storage_ceiling
 from headrace.bench._kind import Batch, Kind
 from headrace.bench._machine import meminfo
-from headrace.bench._measure import CHILD, CONFIG_EXIT, ERROR_EXIT, LIFELINE_FD, measure_pass
+from headrace.bench._measure import (
+    CHILD,
+    CONFIG_EXIT,
+    ERROR_EXIT,
+    LIFELINE_FD,
+    cpu_s_per_gb,
+    measure_pass,
+    pass_figures,
+)
 from headrace.bench._ratios import ratios
 from headrace.bench._report import SHORT_TRIAL_STEPS, table_figures
 from headrace.bench._result_notes import result_notes
@@ -149,7 +158,7 @@ def run_workload(
     public = kind.workload  # before serving adds endpoints and credentials
     mounts = None if opts.slowfs is None else VariantMounts(kind.root, opts.slowfs)
     with kind.serve(), mounts if mounts is not None else contextlib.nullcontext():
-        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts))
+        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts), mounts)
     summary["workload"] = public.to_dict()
     if mounts is not None:
         for res in results:
@@ -176,7 +185,11 @@ def _variant_kinds(kind: Kind, mounts: VariantMounts | None) -> Callable[[str], 
 
 
 def _run(
-    kind: Kind, opts: RunOptions, progress: Progress | None, of: Callable[[str], Kind]
+    kind: Kind,
+    opts: RunOptions,
+    progress: Progress | None,
+    of: Callable[[str], Kind],
+    mounts: VariantMounts | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     wl, t = kind.workload, kind.workload.train
     warmup = max(1, t.warmup_steps)
@@ -226,7 +239,7 @@ def _run(
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    done, work = 0, t.trials * len(specs) * (2 if has_compute else 1)
+    done, work = 0, (t.trials * (2 if has_compute else 1) + _fresh.passes(kind)) * len(specs)
     # Per variant, each epoch's (AU, loader seconds per counted step).
     au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
     try:
@@ -261,6 +274,16 @@ def _run(
     finally:
         for s in streams.values():
             s.close()
+    # 2b. files kinds: fresh passes, alternating (their shown figure; see _fresh.py).
+
+    def pass_done() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(f"{wl.name}: fresh passes", done, work)
+
+    live = [s for s in specs if s not in failed]
+    fresh = _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done)
     # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
     # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
     # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
@@ -303,14 +326,30 @@ def _run(
         raise HeadraceError("; ".join(failed.values()))
 
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
+    mount = mount_of(kind.root) if kind.storage == "local" else None
+    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
+    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
+    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
     notes: list[str] = [
         f"{wl.name}/{spec}: failed, left out of the figures and the digest comparison: {text}"
         for spec, text in failed.items()
     ]
     results: list[dict[str, Any]] = []
     yardsticks: dict[int, tuple[int, int]] = {}  # steps -> (delivered, unique): plans cost
+    ds_bytes = kind.dataset_bytes()
+    # Files read buffered from local disk that fits in free memory: the digested pass
+    # read each file before the fresh passes, so they read the page cache.
+    cached_disk = (
+        kind.storage == "local"
+        and opts.slowfs is None
+        and (in_memory or ds_bytes < mem_before.get("MemAvailable", 0))
+    )
     for spec in specs:
         m = measured[spec]
+        if fresh.get(spec):
+            m["fresh_passes_s"] = fresh[spec]
+            m["fresh_pass_s"] = statistics.median(fresh[spec])
+            m["fresh_pass_page_cache"] = cached_disk and not _fresh.reads_past_cache(kind, spec)
         med = statistics.median(rates[spec])
         run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute else None
         if m["steps"] not in yardsticks:
@@ -346,7 +385,7 @@ def _run(
                 "time_to_first_batch_s": first_s[spec],
                 "peak_rss_bytes": m["peak_rss_bytes"],
                 "rss_baseline_bytes": m["rss_baseline_bytes"],
-                "cpu_s_per_gb": _cpu_s_per_gb(m, delivered if counted is None else counted),
+                "cpu_s_per_gb": cpu_s_per_gb(m, delivered if counted is None else counted),
                 "bytes_read": m["bytes_read"],
                 # Counted on the batches where their arrays show it, else from the plan.
                 "bytes_delivered": delivered if counted is None else counted,
@@ -361,7 +400,7 @@ def _run(
                 "steps": m["steps"],
                 "trials": t.trials,
                 "steps_per_trial": t.steps,
-                **_pass_figures(kind, m),
+                **pass_figures(kind, m),
                 **of(spec).result_extras(spec),
                 **_slowfs_extras(opts.slowfs),
             }
@@ -369,19 +408,31 @@ def _run(
     ratios(results, opts.sweep_key)
     for res in results:
         res["table"] = table_figures(res)
-    mount = mount_of(kind.root) if kind.storage == "local" else None
-    # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
-    # "device (O_DIRECT) ceiling" called variants above it page-cache hits.
-    in_memory = mount is not None and mount.fstype in MEMORY_FS and opts.slowfs is None
+        # Bytes read from storage per second at the rate the table shows, every variant
+        # alike: the payload GB/s counts what the kind says (decoded images for
+        # hub-images' headrace-raw too, which reads and hands over the stored JPEGs).
+        steps = res["steps"]
+        res["read_gb_per_s"] = (
+            res["table"]["batches_per_s"] * res["bytes_read"] / steps / 1e9 if steps else None
+        )
+    # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
+    # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
+    # variants that kept 64 READs in flight (tokens at 10 ms per READ).
+    variant_reads = [
+        n for s in specs if mounts is not None and (n := mounts.max_in_flight(s)) is not None
+    ]
     ceiling = (
         # Through a mount of its own: bare reads that leave no pages for any variant.
         storage_ceiling(
             of(_CEILING) if opts.slowfs else kind,
-            depth=max([0, *(int(r.get("in_flight") or 0) for r in results)]),
+            depth=max([0, *(int(r.get("in_flight") or 0) for r in results), *variant_reads]),
         )
         if kind.storage == "local" and not in_memory
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
+    if mounts is not None and ceiling["gb_per_s"] is not None:
+        ceiling["reads_in_flight"] = mounts.max_in_flight(_CEILING)
+        ceiling["variant_reads_in_flight"] = max(variant_reads, default=None)
     notes += ceiling_notes(
         wl.name,
         results,
@@ -419,7 +470,6 @@ def _run(
             "read its fresh pass (where the time went)"
         )
     notes += result_notes(wl.name, results)
-    ds_bytes = kind.dataset_bytes()
     if mount is not None and network_type(mount.fstype):
         notes.append(
             f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
@@ -453,6 +503,7 @@ def _run(
         "au_threshold": t.au_threshold,
         "computation_time_s": t.computation_time,
         "demand_bytes_per_s": demand_bytes_per_s(kind, n_acc),
+        "gb_per_s_counts": kind.payload_counts(),
         "storage_ceiling": ceiling,
         "notes": notes,
         "record_bytes": kind.record_bytes(),
@@ -507,64 +558,6 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, 
             else ""
         )
     )
-
-
-_LOADER_STAGES = ("plan_s", "source_s", "prefetch_s", "queue_wait_s")
-
-
-def _pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
-    """Figures of the measurement pass: one fresh stream, read to its end, digests included.
-
-    ``samples_per_s``/``mb_per_s`` (stored bytes) come from a second fresh pass of the
-    same steps whose consumer does nothing (``fresh_pass_s``), opening and the first
-    fetches included, as a training run sees them; the stage figures are the digested
-    pass's.
-    """
-    src: dict[str, Any] = m.get("source") or {}
-    wall = m.get("wall_s") or 0.0
-    fresh = m.get("fresh_pass_s")
-    samples = m["steps"] * kind.host_batch
-    out: dict[str, Any] = {
-        "in_flight_observed": src.get("in_flight_observed"),
-        "requests": src.get("requests"),
-        "retries": src.get("retries"),
-        "throttled": src.get("throttled"),
-        "request_latency_s": src.get("request_latency_s"),
-        "stages": {
-            "wall_s": wall,
-            "cpu_s": m.get("cpu_s"),
-            "loader_s": m.get("loader_s"),
-            "consumer_s": m.get("consumer_s"),
-            "read_s": src.get("read_s"),
-            "decode_s": src.get("decode_s"),
-            "time_to_first_batch_s": m.get("time_to_first_batch_s"),
-            # The Loader's own split (None for variants without one, e.g. naive):
-            # planning, inside source.read, starting read-ahead, waiting on its queue.
-            **{k: (m.get("loader_stages") or {}).get(k) for k in _LOADER_STAGES},
-        },
-    }
-    if kind.canonical_digests and fresh:
-        out["fresh_pass_s"] = fresh
-        out["samples_per_s"] = samples / fresh
-        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
-    if "peak_held_bytes" in src:
-        out["peak_held_bytes"] = src["peak_held_bytes"]
-    if "in_flight" in src:
-        out["in_flight"] = src["in_flight"]
-    if "cache" in src:
-        out["cache"] = src["cache"]
-    return out
-
-
-def _cpu_s_per_gb(m: dict[str, Any], delivered: int) -> float | None:
-    """The measurement pass's loader CPU seconds per GB it delivered.
-
-    From the pass, not the timed trials: every variant's trial stream is open at once
-    and their read-ahead threads refill while another variant is timed, so a trial's
-    process CPU is not its own.
-    """
-    cpu = m.get("cpu_s")
-    return cpu / (delivered / 1e9) if cpu is not None and delivered else None
 
 
 def mismatches(results: list[dict[str, Any]]) -> list[list[str]]:

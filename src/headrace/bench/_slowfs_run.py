@@ -27,7 +27,7 @@ from typing import Any
 
 from headrace._closing import Closing
 from headrace.emulate import SlowFSConfig, SlowMount, check_fuse, is_mounted
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["FUSE_HELP", "VariantMounts", "fuse_check", "slowfs_figures"]
 
@@ -73,6 +73,19 @@ class VariantMounts(Closing):
         self._mounts[key] = mount
         mount.start()
         return str(mount.mnt)
+
+    def max_in_flight(self, key: str) -> int | None:
+        """The most READs ``key``'s mount has had in flight at once so far (``None``: it
+        has no mount, or its server gave no counters): how deep its reader read, in the
+        unit every reader shares there, whatever its threads or queue depth."""
+        mount = self._mounts.get(key)
+        if mount is None:
+            return None
+        try:
+            got = mount.stats().get("max_in_flight")
+        except HeadraceError:
+            return None
+        return int(got) if got is not None else None
 
     @property
     def mount_points(self) -> list[str]:

@@ -151,6 +151,13 @@ class TableImagesKind(ParquetKind):
         h, w = self.image_hw
         return float(h * w * 3 + 8)
 
+    def payload_counts(self) -> str:
+        h, w = self.image_hw
+        return (
+            f"each sample's decoded image and label ({h}x{w}x3 + 8 B), for every variant: "
+            "headrace-raw delivers the stored JPEG bytes (padded) and is counted so too"
+        )
+
     def batch_payload_bytes(self, batch: Batch) -> int | None:
         # The raw variant's padded bytes do not show the decoded payload a sample counts.
         if batch["image"].ndim != 4:

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from headrace.bench._datagen import token_bytes_to_write, write_token_file
 from headrace.bench._kind import (
+    TOKENS_DELIVERED,
     Batch,
     GenStream,
     Kind,
@@ -83,6 +84,9 @@ class TokenPayload(Kind):
     def record_bytes(self) -> float:
         # x and y share one (L + 1)-token row: counted once.
         return float((self.context + 1) * self.dtype.itemsize)
+
+    def payload_counts(self) -> str:
+        return TOKENS_DELIVERED
 
     def batch_payload_bytes(self, batch: Batch) -> int | None:
         x = batch["x"]  # x and y: the same samples' L + 1 tokens, shifted by one

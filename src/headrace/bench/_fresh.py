@@ -1,0 +1,86 @@
+"""Fresh passes: the figure a files workload is shown by.
+
+A files workload's timed trials start from a read-ahead queue filled while the
+other variants ran (thousands of batches/s from a disk that gives tens), so its
+table shows fresh passes instead: a stream opened, read to its end (whole epochs)
+with a consumer that drops each batch, and closed. They run after the trials,
+alternating between the variants (``A B C A B C ...``) as trials do, one per
+trial up to :data:`MOST`, for a median and a spread. Until 2026-12-03 each
+variant had one, in its measurement process right after its digested pass.
+
+Where the files are read buffered from local disk and the dataset fits in free
+memory, every pass reads what the digested pass left in the page cache: the
+result says so (``fresh_pass_page_cache``) rather than pass it off as storage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from headrace.bench._kind import Kind, VariantSpec
+from headrace.errors import HeadraceError
+
+__all__ = ["MOST", "alternate", "fresh_pass_s", "passes", "reads_past_cache"]
+
+#: Fresh passes per variant at most (each reads whole epochs).
+MOST = 3
+
+
+def passes(kind: Kind) -> int:
+    """Fresh passes per variant: one per trial up to :data:`MOST` for kinds shown by them
+    (``canonical_digests``: files), none for the others."""
+    return min(MOST, kind.workload.train.trials) if kind.canonical_digests else 0
+
+
+def fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
+    """Seconds from opening a fresh stream of ``spec`` to its last batch, the batches taken
+    and dropped: a consumer that costs nothing, as the timed trials have, on a stream that
+    starts empty, as theirs do not. Not the digested pass's time: that hashed every sample
+    twice, so on fast storage every variant came out at the hashing rate."""
+    kind.loaders.clear()
+    t0 = time.perf_counter()
+    stream = kind.open(spec, steps)
+    try:
+        for _ in stream:
+            pass
+        return time.perf_counter() - t0
+    finally:
+        stream.close()
+        kind.loaders.clear()
+
+
+def alternate(
+    specs: list[str],
+    of: Callable[[str], Kind],
+    steps: int,
+    rounds: int,
+    fail: Callable[[str, HeadraceError], None],
+    done: Callable[[], None],
+) -> dict[str, list[float]]:
+    """``rounds`` fresh passes of ``steps`` steps of each variant, alternating: each
+    variant's seconds, in order. A variant that fails is reported to ``fail`` and left
+    out of the later rounds; ``done`` is called after each pass."""
+    out: dict[str, list[float]] = {s: [] for s in specs}
+    failed: set[str] = set()
+    for _ in range(rounds):
+        for spec in specs:
+            if spec in failed:
+                continue
+            try:
+                out[spec].append(fresh_pass_s(of(spec), spec, steps))
+            except HeadraceError as exc:
+                failed.add(spec)
+                fail(spec, exc)
+                continue
+            done()
+    return out
+
+
+def reads_past_cache(kind: Kind, spec: str) -> bool:
+    """Whether ``spec`` reads its files past the page cache: O_DIRECT, from the
+    workload's ``odirect = true`` or the variant's ``?odirect=true``."""
+    asked = VariantSpec.parse(spec).options.get("odirect")
+    if asked is None:
+        return bool(getattr(kind, "odirect", False))
+    return str(asked).lower() in ("1", "true")
