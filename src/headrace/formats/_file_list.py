@@ -42,6 +42,7 @@ from headrace.formats._file_walk import (
     walk,
 )
 from headrace.formats._object_files import cache_name, check_store_options
+from headrace.formats._url_glob import ESCAPE_HINT, has_magic, literal_parts
 from headrace.io import (
     LocalFile,
     ObjectCache,
@@ -365,10 +366,16 @@ def refuse_repeats(paths: Sequence[str], what: str) -> None:
         seen[same] = p
 
 
-def _is_pattern(path: str | os.PathLike[str]) -> bool:
-    """A glob pattern, not a folder (a folder named ``odd[1]`` is a folder)."""
+def _pattern(path: str | os.PathLike[str]) -> str | None:
+    """``path`` as a glob pattern, its parts that exist as written escaped
+    (:func:`~headrace.formats._url_glob.literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not
+    ``d1/``); ``None`` when it is no pattern, or names an existing path (a folder named
+    ``odd[1]`` is a folder)."""
     text = os.fspath(path)
-    return any(c in text for c in "*?[") and not os.path.exists(text)
+    if not has_magic(text):
+        return None
+    pattern, literal = literal_parts(text, os.path.lexists, os.sep)
+    return None if literal else pattern
 
 
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
@@ -430,14 +437,15 @@ def list_files(
             f"cache_dir keeps local copies of objects read from an object store; {files!r} "
             "is on local disk already (leave cache_dir out)"
         )
-    if isinstance(files, (str, os.PathLike)) and _is_pattern(files):
+    pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
+    if pattern is not None:
         # As Table.open takes one: the files it matches, as a list of them would be.
-        pattern = os.fspath(files)
         # Folders it matches are not files; a FIFO or socket is refused below, by name.
+        given = os.fspath(files)  # type: ignore[arg-type]
         files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
         if not files:
             raise ObjectNotFoundError(
-                f"{pattern}: no files match this glob pattern (nor is it a folder)"
+                f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT
             )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)

@@ -29,7 +29,7 @@ from headrace.formats._table_layout import (
     state_fingerprint,
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
-from headrace.formats._url_glob import glob_root, has_magic
+from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
 from headrace.io._file import scheme_hint
 
 log = logging.getLogger("headrace.formats")
@@ -209,12 +209,15 @@ def _resolve(
             raise ConfigError("Table.open got an empty list of files")
         return os.path.commonpath([os.path.abspath(f) for f in files]), _regular(files)
     root = os.fspath(path)
-    if has_magic(root):
+    # Parts that exist as written are those names (t[01].parquet is that file, not
+    # t0.parquet and t1.parquet): a pattern only past them, or none at all.
+    pattern, literal = literal_parts(root, os.path.lexists, os.sep)
+    if has_magic(root) and not literal:
         # Folders it matches are not files; a FIFO, socket or dangling link is refused
         # below, by name, as FileSource refuses them (a FIFO was left out silently).
-        files = sorted(f for f in glob.glob(root, recursive=True) if not os.path.isdir(f))
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
         if not files:
-            raise FormatError(f"{root}: no files match")
+            raise FormatError(f"{root}: no files match{ESCAPE_HINT}")
         _refuse_delta_above(_regular(files))
         # The folder above the first wildcard, as on object storage (_url_glob): the
         # files' names in the fingerprint are relative to it, so a state saved on

@@ -33,7 +33,14 @@ from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._file_walk import refuse_special, stat_listed, suffixes
 from headrace.formats._object_files import ObjectFiles
-from headrace.formats._url_glob import glob_root, has_magic, key_matches
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    glob_root,
+    has_magic,
+    key_matches,
+    listed_exists,
+    literal_parts,
+)
 
 __all__ = ["SIDECARS", "expand_token_paths"]
 
@@ -115,9 +122,11 @@ def _refuse_splits(folder: str, found: list[str], sep: str) -> None:
 
 
 def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
+    # A part that exists as written is that folder (d[1]/*.bin: not d1/'s shards).
+    escaped = pattern if folder is not None else literal_parts(pattern, os.path.lexists, os.sep)[0]
     found = sorted(
         f
-        for f in glob.glob(pattern, recursive=True)
+        for f in glob.glob(escaped, recursive=True)
         if not f.endswith(SIDECARS)
         # A folder named like a shard is not one (a FIFO or dangling link is: refused below).
         and not os.path.isdir(f)
@@ -137,7 +146,7 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
         raise ObjectNotFoundError(
             f"{pattern}: no token files match this glob pattern (.json sidecars and .idx "
             "indexes are not counted); pass a pattern that matches the shards, or a list "
-            "of them"
+            "of them" + ESCAPE_HINT
         )
     for path in found:
         refuse_special(path, stat_listed(path))
@@ -147,9 +156,18 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
 
 
 def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None) -> list[str]:
-    base = glob_root(pattern)
+    # A prefix is the one written (s3://b/d[1]/ lists d[1]/, not the bucket for d1/).
+    base = folder.rstrip("/") if folder is not None else glob_root(pattern)
     wanted = pattern[len(base) + 1 :]
     every = stores.listing(base)
+    if folder is None:
+        # Parts that name an object or prefix as written are that name: shard[01].bin
+        # is the object of that name, not shard0.bin and shard1.bin.
+        urls = sorted(u for u, _ in every)
+        escaped, literal = literal_parts(pattern, listed_exists(urls))
+        if literal:
+            return [pattern]
+        wanted = escaped[len(base) + 1 :]
     found = sorted(
         u for u, _ in every if key_matches(u[len(base) + 1 :], wanted) and not u.endswith(SIDECARS)
     )
@@ -167,7 +185,7 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
         raise ObjectNotFoundError(
             f"{pattern}: no objects match this glob pattern ({len(keys):,} listed under "
             f"{base}/; .json sidecars and .idx indexes are not counted); pass a pattern "
-            "that matches the shards, or a list of their URLs"
+            "that matches the shards, or a list of their URLs" + ESCAPE_HINT
         )
     if folder is not None:
         _refuse_splits(folder, found, "/")
