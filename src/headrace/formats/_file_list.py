@@ -431,7 +431,11 @@ def list_files(
         return out
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         return _url_list([str(p) for p in files], store_options, listing, cache)
-    check_store_options(store_options, remote=False)
+    check_store_options(
+        store_options,
+        remote=False,
+        paths=[files] if isinstance(files, (str, os.PathLike)) else files,
+    )
     if cache is not None:
         raise ConfigError(
             f"cache_dir keeps local copies of objects read from an object store; {files!r} "

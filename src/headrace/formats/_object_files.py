@@ -32,6 +32,7 @@ from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
+from headrace.io._file import url_typo
 from headrace.io._object_names import empty_segment, empty_segment_error
 
 if TYPE_CHECKING:
@@ -66,11 +67,16 @@ def check_in_flight(in_flight: object) -> int:
 
 
 def check_store_options(
-    options: Mapping[str, Any] | None, *, remote: bool, where: str | None = None
+    options: Mapping[str, Any] | None,
+    *,
+    remote: bool,
+    where: str | None = None,
+    paths: Sequence[object] = (),
 ) -> dict[str, Any]:
     """A copy of ``options`` (``{}`` for ``None``), checked: a mapping of
     :class:`~headrace.io.ObjectStore` keyword arguments, given only where ``remote``
-    (some file is an object URL). ``where`` names the file in the messages."""
+    (some file is an object URL). ``where`` names the file in the messages; ``paths``
+    (the files, when local) are looked at for a URL with a typo in its scheme."""
     at = f"{where}: " if where else ""
     if options is None:
         return {}
@@ -80,7 +86,16 @@ def check_store_options(
             f"{{'region': 'us-east-1'}} (got {type(options).__name__})."
         )
     if options and not remote:
-        raise ConfigError(f"{at}store_options apply to object-store URLs only, not local files.")
+        typo = next(((p, u) for p in (where, *paths) if (u := url_typo(p))), None)
+        hint = (
+            f"; {typo[0]!r} is read as a local path: did you mean {typo[1]!r}?"
+            if typo
+            else "; leave store_options out for local files"
+        )
+        raise ConfigError(
+            f"{at}store_options apply to object-store URLs only (s3://, gs://, az://, "
+            f"http(s)://, file://), not local files{hint}"
+        )
     if options:
         from headrace.io import ObjectStore
 

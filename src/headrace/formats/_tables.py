@@ -253,7 +253,7 @@ class Table(Closing):
         paths = _path_list(path)
         columns = dataset_columns(path, columns)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
-        options = check_store_options(store_options, remote=remote)
+        options = check_store_options(store_options, remote=remote, paths=paths)
         if cache_dir is not None and not remote:
             raise ConfigError(
                 "cache_dir keeps local copies of ranges read from an object store; this "
