@@ -99,5 +99,10 @@ def test_literal_parts_escapes_from_the_left_while_the_names_exist(root: Path) -
     assert got == (f"{root}/d[[]1]/*.npy", False)
     assert literal_parts(f"{root}/shard[01].bin", exists, sep) == (f"{root}/shard[[]01].bin", True)
     assert literal_parts(f"{root}/d[2]/x[1]", exists, sep) == (f"{root}/d[2]/x[1]", False)
+    # Two such parts, both existing: each checked as written (before: the second was
+    # checked under the first's escaped name, found missing, and read as a pattern).
+    (root / "d[1]" / "s[1].bin").write_bytes(b"")
+    got = literal_parts(f"{root}/d[1]/s[1].bin", exists, sep)
+    assert got == (f"{root}/d[[]1]/s[[]1].bin", True)
     assert literal_parts(f"{root}/*/a?.npy", exists, sep) == (f"{root}/*/a?.npy", False)
     assert ESCAPE_HINT.startswith("; ")

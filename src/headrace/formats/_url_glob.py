@@ -60,11 +60,12 @@ def literal_parts(pattern: str, exists: Callable[[str], bool], sep: str = "/") -
     while ``exists(path)`` says the path up to and including it exists as written; and
     whether every such part did (then ``pattern`` names one path, to read as written).
     ``exists`` is asked once for each such part up to the first that does not exist."""
-    parts = pattern.split(sep)
-    for i, part in enumerate(parts):
+    given = pattern.split(sep)
+    parts = list(given)
+    for i, part in enumerate(given):
         if not has_magic(part):
             continue
-        if not exists(sep.join(parts[: i + 1])):
+        if not exists(sep.join(given[: i + 1])):  # the names as written, none escaped
             return sep.join(parts), False
         parts[i] = re.sub(r"([*?[])", r"[\1]", part)
     return sep.join(parts), True
