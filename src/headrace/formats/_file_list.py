@@ -634,16 +634,18 @@ def _url_list(
     """A list of object URLs under one bucket (container): keys relative to the
     deepest prefix they share, sizes and ETags by HEADs all in flight at once
     (``listing``: a worker copy's, no HEAD)."""
-    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url
+    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url, opened_at
     from headrace.io import ObjectStore
 
     # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
     # name the same files as those written plainly: the keys are the names, not their
     # encoding.
-    urls = sorted(named_url(u) for u in urls)
+    # Named once: a name decoded twice is another file's (100%2541 -> 100%41 -> 100A).
+    pairs = sorted((named_url(u), u) for u in urls)
+    urls = [named for named, _ in pairs]
     if listing is None:
         refuse_repeats(urls, "samples")
-    root = common_url_root(urls, "a dataset's files")
+    root = common_url_root(urls, "a dataset's files", named=True)
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]
     if listing is not None:
@@ -651,7 +653,8 @@ def _url_list(
     else:
         heads = ObjectFiles(options)
         try:
-            listed = [(k, i.size, i.etag) for k, i in zip(keys, heads.infos(urls), strict=True)]
+            infos = heads.infos([given for _, given in pairs])  # (each named once there)
+            listed = [(k, i.size, i.etag) for k, i in zip(keys, infos, strict=True)]
         finally:
             heads.close()
-    return _remote_list(ObjectStore(root, **options), listed, options, cache)
+    return _remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)

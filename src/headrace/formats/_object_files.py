@@ -139,10 +139,19 @@ def named_url(url: str) -> str:
     return f"{scheme}{sep}{host}{slash}{unquote(path)}"
 
 
-def split_object_url(url: str) -> tuple[str, str]:
+def opened_at(base: str) -> str:
+    """Where a store is opened for ``base``, a prefix of :func:`named_url` URLs: a
+    ``file://`` one at its local path, decoded already. Opened as a URL, its path was
+    percent-decoded once more: ``Path.as_uri()``'s ``pct%2541/`` named ``pct%41/``, then
+    read ``pctA/`` where that exists too, another folder's files."""
+    return base[len("file://") :] if base.startswith("file://") else base
+
+
+def split_object_url(url: str, *, named: bool = False) -> tuple[str, str]:
     """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key
-    (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded)."""
-    url = named_url(url)
+    (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded, unless
+    ``named`` says ``url`` is one already: decoded twice, ``100%2541`` named ``100A``)."""
+    url = url if named else named_url(url)
     scheme, sep, rest = url.partition("://")
     path = rest.partition("/")[2]  # after the bucket (container, host)
     if scheme != "file" and empty_segment(path.removesuffix("/")):
@@ -157,10 +166,10 @@ def split_object_url(url: str) -> tuple[str, str]:
     return f"{scheme}://{head or '/'}", key
 
 
-def common_url_root(urls: Sequence[str], what: str) -> str:
+def common_url_root(urls: Sequence[str], what: str, *, named: bool = False) -> str:
     """The deepest prefix (a bucket or container at least) under which every URL of a
     non-empty list lies; ``what`` names the list in errors (a list that mixes in local
-    paths is refused)."""
+    paths is refused). ``named``: the URLs are :func:`named_url` ones already."""
     from headrace.formats._file_list import is_object_url
 
     local = [u for u in urls if not is_object_url(u)]
@@ -169,7 +178,7 @@ def common_url_root(urls: Sequence[str], what: str) -> str:
             f"{what} are all local paths or all object URLs; got local {local[:3]} "
             "among object URLs"
         )
-    dirs = [split_object_url(u)[0] for u in urls]
+    dirs = [split_object_url(u, named=named)[0] for u in urls]
     root = dirs[0]
     for d in dirs[1:]:
         while not (d == root or d.startswith(root + "/")):
@@ -355,7 +364,7 @@ class ObjectFiles:
 
     def _store(self, url: str) -> tuple[ObjectStore, str]:
         base, key = split_object_url(url)
-        return self._store_at(base), key
+        return self._store_at(opened_at(base)), key
 
     def _store_at(self, base: str) -> ObjectStore:
         with self._lock:
