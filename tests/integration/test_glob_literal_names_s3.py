@@ -8,6 +8,7 @@ other values, in a bucket of its own.
 from __future__ import annotations
 
 import io
+import pickle
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from s3util import S3Fixture
 
 from headrace.errors import FormatError, ObjectNotFoundError
-from headrace.formats import TableSource, TokenSource
+from headrace.formats import FileSource, TableSource, TokenSource
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -46,6 +47,10 @@ def opts(s3: S3Fixture) -> Iterator[dict[str, object]]:
         ("d[1]/p.parquet", MINE), ("d1/p.parquet", OTHER),
     ):  # fmt: skip
         client.put_object(Bucket=BUCKET, Key=key, Body=_parquet(v))
+    for key, v in (("d[1]/a.npy", MINE), ("d1/a.npy", OTHER), ("d1/.a.npy", OTHER)):
+        out = io.BytesIO()
+        np.save(out, np.full(3, v))
+        client.put_object(Bucket=BUCKET, Key=key, Body=out.getvalue())
     yield s3.options()
 
 
@@ -86,3 +91,30 @@ def test_a_pattern_that_matches_nothing_says_how_to_escape(opts: dict[str, objec
         _tokens(f"s3://{BUCKET}/x[2]*.bin", opts)
     with pytest.raises(FormatError, match=r"x\[2\]\*\.parquet: no objects match.*'\[\[\]'"):
         TableSource(f"s3://{BUCKET}/x[2]*.parquet", store_options=opts)
+
+
+def test_file_source_expands_an_object_glob_as_tokens_and_tables_do(
+    opts: dict[str, object],
+) -> None:
+    # Before: "glob patterns are not expanded on object stores" (FileSource only).
+    def files(url: str) -> FileSource:
+        return FileSource(url, format="npy", store_options=opts, shuffle="none")
+
+    both = files(f"s3://{BUCKET}/*/a.npy")  # as glob.glob: .a.npy is not matched
+    assert both.files.keys == ["d1/a.npy", "d[1]/a.npy"]
+    assert _file_values(both) == [OTHER, MINE]
+    for url in (f"s3://{BUCKET}/d[1]/*.npy", f"s3://{BUCKET}/d[[]1]/*.npy"):
+        src = files(url)
+        assert src.files.keys == ["d[1]/a.npy"] and _file_values(src) == [MINE]
+        copy = pickle.loads(pickle.dumps(src))  # a worker's: its parent's match, no LIST
+        assert copy.files.keys == src.files.keys and _file_values(copy) == [MINE]
+        assert copy.fingerprint() == src.fingerprint()
+        assert copy.files.store.stats.requests == 1  # the GET of its one file
+    with pytest.raises(ObjectNotFoundError, match=r"x\[2\]/\*\.npy: no objects match.*'\[\[\]'"):
+        files(f"s3://{BUCKET}/x[2]/*.npy")
+
+
+def _file_values(src: FileSource) -> list[int]:
+    got = src.read(0, np.arange(src.samples_per_epoch, dtype=np.int64))["data"]
+    order = np.asarray(got)[:, 0].tolist()
+    return [int(v) for v in order]

@@ -42,7 +42,14 @@ from headrace.formats._file_walk import (
     walk,
 )
 from headrace.formats._object_files import cache_name, check_store_options
-from headrace.formats._url_glob import ESCAPE_HINT, has_magic, literal_parts
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    glob_root,
+    has_magic,
+    key_matches,
+    listed_exists,
+    literal_parts,
+)
 from headrace.io import (
     LocalFile,
     ObjectCache,
@@ -407,6 +414,9 @@ def list_files(
         from headrace.io import ObjectStore
 
         options = check_store_options(store_options, remote=True)
+        globbed = _object_glob(str(files), options, listing, cache)
+        if globbed is not None:
+            return globbed
         store = ObjectStore(str(files), **options)
         try:
             hidden, example, every = 0, None, []
@@ -512,13 +522,51 @@ def list_files(
     )
 
 
+def _object_glob(
+    url: str, options: Mapping[str, Any], listing: Listing | None, cache: ObjectCache | None
+) -> FileList | None:
+    """The objects a glob URL matches (``s3://b/imgs/*/*.jpg``), as TokenSource and
+    TableSource read one (:mod:`headrace.formats._url_glob`: part by part, ``**`` for any
+    number of folders, names as written where they exist); ``None`` where ``url`` is no
+    pattern (or names an object or prefix as written), read as a prefix. As a local
+    glob, a pattern names what it wants: no extension filter, nothing hidden counted."""
+    from headrace.io import ObjectStore
+
+    path = url.partition("://")[2]
+    if url.startswith(("http://", "https://")) or not has_magic(path.partition("/")[2]):
+        return None  # (http(s) servers cannot list; a wildcard in a bucket's name is none)
+    base = glob_root(url)
+    store = ObjectStore(base, **options)
+    try:
+        if listing is not None:  # a worker's copy: the objects its parent matched
+            return _remote_list(store, list(zip(*listing, strict=True)), options, cache)
+        every = [(k, i.size, i.etag) for k, i in store.list_info()]
+        exists = listed_exists(sorted(f"{base}/{k}" for k, _, _ in every))
+        escaped, literal = literal_parts(url, exists)
+        if literal:
+            store.close()
+            return None
+        wanted = escaped[len(base) + 1 :]
+        listed = [x for x in every if key_matches(x[0], wanted)]
+        if not listed:
+            raise ObjectNotFoundError(
+                f"{url}: no objects match this glob pattern ({len(every):,} listed under "
+                f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
+                "object URLs" + ESCAPE_HINT
+            )
+        return _remote_list(store, listed, options, cache)
+    except BaseException:
+        store.close()
+        raise
+
+
 def _why_empty(url: str, options: Mapping[str, Any]) -> str:
     """What an empty listing may mean, looked into on the error path only: a URL of
-    one object (a prefix lists below it), or a glob pattern (object stores have none)."""
-    if any(c in url.rpartition("/")[2] for c in "*?["):
+    one object (a prefix lists below it), or a glob pattern on an http(s) server."""
+    if url.startswith(("http://", "https://")) and has_magic(url.rpartition("/")[2]):
         return (
-            "; glob patterns are not expanded on object stores: pass the prefix (every "
-            "object under it with the format's extension) or a list of object URLs"
+            "; glob patterns are not expanded on http(s) servers (they cannot list): pass "
+            "a list of URLs"
         )
     from headrace.formats._object_files import ObjectFiles
 
