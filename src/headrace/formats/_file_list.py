@@ -36,6 +36,7 @@ from headrace.formats._file_walk import (
     keep,
     local_version,
     none_found,
+    refuse_empty,
     refuse_special,
     stat_listed,
     suffixes,
@@ -410,6 +411,7 @@ def list_files(
     if not isinstance(files, (str, os.PathLike)):
         # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
         files = list(files)
+    refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.io import ObjectStore
 

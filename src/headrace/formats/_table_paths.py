@@ -18,7 +18,7 @@ from headrace.errors import (
     ObjectNotFoundError,
 )
 from headrace.formats._file_list import refuse_repeats, special_skipped
-from headrace.formats._file_walk import kind_of, refuse_special, stat_listed
+from headrace.formats._file_walk import kind_of, refuse_empty, refuse_special, stat_listed
 from headrace.formats._table_layout import (
     _TABLE_SUFFIXES,
     DELTA_LOG,
@@ -30,7 +30,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
-from headrace.io._file import scheme_hint
+from headrace.io._file import scheme_hint, slash_hint
 
 log = logging.getLogger("headrace.formats")
 
@@ -91,6 +91,7 @@ def _path_list(
                 f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
             )
         out.append(p)
+    refuse_empty(out, "Table.open")
     refuse_repeats([os.fspath(p) for p in out], "rows")
     return out
 
@@ -203,6 +204,7 @@ def _resolve(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> tuple[str, list[str]]:
     """The dataset root (for names in messages) and its files in order."""
+    refuse_empty([path] if isinstance(path, (str, os.PathLike)) else [], "Table.open")
     if not isinstance(path, (str, os.PathLike)):
         files = [os.fspath(p) for p in _path_list(path)]
         if not files:
@@ -226,7 +228,9 @@ def _resolve(
     if os.path.lexists(root) and not os.path.isdir(root):  # (a dangling link: named)
         return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
-        raise ObjectNotFoundError(f"{root}: no such file or directory{scheme_hint(root)}")
+        raise ObjectNotFoundError(
+            f"{root}: no such file or directory{scheme_hint(root)}{slash_hint(root)}"
+        )
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
         raise ConfigError(

@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._file_walk import refuse_special, stat_listed, suffixes
+from headrace.formats._file_walk import refuse_empty, refuse_special, stat_listed, suffixes
 from headrace.formats._object_files import ObjectFiles
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -57,6 +57,7 @@ def expand_token_paths(
     """``files`` with each folder, prefix (``.../``) and glob pattern replaced by the
     shards it names, sorted; other items (files, URLs, opened files) as given.
     ``stores()`` lists object-store patterns and prefixes."""
+    refuse_empty(files, "TokenSource")
     out: list[str | os.PathLike[str] | T] = []
     for f in files:
         if not isinstance(f, (str, os.PathLike)):

@@ -85,7 +85,17 @@ def open_error(path: str, exc: OSError) -> StorageError:
         return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{scheme_hint(path)}")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
-    return StorageError(exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc})")
+    return StorageError(
+        exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}"
+    )
+
+
+def slash_hint(path: str) -> str:
+    """``"; ... drop the '/'"`` where ``path`` names a file with a ``/`` after its name
+    (``train.bin/``: "Not a directory"), else ``""``. Looked into on error paths only."""
+    if path.endswith("/") and os.path.isfile(path.rstrip("/")):
+        return f"; {path.rstrip('/')} is a file, not a folder: drop the trailing '/'"
+    return ""
 
 
 def read_error(
