@@ -13,6 +13,8 @@ A folder or prefix whose shards' names say several splits (nanoGPT's ``train.bin
 and ``val.bin``; modded-nanogpt's ``fineweb_train_000001.bin`` beside
 ``fineweb_val_000000.bin``) is refused, naming a glob for one: read as one, it would
 train on the validation split without a word. A glob names what it wants: taken as is.
+A name holding ``*?[`` that exists is that name, part by part from the left
+(:func:`~headrace.formats._url_glob.literal_parts`): ``s3://b/shard[01].bin`` is that object.
 
 Matches are checked as FileSource and TableSource check theirs: a dangling symbolic
 link is refused naming its target, a FIFO, socket or device by name (opening a FIFO
