@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.errors import ConfigError, HeadraceError
-from headrace.formats import FileSource, TableSource, TokenSource
+from headrace.formats import FileSource, PaddedRows, TableSource, TokenSource
 
 MAKERS: dict[str, Callable[[Any], Any]] = {
     "tokens": lambda p: TokenSource(p, dtype="uint16", context=8),
@@ -34,6 +34,12 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
     given = [str(tmp_path / "stray.npy"), ""] if listed and kind == "files" else ""
     with pytest.raises(ConfigError, match=r"got an empty path \(''\).*an unset variable\?"):
         MAKERS[kind]([given] if listed and kind != "files" else given)
+
+
+def test_a_row_file_of_an_empty_path_is_refused_naming_the_fix() -> None:
+    # Before: "[Errno 2] : no such file", naming nothing.
+    with pytest.raises(ConfigError, match=r"a row file got an empty path.*Pass the row file"):
+        PaddedRows("", context=4, dtype="uint16")
 
 
 @pytest.mark.parametrize(("kind", "name"), [("tokens", "t.bin"), ("table", "p.parquet")])

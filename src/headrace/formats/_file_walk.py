@@ -36,7 +36,11 @@ __all__ = [
 ]
 
 
-def refuse_empty(paths: Iterable[object], who: str) -> None:
+def refuse_empty(
+    paths: Iterable[object],
+    who: str,
+    takes: str = "a folder, a glob pattern, an object URL or a list of files",
+) -> None:
     """Refuse an empty path (``""``) among ``paths``: read as the current folder, it read
     whatever the folder a job starts in holds (``FileSource("")`` listed ``.``), and as
     a file it was "no such file" naming nothing. An unset variable gives one
@@ -44,9 +48,9 @@ def refuse_empty(paths: Iterable[object], who: str) -> None:
     for p in paths:
         if isinstance(p, (str, os.PathLike)) and os.fspath(p) == "":
             raise ConfigError(
-                f"{who} got an empty path (''): read, it would be the current folder "
-                f"({os.getcwd()}), whatever it holds; an unset variable? Pass a folder, "
-                "a glob pattern, an object URL or a list of files"
+                f"{who} got an empty path (''), which names no file (read as a folder, it "
+                f"is the current one, {os.getcwd()}, whatever it holds); an unset "
+                f"variable? Pass {takes}"
             )
 
 
