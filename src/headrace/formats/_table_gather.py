@@ -104,8 +104,8 @@ def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
 
 def _array_view(
     pa: Any, col: TableColumn, path: str, first_row: int, arr: Any
-) -> tuple[NDArray[Any], Any, None]:
-    """``(values (rows, width), valid)`` of a ``datasets`` ArrayND column's span: its
+) -> tuple[NDArray[Any], Any, Any]:
+    """``(values (rows, width), valid, holes)`` of a ``datasets`` ArrayND column's span: its
     nested lists, each row's lengths checked against ``col.shape`` at every level (a
     row of another shape would shift every row after it); a view of the file's values
     unless the span has null rows (refused when read: zeros hold their place)."""
@@ -139,18 +139,20 @@ def _array_view(
             )
         level = level.flatten()
         per *= dim
+    holes = None
     if level.null_count:
-        at = int(np.flatnonzero(~level.is_valid().to_numpy(zero_copy_only=False))[0])
-        raise FormatError(
-            f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
-            f"items; expected {col.width} numbers of shape {list(col.shape)}"
-        )
+        # Null numbers (each list of the right length): zeros hold their places, and only
+        # the rows holding them are refused when read (item_check), not the whole span.
+        nulls = np.flatnonzero(~np.asarray(level.is_valid().to_numpy(zero_copy_only=False)))
+        holes = np.zeros(len(rows) if valid is None else valid.size, dtype=bool)
+        holes[rows[np.unique(nulls // per)]] = True
+        level = level.fill_null(0)
     values = level.to_numpy(zero_copy_only=False).reshape(len(rows), col.width)
     if valid is None:
-        return values, None, None
+        return values, None, holes
     dense = np.zeros((valid.size, col.width), dtype=values.dtype)
     dense[rows] = values
-    return dense, valid, None
+    return dense, valid, holes
 
 
 def gather(
