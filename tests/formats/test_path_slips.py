@@ -4,6 +4,7 @@ variable) and a file named with a trailing '/'. Each refusal names the path and 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,12 @@ def test_a_file_named_with_a_trailing_slash_is_told_to_drop_it(
         MAKERS[kind](path)
     message = str(info.value)
     assert path in message and message.endswith("is a file, not a folder: drop the trailing '/'")
+
+
+@pytest.mark.parametrize("kind", ["tokens", "table"])
+@pytest.mark.parametrize("url", ["s3://", "gs:///x.bin"])
+def test_an_object_url_without_a_bucket_says_so(kind: str, url: str) -> None:
+    # Before: "s3:: an S3 URL needs a bucket" (the URL cut to 's3:'), or for the table
+    # "s3://: s3:: ...".
+    with pytest.raises(ConfigError, match=rf"^{re.escape(url)}: names no bucket"):
+        MAKERS[kind](url)

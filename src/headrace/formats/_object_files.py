@@ -139,6 +139,17 @@ def named_url(url: str) -> str:
     return f"{scheme}{sep}{host}{slash}{unquote(path)}"
 
 
+def refuse_bucketless(url: str) -> None:
+    """Refuse an object URL that names no bucket (container, host): ``s3://``, ``gs:///x``.
+    Cut at its ``/`` as a prefix or glob, it named the store ``s3:``, in what was said."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file" and not rest.partition("/")[0]:
+        raise ConfigError(
+            f"{url}: names no bucket (container, host): write {scheme}://bucket/prefix/ "
+            "for the files under a prefix, or the URL of one file"
+        )
+
+
 def opened_at(base: str) -> str:
     """Where a store is opened for ``base``, a prefix of :func:`named_url` URLs: a
     ``file://`` one at its local path, decoded already. Opened as a URL, its path was

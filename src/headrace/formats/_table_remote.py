@@ -35,6 +35,7 @@ from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
     common_url_root,
+    refuse_bucketless,
     split_object_url,
     wait_all,
 )
@@ -105,6 +106,7 @@ def resolve_urls(
         urls = list(path)
         root = common_url_root(urls, "a table's files")
         return root, list(zip(urls, files.infos(urls), strict=True)), None
+    refuse_bucketless(path)
     literal = False
     if has_magic(path):
         base = glob_root(path.rstrip("/"))

@@ -34,7 +34,7 @@ from typing import TypeVar
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._file_walk import refuse_empty, refuse_special, stat_listed, suffixes
-from headrace.formats._object_files import ObjectFiles
+from headrace.formats._object_files import ObjectFiles, refuse_bucketless
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
@@ -67,6 +67,7 @@ def expand_token_paths(
             continue
         text = os.fspath(f)
         if is_object_url(text):
+            refuse_bucketless(text)
             if text.endswith("/"):  # a prefix: the shards right under it
                 out.extend(_remote_matches(text + "*.bin", stores(), folder=text))
             elif has_magic(_url_path(text)):
