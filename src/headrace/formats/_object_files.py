@@ -33,7 +33,7 @@ from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
 from headrace.io._file import url_typo
-from headrace.io._object_names import empty_segment, empty_segment_error
+from headrace.io._object_names import empty_segment, empty_segment_error, refuse_dot_segment
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
@@ -168,6 +168,8 @@ def split_object_url(url: str, *, named: bool = False) -> tuple[str, str]:
     if scheme != "file" and empty_segment(path.removesuffix("/")):
         # Split at its last "/", "d//x.bin" was key "x.bin" of the store "d/": d/x.bin.
         raise empty_segment_error(url, path)
+    if scheme not in ("file", "http", "https"):
+        refuse_dot_segment(url, path)  # named whole, not as the store's part of it
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):
         raise ConfigError(

@@ -23,7 +23,7 @@ except ModuleNotFoundError as exc:  # the optional extra: say which one
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
-from headrace.io._object_names import empty_segment_error
+from headrace.io._object_names import empty_segment_error, refuse_dot_segment
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
@@ -132,6 +132,8 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
             raise empty_segment_error(url, raw)
     elif "//" in parts.path:
         raise empty_segment_error(url, parts.path[1:])
+    if scheme not in ("http", "https"):
+        refuse_dot_segment(url, raw)
     try:
         if scheme in _S3_SCHEMES:
             bucket = parts.netloc
