@@ -35,6 +35,7 @@ from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
     common_url_root,
+    named_url,
     refuse_bucketless,
     split_object_url,
     wait_all,
@@ -107,8 +108,13 @@ def resolve_urls(
         root = common_url_root(urls, "a table's files")
         return root, list(zip(urls, files.infos(urls), strict=True)), None
     refuse_bucketless(path)
-    literal = False
-    if has_magic(path):
+    # http(s) servers cannot list: no glob there ('?' starts a query, which a presigned
+    # URL has: refused by named_url, naming the fix, where it sent a PROPFIND listing).
+    http = path.startswith(("http://", "https://"))
+    if http:
+        named_url(path)
+    literal = http
+    if has_magic(path) and not http:
         base = glob_root(path.rstrip("/"))
         every = files.listing(base)
         # Parts that name an object or prefix as written are those names (t[01].parquet
