@@ -25,6 +25,20 @@ def test_a_truncated_npy_says_to_copy_it_again(tmp_path: Path) -> None:
         FileSource(tmp_path, format="npy").read(0, np.arange(1))
 
 
+def test_an_npy_of_an_unknown_version_says_how_to_write_it_again(tmp_path: Path) -> None:
+    # Before: "unsupported NPY version 9.0 (expected 1, 2 or 3)", and no way out.
+    np.save(tmp_path / "0.npy", np.arange(12, dtype=np.int16))
+    data = bytearray((tmp_path / "0.npy").read_bytes())
+    data[6] = 9  # the major version byte
+    (tmp_path / "0.npy").write_bytes(bytes(data))
+    with pytest.raises(
+        FormatError,
+        match=rf"0\.npy: unsupported NPY version 9\.0 \(expected 1\.0, 2\.0 or 3\.0, .*"
+        rf"save the array again with numpy\.save, or {_FIX}",
+    ):
+        FileSource(tmp_path, format="npy").read(0, np.arange(1))
+
+
 def test_a_damaged_png_says_to_copy_it_again(tmp_path: Path) -> None:
     data = bytearray(encode("png", np.arange(64 * 64 * 3, dtype=np.uint8).reshape(64, 64, 3)))
     data[60] ^= 0x10  # inside the image data

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError, ObjectNotFoundError
-from headrace.formats import FileSource
+from headrace.formats import FileSource, TokenSource
 
 
 def _npy(path: Path, value: int) -> None:
@@ -188,6 +188,20 @@ def test_file_uris_as_path_as_uri_writes_them(tmp_path: Path) -> None:
     odd = tmp_path / "100%41"
     _npy(odd / "0.npy", 5)
     assert _values(FileSource("file://" + str(odd), format="npy")) == [5]
+
+
+def test_a_file_uri_of_a_percent_name_is_decoded_once(tmp_path: Path) -> None:
+    # Path.as_uri() writes the folder 100%41 as 100%2541: decoded once, it names 100%41;
+    # the store of a list of such URLs (and a token file's) decoded it again, and read
+    # the folder 100A where one exists: another folder's files, without a word.
+    odd, other = tmp_path / "100%41", tmp_path / "100A"
+    for folder, v in ((odd, 5), (other, 9)):
+        _npy(folder / "0.npy", v)
+        np.full(64, v, np.uint16).tofile(folder / "t.bin")
+    assert _values(FileSource([(odd / "0.npy").as_uri()], format="npy")) == [5]
+    assert _values(FileSource(odd.as_uri(), format="npy")) == [5]
+    tokens = TokenSource((odd / "t.bin").as_uri(), dtype="uint16", context=8)
+    assert set(tokens.read(0, np.arange(tokens.samples_per_epoch))["x"].ravel()) == {5}
 
 
 def test_a_file_listed_twice_is_refused_naming_both_spellings(tmp_path: Path) -> None:

@@ -107,3 +107,26 @@ def test_a_row_of_another_shape_or_a_varying_shape_is_refused(tmp_path: Path) ->
     pq.write_table(t, tmp_path / "dyn.parquet")
     with pytest.raises(FormatError, match=r"shape \[None, 3\], whose first dimension varies"):
         Table.open(tmp_path / "dyn.parquet")
+
+
+def test_a_row_with_a_null_number_fails_alone_not_its_row_group(tmp_path: Path) -> None:
+    # Before: row 13's null number refused every row of its row group (rows 10-19).
+    meta = {
+        b"ARROW:extension:metadata": b'[[2, 3], "float32"]',
+        b"ARROW:extension:name": b"datasets.features.features.Array2DExtensionType",
+    }
+    field = pa.field("x", pa.list_(pa.list_(pa.float32())), metadata=meta)
+    rows = [np.full((2, 3), i, dtype=np.float32).tolist() for i in range(20)]
+    rows[13][1][2] = None
+    pq.write_table(pa.table({"x": pa.array(rows, field.type)}, schema=pa.schema([field])),
+                   tmp_path / "n.parquet", row_group_size=10)  # fmt: skip
+    tb = Table.open(tmp_path / "n.parquet")
+    others = [r for r in range(20) if r != 13]
+    got = tb.read_rows(others)["x"]
+    np.testing.assert_array_equal(got, np.array([np.full((2, 3), r) for r in others]))
+    with pytest.raises(
+        FormatError,
+        match=r"n\.parquet: column 'x': 1 row\(s\) hold null list items in row group 1, "
+        r"rows \[10, 20\) of the table: rows 13; the row group's other rows read as usual",
+    ):
+        tb.read_rows([12, 13])

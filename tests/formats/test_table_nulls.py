@@ -162,5 +162,38 @@ def test_null_list_items_in_parquet_are_found_as_their_row_groups_are_read(
     pq.write_table(t, path, row_group_size=10)
     src = TableSource(path, width=2, shuffle=False)
     assert src.read(0, np.arange(10))["x"].shape == (10, 2)
-    with pytest.raises(FormatError, match=r"n\.parquet: column 'x': row 13 has null list items"):
+    with pytest.raises(
+        FormatError,
+        match=r"n\.parquet: column 'x': 1 row\(s\) hold null list items "
+        r"in .*: rows 13\b",
+    ):
         src.read(0, np.arange(10, 20))
+
+
+@pytest.mark.parametrize("kind", ["ragged", "fixed"])
+def test_a_row_with_null_list_items_fails_alone_not_its_row_group(
+    tmp_path: Path, kind: str
+) -> None:
+    # Before: every row of row group 1 (rows 10-19) was refused for row 13's null item.
+    typ = pa.list_(pa.int64()) if kind == "ragged" else pa.list_(pa.int64(), 2)
+    clean = [[i, i + 1] for i in range(40)]
+    bad = [[13, None] if i == 13 else r for i, r in enumerate(clean)]
+    for name, rows in (("bad", bad), ("clean", clean)):
+        t = pa.table({"x": pa.array(rows, typ), "y": pa.array(range(40))})
+        pq.write_table(t, tmp_path / f"{name}.parquet", row_group_size=10)
+    srcs = {
+        n: TableSource(tmp_path / f"{n}.parquet", width=2, shuffle=False) for n in ("bad", "clean")
+    }
+    others = np.array([r for r in range(40) if r != 13], dtype=np.int64)
+    got, want = srcs["bad"].read(0, others), srcs["clean"].read(0, others)
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    with pytest.raises(FormatError) as info:
+        srcs["bad"].read(0, np.array([12, 13], dtype=np.int64))
+    assert str(info.value).startswith(
+        f"{tmp_path / 'bad.parquet'}: column 'x': 1 row(s) hold null list items in row group "
+        "1, rows [10, 20) of the table: rows 13; the row group's other rows read as usual; "
+    )
+    assert "fill or drop them before reading" in str(info.value)
+    assert srcs["bad"].read(0, np.array([14], dtype=np.int64))["y"].tolist() == [14]

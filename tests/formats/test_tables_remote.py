@@ -128,3 +128,11 @@ def test_the_stores_that_list_a_table_go_on_to_read_it(data: Path) -> None:
     t = Table.open([f"file://{data}/p{i}.parquet" for i in range(2)])
     assert t.object_stats is not None and t.object_stats.requests == 2 + 2  # HEADs, footers
     t.close()
+
+
+def test_a_presigned_http_url_is_refused_as_tokens_and_files_refuse_it() -> None:
+    # Before: its '?' made it a glob, listed by a PROPFIND (retried for 10 s against a
+    # server that cannot list); tokens and files refused it at once, naming the fix.
+    url = "http://127.0.0.1:9/d/x.parquet?X-Amz-Signature=abc"
+    with pytest.raises(ConfigError, match=r"x\.parquet\?X-Amz-Signature=abc: an http\(s\) URL "):
+        TableSource(url)

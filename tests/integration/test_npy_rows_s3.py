@@ -3,6 +3,7 @@ header and the rows a read asks, not one whole-object GET per sample."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,31 @@ def test_header_counts_hand_their_headers_to_the_reads_by_rows(
     local.close()
     counted.close()
     given.close()
+
+
+def test_a_worker_copy_reads_rows_without_reading_the_headers_again(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # A DataLoader worker's copy (pickled) carried the counts, not the headers: its
+    # first read of each file GET the header again (4 GETs more here, a round trip each
+    # before the rows). Now the headers travel with it, deduplicated: same bytes read.
+    rng = np.random.default_rng(2)
+    for i in range(4):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((24 + i, 20480), dtype=np.float32))
+    _put(s3, tmp_path, "npyrows/copy")
+    kw: dict[str, Any] = {"shuffle": "samples", "npy_ranges_above": 0}
+    parent = _source(s3, "npyrows/copy", samples_per_file="header", **kw)
+    opened = parent.files.store.stats.requests  # the LIST and the count's 4 header GETs
+    samples = np.arange(0, 102, 9)  # 12 samples, from every file
+    want = parent.read(5, samples)["data"]
+    reads = parent.files.store.stats.requests - opened
+    copy = pickle.loads(pickle.dumps(parent))
+    assert copy.fingerprint() == parent.fingerprint()
+    np.testing.assert_array_equal(copy.read(5, samples)["data"], want)
+    assert copy.files.store.stats.requests == reads  # no LIST, no header GET
+    assert copy.files.store.stats.bytes == parent.files.store.stats.bytes - 4 * 128
+    parent.close()
+    copy.close()
 
 
 def test_a_truncated_object_is_refused_by_name(s3: S3Fixture, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ stopped at such a key with obstore's parse error. In a bucket of their own, besi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,3 +130,29 @@ def test_two_objects_listed_under_one_name_are_refused_by_name(names: dict[str, 
     with ObjectStore(f"s3://{BUCKET}/g", **names) as store:  # type: ignore[arg-type]
         # An empty "m/" beside an object "m" is a folder marker, as a console makes it.
         assert store.list() == [("m", len(SINGLE)), ("m/a.bin", len(DOUBLE))]
+
+
+@pytest.mark.parametrize(
+    ("url", "meant"),
+    [("d/./x.bin", "d/x.bin"), ("e/sub/../x.bin", "e/x.bin"), ("./d/x.bin", "d/x.bin")],
+)
+def test_a_url_with_a_dot_segment_is_named_whole_with_the_url_meant(
+    names: dict[str, object], url: str, meant: str
+) -> None:
+    # Before: "s3://.../d/.: cannot open store: Could not parse path: ..." (the store's
+    # part of the URL, and no way out).
+    full = f"s3://{BUCKET}/{url}"
+    for make in (
+        lambda: FileSource([full], format="raw", store_options=names),
+        lambda: TokenSource(full, dtype="uint16", context=8, store_options=names),
+    ):
+        with pytest.raises(ConfigError, match=r"has a '\.\.?' path segment") as info:
+            make()
+        message = str(info.value)
+        assert message.startswith(f"{full}: ")
+        assert message.endswith(f"If you meant 's3://{BUCKET}/{meant}', write that")
+    folder = full.rsplit("/", 1)[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(folder)}: has a '\.\.?' path segment"):
+        ObjectStore(folder, **names)  # type: ignore[arg-type]
+    src = TokenSource(f"s3://{BUCKET}/{meant}", dtype="uint16", context=8, store_options=names)
+    assert src.files[0].num_tokens == 100

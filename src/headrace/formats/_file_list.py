@@ -25,7 +25,6 @@ from numpy.typing import NDArray
 from headrace.errors import (
     ConfigError,
     DataError,
-    HeadraceError,
     ObjectNotFoundError,
     StorageError,
 )
@@ -36,12 +35,18 @@ from headrace.formats._file_walk import (
     keep,
     local_version,
     none_found,
+    refuse_empty,
     refuse_special,
     stat_listed,
     suffixes,
     walk,
 )
-from headrace.formats._object_files import cache_name, check_store_options
+from headrace.formats._object_files import check_store_options
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    has_magic,
+    literal_parts,
+)
 from headrace.io import (
     LocalFile,
     ObjectCache,
@@ -365,10 +370,16 @@ def refuse_repeats(paths: Sequence[str], what: str) -> None:
         seen[same] = p
 
 
-def _is_pattern(path: str | os.PathLike[str]) -> bool:
-    """A glob pattern, not a folder (a folder named ``odd[1]`` is a folder)."""
+def _pattern(path: str | os.PathLike[str]) -> str | None:
+    """``path`` as a glob pattern, its parts that exist as written escaped
+    (:func:`~headrace.formats._url_glob.literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not
+    ``d1/``); ``None`` when it is no pattern, or names an existing path (a folder named
+    ``odd[1]`` is a folder)."""
     text = os.fspath(path)
-    return any(c in text for c in "*?[") and not os.path.exists(text)
+    if not has_magic(text):
+        return None
+    pattern, literal = literal_parts(text, os.path.lexists, os.sep)
+    return None if literal else pattern
 
 
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
@@ -396,10 +407,15 @@ def list_files(
     if not isinstance(files, (str, os.PathLike)):
         # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
         files = list(files)
+    refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
+        from headrace.formats._file_list_objects import object_glob, remote_list, why_empty
         from headrace.io import ObjectStore
 
         options = check_store_options(store_options, remote=True)
+        globbed = object_glob(str(files), options, listing, cache)
+        if globbed is not None:
+            return globbed
         store = ObjectStore(str(files), **options)
         try:
             hidden, example, every = 0, None, []
@@ -417,27 +433,34 @@ def list_files(
             others = suffixes(k for k, _, _ in every if not is_hidden(k))
             raise DataError(
                 f"{store.url}: {none_found('objects', extensions, others, hidden, example)}"
-                + _why_empty(str(files), options)
+                + why_empty(str(files), options)
             )
-        out = _remote_list(store, listed, options, cache)
+        out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
         return out
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
-        return _url_list([str(p) for p in files], store_options, listing, cache)
-    check_store_options(store_options, remote=False)
+        from headrace.formats._file_list_objects import url_list
+
+        return url_list([str(p) for p in files], store_options, listing, cache)
+    check_store_options(
+        store_options,
+        remote=False,
+        paths=[files] if isinstance(files, (str, os.PathLike)) else files,
+    )
     if cache is not None:
         raise ConfigError(
             f"cache_dir keeps local copies of objects read from an object store; {files!r} "
             "is on local disk already (leave cache_dir out)"
         )
-    if isinstance(files, (str, os.PathLike)) and _is_pattern(files):
+    pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
+    if pattern is not None:
         # As Table.open takes one: the files it matches, as a list of them would be.
-        pattern = os.fspath(files)
         # Folders it matches are not files; a FIFO or socket is refused below, by name.
+        given = os.fspath(files)  # type: ignore[arg-type]
         files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
         if not files:
             raise ObjectNotFoundError(
-                f"{pattern}: no files match this glob pattern (nor is it a folder)"
+                f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT
             )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
@@ -498,148 +521,3 @@ def list_files(
         special=walked.special if walked else 0,
         special_example=walked.special_example if walked else None,
     )
-
-
-def _why_empty(url: str, options: Mapping[str, Any]) -> str:
-    """What an empty listing may mean, looked into on the error path only: a URL of
-    one object (a prefix lists below it), or a glob pattern (object stores have none)."""
-    if any(c in url.rpartition("/")[2] for c in "*?["):
-        return (
-            "; glob patterns are not expanded on object stores: pass the prefix (every "
-            "object under it with the format's extension) or a list of object URLs"
-        )
-    from headrace.formats._object_files import ObjectFiles
-
-    heads = ObjectFiles(options)
-    try:
-        heads.info(url.rstrip("/"))
-    except HeadraceError:  # no such object (the usual case), or none to look at
-        return ""
-    finally:
-        heads.close()
-    return (
-        f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
-        "alone, or the prefix above it"
-    )
-
-
-def _remote_list(
-    store: Any,
-    listed: list[tuple[str, int, str | None]],
-    options: Mapping[str, Any],
-    cache: ObjectCache | None,
-) -> FileList:
-    keys = [k for k, _, _ in listed]
-    sizes = [s for _, s, _ in listed]
-    etags = [e for _, _, e in listed]
-    get = _listed_get(store, keys, sizes, etags)
-    fetch: Callable[[int], Any] = lambda i: get(i)[0]  # noqa: E731
-    if cache is not None:
-        fetch = _cached(store, keys, sizes, etags, options, cache, get)
-    return FileList(
-        url=store.url,
-        keys=keys,
-        sizes=sizes,
-        remote=True,
-        _fetch=fetch,
-        _close=store.close,
-        store=store,
-        etags=etags,
-        cache=cache,
-        cache_key=lambda i: cache_name(options, f"{store.url}/{keys[i]}"),
-    )
-
-
-#: GETs of an object whose body is not the listed size before it is called changed.
-_SIZE_TRIES = 3
-
-
-def _listed_get(
-    store: Any, keys: list[str], sizes: list[int], etags: list[str | None]
-) -> Callable[[int], tuple[Any, Any]]:
-    """``get(i)``: object ``i`` as it was listed, with the GET's info, or an error.
-
-    A GET of another version (another ETag: replaced since the listing) is refused,
-    as token, row and table sources refuse it: served, the run would mix versions
-    and a step would read other bytes on a rerun. A body of another size than
-    listed with the listed ETag is a response cut short (the store or a proxy on
-    the way): asked again, up to ``_SIZE_TRIES`` GETs; :meth:`FileList.fetch` then
-    refuses what is still short.
-    """
-
-    def get(i: int) -> tuple[Any, Any]:
-        for _ in range(_SIZE_TRIES):
-            data, info = store.get_with_info(keys[i])
-            listed = etags[i]
-            if listed is not None and info.etag is not None and info.etag != listed:
-                raise StorageError(
-                    f"{store.url}/{keys[i]}: the object changed since it was listed (ETag "
-                    f"{listed}, {sizes[i]} bytes; now {info.etag}, {info.size} bytes); a run "
-                    "reads the versions it listed: open the source again to read the new one"
-                )
-            if memoryview(data).nbytes == sizes[i]:
-                break
-        return data, info
-
-    return get
-
-
-def _cached(
-    store: Any,
-    keys: list[str],
-    sizes: list[int],
-    etags: list[str | None],
-    options: Mapping[str, Any],
-    cache: ObjectCache,
-    get: Callable[[int], tuple[Any, Any]],
-) -> Callable[[int], Any]:
-    """``fetch(i)`` through ``cache``: the local copy if there is one, else the listed
-    version's GET (``get``), kept when it is whole."""
-
-    def fetch(i: int) -> Any:
-        etag = etags[i]
-        if not cache.cacheable(etag):
-            return get(i)[0]
-        assert etag is not None
-        url = cache_name(options, f"{store.url}/{keys[i]}")
-        local = cache.read(url, sizes[i], etag)
-        if local is not None:
-            return local
-        data, info = get(i)
-        if info.size == sizes[i] and memoryview(data).nbytes == sizes[i]:
-            cache.write(url, sizes[i], etag, data)
-        return data
-
-    return fetch
-
-
-def _url_list(
-    urls: list[str],
-    store_options: Mapping[str, Any] | None,
-    listing: Listing | None,
-    cache: ObjectCache | None,
-) -> FileList:
-    """A list of object URLs under one bucket (container): keys relative to the
-    deepest prefix they share, sizes and ETags by HEADs all in flight at once
-    (``listing``: a worker copy's, no HEAD)."""
-    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url
-    from headrace.io import ObjectStore
-
-    # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
-    # name the same files as those written plainly: the keys are the names, not their
-    # encoding.
-    urls = sorted(named_url(u) for u in urls)
-    if listing is None:
-        refuse_repeats(urls, "samples")
-    root = common_url_root(urls, "a dataset's files")
-    options = check_store_options(store_options, remote=True)
-    keys = [u[len(root) + 1 :] for u in urls]
-    if listing is not None:
-        listed = list(zip(keys, listing[1], listing[2], strict=True))
-    else:
-        heads = ObjectFiles(options)
-        try:
-            listed = [(k, i.size, i.etag) for k, i in zip(keys, heads.infos(urls), strict=True)]
-        finally:
-            heads.close()
-    return _remote_list(ObjectStore(root, **options), listed, options, cache)

@@ -39,6 +39,7 @@ from headrace.formats._files import FileFormat, file_format
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
+from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._mounts import any_on_network_fs
@@ -101,6 +102,7 @@ class FileSource(Closing):
         store_options: Mapping[str, Any] | None,
         listing: Listing | None,
         counts: NDArray[np.int64] | None,
+        carried: Held | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
@@ -147,6 +149,8 @@ class FileSource(Closing):
         )
         self.in_flight = config.in_flight or self._default_in_flight()
         self._by_rows = by_rows(config, lambda: self.files, self.in_flight, self._rows_above, heads)
+        if carried and isinstance(self._by_rows, RangedNpy):
+            self._by_rows.take_held(carried)  # a worker's copy: its parent's headers
         above = self._ranges_above()
         self._ranged = (
             None
@@ -579,10 +583,19 @@ class FileSource(Closing):
     def __getstate__(self) -> dict[str, Any]:
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
+        # The NPY headers read by rows keeps travel too: without them a copy read each
+        # file's header again before its rows (a GET more a file on object storage).
         f = self.files
         counts = self.plan.counts if self.counted else None
-        return {"args": self._args, "listing": (f.keys, f.sizes, f.etags), "counts": counts}
+        heads = self._by_rows.held() if isinstance(self._by_rows, RangedNpy) else None
+        return {
+            "args": self._args,
+            "listing": (f.keys, f.sizes, f.etags),
+            "counts": counts,
+            "heads": heads,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
-        self._open(files, config, store_options, state["listing"], state["counts"])
+        carried = state.get("heads")
+        self._open(files, config, store_options, state["listing"], state["counts"], carried)

@@ -21,6 +21,7 @@ from headrace.io import open_error
 
 __all__ = [
     "Walked",
+    "refuse_empty",
     "kind_of",
     "refuse_special",
     "stat_listed",
@@ -33,6 +34,24 @@ __all__ = [
     "suffixes",
     "walk",
 ]
+
+
+def refuse_empty(
+    paths: Iterable[object],
+    who: str,
+    takes: str = "a folder, a glob pattern, an object URL or a list of files",
+) -> None:
+    """Refuse an empty path (``""``) among ``paths``: read as the current folder, it read
+    whatever the folder a job starts in holds (``FileSource("")`` listed ``.``), and as
+    a file it was "no such file" naming nothing. An unset variable gives one
+    (``os.environ.get("DATA", "")``)."""
+    for p in paths:
+        if isinstance(p, (str, os.PathLike)) and os.fspath(p) == "":
+            raise ConfigError(
+                f"{who} got an empty path (''), which names no file (read as a folder, it "
+                f"is the current one, {os.getcwd()}, whatever it holds); an unset "
+                f"variable? Pass {takes}"
+            )
 
 
 def local_version(st: os.stat_result) -> str:

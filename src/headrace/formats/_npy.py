@@ -129,7 +129,9 @@ def _parse_npy_header(
         start = 12
     else:
         raise FormatError(
-            f"{where}: unsupported NPY version {major}.{view[7]} (expected 1, 2 or 3)"
+            f"{where}: unsupported NPY version {major}.{view[7]} (expected 1.0, 2.0 or 3.0, "
+            "the versions numpy.save writes): a damaged header, or another writer's; save "
+            f"the array again with numpy.save, or {RECOPY}"
         )
     end = start + hlen
     if end > len(view):

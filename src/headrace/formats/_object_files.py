@@ -32,7 +32,8 @@ from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
-from headrace.io._object_names import empty_segment, empty_segment_error
+from headrace.io._file import url_typo
+from headrace.io._object_names import empty_segment, empty_segment_error, refuse_dot_segment
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
@@ -66,11 +67,16 @@ def check_in_flight(in_flight: object) -> int:
 
 
 def check_store_options(
-    options: Mapping[str, Any] | None, *, remote: bool, where: str | None = None
+    options: Mapping[str, Any] | None,
+    *,
+    remote: bool,
+    where: str | None = None,
+    paths: Sequence[object] = (),
 ) -> dict[str, Any]:
     """A copy of ``options`` (``{}`` for ``None``), checked: a mapping of
     :class:`~headrace.io.ObjectStore` keyword arguments, given only where ``remote``
-    (some file is an object URL). ``where`` names the file in the messages."""
+    (some file is an object URL). ``where`` names the file in the messages; ``paths``
+    (the files, when local) are looked at for a URL with a typo in its scheme."""
     at = f"{where}: " if where else ""
     if options is None:
         return {}
@@ -80,7 +86,16 @@ def check_store_options(
             f"{{'region': 'us-east-1'}} (got {type(options).__name__})."
         )
     if options and not remote:
-        raise ConfigError(f"{at}store_options apply to object-store URLs only, not local files.")
+        typo = next(((p, u) for p in (where, *paths) if (u := url_typo(p))), None)
+        hint = (
+            f"; {typo[0]!r} is read as a local path: did you mean {typo[1]!r}?"
+            if typo
+            else "; leave store_options out for local files"
+        )
+        raise ConfigError(
+            f"{at}store_options apply to object-store URLs only (s3://, gs://, az://, "
+            f"http(s)://, file://), not local files{hint}"
+        )
     if options:
         from headrace.io import ObjectStore
 
@@ -124,15 +139,37 @@ def named_url(url: str) -> str:
     return f"{scheme}{sep}{host}{slash}{unquote(path)}"
 
 
-def split_object_url(url: str) -> tuple[str, str]:
+def refuse_bucketless(url: str) -> None:
+    """Refuse an object URL that names no bucket (container, host): ``s3://``, ``gs:///x``.
+    Cut at its ``/`` as a prefix or glob, it named the store ``s3:``, in what was said."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file" and not rest.partition("/")[0]:
+        raise ConfigError(
+            f"{url}: names no bucket (container, host): write {scheme}://bucket/prefix/ "
+            "for the files under a prefix, or the URL of one file"
+        )
+
+
+def opened_at(base: str) -> str:
+    """Where a store is opened for ``base``, a prefix of :func:`named_url` URLs: a
+    ``file://`` one at its local path, decoded already. Opened as a URL, its path was
+    percent-decoded once more: ``Path.as_uri()``'s ``pct%2541/`` named ``pct%41/``, then
+    read ``pctA/`` where that exists too, another folder's files."""
+    return base[len("file://") :] if base.startswith("file://") else base
+
+
+def split_object_url(url: str, *, named: bool = False) -> tuple[str, str]:
     """``s3://bucket/dir/f.bin`` -> (``s3://bucket/dir``, ``f.bin``): the store and the key
-    (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded)."""
-    url = named_url(url)
+    (of :func:`named_url`: ``file://`` and ``http(s)://`` paths percent-decoded, unless
+    ``named`` says ``url`` is one already: decoded twice, ``100%2541`` named ``100A``)."""
+    url = url if named else named_url(url)
     scheme, sep, rest = url.partition("://")
     path = rest.partition("/")[2]  # after the bucket (container, host)
     if scheme != "file" and empty_segment(path.removesuffix("/")):
         # Split at its last "/", "d//x.bin" was key "x.bin" of the store "d/": d/x.bin.
         raise empty_segment_error(url, path)
+    if scheme not in ("file", "http", "https"):
+        refuse_dot_segment(url, path)  # named whole, not as the store's part of it
     head, slash, key = rest.rpartition("/")
     if not sep or not slash or not key or (not head and scheme != "file"):
         raise ConfigError(
@@ -142,10 +179,10 @@ def split_object_url(url: str) -> tuple[str, str]:
     return f"{scheme}://{head or '/'}", key
 
 
-def common_url_root(urls: Sequence[str], what: str) -> str:
+def common_url_root(urls: Sequence[str], what: str, *, named: bool = False) -> str:
     """The deepest prefix (a bucket or container at least) under which every URL of a
     non-empty list lies; ``what`` names the list in errors (a list that mixes in local
-    paths is refused)."""
+    paths is refused). ``named``: the URLs are :func:`named_url` ones already."""
     from headrace.formats._file_list import is_object_url
 
     local = [u for u in urls if not is_object_url(u)]
@@ -154,7 +191,7 @@ def common_url_root(urls: Sequence[str], what: str) -> str:
             f"{what} are all local paths or all object URLs; got local {local[:3]} "
             "among object URLs"
         )
-    dirs = [split_object_url(u)[0] for u in urls]
+    dirs = [split_object_url(u, named=named)[0] for u in urls]
     root = dirs[0]
     for d in dirs[1:]:
         while not (d == root or d.startswith(root + "/")):
@@ -340,7 +377,7 @@ class ObjectFiles:
 
     def _store(self, url: str) -> tuple[ObjectStore, str]:
         base, key = split_object_url(url)
-        return self._store_at(base), key
+        return self._store_at(opened_at(base)), key
 
     def _store_at(self, base: str) -> ObjectStore:
         with self._lock:

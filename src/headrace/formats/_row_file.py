@@ -31,6 +31,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError, StorageError
 from headrace.formats._file_list import is_object_url
+from headrace.formats._file_walk import refuse_empty
 from headrace.formats._npy import npy_header, refuse_npy_as_raw
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -266,6 +267,7 @@ def open_row_file(
     URL is opened with ``store_options`` (see :class:`~headrace.io.ObjectStore`).
     """
     p = os.fspath(path)
+    refuse_empty([p], "a row file", "the row file's path or object URL")
     if not is_object_url(p):
         check_store_options(store_options, remote=False, where=p)
         with LocalFile(p) as f:  # raises ObjectNotFoundError naming the path

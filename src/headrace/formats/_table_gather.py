@@ -14,7 +14,7 @@ from headrace.errors import FormatError
 from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_fill import fill_maps, mapped
-from headrace.formats._table_nulls import null_check
+from headrace.formats._table_nulls import item_check, null_check, null_item_rows
 from headrace.formats._table_schema import TableColumn
 from headrace.formats._table_spans import Groups, Spans, Views
 
@@ -29,9 +29,10 @@ def column_view(
 ) -> tuple[Any, ...]:
     """NumPy views of column ``col`` of one span (``where``: its row group or record
     batch and rows, for messages; its first row in the table is ``first_row``) of the
-    file ``path``: ``(values, valid)`` for numbers and fixed-size
-    lists, ``(values, offsets, valid)`` for lists and strings; ``valid`` is ``None``
-    without nulls."""
+    file ``path``: ``(values, valid, holes)`` for numbers and fixed-size
+    lists, ``(values, offsets, valid, holes)`` for lists and strings; ``valid`` is
+    ``None`` without null rows, ``holes`` (which rows hold null list items, their
+    places zeros in ``values``) without such rows."""
     name = col.name
     try:
         if isinstance(arr, pa.ChunkedArray):
@@ -49,7 +50,7 @@ def column_view(
             arr.values.validate()
         else:
             arr.validate()
-        valid = None
+        valid = holes = None
         if arr.null_count:
             valid = arr.is_valid().to_numpy(zero_copy_only=False)
         if col.kind == "scalar":
@@ -58,35 +59,25 @@ def column_view(
             # rows are refused by null_check anyway).
             if valid is not None:
                 arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
-            return (arr.to_numpy(zero_copy_only=False), valid)
+            return (arr.to_numpy(zero_copy_only=False), valid, None)
         if col.kind == "fixed":
             # The child values of every slot, null rows included, so that row
             # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).
             k = col.width
             items = arr.values.slice(arr.offset * k, len(arr) * k)
             if items.null_count:
-                ok = items.is_valid().to_numpy(zero_copy_only=False).reshape(len(arr), k)
-                bad = ~ok.all(axis=1) if valid is None else ~ok.all(axis=1) & valid
-                if bad.any():
-                    row = first_row + int(np.flatnonzero(bad)[0])
-                    raise FormatError(
-                        f"{path}: column {name!r}: row {row} has null items; expected {k} numbers"
-                    )
+                # Zeros hold the null items' places; the rows holding them are refused
+                # when read (item_check), not every row of the span.
+                holes = _holes(null_item_rows(arr, k), len(arr))
                 items = items.fill_null(0)
             flat = items.to_numpy(zero_copy_only=False)
-            return (flat.reshape(len(arr), k), valid)
+            return (flat.reshape(len(arr), k), valid, holes)
         if col.kind == "ragged":
-            if arr.values.null_count:
-                items = arr.values.is_valid().to_numpy(zero_copy_only=False)
-                offsets = arr.offsets.to_numpy()
-                first = int(np.flatnonzero(~items[offsets[0] : offsets[-1]])[0]) + offsets[0]
-                local = int(np.searchsorted(offsets, first, side="right")) - 1
-                raise FormatError(
-                    f"{path}: column {name!r}: row {first_row + local} has "
-                    "null list items; headrace does not make up values: fill or drop them "
-                    "before reading, or leave the column out"
-                )
-            return (arr.values.to_numpy(), arr.offsets.to_numpy(), valid)
+            values = arr.values
+            if values.null_count:
+                holes = _holes(null_item_rows(arr, None), len(arr))
+                values = values.fill_null(0)  # a copy of the span's values: damaged data only
+            return (values.to_numpy(), arr.offsets.to_numpy(), valid, holes)
         bufs = arr.buffers()
         off_dtype = (
             np.int64
@@ -97,15 +88,24 @@ def column_view(
         data = (
             np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
         )
-        return (data, offsets, valid)
+        return (data, offsets, valid, None)
     except (pa.ArrowException, ValueError) as exc:  # NumPy: a buffer cut mid-item
         raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
 
 
+def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
+    """Which of a span's ``n`` rows hold null list items (``rows``); ``None``: none."""
+    if not rows.size:
+        return None
+    out = np.zeros(n, dtype=bool)
+    out[rows] = True
+    return out
+
+
 def _array_view(
     pa: Any, col: TableColumn, path: str, first_row: int, arr: Any
-) -> tuple[NDArray[Any], Any]:
-    """``(values (rows, width), valid)`` of a ``datasets`` ArrayND column's span: its
+) -> tuple[NDArray[Any], Any, Any]:
+    """``(values (rows, width), valid, holes)`` of a ``datasets`` ArrayND column's span: its
     nested lists, each row's lengths checked against ``col.shape`` at every level (a
     row of another shape would shift every row after it); a view of the file's values
     unless the span has null rows (refused when read: zeros hold their place)."""
@@ -139,18 +139,20 @@ def _array_view(
             )
         level = level.flatten()
         per *= dim
+    holes = None
     if level.null_count:
-        at = int(np.flatnonzero(~level.is_valid().to_numpy(zero_copy_only=False))[0])
-        raise FormatError(
-            f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
-            f"items; expected {col.width} numbers of shape {list(col.shape)}"
-        )
+        # Null numbers (each list of the right length): zeros hold their places, and only
+        # the rows holding them are refused when read (item_check), not the whole span.
+        nulls = np.flatnonzero(~np.asarray(level.is_valid().to_numpy(zero_copy_only=False)))
+        holes = np.zeros(len(rows) if valid is None else valid.size, dtype=bool)
+        holes[rows[np.unique(nulls // per)]] = True
+        level = level.fill_null(0)
     values = level.to_numpy(zero_copy_only=False).reshape(len(rows), col.width)
     if valid is None:
-        return values, None
+        return values, None, holes
     dense = np.zeros((valid.size, col.width), dtype=values.dtype)
     dense[rows] = values
-    return dense, valid
+    return dense, valid, holes
 
 
 def gather(
@@ -170,16 +172,18 @@ def gather(
         shape = (n,) if col.kind == "scalar" else (n, col.width)
         dense = np.empty(shape, dtype=col.dtype)
         for s, pos, loc in groups:
-            arr, valid = views[s][name]
+            arr, valid, holes = views[s][name]
             null_check(parts, spans, name, s, valid, loc)
+            item_check(parts, spans, name, s, holes, loc)
             dense[pos] = arr[loc]
         return dense.reshape(n, *col.shape) if col.shape else dense
     starts = np.empty(n, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
     limits = np.empty(n, dtype=np.int64)
     for s, pos, loc in groups:
-        items, offs, valid = views[s][name]
+        items, offs, valid, holes = views[s][name]
         null_check(parts, spans, name, s, valid, loc)
+        item_check(parts, spans, name, s, holes, loc)
         starts[pos] = offs[loc]
         lengths[pos] = offs[loc + 1] - starts[pos]
         limits[pos] = items.size

@@ -29,6 +29,7 @@ from headrace.formats._table_spans import Spans
 __all__ = [
     "MAX_NAMED_NULLS",
     "NullRows",
+    "item_check",
     "null_check",
     "null_error",
     "null_item_rows",
@@ -135,6 +136,33 @@ def null_check(
         [found],
         f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
         f"; other {what}{'es' if what.endswith('h') else 's'} are checked as they are read",
+    )
+
+
+def item_check(
+    parts: Sequence[Any], spans: Spans, name: str, span: int, holes: Any, loc: NDArray[np.int64]
+) -> None:
+    """Raise if a row ``loc`` of span ``span`` holds null list items in column ``name``
+    (``holes``: which of the span's rows do, ``None`` when none), naming the span's such
+    rows, as :func:`null_check` does null rows. Its other rows read as they would without
+    them: one bad row used to refuse every row of its row group."""
+    if holes is None or not bool(holes[loc].any()):
+        return
+    first = int(spans.starts[span])
+    hit = loc[holes[loc]]
+    rows = np.flatnonzero(holes)[:MAX_NAMED_NULLS]
+    if hit[0] not in rows:  # the row read is named, whatever comes before it
+        rows[-1] = hit[0]
+        rows.sort()
+    part = parts[int(spans.part[span])]
+    found = NullRows(name)
+    found.add(part.path, _file_start(spans, span), int(holes.sum()), (rows + first).tolist())
+    what = "row group" if getattr(part, "parquet", False) else "record batch"
+    end = first + spans.rows(span)
+    raise null_items_error(
+        [found],
+        f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
+        f"; the {what}'s other rows read as usual",
     )
 
 
@@ -256,16 +284,22 @@ def null_item_rows(col: Any, width: int | None) -> NDArray[np.int64]:
     return np.flatnonzero(bad).astype(np.int64)
 
 
-def null_items_error(found: Sequence[NullRows]) -> FormatError:
-    """The refusal of rows holding null list items (``found``: by column)."""
+def null_items_error(found: Sequence[NullRows], scope: str = "", note: str = "") -> FormatError:
+    """The refusal of rows holding null list items (``found``: by column); ``scope`` and
+    ``note`` as :func:`null_error`'s."""
     said = []
     for k, f in enumerate(x for x in found if x.count):
-        path = next(iter(f.files))
+        path, (_, start) = next(iter(f.files.items()))
         head = f"{path}: column {f.name!r}: " if k == 0 else f"column {f.name!r}: "
         more = ", ..." if f.count > len(f.rows) else ""
-        text = f"{f.count:,} row(s) hold null list items: rows {', '.join(map(str, f.rows))}"
-        text += more + (f" ({len(f.files)} files hold them)" if len(f.files) > 1 else "")
-        said.append(head + text)
+        text = f"{f.count:,} row(s) hold null list items{scope}: rows "
+        text += ", ".join(map(str, f.rows)) + more
+        if f.rows and start:  # table rows (datasets' ds[i]); where the first lies in its file
+            text += (
+                f" (table rows; the first is row {f.rows[0] - start} of {os.path.basename(path)})"
+            )
+        text += f" ({len(f.files)} files hold them)" if len(f.files) > 1 else ""
+        said.append(head + text + note)
     return FormatError(
         f"{'; '.join(said)}; headrace does not make up values: fill or drop them before "
         f"reading (e.g. datasets' ds.filter(lambda r: None not in r[{found[0].name!r}])), "

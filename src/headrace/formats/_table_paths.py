@@ -18,7 +18,7 @@ from headrace.errors import (
     ObjectNotFoundError,
 )
 from headrace.formats._file_list import refuse_repeats, special_skipped
-from headrace.formats._file_walk import kind_of, refuse_special, stat_listed
+from headrace.formats._file_walk import kind_of, refuse_empty, refuse_special, stat_listed
 from headrace.formats._table_layout import (
     _TABLE_SUFFIXES,
     DELTA_LOG,
@@ -29,8 +29,8 @@ from headrace.formats._table_layout import (
     state_fingerprint,
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
-from headrace.formats._url_glob import glob_root, has_magic
-from headrace.io._file import scheme_hint
+from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
+from headrace.io._file import scheme_hint, slash_hint
 
 log = logging.getLogger("headrace.formats")
 
@@ -91,6 +91,7 @@ def _path_list(
                 f"expected a list of paths; item {len(out)} is a {type(p).__name__} ({p!r:.80})"
             )
         out.append(p)
+    refuse_empty(out, "Table.open")
     refuse_repeats([os.fspath(p) for p in out], "rows")
     return out
 
@@ -203,18 +204,22 @@ def _resolve(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> tuple[str, list[str]]:
     """The dataset root (for names in messages) and its files in order."""
+    refuse_empty([path] if isinstance(path, (str, os.PathLike)) else [], "Table.open")
     if not isinstance(path, (str, os.PathLike)):
         files = [os.fspath(p) for p in _path_list(path)]
         if not files:
             raise ConfigError("Table.open got an empty list of files")
         return os.path.commonpath([os.path.abspath(f) for f in files]), _regular(files)
     root = os.fspath(path)
-    if has_magic(root):
+    # Parts that exist as written are those names (t[01].parquet is that file, not
+    # t0.parquet and t1.parquet): a pattern only past them, or none at all.
+    pattern, literal = literal_parts(root, os.path.lexists, os.sep)
+    if has_magic(root) and not literal:
         # Folders it matches are not files; a FIFO, socket or dangling link is refused
         # below, by name, as FileSource refuses them (a FIFO was left out silently).
-        files = sorted(f for f in glob.glob(root, recursive=True) if not os.path.isdir(f))
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
         if not files:
-            raise FormatError(f"{root}: no files match")
+            raise FormatError(f"{root}: no files match{ESCAPE_HINT}")
         _refuse_delta_above(_regular(files))
         # The folder above the first wildcard, as on object storage (_url_glob): the
         # files' names in the fingerprint are relative to it, so a state saved on
@@ -223,7 +228,9 @@ def _resolve(
     if os.path.lexists(root) and not os.path.isdir(root):  # (a dangling link: named)
         return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
-        raise ObjectNotFoundError(f"{root}: no such file or directory{scheme_hint(root)}")
+        raise ObjectNotFoundError(
+            f"{root}: no such file or directory{scheme_hint(root)}{slash_hint(root)}"
+        )
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
         raise ConfigError(

@@ -35,6 +35,8 @@ from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
     common_url_root,
+    named_url,
+    refuse_bucketless,
     split_object_url,
     wait_all,
 )
@@ -56,7 +58,14 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_schema import check_names
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
-from headrace.formats._url_glob import glob_root, has_magic, key_matches
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    glob_root,
+    has_magic,
+    key_matches,
+    listed_exists,
+    literal_parts,
+)
 from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
@@ -98,14 +107,26 @@ def resolve_urls(
         urls = list(path)
         root = common_url_root(urls, "a table's files")
         return root, list(zip(urls, files.infos(urls), strict=True)), None
-    if has_magic(path):
+    refuse_bucketless(path)
+    # http(s) servers cannot list: no glob there ('?' starts a query, which a presigned
+    # URL has: refused by named_url, naming the fix, where it sent a PROPFIND listing).
+    http = path.startswith(("http://", "https://"))
+    if http:
+        named_url(path)
+    literal = http
+    if has_magic(path) and not http:
         base = glob_root(path.rstrip("/"))
-        pattern = path.rstrip("/")[len(base) + 1 :]
         every = files.listing(base)
+        # Parts that name an object or prefix as written are those names (t[01].parquet
+        # is that object, not t0.parquet and t1.parquet); a pattern only past them.
+        urls = sorted(u for u, _ in every)
+        escaped, literal = literal_parts(path.rstrip("/"), listed_exists(urls))
+    if has_magic(path) and not literal:
+        pattern = escaped[len(base) + 1 :]
         listed = [(u, i) for u, i in every if key_matches(u[len(base) + 1 :], pattern)]
         _refuse_delta_above(base, [u for u, _ in every], [u for u, _ in listed])
         if not listed:
-            raise FormatError(f"{path}: no objects match")
+            raise FormatError(f"{path}: no objects match{ESCAPE_HINT}")
         return base, listed, None
     if path.endswith((".parquet", *IPC_SUFFIXES)):
         return split_object_url(path)[0], [(path, files.info(path))], None

@@ -253,7 +253,7 @@ class Table(Closing):
         paths = _path_list(path)
         columns = dataset_columns(path, columns)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
-        options = check_store_options(store_options, remote=remote)
+        options = check_store_options(store_options, remote=remote, paths=paths)
         if cache_dir is not None and not remote:
             raise ConfigError(
                 "cache_dir keeps local copies of ranges read from an object store; this "
@@ -571,7 +571,7 @@ class Table(Closing):
         (:func:`~headrace.formats._table_nulls.refuse_parquet_nulls`); lists as their
         rows are read (their statistics count empty lists as nulls).
         """
-        valid_of = lambda s, n: self._views(s, [n])[n][-1]  # noqa: E731
+        valid_of = lambda s, n: self._views(s, [n])[n][-2]  # noqa: E731 (then holes)
         refuse_nulls(self._pa, self._parts, self._spans, self._columns, names, valid_of)
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ A folder or prefix whose shards' names say several splits (nanoGPT's ``train.bin
 and ``val.bin``; modded-nanogpt's ``fineweb_train_000001.bin`` beside
 ``fineweb_val_000000.bin``) is refused, naming a glob for one: read as one, it would
 train on the validation split without a word. A glob names what it wants: taken as is.
+A name holding ``*?[`` that exists is that name, part by part from the left
+(:func:`~headrace.formats._url_glob.literal_parts`): ``s3://b/shard[01].bin`` is that object.
 
 Matches are checked as FileSource and TableSource check theirs: a dangling symbolic
 link is refused naming its target, a FIFO, socket or device by name (opening a FIFO
@@ -31,9 +33,16 @@ from typing import TypeVar
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._file_walk import refuse_special, stat_listed, suffixes
-from headrace.formats._object_files import ObjectFiles
-from headrace.formats._url_glob import glob_root, has_magic, key_matches
+from headrace.formats._file_walk import refuse_empty, refuse_special, stat_listed, suffixes
+from headrace.formats._object_files import ObjectFiles, refuse_bucketless
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    glob_root,
+    has_magic,
+    key_matches,
+    listed_exists,
+    literal_parts,
+)
 
 __all__ = ["SIDECARS", "expand_token_paths"]
 
@@ -50,6 +59,7 @@ def expand_token_paths(
     """``files`` with each folder, prefix (``.../``) and glob pattern replaced by the
     shards it names, sorted; other items (files, URLs, opened files) as given.
     ``stores()`` lists object-store patterns and prefixes."""
+    refuse_empty(files, "TokenSource")
     out: list[str | os.PathLike[str] | T] = []
     for f in files:
         if not isinstance(f, (str, os.PathLike)):
@@ -57,6 +67,7 @@ def expand_token_paths(
             continue
         text = os.fspath(f)
         if is_object_url(text):
+            refuse_bucketless(text)
             if text.endswith("/"):  # a prefix: the shards right under it
                 out.extend(_remote_matches(text + "*.bin", stores(), folder=text))
             elif has_magic(_url_path(text)):
@@ -115,9 +126,11 @@ def _refuse_splits(folder: str, found: list[str], sep: str) -> None:
 
 
 def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
+    # A part that exists as written is that folder (d[1]/*.bin: not d1/'s shards).
+    escaped = pattern if folder is not None else literal_parts(pattern, os.path.lexists, os.sep)[0]
     found = sorted(
         f
-        for f in glob.glob(pattern, recursive=True)
+        for f in glob.glob(escaped, recursive=True)
         if not f.endswith(SIDECARS)
         # A folder named like a shard is not one (a FIFO or dangling link is: refused below).
         and not os.path.isdir(f)
@@ -137,7 +150,7 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
         raise ObjectNotFoundError(
             f"{pattern}: no token files match this glob pattern (.json sidecars and .idx "
             "indexes are not counted); pass a pattern that matches the shards, or a list "
-            "of them"
+            "of them" + ESCAPE_HINT
         )
     for path in found:
         refuse_special(path, stat_listed(path))
@@ -147,9 +160,18 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
 
 
 def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None) -> list[str]:
-    base = glob_root(pattern)
+    # A prefix is the one written (s3://b/d[1]/ lists d[1]/, not the bucket for d1/).
+    base = folder.rstrip("/") if folder is not None else glob_root(pattern)
     wanted = pattern[len(base) + 1 :]
     every = stores.listing(base)
+    if folder is None:
+        # Parts that name an object or prefix as written are that name: shard[01].bin
+        # is the object of that name, not shard0.bin and shard1.bin.
+        urls = sorted(u for u, _ in every)
+        escaped, literal = literal_parts(pattern, listed_exists(urls))
+        if literal:
+            return [pattern]
+        wanted = escaped[len(base) + 1 :]
     found = sorted(
         u for u, _ in every if key_matches(u[len(base) + 1 :], wanted) and not u.endswith(SIDECARS)
     )
@@ -167,7 +189,7 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
         raise ObjectNotFoundError(
             f"{pattern}: no objects match this glob pattern ({len(keys):,} listed under "
             f"{base}/; .json sidecars and .idx indexes are not counted); pass a pattern "
-            "that matches the shards, or a list of their URLs"
+            "that matches the shards, or a list of their URLs" + ESCAPE_HINT
         )
     if folder is not None:
         _refuse_splits(folder, found, "/")

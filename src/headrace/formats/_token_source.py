@@ -188,7 +188,7 @@ class TokenSource(WindowCache):
             raise ConfigError("TokenSource needs at least one token file.")
         self.in_flight = check_in_flight(in_flight)
         remote = any(f.remote if isinstance(f, TokenFile) else is_object_url(f) for f in files)
-        self._store_options = check_store_options(store_options, remote=remote)
+        self._store_options = check_store_options(store_options, remote=remote, paths=files)
         if cache_dir is not None and not remote:
             raise ConfigError(
                 "cache_dir keeps local copies of blocks read from an object store; these "

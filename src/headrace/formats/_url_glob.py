@@ -7,15 +7,41 @@ match across ``/``; matched part by part instead, ``s3://b/t/year=*/*.parquet`` 
 ``glob``: ``**`` (a whole part) matches any number of folders, and a wildcard does not
 match a name that starts with ``.`` (Spark's ``.part-00000.parquet.crc``) unless the
 pattern's part does.
+
+A name that holds ``*``, ``?`` or ``[`` itself (``shard[01].npy``, ``imgs/a?.jpg``,
+``d[1]/*.npy``) is read as written where it exists: :func:`literal_parts` escapes each
+such part, from the left, while the file, folder or object it names exists, and stops
+at the first that does not (a wildcard from there). Read as a pattern, ``shard[01].npy``
+picked ``shard0.npy`` and ``shard1.npy`` instead, and ``d[1]/*.npy`` the files of
+``d1/``: other data, without a word. A part past the first wildcard is a pattern; to
+name such a character there, escape it as :func:`glob.escape` does (``[[]``, ``[*]``,
+``[?]``), which :data:`ESCAPE_HINT` tells a pattern that matched nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
+import re
+from collections.abc import Callable, Sequence
 
-__all__ = ["glob_root", "has_magic", "key_matches"]
+__all__ = [
+    "ESCAPE_HINT",
+    "glob_root",
+    "has_magic",
+    "key_matches",
+    "listed_exists",
+    "literal_parts",
+]
 
 _MAGIC = "*?["
+
+#: What a pattern that matched nothing adds, for a name with a wildcard character in it.
+ESCAPE_HINT = (
+    "; a name with '*', '?' or '[' in it is read as written where it exists (a file, folder "
+    "or object of that name); past a wildcard, write such a character as '[*]', '[?]' or "
+    "'[[]' (glob.escape)"
+)
 
 
 def has_magic(pattern: str) -> bool:
@@ -27,6 +53,36 @@ def glob_root(pattern: str, sep: str = "/") -> str:
     parts = pattern.split(sep)
     first = next(i for i, p in enumerate(parts) if has_magic(p))
     return sep.join(parts[:first])
+
+
+def literal_parts(pattern: str, exists: Callable[[str], bool], sep: str = "/") -> tuple[str, bool]:
+    """``pattern`` with each part holding a wildcard character escaped, from the left,
+    while ``exists(path)`` says the path up to and including it exists as written; and
+    whether every such part did (then ``pattern`` names one path, to read as written).
+    ``exists`` is asked once for each such part up to the first that does not exist."""
+    given = pattern.split(sep)
+    parts = list(given)
+    for i, part in enumerate(given):
+        if not has_magic(part):
+            continue
+        if not exists(sep.join(given[: i + 1])):  # the names as written, none escaped
+            return sep.join(parts), False
+        parts[i] = re.sub(r"([*?[])", r"[\1]", part)
+    return sep.join(parts), True
+
+
+def listed_exists(urls: Sequence[str]) -> Callable[[str], bool]:
+    """``exists(url)`` for :func:`literal_parts` over a listing's sorted ``urls``: an
+    object of that name, or a "folder" (objects under ``url + "/"``)."""
+
+    def exists(url: str) -> bool:
+        for want, whole in ((url, True), (url + "/", False)):
+            i = bisect.bisect_left(urls, want)
+            if i < len(urls) and (urls[i] == want if whole else urls[i].startswith(want)):
+                return True
+        return False
+
+    return exists
 
 
 def key_matches(key: str, pattern: str) -> bool:

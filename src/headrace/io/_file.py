@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import re
 import stat
 import threading
 from typing import Any, cast
@@ -46,10 +47,29 @@ def file_url_path(url: str) -> str:
     return rest
 
 
+_TYPO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/*(.*)", re.S)
+_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https")
+
+
+def url_typo(path: object) -> str | None:
+    """The object URL ``path`` was likely meant to be, where it is read as a local path
+    for a typo in its scheme (``s3:/b/k``, ``s3:b/k``, ``S3://b/k``); else ``None``."""
+    if not isinstance(path, str):
+        return None
+    m = _TYPO.fullmatch(path)
+    if m is None or m.group(1).lower() not in _SCHEMES or not m.group(2):
+        return None
+    meant = f"{m.group(1).lower()}://{m.group(2)}"
+    return None if meant == path else meant
+
+
 def scheme_hint(path: str) -> str:
     """``"; X:// is not a URL scheme headrace reads (...)"`` where ``path``, not found as a
     local path, is a URL of a scheme no store reads (``S3://``: schemes are matched in
     lower case), else ``""``."""
+    meant = url_typo(path)
+    if meant is not None and "://" not in path:  # s3:/b/k: read as a local path
+        return f"; read as a local path: did you mean {meant!r}?"
     scheme, sep, _ = path.partition("://")
     if sep and scheme.isalnum():  # a URL of a scheme nobody maps to a store
         return (
@@ -65,7 +85,17 @@ def open_error(path: str, exc: OSError) -> StorageError:
         return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{scheme_hint(path)}")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
-    return StorageError(exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc})")
+    return StorageError(
+        exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}"
+    )
+
+
+def slash_hint(path: str) -> str:
+    """``"; ... drop the '/'"`` where ``path`` names a file with a ``/`` after its name
+    (``train.bin/``: "Not a directory"), else ``""``. Looked into on error paths only."""
+    if path.endswith("/") and os.path.isfile(path.rstrip("/")):
+        return f"; {path.rstrip('/')} is a file, not a folder: drop the trailing '/'"
+    return ""
 
 
 def read_error(

@@ -11,13 +11,21 @@ to get past it.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from headrace.errors import ConfigError, StorageError
 from headrace.io._object_info import ObjectInfo
 from headrace.io._retry import summarize
 
-__all__ = ["check_key", "empty_segment", "empty_segment_error", "named_once", "unlistable"]
+__all__ = [
+    "check_key",
+    "empty_segment",
+    "empty_segment_error",
+    "named_once",
+    "refuse_dot_segment",
+    "unlistable",
+]
 
 
 def empty_segment(path: str) -> bool:
@@ -42,6 +50,20 @@ def empty_segment_error(url: str, path: str) -> ConfigError:
         "aws s3 cp 's3://bucket/d//x.bin' 's3://bucket/d/x.bin'), or name it without "
         "the repeated '/' if that is the object meant"
     )
+
+
+def refuse_dot_segment(url: str, path: str) -> None:
+    """Refuse a URL whose ``path`` (after its bucket) has a ``.`` or ``..`` segment: an
+    object store's keys are names, nothing resolves it, and obstore cannot name such a
+    key (it said only "Could not parse path", naming the store's part of the URL)."""
+    dots = [seg for seg in path.split("/") if seg in (".", "..")]
+    if dots:
+        head = url[: len(url) - len(path)]
+        raise ConfigError(
+            f"{url}: has a {dots[0]!r} path segment; an object store's keys are names, not "
+            "paths, so nothing resolves it, and obstore cannot name a key holding one. If "
+            f"you meant {head + posixpath.normpath(path).lstrip('/')!r}, write that"
+        )
 
 
 def check_key(url: str, key: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from headrace.io._obstore_missing import obstore_missing
 
@@ -23,7 +23,7 @@ except ModuleNotFoundError as exc:  # the optional extra: say which one
 
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import file_url_path
-from headrace.io._object_names import empty_segment_error
+from headrace.io._object_names import empty_segment_error, refuse_dot_segment
 from headrace.io._retry import summarize
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "open_store"]
@@ -121,16 +121,26 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 f"{url}: a local store needs an existing directory ({path} is not one)."
             )
         return path.as_uri(), LocalStore(path)
-    if "//" in parts.path:
-        # An S3 prefix lost its empty segments without a word (s3://b/d//x.bin read d/x.bin).
+    # An object store's key is the URL's path as written: '?' and '#' are characters of
+    # it, not a query and a fragment (urlsplit cut s3://b/d#1/ to the prefix d), and
+    # '%' is itself (obstore's from_url decoded gs://b/pct%41/ to pctA/). Another
+    # object's data, without a word, where such a prefix existed.
+    raw = url.partition("://")[2].partition("/")[2]
+    if scheme not in ("http", "https"):
+        if "//" in "/" + raw:
+            # A prefix lost its empty segments without a word (s3://b/d//x.bin read d/x.bin).
+            raise empty_segment_error(url, raw)
+    elif "//" in parts.path:
         raise empty_segment_error(url, parts.path[1:])
+    if scheme not in ("http", "https"):
+        refuse_dot_segment(url, raw)
     try:
         if scheme in _S3_SCHEMES:
             bucket = parts.netloc
             if not bucket:
                 raise ConfigError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix).")
             _check_virtual_hosted(url, bucket, cfg)
-            prefix = parts.path.strip("/") or None
+            prefix = raw.strip("/") or None
             opts, keys = _own_keys(cfg)
             s3 = S3Store(
                 bucket,
@@ -143,16 +153,20 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
             base = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
             return base, s3
         if scheme in _URL_SCHEMES:
+            opened = url
             if scheme in _NAMED_SCHEMES and not parts.netloc:
                 what = "bucket" if scheme == "gs" else "container"
                 raise ConfigError(
                     f"{url}: a {scheme}:// URL needs a {what} ({scheme}://{what}/prefix)."
                 )
+            if scheme in _NAMED_SCHEMES and raw:
+                # from_url decodes the path: encoded, it gives back the key as written.
+                opened = url[: len(url) - len(raw)] + quote(raw, safe="/")
             if scheme in _AZURE_SCHEMES:
                 own: Any
                 own, key = _own_account_key(opts)
                 az = AzureStore.from_url(
-                    url,
+                    opened,
                     config=own or None,
                     client_options=http,
                     retry_config=no_retry,
@@ -163,14 +177,16 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 if emulator is not None:
                     own, key = _own_account_key(emulator[0])
                     az = AzureStore.from_url(
-                        url,
+                        opened,
                         config=own,
                         client_options=emulator[1],
                         retry_config=no_retry,
                         credential_provider=_given(key),
                     )
                 return url.rstrip("/"), az
-            other = from_url(url, config=opts or None, client_options=http, retry_config=no_retry)
+            other = from_url(
+                opened, config=opts or None, client_options=http, retry_config=no_retry
+            )
             return url.rstrip("/"), other
     except HeadraceError:
         raise

@@ -1,0 +1,212 @@
+"""The object-store half of a file dataset's listing
+(:func:`~headrace.formats._file_list.list_files`): a prefix's or a glob's objects, or a
+list of object URLs, as a
+:class:`~headrace.formats._file_list.FileList` whose fetches GET each object as it was
+listed (its ETag), through the object cache where there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from headrace.errors import HeadraceError, ObjectNotFoundError, StorageError
+from headrace.formats._file_list import FileList, Listing, refuse_repeats
+from headrace.formats._object_files import cache_name, check_store_options
+from headrace.formats._url_glob import (
+    ESCAPE_HINT,
+    glob_root,
+    has_magic,
+    key_matches,
+    listed_exists,
+    literal_parts,
+)
+from headrace.io import ObjectCache
+
+__all__ = ["object_glob", "remote_list", "url_list", "why_empty"]
+
+
+def object_glob(
+    url: str, options: Mapping[str, Any], listing: Listing | None, cache: ObjectCache | None
+) -> FileList | None:
+    """The objects a glob URL matches (``s3://b/imgs/*/*.jpg``), as TokenSource and
+    TableSource read one (:mod:`headrace.formats._url_glob`: part by part, ``**`` for any
+    number of folders, names as written where they exist); ``None`` where ``url`` is no
+    pattern (or names an object or prefix as written), read as a prefix. As a local
+    glob, a pattern names what it wants: no extension filter, nothing hidden counted."""
+    from headrace.io import ObjectStore
+
+    path = url.partition("://")[2]
+    if url.startswith(("http://", "https://")) or not has_magic(path.partition("/")[2]):
+        return None  # (http(s) servers cannot list; a wildcard in a bucket's name is none)
+    base = glob_root(url)
+    store = ObjectStore(base, **options)
+    try:
+        if listing is not None:  # a worker's copy: the objects its parent matched
+            return remote_list(store, list(zip(*listing, strict=True)), options, cache)
+        every = [(k, i.size, i.etag) for k, i in store.list_info()]
+        exists = listed_exists(sorted(f"{base}/{k}" for k, _, _ in every))
+        escaped, literal = literal_parts(url, exists)
+        if literal:
+            store.close()
+            return None
+        wanted = escaped[len(base) + 1 :]
+        listed = [x for x in every if key_matches(x[0], wanted)]
+        if not listed:
+            raise ObjectNotFoundError(
+                f"{url}: no objects match this glob pattern ({len(every):,} listed under "
+                f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
+                "object URLs" + ESCAPE_HINT
+            )
+        return remote_list(store, listed, options, cache)
+    except BaseException:
+        store.close()
+        raise
+
+
+def why_empty(url: str, options: Mapping[str, Any]) -> str:
+    """What an empty listing may mean, looked into on the error path only: a URL of
+    one object (a prefix lists below it), or a glob pattern on an http(s) server."""
+    if url.startswith(("http://", "https://")) and has_magic(url.rpartition("/")[2]):
+        return (
+            "; glob patterns are not expanded on http(s) servers (they cannot list): pass "
+            "a list of URLs"
+        )
+    from headrace.formats._object_files import ObjectFiles
+
+    heads = ObjectFiles(options)
+    try:
+        heads.info(url.rstrip("/"))
+    except HeadraceError:  # no such object (the usual case), or none to look at
+        return ""
+    finally:
+        heads.close()
+    return (
+        f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
+        "alone, or the prefix above it"
+    )
+
+
+def remote_list(
+    store: Any,
+    listed: list[tuple[str, int, str | None]],
+    options: Mapping[str, Any],
+    cache: ObjectCache | None,
+) -> FileList:
+    keys = [k for k, _, _ in listed]
+    sizes = [s for _, s, _ in listed]
+    etags = [e for _, _, e in listed]
+    get = _listed_get(store, keys, sizes, etags)
+    fetch: Callable[[int], Any] = lambda i: get(i)[0]  # noqa: E731
+    if cache is not None:
+        fetch = _cached(store, keys, sizes, etags, options, cache, get)
+    return FileList(
+        url=store.url,
+        keys=keys,
+        sizes=sizes,
+        remote=True,
+        _fetch=fetch,
+        _close=store.close,
+        store=store,
+        etags=etags,
+        cache=cache,
+        cache_key=lambda i: cache_name(options, f"{store.url}/{keys[i]}"),
+    )
+
+
+#: GETs of an object whose body is not the listed size before it is called changed.
+_SIZE_TRIES = 3
+
+
+def _listed_get(
+    store: Any, keys: list[str], sizes: list[int], etags: list[str | None]
+) -> Callable[[int], tuple[Any, Any]]:
+    """``get(i)``: object ``i`` as it was listed, with the GET's info, or an error.
+
+    A GET of another version (another ETag: replaced since the listing) is refused,
+    as token, row and table sources refuse it: served, the run would mix versions
+    and a step would read other bytes on a rerun. A body of another size than
+    listed with the listed ETag is a response cut short (the store or a proxy on
+    the way): asked again, up to ``_SIZE_TRIES`` GETs; :meth:`FileList.fetch` then
+    refuses what is still short.
+    """
+
+    def get(i: int) -> tuple[Any, Any]:
+        for _ in range(_SIZE_TRIES):
+            data, info = store.get_with_info(keys[i])
+            listed = etags[i]
+            if listed is not None and info.etag is not None and info.etag != listed:
+                raise StorageError(
+                    f"{store.url}/{keys[i]}: the object changed since it was listed (ETag "
+                    f"{listed}, {sizes[i]} bytes; now {info.etag}, {info.size} bytes); a run "
+                    "reads the versions it listed: open the source again to read the new one"
+                )
+            if memoryview(data).nbytes == sizes[i]:
+                break
+        return data, info
+
+    return get
+
+
+def _cached(
+    store: Any,
+    keys: list[str],
+    sizes: list[int],
+    etags: list[str | None],
+    options: Mapping[str, Any],
+    cache: ObjectCache,
+    get: Callable[[int], tuple[Any, Any]],
+) -> Callable[[int], Any]:
+    """``fetch(i)`` through ``cache``: the local copy if there is one, else the listed
+    version's GET (``get``), kept when it is whole."""
+
+    def fetch(i: int) -> Any:
+        etag = etags[i]
+        if not cache.cacheable(etag):
+            return get(i)[0]
+        assert etag is not None
+        url = cache_name(options, f"{store.url}/{keys[i]}")
+        local = cache.read(url, sizes[i], etag)
+        if local is not None:
+            return local
+        data, info = get(i)
+        if info.size == sizes[i] and memoryview(data).nbytes == sizes[i]:
+            cache.write(url, sizes[i], etag, data)
+        return data
+
+    return fetch
+
+
+def url_list(
+    urls: list[str],
+    store_options: Mapping[str, Any] | None,
+    listing: Listing | None,
+    cache: ObjectCache | None,
+) -> FileList:
+    """A list of object URLs under one bucket (container): keys relative to the
+    deepest prefix they share, sizes and ETags by HEADs all in flight at once
+    (``listing``: a worker copy's, no HEAD)."""
+    from headrace.formats._object_files import ObjectFiles, common_url_root, named_url, opened_at
+    from headrace.io import ObjectStore
+
+    # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
+    # name the same files as those written plainly: the keys are the names, not their
+    # encoding.
+    # Named once: a name decoded twice is another file's (100%2541 -> 100%41 -> 100A).
+    pairs = sorted((named_url(u), u) for u in urls)
+    urls = [named for named, _ in pairs]
+    if listing is None:
+        refuse_repeats(urls, "samples")
+    root = common_url_root(urls, "a dataset's files", named=True)
+    options = check_store_options(store_options, remote=True)
+    keys = [u[len(root) + 1 :] for u in urls]
+    if listing is not None:
+        listed = list(zip(keys, listing[1], listing[2], strict=True))
+    else:
+        heads = ObjectFiles(options)
+        try:
+            infos = heads.infos([given for _, given in pairs])  # (each named once there)
+            listed = [(k, i.size, i.etag) for k, i in zip(keys, infos, strict=True)]
+        finally:
+            heads.close()
+    return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
