@@ -12,30 +12,21 @@ gathered back, or ``"not iterated"``.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import jax
-import numpy as np
+from _jax_process import cpu_devices, data_sharding, gathered, run
 
-jax.config.update("jax_num_cpu_devices", 2)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+cpu_devices()
 
 from _adapter_data import BATCH, token_source  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import headrace.jax._agree  # noqa: E402
 from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader  # noqa: E402
-from headrace.testing import batch_digest  # noqa: E402
 
 
-def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
-    sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
+def main(root: Path, n: int, pid: int) -> list[str]:
+    sharding = data_sharding()
     got = []
     for case in ("seed", "state", "alike", "alone"):
         seed = 5 + pid if case == "seed" else 5
@@ -53,11 +44,7 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
             except ConfigError as exc:
                 got.append(str(exc))
                 continue
-            full = {
-                k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
-                for k, v in batch.items()
-            }
-            got.append(batch_digest([full]))
+            got.append(gathered(batch))
             # The store keeps this start's key, and the one before it is gone.
             client = headrace.jax._agree._coordination_client()
             assert client.key_value_try_get(f"headrace/jax/agree/2/{pid}")
@@ -67,10 +54,8 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
                 pass
             else:
                 raise AssertionError("the key of iteration start 1 is left in the store")
-    Path(f"{out}.{pid}").write_text(json.dumps(got))
-    jax.distributed.shutdown()
+    return got
 
 
 if __name__ == "__main__":
-    r, o, port, n, pid = sys.argv[1:]
-    main(Path(r), Path(o), int(port), int(n), int(pid))
+    run(main)

@@ -12,29 +12,23 @@ batch back; process 0 writes the digests of both, and the loader state after ste
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import jax
-import numpy as np
+from _jax_process import cpu_devices, gathered, run
 
-jax.config.update("jax_num_cpu_devices", 2)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+cpu_devices()
 
+import jax  # noqa: E402
 from _adapter_data import BATCH, padded_mixture  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from headrace.jax import JaxLoader  # noqa: E402
-from headrace.testing import batch_digest  # noqa: E402
 
 STEPS, SAVE_AT = 6, 3
 
 
-def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
+def main(root: Path, n: int, pid: int) -> dict[str, object]:
     layouts = {
         "data": NamedSharding(jax.make_mesh((n, 2), ("data", "model")), P("data", None)),
         "context": NamedSharding(jax.make_mesh((n, 2), ("seq", "data")), P("data", "seq")),
@@ -54,19 +48,12 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
                     assert cols == {(pid * 8, pid * 8 + 8)}, cols
                 else:
                     assert held == {(pid * 4, pid * 4 + 4)} and cols == {(None, None)}, held
-                full = {
-                    k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
-                    for k, v in batch.items()
-                }
-                digests.append(batch_digest([full]))
+                digests.append(gathered(batch))
                 if step + 1 == SAVE_AT and name == "data":
                     result["state"] = ld.state_dict()
         result[name] = digests
-    if pid == 0:
-        out.write_text(json.dumps(result))
-    jax.distributed.shutdown()
+    return result
 
 
 if __name__ == "__main__":
-    r, o, port, n, pid = sys.argv[1:]
-    main(Path(r), Path(o), int(port), int(n), int(pid))
+    run(main, every_process=False)

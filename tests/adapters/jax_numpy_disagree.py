@@ -15,29 +15,20 @@ message, or the digest of the first global batch gathered back.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-import jax
-import numpy as np
+from _jax_process import cpu_devices, data_sharding, gathered, run
 
-jax.config.update("jax_num_cpu_devices", 2)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+cpu_devices()
 
 from _adapter_data import BATCH, token_source  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader, make_global_batch, numpy_loader  # noqa: E402
-from headrace.testing import batch_digest  # noqa: E402
 
 
-def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
-    sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
+def main(root: Path, n: int, pid: int) -> list[str]:
+    sharding = data_sharding()
     got = []
     cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank")
     for case in cases:
@@ -63,15 +54,9 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
                 continue
             if case != "jax":
                 batch = make_global_batch(batch, sharding, BATCH)
-            full = {
-                k: np.asarray(multihost_utils.process_allgather(v, tiled=True))
-                for k, v in batch.items()
-            }
-            got.append(batch_digest([full]))
-    Path(f"{out}.{pid}").write_text(json.dumps(got))
-    jax.distributed.shutdown()
+            got.append(gathered(batch))
+    return got
 
 
 if __name__ == "__main__":
-    r, o, port, n, pid = sys.argv[1:]
-    main(Path(r), Path(o), int(port), int(n), int(pid))
+    run(main)

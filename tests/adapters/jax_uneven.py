@@ -14,35 +14,23 @@ step read. Each process writes to ``OUT.<pid>`` (JSON), for each layout: its loa
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import jax
-import numpy as np
+from _jax_process import cpu_devices, gathered, run
 
-PID = int(sys.argv[5])
-jax.config.update("jax_num_cpu_devices", 3 if PID == 0 else 1)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+cpu_devices(3 if sys.argv[5] == "0" else 1)
 
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 from _adapter_data import BATCH, token_source  # noqa: E402
-from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from headrace.jax import JaxLoader  # noqa: E402
-from headrace.testing import batch_digest  # noqa: E402
 
 
-def gathered(batch: dict[str, jax.Array]) -> str:
-    full = {
-        k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in batch.items()
-    }
-    return batch_digest([full])
-
-
-def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
-    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid)
+def main(root: Path, n: int, pid: int) -> dict[str, object]:
     d = sorted(jax.devices(), key=lambda x: (x.process_index, x.id))  # 0, 1, 2 of p0; 3 of p1
     layouts = {
         "unequal": NamedSharding(Mesh(np.array(d), ("data",)), P("data")),
@@ -62,10 +50,8 @@ def main(root: Path, out: Path, port: int, n: int, pid: int) -> None:
             digests.append(gathered(next(iter(ld))))
             shares = [[x.rank, x.world_size] for x in ld.loaders]
         got[name] = {"loaders": shares, "digests": digests}
-    Path(f"{out}.{pid}").write_text(json.dumps(got))
-    jax.distributed.shutdown()
+    return got
 
 
 if __name__ == "__main__":
-    r, o, port, n, pid = sys.argv[1:]
-    main(Path(r), Path(o), int(port), int(n), int(pid))
+    run(main)

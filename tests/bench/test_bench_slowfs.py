@@ -19,7 +19,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from test_bench_cli import _TRAIN, EVERY_KIND, TINY, schema
+from _bench_run import schema
+from test_bench_cli import _TRAIN, EVERY_KIND, TINY
 
 from headrace.bench import _runner, _slowfs_run
 from headrace.bench._kind import make_kind

@@ -4,13 +4,13 @@ import json
 import re
 import statistics
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import numpy as np
 import pytest
+from _bench_run import bench_file, schema
 
 from headrace._messages import byte_size
 from headrace.bench._ceiling import _decimals, distinct_figures
@@ -202,15 +202,13 @@ def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> 
     assert note and f"({files} entries, {byte_size(int(kind.sizes.sum()))} in " in note[0]
     assert not list(tmp_path.glob("object-cache-*"))  # removed with the run
     assert "cache_run_dir" not in kind.workload.reader
-    schema = json.loads(
-        resources.files("headrace.bench").joinpath("report.schema.json").read_text()
-    )
+    strict = schema()
     jsonschema.validate(
         {"schema": "headrace.bench/1", "machine": {}, "results": results},
         {
-            **schema,
+            **strict,
             "required": ["results"],
-            "properties": {"results": schema["properties"]["results"]},
+            "properties": {"results": strict["properties"]["results"]},
         },
     )
 
@@ -287,8 +285,7 @@ def test_cli_writes_the_report_and_exits_2_when_a_variant_fails(
     assert "headrace bench: variant 'headrace' of workload 'j' failed: " in err, err
     assert bad.name in err
     report = json.loads(out.read_text())
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     assert [r["variant"] for r in report["results"]] == ["headrace-raw", "ceiling"]
     assert [f["variant"] for f in report["workloads"][0]["failed"]] == ["headrace"]
 
@@ -408,18 +405,14 @@ def test_cli_storage_flags_only_for_files_and_tokens(
 
 
 def test_cli_jpeg_tiny_json_validates(tmp_path: Path) -> None:
-    wl = tmp_path / "j.toml"
-    wl.write_text(
+    report = bench_file(
+        tmp_path,
         'kind = "files"\nvariants = ["map-style", "headrace", "ceiling", "headrace-raw"]\n'
         '[dataset]\nformat = "jpeg"\nfiles = 4\nimage_hw = [16, 16]\n'
-        "[train]\nbatch_size = 2\nsteps = 1\ntrials = 1\nwarmup_steps = 1\n"
+        "[train]\nbatch_size = 2\nsteps = 1\ntrials = 1\nwarmup_steps = 1\n",
+        stem="j",
     )
-    out = tmp_path / "r.json"
-    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
-    assert main([*args, "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     assert {r["storage"] for r in report["results"]} == {"local"}
 
 
@@ -429,19 +422,15 @@ def test_json_table_says_what_the_printed_table_shows(
     # A files workload's batches_per_s / gb_per_s are its trials' (fed from a read-ahead
     # queue: thousands of batches/s), while the table shows its fresh pass: a script read
     # one figure and a person another. `table` is what the table shows, cell for cell.
-    wl = tmp_path / "j.toml"
-    wl.write_text(
+    report = bench_file(
+        tmp_path,
         'kind = "files"\nvariants = ["map-style", "headrace"]\n'
         '[dataset]\nformat = "jpeg"\nfiles = 8\nimage_hw = [16, 16]\n'
-        "[train]\nbatch_size = 2\nsteps = 2\ntrials = 2\nwarmup_steps = 1\n"
+        "[train]\nbatch_size = 2\nsteps = 2\ntrials = 2\nwarmup_steps = 1\n",
+        stem="j",
     )
-    out = tmp_path / "r.json"
-    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
-    assert main([*args, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    report = json.loads(out.read_text())
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     by = _by(report["results"])
     for r in by.values():
         t = r["table"]
@@ -611,17 +600,15 @@ def test_fresh_passes_past_the_page_cache_are_not_called_page_cache_reads(
 ) -> None:
     # O_DIRECT reads each file past the page cache: its passes read the device (a variant
     # option reaches it too), and only the buffered variant's are called page-cache reads.
-    wl = tmp_path / "n.toml"
-    wl.write_text(
+    report = bench_file(
+        tmp_path,
         'kind = "files"\nvariants = ["headrace", "headrace?odirect=true"]\n'
         '[dataset]\nformat = "npz"\nfiles = 8\nrecord_bytes = 3000\n'
-        "[train]\nbatch_size = 2\nsteps = 2\ntrials = 3\nwarmup_steps = 1\n"
+        "[train]\nbatch_size = 2\nsteps = 2\ntrials = 3\nwarmup_steps = 1\n",
+        stem="n",
     )
-    out = tmp_path / "r.json"
-    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
-    assert main([*args, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    by = _by(json.loads(out.read_text())["results"])
+    by = _by(report["results"])
     buffered, direct = by["headrace"], by["headrace?odirect=true"]
     assert len(buffered["fresh_passes_s"]) == len(direct["fresh_passes_s"]) == 3
     assert buffered["fresh_pass_page_cache"] is True

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import numpy as np
 import pytest
+from _bench_run import schema
 
 from headrace.bench._kind import make_kind
 from headrace.bench._rows_kind import PaddedKind, TableKind
@@ -151,8 +151,7 @@ def test_cli_report_validates(tmp_path: Path) -> None:
     args += ["--warmup", "1", "--batch-size", "4", "--json", str(out)]
     assert main(args) == 0
     report = json.loads(out.read_text())
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     assert {(r["workload"], r["variant"]) for r in report["results"]} == {
         (w, v) for w in ("padded", "table") for v in ("naive", "headrace")
     }

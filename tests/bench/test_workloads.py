@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from _bench_run import bench_file, schema
 
 from headrace.bench._kind import make_kind
 from headrace.bench._runner import RunOptions, run_workload
@@ -173,8 +174,7 @@ def test_dlio_yaml_runs_at_small_scale(
     # the plan printed before the run: what runs (--steps/--trials), and DLIO's epochs
     assert "plan: 1 warm-up step, then 1 trial x 2 steps per variant" in capsys.readouterr().err
     report = json.loads(out.read_text())
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     (w,) = report["workloads"]
     assert "5 epochs of" in w["workload"]["description"]
     assert w["au_threshold"] == 0.90
@@ -258,7 +258,6 @@ def test_gen_is_resumable(tmp_path: Path) -> None:
 def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
     # The built-in hdf5 workload at 2 files of 8 records of 10 KB, 10 ms of compute: its
     # 128 MB and 50 ms steps took 30 s under load and checked nothing the size decides.
-    wl = tmp_path / "hdf5.toml"
     builtin = (resources.files("headrace.bench") / "workloads" / "hdf5.toml").read_text()
     for was, now in (
         ("files = 16\n", "files = 2\n"),
@@ -267,13 +266,9 @@ def test_accelerators_auto_and_sweep(tmp_path: Path) -> None:
     ):
         assert was in builtin, was
         builtin = builtin.replace(was, now)
-    wl.write_text(builtin)
-    out = tmp_path / "r.json"
-    args = ["bench", "-w", str(wl), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
-    args += ["--steps", "2", "--trials", "1", "--accelerators", "auto"]
-    args += ["--sweep", "in_flight=1,4", "--json", str(out), "--plot", str(tmp_path / "p.png")]
-    assert main(args) == 0
-    report = json.loads(out.read_text())
+    args = ["--steps", "2", "--trials", "1", "--accelerators", "auto"]
+    args += ["--sweep", "in_flight=1,4", "--plot", str(tmp_path / "p.png")]
+    report = bench_file(tmp_path, builtin, *args, stem="hdf5")
     variants = [r["variant"] for r in report["results"]]
     assert "headrace?in_flight=4" in variants
     assert all(isinstance(r["max_accelerators"], int) for r in report["results"] if r["must_agree"])
@@ -409,8 +404,7 @@ def test_tokens_on_moto_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFi
         "latency_ms": 2.0,
         "max_concurrent": None,
     }
-    schema = json.loads((resources.files("headrace.bench") / "report.schema.json").read_text())
-    jsonschema.validate(report, schema)
+    jsonschema.validate(report, schema())
     got = {r["variant"]: r for r in report["results"]}
     assert sorted(got) == ["headrace-async", "headrace-sync"]
     want = {r["variant"]: r["digest"] for r in json.loads(local.read_text())["results"]}

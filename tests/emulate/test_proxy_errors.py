@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.emulate import LatencyProxy
+from headrace.emulate import LatencyProxy, ProxyStats
 from headrace.errors import StorageError
 
 
@@ -71,6 +71,18 @@ class _Upstream:
         assert not self.thread.is_alive()
 
 
+def _through_proxy(reply: Callable[[socket.socket], None]) -> tuple[str, int, bytes, ProxyStats]:
+    """One GET through a proxy to an upstream that answers with ``reply(conn)``: the
+    upstream's URL, the status and body the client got, and the proxy's counters after."""
+    upstream = _Upstream(reply)
+    try:
+        with LatencyProxy(upstream.url) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        upstream.close()
+    return upstream.url, status, body, proxy.stats
+
+
 def _reset(conn: socket.socket) -> None:
     # SO_LINGER 0: close() sends RST, as a crashed or killed server's kernel does.
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -119,14 +131,9 @@ def test_unresolvable_upstream_is_a_502_not_a_traceback(
 
 @pytest.mark.usefixtures("no_leaks")
 def test_upstream_closing_without_an_answer_is_a_502() -> None:
-    upstream = _Upstream(lambda conn: None)
-    try:
-        with LatencyProxy(upstream.url) as proxy:
-            status, body = _get(proxy.port)
-    finally:
-        upstream.close()
+    url, status, body, _ = _through_proxy(lambda conn: None)
     assert status == 502
-    assert body.decode() == f"upstream {upstream.url} closed the connection without a response"
+    assert body.decode() == f"upstream {url} closed the connection without a response"
 
 
 @pytest.mark.parametrize(
@@ -143,17 +150,9 @@ def test_upstream_gone_mid_body_is_a_502_saying_what_happened(reset: bool, probl
         if reset:
             _reset(conn)
 
-    upstream = _Upstream(half)
-    try:
-        with LatencyProxy(upstream.url) as proxy:
-            status, body = _get(proxy.port)
-    finally:
-        upstream.close()
+    url, status, body, stats = _through_proxy(half)
     assert status == 502
-    assert body.decode() == (
-        f"upstream {upstream.url} failed in the middle of its response body: {problem}"
-    )
-    stats = proxy.stats
+    assert body.decode() == f"upstream {url} failed in the middle of its response body: {problem}"
     assert stats.in_flight == 0 and stats.bytes_down == 0
 
 
@@ -163,28 +162,16 @@ def test_upstream_reset_mid_head_is_a_502() -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Len")
         _reset(conn)
 
-    upstream = _Upstream(partial_head)
-    try:
-        with LatencyProxy(upstream.url) as proxy:
-            status, body = _get(proxy.port)
-    finally:
-        upstream.close()
+    url, status, body, _ = _through_proxy(partial_head)
     assert status == 502
-    assert body.decode() == (
-        f"upstream {upstream.url} failed before its response: Connection reset by peer"
-    )
+    assert body.decode() == f"upstream {url} failed before its response: Connection reset by peer"
 
 
 @pytest.mark.usefixtures("no_leaks")
 def test_malformed_upstream_head_is_a_502() -> None:
-    upstream = _Upstream(
+    _, status, body, _ = _through_proxy(
         lambda conn: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\n")
     )
-    try:
-        with LatencyProxy(upstream.url) as proxy:
-            status, body = _get(proxy.port)
-    finally:
-        upstream.close()
     assert status == 502
     assert b"malformed response head" in body and b"lots" in body
 

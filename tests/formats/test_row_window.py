@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _row_files import padded_rows
 from headrace.errors import (
     ConfigError,
     DataError,
@@ -31,18 +32,7 @@ NUM_WINDOWS = 5
 
 
 def make_rows(root: Path, *, ext: str = ".npy", empty_every: int = 0) -> tuple[Path, Path]:
-    rng = np.random.default_rng(7)
-    tok = rng.integers(1, 50_000, (N, W), dtype=np.uint16)
-    lengths = rng.integers(16, W + 1, N)
-    cols = np.arange(W)
-    tok[cols[None, :] >= lengths[:, None]] = 0
-    mask = (cols[None, :] >= (lengths[:, None] // 3) % 7 + 1) & (cols[None, :] < lengths[:, None])
-    mask = mask.astype(np.uint8)
-    if empty_every:
-        mask[::empty_every] = 0
-    write_row_file(root / f"tok{ext}", tok)
-    write_row_file(root / f"mask{ext}", mask)
-    return root / f"tok{ext}", root / f"mask{ext}"
+    return padded_rows(root, N, W, seed=7, prompt_mod=7, ext=ext, empty_every=empty_every)
 
 
 def windowed(tp: Path, mp: Path | None, **kw: object) -> PaddedRows:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _row_files import odirect_works
+from _row_files import odirect_works, padded_rows
 from headrace.errors import ConfigError, DataError, EmptyRowsError, FormatError
 from headrace.formats import PaddedRows, _row_file, open_row_file, write_row_file
 from headrace.formats._row_plan import retry_rows, sample_rows
@@ -125,18 +125,7 @@ N_ROWS, W = 300, 1025  # 2050-byte uint16 rows straddle every 4 KiB block
 
 
 def make_rows(root: Path, *, empty_every: int = 0, ext: str = ".npy") -> tuple[Path, Path]:
-    rng = np.random.default_rng(1)
-    tok = rng.integers(1, 50_000, (N_ROWS, W), dtype=np.uint16)
-    lengths = rng.integers(16, W + 1, N_ROWS)
-    cols = np.arange(W)
-    tok[cols[None, :] >= lengths[:, None]] = 0
-    mask = (cols[None, :] >= (lengths[:, None] // 3) % 13 + 1) & (cols[None, :] < lengths[:, None])
-    mask = mask.astype(np.uint8)
-    if empty_every:
-        mask[::empty_every] = 0
-    write_row_file(root / f"tok{ext}", tok)
-    write_row_file(root / f"mask{ext}", mask)
-    return root / f"tok{ext}", root / f"mask{ext}"
+    return padded_rows(root, N_ROWS, W, seed=1, prompt_mod=13, ext=ext, empty_every=empty_every)
 
 
 def reference(tok: np.ndarray, mask: np.ndarray, rows: np.ndarray, L: int) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _stalled_child import go_on, ready_child, wait_for_stalled_get
 from s3util import BUCKET, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
@@ -81,32 +82,18 @@ def restarted_later(cache: str) -> None:
 def test_sigterm_while_the_store_stalls_ends_promptly_and_the_rerun_is_the_same(
     train: list[str], proxy: LatencyProxy, tmp_path: Path, how: str, prefetch: int
 ) -> None:
-    with subprocess.Popen(
-        [*train, how, str(prefetch), "wait"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as p:
+    with ready_child([*train, how, str(prefetch), "wait"]) as p:
         try:
-            assert p.stdout is not None and p.stdin is not None and p.stderr is not None
-            assert p.stdout.readline() == "ready\n", p.stderr.read()
             proxy.set_faults([FaultRule(kind="stall", stall_s=120, match="GET ")])
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            deadline = time.monotonic() + 30
-            while proxy.stats.faults == 0:
-                assert time.monotonic() < deadline, "no GET reached the stalling proxy"
-                time.sleep(0.01)
-            time.sleep(0.5)  # the loop waits on the stalled read by now
+            go_on(p)
+            wait_for_stalled_get(proxy)
             t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
             rc = p.wait(timeout=60)
             took = time.monotonic() - t0
-            err = p.stderr.read()
+            err = p.stderr.read() if p.stderr else ""
         finally:
             proxy.set_faults([])
-            p.kill()
     # Measured 0.01 s (no handler: the kernel ends it), 0.16 s (handler, prefetch 0) and
     # 1.2 s (handler, prefetch 8: close() gives the stuck read-ahead 1 s). The bound is a
     # margin for a loaded machine.

@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _stalled_child import go_on, ready_child, timed_exit, write_script
 
 from headrace.emulate import SlowMount
 from headrace.errors import StateError
@@ -151,26 +150,11 @@ def _tokens(d: Path) -> TokenSource:
     return TokenSource(str(d / "t.bin"), dtype="uint32", context=256)
 
 
-_SCRIPT = """
-import atexit, signal, sys, time
-atexit.register(print, "exiting", flush=True)  # the last exit handler: all joins are done
-from headrace.formats import FileSource, TokenSource
-from headrace.pipeline import Loader
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (not inherited)
+_SOURCE = """
 if sys.argv[3] == "tokens":
-    src = TokenSource(sys.argv[1] + "/t.bin", dtype="uint32", context=256)
+    src = TokenSource(sys.argv[2] + "/t.bin", dtype="uint32", context=256)
 else:
-    src = FileSource(sys.argv[1] + "/npy", format="npy")
-with Loader(src, batch_size=8, chunk_steps=4) as ld:
-    for i, batch in enumerate(ld):
-        if i == 3:
-            print("ready", flush=True)
-            sys.stdin.readline()  # the mount is stalled now
-        if i > 3:
-            time.sleep(0.05)  # the training step: behind the read-ahead until it stalls
-        if i > 3 and sys.argv[2] == "error":
-            time.sleep(1.0)  # the read-ahead is stuck by now
-            raise SystemExit(3)  # the training step fails
+    src = FileSource(sys.argv[2] + "/npy", format="npy")
 """
 
 
@@ -188,35 +172,17 @@ def test_a_process_whose_mount_stalls_exits_promptly(
     for i in range(64):  # a FileSource's fetches run on its own pool of threads
         np.save(src_dir / "npy" / f"{i:03d}.npy", np.full((64, 64), i, np.float32))
     m = slow_mount(src_dir, read_latency_ms=1)
-    script = tmp_path / "train.py"
-    script.write_text(_SCRIPT)
-    with subprocess.Popen(
-        [sys.executable, str(script), str(m.mnt), how, kind],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as p:
-        try:
-            assert p.stdout is not None and p.stdin is not None and p.stderr is not None
-            assert p.stdout.readline() == "ready\n"
-            with stalled(m, at_most_s=30):
-                p.stdin.write("go\n")
-                p.stdin.flush()
-                time.sleep(1.0)  # the read-ahead is stuck, the loop waits on its queue
-                t0 = time.monotonic()
-                if how == "ctrl-c":
-                    p.send_signal(signal.SIGINT)
-                ready, _, _ = select.select([p.stdout], [], [], 60)
-                took = time.monotonic() - t0
-                assert ready and p.stdout.readline() == "exiting\n"
-            # A thread whose request the stopped server had already taken waits for its
-            # answer even through exit_group (Linux FUSE, as an NFS hard mount): the
-            # process itself ends once the storage answers (docs/long-runs.md).
-            rc = p.wait(timeout=60)
-            err = p.stderr.read()
-        finally:
-            p.kill()
+    script = write_script(tmp_path / "train.py", _SOURCE)
+    with ready_child([sys.executable, str(script), how, str(m.mnt), kind]) as p:
+        with stalled(m, at_most_s=30):
+            go_on(p)
+            time.sleep(1.0)  # the read-ahead is stuck, the loop waits on its queue
+            took = timed_exit(p, signal.SIGINT if how == "ctrl-c" else None)
+        # A thread whose request the stopped server had already taken waits for its
+        # answer even through exit_group (Linux FUSE, as an NFS hard mount): the
+        # process itself ends once the storage answers (docs/long-runs.md).
+        rc = p.wait(timeout=60)
+        err = p.stderr.read() if p.stderr else ""
     assert took < 10, (took, err)
     if how == "ctrl-c":
         assert rc == -signal.SIGINT and "KeyboardInterrupt" in err, (rc, err)

@@ -444,20 +444,20 @@ print("child", os.waitstatus_to_exitcode(status))
 """
 
 
+def _python(*args: str) -> tuple[int, str, str]:
+    """A child interpreter's exit status, stdout and stderr; it imports what this one does."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 @needs_uring
 def test_fork_and_interpreter_exit(file) -> None:
     path, _ = file
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, "-X", "dev", "-c", FORK_AND_EXIT, path],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
     # Rings are closed at exit: no traceback, no ResourceWarning.
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+    assert _python("-X", "dev", "-c", FORK_AND_EXIT, path) == (0, "child 0\n", "")
 
 
 @needs_uring
@@ -526,16 +526,7 @@ print("child", os.waitstatus_to_exitcode(status))
 @needs_uring
 def test_a_child_forked_while_a_thread_holds_the_pool_lock_can_read(file) -> None:
     path, _ = file
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, "-c", FORK_WHILE_LOCKED, path],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "child 0\n", "")
+    assert _python("-c", FORK_WHILE_LOCKED, path) == (0, "child 0\n", "")
 
 
 @needs_uring

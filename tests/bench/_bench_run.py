@@ -1,0 +1,28 @@
+"""What the bench tests share: the report's JSON schema, and a run of a workload file."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from headrace.cli import main
+
+
+def schema() -> dict[str, Any]:
+    """``headrace.bench``'s report schema (``report.schema.json``)."""
+    text = (resources.files("headrace.bench") / "report.schema.json").read_text()
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def bench_file(tmp_path: Path, text: str, *extra: str, stem: str = "w") -> dict[str, Any]:
+    """The JSON report of ``headrace bench`` (in this process, quiet, data under
+    ``tmp_path/d``) of the workload file ``text``, written to ``tmp_path/<stem>.toml``;
+    ``extra``: more of the command line. The run must exit 0."""
+    path = tmp_path / f"{stem}.toml"
+    path.write_text(text)
+    out = tmp_path / "r.json"
+    args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
+    assert main([*args, *extra, "--json", str(out)]) == 0
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
