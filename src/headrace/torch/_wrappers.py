@@ -41,8 +41,10 @@ from headrace.errors import ConfigError
 
 __all__ = ["lightning_prefetched", "refuse_wrappers"]
 
-#: How many callers up to look: Lightning's fit loop is the 13th caller of
-#: ``TorchDataset.__iter__`` without workers, and a forked worker adds about 10.
+#: How many callers up to look: accelerate's wrappers and Lightning's fit loop are a
+#: dozen or so up from ``TorchDataset.__iter__``, and a forked DataLoader worker's
+#: stack holds its parent's frames below its own (found from fork and forkserver
+#: workers alike, by hand); generous, since it runs once an iteration.
 _DEPTH = 48
 
 _RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
