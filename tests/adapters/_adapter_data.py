@@ -232,3 +232,8 @@ def torchrun(nproc: int, script: str, *args: object) -> None:
     cmd += [f"--nproc_per_node={nproc}", str(here / script), *map(str, args)]
     done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def widen(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
+    """Token fields as int64 (a dtype gloo can broadcast, as a model's inputs often are)."""
+    return {k: v.astype(np.int64) for k, v in arrays.items()}

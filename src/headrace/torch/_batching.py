@@ -57,7 +57,10 @@ def refuse_auto_collation(dataset: object) -> None:
                 "iterating it batches them again (its batch_size is not None; a stock "
                 "DataLoader's is 1 by default): every tensor would gain a leading "
                 "dimension. Use DataLoader(dataset, batch_size=None, ...), or "
-                "headrace.torch.HeadraceDataLoader(dataset, ...)."
+                "headrace.torch.HeadraceDataLoader(dataset, ...) (the Hugging Face Trainer, "
+                "which batches its train_dataset by per_device_train_batch_size: return "
+                "that loader from an overridden get_train_dataloader; "
+                "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer)."
             )
         if frame.f_back is None:
             return

@@ -26,6 +26,7 @@ from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, check_pinnable, tensorable, to_tensors
+from headrace.torch._wrappers import lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
 
@@ -120,6 +121,14 @@ class HeadraceDataLoader(Closing):
     without them; with ``contiguous=True``, a copy per field.
     """
 
+    #: What a stock DataLoader that does not batch says (each item a whole batch, none
+    #: dropped): read by wrappers that rebuild a DataLoader from these attributes
+    #: (accelerate's ``skip_first_batches``, the Hugging Face Trainer's fast-forward on
+    #: resume), which then meet the dataset's own refusal, naming the setting to change,
+    #: instead of failing on a missing attribute.
+    batch_size: None = None
+    drop_last: bool = False
+
     def __init__(
         self,
         dataset: TorchDataset,
@@ -176,6 +185,11 @@ class HeadraceDataLoader(Closing):
             _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
+
+    @property
+    def prefetch_factor(self) -> int | None:
+        """Chunks each worker reads ahead (``None`` without workers, as a DataLoader's)."""
+        return self.slots - 1 if self.num_workers else None
 
     @property
     def step(self) -> int:
@@ -301,8 +315,11 @@ class HeadraceDataLoader(Closing):
         self.dataset._close_loader()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"step": next global step the consumer has not received, seed, ...}``."""
-        return self.dataset.state_at(self.step)
+        """``{"step": next global step the consumer has not received, seed, ...}``.
+
+        Under a Lightning fit loop, a batch its fetcher has taken ahead of the training
+        step (from a loader without ``len()``) counts as not received."""
+        return self.dataset.state_at(self.step - lightning_prefetched(self))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""

@@ -29,6 +29,7 @@ from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
+from headrace.torch._wrappers import refuse_wrappers
 
 __all__ = ["TorchDataset"]
 
@@ -261,6 +262,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             )
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        refuse_wrappers(self)  # first: a trainer's wrapper batching it says more than a DataLoader
         refuse_auto_collation(self)
         if get_worker_info() is not None:
             refuse_out_of_order(self)  # (a forked worker: spawned ones were checked below)
@@ -356,6 +358,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # Checked here too: a spawned worker has no process group to check against.
         self._check_ranks()
         refuse_out_of_order(self)  # pickled for a spawned worker, by the loader starting it
+        refuse_wrappers(self)
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)

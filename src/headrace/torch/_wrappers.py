@@ -1,0 +1,160 @@
+"""Refuse a trainer's wrapper that would hand a :class:`~headrace.torch.TorchDataset`'s
+batches out other than as the plan says.
+
+Each rank's dataset already holds only that rank's rows of every global step. Hugging
+Face ``accelerate`` (and the ``Trainer``, which prepares its DataLoader with it) wraps a
+DataLoader again for several processes, and Lightning restores a checkpoint into the
+loaders it can; measured with accelerate 1.16 and Lightning 2.6 on 2 gloo processes:
+
+* ``accelerator.prepare(DataLoader(ds, batch_size=None))``, by default for an
+  ``IterableDataset`` (``dispatch_batches``), iterates the loader on rank 0 only, glues
+  ``num_processes`` of its batches together and sends rank ``r`` the ``r``-th: rank 1
+  got rank 0's rows of the next step, and the other ranks' rows were never read. It
+  failed only where gloo cannot send the dtype (``RuntimeError: Invalid scalar type``
+  for ``uint32`` tokens); an ``int64`` or ``float32`` field went through.
+* With ``dispatch_batches=False`` it wraps the dataset in ``IterableDatasetShard``,
+  which keeps every ``num_processes``-th item on each rank (``TypeError`` with
+  ``batch_size=None``; a rank's steps dropped with a batch size).
+* ``skip_first_batches`` (the Trainer's fast-forward on resume) reads and drops the
+  batches already trained on, on top of a loader state that resumes past them.
+* Lightning saves and restores the state of a loader that has ``state_dict`` (a
+  :class:`~headrace.torch.HeadraceDataLoader`), not of a stock ``DataLoader``: resumed,
+  the dataset started again at step 0 and the run trained on its first steps twice.
+* Lightning's fetcher takes one batch ahead of the training step from a loader without
+  ``len()`` (``steps=None``), to know whether it is the last: a checkpoint then saved
+  the step after the one trained on, and the resumed run skipped a batch
+  (:func:`lightning_prefetched` counts it back).
+
+Like the DataLoader checks in ``_batching``, the wrappers are found up the stack of
+the caller (``TorchDataset.__iter__``, in a forked worker too; ``__getstate__`` for a
+spawned one), by their type's module and name: if a later release renamed them, these
+checks would go quiet, and ``tests/adapters/test_frameworks.py`` fails.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import Any
+
+from headrace.errors import ConfigError
+
+__all__ = ["lightning_prefetched", "refuse_wrappers"]
+
+#: How many callers up to look: accelerate's wrappers and Lightning's fit loop are a
+#: dozen or so up from ``TorchDataset.__iter__``, and a forked DataLoader worker's
+#: stack holds its parent's frames below its own (found from fork and forkserver
+#: workers alike, by hand); generous, since it runs once an iteration.
+_DEPTH = 48
+
+_RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
+
+_FIT_LOOPS = (
+    "lightning.pytorch.loops.fit_loop._FitLoop",
+    "pytorch_lightning.loops.fit_loop._FitLoop",
+)
+
+
+def _kind(obj: object) -> str:
+    """``module.Class`` of ``obj``'s real type (accelerate's wrappers answer
+    ``__class__`` with the DataLoader they wrap)."""
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _holds(obj: object, dataset: object) -> bool:
+    try:
+        return getattr(obj, "dataset", None) is dataset
+    except Exception:  # a wrapper's __getattr__ that fails some other way: not ours
+        return False
+
+
+def refuse_wrappers(dataset: Any) -> None:
+    """Raise ``ConfigError`` if a caller of the caller wraps ``dataset`` in a way that
+    re-splits, drops or replays its batches (see the module's docstring)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return
+        obj = frame.f_locals.get("self")
+        if obj is not None:
+            _check(obj, dataset)
+        frame = frame.f_back
+
+
+def _check(obj: object, dataset: Any) -> None:
+    kind = _kind(obj)
+    name = type(dataset).__name__
+    if kind.startswith("accelerate."):
+        if not _holds(obj, dataset):
+            return
+        cls = type(obj).__name__
+        skip = getattr(obj, "skip_batches", 0)
+        if isinstance(skip, int) and skip > 0:
+            raise ConfigError(
+                f"accelerate's skip_first_batches would read and drop the first {skip} "
+                f"batches of this {name}, which resumes from its own state: that many "
+                "batches would be skipped twice. Load the saved headrace state into the "
+                "loader and do not fast-forward: the Hugging Face Trainer with "
+                "TrainingArguments(ignore_data_skip=True), or no skip_first_batches call "
+                f"with accelerate ({_RECIPE})."
+            )
+        state = getattr(obj, "state", None)
+        processes = getattr(obj, "num_processes", getattr(state, "num_processes", 1))
+        if isinstance(processes, int) and processes > 1:
+            how = (
+                "iterates it on rank 0 only and sends each rank a slice of rank 0's "
+                "batches (dispatch_batches, its default for an IterableDataset): rank r "
+                "would get rank 0's rows of another step"
+                if cls == "DataLoaderDispatcher"
+                else "keeps every num_processes-th batch on each rank "
+                "(dispatch_batches=False): each rank would skip steps"
+            )
+            raise ConfigError(
+                f"accelerate's {cls} over {processes} processes {how}, and this {name} "
+                f"already holds only rank {dataset.rank}'s rows of each step. Do not "
+                "give accelerate the DataLoader: iterate HeadraceDataLoader(ds) on every "
+                "rank (accelerator.prepare returns it as it is), move batches to "
+                "accelerator.device, and accelerator.register_for_checkpointing(loader); "
+                "with the Hugging Face Trainer, override get_train_dataloader to return "
+                f"that loader ({_RECIPE})."
+            )
+        return
+    if kind in _FIT_LOOPS:
+        _refuse_lightning_replay(obj, dataset)
+
+
+def _refuse_lightning_replay(loop: Any, dataset: Any) -> None:
+    """A Lightning run resumed from a checkpoint restores no state into a stock
+    DataLoader: refuse a dataset over which no state was loaded."""
+    trainer = getattr(loop, "trainer", None)
+    step = getattr(trainer, "global_step", 0)
+    ckpt = getattr(trainer, "ckpt_path", None)
+    if ckpt is None or not isinstance(step, int) or step <= 0:
+        return
+    if dataset._loads:  # the user restored a state of their own (on_load_checkpoint)
+        return
+    raise ConfigError(
+        f"Lightning resumed from {ckpt} at global step {step}, but it saves "
+        f"and restores no state for a stock DataLoader: this {type(dataset).__name__} "
+        "would start again at step 0 and train on its first batches twice. Return "
+        "headrace.torch.HeadraceDataLoader(ds) from train_dataloader(): Lightning keeps "
+        f"its state_dict() in the checkpoint and restores it ({_RECIPE})."
+    )
+
+
+def lightning_prefetched(loader: object) -> int:
+    """Batches of ``loader`` that a Lightning fit loop up the caller's stack has taken
+    but not yet given to the training step (0 where there is none)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:  # to the bottom: called once a checkpoint, not a batch
+        obj = frame.f_locals.get("self")
+        if obj is not None and _kind(obj) in _FIT_LOOPS:
+            flat = getattr(getattr(obj, "_combined_loader", None), "flattened", ())
+            if not any(it is loader for it in flat):
+                return 0
+            # Each batch the fetcher holds is one of every loader it combines.
+            held = getattr(getattr(obj, "_data_fetcher", None), "batches", None)
+            return len(held) if isinstance(held, list) else 0
+        frame = frame.f_back
+    return 0

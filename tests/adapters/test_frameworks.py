@@ -1,0 +1,89 @@
+"""headrace under trainers that take a DataLoader: Hugging Face accelerate, Lightning and
+the Hugging Face Trainer, each in real 2-process runs (torchrun, gloo, CPU).
+
+Each run checks, on every rank, that the batches the model got are exactly
+``Loader(..., rank=r, world_size=2)``'s (``batch_digest``), that resuming from the
+framework's own checkpoint in a new process continues with the same batches and ends
+with the same parameters, and that the wrappers that would re-split, replay or skip
+batches are refused with a ``ConfigError`` on every rank (none hangs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import BATCH, token_source, torchrun
+from _frameworks import SAVE_AT, SEED, STEPS
+
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+
+WORLD = 2
+RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
+
+
+def reference(root: Path, rank: int) -> list[str]:
+    with Loader(
+        token_source(root), batch_size=BATCH, seed=SEED, steps=STEPS, rank=rank, world_size=WORLD
+    ) as ld:
+        return [batch_digest([b]) for b in ld]
+
+
+def run(script: str, root: Path, out: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Both phases of ``script``; each rank's ``(first, resume)`` record."""
+    for mode in ("first", "resume"):
+        torchrun(WORLD, script, root, out, mode)
+    return [
+        tuple(json.loads((out / f"{mode}-{r}.json").read_text()) for mode in ("first", "resume"))  # type: ignore[misc]
+        for r in range(WORLD)
+    ]
+
+
+def check_exact(root: Path, records: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    for rank, (first, resumed) in enumerate(records):
+        want = reference(root, rank)
+        assert first["seen"] == want, rank  # this rank's slice, every step, in order
+        assert resumed["seen"] == want[SAVE_AT:], rank  # neither replayed nor skipped
+        assert resumed["params"] == first["params"], rank
+
+
+@pytest.mark.integration
+def test_accelerate(root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    records = run("accelerate_train.py", root, tmp_path)
+    check_exact(root, records)
+    for rank, (first, resumed) in enumerate(records):
+        dispatch, shard = first["refused"]["dispatch"], first["refused"]["shard"]
+        assert "DataLoaderDispatcher over 2 processes" in dispatch
+        assert f"only rank {rank}'s rows" in dispatch and RECIPE in dispatch
+        assert "IterableDatasetShard over 2 processes" in shard and RECIPE in shard
+        assert "skip_first_batches would read and drop the first 3" in resumed["refused"]["skip"]
+
+
+@pytest.mark.integration
+def test_lightning(root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    records = run("lightning_train.py", root, tmp_path)
+    check_exact(root, records)
+    for rank, (first, resumed) in enumerate(records):
+        # A stock DataLoader: no sampler injected, each rank's own slice (not resumable).
+        assert first["refused"]["stock_seen"] == reference(root, rank)[:SAVE_AT]
+        stock = resumed["refused"]["stock"]
+        assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in stock, stock
+        assert "start again at step 0" in stock and RECIPE in stock
+
+
+@pytest.mark.integration
+def test_hf_trainer(root: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
+    records = run("hf_trainer_train.py", root, tmp_path)
+    check_exact(root, records)
+    for first, resumed in records:
+        assert "DataLoaderDispatcher over 2 processes" in first["refused"]["stock"]
+        assert "ignore_data_skip=True" in resumed["refused"]["skip"]
