@@ -386,3 +386,63 @@ def test_files_either_side_of_the_threshold_resume_mid_pass_with_one_in_flight(
         assert src.files.store.stats.max_in_flight_observed <= 1
         assert src.stats.peak_held_bytes <= max(src.files.sizes)
         src.close()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "gzip"])
+def test_chunks_through_cache_dir_are_found_again_in_any_later_epoch(
+    s3: S3Fixture, tmp_path: Path, layout: str
+) -> None:
+    # Entries were the spans one read joined (chunks and metadata together), which differ
+    # with the samples that share a read: an epoch wrote 12.9 MB of entries for 4.2 MB of
+    # contiguous objects (10.1 for 3.9 MB gzipped) and a later pass missed most of them
+    # (fails before). Now entries are the 64 KiB blocks the spans touch: once a
+    # pass has read every sample, a later one (other epoch, other seed) reads none from S3.
+    rows = 256
+    for i in range(4):  # 4 objects of 256 rows of 4 KiB
+        x = np.random.default_rng(i).standard_normal((rows, 32, 32)).astype(np.float32)
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            if layout == "gzip":
+                f.create_dataset("x", data=x, chunks=(4, 32, 32), compression="gzip")
+            else:
+                f.create_dataset("x", data=x)
+    client = s3.server.info.boto3_client()
+    for i in range(4):
+        body = (tmp_path / f"{i}.h5").read_bytes()
+        client.put_object(Bucket=BUCKET, Key=f"h5cached/{layout}/{i}.h5", Body=body)
+    kw: dict[str, Any] = {"format": "hdf5", "datasets": ("x",), "samples_per_file": rows}
+    kw["shuffle"] = "samples"
+    local = FileSource(tmp_path, **kw)
+
+    def passes(seed: int, start: int, src: FileSource) -> str:
+        steps = 4 * rows // 32
+        with Loader(src, batch_size=32, seed=seed, steps=start + steps) as loader:
+            if start:
+                state = loader.state_dict()
+                state["step"] = start
+                loader.load_state_dict(state)
+            return batch_digest(loader)
+
+    def cached() -> FileSource:
+        options = {**s3.options(), "retry": FAST_RETRY}
+        return FileSource(
+            f"s3://{BUCKET}/h5cached/{layout}",
+            store_options=options,
+            cache_dir=tmp_path / "cache",
+            hdf5_ranges_above=0,
+            **kw,
+        )
+
+    first = cached()
+    assert first._ranged is not None
+    assert passes(5, 0, first) == passes(5, 0, local)
+    assert first.cache_stats is not None
+    assert first.cache_stats.written_bytes <= sum(first.files.sizes)  # each block once
+    first.close()
+    for seed, start in ((5, 32), (6, 0)):  # the next epoch; another seed's first
+        src = cached()
+        assert passes(seed, start, src) == passes(seed, start, local)
+        assert src.cache_stats is not None
+        assert src.cache_stats.misses == 0 and src.files.store.stats.bytes == 0
+        assert src.cache_stats.hits > 0 and src.cache_stats.written == 0
+        src.close()
+    local.close()
