@@ -277,7 +277,7 @@ def _npy_with_header(text: bytes) -> bytes:
             "corrupt NPY header",
         ),
         ("npy", "r001.npy", b"\x93NUMPY\x01\x00\xff\x00{'descr'", "header says 255 header bytes"),
-        ("npy", "r001.npy", np.float32(3), r"a 0-d array \(shape \(\)\)"),
+        ("npy", "r001.npy", np.float32(3), r"a 0-d array \(shape \(\)\).*samples_per_file=1"),
         # Counted from its header, a cut NPY was planned and failed when a batch reached
         # it, where a cut NPZ or HDF5 file is refused here (fails before: no error).
         ("npy", "r001.npy", "cut 4", r"r001\.npy: truncated: header says \d+ data bytes"),
@@ -288,7 +288,7 @@ def _npy_with_header(text: bytes) -> bytes:
         ("hdf5", "r001.h5", b"\x89PNG\r\n\x1a\n" + bytes(600), r"r001\.h5: not an HDF5 file"),
         ("hdf5", "r001.h5", "cut", r"r001\.h5: truncated HDF5 file: \d+ bytes, its superblock"),
         ("hdf5", "r001.h5", "no-y", r"r001\.h5: no dataset 'y'; the file holds \['x'\]"),
-        ("hdf5", "r001.h5", "scalar", r"dataset 'x' is a scalar"),
+        ("hdf5", "r001.h5", "scalar", r"dataset 'x' is a scalar.*shape \(1,\).*samples_per_file=1"),
         ("hdf5", "r001.h5", "disagree", r"different numbers of samples.*'x': 3, 'y': 2"),
     ],
 )

@@ -205,7 +205,9 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
             if obj.ndim == 0:
                 raise FormatError(
                     f"{name}: dataset {ds!r} is a scalar (shape ()): it has no leading axis "
-                    "to count samples on"
+                    "to count samples on (samples_per_file='header'): write it with shape "
+                    "(1,) for one sample, or, where every file holds one sample, give "
+                    "samples_per_file=1"
                 )
             rows[ds] = int(obj.shape[0])
     if len(set(rows.values())) > 1:

@@ -269,7 +269,9 @@ def _header_end(head: memoryview) -> int | None:
 def _rows(shape: tuple[int, ...], where: str) -> int:
     if not shape:
         raise FormatError(
-            f"{where}: a 0-d array (shape ()): it has no leading axis to count samples on"
+            f"{where}: a 0-d array (shape ()): it has no leading axis to count samples on "
+            "(samples_per_file='header'): save it with shape (1,) for one sample, or, where "
+            "every file holds one sample, give samples_per_file=1"
         )
     return shape[0]
 
