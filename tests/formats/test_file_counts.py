@@ -440,3 +440,27 @@ def test_counts_are_not_kept_for_a_listing_with_a_weak_or_no_etag(tmp_path: Path
     assert _kept_counts(listing(['"a"', None]), npy, None) is None
     # Another format or datasets names another entry: the counts differ by them.
     assert _kept_counts(listing(['"a"', '"b"']), file_format("npz"), None)[1] != kept[1]
+
+
+@pytest.mark.parametrize("kind", ["npy", "hdf5"])
+@pytest.mark.parametrize("shuffle", ["files", "samples"])
+def test_a_file_shorter_than_samples_per_file_names_the_header_count(
+    tmp_path: Path, kind: str, shuffle: str
+) -> None:
+    # The message named the file, its shape and samples_per_file, not what to do.
+    for i, n in enumerate([4, 3, 4]):
+        if kind == "npy":
+            np.save(tmp_path / f"{i}.npy", np.ones((n, 2)))
+        else:
+            with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+                f["x"] = np.ones((n, 2))
+    kw: dict[str, Any] = {"datasets": ("x",)} if kind == "hdf5" else {"npy_ranges_above": 0}
+    src = FileSource(tmp_path, format=kind, samples_per_file=4, shuffle=shuffle, **kw)
+    with pytest.raises(
+        DataError,
+        match=r"1\.(npy|h5): '(data|x)' has shape \(3, 2\); expected 4 samples on its leading "
+        r"axis \(samples_per_file=4\); where files hold different numbers of samples, give "
+        r"samples_per_file='header'",
+    ):
+        digest(src, steps=3, batch=4)
+    assert digest(FileSource(tmp_path, format=kind, samples_per_file="header", **kw)) != ""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import count_fix
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
@@ -92,7 +93,7 @@ def decode_hdf5(
             if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
                 raise DataError(
                     f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples "
-                    f"on its leading axis ({count[1]})"
+                    f"on its leading axis ({count[1]}){count_fix(count[1])}"
                 )
             try:
                 return _select(obj, index, name, dataset)
