@@ -57,7 +57,7 @@ def by_rows(
 ) -> RangedNpy | RangedNpz | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
     ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
-    ``count``: each file's samples, where the source gives them."""
+    ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
     if above is None:
         return None
     if file_format(config.format).name == "npy":

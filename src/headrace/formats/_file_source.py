@@ -148,9 +148,8 @@ class FileSource(Closing):
             )
         )
         self.in_flight = config.in_flight or self._default_in_flight()
-        given = None if self.counted else self.plan.count  # samples_per_file=N
         self._by_rows = by_rows(
-            config, lambda: self.files, self.in_flight, self._rows_above, heads, given
+            config, lambda: self.files, self.in_flight, self._rows_above, heads, self.plan.count
         )
         if carried and isinstance(self._by_rows, RangedNpy):
             self._by_rows.take_held(carried)  # a worker's copy: its parent's headers

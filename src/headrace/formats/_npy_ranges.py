@@ -20,8 +20,8 @@ file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. With
 ``samples_per_file="header"`` the count read every header already, and hands them
 over (:meth:`RangedNpy.seed`): a first read then fetches rows only. A file not seen
 yet is read with the layout of the last file of its size as a guess, header and
-rows in one batch of reads; of a size not seen yet, with its count known
-(``samples_per_file=N``), with the rows that count places after the last header
+rows in one batch of reads; of a size not seen yet, with the rows its count
+(``samples_per_file=N``, or a list of counts) places after the last header
 length seen (128 bytes before any: NumPy's for most arrays). A header that says
 otherwise costs a second batch, never other bytes. Fortran-order arrays (rows
 are not runs of bytes) and headers that do not parse are read whole: decoding
