@@ -9,11 +9,30 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["RECOPY", "byte_size", "framework_missing", "object_field", "unknown_keys", "write_json"]
+__all__ = [
+    "RECOPY",
+    "byte_size",
+    "count_fix",
+    "framework_missing",
+    "object_field",
+    "unknown_keys",
+    "write_json",
+]
 
 
 #: What a refusal of a damaged file says to do, after naming it and what is wrong.
 RECOPY = "copy the file again (a partial copy or download?) or leave it out"
+
+
+def count_fix(says: str) -> str:
+    """What to do about a file whose leading axis is not the samples ``says`` gives it
+    (``"samples_per_file=N"``, or ``"its count"``: read from its header, or given)."""
+    if says.startswith("samples_per_file="):
+        return (
+            "; where files hold different numbers of samples, give "
+            "samples_per_file='header' (each file's count read from its header)"
+        )
+    return "; the file changed since it was counted (or its count is wrong): open the source again"
 
 
 def byte_size(n: float) -> str:

@@ -118,3 +118,20 @@ def test_table_and_hdf5_contents(tmp_path: Path) -> None:
 def test_pad_batch_refuses_what_is_not_numbers(rows: list[list[object]]) -> None:
     with pytest.raises(DataError, match="not numbers NumPy can hold"):
         pad_batch(rows)  # type: ignore[arg-type]
+
+
+def test_an_hdf5_superblock_of_a_newer_version_says_so_not_truncated(tmp_path: Path) -> None:
+    # HDF5 says "bad superblock version number" for a file from a newer HDF5 (or a
+    # damaged one); it was reported as "truncated or corrupt HDF5".
+    buf = io.BytesIO()
+    with h5py.File(buf, "w", libver="latest") as f:
+        f["x"] = np.ones((4, 2))
+    data = bytearray(buf.getvalue())
+    assert data[8] <= 3  # the superblock's version: 3 is the newest HDF5 writes today
+    data[8] = 9
+    newer = r"v\.h5: a structure of a version this HDF5 does not know .*upgrade h5py"
+    with pytest.raises(FormatError, match=newer):
+        decode_hdf5(bytes(data), name="v.h5", dataset="x")
+    (tmp_path / "v.h5").write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=newer):  # counted from its header at open
+        FileSource(tmp_path, format="hdf5", datasets=("x",), samples_per_file="header")

@@ -277,7 +277,7 @@ def _npy_with_header(text: bytes) -> bytes:
             "corrupt NPY header",
         ),
         ("npy", "r001.npy", b"\x93NUMPY\x01\x00\xff\x00{'descr'", "header says 255 header bytes"),
-        ("npy", "r001.npy", np.float32(3), r"a 0-d array \(shape \(\)\)"),
+        ("npy", "r001.npy", np.float32(3), r"a 0-d array \(shape \(\)\).*samples_per_file=1"),
         # Counted from its header, a cut NPY was planned and failed when a batch reached
         # it, where a cut NPZ or HDF5 file is refused here (fails before: no error).
         ("npy", "r001.npy", "cut 4", r"r001\.npy: truncated: header says \d+ data bytes"),
@@ -288,7 +288,7 @@ def _npy_with_header(text: bytes) -> bytes:
         ("hdf5", "r001.h5", b"\x89PNG\r\n\x1a\n" + bytes(600), r"r001\.h5: not an HDF5 file"),
         ("hdf5", "r001.h5", "cut", r"r001\.h5: truncated HDF5 file: \d+ bytes, its superblock"),
         ("hdf5", "r001.h5", "no-y", r"r001\.h5: no dataset 'y'; the file holds \['x'\]"),
-        ("hdf5", "r001.h5", "scalar", r"dataset 'x' is a scalar"),
+        ("hdf5", "r001.h5", "scalar", r"dataset 'x' is a scalar.*shape \(1,\).*samples_per_file=1"),
         ("hdf5", "r001.h5", "disagree", r"different numbers of samples.*'x': 3, 'y': 2"),
     ],
 )
@@ -440,3 +440,27 @@ def test_counts_are_not_kept_for_a_listing_with_a_weak_or_no_etag(tmp_path: Path
     assert _kept_counts(listing(['"a"', None]), npy, None) is None
     # Another format or datasets names another entry: the counts differ by them.
     assert _kept_counts(listing(['"a"', '"b"']), file_format("npz"), None)[1] != kept[1]
+
+
+@pytest.mark.parametrize("kind", ["npy", "hdf5"])
+@pytest.mark.parametrize("shuffle", ["files", "samples"])
+def test_a_file_shorter_than_samples_per_file_names_the_header_count(
+    tmp_path: Path, kind: str, shuffle: str
+) -> None:
+    # The message named the file, its shape and samples_per_file, not what to do.
+    for i, n in enumerate([4, 3, 4]):
+        if kind == "npy":
+            np.save(tmp_path / f"{i}.npy", np.ones((n, 2)))
+        else:
+            with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+                f["x"] = np.ones((n, 2))
+    kw: dict[str, Any] = {"datasets": ("x",)} if kind == "hdf5" else {"npy_ranges_above": 0}
+    src = FileSource(tmp_path, format=kind, samples_per_file=4, shuffle=shuffle, **kw)
+    with pytest.raises(
+        DataError,
+        match=r"1\.(npy|h5): '(data|x)' has shape \(3, 2\); expected 4 samples on its leading "
+        r"axis \(samples_per_file=4\); where files hold different numbers of samples, give "
+        r"samples_per_file='header'",
+    ):
+        digest(src, steps=3, batch=4)
+    assert digest(FileSource(tmp_path, format=kind, samples_per_file="header", **kw)) != ""

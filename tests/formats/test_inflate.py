@@ -86,7 +86,8 @@ def test_a_leading_axis_other_than_the_count_names_the_file_and_member() -> None
     with pytest.raises(
         DataError,
         match=r"f\.npz: 'x' has shape \(6, 2\); expected 8 samples on its leading axis "
-        r"\(samples_per_file=8\)",
+        r"\(samples_per_file=8\); where files hold different numbers of samples, give "
+        r"samples_per_file='header'",
     ):
         decode_npz(data, name="f.npz", rows=np.array([1]), count=(8, "samples_per_file=8"))
 

@@ -53,13 +53,15 @@ def by_rows(
     in_flight: int,
     above: int | None,
     heads: Mapping[int, bytes] | None = None,
+    count: Callable[[int], int] | None = None,
 ) -> RangedNpy | RangedNpz | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
-    ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`)."""
+    ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
+    ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
     if above is None:
         return None
     if file_format(config.format).name == "npy":
-        ranged = RangedNpy(files, in_flight, config.local_read, above)
+        ranged = RangedNpy(files, in_flight, config.local_read, above, count)
         if heads:
             ranged.seed(heads)
         return ranged

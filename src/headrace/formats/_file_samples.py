@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import count_fix
 from headrace._stacking import stackable
 from headrace.errors import DataError
 from headrace.formats._files import FileFormat, decode_raw
@@ -121,7 +122,7 @@ def pick_item(
             why = "its count" if counted else f"samples_per_file={samples_per_file}"
             raise DataError(
                 f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
-                f"its leading axis ({why})"
+                f"its leading axis ({why}){count_fix(why)}"
             )
         got = a[item]
         if not isinstance(got, np.ndarray):

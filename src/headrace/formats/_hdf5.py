@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY, count_fix
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
@@ -30,6 +31,10 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _SUPERBLOCK_OFFSETS = (0, 512, 1024, 2048, 4096, 8192)
 # HDF5's own words for a file shorter than its superblock says (H5Fsuper.c).
 _TRUNCATED = re.compile(r"truncated file: eof = (\d+), sblock->base_addr = \d+, stored_eof = (\d+)")
+# HDF5's words for a structure whose version it does not know: a file (or an object in
+# it) written by a newer HDF5 (H5Fsuper.c "bad superblock version number", H5O*.c "bad
+# version number for ... message").
+_NEWER = re.compile(r"bad (superblock )?version number")
 # The filters HDF5 and h5py build in, by their registered ids.
 _FILTER_NAMES = {
     1: "deflate (gzip)",
@@ -92,7 +97,7 @@ def decode_hdf5(
             if count is not None and (obj.ndim == 0 or obj.shape[0] != count[0]):
                 raise DataError(
                     f"{name}: {dataset!r} has shape {obj.shape}; expected {count[0]} samples "
-                    f"on its leading axis ({count[1]})"
+                    f"on its leading axis ({count[1]}){count_fix(count[1])}"
                 )
             try:
                 return _select(obj, index, name, dataset)
@@ -109,16 +114,37 @@ def decode_hdf5(
         raise
 
 
+def _newer(name: str, exc: Exception) -> FormatError | None:
+    """The error for a file HDF5 refused as of a version it does not know (``None``: not
+    that): not damaged, but written by a newer HDF5 than this process has."""
+    if not _NEWER.search(str(exc)):
+        return None
+    h5py = _h5py()
+    return FormatError(
+        f"{name}: a structure of a version this HDF5 does not know (HDF5 said: {exc}): "
+        f"written by a newer HDF5 than this process has (h5py {h5py.__version__}, HDF5 "
+        f"{h5py.version.hdf5_version}), or damaged; upgrade h5py (pip install -U h5py) or "
+        "write the file for older readers (h5py.File(..., libver='earliest')); a file this "
+        f"HDF5 wrote is damaged: {RECOPY}"
+    )
+
+
 def _corrupt(name: str, exc: RuntimeError) -> FormatError:
     # h5py raises RuntimeError, not OSError, for metadata that fails its checksum or
     # does not parse once the file is open ("Object visitation failed", "Unable to
     # synchronously check link existence").
+    newer = _newer(name, exc)
+    if newer is not None:
+        return newer
     return FormatError(
         f"{name}: corrupt HDF5 metadata: {exc}; the file is damaged: copy or write it again"
     )
 
 
 def _unopened(name: str, exc: OSError) -> FormatError:
+    newer = _newer(name, exc)
+    if newer is not None:
+        return newer
     cut = _TRUNCATED.search(str(exc))
     if cut is None:
         return FormatError(f"{name}: truncated or corrupt HDF5 ({exc})")
@@ -205,7 +231,9 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
             if obj.ndim == 0:
                 raise FormatError(
                     f"{name}: dataset {ds!r} is a scalar (shape ()): it has no leading axis "
-                    "to count samples on"
+                    "to count samples on (samples_per_file='header'): write it with shape "
+                    "(1,) for one sample, or, where every file holds one sample, give "
+                    "samples_per_file=1"
                 )
             rows[ds] = int(obj.shape[0])
     if len(set(rows.values())) > 1:

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.formats._lazy_queue import LazyQueue
-from headrace.formats._sparse import Span, SparseImage
+from headrace.formats._sparse import MAX_GAP, Span, SparseImage
 from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
@@ -285,8 +285,11 @@ class RangedHdf5:
         # A file the cache holds whole (kept by a source that read it whole) is read by
         # the same ranges from it: read whole, 64 files of 1 GiB held at once were 64 GiB,
         # past the default in_flight's cap, which leaves files read by ranges out.
+        # With cache_dir, entries are the 64 KiB blocks the spans touch, as for NPY rows:
+        # entries named by the spans one read joined (chunks and metadata together)
+        # differ with the samples that share a read, so a later pass missed most of them.
         if files.remote:
-            fetch = files.fetch_ranges(f, self._queue.get())
+            fetch = files.fetch_ranges(f, self._queue.get(), cache_block=MAX_GAP)
         else:  # a local file (shuffle="samples"): a pread a span, checked as listed
             fetch = files.local_ranges(f)
         image = SparseImage(files.sizes[f], fetch, files.name(f))

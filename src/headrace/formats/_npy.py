@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._messages import RECOPY
+from headrace._messages import RECOPY, count_fix
 from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
 
@@ -227,7 +227,7 @@ def check_rows(
     if count is not None and (not shape or shape[0] != count[0]):
         raise DataError(
             f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
-            f"axis ({count[1]})"
+            f"axis ({count[1]}){count_fix(count[1])}"
         )
     if not shape:
         raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")
@@ -269,7 +269,9 @@ def _header_end(head: memoryview) -> int | None:
 def _rows(shape: tuple[int, ...], where: str) -> int:
     if not shape:
         raise FormatError(
-            f"{where}: a 0-d array (shape ()): it has no leading axis to count samples on"
+            f"{where}: a 0-d array (shape ()): it has no leading axis to count samples on "
+            "(samples_per_file='header'): save it with shape (1,) for one sample, or, where "
+            "every file holds one sample, give samples_per_file=1"
         )
     return shape[0]
 

@@ -20,9 +20,12 @@ file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. With
 ``samples_per_file="header"`` the count read every header already, and hands them
 over (:meth:`RangedNpy.seed`): a first read then fetches rows only. A file not seen
 yet is read with the layout of the last file of its size as a guess, header and
-rows in one batch of reads; a header that says otherwise costs a second batch,
-never other bytes. Fortran-order arrays (rows are not runs of bytes) and headers
-that do not parse are read whole: decoding then says what is wrong, as before.
+rows in one batch of reads; of a size not seen yet, with the rows its count
+(``samples_per_file=N``, or a list of counts) places after the last header
+length seen (128 bytes before any: NumPy's for most arrays). A header that says
+otherwise costs a second batch, never other bytes. Fortran-order arrays (rows
+are not runs of bytes) and headers that do not parse are read whole: decoding
+then says what is wrong, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "Held", "npy_layout"]
 
 #: The header bytes a source keeps, of the files read last (about 128 bytes a file).
 HEAD_BYTES = 16 << 20
+#: The file sizes whose last layout a source keeps as a guess (about 200 bytes each).
+GUESSES = 1 << 16
 #: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
 #: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
 #: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
@@ -103,9 +108,18 @@ class RangedNpy:
     """
 
     def __init__(
-        self, files: Callable[[], FileList], in_flight: int, local_read: LocalRead, above: int
+        self,
+        files: Callable[[], FileList],
+        in_flight: int,
+        local_read: LocalRead,
+        above: int,
+        count: Callable[[int], int] | None = None,
     ) -> None:
         self._files = files
+        # A file's samples where a source gives them (samples_per_file=N): a file of a
+        # size not seen yet is read with the rows they place as a guess.
+        self._count = count
+        self._offset = NPY_HEAD  # the last header length seen
         self.above = above
         self._local_read = local_read
         self._lock = threading.Lock()
@@ -137,6 +151,13 @@ class RangedNpy:
             if kept is not None:
                 self._heads.move_to_end(f)
             guess = self._by_size.get(size)
+            offset = self._offset
+        if guess is None and self._count is not None:
+            # 1,000 sizes among 10,000 files cost a header read before the rows, in
+            # series, for each file of a size not seen yet (868 of 1,985 files read).
+            n = self._count(f)
+            if n > 0 and size > offset and (size - offset) % n == 0:
+                guess = (offset, (size - offset) // n, n)
         if kept is not None:
             head, layout = kept
             image.put([(0, head)])
@@ -203,7 +224,11 @@ class RangedNpy:
         data = head[0][1]
         with self._lock:
             if layout is not None:
+                self._by_size.pop(size, None)  # the latest last: the oldest goes first
                 self._by_size[size] = layout
+                if len(self._by_size) > GUESSES:
+                    del self._by_size[next(iter(self._by_size))]
+                self._offset = layout[0]
             if f in self._heads:
                 return
             self._heads[f] = (data, layout)
