@@ -128,6 +128,10 @@ def _refuse_lightning_replay(loop: Any, dataset: Any) -> None:
     """A Lightning run resumed from a checkpoint restores no state into a stock
     DataLoader: refuse a dataset over which no state was loaded."""
     trainer = getattr(loop, "trainer", None)
+    if getattr(trainer, "training", True) is False:
+        # A validation (or sanity-check) loader inside fit: it is meant to start at its
+        # first batch every time, and Lightning restores no evaluation loader's state.
+        return
     step = getattr(trainer, "global_step", 0)
     ckpt = getattr(trainer, "ckpt_path", None)
     if ckpt is None or not isinstance(step, int) or step <= 0:
