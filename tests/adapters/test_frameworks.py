@@ -87,6 +87,20 @@ def test_lightning(root: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_lightning_resumed_at_an_epochs_end(root: Path, tmp_path: Path) -> None:
+    # An exact pass on a stock DataLoader, resumed from the checkpoint of epoch 0's end:
+    # its second epoch is the uninterrupted run's (refused until 2026-12-03).
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    torchrun(1, "lightning_epochs.py", root, tmp_path)
+    got = json.loads((tmp_path / "epochs.json").read_text())
+    first, resumed = got["first"], got["resumed"]
+    assert isinstance(resumed, list), resumed
+    epoch1 = [d for e, d in first if e == 1]
+    assert epoch1 == [d for e, d in first if e == 0]  # the pass over again
+    assert [d for _, d in resumed] == epoch1 and {e for e, _ in resumed} == {1}
+
+
+@pytest.mark.integration
 def test_hf_trainer(root: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="pip install transformers (in the test extra)")
     records = run("hf_trainer_train.py", root, tmp_path)

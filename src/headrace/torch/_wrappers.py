@@ -151,6 +151,11 @@ def _refuse_lightning_replay(loop: Any, dataset: Any) -> None:
     ckpt = getattr(trainer, "ckpt_path", None)
     if ckpt is None or not isinstance(step, int) or step <= 0:
         return
+    progress = getattr(getattr(loop, "epoch_loop", None), "batch_progress", None)
+    if getattr(progress, "is_last_batch", False) is True and dataset.epochs is not None:
+        # Resumed at an epoch's end (where Lightning's default ModelCheckpoint saves): the
+        # next epoch starts the exact pass over, as the uninterrupted run's did.
+        return
     if dataset._loads:  # the user restored a state of their own (on_load_checkpoint)
         return
     raise ConfigError(
