@@ -16,7 +16,8 @@ loaders it can; measured with accelerate 1.16 and Lightning 2.6 on 2 gloo proces
   which keeps every ``num_processes``-th item on each rank (``TypeError`` with
   ``batch_size=None``; a rank's steps dropped with a batch size).
 * ``skip_first_batches`` (the Trainer's fast-forward on resume) reads and drops the
-  batches already trained on, on top of a loader state that resumes past them.
+  batches already trained on, on top of a loader state that resumes past them (where
+  no state was loaded, skipping is the resume, slow but exact: not refused).
 * Lightning saves and restores the state of a loader that has ``state_dict`` (a
   :class:`~headrace.torch.HeadraceDataLoader`), not of a stock ``DataLoader``: resumed,
   the dataset started again at step 0 and the run trained on its first steps twice.
@@ -105,7 +106,8 @@ def _check(obj: object, dataset: Any) -> None:
             return
         cls = type(obj).__name__
         skip = getattr(obj, "skip_batches", 0)
-        if isinstance(skip, int) and skip > 0:
+        # Without a loaded state the dataset starts at step 0, and skipping is the resume.
+        if isinstance(skip, int) and skip > 0 and dataset._loads:
             raise ConfigError(
                 f"accelerate's skip_first_batches would read and drop the first {skip} "
                 f"batches of this {name}, which resumes from its own state: that many "
