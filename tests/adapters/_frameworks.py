@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _adapter_data import BATCH, token_source
+from _adapter_data import BATCH, L, token_source
 
+from headrace.formats import TokenSource
 from headrace.testing import batch_digest
 from headrace.torch import TorchDataset
 
@@ -26,6 +27,11 @@ def dataset(root: Path, *, sized: bool = False, **kw: Any) -> TorchDataset:
     return TorchDataset(
         token_source(root), batch_size=BATCH, seed=SEED, steps=STEPS + 2 if sized else None, **kw
     )
+
+
+def val_source(root: Path) -> TokenSource:
+    """An evaluation set: the windows of ``b.bin`` in order (``epochs=1``: one exact pass)."""
+    return TokenSource([root / "b.bin"], dtype="uint32", context=L, shuffle=False)
 
 
 def digest(batch: dict[str, torch.Tensor]) -> str:

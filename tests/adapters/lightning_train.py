@@ -5,9 +5,11 @@ without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
     lightning_train.py ROOT OUT first|resume
 
 ``first`` trains SAVE_AT steps on a stock ``DataLoader(ds, batch_size=None)``, then
-STEPS steps on a HeadraceDataLoader. ``resume``, in a new process, first resumes the
-stock run from its checkpoint at SAVE_AT (refused: Lightning restores no state into a
-stock DataLoader), then the other, which Lightning restores, and trains on to STEPS.
+STEPS steps on a HeadraceDataLoader, validating every 2 steps on a stock
+``DataLoader`` over an exact pass (``epochs=1``: the whole pass every time). ``resume``,
+in a new process, first resumes the stock run from its checkpoint at SAVE_AT (refused:
+Lightning restores no state into a stock DataLoader), then the other, which Lightning
+restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
 parameters to OUT/{mode}-{rank}.json.
 """
@@ -20,22 +22,42 @@ from typing import Any
 
 import lightning as L
 import torch
-from _frameworks import SAVE_AT, STEPS, Net, dataset, digest, end, params_digest, write
+from _adapter_data import BATCH
+from _frameworks import (
+    SAVE_AT,
+    SEED,
+    STEPS,
+    Net,
+    dataset,
+    digest,
+    end,
+    params_digest,
+    val_source,
+    write,
+)
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from headrace.errors import ConfigError
-from headrace.torch import HeadraceDataLoader
+from headrace.torch import HeadraceDataLoader, TorchDataset
 
 
 class Module(L.LightningModule):
     def __init__(self, root: Path, stock: bool) -> None:
         super().__init__()
-        self.net, self.root, self.stock, self.seen = Net(), root, stock, []
+        self.net, self.root, self.stock, self.seen, self.val = Net(), root, stock, [], []
 
     def train_dataloader(self) -> Any:
         ds = dataset(self.root)  # made here, after Lightning initialised torch.distributed
         return DataLoader(ds, batch_size=None) if self.stock else HeadraceDataLoader(ds)
+
+    def val_dataloader(self) -> Any:
+        # Not resumed by Lightning, nor meant to be: a resumed run must not refuse it.
+        ds = TorchDataset(val_source(self.root), batch_size=BATCH, seed=SEED, epochs=1)
+        return DataLoader(ds, batch_size=None)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], index: int) -> None:
+        self.val.append(digest(batch))
 
     def training_step(self, batch: dict[str, torch.Tensor], index: int) -> torch.Tensor:
         self.seen.append(digest(batch))
@@ -57,6 +79,9 @@ def fit(
         devices=2,
         strategy="ddp",
         max_steps=steps,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
         callbacks=[every],
         logger=False,
         enable_progress_bar=False,
@@ -93,6 +118,7 @@ def main(root: Path, out: Path, mode: str) -> None:
         mode,
         trainer.global_rank,
         seen=module.seen,
+        val=module.val,
         params=params_digest(module.net),
         refused=found,
     )

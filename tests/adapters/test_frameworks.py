@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
 from _adapter_data import BATCH, token_source, torchrun
-from _frameworks import SAVE_AT, SEED, STEPS
+from _frameworks import SAVE_AT, SEED, STEPS, val_source
 
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -75,8 +75,29 @@ def test_lightning(root: Path, tmp_path: Path) -> None:
         # A stock DataLoader: no sampler injected, each rank's own slice (not resumable).
         assert first["refused"]["stock_seen"] == reference(root, rank)[:SAVE_AT]
         stock = resumed["refused"]["stock"]
+        # A stock validation loader inside the resumed fit: not refused, its whole pass.
+        with Loader(
+            val_source(root), batch_size=BATCH, seed=SEED, epochs=1, rank=rank, world_size=WORLD
+        ) as ld:
+            val = [batch_digest([b]) for b in ld]
+        assert first["val"] == val * (STEPS // 2), rank  # at steps 2, 4, 6
+        assert resumed["val"] == val * (STEPS // 2 - SAVE_AT // 2), rank  # at 4, 6
         assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in stock, stock
         assert "start again at step 0" in stock and RECIPE in stock
+
+
+@pytest.mark.integration
+def test_lightning_resumed_at_an_epochs_end(root: Path, tmp_path: Path) -> None:
+    # An exact pass on a stock DataLoader, resumed from the checkpoint of epoch 0's end:
+    # its second epoch is the uninterrupted run's (refused until 2026-12-03).
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    torchrun(1, "lightning_epochs.py", root, tmp_path)
+    got = json.loads((tmp_path / "epochs.json").read_text())
+    first, resumed = got["first"], got["resumed"]
+    assert isinstance(resumed, list), resumed
+    epoch1 = [d for e, d in first if e == 1]
+    assert epoch1 == [d for e, d in first if e == 0]  # the pass over again
+    assert [d for _, d in resumed] == epoch1 and {e for e, _ in resumed} == {1}
 
 
 @pytest.mark.integration

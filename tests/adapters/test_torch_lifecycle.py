@@ -380,3 +380,24 @@ def test_close_without_workers_stops_the_read_ahead_and_iterating_again_continue
     got += [b["x"].clone() for b in dl]  # from the consumer's step on
     assert len(got) == len(straight)
     assert all(torch.equal(a, b) for a, b in zip(got, straight, strict=True))
+
+
+def test_iterating_again_keeps_none_of_the_callers_locals_alive(root: Path) -> None:
+    # The wrapper checks read callers' frames at each iter(); on Python before 3.13 a
+    # frame read keeps a copy of its locals: this loop's last output of epoch 0 stayed
+    # alive through epoch 1, though rebound at every step (an extra step's output held).
+    from torch.utils.data import DataLoader
+
+    ds = ht.TorchDataset(token_source(root), batch_size=BATCH, seed=1, epochs=1)
+    out = torch.zeros(1)
+    last: weakref.ref[Any] | None = None
+    steps = 0
+    for epoch in range(2):
+        for batch in DataLoader(ds, batch_size=None):
+            out = batch["x"].clone()  # a step's output, rebound at every step
+            steps += epoch
+        if epoch == 0:
+            last = weakref.ref(out)
+    gc.collect()
+    assert steps > 1 and last is not None
+    assert last() is None  # freed once epoch 1 rebound it

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from _adapter_data import BATCH, token_source, write_tokens  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
-from headrace.errors import StateError  # noqa: E402
+from headrace.errors import ConfigError, StateError  # noqa: E402
 
 NAMED = r"b\.bin: 31,108 bytes when the state was saved, 32,108 bytes now"
 
@@ -56,3 +56,29 @@ def test_stateful_dataloader_names_the_grown_file(tmp_path: Path) -> None:
     with pytest.raises(StateError, match=NAMED + r".*'step' set to 3"):
         resumed.load_state_dict(state)
         next(iter(resumed))
+
+
+def test_accelerate_skip_first_batches_without_a_loaded_state_is_the_resume(
+    tmp_path: Path,
+) -> None:
+    # No headrace state loaded: the dataset starts at step 0, and skip_first_batches'
+    # read-and-drop is the (slow but exact) resume; refused only over a loaded state.
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    root = write_tokens(tmp_path)
+
+    def ds() -> ht.TorchDataset:
+        return ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=5)
+
+    def digests(loader: Any) -> list[bytes]:
+        return [b["x"].numpy().tobytes() + b["y"].numpy().tobytes() for b in loader]
+
+    want = digests(DataLoader(ds(), batch_size=None))
+    acc = Accelerator(cpu=True)
+    assert digests(acc.skip_first_batches(DataLoader(ds(), batch_size=None), 2)) == want[2:]
+    loaded = ds()
+    loaded.load_state_dict(loaded.state_at(2))
+    with pytest.raises(ConfigError, match="skip_first_batches would read and drop the first 2"):
+        next(iter(acc.skip_first_batches(DataLoader(loaded, batch_size=None), 2)))

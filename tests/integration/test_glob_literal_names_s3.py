@@ -118,3 +118,20 @@ def _file_values(src: FileSource) -> list[int]:
     got = src.read(0, np.arange(src.samples_per_epoch, dtype=np.int64))["data"]
     order = np.asarray(got)[:, 0].tolist()
     return [int(v) for v in order]
+
+
+@pytest.mark.parametrize("prefix", ["d[1]", "d[1]/"])
+def test_a_worker_copy_of_a_prefix_named_with_brackets_reads_that_prefix(
+    opts: dict[str, object], prefix: str
+) -> None:
+    # Before: the copy (a DataLoader worker's, from the parent's listing) took the prefix
+    # for a glob and opened the bucket, asking for s3://bucket/a.npy: no such object.
+    src = FileSource(f"s3://{BUCKET}/{prefix}", format="npy", store_options=opts)
+    assert src.files.keys == ["a.npy"] and _file_values(src) == [MINE]
+    copy = pickle.loads(pickle.dumps(src))
+    assert copy.files.url == src.files.url == f"s3://{BUCKET}/d[1]"
+    assert copy.files.keys == src.files.keys and _file_values(copy) == [MINE]
+    assert copy.fingerprint() == src.fingerprint()
+    assert copy.files.store.stats.requests == 1  # the GET of its one file, no LIST
+    src.close()  # as each epoch of a TorchDataset closes it: the next read reopens it
+    assert _file_values(src) == [MINE] and src.files.url == copy.files.url

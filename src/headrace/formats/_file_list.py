@@ -393,13 +393,17 @@ def list_files(
     store_options: Mapping[str, Any] | None = None,
     listing: Listing | None = None,
     cache: ObjectCache | None = None,
+    listed_at: str | None = None,
 ) -> FileList:
     """List a dataset once: a directory or URL prefix (files ending in ``extensions``),
     or a list of paths or of object URLs.
 
     ``listing`` (keys, sizes, ETags) skips the listing: a worker copy of a source
     re-opens the same files without asking the store again, so it cannot see
-    a different set of files than its parent planned over. ``cache``: objects
+    a different set of files than its parent planned over; ``listed_at``, the URL its
+    object keys are under (the parent's ``FileList.url``): the prefix or glob is not
+    resolved again (``s3://b/d[1]/``, a prefix named with a wildcard character, is no
+    glob to its parent, which found it). ``cache``: objects
     are read through it (see :class:`headrace.io.ObjectCache`); object stores only.
     """
     if local_read not in ("pread", "odirect"):
@@ -413,6 +417,13 @@ def list_files(
         from headrace.io import ObjectStore
 
         options = check_store_options(store_options, remote=True)
+        if listing is not None and listed_at is not None:
+            at = ObjectStore(listed_at, **options)
+            try:
+                return remote_list(at, list(zip(*listing, strict=True)), options, cache)
+            except BaseException:
+                at.close()
+                raise
         globbed = object_glob(str(files), options, listing, cache)
         if globbed is not None:
             return globbed

@@ -103,11 +103,13 @@ class FileSource(Closing):
         listing: Listing | None,
         counts: NDArray[np.int64] | None,
         carried: Held | None = None,
+        listed_at: str | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
         self.format: FileFormat = file_format(config.format)
-        self.files: FileList = self._list(listing, open_cache(config.cache_dir, config.cache_bytes))
+        cache = open_cache(config.cache_dir, config.cache_bytes)
+        self.files: FileList = self._list(listing, cache, listed_at)
         if self.files.hidden or self.files.special:  # said where seen, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
@@ -347,10 +349,13 @@ class FileSource(Closing):
         f = self.files
         if not (f.remote and f.store is not None and f.store.closed):
             return
-        self.files = self._list((f.keys, f.sizes, f.etags), f.cache)
+        self.files = self._list((f.keys, f.sizes, f.etags), f.cache, f.url)
 
-    def _list(self, listing: Listing | None, cache: ObjectCache | None) -> FileList:
-        """The files as given (``listing``: as listed already, not listed again)."""
+    def _list(
+        self, listing: Listing | None, cache: ObjectCache | None, listed_at: str | None = None
+    ) -> FileList:
+        """The files as given (``listing``: as listed already, not listed again, its
+        object keys under ``listed_at``)."""
         files, config, store_options = self._args
         return list_files(
             files,
@@ -359,6 +364,7 @@ class FileSource(Closing):
             store_options=store_options,
             listing=listing,
             cache=cache,
+            listed_at=listed_at,
         )
 
     @property
@@ -609,9 +615,11 @@ class FileSource(Closing):
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,
+            "listed_at": f.url if f.remote else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         files, config, store_options = state["args"]
         carried = state.get("heads")
-        self._open(files, config, store_options, state["listing"], state["counts"], carried)
+        listing, at = state["listing"], state.get("listed_at")
+        self._open(files, config, store_options, listing, state["counts"], carried, at)
