@@ -119,24 +119,8 @@ def null_check(
     """Raise if a row ``loc`` of span ``span`` is null in column ``name`` (``valid``:
     its validity, ``None`` when it has no nulls), counting and naming the span's null
     rows (those read first): its other rows are at hand, the rest of the table is not."""
-    if valid is None or bool(valid[loc].all()):
-        return
-    first = int(spans.starts[span])
-    hit = loc[~valid[loc]]
-    rows = np.flatnonzero(~valid)[:MAX_NAMED_NULLS]
-    if hit[0] not in rows:  # the row read is named, whatever comes before it
-        rows[-1] = hit[0]
-        rows.sort()
-    part = parts[int(spans.part[span])]
-    found = NullRows(name)
-    found.add(part.path, _file_start(spans, span), int((~valid).sum()), (rows + first).tolist())
-    what = "row group" if getattr(part, "parquet", False) else "record batch"
-    end = first + spans.rows(span)
-    raise null_error(
-        [found],
-        f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
-        f"; other {what}{'es' if what.endswith('h') else 's'} are checked as they are read",
-    )
+    if valid is not None:
+        _refuse_rows(parts, spans, name, span, ~valid, loc, items=False)
 
 
 def item_check(
@@ -146,24 +130,40 @@ def item_check(
     (``holes``: which of the span's rows do, ``None`` when none), naming the span's such
     rows, as :func:`null_check` does null rows. Its other rows read as they would without
     them: one bad row used to refuse every row of its row group."""
-    if holes is None or not bool(holes[loc].any()):
+    if holes is not None:
+        _refuse_rows(parts, spans, name, span, holes, loc, items=True)
+
+
+def _refuse_rows(
+    parts: Sequence[Any],
+    spans: Spans,
+    name: str,
+    span: int,
+    bad: NDArray[np.bool_],
+    loc: NDArray[np.int64],
+    *,
+    items: bool,
+) -> None:
+    """Raise if a row ``loc`` of span ``span`` is ``bad`` (null, or holding null list
+    items if ``items``), naming the span's bad rows (the one read among them)."""
+    if not bool(bad[loc].any()):
         return
     first = int(spans.starts[span])
-    hit = loc[holes[loc]]
-    rows = np.flatnonzero(holes)[:MAX_NAMED_NULLS]
+    hit = loc[bad[loc]]
+    rows = np.flatnonzero(bad)[:MAX_NAMED_NULLS]
     if hit[0] not in rows:  # the row read is named, whatever comes before it
         rows[-1] = hit[0]
         rows.sort()
     part = parts[int(spans.part[span])]
     found = NullRows(name)
-    found.add(part.path, _file_start(spans, span), int(holes.sum()), (rows + first).tolist())
+    found.add(part.path, _file_start(spans, span), int(bad.sum()), (rows + first).tolist())
     what = "row group" if getattr(part, "parquet", False) else "record batch"
     end = first + spans.rows(span)
-    raise null_items_error(
-        [found],
-        f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table",
-        f"; the {what}'s other rows read as usual",
-    )
+    scope = f" in {what} {int(spans.local[span])}, rows [{first}, {end}) of the table"
+    if items:
+        raise null_items_error([found], scope, f"; the {what}'s other rows read as usual")
+    others = f"{what}{'es' if what.endswith('h') else 's'}"
+    raise null_error([found], scope, f"; other {others} are checked as they are read")
 
 
 def refuse_path_only(pa: Any, col: TableColumn, top: Any, path: str, first_row: int) -> None:
