@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _cache_passes import later_passes_hit_the_cache
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from headrace.errors import FormatError
@@ -177,15 +178,6 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
     kw: dict[str, Any] = {"format": fmt, "samples_per_file": 256, "shuffle": "samples"}
     local = FileSource(tmp_path, **kw)
 
-    def passes(seed: int, start: int, src: FileSource) -> str:
-        steps = 1024 // 32
-        with Loader(src, batch_size=32, seed=seed, steps=start + steps) as loader:
-            if start:
-                state = loader.state_dict()
-                state["step"] = start
-                loader.load_state_dict(state)
-            return batch_digest(loader)
-
     def cached() -> FileSource:
         options = {**s3.options(), "retry": FAST_RETRY}
         return FileSource(
@@ -196,17 +188,7 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
             **kw,
         )
 
-    first = cached()
-    assert first._by_rows is not None
-    assert passes(5, 0, first) == passes(5, 0, local)
-    assert first.cache_stats.written_bytes <= sum(first.files.sizes)  # each block once
-    first.close()
-    for seed, start in ((5, 32), (6, 0)):  # the next epoch; another seed's first
-        src = cached()
-        assert passes(seed, start, src) == passes(seed, start, local)
-        assert src.cache_stats.misses == 0 and src.files.store.stats.bytes == 0
-        assert src.cache_stats.hits > 0 and src.cache_stats.written == 0
-        src.close()
+    later_passes_hit_the_cache(local, cached, 1024, "_by_rows")
 
 
 def test_rows_through_a_full_cache_fetch_their_own_bytes_not_blocks(
