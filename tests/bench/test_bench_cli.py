@@ -277,6 +277,18 @@ def test_bad_arguments_say_what_and_how_to_fix(
     assert not (tmp_path / "data").exists()  # refused before any dataset was written
 
 
+def test_plot_without_matplotlib_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: matplotlib hidden, as on a machine without the plot extra.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main(["bench", "--root", str(tmp_path / "data"), "-q", "--plot", "r.png"]) == 2
+    err = capsys.readouterr().err
+    assert "--plot needs matplotlib, which is not installed: pip install 'headrace[plot]'" in err
+    assert not (tmp_path / "data").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

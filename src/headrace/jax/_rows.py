@@ -60,6 +60,16 @@ def _row_slices(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
     return _rows(_index_map(sharding, batch_size).values(), batch_size)
 
 
+def _refuse_none(rows: list[tuple[int, int]], sharding: Any) -> None:
+    """Refuse a sharding under which this process's devices hold no rows."""
+    if not rows:
+        raise ConfigError(
+            f"this process's devices hold no rows of the global batch under sharding "
+            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
+            "whose devices the sharding's mesh includes."
+        )
+
+
 def _share(rows: list[tuple[int, int]], batch_size: int, whose: str) -> tuple[int, int]:
     """``(rank, world_size)`` of ``rows`` (``whose``: the process, for errors)."""
     rows = sorted(set(rows))
@@ -113,12 +123,7 @@ def host_blocks(sharding: Any, batch_size: int) -> list[tuple[int, int]]:
     devices along the batch axis; rows interleaved with another process's, as
     ``P(('model', 'data'))`` with ``'data'`` over processes lays them out)."""
     runs = held_rows(sharding, batch_size)
-    if not runs:
-        raise ConfigError(
-            f"this process's devices hold no rows of the global batch under sharding "
-            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
-            "whose devices the sharding's mesh includes."
-        )
+    _refuse_none(runs, sharding)
     # Blocks of g rows: every row boundary of the layout falls on one.
     g = math.gcd(batch_size, *(x for run in runs for x in run))
     blocks = []
@@ -174,12 +179,7 @@ def host_rows(sharding: Any, batch_size: int) -> tuple[int, int]:
     on without it.
     """
     rows = _row_slices(sharding, batch_size)
-    if not rows:
-        raise ConfigError(
-            f"this process's devices hold no rows of the global batch under sharding "
-            f"{sharding!r} (its mesh has none of them); make the loader only in processes "
-            "whose devices the sharding's mesh includes."
-        )
+    _refuse_none(rows, sharding)
     share = _share(rows, batch_size, "this process's")
     _check_other_processes(sharding, batch_size)
     return share
