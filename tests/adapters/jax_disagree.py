@@ -5,14 +5,18 @@
 Four loaders in turn, over a mesh of both processes' devices: process 1 with
 ``seed + process_index`` (a habit from per-process PRNG keys); a state loaded on
 process 0 alone; both alike; then one that process 0 alone iterates (its wait for
-the other cut to 2 s). Each process writes to ``OUT.<pid>`` (JSON) what iterating
-each gave: the ``ConfigError``'s message, the digest of the first global batch
-gathered back, or ``"not iterated"``.
+the other cut to 2 s by ``HEADRACE_JAX_WAIT_S``). Each process writes to
+``OUT.<pid>`` (JSON) what iterating each gave: the ``ConfigError``'s message, the
+digest of the first global batch gathered back, or ``"not iterated"``; for the last,
+on process 0, ``{"warnings": [...], "error": ...}``.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 from _jax_process import cpu_devices, data_sharding, gathered, run
 
@@ -25,7 +29,7 @@ from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader  # noqa: E402
 
 
-def main(root: Path, n: int, pid: int) -> list[str]:
+def main(root: Path, n: int, pid: int) -> list[Any]:
     sharding = data_sharding()
     got = []
     for case in ("seed", "state", "alike", "alone"):
@@ -35,7 +39,17 @@ def main(root: Path, n: int, pid: int) -> list[str]:
                 if pid == 1:
                     got.append("not iterated")
                     continue
-                headrace.jax._agree._WAIT_MS = 2000  # (10 minutes)
+                os.environ["HEADRACE_JAX_WAIT_S"] = "2"  # (10 minutes)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        next(iter(ld))
+                    except ConfigError as exc:
+                        said = [f"{w.category.__name__} {w.filename}: {w.message}" for w in caught]
+                        got.append({"warnings": said, "error": str(exc)})
+                    else:
+                        got.append("iterated alone")
+                continue
             if case == "state" and pid == 0:
                 saved = ld.state_dict()
                 ld.load_state_dict({**saved, "step": 2})

@@ -8,12 +8,16 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.pipeline import Loader
 
@@ -25,8 +29,12 @@ __all__ = ["check_agreement", "spans_processes"]
 _AGREED = ("seed", "step", "batch_size", "steps", "epochs")
 # The iteration starts checked in this process, numbered (the same on every process).
 _CHECKS = itertools.count()
-# How long a process waits for the others to start iterating (then refuses, naming them).
-_WAIT_MS = 10 * 60_000
+#: How long a process waits for the others to start iterating, in seconds (then refuses,
+#: naming them); 10 minutes unless the environment says.
+WAIT_ENV = "HEADRACE_JAX_WAIT_S"
+_WAIT_S = 600.0
+# The first warning that a process is waited for, at most (then at doubling intervals).
+_FIRST_WARNING_S = 30.0
 
 
 def _coordination_client() -> Any:
@@ -92,24 +100,14 @@ def check_agreement(
     if client is None:  # processes jax.distributed did not start: nothing to ask
         return
     mine = _agreement(loader, share)
+    wait = wait_seconds()  # refused before posting: the others then wait, and say so
     me, count = jax.process_index(), jax.process_count()
     number = next(_CHECKS)  # iterations start in the same order on every process
     client.key_value_set(f"headrace/jax/agree/{number}/{me}", mine.tobytes().hex())
-    rows = []
-    for p in range(count):
-        if p == me:
-            rows.append(mine)
-            continue
-        try:
-            got = client.blocking_key_value_get(f"headrace/jax/agree/{number}/{p}", _WAIT_MS)
-        except Exception as exc:  # jax's own error type for a deadline passed
-            raise ConfigError(
-                f"process {p} of {count} did not start iterating its {kind} within "
-                f"{_WAIT_MS / 1000:g} s of this one (process {me}, iteration start "
-                f"{number} of this run's JaxLoaders and numpy_loaders): every process "
-                f"iterates the same loaders in the same order ({type(exc).__name__}: {exc})"
-            ) from exc
-        rows.append(np.frombuffer(bytes.fromhex(got), dtype=np.uint8))
+    posted = _posted(client, number, kind, wait, me, count)
+    rows = [
+        mine if p == me else np.frombuffer(bytes.fromhex(posted[p]), np.uint8) for p in range(count)
+    ]
     if number:
         # Every process has posted this start, so every one has read the last: the
         # store keeps two keys a process, not one an iteration of the whole run.
@@ -138,6 +136,93 @@ def check_agreement(
     )
 
 
+def wait_seconds() -> float:
+    """How long a process waits for the others' loaders: ``HEADRACE_JAX_WAIT_S`` seconds,
+    or 10 minutes where unset or empty."""
+    value = os.environ.get(WAIT_ENV, "").strip()
+    if not value:
+        return _WAIT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(
+            f"{WAIT_ENV} must be a positive number of seconds (got {value!r}): how long a "
+            "process waits for the others to start iterating their JaxLoaders and "
+            f"numpy_loaders; set it to e.g. 60, or unset it for the default "
+            f"({_WAIT_S:g} s)."
+        )
+    return seconds
+
+
+def _posted(
+    client: Any, number: int, kind: str, total: float, me: int, count: int
+) -> dict[int, str]:
+    """Every other process's row of iteration start ``number`` (this is process ``me`` of
+    ``count``), as each posts it: waited for ``total`` seconds in all, with a warning
+    naming the processes not yet arrived after a short while (30 s at most), again at
+    doubling intervals, and a refusal at the end naming them. A process that stopped
+    before its loader, or one made on some processes only, otherwise left the others
+    silent for the whole wait."""
+    prefix = f"headrace/jax/agree/{number}/"
+    this = (
+        f"this {kind} (iteration start {number} of this run's JaxLoaders and "
+        "numpy_loaders, which every process starts in the same order)"
+    )
+    posted: dict[int, str] = {}
+    start = time.monotonic()
+    interval = min(_FIRST_WARNING_S, total / 4)
+    warn_at = start + interval
+    for p in range(count):
+        while p != me and p not in posted:
+            until = min(warn_at, start + total)
+            timeout_ms = max(1, math.ceil((until - time.monotonic()) * 1000))
+            try:
+                posted[p] = client.blocking_key_value_get(f"{prefix}{p}", timeout_ms)
+                continue
+            except Exception as exc:  # jax's own error type, for a deadline passed too
+                if "DEADLINE_EXCEEDED" not in str(exc):  # the store itself failed
+                    exc.add_note(f"while process {me} waited for process {p} to start {this}")
+                    raise
+                error = exc
+            posted.update(_arrived(client, prefix))
+            missing = _listed("process", [q for q in range(count) if q != me and q not in posted])
+            waited = time.monotonic() - start
+            if waited >= total:
+                raise ConfigError(
+                    f"{missing} of {count} did not start iterating {this} within {total:g} s "
+                    f"of this one (process {me}; {WAIT_ENV} sets the wait). {_WHY_MISSING}"
+                ) from error
+            warn_user(
+                f"process {me} of {count} has waited {waited:.1f} s for {missing} to start "
+                f"iterating {this}; it refuses after {total:g} s ({WAIT_ENV}). {_WHY_MISSING}"
+            )
+            interval *= 2
+            warn_at = time.monotonic() + interval
+    return posted
+
+
+# Why a process is waited for, and the fixes, for the messages of _posted.
+_WHY_MISSING = (
+    "A process that stopped before its loader (its log says why), a loader made or "
+    "iterated on some processes only, or loaders iterated in another order leave the "
+    "others waiting: make and iterate the same loaders on every process; for a loader of "
+    "some processes only (an evaluation on process 0), give numpy_loader a rank and "
+    "world_size of your own, world_size under jax.process_count() (not compared)."
+)
+
+
+def _arrived(client: Any, prefix: str) -> dict[int, str]:
+    """The rows posted so far under ``prefix``, by process (none where the store cannot
+    say)."""
+    try:
+        found = client.key_value_dir_get(prefix)
+    except Exception:  # the wait's own error says what went wrong
+        return {}
+    return {int(key.rsplit("/", 1)[1]): value for key, value in found}
+
+
 def _check_shares(shares: np.ndarray[Any, np.dtype[np.int64]], kind: str) -> None:
     """Refuse slices whose union is not the global batch: a rank no process reads (two
     processes given ``rank=0``, or ``world_size`` other than theirs) leaves its rows
@@ -150,7 +235,7 @@ def _check_shares(shares: np.ndarray[Any, np.dtype[np.int64]], kind: str) -> Non
     raise ConfigError(
         f"the {len(ranks)} processes' {kind}s read rank {_by_value(ranks)} (world_size "
         f"{_by_value(worlds)}; this is process {jax.process_index()}): "
-        + (f"{_ranks(unread)} read by no process, " if unread else "")
+        + (f"{_listed('rank', unread)} {_is(unread)} read by no process, " if unread else "")
         + "so some rows of each global batch would be read twice and others never. Leave "
         "out rank and world_size (they default to jax.process_index() and "
         "jax.process_count()), or give each process its own rank, 0 to world_size - 1. "
@@ -158,9 +243,16 @@ def _check_shares(shares: np.ndarray[Any, np.dtype[np.int64]], kind: str) -> Non
     )
 
 
-def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
-    return f"rank {shown} is" if len(ranks) == 1 else f"ranks {shown} are"
+def _listed(noun: str, items: list[int]) -> str:
+    """``rank 3``, ``ranks 1, 2``: at most 8 shown, then how many in all."""
+    shown = ", ".join(map(str, items[:8])) + (
+        f", ... ({len(items)} in all)" if len(items) > 8 else ""
+    )
+    return f"{noun} {shown}" if len(items) == 1 else f"{noun}s {shown}"
+
+
+def _is(items: list[int]) -> str:
+    return "is" if len(items) == 1 else "are"
 
 
 def _by_value(values: list[Any]) -> str:

@@ -42,7 +42,11 @@ def numpy_loader(
     would read rows of different global batches are refused on every process; so
     are slices whose union is not the global batch (ranks no process reads). With
     ``rank``/``world_size`` of your own, only where ``world_size`` is
-    ``jax.process_count()``: with another, not every process need make one.
+    ``jax.process_count()``: a smaller one is not compared (not every process need make
+    one: an evaluation on process 0 alone), and a larger one is refused where several
+    processes run (with one loader a process, some ranks' rows would be read by none).
+    A process waits ``HEADRACE_JAX_WAIT_S`` seconds (10 minutes) for the others to
+    start iterating, with warnings naming those not arrived, then refuses.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
@@ -64,11 +68,35 @@ def numpy_loader(
     else:
         # Of your own, a world_size of jax.process_count() says every process makes one
         # (rank 0 on every process read one slice everywhere, and left the others unread,
-        # without a word); another may be a few processes' (an evaluation on process 0).
-        ask = world_size > 1 and world_size == jax.process_count()
+        # without a word); a smaller one may be a few processes' (an evaluation on process
+        # 0), and is not compared: those processes' wait for the others would never end.
+        count = jax.process_count()
+        _refuse_more_ranks_than_processes(rank, world_size, count)
+        ask = world_size > 1 and world_size == count
     kind = _AgreedLoader if ask else Loader
     return kind(
         source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
+    )
+
+
+def _refuse_more_ranks_than_processes(rank: int, world_size: int, count: int) -> None:
+    """Refuse, before any read, a ``world_size`` above the process count of a
+    multi-process run (a device count taken for it): with one loader a process, some
+    ranks' rows are read by none. ``make_global_batch`` refused their row count only
+    after the first read; ``jax.make_array_from_process_local_data`` without a global
+    shape made a global batch of those rows alone, without a word."""
+    if count == 1 or world_size <= count:
+        return
+    raise ConfigError(
+        f"numpy_loader(rank={rank}, world_size={world_size}) on process "
+        f"{jax.process_index()} of {count} (jax.process_index(), jax.process_count()): with "
+        f"one loader a process, {world_size - count} or more of the {world_size} ranks "
+        "would be read by no process, and their rows of each global batch never. Leave out "
+        "rank and world_size (they default to jax.process_index() and "
+        "jax.process_count()), give the sharding (numpy_loader(..., sharding=s)), or a "
+        "world_size of at most the process count; for several loaders a process, use "
+        "headrace.pipeline.Loader (numpy_loader's, not compared between processes) or "
+        "JaxLoader (a Loader for each block of a sharding's rows)."
     )
 
 
