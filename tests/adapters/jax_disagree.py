@@ -8,7 +8,7 @@ process 0 alone; both alike; then one that process 0 alone iterates (its wait fo
 the other cut to 2 s by ``HEADRACE_JAX_WAIT_S``). Each process writes to
 ``OUT.<pid>`` (JSON) what iterating each gave: the ``ConfigError``'s message, the
 digest of the first global batch gathered back, or ``"not iterated"``; for the last,
-on process 0, ``{"warnings": [...], "error": ...}``.
+on process 0, ``{"warnings": [...], "where": [...], "error": ...}``.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def main(root: Path, n: int, pid: int) -> list[Any]:
                     try:
                         next(iter(ld))
                     except ConfigError as exc:
-                        said = [f"{w.category.__name__} {w.filename}: {w.message}" for w in caught]
-                        got.append({"warnings": said, "error": str(exc)})
+                        said = [str(w.message) for w in caught]
+                        where = sorted({f"{w.category.__name__} {w.filename}" for w in caught})
+                        got.append({"warnings": said, "where": where, "error": str(exc)})
                     else:
                         got.append("iterated alone")
                 continue

@@ -8,14 +8,19 @@ world size); a state loaded on process 0 alone (rows from a sharding of both
 processes' devices); both alike; a ``JaxLoader`` alike after them (the iteration starts
 of both kinds are numbered together); then, with a rank and world size of the caller's
 own (world size 2, the process count): ``seed + process_index``; ``rank=0`` on both
-processes; each its own rank, alike. Each
-process writes to ``OUT.<pid>`` (JSON) what iterating each gave: the ``ConfigError``'s
-message, or the digest of the first global batch gathered back.
+processes; each its own rank, alike; world size 4 (refused where it is made). Last, a
+loader process 0 alone makes and iterates: with ``HEADRACE_JAX_WAIT_S`` of ``soon``,
+then of 2 s. Each process writes to ``OUT.<pid>`` (JSON) what making and iterating each
+gave: the ``ConfigError``'s message, the digest of the first global batch gathered
+back, or (the last, on process 0) ``{"bad wait": ..., "warnings": [...], "error": ...}``.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 from _jax_process import cpu_devices, data_sharding, gathered, run
 
@@ -27,9 +32,9 @@ from headrace.errors import ConfigError  # noqa: E402
 from headrace.jax import JaxLoader, make_global_batch, numpy_loader  # noqa: E402
 
 
-def main(root: Path, n: int, pid: int) -> list[str]:
+def main(root: Path, n: int, pid: int) -> list[Any]:
     sharding = data_sharding()
-    got = []
+    got: list[Any] = []
     cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank")
     for case in cases:
         seed = 5 + pid if case in ("seed", "own rank seed") else 5
@@ -55,7 +60,29 @@ def main(root: Path, n: int, pid: int) -> list[str]:
             if case != "jax":
                 batch = make_global_batch(batch, sharding, BATCH)
             got.append(gathered(batch))
+    try:  # ranks 2 and 3 would be read by no process
+        numpy_loader(token_source(root), batch_size=BATCH, seed=5, rank=pid, world_size=4)
+    except ConfigError as exc:
+        got.append(str(exc))
+    if pid == 0:
+        got.append(alone(root))
     return got
+
+
+def alone(root: Path) -> dict[str, Any]:
+    """What iterating a numpy_loader that process 1 never makes says."""
+    said: dict[str, Any] = {}
+    with numpy_loader(token_source(root), batch_size=BATCH, seed=5) as ld:
+        for wait in ("soon", "2"):
+            os.environ["HEADRACE_JAX_WAIT_S"] = wait
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    next(iter(ld))
+                except ConfigError as exc:
+                    said["bad wait" if wait == "soon" else "error"] = str(exc)
+            said.setdefault("warnings", []).extend(str(w.message) for w in caught)
+    return said
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -271,13 +272,12 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
     out = tmp_path / "got"
     run_two_processes("jax_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
-    # A loader process 1 never iterates: process 0 waits (here 2 s), then says so.
-    assert got[0][3].startswith(
-        "process 1 of 2 did not start iterating its JaxLoader within 2 s of this one "
-        "(process 0, iteration start 3 of this run's JaxLoaders and numpy_loaders): every "
-        "process iterates the same loaders in the same order (JaxRuntimeError: "
-        "DEADLINE_EXCEEDED"
-    )
+    # A loader process 1 never iterates: process 0 waits (here 2 s), saying so after
+    # 0.5 s and 1.5 s (the wait's quarter, then at doubling intervals), then refuses.
+    alone = got[0][3]
+    assert_waited_for_process_1(alone["warnings"], alone["error"], "JaxLoader", 3)
+    # warn_user points at the user's line: here the script's next(iter(ld))
+    assert alone["where"] == [f"UserWarning {HERE / 'jax_disagree.py'}"]
     assert got[1][3] == "not iterated"
     for pid in range(2):
         seed, state, alike, _ = got[pid]
@@ -292,6 +292,37 @@ def test_processes_whose_loaders_disagree_are_refused_by_every_process(
         assert alike == reference[0]
 
 
+#: why a process is waited for, and the fixes: the end of the wait's warnings and refusal
+_WAIT_REST = (
+    "A process that stopped before its loader (its log says why), a loader made or "
+    "iterated on some processes only, or loaders iterated in another order leave the "
+    "others waiting: make and iterate the same loaders on every process; for a loader of "
+    "some processes only (an evaluation on process 0), give numpy_loader a rank and "
+    "world_size of your own, world_size under jax.process_count() (not compared)."
+)
+
+
+def assert_waited_for_process_1(said: list[str], error: str, kind: str, number: int) -> None:
+    """Process 0's two warnings and refusal while process 1 never starts iterating
+    (``HEADRACE_JAX_WAIT_S=2``): before, it waited 10 minutes without a word."""
+    this = (
+        f"this {kind} (iteration start {number} of this run's JaxLoaders and numpy_loaders, "
+        "which every process starts in the same order)"
+    )
+    assert 1 <= len(said) <= 2, said  # at 0.5 s and 1.5 s; a busy machine may skip one
+    for warned in said:
+        assert re.fullmatch(
+            rf"process 0 of 2 has waited \d\.\d s for process 1 to start iterating "
+            rf"{re.escape(this)}; it refuses after 2 s \(HEADRACE_JAX_WAIT_S\)\. "
+            + re.escape(_WAIT_REST),
+            warned,
+        ), warned
+    assert error == (
+        f"process 1 of 2 did not start iterating {this} within 2 s of this one (process 0; "
+        f"HEADRACE_JAX_WAIT_S sets the wait). {_WAIT_REST}"
+    )
+
+
 @pytest.mark.integration
 def test_numpy_loaders_that_disagree_are_refused_by_every_process(
     root: Path, reference: list[str], tmp_path: Path
@@ -303,7 +334,7 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
     run_two_processes("jax_numpy_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
     for pid in range(2):
-        seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank = got[pid]
+        seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank, four = got[pid][:8]
         assert seed == (
             f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
             f"this is process {pid}): {_DISAGREE_REST}"
@@ -328,6 +359,31 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
             "jax.process_count()), or give each process its own rank, 0 to world_size - 1. "
             "Refused on every process, before any read."
         )
+        # A world_size above the process count (a device count taken for it) was not
+        # compared: ranks 2 and 3 read by no process; make_global_batch refused the row
+        # count after the first read, and jax.make_array_from_process_local_data without
+        # a global shape made a batch of half the rows. Refused where it is made.
+        assert four == (
+            f"numpy_loader(rank={pid}, world_size=4) on process {pid} of 2 "
+            "(jax.process_index(), jax.process_count()): with one loader a process, at "
+            "least 2 of the 4 ranks would be read by no process, and their rows of each "
+            "global batch never. Leave out rank and world_size (they default to "
+            "jax.process_index() and jax.process_count()), give the sharding "
+            "(numpy_loader(..., sharding=s)), or a world_size of at most the process count; "
+            "for several loaders a process, use headrace.pipeline.Loader (numpy_loader's, "
+            "not compared between processes) or JaxLoader (a Loader for each block of a "
+            "sharding's rows)."
+        )
+    # A numpy_loader process 1 never makes: a wait of "soon" is refused before anything
+    # is posted (the iteration start is not used up), then process 0 waits 2 s and says so.
+    assert len(got[1]) == 8
+    alone = got[0][8]
+    assert alone["bad wait"] == (
+        "HEADRACE_JAX_WAIT_S must be a positive number of seconds (got 'soon'): how long a "
+        "process waits for the others to start iterating their JaxLoaders and "
+        "numpy_loaders; set it to e.g. 60, or unset it for the default (600 s)."
+    )
+    assert_waited_for_process_1(alone["warnings"], alone["error"], "numpy_loader", 7)
 
 
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:

@@ -183,7 +183,9 @@ def _posted(
                 continue
             except Exception as exc:  # jax's own error type, for a deadline passed too
                 if "DEADLINE_EXCEEDED" not in str(exc):  # the store itself failed
-                    exc.add_note(f"while process {me} waited for process {p} to start {this}")
+                    exc.add_note(
+                        f"while process {me} waited for process {p} to start iterating {this}"
+                    )
                     raise
                 error = exc
             posted.update(_arrived(client, prefix))

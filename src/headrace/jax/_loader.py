@@ -90,7 +90,7 @@ def _refuse_more_ranks_than_processes(rank: int, world_size: int, count: int) ->
     raise ConfigError(
         f"numpy_loader(rank={rank}, world_size={world_size}) on process "
         f"{jax.process_index()} of {count} (jax.process_index(), jax.process_count()): with "
-        f"one loader a process, {world_size - count} or more of the {world_size} ranks "
+        f"one loader a process, at least {world_size - count} of the {world_size} ranks "
         "would be read by no process, and their rows of each global batch never. Leave out "
         "rank and world_size (they default to jax.process_index() and "
         "jax.process_count()), give the sharding (numpy_loader(..., sharding=s)), or a "
