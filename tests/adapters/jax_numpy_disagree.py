@@ -8,7 +8,9 @@ world size); a state loaded on process 0 alone (rows from a sharding of both
 processes' devices); both alike; a ``JaxLoader`` alike after them (the iteration starts
 of both kinds are numbered together); then, with a rank and world size of the caller's
 own (world size 2, the process count): ``seed + process_index``; ``rank=0`` on both
-processes; each its own rank, alike; world size 4 (refused where it is made). Last, a
+processes; each its own rank, alike; world size 1 on both (whole batches, not compared:
+``make_global_batch`` keeps each process's rows); world size 4 (refused where it is
+made). Last, a
 loader process 0 alone makes and iterates: with ``HEADRACE_JAX_WAIT_S`` of ``soon``,
 then of 2 s. Each process writes to ``OUT.<pid>`` (JSON) what making and iterating each
 gave: the ``ConfigError``'s message, the digest of the first global batch gathered
@@ -35,7 +37,7 @@ from headrace.jax import JaxLoader, make_global_batch, numpy_loader  # noqa: E40
 def main(root: Path, n: int, pid: int) -> list[Any]:
     sharding = data_sharding()
     got: list[Any] = []
-    cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank")
+    cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank", "whole")
     for case in cases:
         seed = 5 + pid if case in ("seed", "own rank seed") else 5
         kw = {"batch_size": BATCH, "seed": seed}
@@ -43,6 +45,8 @@ def main(root: Path, n: int, pid: int) -> list[Any]:
             ld = JaxLoader(token_source(root), sharding=sharding, **kw)
         elif case.startswith("own rank"):
             ld = numpy_loader(token_source(root), rank=pid, world_size=n, **kw)
+        elif case == "whole":  # every process reads whole batches: not compared
+            ld = numpy_loader(token_source(root), rank=0, world_size=1, **kw)
         elif case == "both rank 0":
             ld = numpy_loader(token_source(root), rank=0, world_size=n, **kw)
         elif case == "seed":

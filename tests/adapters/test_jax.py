@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+import warnings
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.jax import JaxLoader, host_rows, make_global_batch, numpy_loader  # noqa: E402
+from headrace.jax._agree import _posted, wait_seconds  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.plan import array_state  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
@@ -195,6 +198,60 @@ def test_host_rows_errors() -> None:
         host_rows(Broken(), 8)
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_a_wait_for_the_processes_that_is_no_positive_number_is_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HEADRACE_JAX_WAIT_S", value)
+    with pytest.raises(ConfigError) as exc:
+        wait_seconds()
+    assert str(exc.value) == (
+        f"HEADRACE_JAX_WAIT_S must be a positive number of seconds (got {value!r}): how "
+        "long a process waits for the others to start iterating their JaxLoaders and "
+        "numpy_loaders; set it to e.g. 60, or unset it for the default (600 s)."
+    )
+    monkeypatch.setenv("HEADRACE_JAX_WAIT_S", " 2.5 ")
+    assert wait_seconds() == 2.5
+    monkeypatch.setenv("HEADRACE_JAX_WAIT_S", "")
+    assert wait_seconds() == 600
+
+
+class FailingStore:
+    """A coordination client whose reads fail (fault injection): ``error`` at once, or
+    jax's deadline error once the timeout has passed; listing the keys fails too."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
+        if "DEADLINE_EXCEEDED" in self.error:
+            time.sleep(timeout_ms / 1000)
+        raise RuntimeError(self.error)
+
+    def key_value_dir_get(self, prefix: str) -> list[tuple[str, str]]:
+        raise RuntimeError("UNAVAILABLE: listing failed")
+
+
+def test_a_store_that_fails_while_waiting_is_not_taken_for_a_late_process() -> None:
+    # Not a deadline: raised at once with what was waited for, not warned about and
+    # retried until the wait ends.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="UNAVAILABLE: connection reset") as exc:
+            _posted(FailingStore("UNAVAILABLE: connection reset"), 4, "JaxLoader", 60, 0, 2)
+    assert exc.value.__notes__ == [
+        "while process 0 waited for process 1 to start iterating this JaxLoader (iteration "
+        "start 4 of this run's JaxLoaders and numpy_loaders, which every process starts in "
+        "the same order)"
+    ]
+    # A deadline, with a store that cannot list what arrived: the late process named
+    # still (after a warning at a quarter of the wait).
+    store = FailingStore("DEADLINE_EXCEEDED: GetKeyValue() timed out")
+    with pytest.warns(UserWarning, match=r"has waited 0\.\d s for process 1 to start"):
+        with pytest.raises(ConfigError, match=r"^process 1 of 2 did not start iterating this"):
+            _posted(store, 4, "JaxLoader", 0.2, 0, 2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -334,7 +391,7 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
     run_two_processes("jax_numpy_disagree.py", root, out)
     got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
     for pid in range(2):
-        seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank, four = got[pid][:8]
+        seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank, whole, four = got[pid][:9]
         assert seed == (
             f"the 2 processes' numpy_loaders disagree (seed 5 on processes [0], 6 on [1]; "
             f"this is process {pid}): {_DISAGREE_REST}"
@@ -343,7 +400,8 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
             f"the 2 processes' numpy_loaders disagree (step 2 on processes [0], 0 on [1]; "
             f"this is process {pid}): {_DISAGREE_REST}"
         )
-        assert alike == jax_alike == own_rank == reference[0]
+        # whole: world_size 1 on both, not compared, each reading whole batches
+        assert alike == jax_alike == own_rank == whole == reference[0]
         # rank and world_size of the caller's own, world_size the process count: not
         # checked until 2026-12-03: a global batch of two seeds' halves, and rank 0's
         # rows twice (rank 1's never read), without a word.
@@ -376,8 +434,8 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
         )
     # A numpy_loader process 1 never makes: a wait of "soon" is refused before anything
     # is posted (the iteration start is not used up), then process 0 waits 2 s and says so.
-    assert len(got[1]) == 8
-    alone = got[0][8]
+    assert len(got[1]) == 9
+    alone = got[0][9]
     assert alone["bad wait"] == (
         "HEADRACE_JAX_WAIT_S must be a positive number of seconds (got 'soon'): how long a "
         "process waits for the others to start iterating their JaxLoaders and "
