@@ -6,8 +6,9 @@ Starts 2 ``jax.distributed`` processes on CPU (2 devices each, gloo). Each times
 alternating rounds, an iteration of ``--batches`` batches (each made a global array by
 ``make_global_batch``) from two loaders of the same rows: ``numpy_loader(...,
 sharding=s)``, whose iteration starts by comparing the processes' loaders, and
-``numpy_loader(..., rank=, world_size=)`` (the same rows, not compared). Both resume
-from step 0 each round, so both read the same batches; the processes meet (a
+a ``headrace.pipeline.Loader(..., rank=, world_size=)`` (the same rows, not compared;
+a ``numpy_loader`` of those is compared too, its world size being the process count).
+Both resume from step 0 each round, so both read the same batches; the processes meet (a
 barrier, not timed) before each timed iteration. Each process prints its
 medians, the difference (the check's cost an iteration), the first batch's time for
 each, and each side's SHA-256 over its rows of every batch (equal either side), and the
@@ -45,13 +46,14 @@ def child(port: int, pid: int, rounds: int, batches: int) -> None:
     from headrace.formats import TokenSource
     from headrace.jax import make_global_batch, numpy_loader
     from headrace.jax._agree import check_agreement
+    from headrace.pipeline import Loader
     from headrace.testing import batch_digest
 
     sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("data",)), P("data"))
     src = TokenSource([FILE], dtype="uint32", context=L)
     sides = {
         "checked": numpy_loader(src, batch_size=B, seed=1, sharding=sharding),
-        "unchecked": numpy_loader(src, batch_size=B, seed=1, rank=pid, world_size=2),
+        "unchecked": Loader(src, batch_size=B, seed=1, rank=pid, world_size=2),
     }
     start = sides["checked"].state_dict()
     times: dict[str, list[float]] = {k: [] for k in sides}
