@@ -1,6 +1,7 @@
 """Processes' loaders compared at the start of each iteration, through jax.distributed's
 key-value store: loaders that would read rows of different global batches are refused
-on every process alike."""
+on every process alike; processes that do not come are named in warnings while they are
+waited for, then in the refusal at the end of the wait (``HEADRACE_JAX_WAIT_S``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.pipeline import Loader
 
-__all__ = ["check_agreement", "spans_processes"]
+__all__ = ["check_agreement", "spans_processes", "wait_seconds"]
 
 
 # What every process's loader must agree on, packed as 8-byte ints, then a digest of the
@@ -29,9 +30,9 @@ __all__ = ["check_agreement", "spans_processes"]
 _AGREED = ("seed", "step", "batch_size", "steps", "epochs")
 # The iteration starts checked in this process, numbered (the same on every process).
 _CHECKS = itertools.count()
-#: How long a process waits for the others to start iterating, in seconds (then refuses,
-#: naming them); 10 minutes unless the environment says.
-WAIT_ENV = "HEADRACE_JAX_WAIT_S"
+# How long a process waits for the others to start iterating, in seconds (then refuses,
+# naming them); 10 minutes unless the environment says.
+_WAIT_ENV = "HEADRACE_JAX_WAIT_S"
 _WAIT_S = 600.0
 # The first warning that a process is waited for, at most (then at doubling intervals).
 _FIRST_WARNING_S = 30.0
@@ -139,7 +140,7 @@ def check_agreement(
 def wait_seconds() -> float:
     """How long a process waits for the others' loaders: ``HEADRACE_JAX_WAIT_S`` seconds,
     or 10 minutes where unset or empty."""
-    value = os.environ.get(WAIT_ENV, "").strip()
+    value = os.environ.get(_WAIT_ENV, "").strip()
     if not value:
         return _WAIT_S
     try:
@@ -148,7 +149,7 @@ def wait_seconds() -> float:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
         raise ConfigError(
-            f"{WAIT_ENV} must be a positive number of seconds (got {value!r}): how long a "
+            f"{_WAIT_ENV} must be a positive number of seconds (got {value!r}): how long a "
             "process waits for the others to start iterating their JaxLoaders and "
             f"numpy_loaders; set it to e.g. 60, or unset it for the default "
             f"({_WAIT_S:g} s)."
@@ -194,11 +195,11 @@ def _posted(
             if waited >= total:
                 raise ConfigError(
                     f"{missing} of {count} did not start iterating {this} within {total:g} s "
-                    f"of this one (process {me}; {WAIT_ENV} sets the wait). {_WHY_MISSING}"
+                    f"of this one (process {me}; {_WAIT_ENV} sets the wait). {_WHY_MISSING}"
                 ) from error
             warn_user(
                 f"process {me} of {count} has waited {waited:.1f} s for {missing} to start "
-                f"iterating {this}; it refuses after {total:g} s ({WAIT_ENV}). {_WHY_MISSING}"
+                f"iterating {this}; it refuses after {total:g} s ({_WAIT_ENV}). {_WHY_MISSING}"
             )
             interval *= 2
             warn_at = time.monotonic() + interval
