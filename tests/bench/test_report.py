@@ -282,6 +282,29 @@ def test_the_time_table_shows_first_batch_and_cpu_of_every_kind() -> None:
     assert (got["1st batch s"], got["CPU s"], got["CPU s/GB"]) == ("0.041", "0.335", "0.49")
 
 
+def test_the_time_table_says_it_is_the_digested_measurement_pass() -> None:
+    # Titled "one fresh pass per variant", it showed the measurement pass, whose consumer
+    # digests every batch: not a files workload's fresh passes, nor of the trials' steps.
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = {**_result("headrace", files=True), "steps": 1620}
+    r["stages"] = {"wall_s": 2.5, "consumer_s": 1.25}
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "fresh pass per variant" not in text
+    lines = text.splitlines()
+    title = next(i for i, line in enumerate(lines) if "where the time went" in line)
+    assert "measurement pass" in lines[title] and "digested (consumer s)" in lines[title]
+    head = next(line for line in lines[title:] if "pass s" in line)
+    row = next(line for line in lines[title:] if "2.500" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    got = dict(zip(names, [c.strip() for c in row.split("│")[1:-1]], strict=True))
+    assert (got["steps"], got["pass s"], got["consumer s"]) == ("1,620", "2.500", "1.250")
+
+
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).

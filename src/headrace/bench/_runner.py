@@ -467,7 +467,7 @@ def _run(
             f"{wl.name}: trials of {t.steps} steps are short beside a read-ahead queue: "
             "each starts with batches read while the other variants ran, so batches/s and "
             f"the ratios overstate a loader; use --steps {SHORT_TRIAL_STEPS} or more, or "
-            "read its fresh pass (where the time went)"
+            "read its measurement pass (where the time went: steps over in next s)"
         )
     notes += result_notes(wl.name, results)
     if mount is not None and network_type(mount.fstype):
