@@ -197,6 +197,12 @@ def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> 
     assert cached["cache"]["hit_bytes"] >= cached["bytes_read"] > 0
     assert cached["requests"] == 1  # the listing; every object from local disk
     assert plain["requests"] >= files and "cache" not in plain and "cache_fill" not in plain
+    # Bytes from the store and from the cache apart: its cache reads were counted as the
+    # storage's (read_gb_per_s as high as the plain variant's, from 0 GETs).
+    rate = cached["table"]["batches_per_s"] * cached["bytes_read"] / cached["steps"] / 1e9
+    assert cached["read_gb_per_s"] == 0
+    assert cached["cache_read_gb_per_s"] == pytest.approx(rate) and rate > 0
+    assert plain["cache_read_gb_per_s"] is None and plain["read_gb_per_s"] > 0
     note = [n for n in summary["notes"] if "headrace-cached: reads a local object cache" in n]
     # its size in the unit that reads: a tiny dataset printed "0.0 MB"
     assert note and f"({files} entries, {byte_size(int(kind.sizes.sum()))} in " in note[0]

@@ -485,3 +485,23 @@ def test_rates_below_one_batch_a_second_are_not_printed_as_0(
     assert main(["bench", "compare", *map(str, paths)]) == 0
     line = capsys.readouterr().out.splitlines()[1].split()
     assert line[2:5] == ["0.49", "4.9", "10.00x"]
+
+
+def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
+    # headrace-cached read every byte from the run's local cache, and the line printed
+    # them as "read from storage".
+    import io
+
+    from headrace.bench._report import print_report
+
+    plain = {**_result("headrace", files=True), "read_gb_per_s": 0.0334}
+    cached = {**_result("headrace-cached", files=True), "read_gb_per_s": 0.0}
+    cached["cache_read_gb_per_s"] = 0.0458
+    workload = {"name": "w", "gb_per_s_counts": "each sample's stored bytes"}
+    out = io.StringIO()
+    print_report({"results": [plain, cached], "workloads": [workload], "notes": []}, file=out)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("GB/s: w:"))
+    assert line.endswith(
+        "read from storage, GB/s: headrace 0.0334, "
+        "headrace-cached 0.00 (and 0.0458 from its local cache)"
+    )

@@ -469,9 +469,15 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
         if counts and counts not in (DELIVERED, TOKENS_DELIVERED):
             # Where GB/s is not what every variant delivers (files: stored bytes; decoded
             # images for hub-images' raw variant too), say what it counts, and what each
-            # variant read from storage (10^9 B/s at the table's rate).
+            # variant read from storage (10^9 B/s at the table's rate), and a cached one
+            # from its local cache (its reads of the cache were counted as storage's).
             read = ", ".join(
                 f"{r['variant']} {_small(r['read_gb_per_s'])}"
+                + (
+                    f" (and {_small(r['cache_read_gb_per_s'])} from its local cache)"
+                    if r.get("cache_read_gb_per_s") is not None
+                    else ""
+                )
                 for r in report["results"]
                 if r["workload"] == w["name"] and r.get("read_gb_per_s") is not None
             )
