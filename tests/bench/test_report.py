@@ -505,3 +505,28 @@ def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
         "read from storage, GB/s: headrace 0.0334, "
         "headrace-cached 0.00 (and 0.0458 from its local cache)"
     )
+
+
+def test_columns_without_a_figure_in_any_row_are_left_out_and_named() -> None:
+    # Without compute or a memcpy variant, AU and x memcpy were "-" in every row (and
+    # "-*" beside short trials, a mark on no figure).
+    import io
+
+    from headrace.bench._report import print_report
+
+    short = {**_result("headrace", files=False), "steps_per_trial": 20}
+    short["peak_rss_bytes"] = 100 << 20
+    out = io.StringIO()
+    print_report({"results": [short], "notes": []}, file=out)
+    lines = out.getvalue().splitlines()
+    head = next(line for line in lines if "batches/s (min-max)" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    assert "x base" in names and "x memcpy" not in names and "AU" not in names
+    assert "left out of the table above, no figure in any row: x memcpy, AU" in lines
+    assert "-*" not in out.getvalue()
+    # A figure in one row keeps the column, "-" in the others.
+    withau = {**short, "variant": "naive", "au": 0.95, "au_pass": True, "ratio_to_memcpy": 0.5}
+    out = io.StringIO()
+    print_report({"results": [short, withau], "notes": []}, file=out)
+    head = next(line for line in out.getvalue().splitlines() if "batches/s (min-max)" in line)
+    assert "x memcpy" in head and "AU" in head and "any row: x memcpy" not in out.getvalue()

@@ -187,8 +187,8 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 else f"{rate_text(rate)}{mark} "
                 f"({rate_text(spread['min'])}-{rate_text(spread['max'])})",
                 f"{_small(shown['gb_per_s'])}{mark}",
-                _x(shown["ratio_to_baseline"]) + mark,
-                _x(shown["ratio_to_memcpy"]) + mark,
+                _x(shown["ratio_to_baseline"]) + mark * (shown["ratio_to_baseline"] is not None),
+                _x(shown["ratio_to_memcpy"]) + mark * (shown["ratio_to_memcpy"] is not None),
                 "-"
                 if au is None
                 else f"{au:.2f}{'*' * short_au(r)}" + (" ok" if r.get("au_pass") else " FAIL"),
@@ -374,24 +374,41 @@ def format_stage_table(report: dict[str, Any]) -> str:
     return _markdown(head, rows) if rows else ""
 
 
+def _drop_empty(head: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """``head`` and ``rows`` without the columns that are ``-`` in every row: x memcpy
+    without a memcpy variant, AU without compute, decode s for tokens (a row of dashes
+    read as a figure the run had failed to measure)."""
+    keep = [i for i in range(len(head)) if any(r[i] != "-" for r in rows)]
+    return [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
 def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> None:
+    shown, rows = _drop_empty(head, rows)
+    _print_table(title, shown, rows, out)
+    if len(shown) < len(head):
+        left = ", ".join(h for h in head if h not in shown)
+        print(f"left out of the table above, no figure in any row: {left}", file=out)
+
+
+def _print_table(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
         print(_markdown(head, rows), file=out)
         return
-    table = Table(title=title)
+    table = Table(title=title, min_width=len(title))
     left = ("workload", "variant", "sha256", "storage", "compared")
     for h in head:
         table.add_column(h, justify="left" if h in left else "right")
     for r in rows:
         table.add_row(*r)
-    # Wide enough for every cell in full: a narrower console truncates variant names and
-    # latency triples to "headrace-…" (in logs and pipes rich assumes 80 columns).
+    # Wide enough for every cell and the title in full: a narrower console truncates
+    # variant names and latency triples to "headrace-…" (in logs and pipes rich assumes 80
+    # columns), and a table narrower than its title wraps it.
     cells = [head, *rows]
     need = sum(max(len(r[i]) for r in cells) + 3 for i in range(len(head))) + 1
-    width = max(need, Console(file=out).width)
+    width = max(need, len(title), Console(file=out).width)
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
