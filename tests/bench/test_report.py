@@ -530,3 +530,42 @@ def test_columns_without_a_figure_in_any_row_are_left_out_and_named() -> None:
     print_report({"results": [short, withau], "notes": []}, file=out)
     head = next(line for line in out.getvalue().splitlines() if "batches/s (min-max)" in line)
     assert "x memcpy" in head and "AU" in head and "any row: x memcpy" not in out.getvalue()
+
+
+def test_the_fresh_pass_table_does_not_repeat_the_measurement_pass() -> None:
+    # The files table showed the measurement pass's seconds and peak RSS beside the fresh
+    # passes' rates: the same figure as "loader s" there and "in next s" in the time table.
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = _result("headrace", files=True)
+    r.update(
+        storage="local",
+        digest_compared="ordered",
+        in_flight_observed=14,
+        peak_rss_bytes=170 << 20,
+        request_latency_s={"p50": 0.0002, "p95": 0.0035, "p99": 0.006},
+        stages={"wall_s": 0.387, "loader_s": 0.1303, "consumer_s": 0.2533, "read_s": 0.0714},
+    )
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    lines = out.getvalue().splitlines()
+    title = next(i for i, line in enumerate(lines) if line.strip().startswith("files:"))
+    assert "the fresh passes' median" in lines[title]
+    assert "in flight, latency: the measurement pass" in lines[title]
+    head = next(line for line in lines[title + 1 :] if "samples/s" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    assert names == [
+        "workload",
+        "variant",
+        "storage",
+        "samples/s",
+        "MB/s",
+        "in flight",
+        "lat p50/p95/p99 ms",
+        "compared",
+    ]
+    assert sum("170.0" in line for line in lines) == 1  # peak RSS: the main table's
+    assert sum("0.130" in line for line in lines) == 1  # in next s: the time table's
+    assert not any("loader s" in line for line in lines)

@@ -217,7 +217,9 @@ def _s(v: float | None) -> str:
 
 
 def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """One fresh pass per variant: rates, requests, latency, stage seconds (files kinds)."""
+    """Files kinds: the fresh passes' rates, and the measurement pass's requests. Its
+    seconds are in "where the time went" and its peak RSS in the main table: this table
+    repeated them, ``loader s`` beside that table's ``in next s`` for the same figure."""
     head = [
         "workload",
         "variant",
@@ -226,19 +228,13 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "MB/s",
         "in flight",
         "lat p50/p95/p99 ms",
-        "1st batch s",
-        "loader s",
-        "consumer s",
-        "read s",
-        "decode s",
-        "peak RSS MiB",
         "compared",
     ]
     rows = []
     for r in report["results"]:
         if r.get("samples_per_s") is None:
             continue
-        st, lat = r.get("stages") or {}, r.get("request_latency_s")
+        lat = r.get("request_latency_s")
         rows.append(
             [
                 r["workload"],
@@ -248,12 +244,6 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{r['mb_per_s']:,.1f}",
                 "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
                 "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
-                _s(st.get("time_to_first_batch_s")),
-                _s(st.get("loader_s")),
-                _s(st.get("consumer_s")),
-                _s(st.get("read_s")),
-                _s(st.get("decode_s")),
-                _mib(r["peak_rss_bytes"]),
                 (r.get("digest_compared") or "-")
                 + (f" ({r['digest_group']})" if r.get("digest_group") else ""),
             ]
@@ -432,8 +422,8 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     head, rows = _stage_rows(report)
     if rows:
         _print(
-            "fresh passes per variant, whole epochs: samples/s and MB/s (10^6 B stored) "
-            "the undigested passes' median, the rest the digested pass's",
+            "files: samples/s, MB/s (10^6 B stored): the fresh passes' median; in flight, "
+            "latency: the measurement pass",
             head,
             rows,
             out,
@@ -444,8 +434,8 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     head, rows = _time_rows(report)
     if rows:
         _print(
-            "where the time went: each variant's measurement pass (s), its steps from a "
-            "fresh stream, every batch digested (consumer s)",
+            "where the time went (s): each variant's measurement pass, every batch digested "
+            "(consumer s)",
             head,
             rows,
             out,
