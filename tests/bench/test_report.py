@@ -290,7 +290,8 @@ def test_the_time_table_says_it_is_the_digested_measurement_pass() -> None:
     from headrace.bench._report import print_report
 
     r = {**_result("headrace", files=True), "steps": 1620}
-    r["stages"] = {"wall_s": 2.5, "consumer_s": 1.25}
+    # read s is added up over reads in flight: 12.6 s in a 2.5 s pass, said by its name.
+    r["stages"] = {"wall_s": 2.5, "consumer_s": 1.25, "read_s": 12.647}
     out = io.StringIO()
     print_report({"results": [r], "notes": []}, file=out)
     text = out.getvalue()
@@ -303,6 +304,7 @@ def test_the_time_table_says_it_is_the_digested_measurement_pass() -> None:
     names = [c.strip() for c in head.split("┃")[1:-1]]
     got = dict(zip(names, [c.strip() for c in row.split("│")[1:-1]], strict=True))
     assert (got["steps"], got["pass s"], got["consumer s"]) == ("1,620", "2.500", "1.250")
+    assert got["read s (sum)"] == "12.647"
 
 
 def test_a_sweep_keeps_its_baselines() -> None:
