@@ -621,3 +621,26 @@ def test_fresh_passes_past_the_page_cache_are_not_called_page_cache_reads(
     assert direct["fresh_pass_page_cache"] is False and direct["table"]["page_cache"] is False
     line = next(x for x in printed.splitlines() if "headrace?odirect=true" in x)
     assert "3 fresh passes)" in line and "page cache" not in line
+
+
+@pytest.mark.parametrize(
+    ("name", "variants", "said"),
+    [
+        ("hdf5", None, "for every variant: the decoding ones deliver decoded arrays"),
+        (
+            "jpeg",
+            None,
+            "the decoding ones deliver decoded arrays, headrace-raw and ceiling deliver these "
+            "bytes",
+        ),
+        ("npz", ["headrace-raw"], "for every variant: headrace-raw delivers these bytes"),
+    ],
+)
+def test_what_gb_s_counts_names_the_runs_own_variants(
+    tmp_path: Path, name: str, variants: list[str] | None, said: str
+) -> None:
+    # hdf5 (map-style, iterable, headrace) was told "the raw ones and the ceiling these
+    # bytes", variants it does not have.
+    wl = builtin_workloads()[name]
+    kind = make_kind(wl if variants is None else wl.replace(variants=variants), str(tmp_path))
+    assert kind.payload_counts().endswith(said)
