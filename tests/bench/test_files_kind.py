@@ -197,6 +197,12 @@ def test_cached_variant_reads_the_run_cache_filled_before_it(tmp_path: Path) -> 
     assert cached["cache"]["hit_bytes"] >= cached["bytes_read"] > 0
     assert cached["requests"] == 1  # the listing; every object from local disk
     assert plain["requests"] >= files and "cache" not in plain and "cache_fill" not in plain
+    # Bytes from the store and from the cache apart: its cache reads were counted as the
+    # storage's (read_gb_per_s as high as the plain variant's, from 0 GETs).
+    rate = cached["table"]["batches_per_s"] * cached["bytes_read"] / cached["steps"] / 1e9
+    assert cached["read_gb_per_s"] == 0
+    assert cached["cache_read_gb_per_s"] == pytest.approx(rate) and rate > 0
+    assert plain["cache_read_gb_per_s"] is None and plain["read_gb_per_s"] > 0
     note = [n for n in summary["notes"] if "headrace-cached: reads a local object cache" in n]
     # its size in the unit that reads: a tiny dataset printed "0.0 MB"
     assert note and f"({files} entries, {byte_size(int(kind.sizes.sum()))} in " in note[0]
@@ -615,3 +621,26 @@ def test_fresh_passes_past_the_page_cache_are_not_called_page_cache_reads(
     assert direct["fresh_pass_page_cache"] is False and direct["table"]["page_cache"] is False
     line = next(x for x in printed.splitlines() if "headrace?odirect=true" in x)
     assert "3 fresh passes)" in line and "page cache" not in line
+
+
+@pytest.mark.parametrize(
+    ("name", "variants", "said"),
+    [
+        ("hdf5", None, "for every variant: the decoding ones deliver decoded arrays"),
+        (
+            "jpeg",
+            None,
+            "the decoding ones deliver decoded arrays, headrace-raw and ceiling deliver these "
+            "bytes",
+        ),
+        ("npz", ["headrace-raw"], "for every variant: headrace-raw delivers these bytes"),
+    ],
+)
+def test_what_gb_s_counts_names_the_runs_own_variants(
+    tmp_path: Path, name: str, variants: list[str] | None, said: str
+) -> None:
+    # hdf5 (map-style, iterable, headrace) was told "the raw ones and the ceiling these
+    # bytes", variants it does not have.
+    wl = builtin_workloads()[name]
+    kind = make_kind(wl if variants is None else wl.replace(variants=variants), str(tmp_path))
+    assert kind.payload_counts().endswith(said)

@@ -282,6 +282,31 @@ def test_the_time_table_shows_first_batch_and_cpu_of_every_kind() -> None:
     assert (got["1st batch s"], got["CPU s"], got["CPU s/GB"]) == ("0.041", "0.335", "0.49")
 
 
+def test_the_time_table_says_it_is_the_digested_measurement_pass() -> None:
+    # Titled "one fresh pass per variant", it showed the measurement pass, whose consumer
+    # digests every batch: not a files workload's fresh passes, nor of the trials' steps.
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = {**_result("headrace", files=True), "steps": 1620}
+    # read s is added up over reads in flight: 12.6 s in a 2.5 s pass, said by its name.
+    r["stages"] = {"wall_s": 2.5, "consumer_s": 1.25, "read_s": 12.647}
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    text = out.getvalue()
+    assert "fresh pass per variant" not in text
+    lines = text.splitlines()
+    title = next(i for i, line in enumerate(lines) if "where the time went" in line)
+    assert "measurement pass" in lines[title] and "digested (consumer s)" in lines[title]
+    head = next(line for line in lines[title:] if "pass s" in line)
+    row = next(line for line in lines[title:] if "2.500" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    got = dict(zip(names, [c.strip() for c in row.split("│")[1:-1]], strict=True))
+    assert (got["steps"], got["pass s"], got["consumer s"]) == ("1,620", "2.500", "1.250")
+    assert got["read s (sum)"] == "12.647"
+
+
 def test_a_sweep_keeps_its_baselines() -> None:
     # Swept, naive and memcpy are renamed naive?block_mib=1 ...: each swept variant is set
     # against the baselines of its own value ("x memcpy" was "-" on every row before).
@@ -462,3 +487,80 @@ def test_rates_below_one_batch_a_second_are_not_printed_as_0(
     assert main(["bench", "compare", *map(str, paths)]) == 0
     line = capsys.readouterr().out.splitlines()[1].split()
     assert line[2:5] == ["0.49", "4.9", "10.00x"]
+
+
+def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
+    # headrace-cached read every byte from the run's local cache, and the line printed
+    # them as "read from storage".
+    import io
+
+    from headrace.bench._report import print_report
+
+    plain = {**_result("headrace", files=True), "read_gb_per_s": 0.0334}
+    cached = {**_result("headrace-cached", files=True), "read_gb_per_s": 0.0}
+    cached["cache_read_gb_per_s"] = 0.0458
+    workload = {"name": "w", "gb_per_s_counts": "each sample's stored bytes"}
+    out = io.StringIO()
+    print_report({"results": [plain, cached], "workloads": [workload], "notes": []}, file=out)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("GB/s: w:"))
+    assert line.endswith(
+        "read from storage, GB/s: headrace 0.0334, "
+        "headrace-cached 0.00 (and 0.0458 from its local cache)"
+    )
+
+
+def test_columns_without_a_figure_in_any_row_are_left_out_and_named() -> None:
+    # Without compute or a memcpy variant, AU and x memcpy were "-" in every row (and
+    # "-*" beside short trials, a mark on no figure).
+    import io
+
+    from headrace.bench._report import print_report
+
+    short = {**_result("headrace", files=False), "steps_per_trial": 20}
+    short["peak_rss_bytes"] = 100 << 20
+    out = io.StringIO()
+    print_report({"results": [short], "notes": []}, file=out)
+    lines = out.getvalue().splitlines()
+    head = next(line for line in lines if "batches/s (min-max)" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    assert "x base" in names and "x memcpy" not in names and "AU" not in names
+    assert "left out of the table above, no figure in any row: x memcpy, AU" in lines
+    assert "-*" not in out.getvalue()
+    # A figure in one row keeps the column, "-" in the others.
+    withau = {**short, "variant": "naive", "au": 0.95, "au_pass": True, "ratio_to_memcpy": 0.5}
+    out = io.StringIO()
+    print_report({"results": [short, withau], "notes": []}, file=out)
+    head = next(line for line in out.getvalue().splitlines() if "batches/s (min-max)" in line)
+    assert "x memcpy" in head and "AU" in head and "any row: x memcpy" not in out.getvalue()
+
+
+def test_the_fresh_pass_table_does_not_repeat_the_measurement_pass() -> None:
+    # The files table showed the measurement pass's seconds and peak RSS beside the fresh
+    # passes' rates: the same figure as "loader s" there and "in next s" in the time table.
+    import io
+
+    from headrace.bench._report import print_report
+
+    r = _result("headrace", files=True)
+    r.update(
+        storage="local",
+        digest_compared="ordered",
+        in_flight_observed=14,
+        peak_rss_bytes=170 << 20,
+        request_latency_s={"p50": 0.0002, "p95": 0.0035, "p99": 0.006},
+        stages={"wall_s": 0.387, "loader_s": 0.1303, "consumer_s": 0.2533, "read_s": 0.0714},
+    )
+    out = io.StringIO()
+    print_report({"results": [r], "notes": []}, file=out)
+    lines = out.getvalue().splitlines()
+    title = next(i for i, line in enumerate(lines) if line.strip().startswith("files:"))
+    assert "the fresh passes' median" in lines[title]
+    assert "in flight, latency: the measurement pass" in lines[title]
+    head = next(line for line in lines[title + 1 :] if "samples/s" in line)
+    names = [c.strip() for c in head.split("┃")[1:-1]]
+    assert {"samples/s", "MB/s", "in flight", "lat p50/p95/p99 ms"} <= set(names)
+    repeated = {"1st batch s", "loader s", "consumer s", "read s", "decode s", "peak RSS MiB"}
+    assert not repeated & set(names)
+    assert sum("170.0" in line for line in lines) == 1  # peak RSS: the main table's
+    assert sum("0.130" in line for line in lines) == 1  # in next s: the time table's
+    assert not any("loader s" in line for line in lines)

@@ -257,9 +257,14 @@ class FilesKind(Kind):
         return all(os.path.exists(p) for p in self.files())
 
     def payload_counts(self) -> str:
+        # Naming the run's own: "the raw ones and the ceiling" was said of runs without them.
+        variants = self.workload.variants
+        raw = [v for v in variants if self.digest_rule(v)[0] == "raw"]
+        said = ["the decoding ones deliver decoded arrays"] if len(raw) < len(variants) else []
+        said += [f"{' and '.join(raw)} deliver{'s' * (len(raw) == 1)} these bytes"] if raw else []
         return (
-            "each sample's stored bytes (its share of its file), for every variant: the "
-            "decoding ones deliver decoded arrays, the raw ones and the ceiling these bytes"
+            "each sample's stored bytes (its share of its file), for every variant: "
+            + ", ".join(said)
         )
 
     def batch_payload_bytes(self, batch: Batch) -> int | None:  # noqa: ARG002

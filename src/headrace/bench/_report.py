@@ -187,8 +187,8 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 else f"{rate_text(rate)}{mark} "
                 f"({rate_text(spread['min'])}-{rate_text(spread['max'])})",
                 f"{_small(shown['gb_per_s'])}{mark}",
-                _x(shown["ratio_to_baseline"]) + mark,
-                _x(shown["ratio_to_memcpy"]) + mark,
+                _x(shown["ratio_to_baseline"]) + mark * (shown["ratio_to_baseline"] is not None),
+                _x(shown["ratio_to_memcpy"]) + mark * (shown["ratio_to_memcpy"] is not None),
                 "-"
                 if au is None
                 else f"{au:.2f}{'*' * short_au(r)}" + (" ok" if r.get("au_pass") else " FAIL"),
@@ -217,7 +217,9 @@ def _s(v: float | None) -> str:
 
 
 def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """One fresh pass per variant: rates, requests, latency, stage seconds (files kinds)."""
+    """Files kinds: the fresh passes' rates, and the measurement pass's requests. Its
+    seconds are in "where the time went" and its peak RSS in the main table: this table
+    repeated them, ``loader s`` beside that table's ``in next s`` for the same figure."""
     head = [
         "workload",
         "variant",
@@ -226,19 +228,13 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "MB/s",
         "in flight",
         "lat p50/p95/p99 ms",
-        "1st batch s",
-        "loader s",
-        "consumer s",
-        "read s",
-        "decode s",
-        "peak RSS MiB",
         "compared",
     ]
     rows = []
     for r in report["results"]:
         if r.get("samples_per_s") is None:
             continue
-        st, lat = r.get("stages") or {}, r.get("request_latency_s")
+        lat = r.get("request_latency_s")
         rows.append(
             [
                 r["workload"],
@@ -248,12 +244,6 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{r['mb_per_s']:,.1f}",
                 "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
                 "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
-                _s(st.get("time_to_first_batch_s")),
-                _s(st.get("loader_s")),
-                _s(st.get("consumer_s")),
-                _s(st.get("read_s")),
-                _s(st.get("decode_s")),
-                _mib(r["peak_rss_bytes"]),
                 (r.get("digest_compared") or "-")
                 + (f" ({r['digest_group']})" if r.get("digest_group") else ""),
             ]
@@ -262,7 +252,7 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Object-store requests of the fresh pass, for variants the stage table leaves out.
+    """Object-store requests of the measurement pass, for variants the stage table leaves out.
 
     Files workloads show their requests in the stage table; token and table
     workloads on object storage get them here.
@@ -297,12 +287,17 @@ def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Where each variant's measurement pass spent its time (seconds, every kind).
+    """Where each variant's measurement pass spent its time (seconds, every kind): its
+    ``steps`` read once from a fresh stream in a process of its own, every batch digested
+    (``consumer s``). Not a files workload's fresh passes, whose consumer does nothing:
+    the table said "one fresh pass per variant", and a reader took it for those.
 
     ``in next`` is the consumer inside the stream's ``next``; the Loader's own
     split follows (``-`` for a variant without a Loader): planning, inside
     ``source.read`` (read, decode, gather, collate), starting read-ahead, and
-    waiting on the read-ahead queue; files kinds split the reads further.
+    waiting on the read-ahead queue; files kinds split the reads further: ``read s (sum)``
+    and ``decode s (sum)`` add up every read and decode, several at once on threads or in
+    flight, so they can pass ``pass s`` (a jpeg headrace on S3: read 12.6 s in a 1.6 s pass).
     ``1st batch s``: from opening the stream to its first batch, alone. ``CPU s``
     is the pass's CPU on every thread less the digesting; ``CPU s/GB`` per GB
     delivered.
@@ -310,6 +305,7 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = [
         "workload",
         "variant",
+        "steps",
         "pass s",
         "1st batch s",
         "in next s",
@@ -318,8 +314,8 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "source read s",
         "read-ahead s",
         "queue wait s",
-        "read s",
-        "decode s",
+        "read s (sum)",
+        "decode s (sum)",
         "CPU s",
         "CPU s/GB",
     ]
@@ -328,7 +324,8 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         st = r.get("stages") or {}
         if st.get("wall_s") is None:
             continue
-        cells = [r["workload"], r["variant"], *(_s3(st.get(k)) for k in _TIME_KEYS)]
+        steps = "-" if r.get("steps") is None else f"{r['steps']:,}"
+        cells = [r["workload"], r["variant"], steps, *(_s3(st.get(k)) for k in _TIME_KEYS)]
         rows.append([*cells, _s(r.get("cpu_s_per_gb"))])
     return head, rows
 
@@ -369,24 +366,41 @@ def format_stage_table(report: dict[str, Any]) -> str:
     return _markdown(head, rows) if rows else ""
 
 
+def _drop_empty(head: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """``head`` and ``rows`` without the columns that are ``-`` in every row: x memcpy
+    without a memcpy variant, AU without compute, decode s for tokens (a row of dashes
+    read as a figure the run had failed to measure)."""
+    keep = [i for i in range(len(head)) if any(r[i] != "-" for r in rows)]
+    return [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
 def _print(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> None:
+    shown, rows = _drop_empty(head, rows)
+    _print_table(title, shown, rows, out)
+    if len(shown) < len(head):
+        left = ", ".join(h for h in head if h not in shown)
+        print(f"left out of the table above, no figure in any row: {left}", file=out)
+
+
+def _print_table(title: str, head: list[str], rows: list[list[str]], out: TextIO) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
         print(_markdown(head, rows), file=out)
         return
-    table = Table(title=title)
+    table = Table(title=title, min_width=len(title))
     left = ("workload", "variant", "sha256", "storage", "compared")
     for h in head:
         table.add_column(h, justify="left" if h in left else "right")
     for r in rows:
         table.add_row(*r)
-    # Wide enough for every cell in full: a narrower console truncates variant names and
-    # latency triples to "headrace-…" (in logs and pipes rich assumes 80 columns).
+    # Wide enough for every cell and the title in full: a narrower console truncates
+    # variant names and latency triples to "headrace-…" (in logs and pipes rich assumes 80
+    # columns), and a table narrower than its title wraps it.
     cells = [head, *rows]
     need = sum(max(len(r[i]) for r in cells) + 3 for i in range(len(head))) + 1
-    width = max(need, Console(file=out).width)
+    width = max(need, len(title), Console(file=out).width)
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
@@ -410,18 +424,24 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     head, rows = _stage_rows(report)
     if rows:
         _print(
-            "fresh passes per variant, whole epochs: samples/s and MB/s (10^6 B stored) "
-            "the undigested passes' median, the rest the digested pass's",
+            "files: samples/s, MB/s (10^6 B stored): the fresh passes' median; in flight, "
+            "latency: the measurement pass",
             head,
             rows,
             out,
         )
     head, rows = _request_rows(report)
     if rows:
-        _print("requests to the object store: one fresh pass per variant", head, rows, out)
+        _print("requests to the object store: each variant's measurement pass", head, rows, out)
     head, rows = _time_rows(report)
     if rows:
-        _print("where the time went: one fresh pass per variant (s)", head, rows, out)
+        _print(
+            "where the time went (s): each variant's measurement pass, every batch digested "
+            "(consumer s)",
+            head,
+            rows,
+            out,
+        )
     bases: dict[str, list[str]] = {}
     for r in report["results"]:
         seen = bases.setdefault(r["workload"], [])
@@ -458,9 +478,15 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
         if counts and counts not in (DELIVERED, TOKENS_DELIVERED):
             # Where GB/s is not what every variant delivers (files: stored bytes; decoded
             # images for hub-images' raw variant too), say what it counts, and what each
-            # variant read from storage (10^9 B/s at the table's rate).
+            # variant read from storage (10^9 B/s at the table's rate), and a cached one
+            # from its local cache (its reads of the cache were counted as storage's).
             read = ", ".join(
                 f"{r['variant']} {_small(r['read_gb_per_s'])}"
+                + (
+                    f" (and {_small(r['cache_read_gb_per_s'])} from its local cache)"
+                    if r.get("cache_read_gb_per_s") is not None
+                    else ""
+                )
                 for r in report["results"]
                 if r["workload"] == w["name"] and r.get("read_gb_per_s") is not None
             )

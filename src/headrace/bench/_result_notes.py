@@ -29,9 +29,11 @@ def result_notes(workload: str, results: list[dict[str, Any]]) -> list[str]:
     notes.extend(
         f"{workload}/{res['variant']}: fetched {res['amplification']:.2f} of the bytes it "
         "delivered: the dataset fits in its read-ahead window, so one fetch served samples "
-        "of several epochs, and its GB/s and AU are partly its memory's, not the storage's; "
-        "a dataset several times the window (more files: --scale, --files) reads as "
-        "training does"
+        "of several epochs, and its GB/s "
+        # AU only where there is one: runs without compute have none ("-" in the table).
+        + ("and AU are" if res.get("au") is not None else "is")
+        + " partly its memory's, not the storage's; a dataset several times the window "
+        "(more files: --scale, --files) reads as training does"
         for res in results
         if res.get("amplification") is not None and res["amplification"] < 0.95
     )

@@ -184,6 +184,25 @@ def _variant_kinds(kind: Kind, mounts: VariantMounts | None) -> Callable[[str], 
     return of
 
 
+def _read_rates(res: dict[str, Any]) -> dict[str, float | None]:
+    """Bytes read per second (10^9 B/s) at the rate the table shows, every variant alike:
+    ``read_gb_per_s`` from storage, ``cache_read_gb_per_s`` from a cached variant's local
+    object cache (``None`` without one). The payload GB/s counts what the kind says
+    (decoded images for hub-images' headrace-raw too, which hands over the stored JPEGs).
+    Until 2026-12-03 a cached variant's reads of its cache were counted as storage's."""
+    steps = res["steps"]
+    if not steps:
+        return {"read_gb_per_s": None, "cache_read_gb_per_s": None}
+    per_byte = res["table"]["batches_per_s"] / steps / 1e9
+    hits = (res.get("cache") or {}).get("hit_bytes")
+    # The cache also counts the read-ahead's hits still in flight when the pass ended.
+    cached = None if hits is None else min(hits, res["bytes_read"])
+    return {
+        "read_gb_per_s": (res["bytes_read"] - (cached or 0)) * per_byte,
+        "cache_read_gb_per_s": None if cached is None else cached * per_byte,
+    }
+
+
 def _run(
     kind: Kind,
     opts: RunOptions,
@@ -408,13 +427,7 @@ def _run(
     ratios(results, opts.sweep_key)
     for res in results:
         res["table"] = table_figures(res)
-        # Bytes read from storage per second at the rate the table shows, every variant
-        # alike: the payload GB/s counts what the kind says (decoded images for
-        # hub-images' headrace-raw too, which reads and hands over the stored JPEGs).
-        steps = res["steps"]
-        res["read_gb_per_s"] = (
-            res["table"]["batches_per_s"] * res["bytes_read"] / steps / 1e9 if steps else None
-        )
+        res.update(_read_rates(res))
     # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
     # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
     # variants that kept 64 READs in flight (tokens at 10 ms per READ).
@@ -467,7 +480,7 @@ def _run(
             f"{wl.name}: trials of {t.steps} steps are short beside a read-ahead queue: "
             "each starts with batches read while the other variants ran, so batches/s and "
             f"the ratios overstate a loader; use --steps {SHORT_TRIAL_STEPS} or more, or "
-            "read its fresh pass (where the time went)"
+            "read its measurement pass (where the time went: steps over in next s)"
         )
     notes += result_notes(wl.name, results)
     if mount is not None and network_type(mount.fstype):
