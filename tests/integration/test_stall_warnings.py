@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, S3Fixture
+from s3util import BUCKET, S3Fixture, StoreFactory
 from s3util import store_options as options
 
 from headrace.emulate import LatencyProxy, SlowMount
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats import TokenSource
 from headrace.io import RangeReader, ReaderConfig, ReadInFlight, reads_in_flight
 from headrace.io._uring import ring_pool
@@ -137,3 +137,12 @@ def test_each_local_read_is_in_flight_while_the_mount_answers_slowly(
         assert not [x for x in reads_in_flight() if x.where == path]  # none left behind
     finally:
         reader.close()
+
+
+def test_an_object_request_that_fails_is_not_left_in_flight(open_store: StoreFactory) -> None:
+    store = open_store()
+    with pytest.raises(ObjectNotFoundError, match=r"stall-warn/missing\.bin"):
+        store.get_range("stall-warn/missing.bin", 0, 10)
+    with pytest.raises(ObjectNotFoundError, match=r"stall-warn/missing\.bin"):
+        store.get_many([("stall-warn/missing.bin", 0, 10)])
+    assert not [r for r in reads_in_flight() if "stall-warn/missing.bin" in r.where]
