@@ -96,6 +96,11 @@ class Loader(Closing):
     A state of another global batch size, saved at step ``k`` after ``S`` samples,
     goes on by sample: step ``t`` reads ``S + (t - k) * batch_size + [lo, hi)``
     (``origin`` is ``(k, S)``, else ``None``); a mixture or an exact pass refuses it.
+
+    ``stall_warn_s``: a ``next()`` that has waited that long for a batch warns,
+    naming the step and the reads in flight (:meth:`reads_in_flight`), again each
+    time the wait doubles, and once when the batch comes (:mod:`._stall`); ``None``:
+    never.
     """
 
     def __init__(
