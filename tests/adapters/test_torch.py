@@ -3,8 +3,6 @@ from __future__ import annotations
 import importlib
 import io
 import json
-import os
-import subprocess
 import sys
 import threading
 from itertools import islice
@@ -16,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source  # noqa: E402
+from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
@@ -665,10 +663,7 @@ def test_a_worker_whose_batch_waits_says_so_on_its_stderr(root: Path, tmp_path: 
         "batches = DataLoader(ds, batch_size=None, num_workers=1)\n"
         "print(batch_digest({k: v.numpy() for k, v in b.items()} for b in batches))\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
-    )
+    done = run_script(script)
     assert done.returncode == 0, done.stderr
     ld = Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
     assert done.stdout.strip() == batch_digest(ld)
