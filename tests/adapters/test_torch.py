@@ -652,7 +652,6 @@ def test_a_worker_whose_batch_waits_says_so_on_its_stderr(root: Path, tmp_path: 
     # pytest records warnings, in the forked workers too, instead of printing them.
     script = tmp_path / "train.py"
     script.write_text(
-        "import sys\n"
         "from pathlib import Path\n"
         "from torch.utils.data import DataLoader\n"
         "from _adapter_data import BATCH, token_source\n"
