@@ -74,3 +74,12 @@ def test_the_adapter_of_a_framework_not_installed_says_what_to_install(
         f"(or {package} built for your accelerator, from {package}'s install guide)"
     )
     assert exc.value.name == package  # what code that catches ImportError looks at
+
+
+def test_reads_in_flight_are_public_where_a_watchdog_looks() -> None:
+    import headrace.io
+    from headrace.pipeline import Loader
+
+    assert {"ReadInFlight", "reads_in_flight"} <= set(headrace.io.__all__)
+    assert Loader.reads_in_flight.__doc__ and "oldest first" in Loader.reads_in_flight.__doc__
+    assert isinstance(headrace.io.reads_in_flight(), list)

@@ -219,6 +219,15 @@ def halve_some(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
     return {**arrays, "image": images}
 
 
+def run_script(script: Path) -> subprocess.CompletedProcess[str]:
+    """``python SCRIPT`` with this folder on its path (it imports this module); its
+    output captured."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
 def torchrun(nproc: int, script: str, *args: object) -> None:
     """``python -m torch.distributed.run --standalone`` of ``script`` (beside this file)
     on ``nproc`` CPU processes; fails the test with the tail of their output."""

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source  # noqa: E402
+from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
@@ -633,3 +633,38 @@ def test_a_state_loaded_into_the_dataset_mid_iteration_makes_the_iterator_stale(
         next(it)
     assert dl.step == 1 and digests(dl, 2) == reference[1:3]
     dl.close()
+
+
+def test_stall_warn_s_is_each_workers_loaders(root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"stall_warn_s must be > 0"):
+        dataset(root, stall_warn_s=0)
+    ds = dataset(root, stall_warn_s=5)
+    it = iter(ds)
+    next(it)
+    assert ds.stall_warn_s == 5.0 and ds._loader is not None and ds._loader.stall_warn_s == 5.0
+    ds._loader.close()
+
+
+def test_a_worker_whose_batch_waits_says_so_on_its_stderr(root: Path, tmp_path: Path) -> None:
+    # A microsecond's threshold: every chunk the worker reads (in its own thread, with
+    # prefetch=0) is a wait that warns, in the worker process, on the job's stderr; the
+    # main process, waiting on torch's queue, says nothing of its own. Run as a script:
+    # pytest records warnings, in the forked workers too, instead of printing them.
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from torch.utils.data import DataLoader\n"
+        "from _adapter_data import BATCH, token_source\n"
+        "from headrace import torch as ht\n"
+        "from headrace.testing import batch_digest\n"
+        f"ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH, seed=5, "
+        f"steps={STEPS}, prefetch=0, stall_warn_s=1e-6)\n"
+        "batches = DataLoader(ds, batch_size=None, num_workers=1)\n"
+        "print(batch_digest({k: v.numpy() for k, v in b.items()} for b in batches))\n"
+    )
+    done = run_script(script)
+    assert done.returncode == 0, done.stderr
+    ld = Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
+    assert done.stdout.strip() == batch_digest(ld)
+    assert "headrace: no batch for " in done.stderr, done.stderr
+    assert "headrace: the batch of step " in done.stderr, done.stderr

@@ -26,7 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source  # noqa: E402
+from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 
 from _fds import open_targets  # noqa: E402
 from headrace import torch as ht  # noqa: E402
@@ -254,10 +254,7 @@ def test_a_script_without_the_main_guard_is_told_how_to_fix_it(root: Path, tmp_p
         "for _ in ht.HeadraceDataLoader(ds, num_workers=1):\n"
         "    pass\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
-    )
+    done = run_script(script)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("headrace.errors.HeadraceError: headrace worker 0 (pid ")

@@ -22,6 +22,7 @@ from headrace.errors import StorageError
 from headrace.formats._object_files import RemoteFile
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.io import PAGE, LocalFile, deep_io_pool, io_pool, madvise
+from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_first
 from headrace.io._buffers import MADV_POPULATE_READ, populate_failed
 
@@ -298,10 +299,13 @@ class TokenWindow:
     def _populate(self, lo: int, hi: int) -> None:
         """Fault file bytes ``[lo, hi)`` of a mapped window in, reading what is not cached."""
         start = lo // PAGE * PAGE  # madvise wants a page-aligned start
+        key = in_flight.begin(self.file.path, lo, hi)
         try:
             madvise(self.memory, start, hi - start, MADV_POPULATE_READ)
         except OSError as exc:
             raise populate_failed(self.file.path, lo, hi, exc, self.check_size) from exc
+        finally:
+            in_flight.end(key)
 
     def check_size(self) -> None:
         """Refuse to touch a mapped window whose file shrank: the access would SIGBUS.

@@ -25,7 +25,7 @@ from headrace.formats._token_budget import token_files
 from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, check_token_head
 from headrace.io import PAGE, LocalFile, page_aligned_empty
-from headrace.io._buffers import MADV_POPULATE_READ
+from headrace.io._buffers import populate_file
 from headrace.io._open_files import check_same_file
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
@@ -283,8 +283,12 @@ class WindowCache:
             try:
                 f = self._file(fi)
                 assert isinstance(f, LocalFile)
-                f.mapped.madvise(MADV_POPULATE_READ, 0, min(PAGE, f.size))
-                self._populate_ok = True
+                n = min(PAGE, f.size)
+                # Not mmap.madvise, which holds the GIL: on a stalled mount every thread of
+                # the process (a stall warning's too) waited for this page's READ.
+                at = np.frombuffer(f.mapped, dtype=np.uint8).ctypes.data
+                # (Its error's wording is not needed: any failure is a "no" below.)
+                self._populate_ok = populate_file(at, n, f.path, 0, n, lambda: None)
             except (OSError, ValueError):  # old kernel, or a file that cannot be mapped
                 self._populate_ok = False
         return self._populate_ok

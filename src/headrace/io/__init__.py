@@ -8,6 +8,7 @@ whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 (``ENGINES``); every combination returns identical bytes. Object stores go through
 :class:`ObjectStore` (the optional ``obstore`` extra, imported lazily);
 :class:`RequestQueue` keeps many of their coroutines in flight for callers on threads.
+:func:`reads_in_flight` lists the reads of either kind running now, oldest first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from headrace.io._adaptive import AdaptivePolicy
 from headrace.io._buffers import PAGE, madvise, page_aligned_empty
 from headrace.io._cache import CacheStats, ObjectCache, open_cache
 from headrace.io._file import LocalFile, file_url_path, open_error
+from headrace.io._in_flight import ReadInFlight, reads_in_flight
 from headrace.io._pool import (
     DEFAULT_DEEP_IO_THREADS,
     DEFAULT_IO_THREADS,
@@ -73,6 +75,7 @@ __all__ = [
     "RangeReader",
     "RangeStore",
     "Ranges",
+    "ReadInFlight",
     "ReadStats",
     "ReaderConfig",
     "Request",
@@ -91,6 +94,7 @@ __all__ = [
     "open_cache",
     "open_error",
     "page_aligned_empty",
+    "reads_in_flight",
     "set_deep_io_threads",
     "set_io_threads",
     "usable_cpus",

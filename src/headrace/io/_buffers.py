@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import StorageError
+from headrace.io import _in_flight as in_flight
 
 __all__ = [
     "MADV_POPULATE_READ",
@@ -133,6 +134,7 @@ def populate_file(
     where the kernel has no such advice (before 5.14): the caller's access faults the
     pages in, as without it. An interrupted call (EINTR, EAGAIN) leaves its pages to
     the access too, and returns True. (The one policy of every mapped reader.)"""
+    key = in_flight.begin(path, lo, hi)
     try:
         populate_read(address, length)
     except OSError as exc:
@@ -141,6 +143,8 @@ def populate_file(
         if exc.errno in (errno.EINTR, errno.EAGAIN):
             return True
         raise populate_failed(path, lo, hi, exc, check_size) from exc
+    finally:
+        in_flight.end(key)
     return True
 
 

@@ -22,6 +22,7 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.io import _in_flight as in_flight
 from headrace.io._mounts import on_network_fs
 from headrace.io._resident import resident_ranges
 
@@ -239,15 +240,19 @@ class LocalFile(Closing):
         view = memoryview(cast(Any, buf)).cast("B")
         want = len(view)
         done = 0
-        while done < want:
-            try:
-                # EINTR is retried by os.preadv itself (PEP 475).
-                n = os.preadv(self.fd, [view[done:]], offset + done)
-            except OSError as exc:
-                raise read_error(self.path, "read", offset, want, done, exc) from exc
-            if n == 0:
-                raise eof_error(self.path, offset, want, done, os.fstat(self.fd).st_size)
-            done += n
+        key = in_flight.begin(self.path, offset, offset + want)
+        try:
+            while done < want:
+                try:
+                    # EINTR is retried by os.preadv itself (PEP 475).
+                    n = os.preadv(self.fd, [view[done:]], offset + done)
+                except OSError as exc:
+                    raise read_error(self.path, "read", offset, want, done, exc) from exc
+                if n == 0:
+                    raise eof_error(self.path, offset, want, done, os.fstat(self.fd).st_size)
+                done += n
+        finally:
+            in_flight.end(key)
 
     def pread(self, offset: int, length: int) -> NDArray[np.uint8]:
         """A new array holding ``length`` bytes at ``offset``."""

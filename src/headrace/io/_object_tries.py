@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from headrace.errors import TransientStorageError
 from headrace.io import _exit
+from headrace.io import _in_flight as in_flight
 from headrace.io._object_stats import ObjectStats
 from headrace.io._retry import RetryPolicy, classify, is_connection_failure, is_throttle
 from headrace.io._throttle import InFlightLimit
@@ -174,6 +175,13 @@ class Tries:
         self._end(t0, nbytes, retry=False)
 
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
+        key = in_flight.begin(where, 0, -1)  # every try, and the waits between them
+        try:
+            return self._run(where, once, size_of)
+        finally:
+            in_flight.end(key)
+
+    def _run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         tries = (1, 0, time.perf_counter())
         while True:
             ticket = self._limit.acquire_blocking()
@@ -198,9 +206,11 @@ class Tries:
     async def arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
+        key = in_flight.begin(where, 0, -1)
         try:
             return await self._arun(where, once, size_of)
         finally:
+            in_flight.end(key)
             await _exit.agrace()
 
     async def _arun(

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError, StorageError
+from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_lowest, run_batch
 from headrace.io._file import LocalFile, eof_error, read_error
 from headrace.io._ranges import chunk_spans, coalesce_arrays
@@ -71,18 +72,22 @@ def read_direct_into(
     mv = memoryview(cast(Any, view))
     want = len(view)
     done = 0
-    while done < want:
-        try:
-            n = os.preadv(fd, [mv[done:]], offset + done)
-        except OSError as exc:
-            raise read_error(f.path, "O_DIRECT read", offset, want, done, exc) from exc
-        if n == 0:
-            break
-        done += n
-        if done % alignment:
-            # Only the file's last block comes back unaligned, and O_DIRECT
-            # cannot resume at an unaligned offset anyway.
-            break
+    key = in_flight.begin(f.path, offset, offset + want)
+    try:
+        while done < want:
+            try:
+                n = os.preadv(fd, [mv[done:]], offset + done)
+            except OSError as exc:
+                raise read_error(f.path, "O_DIRECT read", offset, want, done, exc) from exc
+            if n == 0:
+                break
+            done += n
+            if done % alignment:
+                # Only the file's last block comes back unaligned, and O_DIRECT
+                # cannot resume at an unaligned offset anyway.
+                break
+    finally:
+        in_flight.end(key)
     finish_direct(f, view, offset, need, done, first)
 
 
@@ -182,6 +187,8 @@ def _ring_read(
     """
     fd = f.direct_fd if alignment else f.fd
     addr = (buf.ctypes.data + pos).astype(np.uint64)
+    # The batch's pieces are entered as one read: the bytes from its first to its last.
+    key = in_flight.begin(f.path, int(start.min(initial=0)), int((start + length).max(initial=0)))
     try:
         done, err = ring.read(fd, addr, start, length, depth=depth, align=alignment, owner=buf)
     except OSError as exc:  # io_uring_enter itself failed: the ring is broken, not the file
@@ -190,6 +197,8 @@ def _ring_read(
             f"{f.path}: io_uring failed during a batch of {len(start)} reads "
             f"({exc.strerror or exc}); engine='threads' avoids io_uring",
         ) from exc
+    finally:
+        in_flight.end(key)
     need = need_end - start
     bad = np.flatnonzero((err != 0) | ((done >= 0) & (done < need)))
     if not len(bad):

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace.errors import ConfigError, ReadEOFError
+from headrace.io import _in_flight as in_flight
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
 from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
@@ -382,7 +383,14 @@ class RangeReader(Closing):
                 mode = PARALLEL
         t1 = self._clock()
         buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
-        result = scatter(buf, pos)
+        if engine or f.network:  # read already (a network map's pages were populated)
+            result = scatter(buf, pos)
+        else:  # a local map's gather: the copy faults the pages in, so it is the read
+            key = in_flight.begin(path, int(offsets.min(initial=0)), end)
+            try:
+                result = scatter(buf, pos)
+            finally:
+                in_flight.end(key)
         del buf  # a mapped view pins the map; let close() unmap it
         t2 = self._clock()
         self._stats.record(

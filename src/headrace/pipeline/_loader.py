@@ -22,10 +22,17 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._warn import warn_user
 from headrace.errors import ConfigError
+from headrace.io import ReadInFlight, reads_in_flight
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._host_order import by_address, check_host_order
 from headrace.pipeline._layout import Batch, nbytes, split_chunk
-from headrace.pipeline._loader_args import check_source, checked_seed, checked_steps, integer
+from headrace.pipeline._loader_args import (
+    check_source,
+    checked_seed,
+    checked_stall_warn_s,
+    checked_steps,
+    integer,
+)
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._passes import (
@@ -43,6 +50,7 @@ from headrace.pipeline._shutdown import (
     closed_at_exit,
     left_behind,
 )
+from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
 from headrace.pipeline._steps import chunked, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
@@ -88,6 +96,11 @@ class Loader(Closing):
     A state of another global batch size, saved at step ``k`` after ``S`` samples,
     goes on by sample: step ``t`` reads ``S + (t - k) * batch_size + [lo, hi)``
     (``origin`` is ``(k, S)``, else ``None``); a mixture or an exact pass refuses it.
+
+    ``stall_warn_s``: a ``next()`` that has waited that long for a batch warns,
+    naming the step and the reads in flight (:meth:`reads_in_flight`), again each
+    time the wait doubles, and once when the batch comes (:mod:`._stall`); ``None``:
+    never.
     """
 
     def __init__(
@@ -107,6 +120,7 @@ class Loader(Closing):
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
         epochs: int | None = None,
+        stall_warn_s: float | None = DEFAULT_STALL_WARN_S,
     ) -> None:
         if isinstance(source, Loader):  # TorchDataset(loader, ...), JaxLoader(loader, ...)
             raise ConfigError(
@@ -123,6 +137,7 @@ class Loader(Closing):
         prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset = checked_steps(
             prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset
         )
+        self.stall_warn_s = checked_stall_warn_s(stall_warn_s)
         try:
             self._lo, self._hi = host_slice(batch_size, rank, world_size)
         except ValueError as exc:
@@ -164,6 +179,7 @@ class Loader(Closing):
         # Where this batch size took over (LoaderState.origin_for); None: at the start.
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
+        self._watch = StallWatch(self.stall_warn_s, self._next_step)
         self.status = LoaderStatus.IDLE
         closed_at_exit(self)
         self._producer: Prefetcher | None = None
@@ -497,8 +513,26 @@ class Loader(Closing):
                 prefetch(self.seed, ahead)
         self.stats.prefetch_s += time.perf_counter() - t1
 
+    def _next_step(self) -> int:
+        """The next step this loader yields (its own: every k-th with a ``step_stride``)."""
+        k, w = self.step_stride, self.step_offset
+        return self.step + (w - self.step) % k
+
+    def reads_in_flight(self) -> list[ReadInFlight]:
+        """The reads running now in this process, oldest first, each with its file or
+        object URL, byte range and age (:func:`headrace.io.reads_in_flight`): what a
+        watchdog of the training loop may log while a step waits."""
+        return reads_in_flight()
+
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
-        for steps, arrays in self._read_ahead(start, generation):
+        chunks = self._read_ahead(start, generation)
+        while True:
+            # Read in this thread, which may be stuck in the kernel: watched from another.
+            with self._watch.watched():
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            steps, arrays = chunk
             for t, batch in self._split(steps, arrays):
                 self._check_current(generation)
                 self.step = t + 1
@@ -522,7 +556,7 @@ class Loader(Closing):
             # still stop it (the thread holds the loader, so nothing else would).
             producer.start()
             while True:
-                item, waited_s = producer.get()
+                item, waited_s = producer.get(self._watch)
                 stats.queue_wait_s += waited_s
                 if item is END:
                     return

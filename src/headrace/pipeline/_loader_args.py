@@ -8,6 +8,7 @@ wish).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,13 @@ import numpy as np
 from headrace.errors import ConfigError
 from headrace.pipeline._transform import check_transform
 
-__all__ = ["check_source", "checked_seed", "checked_steps", "integer"]
+__all__ = [
+    "check_source",
+    "checked_seed",
+    "checked_stall_warn_s",
+    "checked_steps",
+    "integer",
+]
 
 
 def integer(name: str, value: object) -> int:
@@ -77,3 +84,16 @@ def checked_steps(
             f"step_stride={stride})."
         )
     return prefetch, chunk_steps, chunk_bytes, end, stride, offset
+
+
+def checked_stall_warn_s(value: object) -> float | None:
+    """``stall_warn_s`` as a float > 0, or ``None`` (no warnings)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"stall_warn_s must be a number of seconds or None (got {value!r}).")
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"stall_warn_s must be > 0 seconds, or None for no warnings (got {value!r})."
+        )
+    return float(value)

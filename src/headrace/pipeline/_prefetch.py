@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from headrace.errors import StateError
+from headrace.pipeline._stall import StallWatch
 
 __all__ = ["END", "STALE", "Failure", "Prefetcher", "stale_error"]
 
@@ -52,14 +53,20 @@ class Prefetcher:
     def start(self) -> None:
         self.thread.start()
 
-    def get(self) -> tuple[object, float]:
+    def get(self, watch: StallWatch) -> tuple[object, float]:
         """The next item (a chunk's item, :data:`END`, :data:`STALE` or a :class:`Failure`),
-        and how long the consumer waited for it (seconds)."""
+        and how long the consumer waited for it (seconds); ``watch`` warns while it waits."""
         try:
             return self.queue.get_nowait(), 0.0
         except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
             t0 = time.perf_counter()
-            item = _wait_for(self.queue, self.thread)
+            watch.begin()
+            arrived = False
+            try:
+                item = _wait_for(self.queue, self.thread, watch)
+                arrived = item is not END and item is not STALE and not isinstance(item, Failure)
+            finally:
+                watch.end(arrived=arrived)
             return item, time.perf_counter() - t0
 
     def _produce(self, chunks: Iterator[tuple[list[int], Any]], start: int) -> None:
@@ -110,7 +117,7 @@ class Prefetcher:
         return not self.thread.is_alive()
 
 
-def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
+def _wait_for(q: queue.Queue[object], producer: threading.Thread, watch: StallWatch) -> object:
     """The next item of ``q``, or an error if its producer is gone without ending it.
 
     A producer always ends with ``END`` or a failure; one that is not alive with the
@@ -118,8 +125,9 @@ def _wait_for(q: queue.Queue[object], producer: threading.Thread) -> object:
     """
     while True:
         try:
-            return q.get(timeout=0.5)
+            return q.get(timeout=min(0.5, watch.due_in()))
         except queue.Empty:
+            watch.poll()
             if not producer.is_alive():
                 try:
                     # Its last item, put as it ended; or the STALE a new iteration puts

@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.pipeline._passes import starts_at
+from headrace.pipeline._stall import DEFAULT_STALL_WARN_S
 from headrace.pipeline._steps import remaining_steps
 from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
@@ -64,6 +65,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     evaluation: every batch carries ``valid`` (bool) and ``sample`` (int64)
     tensors, and the rows past the pass that fill the last step are marked
     ``valid == False``.
+
+    ``stall_warn_s`` is each worker's loader's: a worker whose batch waits that long
+    on storage warns on its stderr, naming the reads in flight (docs/io.md, "Stalled
+    storage"); the main process, waiting on torch's queue, says nothing itself.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         transform: Transform | None = None,
         ragged: Collection[str] = (),
         epochs: int | None = None,
+        stall_warn_s: float | None = DEFAULT_STALL_WARN_S,
     ) -> None:
         super().__init__()
         self.ragged = check_ragged(ragged)
@@ -103,6 +109,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             host_order=host_order,
             transform=transform,
             epochs=epochs,
+            stall_warn_s=stall_warn_s,
         )
         self.source = source
         # As the loader checked them: Python ints (it takes NumPy integers too), so
@@ -111,6 +118,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.seed = check.seed
         self.steps = check.steps  # an exact pass's end, with epochs
         self.epochs = check.epochs
+        self.stall_warn_s = check.stall_warn_s
         self.pin_memory = pin_memory
         self.contiguous = contiguous
         self.prefetch = prefetch
@@ -336,6 +344,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             transform=self.transform,
             step_stride=workers,
             step_offset=(self._phase + worker) % workers,
+            stall_warn_s=self.stall_warn_s,
         )
         loader.step, loader.origin = self._start, self.origin
         self._loader = loader

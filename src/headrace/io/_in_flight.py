@@ -1,0 +1,78 @@
+"""The reads in flight in this process: what each reads and since when.
+
+A read stuck in a stalled mount (a hung NFS server, a FUSE remote that stopped
+answering) never returns, and a GET to a quiet endpoint waits for its timeout:
+the training step waits with them. What they read is what the user needs to
+hear, so every read that can wait on storage is entered here while it runs: a
+positional read (:meth:`LocalFile.pread_into`, O_DIRECT), an io_uring batch, a
+populate of mapped pages, a mapped gather's copy, and an object store's request
+with all its tries. One entry costs a counter, a clock read and a dict insert
+and removal (about 0.3 us, under a read's syscall); the GIL makes each of those
+atomic, so no lock is taken. :func:`reads_in_flight` copies them out, oldest
+first. After ``fork`` a child starts empty: the parent's reads are not its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+from dataclasses import dataclass
+
+__all__ = ["ReadInFlight", "begin", "end", "reads_in_flight"]
+
+# key -> (path or URL, first byte, end byte, time.monotonic() at start); an object
+# request's entry names its URL and range in its messages' words, end byte -1.
+_READS: dict[int, tuple[str, int, int, float]] = {}
+_keys = itertools.count()
+# ObjectStore.where()'s ranged form: "s3://b/k, bytes [a, b)".
+_RANGED = re.compile(r"^(.*), bytes \[(\d+), (\d+)\)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInFlight:
+    """One read waiting on storage: ``where`` (a path or an object's URL), the bytes
+    ``[start, end)`` (``None`` for a whole object or a listing), and ``age_s``,
+    how long it has run (an object request: since its first try)."""
+
+    where: str
+    start: int | None
+    end: int | None
+    age_s: float
+
+    def __str__(self) -> str:
+        span = "" if self.start is None else f" [{self.start}, {self.end})"
+        return f"{self.where}{span} ({self.age_s:.1f} s)"
+
+
+def begin(where: str, start: int, stop: int) -> int:
+    """Enter a read of ``where``'s bytes ``[start, stop)``; ``stop < 0``: ``where``
+    says what it reads. Returns the key that :func:`end` takes."""
+    key = next(_keys)
+    _READS[key] = (where, start, stop, time.monotonic())
+    return key
+
+
+def end(key: int) -> None:
+    """The read entered as ``key`` returned (or failed)."""
+    _READS.pop(key, None)
+
+
+def reads_in_flight() -> list[ReadInFlight]:
+    """The reads running now in this process, oldest first."""
+    now = time.monotonic()
+    out = []
+    # dict.copy() is one C call under the GIL: never "changed size during iteration".
+    for where, a, b, since in sorted(_READS.copy().values(), key=lambda r: r[3]):
+        if b < 0:
+            m = _RANGED.match(where)
+            if m is None:
+                out.append(ReadInFlight(where, None, None, now - since))
+                continue
+            where, a, b = m[1], int(m[2]), int(m[3])
+        out.append(ReadInFlight(where, a, b, now - since))
+    return out
+
+
+os.register_at_fork(after_in_child=_READS.clear)
