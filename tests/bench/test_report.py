@@ -564,3 +564,28 @@ def test_the_fresh_pass_table_does_not_repeat_the_measurement_pass() -> None:
     assert sum("170.0" in line for line in lines) == 1  # peak RSS: the main table's
     assert sum("0.130" in line for line in lines) == 1  # in next s: the time table's
     assert not any("loader s" in line for line in lines)
+
+
+def test_ratios_and_rates_from_a_thousand_up_have_thousands_separators(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w hub-images --steps 16 --trials 2`: x base "2784.40x" beside batches/s "50,000":
+    # the table's other figures group thousands (fails before: '| 2784.40x |').
+    import json
+
+    from headrace.bench._ceiling import distinct_figures
+    from headrace.cli import main
+
+    r = _result("headrace-raw", files=False)
+    r["gb_per_s"], r["ratio_to_baseline"] = 1234.5, 2784.4
+    table = format_table({"results": [r]})
+    assert "| 2,784.40x |" in table and "| 1,234.50 |" in table
+    assert distinct_figures(1234.5, 2.0) == ("1,234.50", "2.00")
+    slow = {**r, "batches_per_s": 10.0}
+    paths = []
+    for name, res in (("a", slow), ("b", r)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"results": [res]}))
+    assert main(["bench", "compare", *map(str, paths)]) == 0
+    line = capsys.readouterr().out.splitlines()[1].split()
+    assert line[2:5] == ["10", "50,000", "5,000.00x"]

@@ -100,7 +100,7 @@ def distinct_figures(above: float, below: float) -> tuple[str, str]:
     0.00 GB/s" (a DLIO resnet50_a100 run's 0.0014)."""
     da, db = _decimals(above), _decimals(below)
     for extra in range(4):
-        a, b = f"{above:.{da + extra}f}", f"{below:.{db + extra}f}"
+        a, b = f"{above:,.{da + extra}f}", f"{below:,.{db + extra}f}"
         if a != b:
             return a, b
     return a, b
@@ -146,12 +146,12 @@ def ceiling_notes(
                 said = f"{shown} GB/s"
                 if fetched:
                     said = (
-                        f"{rate:.{_decimals(rate)}f} GB/s{' of payload' if stored else ''} "
+                        f"{rate:,.{_decimals(rate)}f} GB/s{' of payload' if stored else ''} "
                         "delivered, of which "
                         f"it fetched {amp:.2f} ({shown} GB/s{' stored' if stored else ''}),"
                     )
                 elif stored:
-                    said = f"{rate:.{_decimals(rate)}f} GB/s of payload ({shown} GB/s stored)"
+                    said = f"{rate:,.{_decimals(rate)}f} GB/s of payload ({shown} GB/s stored)"
                 res["above_storage_ceiling"] = True
                 how = "O_DIRECT" if ceiling["o_direct"] else "buffered"
                 # `--root` on an NFS or FUSE mount: O_DIRECT reads go to its server, so

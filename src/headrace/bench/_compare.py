@@ -141,4 +141,4 @@ def _ratio(b: float, a: float) -> str:
     if not a:
         return f"{'-':>7s}"
     v = b / a
-    return f"{v:6.2f}x" if v == 0 or v >= 0.1 else f"{v:6.3g}x"
+    return f"{v:6,.2f}x" if v == 0 or v >= 0.1 else f"{v:6.3g}x"

@@ -40,8 +40,9 @@ def _mib(v: float | None) -> str:
 
 def _small(v: float) -> str:
     """Two decimals, or three significant digits below 0.1: a loader at 1.4 MB/s, or
-    0.004x another, printed "0.00" (a slowfs naive, a DLIO run of 1 kB records)."""
-    return f"{v:.2f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
+    0.004x another, printed "0.00" (a slowfs naive, a DLIO run of 1 kB records); thousands
+    grouped as every other figure ("2784.40x" beside "50,000")."""
+    return f"{v:,.2f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
 
 
 def rate_text(v: float) -> str:
