@@ -188,6 +188,7 @@ def variant(
     digest: bool = True,
     order: DigestOrder = "plan",
     group: str = "",
+    memory: bool = False,
 ) -> Callable[[Opener], Opener]:
     """Register ``fn(kind, spec, steps) -> Stream`` as variant ``name`` of ``kind``.
 
@@ -195,13 +196,16 @@ def variant(
     (a bare copy): its digest is not compared. Variants agree within their
     ``group`` (raw file bytes are compared with raw file bytes, not with
     decoded arrays); ``order="any"`` compares the variant on sorted
-    per-sample digests, for readers whose order differs by design.
+    per-sample digests, for readers whose order differs by design. ``memory=True``
+    marks a copy from memory by design (memcpy): never judged against the storage ceiling.
     """
 
     def register(fn: Opener) -> Opener:
         kind.openers[name] = fn
         if not digest:
             kind.undigested = kind.undigested | {name}
+        if memory:
+            kind.from_memory = kind.from_memory | {name}
         kind.rules[name] = (group, order)
         return fn
 
@@ -218,6 +222,7 @@ class Kind:
 
     openers: ClassVar[dict[str, Opener]]
     undigested: ClassVar[frozenset[str]] = frozenset()
+    from_memory: ClassVar[frozenset[str]] = frozenset()
     rules: ClassVar[dict[str, tuple[str, DigestOrder]]]
     #: also digest each sample (sorted: order-independent); costs a second hash
     canonical_digests: ClassVar[bool] = False
@@ -233,6 +238,7 @@ class Kind:
         super().__init_subclass__(**kw)
         cls.openers = {}
         cls.undigested = frozenset()
+        cls.from_memory = frozenset()
         cls.rules = {}
 
     def __init__(self, workload: Workload, root: str) -> None:
