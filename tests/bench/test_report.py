@@ -429,8 +429,8 @@ def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() 
     rows = {"variant": "headrace", "gb_per_s": 3.0, "amplification": 0.8}
     assert ceiling_notes("padded", [rows], ceiling, 0.5, False) == [
         "padded/headrace: 3.00 GB/s of payload delivered, of which it fetched 0.80 "
-        "(1.20 GB/s stored), is above the device (O_DIRECT) read ceiling of 1.07 GB/s: "
-        "served from the page cache"
+        "(its samples' stored share: 1.20 GB/s), is above the device (O_DIRECT) read "
+        "ceiling of 1.07 GB/s: served from the page cache"
     ]
 
 
@@ -504,7 +504,8 @@ def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
     print_report({"results": [plain, cached], "workloads": [workload], "notes": []}, file=out)
     line = next(x for x in out.getvalue().splitlines() if x.startswith("GB/s: w:"))
     assert line.endswith(
-        "read from storage, GB/s: headrace 0.0334, "
+        "read from storage (every byte its measurement pass fetched, read-ahead past its "
+        "last step included, at the table's rate), GB/s: headrace 0.0334, "
         "headrace-cached 0.00 (and 0.0458 from its local cache)"
     )
 
@@ -589,3 +590,33 @@ def test_ratios_and_rates_from_a_thousand_up_have_thousands_separators(
     assert main(["bench", "compare", *map(str, paths)]) == 0
     line = capsys.readouterr().out.splitlines()[1].split()
     assert line[2:5] == ["10", "50,000", "5,000.00x"]
+
+
+def test_the_ceiling_note_and_the_gb_s_line_name_the_bytes_each_counts() -> None:
+    # `-w hub-images --steps 16 --trials 2`: "read from storage, GB/s: ... headrace-raw
+    # 75.81" and "headrace-raw: ... (68.14 GB/s stored) is above ...": both read as stored
+    # bytes; one is what it read (read-ahead included), the other its samples' stored
+    # share (fails before: "GB/s stored" and "read from storage, GB/s").
+    import io
+
+    from headrace.bench._ceiling import ceiling_notes
+    from headrace.bench._report import print_report
+
+    raw = {**_result("headrace-raw", files=False), "gb_per_s": 281.9, "read_gb_per_s": 75.81}
+    raw["workload"] = "hub-images"
+    (note,) = ceiling_notes(
+        "hub-images", [raw], {"gb_per_s": 0.87, "o_direct": True}, 0.2417, False
+    )
+    assert note.startswith(
+        "hub-images/headrace-raw: 281.90 GB/s of payload (its samples' stored share: "
+        "68.14 GB/s) is above"
+    )
+    workload = {"name": "hub-images", "gb_per_s_counts": "each sample's decoded image"}
+    out = io.StringIO()
+    print_report({"results": [raw], "workloads": [workload], "notes": [note]}, file=out)
+    text = out.getvalue()
+    assert "GB/s stored" not in text
+    assert (
+        "read from storage (every byte its measurement pass fetched, read-ahead past its last "
+        "step included, at the table's rate), GB/s: headrace-raw 75.81" in text
+    )

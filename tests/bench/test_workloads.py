@@ -531,7 +531,7 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
         # 0.00: on a loaded machine it is under 0.005 GB/s and prints 0.004, not 0.00.
         stored = distinct_figures(r["gb_per_s"] * ratio, tiny["gb_per_s"])[0]
         rate = f"{r['gb_per_s']:.{_decimals(r['gb_per_s'])}f}"  # two significant digits
-        want = f"{rate} GB/s of payload ({stored} GB/s stored)"
+        want = f"{rate} GB/s of payload (its samples' stored share: {stored} GB/s)"
         assert any(
             n.startswith(f"parquet/{r['variant']}: {want} is above") for n in summary["notes"]
         )

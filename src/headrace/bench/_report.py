@@ -492,7 +492,9 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
                 if r["workload"] == w["name"] and r.get("read_gb_per_s") is not None
             )
             print(
-                f"GB/s: {w['name']}: 10^9 B/s of {counts}; read from storage, GB/s: {read}",
+                f"GB/s: {w['name']}: 10^9 B/s of {counts}; read from storage (every byte "
+                "its measurement pass fetched, read-ahead past its last step included, at the "
+                f"table's rate), GB/s: {read}",
                 file=out,
             )
     for note in report.get("notes", []):
