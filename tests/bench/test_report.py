@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from headrace.bench._report import format_table, headline_rate
+from headrace.bench._report import format_stage_table, format_table, headline_rate
 
 
 def _result(variant: str, *, files: bool, batches_per_s: float = 50_000.0) -> dict[str, Any]:
@@ -559,7 +559,7 @@ def test_the_fresh_pass_table_does_not_repeat_the_measurement_pass() -> None:
     assert "in flight, latency: the measurement pass" in lines[title]
     head = next(line for line in lines[title + 1 :] if "samples/s" in line)
     names = [c.strip() for c in head.split("┃")[1:-1]]
-    assert {"samples/s", "MB/s", "in flight", "lat p50/p95/p99 ms"} <= set(names)
+    assert {"samples/s", "MB/s", "in flight", "lat p50/p95/p99 ms (n)"} <= set(names)
     repeated = {"1st batch s", "loader s", "consumer s", "read s", "decode s", "peak RSS MiB"}
     assert not repeated & set(names)
     assert sum("170.0" in line for line in lines) == 1  # peak RSS: the main table's
@@ -620,3 +620,23 @@ def test_the_ceiling_note_and_the_gb_s_line_name_the_bytes_each_counts() -> None
         "read from storage (every byte its measurement pass fetched, read-ahead past its last "
         "step included, at the table's rate), GB/s: headrace-raw 75.81" in text
     )
+
+
+def test_latency_percentiles_say_how_many_requests_they_rest_on() -> None:
+    # `-w jpeg --storage s3`: headrace-cached showed "59.5/59.5/59.5", its one listing
+    # request, as p50/p95/p99 (fails before: no count, a p99 of one request).
+    from headrace.bench._kind import latency_figures
+
+    assert latency_figures([]) is None
+    assert latency_figures([0.0595]) == {"p50": 0.0595, "p95": None, "p99": None, "count": 1}
+    twenty = latency_figures([i / 1000 for i in range(20)])
+    assert twenty is not None and twenty["p95"] is not None and twenty["p99"] is None
+    hundred = latency_figures([i / 1000 for i in range(100)])
+    assert hundred is not None and hundred["p99"] == pytest.approx(0.09801)
+    one = {**_result("headrace-cached", files=True), "storage": "s3", "requests": 1}
+    one["request_latency_s"] = latency_figures([0.0595])
+    table = format_stage_table({"results": [one]})
+    assert "| lat p50/p95/p99 ms (n) |" in table and "| 59.5/-/- (1) |" in table
+    # reports from before the count: the percentiles as written
+    old = {**one, "request_latency_s": {"p50": 0.2, "p95": 0.3, "p99": 0.4}}
+    assert "| 200.0/300.0/400.0 |" in format_stage_table({"results": [old]})

@@ -501,7 +501,7 @@ def test_parquet_on_moto_gives_the_local_digests(tmp_path: Path) -> None:
         assert reports["s3"][v]["bytes_read"] > 0
     assert reports["local"]["naive"]["digest"] == reports["local"]["headrace"]["digest"]
     remote = reports["s3"]["headrace"]  # ranged GETs of footers and column chunks
-    assert remote["requests"] >= 2 and remote["request_latency_s"]["p99"] > 0
+    assert remote["requests"] >= 2 and remote["request_latency_s"]["p50"] > 0
     assert reports["local"]["headrace"]["requests"] is None
 
 

@@ -228,14 +228,13 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "samples/s",
         "MB/s",
         "in flight",
-        "lat p50/p95/p99 ms",
+        "lat p50/p95/p99 ms (n)",
         "compared",
     ]
     rows = []
     for r in report["results"]:
         if r.get("samples_per_s") is None:
             continue
-        lat = r.get("request_latency_s")
         rows.append(
             [
                 r["workload"],
@@ -244,12 +243,21 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 f"{r['samples_per_s']:,.1f}",
                 f"{r['mb_per_s']:,.1f}",
                 "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
-                "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
+                _latency(r.get("request_latency_s")),
                 (r.get("digest_compared") or "-")
                 + (f" ({r['digest_group']})" if r.get("digest_group") else ""),
             ]
         )
     return head, rows
+
+
+def _latency(lat: dict[str, Any] | None) -> str:
+    """p50/p95/p99 in ms and how many requests they rest on (``-``: too few for it; the
+    count is absent from reports before 2026-12-03)."""
+    if not lat:
+        return "-"
+    n = f" ({lat['count']:,})" if lat.get("count") is not None else ""
+    return f"{_ms(lat['p50'])}/{_ms(lat.get('p95'))}/{_ms(lat.get('p99'))}{n}"
 
 
 def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -263,7 +271,7 @@ def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "variant",
         "requests",
         "in flight",
-        "lat p50/p95/p99 ms",
+        "lat p50/p95/p99 ms (n)",
         "retries",
         "throttled",
     ]
@@ -272,14 +280,13 @@ def _request_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         remote = r.get("storage") not in (None, "local")
         if r.get("samples_per_s") is not None or r.get("requests") is None or not remote:
             continue
-        lat = r.get("request_latency_s")
         rows.append(
             [
                 r["workload"],
                 r["variant"],
                 f"{r['requests']:,}",
                 "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
-                "-" if not lat else f"{_ms(lat['p50'])}/{_ms(lat['p95'])}/{_ms(lat['p99'])}",
+                _latency(r.get("request_latency_s")),
                 "-" if r.get("retries") is None else f"{r['retries']:,}",
                 "-" if r.get("throttled") is None else f"{r['throttled']:,}",
             ]
