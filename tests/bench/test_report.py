@@ -472,21 +472,27 @@ def test_rates_below_one_batch_a_second_are_not_printed_as_0(
 ) -> None:
     # A full-size UNet3D batch (7 x 147 MB) at 0.5 GB/s is 0.49 batches/s: the table and
     # `bench compare` printed "0 (1 fresh pass)" and "0" (fails before: no 0.49 anywhere).
-    import json
-
-    from headrace.cli import main
-
     r = _result("headrace", files=True)
     r["steps"], r["fresh_pass_s"], r["mb_per_s"] = 10, 20.4, 503.0  # 10 steps in 20.4 s
     assert "| 0.49 (1 fresh pass) |" in format_table({"results": [r]})
     fast = {**r, "fresh_pass_s": 2.04}
+    assert _compared(tmp_path, r, fast, capsys)[2:5] == ["0.49", "4.9", "10.00x"]
+
+
+def _compared(
+    tmp_path: Path, a: dict[str, Any], b: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> list[str]:
+    """The words of `headrace bench compare`'s first row, of reports holding ``a`` and ``b``."""
+    import json
+
+    from headrace.cli import main
+
     paths = []
-    for name, res in (("a", r), ("b", fast)):
+    for name, res in (("a", a), ("b", b)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps({"results": [res]}))
     assert main(["bench", "compare", *map(str, paths)]) == 0
-    line = capsys.readouterr().out.splitlines()[1].split()
-    assert line[2:5] == ["0.49", "4.9", "10.00x"]
+    return capsys.readouterr().out.splitlines()[1].split()
 
 
 def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
@@ -572,10 +578,7 @@ def test_ratios_and_rates_from_a_thousand_up_have_thousands_separators(
 ) -> None:
     # `-w hub-images --steps 16 --trials 2`: x base "2784.40x" beside batches/s "50,000":
     # the table's other figures group thousands (fails before: '| 2784.40x |').
-    import json
-
     from headrace.bench._ceiling import distinct_figures
-    from headrace.cli import main
 
     r = _result("headrace-raw", files=False)
     r["gb_per_s"], r["ratio_to_baseline"] = 1234.5, 2784.4
@@ -583,13 +586,7 @@ def test_ratios_and_rates_from_a_thousand_up_have_thousands_separators(
     assert "| 2,784.40x |" in table and "| 1,234.50 |" in table
     assert distinct_figures(1234.5, 2.0) == ("1,234.50", "2.00")
     slow = {**r, "batches_per_s": 10.0}
-    paths = []
-    for name, res in (("a", slow), ("b", r)):
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps({"results": [res]}))
-    assert main(["bench", "compare", *map(str, paths)]) == 0
-    line = capsys.readouterr().out.splitlines()[1].split()
-    assert line[2:5] == ["10", "50,000", "5,000.00x"]
+    assert _compared(tmp_path, slow, r, capsys)[2:5] == ["10", "50,000", "5,000.00x"]
 
 
 def test_the_ceiling_note_and_the_gb_s_line_name_the_bytes_each_counts() -> None:
