@@ -43,6 +43,7 @@ __all__ = [
     "VariantSpec",
     "filled",
     "kind_class",
+    "latency_figures",
     "make_kind",
     "store_figures",
     "variant",
