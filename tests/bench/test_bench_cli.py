@@ -1113,3 +1113,45 @@ def test_a_workload_whose_extra_is_missing_names_the_pip_install(
     assert main(["bench", "--list", "--root", str(root)]) == 0
     listed = capsys.readouterr().out
     assert f"not runnable yet: {workload}.toml: workload {workload!r}" in listed, listed
+
+
+def test_compare_says_first_when_the_reports_ran_other_storage_machines_or_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A local run against one on S3 at 20 ms printed "0.02x  same" and nothing else: a
+    # loader's regression to a reader who had not made both runs (fails before: no note).
+    from headrace.bench._machine import machine_info
+
+    def report(path: Path, rate: float, storage: dict[str, Any], machine: dict[str, Any]) -> str:
+        row = {"workload": "jpeg", "variant": "headrace", "batches_per_s": rate, "digest": "d"}
+        wl = {"kind": "files", "dataset": {"files": 64}, "train": {"steps": 4, "trials": 2}}
+        w = {"name": "jpeg", "workload": wl, **storage}
+        path.write_text(json.dumps({"workloads": [w], "results": [row], "machine": machine}))
+        return str(path)
+
+    here = machine_info(str(tmp_path))
+    local = {"storage": "local"}
+    s3 = {"storage": "s3", "s3": {"url": "s3://b/p", "latency_ms": 20.0}}
+    a = report(tmp_path / "a.json", 100.0, local, here)
+    b = report(tmp_path / "b.json", 2.0, s3, here)
+    assert main(["bench", "compare", a, b]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    fs = here["storage"]["fstype"]
+    assert lines[0] == (
+        f"note: jpeg: the reports read other storage (A: local disk ({fs}); B: S3, 20 ms "
+        "added to each request): B/A compares the storage too, not the loader alone"
+    )
+    assert lines[1].startswith("workload ") and "0.02x  same" in lines[2]
+    # Another machine, and trials of other lengths: said too; the same of both: nothing.
+    other = {**here, "cores_usable": here["cores_usable"] + 2}
+    b = report(tmp_path / "b.json", 2.0, local, other)
+    Path(b).write_text(Path(b).read_text().replace('"steps": 4', '"steps": 256'))
+    assert main(["bench", "compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "note: the reports ran on other machines (A: " in out
+    assert f"{here['cores_usable'] + 2} cores" in out and "B/A compares them too" in out
+    assert (
+        "note: jpeg: the reports ran 2 trials of 4 steps (A) and 2 trials of 256 steps (B)" in out
+    )
+    assert main(["bench", "compare", a, a]) == 0
+    assert "note:" not in capsys.readouterr().out

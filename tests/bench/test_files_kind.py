@@ -80,7 +80,8 @@ def _check(kind: FilesKind, summary: dict[str, Any], results: list[dict[str, Any
             assert r["amplification"] >= 1.0, (r["variant"], r["amplification"])
         assert r["bytes_before_first_batch"] <= r["bytes_read"]
         lat = r["request_latency_s"]
-        assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+        shown = [lat[p] for p in ("p50", "p95", "p99") if lat[p] is not None]
+        assert 0 < shown[0] and shown == sorted(shown) and lat["count"] >= 1
         assert r["requests"] >= len(kind.files())
         assert 1 <= r["in_flight_observed"] <= (1 if r["variant"] == "map-style" else 64)
         st = r["stages"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from headrace.bench._report import format_table, headline_rate
+from headrace.bench._report import format_stage_table, format_table, headline_rate
 
 
 def _result(variant: str, *, files: bool, batches_per_s: float = 50_000.0) -> dict[str, Any]:
@@ -429,8 +429,8 @@ def test_a_reader_serving_from_its_own_window_is_not_called_a_page_cache_read() 
     rows = {"variant": "headrace", "gb_per_s": 3.0, "amplification": 0.8}
     assert ceiling_notes("padded", [rows], ceiling, 0.5, False) == [
         "padded/headrace: 3.00 GB/s of payload delivered, of which it fetched 0.80 "
-        "(1.20 GB/s stored), is above the device (O_DIRECT) read ceiling of 1.07 GB/s: "
-        "served from the page cache"
+        "(its samples' stored share: 1.20 GB/s), is above the device (O_DIRECT) read "
+        "ceiling of 1.07 GB/s: served from the page cache"
     ]
 
 
@@ -472,21 +472,27 @@ def test_rates_below_one_batch_a_second_are_not_printed_as_0(
 ) -> None:
     # A full-size UNet3D batch (7 x 147 MB) at 0.5 GB/s is 0.49 batches/s: the table and
     # `bench compare` printed "0 (1 fresh pass)" and "0" (fails before: no 0.49 anywhere).
-    import json
-
-    from headrace.cli import main
-
     r = _result("headrace", files=True)
     r["steps"], r["fresh_pass_s"], r["mb_per_s"] = 10, 20.4, 503.0  # 10 steps in 20.4 s
     assert "| 0.49 (1 fresh pass) |" in format_table({"results": [r]})
     fast = {**r, "fresh_pass_s": 2.04}
+    assert _compared(tmp_path, r, fast, capsys)[2:5] == ["0.49", "4.9", "10.00x"]
+
+
+def _compared(
+    tmp_path: Path, a: dict[str, Any], b: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> list[str]:
+    """The words of `headrace bench compare`'s first row, of reports holding ``a`` and ``b``."""
+    import json
+
+    from headrace.cli import main
+
     paths = []
-    for name, res in (("a", r), ("b", fast)):
+    for name, res in (("a", a), ("b", b)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps({"results": [res]}))
     assert main(["bench", "compare", *map(str, paths)]) == 0
-    line = capsys.readouterr().out.splitlines()[1].split()
-    assert line[2:5] == ["0.49", "4.9", "10.00x"]
+    return capsys.readouterr().out.splitlines()[1].split()
 
 
 def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
@@ -504,7 +510,8 @@ def test_the_gb_s_line_says_which_reads_came_from_a_local_cache() -> None:
     print_report({"results": [plain, cached], "workloads": [workload], "notes": []}, file=out)
     line = next(x for x in out.getvalue().splitlines() if x.startswith("GB/s: w:"))
     assert line.endswith(
-        "read from storage, GB/s: headrace 0.0334, "
+        "read from storage (every byte its measurement pass fetched, read-ahead past its "
+        "last step included, at the table's rate), GB/s: headrace 0.0334, "
         "headrace-cached 0.00 (and 0.0458 from its local cache)"
     )
 
@@ -558,9 +565,75 @@ def test_the_fresh_pass_table_does_not_repeat_the_measurement_pass() -> None:
     assert "in flight, latency: the measurement pass" in lines[title]
     head = next(line for line in lines[title + 1 :] if "samples/s" in line)
     names = [c.strip() for c in head.split("┃")[1:-1]]
-    assert {"samples/s", "MB/s", "in flight", "lat p50/p95/p99 ms"} <= set(names)
+    assert {"samples/s", "MB/s", "in flight", "lat p50/p95/p99 ms (n)"} <= set(names)
     repeated = {"1st batch s", "loader s", "consumer s", "read s", "decode s", "peak RSS MiB"}
     assert not repeated & set(names)
     assert sum("170.0" in line for line in lines) == 1  # peak RSS: the main table's
     assert sum("0.130" in line for line in lines) == 1  # in next s: the time table's
     assert not any("loader s" in line for line in lines)
+
+
+def test_ratios_and_rates_from_a_thousand_up_have_thousands_separators(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-w hub-images --steps 16 --trials 2`: x base "2784.40x" beside batches/s "50,000":
+    # the table's other figures group thousands (fails before: '| 2784.40x |').
+    from headrace.bench._ceiling import distinct_figures
+
+    r = _result("headrace-raw", files=False)
+    r["gb_per_s"], r["ratio_to_baseline"] = 1234.5, 2784.4
+    table = format_table({"results": [r]})
+    assert "| 2,784.40x |" in table and "| 1,234.50 |" in table
+    assert distinct_figures(1234.5, 2.0) == ("1,234.50", "2.00")
+    slow = {**r, "batches_per_s": 10.0}
+    assert _compared(tmp_path, slow, r, capsys)[2:5] == ["10", "50,000", "5,000.00x"]
+
+
+def test_the_ceiling_note_and_the_gb_s_line_name_the_bytes_each_counts() -> None:
+    # `-w hub-images --steps 16 --trials 2`: "read from storage, GB/s: ... headrace-raw
+    # 75.81" and "headrace-raw: ... (68.14 GB/s stored) is above ...": both read as stored
+    # bytes; one is what it read (read-ahead included), the other its samples' stored
+    # share (fails before: "GB/s stored" and "read from storage, GB/s").
+    import io
+
+    from headrace.bench._ceiling import ceiling_notes
+    from headrace.bench._report import print_report
+
+    raw = {**_result("headrace-raw", files=False), "gb_per_s": 281.9, "read_gb_per_s": 75.81}
+    raw["workload"] = "hub-images"
+    (note,) = ceiling_notes(
+        "hub-images", [raw], {"gb_per_s": 0.87, "o_direct": True}, 0.2417, False
+    )
+    assert note.startswith(
+        "hub-images/headrace-raw: 281.90 GB/s of payload (its samples' stored share: "
+        "68.14 GB/s) is above"
+    )
+    workload = {"name": "hub-images", "gb_per_s_counts": "each sample's decoded image"}
+    out = io.StringIO()
+    print_report({"results": [raw], "workloads": [workload], "notes": [note]}, file=out)
+    text = out.getvalue()
+    assert "GB/s stored" not in text
+    assert (
+        "read from storage (every byte its measurement pass fetched, read-ahead past its last "
+        "step included, at the table's rate), GB/s: headrace-raw 75.81" in text
+    )
+
+
+def test_latency_percentiles_say_how_many_requests_they_rest_on() -> None:
+    # `-w jpeg --storage s3`: headrace-cached showed "59.5/59.5/59.5", its one listing
+    # request, as p50/p95/p99 (fails before: no count, a p99 of one request).
+    from headrace.bench._kind import latency_figures
+
+    assert latency_figures([]) is None
+    assert latency_figures([0.0595]) == {"p50": 0.0595, "p95": None, "p99": None, "count": 1}
+    twenty = latency_figures([i / 1000 for i in range(20)])
+    assert twenty is not None and twenty["p95"] is not None and twenty["p99"] is None
+    hundred = latency_figures([i / 1000 for i in range(100)])
+    assert hundred is not None and hundred["p99"] == pytest.approx(0.09801)
+    one = {**_result("headrace-cached", files=True), "storage": "s3", "requests": 1}
+    one["request_latency_s"] = latency_figures([0.0595])
+    table = format_stage_table({"results": [one]})
+    assert "| lat p50/p95/p99 ms (n) |" in table and "| 59.5/-/- (1) |" in table
+    # reports from before the count: the percentiles as written
+    old = {**one, "request_latency_s": {"p50": 0.2, "p95": 0.3, "p99": 0.4}}
+    assert "| 200.0/300.0/400.0 |" in format_stage_table({"results": [old]})

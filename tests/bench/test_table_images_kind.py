@@ -107,7 +107,7 @@ def test_every_gb_per_s_says_which_bytes_it_counts(
         "GB/s: hub-images: 10^9 B/s of each sample's decoded image and label (20x28x3 + 8 B)"
     )
     for r in results:
-        assert f"{r['variant']} " in line.partition("read from storage, GB/s: ")[2]
+        assert f"{r['variant']} " in line.partition("at the table's rate), GB/s: ")[2]
     # Token kinds count what every variant delivers: no line (the default run's output).
     tokens = {**summary, "name": "tokens", "gb_per_s_counts": TOKENS_DELIVERED}
     print_report({"results": results, "workloads": [tokens], "notes": []})

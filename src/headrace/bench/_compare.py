@@ -75,6 +75,69 @@ def _differences(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list
     return said
 
 
+def _storage(report: dict[str, Any]) -> dict[str, str]:
+    """What each workload of a report read from, in words (hand-made reports: nothing)."""
+    fstype = ((report.get("machine") or {}).get("storage") or {}).get("fstype")
+    out: dict[str, str] = {}
+    for w in report.get("workloads") or []:
+        if not isinstance(w, dict) or w.get("storage") is None:
+            continue
+        if w.get("slowfs"):
+            said = f"slowfs, {w['slowfs'].get('read_latency_ms', 0):g} ms per READ"
+        elif w.get("s3"):
+            ms = w["s3"].get("latency_ms")
+            said = f"S3, {ms:g} ms added to each request" if ms else "S3, no latency added"
+        elif w["storage"] == "local":
+            said = f"local disk ({fstype})" if fstype else "local disk"
+        else:
+            said = str(w["storage"])
+        out[str(w.get("name"))] = said
+    return out
+
+
+def _machine(report: dict[str, Any]) -> str | None:
+    """The machine a report ran on, in the figures that move a loader's rates."""
+    m = report.get("machine")
+    if not isinstance(m, dict):
+        return None
+    cores = m.get("cores_usable", m.get("cores"))
+    return f"{m.get('cpu_model')}, {cores} cores, {(m.get('memory_bytes') or 0) / 1e9:.1f} GB"
+
+
+def _trials(definition: dict[str, Any] | None) -> str:
+    train = (definition or {}).get("train") or {}
+    return f"{train.get('trials')} trials of {train.get('steps')} steps"
+
+
+def _notes(a: dict[str, Any], b: dict[str, Any], other: dict[str, list[str]]) -> list[str]:
+    """What the two reports did not share, said before their ratios: the machine, each
+    workload's storage and trials (B/A measures those too), and data or plan (B/A of
+    samples/s, digests not compared). `compare` of a local run against one on S3 at 20 ms
+    said nothing of it: its 0.02x read as a loader's regression."""
+    notes = []
+    ma, mb = _machine(a), _machine(b)
+    if ma is not None and mb is not None and ma != mb:
+        notes.append(f"the reports ran on other machines (A: {ma}; B: {mb}): B/A compares them too")
+    sa, sb = _storage(a), _storage(b)
+    defs_a, defs_b = _definitions(a), _definitions(b)
+    notes += [
+        f"{name}: the reports read other storage (A: {sa[name]}; B: {sb[name]}): "
+        "B/A compares the storage too, not the loader alone"
+        for name in sorted(sa.keys() & sb.keys())
+        if sa[name] != sb[name]
+    ]
+    for name in sorted(defs_a.keys() & defs_b.keys()):
+        ta, tb = _trials(defs_a[name]), _trials(defs_b[name])
+        if ta != tb:
+            notes.append(f"{name}: the reports ran {ta} (A) and {tb} (B)")
+    notes += [
+        f"{name}: the reports ran other data or another plan ({'; '.join(said)}): "
+        "their samples differ, so digests are not compared; B/A is of samples/s"
+        for name, said in other.items()
+    ]
+    return notes
+
+
 def _batch(definition: dict[str, Any] | None) -> int:
     train = (definition or {}).get("train") or {}
     size = train.get("batch_size")
@@ -90,6 +153,8 @@ def compare(a_path: str, b_path: str) -> int:
         for name in sorted(defs_a.keys() & defs_b.keys())
         if (said := _differences(defs_a[name], defs_b[name]))
     }
+    for note in _notes(a, b, other):
+        print(f"note: {note}")
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
     print(f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}  digest")
     for r in b["results"]:
@@ -101,15 +166,10 @@ def compare(a_path: str, b_path: str) -> int:
         # Batches of another size: the ratio is of samples per second (the same ratio
         # where the batches agree).
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
-        same = "not compared (other data or plan: see below)" if name in other else _same(old, r)
+        same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
         print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}  {same}")
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
-    for name, said in other.items():
-        print(
-            f"note: {name}: the reports ran other data or another plan ({'; '.join(said)}): "
-            "their samples differ, so digests are not compared; B/A is of samples/s"
-        )
     return 0
 
 
@@ -141,4 +201,4 @@ def _ratio(b: float, a: float) -> str:
     if not a:
         return f"{'-':>7s}"
     v = b / a
-    return f"{v:6.2f}x" if v == 0 or v >= 0.1 else f"{v:6.3g}x"
+    return f"{v:6,.2f}x" if v == 0 or v >= 0.1 else f"{v:6.3g}x"

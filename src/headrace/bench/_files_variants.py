@@ -46,7 +46,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._files_kind import FilesKind
-from headrace.bench._kind import Batch, GenStream, Stream, VariantSpec, store_figures, variant
+from headrace.bench._kind import (
+    Batch,
+    GenStream,
+    Stream,
+    VariantSpec,
+    latency_figures,
+    store_figures,
+    variant,
+)
 from headrace.errors import ConfigError
 from headrace.formats import FileSource, IterableFiles
 from headrace.io._daemon_pool import DaemonPool
@@ -142,24 +150,13 @@ class StageProbe:
     def stats(self, store: Any = None) -> dict[str, Any]:
         """The figures; an object store's own request counters win where there is one."""
         with self._lock:
-            lat = list(self.latencies)
             out: dict[str, Any] = {
                 "requests": self.requests,
                 "in_flight_observed": self.max_in_flight,
                 "read_s": self.read_s,
                 "decode_s": self.decode_s if self.decodes else None,
                 "bytes_fetched": self.bytes,
-                "request_latency_s": (
-                    dict(
-                        zip(
-                            ("p50", "p95", "p99"),
-                            np.percentile(lat, [50, 95, 99]).tolist(),
-                            strict=True,
-                        )
-                    )
-                    if lat
-                    else None
-                ),
+                "request_latency_s": latency_figures(list(self.latencies)),
             }
         return out | store_figures(None if store is None else store.stats)
 

@@ -318,7 +318,7 @@ def _headrace_cached(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     return GenStream(iter(loader), lambda: src.stats.bytes_read, loader.close, stats)
 
 
-@variant(TokenKind, "memcpy", digest=False)
+@variant(TokenKind, "memcpy", digest=False, memory=True)
 def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     k._local_only(spec)
     b, row = k.hi - k.lo, k.context + 1
@@ -392,3 +392,4 @@ class MegatronKind(TokenKind):
 # The Megatron kind reads through the same variants.
 MegatronKind.openers.update(TokenKind.openers)
 MegatronKind.undigested = TokenKind.undigested
+MegatronKind.from_memory = TokenKind.from_memory
