@@ -7,13 +7,13 @@ that O_DIRECT is what ran: a file read with it leaves none of its pages in memor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from _row_files import odirect_works
+from headrace.bench._probe import _drop_cache
 from headrace.formats import FileSource, synthetic_arrays, write_sample_file
 from headrace.io import LocalFile
 from headrace.io import _resident as res
@@ -21,15 +21,6 @@ from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
 FILES = 6
-
-
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _resident_pages(path: Path) -> int:
@@ -51,7 +42,7 @@ def cold_files(tmp_path: Path) -> list[Path]:
     if not odirect_works(paths[0]):
         pytest.skip(f"{root}: O_DIRECT is refused here")
     for p in paths:
-        _evict(p)
+        _drop_cache(str(p))  # written back first, then dropped
     if any(_resident_pages(p) for p in paths):
         pytest.skip(f"{root}: pages stay resident after POSIX_FADV_DONTNEED (tmpfs?)")
     return paths
