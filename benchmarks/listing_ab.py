@@ -77,7 +77,8 @@ def main() -> None:
         digests[side].add(str(result["keys_sha256"]))
         files.add(result["files"])
     ratios = [b / a for a, b in zip(ms["A"], ms["B"], strict=True)]
-    print(f"{args.folders * args.per_folder:,} files in {args.folders} folders, {args.rounds} rounds")
+    n = args.folders * args.per_folder
+    print(f"{n:,} files in {args.folders} folders, {args.rounds} rounds")
     for side in ("A", "B"):
         print(f"{side}: median {statistics.median(ms[side]):.1f} ms an open, keys {digests[side]}")
     print(f"B/A paired: median {statistics.median(ratios):.3f}")
