@@ -119,9 +119,14 @@ def test_a_denied_header_read_names_the_object(
     )
     with pytest.raises(PermissionDeniedError, match=r"counts/npz/r005\.npz"):
         on_s3(s3, "npz", proxy.endpoint)
-    # Retried failures: the count is read as if none had failed.
+    # Retried failures: the count is read as if none had failed. Three at most, so no GET
+    # can fail all 4 of its tries.
     proxy.set_faults(
-        [FaultRule(kind="status", status=503, match="GET /headrace-test/counts/npy/", every=3)]
+        [
+            FaultRule(
+                kind="status", status=503, match="GET /headrace-test/counts/npy/", every=3, limit=3
+            )
+        ]
     )
     assert on_s3(s3, "npy", proxy.endpoint).counts.tolist() == COUNTS
 

@@ -9,6 +9,7 @@ truncated object is written again, and failures name the URL and exit 2.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import socket
 from pathlib import Path
@@ -357,3 +358,33 @@ def test_bench_names_the_objects_it_replaces_at_a_storage_url(
     assert "4 written over objects of another size or digest" in err
     assert bench(str(other), *args) == 0  # and a rerun finds them there
     assert f"{target}: 0 objects written (0 bytes), 4 already there" in capsys.readouterr().err
+
+
+def test_bench_puts_its_latency_proxy_in_front_of_an_existing_endpoint(
+    tmp_path: Path, s3: S3Fixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --latency-ms with --endpoint: the run's own proxy stands in front of the endpoint
+    # given (moto here, as a user's MinIO), every request goes through it, and the
+    # batches are those read without it.
+    wl = toml(tmp_path, "jpeg")
+    stage = str(tmp_path / "stage")
+    folder = Path(make_kind(load_workload(wl), stage).folder).name  # type: ignore[attr-defined]
+    target = f"s3://{BUCKET}/latency/{folder}"
+    runs = {}
+    for ms in ("0", "20"):
+        out = tmp_path / f"r{ms}.json"
+        args = ("--storage-url", target, "--endpoint", s3.server.endpoint, "--root", stage)
+        assert bench(wl, *args, "--latency-ms", ms, "--json", str(out)) == 0
+        runs[ms] = (json.loads(out.read_text()), capsys.readouterr().out)
+    (plain, _), (slow, said) = runs["0"], runs["20"]
+    assert slow["workloads"][0]["s3"] == {
+        "url": target,
+        "endpoint": s3.server.endpoint,
+        "latency_ms": 20.0,
+        "max_concurrent": None,
+    }
+    assert f"at {s3.server.endpoint}" in said and "20 ms added to each request" in said
+    (a,), (b,) = plain["results"], slow["results"]
+    assert b["latency_ms"] == 20 and b["digest"] == a["digest"]
+    # Every request waited at the proxy: the store's own latencies say so.
+    assert b["request_latency_s"]["p50"] >= 0.020

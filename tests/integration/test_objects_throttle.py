@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +20,7 @@ import numpy as np
 import pytest
 from s3util import BUCKET, FAST_RETRY, SMALL, S3Fixture, StoreFactory, expected
 
+from _scripts import run_benchmark
 from headrace.emulate import LatencyProxy
 from headrace.errors import TransientStorageError
 from headrace.formats import TokenSource
@@ -126,17 +124,9 @@ def test_the_proxy_answers_slowdown_past_its_limit(s3: S3Fixture) -> None:
 
 
 def test_the_benchmark_runs_small_and_checks_its_digests(tmp_path: Path) -> None:
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "s3_throttle.py"
     out = tmp_path / "r.json"
     args = ["--latency-ms", "5", "--max-concurrent", "4", "--requests", "60", "--trials", "2"]
-    p = subprocess.run(
-        [sys.executable, str(script), *args, "--json", str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        timeout=120,
-        check=False,
-    )
+    p = run_benchmark("s3_throttle.py", *args, "--json", str(out))
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
     assert set(r["sides"]) == {"adaptive", "fixed", "oracle"}

@@ -25,6 +25,7 @@ from headrace.errors import (
     ObjectNotFoundError,
     PermissionDeniedError,
     StorageError,
+    TransientStorageError,
 )
 from headrace.formats import PaddedRows, PairRows, write_row_file
 from headrace.pipeline import Loader
@@ -200,6 +201,25 @@ def test_permanent_errors_name_the_object(s3: S3Fixture, root: Path, proxy: Late
     src.close()
     with pytest.raises(ObjectNotFoundError, match=rf"{URL}/nope\.npy"):
         PaddedRows(f"{URL}/nope.npy", context=64, store_options=options(s3))
+
+
+def test_a_short_body_every_time_is_refused_naming_the_object(
+    s3: S3Fixture, root: Path, proxy: LatencyProxy
+) -> None:
+    # Half the bytes asked, with a Content-Length that matches them, on every try: an
+    # error naming the object and the bytes asked, never rows of other bytes.
+    src = padded(URL, options(s3, proxy.endpoint), shuffle="full")
+    try:
+        src.read(0, np.arange(32))  # opened and read clean first
+        proxy.set_faults([FaultRule(kind="short", match="GET /headrace-test/rows/")])
+        with pytest.raises(
+            TransientStorageError, match=rf"{URL}/(tok\.npy|mask\.bin), bytes \[\d+, \d+\): "
+        ) as ei:
+            src.read(0, np.arange(32, 64))
+        assert "cut short" in str(ei.value)
+    finally:
+        proxy.set_faults([])
+        src.close()
 
 
 def test_an_object_replaced_while_open_is_refused(s3: S3Fixture, root: Path) -> None:
