@@ -268,15 +268,6 @@ def _padded_headrace(k: PaddedKind, spec: VariantSpec, steps: int) -> Stream:
     gap = spec.int("max_gap", base.max_gap)
     # ?engine=auto|uring|threads: how positional reads run (--sweep engine=threads,uring).
     engine = spec.options.get("engine", base.engine)
-    moot = sorted({"max_gap", "engine"} & set(spec.options))
-    if strategy == "mmap" and moot:
-        # Mapped indexing neither coalesces nor reads positionally: a sweep of these would
-        # measure one thing N times (bytes read alike, to the byte) and pass for a knob.
-        raise ConfigError(
-            f"{k.workload.where}: variant {spec.text!r}: strategy 'mmap' reads through the "
-            f"map, so {' and '.join(moot)} would change nothing; give strategy=pread (or "
-            "odirect) beside it, e.g. --variants 'headrace?strategy=pread'"
-        )
     reader = RangeReader(ReaderConfig(strategy=strategy, max_gap=gap, engine=engine))
     src = PaddedRows(tok_path, mask_path, context=k.context, reader=reader)
     loader = k.loader(src, spec, steps)
