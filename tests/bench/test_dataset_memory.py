@@ -19,7 +19,9 @@ def meminfo() -> dict[str, int]:
 
 def test_the_dataset_size_is_its_files_and_memory_is_the_machines(tmp_path: Path) -> None:
     out, root = tmp_path / "r.json", tmp_path / "data"
-    args = ["bench", "--root", str(root), *TINY, "--variants", "naive,headrace-sync"]
+    # issue 2's form: --workload tokens --token-file-gib N (0.004 GiB: 1,073,741 uint32)
+    args = ["bench", "--workload", "tokens", "--root", str(root), *TINY]
+    args += ["--variants", "naive,headrace-sync"]
     assert main([*args, "--no-isolate", "--json", str(out)]) == 0
     (w,) = json.loads(out.read_text())["workloads"]
     (tokens,) = root.glob("tokens-*.bin")  # beside it: gen's markers, not data
