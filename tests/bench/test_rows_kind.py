@@ -99,6 +99,24 @@ def test_padded_reports_the_io_engine(tmp_path: Path) -> None:
     assert len({tuple(w) for w in want.values()}) == 1
 
 
+def test_the_coalescing_gap_reaches_positional_reads(tmp_path: Path) -> None:
+    # `--sweep max_gap=...` is how docs/bench.md sweeps the coalescing gap: with pread the
+    # gap decides the bytes read (the same batches). Mapped reads ignore it (as adaptive's
+    # on page-cached data): docs/bench.md's example swept it there until 2026-12-03.
+    kind = _tiny("padded", tmp_path)
+    read: dict[str, dict[int, int]] = {"pread": {}, "mmap": {}}
+    digests = set()
+    for strategy, by_gap in read.items():
+        for gap in (0, 1 << 20):
+            stream = kind.open(f"headrace?strategy={strategy}&max_gap={gap}", 3)
+            digests.add(b"".join(b["x"].tobytes() for b in stream))
+            by_gap[gap] = stream.bytes_read()
+            stream.close()
+    assert len(digests) == 1
+    assert read["pread"][0] < read["pread"][1 << 20]  # 1 MiB gaps: the small file whole
+    assert read["mmap"][0] == read["mmap"][1 << 20]
+
+
 def test_table_pads_and_labels(tmp_path: Path) -> None:
     kind = _tiny("table", tmp_path)
     rows = next(kind.plan(kind.workload.train.seed, 1))
@@ -206,3 +224,37 @@ def test_a_table_whose_state_file_was_cut_short_is_written_again(
     monkeypatch.setattr(Path, "write_text", real)
     path = make_table_dataset(tmp_path, rows=64, max_len=9)
     TableSource(path, columns=["input_ids"], width=9).close()
+
+
+def test_trials_alternate_the_variants_step_for_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Trials run A B A B ..., each `steps` batches (a noisy neighbour hits every variant
+    # alike); run A A B B, the same figures would measure two different moments.
+    kind = _tiny("padded", tmp_path, trials=3, steps=4)
+    taken: list[str] = []
+    real_open = PaddedKind.open
+
+    def open_counting(self: PaddedKind, spec: str, steps: int) -> object:
+        stream = real_open(self, spec, steps)
+        batches = iter(stream)
+
+        def counted() -> object:
+            for b in batches:
+                taken.append(spec)
+                yield b
+
+        stream._batches = counted()  # type: ignore[attr-defined]
+        return stream
+
+    monkeypatch.setattr(PaddedKind, "open", open_counting)
+    _, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert len({r["digest"] for r in results}) == 1
+    runs: list[list[object]] = []  # [variant, batches in a row]
+    for spec in taken:
+        if runs and runs[-1][0] == spec:
+            runs[-1][1] += 1  # type: ignore[operator]
+        else:
+            runs.append([spec, 1])
+    # the digest pass of each, then the warm-up step of each, then the trials
+    assert runs[-8:] == [["naive", 1], ["headrace", 1]] + [["naive", 4], ["headrace", 4]] * 3

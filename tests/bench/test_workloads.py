@@ -84,6 +84,12 @@ def test_builtin_workload_tiny_is_self_consistent(name: str, tmp_path: Path) -> 
         assert r["cpu_s_per_gb"] == pytest.approx(cpu / (r["bytes_delivered"] / 1e9))
 
 
+def test_every_builtin_workload_has_a_tiny_run() -> None:
+    # A built-in workload added without one would ship with no run of its report checked;
+    # padded and table: test_rows_kind.py::test_tiny_run_is_self_consistent.
+    assert sorted(builtin_workloads()) == sorted([*TINY, "padded", "table"])
+
+
 def test_stub_kinds_are_declared_but_refuse_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,17 +12,19 @@ import hashlib
 import json
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from s3util import BUCKET, S3Fixture, StoreFactory, payload
+from s3util import BUCKET, STALL_S, S3Fixture, StoreFactory, payload
 
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._upload import DIGEST_KEY
 from headrace.bench._workload import load_workload
 from headrace.cli import main
 from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.io import RetryPolicy
 from headrace.testing import batch_digest
 
@@ -261,6 +263,32 @@ def test_put_file_starts_over_after_a_failed_part(
     # The failed attempt's multipart upload was aborted, not left to hold its parts.
     client = s3.server.info.boto3_client()
     assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+@pytest.mark.parametrize("size", [1000, 10 * 1024 * 1024 + 5], ids=["one-put", "multipart"])
+def test_a_put_that_stalls_times_out_is_retried_then_named(
+    tmp_path: Path, proxy: LatencyProxy, open_store: StoreFactory, s3: S3Fixture, size: int
+) -> None:
+    # A PUT the storage never answers (a stalled connection, a load balancer holding it)
+    # is a timeout like a GET's: retried, and named with the key when the tries run out,
+    # in seconds, not the 30 s the server stalls.
+    src = tmp_path / "f.bin"
+    data = payload(11, size)
+    src.write_bytes(data)
+    quick = RetryPolicy(attempts=2, base_delay_s=0.01, timeout_s=1.0)
+    store = open_store(endpoint=proxy.endpoint, url=f"s3://{BUCKET}/gen-stall", retry=quick)
+    proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match="PUT ", limit=1)])
+    assert store.put_file("once.bin", str(src)).size == size
+    assert store.stats.retries == 1 and bytes(store.get("once.bin")) == data
+    proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match="PUT ")])
+    t0 = time.monotonic()
+    with pytest.raises(StorageError, match=rf"s3://{BUCKET}/gen-stall/never\.bin.*timed out"):
+        store.put_file("never.bin", str(src))
+    assert time.monotonic() - t0 < STALL_S / 2  # a bound on the wait, not a measurement
+    with pytest.raises(ObjectNotFoundError):
+        store.get("never.bin")  # nothing half-written is left to read
+    uploads = s3.server.info.boto3_client().list_multipart_uploads(Bucket=BUCKET)
+    assert [u["Key"] for u in uploads.get("Uploads", []) if "gen-stall" in u["Key"]] == []
 
 
 def test_the_workloads_reader_section_gives_the_endpoint(

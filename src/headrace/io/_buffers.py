@@ -3,8 +3,10 @@
 Aligned to the page (so O_DIRECT can read into them), zero-cost to reserve
 (pages are faulted in on first write), and optionally backed by transparent
 huge pages: filling a fresh 256 MiB buffer costs 65,536 page faults with 4 KiB
-pages, which measured 10x slower than the copy itself (0.54 vs 5.8 GB/s),
-so large buffers ask for huge pages and callers recycle them.
+pages, which took 2.4-2.6x the time of filling a recycled buffer from the page
+cache (``benchmarks/fresh_pages.py``, 2026-12-03; fresh huge pages 1.7-1.8x, some
+fills much slower where a fault stalls to compact memory), so large buffers ask for
+huge pages and callers recycle them.
 """
 
 from __future__ import annotations
