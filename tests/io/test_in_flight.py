@@ -43,6 +43,9 @@ def test_a_read_that_fails_is_not_left_in_flight(
         assert _mine(path) == []
 
 
+# JAX, imported by another test of the same xdist worker, warns on any fork; the child
+# here only reads a dict and exits.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_entries_are_oldest_first_and_a_forked_child_has_none(tmp_path: Path) -> None:
     a = in_flight.begin(str(tmp_path / "a"), 0, 10)
     b = in_flight.begin("s3://b/k, bytes [5, 9)", 0, -1)
