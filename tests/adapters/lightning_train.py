@@ -2,7 +2,7 @@
 (``Trainer(accelerator="cpu", devices=2, strategy="ddp")``) on a HeadraceDataLoader
 without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
 
-    lightning_train.py ROOT OUT first|resume
+    lightning_train.py ROOT OUT first|resume [WORKERS]
 
 ``first`` trains SAVE_AT steps on a stock ``DataLoader(ds, batch_size=None)``, then
 STEPS steps on a HeadraceDataLoader, validating every 2 steps on a stock
@@ -11,7 +11,8 @@ in a new process, first resumes the stock run from its checkpoint at SAVE_AT (re
 Lightning restores no state into a stock DataLoader), then the other, which Lightning
 restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
-parameters to OUT/{mode}-{rank}.json.
+parameters to OUT/{mode}-{rank}.json. With WORKERS (> 0), only the HeadraceDataLoader's
+runs, on ``HeadraceDataLoader(ds, num_workers=WORKERS)`` over chunks of one step each.
 """
 
 from __future__ import annotations
@@ -43,13 +44,18 @@ from headrace.torch import HeadraceDataLoader, TorchDataset
 
 
 class Module(L.LightningModule):
-    def __init__(self, root: Path, stock: bool) -> None:
+    def __init__(self, root: Path, stock: bool, workers: int) -> None:
         super().__init__()
         self.net, self.root, self.stock, self.seen, self.val = Net(), root, stock, [], []
+        self.workers = workers
 
     def train_dataloader(self) -> Any:
-        ds = dataset(self.root)  # made here, after Lightning initialised torch.distributed
-        return DataLoader(ds, batch_size=None) if self.stock else HeadraceDataLoader(ds)
+        # Made here, after Lightning initialised torch.distributed.
+        if self.stock:
+            return DataLoader(dataset(self.root), batch_size=None)
+        # With workers, a chunk a step: the steps alternate between them.
+        ds = dataset(self.root, chunk_steps=1) if self.workers else dataset(self.root)
+        return HeadraceDataLoader(ds, num_workers=self.workers)
 
     def val_dataloader(self) -> Any:
         # Not resumed by Lightning, nor meant to be: a resumed run must not refuse it.
@@ -68,9 +74,9 @@ class Module(L.LightningModule):
 
 
 def fit(
-    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS
+    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS, workers: int = 0
 ) -> tuple[Module, L.Trainer]:
-    module = Module(root, stock)
+    module = Module(root, stock, workers)
     every = ModelCheckpoint(
         dirpath=out, every_n_train_steps=SAVE_AT, save_top_k=-1, filename="{step}"
     )
@@ -101,18 +107,24 @@ def refusal(exc: BaseException | None) -> str:
     return ""
 
 
-def main(root: Path, out: Path, mode: str) -> None:
-    found = {}
-    ckpt = out / f"step={SAVE_AT}.ckpt"
-    if mode == "first":  # a checkpoint of a run on a stock DataLoader, for the refusal
+def stock_runs(root: Path, out: Path, mode: str, ckpt: Path) -> dict[str, Any]:
+    """The stock DataLoader's: its batches (``first``, saving the checkpoint that ``resume``
+    is refused from) or its refusal."""
+    if mode == "first":
         stock, _ = fit(root, out / "stock", stock=True, ckpt=None, steps=SAVE_AT)
-        found["stock_seen"] = stock.seen
-    else:
-        try:
-            fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name)
-        except Exception as exc:
-            found["stock"] = refusal(exc) or repr(exc)
-    module, trainer = fit(root, out, stock=False, ckpt=ckpt if mode == "resume" else None)
+        return {"stock_seen": stock.seen}
+    try:
+        fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name)
+    except Exception as exc:
+        return {"stock": refusal(exc) or repr(exc)}
+    return {"stock": ""}
+
+
+def main(root: Path, out: Path, mode: str, workers: int = 0) -> None:
+    ckpt = out / f"step={SAVE_AT}.ckpt"
+    found = {} if workers else stock_runs(root, out, mode, ckpt)
+    resume = ckpt if mode == "resume" else None
+    module, trainer = fit(root, out, stock=False, ckpt=resume, workers=workers)
     write(
         out,
         mode,
@@ -125,5 +137,5 @@ def main(root: Path, out: Path, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:]))
     end()  # with main's trainer and DDP model gone

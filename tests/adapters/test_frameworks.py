@@ -11,6 +11,8 @@ batches are refused with a ``ConfigError`` on every rank (none hangs).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source, torchrun
+from _adapter_data import BATCH, launch, token_source, torchrun
 from _frameworks import SAVE_AT, SEED, STEPS, val_source
 
 from headrace.pipeline import Loader
@@ -35,10 +37,13 @@ def reference(root: Path, rank: int) -> list[str]:
         return [batch_digest([b]) for b in ld]
 
 
-def run(script: str, root: Path, out: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Both phases of ``script``; each rank's ``(first, resume)`` record."""
+def run(
+    script: str, root: Path, out: Path, *extra: object, start: Callable[..., None] | None = None
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Both phases of ``script`` (``start``ed by torchrun unless given); each rank's
+    ``(first, resume)`` record."""
     for mode in ("first", "resume"):
-        torchrun(WORLD, script, root, out, mode)
+        (start or partial(torchrun, WORLD))(script, root, out, mode, *extra)
     return [
         tuple(json.loads((out / f"{mode}-{r}.json").read_text()) for mode in ("first", "resume"))  # type: ignore[misc]
         for r in range(WORLD)
@@ -67,6 +72,19 @@ def test_accelerate(root: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_accelerate_launch(root: Path, tmp_path: Path) -> None:
+    # accelerate's own launcher. With --cpu it starts one process (several only through
+    # mpirun, not installed here); --multi_gpu starts them through torch's elastic agent,
+    # on a machine without a GPU too, and the script's Accelerator(cpu=True) joins gloo.
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    options = ["--multi_gpu", f"--num_processes={WORLD}", "--num_machines=1"]
+    options += ["--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"]
+    # HF_HOME: no accelerate config of this machine's (it would fill in other settings).
+    start = partial(launch, ["accelerate.commands.launch", *options], HF_HOME=str(tmp_path))
+    check_exact(root, run("accelerate_train.py", root, tmp_path, start=start))
+
+
+@pytest.mark.integration
 def test_lightning(root: Path, tmp_path: Path) -> None:
     pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     records = run("lightning_train.py", root, tmp_path)
@@ -84,6 +102,14 @@ def test_lightning(root: Path, tmp_path: Path) -> None:
         assert resumed["val"] == val * (STEPS // 2 - SAVE_AT // 2), rank  # at 4, 6
         assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in stock, stock
         assert "start again at step 0" in stock and RECIPE in stock
+
+
+@pytest.mark.integration
+def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
+    # HeadraceDataLoader(ds, num_workers=2), a chunk a step (the workers take turns):
+    # Lightning's checkpoint at step 3 resumes, in new processes, with new workers.
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    check_exact(root, run("lightning_train.py", root, tmp_path, 2))
 
 
 @pytest.mark.integration
