@@ -2,7 +2,7 @@
 (``Trainer(accelerator="cpu", devices=2, strategy="ddp")``) on a HeadraceDataLoader
 without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
 
-    lightning_train.py ROOT OUT first|resume [WORKERS]
+    lightning_train.py ROOT OUT first|resume [workers|own-loop]
 
 ``first`` trains SAVE_AT steps on a stock ``DataLoader(ds, batch_size=None)``, then
 STEPS steps on a HeadraceDataLoader, validating every 2 steps on a stock
@@ -11,8 +11,9 @@ in a new process, first resumes the stock run from its checkpoint at SAVE_AT (re
 Lightning restores no state into a stock DataLoader), then the other, which Lightning
 restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
-parameters to OUT/{mode}-{rank}.json. With WORKERS (> 0), only the HeadraceDataLoader's
-runs, on ``HeadraceDataLoader(ds, num_workers=WORKERS)`` over chunks of one step each.
+parameters to OUT/{mode}-{rank}.json. ``workers``: only the HeadraceDataLoader's runs,
+with ``num_workers=2`` and chunks of one step. ``own-loop``: every run's
+``trainer.fit_loop`` is a user's subclass of Lightning's.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from _frameworks import (
     write,
 )
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loops.fit_loop import _FitLoop
 from torch.utils.data import DataLoader
 
 from headrace.errors import ConfigError
@@ -73,10 +75,15 @@ class Module(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.5)
 
 
+class OwnFitLoop(_FitLoop):
+    """A user's fit loop, in ``trainer.fit_loop``: the wrapper checks must know it for
+    Lightning's."""
+
+
 def fit(
-    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS, workers: int = 0
+    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS, variant: str = ""
 ) -> tuple[Module, L.Trainer]:
-    module = Module(root, stock, workers)
+    module = Module(root, stock, workers=2 if variant == "workers" else 0)
     every = ModelCheckpoint(
         dirpath=out, every_n_train_steps=SAVE_AT, save_top_k=-1, filename="{step}"
     )
@@ -94,6 +101,10 @@ def fit(
         enable_model_summary=False,
         enable_checkpointing=True,
     )
+    if variant == "own-loop":
+        loop = trainer.fit_loop
+        own = OwnFitLoop(trainer, min_epochs=loop.min_epochs, max_epochs=loop.max_epochs)
+        own.epoch_loop, trainer.fit_loop = loop.epoch_loop, own
     trainer.fit(module, ckpt_path=ckpt)
     return module, trainer
 
@@ -107,24 +118,24 @@ def refusal(exc: BaseException | None) -> str:
     return ""
 
 
-def stock_runs(root: Path, out: Path, mode: str, ckpt: Path) -> dict[str, Any]:
+def stock_runs(root: Path, out: Path, mode: str, ckpt: Path, variant: str) -> dict[str, Any]:
     """The stock DataLoader's: its batches (``first``, saving the checkpoint that ``resume``
     is refused from) or its refusal."""
     if mode == "first":
-        stock, _ = fit(root, out / "stock", stock=True, ckpt=None, steps=SAVE_AT)
+        stock, _ = fit(root, out / "stock", stock=True, ckpt=None, steps=SAVE_AT, variant=variant)
         return {"stock_seen": stock.seen}
     try:
-        fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name)
+        fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name, variant=variant)
     except Exception as exc:
         return {"stock": refusal(exc) or repr(exc)}
     return {"stock": ""}
 
 
-def main(root: Path, out: Path, mode: str, workers: int = 0) -> None:
+def main(root: Path, out: Path, mode: str, variant: str = "") -> None:
     ckpt = out / f"step={SAVE_AT}.ckpt"
-    found = {} if workers else stock_runs(root, out, mode, ckpt)
+    found = {} if variant == "workers" else stock_runs(root, out, mode, ckpt, variant)
     resume = ckpt if mode == "resume" else None
-    module, trainer = fit(root, out, stock=False, ckpt=resume, workers=workers)
+    module, trainer = fit(root, out, stock=False, ckpt=resume, variant=variant)
     write(
         out,
         mode,
@@ -137,5 +148,5 @@ def main(root: Path, out: Path, mode: str, workers: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], *sys.argv[4:])
     end()  # with main's trainer and DDP model gone
