@@ -1,6 +1,6 @@
 """Run under torchrun (2 CPU processes, gloo): a tiny model trained with Lightning
-(``Trainer(accelerator="cpu", devices=2, strategy="ddp")``) on a HeadraceDataLoader
-without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
+(``Trainer(accelerator="cpu", devices=WORLD_SIZE, strategy="ddp")``) on a
+HeadraceDataLoader without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
 
     lightning_train.py ROOT OUT first|resume [workers|own-loop]
 
@@ -11,13 +11,14 @@ in a new process, first resumes the stock run from its checkpoint at SAVE_AT (re
 Lightning restores no state into a stock DataLoader), then the other, which Lightning
 restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
-parameters to OUT/{mode}-{rank}.json. ``workers``: only the HeadraceDataLoader's runs,
-with ``num_workers=2`` and chunks of one step. ``own-loop``: every run's
-``trainer.fit_loop`` is a user's subclass of Lightning's.
+parameters to OUT/{mode}-{rank}.json. ``workers`` (tested on 1 process): only the
+HeadraceDataLoader's runs, with ``num_workers=2`` and chunks of one step. ``own-loop``:
+every run's ``trainer.fit_loop`` is a user's subclass of Lightning's.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def fit(
     )
     trainer = L.Trainer(
         accelerator="cpu",
-        devices=2,
+        devices=int(os.environ["WORLD_SIZE"]),  # torchrun's
         strategy="ddp",
         max_steps=steps,
         val_check_interval=2,
