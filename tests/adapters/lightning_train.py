@@ -19,7 +19,6 @@ every run's ``trainer.fit_loop`` is a user's subclass of Lightning's.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,7 @@ from _frameworks import (
     Net,
     dataset,
     digest,
-    end,
-    params_digest,
+    script,
     val_source,
     write,
 )
@@ -137,17 +135,9 @@ def main(root: Path, out: Path, mode: str, variant: str = "") -> None:
     found = {} if variant == "workers" else stock_runs(root, out, mode, ckpt, variant)
     resume = ckpt if mode == "resume" else None
     module, trainer = fit(root, out, stock=False, ckpt=resume, variant=variant)
-    write(
-        out,
-        mode,
-        trainer.global_rank,
-        seen=module.seen,
-        val=module.val,
-        params=params_digest(module.net),
-        refused=found,
-    )
+    rank = trainer.global_rank
+    write(out, mode, rank, module.net, seen=module.seen, val=module.val, refused=found)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], *sys.argv[4:])
-    end()  # with main's trainer and DDP model gone
+    script(main)
