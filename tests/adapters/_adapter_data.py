@@ -231,14 +231,21 @@ def run_script(script: Path) -> subprocess.CompletedProcess[str]:
 def torchrun(nproc: int, script: str, *args: object) -> None:
     """``python -m torch.distributed.run --standalone`` of ``script`` (beside this file)
     on ``nproc`` CPU processes; fails the test with the tail of their output."""
+    launch(["torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"], script, *args)
+
+
+def launch(launcher: list[str], script: str, *args: object, **env: str) -> None:
+    """``python -m`` ``launcher`` (its module and options) of ``script`` (beside this
+    file), with ``env`` added to the environment; fails the test with the tail of the
+    processes' output."""
     here = Path(__file__).parent
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(here), *sys.path]),
         "OMP_NUM_THREADS": "1",
+        **env,
     }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc_per_node={nproc}", str(here / script), *map(str, args)]
+    cmd = [sys.executable, "-m", *launcher, str(here / script), *map(str, args)]
     done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

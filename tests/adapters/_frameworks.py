@@ -1,11 +1,14 @@
 """What the framework scripts (accelerate_train.py, lightning_train.py, hf_trainer_train.py)
-share: the loader's settings, a tiny model, and what each rank writes for the test."""
+share: the loader's settings, a tiny model, what each rank writes for the test, and their
+command line."""
 
 from __future__ import annotations
 
 import gc
 import hashlib
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +60,16 @@ def params_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def write(out: Path, name: str, rank: int, **fields: Any) -> None:
-    (out / f"{name}-{rank}.json").write_text(json.dumps(fields))
+def write(out: Path, mode: str, rank: int, model: torch.nn.Module, **fields: Any) -> None:
+    """OUT/{mode}-{rank}.json: ``fields``, and ``params``, the digest of ``model``'s."""
+    (out / f"{mode}-{rank}.json").write_text(json.dumps({**fields, "params": params_digest(model)}))
+
+
+def script(main: Callable[..., None]) -> None:
+    """``main(ROOT, OUT, MODE, *rest)`` from the command line, then :func:`end`, with
+    main's trainer and DDP model gone."""
+    main(Path(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:])
+    end()
 
 
 def end() -> None:

@@ -13,12 +13,11 @@ final parameters to OUT/{mode}-{rank}.json.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
 from _adapter_data import widen
-from _frameworks import SAVE_AT, STEPS, Net, dataset, digest, end, params_digest, write
+from _frameworks import SAVE_AT, STEPS, Net, dataset, digest, script, write
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader
@@ -71,9 +70,8 @@ def main(root: Path, out: Path, mode: str) -> None:
             acc.save_state(str(out / "ckpt"))
         if dl.step == STEPS:
             break
-    write(out, mode, acc.process_index, seen=seen, params=params_digest(model), refused=found)
+    write(out, mode, acc.process_index, model, seen=seen, refused=found)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
-    end()  # with main's DDP model gone
+    script(main)

@@ -16,12 +16,11 @@ OUT/{mode}-{rank}.json.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from _frameworks import SAVE_AT, STEPS, Net, dataset, digest, end, params_digest, write
+from _frameworks import SAVE_AT, STEPS, Net, dataset, digest, script, write
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from headrace.errors import ConfigError
@@ -101,16 +100,8 @@ def main(root: Path, out: Path, mode: str) -> None:
     model = Model()
     trainer = HeadraceTrainer(model=model, args=args, loader=loader)
     trainer.train(resume_from_checkpoint=str(ckpt) if mode == "resume" else None)
-    write(
-        out,
-        mode,
-        trainer.args.process_index,
-        seen=model.seen,
-        params=params_digest(model.net),
-        refused=found,
-    )
+    write(out, mode, trainer.args.process_index, model.net, seen=model.seen, refused=found)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
-    end()  # with main's trainer and DDP model gone
+    script(main)

@@ -1,8 +1,8 @@
 """Run under torchrun (2 CPU processes, gloo): a tiny model trained with Lightning
-(``Trainer(accelerator="cpu", devices=2, strategy="ddp")``) on a HeadraceDataLoader
-without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
+(``Trainer(accelerator="cpu", devices=WORLD_SIZE, strategy="ddp")``) on a
+HeadraceDataLoader without ``len()``, checkpointed by ModelCheckpoint every SAVE_AT steps.
 
-    lightning_train.py ROOT OUT first|resume
+    lightning_train.py ROOT OUT first|resume [workers|own-loop]
 
 ``first`` trains SAVE_AT steps on a stock ``DataLoader(ds, batch_size=None)``, then
 STEPS steps on a HeadraceDataLoader, validating every 2 steps on a stock
@@ -11,12 +11,14 @@ in a new process, first resumes the stock run from its checkpoint at SAVE_AT (re
 Lightning restores no state into a stock DataLoader), then the other, which Lightning
 restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
-parameters to OUT/{mode}-{rank}.json.
+parameters to OUT/{mode}-{rank}.json. ``workers`` (tested on 1 process): only the
+HeadraceDataLoader's runs, with ``num_workers=2`` and chunks of one step. ``own-loop``:
+every run's ``trainer.fit_loop`` is a user's subclass of Lightning's.
 """
 
 from __future__ import annotations
 
-import sys
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +32,12 @@ from _frameworks import (
     Net,
     dataset,
     digest,
-    end,
-    params_digest,
+    script,
     val_source,
     write,
 )
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loops.fit_loop import _FitLoop
 from torch.utils.data import DataLoader
 
 from headrace.errors import ConfigError
@@ -43,13 +45,18 @@ from headrace.torch import HeadraceDataLoader, TorchDataset
 
 
 class Module(L.LightningModule):
-    def __init__(self, root: Path, stock: bool) -> None:
+    def __init__(self, root: Path, stock: bool, workers: int) -> None:
         super().__init__()
         self.net, self.root, self.stock, self.seen, self.val = Net(), root, stock, [], []
+        self.workers = workers
 
     def train_dataloader(self) -> Any:
-        ds = dataset(self.root)  # made here, after Lightning initialised torch.distributed
-        return DataLoader(ds, batch_size=None) if self.stock else HeadraceDataLoader(ds)
+        # Made here, after Lightning initialised torch.distributed.
+        if self.stock:
+            return DataLoader(dataset(self.root), batch_size=None)
+        # With workers, a chunk a step: the steps alternate between them.
+        ds = dataset(self.root, chunk_steps=1) if self.workers else dataset(self.root)
+        return HeadraceDataLoader(ds, num_workers=self.workers)
 
     def val_dataloader(self) -> Any:
         # Not resumed by Lightning, nor meant to be: a resumed run must not refuse it.
@@ -67,16 +74,21 @@ class Module(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.5)
 
 
+class OwnFitLoop(_FitLoop):
+    """A user's fit loop, in ``trainer.fit_loop``: the wrapper checks must know it for
+    Lightning's."""
+
+
 def fit(
-    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS
+    root: Path, out: Path, *, stock: bool, ckpt: Path | None, steps: int = STEPS, variant: str = ""
 ) -> tuple[Module, L.Trainer]:
-    module = Module(root, stock)
+    module = Module(root, stock, workers=2 if variant == "workers" else 0)
     every = ModelCheckpoint(
         dirpath=out, every_n_train_steps=SAVE_AT, save_top_k=-1, filename="{step}"
     )
     trainer = L.Trainer(
         accelerator="cpu",
-        devices=2,
+        devices=int(os.environ["WORLD_SIZE"]),  # torchrun's
         strategy="ddp",
         max_steps=steps,
         val_check_interval=2,
@@ -88,6 +100,10 @@ def fit(
         enable_model_summary=False,
         enable_checkpointing=True,
     )
+    if variant == "own-loop":
+        loop = trainer.fit_loop
+        own = OwnFitLoop(trainer, min_epochs=loop.min_epochs, max_epochs=loop.max_epochs)
+        own.epoch_loop, trainer.fit_loop = loop.epoch_loop, own
     trainer.fit(module, ckpt_path=ckpt)
     return module, trainer
 
@@ -101,29 +117,27 @@ def refusal(exc: BaseException | None) -> str:
     return ""
 
 
-def main(root: Path, out: Path, mode: str) -> None:
-    found = {}
+def stock_runs(root: Path, out: Path, mode: str, ckpt: Path, variant: str) -> dict[str, Any]:
+    """The stock DataLoader's: its batches (``first``, saving the checkpoint that ``resume``
+    is refused from) or its refusal."""
+    if mode == "first":
+        stock, _ = fit(root, out / "stock", stock=True, ckpt=None, steps=SAVE_AT, variant=variant)
+        return {"stock_seen": stock.seen}
+    try:
+        fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name, variant=variant)
+    except Exception as exc:
+        return {"stock": refusal(exc) or repr(exc)}
+    return {"stock": ""}
+
+
+def main(root: Path, out: Path, mode: str, variant: str = "") -> None:
     ckpt = out / f"step={SAVE_AT}.ckpt"
-    if mode == "first":  # a checkpoint of a run on a stock DataLoader, for the refusal
-        stock, _ = fit(root, out / "stock", stock=True, ckpt=None, steps=SAVE_AT)
-        found["stock_seen"] = stock.seen
-    else:
-        try:
-            fit(root, out / "stock", stock=True, ckpt=out / "stock" / ckpt.name)
-        except Exception as exc:
-            found["stock"] = refusal(exc) or repr(exc)
-    module, trainer = fit(root, out, stock=False, ckpt=ckpt if mode == "resume" else None)
-    write(
-        out,
-        mode,
-        trainer.global_rank,
-        seen=module.seen,
-        val=module.val,
-        params=params_digest(module.net),
-        refused=found,
-    )
+    found = {} if variant == "workers" else stock_runs(root, out, mode, ckpt, variant)
+    resume = ckpt if mode == "resume" else None
+    module, trainer = fit(root, out, stock=False, ckpt=resume, variant=variant)
+    rank = trainer.global_rank
+    write(out, mode, rank, module.net, seen=module.seen, val=module.val, refused=found)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
-    end()  # with main's trainer and DDP model gone
+    script(main)

@@ -11,6 +11,8 @@ batches are refused with a ``ConfigError`` on every rank (none hangs).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, token_source, torchrun
+from _adapter_data import BATCH, launch, token_source, torchrun
 from _frameworks import SAVE_AT, SEED, STEPS, val_source
 
 from headrace.pipeline import Loader
@@ -28,26 +30,34 @@ WORLD = 2
 RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
 
 
-def reference(root: Path, rank: int) -> list[str]:
+def reference(root: Path, rank: int, world: int = WORLD) -> list[str]:
     with Loader(
-        token_source(root), batch_size=BATCH, seed=SEED, steps=STEPS, rank=rank, world_size=WORLD
+        token_source(root), batch_size=BATCH, seed=SEED, steps=STEPS, rank=rank, world_size=world
     ) as ld:
         return [batch_digest([b]) for b in ld]
 
 
-def run(script: str, root: Path, out: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Both phases of ``script``; each rank's ``(first, resume)`` record."""
+def run(
+    script: str,
+    root: Path,
+    out: Path,
+    *extra: object,
+    world: int = WORLD,
+    start: Callable[..., None] | None = None,
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Both phases of ``script`` on ``world`` ranks (``start``ed by torchrun unless
+    given); each rank's ``(first, resume)`` record."""
     for mode in ("first", "resume"):
-        torchrun(WORLD, script, root, out, mode)
+        (start or partial(torchrun, world))(script, root, out, mode, *extra)
     return [
         tuple(json.loads((out / f"{mode}-{r}.json").read_text()) for mode in ("first", "resume"))  # type: ignore[misc]
-        for r in range(WORLD)
+        for r in range(world)
     ]
 
 
 def check_exact(root: Path, records: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
     for rank, (first, resumed) in enumerate(records):
-        want = reference(root, rank)
+        want = reference(root, rank, len(records))
         assert first["seen"] == want, rank  # this rank's slice, every step, in order
         assert resumed["seen"] == want[SAVE_AT:], rank  # neither replayed nor skipped
         assert resumed["params"] == first["params"], rank
@@ -64,6 +74,19 @@ def test_accelerate(root: Path, tmp_path: Path) -> None:
         assert f"only rank {rank}'s rows" in dispatch and RECIPE in dispatch
         assert "IterableDatasetShard over 2 processes" in shard and RECIPE in shard
         assert "skip_first_batches would read and drop the first 3" in resumed["refused"]["skip"]
+
+
+@pytest.mark.integration
+def test_accelerate_launch(root: Path, tmp_path: Path) -> None:
+    # accelerate's own launcher. With --cpu it starts one process (several only through
+    # mpirun, not installed here); --multi_gpu starts them through torch's elastic agent,
+    # on a machine without a GPU too, and the script's Accelerator(cpu=True) joins gloo.
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    options = ["--multi_gpu", f"--num_processes={WORLD}", "--num_machines=1"]
+    options += ["--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"]
+    # HF_HOME: no accelerate config of this machine's (it would fill in other settings).
+    start = partial(launch, ["accelerate.commands.launch", *options], HF_HOME=str(tmp_path))
+    check_exact(root, run("accelerate_train.py", root, tmp_path, start=start))
 
 
 @pytest.mark.integration
@@ -84,6 +107,28 @@ def test_lightning(root: Path, tmp_path: Path) -> None:
         assert resumed["val"] == val * (STEPS // 2 - SAVE_AT // 2), rank  # at 4, 6
         assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in stock, stock
         assert "start again at step 0" in stock and RECIPE in stock
+
+
+@pytest.mark.integration
+def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
+    # HeadraceDataLoader(ds, num_workers=2), a chunk a step (the workers take turns):
+    # Lightning's checkpoint at step 3 resumes, in a new process, with new workers. One
+    # rank (test_lightning has two): each worker imports the script, and so Lightning,
+    # again; 2 ranks took 77 and 55 s, 1 rank 51 and 45 s (2c, load 5, 2026-12-03).
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    check_exact(root, run("lightning_train.py", root, tmp_path, "workers", world=1))
+
+
+@pytest.mark.integration
+def test_lightning_with_a_fit_loop_of_the_users(root: Path, tmp_path: Path) -> None:
+    # trainer.fit_loop replaced by a subclass of Lightning's: the batch its fetcher holds
+    # is counted back (the resumed run skipped step 3), and the stock DataLoader resumed
+    # is refused (it was not); both found only by the loop's own type until 2026-12-03.
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    records = run("lightning_train.py", root, tmp_path, "own-loop")
+    check_exact(root, records)
+    for _, resumed in records:
+        assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in resumed["refused"]["stock"]
 
 
 @pytest.mark.integration

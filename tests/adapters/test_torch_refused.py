@@ -58,6 +58,10 @@ def test_stateful_dataloader_names_the_grown_file(tmp_path: Path) -> None:
         next(iter(resumed))
 
 
+def _digests(loader: Any) -> list[bytes]:
+    return [b["x"].numpy().tobytes() + b["y"].numpy().tobytes() for b in loader]
+
+
 def test_accelerate_skip_first_batches_without_a_loaded_state_is_the_resume(
     tmp_path: Path,
 ) -> None:
@@ -68,17 +72,35 @@ def test_accelerate_skip_first_batches_without_a_loaded_state_is_the_resume(
     from torch.utils.data import DataLoader
 
     root = write_tokens(tmp_path)
-
-    def ds() -> ht.TorchDataset:
-        return ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=5)
-
-    def digests(loader: Any) -> list[bytes]:
-        return [b["x"].numpy().tobytes() + b["y"].numpy().tobytes() for b in loader]
-
-    want = digests(DataLoader(ds(), batch_size=None))
+    want = _digests(DataLoader(_dataset(root), batch_size=None))
     acc = Accelerator(cpu=True)
-    assert digests(acc.skip_first_batches(DataLoader(ds(), batch_size=None), 2)) == want[2:]
-    loaded = ds()
+    skipped = acc.skip_first_batches(DataLoader(_dataset(root), batch_size=None), 2)
+    assert _digests(skipped) == want[2:]
+    loaded = _dataset(root)
     loaded.load_state_dict(loaded.state_at(2))
     with pytest.raises(ConfigError, match="skip_first_batches would read and drop the first 2"):
         next(iter(acc.skip_first_batches(DataLoader(loaded, batch_size=None), 2)))
+
+
+def test_accelerate_wrappers_are_known_by_class_not_name(tmp_path: Path) -> None:
+    # A user's subclass of accelerate's SkipDataLoader skips as accelerate's does: refused
+    # over a loaded state (it was not: only the type's own module was looked at). A
+    # user's own class of the same name, a DataLoader that skips nothing, is not
+    # accelerate's: not refused (torch's frames that iterate it are looked into).
+    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
+    from accelerate.data_loader import SkipDataLoader as AccelerateSkip
+    from torch.utils.data import DataLoader
+
+    class Skipping(AccelerateSkip):  # type: ignore[misc]
+        pass
+
+    class SkipDataLoader(DataLoader[Any]):
+        skip_batches = 2
+
+    root = write_tokens(tmp_path)
+    want = _digests(DataLoader(_dataset(root), batch_size=None))
+    loaded = _dataset(root)
+    loaded.load_state_dict(loaded.state_at(2))
+    with pytest.raises(ConfigError, match="skip_first_batches would read and drop the first 2"):
+        next(iter(Skipping(loaded, skip_batches=2, batch_size=None)))
+    assert _digests(SkipDataLoader(loaded, batch_size=None)) == want[2:]

@@ -28,8 +28,11 @@ loaders it can; measured with accelerate 1.16 and Lightning 2.6 on 2 gloo proces
 
 Like the DataLoader checks in ``_batching``, the wrappers are found up the stack of
 the caller (``TorchDataset.__iter__``, in a forked worker too; ``__getstate__`` for a
-spawned one), by their type's module and name: if a later release renamed them, these
-checks would go quiet, and ``tests/adapters/test_frameworks.py`` fails.
+spawned one), by the module and name of their type or of a class it derives from: a
+user's subclass of a framework's class (a fit loop of their own in ``trainer.fit_loop``)
+is that class, and a user's class of the same name elsewhere is not. If a later release
+renamed them, these checks would go quiet, and ``tests/adapters/test_frameworks.py``
+fails.
 """
 
 from __future__ import annotations
@@ -57,17 +60,21 @@ _FRAMEWORKS = ("accelerate.", "lightning.", "pytorch_lightning.", "torch.")
 
 _RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
 
-_FIT_LOOPS = (
+_FIT_LOOPS = {
     "lightning.pytorch.loops.fit_loop._FitLoop",
     "pytorch_lightning.loops.fit_loop._FitLoop",
-)
+}
 
 
-def _kind(obj: object) -> str:
-    """``module.Class`` of ``obj``'s real type (accelerate's wrappers answer
+def _kinds(obj: object) -> list[str]:
+    """``module.Class`` of ``obj``'s real type and of each class it derives from, most
+    derived first (``type()``, not ``isinstance``: accelerate's wrappers answer
     ``__class__`` with the DataLoader they wrap)."""
-    cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    return [f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__]
+
+
+def _is_fit_loop(obj: object) -> bool:
+    return not _FIT_LOOPS.isdisjoint(_kinds(obj))
 
 
 def _self_of(frame: FrameType) -> object:
@@ -99,12 +106,13 @@ def refuse_wrappers(dataset: Any) -> None:
 
 
 def _check(obj: object, dataset: Any) -> None:
-    kind = _kind(obj)
+    kinds = _kinds(obj)
     name = type(dataset).__name__
-    if kind.startswith("accelerate."):
+    wrapper = next((kind for kind in kinds if kind.startswith("accelerate.")), None)
+    if wrapper is not None:
         if not _holds(obj, dataset):
             return
-        cls = type(obj).__name__
+        cls = wrapper.rpartition(".")[2]
         skip = getattr(obj, "skip_batches", 0)
         # Without a loaded state the dataset starts at step 0, and skipping is the resume.
         if isinstance(skip, int) and skip > 0 and dataset._loads:
@@ -137,7 +145,7 @@ def _check(obj: object, dataset: Any) -> None:
                 f"that loader ({_RECIPE})."
             )
         return
-    if kind in _FIT_LOOPS:
+    if _is_fit_loop(obj):
         _refuse_lightning_replay(obj, dataset)
 
 
@@ -175,7 +183,7 @@ def lightning_prefetched(loader: object) -> int:
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:  # to the bottom: called once a checkpoint, not a batch
         obj = _self_of(frame)
-        if obj is not None and _kind(obj) in _FIT_LOOPS:
+        if obj is not None and _is_fit_loop(obj):
             flat = getattr(getattr(obj, "_combined_loader", None), "flattened", ())
             if not any(it is loader for it in flat):
                 return 0
