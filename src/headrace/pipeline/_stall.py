@@ -45,15 +45,19 @@ def stall_message(waited_s: float, step: int, reads: list[ReadInFlight]) -> str:
     head = f"headrace: no batch for {waited_s:.1f} s (step {step}): "
     if not reads:
         said = (
-            "no read of this process is in flight (the source may be decoding, waiting "
-            "for a lock, or reading in worker processes)"
+            "no read, open or listing of this process is in flight (the source may be "
+            "decoding, waiting for a lock, or reading in worker processes)"
         )
     else:
         n = len(reads)
         shown = ", ".join(str(r) for r in reads[:SHOWN])
         more = f", and {n - SHOWN} more" if n > SHOWN else ""
-        counts = Counter(r.what for r in reads)  # "2 reads and 1 open", first seen first
-        what = " and ".join(f"{k} {_WORDS.get(w, w)}{'s' * (k > 1)}" for w, k in counts.items())
+        # "1 open, 2 reads and 1 listing": by kind, the oldest's first.
+        kinds = [
+            f"{k} {_WORDS.get(w, w)}{'s' * (k > 1)}"
+            for w, k in Counter(r.what for r in reads).items()
+        ]
+        what = " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
         said = (
             f"{what} in flight, the oldest for {reads[0].age_s:.1f} s: "
             f"{shown}{more}; stalled storage?"
