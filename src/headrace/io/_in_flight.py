@@ -11,8 +11,10 @@ file's open (with its ``fstat``), a listed file's ``stat``, a folder's listing
 (entered as ``"open"``, ``"stat"``, ``"list"`` with the path, no range). One entry
 costs a counter, a clock read and a dict insert and removal (about 0.2 us, under a
 read's syscall; 0.45 us through :class:`Waiting`, against 0.75 us for a cached
-``os.stat``, 2c, 2026-12-03); the GIL makes each of those atomic, so no lock is
-taken. :func:`reads_in_flight` copies them out, oldest first. After ``fork`` a child
+``os.stat``). A listed file's stat went from 2.5 to 3.0 us (medians of 6 alternating
+runs at load 10, 2c, 2026-12-03), a walk of 20,000 files from 273 to 299 ms (8,
+same keys): listing is done once, up front. The GIL makes each step atomic, so no
+lock is taken. :func:`reads_in_flight` copies them out, oldest first. After ``fork`` a child
 starts empty: the parent's reads are not its own.
 """
 
