@@ -26,7 +26,7 @@ from s3util import store_options as options
 
 from headrace.emulate import LatencyProxy, SlowMount
 from headrace.errors import ConfigError, ObjectNotFoundError
-from headrace.formats import TokenSource
+from headrace.formats import Table, TokenSource
 from headrace.formats._file_walk import stat_listed, walk
 from headrace.formats._token_paths import expand_token_paths
 from headrace.io import LocalFile, RangeReader, ReaderConfig, ReadInFlight, reads_in_flight
@@ -221,3 +221,20 @@ def test_opens_stats_and_listings_of_a_slow_mount_are_in_flight(
     with f:
         assert seen == {("open", t, None)}, seen  # an open reads nothing
     assert not [r for r in reads_in_flight() if r.where.startswith(str(m.mnt))]
+
+
+def test_a_table_files_open_on_a_slow_mount_is_in_flight(
+    slow_mount: Callable[..., SlowMount], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    src = tmp_path / "tables"
+    src.mkdir()
+    pq.write_table(pa.table({"x": np.arange(100)}), src / "t.parquet")
+    m = slow_mount(src, open_latency_ms=300)
+    path = str(m.mnt / "t.parquet")
+    table, seen = _seen_while(lambda: Table.open(path))
+    with table:
+        assert ("open", path, None) in seen, seen  # its stat, open, header and footer
+        np.testing.assert_array_equal(table.read_rows(np.arange(3))["x"], [0, 1, 2])
+    assert not [r for r in reads_in_flight() if r.where == path]
