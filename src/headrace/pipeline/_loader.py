@@ -522,8 +522,9 @@ class Loader(Closing):
 
     def reads_in_flight(self) -> list[ReadInFlight]:
         """The reads running now in this process, oldest first, each with its file or
-        object URL, byte range and age (:func:`headrace.io.reads_in_flight`): what a
-        watchdog of the training loop may log while a step waits."""
+        object URL, byte range and age, and the opens, stats and listings of local
+        paths (:func:`headrace.io.reads_in_flight`): what a watchdog of the training
+        loop may log while a step waits."""
         return reads_in_flight()
 
     def _watched_chunks(self, start: int, generation: int) -> Iterator[tuple[list[int], Batch]]:
