@@ -102,7 +102,7 @@ class Waiting:
         self._key = begin(self._path, 0, -1, self._what)
 
     def __exit__(self, *_: object) -> None:
-        _READS.pop(self._key, None)
+        end(self._key)
 
 
 os.register_at_fork(after_in_child=_READS.clear)
