@@ -49,6 +49,7 @@ from headrace._ring_worker import _worker
 from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline import Batch
 from headrace.pipeline._layout import lay_out, ragged_keys
+from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, worker_stall_message
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
 
@@ -197,9 +198,34 @@ class WorkerBatches:
             self.close()
 
     def _receive(self, w: int, t: int, ready: collections.deque[Batch]) -> bool:
-        """Worker ``w``'s next chunk, from step ``t``, into ``ready``; ``False`` at its end."""
+        """Worker ``w``'s next chunk, from step ``t``, into ``ready``; ``False`` at its end.
+        A wait past the loader's ``stall_warn_s`` warns here, in the main process, where
+        the training loop waits (:meth:`_stall_watch`); the line that the batch came is
+        said once its chunk is in ``ready``."""
+        watch = self._stall_watch(w, t)
+        watch.begin()
+        arrived = False
+        try:
+            arrived = self._receive_watched(w, t, ready, watch)
+        finally:
+            watch.end(arrived=arrived)
+        return arrived
+
+    def _stall_watch(self, w: int, t: int) -> StallWatch:
+        """Warns while the consumer waits for step ``t`` from worker ``w``: the worker's
+        reads are not this process's, so it names the worker, whose own loader warns
+        on stderr naming them (the same ``stall_warn_s``)."""
+        after = self.cfg.loader.get("stall_warn_s", DEFAULT_STALL_WARN_S)
+        k, pid = self.cfg.workers, self._procs[w].pid or 0
+        return StallWatch(
+            after, lambda: t, lambda waited, at: worker_stall_message(waited, at, w, k, pid)
+        )
+
+    def _receive_watched(
+        self, w: int, t: int, ready: collections.deque[Batch], watch: StallWatch
+    ) -> bool:
         while True:
-            msg = self._recv(w, t)
+            msg = self._recv(w, t, watch)
             kind = msg[0]
             if kind == _CHUNK:
                 _, first, n, s = _CHUNK_MSG.unpack_from(msg)
@@ -229,9 +255,14 @@ class WorkerBatches:
                 exc.add_note(f"in headrace worker {w} of {self.cfg.workers} (pid {pid}), {at}")
                 raise exc
 
-    def _recv(self, w: int, t: int) -> bytes:
+    def _recv(self, w: int, t: int, watch: StallWatch) -> bytes:
+        out = self._out[w]
         try:
-            msg = self._out[w].recv_bytes()
+            if watch.after_s is not None:
+                # A dead worker's pipe polls ready: recv_bytes() then raises EOFError.
+                while not out.poll(watch.due_in()):
+                    watch.poll()
+            msg = out.recv_bytes()
         except EOFError:
             p = self._procs[w]
             p.join(timeout=1)

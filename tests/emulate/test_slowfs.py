@@ -113,6 +113,23 @@ def test_open_and_read_latency_are_paid_and_counted(slow_mount, src):
     assert s["config"]["read_latency_ms"] == 50
 
 
+def test_stat_latency_is_paid_by_lookups_stats_and_listings(slow_mount, src):
+    m = slow_mount(src, stat_latency_ms=50)
+    # Each call on a name not yet looked up (the kernel caches names and attributes
+    # for 1 s): sub/ is looked up by the first, listed by the second.
+    for call in (
+        lambda: os.stat(m.mnt / "sub" / "small.txt"),
+        lambda: os.listdir(m.mnt / "sub"),
+        lambda: os.stat(m.mnt / "empty"),
+    ):
+        t0 = time.monotonic()
+        call()
+        assert time.monotonic() - t0 >= 0.045  # a floor: never shorter than asked
+    assert sorted(os.listdir(m.mnt / "sub")) == ["small.txt"]
+    assert os.stat(m.mnt / "big.bin").st_size == 4 * MIB
+    assert m.stats()["config"]["stat_latency_ms"] == 50
+
+
 def test_parallel_preads_keep_many_reads_in_flight(slow_mount, src):
     m = slow_mount(src, read_latency_ms=20)
     pages = random.Random(7).sample(range(4 * MIB // 4096), 64)

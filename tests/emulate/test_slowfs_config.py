@@ -22,6 +22,7 @@ def test_to_argv_round_trips_through_the_cli():
     config = SlowFSConfig(
         read_latency_ms=10.5,
         open_latency_ms=150,
+        stat_latency_ms=75,
         mbps=50,
         max_background=128,
         max_threads=32,
@@ -59,6 +60,7 @@ def test_every_registered_emulator_has_configure_and_run():
     [
         ("read_latency_ms", -1.0),
         ("open_latency_ms", float("nan")),
+        ("stat_latency_ms", -0.5),
         ("mbps", float("inf")),
         ("read_latency_ms", "10"),
         ("mbps", True),

@@ -5,7 +5,8 @@ behind the latency proxy) each request after 1.5 s: a loader warned at 0.3 s
 names the file or object and a byte range, says again as the wait goes on, and
 once more when the batch comes; its batches are those of the same loader on fast
 storage. The registry itself (headrace.io.reads_in_flight) is checked for each
-local read path while a read of the mount is stuck.
+local read path while a read of the mount is stuck, and for opens, stats and
+listings while the mount answers those slowly (slowfs open and stat latency).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from s3util import store_options as options
 
 from headrace.emulate import LatencyProxy, SlowMount
 from headrace.errors import ConfigError, ObjectNotFoundError
-from headrace.formats import TokenSource
-from headrace.io import RangeReader, ReaderConfig, ReadInFlight, reads_in_flight
+from headrace.formats import Table, TokenSource
+from headrace.formats._file_walk import stat_listed, walk
+from headrace.formats._token_paths import expand_token_paths
+from headrace.io import LocalFile, RangeReader, ReaderConfig, ReadInFlight, reads_in_flight
 from headrace.io._uring import ring_pool
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -121,7 +124,8 @@ def test_each_local_read_is_in_flight_while_the_mount_answers_slowly(
         t = threading.Thread(target=read)
         t.start()
         while t.is_alive() and not seen:
-            seen = [r for r in reads_in_flight() if r.where == path]
+            # Reads only: O_DIRECT's reopen of the file is in flight too, as an "open".
+            seen = [r for r in reads_in_flight() if r.where == path and r.what == "read"]
             time.sleep(0.02)
         t.join()
         if failed and isinstance(failed[0], ConfigError) and strategy == "odirect":
@@ -146,3 +150,92 @@ def test_an_object_request_that_fails_is_not_left_in_flight(open_store: StoreFac
     with pytest.raises(ObjectNotFoundError, match=r"stall-warn/missing\.bin"):
         store.get_many([("stall-warn/missing.bin", 0, 10)])
     assert not [r for r in reads_in_flight() if "stall-warn/missing.bin" in r.where]
+
+
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_a_loader_waiting_on_a_slow_open_names_the_file_it_opens(
+    slow_mount: Callable[..., SlowMount], src_dir: Path, prefetch: int
+) -> None:
+    # Each open of the mount answers after 1.5 s (the loader opens the file anew):
+    # the warning named no read ("no read of this process is in flight").
+    m = slow_mount(src_dir, open_latency_ms=1500)
+    path = str(m.mnt / "t.bin")
+    digest, said = _warned_run(path, prefetch)
+    stalls = [s for s in said if s.startswith("headrace: no batch for ")]
+    assert len(stalls) >= 3, said
+    opens = [s for s in stalls if re.search(r"1 open in flight.*: open " + re.escape(path), s)]
+    assert opens and all(re.search(r"open \S+ \(\d+\.\d s\);", s) for s in opens), said
+    assert any(s.startswith("headrace: the batch of step 0 came after ") for s in said), said
+    fast, _ = _warned_run(str(src_dir / "t.bin"), prefetch)
+    assert digest == fast
+
+
+def _seen_while(run: Callable[[], Any]) -> tuple[Any, set[tuple[str, str, int | None]]]:
+    """What ``run`` returned, and what this process had in flight (what, where, start)
+    while it ran in another thread."""
+    seen: set[tuple[str, str, int | None]] = set()
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            done.append(run())
+        except BaseException as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=target)
+    t.start()
+    while t.is_alive():
+        seen.update((r.what, r.where, r.start) for r in reads_in_flight())
+        time.sleep(0.02)
+    t.join()
+    if failed:
+        raise failed[0]
+    return done[0], seen
+
+
+def _no_store() -> Any:
+    raise AssertionError("a local glob asked for an object store")
+
+
+def test_opens_stats_and_listings_of_a_slow_mount_are_in_flight(
+    slow_mount: Callable[..., SlowMount], src_dir: Path
+) -> None:
+    for name in ("d", "e"):
+        (src_dir / name).mkdir()
+        for i in range(2):
+            np.arange(10, dtype=np.uint16).tofile(src_dir / name / f"{i}.bin")
+    # Every lookup, stat and listing answers after 0.3 s, every open after 0.3 s more.
+    # Each call below is on names not yet looked up: the kernel caches them for 1 s (a
+    # folder's listing may fill that cache, so a walk's stats need not reach the mount).
+    m = slow_mount(src_dir, stat_latency_ms=300, open_latency_ms=300)
+    d, e, t = m.mnt / "d", m.mnt / "e", str(m.mnt / "t.bin")
+    walked, seen = _seen_while(lambda: walk(d, (".bin",)))
+    assert walked.keys == ["0.bin", "1.bin"]
+    assert ("list", str(d), None) in seen, seen
+    globbed, seen = _seen_while(lambda: expand_token_paths([str(e / "*.bin")], _no_store))
+    assert globbed == [str(e / "0.bin"), str(e / "1.bin")]
+    assert ("list", str(e / "*.bin"), None) in seen, seen
+    st, seen = _seen_while(lambda: stat_listed(t))
+    assert st.st_size == 4 << 20 and seen == {("stat", t, None)}, seen
+    f, seen = _seen_while(lambda: LocalFile(t))
+    with f:
+        assert seen == {("open", t, None)}, seen  # an open reads nothing
+    assert not [r for r in reads_in_flight() if r.where.startswith(str(m.mnt))]
+
+
+def test_a_table_files_open_on_a_slow_mount_is_in_flight(
+    slow_mount: Callable[..., SlowMount], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    src = tmp_path / "tables"
+    src.mkdir()
+    pq.write_table(pa.table({"x": np.arange(100)}), src / "t.parquet")
+    m = slow_mount(src, open_latency_ms=300)
+    path = str(m.mnt / "t.parquet")
+    table, seen = _seen_while(lambda: Table.open(path))
+    with table:
+        assert ("open", path, None) in seen, seen  # its stat, open, header and footer
+        np.testing.assert_array_equal(table.read_rows(np.arange(3))["x"], [0, 1, 2])
+    assert not [r for r in reads_in_flight() if r.where == path]

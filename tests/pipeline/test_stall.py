@@ -17,7 +17,7 @@ from headrace.errors import ConfigError
 from headrace.formats import TokenSource
 from headrace.io import ReadInFlight
 from headrace.pipeline import Loader
-from headrace.pipeline._stall import stall_message
+from headrace.pipeline._stall import stall_message, worker_stall_message
 from headrace.testing import batch_digest
 
 
@@ -81,4 +81,26 @@ def test_the_message_names_the_oldest_reads_and_counts_the_rest() -> None:
     assert "1 read in flight, the oldest for 3.0 s: s3://b/k (3.0 s);" in stall_message(
         4.0, 7, [whole]
     )
-    assert "no read of this process is in flight" in stall_message(4.0, 7, [])
+    assert "no read, open or listing of this process is in flight" in stall_message(4.0, 7, [])
+
+
+def test_opens_stats_and_listings_are_counted_and_named_by_what_they_do() -> None:
+    reads = [
+        ReadInFlight("/mnt/nfs/a.bin", None, None, 9.0, "open"),
+        ReadInFlight("/mnt/nfs/b.bin", 0, 4096, 8.0),
+        ReadInFlight("/mnt/nfs/d", None, None, 7.0, "list"),
+        ReadInFlight("/mnt/nfs/c.bin", 0, 4096, 6.0),
+    ]
+    assert stall_message(9.5, 3, reads) == (
+        "headrace: no batch for 9.5 s (step 3): 1 open, 2 reads and 1 listing in flight, "
+        "the oldest for 9.0 s: open /mnt/nfs/a.bin (9.0 s), /mnt/nfs/b.bin [0, 4096) (8.0 s), "
+        'list /mnt/nfs/d (7.0 s), and 1 more; stalled storage? (docs/io.md, "Stalled storage")'
+    )
+
+
+def test_the_main_process_of_workers_names_the_worker_it_waits_for() -> None:
+    assert worker_stall_message(61.0, 96, 1, 4, 4242) == (
+        "headrace: no batch for 61.0 s (step 96): waiting for worker 1 of 4 (pid 4242), which "
+        "reads it; the worker's own warnings on stderr name its reads in flight; stalled "
+        'storage? (docs/io.md, "Stalled storage")'
+    )

@@ -1,10 +1,11 @@
 """slowfs: a read-only FUSE passthrough that makes a local directory behave like slow storage.
 
-Every open sleeps ``open_latency_ms``, every FUSE READ sleeps ``read_latency_ms``
-and then waits for its bytes on a shared token bucket (``mbps``). libfuse runs
-requests on up to ``max_threads`` worker threads, and ``time.sleep`` and
-``os.pread`` release the GIL, so concurrent READs pay their latency in
-parallel, as they would against a network file system.
+Every open sleeps ``open_latency_ms``, every lookup, stat and folder listing
+``stat_latency_ms``, every FUSE READ sleeps ``read_latency_ms`` and then waits
+for its bytes on a shared token bucket (``mbps``). libfuse runs requests on up
+to ``max_threads`` worker threads, and ``time.sleep`` and ``os.pread`` release
+the GIL, so concurrent READs pay their latency in parallel, as they would
+against a network file system.
 
 Kernel facts that shape what a client sees (Linux 6.x, libfuse 3.14):
 
@@ -89,6 +90,7 @@ class SlowPassthrough:
         self.stats = stats
         self._read_latency_s = config.read_latency_ms / 1e3
         self._open_latency_s = config.open_latency_ms / 1e3
+        self._stat_latency_s = config.stat_latency_ms / 1e3
         self._bucket = TokenBucket(config.mbps * 1e6, _BURST_BYTES) if config.mbps > 0 else None
         self.mounted = False
         # fh -> the faults of its file, matched once at open: mfusepy may pass no
@@ -121,6 +123,9 @@ class SlowPassthrough:
 
     # metadata ----------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
+        # Both a name's LOOKUP and a GETATTR come here (mfusepy's high-level API).
+        if self._stat_latency_s:
+            time.sleep(self._stat_latency_s)
         st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
         # Drop write bits: the mount is read-only, and tools (cp, rsync) check them.
         mode = st.st_mode & ~0o222
@@ -145,6 +150,8 @@ class SlowPassthrough:
         return 0
 
     def readdir(self, path: str, _fh: int) -> list[str]:
+        if self._stat_latency_s:
+            time.sleep(self._stat_latency_s)
         return [".", "..", *sorted(os.listdir(self._real(path)))]
 
     def readlink(self, path: str) -> str:
@@ -275,6 +282,7 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
             "config": {
                 "read_latency_ms": config.read_latency_ms,
                 "open_latency_ms": config.open_latency_ms,
+                "stat_latency_ms": config.stat_latency_ms,
                 "mbps": config.mbps,
                 "max_background": config.max_background,
                 "max_threads": config.max_threads,
@@ -360,6 +368,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="sleep in every open (default: %(default)s)",
     )
     parser.add_argument(
+        "--stat-latency-ms",
+        type=float,
+        default=d.stat_latency_ms,
+        help="sleep in every lookup, stat and folder listing (default: %(default)s)",
+    )
+    parser.add_argument(
         "--mbps",
         type=float,
         default=d.mbps,
@@ -413,6 +427,7 @@ def config_from_args(args: argparse.Namespace) -> SlowFSConfig:
     return SlowFSConfig(
         read_latency_ms=args.read_latency_ms,
         open_latency_ms=args.open_latency_ms,
+        stat_latency_ms=args.stat_latency_ms,
         mbps=args.mbps,
         max_background=args.max_background,
         max_threads=args.max_threads,
@@ -441,7 +456,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(
         f"slowfs: mounting {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
-        f"open {config.open_latency_ms} ms, cap {config.mbps or 'none'} MB/s"
+        f"open {config.open_latency_ms} ms, stat {config.stat_latency_ms} ms, "
+        f"cap {config.mbps or 'none'} MB/s"
         + "".join(
             f", failing READs of {f.to_spec()} with {errno_name(config.fail_errno)}"
             for f in config.fail_reads

@@ -24,7 +24,10 @@ class SlowFSConfig:
     """How slow a slowfs mount is, and how much parallelism it allows.
 
     ``read_latency_ms`` is slept by every FUSE READ request and ``open_latency_ms``
-    by every open; both are floors, never ceilings. ``mbps`` caps the bytes
+    by every open; ``stat_latency_ms`` by every lookup of a name and stat (FUSE
+    LOOKUP, GETATTR) and every listing of a folder (READDIR): the kernel asks again
+    only once its 1 s entry and attribute caches expire, so a path's first open
+    pays it too. All are floors, never ceilings. ``mbps`` caps the bytes
     served by all readers together, in megabytes (10**6 bytes) per second, like
     one network link; 0 means no cap. ``max_background`` is the number of
     page-cache READs the kernel keeps in flight (its own default is 12, which
@@ -39,6 +42,7 @@ class SlowFSConfig:
 
     read_latency_ms: float = 0.0
     open_latency_ms: float = 0.0
+    stat_latency_ms: float = 0.0
     mbps: float = 0.0
     max_background: int = 64
     max_threads: int = 64
@@ -62,7 +66,7 @@ class SlowFSConfig:
         # Frozen: normalised in place once, so equal configs compare equal.
         object.__setattr__(self, "fail_reads", parsed)
         object.__setattr__(self, "fail_errno", errno_code(self.fail_errno))
-        for name in ("read_latency_ms", "open_latency_ms", "mbps"):
+        for name in ("read_latency_ms", "open_latency_ms", "stat_latency_ms", "mbps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"SlowFSConfig.{name} must be a number (got {value!r}).")
@@ -97,6 +101,7 @@ class SlowFSConfig:
         argv = [
             f"--read-latency-ms={self.read_latency_ms!r}",
             f"--open-latency-ms={self.open_latency_ms!r}",
+            f"--stat-latency-ms={self.stat_latency_ms!r}",
             f"--mbps={self.mbps!r}",
             f"--max-background={self.max_background}",
             f"--max-threads={self.max_threads}",

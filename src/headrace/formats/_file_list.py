@@ -54,6 +54,7 @@ from headrace.io import (
     ReaderConfig,
     RequestQueue,
 )
+from headrace.io import _in_flight as in_flight
 from headrace.io._file import scheme_hint
 from headrace.io._ranges import merge_ranges
 
@@ -468,7 +469,8 @@ def list_files(
         # As Table.open takes one: the files it matches, as a list of them would be.
         # Folders it matches are not files; a FIFO or socket is refused below, by name.
         given = os.fspath(files)  # type: ignore[arg-type]
-        files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
+        with in_flight.Waiting("list", pattern):
+            files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
         if not files:
             raise ObjectNotFoundError(
                 f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ObjectNotFoundError
+from headrace.io import _in_flight as in_flight
 from headrace.io import open_error
 
 __all__ = [
@@ -108,7 +109,9 @@ def kind_of(mode: int) -> str:
 
 def stat_listed(path: str) -> os.stat_result:
     """``os.stat(path)`` of a file listed (walked, globbed or named): a dangling symbolic
-    link is refused as such, naming its target, any other error by :func:`open_error`."""
+    link is refused as such, naming its target, any other error by :func:`open_error`.
+    In flight while it runs (begin and end, not :class:`Waiting`: once a file listed)."""
+    key = in_flight.begin(path, 0, -1, "stat")
     try:
         return os.stat(path)
     except FileNotFoundError as exc:
@@ -121,6 +124,8 @@ def stat_listed(path: str) -> os.stat_result:
         ) from exc
     except OSError as exc:
         raise open_error(path, exc) from exc
+    finally:
+        in_flight.end(key)
 
 
 def refuse_special(path: str, st: os.stat_result) -> None:
@@ -148,10 +153,15 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
     with the extension is refused by name, as is a link to a folder above it
     (followed, it would list the same files without end).
     """
+    top = os.fspath(root)
+    with in_flight.Waiting("list", top):  # each file's stat is entered as well
+        return _walk(root, top, extensions)
+
+
+def _walk(root: Path, top: str, extensions: tuple[str, ...]) -> Walked:
     found: list[tuple[str, int, str]] = []
     hidden: list[str] = []
     special: list[str] = []
-    top = os.fspath(root)
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
         raise open_error(str(exc.filename or root), exc) from exc

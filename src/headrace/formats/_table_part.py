@@ -43,6 +43,7 @@ from headrace.formats._table_layout import (
 from headrace.formats._table_remote import stored_bytes
 from headrace.formats._table_schema import check_names
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
+from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
@@ -162,6 +163,12 @@ class _Part:
             _IDLE.touch(self)  # never under a part's lock: it may take another part's
 
     def _open(self) -> None:
+        # In flight while it runs (headrace.io.reads_in_flight): a hung mount holds the
+        # stat, the open and the header's and footer's reads alike.
+        with in_flight.Waiting("open", self.path):
+            self._open_head()
+
+    def _open_head(self) -> None:
         path, pa = self.path, self._pa
         known = self.walked
         try:
@@ -327,7 +334,8 @@ class _Part:
         data changed under the run.)
         """
         try:
-            now = os.stat(self.path).st_size
+            with in_flight.Waiting("stat", self.path):
+                now = os.stat(self.path).st_size
         except FileNotFoundError:
             return
         if now < self.size:

@@ -43,6 +43,7 @@ from headrace.formats._url_glob import (
     listed_exists,
     literal_parts,
 )
+from headrace.io import _in_flight as in_flight
 
 __all__ = ["SIDECARS", "expand_token_paths"]
 
@@ -128,13 +129,14 @@ def _refuse_splits(folder: str, found: list[str], sep: str) -> None:
 def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
     # A part that exists as written is that folder (d[1]/*.bin: not d1/'s shards).
     escaped = pattern if folder is not None else literal_parts(pattern, os.path.lexists, os.sep)[0]
-    found = sorted(
-        f
-        for f in glob.glob(escaped, recursive=True)
-        if not f.endswith(SIDECARS)
-        # A folder named like a shard is not one (a FIFO or dangling link is: refused below).
-        and not os.path.isdir(f)
-    )
+    with in_flight.Waiting("list", escaped):
+        found = sorted(
+            f
+            for f in glob.glob(escaped, recursive=True)
+            if not f.endswith(SIDECARS)
+            # A folder named like a shard is not one (a FIFO or dangling link is: refused below).
+            and not os.path.isdir(f)
+        )
     if not found:
         if folder is not None:
             held = suffixes(

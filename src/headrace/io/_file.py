@@ -151,15 +151,17 @@ class LocalFile(Closing):
         self._network: bool | None = None
         self._unmappable = False
         self.path = os.fspath(path)
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise open_error(self.path, exc) from exc
-        try:
-            st = os.fstat(fd)
-        except OSError as exc:  # close what we opened: no fd leaks on any error path
-            os.close(fd)
-            raise open_error(self.path, exc) from exc
+        # In flight while it runs: an open on a hung mount waits as long as a read.
+        with in_flight.Waiting("open", self.path):
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise open_error(self.path, exc) from exc
+            try:
+                st = os.fstat(fd)
+            except OSError as exc:  # close what we opened: no fd leaks on any error path
+                os.close(fd)
+                raise open_error(self.path, exc) from exc
         if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
             os.close(fd)
             raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
@@ -208,7 +210,8 @@ class LocalFile(Closing):
             if not os.path.exists(again):  # no /proc: the path, checked to be the same file
                 again = self.path
             try:
-                dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
+                with in_flight.Waiting("open", self.path):
+                    dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
             except OSError as exc:
                 if exc.errno == errno.EINVAL:
                     raise ConfigError(

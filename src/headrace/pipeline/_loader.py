@@ -425,7 +425,9 @@ class Loader(Closing):
         self._generation += 1
         generation = self._generation
         self.status = LoaderStatus.RUNNING
-        for steps, arrays in self._read_ahead(self.step, generation):
+        # Watched as iteration without read-ahead is: a worker process's loader warned
+        # of none of its stalls (its chunks were read unwatched).
+        for steps, arrays in self._watched_chunks(self.step, generation):
             self._check_current(generation)
             self.step = steps[-1] + 1
             yield steps, arrays
@@ -520,19 +522,24 @@ class Loader(Closing):
 
     def reads_in_flight(self) -> list[ReadInFlight]:
         """The reads running now in this process, oldest first, each with its file or
-        object URL, byte range and age (:func:`headrace.io.reads_in_flight`): what a
-        watchdog of the training loop may log while a step waits."""
+        object URL, byte range and age, and the opens, stats and listings of local
+        paths (:func:`headrace.io.reads_in_flight`): what a watchdog of the training
+        loop may log while a step waits."""
         return reads_in_flight()
 
-    def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
+    def _watched_chunks(self, start: int, generation: int) -> Iterator[tuple[list[int], Batch]]:
+        """:meth:`_read_ahead`'s chunks, each read in this thread, which may be stuck in
+        the kernel: watched from another (the stall warnings' watcher thread)."""
         chunks = self._read_ahead(start, generation)
         while True:
-            # Read in this thread, which may be stuck in the kernel: watched from another.
             with self._watch.watched():
                 chunk = next(chunks, None)
             if chunk is None:
                 return
-            steps, arrays = chunk
+            yield chunk
+
+    def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
+        for steps, arrays in self._watched_chunks(start, generation):
             for t, batch in self._split(steps, arrays):
                 self._check_current(generation)
                 self.step = t + 1

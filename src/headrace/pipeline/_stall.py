@@ -18,17 +18,26 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from headrace._warn import warn_user
 from headrace.io import ReadInFlight, reads_in_flight
 
-__all__ = ["DEFAULT_STALL_WARN_S", "StallWatch", "stall_message"]
+__all__ = [
+    "DEFAULT_STALL_WARN_S",
+    "StallWatch",
+    "arrived_message",
+    "stall_message",
+    "worker_stall_message",
+]
 
 DEFAULT_STALL_WARN_S = 60.0
 #: Reads a warning names; the rest are counted.
 SHOWN = 3
+_SEE = ' (docs/io.md, "Stalled storage")'
+_WORDS = {"list": "listing"}  # ReadInFlight.what -> its noun
 
 
 def stall_message(waited_s: float, step: int, reads: list[ReadInFlight]) -> str:
@@ -36,27 +45,55 @@ def stall_message(waited_s: float, step: int, reads: list[ReadInFlight]) -> str:
     head = f"headrace: no batch for {waited_s:.1f} s (step {step}): "
     if not reads:
         said = (
-            "no read of this process is in flight (the source may be decoding, waiting "
-            "for a lock, or reading in worker processes)"
+            "no read, open or listing of this process is in flight (the source may be "
+            "decoding, waiting for a lock, or reading in worker processes)"
         )
     else:
         n = len(reads)
         shown = ", ".join(str(r) for r in reads[:SHOWN])
         more = f", and {n - SHOWN} more" if n > SHOWN else ""
+        # "1 open, 2 reads and 1 listing": by kind, the oldest's first.
+        kinds = [
+            f"{k} {_WORDS.get(w, w)}{'s' * (k > 1)}"
+            for w, k in Counter(r.what for r in reads).items()
+        ]
+        what = " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
         said = (
-            f"{n} read{'s' * (n > 1)} in flight, the oldest for {reads[0].age_s:.1f} s: "
+            f"{what} in flight, the oldest for {reads[0].age_s:.1f} s: "
             f"{shown}{more}; stalled storage?"
         )
-    return head + said + ' (docs/io.md, "Stalled storage")'
+    return head + said + _SEE
+
+
+def worker_stall_message(waited_s: float, step: int, worker: int, workers: int, pid: int) -> str:
+    """The warning for a main process that has waited ``waited_s`` for step ``step``
+    from worker process ``worker`` (of ``workers``, process ``pid``)."""
+    return (
+        f"headrace: no batch for {waited_s:.1f} s (step {step}): waiting for worker {worker} "
+        f"of {workers} (pid {pid}), which reads it; the worker's own warnings on stderr name "
+        f"its reads in flight; stalled storage?{_SEE}"
+    )
+
+
+def arrived_message(waited_s: float, step: int) -> str:
+    """The line said when the batch of a wait that warned comes."""
+    return f"headrace: the batch of step {step} came after {waited_s:.1f} s"
 
 
 class StallWatch:
     """Times waits for a batch and warns while one lasts past ``after_s`` (``None``:
-    never); ``step()`` is the step waited for."""
+    never); ``step()`` is the step waited for; ``say(waited_s, step)`` the warning
+    (by default :func:`stall_message`, naming this process's reads in flight)."""
 
-    def __init__(self, after_s: float | None, step: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        after_s: float | None,
+        step: Callable[[], int],
+        say: Callable[[float, int], str] | None = None,
+    ) -> None:
         self.after_s = after_s
         self._step = step
+        self._say = say or (lambda waited, at: stall_message(waited, at, reads_in_flight()))
         self._t0 = 0.0
         self._due = math.inf
         self._warned = False
@@ -79,17 +116,14 @@ class StallWatch:
         while self._due <= waited:
             self._due *= 2
         self._warned = True
-        warn_user(stall_message(waited, self._step(), reads_in_flight()), RuntimeWarning)
+        warn_user(self._say(waited, self._step()), RuntimeWarning)
 
     def end(self, *, arrived: bool) -> None:
         """The wait is over; after a warning, one line says when the batch came."""
         if self._warned and arrived:
             self._warned = False
-            warn_user(
-                f"headrace: the batch of step {self._step()} came after "
-                f"{time.monotonic() - self._t0:.1f} s",
-                RuntimeWarning,
-            )
+            waited = time.monotonic() - self._t0
+            warn_user(arrived_message(waited, self._step()), RuntimeWarning)
         self._due = math.inf
 
     @contextmanager

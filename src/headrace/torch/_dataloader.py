@@ -245,6 +245,9 @@ class HeadraceDataLoader(Closing):
                 **ds.end(),
                 "host_order": ds.host_order,
                 "transform": ds.transform,
+                # Each worker's loader warns on its stderr, naming its reads; the ring
+                # warns here, naming the worker (the default was every worker's 60 s).
+                "stall_warn_s": ds.stall_warn_s,
             },
             start=self.step,
             origin=ds.origin,

@@ -68,7 +68,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
 
     ``stall_warn_s`` is each worker's loader's: a worker whose batch waits that long
     on storage warns on its stderr, naming the reads in flight (docs/io.md, "Stalled
-    storage"); the main process, waiting on torch's queue, says nothing itself.
+    storage"). Under :class:`HeadraceDataLoader` ``(num_workers=k)`` the main process
+    warns too, naming the step and the worker it waits for; under a stock DataLoader
+    it waits on torch's queue and says nothing itself.
     """
 
     def __init__(
