@@ -74,6 +74,9 @@ GUESS_CALM = 16
 #: benchmarks/arrow_walk_slowfs.py).
 WALK = True
 GUESS = True
+#: A map read where touched (off only to measure against: pyarrow's read of the whole
+#: map, advising WILLNEED, and the kernel's read-around; benchmarks/arrow_readahead.py).
+TOUCHED_ONLY = True
 
 
 class WalkedStream(NamedTuple):
@@ -302,6 +305,10 @@ def map_file(pa: Any, path: str, size: int) -> tuple[Any, Any]:
     closed or dropped (it holds a slice of it), as a buffer read from it would.
     """
     mm = pa.memory_map(path, "r")
+    if not TOUCHED_ONLY:
+        whole = mm.read_buffer(size)
+        mm.seek(0)
+        return mm, whole
     first = mm.read_buffer(1)  # one page advised: the stream's schema (or magic) is read next
     mm.seek(0)
     whole = pa.foreign_buffer(first.address, size, base=first)

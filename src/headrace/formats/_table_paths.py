@@ -17,9 +17,9 @@ from headrace.errors import (
     FormatError,
     ObjectNotFoundError,
 )
+from headrace.formats._arrow_local import map_file
 from headrace.formats._file_list import refuse_repeats, special_skipped
 from headrace.formats._file_walk import kind_of, refuse_empty, refuse_special, stat_listed
-from headrace.formats._arrow_local import map_file
 from headrace.formats._table_layout import (
     _TABLE_SUFFIXES,
     DELTA_LOG,
