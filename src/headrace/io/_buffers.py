@@ -24,8 +24,10 @@ from headrace.errors import StorageError
 from headrace.io import _in_flight as in_flight
 
 __all__ = [
+    "ASK",
     "MADV_POPULATE_READ",
     "PAGE",
+    "ask_for",
     "madvise",
     "page_aligned_empty",
     "populate_failed",
@@ -133,12 +135,25 @@ def will_need(address: int, length: int) -> None:
     _hint(address, length, mmap.MADV_WILLNEED)
 
 
+#: The most pages one ``MADV_WILLNEED`` is sure to start: the kernel reads at most
+#: the larger of the device's readahead and largest request a call, and 128 KiB is
+#: the readahead a device is given by default.
+ASK = 128 << 10
+
+
+def ask_for(address: int, length: int) -> None:
+    """:func:`will_need` of all of ``[address, address + length)``: in pieces of
+    :data:`ASK`, each read as one request (or a few), none waited for."""
+    for at in range(address, address + length, ASK):
+        will_need(at, min(ASK, address + length - at))
+
+
 def read_randomly(address: int, length: int) -> None:
     """Advise the file mapping ``[address, address + length)`` (page-aligned
     ``address``) that its pages are read at random (``MADV_RANDOM``): a page fault
     reads that page, not the kernel's read-around of ``read_ahead_kb`` about it
     (8 MiB on a disk set so: 32 rows of a 37 MB Arrow stream read all of it).
-    Reads of longer stretches say so first (:func:`will_need`, :func:`populate_file`)."""
+    Reads of longer stretches say so first (:func:`ask_for`, :func:`populate_file`)."""
     _hint(address, length, mmap.MADV_RANDOM)
 
 
@@ -153,9 +168,9 @@ def populate_file(
     key = in_flight.begin(path, lo, hi)
     try:
         if length > PAGE:
-            # Asked for whole first: one read of these pages, where a map advised
-            # random (read_randomly) faulted them in one page, one read, at a time.
-            will_need(address, length)
+            # Asked for first: a few reads of these pages, where a map advised random
+            # (read_randomly) faulted them in one page, one read, at a time.
+            ask_for(address, length)
         populate_read(address, length)
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.ENOSYS):
