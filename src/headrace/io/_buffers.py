@@ -24,6 +24,7 @@ from headrace.errors import StorageError
 from headrace.io import _in_flight as in_flight
 
 __all__ = [
+    "ADVISE",
     "ASK",
     "MADV_POPULATE_READ",
     "PAGE",
@@ -135,6 +136,9 @@ def will_need(address: int, length: int) -> None:
     _hint(address, length, mmap.MADV_WILLNEED)
 
 
+#: Maps advised random and runs asked for (off only to measure against: the kernel's
+#: read-around at every fault; benchmarks/mapped_readahead.py).
+ADVISE = True
 #: The most pages one ``MADV_WILLNEED`` is sure to start: the kernel reads at most
 #: the larger of the device's readahead and largest request a call, and 128 KiB is
 #: the readahead a device is given by default.
@@ -144,6 +148,8 @@ ASK = 128 << 10
 def ask_for(address: int, length: int) -> None:
     """:func:`will_need` of all of ``[address, address + length)``: in pieces of
     :data:`ASK`, each read as one request (or a few), none waited for."""
+    if not ADVISE:
+        return
     for at in range(address, address + length, ASK):
         will_need(at, min(ASK, address + length - at))
 
@@ -154,7 +160,8 @@ def read_randomly(address: int, length: int) -> None:
     reads that page, not the kernel's read-around of ``read_ahead_kb`` about it
     (8 MiB on a disk set so: 32 rows of a 37 MB Arrow stream read all of it).
     Reads of longer stretches say so first (:func:`ask_for`, :func:`populate_file`)."""
-    _hint(address, length, mmap.MADV_RANDOM)
+    if ADVISE:
+        _hint(address, length, mmap.MADV_RANDOM)
 
 
 def populate_file(
