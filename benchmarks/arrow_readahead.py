@@ -29,8 +29,8 @@ import numpy as np
 from _out import out
 
 import headrace.formats._arrow_local as arrow_local
+from _cold import evict, read_bytes, resident
 from headrace.formats import Ragged, Table
-from headrace.io import PAGE, LocalFile
 
 BATCHES_IN_FILE, ROWS, WIDTH = 400, 64, 360
 BATCHES, B = 8, 32
@@ -50,26 +50,6 @@ def write(path: str) -> None:
             label = pa.array(np.arange(b * ROWS, (b + 1) * ROWS, dtype=np.int64))
             w.write_batch(pa.record_batch([pa.ListArray.from_arrays(offs, ids), label], schema))
     os.replace(tmp, path)
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def resident(path: str) -> int:
-    with LocalFile(path) as f:
-        every = np.arange(0, f.size, PAGE, dtype=np.int64)
-        return int(f.resident(every, np.ones_like(every)).sum()) * PAGE
-
-
-def read_bytes() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes"))
 
 
 def trial(path: str, touched_only: bool) -> dict[str, float | str]:

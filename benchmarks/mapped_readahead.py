@@ -33,6 +33,7 @@ import numpy as np
 from _out import out
 
 import headrace.io._buffers as buffers
+from _cold import evict, read_bytes
 from headrace.formats import TokenSource
 from headrace.io import RangeReader
 from headrace.pipeline import Loader
@@ -40,20 +41,6 @@ from headrace.pipeline import Loader
 ROW, ROWS = 4100, 9000
 TOKENS = 48 << 20
 ROUNDS = 4
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def read_bytes() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes"))
 
 
 def rows(path: str, batches: list[np.ndarray]) -> str:

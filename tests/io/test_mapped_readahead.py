@@ -4,14 +4,15 @@ about it), and a run of consecutive ranges is asked for whole first."""
 
 from __future__ import annotations
 
-import os
 import resource
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from headrace.io import PAGE, LocalFile, RangeReader
+from _cold import evict
+from _cold import resident_bytes as _resident
+from headrace.io import PAGE, RangeReader
 from headrace.io._buffers import ASK
 
 ROW = 4096 + 100  # a row on two pages
@@ -23,21 +24,8 @@ def cold(tmp_path: Path) -> tuple[Path, bytes]:
     path = tmp_path / "rows.bin"
     data = np.random.default_rng(0).integers(0, 256, ROW * ROWS, np.uint8).tobytes()
     path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    if _resident(path) > len(data) // 10:
-        pytest.skip(f"{tmp_path}: pages stay resident after POSIX_FADV_DONTNEED (tmpfs?)")
+    evict(path)
     return path, data
-
-
-def _resident(path: Path) -> int:
-    with LocalFile(path) as f:
-        every = np.arange(0, f.size, PAGE, dtype=np.int64)
-        return int(f.resident(every, np.ones_like(every)).sum()) * PAGE
 
 
 def test_random_rows_read_mapped_bring_in_their_pages_not_the_read_around(cold) -> None:
