@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _cold import evict
 from headrace.formats import TokenSource
 from headrace.pipeline import Loader
 
@@ -48,15 +49,6 @@ def ensure_file(root: Path, gib: float) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     return path
-
-
-def drop_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def trial(path: Path, ahead: bool, window_mib: int, compute_s: float, steps: int) -> dict:
@@ -107,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict]] = {s: [] for s in sides}
     for t in range(args.trials):
         for name in sides if t % 2 == 0 else reversed(list(sides)):
-            drop_cache(path)
+            evict(str(path))
             runs[name].append(
                 trial(path, sides[name], args.window_mib, args.compute_ms / 1e3, args.steps)
             )

@@ -45,13 +45,14 @@ from headrace.formats._arrow_remote import GUESS_SPREAD, ArrowIndex, MessageSize
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.formats._map_guard import populate_message
 from headrace.io import PAGE
-from headrace.io._buffers import will_need
+from headrace.io._buffers import read_randomly, will_need
 
 __all__ = [
     "Unwalkable",
     "WalkedStream",
     "fill_headers",
     "footer_places",
+    "map_file",
     "record_batches",
     "walk",
 ]
@@ -73,6 +74,9 @@ GUESS_CALM = 16
 #: benchmarks/arrow_walk_slowfs.py).
 WALK = True
 GUESS = True
+#: A map read where touched (off only to measure against: pyarrow's read of the whole
+#: map, advising WILLNEED, and the kernel's read-around; benchmarks/arrow_readahead.py).
+TOUCHED_ONLY = True
 
 
 class WalkedStream(NamedTuple):
@@ -285,6 +289,31 @@ def footer_places(whole: Any, batches: int) -> ArrowIndex | None:
     spans = list(zip(offset.tolist(), (head + body).tolist(), strict=True))
     none = np.zeros((count, 0), dtype=np.int64)
     return ArrowIndex(b"", spans, head.tolist(), [], none, none.reshape(count, 0, 2), [], [])
+
+
+def map_file(pa: Any, path: str, size: int) -> tuple[Any, Any]:
+    """pyarrow's memory map of the file ``path`` (``size`` bytes, at least 1), and a
+    buffer over all of it whose pages are read where they are touched, and only those.
+
+    Not ``read_buffer(size)``: pyarrow advises ``WILLNEED`` over every buffer read
+    from a map, which starts reading the file at open (the first 8 MiB here, the
+    device's readahead size); nor its reads through ``mm`` later (an IPC file's
+    ``get_batch`` advised each batch's body). The map is advised random
+    (:func:`~headrace.io._buffers.read_randomly`): a header or a row faulted in read
+    the 8 MiB about it (``read_ahead_kb`` 8192), and opening a 37 MB stream of 400
+    record batches read all of it. The buffer keeps the map alive after ``mm`` is
+    closed or dropped (it holds a slice of it), as a buffer read from it would.
+    """
+    mm = pa.memory_map(path, "r")
+    if not TOUCHED_ONLY:
+        whole = mm.read_buffer(size)
+        mm.seek(0)
+        return mm, whole
+    first = mm.read_buffer(1)  # one page advised: the stream's schema (or magic) is read next
+    mm.seek(0)
+    whole = pa.foreign_buffer(first.address, size, base=first)
+    read_randomly(whole.address, size)
+    return mm, whole
 
 
 def fill_headers(f: MappedFile, index: ArrowIndex) -> None:

@@ -29,6 +29,7 @@ from headrace.formats._arrow_local import (
     WalkedStream,
     fill_headers,
     footer_places,
+    map_file,
     record_batches,
     walk,
 )
@@ -271,12 +272,9 @@ class _Part:
         pa = self._pa
         if self.size == 0:
             raise FormatError(f"{self.path}: empty file, expected Arrow IPC or Parquet")
-        mm = pa.memory_map(self.path, "r")
-        # Zero-copy: the map itself, every page unread. Where it starts: a buffer read
-        # zero-copy from the map lies at its offset from here.
-        whole = mm.read_buffer(self.size)
+        mm, whole = map_file(pa, self.path, self.size)
+        # Where the map starts: a buffer read zero-copy from it lies at its offset from here.
         self.map_address = whole.address
-        mm.seek(0)
         # On a network mount every page pyarrow reads at open is faulted in first (an
         # error there is a StorageError, not SIGBUS): the ends here, the headers by the
         # walk or fill_headers (many at once), or one by one for pyarrow's own reader.
@@ -285,7 +283,7 @@ class _Part:
         # parse, which pyarrow names below).
         ends = read_ends(self, mm.fileno()) if self.network else None
         if head[:6] == _ARROW_FILE_MAGIC:
-            reader = pa.ipc.open_file(mm)
+            reader = pa.ipc.open_file(pa.BufferReader(whole))
             schema = reader.schema
             places = footer_places(whole, reader.num_record_batches)
             if places is None:
@@ -310,11 +308,11 @@ class _Part:
             elif known is None:  # Arrow < 0.15 wrote no continuation marker; or not Arrow
                 if ends is not None:
                     populate_headers(self, ends)
-                reader = pa.ipc.open_stream(mm)
+                reader = pa.ipc.open_stream(pa.BufferReader(whole))
                 self.batches = list(reader)
                 schema = reader.schema
-            mm.seek(max(0, self.size - len(_IPC_EOS)))
-            if mm.read(len(_IPC_EOS)) != _IPC_EOS:
+            tail = whole.slice(max(0, self.size - len(_IPC_EOS))).to_pybytes()
+            if tail != _IPC_EOS:
                 raise FormatError(
                     f"{self.path}: truncated Arrow IPC stream: it does not end with the "
                     f"end-of-stream marker ff ff ff ff 00 00 00 00 ({self.size} bytes)"

@@ -17,6 +17,7 @@ from headrace.errors import (
     FormatError,
     ObjectNotFoundError,
 )
+from headrace.formats._arrow_local import map_file
 from headrace.formats._file_list import refuse_repeats, special_skipped
 from headrace.formats._file_walk import kind_of, refuse_empty, refuse_special, stat_listed
 from headrace.formats._table_layout import (
@@ -118,16 +119,20 @@ def _dataset_files(ds: Any) -> list[str]:
     stored = 0
     schema = None
     for f in files:
-        with pa.memory_map(f, "r") as mm:
-            head = mm.read(6)
-            mm.seek(0)
-            if head == _ARROW_FILE_MAGIC:
-                reader = pa.ipc.open_file(mm)
-                stored += reader.read_all().num_rows  # zero-copy, headers only
-            else:
-                reader = pa.ipc.open_stream(mm)
-                stored += sum(b.num_rows for b in reader)
-            schema = schema or reader.schema
+        size = os.path.getsize(f)
+        if size == 0:  # nothing to map: the open that follows names it
+            continue
+        mm, whole = map_file(pa, f, size)
+        mm.close()
+        # Headers only, zero-copy from the map (reads through ``mm`` would read the bodies).
+        src = pa.BufferReader(whole)
+        if whole.slice(0, 6).to_pybytes() == _ARROW_FILE_MAGIC:
+            reader = pa.ipc.open_file(src)
+            stored += reader.read_all().num_rows
+        else:
+            reader = pa.ipc.open_stream(src)
+            stored += sum(b.num_rows for b in reader)
+        schema = schema or reader.schema
     if stored != len(ds):
         raise ConfigError(
             f"this Dataset shows {len(ds)} rows of its files' {stored} ({', '.join(files)}): "

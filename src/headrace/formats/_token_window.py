@@ -24,7 +24,7 @@ from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.io import PAGE, LocalFile, deep_io_pool, io_pool, madvise
 from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_first
-from headrace.io._buffers import MADV_POPULATE_READ, populate_failed
+from headrace.io._buffers import MADV_POPULATE_READ, ask_for, populate_failed
 
 __all__ = ["TokenStats", "TokenWindow"]
 
@@ -301,6 +301,8 @@ class TokenWindow:
         start = lo // PAGE * PAGE  # madvise wants a page-aligned start
         key = in_flight.begin(self.file.path, lo, hi)
         try:
+            # Asked for first: the map is advised random (a fault reads its page only).
+            ask_for(self.memory.ctypes.data + start, hi - start)
             madvise(self.memory, start, hi - start, MADV_POPULATE_READ)
         except OSError as exc:
             raise populate_failed(self.file.path, lo, hi, exc, self.check_size) from exc

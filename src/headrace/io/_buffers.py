@@ -26,13 +26,17 @@ from headrace.errors import StorageError
 from headrace.io import _in_flight as in_flight
 
 __all__ = [
+    "ADVISE",
+    "ASK",
     "MADV_POPULATE_READ",
     "PAGE",
+    "ask_for",
     "madvise",
     "page_aligned_empty",
     "populate_failed",
     "populate_file",
     "populate_read",
+    "read_randomly",
     "will_need",
 ]
 
@@ -115,17 +119,51 @@ def populate_read(address: int, length: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def _hint(address: int, length: int, advice: int) -> None:
+    """``madvise`` that changes no memory, on raw addresses, GIL released; an error
+    (or no libc symbol) is ignored: the pages are read when touched, as without it."""
+    if address % PAGE or length < 0:
+        raise ValueError(f"madvise: address {address:#x} is not page-aligned")
+    fn = _libc_madvise()
+    if fn is not None:
+        fn(address, length, advice)
+
+
 def will_need(address: int, length: int) -> None:
     """Ask the kernel to start reading the mapped pages ``[address, address + length)``;
     nothing waits (``MADV_WILLNEED``: readahead requests, which a network mount serves
     many at once). Advice only: the caller keeps the mapping alive for the call and
-    gives a page-aligned ``address``; an error (or no libc symbol) is ignored, the
-    pages being read when touched instead."""
-    if address % PAGE or length < 0:
-        raise ValueError(f"will_need: address {address:#x} is not page-aligned")
-    fn = _libc_madvise()
-    if fn is not None:
-        fn(address, length, mmap.MADV_WILLNEED)
+    gives a page-aligned ``address``. Exactly those pages are read (up to the
+    device's readahead size a call): the mapping's ``MADV_RANDOM`` does not apply."""
+    _hint(address, length, mmap.MADV_WILLNEED)
+
+
+#: Maps advised random and runs asked for (off only to measure against: the kernel's
+#: read-around at every fault; benchmarks/mapped_readahead.py).
+ADVISE = True
+#: The most pages one ``MADV_WILLNEED`` is sure to start: the kernel reads at most
+#: the larger of the device's readahead and largest request a call, and 128 KiB is
+#: the readahead a device is given by default.
+ASK = 128 << 10
+
+
+def ask_for(address: int, length: int) -> None:
+    """:func:`will_need` of all of ``[address, address + length)``: in pieces of
+    :data:`ASK`, each read as one request (or a few), none waited for."""
+    if not ADVISE:
+        return
+    for at in range(address, address + length, ASK):
+        will_need(at, min(ASK, address + length - at))
+
+
+def read_randomly(address: int, length: int) -> None:
+    """Advise the file mapping ``[address, address + length)`` (page-aligned
+    ``address``) that its pages are read at random (``MADV_RANDOM``): a page fault
+    reads that page, not the kernel's read-around of ``read_ahead_kb`` about it
+    (8 MiB on a disk set so: 32 rows of a 37 MB Arrow stream read all of it).
+    Reads of longer stretches say so first (:func:`ask_for`, :func:`populate_file`)."""
+    if ADVISE:
+        _hint(address, length, mmap.MADV_RANDOM)
 
 
 def populate_file(
@@ -138,6 +176,10 @@ def populate_file(
     the access too, and returns True. (The one policy of every mapped reader.)"""
     key = in_flight.begin(path, lo, hi)
     try:
+        if length > PAGE:
+            # Asked for first: a few reads of these pages, where a map advised random
+            # (read_randomly) faulted them in one page, one read, at a time.
+            ask_for(address, length)
         populate_read(address, length)
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.ENOSYS):

@@ -23,6 +23,7 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.io import _in_flight as in_flight
+from headrace.io._buffers import read_randomly
 from headrace.io._mounts import on_network_fs
 from headrace.io._resident import resident_ranges
 
@@ -285,7 +286,7 @@ class LocalFile(Closing):
         if self._unmappable:
             raise self._unmappable_error()
         try:
-            return mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+            m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             if exc.errno == errno.ENODEV:
                 self._unmappable = True
@@ -298,6 +299,12 @@ class LocalFile(Closing):
                 exc.errno or errno.EIO,
                 f"{self.path}: cannot memory-map the file ({exc.strerror or exc}){hint}",
             ) from exc
+        # Readers copy rows out of the map, or populate the runs they want (asking for
+        # them first): a fault must not read the read-around about it (read_randomly).
+        view = np.frombuffer(m, dtype=np.uint8)
+        read_randomly(view.ctypes.data, view.size)
+        del view  # an array over the map would keep close() from unmapping it
+        return m
 
     def _unmappable_error(self) -> ConfigError:
         return ConfigError(

@@ -28,12 +28,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ReadEOFError
-from headrace.io._buffers import populate_file
+from headrace.io._buffers import PAGE, ask_for, populate_file
 from headrace.io._file import LocalFile
 from headrace.io._ranges import coalesce_arrays
 
-__all__ = ["mapped_view", "pages_of_ranges", "pages_touched", "populate_ranges"]
+__all__ = ["ask_for_runs", "mapped_view", "pages_of_ranges", "pages_touched", "populate_ranges"]
 
+#: Consecutive ranges of a mapped read spanning this many bytes are asked for first.
+LONG_RUN = 16 * PAGE
 #: Page runs closer than this are populated by one call (a network mount's READ
 #: is 128 KiB anyway); the run is cut at 1 MiB, as the map fill cuts it.
 _GAP = 64 << 10
@@ -94,6 +96,30 @@ def pages_of_ranges(
     """
     spanned = (offsets + lengths + page - 1) // page - offsets // page
     return int(np.minimum(spanned, lengths).sum()) * page  # (an empty range: no page)
+
+
+def ask_for_runs(
+    view: NDArray[np.uint8], offsets: NDArray[np.int64], lengths: NDArray[np.int64]
+) -> None:
+    """Ask for (``MADV_WILLNEED``) the runs of ranges of ``view`` (the whole map of a
+    file, advised random) that follow each other in the caller's order (consecutive
+    rows, a window) and span at least :data:`LONG_RUN` bytes: their copy would fault
+    them in a page, and a read, at a time. Shorter runs (a row at random) are left to
+    the copy, which reads their pages only."""
+    if offsets.size < 2:
+        starts, stops = offsets, offsets + lengths
+    else:
+        ends = offsets + lengths
+        cut = np.flatnonzero(offsets[1:] != ends[:-1]) + 1
+        starts = offsets[np.concatenate([[0], cut])]
+        stops = ends[np.concatenate([cut - 1, [offsets.size - 1]])]
+    long = stops - starts >= LONG_RUN
+    if not long.any():
+        return
+    base = view.ctypes.data
+    for lo, hi in zip(starts[long].tolist(), stops[long].tolist(), strict=True):
+        first = lo // PAGE * PAGE
+        ask_for(base + first, hi - first)
 
 
 def populate_ranges(

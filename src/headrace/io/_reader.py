@@ -19,7 +19,7 @@ from headrace.errors import ConfigError, ReadEOFError
 from headrace.io import _in_flight as in_flight
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
 from headrace.io._file import LocalFile
-from headrace.io._mapped import mapped_view, pages_of_ranges, populate_ranges
+from headrace.io._mapped import ask_for_runs, mapped_view, pages_of_ranges, populate_ranges
 from headrace.io._open_files import OpenFiles
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
@@ -459,6 +459,8 @@ class RangeReader(Closing):
             if view is not None:
                 if f.network:  # a failed page there: an error now, not SIGBUS at the copy
                     populate_ranges(f, view, offsets, lengths)
+                else:
+                    ask_for_runs(view, offsets, lengths)
                 return view, offsets, pages_of_ranges(offsets, lengths), ""
             mode = PARALLEL  # the file grew past its mapping
         ring = self._ring()
