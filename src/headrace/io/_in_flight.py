@@ -6,15 +6,17 @@ the training step waits with them. What they read is what the user needs to
 hear, so every read that can wait on storage is entered here while it runs: a
 positional read (:meth:`LocalFile.pread_into`, O_DIRECT), an io_uring batch, a
 populate of mapped pages, a mapped gather's copy, and an object store's request
-with all its tries. One entry costs a counter, a clock read and a dict insert
-and removal (about 0.3 us, under a read's syscall); the GIL makes each of those
-atomic, so no lock is taken. :func:`reads_in_flight` copies them out, oldest
-first. After ``fork`` a child starts empty: the parent's reads are not its own.
+with all its tries. One entry costs a clock read and a dict insert and removal
+(about 0.3 us, under a read's syscall). No lock is taken: a dict's insert, pop and
+copy are each atomic (under the GIL; a free-threaded build locks the dict itself),
+and the key is the entry's ``id``, unique while the entry is in the dict, so no
+counter is shared between threads (``itertools.count`` is not atomic without the
+GIL before 3.14). :func:`reads_in_flight` copies the entries out, oldest first.
+After ``fork`` a child starts empty: the parent's reads are not its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import time
@@ -25,7 +27,6 @@ __all__ = ["ReadInFlight", "begin", "end", "reads_in_flight"]
 # key -> (path or URL, first byte, end byte, time.monotonic() at start); an object
 # request's entry names its URL and range in its messages' words, end byte -1.
 _READS: dict[int, tuple[str, int, int, float]] = {}
-_keys = itertools.count()
 # ObjectStore.where()'s ranged form: "s3://b/k, bytes [a, b)".
 _RANGED = re.compile(r"^(.*), bytes \[(\d+), (\d+)\)$")
 
@@ -49,9 +50,9 @@ class ReadInFlight:
 def begin(where: str, start: int, stop: int) -> int:
     """Enter a read of ``where``'s bytes ``[start, stop)``; ``stop < 0``: ``where``
     says what it reads. Returns the key that :func:`end` takes."""
-    key = next(_keys)
-    _READS[key] = (where, start, stop, time.monotonic())
-    return key
+    entry = (where, start, stop, time.monotonic())
+    _READS[id(entry)] = entry  # the dict keeps it alive, so no other entry has its id
+    return id(entry)
 
 
 def end(key: int) -> None:
@@ -63,7 +64,7 @@ def reads_in_flight() -> list[ReadInFlight]:
     """The reads running now in this process, oldest first."""
     now = time.monotonic()
     out = []
-    # dict.copy() is one C call under the GIL: never "changed size during iteration".
+    # dict.copy() is atomic: never "changed size during iteration".
     for where, a, b, since in sorted(_READS.copy().values(), key=lambda r: r[3]):
         if b < 0:
             m = _RANGED.match(where)
