@@ -7,7 +7,6 @@ endpoint behind a latency proxy (tests/integration/test_stall_warnings.py).
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from headrace.errors import ConfigError
 from headrace.formats import TokenSource
 from headrace.io import ReadInFlight
 from headrace.pipeline import Loader
-from headrace.pipeline._stall import StallWatch, stall_message
+from headrace.pipeline._stall import stall_message
 from headrace.testing import batch_digest
 
 
@@ -83,21 +82,3 @@ def test_the_message_names_the_oldest_reads_and_counts_the_rest() -> None:
         4.0, 7, [whole]
     )
     assert "no read of this process is in flight" in stall_message(4.0, 7, [])
-
-
-def test_a_watched_wait_raises_the_warning_that_warnings_made_an_error() -> None:
-    # Without read-ahead the read runs in the waiting thread, and the watcher thread
-    # warns for it; under -W error that warning is raised by the wait once it ends, as
-    # read-ahead's waiting next() raises it (it was swallowed, and the arrival line
-    # raised in its place).
-    watch = StallWatch(0.05, lambda: 7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(RuntimeWarning, match=r"^headrace: no batch for \d+\.\d s \(step 7\)"):
-            with watch.watched():
-                time.sleep(0.3)
-    with warnings.catch_warnings(record=True) as said:  # the next wait starts afresh
-        warnings.simplefilter("always")
-        with watch.watched():
-            pass
-    assert said == []
