@@ -47,6 +47,9 @@ def test_stall_warn_s_must_be_positive_seconds_or_none(tokens: str, bad: object)
         Loader(src, batch_size=8, stall_warn_s=bad)  # type: ignore[arg-type]
     assert Loader(src, batch_size=8, stall_warn_s=None).stall_warn_s is None
     assert Loader(src, batch_size=8, stall_warn_s=2).stall_warn_s == 2.0
+    # NumPy numbers, as the loader's integer arguments take them (np.int64 was refused).
+    assert Loader(src, batch_size=8, stall_warn_s=np.int64(3)).stall_warn_s == 3.0
+    assert type(Loader(src, batch_size=8, stall_warn_s=np.float32(0.5)).stall_warn_s) is float
     assert Loader(src, batch_size=8).stall_warn_s == 60.0
 
 

@@ -9,18 +9,20 @@ populate of mapped pages, a mapped gather's copy, an object store's request
 with all its tries, and the calls on local paths that wait on a mount as long: a
 file's open (with its ``fstat``), a listed file's ``stat``, a folder's listing
 (entered as ``"open"``, ``"stat"``, ``"list"`` with the path, no range). One entry
-costs a counter, a clock read and a dict insert and removal (about 0.2 us, under a
+costs a clock read and a dict insert and removal (about 0.2 us, under a
 read's syscall; 0.45 us through :class:`Waiting`, against 0.75 us for a cached
 ``os.stat``). A listed file's stat went from 2.5 to 3.0 us (medians of 6 alternating
 runs at load 10, 2c, 2026-12-03), a walk of 20,000 files from 273 to 299 ms (8,
-same keys): listing is done once, up front. The GIL makes each step atomic, so no
-lock is taken. :func:`reads_in_flight` copies them out, oldest first. After ``fork`` a child
-starts empty: the parent's reads are not its own.
+same keys): listing is done once, up front. No lock is taken: a dict's insert, pop and
+copy are each atomic (under the GIL; a free-threaded build locks the dict itself),
+and the key is the entry's ``id``, unique while the entry is in the dict, so no
+counter is shared between threads (``itertools.count`` is not atomic without the
+GIL before 3.14). :func:`reads_in_flight` copies the entries out, oldest first.
+After ``fork`` a child starts empty: the parent's reads are not its own.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import time
@@ -32,7 +34,6 @@ __all__ = ["ReadInFlight", "Waiting", "begin", "end", "reads_in_flight"]
 # object request's entry names its URL and range in its messages' words, end byte -1;
 # an open, stat or listing has end byte -1 and what it does.
 _READS: dict[int, tuple[str, int, int, float, str]] = {}
-_keys = itertools.count()
 # ObjectStore.where()'s ranged form: "s3://b/k, bytes [a, b)".
 _RANGED = re.compile(r"^(.*), bytes \[(\d+), (\d+)\)$")
 
@@ -60,9 +61,9 @@ def begin(where: str, start: int, stop: int, what: str = "read") -> int:
     """Enter a read of ``where``'s bytes ``[start, stop)``; ``stop < 0``: ``where``
     says what it reads, or ``what`` (``"open"``...) is done to the path ``where``.
     Returns the key that :func:`end` takes."""
-    key = next(_keys)
-    _READS[key] = (where, start, stop, time.monotonic(), what)
-    return key
+    entry = (where, start, stop, time.monotonic(), what)
+    _READS[id(entry)] = entry  # the dict keeps it alive, so no other entry has its id
+    return id(entry)
 
 
 def end(key: int) -> None:
@@ -74,7 +75,7 @@ def reads_in_flight() -> list[ReadInFlight]:
     """The reads running now in this process, oldest first."""
     now = time.monotonic()
     out = []
-    # dict.copy() is one C call under the GIL: never "changed size during iteration".
+    # dict.copy() is atomic: never "changed size during iteration".
     for where, a, b, since, what in sorted(_READS.copy().values(), key=lambda r: r[3]):
         if b < 0:
             m = _RANGED.match(where) if what == "read" else None

@@ -188,7 +188,8 @@ def _ring_read(
     fd = f.direct_fd if alignment else f.fd
     addr = (buf.ctypes.data + pos).astype(np.uint64)
     # The batch's pieces are entered as one read: the bytes from its first to its last.
-    key = in_flight.begin(f.path, int(start.min(initial=0)), int((start + length).max(initial=0)))
+    lo = int(start.min()) if len(start) else 0  # not min(initial=0): that is always 0
+    key = in_flight.begin(f.path, lo, int((start + length).max(initial=0)))
     try:
         done, err = ring.read(fd, addr, start, length, depth=depth, align=alignment, owner=buf)
     except OSError as exc:  # io_uring_enter itself failed: the ring is broken, not the file

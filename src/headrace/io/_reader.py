@@ -386,7 +386,7 @@ class RangeReader(Closing):
         if engine or f.network:  # read already (a network map's pages were populated)
             result = scatter(buf, pos)
         else:  # a local map's gather: the copy faults the pages in, so it is the read
-            key = in_flight.begin(path, int(offsets.min(initial=0)), end)
+            key = in_flight.begin(path, int(offsets.min()) if len(offsets) else 0, end)
             try:
                 result = scatter(buf, pos)
             finally:

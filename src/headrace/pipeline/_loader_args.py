@@ -87,10 +87,11 @@ def checked_steps(
 
 
 def checked_stall_warn_s(value: object) -> float | None:
-    """``stall_warn_s`` as a float > 0, or ``None`` (no warnings)."""
+    """``stall_warn_s`` as a float > 0 (Python or NumPy numbers, as ``integer``
+    takes), or ``None`` (no warnings)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise ConfigError(f"stall_warn_s must be a number of seconds or None (got {value!r}).")
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(

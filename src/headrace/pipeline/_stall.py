@@ -97,6 +97,9 @@ class StallWatch:
         self._t0 = 0.0
         self._due = math.inf
         self._warned = False
+        # A warning the watcher thread could not give (-W error made it an exception):
+        # the waiting thread raises it when its wait ends.
+        self._failed: Exception | None = None
 
     def begin(self) -> None:
         """A wait starts."""
@@ -126,10 +129,19 @@ class StallWatch:
             warn_user(arrived_message(waited, self._step()), RuntimeWarning)
         self._due = math.inf
 
+    def fail(self, exc: Exception) -> None:
+        """The watcher thread's warning raised ``exc`` (warnings made errors): no other
+        warning of this wait, not even the batch's arrival; :meth:`watched` raises it."""
+        self._failed = exc
+        self._warned = False
+        self._due = math.inf
+
     @contextmanager
     def watched(self) -> Iterator[None]:
         """Time the ``with`` block as a wait, polled from the watcher thread (for a wait
-        whose own thread may be stuck in a read); the batch came if it ends normally."""
+        whose own thread may be stuck in a read); the batch came if it ends normally.
+        A warning made an error (``-W error``) is raised here once the block ends, as
+        read-ahead's waiting ``next()`` raises it: a read cannot be interrupted."""
         if self.after_s is None:
             yield
             return
@@ -142,6 +154,9 @@ class StallWatch:
         finally:
             _WATCHER.discard(self)  # polled no more: end() sees every warning it gave
             self.end(arrived=arrived)
+            failed, self._failed = self._failed, None
+            if failed is not None and arrived:  # else the block's own error goes on
+                raise failed
 
 
 class _Watcher:
@@ -181,8 +196,8 @@ class _Watcher:
                 for w in self._waits:
                     try:
                         w.poll()  # under the lock: never after its wait's end()
-                    except Exception:  # warnings made errors (-W error): nowhere to raise
-                        w.end(arrived=False)  # nor another warning of this wait
+                    except Exception as exc:  # a warning made an error (-W error)
+                        w.fail(exc)  # raised by the waiting thread: this one has no caller
 
     def forget(self) -> None:
         # After fork: the parent's thread was not copied, and its waits are not ours.
