@@ -59,7 +59,7 @@ def column_view(
             # rows are refused by null_check anyway).
             if valid is not None:
                 arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
-            return (arr.to_numpy(zero_copy_only=False), valid, None)
+            return (_numbers(pa, arr), valid, None)
         if col.kind == "fixed":
             # The child values of every slot, null rows included, so that row
             # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).
@@ -70,14 +70,19 @@ def column_view(
                 # when read (item_check), not every row of the span.
                 holes = _holes(null_item_rows(arr, k), len(arr))
                 items = items.fill_null(0)
-            flat = items.to_numpy(zero_copy_only=False)
+            flat = _numbers(pa, items)
             return (flat.reshape(len(arr), k), valid, holes)
         if col.kind == "ragged":
             values = arr.values
             if values.null_count:
                 holes = _holes(null_item_rows(arr, None), len(arr))
                 values = values.fill_null(0)  # a copy of the span's values: damaged data only
-            return (values.to_numpy(), arr.offsets.to_numpy(), valid, holes)
+            return (
+                _numbers(pa, values, zero_copy_only=True),
+                _numbers(pa, arr.offsets, zero_copy_only=True),
+                valid,
+                holes,
+            )
         bufs = arr.buffers()
         off_dtype = (
             np.int64
@@ -91,6 +96,25 @@ def column_view(
         return (data, offsets, valid, None)
     except (pa.ArrowException, ValueError) as exc:  # NumPy: a buffer cut mid-item
         raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
+
+
+def _numbers(pa: Any, arr: Any, *, zero_copy_only: bool = False) -> NDArray[Any]:
+    """``arr.to_numpy()``, read-only, taken from the buffer itself for integers and
+    floats without nulls. pyarrow's ``to_numpy`` goes through its pandas conversion,
+    whose first call imports pandas where it is installed: 0.19 s of a table's first
+    batch (2c, 2026-12-03), about all of it. Other types and arrays with nulls (refused
+    or filled before this) still take ``to_numpy``."""
+    t = arr.type
+    if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return np.asarray(arr.to_numpy(zero_copy_only=zero_copy_only))
+    kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
+    dtype = np.dtype(f"{kind}{t.bit_width // 8}")
+    data = arr.buffers()[1]
+    if data is None:  # an empty array may have no buffer
+        return np.empty(0, dtype=dtype)
+    out = np.frombuffer(data, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+    out.flags.writeable = False
+    return out
 
 
 def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
@@ -126,7 +150,7 @@ def _array_view(
                 f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
                 f"list items; expected shape {list(col.shape)}"
             )
-        offsets = level.offsets.to_numpy()
+        offsets = _numbers(pa, level.offsets, zero_copy_only=True)
         lengths = np.diff(offsets)
         bad = np.flatnonzero(lengths != dim)
         if bad.size:
@@ -147,7 +171,7 @@ def _array_view(
         holes = np.zeros(len(rows) if valid is None else valid.size, dtype=bool)
         holes[rows[np.unique(nulls // per)]] = True
         level = level.fill_null(0)
-    values = level.to_numpy(zero_copy_only=False).reshape(len(rows), col.width)
+    values = _numbers(pa, level).reshape(len(rows), col.width)
     if valid is None:
         return values, None, holes
     dense = np.zeros((valid.size, col.width), dtype=values.dtype)
