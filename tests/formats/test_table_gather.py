@@ -81,17 +81,13 @@ print(json.dumps({"pandas": pandas, "rows": out}))
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow-file", "arrow-stream"])
-def test_a_first_read_imports_no_pandas_and_gives_pyarrows_rows(
-    tmp_path: Path, kind: str
-) -> None:
+def test_a_first_read_imports_no_pandas_and_gives_pyarrows_rows(tmp_path: Path, kind: str) -> None:
     pytest.importorskip("pandas")  # where pandas is missing, nothing could import it
     path = tmp_path / ("t.parquet" if kind == "parquet" else "t.arrow")
     if kind == "parquet":
         pq.write_table(TABLE, path, row_group_size=16)
     else:
-        with (ipc.new_stream if kind == "arrow-stream" else ipc.new_file)(
-            path, TABLE.schema
-        ) as w:
+        with (ipc.new_stream if kind == "arrow-stream" else ipc.new_file)(path, TABLE.schema) as w:
             w.write_table(TABLE, max_chunksize=16)
     rows = [37, 2, 49, 16, 0, 17]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
