@@ -32,7 +32,14 @@ from headrace.io._buffers import PAGE, ask_for, populate_file
 from headrace.io._file import LocalFile
 from headrace.io._ranges import coalesce_arrays
 
-__all__ = ["ask_for_runs", "mapped_view", "pages_of_ranges", "pages_touched", "populate_ranges"]
+__all__ = [
+    "LONG_RUN",
+    "ask_for_runs",
+    "mapped_view",
+    "pages_of_ranges",
+    "pages_touched",
+    "populate_ranges",
+]
 
 #: Consecutive ranges of a mapped read spanning this many bytes are asked for first.
 LONG_RUN = 16 * PAGE

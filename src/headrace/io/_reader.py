@@ -18,8 +18,15 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, ReadEOFError
 from headrace.io import _in_flight as in_flight
 from headrace.io._adaptive import MAPPED, PARALLEL, AdaptivePolicy, AdaptiveState
+from headrace.io._buffers import PAGE
 from headrace.io._file import LocalFile
-from headrace.io._mapped import ask_for_runs, mapped_view, pages_of_ranges, populate_ranges
+from headrace.io._mapped import (
+    LONG_RUN,
+    ask_for_runs,
+    mapped_view,
+    pages_of_ranges,
+    populate_ranges,
+)
 from headrace.io._open_files import OpenFiles
 from headrace.io._pool import deep_io_pool, deep_io_threads, io_pool, io_threads
 from headrace.io._positional import DEFAULT_ALIGNMENT, read_spans
@@ -417,8 +424,9 @@ class RangeReader(Closing):
         Rows on resident pages cost no I/O. The first missing row (its first
         ``READ_AROUND`` bytes if longer) is read alone and timed: a mapped read
         pays about that per fault, one fault after another, and faults once
-        per missing row (once per ``READ_AROUND`` bytes of a longer one). So a
-        mapped read on slow storage costs one round trip, not one per row.
+        per page of a missing row (the map is advised random), once per
+        ``READ_AROUND`` bytes of one of ``LONG_RUN`` or more (asked for first).
+        So a mapped read on slow storage costs one round trip, not one per row.
 
         The sample is read positionally and whole. Faulted in through the map,
         or read a page of it only, the rest of the row then looked like a
@@ -436,9 +444,15 @@ class RangeReader(Closing):
             t0 = self._clock()
             f.pread(int(offsets[i]), min(int(lengths[i]), READ_AROUND))
             sample_s = self._clock() - t0
-            first = offsets[missing] // READ_AROUND
+            off, last = offsets[missing], offsets[missing] + lengths[missing] - 1
+            # The map is advised random: a row shorter than LONG_RUN faults its pages in
+            # one at a time; a longer one is asked for first, a read-around at a time.
             faults = int(
-                ((offsets[missing] + lengths[missing] - 1) // READ_AROUND - first + 1).sum()
+                np.where(
+                    lengths[missing] >= LONG_RUN,
+                    last // READ_AROUND - off // READ_AROUND + 1,
+                    last // PAGE - off // PAGE + 1,
+                ).sum()
             )
             slow = self.config.policy.mapped_too_slow(sample_s, faults)
         self._stats.checked(declined=slow)
