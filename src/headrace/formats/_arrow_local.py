@@ -16,7 +16,9 @@ pages of the map.
   pages (``MADV_WILLNEED``: readahead, many requests at once) and walks on; a
   header guessed right is in memory, or on its way, when the walk reaches it.
   Guesses only start reads: the walk reads every header where the previous
-  message ends, so a wrong guess costs a small read, never a wrong batch.
+  message ends, so a wrong guess costs a small read, never a wrong batch. They
+  read at most :data:`GUESS_BUDGET` times the header pages read: a stream has no
+  index, and windows wide enough for batches of varied lengths are mostly body.
 * What the walk learned (:class:`WalkedStream`: every record batch's place,
   with the file's size and modification time) travels with a pickled ``Table``.
   The other side reuses it if the file's size, modification time and schema
