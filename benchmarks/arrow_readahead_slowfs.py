@@ -10,7 +10,8 @@ random, guesses unbounded) and C (the default: guesses within ``GUESS_BUDGET``) 
 Prediction (written before measuring): the same MiB for A and B (the guesses read
 the shards nearly whole on this shape either way), B's open within 1.3x of A's.
 C (2026-12-03, after: one shard read 3.4 MiB, its headers 1.2): ~25-30 MiB for the
-8 shards (headers ~10, guesses at most twice that), open ~1.5-2x B's.
+8 shards (headers ~10, guesses at most twice that), open ~1.5-2x B's. Measured
+(5 ms, 3 rounds, 2c, 2026-12-03): C 29.3 MiB against B's 325.0, open 1.6x B's.
 """
 
 from __future__ import annotations

@@ -378,7 +378,7 @@ def test_an_open_reads_the_headers_and_little_more(
         assert _digest(tb) == want
     size = path.stat().st_size
     # The schema's page and each header's (one or two each), and what guesses may add.
-    bound = (1 + heads * (1 + local.GUESS_BUDGET)) * PAGE
+    bound = (1 + heads * (1 + local.GUESS_BUDGET) + local.GUESS_BUDGET * local.GUESS_AHEAD) * PAGE
     if budget == local.GUESS_BUDGET:
         assert opened <= bound, (opened, bound, size)
     else:

@@ -76,6 +76,7 @@ GUESS_CALM = 16
 #: (text) windows of up to :data:`GUESS_SPREAD` re-centred at every batch read the
 #: shards nearly whole at open (8 shards of 300 ~1 MiB batches: 325 MiB read for
 #: 320, where the headers are 10). A window past what is saved is not asked for.
+#: Batches of one size are guessed a page a header: the budget never stops them.
 GUESS_BUDGET = 2
 #: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
 #: then walks, or reads an IPC file's batches one by one, and nothing is carried;
@@ -109,7 +110,10 @@ class _Guesses:
         self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
         self._ahead = 0  # the furthest batch guessed
         self._quick = 0  # header reads in a row that found their pages in memory
-        self._saved = 0  # bytes guesses may still ask for (GUESS_BUDGET)
+        # Bytes guesses may still ask for: GUESS_BUDGET header pages per batch, and as
+        # many up front as a full reach of one-page guesses takes (batches of one
+        # size: else they reach a batch further each batch, not GUESS_AHEAD at once).
+        self._saved = GUESS_BUDGET * GUESS_AHEAD * PAGE
 
     def seen(self, i: int, at: int, head: int, body: int, took: float) -> None:
         """Record batch ``i`` is the message at byte ``at`` (``head`` bytes of prefix
