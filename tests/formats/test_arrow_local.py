@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _cold import evict, resident_bytes
+
 pa = pytest.importorskip("pyarrow")
 
 import headrace.formats._arrow_local as local  # noqa: E402
@@ -22,6 +24,7 @@ import headrace.io._buffers as buffers  # noqa: E402
 from headrace.errors import FormatError, StorageError  # noqa: E402
 from headrace.formats import Ragged, Table  # noqa: E402
 from headrace.formats._arrow_remote import GUESS_AFTER  # noqa: E402
+from headrace.io import PAGE  # noqa: E402
 
 
 def _batches(sizes: list[int], seed: int = 0, text_len: tuple[int, int] = (0, 400)) -> pa.Table:
@@ -161,7 +164,8 @@ def test_guessing_stops_while_headers_are_in_memory(
         tb.close()
         monkeypatch.undo()
     # Quick reads: only the batches before GUESS_CALM quick ones in a row guess.
-    assert 0 < counts[1e9] <= local.GUESS_CALM * local.GUESS_AHEAD < counts[-1.0]
+    assert 0 < counts[1e9] <= local.GUESS_CALM * local.GUESS_AHEAD
+    assert counts[1e9] < counts[-1.0]
 
 
 def test_a_pickled_table_reopens_without_walking(
@@ -349,3 +353,33 @@ def test_a_footer_not_as_expected_leaves_the_file_to_pyarrow(tmp_path: Path) -> 
     assert places is not None and len(places.spans) == 4
     assert local.footer_places(whole, 5) is None  # pyarrow counted other batches
     assert local.footer_places(whole.slice(0, whole.size - 1), 4) is None  # no magic at the end
+
+
+@pytest.mark.parametrize("budget", [local.GUESS_BUDGET, 10**9], ids=["budget", "unbounded"])
+def test_an_open_reads_the_headers_and_little_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """Guessed windows on batches of varied lengths read no more than the budget allows,
+    measured with ``mincore`` after evicting the file (unbounded: how it was, which
+    read the file nearly whole where windows are wide)."""
+    path = _write(tmp_path / "x.arrow", _batches([1000] * 60, text_len=(0, 400)))
+    want = _pyarrow_digest(path, monkeypatch)
+    evict(path)
+    monkeypatch.setattr(local, "GUESS_SLOW_S", -1.0)  # as on slow storage: always guess
+    monkeypatch.setattr(local, "GUESS_BUDGET", budget)
+    with Table.open(path) as tb:
+        opened = resident_bytes(path)
+        (part,) = tb._parts
+        index = part.walked.places
+        heads = sum(
+            -(-(at % PAGE + head) // PAGE)
+            for (at, _), head in zip(index.spans, index.heads, strict=True)
+        )
+        assert _digest(tb) == want
+    size = path.stat().st_size
+    # The schema's page and each header's (one or two each), and what guesses may add.
+    bound = (1 + heads * (1 + local.GUESS_BUDGET) + local.GUESS_BUDGET * local.GUESS_AHEAD) * PAGE
+    if budget == local.GUESS_BUDGET:
+        assert opened <= bound, (opened, bound, size)
+    else:
+        assert opened > bound, (opened, bound, size)

@@ -16,7 +16,9 @@ pages of the map.
   pages (``MADV_WILLNEED``: readahead, many requests at once) and walks on; a
   header guessed right is in memory, or on its way, when the walk reaches it.
   Guesses only start reads: the walk reads every header where the previous
-  message ends, so a wrong guess costs a small read, never a wrong batch.
+  message ends, so a wrong guess costs a small read, never a wrong batch. They
+  read at most :data:`GUESS_BUDGET` times the header pages read: a stream has no
+  index, and windows wide enough for batches of varied lengths are mostly body.
 * What the walk learned (:class:`WalkedStream`: every record batch's place,
   with the file's size and modification time) travels with a pickled ``Table``.
   The other side reuses it if the file's size, modification time and schema
@@ -69,6 +71,13 @@ GUESS_NEAR = 8
 #: (23 us per record batch in the page cache). Timing decides when to guess only.
 GUESS_SLOW_S = 1e-3
 GUESS_CALM = 16
+#: Bytes guesses may ask for, per byte of header pages the walk has read: a guess's
+#: window is read whole, its header found or not, and on batches of varied lengths
+#: (text) windows of up to :data:`GUESS_SPREAD` re-centred at every batch read the
+#: shards nearly whole at open (8 shards of 300 ~1 MiB batches: 325 MiB read for
+#: 320, where the headers are 10). A window past what is saved is not asked for.
+#: Batches of one size are guessed a page a header: the budget never stops them.
+GUESS_BUDGET = 2
 #: The walk, and guessing in it, on (off only to measure against: pyarrow's reader
 #: then walks, or reads an IPC file's batches one by one, and nothing is carried;
 #: benchmarks/arrow_walk_slowfs.py).
@@ -101,12 +110,18 @@ class _Guesses:
         self._asked: dict[int, tuple[int, int]] = {}  # batch -> pages asked for
         self._ahead = 0  # the furthest batch guessed
         self._quick = 0  # header reads in a row that found their pages in memory
+        # Bytes guesses may still ask for: GUESS_BUDGET header pages per batch, and as
+        # many up front as a full reach of one-page guesses takes (batches of one
+        # size: else they reach a batch further each batch, not GUESS_AHEAD at once).
+        self._saved = GUESS_BUDGET * GUESS_AHEAD * PAGE
 
     def seen(self, i: int, at: int, head: int, body: int, took: float) -> None:
         """Record batch ``i`` is the message at byte ``at`` (``head`` bytes of prefix
         and header, then ``body``), read in ``took`` seconds: guess where batches
         ``i + 2 ...`` start."""
         total = head + body
+        head_pages = -(-head // PAGE) * PAGE
+        self._saved += GUESS_BUDGET * head_pages
         self._sizes.add(total)
         self._asked.pop(i + 1, None)
         self._quick = 0 if took > GUESS_SLOW_S else self._quick + 1
@@ -122,7 +137,6 @@ class _Guesses:
         # 9 by default), which asking again retries (the kernel skips pages it has).
         far = self._ahead - (i + 1) <= reach // 2
         start = at + total  # batch i + 1's: known, the walk reads it next
-        head_pages = -(-head // PAGE) * PAGE
         for j in range(1, GUESS_AHEAD + 1):
             half = spread * math.sqrt(j)
             if 2 * half > GUESS_SPREAD or (j > GUESS_NEAR and not far):
@@ -136,7 +150,13 @@ class _Guesses:
             asked = self._asked.get(i + 1 + j)
             if j > GUESS_NEAR and asked is not None and asked[0] <= lo and hi <= asked[1]:
                 continue
-            # Pages already read, or on their way, are not read again.
+            # Pages already asked for are not read again (nor counted again).
+            cost = hi - lo
+            if asked is not None:
+                cost -= max(0, min(hi, asked[1]) - max(lo, asked[0]))
+            if cost > self._saved:
+                break
+            self._saved -= cost
             will_need(self._address + lo, hi - lo)
             if asked is not None:
                 lo, hi = min(lo, asked[0]), max(hi, asked[1])
