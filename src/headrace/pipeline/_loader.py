@@ -51,7 +51,7 @@ from headrace.pipeline._shutdown import (
     left_behind,
 )
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
-from headrace.pipeline._steps import chunked, remaining_steps
+from headrace.pipeline._steps import chunked, first_owned, remaining_steps
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -517,8 +517,7 @@ class Loader(Closing):
 
     def _next_step(self) -> int:
         """The next step this loader yields (its own: every k-th with a ``step_stride``)."""
-        k, w = self.step_stride, self.step_offset
-        return self.step + (w - self.step) % k
+        return first_owned(self.step, self.step_stride, self.step_offset)
 
     def reads_in_flight(self) -> list[ReadInFlight]:
         """The reads running now in this process, oldest first, each with its file or

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-__all__ = ["chunked", "remaining_steps"]
+__all__ = ["chunked", "first_owned", "remaining_steps"]
 
 
 def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]:
@@ -28,9 +28,14 @@ def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]
         yield chunk
 
 
+def first_owned(step: int, stride: int = 1, offset: int = 0) -> int:
+    """The first step ``t >= step`` with ``t % stride == offset``."""
+    return step + (offset - step) % stride
+
+
 def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int = 0) -> int:
     """How many steps ``t`` in ``[step, steps)`` have ``t % stride == offset``."""
     if steps is None:
         raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
-    first = step + (offset - step) % stride
+    first = first_owned(step, stride, offset)
     return max(0, -(-(steps - first) // stride))
