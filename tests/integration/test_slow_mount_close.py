@@ -81,11 +81,13 @@ def test_close_returns_promptly_when_the_mount_stalls_and_releases_all_after(
     got = [batch_digest([next(it)]) for _ in range(3)]
     assert got == want[:3]
     ended: list[BaseException] = []
+    taken = [0]
 
     def consume() -> None:  # the training loop, waiting for its next batch
         try:
             for _ in range(10_000):
                 next(it)
+                taken[0] += 1
         except BaseException as exc:
             ended.append(exc)
 
@@ -93,10 +95,12 @@ def test_close_returns_promptly_when_the_mount_stalls_and_releases_all_after(
     with stalled(m, at_most_s=30) as resume:
         consumer.start()
         deadline = time.monotonic() + 20
-        while not _reading():  # the read-ahead is inside a read of the stalled mount
+        seen = -1
+        while not (_reading() and taken[0] == seen):  # stuck inside a read of the mount
+            # (not a read that the blocks filled before the stop answer: they go on)
             assert time.monotonic() < deadline, "no read reached the stalled mount"
-            time.sleep(0.01)
-        time.sleep(0.2)  # its first READs are surely with the stopped server
+            seen = taken[0]
+            time.sleep(0.3)
         t0 = time.monotonic()
         with pytest.warns(
             RuntimeWarning,
@@ -147,12 +151,16 @@ def _reading() -> bool:
 
 
 def _tokens(d: Path) -> TokenSource:
-    return TokenSource(str(d / "t.bin"), dtype="uint32", context=256)
+    # Blocks of a page: the 16 MB file is 4,096 of them, and the batches read before
+    # the stop fill a few hundred (with 4 MiB blocks, all four, and no read reached the
+    # stopped server at all: the test failed so 9 runs in 10).
+    return TokenSource(str(d / "t.bin"), dtype="uint32", context=256, block_bytes=4096)
 
 
 _SOURCE = """
 if sys.argv[3] == "tokens":
-    src = TokenSource(sys.argv[2] + "/t.bin", dtype="uint32", context=256)
+    # blocks of a page (as _tokens): reads after the stop need the stopped server
+    src = TokenSource(sys.argv[2] + "/t.bin", dtype="uint32", context=256, block_bytes=4096)
 else:
     src = FileSource(sys.argv[2] + "/npy", format="npy")
 """
