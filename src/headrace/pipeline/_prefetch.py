@@ -7,6 +7,13 @@ a :class:`Failure` (its error, handed over to be raised in the consumer's
 thread); :meth:`Prefetcher.stop` ends it early and leaves :data:`STALE` for a
 consumer still waiting, so that it raises instead of waiting for ever. Only
 *when* chunks are read changes here, never what they hold.
+
+The queue is a :class:`Handoff`, not a :class:`queue.Queue`: the consumer waits
+in it, where Ctrl-C (or a SIGTERM handler raising ``SystemExit``) lands, and an
+exception raised inside ``Queue.get``'s ``Condition.wait`` could leave the
+queue's lock held (the stop that follows then waited for it for ever) or
+released twice (a ``RuntimeError`` in place of the interrupt): 18 of 80
+SIGTERMs to a loop waiting for a stuck read, on a loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -14,13 +21,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 from headrace.errors import StateError
 from headrace.pipeline._stall import StallWatch
 
-__all__ = ["END", "STALE", "Failure", "Prefetcher", "stale_error"]
+__all__ = ["END", "STALE", "Failure", "Handoff", "Prefetcher", "stale_error"]
 
 END = object()
 STALE = object()  # put after a producer is stopped: its consumer must not wait on
@@ -36,6 +44,73 @@ class Failure:
         self.step = step
 
 
+class Handoff:
+    """A bounded FIFO between threads that no exception, wherever it is raised in it,
+    leaves locked: no lock is ever held. Items go through a deque (``append`` and
+    ``popleft`` are atomic), and two locks serve only as wake-ups, always waited on
+    with a timeout; a wake-up lost to an exception costs one more look at the deque.
+    An exception between a get's ``popleft`` and its return loses that item: only a
+    consumer that is abandoning the queue gets one there."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: deque[object] = deque()
+        self._arrived = _wakeup()  # released when an item is put
+        self._taken = _wakeup()  # released when one is taken
+
+    def full(self) -> bool:
+        return len(self._items) >= self.maxsize
+
+    def put(self, item: object, timeout: float) -> bool:
+        """Append ``item`` once there is room; ``False`` if there was none for ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while self.full():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._taken.acquire(timeout=left)
+        self.put_now(item)
+        return True
+
+    def put_now(self, item: object) -> None:
+        """Append ``item`` even beyond ``maxsize``."""
+        self._items.append(item)
+        _wake(self._arrived)
+
+    def get(self, timeout: float = 0.0) -> object:
+        """The first item, waiting up to ``timeout`` s for one (:class:`queue.Empty`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                item = self._items.popleft()
+            except IndexError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise queue.Empty from None
+                self._arrived.acquire(timeout=left)
+                continue
+            _wake(self._taken)
+            return item
+
+    def clear(self) -> None:
+        """Drop every item (and wake a producer waiting for room)."""
+        self._items.clear()
+        _wake(self._taken)
+
+
+def _wakeup() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+def _wake(lock: threading.Lock) -> None:
+    try:
+        lock.release()
+    except RuntimeError:  # released already: a wake-up is pending
+        pass
+
+
 class Prefetcher:
     """Puts what ``chunks`` yields, ``(steps, item)`` pairs, on a queue of ``depth`` items.
 
@@ -44,7 +119,7 @@ class Prefetcher:
     """
 
     def __init__(self, chunks: Iterator[tuple[list[int], Any]], start: int, depth: int) -> None:
-        self.queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self.queue = Handoff(depth)
         self._stop = threading.Event()
         self.thread = threading.Thread(
             target=self._produce, args=(chunks, start), name="headrace-prefetch", daemon=True
@@ -57,7 +132,7 @@ class Prefetcher:
         """The next item (a chunk's item, :data:`END`, :data:`STALE` or a :class:`Failure`),
         and how long the consumer waited for it (seconds); ``watch`` warns while it waits."""
         try:
-            return self.queue.get_nowait(), 0.0
+            return self.queue.get(), 0.0
         except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
             t0 = time.perf_counter()
             watch.begin()
@@ -74,11 +149,8 @@ class Prefetcher:
 
         def put(item: object) -> bool:
             while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.05)
+                if q.put(item, timeout=0.05):
                     return True
-                except queue.Full:
-                    continue
             return False
 
         if stop.is_set():  # stopped before it ran (see stop()): read nothing
@@ -101,23 +173,21 @@ class Prefetcher:
         """
         self._stop.set()
         q = self.queue
-        _drain(q)  # unblock a producer waiting on a full queue
+        q.clear()  # unblock a producer waiting on a full queue
         try:
             self.thread.join(timeout=timeout)
         except RuntimeError:
             # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
             # was set first, so if it runs at all it returns before reading.
             pass
-        # Wake a consumer still waiting on this queue, so it can raise.
-        _drain(q)
-        try:
-            q.put_nowait(STALE)
-        except queue.Full:  # a producer that outlived the join filled it: wakes it too
-            pass
+        # Wake a consumer still waiting on this queue, so it can raise. (A producer
+        # that outlived the join drops what it reads once its read returns.)
+        q.clear()
+        q.put_now(STALE)
         return not self.thread.is_alive()
 
 
-def _wait_for(q: queue.Queue[object], producer: threading.Thread, watch: StallWatch) -> object:
+def _wait_for(q: Handoff, producer: threading.Thread, watch: StallWatch) -> object:
     """The next item of ``q``, or an error if its producer is gone without ending it.
 
     A producer always ends with ``END`` or a failure; one that is not alive with the
@@ -139,14 +209,6 @@ def _wait_for(q: queue.Queue[object], producer: threading.Thread, watch: StallWa
                         "forked after the iteration began): call iter(loader) again here, "
                         "which reads on from the loader's step"
                     ) from None
-
-
-def _drain(q: queue.Queue[object]) -> None:
-    try:
-        while True:
-            q.get_nowait()
-    except queue.Empty:
-        pass
 
 
 def stale_error(*, closed: bool) -> StateError:
