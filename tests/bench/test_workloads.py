@@ -557,9 +557,16 @@ def test_memcpy_and_short_trials_are_not_judged_against_the_ceiling(
     tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
     monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
-    assert all(r["table"]["short_trials"] for r in results)
-    above = [n for n in summary["notes"] if "read ceiling of" in n and "above" in n]
-    assert above == [] and not any(r.get("above_storage_ceiling") for r in results)
+    # Short trials overstate only a variant with a read-ahead queue (the naive loop and
+    # headrace-sync start each trial from nothing): it alone is not judged, nor memcpy.
+    starred = {r["variant"] for r in results if r["table"]["short_trials"]}
+    assert starred == {"headrace-async"}
+    above = {n.split(":")[0] for n in summary["notes"] if "read ceiling of" in n and "above" in n}
+    assert above == {"megatron/naive", "megatron/headrace-sync"}
+    assert {r["variant"] for r in results if r.get("above_storage_ceiling")} == {
+        "naive",
+        "headrace-sync",
+    }
     short = next(n for n in summary["notes"] if "short beside a read-ahead queue" in n)
     assert "(their GB/s are not judged against the read ceiling)" in short
     # Trials counted long: every reader is judged, memcpy never.

@@ -262,6 +262,8 @@ class Kind:
         self.root = os.fspath(root)
         # Every Loader a variant opened, for its stage times (measure_pass clears it).
         self.loaders: list[Loader] = []
+        # The variants that opened a Loader with a read-ahead queue (prefetch > 0).
+        self.reading_ahead: set[str] = set()
         refuse(
             workload.reader,
             "threads",
@@ -431,6 +433,7 @@ class Kind:
         if any(current[k] != v for k, v in over.items()):
             kind = type(self).make(self.workload.replace(reader=over), self.root)
             kind.loaders = self.loaders  # its Loaders' stage times are this variant's
+            kind.reading_ahead = self.reading_ahead
         stream = kind.openers[vs.name](kind, vs, steps)
         # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
         known = set(current) | vs.options.asked | {"seed"}
@@ -510,6 +513,8 @@ class Kind:
             **options,
         )
         self.loaders.append(loader)
+        if loader.prefetch > 0:
+            self.reading_ahead.add(spec.text)
         return loader
 
 

@@ -61,9 +61,11 @@ SHORT_TRIAL_STEPS = 256
 
 
 def short_trials(r: dict[str, Any]) -> bool:
-    """Whether a result's trials are short beside a read-ahead queue (see above)."""
+    """Whether a result's trials are short beside a read-ahead queue (see above). A
+    variant without one (a naive loop, ``headrace-sync``, memcpy) starts each trial
+    from nothing, however short it is (a report without ``read_ahead``: any variant)."""
     steps = r.get("steps_per_trial")
-    return steps is not None and steps < SHORT_TRIAL_STEPS
+    return steps is not None and steps < SHORT_TRIAL_STEPS and r.get("read_ahead", True)
 
 
 def short_trials_note(steps: int, figures: str = "batches/s and ratios") -> str:

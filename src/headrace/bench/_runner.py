@@ -419,6 +419,7 @@ def _run(
                 "steps": m["steps"],
                 "trials": t.trials,
                 "steps_per_trial": t.steps,
+                "read_ahead": spec in of(spec).reading_ahead,
                 **pass_figures(kind, m),
                 **of(spec).result_extras(spec),
                 **_slowfs_extras(opts.slowfs),
