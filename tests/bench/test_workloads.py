@@ -577,6 +577,26 @@ def test_memcpy_and_short_trials_are_not_judged_against_the_ceiling(
     assert "memcpy" in variants and judged == {f"megatron/{v}" for v in variants - {"memcpy"}}
 
 
+def test_group_texts_copies_from_memory_and_is_not_judged_against_the_ceiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its pre-pass reads the whole column into memory before the first batch: its trials'
+    # GB/s were judged "above the read ceiling: served from the page cache" (until
+    # 2026-12-03), of batches no read served.
+    from headrace.bench import _report, _runner
+
+    wl = builtin_workloads()["packed"].replace(dataset=TINY["packed"]["dataset"], train=TRAIN)
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
+    monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
+    monkeypatch.setattr(_report, "SHORT_TRIAL_STEPS", 2)  # trials counted long
+    summary, results = run_workload(kind, options=RunOptions(isolate=False))
+    judged = {n.split(":")[0] for n in summary["notes"] if "read ceiling of" in n}
+    assert "group-texts" in {r["variant"] for r in results}
+    assert judged == {"packed/naive", "packed/headrace-sync", "packed/headrace-async"}
+
+
 def test_a_variant_process_that_fails_shows_its_own_error_only() -> None:
     # Run as `python -m headrace.bench._measure`, the child first printed runpy's
     # warning (the package had imported the module), which a dead variant's error
