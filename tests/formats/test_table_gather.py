@@ -1,4 +1,4 @@
-"""A table's numbers taken from Arrow buffers (:func:`_numbers`): what pyarrow's
+"""A table's numbers taken from Arrow buffers (:func:`numbers`): what pyarrow's
 ``to_numpy`` gives, without the pandas import its first call cost a first batch."""
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def test_numbers_are_to_numpy_for_every_width_and_offset(t: pa.DataType) -> None
 def test_other_types_and_nulls_still_take_to_numpy() -> None:
     flags = pa.array([True, False, True]).slice(1)
     assert numbers(flags).tolist() == [False, True]
+    assert numbers(pa.array(["a", "b"])).tolist() == ["a", "b"]
     with_null = pa.array([1, None, 3], pa.int32())
     assert np.array_equal(
         numbers(with_null), with_null.to_numpy(zero_copy_only=False), equal_nan=True
@@ -64,6 +65,14 @@ TABLE = pa.table(
         "tok": pa.array([list(range(i % 9)) for i in range(N)], pa.list_(pa.int32())),
         "v": pa.array([[i, i / 2, -i] for i in range(N)], pa.list_(pa.float64(), 3)),
         "s": pa.array([f"r{i}" for i in range(N)]),
+        # Bools, and null rows (never the rows read): their spans' validity bitmaps,
+        # and the values in their places, unpacked without pyarrow's to_numpy.
+        "b": pa.array([i % 3 == 0 for i in range(N)]),
+        "bn": pa.array([None if i % 10 == 5 else i % 4 == 1 for i in range(N)]),
+        "n": pa.array([None if i % 10 == 5 else i - 20 for i in range(N)], pa.int64()),
+        "tn": pa.array(
+            [None if i % 10 == 5 else list(range(i % 5)) for i in range(N)], pa.list_(pa.int32())
+        ),
     }
 )
 

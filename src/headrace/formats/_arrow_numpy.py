@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 __all__ = ["bits", "booleans", "numbers", "valid_rows", "zero_filled"]
 
 # Arrow's names of the number types (``str(type)``), as NumPy's.
-_DTYPES = {
+_DTYPES: dict[str, np.dtype[Any]] = {
     str(t): np.dtype(t)
     for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 } | {"halffloat": np.dtype("f2"), "float": np.dtype("f4"), "double": np.dtype("f8")}
@@ -54,7 +54,7 @@ def numbers(arr: Any, *, zero_copy_only: bool = False) -> NDArray[Any]:
     read-only view of the buffer, booleans unpacked (a copy, as ``to_numpy``'s). Other
     types, arrays with nulls, and booleans where no copy is allowed still take
     ``to_numpy``."""
-    out = None if arr.null_count or zero_copy_only and _is_bool(arr) else _values(arr)
+    out = None if arr.null_count or (zero_copy_only and _is_bool(arr)) else _values(arr)
     return np.asarray(arr.to_numpy(zero_copy_only=zero_copy_only)) if out is None else out
 
 
