@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from _files_s3 import files_s3
+from _files_s3 import files_s3, store_options
 from _out import out
 from arrow_walk_slowfs import text_shard
 
@@ -187,14 +187,7 @@ def main() -> int:
     with files_s3(args.root) as upstream:
         for ms in (float(x) for x in args.latency_ms.split(",")):
             with _proxy(upstream, ms, None) as endpoint:
-                store = {
-                    "endpoint": endpoint,
-                    "region": "us-east-1",
-                    "access_key_id": "bench",
-                    "secret_access_key": "bench",
-                    "path_style": True,
-                    "allow_http": True,
-                }
+                store = store_options(endpoint)
                 for shape, column in COLUMN.items():
                     url = f"{URL}/{shape}"
                     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
