@@ -20,6 +20,10 @@ batches of 32 random rows (``read_rows``, seeded), counting the store's bytes:
 ``N batches``   the same for all of them
 ``rows``        the bytes of the rows themselves (offsets and values)
 
+With ``--epochs``, also two epochs of ``--batches``-free reading through a ``Loader``
+(``TableSource``, its default windowed shuffle), bytes at the end of each: the second
+epoch's are one epoch's (the read-ahead into the next counted once each way).
+
 Each trial is a fresh process; with ``--before SRC`` (the ``src`` folder of another
 checkout, e.g. ``git worktree add /tmp/before COMMIT``) the two sides alternate,
 A/B/A/B, and open seconds are printed too. The digest is over every row read (equal
@@ -66,7 +70,8 @@ from arrow_walk_slowfs import text_shard
 
 import headrace
 from headrace.bench._s3_serve import _proxy
-from headrace.formats import Table
+from headrace.formats import Table, TableSource
+from headrace.pipeline import Loader
 
 URL = "s3://headrace-bench"
 MiB = 1 << 20
@@ -150,7 +155,28 @@ def trial(url: str, store: dict[str, Any], column: str, n: int) -> dict[str, Any
     }
 
 
+def epochs(url: str, store: dict[str, Any], column: str) -> dict[str, Any]:
+    """Bytes of two epochs through a ``Loader`` (``TableSource``'s default shuffle
+    here: windows), at the end of each: the second less the first is one epoch's
+    fetches, the read-ahead into the next epoch counted in both."""
+    src = TableSource(url, columns=[column], width=2048, store_options=store)
+    t = src.table
+    h = hashlib.sha256()
+    ends = []
+    with Loader(src, batch_size=B, seed=0) as ld:
+        steps = len(src) // B
+        for i, b in zip(range(2 * steps), ld, strict=False):
+            h.update(np.ascontiguousarray(b[column]).tobytes())
+            if (i + 1) % steps == 0:
+                ends.append(_got(t))
+    everything = {(0, g) for g in range(len(t.group_rows))}
+    return {"ends": ends, "need": sum(needed(t, column, everything)), "sha": h.hexdigest()[:12]}
+
+
 def _child(url: str, store: str, column: str, n: int) -> None:
+    if n == 0:
+        print(json.dumps(epochs(url, json.loads(store), column)))
+        return
     t0 = time.perf_counter()
     res = trial(url, json.loads(store), column, n)
     res["open_s"] = res.pop("open_s") - t0
@@ -173,6 +199,7 @@ def main() -> int:
         "--root", default=os.path.join(tempfile.gettempdir(), "headrace-bench-arrow-bytes-s3")
     )
     ap.add_argument("--before", help="src folder of the code to compare with")
+    ap.add_argument("--epochs", action="store_true", help="also two epochs through a Loader")
     args = ap.parse_args()
     write(Path(args.root))
     here = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
@@ -208,6 +235,16 @@ def main() -> int:
                                 f"| {g / MiB:.2f} | {need / MiB:.2f} | {g / need:.2f}x | {rows} "
                                 f"| {took:.2f} | {'/'.join(shas)} |"
                             )
+                    if not args.epochs:
+                        continue
+                    for side, src in sides.items():
+                        e = _run(src, url, store, column, 0)
+                        a, b = e["ends"]
+                        out(
+                            f"| {shape} | {ms:g} ms | {side} | epoch 1 / 2 (Loader) | {a / MiB:.2f}"
+                            f" / {b / MiB:.2f} | {e['need'] / MiB:.2f} an epoch | "
+                            f"{(b - a) / e['need']:.2f}x (epoch 2) | | | {e['sha']} |"
+                        )
     if not ok:
         out("FAIL: rounds read different rows")
     return 0 if ok else 1
