@@ -129,6 +129,19 @@ def _serve(root: str) -> None:
     server.shutdown()
 
 
+def store_options(endpoint: str) -> dict[str, object]:
+    """``store_options`` for a table or source read from ``endpoint`` (this server, or
+    a ``LatencyProxy`` in front of it)."""
+    return {
+        "endpoint": endpoint,
+        "region": "us-east-1",
+        "access_key_id": "bench",
+        "secret_access_key": "bench",
+        "path_style": True,
+        "allow_http": True,
+    }
+
+
 @contextmanager
 def files_s3(root: str) -> Iterator[str]:
     """Serve ``root``'s files as S3 objects on 127.0.0.1 from a child process (not

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _files_s3 import files_s3
+from _files_s3 import files_s3, store_options
 from _out import out as _out
 from arrow_walk_slowfs import digest, text_shard, token_shard
 
@@ -117,14 +117,7 @@ def main() -> int:
     rows = []
     ok = True
     with files_s3(args.root) as upstream, _proxy(upstream, args.latency_ms, None) as endpoint:
-        store = {
-            "endpoint": endpoint,
-            "region": "us-east-1",
-            "access_key_id": "bench",
-            "secret_access_key": "bench",
-            "path_style": True,
-            "allow_http": True,
-        }
+        store = store_options(endpoint)
         for shape, path in shapes.items():
             url = f"{URL}/{path.name}"
             res: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}

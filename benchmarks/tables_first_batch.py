@@ -3,13 +3,17 @@
 Run: PYTHONPATH=src python benchmarks/tables_first_batch.py [--rounds 7] [DIR]
 
 Writes a local Arrow table (``save_to_disk`` layout, 1,000-row record batches) and a
-Parquet file (10,000-row groups) of 200,000 token lists once under DIR (default
-/tmp/headrace-tables-first-batch). Each trial is a fresh Python process (numpy,
-pyarrow and headrace imported before the clock starts), sides alternating:
+Parquet file (10,000-row groups) of 200,000 rows (token lists and a bool) once under
+DIR (default /tmp/headrace-tables-first-batch-2). Each trial is a fresh Python
+process (numpy, pyarrow and headrace imported before the clock starts), sides
+alternating:
 
-  to_numpy   numbers turned into arrays by pyarrow's ``Array.to_numpy`` (what the
-             table reader did before): its first call imports pandas where installed
-  buffers    numbers viewed from the Arrow buffers (what it does now)
+  to_numpy   columns turned into arrays by pyarrow's ``Array.to_numpy`` (what the
+             table reader did until 2026-12-03): its first call imports pandas
+             where installed
+  bools      numbers viewed from the Arrow buffers, bools and validity bitmaps
+             still by ``to_numpy`` (and nulls by ``fill_null``): until 2026-12-03 pm
+  buffers    numbers viewed, bools and bitmaps unpacked from the buffers (now)
 
 Printed per side and format: seconds from building the Loader to its first batch
 (median, min-max), the seconds spent starting threads (``Thread.start``) and the
@@ -19,6 +23,13 @@ first 16 batches (the same on both sides).
 Prediction (written before measuring): to_numpy ~0.2 s to the first batch, threads
 started in under 10 ms of it (a few %, the pools start threads on demand: about
 ten deep-pool threads, not 64), the rest the pandas import; buffers ~0.02 s.
+With the bool column (2026-12-03 pm): to_numpy and bools both ~0.19 s (pandas
+imported 7/7 each), buffers 0.02-0.035 s (0/7); digests equal on all three.
+Measured (7 rounds, 2c shared with three busy helpers, 2026-12-03: absolute times
+~6x the morning's, ratios hold): Arrow to_numpy 1.700 s, bools 1.372 s, buffers
+0.122 s (bools/buffers 11.3x); Parquet 1.830 / 2.038 / 0.203 s (10.1x); pandas
+imported 7/7, 7/7, 0/7; sha256 equal across the three sides (5e76afa3c752...,
+98430a3da5a5...).
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ import time
 import numpy as np
 from _out import out
 
-ROWS, SIDES, KINDS = 200_000, ("to_numpy", "buffers"), ("arrow", "parquet")
+ROWS, SIDES, KINDS = 200_000, ("to_numpy", "bools", "buffers"), ("arrow", "parquet")
 
 
 def write(root: str) -> None:
@@ -48,7 +59,12 @@ def write(root: str) -> None:
     lens = rng.integers(1, 64, ROWS)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     ids = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
-    t = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids))})
+    t = pa.table(
+        {
+            "input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids)),
+            "keep": pa.array(rng.random(ROWS) < 0.5),
+        }
+    )
     arrow = os.path.join(root, "arrow")
     os.makedirs(arrow, exist_ok=True)
     name = "data-00000-of-00001.arrow"
@@ -65,15 +81,29 @@ def write(root: str) -> None:
 def child(side: str, path: str) -> None:
     import pyarrow  # noqa: F401  (imports are not the first batch's)
 
-    from headrace.formats import TableSource, _table_gather
+    from headrace.formats import TableSource, _arrow_numpy, _table_gather, _table_nulls
     from headrace.pipeline import Loader
 
-    if side == "to_numpy":
+    def to_numpy(arr, *, zero_copy_only=False):  # type: ignore[no-untyped-def]
+        return np.asarray(arr.to_numpy(zero_copy_only=zero_copy_only))
 
-        def to_numpy(pa, arr, *, zero_copy_only=False):  # type: ignore[no-untyped-def]  # noqa: ARG001
-            return np.asarray(arr.to_numpy(zero_copy_only=zero_copy_only))
+    def valid_rows(arr):  # type: ignore[no-untyped-def]
+        return to_numpy(arr.is_valid())
 
-        _table_gather._numbers = to_numpy
+    def zero_filled(arr):  # type: ignore[no-untyped-def]
+        return numbers(arr.fill_null(False if str(arr.type) == "bool" else 0))
+
+    def bools(arr, *, zero_copy_only=False):  # type: ignore[no-untyped-def]
+        if str(arr.type) == "bool":
+            return to_numpy(arr, zero_copy_only=zero_copy_only)
+        return _arrow_numpy.numbers(arr, zero_copy_only=zero_copy_only)
+
+    if side != "buffers":
+        numbers = to_numpy if side == "to_numpy" else bools
+        for mod in (_table_gather, _table_nulls):
+            for name, fn in (("numbers", numbers), ("valid_rows", valid_rows)):
+                setattr(mod, name, fn)
+        _table_gather.zero_filled = zero_filled
     start, spent, started = threading.Thread.start, [0.0], collections.Counter[str]()
 
     def timed_start(self: threading.Thread) -> None:
@@ -85,7 +115,8 @@ def child(side: str, path: str) -> None:
     threading.Thread.start = timed_start  # type: ignore[method-assign]
     t0 = time.perf_counter()
     h = hashlib.sha256()
-    with Loader(TableSource(path, columns=["input_ids"], width=65), batch_size=32, seed=0) as ld:
+    source = TableSource(path, columns=["input_ids", "keep"], width=65)
+    with Loader(source, batch_size=32, seed=0) as ld:
         for i, b in zip(range(16), ld, strict=False):
             if i == 0:
                 first, threads = time.perf_counter() - t0, dict(started)
@@ -108,7 +139,7 @@ def child(side: str, path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("dir", nargs="?", default="/tmp/headrace-tables-first-batch")
+    ap.add_argument("dir", nargs="?", default="/tmp/headrace-tables-first-batch-2")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(args.dir, "parquet", "a.parquet")):
         write(args.dir)
@@ -137,6 +168,7 @@ def main() -> None:
         same = {r["sha"] for s in SIDES for r in runs[kind, s]}
         out(
             f"{kind:8} to_numpy/buffers {medians['to_numpy'] / medians['buffers']:.1f}x, "
+            f"bools/buffers {medians['bools'] / medians['buffers']:.1f}x, "
             f"digests {'equal' if len(same) == 1 else 'DIFFER'}"
         )
 

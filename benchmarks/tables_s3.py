@@ -53,6 +53,7 @@ from _out import out as _out
 
 from headrace.bench._s3_serve import bench_s3
 from headrace.formats import TableSource
+from headrace.formats._arrow_numpy import numbers
 from headrace.formats._row_plan import RowWindows
 from headrace.pipeline import Loader
 from headrace.plan import step_samples
@@ -165,7 +166,7 @@ def pyarrow_side(
                         cache.popitem(last=False)
                 cache.move_to_end(s)
                 row = cache[s].slice(r - int(starts[s]), 1)
-                toks = row.column("input_ids").combine_chunks().values.to_numpy()
+                toks = numbers(row.column("input_ids").combine_chunks().values)
                 n = min(width, toks.size)
                 ids[i, :n] = toks[:n]
                 mask[i, :n] = True

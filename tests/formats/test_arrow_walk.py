@@ -161,9 +161,11 @@ class _Counted(_Bytes):
         super().__init__(data)
         self.fail = fail
         self.reads: list[int] = []
+        self.sizes: list[int] = []
 
     def read_into(self, out: np.ndarray, offset: int) -> Future[None]:
         self.reads.append(offset)
+        self.sizes.append(out.size)
         if offset in self.fail:
             from headrace.errors import StorageError
 
@@ -223,6 +225,28 @@ def test_guessed_headers_give_the_index_the_walk_alone_gives(
     # Headers read from guesses are GETs the walk did not make in turn; a miss costs a
     # GET more, never a wrong header.
     assert len(guessed._file.reads) <= 2 * len(alone._file.reads)
+
+
+@pytest.mark.parametrize("guess", [False, True], ids=["walk", "walk + guesses"])
+def test_gets_at_headers_of_long_messages_read_no_body(
+    guess: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headrace.formats._arrow_remote as remote
+
+    # Record batches of ~200 KB: once the first is seen, a GET at a header (the walk's
+    # or a guess's) is _HEAD_STEP, not 64 KiB of body (2.5 MiB for 40 ~200-byte headers).
+    data = _big([200_000] * 40, vary=False)
+    walk, index = _index_of(data, guess, monkeypatch)
+    _same(index, _walk(data))
+    sizes = walk._file.sizes
+    assert len(sizes) >= 40 // (2 if guess else 1)
+    assert sum(n > remote._HEAD_STEP for n in sizes) == 1  # the schema's: sizes unknown
+    assert sum(sizes) <= remote._STEP + len(sizes) * remote._HEAD_STEP
+    # Batches shorter than a GET keep 64 KiB GETs, each holding ~30 headers.
+    small = _big([2_000] * 60, vary=False)
+    walk, index = _index_of(small, guess, monkeypatch)
+    _same(index, _walk(small))
+    assert len(walk._file.sizes) <= -(-len(small) // remote._STEP) + 1
 
 
 def test_guesses_in_flight_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""A table's numbers taken from Arrow buffers (:func:`_numbers`): what pyarrow's
+"""A table's numbers taken from Arrow buffers (:func:`numbers`): what pyarrow's
 ``to_numpy`` gives, without the pandas import its first call cost a first batch."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.formats._table_gather import _numbers
+from headrace.formats._arrow_numpy import numbers
 
 _TYPES = [
     pa.int8(),
@@ -37,7 +37,7 @@ def test_numbers_are_to_numpy_for_every_width_and_offset(t: pa.DataType) -> None
     values = np.arange(-20, 20).astype(t.to_pandas_dtype())
     arr = pa.array(values, type=t)
     for part in (arr, arr.slice(3), arr.slice(5, 11), arr.slice(40), arr.slice(7, 0)):
-        got = _numbers(pa, part)
+        got = numbers(part)
         want = part.to_numpy(zero_copy_only=False)
         assert got.dtype == want.dtype
         assert got.tobytes() == want.tobytes()
@@ -46,13 +46,14 @@ def test_numbers_are_to_numpy_for_every_width_and_offset(t: pa.DataType) -> None
 
 def test_other_types_and_nulls_still_take_to_numpy() -> None:
     flags = pa.array([True, False, True]).slice(1)
-    assert _numbers(pa, flags).tolist() == [False, True]
+    assert numbers(flags).tolist() == [False, True]
+    assert numbers(pa.array(["a", "b"])).tolist() == ["a", "b"]
     with_null = pa.array([1, None, 3], pa.int32())
     assert np.array_equal(
-        _numbers(pa, with_null), with_null.to_numpy(zero_copy_only=False), equal_nan=True
+        numbers(with_null), with_null.to_numpy(zero_copy_only=False), equal_nan=True
     )
     with pytest.raises(pa.ArrowInvalid):  # a copy where none is allowed, as before
-        _numbers(pa, flags, zero_copy_only=True)
+        numbers(flags, zero_copy_only=True)
 
 
 N = 50
@@ -64,6 +65,14 @@ TABLE = pa.table(
         "tok": pa.array([list(range(i % 9)) for i in range(N)], pa.list_(pa.int32())),
         "v": pa.array([[i, i / 2, -i] for i in range(N)], pa.list_(pa.float64(), 3)),
         "s": pa.array([f"r{i}" for i in range(N)]),
+        # Bools, and null rows (never the rows read): their spans' validity bitmaps,
+        # and the values in their places, unpacked without pyarrow's to_numpy.
+        "b": pa.array([i % 3 == 0 for i in range(N)]),
+        "bn": pa.array([None if i % 10 == 5 else i % 4 == 1 for i in range(N)]),
+        "n": pa.array([None if i % 10 == 5 else i - 20 for i in range(N)], pa.int64()),
+        "tn": pa.array(
+            [None if i % 10 == 5 else list(range(i % 5)) for i in range(N)], pa.list_(pa.int32())
+        ),
     }
 )
 

@@ -37,6 +37,7 @@ from headrace.bench._tokens_kind import TokenPayload
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError, DataError
 from headrace.formats import TokenFile, TokenSource, table_token_files
+from headrace.formats._arrow_numpy import numbers
 from headrace.io._mapped import pages_touched
 from headrace.plan import step_samples
 
@@ -301,7 +302,7 @@ def _naive(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
                 r = int(np.searchsorted(starts, s, side="right")) - 1
                 at, need, parts = s - int(starts[r]), n, []
                 while need:
-                    piece = ids[r].values.to_numpy()[at : at + need]
+                    piece = numbers(ids[r].values)[at : at + need]
                     parts.append(piece)
                     need -= len(piece)
                     r, at = r + 1, 0
@@ -343,7 +344,7 @@ def _group_texts(k: PackedKind, spec: VariantSpec, steps: int) -> Stream:
         # The pre-pass, before the first batch: every shard's rows concatenated (one
         # copy), cut into blocks of L + 1; the last partial block is dropped.
         column = open_arrow(k.path).column(COLUMN)
-        flat = np.concatenate([c.flatten().to_numpy() for c in column.chunks])
+        flat = np.concatenate([numbers(c.flatten()) for c in column.chunks])
         read[0] = _column_layout(column).column_pages()
         blocks = flat[: flat.size // n * n].reshape(-1, n)
         if not len(blocks):

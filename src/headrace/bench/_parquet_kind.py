@@ -38,6 +38,7 @@ from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
 from headrace.formats import TableSource
+from headrace.formats._arrow_numpy import numbers
 from headrace.formats._row_plan import RowWindows
 from headrace.formats._table_remote import stored_bytes
 from headrace.plan import host_slice, step_samples
@@ -290,7 +291,7 @@ def _naive(k: ParquetKind, spec: VariantSpec, steps: int) -> Stream:
         mask = np.zeros((len(rows), W), np.bool_)
         label = np.empty(len(rows), np.int64)
         for i, row in enumerate(rows):
-            toks = row.column("input_ids").combine_chunks().values.to_numpy()
+            toks = numbers(row.column("input_ids").combine_chunks().values)
             ids[i, : toks.size] = toks
             mask[i, : toks.size] = True
             label[i] = row.column("label")[0].as_py()

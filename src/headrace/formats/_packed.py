@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
+from headrace.formats._arrow_numpy import valid_rows
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -344,7 +345,7 @@ def _segments(
     for batch in part.batches:
         col = batch.column(column)
         if col.null_count:
-            first = row + int(np.flatnonzero(~np.asarray(col.is_valid()))[0])
+            first = row + int(np.flatnonzero(~valid_rows(col))[0])
             raise DataError(
                 f"{part.path}: column {column!r} has {col.null_count} null rows (the first "
                 f"is row {first}); packing needs a token list in every row"

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
+from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
 from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_fill import fill_maps, mapped
@@ -52,14 +53,12 @@ def column_view(
             arr.validate()
         valid = holes = None
         if arr.null_count:
-            valid = arr.is_valid().to_numpy(zero_copy_only=False)
+            valid = valid_rows(arr)
         if col.kind == "scalar":
             # With nulls, to_numpy turns integers into float64 with NaN, which
             # rounds int64 values past 2**53; nulls become 0 here instead (the
             # rows are refused by null_check anyway).
-            if valid is not None:
-                arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
-            return (_numbers(pa, arr), valid, None)
+            return (zero_filled(arr), valid, None)
         if col.kind == "fixed":
             # The child values of every slot, null rows included, so that row
             # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).
@@ -69,17 +68,15 @@ def column_view(
                 # Zeros hold the null items' places; the rows holding them are refused
                 # when read (item_check), not every row of the span.
                 holes = _holes(null_item_rows(arr, k), len(arr))
-                items = items.fill_null(0)
-            flat = _numbers(pa, items)
+            flat = zero_filled(items)
             return (flat.reshape(len(arr), k), valid, holes)
         if col.kind == "ragged":
             values = arr.values
             if values.null_count:
                 holes = _holes(null_item_rows(arr, None), len(arr))
-                values = values.fill_null(0)  # a copy of the span's values: damaged data only
             return (
-                _numbers(pa, values, zero_copy_only=True),
-                _numbers(pa, arr.offsets, zero_copy_only=True),
+                zero_filled(values),  # a view; a copy where items are null (damaged data)
+                numbers(arr.offsets, zero_copy_only=True),
                 valid,
                 holes,
             )
@@ -96,25 +93,6 @@ def column_view(
         return (data, offsets, valid, None)
     except (pa.ArrowException, ValueError) as exc:  # NumPy: a buffer cut mid-item
         raise FormatError(f"{path}: column {name!r}: corrupt data in {where} ({exc})") from exc
-
-
-def _numbers(pa: Any, arr: Any, *, zero_copy_only: bool = False) -> NDArray[Any]:
-    """``arr.to_numpy()``, read-only, taken from the buffer itself for integers and
-    floats without nulls. pyarrow's ``to_numpy`` goes through its pandas conversion,
-    whose first call imports pandas where it is installed: 0.19 s of a table's first
-    batch (2c, 2026-12-03), about all of it. Other types and arrays with nulls (refused
-    or filled before this) still take ``to_numpy``."""
-    t = arr.type
-    if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        return np.asarray(arr.to_numpy(zero_copy_only=zero_copy_only))
-    kind = "f" if pa.types.is_floating(t) else "i" if pa.types.is_signed_integer(t) else "u"
-    dtype = np.dtype(f"{kind}{t.bit_width // 8}")
-    data = arr.buffers()[1]
-    if data is None:  # an empty array may have no buffer
-        return np.empty(0, dtype=dtype)
-    out = np.frombuffer(data, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
-    out.flags.writeable = False
-    return out
 
 
 def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
@@ -139,18 +117,18 @@ def _array_view(
     valid = None
     rows = np.arange(len(arr))
     if arr.null_count:
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+        valid = valid_rows(arr)
         rows = np.flatnonzero(valid)
-        arr = arr.filter(pa.array(valid))
+        arr = arr.filter(arr.is_valid())
     level, per = arr, 1  # per: items of this level a row holds
     for dim in col.shape:
         if level.null_count:
-            at = int(np.flatnonzero(~level.is_valid().to_numpy(zero_copy_only=False))[0])
+            at = int(np.flatnonzero(~valid_rows(level))[0])
             raise FormatError(
                 f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
                 f"list items; expected shape {list(col.shape)}"
             )
-        offsets = _numbers(pa, level.offsets, zero_copy_only=True)
+        offsets = numbers(level.offsets, zero_copy_only=True)
         lengths = np.diff(offsets)
         bad = np.flatnonzero(lengths != dim)
         if bad.size:
@@ -167,11 +145,10 @@ def _array_view(
     if level.null_count:
         # Null numbers (each list of the right length): zeros hold their places, and only
         # the rows holding them are refused when read (item_check), not the whole span.
-        nulls = np.flatnonzero(~np.asarray(level.is_valid().to_numpy(zero_copy_only=False)))
+        nulls = np.flatnonzero(~valid_rows(level))
         holes = np.zeros(len(rows) if valid is None else valid.size, dtype=bool)
         holes[rows[np.unique(nulls // per)]] = True
-        level = level.fill_null(0)
-    values = _numbers(pa, level).reshape(len(rows), col.width)
+    values = zero_filled(level).reshape(len(rows), col.width)
     if valid is None:
         return values, None, holes
     dense = np.zeros((valid.size, col.width), dtype=values.dtype)

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
+from headrace.formats._arrow_numpy import numbers, valid_rows
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._table_part import _Part
@@ -181,10 +182,7 @@ def refuse_path_only(pa: Any, col: TableColumn, top: Any, path: str, first_row: 
     if not data.null_count:
         return
     paths = struct_child(pa, parent, ("path",))
-    only = np.asarray(
-        paths.is_valid().to_numpy(zero_copy_only=False)
-        & ~data.is_valid().to_numpy(zero_copy_only=False)
-    )
+    only = valid_rows(paths) & ~valid_rows(data)
     if only.any():
         i = int(np.flatnonzero(only)[0])
         raise FormatError(
@@ -251,7 +249,7 @@ def refuse_stored_nulls(
             refuse_path_only(pa, tc, top, part.path, int(spans.starts[span]))
             col = struct_child(pa, top, tc.field)
             if col.null_count:
-                null = np.flatnonzero(~np.asarray(col.is_valid().to_numpy(zero_copy_only=False)))
+                null = np.flatnonzero(~valid_rows(col))
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
             if items is not None and tc.kind in ("ragged", "fixed"):
@@ -271,16 +269,16 @@ def null_item_rows(col: Any, width: int | None) -> NDArray[np.int64]:
     values = col.values
     if not values.null_count or hasattr(values, "values"):
         return np.empty(0, np.int64)
-    ok = np.asarray(values.is_valid().to_numpy(zero_copy_only=False))
+    ok = valid_rows(values)
     if width is not None:
         start = col.offset * width
         bad = ~ok[start : start + len(col) * width].reshape(len(col), width).all(axis=1)
     else:
-        offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+        offsets = numbers(col.offsets).astype(np.int64)
         nulls = np.concatenate([[0], np.cumsum(~ok, dtype=np.int64)])
         bad = nulls[offsets[1:]] > nulls[offsets[:-1]]
     if col.null_count:
-        bad &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+        bad &= valid_rows(col)
     return np.flatnonzero(bad).astype(np.int64)
 
 
