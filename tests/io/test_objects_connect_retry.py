@@ -116,7 +116,7 @@ def test_without_a_connect_budget_the_same_refusals_fail_after_the_attempts(
 
 
 def test_a_port_that_always_refuses_fails_within_the_budget_naming_url_tries_and_time(
-    late: LateServer,
+    late: LateServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     t0 = time.monotonic()
     with (
@@ -135,9 +135,22 @@ def test_a_port_that_always_refuses_fails_within_the_budget_naming_url_tries_and
     assert m is not None, text
     tries, spent = int(m.group(1)), float(m.group(2))
     assert tries == store.stats.attempts > 3
-    # Gives up when the next wait would pass the budget: never later, and not much sooner.
-    assert 1.0 - 0.2 - 0.05 <= spent <= 1.0
-    assert took < 1.0 + 2.0  # the budget, plus opening the store and refused connects
+    # Gives up when the next wait would pass the budget, not much sooner (waits are at
+    # most 0.2 s) ...
+    assert spent >= 1.0 - 0.2 - 0.05
+    # ... and never starts a try past it: each retry by time was due within the budget
+    # (the two figures are said to 0.05 s each). The give-up's own time is not bounded
+    # by the budget: its try started within it, and a loaded machine wakes the backoff
+    # late (spent was asserted <= 1.0, and failed at 1.1 with a wake-up 0.15 s late).
+    due = [
+        float(a) + float(b)
+        for a, b in re.findall(
+            r"\((\d+\.\d) s of connect_retry_s=1 s\) failed after .* trying again in (\d+\.\d) s",
+            caplog.text,
+        )
+    ]
+    assert len(due) == tries - 3 and all(d <= 1.0 + 0.1 for d in due), caplog.text
+    assert took < 10  # a bound on hanging: the budget, opening the store, refused connects
 
 
 def test_other_transient_failures_still_count_attempts(tmp_path: Path) -> None:
