@@ -134,7 +134,7 @@ def test_close_returns_promptly_when_the_mount_stalls_and_releases_all_after(
     t0 = time.monotonic()
     again.close()  # warnings are errors here
     again.close()  # twice: nothing more
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 5.0  # a hang detector: a close that gave up would warn
     assert not fds_into(m.mnt)
 
 

@@ -359,8 +359,9 @@ def test_close_stops_the_producer_promptly(token_path: Path) -> None:
     ld.close()
     # Prompt: a producer blocked on the full queue sees the stop within its 0.05 s put
     # timeout. One that missed it would cost the whole stop timeout (_STOP_TIMEOUT_S,
-    # 1 s; 10 s until 2026-12-03) and a warning (an error here).
-    assert time.monotonic() - t0 < _loader._STOP_TIMEOUT_S
+    # 1 s; 10 s until 2026-12-03) and a warning (an error here): the warning is the
+    # check; the time only a hang detector (a loaded machine may take a second anyway).
+    assert time.monotonic() - t0 < 5 * _loader._STOP_TIMEOUT_S
     assert ld.status is LoaderStatus.CLOSED
     assert threading.active_count() <= before + 8  # the shared I/O pool may have started
     assert not any(t.name == "headrace-prefetch" for t in threading.enumerate())
