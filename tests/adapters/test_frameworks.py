@@ -37,6 +37,9 @@ def reference(root: Path, rank: int, world: int = WORLD) -> list[str]:
         return [batch_digest([b]) for b in ld]
 
 
+Records = list[tuple[dict[str, Any], dict[str, Any]]]
+
+
 def run(
     script: str,
     root: Path,
@@ -44,18 +47,38 @@ def run(
     *extra: object,
     world: int = WORLD,
     start: Callable[..., None] | None = None,
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+) -> Records:
     """Both phases of ``script`` on ``world`` ranks (``start``ed by torchrun unless
     given); each rank's ``(first, resume)`` record."""
     for mode in ("first", "resume"):
         (start or partial(torchrun, world))(script, root, out, mode, *extra)
+    return read_records(out, world)
+
+
+def read_records(out: Path, world: int) -> Records:
+    """Each rank's ``(first, resume)`` record, from OUT/{mode}-{rank}.json."""
     return [
         tuple(json.loads((out / f"{mode}-{r}.json").read_text()) for mode in ("first", "resume"))  # type: ignore[misc]
         for r in range(world)
     ]
 
 
-def check_exact(root: Path, records: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+@pytest.fixture(scope="module")
+def lightning_ddp(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Records]:
+    """lightning_train.py's ``plain`` and ``own-loop`` runs on 2 ranks, by variant: both
+    in the same processes, which start (and import Lightning) once instead of twice."""
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    return lightning(root, tmp_path_factory.mktemp("lightning"), "plain", "own-loop")
+
+
+def lightning(root: Path, out: Path, *variants: str, world: int = WORLD) -> dict[str, Records]:
+    """Both phases of lightning_train.py's ``variants`` on ``world`` ranks, by variant."""
+    for mode in ("first", "resume"):
+        torchrun(world, "lightning_train.py", root, out, mode, *variants)
+    return {v: read_records(out / v, world) for v in variants}
+
+
+def check_exact(root: Path, records: Records) -> None:
     for rank, (first, resumed) in enumerate(records):
         want = reference(root, rank, len(records))
         assert first["seen"] == want, rank  # this rank's slice, every step, in order
@@ -90,11 +113,9 @@ def test_accelerate_launch(root: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_lightning(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    records = run("lightning_train.py", root, tmp_path)
-    check_exact(root, records)
-    for rank, (first, resumed) in enumerate(records):
+def test_lightning(root: Path, lightning_ddp: dict[str, Records]) -> None:
+    check_exact(root, lightning_ddp["plain"])
+    for rank, (first, resumed) in enumerate(lightning_ddp["plain"]):
         # A stock DataLoader: no sampler injected, each rank's own slice (not resumable).
         assert first["refused"]["stock_seen"] == reference(root, rank)[:SAVE_AT]
         stock = resumed["refused"]["stock"]
@@ -116,18 +137,18 @@ def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
     # rank (test_lightning has two): each worker imports the script, and so Lightning,
     # again; 2 ranks took 77 and 55 s, 1 rank 51 and 45 s (2c, load 5, 2026-12-03).
     pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    check_exact(root, run("lightning_train.py", root, tmp_path, "workers", world=1))
+    check_exact(root, lightning(root, tmp_path, "workers", world=1)["workers"])
 
 
 @pytest.mark.integration
-def test_lightning_with_a_fit_loop_of_the_users(root: Path, tmp_path: Path) -> None:
+def test_lightning_with_a_fit_loop_of_the_users(
+    root: Path, lightning_ddp: dict[str, Records]
+) -> None:
     # trainer.fit_loop replaced by a subclass of Lightning's: the batch its fetcher holds
     # is counted back (the resumed run skipped step 3), and the stock DataLoader resumed
     # is refused (it was not); both found only by the loop's own type until 2026-12-03.
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    records = run("lightning_train.py", root, tmp_path, "own-loop")
-    check_exact(root, records)
-    for _, resumed in records:
+    check_exact(root, lightning_ddp["own-loop"])
+    for _, resumed in lightning_ddp["own-loop"]:
         assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in resumed["refused"]["stock"]
 
 
