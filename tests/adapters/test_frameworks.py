@@ -134,8 +134,9 @@ def test_lightning(root: Path, lightning_ddp: dict[str, Records]) -> None:
 def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
     # HeadraceDataLoader(ds, num_workers=2), a chunk a step (the workers take turns):
     # Lightning's checkpoint at step 3 resumes, in a new process, with new workers. One
-    # rank (test_lightning has two): each worker imports the script, and so Lightning,
-    # again; 2 ranks took 77 and 55 s, 1 rank 51 and 45 s (2c, load 5, 2026-12-03).
+    # rank (test_lightning has two): 2 ranks took 77 and 55 s, 1 rank 51 and 45 s, when
+    # each worker imported Lightning with the script (2c, load 5, 2026-12-03); the
+    # workers import no Lightning since (lightning_train.py).
     pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
     check_exact(root, lightning(root, tmp_path, "workers", world=1)["workers"])
 
