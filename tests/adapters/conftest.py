@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 from _adapter_data import write_tokens
 
+# Its checks' failures say what differed, as a test module's asserts do.
+pytest.register_assert_rewrite("_framework_checks")
+
 
 @pytest.fixture
 def fake_pin(monkeypatch: pytest.MonkeyPatch) -> list[Any]:

@@ -1,5 +1,6 @@
-"""headrace under trainers that take a DataLoader: Hugging Face accelerate, Lightning and
-the Hugging Face Trainer, each in real 2-process runs (torchrun, gloo, CPU).
+"""headrace under trainers that take a DataLoader: Hugging Face accelerate and the
+Hugging Face Trainer (Lightning: test_frameworks_lightning.py), each in real 2-process
+runs (torchrun, gloo, CPU).
 
 Each run checks, on every rank, that the batches the model got are exactly
 ``Loader(..., rank=r, world_size=2)``'s (``batch_digest``), that resuming from the
@@ -10,57 +11,15 @@ batches are refused with a ``ConfigError`` on every rank (none hangs).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, launch, token_source, torchrun
-from _frameworks import SAVE_AT, SEED, STEPS, val_source
-
-from headrace.pipeline import Loader
-from headrace.testing import batch_digest
-
-WORLD = 2
-RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer"
-
-
-def reference(root: Path, rank: int, world: int = WORLD) -> list[str]:
-    with Loader(
-        token_source(root), batch_size=BATCH, seed=SEED, steps=STEPS, rank=rank, world_size=world
-    ) as ld:
-        return [batch_digest([b]) for b in ld]
-
-
-def run(
-    script: str,
-    root: Path,
-    out: Path,
-    *extra: object,
-    world: int = WORLD,
-    start: Callable[..., None] | None = None,
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Both phases of ``script`` on ``world`` ranks (``start``ed by torchrun unless
-    given); each rank's ``(first, resume)`` record."""
-    for mode in ("first", "resume"):
-        (start or partial(torchrun, world))(script, root, out, mode, *extra)
-    return [
-        tuple(json.loads((out / f"{mode}-{r}.json").read_text()) for mode in ("first", "resume"))  # type: ignore[misc]
-        for r in range(world)
-    ]
-
-
-def check_exact(root: Path, records: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    for rank, (first, resumed) in enumerate(records):
-        want = reference(root, rank, len(records))
-        assert first["seen"] == want, rank  # this rank's slice, every step, in order
-        assert resumed["seen"] == want[SAVE_AT:], rank  # neither replayed nor skipped
-        assert resumed["params"] == first["params"], rank
+from _adapter_data import launch
+from _framework_checks import RECIPE, WORLD, check_exact, run
 
 
 @pytest.mark.integration
@@ -87,62 +46,6 @@ def test_accelerate_launch(root: Path, tmp_path: Path) -> None:
     # HF_HOME: no accelerate config of this machine's (it would fill in other settings).
     start = partial(launch, ["accelerate.commands.launch", *options], HF_HOME=str(tmp_path))
     check_exact(root, run("accelerate_train.py", root, tmp_path, start=start))
-
-
-@pytest.mark.integration
-def test_lightning(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    records = run("lightning_train.py", root, tmp_path)
-    check_exact(root, records)
-    for rank, (first, resumed) in enumerate(records):
-        # A stock DataLoader: no sampler injected, each rank's own slice (not resumable).
-        assert first["refused"]["stock_seen"] == reference(root, rank)[:SAVE_AT]
-        stock = resumed["refused"]["stock"]
-        # A stock validation loader inside the resumed fit: not refused, its whole pass.
-        with Loader(
-            val_source(root), batch_size=BATCH, seed=SEED, epochs=1, rank=rank, world_size=WORLD
-        ) as ld:
-            val = [batch_digest([b]) for b in ld]
-        assert first["val"] == val * (STEPS // 2), rank  # at steps 2, 4, 6
-        assert resumed["val"] == val * (STEPS // 2 - SAVE_AT // 2), rank  # at 4, 6
-        assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in stock, stock
-        assert "start again at step 0" in stock and RECIPE in stock
-
-
-@pytest.mark.integration
-def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
-    # HeadraceDataLoader(ds, num_workers=2), a chunk a step (the workers take turns):
-    # Lightning's checkpoint at step 3 resumes, in a new process, with new workers. One
-    # rank (test_lightning has two): each worker imports the script, and so Lightning,
-    # again; 2 ranks took 77 and 55 s, 1 rank 51 and 45 s (2c, load 5, 2026-12-03).
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    check_exact(root, run("lightning_train.py", root, tmp_path, "workers", world=1))
-
-
-@pytest.mark.integration
-def test_lightning_with_a_fit_loop_of_the_users(root: Path, tmp_path: Path) -> None:
-    # trainer.fit_loop replaced by a subclass of Lightning's: the batch its fetcher holds
-    # is counted back (the resumed run skipped step 3), and the stock DataLoader resumed
-    # is refused (it was not); both found only by the loop's own type until 2026-12-03.
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    records = run("lightning_train.py", root, tmp_path, "own-loop")
-    check_exact(root, records)
-    for _, resumed in records:
-        assert f"step={SAVE_AT}.ckpt at global step {SAVE_AT}" in resumed["refused"]["stock"]
-
-
-@pytest.mark.integration
-def test_lightning_resumed_at_an_epochs_end(root: Path, tmp_path: Path) -> None:
-    # An exact pass on a stock DataLoader, resumed from the checkpoint of epoch 0's end:
-    # its second epoch is the uninterrupted run's (refused until 2026-12-03).
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    torchrun(1, "lightning_epochs.py", root, tmp_path)
-    got = json.loads((tmp_path / "epochs.json").read_text())
-    first, resumed = got["first"], got["resumed"]
-    assert isinstance(resumed, list), resumed
-    epoch1 = [d for e, d in first if e == 1]
-    assert epoch1 == [d for e, d in first if e == 0]  # the pass over again
-    assert [d for _, d in resumed] == epoch1 and {e for e, _ in resumed} == {1}
 
 
 @pytest.mark.integration

@@ -32,7 +32,7 @@ spawned one), by the module and name of their type or of a class it derives from
 user's subclass of a framework's class (a fit loop of their own in ``trainer.fit_loop``)
 is that class, and a user's class of the same name elsewhere is not. If a later release
 renamed them, these checks would go quiet, and ``tests/adapters/test_frameworks.py``
-fails.
+(Lightning: ``test_frameworks_lightning.py``) fails.
 """
 
 from __future__ import annotations
