@@ -1,12 +1,15 @@
-"""Ctrl-C and SIGTERM at random moments while the training loop waits on a stuck read.
+"""Ctrl-C and SIGTERM at random moments of a training loop: reading, or waiting on a
+stuck read.
 
-    python benchmarks/interrupt_stress.py [--runs 40] [--cases tokens0,tokens4] [--ways int,term,jupyter]
+    python benchmarks/interrupt_stress.py [--runs 40] [--cases busy0,tokens0] [--ways int,term]
 
-Each run is a child process reading a small token file through ``Loader`` (with
+Each run is a child process reading a 16 MiB token file through ``Loader`` (with
 ``prefetch=0`` the main thread waits on the I/O pool's futures; with ``prefetch=4``
-on the read-ahead's queue). After a few blocks every block read gets stuck (fault
-injected: it waits on an event); once the child says so the parent waits 0.2-0.8 s
-(random) and sends the signal. The ways, and what each run must do:
+on the read-ahead's queue), over and over. Cases: ``tokens0``/``tokens4``, after a
+few blocks every block read gets stuck (fault injected: it waits on an event);
+``busy0``/``busy4``, every block read takes 1 ms more and none sticks, so the signal
+lands wherever the loop is. Once the child says it is there, the parent waits
+0.2-0.8 s (random) and sends the signal. The ways, and what each run must do:
 
 - ``int``: SIGINT, default handler: end by SIGINT with a ``KeyboardInterrupt`` traceback;
 - ``term``: SIGTERM to a handler raising ``SystemExit(143)``: exit 143;
@@ -15,8 +18,9 @@ injected: it waits on an event); once the child says so the parent waits 0.2-0.8
 
 ``--runs`` runs of each (case, way) go in two parallel loops while one CPU burner
 runs (the load that found the read-ahead's bug). Prints, per (case, way), the
-number of runs that did wrong and how: ``hung`` (killed 20 s after the signal),
-``rc=N`` and the last line of stderr.
+number of runs that did wrong and how: ``hung`` (20 s after the signal; with
+``STRESS_STACKS=FILE`` every thread's stack is appended there), ``rc=N`` and the
+last line of stderr.
 """
 
 from __future__ import annotations
@@ -86,7 +90,12 @@ else:
     print("ok", flush=True)
 """
 
-CASES = {"tokens0": (0, "stuck"), "tokens4": (4, "stuck"), "busy0": (0, "busy"), "busy4": (4, "busy")}
+CASES = {
+    "tokens0": (0, "stuck"),
+    "tokens4": (4, "stuck"),
+    "busy0": (0, "busy"),
+    "busy4": (4, "busy"),
+}
 SIGNALS = {"int": signal.SIGINT, "term": signal.SIGTERM, "jupyter": signal.SIGINT}
 
 
