@@ -5,6 +5,7 @@ thread) leaves the futures, and the pool threads that complete them, usable."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -15,7 +16,7 @@ from headrace.io._waits import result, wait_any, wait_done
 
 
 @pytest.fixture
-def pool() -> DaemonPool:
+def pool() -> Iterator[DaemonPool]:
     p = DaemonPool(4, thread_name_prefix="t-waits")
     yield p
     p.shutdown()
@@ -38,19 +39,25 @@ def test_wait_done_returns_when_every_future_is_done_and_wait_any_when_one_is(
     wait_any([])
 
 
-def test_failed_and_cancelled_futures_are_done_and_result_raises_the_error(
-    pool: DaemonPool,
-) -> None:
+def test_failed_and_cancelled_futures_are_done_and_result_raises_the_error() -> None:
     def fails() -> None:
         raise OSError("read failed")
 
+    pool = DaemonPool(1, thread_name_prefix="t-waits-one")
+    gate = threading.Event()
+    busy = pool.submit(gate.wait, 10)
     failed = pool.submit(fails)
-    cancelled: Future[None] = Future()
-    assert cancelled.cancel()
-    wait_done([failed, cancelled])  # a cancelled future is done at once
+    queued = pool.submit(print, "never")
+    assert queued.cancel()
+    threading.Timer(0.05, gate.set).start()
+    # A cancelled future counts once the pool has dropped it, as with
+    # concurrent.futures.wait: its call held what it would have read into till then.
+    wait_done([busy, failed, queued])
+    assert pool._work.empty()
     with pytest.raises(OSError, match="read failed"):
         result(failed)
     assert result(pool.submit(lambda: 7)) == 7
+    pool.shutdown()
 
 
 class _Interrupt(BaseException):

@@ -20,6 +20,7 @@ is the read-ahead's queue built the same way.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -31,6 +32,8 @@ T = TypeVar("T")
 #: How long a waiter sleeps on its wake-up before looking again (it is woken sooner
 #: when a future completes; this bounds the cost of a lost wake-up).
 LOOK_S = 0.5
+#: How often a waiter looks whether a pool has dropped the cancelled futures it waits on.
+DROP_LOOK_S = 0.002
 
 
 def wakeup() -> threading.Lock:
@@ -50,7 +53,11 @@ def wake(lock: threading.Lock) -> None:
 
 def wait_done(futures: Iterable[Future[Any]]) -> None:
     """Return once every future is done (finished, failed or cancelled), as
-    ``concurrent.futures.wait(futures)`` does, holding no lock while it waits."""
+    ``concurrent.futures.wait(futures)`` does, holding no lock while it waits.
+
+    As there, a cancelled future counts once its pool has dropped it (a thread took
+    it off the queue): until then the queued call still holds what it was given (a
+    window's buffer, a file's map and descriptor)."""
     _wait(list(futures), need_all=True)
 
 
@@ -80,3 +87,6 @@ def _wait(futures: list[Future[Any]], *, need_all: bool) -> None:
     need = len(futures) if need_all else 1
     while len(done) < need:
         lock.acquire(timeout=LOOK_S)
+    # Dropping a cancelled future calls no callback: look again until each is dropped.
+    while need_all and any(getattr(f, "_state", None) == "CANCELLED" for f in futures):
+        time.sleep(DROP_LOOK_S)
