@@ -694,7 +694,7 @@ def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
     np.save(tmp_path / "m.npy", np.ones((64, 17), dtype=np.uint8))
     src = PaddedRows(tmp_path / "t.npy", tmp_path / "m.npy", context=16)
     src.read(0, np.arange(4))  # open both files
-    real_read, real_wait = _row_file.RowReader.read, _row_file.wait
+    real_read, real_wait = _row_file.RowReader.read, _row_file.wait_done
     started, done = threading.Event(), threading.Event()
 
     def slow_mask(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -709,11 +709,11 @@ def test_a_ctrl_c_while_reading_token_and_mask_files_leaves_no_read_running(
         return out
 
     def interrupted(futures):  # type: ignore[no-untyped-def]
-        monkeypatch.setattr(_row_file, "wait", real_wait)
+        monkeypatch.setattr(_row_file, "wait_done", real_wait)
         raise KeyboardInterrupt  # fault injection: Ctrl-C in the wait
 
     monkeypatch.setattr(_row_file.RowReader, "read", slow_mask)
-    monkeypatch.setattr(_row_file, "wait", interrupted)
+    monkeypatch.setattr(_row_file, "wait_done", interrupted)
     with pytest.raises(KeyboardInterrupt):
         src.read(0, np.arange(8))
     assert started.is_set()

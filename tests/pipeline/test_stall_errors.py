@@ -29,3 +29,21 @@ def test_a_watched_wait_raises_the_warning_that_warnings_made_an_error() -> None
         with watch.watched():
             pass
     assert said == []
+
+
+def test_a_wait_due_sooner_wakes_the_watcher_sleeping_until_a_later_one() -> None:
+    # The watcher thread sleeps on a wake-up lock (not a Condition, which an interrupt
+    # in the waiting thread could leave held): a wait added with an earlier warning
+    # must wake it, or its warning would come when the later one's did.
+    slow = StallWatch(60.0, lambda: 1, say=lambda waited, step: f"slow {step}")
+    soon = StallWatch(0.05, lambda: 2, say=lambda waited, step: f"soon {step}")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with slow.watched():
+            time.sleep(0.05)  # the watcher now sleeps until the slow wait's warning
+            with soon.watched():
+                deadline = time.monotonic() + 5
+                while not said and time.monotonic() < deadline:
+                    time.sleep(0.01)
+    assert [str(w.message) for w in said][:1] == ["soon 2"]
+    assert not any("slow" in str(w.message) for w in said)

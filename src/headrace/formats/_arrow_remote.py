@@ -64,6 +64,7 @@ from headrace.formats._table_remote import GAP, Fetch, RemotePart, fetched_spans
 from headrace.formats._table_schema import check_names
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._ranges import merge_ranges
+from headrace.io._waits import result
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -212,7 +213,7 @@ class _Guesses:
         got = max(hits, key=lambda g: g[0] + g[1].size)
         self._started.remove(got)
         try:
-            got[2].result()
+            result(got[2])
         except Exception:  # its error, if real, is the walk's own GET's to raise
             return None
         self.hits += 1
@@ -257,7 +258,7 @@ class _Walk:
             if got is None:
                 k = min(self.size - offset, max(n, self.step))
                 buf = np.empty(k, np.uint8)
-                self._file.read_into(buf, offset).result()
+                result(self._file.read_into(buf, offset))
                 got = offset, buf.tobytes()
             self._at, self._buf = got
         lo = offset - self._at

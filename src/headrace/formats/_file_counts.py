@@ -37,6 +37,7 @@ from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
 from headrace.io._daemon_pool import one_call_pool
+from headrace.io._waits import result
 
 SamplesPerFile = int | tuple[int, ...] | str
 
@@ -192,7 +193,7 @@ def header_counts(
                 # the others are counted on (up to MOST_FAILED), so one run names them all.
                 for i, fut in enumerate(futures):
                     try:
-                        fut.result()
+                        result(fut)
                     except HeadraceError as exc:
                         failed.append((i, exc))
                         if len(failed) >= MOST_FAILED:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._sparse import SparseImage
 from headrace.io import usable_cpus
 from headrace.io._daemon_pool import DaemonPool
+from headrace.io._waits import wait_any, wait_done
 
 __all__ = ["FileDecoder", "Into", "default_decode_threads"]
 
@@ -239,6 +240,7 @@ class FileDecoder:
                 # keeps one slow decode from idling the fetches behind it.
                 while sum(not p.done() for p in pending.values()) > 2 * threads:
                     _wait_for_one(pending)
+            wait_done(pending.values())
             return {f: p.result() for f, p in pending.items()}
         except BaseException:
             for p in pending.values():
@@ -267,7 +269,8 @@ def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
     running = [p for p in pending.values() if not p.done()]
     if not running:
         return False
-    finished, _ = wait(running, return_when=FIRST_COMPLETED)
-    for p in finished:
-        p.result()
+    wait_any(running)
+    for p in running:
+        if p.done():
+            p.result()
     return True

@@ -19,6 +19,7 @@ from typing import Any
 
 from headrace.errors import StateError
 from headrace.io._daemon_pool import DaemonPool
+from headrace.io._waits import result
 
 __all__ = ["FetchWindow", "WindowStats"]
 
@@ -209,7 +210,7 @@ class FetchWindow:
                     self._queue.remove(f)
                 e = self._start_locked(f)
         try:
-            return e.future.result()
+            return result(e.future)
         except BaseException:
             with self._lock:
                 if self._entries.get(f) is e:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Protocol
 
 import numpy as np
@@ -35,6 +35,7 @@ from headrace.io import PAGE, deep_io_pool, deep_io_threads
 from headrace.io._batch import results
 from headrace.io._buffers import populate_file
 from headrace.io._ranges import coalesce_arrays
+from headrace.io._waits import wait_done
 
 __all__ = ["FillPolicy", "MappedFile", "ReadAhead", "fill_now", "fill_pages", "page_runs"]
 
@@ -221,7 +222,7 @@ class ReadAhead:
                 running = list(self._running)
                 if not running and not self._queue:
                     return
-            wait(running)
+            wait_done(running)
 
     def close(self) -> None:
         """Drop the pieces not started and wait for the running ones (so none touches
@@ -232,7 +233,7 @@ class ReadAhead:
             running = list(self._running)
         for f in running:
             f.cancel()
-        wait(running)
+        wait_done(running)
 
 
 def _fill(runs: list[tuple[MappedFile, int, int]]) -> int:

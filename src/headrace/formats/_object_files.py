@@ -34,6 +34,7 @@ from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
 from headrace.io._file import url_typo
 from headrace.io._object_names import empty_segment, empty_segment_error, refuse_dot_segment
+from headrace.io._waits import result
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
@@ -347,7 +348,7 @@ class RemoteFile:
         size = self._expect.size
         if not cache.read_into(out, self._name, size, etag, offset):
             # A damaged or unreadable entry (removed or warned about): the store has the bytes.
-            self._from_store(out, offset).result()
+            result(self._from_store(out, offset))
             cache.write(self._name, size, etag, out, offset)
 
     def read_pieces(self, out: NDArray[np.uint8], offset: int) -> list[Future[None]]:

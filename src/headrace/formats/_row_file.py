@@ -22,7 +22,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, Strategy, io_pool
+from headrace.io._waits import result, wait_done
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -293,7 +294,7 @@ def _open_remote(p: str, dtype: DTypeLike | None, width: int | None, files: Obje
         if n <= len(first):
             return bytes(first[:n])
         buf = np.empty(n, dtype=np.uint8)  # a header longer than the first GET
-        files.open(p, info.size, info.etag).read_into(buf, 0).result()
+        result(files.open(p, info.size, info.etag).read_into(buf, 0))
         return buf.tobytes()
 
     opened = _Opened(p, info.size, head, lambda: files.read(_sidecar(p)))
@@ -552,12 +553,12 @@ class RowReader:
         except BaseException as exc:  # raised after the others finish
             error = exc
         try:
-            wait(futures)
+            wait_done(futures)
         except BaseException:
             # Interrupted (Ctrl-C): a read still running writes into a buffer we hand
             # back, and after the caller's close() would reopen its file. Those not
             # started are cancelled; the others are waited for, as for any failure.
-            wait([f for f in futures if not f.cancel()])
+            wait_done([f for f in futures if not f.cancel()])
             raise
         for fut in futures:
             exc2 = fut.exception()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -53,6 +53,7 @@ from headrace.formats._row_plan import (
 )
 from headrace.io import CacheStats, io_pool, open_cache
 from headrace.io._batch import raise_first
+from headrace.io._waits import wait_done
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -291,7 +292,7 @@ class RowWindowReader:
         read-ahead (dropped, to be read again); a failed demand read raises."""
         wanted = [b for b in blocks.tolist() if not window.filled[b]]
         futures = {id(f): f for b in wanted for f in window.pending[b][0]}
-        wait(list(futures.values()))
+        wait_done(list(futures.values()))
         errors: list[BaseException] = []
         retry = False
         for b in wanted:
@@ -346,12 +347,12 @@ class RowWindowReader:
     def _evict(self, w: int) -> _Memory:
         # Its reads finish first: nothing may still write into memory we hand on.
         window = self._held.pop(w)
-        wait(window.futures)
+        wait_done(window.futures)
         return window.memory
 
     def close(self) -> None:
         for window in self._held.values():
-            wait(window.futures)
+            wait_done(window.futures)
         self._held.clear()
         self._current = set()
 

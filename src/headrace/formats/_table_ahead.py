@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.io._waits import result
+
 if TYPE_CHECKING:
     from headrace.formats._object_files import RemoteFile
 
@@ -193,7 +195,7 @@ class ChunkStream(ReadOnlyFile):
 
     def _wait(self, p: _Piece) -> None:
         try:
-            p.future.result()
+            result(p.future)
         except Exception:
             if not (p.ahead and self.ahead):
                 raise
@@ -201,7 +203,7 @@ class ChunkStream(ReadOnlyFile):
             # read that needs it tries once more, as a row group's read-ahead is retried.
             p.ahead = False
             p.future = self._file().read_into(p.buf, p.offset)
-            p.future.result()
+            result(p.future)
 
     # -- the file pyarrow reads -------------------------------------------------------
     def read(self, n: int | None = -1) -> bytes | memoryview:

@@ -5,7 +5,7 @@ Parquet row groups read and decoded on threads at once."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, wait
+from concurrent.futures import Executor
 from typing import Any
 
 from headrace.errors import StorageError
@@ -16,6 +16,7 @@ from headrace.formats._table_part import _Part
 from headrace.formats._table_remote import Fetch, Fetched, RemoteParquet
 from headrace.formats._table_spans import Spans
 from headrace.io._batch import results
+from headrace.io._waits import wait_done
 
 __all__ = ["decode_at_once", "decode_span", "fetch_spans", "needs_decode"]
 
@@ -125,7 +126,7 @@ def decode_at_once(
         for group in jobs.values():
             futures[tuple(group)] = pool.submit(run, group)
     except RuntimeError:  # close() shut the pool down under this read
-        wait(futures.values())
+        wait_done(futures.values())
         raise StorageError(f"{where}: the table was closed during the read") from None
     done = results(list(futures.values()), "other row group reads also failed")
     return {

@@ -32,6 +32,7 @@ from headrace.formats._images import (
 )
 from headrace.formats._ragged import Ragged
 from headrace.io._daemon_pool import DaemonPool
+from headrace.io._waits import wait_done
 
 if TYPE_CHECKING:
     from headrace.formats._tables import Table
@@ -85,6 +86,7 @@ class TableImages:
             futures = [self._pool.submit(self.decode_one, *job) for job in jobs]
             # Results in row order: the error raised is the first row's, however the
             # threads ran (and no decode is left running on a buffer the batch frees).
+            wait_done(futures)
             errors = [f.exception() for f in futures]
             first = next((e for e in errors if e is not None), None)
             if first is not None:

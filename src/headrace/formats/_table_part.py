@@ -15,7 +15,6 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from concurrent.futures import wait
 from typing import TYPE_CHECKING, Any
 
 from headrace.errors import (
@@ -49,6 +48,7 @@ from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
 from headrace.io._open_files import hold_files, idle_share, release_files
+from headrace.io._waits import wait_done
 
 if TYPE_CHECKING:
     pass
@@ -554,7 +554,7 @@ def _open_local(
     # the submitting thread contending with the pool's for the GIL); as many opens
     # overlap on a slow mount either way.
     tasks = min(len(files), OPEN_TASKS)
-    wait([deep_io_pool().submit(run, k, tasks) for k in range(tasks)])
+    wait_done([deep_io_pool().submit(run, k, tasks) for k in range(tasks)])
     errors = [g for g in got if isinstance(g, BaseException)]
     for g in got if errors else ():
         if isinstance(g, _Part):

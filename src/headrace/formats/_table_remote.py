@@ -67,6 +67,7 @@ from headrace.formats._url_glob import (
     literal_parts,
 )
 from headrace.io._ranges import merge_ranges
+from headrace.io._waits import result
 
 if TYPE_CHECKING:
     from headrace.io import ObjectInfo
@@ -357,7 +358,7 @@ class RemoteParquet(RemotePart):
                 )
             if need > len(raw):  # a large footer: fetch the rest
                 head = np.empty(need - len(raw), np.uint8)
-                h.read_into(head, info.size - need).result()
+                result(h.read_into(head, info.size - need))
                 raw = head.tobytes() + raw
             parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info), held))
         return parts
@@ -489,7 +490,7 @@ class RemoteParquet(RemotePart):
     def _miss(self, offset: int, length: int) -> NDArray[np.uint8]:
         self.misses += 1
         buf = np.empty(length, np.uint8)
-        self._file.read_into(buf, offset).result()
+        result(self._file.read_into(buf, offset))
         return buf
 
 

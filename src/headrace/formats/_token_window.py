@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from headrace.io import PAGE, LocalFile, deep_io_pool, io_pool, madvise
 from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_first
 from headrace.io._buffers import MADV_POPULATE_READ, ask_for, populate_failed
+from headrace.io._waits import wait_done
 
 __all__ = ["TokenStats", "TokenWindow"]
 
@@ -174,7 +175,7 @@ class TokenWindow:
         if not blocks.size:
             return
         if not (self.mapped and _SAMPLE_FIRST):
-            wait(self.request(blocks))
+            wait_done(self.request(blocks))
             self.settle(stats, blocks)
             return
         self.settle(stats, _NO_BLOCKS)  # blocks filled behind since the last batch
@@ -184,7 +185,7 @@ class TokenWindow:
         pool = deep_io_pool()
         futures = [pool.submit(self._populate, lo, hi) for lo, hi in ranges]
         self.request(self.blocks(starts, length))  # the rest of each block, behind
-        wait(futures)
+        wait_done(futures)
         errors = []
         for (lo, hi), f in zip(ranges, futures, strict=True):
             exc = f.exception()
@@ -274,7 +275,7 @@ class TokenWindow:
             # closing the store, and a cancelled one must not be taken as finished.
             for fut in self.pending.values():
                 fut.cancel()
-        wait(list(self.pending.values()))
+        wait_done(list(self.pending.values()))
         self.settle(stats, _NO_BLOCKS)  # never raises: no block is wanted
 
     def _block_len(self, block: int) -> int:

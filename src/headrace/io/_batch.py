@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future
 from typing import TypeVar
+
+from headrace.io._waits import wait_done
 
 __all__ = ["SAME_BATCH", "raise_first", "raise_lowest", "results", "run_batch"]
 
@@ -61,7 +63,7 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
         # cancel() succeeds only for loops not yet started. Wait for the rest
         # alone: wait() never counts a cancelled future as done until a pool
         # thread dequeues it, which in a saturated pool may be never.
-        wait([f for f in futures if not f.cancel()])
+        wait_done([f for f in futures if not f.cancel()])
     raise_lowest(errors)
 
 
@@ -87,6 +89,6 @@ def raise_lowest(errors: list[tuple[int, BaseException]]) -> None:
 def results(futures: Sequence[Future[T]], others: str = SAME_BATCH) -> list[T]:
     """Each future's result, in order, once every one is done; a failure (the first
     in order) is raised by :func:`raise_first`."""
-    wait(futures)
+    wait_done(futures)
     raise_first([exc for f in futures if (exc := f.exception()) is not None], others)
     return [f.result() for f in futures]

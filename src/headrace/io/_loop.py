@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from headrace.io import _exit
+from headrace.io._waits import result
 
 __all__ = ["LoopThread"]
 
@@ -69,7 +70,7 @@ class LoopThread:
         """Run ``coro`` on the loop and wait for its result (or exception)."""
         future = self.submit(coro)
         try:
-            return future.result()
+            return result(future)
         except BaseException:
             # Interrupted (Ctrl-C) or failed: make sure nothing keeps running behind our back.
             future.cancel()

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from headrace.errors import ConfigError, StorageError
 from headrace.io._loop import LoopThread
+from headrace.io._waits import result
 
 __all__ = ["QueueStats", "RequestQueue"]
 
@@ -125,7 +126,7 @@ class RequestQueue:
                 )
 
         held.add_done_callback(refused)
-        loop, leave = admitted.result()
+        loop, leave = result(admitted)
         try:
             if self._closed:
                 # Admitted by close() itself: cancelling the request that held the place

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from headrace.errors import StateError
+from headrace.io._waits import wake, wakeup
 from headrace.pipeline._stall import StallWatch
 
 __all__ = ["END", "STALE", "Failure", "Handoff", "Prefetcher", "stale_error"]
@@ -47,16 +48,17 @@ class Failure:
 class Handoff:
     """A bounded FIFO between threads that no exception, wherever it is raised in it,
     leaves locked: no lock is ever held. Items go through a deque (``append`` and
-    ``popleft`` are atomic), and two locks serve only as wake-ups, always waited on
-    with a timeout; a wake-up lost to an exception costs one more look at the deque.
+    ``popleft`` are atomic), and two locks serve only as wake-ups
+    (:mod:`headrace.io._waits`), always waited on with a timeout; a wake-up lost to an
+    exception costs one more look at the deque.
     An exception between a get's ``popleft`` and its return loses that item: only a
     consumer that is abandoning the queue gets one there."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
         self._items: deque[object] = deque()
-        self._arrived = _wakeup()  # released when an item is put
-        self._taken = _wakeup()  # released when one is taken
+        self._arrived = wakeup()  # released when an item is put
+        self._taken = wakeup()  # released when one is taken
 
     def full(self) -> bool:
         return len(self._items) >= self.maxsize
@@ -75,7 +77,7 @@ class Handoff:
     def put_now(self, item: object) -> None:
         """Append ``item`` even beyond ``maxsize``."""
         self._items.append(item)
-        _wake(self._arrived)
+        wake(self._arrived)
 
     def get(self, timeout: float = 0.0) -> object:
         """The first item, waiting up to ``timeout`` s for one (:class:`queue.Empty`)."""
@@ -89,26 +91,13 @@ class Handoff:
                     raise queue.Empty from None
                 self._arrived.acquire(timeout=left)
                 continue
-            _wake(self._taken)
+            wake(self._taken)
             return item
 
     def clear(self) -> None:
         """Drop every item (and wake a producer waiting for room)."""
         self._items.clear()
-        _wake(self._taken)
-
-
-def _wakeup() -> threading.Lock:
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
-
-
-def _wake(lock: threading.Lock) -> None:
-    try:
-        lock.release()
-    except RuntimeError:  # released already: a wake-up is pending
-        pass
+        wake(self._taken)
 
 
 class Prefetcher:

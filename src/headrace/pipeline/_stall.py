@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from headrace._warn import warn_user
 from headrace.io import ReadInFlight, reads_in_flight
+from headrace.io._waits import wake, wakeup
 
 __all__ = [
     "DEFAULT_STALL_WARN_S",
@@ -164,16 +165,22 @@ class _Watcher:
     time. A wait costs a lock, a set insert and removal: the loader without read-ahead
     waits once per chunk (1.8 ms of 32 token batches in the default bench), where
     starting a thread for each wait cost 50-100 us. The thread sleeps until the
-    earliest warning it knew of; a wait added with an earlier one wakes it."""
+    earliest warning it knew of; a wait added with an earlier one wakes it.
+
+    A plain lock and a wake-up, not a ``threading.Condition``: the waiting thread
+    takes the lock around its read, where a Ctrl-C lands, and a Condition taken in
+    its Python ``__enter__`` could be left held by the interrupt, stopping this
+    thread for good (see :mod:`headrace.io._waits`)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._wake = wakeup()  # released when a wait due sooner is added
         self._waits: set[StallWatch] = set()
         self._thread: threading.Thread | None = None
         self._wakes_at = math.inf  # when the thread wakes next (monotonic)
 
     def add(self, watch: StallWatch) -> None:
-        with self._cond:
+        with self._lock:
             self._waits.add(watch)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -181,18 +188,19 @@ class _Watcher:
                 )
                 self._thread.start()
             elif time.monotonic() + watch.due_in() < self._wakes_at:
-                self._cond.notify()
+                wake(self._wake)
 
     def discard(self, watch: StallWatch) -> None:
-        with self._cond:
+        with self._lock:
             self._waits.discard(watch)
 
     def _run(self) -> None:
-        with self._cond:
-            while True:
+        while True:
+            with self._lock:
                 wait = min((w.due_in() for w in self._waits), default=math.inf)
                 self._wakes_at = time.monotonic() + wait
-                self._cond.wait(None if wait == math.inf else wait)
+            self._wake.acquire(timeout=-1 if wait == math.inf else wait)
+            with self._lock:
                 for w in self._waits:
                     try:
                         w.poll()  # under the lock: never after its wait's end()
@@ -201,7 +209,8 @@ class _Watcher:
 
     def forget(self) -> None:
         # After fork: the parent's thread was not copied, and its waits are not ours.
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # a parent's thread may have held the old one
+        self._wake = wakeup()
         self._waits = set()
         self._thread = None
         self._wakes_at = math.inf
