@@ -24,7 +24,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture, upload_token_file
 
 from headrace.io import ObjectCache
 from headrace.io import _cache_files as cache_files
-from headrace.pipeline import Loader
+from headrace.pipeline import DEFAULT_CHUNK_STEPS, Loader
 from headrace.testing import batch_digest
 
 pytestmark = pytest.mark.integration
@@ -63,8 +63,11 @@ def tokens(s3: S3Fixture, cache: Path, **kw: Any) -> Any:
 
 def run(src: Any, steps: int = 80, at_step: Callable[[int], None] | None = None) -> str:
     """80 steps of 16 (a pass over the file and a bit), digested; ``at_step(i)`` runs
-    before step ``i`` is taken."""
-    with Loader(src, batch_size=16, seed=4, steps=steps) as loader:
+    before step ``i`` is taken, with the loader's reads ahead of it bounded by steps
+    (chunks of one step, 8 queued): in chunks of up to 32 the last chunk's reads (steps
+    63-79) may start when step 31 is taken."""
+    chunk_steps = DEFAULT_CHUNK_STEPS if at_step is None else 1
+    with Loader(src, batch_size=16, seed=4, steps=steps, chunk_steps=chunk_steps) as loader:
         if at_step is None:
             return batch_digest(loader)
 
@@ -240,7 +243,11 @@ def test_a_cache_dir_removed_while_running_is_made_again(
     assert run(tokens(s3, cache, cache_bytes=1 << 20)) == clean
 
     def remove(step: int) -> None:
-        if step in (10, 40):  # by `rm -r`, another job's clean-up
+        # By `rm -r`, another job's clean-up. When step 40 is taken the loader has read
+        # at most 10 steps ahead, and steps 63-79 need blocks not read yet: entries are
+        # written after the second removal (in chunks of 32 steps, a loaded machine
+        # read them before it, and left none).
+        if step in (10, 40):
             shutil.rmtree(cache, ignore_errors=True)
 
     src = tokens(s3, cache, cache_bytes=1 << 20)
