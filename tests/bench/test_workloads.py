@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from _bench_run import bench_file, schema
 
-from headrace.bench._kind import make_kind
+from headrace.bench._kind import Kind, make_kind
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads, load_workload
 from headrace.cli import main
@@ -543,19 +543,28 @@ def test_the_ceiling_note_weighs_stored_bytes_not_decoded(
         )
 
 
+def _under_a_tiny_ceiling(name: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> Kind:
+    """Built-in workload ``name`` at its tiny size, generated under ``root``, with a storage
+    ceiling below any rate (every figure judged is said to be above it)."""
+    from headrace.bench import _runner
+
+    wl = builtin_workloads()[name].replace(dataset=TINY[name]["dataset"], train=TRAIN)
+    kind = make_kind(wl, str(root))
+    kind.generate()
+    tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
+    monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
+    return kind
+
+
 def test_memcpy_and_short_trials_are_not_judged_against_the_ceiling(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `-w megatron --steps 50 --trials 2`: "megatron/memcpy: 5.39 GB/s is above the device
     # (O_DIRECT) read ceiling of 1.23 GB/s: served from the page cache", of a copy from
     # memory, and of starred short-trial figures (fails before: a note for every variant).
-    from headrace.bench import _report, _runner
+    from headrace.bench import _report
 
-    wl = builtin_workloads()["megatron"].replace(dataset=TINY["megatron"]["dataset"], train=TRAIN)
-    kind = make_kind(wl, str(tmp_path))
-    kind.generate()
-    tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
-    monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
+    kind = _under_a_tiny_ceiling("megatron", tmp_path, monkeypatch)
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
     # Short trials overstate only a variant with a read-ahead queue (the naive loop and
     # headrace-sync start each trial from nothing): it alone is not judged, nor memcpy.
@@ -583,13 +592,9 @@ def test_group_texts_copies_from_memory_and_is_not_judged_against_the_ceiling(
     # Its pre-pass reads the whole column into memory before the first batch: its trials'
     # GB/s were judged "above the read ceiling: served from the page cache" (until
     # 2026-12-03), of batches no read served.
-    from headrace.bench import _report, _runner
+    from headrace.bench import _report
 
-    wl = builtin_workloads()["packed"].replace(dataset=TINY["packed"]["dataset"], train=TRAIN)
-    kind = make_kind(wl, str(tmp_path))
-    kind.generate()
-    tiny = {"gb_per_s": 1e-12, "bytes": 1, "o_direct": True, "threads": 1}
-    monkeypatch.setattr(_runner, "storage_ceiling", lambda k, **_: tiny)
+    kind = _under_a_tiny_ceiling("packed", tmp_path, monkeypatch)
     monkeypatch.setattr(_report, "SHORT_TRIAL_STEPS", 2)  # trials counted long
     summary, results = run_workload(kind, options=RunOptions(isolate=False))
     judged = {n.split(":")[0] for n in summary["notes"] if "read ceiling of" in n}
