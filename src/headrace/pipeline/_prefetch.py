@@ -12,7 +12,7 @@ The queue is a :class:`Handoff`, not a :class:`queue.Queue`: the consumer waits
 in it, where Ctrl-C (or a SIGTERM handler raising ``SystemExit``) lands, and an
 exception raised inside ``Queue.get``'s ``Condition.wait`` could leave the
 queue's lock held (the stop that follows then waited for it for ever) or
-released twice (a ``RuntimeError`` in place of the interrupt): 18 of 80
+released twice (a ``RuntimeError`` in place of the interrupt): 17 of 80
 SIGTERMs to a loop waiting for a stuck read, on a loaded 2-core machine.
 """
 
