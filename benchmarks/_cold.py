@@ -1,24 +1,14 @@
-"""Cold-file measurements: evict a file's pages, count those in memory, and the bytes
-this process read from storage."""
+"""Cold-file measurements: evict a file's pages (``evict``: headrace's ``drop_pages``),
+count those in memory, and the bytes this process read from storage."""
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
 from headrace.io import PAGE, LocalFile
+from headrace.io._resident import drop_pages as evict
 
-
-def evict(path: str) -> None:
-    """Drop the file's pages from the page cache (written back first: DONTNEED drops
-    clean pages only)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+__all__ = ["evict", "read_bytes", "resident"]
 
 
 def resident(path: str) -> int:

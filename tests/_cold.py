@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from headrace.io import PAGE, LocalFile
+from headrace.io._resident import drop_pages
 
 
 def evict(path: Path) -> None:
-    """Drop the file's pages from the page cache (written back first: DONTNEED drops
-    clean pages only); skip the test where they stay (tmpfs)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    """Drop the file's pages from the page cache; skip the test where they stay (tmpfs)."""
+    drop_pages(path)
     if resident_bytes(path):
         pytest.skip(f"{path.parent}: pages stay resident after POSIX_FADV_DONTNEED (tmpfs?)")
 

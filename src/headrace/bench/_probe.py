@@ -28,7 +28,6 @@ MB in the output is 10^6 bytes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import mmap
@@ -45,7 +44,7 @@ from headrace.bench._probe_table import BLOCK, table
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
-from headrace.io._resident import resident_ranges
+from headrace.io._resident import drop_pages, resident_ranges
 from headrace.io._uring import ring_pool
 
 __all__ = ["configure", "run"]
@@ -184,18 +183,6 @@ def _write_scratch(directory: Path, size: int, seed: int) -> Path:
         path.unlink(missing_ok=True)
         raise
     return path
-
-
-def _drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        # DONTNEED drops clean pages only: a file written moments ago (a dataset just
-        # generated) kept half its pages in memory, read back as the device's.
-        with contextlib.suppress(OSError):
-            os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _cached_share(fd: int, size: int, ranges: list[tuple[int, int]]) -> float:
@@ -349,7 +336,7 @@ def probe(
                 if not ranges:
                     continue
                 if drop_cache:  # before each one: no measurement reads another's pages
-                    _drop_cache(path)
+                    drop_pages(path)
                 cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
                 with RangeReader(meas[i].config()) as reader:
                     f = reader.file(path)

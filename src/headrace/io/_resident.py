@@ -14,15 +14,17 @@ the safe answer, and what an error (or a platform without ``mincore``) gives.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["resident_ranges"]
+__all__ = ["drop_pages", "resident_ranges"]
 
 PAGE = mmap.PAGESIZE
 JOIN_PAGES = 32
@@ -90,3 +92,16 @@ def resident_ranges(
     hi = lo + (last - first) + 1
     missing = np.concatenate([[0], np.cumsum((vec & 1) == 0)])
     return np.asarray(missing[hi] == missing[lo], dtype=np.bool_)
+
+
+def drop_pages(path: str | os.PathLike[str]) -> None:
+    """Drop the file's pages from the page cache, so the next reads come from storage
+    (``POSIX_FADV_DONTNEED``). It drops clean pages only: a file written moments ago (a
+    dataset just generated) kept half its pages, so they are written back first."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
