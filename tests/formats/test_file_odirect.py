@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from _row_files import odirect_works
-from headrace.bench._probe import _drop_cache
 from headrace.formats import FileSource, synthetic_arrays, write_sample_file
 from headrace.io import LocalFile
 from headrace.io import _resident as res
@@ -42,7 +41,7 @@ def cold_files(tmp_path: Path) -> list[Path]:
     if not odirect_works(paths[0]):
         pytest.skip(f"{root}: O_DIRECT is refused here")
     for p in paths:
-        _drop_cache(str(p))  # written back first, then dropped
+        res.drop_pages(p)  # written back first, then dropped
     if any(_resident_pages(p) for p in paths):
         pytest.skip(f"{root}: pages stay resident after POSIX_FADV_DONTNEED (tmpfs?)")
     return paths
