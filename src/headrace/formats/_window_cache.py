@@ -95,7 +95,8 @@ class WindowCache:
         if key == self._ahead_checked:
             return
         self._ahead_checked = key
-        w = int(self.layout.locate(seed, np.array([ahead], dtype=np.int64)).window[0])
+        # Only its window: the start order (a table built once a window) is not needed yet.
+        w = int(self.layout.positions(seed, np.array([ahead], dtype=np.int64)).window[0])
         if w in self._windows or self._crowded(w):
             return
         if len(self._windows) >= self.max_windows and self._victim() in keep:

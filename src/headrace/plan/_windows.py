@@ -273,12 +273,8 @@ class WindowLayout:
         samples = _sample_numbers(samples)
         T = self.samples_per_epoch
         epoch = samples // T
-        if (
-            samples.size
-            and epoch[0] == epoch[-1]
-            and (samples.size < 3 or (np.diff(samples) >= 0).all())
-        ):
-            # The common case, one epoch in order: no masks, no copies.
+        if samples.size and epoch[0] == epoch[-1] and epoch.min() == epoch.max():
+            # The common case, one epoch: no masks, no copies.
             window, within = self._locate_epoch(seed, int(epoch[0]), samples - epoch[0] * T)
         else:
             window = np.empty_like(samples)
