@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
@@ -117,6 +118,13 @@ class _Server(ThreadingHTTPServer):
     # The proxy opens a connection per request: past a listen backlog of 5 (the
     # default), a connection waited a second for its SYN to be sent again.
     request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client gone mid-reply (a GET cancelled when a source closes) is not an
+        # error of the server's: no traceback for it.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def _serve(root: str) -> None:
