@@ -164,10 +164,11 @@ class _Inbox:
         else:  # _RUN: a later one replaces one not yet begun
             self.run = pickle.loads(msg[len(_RUN) :])
 
-    def poll(self) -> None:
-        """Take what has come, without waiting."""
+    def poll(self) -> bool:
+        """Take what has come, without waiting: whether a new run has come."""
         while self.back.poll():
             self.take()
+        return self.run is not None
 
 
 class _Producer:
@@ -196,8 +197,7 @@ class _Producer:
                 if not self._send(loader, steps, arrays):
                     return
                 self.step = steps[-1] + k
-                inbox.poll()  # before reading the next chunk: a new run need not wait for it
-                if inbox.run is not None:
+                if inbox.poll():  # before reading the next chunk: a new run need not wait
                     return
             self.out.send_bytes(bytes([_END]))
 
@@ -220,14 +220,14 @@ class _Producer:
                 inbox.take()
             self.named.unlink()
             inbox.free.extend(range(self.cfg.slots))
-        if inbox.run is not None:
+        if inbox.poll():
             return False
         if self.whole is None or laid is None or _size(laid[1][0]) > self.size:
             out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
             return True
         while not inbox.free:  # every slot is queued or leased: wait for one back
             inbox.take()
-            if inbox.run is not None:
+            if inbox.poll():
                 return False
         slot = inbox.free.popleft()
         srcs, layout = laid

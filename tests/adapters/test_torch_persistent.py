@@ -197,23 +197,29 @@ def test_a_worker_killed_between_iterations_is_replaced(
         kill_left(pids, pid_exited)
 
 
-def test_an_error_read_ahead_between_iterations_is_not_raised(
-    root: Path, pid_exited: Callable[[int], bool]
+@pytest.mark.parametrize("how", ["raise", "late", "hang"])
+def test_a_failure_read_ahead_between_iterations_is_not_raised(
+    root: Path, pid_exited: Callable[[int], bool], how: str
 ) -> None:
-    # Worker 0's second chunk (steps 2, 4, ..., 22) holds the bad step 6, which the
-    # consumer never asks for: it goes back to step 0 for two batches, as new workers do.
+    # Worker 0 reads step 2 as soon as it has sent step 0, but the consumer never asks
+    # for it: it goes back to step 0 for two batches, as new workers do. "raise": worker
+    # 0 has sent its error and left before the next iter(); "late": it fails while that
+    # iter() waits for it to start over; "hang": it is still reading when the wait ends
+    # (2 s). Each time new workers take over.
     reference = take(loader(token_source(root), False), 2)
-    dl = loader(Faulty(root, at=6, how="raise"), True)
+    dl = loader(Faulty(root, at=2, how=how), True)
     pids: list[int] = []
     try:
         assert take(dl, 2) == reference
         pids += worker_pids(dl)
-        wait_exited(pids[:1], pid_exited)  # it sent its error and left
+        if how == "raise":
+            wait_exited(pids[:1], pid_exited)
         dl.load_state_dict({**dl.state_dict(), "step": 0})
         assert take(dl, 2) == reference
         pids += worker_pids(dl)
         assert set(pids[2:]).isdisjoint(pids[:2])
         dl.close()
+        wait_exited(pids, pid_exited)
     finally:
         kill_left(pids, pid_exited)
 
