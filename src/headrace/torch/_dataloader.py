@@ -118,6 +118,12 @@ class HeadraceDataLoader(Closing):
     ``pin_memory=True`` pins here, in the main process, a pinned copy per
     stretch of memory the fields view (``x`` and ``y`` one), with workers as
     without them; with ``contiguous=True``, a copy per field.
+
+    ``persistent_workers=True`` keeps the worker processes and their rings
+    from one iteration to the next: ``iter()`` tells each worker the new start
+    (as new workers would get it), and slots of chunks sent for the last
+    iteration go back unread. Default ``False``, as a DataLoader's: idle workers
+    hold processes and shared memory between iterations, until :meth:`close`.
     """
 
     #: What a stock DataLoader that does not batch says (each item a whole batch, none
