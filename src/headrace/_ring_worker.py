@@ -152,7 +152,7 @@ class _Inbox:
         self.back = back
         self.free: collections.deque[int] = collections.deque()
         self.mapped = False
-        self.run: tuple[int, int, tuple[int, int] | None, dict[str, Any]] | None = None
+        self.run: tuple[int, int, tuple[int, int] | None] | None = None
 
     def take(self) -> None:
         """Wait for the next message (``EOFError`` once the main process has closed)."""
@@ -183,13 +183,13 @@ class _Producer:
         self.size = 0  # bytes per slot
         self.sent: Layout | None = None
 
-    def run(self, start: int, origin: tuple[int, int] | None, opts: dict[str, Any]) -> None:
+    def run(self, start: int, origin: tuple[int, int] | None) -> None:
         """Send this worker's steps from ``start``, then ``_END``; stop as soon as a new
         run has come (the chunk in hand is dropped, its slot kept)."""
         k, w = self.cfg.workers, self.w
         offset = (start + w) % k
         self.step = start + (offset - start) % k
-        loader = Loader(self.cfg.source, **opts, step_stride=k, step_offset=offset)
+        loader = Loader(self.cfg.source, **self.cfg.loader, step_stride=k, step_offset=offset)
         loader.step, loader.origin = start, origin
         inbox = self.inbox
         with loader:
@@ -251,12 +251,12 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
         cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
         inbox = _Inbox(back)
         producer = _Producer(cfg, w, out, inbox, named)
-        start, origin, opts = cfg.start, cfg.origin, cfg.loader
+        start, origin = cfg.start, cfg.origin
         while True:
-            producer.run(start, origin, opts)
+            producer.run(start, origin)
             while inbox.run is None:  # idle until the next run, or EOF: closed
                 inbox.take()
-            run, start, origin, opts = inbox.run
+            run, start, origin = inbox.run
             inbox.run = None
             out.send_bytes(_STARTED_MSG.pack(_STARTED, run))
     except (EOFError, BrokenPipeError, ConnectionResetError):

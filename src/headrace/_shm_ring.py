@@ -160,23 +160,18 @@ class WorkerBatches:
 
     def _resume(self) -> bool:
         """Persistent workers: each starts over at ``cfg.start``; ``False`` where they
-        cannot (none running, another source or shape of ring, a worker dead, failed, or
-        not done with its chunk in hand within ``_STOP_S``), to start new ones instead.
+        cannot (none running, a config that differs in more than start and origin, a
+        worker dead, failed, or not done with its chunk in hand within ``_STOP_S``), to
+        start new ones instead.
 
         What a worker sent before its ``_STARTED`` belongs to the iteration before: its
         slots go back unread, so nothing of that iteration reaches this one."""
         old, new = self._started, self.cfg
-        if not self.persistent or not self._procs or old is None:
-            return False
-        if old.source is not new.source or (old.workers, old.slots, old.contiguous) != (
-            new.workers,
-            new.slots,
-            new.contiguous,
-        ):
+        if not self.persistent or not self._procs or old is None or not _same_but_start(old, new):
             return False
         for ready in self._ready:  # batches not handed out: their slots go back
             ready.clear()
-        run = pickle.dumps((self._run_id, new.start, new.origin, new.loader))
+        run = pickle.dumps((self._run_id, new.start, new.origin))
         deadline = _monotonic() + _STOP_S
         try:
             self._return_slots()
@@ -485,6 +480,22 @@ _LIVE: weakref.WeakSet[WorkerBatches] = weakref.WeakSet()
 def _close_live() -> None:
     for batches in list(_LIVE):
         batches.close()
+
+
+def _same_but_start(old: RingConfig, new: RingConfig) -> bool:
+    """Whether workers that began with ``old`` can start over for ``new``: only the start
+    and origin differ (the same source and transform objects; a new seed, say, makes new
+    workers). Nothing is pickled again: a transform holding a tokenizer may pickle to
+    megabytes, more than a pipe holds while its worker is busy."""
+    if old.source is not new.source or old.loader.keys() != new.loader.keys():
+        return False
+    if (old.workers, old.slots, old.contiguous) != (new.workers, new.slots, new.contiguous):
+        return False
+    plain = (bool, int, float, str, tuple, type(None))
+    return all(
+        a is b or (type(a) is type(b) and isinstance(a, plain) and a == b)
+        for a, b in ((old.loader[k], new.loader[k]) for k in old.loader)
+    )
 
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:

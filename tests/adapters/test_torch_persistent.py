@@ -38,7 +38,7 @@ STEPS = 24
 
 
 def loader(source: Any, persistent: bool, workers: int = 2, **kw: Any) -> ht.HeadraceDataLoader:
-    ds = ht.TorchDataset(source, batch_size=BATCH, seed=5, **{"steps": STEPS, **kw})
+    ds = ht.TorchDataset(source, batch_size=BATCH, **{"seed": 5, "steps": STEPS, **kw})
     return ht.HeadraceDataLoader(ds, num_workers=workers, persistent_workers=persistent)
 
 
@@ -105,6 +105,23 @@ def test_persistent_workers_over_a_padded_row_mixture(root: Path) -> None:
             runs.append(scenario(dl))
     assert runs[1][0] == runs[0][0]
     assert all(p == runs[1][1][0] for p in runs[1][1])
+
+
+def test_a_state_of_another_seed_gets_new_workers_with_its_batches(root: Path) -> None:
+    # The workers' loader options changed (not only the start): new workers, as without.
+    runs = []
+    for persistent in (False, True):
+        with loader(token_source(root), persistent) as dl:
+            got = [take(dl, 2)]
+            pids = worker_pids(dl)
+            dl.load_state_dict({**dl.state_dict(), "seed": 6})
+            got.append(take(dl, 3))
+            runs.append(got)
+            if persistent:
+                assert pids and set(worker_pids(dl)).isdisjoint(pids)
+    assert runs[1] == runs[0]
+    with loader(token_source(root), False, seed=6) as dl:
+        assert take(dl)[2:5] == runs[0][1]
 
 
 def test_an_epoch_loop_reuses_its_workers_and_keeps_held_batches(root: Path) -> None:
