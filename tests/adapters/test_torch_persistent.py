@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import BATCH, Faulty, padded_mixture, run_script, token_source  # noqa: E402
+from _adapter_data import BATCH, Faulty, padded_mixture, token_source  # noqa: E402
 from test_torch_lifecycle import (  # noqa: E402
     descendants,
     kill_left,
@@ -30,7 +29,6 @@ from test_torch_lifecycle import (  # noqa: E402
 )
 
 from headrace import torch as ht  # noqa: E402
-from headrace._shm_ring import RingConfig, WorkerBatches  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 
@@ -169,29 +167,6 @@ def test_close_with_and_collection_stop_persistent_workers(
         kill_left(pids, pid_exited)
 
 
-def test_a_script_ending_with_persistent_workers_idle_exits_quietly(
-    root: Path, tmp_path: Path
-) -> None:
-    script = tmp_path / "idle.py"
-    script.write_text(
-        "from pathlib import Path\n"
-        "from _adapter_data import BATCH, token_source\n"
-        "from headrace import torch as ht\n"
-        "if __name__ == '__main__':\n"
-        f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
-        "    dl = ht.HeadraceDataLoader(ds, num_workers=2, persistent_workers=True)\n"
-        "    for _epoch in range(2):\n"
-        "        for i, _ in enumerate(dl):\n"
-        "            if i == 2:\n"
-        "                break\n"
-        "    it = iter(dl)\n"
-        "    next(it)\n"
-    )
-    done = run_script(script)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-
-
 def test_a_worker_killed_between_iterations_is_replaced(
     root: Path, pid_exited: Callable[[int], bool]
 ) -> None:
@@ -279,33 +254,6 @@ def test_a_stale_iterator_leaves_the_persistent_workers_to_the_new_one(root: Pat
         got += [digest(b) for b in new]
         assert got == reference[1:]
         assert worker_pids(dl) == pids
-
-
-def test_keyboard_interrupt_while_waiting_stops_persistent_workers(
-    root: Path, pid_exited: Callable[[int], bool]
-) -> None:
-    loader_opts = {"batch_size": BATCH, "seed": 5, "steps": STEPS, "prefetch": 0}
-    cfg = RingConfig(source=Faulty(root, at=2, how="hang"), loader=loader_opts, workers=2)
-    wb = WorkerBatches(cfg, persistent=True)
-    it = iter(wb)
-    next(it)
-    next(it)
-    pids = [p.pid for p in wb._procs if p.pid is not None]
-    main = threading.main_thread().ident
-    assert main is not None
-    timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            try:
-                list(it)  # waiting for step 2, which hangs
-            finally:
-                timer.cancel()
-    finally:
-        timer.join()
-        kill_left(pids, pid_exited)
-    assert wb._procs == []
-    wait_exited(pids, pid_exited, within=0)
 
 
 def test_persistent_workers_need_workers(root: Path) -> None:
