@@ -117,10 +117,10 @@ class WorkerBatches:
     again, or :meth:`close`, stops the previous workers.
 
     ``persistent=True``: an iteration that finishes or is abandoned (its
-    iterator closed) leaves the workers waiting, and iterating again, from a
-    new ``cfg`` (start, origin and loader options; the same source object,
-    workers, slots and layout), tells them the new start (:meth:`_resume`)
-    instead of starting new processes. An iteration that fails stops them.
+    iterator closed) leaves the workers waiting, and iterating again with a
+    ``cfg`` that differs only in start and origin tells them the new start
+    (:meth:`_resume`) instead of starting new processes. An iteration that
+    fails stops them.
     """
 
     def __init__(
@@ -491,7 +491,7 @@ def _same_but_start(old: RingConfig, new: RingConfig) -> bool:
         return False
     if (old.workers, old.slots, old.contiguous) != (new.workers, new.slots, new.contiguous):
         return False
-    plain = (bool, int, float, str, tuple, type(None))
+    plain = (bool, int, float, str, type(None))
     return all(
         a is b or (type(a) is type(b) and isinstance(a, plain) and a == b)
         for a, b in ((old.loader[k], new.loader[k]) for k in old.loader)
