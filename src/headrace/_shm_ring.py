@@ -153,7 +153,10 @@ class WorkerBatches:
 
     def __iter__(self) -> Iterator[Batch]:
         self._run_id += 1
+        run = self._run_id
         if not self._resume():
+            if run != self._run_id:  # a close() from another thread (a watchdog) came
+                raise StateError("this iteration was closed while its workers started over")
             self.close()
             self._start()
         return self._run(self._run_id)
@@ -436,6 +439,7 @@ class WorkerBatches:
         # may come together; the second waits for the workers to be stopped, then finds
         # nothing left (reentrant: a finaliser may run inside close() in this thread).
         with self._closing:
+            self._run_id += 1  # its iterator, and a start over under way, are stale
             for ready in self._ready:  # batches not handed out: their slots may go
                 ready.clear()
             alive, procs, conns = self._alive, self._procs, (*self._out, *self._back)

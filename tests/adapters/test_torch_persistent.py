@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -212,6 +214,43 @@ def test_a_failure_read_ahead_between_iterations_is_not_raised(
         assert set(pids[2:]).isdisjoint(pids[:2])
         dl.close()
         wait_exited(pids, pid_exited)
+    finally:
+        kill_left(pids, pid_exited)
+
+
+def test_close_from_another_thread_while_workers_start_over_is_a_stale_error(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    # Worker 0 is inside an hour-long read of step 2 when the next iter() asks it to
+    # start over; a watchdog's close() ends the wait: no new workers start behind it.
+    dl = loader(Faulty(root, at=2, how="hang"), True)
+    pids: list[int] = []
+    outcome: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            take(dl, 1)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    try:
+        take(dl, 2)
+        pids += worker_pids(dl)
+        wb = dl._workers
+        assert wb is not None
+        before = wb._run_id
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        deadline = time.monotonic() + 30
+        while wb._run_id == before and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the consumer's iter() has begun to start them over
+        dl.close()
+        consumer.join(timeout=30)
+        assert not consumer.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], StateError), outcome
+        assert dl._workers is None
+        wait_exited(pids, pid_exited, within=0)
+        assert segments_of(pids) == []
     finally:
         kill_left(pids, pid_exited)
 
