@@ -17,8 +17,6 @@ import argparse
 import hashlib
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import lightning as L  # at the top, as a training script has it: each new worker imports it
 import numpy as np
 import torch
+from _children import alternate
 from _out import out
 
 FILE = Path("/tmp/headrace-bench-lightning-persistent.u16")
@@ -93,13 +92,7 @@ def main() -> None:
     if not FILE.exists():
         np.arange(1 << 20, dtype=np.uint16).tofile(FILE)  # 2 MiB: 128 steps an epoch
     sides = ["fresh", "persistent"]
-    got: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
-    for r in range(a.rounds):
-        for s in sides:
-            cmd = [sys.executable, __file__, "--child", s, "--epochs", str(a.epochs)]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            got[s].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            out(f"round {r} {s}: {got[s][-1]}")
+    got = alternate(__file__, sides, a.rounds, ["--epochs", str(a.epochs)])
     for s in sides:
         later = [float(f) for g in got[s] for f in g["firsts"][1:]]
         fits = [float(g["fit_s"]) for g in got[s]]

@@ -24,12 +24,11 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _children import alternate
 from _out import out
 
 FILE = Path("/tmp/headrace-bench-persistent.u16")
@@ -70,23 +69,12 @@ def main() -> None:
         np.arange(64 << 20, dtype=np.uint16).tofile(FILE)  # 128 MiB
     sides = ["fresh", "persistent"]
     for imports in ("", a.imports):
+        out(f"imports={imports or '-'}")
         env = {**os.environ, "HEADRACE_BENCH_IMPORT": imports}
-        got: dict[str, list[dict[str, object]]] = {s: [] for s in sides}
-        for r in range(a.rounds):
-            for s in sides:
-                done = subprocess.run(
-                    [sys.executable, __file__, "--child", s],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    env=env,
-                )
-                got[s].append(json.loads(done.stdout.strip().splitlines()[-1]))
-                out(f"imports={imports or '-'} round {r} {s}: {got[s][-1]}")
+        got = alternate(__file__, sides, a.rounds, [], env)
         for s in sides:
-            firsts = [g["firsts"] for g in got[s]]
-            later = [float(f) for fs in firsts for f in fs[1:]]  # type: ignore[attr-defined]
-            first = [float(fs[0]) for fs in firsts]  # type: ignore[index]
+            later = [float(f) for g in got[s] for f in g["firsts"][1:]]
+            first = [float(g["firsts"][0]) for g in got[s]]
             digests = sorted({str(g["digest"]) for g in got[s]})
             out(
                 f"imports={imports or '-'} {s:10} 2nd/3rd iter() to first batch "
