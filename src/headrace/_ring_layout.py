@@ -26,9 +26,13 @@ from headrace.pipeline import Batch, Source
 
 __all__ = ["RingConfig"]
 
-_LAYOUT, _CHUNK, _INLINE, _END, _ERROR = range(5)
+_LAYOUT, _CHUNK, _INLINE, _END, _ERROR, _STARTED = range(6)
 _CHUNK_MSG = struct.Struct("<Bqii")  # kind, first step, steps, slot (+ a pickled layout)
+_STARTED_MSG = struct.Struct("<Bq")  # kind, the run a worker has begun (persistent workers)
+# Main -> worker: b"m" (the ring is mapped), a slot returned, or _RUN + a pickled
+# (run, start, origin): start over there (persistent workers).
 _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
+_RUN = b"r"
 _ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
 
 # Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a

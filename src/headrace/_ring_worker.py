@@ -8,7 +8,9 @@ soon as the main process has mapped it, so nothing is left in ``/dev/shm``
 whoever dies later. Only ``(first step, steps, slot)`` crosses the pipe (the
 layout too when it changes, as it does every chunk of samples of several
 shapes); a chunk of Python objects (strings), or one that does not fit a slot,
-is pickled through it instead. It ignores SIGINT (a Ctrl-C
+is pickled through it instead. A persistent worker keeps its process, source
+and ring from one run to the next: told a new start (:class:`_Inbox`), it drops
+the chunk in hand, says ``_STARTED`` and reads from there. It ignores SIGINT (a Ctrl-C
 reaches the main process, whose iterator stops it), and leaves by itself
 when the main process closes or loses its lifeline (:func:`_watch_lifeline`).
 """
@@ -40,7 +42,10 @@ from headrace._ring_layout import (
     _ERROR,
     _INLINE,
     _LAYOUT,
+    _RUN,
     _SLOT_MSG,
+    _STARTED,
+    _STARTED_MSG,
     Layout,
     Region,
     RingConfig,
@@ -48,7 +53,7 @@ from headrace._ring_layout import (
     _size,
 )
 from headrace.errors import HeadraceError
-from headrace.pipeline import Loader
+from headrace.pipeline import Batch, Loader
 
 __all__: list[str] = []
 
@@ -136,64 +141,134 @@ def _watch_lifeline(alive: Connection, named: _Named) -> None:
     threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
 
 
+class _Inbox:
+    """What the main process sends a worker, read in order: ``b"m"`` (the ring is
+    mapped), slots back (into :attr:`free`), or a new run (persistent workers: kept in
+    :attr:`run` until the worker gets to it, between chunks or while it waits)."""
+
+    __slots__ = ("back", "free", "mapped", "run")
+
+    def __init__(self, back: Connection) -> None:
+        self.back = back
+        self.free: collections.deque[int] = collections.deque()
+        self.mapped = False
+        self.run: tuple[int, int, tuple[int, int] | None] | None = None
+
+    def take(self) -> None:
+        """Wait for the next message (``EOFError`` once the main process has closed)."""
+        msg = self.back.recv_bytes()
+        if msg == b"m":
+            self.mapped = True
+        elif len(msg) == _SLOT_MSG.size:
+            self.free.append(_SLOT_MSG.unpack(msg)[0])
+        else:  # _RUN: a later one replaces one not yet begun
+            self.run = pickle.loads(msg[len(_RUN) :])
+
+    def poll(self) -> bool:
+        """Take what has come, without waiting: whether a new run has come."""
+        while self.back.poll():
+            self.take()
+        return self.run is not None
+
+
+class _Producer:
+    """One worker's ring and runs: each run reads its steps from a start into the ring,
+    which stays (with its size and the layout last sent) from run to run."""
+
+    def __init__(self, cfg: RingConfig, w: int, out: Connection, inbox: _Inbox, named: _Named):
+        self.cfg, self.w, self.out, self.inbox, self.named = cfg, w, out, inbox, named
+        self.step = -1  # the next step this worker owes (named by its errors)
+        self.shm: SharedMemory | None = None
+        self.whole: NDArray[np.uint8] | None = None
+        self.size = 0  # bytes per slot
+        self.sent: Layout | None = None
+
+    def run(self, start: int, origin: tuple[int, int] | None) -> None:
+        """Send this worker's steps from ``start``, then ``_END``; stop as soon as a new
+        run has come (the chunk in hand is dropped, its slot kept)."""
+        k, w = self.cfg.workers, self.w
+        offset = (start + w) % k
+        self.step = start + (offset - start) % k
+        loader = Loader(self.cfg.source, **self.cfg.loader, step_stride=k, step_offset=offset)
+        loader.step, loader.origin = start, origin
+        inbox = self.inbox
+        with loader:
+            for steps, arrays in loader.chunks():
+                if not self._send(loader, steps, arrays):
+                    return
+                self.step = steps[-1] + k
+                if inbox.poll():  # before reading the next chunk: a new run need not wait
+                    return
+            self.out.send_bytes(bytes([_END]))
+
+    def _send(self, loader: Loader, steps: list[int], arrays: Batch) -> bool:
+        laid = _layout(arrays, self.cfg.contiguous)
+        out, inbox = self.out, self.inbox
+        if self.whole is None and laid is not None:
+            # Sized for the largest chunk the loader will read, from this first one.
+            regions = laid[1][0]
+            size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
+            if laid[1][2]:  # samples of several sizes: later chunks' may be larger
+                size += size // 2
+            self.size = size = size + _ALIGN * len(regions)
+            name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
+            self.shm = shm = self.named.create(name, size, self.cfg.slots)
+            assert shm.buf is not None  # set by create=True
+            self.whole = np.frombuffer(shm.buf, np.uint8)
+            out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
+            while not inbox.mapped:  # mapped by the main process: the name can go now
+                inbox.take()
+            self.named.unlink()
+            inbox.free.extend(range(self.cfg.slots))
+        if inbox.poll():
+            return False
+        if self.whole is None or laid is None or _size(laid[1][0]) > self.size:
+            out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
+            return True
+        while not inbox.free:  # every slot is queued or leased: wait for one back
+            inbox.take()
+            if inbox.poll():
+                return False
+        slot = inbox.free.popleft()
+        srcs, layout = laid
+        size = self.size
+        _fill(self.whole[slot * size : (slot + 1) * size], srcs, layout[0])
+        head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
+        out.send_bytes(head if layout == self.sent else head + pickle.dumps(layout))
+        self.sent = layout
+        return True
+
+
 def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Connection) -> None:
-    """Produce this worker's steps into its ring until done, told to stop, or failed."""
+    """Produce this worker's steps into its ring until done, told to stop, or failed;
+    a persistent worker then waits for its next run (:class:`_Inbox`), and begins it
+    with ``_STARTED``, after everything it sent for the last."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     named = _Named()
     _watch_lifeline(alive, named)
-    step = -1  # the next step this worker owes, once its config is read
-    shm: SharedMemory | None = None
-    whole: NDArray[np.uint8] | None = None
+    producer: _Producer | None = None
     try:
         cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
-        k = cfg.workers
-        offset = (cfg.start + w) % k
-        step = cfg.start + (offset - cfg.start) % k
-        loader = Loader(cfg.source, **cfg.loader, step_stride=k, step_offset=offset)
-        loader.step, loader.origin = cfg.start, cfg.origin
-        with loader:
-            size = 0  # bytes per slot
-            free: collections.deque[int] = collections.deque()
-            sent: Layout | None = None
-            for steps, arrays in loader.chunks():
-                laid = _layout(arrays, cfg.contiguous)
-                if whole is None and laid is not None:
-                    # Sized for the largest chunk the loader will read, from this first one.
-                    regions = laid[1][0]
-                    size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
-                    if laid[1][2]:  # samples of several sizes: later chunks' may be larger
-                        size += size // 2
-                    size += _ALIGN * len(regions)
-                    name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-                    shm = named.create(name, size, cfg.slots)
-                    assert shm.buf is not None  # set by create=True
-                    whole = np.frombuffer(shm.buf, np.uint8)
-                    out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
-                    back.recv_bytes()  # mapped by the main process: the name can go now
-                    named.unlink()
-                    free.extend(range(cfg.slots))
-                if whole is None or laid is None or _size(laid[1][0]) > size:
-                    out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
-                else:
-                    while not free:  # every slot is queued or leased: wait for one back
-                        free.append(_SLOT_MSG.unpack(back.recv_bytes())[0])
-                    slot = free.popleft()
-                    srcs, layout = laid
-                    _fill(whole[slot * size : (slot + 1) * size], srcs, layout[0])
-                    head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
-                    out.send_bytes(head if layout == sent else head + pickle.dumps(layout))
-                    sent = layout
-                step = steps[-1] + k
-            out.send_bytes(bytes([_END]))
+        inbox = _Inbox(back)
+        producer = _Producer(cfg, w, out, inbox, named)
+        start, origin = cfg.start, cfg.origin
+        while True:
+            producer.run(start, origin)
+            while inbox.run is None:  # idle until the next run, or EOF: closed
+                inbox.take()
+            run, start, origin = inbox.run
+            inbox.run = None
+            out.send_bytes(_STARTED_MSG.pack(_STARTED, run))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the main process closed our pipes: it wants no more
     except BaseException as exc:
-        _send_error(out, step, exc)
+        _send_error(out, -1 if producer is None else producer.step, exc)
     finally:
-        whole = None  # the segment's last export here, so it can close
         named.unlink()
-        if shm is not None:
-            shm.close()
+        if producer is not None:
+            producer.whole = None  # the segment's last export here, so it can close
+            if producer.shm is not None:
+                producer.shm.close()
 
 
 def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Region, ...]) -> None:

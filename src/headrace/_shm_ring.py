@@ -38,15 +38,19 @@ from headrace._ring_layout import (
     _CHUNK,
     _CHUNK_MSG,
     _END,
+    _ERROR,
     _INLINE,
     _LAYOUT,
+    _RUN,
     _SLOT_MSG,
+    _STARTED,
+    _STARTED_MSG,
     Layout,
     RingConfig,
     _nbytes,
 )
 from headrace._ring_worker import _worker
-from headrace.errors import ConfigError, HeadraceError
+from headrace.errors import ConfigError, HeadraceError, StateError
 from headrace.pipeline import Batch
 from headrace.pipeline._layout import lay_out, ragged_keys
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, worker_stall_message
@@ -111,13 +115,25 @@ class WorkerBatches:
     the loader makes them (``x``/``y`` views of one array), or each
     C-contiguous with ``cfg.contiguous``. One iteration at a time: iterating
     again, or :meth:`close`, stops the previous workers.
+
+    ``persistent=True``: an iteration that finishes or is abandoned (its
+    iterator closed) leaves the workers waiting, and iterating again with a
+    ``cfg`` that differs only in start and origin tells them the new start
+    (:meth:`_resume`) instead of starting new processes. An iteration that
+    fails stops them.
     """
 
     def __init__(
-        self, cfg: RingConfig, *, copy: bool = False, context: str | BaseContext | None = None
+        self,
+        cfg: RingConfig,
+        *,
+        copy: bool = False,
+        context: str | BaseContext | None = None,
+        persistent: bool = False,
     ) -> None:
         self.cfg = cfg
         self.copy = copy
+        self.persistent = persistent
         self.ctx = mp_context(context)
         self._procs: list[BaseProcess] = []
         self._out: list[Connection] = []  # worker -> main: layout, chunk, end, error
@@ -131,12 +147,71 @@ class WorkerBatches:
         self.shm_names: list[str] = []  # for tests: the segments this iteration used
         self.pickled_chunks = 0  # chunks that came through the pipe, not a slot
         self._closing = threading.RLock()
+        self._run_id = 0  # the current iteration's: older iterators are stale
+        self._started: RingConfig | None = None  # the config the running workers began with
         _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Batch]:
-        self.close()
-        self._start()
-        return self._run()
+        self._run_id += 1
+        run = self._run_id
+        if not self._resume():
+            if run != self._run_id:  # a close() from another thread (a watchdog) came
+                raise StateError("this iteration was closed while its workers started over")
+            self.close()
+            self._start()
+        return self._run(self._run_id)
+
+    def _resume(self) -> bool:
+        """Persistent workers: each starts over at ``cfg.start``; ``False`` where they
+        cannot (none running, a config that differs in more than start and origin, a
+        worker dead, failed, or not done with its chunk in hand within ``_STOP_S``), to
+        start new ones instead.
+
+        What a worker sent before its ``_STARTED`` belongs to the iteration before: its
+        slots go back unread, so nothing of that iteration reaches this one."""
+        old, new = self._started, self.cfg
+        if not self.persistent or not self._procs or old is None or not _same_but_start(old, new):
+            return False
+        for ready in self._ready:  # batches not handed out: their slots go back
+            ready.clear()
+        run = pickle.dumps((self._run_id, new.start, new.origin))
+        deadline = _monotonic() + _STOP_S
+        try:
+            self._return_slots()
+            for back in self._back:
+                back.send_bytes(_RUN + run)
+            for w in range(new.workers):
+                if not self._drain(w, deadline):
+                    return False
+        except (OSError, EOFError):
+            return False  # a worker that died meanwhile: new ones start
+        except BaseException:
+            self.close()
+            raise
+        return True
+
+    def _drain(self, w: int, deadline: float) -> bool:
+        """Read worker ``w``'s messages up to its ``_STARTED`` for this run, returning the
+        slots of the chunks among them; ``False`` if it failed or is still reading."""
+        out = self._out[w]
+        while out.poll(max(0.0, deadline - _monotonic())):
+            msg = out.recv_bytes()
+            kind = msg[0]
+            if kind == _STARTED:
+                if _STARTED_MSG.unpack(msg)[1] == self._run_id:
+                    return True
+            elif kind == _LAYOUT:
+                self._map(w, msg)
+            elif kind == _CHUNK:
+                s = _CHUNK_MSG.unpack_from(msg)[3]
+                ring = self._rings[w]
+                assert ring is not None  # the ring is mapped before the first chunk
+                if len(msg) > _CHUNK_MSG.size:  # the worker counts it as sent
+                    ring.layout = pickle.loads(msg[_CHUNK_MSG.size :])
+                self._back[w].send_bytes(_SLOT_MSG.pack(s))
+            elif kind == _ERROR:  # (a read ahead of what was consumed)
+                return False
+        return False
 
     def _start(self) -> None:
         k = self.cfg.workers
@@ -180,22 +255,32 @@ class WorkerBatches:
                 back_r.close()
         finally:
             alive_r.close()  # likewise: only the workers hold the lifeline's read end
+        self._started = self.cfg
 
-    def _run(self) -> Iterator[Batch]:
+    def _run(self, run: int) -> Iterator[Batch]:
         k, t = self.cfg.workers, self.cfg.start
+        kept = False  # persistent workers stay for the next iteration
         try:
             while True:
+                if run != self._run_id:
+                    raise StateError("this iteration is stale: a newer one has begun")
                 if self._pending:
                     self._return_slots()
                 w = (t - self.cfg.start) % k
                 ready = self._ready[w]
                 if not ready and not self._receive(w, t, ready):
+                    kept = self.persistent
                     return
                 # Handed over, not kept in this frame: a suspended iterator holds no batch.
-                yield ready.popleft()
+                try:
+                    yield ready.popleft()
+                except GeneratorExit:  # abandoned between batches: no message half read
+                    kept = self.persistent
+                    raise
                 t += 1
         finally:
-            self.close()
+            if not kept and run == self._run_id:
+                self.close()
 
     def _receive(self, w: int, t: int, ready: collections.deque[Batch]) -> bool:
         """Worker ``w``'s next chunk, from step ``t``, into ``ready``; ``False`` at its end.
@@ -354,6 +439,7 @@ class WorkerBatches:
         # may come together; the second waits for the workers to be stopped, then finds
         # nothing left (reentrant: a finaliser may run inside close() in this thread).
         with self._closing:
+            self._run_id += 1  # its iterator, and a start over under way, are stale
             for ready in self._ready:  # batches not handed out: their slots may go
                 ready.clear()
             alive, procs, conns = self._alive, self._procs, (*self._out, *self._back)
@@ -361,6 +447,7 @@ class WorkerBatches:
                 return  # closed already (perhaps at exit, before this iterator's finaliser)
             # Unlisted first: a close() reentering from a finaliser has nothing to do.
             self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+            self._started = None
             if alive is not None:  # first: a worker in a long read leaves after a grace
                 alive.close()
             for c in conns:
@@ -397,6 +484,22 @@ _LIVE: weakref.WeakSet[WorkerBatches] = weakref.WeakSet()
 def _close_live() -> None:
     for batches in list(_LIVE):
         batches.close()
+
+
+def _same_but_start(old: RingConfig, new: RingConfig) -> bool:
+    """Whether workers that began with ``old`` can start over for ``new``: only the start
+    and origin differ (the same source and transform objects; a new seed, say, makes new
+    workers). Nothing is pickled again: a transform holding a tokenizer may pickle to
+    megabytes, more than a pipe holds while its worker is busy."""
+    if old.source is not new.source or old.loader.keys() != new.loader.keys():
+        return False
+    if (old.workers, old.slots, old.contiguous) != (new.workers, new.slots, new.contiguous):
+        return False
+    plain = (bool, int, float, str, type(None))
+    return all(
+        a is b or (type(a) is type(b) and isinstance(a, plain) and a == b)
+        for a, b in ((old.loader[k], new.loader[k]) for k in old.loader)
+    )
 
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:

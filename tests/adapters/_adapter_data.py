@@ -101,7 +101,8 @@ class Faulty:
     ``"sleep"`` (every read takes 0.1 s from then on: for interrupting), or
     ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess),
     ``"once"`` (a DataError the first time a process reads it, then none: a read that
-    failed once).
+    failed once), ``"late"`` (a DataError after 1 s: a read failing while the main
+    process waits for something else).
     """
 
     def __init__(self, root: Path, at: int, how: str) -> None:
@@ -123,6 +124,9 @@ class Faulty:
                 raise ShardError("/data/shard-7.bin", 42)
             if self.how == "exit":
                 os._exit(3)
+            if self.how == "late":
+                time.sleep(1.0)
+                raise DataError(f"injected fault at step {self.at}")
             time.sleep(3600 if self.how == "hang" else 0.1)
         return self.inner.read(seed, samples)
 

@@ -255,7 +255,7 @@ def test_config_errors(root: Path) -> None:
         dataset(root, rank=2, world_size=2)
     with pytest.raises(ConfigError, match="does not split evenly"):
         dataset(root, rank=0, world_size=3)
-    for bad in ({"batch_size": 4}, {"persistent_workers": True, "num_workers": 1}):
+    for bad in ({"batch_size": 4}, {"shuffle": True, "num_workers": 1}):
         with pytest.raises(ConfigError, match="not allowed"):
             ht.HeadraceDataLoader(dataset(root), **bad)
 

@@ -331,15 +331,22 @@ def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
 
 
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "not-closed"])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "2-persistent"])
 def test_a_script_ending_with_an_iterator_held_exits_quietly(
-    root: Path, tmp_path: Path, closed: bool, workers: int
+    root: Path, tmp_path: Path, closed: bool, workers: int | str
 ) -> None:
     # The iterator is a module global: Python finalises it at shutdown, after tearing
     # modules down; its close() then failed ("Exception ignored ... sys.meta_path is
     # None" without workers), and with workers multiprocessing's exit handler had
     # SIGTERMed a worker before it unlinked its ring (the resource tracker's "leaked
     # shared_memory objects" warning). Both now close at exit, before either.
+    make = f"    dl = ht.HeadraceDataLoader(ds, num_workers={workers})\n"
+    if workers == "2-persistent":  # two iterations broken off: the workers wait idle
+        make = (
+            "    dl = ht.HeadraceDataLoader(ds, num_workers=2, persistent_workers=True)\n"
+            "    for _epoch in range(2):\n"
+            "        next(iter(dl))\n"
+        )
     script = tmp_path / "held.py"
     script.write_text(
         "from pathlib import Path\n"
@@ -347,9 +354,10 @@ def test_a_script_ending_with_an_iterator_held_exits_quietly(
         "from headrace import torch as ht\n"
         "if __name__ == '__main__':\n"
         f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
-        f"    dl = ht.HeadraceDataLoader(ds, num_workers={workers})\n"
-        "    it = iter(dl)\n"
-        "    next(it)\n" + ("    dl.close()\n" if closed else "")
+        + make
+        + "    it = iter(dl)\n"
+        + "    next(it)\n"
+        + ("    dl.close()\n" if closed else "")
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     done = subprocess.run(

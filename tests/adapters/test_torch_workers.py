@@ -508,10 +508,12 @@ def test_a_worker_that_dies_is_reported(root: Path) -> None:
     assert wb._procs == []
 
 
-def test_keyboard_interrupt_stops_the_workers(root: Path) -> None:
+@pytest.mark.parametrize("persistent", [False, True])
+def test_keyboard_interrupt_stops_the_workers(root: Path, persistent: bool) -> None:
     # "hang": the workers cannot finish their steps before the interrupt comes (with
     # 0.1 s reads a fast machine finished first, and the interrupt landed in close()).
-    wb = ring(Faulty(root, at=2, how="hang"))
+    # Persistent workers too: an interrupted wait may have read half a message.
+    wb = ring(Faulty(root, at=2, how="hang"), persistent=persistent)
     it = iter(wb)
     next(it)
     next(it)  # both workers have sent a batch: both have set SIGINT aside by now

@@ -68,7 +68,6 @@ _NOT_ALLOWED = (
     "batch_size",
     "batch_sampler",
     "collate_fn",
-    "persistent_workers",
     "sampler",
     "shuffle",
 )
@@ -119,6 +118,12 @@ class HeadraceDataLoader(Closing):
     ``pin_memory=True`` pins here, in the main process, a pinned copy per
     stretch of memory the fields view (``x`` and ``y`` one), with workers as
     without them; with ``contiguous=True``, a copy per field.
+
+    ``persistent_workers=True`` keeps the worker processes and their rings
+    from one iteration to the next: ``iter()`` tells each worker the new start
+    (as new workers would get it), and slots of chunks sent for the last
+    iteration go back unread. Default ``False``, as a DataLoader's: idle workers
+    hold processes and shared memory between iterations, until :meth:`close`.
     """
 
     #: What a stock DataLoader that does not batch says (each item a whole batch, none
@@ -138,6 +143,7 @@ class HeadraceDataLoader(Closing):
         multiprocessing_context: str | BaseContext | None = None,
         pin_memory: bool = False,
         copy: bool = False,
+        persistent_workers: bool = False,
         **unsupported: Any,
     ) -> None:
         if not isinstance(dataset, TorchDataset):
@@ -158,7 +164,7 @@ class HeadraceDataLoader(Closing):
             ways = [_INSTEAD[k] for k in sorted(unsupported) if k in _INSTEAD]
             raise ConfigError(
                 f"HeadraceDataLoader does not take {sorted(unsupported)}; it takes num_workers, "
-                "prefetch_factor, multiprocessing_context, pin_memory and copy."
+                "prefetch_factor, multiprocessing_context, pin_memory, copy and persistent_workers."
                 + "".join(f" {way}" for way in ways)
             )
         if not _is_integer(num_workers) or num_workers < 0:
@@ -171,6 +177,12 @@ class HeadraceDataLoader(Closing):
                 f"prefetch_factor must be an integer >= 1, and only with num_workers > 0 "
                 f"(got {prefetch_factor=}, {num_workers=})."
             )
+        if not isinstance(persistent_workers, bool) or (persistent_workers and not num_workers):
+            raise ConfigError(
+                f"persistent_workers must be True or False, and True only with num_workers > 0 "
+                f"(got {persistent_workers=}, {num_workers=})."
+            )
+        self.persistent_workers = persistent_workers
         self.pin_memory = pin_memory or dataset.pin_memory
         if self.pin_memory:
             check_pinnable()
@@ -215,7 +227,8 @@ class HeadraceDataLoader(Closing):
         # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
         ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs)))
         if self.num_workers:
-            self.close()  # the last iteration's workers (before the generation is taken)
+            # The last iteration's workers, kept if persistent (before the generation is taken).
+            self._stop(keep_workers=self.persistent_workers)
         self._generation += 1
         generation = (self._generation, ds._loads)
         if not self.num_workers:
@@ -255,8 +268,15 @@ class HeadraceDataLoader(Closing):
             slots=self.slots,
             contiguous=ds.contiguous,
         )
-        self._workers = workers = WorkerBatches(cfg, copy=self.copy, context=self.context)
+        workers = self._workers
+        if workers is None:
+            workers = WorkerBatches(
+                cfg, copy=self.copy, context=self.context, persistent=self.persistent_workers
+            )
+            self._workers = workers
+        workers.cfg = cfg  # persistent workers start over here, or new ones start
         step = cfg.start
+        failed = True
         try:
             for batch in workers:  # writeable arrays, plain strides: torch may share them
                 # Handed over, not kept in this frame: a suspended (perhaps abandoned)
@@ -267,13 +287,20 @@ class HeadraceDataLoader(Closing):
                 # self.step, and a new loader over ds, go on from.
                 step += 1
                 ds._consumed(step)
-                yield out.pop()
+                try:
+                    yield out.pop()
+                except GeneratorExit:  # abandoned (a break): persistent workers stay
+                    failed = False
+                    raise
                 self._check_current(generation)
+            failed = False
         except Exception as exc:
             self._check_current(generation, exc)
             raise
         finally:
-            workers.close()
+            current = generation == (self._generation, ds._loads)
+            if not self.persistent_workers or (failed and current):
+                workers.close()
 
     def _from_slot(self, batch: Batch) -> TensorBatch | RaggedTensorBatch:
         if self.dataset.ragged:  # each sample a tensor, pinned one by one
@@ -304,12 +331,16 @@ class HeadraceDataLoader(Closing):
             ) from failed
 
     def close(self) -> None:
-        """Stop the last iteration: its workers, or without workers its read-ahead
-        thread and open files (tensors handed out stay valid). Iterating again
-        continues at the consumer's step; the stopped iterator raises StateError."""
+        """Stop the last iteration: its workers (persistent ones too), or without
+        workers its read-ahead thread and open files (tensors handed out stay valid).
+        Iterating again continues at the consumer's step; the stopped iterator raises
+        StateError."""
+        self._stop(keep_workers=False)
+
+    def _stop(self, *, keep_workers: bool) -> None:
         # First: the stopped iterator must not go on into its closed workers' rings.
         self._generation += 1
-        if self._workers is not None:
+        if self._workers is not None and not keep_workers:
             self._workers.close()
             self._workers = None
         # Where the dataset's iteration stopped (unless another loader's has begun since)
@@ -327,5 +358,7 @@ class HeadraceDataLoader(Closing):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""
         self.dataset.load_state_dict(state)
-        self.close()  # the workers of a running iteration would go on filling their rings
+        # The workers of a running iteration would go on filling their rings (persistent
+        # ones only until their slots are full: the next iter() tells them the new start).
+        self._stop(keep_workers=self.persistent_workers)
         self._generation += 1
