@@ -106,6 +106,23 @@ def test_listing_filters_by_format_and_sorts(s3: S3Fixture, datasets: Path) -> N
     src.close()
 
 
+def test_npy_objects_without_a_format_are_refused_not_read_raw(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # Until 2026-12-03 they came as their bytes, NPY headers and all.
+    options = {**s3.options(), "retry": FAST_RETRY}
+    with pytest.raises(ConfigError) as exc:
+        FileSource(f"s3://{BUCKET}/files/npy/", store_options=options)
+    assert str(exc.value) == (
+        f"s3://{BUCKET}/files/npy: no format was given, so its {FILES} files would be read "
+        f"as raw bytes (format='raw', the default), but {FILES} of them are npy files: pass "
+        "format='npy' to decode them, or format='raw' to read their bytes"
+    )
+    raw = FileSource(f"s3://{BUCKET}/files/npy/", store_options=options, format="raw")
+    assert len(raw.files) == FILES
+    raw.close()
+
+
 def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Path) -> None:
     fmt, spf, opts = SETS["npz"]
     options = {**s3.options(), "retry": FAST_RETRY}
