@@ -1108,3 +1108,11 @@ def test_datasets_as_one_string_is_refused(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "h", "npz", 2)
     with pytest.raises(ConfigError, match=r"datasets=\('x',\), not a string"):
         FileSource(root, format="npz", datasets="x")
+
+
+def test_datasets_as_a_set_are_refused(tmp_path: Path) -> None:
+    # Read in the set's order, which changes between processes: the batch's keys and the
+    # state's fingerprint too (a restart refused its state at random).
+    root = make_dataset(tmp_path / "h", "npz", 2)
+    with pytest.raises(ConfigError, match=r"datasets=\['x', 'y'\], not a set: a set's order"):
+        FileSource(root, format="npz", datasets={"y", "x"})
