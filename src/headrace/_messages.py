@@ -26,13 +26,12 @@ RECOPY = "copy the file again (a partial copy or download?) or leave it out"
 
 
 def refuse_a_set(name: str, value: object, reads: str) -> None:
-    """Refuse a ``set`` given for the list of names ``name`` (the ``reads`` of each sample):
-    its order, which string hashing changes from one process to the next, would be the
-    batch's keys' and the state's fingerprint's (a restart refused its state at random,
-    until 2026-12-03)."""
+    """Refuse a ``set`` given for the list ``name``: the ``reads`` would be read in its
+    order, which string hashing changes from one process to the next, and the state's
+    fingerprint with it (a restart refused its own state at random, until 2026-12-03)."""
     if isinstance(value, set | frozenset):
         raise ConfigError(
-            f"{name} must be a list of names, e.g. {name}={sorted(value)!r}, not a set: a "
+            f"{name} must be a list, e.g. {name}={sorted(value, key=str)!r}, not a set: a "
             f"set's order changes from one process to the next, and with it the order of "
             f"the {reads} read and the state's fingerprint (a restart would refuse its state)"
         )

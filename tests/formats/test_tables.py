@@ -856,10 +856,14 @@ def test_columns_as_a_set_are_refused(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as exc:
             TableSource(tmp_path / "t.parquet", columns=columns, width=4)  # type: ignore[arg-type]
         assert str(exc.value).endswith(
-            "columns must be a list of names, e.g. columns=['flag', 'label'], not a set: a "
+            "columns must be a list, e.g. columns=['flag', 'label'], not a set: a "
             "set's order changes from one process to the next, and with it the order of the "
             "columns read and the state's fingerprint (a restart would refuse its state)"
         )
+    pq.write_table(_table(10), tmp_path / "u.parquet")
+    paths = {tmp_path / "u.parquet", tmp_path / "t.parquet"}  # rows in the set's order
+    with pytest.raises(ConfigError, match=r"path must be a list, e.g. path=\[Posix.*not a set"):
+        TableSource(paths, columns=["label"])  # type: ignore[arg-type]
     keys = {"label": 1, "flag": 2}.keys()  # a dict's keys keep their order: taken
     with Table.open(tmp_path / "t.parquet", columns=keys) as tb:  # type: ignore[arg-type]
         assert list(tb.columns) == ["label", "flag"]

@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from headrace._messages import refuse_a_set
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -81,6 +82,7 @@ def _path_list(
             f"got a {kind} object; headrace reads a Dataset's files: pass one split's "
             "Dataset (ds['train']) or a folder written by ds.save_to_disk(folder)"
         )
+    refuse_a_set("path", path, "files")
     if isinstance(path, (Mapping, bytes)) or not isinstance(path, Iterable):
         raise ConfigError(
             f"expected a path, a glob or a list of paths; got a {kind} ({path!r:.80})"
