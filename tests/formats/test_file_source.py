@@ -239,6 +239,9 @@ def test_files_of_a_known_format_without_format_are_refused_not_read_raw(
         assert next(iter(loader))["data"].shape == (3, 4, 4)
     raw = FileSource(tmp_path / "npys", format="raw")  # asked for: the bytes
     assert raw.samples_per_epoch == 3
+    again = FileSource(tmp_path / "npys", config=raw.config)  # a config says its format
+    assert again.format.name == "raw"
+    again.close()
     raw.close()
     images = tmp_path / "images"
     images.mkdir()

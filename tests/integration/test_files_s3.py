@@ -301,6 +301,25 @@ def test_hidden_objects_are_left_out_and_counted(s3: S3Fixture, tmp_path: Path) 
     assert run(src, steps=2, batch=1) == run(FileSource(tmp_path, format="raw"), steps=2, batch=1)
 
 
+def test_a_misspelt_prefix_says_nothing_is_there_and_names_those_beside_it(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # It said "no objects ending in ['.jpeg', ...] under it", as if the files' names were
+    # at fault, where nothing at all is stored under the prefix (files/jpg for files/jpeg).
+    options = {**s3.options(), "retry": FAST_RETRY}
+    with pytest.raises(DataError) as exc:
+        FileSource(f"s3://{BUCKET}/files/jpg", store_options=options, format="jpeg")
+    assert str(exc.value) == (
+        f"s3://{BUCKET}/files/jpg: nothing is stored under it; did you mean "
+        f"'s3://{BUCKET}/files/jpeg'?"
+    )
+    with pytest.raises(DataError) as exc:  # nothing close beside it: no guess
+        FileSource(f"s3://{BUCKET}/files/zzzzzz/", store_options=options, format="npy")
+    assert str(exc.value) == f"s3://{BUCKET}/files/zzzzzz: nothing is stored under it"
+    with pytest.raises(DataError, match=r"files/npz: no objects ending in \['\.png'\] under it; "):
+        FileSource(f"s3://{BUCKET}/files/npz", store_options=options, format="png")
+
+
 def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(
     s3: S3Fixture, datasets: Path
 ) -> None:

@@ -443,9 +443,14 @@ def list_files(
         if not listed:
             store.close()
             others = suffixes(k for k, _, _ in every if not is_hidden(k))
+            nothing = not every and listing is None  # a misspelt prefix, or one object
+            said = (
+                "nothing is stored under it"
+                if nothing
+                else none_found("objects", extensions, others, hidden, example)
+            )
             raise DataError(
-                f"{store.url}: {none_found('objects', extensions, others, hidden, example)}"
-                + why_empty(str(files), options)
+                f"{store.url}: {said}" + why_empty(str(files), options, nothing=nothing)
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example

@@ -7,6 +7,7 @@ listed (its ETag), through the object cache where there is one.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,9 +65,10 @@ def object_glob(
         raise
 
 
-def why_empty(url: str, options: Mapping[str, Any]) -> str:
+def why_empty(url: str, options: Mapping[str, Any], *, nothing: bool = False) -> str:
     """What an empty listing may mean, looked into on the error path only: a URL of
-    one object (a prefix lists below it), or a glob pattern on an http(s) server."""
+    one object (a prefix lists below it), a glob pattern on an http(s) server, or
+    (``nothing``: no object at all under it) a misspelt prefix, named by those beside it."""
     if url.startswith(("http://", "https://")) and has_magic(url.rpartition("/")[2]):
         return (
             "; glob patterns are not expanded on http(s) servers (they cannot list): pass "
@@ -78,13 +80,28 @@ def why_empty(url: str, options: Mapping[str, Any]) -> str:
     try:
         heads.info(url.rstrip("/"))
     except HeadraceError:  # no such object (the usual case), or none to look at
-        return ""
+        return _beside(url, heads) if nothing else ""
     finally:
         heads.close()
     return (
         f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
         "alone, or the prefix above it"
     )
+
+
+def _beside(url: str, heads: Any) -> str:
+    """``"; did you mean 's3://b/imgs'?"``: the name beside a misspelt prefix ``url``
+    (among those of its parent's first 1,000 objects) closest to its own, if close."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if parent.endswith(":/"):  # a bucket: nothing above it to list
+        return ""
+    try:
+        listed = heads.listing_upto(parent, 1000)
+    except HeadraceError:  # not allowed to list the parent: no hint, the error stands
+        return ""
+    names = sorted({u[len(parent) + 1 :].split("/", 1)[0] for u, _ in listed or []})
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {f'{parent}/{close[0]}'!r}?" if close else ""
 
 
 def remote_list(

@@ -77,6 +77,7 @@ class FileSource(Closing):
             files = os.fsdecode(files)
         elif not isinstance(files, (str, os.PathLike)):
             files = list(files)  # a generator is read once, and kept to pickle for workers
+        unnamed = config is None and "format" not in options  # raw by default, not chosen
         if config is None:
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)
@@ -94,7 +95,7 @@ class FileSource(Closing):
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")
         self._open(files, config, store_options, None, None)
-        if "format" not in options and config.decode:
+        if unnamed and config.decode:
             self._refuse_unnamed_raw()
 
     def _refuse_unnamed_raw(self) -> None:
