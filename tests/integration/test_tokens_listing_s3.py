@@ -353,4 +353,11 @@ def test_a_glob_or_prefix_reads_as_the_sorted_list_of_urls(
     with pytest.raises(ObjectNotFoundError) as info:
         TokenSource(base, dtype="uint16", store_options=options(s3), **KW)
     assert "end it with '/'" in info.value.__notes__[0]
+    # A misspelt prefix (nothing under it) names the one beside it (it said "no objects").
+    with pytest.raises(ObjectNotFoundError) as info:
+        TokenSource(base[:-1] + "/", dtype="uint16", store_options=options(s3), **KW)
+    assert str(info.value).startswith(
+        f"{base[:-1]}/: a prefix with no .bin token objects right under it (no objects; "
+        f"did you mean {base + '/'!r}?)"
+    )
     want.close()

@@ -7,7 +7,6 @@ listed (its ETag), through the object cache where there is one.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -80,28 +79,14 @@ def why_empty(url: str, options: Mapping[str, Any], *, nothing: bool = False) ->
     try:
         heads.info(url.rstrip("/"))
     except HeadraceError:  # no such object (the usual case), or none to look at
-        return _beside(url, heads) if nothing else ""
+        close = heads.closest_beside(url) if nothing else None
+        return f"; did you mean {close!r}?" if close else ""
     finally:
         heads.close()
     return (
         f"; {url} names one object, not a prefix: pass [{url!r}] (a list) to read it "
         "alone, or the prefix above it"
     )
-
-
-def _beside(url: str, heads: Any) -> str:
-    """``"; did you mean 's3://b/imgs'?"``: the name beside a misspelt prefix ``url``
-    (among those of its parent's first 1,000 objects) closest to its own, if close."""
-    parent, _, name = url.rstrip("/").rpartition("/")
-    if parent.endswith(":/"):  # a bucket: nothing above it to list
-        return ""
-    try:
-        listed = heads.listing_upto(parent, 1000)
-    except HeadraceError:  # not allowed to list the parent: no hint, the error stands
-        return ""
-    names = sorted({u[len(parent) + 1 :].split("/", 1)[0] for u, _ in listed or []})
-    close = difflib.get_close_matches(name, names, n=1)
-    return f"; did you mean {f'{parent}/{close[0]}'!r}?" if close else ""
 
 
 def remote_list(
