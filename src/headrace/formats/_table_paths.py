@@ -32,7 +32,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
-from headrace.io._file import scheme_hint, slash_hint
+from headrace.io._file import missing_hint, slash_hint
 
 log = logging.getLogger("headrace.formats")
 
@@ -236,7 +236,7 @@ def _resolve(
         return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
         raise ObjectNotFoundError(
-            f"{root}: no such file or directory{scheme_hint(root)}{slash_hint(root)}"
+            f"{root}: no such file or directory{missing_hint(root)}{slash_hint(root)}"
         )
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())
