@@ -418,7 +418,7 @@ class ObjectFiles:
         except HeadraceError:  # not allowed to list the parent: no guess, the error stands
             return None
         names = sorted({u[len(parent) + 1 :].split("/", 1)[0] for u, _ in listed or []})
-        close = difflib.get_close_matches(name, names, n=1)
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
         return f"{parent}/{close[0]}" if close else None
 
     def info(self, url: str) -> ObjectInfo:
