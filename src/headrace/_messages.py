@@ -15,6 +15,7 @@ __all__ = [
     "count_fix",
     "framework_missing",
     "object_field",
+    "refuse_a_set",
     "unknown_keys",
     "write_json",
 ]
@@ -22,6 +23,18 @@ __all__ = [
 
 #: What a refusal of a damaged file says to do, after naming it and what is wrong.
 RECOPY = "copy the file again (a partial copy or download?) or leave it out"
+
+
+def refuse_a_set(name: str, value: object, reads: str) -> None:
+    """Refuse a ``set`` given for the list ``name``: the ``reads`` would be read in its
+    order, which string hashing changes from one process to the next, and the state's
+    fingerprint with it (a restart refused its own state at random, until 2026-12-03)."""
+    if isinstance(value, set | frozenset):
+        raise ConfigError(
+            f"{name} must be a list, e.g. {name}={sorted(value, key=str)!r}, not a set: a "
+            f"set's order changes from one process to the next, and with it the order of "
+            f"the {reads} read and the state's fingerprint (a restart would refuse its state)"
+        )
 
 
 def count_fix(says: str) -> str:

@@ -205,7 +205,9 @@ def test_unknown_workload_and_variant_are_config_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["bench", "--root", str(tmp_path), "--workload", "nope", "-q"]) == 2
-    assert "unknown workload 'nope'" in capsys.readouterr().err
+    assert "unknown workload 'nope': not a file" in capsys.readouterr().err
+    assert main(["bench", "--root", str(tmp_path), "--workload", "token", "-q"]) == 2
+    assert "unknown workload 'token' (did you mean 'tokens'?): not a" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
     assert "unknown variant 'fast'" in capsys.readouterr().err
 

@@ -218,6 +218,51 @@ def test_config_errors(tmp_path: Path) -> None:
         FileSource(root, format="jpeg", store_options={"region": "x"})
 
 
+def test_files_of_a_known_format_without_format_are_refused_not_read_raw(
+    tmp_path: Path,
+) -> None:
+    # Until 2026-12-03 FileSource("npys") read each .npy's bytes, header and all, as
+    # (B, nbytes) uint8, and a folder of JPEGs gave their undecoded bytes, without a word.
+    (tmp_path / "npys").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "npys" / f"{i}.npy", np.full((4, 4), i, np.float32))
+    with pytest.raises(ConfigError) as exc:
+        FileSource(tmp_path / "npys")
+    assert str(exc.value) == (
+        f"{tmp_path / 'npys'}: no format was given, so its 3 files would be read as raw "
+        "bytes (format='raw', the default), but 3 of them are npy files: pass format='npy' "
+        "to decode them, or format='raw' to read their bytes"
+    )
+    with pytest.raises(ConfigError, match=r"^a list of paths: .* 1 of them are npy files"):
+        FileSource([tmp_path / "npys" / "0.npy"])
+    with Loader(FileSource(tmp_path / "npys", format="npy"), batch_size=3, steps=1) as loader:
+        assert next(iter(loader))["data"].shape == (3, 4, 4)
+    raw = FileSource(tmp_path / "npys", format="raw")  # asked for: the bytes
+    assert raw.samples_per_epoch == 3
+    again = FileSource(tmp_path / "npys", config=raw.config)  # a config says its format
+    assert again.format.name == "raw"
+    again.close()
+    raw.close()
+    images = tmp_path / "images"
+    images.mkdir()
+    write_sample_file("png", images / "a.png", np.zeros((4, 4, 3), np.uint8))
+    for name in ("b.JPG", "c.jpeg"):
+        write_sample_file("jpeg", images / name, np.zeros((4, 4, 3), np.uint8))
+    (images / "notes.bin").write_bytes(b"not an image")
+    with pytest.raises(ConfigError) as exc:
+        FileSource(images)
+    assert "its 4 files would be read as raw bytes" in str(exc.value)
+    assert str(exc.value).endswith(
+        "but 2 of them are jpeg and 1 are png files: pass format='jpeg' or format='png' to "
+        "decode them, or format='raw' to read their bytes"
+    )
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "a.bin").write_bytes(b"12345678")  # no known format: raw it is
+    blobs = FileSource(tmp_path / "blobs")
+    assert blobs.format.name == "raw"
+    blobs.close()
+
+
 def test_a_batch_is_laid_out_by_its_own_samples_whatever_the_chunk(tmp_path: Path) -> None:
     # Files of two shapes, alternating. A step whose samples agree is one dense array;
     # one whose samples differ is ragged (object array + data_shape). That used to be
@@ -1066,3 +1111,11 @@ def test_datasets_as_one_string_is_refused(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "h", "npz", 2)
     with pytest.raises(ConfigError, match=r"datasets=\('x',\), not a string"):
         FileSource(root, format="npz", datasets="x")
+
+
+def test_datasets_as_a_set_are_refused(tmp_path: Path) -> None:
+    # Read in the set's order, which changes between processes: the batch's keys and the
+    # state's fingerprint too (a restart refused its state at random).
+    root = make_dataset(tmp_path / "h", "npz", 2)
+    with pytest.raises(ConfigError, match=r"datasets=\['x', 'y'\], not a set: a set's order"):
+        FileSource(root, format="npz", datasets={"y", "x"})

@@ -16,7 +16,7 @@ import pytest
 
 from _fds import fds_in
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
-from headrace.formats import Ragged, Table, table_token_files
+from headrace.formats import Ragged, Table, TableSource, table_token_files
 
 N = 900
 
@@ -845,6 +845,28 @@ def test_columns_as_one_string_is_refused(tmp_path: Path) -> None:
     pq.write_table(_table(10), tmp_path / "t.parquet")
     with pytest.raises(ConfigError, match=r"columns=\['label'\], not a string"):
         Table.open(tmp_path / "t.parquet", columns="label")
+
+
+def test_columns_as_a_set_are_refused(tmp_path: Path) -> None:
+    # A set was read in its iteration order, which string hashing changes between
+    # processes: the batch's keys and the state's fingerprint with it, so a restart
+    # refused its own state at random (PYTHONHASHSEED 1 and 2 gave two fingerprints).
+    pq.write_table(_table(10), tmp_path / "t.parquet")
+    for columns in ({"label", "flag"}, frozenset({"label", "flag"})):
+        with pytest.raises(ConfigError) as exc:
+            TableSource(tmp_path / "t.parquet", columns=columns, width=4)  # type: ignore[arg-type]
+        assert str(exc.value).endswith(
+            "columns must be a list, e.g. columns=['flag', 'label'], not a set: a "
+            "set's order changes from one process to the next, and with it the order of the "
+            "columns read and the state's fingerprint (a restart would refuse its state)"
+        )
+    pq.write_table(_table(10), tmp_path / "u.parquet")
+    paths = {tmp_path / "u.parquet", tmp_path / "t.parquet"}  # rows in the set's order
+    with pytest.raises(ConfigError, match=r"path must be a list, e.g. path=\[Posix.*not a set"):
+        TableSource(paths, columns=["label"])  # type: ignore[arg-type]
+    keys = {"label": 1, "flag": 2}.keys()  # a dict's keys keep their order: taken
+    with Table.open(tmp_path / "t.parquet", columns=keys) as tb:  # type: ignore[arg-type]
+        assert list(tb.columns) == ["label", "flag"]
 
 
 def test_a_file_listed_twice_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Text, Parquet and Arrow files given to TokenSource are refused, not read as tokens.
+"""Text, Parquet and Arrow files and Megatron indexes given to TokenSource are refused,
+not read as tokens.
 
 Until 2026-12-03 ``TokenSource("docs.jsonl", context=..., dtype="uint16")`` trained on
 the JSON's bytes, two characters an id, and without ``dtype`` it asked for one; an NPY
@@ -13,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import FormatError
-from headrace.formats import TokenSource
+from headrace.errors import FormatError, ObjectNotFoundError
+from headrace.formats import TokenSource, write_megatron_index
 from headrace.pipeline import Loader
 
 
@@ -96,3 +97,43 @@ def test_text_among_listed_object_urls_is_refused_at_its_first_read(tmp_path: Pa
         src = TokenSource(urls, context=16, dtype="uint16", shuffle=False)
         with Loader(src, batch_size=256, steps=2) as loader:
             list(loader)
+
+
+def _megatron_pair(tmp_path: Path) -> Path:
+    """``corpus.bin`` and ``corpus.idx``: 3 documents of uint16 tokens."""
+    tokens = np.random.default_rng(0).integers(0, 50_257, 3000, dtype=np.uint16)
+    tokens.tofile(tmp_path / "corpus.bin")
+    write_megatron_index(tmp_path / "corpus.idx", np.uint16, np.array([1000, 1500, 500]))
+    return tmp_path / "corpus.bin"
+
+
+@pytest.mark.parametrize("dtype", [None, "uint16"])
+def test_a_megatron_index_is_told_to_pass_its_bin(tmp_path: Path, dtype: str | None) -> None:
+    # Before: without dtype it asked for one (or a sidecar .idx.json); with it, the index's
+    # header and offsets were read as tokens.
+    idx = str(_megatron_pair(tmp_path).with_suffix(".idx"))
+    with pytest.raises(FormatError) as exc:
+        TokenSource(idx, context=16, dtype=dtype)
+    assert str(exc.value) == (
+        f"{idx}: a Megatron-LM index, not raw tokens: pass its token file, "
+        f"{idx[:-4] + '.bin'!r} (the index beside it is read with it)"
+    )
+
+
+def test_a_megatron_data_prefix_is_told_to_pass_its_bin(tmp_path: Path) -> None:
+    # Megatron's --data-path names the pair without suffixes; it was "no such file" alone.
+    prefix = str(_megatron_pair(tmp_path).with_suffix(""))
+    with pytest.raises(ObjectNotFoundError) as exc:
+        TokenSource(prefix, context=16)
+    assert str(exc.value).endswith(
+        f"{prefix}: no such file; {prefix}.idx is there: a Megatron-LM data prefix (its "
+        f"--data-path) stands for its .bin and .idx pair: pass the token file, "
+        f"{prefix + '.bin'!r}"
+    )
+    assert exc.value.errno == 2
+    with Loader(TokenSource(prefix + ".bin", context=16), batch_size=4, steps=1) as loader:
+        assert next(iter(loader))["x"].shape == (4, 16)
+    (tmp_path / "corpus.idx").unlink()  # no index: nothing to say but the missing file
+    with pytest.raises(ObjectNotFoundError) as exc:
+        TokenSource(prefix, context=16)
+    assert str(exc.value).endswith(f"{prefix}: no such file")

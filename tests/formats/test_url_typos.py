@@ -51,3 +51,23 @@ def test_url_typo_leaves_urls_and_plain_paths_alone() -> None:
 def test_local_files_with_store_options_are_told_to_leave_them_out(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not local files; leave store_options out"):
         FileSource([str(tmp_path / "a.npy")], format="npy", store_options=OPTS)
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_a_misspelt_local_path_is_told_the_one_beside_it(kind: str, tmp_path: Path) -> None:
+    # It said "no such file" (or directory) alone, for a letter left out or swapped.
+    data = tmp_path / "shakespeare"
+    data.mkdir()
+    (data / "train.bin").write_bytes(bytes(4096))
+    (data / "part.parquet").write_bytes(b"")
+    given, meant = {
+        "tokens": ("shakespear/trian.bin", "shakespeare/train.bin"),
+        "files": ("shakespear", "shakespeare"),
+        "table": ("shakespeare/part.parqet", "shakespeare/part.parquet"),
+    }[kind]
+    with pytest.raises(ObjectNotFoundError) as found:
+        MAKERS[kind](str(tmp_path / given))
+    assert str(found.value).endswith(f"; did you mean {str(tmp_path / meant)!r}?")
+    with pytest.raises(ObjectNotFoundError) as found:  # nothing close: no guess
+        MAKERS[kind](str(tmp_path / "zzzz.bin"))
+    assert "did you mean" not in str(found.value)

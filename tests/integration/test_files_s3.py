@@ -106,6 +106,23 @@ def test_listing_filters_by_format_and_sorts(s3: S3Fixture, datasets: Path) -> N
     src.close()
 
 
+def test_npy_objects_without_a_format_are_refused_not_read_raw(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # Until 2026-12-03 they came as their bytes, NPY headers and all.
+    options = {**s3.options(), "retry": FAST_RETRY}
+    with pytest.raises(ConfigError) as exc:
+        FileSource(f"s3://{BUCKET}/files/npy/", store_options=options)
+    assert str(exc.value) == (
+        f"s3://{BUCKET}/files/npy: no format was given, so its {FILES} files would be read "
+        f"as raw bytes (format='raw', the default), but {FILES} of them are npy files: pass "
+        "format='npy' to decode them, or format='raw' to read their bytes"
+    )
+    raw = FileSource(f"s3://{BUCKET}/files/npy/", store_options=options, format="raw")
+    assert len(raw.files) == FILES
+    raw.close()
+
+
 def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Path) -> None:
     fmt, spf, opts = SETS["npz"]
     options = {**s3.options(), "retry": FAST_RETRY}
@@ -282,6 +299,25 @@ def test_hidden_objects_are_left_out_and_counted(s3: S3Fixture, tmp_path: Path) 
     assert (src.files.hidden, src.files.hidden_example) == (3, "._a.bin")
     assert "skipped 3 hidden" in repr(src)
     assert run(src, steps=2, batch=1) == run(FileSource(tmp_path, format="raw"), steps=2, batch=1)
+
+
+def test_a_misspelt_prefix_says_nothing_is_there_and_names_those_beside_it(
+    s3: S3Fixture, datasets: Path
+) -> None:
+    # It said "no objects ending in ['.jpeg', ...] under it", as if the files' names were
+    # at fault, where nothing at all is stored under the prefix (files/jpg for files/jpeg).
+    options = {**s3.options(), "retry": FAST_RETRY}
+    with pytest.raises(DataError) as exc:
+        FileSource(f"s3://{BUCKET}/files/jpg", store_options=options, format="jpeg")
+    assert str(exc.value) == (
+        f"s3://{BUCKET}/files/jpg: nothing is stored under it; did you mean "
+        f"'s3://{BUCKET}/files/jpeg'?"
+    )
+    with pytest.raises(DataError) as exc:  # nothing close beside it: no guess
+        FileSource(f"s3://{BUCKET}/files/zzzzzz/", store_options=options, format="npy")
+    assert str(exc.value) == f"s3://{BUCKET}/files/zzzzzz: nothing is stored under it"
+    with pytest.raises(DataError, match=r"files/npz: no objects ending in \['\.png'\] under it; "):
+        FileSource(f"s3://{BUCKET}/files/npz", store_options=options, format="png")
 
 
 def test_an_object_or_a_pattern_given_as_the_prefix_is_named_as_such(

@@ -262,8 +262,15 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
     _put(s3, "arrow/data-00000-of-00001.arrow", b"ARROW1")
     with pytest.raises(FormatError, match=r"00001\.arrow: 6 bytes is too small for an Arrow"):
         s3_source(s3, f"{URL}/arrow")
-    with pytest.raises(FormatError, match=r"tables/nothing: empty dataset: no \.arrow or \.parq"):
+    # Nothing under a prefix said "empty dataset: no .arrow or .parquet files, no
+    # state.json"; it says so, with the prefix beside it that a misspelt one meant.
+    with pytest.raises(FormatError) as info:
         s3_source(s3, f"{URL}/nothing")
+    assert str(info.value) == f"{URL}/nothing: nothing is stored under it"
+    with pytest.raises(FormatError) as info:
+        s3_source(s3, f"{URL}/arow")
+    meant = f"{URL}/arrow"
+    assert str(info.value) == f"{URL}/arow: nothing is stored under it; did you mean {meant!r}?"
     with pytest.raises(FormatError, match=r"no objects match"):
         s3_source(s3, f"{URL}/zzz-*.parquet")
     with pytest.raises(ConfigError, match=r"table.s files are all local paths or all object"):

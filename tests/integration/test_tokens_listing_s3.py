@@ -263,6 +263,29 @@ def test_uint32_nanogpt_files_are_refused_opened_alone_or_from_a_listing(
     src.close()
 
 
+def test_a_megatron_prefix_or_index_url_is_told_to_pass_the_bin(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Megatron's --data-path is the pair's prefix: "no such object" alone until 2026-12-03,
+    # and the .idx's URL asked for a dtype (given one, the index was read as tokens).
+    np.arange(3000, dtype=np.uint16).tofile(tmp_path / "corpus.bin")
+    write_megatron_index(tmp_path / "corpus.idx", np.uint16, np.array([1000, 2000]))
+    _upload(s3, tmp_path, "listing/mega", ["corpus.bin", "corpus.idx"])
+    prefix = f"s3://{BUCKET}/listing/mega/corpus"
+    with pytest.raises(ObjectNotFoundError) as exc:
+        TokenSource(prefix, context=32, store_options=options(s3))
+    assert str(exc.value).startswith(f"{prefix}: no such object")
+    assert str(exc.value).endswith(
+        f"; {prefix}.idx is there: a Megatron-LM data prefix (its --data-path) stands for "
+        f"its .bin and .idx pair: pass the token file, {prefix + '.bin'!r}"
+    )
+    with pytest.raises(FormatError, match=r"corpus\.idx: a Megatron-LM index, not raw tokens"):
+        TokenSource(prefix + ".idx", context=32, dtype="uint16", store_options=options(s3))
+    src = TokenSource(prefix + ".bin", context=32, store_options=options(s3))
+    assert src.files[0].format == "megatron"
+    src.close()
+
+
 def test_a_listed_shard_gives_no_bytes_before_its_first_bytes_pass(
     s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
 ) -> None:
@@ -330,4 +353,11 @@ def test_a_glob_or_prefix_reads_as_the_sorted_list_of_urls(
     with pytest.raises(ObjectNotFoundError) as info:
         TokenSource(base, dtype="uint16", store_options=options(s3), **KW)
     assert "end it with '/'" in info.value.__notes__[0]
+    # A misspelt prefix (nothing under it) names the one beside it (it said "no objects").
+    with pytest.raises(ObjectNotFoundError) as info:
+        TokenSource(base[:-1] + "/", dtype="uint16", store_options=options(s3), **KW)
+    assert str(info.value).startswith(
+        f"{base[:-1]}/: a prefix with no .bin token objects right under it (no objects; "
+        f"did you mean {base + '/'!r}?)"
+    )
     want.close()

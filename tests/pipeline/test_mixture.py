@@ -606,8 +606,19 @@ def test_weights_by_name(sources: dict[str, PaddedRows]) -> None:
     # must be a string or a real number, not 'dict'".
     by_name = Mixture(sources, {"tiny": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
     assert by_name.fingerprint() == mixture(sources).fingerprint()
-    with pytest.raises(ConfigError, match=r"weights name \['huge'\] but the sources are"):
+    names = list(sources)
+    with pytest.raises(ConfigError) as exc:
         Mixture(sources, {"huge": 0.1, "big": 0.6, "mid": 0.3}, batch_size=16)
+    assert str(exc.value) == (
+        f"Mixture: weights name ['huge', 'big', 'mid'] but the sources are {names} "
+        "(unknown: ['huge']; missing: ['tiny']); give one weight per source name."
+    )
+    with pytest.raises(ConfigError) as exc:  # it said "weights name []"
+        Mixture(sources, {"big": 0.6, "mid": 0.3}, batch_size=16)
+    assert str(exc.value) == (
+        f"Mixture: weights name ['big', 'mid'] but the sources are {names} "
+        "(missing: ['tiny']); give one weight per source name."
+    )
     with pytest.raises(ConfigError, match="weights by name need sources by name"):
         Mixture(list(sources.values()), {"0": 1, "1": 1, "2": 1}, batch_size=16)
     with pytest.raises(ConfigError, match="weights must be a list of numbers"):

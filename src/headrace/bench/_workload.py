@@ -16,6 +16,7 @@ are therefore where the kind reads them: there is no second list to keep.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import tomllib
@@ -349,8 +350,10 @@ def load_workload(name_or_path: str) -> Workload:
         return Workload.from_dict(data, where=name_or_path)
     known = builtin_workloads()
     if name_or_path not in known:
+        close = difflib.get_close_matches(name_or_path, sorted(known), n=1)
         raise ConfigError(
-            f"unknown workload {name_or_path!r}: not a file, and the built-in ones are "
-            f"{sorted(known)}"
+            f"unknown workload {name_or_path!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f": not a file, and the built-in ones are {sorted(known)}"
         )
     return known[name_or_path]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError
 from headrace.formats._file_counts import check_samples_per_file, short_counts
 from headrace.formats._file_list import LocalRead
@@ -194,6 +195,7 @@ class FileSourceConfig:
                 f"datasets must be a list of names, e.g. datasets=({self.datasets!r},), not "
                 "a string (it would read one dataset per letter)."
             )
+        refuse_a_set("datasets", self.datasets, "datasets or members")
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
         if self.datasets is not None and fmt.name not in ("hdf5", "npz"):

@@ -55,7 +55,7 @@ from headrace.io import (
     RequestQueue,
 )
 from headrace.io import _in_flight as in_flight
-from headrace.io._file import scheme_hint
+from headrace.io._file import missing_hint
 from headrace.io._ranges import merge_ranges
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
@@ -443,9 +443,14 @@ def list_files(
         if not listed:
             store.close()
             others = suffixes(k for k, _, _ in every if not is_hidden(k))
+            nothing = not every and listing is None  # a misspelt prefix, or one object
+            said = (
+                "nothing is stored under it"
+                if nothing
+                else none_found("objects", extensions, others, hidden, example)
+            )
             raise DataError(
-                f"{store.url}: {none_found('objects', extensions, others, hidden, example)}"
-                + why_empty(str(files), options)
+                f"{store.url}: {said}" + why_empty(str(files), options, nothing=nothing)
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
@@ -480,7 +485,7 @@ def list_files(
         if not root.exists():  # (Path("S3://b/x") is S3:/b/x: the name as given)
             raise ObjectNotFoundError(
                 f"{os.fspath(files)}: no such directory (FileSource takes a directory, a glob "
-                f"pattern, an object-store URL or a list of files){scheme_hint(str(files))}"
+                f"pattern, an object-store URL or a list of files){missing_hint(str(files))}"
             )
         if not root.is_dir():
             # One HDF5 or NPY file of every sample is a common layout: say how to read it.

@@ -64,9 +64,10 @@ def object_glob(
         raise
 
 
-def why_empty(url: str, options: Mapping[str, Any]) -> str:
+def why_empty(url: str, options: Mapping[str, Any], *, nothing: bool = False) -> str:
     """What an empty listing may mean, looked into on the error path only: a URL of
-    one object (a prefix lists below it), or a glob pattern on an http(s) server."""
+    one object (a prefix lists below it), a glob pattern on an http(s) server, or
+    (``nothing``: no object at all under it) a misspelt prefix, named by those beside it."""
     if url.startswith(("http://", "https://")) and has_magic(url.rpartition("/")[2]):
         return (
             "; glob patterns are not expanded on http(s) servers (they cannot list): pass "
@@ -78,7 +79,8 @@ def why_empty(url: str, options: Mapping[str, Any]) -> str:
     try:
         heads.info(url.rstrip("/"))
     except HeadraceError:  # no such object (the usual case), or none to look at
-        return ""
+        close = heads.closest_beside(url) if nothing else None
+        return f"; did you mean {close!r}?" if close else ""
     finally:
         heads.close()
     return (

@@ -35,7 +35,7 @@ from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_rows import by_rows, rows_above
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_window import FetchWindow, WindowStats
-from headrace.formats._files import FileFormat, file_format
+from headrace.formats._files import FileFormat, file_format, formats_by_extension
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
@@ -77,6 +77,7 @@ class FileSource(Closing):
             files = os.fsdecode(files)
         elif not isinstance(files, (str, os.PathLike)):
             files = list(files)  # a generator is read once, and kept to pickle for workers
+        unnamed = config is None and "format" not in options  # raw by default, not chosen
         if config is None:
             known = {f.name for f in dataclasses.fields(FileSourceConfig)}
             unknown = sorted(set(options) - known)
@@ -94,6 +95,25 @@ class FileSource(Closing):
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")
         self._open(files, config, store_options, None, None)
+        if unnamed and config.decode:
+            self._refuse_unnamed_raw()
+
+    def _refuse_unnamed_raw(self) -> None:
+        """Refuse the default ``format="raw"`` over files of a known format: a folder of
+        ``.npy`` files read as bytes, headers and all, until 2026-12-03."""
+        found = formats_by_extension(self.files.keys)
+        if not found:
+            return
+        self.close()
+        fmts = sorted(found, key=lambda f: -found[f])
+        held = " and ".join(f"{found[f]:,}{' of them' * (f == fmts[0])} are {f}" for f in fmts)
+        raise ConfigError(
+            f"{self.files.url or 'a list of paths'}: no format was given, so its "
+            f"{len(self.files):,} files would be read as raw bytes (format='raw', the "
+            f"default), but {held} files: pass "
+            + " or ".join(f"format={f!r}" for f in fmts)
+            + " to decode them, or format='raw' to read their bytes"
+        )
 
     def _open(
         self,

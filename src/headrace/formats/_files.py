@@ -22,7 +22,7 @@ hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, TypeAlias
 
@@ -45,6 +45,7 @@ __all__ = [
     "decode_raw",
     "encode",
     "file_format",
+    "formats_by_extension",
     "synthetic_arrays",
     "write_sample_file",
 ]
@@ -170,6 +171,16 @@ def file_format(fmt: str | FileFormat) -> FileFormat:
         f"unknown file format {fmt!r}; known: {sorted([*FILE_FORMATS, *_ALIASES])} "
         f"or a path ending in {sorted(_BY_EXT)}"
     )
+
+
+def formats_by_extension(names: Iterable[str]) -> dict[str, int]:
+    """How many of ``names`` end in each format's extension (in any case), by format name."""
+    found: dict[str, int] = {}
+    for name in names:
+        fmt = _BY_EXT.get(os.path.splitext(name)[1].lower())
+        if fmt is not None:
+            found[fmt.name] = found.get(fmt.name, 0) + 1
+    return found
 
 
 def decode(fmt: str | FileFormat, data: Buffer, *, name: str, **options: Any) -> Decoded:

@@ -17,6 +17,7 @@ next epoch is a hit).
 
 from __future__ import annotations
 
+import difflib
 import errno
 import inspect
 import threading
@@ -28,7 +29,7 @@ from urllib.parse import unquote
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.errors import ConfigError, HeadraceError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
@@ -404,6 +405,21 @@ class ObjectFiles:
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         first, info = self.read_start(path, length)
         return first, info.size, info.etag
+
+    def closest_beside(self, url: str) -> str | None:
+        """The URL beside the prefix ``url`` (among its parent's first 1,000 objects) whose
+        name is closest to its own, if close: what a misspelt prefix likely meant. Looked
+        into on error paths only; ``None`` where there is none, or no parent to list."""
+        parent, _, name = url.rstrip("/").rpartition("/")
+        if parent.endswith(":/"):  # a bucket: nothing above it to list
+            return None
+        try:
+            listed = self.listing_upto(parent, 1000)
+        except HeadraceError:  # not allowed to list the parent: no guess, the error stands
+            return None
+        names = sorted({u[len(parent) + 1 :].split("/", 1)[0] for u, _ in listed or []})
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+        return f"{parent}/{close[0]}" if close else None
 
     def info(self, url: str) -> ObjectInfo:
         store, key = self._store(url)

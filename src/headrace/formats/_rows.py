@@ -398,8 +398,10 @@ class PaddedRows(RowSource):
                 f"pad_id={self.pad_id}"
                 + ("" if mask is None else ", or a mask of 1")
                 + f"): its last {last + 1 - k} stored tokens would be cut. Pass truncate=True "
-                f"to keep the first {k} tokens of such rows, or context={last} or more (up to "
-                f"{tok.shape[1] - 1}) to read them whole"
+                f"to keep the first {k} tokens of such rows, or context={last}"
+                # "context=5 or more (up to 5)" until 2026-12-03, where 5 is the one choice
+                + (f" or more (up to {top})" if last < (top := tok.shape[1] - 1) else "")
+                + " to read them whole"
             )
         return tok[:, :k], None if mask is None else mask[:, :k]
 

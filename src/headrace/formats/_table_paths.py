@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from headrace._messages import refuse_a_set
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -31,7 +32,7 @@ from headrace.formats._table_layout import (
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
 from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
-from headrace.io._file import scheme_hint, slash_hint
+from headrace.io._file import missing_hint, slash_hint
 
 log = logging.getLogger("headrace.formats")
 
@@ -81,6 +82,7 @@ def _path_list(
             f"got a {kind} object; headrace reads a Dataset's files: pass one split's "
             "Dataset (ds['train']) or a folder written by ds.save_to_disk(folder)"
         )
+    refuse_a_set("path", path, "files")
     if isinstance(path, (Mapping, bytes)) or not isinstance(path, Iterable):
         raise ConfigError(
             f"expected a path, a glob or a list of paths; got a {kind} ({path!r:.80})"
@@ -234,7 +236,7 @@ def _resolve(
         return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
         raise ObjectNotFoundError(
-            f"{root}: no such file or directory{scheme_hint(root)}{slash_hint(root)}"
+            f"{root}: no such file or directory{missing_hint(root)}{slash_hint(root)}"
         )
     if os.path.exists(os.path.join(root, "dataset_dict.json")):
         splits = sorted(e.name for e in os.scandir(root) if e.is_dir())

@@ -135,6 +135,11 @@ def resolve_urls(
     # Like a local directory: the objects right under the prefix, not deeper "folders"
     # (a dataset's other splits often live there).
     entries = [(u[len(root) + 1 :], u, i) for u, i in files.listing(root)]
+    if not entries:  # said "empty dataset: no .arrow or .parquet files" until 2026-12-03
+        close = files.closest_beside(root)
+        raise FormatError(
+            f"{root}: nothing is stored under it" + (f"; did you mean {close!r}?" if close else "")
+        )
     here = {key: (u, i) for key, u, i in entries if "/" not in key}
     if "dataset_dict.json" in here:
         splits = sorted({key.split("/")[0] for key, _, _ in entries if "/" in key})

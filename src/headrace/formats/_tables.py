@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import RemoteArrow
@@ -250,6 +251,7 @@ class Table(Closing):
                 f"columns must be a list of names, e.g. columns=[{columns!r}], not a string "
                 "(it would name one column per letter)"
             )
+        refuse_a_set("columns", columns, "columns")
         paths = _path_list(path)
         columns = dataset_columns(path, columns)
         remote = any(is_object_url(os.fspath(p)) for p in paths)

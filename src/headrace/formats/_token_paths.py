@@ -183,7 +183,13 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
             here = suffixes(k for k in keys if "/" not in k and not k.startswith("."))
             raise ObjectNotFoundError(
                 f"{folder}: a prefix with no .bin token objects right under it"
-                + (f" (it holds {_held(here)})" if here else " (no objects)")
+                + (
+                    f" (it holds {_held(here)})"
+                    if here
+                    else ""
+                    if keys
+                    else _nothing(folder, stores)
+                )
                 + f"; a prefix ending in '/' stands for its .bin objects: pass a glob "
                 f"pattern such as {folder + '**/*.bin'!r} for shards below it or of another "
                 "name, or a list of the token files' URLs"
@@ -196,6 +202,12 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
     if folder is not None:
         _refuse_splits(folder, found, "/")
     return found
+
+
+def _nothing(prefix: str, stores: ObjectFiles) -> str:
+    """`` (no objects; did you mean 's3://b/data'?)``: an empty prefix, likely misspelt."""
+    close = stores.closest_beside(prefix)
+    return " (no objects" + (f"; did you mean {close + '/'!r}?)" if close else ")")
 
 
 def _held(held: Counter[str]) -> str:

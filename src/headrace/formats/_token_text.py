@@ -1,4 +1,5 @@
-"""Files that are plainly not tokens: text (JSON Lines, CSV, plain text), Parquet, Arrow.
+"""Files that are plainly not tokens: text (JSON Lines, CSV, plain text), Parquet, Arrow,
+a Megatron-LM index.
 
 A raw token file has no header, so any bytes read as tokens once a dtype is given:
 ``TokenSource("docs.jsonl", context=1024, dtype="uint16")`` trained on the JSON's
@@ -8,14 +9,15 @@ bytes, with what to do instead.
 A file is refused by its name and its bytes both, so that no token file is: a text
 suffix (``.jsonl``, ``.json``, ``.txt``, ``.csv``, ``.tsv``, ``.md``) and a start of
 64 bytes that all decode as printable UTF-8 text; a Parquet or Arrow suffix and that
-format's magic bytes. The bytes alone would not do: uint16 ids in a run such as
-20,000, 20,001, ... are all printable byte pairs (``' N!N"N#N'``), and a test's
-token file is just that.
+format's magic bytes; an ``.idx`` suffix and Megatron's index magic. The bytes alone
+would not do: uint16 ids in a run such as 20,000, 20,001, ... are all printable byte
+pairs (``' N!N"N#N'``), and a test's token file is just that.
 """
 
 from __future__ import annotations
 
 from headrace.errors import FormatError
+from headrace.formats._megatron import MEGATRON_MAGIC
 
 __all__ = ["TEXT_HEAD", "refuse_non_tokens"]
 
@@ -45,9 +47,15 @@ def _text(head: bytes) -> str | None:
 
 def refuse_non_tokens(path: str, head: memoryview | bytes) -> None:
     """Refuse ``path`` opened as raw tokens when its name and first bytes ``head`` say
-    text, Parquet or Arrow."""
+    text, Parquet, Arrow or a Megatron index."""
     start = bytes(head[:TEXT_HEAD])
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+    if start.startswith(MEGATRON_MAGIC) and name.endswith(".idx"):
+        # Until 2026-12-03 it asked for a dtype, and given one, trained on the index.
+        raise FormatError(
+            f"{path}: a Megatron-LM index, not raw tokens: pass its token file, "
+            f"{path[:-4] + '.bin'!r} (the index beside it is read with it)"
+        )
     for (magic, suffixes), what in _TABLES.items():
         if start.startswith(magic) and name.endswith(suffixes):
             raise FormatError(

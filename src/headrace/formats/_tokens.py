@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import MegatronIndex, parse_megatron_index
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
@@ -230,7 +230,11 @@ def describe_token_file(
     p: str, dtype: DTypeLike | None, format: TokenFormat, files: TokenFiles
 ) -> TokenFile:
     """:func:`open_token_file` through ``files`` (local, or a source's object stores)."""
-    head, size, etag = files.head(p, NPY_HEAD)
+    try:
+        head, size, etag = files.head(p, NPY_HEAD)
+    except ObjectNotFoundError as exc:
+        _refuse_megatron_prefix(p, files, exc)
+        raise
     idx = p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
     side = _sidecar_path(p)
     idx_raw = files.read(idx) if format in ("auto", "megatron") else None
@@ -293,6 +297,23 @@ def describe_token_file(
         etag,
         check_head=head is None and format != "megatron",
     )
+
+
+def _refuse_megatron_prefix(p: str, files: TokenFiles, missing: ObjectNotFoundError) -> None:
+    """Say so where a missing ``p`` is a Megatron-LM data prefix (its ``--data-path``
+    names ``p.bin`` and ``p.idx`` without their suffixes). Looked into on error paths only."""
+    if p.endswith(".bin"):
+        return
+    try:
+        files.head(p + ".idx", 1)
+    except ObjectNotFoundError:
+        return
+    said = (
+        f"{missing.strerror or missing}; {p}.idx is there: a Megatron-LM data prefix (its "
+        f"--data-path) stands for its .bin and .idx pair: pass the token file, {p + '.bin'!r}"
+    )
+    code = () if missing.errno is None else (missing.errno,)  # an object's error has none
+    raise ObjectNotFoundError(*code, said) from missing
 
 
 # Pairs of uint16 values a nanoGPT file's head must hold before it is judged: 32 tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import mmap
 import os
@@ -65,10 +66,12 @@ def url_typo(path: object) -> str | None:
     return None if meant == path else meant
 
 
-def scheme_hint(path: str) -> str:
-    """``"; X:// is not a URL scheme headrace reads (...)"`` where ``path``, not found as a
-    local path, is a URL of a scheme no store reads (``S3://``: schemes are matched in
-    lower case), else ``""``."""
+def missing_hint(path: str) -> str:
+    """What a local ``path`` that is not there may have meant: ``"; X:// is not a URL
+    scheme headrace reads (...)"`` for a URL of a scheme no store reads (``S3://``:
+    schemes are matched in lower case), ``"; read as a local path: did you mean
+    's3://b/k'?"`` for ``s3:/b/k``, or ``"; did you mean 'data/train.bin'?"`` for a name
+    whose folder holds one close to it (a typo); else ``""``. Error paths only."""
     meant = url_typo(path)
     if meant is not None and "://" not in path:  # s3:/b/k: read as a local path
         return f"; read as a local path: did you mean {meant!r}?"
@@ -78,13 +81,34 @@ def scheme_hint(path: str) -> str:
             f"; {scheme}:// is not a URL scheme headrace reads "
             "(s3://, gs://, az://, http(s)://, file://)"
         )
-    return ""
+    near = _near(path)
+    return f"; did you mean {near!r}?" if near else ""
+
+
+def _near(path: str) -> str | None:
+    """The existing path that ``path`` likely misspells: each part that is not there
+    replaced by the closest name in the folder above it (among its first 10,000)."""
+    parts = path.rstrip("/").split("/")
+    for i, part in enumerate(parts):
+        folder = "/".join(parts[:i]) or ("/" if path.startswith("/") else ".")
+        if not part or os.path.lexists(os.path.join(folder, part)):
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for _, e in zip(range(10_000), entries, strict=False)]
+        except OSError:
+            return None
+        close = difflib.get_close_matches(part, names, n=1, cutoff=0.8)
+        if not close:
+            return None
+        parts[i] = close[0]
+    return "/".join(parts) if parts != path.rstrip("/").split("/") else None
 
 
 def open_error(path: str, exc: OSError) -> StorageError:
     """Map an ``OSError`` from opening ``path`` to headrace's tree."""
     if isinstance(exc, FileNotFoundError):
-        return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{scheme_hint(path)}")
+        return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{missing_hint(path)}")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
     return StorageError(

@@ -164,10 +164,16 @@ class Mixture:
                 f"{list(weights)!r}); give one weight per source name."
             )
         if sorted(given) != sorted(self.names):
+            # Until 2026-12-03 it named only the unknown names: "weights name []" for a
+            # weight left out.
+            wrong = {
+                "unknown": sorted(set(given) - set(self.names)),
+                "missing": sorted(set(self.names) - set(given)),
+            }
             raise ConfigError(
-                f"Mixture: weights name {sorted(set(given) - set(self.names))} but the "
-                f"sources are {self.names} (missing: {sorted(set(self.names) - set(given))}); "
-                "give one weight per source name."
+                f"Mixture: weights name {given} but the sources are {self.names} ("
+                + "; ".join(f"{what}: {names}" for what, names in wrong.items() if names)
+                + "); give one weight per source name."
             )
         by_name = {str(k): v for k, v in weights.items()}
         return [by_name[n] for n in self.names]
