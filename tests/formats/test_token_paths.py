@@ -164,3 +164,13 @@ def test_a_folder_of_several_splits_is_refused_naming_a_glob_for_one(tmp_path: P
         src = TokenSource(train, dtype="uint16", **KW)
         assert [os.path.basename(f.path) for f in src.files] == [n for n in names if "train" in n]
         assert len(TokenSource(str(root / "*.bin"), dtype="uint16", **KW).files) == len(names)
+
+
+def test_a_set_of_shards_is_refused(tmp_path: Path) -> None:
+    # A set was read in its iteration order, which string hashing changes between
+    # processes: the windows, the batches and the state's fingerprint with it.
+    paths = _shards(tmp_path / "d")[:2]
+    for files in (set(paths), frozenset(paths)):
+        with pytest.raises(ConfigError, match=r"files must be a list, e\.g\. files=\[.*not a set"):
+            TokenSource(files, **KW)  # type: ignore[arg-type]
+    assert TokenSource(sorted(paths), **KW).samples_per_epoch > 0  # the list it names reads

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
+from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._names import ambiguous_names
@@ -183,6 +184,7 @@ class TokenSource(WindowCache):
             files = os.fsdecode(files)
         if isinstance(files, (str, os.PathLike, TokenFile)):
             files = [files]
+        refuse_a_set("files", files, "token files")
         files = list(files)
         if not files:
             raise ConfigError("TokenSource needs at least one token file.")
