@@ -20,7 +20,7 @@ from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROWS = 40
 FILES = 3

@@ -34,7 +34,7 @@ from headrace.io._uring import ring_pool
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 _RANGE = r" \[(\d+), (\d+)\) \(\d+\.\d s\)"
 
