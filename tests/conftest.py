@@ -33,25 +33,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with a test marked ``slow`` first, then those with an ``integration`` one.
-    Under ``--dist loadfile --no-loadscope-reorder`` (pyproject's addopts) a worker that
-    runs short of tests takes the next module in this order, so the long modules start
-    first and the short ones even out the end. xdist's own order (most tests first) put
-    the trainer modules last, where one of them ran on while the other worker idled."""
-    first = {item.path: 2 for item in items}
-    for item in items:
-        rank = (
-            0
-            if item.get_closest_marker("slow")
-            else 1
-            if item.get_closest_marker("integration")
-            else 2
-        )
-        first[item.path] = min(first[item.path], rank)
-    items.sort(key=lambda item: first[item.path])  # stable: each module's own order kept
-
-
 @pytest.fixture
 def slow_mount(tmp_path: Path) -> Iterator[Callable[..., SlowMount]]:
     ok, reason = fuse_available()

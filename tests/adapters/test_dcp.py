@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
 import torch.distributed.checkpoint as dcp  # noqa: E402

@@ -21,8 +21,6 @@ pytest.importorskip("torch", reason="torch is an optional extra (pip install tor
 from _adapter_data import launch
 from _framework_checks import RECIPE, WORLD, check_exact, run
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.mark.integration
 def test_accelerate(root: Path, tmp_path: Path) -> None:

@@ -24,8 +24,6 @@ from _frameworks import SAVE_AT, SEED, STEPS, val_source
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def lightning_ddp(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Records]:

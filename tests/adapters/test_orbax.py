@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
-
 jax = pytest.importorskip("jax", reason="jax is an optional extra (pip install jax jaxlib)")
 ocp = pytest.importorskip(
     "orbax.checkpoint", reason="orbax is a test dependency (pip install orbax-checkpoint)"

@@ -16,8 +16,6 @@ from _bench_run import bench_file, schema
 
 from headrace.cli import main
 
-pytestmark = pytest.mark.slow
-
 TINY = ["--token-file-gib", "0.004", "--steps", "20", "--trials", "2", "--warmup", "3", "-q"]
 
 

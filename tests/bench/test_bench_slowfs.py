@@ -32,8 +32,6 @@ from headrace.emulate import SlowFSConfig, check_fuse, fuse_available
 from headrace.emulate._mounts import mount_points
 from headrace.errors import HeadraceError
 
-pytestmark = pytest.mark.slow
-
 TOKENS = [*TINY, "--variants", "naive,headrace-async"]
 
 

@@ -24,8 +24,6 @@ from headrace.cli import command_parser, main
 from headrace.errors import ConfigError, HeadraceError
 from headrace.formats import encode
 
-pytestmark = pytest.mark.slow
-
 TRAIN = {"steps": 2, "trials": 1, "warmup_steps": 1, "batch_size": 4}
 TINY = {
     "jpeg": {"files": 8, "image_hw": [32, 48]},

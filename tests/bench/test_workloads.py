@@ -15,8 +15,6 @@ from headrace.bench._workload import builtin_workloads, load_workload
 from headrace.cli import main
 from headrace.errors import ConfigError
 
-pytestmark = pytest.mark.slow
-
 DATA = Path(__file__).parent.parent / "data"
 
 # Each runnable built-in workload at a tiny scale.

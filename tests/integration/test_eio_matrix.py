@@ -28,7 +28,7 @@ from headrace.emulate import SlowMount, fuse_available
 sys.path.insert(0, str(Path(__file__).parent))
 import _eio_cases as cases
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).parent
 SRC = str(Path(__file__).parents[2] / "src")

@@ -20,7 +20,7 @@ from headrace.io import RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 ROWS = 40
 FILES = 3

@@ -21,7 +21,7 @@ from s3util import BUCKET, SMALL, S3Fixture, upload_token_file
 
 from headrace.emulate import LatencyProxy
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 # Before the fix 4 to 9 runs in 40 died (-6, -11) on a 2-core machine: 24 runs miss it
 # about 1 time in 12 at the lowest rate. HEADRACE_EXIT_RUNS=40 for a closer look.

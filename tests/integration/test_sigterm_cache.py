@@ -21,7 +21,7 @@ from s3util import BUCKET, S3Fixture
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.io import _cache_files as cache_files
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 # Prints "ready" at step 3 (then, with "wait", waits for a line on stdin), and the run's
 # digest at its end. "handler": SIGTERM raises SystemExit, as training frameworks set it.

@@ -34,7 +34,7 @@ from headrace.io._uring import ring_pool
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 _RANGE = r" \[(\d+), (\d+)\) \(\d+\.\d s\)"
 
