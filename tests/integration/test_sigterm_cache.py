@@ -47,16 +47,35 @@ with Loader(src, batch_size=8, chunk_steps=4, steps=200, seed=3, prefetch=int(pr
 """
 
 
-@pytest.fixture
-def train(s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path) -> list[str]:
-    """The script's command line but for its last three arguments (how, prefetch, wait)."""
+@pytest.fixture(scope="module")
+def command(
+    s3: S3Fixture, _session_proxy: LatencyProxy, tmp_path_factory: pytest.TempPathFactory
+) -> list[str]:
+    """The script's command line but for its last four arguments (cache, how, prefetch,
+    wait), over an 8 MiB object of its own through the proxy."""
     body = np.random.default_rng(1).integers(0, 2**31, 1 << 21, dtype=np.uint32).tobytes()
     s3.server.info.boto3_client().put_object(Bucket=BUCKET, Key="sigterm/t.bin", Body=body)
-    script = tmp_path / "train.py"
+    script = tmp_path_factory.mktemp("sigterm") / "train.py"
     script.write_text(_SCRIPT)
-    options = json.dumps({**s3.options(), "endpoint": proxy.endpoint})
-    url = f"s3://{BUCKET}/sigterm/t.bin"
-    return [sys.executable, str(script), url, options, str(tmp_path / "cache")]
+    options = json.dumps({**s3.options(), "endpoint": _session_proxy.endpoint})
+    return [sys.executable, str(script), f"s3://{BUCKET}/sigterm/t.bin", options]
+
+
+@pytest.fixture(scope="module")
+def clean(
+    command: list[str], _session_proxy: LatencyProxy, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """The digest of a run never stopped, over a cache of its own: the same for every
+    test here (one object, one script), so run once."""
+    _session_proxy.set_faults([])
+    return finish(command, str(tmp_path_factory.mktemp("fresh")))
+
+
+@pytest.fixture
+def train(command: list[str], proxy: LatencyProxy, tmp_path: Path) -> list[str]:
+    """The script's command line, with a cache of this test's, but for its last three
+    arguments (how, prefetch, wait)."""
+    return [*command, str(tmp_path / "cache")]
 
 
 def finish(train: list[str], cache: str) -> str:
@@ -80,7 +99,7 @@ def restarted_later(cache: str) -> None:
 @pytest.mark.parametrize("prefetch", [0, 8])
 @pytest.mark.parametrize("how", ["default", "handler"])
 def test_sigterm_while_the_store_stalls_ends_promptly_and_the_rerun_is_the_same(
-    train: list[str], proxy: LatencyProxy, tmp_path: Path, how: str, prefetch: int
+    train: list[str], proxy: LatencyProxy, clean: str, how: str, prefetch: int
 ) -> None:
     with ready_child([*train, how, str(prefetch), "wait"]) as p:
         try:
@@ -101,16 +120,15 @@ def test_sigterm_while_the_store_stalls_ends_promptly_and_the_rerun_is_the_same(
     assert rc == (-signal.SIGTERM if how == "default" else 143), (rc, err)
     cache = train[-1]
     restarted_later(cache)
-    assert finish(train, cache) == finish(train, str(tmp_path / "fresh"))
+    assert finish(train, cache) == clean
     assert temporaries(cache) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_run_killed_while_it_fills_the_cache_reruns_to_the_same_bytes(
-    train: list[str], tmp_path: Path, sig: int
+    train: list[str], clean: str, sig: int
 ) -> None:
     cache = train[-1]
-    clean = finish(train, str(tmp_path / "fresh"))
     rng = np.random.default_rng(0)
     for _ in range(3):  # each kill lands elsewhere in the fill; each rerun fills on
         with subprocess.Popen(
