@@ -356,3 +356,20 @@ def test_a_state_through_msgpack_loads_and_raw_bytes_keys_are_named() -> None:
         "; its keys are bytes (b'seed'), as msgpack.unpackb(raw=True) gives them: unpack "
         "with raw=False (msgpack's default since 1.0)"
     )
+
+
+def test_a_whole_checkpoint_given_as_the_state_names_where_the_state_lies() -> None:
+    # {"model": ..., "data": loader.state_dict()} passed whole said only what keys it lacks.
+    state = LoaderState(seed=3, step=7, batch_size=8, fingerprint="a" * 32).to_dict()
+    for ckpt, where in (
+        ({"model": {"w": [1.0]}, "data": state}, "['data']"),
+        ({"trainer": {"loops": {"loader": state}}, "step": 7}, "['trainer']['loops']['loader']"),
+    ):
+        with pytest.raises(StateError) as exc:
+            LoaderState.from_dict(ckpt)
+        assert str(exc.value).endswith(
+            f"; a loader state lies under {where} (a whole checkpoint?): pass that one"
+        )
+    with pytest.raises(StateError) as exc:  # nothing inside: no hint
+        LoaderState.from_dict({"model": {"w": [1.0]}})
+    assert str(exc.value).endswith("(keys: ['model'])")

@@ -47,6 +47,22 @@ def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
 _LATER_PARTS = ("order", "paths")
 
 
+_STATE_KEYS = ("seed", "step", "batch_size", "fingerprint", "version")
+
+
+def _state_inside(d: Mapping[Any, Any], depth: int = 3) -> str | None:
+    """Where in ``d`` (a whole checkpoint, say) a loader state lies, as the subscripts that
+    reach it (``['data']``); ``None`` if none does within ``depth`` levels."""
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            if all(key in v for key in _STATE_KEYS):
+                return f"[{k!r}]"
+            deeper = _state_inside(v, depth - 1) if depth > 1 else None
+            if deeper is not None:
+                return f"[{k!r}]{deeper}"
+    return None
+
+
 def _without(value: Any, keys: tuple[str, ...]) -> Any:
     if not isinstance(value, dict):
         return value
@@ -197,16 +213,17 @@ class LoaderState:
                 f"not a headrace loader state: a {type(d).__name__} ({d!r:.200}); expected "
                 "the dict that state_dict() returned (json.loads it if it was saved as text)"
             )
-        missing = [
-            k for k in ("seed", "step", "batch_size", "fingerprint", "version") if k not in d
-        ]
+        missing = [k for k in _STATE_KEYS if k not in d]
         if missing:
             keys: set[object] = set(d)  # (typed as str; msgpack gives bytes)
             as_bytes = [k for k in missing if k.encode() in keys]
+            inside = _state_inside(d)
             hint = (
                 f"; its keys are bytes ({as_bytes[0].encode()!r}), as msgpack.unpackb(raw=True) "
                 "gives them: unpack with raw=False (msgpack's default since 1.0)"
                 if as_bytes
+                else f"; a loader state lies under {inside} (a whole checkpoint?): pass that one"
+                if inside
                 else ""
             )
             raise StateError(
