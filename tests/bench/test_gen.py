@@ -25,7 +25,7 @@ from headrace.bench._upload import (
 )
 from headrace.bench._workload import load_workload
 from headrace.cli import main
-from headrace.errors import ConfigError, StorageError
+from headrace.errors import ConfigError, DataError, StorageError
 from headrace.io import ObjectStore
 from headrace.testing import batch_digest
 
@@ -479,3 +479,24 @@ def test_sigterm_mid_file_leaves_no_temporary_and_a_rerun_completes(tmp_path: Pa
     assert len(kind.files()) == 100
     assert {p: os.stat(p).st_mtime_ns for p in kept} == kept
     assert not list(root.rglob("*.part"))
+
+
+def test_gen_tokens_writes_a_sidecar_so_the_file_opens_without_a_dtype(tmp_path: Path) -> None:
+    # A uint32 file without one was refused by TokenSource(path), asking for dtype=.
+    from headrace.formats import TokenSource
+    from headrace.pipeline import Loader
+
+    root = str(tmp_path / "r")
+    assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
+    kind = make_kind(load_workload("tokens").replace(dataset={"token_file_gib": 0.0005}), root)
+    assert kind.dataset_files() == [kind.path, kind.path + ".json"]
+    kw = {"context": 64, "window_bytes": 1 << 16}
+    bare, typed = TokenSource(kind.path, **kw), TokenSource(kind.path, dtype=kind.dtype, **kw)
+    assert bare.dtype == kind.dtype == typed.dtype
+    with Loader(bare, batch_size=4, steps=8) as a, Loader(typed, batch_size=4, steps=8) as b:
+        assert batch_digest(a) == batch_digest(b)
+    # The sidecar records the length: a copy cut short is refused, not read.
+    with open(kind.path, "r+b") as f:
+        f.truncate(os.path.getsize(kind.path) - 4)
+    with pytest.raises(DataError, match=r"truncated: the sidecar .* says 134217 uint32 tokens"):
+        TokenSource(kind.path, **kw)

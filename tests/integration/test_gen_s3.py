@@ -118,7 +118,7 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     assert gen(wl, url, "--endpoint", up["endpoint"], "--staging", stage) == 0
     out = capsys.readouterr().out
     kind = make_kind(load_workload(wl), stage)
-    n = len(kind.files())
+    n = len(kind.dataset_files())  # tokens: the file and its sidecar
     assert f"{n} written" in out and "0 already there" in out
     assert f": {n} object{'' if n == 1 else 's'}, " in out
 
@@ -130,7 +130,7 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     assert digest(remote, spec) == digest(local, spec)
     # And each object is the local file's bytes, tagged with their SHA-256.
     client = s3.server.info.boto3_client()
-    for path in local.files():
+    for path in local.dataset_files():
         key = f"gen-{name}{sub}/{Path(path).name}"
         body = client.get_object(Bucket=BUCKET, Key=key)
         data = Path(path).read_bytes()

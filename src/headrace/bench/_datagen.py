@@ -104,7 +104,9 @@ def drop_damaged(root: str, paths: list[str]) -> list[str]:
 def record_sizes(root: str, paths: list[str]) -> None:
     """Remember the size of each of ``paths`` (a complete dataset) under ``root``."""
     sizes = _load_sizes(root)
-    new = {**sizes, **{os.path.relpath(p, root): os.path.getsize(p) for p in paths}}
+    # (A file a read-only root lacks, a sidecar newer than its dataset, is not recorded.)
+    here = [p for p in paths if os.path.exists(p)]
+    new = {**sizes, **{os.path.relpath(p, root): os.path.getsize(p) for p in here}}
     if new == sizes:
         return  # nothing to write (a read-only root with its dataset in place)
     tmp = os.path.join(root, SIZES + ".tmp")

@@ -40,7 +40,7 @@ from headrace.bench._kind import (
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
-from headrace.formats import TokenSource, write_megatron_index
+from headrace.formats import TokenSource, write_megatron_index, write_token_sidecar
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
@@ -170,9 +170,19 @@ class TokenKind(TokenPayload):
             seed=self.workload.train.seed,
             progress=progress,
         )
+        # So that TokenSource(path) opens it as it is, no dtype= needed (a uint32 file
+        # without one is refused, asking for it), and a copy cut short is refused.
+        if not os.path.exists(self.path + ".json"):
+            try:
+                write_token_sidecar(self.path, self.dtype, tokens=self.num_tokens)
+            except OSError:  # a read-only root (a dataset written before sidecars): the
+                pass  # bench gives the dtype itself
 
     def files(self) -> list[str]:
         return [self.path]
+
+    def dataset_files(self) -> list[str]:
+        return [self.path, self.path + ".json"]
 
     def bytes_to_write(self) -> int:
         return token_bytes_to_write(
@@ -376,6 +386,9 @@ class MegatronKind(TokenKind):
 
     def files(self) -> list[str]:
         return [self.path, self.path[:-4] + ".idx"]
+
+    def dataset_files(self) -> list[str]:
+        return self.files()  # the index says the dtype: no sidecar
 
     def bytes_to_write(self) -> int:
         tokens = super().bytes_to_write()
