@@ -66,6 +66,24 @@ def test_an_http_endpoint_needs_no_allow_http(s3: S3Fixture) -> None:
             store.get(SMALL[0])
 
 
+def test_an_https_endpoint_of_a_plain_http_server_is_told_to_use_http(s3: S3Fixture) -> None:
+    # moto speaks plain HTTP, as MinIO on localhost does: https:// in front of it was
+    # retried for connect_retry_s (10 s) as "error sending request", saying nothing more.
+    plain = s3.options()["endpoint"]
+    assert isinstance(plain, str) and plain.startswith("http://")
+    host = plain.removeprefix("http://")
+    opts = {**s3.options(), "endpoint": f"https://{host}"}
+    with ObjectStore(URL, **opts) as store:  # type: ignore[arg-type]
+        with pytest.raises(
+            StorageError,
+            match=rf"^{URL}/{SMALL[0]}: https://{host} does not answer in TLS \(a plain HTTP "
+            rf"server\?\): give the endpoint as http://{host}, which allows plain HTTP \(",
+        ) as exc:
+            store.get(SMALL[0])
+        assert not isinstance(exc.value, TransientStorageError)  # not retried
+        assert store.stats.attempts == 1
+
+
 def test_virtual_hosted_requests_to_an_endpoint_that_names_no_bucket_are_refused(
     s3: S3Fixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -180,6 +180,10 @@ def connect_cause(text: str) -> str:
     return f"{said}; "
 
 
+# The host (and port) of the https:// URL a request went to, in obstore's debug dump.
+_HTTPS_HOST = re.compile(r"https://([^/\s,)\]]+)")
+
+
 # S3's codes (in a 400's body) for credentials that the store no longer or never took.
 _CREDENTIAL_CODES = frozenset(
     {"ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidAccessKeyId"}
@@ -304,6 +308,17 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             f"{where}: the server's TLS certificate is not trusted{detail}; for a test "
             "endpoint with a self-signed certificate, store_options={'client_options': "
             "{'allow_invalid_certificates': True}} turns verification off"
+        ), False
+    if "invalidcontenttype" in low:
+        # TLS spoken to a server that answered otherwise: plain HTTP (MinIO, moto, a
+        # proxy on localhost) named as https://. Retried as a connection failure for
+        # connect_retry_s before 2026-12-03, saying only "error sending request".
+        host = _HTTPS_HOST.search(text)
+        at = "the endpoint" if host is None else f"https://{host.group(1)}"
+        plain = "http://HOST:PORT" if host is None else f"http://{host.group(1)}"
+        return StorageError(
+            f"{where}: {at} does not answer in TLS (a plain HTTP server?): give the "
+            f"endpoint as {plain}, which allows plain HTTP ({brief})"
         ), False
     if any(word in low for word in _EOF_WORDS):
         eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
