@@ -216,6 +216,35 @@ def test_a_file_listed_twice_is_refused_naming_both_spellings(tmp_path: Path) ->
     assert _values(FileSource([b, a], format="npy", shuffle="none")) == [0, 1]
 
 
+def test_files_of_another_format_beside_are_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A folder of .npy samples that also holds .npz ones: format="npy" read the .npy files
+    # and left the others out without a word (a dataset partly read, silently).
+    root = tmp_path / "train"
+    for i in range(3):
+        _npy(root / "a" / f"{i}.npy", i)
+    (root / "b").mkdir()
+    for i in range(2):
+        np.savez(root / "b" / f"{i}.npz", x=np.full(4, 10 + i))
+    (root / "notes.txt").write_text("not a format: not counted")
+    with caplog.at_level("WARNING", logger="headrace"):
+        src = FileSource(root, format="npy", shuffle="none")
+    assert _values(src) == [0, 1, 2]
+    said = (
+        "left out 2 file(s) of another format (e.g. 'b/0.npz'): this source reads the files "
+        "ending in ['.npy']; read the others with a FileSource of their own (format='npz')"
+    )
+    assert src.files.other == 2 and said in repr(src.files) and said in caplog.text
+    # The other source reads them, and says the same of the .npy files.
+    assert FileSource(root, format="npz").files.keys == ["b/0.npz", "b/1.npz"]
+    assert "left out 3 file(s) of another format (e.g. 'a/0.npy')" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="headrace"):  # raw reads every file: none left
+        assert FileSource(root, format="raw").files.other == 0
+    assert "another format" not in caplog.text
+
+
 def _appledouble(path: Path) -> None:
     """What macOS writes beside a file copied to a disk or share without its metadata."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -283,6 +283,21 @@ def test_folder_markers_are_not_files(
     assert [k for k, _ in store.list_info("sub")] == ["sub/a.bin", "sub/b.bin"]
 
 
+def test_objects_of_another_format_beside_are_counted_and_said(s3: S3Fixture) -> None:
+    # A prefix of JPEGs that also holds PNGs: format="jpeg" left the PNGs out silently.
+    client = s3.server.info.boto3_client()
+    for key in ("a.jpg", "b.jpg", "c.png", "sub/d.png", "._e.png", "notes.txt"):
+        client.put_object(Bucket=BUCKET, Key=f"mixed/{key}", Body=b"x" * 16)
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = FileSource(f"s3://{BUCKET}/mixed", store_options=options, format="jpeg")
+    assert src.files.keys == ["a.jpg", "b.jpg"]
+    assert src.files.other == 2  # the hidden one is counted as hidden, not here
+    assert "left out 2 file(s) of another format (e.g. 'c.png'): this source reads the " in repr(
+        src.files
+    ) and repr(src.files).endswith("(format='png'))")
+    src.close()
+
+
 def test_hidden_objects_are_left_out_and_counted(s3: S3Fixture, tmp_path: Path) -> None:
     # A folder synced from a Mac (aws s3 sync, rclone) brings its ._x.bin AppleDouble files
     # and .ipynb_checkpoints/ along: each was a sample (fails before: 5 keys).

@@ -35,12 +35,15 @@ from headrace.formats._file_walk import (
     keep,
     local_version,
     none_found,
+    other_formats,
+    other_skipped,
     refuse_empty,
     refuse_special,
     stat_listed,
     suffixes,
     walk,
 )
+from headrace.formats._files import FILE_FORMATS
 from headrace.formats._object_files import check_store_options
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -97,6 +100,10 @@ class FileList:
     #: files (a FIFO, socket or device), left out; and one of them, with its kind
     special: int = 0
     special_example: str | None = None
+    #: files of a folder's or prefix's listing of another known format (``.png`` files
+    #: beside the ``.jpg`` ones a JPEG source reads), left out; and what to say of them
+    other: int = 0
+    other_said: str = ""
     cache: ObjectCache | None = None
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
@@ -111,7 +118,7 @@ class FileList:
         return (
             f"FileList(url={self.url!r}, {len(self.keys):,} files, {sum(self.sizes):,} bytes, "
             f"keys={keys!r}, remote={self.remote}, cache={self.cache!r}"
-            + (f", {self.skipped()}" if self.hidden or self.special else "")
+            + (f", {self.skipped()}" if self.hidden or self.special or self.other else "")
             + ")"
         )
 
@@ -126,6 +133,8 @@ class FileList:
             )
         if self.special:
             parts.append(special_skipped(self.special, self.special_example))
+        if self.other:
+            parts.append(self.other_said)
         return "; ".join(parts)
 
     def name(self, i: int) -> str:
@@ -385,6 +394,24 @@ def _pattern(path: str | os.PathLike[str]) -> str | None:
 
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
+# Each file format's extensions, and its name: what a listing for one format leaves out.
+_FORMAT_OF = {e: f.name for f in FILE_FORMATS.values() for e in f.extensions}
+
+
+def _of_other_format(key: str, extensions: tuple[str, ...]) -> bool:
+    """Whether a listing for ``extensions`` leaves ``key`` out though a format reads it."""
+    return (
+        bool(extensions)
+        and not keep(key, extensions)
+        and key.lower().endswith(other_formats(extensions, _FORMAT_OF))
+    )
+
+
+def _other_said(count: int, example: str, extensions: tuple[str, ...]) -> str:
+    """What a listing says of the ``count`` files of another format it left out."""
+    fmt = _FORMAT_OF[os.path.splitext(example)[1].lower()]
+    return other_skipped(count, example, extensions, fmt)
+
 
 def list_files(
     files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -454,6 +481,11 @@ def list_files(
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
+        other = sorted(
+            k for k, _, _ in every if _of_other_format(k, extensions) and not is_hidden(k)
+        )
+        if other:
+            out.other, out.other_said = len(other), _other_said(len(other), other[0], extensions)
         return out
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         from headrace.formats._file_list_objects import url_list
@@ -495,7 +527,8 @@ def list_files(
                 "(a list) to read this file alone, or the folder it is in"
             )
         url = str(root)
-        walked = walk(root, extensions) if listing is None else None
+        unread = other_formats(extensions, _FORMAT_OF)
+        walked = walk(root, extensions, unread) if listing is None else None
         keys = walked.keys if walked is not None else list(listing[0]) if listing else []
         if not keys:
             hidden, example = (walked.hidden, walked.hidden_example) if walked else (0, None)
@@ -538,4 +571,10 @@ def list_files(
         hidden_example=walked.hidden_example if walked else None,
         special=walked.special if walked else 0,
         special_example=walked.special_example if walked else None,
+        other=walked.other if walked else 0,
+        other_said=(
+            _other_said(walked.other, walked.other_example, extensions)
+            if walked and walked.other_example
+            else ""
+        ),
     )

@@ -130,7 +130,7 @@ class FileSource(Closing):
         self.format: FileFormat = file_format(config.format)
         cache = open_cache(config.cache_dir, config.cache_bytes)
         self.files: FileList = self._list(listing, cache, listed_at)
-        if self.files.hidden or self.files.special:  # said where seen, not only in a repr
+        if self.files.hidden or self.files.special or self.files.other:  # said, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
         spf = config.samples_per_file

@@ -92,6 +92,8 @@ class Walked(NamedTuple):
     hidden_example: str | None
     special: int = 0  # files with the extension that are not regular files, left out
     special_example: str | None = None
+    other: int = 0  # files of another format that this walk was not for, left out
+    other_example: str | None = None
 
 
 def kind_of(mode: int) -> str:
@@ -142,10 +144,12 @@ def refuse_special(path: str, st: os.stat_result) -> None:
     )
 
 
-def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
+def walk(root: Path, extensions: tuple[str, ...], others: tuple[str, ...] = ()) -> Walked:
     """Sorted keys (``/``-separated, below ``root``) of the files ending in ``extensions``,
     their sizes and versions (from the stat that found each a regular file: one a file),
     less the hidden ones (:func:`is_hidden`: counted, and hidden folders not walked).
+
+    Files ending in ``others`` (the extensions of the formats not read) are counted.
 
     Symbolic links are followed, to files and to folders: a class folder kept on
     another disk and linked in is part of the dataset (``rglob`` walked past
@@ -155,13 +159,14 @@ def walk(root: Path, extensions: tuple[str, ...]) -> Walked:
     """
     top = os.fspath(root)
     with in_flight.Waiting("list", top):  # each file's stat is entered as well
-        return _walk(root, top, extensions)
+        return _walk(root, top, extensions, others)
 
 
-def _walk(root: Path, top: str, extensions: tuple[str, ...]) -> Walked:
+def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, ...]) -> Walked:
     found: list[tuple[str, int, str]] = []
     hidden: list[str] = []
     special: list[str] = []
+    other: list[str] = []
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
         raise open_error(str(exc.filename or root), exc) from exc
@@ -195,6 +200,8 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...]) -> Walked:
                     )
         for n in names:
             if not keep(n, extensions):
+                if others and n.lower().endswith(others) and not n.startswith("."):
+                    other.append(prefix + n)
                 continue
             if n.startswith("."):
                 hidden.append(prefix + n)
@@ -214,6 +221,24 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...]) -> Walked:
         min(hidden) if hidden else None,
         len(special),
         min(special) if special else None,
+        len(other),
+        min(other) if other else None,
+    )
+
+
+def other_formats(extensions: tuple[str, ...], known: Iterable[str]) -> tuple[str, ...]:
+    """The ``known`` extensions (every file format's) that a listing for ``extensions``
+    leaves out: ``()`` for a listing that keeps every file."""
+    return tuple(e for e in known if e not in extensions) if extensions else ()
+
+
+def other_skipped(count: int, example: str | None, extensions: Sequence[str], fmt: str) -> str:
+    """What a listing says of the files of another format it left out (``fmt``, the
+    example's format)."""
+    return (
+        f"left out {count:,} file(s) of another format (e.g. {example!r}): this source reads "
+        f"the files ending in {list(extensions)}; read the others with a FileSource of "
+        f"their own (format={fmt!r})"
     )
 
 
