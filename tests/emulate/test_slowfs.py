@@ -183,10 +183,11 @@ def test_each_open_starts_cold_and_one_open_keeps_its_cache(slow_mount, src):
         first = _settled_reads(m)
         fh.seek(0)
         fh.read()  # same open: served from the page cache
-        # (all but now and then a READ or so: 33 after 32 in one full run of a loaded
-        # machine, the kernel's readahead bookkeeping; a fresh open reads them all)
+        # (all but now and then a few READs: 33 after 32, and 6 of 32 again, in full runs
+        # of a loaded machine, the kernel's readahead bookkeeping; a fresh open reads
+        # them all, so under half tells the two apart)
         again = _settled_reads(m) - first
-        assert again <= first // 8, (first, again)
+        assert again < first // 2, (first, again)
     path.read_bytes()  # a fresh open drops the cache
     assert m.stats()["reads"] >= 2 * first + again
 
