@@ -107,6 +107,26 @@ def test_a_row_file_and_a_folder_of_files_name_theirs(tmp_path: Path) -> None:
     assert "3.npy (160 bytes) is new" in _refusal(FileSource(folder, format="npy"), state)
 
 
+def test_a_table_shard_added_is_named_without_the_schema_digests(tmp_path: Path) -> None:
+    # The table's schema digest covers its files: it changed with them, and the refusal
+    # printed its two 64-character hashes before the line that says what changed.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from headrace.formats import TableSource
+
+    def shard(i: int) -> None:
+        rows = [list(range(i * 10 + j, i * 10 + j + 5)) for j in range(40)]
+        pq.write_table(pa.table({"ids": rows}), tmp_path / f"s{i}.parquet")
+
+    shard(0)
+    shard(1)
+    state = _saved(TableSource(tmp_path, columns=["ids"], width=8))
+    shard(2)
+    message = _refusal(TableSource(tmp_path, columns=["ids"], width=8), state)
+    assert "; what differs: files, schema): s2.parquet (" in message
+    assert "schema: " not in message.split("): ", 1)[1]
+
+
 def test_past_the_named_files_the_counts_are_told(tmp_path: Path) -> None:
     n = MAX_NAMED_FILES + 1
     files = _write(tmp_path, {f"s{i:02}.bin": 100 for i in range(n + 1)})
