@@ -293,13 +293,17 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
 
 
 def _progress() -> Any:
-    last = [-1]
+    # On a terminal one line, rewritten at each percent; into a file or pipe (a job's
+    # log) a line every 10%, not 100 carriage returns on one line (until 2026-12-03).
+    tty = sys.stderr.isatty()
+    every, last = (1, [-1]) if tty else (10, [-10])
 
     def show(done: int, total: int) -> None:
         pct = 100 * done // max(1, total)
-        if pct != last[0]:
+        if pct >= last[0] + every or (pct == 100 and last[0] != 100):
             last[0] = pct
-            sys.stderr.write(f"\rchecked {done:,} of {total:,} samples ({pct}%)")
+            line = f"checked {done:,} of {total:,} samples ({pct}%)"
+            sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
             sys.stderr.flush()
 
     return show
