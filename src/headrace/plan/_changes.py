@@ -40,10 +40,8 @@ NAMED_PARTS = (FILE_PART, SETTING_PART)
 _MOST_SETTINGS, _SETTING_CHARS = 64, 80
 #: Differences a refusal lists before "and N more".
 _MOST = 5
-#: A setting's change between two digests (hex of 32 characters or more), as listed.
-_DIGEST_CHANGE = re.compile(
-    r'^[\w.:\[\]-]+: "[0-9a-f]{32,}" when the state was saved, "[0-9a-f]{32,}" now$'
-)
+#: A digest (hex of 32 characters or more): a setting whose value it is names nothing.
+_DIGEST = re.compile(r"[0-9a-f]{32,}")
 
 
 def named_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
@@ -72,19 +70,16 @@ def changes(saved: dict[str, str], now: dict[str, str]) -> str:
     setting, with its value then and now; each file resized (or of another dtype...),
     gone or new, or the same files in another order; with too many files to name, their
     counts. ``""`` where either side names nothing (a state saved before they were)."""
-    found = _setting_changes(_told(saved, SETTING_PART), _told(now, SETTING_PART))
     files = _file_changes(_told(saved, FILE_PART), _told(now, FILE_PART))
-    if files:
-        # A digest over the files (a table's schema digest) changes with them: two hashes
-        # said nothing that the files' line does not ("schema: "ff23..." when the state
-        # was saved, "5da3..." now" beside "s2.parquet is new", until 2026-12-03).
-        found = [f for f in found if not _DIGEST_CHANGE.match(f)]
+    found = _setting_changes(_told(saved, SETTING_PART), _told(now, SETTING_PART), bool(files))
     found += files
     more = f"; and {len(found) - _MOST} more" if len(found) > _MOST else ""
     return "; ".join(found[:_MOST]) + more
 
 
-def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> list[str]:
+def _setting_changes(
+    was: dict[str, Any] | None, is_: dict[str, Any] | None, files_changed: bool
+) -> list[str]:
     if was is None or is_ is None:
         return []
     keys = list({**was, **is_})
@@ -96,13 +91,19 @@ def _setting_changes(was: dict[str, Any] | None, is_: dict[str, Any] | None) -> 
         for key in keys
         if was.get(key, _UNSET) != is_.get(key, _UNSET)
         and not _later(key, was)
-        and not _follows(key, was, is_)
+        and not _follows(key, was, is_, files_changed)
     ]
 
 
-def _follows(key: str, was: dict[str, Any], is_: dict[str, Any]) -> bool:
-    """A setting that differs only because another does: ``png16`` is in the description
-    of PNGs decoded as stored, so it comes and goes with ``image_mode``, named already."""
+def _follows(key: str, was: dict[str, Any], is_: dict[str, Any], files_changed: bool) -> bool:
+    """A setting that differs only because another does, named already: ``png16`` is in
+    the description of PNGs decoded as stored, so it comes and goes with ``image_mode``;
+    a digest over the files (a table's schema digest) changes with the files, and its
+    two hashes said nothing the files' line does not (until 2026-12-03)."""
+    if files_changed and all(
+        isinstance(v, str) and _DIGEST.fullmatch(v) for v in (was.get(key), is_.get(key))
+    ):
+        return True
     mode = key.removesuffix("png16") + "image_mode"
     return key.endswith("png16") and was.get(mode, _UNSET) != is_.get(mode, _UNSET)
 
