@@ -398,15 +398,6 @@ Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 _FORMAT_OF = {e: f.name for f in FILE_FORMATS.values() for e in f.extensions}
 
 
-def _of_other_format(key: str, extensions: tuple[str, ...]) -> bool:
-    """Whether a listing for ``extensions`` leaves ``key`` out though a format reads it."""
-    return (
-        bool(extensions)
-        and not keep(key, extensions)
-        and key.lower().endswith(other_formats(extensions, _FORMAT_OF))
-    )
-
-
 def _other_said(count: int, example: str, extensions: tuple[str, ...]) -> str:
     """What a listing says of the ``count`` files of another format it left out."""
     fmt = _FORMAT_OF[os.path.splitext(example)[1].lower()]
@@ -481,9 +472,8 @@ def list_files(
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
-        other = sorted(
-            k for k, _, _ in every if _of_other_format(k, extensions) and not is_hidden(k)
-        )
+        unread = other_formats(extensions, _FORMAT_OF)  # () where every file is read
+        other = sorted(k for k, _, _ in every if k.lower().endswith(unread) and not is_hidden(k))
         if other:
             out.other, out.other_said = len(other), _other_said(len(other), other[0], extensions)
         return out
