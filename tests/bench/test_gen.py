@@ -500,3 +500,25 @@ def test_gen_tokens_writes_a_sidecar_so_the_file_opens_without_a_dtype(tmp_path:
         f.truncate(os.path.getsize(kind.path) - 4)
     with pytest.raises(DataError, match=r"truncated: the sidecar .* says 134217 uint32 tokens"):
         TokenSource(kind.path, **kw)
+
+
+def test_a_root_that_refuses_the_sidecar_still_serves_its_token_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read-only root holding a token file written before sidecars: the bench gives the
+    # dtype itself, so the run goes on (fault injected: the write refused, as EROFS).
+    import errno
+
+    import headrace.bench._tokens_kind as tokens_kind
+
+    root = str(tmp_path / "r")
+    assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
+    kind = make_kind(load_workload("tokens").replace(dataset={"token_file_gib": 0.0005}), root)
+    os.remove(kind.path + ".json")
+
+    def refused(*args: object, **kw: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tokens_kind, "write_token_sidecar", refused)
+    assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
+    assert not os.path.exists(kind.path + ".json") and os.path.getsize(kind.path) > 0
