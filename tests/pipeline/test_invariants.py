@@ -60,6 +60,15 @@ def _source(root: Path, kind: str, shuffle: Any, batch: int) -> Any:
     return Mixture({"right": rows, "left": other}, [0.7, 0.3], batch_size=batch)
 
 
+def _noise(arrays: dict[str, np.ndarray], samples: Any) -> dict[str, np.ndarray]:
+    """A transform drawing from each sample's own generator (it must replay)."""
+    key = "x" if "x" in arrays else "input_ids"
+    out = dict(arrays)
+    out["noise"] = np.array([rng.integers(0, 2**31) for rng in samples.rngs()], dtype=np.int64)
+    out[key] = arrays[key] + (out["noise"] % 3).astype(arrays[key].dtype)[:, None]
+    return out
+
+
 def _run(
     root: Path, cfg: dict[str, Any], world: int, start: dict[str, Any] | None, steps: int
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, Any]]:
@@ -75,6 +84,7 @@ def _run(
             world_size=world,
             prefetch=cfg["prefetch"],
             chunk_steps=cfg["chunk"],
+            transform=_noise if cfg["transform"] else None,
         ) as ld:
             if start is not None:
                 ld.load_state_dict(start)
@@ -101,6 +111,7 @@ def _run(
     chunk=st.sampled_from([1, 4]),
     worlds=st.tuples(st.integers(1, 4), st.integers(1, 4)),
     k=st.integers(0, STEPS),
+    transform=st.booleans(),
 )
 def test_slices_and_resume_agree_with_one_straight_run(
     root: Path,
@@ -112,6 +123,7 @@ def test_slices_and_resume_agree_with_one_straight_run(
     chunk: int,
     worlds: tuple[int, int],
     k: int,
+    transform: bool,
 ) -> None:
     if kind == "tokens" and shuffle == "window":
         shuffle = True  # a token file's shuffle is its windows already
@@ -122,6 +134,7 @@ def test_slices_and_resume_agree_with_one_straight_run(
         "seed": seed,
         "prefetch": prefetch,
         "chunk": chunk,
+        "transform": transform,
     }
     straight, _ = _run(root, cfg, 1, None, STEPS)
     w1, w2 = worlds
@@ -129,3 +142,4 @@ def test_slices_and_resume_agree_with_one_straight_run(
     tail, _ = _run(root, cfg, w2, state, STEPS - k)
     assert batch_digest(head + tail) == batch_digest(straight)
     assert all(len(b[next(iter(b))]) == batch for b in straight)
+    assert all(("noise" in b) == transform for b in straight)
