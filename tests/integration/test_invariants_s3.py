@@ -1,7 +1,8 @@
 """Object storage gives the local copy's batches, drawn at random: sources (NPY files of
-two samples, a token file, padded rows), requests in flight, shuffles, host counts
-before and after a resume, and transient faults (5xx, dropped connections, cut bodies)
-in front of a real S3 endpoint (moto through the latency proxy)."""
+two samples, a token file, padded rows, a Parquet file, an Arrow stream), requests in
+flight, shuffles, host counts before and after a resume, and transient faults (5xx,
+dropped connections, cut bodies) in front of a real S3 endpoint (moto through the
+latency proxy)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +19,13 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from _row_files import padded_rows
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.formats import FileSource, PaddedRows, TokenSource, synthetic_arrays
+from headrace.formats import (
+    FileSource,
+    PaddedRows,
+    TableSource,
+    TokenSource,
+    synthetic_arrays,
+)
 from headrace.formats import write_sample_file as write
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -38,6 +47,14 @@ def root(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(0)
     rng.integers(0, 50_000, 2_500, dtype=np.uint16).tofile(d / "tok.bin")
     padded_rows(d, 61, 33, seed=1, prompt_mod=5, ext=".npy", empty_every=9)
+    lengths = rng.integers(1, 33, 83)
+    table = pa.table(
+        {"input_ids": [rng.integers(1, 50_000, n).tolist() for n in lengths], "label": lengths}
+    )
+    pq.write_table(table, d / "t.parquet", row_group_size=20)
+    with pa.ipc.new_stream(d / "t.arrow", table.schema) as w:  # as datasets writes them
+        for batch in table.to_batches(max_chunksize=15):
+            w.write_batch(batch)
     client = s3.server.info.boto3_client()
     for p in d.rglob("*"):
         if p.is_file():
@@ -51,6 +68,15 @@ def _source(where: str, kind: str, shuffle: bool, in_flight: int, options: dict[
     kw: dict[str, Any] = {"store_options": options, "in_flight": in_flight} if remote else {}
     if kind == "files":
         return FileSource(f"{where}/npy", format="npy", samples_per_file=2, shuffle=shuffle, **kw)
+    if kind in ("parquet", "arrow"):
+        kw.pop("in_flight", None)
+        return TableSource(
+            f"{where}/t.{kind}",
+            columns=["input_ids", "label"],
+            width=32,
+            shuffle="window" if shuffle else False,
+            **kw,
+        )
     if kind == "tokens":
         kw.pop("in_flight", None)
         return TokenSource(f"{where}/tok.bin", context=32, dtype="uint16", shuffle=shuffle, **kw)
@@ -100,7 +126,7 @@ FAULTS = st.one_of(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    kind=st.sampled_from(["files", "tokens", "padded"]),
+    kind=st.sampled_from(["files", "tokens", "padded", "parquet", "arrow"]),
     shuffle=st.booleans(),
     in_flight=st.sampled_from([1, 2, 64]),
     seed=st.integers(0, 2**40),
