@@ -141,6 +141,25 @@ def _watch_lifeline(alive: Connection, named: _Named) -> None:
     threading.Thread(target=watch, name="headrace-lifeline", daemon=True).start()
 
 
+class _Closed(Exception):
+    """The main process closed this worker's pipes: it wants no more."""
+
+
+_GONE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
+def _put(out: Connection, data: bytes) -> None:
+    """Send ``data`` to the main process; :class:`_Closed` once it has closed the pipe.
+
+    Only the pipes' own errors mean that: an ``EOFError`` a read or a transform raises
+    (``np.load`` of an empty file) is the step's error, told to the consumer.
+    """
+    try:
+        out.send_bytes(data)
+    except _GONE as exc:
+        raise _Closed from exc
+
+
 class _Inbox:
     """What the main process sends a worker, read in order: ``b"m"`` (the ring is
     mapped), slots back (into :attr:`free`), or a new run (persistent workers: kept in
@@ -155,8 +174,11 @@ class _Inbox:
         self.run: tuple[int, int, tuple[int, int] | None] | None = None
 
     def take(self) -> None:
-        """Wait for the next message (``EOFError`` once the main process has closed)."""
-        msg = self.back.recv_bytes()
+        """Wait for the next message (:class:`_Closed` once the main process has closed)."""
+        try:
+            msg = self.back.recv_bytes()
+        except _GONE as exc:
+            raise _Closed from exc
         if msg == b"m":
             self.mapped = True
         elif len(msg) == _SLOT_MSG.size:
@@ -166,7 +188,13 @@ class _Inbox:
 
     def poll(self) -> bool:
         """Take what has come, without waiting: whether a new run has come."""
-        while self.back.poll():
+        while True:
+            try:
+                waiting = self.back.poll()
+            except _GONE as exc:
+                raise _Closed from exc
+            if not waiting:
+                break
             self.take()
         return self.run is not None
 
@@ -199,7 +227,7 @@ class _Producer:
                 self.step = steps[-1] + k
                 if inbox.poll():  # before reading the next chunk: a new run need not wait
                     return
-            self.out.send_bytes(bytes([_END]))
+            _put(self.out, bytes([_END]))
 
     def _send(self, loader: Loader, steps: list[int], arrays: Batch) -> bool:
         laid = _layout(arrays, self.cfg.contiguous)
@@ -215,7 +243,7 @@ class _Producer:
             self.shm = shm = self.named.create(name, size, self.cfg.slots)
             assert shm.buf is not None  # set by create=True
             self.whole = np.frombuffer(shm.buf, np.uint8)
-            out.send_bytes(bytes([_LAYOUT]) + pickle.dumps((name, size)))
+            _put(out, bytes([_LAYOUT]) + pickle.dumps((name, size)))
             while not inbox.mapped:  # mapped by the main process: the name can go now
                 inbox.take()
             self.named.unlink()
@@ -223,7 +251,7 @@ class _Producer:
         if inbox.poll():
             return False
         if self.whole is None or laid is None or _size(laid[1][0]) > self.size:
-            out.send_bytes(bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
+            _put(out, bytes([_INLINE]) + pickle.dumps((steps, arrays), protocol=5))
             return True
         while not inbox.free:  # every slot is queued or leased: wait for one back
             inbox.take()
@@ -234,7 +262,7 @@ class _Producer:
         size = self.size
         _fill(self.whole[slot * size : (slot + 1) * size], srcs, layout[0])
         head = _CHUNK_MSG.pack(_CHUNK, steps[0], len(steps), slot)
-        out.send_bytes(head if layout == self.sent else head + pickle.dumps(layout))
+        _put(out, head if layout == self.sent else head + pickle.dumps(layout))
         self.sent = layout
         return True
 
@@ -258,8 +286,8 @@ def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Con
                 inbox.take()
             run, start, origin = inbox.run
             inbox.run = None
-            out.send_bytes(_STARTED_MSG.pack(_STARTED, run))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
+            _put(out, _STARTED_MSG.pack(_STARTED, run))
+    except _Closed:
         return  # the main process closed our pipes: it wants no more
     except BaseException as exc:
         _send_error(out, -1 if producer is None else producer.step, exc)

@@ -102,7 +102,9 @@ class Faulty:
     ``"hang"`` (the read takes an hour: a stuck network read, in a subprocess),
     ``"once"`` (a DataError the first time a process reads it, then none: a read that
     failed once), ``"late"`` (a DataError after 1 s: a read failing while the main
-    process waits for something else).
+    process waits for something else), ``"eof"`` / ``"pipe"`` (an ``EOFError`` as
+    ``np.load`` raises for an empty file / a ``BrokenPipeError``: errors a worker's own
+    pipes raise too, which must not be taken for the main process closing them).
     """
 
     def __init__(self, root: Path, at: int, how: str) -> None:
@@ -120,6 +122,10 @@ class Faulty:
                 raise DataError(f"injected fault at step {self.at}")
             if self.how == "once":
                 return self.inner.read(seed, samples)
+            if self.how == "eof":
+                raise EOFError("No data left in file")
+            if self.how == "pipe":
+                raise BrokenPipeError(32, "Broken pipe")
             if self.how == "raise-shard":
                 raise ShardError("/data/shard-7.bin", 42)
             if self.how == "exit":

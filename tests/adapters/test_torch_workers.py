@@ -427,6 +427,22 @@ def test_worker_error_names_the_step_and_the_worker(root: Path, reference: list[
     assert dl._workers is None or dl._workers._procs == []
 
 
+@pytest.mark.parametrize(("how", "error"), [("eof", EOFError), ("pipe", BrokenPipeError)])
+def test_a_read_raising_what_a_closed_pipe_raises_is_told_not_taken_for_a_close(
+    root: Path, reference: list[str], how: str, error: type[BaseException]
+) -> None:
+    # A worker took any EOFError or BrokenPipeError for the main process closing its
+    # pipes and exited 0: the consumer met "worker 1 exited with code 0 before
+    # sending step 9; it crashed or was ended", the read's own error lost.
+    dl = ht.HeadraceDataLoader(dataset(root, Faulty(root, at=9, how=how)), num_workers=2)
+    got: list[str] = []
+    with pytest.raises(error) as info:
+        got.extend(digest(b) for b in dl)
+    notes = "\n".join(info.value.__notes__)
+    assert "in headrace worker 1 of 2" in notes and "at step 9" in notes
+    assert got == reference[:9]
+
+
 def test_a_worker_error_that_does_not_recur_is_raised_at_its_chunks_first_step(
     root: Path, reference: list[str]
 ) -> None:
