@@ -37,7 +37,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _source(root: Path, kind: str, shuffle: Any, batch: int, reader: str) -> Any:
+def _source(
+    root: Path, kind: str, shuffle: Any, batch: int, reader: str, exact: bool = False
+) -> Any:
+    rows: dict[str, Any] = {"reader": reader, "empty_rows": "keep" if exact else "replace"}
     if kind == "tokens":
         return TokenSource(
             [root / "a.bin", root / "b.bin"],
@@ -49,17 +52,15 @@ def _source(root: Path, kind: str, shuffle: Any, batch: int, reader: str) -> Any
     if kind == "padded":
         window = {"window_rows": 16} if shuffle == "window" else {}
         return PaddedRows(
-            root / "tok.npy", root / "mask.npy", context=64, shuffle=shuffle, **window
+            root / "tok.npy", root / "mask.npy", context=64, shuffle=shuffle, **rows, **window
         )
     if kind == "table":
         return TableSource(
             root / "t.parquet", columns=["input_ids", "label"], width=64, shuffle=shuffle
         )
-    rows = PaddedRows(
-        root / "tok.npy", root / "mask.npy", context=64, shuffle=shuffle, reader=reader
-    )
-    other = PaddedRows(root / "tok.npy", root / "mask.npy", context=64, pad_side="left")
-    return Mixture({"right": rows, "left": other}, [0.7, 0.3], batch_size=batch)
+    right = PaddedRows(root / "tok.npy", root / "mask.npy", context=64, shuffle=shuffle, **rows)
+    left = PaddedRows(root / "tok.npy", root / "mask.npy", context=64, pad_side="left", **rows)
+    return Mixture({"right": right, "left": left}, [0.7, 0.3], batch_size=batch)
 
 
 def _noise(arrays: dict[str, np.ndarray], samples: Any) -> dict[str, np.ndarray]:
@@ -72,12 +73,15 @@ def _noise(arrays: dict[str, np.ndarray], samples: Any) -> dict[str, np.ndarray]
 
 
 def _run(
-    root: Path, cfg: dict[str, Any], world: int, start: dict[str, Any] | None, steps: int
+    root: Path, cfg: dict[str, Any], world: int, start: dict[str, Any] | None, steps: int | None
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, Any]]:
-    """``steps`` global batches (host slices joined) from ``start``, and the state after."""
+    """``steps`` global batches (host slices joined; ``None``: to the pass's end) from
+    ``start``, and the state after."""
     parts, state = [], {}
     for rank in range(world):
-        src = _source(root, cfg["kind"], cfg["shuffle"], cfg["batch"], cfg["reader"])
+        src = _source(
+            root, cfg["kind"], cfg["shuffle"], cfg["batch"], cfg["reader"], bool(cfg["epochs"])
+        )
         with Loader(
             src,
             batch_size=cfg["batch"],
@@ -87,14 +91,16 @@ def _run(
             prefetch=cfg["prefetch"],
             chunk_steps=cfg["chunk"],
             transform=_noise if cfg["transform"] else None,
+            epochs=cfg["epochs"],
         ) as ld:
             if start is not None:
                 ld.load_state_dict(start)
             it = iter(ld)
-            parts.append([next(it) for _ in range(steps)])
+            parts.append(list(it) if steps is None else [next(it) for _ in range(steps)])
             state = ld.state_dict()
     joined = [
-        {k: np.concatenate([p[t][k] for p in parts]) for k in parts[0][t]} for t in range(steps)
+        {k: np.concatenate([p[t][k] for p in parts]) for k in parts[0][t]}
+        for t in range(len(parts[0]))
     ]
     return joined, state
 
@@ -115,6 +121,7 @@ def _run(
     k=st.integers(0, STEPS),
     transform=st.booleans(),
     readers=st.tuples(*[st.sampled_from(["adaptive", "mmap", "pread", "odirect"])] * 3),
+    epochs=st.sampled_from([None, None, 1, 2]),
 )
 def test_slices_and_resume_agree_with_one_straight_run(
     root: Path,
@@ -128,6 +135,7 @@ def test_slices_and_resume_agree_with_one_straight_run(
     k: int,
     transform: bool,
     readers: tuple[str, str, str],
+    epochs: int | None,
 ) -> None:
     if kind == "tokens" and shuffle == "window":
         shuffle = True  # a token file's shuffle is its windows already
@@ -139,14 +147,24 @@ def test_slices_and_resume_agree_with_one_straight_run(
         "prefetch": prefetch,
         "chunk": chunk,
         "transform": transform,
+        "epochs": epochs,
     }
     if "odirect" in readers and not odirect_works(root / "tok.npy"):
         readers = ("pread", "pread", "pread")
-    straight, _ = _run(root, {**cfg, "reader": readers[0]}, 1, None, STEPS)
+    # An exact pass (epochs) runs to its end: the straight run says how many steps.
+    straight, _ = _run(root, {**cfg, "reader": readers[0]}, 1, None, None if epochs else STEPS)
+    steps = len(straight)
+    k = min(k, steps)
     w1, w2 = worlds
     # Each part reads through its own strategy (padded rows): the bytes must not care.
     head, state = _run(root, {**cfg, "reader": readers[1]}, w1, None, k)
-    tail, _ = _run(root, {**cfg, "reader": readers[2]}, w2, state, STEPS - k)
+    tail, _ = _run(root, {**cfg, "reader": readers[2]}, w2, state, None if epochs else steps - k)
+    if epochs and k == steps:  # a finished pass, resumed, is the whole pass again
+        head = []
     assert batch_digest(head + tail) == batch_digest(straight)
+    if epochs and kind != "mixture":  # every sample once, the rows past the pass invalid
+        valid = np.concatenate([b["sample"][b["valid"]] for b in straight])
+        per_epoch = _source(root, kind, shuffle, batch, "mmap", True).samples_per_epoch
+        assert sorted(valid.tolist()) == list(range(per_epoch * epochs))
     assert all(len(b[next(iter(b))]) == batch for b in straight)
     assert all(("noise" in b) == transform for b in straight)
