@@ -402,6 +402,28 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "not compared (100 vs 50 steps)" in capsys.readouterr().out
 
 
+def test_compare_shows_au_and_max_accelerators_where_a_report_has_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two storages under the same DLIO workload: compare showed batches/s alone, not the
+    # AU or how many accelerators each kept busy, what the runs were for.
+    def report(path: Path, au: float | None, acc: int | None) -> str:
+        row = {"workload": "unet3d", "variant": "headrace", "batches_per_s": 5.0, "digest": "d"}
+        row |= {"au": au, "au_pass": au is not None and au >= 0.9, "max_accelerators": acc}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    a = report(tmp_path / "a.json", 0.71, None)
+    b = report(tmp_path / "b.json", 0.96, 3)
+    assert main(["bench", "compare", a, b]) == 0
+    head, row = capsys.readouterr().out.splitlines()
+    assert head.split()[6:] == ["AU", "A", "B", "max", "acc.", "A", "B", "digest"]
+    assert row.split()[5:] == ["0.71", "FAIL", "0.96", "ok", "-", "3", "same"]
+    plain = report(tmp_path / "p.json", None, None)  # no compute: no such columns
+    assert main(["bench", "compare", plain, plain]) == 0
+    assert "AU" not in capsys.readouterr().out
+
+
 def test_compare_order_free_variants_by_their_canonical_digest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
