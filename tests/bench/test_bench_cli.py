@@ -1010,10 +1010,11 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
 
     real = bc.run_workload
     calls: list[str] = []
+    at = [2]
 
     def run_workload(kind: Any, **kw: Any) -> Any:
         calls.append(kind.workload.name)
-        if len(calls) == 2:  # fault injection: the interrupt, in the second workload
+        if len(calls) == at[0]:  # fault injection: the interrupt, in the second workload
             raise KeyboardInterrupt if stop is KeyboardInterrupt else _Terminated(143)
         return real(kind, **kw)
 
@@ -1030,6 +1031,17 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
     how = "Ctrl-C" if stop is KeyboardInterrupt else "SIGTERM"
     assert f"interrupted ({how}): not measured: w, padded" in report["notes"]
     assert "tokens" in capsys.readouterr().out  # the table of what was measured
+    # In the first workload: nothing to report, and it says so (a bare "interrupted" was all).
+    calls.clear()
+    at[0] = 1
+    out.unlink()
+    rc = main([*args, "-w", str(path), "-w", "tokens"])
+    assert rc == (130 if stop is KeyboardInterrupt else 143)
+    assert calls == ["w"] and not out.exists()
+    err = capsys.readouterr().err
+    assert f"headrace bench: interrupted ({how}) after " in err
+    assert "s: not measured: w, tokens (a workload's figures come when" in err
+    assert f"; no report written to {out}\n" in err
 
 
 @pytest.mark.parametrize(

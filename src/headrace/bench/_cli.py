@@ -463,11 +463,19 @@ def run(args: argparse.Namespace) -> int:
             except (KeyboardInterrupt, SystemExit) as exc:
                 # The workloads measured before it are reported and written, then the
                 # interrupt goes on (exit 130 or 143): they were lost with the rest.
-                if not report["results"]:
-                    raise
-                stopped = exc
                 left = ", ".join(k.workload.name for k in kinds[i:])
                 how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                if not report["results"]:
+                    # A bare "interrupted" left a script looking for the --json file.
+                    wrote = f"; no report written to {args.json}" if args.json else ""
+                    print(
+                        f"headrace bench: interrupted ({how}) after "
+                        f"{time.perf_counter() - t0:.1f} s: not measured: {left} (a workload's "
+                        f"figures come when all its variants' trials are done){wrote}",
+                        file=sys.stderr,
+                    )
+                    raise
+                stopped = exc
                 report["notes"].append(f"interrupted ({how}): not measured: {left}")
                 break
             report["workloads"].append(summary)
