@@ -378,6 +378,30 @@ def test_record_length_std_is_not_a_stdev_as_dlio_reads_it(tmp_path: Path) -> No
     assert f"record stdev 136076 not modelled: images are all {side}x{side}" in wl.description
 
 
+def test_records_scaled_below_a_byte_are_refused_and_records_outweighed_are_said(
+    tmp_path: Path,
+) -> None:
+    # A record scaled under a byte was made 1 byte while the compute time went on
+    # shrinking: UNet3D at --record-scale 1e-9 asked 9,947 GB/s per accelerator, not 3.
+    from headrace.bench._cli import _demand
+    from headrace.bench._kind import make_kind
+
+    path = str(DLIO.parent / "unet3d_h100.yaml")
+    with pytest.raises(ConfigError) as info:
+        dlio_workload(path, scale=0.1, record_scale=1e-9)
+    assert str(info.value) == (
+        f"{path}: --record-scale 1e-09 makes the dataset's 146,600,628 B records 0.15 B, "
+        "less than a byte: give --record-scale >= 6.82e-09"
+    )
+    # 15 B records in NPZ files of one: the container outweighs them, and the demand
+    # line says how far it is from the YAML's
+    demand = _demand(make_kind(dlio_workload(path, scale=0.1, record_scale=1e-7), str(tmp_path)))
+    assert "; but records are stored as " in demand and " for the 15 B asked" in demand
+    assert "x the YAML's demand, as the compute time scales with --record-scale" in demand
+    demand = _demand(make_kind(dlio_workload(path, scale=0.1, record_scale=0.01), str(tmp_path)))
+    assert "but records" not in demand
+
+
 def test_read_threads_zero_is_one_thread_and_said(tmp_path: Path) -> None:
     # DLIO's pytorch loader reads in the main thread at 0 (no overlap with compute)
     wl = dlio_workload(_yaml(tmp_path, "dataset: {}\nreader: {read_threads: 0}\n"))

@@ -411,6 +411,14 @@ def dlio_workload(
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
     record = _record(ds, where)
+    if record * record_scale < 1:
+        # Made 1 byte, as the compute time went on shrinking: UNet3D at 1e-9 asked
+        # 9,947 GB/s per accelerator of a workload that asks 3 GB/s.
+        raise ConfigError(
+            f"{path}: --record-scale {record_scale:g} makes the dataset's {record:,.0f} B "
+            f"records {record * record_scale:.2g} B, less than a byte: give --record-scale "
+            f">= {1 / record:.3g}"
+        )
     # Not "record_length_std" (resnet50_h100/_v100.yaml): DLIO never reads it and makes
     # records of one size; read here, 115 kB records were 14 kB (23% of them) to 430 kB.
     stdev = _number(ds, ("record_length_bytes_stdev", "record_length_stdev"), 0, where)
