@@ -134,7 +134,6 @@ def test_the_s3_emulator_without_moto_says_which_extra(
     assert "Traceback" not in err
 
 
-
 def test_a_warning_a_command_prints_names_the_command(tmp_path: Path) -> None:
     # At the first frame outside headrace a command has only Python's own: `headrace bench`
     # printed "<frozen runpy>:88: RuntimeWarning: Loader.close(): gave up on ...". In a

@@ -81,10 +81,11 @@ def _warnings_name(name: str) -> Iterator[None]:
     def formatwarning(
         message: Warning | str,
         category: type[Warning],
-        _filename: str,
-        _lineno: int,
-        _line: str | None = None,
+        filename: str,
+        lineno: int,
+        line: str | None = None,
     ) -> str:
+        del filename, lineno, line  # the frame a command's warning was found at: Python's
         return f"headrace {name}: {category.__name__}: {message}\n"
 
     warnings.formatwarning = formatwarning

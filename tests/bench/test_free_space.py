@@ -63,7 +63,10 @@ def test_the_estimate_is_what_generating_writes_and_nothing_once_written(
 
 @pytest.mark.parametrize("command", ["bench", "gen"])
 def test_a_dataset_of_many_files_past_the_free_space_is_refused_without_counting_them(
-    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # DLIO cosmoflow_h100 at --scale 1 (524,288 files) took 15 s to count before its
     # refusal, and UNet3D at --scale 1e9 never ended counting: a lower bound (one listing
