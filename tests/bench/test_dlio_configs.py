@@ -176,7 +176,7 @@ NAMED = {
     "dlrm": ["evaluation", "workflow.do_eval", "dataset.num_files_eval", "train.total_eval_steps"],
     "dlrm_s3dlio_file": [],
     "default": ["evaluation", "workflow.evaluation", "dataset.num_subfolders_train"],
-    "llama_7b": ["checkpoint", "transformer", "model.tensor_parallelism"],
+    "llama_7b": ["checkpoint", "model.tensor_parallelism"],
 }
 # Keys DLIO does not read either (it ignores them), named apart with the closest key.
 # record_length_std: DLIO reads record_length_stdev (or record_length_bytes_stdev), and its
@@ -187,6 +187,8 @@ UNKNOWN = {
         "dataset.record_length_std (did you mean record_length_stdev?)",
     ],
     "resnet50_v100": ["dataset.record_length_std (did you mean record_length_stdev?)"],
+    # a top-level section DLIO does not read (it reads model.transformer)
+    "llama_7b": ["transformer"],
 }
 # Keys that are modelled (or inert here), never named as not modelled.
 NOT_NAMED = {
@@ -400,6 +402,24 @@ def test_records_scaled_below_a_byte_are_refused_and_records_outweighed_are_said
     assert "x the YAML's demand, as the compute time scales with --record-scale" in demand
     demand = _demand(make_kind(dlio_workload(path, scale=0.1, record_scale=0.01), str(tmp_path)))
     assert "but records" not in demand
+
+
+def test_a_section_dlio_does_not_read_is_named_with_the_closest(tmp_path: Path) -> None:
+    # "trian:" ran without compute and "readr:" at batch 1, said only as "not modelled:
+    # readr, trian", as if DLIO read them (it ignores them whole, as the run does).
+    text = (
+        "dataset: {num_files_train: 16}\ntrian: {computation_time: 0.5}\nreadr: {batch_size: 4}\n"
+    )
+    wl = dlio_workload(_yaml(tmp_path, text))
+    assert wl.train.computation_time == 0 and wl.train.batch_size == 1
+    assert "not modelled" not in wl.description
+    assert wl.description.endswith(
+        "; keys DLIO does not read (ignored, as DLIO ignores them): readr (did you mean "
+        "reader?), trian (did you mean train?)"
+    )
+    # the sections about how DLIO runs are still left out of both lists
+    wl = dlio_workload(_yaml(tmp_path, "dataset: {}\nhydra: {run: {dir: x}}\nlogging: {}\n"))
+    assert "hydra" not in wl.description and "logging" not in wl.description
 
 
 def test_read_threads_zero_is_one_thread_and_said(tmp_path: Path) -> None:

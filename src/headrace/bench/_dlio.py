@@ -190,10 +190,24 @@ _WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
 _SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
 
 
+# The sections DLIO's LoadConfig reads: any other (a misspelt "trian:", or llama_7b's
+# top-level "transformer:", read under model since) it ignores whole.
+_DLIO_SECTIONS = frozenset(
+    {"checkpoint", "data_reader", "dataset", "evaluation", "framework", "metric", "model"}
+    | {"output", "profiling", "reader", "storage", "train", "workflow"}
+)
+
+
 def unknown_keys(doc: Mapping[str, Any]) -> list[str]:
     """``section.key (did you mean K?)`` for each key of the sections read here that
-    neither this mapping nor DLIO reads (DLIO ignores it: its default stands)."""
+    neither this mapping nor DLIO reads (DLIO ignores it: its default stands), and
+    ``section (did you mean S?)`` for a section DLIO does not read: "trian:" ran
+    without compute, said only as "not modelled: trian"."""
     out: list[str] = []
+    for section in doc:
+        if section not in _DLIO_SECTIONS and section not in _RUNNER:
+            close = difflib.get_close_matches(str(section), sorted(_DLIO_SECTIONS), n=1)
+            out.append(f"{section}" + (f" (did you mean {close[0]}?)" if close else ""))
     for section, dlio in _DLIO_KEYS.items():
         value = doc.get(section)
         if not isinstance(value, Mapping):
