@@ -1194,3 +1194,18 @@ def test_compare_says_first_when_the_reports_ran_other_storage_machines_or_trial
     )
     assert main(["bench", "compare", a, a]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_json_dash_writes_the_report_to_stdout_and_the_tables_to_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json - | jq` read the tables, and the report went to a file named '-'.
+    monkeypatch.chdir(tmp_path)
+    args = ["bench", "--root", str(tmp_path / "d"), *TINY, "--no-isolate", "--json", "-"]
+    assert main([*args, "--variants", "naive,headrace-async"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    jsonschema.validate(report, schema())
+    assert [r["variant"] for r in report["results"]] == ["naive", "headrace-async"]
+    assert "headrace bench (GB = 10^9 B" in captured.err
+    assert not (tmp_path / "-").exists()

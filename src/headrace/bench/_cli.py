@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import re
 import sys
@@ -121,7 +122,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the proxy answers 503 SlowDown to S3 requests beyond N at once (a throttling store)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write the report as JSON (- for stdout; the tables then go to stderr)",
+    )
     parser.add_argument(
         "--no-isolate",
         action="store_true",
@@ -404,16 +409,19 @@ def run(args: argparse.Namespace) -> int:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
         inputs = [p for p in [args.dlio, *(args.workload or [])] if p and os.path.isfile(p)]
-        if args.json:
-            check_output_path("--json", args.json)
+        # --json -: the report on stdout (a file named '-' was written, and a script's
+        # `--json - | jq` read the tables).
+        json_file: str | None = args.json if args.json != "-" else None
+        if json_file:
+            check_output_path("--json", json_file)
         if args.plot:
             check_output_path("--plot", args.plot)
-        for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        for flag, out in (("--json", json_file), ("--plot", args.plot)):
             # `-w w.toml --json w.toml` wrote the report over the workload file.
             for source in inputs if out else ():
-                refuse_output_over_input(flag, out, source, ())
+                refuse_output_over_input(flag, str(out), source, ())
         if args.plot:
-            if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
+            if json_file and os.path.realpath(json_file) == os.path.realpath(args.plot):
                 # The plot was written over the report, after the run: the JSON was lost.
                 raise ConfigError(
                     f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
@@ -511,7 +519,7 @@ def run(args: argparse.Namespace) -> int:
     # run on a broken pipe while printing, before the report was written.
     lost: OSError | None = None
     try:
-        if args.json:
+        if args.json and args.json != "-":
             write_json(report, args.json)
         if args.plot:
             from headrace.bench._plot import plot_report
@@ -519,7 +527,10 @@ def run(args: argparse.Namespace) -> int:
             plot_report(report, args.plot, sweep=args.sweep)
     except OSError as exc:
         lost = exc
-    print_report(report)
+    print_report(report, file=sys.stderr if args.json == "-" else None)
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=2)
+        print()
     if lost is not None:
         # The figures are printed above; say which output was lost and why.
         print(
