@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -131,3 +132,31 @@ def test_the_s3_emulator_without_moto_says_which_extra(
         "pip install 'headrace[emulate]'"
     ) in err
     assert "Traceback" not in err
+
+
+def test_a_warning_a_command_prints_names_the_command(tmp_path: Path) -> None:
+    # At the first frame outside headrace a command has only Python's own: `headrace bench`
+    # printed "<frozen runpy>:88: RuntimeWarning: Loader.close(): gave up on ...". In a
+    # process of its own: pytest records warnings instead of printing them.
+    script = tmp_path / "warns.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "import headrace.bench._compare as c\n"
+        "from headrace._warn import warn_user\n"
+        "from headrace.cli import main\n"
+        "def compare(*_):  # fault injection: a warning from inside the run\n"
+        "    warn_user('Loader.close(): gave up on the read-ahead thread', RuntimeWarning)\n"
+        "    return 0\n"
+        "c.compare = compare\n"
+        "before = warnings.formatwarning\n"
+        "rc = main(['bench', 'compare', 'a.json', 'b.json'])\n"
+        "assert warnings.formatwarning is before  # the command's alone\n"
+        "sys.exit(rc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "headrace bench: RuntimeWarning: Loader.close(): gave up on the read-ahead thread\n"
+    )

@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
@@ -71,6 +72,30 @@ class _Terminated(SystemExit):
 
 
 @contextlib.contextmanager
+def _warnings_name(name: str) -> Iterator[None]:
+    """While a command runs, a warning it prints names the command: at the first frame
+    outside headrace (``warn_user``'s) a command has only Python's own, and ``headrace
+    bench`` printed ``<frozen runpy>:88: RuntimeWarning: Loader.close(): ...``."""
+    before = warnings.formatwarning
+
+    def formatwarning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        line: str | None = None,
+    ) -> str:
+        del filename, lineno, line  # the frame a command's warning was found at: Python's
+        return f"headrace {name}: {category.__name__}: {message}\n"
+
+    warnings.formatwarning = formatwarning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = before
+
+
+@contextlib.contextmanager
 def _unwind_on_sigterm(name: str) -> Iterator[None]:
     """While a command runs, SIGTERM (a scheduler's stop, ``kill``) raises
     :class:`_Terminated` in the main thread, so that it unwinds as on Ctrl-C: ``gen``
@@ -118,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     args = command_parser(name).parse_args(args_list[1:])
     try:
-        with _unwind_on_sigterm(name):
+        with _unwind_on_sigterm(name), _warnings_name(name):
             return int(module.run(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

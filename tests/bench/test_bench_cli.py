@@ -402,6 +402,28 @@ def test_compare_prints_ratios_and_digest_agreement(
     assert "not compared (100 vs 50 steps)" in capsys.readouterr().out
 
 
+def test_compare_shows_au_and_max_accelerators_where_a_report_has_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two storages under the same DLIO workload: compare showed batches/s alone, not the
+    # AU or how many accelerators each kept busy, what the runs were for.
+    def report(path: Path, au: float | None, acc: int | None) -> str:
+        row = {"workload": "unet3d", "variant": "headrace", "batches_per_s": 5.0, "digest": "d"}
+        row |= {"au": au, "au_pass": au is not None and au >= 0.9, "max_accelerators": acc}
+        path.write_text(json.dumps({"results": [row]}))
+        return str(path)
+
+    a = report(tmp_path / "a.json", 0.71, None)
+    b = report(tmp_path / "b.json", 0.96, 3)
+    assert main(["bench", "compare", a, b]) == 0
+    head, row = capsys.readouterr().out.splitlines()
+    assert head.split()[6:] == ["AU", "A", "B", "max", "acc.", "A", "B", "digest"]
+    assert row.split()[5:] == ["0.71", "FAIL", "0.96", "ok", "-", "3", "same"]
+    plain = report(tmp_path / "p.json", None, None)  # no compute: no such columns
+    assert main(["bench", "compare", plain, plain]) == 0
+    assert "AU" not in capsys.readouterr().out
+
+
 def test_compare_order_free_variants_by_their_canonical_digest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -988,10 +1010,11 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
 
     real = bc.run_workload
     calls: list[str] = []
+    at = [2]
 
     def run_workload(kind: Any, **kw: Any) -> Any:
         calls.append(kind.workload.name)
-        if len(calls) == 2:  # fault injection: the interrupt, in the second workload
+        if len(calls) == at[0]:  # fault injection: the interrupt, in the second workload
             raise KeyboardInterrupt if stop is KeyboardInterrupt else _Terminated(143)
         return real(kind, **kw)
 
@@ -1008,6 +1031,17 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
     how = "Ctrl-C" if stop is KeyboardInterrupt else "SIGTERM"
     assert f"interrupted ({how}): not measured: w, padded" in report["notes"]
     assert "tokens" in capsys.readouterr().out  # the table of what was measured
+    # In the first workload: nothing to report, and it says so (a bare "interrupted" was all).
+    calls.clear()
+    at[0] = 1
+    out.unlink()
+    rc = main([*args, "-w", str(path), "-w", "tokens"])
+    assert rc == (130 if stop is KeyboardInterrupt else 143)
+    assert calls == ["w"] and not out.exists()
+    err = capsys.readouterr().err
+    assert f"headrace bench: interrupted ({how}) after " in err
+    assert "s: not measured: w, tokens (a workload's figures come when" in err
+    assert f"; no report written to {out}\n" in err
 
 
 @pytest.mark.parametrize(
@@ -1160,3 +1194,18 @@ def test_compare_says_first_when_the_reports_ran_other_storage_machines_or_trial
     )
     assert main(["bench", "compare", a, a]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_json_dash_writes_the_report_to_stdout_and_the_tables_to_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json - | jq` read the tables, and the report went to a file named '-'.
+    monkeypatch.chdir(tmp_path)
+    args = ["bench", "--root", str(tmp_path / "d"), *TINY, "--no-isolate", "--json", "-"]
+    assert main([*args, "--variants", "naive,headrace-async"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    jsonschema.validate(report, schema())
+    assert [r["variant"] for r in report["results"]] == ["naive", "headrace-async"]
+    assert "headrace bench (GB = 10^9 B" in captured.err
+    assert not (tmp_path / "-").exists()

@@ -64,7 +64,7 @@ MAPS: dict[str, dict[str, Any]] = {
     },
     # "epoch: 5" is not DLIO's key: DLIO runs its default of 1 epoch, as here
     "resnet50_h100_dlio": {
-        "ds": ("npy", 1_281_167, 1251, 114_660, 136_076),
+        "ds": ("npy", 1_281_167, 1251, 114_660, 0),
         "rd": (8, 16, 2),
         "train": (64, 1_281_167 * 1251 // 64, 1, 0.103, 0.0),
         "shown": "tfrecord as npy",
@@ -176,10 +176,20 @@ NAMED = {
     "dlrm": ["evaluation", "workflow.do_eval", "dataset.num_files_eval", "train.total_eval_steps"],
     "dlrm_s3dlio_file": [],
     "default": ["evaluation", "workflow.evaluation", "dataset.num_subfolders_train"],
-    "llama_7b": ["checkpoint", "transformer", "model.tensor_parallelism"],
+    "llama_7b": ["checkpoint", "model.tensor_parallelism"],
 }
 # Keys DLIO does not read either (it ignores them), named apart with the closest key.
-UNKNOWN = {"resnet50_h100_dlio": ["train.epoch (did you mean epochs?)"]}
+# record_length_std: DLIO reads record_length_stdev (or record_length_bytes_stdev), and its
+# records are one size; read here, ResNet-50's 115 kB records were 14 kB to 430 kB.
+UNKNOWN = {
+    "resnet50_h100_dlio": [
+        "train.epoch (did you mean epochs?)",
+        "dataset.record_length_std (did you mean record_length_stdev?)",
+    ],
+    "resnet50_v100": ["dataset.record_length_std (did you mean record_length_stdev?)"],
+    # a top-level section DLIO does not read (it reads model.transformer)
+    "llama_7b": ["transformer"],
+}
 # Keys that are modelled (or inert here), never named as not modelled.
 NOT_NAMED = {
     # workflow.checkpoint: false, so DLIO does not checkpoint: the section is inert
@@ -355,6 +365,63 @@ def test_total_training_steps_at_or_below_zero_is_no_limit(limit: int, tmp_path:
         dlio_workload(_yaml(tmp_path, "dataset: {}\ntrain: {total_training_steps: 2.5}\n"))
 
 
+def test_record_length_std_is_not_a_stdev_as_dlio_reads_it(tmp_path: Path) -> None:
+    # DLIO reads record_length_stdev (record_length_bytes_stdev), never record_length_std
+    # (resnet50_h100/_v100.yaml): its records are one size. Read here, ResNet-50's
+    # tfrecords as npy were 14 kB to 430 kB (133 kB on average for 115 kB).
+    ds = "dataset: {format: %s, record_length: 114660, %s: 136076}\n"
+    wl = dlio_workload(_yaml(tmp_path, ds % ("tfrecord", "record_length_std")))
+    assert wl.dataset.get("record_bytes_stdev", 0) == 0
+    assert "dataset.record_length_std (did you mean record_length_stdev?)" in wl.description
+    wl = dlio_workload(_yaml(tmp_path, ds % ("tfrecord", "record_length_stdev")))
+    assert wl.dataset["record_bytes_stdev"] == 136076
+    wl = dlio_workload(_yaml(tmp_path, ds % ("png", "record_length_stdev")))
+    side = wl.dataset["image_hw"][0]
+    assert f"record stdev 136076 not modelled: images are all {side}x{side}" in wl.description
+
+
+def test_records_scaled_below_a_byte_are_refused_and_records_outweighed_are_said(
+    tmp_path: Path,
+) -> None:
+    # A record scaled under a byte was made 1 byte while the compute time went on
+    # shrinking: UNet3D at --record-scale 1e-9 asked 9,947 GB/s per accelerator, not 3.
+    from headrace.bench._cli import _demand
+    from headrace.bench._kind import make_kind
+
+    path = str(DLIO.parent / "unet3d_h100.yaml")
+    with pytest.raises(ConfigError) as info:
+        dlio_workload(path, scale=0.1, record_scale=1e-9)
+    assert str(info.value) == (
+        f"{path}: --record-scale 1e-09 makes the dataset's 146,600,628 B records 0.15 B, "
+        "less than a byte: give --record-scale >= 6.82e-09"
+    )
+    # 15 B records in NPZ files of one: the container outweighs them, and the demand
+    # line says how far it is from the YAML's
+    demand = _demand(make_kind(dlio_workload(path, scale=0.1, record_scale=1e-7), str(tmp_path)))
+    assert "; but records are stored as " in demand and " for the 15 B asked" in demand
+    assert "x the YAML's demand, as the compute time scales with --record-scale" in demand
+    demand = _demand(make_kind(dlio_workload(path, scale=0.1, record_scale=0.01), str(tmp_path)))
+    assert "but records" not in demand
+
+
+def test_a_section_dlio_does_not_read_is_named_with_the_closest(tmp_path: Path) -> None:
+    # "trian:" ran without compute and "readr:" at batch 1, said only as "not modelled:
+    # readr, trian", as if DLIO read them (it ignores them whole, as the run does).
+    text = (
+        "dataset: {num_files_train: 16}\ntrian: {computation_time: 0.5}\nreadr: {batch_size: 4}\n"
+    )
+    wl = dlio_workload(_yaml(tmp_path, text))
+    assert wl.train.computation_time == 0 and wl.train.batch_size == 1
+    assert "not modelled" not in wl.description
+    assert wl.description.endswith(
+        "; keys DLIO does not read (ignored, as DLIO ignores them): readr (did you mean "
+        "reader?), trian (did you mean train?)"
+    )
+    # the sections about how DLIO runs are still left out of both lists
+    wl = dlio_workload(_yaml(tmp_path, "dataset: {}\nhydra: {run: {dir: x}}\nlogging: {}\n"))
+    assert "hydra" not in wl.description and "logging" not in wl.description
+
+
 def test_read_threads_zero_is_one_thread_and_said(tmp_path: Path) -> None:
     # DLIO's pytorch loader reads in the main thread at 0 (no overlap with compute)
     wl = dlio_workload(_yaml(tmp_path, "dataset: {}\nreader: {read_threads: 0}\n"))
@@ -382,8 +449,6 @@ def test_dlio_images_are_the_size_of_a_record(
     assert wl.dataset["image_hw"] == [side, side]
     assert "record_bytes" not in wl.dataset  # an image's stored size is measured
     record = max(1, round(MAPS[name]["ds"][3] * record_scale))  # the YAML's, scaled
-    if name == "resnet50_v100":  # record_length_std: named, as images are one size here
-        assert f"record stdev 136076 not modelled: images are all {side}x{side}" in wl.description
     args = ["bench", "--dlio", str(DLIO / f"{name}.yaml"), "--root", str(tmp_path)]
     args += ["--scale", str(scale), "--record-scale", str(record_scale), "--no-isolate", "-q"]
     assert main([*args, "--steps", "1", "--trials", "1"]) == 0

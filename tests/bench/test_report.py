@@ -132,6 +132,12 @@ def test_au_from_short_trials_is_marked_in_the_plot_and_the_table() -> None:
     out = StringIO()
     print_report({"results": [one], "workloads": [], "notes": []}, file=out)
     assert "0.00* FAIL" in out.getvalue()
+    # A variant without a read-ahead queue (iterable, ceiling) averages as few steps:
+    # its AU was unmarked beside the marked AU of the variants with one.
+    no_queue = {**one, "read_ahead": False}
+    out = StringIO()
+    print_report({"results": [no_queue], "workloads": [], "notes": []}, file=out)
+    assert "0.00* FAIL" in out.getvalue()
     assert (
         "AU* trials of 1 step with compute count none (the first left out, as DLIO does): "
         "AU 0 by definition, not a measurement; use --steps 2 or more"

@@ -126,6 +126,9 @@ def test_gen_to_s3_reads_back_like_local_and_reruns_write_nothing(
     local = make_kind(load_workload(wl), str(tmp_path / "local"))
     # Where a files dataset lives: its folder's name under the prefix, as under a local root.
     sub = "" if name == "tokens" else "/" + Path(kind.folder).name  # type: ignore[attr-defined]
+    # The output says where bench finds it (the folder's name was nowhere in it).
+    bench_at = f"bench it with --storage s3 --storage-url {url + sub} --endpoint {up['endpoint']}"
+    assert out.rstrip().endswith(bench_at), out
     remote = remote_kind(kind, url + sub, up["endpoint"])
     assert digest(remote, spec) == digest(local, spec)
     # And each object is the local file's bytes, tagged with their SHA-256.

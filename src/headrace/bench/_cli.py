@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import re
 import sys
@@ -121,7 +122,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the proxy answers 503 SlowDown to S3 requests beyond N at once (a throttling store)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write the report as JSON (- for stdout; the tables then go to stderr)",
+    )
     parser.add_argument(
         "--no-isolate",
         action="store_true",
@@ -202,6 +207,25 @@ def _demand(kind: Any, accelerators: int = 1) -> str:
     return (
         f"batch {b} x {byte_size(rec)}/record / {t.computation_time:g} s compute = "
         f"{byte_size(d)}/s per accelerator{total} (AU >= {t.au_threshold:.2f})"
+        + _stored_over_record(kind.workload, rec)
+    )
+
+
+def _stored_over_record(wl: Workload, stored: float) -> str:
+    """Where a --dlio workload's records are stored in far more bytes than asked (the
+    format's own bytes outweigh a record scaled down): --record-scale scales the compute
+    time with the record, so the demand is no longer the YAML's, and says so. UNet3D at
+    --record-scale 1e-9 asked 9,947 GB/s per accelerator for its 3 GB/s without a word."""
+    asked = wl.dataset.get("record_bytes")
+    if not wl.description.startswith("DLIO ") or not isinstance(asked, int) or asked <= 0:
+        return ""
+    ratio = stored / asked
+    if ratio < 1.5:
+        return ""
+    return (
+        f"; but records are stored as {byte_size(stored)} for the {byte_size(asked)} asked "
+        f"(the format's own bytes): {ratio:,.1f}x the YAML's demand, as the compute time "
+        "scales with --record-scale; a larger --record-scale keeps it"
     )
 
 
@@ -385,16 +409,19 @@ def run(args: argparse.Namespace) -> int:
         acc = parse_accelerators(args.accelerators)
         auto, n_acc = acc is None, acc or 1
         inputs = [p for p in [args.dlio, *(args.workload or [])] if p and os.path.isfile(p)]
-        if args.json:
-            check_output_path("--json", args.json)
+        # --json -: the report on stdout (a file named '-' was written, and a script's
+        # `--json - | jq` read the tables).
+        json_file: str | None = args.json if args.json != "-" else None
+        if json_file:
+            check_output_path("--json", json_file)
         if args.plot:
             check_output_path("--plot", args.plot)
-        for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        for flag, out in (("--json", json_file), ("--plot", args.plot)):
             # `-w w.toml --json w.toml` wrote the report over the workload file.
             for source in inputs if out else ():
-                refuse_output_over_input(flag, out, source, ())
+                refuse_output_over_input(flag, str(out), source, ())
         if args.plot:
-            if args.json and os.path.realpath(args.json) == os.path.realpath(args.plot):
+            if json_file and os.path.realpath(json_file) == os.path.realpath(args.plot):
                 # The plot was written over the report, after the run: the JSON was lost.
                 raise ConfigError(
                     f"--json {args.json!r} and --plot {args.plot!r} are the same file: the plot "
@@ -407,6 +434,9 @@ def run(args: argparse.Namespace) -> int:
         prepare_root(root, write=any(k.store is not None and k.store.remote for k in kinds))
         # Every workload's missing bytes at once, before the first is written: a run whose
         # third dataset does not fit should not fill the disk with the first two first.
+        # By a lower bound first: a --scale 1 DLIO dataset of 524,288 files took 15 s to
+        # count before its refusal, and --scale 1e9 never ended counting.
+        check_room(root, sum(k.least_bytes_to_write() for k in kinds), at_least=True)
         check_room(root, sum(k.bytes_to_write() for k in kinds))
         slowfs = slowfs_config(args)
         if slowfs is not None:
@@ -463,11 +493,19 @@ def run(args: argparse.Namespace) -> int:
             except (KeyboardInterrupt, SystemExit) as exc:
                 # The workloads measured before it are reported and written, then the
                 # interrupt goes on (exit 130 or 143): they were lost with the rest.
-                if not report["results"]:
-                    raise
-                stopped = exc
                 left = ", ".join(k.workload.name for k in kinds[i:])
                 how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                if not report["results"]:
+                    # A bare "interrupted" left a script looking for the --json file.
+                    wrote = f"; no report written to {args.json}" if args.json else ""
+                    print(
+                        f"headrace bench: interrupted ({how}) after "
+                        f"{time.perf_counter() - t0:.1f} s: not measured: {left} (a workload's "
+                        f"figures come when all its variants' trials are done){wrote}",
+                        file=sys.stderr,
+                    )
+                    raise
+                stopped = exc
                 report["notes"].append(f"interrupted ({how}): not measured: {left}")
                 break
             report["workloads"].append(summary)
@@ -481,7 +519,7 @@ def run(args: argparse.Namespace) -> int:
     # run on a broken pipe while printing, before the report was written.
     lost: OSError | None = None
     try:
-        if args.json:
+        if args.json and args.json != "-":
             write_json(report, args.json)
         if args.plot:
             from headrace.bench._plot import plot_report
@@ -489,7 +527,10 @@ def run(args: argparse.Namespace) -> int:
             plot_report(report, args.plot, sweep=args.sweep)
     except OSError as exc:
         lost = exc
-    print_report(report)
+    print_report(report, file=sys.stderr if args.json == "-" else None)
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=2)
+        print()
     if lost is not None:
         # The figures are printed above; say which output was lost and why.
         print(

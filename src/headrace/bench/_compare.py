@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from headrace.bench._report import fresh_pass_rate, rate_text
@@ -156,7 +157,12 @@ def compare(a_path: str, b_path: str) -> int:
     for note in _notes(a, b, other):
         print(f"note: {note}")
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
-    print(f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}  digest")
+    extra = _extra_columns([*a["results"], *b["results"]])
+    head = "".join(f" {name + ' A':>{w}s} {'B':>{w}s}" for name, _, w in extra)
+    print(
+        f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
+        "  digest"
+    )
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
@@ -167,10 +173,35 @@ def compare(a_path: str, b_path: str) -> int:
         # where the batches agree).
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
         same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
-        print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}  {same}")
+        cells = "".join(f" {show(old):>{w}s} {show(r):>{w}s}" for _, show, w in extra)
+        print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}")
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
     return 0
+
+
+def _au(r: dict[str, Any]) -> str:
+    au = r.get("au")
+    return "-" if au is None else f"{au:.2f} " + ("ok" if r.get("au_pass") else "FAIL")
+
+
+def _accelerators(r: dict[str, Any]) -> str:
+    n = r.get("max_accelerators")
+    return "-" if n is None else f"{n:,}"
+
+
+def _extra_columns(
+    results: list[dict[str, Any]],
+) -> list[tuple[str, Callable[[dict[str, Any]], str], int]]:
+    """AU and ``max acc.`` (``--accelerators auto``), A and B, where either report has
+    them: what a run with compute answers ("how many accelerators does this storage keep
+    busy?"), and compare showed batches/s alone."""
+    out: list[tuple[str, Callable[[dict[str, Any]], str], int]] = []
+    if any(r.get("au") is not None for r in results):
+        out.append(("AU", _au, 9))
+    if any(r.get("max_accelerators") is not None for r in results):
+        out.append(("max acc.", _accelerators, 10))
+    return out
 
 
 def _same(old: dict[str, Any], new: dict[str, Any]) -> str:

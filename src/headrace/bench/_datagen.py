@@ -126,9 +126,11 @@ def _margin(total: int) -> int:
     return min(total // 20, 1 << 30)
 
 
-def check_room(root: str, needed: int, *, flag: str = "--root") -> None:
+def check_room(root: str, needed: int, *, flag: str = "--root", at_least: bool = False) -> None:
     """Refuse to write ``needed`` more bytes under ``root`` when they do not fit in its
     filesystem's free space less a margin; nothing is checked when nothing is to be written.
+    ``at_least``: ``needed`` is a lower bound (a refusal in a moment, before the exact
+    count, which takes seconds for a million files), and the error says so.
     """
     if needed <= 0:
         return
@@ -144,7 +146,8 @@ def check_room(root: str, needed: int, *, flag: str = "--root") -> None:
     if needed <= free - margin:
         return
     raise ConfigError(
-        f"{flag} {root!r}: the dataset needs {byte_size(needed)} ({needed:,} bytes) still to "
+        f"{flag} {root!r}: the dataset needs {'at least ' if at_least else ''}"
+        f"{byte_size(needed)} ({needed:,} bytes) still to "
         f"be written, and its filesystem has {byte_size(free)} free ({free:,} bytes; "
         f"{byte_size(margin)} of it kept free): make the dataset smaller (--scale or "
         "--record-scale for a --dlio workload; --token-file-gib or --files for a built-in "

@@ -99,7 +99,6 @@ _READ: dict[str, frozenset[str]] = {
             "record_length_bytes_stdev",
             "record_dims",
             "record_element_type",
-            "record_length_std",
             "record_length_stdev",
         }
     ),
@@ -191,10 +190,24 @@ _WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
 _SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
 
 
+# The sections DLIO's LoadConfig reads: any other (a misspelt "trian:", or llama_7b's
+# top-level "transformer:", read under model since) it ignores whole.
+_DLIO_SECTIONS = frozenset(
+    {"checkpoint", "data_reader", "dataset", "evaluation", "framework", "metric", "model"}
+    | {"output", "profiling", "reader", "storage", "train", "workflow"}
+)
+
+
 def unknown_keys(doc: Mapping[str, Any]) -> list[str]:
     """``section.key (did you mean K?)`` for each key of the sections read here that
-    neither this mapping nor DLIO reads (DLIO ignores it: its default stands)."""
+    neither this mapping nor DLIO reads (DLIO ignores it: its default stands), and
+    ``section (did you mean S?)`` for a section DLIO does not read: "trian:" ran
+    without compute, said only as "not modelled: trian"."""
     out: list[str] = []
+    for section in doc:
+        if section not in _DLIO_SECTIONS and section not in _RUNNER:
+            close = difflib.get_close_matches(str(section), sorted(_DLIO_SECTIONS), n=1)
+            out.append(f"{section}" + (f" (did you mean {close[0]}?)" if close else ""))
     for section, dlio in _DLIO_KEYS.items():
         value = doc.get(section)
         if not isinstance(value, Mapping):
@@ -412,8 +425,17 @@ def dlio_workload(
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
     record = _record(ds, where)
-    stdev_keys = ("record_length_bytes_stdev", "record_length_stdev", "record_length_std")
-    stdev = _number(ds, stdev_keys, 0, where)
+    if record * record_scale < 1:
+        # Made 1 byte, as the compute time went on shrinking: UNet3D at 1e-9 asked
+        # 9,947 GB/s per accelerator of a workload that asks 3 GB/s.
+        raise ConfigError(
+            f"{path}: --record-scale {record_scale:g} makes the dataset's {record:,.0f} B "
+            f"records {record * record_scale:.2g} B, less than a byte: give --record-scale "
+            f">= {1 / record:.3g}"
+        )
+    # Not "record_length_std" (resnet50_h100/_v100.yaml): DLIO never reads it and makes
+    # records of one size; read here, 115 kB records were 14 kB (23% of them) to 430 kB.
+    stdev = _number(ds, ("record_length_bytes_stdev", "record_length_stdev"), 0, where)
     batch = _positive(rd, "batch_size", 1, f"{path}: reader")
     # --batch-size: an epoch is then floor(samples / that) steps (it kept the YAML's
     # count, and a trial of "one epoch" covered two at twice the batch).

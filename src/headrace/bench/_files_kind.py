@@ -233,6 +233,18 @@ class FilesKind(Kind):
         # The arrays' bytes and a header (npy's 128, a zip's entries, HDF5's superblock).
         return sum(self.record_size(i) * self.per_file + 4096 for i in missing)
 
+    def least_bytes_to_write(self) -> int:
+        # Files not in the folder yet (one listing, not a stat each), each at least its
+        # records' size (with a stdev, record_size's floor), without its container.
+        try:
+            there = len(os.listdir(self.folder))
+        except FileNotFoundError:
+            there = 0
+        missing = max(self.num_files - there, 0)
+        if self.format in ("jpeg", "png"):
+            return len(self._file_bytes(0)) * missing if missing else 0
+        return missing * self.per_file * (max(self.mean // 8, 1) if self.stdev else self.mean)
+
     def check_run(self) -> None:
         t = self.workload.train
         n = self.num_files * self.per_file

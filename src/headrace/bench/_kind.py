@@ -335,6 +335,19 @@ class Kind:
         and valid (the generators keep it); an estimate where encoding decides the size."""
         raise NotImplementedError
 
+    def least_bytes_to_write(self) -> int:
+        """A lower bound of :meth:`bytes_to_write` that takes a moment at any size (none
+        by default: the exact count is quick for one file)."""
+        return 0
+
+    def check_room(self, root: str | None = None, *, flag: str = "--root") -> None:
+        """Refuse a dataset whose missing bytes ``root`` (the kind's) has no room for: by
+        the lower bound first, so a million-file dataset that cannot fit is refused at
+        once, then by :meth:`bytes_to_write`."""
+        where = self.root if root is None else root
+        check_room(where, self.least_bytes_to_write(), flag=flag, at_least=True)
+        check_room(where, self.bytes_to_write(), flag=flag)
+
     def write(
         self, progress: Callable[[int, int], None] | None = None, *, flag: str = "--root"
     ) -> None:
@@ -344,7 +357,7 @@ class Kind:
         folder in that error); then remember the sizes."""
         files = self.dataset_files()
         drop_damaged(self.root, files)
-        check_room(self.root, self.bytes_to_write(), flag=flag)
+        self.check_room(flag=flag)
         self.generate(progress)
         record_sizes(self.root, self.dataset_files())
 

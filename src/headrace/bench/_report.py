@@ -77,8 +77,10 @@ def short_trials_note(steps: int, figures: str = "batches/s and ratios") -> str:
 
 
 def short_au(r: dict[str, Any]) -> bool:
-    """Whether a result's AU comes from short trials (any kind: AU is always the trials')."""
-    return r.get("au") is not None and short_trials(r)
+    """Whether a result's AU comes from short trials (any kind, with or without a
+    read-ahead queue: AU is always the trials', and few steps average it)."""
+    steps = r.get("steps_per_trial")
+    return r.get("au") is not None and steps is not None and steps < SHORT_TRIAL_STEPS
 
 
 def short_au_note(steps: int) -> str:
