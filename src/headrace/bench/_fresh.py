@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from headrace.bench._kind import Kind, VariantSpec
 from headrace.errors import HeadraceError
+from headrace.io._in_flight import reads_in_flight
 
-__all__ = ["MOST", "alternate", "fresh_pass_s", "passes", "reads_past_cache"]
+__all__ = ["MOST", "alternate", "fresh_pass_s", "passes", "reads_past_cache", "settle"]
 
 #: Fresh passes per variant at most (each reads whole epochs).
 MOST = 3
@@ -31,6 +32,17 @@ def passes(kind: Kind) -> int:
     """Fresh passes per variant: one per trial up to :data:`MOST` for kinds shown by them
     (``canonical_digests``: files), none for the others."""
     return min(MOST, kind.workload.train.trials) if kind.canonical_digests else 0
+
+
+def settle(limit_s: float = 60.0) -> float:
+    """Wait until no read of this process is in flight, at most ``limit_s``: the seconds
+    waited. A stream's ``close()`` waits 1.2 s for its read-ahead thread and then leaves a
+    slow read (a large GET behind a latency proxy) running on a daemon thread, where it
+    would share the storage and the CPUs with the next variant's timed steps."""
+    t0 = time.monotonic()
+    while reads_in_flight() and time.monotonic() - t0 < limit_s:
+        time.sleep(0.005)
+    return time.monotonic() - t0
 
 
 def fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
@@ -48,6 +60,7 @@ def fresh_pass_s(kind: Kind, spec: str, steps: int) -> float:
     finally:
         stream.close()
         kind.loaders.clear()
+        settle()
 
 
 def alternate(

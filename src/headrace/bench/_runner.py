@@ -249,6 +249,7 @@ def _run(
                 measured[spec]["rss_baseline_bytes"] = None
         except HeadraceError as exc:
             fail(spec, exc)
+        _fresh.settle()  # its last reads must not count in the next variant's figures
     specs = [s for s in specs if s not in failed]
     if not specs:
         raise HeadraceError("; ".join(failed.values()))
@@ -293,6 +294,7 @@ def _run(
     finally:
         for s in streams.values():
             s.close()
+        _fresh.settle()
     # 2b. files kinds: fresh passes, alternating (their shown figure; see _fresh.py).
 
     def pass_done() -> None:
@@ -324,6 +326,7 @@ def _run(
                         progress(f"{wl.name}: trials with compute", done, work)
             finally:
                 stream.close()
+                _fresh.settle()
         except HeadraceError as exc:
             fail(spec, exc)
     mem_after = meminfo()
