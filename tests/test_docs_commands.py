@@ -40,10 +40,11 @@ from typing import Any
 
 import pytest
 
+from headrace.bench._dlio import resolve_dlio
 from headrace.bench._workload import builtin_workloads
 from headrace.cli import COMMANDS, check, command_parser
 from headrace.emulate._cli import EMULATORS
-from headrace.errors import HeadraceError
+from headrace.errors import ConfigError, HeadraceError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -260,7 +261,10 @@ def _check_names(name: str, args: argparse.Namespace) -> None:
                 raise UsageError(f"unknown workload {workload!r}; built-in: {sorted(known)}")
     dlio = getattr(args, "dlio", None)
     if dlio and not _is_placeholder(dlio) and not (ROOT / dlio).is_file():
-        raise UsageError(f"--dlio {dlio}: no such file in the repository")
+        try:  # a DLIO workload that ships, by name
+            resolve_dlio(dlio)
+        except ConfigError:
+            raise UsageError(f"--dlio {dlio}: no such file in the repository") from None
 
 
 def verify(command: Command) -> None:
@@ -332,6 +336,7 @@ def _line(text: str, *, inline: bool = False) -> Command:
         ("headrace bench -w paded", "unknown workload 'paded'"),
         ("headrace gen paded --root DIR", "unknown workload 'paded'"),
         ("headrace bench --dlio tests/data/nope.yaml", "no such file in the repository"),
+        ("headrace bench --dlio unet3d_h10", "no such file in the repository"),
         ("headrace bench -w padded --variants headrace-asink", "unknown variant 'headrace-asink'"),
         ("headrace bench -w padded --files 8", "--files sizes the"),
         ("headrace bench --sweep in_flight", "expected KEY=V1,V2"),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from headrace.bench._cli import _plan
-from headrace.bench._dlio import dlio_workload
+from headrace.bench._dlio import BUILTIN_DLIO, dlio_workload
 from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import make_kind
 from headrace.bench._measure import measure_pass
@@ -20,7 +20,7 @@ from headrace.bench._workload import builtin_workloads, load_workload
 from headrace.cli import main
 from headrace.errors import ConfigError
 
-DATA = Path(__file__).parent.parent / "data"
+SHIPPED = Path(BUILTIN_DLIO)  # the DLIO workloads that ship: unet3d_h100, resnet50_h100, ...
 BUILTIN = sorted(builtin_workloads())
 
 JPEG = """\
@@ -122,8 +122,8 @@ def test_builtin_workloads_set_only_keys_their_kind_reads(name: str, tmp_path: P
 
 @pytest.mark.parametrize("yaml", ["unet3d_h100.yaml", "resnet50_h100.yaml"])
 def test_dlio_yamls_load_with_only_keys_the_kind_reads(yaml: str, tmp_path: Path) -> None:
-    kind = make_kind(dlio_workload(str(DATA / yaml), scale=0.01), str(tmp_path))
-    assert kind.workload.source == str(DATA / yaml)
+    kind = make_kind(dlio_workload(str(SHIPPED / yaml), scale=0.01), str(tmp_path))
+    assert kind.workload.source == str(SHIPPED / yaml)
 
 
 @pytest.mark.parametrize(
@@ -240,7 +240,7 @@ def test_a_variant_option_may_set_a_reader_key_the_file_leaves_at_its_default(
 
 
 def _dlio(tmp_path: Path, yaml: str, **edits: str) -> str:
-    text = (DATA / yaml).read_text()
+    text = (SHIPPED / yaml).read_text()
     for old, new in edits.items():
         assert old in text
         text = text.replace(old, new)
@@ -252,7 +252,7 @@ def test_dlio_epochs_are_trials_of_one_epoch_of_the_scaled_dataset(tmp_path: Pat
     # resnet50: 1,024 files x 1,251 samples, batch 400, 5 epochs. DLIO: an epoch is
     # floor(files x samples / batch) steps; --scale shrinks the files, so the epoch too.
     for scale, files in ((0.5, 512), (0.01, 10)):
-        wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=scale)
+        wl = dlio_workload(str(SHIPPED / "resnet50_h100.yaml"), scale=scale)
         assert wl.dataset["files"] == files
         assert wl.train.steps == files * 1251 // 400  # 1,601 and 31
         assert wl.train.trials == 5
@@ -277,7 +277,7 @@ def test_dlio_epochs_are_trials_of_one_epoch_of_the_scaled_dataset(tmp_path: Pat
 
 
 def test_dlio_plan_says_where_its_steps_come_from() -> None:
-    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.001, record_scale=0.01)
+    wl = dlio_workload(str(SHIPPED / "resnet50_h100.yaml"), scale=0.001, record_scale=0.01)
     plan = _plan(wl)
     assert plan.startswith("plan: 1 warm-up step, then 5 trials x 3 steps per variant, and ")
     assert "15 steps with compute (DLIO resnet50_h100.yaml: 5 epochs of 3 steps" in plan
@@ -300,7 +300,7 @@ def test_dlio_odirect_and_compute_distribution(tmp_path: Path) -> None:
     assert isinstance(kind, FilesKind) and kind.odirect
     assert wl.train.computation_time == pytest.approx(0.15)
     assert wl.train.computation_time_stdev == pytest.approx(0.025)
-    assert "odirect" not in dlio_workload(str(DATA / "unet3d_h100.yaml")).reader
+    assert "odirect" not in dlio_workload(str(SHIPPED / "unet3d_h100.yaml")).reader
     gamma = "computation_time:\n    shape: 1.0\n    type: gamma"
     gamma = _dlio(tmp_path, "unet3d_h100.yaml", **{"computation_time: 0.323": gamma})
     with pytest.raises(ConfigError, match=r"only a number or a normal distribution"):
@@ -331,7 +331,7 @@ def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
 def test_dlio_keys_not_modelled_are_named_in_the_plan(tmp_path: Path) -> None:
     # A checkpoint section changes what DLIO measures; the mapping does not model it,
     # so the plan says so. preprocess_time (simulated per-sample work) is modelled.
-    text = (DATA / "resnet50_h100.yaml").read_text()
+    text = (SHIPPED / "resnet50_h100.yaml").read_text()
     text = text.replace("  prefetch_size: 2", "  prefetch_size: 2\n  preprocess_time: 0.01")
     (tmp_path / "r.yaml").write_text(text + "checkpoint:\n  checkpoint_folder: ckpt\n")
     wl = dlio_workload(str(tmp_path / "r.yaml"), scale=0.01)

@@ -9,13 +9,14 @@ import jsonschema
 import pytest
 from _bench_run import bench_file, schema
 
+from headrace.bench._dlio import BUILTIN_DLIO
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads, load_workload
 from headrace.cli import main
 from headrace.errors import ConfigError
 
-DATA = Path(__file__).parent.parent / "data"
+SHIPPED = Path(BUILTIN_DLIO)  # the DLIO workloads that ship: unet3d_h100, resnet50_h100, ...
 
 # Each runnable built-in workload at a tiny scale.
 TINY = {
@@ -158,7 +159,7 @@ def test_list_shows_the_named_workloads_checked(
     assert main(["bench", "--list", "-w", "jpeg", *root]) == 0
     out = capsys.readouterr().out
     assert out.startswith("jpeg ") and "tokens" not in out and "demand:" in out
-    assert main(["bench", "--list", "--dlio", str(DATA / "unet3d_h100.yaml"), *root]) == 0
+    assert main(["bench", "--list", "--dlio", str(SHIPPED / "unet3d_h100.yaml"), *root]) == 0
     assert "unet3d" in capsys.readouterr().out
     bad = tmp_path / "bad.toml"
     text = resources.files("headrace.bench").joinpath("workloads/jpeg.toml").read_text()
@@ -175,7 +176,7 @@ def test_dlio_yaml_runs_at_small_scale(
     yaml: str, scale: float, record_scale: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "r.json"
-    args = ["bench", "--dlio", str(DATA / yaml), "--root", str(tmp_path / "d"), "-q"]
+    args = ["bench", "--dlio", str(SHIPPED / yaml), "--root", str(tmp_path / "d"), "-q"]
     args += ["--scale", str(scale), "--record-scale", str(record_scale), "--no-isolate"]
     args += ["--steps", "2", "--trials", "1", "--json", str(out)]
     assert main(args) == 0
@@ -227,7 +228,7 @@ def test_a_bad_dlio_yaml_is_named_not_a_traceback(
 def test_dlio_resnet_mapping() -> None:
     from headrace.bench._dlio import dlio_workload
 
-    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.5, record_scale=0.5)
+    wl = dlio_workload(str(SHIPPED / "resnet50_h100.yaml"), scale=0.5, record_scale=0.5)
     # fixed-size records, 1,251 per file: an NPY array of records per file
     assert wl.dataset["format"] == "npy" and wl.dataset["files"] == 512
     assert wl.dataset["samples_per_file"] == 1251 and wl.dataset["record_bytes"] == 57_330
@@ -239,10 +240,10 @@ def test_dlio_prefetch_size_is_batches_and_read_threads_fetch() -> None:
 
     # DLIO's prefetch_size counts batches its data loader queues, not reads in flight: taken
     # as in_flight, ResNet-50's prefetch_size 2 with 8 read threads fetched 2 files at a time.
-    wl = dlio_workload(str(DATA / "resnet50_h100.yaml"), scale=0.01, record_scale=0.01)
+    wl = dlio_workload(str(SHIPPED / "resnet50_h100.yaml"), scale=0.01, record_scale=0.01)
     assert wl.reader["prefetch"] == 2
     assert wl.reader["in_flight"] == 16 and wl.reader["decode_threads"] == 8
-    unet = dlio_workload(str(DATA / "unet3d_h100.yaml"), scale=0.05, record_scale=0.01)
+    unet = dlio_workload(str(SHIPPED / "unet3d_h100.yaml"), scale=0.05, record_scale=0.01)
     # no prefetch_size: DLIO's default of 2 batches, not the kind's 8 (8 x 7 x 147 MB queued)
     assert unet.reader["prefetch"] == 2
     assert unet.reader["in_flight"] == 8 and unet.reader["decode_threads"] == 4
@@ -456,7 +457,7 @@ def test_tokens_cached_variant_reads_only_the_cache(tmp_path: Path) -> None:
 def test_dlio_s3_storage_mapping(tmp_path: Path) -> None:
     from headrace.bench._dlio import dlio_workload
 
-    text = (DATA / "unet3d_h100.yaml").read_text()
+    text = (SHIPPED / "unet3d_h100.yaml").read_text()
     s3 = text.replace(
         "storage_type: local_fs\n  storage_root: ./",
         "storage_type: s3\n  storage_root: mlperf-bucket\n"
@@ -473,12 +474,12 @@ def test_dlio_s3_storage_mapping(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_dlio_s3_yaml_runs_on_a_local_emulator(tmp_path: Path) -> None:
-    text = (DATA / "unet3d_h100.yaml").read_text()
+    text = (SHIPPED / "unet3d_h100.yaml").read_text()
     (tmp_path / "s3.yaml").write_text(text.replace("storage_type: local_fs", "storage_type: s3"))
     reports = {}
     for name in ("unet3d_h100.yaml", "s3.yaml"):
         out = tmp_path / f"{name}.json"
-        yaml = DATA / name if name.startswith("unet") else tmp_path / name
+        yaml = SHIPPED / name if name.startswith("unet") else tmp_path / name
         args = ["bench", "--dlio", str(yaml), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
         args += ["--scale", "0.05", "--record-scale", "0.002", "--steps", "2", "--trials", "1"]
         assert main([*args, "--json", str(out)]) == 0

@@ -437,7 +437,7 @@ TARGETS: dict[str, Target] = {
         _read_bench("-w", "w.toml"),
     ),
     "dlio_yaml": _target(
-        _copy_of(_REPO / "tests/data/unet3d_h100.yaml", "d.yaml"),
+        _copy_of(_REPO / "src/headrace/bench/workloads/dlio/unet3d_h100.yaml", "d.yaml"),
         "d.yaml",
         [],
         _read_bench("--dlio", "d.yaml"),

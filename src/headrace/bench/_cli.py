@@ -265,6 +265,12 @@ def list_workloads(root: str, kinds: list[Kind], accelerators: int = 1) -> int:
         except HeadraceError as exc:
             demand = f"not runnable yet: {exc}"
         _list_one(name, wl, demand)
+    from headrace.bench._dlio import builtin_dlio
+
+    print(
+        f"DLIO workloads (--dlio NAME, or a YAML of yours): {', '.join(builtin_dlio())}; "
+        "--list --dlio NAME shows one's demand"
+    )
     return 0
 
 

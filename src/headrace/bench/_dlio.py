@@ -43,7 +43,36 @@ from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
 from headrace.formats import encode
 
-__all__ = ["dlio_workload"]
+__all__ = ["BUILTIN_DLIO", "builtin_dlio", "dlio_workload", "resolve_dlio"]
+
+#: DLIO workloads that ship with headrace (MLPerf Storage's three: UNet3D, ResNet-50 and
+#: CosmoFlow on H100), run by name: ``headrace bench --dlio unet3d_h100``.
+BUILTIN_DLIO = os.path.join(os.path.dirname(__file__), "workloads", "dlio")
+
+
+def builtin_dlio() -> dict[str, str]:
+    """The built-in DLIO workloads: name to path."""
+    names = sorted(f for f in os.listdir(BUILTIN_DLIO) if f.endswith(".yaml"))
+    return {f.removesuffix(".yaml"): os.path.join(BUILTIN_DLIO, f) for f in names}
+
+
+def resolve_dlio(given: str) -> str:
+    """The YAML ``--dlio`` names: a file, else a built-in workload by name (with or
+    without ``.yaml``); anything else is refused, naming the built-ins."""
+    if os.path.isfile(given):
+        return given
+    builtins = builtin_dlio()
+    name = given.removesuffix(".yaml")
+    if os.sep not in given and name in builtins:
+        return builtins[name]
+    what = "a folder" if os.path.isdir(given) else "no such file"
+    close = difflib.get_close_matches(name, list(builtins), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close and os.sep not in given else ""
+    raise ConfigError(
+        f"--dlio {given!r}: {what}{hint}; give a DLIO workload YAML, or a built-in one by "
+        f"name: {', '.join(builtins)}"
+    )
+
 
 _FORMATS = {"npz": "npz", "npy": "npy", "jpeg": "jpeg", "png": "png", "hdf5": "hdf5"}
 # Record formats without a decoder here are read as fixed-size raw records.
@@ -425,6 +454,8 @@ def dlio_workload(
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
     record = _record(ds, where)
+    if record <= 0:  # records of no bytes: nothing to read, and no --record-scale helps
+        raise ConfigError(f"{where}.record_length_bytes must be > 0 (got {record:g})")
     if record * record_scale < 1:
         # Made 1 byte, as the compute time went on shrinking: UNet3D at 1e-9 asked
         # 9,947 GB/s per accelerator of a workload that asks 3 GB/s.

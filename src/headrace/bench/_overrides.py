@@ -5,7 +5,6 @@ keys, ``--variants`` and ``--sweep``."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -164,15 +163,10 @@ def _named_workloads(args: argparse.Namespace) -> list[Workload]:
 
 def dlio_from_args(args: argparse.Namespace) -> Workload:
     """The workload of ``--dlio YAML`` at ``--scale`` and ``--record-scale``."""
-    from headrace.bench._dlio import dlio_workload
+    from headrace.bench._dlio import dlio_workload, resolve_dlio
 
-    if not os.path.isfile(args.dlio):
-        raise ConfigError(
-            f"--dlio {args.dlio!r}: no such file; give a DLIO workload YAML, "
-            "e.g. --dlio tests/data/unet3d_h100.yaml"
-        )
     return dlio_workload(
-        args.dlio,
+        resolve_dlio(args.dlio),
         scale=1.0 if args.scale is None else args.scale,
         record_scale=1.0 if args.record_scale is None else args.record_scale,
         batch_size=getattr(args, "batch_size", None),
