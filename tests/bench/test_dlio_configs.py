@@ -328,6 +328,21 @@ def test_workflow_flags_name_what_dlio_does_beside_training(tmp_path: Path) -> N
         dlio_workload(path)
 
 
+def test_numbers_with_an_exponent_and_no_dot_are_numbers_as_dlio_reads_them(
+    tmp_path: Path,
+) -> None:
+    # PyYAML reads 1e-3 as a string (YAML 1.1 wants 1.0e-3) and the workload was refused,
+    # "must be a number (got '1e-3')"; DLIO reads its configs through OmegaConf, which
+    # takes it as 0.001.
+    text = "dataset: {format: npz, record_length_bytes: 15e4}\ntrain: {computation_time: 1e-3}\n"
+    wl = dlio_workload(_yaml(tmp_path, text))
+    assert wl.train.computation_time == 0.001
+    assert wl.dataset["record_bytes"] == 150_000
+    # a string that only starts like one stays a string, and is refused as before
+    with pytest.raises(ConfigError, match=r"must be a number >= 0 \(got '1e-3x'\)"):
+        dlio_workload(_yaml(tmp_path, "dataset: {}\ntrain: {computation_time: 1e-3x}\n"))
+
+
 def test_computation_time_forms_dlio_documents(tmp_path: Path) -> None:
     def train(text: str) -> Any:
         return dlio_workload(_yaml(tmp_path, f"dataset: {{}}\ntrain: {text}\n")).train

@@ -33,6 +33,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,29 @@ def builtin_dlio() -> dict[str, str]:
     """The built-in DLIO workloads: name to path."""
     names = sorted(f for f in os.listdir(BUILTIN_DLIO) if f.endswith(".yaml"))
     return {f.removesuffix(".yaml"): os.path.join(BUILTIN_DLIO, f) for f in names}
+
+
+# YAML 1.1 (PyYAML) reads ``1e-3`` as a string: a float wants a dot (``1.0e-3``). DLIO
+# reads its configs through Hydra's OmegaConf, which takes exponents without one, so
+# ``computation_time: 1e-3`` is a number to DLIO and must be one here.
+_FLOAT = re.compile(
+    r"""^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+
+    |[0-9][0-9_]*\.[0-9_]*
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |\.(?:inf|Inf|INF))$
+    |^\.(?:nan|NaN|NAN)$""",
+    re.X,
+)
+
+
+def _loader(yaml: Any) -> Any:
+    """A SafeLoader that reads numbers as DLIO (OmegaConf) does."""
+
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Loader
 
 
 def resolve_dlio(given: str) -> str:
@@ -423,7 +447,7 @@ def dlio_workload(
         raise ConfigError("--dlio needs PyYAML: pip install pyyaml") from exc
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, Loader=_loader(yaml))  # a SafeLoader
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         # PyYAML's messages span lines (the mark, then the problem): one line here.
         why = " ".join(str(exc).split()) if str(exc) else type(exc).__name__
