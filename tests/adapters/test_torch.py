@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 
 from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data._utils import fetch  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
@@ -668,3 +669,26 @@ def test_a_worker_whose_batch_waits_says_so_on_its_stderr(root: Path, tmp_path: 
     assert done.stdout.strip() == batch_digest(ld)
     assert "headrace: no batch for " in done.stderr, done.stderr
     assert "headrace: the batch of step " in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("how", ["dataset", "stock", "headrace-0", "headrace-2"])
+def test_looping_again_over_a_finished_run_warns_at_the_loop(root: Path, how: str) -> None:
+    # `for epoch in range(2): for batch in dl:` with steps = one epoch trained epoch 2
+    # on nothing, without a word: the bare Loader warned, but each iteration of a
+    # TorchDataset makes a new Loader, which could not tell it had been round before.
+    ds = dataset(root, steps=3)
+    loop: Any = {
+        "dataset": ds,
+        "stock": DataLoader(ds, batch_size=None),
+        "headrace-0": ht.HeadraceDataLoader(ds),
+        "headrace-2": ht.HeadraceDataLoader(ds, num_workers=2),
+    }[how]
+    assert len(digests(loop)) == 3
+    with pytest.warns(RuntimeWarning, match=r"yields nothing: step 3 is the run's end") as w:
+        assert digests(loop) == []
+    # Once, at the loop's line (under a stock DataLoader: torch's fetcher, which iterates)
+    assert [x.filename for x in w] == [__file__ if how != "stock" else fetch.__file__]
+    # A run resumed at its end is no loop gone round, nor is a first loop over steps=0.
+    resumed = dataset(root, steps=3)
+    resumed.load_state_dict(ds.state_dict() if how != "headrace-2" else loop.state_dict())
+    assert digests(ht.HeadraceDataLoader(resumed)) == digests(dataset(root, steps=0)) == []

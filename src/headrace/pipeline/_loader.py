@@ -51,7 +51,7 @@ from headrace.pipeline._shutdown import (
     left_behind,
 )
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
-from headrace.pipeline._steps import chunked, first_owned, remaining_steps
+from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -382,15 +382,7 @@ class Loader(Closing):
         self._pass_over()
         again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
-            # The PyTorch habit `for epoch in ...: for batch in loader:` met an end step,
-            # not a per-epoch count: every later epoch would train on nothing, silently.
-            warn_user(
-                f"Loader: this iteration yields nothing: step {self.step} is the run's end "
-                f"(steps={self.steps}). `steps` is the global step at which iteration "
-                "ends, not a count per epoch, and each loop goes on from loader.step; for "
-                "several epochs give steps=epochs * steps_per_epoch (or None) and loop once.",
-                RuntimeWarning,
-            )
+            warn_user(run_over("Loader", self.step, self.steps), RuntimeWarning)
         self._generation += 1
         self.status = LoaderStatus.RUNNING
         start = self.step

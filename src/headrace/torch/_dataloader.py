@@ -224,6 +224,7 @@ class HeadraceDataLoader(Closing):
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
+        ds._going_again("HeadraceDataLoader")
         # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
         ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs)))
         if self.num_workers:
@@ -242,6 +243,7 @@ class HeadraceDataLoader(Closing):
                 self._check_current(generation, exc)
                 raise
             return
+        ds._went = True  # (the load above began this iteration: it was no resume)
         cfg = RingConfig(
             source=ds.source,
             loader={
