@@ -982,3 +982,25 @@ def test_chunks_of_images_of_several_sizes_are_capped_by_their_bytes(tmp_path: P
         chunks = list(islice(ld.chunks(), 4))
     assert all(a["data"].dtype == object for _, a in chunks)
     assert [len(s) for s, _ in chunks] == [1, 2, 3, 3]  # before: [1, 2, 4, 8]
+
+
+def test_a_launched_rank_without_rank_or_world_size_is_warned(
+    token_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under torchrun, README's first example with `rank, world_size` left out gave every
+    # rank the whole global batch, the same rows on each, without a word.
+    from headrace.pipeline import check
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    with pytest.warns(RuntimeWarning, match=r"one of 4 \(WORLD_SIZE=4, RANK=3\)") as w:
+        ld = Loader(source(token_path), batch_size=16)
+    assert [x.filename for x in w] == [__file__]  # the user's line
+    assert (ld.rank, ld.world_size, len(next(iter(ld))["x"])) == (0, 1, 16)
+    ld.close()
+    # Given, either way, or a launch of one process: not a word (filterwarnings = error).
+    for kw in ({"world_size": 1}, {"rank": 3, "world_size": 4}, {"rank": 0}):
+        Loader(source(token_path), batch_size=16, **kw).close()  # type: ignore[arg-type]
+    assert check(source(token_path), batch_size=16).samples > 0  # reads it all, on purpose
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    Loader(source(token_path), batch_size=16).close()

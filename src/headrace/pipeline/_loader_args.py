@@ -9,10 +9,12 @@ wish).
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.pipeline._transform import check_transform
 
@@ -21,6 +23,7 @@ __all__ = [
     "checked_seed",
     "checked_stall_warn_s",
     "checked_steps",
+    "host_place",
     "integer",
 ]
 
@@ -38,6 +41,29 @@ def checked_seed(seed: object) -> int:
     if not 0 <= value < 2**63:
         raise ConfigError(f"seed must be an integer in [0, 2**63) (got seed={value}).")
     return value
+
+
+def host_place(rank: object, world_size: object) -> tuple[int, int]:
+    """``rank`` and ``world_size`` as ints; neither given: host 0 of 1, which a process
+    that a launcher (torchrun, accelerate, DeepSpeed) started as one of several is told
+    about: each of its ranks would read the whole global batch, the same rows as the
+    others, without a word."""
+    if rank is None and world_size is None:
+        launched = os.environ.get("WORLD_SIZE", "").strip()
+        if launched.isdigit() and int(launched) > 1:
+            warn_user(
+                f"Loader: no rank or world_size given, so this process reads the whole "
+                f"global batch as host 0 of 1, but its launcher started it as one of "
+                f"{int(launched)} (WORLD_SIZE={launched}, RANK="
+                f"{os.environ.get('RANK', '?')}): every rank would read the same rows. "
+                "Pass rank= and world_size= (torch.distributed.get_rank(), "
+                "get_world_size()), or use headrace.torch.TorchDataset, which takes "
+                "them from torch.distributed; give world_size=1 to read the whole batch "
+                "here on purpose.",
+                RuntimeWarning,
+            )
+    rank = 0 if rank is None else rank
+    return integer("rank", rank), integer("world_size", 1 if world_size is None else world_size)
 
 
 def check_source(source: Any, transform: Any) -> None:
