@@ -64,13 +64,20 @@ def _start_fork_server(ctx: BaseContext) -> None:
         forkserver.ensure_running()
 
 
-_NOT_ALLOWED = (
-    "batch_size",
-    "batch_sampler",
-    "collate_fn",
-    "sampler",
-    "shuffle",
-)
+#: A stock DataLoader's arguments that would batch or order the dataset's whole batches,
+#: and where that is said instead (each refusal names its fix: a migrating script passes
+#: them all).
+_NOT_ALLOWED = {
+    "batch_size": "the global batch is TorchDataset(batch_size=...), each rank's share "
+    "batch_size // world_size rows",
+    "batch_sampler": "the plan picks each step's samples; Mixture(sources, weights) mixes sources",
+    "collate_fn": "per-sample work goes in TorchDataset(transform=fn), fn(arrays, samples) "
+    "on NumPy arrays where the reading happens (in the workers); per-batch work on the "
+    "tensors in your loop",
+    "sampler": "the plan picks each step's samples; Mixture(sources, weights) mixes sources",
+    "shuffle": "the source shuffles already (shuffle=True by default), a new order each "
+    "epoch keyed by TorchDataset(seed=...)",
+}
 
 
 #: What a stock DataLoader's other arguments are for, done here (said when one is given).
@@ -157,7 +164,7 @@ class HeadraceDataLoader(Closing):
                 raise ConfigError(
                     f"HeadraceDataLoader got {bad}={unsupported[bad]!r}: the dataset makes "
                     f"whole batches in plan order, and workers restart at the consumer's step "
-                    f"on every iteration, so {bad} is not allowed."
+                    f"on every iteration, so {bad} is not allowed: {_NOT_ALLOWED[bad]}."
                 )
             unsupported.pop(bad, None)
         if unsupported:
