@@ -688,6 +688,10 @@ def test_looping_again_over_a_finished_run_warns_at_the_loop(root: Path, how: st
         assert digests(loop) == []
     # Once, at the loop's line (under a stock DataLoader: torch's fetcher, which iterates)
     assert [x.filename for x in w] == [__file__ if how != "stock" else fetch.__file__]
+    # Said at iter(): Lightning's fit loop, max_epochs=3 over a loader of one epoch, made
+    # the iterators of epochs 1 and 2, found len() 0 and asked them for nothing.
+    with pytest.warns(RuntimeWarning, match=r"yields nothing"):
+        iter(loop)
     # A run resumed at its end is no loop gone round, nor is a first loop over steps=0.
     resumed = dataset(root, steps=3)
     resumed.load_state_dict(ds.state_dict() if how != "headrace-2" else loop.state_dict())

@@ -229,9 +229,14 @@ class HeadraceDataLoader(Closing):
         return True
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        # Said at iter(), not at the first next(): Lightning's fit loop makes the iterator
+        # of each of max_epochs epochs, and asks an empty one for nothing.
+        self.dataset._going_again("HeadraceDataLoader")
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
-        ds._going_again("HeadraceDataLoader")
         # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
         ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs)))
         if self.num_workers:
