@@ -325,10 +325,21 @@ def test_big_endian_fields_become_native_tensors(tmp_path: Path, workers: int) -
     assert tensors["x"].tolist() == [0, 1, 2] and tensors["y"].tolist() == [1, 1]
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator error")
-def test_pin_memory_needs_an_accelerator(root: Path) -> None:
-    with pytest.raises(ConfigError, match="needs an accelerator"):
-        dataset(root, pin_memory=True)
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator case")
+def test_pin_memory_without_an_accelerator_warns_and_reads_unpinned(
+    root: Path, reference: list[str]
+) -> None:
+    # A training script's pin_memory=True was a ConfigError on a machine without a GPU
+    # (a laptop, CI), where a stock DataLoader warns and goes on: the same script could
+    # not run on both.
+    with pytest.warns(UserWarning, match=r"TorchDataset\(pin_memory=True\): no accelerator"):
+        ds = dataset(root, pin_memory=True)
+    assert digests(ht.HeadraceDataLoader(ds), 3) == reference[:3] and not ds.pin_memory
+    for workers in (0, 2):
+        with pytest.warns(UserWarning, match=r"HeadraceDataLoader\(pin_memory=True\): no"):
+            dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers, pin_memory=True)
+        with dl:
+            assert digests(dl, 3) == reference[:3] and not dl.pin_memory
 
 
 def test_a_pinning_dataset_pins_each_batch_once(root: Path, fake_pin: list[torch.Tensor]) -> None:

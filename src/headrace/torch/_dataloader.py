@@ -25,7 +25,7 @@ from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._ragged import RaggedTensorBatch
-from headrace.torch._tensors import TensorBatch, check_pinnable, tensorable, to_tensors
+from headrace.torch._tensors import TensorBatch, pinnable, tensorable, to_tensors
 from headrace.torch._wrappers import lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
@@ -190,9 +190,9 @@ class HeadraceDataLoader(Closing):
                 f"(got {persistent_workers=}, {num_workers=})."
             )
         self.persistent_workers = persistent_workers
-        self.pin_memory = pin_memory or dataset.pin_memory
-        if self.pin_memory:
-            check_pinnable()
+        self.pin_memory = dataset.pin_memory or (
+            bool(pin_memory) and pinnable("HeadraceDataLoader")
+        )
         self.dataset = dataset
         self.num_workers = num_workers
         # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.

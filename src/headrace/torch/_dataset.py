@@ -30,7 +30,7 @@ from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
-from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
+from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
 from headrace.torch._wrappers import refuse_wrappers
 
 __all__ = ["TorchDataset"]
@@ -97,8 +97,6 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.ragged = check_ragged(ragged)
         self.rank, self.world_size = dist_rank_world(rank, world_size)
         self._rank_given = rank is not None
-        if pin_memory:
-            check_pinnable()
         # A throwaway loader checks the config now, in the main process, not in a worker.
         check = Loader(
             source,
@@ -122,7 +120,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.steps = check.steps  # an exact pass's end, with epochs
         self.epochs = check.epochs
         self.stall_warn_s = check.stall_warn_s
-        self.pin_memory = pin_memory
+        self.pin_memory = bool(pin_memory) and pinnable("TorchDataset")
         self.contiguous = contiguous
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
