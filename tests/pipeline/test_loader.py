@@ -1004,3 +1004,29 @@ def test_a_launched_rank_without_rank_or_world_size_is_warned(
     assert check(source(token_path), batch_size=16).samples > 0  # reads it all, on purpose
     monkeypatch.setenv("WORLD_SIZE", "1")
     Loader(source(token_path), batch_size=16).close()
+
+
+def test_a_path_an_array_or_a_datasets_table_in_a_sources_place_names_its_source(
+    token_path: Path, tmp_path: Path
+) -> None:
+    # A migrating script passes what its old loader took: the error listed the protocol's
+    # methods and the type, and left the source that reads it to be found in the docs.
+    tokens = token_path / "a.bin"
+    for given, way in [
+        (str(tokens), r"got str: a path is not a source: .* TokenSource\(path, context"),
+        (tokens, r"got PosixPath: a path is not a source: .* TableSource\(path"),
+        (
+            np.memmap(tokens, dtype=np.uint32, mode="r"),  # nanoGPT's get_batch
+            rf"got memmap: .* read its file, TokenSource\('{tokens}', dtype='uint32', context",
+        ),
+        (np.arange(9, dtype=np.uint16), r"got ndarray: an array in memory .* arr.tofile"),
+    ]:
+        with pytest.raises(ConfigError, match=way):
+            Loader(given, batch_size=16)  # type: ignore[arg-type]
+    datasets = pytest.importorskip("datasets", reason="the arrow extra's datasets")
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]]})
+    ds.save_to_disk(str(tmp_path / "t"))
+    with pytest.raises(ConfigError, match=r"got Dataset: .* TableSource\(ds, columns="):
+        Loader(datasets.load_from_disk(str(tmp_path / "t")), batch_size=16)
+    with pytest.raises(ConfigError, match=r"source must have read\(seed, samples\) .*got int\.$"):
+        Loader(3, batch_size=16)  # type: ignore[arg-type]

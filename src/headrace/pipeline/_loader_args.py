@@ -66,13 +66,45 @@ def host_place(rank: object, world_size: object) -> tuple[int, int]:
     return integer("rank", rank), integer("world_size", 1 if world_size is None else world_size)
 
 
+#: What a migrating script passes where a source goes, and the source that reads it.
+_READ_WITH = {
+    "path": "a path is not a source: open it with the source for its format, "
+    "TokenSource(path, context=...) for token files (train.bin), TableSource(path, "
+    "columns=[...], width=...) for Parquet, Arrow and save_to_disk folders, "
+    "PaddedRows(tokens.npy, ...) or FileSource(folder, format=...)",
+    "datasets": "a Hugging Face dataset is read from its files: TableSource(ds, "
+    "columns=['input_ids'], width=...) gives one padded row a sample, TokenSource("
+    "table_token_files(ds, 'input_ids'), context=...) packs its rows (docs/start.md)",
+    "array": "an array in memory is not a source: write it to a file (np.save, or "
+    "arr.tofile('train.bin')) and read that, TokenSource(path, context=...) for a token "
+    "stream, PaddedRows(path.npy, ...) for rows",
+}
+
+
+def _read_with(source: Any) -> str:
+    """For a value a source was expected in, the way to read it, if it is a common one."""
+    if isinstance(source, str | os.PathLike):
+        return _READ_WITH["path"]
+    if type(source).__module__.split(".")[0] == "datasets":
+        return _READ_WITH["datasets"]
+    if isinstance(source, np.memmap) and source.filename is not None:  # nanoGPT's get_batch
+        return (
+            f"a np.memmap is not a source: read its file, TokenSource({str(source.filename)!r}, "
+            f"dtype='{source.dtype.name}', context=...)"
+        )
+    if isinstance(source, np.ndarray):
+        return _READ_WITH["array"]
+    return ""
+
+
 def check_source(source: Any, transform: Any) -> None:
     """The source has the Source protocol's methods; a transform takes ``(arrays, samples)``."""
     if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
+        way = _read_with(source)
         raise ConfigError(
             f"source must have read(seed, samples) and fingerprint() (the Source "
             f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
-            f"{type(source).__name__}."
+            f"{type(source).__name__}{': ' + way if way else ''}."
         )
     if transform is not None:
         check_transform("transform", transform)
