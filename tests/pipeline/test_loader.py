@@ -1006,6 +1006,15 @@ def test_a_launched_rank_without_rank_or_world_size_is_warned(
     Loader(source(token_path), batch_size=16).close()
 
 
+def test_world_size_without_rank_or_rank_without_world_size_is_refused(token_path: Path) -> None:
+    # world_size=4 alone made every process rank 0 of 4: all read the same quarter of each
+    # global batch, and three quarters were never read, without a word.
+    with pytest.raises(ConfigError, match=r"world_size=4 given without rank: give both"):
+        Loader(source(token_path), batch_size=16, world_size=4)
+    with pytest.raises(ConfigError, match=r"rank=2 given without world_size: give both"):
+        Loader(source(token_path), batch_size=16, rank=2)
+
+
 def test_a_path_an_array_or_a_datasets_table_in_a_sources_place_names_its_source(
     token_path: Path, tmp_path: Path
 ) -> None:

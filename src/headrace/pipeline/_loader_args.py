@@ -62,6 +62,17 @@ def host_place(rank: object, world_size: object) -> tuple[int, int]:
                 "here on purpose.",
                 RuntimeWarning,
             )
+    elif rank is None or world_size is None:
+        # One without the other: world_size=8 alone made every rank rank 0, reading the
+        # same slice, without a word (a TorchDataset refused it).
+        given, other = ("rank", "world_size") if world_size is None else ("world_size", "rank")
+        value = integer(given, rank if world_size is None else world_size)
+        if value != (0 if world_size is None else 1):
+            raise ConfigError(
+                f"{given}={value} given without {other}: give both rank and world_size "
+                "(torch.distributed.get_rank() and get_world_size(), or "
+                "jax.process_index() and process_count()), or neither."
+            )
     rank = 0 if rank is None else rank
     return integer("rank", rank), integer("world_size", 1 if world_size is None else world_size)
 
