@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 
 from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data._utils import fetch  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
 from headrace.errors import ConfigError, DataError, StateError  # noqa: E402
@@ -324,10 +325,21 @@ def test_big_endian_fields_become_native_tensors(tmp_path: Path, workers: int) -
     assert tensors["x"].tolist() == [0, 1, 2] and tensors["y"].tolist() == [1, 1]
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator error")
-def test_pin_memory_needs_an_accelerator(root: Path) -> None:
-    with pytest.raises(ConfigError, match="needs an accelerator"):
-        dataset(root, pin_memory=True)
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="checks the no-accelerator case")
+def test_pin_memory_without_an_accelerator_warns_and_reads_unpinned(
+    root: Path, reference: list[str]
+) -> None:
+    # A training script's pin_memory=True was a ConfigError on a machine without a GPU
+    # (a laptop, CI), where a stock DataLoader warns and goes on: the same script could
+    # not run on both.
+    with pytest.warns(UserWarning, match=r"TorchDataset\(pin_memory=True\): no accelerator"):
+        ds = dataset(root, pin_memory=True)
+    assert digests(ht.HeadraceDataLoader(ds), 3) == reference[:3] and not ds.pin_memory
+    for workers in (0, 2):
+        with pytest.warns(UserWarning, match=r"HeadraceDataLoader\(pin_memory=True\): no"):
+            dl = ht.HeadraceDataLoader(dataset(root), num_workers=workers, pin_memory=True)
+        with dl:
+            assert digests(dl, 3) == reference[:3] and not dl.pin_memory
 
 
 def test_a_pinning_dataset_pins_each_batch_once(root: Path, fake_pin: list[torch.Tensor]) -> None:
@@ -668,3 +680,30 @@ def test_a_worker_whose_batch_waits_says_so_on_its_stderr(root: Path, tmp_path: 
     assert done.stdout.strip() == batch_digest(ld)
     assert "headrace: no batch for " in done.stderr, done.stderr
     assert "headrace: the batch of step " in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("how", ["dataset", "stock", "headrace-0", "headrace-2"])
+def test_looping_again_over_a_finished_run_warns_at_the_loop(root: Path, how: str) -> None:
+    # `for epoch in range(2): for batch in dl:` with steps = one epoch trained epoch 2
+    # on nothing, without a word: the bare Loader warned, but each iteration of a
+    # TorchDataset makes a new Loader, which could not tell it had been round before.
+    ds = dataset(root, steps=3)
+    loop: Any = {
+        "dataset": ds,
+        "stock": DataLoader(ds, batch_size=None),
+        "headrace-0": ht.HeadraceDataLoader(ds),
+        "headrace-2": ht.HeadraceDataLoader(ds, num_workers=2),
+    }[how]
+    assert len(digests(loop)) == 3
+    with pytest.warns(RuntimeWarning, match=r"yields nothing: step 3 is the run's end") as w:
+        assert digests(loop) == []
+    # Once, at the loop's line (under a stock DataLoader: torch's fetcher, which iterates)
+    assert [x.filename for x in w] == [__file__ if how != "stock" else fetch.__file__]
+    # Said at iter(): Lightning's fit loop, max_epochs=3 over a loader of one epoch, made
+    # the iterators of epochs 1 and 2, found len() 0 and asked them for nothing.
+    with pytest.warns(RuntimeWarning, match=r"yields nothing"):
+        iter(loop)
+    # A run resumed at its end is no loop gone round, nor is a first loop over steps=0.
+    resumed = dataset(root, steps=3)
+    resumed.load_state_dict(ds.state_dict() if how != "headrace-2" else loop.state_dict())
+    assert digests(ht.HeadraceDataLoader(resumed)) == digests(dataset(root, steps=0)) == []

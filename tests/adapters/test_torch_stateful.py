@@ -63,6 +63,11 @@ def test_a_stateful_dataloader_state_resumes_with_another_worker_count(
     ds = dataset(root)
     ds.load_state_dict(ht.from_stateful_dataloader(state))
     assert digests(ht.HeadraceDataLoader(ds)) == reference[SAVE_AT:]
+    # Loaded as it is (a run moving from torchdata to HeadraceDataLoader): the refusal
+    # named the keys, or with 0 workers pointed at 'dataset_state', and not the converter.
+    for target in (dataset(root), ht.HeadraceDataLoader(dataset(root))):
+        with pytest.raises(StateError, match=r"torchdata .*\.from_stateful_dataloader\(state\)"):
+            target.load_state_dict(state)
 
 
 def test_what_is_not_a_stateful_dataloader_state_is_refused(root: Path) -> None:

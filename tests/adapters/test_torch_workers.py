@@ -564,6 +564,17 @@ def test_config_errors(root: Path) -> None:
         ht.HeadraceDataLoader(dataset(root), num_workers=2, worker_init_fn=print)
     with pytest.raises(ConfigError, match=r"timeout: to stop waiting .* call close\(\)"):
         ht.HeadraceDataLoader(dataset(root), num_workers=2, timeout=3)
+    # A stock DataLoader's batching and ordering arguments: refused, each naming its way
+    # (they said only "not allowed", which left a migrating collate_fn nowhere to go).
+    for kw, way in [
+        ({"batch_size": 16}, r"batch_size=16: .* not allowed: the global batch is TorchDataset"),
+        ({"shuffle": True}, r"shuffle=True: .* not allowed: the source shuffles already"),
+        ({"sampler": [0]}, r"sampler=\[0\]: .* not allowed: the plan picks each step's"),
+        ({"batch_sampler": [[0]]}, r"batch_sampler=.* not allowed: the plan picks"),
+        ({"collate_fn": print}, r"collate_fn=.* not allowed: .* TorchDataset\(transform=fn\)"),
+    ]:
+        with pytest.raises(ConfigError, match=way):
+            ht.HeadraceDataLoader(dataset(root), **kw)
     with pytest.raises(ConfigError, match="prefetch_factor"):
         ht.HeadraceDataLoader(dataset(root), prefetch_factor=2)
     with pytest.raises(ConfigError, match="num_workers must be"):

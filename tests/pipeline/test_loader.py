@@ -982,3 +982,60 @@ def test_chunks_of_images_of_several_sizes_are_capped_by_their_bytes(tmp_path: P
         chunks = list(islice(ld.chunks(), 4))
     assert all(a["data"].dtype == object for _, a in chunks)
     assert [len(s) for s, _ in chunks] == [1, 2, 3, 3]  # before: [1, 2, 4, 8]
+
+
+def test_a_launched_rank_without_rank_or_world_size_is_warned(
+    token_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under torchrun, README's first example with `rank, world_size` left out gave every
+    # rank the whole global batch, the same rows on each, without a word.
+    from headrace.pipeline import check
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    with pytest.warns(RuntimeWarning, match=r"one of 4 \(WORLD_SIZE=4, RANK=3\)") as w:
+        ld = Loader(source(token_path), batch_size=16)
+    assert [x.filename for x in w] == [__file__]  # the user's line
+    assert (ld.rank, ld.world_size, len(next(iter(ld))["x"])) == (0, 1, 16)
+    ld.close()
+    # Given, either way, or a launch of one process: not a word (filterwarnings = error).
+    for kw in ({"world_size": 1}, {"rank": 3, "world_size": 4}, {"rank": 0}):
+        Loader(source(token_path), batch_size=16, **kw).close()  # type: ignore[arg-type]
+    assert check(source(token_path), batch_size=16).samples > 0  # reads it all, on purpose
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    Loader(source(token_path), batch_size=16).close()
+
+
+def test_world_size_without_rank_or_rank_without_world_size_is_refused(token_path: Path) -> None:
+    # world_size=4 alone made every process rank 0 of 4: all read the same quarter of each
+    # global batch, and three quarters were never read, without a word.
+    with pytest.raises(ConfigError, match=r"world_size=4 given without rank: give both"):
+        Loader(source(token_path), batch_size=16, world_size=4)
+    with pytest.raises(ConfigError, match=r"rank=2 given without world_size: give both"):
+        Loader(source(token_path), batch_size=16, rank=2)
+
+
+def test_a_path_an_array_or_a_datasets_table_in_a_sources_place_names_its_source(
+    token_path: Path, tmp_path: Path
+) -> None:
+    # A migrating script passes what its old loader took: the error listed the protocol's
+    # methods and the type, and left the source that reads it to be found in the docs.
+    tokens = token_path / "a.bin"
+    for given, way in [
+        (str(tokens), r"got str: a path is not a source: .* TokenSource\(path, context"),
+        (tokens, r"got PosixPath: a path is not a source: .* TableSource\(path"),
+        (
+            np.memmap(tokens, dtype=np.uint32, mode="r"),  # nanoGPT's get_batch
+            rf"got memmap: .* read its file, TokenSource\('{tokens}', dtype='uint32', context",
+        ),
+        (np.arange(9, dtype=np.uint16), r"got ndarray: an array in memory .* arr.tofile"),
+    ]:
+        with pytest.raises(ConfigError, match=way):
+            Loader(given, batch_size=16)  # type: ignore[arg-type]
+    datasets = pytest.importorskip("datasets", reason="the arrow extra's datasets")
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]]})
+    ds.save_to_disk(str(tmp_path / "t"))
+    with pytest.raises(ConfigError, match=r"got Dataset: .* TableSource\(ds, columns="):
+        Loader(datasets.load_from_disk(str(tmp_path / "t")), batch_size=16)
+    with pytest.raises(ConfigError, match=r"source must have read\(seed, samples\) .*got int\.$"):
+        Loader(3, batch_size=16)  # type: ignore[arg-type]

@@ -152,6 +152,7 @@ def _check_parts(
             part,
             batch_size=batch_size,
             seed=seed,
+            world_size=1,  # every sample, also in a process of a multi-rank launch
             steps=steps,
             prefetch=prefetch,
             step_stride=k,

@@ -31,6 +31,7 @@ from headrace.pipeline._loader_args import (
     checked_seed,
     checked_stall_warn_s,
     checked_steps,
+    host_place,
     integer,
 )
 from headrace.pipeline._loader_types import LoaderStats, LoaderStatus, Source
@@ -51,7 +52,7 @@ from headrace.pipeline._shutdown import (
     left_behind,
 )
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
-from headrace.pipeline._steps import chunked, first_owned, remaining_steps
+from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -81,7 +82,9 @@ class Loader(Closing):
     """Iterate this host's slice of each global batch, from ``state.step`` on.
 
     ``batch_size`` is the *global* batch; host ``rank`` of ``world_size``
-    receives ``batch_size // world_size`` samples per step. ``steps`` ends the
+    receives ``batch_size // world_size`` samples per step (neither given: 0 of 1,
+    with a warning in a process a launcher started as one of several, :func:`host_place`).
+    ``steps`` ends the
     iteration (``None``: never). ``step_stride``/``step_offset`` select every
     k-th step, for data-loader workers that each own a share of the steps.
     ``transform(arrays, samples)`` runs on what the source read, in the
@@ -109,8 +112,8 @@ class Loader(Closing):
         *,
         batch_size: int,
         seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         prefetch: int = 8,
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
         chunk_bytes: int = CHUNK_BYTES,
@@ -128,12 +131,8 @@ class Loader(Closing):
                 "the batch size and options given here."
             )
         check_source(source, transform)
-        seed, batch_size, rank, world_size = (
-            checked_seed(seed),
-            integer("batch_size", batch_size),
-            integer("rank", rank),
-            integer("world_size", world_size),
-        )
+        seed, batch_size = checked_seed(seed), integer("batch_size", batch_size)
+        rank, world_size = host_place(rank, world_size)
         prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset = checked_steps(
             prefetch, chunk_steps, chunk_bytes, steps, step_stride, step_offset
         )
@@ -382,15 +381,7 @@ class Loader(Closing):
         self._pass_over()
         again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
-            # The PyTorch habit `for epoch in ...: for batch in loader:` met an end step,
-            # not a per-epoch count: every later epoch would train on nothing, silently.
-            warn_user(
-                f"Loader: this iteration yields nothing: step {self.step} is the run's end "
-                f"(steps={self.steps}). `steps` is the global step at which iteration "
-                "ends, not a count per epoch, and each loop goes on from loader.step; for "
-                "several epochs give steps=epochs * steps_per_epoch (or None) and loop once.",
-                RuntimeWarning,
-            )
+            warn_user(run_over("Loader", self.step, self.steps), RuntimeWarning)
         self._generation += 1
         self.status = LoaderStatus.RUNNING
         start = self.step

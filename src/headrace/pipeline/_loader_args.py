@@ -9,10 +9,12 @@ wish).
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.pipeline._transform import check_transform
 
@@ -21,6 +23,7 @@ __all__ = [
     "checked_seed",
     "checked_stall_warn_s",
     "checked_steps",
+    "host_place",
     "integer",
 ]
 
@@ -40,13 +43,79 @@ def checked_seed(seed: object) -> int:
     return value
 
 
+def host_place(rank: object, world_size: object) -> tuple[int, int]:
+    """``rank`` and ``world_size`` as ints; neither given: host 0 of 1, which a process
+    that a launcher (torchrun, accelerate, DeepSpeed) started as one of several is told
+    about: each of its ranks would read the whole global batch, the same rows as the
+    others, without a word."""
+    if rank is None and world_size is None:
+        launched = os.environ.get("WORLD_SIZE", "").strip()
+        if launched.isdigit() and int(launched) > 1:
+            warn_user(
+                f"Loader: no rank or world_size given, so this process reads the whole "
+                f"global batch as host 0 of 1, but its launcher started it as one of "
+                f"{int(launched)} (WORLD_SIZE={launched}, RANK="
+                f"{os.environ.get('RANK', '?')}): every rank would read the same rows. "
+                "Pass rank= and world_size= (torch.distributed.get_rank(), "
+                "get_world_size()), or use headrace.torch.TorchDataset, which takes "
+                "them from torch.distributed; give world_size=1 to read the whole batch "
+                "here on purpose.",
+                RuntimeWarning,
+            )
+    elif rank is None or world_size is None:
+        # One without the other: world_size=8 alone made every rank rank 0, reading the
+        # same slice, without a word (a TorchDataset refused it).
+        given, other = ("rank", "world_size") if world_size is None else ("world_size", "rank")
+        value = integer(given, rank if world_size is None else world_size)
+        if value != (0 if world_size is None else 1):
+            raise ConfigError(
+                f"{given}={value} given without {other}: give both rank and world_size "
+                "(torch.distributed.get_rank() and get_world_size(), or "
+                "jax.process_index() and process_count()), or neither."
+            )
+    rank = 0 if rank is None else rank
+    return integer("rank", rank), integer("world_size", 1 if world_size is None else world_size)
+
+
+#: What a migrating script passes where a source goes, and the source that reads it.
+_READ_WITH = {
+    "path": "a path is not a source: open it with the source for its format, "
+    "TokenSource(path, context=...) for token files (train.bin), TableSource(path, "
+    "columns=[...], width=...) for Parquet, Arrow and save_to_disk folders, "
+    "PaddedRows(tokens.npy, ...) or FileSource(folder, format=...)",
+    "datasets": "a Hugging Face dataset is read from its files: TableSource(ds, "
+    "columns=['input_ids'], width=...) gives one padded row a sample, TokenSource("
+    "table_token_files(ds, 'input_ids'), context=...) packs its rows (docs/start.md)",
+    "array": "an array in memory is not a source: write it to a file (np.save, or "
+    "arr.tofile('train.bin')) and read that, TokenSource(path, context=...) for a token "
+    "stream, PaddedRows(path.npy, ...) for rows",
+}
+
+
+def _read_with(source: Any) -> str:
+    """For a value a source was expected in, the way to read it, if it is a common one."""
+    if isinstance(source, str | os.PathLike):
+        return _READ_WITH["path"]
+    if type(source).__module__.split(".")[0] == "datasets":
+        return _READ_WITH["datasets"]
+    if isinstance(source, np.memmap) and source.filename is not None:  # nanoGPT's get_batch
+        return (
+            f"a np.memmap is not a source: read its file, TokenSource({str(source.filename)!r}, "
+            f"dtype='{source.dtype.name}', context=...)"
+        )
+    if isinstance(source, np.ndarray):
+        return _READ_WITH["array"]
+    return ""
+
+
 def check_source(source: Any, transform: Any) -> None:
     """The source has the Source protocol's methods; a transform takes ``(arrays, samples)``."""
     if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
+        way = _read_with(source)
         raise ConfigError(
             f"source must have read(seed, samples) and fingerprint() (the Source "
             f"protocol: a TokenSource, PaddedRows, FileSource, Mixture, ...); got "
-            f"{type(source).__name__}."
+            f"{type(source).__name__}{': ' + way if way else ''}."
         )
     if transform is not None:
         check_transform("transform", transform)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-__all__ = ["chunked", "first_owned", "remaining_steps"]
+__all__ = ["chunked", "first_owned", "remaining_steps", "run_over"]
 
 
 def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]:
@@ -39,3 +39,15 @@ def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int =
         raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
     first = first_owned(step, stride, offset)
     return max(0, -(-(steps - first) // stride))
+
+
+def run_over(who: str, step: int, steps: int) -> str:
+    """What a loop gone round again over a finished run is told: the PyTorch habit
+    ``for epoch in ...: for batch in loader:`` met an end step, not a per-epoch count,
+    and every later epoch would train on nothing, silently."""
+    return (
+        f"{who}: this iteration yields nothing: step {step} is the run's end "
+        f"(steps={steps}). `steps` is the global step at which iteration ends, not a "
+        "count per epoch, and each loop goes on from where the last one stopped; for "
+        "several epochs give steps=epochs * steps_per_epoch (or None) and loop once."
+    )

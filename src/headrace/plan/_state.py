@@ -222,6 +222,12 @@ class LoaderState:
                 f"; its keys are bytes ({as_bytes[0].encode()!r}), as msgpack.unpackb(raw=True) "
                 "gives them: unpack with raw=False (msgpack's default since 1.0)"
                 if as_bytes
+                # Its workers' states name each worker's step, not the consumer's: the one
+                # under 'dataset_state' (no workers) is right, the hint below is not.
+                else "; it is a torchdata StatefulDataLoader's state_dict(): "
+                "headrace.torch.from_stateful_dataloader(state) gives the headrace state "
+                "at the step its consumer reached"
+                if "_snapshot" in keys or "fetcher_state" in keys
                 else f"; a loader state lies under {inside} (a whole checkpoint?): pass that one"
                 if inside
                 else ""

@@ -25,7 +25,7 @@ from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._ragged import RaggedTensorBatch
-from headrace.torch._tensors import TensorBatch, check_pinnable, tensorable, to_tensors
+from headrace.torch._tensors import TensorBatch, pinnable, tensorable, to_tensors
 from headrace.torch._wrappers import lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
@@ -64,13 +64,20 @@ def _start_fork_server(ctx: BaseContext) -> None:
         forkserver.ensure_running()
 
 
-_NOT_ALLOWED = (
-    "batch_size",
-    "batch_sampler",
-    "collate_fn",
-    "sampler",
-    "shuffle",
-)
+#: A stock DataLoader's arguments that would batch or order the dataset's whole batches,
+#: and where that is said instead (each refusal names its fix: a migrating script passes
+#: them all).
+_NOT_ALLOWED = {
+    "batch_size": "the global batch is TorchDataset(batch_size=...), each rank's share "
+    "batch_size // world_size rows",
+    "batch_sampler": "the plan picks each step's samples; Mixture(sources, weights) mixes sources",
+    "collate_fn": "per-sample work goes in TorchDataset(transform=fn), fn(arrays, samples) "
+    "on NumPy arrays where the reading happens (in the workers); per-batch work on the "
+    "tensors in your loop",
+    "sampler": "the plan picks each step's samples; Mixture(sources, weights) mixes sources",
+    "shuffle": "the source shuffles already (shuffle=True by default), a new order each "
+    "epoch keyed by TorchDataset(seed=...)",
+}
 
 
 #: What a stock DataLoader's other arguments are for, done here (said when one is given).
@@ -157,7 +164,7 @@ class HeadraceDataLoader(Closing):
                 raise ConfigError(
                     f"HeadraceDataLoader got {bad}={unsupported[bad]!r}: the dataset makes "
                     f"whole batches in plan order, and workers restart at the consumer's step "
-                    f"on every iteration, so {bad} is not allowed."
+                    f"on every iteration, so {bad} is not allowed: {_NOT_ALLOWED[bad]}."
                 )
             unsupported.pop(bad, None)
         if unsupported:
@@ -183,9 +190,9 @@ class HeadraceDataLoader(Closing):
                 f"(got {persistent_workers=}, {num_workers=})."
             )
         self.persistent_workers = persistent_workers
-        self.pin_memory = pin_memory or dataset.pin_memory
-        if self.pin_memory:
-            check_pinnable()
+        self.pin_memory = dataset.pin_memory or (
+            bool(pin_memory) and pinnable("HeadraceDataLoader")
+        )
         self.dataset = dataset
         self.num_workers = num_workers
         # Chunk slots a worker: one the consumer reads, ``prefetch_factor`` ready or filling.
@@ -222,6 +229,12 @@ class HeadraceDataLoader(Closing):
         return True
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        # Said at iter(), not at the first next(): Lightning's fit loop makes the iterator
+        # of each of max_epochs epochs, and asks an empty one for nothing.
+        self.dataset._going_again("HeadraceDataLoader")
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
         # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
@@ -242,6 +255,7 @@ class HeadraceDataLoader(Closing):
                 self._check_current(generation, exc)
                 raise
             return
+        ds._went = True  # (the load above began this iteration: it was no resume)
         cfg = RingConfig(
             source=ds.source,
             loader={

@@ -20,16 +20,17 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S
-from headrace.pipeline._steps import remaining_steps
+from headrace.pipeline._steps import remaining_steps, run_over
 from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
-from headrace.torch._tensors import TensorBatch, check_pinnable, to_tensors
+from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
 from headrace.torch._wrappers import refuse_wrappers
 
 __all__ = ["TorchDataset"]
@@ -96,8 +97,6 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.ragged = check_ragged(ragged)
         self.rank, self.world_size = dist_rank_world(rank, world_size)
         self._rank_given = rank is not None
-        if pin_memory:
-            check_pinnable()
         # A throwaway loader checks the config now, in the main process, not in a worker.
         check = Loader(
             source,
@@ -121,7 +120,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.steps = check.steps  # an exact pass's end, with epochs
         self.epochs = check.epochs
         self.stall_warn_s = check.stall_warn_s
-        self.pin_memory = pin_memory
+        self.pin_memory = bool(pin_memory) and pinnable("TorchDataset")
         self.contiguous = contiguous
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
@@ -148,6 +147,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         )
         self._loaded = False  # a state loaded here since the last iteration began
         self._loads = 0  # states loaded in all: an iteration over it began before one is stale
+        self._went = False  # iterated in this process since it was made or a state loaded
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -198,6 +198,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.origin = st.origin_for(self.batch_size)
         self._loaded = True
         self._loads += 1
+        self._went = False  # a resume (at the run's end, too), not a loop gone round
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
@@ -256,6 +257,15 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         return True
 
     # -- iteration -----------------------------------------------------------------
+    def _going_again(self, who: str) -> None:
+        """Warn a main process's loop gone round over a run that is over (the Loader's
+        warning: each iteration here makes a new Loader, which cannot tell); note that
+        this one has begun."""
+        if self._went and self.epochs is None and self.steps is not None:
+            if self._position() >= self.steps:
+                warn_user(run_over(who, self._position(), self.steps), RuntimeWarning)
+        self._went = True
+
     def _check_ranks(self) -> None:
         """Refuse to read with the ``(0, 1)`` taken before ``torch.distributed`` was
         initialised: every rank would read the whole global batch, silently. (A spawned
@@ -330,6 +340,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 self._start, self._phase, self.seed, self.origin = self._came
         self._loaded = False
         self._read_on(in_worker=info is not None)
+        if info is None:
+            self._going_again("TorchDataset")
         if starts_at(self._start, self.steps, self.epochs) != self._start:
             self._start = self._phase = 0  # a finished exact pass starts over
         self._close_loader()  # a new iteration supersedes the last one

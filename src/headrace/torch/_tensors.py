@@ -16,21 +16,27 @@ import torch
 
 from headrace._messages import object_field
 from headrace._pack import Packed, pack
-from headrace.errors import ConfigError, DataError
+from headrace._warn import warn_user
+from headrace.errors import DataError
 from headrace.pipeline import Batch
 
-__all__ = ["TensorBatch", "check_pinnable", "tensorable", "tensors_of", "to_tensors"]
+__all__ = ["TensorBatch", "pinnable", "tensorable", "tensors_of", "to_tensors"]
 
 TensorBatch = dict[str, torch.Tensor]
 
 
-def check_pinnable() -> None:
-    """Refuse ``pin_memory=True`` where nothing could use pinned pages (no accelerator)."""
-    if not torch.accelerator.is_available():
-        raise ConfigError(
-            "pin_memory=True needs an accelerator (torch.accelerator.is_available() is "
-            "False); pin only on a machine with a GPU."
-        )
+def pinnable(who: str) -> bool:
+    """Whether ``pin_memory=True`` pins: not where nothing could use pinned pages (no
+    accelerator), which is said, as a stock DataLoader says it, and the batches go on
+    unpinned, so one training script runs on a laptop or CI box and on a GPU host."""
+    if torch.accelerator.is_available():
+        return True
+    warn_user(
+        f"{who}(pin_memory=True): no accelerator (torch.accelerator.is_available() is "
+        "False), so nothing is pinned; the batches are the same.",
+        UserWarning,
+    )
+    return False
 
 
 def tensors_of(packed: Packed, *, pin_memory: bool = False) -> TensorBatch:
