@@ -232,7 +232,7 @@ def test_validation_split_is_unshuffled_wraps_and_never_empty(token_path: Path) 
             s = ((t * 8 + pos) % T) * L
             assert np.array_equal(x[j], tokens[s : s + L])
     with pytest.raises(ConfigError, match="cannot give each"):
-        Loader(src, batch_size=2, world_size=4)
+        Loader(src, batch_size=2, rank=0, world_size=4)
 
 
 def test_steps_limit_and_stride(token_path: Path) -> None:

@@ -221,7 +221,9 @@ def test_host_slices_union_is_the_global_batch(sources: dict[str, PaddedRows]) -
     one = run(1)
     assert batch_digest(run(2)) == batch_digest(one) == batch_digest(run(4))
     # Host slices are mixed: host 0 of 4 sees several sources.
-    with Loader(mixture(sources), batch_size=16, seed=3, world_size=4, prefetch=0, steps=40) as ld:
+    with Loader(
+        mixture(sources), batch_size=16, seed=3, rank=0, world_size=4, prefetch=0, steps=40
+    ) as ld:
         seen = np.concatenate([b["source"] for b in ld])
     assert set(seen.tolist()) == {0, 1, 2}
 
