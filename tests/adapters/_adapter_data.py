@@ -105,9 +105,10 @@ class Faulty:
     process waits for something else).
     """
 
-    def __init__(self, root: Path, at: int, how: str) -> None:
+    def __init__(self, root: Path, at: int, how: str, mark: Path | None = None) -> None:
         self.inner = token_source(root)
         self.at, self.how = at, how
+        self.mark = mark  # touched as a read of step ``at`` begins: a test waits for it
         self.failed = False
 
     def fingerprint(self) -> dict[str, Any]:
@@ -115,6 +116,8 @@ class Faulty:
 
     def read(self, seed: int, samples: Any) -> dict[str, Any]:
         if bool((np.asarray(samples) // BATCH >= self.at).any()):
+            if self.mark is not None:
+                self.mark.touch()
             if self.how == "raise" or (self.how == "once" and not self.failed):
                 self.failed = True
                 raise DataError(f"injected fault at step {self.at}")
