@@ -107,9 +107,10 @@ class Faulty:
     pipes raise too, which must not be taken for the main process closing them).
     """
 
-    def __init__(self, root: Path, at: int, how: str) -> None:
+    def __init__(self, root: Path, at: int, how: str, mark: Path | None = None) -> None:
         self.inner = token_source(root)
         self.at, self.how = at, how
+        self.mark = mark  # touched as a read of step ``at`` begins: a test waits for it
         self.failed = False
 
     def fingerprint(self) -> dict[str, Any]:
@@ -117,6 +118,8 @@ class Faulty:
 
     def read(self, seed: int, samples: Any) -> dict[str, Any]:
         if bool((np.asarray(samples) // BATCH >= self.at).any()):
+            if self.mark is not None:
+                self.mark.touch()
             if self.how == "raise" or (self.how == "once" and not self.failed):
                 self.failed = True
                 raise DataError(f"injected fault at step {self.at}")

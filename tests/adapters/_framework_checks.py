@@ -6,8 +6,6 @@ runs them on two workers: together they took 3 to 4 minutes on one (2c, 2026-12-
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +29,11 @@ def reference(root: Path, rank: int, world: int = WORLD) -> list[str]:
 Records = list[tuple[dict[str, Any], dict[str, Any]]]
 
 
-def run(
-    script: str,
-    root: Path,
-    out: Path,
-    *extra: object,
-    world: int = WORLD,
-    start: Callable[..., None] | None = None,
-) -> Records:
-    """Both phases of ``script`` on ``world`` ranks (``start``ed by torchrun unless
-    given); each rank's ``(first, resume)`` record."""
+def run(script: str, root: Path, out: Path, *extra: object, world: int = WORLD) -> Records:
+    """Both phases of ``script`` on ``world`` ranks, by torchrun; each rank's
+    ``(first, resume)`` record."""
     for mode in ("first", "resume"):
-        (start or partial(torchrun, world))(script, root, out, mode, *extra)
+        torchrun(world, script, root, out, mode, *extra)
     return read_records(out, world)
 
 

@@ -2,10 +2,12 @@
 ``torch.distributed.checkpoint`` (DCP) checkpoint, as torchtitan saves them.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 \\
-        dcp_train.py ROOT OUT save|resume SOURCE HOW STEPS SAVE_AT
+        dcp_train.py ROOT save|resume STEPS SAVE_AT OUT:SOURCE:HOW [OUT:SOURCE:HOW ...]
 
 ``save`` trains to STEPS and saves at step SAVE_AT to OUT/ckpt; ``resume`` loads it
-and trains on to STEPS. ``HOW`` keys the loader's state: ``adapter`` passes
+and trains on to STEPS. Each OUT:SOURCE:HOW is a run of its own, one after another in
+the same processes and process group (a launch of 2 ranks costs more than a run).
+``HOW`` keys the loader's state: ``adapter`` passes
 ``DCPStateful(dl)`` (one JSON leaf, the same on every rank); ``per-rank`` wraps the
 loader as torchtitan's dataloader does (a key of each rank's own, its state pickled).
 Rank 0 writes the digest of each gathered global batch
@@ -65,7 +67,6 @@ class Trainer(Stateful):
 
 
 def main(root: Path, out: Path, mode: str, source: str, how: str, steps: int, at: int) -> None:
-    dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -100,9 +101,12 @@ def main(root: Path, out: Path, mode: str, source: str, how: str, steps: int, at
     # joined its run-loop thread, which waited for the GIL (1 run in 4 hung; gdb).
     del states, model, optim
     gc.collect()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    r, o, m, s, h, n, k = sys.argv[1:]
-    main(Path(r), Path(o), m, s, h, int(n), int(k))
+    r, m, n, k, *runs = sys.argv[1:]
+    dist.init_process_group("gloo")
+    for spec in runs:
+        o, s, h = spec.split(":")
+        main(Path(r), Path(o), m, s, h, int(n), int(k))
+    dist.destroy_process_group()

@@ -2,10 +2,10 @@
 
 Imported by ``test_replay.py`` and run by it as a script in a fresh process::
 
-    python replay_train.py ROOT SOURCE CKPT_IN UNTIL WORKERS OUT
+    python replay_train.py ROOT UNTIL WORKERS SOURCE:CKPT_IN:OUT [SOURCE:CKPT_IN:OUT ...]
 
-resumes from ``CKPT_IN`` (model, optimizer and loader state in one
-``torch.save`` file), trains to step ``UNTIL`` and saves the model to ``OUT``.
+for each ``SOURCE``, resumes from ``CKPT_IN`` (model, optimizer and loader state in
+one ``torch.save`` file), trains to step ``UNTIL`` and saves the model to ``OUT``.
 """
 
 from __future__ import annotations
@@ -60,5 +60,7 @@ def resume(root: Path, source: str, ckpt: Path, until: int, workers: int, out: P
 
 
 if __name__ == "__main__":
-    r, s, c, u, w, o = sys.argv[1:]
-    resume(Path(r), s, Path(c), int(u), int(w), Path(o))
+    r, u, w, *runs = sys.argv[1:]
+    for run in runs:
+        s, c, o = run.split(":")
+        resume(Path(r), s, Path(c), int(u), int(w), Path(o))

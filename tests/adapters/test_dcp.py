@@ -23,44 +23,66 @@ HERE = Path(__file__).parent
 STEPS, SAVE_AT = 10, 4
 
 
-@pytest.fixture(scope="module", params=["padded-mixture/adapter", "tokens/per-rank"])
-def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """Two ranks train to STEPS and save with DCP at SAVE_AT: ``adapter`` keeps the
-    state through ``DCPStateful``, ``per-rank`` as torchtitan does (pickled, a key a rank)."""
-    source, how = request.param.split("/")
-    out = tmp_path_factory.mktemp("dcp")
+VARIANTS = ["padded-mixture/adapter", "tokens/per-rank"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """Two ranks train to STEPS and save with DCP at SAVE_AT, once for each variant (one
+    launch runs them all): ``adapter`` keeps the state through ``DCPStateful``,
+    ``per-rank`` as torchtitan does (pickled, a key a rank). The data root and each
+    variant's output folder."""
     root = write_tokens(tmp_path_factory.mktemp("data"))
-    torchrun(2, "dcp_train.py", root, out, "save", source, how, STEPS, SAVE_AT)
-    assert (out / "ckpt" / ".metadata").exists()
-    return [str(root), str(out), source, how]
+    outs = {variant: tmp_path_factory.mktemp("dcp") for variant in VARIANTS}
+    _launch(2, "save", root, outs)
+    for out in outs.values():
+        assert (out / "ckpt" / ".metadata").exists()
+    return root, outs
+
+
+def _launch(world: int, mode: str, root: Path, outs: dict[str, Path]) -> None:
+    runs = [f"{out}:{variant.replace('/', ':')}" for variant, out in outs.items()]
+    torchrun(world, "dcp_train.py", root, mode, STEPS, SAVE_AT, *runs)
+
+
+@pytest.fixture(scope="module")
+def resumed_by_2(saved: tuple[Path, dict[str, Path]]) -> dict[str, Path]:
+    _launch(2, "resume", *saved)
+    return saved[1]
+
+
+@pytest.fixture(scope="module")
+def resumed_by_1(saved: tuple[Path, dict[str, Path]]) -> dict[str, Path]:
+    _launch(1, "resume", *saved)
+    return saved[1]
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_2_ranks_resume_a_dcp_checkpoint_with_identical_batches_and_weights(
-    saved: list[str],
+    resumed_by_2: dict[str, Path], variant: str
 ) -> None:
-    root, out, source, how = saved
-    torchrun(2, "dcp_train.py", root, out, "resume", source, how, STEPS, SAVE_AT)
-    straight = json.loads((Path(out) / "save-2.json").read_text())
+    out = resumed_by_2[variant]
+    straight = json.loads((out / "save-2.json").read_text())
     assert len(straight) == STEPS
-    assert json.loads((Path(out) / "resume-2.json").read_text()) == straight[SAVE_AT:]
-    a, b = torch.load(Path(out) / "save-2.pt"), torch.load(Path(out) / "resume-2.pt")
+    assert json.loads((out / "resume-2.json").read_text()) == straight[SAVE_AT:]
+    a, b = torch.load(out / "save-2.pt"), torch.load(out / "resume-2.pt")
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_1_rank_resumes_a_dcp_checkpoint_of_2_with_identical_global_batches(
-    saved: list[str],
+    resumed_by_1: dict[str, Path], variant: str
 ) -> None:
     # The global batch of a step does not depend on the number of ranks; the weights do
     # (DDP's mean of 2 ranks' mean losses is not 1 rank's mean when masks leave the
     # slices different numbers of targets), so only the batches are compared.
-    root, out, source, how = saved
-    torchrun(1, "dcp_train.py", root, out, "resume", source, how, STEPS, SAVE_AT)
-    straight = json.loads((Path(out) / "save-2.json").read_text())
-    assert json.loads((Path(out) / "resume-1.json").read_text()) == straight[SAVE_AT:]
+    out = resumed_by_1[variant]
+    straight = json.loads((out / "save-2.json").read_text())
+    assert json.loads((out / "resume-1.json").read_text()) == straight[SAVE_AT:]
 
 
 # -- in this process (DCP saves and loads without a process group): the adapter's edges --

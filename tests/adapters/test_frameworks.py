@@ -1,6 +1,6 @@
 """headrace under trainers that take a DataLoader: Hugging Face accelerate and the
 Hugging Face Trainer (Lightning: test_frameworks_lightning.py), each in real 2-process
-runs (torchrun, gloo, CPU).
+runs (torchrun or accelerate launch, gloo, CPU).
 
 Each run checks, on every rank, that the batches the model got are exactly
 ``Loader(..., rank=r, world_size=2)``'s (``batch_digest``), that resuming from the
@@ -11,21 +11,38 @@ batches are refused with a ``ConfigError`` on every rank (none hangs).
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
-from _adapter_data import launch
-from _framework_checks import RECIPE, WORLD, check_exact, run
+from _adapter_data import launch, torchrun
+from _framework_checks import RECIPE, WORLD, check_exact, read_records, run
 
 
 @pytest.mark.integration
 def test_accelerate(root: Path, tmp_path: Path) -> None:
+    # The first run under torchrun, the resume under accelerate's own launcher (a run of
+    # each launcher in each phase cost two more 2-rank runs): both phases are checked
+    # alike, and the checkpoint moves between launchers as a user's may. With --cpu
+    # accelerate launch starts one process (several only through mpirun, not installed
+    # here); --multi_gpu starts them through torch's elastic agent, on a machine without a
+    # GPU too, and the script's Accelerator(cpu=True) joins gloo.
     pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
-    records = run("accelerate_train.py", root, tmp_path)
+    options = ["--multi_gpu", f"--num_processes={WORLD}", "--num_machines=1"]
+    options += ["--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"]
+    torchrun(WORLD, "accelerate_train.py", root, tmp_path, "first")
+    # HF_HOME: no accelerate config of this machine's (it would fill in other settings).
+    launch(
+        ["accelerate.commands.launch", *options],
+        "accelerate_train.py",
+        root,
+        tmp_path,
+        "resume",
+        HF_HOME=str(tmp_path),
+    )
+    records = read_records(tmp_path, WORLD)
     check_exact(root, records)
     for rank, (first, resumed) in enumerate(records):
         dispatch, shard = first["refused"]["dispatch"], first["refused"]["shard"]
@@ -33,19 +50,6 @@ def test_accelerate(root: Path, tmp_path: Path) -> None:
         assert f"only rank {rank}'s rows" in dispatch and RECIPE in dispatch
         assert "IterableDatasetShard over 2 processes" in shard and RECIPE in shard
         assert "skip_first_batches would read and drop the first 3" in resumed["refused"]["skip"]
-
-
-@pytest.mark.integration
-def test_accelerate_launch(root: Path, tmp_path: Path) -> None:
-    # accelerate's own launcher. With --cpu it starts one process (several only through
-    # mpirun, not installed here); --multi_gpu starts them through torch's elastic agent,
-    # on a machine without a GPU too, and the script's Accelerator(cpu=True) joins gloo.
-    pytest.importorskip("accelerate", reason="pip install accelerate (in the test extra)")
-    options = ["--multi_gpu", f"--num_processes={WORLD}", "--num_machines=1"]
-    options += ["--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"]
-    # HF_HOME: no accelerate config of this machine's (it would fill in other settings).
-    start = partial(launch, ["accelerate.commands.launch", *options], HF_HOME=str(tmp_path))
-    check_exact(root, run("accelerate_train.py", root, tmp_path, start=start))
 
 
 @pytest.mark.integration

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,30 +28,41 @@ N, K = 12, 5
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 
-@pytest.mark.parametrize("source", sorted(SOURCES))
-def test_optimizer_replay_in_a_new_process_gives_identical_weights(
-    tmp_path: Path, source: str
-) -> None:
-    root = write_tokens(tmp_path)
-    model, optim, dl = setup(root, source, workers=0)
-    train(model, optim, dl, N)
-    straight = model.state_dict()
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
+    """For each source, the weights after N steps in this process, and those of a new
+    process that resumed (3 workers) from a checkpoint saved at step K (2 workers). One
+    new process resumes every source: a start that imports torch costs seconds."""
+    tmp = tmp_path_factory.mktemp("replay")
+    root = write_tokens(tmp)
+    straight, runs = {}, []
+    for source in sorted(SOURCES):
+        model, optim, dl = setup(root, source, workers=0)
+        train(model, optim, dl, N)
+        straight[source] = model.state_dict()
 
-    model, optim, dl = setup(root, source, workers=2)
-    train(model, optim, dl, K)
-    assert dl.state_dict()["step"] == K
-    save(tmp_path / "ckpt.pt", model, optim, dl)
-    del model, optim, dl
+        model, optim, dl = setup(root, source, workers=2)
+        train(model, optim, dl, K)
+        assert dl.state_dict()["step"] == K
+        save(tmp / f"{source}.pt", model, optim, dl)
+        del model, optim, dl
+        runs.append(f"{source}:{tmp / source}.pt:{tmp / source}-final.pt")
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    args = [root, source, tmp_path / "ckpt.pt", N, 3, tmp_path / "final.pt"]
     subprocess.run(
-        [sys.executable, str(HERE / "replay_train.py"), *map(str, args)],
+        [sys.executable, str(HERE / "replay_train.py"), str(root), str(N), "3", *runs],
         check=True,
         env=env,
         timeout=120,
     )
-    resumed = torch.load(tmp_path / "final.pt")
+    return {s: (straight[s], torch.load(tmp / f"{s}-final.pt")) for s in straight}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_optimizer_replay_in_a_new_process_gives_identical_weights(
+    replayed: dict[str, tuple[Any, Any]], source: str
+) -> None:
+    straight, resumed = replayed[source]
     assert straight.keys() == resumed.keys()
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name

@@ -194,7 +194,7 @@ def test_a_worker_killed_between_iterations_is_replaced(
 
 @pytest.mark.parametrize("how", ["raise", "late", "hang"])
 def test_a_failure_read_ahead_between_iterations_is_not_raised(
-    root: Path, pid_exited: Callable[[int], bool], how: str
+    root: Path, tmp_path: Path, pid_exited: Callable[[int], bool], how: str
 ) -> None:
     # Worker 0 reads step 2 as soon as it has sent step 0, but the consumer never asks
     # for it: it goes back to step 0 for two batches, as new workers do. "raise": worker
@@ -202,13 +202,19 @@ def test_a_failure_read_ahead_between_iterations_is_not_raised(
     # iter() waits for it to start over; "hang": it is still reading when the wait ends
     # (2 s). Each time new workers take over.
     reference = take(loader(token_source(root), False), 2)
-    dl = loader(Faulty(root, at=2, how=how), True)
+    began = tmp_path / "read-of-step-2-began"
+    dl = loader(Faulty(root, at=2, how=how, mark=began), True)
     pids: list[int] = []
     try:
         assert take(dl, 2) == reference
         pids += worker_pids(dl)
         if how == "raise":
             wait_exited(pids[:1], pid_exited)
+        else:  # on a loaded machine worker 0 may not have begun it yet, and starts over
+            deadline = time.monotonic() + 30  # a bound on hanging, not a speed check
+            while not began.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert began.exists()
         dl.load_state_dict({**dl.state_dict(), "step": 0})
         assert take(dl, 2) == reference
         pids += worker_pids(dl)

@@ -6,9 +6,12 @@ endpoint behind a latency proxy (tests/integration/test_stall_warnings.py).
 
 from __future__ import annotations
 
+import gc
 import math
+import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from headrace.errors import ConfigError
 from headrace.formats import TokenSource
 from headrace.io import ReadInFlight
 from headrace.pipeline import Loader
-from headrace.pipeline._stall import stall_message, worker_stall_message
+from headrace.pipeline._stall import StallWatch, stall_message, worker_stall_message
 from headrace.testing import batch_digest
 
 
@@ -119,3 +122,28 @@ def test_the_main_process_of_workers_names_the_worker_it_waits_for() -> None:
         "reads it; the worker's own warnings on stderr name its reads in flight; stalled "
         'storage? (docs/io.md, "Stalled storage")'
     )
+
+
+class _Polled(StallWatch):
+    """A wait due at once, whose poll notes that the watcher thread polled it."""
+
+    def __init__(self) -> None:
+        super().__init__(0.001, lambda: 0)
+        self.polled = threading.Event()
+
+    def poll(self) -> None:
+        self.end(arrived=False)  # due no more: polled once
+        self.polled.set()
+
+
+def test_the_watcher_thread_holds_no_wait_it_polled() -> None:
+    # It held the last one in a loop variable while it slept: a loader dropped without
+    # close() kept its source's files open (tests/pipeline/test_loader_unclosed.py failed
+    # 6 runs in 20 at load 10). The wait's end takes the lock the thread polls under.
+    watch = _Polled()
+    with watch.watched():
+        assert watch.polled.wait(30)
+    gone = weakref.ref(watch)
+    del watch
+    gc.collect()
+    assert gone() is None

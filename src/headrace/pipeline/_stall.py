@@ -200,12 +200,18 @@ class _Watcher:
                 wait = min((w.due_in() for w in self._waits), default=math.inf)
                 self._wakes_at = time.monotonic() + wait
             self._wake.acquire(timeout=-1 if wait == math.inf else wait)
-            with self._lock:
-                for w in self._waits:
-                    try:
-                        w.poll()  # under the lock: never after its wait's end()
-                    except Exception as exc:  # a warning made an error (-W error)
-                        w.fail(exc)  # raised by the waiting thread: this one has no caller
+            with self._lock:  # polled under the lock: never after its wait's end()
+                self._poll()
+
+    def _poll(self) -> None:
+        # A function of its own: a loop variable of _run held the last wait polled, and
+        # through it a dropped loader, its source and their open files, while the thread
+        # slept (for ever once nothing else waited).
+        for w in self._waits:
+            try:
+                w.poll()
+            except Exception as exc:  # a warning made an error (-W error)
+                w.fail(exc)  # raised by the waiting thread: this one has no caller
 
     def forget(self) -> None:
         # After fork: the parent's thread was not copied, and its waits are not ours.
