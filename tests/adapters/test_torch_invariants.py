@@ -72,7 +72,7 @@ def test_workers_resume_and_passes_give_the_bare_loaders_batches(
     j: int,
     seed: int,
 ) -> None:
-    j = min(j, k)
+    j = min(j, k - 1)  # broken off before the end: at it, looping again warns (nothing left)
     rank = world - 1  # the last host's slice
     with Loader(
         _source(root, kind), batch_size=BATCH, seed=seed, rank=rank, world_size=world
