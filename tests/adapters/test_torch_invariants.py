@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _invariant_settings import invariant_settings
 from _row_files import padded_rows
 from headrace.formats import PaddedRows, TokenSource
 from headrace.pipeline import Loader, Mixture
@@ -46,11 +47,7 @@ def _numpy(batch: dict[str, Any]) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in batch.items()}
 
 
-@settings(
-    max_examples=6,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@invariant_settings(6)
 @given(
     kind=st.sampled_from(["tokens", "padded", "mixture"]),
     workers=st.tuples(st.integers(0, 3), st.integers(0, 3)),

@@ -13,10 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
+from _invariant_settings import invariant_settings
 from _row_files import padded_rows
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.formats import (
@@ -120,11 +121,7 @@ FAULTS = st.one_of(
 )
 
 
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@invariant_settings(15)
 @given(
     kind=st.sampled_from(["files", "tokens", "padded", "parquet", "arrow"]),
     shuffle=st.booleans(),

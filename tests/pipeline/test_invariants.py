@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from _invariant_settings import invariant_settings
 from _row_files import odirect_works, padded_rows
 from headrace.formats import PaddedRows, TableSource, TokenSource
 from headrace.pipeline import Loader, Mixture
@@ -105,11 +106,7 @@ def _run(
     return joined, state
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@invariant_settings(30)
 @given(
     kind=st.sampled_from(["tokens", "padded", "table", "mixture"]),
     shuffle=st.sampled_from([True, "window", False]),
