@@ -666,3 +666,24 @@ def test_cache_cli_says_when_its_filesystem_is_below_the_reserve_already(
     )
     _print({**summary, "filesystem_free_bytes": 5 << 30})
     assert capsys.readouterr().out.splitlines()[-1].endswith("stops writing at 1.07 GB free")
+
+
+def test_a_clock_set_back_does_not_keep_a_full_count_for_ever(tmp_path: Path) -> None:
+    cap = on_disk(tmp_path, 6000) + on_disk(tmp_path, 4000)
+    c = ObjectCache(tmp_path, max_bytes=cap)
+    assert c.write("|a", 6000, "e", blob(6000)) and c.write("|b", 4000, "e", blob(4000))
+    # The clock was a day ahead when the shared count was last measured (NTP then set it
+    # back), and an entry has been removed since by hand.
+    fd = os.open(tmp_path / cache_files.LEDGER, os.O_RDWR)
+    try:
+        used, _, generation = cache_space._read_ledger(fd)
+        assert used == cap
+        assert cache_space._write_ledger(fd, used, time.time() + 86400, generation)
+    finally:
+        os.close(fd)
+    next(p for p in entries(tmp_path) if p.stat().st_size > 6000).unlink()
+    # Until 2026-12-03 the count was measured again only once it was a minute old, so
+    # it said full, and nothing was cached, until the clock had caught up a day later.
+    later = ObjectCache(tmp_path, max_bytes=cap)
+    assert later.write("|c", 6000, "e", blob(6000))
+    assert later.stats.written == 1

@@ -239,12 +239,16 @@ class CacheSpace:
                 return None
             used, measured, generation = _read_ledger(fd)
             now = time.time()
+            age = now - measured
             if (
                 used is None
-                or (used + size > self.max_bytes and now - measured > _RECOUNT_S)
+                # Measured "in the future": the clock has been set back since (NTP, a
+                # VM restored), and the ages below would not come for as long.
+                or age < 0
+                or (used + size > self.max_bytes and age > _RECOUNT_S)
                 # Hourly in any case: a writer killed since (a preempted job) left a
                 # temporary that measuring removes, and drift is put right.
-                or now - measured > STALE_TMP_S
+                or age > STALE_TMP_S
             ):
                 used, measured = measure(self.directory), now
                 generation = _next_generation(generation)
