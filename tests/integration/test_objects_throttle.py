@@ -21,10 +21,10 @@ import pytest
 from s3util import BUCKET, FAST_RETRY, SMALL, S3Fixture, StoreFactory, expected
 
 from _scripts import run_benchmark
-from headrace.emulate import LatencyProxy
+from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import TransientStorageError
 from headrace.formats import TokenSource
-from headrace.io import ObjectStore
+from headrace.io import ObjectStore, RetryPolicy
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -73,6 +73,27 @@ def test_without_adapting_the_same_reads_give_up(open_store: StoreFactory, busy:
         store.get_many(_requests(), max_in_flight=32)
     s = store.stats
     assert s.throttled > 0 and s.in_flight_limit is None
+
+
+def test_a_longer_throttling_names_the_policy_that_waits_it_out(s3: S3Fixture) -> None:
+    # A bucket that says SlowDown to every GET for a while (a storm of minutes, here 30
+    # answers): a request gives up after 4 x attempts throttles. Until 2026-12-03 the
+    # error said only "gave up after 4 attempts, 16 throttled tries", not how to wait
+    # longer; the policy it names reads through the same storm.
+    storm = [FaultRule(status=503, match="GET ", limit=30)]
+    with LatencyProxy(s3.server.endpoint, faults=storm) as proxy:
+        opts = {**s3.options(), "endpoint": proxy.endpoint}
+        with ObjectStore(s3.url, **opts, retry=FAST_RETRY) as store:
+            with pytest.raises(TransientStorageError) as info:
+                store.get(SMALL[0])
+        msg = str(info.value)
+        assert "gave up after 4 attempts, 16 throttled tries" in msg
+        assert 'store_options={"retry": RetryPolicy(attempts=8, max_delay_s=0.1)}' in msg, msg
+        proxy.set_faults(storm)
+        patient = RetryPolicy(attempts=8, base_delay_s=0.01, max_delay_s=0.1)
+        with ObjectStore(s3.url, **opts, retry=patient) as store:
+            assert bytes(store.get(SMALL[0])) == expected(SMALL[0])
+            assert store.stats.throttled == 30
 
 
 def test_token_batches_through_a_throttling_store_equal_the_local_file(

@@ -166,6 +166,14 @@ class Tries:
                         ": connection failures are retried for up to "
                         f"connect_retry_s={policy.connect_retry_s:g} s"
                     )
+                elif throttled:
+                    why += (
+                        ": the store throttled for longer than a request waits (4 x "
+                        "attempts throttled tries, each up to max_delay_s apart); to wait "
+                        'longer, pass store_options={"retry": RetryPolicy('
+                        f"attempts={2 * policy.attempts}, "
+                        f"max_delay_s={2 * policy.max_delay_s:g})}}"
+                    )
             err = TransientStorageError(f"{err} ({why})")
         raise err from exc
 
