@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import StorageError
+from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.formats import PaddedRows, PairRows, write_row_file
 from headrace.io import ReaderConfig
 from headrace.io._uring import ring_pool
@@ -59,6 +59,25 @@ def test_a_row_file_renamed_over_is_refused_after_close_and_in_a_copy(
             _values(s, range(2, 4))
     # A new source reads the new file.
     assert _values(PaddedRows(path, context=8, reader=reader), range(2)) == {2}
+
+
+@pytest.mark.parametrize("strategy", ["mmap", "pread"])
+def test_a_row_file_deleted_during_the_run_is_named_as_such(tmp_path: Path, strategy: str):
+    # Until 2026-12-03: "rows.npy: no such file; did you mean 'rows2.npy'?" at the
+    # next loader (each epoch of a TorchDataset) or in a worker's copy.
+    path = tmp_path / "rows.npy"
+    _rows(path, 1)
+    _rows(tmp_path / "rows2.npy", 1)
+    src = PaddedRows(path, context=8, reader=ReaderConfig(strategy=strategy))  # type: ignore[arg-type]
+    assert _values(src, range(2)) == {1}
+    copy = pickle.loads(pickle.dumps(src))
+    path.unlink()
+    for s in (src, copy):
+        with pytest.raises(ObjectNotFoundError) as info:
+            _values(s, range(2, 4))
+        msg = str(info.value)
+        assert "rows.npy: no such file now; the source opened it before" in msg, msg
+        assert "did you mean" not in msg
 
 
 def test_a_pair_member_renamed_over_is_refused(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headrace.errors import StorageError
+from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.formats import TokenSource, table_token_files
 from headrace.pipeline import Loader
 
@@ -108,3 +108,25 @@ def test_a_token_file_is_pinned_when_opened_not_at_its_first_read(
             Loader(s, batch_size=4, seed=0, prefetch=0) as loader,
         ):
             loader.batch_at(0)
+
+
+@pytest.mark.parametrize("reads", ["populate", "pread"])
+def test_a_shard_deleted_during_the_run_is_named_as_such(tmp_path: Path, reads: str) -> None:
+    # Until 2026-12-03 the error guessed a typo: "tok1.bin: no such file; did you mean
+    # 'tok0.bin'?", for a shard the source had opened and read from.
+    for i in range(2):
+        np.full(1 << 15, i, dtype=np.uint16).tofile(tmp_path / f"tok{i}.bin")
+    src = TokenSource(tmp_path, context=32, dtype="uint16", window_bytes=1 << 14,
+                      block_bytes=1 << 12, reads=reads)  # fmt: skip
+    with Loader(src, batch_size=4, seed=0, prefetch=0) as loader:
+        loader.batch_at(0)
+    (tmp_path / "tok1.bin").unlink()
+    with (
+        pytest.raises(ObjectNotFoundError) as info,
+        Loader(src, batch_size=4, seed=0, prefetch=0) as loader,
+    ):
+        for step in range(520):  # every window of the epoch (511 steps)
+            loader.batch_at(step)
+    msg = str(info.value)
+    assert "tok1.bin: no such file now; the token source opened it before" in msg, msg
+    assert "did you mean" not in msg

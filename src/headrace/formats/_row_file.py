@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError, StorageError
+from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._file_walk import refuse_empty
 from headrace.formats._npy import npy_header, refuse_npy_as_raw
@@ -42,6 +42,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, Strategy, io_pool
+from headrace.io._open_files import gone_error
 from headrace.io._waits import result, wait_done
 
 if TYPE_CHECKING:
@@ -503,7 +504,10 @@ class RowReader:
         """
         if f.identity is None:
             return
-        now = self.reader.file(f.path).identity
+        try:
+            now = self.reader.file(f.path).identity
+        except ObjectNotFoundError as exc:
+            raise gone_error(f.path, "source") from exc
         if now != f.identity:
             raise StorageError(
                 errno.ESTALE,

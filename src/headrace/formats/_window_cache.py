@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import ObjectNotFoundError
 from headrace.formats._object_files import ObjectFiles, RemoteFile
 from headrace.formats._packed import RemoteSegments, SegmentedFile
 from headrace.formats._token_budget import token_files
@@ -26,7 +27,7 @@ from headrace.formats._token_window import TokenStats, TokenWindow
 from headrace.formats._tokens import TokenFile, check_token_head
 from headrace.io import PAGE, LocalFile, page_aligned_empty
 from headrace.io._buffers import populate_file
-from headrace.io._open_files import check_same_file
+from headrace.io._open_files import check_same_file, gone_error
 from headrace.plan import WindowLayout, WindowPlan, group_by_window
 
 __all__ = ["WindowCache"]
@@ -137,7 +138,11 @@ class WindowCache:
             elif tf.segments is not None:
                 f = SegmentedFile(tf.path, tf.members, tf.segments, tf.member_stamps)
             else:
-                f = self._same_file(i, LocalFile(tf.path))
+                try:
+                    opened = LocalFile(tf.path)
+                except ObjectNotFoundError as exc:  # there when the source opened it
+                    raise gone_error(tf.path, "token source") from exc
+                f = self._same_file(i, opened)
             self._open[i] = f
             if not isinstance(f, (RemoteFile, RemoteSegments)):
                 token_files().touch(self, i)

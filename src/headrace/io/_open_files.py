@@ -22,7 +22,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from headrace.errors import StorageError
+from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.io._file import LocalFile
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "OpenFiles",
     "check_same_file",
     "default_max_idle",
+    "gone_error",
     "hold_files",
     "idle_share",
     "release_files",
@@ -94,6 +95,19 @@ def idle_share(budget: int | None = None, most: int | None = None) -> int:
         budget = default_max_idle()
     share = max(1, budget // max(1, len(_HOLDERS)))
     return share if most is None else min(most, share)
+
+
+def gone_error(path: str, owner: str) -> ObjectNotFoundError:
+    """``path``, which the ``owner`` opened before, is not there now. Said as such: the
+    plain open error guessed a typo ("did you mean 'shards/s1.bin'?") for a shard
+    deleted during a run."""
+    return ObjectNotFoundError(
+        errno.ENOENT,
+        f"{path}: no such file now; the {owner} opened it before, so it was deleted or "
+        f"moved while the run was reading it. Put it back to go on, or open a new {owner} "
+        'over the files there now (docs/long-runs.md, "Data that changes under a running '
+        'job")',
+    )
 
 
 def check_same_file(f: LocalFile, was: tuple[int, int], bound: str, owner: str) -> None:
