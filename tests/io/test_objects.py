@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -644,3 +645,18 @@ def test_folder_markers_are_dropped_from_a_listing_empty_objects_kept() -> None:
     assert drop_folder_markers(listed) == [("a/b/c.bin", full), ("d.bin", empty)]
     assert drop_folder_markers([("p", empty), ("p/x", full)], "p/") == [("p/x", full)]
     assert drop_folder_markers([("a", full), ("a/x", full)]) == [("a", full), ("a/x", full)]
+
+
+def test_stats_print_their_latencies_summed_up(root: Path) -> None:
+    # Printed whole, a long run's 65,536 latencies made a log line of about 1.3 MB.
+    with ObjectStore(root) as store:
+        assert "latencies_s=<none>" in repr(store.stats)
+        store.get_many(["a.bin"] * 40, max_in_flight=4)
+        stats = store.stats
+    text = repr(stats)
+    assert text.startswith("ObjectStats(requests=40, attempts=40, retries=0, failures=0, ")
+    assert re.search(r"latencies_s=<40 latest: median [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms>\)$",
+                     text), text  # fmt: skip
+    stats.latencies_s.extend([0.5] * 70_000)  # a week's worth: the latest 65,536 kept
+    text = repr(stats)
+    assert len(text) < 400 and "<65,536 latest: median 500.0 ms, p99 500.0 ms, max" in text

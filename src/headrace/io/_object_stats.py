@@ -8,7 +8,7 @@ bench adds up across stores; it holds counters only, so importing it needs no
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 __all__ = ["ObjectStats"]
 
@@ -39,6 +39,14 @@ class ObjectStats:
     in_flight_limit: float | None = None
     lowest_in_flight_limit: float | None = None
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_SAMPLES))
+
+    def __repr__(self) -> str:
+        # The latencies summed up: printed whole (a log line of ``loader.stats`` or
+        # ``source.object_stats``), a long run's 65,536 made a line of about 1.3 MB.
+        counters = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "latencies_s"
+        )
+        return f"ObjectStats({counters}, latencies_s={_summary(self.latencies_s)})"
 
     def copy(self) -> ObjectStats:
         out = ObjectStats(
@@ -75,3 +83,16 @@ class ObjectStats:
 
 def _lower(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
+
+
+def _summary(latencies: deque[float]) -> str:
+    """``<1,024 latest: median 12.1 ms, p99 80.3 ms, max 95.0 ms>``, or ``<none>``."""
+    if not latencies:
+        return "<none>"
+    ordered = sorted(latencies)
+    n = len(ordered)
+
+    def ms(q: float) -> str:
+        return f"{ordered[min(n - 1, int(q * n))] * 1e3:.1f} ms"
+
+    return f"<{n:,} latest: median {ms(0.5)}, p99 {ms(0.99)}, max {ms(1.0)}>"
