@@ -687,3 +687,18 @@ def test_a_clock_set_back_does_not_keep_a_full_count_for_ever(tmp_path: Path) ->
     later = ObjectCache(tmp_path, max_bytes=cap)
     assert later.write("|c", 6000, "e", blob(6000))
     assert later.stats.written == 1
+
+
+def test_a_dead_writers_temporary_from_before_the_clock_was_set_back_is_removed(
+    tmp_path: Path,
+) -> None:
+    # Its mtime a day ahead of the clock: until 2026-12-03 it stayed until the clock
+    # had caught up, however free its lock.
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    dead = sub / f"{'cd' * 19}{cache_files.TMP}123-dead0000"
+    dead.write_bytes(b"x" * 5000)
+    ahead = time.time() + 86400
+    os.utime(dead, (ahead, ahead))
+    assert ObjectCache(tmp_path, max_bytes=1 << 20).write(URL, 10, "e", blob(10))
+    assert not dead.exists()

@@ -84,7 +84,8 @@ def _dead(path: str, st: os.stat_result, now: float) -> bool:
     writer lives, however long it takes); where no lock can be tried (another user's
     file, a filesystem without locks), once it is an hour old."""
     age = now - st.st_mtime
-    if age < DEAD_TMP_S:
+    # Written "in the future", the clock has been set back since: its lock says.
+    if 0 <= age < DEAD_TMP_S:
         return False
     try:  # for writing: NFS makes flock a POSIX lock, whose exclusive kind needs it
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
