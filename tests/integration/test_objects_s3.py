@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -489,3 +491,37 @@ def test_probe_an_object_fills_every_depth_it_names(
     for r in report["results"]:
         assert r["ops"] // report["rounds"] >= r["in_flight"], r
         assert r["in_flight_reached"] == r["in_flight"] and r["verified"], r
+
+
+def test_reads_cut_short_by_close_are_counted_as_cancelled_not_failures(
+    s3: S3Fixture, proxy: LatencyProxy
+) -> None:
+    # A loader's close() (each epoch of a TorchDataset) cancels its read-ahead's GETs:
+    # until 2026-12-03 each counted in `failures`, so a healthy run's stats said 8
+    # failures an epoch, and an alert on them fired for nothing.
+    proxy.latency_ms = 2000
+    store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint})
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.get_many(SMALL[:8], max_in_flight=8)
+        except Exception as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        deadline = time.monotonic() + 30
+        while store.stats.in_flight < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        store.close()
+        reader.join(30)
+        while store.stats.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        proxy.latency_ms = 0
+    stats = store.stats
+    assert errors and not reader.is_alive()
+    assert (stats.requests, stats.failures, stats.cancelled, stats.in_flight) == (0, 0, 8, 0)
+    assert stats.attempts == stats.requests + stats.retries + stats.failures + stats.cancelled

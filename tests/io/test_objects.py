@@ -587,7 +587,7 @@ def test_cancelled_request_leaves_in_flight_at_zero(
     assert len(errors) == 1 and isinstance(errors[0], StorageError)
     assert "closed" in str(errors[0])
     s = store.stats
-    assert s.in_flight == 0 and s.attempts == 1 and s.failures == 1
+    assert (s.in_flight, s.attempts, s.failures, s.cancelled) == (0, 1, 0, 1)
 
 
 def test_a_store_dropped_without_close_stops_its_loop_thread(root: Path) -> None:

@@ -21,7 +21,9 @@ class ObjectStats:
 
     ``requests`` counts calls that succeeded (a ``get_ranges`` call is one,
     however many HTTP requests obstore made for it); ``attempts`` counts tries,
-    so ``retries = attempts - requests - failures``. ``latencies_s`` holds the
+    and ``cancelled`` the tries cut short by :meth:`ObjectStore.close` (a loader's close
+    cancels its read-ahead's GETs) or an interrupt, not failures of the store: so
+    ``retries = attempts - requests - failures - cancelled``. ``latencies_s`` holds the
     latest 65,536 successful request latencies. ``throttled`` counts tries the
     store answered "slow down" (429, 503); ``in_flight_limit`` is the limit on
     tries in flight that those answers set (``None``: never throttled), and
@@ -32,6 +34,7 @@ class ObjectStats:
     attempts: int = 0
     retries: int = 0
     failures: int = 0
+    cancelled: int = 0
     bytes: int = 0
     in_flight: int = 0
     max_in_flight_observed: int = 0
@@ -54,6 +57,7 @@ class ObjectStats:
             attempts=self.attempts,
             retries=self.retries,
             failures=self.failures,
+            cancelled=self.cancelled,
             bytes=self.bytes,
             in_flight=self.in_flight,
             max_in_flight_observed=self.max_in_flight_observed,
@@ -70,6 +74,7 @@ class ObjectStats:
         self.attempts += other.attempts
         self.retries += other.retries
         self.failures += other.failures
+        self.cancelled += other.cancelled
         self.bytes += other.bytes
         self.in_flight += other.in_flight
         self.max_in_flight_observed = max(self.max_in_flight_observed, other.max_in_flight_observed)

@@ -76,7 +76,7 @@ class Tries:
             s.max_in_flight_observed = max(s.max_in_flight_observed, s.in_flight)
         return time.perf_counter()
 
-    def _end(self, t0: float, nbytes: int | None, *, retry: bool) -> None:
+    def _end(self, t0: float, nbytes: int | None, *, retry: bool, cancelled: bool = False) -> None:
         dt = time.perf_counter() - t0
         _exit.end()
         with self._lock:
@@ -88,6 +88,8 @@ class Tries:
                 s.latencies_s.append(dt)
             elif retry:
                 s.retries += 1
+            elif cancelled:
+                s.cancelled += 1
             else:
                 s.failures += 1
 
@@ -180,7 +182,7 @@ class Tries:
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
         """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
         self._limit.release(ticket)
-        self._end(t0, nbytes, retry=False)
+        self._end(t0, nbytes, retry=False, cancelled=nbytes is None)
 
     def run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
         key = in_flight.begin(where, 0, -1)  # every try, and the waits between them
