@@ -326,12 +326,19 @@ def count_requests(kinds: list[str], sizes: list[int], root: str) -> None:
                 )
 
 
+# What build() writes and source() opens; KIND-s3 reads it through a moto endpoint.
+KINDS = ("tokens-shards", "tokens-huge", "padded", "pairs", "parquet-files", "parquet-groups",
+         "arrow-shards", "npy-files", "jpeg-files", "hdf5-files", "mixture")  # fmt: skip
 FIELDS = ("open_s", "first_s", "rss_open_mb", "rss_steps_mb", "heap_open_kb", "objects_open")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kinds", default="tokens-shards,npy-files")
+    ap.add_argument(
+        "--kinds",
+        default="tokens-shards,npy-files",
+        help=f"comma-separated, of {', '.join(KINDS)} (KIND-s3: from a moto endpoint)",
+    )
     ap.add_argument("--sizes", default="100,1000")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--trials", type=int, default=1)
@@ -343,6 +350,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=0, help="a long run of this many epochs")
     ap.add_argument("--requests", action="store_true", help="requests an open takes (-s3)")
     args = ap.parse_args()
+    # Refused here, before build() makes the kind's folder, with the list: the error
+    # said only "unknown kind 'tokens'", and left an empty tokens-100 folder behind.
+    unknown = [k for k in args.kinds.split(",") if k.removesuffix("-s3") not in KINDS]
+    if unknown or (args.side and args.side[0].removesuffix("-s3") not in KINDS):
+        ap.error(f"unknown kind {(unknown or [args.side[0]])[0]!r}; known: {', '.join(KINDS)}")
     if args.requests:
         count_requests(args.kinds.split(","), [int(v) for v in args.sizes.split(",")], args.root)
         return

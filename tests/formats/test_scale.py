@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from _fds import fds_in
+from _scripts import run_benchmark
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -181,3 +182,13 @@ def test_many_table_files_open_in_a_bounded_number_of_tasks(
     del ei
     gc.collect()
     assert fds_in(tmp_path) == 0
+
+
+def test_the_probe_refuses_an_unknown_kind_naming_the_known_ones(tmp_path: Path) -> None:
+    # docs/long-runs.md has users run it with --kinds KIND: "tokens" said only
+    # "unknown kind 'tokens'", and left an empty folder under --root.
+    p = run_benchmark("scale_probe.py", "--kinds", "tokens", "--sizes", "10", "--root",
+                      str(tmp_path / "r"))  # fmt: skip
+    assert p.returncode == 2
+    assert "unknown kind 'tokens'; known: tokens-shards, tokens-huge," in p.stderr, p.stderr
+    assert not (tmp_path / "r").exists()
