@@ -525,3 +525,33 @@ def test_reads_cut_short_by_close_are_counted_as_cancelled_not_failures(
     assert errors and not reader.is_alive()
     assert (stats.requests, stats.failures, stats.cancelled, stats.in_flight) == (0, 0, 8, 0)
     assert stats.attempts == stats.requests + stats.retries + stats.failures + stats.cancelled
+
+
+def test_a_stalled_try_that_ends_after_close_is_counted_as_cancelled(
+    s3: S3Fixture, proxy: LatencyProxy
+) -> None:
+    # The sync GET cannot be cut: it times out, and the closed store tries no more.
+    proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match="GET ")])
+    retry = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.0)
+    store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint, "retry": retry})
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.get(SMALL[0])
+        except Exception as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        deadline = time.monotonic() + 30
+        while store.stats.in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        store.close()
+        reader.join(30)
+    finally:
+        proxy.set_faults([])
+    assert len(errors) == 1 and "the store was closed" in str(errors[0]), errors
+    stats = store.stats
+    assert (stats.attempts, stats.failures, stats.cancelled, stats.in_flight) == (1, 0, 1, 0)
