@@ -6,6 +6,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -493,6 +494,31 @@ def test_probe_an_object_fills_every_depth_it_names(
         assert r["in_flight_reached"] == r["in_flight"] and r["verified"], r
 
 
+def _closed_while_reading(
+    store: ObjectStore, read: Callable[[], object], n: int
+) -> list[Exception]:
+    """Close ``store`` once ``read`` (in a thread) has ``n`` tries in flight: its errors."""
+    errors: list[Exception] = []
+
+    def run() -> None:
+        try:
+            read()
+        except Exception as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while store.stats.in_flight < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    store.close()
+    reader.join(30)
+    while store.stats.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not reader.is_alive()
+    return errors
+
+
 def test_reads_cut_short_by_close_are_counted_as_cancelled_not_failures(
     s3: S3Fixture, proxy: LatencyProxy
 ) -> None:
@@ -501,55 +527,24 @@ def test_reads_cut_short_by_close_are_counted_as_cancelled_not_failures(
     # failures an epoch, and an alert on them fired for nothing.
     proxy.latency_ms = 2000
     store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint})
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            store.get_many(SMALL[:8], max_in_flight=8)
-        except Exception as exc:
-            errors.append(exc)
-
-    reader = threading.Thread(target=read)
     try:
-        reader.start()
-        deadline = time.monotonic() + 30
-        while store.stats.in_flight < 8 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        store.close()
-        reader.join(30)
-        while store.stats.in_flight and time.monotonic() < deadline:
-            time.sleep(0.01)
+        errors = _closed_while_reading(store, lambda: store.get_many(SMALL[:8], max_in_flight=8), 8)
     finally:
         proxy.latency_ms = 0
     stats = store.stats
-    assert errors and not reader.is_alive()
+    assert errors
     assert (stats.requests, stats.failures, stats.cancelled, stats.in_flight) == (0, 0, 8, 0)
     assert stats.attempts == stats.requests + stats.retries + stats.failures + stats.cancelled
 
 
-def test_a_stalled_try_that_ends_after_close_is_counted_as_cancelled(
+def test_a_stalled_get_cut_by_close_is_counted_as_cancelled(
     s3: S3Fixture, proxy: LatencyProxy
 ) -> None:
-    # The sync GET cannot be cut: it times out, and the closed store tries no more.
+    # A plain get() stalled in the server: close() stops the store's loop, which ends it.
     proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match="GET ")])
-    retry = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.0)
-    store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint, "retry": retry})
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            store.get(SMALL[0])
-        except Exception as exc:
-            errors.append(exc)
-
-    reader = threading.Thread(target=read)
+    store = ObjectStore(s3.url, **{**s3.options(), "endpoint": proxy.endpoint})
     try:
-        reader.start()
-        deadline = time.monotonic() + 30
-        while store.stats.in_flight < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        store.close()
-        reader.join(30)
+        errors = _closed_while_reading(store, lambda: store.get(SMALL[0]), 1)
     finally:
         proxy.set_faults([])
     assert len(errors) == 1 and "the store was closed" in str(errors[0]), errors
