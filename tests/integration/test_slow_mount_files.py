@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from headrace.bench._probe import filesystem_of
-from headrace.errors import StorageError
-from headrace.formats import FileSource
+from headrace.errors import ConfigError, StorageError
+from headrace.formats import FileSource, PaddedRows, Table, TokenSource
 from headrace.io._mounts import is_network_fs, mount_of
 from headrace.pipeline import Loader
 
@@ -162,3 +162,34 @@ def test_a_mount_gone_is_a_storage_error_naming_the_path_and_the_fix(
         with Loader(listed, batch_size=2, seed=0, steps=1) as loader:
             next(iter(loader))
     listed.close()
+
+
+@pytest.mark.parametrize("source", ["files", "tokens", "rows", "table"])
+def test_cache_dir_on_a_fuse_mount_says_what_to_do_not_local_disk(
+    slow_mount, tmp_path: Path, source: str
+) -> None:
+    # A scientist on a slow mount asks for cache_dir: it keeps object-store reads only,
+    # and was refused as "on local disk already", which a network mount is not.
+    src = tmp_path / "src"
+    _npys(src)
+    np.arange(4096, dtype=np.uint16).tofile(src / "t.bin")
+    np.save(src / "rows.npy", np.ones((8, 16), np.int32))
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1, 2, 3]}), src / "t.parquet")
+    m = slow_mount(src)
+    cache = tmp_path / "cache"
+    here = {
+        "files": lambda root: FileSource(root, format="npy", cache_dir=cache),
+        "tokens": lambda root: TokenSource(
+            root / "t.bin", context=8, dtype="uint16", cache_dir=cache
+        ),
+        "rows": lambda root: PaddedRows(root / "rows.npy", context=16, cache_dir=cache),
+        "table": lambda root: Table.open(root / "t.parquet", cache_dir=cache),
+    }[source]
+    mount = rf"is on a fuse\S* mount \({m.mnt}\): a file system, not an object store"
+    with pytest.raises(ConfigError, match=rf"cache_dir keeps .*{mount}.*copy the files to local"):
+        here(m.mnt)
+    with pytest.raises(ConfigError, match="is on local disk already"):
+        here(src)

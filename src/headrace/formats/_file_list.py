@@ -60,6 +60,7 @@ from headrace.io import (
 )
 from headrace.io import _in_flight as in_flight
 from headrace.io._file import missing_hint, open_error
+from headrace.io._mounts import local_cache_refused
 from headrace.io._ranges import merge_ranges
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
@@ -488,10 +489,8 @@ def list_files(
         paths=[files] if isinstance(files, (str, os.PathLike)) else files,
     )
     if cache is not None:
-        raise ConfigError(
-            f"cache_dir keeps local copies of objects read from an object store; {files!r} "
-            "is on local disk already (leave cache_dir out)"
-        )
+        local = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        raise local_cache_refused(repr(files), local)
     pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
     if pattern is not None:
         # As Table.open takes one: the files it matches, as a list of them would be.
