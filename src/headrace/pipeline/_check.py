@@ -223,21 +223,24 @@ def _tally_shapes(
         shape_of = key.endswith("_shape") and key[:-6] in batch
         if key in _PLAN_KEYS or not isinstance(value, np.ndarray) or shape_of:
             continue  # the plan's keys, and a ragged key's shapes (read with it)
+        here: dict[str, list[int]] = {}  # kind: [samples, the first one's row]
         if value.dtype == object and isinstance(ragged, np.ndarray):
-            kinds = [_kind(np.asarray(v).shape, np.asarray(v).dtype) for v in value[:rows]]
-        else:
-            kinds = [_kind(value.shape[1:], value.dtype)] * rows
+            for j, v in enumerate(value[:rows]):
+                kind = _kind(np.asarray(v).shape, np.asarray(v).dtype)
+                here.setdefault(kind, [0, j])[0] += 1
+        elif rows > 0:  # stacked: one kind, counted at once
+            here[_kind(value.shape[1:], value.dtype)] = [rows, 0]
         label = key if name == type(source).__name__ else f"{name}: {key}"
         seen = shapes.setdefault(label, {})
-        for j, kind in enumerate(kinds):
+        for kind, (n, j) in here.items():
             if kind in seen:
-                seen[kind][0] += 1
+                seen[kind][0] += n
                 continue
             where = f"sample {first + j}"
             if files is not None and "index" in batch:
                 f, _ = source.file_item(batch["index"][j : j + 1])
                 where += f", {files.keys[int(f[0])]}"
-            seen[kind] = [1, where]
+            seen[kind] = [n, where]
 
 
 def _kind(shape: tuple[int, ...], dtype: np.dtype[Any]) -> str:
