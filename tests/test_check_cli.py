@@ -345,3 +345,20 @@ def test_a_table_is_checked_and_an_id_past_the_vocabulary_is_listed(
     assert "more than width=20; pass truncate=True" in err
     assert "on the command line: --truncate cuts them" in err
     assert main([*short, "--truncate"]) == 0
+
+
+def test_an_npy_volume_of_another_shape_is_noted_with_exit_0_and_in_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One volume of another size among NPY files: "no problems" said nothing of it.
+    root = tmp_path / "v"
+    root.mkdir()
+    for i in range(5):
+        np.save(root / f"v{i}.npy", np.zeros((3, 3, 3 + (i == 2)), np.float32))
+    out = tmp_path / "r.json"
+    assert main(["check", str(root), "--format", "npy", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no problems\n  note: 'data' has 2 shapes:" in printed and "v2.npy" in printed
+    shapes = json.loads(out.read_text())["shapes"]["data"]
+    assert sorted(n for n, _ in shapes.values()) == [1, 4]
+    assert shapes["(3, 3, 4) float32"][1].endswith("v2.npy")

@@ -284,6 +284,7 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
             "seconds": report.seconds,
             "hidden_skipped": source.files.hidden if files else 0,
             "special_skipped": source.files.special if files else 0,
+            "shapes": report.shapes,
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from itertools import islice
 from pathlib import Path
@@ -32,6 +33,7 @@ from headrace.formats import (
     synthetic_arrays,
     write_sample_file,
 )
+from headrace.formats import _file_source as file_source_module
 from headrace.pipeline import Loader, Mixture
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -1005,7 +1007,9 @@ def test_decode_threads_default_to_the_cpus_at_most_8(
         FileSource(tmp_path, format="npy", decode_threads=-1)
 
 
-def test_default_in_flight_holds_at_most_4_gib_of_large_files(tmp_path: Path) -> None:
+def test_default_in_flight_holds_at_most_4_gib_of_large_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The window holds in_flight whole files: by default 16 here (64 on object stores),
     # whatever their size, so 1 GiB HDF5 shards held 16 GiB (64 on S3) before a sample
     # was read. The default now keeps in_flight x largest file within 4 GiB (2 at least).
@@ -1019,7 +1023,9 @@ def test_default_in_flight_holds_at_most_4_gib_of_large_files(tmp_path: Path) ->
     assert FileSource(tmp_path, format="npy").in_flight == 16  # small files: as before
     with open(tmp_path / "0.npy", "wb") as f:
         f.truncate(1 << 30)
-    assert FileSource(tmp_path, format="npy", in_flight=12).in_flight == 12  # as asked
+    # As asked (on a machine of 1 TiB: 12 GiB is more than a small one has, and warned).
+    monkeypatch.setattr(file_source_module, "available_memory", lambda: 1 << 40)
+    assert FileSource(tmp_path, format="npy", in_flight=12).in_flight == 12
     src = FileSource(tmp_path.as_uri(), format="npy")
     assert src.files.remote and src.in_flight == 4
     src.close()
@@ -1119,3 +1125,28 @@ def test_datasets_as_a_set_are_refused(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "h", "npz", 2)
     with pytest.raises(ConfigError, match=r"datasets=\['x', 'y'\], not a set: a set's order"):
         FileSource(root, format="npz", datasets={"y", "x"})
+
+
+def test_an_in_flight_given_that_would_hold_more_than_memory_is_warned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in_flight=64 of 1 GiB volumes holds 64 GiB: the kernel killed the run without a word.
+    assert (file_source_module.available_memory() or 0) > 0  # this machine's, read for real
+    for i in range(4):
+        np.save(tmp_path / f"v{i}.npy", np.zeros((64, 1024), np.uint8))  # 65,664 bytes
+    # Fault injection: a machine with 1 MiB of memory available.
+    monkeypatch.setattr(file_source_module, "available_memory", lambda: 1 << 20)
+    with pytest.warns(RuntimeWarning) as caught:
+        src = FileSource(tmp_path, format="npy", in_flight=64)
+    assert str(caught[0].message) == (
+        "FileSource: in_flight=64 whole files of up to 65.7 kB may hold 4.2 MB, more than "
+        "the 1.0 MB of memory available here: a run that fills its read-ahead is killed by "
+        "the kernel without a word; give in_flight=7 or less, or leave it out (the default "
+        "holds 4.29 GB at most)"
+    )
+    assert src.in_flight == 64  # as asked: a warning, not a refusal
+    src.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # within memory, or the default: no word
+        FileSource(tmp_path, format="npy", in_flight=8).close()
+        FileSource(tmp_path, format="npy").close()

@@ -6,14 +6,19 @@ FUSE); the speed-up is in benchmarks/files_slowfs.py (docs/emulate-slowfs.md).
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from headrace.bench._probe import filesystem_of
-from headrace.formats import FileSource
+from headrace.errors import ConfigError, StorageError
+from headrace.formats import FileSource, PaddedRows, Table, TokenSource
 from headrace.io._mounts import is_network_fs, mount_of
+from headrace.pipeline import Loader
 
 pytestmark = pytest.mark.integration
 
@@ -135,3 +140,56 @@ def test_headers_on_a_slow_mount_are_counted_many_at_once(slow_mount, tmp_path: 
     assert got["max_in_flight"] > 8, got  # many READs waited at once
     # The headers only (the kernel reads ahead a page or a few per file): not 25 MiB.
     assert got["bytes_read"] - before["bytes_read"] < 128 * 128 * 1024, got
+
+
+def test_a_mount_gone_is_a_storage_error_naming_the_path_and_the_fix(
+    slow_mount, tmp_path: Path
+) -> None:
+    # A FUSE server (or a network mount's driver) that dies leaves its mount point
+    # answering ENOTCONN: listing it was a bare OSError traceback from Path.exists.
+    src = tmp_path / "src"
+    _npys(src)
+    m = slow_mount(src)
+    listed = FileSource(m.mnt, format="npy")  # listed while the mount was alive
+    os.kill(m.pid, signal.SIGKILL)  # the server this test started, by PID
+    deadline = time.monotonic() + 10
+    while m.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gone = r"Transport endpoint is not connected\); the mount it is on is gone .*fusermount3 -u"
+    with pytest.raises(StorageError, match=rf"{m.mnt}: cannot open \({gone}"):
+        FileSource(m.mnt, format="npy")
+    with pytest.raises(StorageError, match=rf"{m.mnt}/\d\.npy: .*{gone}"):
+        with Loader(listed, batch_size=2, seed=0, steps=1) as loader:
+            next(iter(loader))
+    listed.close()
+
+
+@pytest.mark.parametrize("source", ["files", "tokens", "rows", "table"])
+def test_cache_dir_on_a_fuse_mount_says_what_to_do_not_local_disk(
+    slow_mount, tmp_path: Path, source: str
+) -> None:
+    # A scientist on a slow mount asks for cache_dir: it keeps object-store reads only,
+    # and was refused as "on local disk already", which a network mount is not.
+    src = tmp_path / "src"
+    _npys(src)
+    np.arange(4096, dtype=np.uint16).tofile(src / "t.bin")
+    np.save(src / "rows.npy", np.ones((8, 16), np.int32))
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1, 2, 3]}), src / "t.parquet")
+    m = slow_mount(src)
+    cache = tmp_path / "cache"
+    here = {
+        "files": lambda root: FileSource(root, format="npy", cache_dir=cache),
+        "tokens": lambda root: TokenSource(
+            root / "t.bin", context=8, dtype="uint16", cache_dir=cache
+        ),
+        "rows": lambda root: PaddedRows(root / "rows.npy", context=16, cache_dir=cache),
+        "table": lambda root: Table.open(root / "t.parquet", cache_dir=cache),
+    }[source]
+    mount = rf"is on a fuse\S* mount \({m.mnt}\): a file system, not an object store"
+    with pytest.raises(ConfigError, match=rf"cache_dir keeps .*{mount}.*copy the files to local"):
+        here(m.mnt)
+    with pytest.raises(ConfigError, match="is on local disk already"):
+        here(src)

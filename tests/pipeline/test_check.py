@@ -159,3 +159,40 @@ def test_an_error_that_is_not_about_the_data_is_raised_not_listed(tmp_path: Path
 
     with pytest.raises(ConfigError, match="decode_threads must be >= 0"):
         check(Misconfigured(), batch_size=4)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_an_odd_shape_is_named_with_its_file_and_the_rest_counted(
+    tmp_path: Path, batch_size: int
+) -> None:
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "h5"
+    root.mkdir()
+    for i in range(7):  # one scan of another size among seven, as a scanner's odd run
+        with h5py.File(root / f"s{i}.h5", "w") as f:
+            f.create_dataset("image", data=np.zeros((4, 5 + (i == 4)), np.float32))
+            f.create_dataset("label", data=np.int64(i))
+    src = FileSource(root, format="hdf5", datasets=("image", "label"), shuffle="none")
+    report = check(src, batch_size=batch_size)
+    # Not a failure (ragged batches are data), but said, with counts and the odd file.
+    assert report.ok and report.samples == 7
+    assert report.shapes["image"] == {
+        "(4, 5) float32": [6, "sample 0, s0.h5"],
+        "(4, 6) float32": [1, "sample 4, s4.h5"],
+    }
+    assert report.shapes["label"] == {"() int64": [7, "sample 0, s0.h5"]}
+    assert report.varied == [
+        "'image' has 2 shapes: (4, 5) float32 in 6 (first: sample 0, s0.h5), (4, 6) float32 "
+        "in 1 (first: sample 4, s4.h5); a batch holding two is ragged (an object array and "
+        "its _shape)"
+    ]
+    assert "no problems\n  note: 'image' has 2 shapes" in str(report)
+    src.close()
+
+
+def test_one_shape_throughout_adds_no_note(tmp_path: Path) -> None:
+    src = FileSource(jpegs(tmp_path / "j", 10), format="jpeg")
+    report = check(src, batch_size=4)
+    assert [(k, n) for k, (n, _) in report.shapes["image"].items()] == [("(8, 6, 3) uint8", 10)]
+    assert report.varied == [] and str(report).endswith("no problems")
+    src.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,8 @@ from headrace.io import (
     RequestQueue,
 )
 from headrace.io import _in_flight as in_flight
-from headrace.io._file import missing_hint
+from headrace.io._file import missing_hint, open_error
+from headrace.io._mounts import local_cache_refused
 from headrace.io._ranges import merge_ranges
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
@@ -487,10 +489,8 @@ def list_files(
         paths=[files] if isinstance(files, (str, os.PathLike)) else files,
     )
     if cache is not None:
-        raise ConfigError(
-            f"cache_dir keeps local copies of objects read from an object store; {files!r} "
-            "is on local disk already (leave cache_dir out)"
-        )
+        local = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        raise local_cache_refused(repr(files), local)
     pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
     if pattern is not None:
         # As Table.open takes one: the files it matches, as a list of them would be.
@@ -504,12 +504,16 @@ def list_files(
             )
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
-        if not root.exists():  # (Path("S3://b/x") is S3:/b/x: the name as given)
+        try:
+            folder = stat.S_ISDIR(os.stat(root).st_mode)
+        except FileNotFoundError:  # (Path("S3://b/x") is S3:/b/x: the name as given)
             raise ObjectNotFoundError(
                 f"{os.fspath(files)}: no such directory (FileSource takes a directory, a glob "
                 f"pattern, an object-store URL or a list of files){missing_hint(str(files))}"
-            )
-        if not root.is_dir():
+            ) from None
+        except OSError as exc:  # a mount gone (ENOTCONN), a folder not searchable
+            raise open_error(os.fspath(files), exc) from exc
+        if not folder:
             # One HDF5 or NPY file of every sample is a common layout: say how to read it.
             raise ConfigError(
                 f"{root}: is a file, not a directory; FileSource takes a directory, a glob "

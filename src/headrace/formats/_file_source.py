@@ -25,7 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace._messages import unknown_keys
+from headrace._messages import byte_size, unknown_keys
+from headrace._warn import warn_user
 from headrace.errors import ConfigError, DataError
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
@@ -170,6 +171,8 @@ class FileSource(Closing):
             )
         )
         self.in_flight = config.in_flight or self._default_in_flight()
+        if config.in_flight and listing is None:  # given, and not a worker's copy
+            self._warn_held()
         self._by_rows = by_rows(
             config, lambda: self.files, self.in_flight, self._rows_above, heads, self.plan.count
         )
@@ -308,12 +311,33 @@ class FileSource(Closing):
         """:meth:`_default_depth`, or fewer (2 at least) where that many of the largest
         file would hold over ``DEFAULT_HELD_BYTES``: the window holds whole files, and
         64 HDF5 shards of 1 GiB are 64 GiB before a sample is read."""
-        f = self.files
         depth = self._default_depth()
-        # A file read by ranges is held as what its reads need, not whole.
-        above = self._rows_above if self._rows_above is not None else self._ranges_above()
-        largest = max((s for s in f.sizes if above is None or s < above), default=0)
+        largest = self._largest_whole()
         return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
+
+    def _largest_whole(self) -> int:
+        """The size of the largest file read whole (one read by ranges is held as what
+        its reads need), 0 where there is none."""
+        above = self._rows_above if self._rows_above is not None else self._ranges_above()
+        return max((s for s in self.files.sizes if above is None or s < above), default=0)
+
+    def _warn_held(self) -> None:
+        """Warn where the ``in_flight`` given would hold more of the largest file than
+        the machine has memory: a run that fills its window is killed by the kernel's
+        out-of-memory killer, without a word, maybe an hour in."""
+        largest = self._largest_whole()
+        free = available_memory()
+        if free is None or self.in_flight * largest <= free:
+            return
+        fit = max(1, free // (2 * largest))
+        warn_user(
+            f"FileSource: in_flight={self.in_flight} whole files of up to "
+            f"{byte_size(largest)} may hold {byte_size(self.in_flight * largest)}, more than "
+            f"the {byte_size(free)} of memory available here: a run that fills its read-ahead "
+            f"is killed by the kernel without a word; give in_flight={fit} or less, or leave "
+            f"it out (the default holds {byte_size(DEFAULT_HELD_BYTES)} at most)",
+            RuntimeWarning,
+        )
 
     def _ranges_above(self) -> int | None:
         """The size from which files are read by ranges, ``None`` where none is: HDF5
@@ -643,3 +667,16 @@ class FileSource(Closing):
         carried = state.get("heads")
         listing, at = state["listing"], state.get("listed_at")
         self._open(files, config, store_options, listing, state["counts"], carried, at)
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (what can be allocated without
+    swapping), ``None`` where there is none (not Linux)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

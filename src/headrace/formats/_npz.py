@@ -76,10 +76,17 @@ def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
         with zipfile.ZipFile(BufferReader(view)) as zf:
             return zf.infolist()
     except _ZIP_ERRORS as exc:
-        raise FormatError(
-            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
-            f"the file ({exc})"
-        ) from exc
+        raise no_directory(name, exc) from exc
+
+
+def no_directory(name: str, exc: Exception) -> FormatError:
+    """A zip whose directory (at the end of the file) cannot be read: most often a copy
+    or download cut short, or a file still being written."""
+    return FormatError(
+        f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
+        f"the file ({exc}); a partial copy or download, or a file still being written? "
+        "copy it again (or wait until it is written), or leave it out"
+    )
 
 
 def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryview:
@@ -341,10 +348,7 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
             raise FormatError(
                 f"{name}: not an NPZ (zip) file: starts with {head!r}, expected {_ZIP_LOCAL!r}"
             ) from exc
-        raise FormatError(
-            f"{name}: truncated or corrupt NPZ: cannot read the zip directory at the end of "
-            f"the file ({exc})"
-        ) from exc
+        raise no_directory(name, exc) from exc
     with zf:
         infos = {
             (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i

@@ -42,6 +42,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, Strategy, io_pool
+from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
 from headrace.io._waits import result, wait_done
 
@@ -403,10 +404,7 @@ class RowReader:
         p = os.fspath(f)
         if not is_object_url(p):
             if self.cache is not None:
-                raise ConfigError(
-                    f"{p}: cache_dir keeps local copies of ranges read from an object store; "
-                    "this file is on local disk already (leave cache_dir out)"
-                )
+                raise local_cache_refused(f"{p}", [p])
             return open_row_file(p, store_options=self._store_options)
         return _open_remote(p, None, None, self._files())
 

@@ -80,6 +80,7 @@ from headrace.formats._table_schema import (
 from headrace.formats._table_spans import layout_spans, row_indices
 from headrace.io import CacheStats, open_cache
 from headrace.io._daemon_pool import DaemonPool
+from headrace.io._mounts import local_cache_refused
 
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
@@ -257,10 +258,7 @@ class Table(Closing):
         remote = any(is_object_url(os.fspath(p)) for p in paths)
         options = check_store_options(store_options, remote=remote, paths=paths)
         if cache_dir is not None and not remote:
-            raise ConfigError(
-                "cache_dir keeps local copies of ranges read from an object store; this "
-                "table is on local disk already (leave cache_dir out)"
-            )
+            raise local_cache_refused("this table", paths)
         if not remote:  # (a list as listed: a Dataset's files are not counted twice)
             root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
             return cls(root, files, columns, row_group_cache)

@@ -52,6 +52,7 @@ from headrace.io import (
     LocalFile,
     open_cache,
 )
+from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import (  # files kept open without a window
     MAX_IDLE_FILES,
     idle_share,
@@ -192,9 +193,8 @@ class TokenSource(WindowCache):
         remote = any(f.remote if isinstance(f, TokenFile) else is_object_url(f) for f in files)
         self._store_options = check_store_options(store_options, remote=remote, paths=files)
         if cache_dir is not None and not remote:
-            raise ConfigError(
-                "cache_dir keeps local copies of blocks read from an object store; these "
-                "token files are on local disk already (leave cache_dir out)"
+            raise local_cache_refused(
+                "these token files", (f.path if isinstance(f, TokenFile) else f for f in files)
             )
         self._cache = open_cache(cache_dir, cache_bytes)
         if isinstance(context, bool) or not isinstance(context, int | np.integer) or context < 1:

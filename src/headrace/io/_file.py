@@ -112,7 +112,19 @@ def open_error(path: str, exc: OSError) -> StorageError:
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
     return StorageError(
-        exc.errno or errno.EIO, f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}"
+        exc.errno or errno.EIO,
+        f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}{gone_hint(exc)}",
+    )
+
+
+def gone_hint(exc: OSError) -> str:
+    """The fix where ``exc`` says the mount under a path is gone (ENOTCONN: a FUSE
+    server that stopped, as a network mount's driver that crashed), else ``""``."""
+    if exc.errno != errno.ENOTCONN:
+        return ""
+    return (
+        "; the mount it is on is gone (its FUSE server or network file system driver "
+        "stopped): unmount it (fusermount3 -u MNT, or umount -l MNT) and mount it again"
     )
 
 
@@ -131,7 +143,7 @@ def read_error(
     return StorageError(
         exc.errno or errno.EIO,
         f"{path}: {what} of bytes [{offset}, {offset + want}) failed after {done} bytes: "
-        f"{exc.strerror or exc}",
+        f"{exc.strerror or exc}{gone_hint(exc)}",
     )
 
 

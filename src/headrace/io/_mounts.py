@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from headrace.errors import ConfigError
+
 __all__ = [
     "MEMORY_FS",
     "Mount",
@@ -119,7 +121,12 @@ def is_network_fs(path: str | os.PathLike[str]) -> bool:
 
 
 def any_on_network_fs(paths: Iterable[str]) -> bool:
-    """Whether any of ``paths`` lies on a network (or FUSE) file system.
+    """Whether any of ``paths`` lies on a network (or FUSE) file system."""
+    return network_mount(paths) is not None
+
+
+def network_mount(paths: Iterable[str]) -> Mount | None:
+    """The network (or FUSE) mount the first of ``paths`` on one lies on, or None.
 
     One read of ``/proc/mounts``, one pass over the names (0.2 s for a million)
     and one ``realpath`` for the first file of each folder; with no network
@@ -127,15 +134,30 @@ def any_on_network_fs(paths: Iterable[str]) -> bool:
     """
     mounts = _mounts()
     if not mounts or not any(network_type(m.fstype) for m in mounts):
-        return False
+        return None
     first: dict[str, str] = {}
     for p in paths:
         first.setdefault(p.rpartition("/")[0], p)  # 6x faster than os.path.dirname
     for p in first.values():
         m = _holder(os.path.realpath(p), mounts)
         if m is not None and network_type(m.fstype):
-            return True
-    return False
+            return m
+    return None
+
+
+def local_cache_refused(what: str, paths: Iterable[str | os.PathLike[str]]) -> ConfigError:
+    """Why ``cache_dir`` is refused for local ``paths`` (``what`` names them): it keeps
+    copies of what an object store sent. On a network or FUSE mount, where a scientist
+    would want one, it says what to do instead (not that they are "on local disk")."""
+    head = f"cache_dir keeps local copies of what is read from an object store; {what}"
+    m = network_mount(os.fspath(p) for p in paths)
+    if m is None:
+        return ConfigError(f"{head} is on local disk already (leave cache_dir out)")
+    return ConfigError(
+        f"{head} is on a {m.fstype} mount ({m.mount}): a file system, not an object store, "
+        "so cache_dir cannot keep its reads; copy the files to local disk and read them "
+        "there, or read the object store behind the mount (an s3:// URL) with cache_dir"
+    )
 
 
 def on_network_fs(path: str | os.PathLike[str]) -> bool:

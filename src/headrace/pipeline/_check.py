@@ -9,6 +9,11 @@ sample), records each with its error, and goes on from the next step: one pass
 lists them all. The bytes and the errors are those a training run would meet: the
 same source reads them.
 
+Samples whose arrays differ in shape or dtype are not a failure (a batch of them is
+ragged: an ``object`` array and ``<key>_shape``), but one odd file among thousands is
+what a run does not expect: the report counts each key's shapes and names the first
+sample (and file) of each where there are several.
+
 A source that puts other samples in place of bad ones (``on_corrupt="replace"``,
 ``empty_rows="replace"``) is refused, as an exact pass refuses it: the check would
 not see what it replaced. A mixture is checked source by source.
@@ -63,6 +68,19 @@ class CheckReport:
     complete: bool = True
     seconds: float = 0.0
     interrupted: bool = False
+    shapes: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+
+    @property
+    def varied(self) -> list[str]:
+        """A line for each key whose samples came in several shapes or dtypes: each with
+        its count and its first sample (and file, where the source has files)."""
+        return [
+            f"{key!r} has {len(seen)} shapes: "
+            + ", ".join(f"{shape} in {n} (first: {first})" for shape, (n, first) in seen.items())
+            + "; a batch holding two is ragged (an object array and its _shape)"
+            for key, seen in self.shapes.items()
+            if len(seen) > 1
+        ]
 
     @property
     def ok(self) -> bool:
@@ -71,14 +89,15 @@ class CheckReport:
 
     def __str__(self) -> str:
         head = f"{self.samples:,} samples read in {self.seconds:.1f} s: "
+        notes = [f"  note: {line}" for line in self.varied]
         if self.ok:
-            return head + "no problems"
+            return "\n".join([head + "no problems", *notes])
         n = len(self.problems)
         if self.interrupted:
             head += f"{n} failed before it was interrupted"
         else:
             head += f"{n} failed" + ("" if self.complete else f" (stopped at {n}: most={n})")
-        return "\n".join([head, *(f"  {p}" for p in self.problems)])
+        return "\n".join([head, *(f"  {p}" for p in self.problems), *notes])
 
 
 def check(
@@ -141,10 +160,12 @@ def _check_parts(
 ) -> None:
     """:func:`check`'s reads, into ``report``."""
 
-    def step_done(t: int, n: int) -> None:
-        report.samples += min(batch_size, n - t * batch_size)
+    def step_done(t: int, n: int) -> int:
+        rows = min(batch_size, n - t * batch_size)
+        report.samples += rows
         if progress is not None:
             progress(report.samples, total)
+        return rows
 
     for part, name, n in parts:
         steps = -(-n // batch_size)
@@ -160,8 +181,10 @@ def _check_parts(
         ) as ld:
             while ld.step + (i - ld.step) % k < steps:
                 try:
-                    for _ in ld:
-                        step_done(ld.step - 1, n)
+                    for batch in ld:
+                        t = ld.step - 1
+                        rows = step_done(t, n)
+                        _tally_shapes(part, name, batch, rows, t * batch_size, report.shapes)
                 except HeadraceError as exc:
                     if isinstance(exc, ConfigError):
                         raise
@@ -177,6 +200,51 @@ def _check_parts(
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
         if not report.complete:
             break
+
+
+_PLAN_KEYS = frozenset({"index", "sample", "valid", "source"})
+
+
+def _tally_shapes(
+    source: Any,
+    name: str,
+    batch: Any,
+    rows: int,
+    first: int,
+    shapes: dict[str, dict[str, list[Any]]],
+) -> None:
+    """Count the shape and dtype of each of the batch's first ``rows`` samples, per key
+    (``name: key`` where ``source`` is one of a mixture's)."""
+    if not isinstance(batch, dict):
+        return
+    files = getattr(source, "files", None)
+    for key, value in batch.items():
+        ragged = batch.get(f"{key}_shape")
+        shape_of = key.endswith("_shape") and key[:-6] in batch
+        if key in _PLAN_KEYS or not isinstance(value, np.ndarray) or shape_of:
+            continue  # the plan's keys, and a ragged key's shapes (read with it)
+        here: dict[str, list[int]] = {}  # kind: [samples, the first one's row]
+        if value.dtype == object and isinstance(ragged, np.ndarray):
+            for j, v in enumerate(value[:rows]):
+                kind = _kind(np.asarray(v).shape, np.asarray(v).dtype)
+                here.setdefault(kind, [0, j])[0] += 1
+        elif rows > 0:  # stacked: one kind, counted at once
+            here[_kind(value.shape[1:], value.dtype)] = [rows, 0]
+        label = key if name == type(source).__name__ else f"{name}: {key}"
+        seen = shapes.setdefault(label, {})
+        for kind, (n, j) in here.items():
+            if kind in seen:
+                seen[kind][0] += n
+                continue
+            where = f"sample {first + j}"
+            if files is not None and "index" in batch:
+                f, _ = source.file_item(batch["index"][j : j + 1])
+                where += f", {files.keys[int(f[0])]}"
+            seen[kind] = [n, where]
+
+
+def _kind(shape: tuple[int, ...], dtype: np.dtype[Any]) -> str:
+    return f"{tuple(int(d) for d in shape)} {dtype}"
 
 
 def _shard(shard: object) -> tuple[int, int]:
