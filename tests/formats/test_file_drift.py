@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headrace.errors import StorageError
+from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 
@@ -92,4 +92,28 @@ def test_a_file_that_grew_is_refused_by_its_sizes(tmp_path: Path) -> None:
     np.save(root / "f000.npy", np.full((5, 8), 0, dtype=np.uint8))
     with pytest.raises(StorageError, match=r"f000\.npy: truncated or changed.*said 160"):
         _file0(src, 0)
+    src.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"local_read": "pread"}, {"local_read": "odirect"}, {"npy_ranges_above": 1}],
+    ids=["pread", "odirect", "row ranges"],
+)
+def test_a_file_deleted_during_the_run_is_named_as_such(
+    tmp_path: Path, options: dict[str, object]
+) -> None:
+    # Until 2026-12-03 the error guessed a typo: "f001.npy: no such file; did you mean
+    # 'f000.npy'?", for a file the source had listed and read.
+    root = _dataset(tmp_path / "d")
+    src = FileSource(root, format="npy", samples_per_file=4, shuffle="none",
+                     mode="map-style", **options)  # fmt: skip
+    assert (_file0(src, 0) == 0).all()
+    (root / "f001.npy").unlink()
+    with pytest.raises(ObjectNotFoundError) as info:
+        src.read(0, np.array([4], dtype=np.int64))
+    msg = str(info.value)
+    assert "f001.npy: no such file now; the file source listed it before" in msg, msg
+    assert "did you mean" not in msg
+    assert (_file0(src, 1) == 0).all()  # the files still there read on
     src.close()

@@ -61,6 +61,7 @@ from headrace.io import (
 from headrace.io import _in_flight as in_flight
 from headrace.io._file import missing_hint, open_error
 from headrace.io._mounts import local_cache_refused
+from headrace.io._open_files import gone_error
 from headrace.io._ranges import merge_ranges
 
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
@@ -252,7 +253,7 @@ class FileList:
                 reader.read_into(path, ranges, [buf[a:b] for a, b in spans])
                 check(reader.file(path).fd)
                 return
-            with LocalFile(path) as f:
+            with _listed(path) as f:
                 for a, b in spans:
                     f.pread_into(buf[a:b], a)
                 check(f.fd)
@@ -343,7 +344,10 @@ def _local_reader(
         def fetch_direct(i: int) -> NDArray[np.uint8]:
             path = path_of(i)
             with RangeReader(config) as reader:
-                size = reader.size(path)
+                try:
+                    size = reader.size(path)
+                except ObjectNotFoundError as exc:
+                    raise _gone(path) from exc
                 out = np.empty(size, dtype=np.uint8)
                 reader.read_into(path, [(0, size)], [out])
                 _check_version(path, reader.file(path).fd, versions[i], sizes[i])
@@ -353,7 +357,7 @@ def _local_reader(
 
     def fetch_pread(i: int) -> NDArray[np.uint8]:
         path = path_of(i)
-        with LocalFile(path) as f:
+        with _listed(path) as f:
             size = os.fstat(f.fd).st_size
             out = np.empty(size, dtype=np.uint8)
             f.pread_into(out, 0)
@@ -361,6 +365,19 @@ def _local_reader(
         return out
 
     return fetch_pread
+
+
+def _gone(path: str) -> ObjectNotFoundError:
+    return gone_error(path, "file source", "listed")
+
+
+def _listed(path: str) -> LocalFile:
+    """Open a file the listing found: one gone since is said as such, not as a typo
+    ("did you mean '005.npy'?" for a file deleted during the run)."""
+    try:
+        return LocalFile(path)
+    except ObjectNotFoundError as exc:
+        raise _gone(path) from exc
 
 
 def refuse_repeats(paths: Sequence[str], what: str) -> None:

@@ -97,13 +97,13 @@ def idle_share(budget: int | None = None, most: int | None = None) -> int:
     return share if most is None else min(most, share)
 
 
-def gone_error(path: str, owner: str) -> ObjectNotFoundError:
-    """``path``, which the ``owner`` opened before, is not there now. Said as such: the
-    plain open error guessed a typo ("did you mean 'shards/s1.bin'?") for a shard
-    deleted during a run."""
+def gone_error(path: str, owner: str, did: str = "opened") -> ObjectNotFoundError:
+    """``path``, which the ``owner`` opened (or listed: ``did``) before, is not there now.
+    Said as such: the plain open error guessed a typo ("did you mean 'shards/s1.bin'?")
+    for a shard deleted during a run."""
     return ObjectNotFoundError(
         errno.ENOENT,
-        f"{path}: no such file now; the {owner} opened it before, so it was deleted or "
+        f"{path}: no such file now; the {owner} {did} it before, so it was deleted or "
         f"moved while the run was reading it. Put it back to go on, or open a new {owner} "
         'over the files there now (docs/long-runs.md, "Data that changes under a running '
         'job")',
