@@ -12,7 +12,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import FormatError
+from headrace.errors import FormatError, ObjectNotFoundError
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -93,3 +93,24 @@ def test_a_worker_copy_refuses_a_file_replaced_since_its_parent_opened_it(
     assert path.stat().st_size == size
     with pytest.raises(FormatError, match=r"changed since it was opened.*inode"):
         pickle.loads(blob)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_file_deleted_between_loaders_is_named_as_such(tmp_path: Path, suffix: str) -> None:
+    # Until 2026-12-03 the reopen guessed a typo: "t.parquet: no such file; did you mean
+    # 'u.parquet'?", for a file the table had opened and read.
+    for name in ("t", "u"):
+        _write(tmp_path / f"{name}{suffix}", 0, "rename")
+    src = TableSource([tmp_path / f"t{suffix}", tmp_path / f"u{suffix}"], columns=["x"],
+                      shuffle=False)  # fmt: skip
+    with Loader(src, batch_size=8, seed=0, prefetch=0) as loader:
+        assert loader.batch_at(0)["x"].tolist() == list(range(8))
+    (tmp_path / f"t{suffix}").unlink()
+    with (
+        pytest.raises(ObjectNotFoundError) as info,
+        Loader(src, batch_size=8, seed=0, prefetch=0) as loader,
+    ):
+        loader.batch_at(1)
+    msg = str(info.value)
+    assert f"t{suffix}: no such file now; the table opened it before" in msg, msg
+    assert "did you mean" not in msg

@@ -10,6 +10,7 @@ fails to read is a :class:`~headrace.errors.StorageError`, not SIGBUS.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import weakref
@@ -47,7 +48,7 @@ from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
 from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
-from headrace.io._open_files import hold_files, idle_share, release_files
+from headrace.io._open_files import gone_error, hold_files, idle_share, release_files
 from headrace.io._waits import wait_done
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class _Part:
                 # A stream walked elsewhere: its schema message too (the same READ).
                 first = f.read(max(8, 0 if known is None else len(known.places.schema_message)))
         except OSError as exc:  # storage trouble (permissions, a mount gone), not bad bytes
-            raise open_error(path, exc) from exc
+            raise self._open_failed(exc) from exc
         head = first[:8]
         self.parquet = head[:4] == _PARQUET_MAGIC
         if path.endswith(".parquet") and not self.parquet:
@@ -447,13 +448,21 @@ class _Part:
         try:
             pf = pq.ParquetFile(self.path, memory_map=False, metadata=md, **options)
         except OSError as exc:
-            raise open_error(self.path, exc) from exc
+            raise self._open_failed(exc) from exc
         try:
             self._check_same()
         except BaseException:
             pf.close()
             raise
         return pf
+
+    def _open_failed(self, exc: OSError) -> Exception:
+        """Why opening the file failed; one opened before (a reopen after close(), in a
+        worker's copy) and gone now is said as such, not guessed a typo ("did you mean
+        '2.parquet'?")."""
+        if exc.errno == errno.ENOENT and self._stamp != (0, 0, 0, 0):
+            return gone_error(self.path, "table")
+        return open_error(self.path, exc)
 
     def _check_same(self) -> None:
         """Refuse a file other than the one whose footer was parsed, after reopening it.
@@ -465,7 +474,7 @@ class _Part:
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            raise open_error(self.path, exc) from exc
+            raise self._open_failed(exc) from exc
         now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if now != self._stamp:
             raise FormatError(
