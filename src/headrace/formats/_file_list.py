@@ -44,7 +44,7 @@ from headrace.formats._file_walk import (
     suffixes,
     walk,
 )
-from headrace.formats._files import FILE_FORMATS
+from headrace.formats._files import EXTENSIONS, format_of
 from headrace.formats._object_files import check_store_options
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -413,14 +413,12 @@ def _pattern(path: str | os.PathLike[str]) -> str | None:
 
 Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
 
-# Each file format's extensions, and its name: what a listing for one format leaves out.
-_FORMAT_OF = {e: f.name for f in FILE_FORMATS.values() for e in f.extensions}
-
 
 def _other_said(count: int, example: str, extensions: tuple[str, ...]) -> str:
     """What a listing says of the ``count`` files of another format it left out."""
-    fmt = _FORMAT_OF[os.path.splitext(example)[1].lower()]
-    return other_skipped(count, example, extensions, fmt)
+    fmt = format_of(example)
+    assert fmt is not None  # listed as ending in another format's extension
+    return other_skipped(count, example, extensions, fmt.name)
 
 
 def list_files(
@@ -491,7 +489,7 @@ def list_files(
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
-        unread = other_formats(extensions, _FORMAT_OF)  # () where every file is read
+        unread = other_formats(extensions, EXTENSIONS)  # () where every file is read
         other = sorted(k for k, _, _ in every if k.lower().endswith(unread) and not is_hidden(k))
         if other:
             out.other, out.other_said = len(other), _other_said(len(other), other[0], extensions)
@@ -538,7 +536,7 @@ def list_files(
                 "(a list) to read this file alone, or the folder it is in"
             )
         url = str(root)
-        unread = other_formats(extensions, _FORMAT_OF)
+        unread = other_formats(extensions, EXTENSIONS)
         walked = walk(root, extensions, unread) if listing is None else None
         keys = walked.keys if walked is not None else list(listing[0]) if listing else []
         if not keys:

@@ -45,6 +45,8 @@ __all__ = [
     "decode_raw",
     "encode",
     "file_format",
+    "EXTENSIONS",
+    "format_of",
     "formats_by_extension",
     "synthetic_arrays",
     "write_sample_file",
@@ -173,11 +175,20 @@ def file_format(fmt: str | FileFormat) -> FileFormat:
     )
 
 
+#: Every file format's extensions.
+EXTENSIONS = tuple(_BY_EXT)
+
+
+def format_of(name: str) -> FileFormat | None:
+    """The file format ``name``'s extension (in any case) says, or ``None``."""
+    return _BY_EXT.get(os.path.splitext(name)[1].lower())
+
+
 def formats_by_extension(names: Iterable[str]) -> dict[str, int]:
     """How many of ``names`` end in each format's extension (in any case), by format name."""
     found: dict[str, int] = {}
     for name in names:
-        fmt = _BY_EXT.get(os.path.splitext(name)[1].lower())
+        fmt = format_of(name)
         if fmt is not None:
             found[fmt.name] = found.get(fmt.name, 0) + 1
     return found
