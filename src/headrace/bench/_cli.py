@@ -28,8 +28,7 @@ from headrace.bench._args import (
     size_changes,
     slowfs_config,
 )
-from headrace.bench._datagen import check_room
-from headrace.bench._kind import Kind, make_kind
+from headrace.bench._kind import Kind, make_kind, room_for
 from headrace.bench._machine import machine_info
 from headrace.bench._overrides import storage_options, workloads
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
@@ -442,8 +441,7 @@ def run(args: argparse.Namespace) -> int:
         # third dataset does not fit should not fill the disk with the first two first.
         # By a lower bound first: a --scale 1 DLIO dataset of 524,288 files took 15 s to
         # count before its refusal, and --scale 1e9 never ended counting.
-        check_room(root, sum(k.least_bytes_to_write() for k in kinds), at_least=True)
-        check_room(root, sum(k.bytes_to_write() for k in kinds))
+        room_for(root, kinds)
         slowfs = slowfs_config(args)
         if slowfs is not None:
             fuse_check()

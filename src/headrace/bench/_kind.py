@@ -340,14 +340,6 @@ class Kind:
         by default: the exact count is quick for one file)."""
         return 0
 
-    def check_room(self, root: str | None = None, *, flag: str = "--root") -> None:
-        """Refuse a dataset whose missing bytes ``root`` (the kind's) has no room for: by
-        the lower bound first, so a million-file dataset that cannot fit is refused at
-        once, then by :meth:`bytes_to_write`."""
-        where = self.root if root is None else root
-        check_room(where, self.least_bytes_to_write(), flag=flag, at_least=True)
-        check_room(where, self.bytes_to_write(), flag=flag)
-
     def write(
         self, progress: Callable[[int, int], None] | None = None, *, flag: str = "--root"
     ) -> None:
@@ -357,7 +349,7 @@ class Kind:
         folder in that error); then remember the sizes."""
         files = self.dataset_files()
         drop_damaged(self.root, files)
-        self.check_room(flag=flag)
+        room_for(self.root, [self], flag=flag)
         self.generate(progress)
         record_sizes(self.root, self.dataset_files())
 
@@ -614,3 +606,11 @@ def make_kind(workload: Workload, root: str) -> Kind:
     """The kind of ``workload`` over ``root``, its settings checked (:meth:`Kind.make`)."""
     with naming(workload):
         return kind_class(workload.kind).make(workload, root)
+
+
+def room_for(root: str, kinds: Sequence[Kind], *, flag: str = "--root") -> None:
+    """Refuse datasets whose missing bytes ``root`` has no room for, all at once: by their
+    lower bound first, so a million-file dataset that cannot fit is refused in a moment,
+    then by :meth:`Kind.bytes_to_write`."""
+    check_room(root, sum(k.least_bytes_to_write() for k in kinds), flag=flag, at_least=True)
+    check_room(root, sum(k.bytes_to_write() for k in kinds), flag=flag)
