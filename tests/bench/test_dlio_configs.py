@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.bench._dlio import BUILTIN_DLIO, _image_side, dlio_workload
+from headrace.bench._dlio import BUILTIN_DLIO, _image_side, dlio_workload, resolve_dlio
 from headrace.cli import main
 from headrace.errors import ConfigError
 
@@ -594,3 +594,19 @@ def test_files_added_so_that_an_epoch_has_a_batch_are_said(tmp_path: Path) -> No
         "20 (DLIO: no step), one epoch per trial" in wl.description
     )
     assert "files, not" not in dlio_workload(_yaml(tmp_path, text), batch_size=12).description
+
+
+def test_a_builtin_dlio_workload_is_found_by_name_and_anything_else_is_refused(
+    tmp_path: Path,
+) -> None:
+    shipped = _config("unet3d_h100")
+    assert resolve_dlio("unet3d_h100") == resolve_dlio("unet3d_h100.yaml") == str(shipped)
+    own = tmp_path / "unet3d_h100.yaml"  # a file of that name is the file, not the built-in
+    own.write_text(shipped.read_text())
+    assert resolve_dlio(str(own)) == str(own)
+    with pytest.raises(ConfigError, match=r"'unet3d_h10': no such file \(did you mean "):
+        resolve_dlio("unet3d_h10")
+    with pytest.raises(ConfigError, match=r": a folder; give a DLIO workload YAML, or a built"):
+        resolve_dlio(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no such file; give .*cosmoflow_h100, resnet50_h100"):
+        resolve_dlio(str(tmp_path / "unet3d_h100x.yaml"))  # a path is not looked up by name
