@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from typing import Any
@@ -28,3 +29,18 @@ def alternate(
             got[s].append(json.loads(done.stdout.strip().splitlines()[-1]))
             out(f"round {r} {s}: {got[s][-1]}")
     return got
+
+
+def spread(values: list[float], digits: int = 3) -> str:
+    """``median (min-max)`` of ``values``, each to ``digits`` decimals."""
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
+    )
+
+
+def side_figures(trials: list[dict[str, Any]]) -> tuple[list[float], list[str]]:
+    """A side's later iterations' seconds to the first batch (every ``firsts`` but the
+    first of each trial) and its distinct digests."""
+    later = [float(f) for g in trials for f in g["firsts"][1:]]
+    return later, sorted({str(g["digest"]) for g in trials})

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import lightning as L  # at the top, as a training script has it: each new worker imports it
 import numpy as np
 import torch
-from _children import alternate
+from _children import alternate, side_figures, spread
 from _out import out
 
 FILE = Path("/tmp/headrace-bench-lightning-persistent.u16")
@@ -94,13 +93,11 @@ def main() -> None:
     sides = ["fresh", "persistent"]
     got = alternate(__file__, sides, a.rounds, ["--epochs", str(a.epochs)])
     for s in sides:
-        later = [float(f) for g in got[s] for f in g["firsts"][1:]]
+        later, digests = side_figures(got[s])
         fits = [float(g["fit_s"]) for g in got[s]]
-        digests = sorted({str(g["digest"]) for g in got[s]})
         out(
-            f"{s:10} epochs 2+ start to first batch {statistics.median(later):.3f} s "
-            f"({min(later):.3f}-{max(later):.3f}); fit {statistics.median(fits):.1f} s "
-            f"({min(fits):.1f}-{max(fits):.1f}); digests {digests}"
+            f"{s:10} epochs 2+ start to first batch {spread(later)} s; "
+            f"fit {spread(fits, 1)} s; digests {digests}"
         )
 
 

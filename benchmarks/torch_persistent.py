@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _children import alternate
+from _children import alternate, side_figures, spread
 from _out import out
 
 FILE = Path("/tmp/headrace-bench-persistent.u16")
@@ -73,13 +73,11 @@ def main() -> None:
         env = {**os.environ, "HEADRACE_BENCH_IMPORT": imports}
         got = alternate(__file__, sides, a.rounds, [], env)
         for s in sides:
-            later = [float(f) for g in got[s] for f in g["firsts"][1:]]
+            later, digests = side_figures(got[s])
             first = [float(g["firsts"][0]) for g in got[s]]
-            digests = sorted({str(g["digest"]) for g in got[s]})
             out(
                 f"imports={imports or '-'} {s:10} 2nd/3rd iter() to first batch "
-                f"{statistics.median(later):.3f} s ({min(later):.3f}-{max(later):.3f}); "
-                f"1st {statistics.median(first):.3f} s; digests {digests}"
+                f"{spread(later)} s; 1st {statistics.median(first):.3f} s; digests {digests}"
             )
 
 
