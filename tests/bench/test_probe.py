@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import headrace.bench._probe as probe_module
 import headrace.io._uring as uring
 from headrace.bench._probe import _size, filesystem_of, measurements
 from headrace.cli import main
@@ -139,11 +143,6 @@ def test_probe_unwritable_folder_and_bad_sizes_say_what_was_given(
     a_file.write_bytes(b"x")
     assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
     assert "(got --row-bytes" in capsys.readouterr().err
-    if os.geteuid() != 0:  # root writes anywhere
-        ro = tmp_path / "ro"
-        ro.mkdir(mode=0o500)
-        assert main(["probe", str(ro), "--size", "8M"]) == 2
-        assert "cannot write a 8,388,608-byte scratch file" in capsys.readouterr().err
 
 
 def test_probe_of_a_small_file_says_which_measurements_it_could_not_make(
@@ -339,3 +338,120 @@ def test_probe_refuses_a_json_path_that_is_the_probed_file(
     assert main(["probe", str(f), "--ops", "16", "--json", str(f)]) == 2
     assert f"--json {str(f)!r} is a file of the data read" in capsys.readouterr().err
     assert f.read_bytes() == data
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(where files are written, the same folder read-only): a read-only bind mount as
+    root (who writes through 0o555), a folder of mode 0o555 otherwise."""
+    src = tmp_path / "data"
+    src.mkdir()
+    if os.geteuid() != 0:
+        yield src, src
+        src.chmod(0o755)
+        return
+    dst = tmp_path / "ro"
+    dst.mkdir()
+    done = subprocess.run(
+        ["mount", "--bind", "-o", "ro", str(src), str(dst)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"root, and no read-only bind mount here: {done.stderr.strip()}")
+    try:
+        yield src, dst
+    finally:
+        subprocess.run(["umount", str(dst)], check=True)
+
+
+def _make_read_only(src: Path) -> None:
+    if os.geteuid() != 0:
+        src.chmod(0o555)
+
+
+def test_probe_of_a_read_only_folder_reads_the_largest_file_there(
+    read_only_dir: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A read-only folder was refused ("cannot write a ... scratch file"), and a read-only
+    # filesystem reporting 0 bytes free was refused for want of room, though its files
+    # could be read (fails before: exit 2).
+    src, ro = read_only_dir
+    (src / "small.bin").write_bytes(os.urandom(2 << 20))
+    (src / "sub").mkdir()
+    (src / "sub" / "big.bin").write_bytes(os.urandom(8 << 20))
+    (src / "tiny.txt").write_bytes(b"x")
+    _make_read_only(src)
+    out = tmp_path / "p.json"
+    assert main(["probe", str(ro), "--size", "32M", "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["path"] == str(ro / "sub" / "big.bin") and report["file_bytes"] == 8 << 20
+    assert report["scratch"] is False and report["results"]
+    assert all(r["verified"] for r in report["results"])
+    why = "a read-only mount" if os.geteuid() == 0 else "no write permission"
+    assert report["read_only"] == f"{ro}: {why}"
+    text = capsys.readouterr().out
+    assert text.startswith(f"{ro}: {why}: no scratch file written; probed the largest file")
+    assert "free" not in text
+    assert sorted(p.name for p in src.iterdir()) == ["small.bin", "sub", "tiny.txt"]
+
+
+def test_probe_of_a_read_only_folder_without_a_file_to_read_says_what_it_needs(
+    read_only_dir: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, ro = read_only_dir
+    (src / "tiny.txt").write_bytes(b"x" * 1000)
+    _make_read_only(src)
+    assert main(["probe", str(ro), "--size", "32M", "--ops", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"headrace probe: {ro}: cannot write a scratch file here (")
+    assert "no file of at least 1 MiB is there to read instead" in err
+    assert "(headrace probe FILE)" in err and "free" not in err
+
+
+def test_probe_of_a_folder_that_refuses_the_write_reads_a_file_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # statvfs and access() say writable, the write says EROFS (a mount remounted read-only).
+    (tmp_path / "a.bin").write_bytes(os.urandom(3 << 20))
+
+    def erofs(directory: Path, size: int, seed: int) -> Path:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(probe_module, "_write_scratch", erofs)
+    out = tmp_path / "p.json"
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["path"] == str(tmp_path / "a.bin") and report["scratch"] is False
+    assert report["read_only"] == f"{tmp_path}: {os.strerror(errno.EROFS)}"
+    capsys.readouterr()
+
+    # Any other failure to write is still refused, naming it.
+    def full(directory: Path, size: int, seed: int) -> Path:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(probe_module, "_write_scratch", full)
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"cannot write a 8,388,608-byte scratch file to probe ({os.strerror(errno.ENOSPC)})" in err
+    )
+
+
+def test_probe_of_a_read_only_filesystem_reporting_no_free_space_does_not_refuse_for_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # squashfs and ISO images report 0 bytes free: the probe said the scratch file did
+    # not fit in a filesystem "with 0 B free" (fails before: exit 2, that message).
+    (tmp_path / "a.bin").write_bytes(os.urandom(2 << 20))
+    real = os.statvfs
+
+    def squashfs(path: str | os.PathLike[str]) -> os.statvfs_result:
+        st = real(path)
+        if Path(path) != tmp_path:
+            return st
+        return os.statvfs_result((4096, 4096, 1000, 0, 0, 10, 0, 0, os.ST_RDONLY, 255))
+
+    monkeypatch.setattr(os, "statvfs", squashfs)
+    assert main(["probe", str(tmp_path), "--size", "8M", "--ops", "16"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{tmp_path}: a read-only mount: no scratch file written")
+    assert "free" not in captured.out + captured.err

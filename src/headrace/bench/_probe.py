@@ -28,6 +28,7 @@ MB in the output is 10^6 bytes.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import mmap
@@ -165,6 +166,45 @@ def _no_room(directory: Path, size: int) -> str | None:
         "of it kept free); give a smaller --size (e.g. --size 256M), a folder on a "
         "filesystem with room, or an existing file to probe"
     )
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why no scratch file can be written in ``directory`` (a read-only mount, or a
+    folder this user may not write to), or None. Asked before the free space: a
+    read-only filesystem (squashfs, an ISO) reports 0 bytes free, which the probe
+    printed as the reason to refuse."""
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        return "a read-only mount"
+    if not os.access(directory, os.W_OK):
+        return "no write permission"
+    return None
+
+
+#: the most directory entries the search for an existing file looks at: a dataset
+#: folder of a million files is not walked to the end before the probe starts
+EXISTING_SCAN = 10_000
+
+
+def _existing_file(directory: Path) -> Path | None:
+    """The largest regular file of at least 1 MiB under ``directory`` (a walk in
+    name order, of at most :data:`EXISTING_SCAN` entries), or None."""
+    best: tuple[int, Path] | None = None
+    seen = 0
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            seen += 1
+            if seen > EXISTING_SCAN:
+                return None if best is None else best[1]
+            p = Path(root, name)
+            try:
+                st = p.stat(follow_symlinks=False)
+            except OSError:  # gone, or not ours to look at: not a candidate
+                continue
+            if p.is_file() and not p.is_symlink() and st.st_size >= MiB:
+                if best is None or st.st_size > best[0]:
+                    best = (st.st_size, p)
+    return None if best is None else best[1]
 
 
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:
@@ -465,20 +505,38 @@ def run(args: argparse.Namespace) -> int:
     if is_object_url(args.path):
         return _run_object(args)
     scratch: Path | None = None
+    read_only: str | None = None
     if target.is_dir():
-        why = _no_room(target, args.size)
-        if why is not None:
-            _say(why)
-            return 2
-        try:
-            scratch = _write_scratch(target, args.size, args.seed)
-        except OSError as exc:
-            _say(
-                f"{target}: cannot write a {args.size:,}-byte scratch file to probe "
-                f"({exc.strerror}); give a writable folder or an existing file",
-            )
-            return 2
-        path = str(scratch)
+        read_only = _unwritable(target)
+        if read_only is None:
+            why = _no_room(target, args.size)
+            if why is not None:
+                _say(why)
+                return 2
+            try:
+                scratch = _write_scratch(target, args.size, args.seed)
+            except OSError as exc:
+                # statvfs and access() can say yes where the write says no (a mount
+                # remounted read-only, an overlay, a policy): read what is there.
+                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    _say(
+                        f"{target}: cannot write a {args.size:,}-byte scratch file to probe "
+                        f"({exc.strerror}); give a folder with room, or an existing file",
+                    )
+                    return 2
+                read_only = exc.strerror or errno.errorcode[exc.errno]
+        if scratch is None:
+            found = _existing_file(target)
+            if found is None:
+                _say(
+                    f"{target}: cannot write a scratch file here ({read_only}), and no file of "
+                    "at least 1 MiB is there to read instead; give a file to probe "
+                    "(headrace probe FILE) or a writable folder",
+                )
+                return 2
+            path = str(found)
+        else:
+            path = str(scratch)
     elif target.is_file():
         path = str(target)
         if target.stat().st_size < MiB:
@@ -514,6 +572,8 @@ def run(args: argparse.Namespace) -> int:
             drop_cache=not args.keep_cache,
         )
         report["scratch"] = scratch is not None
+        if read_only is not None:
+            report["read_only"] = f"{target}: {read_only}"
     finally:
         if scratch is not None:
             scratch.unlink(missing_ok=True)

@@ -36,6 +36,14 @@ def shallow_note(results: list[dict[str, Any]]) -> list[str]:
 def table(report: dict[str, Any]) -> str:
     fs = report["filesystem"]
     lines = [
+        *(
+            [
+                f"{report['read_only']}: no scratch file written; probed the largest file "
+                "there (give a file to probe another)"
+            ]
+            if report.get("read_only")
+            else []
+        ),
         f"path {report['path']}  ({fs['fstype']} on {fs['device']}, mounted at {fs['mount']}"
         + (
             "; a network or FUSE file system: headrace keeps 64 files in flight here)"
