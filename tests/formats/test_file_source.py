@@ -34,6 +34,8 @@ from headrace.formats import (
     write_sample_file,
 )
 from headrace.formats import _file_source as file_source_module
+from headrace.io import _memory as memory_module
+from headrace.io._memory import Memory
 from headrace.pipeline import Loader, Mixture
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -1024,7 +1026,8 @@ def test_default_in_flight_holds_at_most_4_gib_of_large_files(
     with open(tmp_path / "0.npy", "wb") as f:
         f.truncate(1 << 30)
     # As asked (on a machine of 1 TiB: 12 GiB is more than a small one has, and warned).
-    monkeypatch.setattr(file_source_module, "available_memory", lambda: 1 << 40)
+    big = Memory(available=1 << 40, bound="host", host=1 << 40)
+    monkeypatch.setattr(file_source_module, "available_memory", lambda: big)
     assert FileSource(tmp_path, format="npy", in_flight=12).in_flight == 12
     src = FileSource(tmp_path.as_uri(), format="npy")
     assert src.files.remote and src.in_flight == 4
@@ -1131,18 +1134,25 @@ def test_an_in_flight_given_that_would_hold_more_than_memory_is_warned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # in_flight=64 of 1 GiB volumes holds 64 GiB: the kernel killed the run without a word.
-    assert (file_source_module.available_memory() or 0) > 0  # this machine's, read for real
     for i in range(4):
         np.save(tmp_path / f"v{i}.npy", np.zeros((64, 1024), np.uint8))  # 65,664 bytes
-    # Fault injection: a machine with 1 MiB of memory available.
-    monkeypatch.setattr(file_source_module, "available_memory", lambda: 1 << 20)
+    # A container limited to 1 MiB (cgroup v2 files in a tree laid out like /sys/fs/cgroup),
+    # on a host with far more: the container's limit binds, and the warning names it.
+    cgroup = tmp_path / "cgroup"
+    (cgroup / "job").mkdir(parents=True)
+    (cgroup / "job" / "memory.max").write_text(f"{1 << 20}\n")
+    (cgroup / "job" / "memory.current").write_text("0\n")
+    (tmp_path / "self-cgroup").write_text("0::/job\n")
+    monkeypatch.setattr(memory_module, "CGROUP_ROOT", cgroup)
+    monkeypatch.setattr(memory_module, "PROC_CGROUP", tmp_path / "self-cgroup")
     with pytest.warns(RuntimeWarning) as caught:
         src = FileSource(tmp_path, format="npy", in_flight=64)
     assert str(caught[0].message) == (
         "FileSource: in_flight=64 whole files of up to 65.7 kB may hold 4.2 MB, more than "
-        "the 1.0 MB of memory available here: a run that fills its read-ahead is killed by "
-        "the kernel without a word; give in_flight=7 or less, or leave it out (the default "
-        "holds 4.29 GB at most)"
+        "the 1.0 MB of memory available here (the container's limit: "
+        f"{cgroup}/job/memory.max = 1,048,576 bytes, 0 of them in use): a run that fills "
+        "its read-ahead is killed by the kernel without a word; give in_flight=7 or less, "
+        "or leave it out (the default holds 4.29 GB at most)"
     )
     assert src.in_flight == 64  # as asked: a warning, not a refusal
     src.close()

@@ -49,6 +49,7 @@ from headrace.bench._result_notes import result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
+from headrace.io._memory import available_memory
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 
 __all__ = ["RunOptions", "run_workload"]
@@ -219,6 +220,9 @@ def _run(
     digest_steps = kind.digest_steps(total)
     specs = list(wl.variants)
     mem_before = meminfo()
+    # What the page cache can hold: a container's limit bounds it, whatever the host has.
+    room = available_memory()
+    free = room.available if room is not None else 0
     if opts.warm_cache:
         _warm(kind.files())
     mem_warm = meminfo()
@@ -361,11 +365,7 @@ def _run(
     ds_bytes = kind.dataset_bytes()
     # Files read buffered from local disk that fits in free memory: the digested pass
     # read each file before the fresh passes, so they read the page cache.
-    cached_disk = (
-        kind.storage == "local"
-        and opts.slowfs is None
-        and (in_memory or ds_bytes < mem_before.get("MemAvailable", 0))
-    )
+    cached_disk = kind.storage == "local" and opts.slowfs is None and (in_memory or ds_bytes < free)
     for spec in specs:
         m = measured[spec]
         if fresh.get(spec):
@@ -501,17 +501,17 @@ def _run(
             "headrace's readers keep more of them in flight there (docs/emulate-slowfs.md)"
         )
     if opts.slowfs is not None:
-        notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, mem_before))
+        notes.append(_slowfs_note(wl.name, opts.slowfs, ds_bytes, free))
     elif in_memory and mount is not None:
         notes.append(
             f"{wl.name}: the dataset is on {mount.fstype} ({mount.mount}), which keeps files "
             "in memory: every figure is a memory read, and there is no device to measure a "
             "read ceiling of; give --root on the storage you mean to train from"
         )
-    elif kind.storage == "local" and ds_bytes < mem_before.get("MemAvailable", 0):
+    elif kind.storage == "local" and room is not None and ds_bytes < free:
         notes.append(
             f"{wl.name}: the dataset ({byte_size(ds_bytes)}) fits in free memory "
-            f"({mem_before.get('MemAvailable', 0) / 1e9:.1f} GB available): figures are "
+            f"({free / 1e9:.1f} GB available, {room.which()}): figures are "
             "page-cache reads unless the storage ceiling says otherwise"
         )
     summary = {
@@ -567,9 +567,10 @@ def _slowfs_extras(config: SlowFSConfig | None) -> dict[str, Any]:
     }
 
 
-def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, mem: dict[str, int]) -> str:
-    """What the figures of a run through slowfs are: cold per variant, then its own cache."""
-    fits = ds_bytes < mem.get("MemAvailable", 0)
+def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, free: int) -> str:
+    """What the figures of a run through slowfs are: cold per variant, then its own cache
+    (``free``: the memory available, host's or container's)."""
+    fits = ds_bytes < free
     return (
         f"{name}: read through slowfs, {config.read_latency_ms:g} ms per READ and "
         f"{config.open_latency_ms:g} ms per open, each variant on a mount of its own: none "

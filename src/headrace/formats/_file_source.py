@@ -43,6 +43,7 @@ from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.io import CacheStats, ObjectCache, open_cache
+from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
 
 __all__ = ["FileSource"]
@@ -326,14 +327,16 @@ class FileSource(Closing):
         the machine has memory: a run that fills its window is killed by the kernel's
         out-of-memory killer, without a word, maybe an hour in."""
         largest = self._largest_whole()
-        free = available_memory()
-        if free is None or self.in_flight * largest <= free:
+        memory = available_memory()
+        if memory is None or self.in_flight * largest <= memory.available:
             return
+        free = memory.available
         fit = max(1, free // (2 * largest))
         warn_user(
             f"FileSource: in_flight={self.in_flight} whole files of up to "
             f"{byte_size(largest)} may hold {byte_size(self.in_flight * largest)}, more than "
-            f"the {byte_size(free)} of memory available here: a run that fills its read-ahead "
+            f"the {byte_size(free)} of memory available here ({memory.which()}): a run "
+            "that fills its read-ahead "
             f"is killed by the kernel without a word; give in_flight={fit} or less, or leave "
             f"it out (the default holds {byte_size(DEFAULT_HELD_BYTES)} at most)",
             RuntimeWarning,
@@ -667,16 +670,3 @@ class FileSource(Closing):
         carried = state.get("heads")
         listing, at = state["listing"], state.get("listed_at")
         self._open(files, config, store_options, listing, state["counts"], carried, at)
-
-
-def available_memory() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (what can be allocated without
-    swapping), ``None`` where there is none (not Linux)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
