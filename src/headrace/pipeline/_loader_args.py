@@ -19,12 +19,14 @@ from headrace.errors import ConfigError
 from headrace.pipeline._transform import check_transform
 
 __all__ = [
+    "LAUNCHERS",
     "check_source",
     "checked_seed",
     "checked_stall_warn_s",
     "checked_steps",
     "host_place",
     "integer",
+    "launched",
 ]
 
 
@@ -43,21 +45,55 @@ def checked_seed(seed: object) -> int:
     return value
 
 
+#: Launchers that tell each process how many they started and which one it is:
+#: (launcher, count variable, rank variable); srun's count is its step's (below).
+LAUNCHERS = (
+    ("torchrun", "WORLD_SIZE", "RANK"),  # and accelerate, DeepSpeed, Lightning
+    ("Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+    ("MPICH", "PMI_SIZE", "PMI_RANK"),
+    ("srun", "SLURM_NTASKS", "SLURM_PROCID"),
+)
+
+
+def launched() -> tuple[str, int, str] | None:
+    """(launchers, processes, variables) where the environment says a launcher started
+    this process as one of several: the first launcher's count, every one's names and
+    variables; None otherwise. SLURM counts only under srun (``SLURM_STEP_ID`` set): an
+    sbatch script is one process, whatever ``--ntasks`` put in ``SLURM_NTASKS``."""
+    env = os.environ
+    seen: list[tuple[str, int, str]] = []
+    for name, count_var, rank_var in LAUNCHERS:
+        if name == "srun":
+            if "SLURM_STEP_ID" not in env:
+                continue
+            if "SLURM_STEP_NUM_TASKS" in env:  # this step's tasks, not the allocation's
+                count_var = "SLURM_STEP_NUM_TASKS"
+        count = env.get(count_var, "").strip()
+        if count.isdigit() and int(count) > 1:
+            names = [count_var, rank_var] + (["SLURM_STEP_ID"] if name == "srun" else [])
+            shown = ", ".join(f"{v}={env.get(v, '?')}" for v in names)
+            seen.append((name, int(count), shown))
+    if not seen:
+        return None
+    return ", ".join(x[0] for x in seen), seen[0][1], ", ".join(x[2] for x in seen)
+
+
 def host_place(rank: object, world_size: object) -> tuple[int, int]:
     """``rank`` and ``world_size`` as ints; neither given: host 0 of 1, which a process
-    that a launcher (torchrun, accelerate, DeepSpeed) started as one of several is told
-    about: each of its ranks would read the whole global batch, the same rows as the
-    others, without a word."""
+    that a launcher (:data:`LAUNCHERS`: torchrun, accelerate, DeepSpeed, Open MPI, MPICH,
+    srun) started as one of several is told about: each of its ranks would read the
+    whole global batch, the same rows as the others, without a word."""
     if rank is None and world_size is None:
-        launched = os.environ.get("WORLD_SIZE", "").strip()
-        if launched.isdigit() and int(launched) > 1:
+        found = launched()
+        if found is not None:
+            names, count, variables = found
             warn_user(
                 f"Loader: no rank or world_size given, so this process reads the whole "
-                f"global batch as host 0 of 1, but its launcher started it as one of "
-                f"{int(launched)} (WORLD_SIZE={launched}, RANK="
-                f"{os.environ.get('RANK', '?')}): every rank would read the same rows. "
+                f"global batch as host 0 of 1, but its launcher ({names}) started it as one "
+                f"of {count} ({variables}): every rank would read the same rows. "
                 "Pass rank= and world_size= (torch.distributed.get_rank(), "
-                "get_world_size()), or use headrace.torch.TorchDataset, which takes "
+                "get_world_size() once init_process_group has run, or the rank and count "
+                "variables above), or use headrace.torch.TorchDataset, which takes "
                 "them from torch.distributed; give world_size=1 to read the whole batch "
                 "here on purpose.",
                 RuntimeWarning,
