@@ -44,10 +44,14 @@ def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int =
 def run_over(who: str, step: int, steps: int) -> str:
     """What a loop gone round again over a finished run is told: the PyTorch habit
     ``for epoch in ...: for batch in loader:`` met an end step, not a per-epoch count,
-    and every later epoch would train on nothing, silently."""
+    and every later epoch would train on nothing, silently. (An exact pass, ``epochs=``,
+    starts over instead, the same batches each time: an evaluation's loop; so it is
+    not the fix for a training loop, and the message says so.)"""
     return (
         f"{who}: this iteration yields nothing: step {step} is the run's end "
         f"(steps={steps}). `steps` is the global step at which iteration ends, not a "
         "count per epoch, and each loop goes on from where the last one stopped; for "
-        "several epochs give steps=epochs * steps_per_epoch (or None) and loop once."
+        "several epochs give steps=epochs * steps_per_epoch (or None) and loop once "
+        "(epochs=1 would not do: an exact pass starts over at each loop with the same "
+        "batches in the same order, as an evaluation wants)."
     )
