@@ -1040,7 +1040,7 @@ def test_an_interrupted_run_keeps_the_workloads_it_measured(
     assert calls == ["w"] and not out.exists()
     err = capsys.readouterr().err
     assert f"headrace bench: interrupted ({how}) after " in err
-    assert "s: not measured: w, tokens (a workload's figures come when" in err
+    assert "s: not measured: w, tokens (a variant's figures come once its measurement" in err
     assert f"; no report written to {out}\n" in err
 
 

@@ -32,7 +32,7 @@ from headrace.bench._kind import Kind, make_kind, room_for
 from headrace.bench._machine import machine_info
 from headrace.bench._overrides import storage_options, workloads
 from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
-from headrace.bench._runner import Progress, RunOptions, run_workload
+from headrace.bench._runner import Interrupted, Progress, RunOptions, run_workload, stop_name
 from headrace.bench._slowfs_run import fuse_check
 from headrace.bench._workload import Workload, naming
 from headrace.errors import ConfigError, HeadraceError
@@ -460,6 +460,7 @@ def run(args: argparse.Namespace) -> int:
         "workloads": [],
         "results": [],
         "notes": [],
+        "interrupted": False,
     }
     t0 = time.perf_counter()
     errors: list[str] = []  # workloads that could not be measured: the others still are
@@ -494,22 +495,36 @@ def run(args: argparse.Namespace) -> int:
                 errors.append(f"headrace bench: {kind.workload.name}: {exc}")
                 print(errors[-1], file=sys.stderr)
                 continue
+            except Interrupted as part:
+                # Its variants with a trial done are reported, with the workloads before it.
+                report["workloads"].append(part.summary)
+                report["notes"].extend(part.summary["notes"])
+                report["results"].extend(part.results)
+                report["interrupted"] = True
+                stopped = part.cause
+                left = ", ".join(k.workload.name for k in kinds[i + 1 :])
+                if left:
+                    report["notes"].append(
+                        f"interrupted ({stop_name(part.cause)}): not measured: {left}"
+                    )
+                break
             except (KeyboardInterrupt, SystemExit) as exc:
                 # The workloads measured before it are reported and written, then the
                 # interrupt goes on (exit 130 or 143): they were lost with the rest.
                 left = ", ".join(k.workload.name for k in kinds[i:])
-                how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+                how = stop_name(exc)
                 if not report["results"]:
                     # A bare "interrupted" left a script looking for the --json file.
                     wrote = f"; no report written to {args.json}" if args.json else ""
                     print(
                         f"headrace bench: interrupted ({how}) after "
-                        f"{time.perf_counter() - t0:.1f} s: not measured: {left} (a workload's "
-                        f"figures come when all its variants' trials are done){wrote}",
+                        f"{time.perf_counter() - t0:.1f} s: not measured: {left} (a variant's "
+                        f"figures come once its measurement pass and a trial are done){wrote}",
                         file=sys.stderr,
                     )
                     raise
                 stopped = exc
+                report["interrupted"] = True
                 report["notes"].append(f"interrupted ({how}): not measured: {left}")
                 break
             report["workloads"].append(summary)

@@ -52,7 +52,7 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.io._memory import available_memory
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 
-__all__ = ["RunOptions", "run_workload"]
+__all__ = ["Interrupted", "RunOptions", "run_workload", "stop_name"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -146,6 +146,28 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "max": max(values), "median": statistics.median(values)}
 
 
+def stop_name(exc: BaseException) -> str:
+    """How a run was stopped, in words: Ctrl-C is a KeyboardInterrupt, SIGTERM a
+    SystemExit (:func:`headrace.cli.main` raises it)."""
+    return "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM in a workload, with what it finished: the summary and results of
+    the variants with their measurement pass and at least one trial done, and the
+    interrupt (``cause``) to go on with once they are reported. A BaseException, as the
+    interrupt it carries: nothing that catches errors may take it for one."""
+
+    def __init__(
+        self,
+        summary: dict[str, Any],
+        results: list[dict[str, Any]],
+        cause: KeyboardInterrupt | SystemExit,
+    ) -> None:
+        super().__init__(stop_name(cause))
+        self.summary, self.results, self.cause = summary, results, cause
+
+
 def run_workload(
     kind: Kind, *, options: RunOptions | None = None, progress: Progress | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -158,12 +180,19 @@ def run_workload(
     opts = options or RunOptions()
     public = kind.workload  # before serving adds endpoints and credentials
     mounts = None if opts.slowfs is None else VariantMounts(kind.root, opts.slowfs)
+    stopped: Interrupted | None = None
     with kind.serve(), mounts if mounts is not None else contextlib.nullcontext():
-        summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts), mounts)
+        try:
+            summary, results = _run(kind, opts, progress, _variant_kinds(kind, mounts), mounts)
+        except Interrupted as exc:  # completed below, once the mounts are gone
+            stopped = exc
+            summary, results = exc.summary, exc.results
     summary["workload"] = public.to_dict()
     if mounts is not None:
         for res in results:
             res["slowfs"] = slowfs_figures(mounts.final_stats.get(res["variant"]))
+    if stopped is not None:
+        raise stopped
     return summary, results
 
 
@@ -239,118 +268,135 @@ def _run(
             text = f"variant {spec!r} of workload {wl.name!r}: {type(exc).__name__}: {text}"
         failed.setdefault(spec, text)
 
-    # 1. measurement passes
+    # What each phase finished is kept: Ctrl-C or SIGTERM reports the variants that
+    # have their measurement pass and a trial done (``stopped``), not nothing.
     measured: dict[str, dict[str, Any]] = {}
-    for i, spec in enumerate(specs):
-        if progress:
-            progress(f"{wl.name}: digest {spec}", i, len(specs))
-        try:
-            if opts.isolate:
-                measured[spec] = _measure_isolated(of(spec), spec, digest_steps)
-            else:
-                measured[spec] = measure_pass(of(spec), spec, digest_steps)
-                measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
-                measured[spec]["rss_baseline_bytes"] = None
-        except HeadraceError as exc:
-            fail(spec, exc)
-        _fresh.settle()  # its last reads must not count in the next variant's figures
-    specs = [s for s in specs if s not in failed]
-    if not specs:
-        raise HeadraceError("; ".join(failed.values()))
-
-    # 2. timed trials, alternating
     its: dict[str, Iterator[Batch]] = {}
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    done, work = 0, (t.trials * (2 if has_compute else 1) + _fresh.passes(kind)) * len(specs)
     # Per variant, each epoch's (AU, loader seconds per counted step).
     au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
+    fresh: dict[str, list[float]] = {}
+    max_acc: dict[str, int] = {}
+    mem_after = mem_warm
+    phase = "measurement passes"
+    stopped: KeyboardInterrupt | SystemExit | None = None
     try:
-        for spec in specs:
+        # 1. measurement passes
+        for i, spec in enumerate(specs):
+            if progress:
+                progress(f"{wl.name}: digest {spec}", i, len(specs))
             try:
-                t0 = time.perf_counter()
-                streams[spec] = of(spec).open(spec, total)
-                its[spec] = iter(streams[spec])
-                next(its[spec])
-                first_s[spec] = time.perf_counter() - t0
-                for _ in range(warmup - 1):
-                    next(its[spec])
+                if opts.isolate:
+                    measured[spec] = _measure_isolated(of(spec), spec, digest_steps)
+                else:
+                    measured[spec] = measure_pass(of(spec), spec, digest_steps)
+                    measured[spec]["peak_rss_bytes"] = None  # one process: not attributable
+                    measured[spec]["rss_baseline_bytes"] = None
             except HeadraceError as exc:
                 fail(spec, exc)
-        for _ in range(t.trials):
+            _fresh.settle()  # its last reads must not count in the next variant's figures
+        specs = [s for s in specs if s not in failed]
+        if not specs:
+            raise HeadraceError("; ".join(failed.values()))
+
+        # 2. timed trials, alternating
+        phase = "trials"
+        done, work = 0, (t.trials * (2 if has_compute else 1) + _fresh.passes(kind)) * len(specs)
+        try:
             for spec in specs:
-                if spec in failed:
-                    continue
-                it = its[spec]
                 try:
                     t0 = time.perf_counter()
-                    for _ in range(t.steps):
-                        next(it)
-                    dt = time.perf_counter() - t0
+                    streams[spec] = of(spec).open(spec, total)
+                    its[spec] = iter(streams[spec])
+                    next(its[spec])
+                    first_s[spec] = time.perf_counter() - t0
+                    for _ in range(warmup - 1):
+                        next(its[spec])
                 except HeadraceError as exc:
                     fail(spec, exc)
-                    continue
-                rates[spec].append(t.steps / dt)
-                done += 1
-                if progress:
-                    progress(f"{wl.name}: trials", done, work)
-    finally:
-        for s in streams.values():
-            s.close()
-        _fresh.settle()
-    # 2b. files kinds: fresh passes, alternating (their shown figure; see _fresh.py).
-
-    def pass_done() -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(f"{wl.name}: fresh passes", done, work)
-
-    live = [s for s in specs if s not in failed]
-    fresh = _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done)
-    # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
-    # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
-    # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
-    # the trial streams above sat idle while the other variants ran, so their read-ahead
-    # queues were full, and an AU measured on them credited the loader with that idle time.
-    comp_t = compute_times(t, t.trials * t.steps)
-    for spec in specs if has_compute else ():
-        if spec in failed:
-            continue
-        try:
-            stream = of(spec).open(spec, compute_steps * n_acc)
-            try:
-                it = iter(stream)
-                for r in range(t.trials):
-                    part = comp_t[r * t.steps : (r + 1) * t.steps]
-                    au[spec].append(au_trial(it, t.steps, part, n_acc))
+            for _ in range(t.trials):
+                for spec in specs:
+                    if spec in failed:
+                        continue
+                    it = its[spec]
+                    try:
+                        t0 = time.perf_counter()
+                        for _ in range(t.steps):
+                            next(it)
+                        dt = time.perf_counter() - t0
+                    except HeadraceError as exc:
+                        fail(spec, exc)
+                        continue
+                    rates[spec].append(t.steps / dt)
                     done += 1
                     if progress:
-                        progress(f"{wl.name}: trials with compute", done, work)
-            finally:
-                stream.close()
-                _fresh.settle()
-        except HeadraceError as exc:
-            fail(spec, exc)
-    mem_after = meminfo()
-    max_acc: dict[str, int] = {}
-    for spec in specs if opts.accelerators_auto and has_compute else ():
-        if kind.digested(spec) and spec not in failed:
-            # Searched from the verdict the AU column shows, which it must not contradict;
-            # where trials of one step measured none (AU 0 by definition), on epochs of its
-            # own: from "known to fail" it printed max acc. 0 for every variant of the
-            # documented `--dlio unet3d_h100.yaml --scale 0.05 --accelerators auto`.
-            passed = _au.run_au([a for a, _ in au[spec]]) >= t.au_threshold
-            known = (n_acc, passed) if t.steps > _au.EXCLUDE_START_STEPS else None
+                        progress(f"{wl.name}: trials", done, work)
+        finally:
+            for s in streams.values():
+                s.close()
+            _fresh.settle()
+        # 2b. files kinds: fresh passes, alternating (their shown figure; see _fresh.py).
+
+        def pass_done() -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(f"{wl.name}: fresh passes", done, work)
+
+        phase = "fresh passes"
+        live = [s for s in specs if s not in failed]
+        fresh = _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done)
+        # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
+        # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
+        # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
+        # the trial streams above sat idle while the other variants ran, so their read-ahead
+        # queues were full, and an AU measured on them credited the loader with that idle time.
+        phase = "trials with compute"
+        comp_t = compute_times(t, t.trials * t.steps)
+        for spec in specs if has_compute else ():
+            if spec in failed:
+                continue
             try:
-                max_acc[spec] = max_accelerators(of(spec), spec, known=known)
+                stream = of(spec).open(spec, compute_steps * n_acc)
+                try:
+                    it = iter(stream)
+                    for r in range(t.trials):
+                        part = comp_t[r * t.steps : (r + 1) * t.steps]
+                        au[spec].append(au_trial(it, t.steps, part, n_acc))
+                        done += 1
+                        if progress:
+                            progress(f"{wl.name}: trials with compute", done, work)
+                finally:
+                    stream.close()
+                    _fresh.settle()
             except HeadraceError as exc:
                 fail(spec, exc)
-    specs = [s for s in specs if s not in failed]
-    if not specs:
-        raise HeadraceError("; ".join(failed.values()))
+        mem_after = meminfo()
+        phase = "search for the most accelerators"
+        for spec in specs if opts.accelerators_auto and has_compute else ():
+            if kind.digested(spec) and spec not in failed:
+                # Searched from the verdict the AU column shows, which it must not contradict;
+                # where trials of one step measured none (AU 0 by definition), on epochs of its
+                # own: from "known to fail" it printed max acc. 0 for every variant of the
+                # documented `--dlio unet3d_h100.yaml --scale 0.05 --accelerators auto`.
+                passed = _au.run_au([a for a, _ in au[spec]]) >= t.au_threshold
+                known = (n_acc, passed) if t.steps > _au.EXCLUDE_START_STEPS else None
+                try:
+                    max_acc[spec] = max_accelerators(of(spec), spec, known=known)
+                except HeadraceError as exc:
+                    fail(spec, exc)
+        specs = [s for s in specs if s not in failed]
+        if not specs:
+            raise HeadraceError("; ".join(failed.values()))
 
+    except (KeyboardInterrupt, SystemExit) as exc:
+        stopped = exc
+        mem_after = meminfo()
+        specs = [s for s in specs if s in measured and rates.get(s) and s not in failed]
+        if not specs:
+            raise
     payload_per_batch = round(kind.record_bytes() * kind.host_batch)
     mount = mount_of(kind.root) if kind.storage == "local" else None
     # tmpfs: the files are memory, and O_DIRECT there (Linux 6.6+) reads memory too; its
@@ -373,7 +419,8 @@ def _run(
             m["fresh_pass_s"] = statistics.median(fresh[spec])
             m["fresh_pass_page_cache"] = cached_disk and not _fresh.reads_past_cache(kind, spec)
         med = statistics.median(rates[spec])
-        run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute else None
+        # Interrupted in the trials with compute, a variant may have none of them.
+        run_au = _au.run_au([a for a, _ in au[spec]]) if has_compute and au[spec] else None
         if m["steps"] not in yardsticks:
             n = m["steps"]
             yardsticks[n] = (kind.payload_bytes(0, n), kind.unique_payload_bytes(n))
@@ -416,11 +463,11 @@ def _run(
                 "au": run_au,
                 "au_pass": run_au >= t.au_threshold if run_au is not None else None,
                 "loader_s_per_step_with_compute": (
-                    statistics.fmean(ld for _, ld in au[spec]) if has_compute else None
+                    statistics.fmean(ld for _, ld in au[spec]) if has_compute and au[spec] else None
                 ),
                 "max_accelerators": max_acc.get(spec),
                 "steps": m["steps"],
-                "trials": t.trials,
+                "trials": len(rates[spec]),  # the trials done: fewer, interrupted
                 "steps_per_trial": t.steps,
                 "read_ahead": spec in of(spec).reading_ahead,
                 **pass_figures(kind, m),
@@ -444,7 +491,8 @@ def _run(
             of(_CEILING) if opts.slowfs else kind,
             depth=max([0, *(int(r.get("in_flight") or 0) for r in results), *variant_reads]),
         )
-        if kind.storage == "local" and not in_memory
+        # Interrupted: not measured (seconds of reads after the user asked to stop).
+        if kind.storage == "local" and not in_memory and stopped is None
         else {"gb_per_s": None, "bytes": 0, "o_direct": False, "threads": 0}
     )
     if mounts is not None and ceiling["gb_per_s"] is not None:
@@ -542,6 +590,19 @@ def _run(
         "mismatches": mismatches(results),
         "failed": [{"variant": spec, "error": text} for spec, text in failed.items()],
     }
+    if stopped is not None:
+        summary["interrupted"] = True
+        left = [s for s in wl.variants if s not in specs and s not in failed]
+        notes.insert(
+            0,
+            f"{wl.name}: interrupted ({stop_name(stopped)}) during its {phase}: the figures "
+            "are the trials finished ("
+            + ", ".join(f"{s} {len(rates[s])} of {t.trials}" for s in specs)
+            + ")"
+            + (f"; not measured: {', '.join(left)}" if left else "")
+            + "; no storage ceiling",
+        )
+        raise Interrupted(summary, results, stopped)
     return summary, results
 
 
