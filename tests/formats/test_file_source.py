@@ -1130,6 +1130,30 @@ def test_datasets_as_a_set_are_refused(tmp_path: Path) -> None:
         FileSource(root, format="npz", datasets={"y", "x"})
 
 
+def test_the_default_in_flight_holds_at_most_half_a_containers_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A container limited to 1 GiB: 16 files of 100 MiB in flight held 1.6 GiB, the
+    # default's 4 GiB cap measured against the host (fails before: in_flight 16).
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        with open(data / f"{i}.npy", "wb") as f:
+            f.truncate(100 << 20)  # sparse: only listed here, never read
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text(f"{1 << 30}\n")
+    (cgroup / "memory.current").write_text("0\n")
+    (tmp_path / "self-cgroup").write_text("0::/\n")
+    monkeypatch.setattr(memory_module, "PROC_CGROUP", tmp_path / "self-cgroup")
+    monkeypatch.setattr(memory_module, "CGROUP_ROOT", cgroup)
+    with FileSource(data, format="npy") as src:
+        assert src.in_flight == 5  # 512 MiB // 100 MiB
+    (cgroup / "memory.max").write_text("max\n")  # no limit: the host's, ample here
+    with FileSource(data, format="npy") as src:
+        assert src.in_flight == 16
+
+
 def test_an_in_flight_given_that_would_hold_more_than_memory_is_warned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1152,7 +1176,7 @@ def test_an_in_flight_given_that_would_hold_more_than_memory_is_warned(
         "the 1.0 MB of memory available here (the container's limit: "
         f"{cgroup}/job/memory.max = 1,048,576 bytes, 0 of them in use): a run that fills "
         "its read-ahead is killed by the kernel without a word; give in_flight=7 or less, "
-        "or leave it out (the default holds 4.29 GB at most)"
+        "or leave it out (the default holds 524.3 kB at most: half the memory available)"
     )
     assert src.in_flight == 64  # as asked: a warning, not a refusal
     src.close()

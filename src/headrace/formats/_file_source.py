@@ -52,8 +52,26 @@ log = logging.getLogger("headrace")
 
 DEFAULT_REMOTE_IN_FLIGHT = 64
 DEFAULT_LOCAL_IN_FLIGHT = 16
-#: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it.
+#: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it
+#: (or within half the memory available, where that is less: :func:`held_budget`).
 DEFAULT_HELD_BYTES = 4 << 30
+
+
+def held_words() -> str:
+    """:func:`held_budget` in words, saying when memory bound it."""
+    held = held_budget()
+    bound = ": half the memory available" if held < DEFAULT_HELD_BYTES else ""
+    return f"{byte_size(held)} at most{bound}"
+
+
+def held_budget() -> int:
+    """What the default read-ahead may hold: :data:`DEFAULT_HELD_BYTES`, or half the
+    memory available where that is less (a container limited to 4 GiB held 4 GiB of
+    files before its first sample, on top of the run)."""
+    memory = available_memory()
+    if memory is None:
+        return DEFAULT_HELD_BYTES
+    return max(1, min(DEFAULT_HELD_BYTES, memory.available // 2))
 
 
 class FileSource(Closing):
@@ -314,7 +332,7 @@ class FileSource(Closing):
         64 HDF5 shards of 1 GiB are 64 GiB before a sample is read."""
         depth = self._default_depth()
         largest = self._largest_whole()
-        return max(2, min(depth, DEFAULT_HELD_BYTES // largest)) if largest else depth
+        return max(2, min(depth, held_budget() // largest)) if largest else depth
 
     def _largest_whole(self) -> int:
         """The size of the largest file read whole (one read by ranges is held as what
@@ -338,7 +356,7 @@ class FileSource(Closing):
             f"the {byte_size(free)} of memory available here ({memory.which()}): a run "
             "that fills its read-ahead "
             f"is killed by the kernel without a word; give in_flight={fit} or less, or leave "
-            f"it out (the default holds {byte_size(DEFAULT_HELD_BYTES)} at most)",
+            f"it out (the default holds {held_words()})",
             RuntimeWarning,
         )
 
