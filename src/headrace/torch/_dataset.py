@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, StateError
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
+from headrace.pipeline._loader_args import launched
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S
 from headrace.pipeline._steps import remaining_steps, run_over
@@ -269,8 +270,22 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     def _check_ranks(self) -> None:
         """Refuse to read with the ``(0, 1)`` taken before ``torch.distributed`` was
         initialised: every rank would read the whole global batch, silently. (A spawned
-        DataLoader worker has no process group: it goes by the dataset's ranks.)"""
-        if self._rank_given or not (dist.is_available() and dist.is_initialized()):
+        DataLoader worker has no process group: it goes by the dataset's ranks.) Warn
+        where there is still none but a launcher started this process as one of several."""
+        if self._rank_given:
+            return
+        if not (dist.is_available() and dist.is_initialized()):
+            found = launched() if get_worker_info() is None else None
+            if found is not None:
+                names, count, variables = found
+                warn_user(
+                    f"TorchDataset: no rank or world_size given and torch.distributed is not "
+                    f"initialised, so this process reads the whole global batch as host 0 of "
+                    f"1, but its launcher ({names}) started it as one of {count} "
+                    f"({variables}): every rank would read the same rows. Call "
+                    "init_process_group before iterating, or pass rank= and world_size= "
+                    "(world_size=1 to read the whole batch here on purpose)."
+                )
             return
         now = dist_rank_world()
         if now != (self.rank, self.world_size):
