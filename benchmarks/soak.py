@@ -10,7 +10,8 @@ warm-up (a fifth of the run), after ``gc.collect()``:
 - ``rss_mb`` (``VmRSS``), ``traced_kb`` (``tracemalloc``'s traced total, started after the
   warm-up: only what the run allocated since and still holds), ``objects`` (tracked by gc);
 - ``fds`` (``/proc/self/fd``), ``threads`` (``threading`` and ``/proc/self/task``),
-  ``shm`` (entries in ``/dev/shm``);
+  ``shm`` (entries in ``/dev/shm`` named by this process or one below it: other processes
+  on the machine make theirs), ``shm_maps`` (segments mapped), ``processes`` (below this);
 - the lengths of headrace's own tables (``tables()``): its ``lru_cache`` s, the registries of
   open loaders, file holders, reads in flight, locks, idle Parquet readers and token files,
   the epochs' file plans, an object store's latencies, and Python's warning registries.
@@ -121,9 +122,42 @@ def tables(source: Any = None) -> dict[str, int]:
     return got
 
 
+_SEEN: set[int] = set()  # every descendant met: a dead worker's segment is still its
+
+
+def descendants() -> set[int]:
+    """Live processes below this one (workers are the fork server's children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError):  # gone meanwhile
+                with open(f"/proc/{entry}/stat") as fh:
+                    state, ppid = fh.read().rsplit(")", 1)[1].split()[:2]
+                if state != "Z":
+                    children.setdefault(int(ppid), []).append(int(entry))
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def shm_counts() -> tuple[int, int]:
+    """Names in /dev/shm made by this process or any process below it (other processes
+    on the machine make theirs too), and the segments this process maps."""
+    _SEEN.update(descendants())
+    prefixes = tuple(f"headrace_{pid}_" for pid in (os.getpid(), *_SEEN))
+    names = sum(n.startswith(prefixes) for n in os.listdir(SHM)) if os.path.isdir(SHM) else 0
+    with open("/proc/self/maps") as fh:
+        return names, sum("/dev/shm/" in line for line in fh)
+
+
 def sample(source: Any = None) -> dict[str, float]:
     gc.collect()
     used, free = malloc_mb()
+    shm = shm_counts()
     return {
         "rss_mb": rss_mb(),
         "traced_kb": tracemalloc.get_traced_memory()[0] / 1024 if tracemalloc.is_tracing() else 0,
@@ -133,7 +167,9 @@ def sample(source: Any = None) -> dict[str, float]:
         "fds": len(os.listdir("/proc/self/fd")),
         "threads": threading.active_count(),
         "tasks": len(os.listdir("/proc/self/task")),
-        "shm": len(os.listdir(SHM)) if os.path.isdir(SHM) else 0,
+        "shm": shm[0],
+        "shm_maps": shm[1],
+        "processes": len(descendants()),
         **tables(source),
     }
 
@@ -203,7 +239,8 @@ def torch_run(d: Path, iters: int, persistent: bool) -> Iterator[tuple[float, An
             it = iter(dl)
             for _ in range(3):
                 batch = next(it)
-                h.update(batch["x"].numpy().tobytes())
+                for key in sorted(batch):
+                    h.update(key.encode() + batch[key].numpy().tobytes())
             close = getattr(it, "close", None)
             if close is not None:
                 close()
@@ -250,7 +287,13 @@ def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) ->
         for k in first
         if any(m[k] != first[k] for _, m in marks[1:])
     }
+    names: dict[str, int] = {}
+    for t in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{t}/comm") as fh:
+            name = fh.read().strip().rstrip("0123456789")
+            names[name] = names.get(name, 0) + 1
     result: dict[str, Any] = {
+        "task_names": names,
         "scenario": name,
         "unit": unit,
         "per": per,
@@ -336,8 +379,8 @@ def report(row: dict[str, Any]) -> str:
     if "epochs" in row:
         head += f" ({row['epochs']} epochs)"
     head += f" {row['seconds']} s sha256 {row['sha256']}"
-    lines = [head]
-    always = ("rss_mb", "traced_kb", "objects", "fds", "threads", "shm")
+    lines = [head, f"    OS threads at the end: {row['task_names']}"]
+    always = ("rss_mb", "traced_kb", "objects", "fds", "threads", "shm", "processes")
     for k in (k for k in f if k in always or k in g):
         mark = f"  {'+' if g.get(k, 0) > 0 else ''}{g[k]}/{row['per']}" if k in g else ""
         lines.append(f"    {k:18s} {f[k]:>12.1f} -> {last[k]:>12.1f}{mark}")
