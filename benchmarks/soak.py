@@ -112,8 +112,9 @@ def tables(source: Any = None) -> dict[str, int]:
         "idle_parquet": _len(table_part._IDLE._parts),
         "token_files": _len(token_budget._BUDGET._lru),
         "warning_registry": sum(
-            len(getattr(m, "__warningregistry__", None) or ())
+            len(r)
             for m in list(sys.modules.values())
+            if isinstance(r := getattr(m, "__dict__", {}).get("__warningregistry__"), dict)
         ),
     }
     stats = getattr(source, "object_stats", None)
@@ -290,8 +291,8 @@ def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) ->
     names: dict[str, int] = {}
     for t in os.listdir("/proc/self/task"):
         with contextlib.suppress(OSError), open(f"/proc/self/task/{t}/comm") as fh:
-            name = fh.read().strip().rstrip("0123456789")
-            names[name] = names.get(name, 0) + 1
+            comm = fh.read().strip().rstrip("0123456789")
+            names[comm] = names.get(comm, 0) + 1
     result: dict[str, Any] = {
         "task_names": names,
         "scenario": name,
