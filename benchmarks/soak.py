@@ -192,9 +192,9 @@ def digest_of(h: Any, batch: Any) -> None:
     update_digest(h, batch)
 
 
-def loader_run(kind: str, d: Path, endpoint: str | None, steps: int, prefetch: int) -> Iterator[
-    tuple[float, Any]
-]:
+def loader_run(
+    kind: str, d: Path, endpoint: str | None, steps: int, prefetch: int
+) -> Iterator[tuple[float, Any]]:
     """Steps through one Loader; yields (steps done, source) at each mark."""
     from headrace.pipeline import Loader
 
@@ -209,7 +209,9 @@ def loader_run(kind: str, d: Path, endpoint: str | None, steps: int, prefetch: i
     yield -1, h.hexdigest()[:16]
 
 
-def cycles_run(kind: str, d: Path, endpoint: str | None, cycles: int) -> Iterator[tuple[float, Any]]:
+def cycles_run(
+    kind: str, d: Path, endpoint: str | None, cycles: int
+) -> Iterator[tuple[float, Any]]:
     """``cycles`` times: open a source, read 4 steps through a Loader, close both."""
     from headrace.pipeline import Loader
 
@@ -293,8 +295,14 @@ def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) ->
         with contextlib.suppress(OSError), open(f"/proc/self/task/{t}/comm") as fh:
             comm = fh.read().strip().rstrip("0123456789")
             names[comm] = names.get(comm, 0) + 1
+    fd_kinds: dict[str, int] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}").split("[")[0]
+            fd_kinds[target] = fd_kinds.get(target, 0) + 1
     result: dict[str, Any] = {
         "task_names": names,
+        "fd_targets": fd_kinds,
         "scenario": name,
         "unit": unit,
         "per": per,
@@ -380,7 +388,7 @@ def report(row: dict[str, Any]) -> str:
     if "epochs" in row:
         head += f" ({row['epochs']} epochs)"
     head += f" {row['seconds']} s sha256 {row['sha256']}"
-    lines = [head, f"    OS threads at the end: {row['task_names']}"]
+    lines = [head, f"    at the end: OS threads {row['task_names']}, fds {row['fd_targets']}"]
     always = ("rss_mb", "traced_kb", "objects", "fds", "threads", "shm", "processes")
     for k in (k for k in f if k in always or k in g):
         mark = f"  {'+' if g.get(k, 0) > 0 else ''}{g[k]}/{row['per']}" if k in g else ""
