@@ -20,14 +20,15 @@ Growth is the least-squares slope over the marks after the warm-up, reported per
 (Loader scenarios; per 100 epochs too), per 100 cycles (``cycles-KIND``: a source opened, a
 ``Loader`` read for 4 steps and closed, again and again in one process) or per 100
 ``iter()`` calls (``torch-workers``, ``torch-persistent``: ``HeadraceDataLoader`` with 2
-worker processes, 3 batches an iteration). Every scenario prints the SHA-256 of what it read.
+worker processes, 3 batches an iteration; ``torch-cycles``: such a loader opened, read for
+2 batches and closed, per 100 cycles). Every scenario prints the SHA-256 of what it read.
 
 Scenarios: ``KIND`` (a ``Loader`` reading ahead, ``prefetch=8``) and ``KIND-sync``
 (``prefetch=0``) for each of ``scale_probe``'s kinds (``tokens-shards``, ``padded``, ``pairs``,
 ``parquet-files``, ``arrow-shards``, ``npy-files``, ``jpeg-files``, ``hdf5-files``,
 ``mixture``), ``KIND-s3`` for ``tokens-shards``, ``npy-files``, ``parquet-files`` and
 ``arrow-shards`` (moto's server on 127.0.0.1, started here), ``cycles-KIND`` (``-s3`` too),
-``torch-workers`` and ``torch-persistent``.
+``torch-workers``, ``torch-persistent`` and ``torch-cycles``.
 """
 
 from __future__ import annotations
@@ -57,11 +58,12 @@ LOCAL = ["tokens-shards", "padded", "pairs", "parquet-files", "arrow-shards"]
 LOCAL += ["npy-files", "jpeg-files", "hdf5-files", "mixture"]
 REMOTE = ["tokens-shards-s3", "npy-files-s3", "parquet-files-s3", "arrow-shards-s3"]
 SCENARIOS = [*LOCAL, *(f"{k}-sync" for k in LOCAL), *REMOTE]
-SCENARIOS += [f"cycles-{k}" for k in [*LOCAL, *REMOTE]] + ["torch-workers", "torch-persistent"]
+SCENARIOS += [f"cycles-{k}" for k in [*LOCAL, *REMOTE]]
+SCENARIOS += ["torch-workers", "torch-persistent", "torch-cycles"]
 DEFAULT = "tokens-shards,padded,pairs,parquet-files,arrow-shards,npy-files,jpeg-files,"
 DEFAULT += "hdf5-files,mixture,tokens-shards-sync,npy-files-sync,npy-files-s3,tokens-shards-s3,"
 DEFAULT += "parquet-files-s3,cycles-tokens-shards,cycles-parquet-files,cycles-npy-files-s3,"
-DEFAULT += "torch-workers,torch-persistent"
+DEFAULT += "torch-workers,torch-persistent,torch-cycles"
 MARKS = 12  # samples after the warm-up
 SHM = "/dev/shm"
 
@@ -253,14 +255,36 @@ def torch_run(d: Path, iters: int, persistent: bool) -> Iterator[tuple[float, An
     yield -1, h.hexdigest()[:16]
 
 
+def torch_cycles(d: Path, cycles: int) -> Iterator[tuple[float, Any]]:
+    """``cycles`` times: a HeadraceDataLoader with 2 workers opened, 2 batches, closed."""
+    from headrace.torch import HeadraceDataLoader, TorchDataset
+
+    every = max(1, cycles // (MARKS + 3))
+    h = hashlib.sha256()
+    for n in range(1, cycles + 1):
+        src = open_source("npy-files", d, None)
+        ds = TorchDataset(src, batch_size=B, seed=n % 7, steps=2)
+        with HeadraceDataLoader(ds, num_workers=2) as dl:
+            for batch in dl:
+                for key in sorted(batch):
+                    h.update(key.encode() + batch[key].numpy().tobytes())
+        del src, ds, dl, batch
+        if n % every == 0:
+            yield n, None
+    yield -1, h.hexdigest()[:16]
+
+
 def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) -> dict[str, Any]:
     kind = name.removeprefix("cycles-").removesuffix("-sync")
     if name.startswith("torch-"):
         import torch  # noqa: F401
 
         heavy_imports("npy-files")
-        run = torch_run(d, args.iters, name == "torch-persistent")
-        unit, per = "iter() calls", 100
+        if name == "torch-cycles":
+            run, unit = torch_cycles(d, args.cycles), "cycles"
+        else:
+            run, unit = torch_run(d, args.iters, name == "torch-persistent"), "iter() calls"
+        per = 100
     elif name.startswith("cycles-"):
         heavy_imports(kind)
         run = cycles_run(kind, d, endpoint, args.cycles)
