@@ -12,6 +12,7 @@ warm-up (a fifth of the run), after ``gc.collect()``:
 - ``fds`` (``/proc/self/fd``), ``threads`` (``threading`` and ``/proc/self/task``),
   ``shm`` (entries in ``/dev/shm`` named by this process or one below it: other processes
   on the machine make theirs), ``shm_maps`` (segments mapped), ``processes`` (below this);
+- with ``cache_dir`` (``KIND-s3-cache``): the files and MB in it;
 - the lengths of headrace's own tables (``tables()``): its ``lru_cache`` s, the registries of
   open loaders, file holders, reads in flight, locks, idle Parquet readers and token files,
   the epochs' file plans, an object store's latencies, and Python's warning registries.
@@ -27,7 +28,8 @@ Scenarios: ``KIND`` (a ``Loader`` reading ahead, ``prefetch=8``) and ``KIND-sync
 (``prefetch=0``) for each of ``scale_probe``'s kinds (``tokens-shards``, ``padded``, ``pairs``,
 ``parquet-files``, ``arrow-shards``, ``npy-files``, ``jpeg-files``, ``hdf5-files``,
 ``mixture``), ``KIND-s3`` for ``tokens-shards``, ``npy-files``, ``parquet-files`` and
-``arrow-shards`` (moto's server on 127.0.0.1, started here), ``cycles-KIND`` (``-s3`` too),
+``arrow-shards`` (moto's server on 127.0.0.1, started here), ``tokens-shards-s3-cache`` and
+``npy-files-s3-cache`` (the same with a ``cache_dir``), ``cycles-KIND`` (of any of these),
 ``torch-workers``, ``torch-persistent`` and ``torch-cycles``.
 """
 
@@ -57,12 +59,14 @@ from scale_probe import B, build, heavy_imports, malloc_mb, open_source, rss_mb 
 LOCAL = ["tokens-shards", "padded", "pairs", "parquet-files", "arrow-shards"]
 LOCAL += ["npy-files", "jpeg-files", "hdf5-files", "mixture"]
 REMOTE = ["tokens-shards-s3", "npy-files-s3", "parquet-files-s3", "arrow-shards-s3"]
-SCENARIOS = [*LOCAL, *(f"{k}-sync" for k in LOCAL), *REMOTE]
-SCENARIOS += [f"cycles-{k}" for k in [*LOCAL, *REMOTE]]
+CACHED = ["tokens-shards-s3-cache", "npy-files-s3-cache"]  # with cache_dir=
+SCENARIOS = [*LOCAL, *(f"{k}-sync" for k in LOCAL), *REMOTE, *CACHED]
+SCENARIOS += [f"cycles-{k}" for k in [*LOCAL, *REMOTE, *CACHED]]
 SCENARIOS += ["torch-workers", "torch-persistent", "torch-cycles"]
 DEFAULT = "tokens-shards,padded,pairs,parquet-files,arrow-shards,npy-files,jpeg-files,"
 DEFAULT += "hdf5-files,mixture,tokens-shards-sync,npy-files-sync,npy-files-s3,tokens-shards-s3,"
-DEFAULT += "parquet-files-s3,cycles-tokens-shards,cycles-parquet-files,cycles-npy-files-s3,"
+DEFAULT += "parquet-files-s3,npy-files-s3-cache,cycles-tokens-shards,cycles-parquet-files,"
+DEFAULT += "cycles-npy-files-s3,cycles-tokens-shards-s3-cache,"
 DEFAULT += "torch-workers,torch-persistent,torch-cycles"
 MARKS = 12  # samples after the warm-up
 SHM = "/dev/shm"
@@ -157,6 +161,38 @@ def shm_counts() -> tuple[int, int]:
         return names, sum("/dev/shm/" in line for line in fh)
 
 
+CACHE_DIR: str | None = None  # the -cache scenarios' cache_dir
+
+
+def open_any(kind: str, d: Path, endpoint: str | None) -> Any:
+    """``scale_probe.open_source``, or for ``KIND-s3-cache`` the same with ``cache_dir``."""
+    if not kind.endswith("-cache"):
+        return open_source(kind, d, endpoint)
+    from scale_probe import S3_OPTIONS
+
+    from headrace.formats import FileSource, TokenSource
+
+    opts = {"store_options": {**S3_OPTIONS, "endpoint": endpoint}, "cache_dir": CACHE_DIR}
+    where = f"s3://bench/{d.name}"
+    if kind.startswith("tokens-shards"):
+        keys = sorted(p.name for p in d.glob("*.bin"))
+        return TokenSource([f"{where}/{k}" for k in keys], context=64, dtype="uint16", **opts)
+    return FileSource(where, format="npy", **opts)
+
+
+def cache_counts() -> dict[str, float]:
+    """Files and MB under the cache directory."""
+    if CACHE_DIR is None:
+        return {}
+    files, size = 0, 0
+    for top, _, names in os.walk(CACHE_DIR):
+        for n in names:
+            with contextlib.suppress(OSError):
+                size += os.stat(os.path.join(top, n)).st_size
+                files += 1
+    return {"cache_files": files, "cache_mb": size / 2**20}
+
+
 def sample(source: Any = None) -> dict[str, float]:
     gc.collect()
     used, free = malloc_mb()
@@ -174,6 +210,7 @@ def sample(source: Any = None) -> dict[str, float]:
         "shm_maps": shm[1],
         "processes": len(descendants()),
         **tables(source),
+        **cache_counts(),
     }
 
 
@@ -200,7 +237,7 @@ def loader_run(
     """Steps through one Loader; yields (steps done, source) at each mark."""
     from headrace.pipeline import Loader
 
-    src = open_source(kind, d, endpoint)
+    src = open_any(kind, d, endpoint)
     every = max(1, steps // (MARKS + 3))
     h = hashlib.sha256()
     with Loader(src, batch_size=B, seed=0, steps=steps, prefetch=prefetch) as ld:
@@ -220,7 +257,7 @@ def cycles_run(
     every = max(1, cycles // (MARKS + 3))
     h = hashlib.sha256()
     for n in range(1, cycles + 1):
-        src = open_source(kind, d, endpoint)
+        src = open_any(kind, d, endpoint)
         with Loader(src, batch_size=B, seed=n % 7, steps=4) as ld:
             for batch in ld:
                 digest_of(h, batch)
@@ -276,6 +313,11 @@ def torch_cycles(d: Path, cycles: int) -> Iterator[tuple[float, Any]]:
 
 def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) -> dict[str, Any]:
     kind = name.removeprefix("cycles-").removesuffix("-sync")
+    if kind.endswith("-cache"):
+        import tempfile
+
+        global CACHE_DIR
+        CACHE_DIR = tempfile.mkdtemp(prefix="headrace-soak-cache-")
     if name.startswith("torch-"):
         import torch  # noqa: F401
 
@@ -307,6 +349,10 @@ def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) ->
         marks.append((n, sample(what)))
     tracemalloc.stop()
     seconds = time.perf_counter() - t0
+    if CACHE_DIR is not None:
+        import shutil
+
+        shutil.rmtree(CACHE_DIR, ignore_errors=True)
     first, last = marks[1][1], marks[-1][1]  # marks[0]: just as tracing started
     xs = [float(n) for n, _ in marks[1:]]
     growth = {
@@ -338,7 +384,7 @@ def child(name: str, d: Path, endpoint: str | None, args: argparse.Namespace) ->
         "sha256": digest,
     }
     if unit == "steps":
-        src = open_source(kind, d, endpoint)
+        src = open_any(kind, d, endpoint)
         spe = getattr(src, "samples_per_epoch", None)
         src.close()
         if spe:
@@ -372,7 +418,7 @@ def main() -> None:
         ap.error(f"unknown scenario {unknown[0]!r}; known: {', '.join(SCENARIOS)}")
     rows = []
     for name in names:
-        kind = name.removeprefix("cycles-").removesuffix("-sync")
+        kind = name.removeprefix("cycles-").removesuffix("-sync").removesuffix("-cache")
         kind = "npy-files" if name.startswith("torch-") else kind
         d = build(kind, args.files, Path(args.root))
         with contextlib.ExitStack() as stack:
@@ -413,7 +459,7 @@ def report(row: dict[str, Any]) -> str:
         head += f" ({row['epochs']} epochs)"
     head += f" {row['seconds']} s sha256 {row['sha256']}"
     lines = [head, f"    at the end: OS threads {row['task_names']}, fds {row['fd_targets']}"]
-    always = ("rss_mb", "traced_kb", "objects", "fds", "threads", "shm", "processes")
+    always = ("rss_mb", "traced_kb", "objects", "fds", "threads", "shm", "processes", "cache_files")
     for k in (k for k in f if k in always or k in g):
         mark = f"  {'+' if g.get(k, 0) > 0 else ''}{g[k]}/{row['per']}" if k in g else ""
         lines.append(f"    {k:18s} {f[k]:>12.1f} -> {last[k]:>12.1f}{mark}")
