@@ -174,6 +174,7 @@ def test_sixty_iterations_of_persistent_workers_hold_what_the_first_held(
     # A long run's epochs (or an eval loop's) as iter() after iter(): the same two
     # workers, their two rings, the same descriptors and about the same objects.
     forkserver.ensure_running()
+    gc.collect()  # an earlier test's garbage unmapped first
     procs, rings, fds = descendants(), mapped_rings(), open_targets()
     dl = loader(root, steps=None, persistent_workers=True)
     pids: list[int] = []
@@ -210,6 +211,7 @@ def test_twenty_loaders_opened_and_closed_leave_nothing(
     # A notebook or a sweep: a loader with workers opened, read and closed, again and
     # again in one process.
     forkserver.ensure_running()
+    gc.collect()  # an earlier test's garbage unmapped first
     procs, rings, fds = descendants(), mapped_rings(), open_targets()
     pids: list[int] = []
     counts = []
@@ -364,6 +366,7 @@ def test_how_a_worker_ended_is_told_from_its_exit_code() -> None:
 def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
     root: Path, pid_exited: Callable[[int], bool], how: str
 ) -> None:
+    gc.collect()  # rings of an earlier test's garbage (a traceback's batches) unmapped now
     rings = mapped_rings()
     dl = loader(root)
     pids: list[int] = []
