@@ -96,6 +96,7 @@ def tables(source: Any = None) -> dict[str, int]:
     import headrace.pipeline._locks as locks
     import headrace.pipeline._mixture as mixture
     import headrace.pipeline._shutdown as shutdown
+    import headrace.pipeline._stall as stall
     import headrace.plan._permute as permute
     from headrace import _shm_ring
     from headrace.emulate import _lifeline
@@ -110,6 +111,7 @@ def tables(source: Any = None) -> dict[str, int]:
         "reads_in_flight": len(in_flight._READS),
         "locks": len(locks._LOCKS),
         "open_loaders": len(shutdown._OPEN),
+        "stall_waits": len(stall._WATCHER._waits),
         "file_holders": len(open_files._HOLDERS),
         "shm_rings": len(_shm_ring._LIVE),
         "parked_uring": len(uring._PARKED),
