@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import json
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ import headrace.pipeline._mixture as mixture
 import headrace.pipeline._shutdown as shutdown
 import headrace.plan._permute as permute
 from _fds import open_targets
+from _scripts import run_benchmark
 from headrace.formats import FileSource, PaddedRows, TableSource, TokenSource
 from headrace.io._pool import _ALL as POOLS
 from headrace.pipeline import Loader
@@ -200,3 +202,27 @@ def test_open_use_close_cycles_hold_what_the_first_ones_held(
             marks[cycle] = _mark()
     before, after = [marks[c] for c in (28, 29, 30)], [marks[c] for c in (128, 129, 130)]
     _assert_flat(before, after, 100, tmp_path, nbytes=1000)
+
+
+def test_the_soak_script_reports_growth_and_refuses_an_unknown_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    p = run_benchmark(
+        "soak.py", "--scenarios", "npy-files-sync,cycles-tokens-shards", "--steps", "400",
+        "--cycles", "30", "--files", "4", "--root", str(tmp_path / "data"), "--json", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["scenario"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"npy-files-sync", "cycles-tokens-shards"}
+    steps, cycles = rows["npy-files-sync"], rows["cycles-tokens-shards"]
+    assert (steps["unit"], steps["per"], steps["steps_per_epoch"]) == ("steps", 10_000, 0.5)
+    assert steps["epochs"] == steps["range"][1] * 2  # 4 files of a sample, 8 a step
+    assert (cycles["unit"], cycles["per"]) == ("cycles", 100)
+    for row in rows.values():
+        assert row["first"]["fds"] == row["last"]["fds"]
+        assert row["first"]["open_loaders"] == row["last"]["open_loaders"]
+        assert "fds" not in row["growth"]  # only what changed has a slope
+        assert len(row["sha256"]) == 16
+    assert f"sha256 {steps['sha256']}" in p.stdout
+    p = run_benchmark("soak.py", "--scenarios", "tokens")
+    assert p.returncode == 2
+    assert "unknown scenario 'tokens'; known: tokens-shards, padded," in p.stderr
