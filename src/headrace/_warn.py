@@ -24,13 +24,34 @@ def _inside(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_HERE)
 
 
-def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+def warn_user(message: str, category: type[Warning] = UserWarning, *, varies: bool = False) -> None:
     """``warnings.warn`` at the first frame outside the headrace package: the user's
     line. A warning raised in one of headrace's threads (no user frame on its stack)
-    points at the frame that started it (``threading``)."""
+    points at the frame that started it (``threading``).
+
+    ``varies``: the text differs every time (seconds waited, a step), so it is kept in
+    no module's ``__warningregistry__``. Python's ``"default"`` action remembers each
+    text it showed there, to show it once: a run of days that stalled now and then
+    grew the user's module's registry by an entry a warning, without bound (200 steps
+    warning at every wait: 10 entries more than 50 steps). Such texts never repeat, so
+    remembering them showed nothing less."""
     frame = sys._getframe(1)
     level = 2  # 1 is this function's frame, 2 its caller's
     while frame.f_back is not None and _inside(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
-    warnings.warn(message, category, stacklevel=level)
+    if not varies:
+        warnings.warn(message, category, stacklevel=level)
+        return
+    # As warnings.warn calls it (filters match the module's __name__), less the registry.
+    # No module_globals, as warnings.warn passes none: with them the line shown is asked
+    # of the module's loader, and a script run by `python -c` or stdin has a loader that
+    # raises (ImportError: '__main__' is not a built-in module).
+    warnings.warn_explicit(
+        message,
+        category,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__", "<string>"),
+        registry=None,
+    )

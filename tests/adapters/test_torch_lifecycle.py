@@ -168,6 +168,71 @@ def test_twenty_abandoned_iterations_leave_one_set_of_workers(
         kill_left(pids, pid_exited)
 
 
+def test_sixty_iterations_of_persistent_workers_hold_what_the_first_held(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    # A long run's epochs (or an eval loop's) as iter() after iter(): the same two
+    # workers, their two rings, the same descriptors and about the same objects.
+    forkserver.ensure_running()
+    gc.collect()  # an earlier test's garbage unmapped first
+    procs, rings, fds = descendants(), mapped_rings(), open_targets()
+    dl = loader(root, steps=None, persistent_workers=True)
+    pids: list[int] = []
+    marks = []
+    try:
+        for n in range(60):
+            it = iter(dl)
+            next(it)
+            next(it)
+            it.close()
+            del it
+            pids = pids or worker_pids(dl)
+            if n in (10, 59):
+                gc.collect()
+                marks.append((len(gc.get_objects()), open_targets()))
+                assert descendants() - procs == set(pids)
+                assert mapped_rings() == rings + 2
+                assert segments_of(pids) == []  # unlinked once mapped
+        assert worker_pids(dl) == pids
+        assert marks[1][1] == marks[0][1]  # the workers' pipes, the same ones
+        assert marks[1][0] - marks[0][0] < 49  # a leak of an object an iteration: 49
+        dl.close()
+        assert descendants() == procs
+        assert mapped_rings() == rings
+        assert not open_targets() - fds
+    finally:
+        dl.close()
+        kill_left(pids, pid_exited)
+
+
+def test_twenty_loaders_opened_and_closed_leave_nothing(
+    root: Path, pid_exited: Callable[[int], bool]
+) -> None:
+    # A notebook or a sweep: a loader with workers opened, read and closed, again and
+    # again in one process.
+    forkserver.ensure_running()
+    gc.collect()  # an earlier test's garbage unmapped first
+    procs, rings, fds = descendants(), mapped_rings(), open_targets()
+    pids: list[int] = []
+    counts = []
+    try:
+        for n in range(20):
+            with loader(root, steps=4) as dl:
+                assert sum(1 for _ in dl) == 4  # no batch held: its ring is unmapped
+                pids += worker_pids(dl)
+            del dl
+            if n in (4, 19):
+                gc.collect()
+                counts.append(len(gc.get_objects()))
+                assert descendants() == procs
+                assert mapped_rings() == rings
+                assert not open_targets() - fds
+        assert counts[1] - counts[0] < 15  # a leak of an object a loader: 15
+        assert segments_of(pids) == []
+    finally:
+        kill_left(pids, pid_exited)
+
+
 # -- 3. the parent SIGKILLed -----------------------------------------------------------
 
 
@@ -301,6 +366,7 @@ def test_how_a_worker_ended_is_told_from_its_exit_code() -> None:
 def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
     root: Path, pid_exited: Callable[[int], bool], how: str
 ) -> None:
+    gc.collect()  # rings of an earlier test's garbage (a traceback's batches) unmapped now
     rings = mapped_rings()
     dl = loader(root)
     pids: list[int] = []

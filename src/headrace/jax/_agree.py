@@ -199,7 +199,8 @@ def _posted(
                 ) from error
             warn_user(
                 f"process {me} of {count} has waited {waited:.1f} s for {missing} to start "
-                f"iterating {this}; it refuses after {total:g} s ({_WAIT_ENV}). {_WHY_MISSING}"
+                f"iterating {this}; it refuses after {total:g} s ({_WAIT_ENV}). {_WHY_MISSING}",
+                varies=True,
             )
             interval *= 2
             warn_at = time.monotonic() + interval

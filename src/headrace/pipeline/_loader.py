@@ -381,7 +381,7 @@ class Loader(Closing):
         self._pass_over()
         again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
-            warn_user(run_over("Loader", self.step, self.steps), RuntimeWarning)
+            warn_user(run_over("Loader", self.step, self.steps), RuntimeWarning, varies=True)
         self._generation += 1
         self.status = LoaderStatus.RUNNING
         start = self.step
@@ -635,4 +635,5 @@ class Loader(Closing):
             warn_user(
                 left_behind(type(self.source).__name__, stopped, inside, time.monotonic() - t0),
                 RuntimeWarning,
+                varies=True,
             )

@@ -120,14 +120,14 @@ class StallWatch:
         while self._due <= waited:
             self._due *= 2
         self._warned = True
-        warn_user(self._say(waited, self._step()), RuntimeWarning)
+        warn_user(self._say(waited, self._step()), RuntimeWarning, varies=True)
 
     def end(self, *, arrived: bool) -> None:
         """The wait is over; after a warning, one line says when the batch came."""
         if self._warned and arrived:
             self._warned = False
             waited = time.monotonic() - self._t0
-            warn_user(arrived_message(waited, self._step()), RuntimeWarning)
+            warn_user(arrived_message(waited, self._step()), RuntimeWarning, varies=True)
         self._due = math.inf
 
     def fail(self, exc: Exception) -> None:

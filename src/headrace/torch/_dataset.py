@@ -264,7 +264,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         this one has begun."""
         if self._went and self.epochs is None and self.steps is not None:
             if self._position() >= self.steps:
-                warn_user(run_over(who, self._position(), self.steps), RuntimeWarning)
+                warn_user(run_over(who, self._position(), self.steps), RuntimeWarning, varies=True)
         self._went = True
 
     def _check_ranks(self) -> None:

@@ -1,0 +1,228 @@
+"""Long runs and open/close cycles hold what their first steps held (docs/long-runs.md).
+
+Counted, never timed: descriptors by target, threads by pool, the objects the garbage
+collector tracks, headrace's process-wide tables, and the heap ``tracemalloc`` traces,
+each at two marks after a warm-up (the later one after four times the steps or cycles
+of the first's stretch). A leak of 100 bytes or one object a step (a cycle) fails each
+bound below several times over; benchmarks/soak.py measures the same at 20,000 steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import threading
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import headrace.formats._npy as npy
+import headrace.formats._row_plan as row_plan
+import headrace.io._in_flight as in_flight
+import headrace.io._open_files as open_files
+import headrace.pipeline._locks as locks
+import headrace.pipeline._mixture as mixture
+import headrace.pipeline._shutdown as shutdown
+import headrace.plan._permute as permute
+from _fds import open_targets
+from _scripts import run_benchmark
+from headrace.formats import FileSource, PaddedRows, TableSource, TokenSource
+from headrace.io._pool import _ALL as POOLS
+from headrace.pipeline import Loader
+
+B = 8
+
+
+Opener = Callable[[], Any]
+
+
+def _tokens(d: Path) -> Opener:
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        rng.integers(0, 50_000, 4096, dtype=np.uint16).tofile(d / f"shard-{i}.bin")
+    return lambda: TokenSource(sorted(d.glob("*.bin")), context=64, dtype="uint16")
+
+
+def _padded(d: Path) -> Opener:
+    rows = np.random.default_rng(1).integers(0, 50_000, (512, 32), dtype=np.int32)
+    np.save(d / "rows.npy", rows)
+    return lambda: PaddedRows(d / "rows.npy", context=31, pad_id=9)
+
+
+def _npy(d: Path) -> Opener:
+    for i in range(16):
+        np.save(d / f"s-{i:02d}.npy", np.full((4, 4), i, np.uint8))
+    return lambda: FileSource(str(d), format="npy")
+
+
+def _parquet(d: Path) -> Opener:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i in range(4):
+        ids = pa.array([list(range(i, i + 1 + j % 30)) for j in range(64)], pa.list_(pa.int32()))
+        pq.write_table(pa.table({"input_ids": ids}), d / f"{i}.parquet")
+    return lambda: TableSource(str(d), columns=["input_ids"], width=32, truncate=True)
+
+
+#: Each writes a tiny dataset into a folder and returns what opens a source over it.
+KINDS: dict[str, Callable[[Path], Opener]] = {
+    "tokens": _tokens,
+    "padded": _padded,
+    "npy": _npy,
+    "parquet": _parquet,
+}
+
+
+def _threads() -> tuple[collections.Counter[str], dict[str, int]]:
+    """Threads outside headrace's shared pools, by name; and each pool's thread count
+    (a pool starts a thread when work finds none idle, up to its fixed size)."""
+    others: collections.Counter[str] = collections.Counter()
+    pooled = {p.name: 0 for p in POOLS}
+    for t in threading.enumerate():
+        pool = next((p for p in pooled if t.name.startswith(p)), None)
+        if pool is None:
+            others[t.name.rstrip("0123456789_-")] += 1
+        else:
+            pooled[pool] += 1
+    return others, pooled
+
+
+def _tables() -> dict[str, int]:
+    return {
+        "reads in flight": len(in_flight._READS),
+        "locks": len(locks._LOCKS),
+        "open loaders": len(shutdown._OPEN),
+        "file holders": len(open_files._HOLDERS),
+    }
+
+
+# Process-wide caches bounded by their ``maxsize`` (the epochs' permutations, 256; the
+# mixture's step keys, 4,096...): emptied at each mark, so that what fills them up to
+# their bound is not counted as growth, and anything else is.
+CACHES = [
+    permute.cached_permutation,
+    permute.cached_keys,
+    mixture.source_seed,
+    row_plan._retry_key,
+    npy._literal,
+]
+RING = "anon_inode:[io_uring]"  # rings in use and idle ones: 8 kept idle (io/_uring.py)
+
+
+def _mark() -> dict[str, Any]:
+    for cache in CACHES:
+        cache.cache_clear()
+    gc.collect()
+    others, pooled = _threads()
+    return {
+        "traced": tracemalloc.get_traced_memory()[0],
+        "objects": len(gc.get_objects()),
+        "fds": open_targets(),
+        "threads": others,
+        "pooled": pooled,
+        "tables": _tables(),
+    }
+
+
+def _assert_flat(
+    a: list[dict[str, Any]], b: list[dict[str, Any]], units: int, data: Path, *, nbytes: int
+) -> None:
+    """Marks ``b`` (``units`` steps or cycles after marks ``a``) hold what ``a`` held.
+
+    Descriptors on the dataset's files (those being read at the time) and rings are
+    bounded, the others the same. Bytes and objects: the least of each group of marks
+    (a chunk of the read-ahead in flight at one mark is no growth), within ``nbytes``
+    and 0.05 objects a unit. (NumPy keeps freed small blocks to reuse, up to a bound:
+    ``tracemalloc`` counts them as held where they were first allocated, so the traced
+    bytes of a healthy run still grow a little, less and less.)"""
+    inside = f"{data}/"
+    for m in (*a, *b):
+        assert m["fds"].pop(RING, 0) <= 16
+        files = [t for t in m["fds"] if t.startswith(inside)]
+        assert sum(m["fds"].pop(t) for t in files) <= 64
+        assert m["tables"].pop("reads in flight") <= 64  # the read-ahead's, at the time
+        assert all(m["pooled"][p.name] <= p.threads for p in POOLS if p.name in m["pooled"])
+    for key in ("fds", "threads", "tables"):
+        assert b[-1][key] == a[-1][key], key
+    grown = min(m["traced"] for m in b) - min(m["traced"] for m in a)
+    assert grown < nbytes * units, f"{grown:,} bytes more over {units:,} (traced)"
+    more = min(m["objects"] for m in b) - min(m["objects"] for m in a)
+    assert more < max(units // 20, 20), f"{more} objects more over {units:,}"
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("kind", "prefetch"),
+    [("tokens", 4), ("tokens", 0), ("padded", 4), ("npy", 4), ("parquet", 4)],
+)
+def test_a_long_run_holds_what_its_first_steps_held(
+    kind: str, prefetch: int, tmp_path: Path, traced: None
+) -> None:
+    # Epochs of 4 to 64 steps: 6,000 steps meet 90 to 1,500 of them.
+    src = KINDS[kind](tmp_path)()
+    marks: dict[int, dict[str, Any]] = {}
+    with Loader(src, batch_size=B, seed=0, steps=7000, prefetch=prefetch) as ld:
+        for step, _ in enumerate(ld, 1):
+            if step in (500, 600, 700, 6500, 6600, 6700):
+                marks[step] = _mark()
+    before, after = [marks[s] for s in (500, 600, 700)], [marks[s] for s in (6500, 6600, 6700)]
+    _assert_flat(before, after, 6000, tmp_path, nbytes=20)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "npy", "parquet"])
+def test_open_use_close_cycles_hold_what_the_first_ones_held(
+    kind: str, tmp_path: Path, traced: None
+) -> None:
+    # A notebook or a sweep: a source opened, read a few steps through a Loader and
+    # closed, again and again in one process.
+    make = KINDS[kind](tmp_path)
+    marks: dict[int, dict[str, Any]] = {}
+    for cycle in range(1, 131):
+        src = make()
+        with Loader(src, batch_size=B, seed=cycle % 7, steps=3) as ld:
+            for _ in ld:
+                pass
+        src.close()
+        del src, ld
+        if cycle in (28, 29, 30, 128, 129, 130):
+            marks[cycle] = _mark()
+    before, after = [marks[c] for c in (28, 29, 30)], [marks[c] for c in (128, 129, 130)]
+    _assert_flat(before, after, 100, tmp_path, nbytes=1000)
+
+
+def test_the_soak_script_reports_growth_and_refuses_an_unknown_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    p = run_benchmark(
+        "soak.py", "--scenarios", "npy-files-sync,cycles-tokens-shards", "--steps", "400",
+        "--cycles", "30", "--files", "4", "--root", str(tmp_path / "data"), "--json", str(out),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["scenario"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"npy-files-sync", "cycles-tokens-shards"}
+    steps, cycles = rows["npy-files-sync"], rows["cycles-tokens-shards"]
+    assert (steps["unit"], steps["per"], steps["steps_per_epoch"]) == ("steps", 10_000, 0.5)
+    assert steps["epochs"] == steps["range"][1] * 2  # 4 files of a sample, 8 a step
+    assert (cycles["unit"], cycles["per"]) == ("cycles", 100)
+    for row in rows.values():
+        assert row["first"]["fds"] == row["last"]["fds"]
+        assert row["first"]["open_loaders"] == row["last"]["open_loaders"]
+        assert "fds" not in row["growth"]  # only what changed has a slope
+        assert len(row["sha256"]) == 16
+    assert f"sha256 {steps['sha256']}" in p.stdout
+    p = run_benchmark("soak.py", "--scenarios", "tokens")
+    assert p.returncode == 2
+    assert "unknown scenario 'tokens'; known: tokens-shards, padded," in p.stderr
