@@ -1,0 +1,486 @@
+"""A Source over a MosaicML Streaming MDS dataset, read in place (local or object storage).
+
+MDS is random access by design: a shard's offsets table says where each sample
+lies. Opening reads ``index.json`` and lists the shards (one LIST of the prefix, or
+a ``stat`` a shard); nothing else. A shard's offsets table is read the first time a
+batch needs one of its samples (all the shards a batch needs, at once), checked,
+and kept (4 bytes a sample). Each batch's samples are then byte ranges of their
+shards: locally through the range-read engine (:class:`~headrace.io.RangeReader`,
+coalesced), on object storage as ranged GETs (coalesced alike), every shard's in
+flight together. Where every column read has a fixed size and every column before
+it too, only those columns' bytes of a sample are read, else the whole sample.
+
+Sample ``k`` is row ``perm(k % n)`` of epoch ``k // n`` (``sample_rows``: the plan
+every row source uses), so order, reshuffles, resume and host slicing are those of
+the other sources. Samples come as dicts of arrays and a batch as
+:func:`~headrace.formats._file_samples.stack_samples` makes FileSource's: stacked
+where the batch's samples agree in shape and dtype, else an ``object`` array and
+``<column>_shape``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
+from headrace.formats._file_list import FileList, is_object_url, list_files
+from headrace.formats._file_samples import stack_samples
+from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._lazy_queue import LazyQueue
+from headrace.formats._mds_index import (
+    VALUE_DTYPES,
+    Column,
+    MDSIndex,
+    check_selected,
+    parse_index,
+)
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight, check_store_options
+from headrace.formats._row_plan import parse_shuffle, sample_rows
+
+__all__ = ["MDSSource", "MDSStats"]
+
+INDEX = "index.json"
+_U4 = np.dtype("<u4")
+
+
+@dataclass(slots=True)
+class MDSStats:
+    """What a source has read: offsets tables (``headers``, their ``header_bytes``),
+    samples and the bytes of their ranges (``bytes``, before coalescing)."""
+
+    headers: int = 0
+    header_bytes: int = 0
+    samples: int = 0
+    bytes: int = 0
+
+
+class MDSSource:
+    """Samples of an MDS dataset (Streaming's ``MDSWriter`` output) by global sample number.
+
+    ``root``: the folder or object-store prefix holding ``index.json`` and the shards
+    (``store_options`` go to :class:`~headrace.io.ObjectStore`, ``in_flight`` bounds
+    the GETs at once). ``columns``: the columns to read (default: all); a batch holds
+    each as an array, and ``index``, each sample's number in dataset order.
+    ``shuffle``: ``True`` (``"full"``) permutes all samples per epoch, ``False``
+    (``"none"``) reads them in order. ``reader``: the local read strategy
+    (:class:`~headrace.io.ReaderConfig`). ``image_mode``: as FileSource's, for
+    ``jpeg`` and ``png`` columns. See docs/files.md for encodings and refusals.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        columns: list[str] | tuple[str, ...] | None = None,
+        shuffle: bool | Literal["none", "full"] = True,
+        reader: Literal["adaptive", "mmap", "pread", "odirect"] = "adaptive",
+        store_options: dict[str, Any] | None = None,
+        in_flight: int = DEFAULT_IN_FLIGHT,
+        image_mode: ImageMode | None = None,
+    ) -> None:
+        mode = parse_shuffle(shuffle)
+        if mode == "window":
+            raise ConfigError(
+                "MDSSource takes shuffle=True ('full') or False ('none'); a windowed "
+                "shuffle is not offered for MDS shards (got 'window')."
+            )
+        if columns is not None and not isinstance(columns, (list, tuple)):
+            raise ConfigError(
+                f"columns must be a list of column names (got {type(columns).__name__}: "
+                "a set's order changes from one process to the next)."
+            )
+        self.shuffle = mode != "none"
+        self.root = os.fspath(root).rstrip("/")
+        self.remote = is_object_url(self.root)
+        self._in_flight = check_in_flight(in_flight)
+        self._reader_strategy = reader
+        self._image_mode = image_mode
+        where = f"{self.root}/{INDEX}"
+        self.index, self.files = _open(self.root, where, store_options, self.remote)
+        try:
+            self.columns = check_selected(
+                self.index, None if columns is None else list(columns), self.root
+            )
+            self._file_of = _shard_files(self.files, self.index, self.root)
+        except BaseException:
+            self.files.close()
+            raise
+        self.names = [c.name for c in self.columns]
+        counts = np.array([s.samples for s in self.index.shards], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(counts)])
+        self.samples_per_epoch = int(self._starts[-1])
+        if self.samples_per_epoch == 0:
+            self.files.close()
+            raise FormatError(f"{where}: its shards hold no samples")
+        every = self.index.columns
+        self._variable = sum(c.size is None for c in every)
+        fixed = [c.size or 0 for c in every]
+        self._min_sample = 4 * self._variable + sum(fixed)
+        # Where a column starts in a sample, when every column before it is fixed-size.
+        self._at: dict[str, int] = {}
+        pos = 4 * self._variable
+        for c in every:
+            self._at[c.name] = pos
+            if c.size is None:
+                break
+            pos += c.size
+        narrow = all(c.size is not None and c.name in self._at for c in self.columns)
+        # (lo, hi): the bytes of each sample read, when only the columns' are.
+        self._narrow: tuple[int, int] | None = None
+        if narrow:
+            lo = min(self._at[c.name] for c in self.columns)
+            hi = max(self._at[c.name] + (c.size or 0) for c in self.columns)
+            self._narrow = (lo, hi)
+        self._offsets: list[NDArray[np.int64] | None] = [None] * len(self.index.shards)
+        self._lock = threading.Lock()
+        self._queue = LazyQueue(self._in_flight, "headrace-mds")
+        self._reader: Any = None
+        self.stats = MDSStats()
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def __repr__(self) -> str:
+        return (
+            f"MDSSource({self.root!r}, {len(self.index.shards):,} shards, "
+            f"{self.samples_per_epoch:,} samples, columns={self.names!r})"
+        )
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "kind": "mds",
+            "shards": [[s.basename, s.samples, s.bytes] for s in self.index.shards],
+            "columns": [[c.name, c.encoding] for c in self.columns],
+            "shuffle": self.shuffle,
+            **({"image_mode": self._image_mode} if self._image_mode is not None else {}),
+        }
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        rows = sample_rows(seed, samples, self.samples_per_epoch, self.shuffle)
+        shard = np.searchsorted(self._starts, rows, side="right") - 1
+        local = rows - self._starts[shard]
+        needed = np.unique(shard).tolist()
+        self._load_offsets(needed)
+        begin = np.empty(len(rows), dtype=np.int64)
+        length = np.empty(len(rows), dtype=np.int64)
+        for s in needed:
+            sel = shard == s
+            off = self._offsets[s]
+            assert off is not None
+            begin[sel] = off[local[sel]]
+            length[sel] = off[local[sel] + 1] - begin[sel]
+        if self._narrow is not None:
+            begin += self._narrow[0]
+            length[:] = self._narrow[1] - self._narrow[0]
+        pieces = self._fetch(
+            [(s, np.flatnonzero(shard == s)) for s in needed], begin, length, len(rows)
+        )
+        with self._lock:
+            self.stats.samples += len(rows)
+            self.stats.bytes += int(length.sum())
+        decoded = [
+            self._decode(p, int(s), int(i))
+            for p, s, i in zip(pieces, shard.tolist(), local.tolist(), strict=True)
+        ]
+        return stack_samples(decoded, rows.astype(np.int64, copy=False))
+
+    # -- offsets tables -------------------------------------------------------------
+
+    def _load_offsets(self, shards: list[int]) -> None:
+        """Read and check the offsets tables of ``shards`` not read yet, all at once."""
+        with self._lock:
+            todo = [s for s in shards if self._offsets[s] is None]
+        if not todo:
+            return
+        heads = [4 * (self.index.shards[s].samples + 2) for s in todo]
+        for s, n in zip(todo, heads, strict=True):
+            size = self.files.sizes[self._file_of[s]]
+            if size < n:
+                raise FormatError(
+                    f"{self._name(s)}: {size} bytes, shorter than the sample count and "
+                    f"offsets of its {self.index.shards[s].samples} samples ({n} bytes): "
+                    "truncated"
+                )
+        n_ = np.array(heads, dtype=np.int64)
+        got = self._fetch(
+            [(s, np.array([k])) for k, s in enumerate(todo)],
+            np.zeros(len(todo), dtype=np.int64),
+            n_,
+            len(todo),
+        )
+        tables = [self._check_offsets(s, g) for s, g in zip(todo, got, strict=True)]
+        with self._lock:
+            for s, t in zip(todo, tables, strict=True):
+                if self._offsets[s] is None:
+                    self._offsets[s] = t
+                    self.stats.headers += 1
+                    self.stats.header_bytes += 4 * (len(t) + 1)
+
+    def _check_offsets(self, s: int, head: NDArray[np.uint8]) -> NDArray[np.int64]:
+        name, want = self._name(s), self.index.shards[s].samples
+        words = np.frombuffer(head, _U4).astype(np.int64)
+        if int(words[0]) != want:
+            raise FormatError(
+                f"{name}: holds {int(words[0])} samples by its header, index.json says {want}"
+            )
+        off = words[1:]
+        size = self.files.sizes[self._file_of[s]]
+        if int(off[0]) < 4 * (want + 2):
+            raise FormatError(
+                f"{name}: its first sample starts at byte {int(off[0])}, inside the offsets "
+                f"table ({4 * (want + 2)} bytes)"
+            )
+        steps = np.diff(off)
+        bad = np.flatnonzero(steps <= 0)
+        if bad.size:
+            i = int(bad[0])
+            raise FormatError(
+                f"{name}: offsets not increasing: sample {i} starts at byte {int(off[i])} "
+                f"and the next at {int(off[i + 1])}"
+            )
+        if int(off[-1]) > size:
+            raise FormatError(
+                f"{name}: {size} bytes, but its offsets say its samples end at byte "
+                f"{int(off[-1])}: truncated"
+            )
+        if int(off[-1]) != size:
+            raise FormatError(
+                f"{name}: {size} bytes, but its offsets say its samples end at byte "
+                f"{int(off[-1])}: {size - int(off[-1])} bytes after them"
+            )
+        exact = self._variable == 0
+        bad = np.flatnonzero(steps != self._min_sample if exact else steps < self._min_sample)
+        if bad.size:
+            i = int(bad[0])
+            said = "are" if exact else "need at least"
+            raise FormatError(
+                f"{name}: sample {i} is {int(steps[i])} bytes by its offsets; its columns' "
+                f"fixed sizes {said} {self._min_sample} bytes"
+            )
+        return off
+
+    # -- reads -----------------------------------------------------------------------
+
+    def _fetch(
+        self,
+        groups: list[tuple[int, NDArray[np.intp]]],
+        begin: NDArray[np.int64],
+        length: NDArray[np.int64],
+        n: int,
+    ) -> list[NDArray[np.uint8]]:
+        """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``."""
+        out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
+        if not self.remote:
+            reader = self._local_reader()
+            for s, idx in groups:
+                path = self.files.name(self._file_of[s])
+                ranges = np.stack([begin[idx], length[idx]], axis=1)
+                for i, got in zip(idx.tolist(), reader.read(path, ranges), strict=True):
+                    out[i] = got
+            return out
+        from headrace.formats._object_files import RemoteFile, wait_all
+        from headrace.io import ObjectInfo, coalesce
+
+        queue = self._queue.get()
+        futures = []
+        spans: list[tuple[NDArray[np.intp], Any, list[NDArray[np.uint8]]]] = []
+        for s, idx in groups:
+            f = self._file_of[s]
+            remote = RemoteFile(
+                self.files.store,
+                self.files.keys[f],
+                self.files.name(f),
+                ObjectInfo(self.files.sizes[f], self.files.etags[f]),
+                queue,
+            )
+            c = coalesce(np.stack([begin[idx], length[idx]], axis=1))
+            bufs = [np.empty(int(b - a), np.uint8) for a, b in zip(c.starts, c.ends, strict=True)]
+            for buf, a in zip(bufs, c.starts.tolist(), strict=True):
+                futures.extend(remote.read_pieces(buf, a))
+            spans.append((idx, c, bufs))
+        wait_all(futures)
+        for idx, c, bufs in spans:
+            for i, k in zip(idx.tolist(), c.span.tolist(), strict=True):
+                a = int(begin[i] - c.starts[k])
+                out[i] = bufs[k][a : a + int(length[i])]
+        return out
+
+    def _local_reader(self) -> Any:
+        from headrace.io import RangeReader, ReaderConfig
+
+        with self._lock:
+            if self._reader is None:
+                self._reader = RangeReader(ReaderConfig(strategy=self._reader_strategy))
+            return self._reader
+
+    # -- decoding --------------------------------------------------------------------
+
+    def _decode(self, data: NDArray[np.uint8], s: int, i: int) -> dict[str, NDArray[Any]]:
+        """Sample ``i`` of shard ``s`` from its bytes (the narrow span, or all of it)."""
+        if self._narrow is not None:
+            lo = self._narrow[0]
+            return {
+                c.name: self._column(c, data[self._at[c.name] - lo :][: c.size], s, i)
+                for c in self.columns
+            }
+        every = self.index.columns
+        nvar = self._variable
+        sizes = np.frombuffer(data[: 4 * nvar], _U4).tolist()
+        pos, k, out = 4 * nvar, 0, {}
+        wanted = {c.name for c in self.columns}
+        for c in every:
+            size = c.size
+            if size is None:
+                size, k = sizes[k], k + 1
+            if c.name in wanted:
+                out[c.name] = data[pos : pos + size]
+            pos += size
+        if pos != len(data):
+            raise FormatError(
+                f"{self._name(s)}: sample {i}: its column sizes add up to {pos} bytes, its "
+                f"offsets give it {len(data)}"
+            )
+        return {c.name: self._column(c, out[c.name], s, i) for c in self.columns}
+
+    def _column(self, c: Column, b: NDArray[np.uint8], s: int, i: int) -> NDArray[Any]:
+        if c.kind == "scalar":
+            assert c.dtype is not None
+            return (
+                np.frombuffer(b, np.dtype(c.dtype).newbyteorder("<"))[0:1]
+                .reshape(())
+                .astype(c.dtype)
+            )
+        if c.kind in ("bytes", "str", "json"):
+            return b.copy()
+        where = f"{self._name(s)}: sample {i}: column {c.name!r}"
+        if c.kind == "jpeg":
+            return decode_jpeg(b, name=where, mode=self._image_mode)
+        if c.kind == "png":
+            return decode_png(b, name=where, mode=self._image_mode)
+        return _ndarray(c, b, where)
+
+    def _name(self, s: int) -> str:
+        return self.files.name(self._file_of[s])
+
+    def close(self) -> None:
+        """Close the request queue, the local reader and the object store (offsets kept)."""
+        self._queue.close()
+        with self._lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+        self.files.close()
+
+    def __enter__(self) -> MDSSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
+    """An ``ndarray`` column's value: its declared dtype and shape, or those its bytes
+    state first (a dtype byte, then ``ndim << 2 | shape width`` and the shape)."""
+    at = 0
+    dtype = c.dtype
+    if dtype is None:
+        code = int(b[0]) if len(b) else -1
+        if code not in VALUE_DTYPES:
+            raise FormatError(f"{where}: dtype byte {code} names no ndarray dtype")
+        dtype, at = VALUE_DTYPES[code], 1
+    shape = c.shape
+    if shape is None:
+        if len(b) <= at:
+            raise FormatError(f"{where}: {len(b)} bytes end before the array's shape")
+        byte = int(b[at])
+        ndim, width = byte >> 2, 1 << (byte & 3)
+        end = at + 1 + ndim * width
+        if end > len(b):
+            raise FormatError(f"{where}: {len(b)} bytes end inside the array's shape")
+        shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
+        at = end
+    item = np.dtype(dtype).itemsize
+    want = int(np.prod(shape, dtype=np.int64)) * item
+    if len(b) - at != want:
+        raise FormatError(
+            f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
+        )
+    return np.frombuffer(b[at:], np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
+
+
+def _open(
+    root: str, where: str, store_options: dict[str, Any] | None, remote: bool
+) -> tuple[MDSIndex, FileList]:
+    """The parsed index and the shards' listing (sizes and versions)."""
+    if not remote:
+        check_store_options(store_options, remote=False, paths=[root])
+        try:
+            with open(where, "rb") as f:
+                data = f.read()
+        except FileNotFoundError as exc:
+            raise ObjectNotFoundError(
+                f"{where}: no such file; MDSSource takes the folder Streaming's MDSWriter "
+                "wrote (index.json and its shards)"
+            ) from exc
+        except OSError as exc:
+            raise StorageError(f"{where}: {exc.strerror or exc}") from exc
+        index = parse_index(data, where)
+        _refuse_repeats(index, where)
+        return index, list_files([os.path.join(root, s.basename) for s in index.shards])
+    from headrace.formats._file_list_objects import remote_list
+    from headrace.io import ObjectStore
+
+    options = check_store_options(store_options, remote=True, where=root)
+    store = ObjectStore(root, **options)
+    try:
+        try:
+            raw = store.get(INDEX)
+        except ObjectNotFoundError as exc:
+            raise ObjectNotFoundError(
+                f"{where}: no such object; MDSSource takes the prefix Streaming's MDSWriter "
+                "wrote (index.json and its shards)"
+            ) from exc
+        index = parse_index(raw, where)
+        _refuse_repeats(index, where)
+        listed = dict(store.list_info())
+        missing = [s.basename for s in index.shards if s.basename not in listed]
+        if missing:
+            raise ObjectNotFoundError(
+                f"{root}: index.json lists {len(missing)} shard(s) not stored there: {missing[:3]}"
+            )
+        rows = [
+            (s.basename, listed[s.basename].size, listed[s.basename].etag) for s in index.shards
+        ]
+        return index, remote_list(store, rows, options, None)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _refuse_repeats(index: MDSIndex, where: str) -> None:
+    names = [s.basename for s in index.shards]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise FormatError(f"{where}: shard file(s) listed twice: {twice[:3]}")
+
+
+def _shard_files(files: FileList, index: MDSIndex, root: str) -> list[int]:
+    """Each shard's number in ``files``, its listed size checked against the index."""
+    pos = {k: i for i, k in enumerate(files.keys)}
+    out = []
+    for s in index.shards:
+        f = pos[s.basename if files.remote else os.path.join(root, s.basename)]
+        if s.bytes is not None and files.sizes[f] != s.bytes:
+            raise FormatError(
+                f"{files.name(f)}: {files.sizes[f]} bytes, index.json says {s.bytes} "
+                f"({'truncated' if files.sizes[f] < s.bytes else 'longer'}, or written "
+                "after the index was)"
+            )
+        out.append(f)
+    return out
