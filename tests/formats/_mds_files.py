@@ -40,10 +40,14 @@ def encode(encoding: str, value: Any) -> bytes:
     """``value`` as Streaming's encoding ``encoding`` stores it."""
     base, _, args = encoding.partition(":")
     if encoding in SCALARS:
-        return np.array(value, dtype=SCALARS[encoding]).astype("<" + np.dtype(SCALARS[encoding]).str[1:]).tobytes()
+        return (
+            np.array(value, dtype=SCALARS[encoding])
+            .astype("<" + np.dtype(SCALARS[encoding]).str[1:])
+            .tobytes()
+        )
     if base == "bytes" or base in ("jpeg", "png"):
         return bytes(value)
-    if base == "str":
+    if base in ("str", "str_int"):
         return str(value).encode("utf-8")
     if base == "json":
         return json.dumps(value).encode("utf-8")
