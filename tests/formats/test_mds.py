@@ -1,4 +1,4 @@
-"""MDSSource on local MDS datasets written as Streaming writes them (tests/formats/_mds_files.py):
+"""MDSSource on local MDS datasets written as Streaming writes them (tests/_mds_files.py):
 values of every encoding read, order and resume as the other sources, narrow column
 reads, and every refusal naming the file and what is wrong."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _mds_files import write_mds
 
+from _mds_files import write_mds
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import MDSSource, encode_jpeg, encode_png
 from headrace.pipeline import Loader
