@@ -5,6 +5,7 @@ reads, and every refusal naming the file and what is wrong."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +335,16 @@ def test_a_shard_cut_after_open_is_an_eof_naming_it(tmp_path: Path) -> None:
         path.write_bytes(bytes(data[:-20]))
         with pytest.raises(ReadEOFError, match=r"shard\.00000\.mds"):
             src.read(0, np.arange(6))
+
+
+def test_a_pickled_copy_reads_the_same_batches_without_reading_the_index(
+    mds: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, _ = mds
+    with MDSSource(root, columns=["label", "ids"]) as src:
+        want = _digest(MDSSource(root, columns=["label", "ids"]))
+        blob = pickle.dumps(src)
+    (root / "index.json").unlink()  # a worker's copy opens from what its parent read
+    copy = pickle.loads(blob)
+    assert copy.names == ["label", "ids"] and copy.stats.headers == 0
+    assert _digest(copy) == want

@@ -5,6 +5,7 @@ naming the object."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,10 @@ def test_s3_batches_are_the_local_ones(s3: S3Fixture, dataset: tuple[Path, str])
     assert_resume_exact(
         lambda: Loader(_remote(s3, url), batch_size=6, seed=2), steps=12, resume_at=[5, 9]
     )
+    with _remote(s3, url) as src:  # a worker's copy: its own store, the parent's listing
+        copy = pickle.loads(pickle.dumps(src))
+        assert copy.files.store is not src.files.store
+        assert _digest(copy) == _digest(MDSSource(root))
 
 
 def test_5xx_is_retried_and_the_batches_are_the_local_ones(

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
-from headrace.formats._file_list import FileList, is_object_url, list_files
+from headrace.formats._file_list import FileList, Listing, is_object_url, list_files
 from headrace.formats._file_samples import stack_samples
 from headrace.formats._images import ImageMode, decode_jpeg, decode_png
 from headrace.formats._lazy_queue import LazyQueue
@@ -95,19 +95,35 @@ class MDSSource:
                 f"columns must be a list of column names (got {type(columns).__name__}: "
                 "a set's order changes from one process to the next)."
             )
-        self.shuffle = mode != "none"
-        self.root = os.fspath(root).rstrip("/")
-        self.remote = is_object_url(self.root)
-        self._in_flight = check_in_flight(in_flight)
-        self._reader_strategy = reader
-        self._image_mode = image_mode
-        where = f"{self.root}/{INDEX}"
-        self.index, self.files = _open(self.root, where, store_options, self.remote)
+        self._build(
+            os.fspath(root).rstrip("/"),
+            {
+                "columns": None if columns is None else list(columns),
+                "shuffle": mode != "none",
+                "reader": reader,
+                "store_options": store_options,
+                "in_flight": check_in_flight(in_flight),
+                "image_mode": image_mode,
+            },
+            None,
+        )
+
+    def _build(
+        self, root: str, args: dict[str, Any], carried: tuple[MDSIndex, Listing] | None
+    ) -> None:
+        """Open the dataset (``carried``: a copy's index and listing, read by its parent)."""
+        self._args = args
+        self.shuffle: bool = args["shuffle"]
+        self.root = root
+        self.remote = is_object_url(root)
+        self._in_flight = args["in_flight"]
+        self._reader_strategy = args["reader"]
+        self._image_mode = args["image_mode"]
+        where = f"{root}/{INDEX}"
+        self.index, self.files = _open(root, where, args["store_options"], self.remote, carried)
         try:
-            self.columns = check_selected(
-                self.index, None if columns is None else list(columns), self.root
-            )
-            self._file_of = _shard_files(self.files, self.index, self.root)
+            self.columns = check_selected(self.index, args["columns"], root)
+            self._file_of = _shard_files(self.files, self.index, root)
         except BaseException:
             self.files.close()
             raise
@@ -137,7 +153,8 @@ class MDSSource:
             lo = min(self._at[c.name] for c in self.columns)
             hi = max(self._at[c.name] + (c.size or 0) for c in self.columns)
             self._narrow = (lo, hi)
-        self._offsets: list[NDArray[np.int64] | None] = [None] * len(self.index.shards)
+        # Each shard's offsets as stored (uint32: 4 bytes a sample), once read.
+        self._offsets: list[NDArray[np.uint32] | None] = [None] * len(self.index.shards)
         self._lock = threading.Lock()
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
         self._reader: Any = None
@@ -174,7 +191,7 @@ class MDSSource:
             off = self._offsets[s]
             assert off is not None
             begin[sel] = off[local[sel]]
-            length[sel] = off[local[sel] + 1] - begin[sel]
+            length[sel] = off[local[sel] + 1].astype(np.int64) - begin[sel]
         if self._narrow is not None:
             begin += self._narrow[0]
             length[:] = self._narrow[1] - self._narrow[0]
@@ -222,9 +239,10 @@ class MDSSource:
                     self.stats.headers += 1
                     self.stats.header_bytes += 4 * (len(t) + 1)
 
-    def _check_offsets(self, s: int, head: NDArray[np.uint8]) -> NDArray[np.int64]:
+    def _check_offsets(self, s: int, head: NDArray[np.uint8]) -> NDArray[np.uint32]:
         name, want = self._name(s), self.index.shards[s].samples
-        words = np.frombuffer(head, _U4).astype(np.int64)
+        stored = np.frombuffer(head, _U4)
+        words = stored.astype(np.int64)
         if int(words[0]) != want:
             raise FormatError(
                 f"{name}: holds {int(words[0])} samples by its header, index.json says {want}"
@@ -263,7 +281,7 @@ class MDSSource:
                 f"{name}: sample {i} is {int(steps[i])} bytes by its offsets; its columns' "
                 f"fixed sizes {said} {self._min_sample} bytes"
             )
-        return off
+        return stored[1:].astype(np.uint32)  # native, and a copy of its own
 
     # -- reads -----------------------------------------------------------------------
 
@@ -377,6 +395,20 @@ class MDSSource:
             reader.close()
         self.files.close()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker's copy opens its own reader and store, from the index and listing
+        # read here: it neither reads index.json nor lists the shards again.
+        f = self.files
+        return {
+            "root": self.root,
+            "args": self._args,
+            "index": self.index,
+            "listing": (f.keys, f.sizes, f.etags),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._build(state["root"], state["args"], (state["index"], state["listing"]))
+
     def __enter__(self) -> MDSSource:
         return self
 
@@ -415,11 +447,19 @@ def _ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
 
 
 def _open(
-    root: str, where: str, store_options: dict[str, Any] | None, remote: bool
+    root: str,
+    where: str,
+    store_options: dict[str, Any] | None,
+    remote: bool,
+    carried: tuple[MDSIndex, Listing] | None,
 ) -> tuple[MDSIndex, FileList]:
-    """The parsed index and the shards' listing (sizes and versions)."""
+    """The parsed index and the shards' listing (sizes and versions); ``carried``: those
+    a parent read, re-opened as they were."""
     if not remote:
         check_store_options(store_options, remote=False, paths=[root])
+        if carried is not None:
+            index, listing = carried
+            return index, list_files(list(listing[0]), listing=listing)
         try:
             with open(where, "rb") as f:
                 data = f.read()
@@ -439,6 +479,9 @@ def _open(
     options = check_store_options(store_options, remote=True, where=root)
     store = ObjectStore(root, **options)
     try:
+        if carried is not None:
+            index, listing = carried
+            return index, remote_list(store, list(zip(*listing, strict=True)), options, None)
         try:
             raw = store.get(INDEX)
         except ObjectNotFoundError as exc:
