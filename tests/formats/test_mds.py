@@ -255,30 +255,24 @@ def _u32(data: bytearray, word: int, value: int) -> None:
     data[4 * word : 4 * word + 4] = np.uint32(value).tobytes()
 
 
-def test_damaged_offsets_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        # Samples 1 and 2 start where sample 0 does (None: the first sample's offset).
+        ({3: None, 4: None}, r"offsets not increasing: sample 1"),
+        ({0: 5}, r"holds 5 samples by its header, index\.json says 6"),
+        ({1: 8}, r"inside the offsets table"),
+    ],
+)
+def test_damaged_offsets_are_refused(
+    tmp_path: Path, words: dict[int, int | None], said: str
+) -> None:
     path, data = _shard(tmp_path)
     first = int(np.frombuffer(bytes(data[4:8]), "<u4")[0])
-    bad = bytearray(data)
-    _u32(bad, 3, first)  # sample 1 starts where sample 0 does... and sample 2
-    _u32(bad, 4, first)
-    _save(tmp_path, path, bad)
-    with (
-        MDSSource(tmp_path) as src,
-        pytest.raises(FormatError, match=r"offsets not increasing: sample 1"),
-    ):
-        src.read(0, np.arange(1))
-    bad = bytearray(data)
-    _u32(bad, 0, 5)
-    _save(tmp_path, path, bad)
-    with (
-        MDSSource(tmp_path) as src,
-        pytest.raises(FormatError, match=r"holds 5 samples by its header, index.json says 6"),
-    ):
-        src.read(0, np.arange(1))
-    bad = bytearray(data)
-    _u32(bad, 1, 8)
-    _save(tmp_path, path, bad)
-    with MDSSource(tmp_path) as src, pytest.raises(FormatError, match=r"inside the offsets table"):
+    for word, value in words.items():
+        _u32(data, word, first if value is None else value)
+    _save(tmp_path, path, data)
+    with MDSSource(tmp_path) as src, pytest.raises(FormatError, match=said):
         src.read(0, np.arange(1))
 
 

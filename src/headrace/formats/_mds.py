@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,7 +32,7 @@ from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, Stora
 from headrace.formats._file_list import FileList, Listing, is_object_url, list_files
 from headrace.formats._file_samples import stack_samples
 from headrace.formats._images import ImageMode, decode_jpeg, decode_png
-from headrace.formats._lazy_queue import LazyQueue
+from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._mds_index import (
     VALUE_DTYPES,
     Column,
@@ -42,6 +42,9 @@ from headrace.formats._mds_index import (
 )
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight, check_store_options
 from headrace.formats._row_plan import parse_shuffle, sample_rows
+
+if TYPE_CHECKING:
+    from headrace.io import Strategy
 
 __all__ = ["MDSSource", "MDSStats"]
 
@@ -79,7 +82,7 @@ class MDSSource:
         *,
         columns: list[str] | tuple[str, ...] | None = None,
         shuffle: bool | Literal["none", "full"] = True,
-        reader: Literal["adaptive", "mmap", "pread", "odirect"] = "adaptive",
+        reader: Strategy = "adaptive",
         store_options: dict[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
         image_mode: ImageMode | None = None,
@@ -157,7 +160,7 @@ class MDSSource:
         self._offsets: list[NDArray[np.uint32] | None] = [None] * len(self.index.shards)
         self._lock = threading.Lock()
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
-        self._reader: Any = None
+        self._reader = LazyReader(self._reader_strategy)
         self.stats = MDSStats()
 
     def __len__(self) -> int:
@@ -295,7 +298,7 @@ class MDSSource:
         """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``."""
         out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
         if not self.remote:
-            reader = self._local_reader()
+            reader = self._reader.get()
             for s, idx in groups:
                 path = self.files.name(self._file_of[s])
                 ranges = np.stack([begin[idx], length[idx]], axis=1)
@@ -328,14 +331,6 @@ class MDSSource:
                 a = int(begin[i] - c.starts[k])
                 out[i] = bufs[k][a : a + int(length[i])]
         return out
-
-    def _local_reader(self) -> Any:
-        from headrace.io import RangeReader, ReaderConfig
-
-        with self._lock:
-            if self._reader is None:
-                self._reader = RangeReader(ReaderConfig(strategy=self._reader_strategy))
-            return self._reader
 
     # -- decoding --------------------------------------------------------------------
 
@@ -389,10 +384,7 @@ class MDSSource:
     def close(self) -> None:
         """Close the request queue, the local reader and the object store (offsets kept)."""
         self._queue.close()
-        with self._lock:
-            reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.close()
+        self._reader.close()
         self.files.close()
 
     def __getstate__(self) -> dict[str, Any]:
