@@ -104,6 +104,13 @@ def test_only_the_columns_bytes_are_read_where_sizes_allow(tmp_path: Path) -> No
         # The size of "t" first (4 bytes), then a (8) and b (4): 12 bytes a sample.
         assert narrow.stats.bytes == 40 * 12 and narrow.stats.headers == 2
     assert b["a"].tolist() == list(range(40)) and b["b"][:, 0].tolist() == list(range(40))
+    with (
+        MDSSource(tmp_path, columns=["b", "a"]) as vector,
+        MDSSource(tmp_path, columns=["b", "a"]) as each,
+    ):
+        assert vector._vector  # numbers and fixed arrays read narrow: a batch at once
+        each._vector = False  # the decode a sample, as for every other column
+        assert _digest(vector) == _digest(each)
     with MDSSource(tmp_path, columns=["a"], shuffle=False) as one:
         one.read(0, np.arange(40))
         assert one.stats.bytes == 40 * 8

@@ -156,6 +156,10 @@ class MDSSource:
             lo = min(self._at[c.name] for c in self.columns)
             hi = max(self._at[c.name] + (c.size or 0) for c in self.columns)
             self._narrow = (lo, hi)
+        # Narrow reads of numbers and fixed-shape arrays only: decoded a batch at once.
+        self._vector = self._narrow is not None and all(
+            c.kind in ("scalar", "ndarray") for c in self.columns
+        )
         # Each shard's offsets as stored (uint32: 4 bytes a sample), once read.
         self._offsets: list[NDArray[np.uint32] | None] = [None] * len(self.index.shards)
         self._lock = threading.Lock()
@@ -204,11 +208,32 @@ class MDSSource:
         with self._lock:
             self.stats.samples += len(rows)
             self.stats.bytes += int(length.sum())
+        index = rows.astype(np.int64, copy=False)
+        if self._vector:
+            return self._fixed_batch(pieces, index)
         decoded = [
             self._decode(p, int(s), int(i))
             for p, s, i in zip(pieces, shard.tolist(), local.tolist(), strict=True)
         ]
-        return stack_samples(decoded, rows.astype(np.int64, copy=False))
+        return stack_samples(decoded, index)
+
+    def _fixed_batch(
+        self, pieces: list[NDArray[np.uint8]], index: NDArray[np.int64]
+    ) -> dict[str, NDArray[Any]]:
+        """The batch of narrow reads of numbers and fixed-shape arrays: each column a
+        view of the samples' bytes side by side, not a decode a sample."""
+        assert self._narrow is not None
+        lo, hi = self._narrow
+        block = np.stack(pieces) if pieces else np.empty((0, hi - lo), np.uint8)
+        out: dict[str, NDArray[Any]] = {"index": index}
+        for c in self.columns:
+            assert c.dtype is not None and c.size is not None
+            a = self._at[c.name] - lo
+            part = np.ascontiguousarray(block[:, a : a + c.size])
+            shape = c.shape if c.kind == "ndarray" and c.shape is not None else ()
+            little = np.dtype(c.dtype).newbyteorder("<")
+            out[c.name] = part.view(little).reshape(len(index), *shape).astype(c.dtype)
+        return out
 
     # -- offsets tables -------------------------------------------------------------
 
