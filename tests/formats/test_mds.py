@@ -15,7 +15,7 @@ import pytest
 from _mds_files import write_mds
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import MDSSource, encode_jpeg, encode_png
-from headrace.pipeline import Loader
+from headrace.pipeline import Loader, Mixture
 from headrace.testing import assert_resume_exact, batch_digest
 
 COLUMNS = {
@@ -349,3 +349,33 @@ def test_a_pickled_copy_reads_the_same_batches_without_reading_the_index(
     copy = pickle.loads(blob)
     assert copy.names == ["label", "ids"] and copy.stats.headers == 0
     assert _digest(copy) == want
+
+
+def test_hosts_slice_the_global_batch_and_an_exact_pass_reads_each_sample_once(
+    mds: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, _ = mds
+    with Loader(MDSSource(root, columns=["label"]), batch_size=6, seed=1, steps=4) as whole:
+        want = [b["index"].tolist() for b in whole]
+    got: list[list[list[int]]] = []
+    for rank in range(3):
+        kw = {"rank": rank, "world_size": 3}
+        with Loader(MDSSource(root, columns=["label"]), batch_size=6, seed=1, steps=4, **kw) as ld:
+            got.append([b["index"].tolist() for b in ld])
+    assert [[i for g in got for i in g[step]] for step in range(4)] == want
+    with Loader(MDSSource(root, columns=["label"]), batch_size=8, seed=1, epochs=1) as ld:
+        seen = [i for b in ld for i in b["index"][b["valid"]].tolist()]
+    assert sorted(seen) == list(range(37))
+
+
+def test_sources_of_a_mixture(tmp_path: Path) -> None:
+    # Streaming's streams: one source each, weighted.
+    for name, first in (("a", 0), ("b", 1000)):
+        write_mds(tmp_path / name, {"y": "int"}, [{"y": first + k} for k in range(20)])
+    mix = Mixture(
+        {"a": MDSSource(tmp_path / "a"), "b": MDSSource(tmp_path / "b")}, [0.75, 0.25], batch_size=8
+    )
+    with Loader(mix, batch_size=8, seed=0, steps=3) as ld:
+        batches = list(ld)
+    ys = np.concatenate([b["y"] for b in batches])
+    assert (ys < 1000).sum() == 18 and (ys >= 1000).sum() == 6
