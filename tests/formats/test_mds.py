@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from _mds_files import write_mds
+from _row_files import odirect_works
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import MDSSource, encode_jpeg, encode_png
 from headrace.pipeline import Loader, Mixture
@@ -379,3 +380,14 @@ def test_sources_of_a_mixture(tmp_path: Path) -> None:
         batches = list(ld)
     ys = np.concatenate([b["y"] for b in batches])
     assert (ys < 1000).sum() == 18 and (ys >= 1000).sum() == 6
+
+
+def test_every_read_strategy_gives_the_same_batches(
+    mds: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    root, _ = mds
+    readers = ["adaptive", "mmap", "pread"] + (
+        ["odirect"] if odirect_works(root / "index.json") else []
+    )
+    digests = {r: _digest(MDSSource(root, reader=r), batch=12) for r in readers}  # type: ignore[arg-type]
+    assert len(set(digests.values())) == 1, digests

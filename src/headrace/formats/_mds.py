@@ -323,12 +323,11 @@ class MDSSource:
         """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``."""
         out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
         if not self.remote:
-            reader = self._reader.get()
-            for s, idx in groups:
-                path = self.files.name(self._file_of[s])
-                ranges = np.stack([begin[idx], length[idx]], axis=1)
-                for i, got in zip(idx.tolist(), reader.read(path, ranges), strict=True):
-                    out[i] = got
+            for idx, got in self._read_local(
+                [(self.files.name(self._file_of[s]), idx) for s, idx in groups], begin, length
+            ):
+                for i, g in zip(idx.tolist(), got, strict=True):
+                    out[i] = g
             return out
         from headrace.formats._object_files import RemoteFile, wait_all
         from headrace.io import ObjectInfo, coalesce
@@ -356,6 +355,30 @@ class MDSSource:
                 a = int(begin[i] - c.starts[k])
                 out[i] = bufs[k][a : a + int(length[i])]
         return out
+
+    def _read_local(
+        self,
+        groups: list[tuple[str, NDArray[np.intp]]],
+        begin: NDArray[np.int64],
+        length: NDArray[np.int64],
+    ) -> list[tuple[NDArray[np.intp], list[NDArray[np.uint8]]]]:
+        """Each file's ranges by the engine (coalesced), the files side by side: a batch
+        touches a shard a sample or so under the global shuffle, and one shard after
+        another waited a mount's latency once a shard. The files' reads run on the pool
+        the engine's own reads do not use (O_DIRECT's deep pool, pread's I/O pool), so
+        no task waits on a task queued behind it."""
+        reader = self._reader.get()
+
+        def one(path: str, idx: NDArray[np.intp]) -> tuple[NDArray[np.intp], Any]:
+            return idx, reader.read(path, np.stack([begin[idx], length[idx]], axis=1))
+
+        if len(groups) == 1:
+            return [one(*groups[0])]
+        from headrace.io._batch import results
+        from headrace.io._pool import deep_io_pool, io_pool
+
+        pool = io_pool() if self._reader_strategy.startswith("odirect") else deep_io_pool()
+        return results([pool.submit(one, path, idx) for path, idx in groups])
 
     # -- decoding --------------------------------------------------------------------
 
