@@ -164,6 +164,10 @@ def test_columns_refused_by_name(tmp_path: Path) -> None:
         MDSSource(tmp_path, columns=["b"])
     with pytest.raises(ConfigError, match="a set's order"):
         MDSSource(tmp_path, columns={"a"})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="reader must be one of adaptive, mmap"):
+        MDSSource(tmp_path, columns=["a"], reader="fast")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="image_mode"):
+        MDSSource(tmp_path, columns=["a"], image_mode="CMYK")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="windowed shuffle is not offered"):
         MDSSource(tmp_path, columns=["a"], shuffle="window")  # type: ignore[arg-type]
 

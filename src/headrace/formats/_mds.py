@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import FileList, Listing, is_object_url, list_files
 from headrace.formats._file_samples import stack_samples
-from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._images import ImageMode, check_image_mode, decode_jpeg, decode_png
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._mds_index import (
     VALUE_DTYPES,
@@ -42,6 +42,7 @@ from headrace.formats._mds_index import (
 )
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight, check_store_options
 from headrace.formats._row_plan import parse_shuffle, sample_rows
+from headrace.io import STRATEGIES
 
 if TYPE_CHECKING:
     from headrace.io import Strategy
@@ -93,6 +94,8 @@ class MDSSource:
                 "MDSSource takes shuffle=True ('full') or False ('none'); a windowed "
                 "shuffle is not offered for MDS shards (got 'window')."
             )
+        if reader not in STRATEGIES:
+            raise ConfigError(f"reader must be one of {', '.join(STRATEGIES)} (got {reader!r}).")
         if columns is not None and not isinstance(columns, (list, tuple)):
             raise ConfigError(
                 f"columns must be a list of column names (got {type(columns).__name__}: "
@@ -106,7 +109,7 @@ class MDSSource:
                 "reader": reader,
                 "store_options": store_options,
                 "in_flight": check_in_flight(in_flight),
-                "image_mode": image_mode,
+                "image_mode": check_image_mode(image_mode, "image_mode"),
             },
             None,
         )
@@ -156,10 +159,10 @@ class MDSSource:
             lo = min(self._at[c.name] for c in self.columns)
             hi = max(self._at[c.name] + (c.size or 0) for c in self.columns)
             self._narrow = (lo, hi)
-        # Narrow reads of numbers and fixed-shape arrays only: decoded a batch at once.
-        self._vector = self._narrow is not None and all(
-            c.kind in ("scalar", "ndarray") for c in self.columns
-        )
+        # Narrow reads (numbers and fixed-shape arrays: the fixed-size encodings) are
+        # decoded a batch at once; False decodes them a sample at a time, as every other
+        # column is (benchmarks/mds_fixed.py compares the two).
+        self._vector = self._narrow is not None
         # Each shard's offsets as stored (uint32: 4 bytes a sample), once read.
         self._offsets: list[NDArray[np.uint32] | None] = [None] * len(self.index.shards)
         self._lock = threading.Lock()
