@@ -190,8 +190,7 @@ class MDSSource:
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         rows = sample_rows(seed, samples, self.samples_per_epoch, self.shuffle)
-        shard = np.searchsorted(self._starts, rows, side="right") - 1
-        local = rows - self._starts[shard]
+        shard, local = self._locate(rows)
         needed = np.unique(shard).tolist()
         self._load_offsets(needed)
         begin = np.empty(len(rows), dtype=np.int64)
@@ -237,6 +236,17 @@ class MDSSource:
             little = np.dtype(c.dtype).newbyteorder("<")
             out[c.name] = part.view(little).reshape(len(index), *shape).astype(c.dtype)
         return out
+
+    def _locate(self, rows: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """The shard of each row (dataset order) and its sample number in that shard."""
+        shard = np.searchsorted(self._starts, rows, side="right") - 1
+        return shard, rows - self._starts[shard]
+
+    def file_item(self, index: Any) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """``(file, item)`` of a batch's ``index`` values: sample ``index`` is sample
+        ``item`` of shard ``files.keys[file]`` (how ``check`` names where a sample lies)."""
+        shard, item = self._locate(np.asarray(index, dtype=np.int64))
+        return np.asarray(self._file_of, dtype=np.int64)[shard], item
 
     # -- offsets tables -------------------------------------------------------------
 
