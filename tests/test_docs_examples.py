@@ -289,6 +289,15 @@ def _write_datasets(root: Path) -> None:
             boxes=rng.random((n, 4), dtype=np.float32) * 20,
             labels=rng.integers(1, 80, n).astype(np.int64),
         )
+    # docs/files.md "MDS shards": a Streaming dataset as MDSWriter writes one.
+    from _mds_files import write_mds
+
+    mds = [
+        {"image": encode("jpeg", synthetic_arrays("jpeg", seed=i, shape=(24, 32 + 8 * (i % 2), 3))),
+         "label": i % 10, "caption": f"sample {i}"}
+        for i in range(40)
+    ]  # fmt: skip
+    write_mds(root / "mds_train", {"image": "jpeg", "label": "int", "caption": "str"}, mds)
 
 
 @pytest.fixture(scope="module")

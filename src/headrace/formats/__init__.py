@@ -1,4 +1,5 @@
-"""What bytes mean: token streams, rows, pairs, files (NPY, NPZ, JPEG, PNG, HDF5), tables."""
+"""What bytes mean: token streams, rows, pairs, files (NPY, NPZ, JPEG, PNG, HDF5), tables,
+MDS shards."""
 
 from headrace.formats._buffer import Buffer
 from headrace.formats._file_config import FileSourceConfig, OnCorrupt, SourceMode
@@ -22,6 +23,7 @@ from headrace.formats._files import (
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
 from headrace.formats._image_encode import encode_jpeg, encode_png
 from headrace.formats._images import IMAGE_MODES, ImageMode, decode_jpeg, decode_png
+from headrace.formats._mds import MDSSource, MDSStats
 from headrace.formats._megatron import (
     MEGATRON_MAGIC,
     MegatronIndex,
@@ -57,6 +59,8 @@ __all__ = [
     "IMAGE_MODES",
     "ImageMode",
     "IterableFiles",
+    "MDSSource",
+    "MDSStats",
     "MEGATRON_MAGIC",
     "MegatronIndex",
     "OnCorrupt",

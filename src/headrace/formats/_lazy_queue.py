@@ -1,4 +1,5 @@
-"""A request queue made on first use, for readers that may never read an object."""
+"""A request queue and a local range reader made on first use, for sources that may
+never read an object or a local file."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from headrace.io import RequestQueue
+    from headrace.io import RangeReader, RequestQueue, Strategy
 
-__all__ = ["LazyQueue"]
+__all__ = ["LazyQueue", "LazyReader"]
 
 
 class LazyQueue:
@@ -37,3 +38,29 @@ class LazyQueue:
             queue, self._queue = self._queue, None
         if queue is not None:
             queue.close()
+
+
+class LazyReader:
+    """A :class:`~headrace.io.RangeReader` of ``strategy``, made by the first :meth:`get`;
+    :meth:`close` closes it, and a later :meth:`get` makes another."""
+
+    __slots__ = ("_lock", "_reader", "_strategy")
+
+    def __init__(self, strategy: Strategy) -> None:
+        self._strategy = strategy
+        self._lock = threading.Lock()
+        self._reader: RangeReader | None = None
+
+    def get(self) -> RangeReader:
+        from headrace.io import RangeReader, ReaderConfig
+
+        with self._lock:
+            if self._reader is None:
+                self._reader = RangeReader(ReaderConfig(strategy=self._strategy))
+            return self._reader
+
+    def close(self) -> None:
+        with self._lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()

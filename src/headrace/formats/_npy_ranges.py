@@ -40,13 +40,12 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
-from headrace.formats._lazy_queue import LazyQueue
+from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._npy import NPY_HEAD, npy_header
 from headrace.formats._sparse import SparseImage
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
-    from headrace.io import RangeReader
 
 __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "Held", "npy_layout"]
 
@@ -128,7 +127,7 @@ class RangedNpy:
         self._head_bytes = 0
         self._by_size: dict[int, Rows] = {}  # the last layout seen for a file size
         self._queue = LazyQueue(in_flight, "headrace-npy-rows")
-        self._reader: RangeReader | None = None
+        self._reader = LazyReader(local_read)
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -142,7 +141,7 @@ class RangedNpy:
         if files.remote:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
-            reader = self._range_reader() if self._local_read == "odirect" else None
+            reader = self._reader.get() if self._local_read == "odirect" else None
             fetch = files.local_ranges(f, reader)
         image = SparseImage(size, fetch, name)
         want = np.empty(0, np.int64) if rows is None else rows
@@ -237,18 +236,7 @@ class RangedNpy:
                 _, (old, _) = self._heads.popitem(last=False)
                 self._head_bytes -= len(old)
 
-    def _range_reader(self) -> RangeReader:
-        from headrace.io import RangeReader, ReaderConfig
-
-        with self._lock:
-            if self._reader is None:
-                self._reader = RangeReader(ReaderConfig(strategy=self._local_read))
-            return self._reader
-
     def close(self) -> None:
         """Close the request queue and the local reader (the headers are kept)."""
         self._queue.close()
-        with self._lock:
-            reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.close()
+        self._reader.close()

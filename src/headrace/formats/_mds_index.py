@@ -1,0 +1,257 @@
+"""MosaicML Streaming's MDS index (``index.json``, version 2) and column encodings.
+
+A dataset is a folder or prefix holding ``index.json`` and its shards. The index
+lists the shards in order, each with its ``column_names``, ``column_encodings``,
+``column_sizes`` (bytes of a fixed-size column, ``null`` for a variable one),
+``samples``, ``raw_data`` (``basename``, ``bytes``), ``compression`` and
+``zip_data``, and ``format: "mds"``. This module parses and checks it; no shard is
+read here. What is read and what is refused, and why, is in docs/files.md.
+
+A shard file (Streaming's ``MDSWriter.encode_joint_shard``): uint32 ``num_samples``,
+``num_samples + 1`` uint32 offsets from the file's start, the writer's config as
+JSON, then the samples; a sample is one uint32 size per variable-size column, then
+every column's bytes in column order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from headrace.errors import ConfigError, FormatError
+
+__all__ = [
+    "VALUE_DTYPES",
+    "Column",
+    "Kind",
+    "MDSIndex",
+    "MDSShard",
+    "check_selected",
+    "parse_index",
+    "refusal",
+]
+
+Kind = Literal["scalar", "bytes", "str", "json", "ndarray", "jpeg", "png"]
+
+#: Scalar encodings and their (little-endian: Streaming writes NumPy's native) dtypes.
+_SCALARS = {
+    **{n: n for n in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")},
+    **{n: n for n in ("float16", "float32", "float64")},
+    "int": "int64",  # Streaming's Int: a Python int stored as int64
+}
+#: The dtypes an ``ndarray`` column may hold (Streaming's NDArray value dtypes).
+_NDARRAY_DTYPES = frozenset(_SCALARS) - {"int"}
+#: A variable ndarray's dtype byte (Streaming's NDArray._int2value_dtype).
+VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
+                33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}  # fmt: skip
+_AS_BYTES: dict[str, Kind] = {"bytes": "bytes", "str": "str", "json": "json"}
+_REFUSED = {
+    "pkl": (
+        "unpickling runs whatever code the bytes name (pickle.loads), so a shard written "
+        "by anyone who can write to the dataset's folder or bucket could run code in the "
+        "training job; headrace never unpickles"
+    ),
+    "pil": "raw PIL images (mode and size headers) are not decoded",
+    "str_int": "digits-as-text numbers are not decoded",
+    "str_float": "digits-as-text numbers are not decoded",
+    "str_decimal": "digits-as-text numbers are not decoded",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: how it is encoded and how its bytes become an array."""
+
+    name: str
+    encoding: str  #: as the index writes it (``"ndarray:uint8:3,4"``, ``"jpeg:90"``)
+    size: int | None  #: fixed size in bytes, ``None``: variable (a uint32 size per sample)
+    kind: Kind | None  #: ``None``: an encoding headrace does not read (refused if selected)
+    dtype: str | None = None  #: scalars and ndarrays of a declared dtype
+    shape: tuple[int, ...] | None = None  #: ndarrays of a declared shape
+
+
+@dataclass(frozen=True, slots=True)
+class MDSShard:
+    basename: str
+    samples: int
+    bytes: int | None  #: ``raw_data.bytes``: the file's size as written
+
+
+@dataclass(frozen=True, slots=True)
+class MDSIndex:
+    columns: tuple[Column, ...]
+    shards: tuple[MDSShard, ...]
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+
+def _column(name: str, encoding: str, size: object, where: str) -> Column:
+    """The column ``name`` encoded as ``encoding``, checked against its index ``size``."""
+    base, _, args = encoding.partition(":")
+    kind: Kind | None = None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    fixed: int | None = None
+    if encoding in _SCALARS:
+        kind, dtype = "scalar", _SCALARS[encoding]
+        fixed = np.dtype(dtype).itemsize
+    elif encoding in _AS_BYTES:
+        kind = _AS_BYTES[encoding]
+    elif base in ("jpeg", "png") and (base == "jpeg" or not args):
+        kind = "jpeg" if base == "jpeg" else "png"  # jpeg:QUALITY is the writer's setting
+    elif base == "ndarray":
+        parts = args.split(":") if args else []
+        if len(parts) > 2 or (parts and parts[0] not in _NDARRAY_DTYPES):
+            raise FormatError(
+                f"{where}: column {name!r}: encoding {encoding!r} is not ndarray, "
+                "ndarray:DTYPE or ndarray:DTYPE:D0,D1,... with DTYPE one of "
+                f"{sorted(_NDARRAY_DTYPES)}"
+            )
+        kind = "ndarray"
+        dtype = parts[0] if parts else None
+        if len(parts) == 2:
+            try:
+                shape = tuple(int(d) for d in parts[1].split(","))
+            except ValueError:
+                shape = ()
+            if not shape or min(shape) < 1:
+                raise FormatError(
+                    f"{where}: column {name!r}: encoding {encoding!r}: the shape must be "
+                    "dimensions >= 1 separated by commas"
+                )
+            fixed = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    elif base not in _REFUSED:
+        raise FormatError(
+            f"{where}: column {name!r} has encoding {encoding!r}, which is no MDS encoding "
+            "headrace knows; it reads "
+            + ", ".join([*_SCALARS, *_AS_BYTES, "ndarray", "jpeg", "png"])
+        )
+    if isinstance(size, bool) or (size is not None and not isinstance(size, int)):
+        raise FormatError(f"{where}: column {name!r}: column_sizes holds {size!r}, not a count")
+    if kind is not None and size != fixed:
+        raise FormatError(
+            f"{where}: column {name!r} ({encoding}): column_sizes says "
+            f"{'variable' if size is None else f'{size} bytes'}, the encoding "
+            f"{'variable' if fixed is None else f'{fixed} bytes'}"
+        )
+    return Column(name, encoding, size, kind, dtype, shape)
+
+
+def refusal(column: Column) -> str | None:
+    """Why ``column`` cannot be read (``None``: it can)."""
+    if column.kind is not None:
+        return None
+    why = _REFUSED[column.encoding.partition(":")[0]]
+    return f"column {column.name!r} has encoding {column.encoding!r}: {why}"
+
+
+def _get(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise FormatError(f"{where}: no {key!r} in the shard's entry (an MDS index has one)")
+    return obj[key]
+
+
+def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
+    """The columns and shards of ``index.json``'s bytes; ``where`` names it in errors."""
+    try:
+        obj = json.loads(bytes(data))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{where}: not JSON ({exc})") from exc
+    if not isinstance(obj, dict) or not isinstance(obj.get("shards"), list):
+        raise FormatError(f"{where}: not a Streaming index (no 'shards' list)")
+    if obj.get("version") != 2:
+        raise FormatError(
+            f"{where}: index version {obj.get('version')!r}; headrace reads Streaming's version 2"
+        )
+    if not obj["shards"]:
+        raise FormatError(f"{where}: the index lists no shards")
+    columns: tuple[Column, ...] | None = None
+    first = ""
+    shards = []
+    for i, entry in enumerate(obj["shards"]):
+        if not isinstance(entry, dict):
+            raise FormatError(f"{where}: shard {i} is {type(entry).__name__}, not an object")
+        raw = entry.get("raw_data") or {}
+        name = raw.get("basename") if isinstance(raw, dict) else None
+        at = f"{where}: shard {i} ({name or 'no raw_data.basename'})"
+        if entry.get("format") != "mds":
+            raise FormatError(
+                f"{at}: format {entry.get('format')!r}; headrace reads 'mds' shards only "
+                "(Streaming's 'xsv' and 'json' shards are not read)"
+            )
+        if entry.get("version", 2) != 2:
+            raise FormatError(f"{at}: shard version {entry['version']!r}; headrace reads 2")
+        codec = entry.get("compression")
+        if codec:
+            zipped = (entry.get("zip_data") or {}).get("basename")
+            raise FormatError(
+                f"{at}: compressed ({codec!r}, stored as {zipped!r}): Streaming compresses "
+                "a shard whole, so a sample's bytes are found only after decompressing all "
+                "of it, and headrace reads samples by their byte ranges; write the dataset "
+                "with MDSWriter(compression=None)"
+            )
+        if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+            raise FormatError(f"{at}: raw_data.basename must name a file under the index's folder")
+        count = _get(entry, "samples", at)
+        size = raw.get("bytes")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise FormatError(f"{at}: samples is {count!r}, not a count")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+            raise FormatError(f"{at}: raw_data.bytes is {size!r}, not a count")
+        names, encodings, sizes = (
+            _get(entry, k, at) for k in ("column_names", "column_encodings", "column_sizes")
+        )
+        if not (
+            isinstance(names, list)
+            and isinstance(encodings, list)
+            and isinstance(sizes, list)
+            and len(names) == len(encodings) == len(sizes)
+            and all(isinstance(x, str) for x in [*names, *encodings])
+        ):
+            raise FormatError(
+                f"{at}: column_names, column_encodings and column_sizes must be lists of "
+                "one entry a column (names and encodings strings)"
+            )
+        cols = tuple(_column(n, e, s, at) for n, e, s in zip(names, encodings, sizes, strict=True))
+        if columns is None:
+            columns, first = cols, at
+        elif cols != columns:
+            raise FormatError(
+                f"{at}: columns {[(c.name, c.encoding) for c in cols]} differ from those of "
+                f"{first}, {[(c.name, c.encoding) for c in columns]}; headrace reads "
+                "datasets whose shards share their columns"
+            )
+        shards.append(MDSShard(name, count, size))
+    assert columns is not None
+    if len({c.name for c in columns}) != len(columns):
+        raise FormatError(f"{first}: a column is named twice in {[c.name for c in columns]}")
+    return MDSIndex(columns, tuple(shards))
+
+
+def check_selected(index: MDSIndex, columns: list[str] | None, where: str) -> list[Column]:
+    """The columns ``columns`` names (``None``: all), each one headrace reads."""
+    by = {c.name: c for c in index.columns}
+    names = list(by) if columns is None else columns
+    unknown = [c for c in names if c not in by]
+    if unknown:
+        raise ConfigError(f"{where}: unknown column(s) {unknown}; the shards hold {list(by)}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: a column is named twice in columns={names}")
+    if not names:
+        raise ConfigError(f"{where}: columns=[] reads nothing; name at least one column")
+    if "index" in names:
+        raise ConfigError(
+            f"{where}: column 'index' would hide the batch's 'index' (each sample's number "
+            "in dataset order); leave it out with columns=[...]"
+        )
+    refused = [why for n in names if (why := refusal(by[n])) is not None]
+    if refused:
+        raise FormatError(
+            f"{where}: " + "; ".join(refused) + "; leave such columns out with columns=[...]"
+        )
+    return [by[n] for n in names]

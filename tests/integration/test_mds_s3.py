@@ -1,0 +1,159 @@
+"""MDSSource on S3 (moto on 127.0.0.1, behind the fault proxy where faults are asked):
+the same batches as the local copy, 5xx retried, a cut shard and a short body refused
+naming the object."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from s3util import BUCKET, FAST_RETRY, S3Fixture
+
+from _mds_files import write_mds
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import FormatError, ObjectNotFoundError, StorageError
+from headrace.formats import MDSSource
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = {"id": "int", "text": "str", "x": "ndarray:float32:16", "v": "ndarray:uint16"}
+
+
+def _upload(s3: S3Fixture, root: Path, prefix: str) -> str:
+    client = s3.server.info.boto3_client()
+    for p in sorted(root.iterdir()):
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{p.name}", Body=p.read_bytes())
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def dataset(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """50 samples in 5 shards, locally and under ``mds/ds`` on S3."""
+    root = tmp_path_factory.mktemp("mds") / "ds"
+    rng = np.random.default_rng(5)
+    samples = [
+        {
+            "id": k,
+            "text": "t" * (k % 7),
+            "x": rng.standard_normal(16).astype(np.float32),
+            "v": np.arange(k % 5 + 1, dtype=np.uint16),
+        }
+        for k in range(50)
+    ]
+    write_mds(root, COLUMNS, samples, per_shard=10)
+    return root, _upload(s3, root, "mds/ds")
+
+
+def _remote(s3: S3Fixture, url: str, endpoint: str | None = None, **kw: Any) -> MDSSource:
+    options: dict[str, Any] = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        options["endpoint"] = endpoint
+    return MDSSource(url, store_options=options, **kw)
+
+
+def _digest(src: MDSSource) -> str:
+    with Loader(src, batch_size=6, seed=2, steps=12) as loader:  # 72 samples: 2 epochs
+        return batch_digest(loader)
+
+
+def test_s3_batches_are_the_local_ones(s3: S3Fixture, dataset: tuple[Path, str]) -> None:
+    root, url = dataset
+    assert _digest(_remote(s3, url)) == _digest(MDSSource(root))
+    for columns in (["x", "id"], ["v"]):
+        assert _digest(_remote(s3, url, columns=columns)) == _digest(
+            MDSSource(root, columns=columns)
+        )
+    with _remote(s3, url, columns=["id"], shuffle=False) as narrow:
+        before = narrow.files.store.stats.bytes  # index.json's GET
+        narrow.read(0, np.arange(10))
+        # id lies after the sizes of text and v (columns in name order: id, text, v,
+        # x): 8 bytes of each sample, joined into one GET of the shard's samples.
+        assert narrow.stats.bytes == 10 * 8 and narrow.stats.headers == 1
+        size = (root / "shard.00000.mds").stat().st_size
+        assert narrow.files.store.stats.bytes - before < size
+    assert_resume_exact(
+        lambda: Loader(_remote(s3, url), batch_size=6, seed=2), steps=12, resume_at=[5, 9]
+    )
+    with _remote(s3, url) as src:  # a worker's copy: its own store, the parent's listing
+        copy = pickle.loads(pickle.dumps(src))
+        assert copy.files.store is not src.files.store
+        assert _digest(copy) == _digest(MDSSource(root))
+
+
+def test_5xx_is_retried_and_the_batches_are_the_local_ones(
+    s3: S3Fixture, proxy: LatencyProxy, dataset: tuple[Path, str]
+) -> None:
+    root, url = dataset
+    local = _digest(MDSSource(root))
+    proxy.set_faults(
+        [
+            FaultRule(
+                kind="status", status=503, match=f"GET /{BUCKET}/mds/ds/shard", every=4, limit=2
+            ),
+            FaultRule(kind="status", status=500, match=f"GET /{BUCKET}/mds/ds/index", limit=1),
+        ]
+    )
+    src = _remote(s3, url, proxy.endpoint)
+    assert _digest(src) == local
+    assert proxy.stats.faults == 3
+
+
+def _copy(s3: S3Fixture, root: Path, tmp: Path, prefix: str, cut: int, index_too: bool) -> str:
+    copy = tmp / prefix
+    copy.mkdir()
+    for p in root.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    shard = copy / "shard.00002.mds"
+    shard.write_bytes(shard.read_bytes()[:-cut])
+    if index_too:
+        index = json.loads((copy / "index.json").read_text())
+        index["shards"][2]["raw_data"]["bytes"] -= cut
+        (copy / "index.json").write_text(json.dumps(index))
+    return _upload(s3, copy, f"mds/{prefix}")
+
+
+def test_a_truncated_shard_on_s3_is_refused_naming_it(
+    s3: S3Fixture, dataset: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, _ = dataset
+    url = _copy(s3, root, tmp_path, "cut", 5, index_too=False)
+    with pytest.raises(
+        FormatError, match=r"mds/cut/shard\.00002\.mds: \d+ bytes, index\.json says"
+    ):
+        _remote(s3, url)
+    url = _copy(s3, root, tmp_path, "cut2", 5, index_too=True)
+    with _remote(s3, url, shuffle=False) as src:
+        src.read(0, np.arange(20))  # shards 0 and 1 read
+        with pytest.raises(FormatError, match=r"mds/cut2/shard\.00002\.mds: .*truncated"):
+            src.read(0, np.arange(20, 30))
+
+
+def test_a_missing_index_or_shard_on_s3(
+    s3: S3Fixture, dataset: tuple[Path, str], tmp_path: Path
+) -> None:
+    with pytest.raises(ObjectNotFoundError, match=r"index\.json: no such object"):
+        _remote(s3, f"s3://{BUCKET}/mds/nothing-here")
+    root, _ = dataset
+    (tmp_path / "part").mkdir()
+    for name in ("index.json", "shard.00000.mds"):
+        (tmp_path / "part" / name).write_bytes((root / name).read_bytes())
+    url = _upload(s3, tmp_path / "part", "mds/part")
+    with pytest.raises(ObjectNotFoundError, match=r"lists 4 shard\(s\) not stored there"):
+        _remote(s3, url)
+
+
+def test_a_body_short_every_try_is_refused_naming_the_shard(
+    s3: S3Fixture, proxy: LatencyProxy, dataset: tuple[Path, str]
+) -> None:
+    _, url = dataset
+    with _remote(s3, url, proxy.endpoint, shuffle=False) as src:
+        src.read(0, np.arange(3))  # the offsets table of shard 0
+        proxy.set_faults([FaultRule(kind="short", match=f"GET /{BUCKET}/mds/ds/shard.00000")])
+        with pytest.raises(StorageError, match=r"mds/ds/shard\.00000\.mds, bytes \["):
+            src.read(0, np.arange(3, 6))
