@@ -155,9 +155,11 @@ def cached_permutation(n: int, *counters: int) -> Permutation:
     return Permutation(n, derive_keys(*counters))
 
 
-#: A window's whole order is made as one table once this share of its places was asked.
-TABLE_SHARE = 8
-#: Windows whose asked places a :class:`VisitOrders` counts (the oldest forgotten first).
+#: What evaluating places alone costs, in entries of a whole table (~0.12 us each on 2c,
+#: 2026-12-03): a place by :meth:`Permutation.one` (~3 us), and a vectorised call's own
+#: cost (~180 us with its cycle-walking rounds) beside its places.
+_ONE, _CALL = 25, 1500
+#: Windows whose evaluation cost a :class:`VisitOrders` remembers (the oldest forgotten).
 _TRACKED = 256
 
 
@@ -167,19 +169,22 @@ class VisitOrders:
     by ``counters``, the same values however they are computed.
 
     One host of many reads only its share of each window: at 4,096 hosts, 32 of a token
-    window's 131,072 starts. A table of the whole order made at the first visit (what a
-    lone host, which reads every start, wants) cost each host O(global batch) a step, so
-    its steps slowed as hosts were added (2c, 2026-12-03: 0.15 -> 78 ms a step, 1 -> 4,096
-    hosts). Places are evaluated alone until a window has been asked for ``n /
-    TABLE_SHARE`` of them, then one table is made, and the last ``tables`` are kept.
+    window's 131,072 starts; a source of a mixture of 200, one or two a step. A table of
+    the whole order made at the first visit (what a lone host, which reads every start,
+    wants) cost each host O(global batch) a step, so its steps slowed as hosts were added
+    (2c, 2026-12-03: 0.15 -> 78 ms a step, 1 -> 4,096 hosts), and a 200-source mixture's
+    first step took 11 s. Places are evaluated alone (the cheaper of the scalar and the
+    vectorised network) until that has cost what the table would; then the table is
+    made (rent or buy: never more than twice the better of the two), and the last
+    ``tables`` are kept.
     """
 
-    __slots__ = ("_asked", "_tables", "tables")
+    __slots__ = ("_spent", "_tables", "tables")
 
     def __init__(self, tables: int = 4) -> None:
         self.tables = tables
         self._tables: dict[tuple[int, ...], NDArray[np.int64]] = {}
-        self._asked: dict[tuple[int, ...], int] = {}  # places evaluated alone, per window
+        self._spent: dict[tuple[int, ...], int] = {}  # cost of places evaluated alone
 
     def places(
         self, n: int, counters: tuple[int, ...], within: NDArray[np.int64]
@@ -189,11 +194,15 @@ class VisitOrders:
         if table is not None:
             return table[within]
         perm = cached_permutation(n, *counters)
-        asked = self._asked.pop(counters, 0) + len(within)
-        if asked * TABLE_SHARE < n:
-            self._asked[counters] = asked  # re-inserted: the newest
-            if len(self._asked) > _TRACKED:
-                self._asked.pop(next(iter(self._asked)))
+        k = len(within)
+        scalar = _ONE * k <= _CALL + k
+        spent = self._spent.pop(counters, 0) + min(_ONE * k, _CALL + k)
+        if spent < n:
+            self._spent[counters] = spent  # re-inserted: the newest
+            if len(self._spent) > _TRACKED:
+                self._spent.pop(next(iter(self._spent)))
+            if scalar:
+                return np.fromiter(map(perm.one, within.tolist()), dtype=np.int64, count=k)
             return perm(within)
         table = perm(np.arange(n, dtype=np.int64))
         while len(self._tables) >= self.tables:
