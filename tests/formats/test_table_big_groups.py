@@ -291,3 +291,17 @@ def test_a_corrupt_page_on_object_storage_is_named(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"file://.*part-0\.parquet: row group 0: rows \[\d+"):
         for first in range(1_000, 10_000, WINDOW):
             src.table.read_rows(np.arange(first, first + 100))
+
+
+def test_one_host_of_many_permutes_its_rows_of_a_big_group_without_a_table() -> None:
+    # Two groups of 1,000,000 rows, read in sub-windows of 65,536: host 4,095 of 4,096
+    # reads 8 rows a step, 16 of each sub-window, which made a table of all 65,536.
+    host = RowWindows([1_000_000, 1_000_000], 65_536)
+    lone = RowWindows([1_000_000, 1_000_000], 65_536)
+    batch = 8 * 4096
+    for step in range(0, 40, 3):
+        got = host.rows(5, step * batch + np.arange(batch - 8, batch, dtype=np.int64))
+        whole = lone.rows(5, step * batch + np.arange(batch, dtype=np.int64))
+        assert np.array_equal(got, whole[-8:])
+    assert host._pieces.made == 0
+    assert lone._pieces.made > 0

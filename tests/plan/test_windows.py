@@ -179,3 +179,53 @@ def test_stride_layout_needs_tail_and_a_stride_within_the_context() -> None:
     tail = WindowLayout(**kw, tail=True)
     assert same.samples_per_epoch == tail.samples_per_epoch == 13
     assert same.per_window == tail.per_window == 7
+
+
+def _host_samples(step: int, world_size: int, per_host: int = 8) -> np.ndarray:
+    # The last host's slice of a step's global batch (as Loader's step_samples).
+    batch = per_host * world_size
+    return step * batch + np.arange(batch - per_host, batch, dtype=np.int64)
+
+
+def test_one_host_of_many_makes_no_start_table_and_gets_the_same_starts() -> None:
+    # One host of 4,096 reads 8 of each step's 32,768 samples: a 4,096-start window
+    # serves it 32 samples before the next. Its starts used to come from a table of the
+    # whole window made at each window's first visit: O(global batch) work a host a step.
+    layout = WindowLayout(file_tokens=(40_000_001,), context=10, window_tokens=40_961)
+    lone = WindowLayout(file_tokens=(40_000_001,), context=10, window_tokens=40_961)
+    for step in range(0, 48, 3):
+        samples = _host_samples(step, 4096)
+        got = layout.locate(7, samples)
+        whole = lone.locate(7, step * 32_768 + np.arange(32_768, dtype=np.int64))
+        assert np.array_equal(got.window, whole.window[-8:])
+        assert np.array_equal(got.start, whole.start[-8:])
+    assert layout._orders.made == 0  # a table a window: the whole batch's work again
+    assert lone._orders.made > 0  # a lone host reads every start: one table a window
+
+
+def test_a_window_read_in_small_chunks_makes_one_table_early() -> None:
+    layout = WindowLayout(file_tokens=(1_000_001,), context=10, window_tokens=81_921)
+    per = layout.per_window  # 8,192 starts
+    full = WindowLayout(file_tokens=(1_000_001,), context=10, window_tokens=81_921)
+    every = full.locate(3, np.arange(per, dtype=np.int64)).start
+    made = []
+    for lo in range(0, per, 256):  # chunks of 32 steps of 8, from the window's start
+        got = layout.locate(3, np.arange(lo, lo + 256, dtype=np.int64)).start
+        assert np.array_equal(got, every[lo : lo + 256])
+        made.append(layout._orders.made)
+    # Alone while that cost less than the table (a few chunks), then one table for all.
+    assert made[0] == 0 and made[8:] == [1] * (len(made) - 8)
+
+
+def test_places_alone_and_from_a_table_agree() -> None:
+    # A source of a mixture of 200 reads one or two starts of a window a step: each
+    # place by the scalar network, a larger ask by the vectorised one, then the table.
+    from headrace.plan import VisitOrders, cached_permutation
+
+    orders, n = VisitOrders(), 5_000
+    want = cached_permutation(n, 1, 2, 3)(np.arange(n, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    for k in [1, 2, 1, 300, 1, 64, 2_000, 3]:
+        within = rng.integers(0, n, k)
+        assert np.array_equal(orders.places(n, (1, 2, 3), within), want[within])
+    assert orders.made == 1  # 2,000 places at once cost more than the table

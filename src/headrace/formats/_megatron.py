@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,8 +29,11 @@ from headrace.io import LocalFile
 
 __all__ = [
     "MEGATRON_MAGIC",
+    "CheckedIndex",
     "MegatronIndex",
+    "check_megatron_index",
     "parse_megatron_index",
+    "parsed_index",
     "read_megatron_index",
     "write_megatron_index",
 ]
@@ -76,9 +81,98 @@ def read_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> Mega
     return parse_megatron_index(path, raw, bin_size)
 
 
-def parse_megatron_index(path: str, raw: bytes, bin_size: int) -> MegatronIndex:
+def parse_megatron_index(path: str, raw: Any, bin_size: int) -> MegatronIndex:
     """Parse the bytes of an ``.idx`` (``path`` names it in errors) against a ``.bin`` size."""
-    size = len(raw)
+    dtype, n_seq, n_doc = _header(path, raw, len(raw))
+    off = _HEADER.size
+    lengths = np.frombuffer(raw, np.int32, n_seq, off)
+    off += 4 * n_seq
+    pointers = np.frombuffer(raw, np.int64, n_seq, off)
+    off += 8 * n_seq
+    docs = np.frombuffer(raw, np.int64, n_doc, off)
+    total = _check_sequences(path, dtype, lengths, pointers, 0, 0)
+    _check_total(path, dtype, total, bin_size)
+    _check_documents(path, n_seq, len(docs), [docs])
+    return MegatronIndex(path, dtype, lengths, pointers, docs)
+
+
+def parsed_index(path: str, raw: bytes | None, bin_size: int) -> MegatronIndex | None:
+    """:func:`parse_megatron_index` of an index read whole (on object storage), or
+    ``None`` where there is none (``raw`` is ``None``)."""
+    return None if raw is None else parse_megatron_index(path, raw, bin_size)
+
+
+#: Entries of an ``.idx`` checked at a time by :func:`check_megatron_index` (12 bytes a
+#: sequence, 8 a document entry: ~100 MB read at once, whatever the index's size).
+PIECE = 1 << 23
+
+
+@dataclass(frozen=True)
+class CheckedIndex:
+    """A local ``.idx`` checked against its ``.bin`` when opened, and read again only if
+    document bounds are asked for: a ``TokenFile`` holds (and a worker's copy carries)
+    a few numbers, not the index (50M documents: 1 GB, held in each process and pickled
+    to each worker until 2026-12-03)."""
+
+    path: str
+    dtype: np.dtype[np.generic]
+    sequences: int
+    entries: int  # document entries: the documents, then one
+    bin_size: int
+    #: device, inode, size and mtime_ns when checked: another file under the path, or
+    #: this one changed, is refused when read again.
+    stamp: tuple[int, int, int, int]
+
+    def document_bounds(self) -> NDArray[np.int64]:
+        """Token offsets where each document starts, followed by the total (as
+        :meth:`MegatronIndex.document_bounds`), read from the file again."""
+        with LocalFile(self.path) as f:
+            if _stamp(f) != self.stamp:
+                raise FormatError(
+                    f"{self.path}: changed since it was opened (device, inode, size, "
+                    f"mtime {_stamp(f)}, then {self.stamp}); reopen the source"
+                )
+            ptr = _HEADER.size + 4 * self.sequences
+            pointers = f.pread(ptr, 8 * self.sequences).view(np.int64)
+            docs = f.pread(ptr + 8 * self.sequences, 8 * self.entries).view(np.int64)
+        # The pointers were checked to be the lengths' running sums, in bytes.
+        starts = np.append(pointers, np.int64(self.bin_size))[docs]
+        bounds: NDArray[np.int64] = starts // self.dtype.itemsize
+        return bounds
+
+
+def check_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> CheckedIndex:
+    """Check a local ``.idx`` against a ``.bin`` of ``bin_size`` bytes as
+    :func:`parse_megatron_index` does, reading it :data:`PIECE` entries at a time, and
+    keep none of it (:class:`CheckedIndex`)."""
+    path = os.fspath(idx_path)
+    with LocalFile(path) as f:
+        dtype, n_seq, n_doc = _header(path, f.pread(0, min(f.size, _HEADER.size)), f.size)
+        lengths_at, pointers_at = _HEADER.size, _HEADER.size + 4 * n_seq
+        total = 0
+        for lo in range(0, n_seq, PIECE):
+            n = min(PIECE, n_seq - lo)
+            lengths = f.pread(lengths_at + 4 * lo, 4 * n).view(np.int32)
+            pointers = f.pread(pointers_at + 8 * lo, 8 * n).view(np.int64)
+            total = _check_sequences(path, dtype, lengths, pointers, lo, total)
+        _check_total(path, dtype, total, bin_size)
+        docs_at = pointers_at + 8 * n_seq
+        pieces = (
+            f.pread(docs_at + 8 * lo, 8 * min(PIECE, n_doc - lo)).view(np.int64)
+            for lo in range(0, n_doc, PIECE)
+        )
+        _check_documents(path, n_seq, n_doc, pieces)
+        return CheckedIndex(path, dtype, n_seq, n_doc, bin_size, _stamp(f))
+
+
+def _stamp(f: LocalFile) -> tuple[int, int, int, int]:
+    st = os.fstat(f.fd)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, int]:
+    """The dtype, sequence count and document entries of an ``.idx`` of ``size`` bytes
+    from its first bytes ``raw``, checked against that size."""
     if size < _HEADER.size:
         raise FormatError(
             f"{path}: truncated Megatron index: {size} bytes, the header alone needs {_HEADER.size}"
@@ -103,47 +197,58 @@ def parse_megatron_index(path: str, raw: bytes, bin_size: int) -> MegatronIndex:
             f"header declares {n_seq} sequences and {n_doc} document entries, which need "
             f"{want} bytes; file has {size}"
         )
-    off = _HEADER.size
-    lengths = np.frombuffer(raw, np.int32, n_seq, off)
-    off += 4 * n_seq
-    pointers = np.frombuffer(raw, np.int64, n_seq, off)
-    off += 8 * n_seq
-    docs = np.frombuffer(raw, np.int64, n_doc, off)
-    dtype = _DTYPES[code]
-    _validate(path, dtype, lengths, pointers, docs, bin_size)
-    return MegatronIndex(path, dtype, lengths, pointers, docs)
+    return _DTYPES[code], n_seq, n_doc
 
 
-def _validate(
+def _check_sequences(
     path: str,
     dtype: np.dtype[np.generic],
     lengths: NDArray[np.int32],
     pointers: NDArray[np.int64],
-    docs: NDArray[np.int64],
-    bin_size: int,
-) -> None:
-    n_seq = len(lengths)
-    if n_seq and lengths.min() < 0:
-        raise FormatError(
-            f"{path}: corrupt index: negative sequence length at {int(np.argmax(lengths < 0))}"
-        )
-    expect = np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64))) * dtype.itemsize
-    if n_seq and not np.array_equal(pointers, expect):
+    first: int,
+    before: int,
+) -> int:
+    """Check sequences ``first...`` (``before`` tokens precede them); the tokens after."""
+    if len(lengths) and lengths.min() < 0:
+        at = first + int(np.argmax(lengths < 0))
+        raise FormatError(f"{path}: corrupt index: negative sequence length at {at}")
+    ends = np.cumsum(lengths, dtype=np.int64)
+    expect = (ends - lengths + before) * dtype.itemsize
+    if len(lengths) and not np.array_equal(pointers, expect):
         bad = int(np.flatnonzero(pointers != expect)[0])
         raise FormatError(
-            f"{path}: corrupt index: sequence {bad} points at byte {int(pointers[bad])}, "
-            f"expected {int(expect[bad])} (sum of the lengths before it)"
+            f"{path}: corrupt index: sequence {first + bad} points at byte "
+            f"{int(pointers[bad])}, expected {int(expect[bad])} (sum of the lengths before it)"
         )
-    total = int(lengths.sum(dtype=np.int64)) * dtype.itemsize
-    if total != bin_size:
+    return before + (int(ends[-1]) if len(ends) else 0)
+
+
+def _check_total(path: str, dtype: np.dtype[np.generic], tokens: int, bin_size: int) -> None:
+    if tokens * dtype.itemsize != bin_size:
         raise FormatError(
-            f"{path}: index describes {total} bytes of tokens but the .bin has {bin_size}"
+            f"{path}: index describes {tokens * dtype.itemsize} bytes of tokens but the .bin "
+            f"has {bin_size}"
         )
-    if len(docs) == 0 or docs[0] != 0 or docs[-1] != n_seq or (np.diff(docs) < 0).any():
+
+
+def _check_documents(
+    path: str, n_seq: int, n_doc: int, pieces: Iterable[NDArray[np.int64]]
+) -> None:
+    """Document entries (given in consecutive pieces): non-decreasing, from 0 to ``n_seq``."""
+    first: int | None = None
+    last = 0
+    ok = n_doc > 0
+    for docs in pieces:
+        if not len(docs):
+            continue
+        if first is None:
+            first = int(docs[0])
+        ok = ok and int(docs[0]) >= last and not (np.diff(docs) < 0).any()
+        last = int(docs[-1])
+    if not ok or first != 0 or last != n_seq:
         raise FormatError(
             f"{path}: corrupt document indices: expected a non-decreasing list from 0 to "
-            f"{n_seq}, found {len(docs)} entries"
-            + (f" from {int(docs[0])} to {int(docs[-1])}" if len(docs) else "")
+            f"{n_seq}, found {n_doc} entries" + (f" from {first} to {last}" if n_doc else "")
         )
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, HeadraceError, ObjectNotFoundError, StorageError
+from headrace.formats._megatron import MegatronIndex, parsed_index
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
@@ -457,6 +458,10 @@ class ObjectFiles:
         rest = self.open(path, info.size, info.etag).read_pieces(out[len(first) :], len(first))
         wait_all(rest)
         return out.tobytes()
+
+    def index(self, path: str, bin_size: int) -> MegatronIndex | None:
+        """The Megatron index at ``path``, read whole and checked (``None``: none there)."""
+        return parsed_index(path, self.read(path), bin_size)
 
     def read_start(self, url: str, length: int) -> tuple[memoryview, ObjectInfo]:
         """The object's first ``length`` bytes (all of it when shorter), its size and ETag:

@@ -11,7 +11,6 @@ I/O strategy or the host count, so every run replaces the same rows.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Literal
@@ -20,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, EmptyRowsError
-from headrace.plan import WindowLayout, cached_permutation, derive_keys
+from headrace.plan import VisitOrders, WindowLayout, cached_permutation, derive_keys
 
 __all__ = [
     "EmptyRows",
@@ -184,7 +183,7 @@ class RowWindows:
             context=1,
             window_tokens=int(counts.max()) + 1,
         )
-        self._pieces: OrderedDict[tuple[int, int, int, int], NDArray[np.int64]] = OrderedDict()
+        self._pieces = VisitOrders()
 
     @property
     def num_windows(self) -> int:
@@ -231,24 +230,12 @@ class RowWindows:
             inv = inv.reshape(-1)
         out = np.empty_like(within)
         for u, (e, w, k) in enumerate(uniq.tolist()):
-            table = self._piece_table(seed, e, w, k)
             sel = inv == u
-            out[sel] = k * wr + table[off[sel]]
+            n = min(wr, int(self.counts[w]) - k * wr)
+            # The visit order of one sub-window's rows (as the token windows' starts).
+            key = (seed, _TAG_PIECES, e, w, k)
+            out[sel] = k * wr + self._pieces.places(n, key, off[sel])
         return out
-
-    def _piece_table(self, seed: int, epoch: int, window: int, piece: int) -> NDArray[np.int64]:
-        """The visit order of one sub-window's rows, computed once per visit (as the
-        token windows' start tables)."""
-        key = (seed, epoch, window, piece)
-        table = self._pieces.get(key)
-        if table is None:
-            n = min(self.window_rows, int(self.counts[window]) - piece * self.window_rows)
-            perm = cached_permutation(n, seed, _TAG_PIECES, epoch, window, piece)
-            table = perm(np.arange(n, dtype=np.int64))
-            while len(self._pieces) >= 4:
-                self._pieces.popitem(last=False)
-            self._pieces[key] = table
-        return table
 
 
 @lru_cache(maxsize=64)

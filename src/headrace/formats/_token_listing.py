@@ -31,6 +31,7 @@ import logging
 from collections.abc import Sequence
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
+from headrace.formats._megatron import MegatronIndex, parsed_index
 from headrace.formats._object_files import ObjectFiles, common_url_root
 from headrace.io import ObjectInfo
 
@@ -88,6 +89,10 @@ class ListedFiles:
                 "reopen the source once the dataset is complete",
             )
         return raw
+
+    def index(self, path: str, bin_size: int) -> MegatronIndex | None:
+        """The Megatron index at ``path``, read whole and checked (``None``: none there)."""
+        return parsed_index(path, self.read(path), bin_size)
 
 
 def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:

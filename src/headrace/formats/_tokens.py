@@ -16,7 +16,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._megatron import MegatronIndex, parse_megatron_index
+from headrace.formats._megatron import CheckedIndex, MegatronIndex, check_megatron_index
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.formats._token_text import refuse_non_tokens
@@ -55,7 +55,7 @@ class TokenFile:
     dtype: np.dtype[np.generic]
     num_tokens: int
     format: str
-    index: MegatronIndex | None = None
+    index: MegatronIndex | CheckedIndex | None = None
     etag: str | None = None
     members: tuple[str, ...] = ()
     dataset: str | None = None  # datasets' fingerprint of a save_to_disk folder
@@ -124,6 +124,11 @@ class TokenFiles(Protocol):
         """The whole file, or ``None`` if there is none."""
         ...
 
+    def index(self, path: str, bin_size: int) -> MegatronIndex | CheckedIndex | None:
+        """The Megatron index at ``path`` checked against a ``.bin`` of ``bin_size`` bytes,
+        or ``None`` if there is none."""
+        ...
+
 
 class _LocalFiles:
     def __init__(self) -> None:
@@ -139,6 +144,9 @@ class _LocalFiles:
             return None
         with LocalFile(path) as f:
             return f.pread(0, f.size).tobytes()
+
+    def index(self, path: str, bin_size: int) -> CheckedIndex | None:
+        return check_megatron_index(path, bin_size) if os.path.exists(path) else None
 
 
 def _sidecar_path(path: str) -> str:
@@ -237,10 +245,10 @@ def describe_token_file(
         raise
     idx = p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
     side = _sidecar_path(p)
-    idx_raw = files.read(idx) if format in ("auto", "megatron") else None
+    index = files.index(idx, size) if format in ("auto", "megatron") else None
     side_raw: bytes | None = None
     if format == "auto":
-        if idx_raw is not None:
+        if index is not None:
             format = "megatron"
         else:
             side_raw = files.read(side)
@@ -248,12 +256,10 @@ def describe_token_file(
             format = "nanogpt" if nanogpt and dtype is None and side_raw is None else "raw"
     elif format == "raw":
         side_raw = files.read(side)
-    index = None
     tokens: int | None = None
     if format == "megatron":
-        if idx_raw is None:
+        if index is None:
             raise DataError(f"{p}: Megatron token file has no index at {idx}")
-        index = parse_megatron_index(idx, idx_raw, size)
         dt = index.dtype
         if dtype is not None and _check_dtype(p, dtype) != dt:
             raise ConfigError(f"{p}: dtype {np.dtype(dtype)} given but the index says {dt}")

@@ -1,7 +1,7 @@
 """What to read: pure, counter-based plans. No I/O, no threads, no clocks."""
 
 from headrace.plan._mixture import MixturePlan, quantize_weights
-from headrace.plan._permute import Permutation, cached_permutation, derive_keys
+from headrace.plan._permute import Permutation, VisitOrders, cached_permutation, derive_keys
 from headrace.plan._slicing import host_slice, step_samples
 from headrace.plan._state import (
     PLAN_VERSION,
@@ -19,6 +19,7 @@ __all__ = [
     "MixturePlan",
     "PLAN_VERSION",
     "Permutation",
+    "VisitOrders",
     "WindowLayout",
     "WindowPlan",
     "array_state",

@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
-from headrace.plan._permute import Permutation, cached_permutation
+from headrace.plan._permute import Permutation, VisitOrders, cached_permutation
 
 __all__ = ["WindowLayout", "WindowPlan", "group_by_window"]
 
@@ -69,9 +69,7 @@ class WindowLayout:
     _cache: dict[tuple[int, int], tuple[NDArray[np.int64], NDArray[np.int64]]] = field(
         default_factory=dict, repr=False, compare=False
     )
-    _tables: dict[tuple[int, int, int], NDArray[np.int64]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _orders: VisitOrders = field(default_factory=VisitOrders, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.context < 1:
@@ -197,22 +195,13 @@ class WindowLayout:
         self._cache[key] = value
         return value
 
-    def _start_table(self, seed: int, epoch: int, window: int) -> NDArray[np.int64]:
-        """The whole start order of one window, computed once per visit.
-
-        A window serves thousands of batches, so one vectorised pass over its
-        ``S`` starts (a few ms) beats evaluating the network per batch.
-        """
-        key = (seed, epoch, window)
-        table = self._tables.get(key)
-        if table is None:
-            count = int(self.window_count[window])
-            perm = cached_permutation(count, seed, _TAG_STARTS, epoch, window)
-            table = perm(np.arange(count))
-            if len(self._tables) >= 4:
-                self._tables.pop(next(iter(self._tables)))
-            self._tables[key] = table
-        return table
+    def _start_places(
+        self, seed: int, epoch: int, window: int, within: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """The starts that places ``within`` of one window's visit take: the window's
+        start order permuted by ``(seed, epoch, window)`` (:class:`VisitOrders`)."""
+        count = int(self.window_count[window])
+        return self._orders.places(count, (seed, _TAG_STARTS, epoch, window), within)
 
     def _order(self, seed: int, epoch: int) -> Permutation:
         return cached_permutation(self.num_windows, seed, _TAG_WINDOWS, epoch)
@@ -298,11 +287,10 @@ class WindowLayout:
         groups = group_by_window(epoch, window)
         start = np.empty_like(within) if len(groups) > 1 else within
         for (e, w), idx in groups:
-            table = self._start_table(seed, e, w)
             if len(groups) == 1:
-                start = table[within]
+                start = self._start_places(seed, e, w, within)
             else:
-                start[idx] = table[within[idx]]
+                start[idx] = self._start_places(seed, e, w, within[idx])
         return start
 
 
