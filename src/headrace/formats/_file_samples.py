@@ -42,6 +42,8 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import ImageMode
 from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
+from headrace.formats._tar import decode_tar
+from headrace.formats._tar_ranges import TarImage
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -73,6 +75,21 @@ def decode_file(
         return {
             ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
         }
+    if fmt.name == "tar":
+        index = None
+        if isinstance(data, TarImage):  # read by samples: the index and the members asked
+            if rows is None:
+                data.fill([(0, data.size)])
+            index, data = data.index, data.buffer
+        return decode_tar(
+            data,
+            name=name,
+            fields=datasets,
+            rows=rows,
+            count=count,
+            index=index,
+            image_mode=image_mode,
+        )
     if fmt.name == "npz":
         crc = True
         if isinstance(data, SparseImage):

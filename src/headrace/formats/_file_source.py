@@ -167,6 +167,10 @@ class FileSource(Closing):
                 config.in_flight or self._default_depth(),
                 heads,
             )
+        if counts is None and self.format.name == "tar":
+            # A shard's samples are rows whatever samples_per_file=N says: counted, so
+            # one of 1 is row 0 too (and a shard not holding N is refused by name).
+            counts = np.full(len(self.files), spf, dtype=np.int64)
         self.counted = counts is not None
         self.plan = FilePlan(
             num_files=len(self.files),
@@ -185,7 +189,7 @@ class FileSource(Closing):
             and config.decode
             and (
                 (fmt == "hdf5" and config.on_corrupt == "raise")
-                or fmt == "npz"
+                or fmt in ("npz", "tar")
                 or self._rows_above is not None
             )
         )

@@ -16,6 +16,7 @@ jpeg       ``(H, W, 3)`` ``uint8`` RGB (``mode=``: as Pillow's ``convert(mode)``
 png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``)
            (``mode=``: as Pillow's ``convert(mode)``)
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
+tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
 =========  ======================================================================
 """
 
@@ -36,6 +37,7 @@ from headrace.formats._image_encode import encode_jpeg, encode_png
 from headrace.formats._images import decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
+from headrace.formats._tar import decode_tar, encode_tar
 
 __all__ = [
     "FILE_FORMATS",
@@ -150,6 +152,13 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             extensions=(".hdf5", ".h5"),
             decoder=decode_hdf5,
             encoder=_encode_hdf5,
+            zero_copy=False,
+        ),
+        FileFormat(
+            name="tar",
+            extensions=(".tar",),
+            decoder=decode_tar,
+            encoder=encode_tar,
             zero_copy=False,
         ),
     )
