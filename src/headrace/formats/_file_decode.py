@@ -125,7 +125,8 @@ class FileDecoder:
 
     def _count_says(self) -> str:
         """What gives each file's count, as errors about it say."""
-        return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
+        spf = self.config.samples_per_file  # (a tar shard is counted, but N can be given)
+        return f"samples_per_file={spf}" if isinstance(spf, int) else "its count"
 
     def decode_one(self, f: int, data: Any, item: int) -> Sample | DataError:
         """Item ``item`` of file ``f`` decoded whole, copied out of it (map-style and

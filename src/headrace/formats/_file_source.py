@@ -572,6 +572,8 @@ class FileSource(Closing):
         """
         if not self._rows_only:
             return None
+        if not len(files):  # (np.split of nothing is one empty group, not none)
+            return {}
         order = np.lexsort((items, files))
         fs, its = files[order], items[order]
         cuts = np.flatnonzero(np.diff(fs)) + 1

@@ -1,0 +1,244 @@
+"""WebDataset tar shards (format="tar"): written by tarfile here, read by FileSource."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _tar_shards import COUNTS, expected, key, sample, shards, write
+from headrace.errors import ConfigError, DataError, FormatError
+from headrace.formats import FileSource, IterableFiles, sample_digests
+from headrace.formats._images import decode_png
+from headrace.formats._tar import decode_tar, tar_index
+from headrace.formats._tar_ranges import RangedTar
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+
+def batches(src: FileSource, *, steps: int = 6, batch: int = 4, seed: int = 3) -> list[Any]:
+    with Loader(src, batch_size=batch, seed=seed, steps=steps) as loader:
+        return list(loader)
+
+
+def epoch_digest(got: list[Any]) -> str:
+    return str(sorted(d for b in got for d in sample_digests(b)))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shards(tmp_path_factory.mktemp("tar") / "shards")
+
+
+def test_a_sample_is_its_key_members_decoded_by_field(root: Path) -> None:
+    src = FileSource(root, format="tar")
+    assert src.counts.tolist() == COUNTS  # counted by walking the headers (the default)
+    assert src.count_stats is not None and src.count_stats.files == len(COUNTS)
+    n = sum(COUNTS)
+    for b in batches(src, steps=n // 3, batch=3):
+        assert sorted(b) == ["cls", "index", "npy", "png", "txt"]
+        assert b["cls"].dtype == np.int64 and b["cls"].tolist() == expected(b["index"])
+        assert b["png"].shape == (3, 6, 5, 3) and b["npy"].dtype == np.float32
+        for j, i in enumerate(b["index"].tolist()):
+            f, item = (int(x) for x in src.file_item(i))
+            want = sample(f, item)
+            assert b["txt"][j].tobytes() == want["txt"]  # ragged: an object array of bytes
+            np.testing.assert_array_equal(b["png"][j], decode_png(want["png"], name="x"))
+            np.testing.assert_array_equal(b["npy"][j], np.load(io.BytesIO(want["npy"])))
+
+
+def test_datasets_picks_the_fields(root: Path) -> None:
+    src = FileSource(root, format="tar", datasets=("cls", "png"), shuffle="samples")
+    for b in batches(src):
+        assert sorted(b) == ["cls", "index", "png"]
+        assert b["cls"].tolist() == expected(b["index"])
+
+
+@pytest.mark.parametrize("shuffle", ["files", "samples", "none"])
+def test_an_epoch_holds_every_sample_once_in_every_mode(root: Path, shuffle: str) -> None:
+    n = sum(COUNTS)
+    src = FileSource(root, format="tar", shuffle=shuffle)
+    got = batches(src, steps=n, batch=1)
+    assert sorted(int(b["index"][0]) for b in got) == list(range(n))
+    ref = batches(FileSource(root, format="tar", shuffle="none"), steps=n, batch=1)
+    assert epoch_digest(got) == epoch_digest(ref)
+    # The baseline (a whole shard a sample) gives the same batches, read by samples or not.
+    whole = FileSource(root, format="tar", shuffle=shuffle, mode="map-style")
+    assert batch_digest(batches(whole, steps=n, batch=1)) == batch_digest(got)
+
+
+def test_epoch_two_order_differs_and_resume_is_exact(root: Path) -> None:
+    n = sum(COUNTS)
+    for shuffle in ("files", "samples"):
+        got = batches(FileSource(root, format="tar", shuffle=shuffle), steps=2 * n, batch=1)
+        first = [int(b["index"][0]) for b in got[:n]]
+        second = [int(b["index"][0]) for b in got[n:]]
+        assert sorted(first) == sorted(second) and first != second
+        assert_resume_exact(
+            lambda s=shuffle: Loader(
+                FileSource(root, format="tar", shuffle=s), batch_size=4, seed=2, steps=9
+            ),
+            steps=9,
+            resume_at=[0, 4, 7],
+        )
+
+
+def test_read_by_samples_fetches_only_their_members(tmp_path: Path) -> None:
+    members = []
+    for i in range(10):  # samples of 40 KB: a header's 4 KiB read holds no other
+        members += [(f"{i}.txt", bytes([i]) * 40_000), (f"{i}.cls", str(100 + i).encode())]
+    write(tmp_path / "0.tar", members)
+    write(tmp_path / "1.tar", members)
+    src = FileSource(tmp_path, format="tar", shuffle="samples", datasets=("cls",))
+    ranged = src._by_rows
+    assert isinstance(ranged, RangedTar)
+    image = ranged.image(1, np.array([2, 5]))
+    assert image.nbytes < image.size // 8  # the headers (4 KiB blocks) and two cls members
+    at, n = image.index.fields(2)["txt"]
+    held = n - sum(b - a for a, b in image.missing(at, at + n))
+    assert held < 4096  # not asked: not read (but for what a header's block held)
+    rows = np.array([2, 5])
+    got = decode_tar(image.buffer, name="s", fields=("cls",), rows=rows, index=image.index)
+    assert [int(x) for x in got["cls"]] == [102, 105]
+    # Its index is kept: the next image of the shard reads no header.
+    again = ranged.image(1, np.array([3]))
+    assert again.gets == 1 and again.index is image.index
+    whole = FileSource(
+        tmp_path, format="tar", shuffle="samples", datasets=("cls",), mode="map-style"
+    )
+    assert batch_digest(batches(src, steps=20)) == batch_digest(batches(whole, steps=20))
+
+
+def test_a_fixed_count_reads_as_the_counts_and_a_wrong_one_is_named(tmp_path: Path) -> None:
+    for s in range(3):
+        write(tmp_path / f"{s}.tar", [(f"{i}.cls", str(s * 10 + i).encode()) for i in range(4)])
+    fixed = FileSource(tmp_path, format="tar", samples_per_file=4)
+    counted = FileSource(tmp_path, format="tar")
+    assert fixed.fingerprint() == counted.fingerprint()
+    assert batch_digest(batches(fixed, steps=3)) == batch_digest(batches(counted, steps=3))
+    with pytest.raises(DataError, match=r"\d\.tar: holds 4 samples; expected 5 \(samples_per_"):
+        batches(FileSource(tmp_path, format="tar", samples_per_file=5), steps=1)
+
+
+def test_workers_iterable_and_pickled_copies_read_the_same(root: Path) -> None:
+    src = FileSource(root, format="tar", shuffle="samples")
+    copy = pickle.loads(pickle.dumps(src))
+    assert copy.count_stats is None and copy.counts.tolist() == COUNTS
+    samples = np.arange(12)
+    assert batch_digest([copy.read(4, samples)]) == batch_digest([src.read(4, samples)])
+    it = IterableFiles(FileSource(root, format="tar"), batch_size=1)
+    got = list(it.epoch(0, 0))
+    assert epoch_digest(got) == epoch_digest(batches(src, steps=sum(COUNTS), batch=1))
+
+
+def test_tar_variants_tarfile_writes(tmp_path: Path) -> None:
+    # GNU long names, PAX paths, ustar prefixes, fields with dots and capitals, a
+    # key with dots in its folder, the end marker and garbage after it.
+    long = "d.x/" + "y" * 150
+    members = [
+        (f"{long}/a.Seg.TXT", b"1"),
+        (f"{long}/a.cls", b" 7\n"),
+        ("b.seg.txt", b"2"),
+        ("b.cls", b"8"),
+    ]
+    for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
+        path = write(tmp_path / f"{fmt}.tar", members, fmt)
+        data = path.read_bytes() + b"garbage after the end marker" * 20
+        index = tar_index(lambda a, n, d=data: memoryview(d)[a : a + n], len(data), "t")
+        assert [index.key(i) for i in range(len(index))] == [f"{long}/a", "b"]
+        assert index.names == ("seg.txt", "cls")
+        got = decode_tar(data, name="t", fields=("cls", "seg.txt"))
+        assert [int(x) for x in got["cls"]] == [7, 8]
+        assert [bytes(x) for x in got["seg.txt"]] == [b"1", b"2"]
+    # A ustar path of over 100 bytes is split into prefix and name.
+    ustar = write(tmp_path / "u.tar", [(f"{'p' * 90}/{'q' * 60}.cls", b"3")], tarfile.USTAR_FORMAT)
+    got = decode_tar(ustar.read_bytes(), name="u")
+    assert [int(x) for x in got["cls"]] == [3]
+
+
+def _forged(tmp_path: Path, members: list[tuple[str, bytes]], **edit: Any) -> Path:
+    """A shard whose first header is edited (``type``, ``size`` or ``checksum``)."""
+    path = write(tmp_path / "bad.tar", members, tarfile.USTAR_FORMAT)
+    data = bytearray(path.read_bytes())
+    if "type" in edit:
+        data[156:157] = edit["type"]
+    if "size" in edit:
+        data[124:136] = b"%011o\0" % edit["size"]
+    if "checksum" not in edit:
+        data[148:156] = b" " * 8
+        data[148:156] = b"%06o\0 " % sum(data[:512])
+    else:
+        data[148:156] = edit["checksum"]
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"checksum": b"0000000\0"}, r"bad\.tar: the tar header at offset 0 has checksum 0"),
+        ({"type": b"S"}, r"bad\.tar: the tar member at offset 0 is sparse"),
+        ({"size": 1 << 20}, r"bad\.tar: truncated: the tar member at offset 0 holds 1048576"),
+    ],
+)
+def test_damaged_headers_are_refused_by_name_when_counted(
+    tmp_path: Path, edit: dict[str, Any], match: str
+) -> None:
+    _forged(tmp_path, [("a.cls", b"1"), ("b.cls", b"2")], **edit)
+    with pytest.raises(FormatError, match=match):
+        FileSource(tmp_path, format="tar")
+
+
+def test_refused_by_name(tmp_path: Path) -> None:
+    def refused(members: list[tuple[str, bytes]], match: str, **kw: Any) -> None:
+        for p in tmp_path.glob("*.tar"):
+            p.unlink()
+        write(tmp_path / "s.tar", members)
+        with pytest.raises(DataError, match=match):
+            batches(FileSource(tmp_path, format="tar", **kw), steps=1, batch=2)
+
+    refused([("a.cls", b"1"), ("a.cls", b"2")], r"s\.tar: sample 'a' holds field 'cls' twice")
+    refused([("README", b"x"), ("a.cls", b"1")], r"s\.tar: the tar member 'README' .* no field")
+    refused([("._a.cls", b"x")], r"COPYFILE_DISABLE=1")
+    refused(
+        [("a.cls", b"1"), ("a.txt", b"x"), ("b.cls", b"2")],
+        r"s\.tar: sample 'b' \(offset \d+\) has no field 'txt'; it holds \['cls'\]",
+        datasets=("cls", "txt"),
+    )
+    refused(
+        [("a.cls", b"1"), ("a.txt", b"x"), ("b.cls", b"2")],
+        r"s\.tar: sample 'b' .* holds fields \['cls'\], but sample 'a' holds \['cls', 'txt'\]",
+    )
+    refused([("a.cls", b"one")], r"s\.tar: a.cls: a cls field holds b'one', not an integer")
+    # Truncated: a member cut short (checked when the shard is counted).
+    path = write(tmp_path / "s.tar", [("a.cls", b"1"), ("b.txt", b"x" * 3000)])
+    path.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(FormatError, match=r"s\.tar: truncated: the tar member at offset \d+"):
+        FileSource(tmp_path, format="tar")
+    path.write_bytes(gzip.compress(write(tmp_path / "s.tar", [("a.cls", b"1")]).read_bytes()))
+    with pytest.raises(FormatError, match=r"s\.tar: a gzip-compressed tar .*gunzip"):
+        FileSource(tmp_path, format="tar")
+
+
+def test_config_refusals() -> None:
+    with pytest.raises(ConfigError, match="format='raw' for their bytes"):
+        FileSource([], format="tar", decode=False)
+    with pytest.raises(ConfigError, match="datasets names the HDF5 datasets, NPZ members or tar"):
+        FileSource([], format="npy", datasets=("x",))
+
+
+def test_a_folder_of_shards_without_a_format_names_tar(root: Path) -> None:
+    with pytest.raises(ConfigError, match="format='tar'"):
+        FileSource(root)
+
+
+def test_long_keys_group_as_written(root: Path) -> None:
+    data = (root / "shard-00001.tar").read_bytes()
+    index = tar_index(lambda a, n: memoryview(data)[a : a + n], len(data), "s")
+    assert [index.key(i) for i in range(len(index))] == [key(1, i) for i in range(COUNTS[1])]
