@@ -242,3 +242,11 @@ def test_long_keys_group_as_written(root: Path) -> None:
     data = (root / "shard-00001.tar").read_bytes()
     index = tar_index(lambda a, n: memoryview(data)[a : a + n], len(data), "s")
     assert [index.key(i) for i in range(len(index))] == [key(1, i) for i in range(COUNTS[1])]
+
+
+def test_a_shard_cut_at_a_member_end_is_refused(tmp_path: Path) -> None:
+    # Without the end marker the walk would end early: two samples read as one, silently.
+    path = write(tmp_path / "s.tar", [("a.cls", b"1"), ("b.cls", b"2")])
+    path.write_bytes(path.read_bytes()[:1024])  # a's header and data block
+    with pytest.raises(FormatError, match=r"s\.tar: truncated: the tar archive ends at offset"):
+        FileSource(tmp_path, format="tar")

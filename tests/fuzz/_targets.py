@@ -412,6 +412,8 @@ TARGETS: dict[str, Target] = {
     "files_hdf5_gzip": _files(
         "hdf5", "h5", {"chunks": True, "compression": "gzip"}, samples_per_file=3, datasets=["x"]
     ),
+    "files_tar": _files("tar", "tar", {}),
+    "files_tar_samples": _files("tar", "tar", {}, shuffle="samples"),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
     "files_png16": _target(_write_png16, "a.png", ["b.png", "c.png"], _read_files("png")),

@@ -152,10 +152,10 @@ class FileSourceConfig:
                 f"image_mode={self.image_mode!r} converts decoded pixels; decode=False hands "
                 "over the files' bytes: drop one of the two."
             )
-        spf = self.samples_per_file
-        if spf is None:  # a tar shard holds many samples: count them by default
-            spf = "header" if fmt.name == "tar" else 1
-        spf = check_samples_per_file(spf)
+        given = self.samples_per_file
+        if given is None:  # a tar shard holds many samples: count them by default
+            given = "header" if fmt.name == "tar" else 1
+        spf = check_samples_per_file(given)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1
         if self.on_corrupt not in ("raise", "replace"):

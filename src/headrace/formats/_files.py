@@ -242,7 +242,8 @@ def synthetic_arrays(
     Images are ``shape`` = ``(H, W, C)`` uint8 with a smooth gradient plus
     noise, so JPEG and PNG compress like photographs rather than noise.
     Array formats get ``samples_per_file`` samples on a leading axis when it
-    is over 1; NPZ and HDF5 name the array ``x`` and add integer labels ``y``.
+    is over 1; NPZ and HDF5 name the array ``x`` and add integer labels ``y`` (a tar
+    shard: fields ``npy`` and ``cls``).
     """
     f = file_format(fmt)
     if samples_per_file < 1:
@@ -266,7 +267,7 @@ def synthetic_arrays(
     else:
         info = np.iinfo(dt)
         x = rng.integers(info.min, int(info.max) + 1, size=full, dtype=dt)
-    if f.name in ("npz", "hdf5"):
+    if f.name in ("npz", "hdf5", "tar"):
         y = rng.integers(0, 1000, size=(samples_per_file,), dtype=np.int64)
-        return {"x": x, "y": y}
+        return {"npy": x, "cls": y} if f.name == "tar" else {"x": x, "y": y}
     return x

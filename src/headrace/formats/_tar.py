@@ -13,8 +13,9 @@ long names (``././@LongLink``), PAX headers (``path=``, ``size=``), directories 
 other members that are not regular files (skipped, as ``tarfile.isreg()`` skips
 them), the zero block that ends the archive and anything after it. Refused by name,
 with the offset: a header whose checksum does not add up, a member running past the
-end of the object, sparse members, gzip-compressed shards, a member with no field
-(no dot in its basename) and a field twice in one sample.
+end of the object, an archive without its end marker (cut at a member's end), sparse
+members, gzip-compressed shards, a member with no field (no dot in its basename) and
+a field twice in one sample.
 
 Fields decode by their last extension: ``jpg``/``jpeg``/``png`` as images, ``npy``
 as its array, ``cls``/``index``/``id`` as an ``int64`` from their ASCII text, and
@@ -191,6 +192,13 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
         if kind in _NO_DATA:
             step = start  # tarfile skips no data after a link, a device or a folder
         pos = step
+    else:
+        # tarfile (and GNU tar) end every archive with zero blocks: a shard cut at a
+        # member's end read as fewer samples, silently, without this.
+        raise FormatError(
+            f"{name}: truncated: the tar archive ends at offset {pos} without its end marker "
+            "(a zero block): cut short after its last whole member?"
+        )
     return out
 
 
