@@ -250,3 +250,15 @@ def test_a_shard_cut_at_a_member_end_is_refused(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:1024])  # a's header and data block
     with pytest.raises(FormatError, match=r"s\.tar: truncated: the tar archive ends at offset"):
         FileSource(tmp_path, format="tar")
+
+
+def test_a_shard_read_whole_is_walked_once_over_its_reads(root: Path) -> None:
+    src = FileSource(root, format="tar", shuffle="none", decode_threads=0)
+    indexes = src.decoder.tar_indexes
+    assert indexes is not None
+    first = src.read(0, np.arange(2))  # shard 0's first two samples
+    index = indexes.get(0)
+    assert index is not None and len(index) == COUNTS[0]
+    second = src.read(0, np.arange(2, 4))  # the same shard: its index is not walked again
+    assert indexes.get(0) is index
+    assert first["cls"].tolist() + second["cls"].tolist() == expected(np.arange(4))

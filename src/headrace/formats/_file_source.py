@@ -42,6 +42,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
+from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -224,6 +225,7 @@ class FileSource(Closing):
             counted=self.counted,
             rows=self._rows,
             threads=self.decode_threads,
+            tar_indexes=self._tar_indexes(),
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -498,6 +500,12 @@ class FileSource(Closing):
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
+
+    def _tar_indexes(self) -> TarIndexes | None:
+        """Where tar shards' indexes are kept (those read by samples too), else None."""
+        if self.format.name != "tar":
+            return None
+        return self._by_rows.indexes if isinstance(self._by_rows, RangedTar) else TarIndexes()
 
     def _count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
         """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes

@@ -126,8 +126,11 @@ def _pax(data: bytes, name: str, offset: int) -> dict[str, str]:
 def _check_sum(block: bytes, name: str, offset: int) -> None:
     stored = _octal(block[148:156], name, offset, "checksum")
     unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
-    signed = unsigned - 2 * sum(b for b in block[:148] + block[156:] if b > 127)
-    if stored not in (unsigned, signed):
+    if stored == unsigned:
+        return
+    # Some old tars summed signed bytes (tarfile accepts both).
+    signed = unsigned - 256 * sum(b > 127 for b in block[:148] + block[156:])
+    if stored != signed:
         raise FormatError(
             f"{name}: the tar header at offset {offset} has checksum {stored}, but its bytes add "
             f"up to {unsigned}: not a tar file, or damaged there"
