@@ -262,3 +262,11 @@ def test_a_shard_read_whole_is_walked_once_over_its_reads(root: Path) -> None:
     second = src.read(0, np.arange(2, 4))  # the same shard: its index is not walked again
     assert indexes.get(0) is index
     assert first["cls"].tolist() + second["cls"].tolist() == expected(np.arange(4))
+
+
+def test_a_folder_of_tar_gz_says_to_gunzip(tmp_path: Path) -> None:
+    data = write(tmp_path / "a.tar", [("a.cls", b"1")]).read_bytes()
+    (tmp_path / "a.tar").unlink()
+    (tmp_path / "a.tar.gz").write_bytes(gzip.compress(data))
+    with pytest.raises(DataError, match=r"it holds 1 \.gz; a gzip-compressed tar .* gunzip"):
+        FileSource(tmp_path, format="tar")
