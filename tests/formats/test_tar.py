@@ -270,3 +270,22 @@ def test_a_folder_of_tar_gz_says_to_gunzip(tmp_path: Path) -> None:
     (tmp_path / "a.tar.gz").write_bytes(gzip.compress(data))
     with pytest.raises(DataError, match=r"it holds 1 \.gz; a gzip-compressed tar .* gunzip"):
         FileSource(tmp_path, format="tar")
+
+
+def test_a_damaged_sample_is_replaced_alike_whatever_the_reads(tmp_path: Path) -> None:
+    # Under on_corrupt="replace" a shard is judged whole: decoded by the samples each read
+    # asks, a shard's damage was found only by the reads that reached it (3 samples
+    # replaced here), and map-style, a whole shard a sample, replaced all 6.
+    for s in range(4):
+        members = [(f"{i}.cls", str(10 * s + i).encode()) for i in range(6)]
+        if s == 2:
+            members[4] = ("4.cls", b"four")
+        write(tmp_path / f"{s}.tar", members)
+
+    def run(shuffle: str, **kw: Any) -> str:
+        src = FileSource(tmp_path, format="tar", on_corrupt="replace", shuffle=shuffle, **kw)
+        with Loader(src, batch_size=3, seed=1, steps=8) as loader:
+            return batch_digest(loader)
+
+    for shuffle in ("files", "samples"):
+        assert run(shuffle) == run(shuffle, mode="map-style")  # a whole shard a sample

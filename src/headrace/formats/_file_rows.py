@@ -35,10 +35,11 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
     # A tar shard under shuffle="samples" is read by samples whatever its size: its
     # members are where its index says, and a shard of 10,000 fetched for one was 10,000x.
+    # Not under on_corrupt="replace", which judges a shard whole (see _rows_wanted).
     ranges: dict[str, int | str | None] = {
         "npy": config.npy_ranges_above,
         "npz": config.npz_ranges_above,
-        "tar": 0,
+        "tar": 0 if config.on_corrupt == "raise" else None,
     }
     above = ranges.get(fmt)
     if above == "auto":

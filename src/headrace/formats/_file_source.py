@@ -189,8 +189,8 @@ class FileSource(Closing):
             self._rows
             and config.decode
             and (
-                (fmt == "hdf5" and config.on_corrupt == "raise")
-                or fmt in ("npz", "tar")
+                (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
+                or fmt == "npz"
                 or self._rows_above is not None
             )
         )
@@ -569,7 +569,8 @@ class FileSource(Closing):
         self, files: NDArray[np.int64], items: NDArray[np.int64]
     ) -> dict[int, NDArray[np.int64]] | None:
         """The samples a read asks of each file (increasing), where only those are
-        decoded: HDF5 files of several samples under ``on_corrupt="raise"``, and NPZ
+        decoded: HDF5 files and tar shards of several samples under ``on_corrupt="raise"``,
+        and NPZ
         files of several samples (a deflated member is inflated whole and checked, so
         a file is judged whole there under any ``on_corrupt``; only those rows are kept).
 
