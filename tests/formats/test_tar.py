@@ -289,3 +289,24 @@ def test_a_damaged_sample_is_replaced_alike_whatever_the_reads(tmp_path: Path) -
 
     for shuffle in ("files", "samples"):
         assert run(shuffle) == run(shuffle, mode="map-style")  # a whole shard a sample
+
+
+def test_image_mode_converts_image_fields(root: Path) -> None:
+    src = FileSource(root, format="tar", datasets=("png",), image_mode="L")
+    b = src.read(0, np.arange(5))
+    assert b["png"].shape == (5, 6, 5, 1) and b["png"].dtype == np.uint8
+    assert src.fingerprint()["image_mode"] == "L"
+
+
+def test_torch_workers_read_the_same_batches(root: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    from headrace import torch as ht
+
+    ref = batch_digest(batches(FileSource(root, format="tar", datasets=("cls", "npy"))))
+    src = FileSource(root, format="tar", datasets=("cls", "npy"))
+    ds = ht.TorchDataset(src, batch_size=4, seed=3, steps=6)
+    got = [
+        {k: v.numpy() for k, v in b.items() if isinstance(v, torch.Tensor)}
+        for b in ht.HeadraceDataLoader(ds, num_workers=2)
+    ]
+    assert batch_digest(got) == ref
