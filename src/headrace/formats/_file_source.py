@@ -1,4 +1,4 @@
-"""A Source of file samples (NPY, NPZ, JPEG, PNG, HDF5, raw) on local disk or object storage.
+"""A Source of file samples (NPY, NPZ, JPEG, PNG, HDF5, tar, raw), local or on object storage.
 
 Plan like map-style, fetch like iterable-style: the order is a global,
 resumable permutation per epoch (:class:`FilePlan`), and the source runs
