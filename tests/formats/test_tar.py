@@ -310,3 +310,43 @@ def test_torch_workers_read_the_same_batches(root: Path) -> None:
         for b in ht.HeadraceDataLoader(ds, num_workers=2)
     ]
     assert batch_digest(got) == ref
+
+
+@pytest.mark.parametrize(
+    ("length", "key", "match"),
+    [
+        (None, b"size", r"the PAX header of the member at offset 1024 gives size='d+/e+\.cls'"),
+        (b"000", b"path", r"the PAX header at offset 0 does not parse \(a record at 0"),
+        (b"999", b"path", r"the PAX header at offset 0 does not parse"),
+        (b"9x9", b"path", r"the PAX header at offset 0 does not parse"),
+    ],
+)
+def test_forged_pax_records_are_refused(
+    tmp_path: Path, length: bytes | None, key: bytes, match: str
+) -> None:
+    # A PAX header naming a long path, its record "LEN path=NAME\n" forged (its data is
+    # under no checksum): a length of
+    # 0 went round the same record for ever, a size that is no number raised ValueError.
+    name = "d" * 20 + "/" + "e" * 90 + ".cls"  # over 100 bytes: a PAX path record
+    data = write(tmp_path / "p.tar", [(name, b"5")]).read_bytes()
+    at = data.index(b" path=")
+    digits = data[at - 3 : at]
+    assert digits == str(len(name) + 10).encode()
+    forged = bytearray(data)
+    forged[at - 3 : at] = length or digits
+    forged[at + 1 : at + 5] = key
+    with pytest.raises(FormatError, match=match):
+        decode_tar(bytes(forged), name="p.tar")
+
+
+def test_a_pax_header_cut_to_one_byte_is_refused(tmp_path: Path) -> None:
+    # Its size forged to 1 (checksum made right): the one record "1" has no space, and
+    # the walk went round it for ever (found by tests/fuzz/test_fuzz_tar.py).
+    name = "d" * 120 + ".cls"
+    data = bytearray(write(tmp_path / "p.tar", [(name, b"5")]).read_bytes())
+    assert data[156:157] == b"x"  # a PAX header first
+    data[124:136] = b"%011o\0" % 1
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    with pytest.raises(FormatError, match=r"p\.tar: the PAX header at offset 0 does not parse"):
+        decode_tar(bytes(data), name="p.tar")

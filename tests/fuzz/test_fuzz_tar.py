@@ -32,12 +32,13 @@ def _forged_sizes(data: bytes, headers: list[int]) -> list[Case]:
     return out
 
 
-@pytest.mark.parametrize("target", ["files_tar", "files_tar_samples"])
+@pytest.mark.parametrize("target", ["files_tar", "files_tar_samples", "files_tar_pax"])
 def test_tar(target: str, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     headers = _headers(data)
     cases = truncations(data, [m for h in headers for m in (h, h + 512)])
-    cases += flips(data, seed=4, count=120, regions=[(h, h + 512) for h in headers])
+    # The headers and the block after each (a PAX header's records: under no checksum).
+    cases += flips(data, seed=4, count=120, regions=[(h, h + 1024) for h in headers])
     cases += _forged_sizes(data, headers)
     seen = check(target, cases, tmp_path)
     # Every cut is refused (strict), and a flip in a header breaks its checksum.

@@ -113,9 +113,14 @@ def _pax(data: bytes, name: str, offset: int) -> dict[str, str]:
     while pos < len(data) and data[pos : pos + 1] not in (b"\0", b""):
         space = data.find(b" ", pos)
         try:
-            length = int(data[pos:space])
+            length = int(data[pos:space]) if space > pos else 0
         except ValueError:
-            raise FormatError(f"{name}: the PAX header at offset {offset} does not parse") from None
+            length = 0
+        if space <= pos or not space < pos + length <= len(data):  # (0 looped for ever)
+            raise FormatError(
+                f"{name}: the PAX header at offset {offset} does not parse (a record at "
+                f"{pos} of {len(data)} bytes)"
+            )
         record = data[space + 1 : pos + length - 1]
         key, _, value = record.partition(b"=")
         out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
@@ -161,7 +166,15 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
         kind = block[156:157]
         length = _octal(block[124:136], name, pos, "size")
         if "size" in pax:
-            length = int(pax["size"])
+            try:
+                length = int(pax["size"])
+            except ValueError:
+                length = -1
+            if length < 0:
+                raise FormatError(
+                    f"{name}: the PAX header of the member at offset {pos} gives "
+                    f"size={pax['size']!r}"
+                )
         start = pos + HEADER
         if start + length > size and (kind in _FILE_TYPES or kind not in _NO_DATA):
             raise FormatError(
