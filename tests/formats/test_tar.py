@@ -98,17 +98,24 @@ def test_read_by_samples_fetches_only_their_members(tmp_path: Path) -> None:
     src = FileSource(tmp_path, format="tar", shuffle="samples", datasets=("cls",))
     ranged = src._by_rows
     assert isinstance(ranged, RangedTar)
-    image = ranged.image(1, np.array([2, 5]))
-    assert image.nbytes < image.size // 8  # the headers (4 KiB blocks) and two cls members
-    at, n = image.index.fields(2)["txt"]
-    held = n - sum(b - a for a, b in image.missing(at, at + n))
-    assert held < 4096  # not asked: not read (but for what a header's block held)
+    # The count walked the shards' headers, and kept their indexes for the reads.
+    assert ranged.indexes.get(1) is not None and src.decoder.tar_indexes is ranged.indexes
     rows = np.array([2, 5])
+    image = ranged.image(1, rows)
+    assert image.nbytes == 6 and image.gets == 2  # the two cls members, not a header
+    at, n = image.index.fields(2)["txt"]
+    assert image.missing(at, at + n) == [(at, at + n)]  # not asked: not read
     got = decode_tar(image.buffer, name="s", fields=("cls",), rows=rows, index=image.index)
     assert [int(x) for x in got["cls"]] == [102, 105]
-    # Its index is kept: the next image of the shard reads no header.
-    again = ranged.image(1, np.array([3]))
-    assert again.gets == 1 and again.index is image.index
+    # Counts given: a shard's headers are walked at its first read, then kept.
+    given = FileSource(
+        tmp_path, format="tar", shuffle="samples", samples_per_file=10, datasets=("cls",)
+    )
+    assert isinstance(given._by_rows, RangedTar) and given._by_rows.indexes.get(1) is None
+    walked = given._by_rows.image(1, rows)
+    assert walked.nbytes < walked.size // 8  # the headers (4 KiB blocks) and the members
+    again = given._by_rows.image(1, np.array([3]))
+    assert again.index is walked.index and again.gets == 1
     whole = FileSource(
         tmp_path, format="tar", shuffle="samples", datasets=("cls",), mode="map-style"
     )

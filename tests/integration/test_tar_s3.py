@@ -62,8 +62,9 @@ def test_reads_by_samples_get_only_their_members(s3: S3Fixture, tmp_path: Path) 
     opened = ranged.files.store.stats.bytes
     got = ranged.read(1, np.arange(6))
     assert sorted(got["cls"].tolist()) == sorted(int(x) for x in ranged.file_item(got["index"])[1])
-    # Six cls members (and the shards' headers, counted at open), not 3.2 MB shards.
-    assert ranged.files.store.stats.bytes - opened < 6 * (64 << 10) + 2 * 16 * 4096
+    # Six cls members (and those of the next six, read ahead), not 3.2 MB shards: the
+    # headers were walked to count the samples at open, and their indexes kept.
+    assert ranged.files.store.stats.bytes - opened <= 12 * 2
     ranged.close()
 
 

@@ -21,7 +21,7 @@ from headrace.formats._file_config import (
 from headrace.formats._files import file_format
 from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._npz_ranges import RangedNpz
-from headrace.formats._tar_ranges import RangedTar
+from headrace.formats._tar_ranges import RangedTar, TarIndexes
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -63,15 +63,17 @@ def by_rows(
     above: int | None,
     heads: Mapping[int, bytes] | None = None,
     count: Callable[[int], int] | None = None,
+    indexes: TarIndexes | None = None,
 ) -> RangedNpy | RangedNpz | RangedTar | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
     ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
-    ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
+    ``count``: each file's samples (the layout guessed for a file of a size not seen);
+    ``indexes``: tar shards' indexes, kept (those the count walked)."""
     if above is None:
         return None
     fmt = file_format(config.format).name
     if fmt == "tar":
-        return RangedTar(files, config.datasets, in_flight)
+        return RangedTar(files, config.datasets, in_flight, indexes or TarIndexes())
     if fmt == "npy":
         ranged = RangedNpy(files, in_flight, config.local_read, above, count)
         if heads:

@@ -42,7 +42,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
-from headrace.formats._tar_ranges import RangedTar, TarIndexes
+from headrace.formats._tar_ranges import TarIndexes
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -158,6 +158,8 @@ class FileSource(Closing):
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
         self.count_stats: CountStats | None = None
         heads: dict[int, bytes] = {}  # NPY headers the count read, for the reads by rows
+        # Tar shards' indexes (the count's walks, kept for the reads), else None.
+        self._indexes = TarIndexes() if self.format.name == "tar" else None
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
                 spf,
@@ -167,6 +169,7 @@ class FileSource(Closing):
                 config.datasets,
                 config.in_flight or self._default_depth(),
                 heads,
+                self._indexes,
             )
         if counts is None and self.format.name == "tar":
             # A shard's samples are rows whatever samples_per_file=N says: counted, so
@@ -198,7 +201,13 @@ class FileSource(Closing):
         if config.in_flight and listing is None:  # given, and not a worker's copy
             self._warn_held()
         self._by_rows = by_rows(
-            config, lambda: self.files, self.in_flight, self._rows_above, heads, self.plan.count
+            config,
+            lambda: self.files,
+            self.in_flight,
+            self._rows_above,
+            heads,
+            self.plan.count,
+            self._indexes,
         )
         if carried and isinstance(self._by_rows, RangedNpy):
             self._by_rows.take_held(carried)  # a worker's copy: its parent's headers
@@ -225,7 +234,7 @@ class FileSource(Closing):
             counted=self.counted,
             rows=self._rows,
             threads=self.decode_threads,
-            tar_indexes=self._tar_indexes(),
+            tar_indexes=self._indexes,
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -500,12 +509,6 @@ class FileSource(Closing):
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
-
-    def _tar_indexes(self) -> TarIndexes | None:
-        """Where tar shards' indexes are kept (those read by samples too), else None."""
-        if self.format.name != "tar":
-            return None
-        return self._by_rows.indexes if isinstance(self._by_rows, RangedTar) else TarIndexes()
 
     def _count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
         """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes

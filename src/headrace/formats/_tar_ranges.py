@@ -95,15 +95,20 @@ class TarIndexes:
 class RangedTar:
     """Tar images of one source's shards, read by samples (local or remote).
 
-    ``files()``: the source's current listing; ``fields``: those read (``None``: all).
+    ``files()``: the source's current listing; ``fields``: those read (``None``: all);
+    ``indexes``: where the shards' indexes are kept (the source's: the count's walks).
     """
 
     def __init__(
-        self, files: Callable[[], FileList], fields: Sequence[str] | None, in_flight: int
+        self,
+        files: Callable[[], FileList],
+        fields: Sequence[str] | None,
+        in_flight: int,
+        indexes: TarIndexes,
     ) -> None:
         self._files = files
         self._fields = fields
-        self.indexes = TarIndexes()
+        self.indexes = indexes
         self._queue = LazyQueue(in_flight, "headrace-tar-samples")
 
     def applies(self, f: int) -> bool:  # noqa: ARG002 (every shard: the protocol of by_rows)
