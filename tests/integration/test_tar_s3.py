@@ -12,7 +12,8 @@ import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from _tar_shards import COUNTS, shards, write
-from headrace.errors import FormatError
+from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import FormatError, PermissionDeniedError
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -31,8 +32,10 @@ def _put(s3: S3Fixture, root: Path, prefix: str) -> None:
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{p.name}", Body=p.read_bytes())
 
 
-def _source(s3: S3Fixture, prefix: str, **kw: Any) -> FileSource:
+def _source(s3: S3Fixture, prefix: str, endpoint: str | None = None, **kw: Any) -> FileSource:
     options = {**s3.options(), "retry": FAST_RETRY}
+    if endpoint is not None:
+        options["endpoint"] = endpoint
     return FileSource(f"s3://{BUCKET}/{prefix}", store_options=options, format="tar", **kw)
 
 
@@ -74,3 +77,20 @@ def test_a_damaged_shard_on_s3_is_refused_by_name(s3: S3Fixture, tmp_path: Path)
     _put(s3, tmp_path, "tar/cut")
     with pytest.raises(FormatError, match=r"tar/cut/0\.tar: truncated: the tar member at offset"):
         _source(s3, "tar/cut")
+
+
+def test_a_failed_header_or_member_get_names_the_object(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    shards(tmp_path / "shards")
+    _put(s3, tmp_path / "shards", "tar/denied")
+    at = f"GET /{BUCKET}/tar/denied/shard-00001.tar"
+    proxy.set_faults([FaultRule(kind="status", status=403, match=at)])
+    with pytest.raises(PermissionDeniedError, match=r"tar/denied/shard-00001\.tar"):
+        _source(s3, "tar/denied", proxy.endpoint)  # its headers, walked to count
+    proxy.set_faults([])
+    src = _source(s3, "tar/denied", proxy.endpoint, shuffle="samples")
+    proxy.set_faults([FaultRule(kind="status", status=403, match=at)])
+    with pytest.raises(PermissionDeniedError, match=r"tar/denied/shard-00001\.tar"):
+        src.read(0, np.arange(sum(COUNTS)))  # its members, by ranged GETs
+    src.close()
