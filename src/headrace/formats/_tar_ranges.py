@@ -5,9 +5,10 @@ a read, and fetching it whole read 10,000 times the bytes used. Here a shard is 
 as a :class:`TarImage` into which only the members of the samples asked are fetched
 (locally a ``pread`` a span; on object storage ranged GETs, all in flight at once,
 neighbours within 64 KiB joined). Where those members lie is the shard's
-:class:`~headrace.formats._tar.TarIndex`, learned by walking its headers at the
-shard's first read (a 512-byte header a member; a read of at least 4 KiB where one is
-not held already) and kept, as arrays, up to ``INDEX_BYTES`` for all shards.
+:class:`~headrace.formats._tar.TarIndex`: the one the source's count walked
+(``samples_per_file="header"``, the default), else learned by walking the shard's
+headers at its first read (a 512-byte header a member; a read of at least 4 KiB where
+one is not held already); kept, as arrays, up to ``INDEX_BYTES`` for all shards.
 """
 
 from __future__ import annotations
