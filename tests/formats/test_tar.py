@@ -137,6 +137,11 @@ def test_workers_iterable_and_pickled_copies_read_the_same(root: Path) -> None:
     src = FileSource(root, format="tar", shuffle="samples")
     copy = pickle.loads(pickle.dumps(src))
     assert copy.count_stats is None and copy.counts.tolist() == COUNTS
+    # The indexes the parent's count walked travel: the copy walks no header again.
+    assert isinstance(copy._by_rows, RangedTar)
+    for f in range(len(COUNTS)):
+        index = copy._by_rows.indexes.get(f)
+        assert index is not None and len(index) == COUNTS[f]
     samples = np.arange(12)
     assert batch_digest([copy.read(4, samples)]) == batch_digest([src.read(4, samples)])
     it = IterableFiles(FileSource(root, format="tar"), batch_size=1)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
-from _tar_shards import COUNTS, shards, write
+from _tar_shards import COUNTS, expected, shards, write
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import FormatError, PermissionDeniedError
 from headrace.formats import FileSource
@@ -50,6 +50,11 @@ def test_shards_on_s3_give_the_local_batches(s3: S3Fixture, tmp_path: Path, shuf
     assert _digest(remote) == _digest(local)
     copy = pickle.loads(pickle.dumps(remote))  # a worker's copy: no count read again
     assert copy.count_stats is None and _digest(copy) == _digest(local)
+    if shuffle == "samples":  # nor a header walked again: only the members are fetched
+        fresh = pickle.loads(pickle.dumps(remote))
+        got = fresh.read(5, np.arange(4))
+        assert got["cls"].tolist() == expected(got["index"])
+        assert fresh.files.store.stats.requests <= 2 * len(COUNTS)  # no 4 KiB walk GETs
     for src in (local, remote, copy):
         src.close()
 

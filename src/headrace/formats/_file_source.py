@@ -42,6 +42,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
+from headrace.formats._tar import TarIndex
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
@@ -145,6 +146,7 @@ class FileSource(Closing):
         counts: NDArray[np.int64] | None,
         carried: Held | None = None,
         listed_at: str | None = None,
+        tar_held: list[tuple[int, TarIndex]] | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
@@ -160,6 +162,8 @@ class FileSource(Closing):
         heads: dict[int, bytes] = {}  # NPY headers the count read, for the reads by rows
         # Tar shards' indexes (the count's walks, kept for the reads), else None.
         self._indexes = TarIndexes() if self.format.name == "tar" else None
+        if self._indexes is not None:
+            self._indexes.take(tar_held or [])  # a worker's copy: its parent's walks
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
                 spf,
@@ -693,11 +697,14 @@ class FileSource(Closing):
         f = self.files
         counts = self.plan.counts if self.counted else None
         heads = self._by_rows.held() if isinstance(self._by_rows, RangedNpy) else None
+        # And the tar indexes: a copy walked each shard's headers again at its first read
+        # by samples (on object storage a round trip a sample, in every worker).
         return {
             "args": self._args,
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,
+            "tar_indexes": None if self._indexes is None else self._indexes.held(),
             "listed_at": f.url if f.remote else None,
         }
 
@@ -705,4 +712,7 @@ class FileSource(Closing):
         files, config, store_options = state["args"]
         carried = state.get("heads")
         listing, at = state["listing"], state.get("listed_at")
-        self._open(files, config, store_options, listing, state["counts"], carried, at)
+        tar = state.get("tar_indexes")
+        self._open(
+            files, config, store_options, listing, state["counts"], carried, at, tar_held=tar
+        )

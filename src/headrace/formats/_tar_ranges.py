@@ -82,6 +82,16 @@ class TarIndexes:
             self.keep(f, index)
         return index
 
+    def held(self) -> list[tuple[int, TarIndex]]:
+        """The indexes kept, least recently used first (what a worker's copy carries)."""
+        with self._lock:
+            return list(self._kept.items())
+
+    def take(self, held: list[tuple[int, TarIndex]]) -> None:
+        """Keep the indexes ``held`` (another copy's, of the same listing)."""
+        for f, index in held:
+            self.keep(f, index)
+
     def keep(self, f: int, index: TarIndex) -> None:
         with self._lock:
             if f in self._kept or index.nbytes > INDEX_BYTES:
