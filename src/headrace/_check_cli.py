@@ -29,7 +29,7 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = ["configure", "run"]
 
 # FileSource's names and its aliases (jpg, h5): what users type.
-_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "raw")
+_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "tar", "raw")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -60,11 +60,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--samples-per-file",
-        default="1",
         metavar="N|header",
-        help="samples in each file (NPY, NPZ, HDF5), or 'header' to read each count",
+        help="samples in each file (NPY, NPZ, HDF5, tar), or 'header' to read each count "
+        "(default: 1; tar: header)",
     )
-    p.add_argument("--datasets", metavar="A,B", help="HDF5 datasets or NPZ members to read")
+    p.add_argument(
+        "--datasets", metavar="A,B", help="HDF5 datasets, NPZ members or tar fields to read"
+    )
     p.add_argument(
         "--dtype",
         help="token dtype: uint16, uint32 or int32 (tokens; default: a Megatron .idx's, "
@@ -133,7 +135,7 @@ def _source(args: argparse.Namespace) -> Any:
     if given:
         raise ConfigError(f"{given[0]} is for --format tokens; a file dataset has no token ids")
     spf: Any = args.samples_per_file
-    if spf != "header":
+    if spf is not None and spf != "header":
         try:
             spf = int(spf)
         except ValueError:
@@ -158,7 +160,7 @@ def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     if args.dtype is not None:
         raise ConfigError("--dtype is for --format tokens; a table's columns carry their types")
     for flag, value in (
-        ("--samples-per-file", args.samples_per_file != "1"),
+        ("--samples-per-file", args.samples_per_file not in (None, "1")),
         ("--datasets", args.datasets),
     ):
         if value:
@@ -240,8 +242,9 @@ def _check_ranges(args: argparse.Namespace, i: int, k: int) -> None:
         ("--context", args.context, "1024"),
         ("--vocab-size", args.vocab_size, "50257"),
     ]
-    if args.samples_per_file != "header" and args.samples_per_file.lstrip("-").isdigit():
-        counts.append(("--samples-per-file", int(args.samples_per_file), "8"))
+    spf = args.samples_per_file or "1"
+    if spf != "header" and spf.lstrip("-").isdigit():
+        counts.append(("--samples-per-file", int(spf), "8"))
     for flag, value, example in counts:
         if value is not None and value < 1:
             raise ConfigError(

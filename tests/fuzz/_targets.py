@@ -184,6 +184,20 @@ def _write_png16(d: Path) -> None:
         write_sample_file("png", d / f"{name}.png", np.asarray(a).astype(np.uint16) * 257 + k)
 
 
+def _write_tar_pax(d: Path) -> None:
+    """Tar shards whose keys are over 100 bytes: each member behind a PAX header."""
+    import tarfile
+
+    for k, name in enumerate("abc"):
+        with tarfile.open(d / f"{name}.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+            for i in range(3):
+                key = f"{'k' * 100}/{k}{i}"
+                for field, data in (("cls", str(i).encode()), ("txt", f"t{i}".encode())):
+                    info = tarfile.TarInfo(f"{key}.{field}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+
 def _read_files(fmt: str, **options: Any) -> Callable[[Path], bytes]:
     def read(d: Path) -> bytes:
         from headrace.formats import FileSource
@@ -412,6 +426,9 @@ TARGETS: dict[str, Target] = {
     "files_hdf5_gzip": _files(
         "hdf5", "h5", {"chunks": True, "compression": "gzip"}, samples_per_file=3, datasets=["x"]
     ),
+    "files_tar": _files("tar", "tar", {}),
+    "files_tar_samples": _files("tar", "tar", {}, shuffle="samples"),
+    "files_tar_pax": _target(_write_tar_pax, "a.tar", ["b.tar", "c.tar"], _read_files("tar")),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
     "files_png16": _target(_write_png16, "a.png", ["b.png", "c.png"], _read_files("png")),

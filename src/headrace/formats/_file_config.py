@@ -48,14 +48,15 @@ OnCorrupt = Literal["raise", "replace"]
 class FileSourceConfig:
     """How a :class:`FileSource` reads.
 
-    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5`` or ``raw``.
+    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5``, ``tar`` (WebDataset
+    shards: a sample is a key's members, ``{field: value}``) or ``raw``.
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5);
     a list of counts, one per file (in the order of the list of files given,
     else of the sorted keys; 0: the file holds none and is never read); or
     ``"header"``: each file's count is the leading axis of its array, read from
     its header (NPY; the first of ``datasets`` of an NPZ, else its first member;
     every one of ``datasets`` of an HDF5 file) before the first batch,
-    ``in_flight`` files at a time.
+    ``in_flight`` files at a time (the default for ``tar``; else 1).
     ``decode=False`` hands over each file's bytes (I/O benchmarks).
     ``in_flight``: fetches held at once (default 64 on object stores and on
     network or FUSE mounts, 16 on local disk; fewer, 2 at least, where that many
@@ -63,7 +64,8 @@ class FileSourceConfig:
     decode files (``None``: the CPUs this process may use, at most 8; 0 decodes
     on the reading thread).
     ``local_read``: ``pread`` (page cache) or ``odirect`` (bypass it).
-    ``datasets``: the HDF5 datasets to read, or the NPZ members (``None``: all;
+    ``datasets``: the HDF5 datasets to read, the NPZ members, or a tar shard's fields
+    (``("jpg", "cls")``; ``None``: all;
     a file without one of them is an error naming it). ``speculate``: read without a loader
     (which names the next read's samples), after a contiguous run of samples read
     ahead into the run right after it.
@@ -101,7 +103,7 @@ class FileSourceConfig:
     """
 
     format: str = "raw"
-    samples_per_file: int | Sequence[int] | Literal["header"] = 1
+    samples_per_file: int | Sequence[int] | Literal["header"] | None = None  # 1; tar: "header"
     decode: bool = True
     shuffle: Shuffle | bool = "files"  # True: "files", False: "none"
     mode: SourceMode = "headrace"
@@ -140,7 +142,7 @@ class FileSourceConfig:
                 "exif_transpose=True turns decoded pixels; decode=False hands over the "
                 "files' bytes: drop one of the two."
             )
-        if self.image_mode is not None and fmt.name not in ("jpeg", "png"):
+        if self.image_mode is not None and fmt.name not in ("jpeg", "png", "tar"):
             raise ConfigError(
                 f"image_mode converts JPEG and PNG pixels; {fmt.name} files are not images "
                 f"(got image_mode={self.image_mode!r}): leave it out."
@@ -150,7 +152,10 @@ class FileSourceConfig:
                 f"image_mode={self.image_mode!r} converts decoded pixels; decode=False hands "
                 "over the files' bytes: drop one of the two."
             )
-        spf = check_samples_per_file(self.samples_per_file)
+        given = self.samples_per_file
+        if given is None:  # a tar shard holds many samples: count them by default
+            given = "header" if fmt.name == "tar" else 1
+        spf = check_samples_per_file(given)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1
         if self.on_corrupt not in ("raise", "replace"):
@@ -188,6 +193,11 @@ class FileSourceConfig:
             raise ConfigError(
                 f"{fmt.name} files hold one sample each (got samples_per_file={short_counts(spf)})."
             )
+        if fmt.name == "tar" and not self.decode:
+            raise ConfigError(
+                "decode=False hands over whole files; a tar shard's samples are its members: "
+                "read the shards with format='raw' for their bytes."
+            )
         if several and not self.decode:
             raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
         if isinstance(self.datasets, str):
@@ -198,8 +208,9 @@ class FileSourceConfig:
         refuse_a_set("datasets", self.datasets, "datasets or members")
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
-        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar"):
             raise ConfigError(
-                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
+                f"datasets names the HDF5 datasets, NPZ members or tar fields to read; {fmt.name} "
+                "files "
                 f"hold one array each (got datasets={self.datasets!r}): leave it out."
             )

@@ -35,6 +35,8 @@ from headrace.formats._npy import NPY_HEAD, npy_header, npy_rows
 from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
+from headrace.formats._tar import TarIndex, tar_index
+from headrace.formats._tar_ranges import TarIndexes
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._waits import result
@@ -57,6 +59,7 @@ _FIRST: dict[str, tuple[int, bool]] = {  # format -> (bytes, from the end)
     "npy": (NPY_HEAD, False),
     "npz": (BLOCK, True),
     "hdf5": (4 * BLOCK, False),
+    "tar": (BLOCK, False),  # then each member's header, a block each where members are large
 }
 
 
@@ -103,8 +106,9 @@ def _count_one(
     files: FileList,
     i: int,
     queue: RequestQueue | None,
-) -> tuple[int, int, int, bytes | None]:
-    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes."""
+) -> tuple[int, int, int, bytes | TarIndex | None]:
+    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes or
+    (tar) its index."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
@@ -119,12 +123,15 @@ def _count_one(
         first, from_end = _FIRST[fmt.name]
         start = max(0, size - first) if from_end else 0
         f.fill([(start, start + first)], gap=0)
-        head = None
+        head: bytes | TarIndex | None = None
         if fmt.name == "npy":
             n = npy_rows(f.at, name=name, size=size)
             head = bytes(f.at(0, npy_header(f.at, name)[3]))  # held: no read
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
+        elif fmt.name == "tar":
+            index = tar_index(f.at, size, name)
+            n, head = len(index), index  # kept: the reads need not walk it again
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
@@ -139,6 +146,7 @@ def header_counts(
     datasets: Sequence[str] | None,
     depth: int,
     heads: dict[int, bytes] | None = None,
+    indexes: TarIndexes | None = None,
 ) -> tuple[NDArray[np.int64], CountStats]:
     """Every file's count (the leading axis of its array), ``depth`` files at a time.
 
@@ -150,12 +158,13 @@ def header_counts(
 
     ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
     up to ``HEAD_BYTES`` in all, for the reads by rows to start from
-    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`).
+    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`). ``indexes``: where tar
+    shards' indexes walked to count them are kept, for the reads.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
-            f'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers; {fmt.name} '
-            "files hold one sample each"
+            'samples_per_file="header" reads counts from NPY, NPZ, HDF5 or tar headers; '
+            f"{fmt.name} files hold one sample each"
         )
     t0 = time.perf_counter()
     n = len(files)
@@ -179,7 +188,10 @@ def header_counts(
         with lock:
             stats.reads += reads
             stats.bytes += nbytes
-            if heads is not None and head is not None and kept_bytes + len(head) <= HEAD_BYTES:
+            if isinstance(head, TarIndex):
+                if indexes is not None:
+                    indexes.keep(i, head)
+            elif heads is not None and head is not None and kept_bytes + len(head) <= HEAD_BYTES:
                 heads[i] = head
                 kept_bytes += len(head)
 
@@ -301,19 +313,20 @@ def resolve_counts(
     datasets: Sequence[str] | None,
     depth: int,
     heads: dict[int, bytes] | None = None,
+    indexes: TarIndexes | None = None,
 ) -> tuple[NDArray[np.int64] | None, CountStats | None]:
     """Each listed file's count (``None`` for a fixed ``samples_per_file``), in the
     order of ``files``, and what reading headers cost (``None`` if none was read).
 
     ``given``: what the source was opened with. A list of counts follows a list of
     files as given (both are sorted together, as the listing sorts the files);
-    for a directory, pattern or prefix, the sorted keys. ``heads``: see
+    for a directory, pattern or prefix, the sorted keys. ``heads``, ``indexes``: see
     :func:`header_counts`.
     """
     if isinstance(spf, int):
         return None, None
     if spf == "header":
-        return header_counts(files, fmt, datasets, depth, heads)
+        return header_counts(files, fmt, datasets, depth, heads, indexes)
     assert isinstance(spf, tuple)
     n = len(files)
     if isinstance(given, list):

@@ -28,6 +28,7 @@ from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._sparse import SparseImage
+from headrace.formats._tar_ranges import TarImage, TarIndexes
 from headrace.io import usable_cpus
 from headrace.io._daemon_pool import DaemonPool
 from headrace.io._waits import wait_any, wait_done
@@ -64,6 +65,8 @@ class FileDecoder:
     counted: bool
     rows: bool
     threads: int
+    #: Tar shards' indexes, kept across reads (None: not tar).
+    tar_indexes: TarIndexes | None = None
     _pool: DaemonPool | None = field(default=None, init=False)
     _kept: int | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
@@ -95,6 +98,9 @@ class FileDecoder:
             out = into[0].slot(into[1][f], layout)
         if isinstance(data, SparseImage) and rows is not None:
             data.want(rows)  # fetched for other samples (kept from the last read, say)
+        index = None
+        if self.tar_indexes is not None and not isinstance(data, TarImage):
+            index = self.tar_indexes.of(f, data, name)
         sample = decode_file(
             self.format,
             data,
@@ -106,6 +112,7 @@ class FileDecoder:
             out=out,
             rows=rows,
             count=None if rows is None else (self.plan.count(f), self._count_says()),
+            tar_index=index,
         )
         if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
             self.window.recount(f)
@@ -125,7 +132,8 @@ class FileDecoder:
 
     def _count_says(self) -> str:
         """What gives each file's count, as errors about it say."""
-        return "its count" if self.counted else f"samples_per_file={self.plan.samples_per_file}"
+        spf = self.config.samples_per_file  # (a tar shard is counted, but N can be given)
+        return f"samples_per_file={spf}" if isinstance(spf, int) else "its count"
 
     def decode_one(self, f: int, data: Any, item: int) -> Sample | DataError:
         """Item ``item`` of file ``f`` decoded whole, copied out of it (map-style and

@@ -21,6 +21,7 @@ from headrace.formats._file_config import (
 from headrace.formats._files import file_format
 from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._npz_ranges import RangedNpz
+from headrace.formats._tar_ranges import RangedTar, TarIndexes
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -32,7 +33,15 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     """The size from which the files are read by rows, ``None`` where none is. ``rows``:
     the files hold several samples each (on a leading axis)."""
     fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
-    above = {"npy": config.npy_ranges_above, "npz": config.npz_ranges_above}.get(fmt)
+    # A tar shard under shuffle="samples" is read by samples whatever its size: its
+    # members are where its index says, and a shard of 10,000 fetched for one was 10,000x.
+    # Not under on_corrupt="replace", which judges a shard whole (see _rows_wanted).
+    ranges: dict[str, int | str | None] = {
+        "npy": config.npy_ranges_above,
+        "npz": config.npz_ranges_above,
+        "tar": 0 if config.on_corrupt == "raise" else None,
+    }
+    above = ranges.get(fmt)
     if above == "auto":
         above = NPY_RANGES_ABOVE_REMOTE if files.remote else NPY_RANGES_ABOVE_LOCAL
     if not (
@@ -54,13 +63,18 @@ def by_rows(
     above: int | None,
     heads: Mapping[int, bytes] | None = None,
     count: Callable[[int], int] | None = None,
-) -> RangedNpy | RangedNpz | None:
+    indexes: TarIndexes | None = None,
+) -> RangedNpy | RangedNpz | RangedTar | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
     ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
-    ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
+    ``count``: each file's samples (the layout guessed for a file of a size not seen);
+    ``indexes``: tar shards' indexes, kept (those the count walked)."""
     if above is None:
         return None
-    if file_format(config.format).name == "npy":
+    fmt = file_format(config.format).name
+    if fmt == "tar":
+        return RangedTar(files, config.datasets, in_flight, indexes or TarIndexes())
+    if fmt == "npy":
         ranged = RangedNpy(files, in_flight, config.local_read, above, count)
         if heads:
             ranged.seed(heads)

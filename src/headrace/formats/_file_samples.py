@@ -12,6 +12,7 @@ jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``);
 npy        ``data``: ``(B, *shape)``, the header's dtype
 npz        one key per member (or per name in ``datasets``), ``(B, *shape)``
 hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
+tar        one key per field of a sample (or per name in ``datasets``), ``(B, ...)``
 raw        ``data``: ``(B, nbytes)`` ``uint8``
 decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
@@ -42,6 +43,8 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import ImageMode
 from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
+from headrace.formats._tar import TarIndex, decode_tar
+from headrace.formats._tar_ranges import TarImage
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -60,12 +63,14 @@ def decode_file(
     out: NDArray[Any] | None = None,
     rows: NDArray[np.int64] | None = None,
     count: tuple[int, str] | None = None,
+    tar_index: TarIndex | None = None,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
     fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
-    ``count``, the samples its leading axis must hold and what says so."""
+    ``count``, the samples its leading axis must hold and what says so. Tar:
+    ``tar_index``, the shard's index where it was walked before."""
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":
@@ -73,6 +78,21 @@ def decode_file(
         return {
             ds: decode_hdf5(data, name=name, dataset=ds, index=rows, count=count) for ds in datasets
         }
+    if fmt.name == "tar":
+        index = tar_index
+        if isinstance(data, TarImage):  # read by samples: the index and the members asked
+            if rows is None:
+                data.fill([(0, data.size)])
+            index, data = data.index, data.buffer
+        return decode_tar(
+            data,
+            name=name,
+            fields=datasets,
+            rows=rows,
+            count=count,
+            index=index,
+            image_mode=image_mode,
+        )
     if fmt.name == "npz":
         crc = True
         if isinstance(data, SparseImage):

@@ -1,4 +1,4 @@
-"""A Source of file samples (NPY, NPZ, JPEG, PNG, HDF5, raw) on local disk or object storage.
+"""A Source of file samples (NPY, NPZ, JPEG, PNG, HDF5, tar, raw), local or on object storage.
 
 Plan like map-style, fetch like iterable-style: the order is a global,
 resumable permutation per epoch (:class:`FilePlan`), and the source runs
@@ -42,6 +42,8 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
+from headrace.formats._tar import TarIndex
+from headrace.formats._tar_ranges import TarIndexes
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -144,6 +146,7 @@ class FileSource(Closing):
         counts: NDArray[np.int64] | None,
         carried: Held | None = None,
         listed_at: str | None = None,
+        tar_held: list[tuple[int, TarIndex]] | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
@@ -157,6 +160,10 @@ class FileSource(Closing):
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
         self.count_stats: CountStats | None = None
         heads: dict[int, bytes] = {}  # NPY headers the count read, for the reads by rows
+        # Tar shards' indexes (the count's walks, kept for the reads), else None.
+        self._indexes = TarIndexes() if self.format.name == "tar" else None
+        if self._indexes is not None:
+            self._indexes.take(tar_held or [])  # a worker's copy: its parent's walks
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
                 spf,
@@ -166,7 +173,12 @@ class FileSource(Closing):
                 config.datasets,
                 config.in_flight or self._default_depth(),
                 heads,
+                self._indexes,
             )
+        if counts is None and self.format.name == "tar":
+            # A shard's samples are rows whatever samples_per_file=N says: counted, so
+            # one of 1 is row 0 too (and a shard not holding N is refused by name).
+            counts = np.full(len(self.files), spf, dtype=np.int64)
         self.counted = counts is not None
         self.plan = FilePlan(
             num_files=len(self.files),
@@ -184,7 +196,7 @@ class FileSource(Closing):
             self._rows
             and config.decode
             and (
-                (fmt == "hdf5" and config.on_corrupt == "raise")
+                (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
                 or fmt == "npz"
                 or self._rows_above is not None
             )
@@ -193,7 +205,13 @@ class FileSource(Closing):
         if config.in_flight and listing is None:  # given, and not a worker's copy
             self._warn_held()
         self._by_rows = by_rows(
-            config, lambda: self.files, self.in_flight, self._rows_above, heads, self.plan.count
+            config,
+            lambda: self.files,
+            self.in_flight,
+            self._rows_above,
+            heads,
+            self.plan.count,
+            self._indexes,
         )
         if carried and isinstance(self._by_rows, RangedNpy):
             self._by_rows.take_held(carried)  # a worker's copy: its parent's headers
@@ -220,6 +238,7 @@ class FileSource(Closing):
             counted=self.counted,
             rows=self._rows,
             threads=self.decode_threads,
+            tar_indexes=self._indexes,
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -557,7 +576,8 @@ class FileSource(Closing):
         self, files: NDArray[np.int64], items: NDArray[np.int64]
     ) -> dict[int, NDArray[np.int64]] | None:
         """The samples a read asks of each file (increasing), where only those are
-        decoded: HDF5 files of several samples under ``on_corrupt="raise"``, and NPZ
+        decoded: HDF5 files and tar shards of several samples under ``on_corrupt="raise"``,
+        and NPZ
         files of several samples (a deflated member is inflated whole and checked, so
         a file is judged whole there under any ``on_corrupt``; only those rows are kept).
 
@@ -568,6 +588,8 @@ class FileSource(Closing):
         """
         if not self._rows_only:
             return None
+        if not len(files):  # (np.split of nothing is one empty group, not none)
+            return {}
         order = np.lexsort((items, files))
         fs, its = files[order], items[order]
         cuts = np.flatnonzero(np.diff(fs)) + 1
@@ -675,11 +697,14 @@ class FileSource(Closing):
         f = self.files
         counts = self.plan.counts if self.counted else None
         heads = self._by_rows.held() if isinstance(self._by_rows, RangedNpy) else None
+        # And the tar indexes: a copy walked each shard's headers again at its first read
+        # by samples (on object storage a round trip a sample, in every worker).
         return {
             "args": self._args,
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,
+            "tar_indexes": None if self._indexes is None else self._indexes.held(),
             "listed_at": f.url if f.remote else None,
         }
 
@@ -687,4 +712,7 @@ class FileSource(Closing):
         files, config, store_options = state["args"]
         carried = state.get("heads")
         listing, at = state["listing"], state.get("listed_at")
-        self._open(files, config, store_options, listing, state["counts"], carried, at)
+        tar = state.get("tar_indexes")
+        self._open(
+            files, config, store_options, listing, state["counts"], carried, at, tar_held=tar
+        )

@@ -280,6 +280,11 @@ def none_found(
                 "and 16-bit colour as 8 bits: a silent loss): convert such files to PNG "
                 "(16-bit kept), NPY or HDF5"
             )
+        if ".tar" in extensions and others.keys() & {".gz", ".tgz"}:
+            text += (
+                "; a gzip-compressed tar is not read (its members' offsets, which reads by "
+                "samples use, are hidden by the compression): gunzip the shards once"
+            )
     if hidden:
         text += (
             f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "

@@ -16,6 +16,7 @@ jpeg       ``(H, W, 3)`` ``uint8`` RGB (``mode=``: as Pillow's ``convert(mode)``
 png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``)
            (``mode=``: as Pillow's ``convert(mode)``)
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
+tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
 =========  ======================================================================
 """
 
@@ -36,6 +37,7 @@ from headrace.formats._image_encode import encode_jpeg, encode_png
 from headrace.formats._images import decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
+from headrace.formats._tar import decode_tar, encode_tar
 
 __all__ = [
     "FILE_FORMATS",
@@ -152,6 +154,13 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             encoder=_encode_hdf5,
             zero_copy=False,
         ),
+        FileFormat(
+            name="tar",
+            extensions=(".tar",),
+            decoder=decode_tar,
+            encoder=encode_tar,
+            zero_copy=False,
+        ),
     )
 }
 _ALIASES = {"jpg": "jpeg", "h5": "hdf5"}
@@ -233,7 +242,8 @@ def synthetic_arrays(
     Images are ``shape`` = ``(H, W, C)`` uint8 with a smooth gradient plus
     noise, so JPEG and PNG compress like photographs rather than noise.
     Array formats get ``samples_per_file`` samples on a leading axis when it
-    is over 1; NPZ and HDF5 name the array ``x`` and add integer labels ``y``.
+    is over 1; NPZ and HDF5 name the array ``x`` and add integer labels ``y`` (a tar
+    shard: fields ``npy`` and ``cls``).
     """
     f = file_format(fmt)
     if samples_per_file < 1:
@@ -257,7 +267,7 @@ def synthetic_arrays(
     else:
         info = np.iinfo(dt)
         x = rng.integers(info.min, int(info.max) + 1, size=full, dtype=dt)
-    if f.name in ("npz", "hdf5"):
+    if f.name in ("npz", "hdf5", "tar"):
         y = rng.integers(0, 1000, size=(samples_per_file,), dtype=np.int64)
-        return {"x": x, "y": y}
+        return {"npy": x, "cls": y} if f.name == "tar" else {"x": x, "y": y}
     return x

@@ -1,0 +1,365 @@
+"""WebDataset ``.tar`` shards: samples grouped by key, indexed by walking the headers.
+
+A shard is a plain POSIX tar file. WebDataset's rule groups its members into
+samples: member ``dir/abc.seg.png`` belongs to sample key ``dir/abc``, field
+``seg.png`` (everything after the first dot of the basename, lower-cased);
+consecutive members with the same key form one sample. The walk reads each
+member's 512-byte header through ``at(offset, length)`` (a shard in memory, or a
+:class:`~headrace.formats._sparse.SparseImage` that fetches what it is asked), so an
+index of a shard costs its headers, never its data.
+
+What Python's ``tarfile`` (so ``webdataset.TarWriter``) writes is read: ustar, GNU
+long names (``././@LongLink``), PAX headers (``path=``, ``size=``), directories and
+other members that are not regular files (skipped, as ``tarfile.isreg()`` skips
+them), the zero block that ends the archive and anything after it. Refused by name,
+with the offset: a header whose checksum does not add up, a member running past the
+end of the object, an archive without its end marker (cut at a member's end), sparse
+members, gzip-compressed shards, a member with no field (no dot in its basename) and
+a field twice in one sample.
+
+Fields decode by their last extension: ``jpg``/``jpeg``/``png`` as images, ``npy``
+as its array, ``cls``/``index``/``id`` as an ``int64`` from their ASCII text, and
+anything else as its bytes (``uint8``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace._messages import count_fix
+from headrace.errors import DataError, FormatError
+from headrace.formats._buffer import Buffer, as_bytes_view
+from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._npy import decode_npy
+
+__all__ = ["TarIndex", "decode_tar", "encode_tar", "tar_index"]
+
+HEADER = 512
+#: Reads a shard's bytes: ``length`` bytes at ``offset`` (fewer at its end).
+At = Callable[[int, int], memoryview]
+
+_FILE_TYPES = (b"0", b"\0", b"7")  # regular and contiguous files (tarfile.REGULAR_TYPES)
+# Members tarfile knows that hold no data to skip (links, devices, folders, FIFOs).
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
+_INTEGER_FIELDS = ("cls", "cls2", "index", "id")
+
+
+@dataclass(frozen=True, slots=True)
+class TarIndex:
+    """A shard's samples in stored order, as arrays (a few dozen bytes a member, so the
+    indexes of many shards can be kept): each sample's key and first header, and each
+    member's field, data offset and size."""
+
+    keys: NDArray[np.bytes_]  # (samples,) UTF-8
+    header: NDArray[np.int64]  # (samples,) the offset of each sample's first header
+    first: NDArray[np.int64]  # (samples + 1,) each sample's first member
+    field: NDArray[np.int32]  # (members,) into ``names``
+    at: NDArray[np.int64]  # (members,) where its data starts
+    size: NDArray[np.int64]  # (members,)
+    names: tuple[str, ...]  # the fields, in the order first met
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def key(self, i: int) -> str:
+        return bytes(self.keys[i]).decode("utf-8", "surrogateescape")
+
+    def fields(self, i: int) -> dict[str, tuple[int, int]]:
+        """Sample ``i``'s fields: ``{field: (data offset, size)}``."""
+        a, b = int(self.first[i]), int(self.first[i + 1])
+        return {
+            self.names[int(f)]: (int(at), int(n))
+            for f, at, n in zip(self.field[a:b], self.at[a:b], self.size[a:b], strict=True)
+        }
+
+    def spans(self, rows: Sequence[int], fields: Sequence[str] | None) -> list[tuple[int, int]]:
+        """The byte ranges of the members of samples ``rows`` (their ``fields``, all where
+        ``None``)."""
+        out = []
+        for r in rows:
+            for name, (a, n) in self.fields(int(r)).items():
+                if fields is None or name in fields:
+                    out.append((a, a + n))
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.keys, self.header, self.first, self.field, self.at, self.size)
+        return sum(a.nbytes for a in arrays)
+
+
+def _octal(raw: bytes, name: str, offset: int, what: str) -> int:
+    if raw[:1] and raw[0] & 0x80:  # GNU base-256 (a number too large for octal digits)
+        value = int.from_bytes(raw[1:], "big")
+        return value - (1 << (8 * len(raw) - 1)) if raw[0] & 0x40 else value
+    text = raw.split(b"\0", 1)[0].strip(b" ")
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise FormatError(
+            f"{name}: the tar header at offset {offset} has {what} {raw!r}, not an octal number"
+        ) from None
+
+
+def _pax(data: bytes, name: str, offset: int) -> dict[str, str]:
+    """A PAX extended header's records (``"LEN key=value\\n"``)."""
+    out = {}
+    pos = 0
+    while pos < len(data) and data[pos : pos + 1] not in (b"\0", b""):
+        space = data.find(b" ", pos)
+        try:
+            length = int(data[pos:space]) if space > pos else 0
+        except ValueError:
+            length = 0
+        if space <= pos or not space < pos + length <= len(data):  # (0 looped for ever)
+            raise FormatError(
+                f"{name}: the PAX header at offset {offset} does not parse (a record at "
+                f"{pos} of {len(data)} bytes)"
+            )
+        record = data[space + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+def _check_sum(block: bytes, name: str, offset: int) -> None:
+    stored = _octal(block[148:156], name, offset, "checksum")
+    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
+    if stored == unsigned:
+        return
+    # Some old tars summed signed bytes (tarfile accepts both).
+    signed = unsigned - 256 * sum(b > 127 for b in block[:148] + block[156:])
+    if stored != signed:
+        raise FormatError(
+            f"{name}: the tar header at offset {offset} has checksum {stored}, but its bytes add "
+            f"up to {unsigned}: not a tar file, or damaged there"
+        )
+
+
+def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
+    """Every regular file's ``(path, header offset, data offset, size)``."""
+    if size >= 2 and bytes(at(0, 2)) == b"\x1f\x8b":
+        raise FormatError(
+            f"{name}: a gzip-compressed tar (.tar.gz); shards are read by the offsets of their "
+            "members, which compression hides: decompress them (gunzip) and read the .tar files"
+        )
+    out: list[tuple[str, int, int, int]] = []
+    pos = 0
+    long_name: str | None = None
+    pax: dict[str, str] = {}
+    while pos < size:
+        block = bytes(at(pos, HEADER))
+        if len(block) < HEADER:
+            raise FormatError(
+                f"{name}: truncated: {len(block)} bytes at offset {pos} where a 512-byte tar "
+                f"header should be (the object holds {size})"
+            )
+        if block == bytes(HEADER):
+            break  # the end marker; what follows is not read (as tarfile does)
+        _check_sum(block, name, pos)
+        kind = block[156:157]
+        length = _octal(block[124:136], name, pos, "size")
+        if "size" in pax:
+            try:
+                length = int(pax["size"])
+            except ValueError:
+                length = -1
+            if length < 0:
+                raise FormatError(
+                    f"{name}: the PAX header of the member at offset {pos} gives "
+                    f"size={pax['size']!r}"
+                )
+        start = pos + HEADER
+        if start + length > size and (kind in _FILE_TYPES or kind not in _NO_DATA):
+            raise FormatError(
+                f"{name}: truncated: the tar member at offset {pos} holds {length} bytes, "
+                f"running past the end of the object ({size} bytes)"
+            )
+        step = start + (-(-length // HEADER) * HEADER)
+        if kind in (b"L", b"x", b"g", b"K"):
+            data = bytes(at(start, length))
+            if kind == b"L":  # GNU long name: the next member's
+                long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            elif kind == b"x":
+                pax = _pax(data, name, pos)
+                if any(k.startswith("GNU.sparse") for k in pax):
+                    raise FormatError(
+                        f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}"
+                    )
+            pos = step
+            continue
+        if kind == b"S":
+            raise FormatError(f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}")
+        path = long_name or pax.get("path")
+        if path is None:
+            path = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            prefix = block[345:500].split(b"\0", 1)[0]
+            if block[257:263] == b"ustar\x00" and prefix:
+                path = prefix.decode("utf-8", "surrogateescape") + "/" + path
+        long_name, pax = None, {}
+        if kind in _FILE_TYPES and not (kind == b"\0" and path.endswith("/")):
+            out.append((path, pos, start, length))
+        if kind in _NO_DATA:
+            step = start  # tarfile skips no data after a link, a device or a folder
+        pos = step
+    else:
+        # tarfile (and GNU tar) end every archive with zero blocks: a shard cut at a
+        # member's end read as fewer samples, silently, without this.
+        raise FormatError(
+            f"{name}: truncated: the tar archive ends at offset {pos} without its end marker "
+            "(a zero block): cut short after its last whole member?"
+        )
+    return out
+
+
+_SPARSE = "sparse members are not read; write the shard again without --sparse (GNU tar -S)"
+
+
+def tar_index(at: At, size: int, name: str) -> TarIndex:
+    """The samples of the shard of ``size`` bytes that ``at`` reads (``name``: for errors)."""
+    keys: list[bytes] = []
+    header: list[int] = []
+    first: list[int] = []
+    field_of: list[int] = []
+    starts: list[int] = []
+    sizes: list[int] = []
+    names: dict[str, int] = {}
+    held: set[int] = set()  # the fields of the sample being read
+    for k, (path, offset, start, length) in enumerate(_members(at, size, name)):
+        folder, _, base = path.rpartition("/")
+        stem, dot, field = base.partition(".")
+        if not dot or not stem:
+            mac = "; '._' files are macOS metadata: write the shard with COPYFILE_DISABLE=1"
+            raise FormatError(
+                f"{name}: the tar member {path!r} (offset {offset}) has no field: WebDataset "
+                "names a member key.field (abc.jpg: key 'abc', field 'jpg')"
+                + (mac if base.startswith("._") else "")
+            )
+        key = (f"{folder}/{stem}" if folder else stem).encode("utf-8", "surrogateescape")
+        f = names.setdefault(field.lower(), len(names))
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            header.append(offset)
+            first.append(k)
+            held = set()
+        elif f in held:
+            raise FormatError(
+                f"{name}: sample {key.decode('utf-8', 'surrogateescape')!r} holds field "
+                f"{field.lower()!r} twice (the second at offset {offset}): a sample's members "
+                "must have different fields"
+            )
+        held.add(f)
+        field_of.append(f)
+        starts.append(start)
+        sizes.append(length)
+    first.append(len(field_of))
+    return TarIndex(
+        keys=np.array(keys, dtype=np.bytes_) if keys else np.empty(0, "S1"),
+        header=np.array(header, dtype=np.int64),
+        first=np.array(first, dtype=np.int64),
+        field=np.array(field_of, dtype=np.int32),
+        at=np.array(starts, dtype=np.int64),
+        size=np.array(sizes, dtype=np.int64),
+        names=tuple(names),
+    )
+
+
+def _decode_field(
+    field: str, data: memoryview, name: str, image_mode: ImageMode | None
+) -> NDArray[Any]:
+    ext = field.rsplit(".", 1)[-1]
+    if ext in ("jpg", "jpeg"):
+        return decode_jpeg(data, name=name, mode=image_mode)
+    if ext == "png":
+        return decode_png(data, name=name, mode=image_mode)
+    if ext == "npy":
+        return np.array(decode_npy(data, name=name))  # its own copy, not a view of the shard
+    if ext in _INTEGER_FIELDS:
+        text = bytes(data).strip()
+        try:
+            return np.array(int(text), dtype=np.int64)
+        except ValueError:
+            raise DataError(
+                f"{name}: a {ext} field holds {text[:40]!r}, not an integer in ASCII"
+            ) from None
+    return np.frombuffer(data, np.uint8).copy()
+
+
+def decode_tar(
+    data: Buffer,
+    *,
+    name: str,
+    fields: Sequence[str] | None = None,
+    rows: NDArray[np.int64] | None = None,
+    count: tuple[int, str] | None = None,
+    index: TarIndex | None = None,
+    image_mode: ImageMode | None = None,
+) -> dict[str, NDArray[Any]]:
+    """Each field of the shard's samples (``rows`` of them, all where ``None``), as an
+    ``object`` array of one decoded array a sample (``fields``: those only; a sample
+    without one is a :class:`DataError` naming shard, key and field). ``count``: the
+    samples the shard must hold, and what says so; ``index``: the shard's, walked before
+    (else walked here over ``data``)."""
+    view = as_bytes_view(data, name)
+    if index is None:
+        index = tar_index(lambda a, n: view[a : a + n], len(view), name)
+    n = len(index)
+    if count is not None and n != count[0]:
+        raise DataError(
+            f"{name}: holds {n} samples; expected {count[0]} ({count[1]}){count_fix(count[1])}"
+        )
+    picked = range(n) if rows is None else rows.tolist()
+    want = list(fields) if fields is not None else sorted(index.fields(0)) if n else []
+    out = {f: np.empty(len(picked), dtype=object) for f in want}
+    for i, r in enumerate(picked):
+        held = index.fields(r)
+        where = f"sample {index.key(r)!r} (offset {int(index.header[r])})"
+        if fields is None and sorted(held) != want:
+            raise FormatError(
+                f"{name}: {where} holds fields {sorted(held)}, but sample {index.key(0)!r} "
+                f"holds {want}; give datasets=(...) naming the fields to read"
+            )
+        for field in want:
+            got = held.get(field)
+            if got is None:
+                raise DataError(f"{name}: {where} has no field {field!r}; it holds {sorted(held)}")
+            a, size = got
+            what = f"{name}: {index.key(r)}.{field}"
+            out[field][i] = _decode_field(field, view[a : a + size], what, image_mode)
+    return out
+
+
+def encode_tar(arrays: Any) -> bytes:
+    """A shard of ``arrays`` (``{field: array}``, one sample a row of the leading axis)
+    as ``webdataset.TarWriter`` writes one with Python's ``tarfile``: sample ``i`` is key
+    ``i:06d``; ``cls``/``index``/``id`` fields as ASCII integers, ``npy`` as NPY files,
+    others as their bytes."""
+    import io
+    import tarfile
+
+    from headrace.formats._npy import encode_npy
+
+    named = arrays if isinstance(arrays, Mapping) else {"npy": np.asarray(arrays)}
+    n = len(next(iter(named.values()))) if named else 0
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(n):
+            for field, a in named.items():
+                row = np.asarray(a[i])
+                ext = field.rsplit(".", 1)[-1]
+                if ext in _INTEGER_FIELDS:
+                    data = str(int(row)).encode()
+                elif ext == "npy":
+                    data = encode_npy(row)
+                else:
+                    data = np.ascontiguousarray(row).tobytes()
+                info = tarfile.TarInfo(f"{i:06d}.{field}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
