@@ -521,3 +521,18 @@ def test_a_file_of_another_format_named_npy_says_what_it_is(fmt: str, says: str)
         decode_npy(data, name="x.npy")
     with pytest.raises(FormatError, match=r"y\.npy: not an NPY file: .*; " + says):
         npy_rows(lambda at, n: memoryview(data)[at : at + n], name="y.npy")
+
+
+def test_an_interrupt_while_a_member_opens_stays_an_interrupt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A signal landing between ZipFile marking a member open and its handle being made
+    # left the handle open, and the `with` block's close() raised a ValueError ("can't
+    # close the ZIP file while there is an open writing handle") over the interrupt:
+    # `headrace gen` stopped by SIGTERM exited 1, not 143.
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(zipfile, "_ZipWriteFile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        encode_npz({"a": np.arange(3)})

@@ -387,10 +387,19 @@ def encode_npz(arrays: Mapping[str, NDArray[np.generic]], *, compress: bool = Fa
     """
     buf = io.BytesIO()
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-    with zipfile.ZipFile(buf, "w", compression=method) as zf:
+    zf = zipfile.ZipFile(buf, "w", compression=method)
+    try:
         for key, arr in arrays.items():
             info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
             info.compress_type = method
             info.external_attr = 0o600 << 16
             zf.writestr(info, encode_npy(arr))
+    except BaseException:
+        # A signal (Ctrl-C, gen's SIGTERM) that lands while a member is being opened
+        # leaves its writing handle open: close() (``with``'s, or the collector's) would
+        # raise a ValueError over the interrupt (gen exited 1, not 143). The buffer is
+        # dropped: the archive is let go unclosed.
+        zf.fp = None
+        raise
+    zf.close()
     return buf.getvalue()
