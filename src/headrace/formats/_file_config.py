@@ -48,7 +48,7 @@ OnCorrupt = Literal["raise", "replace"]
 class FileSourceConfig:
     """How a :class:`FileSource` reads.
 
-    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5`` or ``raw``.
+    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5``, ``tfrecord`` or ``raw``.
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5);
     a list of counts, one per file (in the order of the list of files given,
     else of the sorted keys; 0: the file holds none and is never read); or
@@ -98,6 +98,13 @@ class FileSourceConfig:
     ``npz_ranges_above``: the same for NPZ files (their stored members by rows; a
     deflated member whole), default ``None`` (always whole): a stored member's CRC-32
     covers all of it, so read by rows it is not checked.
+    ``verify``: TFRecord only; ``False`` skips each record's data CRC-32C (its length's
+    is always checked): without ``google_crc32c`` the check runs at 30-70 MB/s.
+
+    TFRecord files (``format="tfrecord"``, ``.tfrecord``, ``.tfrecords``): a sample is
+    a record; ``samples_per_file`` is ``"header"`` (1, the default, is taken as it:
+    the records are counted by walking each file's 12-byte record headers), or the
+    counts; ``datasets`` names the features; ``decode=False`` gives each record's bytes.
     """
 
     format: str = "raw"
@@ -121,10 +128,21 @@ class FileSourceConfig:
     hdf5_local_ranges_above: int | None = DEFAULT_HDF5_LOCAL_RANGES_ABOVE
     npy_ranges_above: int | Literal["auto"] | None = "auto"
     npz_ranges_above: int | Literal["auto"] | None = None
+    verify: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))  # one fingerprint
         fmt = file_format(self.format)
+        if not isinstance(self.verify, bool):
+            raise ConfigError(f"verify must be True or False (got {self.verify!r}).")
+        if not self.verify and fmt.name != "tfrecord":
+            raise ConfigError(
+                f"verify=False skips TFRecord records' data CRCs; {fmt.name} files have none "
+                "to skip (got verify=False): leave it out."
+            )
+        if fmt.name == "tfrecord" and self.samples_per_file == 1:
+            # A shard holds many records, and how many only its record headers say.
+            object.__setattr__(self, "samples_per_file", "header")
         check_image_mode(self.image_mode, "image_mode")
         if not isinstance(self.exif_transpose, bool):
             raise ConfigError(
@@ -188,7 +206,7 @@ class FileSourceConfig:
             raise ConfigError(
                 f"{fmt.name} files hold one sample each (got samples_per_file={short_counts(spf)})."
             )
-        if several and not self.decode:
+        if several and not self.decode and fmt.name != "tfrecord":
             raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
         if isinstance(self.datasets, str):
             raise ConfigError(
@@ -198,8 +216,8 @@ class FileSourceConfig:
         refuse_a_set("datasets", self.datasets, "datasets or members")
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
-        if self.datasets is not None and fmt.name not in ("hdf5", "npz"):
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tfrecord"):
             raise ConfigError(
-                f"datasets names the HDF5 datasets or NPZ members to read; {fmt.name} files "
+                f"datasets names the HDF5 datasets, NPZ members or TFRecord features to read; {fmt.name} files "
                 f"hold one array each (got datasets={self.datasets!r}): leave it out."
             )

@@ -35,6 +35,7 @@ from headrace.formats._npy import NPY_HEAD, npy_header, npy_rows
 from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
+from headrace.formats._tfrecord import walk_records
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._waits import result
@@ -57,6 +58,7 @@ _FIRST: dict[str, tuple[int, bool]] = {  # format -> (bytes, from the end)
     "npy": (NPY_HEAD, False),
     "npz": (BLOCK, True),
     "hdf5": (4 * BLOCK, False),
+    "tfrecord": (BLOCK, False),
 }
 
 
@@ -125,6 +127,8 @@ def _count_one(
             head = bytes(f.at(0, npy_header(f.at, name)[3]))  # held: no read
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
+        elif fmt.name == "tfrecord":
+            n = walk_records(f.at, size, name)
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
@@ -154,7 +158,7 @@ def header_counts(
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
-            f'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers; {fmt.name} '
+            f'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers or TFRecord record headers; {fmt.name} '
             "files hold one sample each"
         )
     t0 = time.perf_counter()

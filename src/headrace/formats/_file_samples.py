@@ -12,6 +12,9 @@ jpeg, png  ``image``: ``(B, H, W, C)`` ``uint8`` (PNG 16-bit grey: ``uint16``);
 npy        ``data``: ``(B, *shape)``, the header's dtype
 npz        one key per member (or per name in ``datasets``), ``(B, *shape)``
 hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
+tfrecord   one key per feature (or per name in ``datasets``), ``(B, n)`` (as stored:
+           int64, float32, a single bytes value as uint8); decode off: ``bytes``,
+           each record's bytes
 raw        ``data``: ``(B, nbytes)`` ``uint8``
 decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
@@ -42,6 +45,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import ImageMode
 from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
+from headrace.formats._tfrecord import decode_tfrecord
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -60,12 +64,21 @@ def decode_file(
     out: NDArray[Any] | None = None,
     rows: NDArray[np.int64] | None = None,
     count: tuple[int, str] | None = None,
+    verify: bool = True,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
     fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
-    ``count``, the samples its leading axis must hold and what says so."""
+    ``count``, the samples its leading axis must hold and what says so. TFRecord:
+    ``verify``, check each record's data CRC; ``decode=False``, each record's bytes."""
+    if fmt.name == "tfrecord":
+        if isinstance(data, SparseImage):
+            data.fill([(0, data.size)])
+            data = data.buffer
+        return decode_tfrecord(
+            data, name=name, keys=datasets, rows=rows, count=count, verify=verify, parse=decode
+        )
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":

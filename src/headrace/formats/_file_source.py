@@ -185,7 +185,7 @@ class FileSource(Closing):
             and config.decode
             and (
                 (fmt == "hdf5" and config.on_corrupt == "raise")
-                or fmt == "npz"
+                or fmt in ("npz", "tfrecord")
                 or self._rows_above is not None
             )
         )
