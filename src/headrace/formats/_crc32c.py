@@ -13,13 +13,15 @@ linear (GF(2)) map of it, a 32x32 bit matrix built by squaring.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["crc32c", "crc32c_many", "native_crc32c"]
+__all__ = ["HAVE_NATIVE", "crc32c", "crc32c_many"]
 
 _POLY = 0x82F63B78  # CRC-32C, reflected
 
@@ -38,22 +40,18 @@ _CHUNK = 256
 _SHORT = 4
 
 try:  # pragma: no cover - which branch runs depends on what is installed
-    import google_crc32c as _native
-
-    def native_crc32c(data: bytes | memoryview) -> int:
-        return int(_native.value(bytes(data)))
-
-    HAVE_NATIVE = True
+    _native: Any = importlib.import_module("google_crc32c")
 except ImportError:
-    HAVE_NATIVE = False
-
-    def native_crc32c(data: bytes | memoryview) -> int:
-        return int(crc32c_many([np.frombuffer(data, np.uint8)])[0])
+    _native = None
+#: ``google_crc32c`` is importable (else the NumPy version runs).
+HAVE_NATIVE = _native is not None
 
 
 def crc32c(data: bytes | memoryview) -> int:
     """The CRC-32C of ``data``."""
-    return native_crc32c(data)
+    if _native is not None:  # pragma: no cover - google_crc32c installed
+        return int(_native.value(bytes(data)))
+    return int(crc32c_many([np.frombuffer(data, np.uint8)])[0])
 
 
 def _short(data: NDArray[np.uint8]) -> int:
@@ -70,7 +68,7 @@ def _raw(rows: NDArray[np.uint8], reg: NDArray[np.uint32] | None = None) -> NDAr
     low = np.empty(len(rows), np.uint8)
     for col in cols:
         np.bitwise_xor(r.astype(np.uint8), col, out=low)  # (r ^ byte) & 0xFF
-        r = _TABLE[low] ^ (r >> 8)
+        r = _TABLE[low] ^ (r >> np.uint32(8))
     return r
 
 
@@ -111,7 +109,7 @@ def crc32c_many(messages: Sequence[NDArray[np.uint8]]) -> NDArray[np.uint32]:
     out = np.zeros(len(messages), np.uint32)
     if HAVE_NATIVE:  # pragma: no cover - google_crc32c installed
         for i, m in enumerate(messages):
-            out[i] = native_crc32c(m.tobytes())
+            out[i] = crc32c(m.tobytes())
         return out
     lengths = np.array([len(m) for m in messages], np.int64)
     # Messages up to _CHUNK long advance together, by width class (powers of two).

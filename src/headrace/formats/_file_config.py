@@ -218,6 +218,7 @@ class FileSourceConfig:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
         if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tfrecord"):
             raise ConfigError(
-                f"datasets names the HDF5 datasets, NPZ members or TFRecord features to read; {fmt.name} files "
+                "datasets names the HDF5 datasets, NPZ members or TFRecord features to read; "
+                f"{fmt.name} files "
                 f"hold one array each (got datasets={self.datasets!r}): leave it out."
             )

@@ -158,7 +158,8 @@ def header_counts(
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
-            f'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers or TFRecord record headers; {fmt.name} '
+            'samples_per_file="header" reads counts from NPY, NPZ or HDF5 headers or TFRecord '
+            f"record headers; {fmt.name} "
             "files hold one sample each"
         )
     t0 = time.perf_counter()
