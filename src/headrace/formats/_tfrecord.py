@@ -95,8 +95,12 @@ def record_spans(
     crcs: list[int] = []
     off = 0
     unpack = struct.unpack_from
+    offsets: list[int] = []
+    # The lengths' CRCs are checked together (one NumPy pass) after the walk, or where it
+    # stops: a damaged length sends the walk into data, and its CRC, first, says so.
     while off < size:
         if off + HEADER > size:
+            _check_lengths(heads, crcs, name, 0, offsets)
             raise FormatError(
                 f"{name}: record {len(starts)} at offset {off:,} is truncated: its 12-byte "
                 f"header runs past the end of the file ({size:,} bytes)"
@@ -104,9 +108,10 @@ def record_spans(
         (n,) = unpack("<Q", view, off)
         heads.append(bytes(view[off : off + 8]))
         crcs.append(unpack("<I", view, off + 8)[0])
+        offsets.append(off)
         end = off + HEADER + n + FOOTER
         if end > size:
-            _check_lengths(heads[-1:], crcs[-1:], name, len(starts), [off])
+            _check_lengths(heads, crcs, name, 0, offsets)
             raise FormatError(
                 f"{name}: record {len(starts)} at offset {off:,} says {n:,} bytes of data, "
                 f"running past the end of the file ({size:,} bytes): the file is truncated"
@@ -116,7 +121,7 @@ def record_spans(
         off = end
     s = np.array(starts, np.int64)
     lens = np.array(lengths, np.int64)
-    _check_lengths(heads, crcs, name, 0, (s - HEADER).tolist())
+    _check_lengths(heads, crcs, name, 0, offsets)
     if verify and len(s):
         data = np.frombuffer(view, np.uint8)
         got = mask(crc32c_many([data[a : a + n] for a, n in zip(starts, lengths, strict=True)]))
