@@ -20,6 +20,7 @@ from headrace.formats._tfrecord import (
     encode_tfrecord,
     mask,
     parse_example,
+    record_spans,
 )
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -400,3 +401,60 @@ def test_gzip_files_are_refused_with_what_to_do(tmp_path: Path) -> None:
 def test_options_of_other_formats_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="verify=False skips TFRecord"):
         FileSource(tmp_path, format="npy", verify=False)
+
+
+# -- read by records (shuffle="samples") -----------------------------------------------------
+
+
+def test_reads_by_records_give_the_whole_files_batches(tmp_path: Path) -> None:
+    _write(tmp_path)
+    whole = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=None)
+    ranged = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)
+    assert type(ranged._by_rows).__name__ == "RangedTfrecord"
+    assert whole._by_rows is None
+    assert _digest(ranged, steps=12) == _digest(whole, steps=12)
+    for kw in ({"decode": False}, {"datasets": ("img",)}, {"verify": False}):
+        a = FileSource(
+            tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0, **kw
+        )
+        b = FileSource(tmp_path, format="tfrecord", shuffle="samples", **kw)
+        assert _digest(a) == _digest(b), kw
+        a.close()
+        b.close()
+    assert_resume_exact(lambda: Loader(ranged, batch_size=7, seed=1), steps=6, resume_at=[0, 3])
+    ranged.close()
+    whole.close()
+
+
+def test_a_read_by_records_holds_only_the_records_asked(tmp_path: Path) -> None:
+    _write(tmp_path, files=1, n=40)
+    src = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)
+    assert src._by_rows is not None
+    image = src._by_rows.image(0, np.array([3, 30]))
+    starts, lengths = image.records
+    assert len(starts) == 40
+    # Records 3 and 30, header to CRC, are held (and the gap between, one read); not
+    # the records before or after them.
+    first, last = int(starts[3]) - 12, int(starts[30] + lengths[30]) + 4
+    assert image.missing(first, last) == []
+    assert image.missing(0, first) == [(0, first)]
+    assert image.missing(last, image.size) == [(last, image.size)]
+    got = src.decoder.decode(0, image, rows=np.array([3, 30]))
+    np.testing.assert_array_equal(got["ids"][1], _arrays(0, 40)["ids"][30])
+    src.close()
+
+
+def test_a_damaged_record_read_by_records_is_refused(tmp_path: Path) -> None:
+    data = _good(20)
+    starts, lengths = record_spans(memoryview(bytes(data)), "good")
+    at = int(starts[5]) - 12
+    data[int(starts[5] + lengths[5]) - 2] ^= 0x01  # record 5's last float
+    _file(tmp_path, bytes(data))
+    src = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)
+    assert src._by_rows is not None
+    image = src._by_rows.image(0, np.array([5]))
+    with pytest.raises(FormatError, match=rf"record 5 at offset {at:,}: its data's CRC"):
+        src.decoder.decode(0, image, rows=np.array([5]))
+    image = src._by_rows.image(0, np.array([4, 6]))  # its neighbours are fine
+    assert len(src.decoder.decode(0, image, rows=np.array([4, 6]))["ids"]) == 2
+    src.close()

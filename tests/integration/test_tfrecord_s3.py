@@ -42,7 +42,8 @@ def local(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def on_s3(s3: S3Fixture, endpoint: str, **kw: Any) -> FileSource:
     options = {**s3.options(), "retry": FAST_RETRY, "endpoint": endpoint}
-    return FileSource(f"s3://{BUCKET}/tfrecord/train-*", store_options=options, format="tfrecord", **kw)
+    url = f"s3://{BUCKET}/tfrecord/train-*"  # names without an extension: a glob
+    return FileSource(url, store_options=options, format="tfrecord", **kw)
 
 
 def digest(src: FileSource) -> str:
@@ -76,3 +77,30 @@ def test_a_denied_read_names_the_object(s3: S3Fixture, local: Path, proxy: Laten
     )
     with pytest.raises(PermissionDeniedError, match=r"tfrecord/train-00002-of-00004"):
         on_s3(s3, proxy.endpoint)
+
+
+def test_reads_by_records_fetch_less_than_the_shards(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    client = s3.server.info.boto3_client()
+    rng = np.random.default_rng(7)
+    for i in range(2):  # 16 records of 256 KiB a shard
+        arrays = {"image": rng.integers(0, 256, (16, 256 << 10), dtype=np.uint8)}
+        client.put_object(
+            Bucket=BUCKET, Key=f"tfrecord-big/s{i}.tfrecord", Body=encode_tfrecord(arrays)
+        )
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+    url = f"s3://{BUCKET}/tfrecord-big"
+    opts: dict[str, Any] = {"format": "tfrecord", "shuffle": "samples"}
+    whole = FileSource(url, store_options=options, tfrecord_ranges_above=None, **opts)
+    ranged = FileSource(url, store_options=options, tfrecord_ranges_above=0, **opts)
+    got = []
+    for src in (whole, ranged):
+        proxy.reset_stats()
+        with Loader(src, batch_size=4, seed=2, steps=3) as loader:
+            got.append((batch_digest(loader), proxy.stats.bytes_down))
+        src.close()
+    assert got[0][0] == got[1][0]
+    # 12 records of 256 KiB (and a 4 KiB GET a header for the index), not 8 MiB shards
+    # at each visit.
+    assert got[1][1] < got[0][1] // 2, got

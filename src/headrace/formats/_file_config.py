@@ -98,6 +98,8 @@ class FileSourceConfig:
     ``npz_ranges_above``: the same for NPZ files (their stored members by rows; a
     deflated member whole), default ``None`` (always whole): a stored member's CRC-32
     covers all of it, so read by rows it is not checked.
+    ``tfrecord_ranges_above``: the same for TFRecord files (their record headers walked
+    once, then the records a read asks, each with its CRCs), default ``"auto"``.
     ``verify``: TFRecord only; ``False`` skips each record's data CRC-32C (its length's
     is always checked): without ``google_crc32c`` the check runs at 30-70 MB/s.
 
@@ -128,6 +130,7 @@ class FileSourceConfig:
     hdf5_local_ranges_above: int | None = DEFAULT_HDF5_LOCAL_RANGES_ABOVE
     npy_ranges_above: int | Literal["auto"] | None = "auto"
     npz_ranges_above: int | Literal["auto"] | None = None
+    tfrecord_ranges_above: int | Literal["auto"] | None = "auto"
     verify: bool = True
 
     def __post_init__(self) -> None:
@@ -185,7 +188,7 @@ class FileSourceConfig:
                 isinstance(above, bool) or not isinstance(above, int) or above < 0
             ):
                 raise ConfigError(f"{what} must be a size in bytes >= 0 or None (got {above!r}).")
-        for what in ("npy_ranges_above", "npz_ranges_above"):
+        for what in ("npy_ranges_above", "npz_ranges_above", "tfrecord_ranges_above"):
             size = getattr(self, what)
             if (
                 size is not None

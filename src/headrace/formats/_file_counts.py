@@ -128,7 +128,7 @@ def _count_one(
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tfrecord":
-            n = walk_records(f.at, size, name)
+            n = len(walk_records(f.at, size, name)[0])
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)

@@ -1,4 +1,5 @@
-"""Which NPY and NPZ files a source reads by rows (:mod:`._npy_ranges`, :mod:`._npz_ranges`).
+"""Which NPY, NPZ and TFRecord files a source reads by rows (:mod:`._npy_ranges`,
+:mod:`._npz_ranges`, :mod:`._tfrecord_ranges`).
 
 Where a file is visited for about one sample a read (``shuffle="samples"``), reading
 it whole read ``samples_per_file`` times the bytes used; under ``"files"`` and
@@ -21,6 +22,7 @@ from headrace.formats._file_config import (
 from headrace.formats._files import file_format
 from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._npz_ranges import RangedNpz
+from headrace.formats._tfrecord_ranges import RangedTfrecord
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -32,7 +34,11 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     """The size from which the files are read by rows, ``None`` where none is. ``rows``:
     the files hold several samples each (on a leading axis)."""
     fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
-    above = {"npy": config.npy_ranges_above, "npz": config.npz_ranges_above}.get(fmt)
+    above = {
+        "npy": config.npy_ranges_above,
+        "npz": config.npz_ranges_above,
+        "tfrecord": config.tfrecord_ranges_above,
+    }.get(fmt)
     if above == "auto":
         above = NPY_RANGES_ABOVE_REMOTE if files.remote else NPY_RANGES_ABOVE_LOCAL
     if not (
@@ -54,7 +60,7 @@ def by_rows(
     above: int | None,
     heads: Mapping[int, bytes] | None = None,
     count: Callable[[int], int] | None = None,
-) -> RangedNpy | RangedNpz | None:
+) -> RangedNpy | RangedNpz | RangedTfrecord | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
     ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
     ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
@@ -65,4 +71,6 @@ def by_rows(
         if heads:
             ranged.seed(heads)
         return ranged
+    if file_format(config.format).name == "tfrecord":
+        return RangedTfrecord(files, in_flight, above)
     return RangedNpz(files, config.datasets, in_flight, above)

@@ -46,6 +46,7 @@ from headrace.formats._images import ImageMode
 from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
 from headrace.formats._tfrecord import decode_tfrecord
+from headrace.formats._tfrecord_ranges import RecordImage
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -73,11 +74,22 @@ def decode_file(
     ``count``, the samples its leading axis must hold and what says so. TFRecord:
     ``verify``, check each record's data CRC; ``decode=False``, each record's bytes."""
     if fmt.name == "tfrecord":
+        index = None
+        if isinstance(data, RecordImage) and rows is not None:
+            index = data.records  # read by records: those asked are held (want)
+        elif isinstance(data, SparseImage):
+            data.fill([(0, data.size)])  # a reader of whole files: the rest read first
         if isinstance(data, SparseImage):
-            data.fill([(0, data.size)])
             data = data.buffer
         return decode_tfrecord(
-            data, name=name, keys=datasets, rows=rows, count=count, verify=verify, parse=decode
+            data,
+            name=name,
+            keys=datasets,
+            rows=rows,
+            count=count,
+            verify=verify,
+            parse=decode,
+            index=index,
         )
     if not decode:
         return {"bytes": decode_raw(data, name=name)}

@@ -123,20 +123,30 @@ def record_spans(
     lens = np.array(lengths, np.int64)
     _check_lengths(heads, crcs, name, 0, offsets)
     if verify and len(s):
-        data = np.frombuffer(view, np.uint8)
-        got = mask(crc32c_many([data[a : a + n] for a, n in zip(starts, lengths, strict=True)]))
-        stored = np.array(
-            [unpack("<I", view, a + n)[0] for a, n in zip(starts, lengths, strict=True)], np.uint32
-        )
-        bad = np.flatnonzero(got != stored)
-        if len(bad):
-            i = int(bad[0])
-            raise FormatError(
-                f"{name}: record {i} at offset {starts[i] - HEADER:,}: its data's CRC-32C "
-                f"does not match (stored {int(stored[i]):#010x}, computed {int(got[i]):#010x}): "
-                "the record is damaged"
-            )
+        _check_data(view, s, lens, name, np.arange(len(s)))
     return s, lens
+
+
+def _check_data(
+    view: memoryview,
+    starts: NDArray[np.int64],
+    lengths: NDArray[np.int64],
+    name: str,
+    numbers: NDArray[np.int64],
+) -> None:
+    """Check the data CRCs of the records at ``starts`` (record ``numbers``)."""
+    data = np.frombuffer(view, np.uint8)
+    pairs = list(zip(starts.tolist(), lengths.tolist(), strict=True))
+    got = mask(crc32c_many([data[a : a + n] for a, n in pairs]))
+    stored = np.array([struct.unpack_from("<I", view, a + n)[0] for a, n in pairs], np.uint32)
+    bad = np.flatnonzero(got != stored)
+    if len(bad):
+        i = int(bad[0])
+        raise FormatError(
+            f"{name}: record {int(numbers[i])} at offset {int(starts[i]) - HEADER:,}: its "
+            f"data's CRC-32C does not match (stored {int(stored[i]):#010x}, computed "
+            f"{int(got[i]):#010x}): the record is damaged"
+        )
 
 
 def _check_lengths(
@@ -155,12 +165,14 @@ def _check_lengths(
         )
 
 
-def walk_records(at: Any, size: int, name: str) -> int:
-    """How many records a TFRecord file of ``size`` bytes holds, walking its record
-    headers through ``at(offset, length)`` (a 12-byte read a record), each length's
-    CRC checked."""
+def walk_records(at: Any, size: int, name: str) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Each record's data offset and length in a TFRecord file of ``size`` bytes, from
+    a walk of its record headers through ``at(offset, length)`` (a 12-byte read a
+    record), each length's CRC checked."""
     off = 0
     count = 0
+    starts: list[int] = []
+    lengths: list[int] = []
     while off < size:
         if off + HEADER > size:
             raise FormatError(
@@ -178,9 +190,11 @@ def walk_records(at: Any, size: int, name: str) -> int:
                 f"{name}: record {count} at offset {off:,} says {n:,} bytes of data, "
                 f"running past the end of the file ({size:,} bytes): the file is truncated"
             )
+        starts.append(off + HEADER)
+        lengths.append(n)
         off = end
         count += 1
-    return count
+    return np.array(starts, np.int64), np.array(lengths, np.int64)
 
 
 # -- the Example protobuf ---------------------------------------------------------------
@@ -354,15 +368,24 @@ def decode_tfrecord(
     count: tuple[int, str] | None = None,
     verify: bool = True,
     parse: bool = True,
+    index: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None,
 ) -> dict[str, NDArray[Any]]:
     """Decode a TFRecord file into ``{feature: array}``, each a 1-D ``object`` array
     of one array a record (see the module's schema). ``keys``: the features read (all
     where ``None``; every record must hold the same); ``rows`` (increasing): only those
     records, of the ``count[0]`` the file must hold (``count[1]`` says what gives it);
     ``verify``: check the data CRCs (the length CRCs always are); ``parse=False``:
-    ``{"bytes": ...}``, each record's bytes as ``uint8``."""
+    ``{"bytes": ...}``, each record's bytes as ``uint8``. ``index``: each record's
+    data offset and length, learned by a walk of the headers (:func:`walk_records`):
+    ``data`` then need hold only the ``rows`` records (read by ranges), whose data
+    CRCs are checked."""
     view = as_bytes_view(data, name)
-    starts, lengths = record_spans(view, name, verify=verify)
+    if index is None:
+        starts, lengths = record_spans(view, name, verify=verify)
+    else:
+        starts, lengths = index
+        if verify and rows is not None:
+            _check_data(view, starts[rows], lengths[rows], name, rows)
     total = len(starts)
     if count is not None and count[0] != total:
         raise DataError(f"{name}: holds {total:,} records; {count[1]} says {count[0]:,}")
