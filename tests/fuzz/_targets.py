@@ -412,6 +412,10 @@ TARGETS: dict[str, Target] = {
     "files_hdf5_gzip": _files(
         "hdf5", "h5", {"chunks": True, "compression": "gzip"}, samples_per_file=3, datasets=["x"]
     ),
+    "files_tfrecord": _files("tfrecord", "tfrecord", {}),
+    "files_tfrecord_records": _files(
+        "tfrecord", "tfrecord", {}, shuffle="samples", tfrecord_ranges_above=0
+    ),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
     "files_png16": _target(_write_png16, "a.png", ["b.png", "c.png"], _read_files("png")),
