@@ -90,18 +90,22 @@ def _zeros(n: int) -> NDArray[np.uint32]:
     return _apply(half, half)
 
 
-def _long(data: NDArray[np.uint8]) -> int:
-    n = len(data)
-    lanes = 1 << max(0, (-(-n // _CHUNK) - 1).bit_length())
-    padded = np.zeros(lanes * _CHUNK, np.uint8)
-    padded[-n:] = data
-    padded[-n : -n + 4] ^= 0xFF
-    r = _raw(padded.reshape(lanes, _CHUNK))
+def _long(messages: Sequence[NDArray[np.uint8]], lanes: int) -> NDArray[np.uint32]:
+    """The CRCs of messages of ``lanes`` chunks each (the first zero-padded in front):
+    every chunk of every message advances together, then each message's chunk
+    registers fold pairwise (a level: the left one shifted by the right one's width)."""
+    rows = np.zeros((len(messages), lanes * _CHUNK), np.uint8)
+    for j, m in enumerate(messages):
+        n = len(m)
+        rows[j, -n:] = m
+        rows[j, -n : -n + 4] ^= 0xFF
+    r = _raw(rows.reshape(-1, _CHUNK)).reshape(len(messages), lanes)
     width = _CHUNK
-    while len(r) > 1:
-        r = _apply(_zeros(width), r[0::2]) ^ r[1::2]
+    while r.shape[1] > 1:
+        r = _apply(_zeros(width), r[:, 0::2]) ^ r[:, 1::2]
         width *= 2
-    return int(r[0]) ^ 0xFFFFFFFF
+    out: NDArray[np.uint32] = r[:, 0] ^ np.uint32(0xFFFFFFFF)
+    return out
 
 
 def crc32c_many(messages: Sequence[NDArray[np.uint8]]) -> NDArray[np.uint32]:
@@ -125,6 +129,14 @@ def crc32c_many(messages: Sequence[NDArray[np.uint8]]) -> NDArray[np.uint32]:
         out[pick] = _raw(rows) ^ np.uint32(0xFFFFFFFF)
     for i in np.flatnonzero(lengths < _SHORT).tolist():
         out[i] = _short(messages[i])
-    for i in np.flatnonzero(lengths > _CHUNK).tolist():
-        out[i] = _long(messages[i])
+    # Longer ones by their count of chunks (powers of two): all of a class together.
+    big = np.flatnonzero(lengths > _CHUNK)
+    lanes = 1 << np.ceil(np.log2(-(-lengths[big] // _CHUNK))).astype(np.int64)
+    for n in np.unique(lanes).tolist():
+        pick = big[lanes == n]
+        # At most 64 MiB of padded rows at once.
+        step = max(1, (64 << 20) // (n * _CHUNK))
+        for k in range(0, len(pick), step):
+            part = pick[k : k + step]
+            out[part] = _long([messages[i] for i in part.tolist()], n)
     return out
