@@ -74,8 +74,8 @@ def mask(crc: NDArray[np.uint32]) -> NDArray[np.uint32]:
     return (((c >> 15) | (c << 17)) + _MASK_DELTA).astype(np.uint32)  # wraps mod 2**32
 
 
-def _gzip_refusal(view: memoryview, name: str) -> None:
-    if bytes(view[:2]) == b"\x1f\x8b":
+def _gzip_refusal(head: bytes, name: str) -> None:
+    if head[:2] == b"\x1f\x8b":
         raise FormatError(
             f"{name}: is gzip-compressed (starts 1f 8b); TFRecord files are read "
             "uncompressed (their records are found by offset): gunzip it first"
@@ -87,44 +87,10 @@ def record_spans(
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Each record's data offset and length in ``view`` (a whole TFRecord file), both
     length CRCs checked, and (``verify``) the data CRCs."""
-    _gzip_refusal(view, name)
-    size = len(view)
-    starts: list[int] = []
-    lengths: list[int] = []
-    heads: list[bytes] = []
-    crcs: list[int] = []
-    off = 0
-    unpack = struct.unpack_from
-    offsets: list[int] = []
-    # The lengths' CRCs are checked together (one NumPy pass) after the walk, or where it
-    # stops: a damaged length sends the walk into data, and its CRC, first, says so.
-    while off < size:
-        if off + HEADER > size:
-            _check_lengths(heads, crcs, name, 0, offsets)
-            raise FormatError(
-                f"{name}: record {len(starts)} at offset {off:,} is truncated: its 12-byte "
-                f"header runs past the end of the file ({size:,} bytes)"
-            )
-        (n,) = unpack("<Q", view, off)
-        heads.append(bytes(view[off : off + 8]))
-        crcs.append(unpack("<I", view, off + 8)[0])
-        offsets.append(off)
-        end = off + HEADER + n + FOOTER
-        if end > size:
-            _check_lengths(heads, crcs, name, 0, offsets)
-            raise FormatError(
-                f"{name}: record {len(starts)} at offset {off:,} says {n:,} bytes of data, "
-                f"running past the end of the file ({size:,} bytes): the file is truncated"
-            )
-        starts.append(off + HEADER)
-        lengths.append(n)
-        off = end
-    s = np.array(starts, np.int64)
-    lens = np.array(lengths, np.int64)
-    _check_lengths(heads, crcs, name, 0, offsets)
-    if verify and len(s):
-        _check_data(view, s, lens, name, np.arange(len(s)))
-    return s, lens
+    starts, lengths = walk_records(lambda off, n: view[off : off + n], len(view), name)
+    if verify and len(starts):
+        _check_data(view, starts, lengths, name, np.arange(len(starts)))
+    return starts, lengths
 
 
 def _check_data(
@@ -150,8 +116,9 @@ def _check_data(
 
 
 def _check_lengths(
-    heads: Sequence[bytes], crcs: Sequence[int], name: str, first: int, offsets: Sequence[int]
+    heads: Sequence[bytes], crcs: Sequence[int], name: str, starts: Sequence[int]
 ) -> None:
+    """Check the length CRCs of the records whose data starts at ``starts``."""
     if not heads:
         return
     got = mask(crc32c_many([np.frombuffer(h, np.uint8) for h in heads]))
@@ -159,7 +126,7 @@ def _check_lengths(
     if len(bad):
         i = int(bad[0])
         raise FormatError(
-            f"{name}: record {first + i} at offset {offsets[i]:,}: its length's CRC-32C "
+            f"{name}: record {i} at offset {starts[i] - HEADER:,}: its length's CRC-32C "
             f"does not match (stored {crcs[i]:#010x}, computed {int(got[i]):#010x}): the "
             "header is damaged (or this is not a TFRecord file)"
         )
@@ -170,30 +137,37 @@ def walk_records(at: Any, size: int, name: str) -> tuple[NDArray[np.int64], NDAr
     a walk of its record headers through ``at(offset, length)`` (a 12-byte read a
     record), each length's CRC checked."""
     off = 0
-    count = 0
     starts: list[int] = []
     lengths: list[int] = []
+    heads: list[bytes] = []
+    crcs: list[int] = []
+    # The lengths' CRCs are checked together (one NumPy pass) after the walk, or where it
+    # stops: a damaged length sends the walk into data, and its CRC, first, says so.
     while off < size:
         if off + HEADER > size:
+            _check_lengths(heads, crcs, name, starts)
             raise FormatError(
-                f"{name}: record {count} at offset {off:,} is truncated: its 12-byte "
+                f"{name}: record {len(starts)} at offset {off:,} is truncated: its 12-byte "
                 f"header runs past the end of the file ({size:,} bytes)"
             )
         head = bytes(at(off, HEADER))
-        if count == 0:
-            _gzip_refusal(memoryview(head), name)
-        _check_lengths([head[:8]], [struct.unpack_from("<I", head, 8)[0]], name, count, [off])
+        if not starts:
+            _gzip_refusal(head, name)
         (n,) = struct.unpack_from("<Q", head)
+        heads.append(head[:8])
+        crcs.append(struct.unpack_from("<I", head, 8)[0])
+        starts.append(off + HEADER)
         end = off + HEADER + n + FOOTER
         if end > size:
+            _check_lengths(heads, crcs, name, starts)
             raise FormatError(
-                f"{name}: record {count} at offset {off:,} says {n:,} bytes of data, "
-                f"running past the end of the file ({size:,} bytes): the file is truncated"
+                f"{name}: record {len(starts) - 1} at offset {off:,} says {n:,} bytes of "
+                f"data, running past the end of the file ({size:,} bytes): the file is "
+                "truncated"
             )
-        starts.append(off + HEADER)
         lengths.append(n)
         off = end
-        count += 1
+    _check_lengths(heads, crcs, name, starts)
     return np.array(starts, np.int64), np.array(lengths, np.int64)
 
 
