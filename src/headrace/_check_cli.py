@@ -29,7 +29,7 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = ["configure", "run"]
 
 # FileSource's names and its aliases (jpg, h5): what users type.
-_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "raw")
+_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "tfrecord", "raw")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N|header",
         help="samples in each file (NPY, NPZ, HDF5), or 'header' to read each count",
     )
-    p.add_argument("--datasets", metavar="A,B", help="HDF5 datasets or NPZ members to read")
+    p.add_argument("--datasets", metavar="A,B", help="HDF5 datasets, NPZ members or TFRecord features to read")
     p.add_argument(
         "--dtype",
         help="token dtype: uint16, uint32 or int32 (tokens; default: a Megatron .idx's, "
