@@ -62,9 +62,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--samples-per-file",
         default="1",
         metavar="N|header",
-        help="samples in each file (NPY, NPZ, HDF5), or 'header' to read each count",
+        help="samples in each file (NPY, NPZ, HDF5), or 'header' to read each count "
+        "(TFRecord: 'header', its records counted, unless counts are given)",
     )
-    p.add_argument("--datasets", metavar="A,B", help="HDF5 datasets, NPZ members or TFRecord features to read")
+    p.add_argument(
+        "--datasets", metavar="A,B", help="HDF5 datasets, NPZ members or TFRecord features to read"
+    )
     p.add_argument(
         "--dtype",
         help="token dtype: uint16, uint32 or int32 (tokens; default: a Megatron .idx's, "
