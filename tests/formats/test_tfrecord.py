@@ -484,3 +484,11 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
         FileSource(tmp_path, format="tfrecord", verify="no")
     with pytest.raises(ConfigError, match="tfrecord_ranges_above must be a size"):
         FileSource(tmp_path, format="tfrecord", tfrecord_ranges_above=-1)
+
+
+def test_counts_given_that_are_wrong_name_the_shard(tmp_path: Path) -> None:
+    _write(tmp_path)  # 10, 11, 12, 13 records
+    src = FileSource(tmp_path, format="tfrecord", samples_per_file=[10, 11, 12, 14])
+    with pytest.raises(DataError, match=r"shard-03.tfrecord: .*13.*\b14\b"):
+        _digest(src, steps=10)
+    src.close()
