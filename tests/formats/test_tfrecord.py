@@ -492,3 +492,29 @@ def test_counts_given_that_are_wrong_name_the_shard(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"shard-03.tfrecord: .*13.*\b14\b"):
         _digest(src, steps=10)
     src.close()
+
+
+def test_the_index_is_the_counts_walk_or_walked_at_a_shards_first_read(tmp_path: Path) -> None:
+    from headrace.formats._tfrecord_ranges import RangedTfrecord
+
+    _write(tmp_path)
+    counted = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)
+    assert isinstance(counted._by_rows, RangedTfrecord)
+    assert sorted(counted._by_rows._kept) == [0, 1, 2, 3]  # from the count's walk
+    given = FileSource(
+        tmp_path,
+        format="tfrecord",
+        shuffle="samples",
+        tfrecord_ranges_above=0,
+        samples_per_file=[10, 11, 12, 13],
+    )
+    assert isinstance(given._by_rows, RangedTfrecord)
+    assert not given._by_rows._kept  # no walk before the first read
+    assert _digest(given) == _digest(counted)
+    assert given._by_rows._kept
+    for f, (starts, lengths) in counted._by_rows._kept.items():
+        want = record_spans(memoryview((tmp_path / f"shard-{f:02d}.tfrecord").read_bytes()), "x")
+        np.testing.assert_array_equal(starts, want[0])
+        np.testing.assert_array_equal(lengths, want[1])
+    counted.close()
+    given.close()

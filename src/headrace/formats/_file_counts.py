@@ -106,7 +106,8 @@ def _count_one(
     i: int,
     queue: RequestQueue | None,
 ) -> tuple[int, int, int, bytes | None]:
-    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes."""
+    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes or
+    (TFRecord) its record index (each record's data offset, then length, as int64)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
@@ -128,7 +129,9 @@ def _count_one(
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tfrecord":
-            n = len(walk_records(f.at, size, name)[0])
+            starts, lengths = walk_records(f.at, size, name)
+            n = len(starts)
+            head = np.concatenate([starts, lengths]).tobytes()  # the index, not walked again
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
@@ -153,8 +156,9 @@ def header_counts(
     is a :class:`FormatError` naming the file; storage errors name the object.
 
     ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
-    up to ``HEAD_BYTES`` in all, for the reads by rows to start from
-    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`).
+    or TFRecord files' record indexes, up to ``HEAD_BYTES`` in all, for the reads by
+    rows to start from (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
+    :meth:`~headrace.formats._tfrecord_ranges.RangedTfrecord.seed`).
     """
     if fmt.name not in _FIRST:
         raise ConfigError(

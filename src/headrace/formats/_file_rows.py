@@ -62,7 +62,8 @@ def by_rows(
     count: Callable[[int], int] | None = None,
 ) -> RangedNpy | RangedNpz | RangedTfrecord | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
-    ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
+    ``heads``: NPY headers or TFRecord indexes the count read already (see
+    :meth:`RangedNpy.seed`, :meth:`RangedTfrecord.seed`);
     ``count``: each file's samples (the layout guessed for a file of a size not seen)."""
     if above is None:
         return None
@@ -72,5 +73,8 @@ def by_rows(
             ranged.seed(heads)
         return ranged
     if file_format(config.format).name == "tfrecord":
-        return RangedTfrecord(files, in_flight, above)
+        records = RangedTfrecord(files, in_flight, above)
+        if heads:
+            records.seed(heads)
+        return records
     return RangedNpz(files, config.datasets, in_flight, above)

@@ -1,5 +1,5 @@
-"""TFRecord shards read by records: the record headers walked once, then only the records
-a read asks (``tfrecord_ranges_above``).
+"""TFRecord shards read by records: the record headers walked once (by the count, kept
+from it), then only the records a read asks (``tfrecord_ranges_above``).
 
 A TFRecord file has no index: record ``k``'s place is known only from the lengths of
 the records before it. Under ``shuffle="samples"`` a shard of 1,000 records is visited
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,6 +72,17 @@ class RangedTfrecord:
         self._kept: OrderedDict[int, Index] = OrderedDict()  # least recently used first
         self._kept_bytes = 0
         self._queue = LazyQueue(in_flight, "headrace-tfrecord-rows")
+
+    def seed(self, indexes: Mapping[int, bytes]) -> None:
+        """Keep the record indexes ``samples_per_file="header"``'s count walked (file ->
+        each record's data offset, then length, as int64 bytes): a shard's first read
+        then fetches its records only, not its headers a second time."""
+        files = self._files()
+        for f, raw in indexes.items():
+            if files.sizes[f] >= self.above:
+                both = np.frombuffer(raw, np.int64)
+                n = len(both) // 2
+                self._keep(f, (both[:n], both[n:]))
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by records: at least ``above`` bytes."""
