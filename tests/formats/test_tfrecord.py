@@ -518,3 +518,22 @@ def test_the_index_is_the_counts_walk_or_walked_at_a_shards_first_read(tmp_path:
         np.testing.assert_array_equal(lengths, want[1])
     counted.close()
     given.close()
+
+
+def test_a_pickled_copy_keeps_the_record_indexes(tmp_path: Path) -> None:
+    import pickle
+
+    from headrace.formats._tfrecord_ranges import RangedTfrecord
+
+    _write(tmp_path)
+    src = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)
+    copy = pickle.loads(pickle.dumps(src))
+    assert isinstance(src._by_rows, RangedTfrecord)
+    assert isinstance(copy._by_rows, RangedTfrecord)
+    assert sorted(copy._by_rows._kept) == [0, 1, 2, 3]
+    for f, (starts, lengths) in src._by_rows._kept.items():
+        np.testing.assert_array_equal(copy._by_rows._kept[f][0], starts)
+        np.testing.assert_array_equal(copy._by_rows._kept[f][1], lengths)
+    assert _digest(copy) == _digest(src)
+    copy.close()
+    src.close()

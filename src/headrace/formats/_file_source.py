@@ -42,6 +42,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
+from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -142,7 +143,7 @@ class FileSource(Closing):
         store_options: Mapping[str, Any] | None,
         listing: Listing | None,
         counts: NDArray[np.int64] | None,
-        carried: Held | None = None,
+        carried: Held | dict[int, bytes] | None = None,
         listed_at: str | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
@@ -196,7 +197,9 @@ class FileSource(Closing):
             config, lambda: self.files, self.in_flight, self._rows_above, heads, self.plan.count
         )
         if carried and isinstance(self._by_rows, RangedNpy):
-            self._by_rows.take_held(carried)  # a worker's copy: its parent's headers
+            self._by_rows.take_held(cast(Held, carried))  # a worker's copy: its parent's headers
+        elif carried and isinstance(self._by_rows, RangedTfrecord):
+            self._by_rows.seed(cast(dict[int, bytes], carried))  # its parent's record indexes
         above = self._ranges_above()
         self._ranged = (
             None
@@ -670,11 +673,14 @@ class FileSource(Closing):
     def __getstate__(self) -> dict[str, Any]:
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
-        # The NPY headers read by rows keeps travel too: without them a copy read each
-        # file's header again before its rows (a GET more a file on object storage).
+        # The NPY headers (TFRecord indexes) read by rows keeps travel too: without them a
+        # copy read each file's header again before its rows (a GET more a file on
+        # object storage; a GET a record for a TFRecord shard).
         f = self.files
         counts = self.plan.counts if self.counted else None
-        heads = self._by_rows.held() if isinstance(self._by_rows, RangedNpy) else None
+        heads: Held | dict[int, bytes] | None = None
+        if isinstance(self._by_rows, (RangedNpy, RangedTfrecord)):
+            heads = self._by_rows.held()
         return {
             "args": self._args,
             "listing": (f.keys, f.sizes, f.etags),

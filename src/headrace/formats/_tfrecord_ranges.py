@@ -84,6 +84,13 @@ class RangedTfrecord:
                 n = len(both) // 2
                 self._keep(f, (both[:n], both[n:]))
 
+    def held(self) -> dict[int, bytes]:
+        """The indexes kept, as :meth:`seed` takes them: for a copy of the source (a
+        worker's) to read records without walking the headers again."""
+        with self._lock:
+            kept = list(self._kept.items())
+        return {f: np.concatenate(index).tobytes() for f, index in kept}
+
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by records: at least ``above`` bytes."""
         return self._files().sizes[f] >= self.above
