@@ -110,6 +110,10 @@ def test_protobufs_examples_parse_as_protobuf_reads_them() -> None:
     assert got["img"].dtype == np.uint8
     assert got["img"].tobytes() == b"\x00\xffjpeg"
     assert got["empty"].shape == (0,)
+    e.features.feature["none"].SetInParent()  # a Feature with no list at all
+    with pytest.raises(DataError, match="feature 'none' is empty: it holds no bytes_list"):
+        parse_example(e.SerializeToString())
+    assert sorted(parse_example(e.SerializeToString(), ["ids", "w"])) == ["ids", "w"]
 
 
 def test_unpacked_lists_and_unknown_fields_parse() -> None:

@@ -255,8 +255,10 @@ def _feature(buf: bytes, a: int, b: int, key: str) -> NDArray[Any]:
         if number in (1, 2, 3):
             _want(number, wire, 2, "a feature's list")
             kind = (number, value)
-    if kind is None:
-        raise _Bad(f"feature {key!r} holds no bytes_list, float_list or int64_list")
+    if kind is None:  # an Example may say so; no array says "no list"
+        raise DataError(
+            f"feature {key!r} is empty: it holds no bytes_list, float_list or int64_list"
+        )
     number, (la, lb) = kind
     if number == 1:
         values = []
