@@ -362,3 +362,23 @@ def test_an_npy_volume_of_another_shape_is_noted_with_exit_0_and_in_the_json(
     shapes = json.loads(out.read_text())["shapes"]["data"]
     assert sorted(n for n, _ in shapes.values()) == [1, 4]
     assert shapes["(3, 3, 4) float32"][1].endswith("v2.npy")
+
+
+def test_tfrecord_shards_with_a_damaged_record_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A record's data CRC that does not match: the header walk (lengths) passes, and the
+    # read of its shard names the file, record and offset.
+    root = tmp_path / "d"
+    root.mkdir()
+    for i in range(3):
+        arrays = synthetic_arrays("tfrecord", seed=i, shape=(4, 3), samples_per_file=5)
+        write_sample_file("tfrecord", root / f"train-{i:05d}-of-00003", arrays)
+    shard = root / "train-00001-of-00003"
+    data = bytearray(shard.read_bytes())
+    data[20] ^= 0xFF  # inside record 0's data
+    shard.write_bytes(bytes(data))
+    assert main(["check", str(root / "train-*"), "--format", "tfrecord"]) == 1
+    out = capsys.readouterr().out
+    assert "train-00001-of-00003: record 0 at offset 0: its data's CRC-32C" in out
+    assert "5 failed" in out

@@ -29,7 +29,7 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = ["configure", "run"]
 
 # FileSource's names and its aliases (jpg, h5): what users type.
-_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "tar", "raw")
+_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "tar", "tfrecord", "raw")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -62,10 +62,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--samples-per-file",
         metavar="N|header",
         help="samples in each file (NPY, NPZ, HDF5, tar), or 'header' to read each count "
-        "(default: 1; tar: header)",
+        "(default: 1; tar and TFRecord: header, unless counts are given)",
     )
     p.add_argument(
-        "--datasets", metavar="A,B", help="HDF5 datasets, NPZ members or tar fields to read"
+        "--datasets",
+        metavar="A,B",
+        help="HDF5 datasets, NPZ members, tar fields or TFRecord features to read",
     )
     p.add_argument(
         "--dtype",

@@ -374,7 +374,8 @@ def test_npz_members_are_picked_with_datasets(tmp_path: Path) -> None:
         src.read(0, np.arange(8))
     # Formats of one array per file have nothing to pick.
     with pytest.raises(
-        ConfigError, match=r"datasets names the HDF5 datasets, NPZ members or tar fields"
+        ConfigError,
+        match=r"datasets names the HDF5 datasets, NPZ members, tar fields or TFRecord features",
     ):
         FileSource(tmp_path, format="npy", datasets=("x",))
 

@@ -429,6 +429,10 @@ TARGETS: dict[str, Target] = {
     "files_tar": _files("tar", "tar", {}),
     "files_tar_samples": _files("tar", "tar", {}, shuffle="samples"),
     "files_tar_pax": _target(_write_tar_pax, "a.tar", ["b.tar", "c.tar"], _read_files("tar")),
+    "files_tfrecord": _files("tfrecord", "tfrecord", {}),
+    "files_tfrecord_records": _files(
+        "tfrecord", "tfrecord", {}, shuffle="samples", tfrecord_ranges_above=0
+    ),
     "files_jpeg": _files("jpeg", "jpg", {}),
     "files_png": _files("png", "png", {}),
     "files_png16": _target(_write_png16, "a.png", ["b.png", "c.png"], _read_files("png")),

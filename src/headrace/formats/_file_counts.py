@@ -37,6 +37,7 @@ from headrace.formats._npz import npz_rows
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.formats._tar import TarIndex, tar_index
 from headrace.formats._tar_ranges import TarIndexes
+from headrace.formats._tfrecord import walk_records
 from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._waits import result
@@ -60,6 +61,7 @@ _FIRST: dict[str, tuple[int, bool]] = {  # format -> (bytes, from the end)
     "npz": (BLOCK, True),
     "hdf5": (4 * BLOCK, False),
     "tar": (BLOCK, False),  # then each member's header, a block each where members are large
+    "tfrecord": (BLOCK, False),
 }
 
 
@@ -107,8 +109,9 @@ def _count_one(
     i: int,
     queue: RequestQueue | None,
 ) -> tuple[int, int, int, bytes | TarIndex | None]:
-    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes or
-    (tar) its index."""
+    """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
+    (tar) its index or (TFRecord) its record index (each record's data offset, then
+    length, as int64)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
@@ -132,6 +135,10 @@ def _count_one(
         elif fmt.name == "tar":
             index = tar_index(f.at, size, name)
             n, head = len(index), index  # kept: the reads need not walk it again
+        elif fmt.name == "tfrecord":
+            starts, lengths = walk_records(f.at, size, name)
+            n = len(starts)
+            head = np.concatenate([starts, lengths]).tobytes()  # the index, not walked again
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
@@ -157,14 +164,15 @@ def header_counts(
     is a :class:`FormatError` naming the file; storage errors name the object.
 
     ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
-    up to ``HEAD_BYTES`` in all, for the reads by rows to start from
-    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`). ``indexes``: where tar
-    shards' indexes walked to count them are kept, for the reads.
+    or TFRecord files' record indexes, up to ``HEAD_BYTES`` in all, for the reads by
+    rows to start from (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
+    :meth:`~headrace.formats._tfrecord_ranges.RangedTfrecord.seed`). ``indexes``: where
+    tar shards' indexes walked to count them are kept, for the reads.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
-            'samples_per_file="header" reads counts from NPY, NPZ, HDF5 or tar headers; '
-            f"{fmt.name} files hold one sample each"
+            'samples_per_file="header" reads counts from NPY, NPZ, HDF5 or tar headers or '
+            f"TFRecord record headers; {fmt.name} files hold one sample each"
         )
     t0 = time.perf_counter()
     n = len(files)

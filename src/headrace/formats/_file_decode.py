@@ -113,6 +113,7 @@ class FileDecoder:
             rows=rows,
             count=None if rows is None else (self.plan.count(f), self._count_says()),
             tar_index=index,
+            verify=c.verify,
         )
         if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
             self.window.recount(f)

@@ -1,4 +1,5 @@
-"""Which NPY and NPZ files a source reads by rows (:mod:`._npy_ranges`, :mod:`._npz_ranges`).
+"""Which NPY, NPZ and TFRecord files a source reads by rows (:mod:`._npy_ranges`,
+:mod:`._npz_ranges`, :mod:`._tfrecord_ranges`).
 
 Where a file is visited for about one sample a read (``shuffle="samples"``), reading
 it whole read ``samples_per_file`` times the bytes used; under ``"files"`` and
@@ -22,6 +23,7 @@ from headrace.formats._files import file_format
 from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._npz_ranges import RangedNpz
 from headrace.formats._tar_ranges import RangedTar, TarIndexes
+from headrace.formats._tfrecord_ranges import RangedTfrecord
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList
@@ -40,6 +42,7 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
         "npy": config.npy_ranges_above,
         "npz": config.npz_ranges_above,
         "tar": 0 if config.on_corrupt == "raise" else None,
+        "tfrecord": config.tfrecord_ranges_above,
     }
     above = ranges.get(fmt)
     if above == "auto":
@@ -64,9 +67,10 @@ def by_rows(
     heads: Mapping[int, bytes] | None = None,
     count: Callable[[int], int] | None = None,
     indexes: TarIndexes | None = None,
-) -> RangedNpy | RangedNpz | RangedTar | None:
+) -> RangedNpy | RangedNpz | RangedTar | RangedTfrecord | None:
     """What reads a source's files by rows, from ``above`` bytes (``None``: nothing).
-    ``heads``: NPY headers the count read already (see :meth:`RangedNpy.seed`);
+    ``heads``: NPY headers or TFRecord indexes the count read already (see
+    :meth:`RangedNpy.seed`, :meth:`RangedTfrecord.seed`);
     ``count``: each file's samples (the layout guessed for a file of a size not seen);
     ``indexes``: tar shards' indexes, kept (those the count walked)."""
     if above is None:
@@ -79,4 +83,9 @@ def by_rows(
         if heads:
             ranged.seed(heads)
         return ranged
+    if fmt == "tfrecord":
+        records = RangedTfrecord(files, in_flight, above)
+        if heads:
+            records.seed(heads)
+        return records
     return RangedNpz(files, config.datasets, in_flight, above)

@@ -13,6 +13,9 @@ npy        ``data``: ``(B, *shape)``, the header's dtype
 npz        one key per member (or per name in ``datasets``), ``(B, *shape)``
 hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
 tar        one key per field of a sample (or per name in ``datasets``), ``(B, ...)``
+tfrecord   one key per feature (or per name in ``datasets``), ``(B, n)`` (as stored:
+           int64, float32, a single bytes value as uint8); decode off: ``bytes``,
+           each record's bytes
 raw        ``data``: ``(B, nbytes)`` ``uint8``
 decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
@@ -45,6 +48,8 @@ from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
 from headrace.formats._tar import TarIndex, decode_tar
 from headrace.formats._tar_ranges import TarImage
+from headrace.formats._tfrecord import decode_tfrecord
+from headrace.formats._tfrecord_ranges import RecordImage
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
 
@@ -64,13 +69,33 @@ def decode_file(
     rows: NDArray[np.int64] | None = None,
     count: tuple[int, str] | None = None,
     tar_index: TarIndex | None = None,
+    verify: bool = True,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
     ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
     fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so. Tar:
-    ``tar_index``, the shard's index where it was walked before."""
+    ``tar_index``, the shard's index where it was walked before. TFRecord:
+    ``verify``, check each record's data CRC; ``decode=False``, each record's bytes."""
+    if fmt.name == "tfrecord":
+        records = None
+        if isinstance(data, RecordImage) and rows is not None:
+            records = data.records  # read by records: those asked are held (want)
+        elif isinstance(data, SparseImage):
+            data.fill([(0, data.size)])  # a reader of whole files: the rest read first
+        if isinstance(data, SparseImage):
+            data = data.buffer
+        return decode_tfrecord(
+            data,
+            name=name,
+            keys=datasets,
+            rows=rows,
+            count=count,
+            verify=verify,
+            parse=decode,
+            index=records,
+        )
     if not decode:
         return {"bytes": decode_raw(data, name=name)}
     if fmt.name == "hdf5":

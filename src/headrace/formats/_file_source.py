@@ -44,6 +44,7 @@ from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.formats._tar import TarIndex
 from headrace.formats._tar_ranges import TarIndexes
+from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -144,7 +145,7 @@ class FileSource(Closing):
         store_options: Mapping[str, Any] | None,
         listing: Listing | None,
         counts: NDArray[np.int64] | None,
-        carried: Held | None = None,
+        carried: Held | dict[int, bytes] | None = None,
         listed_at: str | None = None,
         tar_held: list[tuple[int, TarIndex]] | None = None,
     ) -> None:
@@ -197,7 +198,7 @@ class FileSource(Closing):
             and config.decode
             and (
                 (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
-                or fmt == "npz"
+                or fmt in ("npz", "tfrecord")
                 or self._rows_above is not None
             )
         )
@@ -214,7 +215,9 @@ class FileSource(Closing):
             self._indexes,
         )
         if carried and isinstance(self._by_rows, RangedNpy):
-            self._by_rows.take_held(carried)  # a worker's copy: its parent's headers
+            self._by_rows.take_held(cast(Held, carried))  # a worker's copy: its parent's headers
+        elif carried and isinstance(self._by_rows, RangedTfrecord):
+            self._by_rows.seed(cast(dict[int, bytes], carried))  # its parent's record indexes
         above = self._ranges_above()
         self._ranged = (
             None
@@ -692,11 +695,14 @@ class FileSource(Closing):
     def __getstate__(self) -> dict[str, Any]:
         # Worker copies own their store, window and decode pool: carry only what
         # re-opens them, and the listing, so a copy never lists again.
-        # The NPY headers read by rows keeps travel too: without them a copy read each
-        # file's header again before its rows (a GET more a file on object storage).
+        # The NPY headers (TFRecord indexes) read by rows keeps travel too: without them a
+        # copy read each file's header again before its rows (a GET more a file on
+        # object storage; a GET a record for a TFRecord shard).
         f = self.files
         counts = self.plan.counts if self.counted else None
-        heads = self._by_rows.held() if isinstance(self._by_rows, RangedNpy) else None
+        heads: Held | dict[int, bytes] | None = None
+        if isinstance(self._by_rows, (RangedNpy, RangedTfrecord)):
+            heads = self._by_rows.held()
         # And the tar indexes: a copy walked each shard's headers again at its first read
         # by samples (on object storage a round trip a sample, in every worker).
         return {

@@ -17,6 +17,7 @@ png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``
            (``mode=``: as Pillow's ``convert(mode)``)
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
+tfrecord   ``{feature: array}``, a 1-D ``object`` array of one array a record
 =========  ======================================================================
 """
 
@@ -38,6 +39,7 @@ from headrace.formats._images import decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
 from headrace.formats._tar import decode_tar, encode_tar
+from headrace.formats._tfrecord import decode_tfrecord, encode_tfrecord
 
 __all__ = [
     "FILE_FORMATS",
@@ -113,6 +115,10 @@ def _encode_hdf5(arrays: Arrays, *, chunks: bool = False, compression: str | Non
     return encode_hdf5(_many(arrays), chunks=chunks, compression=compression)
 
 
+def _encode_tfrecord(arrays: Arrays, *, gzip_level: int | None = None) -> bytes:
+    return encode_tfrecord(_many(arrays), gzip_level=gzip_level)
+
+
 FILE_FORMATS: Mapping[str, FileFormat] = {
     f.name: f
     for f in (
@@ -159,6 +165,13 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             extensions=(".tar",),
             decoder=decode_tar,
             encoder=encode_tar,
+            zero_copy=False,
+        ),
+        FileFormat(
+            name="tfrecord",
+            extensions=(".tfrecord", ".tfrecords"),
+            decoder=decode_tfrecord,
+            encoder=_encode_tfrecord,
             zero_copy=False,
         ),
     )
@@ -242,8 +255,8 @@ def synthetic_arrays(
     Images are ``shape`` = ``(H, W, C)`` uint8 with a smooth gradient plus
     noise, so JPEG and PNG compress like photographs rather than noise.
     Array formats get ``samples_per_file`` samples on a leading axis when it
-    is over 1; NPZ and HDF5 name the array ``x`` and add integer labels ``y`` (a tar
-    shard: fields ``npy`` and ``cls``).
+    is over 1; NPZ, HDF5 and TFRecord name the array ``x`` and add integer labels ``y``
+    (a tar shard: fields ``npy`` and ``cls``).
     """
     f = file_format(fmt)
     if samples_per_file < 1:
@@ -267,7 +280,7 @@ def synthetic_arrays(
     else:
         info = np.iinfo(dt)
         x = rng.integers(info.min, int(info.max) + 1, size=full, dtype=dt)
-    if f.name in ("npz", "hdf5", "tar"):
+    if f.name in ("npz", "hdf5", "tar", "tfrecord"):
         y = rng.integers(0, 1000, size=(samples_per_file,), dtype=np.int64)
         return {"npy": x, "cls": y} if f.name == "tar" else {"x": x, "y": y}
     return x
