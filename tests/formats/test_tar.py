@@ -241,7 +241,9 @@ def test_refused_by_name(tmp_path: Path) -> None:
 def test_config_refusals() -> None:
     with pytest.raises(ConfigError, match="format='raw' for their bytes"):
         FileSource([], format="tar", decode=False)
-    with pytest.raises(ConfigError, match="datasets names the HDF5 datasets, NPZ members or tar"):
+    with pytest.raises(
+        ConfigError, match="datasets names the HDF5 datasets, NPZ members, tar fields"
+    ):
         FileSource([], format="npy", datasets=("x",))
 
 

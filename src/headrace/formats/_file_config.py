@@ -112,7 +112,8 @@ class FileSourceConfig:
     """
 
     format: str = "raw"
-    samples_per_file: int | Sequence[int] | Literal["header"] | None = None  # 1; tar: "header"
+    # None: 1; tar, tfrecord: "header"
+    samples_per_file: int | Sequence[int] | Literal["header"] | None = None
     decode: bool = True
     shuffle: Shuffle | bool = "files"  # True: "files", False: "none"
     mode: SourceMode = "headrace"
@@ -174,8 +175,8 @@ class FileSourceConfig:
                 "over the files' bytes: drop one of the two."
             )
         given = self.samples_per_file
-        if given is None:  # a tar shard holds many samples: count them by default
-            given = "header" if fmt.name == "tar" else 1
+        if given is None:  # tar shards, TFRecord files hold many samples: count them
+            given = "header" if fmt.name in ("tar", "tfrecord") else 1
         spf = check_samples_per_file(given)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1
