@@ -183,7 +183,9 @@ def test_a_long_run_holds_what_its_first_steps_held(
             if step in (500, 600, 700, 6500, 6600, 6700):
                 marks[step] = _mark()
     before, after = [marks[s] for s in (500, 600, 700)], [marks[s] for s in (6500, 6600, 6700)]
-    _assert_flat(before, after, 6000, tmp_path, nbytes=20)
+    # 40 B a step: a leak of 60 B a step fails (360 KB); the fresh-clone CI saw a healthy
+    # padded run at 23 B a step (139 KB), other tests' state in the same process.
+    _assert_flat(before, after, 6000, tmp_path, nbytes=40)
 
 
 @pytest.mark.parametrize("kind", ["tokens", "npy", "parquet"])
