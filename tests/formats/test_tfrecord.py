@@ -541,3 +541,11 @@ def test_a_pickled_copy_keeps_the_record_indexes(tmp_path: Path) -> None:
     assert _digest(copy) == _digest(src)
     copy.close()
     src.close()
+
+
+def test_a_folder_of_gzipped_tfrecords_says_to_gunzip(tmp_path: Path) -> None:
+    # Listed by extension, a folder of only `.tfrecord.gz` held "no tfrecord files":
+    # the message now says why they are left out and what to do.
+    (tmp_path / "train.tfrecord.gz").write_bytes(gzip.compress(bytes(_good()), mtime=0))
+    with pytest.raises(DataError, match=r"it holds 1 \.gz; a GZIP-compressed TFRecord .* gunzip"):
+        FileSource(tmp_path, format="tfrecord")

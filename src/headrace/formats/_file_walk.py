@@ -285,6 +285,11 @@ def none_found(
                 "; a gzip-compressed tar is not read (its members' offsets, which reads by "
                 "samples use, are hidden by the compression): gunzip the shards once"
             )
+        if ".tfrecord" in extensions and ".gz" in others:
+            text += (
+                "; a GZIP-compressed TFRecord is not read (its records are found by offset, "
+                "which the compression hides): gunzip the shards once"
+            )
     if hidden:
         text += (
             f"; {hidden:,} hidden file(s) or folder(s) (a name starting with '.', e.g. "
