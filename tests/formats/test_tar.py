@@ -133,6 +133,26 @@ def test_a_fixed_count_reads_as_the_counts_and_a_wrong_one_is_named(tmp_path: Pa
         batches(FileSource(tmp_path, format="tar", samples_per_file=5), steps=1)
 
 
+def test_sample_keys_name_each_sample_by_its_webdataset_key(root: Path, tmp_path: Path) -> None:
+    n = sum(COUNTS)
+    want = [key(s, i) for s, c in enumerate(COUNTS) for i in range(c)]
+    counted = FileSource(root, format="tar", shuffle="samples")
+    got = batches(counted, steps=n // 4, batch=4)
+    index = np.concatenate([b["index"] for b in got])
+    assert counted.sample_keys(index) == [want[i] for i in index.tolist()]
+    # Counts given: no index kept, so the shards asked are walked now (then kept).
+    given = FileSource(root, format="tar", samples_per_file=COUNTS)
+    assert given.sample_keys([n - 1, 0]) == [want[n - 1], want[0]]
+    assert given._indexes is not None and given._indexes.get(0) is not None
+    assert pickle.loads(pickle.dumps(given)).sample_keys(range(n)) == want
+    # Other formats: the file's key, and key[item] where a file holds many samples.
+    for name, rows in (("a.npy", 2), ("b.npy", 3)):
+        np.save(tmp_path / name, np.zeros((rows, 2), np.float32))
+    rows = FileSource(tmp_path, format="npy", samples_per_file="header")
+    assert rows.sample_keys([4, 0]) == ["b.npy[2]", "a.npy[0]"]
+    assert FileSource(tmp_path, format="npy").sample_keys(np.array([1])) == ["b.npy"]
+
+
 def test_workers_iterable_and_pickled_copies_read_the_same(root: Path) -> None:
     src = FileSource(root, format="tar", shuffle="samples")
     copy = pickle.loads(pickle.dumps(src))

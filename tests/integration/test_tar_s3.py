@@ -99,3 +99,19 @@ def test_a_failed_header_or_member_get_names_the_object(
     with pytest.raises(PermissionDeniedError, match=r"tar/denied/shard-00001\.tar"):
         src.read(0, np.arange(sum(COUNTS)))  # its members, by ranged GETs
     src.close()
+
+
+def test_sample_keys_on_s3_walk_only_the_shards_asked(s3: S3Fixture, tmp_path: Path) -> None:
+    root = shards(tmp_path / "shards")
+    _put(s3, root, "tar/keys")
+    local = FileSource(root, format="tar")
+    remote = _source(s3, "tar/keys", samples_per_file=COUNTS)  # no walk when opened
+    index = np.array([sum(COUNTS) - 1, 2, 6])
+    before = remote.files.store.stats.requests
+    assert remote.sample_keys(index) == local.sample_keys(index)
+    assert remote.files.store.stats.requests > before  # walked by ranged GETs now
+    before = remote.files.store.stats.requests
+    assert remote.sample_keys(index[::-1]) == local.sample_keys(index[::-1])
+    assert remote.files.store.stats.requests == before  # the walks were kept
+    for src in (local, remote):
+        src.close()

@@ -43,7 +43,7 @@ from headrace.formats._images import PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.formats._tar import TarIndex
-from headrace.formats._tar_ranges import TarIndexes
+from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
@@ -272,6 +272,33 @@ class FileSource(Closing):
         """``(file, item)`` of a batch's ``index`` values: sample ``index`` is row ``item``
         of file ``files.keys[file]`` (the whole file when it holds one sample)."""
         return self.plan.file_item(np.asarray(index, dtype=np.int64))
+
+    def sample_keys(self, index: Any) -> list[str]:
+        """The name of each sample of a batch's ``index`` values: a tar sample's
+        WebDataset key (``__key__``: the member names' part before the first dot of
+        their base names); the file's key where a file is one sample; else
+        ``key[item]``. A tar shard's key comes from its index (kept from the count's
+        walk or a read; else its headers are walked now, a read a member)."""
+        files, items = self.file_item(index)
+        keys = self.files.keys
+        if self._indexes is None:
+            if not self._rows:
+                return [keys[f] for f in files.tolist()]
+            return [f"{keys[f]}[{i}]" for f, i in zip(files.tolist(), items.tolist(), strict=True)]
+        walker = self._by_rows if isinstance(self._by_rows, RangedTar) else None
+        own = walker is None
+        if walker is None:
+            walker = RangedTar(lambda: self.files, (), 1, self._indexes)
+        try:
+            out = []
+            for f, i in zip(files.tolist(), items.tolist(), strict=True):
+                index_f = self._indexes.get(f) or walker.image(f, None).index
+                assert index_f is not None
+                out.append(index_f.key(i))
+            return out
+        finally:
+            if own:
+                walker.close()
 
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
