@@ -876,3 +876,14 @@ def test_a_file_listed_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"a\.parquet: listed twice .* its rows twice"):
         Table.open([path, path])
     assert Table.open([path]).num_rows == 100
+
+
+def test_number_columns_map_to_numpy_without_pandas() -> None:
+    # pyarrow's to_pandas_dtype() imports pandas (pyarrow 19 without pandas refused every
+    # table with a number column); the mapping is headrace's own.
+    from headrace.formats._table_schema import numeric_dtype
+
+    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "float16", "float32", "float64"):  # fmt: skip
+        dt = np.dtype(name)
+        assert numeric_dtype(pa, pa.from_numpy_dtype(dt)) == dt

@@ -43,6 +43,7 @@ from headrace.formats._object_files import (
     joined,
     wait_all,
 )
+from headrace.formats._table_schema import numeric_dtype
 from headrace.formats._tokens import TokenFile
 from headrace.io import LocalFile, deep_io_pool
 from headrace.io._batch import results
@@ -192,8 +193,7 @@ def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtyp
     typ = schema.field(column).type
     listed = pa.types.is_list(typ) or pa.types.is_large_list(typ)
     if not listed or not (
-        pa.types.is_integer(typ.value_type)
-        and np.dtype(typ.value_type.to_pandas_dtype()) in PACKED_DTYPES
+        pa.types.is_integer(typ.value_type) and numeric_dtype(pa, typ.value_type) in PACKED_DTYPES
     ):
         # Casting helps a list of other numbers; another kind of column is the wrong one.
         fix = (
@@ -205,7 +205,7 @@ def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtyp
             f"{path}: column {column!r} is {typ}; packing reads a list of uint16, "
             f"uint32, int32 or int64 token ids ({fix})"
         )
-    return np.dtype(typ.value_type.to_pandas_dtype()), bool(pa.types.is_large_list(typ))
+    return numeric_dtype(pa, typ.value_type), bool(pa.types.is_large_list(typ))
 
 
 def _remote_stream(

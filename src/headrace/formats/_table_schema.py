@@ -22,6 +22,7 @@ __all__ = [
     "columns_read",
     "field_of",
     "image_features",
+    "numeric_dtype",
     "reference_part",
     "refuse_indices_mapping",
     "schema_difference",
@@ -137,11 +138,22 @@ def _array_column(pa: Any, name: str, typ: Any, path: str, feature: tuple[Any, s
             "fixed shapes only: give the feature a fixed shape (pad or crop each row, e.g. "
             "in ds.map, and cast_column to it) or leave it out with columns=[...]"
         )
-    dtype: np.dtype[Any] = np.dtype(inner.to_pandas_dtype())
+    dtype = numeric_dtype(pa, inner)
     width = int(np.prod(shape))
     return TableColumn(
         name=name, arrow_type=str(typ), kind="fixed", dtype=dtype, width=width, shape=shape
     )
+
+
+def numeric_dtype(pa: Any, typ: Any) -> np.dtype[Any]:
+    """The NumPy dtype of an integer, floating or boolean Arrow type, found without
+    pandas: pyarrow's ``to_pandas_dtype()`` imports it (pyarrow 19 without pandas
+    failed every table with a number column, 2026-12-04)."""
+    t = pa.types
+    if t.is_boolean(typ):
+        return np.dtype(np.bool_)
+    kind = "f" if t.is_floating(typ) else "i" if t.is_signed_integer(typ) else "u"
+    return np.dtype(f"{kind}{typ.bit_width // 8}")
 
 
 def classify_column(
@@ -158,10 +170,6 @@ def classify_column(
     def numeric(x: Any) -> bool:
         return bool(t.is_integer(x) or t.is_floating(x))
 
-    def np_dtype(x: Any) -> np.dtype[Any]:
-        dt: np.dtype[Any] = np.dtype(x.to_pandas_dtype())
-        return dt
-
     if t.is_struct(typ):
         # A struct with a binary ``bytes`` field: the Hugging Face Image and Audio
         # features' storage, whose ``path`` is null once the bytes are embedded.
@@ -174,18 +182,20 @@ def classify_column(
         # (decoded per record batch or row group, when read).
         return replace(classify_column(pa, name, typ.value_type, path), arrow_type=str(typ))
     if numeric(typ) or t.is_boolean(typ):
-        return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=np_dtype(typ))
+        return TableColumn(
+            name=name, arrow_type=str(typ), kind="scalar", dtype=numeric_dtype(pa, typ)
+        )
     if t.is_fixed_size_list(typ) and numeric(typ.value_type):
         return TableColumn(
             name=name,
             arrow_type=str(typ),
             kind="fixed",
-            dtype=np_dtype(typ.value_type),
+            dtype=numeric_dtype(pa, typ.value_type),
             width=typ.list_size,
         )
     if (t.is_list(typ) or t.is_large_list(typ)) and numeric(typ.value_type):
         return TableColumn(
-            name=name, arrow_type=str(typ), kind="ragged", dtype=np_dtype(typ.value_type)
+            name=name, arrow_type=str(typ), kind="ragged", dtype=numeric_dtype(pa, typ.value_type)
         )
     if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
         return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
