@@ -39,7 +39,7 @@ from headrace.formats._megatron import (
     check_index,
     header_index,
 )
-from headrace.formats._object_files import PIECE as GET_BYTES
+from headrace.formats import _object_files
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def remote_index(files: ObjectFiles, url: str, bin_size: int) -> CheckedIndex | 
     """The Megatron index at ``url`` checked against a ``.bin`` of ``bin_size`` bytes
     (``None``: there is none), read in pieces (see the module doc)."""
     try:
-        head, info = files.read_start(url, GET_BYTES)
+        head, info = files.read_start(url, _object_files.PIECE)  # the GET a read starts with
     except ObjectNotFoundError:
         return None
     stamp = (info.size, info.etag)
