@@ -156,8 +156,9 @@ def test_an_index_replaced_since_open_is_refused_when_its_bounds_are_read(
     _upload(s3, tmp_path / "swap", "swap")
     assert src.read(0, np.arange(4, 8))["position_ids"].shape == (4, 32)
     with pytest.raises(
-        FormatError, match=r"megidx/swap/m\.idx: changed since it was opened \(size, ETag .*"
-        r"reopen the source"
+        FormatError,
+        match=r"megidx/swap/m\.idx: changed since it was opened \(size, ETag .*"
+        r"reopen the source",
     ):
         copy.read(0, np.arange(4))
     s3.server.info.boto3_client().delete_object(Bucket=BUCKET, Key="megidx/swap/m.idx")

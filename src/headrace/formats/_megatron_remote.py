@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ObjectNotFoundError
+from headrace.formats import _object_files
 from headrace.formats._megatron import (
     INDEX_HEAD,
     CheckedIndex,
@@ -39,7 +40,6 @@ from headrace.formats._megatron import (
     check_index,
     header_index,
 )
-from headrace.formats import _object_files
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 
 if TYPE_CHECKING:
