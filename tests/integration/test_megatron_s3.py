@@ -22,7 +22,7 @@ from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError, ObjectNotFoundError
+from headrace.errors import FormatError, ObjectNotFoundError, PermissionDeniedError
 from headrace.formats import TokenSource, _megatron, _object_files, write_megatron_index
 from headrace.formats._megatron_remote import remote_document_bounds
 from headrace.formats._object_files import ObjectFiles
@@ -141,6 +141,18 @@ def test_a_5xx_on_a_piece_is_retried(s3: S3Fixture, tmp_path: Path, proxy: Laten
     stats = src.object_stats
     assert proxy.stats.faults == 3 and stats is not None and stats.retries == 3
     src.close()
+
+
+def test_a_refused_piece_stops_the_check_naming_the_object_and_range(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    _pair(tmp_path / "deny")
+    url = _upload(s3, tmp_path / "deny", "deny")
+    # The index's first GET passes; a later piece's is refused (403: no retry helps).
+    proxy.set_faults([FaultRule(kind="status", status=403, match="megidx/deny/m.idx", every=6)])
+    with pytest.raises(PermissionDeniedError, match=r"megidx/deny/m\.idx, bytes \[\d+, \d+\)"):
+        TokenSource(url, store_options=options(s3, proxy.endpoint), **KW)
+    assert proxy.stats.faults >= 1
 
 
 def test_an_index_replaced_since_open_is_refused_when_its_bounds_are_read(

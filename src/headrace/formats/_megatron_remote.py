@@ -78,11 +78,11 @@ def remote_index(files: ObjectFiles, url: str, bin_size: int) -> CheckedIndex | 
 def remote_document_bounds(files: ObjectFiles, index: CheckedIndex) -> NDArray[np.int64]:
     """:meth:`CheckedIndex.document_bounds` of an index on object storage, refused
     (:class:`~headrace.errors.FormatError`) if the object is not the one checked."""
-    size, etag = index.stamp[:2]
+    assert len(index.stamp) == 2  # an object's: its size and ETag
+    size, etag = index.stamp
     info = files.info(index.path)
     if info.size != size or (etag and info.etag and info.etag != etag):
         raise changed_since(index.path, "size, ETag", (info.size, info.etag), index.stamp)
-    assert isinstance(size, int) and not isinstance(etag, int)
     # Each GET is checked against the stamp too: replaced in between, it is refused.
     return index.document_bounds(_reads(files.open(index.path, size, etag)))
 
