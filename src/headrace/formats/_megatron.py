@@ -103,8 +103,8 @@ def parse_megatron_index(path: str, raw: Any, bin_size: int) -> MegatronIndex:
     return MegatronIndex(path, dtype, lengths, pointers, docs)
 
 
-#: Entries of an ``.idx`` checked at a time by :func:`check_megatron_index` (12 bytes a
-#: sequence, 8 a document entry: ~100 MB read at once, whatever the index's size).
+#: Entries of an ``.idx`` checked at a time by :func:`check_index`, local or on object
+#: storage (12 bytes a sequence, 8 a document entry: ~100 MB at once, whatever its size).
 PIECE = 1 << 23
 
 #: Bytes of an ``.idx`` header: what :func:`check_index` needs first.

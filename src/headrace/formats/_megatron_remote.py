@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AHEAD", "remote_document_bounds", "remote_index"]
 
-#: Ranges of an index read ahead of the one being checked (each up to 8M entries:
-#: at most ``AHEAD + 2`` of them, 64 MB or less each, are held at once).
+#: Ranges of an index read ahead of the one being checked. Each is one piece's lengths,
+#: pointers or document entries (64 MB at most); a piece's lengths and pointers are checked
+#: together, so at most ``AHEAD + 3`` ranges are held at once, whatever the index's size.
 AHEAD = 2
 
 
