@@ -19,6 +19,10 @@ blocks at most, and deleted when it is done unless ``--keep``):
 - ``hosts``: the same, read as host 4,095 of 4,096 (global batch 32,768, 8 a host);
 - ``megatron``: one sparse ``.bin`` with a Megatron ``.idx`` of 50M documents (1.0 GB);
   also the bytes a worker process is sent for it (pickled) and the seconds to load them;
+- ``megatron-s3``: a Megatron pair of 16M documents of 1 to 3 tokens (a 320 MB ``.idx``:
+  two pieces, a 64 MB ``.bin`` of random tokens) on moto's S3 behind a ``LatencyProxy`` of 20 ms,
+  read with document positions (``position_ids``: the batches' digest covers them);
+  what a worker is sent too;
 - ``parquet``, ``parquet-hosts``: ``TableSource`` over 10M rows of one int32 column in
   100 row groups, one host, then host 4,095 of 4,096;
 - ``files``: ``FileSource`` over a folder of 200,000 files of 16 bytes (a stat a file),
@@ -46,7 +50,17 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-CASES = ("tokens", "hosts", "megatron", "parquet", "parquet-hosts", "files", "s3", "mixture")
+CASES = (
+    "tokens",
+    "hosts",
+    "megatron",
+    "megatron-s3",
+    "parquet",
+    "parquet-hosts",
+    "files",
+    "s3",
+    "mixture",
+)
 FAR = 10**9  # the far step (a far sample, for batches larger than 1)
 
 
@@ -84,6 +98,13 @@ def build(case: str, root: Path) -> Path:
         n = 50_000_000
         _sparse(d / "m.bin", 2 * 40 * n)
         write_megatron_index(d / "m.idx", np.uint16, np.full(n, 40, dtype=np.int32))
+    elif name == "megatron-s3":
+        from headrace.formats import write_megatron_index
+
+        lengths = (np.arange(16_000_000) % 3 + 1).astype(np.int32)
+        tokens = np.random.default_rng(0).integers(0, 50_000, int(lengths.sum()), np.uint16)
+        tokens.tofile(d / "m.bin")
+        write_megatron_index(d / "m.idx", np.uint16, lengths)
     elif name == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -123,6 +144,13 @@ def _open(case: str, d: Path, extra: dict[str, Any]) -> Any:
         return TokenSource(sorted(d.glob("*.bin")), context=1024, dtype="uint16")
     if case == "megatron":
         return TokenSource(d / "m.bin", context=1024)
+    if case == "megatron-s3":
+        return TokenSource(
+            "s3://scale/f/m.bin",
+            context=1024,
+            positions="documents",
+            store_options=extra["options"],
+        )
     if case.startswith("parquet"):
         return TableSource(d / "t.parquet", columns=["x"])
     if case == "files":
@@ -181,7 +209,7 @@ def trial(case: str, d: Path, extra: dict[str, Any]) -> dict[str, Any]:
                 plan = src.layout.locate(7, samples)
                 h.update(plan.window.tobytes() + plan.start.tobytes())
     got["sha256"] = h.hexdigest()[:12]
-    if case in ("megatron", "files"):  # what a worker process is sent, and loads
+    if case in ("megatron", "megatron-s3", "files"):  # what a worker is sent, and loads
         blob = pickle.dumps(src)
         t0 = time.perf_counter()
         pickle.loads(blob).close()
@@ -194,7 +222,7 @@ def trial(case: str, d: Path, extra: dict[str, Any]) -> dict[str, Any]:
 def child(side: str, case: str, root: Path) -> None:
     sys.path.insert(0, str(Path(side) / "src"))
     d = build(case, root)  # written by the parent's first call: here only found
-    if case != "s3":
+    if case not in ("s3", "megatron-s3"):
         print(json.dumps(trial(case, d, {})))
         return
     from headrace.emulate import LatencyProxy, LocalS3
@@ -207,10 +235,18 @@ def child(side: str, case: str, root: Path) -> None:
             client.put_object(Bucket="scale", Key=f"f/{p.name}", Body=p.read_bytes())
 
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(put, sorted(d.glob("*.bin"))))
-        with LatencyProxy(s3.endpoint) as proxy:
+            list(pool.map(put, sorted(d.glob("*.bin")) + sorted(d.glob("*.idx"))))
+        with LatencyProxy(s3.endpoint, latency_ms=20 if case == "megatron-s3" else 0) as proxy:
             options = {**s3.info.store_options(), "endpoint": proxy.endpoint}
+            _forget_peak()  # the upload's: the trial's peak is the open's
             print(json.dumps(trial(case, d, {"options": options, "proxy": proxy})))
+
+
+def _forget_peak() -> None:
+    """Reset this process's peak RSS (``VmHWM``) to its RSS now (Linux 4.0 and later)."""
+    if os.path.exists("/proc/self/clear_refs"):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
 
 
 # ------------------------------------------------------------------- the table

@@ -25,6 +25,7 @@ from headrace.errors import (
 )
 from headrace.formats import (
     TokenSource,
+    _megatron,
     _object_files,
     open_token_file,
     write_megatron_index,
@@ -116,14 +117,22 @@ def test_megatron_index_is_parsed_from_the_url(tmp_path: Path) -> None:
 def test_an_index_larger_than_a_piece_is_read_in_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path, _ = layouts(tmp_path)["megatron"]
-    size = (tmp_path / "mega" / "c.idx").stat().st_size
-    monkeypatch.setattr(_object_files, "PIECE", 256)
+    path, _ = layouts(tmp_path)["megatron"]  # 100 sequences, 101 document entries
+    monkeypatch.setattr(_object_files, "PIECE", 256)  # bytes a GET
+    monkeypatch.setattr(_megatron, "PIECE", 64)  # entries a piece checked
     src = TokenSource(url(path), **KW)
-    assert np.array_equal(src.files[0].documents(), open_token_file(path).documents())
     stats = src.object_stats
-    # The .bin's HEAD, then the index: its first piece says how big it is, the rest follow.
-    assert stats is not None and stats.requests == 1 + -(-size // 256) and size > 256 * 4
+    # The .bin's first bytes, the index's first 256 (the header), then each piece's
+    # lengths, pointers and document entries in GETs of 256 bytes.
+    pieces = [4 * 64, 8 * 64, 4 * 36, 8 * 36, 8 * 64, 8 * 37]
+    assert stats is not None and stats.requests == 2 + sum(-(-n // 256) for n in pieces)
+    want = open_token_file(path).documents()
+    assert np.array_equal(src.files[0].documents(), want)  # through stores of its own
+    # Through the source's: a HEAD (the object is the one checked), the pointers and entries.
+    assert np.array_equal(src.files[0].documents(src._remote()), want)
+    opened = 2 + sum(-(-n // 256) for n in pieces)
+    stats = src.object_stats
+    assert stats is not None and stats.requests == opened + 1 + -(-800 // 256) + -(-808 // 256)
     src.close()
 
 
@@ -142,7 +151,7 @@ def test_an_index_changed_between_its_pieces_is_refused(
         return got
 
     monkeypatch.setattr(_object_files.ObjectFiles, "read_start", then_rewrite)
-    with pytest.raises(StorageError, match=r"c\.idx, bytes \[256, \d+\): the object changed"):
+    with pytest.raises(StorageError, match=r"c\.idx, bytes \[\d+, \d+\): the object changed"):
         TokenSource(url(path), **KW)
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,18 @@ from headrace.errors import ConfigError, FormatError
 from headrace.io import LocalFile
 
 __all__ = [
+    "INDEX_HEAD",
     "MEGATRON_MAGIC",
+    "PIECE",
     "CheckedIndex",
     "MegatronIndex",
+    "Reads",
+    "Stamp",
+    "changed_since",
+    "check_index",
     "check_megatron_index",
+    "header_index",
     "parse_megatron_index",
-    "parsed_index",
     "read_megatron_index",
     "write_megatron_index",
 ]
@@ -96,49 +103,65 @@ def parse_megatron_index(path: str, raw: Any, bin_size: int) -> MegatronIndex:
     return MegatronIndex(path, dtype, lengths, pointers, docs)
 
 
-def parsed_index(path: str, raw: bytes | None, bin_size: int) -> MegatronIndex | None:
-    """:func:`parse_megatron_index` of an index read whole (on object storage), or
-    ``None`` where there is none (``raw`` is ``None``)."""
-    return None if raw is None else parse_megatron_index(path, raw, bin_size)
-
-
-#: Entries of an ``.idx`` checked at a time by :func:`check_megatron_index` (12 bytes a
-#: sequence, 8 a document entry: ~100 MB read at once, whatever the index's size).
+#: Entries of an ``.idx`` checked at a time by :func:`check_index`, local or on object
+#: storage (12 bytes a sequence, 8 a document entry: ~100 MB at once, whatever its size).
 PIECE = 1 << 23
+
+#: Bytes of an ``.idx`` header: what :func:`check_index` needs first.
+INDEX_HEAD = _HEADER.size
+
+#: What an index was when checked: a local file's device, inode, size and mtime_ns; an
+#: object's size and ETag.
+Stamp = tuple[int, int, int, int] | tuple[int, str | None]
+
+#: How an index's bytes are read: the byte ranges ``(offset, length)`` it is given, in
+#: order, as arrays (a local file reads each when asked; an object's ranged GETs run ahead).
+Reads = Callable[[Sequence[tuple[int, int]]], Generator[NDArray[np.uint8], None, None]]
 
 
 @dataclass(frozen=True)
 class CheckedIndex:
-    """A local ``.idx`` checked against its ``.bin`` when opened, and read again only if
+    """An ``.idx`` checked against its ``.bin`` when opened, and read again only if
     document bounds are asked for: a ``TokenFile`` holds (and a worker's copy carries)
     a few numbers, not the index (50M documents: 1 GB, held in each process and pickled
-    to each worker until 2026-12-03)."""
+    to each worker until 2026-12-03 locally, 2026-12-04 on object storage)."""
 
     path: str
     dtype: np.dtype[np.generic]
     sequences: int
     entries: int  # document entries: the documents, then one
     bin_size: int
-    #: device, inode, size and mtime_ns when checked: another file under the path, or
-    #: this one changed, is refused when read again.
-    stamp: tuple[int, int, int, int]
+    #: Another file or object under the path than the one checked is refused when read again.
+    stamp: Stamp
 
-    def document_bounds(self) -> NDArray[np.int64]:
+    def document_bounds(self, reads: Reads | None = None) -> NDArray[np.int64]:
         """Token offsets where each document starts, followed by the total (as
-        :meth:`MegatronIndex.document_bounds`), read from the file again."""
+        :meth:`MegatronIndex.document_bounds`), read from the index again: the local file
+        at ``path``, or through ``reads`` (an object's, already found unchanged)."""
+        if reads is not None:
+            return self._bounds(reads)
         with LocalFile(self.path) as f:
             if _stamp(f) != self.stamp:
-                raise FormatError(
-                    f"{self.path}: changed since it was opened (device, inode, size, "
-                    f"mtime {_stamp(f)}, then {self.stamp}); reopen the source"
-                )
-            ptr = _HEADER.size + 4 * self.sequences
-            pointers = f.pread(ptr, 8 * self.sequences).view(np.int64)
-            docs = f.pread(ptr + 8 * self.sequences, 8 * self.entries).view(np.int64)
+                raise changed_since(self.path, "device, inode, size, mtime", _stamp(f), self.stamp)
+            return self._bounds(_local_reads(f))
+
+    def _bounds(self, reads: Reads) -> NDArray[np.int64]:
+        ptr = _HEADER.size + 4 * self.sequences
+        ranges = [(ptr, 8 * self.sequences), (ptr + 8 * self.sequences, 8 * self.entries)]
+        with closing(reads(ranges)) as got:
+            pointers = next(got).view(np.int64)
+            docs = next(got).view(np.int64)
         # The pointers were checked to be the lengths' running sums, in bytes.
         starts = np.append(pointers, np.int64(self.bin_size))[docs]
         bounds: NDArray[np.int64] = starts // self.dtype.itemsize
         return bounds
+
+
+def changed_since(path: str, what: str, now: object, then: object) -> FormatError:
+    """The error for an index found changed since it was checked: reopen the source."""
+    return FormatError(
+        f"{path}: changed since it was opened ({what} {now}, then {then}); reopen the source"
+    )
 
 
 def check_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> CheckedIndex:
@@ -147,22 +170,53 @@ def check_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> Che
     keep none of it (:class:`CheckedIndex`)."""
     path = os.fspath(idx_path)
     with LocalFile(path) as f:
-        dtype, n_seq, n_doc = _header(path, f.pread(0, min(f.size, _HEADER.size)), f.size)
-        lengths_at, pointers_at = _HEADER.size, _HEADER.size + 4 * n_seq
+        head = f.pread(0, min(f.size, _HEADER.size))
+        return check_index(path, head, f.size, bin_size, _local_reads(f), _stamp(f))
+
+
+def _local_reads(f: LocalFile) -> Reads:
+    return lambda ranges: (f.pread(offset, length) for offset, length in ranges)
+
+
+def header_index(path: str, head: Any, size: int, bin_size: int, stamp: Stamp) -> CheckedIndex:
+    """The :class:`CheckedIndex` of an ``.idx`` of ``size`` bytes starting with ``head``,
+    its header checked (the rest: :func:`check_index`, or found checked before)."""
+    dtype, n_seq, n_doc = _header(path, head, size)
+    return CheckedIndex(path, dtype, n_seq, n_doc, bin_size, stamp)
+
+
+def check_index(
+    path: str,
+    head: Any,
+    size: int,
+    bin_size: int,
+    reads: Reads,
+    stamp: Stamp,
+) -> CheckedIndex:
+    """Check an ``.idx`` of ``size`` bytes (``head``: its first bytes, the header at
+    least where it has one) against a ``.bin`` of ``bin_size`` bytes, its entries read
+    through ``reads`` :data:`PIECE` at a time: the checks of :func:`parse_megatron_index`,
+    the same errors, wherever the bytes come from."""
+    index = header_index(path, head, size, bin_size, stamp)
+    n_seq, n_doc = index.sequences, index.entries
+    lengths_at, pointers_at = _HEADER.size, _HEADER.size + 4 * n_seq
+    docs_at = pointers_at + 8 * n_seq
+    seqs, docs = range(0, n_seq, PIECE), range(0, n_doc, PIECE)
+    ranges = [
+        r
+        for lo in seqs
+        for n in (min(PIECE, n_seq - lo),)
+        for r in ((lengths_at + 4 * lo, 4 * n), (pointers_at + 8 * lo, 8 * n))
+    ]
+    ranges += [(docs_at + 8 * lo, 8 * min(PIECE, n_doc - lo)) for lo in docs]
+    with closing(reads(ranges)) as got:
         total = 0
-        for lo in range(0, n_seq, PIECE):
-            n = min(PIECE, n_seq - lo)
-            lengths = f.pread(lengths_at + 4 * lo, 4 * n).view(np.int32)
-            pointers = f.pread(pointers_at + 8 * lo, 8 * n).view(np.int64)
-            total = _check_sequences(path, dtype, lengths, pointers, lo, total)
-        _check_total(path, dtype, total, bin_size)
-        docs_at = pointers_at + 8 * n_seq
-        pieces = (
-            f.pread(docs_at + 8 * lo, 8 * min(PIECE, n_doc - lo)).view(np.int64)
-            for lo in range(0, n_doc, PIECE)
-        )
-        _check_documents(path, n_seq, n_doc, pieces)
-        return CheckedIndex(path, dtype, n_seq, n_doc, bin_size, _stamp(f))
+        for lo in seqs:
+            lengths, pointers = next(got).view(np.int32), next(got).view(np.int64)
+            total = _check_sequences(path, index.dtype, lengths, pointers, lo, total)
+        _check_total(path, index.dtype, total, bin_size)
+        _check_documents(path, n_seq, n_doc, (next(got).view(np.int64) for _ in docs))
+    return index
 
 
 def _stamp(f: LocalFile) -> tuple[int, int, int, int]:

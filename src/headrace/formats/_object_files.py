@@ -30,7 +30,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, HeadraceError, ObjectNotFoundError, StorageError
-from headrace.formats._megatron import MegatronIndex, parsed_index
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
 from headrace.io._batch import results
@@ -39,6 +38,7 @@ from headrace.io._object_names import empty_segment, empty_segment_error, refuse
 from headrace.io._waits import result
 
 if TYPE_CHECKING:
+    from headrace.formats._megatron import CheckedIndex
     from headrace.io import ObjectInfo, ObjectStats, ObjectStore
 
 __all__ = [
@@ -459,9 +459,12 @@ class ObjectFiles:
         wait_all(rest)
         return out.tobytes()
 
-    def index(self, path: str, bin_size: int) -> MegatronIndex | None:
-        """The Megatron index at ``path``, read whole and checked (``None``: none there)."""
-        return parsed_index(path, self.read(path), bin_size)
+    def index(self, path: str, bin_size: int) -> CheckedIndex | None:
+        """The Megatron index at ``path``, checked in pieces (``None``: none there)."""
+        # Imported here: that module reads through this one's ObjectFiles.
+        from headrace.formats._megatron_remote import remote_index
+
+        return remote_index(self, path, bin_size)
 
     def read_start(self, url: str, length: int) -> tuple[memoryview, ObjectInfo]:
         """The object's first ``length`` bytes (all of it when shorter), its size and ETag:
@@ -476,16 +479,23 @@ class ObjectFiles:
         size: int,
         etag: str | None,
         first: Callable[[memoryview], None] | None = None,
+        *,
+        cached: bool = True,
     ) -> RemoteFile:
         """Range reads of ``url`` as it was (``size``, ``etag``); ``first`` checks the
-        object's first bytes when a read starts there (see :meth:`RemoteFile.read_into`)."""
+        object's first bytes when a read starts there (see :meth:`RemoteFile.read_into`).
+        ``cached=False``: not through the cache (bytes read once, such as an index's check)."""
         from headrace.io import ObjectInfo
 
         store, key = self._store(url)
-        cache = None if self.cache is None else (self.cache, cache_name(self._options, url))
+        cache = None if self.cache is None or not cached else (self.cache, self.cache_key(url))
         return RemoteFile(
             store, key, url, ObjectInfo(size, etag), self._request_queue(), cache, first
         )
+
+    def cache_key(self, url: str) -> str:
+        """How the cache names the object ``url`` (:func:`cache_name`)."""
+        return cache_name(self._options, url)
 
     def _request_queue(self) -> RequestQueue:
         with self._lock:

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Sequence
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
-from headrace.formats._megatron import MegatronIndex, parsed_index
+from headrace.formats._megatron import CheckedIndex
 from headrace.formats._object_files import ObjectFiles, common_url_root
 from headrace.io import ObjectInfo
 
@@ -83,16 +83,26 @@ class ListedFiles:
             return None  # the listing says there is none: no request
         raw = self._files.read(path)
         if raw is None:
-            raise ObjectNotFoundError(
-                errno.ENOENT,
-                f"{path}: listed under {root}/ but gone when read (deleted since?); "
-                "reopen the source once the dataset is complete",
-            )
+            raise _gone(path, root)
         return raw
 
-    def index(self, path: str, bin_size: int) -> MegatronIndex | None:
-        """The Megatron index at ``path``, read whole and checked (``None``: none there)."""
-        return parsed_index(path, self.read(path), bin_size)
+    def index(self, path: str, bin_size: int) -> CheckedIndex | None:
+        """The Megatron index at ``path``, checked in pieces (``None``: none there)."""
+        listed = self._listed(path)
+        if listed is not None and path not in listed[1]:
+            return None  # the listing says there is none: no request
+        index = self._files.index(path, bin_size)
+        if index is None and listed is not None:
+            raise _gone(path, listed[0])
+        return index
+
+
+def _gone(path: str, root: str) -> ObjectNotFoundError:
+    return ObjectNotFoundError(
+        errno.ENOENT,
+        f"{path}: listed under {root}/ but gone when read (deleted since?); "
+        "reopen the source once the dataset is complete",
+    )
 
 
 def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:

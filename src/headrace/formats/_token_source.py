@@ -397,7 +397,8 @@ class TokenSource(WindowCache):
     def _doc_bounds(self, f: int) -> NDArray[np.int64]:
         bounds = self._bounds.get(f)
         if bounds is None:
-            bounds = self._bounds[f] = self.files[f].documents()[:-1]
+            tf = self.files[f]
+            bounds = self._bounds[f] = tf.documents(self._remote() if tf.remote else None)[:-1]
         return bounds
 
     def _plan(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:

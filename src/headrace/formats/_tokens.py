@@ -17,6 +17,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import CheckedIndex, MegatronIndex, check_megatron_index
+from headrace.formats._megatron_remote import remote_document_bounds
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.formats._token_text import refuse_non_tokens
@@ -100,14 +101,26 @@ class TokenFile:
     def has_documents(self) -> bool:
         return self.index is not None or self.bounds is not None
 
-    def documents(self) -> NDArray[np.int64]:
+    def documents(
+        self, files: ObjectFiles | None = None, store_options: Mapping[str, Any] | None = None
+    ) -> NDArray[np.int64]:
         """Token offsets where documents start, then the total (Megatron files and
-        Arrow token lists only)."""
+        Arrow token lists only). An index on object storage is read again through
+        ``files`` (a source's stores), else stores opened with ``store_options`` for this
+        read alone; one replaced since it was opened is refused."""
         if self.bounds is not None:
             return self.bounds
         if self.index is None:
             raise ConfigError(f"{self.path}: only Megatron files index documents")
-        return self.index.document_bounds()
+        if isinstance(self.index, MegatronIndex) or not self.remote:
+            return self.index.document_bounds()
+        if files is not None:
+            return remote_document_bounds(files, self.index)
+        own = ObjectFiles(check_store_options(store_options, remote=True, where=self.path))
+        try:
+            return remote_document_bounds(own, self.index)
+        finally:
+            own.close()
 
 
 class TokenFiles(Protocol):
