@@ -43,7 +43,7 @@ from headrace.formats._images import ImageMode, check_image_mode, decode_jpeg, d
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._mds_cache import ShardCache, default_cache_bytes
 from headrace.formats._mds_codecs import check_hashes, decompress, require_codec
-from headrace.formats._mds_index import VALUE_DTYPES, Column, MDSIndex, check_selected
+from headrace.formats._mds_index import Column, MDSIndex, check_selected, decode_ndarray
 from headrace.formats._mds_open import INDEX, open_mds, shard_files
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight
 from headrace.formats._row_plan import (
@@ -588,7 +588,7 @@ class MDSSource:
             return decode_jpeg(b, name=where, mode=self._image_mode)
         if c.kind == "png":
             return decode_png(b, name=where, mode=self._image_mode)
-        return _ndarray(c, b, where)
+        return decode_ndarray(c, b, where)
 
     def _name(self, s: int) -> str:
         return self.files.name(self._file_of[s])
@@ -621,33 +621,3 @@ class MDSSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
-    """An ``ndarray`` column's value: its declared dtype and shape, or those its bytes
-    state first (a dtype byte, then ``ndim << 2 | shape width`` and the shape)."""
-    at = 0
-    dtype = c.dtype
-    if dtype is None:
-        code = int(b[0]) if len(b) else -1
-        if code not in VALUE_DTYPES:
-            raise FormatError(f"{where}: dtype byte {code} names no ndarray dtype")
-        dtype, at = VALUE_DTYPES[code], 1
-    shape = c.shape
-    if shape is None:
-        if len(b) <= at:
-            raise FormatError(f"{where}: {len(b)} bytes end before the array's shape")
-        byte = int(b[at])
-        ndim, width = byte >> 2, 1 << (byte & 3)
-        end = at + 1 + ndim * width
-        if end > len(b):
-            raise FormatError(f"{where}: {len(b)} bytes end inside the array's shape")
-        shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
-        at = end
-    item = np.dtype(dtype).itemsize
-    want = int(np.prod(shape, dtype=np.int64)) * item
-    if len(b) - at != want:
-        raise FormatError(
-            f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
-        )
-    return np.frombuffer(b[at:], np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
+from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._mds_codecs import codec_family
@@ -34,6 +35,7 @@ __all__ = [
     "MDSIndex",
     "MDSShard",
     "check_selected",
+    "decode_ndarray",
     "parse_index",
     "refusal",
 ]
@@ -304,3 +306,33 @@ def check_selected(index: MDSIndex, columns: list[str] | None, where: str) -> li
             f"{where}: " + "; ".join(refused) + "; leave such columns out with columns=[...]"
         )
     return [by[n] for n in names]
+
+
+def decode_ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
+    """An ``ndarray`` column's value: its declared dtype and shape, or those its bytes
+    state first (a dtype byte, then ``ndim << 2 | shape width`` and the shape)."""
+    at = 0
+    dtype = c.dtype
+    if dtype is None:
+        code = int(b[0]) if len(b) else -1
+        if code not in VALUE_DTYPES:
+            raise FormatError(f"{where}: dtype byte {code} names no ndarray dtype")
+        dtype, at = VALUE_DTYPES[code], 1
+    shape = c.shape
+    if shape is None:
+        if len(b) <= at:
+            raise FormatError(f"{where}: {len(b)} bytes end before the array's shape")
+        byte = int(b[at])
+        ndim, width = byte >> 2, 1 << (byte & 3)
+        end = at + 1 + ndim * width
+        if end > len(b):
+            raise FormatError(f"{where}: {len(b)} bytes end inside the array's shape")
+        shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
+        at = end
+    item = np.dtype(dtype).itemsize
+    want = int(np.prod(shape, dtype=np.int64)) * item
+    if len(b) - at != want:
+        raise FormatError(
+            f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
+        )
+    return np.frombuffer(b[at:], np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
