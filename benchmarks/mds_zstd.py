@@ -1,10 +1,10 @@
 """What reading zstd-compressed MDS shards costs ``MDSSource``, against the same dataset
 uncompressed: 40,000 samples (``tokens``: 200-800 uint16 ids drawn Zipf-like, ``id``:
-``int``) in shards of 2,000 (20 shards, about 1 MB each decompressed), local files in
+``int``) in shards of 200 (200 shards, about 200 KB each decompressed), local files in
 the page cache, B=256, sync loader (``prefetch=0``), A/B/A/B in one process, medians.
 
 Sides (the two "window" sides read the same batches, so do the two "full" ones):
-  zstd window   compressed, shuffle="window", window_rows=8,000 (4 shards a window)
+  zstd window   compressed, shuffle="window", window_rows=8,000 (40 shards a window)
   raw window    uncompressed, the same windows
   raw full      uncompressed, shuffle="full"
   zstd full     compressed, shuffle="full", shard_cache_bytes of 4 shards: the thrash
@@ -17,6 +17,13 @@ full are within 1.3x of each other (the page cache serves both). The full shuffl
 compressed shards with a cache of 4 shards decompresses most of the 20 shards every
 batch: about 60-100 KB decompressed a sample of ~1 KB, 10-30x fewer batches/s than raw
 full.
+
+That first run had 20 shards of 2,000: the loader reads up to 1,024 samples at once
+(4 batches), so a read decompressed the 20 shards once for 1,024 samples (7.5 KB a
+sample, 1.9x). A dataset of many shards is what a full shuffle meets: revised to 200
+shards of 200 before the second run, predicted: a read of 1,024 samples touches ~200
+shards, ~40 KB decompressed a sample, 5-20x fewer batches/s than raw full; the other
+sides as above.
 
 Run: PYTHONPATH=src python benchmarks/mds_zstd.py [--trials 3] [--steps 156]
 (156 steps: an epoch, so each window side decompresses or reads every shard once).
@@ -40,7 +47,7 @@ from headrace.formats import MDSSource
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _mds_files import write_mds  # the tests' writer of Streaming's format
 
-SAMPLES, PER_SHARD, BATCH, WINDOW = 40_000, 2_000, 256, 8_000
+SAMPLES, PER_SHARD, BATCH, WINDOW = 40_000, 200, 256, 8_000
 SIDES = ("zstd window", "raw window", "raw full", "zstd full")
 
 
