@@ -207,10 +207,12 @@ def _rewrite(root: Path, change: Any) -> None:
             r"compressed \('gz'\) but zip_data.basename does not name a file",
         ),
         (
-            lambda i: i["shards"][0].update(
-                compression="gz", zip_data={"basename": "shard.00000.mds.gz", "bytes": 9}
-            )
-            or i["shards"][0]["raw_data"].pop("bytes"),
+            lambda i: (
+                i["shards"][0].update(
+                    compression="gz", zip_data={"basename": "shard.00000.mds.gz", "bytes": 9}
+                )
+                or i["shards"][0]["raw_data"].pop("bytes")
+            ),
             r"compressed \('gz'\) but raw_data.bytes is missing",
         ),
         (

@@ -151,8 +151,19 @@ def test_a_full_shuffle_beyond_the_cache_warns_and_decompresses_per_sample(
     with pytest.warns(UserWarning, match=r"cannot hold every shard .* for nearly every sample"):
         src = MDSSource(tmp_path, shuffle="full", shard_cache_bytes=2000)
     with src:
-        src.read(0, np.arange(96))
-        assert src.stats.unzipped == 12  # one batch: its shards at once
+        loads: list[list[int]] = []
+        unzip = src._unzip
+        src._unzip = lambda shards: loads.append(shards) or unzip(shards)  # type: ignore[method-assign]
+        got = src.read(0, np.arange(96))
+        # One read of every shard holds at most the cache's bytes (or one shard) at once.
+        assert len(loads) > 1 and sorted(s for g in loads for s in g) == list(range(12))
+        assert all(len(g) == 1 or sum(src._raw[s] for s in g) <= src.cache.max_bytes for g in loads)
+        assert src.stats.unzipped == 12 and src.cache.held_bytes <= 2000
+        plain = tmp_path / "plain"
+        _write(plain, None, n=96)
+        with MDSSource(plain, shuffle="full") as p:
+            want = p.read(0, np.arange(96))
+        assert all(np.array_equal(got[k], want[k]) for k in ("index", "id", "x"))
         for k in range(96, 192, 8):
             src.read(0, np.arange(k, k + 8))
         assert src.stats.unzipped > 12 + 12  # thrash: shards again and again

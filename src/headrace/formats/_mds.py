@@ -282,22 +282,28 @@ class MDSSource:
             rows = sample_rows(seed, samples, self.samples_per_epoch, full)
         shard, local = self._locate(rows)
         needed = np.unique(shard).tolist()
-        held = self._unzipped(needed)
-        self._load_offsets(needed, held)
         begin = np.empty(len(rows), dtype=np.int64)
         length = np.empty(len(rows), dtype=np.int64)
-        for s in needed:
-            sel = shard == s
-            off = self._offsets[s]
-            assert off is not None
-            begin[sel] = off[local[sel]]
-            length[sel] = off[local[sel] + 1].astype(np.int64) - begin[sel]
-        if self._narrow is not None:
-            begin += self._narrow[0]
-            length[:] = self._narrow[1] - self._narrow[0]
-        pieces = self._fetch(
-            [(s, np.flatnonzero(shard == s)) for s in needed], begin, length, len(rows), held
-        )
+        pieces: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * len(rows)
+        # Compressed shards a group at a time, each group's decompressed bytes at most
+        # the cache's (or one shard): a read of thousands of samples under the full
+        # shuffle touches thousands of shards, and must not hold them all at once.
+        for group in self._groups(needed):
+            held = self._unzipped(group)
+            self._load_offsets(group, held)
+            idx = [np.flatnonzero(shard == s) for s in group]
+            for s, sel in zip(group, idx, strict=True):
+                off = self._offsets[s]
+                assert off is not None
+                begin[sel] = off[local[sel]]
+                length[sel] = off[local[sel] + 1].astype(np.int64) - begin[sel]
+                if self._narrow is not None:
+                    begin[sel] += self._narrow[0]
+                    length[sel] = self._narrow[1] - self._narrow[0]
+            got = self._fetch(list(zip(group, idx, strict=True)), begin, length, len(rows), held)
+            for sel in idx:
+                for i in sel.tolist():
+                    pieces[i] = got[i]
         with self._lock:
             self.stats.samples += len(rows)
             self.stats.bytes += int(length.sum())
@@ -436,8 +442,8 @@ class MDSSource:
                 stored.append((s, idx))
                 continue
             data = held[s]
-            for i in idx.tolist():
-                out[i] = data[int(begin[i]) : int(begin[i] + length[i])]
+            for i in idx.tolist():  # a copy: the shard may be dropped before the batch is made
+                out[i] = data[int(begin[i]) : int(begin[i] + length[i])].copy()
         groups = stored
         if not groups:
             return out
@@ -500,6 +506,24 @@ class MDSSource:
         return results([pool.submit(one, path, idx) for path, idx in groups])
 
     # -- compressed shards ----------------------------------------------------------
+
+    def _groups(self, shards: list[int]) -> list[list[int]]:
+        """``shards`` (in order) as the groups a read takes one after another: the
+        uncompressed ones together, the compressed ones so that a group's decompressed
+        bytes fit the cache (or are one shard)."""
+        plain = [s for s in shards if not self.index.shards[s].codec]
+        out = [plain] if plain else []
+        cur: list[int] = []
+        size = 0
+        for s in shards:
+            if not self.index.shards[s].codec:
+                continue
+            if cur and size + self._raw[s] > self.cache.max_bytes:
+                out.append(cur)
+                cur, size = [], 0
+            cur.append(s)
+            size += self._raw[s]
+        return [*out, cur] if cur else out
 
     def _unzipped(self, shards: list[int]) -> dict[int, NDArray[np.uint8]]:
         """The decompressed bytes of the compressed ones of ``shards`` (held, or
