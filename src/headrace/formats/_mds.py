@@ -207,10 +207,11 @@ class MDSSource:
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
         self._reader = LazyReader(self._reader_strategy)
         self.stats = MDSStats()
-        self._order(args)
+        self._order(args, warn=carried is None)
 
-    def _order(self, args: dict[str, Any]) -> None:
-        """The shuffle, its windows, and the cache of decompressed shards."""
+    def _order(self, args: dict[str, Any], warn: bool) -> None:
+        """The shuffle, its windows, and the cache of decompressed shards (``warn``: say
+        so where the cache is too small; a worker's copy does not say it again)."""
         shards = self.index.shards
         zipped = any(s.codec for s in shards)
         #: Each shard's size as read: decompressed, or the stored file's.
@@ -230,7 +231,7 @@ class MDSSource:
                 wr = max(1, WINDOW_BYTES * self.samples_per_epoch // max(1, int(raw.sum())))
             self.window_rows: int = wr
             self.windows = RowWindows([s.samples for s in shards], wr)
-        if not zipped:
+        if not zipped or not warn:
             return
         if self.windows is not None:
             w = self.windows
