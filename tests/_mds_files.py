@@ -5,10 +5,20 @@ in sorted name order; a shard: uint32 sample count, count + 1 uint32 offsets fro
 the file's start, the writer's config as JSON, the samples; a sample: one uint32
 size per variable-size column, then the columns' bytes), so the reader is tested on
 the bytes Streaming writes, not on bytes of its own making.
+
+``compression`` compresses each shard whole as Streaming's ``MDSWriter(compression=...)``
+does (``streaming/base/compression.py``: ``zstd.compress(data, level)`` (zstandard
+writes the same frame), ``gzip.compress``, ``bz2.compress``, ``brotli.compress``,
+``snappy.compress``, each at Streaming's default level), stores only the compressed
+file (``shard.00000.mds.zstd``) and describes both in the index (``zip_data`` and
+``raw_data``, with ``hashes``' hex digests of each, as ``Writer._process_file``).
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import hashlib
 import json
 import pickle
 from collections.abc import Mapping, Sequence
@@ -77,6 +87,45 @@ def encode_sample(columns: Sequence[tuple[str, str]], sample: Mapping[str, Any])
     return np.array(sizes, dtype="<u4").tobytes() + b"".join(data)
 
 
+#: Streaming's default level of each codec family.
+_LEVEL = {"zstd": 3, "gz": 9, "bz2": 9, "br": 11}
+
+
+def compress(codec: str, data: bytes) -> bytes:
+    """``data`` compressed as Streaming's ``compress(codec, data)`` does."""
+    family, _, level_text = codec.partition(":")
+    level = int(level_text) if level_text else _LEVEL.get(family, 0)
+    if family == "zstd":
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=level).compress(data)
+    if family == "gz":
+        return gzip.compress(data, level)
+    if family == "bz2":
+        return bz2.compress(data, level)
+    if family == "br":
+        import brotli
+
+        return brotli.compress(data, quality=level)  # type: ignore[no-any-return]
+    if family == "snappy":
+        import snappy
+
+        return snappy.compress(data)  # type: ignore[no-any-return]
+    raise ValueError(f"no test codec {codec!r}")
+
+
+def _info(data: bytes, name: str, hashes: Sequence[str]) -> dict[str, Any]:
+    digests = {}
+    for algo in hashes:
+        if algo.startswith("xxh"):
+            import xxhash
+
+            digests[algo] = getattr(xxhash, algo)(data).hexdigest()
+        else:
+            digests[algo] = getattr(hashlib, algo)(data).hexdigest()
+    return {"basename": name, "bytes": len(data), "hashes": digests}
+
+
 def write_mds(
     root: Path,
     columns: Mapping[str, str],
@@ -84,18 +133,21 @@ def write_mds(
     *,
     per_shard: int = 10,
     entry: Mapping[str, Any] | None = None,
+    compression: str | None = None,
+    hashes: Sequence[str] = (),
 ) -> list[Path]:
     """Write ``samples`` as MDS shards of ``per_shard`` samples and ``index.json`` under
-    ``root``; ``entry`` overrides keys of every shard's index entry. The shards' paths."""
+    ``root``; ``entry`` overrides keys of every shard's index entry. The stored shards'
+    paths (compressed ones with ``compression``, e.g. ``"zstd"`` or ``"gz:1"``)."""
     root.mkdir(parents=True, exist_ok=True)
     cols = [(n, columns[n]) for n in sorted(columns)]
     config = {
         "column_encodings": [e for _, e in cols],
         "column_names": [n for n, _ in cols],
         "column_sizes": [fixed_size(e) for _, e in cols],
-        "compression": None,
+        "compression": compression,
         "format": "mds",
-        "hashes": [],
+        "hashes": list(hashes),
         "size_limit": 1 << 26,
         "version": 2,
     }
@@ -112,14 +164,20 @@ def write_mds(
             + b"".join(encoded)
         )
         name = f"shard.{k:05d}.mds"
-        (root / name).write_bytes(body)
-        paths.append(root / name)
+        stored, zip_data = name, None
+        data = body
+        if compression:
+            data = compress(compression, body)
+            stored = f"{name}.{compression.partition(':')[0]}"
+            zip_data = _info(data, stored, hashes)
+        (root / stored).write_bytes(data)
+        paths.append(root / stored)
         shards.append(
             {
                 **config,
-                "raw_data": {"basename": name, "bytes": len(body), "hashes": {}},
+                "raw_data": _info(body, name, hashes),
                 "samples": n,
-                "zip_data": None,
+                "zip_data": zip_data,
                 **(entry or {}),
             }
         )

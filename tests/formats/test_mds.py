@@ -168,8 +168,10 @@ def test_columns_refused_by_name(tmp_path: Path) -> None:
         MDSSource(tmp_path, columns=["a"], reader="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="image_mode"):
         MDSSource(tmp_path, columns=["a"], image_mode="CMYK")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="windowed shuffle is not offered"):
-        MDSSource(tmp_path, columns=["a"], shuffle="window")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"window_rows must be an integer >= 1 \(got 0\)"):
+        MDSSource(tmp_path, columns=["a"], shuffle="window", window_rows=0)
+    with pytest.raises(ConfigError, match=r"shard_cache_bytes must be an integer >= 1"):
+        MDSSource(tmp_path, columns=["a"], shard_cache_bytes=0)
 
 
 def _index(root: Path) -> dict[str, Any]:
@@ -192,10 +194,33 @@ def _rewrite(root: Path, change: Any) -> None:
         ),
         (
             lambda i: i["shards"][0].update(
-                compression="zstd:7", zip_data={"basename": "shard.00000.mds.zstd"}
+                compression="lz4", zip_data={"basename": "shard.00000.mds.lz4"}
             ),
-            r"compressed \('zstd:7', stored as 'shard.00000.mds.zstd'\): Streaming compresses a "
-            "shard whole",
+            r"shard 0 \(shard.00000.mds\): compression 'lz4' is no codec Streaming writes",
+        ),
+        (
+            lambda i: i["shards"][0].update(compression="zstd:x"),
+            r"compression 'zstd:x' is no codec",
+        ),
+        (
+            lambda i: i["shards"][0].update(compression="gz", zip_data=None),
+            r"compressed \('gz'\) but zip_data.basename does not name a file",
+        ),
+        (
+            lambda i: (
+                i["shards"][0].update(
+                    compression="gz", zip_data={"basename": "shard.00000.mds.gz", "bytes": 9}
+                )
+                or i["shards"][0]["raw_data"].pop("bytes")
+            ),
+            r"compressed \('gz'\) but raw_data.bytes is missing",
+        ),
+        (
+            lambda i: i["shards"][0].update(
+                compression="gz",
+                zip_data={"basename": "shard.00000.mds.gz", "bytes": 9, "hashes": ["sha1"]},
+            ),
+            r"zip_data.hashes is \['sha1'\], not",
         ),
         (lambda i: i["shards"][0].update(column_encodings=["int", "float128"]), "'float128'"),
         (

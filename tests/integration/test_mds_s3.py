@@ -157,3 +157,59 @@ def test_a_body_short_every_try_is_refused_naming_the_shard(
         proxy.set_faults([FaultRule(kind="short", match=f"GET /{BUCKET}/mds/ds/shard.00000")])
         with pytest.raises(StorageError, match=r"mds/ds/shard\.00000\.mds, bytes \["):
             src.read(0, np.arange(3, 6))
+
+
+@pytest.fixture(scope="module")
+def zipped(
+    s3: S3Fixture, dataset: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """The same 50 samples, zstd-compressed as MDSWriter(compression='zstd') writes them,
+    under ``mds/zstd`` on S3."""
+    root = tmp_path_factory.mktemp("mdsz") / "ds"
+    local, _ = dataset
+    with MDSSource(local, shuffle=False) as src:
+        b = src.read(0, np.arange(50))
+    samples = [
+        {
+            "id": int(b["id"][k]),
+            "text": bytes(b["text"][k]).decode(),
+            "x": b["x"][k],
+            "v": b["v"][k],
+        }
+        for k in range(50)
+    ]
+    write_mds(root, COLUMNS, samples, per_shard=10, compression="zstd")
+    return _upload(s3, root, "mds/zstd")
+
+
+def test_compressed_shards_on_s3_give_the_local_uncompressed_batches(
+    s3: S3Fixture, proxy: LatencyProxy, dataset: tuple[Path, str], zipped: str
+) -> None:
+    root, _ = dataset
+    for shuffle in ("window", "full"):
+        want = _digest(MDSSource(root, shuffle=shuffle, window_rows=20))
+        assert _digest(_remote(s3, zipped, shuffle=shuffle, window_rows=20)) == want
+    with _remote(s3, zipped, shuffle=False) as src:
+        src.read(0, np.arange(50))
+        assert src.stats.unzipped == 5 and src.stats.zip_bytes == sum(src.files.sizes)
+    assert_resume_exact(
+        lambda: Loader(_remote(s3, zipped, window_rows=20), batch_size=6, seed=2),
+        steps=12,
+        resume_at=[5, 9],
+    )
+    # The whole-shard GETs retried on 5xx.
+    proxy.set_faults(
+        [
+            FaultRule(
+                kind="status", status=503, match=f"GET /{BUCKET}/mds/zstd/shard", every=2, limit=3
+            )
+        ]
+    )
+    src = _remote(s3, zipped, proxy.endpoint, window_rows=20)
+    assert _digest(src) == _digest(MDSSource(root, window_rows=20, shuffle="window"))
+    assert proxy.stats.faults == 3
+    with _remote(s3, zipped) as src:  # a worker's copy: no decompressed shard carried
+        src.read(0, np.arange(10))
+        copy = pickle.loads(pickle.dumps(src))
+        assert src.cache.held() and copy.cache.held() == []
+        copy.close()

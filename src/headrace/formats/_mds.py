@@ -10,9 +10,16 @@ coalesced), on object storage as ranged GETs (coalesced alike), every shard's in
 flight together. Where every column read has a fixed size and every column before
 it too, only those columns' bytes of a sample are read, else the whole sample.
 
+A compressed shard (Streaming's ``MDSWriter(compression=...)``) is fetched whole
+(local read, or ranged GETs side by side), decompressed once on the I/O pool (the
+batch's shards together) and held in a bounded cache (:mod:`._mds_cache`); its
+offsets table and samples are then slices of those bytes.
+
 Sample ``k`` is row ``perm(k % n)`` of epoch ``k // n`` (``sample_rows``: the plan
-every row source uses), so order, reshuffles, resume and host slicing are those of
-the other sources. Samples come as dicts of arrays and a batch as
+every row source uses), or, with ``shuffle="window"``, the windowed shuffle of the
+Parquet tables with shards for row groups (:class:`RowWindows`), so order,
+reshuffles, resume and host slicing are those of the other sources. Samples come
+as dicts of arrays and a batch as
 :func:`~headrace.formats._file_samples.stack_samples` makes FileSource's: stacked
 where the batch's samples agree in shape and dtype, else an ``object`` array and
 ``<column>_shape``.
@@ -28,20 +35,25 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
-from headrace.formats._file_list import FileList, Listing, is_object_url, list_files
+from headrace._warn import warn_user
+from headrace.errors import ConfigError, FormatError
+from headrace.formats._file_list import Listing, is_object_url
 from headrace.formats._file_samples import stack_samples
 from headrace.formats._images import ImageMode, check_image_mode, decode_jpeg, decode_png
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
-from headrace.formats._mds_index import (
-    VALUE_DTYPES,
-    Column,
-    MDSIndex,
-    check_selected,
-    parse_index,
+from headrace.formats._mds_cache import ShardCache, default_cache_bytes
+from headrace.formats._mds_codecs import check_hashes, decompress, require_codec
+from headrace.formats._mds_index import Column, MDSIndex, check_selected, decode_ndarray
+from headrace.formats._mds_open import INDEX, open_mds, shard_files
+from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight
+from headrace.formats._row_plan import (
+    RowWindows,
+    ShuffleMode,
+    check_window_rows,
+    parse_shuffle,
+    sample_rows,
+    shuffle_fingerprint,
 )
-from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight, check_store_options
-from headrace.formats._row_plan import parse_shuffle, sample_rows
 from headrace.io import STRATEGIES
 
 if TYPE_CHECKING:
@@ -49,19 +61,26 @@ if TYPE_CHECKING:
 
 __all__ = ["MDSSource", "MDSStats"]
 
-INDEX = "index.json"
 _U4 = np.dtype("<u4")
+#: The default window of ``shuffle="window"``: about this many bytes of shards (as
+#: decompressed), whatever the samples' size; the cache's default holds two.
+WINDOW_BYTES = 1 << 30
 
 
 @dataclass(slots=True)
 class MDSStats:
     """What a source has read: offsets tables (``headers``, their ``header_bytes``),
-    samples and the bytes of their ranges (``bytes``, before coalescing)."""
+    samples and the bytes of their ranges (``bytes``, before coalescing); compressed
+    shards decompressed (``unzipped``), the bytes fetched for them (``zip_bytes``) and
+    the bytes they decompressed to (``unzipped_bytes``)."""
 
     headers: int = 0
     header_bytes: int = 0
     samples: int = 0
     bytes: int = 0
+    unzipped: int = 0
+    zip_bytes: int = 0
+    unzipped_bytes: int = 0
 
 
 class MDSSource:
@@ -71,10 +90,18 @@ class MDSSource:
     (``store_options`` go to :class:`~headrace.io.ObjectStore`, ``in_flight`` bounds
     the GETs at once). ``columns``: the columns to read (default: all); a batch holds
     each as an array, and ``index``, each sample's number in dataset order.
-    ``shuffle``: ``True`` (``"full"``) permutes all samples per epoch, ``False``
-    (``"none"``) reads them in order. ``reader``: the local read strategy
-    (:class:`~headrace.io.ReaderConfig`). ``image_mode``: as FileSource's, for
-    ``jpeg`` and ``png`` columns. See docs/files.md for encodings and refusals.
+    ``shuffle``: ``"full"`` permutes all samples per epoch; ``"window"`` visits
+    windows of consecutive shards (about ``window_rows`` samples, or one larger
+    shard, read in sub-windows of ``window_rows``) in a permuted order and each
+    window's samples in a permuted order, keyed by ``(seed, epoch)`` (Parquet's
+    windowed shuffle: docs/rows.md); ``window_rows=None``: windows of about 1 GiB
+    of shards. ``True`` (default) is ``"window"`` when the shards are compressed,
+    else ``"full"``; ``False`` (``"none"``) reads samples in order.
+    ``shard_cache_bytes``: the most bytes of decompressed shards held (default:
+    2 GiB, or a quarter of the memory available where less).
+    ``reader``: the local read strategy (:class:`~headrace.io.ReaderConfig`).
+    ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns. See
+    docs/files.md for encodings, codecs and refusals.
     """
 
     def __init__(
@@ -82,17 +109,25 @@ class MDSSource:
         root: str | os.PathLike[str],
         *,
         columns: list[str] | tuple[str, ...] | None = None,
-        shuffle: bool | Literal["none", "full"] = True,
+        shuffle: bool | Literal["none", "full", "window"] = True,
+        window_rows: int | None = None,
+        shard_cache_bytes: int | None = None,
         reader: Strategy = "adaptive",
         store_options: dict[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
         image_mode: ImageMode | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)
-        if mode == "window":
+        if window_rows is not None:
+            check_window_rows(window_rows, "None: about 1 GiB of shards")
+        if shard_cache_bytes is not None and (
+            isinstance(shard_cache_bytes, bool)
+            or not isinstance(shard_cache_bytes, int)
+            or shard_cache_bytes < 1
+        ):
             raise ConfigError(
-                "MDSSource takes shuffle=True ('full') or False ('none'); a windowed "
-                "shuffle is not offered for MDS shards (got 'window')."
+                f"shard_cache_bytes must be an integer >= 1 (got {shard_cache_bytes!r}): the "
+                "most bytes of decompressed shards held (None: the default)."
             )
         if reader not in STRATEGIES:
             raise ConfigError(f"reader must be one of {', '.join(STRATEGIES)} (got {reader!r}).")
@@ -105,7 +140,9 @@ class MDSSource:
             os.fspath(root).rstrip("/"),
             {
                 "columns": None if columns is None else list(columns),
-                "shuffle": mode != "none",
+                "shuffle": mode,
+                "window_rows": window_rows,
+                "shard_cache_bytes": shard_cache_bytes,
                 "reader": reader,
                 "store_options": store_options,
                 "in_flight": check_in_flight(in_flight),
@@ -119,17 +156,18 @@ class MDSSource:
     ) -> None:
         """Open the dataset (``carried``: a copy's index and listing, read by its parent)."""
         self._args = args
-        self.shuffle: bool = args["shuffle"]
         self.root = root
         self.remote = is_object_url(root)
         self._in_flight = args["in_flight"]
         self._reader_strategy = args["reader"]
         self._image_mode = args["image_mode"]
         where = f"{root}/{INDEX}"
-        self.index, self.files = _open(root, where, args["store_options"], self.remote, carried)
+        self.index, self.files = open_mds(root, where, args["store_options"], self.remote, carried)
         try:
             self.columns = check_selected(self.index, args["columns"], root)
-            self._file_of = _shard_files(self.files, self.index, root)
+            self._file_of = shard_files(self.files, self.index, root)
+            for codec in sorted({s.codec for s in self.index.shards if s.codec}):
+                require_codec(codec, root)
         except BaseException:
             self.files.close()
             raise
@@ -169,6 +207,50 @@ class MDSSource:
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
         self._reader = LazyReader(self._reader_strategy)
         self.stats = MDSStats()
+        self._order(args, warn=carried is None)
+
+    def _order(self, args: dict[str, Any], warn: bool) -> None:
+        """The shuffle, its windows, and the cache of decompressed shards (``warn``: say
+        so where the cache is too small; a worker's copy does not say it again)."""
+        shards = self.index.shards
+        zipped = any(s.codec for s in shards)
+        #: Each shard's size as read: decompressed, or the stored file's.
+        self._raw: list[int] = [
+            s.raw_bytes if s.raw_bytes is not None else self.files.sizes[f]
+            for s, f in zip(shards, self._file_of, strict=True)
+        ]
+        raw = np.array(self._raw, dtype=np.int64)
+        mode: ShuffleMode | None = args["shuffle"]
+        self.shuffle: ShuffleMode = mode or ("window" if zipped else "full")
+        cache = args["shard_cache_bytes"]
+        self.cache = ShardCache(default_cache_bytes() if cache is None else cache)
+        self.windows: RowWindows | None = None
+        if self.shuffle == "window":
+            wr = args["window_rows"]
+            if wr is None:  # from the index alone: the same windows on every machine
+                wr = max(1, WINDOW_BYTES * self.samples_per_epoch // max(1, int(raw.sum())))
+            self.window_rows: int = wr
+            self.windows = RowWindows([s.samples for s in shards], wr)
+        if not zipped or not warn:
+            return
+        if self.windows is not None:
+            w = self.windows
+            need = max(int(raw[list(w.groups(k))].sum()) for k in range(w.num_windows))
+            what = "a window of shards"
+            fix = "lower window_rows"
+        else:
+            need = int(raw.sum()) if self.shuffle == "full" else int(raw.max())
+            what = "every shard" if self.shuffle == "full" else "a shard"
+            fix = "use shuffle='window'"
+        if need > self.cache.max_bytes:
+            mean = int(raw.mean())
+            warn_user(
+                f"{self.root}: the cache of decompressed shards ({self.cache.max_bytes:,} "
+                f"bytes, shard_cache_bytes) cannot hold {what} ({need:,} bytes), so shards "
+                f"are decompressed again and again (about {mean:,} bytes a shard"
+                + (", for nearly every sample" if self.shuffle == "full" else "")
+                + f"); raise shard_cache_bytes or {fix}"
+            )
 
     def __len__(self) -> int:
         return self.samples_per_epoch
@@ -184,29 +266,45 @@ class MDSSource:
             "kind": "mds",
             "shards": [[s.basename, s.samples, s.bytes] for s in self.index.shards],
             "columns": [[c.name, c.encoding] for c in self.columns],
-            "shuffle": self.shuffle,
+            # True / False as before windows existed, so saved states still load.
+            **shuffle_fingerprint(
+                self.shuffle,
+                self.window_rows if self.windows is not None else 0,
+                self.windows is not None and self.windows.split,
+            ),
             **({"image_mode": self._image_mode} if self._image_mode is not None else {}),
         }
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
-        rows = sample_rows(seed, samples, self.samples_per_epoch, self.shuffle)
+        if self.windows is not None:
+            rows = self.windows.rows(seed, np.asarray(samples, dtype=np.int64))
+        else:
+            full = self.shuffle == "full"
+            rows = sample_rows(seed, samples, self.samples_per_epoch, full)
         shard, local = self._locate(rows)
         needed = np.unique(shard).tolist()
-        self._load_offsets(needed)
         begin = np.empty(len(rows), dtype=np.int64)
         length = np.empty(len(rows), dtype=np.int64)
-        for s in needed:
-            sel = shard == s
-            off = self._offsets[s]
-            assert off is not None
-            begin[sel] = off[local[sel]]
-            length[sel] = off[local[sel] + 1].astype(np.int64) - begin[sel]
-        if self._narrow is not None:
-            begin += self._narrow[0]
-            length[:] = self._narrow[1] - self._narrow[0]
-        pieces = self._fetch(
-            [(s, np.flatnonzero(shard == s)) for s in needed], begin, length, len(rows)
-        )
+        pieces: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * len(rows)
+        # Compressed shards a group at a time, each group's decompressed bytes at most
+        # the cache's (or one shard): a read of thousands of samples under the full
+        # shuffle touches thousands of shards, and must not hold them all at once.
+        for group in self._groups(needed):
+            held = self._unzipped(group)
+            self._load_offsets(group, held)
+            idx = [np.flatnonzero(shard == s) for s in group]
+            for s, sel in zip(group, idx, strict=True):
+                off = self._offsets[s]
+                assert off is not None
+                begin[sel] = off[local[sel]]
+                length[sel] = off[local[sel] + 1].astype(np.int64) - begin[sel]
+                if self._narrow is not None:
+                    begin[sel] += self._narrow[0]
+                    length[sel] = self._narrow[1] - self._narrow[0]
+            got = self._fetch(list(zip(group, idx, strict=True)), begin, length, len(rows), held)
+            for sel in idx:
+                for i in sel.tolist():
+                    pieces[i] = got[i]
         with self._lock:
             self.stats.samples += len(rows)
             self.stats.bytes += int(length.sum())
@@ -250,15 +348,16 @@ class MDSSource:
 
     # -- offsets tables -------------------------------------------------------------
 
-    def _load_offsets(self, shards: list[int]) -> None:
-        """Read and check the offsets tables of ``shards`` not read yet, all at once."""
+    def _load_offsets(self, shards: list[int], held: dict[int, NDArray[np.uint8]]) -> None:
+        """Read and check the offsets tables of ``shards`` not read yet, all at once
+        (those of compressed shards from their decompressed bytes, ``held``)."""
         with self._lock:
             todo = [s for s in shards if self._offsets[s] is None]
         if not todo:
             return
         heads = [4 * (self.index.shards[s].samples + 2) for s in todo]
         for s, n in zip(todo, heads, strict=True):
-            size = self.files.sizes[self._file_of[s]]
+            size = self._raw[s]
             if size < n:
                 raise FormatError(
                     f"{self._name(s)}: {size} bytes, shorter than the sample count and "
@@ -271,6 +370,7 @@ class MDSSource:
             np.zeros(len(todo), dtype=np.int64),
             n_,
             len(todo),
+            held,
         )
         tables = [self._check_offsets(s, g) for s, g in zip(todo, got, strict=True)]
         with self._lock:
@@ -289,7 +389,7 @@ class MDSSource:
                 f"{name}: holds {int(words[0])} samples by its header, index.json says {want}"
             )
         off = words[1:]
-        size = self.files.sizes[self._file_of[s]]
+        size = self._raw[s]
         if int(off[0]) < 4 * (want + 2):
             raise FormatError(
                 f"{name}: its first sample starts at byte {int(off[0])}, inside the offsets "
@@ -332,9 +432,22 @@ class MDSSource:
         begin: NDArray[np.int64],
         length: NDArray[np.int64],
         n: int,
+        held: dict[int, NDArray[np.uint8]],
     ) -> list[NDArray[np.uint8]]:
-        """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``."""
+        """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``:
+        slices of its decompressed bytes where ``held`` has them, else read."""
         out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
+        stored = []
+        for s, idx in groups:
+            if s not in held:
+                stored.append((s, idx))
+                continue
+            data = held[s]
+            for i in idx.tolist():  # a copy: the shard may be dropped before the batch is made
+                out[i] = data[int(begin[i]) : int(begin[i] + length[i])].copy()
+        groups = stored
+        if not groups:
+            return out
         if not self.remote:
             for idx, got in self._read_local(
                 [(self.files.name(self._file_of[s]), idx) for s, idx in groups], begin, length
@@ -393,6 +506,69 @@ class MDSSource:
         pool = io_pool() if self._reader_strategy.startswith("odirect") else deep_io_pool()
         return results([pool.submit(one, path, idx) for path, idx in groups])
 
+    # -- compressed shards ----------------------------------------------------------
+
+    def _groups(self, shards: list[int]) -> list[list[int]]:
+        """``shards`` (in order) as the groups a read takes one after another: the
+        uncompressed ones together, the compressed ones so that a group's decompressed
+        bytes fit the cache (or are one shard)."""
+        plain = [s for s in shards if not self.index.shards[s].codec]
+        out = [plain] if plain else []
+        cur: list[int] = []
+        size = 0
+        for s in shards:
+            if not self.index.shards[s].codec:
+                continue
+            if cur and size + self._raw[s] > self.cache.max_bytes:
+                out.append(cur)
+                cur, size = [], 0
+            cur.append(s)
+            size += self._raw[s]
+        return [*out, cur] if cur else out
+
+    def _unzipped(self, shards: list[int]) -> dict[int, NDArray[np.uint8]]:
+        """The decompressed bytes of the compressed ones of ``shards`` (held, or
+        fetched and decompressed now, all at once)."""
+        zipped = [s for s in shards if self.index.shards[s].codec]
+        if not zipped:
+            return {}
+        return self.cache.get(zipped, self._unzip)
+
+    def _unzip(self, shards: list[int]) -> list[NDArray[np.uint8]]:
+        """Fetch ``shards``' stored files whole, side by side, then decompress and check
+        them on the I/O pool (zstandard, zlib and bz2 release the GIL)."""
+        sizes = np.array([self.files.sizes[self._file_of[s]] for s in shards], dtype=np.int64)
+        stored = self._fetch(
+            [(s, np.array([k])) for k, s in enumerate(shards)],
+            np.zeros(len(shards), dtype=np.int64),
+            sizes,
+            len(shards),
+            {},
+        )
+
+        def one(s: int, data: NDArray[np.uint8]) -> NDArray[np.uint8]:
+            shard, name = self.index.shards[s], self._name(s)
+            assert shard.codec is not None and shard.raw_bytes is not None
+            check_hashes(data, shard.hashes, name, "stored")
+            raw = decompress(shard.codec, data, shard.raw_bytes, name)
+            check_hashes(raw, shard.raw_hashes, name, "decompressed")
+            return np.frombuffer(raw, np.uint8)
+
+        if len(shards) == 1:
+            out = [one(shards[0], stored[0])]
+        else:
+            from headrace.io._batch import results
+            from headrace.io._pool import io_pool
+
+            out = results(
+                [io_pool().submit(one, s, d) for s, d in zip(shards, stored, strict=True)]
+            )
+        with self._lock:
+            self.stats.unzipped += len(shards)
+            self.stats.zip_bytes += int(sizes.sum())
+            self.stats.unzipped_bytes += sum(o.nbytes for o in out)
+        return out
+
     # -- decoding --------------------------------------------------------------------
 
     def _decode(self, data: NDArray[np.uint8], s: int, i: int) -> dict[str, NDArray[Any]]:
@@ -437,20 +613,23 @@ class MDSSource:
             return decode_jpeg(b, name=where, mode=self._image_mode)
         if c.kind == "png":
             return decode_png(b, name=where, mode=self._image_mode)
-        return _ndarray(c, b, where)
+        return decode_ndarray(c, b, where)
 
     def _name(self, s: int) -> str:
         return self.files.name(self._file_of[s])
 
     def close(self) -> None:
-        """Close the request queue, the local reader and the object store (offsets kept)."""
+        """Close the request queue, the local reader and the object store, and drop the
+        decompressed shards (offsets kept)."""
+        self.cache.clear()
         self._queue.close()
         self._reader.close()
         self.files.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        # A worker's copy opens its own reader and store, from the index and listing
-        # read here: it neither reads index.json nor lists the shards again.
+        # A worker's copy opens its own reader, store and cache (empty: decompressed
+        # shards are not carried), from the index and listing read here: it neither
+        # reads index.json nor lists the shards again.
         f = self.files
         return {
             "root": self.root,
@@ -467,116 +646,3 @@ class MDSSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
-    """An ``ndarray`` column's value: its declared dtype and shape, or those its bytes
-    state first (a dtype byte, then ``ndim << 2 | shape width`` and the shape)."""
-    at = 0
-    dtype = c.dtype
-    if dtype is None:
-        code = int(b[0]) if len(b) else -1
-        if code not in VALUE_DTYPES:
-            raise FormatError(f"{where}: dtype byte {code} names no ndarray dtype")
-        dtype, at = VALUE_DTYPES[code], 1
-    shape = c.shape
-    if shape is None:
-        if len(b) <= at:
-            raise FormatError(f"{where}: {len(b)} bytes end before the array's shape")
-        byte = int(b[at])
-        ndim, width = byte >> 2, 1 << (byte & 3)
-        end = at + 1 + ndim * width
-        if end > len(b):
-            raise FormatError(f"{where}: {len(b)} bytes end inside the array's shape")
-        shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
-        at = end
-    item = np.dtype(dtype).itemsize
-    want = int(np.prod(shape, dtype=np.int64)) * item
-    if len(b) - at != want:
-        raise FormatError(
-            f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
-        )
-    return np.frombuffer(b[at:], np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
-
-
-def _open(
-    root: str,
-    where: str,
-    store_options: dict[str, Any] | None,
-    remote: bool,
-    carried: tuple[MDSIndex, Listing] | None,
-) -> tuple[MDSIndex, FileList]:
-    """The parsed index and the shards' listing (sizes and versions); ``carried``: those
-    a parent read, re-opened as they were."""
-    if not remote:
-        check_store_options(store_options, remote=False, paths=[root])
-        if carried is not None:
-            index, listing = carried
-            return index, list_files(list(listing[0]), listing=listing)
-        try:
-            with open(where, "rb") as f:
-                data = f.read()
-        except FileNotFoundError as exc:
-            raise ObjectNotFoundError(
-                f"{where}: no such file; MDSSource takes the folder Streaming's MDSWriter "
-                "wrote (index.json and its shards)"
-            ) from exc
-        except OSError as exc:
-            raise StorageError(f"{where}: {exc.strerror or exc}") from exc
-        index = parse_index(data, where)
-        _refuse_repeats(index, where)
-        return index, list_files([os.path.join(root, s.basename) for s in index.shards])
-    from headrace.formats._file_list_objects import remote_list
-    from headrace.io import ObjectStore
-
-    options = check_store_options(store_options, remote=True, where=root)
-    store = ObjectStore(root, **options)
-    try:
-        if carried is not None:
-            index, listing = carried
-            return index, remote_list(store, list(zip(*listing, strict=True)), options, None)
-        try:
-            raw = store.get(INDEX)
-        except ObjectNotFoundError as exc:
-            raise ObjectNotFoundError(
-                f"{where}: no such object; MDSSource takes the prefix Streaming's MDSWriter "
-                "wrote (index.json and its shards)"
-            ) from exc
-        index = parse_index(raw, where)
-        _refuse_repeats(index, where)
-        listed = dict(store.list_info())
-        missing = [s.basename for s in index.shards if s.basename not in listed]
-        if missing:
-            raise ObjectNotFoundError(
-                f"{root}: index.json lists {len(missing)} shard(s) not stored there: {missing[:3]}"
-            )
-        rows = [
-            (s.basename, listed[s.basename].size, listed[s.basename].etag) for s in index.shards
-        ]
-        return index, remote_list(store, rows, options, None)
-    except BaseException:
-        store.close()
-        raise
-
-
-def _refuse_repeats(index: MDSIndex, where: str) -> None:
-    names = [s.basename for s in index.shards]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise FormatError(f"{where}: shard file(s) listed twice: {twice[:3]}")
-
-
-def _shard_files(files: FileList, index: MDSIndex, root: str) -> list[int]:
-    """Each shard's number in ``files``, its listed size checked against the index."""
-    pos = {k: i for i, k in enumerate(files.keys)}
-    out = []
-    for s in index.shards:
-        f = pos[s.basename if files.remote else os.path.join(root, s.basename)]
-        if s.bytes is not None and files.sizes[f] != s.bytes:
-            raise FormatError(
-                f"{files.name(f)}: {files.sizes[f]} bytes, index.json says {s.bytes} "
-                f"({'truncated' if files.sizes[f] < s.bytes else 'longer'}, or written "
-                "after the index was)"
-            )
-        out.append(f)
-    return out

@@ -3,8 +3,11 @@
 A dataset is a folder or prefix holding ``index.json`` and its shards. The index
 lists the shards in order, each with its ``column_names``, ``column_encodings``,
 ``column_sizes`` (bytes of a fixed-size column, ``null`` for a variable one),
-``samples``, ``raw_data`` (``basename``, ``bytes``), ``compression`` and
-``zip_data``, and ``format: "mds"``. This module parses and checks it; no shard is
+``samples``, ``raw_data`` (``basename``, ``bytes``, ``hashes``), ``compression``
+and ``zip_data``, and ``format: "mds"``. A compressed shard (``compression``:
+``"zstd"``, ``"gz:9"``...) is stored whole as one stream, named by ``zip_data``
+(``basename``, ``bytes``, ``hashes``); its ``raw_data`` describes the shard once
+decompressed, which is not stored. This module parses and checks it; no shard is
 read here. What is read and what is refused, and why, is in docs/files.md.
 
 A shard file (Streaming's ``MDSWriter.encode_joint_shard``): uint32 ``num_samples``,
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
+from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError
+from headrace.formats._mds_codecs import codec_family
 
 __all__ = [
     "VALUE_DTYPES",
@@ -30,6 +35,7 @@ __all__ = [
     "MDSIndex",
     "MDSShard",
     "check_selected",
+    "decode_ndarray",
     "parse_index",
     "refusal",
 ]
@@ -75,9 +81,13 @@ class Column:
 
 @dataclass(frozen=True, slots=True)
 class MDSShard:
-    basename: str
+    basename: str  #: the stored file: ``zip_data.basename`` if compressed, else ``raw_data``'s
     samples: int
-    bytes: int | None  #: ``raw_data.bytes``: the file's size as written
+    bytes: int | None  #: the stored file's size as written (``zip_data`` or ``raw_data``)
+    codec: str | None = None  #: ``compression``'s family (``"zstd"``), ``None``: stored raw
+    raw_bytes: int | None = None  #: a compressed shard's size decompressed (``raw_data.bytes``)
+    hashes: tuple[tuple[str, str], ...] = ()  #: the stored file's (algorithm, hex digest)
+    raw_hashes: tuple[tuple[str, str], ...] = ()  #: the decompressed shard's (compressed only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,31 @@ def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     return obj[key]
 
 
+def _is_name(name: object) -> TypeGuard[str]:
+    """Whether ``name`` names a file under the index's folder."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith("/")
+        and ".." not in name.split("/")
+    )
+
+
+def _count(value: object, what: str, at: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise FormatError(f"{at}: {what} is {value!r}, not a count")
+    return value
+
+
+def _hashes(info: dict[str, Any], what: str, at: str) -> tuple[tuple[str, str], ...]:
+    hashes = info.get("hashes") or {}
+    if not isinstance(hashes, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()
+    ):
+        raise FormatError(f"{at}: {what}.hashes is {hashes!r}, not {{algorithm: hex digest}}")
+    return tuple(sorted(hashes.items()))
+
+
 def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
     """The columns and shards of ``index.json``'s bytes; ``where`` names it in errors."""
     try:
@@ -186,23 +221,39 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
             )
         if entry.get("version", 2) != 2:
             raise FormatError(f"{at}: shard version {entry['version']!r}; headrace reads 2")
-        codec = entry.get("compression")
-        if codec:
-            zipped = (entry.get("zip_data") or {}).get("basename")
-            raise FormatError(
-                f"{at}: compressed ({codec!r}, stored as {zipped!r}): Streaming compresses "
-                "a shard whole, so a sample's bytes are found only after decompressing all "
-                "of it, and headrace reads samples by their byte ranges; write the dataset "
-                "with MDSWriter(compression=None)"
-            )
-        if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        if not _is_name(name):
             raise FormatError(f"{at}: raw_data.basename must name a file under the index's folder")
         count = _get(entry, "samples", at)
-        size = raw.get("bytes")
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise FormatError(f"{at}: samples is {count!r}, not a count")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-            raise FormatError(f"{at}: raw_data.bytes is {size!r}, not a count")
+        size = _count(raw.get("bytes"), "raw_data.bytes", at)
+        codec = entry.get("compression")
+        if codec:
+            family = codec_family(codec, at)
+            zipped = entry.get("zip_data")
+            zname = zipped.get("basename") if isinstance(zipped, dict) else None
+            if not _is_name(zname):
+                raise FormatError(
+                    f"{at}: compressed ({codec!r}) but zip_data.basename does not name a "
+                    "file under the index's folder"
+                )
+            assert isinstance(zipped, dict)
+            if size is None:
+                raise FormatError(
+                    f"{at}: compressed ({codec!r}) but raw_data.bytes is missing: the size "
+                    "its decompressed bytes are checked against"
+                )
+            shard = MDSShard(
+                zname,
+                count,
+                _count(zipped.get("bytes"), "zip_data.bytes", at),
+                family,
+                size,
+                _hashes(zipped, "zip_data", at),
+                _hashes(raw, "raw_data", at),
+            )
+        else:
+            shard = MDSShard(name, count, size)
         names, encodings, sizes = (
             _get(entry, k, at) for k in ("column_names", "column_encodings", "column_sizes")
         )
@@ -226,7 +277,7 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
                 f"{first}, {[(c.name, c.encoding) for c in columns]}; headrace reads "
                 "datasets whose shards share their columns"
             )
-        shards.append(MDSShard(name, count, size))
+        shards.append(shard)
     assert columns is not None
     if len({c.name for c in columns}) != len(columns):
         raise FormatError(f"{first}: a column is named twice in {[c.name for c in columns]}")
@@ -255,3 +306,33 @@ def check_selected(index: MDSIndex, columns: list[str] | None, where: str) -> li
             f"{where}: " + "; ".join(refused) + "; leave such columns out with columns=[...]"
         )
     return [by[n] for n in names]
+
+
+def decode_ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
+    """An ``ndarray`` column's value: its declared dtype and shape, or those its bytes
+    state first (a dtype byte, then ``ndim << 2 | shape width`` and the shape)."""
+    at = 0
+    dtype = c.dtype
+    if dtype is None:
+        code = int(b[0]) if len(b) else -1
+        if code not in VALUE_DTYPES:
+            raise FormatError(f"{where}: dtype byte {code} names no ndarray dtype")
+        dtype, at = VALUE_DTYPES[code], 1
+    shape = c.shape
+    if shape is None:
+        if len(b) <= at:
+            raise FormatError(f"{where}: {len(b)} bytes end before the array's shape")
+        byte = int(b[at])
+        ndim, width = byte >> 2, 1 << (byte & 3)
+        end = at + 1 + ndim * width
+        if end > len(b):
+            raise FormatError(f"{where}: {len(b)} bytes end inside the array's shape")
+        shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
+        at = end
+    item = np.dtype(dtype).itemsize
+    want = int(np.prod(shape, dtype=np.int64)) * item
+    if len(b) - at != want:
+        raise FormatError(
+            f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
+        )
+    return np.frombuffer(b[at:], np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)

@@ -1,0 +1,99 @@
+"""Decompressed MDS shards held in memory, least recently used dropped past a bound.
+
+A compressed shard is decompressed whole before any of its samples can be read
+(docs/files.md). A batch's shards are asked for together; those neither held nor
+being decompressed by another thread are loaded together by the caller's
+``load`` (fetched side by side, decompressed on the I/O pool); a shard another
+thread is loading is waited for, never decompressed twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.io._memory import available_memory
+
+__all__ = ["DEFAULT_SHARD_CACHE", "ShardCache", "default_cache_bytes"]
+
+#: The most decompressed shards held by default: 2 GiB (Streaming's shards are
+#: 64 MiB by default: 32 of them), or a quarter of the memory available where less.
+DEFAULT_SHARD_CACHE = 2 << 30
+
+Shard = NDArray[np.uint8]
+
+
+def default_cache_bytes() -> int:
+    memory = available_memory()
+    if memory is None:
+        return DEFAULT_SHARD_CACHE
+    return max(1, min(DEFAULT_SHARD_CACHE, memory.available // 4))
+
+
+class ShardCache:
+    """Decompressed shards by number, at most ``max_bytes`` of them held (a shard a
+    batch needs is handed to it even when larger: it is then not kept)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        self._held: OrderedDict[int, Shard] = OrderedDict()
+        self._loading: dict[int, Future[Shard]] = {}
+        self._lock = threading.Lock()
+
+    def held(self) -> list[int]:
+        """The shards held, least recently used first."""
+        with self._lock:
+            return list(self._held)
+
+    def get(self, shards: list[int], load: Callable[[list[int]], list[Shard]]) -> dict[int, Shard]:
+        """Each of ``shards``, held, loaded by another thread, or loaded by ``load``."""
+        out: dict[int, Shard] = {}
+        waits: dict[int, Future[Shard]] = {}
+        mine: list[tuple[int, Future[Shard]]] = []
+        with self._lock:
+            for s in shards:
+                if s in self._held:
+                    self._held.move_to_end(s)
+                    out[s] = self._held[s]
+                elif s in self._loading:
+                    waits[s] = self._loading[s]
+                else:
+                    f: Future[Shard] = Future()
+                    f.set_running_or_notify_cancel()
+                    self._loading[s] = f
+                    mine.append((s, f))
+        if mine:
+            try:
+                got = load([s for s, _ in mine])
+            except BaseException as exc:
+                with self._lock:
+                    for s, _ in mine:
+                        del self._loading[s]
+                for _, f in mine:
+                    f.set_exception(exc)  # those waiting raise it too; a later get tries again
+                raise
+            with self._lock:
+                for (s, _), data in zip(mine, got, strict=True):
+                    del self._loading[s]
+                    self._held[s] = data
+                    self.held_bytes += data.nbytes
+                    out[s] = data
+                while self.held_bytes > self.max_bytes and self._held:
+                    _, old = self._held.popitem(last=False)
+                    self.held_bytes -= old.nbytes
+            for (_, f), data in zip(mine, got, strict=True):
+                f.set_result(data)
+        for s, f in waits.items():
+            out[s] = f.result()
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self.held_bytes = 0

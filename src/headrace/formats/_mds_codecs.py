@@ -1,0 +1,158 @@
+"""The codecs of MosaicML Streaming's compressed MDS shards, and their hashes.
+
+Streaming (``streaming/base/compression.py``) compresses a shard whole, as one
+stream, with ``compression`` naming the codec and its level (``"zstd"``,
+``"zstd:7"``, ``"gz:9"``, ``"bz2"``, ``"br:11"``, ``"snappy"``). The level only
+mattered to the writer; decompressing needs the family. ``gz`` and ``bz2`` come
+from the standard library, ``zstd`` from the ``zstandard`` package (Streaming
+writes with ``zstd``; both write and read the standard frame), ``br`` from
+``brotli`` and ``snappy`` from ``python-snappy``, each imported where used.
+
+Decompression is bounded by ``raw_data.bytes``: a stream that holds more is
+refused without decompressing it all (gz, bz2, zstd), and one that holds less,
+or is cut or damaged, is refused naming the shard.
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from headrace.errors import ConfigError, FormatError
+
+__all__ = ["CODECS", "check_hashes", "codec_family", "decompress", "require_codec"]
+
+#: Each codec family Streaming writes, with the package that reads it (``None``: stdlib)
+#: and how to install it.
+CODECS: dict[str, tuple[str | None, str]] = {
+    "zstd": ("zstandard", "pip install 'headrace[mds]'"),
+    "gz": (None, ""),
+    "bz2": (None, ""),
+    "br": ("brotli", "pip install brotli"),
+    "snappy": ("snappy", "pip install python-snappy"),
+}
+
+
+def codec_family(codec: object, where: str) -> str:
+    """The family of Streaming's ``compression`` value (``"zstd:7"``: ``"zstd"``)."""
+    family, sep, level = str(codec).partition(":")
+    if (
+        not isinstance(codec, str)
+        or family not in CODECS
+        or (sep and (not level.isdigit() or family == "snappy"))
+    ):
+        raise FormatError(
+            f"{where}: compression {codec!r} is no codec Streaming writes; headrace reads "
+            "zstd, gz, bz2, br and snappy, with an optional ':LEVEL' (snappy has none)"
+        )
+    return family
+
+
+def require_codec(family: str, where: str) -> None:
+    """Refuse, naming what to install, a codec whose package is missing."""
+    module, install = CODECS[family]
+    if module is None:
+        return
+    try:
+        __import__(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{where}: its shards are compressed with {family}, which needs the {module!r} "
+            f"package: {install}"
+        ) from exc
+
+
+def _zstd(data: Any, size: int) -> bytes:
+    import zstandard
+
+    # Streaming's zstd.compress writes one frame that states its size; max_output_size
+    # bounds a frame that does not. A frame stating another size is refused below.
+    out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=size + 1)
+    return out
+
+
+def _bounded(d: Any, data: Any, size: int) -> bytes:
+    """What ``d`` (a zlib or bz2 decompressor) makes of ``data``, at most ``size + 1``
+    bytes; a stream cut short is an error, not a shorter shard."""
+    out: bytes = d.decompress(data, size + 1)
+    if len(out) <= size and not d.eof:
+        raise EOFError("the stream ends before its end marker: truncated")
+    return out
+
+
+def _gz(data: Any, size: int) -> bytes:
+    return _bounded(zlib.decompressobj(16 + zlib.MAX_WBITS), data, size)
+
+
+def _bz2(data: Any, size: int) -> bytes:
+    return _bounded(bz2.BZ2Decompressor(), data, size)
+
+
+def _br(data: Any, size: int) -> bytes:  # noqa: ARG001  (brotli takes no bound)
+    import brotli  # type: ignore[import-not-found, unused-ignore]
+
+    out: bytes = brotli.decompress(bytes(data))
+    return out
+
+
+def _snappy(data: Any, size: int) -> bytes:  # noqa: ARG001  (its header states the size)
+    import snappy  # type: ignore[import-not-found, unused-ignore]
+
+    out: bytes = bytes(snappy.decompress(bytes(data)))
+    return out
+
+
+_DECOMPRESS: dict[str, Callable[[Any, int], bytes]] = {
+    "zstd": _zstd,
+    "gz": _gz,
+    "bz2": _bz2,
+    "br": _br,
+    "snappy": _snappy,
+}
+
+
+def decompress(family: str, data: Any, size: int, name: str) -> bytes:
+    """The ``size`` bytes that ``data`` (the stored shard ``name``) decompresses to."""
+    try:
+        out = _DECOMPRESS[family](data, size)
+    except Exception as exc:  # each codec has its own errors: named here, whatever they are
+        raise FormatError(
+            f"{name}: cannot be decompressed as {family} ({type(exc).__name__}: {exc}); "
+            "damaged or cut"
+        ) from exc
+    if len(out) != size:
+        got = f"{len(out)} bytes" if len(out) <= size else f"more than {size} bytes"
+        raise FormatError(f"{name}: decompresses to {got}, index.json's raw_data.bytes says {size}")
+    return out
+
+
+def _hasher(algo: str) -> Callable[[Any], Any] | None:
+    """The function computing Streaming's hash ``algo``; ``None``: not computable here
+    (an xxhash one without the xxhash package, or a name neither knows)."""
+    if algo.startswith("xxh"):
+        try:
+            import xxhash
+        except ImportError:
+            return None
+        return getattr(xxhash, algo, None)  # type: ignore[no-any-return, unused-ignore]
+    if algo.startswith("shake_"):  # Streaming never writes these (no fixed length)
+        return None
+    fn: Callable[[Any], Any] | None = getattr(hashlib, algo, None)
+    return fn
+
+
+def check_hashes(data: Any, hashes: tuple[tuple[str, str], ...], name: str, what: str) -> None:
+    """Check ``data`` against each of Streaming's ``hashes`` that can be computed here."""
+    for algo, want in hashes:
+        fn = _hasher(algo)
+        if fn is None:
+            continue
+        got = fn(data).hexdigest()
+        if got != want:
+            raise FormatError(
+                f"{name}: {what} {algo} digest {got}, index.json says {want}: damaged, or "
+                "rewritten after the index was"
+            )
