@@ -92,14 +92,14 @@ def _bz2(data: Any, size: int) -> bytes:
 
 
 def _br(data: Any, size: int) -> bytes:  # noqa: ARG001  (brotli takes no bound)
-    import brotli  # type: ignore[import-not-found, unused-ignore]
+    import brotli
 
     out: bytes = brotli.decompress(bytes(data))
     return out
 
 
 def _snappy(data: Any, size: int) -> bytes:  # noqa: ARG001  (its header states the size)
-    import snappy  # type: ignore[import-not-found, unused-ignore]
+    import snappy
 
     out: bytes = bytes(snappy.decompress(bytes(data)))
     return out
