@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import struct
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -246,3 +248,31 @@ def test_with_a_cache_a_restart_does_not_check_the_index_again(
         TokenSource(url, **kw)
     with pytest.raises(FormatError, match="sequence 900 points at byte 7"):
         TokenSource(url, **kw)  # a refused index is not kept as checked
+
+
+def test_large_indexes_are_checked_two_at_a_time(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opened 16 files at a time, six indexes of many GETs each hold the ranges of two checks.
+    from headrace.formats import _megatron_remote
+
+    urls = [_upload(s3, _pair(tmp_path / f"p{i}").parent, f"many/{i}") for i in range(6)]
+    lock, now, most = threading.Lock(), [0], [0]
+    check = _megatron_remote.check_index
+
+    def counted(*args: Any) -> Any:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            time.sleep(0.05)  # long enough for the others to start
+            return check(*args)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(_megatron_remote, "check_index", counted)
+    src = TokenSource(urls, store_options=options(s3), **KW)
+    assert most[0] == 2
+    local = TokenSource([tmp_path / f"p{i}" / "m.bin" for i in range(6)], **KW)
+    assert _digest(src) == _digest(local)
