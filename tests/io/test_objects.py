@@ -660,3 +660,30 @@ def test_stats_print_their_latencies_summed_up(root: Path) -> None:
     stats.latencies_s.extend([0.5] * 70_000)  # a week's worth: the latest 65,536 kept
     text = repr(stats)
     assert len(text) < 400 and "<65,536 latest: median 500.0 ms, p99 500.0 ms, max" in text
+
+
+def test_a_store_first_used_where_no_thread_may_start_runs_in_the_callers_thread(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: Python 3.12 starts no thread in an exit handler ("can't create new
+    # thread at interpreter shutdown"); a store first used there (a final checkpoint) must
+    # still read, in the caller's thread. Another RuntimeError is not taken for that.
+    start = threading.Thread.start
+    why = ["can't create new thread at interpreter shutdown"]
+
+    def refused(self: threading.Thread) -> None:
+        if self.name == "headrace-aio":
+            raise RuntimeError(why[0])
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    a = (root / "a.bin").read_bytes()
+    before = threading.active_count()
+    with ObjectStore(root) as store:
+        assert bytes(store.get("a.bin")) == a
+        got = store.get_many(["sub/b.bin", "a.bin"])
+        assert [bytes(g) for g in got] == [(root / "sub" / "b.bin").read_bytes(), a]
+        assert threading.active_count() == before  # no loop thread
+    why[0] = "can't start new thread"
+    with ObjectStore(root) as store, pytest.raises(RuntimeError, match="can't start new thread"):
+        store.get("a.bin")

@@ -27,14 +27,24 @@ T = TypeVar("T")
 class LoopThread:
     """An event loop running on a daemon thread until :meth:`close`."""
 
-    __slots__ = ("_loop", "_pid", "_thread")
+    __slots__ = ("_inline", "_loop", "_pid", "_thread")
 
     def __init__(self, name: str = "headrace-aio") -> None:
         self._loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        #: Held while the loop runs in a caller's thread: Python 3.12 starts no thread in an
+        #: exit handler (RuntimeError "can't create new thread at interpreter shutdown"), so a
+        #: store first used there (a final checkpoint written at exit) runs its requests in
+        #: the caller's thread, one call at a time. None: the loop has its own thread.
+        self._inline: threading.Lock | None = None
         try:
             self._thread.start()
+        except RuntimeError as exc:
+            if "interpreter shutdown" not in str(exc):
+                self._loop.close()
+                raise
+            self._inline = threading.Lock()
         except BaseException:
             # Interrupted (Ctrl-C) while start() waited for the thread, which may run
             # anyway: its owner never got this object to close, so stop it now.
@@ -64,6 +74,8 @@ class LoopThread:
     @property
     def usable(self) -> bool:
         """False after close, or in a child after ``fork`` (the thread did not survive)."""
+        if self._inline is not None:
+            return self._pid == os.getpid() and not self._loop.is_closed()
         return self._pid == os.getpid() and self._thread.is_alive()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -80,7 +92,16 @@ class LoopThread:
         """Schedule ``coro`` on the loop; its result as a future (not waited for).
 
         Started in the calling thread's context (``_exit.caller_context``): a request
-        an exit handler makes is not held by the exit."""
+        an exit handler makes is not held by the exit. Without a thread of its own (see
+        ``_inline``) the coroutine runs to its end here, and the future is done."""
+        if self._inline is not None:
+            out: Future[T] = Future()
+            try:
+                with self._inline:
+                    out.set_result(self._loop.run_until_complete(coro))
+            except BaseException as exc:
+                out.set_exception(exc)
+            return out
         try:
             return _exit.caller_context().run(asyncio.run_coroutine_threadsafe, coro, self._loop)
         except RuntimeError:  # the loop closed meanwhile: nobody will await coro
@@ -91,6 +112,13 @@ class LoopThread:
         """Ask the loop to stop, without waiting for its thread: safe from any thread
         (the loop's own included) and from a finaliser. Idempotent."""
         if self._pid != os.getpid():
+            return
+        if self._inline is not None:  # no loop running between calls: closed if none is
+            if self._inline.acquire(blocking=False):
+                try:
+                    self._loop.close()
+                finally:
+                    self._inline.release()
             return
         try:
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -110,6 +138,9 @@ class LoopThread:
     def close(self) -> None:
         if self._pid != os.getpid():
             return  # a forked child: the thread and loop belong to the parent
-        if self._thread.is_alive():
+        if self._inline is not None:
+            with self._inline:
+                self._loop.close()
+        elif self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
