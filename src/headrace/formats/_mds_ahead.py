@@ -113,9 +113,10 @@ def plan_ahead(
 ) -> tuple[list[int], list[int]]:
     """``(keep, want)``: the compressed shards of the windows ``samples`` lie in, and
     those to load: them, then the window's after the last sample's, as far as they fit
-    ``max_bytes`` beside them. ``shards``: each shard's first row, the compressed ones,
-    and each one's decompressed size. With ``share``, each window's stretch that this
-    host's samples lie in (:meth:`RowWindows.stretch`), else all of it."""
+    ``max_bytes`` beside them (nothing where they alone do not fit). ``shards``: each
+    shard's first row, the compressed ones, and each one's decompressed size. With
+    ``share``, each window's stretch that this host's samples lie in
+    (:meth:`RowWindows.stretch`), else all of it."""
     starts, zipped, raw = shards
 
     def of(w: int) -> list[int]:
@@ -125,6 +126,8 @@ def plan_ahead(
 
     now = [s for w in np.unique(windows.layout.window_of(seed, samples)).tolist() for s in of(w)]
     room = max_bytes - sum(raw[s] for s in now)
+    if room < 0:  # loading them ahead would drop some of them to make room for others
+        return now, []
     want = list(now)
     for s in of(windows.next_window(seed, int(samples.max()))):
         if s in want:
