@@ -105,7 +105,8 @@ class MDSSource:
     of shards. ``True`` (default) is ``"window"`` when the shards are compressed,
     else ``"full"``; ``False`` (``"none"``) reads samples in order.
     ``shard_cache_bytes``: the most bytes of decompressed shards held (default:
-    2 GiB, or a quarter of the memory available where less).
+    2 GiB, or a quarter of the memory available where less): two windows, the one
+    read and the next, read ahead in a ``Loader`` (:meth:`prefetch`).
     ``reader``: the local read strategy (:class:`~headrace.io.ReaderConfig`).
     ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns. See
     docs/files.md for encodings, codecs and refusals.
