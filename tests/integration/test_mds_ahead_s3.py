@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, STALL_RETRY, STALL_S, S3Fixture
+from s3util import BUCKET, FAST_RETRY, STALL_RETRY, STALL_S, S3Fixture, until_a_fault
 
 from _mds_files import write_mds
 from headrace.emulate import FaultRule, LatencyProxy
@@ -98,10 +98,7 @@ def test_close_during_a_stalled_read_ahead_get_returns_promptly(
     _, key = _next_window_key(src)
     proxy.set_faults([FaultRule(kind="stall", stall_s=STALL_S, match=f"GET /{BUCKET}/{key}")])
     src.prefetch(0, np.arange(B, 2 * B))
-    deadline = time.monotonic() + 30  # a bound on hanging, not a speed check
-    while proxy.stats.faults == 0:
-        assert time.monotonic() < deadline, "no GET of the read-ahead reached the proxy"
-        time.sleep(0.01)
+    until_a_fault(proxy)  # the read-ahead's GET stalled
     t0 = time.monotonic()
     src.close()
     took = time.monotonic() - t0
