@@ -16,8 +16,9 @@ import pytest
 from _fds import fds_in
 from _mds_files import write_mds
 from headrace.errors import FormatError
-from headrace.formats import MDSSource
-from headrace.formats._mds_cache import ShardCache
+from headrace.formats import MDSSource, _mds_cache
+from headrace.formats._mds_cache import DEFAULT_SHARD_CACHE, ShardCache, default_cache_bytes
+from headrace.io._memory import available_memory
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -280,3 +281,17 @@ def test_a_host_reads_ahead_only_its_stretch(tmp_path: Path, zipped: Path) -> No
         assert sorted(src.cache.held()) == sorted(
             [*windows.groups(now)[:3], *windows.groups(nxt)[:3]]
         )
+
+
+def test_the_default_cache_holds_two_windows(zipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = sorted(_window_bytes(zipped))
+    memory = available_memory()
+    cap = None if memory is None else memory.available // 4
+    with MDSSource(zipped, window_rows=WINDOW) as src:  # windows far under 2 GiB
+        assert src.cache.max_bytes == min(DEFAULT_SHARD_CACHE, cap or DEFAULT_SHARD_CACHE)
+    # Two windows larger than the default bound (here made small): the default holds them,
+    # with no warning, so the next window is read ahead whole.
+    monkeypatch.setattr(_mds_cache, "DEFAULT_SHARD_CACHE", sizes[-1])
+    with MDSSource(zipped, window_rows=WINDOW) as src:
+        assert src.cache.max_bytes == sizes[-1] + sizes[-2]
+    assert default_cache_bytes(1 << 60) == (1 << 60 if cap is None else cap)

@@ -105,8 +105,8 @@ class MDSSource:
     of shards. ``True`` (default) is ``"window"`` when the shards are compressed,
     else ``"full"``; ``False`` (``"none"``) reads samples in order.
     ``shard_cache_bytes``: the most bytes of decompressed shards held (default:
-    2 GiB, or a quarter of the memory available where less): two windows, the one
-    read and the next, read ahead in a ``Loader`` (:meth:`prefetch`).
+    2 GiB, or two windows where more: the one read and the next, read ahead in a
+    ``Loader`` (:meth:`prefetch`); at most a quarter of the memory available).
     ``reader``: the local read strategy (:class:`~headrace.io.ReaderConfig`).
     ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns. See
     docs/files.md for encodings, codecs and refusals.
@@ -234,21 +234,22 @@ class MDSSource:
         raw = np.array(self._raw, dtype=np.int64)
         mode: ShuffleMode | None = args["shuffle"]
         self.shuffle: ShuffleMode = mode or ("window" if zipped else "full")
-        cache = args["shard_cache_bytes"]
-        self.cache = ShardCache(default_cache_bytes() if cache is None else cache)
         self.windows: RowWindows | None = None
+        two = 0  # the two largest windows' bytes: what the default cache holds
         if self.shuffle == "window":
             wr = args["window_rows"]
             if wr is None:  # from the index alone: the same windows on every machine
                 wr = max(1, WINDOW_BYTES * self.samples_per_epoch // max(1, int(raw.sum())))
             self.window_rows: int = wr
-            self.windows = RowWindows([s.samples for s in shards], wr)
+            self.windows = w = RowWindows([s.samples for s in shards], wr)
+            sizes = sorted(int(raw[list(w.groups(k))].sum()) for k in range(w.num_windows))
+            two = sum(sizes[-2:])
+        cache = args["shard_cache_bytes"]
+        self.cache = ShardCache(default_cache_bytes(two) if cache is None else cache)
         if not zipped or not warn:
             return
         if self.windows is not None:
-            w = self.windows
-            sizes = sorted(int(raw[list(w.groups(k))].sum()) for k in range(w.num_windows))
-            need, two = sizes[-1], sum(sizes[-2:])
+            need = sizes[-1]
             what = "a window of shards"
             fix = "lower window_rows"
             if need <= self.cache.max_bytes < two:

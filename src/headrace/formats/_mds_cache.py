@@ -28,17 +28,21 @@ from headrace.io._memory import available_memory
 __all__ = ["DEFAULT_SHARD_CACHE", "ShardCache", "default_cache_bytes"]
 
 #: The most decompressed shards held by default: 2 GiB (Streaming's shards are
-#: 64 MiB by default: 32 of them), or a quarter of the memory available where less.
+#: 64 MiB by default: 32 of them; two default windows of about 1 GiB), or two windows
+#: where a window packs shards past 1 GiB; a quarter of the memory available at most.
 DEFAULT_SHARD_CACHE = 2 << 30
 
 Shard = NDArray[np.uint8]
 
 
-def default_cache_bytes() -> int:
+def default_cache_bytes(two_windows: int = 0) -> int:
+    """The default bound: :data:`DEFAULT_SHARD_CACHE`, or ``two_windows`` (the bytes of
+    the two largest windows of the windowed shuffle) where more."""
+    want = max(DEFAULT_SHARD_CACHE, two_windows)
     memory = available_memory()
     if memory is None:
-        return DEFAULT_SHARD_CACHE
-    return max(1, min(DEFAULT_SHARD_CACHE, memory.available // 4))
+        return want
+    return max(1, min(want, memory.available // 4))
 
 
 class ShardCache:
