@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import pickle
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from _fds import fds_in
 from _mds_files import write_mds
 from headrace.errors import FormatError
-from headrace.formats import MDSSource, _mds_cache
+from headrace.formats import MDSSource, _mds_ahead, _mds_cache
 from headrace.formats._mds_cache import DEFAULT_SHARD_CACHE, ShardCache, default_cache_bytes
 from headrace.io._memory import available_memory
 from headrace.pipeline import Loader
@@ -251,6 +252,34 @@ def test_close_stops_the_read_ahead_and_a_copy_carries_none(zipped: Path) -> Non
     assert src.stats.ahead >= 3
     src.close()
     assert _ahead_threads() == []
+
+
+def test_close_does_not_wait_for_ever_on_a_load_stuck_in_storage(
+    zipped: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_mds_ahead, "CLOSE_WAIT_S", 0.2)
+    src = MDSSource(zipped, window_rows=WINDOW)
+    src.read(0, np.arange(B))
+    started, release = threading.Event(), threading.Event()
+    unzip = src._unzip
+
+    def stalled(shards: list[int]) -> list[np.ndarray[Any, np.dtype[np.uint8]]]:
+        started.set()  # fault injection: a read of a mount that stopped answering
+        assert release.wait(30)
+        return unzip(shards)
+
+    src._ahead._load = stalled
+    src.prefetch(0, np.arange(B, 2 * B))
+    assert started.wait(10)
+    t0 = time.monotonic()
+    src.close()
+    assert time.monotonic() - t0 < 10  # a bound on hanging: it waited 0.2 s, not for ever
+    left = [t for t in threading.enumerate() if t.name.startswith("headrace-mds-ahead")]
+    assert len(left) == 1  # the stuck load, left on its daemon thread
+    release.set()
+    left[0].join(10)
+    assert not left[0].is_alive()  # it ended once the storage answered
+    assert src._ahead._job is None  # and started nothing more
 
 
 def test_a_host_reads_ahead_only_its_stretch(tmp_path: Path, zipped: Path) -> None:

@@ -25,11 +25,13 @@ from headrace.formats._mds_cache import Shard, ShardCache
 from headrace.formats._row_plan import RowWindows
 from headrace.io._daemon_pool import DaemonPool
 
-__all__ = ["AHEAD_GROUP", "ReadAhead", "plan_ahead"]
+__all__ = ["AHEAD_GROUP", "CLOSE_WAIT_S", "ReadAhead", "plan_ahead"]
 
 #: Shards a background load takes at once (fetched side by side, decompressed on the
 #: I/O pool): a read waits for the group its shard is in, and close() for one group.
 AHEAD_GROUP = 4
+#: How long close() waits for a load in progress (the loader's wait for a read, too).
+CLOSE_WAIT_S = 1.0
 
 
 class ReadAhead:
@@ -49,6 +51,7 @@ class ReadAhead:
         self._job: Future[None] | None = None
         self._pool: DaemonPool | None = None
         self._stopped = False
+        self._generation = 0  # a job of an older one (before a stop) starts nothing more
 
     def want(self, shards: list[int]) -> None:
         """Load ``shards`` (in this order; those held or being loaded are skipped) in the
@@ -60,14 +63,16 @@ class ReadAhead:
             if shards and self._job is None:
                 if self._pool is None:
                     self._pool = DaemonPool(1, thread_name_prefix="headrace-mds-ahead")
-                self._job = self._pool.submit(self._run)
+                self._job = self._pool.submit(self._run, self._generation)
 
-    def _run(self) -> None:
+    def _run(self, generation: int) -> None:
         while True:
             with self._lock:
-                group = self._cache.missing(self._todo)[:AHEAD_GROUP] if not self._stopped else []
+                current = generation == self._generation
+                group = self._cache.missing(self._todo)[:AHEAD_GROUP] if current else []
                 if not group:
-                    self._job = None
+                    if current:
+                        self._job = None
                     return
                 self._todo = [s for s in self._todo if s not in group]
             try:
@@ -89,17 +94,20 @@ class ReadAhead:
         with self._lock:
             self._stopped = True
             self._todo = []
+            self._generation += 1
+            self._job = None
 
     def close(self) -> None:
-        """:meth:`stop`, and wait for the group being loaded and the thread to end; a
-        later :meth:`want` starts another (a source reopened after close())."""
+        """:meth:`stop`, and wait up to :data:`CLOSE_WAIT_S` for the group being loaded
+        and the thread to end; a load stuck in storage (a stalled mount) is left to end
+        on its daemon thread, as the loader leaves a stuck read. A later :meth:`want`
+        starts another thread (a source reopened after close())."""
         self.stop()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True, timeout=CLOSE_WAIT_S)
         with self._lock:
-            self._job = None
             self._stopped = False
 
 
