@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from s3util import BUCKET, FAST_RETRY, STALL_RETRY, STALL_S, S3Fixture, until_a_fault
 
+from _mds_ahead import asked
 from _mds_files import write_mds
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import StorageError
@@ -53,9 +54,12 @@ def test_s3_batches_read_ahead_are_the_local_ones(s3: S3Fixture, roots: tuple[Pa
     with Loader(local, batch_size=B, seed=1, steps=20, chunk_steps=1) as ld:
         want = batch_digest(ld)
     src = _remote(s3, url)
+    wants = asked(src)
     with Loader(src, batch_size=B, seed=1, steps=20, chunk_steps=1) as ld:
         assert batch_digest(ld) == want
-    assert src.stats.ahead > 0 and src.stats.ahead_failed == 0
+    # Asked for windows to come (loaded by it or first by a read: a matter of timing).
+    assert len({s for w in wants for s in w}) > len(wants[0])
+    assert src.stats.ahead_failed == 0
 
 
 def _next_window_key(src: MDSSource) -> tuple[list[int], str]:
