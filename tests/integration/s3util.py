@@ -6,12 +6,13 @@ Imported by ``tests/integration/conftest.py`` (fixtures) and by the tests.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headrace.emulate import LocalS3
+from headrace.emulate import LatencyProxy, LocalS3
 from headrace.io import ObjectStore, RetryPolicy
 
 BUCKET = "headrace-test"
@@ -133,3 +134,12 @@ def upload_token_file(s3: S3Fixture, folder: Path, prefix: str, tokens: int, see
     for p in (path, path.with_name("tok.bin.json")):
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{p.name}", Body=p.read_bytes())
     return path
+
+
+def until_a_fault(proxy: LatencyProxy) -> None:
+    """Until a request has met one of the proxy's faults (a stalled GET has reached it),
+    not a fixed sleep, which a loaded machine can outlast; 30 s bounds a hang."""
+    deadline = time.monotonic() + 30
+    while proxy.stats.faults == 0:
+        assert time.monotonic() < deadline, "no request reached the proxy's fault"
+        time.sleep(0.01)

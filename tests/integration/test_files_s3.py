@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from s3util import BUCKET, FAST_RETRY, S3Fixture, StoreFactory, loaders_closing_between
+from s3util import (
+    BUCKET,
+    FAST_RETRY,
+    S3Fixture,
+    StoreFactory,
+    loaders_closing_between,
+    until_a_fault,
+)
 
 from headrace.emulate import FaultRule, LatencyProxy
 from headrace.errors import (
@@ -517,10 +524,7 @@ def test_close_under_a_stalled_store_does_not_wait_out_the_retries(
         reader.start()
         # Closed once a GET is stalled at the proxy (the read-ahead is inside its read),
         # not after a fixed sleep, which a loaded machine can outlast before the GET.
-        deadline = time.monotonic() + 30  # a bound on hanging, not a speed check
-        while proxy.stats.faults == 0:
-            assert time.monotonic() < deadline, "no GET reached the stalling proxy"
-            time.sleep(0.01)
+        until_a_fault(proxy)
         t0 = time.monotonic()
         ld.close()
     took = time.monotonic() - t0

@@ -21,6 +21,7 @@ from s3util import (
     S3Fixture,
     StoreFactory,
     expected,
+    until_a_fault,
 )
 
 from headrace.emulate import FaultRule, LatencyProxy
@@ -181,10 +182,7 @@ def test_closing_a_store_ends_a_stalled_get_at_once(s3: S3Fixture, proxy: Latenc
 
     reader = threading.Thread(target=get)
     reader.start()
-    deadline = time.monotonic() + 30  # the GET is stalled at the proxy: a bound on hanging
-    while proxy.stats.faults == 0:
-        assert time.monotonic() < deadline, "the GET never reached the stalling proxy"
-        time.sleep(0.01)
+    until_a_fault(proxy)  # the GET is stalled at the proxy
     t0 = time.monotonic()
     store.close()
     reader.join(timeout=30)

@@ -43,6 +43,20 @@ def test_shutdown_can_cancel_what_has_not_started() -> None:
     assert not pool._threads[0].is_alive()
 
 
+def test_shutdown_waits_at_most_its_timeout_for_a_stuck_task() -> None:
+    pool = DaemonPool(1, thread_name_prefix="t-stuck")
+    release = threading.Event()
+    done = pool.submit(release.wait, 30)
+    t0 = time.monotonic()
+    pool.shutdown(wait=True, timeout=0.1)
+    assert time.monotonic() - t0 < 10  # a bound on hanging, not a speed check
+    assert pool._threads[0].is_alive()  # left to end on its daemon thread
+    release.set()
+    assert done.result(10) is True
+    pool._threads[0].join(10)
+    assert not pool._threads[0].is_alive()
+
+
 def test_a_one_call_pool_joins_when_done_and_leaves_a_stuck_task_on_an_error() -> None:
     with one_call_pool(2, thread_name_prefix="t-call") as pool:
         assert list(pool.map(abs, [-1, -2, -3])) == [1, 2, 3]

@@ -13,7 +13,9 @@ it too, only those columns' bytes of a sample are read, else the whole sample.
 A compressed shard (Streaming's ``MDSWriter(compression=...)``) is fetched whole
 (local read, or ranged GETs side by side), decompressed once on the I/O pool (the
 batch's shards together) and held in a bounded cache (:mod:`._mds_cache`); its
-offsets table and samples are then slices of those bytes.
+offsets table and samples are then slices of those bytes. Under the windowed
+shuffle the loader's ``prefetch`` has the next window's shards fetched and
+decompressed in the background (:mod:`._mds_ahead`), beside the current window's.
 
 Sample ``k`` is row ``perm(k % n)`` of epoch ``k // n`` (``sample_rows``: the plan
 every row source uses), or, with ``shuffle="window"``, the windowed shuffle of the
@@ -41,6 +43,7 @@ from headrace.formats._file_list import Listing, is_object_url
 from headrace.formats._file_samples import stack_samples
 from headrace.formats._images import ImageMode, check_image_mode, decode_jpeg, decode_png
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
+from headrace.formats._mds_ahead import ReadAhead, plan_ahead
 from headrace.formats._mds_cache import ShardCache, default_cache_bytes
 from headrace.formats._mds_codecs import check_hashes, decompress, require_codec
 from headrace.formats._mds_index import Column, MDSIndex, check_selected, decode_ndarray
@@ -72,7 +75,9 @@ class MDSStats:
     """What a source has read: offsets tables (``headers``, their ``header_bytes``),
     samples and the bytes of their ranges (``bytes``, before coalescing); compressed
     shards decompressed (``unzipped``), the bytes fetched for them (``zip_bytes``) and
-    the bytes they decompressed to (``unzipped_bytes``)."""
+    the bytes they decompressed to (``unzipped_bytes``); of those shards, how many the
+    read-ahead loaded (``ahead``), and how many it failed to (``ahead_failed``: read
+    again by the reads that needed them)."""
 
     headers: int = 0
     header_bytes: int = 0
@@ -81,6 +86,8 @@ class MDSStats:
     unzipped: int = 0
     zip_bytes: int = 0
     unzipped_bytes: int = 0
+    ahead: int = 0
+    ahead_failed: int = 0
 
 
 class MDSSource:
@@ -98,7 +105,8 @@ class MDSSource:
     of shards. ``True`` (default) is ``"window"`` when the shards are compressed,
     else ``"full"``; ``False`` (``"none"``) reads samples in order.
     ``shard_cache_bytes``: the most bytes of decompressed shards held (default:
-    2 GiB, or a quarter of the memory available where less).
+    2 GiB, or two windows where more: the one read and the next, read ahead in a
+    ``Loader`` (:meth:`prefetch`); at most a quarter of the memory available).
     ``reader``: the local read strategy (:class:`~headrace.io.ReaderConfig`).
     ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns. See
     docs/files.md for encodings, codecs and refusals.
@@ -207,13 +215,17 @@ class MDSSource:
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
         self._reader = LazyReader(self._reader_strategy)
         self.stats = MDSStats()
+        self._share: tuple[float, float] | None = None  # this host's, once told
         self._order(args, warn=carried is None)
+        self._ahead = ReadAhead(self.cache, self._unzip, self._count_ahead)
 
     def _order(self, args: dict[str, Any], warn: bool) -> None:
         """The shuffle, its windows, and the cache of decompressed shards (``warn``: say
         so where the cache is too small; a worker's copy does not say it again)."""
         shards = self.index.shards
-        zipped = any(s.codec for s in shards)
+        # The compressed shards (read through the cache).
+        self._zipped = frozenset(k for k, s in enumerate(shards) if s.codec)
+        zipped = bool(self._zipped)
         #: Each shard's size as read: decompressed, or the stored file's.
         self._raw: list[int] = [
             s.raw_bytes if s.raw_bytes is not None else self.files.sizes[f]
@@ -222,22 +234,31 @@ class MDSSource:
         raw = np.array(self._raw, dtype=np.int64)
         mode: ShuffleMode | None = args["shuffle"]
         self.shuffle: ShuffleMode = mode or ("window" if zipped else "full")
-        cache = args["shard_cache_bytes"]
-        self.cache = ShardCache(default_cache_bytes() if cache is None else cache)
         self.windows: RowWindows | None = None
+        two = 0  # the two largest windows' bytes: what the default cache holds
         if self.shuffle == "window":
             wr = args["window_rows"]
             if wr is None:  # from the index alone: the same windows on every machine
                 wr = max(1, WINDOW_BYTES * self.samples_per_epoch // max(1, int(raw.sum())))
             self.window_rows: int = wr
-            self.windows = RowWindows([s.samples for s in shards], wr)
+            self.windows = w = RowWindows([s.samples for s in shards], wr)
+            sizes = sorted(int(raw[list(w.groups(k))].sum()) for k in range(w.num_windows))
+            two = sum(sizes[-2:])
+        cache = args["shard_cache_bytes"]
+        self.cache = ShardCache(default_cache_bytes(two) if cache is None else cache)
         if not zipped or not warn:
             return
         if self.windows is not None:
-            w = self.windows
-            need = max(int(raw[list(w.groups(k))].sum()) for k in range(w.num_windows))
+            need = sizes[-1]
             what = "a window of shards"
             fix = "lower window_rows"
+            if need <= self.cache.max_bytes < two:
+                warn_user(
+                    f"{self.root}: the cache of decompressed shards ({self.cache.max_bytes:,} "
+                    f"bytes, shard_cache_bytes) holds a window of shards but not two "
+                    f"({two:,} bytes), so the next window is read ahead only in part and "
+                    f"its first batch waits for the rest; raise shard_cache_bytes or {fix}"
+                )
         else:
             need = int(raw.sum()) if self.shuffle == "full" else int(raw.max())
             what = "every shard" if self.shuffle == "full" else "a shard"
@@ -249,6 +270,7 @@ class MDSSource:
                 f"bytes, shard_cache_bytes) cannot hold {what} ({need:,} bytes), so shards "
                 f"are decompressed again and again (about {mean:,} bytes a shard"
                 + (", for nearly every sample" if self.shuffle == "full" else "")
+                + ("; nothing is read ahead" if self.windows is not None else "")
                 + f"); raise shard_cache_bytes or {fix}"
             )
 
@@ -275,12 +297,58 @@ class MDSSource:
             **({"image_mode": self._image_mode} if self._image_mode is not None else {}),
         }
 
-    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+    def _rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The row (dataset order) of each global sample number."""
         if self.windows is not None:
-            rows = self.windows.rows(seed, np.asarray(samples, dtype=np.int64))
-        else:
-            full = self.shuffle == "full"
-            rows = sample_rows(seed, samples, self.samples_per_epoch, full)
+            return self.windows.rows(seed, np.asarray(samples, dtype=np.int64))
+        return sample_rows(seed, samples, self.samples_per_epoch, self.shuffle == "full")
+
+    def starts(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Where each sample lies: (0, its row in dataset order), shards in order. What
+        ``Loader(host_order="address")`` sorts each batch by."""
+        rows = self._rows(seed, samples)
+        return np.zeros_like(rows), rows
+
+    def prefetch(
+        self, seed: int, samples: NDArray[np.int64], share: tuple[float, float] | None = None
+    ) -> None:
+        """Under the windowed shuffle over compressed shards, start loading (fetching and
+        decompressing, in the background) the shards of these samples' windows and of
+        the window after, so that a window switch does not wait for its shards.
+
+        With ``share`` (this host's fraction of each window in row order, from a
+        ``Loader(host_order="address")``), only the shards of that stretch and 5% of
+        the window a side; else all of the next window, on every host. The current
+        windows' shards are kept: the next window's are loaded only as far as they fit
+        the cache beside them. Other shuffles and uncompressed shards read nothing ahead.
+        """
+        if share is not None:
+            self._share = share
+        samples = np.asarray(samples, dtype=np.int64)
+        if self.windows is None or not samples.size or not self._zipped:
+            return
+        keep, want = plan_ahead(
+            self.windows,
+            seed,
+            samples,
+            self._share,
+            (self._starts, self._zipped, self._raw),
+            self.cache.max_bytes,
+        )
+        self.cache.keep = frozenset(keep)
+        self._ahead.want(want)
+
+    def _count_ahead(self, shards: int, loaded: bool) -> None:
+        with self._lock:
+            if loaded:
+                self.stats.ahead += shards
+            else:
+                self.stats.ahead_failed += shards
+
+    def read(self, seed: int, samples: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        rows = self._rows(seed, samples)
         shard, local = self._locate(rows)
         needed = np.unique(shard).tolist()
         begin = np.empty(len(rows), dtype=np.int64)
@@ -619,8 +687,11 @@ class MDSSource:
         return self.files.name(self._file_of[s])
 
     def close(self) -> None:
-        """Close the request queue, the local reader and the object store, and drop the
-        decompressed shards (offsets kept)."""
+        """Stop the read-ahead, close the request queue, the local reader and the object
+        store, and drop the decompressed shards (offsets kept)."""
+        self._ahead.stop()
+        self._queue.close()  # a read-ahead's GETs in flight give up
+        self._ahead.close()  # its thread ends (a load it began may have made a queue)
         self.cache.clear()
         self._queue.close()
         self._reader.close()

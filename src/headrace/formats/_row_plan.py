@@ -193,6 +193,28 @@ class RowWindows:
         """The groups (in table order) that make up window ``window``."""
         return range(int(self._bounds[window]), int(self._bounds[window + 1]))
 
+    def next_window(self, seed: int, sample: int) -> int:
+        """The window visited after the one that global sample ``sample`` lies in (the
+        next epoch's first after an epoch's last)."""
+        plan = self.layout.positions(seed, np.array([sample], dtype=np.int64))
+        w = int(plan.window[0])
+        first = sample - int(plan.start[0])  # the window's first sample in the visit
+        after = np.array([first + int(self.counts[w])], dtype=np.int64)
+        return int(self.layout.window_of(seed, after)[0])
+
+    def stretch(self, window: int, share: tuple[float, float] | None) -> tuple[int, int]:
+        """Rows ``[lo, hi)`` (table order) of ``window`` that a host's ``share`` of it
+        lies in (fractions of its rows, from a ``Loader(host_order="address")``), with
+        5% of the window a side: a host's share of each sorted batch wanders from batch
+        to batch. ``None``: the whole window."""
+        first = int(self.window_start[window])
+        count = int(self.counts[window])
+        lo, hi = (0.0, 1.0) if share is None else share
+        return (
+            first + int(max(0.0, lo - 0.05) * count),
+            first + max(1, int(np.ceil(min(1.0, hi + 0.05) * count))),
+        )
+
     def rows(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row of each global sample number."""
         plan = self.layout.positions(seed, np.asarray(samples, dtype=np.int64))

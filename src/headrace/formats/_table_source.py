@@ -475,11 +475,7 @@ class TableSource:
         """The spans (row groups, or sub-windows of a larger one) of ``window`` that this
         host's share of it lies in."""
         assert self.windows is not None
-        first = int(self.windows.window_start[window])
-        count = int(self.windows.counts[window])
-        share = (0.0, 1.0) if self._share is None else self._share
-        lo = first + int(max(0.0, share[0] - 0.05) * count)
-        hi = first + max(1, int(np.ceil(min(1.0, share[1] + 0.05) * count)))
+        lo, hi = self.windows.stretch(window, self._share)
         ends = self.table.spans_of(np.array([lo, hi - 1], dtype=np.int64))
         return range(int(ends[0]), int(ends[1]) + 1)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -69,7 +70,11 @@ class DaemonPool(Executor):
                 self._threads.append(t)
             return future
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+    def shutdown(
+        self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
+    ) -> None:
+        """As ``Executor.shutdown``; ``timeout``: wait at most this long for the threads
+        (a task stuck in storage past it is left to end on its daemon thread)."""
         with self._lock:
             self._shut = True
             if cancel_futures:
@@ -87,8 +92,9 @@ class DaemonPool(Executor):
                     self._work.put(item)
             self._work.put(None)  # each thread passes it on to the next, and ends
         if wait:
+            end = None if timeout is None else time.monotonic() + timeout
             for t in self._threads:
-                t.join()
+                t.join(None if end is None else max(0.0, end - time.monotonic()))
 
 
 @contextmanager
