@@ -114,8 +114,11 @@ _DECOMPRESS: dict[str, Callable[[Any, int], bytes]] = {
 }
 
 
-def decompress(family: str, data: Any, size: int, name: str) -> bytes:
-    """The ``size`` bytes that ``data`` (the stored shard ``name``) decompresses to."""
+def decompress(
+    family: str, data: Any, size: int, name: str, says: str = "index.json's raw_data.bytes"
+) -> bytes:
+    """The ``size`` bytes that ``data`` (the stored shard ``name``) decompresses to
+    (``says``: what gives ``size``, for the error)."""
     try:
         out = _DECOMPRESS[family](data, size)
     except Exception as exc:  # each codec has its own errors: named here, whatever they are
@@ -125,7 +128,7 @@ def decompress(family: str, data: Any, size: int, name: str) -> bytes:
         ) from exc
     if len(out) != size:
         got = f"{len(out)} bytes" if len(out) <= size else f"more than {size} bytes"
-        raise FormatError(f"{name}: decompresses to {got}, index.json's raw_data.bytes says {size}")
+        raise FormatError(f"{name}: decompresses to {got}, {says} says {size}")
     return out
 
 
