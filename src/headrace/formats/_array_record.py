@@ -120,9 +120,7 @@ def _simple(data: bytes, records: int, decoded: int, name: str, what: str) -> li
         raise FormatError(f"{name}: {what}'s data is cut before its record sizes") from exc
     parts = [data[p : p + sizes_size], data[p + sizes_size :]]
     if p + sizes_size > len(data):
-        raise FormatError(
-            f"{name}: {what}'s record sizes ({sizes_size:,} bytes) run past its data"
-        )
+        raise FormatError(f"{name}: {what}'s record sizes ({sizes_size:,} bytes) run past its data")
     if kind:
         family = _CODECS.get(kind)
         if family is None:
@@ -222,8 +220,13 @@ def read_index(at: At, size: int, name: str) -> Index:
         )
     body = b"".join(recs[1:])
     flat = _packed_varints(body, 0, len(body)) if body else np.empty(0, np.int64)
-    if len(recs) - 1 != chunks or len(flat) != 6 * chunks or (
-        chunks and not np.array_equal(flat[0::2].reshape(-1, 3), np.tile([8, 16, 24], (chunks, 1)))
+    if (
+        len(recs) - 1 != chunks
+        or len(flat) != 6 * chunks
+        or (
+            chunks
+            and not np.array_equal(flat[0::2].reshape(-1, 3), np.tile([8, 16, 24], (chunks, 1)))
+        )
     ):
         raise FormatError(
             f"{name}: its footer's metadata says {chunks:,} chunks, but its footer holds "
@@ -284,9 +287,7 @@ def decode_array_record(
     held: dict[int, list[bytes]] = {}
     for c in np.unique(chunks).tolist():
         a, b = int(offsets[c]), int(offsets[c + 1])
-        recs, end = _records(
-            at, size, a, name, f"chunk {c}", int(firsts[c + 1] - firsts[c])
-        )
+        recs, end = _records(at, size, a, name, f"chunk {c}", int(firsts[c + 1] - firsts[c]))
         if end > b:
             raise FormatError(
                 f"{name}: chunk {c} at offset {a:,} ends at {end:,}, past the next chunk's "
@@ -294,7 +295,8 @@ def decode_array_record(
             )
         held[c] = recs
     picked = [
-        (i, held[c][i - int(firsts[c])]) for i, c in zip(picks.tolist(), chunks.tolist(), strict=True)
+        (i, held[c][i - int(firsts[c])])
+        for i, c in zip(picks.tolist(), chunks.tolist(), strict=True)
     ]
 
     def where(i: int) -> str:

@@ -1,5 +1,6 @@
-"""Which NPY, NPZ and TFRecord files a source reads by rows (:mod:`._npy_ranges`,
-:mod:`._npz_ranges`, :mod:`._tfrecord_ranges`).
+"""Which NPY, NPZ, TFRecord and ArrayRecord files a source reads by rows
+(:mod:`._npy_ranges`, :mod:`._npz_ranges`, :mod:`._tfrecord_ranges`,
+:mod:`._array_record_ranges`).
 
 Where a file is visited for about one sample a read (``shuffle="samples"``), reading
 it whole read ``samples_per_file`` times the bytes used; under ``"files"`` and
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from headrace.formats._array_record_ranges import RangedArrayRecord
 from headrace.formats._file_config import (
     NPY_RANGES_ABOVE_LOCAL,
     NPY_RANGES_ABOVE_REMOTE,
@@ -43,6 +45,8 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
         "npz": config.npz_ranges_above,
         "tar": 0 if config.on_corrupt == "raise" else None,
         "tfrecord": config.tfrecord_ranges_above,
+        # An ArrayRecord file's footer says where each chunk is: by chunks whatever its size.
+        "array_record": 0 if config.on_corrupt == "raise" else None,
     }
     above = ranges.get(fmt)
     if above == "auto":
@@ -83,8 +87,9 @@ def by_rows(
         if heads:
             ranged.seed(heads)
         return ranged
-    if fmt == "tfrecord":
-        records = RangedTfrecord(files, in_flight, above)
+    if fmt in ("tfrecord", "array_record"):
+        kind = RangedTfrecord if fmt == "tfrecord" else RangedArrayRecord
+        records = kind(files, in_flight, above)
         if heads:
             records.seed(heads)
         return records

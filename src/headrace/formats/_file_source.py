@@ -198,7 +198,7 @@ class FileSource(Closing):
             and config.decode
             and (
                 (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
-                or fmt in ("npz", "tfrecord")
+                or fmt in ("npz", "tfrecord", "array_record")
                 or self._rows_above is not None
             )
         )
