@@ -24,7 +24,8 @@ decompressed) on both sides: ~170 chunks a batch of 256, ~25 KiB read a record o
 both; decompression dominates, headrace decodes a chunk once a batch however many of
 its records the batch asks: array_record 1.5-4x faster.
 
-Run: PYTHONPATH=src python benchmarks/array_record.py [--trials 5]
+Run: PYTHONPATH=src python benchmarks/array_record_ab.py [--trials 5]
+(Not ``array_record.py``: a script of that name would shadow the package it imports.)
 """
 
 from __future__ import annotations
