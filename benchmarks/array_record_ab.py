@@ -24,6 +24,19 @@ decompressed) on both sides: ~170 chunks a batch of 256, ~25 KiB read a record o
 both; decompression dominates, headrace decodes a chunk once a batch however many of
 its records the batch asks: array_record 1.5-4x faster.
 
+Measured (2c, 2026-12-04; records/s medians of 5, B read a record; one digest,
+3a1e832c439a, on all four sides). First run: headrace g1 492/s, read whole files:
+``decode=False`` turned reads by records off (a file's bytes, for other formats), so
+each batch decoded every chunk of every file it touched; records' bytes are samples
+of record formats, and are now read by chunks. Second run:
+  headrace g1        9,182/s  10,980 B   array_record g1    48,907/s  17,396 B  (5.3x)
+  headrace g64      14,520/s  12,976 B   array_record g64   18,794/s  34,486 B  (1.3x)
+group_size:1 as predicted (5.3x, in 5-20x); headrace read fewer bytes than predicted
+(11 KB, not 20-40 KiB: the loader reads up to 4 batches at once, so more of its records
+share a read). group_size:64: 1.3x, under the 1.5-4x predicted, and headrace read
+0.4x array_record's bytes: a read of several batches decodes a chunk once for all
+the records they ask of it, where ``read(indices)`` here is one call a batch.
+
 Run: PYTHONPATH=src python benchmarks/array_record_ab.py [--trials 5]
 (Not ``array_record.py``: a script of that name would shadow the package it imports.)
 """

@@ -136,6 +136,17 @@ def test_decode_false_gives_each_records_bytes(tmp_path: Path) -> None:
         batch = next(iter(loader))
     assert [bytes(b) for b in batch["bytes"]] == records
     src.close()
+    # Under shuffle="samples" too, by chunks (records' bytes are samples, not files'):
+    # the same records as the whole files give.
+    got = []
+    for rows in (None, 0):
+        kw: dict[str, Any] = {} if rows is None else {"on_corrupt": "replace"}
+        src = FileSource(tmp_path, format="array_record", decode=False, shuffle="samples", **kw)
+        assert isinstance(src._by_rows, RangedArrayRecord) == (rows is None)
+        with Loader(src, batch_size=4, seed=2, steps=4) as loader:
+            got.append(batch_digest(loader))
+        src.close()
+    assert got[0] == got[1]
 
 
 def test_records_that_are_not_examples_say_to_read_bytes(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_HDF5_RANGES_ABOVE",
     "NPY_RANGES_ABOVE_LOCAL",
     "NPY_RANGES_ABOVE_REMOTE",
+    "RECORD_FORMATS",
     "FileSourceConfig",
     "OnCorrupt",
     "SourceMode",
@@ -41,8 +42,9 @@ NPY_RANGES_ABOVE_REMOTE = 8 << 20
 DEFAULT_HDF5_LOCAL_RANGES_ABOVE = 4 << 20
 
 SourceMode = Literal["headrace", "map-style"]
-#: Formats whose files hold records: counted from their files, a sample a record.
-_RECORDS = ("tfrecord", "array_record")
+#: Formats whose files hold records: counted from their files, a sample a record
+#: (``decode=False``: each record's bytes).
+RECORD_FORMATS = ("tfrecord", "array_record")
 OnCorrupt = Literal["raise", "replace"]
 
 
@@ -152,7 +154,7 @@ class FileSourceConfig:
                 f"verify=False skips TFRecord records' data CRCs; {fmt.name} files have none "
                 "to skip (got verify=False): leave it out."
             )
-        if fmt.name in _RECORDS and self.samples_per_file == 1:
+        if fmt.name in RECORD_FORMATS and self.samples_per_file == 1:
             # A shard holds many records, and how many only its record headers say.
             object.__setattr__(self, "samples_per_file", "header")
         check_image_mode(self.image_mode, "image_mode")
@@ -182,7 +184,7 @@ class FileSourceConfig:
             )
         given = self.samples_per_file
         if given is None:  # tar shards, TFRecord files hold many samples: count them
-            given = "header" if fmt.name in ("tar", *_RECORDS) else 1
+            given = "header" if fmt.name in ("tar", *RECORD_FORMATS) else 1
         spf = check_samples_per_file(given)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1
@@ -226,7 +228,7 @@ class FileSourceConfig:
                 "decode=False hands over whole files; a tar shard's samples are its members: "
                 "read the shards with format='raw' for their bytes."
             )
-        if several and not self.decode and fmt.name not in _RECORDS:
+        if several and not self.decode and fmt.name not in RECORD_FORMATS:
             raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
         if isinstance(self.datasets, str):
             raise ConfigError(
@@ -236,7 +238,7 @@ class FileSourceConfig:
         refuse_a_set("datasets", self.datasets, "datasets or members")
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
-        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar", *_RECORDS):
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar", *RECORD_FORMATS):
             raise ConfigError(
                 "datasets names the HDF5 datasets, NPZ members, tar fields or TFRecord "
                 "(ArrayRecord) "

@@ -19,6 +19,7 @@ from headrace.formats._array_record_ranges import RangedArrayRecord
 from headrace.formats._file_config import (
     NPY_RANGES_ABOVE_LOCAL,
     NPY_RANGES_ABOVE_REMOTE,
+    RECORD_FORMATS,
     FileSourceConfig,
 )
 from headrace.formats._files import file_format
@@ -54,7 +55,7 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     if not (
         rows
         and isinstance(above, int)
-        and config.decode
+        and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
         and config.mode == "headrace"
         and config.shuffle == "samples"
         and max(files.sizes) >= above
