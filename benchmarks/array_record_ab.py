@@ -149,7 +149,7 @@ def main() -> None:
                     rates.setdefault(side, []).append(n / sec)
                     reads.setdefault(side, []).append(nbytes / n)
                     digests.setdefault(side, set()).add(dig[:12])
-        out("side               median records/s  per trial                        B read/record  digest")  # fmt: skip
+        out(f"{'side':<18} {'median records/s':>17}  {'per trial':<32} B read/record  digest")
         for side, r in rates.items():
             shown = " ".join(f"{x:,.0f}" for x in r)
             out(

@@ -235,7 +235,7 @@ def test_workers_and_pickled_copies_read_the_same(tmp_path: Path) -> None:
 def test_options_and_writing_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="verify=False skips TFRecord"):
         FileSource(tmp_path, format="array_record", verify=False)
-    with pytest.raises(ConfigError, match="does not write them.*ArrayRecordWriter"):
+    with pytest.raises(ConfigError, match=r"does not write them.*ArrayRecordWriter"):
         encode("array_record", {"x": np.zeros((2, 3))})
 
 

@@ -168,8 +168,9 @@ def header_counts(
     is a :class:`FormatError` naming the file; storage errors name the object.
 
     ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
-    or TFRecord files' record indexes (ArrayRecord files' chunks), up to ``HEAD_BYTES`` in all, for the reads by
-    rows to start from (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
+    or TFRecord files' record indexes (ArrayRecord files' chunks), up to ``HEAD_BYTES``
+    in all, for the reads by rows to start from
+    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
     :meth:`~headrace.formats._tfrecord_ranges.RangedTfrecord.seed`). ``indexes``: where
     tar shards' indexes walked to count them are kept, for the reads.
     """
