@@ -13,7 +13,13 @@ import pytest
 
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats import FileSource, IterableFiles
-from headrace.formats._array_record import BLOCK_SIZE, decode_array_record, read_index
+from headrace.formats._array_record import (
+    BLOCK_SIZE,
+    _end,
+    _spans,
+    decode_array_record,
+    read_index,
+)
 from headrace.formats._array_record_ranges import ChunkImage, RangedArrayRecord
 from headrace.formats._file_samples import sample_digests
 from headrace.formats._files import encode
@@ -346,3 +352,75 @@ def test_a_damaged_file_read_through_a_source_names_it(tmp_path: Path) -> None:
     (tmp_path / "good.array_record").write_bytes(bytes(data[:-1]))
     with pytest.raises(FormatError, match=r"good\.array_record: is 131,071 bytes"):
         FileSource(tmp_path, format="array_record")
+
+
+# The file _good writes (group_size:2, uncompressed, 5 records): the signature, chunks
+# at 64, 120 and 192, the footer at 255 (its data at 295: none, 4 sizes, the metadata,
+# then each chunk's entry), the postscript at 65,536.
+FOOTER, ENTRIES = 255, 255 + 40 + 6 + 97
+
+
+def _set(at: int, value: bytes) -> Any:
+    def change(data: bytearray) -> None:
+        data[at : at + len(value)] = value
+
+    return change
+
+
+def _footer_emptied(data: bytearray) -> None:
+    struct.pack_into("<Q", data, FOOTER + 8, 2)  # data: none, no sizes
+    data[FOOTER + 25 : FOOTER + 40] = bytes(15)  # no records, no bytes
+    data[FOOTER + 40 : FOOTER + 42] = b"\0\0"
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (_set(ENTRIES + 7, b"\x30"), r"chunk offsets are not increasing"),
+        (_set(ENTRIES + 7, b"\x70"), r"chunk 0 at offset 64 ends at 120, past the next chunk's"),
+        (_set(FOOTER + 40 + 6 + 7, b"\x06"), r"chunks hold 5 records; its metadata says 6"),
+        (_set(FOOTER + 40 + 6, b"\x0f"), r"the footer's metadata does not parse \(.*wire type 7"),
+        (_footer_emptied, r"its footer \(offset 255\) holds no records"),
+        (_set(64 + 24, b"\x70"), r"chunk 0 at offset 64 has chunk type 0x70"),
+        (_set(64 + 8, bytes(8)), r"chunk 0 at offset 64's data is cut before its record sizes"),
+        (_set(64 + 41, b"\x7f"), r"record sizes \(127 bytes\) run past its data"),
+    ],
+)
+def test_damaged_structures_are_refused(tmp_path: Path, change: Any, match: str) -> None:
+    data = _good(tmp_path)
+    assert data[ENTRIES : ENTRIES + 2] == b"\x08\x40" and data[FOOTER + 24] == 0x72
+    change(data)
+    _refused(data, match)
+
+
+def test_a_postscript_pointing_outside_and_a_cut_compressed_buffer_are_refused(
+    tmp_path: Path,
+) -> None:
+    data = _good(tmp_path)
+    bad = bytearray(data)
+    bad[_postscript(data) - 3 : _postscript(data) - 1] = b"\x80\x00"  # the first copy: 0
+    _refused(bad, r"its postscript says the footer is at offset 0, outside the file")
+    data = _good(tmp_path, "group_size:2,zstd")
+    size = struct.unpack_from("<Q", data, 64 + 8)[0]
+    data[64 + 41] = size - 2  # the sizes take all of the data: no values buffer
+    _refused(data, r"chunk 0 at offset 64: a compressed buffer is cut")
+
+
+def test_chunk_ends_are_riegelis_add_with_overhead() -> None:
+    # The closed form (checked first, so a forged size is refused in O(1)) agrees with
+    # the walk of block headers that reads the bytes.
+    rng = np.random.default_rng(0)
+    edges = [0, 1, 23, 24, 25, BLOCK_SIZE - 25, BLOCK_SIZE - 1, BLOCK_SIZE]
+    for pos in [*edges, *(BLOCK_SIZE * 3 + e for e in edges), *rng.integers(0, 1 << 20, 50)]:
+        if 0 < int(pos) % BLOCK_SIZE <= 24:  # in or just after a block header: no chunk starts
+            continue
+        for n in [
+            0,
+            1,
+            40,
+            BLOCK_SIZE - 24,
+            BLOCK_SIZE,
+            3 * BLOCK_SIZE + 7,
+            int(rng.integers(1e6)),
+        ]:
+            assert _end(int(pos), n) == _spans(int(pos), n)[1], (pos, n)

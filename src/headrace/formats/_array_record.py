@@ -70,6 +70,14 @@ At = Callable[[int, int], Any]
 Index = tuple[NDArray[np.int64], NDArray[np.int64]]
 
 
+def _end(pos: int, n: int) -> int:
+    """The position after ``n`` chunk bytes from ``pos``, block headers counted (Riegeli's
+    ``AddWithOverhead``): checked before :func:`_spans` lists them, so that a forged
+    size is refused, not walked."""
+    usable = BLOCK_SIZE - BLOCK_HEADER
+    return pos + n + (n + (pos + usable - 1) % BLOCK_SIZE) // usable * BLOCK_HEADER
+
+
 def _spans(pos: int, n: int) -> tuple[list[tuple[int, int]], int]:
     """The file spans of ``n`` chunk bytes from ``pos`` (block headers skipped), and
     the position after them."""
@@ -87,13 +95,13 @@ def _spans(pos: int, n: int) -> tuple[list[tuple[int, int]], int]:
 
 
 def _read(at: At, size: int, pos: int, n: int, name: str, what: str) -> bytes:
-    spans, end = _spans(pos, n)
+    end = _end(pos, n)
     if end > size:
         raise FormatError(
             f"{name}: {what} at offset {pos:,} runs to byte {end:,}, past the end of the "
             f"file ({size:,} bytes): the file is truncated"
         )
-    return b"".join(bytes(at(a, b - a)) for a, b in spans)
+    return b"".join(bytes(at(a, b - a)) for a, b in _spans(pos, n)[0])
 
 
 def _chunk(at: At, size: int, pos: int, name: str, what: str) -> tuple[int, int, int, bytes, int]:
@@ -101,13 +109,14 @@ def _chunk(at: At, size: int, pos: int, name: str, what: str) -> tuple[int, int,
     head = _read(at, size, pos, CHUNK_HEADER, name, what)
     data_size, _, word, decoded = struct.unpack_from("<QQQQ", head, 8)
     kind, records = word & 0xFF, word >> 8
-    spans, end = _spans(_spans(pos, CHUNK_HEADER)[1], data_size)
+    start = _end(pos, CHUNK_HEADER)
+    end = _end(start, data_size)
     if end > size:
         raise FormatError(
             f"{name}: {what} at offset {pos:,} says {data_size:,} bytes of data, running "
             f"past the end of the file ({size:,} bytes): the file is truncated"
         )
-    data = b"".join(bytes(at(a, b - a)) for a, b in spans)
+    data = b"".join(bytes(at(a, b - a)) for a, b in _spans(start, data_size)[0])
     return kind, records, decoded, data, end
 
 
@@ -144,7 +153,7 @@ def _simple(data: bytes, records: int, decoded: int, name: str, what: str) -> li
         )
     ends = np.cumsum(sizes).tolist()
     values = parts[1]
-    return [values[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return [values[a:b] for a, b in zip([0, *ends], ends, strict=False)]
 
 
 def _records(
