@@ -155,11 +155,20 @@ def test_decode_false_gives_each_records_bytes(tmp_path: Path) -> None:
     assert got[0] == got[1]
 
 
-def test_records_that_are_not_examples_say_to_read_bytes(tmp_path: Path) -> None:
-    _write(tmp_path / "p.array_record", [pickle.dumps({"a": 1})] * 3, "group_size:1")
-    src = FileSource(tmp_path, format="array_record")
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        (pickle.dumps({"a": 1}), r"is not a tf\.train\.Example"),
+        (b"x" * 10, r"record 0 \(chunk 0 at offset 64\) parses as a tf\.train\.Example of no"),
+    ],
+)
+def test_records_that_are_not_examples_say_to_read_bytes(
+    tmp_path: Path, record: bytes, says: str
+) -> None:
+    _write(tmp_path / "p.array_record", [record] * 3, "group_size:1")
+    src = FileSource(tmp_path, format="array_record", shuffle="none")
     with (
-        pytest.raises(FormatError, match=r"p\.array_record.*is not a tf\.train\.Example"),
+        pytest.raises(FormatError, match=rf"p\.array_record.*{says}"),
         Loader(src, batch_size=2, seed=0, steps=1) as loader,
     ):
         next(iter(loader))
