@@ -393,6 +393,8 @@ def _footer_emptied(data: bytearray) -> None:
         (_set(64 + 24, b"\x70"), r"chunk 0 at offset 64 has chunk type 0x70"),
         (_set(64 + 8, bytes(8)), r"chunk 0 at offset 64's data is cut before its record sizes"),
         (_set(64 + 41, b"\x7f"), r"record sizes \(127 bytes\) run past its data"),
+        (_set(64 + 43, b"\x88"), r"chunk 0 at offset 64: a varint runs past the end"),
+        (_set(ENTRIES + 18, b"\x81"), r"the footer's chunk entries: a varint runs past"),
     ],
 )
 def test_damaged_structures_are_refused(tmp_path: Path, change: Any, match: str) -> None:
