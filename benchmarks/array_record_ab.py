@@ -36,6 +36,12 @@ group_size:1 as predicted (5.3x, in 5-20x); headrace read fewer bytes than predi
 share a read). group_size:64: 1.3x, under the 1.5-4x predicted, and headrace read
 0.4x array_record's bytes: a read of several batches decodes a chunk once for all
 the records they ask of it, where ``read(indices)`` here is one call a batch.
+Third run, after a zstd decompressor kept a thread (making one cost 15 us a chunk) and
+small chunks' record sizes parsed in Python (NumPy's passes cost 15 us a chunk):
+  headrace g1       25,007/s  10,980 B   array_record g1   110,864/s  17,396 B  (4.4x)
+  headrace g64      22,764/s  12,976 B   array_record g64   32,990/s  34,486 B  (1.45x)
+(the machine less loaded than in the second run: array_record's rates rose too; the
+ratios are what compares).
 
 Run: PYTHONPATH=src python benchmarks/array_record_ab.py [--trials 5]
 (Not ``array_record.py``: a script of that name would shadow the package it imports.)
