@@ -241,7 +241,6 @@ class FileSourceConfig:
         if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar", *RECORD_FORMATS):
             raise ConfigError(
                 "datasets names the HDF5 datasets, NPZ members, tar fields or TFRecord "
-                "(ArrayRecord) "
-                f"features to read; {fmt.name} files "
+                f"features to read (ArrayRecord Examples' too); {fmt.name} files "
                 f"hold one array each (got datasets={self.datasets!r}): leave it out."
             )
