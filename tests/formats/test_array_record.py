@@ -435,3 +435,25 @@ def test_chunk_ends_are_riegelis_add_with_overhead() -> None:
             int(rng.integers(1e6)),
         ]:
             assert _end(int(pos), n) == _spans(int(pos), n)[1], (pos, n)
+
+
+@pytest.mark.parametrize("options", ["group_size:2,uncompressed", "group_size:2,zstd"])
+def test_flipped_bytes_are_refused_by_name_or_read(tmp_path: Path, options: str) -> None:
+    # Every byte of the chunks, footer and postscript flipped, one at a time: the file
+    # reads (a flip in data no check covers, or in padding) or is refused with a
+    # HeadraceError naming it; never another exception, never a walk of a forged size.
+    from headrace.errors import HeadraceError
+
+    data = _good(tmp_path, options)
+    tail = len(data) - BLOCK_SIZE
+    places = [*range(64, 420), *range(tail, tail + 120)]
+    refused = 0
+    for at in places:
+        bad = bytearray(data)
+        bad[at] ^= 0x5A
+        try:
+            decode_array_record(bytes(bad), name="bad.array_record", parse=False)
+        except HeadraceError as exc:
+            assert "bad.array_record" in str(exc), (at, exc)
+            refused += 1
+    assert refused > len(places) // 4
