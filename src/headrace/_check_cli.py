@@ -29,7 +29,19 @@ from headrace.errors import ConfigError, HeadraceError
 __all__ = ["configure", "run"]
 
 # FileSource's names and its aliases (jpg, h5): what users type.
-_FILE_FORMATS = ("jpeg", "jpg", "png", "npy", "npz", "hdf5", "h5", "tar", "tfrecord", "raw")
+_FILE_FORMATS = (
+    "jpeg",
+    "jpg",
+    "png",
+    "npy",
+    "npz",
+    "hdf5",
+    "h5",
+    "tar",
+    "tfrecord",
+    "array_record",
+    "raw",
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:

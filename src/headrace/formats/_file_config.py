@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_HDF5_RANGES_ABOVE",
     "NPY_RANGES_ABOVE_LOCAL",
     "NPY_RANGES_ABOVE_REMOTE",
+    "RECORD_FORMATS",
     "FileSourceConfig",
     "OnCorrupt",
     "SourceMode",
@@ -41,6 +42,9 @@ NPY_RANGES_ABOVE_REMOTE = 8 << 20
 DEFAULT_HDF5_LOCAL_RANGES_ABOVE = 4 << 20
 
 SourceMode = Literal["headrace", "map-style"]
+#: Formats whose files hold records: counted from their files, a sample a record
+#: (``decode=False``: each record's bytes).
+RECORD_FORMATS = ("tfrecord", "array_record")
 OnCorrupt = Literal["raise", "replace"]
 
 
@@ -49,7 +53,8 @@ class FileSourceConfig:
     """How a :class:`FileSource` reads.
 
     ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5``, ``tar`` (WebDataset
-    shards: a sample is a key's members, ``{field: value}``), ``tfrecord`` or ``raw``.
+    shards: a sample is a key's members, ``{field: value}``), ``tfrecord``,
+    ``array_record`` (Grain's ArrayRecord files, read as TFRecord's) or ``raw``.
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5);
     a list of counts, one per file (in the order of the list of files given,
     else of the sorted keys; 0: the file holds none and is never read); or
@@ -109,10 +114,13 @@ class FileSourceConfig:
     a record; ``samples_per_file`` is ``"header"`` (1, the default, is taken as it:
     the records are counted by walking each file's 12-byte record headers), or the
     counts; ``datasets`` names the features; ``decode=False`` gives each record's bytes.
+    ArrayRecord files (``format="array_record"``, ``.array_record``) are read the same
+    way, counted from their footers; under ``shuffle="samples"`` (``on_corrupt="raise"``)
+    a read fetches only the chunks holding the records it asks.
     """
 
     format: str = "raw"
-    # None: 1; tar, tfrecord: "header"
+    # None: 1; tar, tfrecord, array_record: "header"
     samples_per_file: int | Sequence[int] | Literal["header"] | None = None
     decode: bool = True
     shuffle: Shuffle | bool = "files"  # True: "files", False: "none"
@@ -146,7 +154,7 @@ class FileSourceConfig:
                 f"verify=False skips TFRecord records' data CRCs; {fmt.name} files have none "
                 "to skip (got verify=False): leave it out."
             )
-        if fmt.name == "tfrecord" and self.samples_per_file == 1:
+        if fmt.name in RECORD_FORMATS and self.samples_per_file == 1:
             # A shard holds many records, and how many only its record headers say.
             object.__setattr__(self, "samples_per_file", "header")
         check_image_mode(self.image_mode, "image_mode")
@@ -176,7 +184,7 @@ class FileSourceConfig:
             )
         given = self.samples_per_file
         if given is None:  # tar shards, TFRecord files hold many samples: count them
-            given = "header" if fmt.name in ("tar", "tfrecord") else 1
+            given = "header" if fmt.name in ("tar", *RECORD_FORMATS) else 1
         spf = check_samples_per_file(given)
         object.__setattr__(self, "samples_per_file", spf)  # a list kept as a tuple
         several = not isinstance(spf, int) or spf > 1
@@ -220,7 +228,7 @@ class FileSourceConfig:
                 "decode=False hands over whole files; a tar shard's samples are its members: "
                 "read the shards with format='raw' for their bytes."
             )
-        if several and not self.decode and fmt.name != "tfrecord":
+        if several and not self.decode and fmt.name not in RECORD_FORMATS:
             raise ConfigError("decode=False hands over whole files: use samples_per_file=1.")
         if isinstance(self.datasets, str):
             raise ConfigError(
@@ -230,9 +238,9 @@ class FileSourceConfig:
         refuse_a_set("datasets", self.datasets, "datasets or members")
         if fmt.name == "hdf5" and self.decode and not self.datasets:
             raise ConfigError("hdf5 files need datasets=('name', ...) naming what to read.")
-        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar", "tfrecord"):
+        if self.datasets is not None and fmt.name not in ("hdf5", "npz", "tar", *RECORD_FORMATS):
             raise ConfigError(
                 "datasets names the HDF5 datasets, NPZ members, tar fields or TFRecord "
-                f"features to read; {fmt.name} files "
+                f"features to read (ArrayRecord Examples' too); {fmt.name} files "
                 f"hold one array each (got datasets={self.datasets!r}): leave it out."
             )

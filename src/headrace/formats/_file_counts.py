@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, HeadraceError
+from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
@@ -55,13 +56,15 @@ __all__ = [
 # The first read of each format, where its header usually is: an NPY header is 128
 # bytes as NumPy writes most (a longer one is read on); an NPZ's directory is at the
 # end; h5py writes the superblock and object headers first (16 KiB: one read for
-# contiguous datasets, two for chunked ones, measured on files of 1 MB).
-_FIRST: dict[str, tuple[int, bool]] = {  # format -> (bytes, from the end)
-    "npy": (NPY_HEAD, False),
-    "npz": (BLOCK, True),
-    "hdf5": (4 * BLOCK, False),
-    "tar": (BLOCK, False),  # then each member's header, a block each where members are large
-    "tfrecord": (BLOCK, False),
+# contiguous datasets, two for chunked ones, measured on files of 1 MB); an ArrayRecord
+# file's postscript starts its last 64 KiB block (then its footer, just before).
+_FIRST: dict[str, tuple[int, int | None]] = {  # format -> (bytes, from this far from the end)
+    "npy": (NPY_HEAD, None),
+    "npz": (BLOCK, BLOCK),
+    "hdf5": (4 * BLOCK, None),
+    "tar": (BLOCK, None),  # then each member's header, a block each where members are large
+    "tfrecord": (BLOCK, None),
+    "array_record": (BLOCK, BLOCK_SIZE),
 }
 
 
@@ -110,8 +113,8 @@ def _count_one(
     queue: RequestQueue | None,
 ) -> tuple[int, int, int, bytes | TarIndex | None]:
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
-    (tar) its index or (TFRecord) its record index (each record's data offset, then
-    length, as int64)."""
+    (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
+    record's data offset, then    length, as int64)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
@@ -123,8 +126,8 @@ def _count_one(
         close = _nothing
     try:
         f = SparseImage(size, fetch, name)
-        first, from_end = _FIRST[fmt.name]
-        start = max(0, size - first) if from_end else 0
+        first, back = _FIRST[fmt.name]
+        start = 0 if back is None else max(0, size - back)
         f.fill([(start, start + first)], gap=0)
         head: bytes | TarIndex | None = None
         if fmt.name == "npy":
@@ -135,10 +138,11 @@ def _count_one(
         elif fmt.name == "tar":
             index = tar_index(f.at, size, name)
             n, head = len(index), index  # kept: the reads need not walk it again
-        elif fmt.name == "tfrecord":
-            starts, lengths = walk_records(f.at, size, name)
-            n = len(starts)
-            head = np.concatenate([starts, lengths]).tobytes()  # the index, not walked again
+        elif fmt.name in ("tfrecord", "array_record"):
+            walk = walk_records if fmt.name == "tfrecord" else read_index
+            starts, lengths = walk(f.at, size, name)
+            n = int(lengths[-1]) if fmt.name == "array_record" else len(starts)
+            head = np.concatenate([starts, lengths]).tobytes()  # the index, not read again
         else:
             assert datasets, "FileSource's config refuses hdf5 without datasets"
             n = hdf5_rows(f, name=name, datasets=datasets)
@@ -164,15 +168,17 @@ def header_counts(
     is a :class:`FormatError` naming the file; storage errors name the object.
 
     ``heads``: filled with NPY files' header bytes (file -> bytes up to the payload),
-    or TFRecord files' record indexes, up to ``HEAD_BYTES`` in all, for the reads by
-    rows to start from (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
+    or TFRecord files' record indexes (ArrayRecord files' chunks), up to ``HEAD_BYTES``
+    in all, for the reads by rows to start from
+    (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
     :meth:`~headrace.formats._tfrecord_ranges.RangedTfrecord.seed`). ``indexes``: where
     tar shards' indexes walked to count them are kept, for the reads.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
-            'samples_per_file="header" reads counts from NPY, NPZ, HDF5 or tar headers or '
-            f"TFRecord record headers; {fmt.name} files hold one sample each"
+            'samples_per_file="header" reads counts from NPY, NPZ, HDF5 or tar headers, '
+            f"TFRecord record headers or ArrayRecord footers; {fmt.name} files hold one "
+            "sample each"
         )
     t0 = time.perf_counter()
     n = len(files)

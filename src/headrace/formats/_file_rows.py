@@ -1,5 +1,6 @@
-"""Which NPY, NPZ and TFRecord files a source reads by rows (:mod:`._npy_ranges`,
-:mod:`._npz_ranges`, :mod:`._tfrecord_ranges`).
+"""Which NPY, NPZ, TFRecord and ArrayRecord files a source reads by rows
+(:mod:`._npy_ranges`, :mod:`._npz_ranges`, :mod:`._tfrecord_ranges`,
+:mod:`._array_record_ranges`).
 
 Where a file is visited for about one sample a read (``shuffle="samples"``), reading
 it whole read ``samples_per_file`` times the bytes used; under ``"files"`` and
@@ -14,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from headrace.formats._array_record_ranges import RangedArrayRecord
 from headrace.formats._file_config import (
     NPY_RANGES_ABOVE_LOCAL,
     NPY_RANGES_ABOVE_REMOTE,
+    RECORD_FORMATS,
     FileSourceConfig,
 )
 from headrace.formats._files import file_format
@@ -43,6 +46,8 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
         "npz": config.npz_ranges_above,
         "tar": 0 if config.on_corrupt == "raise" else None,
         "tfrecord": config.tfrecord_ranges_above,
+        # An ArrayRecord file's footer says where each chunk is: by chunks whatever its size.
+        "array_record": 0 if config.on_corrupt == "raise" else None,
     }
     above = ranges.get(fmt)
     if above == "auto":
@@ -50,7 +55,7 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     if not (
         rows
         and isinstance(above, int)
-        and config.decode
+        and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
         and config.mode == "headrace"
         and config.shuffle == "samples"
         and max(files.sizes) >= above
@@ -83,8 +88,9 @@ def by_rows(
         if heads:
             ranged.seed(heads)
         return ranged
-    if fmt == "tfrecord":
-        records = RangedTfrecord(files, in_flight, above)
+    if fmt in ("tfrecord", "array_record"):
+        kind = RangedTfrecord if fmt == "tfrecord" else RangedArrayRecord
+        records = kind(files, in_flight, above)
         if heads:
             records.seed(heads)
         return records

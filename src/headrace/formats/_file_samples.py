@@ -15,7 +15,7 @@ hdf5       one key per dataset in ``datasets``, ``(B, *shape)`` each
 tar        one key per field of a sample (or per name in ``datasets``), ``(B, ...)``
 tfrecord   one key per feature (or per name in ``datasets``), ``(B, n)`` (as stored:
            int64, float32, a single bytes value as uint8); decode off: ``bytes``,
-           each record's bytes
+           each record's bytes; ``array_record`` files the same
 raw        ``data``: ``(B, nbytes)`` ``uint8``
 decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 =========  ==================================================================
@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from headrace._messages import count_fix
 from headrace._stacking import stackable
 from headrace.errors import DataError
+from headrace.formats._array_record import decode_array_record
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._image_slots import ImageSlots
@@ -78,7 +79,7 @@ def decode_file(
     ``count``, the samples its leading axis must hold and what says so. Tar:
     ``tar_index``, the shard's index where it was walked before. TFRecord:
     ``verify``, check each record's data CRC; ``decode=False``, each record's bytes."""
-    if fmt.name == "tfrecord":
+    if fmt.name in ("tfrecord", "array_record"):
         records = None
         if isinstance(data, RecordImage) and rows is not None:
             records = data.records  # read by records: those asked are held (want)
@@ -86,6 +87,10 @@ def decode_file(
             data.fill([(0, data.size)])  # a reader of whole files: the rest read first
         if isinstance(data, SparseImage):
             data = data.buffer
+        if fmt.name == "array_record":
+            return decode_array_record(
+                data, name=name, keys=datasets, rows=rows, count=count, parse=decode, index=records
+            )
         return decode_tfrecord(
             data,
             name=name,

@@ -28,7 +28,7 @@ from headrace._closing import Closing
 from headrace._messages import byte_size, unknown_keys
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, DataError
-from headrace.formats._file_config import FileSourceConfig
+from headrace.formats._file_config import RECORD_FORMATS, FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
 from headrace.formats._file_list import FileList, Listing, list_files
@@ -195,10 +195,10 @@ class FileSource(Closing):
         self._rows_above = rows_above(config, self.files, self._rows)
         self._rows_only = bool(
             self._rows
-            and config.decode
+            and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
             and (
                 (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
-                or fmt in ("npz", "tfrecord")
+                or fmt in ("npz", *RECORD_FORMATS)
                 or self._rows_above is not None
             )
         )

@@ -19,6 +19,8 @@ hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
 tfrecord   ``{feature: array}``, a 1-D ``object`` array of one array a record
 =========  ======================================================================
+
+``array_record`` (ArrayRecord, Grain's files) decodes as ``tfrecord``; it is read only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
+from headrace.formats._array_record import decode_array_record, refuse_writing
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
 from headrace.formats._image_encode import encode_jpeg, encode_png
@@ -174,9 +177,16 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             encoder=_encode_tfrecord,
             zero_copy=False,
         ),
+        FileFormat(
+            name="array_record",
+            extensions=(".array_record",),
+            decoder=decode_array_record,
+            encoder=refuse_writing,
+            zero_copy=False,
+        ),
     )
 }
-_ALIASES = {"jpg": "jpeg", "h5": "hdf5"}
+_ALIASES = {"jpg": "jpeg", "h5": "hdf5", "arrayrecord": "array_record"}
 _BY_EXT = {ext: f for f in FILE_FORMATS.values() for ext in f.extensions}
 
 

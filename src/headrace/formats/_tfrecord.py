@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import gzip
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ __all__ = [
     "decode_tfrecord",
     "encode_example",
     "encode_tfrecord",
+    "gather_records",
     "mask",
     "parse_example",
     "record_spans",
@@ -367,23 +368,44 @@ def decode_tfrecord(
         raise DataError(f"{name}: holds {total:,} records; {count[1]} says {count[0]:,}")
     picks = range(total) if rows is None else rows.tolist()
     raw = np.frombuffer(view, np.uint8)
+    picked = [(i, raw[int(starts[i]) : int(starts[i] + lengths[i])]) for i in picks]
+    return gather_records(
+        picked,
+        name=name,
+        keys=keys,
+        parse=parse,
+        where=lambda i: f"record {i} at offset {int(starts[i]) - HEADER:,}",
+    )
+
+
+def gather_records(
+    records: Sequence[tuple[int, Any]],
+    *,
+    name: str,
+    keys: Sequence[str] | None,
+    parse: bool,
+    where: Callable[[int], str],
+) -> dict[str, NDArray[Any]]:
+    """``{feature: array}`` of the ``(number, bytes)`` ``records`` (each parsed as an
+    ``Example``; every one must hold the same features), or (not ``parse``)
+    ``{"bytes": ...}``: each a 1-D ``object`` array of one array a record. ``where``:
+    how an error names record ``number``'s place."""
     out: dict[str, list[NDArray[Any]]] = {}
     first: list[str] | None = None
-    for i in picks:
-        a, n = int(starts[i]), int(lengths[i])
+    for i, record in records:
         if not parse:
-            out.setdefault("bytes", []).append(raw[a : a + n])
+            out.setdefault("bytes", []).append(np.frombuffer(record, np.uint8))
             continue
         try:
-            got = parse_example(bytes(view[a : a + n]), keys)
+            got = parse_example(bytes(record), keys)
         except DataError as exc:
-            raise type(exc)(f"{name}: record {i} at offset {a - HEADER:,}: {exc}") from None
+            raise type(exc)(f"{name}: {where(i)}: {exc}") from None
         if first is None:
             first = list(got)
         elif sorted(got) != sorted(first):
             raise FormatError(
-                f"{name}: record {i} at offset {a - HEADER:,} holds features {sorted(got)}, "
-                f"but record {picks[0]} holds {sorted(first)}: pass datasets=(...) naming "
+                f"{name}: {where(i)} holds features {sorted(got)}, but record "
+                f"{records[0][0]} holds {sorted(first)}: pass datasets=(...) naming "
                 "the features every record holds"
             )
         for k, v in got.items():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -62,8 +62,12 @@ class RangedTfrecord:
     """Record images of one source's TFRecord files (local or remote).
 
     ``files()``: the source's current listing; ``above``: files from this size up are
-    read so.
+    read so. A subclass reads another format by its records (``walk``: a file's index
+    from ``walk(at, size, name)``; ``image_type``: its images).
     """
+
+    walk: Callable[[Any, int, str], Index] = staticmethod(walk_records)
+    image_type: type[RecordImage] = RecordImage
 
     def __init__(self, files: Callable[[], FileList], in_flight: int, above: int) -> None:
         self._files = files
@@ -109,9 +113,9 @@ class RangedTfrecord:
                 self._kept.move_to_end(f)
         if index is None:
             walker = SparseImage(files.sizes[f], fetch, files.name(f))
-            index = walk_records(walker.at, walker.size, walker.name)
+            index = self.walk(walker.at, walker.size, walker.name)
             self._keep(f, index)
-        image = RecordImage(files.sizes[f], fetch, files.name(f), index)
+        image = self.image_type(files.sizes[f], fetch, files.name(f), index)
         if rows is not None:
             image.want(rows)
         return image
