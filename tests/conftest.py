@@ -16,6 +16,7 @@ test mounted when it ends. Mark such tests ``integration``.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,14 @@ from typing import Any
 import pytest
 
 from headrace.emulate import SlowMount, fuse_available
+
+# A shell without job control starts `cmd &` with SIGINT ignored, and Python keeps an
+# ignored SIGINT ignored: every Ctrl-C test (a real SIGINT to this process or to a child)
+# would then wait out its timeout. A CI that runs the suite in the background gets the
+# handler every terminal gives; children started from here inherit it (exec resets a
+# handled signal to the default, which Python turns back into KeyboardInterrupt).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

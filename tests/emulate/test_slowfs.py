@@ -181,15 +181,23 @@ def test_each_open_starts_cold_and_one_open_keeps_its_cache(slow_mount, src):
     with open(path, "rb") as fh:
         fh.read()
         first = _settled_reads(m)
-        fh.seek(0)
-        fh.read()  # same open: served from the page cache
-        # (all but now and then a few READs: 33 after 32, and 6 of 32 again, in full runs
-        # of a loaded machine, the kernel's readahead bookkeeping; a fresh open reads
-        # them all, so under half tells the two apart)
-        again = _settled_reads(m) - first
-        assert again < first // 2, (first, again)
+        # Same open: served from the page cache, all but now and then a few READs (33
+        # after 32, and 6 of 32 again, in full runs of a loaded machine: the kernel's
+        # readahead bookkeeping); a fresh open reads them all, so under half tells the
+        # two apart. Memory pressure can still evict the pages between two reads (21 of
+        # 32 again, once, in a CI run beside other suites): three tries.
+        tries = []
+        for _ in range(3):
+            before = _settled_reads(m)
+            fh.seek(0)
+            fh.read()
+            tries.append(_settled_reads(m) - before)
+            if tries[-1] < first // 2:
+                break
+        assert tries[-1] < first // 2, (first, tries)
+    kept = m.stats()["reads"]
     path.read_bytes()  # a fresh open drops the cache
-    assert m.stats()["reads"] >= 2 * first + again
+    assert m.stats()["reads"] - kept >= first
 
 
 def test_direct_io_passes_request_sizes_through_and_refuses_mmap(slow_mount, src):
