@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _adapter_data import write_tokens
+
+# Modules that import torch at their top: without torch (an install without the torch
+# extra) they are left out, as the other adapter tests skip naming what is missing.
+if importlib.util.find_spec("torch") is None:
+    collect_ignore = [
+        "test_dcp.py",
+        "test_torch.py",
+        "test_torch_batch_change.py",
+        "test_torch_batch_size.py",
+        "test_torch_eval.py",
+        "test_torch_ragged.py",
+    ]
 
 # Its checks' failures say what differed, as a test module's asserts do.
 pytest.register_assert_rewrite("_framework_checks")
