@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from headrace.formats._mds_cache import Shard, ShardCache
 from headrace.formats._row_plan import RowWindows
 from headrace.io._daemon_pool import DaemonPool
+from headrace.io._waits import result
 
 __all__ = ["AHEAD_GROUP", "CLOSE_WAIT_S", "ReadAhead", "plan_ahead"]
 
@@ -87,7 +88,7 @@ class ReadAhead:
         with self._lock:
             job = self._job
         if job is not None:
-            job.result()
+            result(job)
 
     def stop(self) -> None:
         """Start nothing more: the group being loaded is finished (or fails)."""

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.io._memory import available_memory
+from headrace.io._waits import result
 
 __all__ = ["DEFAULT_SHARD_CACHE", "ShardCache", "default_cache_bytes"]
 
@@ -118,7 +119,7 @@ class ShardCache:
                 f.set_result(data)
         again = []
         for s, w in waits.items():
-            got_one = w.result()
+            got_one = result(w)  # Ctrl-C while waiting leaves no lock held
             if got_one is None:
                 again.append(s)
             else:
