@@ -48,7 +48,6 @@ def test_batches_with_an_empty_column_digest(tmp_path: Path) -> None:
     # A batch whose samples' strings are all empty stacks them as (B, 0): its memoryview
     # cannot be cast ("zeros in shape"), and batch_digest raised TypeError.
     from _mds_files import write_mds
-
     from headrace.formats import MDSSource
 
     write_mds(tmp_path, {"id": "int", "text": "str"}, [{"id": k, "text": ""} for k in range(4)])

@@ -270,20 +270,20 @@ def read_index(at: At, size: int, name: str) -> Index:
             f"{name}: is ArrayRecord version {version}; headrace reads version 1: damaged, "
             "or written by a newer array_record"
         )
-    found = len(sizes) - 1
+    listed = len(sizes) - 1
     # Each entry's (chunk offset, records), a piece of entries at a time: their six
     # varints each (tags and values) were 48 bytes a chunk held at once.
-    values = np.empty((chunks if found == chunks else 0, 2), np.int64)
+    values = np.empty((chunks if listed == chunks else 0, 2), np.int64)
     ends = np.cumsum(sizes)
     step = max(1, VARINT_PIECE // 16)
     for lo in range(0, len(values), step):
         hi = min(len(values), lo + step)
         flat = _sizes(entries[ends[lo] : ends[hi]], name, "the footer's chunk entries")
         if len(flat) != 6 * (hi - lo) or (flat[0::2].reshape(-1, 3) != [8, 16, 24]).any():
-            found = -1
+            listed = -1
             break
         values[lo:hi] = flat[1::2].reshape(-1, 3)[:, 0::2]
-    if found != chunks:
+    if listed != chunks:
         raise FormatError(
             f"{name}: its footer's metadata says {chunks:,} chunks, but its footer holds "
             f"{len(sizes) - 1:,} chunk entries (or entries that are not ArrayRecordFooter "
