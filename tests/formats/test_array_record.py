@@ -441,6 +441,30 @@ def test_a_footer_of_many_chunks_is_read_in_bounded_memory(tmp_path: Path) -> No
     assert _read(path, rows=rows) == [b"%d" % i for i in rows.tolist()]
 
 
+def test_record_sizes_that_wrap_past_64_bits_are_refused() -> None:
+    # Sizes 25 and 2**64 - 5 (a varint of 10 bytes) sum to 20 in 64 bits, the header's
+    # decoded size: the chunk read as a record of 20 bytes and one of none.
+    from headrace.formats._array_record import _records
+
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes([*out, v])
+
+    sizes = varint(25) + varint((1 << 64) - 5)
+    data = b"\x00" + varint(len(sizes)) + sizes + bytes(range(20))
+    header = struct.pack("<QQQQQ", 0, len(data), 0, 0x72 | 2 << 8, 20)
+    file = bytes(64) + header + data
+    view = memoryview(file)
+    with pytest.raises(
+        FormatError,
+        match="chunk 0 at offset 64: its record 0 has size 25, past the chunk's 20 bytes",
+    ):
+        _records(lambda a, n: view[a : a + n], len(file), 64, "f.array_record", "chunk 0", 2)
+
+
 def test_chunk_ends_are_riegelis_add_with_overhead() -> None:
     # The closed form (checked first, so a forged size is refused in O(1)) agrees with
     # the walk of block headers that reads the bytes.

@@ -147,6 +147,14 @@ def _simple_parts(
                 raise FormatError(f"{name}: {what}: a compressed buffer is cut") from exc
             parts[k] = decompress(family, part[q:], n, f"{name}: {what}", "its size prefix")
     sizes = _sizes(parts[0], name, what)
+    # A size past 2**63 is negative here: with another, it could sum to the header's.
+    wild = np.flatnonzero((sizes < 0) | (sizes > decoded))
+    if len(wild):
+        raise FormatError(
+            f"{name}: {what}: its record {int(wild[0])} has size "
+            f"{int(sizes[wild[0]]) & (1 << 64) - 1:,}, past the chunk's {decoded:,} bytes of "
+            "records: the chunk is damaged"
+        )
     if len(sizes) != records or int(sizes.sum()) != decoded or len(parts[1]) != decoded:
         raise FormatError(
             f"{name}: {what} holds {len(sizes):,} record sizes summing to {int(sizes.sum()):,} "
