@@ -200,7 +200,7 @@ def _read_first(root: Path) -> None:
         src.read(0, np.arange(3))
 
 
-@pytest.mark.parametrize("codec", ["zstd", "gz", "bz2"])
+@pytest.mark.parametrize("codec", ["zstd", "gz", "bz2", "br"])
 def test_cut_or_damaged_compressed_shards_are_refused(tmp_path: Path, codec: str) -> None:
     path = _write(tmp_path, codec)[0]
     data = path.read_bytes()
