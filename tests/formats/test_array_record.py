@@ -441,6 +441,22 @@ def test_a_footer_of_many_chunks_is_read_in_bounded_memory(tmp_path: Path) -> No
     assert _read(path, rows=rows) == [b"%d" % i for i in rows.tolist()]
 
 
+@pytest.mark.parametrize("options", ["group_size:1,uncompressed", "group_size:65536,zstd"])
+def test_varints_decoded_in_pieces_cut_only_between_varints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: str
+) -> None:
+    # Pieces of 7 bytes: record sizes of 1 to 3 bytes' varints straddle every cut.
+    from headrace.formats import _array_record
+
+    monkeypatch.setattr(_array_record, "VARINT_PIECE", 7)
+    path = tmp_path / "cut.array_record"
+    records = _records(300, seed=5, most=20_000)
+    _write(path, records, options)
+    assert _read(path) == records
+    rows = np.array([0, 150, 299])
+    assert _read(path, rows=rows) == [records[i] for i in rows.tolist()]
+
+
 def test_record_sizes_that_wrap_past_64_bits_are_refused() -> None:
     # Sizes 25 and 2**64 - 5 (a varint of 10 bytes) sum to 20 in 64 bits, the header's
     # decoded size: the chunk read as a record of 20 bytes and one of none.
