@@ -88,14 +88,14 @@ def _zstd(data: Any, size: int) -> bytes:
     # bounds only a frame that does not: zstandard allocates the size a frame states
     # (an 8 KiB frame of zeros stating 256 MiB took 256 MiB to refuse), so it is refused
     # before.
-    stated = zstandard_frame_size(data)
+    stated = _frame_size(data)
     if stated >= 0 and stated != size:
         raise ValueError(f"its frame states {stated} bytes")
     out: bytes = d.decompress(data, max_output_size=size + 1)
     return out
 
 
-def zstandard_frame_size(data: Any) -> int:
+def _frame_size(data: Any) -> int:
     """The size the zstd frame ``data`` starts with states (-1: none stated)."""
     import zstandard
 
