@@ -44,6 +44,21 @@ def test_plain_batches_digest_as_before() -> None:
     assert batch_digest([{"x": x}]) == h.hexdigest()
 
 
+def test_batches_with_an_empty_column_digest(tmp_path: Path) -> None:
+    # A batch whose samples' strings are all empty stacks them as (B, 0): its memoryview
+    # cannot be cast ("zeros in shape"), and batch_digest raised TypeError.
+    from _mds_files import write_mds
+    from headrace.formats import MDSSource
+
+    write_mds(tmp_path, {"id": "int", "text": "str"}, [{"id": k, "text": ""} for k in range(4)])
+    with MDSSource(tmp_path, shuffle=False) as src, Loader(src, batch_size=2, steps=2) as loader:
+        batches = list(loader)
+    assert batches[0]["text"].shape == (2, 0)
+    assert batch_digest(batches) == batch_digest(batches)
+    empty = {"text": np.zeros((2, 0), np.uint8)}
+    assert batch_digest([empty]) != batch_digest([{"text": np.zeros((0, 2), np.uint8)}])
+
+
 def _tokens(tmp_path: Path) -> TokenSource:
     path = tmp_path / "t.bin"
     if not path.exists():

@@ -417,6 +417,70 @@ def test_a_postscript_pointing_outside_and_a_cut_compressed_buffer_are_refused(
     _refused(data, r"chunk 0 at offset 64: a compressed buffer is cut")
 
 
+def test_a_footer_of_many_chunks_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    # group_size:1 (Grain's advice for random access) makes a footer entry a record. The
+    # footer was split into a bytes object an entry and its varints decoded at once: 28x
+    # the index's bytes (a file of 1M records: 423 MB to keep 15 MB); now pieces of it.
+    import tracemalloc
+
+    path = tmp_path / "many.array_record"
+    n = 200_000
+    _write(path, [b"%d" % i for i in range(n)], "group_size:1,uncompressed")
+    data = path.read_bytes()
+    view = memoryview(data)
+    tracemalloc.start()
+    try:
+        offsets, firsts = read_index(lambda a, k: view[a : a + k], len(data), str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(offsets) == n + 1 and firsts.tolist() == list(range(n + 1))
+    kept = offsets.nbytes + firsts.nbytes
+    assert peak < 8 * kept, f"{peak:,} bytes at once to read an index of {kept:,}"
+    rows = np.array([0, 1, 65_535, n - 1])
+    assert _read(path, rows=rows) == [b"%d" % i for i in rows.tolist()]
+
+
+@pytest.mark.parametrize("options", ["group_size:1,uncompressed", "group_size:65536,zstd"])
+def test_varints_decoded_in_pieces_cut_only_between_varints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: str
+) -> None:
+    # Pieces of 7 bytes: record sizes of 1 to 3 bytes' varints straddle every cut.
+    from headrace.formats import _array_record
+
+    monkeypatch.setattr(_array_record, "VARINT_PIECE", 7)
+    path = tmp_path / "cut.array_record"
+    records = _records(300, seed=5, most=20_000)
+    _write(path, records, options)
+    assert _read(path) == records
+    rows = np.array([0, 150, 299])
+    assert _read(path, rows=rows) == [records[i] for i in rows.tolist()]
+
+
+def test_record_sizes_that_wrap_past_64_bits_are_refused() -> None:
+    # Sizes 25 and 2**64 - 5 (a varint of 10 bytes) sum to 20 in 64 bits, the header's
+    # decoded size: the chunk read as a record of 20 bytes and one of none.
+    from headrace.formats._array_record import _records
+
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes([*out, v])
+
+    sizes = varint(25) + varint((1 << 64) - 5)
+    data = b"\x00" + varint(len(sizes)) + sizes + bytes(range(20))
+    header = struct.pack("<QQQQQ", 0, len(data), 0, 0x72 | 2 << 8, 20)
+    file = bytes(64) + header + data
+    view = memoryview(file)
+    with pytest.raises(
+        FormatError,
+        match="chunk 0 at offset 64: its record 0 has size 25, past the chunk's 20 bytes",
+    ):
+        _records(lambda a, n: view[a : a + n], len(file), 64, "f.array_record", "chunk 0", 2)
+
+
 def test_chunk_ends_are_riegelis_add_with_overhead() -> None:
     # The closed form (checked first, so a forged size is refused in O(1)) agrees with
     # the walk of block headers that reads the bytes.

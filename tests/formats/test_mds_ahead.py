@@ -282,6 +282,9 @@ def test_close_does_not_wait_for_ever_on_a_load_stuck_in_storage(
     left[0].join(10)
     assert not left[0].is_alive()  # it ended once the storage answered
     assert src._ahead._job is None  # and started nothing more
+    # What it loaded is not held by the closed source (it was, until reopened or dropped).
+    assert src.cache.held() == [] and src.cache.held_bytes == 0
+    assert src.stats.ahead >= 1  # it did load them
 
 
 def test_a_host_reads_ahead_only_its_stretch(tmp_path: Path, zipped: Path) -> None:

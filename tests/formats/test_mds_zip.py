@@ -4,11 +4,15 @@ windowed shuffle over shards, the cache of decompressed shards, and every refusa
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
 import pickle
 import sys
 import threading
+import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -196,7 +200,7 @@ def _read_first(root: Path) -> None:
         src.read(0, np.arange(3))
 
 
-@pytest.mark.parametrize("codec", ["zstd", "gz", "bz2"])
+@pytest.mark.parametrize("codec", ["zstd", "gz", "bz2", "br"])
 def test_cut_or_damaged_compressed_shards_are_refused(tmp_path: Path, codec: str) -> None:
     path = _write(tmp_path, codec)[0]
     data = path.read_bytes()
@@ -227,6 +231,38 @@ def test_a_size_other_than_raw_data_bytes_is_refused(
         _read_first(tmp_path)
 
 
+@pytest.mark.parametrize("codec", ["zstd", "br:5", "gz", "bz2"])
+def test_a_stream_of_far_more_than_raw_data_bytes_is_refused_without_making_it(
+    tmp_path: Path, codec: str
+) -> None:
+    # A few KiB that decompress to 64 MiB (zeros) where the index says a shard's size:
+    # refused having made at most a few times that size, whatever the stream holds (a
+    # zstd frame stating 64 MiB was made whole, and so was a brotli stream).
+    import brotli
+    import zstandard
+
+    path = _write(tmp_path, codec)[0]
+    raw = _index(tmp_path)["shards"][0]["raw_data"]["bytes"]
+    zeros = bytes(64 << 20)
+    family = codec.partition(":")[0]
+    bomb = {
+        "zstd": lambda: zstandard.ZstdCompressor().compress(zeros),
+        "br": lambda: brotli.compress(zeros, quality=5),
+        "gz": lambda: gzip.compress(zeros, 1),
+        "bz2": lambda: bz2.compress(zeros, 1),
+    }[family]()
+    _store(tmp_path, path, bomb)
+    _rewrite(tmp_path, lambda e: e["zip_data"].pop("hashes", None))
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=rf"shard.00000.mds.{family}: .*(more than|states)"):
+            _read_first(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak:,} bytes made to refuse a shard of {raw:,}"
+
+
 def test_a_stored_file_cut_after_open_is_an_eof_naming_it(tmp_path: Path) -> None:
     path = _write(tmp_path, "zstd")[0]
     with MDSSource(tmp_path, reader="pread", shuffle=False) as src:
@@ -239,7 +275,7 @@ def test_a_stored_file_cut_after_open_is_an_eof_naming_it(tmp_path: Path) -> Non
     ("module", "codec", "said"),
     [
         ("zstandard", "zstd", r"'zstandard' package: pip install 'headrace\[mds\]'"),
-        ("brotli", "br", "'brotli' package: pip install brotli"),
+        ("brotli", "br", r"'brotli' package: pip install 'brotli>=1.2'"),
         ("snappy", "snappy", "'snappy' package: pip install python-snappy"),
     ],
 )
@@ -249,6 +285,20 @@ def test_a_missing_codec_package_is_named(
     _write(tmp_path, codec)
     monkeypatch.setitem(sys.modules, module, None)  # fault injection: not installed
     with pytest.raises(ConfigError, match=rf"compressed with {codec}, which needs the {said}"):
+        MDSSource(tmp_path)
+
+
+def test_a_brotli_that_cannot_bound_its_output_is_refused_by_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, "br")
+
+    class Old:  # brotli 1.1's Decompressor: process(data), no output_buffer_limit
+        def process(self, data: bytes) -> bytes:
+            raise AssertionError("not to be called")
+
+    monkeypatch.setitem(sys.modules, "brotli", SimpleNamespace(Decompressor=Old))
+    with pytest.raises(ConfigError, match=r"needs brotli 1.2 or later .*'brotli>=1.2'"):
         MDSSource(tmp_path)
 
 

@@ -91,3 +91,32 @@ def test_5xx_are_retried(s3: S3Fixture, local: Path, proxy: LatencyProxy) -> Non
     assert digest(src) == want
     assert proxy.stats.faults == 3  # each failed try retried: the same batches
     src.close()
+
+
+def test_a_large_footer_is_fetched_in_one_request(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    # 30,000 records a chunk each: a footer of ~210 KB over four 64 KiB blocks. Its chunk
+    # was read a block at a time through the count's sparse image: a GET a block, in turn
+    # (7 GETs, now 3).
+    path = tmp_path / "many.array_record"
+    writer = module.ArrayRecordWriter(str(path), "group_size:1,uncompressed")
+    for j in range(30_000):
+        writer.write(b"%d" % j)
+    writer.close()
+    client = s3.server.info.boto3_client()
+    client.put_object(Bucket=BUCKET, Key=f"many/{path.name}", Body=path.read_bytes())
+    proxy.reset_stats()
+    options = {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint}
+    src = FileSource(
+        f"s3://{BUCKET}/many", store_options=options, format="array_record", decode=False
+    )
+    assert src.counts.tolist() == [30_000]
+    assert src.count_stats is not None
+    # The last 64 KiB (the postscript), the footer's header, then its data: one GET each.
+    assert src.count_stats.reads <= 3, src.count_stats
+    with Loader(src, batch_size=5, seed=1, steps=2) as loader:
+        for batch in loader:
+            got = [bytes(b) for b in batch["bytes"]]
+            assert got == [b"%d" % i for i in batch["index"].tolist()]
+    src.close()

@@ -166,6 +166,38 @@ def test_a_slot_held_by_a_thread_counts_against_the_bound() -> None:
     q.close()
 
 
+def test_a_slot_where_no_thread_may_start_is_given_in_the_callers_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fault injection: Python 3.12 starts no thread in an exit handler, so the queue's
+    # coroutines run in their callers' threads (LoopThread's inline fallback); a slot
+    # (a whole-file GET beside ranged ones, in FileSource) waited for ever there.
+    start = threading.Thread.start
+
+    def refused(self: threading.Thread) -> None:
+        if self.name == "headrace-requests":
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    q = RequestQueue(2)
+    done: list[int] = []
+
+    async def job() -> int:
+        return 7
+
+    def caller() -> None:
+        with q.slot():
+            done.append(q.submit(job).result(timeout=10))
+
+    t = threading.Thread(target=caller, daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "the slot was never given"
+    assert done == [7]
+    q.close()
+
+
 def test_a_slot_waited_for_when_the_queue_closes_is_a_storage_error() -> None:
     q = RequestQueue(1)
     gate = asyncio.Event()

@@ -116,12 +116,17 @@ def _chunk(at: At, size: int, pos: int, name: str, what: str) -> tuple[int, int,
             f"{name}: {what} at offset {pos:,} says {data_size:,} bytes of data, running "
             f"past the end of the file ({size:,} bytes): the file is truncated"
         )
-    data = b"".join(bytes(at(a, b - a)) for a, b in _spans(start, data_size)[0])
+    # Asked for whole, then cut: through a sparse image (a remote file's count) a read a
+    # block was a GET a block, one after another (a footer of 1M chunks: 160 of them).
+    whole = at(start, end - start)
+    data = b"".join(bytes(whole[a - start : b - start]) for a, b in _spans(start, data_size)[0])
     return kind, records, decoded, data, end
 
 
-def _simple(data: bytes, records: int, decoded: int, name: str, what: str) -> list[bytes]:
-    """The records of a simple chunk's ``data``."""
+def _simple_parts(
+    data: bytes, records: int, decoded: int, name: str, what: str
+) -> tuple[NDArray[np.int64], bytes]:
+    """A simple chunk's record sizes and its records' bytes, end to end."""
     try:
         kind = data[0]
         sizes_size, p = _varint(data, 1, len(data))
@@ -145,23 +150,44 @@ def _simple(data: bytes, records: int, decoded: int, name: str, what: str) -> li
                 raise FormatError(f"{name}: {what}: a compressed buffer is cut") from exc
             parts[k] = decompress(family, part[q:], n, f"{name}: {what}", "its size prefix")
     sizes = _sizes(parts[0], name, what)
+    # A size past 2**63 is negative here: with another, it could sum to the header's.
+    wild = np.flatnonzero((sizes < 0) | (sizes > decoded))
+    if len(wild):
+        raise FormatError(
+            f"{name}: {what}: its record {int(wild[0])} has size "
+            f"{int(sizes[wild[0]]) & (1 << 64) - 1:,}, past the chunk's {decoded:,} bytes of "
+            "records: the chunk is damaged"
+        )
     if len(sizes) != records or int(sizes.sum()) != decoded or len(parts[1]) != decoded:
         raise FormatError(
             f"{name}: {what} holds {len(sizes):,} record sizes summing to {int(sizes.sum()):,} "
             f"and {len(parts[1]):,} bytes of records; its header says {records:,} records of "
             f"{decoded:,} bytes: the chunk is damaged"
         )
-    ends = np.cumsum(sizes).tolist()
-    values = parts[1]
-    return [values[a:b] for a, b in zip([0, *ends], ends, strict=False)]
+    return sizes, parts[1]
+
+
+#: Bytes of varints decoded by NumPy at once: its passes make ~56 bytes a byte (a footer of
+#: 1M chunks, 7 MB of varints, took 400 MB whole).
+VARINT_PIECE = 1 << 18
 
 
 def _sizes(buf: bytes, name: str, what: str) -> NDArray[np.int64]:
     """The varints of ``buf``: in Python for a few (a chunk of one record: NumPy's passes
-    cost 15 us), in NumPy for many."""
+    cost 15 us), in NumPy for many, :data:`VARINT_PIECE` bytes at a time."""
     out: list[int] = []
     pos = 0
     try:
+        if len(buf) > VARINT_PIECE:
+            raw = np.frombuffer(buf, np.uint8)
+            pieces = []
+            while pos < len(raw):
+                end = pos + VARINT_PIECE
+                last = np.flatnonzero(raw[end - 1 : end + 9] < 0x80)  # a varint's last byte
+                end = min(len(raw), end + (int(last[0]) if len(last) else 10))
+                pieces.append(_packed_varints(buf, pos, end))
+                pos = end
+            return np.concatenate(pieces)
         if len(buf) > 32:
             return _packed_varints(buf, 0, len(buf))
         while pos < len(buf):
@@ -177,6 +203,16 @@ def _records(
 ) -> tuple[list[bytes], int]:
     """The records of the simple chunk at ``pos`` (``records`` of them, if given), and
     the chunk's end."""
+    sizes, values, end = _parts(at, size, pos, name, what, records)
+    ends = np.cumsum(sizes).tolist()
+    return [values[a:b] for a, b in zip([0, *ends], ends, strict=False)], end
+
+
+def _parts(
+    at: At, size: int, pos: int, name: str, what: str, records: int | None = None
+) -> tuple[NDArray[np.int64], bytes, int]:
+    """The record sizes and records' bytes of the simple chunk at ``pos`` (``records``
+    of them, if given), and the chunk's end."""
     kind, n, decoded, data, end = _chunk(at, size, pos, name, what)
     if kind == _TRANSPOSED:
         raise FormatError(
@@ -194,7 +230,7 @@ def _records(
             f"{name}: {what} at offset {pos:,} holds {n:,} records; the footer says "
             f"{records:,}: the file is damaged"
         )
-    return _simple(data, n, decoded, name, f"{what} at offset {pos:,}"), end
+    return (*_simple_parts(data, n, decoded, name, f"{what} at offset {pos:,}"), end)
 
 
 def _proto_varints(record: bytes, name: str, what: str) -> dict[int, int]:
@@ -227,14 +263,16 @@ def read_index(at: At, size: int, name: str) -> Index:
             f"{name}: its postscript says the footer is at offset {footer:,}, outside the "
             f"file before the postscript ({tail:,} bytes): damaged"
         )
-    recs, _ = _records(at, size, footer, name, "the footer")
-    if not recs:
+    # Not split into records: a footer of 1M chunks was 1M bytes objects.
+    sizes, entries, _ = _parts(at, size, footer, name, "the footer")
+    if not len(sizes):
         raise FormatError(f"{name}: its footer (offset {footer:,}) holds no records: damaged")
+    meta = entries[: int(sizes[0])]
     try:
         inner = dict.fromkeys((1, 2, 3), 0)
-        for n, wire, v in _fields(recs[0], 0, len(recs[0])):
+        for n, wire, v in _fields(meta, 0, len(meta)):
             if n == 1 and wire == 2:
-                inner |= _proto_varints(recs[0][v[0] : v[1]], name, "the footer's metadata")
+                inner |= _proto_varints(meta[v[0] : v[1]], name, "the footer's metadata")
     except _Bad as exc:
         raise FormatError(f"{name}: the footer's metadata does not parse ({exc})") from None
     version, chunks, total = inner[1], inner[2], inner[3]
@@ -243,24 +281,27 @@ def read_index(at: At, size: int, name: str) -> Index:
             f"{name}: is ArrayRecord version {version}; headrace reads version 1: damaged, "
             "or written by a newer array_record"
         )
-    body = b"".join(recs[1:])
-    flat = _sizes(body, name, "the footer's chunk entries")
-    if (
-        len(recs) - 1 != chunks
-        or len(flat) != 6 * chunks
-        or (
-            chunks
-            and not np.array_equal(flat[0::2].reshape(-1, 3), np.tile([8, 16, 24], (chunks, 1)))
-        )
-    ):
+    listed = len(sizes) - 1
+    # Each entry's (chunk offset, records), a piece of entries at a time: their six
+    # varints each (tags and values) were 48 bytes a chunk held at once.
+    values = np.empty((chunks if listed == chunks else 0, 2), np.int64)
+    ends = np.cumsum(sizes)
+    step = max(1, VARINT_PIECE // 16)
+    for lo in range(0, len(values), step):
+        hi = min(len(values), lo + step)
+        flat = _sizes(entries[ends[lo] : ends[hi]], name, "the footer's chunk entries")
+        if len(flat) != 6 * (hi - lo) or (flat[0::2].reshape(-1, 3) != [8, 16, 24]).any():
+            listed = -1
+            break
+        values[lo:hi] = flat[1::2].reshape(-1, 3)[:, 0::2]
+    if listed != chunks:
         raise FormatError(
             f"{name}: its footer's metadata says {chunks:,} chunks, but its footer holds "
-            f"{len(recs) - 1:,} chunk entries (or entries that are not ArrayRecordFooter "
+            f"{len(sizes) - 1:,} chunk entries (or entries that are not ArrayRecordFooter "
             "protos): damaged"
         )
-    values = flat[1::2].reshape(-1, 3)
     offsets = np.append(values[:, 0], footer).astype(np.int64)
-    firsts = np.concatenate(([0], np.cumsum(values[:, 2]))).astype(np.int64)
+    firsts = np.concatenate(([0], np.cumsum(values[:, 1]))).astype(np.int64)
     if chunks and (offsets[0] < 64 or np.any(np.diff(offsets) <= 0)):
         raise FormatError(
             f"{name}: its footer's chunk offsets are not increasing from the first chunk "

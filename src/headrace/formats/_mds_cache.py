@@ -58,6 +58,9 @@ class ShardCache:
         self._lock = threading.Lock()
         #: Shards dropped only when nothing else is left to drop (the current window's).
         self.keep: frozenset[int] = frozenset()
+        #: Counts clears: a load begun before one (a read-ahead stuck in storage past its
+        #: source's close) hands its shards to those waiting but leaves them unheld.
+        self._clears = 0
 
     def held(self) -> list[int]:
         """The shards held, least recently used first."""
@@ -78,6 +81,7 @@ class ShardCache:
         waits: dict[int, Future[Shard | None]] = {}
         mine: list[tuple[int, Future[Shard | None]]] = []
         with self._lock:
+            clears = self._clears
             for s in shards:
                 if s in self._held:
                     self._held.move_to_end(s)
@@ -107,9 +111,10 @@ class ShardCache:
             with self._lock:
                 for (s, _), data in zip(mine, got, strict=True):
                     del self._loading[s]
-                    self._held[s] = data
-                    self.held_bytes += data.nbytes
                     out[s] = data
+                    if clears == self._clears:
+                        self._held[s] = data
+                        self.held_bytes += data.nbytes
                 while self.held_bytes > self.max_bytes and self._held:
                     drop = next((s for s in self._held if s not in self.keep), None)
                     if drop is None:
@@ -133,3 +138,4 @@ class ShardCache:
             self._held.clear()
             self.held_bytes = 0
             self.keep = frozenset()
+            self._clears += 1

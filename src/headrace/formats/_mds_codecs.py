@@ -9,8 +9,9 @@ writes with ``zstd``; both write and read the standard frame), ``br`` from
 ``brotli`` and ``snappy`` from ``python-snappy``, each imported where used.
 
 Decompression is bounded by ``raw_data.bytes``: a stream that holds more is
-refused without decompressing it all (gz, bz2, zstd), and one that holds less,
-or is cut or damaged, is refused naming the shard.
+refused without decompressing it all (gz, bz2, zstd, br; a zstd frame that states
+another size before decompressing any; snappy's header states the size), and one
+that holds less, or is cut or damaged, is refused naming the shard.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ CODECS: dict[str, tuple[str | None, str]] = {
     "zstd": ("zstandard", "pip install 'headrace[mds]'"),
     "gz": (None, ""),
     "bz2": (None, ""),
-    "br": ("brotli", "pip install brotli"),
+    "br": ("brotli", "pip install 'brotli>=1.2'"),
     "snappy": ("snappy", "pip install python-snappy"),
 }
 
@@ -58,12 +59,18 @@ def require_codec(family: str, where: str) -> None:
     if module is None:
         return
     try:
-        __import__(module)
+        found = __import__(module)
     except ImportError as exc:
         raise ConfigError(
             f"{where}: its shards are compressed with {family}, which needs the {module!r} "
             f"package: {install}"
         ) from exc
+    if family == "br" and not hasattr(found.Decompressor, "can_accept_more_data"):
+        # Before 1.2 brotli made a stream whole, however much more it held than it should.
+        raise ConfigError(
+            f"{where}: its shards are compressed with br, which needs brotli 1.2 or later "
+            f"(to bound what a stream decompresses to): {install}"
+        )
 
 
 _local = threading.local()
@@ -78,9 +85,25 @@ def _zstd(data: Any, size: int) -> bytes:
 
         d = _local.zstd = zstandard.ZstdDecompressor()
     # Streaming's zstd.compress writes one frame that states its size; max_output_size
-    # bounds a frame that does not. A frame stating another size is refused below.
+    # bounds only a frame that does not: zstandard allocates the size a frame states
+    # (an 8 KiB frame of zeros stating 256 MiB took 256 MiB to refuse), so it is refused
+    # before.
+    stated = _frame_size(data)
+    if stated >= 0 and stated != size:
+        raise ValueError(f"its frame states {stated} bytes")
     out: bytes = d.decompress(data, max_output_size=size + 1)
     return out
+
+
+def _frame_size(data: Any) -> int:
+    """The size the zstd frame ``data`` starts with states (-1: none stated)."""
+    import zstandard
+
+    try:
+        n: int = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
+        return -1  # no frame header: decompress says what is wrong
+    return n
 
 
 def _bounded(d: Any, data: Any, size: int) -> bytes:
@@ -100,10 +123,14 @@ def _bz2(data: Any, size: int) -> bytes:
     return _bounded(bz2.BZ2Decompressor(), data, size)
 
 
-def _br(data: Any, size: int) -> bytes:  # noqa: ARG001  (brotli takes no bound)
+def _br(data: Any, size: int) -> bytes:
     import brotli
 
-    out: bytes = brotli.decompress(bytes(data))
+    # Bounded as _bounded: brotli.decompress made all of a 405-byte stream's 256 MiB.
+    d = brotli.Decompressor()
+    out: bytes = d.process(bytes(data), output_buffer_limit=size + 1)
+    if len(out) <= size and not d.is_finished():
+        raise EOFError("the stream ends before its end marker: truncated")
     return out
 
 

@@ -72,6 +72,12 @@ class LoopThread:
             loop.close()
 
     @property
+    def inline(self) -> bool:
+        """Whether coroutines run in their callers' threads, one call at a time (no thread
+        could start: see ``_inline``), not on a loop of their own."""
+        return self._inline is not None
+
+    @property
     def usable(self) -> bool:
         """False after close, or in a child after ``fork`` (the thread did not survive)."""
         if self._inline is not None:

@@ -110,6 +110,12 @@ class RequestQueue:
         A source that fetched some files whole (on its threads) and others by ranges
         (on this queue) had both in flight at once: up to twice ``in_flight``.
         """
+        if self._loop_thread().inline:
+            # Requests run one at a time in their callers' threads (an exit handler on
+            # Python 3.12): a place held by a coroutine waiting for the block's end would
+            # hold the caller's thread for ever, as hold() below does on such a loop.
+            yield
+            return
         admitted: Future[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = Future()
 
         async def hold() -> None:
