@@ -126,6 +126,8 @@ def _count_one(
         close = _nothing
     try:
         f = SparseImage(size, fetch, name)
+        # A chain of headers on object storage: a round trip a miss, so fewer, larger.
+        f.walking = queue is not None and fmt.name in ("tar", "tfrecord")
         first, back = _FIRST[fmt.name]
         start = 0 if back is None else max(0, size - back)
         f.fill([(start, start + first)], gap=0)

@@ -137,7 +137,9 @@ class RangedTar:
         image = TarImage(files.sizes[f], fetch, files.name(f), self._fields)
         index = self.indexes.get(f)
         if index is None:
+            image.walking = files.remote
             index = tar_index(image.at, image.size, image.name)
+            image.walking = False  # the members' reads are not a walk
             self.indexes.keep(f, index)
         image.index = index
         if rows is not None:

@@ -68,6 +68,8 @@ class RangedTfrecord:
 
     walk: Callable[[Any, int, str], Index] = staticmethod(walk_records)
     image_type: type[RecordImage] = RecordImage
+    #: ``walk`` reads forward, a header a miss (TFRecord; an ArrayRecord footer is not)
+    walks = True
 
     def __init__(self, files: Callable[[], FileList], in_flight: int, above: int) -> None:
         self._files = files
@@ -113,6 +115,7 @@ class RangedTfrecord:
                 self._kept.move_to_end(f)
         if index is None:
             walker = SparseImage(files.sizes[f], fetch, files.name(f))
+            walker.walking = files.remote and self.walks
             index = self.walk(walker.at, walker.size, walker.name)
             self._keep(f, index)
         image = self.image_type(files.sizes[f], fetch, files.name(f), index)
