@@ -14,7 +14,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from _tar_shards import write
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError
+from headrace.errors import FormatError, PermissionDeniedError
 from headrace.formats import FileSource
 from headrace.formats._file_counts import CountStats, header_counts
 from headrace.formats._file_list import list_files
@@ -198,14 +198,20 @@ def test_a_truncated_file_is_refused_as_locally(
     assert ("without its end marker" in what) == (fmt == "tar" and cut == "after a member")
 
 
-def test_a_5xx_on_a_span_is_retried(s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy) -> None:
+def test_a_5xx_on_a_span_is_retried_and_a_403_named(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
     path = write(tmp_path / "retried.tar", _samples(120, 100_000, 8))
     (url,) = _put(s3, {"retried": path}, "walks/retried")
     local = _walked([str(path)], "tar")
-    # The 3rd and 6th GETs of the shard (16 and 128 KiB spans) fail once each.
+    # The 3rd and 6th GETs of the shard (spans of the walk, not its first 4 KiB) fail once.
     at = f"GET /{BUCKET}/walks/retried/retried.tar"
     proxy.set_faults([FaultRule(kind="status", status=503, match=at, every=3, limit=2)])
     remote = _walked([url], "tar", _options(s3, proxy.endpoint))
     assert proxy.stats.faults == 2
     assert remote[0] == local[0]
     _same(remote[1], local[1])
+    # A span refused (not retried) fails the count, naming the object.
+    proxy.set_faults([FaultRule(kind="status", status=403, match=at, every=3, limit=1)])
+    with pytest.raises(PermissionDeniedError, match=r"walks/retried/retried\.tar"):
+        _walked([url], "tar", _options(s3, proxy.endpoint))
