@@ -8,7 +8,9 @@ member's own header of an NPZ, and in the object headers of an HDF5 file
 :class:`~headrace.formats._sparse.SparseImage`: only the byte ranges a parser
 asks for, fetched on demand in blocks of at least ``BLOCK`` bytes (a ranged GET
 each on object storage, a ``pread`` locally), with a first read where the header
-usually is.
+usually is. A tar or TFRecord walk on object storage fetches growing spans instead
+(:data:`~headrace.formats._sparse.WALK_CAP`): 8 shards of 200 members of 100 kB
+behind 20 ms took 80 GETs and 0.6 s, not 1,608 and 5.2 s.
 A file the object cache (``cache_dir``) holds whole is read from that entry, not by
 GETs (:meth:`~headrace.formats._file_list.FileList.fetch_ranges`).
 Files are counted ``depth`` at a time (the source's ``in_flight``), so on
