@@ -215,3 +215,31 @@ def test_a_5xx_on_a_span_is_retried_and_a_403_named(
     proxy.set_faults([FaultRule(kind="status", status=403, match=at, every=3, limit=1)])
     with pytest.raises(PermissionDeniedError, match=r"walks/retried/retried\.tar"):
         _walked([url], "tar", _options(s3, proxy.endpoint))
+
+
+def test_a_tfrecord_walk_at_first_read_by_records_grows_its_gets(
+    s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
+) -> None:
+    rng = np.random.default_rng(9)
+    path = tmp_path / "first.tfrecord"
+    path.write_bytes(encode_tfrecord({"x": rng.integers(0, 256, (120, 100_000), np.uint8)}))
+    _put(s3, {"first": path}, "walks/first-tfrecord")
+    opts: dict[str, Any] = {
+        "format": "tfrecord",
+        "samples_per_file": 120,  # no walk when opened: at the first read
+        "shuffle": "samples",
+        "tfrecord_ranges_above": 0,
+    }
+    local = FileSource([path], **opts)
+    remote = FileSource(
+        f"s3://{BUCKET}/walks/first-tfrecord/", store_options=_options(s3, proxy.endpoint), **opts
+    )
+    proxy.reset_stats()
+    rows = np.array([119, 0, 57])
+    got, want = remote.read(0, rows), local.read(0, rows)
+    assert got["x"].tobytes() == want["x"].tobytes()
+    assert sorted(got["index"].tolist()) == sorted(want["index"].tolist())
+    # The walk's GETs (4 KiB, then growing), then the records': not a GET a record.
+    assert proxy.stats.requests <= 12
+    for src in (local, remote):
+        src.close()

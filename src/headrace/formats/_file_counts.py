@@ -72,7 +72,9 @@ _FIRST: dict[str, tuple[int, int | None]] = {  # format -> (bytes, from this far
 
 @dataclass(slots=True)
 class CountStats:
-    """What counting the headers cost: files, reads (ranged GETs or preads), bytes, time."""
+    """What counting the headers cost: files, reads (ranged GETs or preads), bytes
+    fetched (a tar or TFRecord walk on object storage: its spans, most of a shard of
+    small members), time."""
 
     files: int = 0
     reads: int = 0
