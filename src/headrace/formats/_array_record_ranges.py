@@ -34,4 +34,5 @@ class RangedArrayRecord(RangedTfrecord):
     """Chunk images of one source's ArrayRecord files (local or remote)."""
 
     walk = staticmethod(read_index)
+    walks = False
     image_type = ChunkImage

@@ -8,7 +8,9 @@ member's own header of an NPZ, and in the object headers of an HDF5 file
 :class:`~headrace.formats._sparse.SparseImage`: only the byte ranges a parser
 asks for, fetched on demand in blocks of at least ``BLOCK`` bytes (a ranged GET
 each on object storage, a ``pread`` locally), with a first read where the header
-usually is.
+usually is. A tar or TFRecord walk on object storage fetches growing spans instead
+(:data:`~headrace.formats._sparse.WALK_CAP`): 8 shards of 200 members of 100 kB
+behind 20 ms took 80 GETs and 0.6 s, not 1,608 and 5.2 s.
 A file the object cache (``cache_dir``) holds whole is read from that entry, not by
 GETs (:meth:`~headrace.formats._file_list.FileList.fetch_ranges`).
 Files are counted ``depth`` at a time (the source's ``in_flight``), so on
@@ -70,7 +72,9 @@ _FIRST: dict[str, tuple[int, int | None]] = {  # format -> (bytes, from this far
 
 @dataclass(slots=True)
 class CountStats:
-    """What counting the headers cost: files, reads (ranged GETs or preads), bytes, time."""
+    """What counting the headers cost: files, reads (ranged GETs or preads), bytes
+    fetched (a tar or TFRecord walk on object storage: its spans, most of a shard of
+    small members), time."""
 
     files: int = 0
     reads: int = 0
@@ -126,6 +130,8 @@ def _count_one(
         close = _nothing
     try:
         f = SparseImage(size, fetch, name)
+        # A chain of headers on object storage: a round trip a miss, so fewer, larger.
+        f.walking = queue is not None and fmt.name in ("tar", "tfrecord")
         first, back = _FIRST[fmt.name]
         start = 0 if back is None else max(0, size - back)
         f.fill([(start, start + first)], gap=0)

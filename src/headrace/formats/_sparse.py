@@ -25,13 +25,24 @@ from headrace.io._ranges import merge_ranges
 if TYPE_CHECKING:
     from headrace.formats._hdf5_ranges import FileLayout
 
-__all__ = ["BLOCK", "MAX_GAP", "SparseImage", "Span"]
+__all__ = ["BLOCK", "MAX_GAP", "WALK_CAP", "WALK_SKIP", "SparseImage", "Span"]
 
 #: The least a read on demand fetches: parsers read headers in pieces of 8 to 600
 #: bytes (HDF5 metadata, a zip directory), most of them near each other.
 BLOCK = 4096
 #: Neighbouring ranges closer than this are one GET (a gap costs less than a round trip).
 MAX_GAP = 64 << 10
+
+#: The most a walk's read on demand fetches (while ``walking``): a header chain's next
+#: read is known only from the last one, so on object storage each read that misses
+#: costs a round trip, and a span of about latency x bandwidth (20 ms x 200 MB/s) no
+#: more than that. Each miss fetches twice the last span, or twice the bytes the walk
+#: skipped since it, whichever is more, up to this.
+WALK_CAP = 4 << 20
+#: A walk that skips this much or more (members this large) fetches ``BLOCK`` a miss,
+#: as before: a span would hold few headers for many bytes, which a walk of many
+#: shards at once pays in bandwidth shared by all.
+WALK_SKIP = WALK_CAP // 8
 
 #: Files up to this size are held in a heap buffer, larger ones in a sparse mapping.
 HEAP_BYTES = 256 << 10
@@ -48,7 +59,11 @@ class SparseImage(SeekableFile):
     ``fetch(spans, buf)`` fills ``buf[a:b]`` for each span (all in flight at once,
     returning when every one is written, raising the first error). A read of bytes
     not held fetches them (at least ``BLOCK``) and records the range in
-    ``on_demand``. Remote HDF5 files read by ranges are held as these
+    ``on_demand``. While ``walking`` (a forward walk of a header chain: tar, TFRecord
+    on object storage), each read on demand fetches a growing span, up to
+    ``WALK_CAP`` (``BLOCK`` after a skip of ``WALK_SKIP`` or more), and the bytes
+    before it are let go (held: the span last fetched).
+    Remote HDF5 files read by ranges are held as these
     (``layout``: what the file's first open learned, once it has), and so is each
     file whose count is read from its header (``samples_per_file="header"``).
     """
@@ -66,6 +81,7 @@ class SparseImage(SeekableFile):
         # A small file is a heap buffer: unmapping in a process of many threads stops
         # every core that runs one of them (a TLB shootdown), and counting 2,000 NPY
         # headers (16 threads) took twice as long with a mapping for each file.
+        self._map: mmap.mmap | None = None
         if size <= HEAP_BYTES:
             self._buf = np.zeros(size, np.uint8)
         else:
@@ -75,7 +91,11 @@ class SparseImage(SeekableFile):
         self._starts: list[int] = []  # held spans, sorted and disjoint
         self._ends: list[int] = []
         self._lock = threading.Lock()
-        self.nbytes = 0  # bytes held: written into it, each once
+        self.nbytes = 0  # bytes written into it (fetched), each once while held
+        #: Reads on demand are a forward walk's, while set (see WALK_CAP).
+        self.walking = False
+        self._span = BLOCK  # a walk's last read on demand
+        self._let_go = 0  # a walk's pages before this are given back
         self.gets = 0
         self.on_demand: list[Span] = []
         self.layout: FileLayout | None = None  # HDF5 read by ranges: set once learned
@@ -158,7 +178,10 @@ class SparseImage(SeekableFile):
         """Fetch the parts of ``[a, b)`` not held (at least ``BLOCK`` from each gap)."""
         gaps = self.missing(a, b)
         if gaps:
-            extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
+            if self.walking:
+                extended = [self._walk_span(a, gaps[0][0], gaps[-1][1])]
+            else:
+                extended = [(s, min(max(e, s + BLOCK), self.size)) for s, e in gaps]
             with self._lock:
                 self.on_demand.extend(extended)
             try:
@@ -166,6 +189,28 @@ class SparseImage(SeekableFile):
             except BaseException as exc:
                 self.error = exc
                 raise
+
+    def _walk_span(self, a: int, s: int, e: int) -> Span:
+        """What a walk's read of ``[a, e)`` fetches (``s``: its first byte not held),
+        the bytes before ``a`` let go: a walk reads forward, copying what it keeps."""
+        with self._lock:
+            i = bisect.bisect_right(self._ends, s)
+            skipped = s - (self._ends[i - 1] if i else 0)
+            if skipped < WALK_SKIP:
+                self._span = n = min(max(2 * self._span, 2 * skipped), WALK_CAP)
+            else:
+                n = BLOCK
+            i = bisect.bisect_right(self._ends, a)
+            del self._starts[:i], self._ends[:i]
+            if self._starts and self._starts[0] < a:
+                self._starts[0] = a
+            if self._map is not None:
+                # Pages of a private anonymous mapping given back read as zeros again.
+                top = a // mmap.PAGESIZE * mmap.PAGESIZE
+                if top > self._let_go:
+                    self._map.madvise(mmap.MADV_DONTNEED, self._let_go, top - self._let_go)
+                    self._let_go = top
+        return s, min(max(e, s + n), self.size)
 
     def at(self, offset: int, length: int) -> memoryview:
         """``length`` bytes at ``offset`` (fewer at the end of the file), those not held

@@ -8,7 +8,8 @@ neighbours within 64 KiB joined). Where those members lie is the shard's
 :class:`~headrace.formats._tar.TarIndex`: the one the source's count walked
 (``samples_per_file="header"``, the default), else learned by walking the shard's
 headers at its first read (a 512-byte header a member; a read of at least 4 KiB where
-one is not held already); kept, as arrays, up to ``INDEX_BYTES`` for all shards.
+one is not held already, growing spans on object storage: ``WALK_CAP``); kept, as
+arrays, up to ``INDEX_BYTES`` for all shards.
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ class RangedTar:
         image = TarImage(files.sizes[f], fetch, files.name(f), self._fields)
         index = self.indexes.get(f)
         if index is None:
+            image.walking = files.remote
             index = tar_index(image.at, image.size, image.name)
+            image.walking = False  # the members' reads are not a walk
             self.indexes.keep(f, index)
         image.index = index
         if rows is not None:

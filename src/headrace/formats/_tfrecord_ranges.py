@@ -5,10 +5,11 @@ A TFRecord file has no index: record ``k``'s place is known only from the length
 the records before it. Under ``shuffle="samples"`` a shard of 1,000 records is visited
 by about one record a read, and fetching it whole read 1,000 times the bytes used.
 Here a shard's first read by records walks its 12-byte headers (locally a ``pread``
-a block; on object storage a ranged GET a block of at least 4 KiB, so a record over
-that costs a GET), each length's CRC checked; the index (16 bytes a record) is kept
-for the files read last. A read then fetches each record asked, header to data CRC,
-neighbours within 64 KiB joined, all in flight at once, and checks its data's CRC.
+a block; on object storage ranged GETs of growing spans, 4 KiB to ``WALK_CAP``, so
+records under ``WALK_SKIP`` cost far less than a GET each), each length's CRC
+checked; the index (16 bytes a record) is kept for the files read last. A read then
+fetches each record asked, header to data CRC, neighbours within 64 KiB joined, all in
+flight at once, and checks its data's CRC.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class RangedTfrecord:
 
     walk: Callable[[Any, int, str], Index] = staticmethod(walk_records)
     image_type: type[RecordImage] = RecordImage
+    #: ``walk`` reads forward, a header a miss (TFRecord; an ArrayRecord footer is not)
+    walks = True
 
     def __init__(self, files: Callable[[], FileList], in_flight: int, above: int) -> None:
         self._files = files
@@ -113,6 +116,7 @@ class RangedTfrecord:
                 self._kept.move_to_end(f)
         if index is None:
             walker = SparseImage(files.sizes[f], fetch, files.name(f))
+            walker.walking = files.remote and self.walks
             index = self.walk(walker.at, walker.size, walker.name)
             self._keep(f, index)
         image = self.image_type(files.sizes[f], fetch, files.name(f), index)
