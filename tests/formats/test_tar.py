@@ -384,3 +384,28 @@ def test_a_pax_header_cut_to_one_byte_is_refused(tmp_path: Path) -> None:
     data[148:156] = b"%06o\0 " % sum(data[:512])
     with pytest.raises(FormatError, match=r"p\.tar: the PAX header at offset 0 does not parse"):
         decode_tar(bytes(data), name="p.tar")
+
+
+def test_an_index_past_the_bound_is_kept_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A shard of more members than the bound holds was walked again at every read by
+    # samples; its index is kept, alone, until another shard's takes its place.
+    from headrace.formats import _tar_ranges
+
+    monkeypatch.setattr(_tar_ranges, "INDEX_BYTES", 100)  # under one shard's index
+    members = [(f"{i}.cls", str(i).encode()) for i in range(30)]
+    write(tmp_path / "0.tar", members)
+    write(tmp_path / "1.tar", members)
+    src = FileSource(tmp_path, format="tar", shuffle="samples", samples_per_file=[30, 30])
+    ranged = src._by_rows
+    assert isinstance(ranged, RangedTar)
+    walks: list[int] = []
+    walk = _tar_ranges.tar_index
+    monkeypatch.setattr(_tar_ranges, "tar_index", lambda *a: walks.append(1) or walk(*a))
+    for rows in ([1, 2], [5], [29, 0]):
+        ranged.image(0, np.array(rows))
+    assert len(walks) == 1 and [f for f, _ in ranged.indexes.held()] == [0]
+    ranged.image(1, np.array([3]))
+    assert len(walks) == 2 and [f for f, _ in ranged.indexes.held()] == [1]
+    src.close()

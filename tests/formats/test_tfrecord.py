@@ -549,3 +549,34 @@ def test_a_folder_of_gzipped_tfrecords_says_to_gunzip(tmp_path: Path) -> None:
     (tmp_path / "train.tfrecord.gz").write_bytes(gzip.compress(bytes(_good()), mtime=0))
     with pytest.raises(DataError, match=r"it holds 1 \.gz; a GZIP-compressed TFRecord .* gunzip"):
         FileSource(tmp_path, format="tfrecord")
+
+
+def test_an_index_past_the_bound_is_kept_alone_not_walked_at_every_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file of more records than the bound holds (16 MiB: ~1M records) was walked again
+    # at every read by records; it is kept, alone.
+    from headrace.formats import _tfrecord_ranges
+
+    monkeypatch.setattr(_tfrecord_ranges, "INDEX_BYTES", 100)  # under one file's index
+    _write(tmp_path, files=2, n=20)
+    src = FileSource(
+        tmp_path,
+        format="tfrecord",
+        shuffle="samples",
+        tfrecord_ranges_above=0,
+        samples_per_file=[20, 20],
+    )
+    ranged = src._by_rows
+    assert isinstance(ranged, _tfrecord_ranges.RangedTfrecord)
+    walks: list[str] = []
+    walk = ranged.walk
+    monkeypatch.setattr(
+        ranged, "walk", lambda at, size, name: walks.append(name) or walk(at, size, name)
+    )
+    for rows in ([1, 2], [5], [19, 0]):
+        ranged.image(0, np.array(rows))
+    assert len(walks) == 1 and list(ranged._kept) == [0]
+    ranged.image(1, np.array([3]))  # another file's index takes its place
+    assert len(walks) == 2 and list(ranged._kept) == [1]
+    src.close()

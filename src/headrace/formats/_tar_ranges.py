@@ -9,7 +9,7 @@ neighbours within 64 KiB joined). Where those members lie is the shard's
 (``samples_per_file="header"``, the default), else learned by walking the shard's
 headers at its first read (a 512-byte header a member; a read of at least 4 KiB where
 one is not held already, growing spans on object storage: ``WALK_CAP``); kept, as
-arrays, up to ``INDEX_BYTES`` for all shards.
+arrays, up to ``INDEX_BYTES`` for all shards (one larger is kept alone).
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ class TarIndexes:
 
     def keep(self, f: int, index: TarIndex) -> None:
         with self._lock:
-            if f in self._kept or index.nbytes > INDEX_BYTES:
+            # One index past the bound is kept alone (the others dropped): each read of its
+            # shard needs it, and one not kept was walked again at every read.
+            if f in self._kept:
                 return
             self._kept[f] = index
             self._kept_bytes += index.nbytes

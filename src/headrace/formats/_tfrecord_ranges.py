@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RangedTfrecord", "RecordImage"]
 
-#: The record indexes a source keeps, of the files read last (16 bytes a record).
+#: The record indexes a source keeps, of the files read last (16 bytes a record); one
+#: larger is kept alone.
 INDEX_BYTES = 16 << 20
 
 Index = tuple[NDArray[np.int64], NDArray[np.int64]]
@@ -127,7 +128,9 @@ class RangedTfrecord:
     def _keep(self, f: int, index: Index) -> None:
         n = index[0].nbytes + index[1].nbytes
         with self._lock:
-            if f in self._kept or n > INDEX_BYTES:
+            # One index past the bound is kept alone (the others dropped): each read of its
+            # file needs it, and one not kept was walked again at every read.
+            if f in self._kept:
                 return
             self._kept[f] = index
             self._kept_bytes += n
