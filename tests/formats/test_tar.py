@@ -202,6 +202,8 @@ def _forged(tmp_path: Path, members: list[tuple[str, bytes]], **edit: Any) -> Pa
         data[156:157] = edit["type"]
     if "size" in edit:
         data[124:136] = b"%011o\0" % edit["size"]
+    if "size_field" in edit:
+        data[124:136] = edit["size_field"]
     if "checksum" not in edit:
         data[148:156] = b" " * 8
         data[148:156] = b"%06o\0 " % sum(data[:512])
@@ -217,6 +219,15 @@ def _forged(tmp_path: Path, members: list[tuple[str, bytes]], **edit: Any) -> Pa
         ({"checksum": b"0000000\0"}, r"bad\.tar: the tar header at offset 0 has checksum 0"),
         ({"type": b"S"}, r"bad\.tar: the tar member at offset 0 is sparse"),
         ({"size": 1 << 20}, r"bad\.tar: truncated: the tar member at offset 0 holds 1048576"),
+        # A negative size stepped the walk back onto the header: the same member listed
+        # for ever (a hang, its list growing without bound).
+        (
+            {"size_field": b"-1000\0     \0"},
+            r"bad\.tar: the tar header at offset 0 gives size -512",
+        ),
+        ({"size_field": b"\xff" * 12}, r"gives size -\d+: a size is never negative"),
+        # A base-256 size past 2**64: past the end, not wrapped.
+        ({"size_field": b"\x80" + b"\xff" * 11}, r"holds 309485009821345068724781055 bytes"),
     ],
 )
 def test_damaged_headers_are_refused_by_name_when_counted(

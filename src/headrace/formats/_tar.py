@@ -175,6 +175,13 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
                     f"{name}: the PAX header of the member at offset {pos} gives "
                     f"size={pax['size']!r}"
                 )
+        if length < 0:
+            # A negative octal ("-1000") or base-256 size stepped the walk back onto this
+            # header: the same member listed again and again, for ever.
+            raise FormatError(
+                f"{name}: the tar header at offset {pos} gives size {length}: a size is never "
+                "negative (a damaged or forged header)"
+            )
         start = pos + HEADER
         if start + length > size and (kind in _FILE_TYPES or kind not in _NO_DATA):
             raise FormatError(
