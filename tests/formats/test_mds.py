@@ -227,6 +227,15 @@ def _rewrite(root: Path, change: Any) -> None:
             lambda i: i["shards"][0].update(column_sizes=[8, 4]),
             r"column_sizes says 4 bytes, the encoding variable",
         ),
+        # A fixed shape whose product wraps past 2**64 to 4 bytes was taken for 4 bytes
+        # (then a NumPy ValueError at the reshape).
+        (
+            lambda i: i["shards"][0].update(
+                column_encodings=["int", f"ndarray:uint8:{2**62 + 1},4"], column_sizes=[8, 4]
+            ),
+            r"column 'b' \(ndarray:uint8:4611686018427387905,4\): column_sizes says 4 bytes, "
+            r"the encoding 18446744073709551620 bytes",
+        ),
         (lambda i: i["shards"][1].update(column_names=["a", "c"]), "differ from those of"),
         (lambda i: i["shards"][1]["raw_data"].update(basename="../x.mds"), "must name a file"),
         (lambda i: i.update(shards=[]), "lists no shards"),
@@ -356,6 +365,30 @@ def test_a_bad_ndarray_is_named(tmp_path: Path) -> None:
         MDSSource(tmp_path) as src,
         pytest.raises(FormatError, match=r"sample 0: column 'x': dtype byte 200"),
     ):
+        src.read(0, np.arange(1))
+
+
+@pytest.mark.parametrize(
+    ("dims", "said"),
+    [
+        # Product 2**64 + 100: it wrapped to the 100 bytes there (a NumPy ValueError at the
+        # reshape), and a dimension past 2**63 warned of an overflow.
+        ((2**62 + 25, 4), r"100 bytes of values, an array int8 \(4611686018427387929, 4\) is 184"),
+        ((2**64 - 1, 4), r"100 bytes of values, an array int8 \(18446744073709551615, 4\) is 737"),
+    ],
+)
+def test_an_ndarray_shape_past_2_64_is_named(
+    tmp_path: Path, dims: tuple[int, int], said: str
+) -> None:
+    write_mds(tmp_path, {"x": "ndarray"}, [{"x": np.arange(115, dtype=np.int8)}])
+    (path,) = sorted(tmp_path.glob("*.mds"))
+    data = path.read_bytes()
+    at = len(data) - 118  # the dtype byte, then the shape byte, 1 dimension, 115 values
+    assert data[at + 1 : at + 3] == bytes([4, 115])
+    # 2 dimensions of 8 bytes each (shape byte 2 << 2 | 3), then 100 values: same length.
+    forged = data[: at + 1] + bytes([11]) + np.array(dims, "<u8").tobytes() + bytes(100)
+    path.write_bytes(forged)
+    with MDSSource(tmp_path) as src, pytest.raises(FormatError, match=rf"column 'x': {said}"):
         src.read(0, np.arange(1))
 
 

@@ -19,6 +19,7 @@ every column's bytes in column order.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -134,7 +135,7 @@ def _column(name: str, encoding: str, size: object, where: str) -> Column:
                     f"{where}: column {name!r}: encoding {encoding!r}: the shape must be "
                     "dimensions >= 1 separated by commas"
                 )
-            fixed = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            fixed = math.prod(shape) * np.dtype(dtype).itemsize  # (np.prod wraps past 2**63)
     elif base not in _REFUSED:
         raise FormatError(
             f"{where}: column {name!r} has encoding {encoding!r}, which is no MDS encoding "
@@ -330,7 +331,7 @@ def decode_ndarray(c: Column, b: NDArray[np.uint8], where: str) -> NDArray[Any]:
         shape = tuple(np.frombuffer(b[at + 1 : end], np.dtype(f"<u{width}")).tolist())
         at = end
     item = np.dtype(dtype).itemsize
-    want = int(np.prod(shape, dtype=np.int64)) * item
+    want = math.prod(shape) * item  # Python ints: NumPy's product wrapped past 2**63
     if len(b) - at != want:
         raise FormatError(
             f"{where}: {len(b) - at} bytes of values, an array {dtype} {shape} is {want}"
