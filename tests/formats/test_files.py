@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -181,7 +182,10 @@ def _forged(data: bytes, old: bytes, new: bytes) -> bytes:
         (lambda d: d.replace(b"(1000,)", b"(-100,)"), r"corrupt NPY header: bad shape"),
         (lambda d: d.replace(b"'<i4'", b"'<zz'"), r"corrupt NPY header: bad descr"),
         (lambda d: d.replace(b"False", b"1    "), r"corrupt NPY header: bad fortran_order"),
-        (lambda d: _forged(d, b"(1000,)", b"(99999999999999999999,)"), r"more than 2\*\*63"),
+        (lambda d: _forged(d, b"(1000,)", b"(99999999999999999999,)"), r"pass 2\*\*63 - 1"),
+        # No byte, yet NumPy cannot size it: its ValueError leaked ("array is too big").
+        (lambda d: _forged(d, b"(1000,)", b"(0, 4611686018427387904)"), r"pass 2\*\*63 - 1"),
+        (lambda d: _forged(d, b"(1000,)", b"(1099511627776, 1099511627776, 0)"), r"pass 2\*\*63"),
     ],
 )
 def test_a_damaged_npy_header_says_what_to_do(
@@ -263,6 +267,43 @@ def test_npz_errors() -> None:
     with pytest.raises(FormatError, match=r"member 'a.npy': corrupt: CRC-32"):
         decode_npz(flipped, name="x.npz")
     assert decode_npz(flipped, name="x.npz", check_crc=False)["a"].shape == (1000,)
+
+
+@pytest.mark.parametrize("rows", [None, np.array([0])])
+def test_npz_forged_sizes_are_refused_before_allocating(
+    tmp_path: Path, rows: np.ndarray | None
+) -> None:
+    # Each was allocated at the size claimed before the member was inflated: 4 GiB for
+    # a directory's forged size (a zip64 one: a MemoryError), 1 TiB (a MemoryError) for
+    # a row of a header's forged shape (10, 2**40) when rows were asked.
+    path = tmp_path / "x.npz"
+    path.write_bytes(
+        _npz_with_member(encode("npy", np.zeros(1000, np.uint8)), zipfile.ZIP_DEFLATED)
+    )
+    data = bytearray(path.read_bytes())
+    cd = data.rindex(b"PK\x01\x02")
+    deflated = int.from_bytes(data[cd + 20 : cd + 24], "little")
+    data[cd + 24 : cd + 28] = (0xFFFFFFF0).to_bytes(4, "little")  # uncompressed size
+    path.write_bytes(bytes(data))
+    said = rf"x.npz: member 'a.npy': corrupt: directory says 4294967280 bytes uncompressed from {deflated} deflated, more than deflate makes of them \(at most 1032:1\)"
+    member = encode("npy", np.zeros((10, 1), np.uint8))
+    forged = _npz_with_member(
+        _forged(member, b"(10, 1)", b"(10, 1099511627776)"), zipfile.ZIP_DEFLATED
+    )
+    (tmp_path / "y.npz").write_bytes(forged)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=said):
+            decode_npz(path.read_bytes(), name="x.npz", rows=rows)
+        with pytest.raises(
+            FormatError,
+            match=r"y.npz: member 'a.npy': truncated: header says 10995116277760 data bytes \(uint8, shape \(10, 1099511627776\)\), found 10",
+        ):
+            decode_npz((tmp_path / "y.npz").read_bytes(), name="y.npz", rows=rows)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
 
 
 def test_npz_member_truncated_inside_zip() -> None:

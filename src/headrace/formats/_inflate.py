@@ -16,8 +16,11 @@ from collections.abc import Callable
 
 from headrace.errors import FormatError
 
-__all__ = ["inflate"]
+__all__ = ["MOST_RATIO", "inflate"]
 
+#: The most bytes deflate makes of one compressed byte: a 258-byte match coded in 2 bits
+#: (zlib's FAQ: 1032:1). A zip directory that claims more is damaged or forged.
+MOST_RATIO = 1032
 #: The most bytes one step inflates.
 OUT = 1 << 20
 #: Compressed bytes fed at a time.

@@ -172,12 +172,14 @@ def _parse_npy_header(
             "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"
             + (f", or {leave_out}" if leave_out else "")
         )
-    if any(d > _MAX_BYTES for d in shape) or math.prod(shape) * dtype.itemsize > _MAX_BYTES:
+    if math.prod(d for d in shape if d) * max(dtype.itemsize, 1) > _MAX_BYTES:
         # A forged length: NumPy cannot size such an array (OverflowError downstream,
-        # where the counts are summed), and no file holds it.
+        # where the counts are summed), and no file holds it. Its zero dimensions are left
+        # out, as NumPy does: (0, 2**62) of float64 holds no byte, yet NumPy refuses it.
         raise FormatError(
-            f"{where}: corrupt NPY header: shape {shape!r} of {dtype} is more than 2**63 - 1 "
-            f"bytes, more than any file holds: {RECOPY}"
+            f"{where}: corrupt NPY header: shape {shape!r} of {dtype}: its dimensions (zeros "
+            "left out) times the item size pass 2**63 - 1 bytes, which NumPy cannot size and "
+            f"no file holds: {RECOPY}"
         )
     return dtype, shape, header["fortran_order"], end
 

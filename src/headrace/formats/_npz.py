@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from headrace._messages import RECOPY
 from headrace.errors import FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
-from headrace.formats._inflate import inflate
+from headrace.formats._inflate import MOST_RATIO, inflate
 from headrace.formats._npy import (
     _NPY_MAGIC,
     NPY_HEAD,
@@ -110,6 +110,17 @@ def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryvie
             f"{where}: corrupt: directory says {info.compress_size} deflated bytes for "
             f"{info.file_size} bytes uncompressed (a deflate stream takes at least 2); "
             "the directory is damaged: write the file again, or leave it out"
+        )
+    if (
+        info.compress_type == zipfile.ZIP_DEFLATED
+        and info.file_size > MOST_RATIO * info.compress_size
+    ):
+        # The array was allocated at the directory's size before inflating: 4 GiB for
+        # a few bytes, or a MemoryError (a zip64 size), before the stream was read.
+        raise FormatError(
+            f"{where}: corrupt: directory says {info.file_size} bytes uncompressed from "
+            f"{info.compress_size} deflated, more than deflate makes of them (at most "
+            f"{MOST_RATIO}:1); the directory is damaged: write the file again, or leave it out"
         )
     if end > len(view):
         raise FormatError(
@@ -226,6 +237,14 @@ def _deflated_rows(
     dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
     check_rows(shape, rows, count, name, key)
     row = dtype.itemsize * math.prod(shape[1:])
+    # Checked before ``out`` is allocated: a forged shape (10, 2**40) asked 1 TiB for a row.
+    want, found = shape[0] * row, info.file_size - offset
+    if found != want:
+        what = "truncated" if found < want else "corrupt"
+        raise FormatError(
+            f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
+            f"found {found}: {RECOPY}"
+        )
     if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
         payload = _member_bytes(view, info, name, True)
         return _npy_from_view(payload, where, leave_out)[rows]
@@ -249,13 +268,6 @@ def _deflated_rows(
             flat[d : d + b - a] = got[a - at : b - at]
 
     inflate(raw, info.file_size, info.CRC, where, keep)
-    want, found = shape[0] * row, info.file_size - offset
-    if found != want:
-        what = "truncated" if found < want else "corrupt"
-        raise FormatError(
-            f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-            f"found {found}: {RECOPY}"
-        )
     out.setflags(write=False)  # as a whole decode's arrays
     return out
 
