@@ -285,7 +285,10 @@ def test_npz_forged_sizes_are_refused_before_allocating(
     deflated = int.from_bytes(data[cd + 20 : cd + 24], "little")
     data[cd + 24 : cd + 28] = (0xFFFFFFF0).to_bytes(4, "little")  # uncompressed size
     path.write_bytes(bytes(data))
-    said = rf"x.npz: member 'a.npy': corrupt: directory says 4294967280 bytes uncompressed from {deflated} deflated, more than deflate makes of them \(at most 1032:1\)"
+    said = (
+        rf"x.npz: member 'a.npy': corrupt: directory says 4294967280 bytes uncompressed from "
+        rf"{deflated} deflated, more than deflate makes of them \(at most 1032:1\)"
+    )
     member = encode("npy", np.zeros((10, 1), np.uint8))
     forged = _npz_with_member(
         _forged(member, b"(10, 1)", b"(10, 1099511627776)"), zipfile.ZIP_DEFLATED
@@ -297,7 +300,8 @@ def test_npz_forged_sizes_are_refused_before_allocating(
             decode_npz(path.read_bytes(), name="x.npz", rows=rows)
         with pytest.raises(
             FormatError,
-            match=r"y.npz: member 'a.npy': truncated: header says 10995116277760 data bytes \(uint8, shape \(10, 1099511627776\)\), found 10",
+            match=r"y.npz: member 'a.npy': truncated: header says 10995116277760 data bytes "
+            r"\(uint8, shape \(10, 1099511627776\)\), found 10",
         ):
             decode_npz((tmp_path / "y.npz").read_bytes(), name="y.npz", rows=rows)
         peak = tracemalloc.get_traced_memory()[1]
