@@ -84,6 +84,25 @@ def test_a_damaged_shard_on_s3_is_refused_by_name(s3: S3Fixture, tmp_path: Path)
         _source(s3, "tar/cut")
 
 
+def test_a_negative_member_size_on_s3_is_refused_not_walked_for_ever(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Octal "-1000" is -512: the walk of ranged GETs stepped back onto the same header
+    # and listed its member again, for ever.
+    path = write(tmp_path / "0.tar", [("a.cls", b"1"), ("b.cls", b"2")])
+    data = bytearray(path.read_bytes())
+    h = 1024  # b.cls's header (a.cls's data is the block before)
+    data[h + 124 : h + 136] = b"-1000\0     \0"
+    data[h + 148 : h + 156] = b" " * 8
+    data[h + 148 : h + 156] = b"%06o\0 " % sum(data[h : h + 512])
+    path.write_bytes(bytes(data))
+    _put(s3, tmp_path, "tar/negative")
+    with pytest.raises(
+        FormatError, match=r"tar/negative/0\.tar: the tar header at offset 1024 gives size -512"
+    ):
+        _source(s3, "tar/negative")
+
+
 def test_a_failed_header_or_member_get_names_the_object(
     s3: S3Fixture, tmp_path: Path, proxy: LatencyProxy
 ) -> None:
