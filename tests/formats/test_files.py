@@ -490,6 +490,37 @@ def test_hdf5_errors() -> None:
         decode_hdf5(b"PK\x03\x04" * 100, name="f.h5", dataset="x")
 
 
+@pytest.mark.parametrize(
+    ("chunks", "dims", "said"),
+    [
+        # Contiguous: HDF5 refuses the size, as a KeyError that leaked naming no file.
+        (None, (2**40, 10), r"corrupt HDF5 metadata: Unable to synchronously open object"),
+        # Chunked: HDF5 opens it, and NumPy's "array is too big" ValueError leaked.
+        ((10, 10), (2**62, 2**62), r"has shape \(4611686018427387904, 4611686018427387904\) of "),
+    ],
+)
+@pytest.mark.parametrize("index", [None, [0, 5]])
+def test_a_forged_hdf5_dataspace_is_refused_by_name(
+    tmp_path: Path,
+    chunks: tuple[int, int] | None,
+    dims: tuple[int, int],
+    said: str,
+    index: list[int] | None,
+) -> None:
+    import h5py
+
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(1000).reshape(100, 10).astype(np.uint8), chunks=chunks)
+    # The dataspace's dimensions and maximum dimensions, as little-endian u64 pairs.
+    data = path.read_bytes()
+    was = np.array([100, 10], "<u8").tobytes()
+    assert data.count(was) >= 2
+    path.write_bytes(data.replace(was, np.array(dims, "<u8").tobytes()))
+    with pytest.raises(FormatError, match=rf"^{re.escape(str(path))}: .*{said}"):
+        decode_hdf5(path.read_bytes(), name=str(path), dataset="x", index=index)
+
+
 def test_hdf5_corrupt_chunk() -> None:
     x = np.arange(20000, dtype=np.float64).reshape(200, 100)
     data = bytearray(encode("hdf5", {"x": x}, compression="gzip"))

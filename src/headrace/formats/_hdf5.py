@@ -13,6 +13,7 @@ the dataset's.
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -109,7 +110,7 @@ def decode_hdf5(
         fetch = getattr(file, "error", None)
         if fetch is not None:
             raise fetch from exc
-        if isinstance(exc, RuntimeError):
+        if isinstance(exc, (RuntimeError, KeyError)):
             raise _corrupt(name, exc) from exc
         raise
 
@@ -129,15 +130,18 @@ def _newer(name: str, exc: Exception) -> FormatError | None:
     )
 
 
-def _corrupt(name: str, exc: RuntimeError) -> FormatError:
+def _corrupt(name: str, exc: RuntimeError | KeyError) -> FormatError:
     # h5py raises RuntimeError, not OSError, for metadata that fails its checksum or
     # does not parse once the file is open ("Object visitation failed", "Unable to
-    # synchronously check link existence").
+    # synchronously check link existence"), and KeyError for a dataset whose header
+    # does not ("Unable to synchronously open object (dataspace dim 0 size of ... is
+    # greater than maxdim size ...)"): it leaked, naming no file.
     newer = _newer(name, exc)
     if newer is not None:
         return newer
+    said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
     return FormatError(
-        f"{name}: corrupt HDF5 metadata: {exc}; the file is damaged: copy or write it again"
+        f"{name}: corrupt HDF5 metadata: {said}; the file is damaged: copy or write it again"
     )
 
 
@@ -311,6 +315,12 @@ def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
         )
     if ds.shape is None:
         raise FormatError(f"{where} has a null dataspace: it holds no array")
+    if math.prod(d for d in ds.shape if d) * max(ds.dtype.itemsize, 1) > 2**63 - 1:
+        # A forged dataspace: NumPy's "array is too big" ValueError leaked at the read.
+        raise FormatError(
+            f"{where} has shape {ds.shape} of {ds.dtype}: its dimensions (zeros left out) "
+            f"times the item size pass 2**63 - 1 bytes, which NumPy cannot size: {RECOPY}"
+        )
     if h5py.check_dtype(ref=ds.dtype) is not None:
         raise FormatError(
             f"{where} holds HDF5 object/region references ({ds.dtype}), which mean nothing "
