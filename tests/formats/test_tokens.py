@@ -156,6 +156,8 @@ def _corrupt_idx(path: Path, how: str) -> None:
         raw[34:38] = struct.pack("<i", -1)
     elif how == "documents":
         raw[-8:] = struct.pack("<q", 99)  # the last document index past the 4 sequences
+    elif how == "counts":  # counts whose bytes pass 2**64: summed as Python ints, no wrap
+        raw[18:34] = struct.pack("<QQ", 2**64 - 1, 2**62)
     path.write_bytes(bytes(raw))
 
 
@@ -171,6 +173,7 @@ def _corrupt_idx(path: Path, how: str) -> None:
         ("float", r"token dtype float64 is not a token type \(expected uint16 or int32\)"),
         ("negative", "corrupt index: negative sequence length at 0"),
         ("documents", r"corrupt document indices: .* 0 to 4, found 5 entries from 0 to 99"),
+        ("counts", r"header declares 18446744073709551615 sequences and 4611686018427387904 "),
     ],
 )
 def test_corrupt_megatron_index_is_refused(tmp_path: Path, how: str, match: str) -> None:
