@@ -36,7 +36,7 @@ def test_shape_past_any_file(tmp_path: Path) -> None:
     forged = text + data[head_end:]
     for f in ["a.npy", "b.npy"]:
         (tmp_path / f).write_bytes(forged if f == "a.npy" else data)
-    message = r"a\.npy: corrupt NPY header: shape \(99999999999999999999, 4\) of float32 is more"
+    message = r"a\.npy: corrupt NPY header: shape \(99999999999999999999, 4\) of float32: its"
     with pytest.raises(FormatError, match=message):
         FileSource(tmp_path, format="npy", samples_per_file="header")
     with pytest.raises(FormatError, match=message):
