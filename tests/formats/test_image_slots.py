@@ -7,6 +7,8 @@ lies never gives a wrong batch."""
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from PIL import Image, ImageOps
 
 from _png_files import png_bytes
 from headrace.errors import FormatError
-from headrace.formats import FileSource, TableSource, decode_jpeg, decode_png
+from headrace.formats import FileSource, TableSource, decode_jpeg, decode_png, encode_png
 from headrace.formats import _image_slots as image_slots
 from headrace.formats import _images as images
 from headrace.formats._file_samples import stack_samples
@@ -245,6 +247,32 @@ def test_a_corrupt_image_in_a_batch_is_named_or_replaced(tmp_path: Path, threads
     with pytest.raises(FormatError, match=r"t\.parquet: column 'img', row 3 .*corrupt JPEG"):
         tsrc.read(0, np.arange(6))
     tsrc.close()
+
+
+def test_an_ihdr_claiming_a_huge_image_fails_only_its_own_file(tmp_path: Path) -> None:
+    # 13,000 x 13,000 RGB (under twice the bomb limit) in a ~100-byte PNG: the batch's
+    # array was allocated for 512 of it (260 GB) before any decode, a MemoryError that
+    # failed the batch naming no file, and on_corrupt="replace" could not replace it.
+    ihdr = struct.pack(">IIBBBBB", 13000, 13000, 8, 2, 0, 0, 0)
+    forged = b"\x89PNG\r\n\x1a\n" + b"".join(
+        struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        for kind, body in ((b"IHDR", ihdr), (b"IDAT", zlib.compress(bytes(100))), (b"IEND", b""))
+    )
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "000.png").write_bytes(forged)
+    for i in range(1, 512):
+        (tmp_path / "r" / f"{i:03d}.png").write_bytes(
+            encode_png(np.full((8, 8, 3), i % 256, np.uint8))
+        )
+    src = FileSource(tmp_path / "r", format="png", shuffle="none")
+    with pytest.raises(FormatError, match=r"000\.png: corrupt or truncated PNG"):
+        src.read(0, np.arange(512))
+    src.close()
+    rep = FileSource(tmp_path / "r", format="png", shuffle="none", on_corrupt="replace")
+    got = rep.read(0, np.arange(512))
+    assert 0 not in got["index"].tolist() and got["image"].shape == (512, 8, 8, 3)
+    assert (got["image"][:, 0, 0, 0] == got["index"] % 256).all()
+    rep.close()
 
 
 @pytest.mark.parametrize("lie", ["larger", "smaller", "other dtype"])

@@ -2,7 +2,8 @@
 
 Each image's headers say, for microseconds, what it will decode to
 (:func:`~headrace.formats._images.jpeg_layout`, ``png_layout``). The batch's
-``(B, *shape)`` array is allocated once, on the first layout offered (FileSource
+``(B, *shape)`` array is allocated once (where the system grants it), on the first
+layout offered (FileSource
 learns a file's headers only when its bytes arrive, so it cannot wait for all of
 them), and every image whose headers promise that layout is decoded into its slot:
 simplejpeg writes there itself; Pillow's pixels (PNG, CMYK, conversions to grey)
@@ -45,6 +46,18 @@ def image_layout(
     return jpeg_layout(view, mode=mode, exif_transpose=exif_transpose)
 
 
+def _allocate(n: int, layout: Layout) -> NDArray[Any] | None:
+    """The batch's array for ``n`` images of ``layout``, or ``None`` where the system
+    refuses it: each image then decodes into its own array, as without slots. One
+    ~100-byte PNG whose IHDR claims 13,000 x 13,000 (under the bomb limit) asked for
+    64 of it, 30 GiB, before any decode: a MemoryError failed the batch, naming no file,
+    where the image alone is refused by name (or replaced)."""
+    try:
+        return np.empty((n, *layout[0]), layout[1])
+    except MemoryError:
+        return None
+
+
 class ImageSlots:
     """The ``(n, *shape)`` array of one batch's images, handed out slot by slot
     (from several decode threads)."""
@@ -58,7 +71,7 @@ class ImageSlots:
         self._lock = threading.Lock()
         if layout is not None:
             self.layout = layout
-            self.out = np.empty((n, *layout[0]), layout[1])
+            self.out = _allocate(n, layout)
 
     def slots(self) -> list[NDArray[Any] | None]:
         """Every slot, in order, for images all predicted to have the batch's layout."""
@@ -70,11 +83,10 @@ class ImageSlots:
         if layout is None:
             return None
         with self._lock:  # decode threads: only one allocates
-            if self.out is None:
-                shape, dtype = layout
-                self.out = np.empty((self.n, *shape), dtype)
+            if self.layout is None:
                 self.layout = layout
-            elif layout != self.layout:
+                self.out = _allocate(self.n, layout)
+            if self.out is None or layout != self.layout:
                 return None
             got: NDArray[Any] = self.out[i]
             self._given[i] = got
