@@ -138,6 +138,22 @@ def test_unpacked_lists_and_unknown_fields_parse() -> None:
     assert list(other.features.feature["a"].int64_list.value) == [5, 150]
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_varint_past_2_64_reads_as_protobuf_reads_it(packed: bool) -> None:
+    # 10 bytes whose last is 0x7f: bits past 2**64, which protobuf drops (-1 here). An
+    # unpacked int64 value raised OverflowError; a packed one was dropped the same way.
+    def field(n: int, payload: bytes) -> bytes:
+        return bytes([(n << 3) | 2, len(payload)]) + payload
+
+    varint = b"\xff" * 9 + b"\x7f"
+    ints = field(1, varint) if packed else b"\x08" + varint
+    data = field(1, field(1, field(1, b"i") + field(2, field(3, ints))))
+    assert parse_example(data)["i"].tolist() == [-1]
+    other = _example_class()()
+    other.ParseFromString(data)
+    assert list(other.features.feature["i"].int64_list.value) == [-1]
+
+
 def test_our_examples_parse_with_protobuf() -> None:
     example = _example_class()
     e = example()

@@ -4,10 +4,10 @@ Each image's headers say, for microseconds, what it will decode to
 (:func:`~headrace.formats._images.jpeg_layout`, ``png_layout``). The batch's
 ``(B, *shape)`` array is allocated once (where the system grants it), on the first
 layout offered (FileSource learns a file's headers only when its bytes arrive, so it
-cannot wait for all of them), and every image whose headers promise that layout is decoded into its slot:
-simplejpeg writes there itself; Pillow's pixels (PNG, CMYK, conversions to grey)
-are copied there once. An image of another layout, or of none predicted (a palette
-PNG), decodes into its own array as before.
+cannot wait for all of them), and every image whose headers promise that layout is
+decoded into its slot: simplejpeg writes there itself; Pillow's pixels (PNG, CMYK,
+conversions to grey) are copied there once. An image of another layout, or of none
+predicted (a palette PNG), decodes into its own array as before.
 
 The batch is decided by the decoded arrays alone, as stacking decides it: when
 every one has the batch's shape and dtype, the array is the batch (images decoded

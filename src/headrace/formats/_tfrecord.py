@@ -189,7 +189,9 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            return result, pos
+            # A 10th byte over 1 carries bits past 2**64, which protobuf drops (as the
+            # packed lists' uint64 shifts do): kept, an int64 value raised OverflowError.
+            return result & 0xFFFF_FFFF_FFFF_FFFF, pos
         shift += 7
         if shift >= 70:
             raise _Bad(f"a varint is longer than 10 bytes (byte {pos})")
