@@ -7,6 +7,7 @@ import errno
 import hashlib
 import os
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,18 @@ def test_a_footer_not_as_expected_leaves_the_file_to_pyarrow(tmp_path: Path) -> 
     assert places is not None and len(places.spans) == 4
     assert local.footer_places(whole, 5) is None  # pyarrow counted other batches
     assert local.footer_places(whole.slice(0, whole.size - 1), 4) is None  # no magic at the end
+    # The last block forged to offset and body 2**62: their sum wrapped past 2**63 and
+    # passed as inside the file (the walk's slice then refused). Now pyarrow reads the
+    # footer, and refuses it.
+    (at, length), head = places.spans[-1], places.heads[-1]
+    data = path.read_bytes()
+    block = struct.pack("<qiiq", at, head, 0, length - head)
+    assert data.count(block) == 1
+    path.write_bytes(data.replace(block, struct.pack("<qiiq", 2**62, head, 0, 2**62)))
+    mm = pa.memory_map(str(path))
+    assert local.footer_places(mm.read_buffer(mm.size()), 4) is None
+    with pytest.raises(FormatError, match=r"f\.arrow: truncated or corrupt Arrow IPC file"):
+        Table.open(path)
 
 
 @pytest.mark.parametrize("budget", [local.GUESS_BUDGET, 10**9], ids=["budget", "unbounded"])

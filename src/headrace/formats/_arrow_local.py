@@ -299,11 +299,15 @@ def footer_places(whole: Any, batches: int) -> ArrowIndex | None:
         return None
     blocks = np.frombuffer(meta.buf, _BLOCK, count, first if count else 0)
     offset, head, body = (blocks[k].astype(np.int64) for k in ("offset", "head", "body"))
+    # Each bound against what is left (offset + head + body wrapped past 2**63 in int64:
+    # a block at byte 2**62 of a 2**62-byte body passed as inside the file).
     if count and not (
         (offset >= 8).all()
         and (head >= 8).all()
         and (body >= 0).all()
-        and (offset + head + body <= stream_end).all()
+        and (offset <= stream_end).all()
+        and (head <= stream_end - offset).all()
+        and (body <= stream_end - offset - head).all()
     ):
         return None
     spans = list(zip(offset.tolist(), (head + body).tolist(), strict=True))
