@@ -303,7 +303,7 @@ class FileSource(Closing):
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
-        keys = self.files.keys
+        keys = list(self.files.keys)  # (a list: the digest is of its JSON)
         if not self.files.url and keys:  # a list of paths: names below their common folder
             full = [os.path.abspath(k) for k in keys]  # (given relative, absolute or both)
             cut = len(os.path.commonpath([os.path.dirname(k) for k in full]).rstrip(os.sep)) + 1
@@ -313,7 +313,7 @@ class FileSource(Closing):
         out = {
             "kind": "files",
             "keys": keys,
-            "sizes": self.files.sizes,
+            "sizes": self.files.sizes.tolist(),
             "format": self.format.name,
             "samples_per_file": self._counts_part(),
             "shuffle": c.shuffle,
@@ -387,7 +387,8 @@ class FileSource(Closing):
         """The size of the largest file read whole (one read by ranges is held as what
         its reads need), 0 where there is none."""
         above = self._rows_above if self._rows_above is not None else self._ranges_above()
-        return max((s for s in self.files.sizes if above is None or s < above), default=0)
+        sizes = self.files.sizes if above is None else self.files.sizes[self.files.sizes < above]
+        return int(sizes.max()) if len(sizes) else 0
 
     def _warn_held(self) -> None:
         """Warn where the ``in_flight`` given would hold more of the largest file than
