@@ -23,7 +23,7 @@ from _packed_listing import (
 from headrace.errors import DataError, StorageError
 from headrace.formats import FileSource
 from headrace.formats._file_list import list_files
-from headrace.formats._packed_names import PackedNames, PackedTags, packed_sizes
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.pipeline import Loader
 from headrace.plan import fingerprint_digest
 from headrace.testing import batch_digest
@@ -70,7 +70,18 @@ def test_packed_tags_keep_a_missing_etag_as_none() -> None:
     assert list(t[1:4]) == tags[1:4]
     assert list(pickle.loads(pickle.dumps(t, protocol=5))) == tags
     assert PackedTags.of(["a", "b"]) == ["a", "b"] and list(PackedTags.of([])) == []
-    assert packed_sizes([3, 2**40]).tolist() == [3, 2**40]
+
+
+def test_packed_sizes_read_as_ints_and_as_an_array() -> None:
+    sizes = PackedSizes.of([3, 2**40, 0])
+    assert sizes == [3, 2**40, 0] and list(sizes) == [3, 2**40, 0] and sizes[1] == 2**40
+    assert type(sizes[0]) is int and type(max(sizes)) is int  # as a config takes them
+    assert np.asarray(sizes) is sizes.array and sizes.array.dtype == np.int64
+    assert np.asarray(sizes, dtype=np.float64).tolist() == [3.0, 2.0**40, 0.0]
+    assert sizes[1:] == [2**40, 0] and sum(sizes) == 3 + 2**40
+    assert pickle.loads(pickle.dumps(sizes, protocol=5)) == sizes
+    with pytest.raises(ValueError, match="read-only"):
+        sizes.array[0] = 1
 
 
 def test_a_listing_of_unequal_columns_is_refused() -> None:
@@ -85,7 +96,7 @@ def test_batches_fingerprint_and_a_state_saved_before_are_unchanged(tmp_path: Pa
     write_names(tmp_path)
     src = npy_source(tmp_path)
     assert isinstance(src.files.keys, PackedNames) and isinstance(src.files.etags, PackedTags)
-    assert src.files.keys == sorted(NAMES) and src.files.sizes.dtype == np.int64
+    assert src.files.keys == sorted(NAMES) and isinstance(src.files.sizes, PackedSizes)
     assert first_digest(src) == OLD_DIGEST
     assert fingerprint_digest(src.fingerprint()) == OLD_FINGERPRINT
     with Loader(src, batch_size=3, seed=11) as ld:  # the old state resumes exactly
@@ -111,7 +122,7 @@ def test_sample_keys_name_non_ascii_files(tmp_path: Path) -> None:
 def test_one_file_and_a_list_of_paths(tmp_path: Path) -> None:
     write_names(tmp_path, ["only/é.npy"])
     one = npy_source(tmp_path)
-    assert list(one.files.keys) == ["only/é.npy"] and one.files.sizes.tolist() == [136]
+    assert list(one.files.keys) == ["only/é.npy"] and one.files.sizes == [136]
     paths = [str(tmp_path / "only" / "é.npy")]
     listed = npy_source(paths)
     assert listed.files.keys == paths and listed.files.url == ""
@@ -133,7 +144,7 @@ def test_a_worker_copy_equals_its_parent_and_reads_the_same_batches(tmp_path: Pa
     copy = pickle.loads(pickle.dumps(src))
     for a, b in ((copy.files, src.files),):
         assert a.keys == b.keys and a.etags == b.etags
-        assert a.sizes.tolist() == b.sizes.tolist() and a.sizes.dtype == np.int64
+        assert a.sizes == b.sizes and a.sizes.array.dtype == np.int64
     assert first_digest(copy) == OLD_DIGEST
     copy.close()
     src.close()

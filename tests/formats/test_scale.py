@@ -44,7 +44,7 @@ def test_a_folder_is_listed_with_one_stat_a_file(
     monkeypatch.undo()
     listed = [c for c in calls if c.endswith(".npy")]
     assert len(listed) == 300 == len(set(listed))
-    assert src.files.sizes.tolist() == [(tmp_path / "d" / k).stat().st_size for k in src.files.keys]
+    assert src.files.sizes == [(tmp_path / "d" / k).stat().st_size for k in src.files.keys]
     with Loader(src, batch_size=30, seed=0, steps=10) as loader:
         assert len(list(loader)) == 10
 

@@ -107,9 +107,7 @@ def test_every_format_reads_the_same_through_the_object_cache(
 def test_listing_filters_by_format_and_sorts(s3: S3Fixture, datasets: Path) -> None:
     src = s3_source(s3, "jpeg")
     assert src.files.keys == [f"s{i:02d}.jpg" for i in range(FILES)]
-    assert src.files.sizes.tolist() == [
-        (datasets / "jpeg" / k).stat().st_size for k in src.files.keys
-    ]
+    assert src.files.sizes == [(datasets / "jpeg" / k).stat().st_size for k in src.files.keys]
     assert src.files.url == f"s3://{BUCKET}/files/jpeg"
     assert src.fingerprint()["keys"] == src.files.keys
     src.close()
@@ -143,9 +141,7 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
     listed, prefix = source(urls), s3_source(s3, "npz")
     assert listed.files.url == prefix.files.url == f"s3://{BUCKET}/files/npz"
     assert listed.files.keys == prefix.files.keys  # sorted, relative to the shared prefix
-    assert (
-        listed.files.sizes.tolist() == prefix.files.sizes.tolist()
-    )  # from HEADs, all in flight at once
+    assert listed.files.sizes == prefix.files.sizes  # from HEADs, all in flight at once
     assert listed.fingerprint() == prefix.fingerprint()
     local = run(FileSource(datasets / "npz", format=fmt, samples_per_file=spf, **opts))
     assert run(listed) == run(pickle.loads(pickle.dumps(listed))) == local
@@ -686,7 +682,7 @@ def test_a_prefix_of_non_ascii_keys_is_held_packed_and_read_as_before(
     # batches and fingerprint as it gave locally, and a worker copy equal to its parent.
     from _packed_listing import NAMES, OLD_DIGEST, OLD_FINGERPRINT, first_digest, npy_source
     from _packed_listing import write_names as write_npy
-    from headrace.formats._packed_names import PackedNames, PackedTags
+    from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
     from headrace.plan import fingerprint_digest
 
     write_npy(tmp_path)
@@ -695,14 +691,15 @@ def test_a_prefix_of_non_ascii_keys_is_held_packed_and_read_as_before(
         client.put_object(Bucket=BUCKET, Key=f"packed/{n}", Body=(tmp_path / n).read_bytes())
     options = {**s3.options(), "retry": FAST_RETRY}
     src = npy_source(f"s3://{BUCKET}/packed", store_options=options)
-    assert isinstance(src.files.keys, PackedNames) and isinstance(src.files.etags, PackedTags)
+    assert isinstance(src.files.keys, PackedNames) and isinstance(src.files.sizes, PackedSizes)
+    assert isinstance(src.files.etags, PackedTags)
     assert src.files.keys == sorted(NAMES) and all(e is not None for e in src.files.etags)
-    assert src.files.sizes.tolist() == [(tmp_path / k).stat().st_size for k in sorted(NAMES)]
+    assert src.files.sizes == [(tmp_path / k).stat().st_size for k in sorted(NAMES)]
     assert fingerprint_digest(src.fingerprint()) == OLD_FINGERPRINT
     assert first_digest(src) == OLD_DIGEST
     copy = pickle.loads(pickle.dumps(src))
     assert copy.files.keys == src.files.keys and copy.files.etags == src.files.etags
-    assert copy.files.sizes.tolist() == src.files.sizes.tolist()
+    assert copy.files.sizes == src.files.sizes
     assert first_digest(copy) == OLD_DIGEST
     copy.close()
     src.close()

@@ -115,7 +115,7 @@ def _count_one(
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
     (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
     record's data offset, then    length, as int64)."""
-    name, size = files.name(i), int(files.sizes[i])
+    name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(name)
     else:

@@ -46,7 +46,7 @@ from headrace.formats._file_walk import (
 )
 from headrace.formats._files import EXTENSIONS, format_of
 from headrace.formats._object_files import check_store_options
-from headrace.formats._packed_names import PackedNames, PackedTags, packed_sizes
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
     has_magic,
@@ -89,7 +89,7 @@ class FileList:
 
     url: str
     keys: PackedNames
-    sizes: NDArray[np.int64]
+    sizes: PackedSizes
     remote: bool
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
@@ -121,7 +121,7 @@ class FileList:
         # The dataclass repr printed every key, size and ETag: megabytes for a
         # large dataset, from a stray print(src.files) or a notebook cell.
         keys = list(self.keys) if len(self.keys) <= 4 else [*self.keys[:2], "...", self.keys[-1]]
-        size = int(self.sizes.sum())
+        size = int(self.sizes.array.sum())
         return (
             f"FileList(url={self.url!r}, {len(self.keys):,} files, {size:,} bytes, "
             f"keys={keys!r}, remote={self.remote}, cache={self.cache!r}"
@@ -152,7 +152,7 @@ class FileList:
     def fetch(self, i: int) -> Any:
         """The whole of file ``i`` as a bytes-like buffer, checked against the listed size."""
         data = self._fetch(i)
-        got, want = memoryview(data).nbytes, int(self.sizes[i])
+        got, want = memoryview(data).nbytes, self.sizes[i]
         if got != want:
             raise StorageError(
                 f"{self.name(i)}: truncated or changed object: got {got} bytes, the listing "
@@ -184,7 +184,7 @@ class FileList:
         from headrace.formats._object_files import RemoteFile, wait_all
         from headrace.io import ObjectInfo
 
-        size, etag = int(self.sizes[i]), self.etags[i]
+        size, etag = self.sizes[i], self.etags[i]
         cache = None
         if self.cache is not None and self.cache_key is not None:
             cache = (self.cache, self.cache_key(i))
@@ -239,7 +239,7 @@ class FileList:
         cost ~50 us a call of 2 ranges on top (~19 us to open a file and read both),
         more than a whole pread of a 1 MiB file gained."""
         path = self.name(i)
-        size, listed = int(self.sizes[i]), self.etags[i]
+        size, listed = self.sizes[i], self.etags[i]
 
         def check(fd: int) -> None:
             now = os.fstat(fd).st_size
@@ -332,7 +332,7 @@ def _check_version(path: str, fd: int, listed: str | None, size: int) -> None:
 
 
 def _local_reader(
-    read: LocalRead, root: str, keys: PackedNames, sizes: NDArray[np.int64], versions: PackedTags
+    read: LocalRead, root: str, keys: PackedNames, sizes: PackedSizes, versions: PackedTags
 ) -> Callable[[int], Any]:
     # Each path joined when fetched, not held: a list of them was a second string a file
     # beside its key (about 100 bytes a file; 128 MB for 1,281,167 ImageNet files).
@@ -354,7 +354,7 @@ def _local_reader(
                     raise _gone(path) from exc
                 out = np.empty(size, dtype=np.uint8)
                 reader.read_into(path, [(0, size)], [out])
-                _check_version(path, reader.file(path).fd, versions[i], int(sizes[i]))
+                _check_version(path, reader.file(path).fd, versions[i], sizes[i])
             return out
 
         return fetch_direct
@@ -365,7 +365,7 @@ def _local_reader(
             size = os.fstat(f.fd).st_size
             out = np.empty(size, dtype=np.uint8)
             f.pread_into(out, 0)
-            _check_version(path, f.fd, versions[i], int(sizes[i]))
+            _check_version(path, f.fd, versions[i], sizes[i])
         return out
 
     return fetch_pread
@@ -416,15 +416,15 @@ def _pattern(path: str | os.PathLike[str]) -> str | None:
 
 
 #: keys, sizes, ETags: a worker copy's are a FileList's (packed), a listing's lists
-Listing = tuple[Sequence[str], Sequence[int] | NDArray[np.int64], Sequence[str | None]]
+Listing = tuple[Sequence[str], Sequence[int], Sequence[str | None]]
 
 
-def packed(listing: Listing) -> tuple[PackedNames, NDArray[np.int64], PackedTags]:
+def packed(listing: Listing) -> tuple[PackedNames, PackedSizes, PackedTags]:
     """``listing`` packed (as it is where it is already)."""
     keys, sizes, etags = listing
     if not len(keys) == len(sizes) == len(etags):
         raise ValueError(f"a listing of {len(keys)} keys, {len(sizes)} sizes, {len(etags)} ETags")
-    return PackedNames.of(keys), packed_sizes(sizes), PackedTags.of(etags)
+    return PackedNames.of(keys), PackedSizes.of(sizes), PackedTags.of(etags)
 
 
 def columns(rows: Sequence[tuple[str, int, str | None]]) -> Listing:

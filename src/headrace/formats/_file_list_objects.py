@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from headrace.errors import HeadraceError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import FileList, Listing, columns, packed, refuse_repeats
 from headrace.formats._object_files import cache_name, check_store_options
-from headrace.formats._packed_names import PackedNames, PackedTags
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
@@ -121,7 +118,7 @@ _SIZE_TRIES = 3
 
 
 def _listed_get(
-    store: Any, keys: PackedNames, sizes: NDArray[np.int64], etags: PackedTags
+    store: Any, keys: PackedNames, sizes: PackedSizes, etags: PackedTags
 ) -> Callable[[int], tuple[Any, Any]]:
     """``get(i)``: object ``i`` as it was listed, with the GET's info, or an error.
 
@@ -153,7 +150,7 @@ def _listed_get(
 def _cached(
     store: Any,
     keys: PackedNames,
-    sizes: NDArray[np.int64],
+    sizes: PackedSizes,
     etags: PackedTags,
     options: Mapping[str, Any],
     cache: ObjectCache,
@@ -167,13 +164,13 @@ def _cached(
         if not cache.cacheable(etag):
             return get(i)[0]
         assert etag is not None
-        url, size = cache_name(options, f"{store.url}/{keys[i]}"), int(sizes[i])
-        local = cache.read(url, size, etag)
+        url = cache_name(options, f"{store.url}/{keys[i]}")
+        local = cache.read(url, sizes[i], etag)
         if local is not None:
             return local
         data, info = get(i)
-        if info.size == size and memoryview(data).nbytes == size:
-            cache.write(url, size, etag, data)
+        if info.size == sizes[i] and memoryview(data).nbytes == sizes[i]:
+            cache.write(url, sizes[i], etag, data)
         return data
 
     return fetch

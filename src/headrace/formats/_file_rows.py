@@ -58,7 +58,7 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
         and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
         and config.mode == "headrace"
         and config.shuffle == "samples"
-        and int(files.sizes.max()) >= above
+        and max(files.sizes) >= above
     ):
         return None
     return above

@@ -313,7 +313,7 @@ class FileSource(Closing):
         out = {
             "kind": "files",
             "keys": keys,
-            "sizes": self.files.sizes.tolist(),
+            "sizes": list(self.files.sizes),
             "format": self.format.name,
             "samples_per_file": self._counts_part(),
             "shuffle": c.shuffle,
@@ -387,7 +387,8 @@ class FileSource(Closing):
         """The size of the largest file read whole (one read by ranges is held as what
         its reads need), 0 where there is none."""
         above = self._rows_above if self._rows_above is not None else self._ranges_above()
-        sizes = self.files.sizes if above is None else self.files.sizes[self.files.sizes < above]
+        sizes = self.files.sizes.array
+        sizes = sizes if above is None else sizes[sizes < above]
         return int(sizes.max()) if len(sizes) else 0
 
     def _warn_held(self) -> None:

@@ -276,7 +276,7 @@ class RangedHdf5:
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by ranges: large enough."""
-        return int(self._files().sizes[f]) >= self.above
+        return self._files().sizes[f] >= self.above
 
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s metadata and the chunks of samples ``rows`` (``None``: metadata
@@ -292,7 +292,7 @@ class RangedHdf5:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=MAX_GAP)
         else:  # a local file (shuffle="samples"): a pread a span, checked as listed
             fetch = files.local_ranges(f)
-        image = SparseImage(int(files.sizes[f]), fetch, files.name(f))
+        image = SparseImage(files.sizes[f], fetch, files.name(f))
         with self._lock:
             layout = self._layouts.get(f)
             if layout is not None:

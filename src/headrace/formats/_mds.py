@@ -228,7 +228,7 @@ class MDSSource:
         zipped = bool(self._zipped)
         #: Each shard's size as read: decompressed, or the stored file's.
         self._raw: list[int] = [
-            s.raw_bytes if s.raw_bytes is not None else int(self.files.sizes[f])
+            s.raw_bytes if s.raw_bytes is not None else self.files.sizes[f]
             for s, f in zip(shards, self._file_of, strict=True)
         ]
         raw = np.array(self._raw, dtype=np.int64)
@@ -535,7 +535,7 @@ class MDSSource:
                 self.files.store,
                 self.files.keys[f],
                 self.files.name(f),
-                ObjectInfo(int(self.files.sizes[f]), self.files.etags[f]),
+                ObjectInfo(self.files.sizes[f], self.files.etags[f]),
                 queue,
             )
             c = coalesce(np.stack([begin[idx], length[idx]], axis=1))

@@ -131,13 +131,13 @@ class RangedNpy:
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
-        return int(self._files().sizes[f]) >= self.above
+        return self._files().sizes[f] >= self.above
 
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s header and rows ``rows`` (``None``: the header only; the
         decode's :meth:`SparseImage.want` fetches the rows it then asks)."""
         files = self._files()
-        size, name = int(files.sizes[f]), files.name(f)
+        size, name = files.sizes[f], files.name(f)
         if files.remote:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
@@ -189,7 +189,7 @@ class RangedNpy:
         files = self._files()
         parsed: dict[tuple[bytes, int], Rows | None] = {}  # files of one shape: one parse
         for f, head in heads.items():
-            size = int(files.sizes[f])
+            size = files.sizes[f]
             if size < self.above:
                 continue
             if (head, size) not in parsed:

@@ -134,7 +134,7 @@ class RangedNpz:
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
-        return int(self._files().sizes[f]) >= self.above
+        return self._files().sizes[f] >= self.above
 
     def image(self, f: int, rows: NDArray[np.int64] | None) -> SparseImage:
         """File ``f``'s metadata and rows ``rows`` of each member read (``None``: the
@@ -144,7 +144,7 @@ class RangedNpz:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
             fetch = files.local_ranges(f)
-        image = SparseImage(int(files.sizes[f]), fetch, files.name(f))
+        image = SparseImage(files.sizes[f], fetch, files.name(f))
         want = np.empty(0, np.int64) if rows is None else rows
         with self._lock:
             kept = self._kept.get(f)

@@ -17,7 +17,7 @@ from typing import Any, overload
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PackedNames", "PackedTags", "packed_sizes"]
+__all__ = ["PackedNames", "PackedSizes", "PackedTags"]
 
 # Every str round-trips: a local name that is not UTF-8 comes from os.fsdecode as lone
 # surrogates ("surrogateescape"), which strict UTF-8 refuses to encode.
@@ -160,8 +160,56 @@ class PackedTags(Sequence["str | None"]):
         return (PackedTags, (self._names, self._missing))
 
 
-def packed_sizes(sizes: Iterable[int]) -> NDArray[np.int64]:
-    """Sizes as a read-only ``int64`` array (one object, not one ``int`` a file)."""
-    out = np.array(sizes if isinstance(sizes, np.ndarray) else list(sizes), dtype=np.int64)
-    out.setflags(write=False)
-    return out
+class PackedSizes(Sequence[int]):
+    """Sizes as one read-only ``int64`` array (``array``), read as Python ``int``: one
+    object, not one ``int`` a file, that passes wherever a list of them did (a size
+    handed to a config that takes ``int``); ``np.asarray`` of it is the array."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: NDArray[np.int64]) -> None:
+        self.array = array
+
+    @classmethod
+    def of(cls, sizes: Iterable[int]) -> PackedSizes:
+        if isinstance(sizes, PackedSizes):
+            return sizes
+        given = sizes if isinstance(sizes, np.ndarray) else list(sizes)
+        array = np.array(given, dtype=np.int64)
+        array.setflags(write=False)
+        return cls(array)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> PackedSizes: ...
+    def __getitem__(self, i: int | slice) -> int | PackedSizes:
+        if isinstance(i, slice):
+            return PackedSizes(self.array[i])
+        return int(self.array[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.array.tolist())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray[Any]:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and self.array.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedSizes({len(self):,} sizes)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PackedSizes, (self.array,))

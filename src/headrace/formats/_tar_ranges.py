@@ -134,7 +134,7 @@ class RangedTar:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
             fetch = files.local_ranges(f)
-        image = TarImage(int(files.sizes[f]), fetch, files.name(f), self._fields)
+        image = TarImage(files.sizes[f], fetch, files.name(f), self._fields)
         index = self.indexes.get(f)
         if index is None:
             index = tar_index(image.at, image.size, image.name)

@@ -83,7 +83,7 @@ class RangedTfrecord:
         then fetches its records only, not its headers a second time."""
         files = self._files()
         for f, raw in indexes.items():
-            if int(files.sizes[f]) >= self.above:
+            if files.sizes[f] >= self.above:
                 both = np.frombuffer(raw, np.int64)
                 n = len(both) // 2
                 self._keep(f, (both[:n], both[n:]))
@@ -97,7 +97,7 @@ class RangedTfrecord:
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by records: at least ``above`` bytes."""
-        return int(self._files().sizes[f]) >= self.above
+        return self._files().sizes[f] >= self.above
 
     def image(self, f: int, rows: NDArray[np.int64] | None) -> RecordImage:
         """File ``f``'s records ``rows`` (``None``: none yet; the decode's
@@ -112,10 +112,10 @@ class RangedTfrecord:
             if index is not None:
                 self._kept.move_to_end(f)
         if index is None:
-            walker = SparseImage(int(files.sizes[f]), fetch, files.name(f))
+            walker = SparseImage(files.sizes[f], fetch, files.name(f))
             index = self.walk(walker.at, walker.size, walker.name)
             self._keep(f, index)
-        image = self.image_type(int(files.sizes[f]), fetch, files.name(f), index)
+        image = self.image_type(files.sizes[f], fetch, files.name(f), index)
         if rows is not None:
             image.want(rows)
         return image
