@@ -578,7 +578,7 @@ def list_files(
         # A worker's copy reads the sizes and versions its parent listed.
         listed = packed(listing)
     elif walked is not None:
-        listed = packed(walked[:3])  # the walk's stat: one a file
+        listed = walked.keys, walked.sizes, walked.versions  # the walk's stat: one a file
     else:
         sizes, versions = [], []
         for k in keys:

@@ -12,7 +12,7 @@ a new ``str`` rather than touching a shared one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,6 +22,7 @@ __all__ = ["PackedNames", "PackedSizes", "PackedTags"]
 # Every str round-trips: a local name that is not UTF-8 comes from os.fsdecode as lone
 # surrogates ("surrogateescape"), which strict UTF-8 refuses to encode.
 _ERRORS = "surrogatepass"
+_CHUNK = 1 << 16  # names packed at a time
 
 
 class PackedNames(Sequence[str]):
@@ -40,10 +41,24 @@ class PackedNames(Sequence[str]):
         """``names`` packed (a :class:`PackedNames` as it is: its arrays are read-only)."""
         if isinstance(names, PackedNames):
             return names
-        raw = [n.encode("utf-8", _ERRORS) for n in names]
-        ends = np.cumsum(np.fromiter(map(len, raw), dtype=np.int64, count=len(raw)))
-        data = np.frombuffer(b"".join(raw), dtype=np.uint8)  # read-only: shared safely
-        ends.setflags(write=False)
+        given = names if isinstance(names, list) else list(names)
+        # A chunk at a time: encoded whole, the names' copies on the way (a str of them
+        # all, then its bytes; or a bytes object a name) cost more than the result.
+        raw, lengths = bytearray(), np.empty(len(given), dtype=np.int64)
+        for at in range(0, len(given), _CHUNK):
+            part = given[at : at + _CHUNK]
+            joined = "".join(part)
+            if joined.isascii():  # a byte a character
+                raw += joined.encode("ascii")
+                lengths[at : at + len(part)] = [len(n) for n in part]
+            else:
+                encoded = [n.encode("utf-8", _ERRORS) for n in part]
+                raw += b"".join(encoded)
+                lengths[at : at + len(part)] = [len(e) for e in encoded]
+        ends = np.cumsum(lengths)
+        data = np.frombuffer(raw, dtype=np.uint8)
+        for a in (data, ends):
+            a.setflags(write=False)  # shared by slices and copies: never written
         return cls(data, ends)
 
     @property
@@ -117,10 +132,11 @@ class PackedTags(Sequence["str | None"]):
     def of(cls, tags: Iterable[str | None]) -> PackedTags:
         if isinstance(tags, PackedTags):
             return tags
-        given = list(tags)
+        given = tags if isinstance(tags, list) else list(tags)
         missing = np.fromiter((t is None for t in given), dtype=np.bool_, count=len(given))
-        names = PackedNames.of("" if t is None else t for t in given)
-        return cls(names, missing if missing.any() else None)
+        if not missing.any():
+            return cls(PackedNames.of(cast(list[str], given)), None)
+        return cls(PackedNames.of(["" if t is None else t for t in given]), missing)
 
     @property
     def nbytes(self) -> int:
