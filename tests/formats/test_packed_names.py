@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import pickletools
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,21 @@ def test_a_file_changed_after_listing_is_still_refused_by_name(tmp_path: Path) -
         files.fetch(3)
     assert "files" in repr(files) and "b/日本.npy" not in repr(files)
     files.close()
+
+
+def test_a_list_of_paths_travels_once_packed_to_a_worker_copy(tmp_path: Path) -> None:
+    # The list as given travelled as a list of str beside the packed keys, and was held
+    # so in each worker: now the copy's paths are its keys, packed.
+    write_names(tmp_path)
+    paths = [str(tmp_path / n) for n in reversed(NAMES)]
+    src = npy_source(paths)
+    blob = pickle.dumps(src)
+    pickled = [a for op, a, _ in pickletools.genops(blob) if op.name.endswith("UNICODE")]
+    assert not [s for s in pickled if "plain_0" in s or "日本" in s]
+    copy = pickle.loads(blob)
+    assert copy.files.keys == sorted(paths) and copy.fingerprint() == src.fingerprint()
+    assert first_digest(copy) == first_digest(src)
+    again = pickle.loads(pickle.dumps(copy))  # a copy of a copy: the same files
+    assert again.files.keys == sorted(paths) and first_digest(again) == first_digest(src)
+    for s in (src, copy, again):
+        s.close()

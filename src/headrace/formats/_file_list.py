@@ -462,8 +462,9 @@ def list_files(
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
-    if not isinstance(files, (str, os.PathLike)):
+    if not isinstance(files, (str, os.PathLike, PackedNames)):
         # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
+        # (A worker copy's packed paths are read again as they are: no str a path held.)
         files = list(files)
     refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):

@@ -734,8 +734,13 @@ class FileSource(Closing):
             heads = self._by_rows.held()
         # And the tar indexes: a copy walked each shard's headers again at its first read
         # by samples (on object storage a round trip a sample, in every worker).
+        files, config, store_options = self._args
+        if not (f.remote or isinstance(files, (str, os.PathLike))):
+            # A list of local paths is its listing's keys (sorted, as strings), which a
+            # copy reads instead of listing: sent packed, not as a str a path again.
+            files = f.keys
         return {
-            "args": self._args,
+            "args": (files, config, store_options),
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,
