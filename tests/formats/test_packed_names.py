@@ -47,6 +47,11 @@ def test_packed_names_read_as_the_list_they_were_made_of(names: list[str]) -> No
         assert isinstance(p[cut], PackedNames) and list(p[cut]) == names[cut]
     back = pickle.loads(pickle.dumps(p, protocol=5))
     assert back == p and list(back) == names
+    # Ends of 4 GiB of names and more are int64: read alike.
+    wide = PackedNames(np.frombuffer("".join(names).encode("utf-8", "surrogatepass"), np.uint8),
+                       np.cumsum([len(n.encode("utf-8", "surrogatepass")) for n in names],
+                                 dtype=np.int64))  # fmt: skip
+    assert list(wide) == names and list(wide[1:3]) == names[1:3]
     # (the name "\udcff.npy" is what os.fsdecode gives a file named with byte 0xFF)
     with pytest.raises(IndexError, match=f"out of range \\({len(names)} names\\)"):
         p[len(names)]

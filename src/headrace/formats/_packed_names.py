@@ -26,12 +26,13 @@ _CHUNK = 1 << 16  # names packed at a time
 
 
 class PackedNames(Sequence[str]):
-    """Names as one ``uint8`` buffer and ``ends`` (``int64``, one a name): name ``i`` is
+    """Names as one ``uint8`` buffer and ``ends`` (one a name; ``uint32`` below 4 GiB of
+    names, 4 bytes a name, else ``int64``): name ``i`` is
     ``data[ends[i - 1]:ends[i]]`` decoded. Equal to any sequence of the same strings."""
 
     __slots__ = ("_data", "_ends", "_view")
 
-    def __init__(self, data: NDArray[np.uint8], ends: NDArray[np.int64]) -> None:
+    def __init__(self, data: NDArray[np.uint8], ends: NDArray[np.integer[Any]]) -> None:
         self._data = data
         self._ends = ends
         self._view = memoryview(data)  # type: ignore[arg-type]
@@ -55,7 +56,9 @@ class PackedNames(Sequence[str]):
                 encoded = [n.encode("utf-8", _ERRORS) for n in part]
                 raw += b"".join(encoded)
                 lengths[at : at + len(part)] = [len(e) for e in encoded]
-        ends = np.cumsum(lengths)
+        ends: NDArray[np.integer[Any]] = np.cumsum(lengths)
+        if len(ends) and ends[-1] < 1 << 32:
+            ends = ends.astype(np.uint32)
         data = np.frombuffer(raw, dtype=np.uint8)
         for a in (data, ends):
             a.setflags(write=False)  # shared by slices and copies: never written
