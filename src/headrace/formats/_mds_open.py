@@ -29,7 +29,7 @@ def open_mds(
         check_store_options(store_options, remote=False, paths=[root])
         if carried is not None:
             index, listing = carried
-            return index, list_files(list(listing[0]), listing=listing)
+            return index, list_files(listing[0], listing=listing)
         try:
             with open(where, "rb") as f:
                 data = f.read()
