@@ -673,3 +673,33 @@ def test_s3_images_decode_into_the_batch_as_pillow_decodes_them(
     assert batch_digest([got]) == batch_digest([local.read(0, np.arange(5))])
     src.close()
     local.close()
+
+
+def test_a_prefix_of_non_ascii_keys_is_held_packed_and_read_as_before(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # The folder the lists' code read (tests/_packed_listing.py) as objects: the same
+    # batches and fingerprint as it gave locally, and a worker copy equal to its parent.
+    from _packed_listing import NAMES, OLD_DIGEST, OLD_FINGERPRINT, first_digest, npy_source
+    from _packed_listing import write_names as write_npy
+    from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
+    from headrace.plan import fingerprint_digest
+
+    write_npy(tmp_path)
+    client = s3.server.info.boto3_client()
+    for n in NAMES:
+        client.put_object(Bucket=BUCKET, Key=f"packed/{n}", Body=(tmp_path / n).read_bytes())
+    options = {**s3.options(), "retry": FAST_RETRY}
+    src = npy_source(f"s3://{BUCKET}/packed", store_options=options)
+    assert isinstance(src.files.keys, PackedNames) and isinstance(src.files.sizes, PackedSizes)
+    assert isinstance(src.files.etags, PackedTags)
+    assert src.files.keys == sorted(NAMES) and all(e is not None for e in src.files.etags)
+    assert src.files.sizes == [(tmp_path / k).stat().st_size for k in sorted(NAMES)]
+    assert fingerprint_digest(src.fingerprint()) == OLD_FINGERPRINT
+    assert first_digest(src) == OLD_DIGEST
+    copy = pickle.loads(pickle.dumps(src))
+    assert copy.files.keys == src.files.keys and copy.files.etags == src.files.etags
+    assert copy.files.sizes == src.files.sizes
+    assert first_digest(copy) == OLD_DIGEST
+    copy.close()
+    src.close()

@@ -46,6 +46,7 @@ from headrace.formats._file_walk import (
 )
 from headrace.formats._files import EXTENSIONS, format_of
 from headrace.formats._object_files import check_store_options
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
     has_magic,
@@ -81,18 +82,20 @@ class FileList:
     """Sorted keys and sizes, and a ``fetch(i)`` for file ``i``.
 
     ``url`` is the object-store URL or local root the keys are relative to
-    (``""`` for a list of absolute paths).
+    (``""`` for a list of absolute paths). The keys, sizes and versions are packed
+    (:mod:`~headrace.formats._packed_names`: a few arrays, not an object a file), as
+    every worker copy of a source holds them.
     """
 
     url: str
-    keys: list[str]
-    sizes: list[int]
+    keys: PackedNames
+    sizes: PackedSizes
     remote: bool
     _fetch: Callable[[int], Any] = field(repr=False)
     _close: Callable[[], None] = field(repr=False)
     #: each file's version as listed: an object's ETag (``None`` when the store gave
     #: none); a local file's device, inode and mtime (``_file_walk.local_version``)
-    etags: list[str | None]
+    etags: PackedTags
     store: Any = None  # the ObjectStore, for object-store datasets
     #: what a folder's or prefix's listing left out as hidden (``_file_walk.is_hidden``):
     #: files with the format's extension (``._x.jpg``) and folders not walked
@@ -117,9 +120,10 @@ class FileList:
     def __repr__(self) -> str:
         # The dataclass repr printed every key, size and ETag: megabytes for a
         # large dataset, from a stray print(src.files) or a notebook cell.
-        keys = self.keys if len(self.keys) <= 4 else [*self.keys[:2], "...", self.keys[-1]]
+        keys = list(self.keys) if len(self.keys) <= 4 else [*self.keys[:2], "...", self.keys[-1]]
+        size = int(self.sizes.array.sum())
         return (
-            f"FileList(url={self.url!r}, {len(self.keys):,} files, {sum(self.sizes):,} bytes, "
+            f"FileList(url={self.url!r}, {len(self.keys):,} files, {size:,} bytes, "
             f"keys={keys!r}, remote={self.remote}, cache={self.cache!r}"
             + (f", {self.skipped()}" if self.hidden or self.special or self.other else "")
             + ")"
@@ -328,7 +332,7 @@ def _check_version(path: str, fd: int, listed: str | None, size: int) -> None:
 
 
 def _local_reader(
-    read: LocalRead, root: str, keys: list[str], sizes: list[int], versions: list[str | None]
+    read: LocalRead, root: str, keys: PackedNames, sizes: PackedSizes, versions: PackedTags
 ) -> Callable[[int], Any]:
     # Each path joined when fetched, not held: a list of them was a second string a file
     # beside its key (about 100 bytes a file; 128 MB for 1,281,167 ImageNet files).
@@ -411,7 +415,21 @@ def _pattern(path: str | os.PathLike[str]) -> str | None:
     return None if literal else pattern
 
 
-Listing = tuple[list[str], list[int], list[str | None]]  # keys, sizes, ETags
+#: keys, sizes, ETags: a worker copy's are a FileList's (packed), a listing's lists
+Listing = tuple[Sequence[str], Sequence[int], Sequence[str | None]]
+
+
+def packed(listing: Listing) -> tuple[PackedNames, PackedSizes, PackedTags]:
+    """``listing`` packed (as it is where it is already)."""
+    keys, sizes, etags = listing
+    if not len(keys) == len(sizes) == len(etags):
+        raise ValueError(f"a listing of {len(keys)} keys, {len(sizes)} sizes, {len(etags)} ETags")
+    return PackedNames.of(keys), PackedSizes.of(sizes), PackedTags.of(etags)
+
+
+def columns(rows: Sequence[tuple[str, int, str | None]]) -> Listing:
+    """``(key, size, ETag)`` rows as a listing's three columns."""
+    return [k for k, _, _ in rows], [s for _, s, _ in rows], [e for _, _, e in rows]
 
 
 def _other_said(count: int, example: str, extensions: tuple[str, ...]) -> str:
@@ -444,8 +462,9 @@ def list_files(
     """
     if local_read not in ("pread", "odirect"):
         raise ConfigError(f"local_read must be 'pread' or 'odirect' (got {local_read!r}).")
-    if not isinstance(files, (str, os.PathLike)):
+    if not isinstance(files, (str, os.PathLike, PackedNames)):
         # Once: a generator (root.glob("*.jpg")) read for URLs first was empty after.
+        # (A worker copy's packed paths are read again as they are: no str a path held.)
         files = list(files)
     refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
@@ -456,7 +475,7 @@ def list_files(
         if listing is not None and listed_at is not None:
             at = ObjectStore(listed_at, **options)
             try:
-                return remote_list(at, list(zip(*listing, strict=True)), options, cache)
+                return remote_list(at, listing, options, cache)
             except BaseException:
                 at.close()
                 raise
@@ -467,15 +486,16 @@ def list_files(
         try:
             hidden, example, every = 0, None, []
             if listing is not None:
-                listed = list(zip(*listing, strict=True))
+                listed = listing
             else:
                 every = [(k, i.size, i.etag) for k, i in store.list_info()]
                 infos = [x for x in every if keep(x[0], extensions)]
-                listed, hidden, example = drop_hidden(infos, lambda x: x[0])
+                rows, hidden, example = drop_hidden(infos, lambda x: x[0])
+                listed = columns(rows)
         except BaseException:
             store.close()
             raise
-        if not listed:
+        if not len(listed[0]):
             store.close()
             others = suffixes(k for k, _, _ in every if not is_hidden(k))
             nothing = not every and listing is None  # a misspelt prefix, or one object
@@ -538,7 +558,7 @@ def list_files(
         url = str(root)
         unread = other_formats(extensions, EXTENSIONS)
         walked = walk(root, extensions, unread) if listing is None else None
-        keys = walked.keys if walked is not None else list(listing[0]) if listing else []
+        keys = walked.keys if walked is not None else listing[0] if listing else []
         if not keys:
             hidden, example = (walked.hidden, walked.hidden_example) if walked else (0, None)
             others = folder_suffixes(root)
@@ -549,7 +569,7 @@ def list_files(
             raise DataError(f"{root}: {found}")
     else:
         # A worker's copy reads the files its parent listed (a pattern matched then).
-        keys = list(listing[0]) if listing is not None else sorted(str(p) for p in files)
+        keys = listing[0] if listing is not None else sorted(str(p) for p in files)
         if not keys:
             raise ConfigError("the list of files is empty.")
         if listing is None:
@@ -557,9 +577,9 @@ def list_files(
         url, walked = "", None
     if listing is not None:
         # A worker's copy reads the sizes and versions its parent listed.
-        sizes, versions = list(listing[1]), list(listing[2])
+        listed = packed(listing)
     elif walked is not None:
-        sizes, versions = walked.sizes, walked.versions  # the walk's stat: one a file
+        listed = walked.keys, walked.sizes, walked.versions  # the walk's stat: one a file
     else:
         sizes, versions = [], []
         for k in keys:
@@ -568,14 +588,15 @@ def list_files(
             refuse_special(p, st)
             sizes.append(st.st_size)
             versions.append(local_version(st))
+        listed = packed((keys, sizes, versions))
     return FileList(
         url=url,
-        keys=keys,
-        sizes=sizes,
+        keys=listed[0],
+        sizes=listed[1],
         remote=False,
-        _fetch=_local_reader(local_read, url, keys, sizes, versions),
+        _fetch=_local_reader(local_read, url, *listed),
         _close=lambda: None,
-        etags=versions,
+        etags=listed[2],
         hidden=walked.hidden if walked else 0,
         hidden_example=walked.hidden_example if walked else None,
         special=walked.special if walked else 0,

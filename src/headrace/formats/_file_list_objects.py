@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from headrace.errors import HeadraceError, ObjectNotFoundError, StorageError
-from headrace.formats._file_list import FileList, Listing, refuse_repeats
+from headrace.formats._file_list import FileList, Listing, columns, packed, refuse_repeats
 from headrace.formats._object_files import cache_name, check_store_options
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
@@ -43,7 +44,7 @@ def object_glob(
     store = ObjectStore(base, **options)
     try:
         if listing is not None:  # a worker's copy: the objects its parent matched
-            return remote_list(store, list(zip(*listing, strict=True)), options, cache)
+            return remote_list(store, listing, options, cache)
         every = [(k, i.size, i.etag) for k, i in store.list_info()]
         exists = listed_exists(sorted(f"{base}/{k}" for k, _, _ in every))
         escaped, literal = literal_parts(url, exists)
@@ -58,7 +59,7 @@ def object_glob(
                 f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
                 "object URLs" + ESCAPE_HINT
             )
-        return remote_list(store, listed, options, cache)
+        return remote_list(store, columns(listed), options, cache)
     except BaseException:
         store.close()
         raise
@@ -90,14 +91,10 @@ def why_empty(url: str, options: Mapping[str, Any], *, nothing: bool = False) ->
 
 
 def remote_list(
-    store: Any,
-    listed: list[tuple[str, int, str | None]],
-    options: Mapping[str, Any],
-    cache: ObjectCache | None,
+    store: Any, listed: Listing, options: Mapping[str, Any], cache: ObjectCache | None
 ) -> FileList:
-    keys = [k for k, _, _ in listed]
-    sizes = [s for _, s, _ in listed]
-    etags = [e for _, _, e in listed]
+    """The objects ``listed`` (keys, sizes, ETags) under ``store``, packed."""
+    keys, sizes, etags = packed(listed)
     get = _listed_get(store, keys, sizes, etags)
     fetch: Callable[[int], Any] = lambda i: get(i)[0]  # noqa: E731
     if cache is not None:
@@ -121,7 +118,7 @@ _SIZE_TRIES = 3
 
 
 def _listed_get(
-    store: Any, keys: list[str], sizes: list[int], etags: list[str | None]
+    store: Any, keys: PackedNames, sizes: PackedSizes, etags: PackedTags
 ) -> Callable[[int], tuple[Any, Any]]:
     """``get(i)``: object ``i`` as it was listed, with the GET's info, or an error.
 
@@ -152,9 +149,9 @@ def _listed_get(
 
 def _cached(
     store: Any,
-    keys: list[str],
-    sizes: list[int],
-    etags: list[str | None],
+    keys: PackedNames,
+    sizes: PackedSizes,
+    etags: PackedTags,
     options: Mapping[str, Any],
     cache: ObjectCache,
     get: Callable[[int], tuple[Any, Any]],
@@ -202,13 +199,14 @@ def url_list(
     root = common_url_root(urls, "a dataset's files", named=True)
     options = check_store_options(store_options, remote=True)
     keys = [u[len(root) + 1 :] for u in urls]
+    listed: Listing
     if listing is not None:
-        listed = list(zip(keys, listing[1], listing[2], strict=True))
+        listed = (keys, listing[1], listing[2])
     else:
         heads = ObjectFiles(options)
         try:
             infos = heads.infos([given for _, given in pairs])  # (each named once there)
-            listed = [(k, i.size, i.etag) for k, i in zip(keys, infos, strict=True)]
+            listed = (keys, [i.size for i in infos], [i.etag for i in infos])
         finally:
             heads.close()
     return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)

@@ -303,7 +303,7 @@ class FileSource(Closing):
     # -- the Source protocol -------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
-        keys = self.files.keys
+        keys = list(self.files.keys)  # (a list: the digest is of its JSON)
         if not self.files.url and keys:  # a list of paths: names below their common folder
             full = [os.path.abspath(k) for k in keys]  # (given relative, absolute or both)
             cut = len(os.path.commonpath([os.path.dirname(k) for k in full]).rstrip(os.sep)) + 1
@@ -313,7 +313,7 @@ class FileSource(Closing):
         out = {
             "kind": "files",
             "keys": keys,
-            "sizes": self.files.sizes,
+            "sizes": list(self.files.sizes),
             "format": self.format.name,
             "samples_per_file": self._counts_part(),
             "shuffle": c.shuffle,
@@ -387,7 +387,9 @@ class FileSource(Closing):
         """The size of the largest file read whole (one read by ranges is held as what
         its reads need), 0 where there is none."""
         above = self._rows_above if self._rows_above is not None else self._ranges_above()
-        return max((s for s in self.files.sizes if above is None or s < above), default=0)
+        sizes = self.files.sizes.array
+        sizes = sizes if above is None else sizes[sizes < above]
+        return int(sizes.max()) if len(sizes) else 0
 
     def _warn_held(self) -> None:
         """Warn where the ``in_flight`` given would hold more of the largest file than
@@ -732,8 +734,13 @@ class FileSource(Closing):
             heads = self._by_rows.held()
         # And the tar indexes: a copy walked each shard's headers again at its first read
         # by samples (on object storage a round trip a sample, in every worker).
+        files, config, store_options = self._args
+        if not (f.remote or isinstance(files, (str, os.PathLike))):
+            # A list of local paths is its listing's keys (sorted, as strings), which a
+            # copy reads instead of listing: sent packed, not as a str a path again.
+            files = f.keys
         return {
-            "args": self._args,
+            "args": (files, config, store_options),
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ObjectNotFoundError
+from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.io import _in_flight as in_flight
 from headrace.io import open_error
 
@@ -85,9 +86,9 @@ def drop_hidden(keys: list[Any], key: Callable[[Any], str]) -> tuple[list[Any], 
 
 
 class Walked(NamedTuple):
-    keys: list[str]
-    sizes: list[int]
-    versions: list[str | None]
+    keys: PackedNames
+    sizes: PackedSizes
+    versions: PackedTags
     hidden: int  # hidden files with the extension, and hidden folders, left out
     hidden_example: str | None
     special: int = 0  # files with the extension that are not regular files, left out
@@ -163,7 +164,10 @@ def walk(root: Path, extensions: tuple[str, ...], others: tuple[str, ...] = ()) 
 
 
 def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, ...]) -> Walked:
-    found: list[tuple[str, int, str]] = []
+    # Three columns, not a tuple a file: packed one by one below, each freed once packed.
+    keys: list[str] = []
+    sizes: list[int] = []
+    versions: list[str] = []
     hidden: list[str] = []
     special: list[str] = []
     other: list[str] = []
@@ -209,14 +213,27 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, 
             path = os.path.join(folder, n)
             st = stat_listed(path)
             if stat.S_ISREG(st.st_mode):
-                found.append((prefix + n, st.st_size, local_version(st)))
+                keys.append(prefix + n)
+                sizes.append(st.st_size)
+                versions.append(local_version(st))
             else:  # a FIFO, socket or device named like a sample: counted, as hidden files
                 special.append(f"{prefix + n!r}: {kind_of(st.st_mode)}")
-    found.sort()
+    # Sorted by key (a walk lists each once), each column packed and then let go: a
+    # list of (key, size, version) tuples, sorted and packed whole, peaked 15 MB above
+    # the lists it replaced for 200,000 files (64 vs 49 MB traced). The last folder's
+    # names are let go too: a top folder's keys are its names, held by them.
+    names = []
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    packed_keys = PackedNames.of([keys[i] for i in order])
+    del keys
+    packed_sizes = PackedSizes.of([sizes[i] for i in order])
+    del sizes
+    packed_versions = PackedTags.of([versions[i] for i in order])
+    del versions, order
     return Walked(
-        [f[0] for f in found],
-        [f[1] for f in found],
-        [f[2] for f in found],
+        packed_keys,
+        packed_sizes,
+        packed_versions,
         len(hidden),
         min(hidden) if hidden else None,
         len(special),

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from headrace.errors import FormatError, ObjectNotFoundError, StorageError
-from headrace.formats._file_list import FileList, Listing, list_files
+from headrace.formats._file_list import FileList, Listing, columns, list_files
 from headrace.formats._mds_index import MDSIndex, parse_index
 from headrace.formats._object_files import check_store_options
 
@@ -29,7 +29,7 @@ def open_mds(
         check_store_options(store_options, remote=False, paths=[root])
         if carried is not None:
             index, listing = carried
-            return index, list_files(list(listing[0]), listing=listing)
+            return index, list_files(listing[0], listing=listing)
         try:
             with open(where, "rb") as f:
                 data = f.read()
@@ -51,7 +51,7 @@ def open_mds(
     try:
         if carried is not None:
             index, listing = carried
-            return index, remote_list(store, list(zip(*listing, strict=True)), options, None)
+            return index, remote_list(store, listing, options, None)
         try:
             raw = store.get(INDEX)
         except ObjectNotFoundError as exc:
@@ -70,7 +70,7 @@ def open_mds(
         rows = [
             (s.basename, listed[s.basename].size, listed[s.basename].etag) for s in index.shards
         ]
-        return index, remote_list(store, rows, options, None)
+        return index, remote_list(store, columns(rows), options, None)
     except BaseException:
         store.close()
         raise
