@@ -236,19 +236,26 @@ class FileDecoder:
             # stalled mount must not hold the exit.
             self._pool = DaemonPool(threads, thread_name_prefix="headrace-decode")
         pending: dict[int, Future[Sample | DataError]] = {}
+        # The decodes not seen done yet: a few more than the threads, so that each file
+        # costs O(threads) looks, not one at every decode of the read (a read of 512
+        # files looked 131,000 times).
+        running: list[Future[Sample | DataError]] = []
         try:
             for f in order:
                 # Taking a file the window has not started would fetch past its
                 # bound while decodes still hold every slot: wait for one to free.
-                while self.window.full_without(f) and _wait_for_one(pending):
+                while self.window.full_without(f) and _wait_for_one(running):
                     pass
                 data = self.window.take(f)
                 pending[f] = self._pool.submit(job, f, data)
+                running.append(pending[f])
                 # Bound the bytes parked in the decode queue: a slot is only freed
                 # once its file is decoded, so the window bound holds anyway; this
                 # keeps one slow decode from idling the fetches behind it.
-                while sum(not p.done() for p in pending.values()) > 2 * threads:
-                    _wait_for_one(pending)
+                if len(running) > 2 * threads:
+                    _prune(running)
+                    while len(running) > 2 * threads:
+                        _wait_for_one(running)
             wait_done(pending.values())
             return {f: p.result() for f, p in pending.items()}
         except BaseException:
@@ -266,20 +273,26 @@ class FileDecoder:
         self._kept = None
 
 
-def _wait_for_one(pending: dict[int, Future[Any]]) -> bool:
-    """Wait until one of the decodes still running ends (raising its error); ``False``
-    if none was running.
+def _prune(running: list[Future[Any]]) -> None:
+    """Drop the decodes that have ended from ``running`` (in place)."""
+    running[:] = [p for p in running if not p.done()]
+
+
+def _wait_for_one(running: list[Future[Any]]) -> bool:
+    """Wait until one of the decodes in ``running`` ends (raising its error), and drop
+    the ended ones from it; ``False`` if none was running.
 
     The running ones are listed once and waited on together: a decode may end between
     a look at ``done()`` and the next (on the pool's thread), and picking "the first
     one not done" after counting them raised ``StopIteration`` when none was left,
     which the loader's generator turned into a ``RuntimeError`` mid-epoch.
     """
-    running = [p for p in pending.values() if not p.done()]
+    _prune(running)
     if not running:
         return False
     wait_any(running)
     for p in running:
         if p.done():
             p.result()
+    _prune(running)
     return True
