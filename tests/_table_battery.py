@@ -1,0 +1,229 @@
+"""A battery of Parquet and Arrow IPC files holding the column types Hugging Face
+datasets hold, written by pyarrow, and the check that a TableSource yields, for any
+rows it picks, what pyarrow itself reads of those rows (tests/formats/test_table_audit.py
+and its S3 twin in tests/integration)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from headrace.formats import TableSource
+
+N = 257  # rows: row groups and record batches of uneven sizes end anywhere
+#: row groups / record batches, uneven (sum N)
+CHUNKS = (1, 60, 3, 100, 93)
+WIDTH = 24  # every list / string of the battery fits
+SHUFFLES = ("none", "full", "window")
+BATCHES = (1, 7, 64)
+
+
+def _ints(dtype: str, rng: np.random.Generator) -> pa.Array:
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, N, dtype=dtype, endpoint=True)
+    values[:4] = [info.min, info.max, 0, info.max - 1]  # the extremes, in the first chunks
+    return pa.array(values)
+
+
+def _floats(dtype: str, rng: np.random.Generator) -> pa.Array:
+    values = (rng.standard_normal(N) * 1e3).astype(dtype)
+    values[:6] = [np.nan, np.inf, -np.inf, -0.0, np.finfo(dtype).max, np.finfo(dtype).tiny]
+    return pa.array(values)
+
+
+def full_table(seed: int = 0) -> pa.Table:
+    """Every supported column type, without nulls."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, WIDTH, N)
+    text = ["".join(chr(0x61 + (i + j) % 26) for j in range(n)) for i, n in enumerate(lengths)]
+    text[5] = "é€😀"  # multi-byte UTF-8 (9 bytes)
+    text[6] = ""
+    blobs = [bytes(rng.integers(0, 256, n, dtype=np.uint8)) for n in lengths]
+    toks = [rng.integers(0, 50_000, n).astype(np.int32) for n in lengths]
+    cols: dict[str, Any] = {
+        **{f"i{b}": _ints(f"int{b}", rng) for b in (8, 16, 32, 64)},
+        **{f"u{b}": _ints(f"uint{b}", rng) for b in (8, 16, 32, 64)},
+        **{f"f{b}": _floats(f"float{b}", rng) for b in (16, 32, 64)},
+        "flag": pa.array(rng.integers(0, 2, N).astype(bool)),
+        "text": pa.array(text, pa.string()),
+        "large_text": pa.array(text, pa.large_string()),
+        "blob": pa.array(blobs, pa.binary()),
+        "large_blob": pa.array(blobs, pa.large_binary()),
+        "ids": pa.array(toks, pa.list_(pa.int32())),
+        "large_ids": pa.array([t.astype(np.int64) for t in toks], pa.large_list(pa.int64())),
+        "u16_ids": pa.array([t.astype(np.uint16) for t in toks], pa.list_(pa.uint16())),
+        "f16_list": pa.array([t.astype(np.float16) for t in toks], pa.list_(pa.float16())),
+        "vec": pa.array(
+            list(rng.standard_normal((N, 4)).astype(np.float32)), pa.list_(pa.float32(), 4)
+        ),
+        "u8_vec": pa.array(list(rng.integers(0, 256, (N, 3), dtype=np.uint8)), pa.list_(pa.uint8(), 3)),
+        "cat": pa.array([f"c{i % 5}" for i in range(N)]).dictionary_encode(),
+        "num_cat": pa.array((np.arange(N) % 7).astype(np.int16) * 1000).dictionary_encode(),
+        "st": pa.array(
+            [{"a": int(i) * 3, "b": t, "c": [int(i)] * (i % 4)} for i, t in enumerate(text)],
+            pa.struct([("a", pa.int64()), ("b", pa.string()), ("c", pa.list_(pa.int64()))]),
+        ),
+    }
+    return pa.table(cols)
+
+
+#: column read name -> top-level column (struct fields read as ``column.field``)
+def read_names(table: pa.Table) -> list[str]:
+    out = []
+    for f in table.schema:
+        if pa.types.is_struct(f.type):
+            out.extend(f"{f.name}.{sub.name}" for sub in f.type)
+        else:
+            out.append(f.name)
+    return out
+
+
+def write_parquet(path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS, **kw: Any) -> Path:
+    """``table`` in row groups of ``chunks`` rows."""
+    with pq.ParquetWriter(path, table.schema, **kw) as w:
+        at = 0
+        for n in chunks:
+            w.write_table(table.slice(at, n), row_group_size=max(n, 1))
+            at += n
+        if at < table.num_rows:
+            w.write_table(table.slice(at))
+    return path
+
+
+def write_arrow(
+    path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS, *, stream: bool = False
+) -> Path:
+    """``table`` in record batches of ``chunks`` rows (each a slice: non-zero offsets)."""
+    with (ipc.new_stream if stream else ipc.new_file)(path, table.schema) as w:
+        at = 0
+        for n in chunks:
+            for b in table.slice(at, n).to_batches():
+                w.write_batch(b)
+            at += n
+        if at < table.num_rows:
+            w.write_table(table.slice(at))
+    return path
+
+
+def read_reference(path: str | Path) -> pa.Table:
+    """The file as pyarrow reads it, whatever its format."""
+    p = str(path)
+    if p.endswith(".parquet"):
+        return pq.read_table(p)
+    with pa.memory_map(p) as f:
+        try:
+            return ipc.open_file(f).read_all()
+        except pa.ArrowInvalid:
+            f.seek(0)
+            return ipc.open_stream(f).read_all()
+
+
+def _column(ref: pa.Table, name: str) -> pa.ChunkedArray:
+    top, _, field = name.partition(".")
+    col = ref.column(top)
+    if field:
+        col = pc.struct_field(col, field)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    return col
+
+
+def expected(ref: pa.Table, name: str, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """What the documented conversion makes of column ``name`` at ``rows``: numbers as
+    ``(B,)``, fixed-size lists as ``(B, k)``, lists and strings padded to WIDTH with 0
+    on the right, beside ``name_mask``."""
+    col = _column(ref, name).take(pa.array(rows, pa.int64()))
+    typ = col.type
+    t = pa.types
+    if t.is_fixed_size_list(typ):
+        flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+        return {name: flat.reshape(len(rows), typ.list_size)}
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_string(typ) or t.is_large_string(typ) or (
+        t.is_binary(typ) or t.is_large_binary(typ)
+    ):
+        items = col.to_pylist()
+        if t.is_list(typ) or t.is_large_list(typ):
+            dtype = typ.value_type.to_pandas_dtype()
+            arrays = [np.asarray(x, dtype=dtype) for x in items]
+        else:
+            arrays = [
+                np.frombuffer(x.encode() if isinstance(x, str) else x, np.uint8) for x in items
+            ]
+            dtype = np.uint8
+        values = np.zeros((len(rows), WIDTH), dtype)
+        mask = np.zeros((len(rows), WIDTH), bool)
+        for i, a in enumerate(arrays):
+            values[i, : a.size] = a
+            mask[i, : a.size] = True
+        return {name: values, f"{name}_mask": mask}
+    return {name: col.to_numpy()}
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal dtype, shape and bits (NaN payloads and -0.0 included)."""
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, pyarrow {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, pyarrow {want.shape}"
+    if not np.array_equal(got, want, equal_nan=got.dtype.kind == "f"):
+        bad = np.argwhere(got != want)[0] if got.dtype.kind != "f" else "?"
+        raise AssertionError(f"{what}: values differ (first at {bad})")
+    if got.dtype.kind == "f":
+        assert np.array_equal(np.signbit(got), np.signbit(want)), f"{what}: signs differ"
+
+
+def check_source(
+    path: str | Path | Sequence[str | Path],
+    ref: pa.Table,
+    names: Sequence[str],
+    *,
+    seeds: Sequence[int] = (0, 3),
+    **kw: Any,
+) -> int:
+    """Read every shuffle mode and batch size of a TableSource over ``path`` (reading
+    ``names``, ``kw`` to it) for an epoch's worth of samples, and compare each batch with
+    ``ref`` (pyarrow's reading) at the rows the source chose; returns the rows checked."""
+    checked = 0
+    for shuffle in SHUFFLES:
+        src = TableSource(
+            path if isinstance(path, (str, Path)) else list(map(str, path)),
+            columns=list(names),
+            width=WIDTH,
+            shuffle=shuffle,  # type: ignore[arg-type]
+            window_rows=50,
+            **kw,
+        )
+        try:
+            n = len(src)
+            assert n == ref.num_rows, f"{shuffle}: {n} rows, pyarrow {ref.num_rows}"
+            for seed in seeds:
+                for b in BATCHES:
+                    start = (seed * 31 + b) % max(n, 1)
+                    samples = np.arange(start, start + b, dtype=np.int64) % max(n, 1)
+                    samples = samples + n * seed  # epoch ``seed``
+                    if not n:
+                        continue
+                    rows = src.starts(seed, samples)[1]
+                    got = src.read(seed, samples)
+                    for c in names:
+                        for key, want in expected(ref, c, rows).items():
+                            assert_same(got[key], want, f"{path}: {shuffle} b={b} {key}")
+                    checked += len(rows)
+            # Every row once, in batches of 64: all chunk boundaries crossed.
+            if n:
+                samples = np.arange(n, dtype=np.int64)
+                rows = src.starts(1, samples)[1]
+                assert sorted(rows.tolist()) == list(range(n)), f"{shuffle}: not a permutation"
+                got = src.read(1, samples)
+                for c in names:
+                    for key, want in expected(ref, c, rows).items():
+                        assert_same(got[key], want, f"{path}: {shuffle} epoch {key}")
+                checked += n
+        finally:
+            src.close()
+    return checked
