@@ -5,6 +5,8 @@ the column is refused by name."""
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 from _table_battery import (
+    N,
     CHUNKS,
     check_source,
     full_table,
@@ -186,3 +189,37 @@ def test_null_rows_at_chunk_boundaries_are_refused_naming_them(
         ):
             TableSource(path, columns=[column, "i64"], width=24)
     check_source(path, read_reference(path), ["i64", "text" if column != "text" else "blob"])
+
+
+REFUSED = {
+    "timestamp": pa.array(np.arange(N).astype("M8[ms]"), pa.timestamp("ms")),
+    "timestamp-tz": pa.array(np.arange(N).astype("M8[us]"), pa.timestamp("us", tz="UTC")),
+    "date32": pa.array(np.arange(N).astype("M8[D]"), pa.date32()),
+    "time64": pa.array(np.arange(N, dtype=np.int64), pa.time64("us")),
+    "duration": pa.array(np.arange(N).astype("m8[s]"), pa.duration("s")),
+    "decimal128": pa.array([Decimal(i) / 100 for i in range(N)], pa.decimal128(10, 2)),
+    "list-list": pa.array([[[i], [i, i]] for i in range(N)], pa.list_(pa.list_(pa.int32()))),
+    "list-string": pa.array([[str(i)] for i in range(N)], pa.list_(pa.string())),
+    "list-bool": pa.array([[True]] * N, pa.list_(pa.bool_())),
+    "all-null": pa.nulls(N),
+    "map": pa.array([[("k", i)] for i in range(N)], pa.map_(pa.string(), pa.int64())),
+    "string_view": pa.array([str(i) for i in range(N)], pa.string_view()),
+    "fixed-binary": pa.array([b"abcd"] * N, pa.binary(4)),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_types_headrace_cannot_convert_are_refused_by_name(
+    kind: str, case: str, tmp_path: Path
+) -> None:
+    t = pa.table({"i64": TABLE.column("i64"), "c": REFUSED[case]})
+    if kind == "parquet" and case == "string_view":
+        pytest.skip("Parquet stores a string_view as string (read back as string)")
+    path = _write(kind, tmp_path / "r", t)
+    typ = str(read_reference(path).schema.field("c").type)
+    with pytest.raises(
+        FormatError, match=rf"r\.\w+: column 'c' has type {re.escape(typ)}, which headrace cannot"
+    ):
+        TableSource(path, columns=["c", "i64"], width=24)
+    check_source(path, read_reference(path), ["i64"], seeds=(0,))  # left out, the rest reads
