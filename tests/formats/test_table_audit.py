@@ -223,3 +223,63 @@ def test_types_headrace_cannot_convert_are_refused_by_name(
     ):
         TableSource(path, columns=["c", "i64"], width=24)
     check_source(path, read_reference(path), ["i64"], seeds=(0,))  # left out, the rest reads
+
+
+def _refused_rows(path: Path, column: str) -> list[int]:
+    """The rows a TableSource refuses, each read alone (``[]``: refused when opened)."""
+    src = TableSource(path, columns=[column], width=24, shuffle="full")
+    rows = src.starts(0, np.arange(len(src), dtype=np.int64))[1]
+    refused = []
+    for s, r in enumerate(rows.tolist()):
+        try:
+            src.read(0, np.array([s], np.int64))
+        except FormatError as exc:
+            assert f"column {column!r}" in str(exc), exc
+            refused.append(r)
+    src.close()
+    return sorted(refused)
+
+
+@pytest.mark.parametrize("column", ["i32", "f32", "flag", "text", "ids", "cat", "st.a"])
+def test_null_rows_of_parquet_without_statistics_are_refused_each_as_read(
+    column: str, tmp_path: Path
+) -> None:
+    # No statistics: nothing to refuse them by at open; read, each null row is refused
+    # (and no other), never read as a 0 or an empty list.
+    top = column.split(".")[0]
+    col = TABLE.column(top).combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    nulls = [0, 60, 61, 200]
+    mask = np.zeros(len(TABLE), bool)
+    mask[nulls] = True
+    col = pc.if_else(pa.array(mask), pa.nulls(len(TABLE), col.type), col)
+    t = TABLE.set_column(TABLE.schema.get_field_index(top), top, col)
+    path = write_parquet(tmp_path / "n.parquet", t, write_statistics=False)
+    assert _refused_rows(path, column) == nulls
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("column", ["ids", "fsl"])
+def test_null_list_items_are_refused_by_row(kind: str, column: str, tmp_path: Path) -> None:
+    nulls = [0, 40, 41, 99]
+    t = pa.table(
+        {
+            "ids": pa.array(
+                [[i, i + 1, None] if i in nulls else [i, i + 1] for i in range(100)],
+                pa.list_(pa.int64()),
+            ),
+            "fsl": pa.array(
+                [[float(i), None] if i in nulls else [float(i), 1.0] for i in range(100)],
+                pa.list_(pa.float32(), 2),
+            ),
+        }
+    )
+    path = _write(kind, tmp_path / "n", t, (1, 40, 59))
+    if kind == "parquet":  # Parquet statistics do not count them: refused as read
+        assert _refused_rows(path, column) == nulls
+    else:
+        with pytest.raises(
+            FormatError, match=rf"column {column!r}: 4 row\(s\) hold null list items: rows 0, 40, 41, 99;"
+        ):
+            TableSource(path, columns=[column], width=4)
