@@ -1,0 +1,111 @@
+"""The table audit's files (tests/_table_battery.py) on a real S3 endpoint (moto on
+127.0.0.1), read through ranged GETs: every column type, under every shuffle mode and
+batch size, is pyarrow's own reading of the same rows, as the local files are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _table_battery import (
+    CHUNKS,
+    check_source,
+    full_table,
+    read_names,
+    read_reference,
+    write_arrow,
+    write_parquet,
+)
+from s3util import BUCKET, S3Fixture
+from s3util import store_options as options
+
+from headrace.errors import FormatError
+from headrace.formats import TableSource
+
+pytestmark = [
+    pytest.mark.integration,
+    # 5 row groups, a row-group cache of 4: the warning is the point of another test.
+    pytest.mark.filterwarnings("ignore:.*a full shuffle of a table on object storage"),
+]
+
+URL = f"s3://{BUCKET}/table-audit"
+TABLE = full_table(seed=1)
+NAMES = read_names(TABLE)
+KINDS = ["parquet", "arrow", "stream"]
+
+
+def _write(kind: str, path: Path, table: pa.Table, chunks: tuple[int, ...] = CHUNKS) -> Path:
+    if kind == "parquet":
+        return write_parquet(path.with_suffix(".parquet"), table, chunks)
+    return write_arrow(path.with_suffix(".arrow"), _decoded(table), chunks, stream=kind == "stream")
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """``table`` without dictionary-typed columns: an Arrow IPC file on object storage
+    that has some is refused (test_arrow_ipc_dictionaries_on_s3_are_refused_at_open)."""
+    return table.cast(
+        pa.schema(
+            pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
+            for f in table.schema
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def put(s3: S3Fixture, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Uploads a local file under ``table-audit/<folder>/`` and returns its URL."""
+    client = s3.server.info.boto3_client()
+
+    def put(path: Path, folder: str) -> str:
+        key = f"table-audit/{folder}/{path.name}"
+        client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+        return f"s3://{BUCKET}/{key}"
+
+    return put
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["whole", "sliced"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_column_type_on_s3_reads_as_pyarrow_reads_it(
+    s3: S3Fixture, put, kind: str, sliced: bool, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    table = TABLE.slice(11, 200) if sliced else TABLE
+    path = _write(kind, tmp_path / "t", table, (50, 150) if sliced else CHUNKS)
+    url = put(path, f"{kind}-{sliced}")
+    ref = read_reference(path)
+    assert check_source(url, ref, NAMES, store_options=options(s3)) > ref.num_rows
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_files_of_other_column_orders_and_offset_widths_on_s3(
+    s3: S3Fixture, put, kind: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    a = _write(kind, tmp_path / "a", TABLE.slice(0, 100), (30, 70))
+    rest = TABLE.slice(100)
+    large = {
+        pa.string(): pa.large_string(),
+        pa.binary(): pa.large_binary(),
+        pa.list_(pa.int32()): pa.large_list(pa.int32()),
+    }
+    rest = rest.cast(pa.schema([pa.field(f.name, large.get(f.type, f.type)) for f in rest.schema]))
+    b = _write(kind, tmp_path / "b", rest.select(rest.column_names[::-1]), (57, 100))
+    urls = [put(a, f"order-{kind}"), put(b, f"order-{kind}")]
+    check_source(urls, TABLE, NAMES, store_options=options(s3))
+    i32 = rest.set_column(rest.schema.get_field_index("i32"), "i32", rest.column("i32").cast("int64"))
+    c = _write(kind, tmp_path / "c", i32, (157,))
+    url = put(c, f"order-{kind}")
+    with pytest.raises(FormatError, match=r"c\.\w+: schema differs .*column 'i32' is int64 here"):
+        TableSource([urls[0], url], columns=["i32"], store_options=options(s3))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_arrow_ipc_dictionaries_on_s3_are_refused_at_open(
+    s3: S3Fixture, put, stream: bool, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    path = write_arrow(tmp_path / "d.arrow", TABLE, stream=stream)
+    url = put(path, f"dict-{stream}")
+    with pytest.raises(
+        FormatError, match=r"d\.arrow: column\(s\) \['cat', 'num_cat'\] are dictionary-encoded"
+    ):
+        TableSource(url, columns=["i64"], store_options=options(s3))
