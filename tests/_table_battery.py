@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 from headrace.formats import TableSource
 
 N = 257  # rows: row groups and record batches of uneven sizes end anywhere
-#: row groups / record batches, uneven (sum N)
-CHUNKS = (1, 60, 3, 100, 93)
+#: row groups / record batches, uneven (sum N), some of 0 rows
+CHUNKS = (0, 1, 60, 0, 3, 100, 93, 0)
 WIDTH = 24  # every list / string of the battery fits
 SHUFFLES = ("none", "full", "window")
 BATCHES = (1, 7, 64)
@@ -104,7 +104,10 @@ def write_arrow(
     with (ipc.new_stream if stream else ipc.new_file)(path, table.schema) as w:
         at = 0
         for n in chunks:
-            for b in table.slice(at, n).to_batches():
+            part = table.slice(at, n)
+            # A record batch of 0 rows (pyarrow's to_batches gives none for them).
+            empty = pa.RecordBatch.from_arrays([c.chunk(0) for c in part.columns], schema=part.schema)
+            for b in part.to_batches() if n else [empty]:
                 w.write_batch(b)
             at += n
         if at < table.num_rows:
