@@ -6,6 +6,7 @@ and its S3 twin in tests/integration)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def full_table(seed: int = 0) -> pa.Table:
         "vec": pa.array(
             list(rng.standard_normal((N, 4)).astype(np.float32)), pa.list_(pa.float32(), 4)
         ),
-        "u8_vec": pa.array(list(rng.integers(0, 256, (N, 3), dtype=np.uint8)), pa.list_(pa.uint8(), 3)),
+        "u8_vec": pa.array(
+            list(rng.integers(0, 256, (N, 3), dtype=np.uint8)), pa.list_(pa.uint8(), 3)
+        ),
         "cat": pa.array([f"c{i % 5}" for i in range(N)]).dictionary_encode(),
         "num_cat": pa.array((np.arange(N) % 7).astype(np.int16) * 1000).dictionary_encode(),
         "st": pa.array(
@@ -72,6 +75,24 @@ def full_table(seed: int = 0) -> pa.Table:
         ),
     }
     return pa.table(cols)
+
+
+#: columns of types headrace refuses to convert (left out, the others read)
+REFUSED = {
+    "timestamp": pa.array(np.arange(N).astype("M8[ms]"), pa.timestamp("ms")),
+    "timestamp-tz": pa.array(np.arange(N).astype("M8[us]"), pa.timestamp("us", tz="UTC")),
+    "date32": pa.array(np.arange(N).astype("M8[D]"), pa.date32()),
+    "time64": pa.array(np.arange(N, dtype=np.int64), pa.time64("us")),
+    "duration": pa.array(np.arange(N).astype("m8[s]"), pa.duration("s")),
+    "decimal128": pa.array([Decimal(i) / 100 for i in range(N)], pa.decimal128(10, 2)),
+    "list-list": pa.array([[[i], [i, i]] for i in range(N)], pa.list_(pa.list_(pa.int32()))),
+    "list-string": pa.array([[str(i)] for i in range(N)], pa.list_(pa.string())),
+    "list-bool": pa.array([[True]] * N, pa.list_(pa.bool_())),
+    "all-null": pa.nulls(N),
+    "map": pa.array([[("k", i)] for i in range(N)], pa.map_(pa.string(), pa.int64())),
+    "fixed-binary": pa.array([b"abcd"] * N, pa.binary(4)),
+    "string_view": pa.array([str(i) for i in range(N)], pa.string_view()),
+}
 
 
 #: column read name -> top-level column (struct fields read as ``column.field``)
@@ -106,7 +127,9 @@ def write_arrow(
         for n in chunks:
             part = table.slice(at, n)
             # A record batch of 0 rows (pyarrow's to_batches gives none for them).
-            empty = pa.RecordBatch.from_arrays([c.chunk(0) for c in part.columns], schema=part.schema)
+            empty = pa.RecordBatch.from_arrays(
+                [c.chunk(0) for c in part.columns], schema=part.schema
+            )
             for b in part.to_batches() if n else [empty]:
                 w.write_batch(b)
             at += n
@@ -148,8 +171,12 @@ def expected(ref: pa.Table, name: str, rows: np.ndarray) -> dict[str, np.ndarray
     if t.is_fixed_size_list(typ):
         flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
         return {name: flat.reshape(len(rows), typ.list_size)}
-    if t.is_list(typ) or t.is_large_list(typ) or t.is_string(typ) or t.is_large_string(typ) or (
-        t.is_binary(typ) or t.is_large_binary(typ)
+    if (
+        t.is_list(typ)
+        or t.is_large_list(typ)
+        or t.is_string(typ)
+        or t.is_large_string(typ)
+        or (t.is_binary(typ) or t.is_large_binary(typ))
     ):
         items = col.to_pylist()
         if t.is_list(typ) or t.is_large_list(typ):

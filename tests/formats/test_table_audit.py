@@ -6,7 +6,6 @@ the column is refused by name."""
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
+
 from _table_battery import (
-    N,
     CHUNKS,
+    REFUSED,
     check_source,
     full_table,
     read_names,
@@ -24,7 +24,6 @@ from _table_battery import (
     write_arrow,
     write_parquet,
 )
-
 from headrace.errors import FormatError
 from headrace.formats import TableSource
 
@@ -48,7 +47,9 @@ def battery(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for kind in KINDS:
         out[kind] = _write(kind, root / f"full-{kind}", TABLE)
         # A slice of a slice: buffers and offsets that do not start at 0 when written.
-        out[f"{kind}-sliced"] = _write(kind, root / f"sliced-{kind}", TABLE.slice(11, 200), (50, 150))
+        out[f"{kind}-sliced"] = _write(
+            kind, root / f"sliced-{kind}", TABLE.slice(11, 200), (50, 150)
+        )
     return out
 
 
@@ -145,7 +146,9 @@ def test_dictionary_deltas_of_arrow_ipc_read_as_pyarrow_reads_them(
     ]
     path = tmp_path / "delta.arrow"
     options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
-    with (ipc.new_stream if stream else ipc.new_file)(path, batches[0].schema, options=options) as w:
+    with (ipc.new_stream if stream else ipc.new_file)(
+        path, batches[0].schema, options=options
+    ) as w:
         for b in batches:
             w.write_batch(b)
     check_source(path, read_reference(path), ["cat", "i"])
@@ -191,27 +194,11 @@ def test_null_rows_at_chunk_boundaries_are_refused_naming_them(
     check_source(path, read_reference(path), ["i64", "text" if column != "text" else "blob"])
 
 
-REFUSED = {
-    "timestamp": pa.array(np.arange(N).astype("M8[ms]"), pa.timestamp("ms")),
-    "timestamp-tz": pa.array(np.arange(N).astype("M8[us]"), pa.timestamp("us", tz="UTC")),
-    "date32": pa.array(np.arange(N).astype("M8[D]"), pa.date32()),
-    "time64": pa.array(np.arange(N, dtype=np.int64), pa.time64("us")),
-    "duration": pa.array(np.arange(N).astype("m8[s]"), pa.duration("s")),
-    "decimal128": pa.array([Decimal(i) / 100 for i in range(N)], pa.decimal128(10, 2)),
-    "list-list": pa.array([[[i], [i, i]] for i in range(N)], pa.list_(pa.list_(pa.int32()))),
-    "list-string": pa.array([[str(i)] for i in range(N)], pa.list_(pa.string())),
-    "list-bool": pa.array([[True]] * N, pa.list_(pa.bool_())),
-    "all-null": pa.nulls(N),
-    "map": pa.array([[("k", i)] for i in range(N)], pa.map_(pa.string(), pa.int64())),
-    "fixed-binary": pa.array([b"abcd"] * N, pa.binary(4)),
-    "string_view": pa.array([str(i) for i in range(N)], pa.string_view()),
-}
-
-
 @pytest.mark.parametrize(
     ("kind", "case"),
     # Parquet stores a string_view as a string (read back so, and read).
-    [(k, c) for k in KINDS for c in REFUSED if c != "string_view"] + [("arrow", "string_view"), ("stream", "string_view")],
+    [(k, c) for k in KINDS for c in REFUSED if c != "string_view"]
+    + [("arrow", "string_view"), ("stream", "string_view")],
 )
 def test_types_headrace_cannot_convert_are_refused_by_name(
     kind: str, case: str, tmp_path: Path
@@ -281,7 +268,8 @@ def test_null_list_items_are_refused_by_row(kind: str, column: str, tmp_path: Pa
         assert _refused_rows(path, column) == nulls
     else:
         with pytest.raises(
-            FormatError, match=rf"column {column!r}: 4 row\(s\) hold null list items: rows 0, 40, 41, 99;"
+            FormatError,
+            match=rf"column {column!r}: 4 row\(s\) hold null list items: rows 0, 40, 41, 99;",
         ):
             TableSource(path, columns=[column], width=4)
 
