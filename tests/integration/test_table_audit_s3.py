@@ -143,3 +143,16 @@ def test_sub_windows_on_s3_skip_columns_of_every_layout_left_out(
     path = write_arrow(tmp_path / "x.arrow", table, stream=stream)
     url = put(path, f"layouts-{stream}-{whole}")
     check_source(url, read_reference(path), NAMES, store_options=options(s3))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_column_type_on_s3_through_the_disk_cache(
+    s3: S3Fixture, put: Put, kind: str, tmp_path: Path
+) -> None:
+    # Twice: fetched into the cache, then read from it.
+    path = _write(kind, tmp_path / "t", TABLE)
+    url = put(path, f"cached-{kind}")
+    ref = read_reference(path)
+    for _ in range(2):
+        check_source(url, ref, NAMES, store_options=options(s3), cache_dir=tmp_path / "cache")
+    assert any((tmp_path / "cache").rglob("*"))
