@@ -161,10 +161,18 @@ def _column(ref: pa.Table, name: str) -> pa.ChunkedArray:
     return col
 
 
-def expected(ref: pa.Table, name: str, rows: np.ndarray) -> dict[str, np.ndarray]:
+def expected(
+    ref: pa.Table,
+    name: str,
+    rows: np.ndarray,
+    *,
+    width: int = WIDTH,
+    pad_side: str = "right",
+    pad: int = 0,
+) -> dict[str, np.ndarray]:
     """What the documented conversion makes of column ``name`` at ``rows``: numbers as
-    ``(B,)``, fixed-size lists as ``(B, k)``, lists and strings padded to WIDTH with 0
-    on the right, beside ``name_mask``."""
+    ``(B,)``, fixed-size lists as ``(B, k)``, lists and strings as their first ``width``
+    items padded with ``pad`` on ``pad_side``, beside ``name_mask``."""
     col = _column(ref, name).take(pa.array(rows, pa.int64()))
     typ = col.type
     t = pa.types
@@ -187,11 +195,13 @@ def expected(ref: pa.Table, name: str, rows: np.ndarray) -> dict[str, np.ndarray
                 np.frombuffer(x.encode() if isinstance(x, str) else x, np.uint8) for x in items
             ]
             dtype = np.uint8
-        values = np.zeros((len(rows), WIDTH), dtype)
-        mask = np.zeros((len(rows), WIDTH), bool)
+        values = np.full((len(rows), width), pad, dtype)
+        mask = np.zeros((len(rows), width), bool)
         for i, a in enumerate(arrays):
-            values[i, : a.size] = a
-            mask[i, : a.size] = True
+            k = min(a.size, width)
+            at = slice(0, k) if pad_side == "right" else slice(width - k, width)
+            values[i, at] = a[:k]
+            mask[i, at] = True
         return {name: values, f"{name}_mask": mask}
     return {name: col.to_numpy()}
 
@@ -213,17 +223,28 @@ def check_source(
     names: Sequence[str],
     *,
     seeds: Sequence[int] = (0, 3),
+    width: int = WIDTH,
+    pad_side: str = "right",
+    pad_values: dict[str, int] | None = None,
+    shuffles: Sequence[str] = SHUFFLES,
     **kw: Any,
 ) -> int:
     """Read every shuffle mode and batch size of a TableSource over ``path`` (reading
     ``names``, ``kw`` to it) for an epoch's worth of samples, and compare each batch with
     ``ref`` (pyarrow's reading) at the rows the source chose; returns the rows checked."""
+    pads = pad_values or {}
+
+    def expect(c: str, rows: np.ndarray) -> dict[str, np.ndarray]:
+        return expected(ref, c, rows, width=width, pad_side=pad_side, pad=pads.get(c, 0))
+
     checked = 0
-    for shuffle in SHUFFLES:
+    for shuffle in shuffles:
         src = TableSource(
             path if isinstance(path, (str, Path)) else list(map(str, path)),
             columns=list(names),
-            width=WIDTH,
+            width=width,
+            pad_side=pad_side,  # type: ignore[arg-type]
+            pad_values=pad_values,
             shuffle=shuffle,  # type: ignore[arg-type]
             window_rows=50,
             **kw,
@@ -241,7 +262,7 @@ def check_source(
                     rows = src.starts(seed, samples)[1]
                     got = src.read(seed, samples)
                     for c in names:
-                        for key, want in expected(ref, c, rows).items():
+                        for key, want in expect(c, rows).items():
                             assert_same(got[key], want, f"{path}: {shuffle} b={b} {key}")
                     checked += len(rows)
             # Every row once, in batches of 64: all chunk boundaries crossed.
@@ -251,7 +272,7 @@ def check_source(
                 assert sorted(rows.tolist()) == list(range(n)), f"{shuffle}: not a permutation"
                 got = src.read(1, samples)
                 for c in names:
-                    for key, want in expected(ref, c, rows).items():
+                    for key, want in expect(c, rows).items():
                         assert_same(got[key], want, f"{path}: {shuffle} epoch {key}")
                 checked += n
         finally:

@@ -291,3 +291,23 @@ def test_parquet_pages_of_every_column_type_read_as_pyarrow_reads_them(
     # Many pages per row group, streamed a sub-window (50 rows) at a time.
     path = write_parquet(tmp_path / "p.parquet", TABLE, chunks, **options)
     check_source(path, read_reference(path), NAMES)
+
+
+@pytest.mark.parametrize("pad_side", ["left", "right"])
+@pytest.mark.parametrize("width", [1, 5])
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_lists_and_strings_truncated_and_padded_on_either_side(
+    battery: dict[str, Path], kind: str, width: int, pad_side: str
+) -> None:
+    path = battery[kind]
+    lists = ["text", "large_blob", "ids", "large_ids", "u16_ids", "f16_list", "cat", "st.b"]
+    check_source(
+        path,
+        read_reference(path),
+        lists,
+        width=width,
+        pad_side=pad_side,
+        pad_values={"ids": 7, "u16_ids": 65535},
+        truncate=True,
+        shuffles=("full",),
+    )
