@@ -17,7 +17,10 @@ import pytest
 from _table_battery import (
     CHUNKS,
     REFUSED,
+    WIDTH,
+    assert_same,
     check_source,
+    expected,
     full_table,
     read_names,
     read_reference,
@@ -311,3 +314,23 @@ def test_lists_and_strings_truncated_and_padded_on_either_side(
         truncate=True,
         shuffles=("full",),
     )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shuffle", ["none", "full", "window"])
+def test_a_batch_across_epochs_with_rows_repeated_reads_each_row(
+    battery: dict[str, Path], kind: str, shuffle: str
+) -> None:
+    path = battery[kind]
+    ref = read_reference(path)
+    src = TableSource(path, columns=NAMES, width=WIDTH, shuffle=shuffle, window_rows=50)  # type: ignore[arg-type]
+    n = len(src)
+    # The end of epoch 0 and the start of epoch 1, then one row asked for 5 times.
+    samples = np.r_[np.arange(n - 40, n + 40), [5, 5, 5, n + 5, 3 * n + 7]].astype(np.int64)
+    rows = src.starts(9, samples)[1]
+    assert len(set(rows.tolist())) < len(rows)
+    got = src.read(9, samples)
+    for c in NAMES:
+        for key, want in expected(ref, c, rows).items():
+            assert_same(got[key], want, f"{shuffle} {key}")
+    src.close()
