@@ -29,6 +29,7 @@ from _table_battery import (
 )
 from headrace.errors import FormatError
 from headrace.formats import TableSource
+from headrace.pipeline import Loader
 
 TABLE = full_table()
 NAMES = read_names(TABLE)
@@ -334,3 +335,37 @@ def test_a_batch_across_epochs_with_rows_repeated_reads_each_row(
         for key, want in expected(ref, c, rows).items():
             assert_same(got[key], want, f"{shuffle} {key}")
     src.close()
+
+
+@pytest.mark.parametrize("host_order", ["plan", "address"])
+@pytest.mark.parametrize("shuffle", ["none", "full", "window"])
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_loader_batches_on_every_host_hold_the_rows_they_name(
+    kind: str, shuffle: str, host_order: str, tmp_path: Path
+) -> None:
+    # A column of row numbers says which rows each batch holds, whatever the order a
+    # host reads its share in: every other column is pyarrow's reading of those rows.
+    t = TABLE.append_column("row", pa.array(np.arange(len(TABLE), dtype=np.int64)))
+    path = _write(kind, tmp_path / "t", t)
+    ref = read_reference(path)
+    names = [*NAMES, "row"]
+    seen = []
+    for rank in range(3):
+        src = TableSource(path, columns=names, width=WIDTH, shuffle=shuffle, window_rows=50)  # type: ignore[arg-type]
+        loader = Loader(
+            src,
+            batch_size=33,
+            seed=4,
+            rank=rank,
+            world_size=3,
+            host_order=host_order,
+            steps=7,  # type: ignore[arg-type]
+        )
+        with loader:
+            for batch in loader:
+                rows = batch["row"]
+                for c in names:
+                    for key, want in expected(ref, c, rows).items():
+                        assert_same(np.asarray(batch[key]), want, f"rank {rank} {key}")
+                seen.extend(rows.tolist())
+    assert len(seen) == 7 * 33 == len(set(seen))  # within one epoch: each row once
