@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
@@ -22,8 +24,8 @@ from _table_battery import (
     write_arrow,
     write_parquet,
 )
-from headrace.errors import FormatError
-from headrace.formats import TableSource
+from headrace.errors import ConfigError, FormatError
+from headrace.formats import TableSource, TokenSource, table_token_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -156,3 +158,36 @@ def test_every_column_type_on_s3_through_the_disk_cache(
     for _ in range(2):
         check_source(url, ref, NAMES, store_options=options(s3), cache_dir=tmp_path / "cache")
     assert any((tmp_path / "cache").rglob("*"))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+@pytest.mark.parametrize("column", ["ids", "large_ids", "u16_ids"])
+def test_packed_token_lists_on_s3_after_columns_of_every_layout(
+    s3: S3Fixture, put: Put, stream: bool, column: str, tmp_path: Path
+) -> None:
+    # Packing finds a column's values by counting the buffers of the columns before it
+    # in each record batch header: every layout it can step over lies before it here.
+    left_out = {f"x-{k}": v for k, v in REFUSED.items() if k != "string_view"}
+    table = pa.table({**left_out, column: TABLE.column(column), "i64": TABLE.column("i64")})
+    path = write_arrow(tmp_path / "p.arrow", table, stream=stream)
+    url = put(path, f"packed-{column}-{stream}")
+    tokens = pc.list_flatten(read_reference(path).column(column)).to_numpy()
+    context = 16
+    for where, kw in ((str(path), {}), (url, {"store_options": options(s3)})):
+        files = table_token_files(where, column, **kw)  # type: ignore[arg-type]
+        assert files[0].num_tokens == tokens.size and files[0].dtype == tokens.dtype
+        src = TokenSource(files, context=context, window_bytes=16384, block_bytes=4096, **kw)  # type: ignore[arg-type]
+        samples = np.arange(2 * src.samples_per_epoch, dtype=np.int64)
+        _, starts = src.starts(0, samples)
+        got = src.read(0, samples)
+        for i, at in enumerate(starts.tolist()):
+            assert np.array_equal(got["x"][i], tokens[at : at + context]), (where, i)
+            assert np.array_equal(got["y"][i], tokens[at + 1 : at + context + 1]), (where, i)
+        src.close()
+    with pytest.raises(ConfigError, match=r"a column before 'ids' has a layout packing cannot"):
+        views = pa.table({"v": REFUSED["string_view"], "ids": TABLE.column("ids")})
+        table_token_files(
+            put(write_arrow(tmp_path / "v.arrow", views), "packed-views"),
+            "ids",
+            store_options=options(s3),
+        )
