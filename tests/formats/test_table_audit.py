@@ -285,8 +285,19 @@ def test_null_list_items_are_refused_by_row(kind: str, column: str, tmp_path: Pa
         {"data_page_size": 64, "write_page_index": True, "use_dictionary": False},
         {"data_page_size": 100, "data_page_version": "2.0", "compression": "zstd"},
         {"use_byte_stream_split": ["f16", "f32", "f64"], "use_dictionary": False},
+        # As other writers (Spark, Rust) leave them: no Arrow schema stored, so types
+        # come from Parquet's own (uint8 as an annotated INT32, large_string as string).
+        {"store_schema": False, "version": "1.0"},
+        {"store_schema": False, "use_compliant_nested_type": False, "write_statistics": False},
     ],
-    ids=["small-pages", "page-index-plain", "pages-v2-zstd", "byte-stream-split"],
+    ids=[
+        "small-pages",
+        "page-index-plain",
+        "pages-v2-zstd",
+        "byte-stream-split",
+        "no-arrow-schema-1.0",
+        "no-arrow-schema-legacy-lists",
+    ],
 )
 @pytest.mark.parametrize("chunks", [(257,), (1, 256), (128, 129)])
 def test_parquet_pages_of_every_column_type_read_as_pyarrow_reads_them(
