@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from headrace.errors import FormatError
 from headrace.formats import TableSource
 
 N = 257  # rows: row groups and record batches of uneven sizes end anywhere
@@ -104,6 +105,38 @@ def read_names(table: pa.Table) -> list[str]:
         else:
             out.append(f.name)
     return out
+
+
+def boundary_rows(n: int, chunks: Sequence[int] = CHUNKS) -> list[int]:
+    """The first row, and each chunk's last and the next one's first, of ``n`` rows."""
+    ends = [int(e) for e in np.cumsum(chunks) if 0 < e < n]
+    return sorted({0, *(e - 1 for e in ends), *ends})
+
+
+def with_nulls(table: pa.Table, column: str, rows: Sequence[int]) -> pa.Table:
+    """``table`` with top-level ``column`` null at ``rows`` (a dictionary column decoded)."""
+    col = table.column(column).combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    mask = np.zeros(len(table), bool)
+    mask[list(rows)] = True
+    nulled = pc.if_else(pa.array(mask), pa.nulls(len(table), col.type), col)
+    return table.set_column(table.schema.get_field_index(column), column, nulled)
+
+
+def refused_rows(path: str | Path, column: str, **kw: Any) -> list[int]:
+    """The rows a TableSource refuses, each read alone, naming ``column``."""
+    src = TableSource(str(path), columns=[column], width=WIDTH, shuffle="full", **kw)
+    rows = src.starts(0, np.arange(len(src), dtype=np.int64))[1]
+    refused = []
+    for s, r in enumerate(rows.tolist()):
+        try:
+            src.read(0, np.array([s], np.int64))
+        except FormatError as exc:
+            assert f"column {column!r}" in str(exc), exc
+            refused.append(r)
+    src.close()
+    return sorted(refused)
 
 
 def write_parquet(path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS, **kw: Any) -> Path:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 
@@ -19,11 +18,14 @@ from _table_battery import (
     REFUSED,
     WIDTH,
     assert_same,
+    boundary_rows,
     check_source,
     expected,
     full_table,
     read_names,
     read_reference,
+    refused_rows,
+    with_nulls,
     write_arrow,
     write_parquet,
 )
@@ -158,19 +160,6 @@ def test_dictionary_deltas_of_arrow_ipc_read_as_pyarrow_reads_them(
     check_source(path, read_reference(path), ["cat", "i"])
 
 
-def _nulls_at_boundaries(column: str) -> tuple[pa.Table, list[int]]:
-    """TABLE with ``column`` null at the first row, each chunk's last and the next's first."""
-    ends = [int(e) for e in np.cumsum(CHUNKS) if 0 < e < len(TABLE)]
-    rows = sorted({0, *(e - 1 for e in ends), *ends})
-    col = TABLE.column(column).combine_chunks()
-    mask = np.zeros(len(TABLE), bool)
-    mask[rows] = True
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    nulled = pc.if_else(pa.array(mask), pa.nulls(len(TABLE), col.type), col)
-    return TABLE.set_column(TABLE.schema.get_field_index(column), column, nulled), rows
-
-
 NULLABLE = ["i8", "u64", "f16", "flag", "text", "large_blob", "ids", "large_ids", "vec", "cat"]
 
 
@@ -179,7 +168,8 @@ NULLABLE = ["i8", "u64", "f16", "flag", "text", "large_blob", "ids", "large_ids"
 def test_null_rows_at_chunk_boundaries_are_refused_naming_them(
     kind: str, column: str, tmp_path: Path
 ) -> None:
-    t, rows = _nulls_at_boundaries(column)
+    rows = boundary_rows(len(TABLE))
+    t = with_nulls(TABLE, column, rows)
     path = _write(kind, tmp_path / "n", t)
     named = ", ".join(map(str, rows))
     if kind == "parquet" and column in ("ids", "large_ids", "vec"):
@@ -217,38 +207,16 @@ def test_types_headrace_cannot_convert_are_refused_by_name(
     check_source(path, read_reference(path), ["i64"], seeds=(0,))  # left out, the rest reads
 
 
-def _refused_rows(path: Path, column: str) -> list[int]:
-    """The rows a TableSource refuses, each read alone (``[]``: refused when opened)."""
-    src = TableSource(path, columns=[column], width=24, shuffle="full")
-    rows = src.starts(0, np.arange(len(src), dtype=np.int64))[1]
-    refused = []
-    for s, r in enumerate(rows.tolist()):
-        try:
-            src.read(0, np.array([s], np.int64))
-        except FormatError as exc:
-            assert f"column {column!r}" in str(exc), exc
-            refused.append(r)
-    src.close()
-    return sorted(refused)
-
-
 @pytest.mark.parametrize("column", ["i32", "f32", "flag", "text", "ids", "cat", "st.a"])
 def test_null_rows_of_parquet_without_statistics_are_refused_each_as_read(
     column: str, tmp_path: Path
 ) -> None:
     # No statistics: nothing to refuse them by at open; read, each null row is refused
     # (and no other), never read as a 0 or an empty list.
-    top = column.split(".")[0]
-    col = TABLE.column(top).combine_chunks()
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
     nulls = [0, 60, 61, 200]
-    mask = np.zeros(len(TABLE), bool)
-    mask[nulls] = True
-    col = pc.if_else(pa.array(mask), pa.nulls(len(TABLE), col.type), col)
-    t = TABLE.set_column(TABLE.schema.get_field_index(top), top, col)
+    t = with_nulls(TABLE, column.split(".")[0], nulls)
     path = write_parquet(tmp_path / "n.parquet", t, write_statistics=False)
-    assert _refused_rows(path, column) == nulls
+    assert refused_rows(path, column) == nulls
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -269,7 +237,7 @@ def test_null_list_items_are_refused_by_row(kind: str, column: str, tmp_path: Pa
     )
     path = _write(kind, tmp_path / "n", t, (1, 40, 59))
     if kind == "parquet":  # Parquet statistics do not count them: refused as read
-        assert _refused_rows(path, column) == nulls
+        assert refused_rows(path, column) == nulls
     else:
         with pytest.raises(
             FormatError,
