@@ -171,6 +171,17 @@ def write_arrow(
     return path
 
 
+#: the file kinds of the battery: Parquet, Arrow IPC file, Arrow IPC stream
+KINDS = ("parquet", "arrow", "stream")
+
+
+def write(kind: str, path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS) -> Path:
+    """``table`` as a file of ``kind`` (one of KINDS) at ``path`` with its suffix."""
+    if kind == "parquet":
+        return write_parquet(path.with_suffix(".parquet"), table, chunks)
+    return write_arrow(path.with_suffix(".arrow"), table, chunks, stream=kind == "stream")
+
+
 def read_reference(path: str | Path) -> pa.Table:
     """The file as pyarrow reads it, whatever its format."""
     p = str(path)

@@ -16,6 +16,7 @@ from s3util import store_options as options
 
 from _table_battery import (
     CHUNKS,
+    KINDS,
     REFUSED,
     boundary_rows,
     check_source,
@@ -24,8 +25,8 @@ from _table_battery import (
     read_reference,
     refused_rows,
     with_nulls,
+    write,
     write_arrow,
-    write_parquet,
 )
 from headrace.errors import ConfigError, FormatError
 from headrace.formats import TableSource, TokenSource, table_token_files
@@ -39,13 +40,10 @@ pytestmark = [
 Put = Callable[[Path, str], str]
 TABLE = full_table(seed=1)
 NAMES = read_names(TABLE)
-KINDS = ["parquet", "arrow", "stream"]
 
 
 def _write(kind: str, path: Path, table: pa.Table, chunks: tuple[int, ...] = CHUNKS) -> Path:
-    if kind == "parquet":
-        return write_parquet(path.with_suffix(".parquet"), table, chunks)
-    return write_arrow(path.with_suffix(".arrow"), _decoded(table), chunks, stream=kind == "stream")
+    return write(kind, path, table if kind == "parquet" else _decoded(table), chunks)
 
 
 def _decoded(table: pa.Table) -> pa.Table:
