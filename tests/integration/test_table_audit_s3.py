@@ -18,8 +18,11 @@ from _table_battery import (
     CHUNKS,
     KINDS,
     REFUSED,
+    WIDTH,
+    assert_same,
     boundary_rows,
     check_source,
+    expected,
     full_table,
     read_names,
     read_reference,
@@ -30,6 +33,7 @@ from _table_battery import (
 )
 from headrace.errors import ConfigError, FormatError
 from headrace.formats import TableSource, TokenSource, table_token_files
+from headrace.pipeline import Loader
 
 pytestmark = [
     pytest.mark.integration,
@@ -211,3 +215,45 @@ def test_null_rows_at_chunk_boundaries_on_s3_are_refused_by_row(
     else:  # Parquet statistics do not count a list's nulls: refused as read
         assert kind == "parquet" and column in ("ids", "vec"), found
         assert found == rows
+
+
+@pytest.mark.parametrize("host_order", ["plan", "address"])
+@pytest.mark.parametrize("shuffle", ["none", "full", "window"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_loader_batches_on_s3_with_read_ahead_hold_the_rows_they_name(
+    s3: S3Fixture, put: Put, kind: str, shuffle: str, host_order: str, tmp_path: Path
+) -> None:
+    # The loader's read-ahead fetches row groups (sub-windows) before their batches:
+    # a column of row numbers says which rows each batch holds.
+    t = TABLE.append_column("row", pa.array(np.arange(len(TABLE), dtype=np.int64)))
+    path = _write(kind, tmp_path / "t", t)
+    url = put(path, f"loader-{kind}")
+    ref = read_reference(path)
+    names = [*NAMES, "row"]
+    seen = []
+    for rank in range(2):
+        src = TableSource(
+            url,
+            columns=names,
+            width=WIDTH,
+            shuffle=shuffle,  # type: ignore[arg-type]
+            window_rows=50,
+            store_options=options(s3),
+        )
+        loader = Loader(
+            src,
+            batch_size=32,
+            seed=2,
+            rank=rank,
+            world_size=2,
+            host_order=host_order,  # type: ignore[arg-type]
+            steps=8,
+        )
+        with loader:
+            for batch in loader:
+                rows = batch["row"]
+                for c in names:
+                    for key, want in expected(ref, c, rows).items():
+                        assert_same(np.asarray(batch[key]), want, f"rank {rank} {key}")
+                seen.extend(rows.tolist())
+    assert len(seen) == 8 * 32 == len(set(seen))  # within one epoch: each row once
