@@ -5,6 +5,7 @@ and its S3 twin in tests/integration)."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -271,11 +272,14 @@ def check_source(
     pad_side: str = "right",
     pad_values: dict[str, int] | None = None,
     shuffles: Sequence[str] = SHUFFLES,
+    pickled: bool = False,
     **kw: Any,
 ) -> int:
     """Read every shuffle mode and batch size of a TableSource over ``path`` (reading
-    ``names``, ``kw`` to it) for an epoch's worth of samples, and compare each batch with
-    ``ref`` (pyarrow's reading) at the rows the source chose; returns the rows checked."""
+    ``names``, ``kw`` to it; ``pickled``: a pickled copy of it) for an epoch's worth of
+    samples, and compare each batch with ``ref`` (pyarrow's reading) at the rows the
+    source chose (lists and strings padded as ``width``, ``pad_side``, ``pad_values``
+    say); returns the rows checked."""
     pads = pad_values or {}
 
     def expect(c: str, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -293,6 +297,10 @@ def check_source(
             window_rows=50,
             **kw,
         )
+        if pickled:  # as a DataLoader worker gets it
+            copy = pickle.loads(pickle.dumps(src))
+            src.close()
+            src = copy
         try:
             n = len(src)
             assert n == ref.num_rows, f"{shuffle}: {n} rows, pyarrow {ref.num_rows}"

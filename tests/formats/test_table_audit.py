@@ -62,6 +62,12 @@ def test_every_column_type_reads_as_pyarrow_reads_it(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_pickled_source_reads_as_pyarrow_reads_it(battery: dict[str, Path], kind: str) -> None:
+    path = battery[kind]
+    check_source(path, read_reference(path), NAMES, pickled=True, seeds=(5,))
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_empty_table_is_refused_and_an_empty_file_beside_others_is_read_around(
     kind: str, tmp_path: Path
 ) -> None:

@@ -88,6 +88,7 @@ def test_every_column_type_on_s3_reads_as_pyarrow_reads_it(
     url = put(path, f"{kind}-{sliced}")
     ref = read_reference(path)
     assert check_source(url, ref, NAMES, store_options=options(s3)) > ref.num_rows
+    check_source(url, ref, NAMES, store_options=options(s3), pickled=True, seeds=(5,))
 
 
 @pytest.mark.parametrize("kind", KINDS)
