@@ -79,6 +79,24 @@ def full_table(seed: int = 0) -> pa.Table:
     return pa.table(cols)
 
 
+def empty_items_table() -> pa.Table:
+    """Strings, binaries and lists whose every row in whole chunks of CHUNKS is empty:
+    record batches, row groups and sub-windows with no values at all."""
+    empty = np.zeros(N, bool)
+    empty[1:64] = empty[164:] = True  # chunks (1, 60, 0, 3) and (93, 0)
+    return pa.table(
+        {
+            "text": pa.array(["" if e else f"x{i}" for i, e in enumerate(empty)]),
+            "blob": pa.array([b"" if e else b"\x00\x01" for e in empty], pa.large_binary()),
+            "ids": pa.array([[] if e else [i] for i, e in enumerate(empty)], pa.list_(pa.int32())),
+            "lids": pa.array(
+                [[] if e else [i] for i, e in enumerate(empty)], pa.large_list(pa.uint64())
+            ),
+            "i": np.arange(N),
+        }
+    )
+
+
 #: columns of types headrace refuses to convert (left out, the others read)
 REFUSED = {
     "timestamp": pa.array(np.arange(N).astype("M8[ms]"), pa.timestamp("ms")),

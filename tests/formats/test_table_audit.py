@@ -21,6 +21,7 @@ from _table_battery import (
     assert_same,
     boundary_rows,
     check_source,
+    empty_items_table,
     expected,
     full_table,
     read_names,
@@ -59,6 +60,15 @@ def test_every_column_type_reads_as_pyarrow_reads_it(
     path = battery[kind + variant]
     ref = read_reference(path)
     assert check_source(path, ref, NAMES) > ref.num_rows
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_chunks_of_empty_strings_and_lists_read_as_pyarrow_reads_them(
+    kind: str, tmp_path: Path
+) -> None:
+    t = empty_items_table()
+    path = write(kind, tmp_path / "e", t)
+    check_source(path, read_reference(path), t.column_names)
 
 
 @pytest.mark.parametrize("kind", KINDS)

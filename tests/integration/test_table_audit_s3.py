@@ -22,6 +22,7 @@ from _table_battery import (
     assert_same,
     boundary_rows,
     check_source,
+    empty_items_table,
     expected,
     full_table,
     read_names,
@@ -89,6 +90,15 @@ def test_every_column_type_on_s3_reads_as_pyarrow_reads_it(
     ref = read_reference(path)
     assert check_source(url, ref, NAMES, store_options=options(s3)) > ref.num_rows
     check_source(url, ref, NAMES, store_options=options(s3), pickled=True, seeds=(5,))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_chunks_of_empty_strings_and_lists_on_s3(
+    s3: S3Fixture, put: Put, kind: str, tmp_path: Path
+) -> None:
+    t = empty_items_table()
+    path = _write(kind, tmp_path / "e", t)
+    check_source(put(path, f"empty-{kind}"), t, t.column_names, store_options=options(s3))
 
 
 @pytest.mark.parametrize("kind", KINDS)
