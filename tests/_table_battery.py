@@ -171,10 +171,17 @@ def write_parquet(path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS, *
 
 
 def write_arrow(
-    path: Path, table: pa.Table, chunks: Sequence[int] = CHUNKS, *, stream: bool = False
+    path: Path,
+    table: pa.Table,
+    chunks: Sequence[int] = CHUNKS,
+    *,
+    stream: bool = False,
+    compression: str | None = None,
 ) -> Path:
-    """``table`` in record batches of ``chunks`` rows (each a slice: non-zero offsets)."""
-    with (ipc.new_stream if stream else ipc.new_file)(path, table.schema) as w:
+    """``table`` in record batches of ``chunks`` rows (each a slice: non-zero offsets),
+    their buffers compressed with ``compression`` (``"lz4"``, ``"zstd"``)."""
+    options = ipc.IpcWriteOptions(compression=compression)
+    with (ipc.new_stream if stream else ipc.new_file)(path, table.schema, options=options) as w:
         at = 0
         for n in chunks:
             part = table.slice(at, n)

@@ -92,6 +92,19 @@ def test_every_column_type_on_s3_reads_as_pyarrow_reads_it(
     check_source(url, ref, NAMES, store_options=options(s3), pickled=True, seeds=(5,))
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_compressed_arrow_ipc_on_s3_reads_as_pyarrow_reads_it(
+    s3: S3Fixture, put: Put, stream: bool, compression: str, tmp_path: Path
+) -> None:
+    # Compressed bodies cannot be cut by rows: each record batch is fetched whole.
+    path = write_arrow(
+        tmp_path / "c.arrow", _decoded(TABLE), stream=stream, compression=compression
+    )
+    url = put(path, f"compressed-{compression}-{stream}")
+    check_source(url, read_reference(path), NAMES, store_options=options(s3))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_chunks_of_empty_strings_and_lists_on_s3(
     s3: S3Fixture, put: Put, kind: str, tmp_path: Path
