@@ -63,6 +63,22 @@ def full_table(seed: int = 0) -> pa.Table:
         "large_ids": pa.array([t.astype(np.int64) for t in toks], pa.large_list(pa.int64())),
         "u16_ids": pa.array([t.astype(np.uint16) for t in toks], pa.list_(pa.uint16())),
         "f16_list": pa.array([t.astype(np.float16) for t in toks], pa.list_(pa.float16())),
+        "i8_list": pa.array(
+            [np.resize(np.array([-128, 127, 0, -1], np.int8), n) for n in lengths],
+            pa.list_(pa.int8()),
+        ),
+        "f64_list": pa.array(
+            [np.resize(np.array([np.nan, -0.0, np.inf, 1e-308]), n) for n in lengths],
+            pa.large_list(pa.float64()),
+        ),
+        "u32_list": pa.array(
+            [np.full(n, 2**32 - 1 - i, np.uint32) for i, n in enumerate(lengths)],
+            pa.list_(pa.uint32()),
+        ),
+        "i64_vec": pa.array(
+            list(rng.integers(-(2**63), 2**63 - 1, (N, 2), dtype=np.int64, endpoint=True)),
+            pa.list_(pa.int64(), 2),
+        ),
         "vec": pa.array(
             list(rng.standard_normal((N, 4)).astype(np.float32)), pa.list_(pa.float32(), 4)
         ),
