@@ -469,9 +469,15 @@ def columns_read(
             continue
         if not (found := _loose(pa, read(p.schema))).equals(expected):
             hint = "" if columns is not None else " (columns=[...] leaves the others out)"
+            difference = schema_difference(found, expected)
+            if difference.startswith("column "):  # a value type: say how to make them one
+                hint += (
+                    "; headrace converts no file's values to another's type: write the "
+                    "column with one type in every file (pyarrow's table.cast, datasets' "
+                    "ds.cast_column)"
+                )
             raise FormatError(
-                f"{p.path}: schema differs from {first.path} "
-                f"({schema_difference(found, expected)}); every file "
+                f"{p.path}: schema differs from {first.path} ({difference}); every file "
                 f"of a table must have the same schema for the columns read{hint}:"
                 f"\n{read(p.schema)}\nvs\n{read(first.schema)}"
             )
