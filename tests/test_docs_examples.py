@@ -269,6 +269,11 @@ def _write_datasets(root: Path) -> None:
     for i in range(8):
         image = synthetic_arrays("png", seed=i, shape=(24, 32, 1 + i % 4))
         write_sample_file("png", root / "crawl" / f"{i:03d}.png", image)
+    # docs/files.md "WebP": still images, RGB and RGBA.
+    (root / "webps").mkdir()
+    for i in range(8):
+        image = synthetic_arrays("webp", seed=i, shape=(24, 32, 3 + i % 2))
+        write_sample_file("webp", root / "webps" / f"{i:03d}.webp", image)
     # docs/files.md "EXIF orientation": phone photos, tagged with each orientation 1-8.
     from PIL import Image
 

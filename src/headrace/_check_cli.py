@@ -33,6 +33,7 @@ _FILE_FORMATS = (
     "jpeg",
     "jpg",
     "png",
+    "webp",
     "npy",
     "npz",
     "hdf5",

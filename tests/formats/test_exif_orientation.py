@@ -135,8 +135,8 @@ def test_file_source_turns_jpegs_upright_when_asked(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"format": "png"}, r"exif_transpose turns JPEGs upright; png files"),
-        ({"format": "npy"}, r"exif_transpose turns JPEGs upright; npy files"),
+        ({"format": "png"}, r"exif_transpose turns JPEGs and WebPs upright; png files"),
+        ({"format": "npy"}, r"exif_transpose turns JPEGs and WebPs upright; npy files"),
         ({"format": "jpeg", "decode": False}, r"exif_transpose=True turns decoded pixels"),
         ({"format": "jpeg", "exif_transpose": 1}, r"exif_transpose must be True or False"),
     ],

@@ -295,7 +295,10 @@ def test_pickled_copies_and_worker_processes_convert_the_same(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"format": "npy", "image_mode": "RGB"}, r"image_mode converts JPEG and PNG pixels; npy"),
+        (
+            {"format": "npy", "image_mode": "RGB"},
+            r"image_mode converts JPEG, PNG and WebP pixels; npy",
+        ),
         (
             {"format": "png", "image_mode": "L", "decode": False},
             r"image_mode='L' converts decoded pixels; decode=False",

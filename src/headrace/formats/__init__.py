@@ -21,7 +21,7 @@ from headrace.formats._files import (
     write_sample_file,
 )
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
-from headrace.formats._image_encode import encode_jpeg, encode_png
+from headrace.formats._image_encode import encode_jpeg, encode_png, encode_webp
 from headrace.formats._images import IMAGE_MODES, ImageMode, decode_jpeg, decode_png
 from headrace.formats._mds import MDSSource, MDSStats
 from headrace.formats._megatron import (
@@ -45,6 +45,7 @@ from headrace.formats._tables import Table
 from headrace.formats._token_source import TokenSource
 from headrace.formats._token_window import TokenStats
 from headrace.formats._tokens import TOKEN_DTYPES, TokenFile, open_token_file, write_token_sidecar
+from headrace.formats._webp import decode_webp
 
 __all__ = [
     "Buffer",
@@ -86,12 +87,14 @@ __all__ = [
     "decode_npz",
     "decode_png",
     "decode_raw",
+    "decode_webp",
     "encode",
     "encode_hdf5",
     "encode_jpeg",
     "encode_npy",
     "encode_npz",
     "encode_png",
+    "encode_webp",
     "file_format",
     "open_row_file",
     "open_token_file",

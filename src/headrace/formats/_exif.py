@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["apply_orientation", "jpeg_orientation"]
+__all__ = ["apply_orientation", "jpeg_orientation", "tiff_orientation"]
 
 _ORIENTATION = 0x0112
 _SOS = 0xDA  # start of scan: EXIF comes before it
@@ -28,10 +28,14 @@ _NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 def jpeg_orientation(view: memoryview) -> int:
     """The EXIF orientation (1-8) of the JPEG in ``view``; 1 where it has none."""
     exif = _exif_segment(view)
-    if exif is None:
-        return 1
+    return 1 if exif is None else tiff_orientation(exif)
+
+
+def tiff_orientation(tiff: bytes) -> int:
+    """The orientation (1-8) in EXIF's TIFF data ``tiff``; 1 where it has none or is
+    cut short (a WebP's ``EXIF`` chunk holds such data, as a JPEG's APP1 does)."""
     try:
-        return _ifd0_orientation(exif)
+        return _ifd0_orientation(tiff)
     except struct.error:  # cut short
         return 1
 

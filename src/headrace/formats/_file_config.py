@@ -13,7 +13,7 @@ from headrace.formats._file_counts import check_samples_per_file, short_counts
 from headrace.formats._file_list import LocalRead
 from headrace.formats._file_plan import Shuffle, file_shuffle
 from headrace.formats._files import file_format
-from headrace.formats._images import ImageMode, check_image_mode
+from headrace.formats._images import IMAGE_FORMATS, ImageMode, check_image_mode
 from headrace.formats._object_files import check_in_flight
 
 __all__ = [
@@ -80,11 +80,12 @@ class FileSourceConfig:
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
     (a fraction of the files, at least one file) corrupt files raise.
-    ``image_mode`` (JPEG, PNG): ``"L"``, ``"LA"``, ``"RGB"`` or ``"RGBA"`` converts
+    ``image_mode`` (JPEG, PNG, WebP): ``"L"``, ``"LA"``, ``"RGB"`` or ``"RGBA"`` converts
     every image as Pillow's ``Image.open(f).convert(image_mode)`` does (what
     torchvision's default loader does with ``"RGB"``), so a set mixing grey, RGB and
-    RGBA files stacks; ``None`` (default): JPEG as RGB, PNG as stored.
-    ``exif_transpose`` (JPEG): ``True`` turns each image upright as its EXIF
+    RGBA files stacks; ``None`` (default): JPEG as RGB, PNG as stored, WebP as RGB or
+    (with alpha) RGBA.
+    ``exif_transpose`` (JPEG, WebP): ``True`` turns each image upright as its EXIF
     orientation tag says (``PIL.ImageOps.exif_transpose``; a phone's portrait photo
     tagged "rotate 90" comes portrait, height and width swapped); ``False``
     (default, as Pillow and torchvision): pixels as stored.
@@ -162,19 +163,19 @@ class FileSourceConfig:
             raise ConfigError(
                 f"exif_transpose must be True or False (got {self.exif_transpose!r})."
             )
-        if self.exif_transpose and fmt.name != "jpeg":
+        if self.exif_transpose and fmt.name not in ("jpeg", "webp"):
             raise ConfigError(
-                f"exif_transpose turns JPEGs upright; {fmt.name} files are read as stored "
-                "(got exif_transpose=True): leave it out."
+                f"exif_transpose turns JPEGs and WebPs upright; {fmt.name} files are read as "
+                "stored (got exif_transpose=True): leave it out."
             )
         if self.exif_transpose and not self.decode:
             raise ConfigError(
                 "exif_transpose=True turns decoded pixels; decode=False hands over the "
                 "files' bytes: drop one of the two."
             )
-        if self.image_mode is not None and fmt.name not in ("jpeg", "png", "tar"):
+        if self.image_mode is not None and fmt.name not in (*IMAGE_FORMATS, "tar"):
             raise ConfigError(
-                f"image_mode converts JPEG and PNG pixels; {fmt.name} files are not images "
+                f"image_mode converts JPEG, PNG and WebP pixels; {fmt.name} files are not images "
                 f"(got image_mode={self.image_mode!r}): leave it out."
             )
         if self.image_mode is not None and not self.decode:
@@ -219,7 +220,7 @@ class FileSourceConfig:
             check_in_flight(self.in_flight)
         if self.decode_threads is not None and self.decode_threads < 0:
             raise ConfigError(f"decode_threads must be >= 0 (got {self.decode_threads}).")
-        if several and fmt.name in ("jpeg", "png", "raw"):
+        if several and fmt.name in (*IMAGE_FORMATS, "raw"):
             raise ConfigError(
                 f"{fmt.name} files hold one sample each (got samples_per_file={short_counts(spf)})."
             )

@@ -44,7 +44,7 @@ from headrace.formats._array_record import decode_array_record
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._image_slots import ImageSlots
-from headrace.formats._images import ImageMode
+from headrace.formats._images import IMAGE_FORMATS, ImageMode
 from headrace.formats._npy import decode_npy_rows
 from headrace.formats._sparse import SparseImage
 from headrace.formats._tar import TarIndex, decode_tar
@@ -72,8 +72,8 @@ def decode_file(
     tar_index: TarIndex | None = None,
     verify: bool = True,
 ) -> Sample:
-    """Every array of one file, by output key (``image_mode``: JPEG and PNG only;
-    ``exif_transpose``: JPEG only; ``out``: where a JPEG or PNG is decoded when it
+    """Every array of one file, by output key (``image_mode``: JPEG, PNG and WebP only;
+    ``exif_transpose``: JPEG and WebP only; ``out``: where a JPEG or PNG is decoded when it
     fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so. Tar:
@@ -151,7 +151,7 @@ def decode_file(
     got = fmt.decoder(data, name=name, **options)
     if isinstance(got, Mapping):
         return dict(got)
-    key = "image" if fmt.name in ("jpeg", "png") else "data"
+    key = "image" if fmt.name in IMAGE_FORMATS else "data"
     return {key: got}
 
 

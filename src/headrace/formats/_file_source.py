@@ -39,7 +39,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format, formats_by_extension
 from headrace.formats._hdf5_ranges import RangedHdf5
 from headrace.formats._image_slots import ImageSlots
-from headrace.formats._images import PNG16_PART
+from headrace.formats._images import IMAGE_FORMATS, PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._row_plan import retry_rows
 from headrace.formats._tar import TarIndex
@@ -494,7 +494,7 @@ class FileSource(Closing):
         c = self.config
         if not c.decode:
             return ("bytes",)
-        if self.format.name in ("jpeg", "png"):
+        if self.format.name in IMAGE_FORMATS:
             return ("image",)
         return tuple(c.datasets) if c.datasets else ("data",)
 
@@ -526,7 +526,7 @@ class FileSource(Closing):
             if not ahead:
                 ahead = self._next_files(seed, samples, need, order[-1])
             self.window.plan(order + ahead)
-            if self.config.decode and self.format.name in ("jpeg", "png") and not self._rows:
+            if self.config.decode and self.format.name in IMAGE_FORMATS and not self._rows:
                 # One image per file: each file's image goes to the slot of its first sample.
                 slots = ImageSlots(len(samples))
                 at = {f: k for k, f in reversed(list(enumerate(files.tolist())))}

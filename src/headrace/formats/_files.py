@@ -37,12 +37,13 @@ from headrace.errors import ConfigError
 from headrace.formats._array_record import decode_array_record, refuse_writing
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
-from headrace.formats._image_encode import encode_jpeg, encode_png
-from headrace.formats._images import decode_jpeg, decode_png
+from headrace.formats._image_encode import encode_jpeg, encode_png, encode_webp
+from headrace.formats._images import IMAGE_FORMATS, decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
 from headrace.formats._tar import decode_tar, encode_tar
 from headrace.formats._tfrecord import decode_tfrecord, encode_tfrecord
+from headrace.formats._webp import decode_webp
 
 __all__ = [
     "FILE_FORMATS",
@@ -114,6 +115,10 @@ def _encode_png(arrays: Arrays, *, compress_level: int = 6) -> bytes:
     return encode_png(_one(arrays, "png"), compress_level=compress_level)
 
 
+def _encode_webp(arrays: Arrays, *, quality: int | None = None) -> bytes:
+    return encode_webp(_one(arrays, "webp"), quality=quality)
+
+
 def _encode_hdf5(arrays: Arrays, *, chunks: bool = False, compression: str | None = None) -> bytes:
     return encode_hdf5(_many(arrays), chunks=chunks, compression=compression)
 
@@ -154,6 +159,13 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             extensions=(".png",),
             decoder=decode_png,
             encoder=_encode_png,
+            zero_copy=False,
+        ),
+        FileFormat(
+            name="webp",
+            extensions=(".webp",),
+            decoder=decode_webp,
+            encoder=_encode_webp,
             zero_copy=False,
         ),
         FileFormat(
@@ -272,7 +284,7 @@ def synthetic_arrays(
     if samples_per_file < 1:
         raise ConfigError(f"samples_per_file must be >= 1 (got {samples_per_file=})")
     rng = np.random.default_rng(seed)
-    if f.name in ("jpeg", "png"):
+    if f.name in IMAGE_FORMATS:
         if samples_per_file != 1:
             raise ConfigError(f"{f.name} holds one image per file (got {samples_per_file=})")
         h, w = shape[0], shape[1]

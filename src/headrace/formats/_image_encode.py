@@ -1,4 +1,4 @@
-"""JPEG and PNG encoding: deterministic bytes for a dataset's files and the tests.
+"""JPEG, PNG and WebP encoding: deterministic bytes for a dataset's files and the tests.
 
 The same array gives the same bytes (simplejpeg, or Pillow, at a fixed quality; Pillow's
 PNG at a fixed compression level); 16-bit colour PNGs, which Pillow cannot write, are
@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError
 from headrace.formats import _images  # its Pillow import and PNG signature
 
-__all__ = ["encode_jpeg", "encode_png"]
+__all__ = ["encode_jpeg", "encode_png", "encode_webp"]
 
 try:
     import simplejpeg as _simplejpeg
@@ -66,6 +66,30 @@ def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
     pil = _images._pil().fromarray(img.astype("<u2") if img.dtype == np.uint16 else img)
     buf = io.BytesIO()
     pil.save(buf, "PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+def encode_webp(image: NDArray[np.uint8], *, quality: int | None = None) -> bytes:
+    """WebP bytes of an ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or ``(H, W, 4)`` uint8
+    image (grey is stored as RGB, as WebP has no grey): lossless by default, every
+    pixel kept (RGB under transparent pixels too); ``quality`` (0-100): lossy."""
+    if quality is not None and not 0 <= quality <= 100:
+        raise ConfigError(f"WebP quality must be in 0..100 or None, lossless (got {quality=})")
+    img = np.ascontiguousarray(image)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.dtype != np.uint8 or not (img.ndim == 2 or img.shape[2] in (3, 4)):
+        raise ConfigError(
+            f"WebP needs a uint8 HxW or HxWxC image, C in (1, 3, 4) (got {img.dtype} {img.shape})"
+        )
+    pil = _images._pil().fromarray(img)
+    if pil.mode == "L":
+        pil = pil.convert("RGB")
+    buf = io.BytesIO()
+    if quality is None:
+        pil.save(buf, "WEBP", lossless=True, exact=True)
+    else:
+        pil.save(buf, "WEBP", quality=quality)
     return buf.getvalue()
 
 

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._images import ImageMode, Layout, jpeg_layout, png_layout
+from headrace.formats._webp import is_webp, webp_layout
 
 __all__ = ["ImageSlots", "image_layout"]
 
@@ -37,9 +38,12 @@ _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 def image_layout(
     data: Buffer, *, fmt: str, mode: ImageMode | None, exif_transpose: bool, name: str
 ) -> Layout | None:
-    """What ``data`` will decode to as ``fmt`` (``"jpeg"``, ``"png"``, or ``"auto"``:
-    PNG by its signature, else JPEG, as a table's image column), or ``None``."""
+    """What ``data`` will decode to as ``fmt`` (``"jpeg"``, ``"png"``, ``"webp"``, or
+    ``"auto"``: PNG or WebP by its signature, else JPEG, as a table's image column), or
+    ``None``."""
     view = as_bytes_view(data, name)
+    if fmt == "webp" or (fmt == "auto" and is_webp(view)):
+        return webp_layout(view, mode=mode, exif_transpose=exif_transpose)
     if fmt == "png" or (fmt == "auto" and bytes(view[:8]) == _PNG_SIG):
         return png_layout(view, mode=mode)
     return jpeg_layout(view, mode=mode, exif_transpose=exif_transpose)

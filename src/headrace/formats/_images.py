@@ -1,4 +1,4 @@
-"""JPEG and PNG: strict decoding to ``HxWxC`` uint8 arrays, deterministic encoding.
+"""JPEG and PNG: strict decoding to ``HxWxC`` uint8 arrays (WebP: :mod:`._webp`).
 
 Sample schema
 -------------
@@ -49,6 +49,7 @@ from headrace.formats._exif import apply_orientation, jpeg_orientation
 from headrace.formats._png_stream import check_png_stream
 
 __all__ = [
+    "IMAGE_FORMATS",
     "IMAGE_MODES",
     "PNG16_PART",
     "ImageMode",
@@ -59,6 +60,8 @@ __all__ = [
     "png_layout",
 ]
 
+#: FileSource's formats of one image a file, decoded to ``image``.
+IMAGE_FORMATS = ("jpeg", "png", "webp")
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
 IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
@@ -198,8 +201,8 @@ def _check_jpeg(view: memoryview, name: str) -> None:
         # Pillow would decode these, but a GIF or WebP may be animated: its first frame
         # alone would be a silent truncation, so they are named and refused instead.
         what = (
-            f"; it is a {other} image, and headrace decodes JPEG and PNG only: re-encode it "
-            "as either"
+            f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
+            "re-encode it as one of them"
             if other
             else ", expected SOI marker ff d8"
         )
@@ -247,6 +250,12 @@ def decode_jpeg(
     want: ImageMode = check_image_mode(mode) or "RGB"
     _check_out(out)
     view = as_bytes_view(data, name)
+    if bytes(view[:4]) == b"RIFF" and bytes(view[8:12]) == b"WEBP":
+        # A WebP named .jpg (web crawls hold them): read by its bytes, as Pillow and
+        # torchvision read it, to ``want`` (RGB by default) as the JPEG schema says.
+        from headrace.formats._webp import decode_webp  # it imports this module
+
+        return decode_webp(view, name=name, mode=want, exif_transpose=exif_transpose, out=out)
     # A PNG named .jpg has no JPEG segments: 1, as stored.
     turn = jpeg_orientation(view) if exif_transpose else 1
     arr = _decode_jpeg(view, name, use_simplejpeg, want, out if turn == 1 else None)
@@ -268,6 +277,10 @@ def jpeg_layout(
     want: ImageMode = mode or "RGB"
     if bytes(view[:8]) == _PNG_SIG:
         return png_layout(view, mode=want)  # a PNG named .jpg: decoded to ``want``
+    if bytes(view[8:12]) == b"WEBP":
+        from headrace.formats._webp import webp_layout  # it imports this module
+
+        return webp_layout(view, mode=want, exif_transpose=exif_transpose)
     if _simplejpeg is None or bytes(view[:2]) != _JPEG_SOI:
         return None
     try:
@@ -436,6 +449,13 @@ def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:
     none. Over twice the limit is refused, as Pillow refuses it."""
     if kind not in image_mod.OPEN:
         image_mod.preinit()  # registers JPEG and PNG, as Image.open does
+    if kind not in image_mod.OPEN:
+        image_mod.init()  # every other plugin (WebP's)
+    if kind not in image_mod.OPEN:
+        raise ConfigError(
+            f"this Pillow ({getattr(image_mod, '__version__', '?')}) cannot open {kind} "
+            "images (built without its library): install a Pillow wheel from PyPI"
+        )
     factory = image_mod.OPEN[kind][0]
     try:
         return factory(BufferReader(view), None)
@@ -507,8 +527,13 @@ def decode_png(
         what = ""
         if other == "JPEG":
             what = "; it is a JPEG image: read the set with format='jpeg' (which reads PNGs too)"
+        elif other == "WebP":
+            what = "; it is a WebP image: read the set with format='webp'"
         elif other:
-            what = f"; it is a {other} image, and headrace decodes JPEG and PNG only: re-encode it"
+            what = (
+                f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
+                "re-encode it"
+            )
         raise FormatError(
             f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}{what}"
         )

@@ -1,14 +1,16 @@
 """Image columns of a table, decoded at batch time as :class:`~headrace.formats.FileSource`
-decodes JPEG and PNG files.
+decodes JPEG, PNG and WebP files.
 
 A Hugging Face ``Image()`` column is a ``struct<bytes: binary, path: string>``
 (:class:`~headrace.formats.Table` reads it as its bytes); a plain binary column may
 hold encoded images too. Each row's bytes are decoded by their signature: a PNG
 (``89 50 4e 47 ...``) as :func:`~headrace.formats._images.decode_png` (as stored,
-or ``image_mode``), anything else as a JPEG (RGB, or ``image_mode``; what is not
-one is refused, naming the file, row and column). A batch's images stack to
-``(B, H, W, C)`` when their shapes and dtypes agree; otherwise the key holds a
-1-D ``object`` array of per-row arrays beside ``<key>_shape`` ``(B, ndim)``, the
+or ``image_mode``), a WebP (``RIFF ... WEBP``) as :func:`~headrace.formats._webp.decode_webp`
+(RGB or RGBA as stored, or ``image_mode``), anything else as a JPEG (RGB, or
+``image_mode``; what is not one is refused, naming the file, row and column). A
+batch's images stack to ``(B, H, W, C)`` when their shapes and dtypes agree;
+otherwise the key holds a 1-D ``object`` array of per-row arrays beside
+``<key>_shape`` ``(B, ndim)``, the
 layout FileSource gives and ``RandomCrop`` and the adapters take.
 """
 
@@ -31,6 +33,7 @@ from headrace.formats._images import (
     decode_png,
 )
 from headrace.formats._ragged import Ragged
+from headrace.formats._webp import decode_webp, is_webp
 from headrace.io._daemon_pool import DaemonPool
 from headrace.io._waits import wait_done
 
@@ -57,6 +60,10 @@ class TableImages:
     ) -> NDArray[Any]:
         """One image's bytes as an ``(H, W, C)`` array (``name``: what errors name;
         ``out``: where it goes if it fits, see :func:`decode_jpeg`)."""
+        if is_webp(data):
+            return decode_webp(
+                data, name=name, mode=self.mode, exif_transpose=self.exif_transpose, out=out
+            )
         if bytes(data[:8]) == _PNG_SIG:
             return decode_png(data, name=name, mode=self.mode, out=out)
         return decode_jpeg(

@@ -36,6 +36,7 @@ from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._images import ImageMode, decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy
+from headrace.formats._webp import decode_webp
 
 __all__ = ["TarIndex", "decode_tar", "encode_tar", "tar_index"]
 
@@ -285,6 +286,8 @@ def _decode_field(
         return decode_jpeg(data, name=name, mode=image_mode)
     if ext == "png":
         return decode_png(data, name=name, mode=image_mode)
+    if ext == "webp":
+        return decode_webp(data, name=name, mode=image_mode)
     if ext == "npy":
         return np.array(decode_npy(data, name=name))  # its own copy, not a view of the shard
     if ext in _INTEGER_FIELDS:
