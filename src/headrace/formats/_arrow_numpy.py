@@ -11,13 +11,25 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["bits", "booleans", "numbers", "valid_rows", "zero_filled"]
+__all__ = ["bits", "booleans", "numbers", "temporal_dtype", "valid_rows", "zero_filled"]
 
 # Arrow's names of the number types (``str(type)``), as NumPy's.
 _DTYPES: dict[str, np.dtype[Any]] = {
     str(t): np.dtype(t)
     for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 } | {"halffloat": np.dtype("f2"), "float": np.dtype("f4"), "double": np.dtype("f8")}
+
+
+def temporal_dtype(typ: Any) -> np.dtype[Any] | None:
+    """NumPy's type of Arrow timestamps, dates and durations (``datetime64`` /
+    ``timedelta64`` of the column's unit; a timestamp's time zone is not kept, its
+    values are UTC as stored, as pyarrow's ``to_numpy`` gives them), else ``None``."""
+    name = str(typ)
+    if name.startswith("timestamp["):
+        return np.dtype(f"M8[{typ.unit}]")
+    if name.startswith("duration["):
+        return np.dtype(f"m8[{typ.unit}]")
+    return {"date32[day]": np.dtype("M8[D]"), "date64[ms]": np.dtype("M8[ms]")}.get(name)
 
 
 def bits(buf: Any, offset: int, n: int) -> NDArray[np.bool_]:
@@ -82,9 +94,15 @@ def _values(arr: Any) -> NDArray[Any] | None:
     ``None`` for other types."""
     if _is_bool(arr):
         return booleans(arr)
-    dtype = _DTYPES.get(str(arr.type))
+    dtype = _DTYPES.get(str(arr.type)) or temporal_dtype(arr.type)
     if dtype is None:
         return None
+    if str(arr.type) == "date32[day]":  # days as int32: NumPy's day counts are 64-bit
+        return _values_as(arr, np.dtype("<i4")).astype(dtype)
+    return _values_as(arr, dtype)
+
+
+def _values_as(arr: Any, dtype: np.dtype[Any]) -> NDArray[Any]:
     data = arr.buffers()[1]
     if data is None:  # an empty array may have no buffer
         return np.empty(0, dtype=dtype)

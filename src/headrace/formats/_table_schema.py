@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import ConfigError, FormatError
+from headrace.formats._arrow_numpy import temporal_dtype
 
 __all__ = [
     "TableColumn",
@@ -185,6 +186,9 @@ def classify_column(
         return TableColumn(
             name=name, arrow_type=str(typ), kind="scalar", dtype=numeric_dtype(pa, typ)
         )
+    when = temporal_dtype(typ)
+    if when is not None:  # timestamps, dates, durations: datetime64 / timedelta64
+        return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=when)
     if t.is_fixed_size_list(typ) and numeric(typ.value_type):
         return TableColumn(
             name=name,
@@ -205,8 +209,8 @@ def classify_column(
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
-        "supported: numbers, fixed_size_list<number>, list<number> (e.g. token ids), "
-        f"string/binary. Leave it out with columns=[...].{hint}"
+        "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number>, "
+        f"list<number> (e.g. token ids), string/binary. Leave it out with columns=[...].{hint}"
     )
 
 
