@@ -311,6 +311,38 @@ SOURCES: dict[str, tuple[Callable[[Path, Any], Any], tuple[Any, ...], Any]] = {
         ("files", "samples"),
         "none",
     ),
+    # The same files read by rows (their headers, then the rows a read asks), not whole.
+    "npy_rows": (
+        lambda r, s: FileSource(
+            r / "npyn", format="npy", samples_per_file="header", shuffle=s, npy_ranges_above=1
+        ),
+        ("samples",),
+        "none",
+    ),
+    "npz_rows": (
+        lambda r, s: FileSource(
+            r / "npz", format="npz", samples_per_file="header", shuffle=s, npz_ranges_above=1
+        ),
+        ("samples",),
+        "none",
+    ),
+    "hdf5_rows": (
+        lambda r, s: FileSource(
+            r / "h5",
+            format="hdf5",
+            samples_per_file="header",
+            shuffle=s,
+            datasets=("x",),
+            hdf5_local_ranges_above=1,
+        ),
+        ("samples",),
+        "none",
+    ),
+    "tfrecord_rows": (
+        lambda r, s: FileSource(r / "tfr", format="tfrecord", shuffle=s, tfrecord_ranges_above=1),
+        ("samples",),
+        "none",
+    ),
     "map_style": (
         lambda r, s: FileSource(
             r / "npyn", format="npy", samples_per_file="header", shuffle=s, mode="map-style"
