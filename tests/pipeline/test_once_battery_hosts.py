@@ -149,3 +149,33 @@ def test_a_mixture_reads_each_source_once_and_resumes_on_any_host_count(
             assert sorted(x for x, _ in ok) == list(range(2 * n)), (world, i)
             once = Counter(identities(sub.read(0, np.arange(n))))
             assert Counter(d for _, d in ok) == Counter(dict.fromkeys(once, 2)), (world, i)
+
+
+@pytest.mark.parametrize(("saved_in", "go_on_in"), [("address", "plan"), ("plan", "address")])
+def test_a_state_of_the_other_host_order_says_the_exact_way_on(
+    root: Path, saved_in: str, go_on_in: str
+) -> None:
+    """Refused (another split of each step), a state of the other host order said until
+    2026-12-04 that going on would repeat and skip samples, as for other data: but both
+    orders read the same samples at every step. The way on it gives now, followed (after a
+    change of batch size too), reads each step's samples of a straight run, none twice."""
+    make = maker(root, "tokens", True)
+    seed = 21
+    _, state = run(make, 10, 2, seed, 3, host_order=saved_in)
+    _, state = run(make, 6, 3, seed, 2, state, host_order=saved_in)  # origin: (3, 30)
+    with Loader(make(), batch_size=6, host_order=go_on_in) as ld:  # type: ignore[arg-type]
+        own = ld.state_dict()
+        with pytest.raises(StateError, match="what differs: host_order") as refused:
+            ld.load_state_dict(state)
+    told = str(refused.value)
+    assert "skipping and repeating nothing" in told
+    assert "{**saved, 'fingerprint': own['fingerprint'], 'parts': own['parts']}" in told
+    assert "some samples repeat" not in told
+    way_on = {**state, "fingerprint": own["fingerprint"], "parts": own["parts"]}
+    went_on, after = run(make, 6, 2, seed, 4, way_on, host_order=go_on_in)
+    assert after["origin"] == state["origin"] == {"step": 3, "sample": 30}
+    src = make()
+    straight = identities(src.read(seed, np.arange(30 + 2 * 6, 30 + 6 * 6)))
+    src.close()
+    for t in range(4):  # each step the straight run's samples, in the other order
+        assert Counter(went_on[t]["rows"]) == Counter(straight[6 * t : 6 * (t + 1)]), t

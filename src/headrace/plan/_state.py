@@ -136,6 +136,18 @@ def _way_on(differ: list[str], step: int) -> str:
             "with image_mode='RGB' (or 'RGBA', 'LA') and load that loader's own "
             f"state_dict() with 'step' set to {step} (docs/files.md, \"16-bit PNGs\")"
         )
+    if differ == ["host_order"]:
+        # Until 2026-12-04 this fell through to the general way on below, which said that
+        # samples would repeat and be skipped: not so, each step's samples are the same set.
+        return (
+            "the one difference is host_order: 'plan' and 'address' read the same samples at "
+            "every step (each host another share of them), so this run can go on at step "
+            f"{step} skipping and repeating nothing: load the saved state with this loader's "
+            "own fingerprint and parts in it, {**saved, 'fingerprint': own['fingerprint'], "
+            "'parts': own['parts']} with own = loader.state_dict() (it keeps the saved seed, "
+            "step and any change of batch size); from then on each host's rows are another "
+            'share of each step (docs/tokens.md, "Hosts on shared storage")'
+        )
     return (
         f"to go on with this data at step {step} (in this data's order: the epoch in "
         "progress is shuffled anew, so some samples repeat and some are skipped), load this "
