@@ -55,7 +55,8 @@ def test_a_state_saved_when_16_bit_pngs_were_8_bits_is_refused(tmp_path: Path) -
     assert "what differs: png16)" in message
     assert 'png16: not set (the default) when the state was saved, "uint16" now' in message
     assert "high bytes as uint8" in message and "image_mode='RGB'" in message
-    assert "'step' set to 1" in message and "the order of samples is the same" in message
+    assert "the order of samples is the same" in message
+    assert "{**saved, 'fingerprint': own['fingerprint'], 'parts': own['parts']}" in message
 
 
 def test_the_way_on_the_refusal_gives_resumes_exactly(tmp_path: Path) -> None:
@@ -67,6 +68,31 @@ def test_the_way_on_the_refusal_gives_resumes_exactly(tmp_path: Path) -> None:
         state["step"] = 2  # the refused state's step, on this loader's own state
         ld.load_state_dict(state)
         assert [batch_digest([b]) for b in ld] == whole[2:]
+
+
+def test_the_way_on_keeps_a_change_of_batch_size(tmp_path: Path) -> None:
+    """Saved after a change of batch size (origin: step 2, after 8 samples), a state of
+    before png16 went on, as the refusal said until 2026-12-04 (this loader's own state
+    with the saved step), at step * batch_size: samples 6-11 again where 8-13 come next.
+    The way on it gives now keeps the origin: the run goes on exactly."""
+    root = _pngs(tmp_path / "png16", n=13)
+    with Loader(FileSource(root, format="png"), batch_size=4, seed=3, steps=2) as ld:
+        list(ld)
+        first = ld.state_dict()
+    with Loader(FileSource(root, format="png"), batch_size=2, seed=3, steps=7) as ld:
+        ld.load_state_dict(first)
+        it = iter(ld)
+        next(it)
+        old = _as_saved_before(ld)  # step 3, origin (2, 8)
+        rest = [batch_digest([b]) for b in it]
+    with Loader(FileSource(root, format="png"), batch_size=2, seed=3, steps=7) as ld:
+        with pytest.raises(StateError, match="what differs: png16"):
+            ld.load_state_dict(old)
+        own = ld.state_dict()
+        ld.load_state_dict({**old, "fingerprint": own["fingerprint"], "parts": own["parts"]})
+        assert [batch_digest([b]) for b in ld] == rest
+        ld.load_state_dict({**own, "step": 3})  # the old way on: another stream
+        assert [batch_digest([b]) for b in ld] != rest
 
 
 def test_image_mode_keeps_the_description_it_had(tmp_path: Path) -> None:

@@ -58,6 +58,8 @@ DEFAULT_LOCAL_IN_FLIGHT = 16
 #: What the default ``in_flight`` may hold: ``in_flight x largest file`` within it
 #: (or within half the memory available, where that is less: :func:`held_budget`).
 DEFAULT_HELD_BYTES = 4 << 30
+#: The last sample number a read may ask for (sample numbers are int64).
+_MAX_SAMPLE = 2**63 - 1
 
 
 def held_words() -> str:
@@ -579,6 +581,11 @@ class FileSource(Closing):
         else:
             n = len(samples)
             if n == 0 or int(samples[-1]) - int(samples[0]) + 1 != n or not self.config.speculate:
+                return []
+            if int(samples[-1]) + n > _MAX_SAMPLE:
+                # The run after it passes the last int64 sample number: no read asks for
+                # it, and ``samples + n`` wrapped negative, which locate() refused, failing
+                # this read (of valid samples) with "sample numbers must be >= 0".
                 return []
             nxt = samples + n
         if len(nxt) == 0:

@@ -104,6 +104,16 @@ def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+#: The way on where the saved run can go on exactly with another description: the saved
+#: state itself (seed, step, origin) under the loader's own fingerprint. Until 2026-12-04
+#: the PNG refusal said "this loader's own state_dict() with 'step' set", which drops an
+#: origin: a state saved after a change of batch size went on at step * batch_size.
+_KEPT = (
+    "{**saved, 'fingerprint': own['fingerprint'], 'parts': own['parts']} with own = "
+    "loader.state_dict() (it keeps the saved seed, step and any change of batch size)"
+)
+
+
 def _way_on(differ: list[str], step: int) -> str:
     """How to go on from ``step`` when the parts ``differ`` (a refusal's last words)."""
     if differ == ["weights"]:
@@ -131,10 +141,20 @@ def _way_on(differ: list[str], step: int) -> str:
             "alpha PNGs to uint16, every bit (since 2026-12-02), where the state may have "
             "been saved by one that read their high bytes as uint8; the order of samples is "
             "the same. If no PNG here is 16-bit colour or grey + alpha, or to go on with "
-            f"the new pixels, load this loader's own state_dict() with 'step' set to {step}: "
-            "with the saved seed it resumes exactly; for the old pixels, make the source "
-            "with image_mode='RGB' (or 'RGBA', 'LA') and load that loader's own "
-            f"state_dict() with 'step' set to {step} (docs/files.md, \"16-bit PNGs\")"
+            "the new pixels, load the saved state with this loader's own fingerprint and "
+            f"parts in it: {_KEPT}; for the old pixels, make the source with "
+            "image_mode='RGB' (or 'RGBA', 'LA') and load the saved state with that "
+            'loader\'s own fingerprint and parts in it (docs/files.md, "16-bit PNGs")'
+        )
+    if differ == ["host_order"]:
+        # Until 2026-12-04 this fell through to the general way on below, which said that
+        # samples would repeat and be skipped: not so, each step's samples are the same set.
+        return (
+            "the one difference is host_order: 'plan' and 'address' read the same samples at "
+            "every step (each host another share of them), so this run can go on at step "
+            f"{step} skipping and repeating nothing: load the saved state with this loader's "
+            f"own fingerprint and parts in it: {_KEPT}; from then on each host's rows are "
+            'another share of each step (docs/tokens.md, "Hosts on shared storage")'
         )
     return (
         f"to go on with this data at step {step} (in this data's order: the epoch in "
