@@ -343,6 +343,35 @@ class _Part:
                 "opened (rewritten or truncated under the run); its data is gone"
             )
 
+    def check_unchanged(self) -> None:
+        """Refuse the rows just read unless the file is still the version opened (its
+        device, inode, size and mtime).
+
+        Asked after the read, by path, as a local FileSource checks its fetches: a
+        write in place that began before or during the read has moved the mtime by
+        now. A mapped Arrow file shows such a write in its pages at once, and a
+        Parquet reader reads its descriptor anew for each row group: both read the
+        new bytes beside the rows read before (until 2026-12-04 only a reopen
+        compared the stamp). A file renamed over is refused as well, though the map
+        still holds the old one: the run fails, as the docs promise, rather than
+        reading the old version while a worker's copy would open the new one. A file
+        deleted leaves the mapped one intact: read on.
+        """
+        try:
+            with in_flight.Waiting("stat", self.path):
+                st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if now != self._stamp:
+            was = self._stamp
+            raise FormatError(
+                f"{self.path}: changed since it was opened ({was[2]} bytes, inode {was[1]}, "
+                f"mtime {was[3]} ns then; {now[2]} bytes, inode {now[1]}, mtime {now[3]} ns "
+                "now: replaced or written to during the run); refusing rows that may mix "
+                "its versions: open the table again to read the new version"
+            )
+
     def span(self, i: int, names: list[str]) -> Any:
         """Span ``i`` as something with ``.column(name)`` giving one Arrow array (the
         caller has checked the file's size: :meth:`check_size`)."""
