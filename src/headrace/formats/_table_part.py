@@ -210,7 +210,7 @@ class _Part:
                 self._open_arrow(head, stamp, known if same else None)
         except StorageError:  # a header's pages the storage failed to read: said so
             raise
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
                     "; pass the folder that holds it"
