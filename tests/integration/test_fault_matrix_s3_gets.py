@@ -6,8 +6,10 @@ victim) meet
 
 - ``slowdown``: 503 SlowDown every time: a ``TransientStorageError`` naming it ("gave
   up"), in bounded time (throttles do not use up attempts, but 4 times as many end it);
-- ``cut-once``: its body cut short once and its connection dropped once: retried, the
-  local batches;
+- ``cut-once``: its body cut short once (the full length said), its connection dropped
+  once and a consistently short body once: retried, the local batches;
+- ``short``: every body consistently short (a server that lies in its headers too): a
+  ``StorageError`` naming it, never the short bytes decoded;
 - ``stall-once``: one GET stalled past the try's timeout: retried, the local batches
   (only the paths whose stall no other test covers: a stall costs a 2 s timeout).
 """
@@ -24,7 +26,7 @@ from test_fault_matrix_s3 import built, upload
 
 from _fault_cases import CASES, read
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import TransientStorageError
+from headrace.errors import StorageError, TransientStorageError
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +34,13 @@ __all__ = ["built"]  # the fixture, shared
 
 FAULTS: dict[str, list[FaultRule]] = {
     "slowdown": [FaultRule(kind="status", status=503)],
-    "cut-once": [FaultRule(kind="truncate", limit=1), FaultRule(kind="drop", limit=1)],
+    # Three faults at most: no GET meets more than its 4 tries allow.
+    "cut-once": [
+        FaultRule(kind="truncate", limit=1),
+        FaultRule(kind="drop", limit=1),
+        FaultRule(kind="short", limit=1),
+    ],
+    "short": [FaultRule(kind="short")],
     "stall-once": [FaultRule(kind="stall", stall_s=STALL_S, limit=1)],
 }
 # A stall costs a 2 s timeout: one ranged path (every ranged GET is a RemoteFile's),
@@ -72,12 +80,13 @@ def test_a_get_fault_on_one_object_is_retried_or_named(
         proxy.set_faults([_aimed(r, match) for r in FAULTS[fault]])
         want = read(local, on)
         t0 = time.monotonic()
-        if fault == "slowdown":
-            with pytest.raises(TransientStorageError) as info:
+        if fault in ("slowdown", "short"):
+            error = TransientStorageError if fault == "slowdown" else StorageError
+            with pytest.raises(error) as info:
                 read(src, on)
             message = str(info.value)
             assert f"{prefix}/{case.victim}" in message, message
-            assert "gave up" in message, message
+            assert ("gave up" if fault == "slowdown" else "short") in message, message
         else:
             assert read(src, on) == want
             assert proxy.stats.faults == sum(r.limit or 0 for r in FAULTS[fault])
