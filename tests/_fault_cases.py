@@ -150,6 +150,12 @@ def _npy(root: Path) -> None:
         np.save(root / f"{i}.npy", rng.standard_normal((16, 32, 64), dtype=np.float32))
 
 
+def _npz(root: Path) -> None:
+    rng = np.random.default_rng(9)
+    for i in range(3):  # stored, not deflated: read by rows
+        np.savez(root / f"{i}.npz", x=rng.standard_normal((16, 32, 64), dtype=np.float32))
+
+
 CASES: dict[str, Case] = {
     "tar-samples": Case(_tars, _files("tar", shuffle="samples"), "shard-00002.tar", _by_files),
     "tar-files": Case(_tars, _files("tar", shuffle="files"), "shard-00002.tar", _by_files),
@@ -177,6 +183,12 @@ CASES: dict[str, Case] = {
         _arrow, _arrow_open, "data-00001-of-00003.arrow", _by_rows(ARROW_ROWS, 1), "pyarrow"
     ),
     "png-files": Case(_pngs, _files("png", shuffle="files"), "img-4.png", _by_files, "PIL"),
+    "npz-rows": Case(
+        _npz,
+        _files("npz", samples_per_file=16, shuffle="samples", npz_ranges_above=0),
+        "1.npz",
+        _by_files,
+    ),
     "npy-rows": Case(
         _npy,
         _files("npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0),

@@ -3,8 +3,8 @@
 Read paths (tests/_fault_cases.py): tar and TFRecord shards by members/records (ranged
 GETs after the header walk) and whole (``shuffle="files"``), ArrayRecord by chunks, MDS
 shards plain and zstd-compressed, Arrow IPC files under a TableSource, PNG files whole,
-and NPY rows by ranges. Once the source is open and has read other objects clean, one
-object (the victim) is
+and NPY and NPZ rows by ranges. Once the source is open and has read other objects
+clean, one object (the victim) is
 
 - ``replaced``: written again with as many bytes, other ones (a new ETag);
 - ``resized``: written again one byte longer;
