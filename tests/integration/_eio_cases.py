@@ -386,6 +386,10 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
             shuffle="window",
             window_rows=2048,
         )
+    elif what == "mds":  # compressed shards: the next window's decompressed ahead
+        from headrace.formats import MDSSource
+
+        src = MDSSource(mnt / "mdszstd", shuffle="window", window_rows=SHARD_SAMPLES)
     elif what == "tokens":
         src: Any = TokenSource(
             mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, block_bytes=256 << 10
@@ -442,6 +446,7 @@ CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
     "loader-tokens": lambda m: loader(m, "tokens"),
     "loader-rows": lambda m: loader(m, "rows"),
     "loader-arrow": lambda m: loader(m, "arrow"),
+    "loader-mds": lambda m: loader(m, "mds"),
 }
 
 

@@ -64,6 +64,7 @@ FAILING: dict[str, str] = {
     "loader-tokens": "tokens.bin",
     "loader-rows": "rows.npy",
     "loader-arrow": "stream-values.arrow",
+    "loader-mds": "mdszstd/shard.00001.mds.zstd",
 }
 NO_RANGE: set[str] = set()
 OPEN_FAILS = {"arrow-stream-header", "tar-samples", "tfrecord-samples"}
