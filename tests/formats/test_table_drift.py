@@ -64,6 +64,36 @@ def test_a_file_rewritten_between_loaders_is_refused_not_read(
             assert loader.batch_at(1)["x"].tolist() == list(range(8, 16))
 
 
+@pytest.mark.parametrize("how", ["rename", "in place"])
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_file_rewritten_while_open_is_refused_at_its_next_read(
+    tmp_path: Path, suffix: str, how: str
+) -> None:
+    # Until 2026-12-04 only a reopen compared the file's stamp: within one open, a mapped
+    # Arrow file written in place showed its new values in its pages at once, and a
+    # Parquet reader read its new row groups, beside the rows read before.
+    path = tmp_path / f"t{suffix}"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    _write(path, 1000, how)
+    with pytest.raises(
+        FormatError, match=rf"t\{suffix}: changed since it was opened.*during the run"
+    ):
+        src.read(0, np.arange(16, 24))  # a row group not read yet
+    src.close()
+
+
+def test_a_file_deleted_while_open_and_mapped_reads_on(tmp_path: Path) -> None:
+    path = tmp_path / "t.arrow"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    path.unlink()  # the map holds the version opened
+    assert src.read(0, np.arange(16, 24))["x"].tolist() == list(range(16, 24))
+    src.close()
+
+
 def _stream(path: Path, first: int) -> None:
     table = pa.table({"x": pa.array(np.arange(64, dtype=np.int64) + first)})
     with pa.ipc.new_stream(path.with_name("tmp"), table.schema) as w:

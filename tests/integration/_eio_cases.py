@@ -154,15 +154,87 @@ def build(src: Path) -> list[str]:
     specs.append(f"t.parquet:{lo}-{lo + 1}")
 
     _files(src, rng)
-    for kind in ("npy", "npz", "jpeg", "hdf5"):
+    for kind in ("npy", "npz", "jpeg", "hdf5", "png"):
         specs.append(f"{kind}/f{BAD_FILE:03d}.*")
+    specs += _shards(src, rng)
+    return specs
+
+
+# shards: tar, TFRecord, MDS (plain, zstd) and ArrayRecord files of 64 KiB samples;
+# one page inside a sample of shard 1 fails. MDS and ArrayRecord files are opened by
+# their index or footer, so a read meets it; a walk of tar or TFRecord headers at open
+# reads growing spans (a few pages, then more), data and all, and meets it there.
+SHARDS, SHARD_SAMPLES, SAMPLE = 3, 12, 64 << 10
+BAD_SAMPLE = 7
+
+
+def _shards(src: Path, rng: np.random.Generator) -> list[str]:
+    import io
+    import tarfile
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from _mds_files import write_mds
+    from headrace.formats._tfrecord import encode_example, encode_tfrecord
+
+    specs = []
+    blobs = [
+        [rng.integers(0, 256, SAMPLE, dtype=np.uint8) for _ in range(SHARD_SAMPLES)]
+        for _ in range(SHARDS)
+    ]
+    (src / "tar").mkdir()
+    for s in range(SHARDS):
+        with tarfile.open(src / "tar" / f"s{s}.tar", "w") as tar:
+            for i, blob in enumerate(blobs[s]):
+                for name, data in ((f"{i:03d}.bin", blob.tobytes()), (f"{i:03d}.cls", b"%d" % i)):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(src / "tar" / "s1.tar") as tar:
+        m = tar.getmember(f"{BAD_SAMPLE:03d}.bin")
+        lo, _ = _inner_pages(m.offset_data, m.offset_data + m.size)
+    specs.append(f"tar/s1.tar:{lo}-{lo + PAGE}")
+
+    (src / "tfrecord").mkdir()
+    for s in range(SHARDS):
+        arrays = {"x": np.stack(blobs[s]), "label": np.arange(SHARD_SAMPLES)[:, None]}
+        (src / "tfrecord" / f"s{s}.tfrecord").write_bytes(encode_tfrecord(arrays))
+    raw = (src / "tfrecord" / "s1.tfrecord").read_bytes()
+    at = 0
+    for _ in range(BAD_SAMPLE):  # each record: length (8), its CRC (4), data, CRC (4)
+        at += 16 + int.from_bytes(raw[at : at + 8], "little")
+    n = int.from_bytes(raw[at : at + 8], "little")
+    lo, _ = _inner_pages(at + 12, at + 12 + n)
+    specs.append(f"tfrecord/s1.tfrecord:{lo}-{lo + PAGE}")
+
+    samples = [{"x": b} for blobs_s in blobs for b in blobs_s]
+    for name, codec in (("mds", None), ("mdszstd", "zstd")):
+        paths = write_mds(
+            src / name, {"x": "ndarray:uint8"}, samples, per_shard=SHARD_SAMPLES,
+            compression=codec,
+        )  # fmt: skip
+        mid = paths[1].stat().st_size // 2 // PAGE * PAGE  # inside a sample
+        specs.append(f"{name}/{paths[1].name}:{mid}-{mid + PAGE}")
+
+    try:
+        from array_record.python.array_record_module import ArrayRecordWriter
+    except ImportError:
+        return specs
+    (src / "array_record").mkdir()
+    for s in range(SHARDS):
+        writer = ArrayRecordWriter(str(src / "array_record" / f"s{s}.array_record"), "group_size:1")
+        for i, blob in enumerate(blobs[s]):
+            writer.write(encode_example({"x": blob, "label": np.array([i])}))
+        writer.close()
+    # Chunks in the middle: the open reads the postscript and footer at the end only.
+    mid = (src / "array_record" / "s1.array_record").stat().st_size // 2 // PAGE * PAGE
+    specs.append(f"array_record/s1.array_record:{mid}-{mid + PAGE}")
     return specs
 
 
 def _files(src: Path, rng: np.random.Generator) -> None:
     from PIL import Image
 
-    for kind in ("npy", "npz", "jpeg", "hdf5"):
+    for kind in ("npy", "npz", "jpeg", "hdf5", "png"):
         (src / kind).mkdir()
     import h5py
 
@@ -171,6 +243,7 @@ def _files(src: Path, rng: np.random.Generator) -> None:
         np.save(src / "npy" / f"f{i:03d}.npy", a)
         np.savez_compressed(src / "npz" / f"f{i:03d}.npz", x=a)
         Image.fromarray(a).save(src / "jpeg" / f"f{i:03d}.jpeg", quality=90)
+        Image.fromarray(a).save(src / "png" / f"f{i:03d}.png")
         with h5py.File(src / "hdf5" / f"f{i:03d}.h5", "w") as h:
             h.create_dataset("x", data=a)
 
@@ -255,13 +328,42 @@ def table(
 def files(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
     from headrace.formats import FileSource
 
-    fmt = {"npy": "npy", "npz": "npz", "jpeg": "jpeg", "hdf5": "hdf5"}[kind]
+    fmt = {"npy": "npy", "npz": "npz", "jpeg": "jpeg", "hdf5": "hdf5", "png": "png"}[kind]
     extra = {"datasets": ("x",)} if kind == "hdf5" else {}
     src = FileSource(mnt / kind, format=fmt, shuffle="none", **extra)
     try:
         src.read(0, np.arange(NFILES, dtype=np.int64))
     except BaseException as exc:
         return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
+    raise AssertionError("no error")
+
+
+def shards(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
+    """Read every sample of the shards, in order; later, the first shard's first 4."""
+    n = SHARDS * SHARD_SAMPLES
+    if kind in ("mds", "mdszstd"):
+        from headrace.formats import MDSSource
+
+        src: Any = MDSSource(mnt / kind, shuffle=False)
+    else:
+        from headrace.formats import FileSource
+
+        extra = {"tfrecord_ranges_above": 0} if kind == "tfrecord" else {}
+        try:
+            src = FileSource(mnt / kind, format=kind, shuffle="samples", **extra)
+        except BaseException as exc:  # a walk of tar or TFRecord headers at open: it reads
+            return exc, OPEN_FAILED  # growing spans, the failing page among them
+    everything = np.arange(n, dtype=np.int64)
+    if kind not in ("mds", "mdszstd"):
+        files, _ = src.plan.locate(0, everything)
+        first = everything[files == 0][:4]
+    else:
+        first = everything[:4]
+    try:
+        for s in _everything(n, 6):
+            src.read(0, s)
+    except BaseException as exc:
+        return exc, lambda: src.read(0, first)
     raise AssertionError("no error")
 
 
@@ -284,6 +386,10 @@ def loader(mnt: Path, what: str) -> tuple[BaseException, Callable[[], Any]]:
             shuffle="window",
             window_rows=2048,
         )
+    elif what == "mds":  # compressed shards: the next window's decompressed ahead
+        from headrace.formats import MDSSource
+
+        src = MDSSource(mnt / "mdszstd", shuffle="window", window_rows=SHARD_SAMPLES)
     elif what == "tokens":
         src: Any = TokenSource(
             mnt / "tokens.bin", dtype="uint16", context=255, shuffle=False, block_bytes=256 << 10
@@ -331,9 +437,16 @@ CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
     "files-npz": lambda m: files(m, "npz"),
     "files-jpeg": lambda m: files(m, "jpeg"),
     "files-hdf5": lambda m: files(m, "hdf5"),
+    "files-png": lambda m: files(m, "png"),
+    "tar-samples": lambda m: shards(m, "tar"),
+    "tfrecord-samples": lambda m: shards(m, "tfrecord"),
+    "array_record-samples": lambda m: shards(m, "array_record"),
+    "mds": lambda m: shards(m, "mds"),
+    "mds-zstd": lambda m: shards(m, "mdszstd"),
     "loader-tokens": lambda m: loader(m, "tokens"),
     "loader-rows": lambda m: loader(m, "rows"),
     "loader-arrow": lambda m: loader(m, "arrow"),
+    "loader-mds": lambda m: loader(m, "mds"),
 }
 
 

@@ -286,6 +286,32 @@ def test_a_prefix_is_read_as_a_local_folder_is(s3: S3Fixture, saved: Path) -> No
         Table.open(f"{URL}/bad-state", store_options=options(s3))
 
 
+def test_a_zeroed_message_prefix_in_an_ipc_file_is_refused_locally_and_on_s3(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Batch 1's continuation marker zeroed: read as an end-of-stream marker. Locally
+    # pyarrow raised its bare EOFError ("End of Arrow stream") from the open, and on S3
+    # the walk stopped there: 16 of the footer's 64 rows, the rest dropped without a word.
+    table = pa.table({"x": np.arange(64, dtype=np.int64)})  # no ff ff ff ff in the bodies
+    path = tmp_path / "zeroed.arrow"
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table, max_chunksize=16)
+    raw = bytearray(path.read_bytes())
+    marks = [i for i in range(len(raw) - 3) if raw[i : i + 4] == b"\xff\xff\xff\xff"]
+    assert len(marks) == 6  # the schema, 4 record batches, the end-of-stream marker
+    raw[marks[2] : marks[2] + 4] = bytes(4)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=r"zeroed\.arrow: record batch 1 at byte \d+: trunc"):
+        Table.open(path)
+    _put(s3, "bad/zeroed.arrow", bytes(raw))
+    with pytest.raises(
+        FormatError,
+        match=rf"zeroed\.arrow: corrupt Arrow IPC file: an end-of-stream marker "
+        rf"at byte {marks[2]}",
+    ):
+        Table.open(f"{URL}/bad/zeroed.arrow", store_options=options(s3))
+
+
 def test_damaged_objects_are_named(s3: S3Fixture) -> None:
     table = pa.table(_rows(400, 3))
     body = _stream(table, chunk=100)

@@ -364,7 +364,9 @@ def record_batches(path: str, whole: Any, index: ArrowIndex, schema: Any, pa: An
     for i, ((at, length), rows) in enumerate(zip(index.spans, rows_said, strict=True)):
         try:
             batch = pa.ipc.read_record_batch(whole.slice(at, length), schema)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, EOFError) as exc:
+            # EOFError: a message whose length prefix reads 0, the end-of-stream marker
+            # (zeroed bytes where a footer places a batch): pyarrow's "End of Arrow stream".
             raise FormatError(
                 f"{path}: record batch {i} at byte {at}: truncated or corrupt Arrow IPC "
                 f"stream ({exc}): {RECOPY}"

@@ -313,8 +313,17 @@ class _Walk:
                 length = struct.unpack_from("<i", self.bytes(at + 4, 4))[0]
             else:
                 length = first
-            if length == 0:
-                break  # end of stream
+            if length == 0:  # end of stream
+                if start and at + pre != end:
+                    # An IPC file's marker ends where its footer starts: one before that
+                    # is a message's zeroed prefix, and the batches after it, which the
+                    # footer lists, were dropped without a word (a local read refuses it).
+                    raise FormatError(
+                        f"{url}: corrupt Arrow IPC file: an end-of-stream marker at byte "
+                        f"{at}, {end - at - pre} bytes before its footer (at byte {end}): "
+                        f"{RECOPY}"
+                    )
+                break
             if length < 0 or at + pre + length > end:
                 raise FormatError(
                     f"{url}: truncated or corrupt Arrow IPC stream: the message at byte {at} "
@@ -515,7 +524,7 @@ class RemoteArrow(RemotePart):
             batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.schema)
             for name in names:  # bytes from the network: offsets checked too
                 batch.column(name).validate(full=True)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, EOFError) as exc:  # EOFError: a zero length prefix
             raise FormatError(
                 f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc}): "
                 f"{RECOPY}"

@@ -239,17 +239,9 @@ class FileList:
         cost ~50 us a call of 2 ranges on top (~19 us to open a file and read both),
         more than a whole pread of a 1 MiB file gained."""
         path = self.name(i)
-        size, listed = self.sizes[i], self.etags[i]
 
         def check(fd: int) -> None:
-            now = os.fstat(fd).st_size
-            if now != size:
-                raise StorageError(
-                    errno.ESTALE,
-                    f"{path}: truncated or changed file: {now} bytes now, the listing said "
-                    f"{size}; a run reads the versions it listed: open the source again",
-                )
-            _check_version(path, fd, listed, size)
+            self.check_listed(i, fd)
 
         def fetch(spans: list[tuple[int, int]], buf: NDArray[np.uint8]) -> None:
             if reader is not None:
@@ -263,6 +255,20 @@ class FileList:
                 check(f.fd)
 
         return fetch
+
+    def check_listed(self, i: int, fd: int) -> None:
+        """Refuse bytes just read from ``fd``, local file ``i``'s descriptor, unless the
+        file is the version listed: its size, device, inode and mtime (see
+        :func:`_check_version`)."""
+        path, size = self.name(i), self.sizes[i]
+        now = os.fstat(fd).st_size
+        if now != size:
+            raise StorageError(
+                errno.ESTALE,
+                f"{path}: truncated or changed file: {now} bytes now, the listing said "
+                f"{size}; a run reads the versions it listed: open the source again",
+            )
+        _check_version(path, fd, self.etags[i], size)
 
     def close(self) -> None:
         self._close()

@@ -58,6 +58,7 @@ from headrace.formats._row_plan import (
     shuffle_fingerprint,
 )
 from headrace.io import STRATEGIES
+from headrace.io._open_files import gone_error
 
 if TYPE_CHECKING:
     from headrace.io import Strategy
@@ -518,7 +519,7 @@ class MDSSource:
             return out
         if not self.remote:
             for idx, got in self._read_local(
-                [(self.files.name(self._file_of[s]), idx) for s, idx in groups], begin, length
+                [(self._file_of[s], idx) for s, idx in groups], begin, length
             ):
                 for i, g in zip(idx.tolist(), got, strict=True):
                     out[i] = g
@@ -552,7 +553,7 @@ class MDSSource:
 
     def _read_local(
         self,
-        groups: list[tuple[str, NDArray[np.intp]]],
+        groups: list[tuple[int, NDArray[np.intp]]],
         begin: NDArray[np.int64],
         length: NDArray[np.int64],
     ) -> list[tuple[NDArray[np.intp], list[NDArray[np.uint8]]]]:
@@ -560,11 +561,23 @@ class MDSSource:
         touches a shard a sample or so under the global shuffle, and one shard after
         another waited a mount's latency once a shard. The files' reads run on the pool
         the engine's own reads do not use (O_DIRECT's deep pool, pread's I/O pool), so
-        no task waits on a task queued behind it."""
-        reader = self._reader.get()
+        no task waits on a task queued behind it.
 
-        def one(path: str, idx: NDArray[np.intp]) -> tuple[NDArray[np.intp], Any]:
-            return idx, reader.read(path, np.stack([begin[idx], length[idx]], axis=1))
+        Each file's bytes are then checked to be the version listed (size, device,
+        inode, mtime), as a local FileSource checks its fetches: a shard rewritten in
+        place, or renamed over and then read by a worker's copy, was read as its new
+        version beside the old one's samples."""
+        reader = self._reader.get()
+        files = self.files
+
+        def one(f: int, idx: NDArray[np.intp]) -> tuple[NDArray[np.intp], Any]:
+            path = files.name(f)
+            try:
+                got = reader.read(path, np.stack([begin[idx], length[idx]], axis=1))
+            except FileNotFoundError as exc:
+                raise gone_error(path, "MDS source", "listed") from exc
+            files.check_listed(f, reader.file(path).fd)
+            return idx, got
 
         if len(groups) == 1:
             return [one(*groups[0])]
@@ -572,7 +585,7 @@ class MDSSource:
         from headrace.io._pool import deep_io_pool, io_pool
 
         pool = io_pool() if self._reader_strategy.startswith("odirect") else deep_io_pool()
-        return results([pool.submit(one, path, idx) for path, idx in groups])
+        return results([pool.submit(one, f, idx) for f, idx in groups])
 
     # -- compressed shards ----------------------------------------------------------
 

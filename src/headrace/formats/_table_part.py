@@ -210,7 +210,7 @@ class _Part:
                 self._open_arrow(head, stamp, known if same else None)
         except StorageError:  # a header's pages the storage failed to read: said so
             raise
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as exc:
             if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
                 hint = (
                     "; pass the folder that holds it"
@@ -341,6 +341,35 @@ class _Part:
             raise ReadEOFError(
                 f"{self.path}: the file shrank from {self.size} to {now} bytes since it was "
                 "opened (rewritten or truncated under the run); its data is gone"
+            )
+
+    def check_unchanged(self) -> None:
+        """Refuse the rows just read unless the file is still the version opened (its
+        device, inode, size and mtime).
+
+        Asked after the read, by path, as a local FileSource checks its fetches: a
+        write in place that began before or during the read has moved the mtime by
+        now. A mapped Arrow file shows such a write in its pages at once, and a
+        Parquet reader reads its descriptor anew for each row group: both read the
+        new bytes beside the rows read before (until 2026-12-04 only a reopen
+        compared the stamp). A file renamed over is refused as well, though the map
+        still holds the old one: the run fails, as the docs promise, rather than
+        reading the old version while a worker's copy would open the new one. A file
+        deleted leaves the mapped one intact: read on.
+        """
+        try:
+            with in_flight.Waiting("stat", self.path):
+                st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if now != self._stamp:
+            was = self._stamp
+            raise FormatError(
+                f"{self.path}: changed since it was opened ({was[2]} bytes, inode {was[1]}, "
+                f"mtime {was[3]} ns then; {now[2]} bytes, inode {now[1]}, mtime {now[3]} ns "
+                "now: replaced or written to during the run); refusing rows that may mix "
+                "its versions: open the table again to read the new version"
             )
 
     def span(self, i: int, names: list[str]) -> Any:

@@ -560,6 +560,10 @@ class Table(Closing):
             out[c] = gather(self._parts, self._spans, col, idx.size, groups, views, fill)
         if fill is None and self._maps:
             self.map_fill.gathered(time.perf_counter() - t0, idx.size)
+        for i in {int(self._spans.part[s]) for s in spans}:  # the rows are the version opened
+            part = self._parts[i]
+            if isinstance(part, _Part):
+                part.check_unchanged()
         return out
 
     def refuse_nulls(self, names: Sequence[str]) -> None:
