@@ -42,6 +42,7 @@ __all__ = [
     "header_index",
     "parse_megatron_index",
     "read_megatron_index",
+    "stamp_of",
     "write_megatron_index",
 ]
 
@@ -141,8 +142,10 @@ class CheckedIndex:
         if reads is not None:
             return self._bounds(reads)
         with LocalFile(self.path) as f:
-            if _stamp(f) != self.stamp:
-                raise changed_since(self.path, "device, inode, size, mtime", _stamp(f), self.stamp)
+            if stamp_of(f) != self.stamp:
+                raise changed_since(
+                    self.path, "device, inode, size, mtime", stamp_of(f), self.stamp
+                )
             return self._bounds(_local_reads(f))
 
     def _bounds(self, reads: Reads) -> NDArray[np.int64]:
@@ -171,7 +174,7 @@ def check_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> Che
     path = os.fspath(idx_path)
     with LocalFile(path) as f:
         head = f.pread(0, min(f.size, _HEADER.size))
-        return check_index(path, head, f.size, bin_size, _local_reads(f), _stamp(f))
+        return check_index(path, head, f.size, bin_size, _local_reads(f), stamp_of(f))
 
 
 def _local_reads(f: LocalFile) -> Reads:
@@ -219,7 +222,8 @@ def check_index(
     return index
 
 
-def _stamp(f: LocalFile) -> tuple[int, int, int, int]:
+def stamp_of(f: LocalFile) -> tuple[int, int, int, int]:
+    """A local file's :data:`Stamp`."""
     st = os.fstat(f.fd)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
