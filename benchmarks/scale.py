@@ -21,8 +21,8 @@ blocks at most, and deleted when it is done unless ``--keep``):
   also the bytes a worker process is sent for it (pickled) and the seconds to load them;
 - ``megatron-docs``: the same with document positions (``positions="documents"``: the
   batches' ``position_ids`` in the digest), documents of 1 to 79 tokens (2.0G tokens);
-  also RSS after the steps, its anonymous part (not the page cache's) and its peak
-  (``end_mb``, ``end_anon_mb``, ``end_peak_mb``: the starts held);
+  also (and for ``megatron-s3``) RSS after the steps, its anonymous part (not the page
+  cache's) and its peak (``end_mb``, ``end_anon_mb``, ``end_peak_mb``: the starts held);
 - ``megatron-s3``: a Megatron pair of 16M documents of 1 to 3 tokens (a 320 MB ``.idx``:
   two pieces, a 64 MB ``.bin`` of random tokens) on moto's S3 behind a ``LatencyProxy`` of 20 ms,
   read with document positions (``position_ids``: the batches' digest covers them);
@@ -225,7 +225,7 @@ def trial(case: str, d: Path, extra: dict[str, Any]) -> dict[str, Any]:
                 plan = src.layout.locate(7, samples)
                 h.update(plan.window.tobytes() + plan.start.tobytes())
     got["sha256"] = h.hexdigest()[:12]
-    if case == "megatron-docs":  # what the steps left held (the document bounds)
+    if case in ("megatron-docs", "megatron-s3"):  # what the steps left held (the starts)
         got["end_mb"] = round(rss_mb() - before, 1)
         got["end_anon_mb"] = round(rss_mb("RssAnon") - anon, 1)  # not the page cache's
         got["end_peak_mb"] = round(rss_mb("VmHWM"), 1)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import FormatError
-from headrace.formats import TokenSource, _megatron_starts, open_token_file
+from headrace.formats import TokenSource, _megatron_starts, open_token_file, read_megatron_index
 from headrace.formats._megatron import write_megatron_index
 from headrace.formats._megatron_starts import STEP, MappedStarts, mapped_starts
 from headrace.formats._positions import document_positions
@@ -139,3 +139,31 @@ def test_a_network_mount_reads_the_array(tmp_path: Path, monkeypatch: pytest.Mon
     assert got.tolist() == list(range(0, 50, 5))
     positions = document_positions(got, np.array([3], dtype=np.int64), 8)
     assert positions.tolist() == [[0, 1, 0, 1, 2, 3, 4, 0]]
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 300])
+def test_bounds_made_in_place_as_parsed_whole(tmp_path: Path, n: int) -> None:
+    rng = np.random.default_rng(100 + n)
+    lengths = rng.integers(0, 4, 2 * n + 3).astype(np.int32)
+    lengths[-1] = 0  # empty last sequences and documents: entries equal to S
+    cuts = np.sort(rng.integers(0, len(lengths) + 1, n))
+    docs = np.concatenate(([0], cuts, [len(lengths)] * 3)).astype(np.int64)
+    path = _pair(tmp_path, lengths, docs)
+    whole = read_megatron_index(path.with_suffix(".idx"), path.stat().st_size)
+    assert open_token_file(path).documents().tolist() == whole.document_bounds().tolist()
+
+
+def test_bounds_peak_at_what_is_read(tmp_path: Path) -> None:
+    # 1M documents: the pointers and the entries read (16 MB) were joined by three arrays
+    # as large (40 MB at the peak; 50M documents: 1.5 GB); the bounds now overwrite the
+    # entries.
+    path = _pair(tmp_path, np.full(1_000_000, 3, dtype=np.int32))
+    tf = open_token_file(path)
+    tracemalloc.start()
+    try:
+        bounds = tf.documents()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 17 << 20
+    assert np.array_equal(bounds, np.arange(0, 3_000_001, 3))
