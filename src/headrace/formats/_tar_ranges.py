@@ -111,9 +111,10 @@ _ARRAYS = ("keys", "header", "first", "field", "at", "size")
 
 class HeldIndexes(list[tuple[int, TarIndex]]):
     """Shards' indexes (``(shard, index)`` pairs) that pickle as one buffer of all their
-    arrays, not six arrays an index: 1,000 shards' took 1.4 s to pickle and 0.6 s to
-    load in each worker (2c, 2026-12-04, under load), for 6,000 arrays. A loaded copy's
-    indexes view that buffer (read-only)."""
+    arrays, not six arrays an index: 1,000 shards' (6,000 arrays) took 0.55 s to pickle
+    and 0.36 s to load in each worker, now 0.23 and 0.13 (medians, 2c under load,
+    2026-12-04: benchmarks/tar_index_scale.py). A loaded copy's indexes view that
+    buffer (read-only)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         arrays = [np.ascontiguousarray(getattr(i, a)) for _, i in self for a in _ARRAYS]
